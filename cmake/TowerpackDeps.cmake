@@ -1,0 +1,54 @@
+# towerpack: find every external library and give each an imported target
+# (tp::<name>). A missing library stops the configure with the Debian package
+# that provides it, so the fix is one apt-get away (scripts/install-deps.sh
+# installs them all).
+find_package(PkgConfig QUIET)
+
+# tp_find_dep(<name> PC <pkg-config module> DEB <debian package>
+#             HEADER <header> LIB <library name> [OPTIONAL])
+function(tp_find_dep name)
+  cmake_parse_arguments(A "OPTIONAL" "PC;DEB;HEADER;LIB" "" ${ARGN})
+  if(TARGET tp::${name})
+    return()
+  endif()
+  set(found FALSE)
+  if(PkgConfig_FOUND AND A_PC)
+    pkg_check_modules(TPDEP_${name} QUIET IMPORTED_TARGET GLOBAL ${A_PC})
+    if(TPDEP_${name}_FOUND)
+      add_library(tp::${name} INTERFACE IMPORTED GLOBAL)
+      target_link_libraries(tp::${name} INTERFACE PkgConfig::TPDEP_${name})
+      set(found TRUE)
+    endif()
+  endif()
+  if(NOT found)
+    find_path(TPDEP_${name}_INCLUDE ${A_HEADER})
+    find_library(TPDEP_${name}_LIBRARY ${A_LIB})
+    if(TPDEP_${name}_INCLUDE AND TPDEP_${name}_LIBRARY)
+      add_library(tp::${name} UNKNOWN IMPORTED GLOBAL)
+      set_target_properties(tp::${name} PROPERTIES
+        IMPORTED_LOCATION "${TPDEP_${name}_LIBRARY}"
+        INTERFACE_INCLUDE_DIRECTORIES "${TPDEP_${name}_INCLUDE}")
+      set(found TRUE)
+    endif()
+  endif()
+  if(NOT found AND NOT A_OPTIONAL)
+    message(FATAL_ERROR
+      "towerpack needs ${name} (${A_HEADER}, lib${A_LIB}). Install the Debian "
+      "package '${A_DEB}' (apt-get install ${A_DEB}), or run "
+      "scripts/install-deps.sh, which installs everything towerpack needs.")
+  endif()
+  set(TP_HAVE_${name} ${found} PARENT_SCOPE)
+endfunction()
+
+tp_find_dep(zmq      PC libzmq   DEB libzmq3-dev      HEADER zmq.h      LIB zmq)
+tp_find_dep(czmq     PC libczmq  DEB libczmq-dev      HEADER czmq.h     LIB czmq)
+tp_find_dep(lz4      PC liblz4   DEB liblz4-dev       HEADER lz4.h      LIB lz4)
+tp_find_dep(lmdb     PC lmdb     DEB liblmdb-dev      HEADER lmdb.h     LIB lmdb)
+tp_find_dep(jansson  PC jansson  DEB libjansson-dev   HEADER jansson.h  LIB jansson)
+tp_find_dep(zlib     PC zlib     DEB zlib1g-dev       HEADER zlib.h     LIB z)
+tp_find_dep(openblas PC openblas DEB libopenblas-dev  HEADER cblas.h    LIB openblas)
+if(TP_BUILD_TESTS)
+  tp_find_dep(criterion PC criterion DEB libcriterion-dev
+              HEADER criterion/criterion.h LIB criterion)
+endif()
+find_package(Threads REQUIRED)

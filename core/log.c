@@ -1,0 +1,117 @@
+/* towerpack core: levelled, timestamped logging to stderr and a file.
+ *
+ * A record is formatted into one buffer and written with one write(2), so
+ * records from several threads or processes never interleave mid-line. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include <towerpack/log.h>
+
+static int s_level = -1;  /* -1: not yet read from TP_LOG_LEVEL */
+static int s_stderr_on = 1;
+static int s_file_fd = -1;
+static pthread_mutex_t s_file_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *s_names[] = {"debug", "info", "warn", "error", "off"};
+
+tp_status_t tp_log_level_parse(const char *name, tp_log_level_t *level) {
+    for (int i = 0; i <= TP_LOG_OFF; i++) {
+        if (name && strcasecmp(name, s_names[i]) == 0) {
+            *level = (tp_log_level_t)i;
+            return TP_OK;
+        }
+    }
+    return tp_error(TP_ERR_INVALID,
+                    "log level '%s' is not one of debug, info, warn, error, off",
+                    name ? name : "(null)");
+}
+
+tp_log_level_t tp_log_get_level(void) {
+    int level = __atomic_load_n(&s_level, __ATOMIC_RELAXED);
+    if (level < 0) {
+        tp_log_level_t parsed = TP_LOG_INFO;
+        const char *env = getenv("TP_LOG_LEVEL");
+        if (env && tp_log_level_parse(env, &parsed) != TP_OK)
+            parsed = TP_LOG_INFO;
+        level = (int)parsed;
+        __atomic_store_n(&s_level, level, __ATOMIC_RELAXED);
+    }
+    return (tp_log_level_t)level;
+}
+
+void tp_log_set_level(tp_log_level_t level) {
+    __atomic_store_n(&s_level, (int)level, __ATOMIC_RELAXED);
+}
+
+void tp_log_set_stderr(int enabled) {
+    __atomic_store_n(&s_stderr_on, enabled ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+tp_status_t tp_log_set_file(const char *path) {
+    int fd = -1;
+    if (path) {
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return tp_error(TP_ERR_IO, "log file %s: %s", path,
+                            strerror(errno));
+    }
+    pthread_mutex_lock(&s_file_lock);
+    if (s_file_fd >= 0)
+        close(s_file_fd);
+    s_file_fd = fd;
+    pthread_mutex_unlock(&s_file_lock);
+    return TP_OK;
+}
+
+static void s_write_all(int fd, const char *buf, size_t len) {
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        buf += n;
+        len -= (size_t)n;
+    }
+}
+
+void tp_log_write(tp_log_level_t level, const char *file, int line,
+                  const char *fmt, ...) {
+    if (level < tp_log_get_level() || level >= TP_LOG_OFF)
+        return;
+    char buf[2048];
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    localtime_r(&tv.tv_sec, &tm);
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    int n = snprintf(buf, sizeof buf,
+                     "%04d-%02d-%02d %02d:%02d:%02d.%03d %-5s [%d] %s:%d ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                     tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000),
+                     s_names[level], (int)getpid(), base, line);
+    if (n < 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m > 0 ? (size_t)m : 0);
+    if (len > sizeof buf - 2)
+        len = sizeof buf - 2;
+    buf[len++] = '\n';
+    if (__atomic_load_n(&s_stderr_on, __ATOMIC_RELAXED))
+        s_write_all(STDERR_FILENO, buf, len);
+    pthread_mutex_lock(&s_file_lock);
+    if (s_file_fd >= 0)
+        s_write_all(s_file_fd, buf, len);
+    pthread_mutex_unlock(&s_file_lock);
+}

@@ -1,0 +1,60 @@
+/* towerpack core: status codes and the per-thread last-error message. */
+#include <stdarg.h>
+#include <string.h>
+#include <towerpack/status.h>
+
+#define TP_ERRMSG_SIZE 1024
+
+static _Thread_local char s_errmsg[TP_ERRMSG_SIZE];
+
+const char *tp_strerror(tp_status_t status) {
+    switch (status) {
+    case TP_OK: return "ok";
+    case TP_ERR_INVALID: return "invalid argument";
+    case TP_ERR_NOMEM: return "out of memory";
+    case TP_ERR_IO: return "i/o error";
+    case TP_ERR_PROTOCOL: return "protocol error";
+    case TP_ERR_FORMAT: return "bad file format";
+    case TP_ERR_SHAPE: return "shape mismatch";
+    case TP_ERR_STATE: return "invalid state";
+    case TP_ERR_TIMEOUT: return "timed out";
+    case TP_ERR_INTERRUPTED: return "interrupted";
+    case TP_ERR_PEER: return "peer failed";
+    case TP_ERR_DEVICE: return "device error";
+    case TP_ERR_UNSUPPORTED: return "not supported";
+    case TP_ERR_NOT_FOUND: return "not found";
+    }
+    return "unknown status";
+}
+
+tp_status_t tp_error(tp_status_t status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s_errmsg, sizeof s_errmsg, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+tp_status_t tp_error_wrap(tp_status_t status, const char *fmt, ...) {
+    char old[TP_ERRMSG_SIZE];
+    memcpy(old, s_errmsg, sizeof old);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(s_errmsg, sizeof s_errmsg, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof s_errmsg && old[0])
+        snprintf(s_errmsg + n, sizeof s_errmsg - (size_t)n, ": %s", old);
+    return status;
+}
+
+const char *tp_last_error(void) { return s_errmsg; }
+
+void tp_clear_error(void) { s_errmsg[0] = '\0'; }
+
+void tp_assert_fail(const char *expr, const char *file, int line,
+                    const char *func) {
+    fprintf(stderr, "towerpack: assertion failed: %s (%s:%d, %s)\n", expr,
+            file, line, func);
+    fflush(stderr);
+    abort();
+}

@@ -1,0 +1,98 @@
+/* towerpack dataflow: the generic dataflow object (state checks, reentrancy
+ * guard, pass bookkeeping) around an implementation's ops. */
+#include <stdatomic.h>
+#include <towerpack/dataflow.h>
+
+struct tp_dataflow {
+    const tp_dataflow_ops_t *ops;
+    void *impl;
+    tp_rng_t rng;
+    int reset;           /* reset_state has run */
+    int in_pass;         /* a pass has begun and not reached TP_DONE */
+    atomic_int busy;     /* a call to next is running (reentrancy guard) */
+};
+
+tp_dataflow_t *tp_dataflow_new(const tp_dataflow_ops_t *ops, void *impl) {
+    TP_ASSERT(ops && ops->next);
+    tp_dataflow_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        if (ops->destroy)
+            ops->destroy(impl);
+        return NULL;
+    }
+    self->ops = ops;
+    self->impl = impl;
+    atomic_init(&self->busy, 0);
+    return self;
+}
+
+void tp_dataflow_destroy(tp_dataflow_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    tp_dataflow_t *self = *self_p;
+    if (self->ops->destroy)
+        self->ops->destroy(self->impl);
+    free(self);
+    *self_p = NULL;
+}
+
+tp_status_t tp_dataflow_reset_state(tp_dataflow_t *self, uint64_t seed,
+                                    uint64_t stream) {
+    tp_rng_init(&self->rng, seed, stream);
+    if (self->ops->reset_state) {
+        tp_status_t rc = self->ops->reset_state(self->impl, &self->rng, seed,
+                                                stream);
+        if (rc < 0)
+            return tp_error_wrap(rc, "%s: reset_state", self->ops->name);
+    }
+    self->reset = 1;
+    self->in_pass = 0;
+    return TP_OK;
+}
+
+tp_status_t tp_dataflow_next(tp_dataflow_t *self, tp_datapoint_t **out) {
+    *out = NULL;
+    if (!self->reset)
+        return tp_error(TP_ERR_STATE,
+                        "%s: used before reset_state (call "
+                        "tp_dataflow_reset_state once before iterating)",
+                        self->ops->name);
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&self->busy, &expected, 1))
+        return tp_error(TP_ERR_STATE,
+                        "%s: iterated twice at once (a dataflow is not "
+                        "reentrant; give each consumer its own)",
+                        self->ops->name);
+    tp_status_t rc = TP_OK;
+    if (!self->in_pass) {
+        if (self->ops->begin && (rc = self->ops->begin(self->impl)) < 0) {
+            rc = tp_error_wrap(rc, "%s", self->ops->name);
+            goto out;
+        }
+        self->in_pass = 1;
+    }
+    rc = self->ops->next(self->impl, out);
+    if (rc == TP_DONE) {
+        self->in_pass = 0;
+        *out = NULL;
+    } else if (rc < 0) {
+        *out = NULL;
+    }
+out:
+    atomic_store(&self->busy, 0);
+    return rc;
+}
+
+void tp_dataflow_end_pass(tp_dataflow_t *self) { self->in_pass = 0; }
+
+int64_t tp_dataflow_size(tp_dataflow_t *self) {
+    return self->ops->size ? self->ops->size(self->impl) : -1;
+}
+
+const char *tp_dataflow_name(const tp_dataflow_t *self) {
+    return self->ops->name;
+}
+
+tp_rng_t *tp_dataflow_rng(tp_dataflow_t *self) { return &self->rng; }
+
+void *tp_dataflow_impl(tp_dataflow_t *self) { return self->impl; }

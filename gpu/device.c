@@ -1,0 +1,103 @@
+/* towerpack gpu: finding the CUDA backend module and asking it for devices.
+ *
+ * The module is looked up, in order: $TP_CUDA_MODULE (a path), next to the
+ * library or program that contains this code, in ../lib from there (build
+ * tree and install tree alike), then by name through the loader's path. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <towerpack/device.h>
+#include <towerpack/log.h>
+
+#ifndef TP_CUDA_MODULE_NAME
+#define TP_CUDA_MODULE_NAME "libtowerpack_cuda.so"
+#endif
+
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+static void *s_module;
+static int s_count;
+static char s_status[512];
+
+typedef int (*s_probe_fn)(int *count, char *msg, size_t size);
+
+static void *s_try(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        TP_DEBUG("cuda module %s: %s", path, dlerror());
+    return h;
+}
+
+static void *s_find_module(void) {
+    const char *env = getenv("TP_CUDA_MODULE");
+    if (env && *env)
+        return s_try(env);
+    Dl_info info;
+    if (dladdr((void *)s_find_module, &info) && info.dli_fname) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", info.dli_fname);
+        char *slash = strrchr(dir, '/');
+        if (slash) {
+            *slash = '\0';
+            char path[PATH_MAX + 64];
+            snprintf(path, sizeof path, "%s/%s", dir, TP_CUDA_MODULE_NAME);
+            void *h = s_try(path);
+            if (h)
+                return h;
+            snprintf(path, sizeof path, "%s/../lib/%s", dir,
+                     TP_CUDA_MODULE_NAME);
+            if ((h = s_try(path)))
+                return h;
+        }
+    }
+    return s_try(TP_CUDA_MODULE_NAME);
+}
+
+static void s_probe(void) {
+    if (getenv("TP_NO_CUDA")) {
+        snprintf(s_status, sizeof s_status, "no CUDA devices: TP_NO_CUDA is set");
+        return;
+    }
+    s_module = s_find_module();
+    if (!s_module) {
+        snprintf(s_status, sizeof s_status,
+                 "no CUDA devices: this build has no CUDA backend module (%s)",
+                 TP_CUDA_MODULE_NAME);
+        return;
+    }
+    s_probe_fn probe = (s_probe_fn)dlsym(s_module, "tp_cuda_module_probe");
+    if (!probe) {
+        snprintf(s_status, sizeof s_status,
+                 "no CUDA devices: %s lacks tp_cuda_module_probe",
+                 TP_CUDA_MODULE_NAME);
+        return;
+    }
+    char msg[400] = "";
+    int count = 0;
+    if (probe(&count, msg, sizeof msg) != 0 || count <= 0) {
+        snprintf(s_status, sizeof s_status, "no CUDA devices: %s",
+                 msg[0] ? msg : "none found");
+        s_count = 0;
+        return;
+    }
+    s_count = count;
+    snprintf(s_status, sizeof s_status, "%d CUDA device%s: %s", count,
+             count == 1 ? "" : "s", msg);
+}
+
+int tp_cuda_device_count(void) {
+    pthread_once(&s_once, s_probe);
+    return s_count;
+}
+
+const char *tp_cuda_status(void) {
+    pthread_once(&s_once, s_probe);
+    return s_status;
+}
+
+void *tp_cuda_module(void) {
+    pthread_once(&s_once, s_probe);
+    return s_module;
+}

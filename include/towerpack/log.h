@@ -1,0 +1,51 @@
+/* towerpack: logging with levels and timestamps, to stderr and optionally a
+ * file. Thread-safe: each record is written with one call. The level comes
+ * from tp_log_set_level() or the TP_LOG_LEVEL environment variable
+ * (debug, info, warn, error, off). */
+#ifndef TOWERPACK_LOG_H
+#define TOWERPACK_LOG_H
+
+#include <towerpack/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TP_LOG_DEBUG = 0,
+    TP_LOG_INFO = 1,
+    TP_LOG_WARN = 2,
+    TP_LOG_ERROR = 3,
+    TP_LOG_OFF = 4,
+} tp_log_level_t;
+
+/* Set the threshold: records below it are dropped. */
+void tp_log_set_level(tp_log_level_t level);
+tp_log_level_t tp_log_get_level(void);
+
+/* Parse "debug", "info", "warn", "error" or "off". TP_ERR_INVALID otherwise. */
+tp_status_t tp_log_level_parse(const char *name, tp_log_level_t *level);
+
+/* Also append records to `path` (NULL closes the file). stderr stays on. */
+tp_status_t tp_log_set_file(const char *path);
+
+/* Turn stderr output on or off (the file, if any, is unaffected). */
+void tp_log_set_stderr(int enabled);
+
+void tp_log_write(tp_log_level_t level, const char *file, int line,
+                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#define tp_log(level, ...)                                                    \
+    do {                                                                      \
+        if ((level) >= tp_log_get_level())                                    \
+            tp_log_write((level), __FILE__, __LINE__, __VA_ARGS__);           \
+    } while (0)
+#define TP_DEBUG(...) tp_log(TP_LOG_DEBUG, __VA_ARGS__)
+#define TP_INFO(...) tp_log(TP_LOG_INFO, __VA_ARGS__)
+#define TP_WARN(...) tp_log(TP_LOG_WARN, __VA_ARGS__)
+#define TP_ERROR(...) tp_log(TP_LOG_ERROR, __VA_ARGS__)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

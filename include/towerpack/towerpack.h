@@ -1,0 +1,15 @@
+/* towerpack: the umbrella header. Includes every public header. */
+#ifndef TOWERPACK_TOWERPACK_H
+#define TOWERPACK_TOWERPACK_H
+
+#include <towerpack/version.h>
+#include <towerpack/status.h>
+#include <towerpack/log.h>
+#include <towerpack/clock.h>
+#include <towerpack/tensor.h>
+#include <towerpack/datapoint.h>
+#include <towerpack/rng.h>
+#include <towerpack/wire.h>
+#include <towerpack/device.h>
+
+#endif

@@ -1,0 +1,94 @@
+/* towerpack: the wire format for datapoints that cross a process or host.
+ *
+ * A datapoint travels as one ZeroMQ multipart message: a small header frame
+ * followed by one frame per component. Component frames are sent zero-copy
+ * from the datapoint's own buffers (the datapoint is freed when ZeroMQ has
+ * sent the last of them), optionally lz4-compressed. The header layout is in
+ * docs/wire-format.md.
+ *
+ * Decoding validates the whole message before it trusts any of it: every
+ * malformed message is TP_ERR_PROTOCOL with a message saying what was wrong,
+ * and no allocation is ever sized by a peer's claim before that claim is
+ * checked against the frames received and opts->max_bytes. */
+#ifndef TOWERPACK_WIRE_H
+#define TOWERPACK_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <towerpack/datapoint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TP_WIRE_MAGIC 0x31575054u   /* "TPW1", little-endian */
+#define TP_WIRE_VERSION 1
+#define TP_WIRE_FLAG_CHECKSUM 0x01u
+#define TP_WIRE_CODEC_NONE 0
+#define TP_WIRE_CODEC_LZ4 1
+
+typedef struct tp_wire_opts {
+    int lz4;               /* encode: try lz4 on components >= lz4_min_bytes */
+    size_t lz4_min_bytes;  /* default 1024 */
+    int checksum;          /* encode: CRC32 of each component's raw bytes */
+    size_t max_bytes;      /* decode: largest total raw size (default 1 GiB) */
+} tp_wire_opts_t;
+
+/* Defaults: no lz4, no checksum, 1 GiB limit. */
+void tp_wire_opts_init(tp_wire_opts_t *opts);
+
+/* A message: an ordered list of frames. */
+typedef struct tp_wire_msg tp_wire_msg_t;
+
+/* An empty message. Caller owns; NULL on out of memory. */
+tp_wire_msg_t *tp_wire_msg_new(void);
+/* Close every frame and free; accepts NULL, nulls *self_p. */
+void tp_wire_msg_destroy(tp_wire_msg_t **self_p);
+/* Close every frame, keep the message for reuse. */
+void tp_wire_msg_clear(tp_wire_msg_t *self);
+int tp_wire_msg_frames(const tp_wire_msg_t *self);
+const void *tp_wire_msg_frame_data(tp_wire_msg_t *self, int i);
+size_t tp_wire_msg_frame_size(tp_wire_msg_t *self, int i);
+/* Total bytes over all frames. */
+size_t tp_wire_msg_bytes(tp_wire_msg_t *self);
+/* Append a copy of `size` bytes as a new frame (tests, fuzzing). */
+tp_status_t tp_wire_msg_add_frame(tp_wire_msg_t *self, const void *data,
+                                  size_t size);
+
+/* Encode *dp_p into `msg` (cleared first). Takes the datapoint and nulls
+ * *dp_p, also on failure (then it is freed). Frames reference the
+ * datapoint's buffers; it is freed once every frame is released. */
+tp_status_t tp_wire_encode(tp_datapoint_t **dp_p, const tp_wire_opts_t *opts,
+                           tp_wire_msg_t *msg);
+
+/* Decode `msg` into a new datapoint in *out (caller owns). Consumes the
+ * frames (msg is empty afterwards, also on failure). Large uncompressed
+ * components keep the received frame as their memory: no copy. */
+tp_status_t tp_wire_decode(tp_wire_msg_t *msg, const tp_wire_opts_t *opts,
+                           tp_datapoint_t **out);
+
+/* Send every frame of `msg` on a raw libzmq socket (zsock_resolve() of a
+ * czmq socket). flags: 0 blocks, ZMQ_DONTWAIT gives TP_ERR_TIMEOUT when the
+ * peer is full, with msg untouched so the caller may retry. On success msg
+ * is empty. TP_ERR_INTERRUPTED when the context is terminated or a signal
+ * arrives. */
+tp_status_t tp_wire_msg_send(tp_wire_msg_t *msg, void *socket, int flags);
+
+/* Receive one whole multipart message into `msg` (cleared first). flags as
+ * above (TP_ERR_TIMEOUT when nothing is there, or the socket's RCVTIMEO ran
+ * out). A message of more than TP_DP_MAX_COMPONENTS + 1 frames is read to
+ * its end, dropped, and reported as TP_ERR_PROTOCOL. */
+tp_status_t tp_wire_msg_recv(tp_wire_msg_t *msg, void *socket, int flags);
+
+/* Encode and send in one call (blocking). Takes *dp_p. */
+tp_status_t tp_wire_send(void *socket, tp_datapoint_t **dp_p,
+                         const tp_wire_opts_t *opts);
+
+/* Receive and decode in one call (blocking, honours RCVTIMEO). */
+tp_status_t tp_wire_recv(void *socket, const tp_wire_opts_t *opts,
+                         tp_datapoint_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
