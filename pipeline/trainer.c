@@ -26,8 +26,10 @@ struct tp_fetches {
 };
 
 static void s_fetches_clear(tp_fetches_t *f) {
-    memset(f->wanted, 0, (size_t)f->count);
-    memset(f->have, 0, (size_t)f->count);
+    if (f->count) {  /* the arrays are NULL until a first name */
+        memset(f->wanted, 0, (size_t)f->count);
+        memset(f->have, 0, (size_t)f->count);
+    }
     f->nwanted = 0;
 }
 
