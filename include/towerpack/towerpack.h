@@ -10,6 +10,9 @@
 #include <towerpack/datapoint.h>
 #include <towerpack/rng.h>
 #include <towerpack/wire.h>
+#include <towerpack/dataflow.h>
+#include <towerpack/dataflow_lib.h>
+#include <towerpack/dataflow_spec.h>
 #include <towerpack/device.h>
 
 #endif

@@ -1,0 +1,626 @@
+/* towerpack dataflow: LMDB record files (save a dataflow, read it back in
+ * order or shuffled).
+ *
+ * File layout (one LMDB file, MDB_NOSUBDIR; see docs/dataflow.md):
+ *   "__format__"  -> "towerpack-records <version>"   (TP_RECORDS_VERSION)
+ *   "__count__"   -> decimal number of datapoints
+ *   "0000000000", "0000000001", ...  (10-digit zero-padded index)
+ *                 -> one datapoint in the wire format, flattened: the wire
+ *                    header frame, then every component's frame back to back
+ *                    (each lz4-compressed when that makes it smaller).
+ *
+ * Record values are untrusted: the decoder checks every length against the
+ * value's size before it reads, allocates nothing sized by an unchecked
+ * claim, and reports TP_ERR_FORMAT naming the record. A file shorter than
+ * its own meta page says is rejected at open (mapping it would fault). */
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <lmdb.h>
+#include <lz4.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <towerpack/wire.h>
+#include "df_internal.h"
+
+#define HDR_FIXED 8
+#define COMP_FIXED 24
+#define LZ4_MAX_RATIO 255
+#define KEY_DIGITS 10
+#define FORMAT_KEY "__format__"
+#define COUNT_KEY "__count__"
+#define FORMAT_PREFIX "towerpack-records "
+/* Address space reserved for a file being written; LMDB grows the file only
+ * as pages are used, so this is a ceiling, not a size. */
+#define WRITE_MAPSIZE ((size_t)64 << 30)
+
+void tp_records_opts_init(tp_records_opts_t *opts) {
+    opts->lz4 = 1;
+    opts->lz4_min_bytes = 1024;
+    opts->checksum = 0;
+    opts->commit_every = 1000;
+}
+
+/* ---- value encoding ------------------------------------------------------ */
+
+tp_status_t tp_records_encode(const tp_datapoint_t *dp,
+                              const tp_records_opts_t *opts, void **data,
+                              size_t *size) {
+    tp_records_opts_t defaults;
+    if (!opts) {
+        tp_records_opts_init(&defaults);
+        opts = &defaults;
+    }
+    int ncomp = tp_datapoint_size(dp);
+    if (ncomp > 0xffff)
+        return tp_error(TP_ERR_INVALID, "records: %d components", ncomp);
+    size_t hdr = HDR_FIXED, bound = 0;
+    for (int i = 0; i < ncomp; i++) {
+        const tp_tensor_t *t = tp_datapoint_cget(dp, i);
+        hdr += COMP_FIXED + 8 * (size_t)t->ndim;
+        size_t b = t->nbytes;
+        if (opts->lz4 && t->nbytes <= (size_t)LZ4_MAX_INPUT_SIZE)
+            b = (size_t)LZ4_compressBound((int)t->nbytes);
+        bound += b > t->nbytes ? b : t->nbytes;
+    }
+    uint8_t *buf = malloc(hdr + bound);
+    if (!buf)
+        return tp_error(TP_ERR_NOMEM, "records: value of %zu bytes",
+                        hdr + bound);
+    uint8_t *h = buf, *p = buf + hdr;
+    uint32_t magic = TP_WIRE_MAGIC;
+    uint16_t n16 = (uint16_t)ncomp;
+    memcpy(h, &magic, 4);
+    h[4] = TP_WIRE_VERSION;
+    h[5] = opts->checksum ? TP_WIRE_FLAG_CHECKSUM : 0;
+    memcpy(h + 6, &n16, 2);
+    h += HDR_FIXED;
+    for (int i = 0; i < ncomp; i++) {
+        const tp_tensor_t *t = tp_datapoint_cget(dp, i);
+        uint8_t codec = TP_WIRE_CODEC_NONE;
+        uint64_t wire = t->nbytes;
+        if (opts->lz4 && t->nbytes >= opts->lz4_min_bytes && t->nbytes > 0 &&
+            t->nbytes <= (size_t)LZ4_MAX_INPUT_SIZE) {
+            int cap = LZ4_compressBound((int)t->nbytes);
+            int c = LZ4_compress_default(t->data, (char *)p, (int)t->nbytes,
+                                         cap);
+            if (c > 0 && (size_t)c < t->nbytes) {
+                codec = TP_WIRE_CODEC_LZ4;
+                wire = (uint64_t)c;
+            }
+        }
+        if (codec == TP_WIRE_CODEC_NONE && t->nbytes)
+            memcpy(p, t->data, t->nbytes);
+        p += wire;
+        uint32_t crc = opts->checksum ? (uint32_t)crc32_z(crc32_z(0, NULL, 0),
+                                                          t->data, t->nbytes)
+                                      : 0;
+        uint64_t raw = t->nbytes;
+        h[0] = (uint8_t)t->dtype;
+        h[1] = (uint8_t)t->ndim;
+        h[2] = codec;
+        h[3] = 0;
+        memcpy(h + 4, &crc, 4);
+        memcpy(h + 8, &raw, 8);
+        memcpy(h + 16, &wire, 8);
+        memcpy(h + 24, t->shape, 8 * (size_t)t->ndim);
+        h += COMP_FIXED + 8 * (size_t)t->ndim;
+    }
+    *data = buf;
+    *size = (size_t)(p - buf);
+    return TP_OK;
+}
+
+/* ---- value decoding ------------------------------------------------------ */
+
+typedef struct {
+    uint8_t dtype, ndim, codec;
+    uint32_t crc;
+    uint64_t raw, wire;
+    int64_t shape[TP_MAX_DIMS];
+} rcomp_t;
+
+static tp_status_t s_bad(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static tp_status_t s_bad(const char *fmt, ...) {
+    char buf[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return tp_error(TP_ERR_FORMAT, "record value: %s", buf);
+}
+
+tp_status_t tp_records_decode(const void *data, size_t size,
+                              tp_datapoint_t **out) {
+    *out = NULL;
+    const uint8_t *v = data;
+    if (!v || size < HDR_FIXED)
+        return s_bad("%zu bytes, at least %d needed", size, HDR_FIXED);
+    uint32_t magic;
+    memcpy(&magic, v, 4);
+    if (magic != TP_WIRE_MAGIC)
+        return s_bad("bad magic 0x%08x", magic);
+    if (v[4] != TP_WIRE_VERSION)
+        return s_bad("wire version %u, this build reads %d", v[4],
+                     TP_WIRE_VERSION);
+    if (v[5] & ~TP_WIRE_FLAG_CHECKSUM)
+        return s_bad("unknown flags 0x%02x", v[5]);
+    int checksum = v[5] & TP_WIRE_FLAG_CHECKSUM;
+    uint16_t ncomp;
+    memcpy(&ncomp, v + 6, 2);
+    if (ncomp > TP_DP_MAX_COMPONENTS)
+        return s_bad("%u components, at most %d", ncomp, TP_DP_MAX_COMPONENTS);
+    rcomp_t stack[8];
+    rcomp_t *c = ncomp <= 8 ? stack : malloc(ncomp * sizeof *c);
+    if (!c)
+        return tp_error(TP_ERR_NOMEM, "record value");
+    tp_status_t rc = TP_OK;
+    size_t off = HDR_FIXED;
+    uint64_t payload = 0;
+    tp_dtype_t dtypes[8];
+    int ndims[8];
+    for (int i = 0; i < ncomp; i++) {
+        if (size - off < COMP_FIXED) {
+            rc = s_bad("header truncated in component %d", i);
+            goto done;
+        }
+        const uint8_t *h = v + off;
+        c[i].dtype = h[0];
+        c[i].ndim = h[1];
+        c[i].codec = h[2];
+        memcpy(&c[i].crc, h + 4, 4);
+        memcpy(&c[i].raw, h + 8, 8);
+        memcpy(&c[i].wire, h + 16, 8);
+        off += COMP_FIXED;
+        if (!tp_dtype_valid(c[i].dtype) || c[i].ndim > TP_MAX_DIMS || h[3]) {
+            rc = s_bad("component %d: dtype %u, %u dims, reserved %u", i,
+                       c[i].dtype, c[i].ndim, h[3]);
+            goto done;
+        }
+        if (size - off < 8 * (size_t)c[i].ndim) {
+            rc = s_bad("header truncated in the shape of component %d", i);
+            goto done;
+        }
+        memcpy(c[i].shape, v + off, 8 * (size_t)c[i].ndim);
+        off += 8 * (size_t)c[i].ndim;
+        size_t numel, es = tp_dtype_size(c[i].dtype);
+        if (tp_shape_numel(c[i].ndim, c[i].shape, es, &numel) != TP_OK ||
+            (uint64_t)numel * es != c[i].raw) {
+            rc = s_bad("component %d: shape does not match %" PRIu64 " bytes",
+                       i, c[i].raw);
+            goto done;
+        }
+        if (c[i].codec == TP_WIRE_CODEC_NONE) {
+            if (c[i].raw != c[i].wire) {
+                rc = s_bad("component %d: raw %" PRIu64 " != stored %" PRIu64,
+                           i, c[i].raw, c[i].wire);
+                goto done;
+            }
+        } else if (c[i].codec == TP_WIRE_CODEC_LZ4) {
+            if (c[i].wire == 0 || c[i].raw > LZ4_MAX_INPUT_SIZE ||
+                c[i].wire > LZ4_MAX_INPUT_SIZE ||
+                c[i].raw > c[i].wire * LZ4_MAX_RATIO + 16) {
+                rc = s_bad("component %d: impossible lz4 sizes", i);
+                goto done;
+            }
+        } else {
+            rc = s_bad("component %d: unknown codec %u", i, c[i].codec);
+            goto done;
+        }
+        if (!checksum && c[i].crc) {
+            rc = s_bad("component %d: checksum without the flag", i);
+            goto done;
+        }
+        if (c[i].wire > size || payload > size - c[i].wire) {
+            rc = s_bad("component %d: longer than the value", i);
+            goto done;
+        }
+        payload += c[i].wire;
+    }
+    if (size - off != payload) {
+        rc = s_bad("%zu payload bytes, the header describes %" PRIu64,
+                   size - off, payload);
+        goto done;
+    }
+    /* One allocation for every component, as tp_df_datapoint_alloc. */
+    int64_t (*shapes)[TP_MAX_DIMS] = NULL;
+    tp_dtype_t *dt = dtypes;
+    int *nd = ndims;
+    void *extra = NULL;
+    if (ncomp > 8) {
+        extra = malloc(ncomp * (sizeof *dt + sizeof *nd));
+        if (!extra) {
+            rc = tp_error(TP_ERR_NOMEM, "record value");
+            goto done;
+        }
+        dt = extra;
+        nd = (int *)(dt + ncomp);
+    }
+    for (int i = 0; i < ncomp; i++) {
+        dt[i] = (tp_dtype_t)c[i].dtype;
+        nd[i] = c[i].ndim;
+    }
+    /* shapes are laid out with stride sizeof(rcomp_t); copy them out */
+    shapes = malloc((ncomp ? ncomp : 1) * sizeof *shapes);
+    if (!shapes) {
+        free(extra);
+        rc = tp_error(TP_ERR_NOMEM, "record value");
+        goto done;
+    }
+    for (int i = 0; i < ncomp; i++)
+        memcpy(shapes[i], c[i].shape, sizeof c[i].shape);
+    tp_datapoint_t *dp = tp_df_datapoint_alloc(
+        ncomp, dt, nd, (const int64_t(*)[TP_MAX_DIMS])shapes);
+    free(shapes);
+    free(extra);
+    if (!dp) {
+        rc = tp_error_wrap(TP_ERR_NOMEM, "record value");
+        goto done;
+    }
+    const uint8_t *p = v + off;
+    for (int i = 0; i < ncomp; i++) {
+        tp_tensor_t *t = tp_datapoint_get(dp, i);
+        if (c[i].codec == TP_WIRE_CODEC_NONE) {
+            if (c[i].raw)
+                memcpy(t->data, p, c[i].raw);
+        } else {
+            int n = LZ4_decompress_safe((const char *)p, t->data,
+                                        (int)c[i].wire, (int)c[i].raw);
+            if (n < 0 || (uint64_t)n != c[i].raw) {
+                tp_datapoint_destroy(&dp);
+                rc = s_bad("component %d: corrupt lz4 data", i);
+                goto done;
+            }
+        }
+        if (checksum) {
+            uint32_t crc = (uint32_t)crc32_z(crc32_z(0, NULL, 0), t->data,
+                                             t->nbytes);
+            if (crc != c[i].crc) {
+                tp_datapoint_destroy(&dp);
+                rc = s_bad("component %d: checksum 0x%08x, stored 0x%08x", i,
+                           crc, c[i].crc);
+                goto done;
+            }
+        }
+        p += c[i].wire;
+    }
+    *out = dp;
+done:
+    if (c != stack)
+        free(c);
+    return rc;
+}
+
+/* ---- saving -------------------------------------------------------------- */
+
+static tp_status_t s_mdb(int err, const char *path, const char *what) {
+    tp_status_t st = err == ENOENT      ? TP_ERR_NOT_FOUND
+                     : err == MDB_INVALID || err == MDB_CORRUPTED ||
+                               err == MDB_VERSION_MISMATCH ||
+                               err == MDB_PAGE_NOTFOUND
+                         ? TP_ERR_FORMAT
+                     : err == ENOMEM ? TP_ERR_NOMEM
+                                     : TP_ERR_IO;
+    return tp_error(st, "lmdb %s: %s: %s", path, what, mdb_strerror(err));
+}
+
+static tp_status_t s_put(MDB_txn *txn, MDB_dbi dbi, const char *path,
+                         const char *key, const void *val, size_t n,
+                         unsigned flags) {
+    MDB_val k = {strlen(key), (void *)key}, v = {n, (void *)val};
+    int err = mdb_put(txn, dbi, &k, &v, flags);
+    return err ? s_mdb(err, path, "writing a record") : TP_OK;
+}
+
+tp_status_t tp_records_save(tp_dataflow_t *df, const char *path,
+                            const tp_records_opts_t *opts,
+                            int64_t *count_out) {
+    tp_records_opts_t defaults;
+    if (!opts) {
+        tp_records_opts_init(&defaults);
+        opts = &defaults;
+    }
+    if (count_out)
+        *count_out = 0;
+    size_t every = opts->commit_every ? opts->commit_every : 1000;
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s-lock", path);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return tp_error(TP_ERR_IO, "lmdb %s: cannot replace: %s", path,
+                        strerror(errno));
+    unlink(lock);
+    MDB_env *env = NULL;
+    MDB_txn *txn = NULL;
+    MDB_dbi dbi;
+    tp_status_t rc = TP_OK;
+    int err = mdb_env_create(&env);
+    if (!err)
+        err = mdb_env_set_mapsize(env, WRITE_MAPSIZE);
+    if (!err)
+        err = mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOLOCK,
+                           0644);
+    if (err) {
+        rc = s_mdb(err, path, "create");
+        goto done;
+    }
+    int64_t count = 0;
+    char key[32];
+    for (;;) {
+        if (!txn) {
+            if ((err = mdb_txn_begin(env, NULL, 0, &txn)) ||
+                (err = mdb_dbi_open(txn, NULL, 0, &dbi))) {
+                rc = s_mdb(err, path, "begin a write");
+                goto done;
+            }
+        }
+        tp_datapoint_t *dp;
+        rc = tp_dataflow_next(df, &dp);
+        if (rc == TP_DONE) {
+            rc = TP_OK;
+            break;
+        }
+        if (rc < 0) {
+            tp_error_wrap(rc, "lmdb %s: reading the dataflow", path);
+            goto done;
+        }
+        void *val;
+        size_t n;
+        rc = tp_records_encode(dp, opts, &val, &n);
+        tp_datapoint_destroy(&dp);
+        if (rc != TP_OK)
+            goto done;
+        snprintf(key, sizeof key, "%0*" PRId64, KEY_DIGITS, count);
+        rc = s_put(txn, dbi, path, key, val, n, MDB_APPEND);
+        free(val);
+        if (rc != TP_OK)
+            goto done;
+        count++;
+        if ((size_t)count % every == 0) {
+            err = mdb_txn_commit(txn);
+            txn = NULL;
+            if (err) {
+                rc = s_mdb(err, path, "commit");
+                goto done;
+            }
+        }
+    }
+    char val[64];
+    snprintf(val, sizeof val, "%s%d", FORMAT_PREFIX, TP_RECORDS_VERSION);
+    rc = s_put(txn, dbi, path, FORMAT_KEY, val, strlen(val), 0);
+    if (rc == TP_OK) {
+        snprintf(val, sizeof val, "%" PRId64, count);
+        rc = s_put(txn, dbi, path, COUNT_KEY, val, strlen(val), 0);
+    }
+    if (rc != TP_OK)
+        goto done;
+    err = mdb_txn_commit(txn);
+    txn = NULL;
+    if (!err)
+        err = mdb_env_sync(env, 1);
+    if (err) {
+        rc = s_mdb(err, path, "commit");
+        goto done;
+    }
+    if (count_out)
+        *count_out = count;
+done:
+    if (txn)
+        mdb_txn_abort(txn);
+    if (env)
+        mdb_env_close(env);
+    if (rc != TP_OK)
+        unlink(path);
+    return rc;
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+typedef struct {
+    char *path;
+    MDB_env *env;
+    MDB_dbi dbi;
+    MDB_txn *txn;       /* read transaction of the current pass */
+    MDB_cursor *cur;
+    int64_t count, pos;
+    int shuffle;
+    uint32_t *order;    /* [count] when shuffled */
+    tp_rng_t rng;
+} lmdb_t;
+
+static tp_status_t s_lmdb_reset(void *impl, tp_rng_t *rng, uint64_t seed,
+                                uint64_t stream) {
+    lmdb_t *self = impl;
+    tp_df_rng_derive(&self->rng, seed, stream, "lmdb");
+    return TP_OK;
+}
+
+static void s_end_txn(lmdb_t *self) {
+    if (self->cur)
+        mdb_cursor_close(self->cur);
+    self->cur = NULL;
+    if (self->txn)
+        mdb_txn_abort(self->txn);
+    self->txn = NULL;
+}
+
+static tp_status_t s_lmdb_begin(void *impl) {
+    lmdb_t *self = impl;
+    s_end_txn(self);
+    int err = mdb_txn_begin(self->env, NULL, MDB_RDONLY, &self->txn);
+    if (!err)
+        err = mdb_cursor_open(self->txn, self->dbi, &self->cur);
+    if (err) {
+        s_end_txn(self);
+        return s_mdb(err, self->path, "begin a read");
+    }
+    if (self->shuffle)
+        df_iota_shuffle(self->order, (size_t)self->count, &self->rng);
+    self->pos = 0;
+    return TP_OK;
+}
+
+static tp_status_t s_lmdb_next(void *impl, tp_datapoint_t **out) {
+    lmdb_t *self = impl;
+    if (self->pos >= self->count) {
+        s_end_txn(self);
+        return TP_DONE;
+    }
+    int64_t idx = self->shuffle ? self->order[self->pos] : self->pos;
+    char key[32];
+    snprintf(key, sizeof key, "%0*" PRId64, KEY_DIGITS, idx);
+    MDB_val k = {KEY_DIGITS, key}, v;
+    int err;
+    if (self->shuffle)
+        err = mdb_get(self->txn, self->dbi, &k, &v);
+    else if (self->pos == 0)
+        err = mdb_cursor_get(self->cur, &k, &v, MDB_SET_KEY);
+    else
+        err = mdb_cursor_get(self->cur, &k, &v, MDB_NEXT);
+    if (err == MDB_NOTFOUND ||
+        (!err && (k.mv_size != KEY_DIGITS ||
+                  memcmp(k.mv_data, key, KEY_DIGITS) != 0)))
+        return tp_error(TP_ERR_FORMAT, "lmdb %s: record %s is missing (the "
+                        "file says it holds %" PRId64 ")", self->path, key,
+                        self->count);
+    if (err)
+        return s_mdb(err, self->path, "reading a record");
+    tp_status_t rc = tp_records_decode(v.mv_data, v.mv_size, out);
+    if (rc != TP_OK)
+        return tp_error_wrap(rc, "lmdb %s: record %s", self->path, key);
+    self->pos++;
+    return TP_OK;
+}
+
+static int64_t s_lmdb_size(void *impl) { return ((lmdb_t *)impl)->count; }
+
+static void s_lmdb_end_pass(void *impl) { s_end_txn(impl); }
+
+static void s_lmdb_destroy(void *impl) {
+    lmdb_t *self = impl;
+    s_end_txn(self);
+    if (self->env)
+        mdb_env_close(self->env);
+    free(self->order);
+    free(self->path);
+    free(self);
+}
+
+static const tp_dataflow_ops_t s_lmdb_ops = {
+    .name = "lmdb", .reset_state = s_lmdb_reset, .begin = s_lmdb_begin,
+    .next = s_lmdb_next, .size = s_lmdb_size, .destroy = s_lmdb_destroy,
+    .end_pass = s_lmdb_end_pass};
+
+/* Read a small metadata value as a string. */
+static tp_status_t s_meta(lmdb_t *self, MDB_txn *txn, const char *key,
+                          char *buf, size_t size) {
+    MDB_val k = {strlen(key), (void *)key}, v;
+    int err = mdb_get(txn, self->dbi, &k, &v);
+    if (err == MDB_NOTFOUND)
+        return tp_error(TP_ERR_FORMAT, "lmdb %s: no '%s' entry (not a "
+                        "towerpack record file)", self->path, key);
+    if (err)
+        return s_mdb(err, self->path, "reading metadata");
+    if (v.mv_size >= size)
+        return tp_error(TP_ERR_FORMAT, "lmdb %s: '%s' entry of %zu bytes",
+                        self->path, key, v.mv_size);
+    memcpy(buf, v.mv_data, v.mv_size);
+    buf[v.mv_size] = '\0';
+    return TP_OK;
+}
+
+tp_dataflow_t *tp_df_lmdb(const char *path, int shuffle) {
+    if (!path) {
+        tp_error(TP_ERR_INVALID, "lmdb: no path");
+        return NULL;
+    }
+    lmdb_t *self = calloc(1, sizeof *self);
+    if (!self || !(self->path = strdup(path))) {
+        free(self);
+        tp_error(TP_ERR_NOMEM, "lmdb");
+        return NULL;
+    }
+    self->shuffle = shuffle;
+    tp_status_t rc = TP_OK;
+    MDB_txn *txn = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        rc = tp_error(errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_IO,
+                      "lmdb %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = tp_error(TP_ERR_IO, "lmdb %s: not a regular file", path);
+        goto fail;
+    }
+    int err = mdb_env_create(&self->env);
+    if (!err)
+        err = mdb_env_open(self->env, path,
+                           MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK, 0644);
+    if (err) {
+        rc = s_mdb(err == EINVAL ? MDB_INVALID : err, path, "open");
+        goto fail;
+    }
+    /* A truncated file would fault when LMDB touches a page past its end:
+     * check the size the meta page claims before reading anything. */
+    MDB_envinfo info;
+    MDB_stat mst;
+    mdb_env_info(self->env, &info);
+    mdb_env_stat(self->env, &mst);
+    uint64_t need = ((uint64_t)info.me_last_pgno + 1) * mst.ms_psize;
+    if ((uint64_t)st.st_size < need) {
+        rc = tp_error(TP_ERR_FORMAT, "lmdb %s: truncated (%lld bytes, its "
+                      "pages need %" PRIu64 ")", path, (long long)st.st_size,
+                      need);
+        goto fail;
+    }
+    if ((err = mdb_txn_begin(self->env, NULL, MDB_RDONLY, &txn)) ||
+        (err = mdb_dbi_open(txn, NULL, 0, &self->dbi))) {
+        rc = s_mdb(err, path, "begin a read");
+        goto fail;
+    }
+    char buf[64];
+    if ((rc = s_meta(self, txn, FORMAT_KEY, buf, sizeof buf)) != TP_OK)
+        goto fail;
+    size_t plen = strlen(FORMAT_PREFIX);
+    if (strncmp(buf, FORMAT_PREFIX, plen) != 0) {
+        rc = tp_error(TP_ERR_FORMAT, "lmdb %s: format '%s' (not a towerpack "
+                      "record file)", path, buf);
+        goto fail;
+    }
+    if (atoi(buf + plen) != TP_RECORDS_VERSION) {
+        rc = tp_error(TP_ERR_FORMAT, "lmdb %s: record format version %s, "
+                      "this build reads %d", path, buf + plen,
+                      TP_RECORDS_VERSION);
+        goto fail;
+    }
+    if ((rc = s_meta(self, txn, COUNT_KEY, buf, sizeof buf)) != TP_OK)
+        goto fail;
+    char *end;
+    errno = 0;
+    long long cnt = strtoll(buf, &end, 10);
+    if (errno || *end || end == buf || cnt < 0 || cnt > UINT32_MAX ||
+        (uint64_t)cnt > mst.ms_entries) {
+        rc = tp_error(TP_ERR_FORMAT, "lmdb %s: bad record count '%s'", path,
+                      buf);
+        goto fail;
+    }
+    mdb_txn_abort(txn);
+    txn = NULL;
+    self->count = cnt;
+    if (shuffle) {
+        self->order = calloc(cnt ? (size_t)cnt : 1, sizeof *self->order);
+        if (!self->order) {
+            rc = tp_error(TP_ERR_NOMEM, "lmdb %s: order of %lld", path, cnt);
+            goto fail;
+        }
+    }
+    return df_make(&s_lmdb_ops, self);
+fail:
+    if (txn)
+        mdb_txn_abort(txn);
+    s_lmdb_destroy(self);
+    (void)rc;
+    return NULL;
+}
