@@ -11,5 +11,9 @@
 #include <towerpack/rng.h>
 #include <towerpack/wire.h>
 #include <towerpack/device.h>
+#include <towerpack/backend.h>
+#include <towerpack/optim.h>
+#include <towerpack/graph.h>
+#include <towerpack/checkpoint.h>
 
 #endif
