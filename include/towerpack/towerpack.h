@@ -14,5 +14,9 @@
 #include <towerpack/dataflow_lib.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/device.h>
+#include <towerpack/backend.h>
+#include <towerpack/optim.h>
+#include <towerpack/graph.h>
+#include <towerpack/checkpoint.h>
 
 #endif
