@@ -11,5 +11,9 @@
 #include <towerpack/rng.h>
 #include <towerpack/wire.h>
 #include <towerpack/device.h>
+#include <towerpack/stats.h>
+#include <towerpack/actor.h>
+#include <towerpack/supervisor.h>
+#include <towerpack/actor_dataflow.h>
 
 #endif
