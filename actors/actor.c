@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
@@ -201,6 +202,13 @@ static inline void s_maybe_report(tp_actor_ctx_t *ctx, uint64_t now) {
         s_send_row(ctx, "STATS", ctx->stopping ? TP_ACTOR_STOPPING
                                                : TP_ACTOR_RUNNING);
     }
+}
+
+/* A cheap clock for "is a pipe check due" (coarse: a few ns, ~4 ms steps). */
+static inline uint64_t s_coarse_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void s_handle_pipe(tp_actor_ctx_t *ctx) {
@@ -520,8 +528,12 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
             return tp_error(TP_ERR_INVALID,
                             "actor '%s' has no inputs and no produce function",
                             def->name);
+        uint64_t last_check = s_coarse_ns();
         while (!ctx->terminated) {
-            if ((++tick & 31) == 0) {
+            /* Every 32 datapoints, or sooner when produce is slow. */
+            uint64_t now = s_coarse_ns();
+            if ((++tick & 31) == 0 || now - last_check > 10000000ull) {
+                last_check = now;
                 s_poll_pipe(ctx);
                 s_maybe_report(ctx, tp_now_ns());
             }
@@ -540,6 +552,7 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
         }
     } else {
         int start = 0;
+        uint64_t last_check = s_coarse_ns();
         while (!ctx->terminated) {
             int got = 0;
             for (int k = 0; k < ctx->nin && !ctx->terminated; k++) {
@@ -567,7 +580,9 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                 break;
             }
             if (got) {
-                if ((++tick & 63) == 0) {
+                uint64_t now = s_coarse_ns();
+                if ((++tick & 63) == 0 || now - last_check > 10000000ull) {
+                    last_check = now;
                     s_poll_pipe(ctx);
                     s_maybe_report(ctx, tp_now_ns());
                 }

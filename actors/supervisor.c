@@ -89,8 +89,9 @@ struct tp_supervisor {
     int stopping;
     double drain_deadline;
     int stop_sig;
+    int sig_seen;   /* tp_signal_count() already acted on */
     tp_status_t result;
-    char reason[1024];
+    char reason[1200];
     uint64_t last_pub_ns;
 };
 
@@ -163,10 +164,13 @@ tp_supervisor_t *tp_supervisor_new(const tp_supervisor_opts_t *opts) {
     if (o->handle_signals) {
         if (tp_signals_install() == TP_OK)
             self->signals = 1;
+        self->sig_seen = tp_signal_count();
     }
     self->last_pub_ns = tp_now_ns();
     return self;
 }
+
+static void s_stop_all(tp_supervisor_t *self);
 
 static void s_child_stop_actor(s_child_t *c) {
     if (c->actor) {
@@ -180,10 +184,9 @@ void tp_supervisor_destroy(tp_supervisor_t **self_p) {
     if (!self_p || !*self_p)
         return;
     tp_supervisor_t *self = *self_p;
-    for (int i = 0; i < self->nchildren; i++) {
-        s_child_stop_actor(&self->children[i]);
+    s_stop_all(self);
+    for (int i = 0; i < self->nchildren; i++)
         free(self->children[i].restart_times);
-    }
     free(self->children);
     tp_stats_pub_destroy(&self->pub);
     if (self->own_run_dir)
@@ -249,8 +252,7 @@ tp_status_t tp_supervisor_start(tp_supervisor_t *self) {
                                            self->name, c->def->name);
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", tp_last_error());
-            for (int j = 0; j < i; j++)
-                s_child_stop_actor(&self->children[j]);
+            s_stop_all(self);
             self->finished = 1;
             self->result = rc;
             snprintf(self->reason, sizeof self->reason, "%s", msg);
@@ -281,10 +283,51 @@ static void s_publish(tp_supervisor_t *self) {
     self->last_pub_ns = tp_now_ns();
 }
 
+/* 1 when child j feeds child i (an output endpoint of j is an input of i). */
+static int s_feeds(const s_child_t *j, const s_child_t *i) {
+    for (int o = 0; o < j->def->noutputs; o++)
+        for (int k = 0; k < i->def->ninputs; k++)
+            if (j->def->outputs[o].endpoint && i->def->inputs[k].endpoint &&
+                !strcmp(j->def->outputs[o].endpoint, i->def->inputs[k].endpoint))
+                return 1;
+    return 0;
+}
+
+/* Terminate every child still running, upstream first: a child goes once
+ * nothing still running feeds it, so what is queued for it by pointer is
+ * freed by its own drain and never stranded in a closed socket. */
+static void s_stop_all(tp_supervisor_t *self) {
+    int left = 1;
+    while (left) {
+        left = 0;
+        int progressed = 0;
+        for (int i = 0; i < self->nchildren; i++) {
+            s_child_t *c = &self->children[i];
+            if (!c->actor)
+                continue;
+            int fed = 0;
+            for (int j = 0; j < self->nchildren && !fed; j++)
+                fed = j != i && self->children[j].actor && s_feeds(&self->children[j], c);
+            if (fed) {
+                left = 1;
+                continue;
+            }
+            s_child_stop_actor(c);
+            progressed = 1;
+        }
+        if (left && !progressed) {  /* a cycle: add order decides */
+            for (int i = 0; i < self->nchildren; i++)
+                if (self->children[i].actor) {
+                    s_child_stop_actor(&self->children[i]);
+                    break;
+                }
+        }
+    }
+}
+
 /* End the tree: every child still running is terminated, upstream first. */
 static void s_finish(tp_supervisor_t *self, tp_status_t rc, const char *reason) {
-    for (int i = 0; i < self->nchildren; i++)
-        s_child_stop_actor(&self->children[i]);
+    s_stop_all(self);
     self->finished = 1;
     self->result = rc;
     snprintf(self->reason, sizeof self->reason, "%s", reason);
@@ -349,12 +392,11 @@ tp_status_t tp_supervisor_run(tp_supervisor_t *self, double timeout_s) {
         return tp_error(TP_ERR_STATE, "supervisor '%s': run before start",
                         self->name);
     double deadline = timeout_s > 0 ? tp_now_s() + timeout_s : 0;
-    int sig_seen = self->signals ? tp_signal_count() : 0;
     while (!self->finished) {
         /* Stop requests: a signal, or tp_supervisor_stop. */
-        if (self->signals && tp_signal_count() != sig_seen) {
+        if (self->signals && tp_signal_count() != self->sig_seen) {
             int sig = tp_signal_pending();
-            sig_seen = tp_signal_count();
+            self->sig_seen = tp_signal_count();
             if (self->stopping) {
                 char msg[1100];
                 snprintf(msg, sizeof msg, "%s; second %s: in-flight data dropped",
