@@ -398,7 +398,7 @@ tp_status_t tp_supervisor_run(tp_supervisor_t *self, double timeout_s) {
             int sig = tp_signal_pending();
             self->sig_seen = tp_signal_count();
             if (self->stopping) {
-                char msg[1100];
+                char msg[1400];
                 snprintf(msg, sizeof msg, "%s; second %s: in-flight data dropped",
                          self->reason, sig == SIGTERM ? "SIGTERM" : "SIGINT");
                 s_finish(self, TP_ERR_INTERRUPTED, msg);
@@ -463,7 +463,7 @@ tp_status_t tp_supervisor_run(tp_supervisor_t *self, double timeout_s) {
             break;
         if (running == 0) {
             if (self->stopping) {
-                char msg[1100];
+                char msg[1400];
                 snprintf(msg, sizeof msg, "%s; in-flight data drained",
                          self->reason);
                 s_finish(self, TP_ERR_INTERRUPTED, msg);
@@ -473,7 +473,7 @@ tp_status_t tp_supervisor_run(tp_supervisor_t *self, double timeout_s) {
             break;
         }
         if (self->stopping && tp_now_s() > self->drain_deadline) {
-            char msg[1100];
+            char msg[1400];
             snprintf(msg, sizeof msg,
                      "%s; drain timed out after %.3g s: in-flight data dropped",
                      self->reason, self->opts.drain_timeout_s);
