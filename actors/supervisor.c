@@ -330,7 +330,12 @@ static void s_finish(tp_supervisor_t *self, tp_status_t rc, const char *reason) 
     s_stop_all(self);
     self->finished = 1;
     self->result = rc;
-    snprintf(self->reason, sizeof self->reason, "%s", reason);
+    /* reason may be self->reason itself, or longer than it: copy bounded. */
+    if (reason != self->reason) {
+        size_t n = strnlen(reason, sizeof self->reason - 1);
+        memmove(self->reason, reason, n);
+        self->reason[n] = '\0';
+    }
     s_publish(self);
     if (rc < 0)
         TP_WARN("supervisor '%s' stopped: %s", self->name, reason);
