@@ -250,7 +250,7 @@ tp_status_t tp_supervisor_start(tp_supervisor_t *self) {
             tp_status_t rc = tp_error_wrap(TP_ERR_PEER,
                                            "supervisor '%s': starting '%s'",
                                            self->name, c->def->name);
-            char msg[1024];
+            char msg[1200];
             snprintf(msg, sizeof msg, "%s", tp_last_error());
             s_stop_all(self);
             self->finished = 1;
@@ -332,7 +332,9 @@ static void s_finish(tp_supervisor_t *self, tp_status_t rc, const char *reason) 
     self->result = rc;
     /* reason may be self->reason itself, or longer than it: copy bounded. */
     if (reason != self->reason) {
-        size_t n = strnlen(reason, sizeof self->reason - 1);
+        size_t n = strlen(reason);
+        if (n > sizeof self->reason - 1)
+            n = sizeof self->reason - 1;
         memmove(self->reason, reason, n);
         self->reason[n] = '\0';
     }
@@ -362,7 +364,7 @@ static void s_child_failed(tp_supervisor_t *self, int i, const char *how) {
             c->actor = tp_actor_new_ex(c->def, c->arg, self->opts.heartbeat_ms);
             if (c->actor)
                 return;
-            char msg[1024];
+            char msg[1200];
             snprintf(msg, sizeof msg,
                      "child '%s' %s, and its restart failed: %s", c->def->name,
                      how, tp_last_error());
@@ -370,7 +372,7 @@ static void s_child_failed(tp_supervisor_t *self, int i, const char *how) {
             return;
         }
     }
-    char msg[1024];
+    char msg[1200];
     if (n > 0)
         snprintf(msg, sizeof msg,
                  "child '%s' %s (restarted %d times, at most %d within %.3g s)",
@@ -403,8 +405,8 @@ tp_status_t tp_supervisor_run(tp_supervisor_t *self, double timeout_s) {
             int sig = tp_signal_pending();
             self->sig_seen = tp_signal_count();
             if (self->stopping) {
-                char msg[1400];
-                snprintf(msg, sizeof msg, "%s; second %s: in-flight data dropped",
+                char msg[1200];
+                snprintf(msg, sizeof msg, "%.1000s; second %s: in-flight data dropped",
                          self->reason, sig == SIGTERM ? "SIGTERM" : "SIGINT");
                 s_finish(self, TP_ERR_INTERRUPTED, msg);
                 break;
@@ -468,8 +470,8 @@ tp_status_t tp_supervisor_run(tp_supervisor_t *self, double timeout_s) {
             break;
         if (running == 0) {
             if (self->stopping) {
-                char msg[1400];
-                snprintf(msg, sizeof msg, "%s; in-flight data drained",
+                char msg[1200];
+                snprintf(msg, sizeof msg, "%.1000s; in-flight data drained",
                          self->reason);
                 s_finish(self, TP_ERR_INTERRUPTED, msg);
             } else {
@@ -478,9 +480,9 @@ tp_status_t tp_supervisor_run(tp_supervisor_t *self, double timeout_s) {
             break;
         }
         if (self->stopping && tp_now_s() > self->drain_deadline) {
-            char msg[1400];
+            char msg[1200];
             snprintf(msg, sizeof msg,
-                     "%s; drain timed out after %.3g s: in-flight data dropped",
+                     "%.1000s; drain timed out after %.3g s: in-flight data dropped",
                      self->reason, self->opts.drain_timeout_s);
             s_finish(self, TP_ERR_INTERRUPTED, msg);
             break;
