@@ -18,5 +18,9 @@
 #include <towerpack/optim.h>
 #include <towerpack/graph.h>
 #include <towerpack/checkpoint.h>
+#include <towerpack/stats.h>
+#include <towerpack/actor.h>
+#include <towerpack/supervisor.h>
+#include <towerpack/actor_dataflow.h>
 
 #endif

@@ -1,0 +1,916 @@
+/* towerpack actors: the actor runtime on czmq's zactor.
+ *
+ * The actor thread owns every data socket; the owner talks to it over the
+ * zactor pipe with short control messages:
+ *   owner -> actor   "$TERM" (end now, drop queued input), "STOP" (orderly
+ *                    end), "STATS?" (send counters now)
+ *   actor -> owner   "INIT" rc text (once, right after the ready signal),
+ *                    "STATS" row (on request, and every report_ms when asked:
+ *                    the supervisor's heartbeat), "EXIT" rc text row (last)
+ * The data path never allocates per message beyond the datapoint: inproc
+ * sends the pointer, ipc/tcp reuse one wire message per port.
+ *
+ * Time accounting costs two clock reads per wait, none per message: starved
+ * and blocked are measured around the waits, busy is what remains. */
+#include <czmq.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <towerpack/clock.h>
+#include <towerpack/log.h>
+#include <towerpack/wire.h>
+#include "actors/actor_internal.h"
+
+/* ---- process-wide bits ------------------------------------------------------ */
+
+static pthread_once_t s_init_once = PTHREAD_ONCE_INIT;
+static void s_init(void) {
+    /* Unless the application set ZSYS_SIGHANDLER itself, keep czmq's signal
+     * handler out: it would swallow SIGINT without ending anything. */
+    zsys_handler_set(NULL);
+}
+void tp_actors_init(void) { pthread_once(&s_init_once, s_init); }
+
+int tp_ratelog_ok(tp_ratelog_t *rl) {
+    uint64_t now = tp_now_ns();
+    if (rl->last_ns == 0 || now - rl->last_ns >= 1000000000ull) {
+        rl->last_ns = now;
+        return 1;
+    }
+    rl->suppressed++;
+    return 0;
+}
+
+int tp_ctl_send(void *sock, int kind, uint32_t sender, const char *text,
+                int flags) {
+    size_t len = text ? strlen(text) : 0;
+    if (len > 4000)
+        len = 4000;
+    uint8_t buf[TP_CTL_HEADER + 4000];
+    uint32_t magic = TP_CTL_MAGIC;
+    memcpy(buf, &magic, 4);
+    buf[4] = (uint8_t)kind;
+    buf[5] = buf[6] = buf[7] = 0;
+    memcpy(buf + 8, &sender, 4);
+    if (len)
+        memcpy(buf + TP_CTL_HEADER, text, len);
+    return zmq_send(sock, buf, TP_CTL_HEADER + len, flags);
+}
+
+int tp_ctl_parse(const void *data, size_t size, int *kind, uint32_t *sender,
+                 const char **text, size_t *text_len) {
+    const uint8_t *p = data;
+    uint32_t magic;
+    if (size < TP_CTL_HEADER || size > TP_CTL_HEADER + 4000)
+        return 0;
+    memcpy(&magic, p, 4);
+    if (magic != TP_CTL_MAGIC || p[5] || p[6] || p[7])
+        return 0;
+    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_END_PASS)
+        return 0;
+    *kind = p[4];
+    memcpy(sender, p + 8, 4);
+    *text = (const char *)p + TP_CTL_HEADER;
+    *text_len = size - TP_CTL_HEADER;
+    return 1;
+}
+
+/* Fill of inproc links: each end publishes its message count every few
+ * messages (not every one: the shared line would bounce per message), and
+ * the reader reports (sent - received) / capacity. */
+typedef struct s_link {
+    struct s_link *next;
+    char name[256];
+    int refs;
+    int capacity;
+    atomic_uint_fast64_t sent;
+} s_link_t;
+
+static pthread_mutex_t s_links_lock = PTHREAD_MUTEX_INITIALIZER;
+static s_link_t *s_links;
+
+static s_link_t *s_link_get(const char *name) {
+    pthread_mutex_lock(&s_links_lock);
+    s_link_t *l = s_links;
+    while (l && strcmp(l->name, name))
+        l = l->next;
+    if (!l && (l = calloc(1, sizeof *l))) {
+        snprintf(l->name, sizeof l->name, "%s", name);
+        atomic_init(&l->sent, 0);
+        l->next = s_links;
+        s_links = l;
+    }
+    if (l)
+        l->refs++;
+    pthread_mutex_unlock(&s_links_lock);
+    return l;
+}
+
+static void s_link_put(s_link_t **lp) {
+    s_link_t *l = *lp;
+    if (!l)
+        return;
+    *lp = NULL;
+    pthread_mutex_lock(&s_links_lock);
+    if (--l->refs == 0) {
+        s_link_t **pp = &s_links;
+        while (*pp != l)
+            pp = &(*pp)->next;
+        *pp = l->next;
+        free(l);
+    }
+    pthread_mutex_unlock(&s_links_lock);
+}
+
+/* ---- the actor thread's state ------------------------------------------------ */
+
+typedef struct {
+    const tp_actor_port_t *def;
+    char name[32];
+    zsock_t *zsock;
+    void *sock;           /* raw libzmq socket */
+    int inproc;           /* pointer passing */
+    int eos;              /* input: end-of-stream seen */
+    s_link_t *link;       /* inproc: fill accounting */
+    uint64_t count;       /* messages through this port */
+    tp_wire_msg_t *msg;   /* ipc/tcp: reused wire message */
+    tp_wire_opts_t opts;
+} s_port_t;
+
+/* What the owner hands the thread; the thread frees it. */
+typedef struct {
+    const tp_actor_def_t *def;
+    void *arg;
+    int report_ms;
+} s_boot_t;
+
+struct tp_actor_ctx {
+    const tp_actor_def_t *def;
+    void *pipe;                     /* raw socket of the zactor pipe */
+    void *state;
+    s_port_t in[TP_ACTOR_MAX_PORTS];
+    s_port_t out[TP_ACTOR_MAX_PORTS];
+    int nin, nout;
+    int terminated;                 /* $TERM: drop and leave */
+    int stopping;                   /* STOP: orderly end */
+    int report_ms;
+    uint64_t start_ns, last_report_ns;
+    tp_stats_row_t row;             /* counters (rates unused) */
+    uint64_t starved_ns, blocked_ns;
+    uint64_t malformed;
+    tp_ratelog_t ratelog;
+};
+
+static void s_fill_row(tp_actor_ctx_t *ctx, int state) {
+    uint64_t now = tp_now_ns();
+    tp_stats_row_t *r = &ctx->row;
+    r->state = (uint8_t)state;
+    r->alive_s = (double)(now - ctx->start_ns) * 1e-9;
+    r->starved_s = (double)ctx->starved_ns * 1e-9;
+    r->blocked_s = (double)ctx->blocked_ns * 1e-9;
+    double busy = r->alive_s - r->starved_s - r->blocked_s;
+    r->busy_s = busy > 0 ? busy : 0;
+    /* The fullest inproc input speaks for the actor. */
+    double fill = -1;
+    for (int i = 0; i < ctx->nin; i++) {
+        s_port_t *p = &ctx->in[i];
+        if (!p->link || p->link->capacity <= 0)
+            continue;
+        uint64_t sent = atomic_load_explicit(&p->link->sent, memory_order_relaxed);
+        double f = sent > p->count ? (double)(sent - p->count) / p->link->capacity : 0;
+        if (f > 1)
+            f = 1;
+        if (f > fill)
+            fill = f;
+    }
+    r->queue_fill = fill;
+}
+
+static void s_send_row(tp_actor_ctx_t *ctx, const char *kind, int state) {
+    s_fill_row(ctx, state);
+    zmq_send(ctx->pipe, kind, strlen(kind), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ctx->pipe, &ctx->row, sizeof ctx->row, ZMQ_DONTWAIT);
+}
+
+/* Reports are the supervisor's heartbeat: due every report_ms. */
+static inline void s_maybe_report(tp_actor_ctx_t *ctx, uint64_t now) {
+    if (ctx->report_ms > 0 &&
+        now - ctx->last_report_ns >= (uint64_t)ctx->report_ms * 1000000ull) {
+        ctx->last_report_ns = now;
+        s_send_row(ctx, "STATS", ctx->stopping ? TP_ACTOR_STOPPING
+                                               : TP_ACTOR_RUNNING);
+    }
+}
+
+/* A cheap clock for "is a pipe check due" (coarse: a few ns, ~4 ms steps). */
+static inline uint64_t s_coarse_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void s_handle_pipe(tp_actor_ctx_t *ctx) {
+    char cmd[16];
+    int n = zmq_recv(ctx->pipe, cmd, sizeof cmd - 1, ZMQ_DONTWAIT);
+    if (n < 0)
+        return;
+    if (n > (int)sizeof cmd - 1)
+        n = sizeof cmd - 1;
+    cmd[n] = '\0';
+    /* Drop any further frames of an unexpected multipart command. */
+    int more;
+    size_t ms = sizeof more;
+    while (zmq_getsockopt(ctx->pipe, ZMQ_RCVMORE, &more, &ms) == 0 && more) {
+        char sink[64];
+        zmq_recv(ctx->pipe, sink, sizeof sink, 0);
+    }
+    if (!strcmp(cmd, "$TERM"))
+        ctx->terminated = 1;
+    else if (!strcmp(cmd, "STOP"))
+        ctx->stopping = 1;
+    else if (!strcmp(cmd, "STATS?"))
+        s_send_row(ctx, "STATS", ctx->stopping ? TP_ACTOR_STOPPING
+                                               : TP_ACTOR_RUNNING);
+}
+
+/* Check the pipe without waiting. */
+static void s_poll_pipe(tp_actor_ctx_t *ctx) {
+    uint32_t events = 0;
+    size_t es = sizeof events;
+    /* ZMQ_EVENTS is cheap next to zmq_poll and processes pending commands. */
+    while (!ctx->terminated &&
+           zmq_getsockopt(ctx->pipe, ZMQ_EVENTS, &events, &es) == 0 &&
+           (events & ZMQ_POLLIN))
+        s_handle_pipe(ctx);
+}
+
+/* ---- sockets ------------------------------------------------------------------ */
+
+static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
+                               int output, int index, const char *actor) {
+    p->def = def;
+    if (def->name)
+        snprintf(p->name, sizeof p->name, "%s", def->name);
+    else
+        snprintf(p->name, sizeof p->name, "%s%d", output ? "out" : "in", index);
+    if (!def->endpoint)
+        return tp_error(TP_ERR_INVALID, "actor '%s': port %s has no endpoint",
+                        actor, p->name);
+    p->inproc = !strncmp(def->endpoint, "inproc://", 9);
+    if (!p->inproc && strncmp(def->endpoint, "ipc://", 6) &&
+        strncmp(def->endpoint, "tcp://", 6))
+        return tp_error(TP_ERR_INVALID,
+                        "actor '%s': port %s: endpoint '%s' is not inproc://, "
+                        "ipc:// or tcp://", actor, p->name, def->endpoint);
+    int hwm = def->hwm > 0 ? def->hwm : TP_ACTOR_DEFAULT_HWM;
+    p->zsock = zsock_new(output ? ZMQ_PUSH : ZMQ_PULL);
+    if (!p->zsock)
+        return tp_error(TP_ERR_IO, "actor '%s': port %s: no socket", actor,
+                        p->name);
+    p->sock = zsock_resolve(p->zsock);
+    zsock_set_sndhwm(p->zsock, hwm);
+    zsock_set_rcvhwm(p->zsock, hwm);
+    /* Outputs linger so end-of-stream reaches a live peer; inputs do not. */
+    zsock_set_linger(p->zsock, output && !p->inproc ? 1000 : 0);
+    int rc = def->bind ? zsock_bind(p->zsock, "%s", def->endpoint)
+                       : zsock_connect(p->zsock, "%s", def->endpoint);
+    if (rc < 0)
+        return tp_error(TP_ERR_IO, "actor '%s': port %s: %s %s: %s", actor,
+                        p->name, def->bind ? "bind" : "connect", def->endpoint,
+                        zmq_strerror(zmq_errno()));
+    if (p->inproc) {
+        p->link = s_link_get(def->endpoint);
+        if (!p->link)
+            return tp_error(TP_ERR_NOMEM, "actor '%s': port %s", actor, p->name);
+        if (output) {
+            pthread_mutex_lock(&s_links_lock);
+            p->link->capacity = 2 * hwm;
+            pthread_mutex_unlock(&s_links_lock);
+        }
+    } else {
+        p->msg = tp_wire_msg_new();
+        if (!p->msg)
+            return tp_error(TP_ERR_NOMEM, "actor '%s': port %s", actor, p->name);
+        tp_wire_opts_init(&p->opts);
+        p->opts.lz4 = def->lz4;
+    }
+    return TP_OK;
+}
+
+static void s_close_port(s_port_t *p) {
+    int bound_ipc = p->zsock && p->def && p->def->bind && p->def->endpoint &&
+                    !strncmp(p->def->endpoint, "ipc://", 6);
+    zsock_destroy(&p->zsock);
+    /* libzmq 4.3 leaves the file of a named ipc socket behind (it only
+     * cleans up wildcard ones): remove it, so that an ended actor leaves
+     * nothing in the run directory. */
+    if (bound_ipc)
+        unlink(p->def->endpoint + 6);
+    p->sock = NULL;
+    s_link_put(&p->link);
+    tp_wire_msg_destroy(&p->msg);
+}
+
+/* Receive one message from input i without waiting. 1: *dp set (NULL for
+ * end-of-stream), 0: nothing there, < 0: dropped (malformed), go on. */
+static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp) {
+    s_port_t *p = &ctx->in[i];
+    *dp = NULL;
+    if (p->inproc) {
+        tp_datapoint_t *ptr = NULL;
+        int n = zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT);
+        if (n < 0)
+            return 0;
+        if ((size_t)n != sizeof ptr) {
+            ctx->malformed++;
+            if (tp_ratelog_ok(&ctx->ratelog))
+                TP_WARN("actor '%s': input %s: dropped a %d-byte message "
+                        "(inproc ports carry 8-byte pointers)",
+                        ctx->def->name, p->name, n);
+            return -1;
+        }
+        p->count++;
+        *dp = ptr;  /* NULL pointer: end-of-stream */
+        if (ptr) {
+            ctx->row.msgs_in++;
+            ctx->row.bytes_in += tp_datapoint_nbytes(ptr);
+        }
+        return 1;
+    }
+    tp_status_t rc = tp_wire_msg_recv(p->msg, p->sock, ZMQ_DONTWAIT);
+    if (rc == TP_ERR_TIMEOUT)
+        return 0;
+    if (rc == TP_OK && tp_wire_msg_frames(p->msg) == 1) {
+        int kind;
+        uint32_t sender;
+        const char *text;
+        size_t tl;
+        if (tp_ctl_parse(tp_wire_msg_frame_data(p->msg, 0),
+                         tp_wire_msg_frame_size(p->msg, 0), &kind, &sender,
+                         &text, &tl) && kind == TP_CTL_EOS) {
+            tp_wire_msg_clear(p->msg);
+            p->count++;
+            return 1;
+        }
+    }
+    size_t bytes = rc == TP_OK ? tp_wire_msg_bytes(p->msg) : 0;
+    if (rc == TP_OK)
+        rc = tp_wire_decode(p->msg, &p->opts, dp);
+    if (rc < 0) {
+        ctx->malformed++;
+        if (tp_ratelog_ok(&ctx->ratelog))
+            TP_WARN("actor '%s': input %s: dropped a message: %s "
+                    "(%llu dropped so far)", ctx->def->name, p->name,
+                    tp_last_error(), (unsigned long long)ctx->malformed);
+        return -1;
+    }
+    p->count++;
+    ctx->row.msgs_in++;
+    ctx->row.bytes_in += bytes;
+    return 1;
+}
+
+/* Wait until output p can take a message or the actor is terminated. */
+static void s_wait_writable(tp_actor_ctx_t *ctx, s_port_t *p) {
+    uint64_t t0 = tp_now_ns();
+    zmq_pollitem_t items[2] = {{p->sock, 0, ZMQ_POLLOUT, 0},
+                               {ctx->pipe, 0, ZMQ_POLLIN, 0}};
+    long timeout = ctx->report_ms > 0 ? ctx->report_ms : 100;
+    zmq_poll(items, 2, timeout);
+    uint64_t t1 = tp_now_ns();
+    ctx->blocked_ns += t1 - t0;
+    if (items[1].revents & ZMQ_POLLIN)
+        s_poll_pipe(ctx);
+    s_maybe_report(ctx, t1);  /* blocked is not hung: keep the heartbeat */
+}
+
+/* Send a datapoint (or end-of-stream when dp is NULL) on output `port`. */
+static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) {
+    s_port_t *p = &ctx->out[port];
+    tp_datapoint_t *dp = *dp_p;
+    *dp_p = NULL;
+    size_t bytes = dp ? tp_datapoint_nbytes(dp) : 0;
+    if (p->inproc) {
+        for (;;) {
+            if (zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp)
+                break;
+            if (zmq_errno() != EAGAIN || ctx->terminated) {
+                tp_datapoint_destroy(&dp);
+                return ctx->terminated
+                           ? tp_error(TP_ERR_INTERRUPTED,
+                                      "actor '%s': terminated while sending",
+                                      ctx->def->name)
+                           : tp_error(TP_ERR_IO, "actor '%s': send on %s: %s",
+                                      ctx->def->name, p->name,
+                                      zmq_strerror(zmq_errno()));
+            }
+            atomic_store_explicit(&p->link->sent, p->count, memory_order_relaxed);
+            s_wait_writable(ctx, p);
+        }
+        p->count++;
+        if ((p->count & 7) == 0)
+            atomic_store_explicit(&p->link->sent, p->count, memory_order_relaxed);
+    } else {
+        tp_status_t rc;
+        if (dp) {
+            rc = tp_wire_encode(&dp, &p->opts, p->msg);
+            if (rc < 0)
+                return tp_error_wrap(rc, "actor '%s': output %s", ctx->def->name,
+                                     p->name);
+            bytes = tp_wire_msg_bytes(p->msg);
+        } else {
+            tp_wire_msg_clear(p->msg);
+            uint8_t buf[TP_CTL_HEADER];
+            uint32_t magic = TP_CTL_MAGIC, zero = 0;
+            memcpy(buf, &magic, 4);
+            buf[4] = TP_CTL_EOS;
+            buf[5] = buf[6] = buf[7] = 0;
+            memcpy(buf + 8, &zero, 4);
+            TP_TRY(tp_wire_msg_add_frame(p->msg, buf, sizeof buf));
+        }
+        for (;;) {
+            rc = tp_wire_msg_send(p->msg, p->sock, ZMQ_DONTWAIT);
+            if (rc == TP_OK)
+                break;
+            if (rc != TP_ERR_TIMEOUT || ctx->terminated) {
+                tp_wire_msg_clear(p->msg);
+                return ctx->terminated
+                           ? tp_error(TP_ERR_INTERRUPTED,
+                                      "actor '%s': terminated while sending",
+                                      ctx->def->name)
+                           : tp_error_wrap(rc, "actor '%s': output %s",
+                                           ctx->def->name, p->name);
+            }
+            s_wait_writable(ctx, p);
+        }
+        p->count++;
+    }
+    if (dp || bytes) {
+        ctx->row.msgs_out++;
+        ctx->row.bytes_out += bytes;
+    }
+    return TP_OK;
+}
+
+tp_status_t tp_actor_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) {
+    TP_ASSERT(dp_p);
+    if (port < 0 || port >= ctx->nout) {
+        tp_datapoint_destroy(dp_p);
+        return tp_error(TP_ERR_INVALID, "actor '%s': no output %d (it has %d)",
+                        ctx->def->name, port, ctx->nout);
+    }
+    if (!*dp_p)
+        return tp_error(TP_ERR_INVALID, "actor '%s': send of a NULL datapoint",
+                        ctx->def->name);
+    return s_send(ctx, port, dp_p);
+}
+
+int tp_actor_input(const tp_actor_ctx_t *ctx, const char *name) {
+    for (int i = 0; i < ctx->nin; i++)
+        if (!strcmp(ctx->in[i].name, name))
+            return i;
+    return -1;
+}
+
+int tp_actor_output(const tp_actor_ctx_t *ctx, const char *name) {
+    for (int i = 0; i < ctx->nout; i++)
+        if (!strcmp(ctx->out[i].name, name))
+            return i;
+    return -1;
+}
+
+int tp_actor_stopping(const tp_actor_ctx_t *ctx) {
+    return ctx->stopping || ctx->terminated;
+}
+
+const char *tp_actor_ctx_name(const tp_actor_ctx_t *ctx) {
+    return ctx->def->name;
+}
+
+uint64_t tp_actor_ctx_malformed(const tp_actor_ctx_t *ctx) {
+    return ctx->malformed;
+}
+
+/* ---- the loop -------------------------------------------------------------------- */
+
+static tp_status_t s_deliver(tp_actor_ctx_t *ctx, int i, tp_datapoint_t *dp) {
+    tp_status_t rc;
+    if (!dp)
+        ctx->in[i].eos = 1;
+    if (ctx->def->on_data) {
+        rc = ctx->def->on_data(ctx, ctx->state, i, &dp);
+        tp_datapoint_destroy(&dp);
+    } else if (dp) {
+        rc = ctx->nout > 0 ? s_send(ctx, 0, &dp) : TP_OK;
+        tp_datapoint_destroy(&dp);
+    } else {
+        rc = TP_OK;
+    }
+    return rc;
+}
+
+static int s_all_eos(tp_actor_ctx_t *ctx) {
+    for (int i = 0; i < ctx->nin; i++)
+        if (!ctx->in[i].eos)
+            return 0;
+    return 1;
+}
+
+/* Run until the end; returns the exit status and fills reason. */
+static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
+    const tp_actor_def_t *def = ctx->def;
+    tp_status_t rc = TP_OK;
+    unsigned tick = 0;
+    if (ctx->nin == 0) {
+        if (!def->produce)
+            return tp_error(TP_ERR_INVALID,
+                            "actor '%s' has no inputs and no produce function",
+                            def->name);
+        uint64_t last_check = s_coarse_ns();
+        while (!ctx->terminated) {
+            /* Every 32 datapoints, or sooner when produce is slow. */
+            uint64_t now = s_coarse_ns();
+            if ((++tick & 31) == 0 || now - last_check > 10000000ull) {
+                last_check = now;
+                s_poll_pipe(ctx);
+                s_maybe_report(ctx, tp_now_ns());
+            }
+            if (ctx->stopping) {
+                snprintf(reason, rsize, "stopped");
+                break;
+            }
+            rc = def->produce(ctx, ctx->state);
+            if (rc == TP_DONE) {
+                snprintf(reason, rsize, "end of data");
+                rc = TP_OK;
+                break;
+            }
+            if (rc < 0)
+                return rc;
+        }
+    } else {
+        int start = 0;
+        uint64_t last_check = s_coarse_ns();
+        while (!ctx->terminated) {
+            int got = 0;
+            for (int k = 0; k < ctx->nin && !ctx->terminated; k++) {
+                int i = (start + k) % ctx->nin;
+                if (ctx->in[i].eos)
+                    continue;
+                tp_datapoint_t *dp;
+                int r = s_recv(ctx, i, &dp);
+                if (r == 0)
+                    continue;
+                got++;
+                if (r < 0)
+                    continue;
+                rc = s_deliver(ctx, i, dp);
+                if (rc < 0)
+                    return rc;
+                if (rc == TP_DONE) {
+                    snprintf(reason, rsize, "handler finished");
+                    return TP_OK;
+                }
+            }
+            start = start + 1 < ctx->nin ? start + 1 : 0;
+            if (s_all_eos(ctx)) {
+                snprintf(reason, rsize, "end of stream");
+                break;
+            }
+            if (got) {
+                uint64_t now = s_coarse_ns();
+                if ((++tick & 63) == 0 || now - last_check > 10000000ull) {
+                    last_check = now;
+                    s_poll_pipe(ctx);
+                    s_maybe_report(ctx, tp_now_ns());
+                }
+                continue;
+            }
+            /* Nothing waiting: starve until input, a command or a report. */
+            zmq_pollitem_t items[TP_ACTOR_MAX_PORTS + 1];
+            items[0] = (zmq_pollitem_t){ctx->pipe, 0, ZMQ_POLLIN, 0};
+            for (int i = 0; i < ctx->nin; i++)
+                items[i + 1] = (zmq_pollitem_t){ctx->in[i].sock, 0,
+                                                 ctx->in[i].eos ? 0 : ZMQ_POLLIN, 0};
+            long timeout = ctx->report_ms > 0 ? ctx->report_ms : 200;
+            uint64_t t0 = tp_now_ns();
+            zmq_poll(items, ctx->nin + 1, timeout);
+            uint64_t t1 = tp_now_ns();
+            ctx->starved_ns += t1 - t0;
+            if (items[0].revents & ZMQ_POLLIN)
+                s_poll_pipe(ctx);
+            s_maybe_report(ctx, t1);
+        }
+    }
+    if (ctx->terminated) {
+        snprintf(reason, rsize, "terminated");
+        return TP_OK;
+    }
+    /* A clean end: pass end-of-stream on. */
+    for (int o = 0; o < ctx->nout && !ctx->terminated; o++) {
+        tp_datapoint_t *none = NULL;
+        if (s_send(ctx, o, &none) < 0)
+            break;
+    }
+    return TP_OK;
+}
+
+/* Free whatever waits at the inputs (pointers we now own). */
+static void s_drain_inputs(tp_actor_ctx_t *ctx) {
+    for (int i = 0; i < ctx->nin; i++) {
+        s_port_t *p = &ctx->in[i];
+        if (!p->sock)
+            continue;
+        if (p->inproc) {
+            tp_datapoint_t *ptr;
+            while (zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr)
+                tp_datapoint_destroy(&ptr);
+        } else {
+            while (tp_wire_msg_recv(p->msg, p->sock, ZMQ_DONTWAIT) != TP_ERR_TIMEOUT)
+                tp_wire_msg_clear(p->msg);
+        }
+    }
+}
+
+static void s_actor_main(zsock_t *pipe, void *args) {
+    s_boot_t boot = *(s_boot_t *)args;
+    free(args);
+    const tp_actor_def_t *def = boot.def;
+    tp_actor_ctx_t *ctx = calloc(1, sizeof *ctx);
+    char reason[512] = "";
+    tp_status_t rc = TP_OK;
+    if (!ctx) {
+        zsock_signal(pipe, 0);
+        zsock_send(pipe, "is", TP_ERR_NOMEM, "out of memory");
+        return;
+    }
+    ctx->def = def;
+    ctx->pipe = zsock_resolve(pipe);
+    ctx->report_ms = boot.report_ms;
+    ctx->start_ns = ctx->last_report_ns = tp_now_ns();
+    snprintf(ctx->row.name, sizeof ctx->row.name, "%s", def->name);
+
+    if (def->ninputs < 0 || def->ninputs > TP_ACTOR_MAX_PORTS ||
+        def->noutputs < 0 || def->noutputs > TP_ACTOR_MAX_PORTS)
+        rc = tp_error(TP_ERR_INVALID, "actor '%s': %d inputs and %d outputs "
+                      "(at most %d each)", def->name, def->ninputs,
+                      def->noutputs, TP_ACTOR_MAX_PORTS);
+    for (int i = 0; rc == TP_OK && i < def->ninputs; i++, ctx->nin++)
+        rc = s_open_port(&ctx->in[i], &def->inputs[i], 0, i, def->name);
+    for (int i = 0; rc == TP_OK && i < def->noutputs; i++, ctx->nout++)
+        rc = s_open_port(&ctx->out[i], &def->outputs[i], 1, i, def->name);
+    int have_state = 0;
+    if (rc == TP_OK) {
+        if (def->init) {
+            rc = def->init(ctx, boot.arg, &ctx->state);
+            if (rc < 0)
+                rc = tp_error_wrap(rc, "actor '%s': init", def->name);
+        } else {
+            ctx->state = boot.arg;
+        }
+        have_state = rc == TP_OK;
+    }
+    zsock_signal(pipe, 0);
+    zsock_send(pipe, "is", rc, rc == TP_OK ? "" : tp_last_error());
+    int state = TP_ACTOR_DONE;
+    if (rc == TP_OK) {
+        ctx->start_ns = ctx->last_report_ns = tp_now_ns();
+        rc = s_run(ctx, reason, sizeof reason);
+        if (rc < 0) {
+            snprintf(reason, sizeof reason, "%s", tp_last_error());
+            state = TP_ACTOR_FAILED;
+        }
+        s_drain_inputs(ctx);
+        if (have_state && def->fini)
+            def->fini(ctx->state);
+    }
+    for (int i = 0; i < ctx->nin; i++)
+        s_close_port(&ctx->in[i]);
+    for (int i = 0; i < ctx->nout; i++)
+        s_close_port(&ctx->out[i]);
+    if (ctx->nin + ctx->nout < def->ninputs + def->noutputs) {
+        /* A port failed half-way: close the one that failed too. */
+        if (ctx->nin < def->ninputs)
+            s_close_port(&ctx->in[ctx->nin]);
+        else
+            s_close_port(&ctx->out[ctx->nout]);
+    }
+    s_fill_row(ctx, state);
+    /* The owner may be gone already: never block on the pipe here. */
+    zmq_send(ctx->pipe, "EXIT", 4, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ctx->pipe, &rc, sizeof rc, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ctx->pipe, reason, strlen(reason), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(ctx->pipe, &ctx->row, sizeof ctx->row, ZMQ_DONTWAIT);
+    free(ctx);
+}
+
+/* ---- owner side -------------------------------------------------------------------- */
+
+struct tp_actor {
+    char name[TP_STATS_NAME_MAX];
+    zactor_t *zactor;
+    int exited;
+    tp_status_t exit_rc;
+    char reason[512];
+    tp_stats_row_t row;
+    uint64_t last_seen_ns;
+};
+
+tp_actor_t *tp_actor_new_ex(const tp_actor_def_t *def, void *arg,
+                            int report_ms) {
+    TP_ASSERT(def && def->name);
+    tp_actors_init();
+    tp_actor_t *self = calloc(1, sizeof *self);
+    s_boot_t *boot = malloc(sizeof *boot);
+    if (!self || !boot) {
+        free(self);
+        free(boot);
+        tp_error(TP_ERR_NOMEM, "actor '%s'", def->name);
+        return NULL;
+    }
+    snprintf(self->name, sizeof self->name, "%s", def->name);
+    snprintf(self->row.name, sizeof self->row.name, "%s", def->name);
+    boot->def = def;
+    boot->arg = arg;
+    boot->report_ms = report_ms;
+    self->zactor = zactor_new(s_actor_main, boot);
+    if (!self->zactor) {
+        free(boot);
+        free(self);
+        tp_error(TP_ERR_IO, "actor '%s': cannot start its thread", def->name);
+        return NULL;
+    }
+    int rc = TP_ERR_IO;
+    char *text = NULL;
+    zsock_t *pipe = zactor_sock(self->zactor);
+    if (zsock_recv(pipe, "is", &rc, &text) < 0)
+        rc = TP_ERR_IO;
+    if (rc != TP_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", text && *text ? text : "did not start");
+        zstr_free(&text);
+        zsock_set_rcvtimeo(pipe, 5000);
+        zactor_destroy(&self->zactor);
+        free(self);
+        tp_error(rc, "%s", msg);
+        return NULL;
+    }
+    zstr_free(&text);
+    self->last_seen_ns = tp_now_ns();
+    self->row.state = TP_ACTOR_RUNNING;
+    return self;
+}
+
+tp_actor_t *tp_actor_new(const tp_actor_def_t *def, void *arg) {
+    return tp_actor_new_ex(def, arg, 0);
+}
+
+void *tp_actor_pipe_raw(tp_actor_t *self) {
+    return self->exited ? NULL : zsock_resolve(zactor_sock(self->zactor));
+}
+
+/* Read one message from the pipe; 1 if one was read. */
+static int s_owner_read(tp_actor_t *self, int flags) {
+    if (self->exited)
+        return 0;
+    void *pipe = zsock_resolve(zactor_sock(self->zactor));
+    zmq_msg_t parts[4];
+    int n = 0, more = 1;
+    while (more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        if (zmq_msg_recv(&part, pipe, n ? 0 : flags) < 0) {
+            zmq_msg_close(&part);
+            break;
+        }
+        more = zmq_msg_more(&part);
+        if (n < 4) {
+            zmq_msg_init(&parts[n]);
+            zmq_msg_move(&parts[n], &part);
+            n++;
+        }
+        zmq_msg_close(&part);
+    }
+    if (n == 0)
+        return 0;
+    size_t k = zmq_msg_size(&parts[0]);
+    const char *kind = zmq_msg_data(&parts[0]);
+    if (k == 5 && !memcmp(kind, "STATS", 5) && n == 2 &&
+        zmq_msg_size(&parts[1]) == sizeof self->row) {
+        memcpy(&self->row, zmq_msg_data(&parts[1]), sizeof self->row);
+        self->last_seen_ns = tp_now_ns();
+    } else if (k == 4 && !memcmp(kind, "EXIT", 4) && n == 4) {
+        self->exited = 1;
+        memcpy(&self->exit_rc, zmq_msg_data(&parts[1]), sizeof self->exit_rc);
+        size_t rl = zmq_msg_size(&parts[2]);
+        if (rl >= sizeof self->reason)
+            rl = sizeof self->reason - 1;
+        memcpy(self->reason, zmq_msg_data(&parts[2]), rl);
+        self->reason[rl] = '\0';
+        if (zmq_msg_size(&parts[3]) == sizeof self->row)
+            memcpy(&self->row, zmq_msg_data(&parts[3]), sizeof self->row);
+        self->last_seen_ns = tp_now_ns();
+    }
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&parts[i]);
+    return 1;
+}
+
+void tp_actor_handle_pipe(tp_actor_t *self) {
+    while (s_owner_read(self, ZMQ_DONTWAIT))
+        ;
+}
+
+uint64_t tp_actor_last_seen_ns(const tp_actor_t *self) {
+    return self->last_seen_ns;
+}
+
+const tp_stats_row_t *tp_actor_last_row(const tp_actor_t *self) {
+    return &self->row;
+}
+
+tp_status_t tp_actor_exit_status(const tp_actor_t *self) {
+    return self->exit_rc;
+}
+
+static int s_owner_wait(tp_actor_t *self, int timeout_ms) {
+    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX
+                                       : tp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    while (!self->exited) {
+        uint64_t now = tp_now_ns();
+        if (now >= deadline)
+            return 0;
+        long wait = (long)((deadline - now) / 1000000ull);
+        if (wait > 100 || timeout_ms < 0)
+            wait = 100;
+        zmq_pollitem_t item = {zsock_resolve(zactor_sock(self->zactor)), 0,
+                               ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, wait) > 0)
+            tp_actor_handle_pipe(self);
+    }
+    return 1;
+}
+
+tp_status_t tp_actor_wait(tp_actor_t *self, int timeout_ms) {
+    if (!s_owner_wait(self, timeout_ms))
+        return tp_error(TP_ERR_TIMEOUT, "actor '%s': still running after %d ms",
+                        self->name, timeout_ms);
+    if (self->exit_rc < 0)
+        return tp_error(self->exit_rc, "%s", self->reason);
+    return TP_OK;
+}
+
+tp_status_t tp_actor_stop(tp_actor_t *self) {
+    if (self->exited)
+        return TP_OK;
+    if (zstr_send(zactor_sock(self->zactor), "STOP") < 0)
+        return tp_error(TP_ERR_IO, "actor '%s': cannot send STOP", self->name);
+    return TP_OK;
+}
+
+int tp_actor_exited(const tp_actor_t *self) { return self->exited; }
+const char *tp_actor_reason(const tp_actor_t *self) { return self->reason; }
+const char *tp_actor_name(const tp_actor_t *self) { return self->name; }
+
+tp_status_t tp_actor_stats(tp_actor_t *self, tp_stats_row_t *row) {
+    if (!self->exited) {
+        uint64_t before = self->last_seen_ns;
+        zstr_send(zactor_sock(self->zactor), "STATS?");
+        uint64_t deadline = tp_now_ns() + 1000000000ull;
+        while (!self->exited && self->last_seen_ns == before &&
+               tp_now_ns() < deadline) {
+            zmq_pollitem_t item = {zsock_resolve(zactor_sock(self->zactor)), 0,
+                                   ZMQ_POLLIN, 0};
+            if (zmq_poll(&item, 1, 50) > 0)
+                tp_actor_handle_pipe(self);
+        }
+    }
+    *row = self->row;
+    return TP_OK;
+}
+
+void tp_actor_destroy(tp_actor_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    tp_actor_t *self = *self_p;
+    *self_p = NULL;
+    zsock_t *pipe = zactor_sock(self->zactor);
+    if (!self->exited) {
+        zsock_set_sndtimeo(pipe, 0);
+        zstr_send(pipe, "$TERM");
+        if (!s_owner_wait(self, 5000)) {
+            /* A handler that never returns: its thread cannot be killed.
+             * Leave it (and what it uses) rather than free under it. */
+            TP_ERROR("actor '%s' did not end within 5 s of $TERM; its thread "
+                     "is abandoned", self->name);
+            return;
+        }
+    }
+    /* The thread has sent EXIT; the shim's final signal follows at once.
+     * The timeout only guards against a czmq that behaves otherwise. */
+    zsock_set_rcvtimeo(pipe, 5000);
+    zactor_destroy(&self->zactor);
+    free(self);
+}

@@ -1,0 +1,950 @@
+/* towerpack dataflow: process-parallel dataflows on the wire format,
+ * tensorpack's MultiProcessRunnerZMQ (tp_df_multiprocess) and
+ * MultiProcessMapDataZMQ (tp_df_multiprocess_map).
+ *
+ * Workers are forked children. Each gets a pipe whose write end it keeps:
+ * a worker that fails writes its error message there and exits with status
+ * 2, so the parent reads the message the moment it sees the exit. Workers
+ * use a fresh ZeroMQ context of their own (never the parent's) and leave
+ * with _exit, so no inherited atexit handler or socket is touched. */
+#define _GNU_SOURCE 1 /* pipe2 */
+#include <czmq.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/clock.h>
+#include <towerpack/device.h>
+#include <towerpack/log.h>
+#include <towerpack/supervisor.h>
+#include <towerpack/wire.h>
+#include "actors/actor_internal.h"
+
+#define WORKER_ERR_EXIT 2
+
+void tp_mp_opts_init(tp_mp_opts_t *opts) {
+    memset(opts, 0, sizeof *opts);
+    opts->hwm = 50;
+    opts->policy = TP_WORKER_FAIL;
+    opts->max_restarts = 3;
+    opts->buffer_size = 200;
+}
+
+/* ---- shared by both ------------------------------------------------------------- */
+
+typedef struct {
+    pid_t pid;       /* 0: not running */
+    int err_fd;      /* read end of the worker's error pipe */
+    int gen;         /* how many times this slot was started */
+    int inflight;    /* map: tasks out at this worker */
+} s_worker_t;
+
+typedef struct {
+    const char *what;     /* "multiprocess" or "multiprocess-map" */
+    tp_mp_opts_t opts;
+    int nworkers;
+    s_worker_t *workers;
+    char run_dir[200];
+    int own_run_dir;
+    pid_t parent;
+    int restarts;
+    uint64_t seed, stream;
+    uint64_t last_check_ns;
+    tp_wire_opts_t wire;
+} s_pool_t;
+
+static int s_count_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+static tp_status_t s_pool_init(s_pool_t *p, const char *what, int nworkers,
+                               const tp_mp_opts_t *opts) {
+    memset(p, 0, sizeof *p);
+    p->what = what;
+    if (opts)
+        p->opts = *opts;
+    else
+        tp_mp_opts_init(&p->opts);
+    if (p->opts.hwm <= 0)
+        p->opts.hwm = 50;
+    if (p->opts.buffer_size <= 0)
+        p->opts.buffer_size = 200;
+    if (p->opts.max_restarts < 0)
+        p->opts.max_restarts = 0;
+    if (nworkers < 1 || nworkers > 1024)
+        return tp_error(TP_ERR_INVALID, "%s: %d workers (1 to 1024)", what,
+                        nworkers);
+    p->nworkers = nworkers;
+    p->workers = calloc((size_t)nworkers, sizeof *p->workers);
+    if (!p->workers)
+        return tp_error(TP_ERR_NOMEM, "%s", what);
+    for (int i = 0; i < nworkers; i++)
+        p->workers[i].err_fd = -1;
+    tp_wire_opts_init(&p->wire);
+    p->wire.lz4 = p->opts.lz4;
+    return TP_OK;
+}
+
+/* Check the fork rule and make the run dir. */
+static tp_status_t s_pool_prepare(s_pool_t *p) {
+    if (!p->opts.allow_threads) {
+        int n = s_count_threads();
+        if (n > 1)
+            return tp_error(TP_ERR_STATE,
+                            "%s: cannot fork workers: the process already runs "
+                            "%d threads (reset a process-parallel dataflow "
+                            "before starting actors, a supervisor or CUDA; or "
+                            "set allow_threads)", p->what, n);
+        if (tp_cuda_module())
+            return tp_error(TP_ERR_STATE,
+                            "%s: cannot fork workers after the CUDA module is "
+                            "loaded (reset it before any CUDA use)", p->what);
+    }
+    if (p->opts.run_dir) {
+        snprintf(p->run_dir, sizeof p->run_dir, "%s", p->opts.run_dir);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(p->run_dir, sizeof p->run_dir, "%s/tp-mp-XXXXXX",
+                 tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(p->run_dir))
+            return tp_error(TP_ERR_IO, "%s: mkdtemp %s: %s", p->what,
+                            p->run_dir, strerror(errno));
+        p->own_run_dir = 1;
+    }
+    p->opts.run_dir = NULL;
+    p->parent = getpid();
+    return TP_OK;
+}
+
+static tp_status_t s_endpoint(s_pool_t *p, char *out, size_t size,
+                              const char *name) {
+    int n = snprintf(out, size, "ipc://%s/%s-%d.sock", p->run_dir, name,
+                     (int)p->parent);
+    if (n < 0 || (size_t)n >= size || strlen(out + 6) > 107)
+        return tp_error(TP_ERR_INVALID,
+                        "%s: ipc path in '%s' is too long for a Unix socket",
+                        p->what, p->run_dir);
+    return TP_OK;
+}
+
+/* In the child right after fork: die with the parent, ignore SIGINT. */
+static void s_child_setup(s_pool_t *p, int self_index, int err_w) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != p->parent)  /* the parent died before prctl */
+        _exit(1);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_IGN);
+    for (int j = 0; j < p->nworkers; j++)
+        if (j != self_index && p->workers[j].err_fd >= 0)
+            close(p->workers[j].err_fd);
+    (void)err_w;
+}
+
+static void s_child_fail(int err_w, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 2, 3)));
+static void s_child_fail(int err_w, const char *fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof buf - 1)
+        n = sizeof buf - 1;
+    if (n > 0 && write(err_w, buf, (size_t)n) < 0) {
+        /* nothing more to do: the exit status still tells */
+    }
+    _exit(WORKER_ERR_EXIT);
+}
+
+/* Send a whole message from a worker, waiting while the parent is full and
+ * giving up when the parent is gone. */
+static int s_child_send(tp_wire_msg_t *msg, void *sock, pid_t parent) {
+    for (;;) {
+        tp_status_t rc = tp_wire_msg_send(msg, sock, ZMQ_DONTWAIT);
+        if (rc == TP_OK)
+            return 0;
+        if (rc != TP_ERR_TIMEOUT)
+            return -1;
+        if (getppid() != parent)
+            _exit(1);
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
+        zmq_poll(&it, 1, 200);
+    }
+}
+
+typedef void (*s_child_fn)(void *impl, int index, int err_w);
+
+/* Fork worker `i` running fn. */
+static tp_status_t s_spawn(s_pool_t *p, int i, s_child_fn fn, void *impl) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return tp_error(TP_ERR_IO, "%s: pipe: %s", p->what, strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return tp_error(TP_ERR_IO, "%s: fork worker %d: %s", p->what, i,
+                        strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        s_child_setup(p, i, fds[1]);
+        fn(impl, i, fds[1]);
+        _exit(0);
+    }
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    s_worker_t *w = &p->workers[i];
+    if (w->err_fd >= 0)
+        close(w->err_fd);
+    w->err_fd = fds[0];
+    w->pid = pid;
+    w->gen++;
+    w->inflight = 0;
+    TP_DEBUG("%s: worker %d started (pid %d)", p->what, i, (int)pid);
+    return TP_OK;
+}
+
+/* "exited with status 3", "killed by signal 9 (Killed)", plus the worker's
+ * own error message when it wrote one. */
+static void s_describe(s_worker_t *w, int status, char *buf, size_t size) {
+    char msg[2048] = "";
+    ssize_t n = w->err_fd >= 0 ? read(w->err_fd, msg, sizeof msg - 1) : -1;
+    if (n > 0)
+        msg[n] = '\0';
+    else
+        msg[0] = '\0';
+    if (WIFSIGNALED(status))
+        snprintf(buf, size, "killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_ERR_EXIT && msg[0])
+        snprintf(buf, size, "failed: %s", msg);
+    else if (WIFEXITED(status))
+        snprintf(buf, size, "exited with status %d%s%s", WEXITSTATUS(status),
+                 msg[0] ? ": " : "", msg);
+    else
+        snprintf(buf, size, "ended (wait status %d)", status);
+}
+
+typedef tp_status_t (*s_on_dead_fn)(void *impl, int i);
+
+/* Look at every worker (at most every 100 ms unless forced). A dead one is
+ * restarted (then on_dead runs) or reported. */
+static tp_status_t s_check_workers(s_pool_t *p, int force, s_child_fn fn,
+                                   void *impl, s_on_dead_fn on_dead) {
+    uint64_t now = tp_now_ns();
+    if (!force && now - p->last_check_ns < 100000000ull)
+        return TP_OK;
+    p->last_check_ns = now;
+    for (int i = 0; i < p->nworkers; i++) {
+        s_worker_t *w = &p->workers[i];
+        if (w->pid <= 0)
+            continue;
+        int status;
+        pid_t r = waitpid(w->pid, &status, WNOHANG);
+        if (r == 0)
+            continue;
+        if (r < 0 && errno == EINTR)
+            continue;
+        char how[2300];
+        if (r < 0)
+            snprintf(how, sizeof how, "vanished (waitpid: %s)", strerror(errno));
+        else
+            s_describe(w, status, how, sizeof how);
+        pid_t old = w->pid;
+        w->pid = 0;
+        if (p->opts.policy == TP_WORKER_RESTART && p->restarts < p->opts.max_restarts) {
+            p->restarts++;
+            TP_WARN("%s: worker %d (pid %d) %s; restarting it (%d of %d)",
+                    p->what, i, (int)old, how, p->restarts, p->opts.max_restarts);
+            TP_TRY(s_spawn(p, i, fn, impl));
+            if (on_dead)
+                TP_TRY(on_dead(impl, i));
+            continue;
+        }
+        if (p->opts.policy == TP_WORKER_RESTART)
+            return tp_error(TP_ERR_PEER,
+                            "%s: worker %d (pid %d) %s (no restarts left: %d used)",
+                            p->what, i, (int)old, how, p->restarts);
+        return tp_error(TP_ERR_PEER, "%s: worker %d (pid %d) %s", p->what, i,
+                        (int)old, how);
+    }
+    return TP_OK;
+}
+
+/* Stop every worker: SIGTERM, a bounded wait, then SIGKILL. */
+static void s_pool_stop(s_pool_t *p) {
+    for (int i = 0; i < p->nworkers; i++)
+        if (p->workers[i].pid > 0)
+            kill(p->workers[i].pid, SIGTERM);
+    uint64_t deadline = tp_now_ns() + 1000000000ull;
+    for (int i = 0; i < p->nworkers; i++) {
+        s_worker_t *w = &p->workers[i];
+        while (w->pid > 0) {
+            int status;
+            pid_t r = waitpid(w->pid, &status, WNOHANG);
+            if (r == w->pid || (r < 0 && errno != EINTR)) {
+                w->pid = 0;
+                break;
+            }
+            if (tp_now_ns() > deadline) {
+                kill(w->pid, SIGKILL);
+                waitpid(w->pid, &status, 0);
+                w->pid = 0;
+                break;
+            }
+            usleep(2000);
+        }
+        if (w->err_fd >= 0)
+            close(w->err_fd);
+        w->err_fd = -1;
+    }
+}
+
+static void s_pool_fini(s_pool_t *p) {
+    if (p->workers)
+        s_pool_stop(p);
+    free(p->workers);
+    p->workers = NULL;
+    if (p->own_run_dir)
+        rmdir(p->run_dir);
+}
+
+/* One poll slice of the parent: wait up to 100 ms; TP_ERR_INTERRUPTED on a
+ * recorded signal, TP_ERR_TIMEOUT when opts.timeout_s ran out. */
+static tp_status_t s_wait_slice(s_pool_t *p, void *sock, uint64_t since) {
+    if (tp_signal_pending())
+        return tp_error(TP_ERR_INTERRUPTED, "%s: interrupted by signal %d",
+                        p->what, tp_signal_pending());
+    if (p->opts.timeout_s > 0 &&
+        (double)(tp_now_ns() - since) * 1e-9 > p->opts.timeout_s)
+        return tp_error(TP_ERR_TIMEOUT, "%s: no data from the workers for %.3g s",
+                        p->what, p->opts.timeout_s);
+    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+    zmq_poll(&it, 1, 100);
+    return TP_OK;
+}
+
+static uint64_t s_worker_stream(s_pool_t *p, int i) {
+    uint64_t k = (uint64_t)(p->workers[i].gen) * (uint64_t)p->nworkers + (uint64_t)i + 1;
+    return p->stream * 0x9E3779B97F4A7C15ull + k;
+}
+
+/* ---- MultiProcessRunnerZMQ --------------------------------------------------------- */
+
+typedef struct {
+    s_pool_t pool;
+    tp_dataflow_t *inner;
+    char endpoint[300];
+    zsock_t *pull;
+    tp_wire_msg_t *msg;
+    int64_t size, in_pass;
+} s_runner_t;
+
+static void s_runner_child(void *impl, int index, int err_w) {
+    s_runner_t *r = impl;
+    s_pool_t *p = &r->pool;
+    void *zctx = zmq_ctx_new();
+    void *push = zctx ? zmq_socket(zctx, ZMQ_PUSH) : NULL;
+    if (!push)
+        s_child_fail(err_w, "cannot make a ZeroMQ socket");
+    int hwm = p->opts.hwm, linger = 2000;
+    zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_connect(push, r->endpoint) < 0)
+        s_child_fail(err_w, "connect %s: %s", r->endpoint, zmq_strerror(zmq_errno()));
+    /* gen was bumped by the parent before the fork: same value here. */
+    tp_status_t rc = tp_dataflow_reset_state(r->inner, p->seed, s_worker_stream(p, index));
+    if (rc < 0)
+        s_child_fail(err_w, "%s", tp_last_error());
+    tp_wire_msg_t *msg = tp_wire_msg_new();
+    int64_t in_pass = 0;
+    for (;;) {
+        tp_datapoint_t *dp = NULL;
+        rc = tp_dataflow_next(r->inner, &dp);
+        if (rc == TP_DONE) {
+            if (in_pass == 0)
+                s_child_fail(err_w, "dataflow '%s' yielded an empty pass",
+                             tp_dataflow_name(r->inner));
+            in_pass = 0;
+            continue;
+        }
+        if (rc < 0)
+            s_child_fail(err_w, "%s", tp_last_error());
+        in_pass++;
+        rc = tp_wire_encode(&dp, &p->wire, msg);
+        if (rc < 0)
+            s_child_fail(err_w, "%s", tp_last_error());
+        if (s_child_send(msg, push, p->parent) < 0)
+            s_child_fail(err_w, "send to the parent: %s", tp_last_error());
+    }
+}
+
+static tp_status_t s_runner_reset(void *impl, tp_rng_t *rng, uint64_t seed,
+                                  uint64_t stream) {
+    (void)rng;
+    s_runner_t *r = impl;
+    s_pool_t *p = &r->pool;
+    if (r->pull)
+        return tp_error(TP_ERR_STATE, "multiprocess: reset_state twice");
+    TP_TRY(s_pool_prepare(p));
+    TP_TRY(s_endpoint(p, r->endpoint, sizeof r->endpoint, "mp"));
+    p->seed = seed;
+    p->stream = stream;
+    /* Fork first, while the process is still single-threaded; the workers
+     * connect and wait for the bind below (ipc connects retry). */
+    for (int i = 0; i < p->nworkers; i++)
+        TP_TRY(s_spawn(p, i, s_runner_child, r));
+    tp_actors_init();
+    r->pull = zsock_new(ZMQ_PULL);
+    if (!r->pull)
+        return tp_error(TP_ERR_IO, "multiprocess: no socket");
+    zsock_set_rcvhwm(r->pull, p->opts.hwm);
+    zsock_set_linger(r->pull, 0);
+    if (zsock_bind(r->pull, "%s", r->endpoint) < 0)
+        return tp_error(TP_ERR_IO, "multiprocess: bind %s: %s", r->endpoint,
+                        zmq_strerror(zmq_errno()));
+    r->msg = tp_wire_msg_new();
+    if (!r->msg)
+        return tp_error(TP_ERR_NOMEM, "multiprocess");
+    r->size = tp_dataflow_size(r->inner);
+    return TP_OK;
+}
+
+static tp_status_t s_runner_begin(void *impl) {
+    ((s_runner_t *)impl)->in_pass = 0;
+    return TP_OK;
+}
+
+static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
+    s_runner_t *r = impl;
+    s_pool_t *p = &r->pool;
+    if (r->size >= 0 && r->in_pass >= r->size)
+        return TP_DONE;
+    void *sock = zsock_resolve(r->pull);
+    uint64_t since = tp_now_ns();
+    for (;;) {
+        TP_TRY(s_check_workers(p, 0, s_runner_child, r, NULL));
+        tp_status_t rc = tp_wire_msg_recv(r->msg, sock, ZMQ_DONTWAIT);
+        if (rc == TP_OK) {
+            rc = tp_wire_decode(r->msg, &p->wire, out);
+            if (rc < 0)  /* our own workers: a bad message is a bug, say so */
+                return tp_error_wrap(rc, "multiprocess: from a worker");
+            r->in_pass++;
+            return TP_OK;
+        }
+        if (rc != TP_ERR_TIMEOUT)
+            return tp_error_wrap(rc, "multiprocess: receive");
+        rc = s_wait_slice(p, sock, since);
+        if (rc < 0) {
+            /* A worker that died is the better explanation of silence. */
+            tp_status_t dead = s_check_workers(p, 1, s_runner_child, r, NULL);
+            return dead < 0 ? dead : rc;
+        }
+    }
+}
+
+static int64_t s_runner_size(void *impl) {
+    return tp_dataflow_size(((s_runner_t *)impl)->inner);
+}
+
+static void s_runner_destroy(void *impl) {
+    s_runner_t *r = impl;
+    s_pool_fini(&r->pool);
+    zsock_destroy(&r->pull);
+    if (r->endpoint[0])
+        unlink(r->endpoint + 6);
+    if (r->pool.own_run_dir)
+        rmdir(r->pool.run_dir);
+    tp_wire_msg_destroy(&r->msg);
+    tp_dataflow_destroy(&r->inner);
+    free(r);
+}
+
+static const tp_dataflow_ops_t s_runner_ops = {
+    "multiprocess", s_runner_reset, s_runner_begin, s_runner_next,
+    s_runner_size, s_runner_destroy};
+
+tp_dataflow_t *tp_df_multiprocess(tp_dataflow_t *inner, int nworkers,
+                                  const tp_mp_opts_t *opts) {
+    if (!inner) {
+        tp_error(TP_ERR_INVALID, "multiprocess: no dataflow to run");
+        return NULL;
+    }
+    s_runner_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        tp_dataflow_destroy(&inner);
+        tp_error(TP_ERR_NOMEM, "multiprocess");
+        return NULL;
+    }
+    r->inner = inner;
+    if (s_pool_init(&r->pool, "multiprocess", nworkers, opts) < 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", tp_last_error());
+        s_runner_destroy(r);
+        tp_error(TP_ERR_INVALID, "%s", msg);
+        return NULL;
+    }
+    return tp_dataflow_new(&s_runner_ops, r);
+}
+
+/* ---- MultiProcessMapDataZMQ ---------------------------------------------------------- */
+
+/* First frame of every task and result: which datapoint it is. */
+typedef struct {
+    uint64_t seq;
+    uint32_t flags;  /* result: 1 = dropped by the map function */
+    uint32_t magic;
+} s_seq_t;
+#define SEQ_MAGIC 0x31514553u /* "SEQ1" */
+
+typedef struct {
+    int state;            /* 0 free, 1 at a worker, 2 result here */
+    int worker;
+    uint64_t seq;
+    tp_datapoint_t *copy;   /* restart policy: the input, to redo */
+    tp_datapoint_t *result; /* NULL with state 2: dropped */
+} s_task_t;
+
+typedef struct {
+    s_pool_t pool;
+    tp_dataflow_t *inner;
+    tp_map_fn fn;
+    void *arg;
+    int strict;
+    char task_ep_fmt[300];
+    char result_ep[300];
+    zsock_t **task;       /* one PUSH per worker */
+    zsock_t *results;
+    tp_wire_msg_t *msg;
+    s_task_t *tasks;      /* buffer_size slots, by seq % buffer_size */
+    int cap;
+    uint64_t next_seq;    /* next task number */
+    uint64_t deliver;     /* strict: next seq to hand out */
+    int inflight;         /* tasks at workers or results waiting */
+    int inner_done;       /* strict: inner's pass is over */
+    int64_t size, in_pass, inner_in_pass;
+    int started;
+} s_map_t;
+
+static void s_task_ep(s_map_t *m, int i, char *out, size_t size) {
+    snprintf(out, size, m->task_ep_fmt, i);
+}
+
+static void s_map_child(void *impl, int index, int err_w) {
+    s_map_t *m = impl;
+    s_pool_t *p = &m->pool;
+    char ep[320];
+    s_task_ep(m, index, ep, sizeof ep);
+    void *zctx = zmq_ctx_new();
+    void *pull = zctx ? zmq_socket(zctx, ZMQ_PULL) : NULL;
+    void *push = zctx ? zmq_socket(zctx, ZMQ_PUSH) : NULL;
+    if (!pull || !push)
+        s_child_fail(err_w, "cannot make ZeroMQ sockets");
+    int hwm = p->opts.hwm, linger = 2000, zero = 0;
+    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(pull, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_connect(pull, ep) < 0 || zmq_connect(push, m->result_ep) < 0)
+        s_child_fail(err_w, "connect: %s", zmq_strerror(zmq_errno()));
+    tp_wire_msg_t *msg = tp_wire_msg_new();
+    for (;;) {
+        zmq_pollitem_t it = {pull, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 200) <= 0) {
+            if (getppid() != p->parent)
+                _exit(1);
+            continue;
+        }
+        s_seq_t seq;
+        int n = zmq_recv(pull, &seq, sizeof seq, 0);
+        int more = 0;
+        size_t ms = sizeof more;
+        zmq_getsockopt(pull, ZMQ_RCVMORE, &more, &ms);
+        if (n != (int)sizeof seq || seq.magic != SEQ_MAGIC || !more)
+            s_child_fail(err_w, "malformed task from the parent");
+        tp_datapoint_t *dp = NULL;
+        tp_status_t rc = tp_wire_msg_recv(msg, pull, 0);
+        if (rc == TP_OK)
+            rc = tp_wire_decode(msg, &p->wire, &dp);
+        if (rc < 0)
+            s_child_fail(err_w, "task %llu: %s", (unsigned long long)seq.seq,
+                         tp_last_error());
+        rc = m->fn(m->arg, &dp);
+        if (rc < 0) {
+            tp_datapoint_destroy(&dp);
+            s_child_fail(err_w, "map function on datapoint %llu: %s",
+                         (unsigned long long)seq.seq, tp_last_error());
+        }
+        seq.flags = dp ? 0 : 1;
+        if (dp && (rc = tp_wire_encode(&dp, &p->wire, msg)) < 0)
+            s_child_fail(err_w, "%s", tp_last_error());
+        while (zmq_send(push, &seq, sizeof seq, seq.flags == 0 ? ZMQ_SNDMORE : 0) < 0) {
+            if (getppid() != p->parent)
+                _exit(1);
+        }
+        if (seq.flags == 0 && s_child_send(msg, push, p->parent) < 0)
+            s_child_fail(err_w, "send to the parent: %s", tp_last_error());
+    }
+}
+
+/* Send task t to the least-loaded live worker (never blocks: the task
+ * sockets' hwm is at least the buffer). */
+static tp_status_t s_dispatch(s_map_t *m, s_task_t *t, tp_datapoint_t **dp_p) {
+    s_pool_t *p = &m->pool;
+    int best = -1;
+    for (int i = 0; i < p->nworkers; i++)
+        if (p->workers[i].pid > 0 &&
+            (best < 0 || p->workers[i].inflight < p->workers[best].inflight))
+            best = i;
+    if (best < 0) {
+        tp_datapoint_destroy(dp_p);
+        return tp_error(TP_ERR_PEER, "multiprocess-map: no live worker");
+    }
+    s_seq_t seq = {t->seq, 0, SEQ_MAGIC};
+    TP_TRY(tp_wire_encode(dp_p, &p->wire, m->msg));
+    void *sock = zsock_resolve(m->task[best]);
+    if (zmq_send(sock, &seq, sizeof seq, ZMQ_SNDMORE) < 0) {
+        tp_wire_msg_clear(m->msg);
+        return tp_error(TP_ERR_IO, "multiprocess-map: send to worker %d: %s",
+                        best, zmq_strerror(zmq_errno()));
+    }
+    TP_TRY(tp_wire_msg_send(m->msg, sock, 0));
+    t->worker = best;
+    t->state = 1;
+    p->workers[best].inflight++;
+    return TP_OK;
+}
+
+/* A worker died and was restarted: redo its share. */
+static tp_status_t s_map_on_dead(void *impl, int i) {
+    s_map_t *m = impl;
+    for (int k = 0; k < m->cap; k++) {
+        s_task_t *t = &m->tasks[k];
+        if (t->state != 1 || t->worker != i)
+            continue;
+        if (!t->copy)
+            return tp_error(TP_ERR_PEER, "multiprocess-map: lost datapoint %llu",
+                            (unsigned long long)t->seq);
+        tp_datapoint_t *dp = tp_datapoint_copy(t->copy);
+        if (!dp)
+            return tp_error(TP_ERR_NOMEM, "multiprocess-map: redo");
+        TP_TRY(s_dispatch(m, t, &dp));
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_map_reset(void *impl, tp_rng_t *rng, uint64_t seed,
+                               uint64_t stream) {
+    (void)rng;
+    s_map_t *m = impl;
+    s_pool_t *p = &m->pool;
+    if (m->started)
+        return tp_error(TP_ERR_STATE, "multiprocess-map: reset_state twice");
+    m->started = 1;
+    TP_TRY(s_pool_prepare(p));
+    TP_TRY(s_endpoint(p, m->result_ep, sizeof m->result_ep, "map-out"));
+    int n = snprintf(m->task_ep_fmt, sizeof m->task_ep_fmt,
+                     "ipc://%s/map-in-%d-%%d.sock", p->run_dir, (int)p->parent);
+    if (n < 0 || (size_t)n >= sizeof m->task_ep_fmt || strlen(m->task_ep_fmt) > 100)
+        return tp_error(TP_ERR_INVALID, "multiprocess-map: run dir path too long");
+    p->seed = seed;
+    p->stream = stream;
+    for (int i = 0; i < p->nworkers; i++)
+        TP_TRY(s_spawn(p, i, s_map_child, m));
+    /* The parent iterates inner: reset it after the fork, so that a thread
+     * it may start never exists in a worker. */
+    TP_TRY(tp_dataflow_reset_state(m->inner, seed, stream));
+    tp_actors_init();
+    m->task = calloc((size_t)p->nworkers, sizeof *m->task);
+    m->cap = p->opts.buffer_size;
+    m->tasks = calloc((size_t)m->cap, sizeof *m->tasks);
+    m->msg = tp_wire_msg_new();
+    m->results = zsock_new(ZMQ_PULL);
+    if (!m->task || !m->tasks || !m->msg || !m->results)
+        return tp_error(TP_ERR_NOMEM, "multiprocess-map");
+    zsock_set_rcvhwm(m->results, p->opts.hwm);
+    zsock_set_linger(m->results, 0);
+    if (zsock_bind(m->results, "%s", m->result_ep) < 0)
+        return tp_error(TP_ERR_IO, "multiprocess-map: bind %s: %s", m->result_ep,
+                        zmq_strerror(zmq_errno()));
+    for (int i = 0; i < p->nworkers; i++) {
+        char ep[320];
+        s_task_ep(m, i, ep, sizeof ep);
+        m->task[i] = zsock_new(ZMQ_PUSH);
+        if (!m->task[i])
+            return tp_error(TP_ERR_IO, "multiprocess-map: no socket");
+        /* Tasks never wait on a socket: the buffer bounds what is out. */
+        zsock_set_sndhwm(m->task[i], m->cap + 1);
+        zsock_set_linger(m->task[i], 0);
+        if (zsock_bind(m->task[i], "%s", ep) < 0)
+            return tp_error(TP_ERR_IO, "multiprocess-map: bind %s: %s", ep,
+                            zmq_strerror(zmq_errno()));
+    }
+    m->size = tp_dataflow_size(m->inner);
+    return TP_OK;
+}
+
+static tp_status_t s_map_begin(void *impl) {
+    s_map_t *m = impl;
+    m->in_pass = 0;
+    m->inner_done = 0;
+    return TP_OK;
+}
+
+/* Keep the buffer full from inner. */
+static tp_status_t s_map_fill(s_map_t *m) {
+    while (!m->inner_done) {
+        /* strict: slots are by sequence, the window starts at deliver */
+        if (m->strict ? m->next_seq >= m->deliver + (uint64_t)m->cap
+                      : m->inflight >= m->cap)
+            break;
+        tp_datapoint_t *dp = NULL;
+        tp_status_t rc = tp_dataflow_next(m->inner, &dp);
+        if (rc == TP_DONE) {
+            if (m->strict) {
+                m->inner_done = 1;
+                break;
+            }
+            if (m->inner_in_pass == 0)
+                return tp_error(TP_ERR_STATE,
+                                "multiprocess-map: dataflow '%s' yielded an empty pass",
+                                tp_dataflow_name(m->inner));
+            m->inner_in_pass = 0;
+            continue;
+        }
+        if (rc < 0)
+            return tp_error_wrap(rc, "multiprocess-map: reading the input");
+        m->inner_in_pass++;
+        s_task_t *t = NULL;
+        if (m->strict) {
+            t = &m->tasks[m->next_seq % (uint64_t)m->cap];
+        } else {
+            for (int k = 0; k < m->cap && !t; k++) {
+                s_task_t *c = &m->tasks[(m->next_seq + (uint64_t)k) % (uint64_t)m->cap];
+                if (c->state == 0)
+                    t = c;
+            }
+        }
+        TP_ASSERT(t && t->state == 0);
+        t->seq = m->next_seq++;
+        if (m->pool.opts.policy == TP_WORKER_RESTART) {
+            t->copy = tp_datapoint_copy(dp);
+            if (!t->copy) {
+                tp_datapoint_destroy(&dp);
+                return tp_error(TP_ERR_NOMEM, "multiprocess-map: copy");
+            }
+        }
+        m->inflight++;
+        TP_TRY(s_dispatch(m, t, &dp));
+    }
+    return TP_OK;
+}
+
+static s_task_t *s_find(s_map_t *m, uint64_t seq) {
+    if (m->strict) {
+        s_task_t *t = &m->tasks[seq % (uint64_t)m->cap];
+        return t->state && t->seq == seq ? t : NULL;
+    }
+    for (int k = 0; k < m->cap; k++)
+        if (m->tasks[k].state && m->tasks[k].seq == seq)
+            return &m->tasks[k];
+    return NULL;
+}
+
+/* Take one result off the socket into its slot (1), nothing there (0). */
+static tp_status_t s_map_take(s_map_t *m, s_task_t **done) {
+    void *sock = zsock_resolve(m->results);
+    *done = NULL;
+    s_seq_t seq;
+    int n = zmq_recv(sock, &seq, sizeof seq, ZMQ_DONTWAIT);
+    if (n < 0)
+        return TP_OK;
+    int more = 0;
+    size_t ms = sizeof more;
+    zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ms);
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = TP_OK;
+    if (more) {
+        rc = tp_wire_msg_recv(m->msg, sock, 0);
+        if (rc == TP_OK)
+            rc = tp_wire_decode(m->msg, &m->pool.wire, &dp);
+    }
+    if (rc < 0 || n != (int)sizeof seq || seq.magic != SEQ_MAGIC ||
+        (!more && seq.flags != 1))
+        return tp_error(TP_ERR_PROTOCOL, "multiprocess-map: malformed result "
+                        "from a worker: %s", rc < 0 ? tp_last_error() : "bad header");
+    s_task_t *t = s_find(m, seq.seq);
+    if (!t || t->state != 1) {  /* a duplicate of redone work */
+        tp_datapoint_destroy(&dp);
+        return TP_OK;
+    }
+    if (m->pool.workers[t->worker].inflight > 0)
+        m->pool.workers[t->worker].inflight--;
+    tp_datapoint_destroy(&t->copy);
+    t->state = 2;
+    t->result = dp;
+    *done = t;
+    return TP_OK;
+}
+
+static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
+    s_map_t *m = impl;
+    s_pool_t *p = &m->pool;
+    if (!m->strict && m->size >= 0 && m->in_pass >= m->size)
+        return TP_DONE;
+    uint64_t since = tp_now_ns();
+    for (;;) {
+        TP_TRY(s_map_fill(m));
+        /* strict: hand out in order, skipping dropped ones */
+        if (m->strict) {
+            for (;;) {
+                s_task_t *t = &m->tasks[m->deliver % (uint64_t)m->cap];
+                if (m->deliver >= m->next_seq || t->state != 2 || t->seq != m->deliver)
+                    break;
+                tp_datapoint_t *dp = t->result;
+                t->result = NULL;
+                t->state = 0;
+                m->deliver++;
+                m->inflight--;
+                if (dp) {
+                    *out = dp;
+                    m->in_pass++;
+                    return TP_OK;
+                }
+            }
+            if (m->inner_done && m->deliver == m->next_seq)
+                return TP_DONE;
+        }
+        s_task_t *t;
+        TP_TRY(s_map_take(m, &t));
+        if (t) {
+            if (!m->strict) {
+                tp_datapoint_t *dp = t->result;
+                t->result = NULL;
+                t->state = 0;
+                m->inflight--;
+                if (dp) {
+                    *out = dp;
+                    m->in_pass++;
+                    return TP_OK;
+                }
+            }
+            since = tp_now_ns();
+            continue;
+        }
+        TP_TRY(s_check_workers(p, 0, s_map_child, m, s_map_on_dead));
+        tp_status_t rc = s_wait_slice(p, zsock_resolve(m->results), since);
+        if (rc < 0) {
+            tp_status_t dead = s_check_workers(p, 1, s_map_child, m, s_map_on_dead);
+            return dead < 0 ? dead : rc;
+        }
+    }
+}
+
+static int64_t s_map_size(void *impl) {
+    return tp_dataflow_size(((s_map_t *)impl)->inner);
+}
+
+static void s_map_destroy(void *impl) {
+    s_map_t *m = impl;
+    s_pool_fini(&m->pool);
+    if (m->task) {
+        for (int i = 0; i < m->pool.nworkers; i++) {
+            if (m->task[i]) {
+                char ep[320];
+                s_task_ep(m, i, ep, sizeof ep);
+                zsock_destroy(&m->task[i]);
+                unlink(ep + 6);
+            }
+        }
+        free(m->task);
+    }
+    if (m->results) {
+        zsock_destroy(&m->results);
+        unlink(m->result_ep + 6);
+    }
+    if (m->pool.own_run_dir)
+        rmdir(m->pool.run_dir);
+    for (int k = 0; m->tasks && k < m->cap; k++) {
+        tp_datapoint_destroy(&m->tasks[k].copy);
+        tp_datapoint_destroy(&m->tasks[k].result);
+    }
+    free(m->tasks);
+    tp_wire_msg_destroy(&m->msg);
+    tp_dataflow_destroy(&m->inner);
+    free(m);
+}
+
+static const tp_dataflow_ops_t s_map_ops = {
+    "multiprocess-map", s_map_reset, s_map_begin, s_map_next, s_map_size,
+    s_map_destroy};
+
+tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
+                                      tp_map_fn fn, void *arg, int strict,
+                                      const tp_mp_opts_t *opts) {
+    if (!inner || !fn) {
+        tp_dataflow_destroy(&inner);
+        tp_error(TP_ERR_INVALID, "multiprocess-map: needs a dataflow and a map function");
+        return NULL;
+    }
+    s_map_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        tp_dataflow_destroy(&inner);
+        tp_error(TP_ERR_NOMEM, "multiprocess-map");
+        return NULL;
+    }
+    m->inner = inner;
+    m->fn = fn;
+    m->arg = arg;
+    m->strict = strict;
+    if (s_pool_init(&m->pool, "multiprocess-map", nworkers, opts) < 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", tp_last_error());
+        s_map_destroy(m);
+        tp_error(TP_ERR_INVALID, "%s", msg);
+        return NULL;
+    }
+    return tp_dataflow_new(&s_map_ops, m);
+}
+
+int tp_df_multiprocess_restarts(tp_dataflow_t *df) {
+    const char *name = tp_dataflow_name(df);
+    if (!strcmp(name, "multiprocess"))
+        return ((s_runner_t *)tp_dataflow_impl(df))->pool.restarts;
+    if (!strcmp(name, "multiprocess-map"))
+        return ((s_map_t *)tp_dataflow_impl(df))->pool.restarts;
+    return -1;
+}
+
+int tp_df_multiprocess_pids(tp_dataflow_t *df, int *pids, int n) {
+    const char *name = tp_dataflow_name(df);
+    s_pool_t *p = NULL;
+    if (!strcmp(name, "multiprocess"))
+        p = &((s_runner_t *)tp_dataflow_impl(df))->pool;
+    else if (!strcmp(name, "multiprocess-map"))
+        p = &((s_map_t *)tp_dataflow_impl(df))->pool;
+    if (!p)
+        return 0;
+    int k = 0;
+    for (int i = 0; i < p->nworkers && k < n; i++)
+        if (p->workers[i].pid > 0)
+            pids[k++] = (int)p->workers[i].pid;
+    return k;
+}

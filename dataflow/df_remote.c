@@ -1,0 +1,315 @@
+/* towerpack dataflow: datapoints to and from other processes and hosts,
+ * tensorpack's send_dataflow_zmq (tp_send_dataflow) and RemoteDataZMQ
+ * (tp_df_remote), on the wire format.
+ *
+ * The receiving side trusts nothing: every message is validated by the
+ * wire decoder, and one that fails is counted, logged at most once a
+ * second, and dropped; the stream goes on. */
+#include <czmq.h>
+#include <string.h>
+#include <unistd.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/clock.h>
+#include <towerpack/log.h>
+#include <towerpack/stats.h>
+#include <towerpack/supervisor.h>
+#include <towerpack/wire.h>
+#include "actors/actor_internal.h"
+
+void tp_remote_opts_init(tp_remote_opts_t *opts) {
+    memset(opts, 0, sizeof *opts);
+    opts->bind = 1;
+    opts->hwm = 50;
+    opts->max_bytes = (size_t)1 << 30;
+}
+
+void tp_send_opts_init(tp_send_opts_t *opts) {
+    memset(opts, 0, sizeof *opts);
+    opts->hwm = 50;
+    opts->linger_s = 2.0;
+}
+
+static int s_endpoint_ok(const char *ep) {
+    return !strncmp(ep, "tcp://", 6) || !strncmp(ep, "ipc://", 6) ||
+           !strncmp(ep, "inproc://", 9);
+}
+
+/* ---- RemoteDataZMQ ---------------------------------------------------------------- */
+
+#define MAX_ENDPOINTS 64
+
+typedef struct {
+    tp_remote_opts_t opts;
+    char *endpoints[MAX_ENDPOINTS];
+    int nendpoints;
+    zsock_t *pull;
+    tp_wire_msg_t *msg;
+    tp_wire_opts_t wire;
+    uint64_t malformed;
+    tp_ratelog_t ratelog;
+} s_remote_t;
+
+static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
+                                  uint64_t stream) {
+    (void)rng; (void)seed; (void)stream;
+    s_remote_t *r = impl;
+    if (r->pull)
+        return TP_OK;
+    tp_actors_init();
+    r->pull = zsock_new(ZMQ_PULL);
+    r->msg = tp_wire_msg_new();
+    if (!r->pull || !r->msg)
+        return tp_error(TP_ERR_NOMEM, "remote: socket");
+    zsock_set_rcvhwm(r->pull, r->opts.hwm);
+    zsock_set_linger(r->pull, 0);
+    for (int i = 0; i < r->nendpoints; i++) {
+        int rc = r->opts.bind ? zsock_bind(r->pull, "%s", r->endpoints[i])
+                              : zsock_connect(r->pull, "%s", r->endpoints[i]);
+        if (rc < 0)
+            return tp_error(TP_ERR_IO, "remote: %s %s: %s",
+                            r->opts.bind ? "bind" : "connect", r->endpoints[i],
+                            zmq_strerror(zmq_errno()));
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
+    s_remote_t *r = impl;
+    void *sock = zsock_resolve(r->pull);
+    uint64_t since = tp_now_ns();
+    for (;;) {
+        tp_status_t rc = tp_wire_msg_recv(r->msg, sock, ZMQ_DONTWAIT);
+        if (rc == TP_OK || rc == TP_ERR_PROTOCOL) {
+            if (rc == TP_OK)
+                rc = tp_wire_decode(r->msg, &r->wire, out);
+            if (rc == TP_OK)
+                return TP_OK;
+            r->malformed++;
+            if (tp_ratelog_ok(&r->ratelog))
+                TP_WARN("remote: dropped a malformed message (%llu so far): %s",
+                        (unsigned long long)r->malformed, tp_last_error());
+            continue;
+        }
+        if (rc != TP_ERR_TIMEOUT)
+            return tp_error_wrap(rc, "remote: receive");
+        if (tp_signal_pending())
+            return tp_error(TP_ERR_INTERRUPTED, "remote: interrupted by signal %d",
+                            tp_signal_pending());
+        if (r->opts.timeout_s > 0 &&
+            (double)(tp_now_ns() - since) * 1e-9 > r->opts.timeout_s)
+            return tp_error(TP_ERR_TIMEOUT, "remote: nothing from %s%s for %.3g s",
+                            r->endpoints[0], r->nendpoints > 1 ? ", ..." : "",
+                            r->opts.timeout_s);
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, 100);
+    }
+}
+
+static void s_remote_destroy(void *impl) {
+    s_remote_t *r = impl;
+    zsock_destroy(&r->pull);
+    for (int i = 0; i < r->nendpoints; i++) {
+        /* libzmq 4.3 leaves named ipc files behind */
+        if (r->opts.bind && !strncmp(r->endpoints[i], "ipc://", 6))
+            unlink(r->endpoints[i] + 6);
+        free(r->endpoints[i]);
+    }
+    tp_wire_msg_destroy(&r->msg);
+    free(r);
+}
+
+static const tp_dataflow_ops_t s_remote_ops = {
+    "remote", s_remote_reset, NULL, s_remote_next, NULL, s_remote_destroy};
+
+tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts) {
+    s_remote_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        tp_error(TP_ERR_NOMEM, "remote");
+        return NULL;
+    }
+    if (opts)
+        r->opts = *opts;
+    else
+        tp_remote_opts_init(&r->opts);
+    if (r->opts.hwm <= 0)
+        r->opts.hwm = 50;
+    tp_wire_opts_init(&r->wire);
+    if (r->opts.max_bytes)
+        r->wire.max_bytes = r->opts.max_bytes;
+    const char *p = endpoints ? endpoints : "";
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0 || r->nendpoints == MAX_ENDPOINTS) {
+            s_remote_destroy(r);
+            tp_error(TP_ERR_INVALID, "remote: endpoint list '%s': %s", endpoints,
+                     len == 0 ? "empty entry" : "more than 64 endpoints");
+            return NULL;
+        }
+        char *ep = strndup(p, len);
+        if (!ep || !s_endpoint_ok(ep)) {
+            tp_error(TP_ERR_INVALID,
+                     "remote: endpoint '%.*s' is not tcp://, ipc:// or inproc://",
+                     (int)len, p);
+            free(ep);
+            s_remote_destroy(r);
+            return NULL;
+        }
+        r->endpoints[r->nendpoints++] = ep;
+        p = end ? end + 1 : p + len;
+    }
+    if (r->nendpoints == 0) {
+        s_remote_destroy(r);
+        tp_error(TP_ERR_INVALID, "remote: no endpoint given");
+        return NULL;
+    }
+    return tp_dataflow_new(&s_remote_ops, r);
+}
+
+uint64_t tp_df_remote_malformed(tp_dataflow_t *df) {
+    if (strcmp(tp_dataflow_name(df), "remote"))
+        return 0;
+    return ((s_remote_t *)tp_dataflow_impl(df))->malformed;
+}
+
+/* ---- send_dataflow_zmq --------------------------------------------------------------- */
+
+typedef struct {
+    tp_stats_pub_t *pub;
+    tp_stats_row_t row;
+    uint64_t start, blocked, starved;
+} s_sender_t;
+
+static void s_sender_publish(s_sender_t *s, int force) {
+    if (!s->pub || (!force && tp_stats_pub_since(s->pub) < 1.0))
+        return;
+    tp_stats_row_t *r = &s->row;
+    r->alive_s = (double)(tp_now_ns() - s->start) * 1e-9;
+    r->starved_s = (double)s->starved * 1e-9;
+    r->blocked_s = (double)s->blocked * 1e-9;
+    r->busy_s = r->alive_s - r->starved_s - r->blocked_s;
+    if (r->busy_s < 0)
+        r->busy_s = 0;
+    tp_stats_row_t copy = *r;
+    tp_stats_pub_publish(s->pub, &copy, 1);
+}
+
+/* Send msg, waiting (counted as blocked) while the peer is full; publishes
+ * and looks for signals while it waits. */
+static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock) {
+    for (;;) {
+        tp_status_t rc = tp_wire_msg_send(msg, sock, ZMQ_DONTWAIT);
+        if (rc != TP_ERR_TIMEOUT)
+            return rc;
+        if (tp_signal_pending()) {
+            tp_wire_msg_clear(msg);
+            return tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
+                            tp_signal_pending());
+        }
+        uint64_t b0 = tp_now_ns();
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
+        zmq_poll(&it, 1, 100);
+        s->blocked += tp_now_ns() - b0;
+        s_sender_publish(s, 0);
+    }
+}
+
+tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
+                             const tp_send_opts_t *opts, uint64_t *sent) {
+    tp_send_opts_t o;
+    if (opts)
+        o = *opts;
+    else
+        tp_send_opts_init(&o);
+    if (sent)
+        *sent = 0;
+    if (o.hwm <= 0)
+        o.hwm = 50;
+    if (!endpoint || !s_endpoint_ok(endpoint))
+        return tp_error(TP_ERR_INVALID,
+                        "send: endpoint '%s' is not tcp://, ipc:// or inproc://",
+                        endpoint ? endpoint : "(null)");
+    TP_TRY(tp_dataflow_reset_state(df, o.seed, o.stream));
+    tp_actors_init();
+    s_sender_t s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.row.name, sizeof s.row.name, "%s", o.stats_name ? o.stats_name : "send");
+    s.row.state = TP_ACTOR_RUNNING;
+    s.row.queue_fill = -1;
+    if (o.stats) {
+        char ep[300];
+        TP_TRY(tp_stats_endpoint_resolve(o.stats, o.run_dir, ep, sizeof ep));
+        s.pub = tp_stats_pub_new(ep, "send");
+        if (!s.pub)
+            return tp_error_wrap(TP_ERR_IO, "send: stats");
+        TP_INFO("send: statistics on %s", tp_stats_pub_endpoint(s.pub));
+    }
+    zsock_t *push = zsock_new(ZMQ_PUSH);
+    tp_wire_msg_t *msg = tp_wire_msg_new();
+    tp_status_t rc = TP_OK;
+    if (!push || !msg) {
+        rc = tp_error(TP_ERR_NOMEM, "send: socket");
+        goto out;
+    }
+    zsock_set_sndhwm(push, o.hwm);
+    zsock_set_linger(push, (int)(o.linger_s * 1000));
+    if ((o.bind ? zsock_bind(push, "%s", endpoint)
+                : zsock_connect(push, "%s", endpoint)) < 0) {
+        rc = tp_error(TP_ERR_IO, "send: %s %s: %s", o.bind ? "bind" : "connect",
+                      endpoint, zmq_strerror(zmq_errno()));
+        goto out;
+    }
+    tp_wire_opts_t wire;
+    tp_wire_opts_init(&wire);
+    wire.lz4 = o.lz4;
+    void *sock = zsock_resolve(push);
+    s.start = tp_now_ns();
+    int64_t in_pass = 0;
+    while (o.max_count <= 0 || (int64_t)s.row.msgs_out < o.max_count) {
+        if (tp_signal_pending()) {
+            rc = tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
+                          tp_signal_pending());
+            break;
+        }
+        tp_datapoint_t *dp = NULL;
+        uint64_t t0 = tp_now_ns();
+        rc = tp_dataflow_next(df, &dp);
+        /* Time inside the dataflow is this loop waiting for input. */
+        s.starved += tp_now_ns() - t0;
+        if (rc == TP_DONE) {
+            rc = TP_OK;
+            if (in_pass == 0) {
+                rc = tp_error(TP_ERR_STATE, "send: dataflow '%s' yielded an empty pass",
+                              tp_dataflow_name(df));
+                break;
+            }
+            in_pass = 0;
+            continue;
+        }
+        if (rc < 0)
+            break;
+        in_pass++;
+        if ((rc = tp_wire_encode(&dp, &wire, msg)) < 0)
+            break;
+        size_t bytes = tp_wire_msg_bytes(msg);
+        if ((rc = s_send_blocking(&s, msg, sock)) < 0)
+            break;
+        s.row.msgs_out++;
+        s.row.bytes_out += bytes;
+        s_sender_publish(&s, 0);
+    }
+    s.row.state = rc < 0 && rc != TP_ERR_INTERRUPTED ? TP_ACTOR_FAILED : TP_ACTOR_DONE;
+    s_sender_publish(&s, 1);
+    if (sent)
+        *sent = s.row.msgs_out;
+out:
+    tp_wire_msg_destroy(&msg);
+    /* An interrupted sender should not linger on a peer that may be gone. */
+    if (push && rc == TP_ERR_INTERRUPTED)
+        zsock_set_linger(push, 0);
+    zsock_destroy(&push);
+    if (o.bind && !strncmp(endpoint, "ipc://", 6))
+        unlink(endpoint + 6);
+    tp_stats_pub_destroy(&s.pub);
+    return rc;
+}

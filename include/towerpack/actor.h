@@ -1,0 +1,142 @@
+/* towerpack: the actor runtime.
+ *
+ * An actor is a handler function, private state and named input and output
+ * ports, run on its own thread (a czmq zactor). Ports are ZeroMQ sockets:
+ * inputs PULL, outputs PUSH, each bound or connected to an endpoint.
+ *
+ *  - inproc:// ports pass a datapoint by pointer (one 8-byte frame); the
+ *    datapoint's ownership moves with it and nothing is serialised.
+ *  - ipc:// and tcp:// ports carry the wire format (towerpack/wire.h),
+ *    optionally lz4-compressed; a malformed message is counted, logged
+ *    (at most once a second) and dropped.
+ *
+ * Every port has a high-water mark (default TP_ACTOR_DEFAULT_HWM messages),
+ * so a slow consumer blocks its producer instead of growing memory; an
+ * inproc link holds at most about 2 x hwm datapoints (libzmq counts both
+ * ends).
+ *
+ * The runtime, not the handler, keeps the statistics (towerpack/stats.h):
+ * messages and bytes in and out, busy time, time starved (waiting for
+ * input), time blocked (waiting on a full output) and the input queue fill.
+ *
+ * Life of an actor: init (on the actor's thread) -> running -> ends when
+ *  - a source (no inputs) returns TP_DONE from produce, or is asked to stop
+ *    (tp_actor_stop): the runtime then sends end-of-stream on every output;
+ *  - every input has delivered end-of-stream: the runtime forwards it;
+ *  - a handler returns an error: the actor fails with that message;
+ *  - it is terminated (tp_actor_destroy): what is queued at its inputs is
+ *    dropped (freed), nothing more is sent.
+ * Then fini runs on the actor's thread and the owner learns how it ended.
+ *
+ * The owner side (tp_actor_new ... tp_actor_destroy) belongs to the thread
+ * that created the actor. Destroy actors upstream first: a datapoint passed
+ * by pointer into a socket whose reader is already gone cannot be freed. */
+#ifndef TOWERPACK_ACTOR_H
+#define TOWERPACK_ACTOR_H
+
+#include <towerpack/dataflow.h> /* TP_DONE */
+#include <towerpack/datapoint.h>
+#include <towerpack/stats.h>
+#include <towerpack/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TP_ACTOR_MAX_PORTS 16
+#define TP_ACTOR_DEFAULT_HWM 50
+
+typedef struct tp_actor tp_actor_t;
+typedef struct tp_actor_ctx tp_actor_ctx_t;
+
+/* One port. Strings are borrowed for the actor's life. */
+typedef struct tp_actor_port {
+    const char *name;      /* "in", "out", ... (NULL: "in0", "out1", ...) */
+    const char *endpoint;  /* inproc://NAME, ipc://PATH or tcp://HOST:PORT */
+    int bind;              /* 1: bind, 0: connect */
+    int hwm;               /* messages; 0: TP_ACTOR_DEFAULT_HWM */
+    int lz4;               /* ipc/tcp outputs: lz4-compress components */
+} tp_actor_port_t;
+
+/* What an actor is. The definition and its port arrays are borrowed: keep
+ * them alive while the actor (or a supervisor that restarts it) lives. */
+typedef struct tp_actor_def {
+    const char *name;                /* unique within a supervisor */
+    const tp_actor_port_t *inputs;   /* ninputs ports */
+    int ninputs;
+    const tp_actor_port_t *outputs;  /* noutputs ports */
+    int noutputs;
+    /* On the actor's thread before it reports ready: build the private
+     * state from `arg` into *state. NULL: state = arg. An error fails
+     * tp_actor_new with this function's message. */
+    tp_status_t (*init)(tp_actor_ctx_t *ctx, void *arg, void **state);
+    /* A datapoint arrived at input `port`: take *dp (leave it non-NULL and
+     * the runtime frees it). *dp == NULL means end-of-stream on that port.
+     * TP_OK goes on, TP_DONE ends the actor cleanly, < 0 fails it.
+     * NULL: pass every datapoint to output 0. */
+    tp_status_t (*on_data)(tp_actor_ctx_t *ctx, void *state, int port,
+                           tp_datapoint_t **dp);
+    /* Sources (no inputs): called in a loop; usually sends one datapoint.
+     * TP_OK goes on, TP_DONE ends cleanly, < 0 fails. */
+    tp_status_t (*produce)(tp_actor_ctx_t *ctx, void *state);
+    /* On the actor's thread at the end (may be NULL). */
+    void (*fini)(void *state);
+} tp_actor_def_t;
+
+/* ---- owner side ---------------------------------------------------------- */
+
+/* Start an actor and wait until it is ready (its sockets bound or
+ * connected, init done). Caller owns. NULL when init or a socket failed,
+ * with tp_last_error() saying which actor and why. */
+tp_actor_t *tp_actor_new(const tp_actor_def_t *def, void *arg);
+
+/* Terminate (if still running: queued input is dropped), wait for the
+ * thread and free; accepts NULL, nulls *self_p. Waits at most 5 s for a
+ * handler that does not return; such a thread is abandoned and logged. */
+void tp_actor_destroy(tp_actor_t **self_p);
+
+/* Ask for an orderly end: a source stops producing and sends end-of-stream;
+ * other actors end when their inputs do. */
+tp_status_t tp_actor_stop(tp_actor_t *self);
+
+/* Wait up to timeout_ms (< 0: forever) for the actor to end. Returns its
+ * exit status (TP_OK for a clean end, the handler's error otherwise, with
+ * tp_last_error() set to its message), or TP_ERR_TIMEOUT when still running. */
+tp_status_t tp_actor_wait(tp_actor_t *self, int timeout_ms);
+
+/* 1 once the owner has seen the actor end. */
+int tp_actor_exited(const tp_actor_t *self);
+
+/* Why the actor ended ("end of stream", "terminated", its error), or "". */
+const char *tp_actor_reason(const tp_actor_t *self);
+
+/* The actor's counters now (asks its thread, waits up to 1 s; the last
+ * known counters after it ended). Rates are not filled. */
+tp_status_t tp_actor_stats(tp_actor_t *self, tp_stats_row_t *row);
+
+const char *tp_actor_name(const tp_actor_t *self);
+
+/* ---- inside a handler (actor thread only) ---------------------------------- */
+
+/* Send *dp_p on output `port`; takes it and nulls *dp_p. Blocks while the
+ * output is full (counted as blocked time). TP_ERR_INTERRUPTED when the
+ * actor is terminated meanwhile (the datapoint is freed); the handler
+ * should then return that status. */
+tp_status_t tp_actor_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p);
+
+/* Index of the input or output named `name`, or -1. */
+int tp_actor_input(const tp_actor_ctx_t *ctx, const char *name);
+int tp_actor_output(const tp_actor_ctx_t *ctx, const char *name);
+
+/* 1 when the owner asked the actor to stop (sources should return TP_DONE). */
+int tp_actor_stopping(const tp_actor_ctx_t *ctx);
+
+const char *tp_actor_ctx_name(const tp_actor_ctx_t *ctx);
+
+/* Messages dropped as malformed at this actor's inputs. */
+uint64_t tp_actor_ctx_malformed(const tp_actor_ctx_t *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

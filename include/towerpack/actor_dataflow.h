@@ -1,0 +1,145 @@
+/* towerpack: dataflows that run in other processes or come from other hosts.
+ *
+ *   tp_df_multiprocess      tensorpack's MultiProcessRunnerZMQ: N forked
+ *                           workers each run their own copy of a dataflow
+ *                           and PUSH to the parent's PULL over ipc
+ *   tp_df_multiprocess_map  tensorpack's MultiProcessMapDataZMQ: the parent
+ *                           reads a dataflow, N forked workers map it
+ *   tp_df_remote            tensorpack's RemoteDataZMQ: datapoints from one
+ *                           or more endpoints (tcp or ipc) as a dataflow
+ *   tp_send_dataflow        tensorpack's send_dataflow_zmq: a dataflow to
+ *                           an endpoint
+ * Datapoints cross in the wire format (towerpack/wire.h), lz4 optional.
+ *
+ * The fork rule: workers are forked in tp_dataflow_reset_state, which must
+ * run before the process has started any thread or CUDA context (no
+ * actors, no supervisor, no CUDA yet). It is checked: reset_state fails
+ * with TP_ERR_STATE when /proc/self/task shows more than one thread or the
+ * CUDA module is loaded, unless opts.allow_threads says the caller knows
+ * better. A restarted worker is forked later, from the then multi-threaded
+ * parent: it touches none of the parent's sockets (it opens a fresh ZeroMQ
+ * context), but a dataflow holding locks owned by other threads would
+ * deadlock in it; use TP_WORKER_FAIL for such dataflows.
+ *
+ * Workers die with their parent: PR_SET_PDEATHSIG (SIGKILL) plus a check of
+ * the parent pid, also when the parent is SIGKILLed. They ignore SIGINT (the
+ * parent decides). The parent looks at its workers at least every 100 ms
+ * while it waits, so a dead worker is seen within a second; by policy it is
+ * restarted or next() fails naming the worker and how it died (exit status
+ * or signal). An error inside a worker reaches the parent with its message.
+ * next() never waits forever: signals recorded by tp_signals_install make
+ * it return TP_ERR_INTERRUPTED, and opts.timeout_s bounds a silent wait. */
+#ifndef TOWERPACK_ACTOR_DATAFLOW_H
+#define TOWERPACK_ACTOR_DATAFLOW_H
+
+#include <stdint.h>
+#include <towerpack/dataflow.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TP_WORKER_FAIL = 0,     /* a dead worker fails next() with its story */
+    TP_WORKER_RESTART = 1,  /* fork a replacement, up to max_restarts */
+} tp_worker_policy_t;
+
+typedef struct tp_mp_opts {
+    int hwm;                    /* messages per socket (default 50) */
+    tp_worker_policy_t policy;  /* default TP_WORKER_FAIL */
+    int max_restarts;           /* in all, for TP_WORKER_RESTART (default 3) */
+    const char *run_dir;        /* ipc sockets go here; NULL: private temp dir */
+    int allow_threads;          /* skip the fork-rule check (default 0) */
+    double timeout_s;           /* next() fails after this long without data
+                                   (0: no limit; signals still end it) */
+    int buffer_size;            /* map: datapoints in flight (default 200) */
+    int lz4;                    /* compress between processes (default 0) */
+} tp_mp_opts_t;
+
+void tp_mp_opts_init(tp_mp_opts_t *opts);
+
+/* MultiProcessRunnerZMQ over `inner` (taken). Each of the nworkers forked
+ * workers runs its own copy of inner, seeded with the runner's seed and a
+ * stream of its own, pass after pass. A pass of the runner is size(inner)
+ * datapoints in arrival order (endless when the size is unknown), as in
+ * tensorpack. Caller owns; NULL on bad arguments (tp_last_error()). */
+tp_dataflow_t *tp_df_multiprocess(tp_dataflow_t *inner, int nworkers,
+                                  const tp_mp_opts_t *opts);
+
+/* A map function for tp_df_multiprocess_map, run in a worker process:
+ * transform *dp in place or replace it; set it to NULL to drop the
+ * datapoint; < 0 fails (the parent's next() reports the message). */
+typedef tp_status_t (*tp_map_fn)(void *arg, tp_datapoint_t **dp);
+
+/* MultiProcessMapDataZMQ: the parent iterates `inner` (taken) and nworkers
+ * forked workers apply fn(arg, &dp). strict: results come in the order of
+ * inner, exactly one pass of inner per pass. Not strict: in completion
+ * order, the buffer kept full across passes; a pass is size(inner)
+ * results. With TP_WORKER_RESTART the parent keeps a copy of each datapoint
+ * in flight (buffer_size of them) so that a dead worker's share is redone:
+ * strict mode stays exact. Caller owns; NULL on bad arguments. */
+tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
+                                      tp_map_fn fn, void *arg, int strict,
+                                      const tp_mp_opts_t *opts);
+
+/* Worker restarts so far (either multiprocess dataflow), or -1 for others. */
+int tp_df_multiprocess_restarts(tp_dataflow_t *df);
+
+/* Pids of the live workers into pids[0..n) (n at least nworkers); returns
+ * how many. For tests and tools. */
+int tp_df_multiprocess_pids(tp_dataflow_t *df, int *pids, int n);
+
+typedef struct tp_remote_opts {
+    int bind;           /* 1: bind every endpoint (default), 0: connect */
+    int hwm;            /* default 50 */
+    double timeout_s;   /* next() fails after this long without data (0: no
+                           limit; signals still end it) */
+    size_t max_bytes;   /* largest datapoint accepted (default 1 GiB) */
+} tp_remote_opts_t;
+
+void tp_remote_opts_init(tp_remote_opts_t *opts);
+
+/* RemoteDataZMQ: datapoints arriving at `endpoints` ("tcp://...,ipc://..."
+ * comma-separated) as an endless dataflow (size -1). A malformed message is
+ * counted, logged at most once a second and dropped. Sockets are made at
+ * reset_state and belong to the thread that iterates. Caller owns; NULL
+ * with tp_last_error() on a bad endpoint list. */
+tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts);
+
+/* Messages a remote dataflow dropped as malformed, or 0 for others. */
+uint64_t tp_df_remote_malformed(tp_dataflow_t *df);
+
+typedef struct tp_send_opts {
+    int bind;               /* 1: bind, 0: connect (default) */
+    int hwm;                /* default 50 */
+    int lz4;                /* compress components */
+    int64_t max_count;      /* stop after this many (0: endless) */
+    uint64_t seed;          /* reset_state(seed, stream) of the dataflow */
+    uint64_t stream;
+    const char *stats;      /* publish stats here (tp_stats_endpoint_resolve
+                               request), NULL: none */
+    const char *stats_name; /* row name (default "send") */
+    const char *run_dir;    /* for an "ipc" stats request */
+    double linger_s;        /* at the end, wait this long for the peer to
+                               take what is queued (default 2) */
+} tp_send_opts_t;
+
+void tp_send_opts_init(tp_send_opts_t *opts);
+
+/* send_dataflow_zmq: reset `df` and send it, pass after pass, to `endpoint`
+ * until max_count datapoints, an error of df (returned), or a signal
+ * recorded by tp_signals_install (TP_ERR_INTERRUPTED). df stays the
+ * caller's. *sent (may be NULL) gets the count. */
+tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
+                             const tp_send_opts_t *opts, uint64_t *sent);
+
+/* The factory a tp-worker plugin exports under this name: build a dataflow
+ * from the plugin's own arguments (argv[0] is the plugin path). */
+#define TP_WORKER_FACTORY "tp_worker_dataflow"
+typedef tp_status_t (*tp_worker_factory_fn)(int argc, char **argv,
+                                            tp_dataflow_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

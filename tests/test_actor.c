@@ -1,0 +1,266 @@
+/* towerpack tests: the actor runtime (lifecycle, pointer passing, order,
+ * end-of-stream, errors, backpressure, malformed input, statistics). */
+#include <criterion/criterion.h>
+#include <czmq.h>
+#include <unistd.h>
+#include "actor_testutil.h"
+
+/* ---- building blocks ---- */
+
+typedef struct {
+    int64_t n, next;
+} src_t;
+
+static tp_status_t src_produce(tp_actor_ctx_t *ctx, void *state) {
+    src_t *s = state;
+    if (s->next >= s->n)
+        return TP_DONE;
+    tp_datapoint_t *dp = tu_dp(s->next++, 0);
+    return tp_actor_send(ctx, 0, &dp);
+}
+
+typedef struct {
+    int64_t count, expect_next;
+    int in_order, eos;
+    int sleep_ms;       /* per datapoint */
+    int fail_at;        /* fail on this datapoint (-1: never) */
+} sink_t;
+
+static tp_status_t sink_on_data(tp_actor_ctx_t *ctx, void *state, int port,
+                                tp_datapoint_t **dp) {
+    (void)ctx; (void)port;
+    sink_t *s = state;
+    if (!*dp) {
+        s->eos++;
+        return TP_OK;
+    }
+    if (s->fail_at >= 0 && s->count == s->fail_at)
+        return tp_error(TP_ERR_FORMAT, "sink: planted failure at %d", s->fail_at);
+    if (tu_value(*dp) != s->expect_next)
+        s->in_order = 0;
+    s->expect_next++;
+    s->count++;
+    if (s->sleep_ms)
+        usleep((useconds_t)s->sleep_ms * 1000);
+    return TP_OK;
+}
+
+static const tp_actor_port_t p_a_out[] = {{"out", "inproc://t-a", 1, 0, 0}};
+static const tp_actor_port_t p_b_in[] = {{"in", "inproc://t-a", 0, 0, 0}};
+static const tp_actor_port_t p_b_out[] = {{"out", "inproc://t-b", 1, 0, 0}};
+static const tp_actor_port_t p_c_in[] = {{"in", "inproc://t-b", 0, 0, 0}};
+
+static const tp_actor_def_t d_src = {"src", NULL, 0, p_a_out, 1, NULL, NULL,
+                                     src_produce, NULL};
+static const tp_actor_def_t d_pass = {"pass", p_b_in, 1, p_b_out, 1, NULL,
+                                      NULL, NULL, NULL};
+static const tp_actor_def_t d_sink = {"sink", p_c_in, 1, NULL, 0, NULL,
+                                      sink_on_data, NULL, NULL};
+
+Test(actor, chain_moves_every_datapoint_in_order) {
+    src_t src = {20000, 0};
+    sink_t sink = {0, 0, 1, 0, 0, -1};
+    tp_actor_t *c = tp_actor_new(&d_sink, &sink);
+    cr_assert(c, "%s", tp_last_error());
+    tp_actor_t *b = tp_actor_new(&d_pass, NULL);
+    cr_assert(b, "%s", tp_last_error());
+    tp_actor_t *a = tp_actor_new(&d_src, &src);
+    cr_assert(a, "%s", tp_last_error());
+    cr_assert_eq(tp_actor_wait(a, 10000), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_actor_wait(b, 10000), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_actor_wait(c, 10000), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(tp_actor_reason(a), "end of data");
+    cr_assert_str_eq(tp_actor_reason(c), "end of stream");
+    tp_stats_row_t row;
+    tp_actor_stats(b, &row);
+    cr_assert_eq(row.msgs_in, 20000);
+    cr_assert_eq(row.msgs_out, 20000);
+    cr_assert_eq(row.bytes_in, 20000 * 8);
+    cr_assert_str_eq(row.name, "pass");
+    cr_assert_eq(row.state, TP_ACTOR_DONE);
+    tp_actor_destroy(&a);
+    tp_actor_destroy(&b);
+    tp_actor_destroy(&c);
+    cr_assert_null(a);
+    cr_assert_eq(sink.count, 20000);
+    cr_assert(sink.in_order);
+    cr_assert_eq(sink.eos, 1);
+    cr_assert_eq(atomic_load(&tu_live), 0, "every datapoint freed once");
+}
+
+static tp_status_t bad_init(tp_actor_ctx_t *ctx, void *arg, void **state) {
+    (void)ctx; (void)arg; (void)state;
+    return tp_error(TP_ERR_NOT_FOUND, "no such model file");
+}
+
+Test(actor, init_failure_names_the_actor) {
+    tp_actor_def_t d = d_pass;
+    d.name = "loader";
+    d.init = bad_init;
+    tp_actor_t *a = tp_actor_new(&d, NULL);
+    cr_assert_null(a);
+    cr_assert(strstr(tp_last_error(), "loader"), "%s", tp_last_error());
+    cr_assert(strstr(tp_last_error(), "no such model file"), "%s", tp_last_error());
+}
+
+Test(actor, bad_endpoint_is_a_clear_error) {
+    static const tp_actor_port_t bad[] = {{"in", "udp://x", 1, 0, 0}};
+    tp_actor_def_t d = {"odd", bad, 1, NULL, 0, NULL, sink_on_data, NULL, NULL};
+    tp_actor_t *a = tp_actor_new(&d, NULL);
+    cr_assert_null(a);
+    cr_assert(strstr(tp_last_error(), "udp://x"), "%s", tp_last_error());
+}
+
+Test(actor, handler_error_ends_the_actor_with_its_message) {
+    src_t src = {100, 0};
+    sink_t sink = {0, 0, 1, 0, 0, 5};
+    tp_actor_t *c = tp_actor_new(&d_sink, &sink);
+    tp_actor_t *b = tp_actor_new(&d_pass, NULL);
+    tp_actor_t *a = tp_actor_new(&d_src, &src);
+    cr_assert(a && b && c);
+    tp_status_t rc = tp_actor_wait(c, 5000);
+    cr_assert_eq(rc, TP_ERR_FORMAT);
+    cr_assert(strstr(tp_last_error(), "planted failure at 5"), "%s", tp_last_error());
+    cr_assert(tp_actor_exited(c));
+    tp_actor_destroy(&a);
+    tp_actor_destroy(&b);
+    tp_actor_destroy(&c);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+/* A source that never ends: produces until stopped. */
+typedef struct {
+    int64_t made;
+    size_t pad;
+} endless_t;
+
+static tp_status_t endless_produce(tp_actor_ctx_t *ctx, void *state) {
+    endless_t *s = state;
+    tp_datapoint_t *dp = tu_dp(s->made++, s->pad);
+    return tp_actor_send(ctx, 0, &dp);
+}
+
+Test(actor, stop_drains_and_ends_cleanly) {
+    endless_t src = {0, 0};
+    sink_t sink = {0, 0, 1, 0, 0, -1};
+    tp_actor_def_t ds = d_src;
+    ds.produce = endless_produce;
+    tp_actor_t *c = tp_actor_new(&d_sink, &sink);
+    tp_actor_t *b = tp_actor_new(&d_pass, NULL);
+    tp_actor_t *a = tp_actor_new(&ds, &src);
+    usleep(50000);
+    cr_assert_eq(tp_actor_stop(a), TP_OK);
+    cr_assert_eq(tp_actor_wait(a, 2000), TP_OK);
+    cr_assert_eq(tp_actor_wait(b, 2000), TP_OK);
+    cr_assert_eq(tp_actor_wait(c, 2000), TP_OK);
+    cr_assert_str_eq(tp_actor_reason(a), "stopped");
+    tp_actor_destroy(&a);
+    tp_actor_destroy(&b);
+    tp_actor_destroy(&c);
+    cr_assert_eq(sink.count, src.made, "drained: every datapoint made arrived");
+    cr_assert(sink.in_order);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+Test(actor, slow_consumer_blocks_producer_memory_bounded) {
+    /* 64 KiB datapoints into a consumer that takes 20 ms each. */
+    endless_t src = {0, 65536};
+    sink_t sink = {0, 0, 1, 0, 20, -1};
+    static const tp_actor_port_t out[] = {{"out", "inproc://t-slow", 1, 8, 0}};
+    static const tp_actor_port_t in[] = {{"in", "inproc://t-slow", 0, 8, 0}};
+    tp_actor_def_t ds = {"fast", NULL, 0, out, 1, NULL, NULL, endless_produce, NULL};
+    tp_actor_def_t dc = {"slow", in, 1, NULL, 0, NULL, sink_on_data, NULL, NULL};
+    tp_actor_t *c = tp_actor_new(&dc, &sink);
+    tp_actor_t *a = tp_actor_new(&ds, &src);
+    cr_assert(a && c);
+    long peak = 0;
+    for (int i = 0; i < 30; i++) {
+        usleep(20000);
+        long live = atomic_load(&tu_live);
+        if (live > peak)
+            peak = live;
+    }
+    tp_stats_row_t ra, rc;
+    tp_actor_stats(a, &ra);
+    tp_actor_stats(c, &rc);
+    /* 2 x hwm in the link, one in the sink's hands, one being made. */
+    cr_assert_leq(peak, 2 * 8 + 2, "live datapoints %ld", peak);
+    cr_assert_gt(ra.blocked_s, 0.3, "producer blocked %.3f s", ra.blocked_s);
+    cr_assert_gt(rc.queue_fill, 0.5, "consumer queue fill %.2f", rc.queue_fill);
+    tp_actor_destroy(&a);
+    tp_actor_destroy(&c);
+    cr_assert_eq(atomic_load(&tu_live), 0, "terminated: queued data freed");
+}
+
+Test(actor, terminate_while_blocked_returns_promptly) {
+    endless_t src = {0, 0};
+    static const tp_actor_port_t out[] = {{"out", "inproc://t-nobody", 1, 4, 0}};
+    tp_actor_def_t ds = {"stuck", NULL, 0, out, 1, NULL, NULL, endless_produce, NULL};
+    tp_actor_t *a = tp_actor_new(&ds, &src);
+    cr_assert(a);
+    usleep(50000);
+    double t0 = tp_now_s();
+    tp_actor_destroy(&a);
+    cr_assert_lt(tp_now_s() - t0, 0.5);
+    /* Messages still queued in a socket nobody reads cannot be freed; only
+     * the ones the producer held count here. */
+    cr_assert_leq(atomic_load(&tu_live), 4);
+}
+
+Test(actor, garbage_on_ipc_input_is_counted_and_dropped) {
+    char dir[64], ep[128];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(ep, sizeof ep, "ipc://%s/in.sock", dir);
+    tp_actor_port_t in[] = {{"in", ep, 1, 0, 0}};
+    sink_t sink = {0, 0, 1, 0, 0, -1};
+    tp_actor_def_t dc = {"rx", in, 1, NULL, 0, NULL, sink_on_data, NULL, NULL};
+    tp_actor_t *c = tp_actor_new(&dc, &sink);
+    cr_assert(c, "%s", tp_last_error());
+    zsock_t *push = zsock_new_push(ep);
+    cr_assert(push);
+    zstr_send(push, "garbage");
+    zstr_sendx(push, "TPW1xxxx", "more", NULL);
+    for (int i = 0; i < 3; i++) {
+        tp_datapoint_t *dp = tu_dp(i, 100);
+        cr_assert_eq(tp_wire_send(zsock_resolve(push), &dp, NULL), TP_OK);
+    }
+    /* End-of-stream over the wire: the runtime's control frame. */
+    uint8_t eos[12] = {'T', 'C', 'L', '1', 1, 0, 0, 0, 0, 0, 0, 0};
+    zmq_send(zsock_resolve(push), eos, sizeof eos, 0);
+    cr_assert_eq(tp_actor_wait(c, 3000), TP_OK, "%s", tp_last_error());
+    tp_stats_row_t row;
+    tp_actor_stats(c, &row);
+    cr_assert_eq(row.msgs_in, 3);
+    cr_assert_eq(sink.count, 3);
+    cr_assert(sink.in_order);
+    zsock_destroy(&push);
+    tp_actor_destroy(&c);
+    char path[160];
+    snprintf(path, sizeof path, "%s/in.sock", dir);
+    cr_assert_neq(access(path, F_OK), 0, "ipc socket file removed");
+    rmdir(dir);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+Test(actor, ipc_link_between_actors_with_lz4) {
+    char dir[64], ep[128];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(ep, sizeof ep, "ipc://%s/link.sock", dir);
+    tp_actor_port_t out[] = {{"out", ep, 0, 0, 1}};
+    tp_actor_port_t in[] = {{"in", ep, 1, 0, 0}};
+    src_t src = {500, 0};
+    sink_t sink = {0, 0, 1, 0, 0, -1};
+    tp_actor_def_t ds = {"tx", NULL, 0, out, 1, NULL, NULL, src_produce, NULL};
+    tp_actor_def_t dc = {"rx", in, 1, NULL, 0, NULL, sink_on_data, NULL, NULL};
+    tp_actor_t *c = tp_actor_new(&dc, &sink);
+    tp_actor_t *a = tp_actor_new(&ds, &src);
+    cr_assert(a && c, "%s", tp_last_error());
+    cr_assert_eq(tp_actor_wait(a, 5000), TP_OK);
+    cr_assert_eq(tp_actor_wait(c, 5000), TP_OK);
+    tp_actor_destroy(&a);
+    tp_actor_destroy(&c);
+    cr_assert_eq(sink.count, 500);
+    cr_assert(sink.in_order);
+    rmdir(dir);
+}
+

@@ -1,0 +1,153 @@
+/* towerpack tests: MultiProcessRunnerZMQ (tp_df_multiprocess): counts and
+ * streams, worker errors, a worker SIGKILLed under each policy, cleanup,
+ * and the fork rule. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include "actor_testutil.h"
+#include "proc_testutil.h"
+
+static tp_dataflow_t *make_runner(int64_t n, int nworkers, int64_t fail_at,
+                                  tp_worker_policy_t policy, const char *dir) {
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    o.policy = policy;
+    o.run_dir = dir;
+    o.timeout_s = 10;
+    /* Criterion runs a thread of its own in every test process. */
+    o.allow_threads = 1;
+    tp_dataflow_t *df = tp_df_multiprocess(tu_count_df(n, 0, fail_at), nworkers, &o);
+    cr_assert(df, "%s", tp_last_error());
+    return df;
+}
+
+Test(proc_runner, passes_of_size_n_from_every_worker) {
+    char dir[64];
+    tu_tmpdir(dir, sizeof dir);
+    tp_dataflow_t *df = make_runner(100, 2, -1, TP_WORKER_FAIL, dir);
+    cr_assert_eq(tp_dataflow_size(df), 100);
+    cr_assert_eq(tp_dataflow_reset_state(df, 42, 0), TP_OK, "%s", tp_last_error());
+    int pids[4];
+    cr_assert_eq(tp_df_multiprocess_pids(df, pids, 4), 2);
+    uint64_t streams[2] = {0, 0};
+    int nstreams = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int count = 0;
+        tp_datapoint_t *dp;
+        tp_status_t rc;
+        while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {
+            int64_t v = tu_value(dp);
+            cr_assert_lt(v % 1000000, 100);
+            uint64_t s = (uint64_t)(v / 1000000);
+            int known = 0;
+            for (int k = 0; k < nstreams; k++)
+                known |= streams[k] == s;
+            if (!known && nstreams < 2)
+                streams[nstreams++] = s;
+            else
+                cr_assert(known, "at most one stream per worker");
+            tp_datapoint_destroy(&dp);
+            count++;
+        }
+        cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
+        cr_assert_eq(count, 100);
+    }
+    cr_assert_eq(nstreams, 2, "each worker has its own RNG stream");
+    tp_dataflow_destroy(&df);
+    for (int i = 0; i < 2; i++)
+        cr_assert(pu_wait_gone(pids[i], 1000), "worker %d gone", pids[i]);
+    cr_assert_eq(pu_dir_entries(dir), 0, "no socket file left");
+    rmdir(dir);
+}
+
+Test(proc_runner, worker_error_reaches_parent_with_message) {
+    tp_dataflow_t *df = make_runner(100, 2, 5, TP_WORKER_FAIL, NULL);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    tp_status_t rc;
+    int got = 0;
+    double t0 = tp_now_s();
+    while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {
+        tp_datapoint_destroy(&dp);
+        got++;
+    }
+    cr_assert_eq(rc, TP_ERR_PEER, "%d %s", rc, tp_last_error());
+    cr_assert(strstr(tp_last_error(), "planted failure at 5"), "%s", tp_last_error());
+    cr_assert(strstr(tp_last_error(), "worker"), "%s", tp_last_error());
+    cr_assert_lt(tp_now_s() - t0, 2.0);
+    tp_dataflow_destroy(&df);
+}
+
+Test(proc_runner, killed_worker_fails_with_its_signal) {
+    tp_dataflow_t *df = make_runner(1000000, 2, -1, TP_WORKER_FAIL, NULL);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    for (int i = 0; i < 50; i++) {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    int pids[2];
+    cr_assert_eq(tp_df_multiprocess_pids(df, pids, 2), 2);
+    kill(pids[1], SIGKILL);
+    double t0 = tp_now_s();
+    tp_status_t rc;
+    while ((rc = tp_dataflow_next(df, &dp)) == TP_OK)
+        tp_datapoint_destroy(&dp);
+    cr_assert_lt(tp_now_s() - t0, 1.0, "seen within 1 s");
+    cr_assert_eq(rc, TP_ERR_PEER);
+    char want[64];
+    snprintf(want, sizeof want, "worker 1 (pid %d) killed by signal 9", pids[1]);
+    cr_assert(strstr(tp_last_error(), want), "%s", tp_last_error());
+    tp_dataflow_destroy(&df);
+    cr_assert(pu_wait_gone(pids[0], 1000));
+}
+
+Test(proc_runner, killed_worker_is_restarted) {
+    tp_dataflow_t *df = make_runner(1000000, 2, -1, TP_WORKER_RESTART, NULL);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    for (int i = 0; i < 50; i++) {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK);
+        tp_datapoint_destroy(&dp);
+    }
+    int pids[2];
+    tp_df_multiprocess_pids(df, pids, 2);
+    kill(pids[0], SIGKILL);
+    /* Keep reading across the restart; both slots deliver afterwards. */
+    double t0 = tp_now_s();
+    while (tp_df_multiprocess_restarts(df) == 0 && tp_now_s() - t0 < 2) {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(tp_df_multiprocess_restarts(df), 1);
+    for (int i = 0; i < 500; i++) {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    int now[2];
+    cr_assert_eq(tp_df_multiprocess_pids(df, now, 2), 2);
+    cr_assert(now[0] != pids[0] && now[1] == pids[1]);
+    tp_dataflow_destroy(&df);
+    cr_assert(pu_wait_gone(now[0], 1000) && pu_wait_gone(now[1], 1000));
+}
+
+static void *idle_thread(void *arg) {
+    (void)arg;
+    usleep(300000);
+    return NULL;
+}
+
+Test(proc_runner, refuses_to_fork_with_threads_running) {
+    pthread_t t;
+    pthread_create(&t, NULL, idle_thread, NULL);
+    tp_dataflow_t *df = tp_df_multiprocess(tu_count_df(10, 0, -1), 1, NULL);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_ERR_STATE);
+    cr_assert(strstr(tp_last_error(), "threads"), "%s", tp_last_error());
+    tp_dataflow_destroy(&df);
+    pthread_join(t, NULL);
+}
+
+Test(proc_runner, bad_arguments) {
+    cr_assert_null(tp_df_multiprocess(tu_count_df(1, 0, -1), 0, NULL));
+    cr_assert(strstr(tp_last_error(), "0 workers"), "%s", tp_last_error());
+    cr_assert_null(tp_df_multiprocess(NULL, 2, NULL));
+}
