@@ -345,6 +345,9 @@ int64_t tp_trainer_samples_per_step(const tp_trainer_t *self) {
     return self->ops->samples_per_step ? self->ops->samples_per_step(self->impl) : 0;
 }
 void *tp_trainer_impl(tp_trainer_t *self) { return self->impl; }
+tp_model_t *tp_trainer_model(tp_trainer_t *self) {
+    return self->ops->model ? self->ops->model(self->impl) : NULL;
+}
 size_t tp_trainer_ncallbacks(const tp_trainer_t *self) { return self->ncbs; }
 tp_callback_t *tp_trainer_callback(tp_trainer_t *self, size_t i) {
     TP_ASSERT(i < self->ncbs);

@@ -31,6 +31,7 @@ extern "C" {
 
 typedef struct tp_trainer tp_trainer_t;
 typedef struct tp_callback tp_callback_t;
+typedef struct tp_model tp_model_t;   /* towerpack/graph.h */
 
 /* ---- the step's fetches: the before_run / after_run contract -------------- */
 
@@ -66,6 +67,9 @@ typedef struct tp_trainer_ops {
     tp_status_t (*get_hyperparam)(void *impl, const char *name, double *value);
     /* Samples a step consumes (batch x towers), for throughput; may be NULL. */
     int64_t (*samples_per_step)(void *impl);
+    /* The model the trainer trains, for callbacks that save, validate or
+     * inspect it (ModelSaver, InferenceRunner); may be NULL. */
+    tp_model_t *(*model)(void *impl);
     /* Free impl (may be NULL). */
     void (*destroy)(void *impl);
 } tp_trainer_ops_t;
@@ -123,6 +127,9 @@ tp_status_t tp_trainer_get_hyperparam(tp_trainer_t *self, const char *name,
 
 /* The implementation pointer. */
 void *tp_trainer_impl(tp_trainer_t *self);
+
+/* The trained model (ops->model), or NULL for a trainer without one. */
+tp_model_t *tp_trainer_model(tp_trainer_t *self);
 
 /* ---- monitors: where scalars go ------------------------------------------- */
 

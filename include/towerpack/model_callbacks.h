@@ -1,0 +1,58 @@
+/* towerpack: callbacks that work on the trained model: checkpoints
+ * (ModelSaver, MinSaver, MaxSaver) and validation (InferenceRunner with
+ * ScalarStats and ClassificationError). They need a trainer whose ops give
+ * the model (tp_trainer_model) and, for the savers, a log directory. */
+#ifndef TOWERPACK_MODEL_CALLBACKS_H
+#define TOWERPACK_MODEL_CALLBACKS_H
+
+#include <stddef.h>
+#include <towerpack/callback.h>
+#include <towerpack/dataflow.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ModelSaver: after every epoch, LOGDIR/model-<global_step>.safetensors
+ * (variables, optimizer slots, epoch and global step), written atomically,
+ * and LOGDIR/checkpoint naming it. Keeps the newest `max_to_keep` (10 in
+ * tensorpack) and, beyond those, one every `keep_every_n_hours` of training
+ * (<= 0: none). Chief only. */
+tp_callback_t *tp_cb_model_saver(int max_to_keep, double keep_every_n_hours);
+
+/* MinSaver / MaxSaver: after every epoch, when scalar `stat` reaches a new
+ * minimum (maximum), save the model to LOGDIR/<filename> (default
+ * "min-<stat>.safetensors" / "max-<stat>.safetensors"). Chief only. */
+tp_callback_t *tp_cb_min_saver(const char *stat, const char *filename);
+tp_callback_t *tp_cb_max_saver(const char *stat, const char *filename);
+
+/* The newest checkpoint in `logdir` into out[size]: the one LOGDIR/checkpoint
+ * names if it exists, else the model-<N>.safetensors with the largest N.
+ * TP_ERR_NOT_FOUND when there is none. */
+tp_status_t tp_checkpoint_find_latest(const char *logdir, char *out,
+                                      size_t size);
+
+/* What an InferenceRunner computes over a validation pass. */
+typedef enum {
+    TP_INFER_SCALAR_STATS = 0,       /* mean of a scalar output, weighted by rows */
+    TP_INFER_CLASSIFICATION_ERROR,   /* sum of a wrong-count output / rows */
+} tp_inferencer_kind_t;
+
+typedef struct tp_inferencer {
+    tp_inferencer_kind_t kind;
+    const char *output;   /* the model's output or metric name */
+    const char *summary;  /* scalar name; NULL: "validation_<output>" for
+                             ScalarStats, "validation_error" otherwise */
+} tp_inferencer_t;
+
+/* InferenceRunner: after every epoch, one pass of `df` (taken; batches with
+ * the model's inputs as components, last one may be smaller) through the
+ * model's inference graph, each inferencer's result put as a scalar. The
+ * model must have been built with an inference graph (infer_batch > 0). */
+tp_callback_t *tp_cb_inference_runner(tp_dataflow_t *df,
+                                      const tp_inferencer_t *infs, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

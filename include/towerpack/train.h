@@ -1,0 +1,113 @@
+/* towerpack: training a model (tensorpack's TrainConfig,
+ * launch_train_with_config and the single-cost trainers).
+ *
+ *   tp_train_config_t cfg;
+ *   tp_train_config_init(&cfg);
+ *   cfg.model = &my_model_desc;                  // inputs, tower fn, optimizer
+ *   cfg.dataflow = batch(shuffle(fashion_mnist("train"), ...), 128);
+ *   cfg.max_epoch = 10;
+ *   tp_status_t rc = tp_launch_train_with_config(&cfg);
+ *
+ * Every tower takes its own batch from the input: the total batch is
+ * batch x towers, as in tensorpack. */
+#ifndef TOWERPACK_TRAIN_H
+#define TOWERPACK_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <towerpack/callback.h>
+#include <towerpack/dataflow.h>
+#include <towerpack/graph.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- input sources -------------------------------------------------------- */
+
+typedef struct tp_input tp_input_t;
+
+typedef struct tp_input_ops {
+    const char *name;
+    /* Prepare (seed the dataflow, start prefetching). */
+    tp_status_t (*start)(void *impl, int towers, uint64_t seed);
+    /* The next batch for `tower` (caller owns). Passes wrap around: an
+     * epoch is the trainer's period, not one pass of the data. */
+    tp_status_t (*next)(void *impl, int tower, tp_datapoint_t **out);
+    /* Batches per pass, or -1 when unknown. */
+    int64_t (*size)(void *impl);
+    /* Stop prefetching (may be NULL). */
+    void (*stop)(void *impl);
+    void (*destroy)(void *impl);
+} tp_input_ops_t;
+
+/* An input over `impl`; takes it. Caller owns. */
+tp_input_t *tp_input_new(const tp_input_ops_t *ops, void *impl);
+void tp_input_destroy(tp_input_t **self_p);
+const char *tp_input_name(const tp_input_t *self);
+
+/* FeedInput: batches straight from the dataflow on the trainer's thread,
+ * synchronous (for debugging). Takes df. */
+tp_input_t *tp_input_feed(tp_dataflow_t *df);
+
+/* DummyConstantInput: one random batch per tower, built once from the
+ * model's input descriptions and returned again and again (copies): the
+ * speed of light of the step. `label_classes` bounds int inputs. */
+tp_input_t *tp_input_dummy(const tp_model_desc_t *model, int64_t batch,
+                           int label_classes, uint64_t seed);
+
+/* ---- trainers ---------------------------------------------------------------- */
+
+typedef enum {
+    TP_TRAINER_SIMPLE = 0,            /* one tower */
+    TP_TRAINER_REPLICATED = 1,        /* SyncMultiGPUTrainerReplicated */
+    TP_TRAINER_PARAMETER_SERVER = 2,  /* SyncMultiGPUTrainerParameterServer */
+} tp_trainer_kind_t;
+
+typedef struct tp_train_config {
+    const tp_model_desc_t *model;  /* required */
+    tp_dataflow_t *dataflow;       /* taken: the default input (FeedInput) */
+    tp_input_t *input;             /* taken: instead of dataflow */
+    tp_trainer_kind_t trainer;     /* default: SIMPLE for 1 tower, else REPLICATED */
+    int towers;                    /* default 1 */
+    int64_t batch;                 /* per tower; default 32 */
+    uint64_t seed;                 /* default 1 */
+    int threads;                   /* BLAS threads (0: backend default) */
+
+    tp_callback_t **callbacks;     /* taken; user callbacks */
+    size_t ncallbacks;
+    tp_callback_t **monitors;      /* taken; after everything else */
+    size_t nmonitors;
+    int default_callbacks;         /* ProgressBar, throughput, ETA, time
+                                      report, JSONWriter, ScalarPrinter,
+                                      CheckNumerics (default 1) */
+    const char *progress_names;    /* fetched by the ProgressBar ("cost") */
+
+    tp_dataflow_t *validation;     /* taken: InferenceRunner on it */
+    int64_t infer_batch;           /* validation batch (default: batch) */
+
+    const char *session_init;      /* load these weights before training */
+    const char *logdir;            /* where checkpoints and stats go */
+    int auto_resume;               /* resume from logdir's latest checkpoint */
+    int save_checkpoints;          /* ModelSaver (default 1 with a logdir) */
+
+    int64_t starting_epoch;        /* default 1 */
+    int64_t steps_per_epoch;       /* default: the input's size */
+    int64_t max_epoch;             /* required */
+} tp_train_config_t;
+
+void tp_train_config_init(tp_train_config_t *cfg);
+/* Free what the config still owns (after a launch it owns nothing). */
+void tp_train_config_fini(tp_train_config_t *cfg);
+
+/* Build the model and the trainer, register the callbacks in tensorpack's
+ * order (trainer callbacks, user callbacks, default callbacks, monitors),
+ * and train. Takes everything the config owns. When `out_model` is not
+ * NULL the trained model is handed to the caller (who destroys it). */
+tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
+                                        tp_model_t **out_model);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

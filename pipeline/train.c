@@ -1,0 +1,456 @@
+/* towerpack pipeline: input sources (FeedInput, DummyConstantInput), the
+ * single-cost model trainers (simple, replicated, parameter server) and
+ * launch_train_with_config with auto-resume. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <towerpack/checkpoint.h>
+#include <towerpack/log.h>
+#include <towerpack/logdir.h>
+#include <towerpack/model_callbacks.h>
+#include <towerpack/train.h>
+
+#define MAX_TOWERS 64
+#define MAX_INPUTS 16
+
+/* ---- inputs ------------------------------------------------------------------ */
+
+struct tp_input {
+    const tp_input_ops_t *ops;
+    void *impl;
+};
+
+tp_input_t *tp_input_new(const tp_input_ops_t *ops, void *impl) {
+    tp_input_t *self = malloc(sizeof *self);
+    if (!self) {
+        if (ops->destroy)
+            ops->destroy(impl);
+        tp_error(TP_ERR_NOMEM, "input %s", ops->name);
+        return NULL;
+    }
+    self->ops = ops;
+    self->impl = impl;
+    return self;
+}
+
+void tp_input_destroy(tp_input_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    tp_input_t *self = *self_p;
+    if (self->ops->stop)
+        self->ops->stop(self->impl);
+    if (self->ops->destroy)
+        self->ops->destroy(self->impl);
+    free(self);
+    *self_p = NULL;
+}
+
+const char *tp_input_name(const tp_input_t *self) { return self->ops->name; }
+
+/* FeedInput */
+
+static tp_status_t feed_start(void *impl, int towers, uint64_t seed) {
+    return tp_dataflow_reset_state(impl, seed, 0);
+}
+
+static tp_status_t feed_next(void *impl, int tower, tp_datapoint_t **out) {
+    tp_status_t rc = tp_dataflow_next(impl, out);
+    if (rc == TP_DONE) {  /* end of a pass: the epoch is the trainer's */
+        rc = tp_dataflow_next(impl, out);
+        if (rc == TP_DONE)
+            return tp_error(TP_ERR_STATE, "FeedInput: the dataflow %s is empty",
+                            tp_dataflow_name(impl));
+    }
+    return rc;
+}
+
+static int64_t feed_size(void *impl) { return tp_dataflow_size(impl); }
+
+static void feed_destroy(void *impl) {
+    tp_dataflow_t *df = impl;
+    tp_dataflow_destroy(&df);
+}
+
+static const tp_input_ops_t s_feed_ops = {
+    .name = "FeedInput", .start = feed_start, .next = feed_next,
+    .size = feed_size, .destroy = feed_destroy,
+};
+
+tp_input_t *tp_input_feed(tp_dataflow_t *df) {
+    if (!df)
+        return NULL;
+    return tp_input_new(&s_feed_ops, df);
+}
+
+/* DummyConstantInput */
+
+typedef struct {
+    tp_model_desc_t desc;
+    int64_t batch;
+    int classes;
+    tp_datapoint_t *proto;
+} s_dummy_t;
+
+static tp_status_t dummy_start(void *impl, int towers, uint64_t seed) {
+    s_dummy_t *d = impl;
+    tp_rng_t r;
+    tp_rng_init(&r, seed, 12345);
+    tp_datapoint_destroy(&d->proto);
+    d->proto = tp_datapoint_new(d->desc.ninputs);
+    if (!d->proto)
+        return tp_error(TP_ERR_NOMEM, "DummyConstantInput");
+    for (int i = 0; i < d->desc.ninputs; i++) {
+        const tp_input_desc_t *in = &d->desc.inputs[i];
+        int64_t shape[TP_MAX_DIMS];
+        memcpy(shape, in->shape, sizeof shape);
+        shape[0] = d->batch;
+        tp_tensor_t *t = tp_datapoint_get(d->proto, i);
+        TP_TRY(tp_tensor_init(t, in->dtype, in->ndim, shape));
+        size_t n = tp_tensor_numel(t);
+        for (size_t k = 0; k < n; k++) {
+            switch (in->dtype) {
+            case TP_UINT8: ((uint8_t *)t->data)[k] = (uint8_t)tp_rng_u32(&r); break;
+            case TP_INT32: ((int32_t *)t->data)[k] = (int32_t)tp_rng_below(&r, (uint64_t)d->classes); break;
+            case TP_INT64: ((int64_t *)t->data)[k] = (int64_t)tp_rng_below(&r, (uint64_t)d->classes); break;
+            case TP_FLOAT32: ((float *)t->data)[k] = (float)tp_rng_normal(&r); break;
+            case TP_FLOAT64: ((double *)t->data)[k] = tp_rng_normal(&r); break;
+            default: memset(t->data, 0, t->nbytes); k = n; break;
+            }
+        }
+    }
+    return TP_OK;
+}
+
+static tp_status_t dummy_next(void *impl, int tower, tp_datapoint_t **out) {
+    s_dummy_t *d = impl;
+    *out = tp_datapoint_copy(d->proto);
+    return *out ? TP_OK : tp_error(TP_ERR_NOMEM, "DummyConstantInput");
+}
+
+static int64_t dummy_size(void *impl) { return -1; }
+
+static void dummy_destroy(void *impl) {
+    s_dummy_t *d = impl;
+    tp_datapoint_destroy(&d->proto);
+    free(d);
+}
+
+static const tp_input_ops_t s_dummy_ops = {
+    .name = "DummyConstantInput", .start = dummy_start, .next = dummy_next,
+    .size = dummy_size, .destroy = dummy_destroy,
+};
+
+tp_input_t *tp_input_dummy(const tp_model_desc_t *model, int64_t batch,
+                           int label_classes, uint64_t seed) {
+    s_dummy_t *d = calloc(1, sizeof *d);
+    if (!d) {
+        tp_error(TP_ERR_NOMEM, "DummyConstantInput");
+        return NULL;
+    }
+    d->desc = *model;
+    d->batch = batch;
+    d->classes = label_classes > 0 ? label_classes : 10;
+    (void)seed;
+    return tp_input_new(&s_dummy_ops, d);
+}
+
+/* ---- the model trainer --------------------------------------------------------- */
+
+typedef struct {
+    tp_model_t *model;
+    tp_input_t *input;
+    tp_trainer_kind_t kind;
+    int towers;
+    int64_t batch;
+    int ninputs;
+} s_mt_t;
+
+/* Borrowed tensor views of a datapoint's components, checked against the
+ * model's inputs so a wrong batch is an error naming the tower. */
+static tp_status_t s_views(s_mt_t *t, int tower, tp_datapoint_t *dp,
+                           tp_tensor_t *views) {
+    if (tp_datapoint_size(dp) != t->ninputs)
+        return tp_error(TP_ERR_SHAPE, "tower%d: the input gave %d components, "
+                        "the model has %d inputs", tower,
+                        tp_datapoint_size(dp), t->ninputs);
+    for (int i = 0; i < t->ninputs; i++) {
+        views[i] = *tp_datapoint_get(dp, i);
+        views[i].free_fn = NULL;  /* a view: the datapoint keeps ownership */
+    }
+    return TP_OK;
+}
+
+static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    s_mt_t *t = impl;
+    tp_status_t rc = TP_OK;
+    for (int i = 0; i < t->towers && rc >= 0; i++) {
+        tp_datapoint_t *dp = NULL;
+        rc = t->input->ops->next(t->input->impl, i, &dp);
+        if (rc < 0)
+            return tp_error_wrap(rc, "tower%d input", i);
+        tp_tensor_t views[MAX_INPUTS];
+        rc = s_views(t, i, dp, views);
+        if (rc >= 0)
+            rc = tp_model_run(t->model, i, views);
+        tp_datapoint_destroy(&dp);
+    }
+    if (rc < 0)
+        return rc;
+    if (t->kind == TP_TRAINER_PARAMETER_SERVER)
+        TP_TRY(tp_model_reduce(t->model));
+    else
+        TP_TRY(tp_model_allreduce(t->model));
+    TP_TRY(tp_model_apply(t->model));
+    /* Fetched scalars: the mean over the towers. */
+    for (int k = 0; k < tp_fetches_count(f); k++) {
+        const char *name = tp_fetches_name(f, k);
+        double sum = 0;
+        int got = 0;
+        for (int i = 0; i < t->towers; i++) {
+            tp_tensor_t v;
+            if (tp_model_fetch(t->model, i, name, &v) != TP_OK)
+                continue;
+            if (v.dtype == TP_FLOAT32 && v.nbytes >= 4) {
+                sum += ((const float *)v.data)[0];
+                got++;
+            }
+            tp_tensor_fini(&v);
+        }
+        if (got)
+            tp_fetches_set(f, name, sum / got);
+    }
+    tp_clear_error();
+    return TP_OK;
+}
+
+static tp_status_t mt_set_hp(void *impl, const char *name, double v) {
+    return tp_model_set_hparam(((s_mt_t *)impl)->model, name, v);
+}
+static tp_status_t mt_get_hp(void *impl, const char *name, double *v) {
+    return tp_model_get_hparam(((s_mt_t *)impl)->model, name, v);
+}
+static int64_t mt_samples(void *impl) {
+    s_mt_t *t = impl;
+    return t->batch * t->towers;
+}
+static tp_model_t *mt_model(void *impl) { return ((s_mt_t *)impl)->model; }
+
+static void mt_destroy(void *impl) {
+    s_mt_t *t = impl;
+    tp_input_destroy(&t->input);
+    tp_model_destroy(&t->model);
+    free(t);
+}
+
+static const tp_trainer_ops_t s_simple_ops = {
+    .name = "SimpleTrainer", .run_step = mt_run_step,
+    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
+    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
+};
+static const tp_trainer_ops_t s_replicated_ops = {
+    .name = "SyncMultiGPUTrainerReplicated", .run_step = mt_run_step,
+    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
+    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
+};
+static const tp_trainer_ops_t s_ps_ops = {
+    .name = "SyncMultiGPUTrainerParameterServer", .run_step = mt_run_step,
+    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
+    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
+};
+
+/* ---- TrainConfig ------------------------------------------------------------------ */
+
+void tp_train_config_init(tp_train_config_t *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->trainer = (tp_trainer_kind_t)-1;
+    cfg->towers = 1;
+    cfg->batch = 32;
+    cfg->seed = 1;
+    cfg->default_callbacks = 1;
+    cfg->progress_names = "cost";
+    cfg->save_checkpoints = 1;
+    cfg->starting_epoch = 1;
+}
+
+void tp_train_config_fini(tp_train_config_t *cfg) {
+    tp_dataflow_destroy(&cfg->dataflow);
+    tp_dataflow_destroy(&cfg->validation);
+    tp_input_destroy(&cfg->input);
+    for (size_t i = 0; i < cfg->ncallbacks; i++)
+        tp_callback_destroy(&cfg->callbacks[i]);
+    for (size_t i = 0; i < cfg->nmonitors; i++)
+        tp_callback_destroy(&cfg->monitors[i]);
+    cfg->ncallbacks = cfg->nmonitors = 0;
+}
+
+static tp_status_t s_add(tp_trainer_t *tr, tp_callback_t *cb) {
+    return tp_trainer_add_callback(tr, &cb);
+}
+
+tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
+                                        tp_model_t **out_model) {
+    tp_status_t rc = TP_OK;
+    tp_trainer_t *tr = NULL;
+    if (out_model)
+        *out_model = NULL;
+    if (!cfg->model || cfg->max_epoch < 1 || cfg->towers < 1 ||
+        cfg->towers > MAX_TOWERS || cfg->batch < 1 ||
+        cfg->model->ninputs > MAX_INPUTS || (!cfg->dataflow && !cfg->input)) {
+        rc = tp_error(TP_ERR_INVALID,
+                      "TrainConfig: need a model (at most %d inputs), a dataflow "
+                      "or an input, max_epoch >= 1 (got %lld), 1..%d towers (got "
+                      "%d) and batch >= 1 (got %lld)", MAX_INPUTS,
+                      (long long)cfg->max_epoch, MAX_TOWERS, cfg->towers,
+                      (long long)cfg->batch);
+        tp_train_config_fini(cfg);
+        return rc;
+    }
+    tp_trainer_kind_t kind = cfg->trainer;
+    if ((int)kind < 0)
+        kind = cfg->towers == 1 ? TP_TRAINER_SIMPLE : TP_TRAINER_REPLICATED;
+
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = cfg->towers;
+    mc.batch = cfg->batch;
+    mc.infer_batch = cfg->validation ? (cfg->infer_batch > 0 ? cfg->infer_batch : cfg->batch) : 0;
+    mc.seed = cfg->seed;
+    mc.threads = cfg->threads;
+    s_mt_t *mt = calloc(1, sizeof *mt);
+    if (!mt) {
+        tp_train_config_fini(cfg);
+        return tp_error(TP_ERR_NOMEM, "trainer");
+    }
+    mt->model = tp_model_new(cfg->model, &mc);
+    if (!mt->model) {
+        rc = tp_error_wrap(TP_ERR_INVALID, "building the model");
+        free(mt);
+        tp_train_config_fini(cfg);
+        return rc;
+    }
+    mt->input = cfg->input ? cfg->input : tp_input_feed(cfg->dataflow);
+    cfg->input = NULL;
+    cfg->dataflow = NULL;
+    mt->kind = kind;
+    mt->towers = cfg->towers;
+    mt->batch = cfg->batch;
+    mt->ninputs = cfg->model->ninputs;
+    tr = tp_trainer_new(kind == TP_TRAINER_SIMPLE ? &s_simple_ops
+                        : kind == TP_TRAINER_REPLICATED ? &s_replicated_ops
+                                                        : &s_ps_ops, mt);
+    if (!tr) {
+        tp_train_config_fini(cfg);
+        return tp_error(TP_ERR_NOMEM, "trainer");
+    }
+
+    /* The log directory and where training starts. */
+    tp_schedule_t sched = {cfg->starting_epoch, cfg->max_epoch, cfg->steps_per_epoch};
+    int64_t resume_step = -1;
+    if (cfg->logdir) {
+        if ((rc = tp_mkdirs(cfg->logdir)) < 0)
+            goto out;
+        tp_trainer_set_logdir(tr, cfg->logdir);
+        char ckpt[4096];
+        if (cfg->auto_resume &&
+            tp_checkpoint_find_latest(cfg->logdir, ckpt, sizeof ckpt) == TP_OK) {
+            tp_train_state_t st;
+            rc = tp_checkpoint_load(mt->model, ckpt, TP_LOAD_STRICT, &st);
+            if (rc < 0) {
+                rc = tp_error_wrap(rc, "resuming from %s", ckpt);
+                goto out;
+            }
+            sched.starting_epoch = st.epoch + 1;
+            resume_step = st.global_step;
+            tp_trainer_set_global_step(tr, st.global_step);
+            TP_INFO("resuming from %s: epoch %lld done, global step %lld", ckpt,
+                    (long long)st.epoch, (long long)st.global_step);
+        }
+    }
+    if (resume_step < 0 && cfg->session_init) {
+        rc = tp_checkpoint_load(mt->model, cfg->session_init, TP_LOAD_WEIGHTS_ONLY, NULL);
+        if (rc < 0) {
+            rc = tp_error_wrap(rc, "session_init %s", cfg->session_init);
+            goto out;
+        }
+    }
+    rc = mt->input->ops->start(mt->input->impl, cfg->towers, cfg->seed);
+    if (rc < 0) {
+        rc = tp_error_wrap(rc, "starting %s", tp_input_name(mt->input));
+        goto out;
+    }
+    if (sched.steps_per_epoch <= 0) {
+        sched.steps_per_epoch = mt->input->ops->size(mt->input->impl);
+        if (sched.steps_per_epoch <= 0) {
+            rc = tp_error(TP_ERR_INVALID, "TrainConfig: steps_per_epoch is needed: "
+                          "the input %s has no size", tp_input_name(mt->input));
+            goto out;
+        }
+    }
+    /* Resume exactly: replay the input up to where the checkpoint was taken,
+     * so the data order after it is the one an unbroken run would see. */
+    if (resume_step > 0) {
+        for (int64_t s = 0; s < resume_step * cfg->towers; s++) {
+            tp_datapoint_t *dp = NULL;
+            rc = mt->input->ops->next(mt->input->impl, (int)(s % cfg->towers), &dp);
+            tp_datapoint_destroy(&dp);
+            if (rc < 0) {
+                rc = tp_error_wrap(rc, "replaying the input for resume");
+                goto out;
+            }
+        }
+    }
+
+    /* Callbacks in tensorpack's order. */
+    for (size_t i = 0; i < cfg->ncallbacks; i++) {
+        tp_callback_t *cb = cfg->callbacks[i];
+        cfg->callbacks[i] = NULL;  /* taken, also when adding it fails */
+        if ((rc = s_add(tr, cb)) < 0)
+            goto out;
+    }
+    if (cfg->validation) {
+        tp_inferencer_t infs[8];
+        size_t n = 0;
+        for (int i = 0; i < tp_model_metric_count(mt->model, -1) && n < 8; i++)
+            infs[n++] = (tp_inferencer_t){TP_INFER_SCALAR_STATS,
+                                          tp_model_metric_name(mt->model, -1, i), NULL};
+        rc = s_add(tr, tp_cb_inference_runner(cfg->validation, infs, n));
+        cfg->validation = NULL;
+        if (rc < 0)
+            goto out;
+    }
+    if (cfg->logdir && cfg->save_checkpoints && (rc = s_add(tr, tp_cb_model_saver(10, 0))) < 0)
+        goto out;
+    if (cfg->default_callbacks) {
+        if ((rc = s_add(tr, tp_cb_progress_bar(cfg->progress_names, NULL))) < 0 ||
+            (rc = s_add(tr, tp_cb_throughput())) < 0 ||
+            (rc = s_add(tr, tp_cb_eta())) < 0 ||
+            (rc = s_add(tr, tp_cb_check_numerics(cfg->progress_names, 1))) < 0 ||
+            (rc = s_add(tr, tp_cb_slow_callback_report(1.0))) < 0)
+            goto out;
+    }
+    for (size_t i = 0; i < cfg->nmonitors; i++) {
+        tp_callback_t *cb = cfg->monitors[i];
+        cfg->monitors[i] = NULL;
+        if ((rc = s_add(tr, cb)) < 0)
+            goto out;
+    }
+    if (cfg->default_callbacks) {
+        if (cfg->logdir && (rc = s_add(tr, tp_cb_json_writer())) < 0)
+            goto out;
+        if ((rc = s_add(tr, tp_cb_scalar_printer())) < 0)
+            goto out;
+    }
+    rc = tp_trainer_train(tr, &sched);
+out: {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tp_last_error());
+        if (out_model && rc >= 0) {
+            *out_model = mt->model;
+            mt->model = NULL;
+        }
+        tp_trainer_destroy(&tr);
+        tp_train_config_fini(cfg);
+        if (rc < 0)
+            tp_error(rc, "%s", msg);
+    }
+    return rc;
+}
