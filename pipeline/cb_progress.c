@@ -202,6 +202,66 @@ tp_callback_t *tp_cb_throughput(void) {
     return tp_callback_new(&s_tput_ops, t, 0);
 }
 
+/* ---- epoch means ------------------------------------------------------------------------ */
+
+typedef struct {
+    char names[PB_MAX_NAMES][64];
+    int nnames;
+    double sum[PB_MAX_NAMES];
+    int64_t count[PB_MAX_NAMES];
+} s_mean_t;
+
+static tp_status_t mean_before_epoch(void *impl, tp_trainer_t *tr) {
+    s_mean_t *m = impl;
+    memset(m->sum, 0, sizeof m->sum);
+    memset(m->count, 0, sizeof m->count);
+    return TP_OK;
+}
+
+static tp_status_t mean_before_run(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    s_mean_t *m = impl;
+    for (int i = 0; i < m->nnames; i++)
+        TP_TRY(tp_fetches_request(f, m->names[i]));
+    return TP_OK;
+}
+
+static tp_status_t mean_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t *f) {
+    s_mean_t *m = impl;
+    for (int i = 0; i < m->nnames; i++) {
+        double v;
+        if (tp_fetches_get(f, m->names[i], &v) == TP_OK && isfinite(v)) {
+            m->sum[i] += v;
+            m->count[i]++;
+        }
+    }
+    return TP_OK;
+}
+
+static tp_status_t mean_after_epoch(void *impl, tp_trainer_t *tr) {
+    s_mean_t *m = impl;
+    for (int i = 0; i < m->nnames; i++)
+        if (m->count[i])
+            tp_trainer_put_scalar(tr, m->names[i], m->sum[i] / (double)m->count[i]);
+    return TP_OK;
+}
+
+static const tp_callback_ops_t s_mean_ops = {
+    .name = "EpochMean",
+    .before_epoch = mean_before_epoch, .before_run = mean_before_run,
+    .after_run = mean_after_run, .after_epoch = mean_after_epoch,
+    .destroy = pb_destroy,
+};
+
+tp_callback_t *tp_cb_epoch_mean(const char *names) {
+    s_mean_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        tp_error(TP_ERR_NOMEM, "EpochMean");
+        return NULL;
+    }
+    m->nnames = s_split_names(names, m->names, PB_MAX_NAMES);
+    return tp_callback_new(&s_mean_ops, m, 0);
+}
+
 /* ---- EstimatedTimeLeft -------------------------------------------------------------------- */
 
 #define ETA_KEEP 64

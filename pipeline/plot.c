@@ -155,7 +155,7 @@ typedef struct {
 } s_panel_t;
 
 static const s_panel_t s_panels[4] = {
-    {"loss", {"loss", "train_loss", "validation_loss", "validation_cost"}, 0},
+    {"loss", {"cost", "loss", "validation_cost", "validation_loss"}, 0},
     {"accuracy", {"accuracy", "train_accuracy", "validation_accuracy", NULL}, 0},
     {"learning rate", {"learning_rate", NULL, NULL, NULL}, 1},
     {"throughput (samples/s)", {"throughput", NULL, NULL, NULL}, 0},

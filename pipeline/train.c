@@ -312,7 +312,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     tp_model_config_t mc = tp_model_config_default();
     mc.towers = cfg->towers;
     mc.batch = cfg->batch;
-    mc.infer_batch = cfg->validation ? (cfg->infer_batch > 0 ? cfg->infer_batch : cfg->batch) : 0;
+    mc.infer_batch = cfg->infer_batch > 0 ? cfg->infer_batch
+                   : cfg->validation ? cfg->batch : 0;
     mc.seed = cfg->seed;
     mc.threads = cfg->threads;
     s_mt_t *mt = calloc(1, sizeof *mt);
@@ -420,7 +421,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     if (cfg->logdir && cfg->save_checkpoints && (rc = s_add(tr, tp_cb_model_saver(10, 0))) < 0)
         goto out;
     if (cfg->default_callbacks) {
-        if ((rc = s_add(tr, tp_cb_progress_bar(cfg->progress_names, NULL))) < 0 ||
+        if ((rc = s_add(tr, tp_cb_epoch_mean(cfg->progress_names))) < 0 ||
+            (rc = s_add(tr, tp_cb_progress_bar(cfg->progress_names, NULL))) < 0 ||
             (rc = s_add(tr, tp_cb_throughput())) < 0 ||
             (rc = s_add(tr, tp_cb_eta())) < 0 ||
             (rc = s_add(tr, tp_cb_check_numerics(cfg->progress_names, 1))) < 0 ||

@@ -80,6 +80,10 @@ tp_callback_t *tp_cb_progress_bar(const char *names, void *stream);
 /* ThroughputTracker: puts "throughput" (samples/s) and "steps_per_s" for
  * each epoch, counting step time only (not epoch-end callbacks). */
 tp_callback_t *tp_cb_throughput(void);
+/* The mean over each epoch's steps of the fetched `names` (comma-separated,
+ * e.g. "cost,accuracy"), put as scalars of the same names after the epoch:
+ * the training curves of stats.json. */
+tp_callback_t *tp_cb_epoch_mean(const char *names);
 /* EstimatedTimeLeft: logs the time left after each epoch (median epoch
  * time x epochs left). */
 tp_callback_t *tp_cb_eta(void);

@@ -78,13 +78,16 @@ typedef struct tp_train_config {
     size_t ncallbacks;
     tp_callback_t **monitors;      /* taken; after everything else */
     size_t nmonitors;
-    int default_callbacks;         /* ProgressBar, throughput, ETA, time
-                                      report, JSONWriter, ScalarPrinter,
-                                      CheckNumerics (default 1) */
-    const char *progress_names;    /* fetched by the ProgressBar ("cost") */
+    int default_callbacks;         /* epoch means of progress_names,
+                                      ProgressBar, throughput, ETA, time
+                                      report, CheckNumerics, JSONWriter,
+                                      ScalarPrinter (default 1) */
+    const char *progress_names;    /* fetched every step ("cost") */
 
-    tp_dataflow_t *validation;     /* taken: InferenceRunner on it */
-    int64_t infer_batch;           /* validation batch (default: batch) */
+    tp_dataflow_t *validation;     /* taken: InferenceRunner (ScalarStats of
+                                      every metric) on it */
+    int64_t infer_batch;           /* > 0: build an inference graph of this
+                                      batch (default: batch with validation) */
 
     const char *session_init;      /* load these weights before training */
     const char *logdir;            /* where checkpoints and stats go */

@@ -1,0 +1,35 @@
+/* towerpack: the models tp-train knows, for 28x28 single-channel images
+ * with 10 classes (Fashion-MNIST, MNIST). Each is a tower function with the
+ * two inputs image (uint8 [B,28,28]) and label (int32 [B]); every model
+ * has the outputs "cost", "logits" and "wrong" (misclassified rows of the
+ * batch) and the metric "accuracy". The
+ * examples/ folder builds the same models step by step. */
+#ifndef TOWERPACK_MODELS_H
+#define TOWERPACK_MODELS_H
+
+#include <towerpack/graph.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_zoo_model {
+    const char *name;          /* "mlp", "cnn", "cnn-bn", "resnet" */
+    const char *summary;
+    tp_tower_fn build;
+    double default_lr;         /* for SGD with momentum 0.9 */
+    int default_epochs;
+    int augment;               /* trains on crop+flip augmented images */
+} tp_zoo_model_t;
+
+/* The model named `name`, or NULL (tp_last_error lists the names). */
+const tp_zoo_model_t *tp_zoo_find(const char *name);
+/* Every model, NULL-terminated. */
+const tp_zoo_model_t *const *tp_zoo_all(void);
+/* The two input descriptions (image, label) all zoo models take. */
+const tp_input_desc_t *tp_zoo_inputs(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

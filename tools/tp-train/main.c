@@ -1,0 +1,307 @@
+/* tp-train: train a model on Fashion-MNIST (or IDX / LMDB data) through the
+ * whole engine: dataflow, input source, towers, callbacks, monitors.
+ *
+ *   tp-train                                 the default CNN, 3 epochs, CPU
+ *   tp-train --model mlp --epochs 10 --batch 128 --lr 0.05
+ *   tp-train --logdir train_log/run1 --resume --epochs 6
+ *
+ * It validates on the test split after every epoch, saves checkpoints
+ * (LOGDIR/model-<global_step>.safetensors), writes LOGDIR/stats.json and
+ * LOGDIR/curves.png, and ends with a summary line. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <jansson.h>
+#include <towerpack/clock.h>
+#include <towerpack/dataflow_spec.h>
+#include <towerpack/device.h>
+#include <towerpack/log.h>
+#include <towerpack/logdir.h>
+#include <towerpack/model_callbacks.h>
+#include <towerpack/models.h>
+#include <towerpack/optim.h>
+#include <towerpack/plot.h>
+#include <towerpack/train.h>
+
+typedef struct {
+    const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
+    const char *spec, *test_spec;
+    int epochs, batch, towers, workers, threads, resume, augment;
+    double lr;
+    int64_t steps_per_epoch, seed;
+} s_args_t;
+
+static void s_usage(FILE *out) {
+    fprintf(out,
+"usage: tp-train [options]\n"
+"Train a model on 28x28 grey images with 10 classes (Fashion-MNIST by default).\n\n"
+"  --model NAME         mlp, cnn (default), cnn-bn, resnet\n"
+"  --data SOURCE        fashion-mnist (default), idx:IMAGES,LABELS or lmdb:PATH\n"
+"  --test-data SOURCE   validation data (default: the test split of --data;\n"
+"                       needed for idx: and lmdb:)\n"
+"  --epochs N           train up to epoch N (max_epoch; default per model)\n"
+"  --batch N            batch per tower (default 128); total = batch x towers\n"
+"  --lr X               learning rate (default per model)\n"
+"  --optimizer NAME     sgd (momentum 0.9, default) or adam\n"
+"  --devices LIST       auto (default: every GPU if CUDA answers, else the\n"
+"                       CPU), cpu, or GPU ids like 0,1\n"
+"  --towers N           CPU towers (data parallel in one process)\n"
+"  --threads N          BLAS threads per tower (default: all cores / towers)\n"
+"  --augment / --no-augment   random crop (pad 2) and flip (default per model)\n"
+"  --steps-per-epoch N  default: one pass of the training data\n"
+"  --logdir DIR         default train_log/<model>\n"
+"  --logdir-action A    when DIR exists: keep, delete, backup, new (ask on a\n"
+"                       terminal; an error otherwise)\n"
+"  --resume             continue the run in --logdir from its latest\n"
+"                       checkpoint, up to --epochs\n"
+"  --seed N             default 1\n"
+"  --spec SPEC          the whole training pipeline as a spec (overrides\n"
+"                       --data, --augment, --batch for the data)\n"
+"  --test-spec SPEC     the validation pipeline as a spec\n"
+"  -h, --help\n");
+}
+
+/* The optimizer factory: user = {learning rate, 1 for Adam}. SGD has
+ * momentum 0.9. */
+static tp_optimizer_t *s_optimizer(void *user) {
+    const double *args = user;
+    return args[1] != 0 ? tp_optimizer_adam(args[0], 0.9, 0.999, 1e-8)
+                        : tp_optimizer_sgd(args[0], 0.9, 0);
+}
+
+static int s_fail(const char *what) {
+    fprintf(stderr, "tp-train: %s: %s\n", what, tp_last_error());
+    return 1;
+}
+
+static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
+    if (a->spec) {
+        snprintf(buf, size, "%s", a->spec);
+        return TP_OK;
+    }
+    const char *src = a->data;
+    char source[2048];
+    if (!strcmp(src, "fashion-mnist"))
+        snprintf(source, sizeof source, "fashion-mnist:train");
+    else if (!strncmp(src, "idx:", 4) || !strncmp(src, "lmdb:", 5))
+        snprintf(source, sizeof source, "%s", src);
+    else
+        return tp_error(TP_ERR_INVALID, "--data '%s': use fashion-mnist, "
+                        "idx:IMAGES,LABELS or lmdb:PATH", src);
+    snprintf(buf, size, "%s%s | batch %d", source,
+             a->augment ? " | augment crop=28,pad=2,flip" : "", a->batch);
+    return TP_OK;
+}
+
+static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
+    if (a->test_spec) {
+        snprintf(buf, size, "%s", a->test_spec);
+        return TP_OK;
+    }
+    const char *src = a->test_data ? a->test_data : a->data;
+    const char *norm = a->augment ? " | augment crop=28" : "";
+    if (!strcmp(src, "fashion-mnist"))
+        snprintf(buf, size, "fashion-mnist:test,shuffle=0%s | batch 500 remainder", norm);
+    else if (a->test_data)
+        snprintf(buf, size, "%s%s | batch 500 remainder", src, norm);
+    else
+        return tp_error(TP_ERR_INVALID, "--data %s has no test split: give "
+                        "--test-data", src);
+    return TP_OK;
+}
+
+/* The last validation accuracy and the run's samples/s from stats.json. */
+static void s_summary(const char *logdir, double wall, int64_t samples) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/stats.json", logdir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    double acc = NAN;
+    if (j && json_array_size(j) > 0) {
+        json_t *v = json_object_get(json_array_get(j, json_array_size(j) - 1),
+                                    "validation_accuracy");
+        if (json_is_number(v))
+            acc = json_number_value(v);
+    }
+    json_decref(j);
+    printf("tp-train: test accuracy %.4f | wall time %.1f s | %.0f samples/s\n",
+           acc, wall, wall > 0 ? (double)samples / wall : 0.0);
+}
+
+int main(int argc, char **argv) {
+    s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
+                  .action = NULL, .optimizer = "sgd", .batch = 128, .towers = 1,
+                  .seed = 1, .augment = -1};
+    enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
+        {"test-data", required_argument, 0, O_TEST}, {"epochs", required_argument, 0, 'e'},
+        {"batch", required_argument, 0, 'b'}, {"lr", required_argument, 0, 'l'},
+        {"optimizer", required_argument, 0, O_OPT},
+        {"devices", required_argument, 0, 'D'}, {"towers", required_argument, 0, 't'},
+        {"workers", required_argument, 0, 'w'}, {"threads", required_argument, 0, 'j'},
+        {"logdir", required_argument, 0, 'o'}, {"logdir-action", required_argument, 0, O_ACTION},
+        {"resume", no_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
+        {"steps-per-epoch", required_argument, 0, O_STEPS},
+        {"spec", required_argument, 0, O_SPEC}, {"test-spec", required_argument, 0, O_TEST_SPEC},
+        {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    int64_t v;
+    double lr = -1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': a.model = optarg; break;
+        case 'd': a.data = optarg; break;
+        case O_TEST: a.test_data = optarg; break;
+        case 'e': if (tp_spec_int(optarg, 1, 100000, "--epochs", &v)) return s_fail("bad flag"); a.epochs = (int)v; break;
+        case 'b': if (tp_spec_int(optarg, 1, 1 << 20, "--batch", &v)) return s_fail("bad flag"); a.batch = (int)v; break;
+        case 'l': if (tp_spec_double(optarg, "--lr", &lr) || !(lr > 0)) { tp_error(TP_ERR_INVALID, "--lr needs a positive number, got '%s'", optarg); return s_fail("bad flag"); } break;
+        case O_OPT: a.optimizer = optarg; break;
+        case 'D': a.devices = optarg; break;
+        case 't': if (tp_spec_int(optarg, 1, 64, "--towers", &v)) return s_fail("bad flag"); a.towers = (int)v; break;
+        case 'w': if (tp_spec_int(optarg, 0, 256, "--workers", &v)) return s_fail("bad flag"); a.workers = (int)v; break;
+        case 'j': if (tp_spec_int(optarg, 0, 1024, "--threads", &v)) return s_fail("bad flag"); a.threads = (int)v; break;
+        case 'o': a.logdir = optarg; break;
+        case O_ACTION: a.action = optarg; break;
+        case 'r': a.resume = 1; break;
+        case 's': if (tp_spec_int(optarg, 0, INT64_MAX, "--seed", &v)) return s_fail("bad flag"); a.seed = v; break;
+        case O_STEPS: if (tp_spec_int(optarg, 1, INT64_MAX, "--steps-per-epoch", &v)) return s_fail("bad flag"); a.steps_per_epoch = v; break;
+        case O_SPEC: a.spec = optarg; break;
+        case O_TEST_SPEC: a.test_spec = optarg; break;
+        case O_AUG: a.augment = 1; break;
+        case O_NOAUG: a.augment = 0; break;
+        case 'h': s_usage(stdout); return 0;
+        default: s_usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tp-train: unexpected argument '%s'\n", argv[optind]);
+        s_usage(stderr);
+        return 2;
+    }
+    const tp_zoo_model_t *zoo = tp_zoo_find(a.model);
+    if (!zoo)
+        return s_fail("--model");
+    if (a.epochs == 0)
+        a.epochs = zoo->default_epochs;
+    if (a.augment < 0)
+        a.augment = zoo->augment;
+    a.lr = lr > 0 ? lr : zoo->default_lr * (strcasecmp(a.optimizer, "adam") ? 1.0 : 0.02);
+    if (strcasecmp(a.optimizer, "sgd") && strcasecmp(a.optimizer, "adam")) {
+        tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd or adam", a.optimizer);
+        return s_fail("bad flag");
+    }
+    if (a.workers > 0) {
+        tp_error(TP_ERR_UNSUPPORTED, "--workers needs the process-parallel dataflow, "
+                 "which this build's tp-train does not wire up yet");
+        return s_fail("--workers");
+    }
+    /* Devices: the CPU unless CUDA answers (and a CUDA tower backend). */
+    if (strcmp(a.devices, "auto") && strcmp(a.devices, "cpu")) {
+        tp_error(TP_ERR_UNSUPPORTED, "--devices %s: this build trains on the CPU "
+                 "only (CUDA towers are not part of it); use --devices cpu or auto",
+                 a.devices);
+        return s_fail("--devices");
+    }
+    if (!strcmp(a.devices, "auto"))
+        TP_INFO("devices: CPU (%s)", tp_cuda_status());
+    if (a.threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        a.threads = (int)(cores > a.towers ? cores / a.towers : 1);
+    }
+
+    /* The log directory. */
+    char logdir[4096], defdir[512];
+    snprintf(defdir, sizeof defdir, "train_log/%s", a.model);
+    tp_logdir_action_t action = a.resume ? TP_LOGDIR_KEEP : TP_LOGDIR_ASK;
+    if (a.action && tp_logdir_action_parse(a.action, &action) != TP_OK)
+        return s_fail("--logdir-action");
+    if (tp_logdir_prepare(a.logdir ? a.logdir : defdir, action, logdir, sizeof logdir) != TP_OK)
+        return s_fail("log directory");
+    char logfile[4200];
+    snprintf(logfile, sizeof logfile, "%s/log.log", logdir);
+    tp_log_set_file(logfile);
+
+    /* Data. */
+    char spec[4096], test_spec[4096];
+    tp_dataflow_t *train = NULL, *test = NULL;
+    if (s_train_spec(&a, spec, sizeof spec) != TP_OK || tp_spec_parse(spec, &train) != TP_OK)
+        return s_fail("training data");
+    if (s_test_spec(&a, test_spec, sizeof test_spec) != TP_OK ||
+        tp_spec_parse(test_spec, &test) != TP_OK) {
+        tp_dataflow_destroy(&train);
+        return s_fail("validation data");
+    }
+    TP_INFO("training data: %s", spec);
+    TP_INFO("validation data: %s", test_spec);
+
+    /* The model: zoo inputs, float32 images when the augmentor normalised. */
+    tp_input_desc_t inputs[2];
+    memcpy(inputs, tp_zoo_inputs(), sizeof inputs);
+    if (a.augment)
+        inputs[0].dtype = TP_FLOAT32;
+    double opt_args[2] = {a.lr, (double)!strcasecmp(a.optimizer, "adam")};
+    tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, opt_args};
+
+    tp_train_config_t cfg;
+    tp_train_config_init(&cfg);
+    cfg.model = &desc;
+    cfg.dataflow = train;
+    cfg.infer_batch = 500;
+    cfg.towers = a.towers;
+    cfg.batch = a.batch;
+    cfg.seed = (uint64_t)a.seed;
+    cfg.threads = a.threads;
+    cfg.logdir = logdir;
+    cfg.auto_resume = a.resume;
+    cfg.max_epoch = a.epochs;
+    cfg.steps_per_epoch = a.steps_per_epoch;
+    cfg.progress_names = "cost,accuracy";
+    /* Step-decay schedule: the rate drops tenfold for the last third. */
+    tp_hp_point_t pts[2] = {{0, a.lr}, {(double)(a.epochs - a.epochs / 3), a.lr / 10}};
+    tp_inferencer_t infs[] = {
+        {TP_INFER_SCALAR_STATS, "accuracy", NULL},
+        {TP_INFER_SCALAR_STATS, "cost", NULL},
+        {TP_INFER_CLASSIFICATION_ERROR, "wrong", NULL},
+    };
+    tp_callback_t *cbs[2] = {
+        tp_cb_hp_schedule("learning_rate", pts, a.epochs >= 3 ? 2 : 1, 0, 0),
+        tp_cb_inference_runner(test, infs, 3),
+    };
+    cfg.callbacks = cbs;
+    cfg.ncallbacks = 2;
+
+    printf("tp-train: model %s (%s), %d tower%s x batch %d, %d epochs, lr %g (%s), "
+           "logdir %s\n", zoo->name, zoo->summary, a.towers, a.towers > 1 ? "s" : "",
+           a.batch, a.epochs, a.lr, a.optimizer, logdir);
+    fflush(stdout);
+    double t0 = tp_now_s();
+    tp_status_t rc = tp_launch_train_with_config(&cfg, NULL);
+    double wall = tp_now_s() - t0;
+    if (rc < 0 && rc != TP_ERR_INTERRUPTED)
+        return s_fail("training");
+
+    char stats[4200], png[4200];
+    snprintf(stats, sizeof stats, "%s/stats.json", logdir);
+    snprintf(png, sizeof png, "%s/curves.png", logdir);
+    if (tp_plot_stats(stats, png) != TP_OK)
+        fprintf(stderr, "tp-train: plotting: %s\n", tp_last_error());
+    /* Samples trained in this invocation: steps x total batch, from stats. */
+    json_error_t err;
+    json_t *j = json_load_file(stats, 0, &err);
+    int64_t samples = 0;
+    if (j && json_array_size(j) > 0) {
+        json_t *gs = json_object_get(json_array_get(j, json_array_size(j) - 1), "global_step");
+        samples = json_integer_value(gs) * a.batch * a.towers;
+    }
+    json_decref(j);
+    s_summary(logdir, wall, samples);
+    printf("tp-train: log %s/log.log, checkpoints %s/model-*.safetensors, "
+           "stats %s, plots %s\n", logdir, logdir, stats, png);
+    return rc == TP_ERR_INTERRUPTED ? 130 : 0;
+}
+
