@@ -121,10 +121,21 @@ static tp_status_t dummy_start(void *impl, int towers, uint64_t seed) {
     return TP_OK;
 }
 
+/* The same batch every time, lent rather than copied: a datapoint whose
+ * components borrow the prototype's memory (the input outlives it). */
 static tp_status_t dummy_next(void *impl, int tower, tp_datapoint_t **out) {
     s_dummy_t *d = impl;
-    *out = tp_datapoint_copy(d->proto);
-    return *out ? TP_OK : tp_error(TP_ERR_NOMEM, "DummyConstantInput");
+    int n = tp_datapoint_size(d->proto);
+    tp_datapoint_t *dp = tp_datapoint_new(n);
+    if (!dp)
+        return tp_error(TP_ERR_NOMEM, "DummyConstantInput");
+    for (int i = 0; i < n; i++) {
+        const tp_tensor_t *p = tp_datapoint_cget(d->proto, i);
+        TP_ASSERT(tp_tensor_init_wrap(tp_datapoint_get(dp, i), p->dtype, p->ndim,
+                                      p->shape, p->data, NULL, NULL) == TP_OK);
+    }
+    *out = dp;
+    return TP_OK;
 }
 
 static int64_t dummy_size(void *impl) { return -1; }

@@ -1,0 +1,200 @@
+/* tp-bench engine: what the training engine costs per step.
+ *
+ * Three runs of the same tiny model (an MLP 784-64-10 on 28x28 uint8
+ * images, batch 128, one BLAS thread) for the same number of steps:
+ *   bare     a C loop calling tp_model_train_step on batches already in
+ *            memory: the reference;
+ *   engine   launch_train_with_config on the same in-memory batches, with
+ *            ProgressBar, JSONWriter and the other default callbacks;
+ *   pipeline the engine fed by the real Fashion-MNIST pipeline
+ *            (fashion-mnist:train | batch 128), against
+ *   dummy    the engine fed by DummyConstantInput.
+ * The goals: engine >= 0.97x bare; pipeline >= 0.98x dummy. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <towerpack/clock.h>
+#include <towerpack/dataflow_spec.h>
+#include <towerpack/log.h>
+#include <towerpack/models.h>
+#include <towerpack/optim.h>
+#include <towerpack/train.h>
+
+static tp_status_t s_tiny(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    tp_node_t *x = tp_flatten(t, "flat", tp_cast(t, "input", in[0], 1.0f / 255));
+    x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 64, 1));
+    tp_node_t *logits = tp_fc(t, "linear", x, 10, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_optimizer_t *s_opt(void *user) { return tp_optimizer_sgd(0.01, 0.9, 0); }
+
+#define NBATCH 64
+
+/* NBATCH random batches kept in memory; the engine reads them through a
+ * list dataflow (copies), the bare loop directly. */
+static tp_datapoint_t *s_batches[NBATCH];
+
+static void s_make_batches(int64_t batch) {
+    tp_rng_t r;
+    tp_rng_init(&r, 5, 0);
+    for (int b = 0; b < NBATCH; b++) {
+        int64_t img[] = {batch, 28, 28}, lab[] = {batch};
+        tp_datapoint_t *dp = tp_datapoint_new(2);
+        tp_tensor_init(tp_datapoint_get(dp, 0), TP_UINT8, 3, img);
+        tp_tensor_init(tp_datapoint_get(dp, 1), TP_INT32, 1, lab);
+        uint8_t *p = tp_datapoint_get(dp, 0)->data;
+        for (size_t i = 0; i < (size_t)batch * 784; i++)
+            p[i] = (uint8_t)tp_rng_u32(&r);
+        int32_t *l = tp_datapoint_get(dp, 1)->data;
+        for (int64_t i = 0; i < batch; i++)
+            l[i] = (int32_t)tp_rng_below(&r, 10);
+        s_batches[b] = dp;
+    }
+}
+
+static tp_dataflow_t *s_memory_df(void) {
+    tp_datapoint_t *copies[NBATCH];
+    for (int b = 0; b < NBATCH; b++)
+        copies[b] = tp_datapoint_copy(s_batches[b]);
+    return tp_df_from_list(copies, NBATCH, 0);
+}
+
+static double s_bare(const tp_model_desc_t *desc, int64_t batch, int64_t steps) {
+    tp_model_config_t mc = tp_model_config_default();
+    mc.batch = batch;
+    mc.threads = 1;
+    tp_model_t *m = tp_model_new(desc, &mc);
+    if (!m)
+        return -1;
+    double t0 = tp_now_s();
+    for (int64_t s = 0; s < steps; s++) {
+        tp_datapoint_t *dp = s_batches[s % NBATCH];
+        tp_tensor_t in[2] = {*tp_datapoint_get(dp, 0), *tp_datapoint_get(dp, 1)};
+        in[0].free_fn = in[1].free_fn = NULL;
+        const tp_tensor_t *towers[1] = {in};
+        if (tp_model_train_step(m, towers) != TP_OK) {
+            tp_model_destroy(&m);
+            return -1;
+        }
+    }
+    double el = tp_now_s() - t0;
+    tp_model_destroy(&m);
+    return (double)steps / el;
+}
+
+/* Steps/s of the engine over `input` or `df`, as its own ThroughputTracker
+ * measured it (from the start of the first step to the end of the last, so
+ * building the model is excluded as it is from the bare loop). */
+static double s_engine(const tp_model_desc_t *desc, int64_t batch, int64_t steps,
+                       tp_dataflow_t *df, tp_input_t *input, const char *logdir) {
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = desc;
+    c.batch = batch;
+    c.threads = 1;
+    c.dataflow = df;
+    c.input = input;
+    c.steps_per_epoch = steps;
+    c.max_epoch = 1;
+    c.logdir = logdir;
+    c.save_checkpoints = 0;
+    FILE *devnull = fopen("/dev/null", "w");
+    FILE *saved = stderr;
+    stderr = devnull;  /* the progress bar's lines: drawn, not shown */
+    tp_status_t rc = tp_launch_train_with_config(&c, NULL);
+    stderr = saved;
+    fclose(devnull);
+    if (rc < 0) {
+        fprintf(stderr, "tp-bench engine: %s\n", tp_last_error());
+        return -1;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", logdir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    double rate = -1;
+    if (j && json_array_size(j) > 0)
+        rate = json_number_value(json_object_get(json_array_get(j, json_array_size(j) - 1),
+                                                 "steps_per_s"));
+    json_decref(j);
+    unlink(path);
+    return rate;
+}
+
+int tp_bench_engine(int argc, char **argv) {
+    int64_t steps = 2000, batch = 128;
+    int json = 0, c;
+    static const struct option opts[] = {{"steps", required_argument, 0, 's'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 's') {
+            if (tp_spec_int(optarg, 10, 10000000, "--steps", &steps) != TP_OK) {
+                fprintf(stderr, "tp-bench engine: %s\n", tp_last_error());
+                return 2;
+            }
+        } else if (c == 'j') {
+            json = 1;
+        } else {
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: tp-bench engine [--steps N] [--json]\n"
+                    "  a tiny MLP trained through the engine against a bare loop,\n"
+                    "  and fed by the real pipeline against DummyConstantInput\n");
+            return c == 'h' ? 0 : 2;
+        }
+    }
+    tp_log_set_level(TP_LOG_WARN);
+    s_make_batches(batch);
+    static const tp_input_desc_t inputs[2] = {{"image", TP_UINT8, 3, {-1, 28, 28}},
+                                              {"label", TP_INT32, 1, {-1}}};
+    tp_model_desc_t desc = {inputs, 2, s_tiny, s_opt, NULL};
+    char dir[] = "/tmp/tp-bench-engine-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("tp-bench engine: mkdtemp");
+        return 1;
+    }
+    /* Warm up caches and the allocator once, then measure. */
+    s_bare(&desc, batch, steps / 10);
+    double bare = s_bare(&desc, batch, steps);
+    double engine = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+    tp_dataflow_t *real = NULL;
+    char spec[128];
+    snprintf(spec, sizeof spec, "fashion-mnist:train | batch %lld", (long long)batch);
+    double pipeline = -1, dummy = -1;
+    if (tp_spec_parse(spec, &real) == TP_OK)
+        pipeline = s_engine(&desc, batch, steps, real, NULL, dir);
+    else
+        fprintf(stderr, "tp-bench engine: %s (pipeline case skipped)\n", tp_last_error());
+    dummy = s_engine(&desc, batch, steps, NULL, tp_input_dummy(&desc, batch, 10, 1), dir);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "tp-bench engine: could not remove %s\n", dir);
+    for (int b = 0; b < NBATCH; b++)
+        tp_datapoint_destroy(&s_batches[b]);
+    if (bare <= 0 || engine <= 0 || dummy <= 0)
+        return 1;
+    if (json) {
+        printf("{\"bench\":\"engine\",\"steps\":%lld,\"batch\":%lld,"
+               "\"bare_steps_per_s\":%.2f,\"engine_steps_per_s\":%.2f,"
+               "\"engine_ratio\":%.4f,\"pipeline_steps_per_s\":%.2f,"
+               "\"dummy_steps_per_s\":%.2f,\"input_hiding_ratio\":%.4f}\n",
+               (long long)steps, (long long)batch, bare, engine, engine / bare,
+               pipeline, dummy, pipeline / dummy);
+    } else {
+        printf("%-10s %12s %10s\n", "case", "steps/s", "ratio");
+        printf("%-10s %12.1f %10s\n", "bare", bare, "1.000");
+        printf("%-10s %12.1f %10.3f  (goal >= 0.97 of bare)\n", "engine", engine, engine / bare);
+        printf("%-10s %12.1f %10s\n", "dummy", dummy, "1.000");
+        printf("%-10s %12.1f %10.3f  (goal >= 0.98 of dummy)\n", "pipeline", pipeline, pipeline / dummy);
+    }
+    return 0;
+}
