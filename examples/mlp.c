@@ -43,6 +43,8 @@ int main(int argc, char **argv) {
         tp_dataflow_destroy(&train);
         return 1;
     }
+    if (a.tiny)  /* a few validation batches are enough to show it works */
+        test = tp_df_fixed_size(test, 2);
     tp_train_config_t cfg;
     tp_train_config_init(&cfg);
     cfg.model = &model;
