@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
         tp_cb_max_saver("validation_accuracy", NULL),
     };
     if (a.tiny)  /* a few validation batches are enough to show it works */
-        test = tp_df_fixed_size(test, 2);
+        test = tp_df_fixed_size(test, 2, 0);
     tp_train_config_t cfg;
     tp_train_config_init(&cfg);
     cfg.model = &model;

@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (a.tiny)  /* a few validation batches are enough to show it works */
-        test = tp_df_fixed_size(test, 2);
+        test = tp_df_fixed_size(test, 2, 0);
     tp_train_config_t cfg;
     tp_train_config_init(&cfg);
     cfg.model = &model;

@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     tp_hp_point_t schedule[] = {{0, 0.1}, {15, 0.01}, {25, 0.001}};
     tp_callback_t *callbacks[] = {tp_cb_hp_schedule("learning_rate", schedule, 3, 0, 0)};
     if (a.tiny)  /* a few validation batches are enough to show it works */
-        test = tp_df_fixed_size(test, 2);
+        test = tp_df_fixed_size(test, 2, 0);
     tp_train_config_t cfg;
     tp_train_config_init(&cfg);
     cfg.model = &model;
