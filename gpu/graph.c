@@ -79,6 +79,8 @@ void tp_tower_destroy_(tp_tower_t **t_p) {
     for (int i = 0; i < t->nscopes; i++)
         free(t->scopes[i]);
     free(t->var_seen);
+    free(t->fuse);
+    free(t->fuse_rest);
     free(t);
     *t_p = NULL;
 }

@@ -45,6 +45,8 @@ struct tp_node {
     void *workspace;
     size_t workspace_bytes;
     int *dx_acc;       /* [ninputs] */
+    int fuse_after;    /* trainable VARIABLE: id of the node whose backward
+                          writes its gradient last (fused updates) */
     /* per step: the runtime batch */
     tp_shape_t run_shape;
 };
@@ -82,6 +84,13 @@ struct tp_tower {
     tp_rng_t rng;
     int64_t run_batch;
     int ran_backward;
+    /* fused updates (tower 0 of a one-tower model): trainable variable nodes
+     * by fuse_after, descending (backward order), and the variables this
+     * tower never differentiates */
+    tp_node_t **fuse;
+    int nfuse;
+    int *fuse_rest;
+    int nfuse_rest;
 };
 
 struct tp_model {

@@ -155,6 +155,49 @@ static void s_set_run_shapes(tp_tower_t *t, int64_t batch) {
     t->run_batch = batch;
 }
 
+static int s_cmp_fuse(const void *a, const void *b) {
+    const tp_node_t *x = *(tp_node_t *const *)a, *y = *(tp_node_t *const *)b;
+    return y->fuse_after - x->fuse_after;
+}
+
+/* For updates fused into the backward pass: after which node's backward is
+ * each variable's gradient final (its consumer with the lowest id), and
+ * which trainable variables the tower never reaches. */
+static tp_status_t s_plan_fusion(tp_model_t *m, tp_tower_t *t) {
+    t->fuse = calloc((size_t)t->nnodes + 1, sizeof *t->fuse);
+    t->fuse_rest = calloc((size_t)m->nvars + 1, sizeof *t->fuse_rest);
+    unsigned char *covered = calloc((size_t)m->nvars + 1, 1);
+    if (!t->fuse || !t->fuse_rest || !covered) {
+        free(covered);
+        return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
+    }
+    for (int i = 0; i < t->nnodes; i++)
+        t->nodes[i]->fuse_after = -1;
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *c = t->nodes[i];
+        if (!c->backward || c->kind == TP_OP_VARIABLE)
+            continue;
+        for (int j = 0; j < c->ninputs; j++) {
+            tp_node_t *v = c->inputs[j];
+            if (v->kind == TP_OP_VARIABLE && v->backward && v->fuse_after < 0)
+                v->fuse_after = c->id;
+        }
+    }
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *v = t->nodes[i];
+        if (v->kind == TP_OP_VARIABLE && v->fuse_after >= 0) {
+            t->fuse[t->nfuse++] = v;
+            covered[v->var] = 1;
+        }
+    }
+    qsort(t->fuse, (size_t)t->nfuse, sizeof *t->fuse, s_cmp_fuse);
+    for (int i = 0; i < m->nvars; i++)
+        if (m->vars[i].trainable && !covered[i])
+            t->fuse_rest[t->nfuse_rest++] = i;
+    free(covered);
+    return TP_OK;
+}
+
 static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     tp_backend_t *b = m->backend;
     int train = t->training && t->cost && m->opt;
@@ -261,9 +304,13 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
             n->grad = (float *)(base + grad_off[i]);
         if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT)
             n->workspace = base + ws_off[i];
+        if (n->kind == TP_OP_INPUT)
+            n->workspace = n->value; /* kept: inputs may be borrowed */
     }
     free(val_off);
     t->ran_backward = 0;
+    if (train && t->index == 0)
+        return s_plan_fusion(m, t);
     return TP_OK;
 }
 
@@ -538,14 +585,30 @@ static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
     if (batch != t->run_batch)
         s_set_run_shapes(t, batch);
     tp_backend_t *b = m->backend;
-    for (int i = 0; i < m->ninputs; i++)
-        TP_TRY(b->ops->copy(b, t->stream, t->input_nodes[i]->value,
-                            inputs[i].data, inputs[i].nbytes, TP_COPY_H2D));
+    for (int i = 0; i < m->ninputs; i++) {
+        tp_node_t *n = t->input_nodes[i];
+        if (b->device < 0) {
+            /* host memory is the CPU backend's memory: borrow, no copy */
+            n->value = inputs[i].data;
+            continue;
+        }
+        n->value = n->workspace; /* the planned device buffer */
+        TP_TRY(b->ops->copy(b, t->stream, n->value, inputs[i].data,
+                            inputs[i].nbytes, TP_COPY_H2D));
+    }
     return TP_OK;
 }
 
+static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
+    const tp_var_t *v = &m->vars[vi];
+    return tp_optimizer_update(m->opt, m->backend, t->stream, m->train_arena,
+                               t->grads, m->slots, v->offset, v->count);
+}
+
+/* fused: update each variable right after its gradient is final (one-tower
+ * models only: nothing to all-reduce). */
 static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
-                         int backward) {
+                         int backward, int fused) {
     tp_tower_t *t = tp_model_tower_(m, tower);
     if (!t)
         return s_bad_tower(m, tower);
@@ -557,9 +620,12 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
     tp_op_call_t c;
     for (int i = 0; i < t->nnodes; i++) {
         tp_node_t *n = t->nodes[i];
-        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE ||
-            n->kind == TP_OP_RESHAPE)
+        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE)
             continue;
+        if (n->kind == TP_OP_RESHAPE) {
+            n->value = n->inputs[0]->value; /* inputs may be borrowed */
+            continue;
+        }
         s_make_call(m, t, n, &c, xs, xsh, dx);
         tp_status_t rc = b->ops->op_forward(b, t->stream, &c);
         if (rc < 0)
@@ -569,6 +635,7 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
     if (!backward || !t->training || !t->cost || !t->cost->backward)
         return b->ops->stream_sync(b, t->stream);
     TP_TRY(b->ops->fill(b, t->stream, t->cost->grad, 1.0f, 1));
+    int k = 0;
     for (int i = t->nnodes - 1; i >= 0; i--) {
         tp_node_t *n = t->nodes[i];
         if (!n->backward || n->kind == TP_OP_VARIABLE)
@@ -577,18 +644,25 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
         tp_status_t rc = b->ops->op_backward(b, t->stream, &c);
         if (rc < 0)
             return tp_error_wrap(rc, "%s: backward of '%s'", t->name, n->name);
+        for (; fused && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)
+            TP_TRY(s_update_var(m, t, t->fuse[k]->var));
+    }
+    if (fused) {
+        for (int r = 0; r < t->nfuse_rest; r++)
+            TP_TRY(s_update_var(m, t, t->fuse_rest[r]));
+        tp_optimizer_end_step(m->opt);
     }
     t->ran_backward = 1;
     return b->ops->stream_sync(b, t->stream);
 }
 
 tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *inputs) {
-    return s_run(m, tower, inputs, 1);
+    return s_run(m, tower, inputs, 1, 0);
 }
 
 tp_status_t tp_model_forward(tp_model_t *m, int tower,
                              const tp_tensor_t *inputs) {
-    return s_run(m, tower, inputs, 0);
+    return s_run(m, tower, inputs, 0, 0);
 }
 
 static tp_status_t s_check_grads(tp_model_t *m) {
@@ -649,6 +723,11 @@ tp_status_t tp_model_apply(tp_model_t *m) {
 tp_status_t tp_model_train_step(tp_model_t *m,
                                 const tp_tensor_t *const *inputs) {
     TP_TRY(s_check_grads(m));
+    if (m->ntowers == 1 && m->towers[0]->fuse) {
+        /* nothing to reduce: update each variable as its gradient is final */
+        TP_TRY(s_run(m, 0, inputs[0], 1, 1));
+        return TP_OK;
+    }
     for (int i = 0; i < m->ntowers; i++)
         TP_TRY(tp_model_run(m, i, inputs[i]));
     TP_TRY(tp_model_reduce(m));

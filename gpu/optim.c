@@ -129,19 +129,28 @@ const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i) {
 int64_t tp_optimizer_step(const tp_optimizer_t *o) { return o->step; }
 void tp_optimizer_set_step(tp_optimizer_t *o, int64_t step) { o->step = step; }
 
+tp_status_t tp_optimizer_update(tp_optimizer_t *o, tp_backend_t *b,
+                                tp_stream_t *s, float *param,
+                                const float *grad, float *const *slots,
+                                size_t off, size_t n) {
+    if (o->kind == S_SGD)
+        return b->ops->sgd_update(b, s, param + off, grad + off,
+                                  o->momentum > 0 ? slots[0] + off : NULL, n,
+                                  (float)o->lr, (float)o->momentum,
+                                  o->nesterov);
+    return b->ops->adam_update(b, s, param + off, grad + off, slots[0] + off,
+                               slots[1] + off, n, (float)o->lr,
+                               (float)o->beta1, (float)o->beta2, (float)o->eps,
+                               o->step + 1);
+}
+
+void tp_optimizer_end_step(tp_optimizer_t *o) { o->step++; }
+
 tp_status_t tp_optimizer_apply(tp_optimizer_t *o, tp_backend_t *b,
                                tp_stream_t *s, float *param,
                                const float *grad, float *const *slots,
                                size_t n) {
-    tp_status_t rc;
-    if (o->kind == S_SGD)
-        rc = b->ops->sgd_update(b, s, param, grad,
-                                o->momentum > 0 ? slots[0] : NULL, n,
-                                (float)o->lr, (float)o->momentum, o->nesterov);
-    else
-        rc = b->ops->adam_update(b, s, param, grad, slots[0], slots[1], n,
-                                 (float)o->lr, (float)o->beta1,
-                                 (float)o->beta2, (float)o->eps, o->step + 1);
+    tp_status_t rc = tp_optimizer_update(o, b, s, param, grad, slots, 0, n);
     if (rc == TP_OK)
         o->step++;
     return rc;

@@ -51,6 +51,16 @@ tp_status_t tp_optimizer_apply(tp_optimizer_t *o, tp_backend_t *b,
                                const float *grad, float *const *slots,
                                size_t n);
 
+/* Update elements [offset, offset + n) of the same buffers as part of the
+ * current step without advancing the step counter: a model updates each
+ * variable as soon as its gradient is final, while it is still in cache.
+ * tp_optimizer_end_step then counts the step. */
+tp_status_t tp_optimizer_update(tp_optimizer_t *o, tp_backend_t *b,
+                                tp_stream_t *s, float *param,
+                                const float *grad, float *const *slots,
+                                size_t offset, size_t n);
+void tp_optimizer_end_step(tp_optimizer_t *o);
+
 #ifdef __cplusplus
 }
 #endif
