@@ -452,7 +452,11 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         if ((rc = s_add(tr, tp_cb_scalar_printer())) < 0)
             goto out;
     }
+    /* SIGINT and SIGTERM end training in order: the current step finishes,
+     * after_train runs, the last checkpoint stays the latest. */
+    tp_signals_install();
     rc = tp_trainer_train(tr, &sched);
+    tp_signals_restore();
 out: {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", tp_last_error());

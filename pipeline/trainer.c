@@ -6,11 +6,13 @@
  * allocates in the steady state: fetch names and scalar names live in
  * tables that only grow when a new name first appears. */
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <towerpack/callback.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include <towerpack/supervisor.h>
 #include "pipeline/trainer_internal.h"
 
 /* ---- fetches ----------------------------------------------------------------- */
@@ -484,7 +486,12 @@ static void s_keep(tp_status_t *first, char *msg, size_t size, tp_status_t rc) {
     }
 }
 
+/* A SIGINT or SIGTERM recorded by tp_signals_install (supervisor.h) turns
+ * into an interrupted stop at the next step boundary. */
 static int s_stopping(tp_trainer_t *self) {
+    int sig = tp_signal_pending();
+    if (sig)
+        tp_trainer_request_stop(self, sig == SIGINT ? "SIGINT" : "SIGTERM", 1);
     return atomic_load_explicit(&self->stop, memory_order_relaxed) != 0;
 }
 
