@@ -4,11 +4,14 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <towerpack/checkpoint.h>
 #include <towerpack/log.h>
 #include <towerpack/logdir.h>
 #include <towerpack/model_callbacks.h>
+#include <towerpack/supervisor.h>
 #include <towerpack/train.h>
+#include "pipeline/towers.h"
 
 #define MAX_TOWERS 64
 #define MAX_INPUTS 16
@@ -46,11 +49,20 @@ void tp_input_destroy(tp_input_t **self_p) {
 }
 
 const char *tp_input_name(const tp_input_t *self) { return self->ops->name; }
+void *tp_input_impl(tp_input_t *self) { return self->impl; }
 
 /* FeedInput */
 
-static tp_status_t feed_start(void *impl, int towers, uint64_t seed) {
-    return tp_dataflow_reset_state(impl, seed, 0);
+static tp_status_t feed_next(void *impl, int tower, tp_datapoint_t **out);
+
+static tp_status_t feed_start(void *impl, int towers, uint64_t seed, int64_t skip) {
+    TP_TRY(tp_dataflow_reset_state(impl, seed, 0));
+    for (int64_t i = 0; i < skip; i++) {
+        tp_datapoint_t *dp = NULL;
+        TP_TRY(feed_next(impl, 0, &dp));
+        tp_datapoint_destroy(&dp);
+    }
+    return TP_OK;
 }
 
 static tp_status_t feed_next(void *impl, int tower, tp_datapoint_t **out) {
@@ -91,7 +103,7 @@ typedef struct {
     tp_datapoint_t *proto;
 } s_dummy_t;
 
-static tp_status_t dummy_start(void *impl, int towers, uint64_t seed) {
+static tp_status_t dummy_start(void *impl, int towers, uint64_t seed, int64_t skip) {
     s_dummy_t *d = impl;
     tp_rng_t r;
     tp_rng_init(&r, seed, 12345);
@@ -170,47 +182,39 @@ tp_input_t *tp_input_dummy(const tp_model_desc_t *model, int64_t batch,
 typedef struct {
     tp_model_t *model;
     tp_input_t *input;
+    tp_towers_t *executors;   /* one actor per tower */
     tp_trainer_kind_t kind;
     int towers;
     int64_t batch;
     int ninputs;
 } s_mt_t;
 
-/* Borrowed tensor views of a datapoint's components, checked against the
- * model's inputs so a wrong batch is an error naming the tower. */
-static tp_status_t s_views(s_mt_t *t, int tower, tp_datapoint_t *dp,
-                           tp_tensor_t *views) {
-    if (tp_datapoint_size(dp) != t->ninputs)
-        return tp_error(TP_ERR_SHAPE, "tower%d: the input gave %d components, "
-                        "the model has %d inputs", tower,
-                        tp_datapoint_size(dp), t->ninputs);
-    for (int i = 0; i < t->ninputs; i++) {
-        views[i] = *tp_datapoint_get(dp, i);
-        views[i].free_fn = NULL;  /* a view: the datapoint keeps ownership */
-    }
-    return TP_OK;
-}
-
+/* One step: every tower takes its own batch from the input (on this
+ * thread, in tower order, so the data order is deterministic), the tower
+ * actors compute in parallel (replicated: they all-reduce the gradients
+ * among themselves), then the update is applied once. */
 static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     s_mt_t *t = impl;
-    tp_status_t rc = TP_OK;
-    for (int i = 0; i < t->towers && rc >= 0; i++) {
-        tp_datapoint_t *dp = NULL;
-        rc = t->input->ops->next(t->input->impl, i, &dp);
-        if (rc < 0)
+    tp_datapoint_t *batches[MAX_TOWERS] = {NULL};
+    for (int i = 0; i < t->towers; i++) {
+        tp_status_t rc = t->input->ops->next(t->input->impl, i, &batches[i]);
+        if (rc < 0) {
+            for (int j = 0; j < i; j++)
+                tp_datapoint_destroy(&batches[j]);
             return tp_error_wrap(rc, "tower%d input", i);
-        tp_tensor_t views[MAX_INPUTS];
-        rc = s_views(t, i, dp, views);
-        if (rc >= 0)
-            rc = tp_model_run(t->model, i, views);
-        tp_datapoint_destroy(&dp);
+        }
     }
-    if (rc < 0)
-        return rc;
+    if (t->executors) {
+        TP_TRY(tp_towers_step(t->executors, batches, 10.0));
+    } else {
+        /* One tower: it runs on this thread; a hop to an actor would only
+         * add two thread wake-ups per step. */
+        tp_status_t rc = tp_tower_compute(t->model, 0, t->ninputs, 0, batches[0]);
+        tp_datapoint_destroy(&batches[0]);
+        TP_TRY(rc);
+    }
     if (t->kind == TP_TRAINER_PARAMETER_SERVER)
-        TP_TRY(tp_model_reduce(t->model));
-    else
-        TP_TRY(tp_model_allreduce(t->model));
+        TP_TRY(tp_model_reduce(t->model));  /* gathered onto tower 0 */
     TP_TRY(tp_model_apply(t->model));
     /* Fetched scalars: the mean over the towers. */
     for (int k = 0; k < tp_fetches_count(f); k++) {
@@ -248,6 +252,7 @@ static tp_model_t *mt_model(void *impl) { return ((s_mt_t *)impl)->model; }
 
 static void mt_destroy(void *impl) {
     s_mt_t *t = impl;
+    tp_towers_destroy(&t->executors);
     tp_input_destroy(&t->input);
     tp_model_destroy(&t->model);
     free(t);
@@ -298,6 +303,28 @@ static tp_status_t s_add(tp_trainer_t *tr, tp_callback_t *cb) {
     return tp_trainer_add_callback(tr, &cb);
 }
 
+/* The epoch and global step a checkpoint was taken at (its metadata). */
+static tp_status_t s_ckpt_state(const char *path, int64_t *epoch, int64_t *step) {
+    tp_safetensors_t *st = NULL;
+    TP_TRY(tp_safetensors_open(path, &st));
+    const char *e = tp_safetensors_meta(st, "epoch");
+    const char *g = tp_safetensors_meta(st, "global_step");
+    tp_status_t rc = TP_OK;
+    char *end1 = NULL, *end2 = NULL;
+    if (!e || !g)
+        rc = tp_error(TP_ERR_FORMAT, "%s: no trainer state (epoch, global_step) in "
+                      "its metadata", path);
+    else {
+        *epoch = strtoll(e, &end1, 10);
+        *step = strtoll(g, &end2, 10);
+        if (*end1 || *end2 || *epoch < 0 || *step < 0)
+            rc = tp_error(TP_ERR_FORMAT, "%s: bad trainer state (epoch '%s', "
+                          "global_step '%s')", path, e, g);
+    }
+    tp_safetensors_destroy(&st);
+    return rc;
+}
+
 tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                                         tp_model_t **out_model) {
     tp_status_t rc = TP_OK;
@@ -320,26 +347,12 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     if ((int)kind < 0)
         kind = cfg->towers == 1 ? TP_TRAINER_SIMPLE : TP_TRAINER_REPLICATED;
 
-    tp_model_config_t mc = tp_model_config_default();
-    mc.towers = cfg->towers;
-    mc.batch = cfg->batch;
-    mc.infer_batch = cfg->infer_batch > 0 ? cfg->infer_batch
-                   : cfg->validation ? cfg->batch : 0;
-    mc.seed = cfg->seed;
-    mc.threads = cfg->threads;
     s_mt_t *mt = calloc(1, sizeof *mt);
     if (!mt) {
         tp_train_config_fini(cfg);
         return tp_error(TP_ERR_NOMEM, "trainer");
     }
-    mt->model = tp_model_new(cfg->model, &mc);
-    if (!mt->model) {
-        rc = tp_error_wrap(TP_ERR_INVALID, "building the model");
-        free(mt);
-        tp_train_config_fini(cfg);
-        return rc;
-    }
-    mt->input = cfg->input ? cfg->input : tp_input_feed(cfg->dataflow);
+    mt->input = cfg->input ? cfg->input : tp_input_queue(cfg->dataflow, 50);
     cfg->input = NULL;
     cfg->dataflow = NULL;
     mt->kind = kind;
@@ -349,44 +362,73 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     tr = tp_trainer_new(kind == TP_TRAINER_SIMPLE ? &s_simple_ops
                         : kind == TP_TRAINER_REPLICATED ? &s_replicated_ops
                                                         : &s_ps_ops, mt);
-    if (!tr) {
-        tp_train_config_fini(cfg);
-        return tp_error(TP_ERR_NOMEM, "trainer");
+    if (!tr)
+        mt = NULL;  /* tp_trainer_new destroyed it */
+    if (!tr || !mt->input) {
+        rc = tp_error(TP_ERR_NOMEM, "trainer");
+        goto out;
     }
 
-    /* The log directory and where training starts. */
+    /* Where training starts: a resumed run continues after its latest
+     * checkpoint. Read before anything starts a thread: the input may fork
+     * dataflow workers. */
     tp_schedule_t sched = {cfg->starting_epoch, cfg->max_epoch, cfg->steps_per_epoch};
     int64_t resume_step = -1;
+    char ckpt[4096] = "";
     if (cfg->logdir) {
         if ((rc = tp_mkdirs(cfg->logdir)) < 0)
             goto out;
         tp_trainer_set_logdir(tr, cfg->logdir);
-        char ckpt[4096];
         if (cfg->auto_resume &&
             tp_checkpoint_find_latest(cfg->logdir, ckpt, sizeof ckpt) == TP_OK) {
-            tp_train_state_t st;
-            rc = tp_checkpoint_load(mt->model, ckpt, TP_LOAD_STRICT, &st);
-            if (rc < 0) {
-                rc = tp_error_wrap(rc, "resuming from %s", ckpt);
+            int64_t epoch = 0;
+            if ((rc = s_ckpt_state(ckpt, &epoch, &resume_step)) < 0)
                 goto out;
-            }
-            sched.starting_epoch = st.epoch + 1;
-            resume_step = st.global_step;
-            tp_trainer_set_global_step(tr, st.global_step);
-            TP_INFO("resuming from %s: epoch %lld done, global step %lld", ckpt,
-                    (long long)st.epoch, (long long)st.global_step);
+            sched.starting_epoch = epoch + 1;
+            tp_trainer_set_global_step(tr, resume_step);
         }
     }
-    if (resume_step < 0 && cfg->session_init) {
+    /* Replay the input up to the checkpoint, so every later batch is the one
+     * an unbroken run would see. */
+    rc = mt->input->ops->start(mt->input->impl, cfg->towers, cfg->seed,
+                               resume_step > 0 ? resume_step * cfg->towers : 0);
+    if (rc < 0) {
+        rc = tp_error_wrap(rc, "starting %s", tp_input_name(mt->input));
+        goto out;
+    }
+
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = cfg->towers;
+    mc.batch = cfg->batch;
+    mc.infer_batch = cfg->infer_batch > 0 ? cfg->infer_batch
+                   : cfg->validation ? cfg->batch : 0;
+    mc.seed = cfg->seed;
+    mc.threads = cfg->threads;
+    mt->model = tp_model_new(cfg->model, &mc);
+    if (!mt->model) {
+        rc = tp_error_wrap(TP_ERR_INVALID, "building the model");
+        goto out;
+    }
+    if (resume_step >= 0) {
+        tp_train_state_t st;
+        rc = tp_checkpoint_load(mt->model, ckpt, TP_LOAD_STRICT, &st);
+        if (rc < 0) {
+            rc = tp_error_wrap(rc, "resuming from %s", ckpt);
+            goto out;
+        }
+        TP_INFO("resuming from %s: epoch %lld done, global step %lld", ckpt,
+                (long long)st.epoch, (long long)st.global_step);
+    } else if (cfg->session_init) {
         rc = tp_checkpoint_load(mt->model, cfg->session_init, TP_LOAD_WEIGHTS_ONLY, NULL);
         if (rc < 0) {
             rc = tp_error_wrap(rc, "session_init %s", cfg->session_init);
             goto out;
         }
     }
-    rc = mt->input->ops->start(mt->input->impl, cfg->towers, cfg->seed);
-    if (rc < 0) {
-        rc = tp_error_wrap(rc, "starting %s", tp_input_name(mt->input));
+    if (cfg->towers > 1 &&
+        !(mt->executors = tp_towers_new(mt->model, cfg->towers, cfg->model->ninputs,
+                                        kind == TP_TRAINER_REPLICATED))) {
+        rc = tp_error_wrap(TP_ERR_NOMEM, "tower executors");
         goto out;
     }
     if (sched.steps_per_epoch <= 0) {
@@ -395,19 +437,6 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             rc = tp_error(TP_ERR_INVALID, "TrainConfig: steps_per_epoch is needed: "
                           "the input %s has no size", tp_input_name(mt->input));
             goto out;
-        }
-    }
-    /* Resume exactly: replay the input up to where the checkpoint was taken,
-     * so the data order after it is the one an unbroken run would see. */
-    if (resume_step > 0) {
-        for (int64_t s = 0; s < resume_step * cfg->towers; s++) {
-            tp_datapoint_t *dp = NULL;
-            rc = mt->input->ops->next(mt->input->impl, (int)(s % cfg->towers), &dp);
-            tp_datapoint_destroy(&dp);
-            if (rc < 0) {
-                rc = tp_error_wrap(rc, "replaying the input for resume");
-                goto out;
-            }
         }
     }
 
@@ -460,11 +489,14 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
 out: {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", tp_last_error());
-        if (out_model && rc >= 0) {
+        if (out_model && rc >= 0 && mt) {
             *out_model = mt->model;
             mt->model = NULL;
         }
-        tp_trainer_destroy(&tr);
+        if (tr)
+            tp_trainer_destroy(&tr);  /* destroys mt too */
+        else if (mt)
+            mt_destroy(mt);
         tp_train_config_fini(cfg);
         if (rc < 0)
             tp_error(rc, "%s", msg);

@@ -29,8 +29,10 @@ typedef struct tp_input tp_input_t;
 
 typedef struct tp_input_ops {
     const char *name;
-    /* Prepare (seed the dataflow, start prefetching). */
-    tp_status_t (*start)(void *impl, int towers, uint64_t seed);
+    /* Prepare (seed the dataflow, start prefetching), first dropping `skip`
+     * batches: a resumed run continues the data stream where the
+     * checkpoint left it. */
+    tp_status_t (*start)(void *impl, int towers, uint64_t seed, int64_t skip);
     /* The next batch for `tower` (caller owns). Passes wrap around: an
      * epoch is the trainer's period, not one pass of the data. */
     tp_status_t (*next)(void *impl, int tower, tp_datapoint_t **out);
@@ -50,6 +52,17 @@ const char *tp_input_name(const tp_input_t *self);
  * synchronous (for debugging). Takes df. */
 tp_input_t *tp_input_feed(tp_dataflow_t *df);
 
+/* QueueInput: a prefetch actor runs the dataflow (taken) and keeps up to
+ * `capacity` batches (0: 50) ready in a bounded inproc queue. The default
+ * input for a dataflow. */
+tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity);
+/* The prefetch actor's counters (queue fill, busy, blocked on a full
+ * queue). TP_ERR_INVALID for another kind of input. */
+typedef struct tp_stats_row tp_stats_row_t;
+tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row);
+/* The implementation pointer. */
+void *tp_input_impl(tp_input_t *self);
+
 /* DummyConstantInput: one random batch per tower, built once from the
  * model's input descriptions and returned again and again (copies): the
  * speed of light of the step. `label_classes` bounds int inputs. */
@@ -66,7 +79,7 @@ typedef enum {
 
 typedef struct tp_train_config {
     const tp_model_desc_t *model;  /* required */
-    tp_dataflow_t *dataflow;       /* taken: the default input (FeedInput) */
+    tp_dataflow_t *dataflow;       /* taken: the default input (QueueInput) */
     tp_input_t *input;             /* taken: instead of dataflow */
     tp_trainer_kind_t trainer;     /* default: SIMPLE for 1 tower, else REPLICATED */
     int towers;                    /* default 1 */

@@ -1,0 +1,176 @@
+/* towerpack pipeline: QueueInput, tensorpack's default input for a
+ * dataflow. A prefetch actor runs the dataflow and pushes batches, by
+ * pointer over inproc, into a bounded queue (50 by default); the trainer's
+ * thread takes from it. While the towers compute (and while epoch-end
+ * callbacks run) the queue fills, so the next step's batches are ready.
+ *
+ * The dataflow is reset on the caller's thread, before the actor starts:
+ * a process-parallel dataflow forks its workers there (the fork rule). */
+#include <czmq.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <towerpack/actor.h>
+#include <towerpack/clock.h>
+#include <towerpack/log.h>
+#include <towerpack/supervisor.h>
+#include <towerpack/train.h>
+
+typedef struct {
+    tp_dataflow_t *df;
+    int capacity;
+    int64_t skip;             /* datapoints to drop first (resume) */
+    char endpoint[96];
+    tp_actor_port_t port;
+    tp_actor_def_t def;
+    tp_actor_t *actor;
+    zsock_t *pull;            /* the trainer's end */
+    uint64_t starved_ns;      /* the trainer waiting for a batch */
+    uint64_t taken;
+    double watchdog_s;
+} s_queue_t;
+
+static tp_status_t q_produce(tp_actor_ctx_t *ctx, void *state) {
+    s_queue_t *q = state;
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = tp_dataflow_next(q->df, &dp);
+    if (rc == TP_DONE) {  /* a new pass: epochs are the trainer's business */
+        rc = tp_dataflow_next(q->df, &dp);
+        if (rc == TP_DONE)
+            return tp_error(TP_ERR_STATE, "QueueInput: the dataflow %s is empty",
+                            tp_dataflow_name(q->df));
+    }
+    if (rc < 0)
+        return tp_error_wrap(rc, "QueueInput: dataflow %s", tp_dataflow_name(q->df));
+    if (q->skip > 0) {
+        q->skip--;
+        tp_datapoint_destroy(&dp);
+        return TP_OK;
+    }
+    return tp_actor_send(ctx, 0, &dp);
+}
+
+static tp_status_t q_start(void *impl, int towers, uint64_t seed, int64_t skip) {
+    s_queue_t *q = impl;
+    TP_TRY(tp_dataflow_reset_state(q->df, seed, 0));
+    q->skip = skip;
+    static atomic_int s_counter;
+    snprintf(q->endpoint, sizeof q->endpoint, "inproc://tp-queue-input-%d-%d",
+             (int)getpid(), atomic_fetch_add(&s_counter, 1));
+    q->port = (tp_actor_port_t){.name = "out", .endpoint = q->endpoint, .bind = 1,
+                                .hwm = q->capacity};
+    q->def = (tp_actor_def_t){.name = "QueueInput", .outputs = &q->port,
+                              .noutputs = 1, .produce = q_produce};
+    q->actor = tp_actor_new(&q->def, q);
+    if (!q->actor)
+        return tp_error_wrap(TP_ERR_STATE, "starting QueueInput");
+    q->pull = zsock_new(ZMQ_PULL);
+    if (!q->pull)
+        return tp_error(TP_ERR_NOMEM, "QueueInput: socket");
+    zsock_set_rcvhwm(q->pull, q->capacity);
+    if (zsock_connect(q->pull, "%s", q->endpoint) != 0)
+        return tp_error(TP_ERR_IO, "QueueInput: connect %s", q->endpoint);
+    return TP_OK;
+}
+
+/* The next batch: waits for the prefetch actor, never forever. A failed or
+ * ended actor, or a signal, ends the wait with its reason. */
+static tp_status_t q_next(void *impl, int tower, tp_datapoint_t **out) {
+    s_queue_t *q = impl;
+    *out = NULL;
+    void *sock = zsock_resolve(q->pull);
+    uint64_t t0 = tp_now_ns();
+    double warned = 0;
+    for (;;) {
+        tp_datapoint_t *ptr = NULL;
+        int n = zmq_recv(sock, &ptr, sizeof ptr, ZMQ_DONTWAIT);
+        if (n == (int)sizeof ptr && ptr) {
+            q->starved_ns += tp_now_ns() - t0;
+            q->taken++;
+            *out = ptr;
+            return TP_OK;
+        }
+        if (n == (int)sizeof ptr || tp_actor_exited(q->actor) ||
+            tp_actor_wait(q->actor, 0) != TP_ERR_TIMEOUT) {
+            tp_status_t rc = tp_actor_wait(q->actor, 0);
+            return rc < 0 ? tp_error_wrap(rc, "QueueInput")
+                          : tp_error(TP_ERR_STATE, "QueueInput ended: %s",
+                                     tp_actor_reason(q->actor));
+        }
+        if (tp_signal_pending())
+            return tp_error(TP_ERR_INTERRUPTED, "QueueInput: interrupted while "
+                            "waiting for data");
+        zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&item, 1, 100);
+        double waited = (double)(tp_now_ns() - t0) * 1e-9;
+        if (q->watchdog_s > 0 && waited - warned >= q->watchdog_s) {
+            warned = waited;
+            TP_WARN("step watchdog: tower%d has waited %.0f s for a batch: the "
+                    "input (QueueInput, dataflow %s) is starving the towers",
+                    tower, waited, tp_dataflow_name(q->df));
+        }
+    }
+}
+
+static int64_t q_size(void *impl) { return tp_dataflow_size(((s_queue_t *)impl)->df); }
+
+/* Stop order: the producer first (it may be blocked on a full queue), then
+ * drain and free what is still queued, then the trainer's socket. */
+static void q_stop(void *impl) {
+    s_queue_t *q = impl;
+    if (q->actor) {
+        tp_actor_stop(q->actor);
+        if (q->pull) {
+            void *sock = zsock_resolve(q->pull);
+            tp_datapoint_t *ptr;
+            uint64_t t0 = tp_now_ns();
+            while (tp_actor_wait(q->actor, 0) == TP_ERR_TIMEOUT &&
+                   tp_now_ns() - t0 < 5000000000ull) {
+                while (zmq_recv(sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr)
+                    tp_datapoint_destroy(&ptr);
+                zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
+                zmq_poll(&item, 1, 10);
+            }
+            while (zmq_recv(sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr)
+                tp_datapoint_destroy(&ptr);
+        }
+        tp_actor_destroy(&q->actor);
+    }
+    zsock_destroy(&q->pull);
+}
+
+static void q_destroy(void *impl) {
+    s_queue_t *q = impl;
+    q_stop(q);
+    tp_dataflow_destroy(&q->df);
+    free(q);
+}
+
+static const tp_input_ops_t s_queue_ops = {
+    .name = "QueueInput", .start = q_start, .next = q_next, .size = q_size,
+    .stop = q_stop, .destroy = q_destroy,
+};
+
+tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity) {
+    if (!df)
+        return NULL;
+    s_queue_t *q = calloc(1, sizeof *q);
+    if (!q) {
+        tp_dataflow_destroy(&df);
+        tp_error(TP_ERR_NOMEM, "QueueInput");
+        return NULL;
+    }
+    q->df = df;
+    q->capacity = capacity > 0 ? capacity : 50;
+    q->watchdog_s = 10;
+    return tp_input_new(&s_queue_ops, q);
+}
+
+tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row) {
+    if (strcmp(tp_input_name(input), "QueueInput") != 0)
+        return tp_error(TP_ERR_INVALID, "not a QueueInput");
+    s_queue_t *q = tp_input_impl(input);
+    if (!q->actor)
+        return tp_error(TP_ERR_STATE, "QueueInput not started");
+    return tp_actor_stats(q->actor, row);
+}

@@ -1,0 +1,31 @@
+/* towerpack pipeline: tower executors as actors (internal to the trainer). */
+#ifndef TP_PIPELINE_TOWERS_H
+#define TP_PIPELINE_TOWERS_H
+
+#include <towerpack/datapoint.h>
+#include <towerpack/graph.h>
+
+#define TP_TOWERS_MAX 64
+
+typedef struct tp_towers tp_towers_t;
+
+/* One actor per tower of `m`. allreduce: each tower joins the gradient
+ * all-reduce after its backward pass (replicated training). */
+tp_towers_t *tp_towers_new(tp_model_t *m, int n, int ninputs, int allreduce);
+void tp_towers_destroy(tp_towers_t **self_p);
+
+/* Run one step: batches[i] (taken) on tower i, all in parallel; returns
+ * when every tower is done, with the first failure. A step still running
+ * after watchdog_s seconds (and every watchdog_s after) is reported. */
+tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
+                           double watchdog_s);
+
+/* Seconds tower i spent computing. */
+double tp_towers_busy_s(const tp_towers_t *self, int i);
+
+/* Forward, backward and (allreduce) the all-reduce of one tower on `dp`
+ * (borrowed), on the calling thread. */
+tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
+                             int allreduce, tp_datapoint_t *dp);
+
+#endif
