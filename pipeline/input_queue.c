@@ -174,3 +174,26 @@ tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row) {
         return tp_error(TP_ERR_STATE, "QueueInput not started");
     return tp_actor_stats(q->actor, row);
 }
+
+uint64_t tp_input_queue_taken(tp_input_t *input) {
+    if (strcmp(tp_input_name(input), "QueueInput") != 0)
+        return 0;
+    return ((s_queue_t *)tp_input_impl(input))->taken;
+}
+
+double tp_input_queue_waited_s(tp_input_t *input) {
+    if (strcmp(tp_input_name(input), "QueueInput") != 0)
+        return 0;
+    return (double)((s_queue_t *)tp_input_impl(input))->starved_ns * 1e-9;
+}
+
+double tp_input_queue_fill(tp_input_t *input) {
+    tp_stats_row_t row;
+    if (tp_input_queue_stats(input, &row) != TP_OK)
+        return -1;
+    s_queue_t *q = tp_input_impl(input);
+    double queued = row.msgs_out >= q->taken ? (double)(row.msgs_out - q->taken) : 0;
+    /* an inproc link holds up to two high-water marks (both ends) */
+    double fill = queued / (double)q->capacity;
+    return fill > 1 ? 1 : fill;
+}

@@ -9,6 +9,8 @@
 #include <towerpack/log.h>
 #include <towerpack/logdir.h>
 #include <towerpack/model_callbacks.h>
+#include <towerpack/clock.h>
+#include <towerpack/stats.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/train.h>
 #include "pipeline/towers.h"
@@ -274,6 +276,112 @@ static const tp_trainer_ops_t s_ps_ops = {
     .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
 };
 
+/* ---- actor statistics -------------------------------------------------------------
+ * Once a second (checked at step boundaries) the trainer publishes a row for
+ * the prefetch actor, one per tower and one for itself on the stats socket
+ * tp-top reads; after each epoch the input's queue fill and the time the
+ * trainer waited for input join the monitors' stream (stats.json). */
+
+typedef struct {
+    s_mt_t *mt;
+    char request[4200];
+    tp_stats_pub_t *pub;
+    double t_start;
+    uint64_t steps;
+    double step_s, wait_s;     /* trainer: stepping, waiting for input */
+} s_statscb_t;
+
+static void s_rows_publish(s_statscb_t *sc) {
+    tp_stats_row_t rows[2 + TP_TOWERS_MAX];
+    int n = 0;
+    memset(rows, 0, sizeof rows);
+    double alive = tp_now_s() - sc->t_start;
+    tp_stats_row_t q;
+    int have_q = tp_input_queue_stats(sc->mt->input, &q) == TP_OK;
+    if (have_q)
+        rows[n++] = q;
+    tp_stats_row_t *tr = &rows[n++];
+    snprintf(tr->name, sizeof tr->name, "trainer");
+    tr->state = TP_ACTOR_RUNNING;
+    tr->msgs_in = tp_input_queue_taken(sc->mt->input);
+    tr->starved_s = tp_input_queue_waited_s(sc->mt->input);
+    tr->busy_s = alive - tr->starved_s;
+    tr->alive_s = alive;
+    tr->queue_fill = have_q ? tp_input_queue_fill(sc->mt->input) : -1;
+    for (int i = 0; i < sc->mt->towers; i++) {
+        tp_stats_row_t *t = &rows[n++];
+        snprintf(t->name, sizeof t->name, "tower%d", i);
+        t->state = TP_ACTOR_RUNNING;
+        t->msgs_in = sc->steps;
+        t->busy_s = sc->mt->executors ? tp_towers_busy_s(sc->mt->executors, i) : alive - tr->starved_s;
+        t->alive_s = alive;
+        t->starved_s = alive - t->busy_s;
+        t->queue_fill = -1;
+    }
+    if (tp_stats_pub_publish(sc->pub, rows, n) < 0)
+        TP_WARN("publishing statistics: %s", tp_last_error());
+}
+
+static tp_status_t statscb_before_train(void *impl, tp_trainer_t *tr) {
+    s_statscb_t *sc = impl;
+    char ep[4200];
+    const char *dir = tp_trainer_logdir(tr);
+    if (tp_stats_endpoint_resolve(sc->request[0] ? sc->request : NULL, dir, ep, sizeof ep) < 0)
+        return tp_error_wrap(TP_ERR_INVALID, "statistics endpoint");
+    sc->pub = tp_stats_pub_new(ep, "tp-train");
+    if (!sc->pub)
+        return tp_error_wrap(TP_ERR_IO, "statistics endpoint %s", ep);
+    TP_INFO("statistics for tp-top at %s", tp_stats_pub_endpoint(sc->pub));
+    sc->t_start = tp_now_s();
+    return TP_OK;
+}
+
+static tp_status_t statscb_trigger_step(void *impl, tp_trainer_t *tr) {
+    s_statscb_t *sc = impl;
+    sc->steps++;
+    if (sc->pub && tp_stats_pub_since(sc->pub) >= 1.0)
+        s_rows_publish(sc);
+    return TP_OK;
+}
+
+static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
+    s_statscb_t *sc = impl;
+    tp_stats_row_t q;
+    if (tp_input_queue_stats(sc->mt->input, &q) == TP_OK) {
+        tp_trainer_put_scalar(tr, "QueueInput/queue_fill",
+                              tp_input_queue_fill(sc->mt->input));
+        tp_trainer_put_scalar(tr, "QueueInput/blocked_s", q.blocked_s);
+        tp_trainer_put_scalar(tr, "trainer/input_wait_s",
+                              tp_input_queue_waited_s(sc->mt->input));
+    }
+    return TP_OK;
+}
+
+static void statscb_destroy(void *impl) {
+    s_statscb_t *sc = impl;
+    tp_stats_pub_destroy(&sc->pub);
+    free(sc);
+}
+
+static const tp_callback_ops_t s_statscb_ops = {
+    .name = "ActorStats",
+    .before_train = statscb_before_train,
+    .trigger_step = statscb_trigger_step,
+    .after_epoch = statscb_after_epoch,
+    .destroy = statscb_destroy,
+};
+
+static tp_callback_t *s_stats_callback(s_mt_t *mt, const char *request) {
+    s_statscb_t *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+        tp_error(TP_ERR_NOMEM, "ActorStats");
+        return NULL;
+    }
+    sc->mt = mt;
+    snprintf(sc->request, sizeof sc->request, "%s", request ? request : "");
+    return tp_callback_new(&s_statscb_ops, sc, 0);
+}
+
 /* ---- TrainConfig ------------------------------------------------------------------ */
 
 void tp_train_config_init(tp_train_config_t *cfg) {
@@ -459,6 +567,9 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             goto out;
     }
     if (cfg->logdir && cfg->save_checkpoints && (rc = s_add(tr, tp_cb_model_saver(10, 0))) < 0)
+        goto out;
+    if ((cfg->logdir || cfg->stats) && !(cfg->stats && !strcmp(cfg->stats, "off")) &&
+        (rc = s_add(tr, s_stats_callback(mt, cfg->stats))) < 0)
         goto out;
     if (cfg->default_callbacks) {
         if ((rc = s_add(tr, tp_cb_epoch_mean(cfg->progress_names))) < 0 ||

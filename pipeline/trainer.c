@@ -530,16 +530,19 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
         s_keep(&first, msg, sizeof msg, tp_cb_before_train(self->cbs[i], self));
 
     tp_fetches_t *f = &self->fetches;
+    uint64_t hook_ns = 0, step_ns = 0;  /* this epoch: per-step hooks, run_step */
     for (int64_t ep = sched->starting_epoch;
          first >= 0 && !s_stopping(self) && ep <= sched->max_epoch; ep++) {
         self->epoch_num = ep;
         self->local_step = 0;
+        hook_ns = step_ns = 0;
         for (size_t i = 0; first >= 0 && i < self->ncbs; i++)
             s_keep(&first, msg, sizeof msg, tp_cb_before_epoch(self->cbs[i], self));
         for (int64_t s = 0; first >= 0 && s < sched->steps_per_epoch; s++) {
             if (s_stopping(self))
                 break;
             self->local_step = s;
+            uint64_t t0 = tp_now_ns();
             s_fetches_clear(f);
             for (size_t i = 0; first >= 0 && i < self->ncbs; i++) {
                 rc = tp_cb_before_run(self->cbs[i], self, f);
@@ -548,7 +551,10 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
             }
             if (first < 0)
                 break;
+            uint64_t t1 = tp_now_ns();
             rc = self->ops->run_step(self->impl, self, f);
+            uint64_t t2 = tp_now_ns();
+            step_ns += t2 - t1;
             if (rc < 0) {
                 s_keep(&first, msg, sizeof msg,
                        tp_error_wrap(rc, "step %lld of epoch %lld",
@@ -562,11 +568,17 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
                            tp_cb_after_run(self->cbs[i], self, f));
             for (size_t i = 0; first >= 0 && i < self->ncbs; i++)
                 s_keep(&first, msg, sizeof msg, tp_cb_trigger_step(self->cbs[i], self));
+            hook_ns += (t1 - t0) + (tp_now_ns() - t2);
         }
         /* A stop inside the epoch skips its end: the epoch did not finish. */
         if (first < 0 || s_stopping(self))
             break;
         self->local_step = sched->steps_per_epoch;
+        /* What the per-step hooks cost the towers: the share of the epoch's
+         * step time spent in before_run, after_run and trigger_step. */
+        if (step_ns + hook_ns > 0)
+            tp_trainer_put_scalar(self, "callback_step_pct",
+                                  100.0 * (double)hook_ns / (double)(step_ns + hook_ns));
         for (size_t i = 0; first >= 0 && i < self->ncbs; i++)
             s_keep(&first, msg, sizeof msg, tp_cb_after_epoch(self->cbs[i], self));
         for (size_t i = 0; first >= 0 && i < self->ncbs; i++)

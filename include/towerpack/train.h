@@ -60,6 +60,12 @@ tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity);
  * queue). TP_ERR_INVALID for another kind of input. */
 typedef struct tp_stats_row tp_stats_row_t;
 tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row);
+/* Batches the trainer took from a QueueInput, and the seconds it waited for
+ * them (0 for other inputs). */
+uint64_t tp_input_queue_taken(tp_input_t *input);
+/* Batches ready in the queue over its capacity, in [0, 1]; -1 for others. */
+double tp_input_queue_fill(tp_input_t *input);
+double tp_input_queue_waited_s(tp_input_t *input);
 /* The implementation pointer. */
 void *tp_input_impl(tp_input_t *self);
 
@@ -106,6 +112,11 @@ typedef struct tp_train_config {
     const char *logdir;            /* where checkpoints and stats go */
     int auto_resume;               /* resume from logdir's latest checkpoint */
     int save_checkpoints;          /* ModelSaver (default 1 with a logdir) */
+
+    const char *stats;             /* publish actor statistics for tp-top:
+                                      NULL: ipc://LOGDIR/stats.sock with a
+                                      logdir; "off"; "tcp", "tcp:PORT" or an
+                                      endpoint (see stats.h) */
 
     int64_t starting_epoch;        /* default 1 */
     int64_t steps_per_epoch;       /* default: the input's size */

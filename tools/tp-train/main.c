@@ -28,7 +28,7 @@
 
 typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
-    const char *spec, *test_spec;
+    const char *spec, *test_spec, *stats;
     int epochs, batch, towers, workers, threads, resume, augment;
     double lr;
     int64_t steps_per_epoch, seed;
@@ -58,6 +58,8 @@ static void s_usage(FILE *out) {
 "  --resume             continue the run in --logdir from its latest\n"
 "                       checkpoint, up to --epochs\n"
 "  --seed N             default 1\n"
+"  --stats ENDPOINT     statistics for tp-top: ipc (default: LOGDIR/stats.sock),\n"
+"                       tcp (loopback, any port), tcp:PORT, off, or an endpoint\n"
 "  --spec SPEC          the whole training pipeline as a spec (overrides\n"
 "                       --data, --augment, --batch for the data)\n"
 "  --test-spec SPEC     the validation pipeline as a spec\n"
@@ -147,6 +149,7 @@ int main(int argc, char **argv) {
         {"resume", no_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
         {"steps-per-epoch", required_argument, 0, O_STEPS},
         {"spec", required_argument, 0, O_SPEC}, {"test-spec", required_argument, 0, O_TEST_SPEC},
+        {"stats", required_argument, 0, 'S'},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
@@ -172,6 +175,7 @@ int main(int argc, char **argv) {
         case O_STEPS: if (tp_spec_int(optarg, 1, INT64_MAX, "--steps-per-epoch", &v)) return s_fail("bad flag"); a.steps_per_epoch = v; break;
         case O_SPEC: a.spec = optarg; break;
         case O_TEST_SPEC: a.test_spec = optarg; break;
+        case 'S': a.stats = optarg; break;
         case O_AUG: a.augment = 1; break;
         case O_NOAUG: a.augment = 0; break;
         case 'h': s_usage(stdout); return 0;
@@ -261,6 +265,7 @@ int main(int argc, char **argv) {
     cfg.max_epoch = a.epochs;
     cfg.steps_per_epoch = a.steps_per_epoch;
     cfg.progress_names = "cost,accuracy";
+    cfg.stats = a.stats;
     /* Step-decay schedule: the rate drops tenfold for the last third. */
     tp_hp_point_t pts[2] = {{0, a.lr}, {(double)(a.epochs - a.epochs / 3), a.lr / 10}};
     tp_inferencer_t infs[] = {
