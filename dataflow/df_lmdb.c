@@ -118,8 +118,15 @@ typedef struct {
     uint8_t dtype, ndim, codec;
     uint32_t crc;
     uint64_t raw, wire;
+    size_t at;                 /* offset of its stored bytes in the value */
     int64_t shape[TP_MAX_DIMS];
 } rcomp_t;
+
+typedef struct {
+    int ncomp, checksum;
+    rcomp_t *c;                /* [ncomp]: stack or malloc'ed */
+    rcomp_t stack[8];
+} rparse_t;
 
 static tp_status_t s_bad(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
@@ -132,10 +139,16 @@ static tp_status_t s_bad(const char *fmt, ...) {
     return tp_error(TP_ERR_FORMAT, "record value: %s", buf);
 }
 
-tp_status_t tp_records_decode(const void *data, size_t size,
-                              tp_datapoint_t **out) {
-    *out = NULL;
-    const uint8_t *v = data;
+static void s_parse_fini(rparse_t *p) {
+    if (p->c && p->c != p->stack)
+        free(p->c);
+    p->c = NULL;
+}
+
+/* Check the whole header and every length against `size`. Reads no
+ * payload. On success p describes every component (s_parse_fini after). */
+static tp_status_t s_parse(const uint8_t *v, size_t size, rparse_t *p) {
+    p->c = NULL;
     if (!v || size < HDR_FIXED)
         return s_bad("%zu bytes, at least %d needed", size, HDR_FIXED);
     uint32_t magic;
@@ -147,24 +160,23 @@ tp_status_t tp_records_decode(const void *data, size_t size,
                      TP_WIRE_VERSION);
     if (v[5] & ~TP_WIRE_FLAG_CHECKSUM)
         return s_bad("unknown flags 0x%02x", v[5]);
-    int checksum = v[5] & TP_WIRE_FLAG_CHECKSUM;
+    p->checksum = v[5] & TP_WIRE_FLAG_CHECKSUM;
     uint16_t ncomp;
     memcpy(&ncomp, v + 6, 2);
     if (ncomp > TP_DP_MAX_COMPONENTS)
         return s_bad("%u components, at most %d", ncomp, TP_DP_MAX_COMPONENTS);
-    rcomp_t stack[8];
-    rcomp_t *c = ncomp <= 8 ? stack : malloc(ncomp * sizeof *c);
-    if (!c)
+    p->ncomp = ncomp;
+    p->c = ncomp <= 8 ? p->stack : malloc(ncomp * sizeof *p->c);
+    if (!p->c)
         return tp_error(TP_ERR_NOMEM, "record value");
-    tp_status_t rc = TP_OK;
+    rcomp_t *c = p->c;
     size_t off = HDR_FIXED;
     uint64_t payload = 0;
-    tp_dtype_t dtypes[8];
-    int ndims[8];
+    tp_status_t rc = TP_OK;
     for (int i = 0; i < ncomp; i++) {
         if (size - off < COMP_FIXED) {
             rc = s_bad("header truncated in component %d", i);
-            goto done;
+            goto fail;
         }
         const uint8_t *h = v + off;
         c[i].dtype = h[0];
@@ -177,11 +189,11 @@ tp_status_t tp_records_decode(const void *data, size_t size,
         if (!tp_dtype_valid(c[i].dtype) || c[i].ndim > TP_MAX_DIMS || h[3]) {
             rc = s_bad("component %d: dtype %u, %u dims, reserved %u", i,
                        c[i].dtype, c[i].ndim, h[3]);
-            goto done;
+            goto fail;
         }
         if (size - off < 8 * (size_t)c[i].ndim) {
             rc = s_bad("header truncated in the shape of component %d", i);
-            goto done;
+            goto fail;
         }
         memcpy(c[i].shape, v + off, 8 * (size_t)c[i].ndim);
         off += 8 * (size_t)c[i].ndim;
@@ -190,106 +202,121 @@ tp_status_t tp_records_decode(const void *data, size_t size,
             (uint64_t)numel * es != c[i].raw) {
             rc = s_bad("component %d: shape does not match %" PRIu64 " bytes",
                        i, c[i].raw);
-            goto done;
+            goto fail;
         }
         if (c[i].codec == TP_WIRE_CODEC_NONE) {
             if (c[i].raw != c[i].wire) {
                 rc = s_bad("component %d: raw %" PRIu64 " != stored %" PRIu64,
                            i, c[i].raw, c[i].wire);
-                goto done;
+                goto fail;
             }
         } else if (c[i].codec == TP_WIRE_CODEC_LZ4) {
             if (c[i].wire == 0 || c[i].raw > LZ4_MAX_INPUT_SIZE ||
                 c[i].wire > LZ4_MAX_INPUT_SIZE ||
                 c[i].raw > c[i].wire * LZ4_MAX_RATIO + 16) {
                 rc = s_bad("component %d: impossible lz4 sizes", i);
-                goto done;
+                goto fail;
             }
         } else {
             rc = s_bad("component %d: unknown codec %u", i, c[i].codec);
-            goto done;
+            goto fail;
         }
-        if (!checksum && c[i].crc) {
+        if (!p->checksum && c[i].crc) {
             rc = s_bad("component %d: checksum without the flag", i);
-            goto done;
+            goto fail;
         }
         if (c[i].wire > size || payload > size - c[i].wire) {
             rc = s_bad("component %d: longer than the value", i);
-            goto done;
+            goto fail;
         }
         payload += c[i].wire;
     }
     if (size - off != payload) {
         rc = s_bad("%zu payload bytes, the header describes %" PRIu64,
                    size - off, payload);
-        goto done;
-    }
-    /* One allocation for every component, as tp_df_datapoint_alloc. */
-    int64_t (*shapes)[TP_MAX_DIMS] = NULL;
-    tp_dtype_t *dt = dtypes;
-    int *nd = ndims;
-    void *extra = NULL;
-    if (ncomp > 8) {
-        extra = malloc(ncomp * (sizeof *dt + sizeof *nd));
-        if (!extra) {
-            rc = tp_error(TP_ERR_NOMEM, "record value");
-            goto done;
-        }
-        dt = extra;
-        nd = (int *)(dt + ncomp);
+        goto fail;
     }
     for (int i = 0; i < ncomp; i++) {
-        dt[i] = (tp_dtype_t)c[i].dtype;
-        nd[i] = c[i].ndim;
+        c[i].at = off;
+        off += c[i].wire;
     }
-    /* shapes are laid out with stride sizeof(rcomp_t); copy them out */
-    shapes = malloc((ncomp ? ncomp : 1) * sizeof *shapes);
-    if (!shapes) {
-        free(extra);
-        rc = tp_error(TP_ERR_NOMEM, "record value");
-        goto done;
+    return TP_OK;
+fail:
+    s_parse_fini(p);
+    return rc;
+}
+
+/* Decode component i (parsed) into dst (raw bytes long). */
+static tp_status_t s_fill(const rparse_t *p, const uint8_t *v, int i,
+                          void *dst) {
+    const rcomp_t *c = &p->c[i];
+    if (c->codec == TP_WIRE_CODEC_NONE) {
+        if (c->raw)
+            memcpy(dst, v + c->at, c->raw);
+    } else {
+        int n = LZ4_decompress_safe((const char *)v + c->at, dst,
+                                    (int)c->wire, (int)c->raw);
+        if (n < 0 || (uint64_t)n != c->raw)
+            return s_bad("component %d: corrupt lz4 data", i);
     }
-    for (int i = 0; i < ncomp; i++)
-        memcpy(shapes[i], c[i].shape, sizeof c[i].shape);
+    if (p->checksum) {
+        uint32_t crc = (uint32_t)crc32_z(crc32_z(0, NULL, 0), dst, c->raw);
+        if (crc != c->crc)
+            return s_bad("component %d: checksum 0x%08x, stored 0x%08x", i,
+                         crc, c->crc);
+    }
+    return TP_OK;
+}
+
+tp_status_t tp_records_decode(const void *data, size_t size,
+                              tp_datapoint_t **out) {
+    *out = NULL;
+    rparse_t p;
+    TP_TRY(s_parse(data, size, &p));
+    int n = p.ncomp;
+    /* One allocation for every component (tp_df_datapoint_alloc). */
+    tp_dtype_t *dt = malloc((n ? n : 1) * (sizeof *dt + sizeof(int) +
+                                           sizeof(int64_t[TP_MAX_DIMS])));
+    if (!dt) {
+        s_parse_fini(&p);
+        return tp_error(TP_ERR_NOMEM, "record value");
+    }
+    int64_t(*shapes)[TP_MAX_DIMS] = (void *)(dt + (n ? n : 1));
+    int *nd = (int *)(shapes + (n ? n : 1));
+    for (int i = 0; i < n; i++) {
+        dt[i] = (tp_dtype_t)p.c[i].dtype;
+        nd[i] = p.c[i].ndim;
+        memcpy(shapes[i], p.c[i].shape, sizeof p.c[i].shape);
+    }
     tp_datapoint_t *dp = tp_df_datapoint_alloc(
-        ncomp, dt, nd, (const int64_t(*)[TP_MAX_DIMS])shapes);
-    free(shapes);
-    free(extra);
-    if (!dp) {
-        rc = tp_error_wrap(TP_ERR_NOMEM, "record value");
-        goto done;
-    }
-    const uint8_t *p = v + off;
-    for (int i = 0; i < ncomp; i++) {
-        tp_tensor_t *t = tp_datapoint_get(dp, i);
-        if (c[i].codec == TP_WIRE_CODEC_NONE) {
-            if (c[i].raw)
-                memcpy(t->data, p, c[i].raw);
-        } else {
-            int n = LZ4_decompress_safe((const char *)p, t->data,
-                                        (int)c[i].wire, (int)c[i].raw);
-            if (n < 0 || (uint64_t)n != c[i].raw) {
-                tp_datapoint_destroy(&dp);
-                rc = s_bad("component %d: corrupt lz4 data", i);
-                goto done;
-            }
-        }
-        if (checksum) {
-            uint32_t crc = (uint32_t)crc32_z(crc32_z(0, NULL, 0), t->data,
-                                             t->nbytes);
-            if (crc != c[i].crc) {
-                tp_datapoint_destroy(&dp);
-                rc = s_bad("component %d: checksum 0x%08x, stored 0x%08x", i,
-                           crc, c[i].crc);
-                goto done;
-            }
-        }
-        p += c[i].wire;
+        n, dt, nd, (const int64_t(*)[TP_MAX_DIMS])shapes);
+    free(dt);
+    tp_status_t rc = dp ? TP_OK : TP_ERR_NOMEM;
+    for (int i = 0; rc == TP_OK && i < n; i++)
+        rc = s_fill(&p, data, i, tp_datapoint_get(dp, i)->data);
+    s_parse_fini(&p);
+    if (rc != TP_OK) {
+        tp_datapoint_destroy(&dp);
+        return rc;
     }
     *out = dp;
-done:
-    if (c != stack)
-        free(c);
+    return TP_OK;
+}
+
+/* Decode a value straight into slot `slot` of a stacked batch. */
+static tp_status_t s_decode_into(const void *data, size_t size,
+                                 tp_datapoint_t *batch, int64_t slot) {
+    rparse_t p;
+    TP_TRY(s_parse(data, size, &p));
+    tp_status_t rc = TP_OK;
+    for (int i = 0; rc == TP_OK && i < p.ncomp; i++) {
+        size_t stride;
+        void *dst = df_slot(batch, p.ncomp, i, slot, 1,
+                            (tp_dtype_t)p.c[i].dtype, p.c[i].ndim,
+                            p.c[i].shape, "record", &stride);
+        rc = dst ? s_fill(&p, data, i, dst) : TP_ERR_SHAPE;
+    }
+    s_parse_fini(&p);
     return rc;
 }
 
@@ -417,6 +444,21 @@ done:
 
 /* ---- reading ------------------------------------------------------------- */
 
+/* The layout of the last fully validated record, when it was stored raw
+ * (no lz4, no checksum): a record whose value has the same size and the
+ * same header bytes has the same, already checked, layout, so its
+ * components are copied at known offsets with no parsing. */
+#define FAST_MAX_COMP 16
+#define FAST_MAX_HDR 512
+typedef struct {
+    int valid;
+    size_t size, hdr_len;
+    int ncomp;
+    uint8_t hdr[FAST_MAX_HDR];
+    size_t at[FAST_MAX_COMP], raw[FAST_MAX_COMP];
+    rcomp_t comp[FAST_MAX_COMP];
+} fast_t;
+
 typedef struct {
     char *path;
     MDB_env *env;
@@ -424,6 +466,11 @@ typedef struct {
     MDB_txn *txn;       /* read transaction of the current pass */
     MDB_cursor *cur;
     int64_t count, pos;
+    int64_t ahead_pos;   /* record looked up in advance, or -1 */
+    MDB_val ahead;
+    char ahead_key[KEY_DIGITS + 1];
+    uintptr_t last_page;  /* page of the last value looked up */
+    fast_t fast;          /* layout of the last raw record (next_into) */
     int shuffle;
     uint32_t *order;    /* [count] when shuffled */
     tp_rng_t rng;
@@ -437,6 +484,7 @@ static tp_status_t s_lmdb_reset(void *impl, tp_rng_t *rng, uint64_t seed,
 }
 
 static void s_end_txn(lmdb_t *self) {
+    self->ahead_pos = -1;
     if (self->cur)
         mdb_cursor_close(self->cur);
     self->cur = NULL;
@@ -458,8 +506,11 @@ static tp_status_t s_lmdb_begin(void *impl) {
     if (self->shuffle)
         df_iota_shuffle(self->order, (size_t)self->count, &self->rng);
     self->pos = 0;
+    self->ahead_pos = -1;
     return TP_OK;
 }
+
+static tp_status_t s_lmdb_get(lmdb_t *self, MDB_val *v, char *key);
 
 static tp_status_t s_lmdb_next(void *impl, tp_datapoint_t **out) {
     lmdb_t *self = impl;
@@ -467,17 +518,38 @@ static tp_status_t s_lmdb_next(void *impl, tp_datapoint_t **out) {
         s_end_txn(self);
         return TP_DONE;
     }
-    int64_t idx = self->shuffle ? self->order[self->pos] : self->pos;
+    MDB_val v;
     char key[32];
-    snprintf(key, sizeof key, "%0*" PRId64, KEY_DIGITS, idx);
-    MDB_val k = {KEY_DIGITS, key}, v;
+    TP_TRY(s_lmdb_get(self, &v, key));
+    tp_status_t rc = tp_records_decode(v.mv_data, v.mv_size, out);
+    if (rc != TP_OK)
+        return tp_error_wrap(rc, "lmdb %s: record %s", self->path, key);
+    self->pos++;
+    return TP_OK;
+}
+
+/* The 10-digit key of record idx (no snprintf: this is per record). */
+static void s_key(int64_t idx, char *key) {
+    for (int i = KEY_DIGITS - 1; i >= 0; i--) {
+        key[i] = (char)('0' + idx % 10);
+        idx /= 10;
+    }
+    key[KEY_DIGITS] = '\0';
+}
+
+/* Look record number `pos` of this pass up (cursor step or get). */
+static tp_status_t s_lmdb_fetch(lmdb_t *self, int64_t pos, MDB_val *v,
+                                char *key) {
+    int64_t idx = self->shuffle ? self->order[pos] : pos;
+    s_key(idx, key);
+    MDB_val k = {KEY_DIGITS, key};
     int err;
     if (self->shuffle)
-        err = mdb_get(self->txn, self->dbi, &k, &v);
-    else if (self->pos == 0)
-        err = mdb_cursor_get(self->cur, &k, &v, MDB_SET_KEY);
+        err = mdb_get(self->txn, self->dbi, &k, v);
+    else if (pos == 0)
+        err = mdb_cursor_get(self->cur, &k, v, MDB_SET_KEY);
     else
-        err = mdb_cursor_get(self->cur, &k, &v, MDB_NEXT);
+        err = mdb_cursor_get(self->cur, &k, v, MDB_NEXT);
     if (err == MDB_NOTFOUND ||
         (!err && (k.mv_size != KEY_DIGITS ||
                   memcmp(k.mv_data, key, KEY_DIGITS) != 0)))
@@ -486,10 +558,120 @@ static tp_status_t s_lmdb_next(void *impl, tp_datapoint_t **out) {
                         self->count);
     if (err)
         return s_mdb(err, self->path, "reading a record");
-    tp_status_t rc = tp_records_decode(v.mv_data, v.mv_size, out);
-    if (rc != TP_OK)
-        return tp_error_wrap(rc, "lmdb %s: record %s", self->path, key);
-    self->pos++;
+    return TP_OK;
+}
+
+/* The value of the current record (self->pos). The following record is
+ * looked up one step ahead and its bytes prefetched: LMDB's pages are in
+ * the page cache but not in the CPU's, and the hardware prefetcher cannot
+ * guess where the next value lives. The pointers stay valid for the
+ * pass's read transaction. */
+static tp_status_t s_lmdb_get(lmdb_t *self, MDB_val *v, char *key) {
+    if (self->ahead_pos == self->pos) {
+        *v = self->ahead;
+        memcpy(key, self->ahead_key, KEY_DIGITS + 1);
+    } else {
+        TP_TRY(s_lmdb_fetch(self, self->pos, v, key));
+    }
+    self->ahead_pos = -1;
+    if (self->pos + 1 < self->count &&
+        s_lmdb_fetch(self, self->pos + 1, &self->ahead, self->ahead_key) ==
+            TP_OK) {
+        self->ahead_pos = self->pos + 1;
+        const char *p = self->ahead.mv_data;
+        for (size_t off = 0; off < self->ahead.mv_size; off += 64)
+            __builtin_prefetch(p + off);
+        /* Reading in key order walks the leaf pages, which a file written
+         * in order (MDB_APPEND) lays out one after the other; the hardware
+         * prefetcher stops at each 4 KiB page, so when the walk enters a
+         * new page, fetch the page after next ourselves. */
+        uintptr_t page = (uintptr_t)p & ~(uintptr_t)4095;
+        if (!self->shuffle && page != self->last_page) {
+            self->last_page = page;
+            /* A few lines are enough to start the hardware prefetcher on
+             * that page; a prefetch of every line would stall on the
+             * CPU's few outstanding-miss buffers. */
+            for (size_t off = 0; off < 4096; off += 1024)
+                __builtin_prefetch((const char *)page + 2 * 4096 + off);
+        }
+    } else {
+        tp_clear_error();  /* reported when that record's turn comes */
+    }
+    return TP_OK;
+}
+
+static void s_fast_learn(fast_t *f, const uint8_t *v, size_t size) {
+    rparse_t p;
+    f->valid = 0;
+    if (s_parse(v, size, &p) != TP_OK)
+        return;
+    size_t hdr = p.ncomp ? p.c[0].at : HDR_FIXED;
+    int ok = !p.checksum && p.ncomp <= FAST_MAX_COMP && hdr <= FAST_MAX_HDR;
+    for (int i = 0; ok && i < p.ncomp; i++)
+        ok = p.c[i].codec == TP_WIRE_CODEC_NONE;
+    if (ok) {
+        f->size = size;
+        f->hdr_len = hdr;
+        f->ncomp = p.ncomp;
+        memcpy(f->hdr, v, hdr);
+        for (int i = 0; i < p.ncomp; i++) {
+            f->at[i] = p.c[i].at;
+            f->raw[i] = p.c[i].raw;
+            f->comp[i] = p.c[i];
+        }
+        f->valid = 1;
+    }
+    s_parse_fini(&p);
+}
+
+static tp_status_t s_lmdb_next_into(void *impl, tp_datapoint_t *batch,
+                                    int64_t slot, int64_t count,
+                                    int64_t *filled) {
+    lmdb_t *self = impl;
+    fast_t *f = &self->fast;
+    *filled = 0;
+    /* Slot pointers for the fast layout, checked against this batch once
+     * per call. */
+    uint8_t *base[FAST_MAX_COMP];
+    size_t stride[FAST_MAX_COMP];
+    int bound = 0;
+    for (int64_t j = 0; j < count; j++) {
+        if (self->pos >= self->count) {
+            s_end_txn(self);
+            return TP_DONE;
+        }
+        MDB_val v;
+        char key[32];
+        TP_TRY(s_lmdb_get(self, &v, key));
+        const uint8_t *val = v.mv_data;
+        if (f->valid && v.mv_size == f->size &&
+            memcmp(val, f->hdr, f->hdr_len) == 0) {
+            if (!bound) {
+                for (int i = 0; i < f->ncomp; i++) {
+                    base[i] = df_slot(batch, f->ncomp, i, slot, count,
+                                      (tp_dtype_t)f->comp[i].dtype,
+                                      f->comp[i].ndim, f->comp[i].shape,
+                                      "record", &stride[i]);
+                    if (!base[i])
+                        return tp_error_wrap(TP_ERR_SHAPE, "lmdb %s: record "
+                                             "%s", self->path, key);
+                }
+                bound = 1;
+            }
+            for (int i = 0; i < f->ncomp; i++)
+                memcpy(base[i] + (size_t)j * stride[i], val + f->at[i],
+                       f->raw[i]);
+        } else {
+            tp_status_t rc = s_decode_into(val, v.mv_size, batch, slot + j);
+            if (rc != TP_OK)
+                return tp_error_wrap(rc, "lmdb %s: record %s", self->path,
+                                     key);
+            s_fast_learn(f, val, v.mv_size);
+            bound = 0;
+        }
+        self->pos++;
+        (*filled)++;
+    }
     return TP_OK;
 }
 
@@ -510,7 +692,7 @@ static void s_lmdb_destroy(void *impl) {
 static const tp_dataflow_ops_t s_lmdb_ops = {
     .name = "lmdb", .reset_state = s_lmdb_reset, .begin = s_lmdb_begin,
     .next = s_lmdb_next, .size = s_lmdb_size, .destroy = s_lmdb_destroy,
-    .end_pass = s_lmdb_end_pass};
+    .end_pass = s_lmdb_end_pass, .next_into = s_lmdb_next_into};
 
 /* Read a small metadata value as a string. */
 static tp_status_t s_meta(lmdb_t *self, MDB_txn *txn, const char *key,
