@@ -275,14 +275,16 @@ tp_status_t tp_records_decode(const void *data, size_t size,
     TP_TRY(s_parse(data, size, &p));
     int n = p.ncomp;
     /* One allocation for every component (tp_df_datapoint_alloc). */
-    tp_dtype_t *dt = malloc((n ? n : 1) * (sizeof *dt + sizeof(int) +
-                                           sizeof(int64_t[TP_MAX_DIMS])));
-    if (!dt) {
+    /* shapes first: the int64 array must stay 8-byte aligned */
+    int64_t(*shapes)[TP_MAX_DIMS] = malloc(
+        (n ? n : 1) *
+        (sizeof(int64_t[TP_MAX_DIMS]) + sizeof(tp_dtype_t) + sizeof(int)));
+    if (!shapes) {
         s_parse_fini(&p);
         return tp_error(TP_ERR_NOMEM, "record value");
     }
-    int64_t(*shapes)[TP_MAX_DIMS] = (void *)(dt + (n ? n : 1));
-    int *nd = (int *)(shapes + (n ? n : 1));
+    tp_dtype_t *dt = (tp_dtype_t *)(shapes + (n ? n : 1));
+    int *nd = (int *)(dt + (n ? n : 1));
     for (int i = 0; i < n; i++) {
         dt[i] = (tp_dtype_t)p.c[i].dtype;
         nd[i] = p.c[i].ndim;
@@ -290,7 +292,7 @@ tp_status_t tp_records_decode(const void *data, size_t size,
     }
     tp_datapoint_t *dp = tp_df_datapoint_alloc(
         n, dt, nd, (const int64_t(*)[TP_MAX_DIMS])shapes);
-    free(dt);
+    free(shapes);
     tp_status_t rc = dp ? TP_OK : TP_ERR_NOMEM;
     for (int i = 0; rc == TP_OK && i < n; i++)
         rc = s_fill(&p, data, i, tp_datapoint_get(dp, i)->data);
