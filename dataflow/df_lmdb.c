@@ -30,6 +30,7 @@
 #define KEY_DIGITS 10
 #define FORMAT_KEY "__format__"
 #define COUNT_KEY "__count__"
+#define CHUNK_KEY "__chunk__"
 #define FORMAT_PREFIX "towerpack-records "
 /* Address space reserved for a file being written; LMDB grows the file only
  * as pages are used, so this is a ceiling, not a size. */
@@ -40,6 +41,7 @@ void tp_records_opts_init(tp_records_opts_t *opts) {
     opts->lz4_min_bytes = 1024;
     opts->checksum = 0;
     opts->commit_every = 1000;
+    opts->chunk = 64;
 }
 
 /* ---- value encoding ------------------------------------------------------ */
@@ -343,6 +345,64 @@ static tp_status_t s_put(MDB_txn *txn, MDB_dbi dbi, const char *path,
     return err ? s_mdb(err, path, "writing a record") : TP_OK;
 }
 
+/* The 10-digit key of record idx (no snprintf: this is per record). */
+static void s_key(int64_t idx, char *key) {
+    for (int i = KEY_DIGITS - 1; i >= 0; i--) {
+        key[i] = (char)('0' + idx % 10);
+        idx /= 10;
+    }
+    key[KEY_DIGITS] = '\0';
+}
+
+/* A chunk being assembled: n records' bytes back to back and where each
+ * ends. */
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+    uint32_t *ends;   /* [per_value] */
+    uint32_t n;
+} chunk_buf_t;
+
+static tp_status_t s_chunk_add(chunk_buf_t *c, const void *rec, size_t n) {
+    if (c->len + n > UINT32_MAX)
+        return tp_error(TP_ERR_INVALID, "records: chunk over 4 GiB (use a "
+                        "smaller chunk)");
+    if (c->len + n > c->cap) {
+        size_t cap = c->cap ? c->cap : 65536;
+        while (cap < c->len + n)
+            cap *= 2;
+        uint8_t *d = realloc(c->data, cap);
+        if (!d)
+            return tp_error(TP_ERR_NOMEM, "records: chunk of %zu bytes", cap);
+        c->data = d;
+        c->cap = cap;
+    }
+    memcpy(c->data + c->len, rec, n);
+    c->len += n;
+    c->ends[c->n++] = (uint32_t)c->len;
+    return TP_OK;
+}
+
+/* Write the chunk as value number vidx: u32 n | u32 ends[n] | records. */
+static tp_status_t s_chunk_put(chunk_buf_t *c, MDB_txn *txn, MDB_dbi dbi,
+                               const char *path, int64_t vidx) {
+    size_t hdr = 4 + 4 * (size_t)c->n;
+    uint8_t *v = malloc(hdr + c->len);
+    if (!v)
+        return tp_error(TP_ERR_NOMEM, "records: chunk");
+    memcpy(v, &c->n, 4);
+    memcpy(v + 4, c->ends, 4 * (size_t)c->n);
+    if (c->len)
+        memcpy(v + hdr, c->data, c->len);
+    char key[32];
+    s_key(vidx, key);
+    tp_status_t rc = s_put(txn, dbi, path, key, v, hdr + c->len, MDB_APPEND);
+    free(v);
+    c->n = 0;
+    c->len = 0;
+    return rc;
+}
+
 tp_status_t tp_records_save(tp_dataflow_t *df, const char *path,
                             const tp_records_opts_t *opts,
                             int64_t *count_out) {
@@ -354,6 +414,10 @@ tp_status_t tp_records_save(tp_dataflow_t *df, const char *path,
     if (count_out)
         *count_out = 0;
     size_t every = opts->commit_every ? opts->commit_every : 1000;
+    size_t per = opts->chunk ? opts->chunk : 1;
+    if (per > (1u << 20))
+        return tp_error(TP_ERR_INVALID, "records: chunk of %zu (at most "
+                        "%u)", per, 1u << 20);
     char lock[4200];
     snprintf(lock, sizeof lock, "%s-lock", path);
     if (unlink(path) != 0 && errno != ENOENT)
@@ -363,7 +427,11 @@ tp_status_t tp_records_save(tp_dataflow_t *df, const char *path,
     MDB_env *env = NULL;
     MDB_txn *txn = NULL;
     MDB_dbi dbi;
+    chunk_buf_t cb = {0};
     tp_status_t rc = TP_OK;
+    cb.ends = malloc(per * sizeof *cb.ends);
+    if (!cb.ends)
+        return tp_error(TP_ERR_NOMEM, "records: chunk of %zu", per);
     int err = mdb_env_create(&env);
     if (!err)
         err = mdb_env_set_mapsize(env, WRITE_MAPSIZE);
@@ -374,7 +442,7 @@ tp_status_t tp_records_save(tp_dataflow_t *df, const char *path,
         rc = s_mdb(err, path, "create");
         goto done;
     }
-    int64_t count = 0;
+    int64_t count = 0, values = 0;
     char key[32];
     for (;;) {
         if (!txn) {
@@ -400,13 +468,20 @@ tp_status_t tp_records_save(tp_dataflow_t *df, const char *path,
         tp_datapoint_destroy(&dp);
         if (rc != TP_OK)
             goto done;
-        snprintf(key, sizeof key, "%0*" PRId64, KEY_DIGITS, count);
-        rc = s_put(txn, dbi, path, key, val, n, MDB_APPEND);
+        if (per == 1) {
+            s_key(count, key);
+            rc = s_put(txn, dbi, path, key, val, n, MDB_APPEND);
+            values++;
+        } else {
+            rc = s_chunk_add(&cb, val, n);
+            if (rc == TP_OK && cb.n == per)
+                rc = s_chunk_put(&cb, txn, dbi, path, values++);
+        }
         free(val);
         if (rc != TP_OK)
             goto done;
         count++;
-        if ((size_t)count % every == 0) {
+        if ((size_t)count % every == 0 && cb.n == 0) {
             err = mdb_txn_commit(txn);
             txn = NULL;
             if (err) {
@@ -415,12 +490,18 @@ tp_status_t tp_records_save(tp_dataflow_t *df, const char *path,
             }
         }
     }
+    if (cb.n > 0 && (rc = s_chunk_put(&cb, txn, dbi, path, values++)) != TP_OK)
+        goto done;
     char val[64];
     snprintf(val, sizeof val, "%s%d", FORMAT_PREFIX, TP_RECORDS_VERSION);
     rc = s_put(txn, dbi, path, FORMAT_KEY, val, strlen(val), 0);
     if (rc == TP_OK) {
         snprintf(val, sizeof val, "%" PRId64, count);
         rc = s_put(txn, dbi, path, COUNT_KEY, val, strlen(val), 0);
+    }
+    if (rc == TP_OK) {
+        snprintf(val, sizeof val, "%zu", per);
+        rc = s_put(txn, dbi, path, CHUNK_KEY, val, strlen(val), 0);
     }
     if (rc != TP_OK)
         goto done;
@@ -439,6 +520,8 @@ done:
         mdb_txn_abort(txn);
     if (env)
         mdb_env_close(env);
+    free(cb.data);
+    free(cb.ends);
     if (rc != TP_OK)
         unlink(path);
     return rc;
@@ -472,6 +555,11 @@ typedef struct {
     MDB_val ahead;
     char ahead_key[KEY_DIGITS + 1];
     uintptr_t last_page;  /* page of the last value looked up */
+    int64_t cur_vidx;     /* value the cursor sits on, or -1 */
+    int64_t per_value;    /* records per LMDB value ("__chunk__") */
+    MDB_val chunk;        /* the current chunk (per_value > 1) */
+    int64_t chunk_idx;    /* its number, or -1 */
+    size_t chunk_data;    /* offset of its first record */
     fast_t fast;          /* layout of the last raw record (next_into) */
     int shuffle;
     uint32_t *order;    /* [count] when shuffled */
@@ -487,6 +575,8 @@ static tp_status_t s_lmdb_reset(void *impl, tp_rng_t *rng, uint64_t seed,
 
 static void s_end_txn(lmdb_t *self) {
     self->ahead_pos = -1;
+    self->cur_vidx = -1;
+    self->chunk_idx = -1;
     if (self->cur)
         mdb_cursor_close(self->cur);
     self->cur = NULL;
@@ -513,6 +603,7 @@ static tp_status_t s_lmdb_begin(void *impl) {
 }
 
 static tp_status_t s_lmdb_get(lmdb_t *self, MDB_val *v, char *key);
+static const char *s_rec_name(const lmdb_t *self, char *key);
 
 static tp_status_t s_lmdb_next(void *impl, tp_datapoint_t **out) {
     lmdb_t *self = impl;
@@ -525,60 +616,125 @@ static tp_status_t s_lmdb_next(void *impl, tp_datapoint_t **out) {
     TP_TRY(s_lmdb_get(self, &v, key));
     tp_status_t rc = tp_records_decode(v.mv_data, v.mv_size, out);
     if (rc != TP_OK)
-        return tp_error_wrap(rc, "lmdb %s: record %s", self->path, key);
+        return tp_error_wrap(rc, "lmdb %s: record %s", self->path,
+                             s_rec_name(self, key));
     self->pos++;
     return TP_OK;
 }
 
-/* The 10-digit key of record idx (no snprintf: this is per record). */
-static void s_key(int64_t idx, char *key) {
-    for (int i = KEY_DIGITS - 1; i >= 0; i--) {
-        key[i] = (char)('0' + idx % 10);
-        idx /= 10;
-    }
-    key[KEY_DIGITS] = '\0';
-}
-
-/* Look record number `pos` of this pass up (cursor step or get). */
-static tp_status_t s_lmdb_fetch(lmdb_t *self, int64_t pos, MDB_val *v,
-                                char *key) {
-    int64_t idx = self->shuffle ? self->order[pos] : pos;
-    s_key(idx, key);
+/* Fetch LMDB value number vidx (a record, or a chunk of records): a cursor
+ * step when reading in order and the cursor sits on the value before,
+ * else a lookup. */
+static tp_status_t s_value_fetch(lmdb_t *self, int64_t vidx, MDB_val *v,
+                                 char *key) {
+    s_key(vidx, key);
     MDB_val k = {KEY_DIGITS, key};
     int err;
-    if (self->shuffle)
+    if (self->shuffle) {
         err = mdb_get(self->txn, self->dbi, &k, v);
-    else if (pos == 0)
-        err = mdb_cursor_get(self->cur, &k, v, MDB_SET_KEY);
-    else
-        err = mdb_cursor_get(self->cur, &k, v, MDB_NEXT);
+    } else {
+        err = mdb_cursor_get(self->cur, &k, v,
+                             self->cur_vidx >= 0 && vidx == self->cur_vidx + 1
+                                 ? MDB_NEXT
+                                 : MDB_SET_KEY);
+        self->cur_vidx = err ? -1 : vidx;
+    }
     if (err == MDB_NOTFOUND ||
         (!err && (k.mv_size != KEY_DIGITS ||
-                  memcmp(k.mv_data, key, KEY_DIGITS) != 0)))
-        return tp_error(TP_ERR_FORMAT, "lmdb %s: record %s is missing (the "
-                        "file says it holds %" PRId64 ")", self->path, key,
-                        self->count);
+                  memcmp(k.mv_data, key, KEY_DIGITS) != 0))) {
+        self->cur_vidx = -1;
+        return tp_error(TP_ERR_FORMAT, "lmdb %s: value %s is missing (the "
+                        "file says it holds %" PRId64 " records)", self->path,
+                        key, self->count);
+    }
     if (err)
         return s_mdb(err, self->path, "reading a record");
     return TP_OK;
 }
 
-/* The value of the current record (self->pos). The following record is
- * looked up one step ahead and its bytes prefetched: LMDB's pages are in
- * the page cache but not in the CPU's, and the hardware prefetcher cannot
- * guess where the next value lives. The pointers stay valid for the
- * pass's read transaction. */
+/* Record j of the current chunk. The chunk header was checked at fetch. */
+static void s_chunk_slice(const lmdb_t *self, int64_t j, MDB_val *v) {
+    const uint8_t *c = self->chunk.mv_data;
+    uint32_t start = 0, end;
+    if (j > 0)
+        memcpy(&start, c + 4 + 4 * (size_t)(j - 1), 4);
+    memcpy(&end, c + 4 + 4 * (size_t)j, 4);
+    v->mv_data = (void *)(c + self->chunk_data + start);
+    v->mv_size = end - start;
+}
+
+/* Fetch chunk number cidx and check its header: u32 n, then n u32 end
+ * offsets (non-decreasing, the last one the end of the value). */
+static tp_status_t s_chunk_fetch(lmdb_t *self, int64_t cidx, char *key) {
+    self->chunk_idx = -1;
+    TP_TRY(s_value_fetch(self, cidx, &self->chunk, key));
+    const uint8_t *c = self->chunk.mv_data;
+    size_t size = self->chunk.mv_size;
+    int64_t want = self->count - cidx * self->per_value;
+    if (want > self->per_value)
+        want = self->per_value;
+    uint32_t n;
+    if (size < 4 || (memcpy(&n, c, 4), (int64_t)n != want) ||
+        size - 4 < 4 * (size_t)n)
+        return tp_error(TP_ERR_FORMAT, "lmdb %s: chunk %s: bad header (%zu "
+                        "bytes, %" PRId64 " records expected)", self->path,
+                        key, size, want);
+    size_t data = 4 + 4 * (size_t)n;
+    uint32_t prev = 0, end = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        memcpy(&end, c + 4 + 4 * (size_t)j, 4);
+        if (end < prev || end > size - data)
+            return tp_error(TP_ERR_FORMAT, "lmdb %s: chunk %s: record %u "
+                            "ends at %u, outside the chunk", self->path, key,
+                            j, end);
+        prev = end;
+    }
+    if (end != size - data)
+        return tp_error(TP_ERR_FORMAT, "lmdb %s: chunk %s: %zu trailing "
+                        "bytes", self->path, key, size - data - end);
+    self->chunk_data = data;
+    self->chunk_idx = cidx;
+    return TP_OK;
+}
+
+/* Name the current record for a message when s_lmdb_get left key empty. */
+static const char *s_rec_name(const lmdb_t *self, char *key) {
+    if (!key[0])
+        snprintf(key, 32, "#%" PRId64,
+                 self->shuffle ? (int64_t)self->order[self->pos] : self->pos);
+    return key;
+}
+
+/* The bytes of the current record (self->pos) into *v; key names it for
+ * messages. With one record per value, the following record is looked up
+ * one step ahead and its bytes prefetched: LMDB's pages are in the page
+ * cache but not in the CPU's, and the hardware prefetcher cannot guess
+ * where the next value lives. Pointers stay valid for the pass's read
+ * transaction. */
 static tp_status_t s_lmdb_get(lmdb_t *self, MDB_val *v, char *key) {
+    int64_t idx = self->shuffle ? self->order[self->pos] : self->pos;
+    if (self->per_value > 1) {
+        int64_t cidx = idx / self->per_value;
+        if (cidx != self->chunk_idx)
+            TP_TRY(s_chunk_fetch(self, cidx, key));
+        s_chunk_slice(self, idx % self->per_value, v);
+        key[0] = '\0';  /* named only if it fails (s_rec_name) */
+        return TP_OK;
+    }
     if (self->ahead_pos == self->pos) {
         *v = self->ahead;
         memcpy(key, self->ahead_key, KEY_DIGITS + 1);
     } else {
-        TP_TRY(s_lmdb_fetch(self, self->pos, v, key));
+        TP_TRY(s_value_fetch(self, idx, v, key));
     }
     self->ahead_pos = -1;
-    if (self->pos + 1 < self->count &&
-        s_lmdb_fetch(self, self->pos + 1, &self->ahead, self->ahead_key) ==
-            TP_OK) {
+    if (self->pos + 1 < self->count) {
+        int64_t next = self->shuffle ? self->order[self->pos + 1]
+                                     : self->pos + 1;
+        if (s_value_fetch(self, next, &self->ahead, self->ahead_key) != TP_OK) {
+            tp_clear_error();  /* reported when that record's turn comes */
+            return TP_OK;
+        }
         self->ahead_pos = self->pos + 1;
         const char *p = self->ahead.mv_data;
         for (size_t off = 0; off < self->ahead.mv_size; off += 64)
@@ -586,18 +742,15 @@ static tp_status_t s_lmdb_get(lmdb_t *self, MDB_val *v, char *key) {
         /* Reading in key order walks the leaf pages, which a file written
          * in order (MDB_APPEND) lays out one after the other; the hardware
          * prefetcher stops at each 4 KiB page, so when the walk enters a
-         * new page, fetch the page after next ourselves. */
+         * new page, start it on the page after next. A few lines are
+         * enough: a prefetch of every line would stall on the CPU's few
+         * outstanding-miss buffers. */
         uintptr_t page = (uintptr_t)p & ~(uintptr_t)4095;
         if (!self->shuffle && page != self->last_page) {
             self->last_page = page;
-            /* A few lines are enough to start the hardware prefetcher on
-             * that page; a prefetch of every line would stall on the
-             * CPU's few outstanding-miss buffers. */
             for (size_t off = 0; off < 4096; off += 1024)
                 __builtin_prefetch((const char *)page + 2 * 4096 + off);
         }
-    } else {
-        tp_clear_error();  /* reported when that record's turn comes */
     }
     return TP_OK;
 }
@@ -656,7 +809,8 @@ static tp_status_t s_lmdb_next_into(void *impl, tp_datapoint_t *batch,
                                       "record", &stride[i]);
                     if (!base[i])
                         return tp_error_wrap(TP_ERR_SHAPE, "lmdb %s: record "
-                                             "%s", self->path, key);
+                                             "%s", self->path,
+                                             s_rec_name(self, key));
                 }
                 bound = 1;
             }
@@ -667,7 +821,7 @@ static tp_status_t s_lmdb_next_into(void *impl, tp_datapoint_t *batch,
             tp_status_t rc = s_decode_into(val, v.mv_size, batch, slot + j);
             if (rc != TP_OK)
                 return tp_error_wrap(rc, "lmdb %s: record %s", self->path,
-                                     key);
+                                     s_rec_name(self, key));
             s_fast_learn(f, val, v.mv_size);
             bound = 0;
         }
@@ -784,10 +938,36 @@ tp_dataflow_t *tp_df_lmdb(const char *path, int shuffle) {
     char *end;
     errno = 0;
     long long cnt = strtoll(buf, &end, 10);
-    if (errno || *end || end == buf || cnt < 0 || cnt > UINT32_MAX ||
-        (uint64_t)cnt > mst.ms_entries) {
+    if (errno || *end || end == buf || cnt < 0 || cnt > UINT32_MAX) {
         rc = tp_error(TP_ERR_FORMAT, "lmdb %s: bad record count '%s'", path,
                       buf);
+        goto fail;
+    }
+    self->per_value = 1;  /* files without "__chunk__": one per value */
+    {
+        MDB_val k = {strlen(CHUNK_KEY), CHUNK_KEY}, v;
+        if (mdb_get(txn, self->dbi, &k, &v) == 0) {
+            long long per = 0;
+            if (v.mv_size < sizeof buf) {
+                memcpy(buf, v.mv_data, v.mv_size);
+                buf[v.mv_size] = '\0';
+                errno = 0;
+                per = strtoll(buf, &end, 10);
+                if (errno || *end || end == buf)
+                    per = 0;
+            }
+            if (per < 1 || per > (1 << 20)) {
+                rc = tp_error(TP_ERR_FORMAT, "lmdb %s: bad '%s' entry", path,
+                              CHUNK_KEY);
+                goto fail;
+            }
+            self->per_value = per;
+        }
+    }
+    if ((uint64_t)(cnt + self->per_value - 1) / (uint64_t)self->per_value >
+        mst.ms_entries) {
+        rc = tp_error(TP_ERR_FORMAT, "lmdb %s: says %lld records but holds "
+                      "only %zu values", path, cnt, (size_t)mst.ms_entries);
         goto fail;
     }
     mdb_txn_abort(txn);

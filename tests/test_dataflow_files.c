@@ -290,6 +290,7 @@ Test(dataflow_files, lmdb_round_trip_sequential_and_shuffled) {
         opts.commit_every = 7;
         opts.lz4 = variant != 1;
         opts.checksum = variant == 2;
+        opts.chunk = variant == 0 ? 64 : variant == 1 ? 1 : 7;
         tp_dataflow_t *src = mixed(25);
         cr_assert_eq(tp_dataflow_reset_state(src, 1, 0), TP_OK);
         int64_t count;
@@ -389,7 +390,7 @@ Test(dataflow_files, lmdb_bad_files_are_clear_errors) {
      * count, a corrupt value, a missing record */
     struct {
         const char *format, *count, *value;
-        int nrec;
+        int vlen;
         tp_status_t open_rc, next_rc;
         const char *msg;
     } cases[] = {
@@ -400,6 +401,12 @@ Test(dataflow_files, lmdb_bad_files_are_clear_errors) {
         {"towerpack-records 1", "1", "garbage!", 1, TP_OK, TP_ERR_FORMAT,
          "0000000000"},
         {"towerpack-records 1", "2", NULL, 1, TP_OK, TP_ERR_FORMAT, "missing"},
+        /* chunked files: a chunk whose header lies */
+        {"towerpack-records 1", "4", "\x04\0\0\0", 4, TP_OK, TP_ERR_FORMAT,
+         "chunk"},
+        {"towerpack-records 1", "4", "\x03\0\0\0\x01\0\0\0\x02\0\0\0"
+         "\x09\0\0\0ab", 18, TP_OK, TP_ERR_FORMAT, "chunk"},
+        {"towerpack-records 1", "99", "x", 1, TP_ERR_FORMAT, 0, "values"},
     };
     tp_datapoint_t *one = tp_datapoint_new(1);
     tp_tensor_init_zero(tp_datapoint_get(one, 0), TP_INT32, 0, NULL);
@@ -422,10 +429,16 @@ Test(dataflow_files, lmdb_bad_files_are_clear_errors) {
                                cases[k].value};
         for (int i = 0; i < 3; i++) {
             MDB_val kv = {strlen(keys[i]), (void *)keys[i]};
-            MDB_val vv = {vals[i] ? strlen(vals[i]) : good_n,
-                          vals[i] ? (void *)vals[i] : good};
+            size_t vl = vals[i] ? strlen(vals[i]) : good_n;
+            if (i == 2 && vals[i] && cases[k].vlen > 1)
+                vl = (size_t)cases[k].vlen;
+            MDB_val vv = {vl, vals[i] ? (void *)vals[i] : good};
             if (i == 0 && !vals[i])
                 continue;
+            cr_assert_eq(mdb_put(txn, dbi, &kv, &vv, 0), 0);
+        }
+        if (k >= 6) {
+            MDB_val kv = {9, "__chunk__"}, vv = {1, "4"};
             cr_assert_eq(mdb_put(txn, dbi, &kv, &vv, 0), 0);
         }
         cr_assert_eq(mdb_txn_commit(txn), 0);

@@ -244,9 +244,12 @@ typedef struct tp_records_opts {
     size_t lz4_min_bytes; /* default 1024, as on the wire */
     int checksum;         /* CRC32 of every component (checked on load) */
     size_t commit_every;  /* datapoints per write transaction (1000) */
+    size_t chunk;         /* datapoints per LMDB value (64); 1 stores one
+                           * per key, like tensorpack's LMDBSerializer */
 } tp_records_opts_t;
 
-/* Defaults: lz4 on (>= 1024 bytes), no checksum, commit every 1000. */
+/* Defaults: lz4 on (>= 1024 bytes), no checksum, commit every 1000,
+ * chunks of 64. */
 void tp_records_opts_init(tp_records_opts_t *opts);
 
 /* Write one pass of `df` (reset already; not taken) to the LMDB file
