@@ -288,3 +288,34 @@ Test(dataflow_spec, augment_crop_flip_normalize_cast) {
     tp_tensor_fini(&t);
     tp_augment_destroy(&a);
 }
+
+Test(dataflow_spec, fused_augment_equals_the_separate_steps) {
+    float mean[3] = {10, 20, 30}, std[3] = {2, 3, 4};
+    for (int ch = 0; ch <= 3; ch += 3) {
+        tp_augment_t *fused = tp_augment_new(), *steps = tp_augment_new();
+        cr_assert_eq(tp_augment_add_crop(fused, 5, 6, 2), TP_OK);
+        cr_assert_eq(tp_augment_add_flip(fused, 0.5), TP_OK);
+        cr_assert_eq(tp_augment_add_normalize(fused, ch ? 3 : 1, mean, std),
+                     TP_OK);
+        /* a cast in between keeps the chain off the fused path */
+        cr_assert_eq(tp_augment_add_crop(steps, 5, 6, 2), TP_OK);
+        cr_assert_eq(tp_augment_add_flip(steps, 0.5), TP_OK);
+        cr_assert_eq(tp_augment_add_cast(steps, TP_FLOAT32), TP_OK);
+        cr_assert_eq(tp_augment_add_normalize(steps, ch ? 3 : 1, mean, std),
+                     TP_OK);
+        tp_rng_t r1, r2;
+        tp_rng_init(&r1, 3, 0);
+        tp_rng_init(&r2, 3, 0);
+        for (int trial = 0; trial < 40; trial++) {
+            tp_tensor_t a = image(6, 7, ch), b = image(6, 7, ch);
+            cr_assert_eq(tp_augment_apply(fused, &a, &r1), TP_OK);
+            cr_assert_eq(tp_augment_apply(steps, &b, &r2), TP_OK);
+            cr_assert(tp_tensor_equal(&a, &b), "trial %d, %d channels", trial,
+                      ch);
+            tp_tensor_fini(&a);
+            tp_tensor_fini(&b);
+        }
+        tp_augment_destroy(&fused);
+        tp_augment_destroy(&steps);
+    }
+}
