@@ -308,6 +308,36 @@ static tp_status_t s_cast(const aug_op_t *op, tp_tensor_t *t) {
     return TP_OK;
 }
 
+/* One output row of the fused grey path. restrict: the output never
+ * aliases the table or the source, which lets the loops stay in registers. */
+static void s_grey_row(float *restrict drow, int sy, int H, int W, int ox,
+                       int w, int c0, int c1, int flipped,
+                       const uint8_t *restrict src,
+                       const float *restrict lut) {
+    const float zero = lut[0];
+    if (sy < 0 || sy >= H) {
+        for (int x = 0; x < w; x++)
+            drow[x] = zero;
+        return;
+    }
+    const uint8_t *restrict s = src + (size_t)sy * W + ox; /* s[cx] */
+    if (!flipped) {
+        for (int cx = 0; cx < c0; cx++)
+            drow[cx] = zero;
+        for (int cx = c0; cx < c1; cx++)
+            drow[cx] = lut[s[cx]];
+        for (int cx = c1; cx < w; cx++)
+            drow[cx] = zero;
+    } else {
+        for (int x = 0; x < w - c1; x++)          /* cx from w-1 down to c1 */
+            drow[x] = zero;
+        for (int x = w - c1; x < w - c0; x++)     /* cx = w-1-x in [c0, c1) */
+            drow[x] = lut[s[w - 1 - x]];
+        for (int x = w - c0; x < w; x++)
+            drow[x] = zero;
+    }
+}
+
 /* crop (+ flip) + normalize of a uint8 image in one pass, straight into
  * the float32 result: the usual training chain, with one allocation instead
  * of three. Draws the same random numbers as the separate steps, so the
@@ -341,6 +371,16 @@ static tp_status_t s_fused(const aug_op_t *crop, const aug_op_t *flip,
     int c1 = W - ox < w ? W - ox : w;
     if (c1 < c0)
         c1 = c0;
+    if (C == 1) {
+        /* grey images: three straight runs per row (padding, pixels,
+         * padding), written backwards when flipped */
+        for (int y = 0; y < h; y++)
+            s_grey_row(dst + (size_t)y * w, y + oy, H, W, ox, w, c0, c1,
+                       flipped, src, norm->lut);
+        tp_tensor_fini(t);
+        tp_tensor_move(t, &o);
+        return TP_OK;
+    }
     for (int y = 0; y < h; y++) {
         int sy = y + oy;
         float *drow = dst + (size_t)y * w * C;

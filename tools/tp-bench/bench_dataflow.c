@@ -3,7 +3,8 @@
  *
  *   tp-bench dataflow SPEC [--count N] [--seconds S] [--seed S] [--json]
  *                          [--reference[=shuffled]]
- *   tp-bench dataflow SPEC --save PATH [--no-lz4]   (write a record file)
+ *   tp-bench dataflow SPEC --save PATH [--no-lz4] [--chunk K]
+ *                                             (write a record file)
  *
  * Without --count it iterates whole passes until at least --seconds (1.0)
  * have gone by. A datapoint whose components all have ndim >= 1 and share
@@ -32,6 +33,8 @@ static void s_usage(FILE *f) {
             "  --save PATH write one pass of SPEC to the LMDB record file "
             "PATH and exit\n"
             "  --no-lz4    with --save: store components uncompressed\n"
+            "  --chunk K   with --save: datapoints per LMDB value (64; 1 is "
+            "one per key)\n"
             "  --reference[=sequential|shuffled]\n"
             "              also time a plain memcpy loop over decoded "
             "Fashion-MNIST\n"
@@ -126,6 +129,7 @@ int tp_bench_dataflow(int argc, char **argv) {
     double min_seconds = 1.0;
     uint64_t seed = 1;
     int json = 0, reference = 0, nolz4 = 0;
+    long chunk = 64;
     const char *save = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -134,6 +138,14 @@ int tp_bench_dataflow(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--save") && i + 1 < argc) {
             save = argv[++i];
+        } else if (!strcmp(a, "--chunk") && i + 1 < argc) {
+            char *end;
+            chunk = strtol(argv[++i], &end, 10);
+            if (*end || chunk < 1) {
+                fprintf(stderr, "tp-bench dataflow: bad --chunk '%s'\n",
+                        argv[i]);
+                return 2;
+            }
         } else if (!strcmp(a, "--no-lz4")) {
             nolz4 = 1;
         } else if (!strcmp(a, "--json")) {
@@ -197,6 +209,7 @@ int tp_bench_dataflow(int argc, char **argv) {
         tp_records_opts_t opts;
         tp_records_opts_init(&opts);
         opts.lz4 = !nolz4;
+        opts.chunk = (size_t)chunk;
         int64_t n = 0;
         double t = tp_now_s();
         tp_status_t st = tp_records_save(df, save, &opts, &n);
