@@ -504,3 +504,24 @@ Test(dataflow_files, records_decode_rejects_garbage) {
     free(val);
     tp_datapoint_destroy(&dp);
 }
+
+Test(dataflow_files, idx_decode_from_memory) {
+    uint8_t ok[12] = {0, 0, 0x0C, 1, 0, 0, 0, 1, 0, 0, 1, 2};
+    tp_tensor_t t;
+    cr_assert_eq(tp_idx_decode(ok, 12, &t), TP_OK);
+    cr_assert_eq(t.dtype, TP_INT32);
+    cr_assert_eq(*(int32_t *)t.data, 258, "big-endian");
+    tp_tensor_fini(&t);
+    for (size_t len = 0; len < 12; len++)
+        cr_assert_eq(tp_idx_decode(ok, len, &t), TP_ERR_FORMAT, "%zu", len);
+    /* every byte flip: an error or a tensor, never a crash */
+    for (size_t i = 0; i < 12; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            uint8_t c[12];
+            memcpy(c, ok, 12);
+            c[i] ^= (uint8_t)(1 << bit);
+            if (tp_idx_decode(c, 12, &t) == TP_OK)
+                tp_tensor_fini(&t);
+        }
+    cr_assert_eq(tp_idx_decode(NULL, 0, &t), TP_ERR_FORMAT);
+}

@@ -88,6 +88,11 @@ tp_dataflow_t *tp_df_fake(const tp_df_fake_comp_t *comps, int ncomp,
  * truncated (the message names the file and what is wrong). */
 tp_status_t tp_idx_read(const char *path, tp_tensor_t *out);
 
+/* Decode an IDX file's bytes held in memory (plain, not gzip): the same
+ * checks as tp_idx_read, for untrusted buffers (and fuzzing). The payload
+ * must be exactly what the header describes. */
+tp_status_t tp_idx_decode(const void *data, size_t size, tp_tensor_t *out);
+
 /* Images and labels from IDX files: component 0 one image (the file's
  * element type, shape [H,W] or [H,W,C]), component 1 the label as int32
  * scalar. labels_path may be NULL (one component). Both files are decoded
