@@ -222,7 +222,9 @@ int tp_bench_dataflow(int argc, char **argv) {
                tp_now_s() - t);
         return 0;
     }
-    int tty = isatty(2) && !json;
+    /* Progress on stderr (not with --json): rewritten in place twice a
+     * second on a terminal, one line a second otherwise. */
+    int tty = isatty(2) && !json, progress = !json;
     int64_t size = tp_dataflow_size(df);
     int64_t dps = 0, samples = 0, passes = 0;
     double bytes = 0;
@@ -258,12 +260,13 @@ int tp_bench_dataflow(int argc, char **argv) {
         if (count < 0 && size < 0 && dps >= 5000 &&
             tp_now_s() - t0 >= min_seconds)
             break;  /* unknown size: no pass end to wait for */
-        if (tty && (dps & 255) == 0) {
+        if (progress && (dps & 255) == 0) {
             double now = tp_now_s();
-            if (now - last >= 0.5) {
+            if (now - last >= (tty ? 0.5 : 1.0)) {
                 last = now;
-                fprintf(stderr, "\r  %lld datapoints, %.0f/s   ",
-                        (long long)dps, dps / (now - t0));
+                fprintf(stderr, "%s  %lld datapoints, %.0f datapoints/s%s",
+                        tty ? "\r" : "", (long long)dps, dps / (now - t0),
+                        tty ? "   " : "\n");
             }
         }
     }
