@@ -560,6 +560,11 @@ typedef struct {
     MDB_val chunk;        /* the current chunk (per_value > 1) */
     int64_t chunk_idx;    /* its number, or -1 */
     size_t chunk_data;    /* offset of its first record */
+    uint8_t *chunk_ok;    /* [number of chunks]: header already checked */
+    int64_t pf_pos;       /* shuffled chunks: record looked up ahead, or -1 */
+    MDB_val pf_val;       /* its chunk */
+    int64_t pf_j;         /* its place in the chunk */
+    size_t pf_n;          /* records in that chunk */
     fast_t fast;          /* layout of the last raw record (next_into) */
     int shuffle;
     uint32_t *order;    /* [count] when shuffled */
@@ -575,6 +580,7 @@ static tp_status_t s_lmdb_reset(void *impl, tp_rng_t *rng, uint64_t seed,
 
 static void s_end_txn(lmdb_t *self) {
     self->ahead_pos = -1;
+    self->pf_pos = -1;
     self->cur_vidx = -1;
     self->chunk_idx = -1;
     if (self->cur)
@@ -673,6 +679,13 @@ static tp_status_t s_chunk_fetch(lmdb_t *self, int64_t cidx, char *key) {
     int64_t want = self->count - cidx * self->per_value;
     if (want > self->per_value)
         want = self->per_value;
+    if (self->chunk_ok && self->chunk_ok[cidx]) {
+        /* checked before; the file is mapped read-only and cannot change
+         * under a read transaction, so the header still holds */
+        self->chunk_data = 4 + 4 * (size_t)want;
+        self->chunk_idx = cidx;
+        return TP_OK;
+    }
     uint32_t n;
     if (size < 4 || (memcpy(&n, c, 4), (int64_t)n != want) ||
         size - 4 < 4 * (size_t)n)
@@ -694,6 +707,8 @@ static tp_status_t s_chunk_fetch(lmdb_t *self, int64_t cidx, char *key) {
                         "bytes", self->path, key, size - data - end);
     self->chunk_data = data;
     self->chunk_idx = cidx;
+    if (self->chunk_ok)
+        self->chunk_ok[cidx] = 1;
     return TP_OK;
 }
 
@@ -703,6 +718,47 @@ static const char *s_rec_name(const lmdb_t *self, char *key) {
         snprintf(key, 32, "#%" PRId64,
                  self->shuffle ? (int64_t)self->order[self->pos] : self->pos);
     return key;
+}
+
+/* Shuffled reads of a chunked file jump to a random record each time, and
+ * the record's first touch is a cache miss. Two steps ahead, look the
+ * chunk of record pos+2 up (its leaf page is hot) and prefetch its offset
+ * table entry; one step ahead, read the offsets of record pos+1 (fetched
+ * last time) and prefetch its bytes. Prefetches never fault, and offsets
+ * are only read inside the value, so an unchecked chunk is harmless. */
+static void s_shuffled_prefetch(lmdb_t *self) {
+    char key[32];
+    if (self->pf_pos == self->pos + 1) {
+        const uint8_t *c = self->pf_val.mv_data;
+        int64_t j = self->pf_j;
+        size_t n = self->pf_n;
+        if (4 + 4 * (size_t)(j + 1) <= self->pf_val.mv_size &&
+            4 + 4 * n <= self->pf_val.mv_size) {
+            uint32_t start = 0, end;
+            if (j > 0)
+                memcpy(&start, c + 4 + 4 * (size_t)(j - 1), 4);
+            memcpy(&end, c + 4 + 4 * (size_t)j, 4);
+            const uint8_t *rec = c + 4 + 4 * n + start;
+            for (uint32_t off = 0; off < end - start && off < 4096;
+                 off += 64)
+                __builtin_prefetch(rec + off);
+        }
+    }
+    self->pf_pos = -1;
+    if (self->pos + 2 < self->count) {
+        int64_t idx = self->order[self->pos + 2];
+        int64_t cidx = idx / self->per_value;
+        if (s_value_fetch(self, cidx, &self->pf_val, key) == TP_OK) {
+            self->pf_pos = self->pos + 2;
+            self->pf_j = idx % self->per_value;
+            int64_t n = self->count - cidx * self->per_value;
+            self->pf_n = (size_t)(n < self->per_value ? n : self->per_value);
+            __builtin_prefetch((const uint8_t *)self->pf_val.mv_data + 4 +
+                               4 * (size_t)self->pf_j);
+        } else {
+            tp_clear_error();
+        }
+    }
 }
 
 /* The bytes of the current record (self->pos) into *v; key names it for
@@ -719,6 +775,8 @@ static tp_status_t s_lmdb_get(lmdb_t *self, MDB_val *v, char *key) {
             TP_TRY(s_chunk_fetch(self, cidx, key));
         s_chunk_slice(self, idx % self->per_value, v);
         key[0] = '\0';  /* named only if it fails (s_rec_name) */
+        if (self->shuffle)
+            s_shuffled_prefetch(self);
         return TP_OK;
     }
     if (self->ahead_pos == self->pos) {
@@ -841,6 +899,7 @@ static void s_lmdb_destroy(void *impl) {
     if (self->env)
         mdb_env_close(self->env);
     free(self->order);
+    free(self->chunk_ok);
     free(self->path);
     free(self);
 }
@@ -973,6 +1032,14 @@ tp_dataflow_t *tp_df_lmdb(const char *path, int shuffle) {
     mdb_txn_abort(txn);
     txn = NULL;
     self->count = cnt;
+    if (self->per_value > 1) {
+        size_t nchunks = (size_t)((cnt + self->per_value - 1) / self->per_value);
+        self->chunk_ok = calloc(nchunks ? nchunks : 1, 1);
+        if (!self->chunk_ok) {
+            rc = tp_error(TP_ERR_NOMEM, "lmdb %s", path);
+            goto fail;
+        }
+    }
     if (shuffle) {
         self->order = calloc(cnt ? (size_t)cnt : 1, sizeof *self->order);
         if (!self->order) {
