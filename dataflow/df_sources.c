@@ -465,22 +465,21 @@ tp_status_t tp_idx_decode(const void *data, size_t size, tp_tensor_t *out) {
     return TP_OK;
 }
 
-/* The decoded arrays. Reference counted so that views could outlive the
- * source; today every datapoint gets its own copy (next) or is written
- * straight into a batch (next_into). */
+/* The decoded arrays, owned by the source. Datapoints never point into
+ * them: each gets its own copy (next), or the bytes go straight into a
+ * batch (next_into), so a consumer may write into what it receives and
+ * keep it after the source is gone. (Reference-counted views into these
+ * arrays measured no faster than the small copies, about 0.4x of the plain
+ * loop either way before next_into existed, and would make every in-place
+ * map a hazard.) */
 typedef struct {
-    atomic_int refs;
     tp_tensor_t images, labels;
 } slab_t;
 
-static void s_slab_release(void *data, void *hint) {
-    (void)data;
-    slab_t *sl = hint;
-    if (atomic_fetch_sub_explicit(&sl->refs, 1, memory_order_acq_rel) == 1) {
-        tp_tensor_fini(&sl->images);
-        tp_tensor_fini(&sl->labels);
-        free(sl);
-    }
+static void s_slab_free(slab_t *sl) {
+    tp_tensor_fini(&sl->images);
+    tp_tensor_fini(&sl->labels);
+    free(sl);
 }
 
 typedef struct {
@@ -606,7 +605,7 @@ static int64_t s_idx_size(void *impl) { return (int64_t)((idx_t *)impl)->n; }
 static void s_idx_destroy(void *impl) {
     idx_t *self = impl;
     if (self->slab)
-        s_slab_release(NULL, self->slab);
+        s_slab_free(self->slab);
     free(self->order);
     free(self);
 }
@@ -640,7 +639,6 @@ static tp_dataflow_t *s_idx_new(const tp_dataflow_ops_t *ops,
         tp_error(TP_ERR_NOMEM, "%s", ops->name);
         return NULL;
     }
-    atomic_init(&self->slab->refs, 1);  /* the source's own reference */
     tp_tensor_init_empty(&self->slab->labels);
     tp_status_t rc = tp_idx_read(images_path, &self->slab->images);
     if (rc != TP_OK)
