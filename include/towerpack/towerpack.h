@@ -10,6 +10,7 @@
 #include <towerpack/datapoint.h>
 #include <towerpack/rng.h>
 #include <towerpack/wire.h>
+#include <towerpack/dataflow_spec.h>  /* + dataflow_lib.h, dataflow.h */
 #include <towerpack/device.h>
 
 #endif
