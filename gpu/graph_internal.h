@@ -45,6 +45,9 @@ struct tp_node {
     void *workspace;
     size_t workspace_bytes;
     int *dx_acc;       /* [ninputs] */
+    tp_node_t *grad_alias; /* the consumer whose output gradient is also this
+                              node's (identity backward, sole consumer) */
+    unsigned alias_mask;   /* inputs whose gradient aliases this node's */
     int fuse_after;    /* trainable VARIABLE: id of the node whose backward
                           writes its gradient last (fused updates) */
     /* per step: the runtime batch */

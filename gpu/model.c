@@ -127,7 +127,9 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     for (int i = 0; i < n->ninputs; i++) {
         xs[i] = n->inputs[i]->value;
         xshape[i] = n->inputs[i]->run_shape;
-        dx[i] = n->inputs[i]->backward ? n->inputs[i]->grad : NULL;
+        dx[i] = (n->inputs[i]->backward && !((n->alias_mask >> i) & 1u))
+                    ? n->inputs[i]->grad
+                    : NULL;
     }
     c->x = xs;
     c->xshape = xshape;
@@ -198,6 +200,40 @@ static tp_status_t s_plan_fusion(tp_model_t *m, tp_tower_t *t) {
     return TP_OK;
 }
 
+/* Identity gradients (bias add's x, add's operands, reshape) need no copy:
+ * when such a node is its input's only backward consumer, the input's
+ * gradient buffer is the node's own. Saves a full pass over large
+ * activations (a conv output feeding a bias add) in every step. */
+static void s_plan_aliases(tp_tower_t *t) {
+    int *cnt = calloc((size_t)t->nnodes + 1, sizeof *cnt);
+    if (!cnt)
+        return; /* no aliasing: correct, only slower */
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *c = t->nodes[i];
+        if (!c->backward || c->kind == TP_OP_VARIABLE)
+            continue;
+        for (int j = 0; j < c->ninputs; j++)
+            if (c->inputs[j]->backward)
+                cnt[c->inputs[j]->id]++;
+    }
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *c = t->nodes[i];
+        if (!c->backward)
+            continue;
+        int nalias = c->kind == TP_OP_ADD ? 2
+                     : (c->kind == TP_OP_BIAS_ADD || c->kind == TP_OP_RESHAPE) ? 1
+                                                                               : 0;
+        for (int j = 0; j < nalias; j++) {
+            tp_node_t *in = c->inputs[j];
+            if (in->backward && in->kind != TP_OP_VARIABLE && cnt[in->id] == 1) {
+                in->grad_alias = c;
+                c->alias_mask |= 1u << j;
+            }
+        }
+    }
+    free(cnt);
+}
+
 static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     tp_backend_t *b = m->backend;
     int train = t->training && t->cost && m->opt;
@@ -241,6 +277,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         }
     }
     free(written);
+    s_plan_aliases(t);
 
     /* Sizes: values, gradients, workspaces, laid out in one arena. */
     size_t total = 0;
@@ -258,7 +295,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
             val_off[i] = total;
             total += s_round(count * tp_dtype_size(n->dtype));
         }
-        if (n->backward && n->kind != TP_OP_VARIABLE) {
+        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias) {
             grad_off[i] = total;
             total += s_round(count * sizeof(float));
         }
@@ -300,13 +337,17 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         } else {
             n->value = base + val_off[i];
         }
-        if (n->backward && n->kind != TP_OP_VARIABLE)
+        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias)
             n->grad = (float *)(base + grad_off[i]);
         if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT)
             n->workspace = base + ws_off[i];
         if (n->kind == TP_OP_INPUT)
             n->workspace = n->value; /* kept: inputs may be borrowed */
     }
+    /* consumers come later in the node list: resolve chains from the end */
+    for (int i = t->nnodes - 1; i >= 0; i--)
+        if (t->nodes[i]->grad_alias)
+            t->nodes[i]->grad = t->nodes[i]->grad_alias->grad;
     free(val_off);
     t->ran_backward = 0;
     if (train && t->index == 0)

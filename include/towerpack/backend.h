@@ -24,7 +24,7 @@ typedef enum {
     TP_OP_INPUT = 0,
     TP_OP_VARIABLE,
     TP_OP_MATMUL,          /* x[N,K] (any trailing dims flattened) @ W[K,M] */
-    TP_OP_CONV2D,          /* x[N,C,H,W] * W[O,C,KH,KW] -> [N,O,OH,OW] */
+    TP_OP_CONV2D,          /* x[N,C,H,W] * W[O,C,KH,KW] (+ b[O]) -> [N,O,OH,OW] */
     TP_OP_BIAS_ADD,        /* x[N,C,...] + b[C] */
     TP_OP_RELU,
     TP_OP_LEAKY_RELU,      /* attr.alpha: slope for x < 0 */

@@ -163,7 +163,8 @@ tp_node_t *tp_cast(tp_tower_t *t, const char *name, tp_node_t *x,
 tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
                  int bias);
 /* NCHW convolution, square kernel: scope/W [filters,C,k,k] (He normal),
- * scope/b [filters] when `bias`. pad < 0 means "same" (k/2). */
+ * scope/b [filters] when `bias` (added inside the convolution kernel), one
+ * node "scope/output". pad < 0 means "same" (k/2). */
 tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
                      int filters, int kernel, int stride, int pad, int bias);
 /* scope/gamma (ones), scope/beta (zeros): trainable; scope/mean/EMA (zeros),
