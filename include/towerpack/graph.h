@@ -223,8 +223,8 @@ tp_backend_t *tp_model_backend(tp_model_t *m);
 /* Tower `tower` (-1: the inference graph) runs forward and, for training
  * towers, backward on its own batch. inputs[i] must match input desc i in
  * dtype and trailing dims, with 1..planned batch rows, all the same. The
- * tensors are copied in; they need not outlive the call. Towers may run
- * concurrently from different threads. */
+ * tensors need not outlive the call (the CPU reads them in place, devices
+ * copy them). Towers may run concurrently from different threads. */
 tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *inputs);
 /* Forward only (no gradients), in the tower's mode. */
 tp_status_t tp_model_forward(tp_model_t *m, int tower,
@@ -241,7 +241,9 @@ tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower);
 void tp_model_abort(tp_model_t *m);
 /* Parameter-server style: sum (or mean) the gradients onto tower 0 only. */
 tp_status_t tp_model_reduce(tp_model_t *m);
-/* Apply tower 0's gradients to the shared variables with the optimizer. */
+/* Apply tower 0's gradients to the shared variables with the optimizer.
+ * Call it once per step, after every tower's all-reduce has returned and
+ * before any tower starts its next run (runs read the variables). */
 tp_status_t tp_model_apply(tp_model_t *m);
 /* run every tower on its batch (inputs[tower][input]), all-reduce, apply:
  * one whole training step from one thread. */
@@ -249,7 +251,9 @@ tp_status_t tp_model_train_step(tp_model_t *m, const tp_tensor_t *const *inputs)
 
 /* A named output, metric or node of the last step of `tower` (-1:
  * inference) as a borrowed float/int view with the step's batch size; valid
- * until the next step. TP_ERR_NOT_FOUND for an unknown name. */
+ * until the next step. TP_ERR_NOT_FOUND for an unknown name. On the CPU an
+ * input node (or a reshape of one) views the caller's input tensor, which
+ * the step read in place. */
 tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
                            tp_tensor_t *view);
 /* Metrics declared by tower 0 (the inference tower declares its own). */
