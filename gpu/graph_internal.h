@@ -50,6 +50,7 @@ struct tp_node {
     unsigned alias_mask;   /* inputs whose gradient aliases this node's */
     int fuse_after;    /* trainable VARIABLE: id of the node whose backward
                           writes its gradient last (fused updates) */
+    uint64_t prof_fwd_ns, prof_bwd_ns, prof_calls;
     /* per step: the runtime batch */
     tp_shape_t run_shape;
 };
@@ -121,6 +122,7 @@ struct tp_model {
     tp_comm_t *comm;
     size_t memory;
     int building;      /* towers are being built */
+    int profiling;
 };
 
 /* graph.c */

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <towerpack/clock.h>
 #include <towerpack/graph.h>
 #include <towerpack/log.h>
 #include <towerpack/optim.h>
@@ -668,7 +669,12 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
             continue;
         }
         s_make_call(m, t, n, &c, xs, xsh, dx);
+        uint64_t t0 = m->profiling ? tp_now_ns() : 0;
         tp_status_t rc = b->ops->op_forward(b, t->stream, &c);
+        if (m->profiling) {
+            n->prof_fwd_ns += tp_now_ns() - t0;
+            n->prof_calls++;
+        }
         if (rc < 0)
             return tp_error_wrap(rc, "%s: forward of '%s'", t->name, n->name);
     }
@@ -682,7 +688,10 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
         if (!n->backward || n->kind == TP_OP_VARIABLE)
             continue;
         s_make_call(m, t, n, &c, xs, xsh, dx);
+        uint64_t t0 = m->profiling ? tp_now_ns() : 0;
         tp_status_t rc = b->ops->op_backward(b, t->stream, &c);
+        if (m->profiling)
+            n->prof_bwd_ns += tp_now_ns() - t0;
         if (rc < 0)
             return tp_error_wrap(rc, "%s: backward of '%s'", t->name, n->name);
         for (; fused && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)
@@ -892,4 +901,32 @@ tp_status_t tp_model_get_hparam(const tp_model_t *m, const char *name,
 tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower) {
     tp_tower_t *t = tp_model_tower_(m, tower);
     return t ? &t->rng : NULL;
+}
+
+void tp_model_set_profiling(tp_model_t *m, int on) {
+    m->profiling = on != 0;
+    if (!on)
+        return;
+    for (int k = -1; k < m->ntowers; k++) {
+        tp_tower_t *t = tp_model_tower_(m, k);
+        for (int i = 0; t && i < t->nnodes; i++)
+            t->nodes[i]->prof_fwd_ns = t->nodes[i]->prof_bwd_ns =
+                t->nodes[i]->prof_calls = 0;
+    }
+}
+
+int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
+                     int max) {
+    tp_tower_t *t = tp_model_tower_((tp_model_t *)m, tower);
+    int k = 0;
+    for (int i = 0; t && i < t->nnodes; i++) {
+        const tp_node_t *n = t->nodes[i];
+        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE)
+            continue;
+        if (out && k < max)
+            out[k] = (tp_op_profile_t){n->name, n->kind, n->prof_fwd_ns,
+                                       n->prof_bwd_ns, n->prof_calls};
+        k++;
+    }
+    return k;
 }

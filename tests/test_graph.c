@@ -398,3 +398,30 @@ Test(graph, cnn_towers_share_variables) {
     cr_expect_gt(tp_model_memory(m), 0);
     tp_model_destroy(&m);
 }
+
+Test(graph, per_op_profile) {
+    tp_model_t *m = s_new_mlp(1, 8, NULL);
+    float x[8 * FEAT];
+    int32_t y[8];
+    s_data(8, x, y, 3);
+    tp_tensor_t in[2];
+    s_inputs(in, x, y, 8);
+    const tp_tensor_t *p[1] = {in};
+    tp_model_set_profiling(m, 1);
+    cr_assert_eq(tp_model_train_step(m, p), TP_OK);
+    cr_assert_eq(tp_model_train_step(m, p), TP_OK);
+    tp_op_profile_t pr[32];
+    int n = tp_model_profile(m, 0, pr, 32);
+    cr_assert_gt(n, 4);
+    int found = 0;
+    for (int i = 0; i < n && i < 32; i++) {
+        cr_expect_eq(pr[i].calls, 2, "%s", pr[i].name);
+        if (!strcmp(pr[i].name, "fc1/matmul")) {
+            found = 1;
+            cr_expect_eq(pr[i].kind, TP_OP_MATMUL);
+            cr_expect_gt(pr[i].forward_ns + pr[i].backward_ns, 0);
+        }
+    }
+    cr_expect(found);
+    tp_model_destroy(&m);
+}

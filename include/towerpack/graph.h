@@ -281,6 +281,24 @@ tp_optimizer_t *tp_model_optimizer(tp_model_t *m);
 /* A tower's dropout generator (checkpoints save and restore it). */
 tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower);
 
+/* Per-node timing, to find bottlenecks: with profiling on, every op's
+ * forward and backward kernel time is summed per node (host clock around
+ * each call; device backends time their launches). */
+typedef struct tp_op_profile {
+    const char *name;      /* the node's name (valid while the model lives) */
+    tp_op_kind_t kind;
+    uint64_t forward_ns;   /* summed since profiling was switched on */
+    uint64_t backward_ns;
+    uint64_t calls;        /* forward calls */
+} tp_op_profile_t;
+
+/* Switch profiling on (1) or off (0); switching on clears the sums. */
+void tp_model_set_profiling(tp_model_t *m, int on);
+/* Fill up to `max` records for the op nodes of `tower` in graph order;
+ * returns how many op nodes there are. */
+int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
+                     int max);
+
 /* Bytes the model planned: variables, gradients, activations, slots. */
 size_t tp_model_memory(const tp_model_t *m);
 

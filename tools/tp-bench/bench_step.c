@@ -3,7 +3,7 @@
  * on OpenBLAS in the same run; also the step time of a small CNN.
  *
  *   tp-bench step [--iters N] [--rounds R] [--threads T] [--batch B]
- *                 [--no-cnn] [--json]
+ *                 [--no-cnn] [--profile] [--json]
  *
  * The reference is the five sgemm calls the step itself makes (two forward;
  * dW2, dh, dW1 backward; the input needs no gradient). Each round runs
@@ -62,14 +62,14 @@ static double s_min(const double *v, int n) {
 
 static void s_usage(void) {
     printf("usage: tp-bench step [--iters N] [--rounds R] [--threads T] "
-           "[--batch B] [--no-cnn] [--json]\n"
+           "[--batch B] [--no-cnn] [--profile] [--json]\n"
            "  MLP 784-256-10 step against its raw sgemm calls; small CNN step "
            "time\n");
 }
 
 int tp_bench_step(int argc, char **argv) {
     int iters = 5, rounds = 200, threads = 1, json = 0, cnn = 1;
-    int batch = 128;
+    int batch = 128, profile = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc)
             iters = atoi(argv[++i]);
@@ -81,6 +81,8 @@ int tp_bench_step(int argc, char **argv) {
             batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-cnn"))
             cnn = 0;
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
         else if (!strcmp(argv[i], "--json"))
             json = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -196,6 +198,18 @@ int tp_bench_step(int argc, char **argv) {
             tc[rd] = (double)(tp_now_ns() - t0) / citers / 1e6;
         }
         cnn_ms = s_min(tc, crounds);
+        if (profile && !json) {
+            tp_model_set_profiling(cm, 1);
+            for (int i = 0; i < citers; i++)
+                tp_model_train_step(cm, cstep);
+            tp_op_profile_t pr[64];
+            int np = tp_model_profile(cm, 0, pr, 64);
+            printf("CNN per-op time (ms per step):\n");
+            for (int i = 0; i < np && i < 64; i++)
+                printf("  %-16s %-16s fwd %7.2f  bwd %7.2f\n", pr[i].name,
+                       tp_op_name(pr[i].kind), pr[i].forward_ns / 1e6 / citers,
+                       pr[i].backward_ns / 1e6 / citers);
+        }
         tp_free(img);
         tp_model_destroy(&cm);
     }
