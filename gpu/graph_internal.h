@@ -87,7 +87,7 @@ struct tp_tower {
     tp_stream_t *stream;
     tp_rng_t rng;
     int64_t run_batch;
-    int ran_backward;
+    int ran_backward;  /* gradients are fresh: backward ran, not applied */
     /* fused updates (tower 0 of a one-tower model): trainable variable nodes
      * by fuse_after, descending (backward order), and the variables this
      * tower never differentiates */
@@ -121,7 +121,6 @@ struct tp_model {
     tp_stream_t *stream;
     tp_comm_t *comm;
     size_t memory;
-    int building;      /* towers are being built */
     int profiling;
 };
 

@@ -678,9 +678,9 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
         if (rc < 0)
             return tp_error_wrap(rc, "%s: forward of '%s'", t->name, n->name);
     }
-    t->ran_backward = 0;
     if (!backward || !t->training || !t->cost || !t->cost->backward)
-        return b->ops->stream_sync(b, t->stream);
+        return b->ops->stream_sync(b, t->stream); /* gradients untouched */
+    t->ran_backward = 0; /* partial until the pass completes */
     TP_TRY(b->ops->fill(b, t->stream, t->cost->grad, 1.0f, 1));
     int k = 0;
     for (int i = t->nnodes - 1; i >= 0; i--) {
@@ -702,7 +702,7 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
             TP_TRY(s_update_var(m, t, t->fuse_rest[r]));
         tp_optimizer_end_step(m->opt);
     }
-    t->ran_backward = 1;
+    t->ran_backward = !fused;
     return b->ops->stream_sync(b, t->stream);
 }
 
@@ -722,8 +722,21 @@ static tp_status_t s_check_grads(tp_model_t *m) {
     return TP_OK;
 }
 
+/* Reducing or applying gradients that no backward produced (or that were
+ * already applied) is a trainer bug worth a clear error. */
+static tp_status_t s_check_fresh(tp_model_t *m, int first, int last) {
+    for (int i = first; i <= last; i++)
+        if (!m->towers[i]->ran_backward)
+            return tp_error(TP_ERR_STATE,
+                            "%s has no fresh gradients (run it with "
+                            "tp_model_run first; gradients are used once)",
+                            m->towers[i]->name);
+    return TP_OK;
+}
+
 tp_status_t tp_model_allreduce(tp_model_t *m) {
     TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
     if (m->ntowers == 1)
         return TP_OK;
     float *bufs[64];
@@ -735,6 +748,7 @@ tp_status_t tp_model_allreduce(tp_model_t *m) {
 
 tp_status_t tp_model_reduce(tp_model_t *m) {
     TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
     if (m->ntowers == 1)
         return TP_OK;
     float *bufs[64];
@@ -748,6 +762,7 @@ tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower) {
     TP_TRY(s_check_grads(m));
     if (tower < 0 || tower >= m->ntowers)
         return s_bad_tower(m, tower);
+    TP_TRY(s_check_fresh(m, tower, tower));
     if (m->ntowers == 1)
         return TP_OK;
     tp_tower_t *t = m->towers[tower];
@@ -762,11 +777,14 @@ void tp_model_abort(tp_model_t *m) {
 
 tp_status_t tp_model_apply(tp_model_t *m) {
     TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, 0));
     tp_status_t rc = tp_optimizer_apply(m->opt, m->backend, m->stream,
                                         m->train_arena, m->towers[0]->grads,
                                         m->slots, m->ntrain);
     if (rc < 0)
         return rc;
+    for (int i = 0; i < m->ntowers; i++)
+        m->towers[i]->ran_backward = 0;
     return m->backend->ops->stream_sync(m->backend, m->stream);
 }
 

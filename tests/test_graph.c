@@ -196,8 +196,32 @@ Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
 
 Test(graph, aborted_collective_does_not_hang) {
     tp_model_t *m = s_new_mlp(2, 4, NULL);
-    tp_model_abort(m);
+    float x[4 * FEAT];
+    int32_t y[4];
+    s_data(4, x, y, 9);
+    tp_tensor_t in[2];
+    s_inputs(in, x, y, 4);
+    cr_assert_eq(tp_model_run(m, 0, in), TP_OK);
+    tp_model_abort(m); /* tower 1 failed and will never contribute */
     cr_expect_eq(tp_model_allreduce_tower(m, 0), TP_ERR_INTERRUPTED);
+    tp_model_destroy(&m);
+}
+
+Test(graph, gradients_are_used_once) {
+    tp_model_t *m = s_new_mlp(1, 4, NULL);
+    float x[4 * FEAT];
+    int32_t y[4];
+    s_data(4, x, y, 9);
+    tp_tensor_t in[2];
+    s_inputs(in, x, y, 4);
+    cr_expect_eq(tp_model_apply(m), TP_ERR_STATE);
+    cr_assert_eq(tp_model_forward(m, 0, in), TP_OK);
+    cr_expect_eq(tp_model_apply(m), TP_ERR_STATE);
+    cr_assert_eq(tp_model_run(m, 0, in), TP_OK);
+    cr_assert_eq(tp_model_forward(m, 0, in), TP_OK); /* leaves gradients */
+    cr_expect_eq(tp_model_apply(m), TP_OK);
+    cr_expect_eq(tp_model_apply(m), TP_ERR_STATE);
+    cr_expect(strstr(tp_last_error(), "tower0") != NULL, "%s", tp_last_error());
     tp_model_destroy(&m);
 }
 
