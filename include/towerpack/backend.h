@@ -71,7 +71,7 @@ typedef struct tp_op_attr {
     tp_dtype_t in_dtype; /* cast: the input's dtype */
 } tp_op_attr_t;
 
-#define TP_OP_MAX_INPUTS 64
+#define TP_OP_MAX_INPUTS 256
 
 /* One kernel invocation. Shapes carry the step's batch size in dim 0 of
  * batched tensors. dx[i] NULL means input i needs no gradient; dx_acc[i] 1
