@@ -583,12 +583,8 @@ static void s_gap_fwd(const tp_op_call_t *c) {
     s_ncs(&c->xshape[0], &n, &ch, &sp);
     const float *x = c->x[0];
     float *y = c->y;
-    for (size_t p = 0; p < n * ch; p++) {
-        float s = 0.0f;
-        for (size_t j = 0; j < sp; j++)
-            s += x[p * sp + j];
-        y[p] = s / (float)sp;
-    }
+    for (size_t p = 0; p < n * ch; p++)
+        y[p] = s_sum(x + p * sp, sp) / (float)sp;
 }
 
 static void s_gap_bwd(const tp_op_call_t *c) {
