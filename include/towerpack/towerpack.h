@@ -12,5 +12,9 @@
 #include <towerpack/wire.h>
 #include <towerpack/dataflow_spec.h>  /* + dataflow_lib.h, dataflow.h */
 #include <towerpack/device.h>
+#include <towerpack/backend.h>
+#include <towerpack/optim.h>
+#include <towerpack/graph.h>
+#include <towerpack/checkpoint.h>
 
 #endif
