@@ -16,5 +16,10 @@
 #include <towerpack/optim.h>
 #include <towerpack/graph.h>
 #include <towerpack/checkpoint.h>
+#include <towerpack/fileio.h>
+#include <towerpack/trainer.h>
+#include <towerpack/callback.h>
+#include <towerpack/logdir.h>
+#include <towerpack/plot.h>
 
 #endif
