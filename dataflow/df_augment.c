@@ -308,8 +308,126 @@ static tp_status_t s_cast(const aug_op_t *op, tp_tensor_t *t) {
     return TP_OK;
 }
 
+/* One output row of the fused grey path. restrict: the output never
+ * aliases the table or the source, which lets the loops stay in registers. */
+static void s_grey_row(float *restrict drow, int sy, int H, int W, int ox,
+                       int w, int c0, int c1, int flipped,
+                       const uint8_t *restrict src,
+                       const float *restrict lut) {
+    const float zero = lut[0];
+    if (sy < 0 || sy >= H) {
+        for (int x = 0; x < w; x++)
+            drow[x] = zero;
+        return;
+    }
+    const uint8_t *restrict s = src + (size_t)sy * W + ox; /* s[cx] */
+    if (!flipped) {
+        for (int cx = 0; cx < c0; cx++)
+            drow[cx] = zero;
+        for (int cx = c0; cx < c1; cx++)
+            drow[cx] = lut[s[cx]];
+        for (int cx = c1; cx < w; cx++)
+            drow[cx] = zero;
+    } else {
+        for (int x = 0; x < w - c1; x++)          /* cx from w-1 down to c1 */
+            drow[x] = zero;
+        for (int x = w - c1; x < w - c0; x++)     /* cx = w-1-x in [c0, c1) */
+            drow[x] = lut[s[w - 1 - x]];
+        for (int x = w - c0; x < w; x++)
+            drow[x] = zero;
+    }
+}
+
+/* crop (+ flip) + normalize of a uint8 image in one pass, straight into
+ * the float32 result: the usual training chain, with one allocation instead
+ * of three. Draws the same random numbers as the separate steps, so the
+ * result is identical. */
+static tp_status_t s_fused(const aug_op_t *crop, const aug_op_t *flip,
+                          const aug_op_t *norm, tp_tensor_t *t,
+                          tp_rng_t *rng) {
+    int H = 0, W = 0, C = 1;
+    TP_TRY(s_geom(t, "crop", &H, &W, &C));
+    int ph = H + 2 * crop->pad, pw = W + 2 * crop->pad;
+    if (ph < crop->h || pw < crop->w)
+        return tp_error(TP_ERR_SHAPE, "augment crop: %dx%d from a %dx%d image "
+                        "padded by %d", crop->h, crop->w, H, W, crop->pad);
+    if (norm->nch != 1 && norm->nch != C)
+        return tp_error(TP_ERR_SHAPE, "augment normalize: %d channel "
+                        "statistics for an image of %d channels", norm->nch,
+                        C);
+    int oy = (int)tp_rng_below(rng, (uint64_t)(ph - crop->h) + 1) - crop->pad;
+    int ox = (int)tp_rng_below(rng, (uint64_t)(pw - crop->w) + 1) - crop->pad;
+    int flipped = flip && tp_rng_double(rng) < flip->prob;
+    int h = crop->h, w = crop->w;
+    int64_t shape[3] = {h, w, C};
+    tp_tensor_t o;
+    TP_TRY(tp_tensor_init(&o, TP_FLOAT32, t->ndim, shape));
+    const uint8_t *src = t->data;
+    float *dst = o.data;
+    /* Output column x reads crop column cx = flipped ? w-1-x : x, i.e.
+     * source column cx + ox; the source columns that exist give the range
+     * of cx in [c0, c1), everything else is padding (value 0). */
+    int c0 = ox < 0 ? -ox : 0;
+    int c1 = W - ox < w ? W - ox : w;
+    if (c1 < c0)
+        c1 = c0;
+    if (C == 1) {
+        /* grey images: three straight runs per row (padding, pixels,
+         * padding), written backwards when flipped */
+        for (int y = 0; y < h; y++)
+            s_grey_row(dst + (size_t)y * w, y + oy, H, W, ox, w, c0, c1,
+                       flipped, src, norm->lut);
+        tp_tensor_fini(t);
+        tp_tensor_move(t, &o);
+        return TP_OK;
+    }
+    for (int y = 0; y < h; y++) {
+        int sy = y + oy;
+        float *drow = dst + (size_t)y * w * C;
+        const uint8_t *srow = src + (size_t)(sy < 0 ? 0 : sy) * W * C;
+        int row_in = sy >= 0 && sy < H;
+        for (int c = 0; c < C; c++) {
+            const float *l = norm->lut + (norm->nch == 1 ? 0 : c * 256);
+            const float zero = l[0];
+            if (!row_in) {
+                for (int x = 0; x < w; x++)
+                    drow[(size_t)x * C + c] = zero;
+                continue;
+            }
+            for (int cx = 0; cx < w; cx++) {
+                int x = flipped ? w - 1 - cx : cx;
+                drow[(size_t)x * C + c] =
+                    cx >= c0 && cx < c1
+                        ? l[srow[(size_t)(cx + ox) * C + c]]
+                        : zero;
+            }
+        }
+    }
+    tp_tensor_fini(t);
+    tp_tensor_move(t, &o);
+    return TP_OK;
+}
+
 tp_status_t tp_augment_apply(const tp_augment_t *self, tp_tensor_t *t,
                              tp_rng_t *rng) {
+    const aug_op_t *o = self->ops;
+    if (t->dtype == TP_UINT8 && self->count >= 2 && o[0].kind == AUG_CROP) {
+        int k = 1;
+        const aug_op_t *flip = o[1].kind == AUG_FLIP ? &o[k++] : NULL;
+        if (k < self->count && o[k].kind == AUG_NORMALIZE) {
+            TP_TRY(s_fused(&o[0], flip, &o[k], t, rng));
+            for (int i = k + 1; i < self->count; i++) {
+                tp_status_t rc = o[i].kind == AUG_CAST ? s_cast(&o[i], t)
+                                 : o[i].kind == AUG_NORMALIZE
+                                     ? s_normalize(&o[i], t)
+                                 : o[i].kind == AUG_FLIP ? s_flip(&o[i], t, rng)
+                                                         : s_crop(&o[i], t, rng);
+                if (rc != TP_OK)
+                    return rc;
+            }
+            return TP_OK;
+        }
+    }
     for (int i = 0; i < self->count; i++) {
         const aug_op_t *op = &self->ops[i];
         tp_status_t rc;

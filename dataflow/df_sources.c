@@ -316,6 +316,20 @@ static tp_status_t s_gz_fail(gzFile f, const char *path, const char *what) {
     return tp_error(TP_ERR_FORMAT, "idx %s: %s (%s)", path, what, msg);
 }
 
+/* IDX is big-endian: swap 4- and 8-byte elements in place. */
+static void s_idx_swap(tp_tensor_t *t) {
+    size_t es = tp_dtype_size(t->dtype), n = tp_tensor_numel(t);
+    if (es == 4) {
+        uint32_t *p = t->data;
+        for (size_t i = 0; i < n; i++)
+            p[i] = __builtin_bswap32(p[i]);
+    } else if (es == 8) {
+        uint64_t *p = t->data;
+        for (size_t i = 0; i < n; i++)
+            p[i] = __builtin_bswap64(p[i]);
+    }
+}
+
 tp_status_t tp_idx_read(const char *path, tp_tensor_t *out) {
     tp_tensor_init_empty(out);
     struct stat st;
@@ -400,16 +414,7 @@ tp_status_t tp_idx_read(const char *path, tp_tensor_t *out) {
         rc = s_gz_fail(f, path, "corrupt compressed data");
         goto done;
     }
-    /* IDX is big-endian. */
-    if (esize == 4) {
-        uint32_t *p = out->data;
-        for (size_t i = 0; i < numel; i++)
-            p[i] = __builtin_bswap32(p[i]);
-    } else if (esize == 8) {
-        uint64_t *p = out->data;
-        for (size_t i = 0; i < numel; i++)
-            p[i] = __builtin_bswap64(p[i]);
-    }
+    s_idx_swap(out);
 done:
     gzclose(f);
     if (rc != TP_OK)
@@ -417,22 +422,64 @@ done:
     return rc;
 }
 
-/* The decoded arrays. Reference counted so that views could outlive the
- * source; today every datapoint gets its own copy (next) or is written
- * straight into a batch (next_into). */
+tp_status_t tp_idx_decode(const void *data, size_t size, tp_tensor_t *out) {
+    tp_tensor_init_empty(out);
+    const uint8_t *b = data;
+    if (!b || size < 4)
+        return tp_error(TP_ERR_FORMAT, "idx: %zu bytes, no header", size);
+    if (b[0] != 0 || b[1] != 0)
+        return tp_error(TP_ERR_FORMAT, "idx: bad magic %02x%02x%02x%02x",
+                        b[0], b[1], b[2], b[3]);
+    tp_dtype_t dtype;
+    switch (b[2]) {
+    case 0x08: dtype = TP_UINT8; break;
+    case 0x0C: dtype = TP_INT32; break;
+    case 0x0D: dtype = TP_FLOAT32; break;
+    case 0x0E: dtype = TP_FLOAT64; break;
+    default:
+        return tp_error(TP_ERR_FORMAT, "idx: element type 0x%02x is not "
+                        "supported", b[2]);
+    }
+    int ndim = b[3];
+    if (ndim < 1 || ndim > TP_MAX_DIMS)
+        return tp_error(TP_ERR_FORMAT, "idx: %d dimensions (1..%d)", ndim,
+                        TP_MAX_DIMS);
+    size_t hdr = 4 + 4 * (size_t)ndim;
+    if (size < hdr)
+        return tp_error(TP_ERR_FORMAT, "idx: header truncated");
+    int64_t shape[TP_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) {
+        const uint8_t *d = b + 4 + 4 * i;
+        shape[i] = ((int64_t)d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3];
+    }
+    size_t esize = tp_dtype_size(dtype), numel;
+    if (tp_shape_numel(ndim, shape, esize, &numel) != TP_OK)
+        return tp_error(TP_ERR_FORMAT, "idx: impossible shape");
+    if (numel * esize != size - hdr)
+        return tp_error(TP_ERR_FORMAT, "idx: header describes %zu payload "
+                        "bytes, %zu follow it", numel * esize, size - hdr);
+    TP_TRY(tp_tensor_init(out, dtype, ndim, shape));
+    if (out->nbytes)
+        memcpy(out->data, b + hdr, out->nbytes);
+    s_idx_swap(out);
+    return TP_OK;
+}
+
+/* The decoded arrays, owned by the source. Datapoints never point into
+ * them: each gets its own copy (next), or the bytes go straight into a
+ * batch (next_into), so a consumer may write into what it receives and
+ * keep it after the source is gone. (Reference-counted views into these
+ * arrays measured no faster than the small copies, about 0.4x of the plain
+ * loop either way before next_into existed, and would make every in-place
+ * map a hazard.) */
 typedef struct {
-    atomic_int refs;
     tp_tensor_t images, labels;
 } slab_t;
 
-static void s_slab_release(void *data, void *hint) {
-    (void)data;
-    slab_t *sl = hint;
-    if (atomic_fetch_sub_explicit(&sl->refs, 1, memory_order_acq_rel) == 1) {
-        tp_tensor_fini(&sl->images);
-        tp_tensor_fini(&sl->labels);
-        free(sl);
-    }
+static void s_slab_free(slab_t *sl) {
+    tp_tensor_fini(&sl->images);
+    tp_tensor_fini(&sl->labels);
+    free(sl);
 }
 
 typedef struct {
@@ -558,7 +605,7 @@ static int64_t s_idx_size(void *impl) { return (int64_t)((idx_t *)impl)->n; }
 static void s_idx_destroy(void *impl) {
     idx_t *self = impl;
     if (self->slab)
-        s_slab_release(NULL, self->slab);
+        s_slab_free(self->slab);
     free(self->order);
     free(self);
 }
@@ -592,7 +639,6 @@ static tp_dataflow_t *s_idx_new(const tp_dataflow_ops_t *ops,
         tp_error(TP_ERR_NOMEM, "%s", ops->name);
         return NULL;
     }
-    atomic_init(&self->slab->refs, 1);  /* the source's own reference */
     tp_tensor_init_empty(&self->slab->labels);
     tp_status_t rc = tp_idx_read(images_path, &self->slab->images);
     if (rc != TP_OK)

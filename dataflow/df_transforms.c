@@ -1045,6 +1045,25 @@ static void s_lshuf_shuffle(lshuf_t *self) {
     }
 }
 
+/* The buffer is larger than the caches and its order is random: fetch the
+ * bytes of the datapoint that leaves next, and the container of the one
+ * after it, while the consumer works on this one. */
+static void s_lshuf_prefetch(lshuf_t *self) {
+    int cap = self->buffer_size;
+    if (self->count > 1)
+        __builtin_prefetch(self->q[(self->head + 1) % cap]);
+    if (self->count > 0) {
+        tp_datapoint_t *next = self->q[self->head];
+        int n = tp_datapoint_size(next);
+        for (int i = 0; i < n && i < 4; i++) {
+            const tp_tensor_t *t = tp_datapoint_cget(next, i);
+            size_t len = t->nbytes < 4096 ? t->nbytes : 4096;
+            for (size_t off = 0; off < len; off += 64)
+                __builtin_prefetch((const char *)t->data + off);
+        }
+    }
+}
+
 static tp_status_t s_lshuf_next(void *impl, tp_datapoint_t **out) {
     lshuf_t *self = impl;
     if (self->pass_len >= 0 && self->yielded >= self->pass_len)
@@ -1075,6 +1094,7 @@ static tp_status_t s_lshuf_next(void *impl, tp_datapoint_t **out) {
             popped = self->q[self->head];
             self->head = (self->head + 1) % cap;
             self->count--;
+            s_lshuf_prefetch(self);
         }
         tp_datapoint_t *add;
         if (self->cur_left == 1) {

@@ -418,15 +418,21 @@ tp_node_t *tp_matmul(tp_tower_t *t, const char *name, tp_node_t *x,
     return n;
 }
 
-tp_node_t *tp_conv2d_op(tp_tower_t *t, const char *name, tp_node_t *x,
-                        tp_node_t *w, int stride, int pad) {
-    tp_node_t *in[2] = {x, w};
-    tp_node_t *n = s_node(t, name, TP_OP_CONV2D, 2, in);
+/* conv2d with an optional fused bias b[O] (input 2). */
+static tp_node_t *s_conv(tp_tower_t *t, const char *name, tp_node_t *x,
+                         tp_node_t *w, tp_node_t *bias, int stride, int pad) {
+    tp_node_t *in[3] = {x, w, bias};
+    tp_node_t *n = s_node(t, name, TP_OP_CONV2D, bias ? 3 : 2, in);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
-        return s_drop_last(t);
+    for (int i = 0; i < n->ninputs; i++)
+        if (!s_check_float(t, n, i))
+            return s_drop_last(t);
     char a[96], b[96];
+    if (bias && (bias->batched || bias->shape.ndim != 1 ||
+                 w->shape.ndim != 4 || bias->shape.d[0] != w->shape.d[0]))
+        FAIL(t, n, "bias is %s, W is %s: bias must be [O]",
+             s_shape_str(&bias->shape, a, 96), s_shape_str(&w->shape, b, 96));
     if (x->shape.ndim != 4 || w->shape.ndim != 4 || w->batched ||
         x->shape.d[1] != w->shape.d[1])
         FAIL(t, n, "x is %s, W is %s: need x [N,C,H,W] and W [O,C,KH,KW]",
@@ -447,6 +453,11 @@ tp_node_t *tp_conv2d_op(tp_tower_t *t, const char *name, tp_node_t *x,
     n->shape.d[2] = oh;
     n->shape.d[3] = ow;
     return n;
+}
+
+tp_node_t *tp_conv2d_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                        tp_node_t *w, int stride, int pad) {
+    return s_conv(t, name, x, w, NULL, stride, pad);
 }
 
 tp_node_t *tp_bias_add(tp_tower_t *t, const char *name, tp_node_t *x,
@@ -876,14 +887,12 @@ tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
         tp_node_t *w = tp_variable(t, "W", 4, ws,
                                    (tp_init_t){TP_INIT_HE_NORMAL, 0},
                                    TP_VAR_TRAINABLE);
-        y = tp_conv2d_op(t, bias ? "conv" : "output", x, w, stride,
-                         pad < 0 ? kernel / 2 : pad);
-        if (bias) {
-            tp_node_t *b = tp_variable(t, "b", 1, bs,
-                                       (tp_init_t){TP_INIT_ZEROS, 0},
-                                       TP_VAR_TRAINABLE);
-            y = tp_bias_add(t, "output", y, b);
-        }
+        tp_node_t *b = NULL;
+        if (bias) /* fused into the convolution: no pass of its own */
+            b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
+                            TP_VAR_TRAINABLE);
+        if (!bias || b)
+            y = s_conv(t, "output", x, w, b, stride, pad < 0 ? kernel / 2 : pad);
     }
     tp_tower_pop_scope(t);
     return y;

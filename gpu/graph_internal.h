@@ -45,8 +45,12 @@ struct tp_node {
     void *workspace;
     size_t workspace_bytes;
     int *dx_acc;       /* [ninputs] */
+    tp_node_t *grad_alias; /* the consumer whose output gradient is also this
+                              node's (identity backward, sole consumer) */
+    unsigned alias_mask;   /* inputs whose gradient aliases this node's */
     int fuse_after;    /* trainable VARIABLE: id of the node whose backward
                           writes its gradient last (fused updates) */
+    uint64_t prof_fwd_ns, prof_bwd_ns, prof_calls;
     /* per step: the runtime batch */
     tp_shape_t run_shape;
 };
@@ -83,7 +87,7 @@ struct tp_tower {
     tp_stream_t *stream;
     tp_rng_t rng;
     int64_t run_batch;
-    int ran_backward;
+    int ran_backward;  /* gradients are fresh: backward ran, not applied */
     /* fused updates (tower 0 of a one-tower model): trainable variable nodes
      * by fuse_after, descending (backward order), and the variables this
      * tower never differentiates */
@@ -117,7 +121,7 @@ struct tp_model {
     tp_stream_t *stream;
     tp_comm_t *comm;
     size_t memory;
-    int building;      /* towers are being built */
+    int profiling;
 };
 
 /* graph.c */

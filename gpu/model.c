@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <towerpack/clock.h>
 #include <towerpack/graph.h>
 #include <towerpack/log.h>
 #include <towerpack/optim.h>
@@ -127,7 +128,9 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     for (int i = 0; i < n->ninputs; i++) {
         xs[i] = n->inputs[i]->value;
         xshape[i] = n->inputs[i]->run_shape;
-        dx[i] = n->inputs[i]->backward ? n->inputs[i]->grad : NULL;
+        dx[i] = (n->inputs[i]->backward && !((n->alias_mask >> i) & 1u))
+                    ? n->inputs[i]->grad
+                    : NULL;
     }
     c->x = xs;
     c->xshape = xshape;
@@ -198,6 +201,40 @@ static tp_status_t s_plan_fusion(tp_model_t *m, tp_tower_t *t) {
     return TP_OK;
 }
 
+/* Identity gradients (bias add's x, add's operands, reshape) need no copy:
+ * when such a node is its input's only backward consumer, the input's
+ * gradient buffer is the node's own. Saves a full pass over large
+ * activations (a conv output feeding a bias add) in every step. */
+static void s_plan_aliases(tp_tower_t *t) {
+    int *cnt = calloc((size_t)t->nnodes + 1, sizeof *cnt);
+    if (!cnt)
+        return; /* no aliasing: correct, only slower */
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *c = t->nodes[i];
+        if (!c->backward || c->kind == TP_OP_VARIABLE)
+            continue;
+        for (int j = 0; j < c->ninputs; j++)
+            if (c->inputs[j]->backward)
+                cnt[c->inputs[j]->id]++;
+    }
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *c = t->nodes[i];
+        if (!c->backward)
+            continue;
+        int nalias = c->kind == TP_OP_ADD ? 2
+                     : (c->kind == TP_OP_BIAS_ADD || c->kind == TP_OP_RESHAPE) ? 1
+                                                                               : 0;
+        for (int j = 0; j < nalias; j++) {
+            tp_node_t *in = c->inputs[j];
+            if (in->backward && in->kind != TP_OP_VARIABLE && cnt[in->id] == 1) {
+                in->grad_alias = c;
+                c->alias_mask |= 1u << j;
+            }
+        }
+    }
+    free(cnt);
+}
+
 static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     tp_backend_t *b = m->backend;
     int train = t->training && t->cost && m->opt;
@@ -241,6 +278,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         }
     }
     free(written);
+    s_plan_aliases(t);
 
     /* Sizes: values, gradients, workspaces, laid out in one arena. */
     size_t total = 0;
@@ -258,7 +296,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
             val_off[i] = total;
             total += s_round(count * tp_dtype_size(n->dtype));
         }
-        if (n->backward && n->kind != TP_OP_VARIABLE) {
+        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias) {
             grad_off[i] = total;
             total += s_round(count * sizeof(float));
         }
@@ -300,13 +338,17 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         } else {
             n->value = base + val_off[i];
         }
-        if (n->backward && n->kind != TP_OP_VARIABLE)
+        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias)
             n->grad = (float *)(base + grad_off[i]);
         if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT)
             n->workspace = base + ws_off[i];
         if (n->kind == TP_OP_INPUT)
             n->workspace = n->value; /* kept: inputs may be borrowed */
     }
+    /* consumers come later in the node list: resolve chains from the end */
+    for (int i = t->nnodes - 1; i >= 0; i--)
+        if (t->nodes[i]->grad_alias)
+            t->nodes[i]->grad = t->nodes[i]->grad_alias->grad;
     free(val_off);
     t->ran_backward = 0;
     if (train && t->index == 0)
@@ -627,13 +669,18 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
             continue;
         }
         s_make_call(m, t, n, &c, xs, xsh, dx);
+        uint64_t t0 = m->profiling ? tp_now_ns() : 0;
         tp_status_t rc = b->ops->op_forward(b, t->stream, &c);
+        if (m->profiling) {
+            n->prof_fwd_ns += tp_now_ns() - t0;
+            n->prof_calls++;
+        }
         if (rc < 0)
             return tp_error_wrap(rc, "%s: forward of '%s'", t->name, n->name);
     }
-    t->ran_backward = 0;
     if (!backward || !t->training || !t->cost || !t->cost->backward)
-        return b->ops->stream_sync(b, t->stream);
+        return b->ops->stream_sync(b, t->stream); /* gradients untouched */
+    t->ran_backward = 0; /* partial until the pass completes */
     TP_TRY(b->ops->fill(b, t->stream, t->cost->grad, 1.0f, 1));
     int k = 0;
     for (int i = t->nnodes - 1; i >= 0; i--) {
@@ -641,7 +688,10 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
         if (!n->backward || n->kind == TP_OP_VARIABLE)
             continue;
         s_make_call(m, t, n, &c, xs, xsh, dx);
+        uint64_t t0 = m->profiling ? tp_now_ns() : 0;
         tp_status_t rc = b->ops->op_backward(b, t->stream, &c);
+        if (m->profiling)
+            n->prof_bwd_ns += tp_now_ns() - t0;
         if (rc < 0)
             return tp_error_wrap(rc, "%s: backward of '%s'", t->name, n->name);
         for (; fused && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)
@@ -652,7 +702,7 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
             TP_TRY(s_update_var(m, t, t->fuse_rest[r]));
         tp_optimizer_end_step(m->opt);
     }
-    t->ran_backward = 1;
+    t->ran_backward = !fused;
     return b->ops->stream_sync(b, t->stream);
 }
 
@@ -672,8 +722,21 @@ static tp_status_t s_check_grads(tp_model_t *m) {
     return TP_OK;
 }
 
+/* Reducing or applying gradients that no backward produced (or that were
+ * already applied) is a trainer bug worth a clear error. */
+static tp_status_t s_check_fresh(tp_model_t *m, int first, int last) {
+    for (int i = first; i <= last; i++)
+        if (!m->towers[i]->ran_backward)
+            return tp_error(TP_ERR_STATE,
+                            "%s has no fresh gradients (run it with "
+                            "tp_model_run first; gradients are used once)",
+                            m->towers[i]->name);
+    return TP_OK;
+}
+
 tp_status_t tp_model_allreduce(tp_model_t *m) {
     TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
     if (m->ntowers == 1)
         return TP_OK;
     float *bufs[64];
@@ -685,6 +748,7 @@ tp_status_t tp_model_allreduce(tp_model_t *m) {
 
 tp_status_t tp_model_reduce(tp_model_t *m) {
     TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
     if (m->ntowers == 1)
         return TP_OK;
     float *bufs[64];
@@ -698,6 +762,7 @@ tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower) {
     TP_TRY(s_check_grads(m));
     if (tower < 0 || tower >= m->ntowers)
         return s_bad_tower(m, tower);
+    TP_TRY(s_check_fresh(m, tower, tower));
     if (m->ntowers == 1)
         return TP_OK;
     tp_tower_t *t = m->towers[tower];
@@ -712,11 +777,14 @@ void tp_model_abort(tp_model_t *m) {
 
 tp_status_t tp_model_apply(tp_model_t *m) {
     TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, 0));
     tp_status_t rc = tp_optimizer_apply(m->opt, m->backend, m->stream,
                                         m->train_arena, m->towers[0]->grads,
                                         m->slots, m->ntrain);
     if (rc < 0)
         return rc;
+    for (int i = 0; i < m->ntowers; i++)
+        m->towers[i]->ran_backward = 0;
     return m->backend->ops->stream_sync(m->backend, m->stream);
 }
 
@@ -851,4 +919,32 @@ tp_status_t tp_model_get_hparam(const tp_model_t *m, const char *name,
 tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower) {
     tp_tower_t *t = tp_model_tower_(m, tower);
     return t ? &t->rng : NULL;
+}
+
+void tp_model_set_profiling(tp_model_t *m, int on) {
+    m->profiling = on != 0;
+    if (!on)
+        return;
+    for (int k = -1; k < m->ntowers; k++) {
+        tp_tower_t *t = tp_model_tower_(m, k);
+        for (int i = 0; t && i < t->nnodes; i++)
+            t->nodes[i]->prof_fwd_ns = t->nodes[i]->prof_bwd_ns =
+                t->nodes[i]->prof_calls = 0;
+    }
+}
+
+int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
+                     int max) {
+    tp_tower_t *t = tp_model_tower_((tp_model_t *)m, tower);
+    int k = 0;
+    for (int i = 0; t && i < t->nnodes; i++) {
+        const tp_node_t *n = t->nodes[i];
+        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE)
+            continue;
+        if (out && k < max)
+            out[k] = (tp_op_profile_t){n->name, n->kind, n->prof_fwd_ns,
+                                       n->prof_bwd_ns, n->prof_calls};
+        k++;
+    }
+    return k;
 }

@@ -65,6 +65,22 @@ static void s_matmul_bwd(const tp_op_call_t *c) {
 
 /* ---- conv2d ------------------------------------------------------------- */
 
+/* Sum of n floats in 8 interleaved lanes (vectorisable, fixed order). */
+static float s_sum(const float *restrict r, size_t n) {
+    float lane[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++)
+            lane[l] += r[j + (size_t)l];
+    float s = 0.0f;
+    for (; j < n; j++)
+        s += r[j];
+    for (int l = 0; l < 8; l++)
+        s += lane[l];
+    return s;
+}
+
+
 typedef struct {
     int c, h, w, o, kh, kw, sh, sw, ph, pw, oh, ow;
 } s_conv_t;
@@ -91,9 +107,11 @@ static int s_conv_direct(const s_conv_t *d) {
            d->ph == 0 && d->pw == 0;
 }
 
-/* col[(c*KH+i)*KW+j][oy*OW+ox] = x[c][oy*SH-PH+i][ox*SW-PW+j] or 0. */
-static void s_im2col(const s_conv_t *d, const float *x, float *col) {
-    const int p = d->oh * d->ow;
+/* col[(c*KH+i)*KW+j][oy*OW+ox] = x[c][oy*SH-PH+i][ox*SW-PW+j] or 0; rows
+ * of col are `ld` floats apart (several samples side by side). */
+static void s_im2col(const s_conv_t *d, const float *x, float *col,
+                     size_t ld) {
+    const size_t p = ld;
     for (int ch = 0; ch < d->c; ch++) {
         const float *xc = x + (size_t)ch * d->h * d->w;
         for (int i = 0; i < d->kh; i++)
@@ -131,8 +149,9 @@ static void s_im2col(const s_conv_t *d, const float *x, float *col) {
 }
 
 /* The adjoint of s_im2col: dx += scatter(col). */
-static void s_col2im(const s_conv_t *d, const float *col, float *dx) {
-    const int p = d->oh * d->ow;
+static void s_col2im(const s_conv_t *d, const float *col, float *dx,
+                     size_t ld) {
+    const size_t p = ld;
     for (int ch = 0; ch < d->c; ch++) {
         float *xc = dx + (size_t)ch * d->h * d->w;
         for (int i = 0; i < d->kh; i++)
@@ -145,6 +164,16 @@ static void s_col2im(const s_conv_t *d, const float *col, float *dx) {
                         continue;
                     const float *r = row + (size_t)oy * d->ow;
                     float *xr = xc + (size_t)iy * d->w;
+                    if (d->sw == 1) {
+                        int lo = d->pw - j, hi = d->w + d->pw - j;
+                        lo = lo < 0 ? 0 : lo;
+                        hi = hi > d->ow ? d->ow : hi;
+                        float *restrict dst = xr - d->pw + j;
+                        const float *restrict src = r;
+                        for (int ox = lo; ox < hi; ox++)
+                            dst[ox] += src[ox];
+                        continue;
+                    }
                     for (int ox = 0; ox < d->ow; ox++) {
                         int ix = ox * d->sw - d->pw + j;
                         if (ix >= 0 && ix < d->w)
@@ -155,63 +184,125 @@ static void s_col2im(const s_conv_t *d, const float *col, float *dx) {
     }
 }
 
+/* Samples per GEMM: several samples' columns side by side make the product
+ * wide enough to run near peak; bounded so the buffers stay cache-sized. */
+static int s_conv_group(const s_conv_t *d) {
+    const size_t ckk = (size_t)d->c * d->kh * d->kw, p = (size_t)d->oh * d->ow;
+    const size_t rows = ckk > (size_t)d->o ? ckk : (size_t)d->o;
+    size_t g = ((size_t)1 << 19) / (rows * p);
+    return (int)(g < 1 ? 1 : g > 64 ? 64 : g);
+}
+
 static size_t s_conv_ws(const tp_op_call_t *c) {
     s_conv_t d = s_conv_dims(c);
     size_t ckk = (size_t)d.c * d.kh * d.kw, p = (size_t)d.oh * d.ow;
-    return 2 * ckk * p * sizeof(float);
+    size_t g = (size_t)s_conv_group(&d);
+    if (g > (size_t)c->xshape[0].d[0])
+        g = (size_t)c->xshape[0].d[0];
+    /* col (or dcol) [CKK, g*P] and the O-major output [O, g*P] */
+    return (ckk + (size_t)d.o) * g * p * sizeof(float);
 }
 
 static void s_conv_fwd(const tp_op_call_t *c) {
     s_conv_t d = s_conv_dims(c);
     const int n = (int)c->xshape[0].d[0];
     const int ckk = d.c * d.kh * d.kw, p = d.oh * d.ow;
+    const size_t xsz = (size_t)d.c * d.h * d.w;
     const float *x = c->x[0], *w = c->x[1];
-    float *y = c->y, *col = c->workspace;
-    for (int b = 0; b < n; b++) {
-        const float *xb = x + (size_t)b * d.c * d.h * d.w;
-        const float *src = xb;
-        if (!s_conv_direct(&d)) {
-            s_im2col(&d, xb, col);
-            src = col;
+    const float *bias = c->ninputs > 2 ? c->x[2] : NULL;
+    float *y = c->y;
+    if (s_conv_direct(&d)) {
+        for (int b = 0; b < n; b++) {
+            float *yb = y + (size_t)b * d.o * p;
+            if (bias)
+                for (int o = 0; o < d.o; o++)
+                    for (int k = 0; k < p; k++)
+                        yb[(size_t)o * p + k] = bias[o];
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.o, p, ckk,
+                        1.0f, w, ckk, x + (size_t)b * xsz, p,
+                        bias ? 1.0f : 0.0f, yb, p);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.o, p, ckk,
-                    1.0f, w, ckk, src, p, 0.0f, y + (size_t)b * d.o * p, p);
+        return;
     }
+    const int group = s_conv_group(&d);
+    for (int b0 = 0; b0 < n; b0 += group) {
+        const int g = n - b0 < group ? n - b0 : group;
+        const size_t ld = (size_t)g * p;
+        float *col = c->workspace, *out = col + (size_t)ckk * ld;
+        for (int s = 0; s < g; s++)
+            s_im2col(&d, x + (size_t)(b0 + s) * xsz, col + (size_t)s * p, ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.o, (int)ld,
+                    ckk, 1.0f, w, ckk, col, (int)ld, 0.0f, out, (int)ld);
+        /* back to NCHW, adding the bias on the way (no extra pass) */
+        for (int s = 0; s < g; s++)
+            for (int o = 0; o < d.o; o++) {
+                float *restrict dst = y + ((size_t)(b0 + s) * d.o + o) * p;
+                const float *restrict src = out + (size_t)o * ld + (size_t)s * p;
+                const float bo = bias ? bias[o] : 0.0f;
+                for (int k = 0; k < p; k++)
+                    dst[k] = src[k] + bo;
+            }
+    }
+}
+
+/* db[o] (+)= sum of dy over batch and pixels; `first` overwrites. */
+static void s_conv_bias_grad(const s_conv_t *d, const float *dy, int n,
+                             float *db, int acc) {
+    const size_t p = (size_t)d->oh * d->ow;
+    if (!acc)
+        memset(db, 0, sizeof(float) * (size_t)d->o);
+    for (int b = 0; b < n; b++)
+        for (int o = 0; o < d->o; o++)
+            db[o] += s_sum(dy + ((size_t)b * d->o + o) * p, p);
 }
 
 static void s_conv_bwd(const tp_op_call_t *c) {
     s_conv_t d = s_conv_dims(c);
     const int n = (int)c->xshape[0].d[0];
     const int ckk = d.c * d.kh * d.kw, p = d.oh * d.ow;
-    const float *x = c->x[0], *w = c->x[1], *dy = c->dy;
-    float *col = c->workspace, *dcol = col + (size_t)ckk * p;
-    float *dx = c->dx[0], *dw = c->dx[1];
-    const int direct = s_conv_direct(&d);
     const size_t xsz = (size_t)d.c * d.h * d.w;
-    for (int b = 0; b < n; b++) {
-        const float *dyb = dy + (size_t)b * d.o * p;
-        if (dw) {
-            const float *src = x + (size_t)b * xsz;
-            if (!direct) {
-                s_im2col(&d, src, col);
-                src = col;
-            }
-            float beta = (b == 0 && !c->dx_acc[1]) ? 0.0f : 1.0f;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.o, ckk, p,
-                        1.0f, dyb, p, src, p, beta, dw, ckk);
-        }
-        if (dx) {
-            float *dxb = dx + (size_t)b * xsz;
-            if (direct) {
+    const float *x = c->x[0], *w = c->x[1], *dy = c->dy;
+    float *dx = c->dx[0], *dw = c->dx[1];
+    if (c->ninputs > 2 && c->dx[2])
+        s_conv_bias_grad(&d, dy, n, c->dx[2], c->dx_acc[2]);
+    if (s_conv_direct(&d)) {
+        for (int b = 0; b < n; b++) {
+            const float *dyb = dy + (size_t)b * d.o * p;
+            if (dw)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.o, ckk, p,
+                            1.0f, dyb, p, x + (size_t)b * xsz, p,
+                            (b == 0 && !c->dx_acc[1]) ? 0.0f : 1.0f, dw, ckk);
+            if (dx)
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, p,
                             d.o, 1.0f, w, ckk, dyb, p,
-                            c->dx_acc[0] ? 1.0f : 0.0f, dxb, p);
-            } else {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, p,
-                            d.o, 1.0f, w, ckk, dyb, p, 0.0f, dcol, p);
+                            c->dx_acc[0] ? 1.0f : 0.0f, dx + (size_t)b * xsz, p);
+        }
+        return;
+    }
+    const int group = s_conv_group(&d);
+    for (int b0 = 0; b0 < n; b0 += group) {
+        const int g = n - b0 < group ? n - b0 : group;
+        const size_t ld = (size_t)g * p;
+        float *col = c->workspace, *gdy = col + (size_t)ckk * ld;
+        for (int s = 0; s < g; s++)
+            for (int o = 0; o < d.o; o++)
+                memcpy(gdy + (size_t)o * ld + (size_t)s * p,
+                       dy + ((size_t)(b0 + s) * d.o + o) * p, sizeof(float) * p);
+        if (dw) {
+            for (int s = 0; s < g; s++)
+                s_im2col(&d, x + (size_t)(b0 + s) * xsz, col + (size_t)s * p, ld);
+            float beta = (b0 == 0 && !c->dx_acc[1]) ? 0.0f : 1.0f;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.o, ckk,
+                        (int)ld, 1.0f, gdy, (int)ld, col, (int)ld, beta, dw, ckk);
+        }
+        if (dx) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld,
+                        d.o, 1.0f, w, ckk, gdy, (int)ld, 0.0f, col, (int)ld);
+            for (int s = 0; s < g; s++) {
+                float *dxb = dx + (size_t)(b0 + s) * xsz;
                 if (!c->dx_acc[0])
                     memset(dxb, 0, xsz * sizeof(float));
-                s_col2im(&d, dcol, dxb);
+                s_col2im(&d, col + (size_t)s * p, dxb, ld);
             }
         }
     }
@@ -260,13 +351,8 @@ static void s_bias_bwd(const tp_op_call_t *c) {
             }
         } else {
             for (size_t i = 0; i < n; i++)
-                for (size_t k = 0; k < ch; k++) {
-                    const float *r = dy + (i * ch + k) * sp;
-                    float s = 0.0f;
-                    for (size_t j = 0; j < sp; j++)
-                        s += r[j];
-                    db[k] += s;
-                }
+                for (size_t k = 0; k < ch; k++)
+                    db[k] += s_sum(dy + (i * ch + k) * sp, sp);
         }
     }
 }
@@ -370,6 +456,36 @@ static void s_passthrough_bwd(const tp_op_call_t *c) {
 
 /* ---- pooling ------------------------------------------------------------ */
 
+/* 2x2 windows, stride 2, no padding: the common case, branch-free. */
+static void s_maxpool2(const float *restrict x, float *restrict y,
+                       int32_t *restrict arg, int nc, int h, int w, int oh,
+                       int ow) {
+    for (int p = 0; p < nc; p++) {
+        const float *xp = x + (size_t)p * h * w;
+        for (int oy = 0; oy < oh; oy++) {
+            const float *r0 = xp + (size_t)(2 * oy) * w, *r1 = r0 + w;
+            float *yr = y + ((size_t)p * oh + oy) * ow;
+            int32_t *ar = arg + ((size_t)p * oh + oy) * ow;
+            const int base = 2 * oy * w;
+            for (int ox = 0; ox < ow; ox++) {
+                const float a0 = r0[2 * ox], a1 = r0[2 * ox + 1];
+                const float b0 = r1[2 * ox], b1 = r1[2 * ox + 1];
+                const int i0 = base + 2 * ox;
+                float m = a0;
+                int mi = i0;
+                mi = a1 > m ? i0 + 1 : mi;
+                m = a1 > m ? a1 : m;
+                mi = b0 > m ? i0 + w : mi;
+                m = b0 > m ? b0 : m;
+                mi = b1 > m ? i0 + w + 1 : mi;
+                m = b1 > m ? b1 : m;
+                yr[ox] = m;
+                ar[ox] = mi;
+            }
+        }
+    }
+}
+
 static void s_pool_fwd(const tp_op_call_t *c, int max) {
     const tp_shape_t *xs = &c->xshape[0];
     const int nc = (int)(xs->d[0] * xs->d[1]), h = (int)xs->d[2],
@@ -379,6 +495,11 @@ static void s_pool_fwd(const tp_op_call_t *c, int max) {
     const float *x = c->x[0];
     float *y = c->y;
     int32_t *arg = c->workspace;
+    if (max && a->kh == 2 && a->kw == 2 && a->sh == 2 && a->sw == 2 &&
+        a->ph == 0 && a->pw == 0) {
+        s_maxpool2(x, y, arg, nc, h, w, oh, ow);
+        return;
+    }
     for (int p = 0; p < nc; p++) {
         const float *xp = x + (size_t)p * h * w;
         for (int oy = 0; oy < oh; oy++) {
@@ -462,12 +583,8 @@ static void s_gap_fwd(const tp_op_call_t *c) {
     s_ncs(&c->xshape[0], &n, &ch, &sp);
     const float *x = c->x[0];
     float *y = c->y;
-    for (size_t p = 0; p < n * ch; p++) {
-        float s = 0.0f;
-        for (size_t j = 0; j < sp; j++)
-            s += x[p * sp + j];
-        y[p] = s / (float)sp;
-    }
+    for (size_t p = 0; p < n * ch; p++)
+        y[p] = s_sum(x + p * sp, sp) / (float)sp;
 }
 
 static void s_gap_bwd(const tp_op_call_t *c) {
@@ -483,6 +600,39 @@ static void s_gap_bwd(const tp_op_call_t *c) {
 
 /* ---- batch norm --------------------------------------------------------- */
 
+/* sum((r - mu)^2) over n floats, 8 lanes. */
+static float s_sqdev(const float *restrict r, size_t n, float mu) {
+    float lane[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) {
+            const float dd = r[j + (size_t)l] - mu;
+            lane[l] += dd * dd;
+        }
+    float s = 0.0f;
+    for (; j < n; j++)
+        s += (r[j] - mu) * (r[j] - mu);
+    for (int l = 0; l < 8; l++)
+        s += lane[l];
+    return s;
+}
+
+/* sum(d * (r - mu)) over n floats, 8 lanes. */
+static float s_dot_dev(const float *restrict d, const float *restrict r,
+                       size_t n, float mu) {
+    float lane[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++)
+            lane[l] += d[j + (size_t)l] * (r[j + (size_t)l] - mu);
+    float s = 0.0f;
+    for (; j < n; j++)
+        s += d[j] * (r[j] - mu);
+    for (int l = 0; l < 8; l++)
+        s += lane[l];
+    return s;
+}
+
 static void s_bn_fwd(const tp_op_call_t *c) {
     size_t n, ch, sp;
     s_ncs(&c->xshape[0], &n, &ch, &sp);
@@ -494,20 +644,14 @@ static void s_bn_fwd(const tp_op_call_t *c) {
     for (size_t k = 0; k < ch; k++) {
         float mu, is;
         if (a->training) {
+            /* float lanes within a sample's run (vectorised), double across
+             * samples: fast and accurate enough for 1e5-element channels */
             double s = 0.0;
-            for (size_t i = 0; i < n; i++) {
-                const float *r = x + (i * ch + k) * sp;
-                for (size_t j = 0; j < sp; j++)
-                    s += r[j];
-            }
+            for (size_t i = 0; i < n; i++)
+                s += s_sum(x + (i * ch + k) * sp, sp);
             double mu_d = s / m, v = 0.0;
-            for (size_t i = 0; i < n; i++) {
-                const float *r = x + (i * ch + k) * sp;
-                for (size_t j = 0; j < sp; j++) {
-                    double dd = r[j] - mu_d;
-                    v += dd * dd;
-                }
-            }
+            for (size_t i = 0; i < n; i++)
+                v += s_sqdev(x + (i * ch + k) * sp, sp, (float)mu_d);
             double var = v / m;
             mu = (float)mu_d;
             is = (float)(1.0 / sqrt(var + a->eps));
@@ -524,8 +668,8 @@ static void s_bn_fwd(const tp_op_call_t *c) {
         inv[k] = is;
         const float sc = g[k] * is, sh = be[k] - mu * sc;
         for (size_t i = 0; i < n; i++) {
-            const float *r = x + (i * ch + k) * sp;
-            float *yr = y + (i * ch + k) * sp;
+            const float *restrict r = x + (i * ch + k) * sp;
+            float *restrict yr = y + (i * ch + k) * sp;
             for (size_t j = 0; j < sp; j++)
                 yr[j] = r[j] * sc + sh;
         }
@@ -545,10 +689,8 @@ static void s_bn_bwd(const tp_op_call_t *c) {
         for (size_t i = 0; i < n; i++) {
             const float *r = x + (i * ch + k) * sp;
             const float *d = dy + (i * ch + k) * sp;
-            for (size_t j = 0; j < sp; j++) {
-                sdy += d[j];
-                sdyx += d[j] * (r[j] - mu);
-            }
+            sdy += s_sum(d, sp);
+            sdyx += s_dot_dev(d, r, sp, mu);
         }
         const float dbeta = (float)sdy, dgamma = (float)(sdyx * is);
         if (c->dx[1])
@@ -564,9 +706,9 @@ static void s_bn_bwd(const tp_op_call_t *c) {
         const float cc = training ? a * dgamma * is / m : 0.0f;
         const int acc = c->dx_acc[0];
         for (size_t i = 0; i < n; i++) {
-            const float *r = x + (i * ch + k) * sp;
-            const float *d = dy + (i * ch + k) * sp;
-            float *o = dx + (i * ch + k) * sp;
+            const float *restrict r = x + (i * ch + k) * sp;
+            const float *restrict d = dy + (i * ch + k) * sp;
+            float *restrict o = dx + (i * ch + k) * sp;
             GRAD_STORE(o, acc, sp, a * d[i] - b - cc * (r[i] - mu));
         }
     }

@@ -24,7 +24,7 @@ typedef enum {
     TP_OP_INPUT = 0,
     TP_OP_VARIABLE,
     TP_OP_MATMUL,          /* x[N,K] (any trailing dims flattened) @ W[K,M] */
-    TP_OP_CONV2D,          /* x[N,C,H,W] * W[O,C,KH,KW] -> [N,O,OH,OW] */
+    TP_OP_CONV2D,          /* x[N,C,H,W] * W[O,C,KH,KW] (+ b[O]) -> [N,O,OH,OW] */
     TP_OP_BIAS_ADD,        /* x[N,C,...] + b[C] */
     TP_OP_RELU,
     TP_OP_LEAKY_RELU,      /* attr.alpha: slope for x < 0 */
@@ -71,7 +71,7 @@ typedef struct tp_op_attr {
     tp_dtype_t in_dtype; /* cast: the input's dtype */
 } tp_op_attr_t;
 
-#define TP_OP_MAX_INPUTS 64
+#define TP_OP_MAX_INPUTS 256
 
 /* One kernel invocation. Shapes carry the step's batch size in dim 0 of
  * batched tensors. dx[i] NULL means input i needs no gradient; dx_acc[i] 1

@@ -88,6 +88,11 @@ tp_dataflow_t *tp_df_fake(const tp_df_fake_comp_t *comps, int ncomp,
  * truncated (the message names the file and what is wrong). */
 tp_status_t tp_idx_read(const char *path, tp_tensor_t *out);
 
+/* Decode an IDX file's bytes held in memory (plain, not gzip): the same
+ * checks as tp_idx_read, for untrusted buffers (and fuzzing). The payload
+ * must be exactly what the header describes. */
+tp_status_t tp_idx_decode(const void *data, size_t size, tp_tensor_t *out);
+
 /* Images and labels from IDX files: component 0 one image (the file's
  * element type, shape [H,W] or [H,W,C]), component 1 the label as int32
  * scalar. labels_path may be NULL (one component). Both files are decoded
@@ -244,9 +249,12 @@ typedef struct tp_records_opts {
     size_t lz4_min_bytes; /* default 1024, as on the wire */
     int checksum;         /* CRC32 of every component (checked on load) */
     size_t commit_every;  /* datapoints per write transaction (1000) */
+    size_t chunk;         /* datapoints per LMDB value (64); 1 stores one
+                           * per key, like tensorpack's LMDBSerializer */
 } tp_records_opts_t;
 
-/* Defaults: lz4 on (>= 1024 bytes), no checksum, commit every 1000. */
+/* Defaults: lz4 on (>= 1024 bytes), no checksum, commit every 1000,
+ * chunks of 64. */
 void tp_records_opts_init(tp_records_opts_t *opts);
 
 /* Write one pass of `df` (reset already; not taken) to the LMDB file

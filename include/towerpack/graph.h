@@ -163,7 +163,8 @@ tp_node_t *tp_cast(tp_tower_t *t, const char *name, tp_node_t *x,
 tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
                  int bias);
 /* NCHW convolution, square kernel: scope/W [filters,C,k,k] (He normal),
- * scope/b [filters] when `bias`. pad < 0 means "same" (k/2). */
+ * scope/b [filters] when `bias` (added inside the convolution kernel), one
+ * node "scope/output". pad < 0 means "same" (k/2). */
 tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
                      int filters, int kernel, int stride, int pad, int bias);
 /* scope/gamma (ones), scope/beta (zeros): trainable; scope/mean/EMA (zeros),
@@ -222,8 +223,8 @@ tp_backend_t *tp_model_backend(tp_model_t *m);
 /* Tower `tower` (-1: the inference graph) runs forward and, for training
  * towers, backward on its own batch. inputs[i] must match input desc i in
  * dtype and trailing dims, with 1..planned batch rows, all the same. The
- * tensors are copied in; they need not outlive the call. Towers may run
- * concurrently from different threads. */
+ * tensors need not outlive the call (the CPU reads them in place, devices
+ * copy them). Towers may run concurrently from different threads. */
 tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *inputs);
 /* Forward only (no gradients), in the tower's mode. */
 tp_status_t tp_model_forward(tp_model_t *m, int tower,
@@ -240,7 +241,9 @@ tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower);
 void tp_model_abort(tp_model_t *m);
 /* Parameter-server style: sum (or mean) the gradients onto tower 0 only. */
 tp_status_t tp_model_reduce(tp_model_t *m);
-/* Apply tower 0's gradients to the shared variables with the optimizer. */
+/* Apply tower 0's gradients to the shared variables with the optimizer.
+ * Call it once per step, after every tower's all-reduce has returned and
+ * before any tower starts its next run (runs read the variables). */
 tp_status_t tp_model_apply(tp_model_t *m);
 /* run every tower on its batch (inputs[tower][input]), all-reduce, apply:
  * one whole training step from one thread. */
@@ -248,7 +251,9 @@ tp_status_t tp_model_train_step(tp_model_t *m, const tp_tensor_t *const *inputs)
 
 /* A named output, metric or node of the last step of `tower` (-1:
  * inference) as a borrowed float/int view with the step's batch size; valid
- * until the next step. TP_ERR_NOT_FOUND for an unknown name. */
+ * until the next step. TP_ERR_NOT_FOUND for an unknown name. On the CPU an
+ * input node (or a reshape of one) views the caller's input tensor, which
+ * the step read in place. */
 tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
                            tp_tensor_t *view);
 /* Metrics declared by tower 0 (the inference tower declares its own). */
@@ -275,6 +280,24 @@ tp_optimizer_t *tp_model_optimizer(tp_model_t *m);
 
 /* A tower's dropout generator (checkpoints save and restore it). */
 tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower);
+
+/* Per-node timing, to find bottlenecks: with profiling on, every op's
+ * forward and backward kernel time is summed per node (host clock around
+ * each call; device backends time their launches). */
+typedef struct tp_op_profile {
+    const char *name;      /* the node's name (valid while the model lives) */
+    tp_op_kind_t kind;
+    uint64_t forward_ns;   /* summed since profiling was switched on */
+    uint64_t backward_ns;
+    uint64_t calls;        /* forward calls */
+} tp_op_profile_t;
+
+/* Switch profiling on (1) or off (0); switching on clears the sums. */
+void tp_model_set_profiling(tp_model_t *m, int on);
+/* Fill up to `max` records for the op nodes of `tower` in graph order;
+ * returns how many op nodes there are. */
+int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
+                     int max);
 
 /* Bytes the model planned: variables, gradients, activations, slots. */
 size_t tp_model_memory(const tp_model_t *m);

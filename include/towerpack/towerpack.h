@@ -10,9 +10,7 @@
 #include <towerpack/datapoint.h>
 #include <towerpack/rng.h>
 #include <towerpack/wire.h>
-#include <towerpack/dataflow.h>
-#include <towerpack/dataflow_lib.h>
-#include <towerpack/dataflow_spec.h>
+#include <towerpack/dataflow_spec.h>  /* + dataflow_lib.h, dataflow.h */
 #include <towerpack/device.h>
 #include <towerpack/backend.h>
 #include <towerpack/optim.h>
@@ -22,5 +20,13 @@
 #include <towerpack/actor.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/actor_dataflow.h>
+#include <towerpack/fileio.h>
+#include <towerpack/trainer.h>
+#include <towerpack/callback.h>
+#include <towerpack/logdir.h>
+#include <towerpack/plot.h>
+#include <towerpack/train.h>
+#include <towerpack/model_callbacks.h>
+#include <towerpack/models.h>
 
 #endif

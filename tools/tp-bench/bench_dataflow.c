@@ -2,7 +2,9 @@
  * TestDataSpeed), optionally against a plain C loop in the same run.
  *
  *   tp-bench dataflow SPEC [--count N] [--seconds S] [--seed S] [--json]
- *                          [--reference]
+ *                          [--reference[=shuffled]]
+ *   tp-bench dataflow SPEC --save PATH [--no-lz4] [--chunk K]
+ *                                             (write a record file)
  *
  * Without --count it iterates whole passes until at least --seconds (1.0)
  * have gone by. A datapoint whose components all have ndim >= 1 and share
@@ -28,6 +30,11 @@ static void s_usage(FILE *f) {
             "  --seconds S least time to run without --count (default 1.0)\n"
             "  --seed S    reset_state seed (default 1)\n"
             "  --json      one JSON object on stdout\n"
+            "  --save PATH write one pass of SPEC to the LMDB record file "
+            "PATH and exit\n"
+            "  --no-lz4    with --save: store components uncompressed\n"
+            "  --chunk K   with --save: datapoints per LMDB value (64; 1 is "
+            "one per key)\n"
             "  --reference[=sequential|shuffled]\n"
             "              also time a plain memcpy loop over decoded "
             "Fashion-MNIST\n"
@@ -121,12 +128,26 @@ int tp_bench_dataflow(int argc, char **argv) {
     int64_t count = -1;
     double min_seconds = 1.0;
     uint64_t seed = 1;
-    int json = 0, reference = 0;
+    int json = 0, reference = 0, nolz4 = 0;
+    long chunk = 64;
+    const char *save = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             s_usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--save") && i + 1 < argc) {
+            save = argv[++i];
+        } else if (!strcmp(a, "--chunk") && i + 1 < argc) {
+            char *end;
+            chunk = strtol(argv[++i], &end, 10);
+            if (*end || chunk < 1) {
+                fprintf(stderr, "tp-bench dataflow: bad --chunk '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--no-lz4")) {
+            nolz4 = 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--reference") ||
@@ -183,7 +204,27 @@ int tp_bench_dataflow(int argc, char **argv) {
         tp_dataflow_destroy(&df);
         return 1;
     }
-    int tty = isatty(2) && !json;
+    if (save) {
+        /* Write one pass to an LMDB record file instead of timing. */
+        tp_records_opts_t opts;
+        tp_records_opts_init(&opts);
+        opts.lz4 = !nolz4;
+        opts.chunk = (size_t)chunk;
+        int64_t n = 0;
+        double t = tp_now_s();
+        tp_status_t st = tp_records_save(df, save, &opts, &n);
+        tp_dataflow_destroy(&df);
+        if (st != TP_OK) {
+            fprintf(stderr, "tp-bench dataflow: %s\n", tp_last_error());
+            return 1;
+        }
+        printf("saved %lld datapoints to %s in %.2f s\n", (long long)n, save,
+               tp_now_s() - t);
+        return 0;
+    }
+    /* Progress on stderr (not with --json): rewritten in place twice a
+     * second on a terminal, one line a second otherwise. */
+    int tty = isatty(2) && !json, progress = !json;
     int64_t size = tp_dataflow_size(df);
     int64_t dps = 0, samples = 0, passes = 0;
     double bytes = 0;
@@ -219,12 +260,13 @@ int tp_bench_dataflow(int argc, char **argv) {
         if (count < 0 && size < 0 && dps >= 5000 &&
             tp_now_s() - t0 >= min_seconds)
             break;  /* unknown size: no pass end to wait for */
-        if (tty && (dps & 255) == 0) {
+        if (progress && (dps & 255) == 0) {
             double now = tp_now_s();
-            if (now - last >= 0.5) {
+            if (now - last >= (tty ? 0.5 : 1.0)) {
                 last = now;
-                fprintf(stderr, "\r  %lld datapoints, %.0f/s   ",
-                        (long long)dps, dps / (now - t0));
+                fprintf(stderr, "%s  %lld datapoints, %.0f datapoints/s%s",
+                        tty ? "\r" : "", (long long)dps, dps / (now - t0),
+                        tty ? "   " : "\n");
             }
         }
     }
