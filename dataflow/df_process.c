@@ -443,6 +443,9 @@ static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
         return TP_DONE;
     void *sock = zsock_resolve(r->pull);
     uint64_t since = tp_now_ns();
+    if (tp_signal_pending())  /* also while data flows */
+        return tp_error(TP_ERR_INTERRUPTED, "multiprocess: interrupted by signal %d",
+                        tp_signal_pending());
     for (;;) {
         TP_TRY(s_check_workers(p, 0, s_runner_child, r, NULL, NULL));
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, ZMQ_DONTWAIT);
@@ -867,6 +870,9 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
     if (!m->strict && m->size >= 0 && m->in_pass >= m->size)
         return TP_DONE;
     uint64_t since = tp_now_ns();
+    if (tp_signal_pending())  /* also while data flows */
+        return tp_error(TP_ERR_INTERRUPTED, "multiprocess-map: interrupted by signal %d",
+                        tp_signal_pending());
     for (;;) {
         /* Every call looks (at most every 100 ms): a dead worker is seen
          * while the others keep the results flowing. */

@@ -81,6 +81,9 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
     s_remote_t *r = impl;
     void *sock = r->pull;
     uint64_t since = tp_now_ns();
+    if (tp_signal_pending())  /* also while data flows */
+        return tp_error(TP_ERR_INTERRUPTED, "remote: interrupted by signal %d",
+                        tp_signal_pending());
     for (;;) {
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, 0);
         if (rc == TP_OK || rc == TP_ERR_PROTOCOL) {
