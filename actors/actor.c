@@ -84,7 +84,7 @@ typedef struct s_link {
     struct s_link *next;
     char name[256];
     int refs;
-    int capacity;
+    atomic_int capacity;  /* set by the writer, read by the reader */
     atomic_uint_fast64_t sent;
 } s_link_t;
 
@@ -99,6 +99,7 @@ static s_link_t *s_link_get(const char *name) {
     if (!l && (l = calloc(1, sizeof *l))) {
         snprintf(l->name, sizeof l->name, "%s", name);
         atomic_init(&l->sent, 0);
+        atomic_init(&l->capacity, 0);
         l->next = s_links;
         s_links = l;
     }
@@ -176,10 +177,12 @@ static void s_fill_row(tp_actor_ctx_t *ctx, int state) {
     double fill = -1;
     for (int i = 0; i < ctx->nin; i++) {
         s_port_t *p = &ctx->in[i];
-        if (!p->link || p->link->capacity <= 0)
+        int cap = p->link ? atomic_load_explicit(&p->link->capacity,
+                                                 memory_order_relaxed) : 0;
+        if (cap <= 0)
             continue;
         uint64_t sent = atomic_load_explicit(&p->link->sent, memory_order_relaxed);
-        double f = sent > p->count ? (double)(sent - p->count) / p->link->capacity : 0;
+        double f = sent > p->count ? (double)(sent - p->count) / cap : 0;
         if (f > 1)
             f = 1;
         if (f > fill)
@@ -284,11 +287,8 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
         p->link = s_link_get(def->endpoint);
         if (!p->link)
             return tp_error(TP_ERR_NOMEM, "actor '%s': port %s", actor, p->name);
-        if (output) {
-            pthread_mutex_lock(&s_links_lock);
-            p->link->capacity = 2 * hwm;
-            pthread_mutex_unlock(&s_links_lock);
-        }
+        if (output)
+            atomic_store_explicit(&p->link->capacity, 2 * hwm, memory_order_relaxed);
     } else {
         p->msg = tp_wire_msg_new();
         if (!p->msg)
@@ -334,6 +334,7 @@ static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp) {
         p->count++;
         *dp = ptr;  /* NULL pointer: end-of-stream */
         if (ptr) {
+            TP_HANDOFF_ACQUIRE(ptr);
             ctx->row.msgs_in++;
             ctx->row.bytes_in += tp_datapoint_nbytes(ptr);
         }
@@ -393,6 +394,8 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
     *dp_p = NULL;
     size_t bytes = dp ? tp_datapoint_nbytes(dp) : 0;
     if (p->inproc) {
+        if (dp)
+            TP_HANDOFF_RELEASE(dp);
         for (;;) {
             if (zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp)
                 break;
@@ -625,8 +628,11 @@ static void s_drain_inputs(tp_actor_ctx_t *ctx) {
             continue;
         if (p->inproc) {
             tp_datapoint_t *ptr;
-            while (zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr)
+            while (zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr) {
+                if (ptr)
+                    TP_HANDOFF_ACQUIRE(ptr);
                 tp_datapoint_destroy(&ptr);
+            }
         } else {
             while (tp_wire_msg_recv(p->msg, p->sock, ZMQ_DONTWAIT) != TP_ERR_TIMEOUT)
                 tp_wire_msg_clear(p->msg);
@@ -698,6 +704,9 @@ static void s_actor_main(zsock_t *pipe, void *args) {
             s_close_port(&ctx->out[ctx->nout]);
     }
     s_fill_row(ctx, state);
+    /* Everything this thread wrote (the caller's arg included) happens
+     * before the owner reads EXIT. */
+    TP_HANDOFF_RELEASE(def);
     /* The owner may be gone already: never block on the pipe here. */
     zmq_send(ctx->pipe, "EXIT", 4, ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(ctx->pipe, &rc, sizeof rc, ZMQ_SNDMORE | ZMQ_DONTWAIT);
@@ -710,6 +719,7 @@ static void s_actor_main(zsock_t *pipe, void *args) {
 
 struct tp_actor {
     char name[TP_STATS_NAME_MAX];
+    const tp_actor_def_t *def;
     zactor_t *zactor;
     int exited;
     tp_status_t exit_rc;
@@ -731,6 +741,7 @@ tp_actor_t *tp_actor_new_ex(const tp_actor_def_t *def, void *arg,
         return NULL;
     }
     snprintf(self->name, sizeof self->name, "%s", def->name);
+    self->def = def;
     snprintf(self->row.name, sizeof self->row.name, "%s", def->name);
     boot->def = def;
     boot->arg = arg;
@@ -802,6 +813,7 @@ static int s_owner_read(tp_actor_t *self, int flags) {
         memcpy(&self->row, zmq_msg_data(&parts[1]), sizeof self->row);
         self->last_seen_ns = tp_now_ns();
     } else if (k == 4 && !memcmp(kind, "EXIT", 4) && n == 4) {
+        TP_HANDOFF_ACQUIRE(self->def);
         self->exited = 1;
         memcpy(&self->exit_rc, zmq_msg_data(&parts[1]), sizeof self->exit_rc);
         size_t rl = zmq_msg_size(&parts[2]);

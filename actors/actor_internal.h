@@ -7,6 +7,19 @@
 #include <stdint.h>
 #include <towerpack/actor.h>
 
+/* ThreadSanitizer cannot see the ordering that libzmq (not instrumented)
+ * gives a message: what the sender wrote before sending is visible to the
+ * receiver. Tell it, at each hand-off of memory through a socket. */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define TP_HANDOFF_RELEASE(p) __tsan_release((void *)(p))
+#define TP_HANDOFF_ACQUIRE(p) __tsan_acquire((void *)(p))
+#else
+#define TP_HANDOFF_RELEASE(p) ((void)(p))
+#define TP_HANDOFF_ACQUIRE(p) ((void)(p))
+#endif
+
 /* Once per process, before czmq makes its first socket: keep czmq's own
  * SIGINT/SIGTERM handler out (towerpack turns signals into orderly stops
  * itself, see supervisor.h). */
