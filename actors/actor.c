@@ -86,6 +86,12 @@ typedef struct s_link {
     int refs;
     atomic_int capacity;  /* set by the writer, read by the reader */
     atomic_uint_fast64_t sent;
+    /* A pointer sent to a reader that closes its socket before reading it
+     * would leak. The writer sends under `lock` only while a reader is
+     * open; a closing reader takes `lock`, leaves, and frees what is
+     * queued: every pointer is either read or freed. */
+    pthread_mutex_t lock;
+    int readers;
 } s_link_t;
 
 static pthread_mutex_t s_links_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -100,6 +106,7 @@ static s_link_t *s_link_get(const char *name) {
         snprintf(l->name, sizeof l->name, "%s", name);
         atomic_init(&l->sent, 0);
         atomic_init(&l->capacity, 0);
+        pthread_mutex_init(&l->lock, NULL);
         l->next = s_links;
         s_links = l;
     }
@@ -120,6 +127,7 @@ static void s_link_put(s_link_t **lp) {
         while (*pp != l)
             pp = &(*pp)->next;
         *pp = l->next;
+        pthread_mutex_destroy(&l->lock);
         free(l);
     }
     pthread_mutex_unlock(&s_links_lock);
@@ -133,6 +141,7 @@ typedef struct {
     zsock_t *zsock;
     void *sock;           /* raw libzmq socket */
     int inproc;           /* pointer passing */
+    int output;
     int eos;              /* input: end-of-stream seen */
     s_link_t *link;       /* inproc: fill accounting */
     uint64_t count;       /* messages through this port */
@@ -254,6 +263,7 @@ static void s_poll_pipe(tp_actor_ctx_t *ctx) {
 static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
                                int output, int index, const char *actor) {
     p->def = def;
+    p->output = output;
     if (def->name)
         snprintf(p->name, sizeof p->name, "%s", def->name);
     else
@@ -284,11 +294,20 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
                         p->name, def->bind ? "bind" : "connect", def->endpoint,
                         zmq_strerror(zmq_errno()));
     if (p->inproc) {
+        /* Waits on a single inproc socket use a plain blocking call (as
+         * cheap as raw libzmq), bounded so commands are still seen. */
+        zsock_set_rcvtimeo(p->zsock, 10);
+        zsock_set_sndtimeo(p->zsock, 10);
         p->link = s_link_get(def->endpoint);
         if (!p->link)
             return tp_error(TP_ERR_NOMEM, "actor '%s': port %s", actor, p->name);
-        if (output)
+        if (output) {
             atomic_store_explicit(&p->link->capacity, 2 * hwm, memory_order_relaxed);
+        } else {
+            pthread_mutex_lock(&p->link->lock);
+            p->link->readers++;
+            pthread_mutex_unlock(&p->link->lock);
+        }
     } else {
         p->msg = tp_wire_msg_new();
         if (!p->msg)
@@ -300,6 +319,18 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
 }
 
 static void s_close_port(s_port_t *p) {
+    if (p->inproc && !p->output && p->link && p->sock) {
+        s_link_t *l = p->link;
+        pthread_mutex_lock(&l->lock);
+        l->readers--;
+        tp_datapoint_t *ptr;
+        while (zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr) {
+            if (ptr)
+                TP_HANDOFF_ACQUIRE(ptr);
+            tp_datapoint_destroy(&ptr);
+        }
+        pthread_mutex_unlock(&l->lock);
+    }
     int bound_ipc = p->zsock && p->def && p->def->bind && p->def->endpoint &&
                     !strncmp(p->def->endpoint, "ipc://", 6);
     zsock_destroy(&p->zsock);
@@ -315,12 +346,12 @@ static void s_close_port(s_port_t *p) {
 
 /* Receive one message from input i without waiting. 1: *dp set (NULL for
  * end-of-stream), 0: nothing there, < 0: dropped (malformed), go on. */
-static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp) {
+static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp, int flags) {
     s_port_t *p = &ctx->in[i];
     *dp = NULL;
     if (p->inproc) {
         tp_datapoint_t *ptr = NULL;
-        int n = zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT);
+        int n = zmq_recv(p->sock, &ptr, sizeof ptr, flags);
         if (n < 0)
             return 0;
         if ((size_t)n != sizeof ptr) {
@@ -396,21 +427,48 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
     if (p->inproc) {
         if (dp)
             TP_HANDOFF_RELEASE(dp);
+        s_link_t *l = p->link;
         for (;;) {
-            if (zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp)
+            pthread_mutex_lock(&l->lock);
+            int readers = l->readers;
+            int sent = readers > 0 &&
+                       zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp;
+            int err = sent || readers == 0 ? EAGAIN : zmq_errno();
+            pthread_mutex_unlock(&l->lock);
+            if (sent)
                 break;
-            if (zmq_errno() != EAGAIN || ctx->terminated) {
+            if (err != EAGAIN || ctx->terminated) {
                 tp_datapoint_destroy(&dp);
                 return ctx->terminated
                            ? tp_error(TP_ERR_INTERRUPTED,
                                       "actor '%s': terminated while sending",
                                       ctx->def->name)
                            : tp_error(TP_ERR_IO, "actor '%s': send on %s: %s",
-                                      ctx->def->name, p->name,
-                                      zmq_strerror(zmq_errno()));
+                                      ctx->def->name, p->name, zmq_strerror(err));
             }
-            atomic_store_explicit(&p->link->sent, p->count, memory_order_relaxed);
-            s_wait_writable(ctx, p);
+            atomic_store_explicit(&l->sent, p->count, memory_order_relaxed);
+            if (readers > 0) {
+                /* Full: wait in a plain blocking send (at most 10 ms). */
+                uint64_t t0 = tp_now_ns();
+                pthread_mutex_lock(&l->lock);
+                sent = l->readers > 0 && zmq_send(p->sock, &dp, sizeof dp, 0) == (int)sizeof dp;
+                pthread_mutex_unlock(&l->lock);
+                uint64_t t1 = tp_now_ns();
+                ctx->blocked_ns += t1 - t0;
+                if (sent)
+                    break;
+                s_poll_pipe(ctx);
+                s_maybe_report(ctx, t1);
+            } else {
+                /* No reader (yet, or any more): wait for one, or for $TERM. */
+                uint64_t t0 = tp_now_ns();
+                zmq_pollitem_t item = {ctx->pipe, 0, ZMQ_POLLIN, 0};
+                zmq_poll(&item, 1, 10);
+                uint64_t t1 = tp_now_ns();
+                ctx->blocked_ns += t1 - t0;
+                s_poll_pipe(ctx);
+                s_maybe_report(ctx, t1);
+            }
         }
         p->count++;
         if ((p->count & 7) == 0)
@@ -563,7 +621,7 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                 if (ctx->in[i].eos)
                     continue;
                 tp_datapoint_t *dp;
-                int r = s_recv(ctx, i, &dp);
+                int r = s_recv(ctx, i, &dp, ZMQ_DONTWAIT);
                 if (r == 0)
                     continue;
                 got++;
@@ -592,6 +650,27 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                 continue;
             }
             /* Nothing waiting: starve until input, a command or a report. */
+            if (ctx->nin == 1 && ctx->in[0].inproc) {
+                tp_datapoint_t *dp;
+                uint64_t t0 = tp_now_ns();
+                int r = s_recv(ctx, 0, &dp, 0);  /* waits up to 10 ms */
+                uint64_t t1 = tp_now_ns();
+                ctx->starved_ns += t1 - t0;
+                if (r == 1) {
+                    rc = s_deliver(ctx, 0, dp);
+                    if (rc < 0)
+                        return rc;
+                    if (rc == TP_DONE) {
+                        snprintf(reason, rsize, "handler finished");
+                        return TP_OK;
+                    }
+                } else {
+                    s_poll_pipe(ctx);
+                    last_check = s_coarse_ns();
+                }
+                s_maybe_report(ctx, t1);
+                continue;
+            }
             zmq_pollitem_t items[TP_ACTOR_MAX_PORTS + 1];
             items[0] = (zmq_pollitem_t){ctx->pipe, 0, ZMQ_POLLIN, 0};
             for (int i = 0; i < ctx->nin; i++)
