@@ -616,6 +616,10 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
         uint64_t last_check = s_coarse_ns();
         while (!ctx->terminated) {
             int got = 0;
+            /* One inproc input: wait in a plain blocking receive right away
+             * (one call per message, as raw libzmq). */
+            if (ctx->nin == 1 && ctx->in[0].inproc)
+                goto wait;
             for (int k = 0; k < ctx->nin && !ctx->terminated; k++) {
                 int i = (start + k) % ctx->nin;
                 if (ctx->in[i].eos)
@@ -649,6 +653,7 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                 }
                 continue;
             }
+        wait:
             /* Nothing waiting: starve until input, a command or a report. */
             if (ctx->nin == 1 && ctx->in[0].inproc) {
                 tp_datapoint_t *dp;
@@ -663,6 +668,14 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                     if (rc == TP_DONE) {
                         snprintf(reason, rsize, "handler finished");
                         return TP_OK;
+                    }
+                    if (s_all_eos(ctx)) {
+                        snprintf(reason, rsize, "end of stream");
+                        break;
+                    }
+                    if ((++tick & 63) == 0 || t1 - last_check > 10000000ull) {
+                        last_check = t1;
+                        s_poll_pipe(ctx);
                     }
                 } else {
                     s_poll_pipe(ctx);
