@@ -42,8 +42,16 @@ tp_status_t tp_error_wrap(tp_status_t status, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(s_errmsg, sizeof s_errmsg, fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof s_errmsg && old[0])
-        snprintf(s_errmsg + n, sizeof s_errmsg - (size_t)n, ": %s", old);
+    /* Append ": <old>", truncating quietly: context matters more than the
+     * tail of a very long message. */
+    size_t len = n < 0 ? 0 : (size_t)n;
+    if (len < sizeof s_errmsg - 3 && old[0]) {
+        size_t room = sizeof s_errmsg - len - 3;
+        size_t olen = strnlen(old, room);
+        memcpy(s_errmsg + len, ": ", 2);
+        memcpy(s_errmsg + len + 2, old, olen);
+        s_errmsg[len + 2 + olen] = '\0';
+    }
     return status;
 }
 

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <towerpack/device.h>
 #include <towerpack/log.h>
 
@@ -34,10 +35,18 @@ static void *s_find_module(void) {
     const char *env = getenv("TP_CUDA_MODULE");
     if (env && *env)
         return s_try(env);
+    /* The object holding this code: libtowerpack.so, or the program itself
+     * when linked statically (dladdr then gives no usable path). */
+    char dir[PATH_MAX] = "";
     Dl_info info;
-    if (dladdr((void *)s_find_module, &info) && info.dli_fname) {
-        char dir[PATH_MAX];
+    if (dladdr((void *)s_find_module, &info) && info.dli_fname &&
+        strchr(info.dli_fname, '/'))
         snprintf(dir, sizeof dir, "%s", info.dli_fname);
+    else {
+        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+        dir[n > 0 ? n : 0] = '\0';
+    }
+    if (dir[0]) {
         char *slash = strrchr(dir, '/');
         if (slash) {
             *slash = '\0';

@@ -1,0 +1,96 @@
+/* towerpack core: writing a file atomically (temporary file in the same
+ * directory, fsync, rename, fsync of the directory). A crash or a full disk
+ * leaves either the old file or the new one, never a torn one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <towerpack/fileio.h>
+
+static tp_status_t s_write_all(int fd, const void *data, size_t size,
+                               const char *path) {
+    const char *p = data;
+    while (size > 0) {
+        ssize_t n = write(fd, p, size);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return tp_error(TP_ERR_IO, "writing %s: %s", path, strerror(errno));
+        }
+        p += n;
+        size -= (size_t)n;
+    }
+    return TP_OK;
+}
+
+tp_status_t tp_file_write_atomic(const char *path, const void *data,
+                                 size_t size) {
+    tp_atomic_file_t f;
+    TP_TRY(tp_atomic_file_open(&f, path));
+    tp_status_t rc = tp_atomic_file_write(&f, data, size);
+    if (rc == TP_OK)
+        return tp_atomic_file_commit(&f);
+    tp_atomic_file_abort(&f);
+    return rc;
+}
+
+tp_status_t tp_atomic_file_open(tp_atomic_file_t *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    int n = snprintf(f->path, sizeof f->path, "%s", path);
+    int m = snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%d", path, (int)getpid());
+    if (n < 0 || (size_t)n >= sizeof f->path || m < 0 || (size_t)m >= sizeof f->tmp)
+        return tp_error(TP_ERR_INVALID, "path too long: %s", path);
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f->fd < 0)
+        return tp_error(TP_ERR_IO, "creating %s: %s", f->tmp, strerror(errno));
+    return TP_OK;
+}
+
+tp_status_t tp_atomic_file_write(tp_atomic_file_t *f, const void *data,
+                                 size_t size) {
+    return s_write_all(f->fd, data, size, f->tmp);
+}
+
+void tp_atomic_file_abort(tp_atomic_file_t *f) {
+    if (f->fd >= 0) {
+        close(f->fd);
+        unlink(f->tmp);
+        f->fd = -1;
+    }
+}
+
+tp_status_t tp_atomic_file_commit(tp_atomic_file_t *f) {
+    if (fsync(f->fd) != 0) {
+        tp_status_t rc = tp_error(TP_ERR_IO, "fsync %s: %s", f->tmp, strerror(errno));
+        tp_atomic_file_abort(f);
+        return rc;
+    }
+    if (close(f->fd) != 0) {
+        f->fd = -1;
+        unlink(f->tmp);
+        return tp_error(TP_ERR_IO, "closing %s: %s", f->tmp, strerror(errno));
+    }
+    f->fd = -1;
+    if (rename(f->tmp, f->path) != 0) {
+        tp_status_t rc = tp_error(TP_ERR_IO, "renaming %s to %s: %s", f->tmp,
+                                  f->path, strerror(errno));
+        unlink(f->tmp);
+        return rc;
+    }
+    /* Make the rename itself durable. */
+    char dir[sizeof f->path];
+    snprintf(dir, sizeof dir, "%s", f->path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return TP_OK;
+}

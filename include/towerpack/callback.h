@@ -1,0 +1,126 @@
+/* towerpack: callbacks (tensorpack's Callback) and the ones towerpack ships.
+ *
+ * A callback is a table of hooks over private state. Every hook may be
+ * NULL. A hook that fails stops training: its status is what
+ * tp_trainer_train returns, and after_train still runs. trigger_epoch
+ * defaults to trigger when NULL. See trainer.h for the order of hooks. */
+#ifndef TOWERPACK_CALLBACK_H
+#define TOWERPACK_CALLBACK_H
+
+#include <towerpack/trainer.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_callback_ops {
+    const char *name;
+    tp_status_t (*setup_graph)(void *impl, tp_trainer_t *tr);
+    tp_status_t (*before_train)(void *impl, tp_trainer_t *tr);
+    tp_status_t (*before_epoch)(void *impl, tp_trainer_t *tr);
+    /* Ask for named values of the coming step (tp_fetches_request). */
+    tp_status_t (*before_run)(void *impl, tp_trainer_t *tr, tp_fetches_t *f);
+    tp_status_t (*after_run)(void *impl, tp_trainer_t *tr,
+                             const tp_fetches_t *f);
+    tp_status_t (*trigger_step)(void *impl, tp_trainer_t *tr);
+    tp_status_t (*after_epoch)(void *impl, tp_trainer_t *tr);
+    tp_status_t (*trigger_epoch)(void *impl, tp_trainer_t *tr);
+    tp_status_t (*trigger)(void *impl, tp_trainer_t *tr);
+    tp_status_t (*after_train)(void *impl, tp_trainer_t *tr);
+    /* Monitors: every tp_trainer_put_scalar. */
+    void (*on_scalar)(void *impl, tp_trainer_t *tr, const char *name,
+                      double value);
+    void (*destroy)(void *impl);
+} tp_callback_ops_t;
+
+/* A callback over `impl` (ops must outlive it: static storage). Takes impl.
+ * chief_only: registered only on the chief rank. Caller owns. */
+tp_callback_t *tp_callback_new(const tp_callback_ops_t *ops, void *impl,
+                               int chief_only);
+void tp_callback_destroy(tp_callback_t **self_p);
+const char *tp_callback_name(const tp_callback_t *self);
+int tp_callback_chief_only(const tp_callback_t *self);
+/* Seconds spent in this callback's hooks so far (for the slow-callback
+ * report). */
+double tp_callback_seconds(const tp_callback_t *self);
+
+/* ---- wrappers (each takes the callback it wraps) --------------------------- */
+
+/* Run cb's trigger every `every_k_steps` global steps and/or every
+ * `every_k_epochs` epochs (0 = never by that measure); every other hook of
+ * cb runs as usual. */
+tp_callback_t *tp_cb_periodic_trigger(tp_callback_t *cb, int64_t every_k_steps,
+                                      int64_t every_k_epochs);
+/* Run all of cb's epoch hooks (before_epoch .. trigger_epoch) only every
+ * `every_k_epochs` epochs; its other hooks as usual. */
+tp_callback_t *tp_cb_periodic_callback(tp_callback_t *cb, int64_t every_k_epochs);
+/* Run cb's hooks only while pred(trainer, arg) is true (checked per hook;
+ * after_run runs exactly when its before_run did). */
+typedef int (*tp_cb_pred_fn)(tp_trainer_t *tr, void *arg);
+tp_callback_t *tp_cb_enable_if(tp_callback_t *cb, tp_cb_pred_fn pred, void *arg);
+
+/* ---- monitors ------------------------------------------------------------- */
+
+/* JSONWriter: after every epoch, DIR/stats.json holds a list of objects,
+ * one per epoch: {"epoch_num", "global_step", <every scalar>: latest}.
+ * Written atomically (temporary file, fsync, rename); on resume the existing
+ * records before starting_epoch are kept and later ones dropped. DIR is the
+ * trainer's logdir. */
+tp_callback_t *tp_cb_json_writer(void);
+/* ScalarPrinter: logs every scalar at the end of each epoch. */
+tp_callback_t *tp_cb_scalar_printer(void);
+
+/* ---- progress and time ------------------------------------------------------ */
+
+/* ProgressBar: a live bar (steps, it/s, samples/s, ETA, the fetched
+ * `names`, comma-separated, e.g. "loss,accuracy") on a terminal, redrawn at
+ * most 10 times a second; on anything else one plain line every 10% of an
+ * epoch. `stream` NULL means stderr. */
+tp_callback_t *tp_cb_progress_bar(const char *names, void *stream);
+/* ThroughputTracker: puts "throughput" (samples/s) and "steps_per_s" for
+ * each epoch, counting step time only (not epoch-end callbacks). */
+tp_callback_t *tp_cb_throughput(void);
+/* EstimatedTimeLeft: logs the time left after each epoch (median epoch
+ * time x epochs left). */
+tp_callback_t *tp_cb_eta(void);
+/* Report hooks that took longer than `threshold_s` at epoch end (by name,
+ * slowest first) and put "callback_seconds" (their total). */
+tp_callback_t *tp_cb_slow_callback_report(double threshold_s);
+
+/* ---- guards ------------------------------------------------------------------ */
+
+/* Stop training with TP_ERR_STATE and a message naming the value, step and
+ * epoch when any of `names` (comma-separated, e.g. "loss") is NaN or Inf.
+ * Checked every `every_k_steps` steps (1 = every step). */
+tp_callback_t *tp_cb_check_numerics(const char *names, int64_t every_k_steps);
+/* Stop (successfully) after `max_steps` global steps. */
+tp_callback_t *tp_cb_stop_after(int64_t max_steps);
+
+/* ---- hyper-parameters -------------------------------------------------------- */
+
+typedef struct tp_hp_point {
+    double at;      /* epoch (or global step when step_based) */
+    double value;
+} tp_hp_point_t;
+
+/* ScheduledHyperParamSetter: each (ep, v) sets `param` to v after epoch ep
+ * completes (ep 0: before the first epoch). With `interp_linear`, values
+ * between points are interpolated. `step_based`: points are global steps.
+ * On resume the value for the current point is restored before training. */
+tp_callback_t *tp_cb_hp_schedule(const char *param, const tp_hp_point_t *points,
+                                 size_t n, int interp_linear, int step_based);
+/* HyperParamSetterWithFunc: before training and after each epoch,
+ * param = fn(epoch_num, current value, arg). */
+typedef double (*tp_hp_fn)(int64_t epoch_num, double current, void *arg);
+tp_callback_t *tp_cb_hp_func(const char *param, tp_hp_fn fn, void *arg);
+/* StatMonitorParamSetter: when scalar `stat` has not improved (decreased,
+ * or increased when `reverse`) by more than `threshold` over the last
+ * `last_k` epochs, param = fn(epoch, param); then wait last_k epochs. */
+tp_callback_t *tp_cb_hp_stat_monitor(const char *param, const char *stat,
+                                     tp_hp_fn fn, void *arg, double threshold,
+                                     int last_k, int reverse);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

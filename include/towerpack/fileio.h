@@ -1,0 +1,37 @@
+/* towerpack: atomic file writes (checkpoints, stats.json). */
+#ifndef TOWERPACK_FILEIO_H
+#define TOWERPACK_FILEIO_H
+
+#include <stddef.h>
+#include <towerpack/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Replace `path` with `size` bytes atomically: written to PATH.tmp.<pid>,
+ * fsync'ed, renamed over path, directory fsync'ed. On failure the old file
+ * is untouched and the temporary file removed. */
+tp_status_t tp_file_write_atomic(const char *path, const void *data,
+                                 size_t size);
+
+/* The same in pieces, for writers that stream (open, write..., commit or
+ * abort). Held by value. */
+typedef struct tp_atomic_file {
+    int fd;
+    char path[4096];
+    char tmp[4128];
+} tp_atomic_file_t;
+
+tp_status_t tp_atomic_file_open(tp_atomic_file_t *f, const char *path);
+tp_status_t tp_atomic_file_write(tp_atomic_file_t *f, const void *data,
+                                 size_t size);
+/* fsync, rename, fsync the directory. On failure the target is untouched. */
+tp_status_t tp_atomic_file_commit(tp_atomic_file_t *f);
+/* Drop the temporary file; accepts an already finished file. */
+void tp_atomic_file_abort(tp_atomic_file_t *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,130 @@
+/* towerpack pipeline: monitors. JSONWriter keeps DIR/stats.json (a list of
+ * one object per epoch, like tensorpack's) and ScalarPrinter logs every
+ * scalar at epoch end. */
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <towerpack/callback.h>
+#include <towerpack/fileio.h>
+#include <towerpack/log.h>
+
+typedef struct {
+    json_t *records;   /* array of objects */
+    char path[4096];
+} s_json_t;
+
+static tp_status_t json_before_train(void *impl, tp_trainer_t *tr) {
+    s_json_t *j = impl;
+    const char *dir = tp_trainer_logdir(tr);
+    if (!dir)
+        return tp_error(TP_ERR_STATE, "JSONWriter needs a log directory "
+                        "(tp_trainer_set_logdir)");
+    snprintf(j->path, sizeof j->path, "%s/stats.json", dir);
+    json_decref(j->records);
+    j->records = NULL;
+    struct stat st;
+    int64_t start = tp_trainer_schedule(tr)->starting_epoch;
+    if (stat(j->path, &st) == 0) {
+        json_error_t err;
+        json_t *old = json_load_file(j->path, 0, &err);
+        if (!old)
+            return tp_error(TP_ERR_FORMAT, "%s: line %d, column %d: %s",
+                            j->path, err.line, err.column, err.text);
+        if (!json_is_array(old)) {
+            json_decref(old);
+            return tp_error(TP_ERR_FORMAT, "%s: not a list of epoch records",
+                            j->path);
+        }
+        /* Resume: keep what happened before starting_epoch, drop records of
+         * epochs that will run again. */
+        size_t kept = 0;
+        for (size_t i = 0; i < json_array_size(old); i++) {
+            json_t *ep = json_object_get(json_array_get(old, i), "epoch_num");
+            if (json_is_integer(ep) && json_integer_value(ep) < start)
+                kept++;
+            else
+                break;
+        }
+        while (json_array_size(old) > kept)
+            json_array_remove(old, json_array_size(old) - 1);
+        j->records = old;
+        TP_INFO("JSONWriter: %s has %zu epoch records before epoch %lld",
+                j->path, kept, (long long)start);
+    } else {
+        j->records = json_array();
+        if (!j->records)
+            return tp_error(TP_ERR_NOMEM, "JSONWriter");
+    }
+    return TP_OK;
+}
+
+static tp_status_t json_trigger_epoch(void *impl, tp_trainer_t *tr) {
+    s_json_t *j = impl;
+    json_t *rec = json_object();
+    if (!rec)
+        return tp_error(TP_ERR_NOMEM, "JSONWriter");
+    json_object_set_new(rec, "epoch_num", json_integer(tp_trainer_epoch_num(tr)));
+    json_object_set_new(rec, "global_step", json_integer(tp_trainer_global_step(tr)));
+    for (size_t i = 0; i < tp_trainer_scalar_count(tr); i++) {
+        const char *name = tp_trainer_scalar_name(tr, i);
+        double v = 0;
+        tp_trainer_get_scalar(tr, name, &v);
+        /* JSON has no NaN or Inf: those become null. */
+        json_object_set_new(rec, name, isfinite(v) ? json_real(v) : json_null());
+    }
+    json_array_append_new(j->records, rec);
+    char *text = json_dumps(j->records, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
+    if (!text)
+        return tp_error(TP_ERR_NOMEM, "JSONWriter: serialising %s", j->path);
+    size_t len = strlen(text);
+    text[len] = '\n';  /* json_dumps leaves room: overwrite the NUL */
+    tp_status_t rc = tp_file_write_atomic(j->path, text, len + 1);
+    free(text);
+    if (rc < 0)
+        return tp_error_wrap(rc, "JSONWriter");
+    return TP_OK;
+}
+
+static void json_destroy(void *impl) {
+    s_json_t *j = impl;
+    json_decref(j->records);
+    free(j);
+}
+
+static const tp_callback_ops_t s_json_ops = {
+    .name = "JSONWriter",
+    .before_train = json_before_train,
+    .trigger_epoch = json_trigger_epoch,
+    .destroy = json_destroy,
+};
+
+tp_callback_t *tp_cb_json_writer(void) {
+    s_json_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        tp_error(TP_ERR_NOMEM, "JSONWriter");
+        return NULL;
+    }
+    return tp_callback_new(&s_json_ops, j, 1);
+}
+
+/* ---- ScalarPrinter ----------------------------------------------------------- */
+
+static tp_status_t printer_trigger_epoch(void *impl, tp_trainer_t *tr) {
+    for (size_t i = 0; i < tp_trainer_scalar_count(tr); i++) {
+        const char *name = tp_trainer_scalar_name(tr, i);
+        double v = 0;
+        tp_trainer_get_scalar(tr, name, &v);
+        TP_INFO("%s: %.6g", name, v);
+    }
+    return TP_OK;
+}
+
+static const tp_callback_ops_t s_printer_ops = {
+    .name = "ScalarPrinter",
+    .trigger_epoch = printer_trigger_epoch,
+};
+
+tp_callback_t *tp_cb_scalar_printer(void) {
+    return tp_callback_new(&s_printer_ops, NULL, 1);
+}

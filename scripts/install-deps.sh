@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# towerpack: install every Debian package the build, the tests and the main
+# job need. Idempotent: packages already present are left alone, and when
+# nothing is missing nothing is downloaded (not even the package lists).
+#
+#   scripts/install-deps.sh          install what is missing
+#   scripts/install-deps.sh --check  only list what is missing (exit 1 if any)
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake pkg-config
+  # actors and transport
+  libzmq3-dev libczmq-dev
+  # wire format compression, record files
+  liblz4-dev liblmdb-dev
+  # JSON (safetensors headers, stats.json): jansson, see docs/building.md
+  libjansson-dev
+  # gzip'd IDX files, checksums
+  zlib1g-dev
+  # CPU backend
+  libopenblas-dev
+  # tests
+  libcriterion-dev
+  # the main job's data: Fashion-MNIST IDX files under /usr/share/datasets
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${1:-}" = "--check" ]; then
+  if [ ${#missing[@]} -eq 0 ]; then echo "all towerpack dependencies are installed"; exit 0; fi
+  echo "missing: ${missing[*]}"; exit 1
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then sudo="sudo"; else
+    echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1
+  fi
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"
