@@ -63,18 +63,36 @@ int tp_ctl_parse(const void *data, size_t size, int *kind, uint32_t *sender,
                  const char **text, size_t *text_len) {
     const uint8_t *p = data;
     uint32_t magic;
-    if (size < TP_CTL_HEADER || size > TP_CTL_HEADER + 4000)
+    if (size < TP_CTL_HEADER)
+        return 0;
+    if (size > TP_CTL_HEADER + 4000 &&
+        !(size == TP_CTL_HEADER + TP_CTL_PAD_BYTES && ((const uint8_t *)data)[4] == TP_CTL_PAD))
         return 0;
     memcpy(&magic, p, 4);
     if (magic != TP_CTL_MAGIC || p[5] || p[6] || p[7])
         return 0;
-    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_END_PASS)
+    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_PAD)
         return 0;
     *kind = p[4];
     memcpy(sender, p + 8, 4);
     *text = (const char *)p + TP_CTL_HEADER;
     *text_len = size - TP_CTL_HEADER;
     return 1;
+}
+
+int tp_ctl_send_pad(void *sock, int flags) {
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, TP_CTL_HEADER + TP_CTL_PAD_BYTES) != 0)
+        return -1;
+    uint8_t *p = zmq_msg_data(&m);
+    memset(p, 0, TP_CTL_HEADER + TP_CTL_PAD_BYTES);
+    uint32_t magic = TP_CTL_MAGIC;
+    memcpy(p, &magic, 4);
+    p[4] = TP_CTL_PAD;
+    int rc = zmq_msg_send(&m, sock, flags);
+    if (rc < 0)
+        zmq_msg_close(&m);
+    return rc;
 }
 
 /* Fill of inproc links: each end publishes its message count every few
@@ -381,8 +399,10 @@ static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp, int flags) {
         size_t tl;
         if (tp_ctl_parse(tp_wire_msg_frame_data(p->msg, 0),
                          tp_wire_msg_frame_size(p->msg, 0), &kind, &sender,
-                         &text, &tl) && kind == TP_CTL_EOS) {
+                         &text, &tl)) {
             tp_wire_msg_clear(p->msg);
+            if (kind != TP_CTL_EOS)
+                return 0;  /* padding: nothing to deliver */
             p->count++;
             return 1;
         }
@@ -703,11 +723,16 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
         snprintf(reason, rsize, "terminated");
         return TP_OK;
     }
-    /* A clean end: pass end-of-stream on. */
+    /* A clean end: pass end-of-stream on, then (ipc/tcp) the padding that
+     * keeps it out of libzmq's unflushed tail (tp_ctl_send_pad). */
     for (int o = 0; o < ctx->nout && !ctx->terminated; o++) {
         tp_datapoint_t *none = NULL;
         if (s_send(ctx, o, &none) < 0)
             break;
+        s_port_t *p = &ctx->out[o];
+        while (!p->inproc && !ctx->terminated &&
+               tp_ctl_send_pad(p->sock, ZMQ_DONTWAIT) < 0 && zmq_errno() == EAGAIN)
+            s_wait_writable(ctx, p);
     }
     return TP_OK;
 }

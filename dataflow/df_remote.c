@@ -86,6 +86,18 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                         tp_signal_pending());
     for (;;) {
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, 0);
+        if (rc == TP_OK && tp_wire_msg_frames(r->msg) == 1) {
+            int kind;
+            uint32_t sender;
+            const char *text;
+            size_t tl;
+            if (tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0),
+                             tp_wire_msg_frame_size(r->msg, 0), &kind, &sender,
+                             &text, &tl)) {
+                tp_wire_msg_clear(r->msg);  /* padding or end of a sender */
+                continue;
+            }
+        }
         if (rc == TP_OK || rc == TP_ERR_PROTOCOL) {
             if (rc == TP_OK)
                 rc = tp_wire_decode(r->msg, &r->wire, out);
@@ -311,6 +323,17 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         s.row.msgs_out++;
         s.row.bytes_out += bytes;
         s_sender_publish(&s, 0);
+    }
+    if (rc == TP_OK) {
+        /* Padding after the last datapoint: libzmq may drop the unflushed
+         * tail of a closing connection (tp_ctl_send_pad). */
+        for (;;) {
+            if (tp_ctl_send_pad(sock, ZMQ_DONTWAIT) >= 0 || zmq_errno() != EAGAIN ||
+                tp_signal_pending())
+                break;
+            zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
+            zmq_poll(&it, 1, 100);
+        }
     }
     s.row.state = rc < 0 && rc != TP_ERR_INTERRUPTED ? TP_ACTOR_FAILED : TP_ACTOR_DONE;
     s_sender_publish(&s, 1);

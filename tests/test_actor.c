@@ -242,12 +242,11 @@ Test(actor, garbage_on_ipc_input_is_counted_and_dropped) {
     cr_assert_eq(atomic_load(&tu_live), 0);
 }
 
-Test(actor, ipc_link_between_actors) {
+Test(actor, ipc_link_between_actors_with_lz4) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/link.sock", dir);
-    /* lz4 off: see docs/actors.md, "Status and limits". */
-    tp_actor_port_t out[] = {{"out", ep, 0, 0, 0}};
+    tp_actor_port_t out[] = {{"out", ep, 0, 0, 1}};  /* lz4 */
     tp_actor_port_t in[] = {{"in", ep, 1, 0, 0}};
     src_t src = {500, 0};
     sink_t sink = {0, 0, 1, 0, 0, -1};

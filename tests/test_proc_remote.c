@@ -56,7 +56,7 @@ Test(proc_remote, one_sender_in_order) {
     rmdir(dir);
 }
 
-Test(proc_remote, two_endpoints) {
+Test(proc_remote, two_endpoints_with_lz4) {
     char dir[64], eps[300];
     tu_tmpdir(dir, sizeof dir);
     snprintf(eps, sizeof eps, "ipc://%s/a.sock,ipc://%s/b.sock", dir, dir);
@@ -64,8 +64,8 @@ Test(proc_remote, two_endpoints) {
     char a[140], b[140];
     snprintf(a, sizeof a, "ipc://%s/a.sock", dir);
     snprintf(b, sizeof b, "ipc://%s/b.sock", dir);
-    int pa = fork_sender(a, 300, 1, 0, 8192);
-    int pb = fork_sender(b, 300, 2, 0, 8192);
+    int pa = fork_sender(a, 300, 1, 1, 8192);
+    int pb = fork_sender(b, 300, 2, 1, 8192);
     int64_t next[3] = {0, 0, 0};
     for (int i = 0; i < 600; i++) {
         tp_datapoint_t *dp;
