@@ -368,9 +368,11 @@ static void s_runner_child(void *impl, int index, int err_w) {
     void *push = zctx ? zmq_socket(zctx, ZMQ_PUSH) : NULL;
     if (!push)
         s_child_fail(err_w, "cannot make a ZeroMQ socket");
-    int hwm = p->opts.hwm, linger = 2000;
+    int hwm = p->opts.hwm, linger = 2000, ivl = 10;
     zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+    /* The parent binds just after the fork: retry the connect quickly. */
+    zmq_setsockopt(push, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     if (zmq_connect(push, r->endpoint) < 0)
         s_child_fail(err_w, "connect %s: %s", r->endpoint, zmq_strerror(zmq_errno()));
     /* gen was bumped by the parent before the fork: same value here. */
@@ -594,7 +596,9 @@ static void s_map_child(void *impl, int index, int err_w) {
     void *push = zctx ? zmq_socket(zctx, ZMQ_PUSH) : NULL;
     if (!pull || !push)
         s_child_fail(err_w, "cannot make ZeroMQ sockets");
-    int hwm = p->opts.hwm, linger = 2000, zero = 0;
+    int hwm = p->opts.hwm, linger = 2000, zero = 0, ivl = 10;
+    zmq_setsockopt(pull, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(push, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(pull, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
