@@ -41,6 +41,7 @@ static int s_endpoint_ok(const char *ep) {
 typedef struct {
     tp_remote_opts_t opts;
     char *endpoints[MAX_ENDPOINTS];
+    int bind[MAX_ENDPOINTS];   /* per endpoint: '@' bind, '>' connect */
     int nendpoints;
     void *zctx;           /* a context of its own (fork-robust, no czmq) */
     void *pull;
@@ -67,11 +68,11 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     /* Receives wait at most 100 ms, so signals and timeouts are seen. */
     zmq_setsockopt(r->pull, ZMQ_RCVTIMEO, &timeo, sizeof timeo);
     for (int i = 0; i < r->nendpoints; i++) {
-        int rc = r->opts.bind ? zmq_bind(r->pull, r->endpoints[i])
-                              : zmq_connect(r->pull, r->endpoints[i]);
+        int rc = r->bind[i] ? zmq_bind(r->pull, r->endpoints[i])
+                            : zmq_connect(r->pull, r->endpoints[i]);
         if (rc < 0)
             return tp_error(TP_ERR_IO, "remote: %s %s: %s",
-                            r->opts.bind ? "bind" : "connect", r->endpoints[i],
+                            r->bind[i] ? "bind" : "connect", r->endpoints[i],
                             zmq_strerror(zmq_errno()));
     }
     return TP_OK;
@@ -130,7 +131,7 @@ static void s_remote_destroy(void *impl) {
         zmq_ctx_term(r->zctx);
     for (int i = 0; i < r->nendpoints; i++) {
         /* libzmq 4.3 leaves named ipc files behind */
-        if (r->opts.bind && !strncmp(r->endpoints[i], "ipc://", 6))
+        if (r->bind[i] && !strncmp(r->endpoints[i], "ipc://", 6))
             unlink(r->endpoints[i] + 6);
         free(r->endpoints[i]);
     }
@@ -166,7 +167,15 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
                      len == 0 ? "empty entry" : "more than 64 endpoints");
             return NULL;
         }
-        char *ep = strndup(p, len);
+        int bind = r->opts.bind;
+        const char *start = p;
+        size_t elen = len;
+        if (*start == '@' || *start == '>') {  /* czmq's prefixes */
+            bind = *start == '@';
+            start++;
+            elen--;
+        }
+        char *ep = strndup(start, elen);
         if (!ep || !s_endpoint_ok(ep)) {
             tp_error(TP_ERR_INVALID,
                      "remote: endpoint '%.*s' is not tcp://, ipc:// or inproc://",
@@ -175,6 +184,7 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
             s_remote_destroy(r);
             return NULL;
         }
+        r->bind[r->nendpoints] = bind;
         r->endpoints[r->nendpoints++] = ep;
         p = end ? end + 1 : p + len;
     }

@@ -136,6 +136,37 @@ Test(proc_remote, silent_peer_times_out) {
     rmdir(dir);
 }
 
+Test(proc_remote, connect_prefix_and_bound_sender) {
+    char dir[64], ep[128], conn[140];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(ep, sizeof ep, "ipc://%s/c.sock", dir);
+    snprintf(conn, sizeof conn, ">%s", ep);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {  /* the sender binds, the remote dataflow connects */
+        tp_dataflow_t *df = tu_count_df(50, 0, -1);
+        tp_send_opts_t o;
+        tp_send_opts_init(&o);
+        o.bind = 1;
+        o.max_count = 50;
+        tp_status_t rc = tp_send_dataflow(df, ep, &o, NULL);
+        tp_dataflow_destroy(&df);
+        _exit(rc == TP_OK ? 0 : 3);
+    }
+    tp_dataflow_t *df = make_remote(conn, 5);
+    for (int64_t i = 0; i < 50; i++) {
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tu_value(dp), i);
+        tp_datapoint_destroy(&dp);
+    }
+    int st = pu_waitpid(pid, 5000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sender status %d", st);
+    tp_dataflow_destroy(&df);
+    cr_assert_eq(pu_dir_entries(dir), 0);
+    rmdir(dir);
+}
+
 Test(proc_remote, bad_endpoint_lists) {
     cr_assert_null(tp_df_remote("", NULL));
     cr_assert_null(tp_df_remote("tcp://127.0.0.1:1,,ipc://x", NULL));

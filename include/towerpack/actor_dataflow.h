@@ -100,7 +100,8 @@ typedef struct tp_remote_opts {
 void tp_remote_opts_init(tp_remote_opts_t *opts);
 
 /* RemoteDataZMQ: datapoints arriving at `endpoints` ("tcp://...,ipc://..."
- * comma-separated) as an endless dataflow (size -1). A malformed message is
+ * comma-separated; a leading '@' binds that one, '>' connects it, otherwise
+ * opts.bind decides) as an endless dataflow (size -1). A malformed message is
  * counted, logged at most once a second and dropped. Sockets are made at
  * reset_state and belong to the thread that iterates. Caller owns; NULL
  * with tp_last_error() on a bad endpoint list. */
