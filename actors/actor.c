@@ -450,12 +450,16 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
             TP_HANDOFF_RELEASE(dp);
         s_link_t *l = p->link;
         for (;;) {
+            /* A plain send that waits at most 10 ms (SNDTIMEO) when full:
+             * one call per message, as raw libzmq. */
             pthread_mutex_lock(&l->lock);
             int readers = l->readers;
+            uint64_t t0 = s_coarse_ns();
             int sent = readers > 0 &&
-                       zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp;
+                       zmq_send(p->sock, &dp, sizeof dp, 0) == (int)sizeof dp;
             int err = sent || readers == 0 ? EAGAIN : zmq_errno();
             pthread_mutex_unlock(&l->lock);
+            ctx->blocked_ns += s_coarse_ns() - t0;
             if (sent)
                 break;
             if (err != EAGAIN || ctx->terminated) {
@@ -469,17 +473,9 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
             }
             atomic_store_explicit(&l->sent, p->count, memory_order_relaxed);
             if (readers > 0) {
-                /* Full: wait in a plain blocking send (at most 10 ms). */
-                uint64_t t0 = tp_now_ns();
-                pthread_mutex_lock(&l->lock);
-                sent = l->readers > 0 && zmq_send(p->sock, &dp, sizeof dp, 0) == (int)sizeof dp;
-                pthread_mutex_unlock(&l->lock);
-                uint64_t t1 = tp_now_ns();
-                ctx->blocked_ns += t1 - t0;
-                if (sent)
-                    break;
+                /* Still full after 10 ms: look at the pipe, then again. */
                 s_poll_pipe(ctx);
-                s_maybe_report(ctx, t1);
+                s_maybe_report(ctx, tp_now_ns());
             } else {
                 /* No reader (yet, or any more): wait for one, or for $TERM. */
                 uint64_t t0 = tp_now_ns();
