@@ -454,12 +454,17 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
              * one call per message, as raw libzmq. */
             pthread_mutex_lock(&l->lock);
             int readers = l->readers;
-            uint64_t t0 = s_coarse_ns();
             int sent = readers > 0 &&
-                       zmq_send(p->sock, &dp, sizeof dp, 0) == (int)sizeof dp;
+                       zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp;
             int err = sent || readers == 0 ? EAGAIN : zmq_errno();
+            if (!sent && readers > 0 && err == EAGAIN) {
+                /* Full: only now is the time blocked time. */
+                uint64_t t0 = s_coarse_ns();
+                sent = zmq_send(p->sock, &dp, sizeof dp, 0) == (int)sizeof dp;
+                err = sent ? EAGAIN : zmq_errno();
+                ctx->blocked_ns += s_coarse_ns() - t0;
+            }
             pthread_mutex_unlock(&l->lock);
-            ctx->blocked_ns += s_coarse_ns() - t0;
             if (sent)
                 break;
             if (err != EAGAIN || ctx->terminated) {
@@ -674,13 +679,16 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
             /* Nothing waiting: starve until input, a command or a report. */
             if (ctx->nin == 1 && ctx->in[0].inproc) {
                 tp_datapoint_t *dp;
-                /* The coarse clock (a few ns, ~4 ms steps) is read on every
-                 * message here; over many waits its differences average to
-                 * the true starved time. */
-                uint64_t t0 = s_coarse_ns();
-                int r = s_recv(ctx, 0, &dp, 0);  /* waits up to 10 ms */
+                /* The coarse clock (a few ns, ~4 ms steps): over many waits
+                 * its differences average to the true starved time. */
+                int r = s_recv(ctx, 0, &dp, ZMQ_DONTWAIT);
                 uint64_t t1 = s_coarse_ns();
-                ctx->starved_ns += t1 - t0;
+                if (r == 0) {  /* empty: only now is the time starved time */
+                    uint64_t t0 = t1;
+                    r = s_recv(ctx, 0, &dp, 0);  /* waits up to 10 ms */
+                    t1 = s_coarse_ns();
+                    ctx->starved_ns += t1 - t0;
+                }
                 if (r == 1) {
                     rc = s_deliver(ctx, 0, dp);
                     if (rc < 0)
