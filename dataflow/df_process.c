@@ -24,6 +24,10 @@
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
 #include "actors/actor_internal.h"
+#if __has_include(<towerpack/dataflow_spec.h>)
+#include <towerpack/dataflow_spec.h>
+#define TP_HAVE_SPEC 1
+#endif
 
 #define WORKER_ERR_EXIT 2
 
@@ -1024,3 +1028,54 @@ int tp_df_multiprocess_pids(tp_dataflow_t *df, int *pids, int n) {
             pids[k++] = (int)p->workers[i].pid;
     return k;
 }
+
+/* ---- pipeline spec: the stage `processes N [restart[=R]] [hwm=H] [lz4]` ------- */
+
+#ifdef TP_HAVE_SPEC
+static tp_status_t s_spec_processes(tp_dataflow_t *inner, const char *args,
+                                    void *user, tp_dataflow_t **out) {
+    (void)user;
+    *out = NULL;
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", args ? args : "");
+    char *save = NULL;
+    int64_t n = -1;
+    tp_status_t rc = TP_OK;
+    for (char *t = strtok_r(buf, " \t,", &save); t && rc == TP_OK;
+         t = strtok_r(NULL, " \t,", &save)) {
+        int64_t v;
+        if (n < 0) {
+            rc = tp_spec_int(t, 1, 1024, "processes: worker count", &n);
+        } else if (!strcmp(t, "restart")) {
+            o.policy = TP_WORKER_RESTART;
+        } else if (!strncmp(t, "restart=", 8)) {
+            o.policy = TP_WORKER_RESTART;
+            if ((rc = tp_spec_int(t + 8, 0, 1000000, "processes: restart", &v)) == TP_OK)
+                o.max_restarts = (int)v;
+        } else if (!strncmp(t, "hwm=", 4)) {
+            if ((rc = tp_spec_int(t + 4, 1, 1000000, "processes: hwm", &v)) == TP_OK)
+                o.hwm = (int)v;
+        } else if (!strcmp(t, "lz4")) {
+            o.lz4 = 1;
+        } else {
+            rc = tp_error(TP_ERR_INVALID, "processes: unknown option '%s' (expected "
+                          "N [restart[=R]] [hwm=H] [lz4])", t);
+        }
+    }
+    if (rc == TP_OK && n < 0)
+        rc = tp_error(TP_ERR_INVALID, "processes: needs a worker count (processes N)");
+    if (rc < 0) {
+        tp_dataflow_destroy(&inner);
+        return rc;
+    }
+    *out = tp_df_multiprocess(inner, (int)n, &o);
+    return *out ? TP_OK : TP_ERR_INVALID;
+}
+
+tp_status_t tp_df_process_spec_register(void);
+tp_status_t tp_df_process_spec_register(void) {
+    return tp_spec_register_stage("processes", s_spec_processes, NULL);
+}
+#endif

@@ -15,6 +15,10 @@
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
 #include "actors/actor_internal.h"
+#if __has_include(<towerpack/dataflow_spec.h>)
+#include <towerpack/dataflow_spec.h>
+#define TP_HAVE_SPEC 1
+#endif
 
 void tp_remote_opts_init(tp_remote_opts_t *opts) {
     memset(opts, 0, sizeof *opts);
@@ -365,3 +369,33 @@ out:
     tp_stats_pub_destroy(&s.pub);
     return rc;
 }
+
+/* ---- pipeline spec: the source remote:ENDPOINT[,ENDPOINT...] ------------------- */
+
+#ifdef TP_HAVE_SPEC
+static tp_status_t s_spec_remote(const char *args, void *user, tp_dataflow_t **out) {
+    (void)user;
+    *out = tp_df_remote(args, NULL);
+    return *out ? TP_OK : TP_ERR_INVALID;
+}
+
+tp_status_t tp_df_process_spec_register(void);  /* df_process.c */
+
+tp_status_t tp_actor_spec_register(void) {
+    TP_TRY(tp_spec_register_source("remote", s_spec_remote, NULL));
+    return tp_df_process_spec_register();
+}
+
+/* In the shared library (and whenever this object is linked) the spec
+ * names are there before main; tp_actor_spec_register is for programs that
+ * link the static library without referring to this file. */
+__attribute__((constructor)) static void s_spec_autoregister(void) {
+    tp_actor_spec_register();
+}
+#else
+tp_status_t tp_actor_spec_register(void) {
+    return tp_error(TP_ERR_UNSUPPORTED,
+                    "this build has no pipeline spec parser to register remote: "
+                    "and processes with");
+}
+#endif

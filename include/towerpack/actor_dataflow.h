@@ -134,6 +134,12 @@ void tp_send_opts_init(tp_send_opts_t *opts);
 tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
                              const tp_send_opts_t *opts, uint64_t *sent);
 
+/* Add the spec source `remote:ENDPOINT[,ENDPOINT...]` and the stage
+ * `processes N [restart[=R]] [hwm=H] [lz4]` to the pipeline spec parser
+ * (done automatically when the library loads; call it from programs that
+ * link libtowerpack.a). TP_ERR_UNSUPPORTED in a build without the parser. */
+tp_status_t tp_actor_spec_register(void);
+
 /* The factory a tp-worker plugin exports under this name: build a dataflow
  * from the plugin's own arguments (argv[0] is the plugin path). */
 #define TP_WORKER_FACTORY "tp_worker_dataflow"
