@@ -491,8 +491,8 @@ static void s_runner_destroy(void *impl) {
 }
 
 static const tp_dataflow_ops_t s_runner_ops = {
-    "multiprocess", s_runner_reset, s_runner_begin, s_runner_next,
-    s_runner_size, s_runner_destroy};
+    .name = "multiprocess", .reset_state = s_runner_reset, .begin = s_runner_begin,
+    .next = s_runner_next, .size = s_runner_size, .destroy = s_runner_destroy};
 
 tp_dataflow_t *tp_df_multiprocess(tp_dataflow_t *inner, int nworkers,
                                   const tp_mp_opts_t *opts) {
@@ -973,8 +973,8 @@ static void s_map_destroy(void *impl) {
 }
 
 static const tp_dataflow_ops_t s_map_ops = {
-    "multiprocess-map", s_map_reset, s_map_begin, s_map_next, s_map_size,
-    s_map_destroy};
+    .name = "multiprocess-map", .reset_state = s_map_reset, .begin = s_map_begin,
+    .next = s_map_next, .size = s_map_size, .destroy = s_map_destroy};
 
 tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
                                       tp_map_fn fn, void *arg, int strict,
@@ -1047,25 +1047,25 @@ static tp_status_t s_spec_processes(tp_dataflow_t *inner, const char *args,
          t = strtok_r(NULL, " \t,", &save)) {
         int64_t v;
         if (n < 0) {
-            rc = tp_spec_int(t, 1, 1024, "processes: worker count", &n);
+            rc = tp_spec_int(t, 1, 1024, "worker count", &n);
         } else if (!strcmp(t, "restart")) {
             o.policy = TP_WORKER_RESTART;
         } else if (!strncmp(t, "restart=", 8)) {
             o.policy = TP_WORKER_RESTART;
-            if ((rc = tp_spec_int(t + 8, 0, 1000000, "processes: restart", &v)) == TP_OK)
+            if ((rc = tp_spec_int(t + 8, 0, 1000000, "restart", &v)) == TP_OK)
                 o.max_restarts = (int)v;
         } else if (!strncmp(t, "hwm=", 4)) {
-            if ((rc = tp_spec_int(t + 4, 1, 1000000, "processes: hwm", &v)) == TP_OK)
+            if ((rc = tp_spec_int(t + 4, 1, 1000000, "hwm", &v)) == TP_OK)
                 o.hwm = (int)v;
         } else if (!strcmp(t, "lz4")) {
             o.lz4 = 1;
         } else {
-            rc = tp_error(TP_ERR_INVALID, "processes: unknown option '%s' (expected "
+            rc = tp_error(TP_ERR_INVALID, "unknown option '%s' (expected "
                           "N [restart[=R]] [hwm=H] [lz4])", t);
         }
     }
     if (rc == TP_OK && n < 0)
-        rc = tp_error(TP_ERR_INVALID, "processes: needs a worker count (processes N)");
+        rc = tp_error(TP_ERR_INVALID, "needs a worker count (processes N)");
     if (rc < 0) {
         tp_dataflow_destroy(&inner);
         return rc;

@@ -144,7 +144,8 @@ static void s_remote_destroy(void *impl) {
 }
 
 static const tp_dataflow_ops_t s_remote_ops = {
-    "remote", s_remote_reset, NULL, s_remote_next, NULL, s_remote_destroy};
+    .name = "remote", .reset_state = s_remote_reset, .next = s_remote_next,
+    .destroy = s_remote_destroy};
 
 tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts) {
     s_remote_t *r = calloc(1, sizeof *r);

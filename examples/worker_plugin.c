@@ -46,8 +46,9 @@ static tp_status_t count_next(void *impl, tp_datapoint_t **out) {
 static int64_t count_size(void *impl) { return ((count_t *)impl)->n; }
 static void count_destroy(void *impl) { free(impl); }
 
-static const tp_dataflow_ops_t count_ops = {"count-plugin", NULL, count_begin,
-                                            count_next, count_size, count_destroy};
+static const tp_dataflow_ops_t count_ops = {
+    .name = "count-plugin", .begin = count_begin, .next = count_next,
+    .size = count_size, .destroy = count_destroy};
 
 tp_status_t tp_worker_dataflow(int argc, char **argv, tp_dataflow_t **out) {
     count_t *c = calloc(1, sizeof *c);

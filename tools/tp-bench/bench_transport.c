@@ -92,7 +92,7 @@ static tp_status_t s_big_next(void *impl, tp_datapoint_t **out) {
     *out = dp;
     return TP_OK;
 }
-static const tp_dataflow_ops_t s_big_ops = {"big", NULL, NULL, s_big_next, NULL, NULL};
+static const tp_dataflow_ops_t s_big_ops = {.name = "big", .next = s_big_next};
 
 static double s_tp_ipc(const s_cfg_t *c, const char *ep) {
     fflush(NULL);
@@ -256,7 +256,7 @@ static tp_status_t s_cpu_next(void *impl, tp_datapoint_t **out) {
     *out = dp;
     return TP_OK;
 }
-static const tp_dataflow_ops_t s_cpu_ops = {"cpu", NULL, NULL, s_cpu_next, NULL, NULL};
+static const tp_dataflow_ops_t s_cpu_ops = {.name = "cpu", .next = s_cpu_next};
 
 static double s_mp(const s_cfg_t *c, int workers) {
     tp_mp_opts_t o;
