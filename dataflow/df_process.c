@@ -552,6 +552,8 @@ typedef struct {
     int cap;
     uint64_t next_seq;    /* next task number */
     uint64_t deliver;     /* strict: next seq to hand out */
+    uint64_t discard_below; /* results of seqs below this belong to an
+                               abandoned pass: dropped as they come back */
     int inflight;         /* tasks at workers or results waiting */
     int inner_done;       /* strict: inner's pass is over */
     int64_t size, in_pass, inner_in_pass;
@@ -783,6 +785,9 @@ static tp_status_t s_map_fill(s_map_t *m) {
         if (m->strict ? m->next_seq >= m->deliver + (uint64_t)m->cap
                       : m->inflight >= m->cap)
             break;
+        /* strict: a slot may still wait for a result of an abandoned pass */
+        if (m->strict && m->tasks[m->next_seq % (uint64_t)m->cap].state != 0)
+            break;
         tp_datapoint_t *dp = NULL;
         tp_status_t rc = tp_dataflow_next(m->inner, &dp);
         if (rc == TP_DONE) {
@@ -863,6 +868,15 @@ static tp_status_t s_map_take(s_map_t *m, s_task_t **done) {
         tp_datapoint_destroy(&dp);
         return TP_OK;
     }
+    if (seq.seq < m->discard_below) {  /* from an abandoned pass */
+        if (m->pool.workers[t->worker].inflight > 0)
+            m->pool.workers[t->worker].inflight--;
+        tp_datapoint_destroy(&t->copy);
+        tp_datapoint_destroy(&dp);
+        t->state = 0;
+        m->inflight--;
+        return TP_OK;
+    }
     if (m->pool.workers[t->worker].inflight > 0)
         m->pool.workers[t->worker].inflight--;
     tp_datapoint_destroy(&t->copy);
@@ -934,6 +948,31 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
             return dead < 0 ? dead : rc;
         }
     }
+}
+
+/* The consumer abandoned the pass. Strict: what is in flight belongs to
+ * it; results still here are dropped now, the rest as they come back, and
+ * the next pass starts a fresh pass of inner. Not strict: the stream goes
+ * on (a pass is only a count). */
+static __attribute__((unused)) void s_map_end_pass(void *impl) {
+    s_map_t *m = impl;
+    m->in_pass = 0;
+    if (!m->strict || !m->tasks)
+        return;
+    for (int k = 0; k < m->cap; k++) {
+        s_task_t *t = &m->tasks[k];
+        if (t->state == 2 || t->state == 3) {
+            tp_datapoint_destroy(&t->result);
+            tp_datapoint_destroy(&t->pending);
+            tp_datapoint_destroy(&t->copy);
+            t->state = 0;
+            m->inflight--;
+        }
+    }
+    m->discard_below = m->next_seq;
+    m->deliver = m->next_seq;
+    m->inner_done = 0;
+    tp_dataflow_end_pass(m->inner);
 }
 
 static int64_t s_map_size(void *impl) {
