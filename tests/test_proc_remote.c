@@ -122,6 +122,45 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
     rmdir(dir);
 }
 
+static long rss_kib(int pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kib = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+Test(proc_remote, stopped_reader_bounds_the_sender) {
+    char dir[64], ep[128];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(ep, sizeof ep, "ipc://%s/slow.sock", dir);
+    tp_dataflow_t *df = make_remote(ep, 5);
+    /* An endless sender of 256 KiB datapoints; we read 5 and stop. */
+    int pid = fork_sender(ep, 1000000000, 0, 0, 256 * 1024);
+    tp_datapoint_t *dp;
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    long first = rss_kib(pid);
+    usleep(800000);
+    long later = rss_kib(pid);
+    /* hwm 50 x 256 KiB = 12.5 MiB at most queued, plus the kernel's buffers:
+     * the sender must not keep growing while nobody reads. */
+    cr_assert_gt(later, 0);
+    cr_assert_lt(later, 80 * 1024, "sender RSS %ld KiB", later);
+    cr_assert_lt(later - first, 32 * 1024, "sender grew from %ld to %ld KiB", first, later);
+    kill(pid, SIGKILL);
+    pu_waitpid(pid, 2000);
+    tp_dataflow_destroy(&df);
+    rmdir(dir);
+}
+
 Test(proc_remote, silent_peer_times_out) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
