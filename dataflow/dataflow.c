@@ -50,8 +50,11 @@ tp_status_t tp_dataflow_reset_state(tp_dataflow_t *self, uint64_t seed,
     return TP_OK;
 }
 
-tp_status_t tp_dataflow_next(tp_dataflow_t *self, tp_datapoint_t **out) {
-    *out = NULL;
+/* The state checks and pass bookkeeping around one call of next or
+ * next_into (exactly one of out / batch is used). */
+static tp_status_t s_step(tp_dataflow_t *self, tp_datapoint_t **out,
+                          tp_datapoint_t *batch, int64_t slot, int64_t count,
+                          int64_t *filled) {
     if (!self->reset)
         return tp_error(TP_ERR_STATE,
                         "%s: used before reset_state (call "
@@ -71,19 +74,46 @@ tp_status_t tp_dataflow_next(tp_dataflow_t *self, tp_datapoint_t **out) {
         }
         self->in_pass = 1;
     }
-    rc = self->ops->next(self->impl, out);
+    rc = out ? self->ops->next(self->impl, out)
+             : self->ops->next_into(self->impl, batch, slot, count, filled);
     if (rc == TP_DONE) {
         self->in_pass = 0;
-        *out = NULL;
-    } else if (rc < 0) {
+        if (out)
+            *out = NULL;
+    } else if (rc < 0 && out) {
         *out = NULL;
     }
 out:
-    atomic_store(&self->busy, 0);
+    /* release, not seq_cst: a plain store on x86, the CAS above already
+     * orders the call */
+    atomic_store_explicit(&self->busy, 0, memory_order_release);
     return rc;
 }
 
-void tp_dataflow_end_pass(tp_dataflow_t *self) { self->in_pass = 0; }
+tp_status_t tp_dataflow_next(tp_dataflow_t *self, tp_datapoint_t **out) {
+    *out = NULL;
+    return s_step(self, out, NULL, 0, 0, NULL);
+}
+
+int tp_dataflow_has_next_into(const tp_dataflow_t *self) {
+    return self->ops->next_into != NULL;
+}
+
+tp_status_t tp_dataflow_next_into(tp_dataflow_t *self, tp_datapoint_t *batch,
+                                  int64_t slot, int64_t count,
+                                  int64_t *filled) {
+    *filled = 0;
+    if (!self->ops->next_into)
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: no next_into",
+                        self->ops->name);
+    return s_step(self, NULL, batch, slot, count, filled);
+}
+
+void tp_dataflow_end_pass(tp_dataflow_t *self) {
+    if (self->in_pass && self->ops->end_pass)
+        self->ops->end_pass(self->impl);
+    self->in_pass = 0;
+}
 
 int64_t tp_dataflow_size(tp_dataflow_t *self) {
     return self->ops->size ? self->ops->size(self->impl) : -1;

@@ -45,6 +45,19 @@ typedef struct tp_dataflow_ops {
     int64_t (*size)(void *impl);
     /* Free impl and every dataflow it owns (may be NULL). */
     void (*destroy)(void *impl);
+    /* The consumer abandons the current pass (may be NULL). Wrappers end
+     * the passes of the dataflows they wrap here, so that the next pass
+     * starts from the beginning. Added after the first release: leave it
+     * out of an initialiser and it is NULL. */
+    void (*end_pass)(void *impl);
+    /* Optional fast path for batching (may be NULL): write the next
+     * datapoints straight into slots [slot, slot + count) of `batch`, whose
+     * component i is [B, ...shape of component i], without making
+     * datapoints. *filled gets the number written. TP_OK when all count
+     * were written; TP_DONE when the pass ended first (after *filled of
+     * them); TP_ERR_SHAPE when a datapoint does not fit the batch. */
+    tp_status_t (*next_into)(void *impl, tp_datapoint_t *batch, int64_t slot,
+                             int64_t count, int64_t *filled);
 } tp_dataflow_ops_t;
 
 /* A dataflow over `impl` with `ops` (static storage). Takes impl: on failure
@@ -62,7 +75,19 @@ tp_status_t tp_dataflow_reset_state(tp_dataflow_t *self, uint64_t seed,
  * the end of the pass (the next call starts a new one), or < 0. */
 tp_status_t tp_dataflow_next(tp_dataflow_t *self, tp_datapoint_t **out);
 
-/* Abandon the current pass early; the next call to next starts a new one. */
+/* 1 when the implementation offers next_into. */
+int tp_dataflow_has_next_into(const tp_dataflow_t *self);
+
+/* As tp_dataflow_next for up to `count` datapoints, written into slots
+ * [slot, slot + count) of the stacked datapoint `batch` (see
+ * tp_dataflow_ops_t.next_into); *filled gets how many. The same state
+ * checks apply. TP_ERR_UNSUPPORTED when the dataflow lacks next_into. */
+tp_status_t tp_dataflow_next_into(tp_dataflow_t *self, tp_datapoint_t *batch,
+                                  int64_t slot, int64_t count,
+                                  int64_t *filled);
+
+/* Abandon the current pass early; the next call to next starts a new one.
+ * Runs the implementation's end_pass op (if any) when a pass is under way. */
 void tp_dataflow_end_pass(tp_dataflow_t *self);
 
 /* Datapoints per pass, or -1 when unknown. */

@@ -10,7 +10,17 @@
 #include <towerpack/datapoint.h>
 #include <towerpack/rng.h>
 #include <towerpack/wire.h>
+#include <towerpack/dataflow_spec.h>  /* + dataflow_lib.h, dataflow.h */
 #include <towerpack/device.h>
+#include <towerpack/backend.h>
+#include <towerpack/optim.h>
+#include <towerpack/graph.h>
+#include <towerpack/checkpoint.h>
+#include <towerpack/fileio.h>
+#include <towerpack/trainer.h>
+#include <towerpack/callback.h>
+#include <towerpack/logdir.h>
+#include <towerpack/plot.h>
 #include <towerpack/stats.h>
 #include <towerpack/actor.h>
 #include <towerpack/supervisor.h>

@@ -1,0 +1,50 @@
+/* towerpack dataflow: helpers shared by the dataflow library's files (not
+ * installed). */
+#ifndef TOWERPACK_DF_INTERNAL_H
+#define TOWERPACK_DF_INTERNAL_H
+
+#include <stdatomic.h>
+#include <string.h>
+#include <towerpack/dataflow_lib.h>
+#include <towerpack/log.h>
+
+/* The shared allocation behind tp_df_datapoint_alloc: a reference count in
+ * front of the components' bytes; each component's free_fn drops one
+ * reference. */
+typedef struct df_block {
+    atomic_int refs;
+    int pad_[3];       /* keeps the payload 16-byte aligned */
+} df_block_t;
+
+void df_block_release(void *data, void *hint);
+
+/* Allocate one block for components of the given byte sizes (each placed at
+ * a 16-byte aligned offset) with `ncomp` references. *offsets gets each
+ * component's offset from the returned payload. NULL on out of memory. */
+df_block_t *df_block_new(int ncomp, const size_t *nbytes, size_t *offsets,
+                         uint8_t **payload);
+
+/* Make a dataflow from ops and impl, recording an error on failure (the
+ * base destroys impl through ops->destroy). */
+tp_dataflow_t *df_make(const tp_dataflow_ops_t *ops, void *impl);
+
+/* Destroy n dataflows of an array and null the entries. */
+void df_destroy_all(tp_dataflow_t **dfs, int n);
+
+/* Reset inner with the wrapper's (seed, stream). */
+tp_status_t df_reset_inner(tp_dataflow_t *inner, uint64_t seed,
+                           uint64_t stream);
+
+/* For next_into: the bytes of slot `slot` of component i of a stacked
+ * batch, after checking that the batch has `ncomp` components and that
+ * component i is [B, ...shape] of `dtype` with slots [slot, slot + count)
+ * inside B. *stride gets the bytes per slot. NULL with TP_ERR_SHAPE
+ * recorded (naming `who`) otherwise. */
+void *df_slot(tp_datapoint_t *batch, int ncomp, int i, int64_t slot,
+              int64_t count, tp_dtype_t dtype, int ndim, const int64_t *shape,
+              const char *who, size_t *stride);
+
+/* Fill idx[0..n-1] with 0..n-1, shuffled when rng is not NULL. */
+void df_iota_shuffle(uint32_t *idx, size_t n, tp_rng_t *rng);
+
+#endif

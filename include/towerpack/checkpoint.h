@@ -1,0 +1,90 @@
+/* towerpack: checkpoints as safetensors files.
+ *
+ * A safetensors file is an 8-byte little-endian header length, a JSON header
+ * ({"name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...,
+ * "__metadata__": {"key": "string value"}}) and the tensor bytes. A model
+ * checkpoint holds every variable by its name, the optimizer's slots as
+ * "optimizer/<var>/<slot>" plus "optimizer/step", and the trainer state
+ * (epoch, global step, RNG states) in the metadata. Files are written
+ * atomically: a temporary file, fsync, rename, fsync of the directory. The
+ * reader validates the whole header before trusting any of it. */
+#ifndef TOWERPACK_CHECKPOINT_H
+#define TOWERPACK_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <towerpack/graph.h>
+#include <towerpack/rng.h>
+#include <towerpack/status.h>
+#include <towerpack/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- safetensors files -------------------------------------------------- */
+
+typedef struct tp_named_tensor {
+    const char *name;
+    const tp_tensor_t *tensor;
+} tp_named_tensor_t;
+
+typedef struct tp_meta_kv {
+    const char *key;
+    const char *value;
+} tp_meta_kv_t;
+
+/* Write n tensors (names unique, not "__metadata__") and nmeta metadata
+ * strings to `path` atomically. */
+tp_status_t tp_safetensors_write(const char *path,
+                                 const tp_named_tensor_t *tensors, size_t n,
+                                 const tp_meta_kv_t *meta, size_t nmeta);
+
+typedef struct tp_safetensors tp_safetensors_t;
+
+/* Read and validate a whole file (length prefix, JSON, dtypes, shapes,
+ * offsets in bounds, contiguous and non-overlapping). TP_ERR_FORMAT says
+ * what is wrong and where. Caller owns *out. */
+tp_status_t tp_safetensors_open(const char *path, tp_safetensors_t **out);
+/* The same on a memory buffer (copied). `what` names it in errors. */
+tp_status_t tp_safetensors_parse(const void *data, size_t size,
+                                 const char *what, tp_safetensors_t **out);
+void tp_safetensors_destroy(tp_safetensors_t **self_p);
+
+size_t tp_safetensors_count(const tp_safetensors_t *st);
+const char *tp_safetensors_name(const tp_safetensors_t *st, size_t i);
+/* A borrowed view of tensor `name` (valid while st lives). */
+tp_status_t tp_safetensors_get(const tp_safetensors_t *st, const char *name,
+                               tp_tensor_t *view);
+/* A metadata value, or NULL when the key is absent. */
+const char *tp_safetensors_meta(const tp_safetensors_t *st, const char *key);
+
+/* ---- model checkpoints -------------------------------------------------- */
+
+/* What the trainer keeps between runs. */
+typedef struct tp_train_state {
+    int64_t epoch;       /* epochs finished */
+    int64_t global_step; /* steps finished */
+    tp_rng_t rng;        /* the trainer's own generator */
+} tp_train_state_t;
+
+typedef enum {
+    TP_LOAD_STRICT = 0,
+    TP_LOAD_RELAXED = 1,      /* ignore tensors the model does not have */
+    TP_LOAD_WEIGHTS_ONLY = 2, /* skip optimizer slots and trainer state */
+} tp_load_flags_t;
+
+/* Save every variable, the optimizer slots and `state` (may be NULL), plus
+ * every tower's dropout generator. */
+tp_status_t tp_checkpoint_save(tp_model_t *m, const char *path,
+                               const tp_train_state_t *state);
+/* Load by name. Strict mode fails on missing, unexpected or mis-shaped
+ * tensors, naming them; the model is unchanged on any failure. `state`
+ * (may be NULL) receives the trainer state. */
+tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
+                               tp_train_state_t *state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

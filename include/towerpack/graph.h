@@ -1,0 +1,308 @@
+/* towerpack: the op graph a tower function builds, and the model that runs it.
+ *
+ * Define, then run. A model description names the inputs (dtype and shape,
+ * dim 0 the free batch dimension), a tower function and an optimizer
+ * factory. tp_model_new calls the tower function once per training tower
+ * (and once more in inference mode when asked): it receives a tower context
+ * and its input nodes, creates variables by scoped name, adds op nodes and
+ * sets the cost. Tower 0 creates the variables; later towers and the
+ * inference tower reuse them by name. Shapes are checked as nodes are added.
+ * Then every buffer (values, gradients, workspaces, optimizer slots) is
+ * planned and allocated once: a step allocates nothing.
+ *
+ * Builders return NULL on error and record the first error in the tower
+ * (naming the node); a builder given a NULL input returns NULL quietly, so a
+ * tower function can chain calls and check once at the end. */
+#ifndef TOWERPACK_GRAPH_H
+#define TOWERPACK_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <towerpack/backend.h>
+#include <towerpack/rng.h>
+#include <towerpack/status.h>
+#include <towerpack/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_tower tp_tower_t;
+typedef struct tp_node tp_node_t;
+typedef struct tp_model tp_model_t;
+typedef struct tp_optimizer tp_optimizer_t;
+
+/* ---- tower context ------------------------------------------------------ */
+
+/* "tower0", "tower1", ..., "infer". */
+const char *tp_tower_name(const tp_tower_t *t);
+/* 0..N-1 for training towers, -1 for the inference tower. */
+int tp_tower_index(const tp_tower_t *t);
+/* The device the tower runs on (-1: CPU). */
+int tp_tower_device(const tp_tower_t *t);
+/* 1 in training towers, 0 in the inference tower. */
+int tp_tower_is_training(const tp_tower_t *t);
+/* The batch size the tower's buffers are planned for. */
+int64_t tp_tower_batch(const tp_tower_t *t);
+/* The first build error in this tower (TP_OK when none). */
+tp_status_t tp_tower_status(const tp_tower_t *t);
+
+/* Name scopes: names given to builders and variables get "scope/" prefixed.
+ * Push returns TP_ERR_INVALID when scopes nest too deep. */
+tp_status_t tp_tower_push_scope(tp_tower_t *t, const char *scope);
+void tp_tower_pop_scope(tp_tower_t *t);
+
+/* The single-cost contract: the scalar the optimizer minimises. */
+tp_status_t tp_tower_set_cost(tp_tower_t *t, tp_node_t *cost);
+/* A named tensor readable after each step (tp_model_fetch). */
+tp_status_t tp_tower_add_output(tp_tower_t *t, const char *name, tp_node_t *n);
+/* A named scalar metric (also an output); listed by tp_model_metric_*. */
+tp_status_t tp_tower_add_metric(tp_tower_t *t, const char *name, tp_node_t *n);
+
+/* A node's full name, shape (dim 0 at the planned batch for batched nodes)
+ * and dtype. */
+const char *tp_node_name(const tp_node_t *n);
+const tp_shape_t *tp_node_shape(const tp_node_t *n);
+tp_dtype_t tp_node_dtype(const tp_node_t *n);
+
+/* ---- variables ---------------------------------------------------------- */
+
+typedef enum {
+    TP_INIT_ZEROS = 0,
+    TP_INIT_CONST,          /* value */
+    TP_INIT_UNIFORM,        /* U(-value, value) */
+    TP_INIT_NORMAL,         /* N(0, value^2) */
+    TP_INIT_GLOROT_UNIFORM, /* U(-a, a), a = sqrt(6 / (fan_in + fan_out)) */
+    TP_INIT_HE_NORMAL,      /* N(0, 2 / fan_in) */
+} tp_init_kind_t;
+
+typedef struct tp_init {
+    tp_init_kind_t kind;
+    float value;
+} tp_init_t;
+
+/* Collections: trainable (updated by the optimizer) or model-only (saved and
+ * restored, never trained: batch-norm moving averages). */
+typedef enum {
+    TP_VAR_TRAINABLE = 0,
+    TP_VAR_MODEL = 1,
+} tp_var_collection_t;
+
+/* Get or create float32 variable `name` (scoped). Tower 0 creates it and
+ * draws its initial value from (model seed, hash of the full name); other
+ * towers get the same variable and must ask with the same shape. Asking one
+ * name twice in one tower is an error. */
+tp_node_t *tp_variable(tp_tower_t *t, const char *name, int ndim,
+                       const int64_t *shape, tp_init_t init,
+                       tp_var_collection_t collection);
+
+/* ---- ops ----------------------------------------------------------------
+ * `name` may be NULL for an automatic one ("relu_7"); names are scoped and
+ * unique within a tower. All float ops take and give float32. */
+
+tp_node_t *tp_matmul(tp_tower_t *t, const char *name, tp_node_t *x,
+                     tp_node_t *w);
+tp_node_t *tp_conv2d_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                        tp_node_t *w, int stride, int pad);
+tp_node_t *tp_bias_add(tp_tower_t *t, const char *name, tp_node_t *x,
+                       tp_node_t *b);
+tp_node_t *tp_relu(tp_tower_t *t, const char *name, tp_node_t *x);
+tp_node_t *tp_leaky_relu(tp_tower_t *t, const char *name, tp_node_t *x,
+                         float alpha);
+tp_node_t *tp_tanh(tp_tower_t *t, const char *name, tp_node_t *x);
+tp_node_t *tp_sigmoid(tp_tower_t *t, const char *name, tp_node_t *x);
+tp_node_t *tp_max_pool(tp_tower_t *t, const char *name, tp_node_t *x,
+                       int window, int stride, int pad);
+tp_node_t *tp_avg_pool(tp_tower_t *t, const char *name, tp_node_t *x,
+                       int window, int stride, int pad);
+tp_node_t *tp_global_avg_pool(tp_tower_t *t, const char *name, tp_node_t *x);
+/* Batch statistics in training towers, the moving averages in inference;
+ * only tower 0 updates the moving averages (x momentum + batch x (1 -
+ * momentum), unbiased variance). x is [N,C] or [N,C,H,W]. */
+tp_node_t *tp_batch_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                            tp_node_t *gamma, tp_node_t *beta,
+                            tp_node_t *moving_mean, tp_node_t *moving_var,
+                            float momentum, float eps);
+/* Drops with probability `rate` and scales the rest by 1/(1-rate) when
+ * training; identity in inference. Masks come from the tower's generator. */
+tp_node_t *tp_dropout(tp_tower_t *t, const char *name, tp_node_t *x,
+                      float rate);
+/* [N, ...] -> [N, prod(...)]. */
+tp_node_t *tp_flatten(tp_tower_t *t, const char *name, tp_node_t *x);
+/* New shape; for a batched x, shape[0] must be -1 (the batch dim). */
+tp_node_t *tp_reshape(tp_tower_t *t, const char *name, tp_node_t *x,
+                      int ndim, const int64_t *shape);
+tp_node_t *tp_add(tp_tower_t *t, const char *name, tp_node_t *a,
+                  tp_node_t *b);
+tp_node_t *tp_scale(tp_tower_t *t, const char *name, tp_node_t *x,
+                    float factor);
+/* Along dim 1 (channels); other dims must agree. */
+tp_node_t *tp_concat(tp_tower_t *t, const char *name, int n,
+                     tp_node_t *const *xs);
+/* Mean softmax cross-entropy of logits [N,K] against int32 labels [N]. A
+ * label outside [0,K) fails the step with an error naming the node. */
+tp_node_t *tp_softmax_xent(tp_tower_t *t, const char *name,
+                           tp_node_t *logits, tp_node_t *labels);
+/* Fraction of rows whose argmax equals the label (a scalar, no gradient). */
+tp_node_t *tp_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
+                       tp_node_t *labels);
+/* Number of rows whose argmax differs from the label (float scalar). */
+tp_node_t *tp_error_count(tp_tower_t *t, const char *name,
+                          tp_node_t *logits, tp_node_t *labels);
+/* coeff * sum(w^2) / 2 over the trainable variables (created so far) whose
+ * full names match the fnmatch pattern, e.g. "*\/W". No match is an error. */
+tp_node_t *tp_l2_decay(tp_tower_t *t, const char *name, const char *pattern,
+                       float coeff);
+/* uint8 (or float32) -> float32, times `scale` (1/255 for images). */
+tp_node_t *tp_cast(tp_tower_t *t, const char *name, tp_node_t *x,
+                   float scale);
+
+/* ---- layers: variables plus ops under a scope ----------------------------
+ * tp_fc: scope/W [K,units] (Glorot uniform), scope/b [units] (zeros) when
+ * `bias`; the output node is "scope/output". */
+tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
+                 int bias);
+/* NCHW convolution, square kernel: scope/W [filters,C,k,k] (He normal),
+ * scope/b [filters] when `bias` (added inside the convolution kernel), one
+ * node "scope/output". pad < 0 means "same" (k/2). */
+tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
+                     int filters, int kernel, int stride, int pad, int bias);
+/* scope/gamma (ones), scope/beta (zeros): trainable; scope/mean/EMA (zeros),
+ * scope/variance/EMA (ones): model-only. Momentum 0.9, eps 1e-5. */
+tp_node_t *tp_batch_norm(tp_tower_t *t, const char *scope, tp_node_t *x);
+
+/* ---- models ------------------------------------------------------------- */
+
+/* One model input. shape[0] is the batch dimension (its value is ignored);
+ * the other dims are fixed. */
+typedef struct tp_input_desc {
+    const char *name;
+    tp_dtype_t dtype;
+    int ndim;
+    int64_t shape[TP_MAX_DIMS];
+} tp_input_desc_t;
+
+/* Builds one replica: `inputs[i]` is the node of input description i. */
+typedef tp_status_t (*tp_tower_fn)(tp_tower_t *t, tp_node_t *const *inputs,
+                                   void *user);
+/* Returns a new optimizer; the model takes it. */
+typedef tp_optimizer_t *(*tp_optimizer_fn)(void *user);
+
+/* The ModelDesc: inputs, tower function, optimizer factory. */
+typedef struct tp_model_desc {
+    const tp_input_desc_t *inputs;
+    int ninputs;
+    tp_tower_fn build;
+    tp_optimizer_fn optimizer; /* NULL: an inference-only model */
+    void *user;
+} tp_model_desc_t;
+
+typedef struct tp_model_config {
+    int towers;          /* training towers (0: inference only) */
+    int64_t batch;       /* per-tower batch the buffers are planned for */
+    int64_t infer_batch; /* > 0: also build an inference graph */
+    uint64_t seed;       /* initializers and dropout */
+    int threads;         /* CPU backend: OpenBLAS threads (0: its default) */
+    int average;         /* all-reduce averages gradients (default 1) */
+    tp_backend_t *backend; /* NULL: a CPU backend the model owns */
+} tp_model_config_t;
+
+/* Defaults: 1 tower, batch 32, no inference graph, seed 0, threads 0,
+ * averaging on, CPU backend. */
+tp_model_config_t tp_model_config_default(void);
+
+/* Build the towers and plan all memory. Caller owns; NULL on failure with
+ * tp_last_error() naming the tower and node. */
+tp_model_t *tp_model_new(const tp_model_desc_t *desc,
+                         const tp_model_config_t *config);
+void tp_model_destroy(tp_model_t **self_p);
+
+int tp_model_tower_count(const tp_model_t *m);
+tp_backend_t *tp_model_backend(tp_model_t *m);
+
+/* Tower `tower` (-1: the inference graph) runs forward and, for training
+ * towers, backward on its own batch. inputs[i] must match input desc i in
+ * dtype and trailing dims, with 1..planned batch rows, all the same. The
+ * tensors need not outlive the call (the CPU reads them in place, devices
+ * copy them). Towers may run concurrently from different threads. */
+tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *inputs);
+/* Forward only (no gradients), in the tower's mode. */
+tp_status_t tp_model_forward(tp_model_t *m, int tower,
+                             const tp_tensor_t *inputs);
+
+/* Sum the towers' gradients into every tower (mean when averaging): one
+ * caller drives all towers. */
+tp_status_t tp_model_allreduce(tp_model_t *m);
+/* The same as a collective: each tower's thread calls it with its index
+ * after its tp_model_run; returns when all have contributed. */
+tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower);
+/* Make every waiting and later tp_model_allreduce_tower fail with
+ * TP_ERR_INTERRUPTED (a tower failed; the others must not wait forever). */
+void tp_model_abort(tp_model_t *m);
+/* Parameter-server style: sum (or mean) the gradients onto tower 0 only. */
+tp_status_t tp_model_reduce(tp_model_t *m);
+/* Apply tower 0's gradients to the shared variables with the optimizer.
+ * Call it once per step, after every tower's all-reduce has returned and
+ * before any tower starts its next run (runs read the variables). */
+tp_status_t tp_model_apply(tp_model_t *m);
+/* run every tower on its batch (inputs[tower][input]), all-reduce, apply:
+ * one whole training step from one thread. */
+tp_status_t tp_model_train_step(tp_model_t *m, const tp_tensor_t *const *inputs);
+
+/* A named output, metric or node of the last step of `tower` (-1:
+ * inference) as a borrowed float/int view with the step's batch size; valid
+ * until the next step. TP_ERR_NOT_FOUND for an unknown name. On the CPU an
+ * input node (or a reshape of one) views the caller's input tensor, which
+ * the step read in place. */
+tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
+                           tp_tensor_t *view);
+/* Metrics declared by tower 0 (the inference tower declares its own). */
+int tp_model_metric_count(const tp_model_t *m, int tower);
+const char *tp_model_metric_name(const tp_model_t *m, int tower, int i);
+/* The metric's scalar value from the last step. */
+float tp_model_metric_value(const tp_model_t *m, int tower, int i);
+
+/* Variables: count, and by index or name a borrowed view of the value. */
+int tp_model_var_count(const tp_model_t *m);
+const char *tp_model_var_name(const tp_model_t *m, int i);
+int tp_model_var_trainable(const tp_model_t *m, int i);
+tp_status_t tp_model_var(tp_model_t *m, const char *name, tp_tensor_t *view);
+/* The gradient of trainable variable `name` in `tower` after its last run. */
+tp_status_t tp_model_grad(tp_model_t *m, int tower, const char *name,
+                          tp_tensor_t *view);
+
+/* Hyper-parameters of the optimizer by name ("learning_rate", "momentum",
+ * "beta1", "beta2", "epsilon"); settable between steps. */
+tp_status_t tp_model_set_hparam(tp_model_t *m, const char *name, double value);
+tp_status_t tp_model_get_hparam(const tp_model_t *m, const char *name,
+                                double *value);
+tp_optimizer_t *tp_model_optimizer(tp_model_t *m);
+
+/* A tower's dropout generator (checkpoints save and restore it). */
+tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower);
+
+/* Per-node timing, to find bottlenecks: with profiling on, every op's
+ * forward and backward kernel time is summed per node (host clock around
+ * each call; device backends time their launches). */
+typedef struct tp_op_profile {
+    const char *name;      /* the node's name (valid while the model lives) */
+    tp_op_kind_t kind;
+    uint64_t forward_ns;   /* summed since profiling was switched on */
+    uint64_t backward_ns;
+    uint64_t calls;        /* forward calls */
+} tp_op_profile_t;
+
+/* Switch profiling on (1) or off (0); switching on clears the sums. */
+void tp_model_set_profiling(tp_model_t *m, int on);
+/* Fill up to `max` records for the op nodes of `tower` in graph order;
+ * returns how many op nodes there are. */
+int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
+                     int max);
+
+/* Bytes the model planned: variables, gradients, activations, slots. */
+size_t tp_model_memory(const tp_model_t *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

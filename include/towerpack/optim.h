@@ -1,0 +1,67 @@
+/* towerpack: optimizers (SGD with momentum, Adam) over flat parameter arenas.
+ *
+ * An optimizer updates all trainable variables at once: the model lays them
+ * out in one buffer, their gradients in a buffer of the same layout, and the
+ * optimizer's slots (momentum; Adam's first and second moments) likewise.
+ * Hyper-parameters are read by name at every update, so a schedule sets them
+ * between steps. */
+#ifndef TOWERPACK_OPTIM_H
+#define TOWERPACK_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <towerpack/backend.h>
+#include <towerpack/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tp_optimizer tp_optimizer_t;
+
+/* SGD: v = momentum * v + g; w -= lr * v (Nesterov: w -= lr * (g +
+ * momentum * v)). momentum 0 keeps no slot. Caller owns. */
+tp_optimizer_t *tp_optimizer_sgd(double lr, double momentum, int nesterov);
+/* Adam with bias correction. Caller owns. */
+tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
+                                  double eps);
+void tp_optimizer_destroy(tp_optimizer_t **self_p);
+
+/* "sgd" or "adam". */
+const char *tp_optimizer_kind(const tp_optimizer_t *o);
+
+/* Set or read a hyper-parameter: "learning_rate" (both), "momentum" (sgd),
+ * "beta1", "beta2", "epsilon" (adam). TP_ERR_NOT_FOUND names the known ones. */
+tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v);
+tp_status_t tp_optimizer_get(const tp_optimizer_t *o, const char *name,
+                             double *v);
+
+/* Slots per parameter (0, 1 or 2) and their names ("momentum", "m", "v"). */
+int tp_optimizer_slot_count(const tp_optimizer_t *o);
+const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i);
+
+/* Updates applied so far (Adam's bias correction uses it; checkpoints keep
+ * it). */
+int64_t tp_optimizer_step(const tp_optimizer_t *o);
+void tp_optimizer_set_step(tp_optimizer_t *o, int64_t step);
+
+/* One update of n parameters with backend b; slots[i] has n floats. */
+tp_status_t tp_optimizer_apply(tp_optimizer_t *o, tp_backend_t *b,
+                               tp_stream_t *s, float *param,
+                               const float *grad, float *const *slots,
+                               size_t n);
+
+/* Update elements [offset, offset + n) of the same buffers as part of the
+ * current step without advancing the step counter: a model updates each
+ * variable as soon as its gradient is final, while it is still in cache.
+ * tp_optimizer_end_step then counts the step. */
+tp_status_t tp_optimizer_update(tp_optimizer_t *o, tp_backend_t *b,
+                                tp_stream_t *s, float *param,
+                                const float *grad, float *const *slots,
+                                size_t offset, size_t n);
+void tp_optimizer_end_step(tp_optimizer_t *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

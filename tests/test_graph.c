@@ -1,0 +1,503 @@
+/* towerpack tests: graph building (variables, scopes, shape errors), the
+ * model executor (XOR, towers, all-reduce, determinism, inference graph). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+
+/* ---- XOR ------------------------------------------------------------------ */
+
+static tp_status_t s_xor(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *h = tp_tanh(t, "h", tp_fc(t, "fc1", in[0], 8, 1));
+    tp_node_t *logits = tp_fc(t, "fc2", h, 2, 1);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "acc", logits, in[1]));
+    if (!tp_tower_is_training(t))
+        return tp_tower_status(t);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+
+static tp_optimizer_t *s_adam(void *u) {
+    (void)u;
+    return tp_optimizer_adam(0.05, 0.9, 0.999, 1e-8);
+}
+
+Test(graph, tiny_mlp_learns_xor) {
+    tp_input_desc_t desc[2] = {{"x", TP_FLOAT32, 2, {-1, 2}},
+                               {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_xor, s_adam, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 4;
+    cfg.infer_batch = 4;
+    cfg.seed = 3;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    float x[8] = {0, 0, 0, 1, 1, 0, 1, 1};
+    int32_t y[4] = {0, 1, 1, 0};
+    int64_t xs[2] = {4, 2}, ys[1] = {4};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    const tp_tensor_t *step_in[1] = {in};
+    for (int i = 0; i < 300; i++)
+        cr_assert_eq(tp_model_train_step(m, step_in), TP_OK, "%s", tp_last_error());
+    tp_tensor_t cost;
+    cr_assert_eq(tp_model_fetch(m, 0, "cost", &cost), TP_OK);
+    cr_expect_lt(*(float *)cost.data, 0.05f, "XOR cost %f", *(float *)cost.data);
+    cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(tp_model_metric_count(m, -1), 1);
+    cr_expect_str_eq(tp_model_metric_name(m, -1, 0), "accuracy");
+    cr_expect_float_eq(tp_model_metric_value(m, -1, 0), 1.0f, 1e-6);
+    tp_model_destroy(&m);
+    cr_expect_null(m);
+}
+
+/* ---- towers ------------------------------------------------------------- */
+
+#define FEAT 6
+#define CLS 3
+
+static tp_status_t s_mlp(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    int dropout = u != NULL;
+    tp_node_t *h = tp_relu(t, NULL, tp_fc(t, "fc1", in[0], 16, 1));
+    if (dropout)
+        h = tp_dropout(t, "drop", h, 0.5f);
+    tp_node_t *logits = tp_fc(t, "fc2", h, CLS, 1);
+    tp_node_t *cost = tp_add(t, "cost", tp_softmax_xent(t, "xent", logits, in[1]),
+                             tp_l2_decay(t, "wd", "*/W", 1e-2f));
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_optimizer_t *s_sgd(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.1, 0.9, 1);
+}
+
+static void s_data(int n, float *x, int32_t *y, uint64_t seed) {
+    tp_rng_t r;
+    tp_rng_init(&r, seed, 0);
+    for (int i = 0; i < n * FEAT; i++)
+        x[i] = (float)tp_rng_normal(&r);
+    for (int i = 0; i < n; i++)
+        y[i] = (int32_t)tp_rng_below(&r, CLS);
+}
+
+static tp_model_t *s_new_mlp(int towers, int batch, void *user) {
+    tp_input_desc_t desc[2] = {{"x", TP_FLOAT32, 2, {-1, FEAT}},
+                               {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_mlp, s_sgd, user};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = towers;
+    cfg.batch = batch;
+    cfg.seed = 11;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    return m;
+}
+
+static void s_inputs(tp_tensor_t in[2], float *x, int32_t *y, int n) {
+    int64_t xs[2] = {n, FEAT}, ys[1] = {n};
+    tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+}
+
+Test(graph, two_towers_match_one_tower_of_double_batch) {
+    enum { B = 8, STEPS = 4 };
+    tp_model_t *two = s_new_mlp(2, B, NULL), *one = s_new_mlp(1, 2 * B, NULL);
+    float x[2 * B * FEAT];
+    int32_t y[2 * B];
+    for (int s = 0; s < STEPS; s++) {
+        s_data(2 * B, x, y, 100 + (uint64_t)s);
+        tp_tensor_t a[2], b[2], full[2];
+        s_inputs(a, x, y, B);
+        s_inputs(b, x + B * FEAT, y + B, B);
+        s_inputs(full, x, y, 2 * B);
+        cr_assert_eq(tp_model_run(two, 0, a), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(two, 1, b), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_allreduce(two), TP_OK);
+        cr_assert_eq(tp_model_apply(two), TP_OK);
+        const tp_tensor_t *fin[1] = {full};
+        cr_assert_eq(tp_model_train_step(one, fin), TP_OK, "%s", tp_last_error());
+    }
+    cr_assert_eq(tp_model_var_count(one), tp_model_var_count(two));
+    for (int i = 0; i < tp_model_var_count(one); i++) {
+        const char *name = tp_model_var_name(one, i);
+        tp_tensor_t v1, v2;
+        cr_assert_eq(tp_model_var(one, name, &v1), TP_OK);
+        cr_assert_eq(tp_model_var(two, name, &v2), TP_OK);
+        for (size_t k = 0; k < tp_tensor_numel(&v1); k++) {
+            float p = ((float *)v1.data)[k], q = ((float *)v2.data)[k];
+            cr_assert(fabsf(p - q) <= 1e-5f + 1e-4f * fabsf(p),
+                      "%s[%zu]: one tower %g, two towers %g", name, k, p, q);
+        }
+    }
+    tp_model_destroy(&two);
+    tp_model_destroy(&one);
+}
+
+typedef struct {
+    tp_model_t *m;
+    int tower;
+    tp_tensor_t *in;
+    tp_status_t rc;
+} s_job_t;
+
+static void *s_tower_thread(void *arg) {
+    s_job_t *j = arg;
+    j->rc = tp_model_run(j->m, j->tower, j->in);
+    if (j->rc == TP_OK)
+        j->rc = tp_model_allreduce_tower(j->m, j->tower);
+    else
+        tp_model_abort(j->m);
+    return NULL;
+}
+
+/* Towers on their own threads with the collective all-reduce give exactly
+ * what one thread driving both gives (sums in rank order). */
+Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
+    enum { B = 8 };
+    tp_model_t *seq = s_new_mlp(2, B, NULL), *par = s_new_mlp(2, B, NULL);
+    float x[2 * B * FEAT];
+    int32_t y[2 * B];
+    for (int s = 0; s < 3; s++) {
+        s_data(2 * B, x, y, 7 + (uint64_t)s);
+        tp_tensor_t a[2], b[2];
+        s_inputs(a, x, y, B);
+        s_inputs(b, x + B * FEAT, y + B, B);
+        cr_assert_eq(tp_model_run(seq, 0, a), TP_OK);
+        cr_assert_eq(tp_model_run(seq, 1, b), TP_OK);
+        cr_assert_eq(tp_model_allreduce(seq), TP_OK);
+        cr_assert_eq(tp_model_apply(seq), TP_OK);
+        s_job_t jobs[2] = {{par, 0, a, 0}, {par, 1, b, 0}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            pthread_create(&th[i], NULL, s_tower_thread, &jobs[i]);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        cr_assert_eq(jobs[0].rc, TP_OK, "%s", tp_last_error());
+        cr_assert_eq(jobs[1].rc, TP_OK);
+        /* replicated: both towers hold the same averaged gradient */
+        tp_tensor_t g0, g1;
+        cr_assert_eq(tp_model_grad(par, 0, "fc1/W", &g0), TP_OK);
+        cr_assert_eq(tp_model_grad(par, 1, "fc1/W", &g1), TP_OK);
+        cr_assert(tp_tensor_equal(&g0, &g1));
+        cr_assert_eq(tp_model_apply(par), TP_OK);
+    }
+    for (int i = 0; i < tp_model_var_count(seq); i++) {
+        tp_tensor_t v1, v2;
+        cr_assert_eq(tp_model_var(seq, tp_model_var_name(seq, i), &v1), TP_OK);
+        cr_assert_eq(tp_model_var(par, tp_model_var_name(seq, i), &v2), TP_OK);
+        cr_assert(tp_tensor_equal(&v1, &v2), "%s differs", tp_model_var_name(seq, i));
+    }
+    tp_model_destroy(&seq);
+    tp_model_destroy(&par);
+}
+
+Test(graph, aborted_collective_does_not_hang) {
+    tp_model_t *m = s_new_mlp(2, 4, NULL);
+    float x[4 * FEAT];
+    int32_t y[4];
+    s_data(4, x, y, 9);
+    tp_tensor_t in[2];
+    s_inputs(in, x, y, 4);
+    cr_assert_eq(tp_model_run(m, 0, in), TP_OK);
+    tp_model_abort(m); /* tower 1 failed and will never contribute */
+    cr_expect_eq(tp_model_allreduce_tower(m, 0), TP_ERR_INTERRUPTED);
+    tp_model_destroy(&m);
+}
+
+Test(graph, gradients_are_used_once) {
+    tp_model_t *m = s_new_mlp(1, 4, NULL);
+    float x[4 * FEAT];
+    int32_t y[4];
+    s_data(4, x, y, 9);
+    tp_tensor_t in[2];
+    s_inputs(in, x, y, 4);
+    cr_expect_eq(tp_model_apply(m), TP_ERR_STATE);
+    cr_assert_eq(tp_model_forward(m, 0, in), TP_OK);
+    cr_expect_eq(tp_model_apply(m), TP_ERR_STATE);
+    cr_assert_eq(tp_model_run(m, 0, in), TP_OK);
+    cr_assert_eq(tp_model_forward(m, 0, in), TP_OK); /* leaves gradients */
+    cr_expect_eq(tp_model_apply(m), TP_OK);
+    cr_expect_eq(tp_model_apply(m), TP_ERR_STATE);
+    cr_expect(strstr(tp_last_error(), "tower0") != NULL, "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
+
+Test(graph, same_seed_same_result_with_dropout) {
+    enum { B = 8 };
+    int on = 1;
+    tp_model_t *m1 = s_new_mlp(1, B, &on), *m2 = s_new_mlp(1, B, &on);
+    float x[B * FEAT];
+    int32_t y[B];
+    for (int s = 0; s < 5; s++) {
+        s_data(B, x, y, 50 + (uint64_t)s);
+        tp_tensor_t in[2];
+        s_inputs(in, x, y, B);
+        const tp_tensor_t *p[1] = {in};
+        cr_assert_eq(tp_model_train_step(m1, p), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_train_step(m2, p), TP_OK);
+    }
+    tp_tensor_t a, b;
+    cr_assert_eq(tp_model_var(m1, "fc1/W", &a), TP_OK);
+    cr_assert_eq(tp_model_var(m2, "fc1/W", &b), TP_OK);
+    cr_expect(tp_tensor_equal(&a, &b));
+    tp_model_destroy(&m1);
+    tp_model_destroy(&m2);
+}
+
+Test(graph, smaller_batch_than_planned) {
+    tp_model_t *m = s_new_mlp(1, 16, NULL);
+    float x[5 * FEAT];
+    int32_t y[5];
+    s_data(5, x, y, 1);
+    tp_tensor_t in[2];
+    s_inputs(in, x, y, 5);
+    cr_assert_eq(tp_model_run(m, 0, in), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, 0, "fc2/output", &v), TP_OK);
+    cr_expect_eq(v.shape[0], 5);
+    /* too large a batch, a wrong dtype, a wrong trailing dim */
+    float big[17 * FEAT];
+    int32_t ybig[17];
+    s_inputs(in, big, ybig, 17);
+    cr_expect_eq(tp_model_run(m, 0, in), TP_ERR_SHAPE);
+    cr_expect(strstr(tp_last_error(), "planned") != NULL, "%s", tp_last_error());
+    s_inputs(in, x, y, 5);
+    in[1].dtype = TP_INT64;
+    cr_expect_eq(tp_model_run(m, 0, in), TP_ERR_SHAPE);
+    cr_expect(strstr(tp_last_error(), "'y'") != NULL, "%s", tp_last_error());
+    cr_expect_eq(tp_model_run(m, 3, in), TP_ERR_INVALID);
+    tp_model_destroy(&m);
+}
+
+Test(graph, hyper_parameters_by_name) {
+    tp_model_t *m = s_new_mlp(1, 4, NULL);
+    double v = 0;
+    cr_expect_eq(tp_model_get_hparam(m, "learning_rate", &v), TP_OK);
+    cr_expect_float_eq(v, 0.1, 1e-12);
+    cr_expect_eq(tp_model_set_hparam(m, "learning_rate", 0.01), TP_OK);
+    cr_expect_eq(tp_model_get_hparam(m, "learning_rate", &v), TP_OK);
+    cr_expect_float_eq(v, 0.01, 1e-12);
+    cr_expect_eq(tp_model_set_hparam(m, "warp_speed", 1), TP_ERR_NOT_FOUND);
+    cr_expect(strstr(tp_last_error(), "momentum") != NULL);
+    cr_expect_eq(tp_model_set_hparam(m, "momentum", 2.0), TP_ERR_INVALID);
+    tp_model_destroy(&m);
+}
+
+/* ---- build errors ------------------------------------------------------- */
+
+static int s_case;
+
+static tp_status_t s_bad(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t ws[2] = {5, 3};
+    switch (s_case) {
+    case 0: { /* inner dimension mismatch */
+        tp_node_t *w = tp_variable(t, "W", 2, ws, (tp_init_t){0, 0}, 0);
+        return tp_tower_set_cost(t, tp_softmax_xent(t, "xent",
+                                 tp_matmul(t, "proj", in[0], w), in[1]));
+    }
+    case 1: /* one variable twice in one tower */
+        tp_fc(t, "fc", in[0], 3, 1);
+        tp_fc(t, "fc", in[0], 3, 1);
+        return tp_tower_status(t);
+    case 2: /* tower 1 makes a variable tower 0 did not */
+        if (tp_tower_index(t) == 1)
+            tp_fc(t, "extra", in[0], 3, 1);
+        return tp_tower_set_cost(t, tp_softmax_xent(t, "xent",
+                                 tp_fc(t, "fc", in[0], 3, 1), in[1]));
+    case 3: /* no cost */
+        tp_fc(t, "fc", in[0], 3, 1);
+        return TP_OK;
+    case 4: /* conv on a 2-d input */
+        return tp_tower_set_cost(t, tp_softmax_xent(t, "xent",
+                                 tp_conv2d(t, "conv1", in[0], 4, 3, 1, -1, 1), in[1]));
+    case 5: { /* same variable name with another shape in a later tower */
+        int64_t s2[2] = {FEAT, tp_tower_index(t) + 2};
+        tp_node_t *w = tp_variable(t, "W", 2, s2, (tp_init_t){0, 0}, 0);
+        return tp_tower_set_cost(t, tp_softmax_xent(t, "xent",
+                                 tp_matmul(t, "mm", in[0], w), in[1]));
+    }
+    default: /* a duplicate node name */
+        tp_relu(t, "r", in[0]);
+        tp_relu(t, "r", in[0]);
+        return tp_tower_status(t);
+    }
+}
+
+static void s_expect_build_error(int which, int towers, const char *needle) {
+    s_case = which;
+    tp_input_desc_t desc[2] = {{"x", TP_FLOAT32, 2, {-1, FEAT}},
+                               {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_bad, s_sgd, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = towers;
+    cfg.batch = 4;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_expect_null(m, "case %d built", which);
+    cr_expect(strstr(tp_last_error(), needle) != NULL,
+              "case %d: '%s' lacks '%s'", which, tp_last_error(), needle);
+    tp_model_destroy(&m);
+}
+
+Test(graph_errors, shape_mismatch_names_the_node) {
+    s_expect_build_error(0, 1, "proj");
+}
+Test(graph_errors, variable_twice_in_one_tower) {
+    s_expect_build_error(1, 1, "fc/W");
+}
+Test(graph_errors, later_tower_creates_a_variable) {
+    s_expect_build_error(2, 2, "extra/W");
+}
+Test(graph_errors, missing_cost) { s_expect_build_error(3, 1, "cost"); }
+Test(graph_errors, conv_needs_nchw) { s_expect_build_error(4, 1, "conv1"); }
+Test(graph_errors, variable_shape_differs_across_towers) {
+    s_expect_build_error(5, 2, "tower1");
+}
+Test(graph_errors, duplicate_node_name) { s_expect_build_error(6, 1, "'r'"); }
+
+Test(graph_errors, bad_descriptions) {
+    tp_model_desc_t md = {NULL, 0, NULL, NULL, NULL};
+    cr_expect_null(tp_model_new(&md, NULL));
+    tp_input_desc_t desc[1] = {{"x", TP_FLOAT32, 2, {-1, 0}}};
+    tp_model_desc_t md2 = {desc, 1, s_bad, NULL, NULL};
+    cr_expect_null(tp_model_new(&md2, NULL));
+    cr_expect(strstr(tp_last_error(), "'x'") != NULL);
+}
+
+/* ---- a small CNN builds, shares variables and runs ------------------------ */
+
+static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t shape[4] = {-1, 1, 8, 8};
+    tp_node_t *x = tp_reshape(t, "img", tp_cast(t, "cast", in[0], 1.0f / 255), 4, shape);
+    tp_node_t *h = tp_relu(t, NULL, tp_batch_norm(t, "bn1", tp_conv2d(t, "conv1", x, 4, 3, 1, -1, 0)));
+    tp_node_t *skip = h;
+    h = tp_relu(t, NULL, tp_conv2d(t, "conv2", h, 4, 3, 1, -1, 1));
+    h = tp_add(t, "res", h, skip);
+    tp_node_t *cat[2] = {h, skip};
+    h = tp_max_pool(t, "pool", tp_concat(t, "cat", 2, cat), 2, 2, 0);
+    h = tp_global_avg_pool(t, "gap", h);
+    tp_node_t *logits = tp_fc(t, "fc", tp_dropout(t, "drop", h, 0.2f), 3, 1);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "acc", logits, in[1]));
+    if (!tp_tower_is_training(t))
+        return tp_tower_status(t);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "xent", logits, in[1]));
+}
+
+Test(graph, cnn_towers_share_variables) {
+    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 8, 8}},
+                               {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_cnn, s_adam, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 2;
+    cfg.batch = 4;
+    cfg.infer_batch = 6;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    /* conv1 W, bn1 gamma/beta/mean/var, conv2 W/b, fc W/b */
+    cr_expect_eq(tp_model_var_count(m), 9);
+    int model_only = 0;
+    for (int i = 0; i < tp_model_var_count(m); i++)
+        model_only += !tp_model_var_trainable(m, i);
+    cr_expect_eq(model_only, 2);
+    uint8_t x[4 * 64];
+    int32_t y[4] = {0, 1, 2, 1};
+    for (int i = 0; i < 4 * 64; i++)
+        x[i] = (uint8_t)(i * 37);
+    int64_t xs[3] = {4, 8, 8}, ys[1] = {4};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    const tp_tensor_t *step[2] = {in, in};
+    tp_tensor_t w0, w1;
+    cr_assert_eq(tp_model_var(m, "conv2/W", &w0), TP_OK);
+    float before = ((float *)w0.data)[0];
+    cr_assert_eq(tp_model_train_step(m, step), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_var(m, "conv2/W", &w1), TP_OK);
+    cr_expect_neq(before, ((float *)w1.data)[0]);
+    cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+    cr_expect_gt(tp_model_memory(m), 0);
+    tp_model_destroy(&m);
+}
+
+Test(graph, per_op_profile) {
+    tp_model_t *m = s_new_mlp(1, 8, NULL);
+    float x[8 * FEAT];
+    int32_t y[8];
+    s_data(8, x, y, 3);
+    tp_tensor_t in[2];
+    s_inputs(in, x, y, 8);
+    const tp_tensor_t *p[1] = {in};
+    tp_model_set_profiling(m, 1);
+    cr_assert_eq(tp_model_train_step(m, p), TP_OK);
+    cr_assert_eq(tp_model_train_step(m, p), TP_OK);
+    tp_op_profile_t pr[32];
+    int n = tp_model_profile(m, 0, pr, 32);
+    cr_assert_gt(n, 4);
+    int found = 0;
+    for (int i = 0; i < n && i < 32; i++) {
+        cr_expect_eq(pr[i].calls, 2, "%s", pr[i].name);
+        if (!strcmp(pr[i].name, "fc1/matmul")) {
+            found = 1;
+            cr_expect_eq(pr[i].kind, TP_OP_MATMUL);
+            cr_expect_gt(pr[i].forward_ns + pr[i].backward_ns, 0);
+        }
+    }
+    cr_expect(found);
+    tp_model_destroy(&m);
+}
+
+/* The fused update (one tower) is the same arithmetic as run + apply. */
+Test(graph, fused_update_equals_run_then_apply) {
+    int on = 1;
+    tp_model_t *a = s_new_mlp(1, 8, &on), *b = s_new_mlp(1, 8, &on);
+    float x[8 * FEAT];
+    int32_t y[8];
+    for (int s = 0; s < 4; s++) {
+        s_data(8, x, y, 20 + (uint64_t)s);
+        tp_tensor_t in[2];
+        s_inputs(in, x, y, 8);
+        const tp_tensor_t *p[1] = {in};
+        cr_assert_eq(tp_model_train_step(a, p), TP_OK);
+        cr_assert_eq(tp_model_run(b, 0, in), TP_OK);
+        cr_assert_eq(tp_model_allreduce(b), TP_OK);
+        cr_assert_eq(tp_model_apply(b), TP_OK);
+    }
+    for (int i = 0; i < tp_model_var_count(a); i++) {
+        tp_tensor_t va, vb;
+        cr_assert_eq(tp_model_var(a, tp_model_var_name(a, i), &va), TP_OK);
+        cr_assert_eq(tp_model_var(b, tp_model_var_name(a, i), &vb), TP_OK);
+        cr_expect(tp_tensor_equal(&va, &vb), "%s differs", tp_model_var_name(a, i));
+    }
+    tp_model_destroy(&a);
+    tp_model_destroy(&b);
+}
+
+/* Steps do not grow the heap: the bytes in use are the same after many
+ * steps (a malloc/free pair inside a step would not show; under ASan, whose
+ * allocator glibc does not see, the check is vacuous). */
+#include <malloc.h>
+Test(graph, steps_do_not_grow_the_heap) {
+    tp_model_t *m = s_new_mlp(2, 8, &s_case);
+    float x[16 * FEAT];
+    int32_t y[16];
+    s_data(16, x, y, 4);
+    tp_tensor_t a[2], b[2];
+    s_inputs(a, x, y, 8);
+    s_inputs(b, x + 8 * FEAT, y + 8, 8);
+    const tp_tensor_t *p[2] = {a, b};
+    cr_assert_eq(tp_model_train_step(m, p), TP_OK);
+    struct mallinfo2 before = mallinfo2();
+    for (int i = 0; i < 50; i++) {
+        cr_assert_eq(tp_model_train_step(m, p), TP_OK);
+        tp_tensor_t v;
+        cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
+    }
+    struct mallinfo2 after = mallinfo2();
+    cr_expect_eq(before.uordblks, after.uordblks);
+    cr_expect_eq(before.hblkhd, after.hblkhd);
+    tp_model_destroy(&m);
+}

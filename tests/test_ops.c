@@ -1,0 +1,278 @@
+/* towerpack tests: every op's backward against central finite differences,
+ * and the forward values of the ops that have no gradient.
+ *
+ * Each case builds a one-tower model whose cost is softmax cross-entropy of
+ * a random linear head over the op's output; the op's input x is a
+ * trainable variable, so the check covers dx, the op's parameters and the
+ * head alike. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+
+#define N 4
+#define CLASSES 3
+
+typedef tp_node_t *(*case_fn)(tp_tower_t *t, tp_node_t *x);
+
+typedef struct {
+    case_fn fn;
+    int ndim;
+    int64_t shape[4]; /* x; shape[0] must be N */
+} fd_case_t;
+
+static tp_status_t s_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    fd_case_t *c = user;
+    tp_node_t *x = tp_variable(t, "x", c->ndim, c->shape,
+                               (tp_init_t){TP_INIT_NORMAL, 1.0f},
+                               TP_VAR_TRAINABLE);
+    tp_node_t *y = c->fn(t, x);
+    tp_node_t *cost;
+    if (y && tp_node_shape(y)->ndim == 0) {
+        tp_node_t *logits = tp_fc(t, "head", tp_flatten(t, NULL, x), CLASSES, 1);
+        cost = tp_add(t, "cost", tp_softmax_xent(t, "xent", logits, in[0]), y);
+    } else {
+        tp_node_t *logits = tp_fc(t, "head", tp_flatten(t, NULL, y), CLASSES, 1);
+        cost = tp_softmax_xent(t, "cost", logits, in[0]);
+    }
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_optimizer_t *s_opt(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.1, 0.0, 0);
+}
+
+static float s_cost(tp_model_t *m, const tp_tensor_t *in, const tp_rng_t *r0) {
+    *tp_model_tower_rng(m, 0) = *r0;
+    cr_assert_eq(tp_model_forward(m, 0, in), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
+    return *(float *)v.data;
+}
+
+static void s_check(fd_case_t *c, const char *what) {
+    tp_input_desc_t desc = {"labels", TP_INT32, 1, {-1}};
+    tp_model_desc_t md = {&desc, 1, s_build, s_opt, c};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = N;
+    cfg.seed = 7;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s: %s", what, tp_last_error());
+    int32_t labels[N] = {0, 2, 1, 2};
+    int64_t ls[1] = {N};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_INT32, 1, ls, labels, NULL, NULL);
+    tp_rng_t r0 = *tp_model_tower_rng(m, 0);
+    cr_assert_eq(tp_model_run(m, 0, &in), TP_OK, "%s: %s", what, tp_last_error());
+    const double eps = 1e-3;
+    int checked = 0;
+    for (int vi = 0; vi < tp_model_var_count(m); vi++) {
+        if (!tp_model_var_trainable(m, vi))
+            continue;
+        const char *name = tp_model_var_name(m, vi);
+        tp_tensor_t w, g;
+        cr_assert_eq(tp_model_var(m, name, &w), TP_OK);
+        cr_assert_eq(tp_model_grad(m, 0, name, &g), TP_OK);
+        size_t n = tp_tensor_numel(&w);
+        size_t stride = n > 48 ? n / 48 : 1;
+        float *wd = w.data, *gd = g.data;
+        for (size_t i = 0; i < n; i += stride) {
+            float keep = wd[i];
+            wd[i] = (float)(keep + eps);
+            double up = s_cost(m, &in, &r0);
+            wd[i] = (float)(keep - eps);
+            double dn = s_cost(m, &in, &r0);
+            wd[i] = keep;
+            double num = (up - dn) / (2 * eps), ana = gd[i];
+            cr_expect(fabs(num - ana) <= 2e-3 + 3e-2 * fabs(num),
+                      "%s: d cost / d %s[%zu]: backward %.6f, finite "
+                      "difference %.6f",
+                      what, name, i, ana, num);
+            checked++;
+        }
+    }
+    cr_assert_gt(checked, 0);
+    tp_model_destroy(&m);
+}
+
+#define X4(c, h, w) 4, {N, c, h, w}
+
+static tp_node_t *c_relu(tp_tower_t *t, tp_node_t *x) { return tp_relu(t, NULL, x); }
+static tp_node_t *c_leaky(tp_tower_t *t, tp_node_t *x) {
+    return tp_leaky_relu(t, NULL, x, 0.1f);
+}
+static tp_node_t *c_tanh(tp_tower_t *t, tp_node_t *x) { return tp_tanh(t, NULL, x); }
+static tp_node_t *c_sigmoid(tp_tower_t *t, tp_node_t *x) {
+    return tp_sigmoid(t, NULL, x);
+}
+static tp_node_t *c_scale(tp_tower_t *t, tp_node_t *x) {
+    return tp_scale(t, NULL, x, -1.5f);
+}
+static tp_node_t *c_fc(tp_tower_t *t, tp_node_t *x) { return tp_fc(t, "fc", x, 5, 1); }
+static tp_node_t *c_conv3(tp_tower_t *t, tp_node_t *x) {
+    return tp_conv2d(t, "conv", x, 4, 3, 1, -1, 1);
+}
+static tp_node_t *c_conv_s2(tp_tower_t *t, tp_node_t *x) {
+    return tp_conv2d(t, "conv", x, 3, 3, 2, 1, 0);
+}
+static tp_node_t *c_conv1x1(tp_tower_t *t, tp_node_t *x) {
+    return tp_conv2d(t, "conv", x, 5, 1, 1, 0, 1);
+}
+static tp_node_t *c_conv_valid(tp_tower_t *t, tp_node_t *x) {
+    return tp_conv2d(t, "conv", x, 2, 2, 1, 0, 1);
+}
+static tp_node_t *c_maxpool(tp_tower_t *t, tp_node_t *x) {
+    return tp_max_pool(t, NULL, x, 2, 2, 0);
+}
+static tp_node_t *c_maxpool_pad(tp_tower_t *t, tp_node_t *x) {
+    return tp_max_pool(t, NULL, x, 3, 2, 1);
+}
+static tp_node_t *c_avgpool(tp_tower_t *t, tp_node_t *x) {
+    return tp_avg_pool(t, NULL, x, 3, 2, 1);
+}
+static tp_node_t *c_gap(tp_tower_t *t, tp_node_t *x) {
+    return tp_global_avg_pool(t, NULL, x);
+}
+static tp_node_t *c_bn(tp_tower_t *t, tp_node_t *x) { return tp_batch_norm(t, "bn", x); }
+static tp_node_t *c_dropout(tp_tower_t *t, tp_node_t *x) {
+    return tp_dropout(t, NULL, x, 0.3f);
+}
+static tp_node_t *c_reshape(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[3] = {N, 6, 9};
+    return tp_tanh(t, NULL, tp_reshape(t, NULL, x, 3, s));
+}
+static tp_node_t *c_add(tp_tower_t *t, tp_node_t *x) {
+    return tp_add(t, NULL, x, tp_tanh(t, NULL, x)); /* x used twice */
+}
+static tp_node_t *c_concat(tp_tower_t *t, tp_node_t *x) {
+    tp_node_t *xs[3] = {x, tp_sigmoid(t, NULL, x), x};
+    return tp_concat(t, NULL, 3, xs);
+}
+static tp_node_t *c_l2(tp_tower_t *t, tp_node_t *x) {
+    tp_node_t *h = tp_fc(t, "fc", x, 3, 1);
+    (void)h;
+    return tp_l2_decay(t, "l2", "*", 0.3f);
+}
+static tp_node_t *c_bias(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[1] = {3};
+    tp_node_t *b = tp_variable(t, "b", 1, s, (tp_init_t){TP_INIT_NORMAL, 1.0f},
+                               TP_VAR_TRAINABLE);
+    return tp_bias_add(t, NULL, x, b);
+}
+
+#define FD_TEST(nm, fn_, ...)                                                \
+    Test(ops_grad, nm) {                                                     \
+        fd_case_t c = {fn_, __VA_ARGS__};                                    \
+        s_check(&c, #nm);                                                    \
+    }
+
+FD_TEST(relu, c_relu, X4(2, 3, 3))
+FD_TEST(leaky_relu, c_leaky, X4(2, 3, 3))
+FD_TEST(tanh, c_tanh, X4(2, 3, 3))
+FD_TEST(sigmoid, c_sigmoid, X4(2, 3, 3))
+FD_TEST(scale, c_scale, 2, {N, 5})
+FD_TEST(fc_matmul_bias, c_fc, X4(2, 3, 3))
+FD_TEST(conv2d_3x3_same, c_conv3, X4(3, 5, 5))
+FD_TEST(conv2d_stride2, c_conv_s2, X4(2, 6, 5))
+FD_TEST(conv2d_1x1, c_conv1x1, X4(3, 3, 4))
+FD_TEST(conv2d_valid, c_conv_valid, X4(2, 4, 4))
+FD_TEST(max_pool, c_maxpool, X4(2, 4, 4))
+FD_TEST(max_pool_padded, c_maxpool_pad, X4(2, 5, 5))
+FD_TEST(avg_pool_padded, c_avgpool, X4(2, 5, 5))
+FD_TEST(global_avg_pool, c_gap, X4(3, 3, 3))
+FD_TEST(batch_norm_4d, c_bn, X4(3, 3, 3))
+FD_TEST(batch_norm_2d, c_bn, 2, {N, 5})
+FD_TEST(dropout, c_dropout, X4(2, 3, 3))
+FD_TEST(reshape_flatten, c_reshape, X4(2, 3, 9))
+FD_TEST(add_residual, c_add, X4(2, 3, 3))
+FD_TEST(concat, c_concat, X4(2, 3, 3))
+FD_TEST(l2_decay, c_l2, 2, {N, 4})
+FD_TEST(bias_add_4d, c_bias, X4(3, 2, 2))
+
+/* ---- forward values of ops without gradients ------------------------------ */
+
+static tp_status_t s_metrics(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *logits = tp_cast(t, "logits", in[0], 0.5f);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "acc", logits, in[1]));
+    tp_tower_add_metric(t, "errors", tp_error_count(t, "err", logits, in[1]));
+    tp_tower_add_output(t, "scaled", logits);
+    return tp_tower_status(t);
+}
+
+Test(ops_fwd, cast_accuracy_error_count) {
+    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 2, {-1, 3}},
+                               {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_metrics, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 8;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    uint8_t x[4 * 3] = {1, 9, 3, /**/ 200, 2, 100, /**/ 0, 0, 7, /**/ 5, 6, 4};
+    int32_t y[4] = {1, 0, 2, 0};
+    int64_t xs[2] = {4, 3}, ys[1] = {4};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_UINT8, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+    cr_expect_float_eq(tp_model_metric_value(m, -1, 0), 0.75f, 1e-6);
+    cr_expect_float_eq(tp_model_metric_value(m, -1, 1), 1.0f, 1e-6);
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, -1, "scaled", &v), TP_OK);
+    cr_expect_eq(v.shape[0], 4); /* the step's batch, not the planned 8 */
+    cr_expect_float_eq(((float *)v.data)[3], 100.0f, 1e-6);
+    /* a label out of range fails the step, naming the node */
+    y[2] = 3;
+    cr_expect_eq(tp_model_forward(m, -1, in), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "acc") != NULL, "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
+
+/* Batch norm in inference uses the moving averages that tower 0 updated. */
+static tp_status_t s_bn_model(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *y = tp_batch_norm(t, "bn", in[0]);
+    tp_tower_add_output(t, "y", y);
+    tp_node_t *logits = tp_fc(t, "fc", y, 2, 1);
+    if (tp_tower_is_training(t))
+        return tp_tower_set_cost(t, tp_softmax_xent(t, "xent", logits, in[1]));
+    return tp_tower_status(t);
+}
+
+Test(ops_fwd, batch_norm_moving_averages) {
+    tp_input_desc_t desc[2] = {{"x", TP_FLOAT32, 2, {-1, 2}},
+                               {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_bn_model, s_opt, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 4;
+    cfg.infer_batch = 4;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    float x[8] = {1, 10, 2, 20, 3, 30, 6, 40};
+    int32_t y[4] = {0, 1, 0, 1};
+    int64_t xs[2] = {4, 2}, ys[1] = {4};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    cr_assert_eq(tp_model_run(m, 0, in), TP_OK, "%s", tp_last_error());
+    tp_tensor_t mm, mv, out;
+    cr_assert_eq(tp_model_var(m, "bn/mean/EMA", &mm), TP_OK);
+    cr_assert_eq(tp_model_var(m, "bn/variance/EMA", &mv), TP_OK);
+    /* channel 0: mean 3, unbiased variance 14/3 */
+    cr_expect_float_eq(((float *)mm.data)[0], 0.1f * 3.0f, 1e-5);
+    cr_expect_float_eq(((float *)mv.data)[0], 0.9f + 0.1f * 14.0f / 3.0f, 1e-5);
+    /* training output is normalised with batch statistics */
+    cr_assert_eq(tp_model_fetch(m, 0, "y", &out), TP_OK);
+    float s = 0;
+    for (int i = 0; i < 4; i++)
+        s += ((float *)out.data)[2 * i];
+    cr_expect(fabsf(s) < 1e-4f);
+    cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_fetch(m, -1, "y", &out), TP_OK);
+    float want = (1.0f - ((float *)mm.data)[0]) /
+                 sqrtf(((float *)mv.data)[0] + 1e-5f);
+    cr_expect_float_eq(((float *)out.data)[0], want, 1e-5);
+    tp_model_destroy(&m);
+}

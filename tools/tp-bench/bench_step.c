@@ -1,0 +1,244 @@
+/* tp-bench step: one training step (forward, backward, update) of an MLP
+ * 784-256-10 at batch 128 against the same matrix products called directly
+ * on OpenBLAS in the same run; also the step time of a small CNN.
+ *
+ *   tp-bench step [--iters N] [--rounds R] [--threads T] [--batch B]
+ *                 [--no-cnn] [--profile] [--json]
+ *
+ * The reference is the five sgemm calls the step itself makes (two forward;
+ * dW2, dh, dW1 backward; the input needs no gradient). Each round runs
+ * `iters` steps, then `iters` reference iterations; the ratio is the median
+ * of the rounds' ratios (robust on a shared machine), the times are each
+ * side's fastest round. The CNN figure is the fastest of 5 rounds of 3
+ * steps. Goal: ratio <= 1.3. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+
+static tp_status_t s_mlp(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *h = tp_relu(t, "relu1", tp_fc(t, "fc1", in[0], 256, 1));
+    tp_node_t *logits = tp_fc(t, "fc2", h, 10, 1);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+
+/* conv32-pool-conv64-pool-fc128-fc10 on uint8 images, as a trainer feeds. */
+static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t shape[4] = {-1, 1, 28, 28};
+    tp_node_t *x = tp_reshape(t, "img", tp_cast(t, "cast", in[0], 1.0f / 255), 4, shape);
+    tp_node_t *h = tp_relu(t, NULL, tp_conv2d(t, "conv1", x, 32, 3, 1, -1, 1));
+    h = tp_max_pool(t, "pool1", h, 2, 2, 0);
+    h = tp_relu(t, NULL, tp_conv2d(t, "conv2", h, 64, 3, 1, -1, 1));
+    h = tp_max_pool(t, "pool2", h, 2, 2, 0);
+    h = tp_relu(t, NULL, tp_fc(t, "fc1", h, 128, 1));
+    tp_node_t *logits = tp_fc(t, "fc2", h, 10, 1);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+
+static tp_optimizer_t *s_sgd(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.01, 0.9, 0);
+}
+
+static int s_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double s_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, s_cmp);
+    return v[n / 2];
+}
+
+static double s_min(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static void s_usage(void) {
+    printf("usage: tp-bench step [--iters N] [--rounds R] [--threads T] "
+           "[--batch B] [--no-cnn] [--profile] [--json]\n"
+           "  MLP 784-256-10 step against its raw sgemm calls; small CNN step "
+           "time\n");
+}
+
+int tp_bench_step(int argc, char **argv) {
+    int iters = 5, rounds = 200, threads = 1, json = 0, cnn = 1;
+    int batch = 128, profile = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-cnn"))
+            cnn = 0;
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
+        else if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            s_usage();
+            return 0;
+        } else {
+            fprintf(stderr, "tp-bench step: unknown option '%s'\n", argv[i]);
+            s_usage();
+            return 2;
+        }
+    }
+    if (iters < 1 || rounds < 1 || rounds > 1000 || threads < 0 || batch < 1) {
+        fprintf(stderr, "tp-bench step: bad --iters/--rounds/--threads/--batch\n");
+        return 2;
+    }
+    const int B = batch, D = 784, H = 256, C = 10;
+    tp_input_desc_t desc[2] = {{"x", TP_FLOAT32, 2, {-1, D}},
+                               {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_mlp, s_sgd, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = B;
+    cfg.threads = threads;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    if (!m) {
+        fprintf(stderr, "tp-bench step: %s\n", tp_last_error());
+        return 1;
+    }
+    float *x = tp_alloc((size_t)B * D * sizeof(float));
+    int32_t *y = tp_alloc((size_t)B * sizeof(int32_t));
+    /* reference buffers: the same shapes the step uses */
+    float *w1 = tp_alloc((size_t)D * H * 4), *w2 = tp_alloc((size_t)H * C * 4);
+    float *h = tp_alloc((size_t)B * H * 4), *o = tp_alloc((size_t)B * C * 4);
+    float *dw1 = tp_alloc((size_t)D * H * 4), *dw2 = tp_alloc((size_t)H * C * 4);
+    float *dh = tp_alloc((size_t)B * H * 4), *dout = tp_alloc((size_t)B * C * 4);
+    tp_rng_t r;
+    tp_rng_init(&r, 1, 0);
+    for (int i = 0; i < B * D; i++)
+        x[i] = tp_rng_float(&r);
+    for (int i = 0; i < B; i++)
+        y[i] = (int32_t)tp_rng_below(&r, (uint64_t)C);
+    for (int i = 0; i < D * H; i++)
+        w1[i] = tp_rng_float(&r) * 0.01f;
+    for (int i = 0; i < H * C; i++)
+        w2[i] = tp_rng_float(&r) * 0.01f;
+    for (int i = 0; i < B * C; i++)
+        dout[i] = tp_rng_float(&r) * 0.01f;
+    int64_t xs[2] = {B, D}, ys[1] = {B};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    const tp_tensor_t *step_in[1] = {in};
+
+    static double t_step[1000], t_ref[1000], t_ratio[1000];
+    for (int warm = 0; warm < 20; warm++)
+        if (tp_model_train_step(m, step_in) < 0) {
+            fprintf(stderr, "tp-bench step: %s\n", tp_last_error());
+            return 1;
+        }
+    for (int rd = 0; rd < rounds; rd++) {
+        uint64_t t0 = tp_now_ns();
+        for (int i = 0; i < iters; i++)
+            tp_model_train_step(m, step_in);
+        uint64_t t1 = tp_now_ns();
+        for (int i = 0; i < iters; i++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, D, 1.0f,
+                        x, D, w1, H, 0.0f, h, H);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, C, H, 1.0f,
+                        h, H, w2, C, 0.0f, o, C);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, C, B, 1.0f, h,
+                        H, dout, C, 0.0f, dw2, C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, C, 1.0f,
+                        dout, C, w2, C, 0.0f, dh, H);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, D, H, B, 1.0f, x,
+                        D, dh, H, 0.0f, dw1, H);
+        }
+        uint64_t t2 = tp_now_ns();
+        t_step[rd] = (double)(t1 - t0) / iters / 1e3;
+        t_ref[rd] = (double)(t2 - t1) / iters / 1e3;
+        t_ratio[rd] = t_step[rd] / t_ref[rd];
+    }
+    /* Adjacent step and reference runs see the same load from other work
+     * on the machine: the median of their per-round ratios is the robust
+     * figure; the times are each side's fastest round. */
+    double step_us = s_min(t_step, rounds), ref_us = s_min(t_ref, rounds);
+    double ratio = s_median(t_ratio, rounds);
+
+    double cnn_ms = 0;
+    if (cnn) {
+        tp_input_desc_t cdesc[2] = {{"image", TP_UINT8, 3, {-1, 28, 28}},
+                                    {"label", TP_INT32, 1, {-1}}};
+        tp_model_desc_t cmd = {cdesc, 2, s_cnn, s_sgd, NULL};
+        tp_model_t *cm = tp_model_new(&cmd, &cfg);
+        if (!cm) {
+            fprintf(stderr, "tp-bench step: %s\n", tp_last_error());
+            return 1;
+        }
+        uint8_t *img = tp_alloc((size_t)B * 784);
+        for (int i = 0; i < B * 784; i++)
+            img[i] = (uint8_t)tp_rng_below(&r, 256);
+        int64_t is[3] = {B, 28, 28};
+        tp_tensor_t cin[2];
+        tp_tensor_init_wrap(&cin[0], TP_UINT8, 3, is, img, NULL, NULL);
+        cin[1] = in[1];
+        const tp_tensor_t *cstep[1] = {cin};
+        tp_model_train_step(cm, cstep);
+        int citers = 3;
+        double tc[5];
+        int crounds = 5;
+        for (int rd = 0; rd < crounds; rd++) {
+            uint64_t t0 = tp_now_ns();
+            for (int i = 0; i < citers; i++)
+                tp_model_train_step(cm, cstep);
+            tc[rd] = (double)(tp_now_ns() - t0) / citers / 1e6;
+        }
+        cnn_ms = s_min(tc, crounds);
+        if (profile && !json) {
+            tp_model_set_profiling(cm, 1);
+            for (int i = 0; i < citers; i++)
+                tp_model_train_step(cm, cstep);
+            tp_op_profile_t pr[64];
+            int np = tp_model_profile(cm, 0, pr, 64);
+            printf("CNN per-op time (ms per step):\n");
+            for (int i = 0; i < np && i < 64; i++)
+                printf("  %-16s %-16s fwd %7.2f  bwd %7.2f\n", pr[i].name,
+                       tp_op_name(pr[i].kind), pr[i].forward_ns / 1e6 / citers,
+                       pr[i].backward_ns / 1e6 / citers);
+        }
+        tp_free(img);
+        tp_model_destroy(&cm);
+    }
+    int nthreads = tp_backend_cpu_threads();
+    if (json) {
+        printf("{\"bench\":\"step\",\"batch\":%d,\"threads\":%d,"
+               "\"mlp_step_us\":%.1f,\"sgemm_us\":%.1f,\"ratio\":%.3f,"
+               "\"goal\":1.3,\"cnn_step_ms\":%.2f}\n",
+               B, nthreads, step_us, ref_us, ratio, cnn_ms);
+    } else {
+        printf("MLP 784-256-10, batch %d, %d OpenBLAS thread(s)\n", B, nthreads);
+        printf("  step (fwd+bwd+update)  %9.1f us\n", step_us);
+        printf("  raw sgemm x5           %9.1f us\n", ref_us);
+        printf("  ratio                  %9.3f  (goal <= 1.3)\n", ratio);
+        if (cnn)
+            printf("CNN conv32-pool-conv64-pool-fc128-fc10, batch %d: %.2f ms/step "
+                   "(%.0f images/s)\n",
+                   B, cnn_ms, B / cnn_ms * 1e3);
+    }
+    tp_free(x);
+    tp_free(y);
+    tp_free(w1);
+    tp_free(w2);
+    tp_free(h);
+    tp_free(o);
+    tp_free(dw1);
+    tp_free(dw2);
+    tp_free(dh);
+    tp_free(dout);
+    tp_model_destroy(&m);
+    return ratio <= 1.3 ? 0 : 3;
+}
