@@ -954,7 +954,7 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
  * it; results still here are dropped now, the rest as they come back, and
  * the next pass starts a fresh pass of inner. Not strict: the stream goes
  * on (a pass is only a count). */
-static __attribute__((unused)) void s_map_end_pass(void *impl) {
+static void s_map_end_pass(void *impl) {
     s_map_t *m = impl;
     m->in_pass = 0;
     if (!m->strict || !m->tasks)
@@ -1013,7 +1013,8 @@ static void s_map_destroy(void *impl) {
 
 static const tp_dataflow_ops_t s_map_ops = {
     .name = "multiprocess-map", .reset_state = s_map_reset, .begin = s_map_begin,
-    .next = s_map_next, .size = s_map_size, .destroy = s_map_destroy};
+    .next = s_map_next, .size = s_map_size, .destroy = s_map_destroy,
+    .end_pass = s_map_end_pass};
 
 tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
                                       tp_map_fn fn, void *arg, int strict,

@@ -146,3 +146,26 @@ Test(proc_map, killed_worker_restart_keeps_strict_exact) {
     tp_dataflow_destroy(&df);
     cr_assert(pu_wait_gone(pids[0], 1000));
 }
+
+Test(proc_map, strict_end_pass_starts_a_clean_pass) {
+    tp_dataflow_t *df = make_map(100, 1, TP_WORKER_FAIL, NULL, 16);
+    tp_datapoint_t *dp;
+    for (int i = 0; i < 10; i++) {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK);
+        tp_datapoint_destroy(&dp);
+    }
+    tp_dataflow_end_pass(df);  /* abandon: what is in flight is dropped */
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t i = 0;
+        tp_status_t rc;
+        while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {
+            cr_assert_eq(tu_value(dp), 3 * i);
+            tp_datapoint_destroy(&dp);
+            i++;
+        }
+        cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
+        cr_assert_eq(i, 100);
+    }
+    tp_dataflow_destroy(&df);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
