@@ -278,7 +278,7 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     if (o.stats) {
         char ep[300];
         TP_TRY(tp_stats_endpoint_resolve(o.stats, o.run_dir, ep, sizeof ep));
-        s.pub = tp_stats_pub_new(ep, "send");
+        s.pub = tp_stats_pub_new(ep, o.stats_name ? o.stats_name : "send");
         if (!s.pub)
             return tp_error_wrap(TP_ERR_IO, "send: stats");
         TP_INFO("send: statistics on %s", tp_stats_pub_endpoint(s.pub));
