@@ -63,18 +63,36 @@ int tp_ctl_parse(const void *data, size_t size, int *kind, uint32_t *sender,
                  const char **text, size_t *text_len) {
     const uint8_t *p = data;
     uint32_t magic;
-    if (size < TP_CTL_HEADER || size > TP_CTL_HEADER + 4000)
+    if (size < TP_CTL_HEADER)
+        return 0;
+    if (size > TP_CTL_HEADER + 4000 &&
+        !(size == TP_CTL_HEADER + TP_CTL_PAD_BYTES && ((const uint8_t *)data)[4] == TP_CTL_PAD))
         return 0;
     memcpy(&magic, p, 4);
     if (magic != TP_CTL_MAGIC || p[5] || p[6] || p[7])
         return 0;
-    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_END_PASS)
+    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_PAD)
         return 0;
     *kind = p[4];
     memcpy(sender, p + 8, 4);
     *text = (const char *)p + TP_CTL_HEADER;
     *text_len = size - TP_CTL_HEADER;
     return 1;
+}
+
+int tp_ctl_send_pad(void *sock, int flags) {
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, TP_CTL_HEADER + TP_CTL_PAD_BYTES) != 0)
+        return -1;
+    uint8_t *p = zmq_msg_data(&m);
+    memset(p, 0, TP_CTL_HEADER + TP_CTL_PAD_BYTES);
+    uint32_t magic = TP_CTL_MAGIC;
+    memcpy(p, &magic, 4);
+    p[4] = TP_CTL_PAD;
+    int rc = zmq_msg_send(&m, sock, flags);
+    if (rc < 0)
+        zmq_msg_close(&m);
+    return rc;
 }
 
 /* Fill of inproc links: each end publishes its message count every few
@@ -84,8 +102,14 @@ typedef struct s_link {
     struct s_link *next;
     char name[256];
     int refs;
-    int capacity;
+    atomic_int capacity;  /* set by the writer, read by the reader */
     atomic_uint_fast64_t sent;
+    /* A pointer sent to a reader that closes its socket before reading it
+     * would leak. The writer sends under `lock` only while a reader is
+     * open; a closing reader takes `lock`, leaves, and frees what is
+     * queued: every pointer is either read or freed. */
+    pthread_mutex_t lock;
+    int readers;
 } s_link_t;
 
 static pthread_mutex_t s_links_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -99,6 +123,8 @@ static s_link_t *s_link_get(const char *name) {
     if (!l && (l = calloc(1, sizeof *l))) {
         snprintf(l->name, sizeof l->name, "%s", name);
         atomic_init(&l->sent, 0);
+        atomic_init(&l->capacity, 0);
+        pthread_mutex_init(&l->lock, NULL);
         l->next = s_links;
         s_links = l;
     }
@@ -119,6 +145,7 @@ static void s_link_put(s_link_t **lp) {
         while (*pp != l)
             pp = &(*pp)->next;
         *pp = l->next;
+        pthread_mutex_destroy(&l->lock);
         free(l);
     }
     pthread_mutex_unlock(&s_links_lock);
@@ -132,6 +159,7 @@ typedef struct {
     zsock_t *zsock;
     void *sock;           /* raw libzmq socket */
     int inproc;           /* pointer passing */
+    int output;
     int eos;              /* input: end-of-stream seen */
     s_link_t *link;       /* inproc: fill accounting */
     uint64_t count;       /* messages through this port */
@@ -176,10 +204,12 @@ static void s_fill_row(tp_actor_ctx_t *ctx, int state) {
     double fill = -1;
     for (int i = 0; i < ctx->nin; i++) {
         s_port_t *p = &ctx->in[i];
-        if (!p->link || p->link->capacity <= 0)
+        int cap = p->link ? atomic_load_explicit(&p->link->capacity,
+                                                 memory_order_relaxed) : 0;
+        if (cap <= 0)
             continue;
         uint64_t sent = atomic_load_explicit(&p->link->sent, memory_order_relaxed);
-        double f = sent > p->count ? (double)(sent - p->count) / p->link->capacity : 0;
+        double f = sent > p->count ? (double)(sent - p->count) / cap : 0;
         if (f > 1)
             f = 1;
         if (f > fill)
@@ -196,7 +226,8 @@ static void s_send_row(tp_actor_ctx_t *ctx, const char *kind, int state) {
 
 /* Reports are the supervisor's heartbeat: due every report_ms. */
 static inline void s_maybe_report(tp_actor_ctx_t *ctx, uint64_t now) {
-    if (ctx->report_ms > 0 &&
+    /* now may come from the coarse clock, a little behind the precise one */
+    if (ctx->report_ms > 0 && now > ctx->last_report_ns &&
         now - ctx->last_report_ns >= (uint64_t)ctx->report_ms * 1000000ull) {
         ctx->last_report_ns = now;
         s_send_row(ctx, "STATS", ctx->stopping ? TP_ACTOR_STOPPING
@@ -251,6 +282,7 @@ static void s_poll_pipe(tp_actor_ctx_t *ctx) {
 static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
                                int output, int index, const char *actor) {
     p->def = def;
+    p->output = output;
     if (def->name)
         snprintf(p->name, sizeof p->name, "%s", def->name);
     else
@@ -281,13 +313,19 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
                         p->name, def->bind ? "bind" : "connect", def->endpoint,
                         zmq_strerror(zmq_errno()));
     if (p->inproc) {
+        /* Waits on a single inproc socket use a plain blocking call (as
+         * cheap as raw libzmq), bounded so commands are still seen. */
+        zsock_set_rcvtimeo(p->zsock, 10);
+        zsock_set_sndtimeo(p->zsock, 10);
         p->link = s_link_get(def->endpoint);
         if (!p->link)
             return tp_error(TP_ERR_NOMEM, "actor '%s': port %s", actor, p->name);
         if (output) {
-            pthread_mutex_lock(&s_links_lock);
-            p->link->capacity = 2 * hwm;
-            pthread_mutex_unlock(&s_links_lock);
+            atomic_store_explicit(&p->link->capacity, 2 * hwm, memory_order_relaxed);
+        } else {
+            pthread_mutex_lock(&p->link->lock);
+            p->link->readers++;
+            pthread_mutex_unlock(&p->link->lock);
         }
     } else {
         p->msg = tp_wire_msg_new();
@@ -300,6 +338,18 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
 }
 
 static void s_close_port(s_port_t *p) {
+    if (p->inproc && !p->output && p->link && p->sock) {
+        s_link_t *l = p->link;
+        pthread_mutex_lock(&l->lock);
+        l->readers--;
+        tp_datapoint_t *ptr;
+        while (zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr) {
+            if (ptr)
+                TP_HANDOFF_ACQUIRE(ptr);
+            tp_datapoint_destroy(&ptr);
+        }
+        pthread_mutex_unlock(&l->lock);
+    }
     int bound_ipc = p->zsock && p->def && p->def->bind && p->def->endpoint &&
                     !strncmp(p->def->endpoint, "ipc://", 6);
     zsock_destroy(&p->zsock);
@@ -315,12 +365,12 @@ static void s_close_port(s_port_t *p) {
 
 /* Receive one message from input i without waiting. 1: *dp set (NULL for
  * end-of-stream), 0: nothing there, < 0: dropped (malformed), go on. */
-static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp) {
+static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp, int flags) {
     s_port_t *p = &ctx->in[i];
     *dp = NULL;
     if (p->inproc) {
         tp_datapoint_t *ptr = NULL;
-        int n = zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT);
+        int n = zmq_recv(p->sock, &ptr, sizeof ptr, flags);
         if (n < 0)
             return 0;
         if ((size_t)n != sizeof ptr) {
@@ -334,6 +384,7 @@ static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp) {
         p->count++;
         *dp = ptr;  /* NULL pointer: end-of-stream */
         if (ptr) {
+            TP_HANDOFF_ACQUIRE(ptr);
             ctx->row.msgs_in++;
             ctx->row.bytes_in += tp_datapoint_nbytes(ptr);
         }
@@ -349,8 +400,10 @@ static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp) {
         size_t tl;
         if (tp_ctl_parse(tp_wire_msg_frame_data(p->msg, 0),
                          tp_wire_msg_frame_size(p->msg, 0), &kind, &sender,
-                         &text, &tl) && kind == TP_CTL_EOS) {
+                         &text, &tl)) {
             tp_wire_msg_clear(p->msg);
+            if (kind != TP_CTL_EOS)
+                return 0;  /* padding: nothing to deliver */
             p->count++;
             return 1;
         }
@@ -393,21 +446,51 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
     *dp_p = NULL;
     size_t bytes = dp ? tp_datapoint_nbytes(dp) : 0;
     if (p->inproc) {
+        if (dp)
+            TP_HANDOFF_RELEASE(dp);
+        s_link_t *l = p->link;
         for (;;) {
-            if (zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp)
+            /* A plain send that waits at most 10 ms (SNDTIMEO) when full:
+             * one call per message, as raw libzmq. */
+            pthread_mutex_lock(&l->lock);
+            int readers = l->readers;
+            int sent = readers > 0 &&
+                       zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp;
+            int err = sent || readers == 0 ? EAGAIN : zmq_errno();
+            if (!sent && readers > 0 && err == EAGAIN) {
+                /* Full: only now is the time blocked time. */
+                uint64_t t0 = s_coarse_ns();
+                sent = zmq_send(p->sock, &dp, sizeof dp, 0) == (int)sizeof dp;
+                err = sent ? EAGAIN : zmq_errno();
+                ctx->blocked_ns += s_coarse_ns() - t0;
+            }
+            pthread_mutex_unlock(&l->lock);
+            if (sent)
                 break;
-            if (zmq_errno() != EAGAIN || ctx->terminated) {
+            if (err != EAGAIN || ctx->terminated) {
                 tp_datapoint_destroy(&dp);
                 return ctx->terminated
                            ? tp_error(TP_ERR_INTERRUPTED,
                                       "actor '%s': terminated while sending",
                                       ctx->def->name)
                            : tp_error(TP_ERR_IO, "actor '%s': send on %s: %s",
-                                      ctx->def->name, p->name,
-                                      zmq_strerror(zmq_errno()));
+                                      ctx->def->name, p->name, zmq_strerror(err));
             }
-            atomic_store_explicit(&p->link->sent, p->count, memory_order_relaxed);
-            s_wait_writable(ctx, p);
+            atomic_store_explicit(&l->sent, p->count, memory_order_relaxed);
+            if (readers > 0) {
+                /* Still full after 10 ms: look at the pipe, then again. */
+                s_poll_pipe(ctx);
+                s_maybe_report(ctx, tp_now_ns());
+            } else {
+                /* No reader (yet, or any more): wait for one, or for $TERM. */
+                uint64_t t0 = tp_now_ns();
+                zmq_pollitem_t item = {ctx->pipe, 0, ZMQ_POLLIN, 0};
+                zmq_poll(&item, 1, 10);
+                uint64_t t1 = tp_now_ns();
+                ctx->blocked_ns += t1 - t0;
+                s_poll_pipe(ctx);
+                s_maybe_report(ctx, t1);
+            }
         }
         p->count++;
         if ((p->count & 7) == 0)
@@ -555,12 +638,16 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
         uint64_t last_check = s_coarse_ns();
         while (!ctx->terminated) {
             int got = 0;
+            /* One inproc input: wait in a plain blocking receive right away
+             * (one call per message, as raw libzmq). */
+            if (ctx->nin == 1 && ctx->in[0].inproc)
+                goto wait;
             for (int k = 0; k < ctx->nin && !ctx->terminated; k++) {
                 int i = (start + k) % ctx->nin;
                 if (ctx->in[i].eos)
                     continue;
                 tp_datapoint_t *dp;
-                int r = s_recv(ctx, i, &dp);
+                int r = s_recv(ctx, i, &dp, ZMQ_DONTWAIT);
                 if (r == 0)
                     continue;
                 got++;
@@ -588,7 +675,43 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                 }
                 continue;
             }
+        wait:
             /* Nothing waiting: starve until input, a command or a report. */
+            if (ctx->nin == 1 && ctx->in[0].inproc) {
+                tp_datapoint_t *dp;
+                /* The coarse clock (a few ns, ~4 ms steps): over many waits
+                 * its differences average to the true starved time. */
+                int r = s_recv(ctx, 0, &dp, ZMQ_DONTWAIT);
+                uint64_t t1 = s_coarse_ns();
+                if (r == 0) {  /* empty: only now is the time starved time */
+                    uint64_t t0 = t1;
+                    r = s_recv(ctx, 0, &dp, 0);  /* waits up to 10 ms */
+                    t1 = s_coarse_ns();
+                    ctx->starved_ns += t1 - t0;
+                }
+                if (r == 1) {
+                    rc = s_deliver(ctx, 0, dp);
+                    if (rc < 0)
+                        return rc;
+                    if (rc == TP_DONE) {
+                        snprintf(reason, rsize, "handler finished");
+                        return TP_OK;
+                    }
+                    if (s_all_eos(ctx)) {
+                        snprintf(reason, rsize, "end of stream");
+                        break;
+                    }
+                    if ((++tick & 63) == 0 || t1 - last_check > 10000000ull) {
+                        last_check = t1;
+                        s_poll_pipe(ctx);
+                    }
+                } else {
+                    s_poll_pipe(ctx);
+                    last_check = s_coarse_ns();
+                }
+                s_maybe_report(ctx, t1);
+                continue;
+            }
             zmq_pollitem_t items[TP_ACTOR_MAX_PORTS + 1];
             items[0] = (zmq_pollitem_t){ctx->pipe, 0, ZMQ_POLLIN, 0};
             for (int i = 0; i < ctx->nin; i++)
@@ -608,11 +731,16 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
         snprintf(reason, rsize, "terminated");
         return TP_OK;
     }
-    /* A clean end: pass end-of-stream on. */
+    /* A clean end: pass end-of-stream on, then (ipc/tcp) the padding that
+     * keeps it out of libzmq's unflushed tail (tp_ctl_send_pad). */
     for (int o = 0; o < ctx->nout && !ctx->terminated; o++) {
         tp_datapoint_t *none = NULL;
         if (s_send(ctx, o, &none) < 0)
             break;
+        s_port_t *p = &ctx->out[o];
+        while (!p->inproc && !ctx->terminated &&
+               tp_ctl_send_pad(p->sock, ZMQ_DONTWAIT) < 0 && zmq_errno() == EAGAIN)
+            s_wait_writable(ctx, p);
     }
     return TP_OK;
 }
@@ -625,8 +753,11 @@ static void s_drain_inputs(tp_actor_ctx_t *ctx) {
             continue;
         if (p->inproc) {
             tp_datapoint_t *ptr;
-            while (zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr)
+            while (zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr) {
+                if (ptr)
+                    TP_HANDOFF_ACQUIRE(ptr);
                 tp_datapoint_destroy(&ptr);
+            }
         } else {
             while (tp_wire_msg_recv(p->msg, p->sock, ZMQ_DONTWAIT) != TP_ERR_TIMEOUT)
                 tp_wire_msg_clear(p->msg);
@@ -698,6 +829,9 @@ static void s_actor_main(zsock_t *pipe, void *args) {
             s_close_port(&ctx->out[ctx->nout]);
     }
     s_fill_row(ctx, state);
+    /* Everything this thread wrote (the caller's arg included) happens
+     * before the owner reads EXIT. */
+    TP_HANDOFF_RELEASE(def);
     /* The owner may be gone already: never block on the pipe here. */
     zmq_send(ctx->pipe, "EXIT", 4, ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(ctx->pipe, &rc, sizeof rc, ZMQ_SNDMORE | ZMQ_DONTWAIT);
@@ -710,6 +844,7 @@ static void s_actor_main(zsock_t *pipe, void *args) {
 
 struct tp_actor {
     char name[TP_STATS_NAME_MAX];
+    const tp_actor_def_t *def;
     zactor_t *zactor;
     int exited;
     tp_status_t exit_rc;
@@ -731,6 +866,7 @@ tp_actor_t *tp_actor_new_ex(const tp_actor_def_t *def, void *arg,
         return NULL;
     }
     snprintf(self->name, sizeof self->name, "%s", def->name);
+    self->def = def;
     snprintf(self->row.name, sizeof self->row.name, "%s", def->name);
     boot->def = def;
     boot->arg = arg;
@@ -802,6 +938,7 @@ static int s_owner_read(tp_actor_t *self, int flags) {
         memcpy(&self->row, zmq_msg_data(&parts[1]), sizeof self->row);
         self->last_seen_ns = tp_now_ns();
     } else if (k == 4 && !memcmp(kind, "EXIT", 4) && n == 4) {
+        TP_HANDOFF_ACQUIRE(self->def);
         self->exited = 1;
         memcpy(&self->exit_rc, zmq_msg_data(&parts[1]), sizeof self->exit_rc);
         size_t rl = zmq_msg_size(&parts[2]);

@@ -388,9 +388,10 @@ tp_stats_pub_t *tp_stats_pub_new(const char *endpoint, const char *source) {
         free(self);
         return NULL;
     }
-    const char *last = zsock_last_endpoint(self->sock);
+    char *last = zsock_last_endpoint(self->sock);  /* ours to free */
     snprintf(self->endpoint, sizeof self->endpoint, "%s",
              last && *last ? last : endpoint);
+    zstr_free(&last);
     snprintf(self->source, sizeof self->source, "%s", source ? source : "");
     self->last_ns = tp_now_ns();
     return self;

@@ -24,6 +24,10 @@
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
 #include "actors/actor_internal.h"
+#if __has_include(<towerpack/dataflow_spec.h>)
+#include <towerpack/dataflow_spec.h>
+#define TP_HAVE_SPEC 1
+#endif
 
 #define WORKER_ERR_EXIT 2
 
@@ -247,7 +251,8 @@ typedef tp_status_t (*s_on_dead_fn)(void *impl, int i);
 /* Look at every worker (at most every 100 ms unless forced). A dead one is
  * restarted (then on_dead runs) or reported. */
 static tp_status_t s_check_workers(s_pool_t *p, int force, s_child_fn fn,
-                                   void *impl, s_on_dead_fn on_dead) {
+                                   void *impl, s_on_dead_fn pre_spawn,
+                                   s_on_dead_fn on_dead) {
     uint64_t now = tp_now_ns();
     if (!force && now - p->last_check_ns < 100000000ull)
         return TP_OK;
@@ -273,6 +278,8 @@ static tp_status_t s_check_workers(s_pool_t *p, int force, s_child_fn fn,
             p->restarts++;
             TP_WARN("%s: worker %d (pid %d) %s; restarting it (%d of %d)",
                     p->what, i, (int)old, how, p->restarts, p->opts.max_restarts);
+            if (pre_spawn)
+                TP_TRY(pre_spawn(impl, i));
             TP_TRY(s_spawn(p, i, fn, impl));
             if (on_dead)
                 TP_TRY(on_dead(impl, i));
@@ -328,7 +335,8 @@ static void s_pool_fini(s_pool_t *p) {
 
 /* One poll slice of the parent: wait up to 100 ms; TP_ERR_INTERRUPTED on a
  * recorded signal, TP_ERR_TIMEOUT when opts.timeout_s ran out. */
-static tp_status_t s_wait_slice(s_pool_t *p, void *sock, uint64_t since) {
+static tp_status_t s_wait_slice(s_pool_t *p, void *sock, uint64_t since,
+                                long slice_ms) {
     if (tp_signal_pending())
         return tp_error(TP_ERR_INTERRUPTED, "%s: interrupted by signal %d",
                         p->what, tp_signal_pending());
@@ -337,7 +345,7 @@ static tp_status_t s_wait_slice(s_pool_t *p, void *sock, uint64_t since) {
         return tp_error(TP_ERR_TIMEOUT, "%s: no data from the workers for %.3g s",
                         p->what, p->opts.timeout_s);
     zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-    zmq_poll(&it, 1, 100);
+    zmq_poll(&it, 1, slice_ms);
     return TP_OK;
 }
 
@@ -364,9 +372,11 @@ static void s_runner_child(void *impl, int index, int err_w) {
     void *push = zctx ? zmq_socket(zctx, ZMQ_PUSH) : NULL;
     if (!push)
         s_child_fail(err_w, "cannot make a ZeroMQ socket");
-    int hwm = p->opts.hwm, linger = 2000;
+    int hwm = p->opts.hwm, linger = 2000, ivl = 10;
     zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+    /* The parent binds just after the fork: retry the connect quickly. */
+    zmq_setsockopt(push, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     if (zmq_connect(push, r->endpoint) < 0)
         s_child_fail(err_w, "connect %s: %s", r->endpoint, zmq_strerror(zmq_errno()));
     /* gen was bumped by the parent before the fork: same value here. */
@@ -439,8 +449,11 @@ static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
         return TP_DONE;
     void *sock = zsock_resolve(r->pull);
     uint64_t since = tp_now_ns();
+    if (tp_signal_pending())  /* also while data flows */
+        return tp_error(TP_ERR_INTERRUPTED, "multiprocess: interrupted by signal %d",
+                        tp_signal_pending());
     for (;;) {
-        TP_TRY(s_check_workers(p, 0, s_runner_child, r, NULL));
+        TP_TRY(s_check_workers(p, 0, s_runner_child, r, NULL, NULL));
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, ZMQ_DONTWAIT);
         if (rc == TP_OK) {
             rc = tp_wire_decode(r->msg, &p->wire, out);
@@ -451,10 +464,10 @@ static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
         }
         if (rc != TP_ERR_TIMEOUT)
             return tp_error_wrap(rc, "multiprocess: receive");
-        rc = s_wait_slice(p, sock, since);
+        rc = s_wait_slice(p, sock, since, 100);
         if (rc < 0) {
             /* A worker that died is the better explanation of silence. */
-            tp_status_t dead = s_check_workers(p, 1, s_runner_child, r, NULL);
+            tp_status_t dead = s_check_workers(p, 1, s_runner_child, r, NULL, NULL);
             return dead < 0 ? dead : rc;
         }
     }
@@ -478,8 +491,8 @@ static void s_runner_destroy(void *impl) {
 }
 
 static const tp_dataflow_ops_t s_runner_ops = {
-    "multiprocess", s_runner_reset, s_runner_begin, s_runner_next,
-    s_runner_size, s_runner_destroy};
+    .name = "multiprocess", .reset_state = s_runner_reset, .begin = s_runner_begin,
+    .next = s_runner_next, .size = s_runner_size, .destroy = s_runner_destroy};
 
 tp_dataflow_t *tp_df_multiprocess(tp_dataflow_t *inner, int nworkers,
                                   const tp_mp_opts_t *opts) {
@@ -515,7 +528,8 @@ typedef struct {
 #define SEQ_MAGIC 0x31514553u /* "SEQ1" */
 
 typedef struct {
-    int state;            /* 0 free, 1 at a worker, 2 result here */
+    int state;            /* 0 free, 1 at a worker, 2 result here, 3 pending */
+    tp_datapoint_t *pending; /* state 3: waiting for a worker to take it */
     int worker;
     uint64_t seq;
     tp_datapoint_t *copy;   /* restart policy: the input, to redo */
@@ -531,12 +545,15 @@ typedef struct {
     char task_ep_fmt[300];
     char result_ep[300];
     zsock_t **task;       /* one PUSH per worker */
+    int *slot_gen;        /* task socket generation per worker slot */
     zsock_t *results;
     tp_wire_msg_t *msg;
     s_task_t *tasks;      /* buffer_size slots, by seq % buffer_size */
     int cap;
     uint64_t next_seq;    /* next task number */
     uint64_t deliver;     /* strict: next seq to hand out */
+    uint64_t discard_below; /* results of seqs below this belong to an
+                               abandoned pass: dropped as they come back */
     int inflight;         /* tasks at workers or results waiting */
     int inner_done;       /* strict: inner's pass is over */
     int64_t size, in_pass, inner_in_pass;
@@ -544,7 +561,35 @@ typedef struct {
 } s_map_t;
 
 static void s_task_ep(s_map_t *m, int i, char *out, size_t size) {
-    snprintf(out, size, m->task_ep_fmt, i);
+    snprintf(out, size, m->task_ep_fmt, i, m->slot_gen[i]);
+}
+
+static tp_status_t s_bind_task(s_map_t *m, int i) {
+    char ep[320];
+    s_task_ep(m, i, ep, sizeof ep);
+    m->task[i] = zsock_new(ZMQ_PUSH);
+    if (!m->task[i])
+        return tp_error(TP_ERR_IO, "multiprocess-map: no socket");
+    /* Tasks never wait on a socket: the buffer bounds what is out. */
+    zsock_set_sndhwm(m->task[i], m->cap + 1);
+    zsock_set_linger(m->task[i], 0);
+    if (zsock_bind(m->task[i], "%s", ep) < 0)
+        return tp_error(TP_ERR_IO, "multiprocess-map: bind %s: %s", ep,
+                        zmq_strerror(zmq_errno()));
+    return TP_OK;
+}
+
+/* Before a worker slot is refilled: a fresh task socket at a new address.
+ * What was queued for the dead worker dies with the old socket, so a task
+ * redone below can only reach the new worker (or another live one). */
+static tp_status_t s_map_rebind(void *impl, int i) {
+    s_map_t *m = impl;
+    char ep[320];
+    s_task_ep(m, i, ep, sizeof ep);
+    zsock_destroy(&m->task[i]);
+    unlink(ep + 6);
+    m->slot_gen[i]++;
+    return s_bind_task(m, i);
 }
 
 static void s_map_child(void *impl, int index, int err_w) {
@@ -557,7 +602,9 @@ static void s_map_child(void *impl, int index, int err_w) {
     void *push = zctx ? zmq_socket(zctx, ZMQ_PUSH) : NULL;
     if (!pull || !push)
         s_child_fail(err_w, "cannot make ZeroMQ sockets");
-    int hwm = p->opts.hwm, linger = 2000, zero = 0;
+    int hwm = p->opts.hwm, linger = 2000, zero = 0, ivl = 10;
+    zmq_setsockopt(pull, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(push, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(pull, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
@@ -604,31 +651,61 @@ static void s_map_child(void *impl, int index, int err_w) {
     }
 }
 
-/* Send task t to the least-loaded live worker (never blocks: the task
- * sockets' hwm is at least the buffer). */
+/* Send task t to the least-loaded live worker that can take it now. When
+ * none can (workers still connecting, or all full), the datapoint waits in
+ * the task as pending and s_map_fill retries it. Never blocks: a PUSH with
+ * no live peer would block a plain send forever. */
 static tp_status_t s_dispatch(s_map_t *m, s_task_t *t, tp_datapoint_t **dp_p) {
     s_pool_t *p = &m->pool;
-    int best = -1;
-    for (int i = 0; i < p->nworkers; i++)
-        if (p->workers[i].pid > 0 &&
-            (best < 0 || p->workers[i].inflight < p->workers[best].inflight))
-            best = i;
-    if (best < 0) {
-        tp_datapoint_destroy(dp_p);
-        return tp_error(TP_ERR_PEER, "multiprocess-map: no live worker");
+    int tried[p->nworkers];
+    memset(tried, 0, sizeof tried);
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < p->nworkers; i++)
+            if (!tried[i] && p->workers[i].pid > 0 &&
+                (best < 0 || p->workers[i].inflight < p->workers[best].inflight))
+                best = i;
+        if (best < 0)
+            break;
+        tried[best] = 1;
+        void *sock = zsock_resolve(m->task[best]);
+        uint32_t events = 0;
+        size_t es = sizeof events;
+        if (zmq_getsockopt(sock, ZMQ_EVENTS, &events, &es) < 0 ||
+            !(events & ZMQ_POLLOUT))
+            continue;
+        s_seq_t seq = {t->seq, 0, SEQ_MAGIC};
+        TP_TRY(tp_wire_encode(dp_p, &p->wire, m->msg));
+        if (zmq_send(sock, &seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+            tp_wire_msg_clear(m->msg);
+            return tp_error(TP_ERR_IO, "multiprocess-map: send to worker %d: %s",
+                            best, zmq_strerror(zmq_errno()));
+        }
+        /* The first frame went: the rest of the message always does. */
+        TP_TRY(tp_wire_msg_send(m->msg, sock, 0));
+        t->worker = best;
+        t->state = 1;
+        p->workers[best].inflight++;
+        return TP_OK;
     }
-    s_seq_t seq = {t->seq, 0, SEQ_MAGIC};
-    TP_TRY(tp_wire_encode(dp_p, &p->wire, m->msg));
-    void *sock = zsock_resolve(m->task[best]);
-    if (zmq_send(sock, &seq, sizeof seq, ZMQ_SNDMORE) < 0) {
-        tp_wire_msg_clear(m->msg);
-        return tp_error(TP_ERR_IO, "multiprocess-map: send to worker %d: %s",
-                        best, zmq_strerror(zmq_errno()));
+    t->state = 3;
+    t->pending = *dp_p;
+    *dp_p = NULL;
+    return TP_OK;
+}
+
+/* Retry every pending task. */
+static tp_status_t s_map_retry(s_map_t *m) {
+    for (int k = 0; k < m->cap; k++) {
+        s_task_t *t = &m->tasks[k];
+        if (t->state != 3)
+            continue;
+        tp_datapoint_t *dp = t->pending;
+        t->pending = NULL;
+        TP_TRY(s_dispatch(m, t, &dp));
+        if (t->state == 3)
+            break;  /* nobody can take work now */
     }
-    TP_TRY(tp_wire_msg_send(m->msg, sock, 0));
-    t->worker = best;
-    t->state = 1;
-    p->workers[best].inflight++;
     return TP_OK;
 }
 
@@ -661,11 +738,14 @@ static tp_status_t s_map_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     TP_TRY(s_pool_prepare(p));
     TP_TRY(s_endpoint(p, m->result_ep, sizeof m->result_ep, "map-out"));
     int n = snprintf(m->task_ep_fmt, sizeof m->task_ep_fmt,
-                     "ipc://%s/map-in-%d-%%d.sock", p->run_dir, (int)p->parent);
+                     "ipc://%s/map-in-%d-%%d-%%d.sock", p->run_dir, (int)p->parent);
     if (n < 0 || (size_t)n >= sizeof m->task_ep_fmt || strlen(m->task_ep_fmt) > 100)
         return tp_error(TP_ERR_INVALID, "multiprocess-map: run dir path too long");
     p->seed = seed;
     p->stream = stream;
+    m->slot_gen = calloc((size_t)p->nworkers, sizeof *m->slot_gen);
+    if (!m->slot_gen)
+        return tp_error(TP_ERR_NOMEM, "multiprocess-map");
     for (int i = 0; i < p->nworkers; i++)
         TP_TRY(s_spawn(p, i, s_map_child, m));
     /* The parent iterates inner: reset it after the fork, so that a thread
@@ -684,19 +764,8 @@ static tp_status_t s_map_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     if (zsock_bind(m->results, "%s", m->result_ep) < 0)
         return tp_error(TP_ERR_IO, "multiprocess-map: bind %s: %s", m->result_ep,
                         zmq_strerror(zmq_errno()));
-    for (int i = 0; i < p->nworkers; i++) {
-        char ep[320];
-        s_task_ep(m, i, ep, sizeof ep);
-        m->task[i] = zsock_new(ZMQ_PUSH);
-        if (!m->task[i])
-            return tp_error(TP_ERR_IO, "multiprocess-map: no socket");
-        /* Tasks never wait on a socket: the buffer bounds what is out. */
-        zsock_set_sndhwm(m->task[i], m->cap + 1);
-        zsock_set_linger(m->task[i], 0);
-        if (zsock_bind(m->task[i], "%s", ep) < 0)
-            return tp_error(TP_ERR_IO, "multiprocess-map: bind %s: %s", ep,
-                            zmq_strerror(zmq_errno()));
-    }
+    for (int i = 0; i < p->nworkers; i++)
+        TP_TRY(s_bind_task(m, i));
     m->size = tp_dataflow_size(m->inner);
     return TP_OK;
 }
@@ -710,10 +779,14 @@ static tp_status_t s_map_begin(void *impl) {
 
 /* Keep the buffer full from inner. */
 static tp_status_t s_map_fill(s_map_t *m) {
+    TP_TRY(s_map_retry(m));
     while (!m->inner_done) {
         /* strict: slots are by sequence, the window starts at deliver */
         if (m->strict ? m->next_seq >= m->deliver + (uint64_t)m->cap
                       : m->inflight >= m->cap)
+            break;
+        /* strict: a slot may still wait for a result of an abandoned pass */
+        if (m->strict && m->tasks[m->next_seq % (uint64_t)m->cap].state != 0)
             break;
         tp_datapoint_t *dp = NULL;
         tp_status_t rc = tp_dataflow_next(m->inner, &dp);
@@ -795,6 +868,15 @@ static tp_status_t s_map_take(s_map_t *m, s_task_t **done) {
         tp_datapoint_destroy(&dp);
         return TP_OK;
     }
+    if (seq.seq < m->discard_below) {  /* from an abandoned pass */
+        if (m->pool.workers[t->worker].inflight > 0)
+            m->pool.workers[t->worker].inflight--;
+        tp_datapoint_destroy(&t->copy);
+        tp_datapoint_destroy(&dp);
+        t->state = 0;
+        m->inflight--;
+        return TP_OK;
+    }
     if (m->pool.workers[t->worker].inflight > 0)
         m->pool.workers[t->worker].inflight--;
     tp_datapoint_destroy(&t->copy);
@@ -810,7 +892,13 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
     if (!m->strict && m->size >= 0 && m->in_pass >= m->size)
         return TP_DONE;
     uint64_t since = tp_now_ns();
+    if (tp_signal_pending())  /* also while data flows */
+        return tp_error(TP_ERR_INTERRUPTED, "multiprocess-map: interrupted by signal %d",
+                        tp_signal_pending());
     for (;;) {
+        /* Every call looks (at most every 100 ms): a dead worker is seen
+         * while the others keep the results flowing. */
+        TP_TRY(s_check_workers(p, 0, s_map_child, m, s_map_rebind, s_map_on_dead));
         TP_TRY(s_map_fill(m));
         /* strict: hand out in order, skipping dropped ones */
         if (m->strict) {
@@ -849,13 +937,42 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
             since = tp_now_ns();
             continue;
         }
-        TP_TRY(s_check_workers(p, 0, s_map_child, m, s_map_on_dead));
-        tp_status_t rc = s_wait_slice(p, zsock_resolve(m->results), since);
+        int pending = 0;
+        for (int k = 0; k < m->cap && !pending; k++)
+            pending = m->tasks[k].state == 3;
+        /* Pending work waits for a worker to connect: look again soon. */
+        tp_status_t rc = s_wait_slice(p, zsock_resolve(m->results), since,
+                                      pending ? 2 : 100);
         if (rc < 0) {
-            tp_status_t dead = s_check_workers(p, 1, s_map_child, m, s_map_on_dead);
+            tp_status_t dead = s_check_workers(p, 1, s_map_child, m, s_map_rebind, s_map_on_dead);
             return dead < 0 ? dead : rc;
         }
     }
+}
+
+/* The consumer abandoned the pass. Strict: what is in flight belongs to
+ * it; results still here are dropped now, the rest as they come back, and
+ * the next pass starts a fresh pass of inner. Not strict: the stream goes
+ * on (a pass is only a count). */
+static void s_map_end_pass(void *impl) {
+    s_map_t *m = impl;
+    m->in_pass = 0;
+    if (!m->strict || !m->tasks)
+        return;
+    for (int k = 0; k < m->cap; k++) {
+        s_task_t *t = &m->tasks[k];
+        if (t->state == 2 || t->state == 3) {
+            tp_datapoint_destroy(&t->result);
+            tp_datapoint_destroy(&t->pending);
+            tp_datapoint_destroy(&t->copy);
+            t->state = 0;
+            m->inflight--;
+        }
+    }
+    m->discard_below = m->next_seq;
+    m->deliver = m->next_seq;
+    m->inner_done = 0;
+    tp_dataflow_end_pass(m->inner);
 }
 
 static int64_t s_map_size(void *impl) {
@@ -876,6 +993,7 @@ static void s_map_destroy(void *impl) {
         }
         free(m->task);
     }
+    free(m->slot_gen);
     if (m->results) {
         zsock_destroy(&m->results);
         unlink(m->result_ep + 6);
@@ -885,6 +1003,7 @@ static void s_map_destroy(void *impl) {
     for (int k = 0; m->tasks && k < m->cap; k++) {
         tp_datapoint_destroy(&m->tasks[k].copy);
         tp_datapoint_destroy(&m->tasks[k].result);
+        tp_datapoint_destroy(&m->tasks[k].pending);
     }
     free(m->tasks);
     tp_wire_msg_destroy(&m->msg);
@@ -893,8 +1012,9 @@ static void s_map_destroy(void *impl) {
 }
 
 static const tp_dataflow_ops_t s_map_ops = {
-    "multiprocess-map", s_map_reset, s_map_begin, s_map_next, s_map_size,
-    s_map_destroy};
+    .name = "multiprocess-map", .reset_state = s_map_reset, .begin = s_map_begin,
+    .next = s_map_next, .size = s_map_size, .destroy = s_map_destroy,
+    .end_pass = s_map_end_pass};
 
 tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
                                       tp_map_fn fn, void *arg, int strict,
@@ -948,3 +1068,54 @@ int tp_df_multiprocess_pids(tp_dataflow_t *df, int *pids, int n) {
             pids[k++] = (int)p->workers[i].pid;
     return k;
 }
+
+/* ---- pipeline spec: the stage `processes N [restart[=R]] [hwm=H] [lz4]` ------- */
+
+#ifdef TP_HAVE_SPEC
+static tp_status_t s_spec_processes(tp_dataflow_t *inner, const char *args,
+                                    void *user, tp_dataflow_t **out) {
+    (void)user;
+    *out = NULL;
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", args ? args : "");
+    char *save = NULL;
+    int64_t n = -1;
+    tp_status_t rc = TP_OK;
+    for (char *t = strtok_r(buf, " \t,", &save); t && rc == TP_OK;
+         t = strtok_r(NULL, " \t,", &save)) {
+        int64_t v;
+        if (n < 0) {
+            rc = tp_spec_int(t, 1, 1024, "worker count", &n);
+        } else if (!strcmp(t, "restart")) {
+            o.policy = TP_WORKER_RESTART;
+        } else if (!strncmp(t, "restart=", 8)) {
+            o.policy = TP_WORKER_RESTART;
+            if ((rc = tp_spec_int(t + 8, 0, 1000000, "restart", &v)) == TP_OK)
+                o.max_restarts = (int)v;
+        } else if (!strncmp(t, "hwm=", 4)) {
+            if ((rc = tp_spec_int(t + 4, 1, 1000000, "hwm", &v)) == TP_OK)
+                o.hwm = (int)v;
+        } else if (!strcmp(t, "lz4")) {
+            o.lz4 = 1;
+        } else {
+            rc = tp_error(TP_ERR_INVALID, "unknown option '%s' (expected "
+                          "N [restart[=R]] [hwm=H] [lz4])", t);
+        }
+    }
+    if (rc == TP_OK && n < 0)
+        rc = tp_error(TP_ERR_INVALID, "needs a worker count (processes N)");
+    if (rc < 0) {
+        tp_dataflow_destroy(&inner);
+        return rc;
+    }
+    *out = tp_df_multiprocess(inner, (int)n, &o);
+    return *out ? TP_OK : TP_ERR_INVALID;
+}
+
+tp_status_t tp_df_process_spec_register(void);
+tp_status_t tp_df_process_spec_register(void) {
+    return tp_spec_register_stage("processes", s_spec_processes, NULL);
+}
+#endif

@@ -15,6 +15,10 @@
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
 #include "actors/actor_internal.h"
+#if __has_include(<towerpack/dataflow_spec.h>)
+#include <towerpack/dataflow_spec.h>
+#define TP_HAVE_SPEC 1
+#endif
 
 void tp_remote_opts_init(tp_remote_opts_t *opts) {
     memset(opts, 0, sizeof *opts);
@@ -41,8 +45,10 @@ static int s_endpoint_ok(const char *ep) {
 typedef struct {
     tp_remote_opts_t opts;
     char *endpoints[MAX_ENDPOINTS];
+    int bind[MAX_ENDPOINTS];   /* per endpoint: '@' bind, '>' connect */
     int nendpoints;
-    zsock_t *pull;
+    void *zctx;           /* a context of its own (fork-robust, no czmq) */
+    void *pull;
     tp_wire_msg_t *msg;
     tp_wire_opts_t wire;
     uint64_t malformed;
@@ -55,19 +61,22 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     s_remote_t *r = impl;
     if (r->pull)
         return TP_OK;
-    tp_actors_init();
-    r->pull = zsock_new(ZMQ_PULL);
+    r->zctx = zmq_ctx_new();
+    r->pull = r->zctx ? zmq_socket(r->zctx, ZMQ_PULL) : NULL;
     r->msg = tp_wire_msg_new();
     if (!r->pull || !r->msg)
         return tp_error(TP_ERR_NOMEM, "remote: socket");
-    zsock_set_rcvhwm(r->pull, r->opts.hwm);
-    zsock_set_linger(r->pull, 0);
+    int hwm = r->opts.hwm, zero = 0, timeo = 100;
+    zmq_setsockopt(r->pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(r->pull, ZMQ_LINGER, &zero, sizeof zero);
+    /* Receives wait at most 100 ms, so signals and timeouts are seen. */
+    zmq_setsockopt(r->pull, ZMQ_RCVTIMEO, &timeo, sizeof timeo);
     for (int i = 0; i < r->nendpoints; i++) {
-        int rc = r->opts.bind ? zsock_bind(r->pull, "%s", r->endpoints[i])
-                              : zsock_connect(r->pull, "%s", r->endpoints[i]);
+        int rc = r->bind[i] ? zmq_bind(r->pull, r->endpoints[i])
+                            : zmq_connect(r->pull, r->endpoints[i]);
         if (rc < 0)
             return tp_error(TP_ERR_IO, "remote: %s %s: %s",
-                            r->opts.bind ? "bind" : "connect", r->endpoints[i],
+                            r->bind[i] ? "bind" : "connect", r->endpoints[i],
                             zmq_strerror(zmq_errno()));
     }
     return TP_OK;
@@ -75,10 +84,25 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
 
 static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
     s_remote_t *r = impl;
-    void *sock = zsock_resolve(r->pull);
+    void *sock = r->pull;
     uint64_t since = tp_now_ns();
+    if (tp_signal_pending())  /* also while data flows */
+        return tp_error(TP_ERR_INTERRUPTED, "remote: interrupted by signal %d",
+                        tp_signal_pending());
     for (;;) {
-        tp_status_t rc = tp_wire_msg_recv(r->msg, sock, ZMQ_DONTWAIT);
+        tp_status_t rc = tp_wire_msg_recv(r->msg, sock, 0);
+        if (rc == TP_OK && tp_wire_msg_frames(r->msg) == 1) {
+            int kind;
+            uint32_t sender;
+            const char *text;
+            size_t tl;
+            if (tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0),
+                             tp_wire_msg_frame_size(r->msg, 0), &kind, &sender,
+                             &text, &tl)) {
+                tp_wire_msg_clear(r->msg);  /* padding or end of a sender */
+                continue;
+            }
+        }
         if (rc == TP_OK || rc == TP_ERR_PROTOCOL) {
             if (rc == TP_OK)
                 rc = tp_wire_decode(r->msg, &r->wire, out);
@@ -100,17 +124,18 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
             return tp_error(TP_ERR_TIMEOUT, "remote: nothing from %s%s for %.3g s",
                             r->endpoints[0], r->nendpoints > 1 ? ", ..." : "",
                             r->opts.timeout_s);
-        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-        zmq_poll(&it, 1, 100);
     }
 }
 
 static void s_remote_destroy(void *impl) {
     s_remote_t *r = impl;
-    zsock_destroy(&r->pull);
+    if (r->pull)
+        zmq_close(r->pull);
+    if (r->zctx)
+        zmq_ctx_term(r->zctx);
     for (int i = 0; i < r->nendpoints; i++) {
         /* libzmq 4.3 leaves named ipc files behind */
-        if (r->opts.bind && !strncmp(r->endpoints[i], "ipc://", 6))
+        if (r->bind[i] && !strncmp(r->endpoints[i], "ipc://", 6))
             unlink(r->endpoints[i] + 6);
         free(r->endpoints[i]);
     }
@@ -119,7 +144,8 @@ static void s_remote_destroy(void *impl) {
 }
 
 static const tp_dataflow_ops_t s_remote_ops = {
-    "remote", s_remote_reset, NULL, s_remote_next, NULL, s_remote_destroy};
+    .name = "remote", .reset_state = s_remote_reset, .next = s_remote_next,
+    .destroy = s_remote_destroy};
 
 tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts) {
     s_remote_t *r = calloc(1, sizeof *r);
@@ -146,7 +172,15 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
                      len == 0 ? "empty entry" : "more than 64 endpoints");
             return NULL;
         }
-        char *ep = strndup(p, len);
+        int bind = r->opts.bind;
+        const char *start = p;
+        size_t elen = len;
+        if (*start == '@' || *start == '>') {  /* czmq's prefixes */
+            bind = *start == '@';
+            start++;
+            elen--;
+        }
+        char *ep = strndup(start, elen);
         if (!ep || !s_endpoint_ok(ep)) {
             tp_error(TP_ERR_INVALID,
                      "remote: endpoint '%.*s' is not tcp://, ipc:// or inproc://",
@@ -155,6 +189,7 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
             s_remote_destroy(r);
             return NULL;
         }
+        r->bind[r->nendpoints] = bind;
         r->endpoints[r->nendpoints++] = ep;
         p = end ? end + 1 : p + len;
     }
@@ -197,10 +232,14 @@ static void s_sender_publish(s_sender_t *s, int force) {
 /* Send msg, waiting (counted as blocked) while the peer is full; publishes
  * and looks for signals while it waits. */
 static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock) {
+    /* Wait (counted as blocked) until the socket can take a message, then
+     * send it whole with a plain blocking send. */
     for (;;) {
-        tp_status_t rc = tp_wire_msg_send(msg, sock, ZMQ_DONTWAIT);
-        if (rc != TP_ERR_TIMEOUT)
-            return rc;
+        uint32_t events = 0;
+        size_t es = sizeof events;
+        if (zmq_getsockopt(sock, ZMQ_EVENTS, &events, &es) == 0 &&
+            (events & ZMQ_POLLOUT))
+            return tp_wire_msg_send(msg, sock, 0);
         if (tp_signal_pending()) {
             tp_wire_msg_clear(msg);
             return tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
@@ -239,22 +278,25 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     if (o.stats) {
         char ep[300];
         TP_TRY(tp_stats_endpoint_resolve(o.stats, o.run_dir, ep, sizeof ep));
-        s.pub = tp_stats_pub_new(ep, "send");
+        s.pub = tp_stats_pub_new(ep, o.stats_name ? o.stats_name : "send");
         if (!s.pub)
             return tp_error_wrap(TP_ERR_IO, "send: stats");
         TP_INFO("send: statistics on %s", tp_stats_pub_endpoint(s.pub));
     }
-    zsock_t *push = zsock_new(ZMQ_PUSH);
+    /* A context of its own, not czmq's shared one: the sender also works in
+     * a process forked from one that already used ZeroMQ. */
+    void *zctx = zmq_ctx_new();
+    void *sock = zctx ? zmq_socket(zctx, ZMQ_PUSH) : NULL;
     tp_wire_msg_t *msg = tp_wire_msg_new();
     tp_status_t rc = TP_OK;
-    if (!push || !msg) {
+    if (!sock || !msg) {
         rc = tp_error(TP_ERR_NOMEM, "send: socket");
         goto out;
     }
-    zsock_set_sndhwm(push, o.hwm);
-    zsock_set_linger(push, (int)(o.linger_s * 1000));
-    if ((o.bind ? zsock_bind(push, "%s", endpoint)
-                : zsock_connect(push, "%s", endpoint)) < 0) {
+    int linger = (int)(o.linger_s * 1000);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &o.hwm, sizeof o.hwm);
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    if ((o.bind ? zmq_bind(sock, endpoint) : zmq_connect(sock, endpoint)) < 0) {
         rc = tp_error(TP_ERR_IO, "send: %s %s: %s", o.bind ? "bind" : "connect",
                       endpoint, zmq_strerror(zmq_errno()));
         goto out;
@@ -262,7 +304,6 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     tp_wire_opts_t wire;
     tp_wire_opts_init(&wire);
     wire.lz4 = o.lz4;
-    void *sock = zsock_resolve(push);
     s.start = tp_now_ns();
     int64_t in_pass = 0;
     while (o.max_count <= 0 || (int64_t)s.row.msgs_out < o.max_count) {
@@ -298,6 +339,17 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         s.row.bytes_out += bytes;
         s_sender_publish(&s, 0);
     }
+    if (rc == TP_OK) {
+        /* Padding after the last datapoint: libzmq may drop the unflushed
+         * tail of a closing connection (tp_ctl_send_pad). */
+        for (;;) {
+            if (tp_ctl_send_pad(sock, ZMQ_DONTWAIT) >= 0 || zmq_errno() != EAGAIN ||
+                tp_signal_pending())
+                break;
+            zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
+            zmq_poll(&it, 1, 100);
+        }
+    }
     s.row.state = rc < 0 && rc != TP_ERR_INTERRUPTED ? TP_ACTOR_FAILED : TP_ACTOR_DONE;
     s_sender_publish(&s, 1);
     if (sent)
@@ -305,11 +357,46 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
 out:
     tp_wire_msg_destroy(&msg);
     /* An interrupted sender should not linger on a peer that may be gone. */
-    if (push && rc == TP_ERR_INTERRUPTED)
-        zsock_set_linger(push, 0);
-    zsock_destroy(&push);
+    if (sock && rc == TP_ERR_INTERRUPTED) {
+        int zero = 0;
+        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    }
+    if (sock)
+        zmq_close(sock);
+    if (zctx)
+        zmq_ctx_term(zctx);
     if (o.bind && !strncmp(endpoint, "ipc://", 6))
         unlink(endpoint + 6);
     tp_stats_pub_destroy(&s.pub);
     return rc;
 }
+
+/* ---- pipeline spec: the source remote:ENDPOINT[,ENDPOINT...] ------------------- */
+
+#ifdef TP_HAVE_SPEC
+static tp_status_t s_spec_remote(const char *args, void *user, tp_dataflow_t **out) {
+    (void)user;
+    *out = tp_df_remote(args, NULL);
+    return *out ? TP_OK : TP_ERR_INVALID;
+}
+
+tp_status_t tp_df_process_spec_register(void);  /* df_process.c */
+
+tp_status_t tp_actor_spec_register(void) {
+    TP_TRY(tp_spec_register_source("remote", s_spec_remote, NULL));
+    return tp_df_process_spec_register();
+}
+
+/* In the shared library (and whenever this object is linked) the spec
+ * names are there before main; tp_actor_spec_register is for programs that
+ * link the static library without referring to this file. */
+__attribute__((constructor)) static void s_spec_autoregister(void) {
+    tp_actor_spec_register();
+}
+#else
+tp_status_t tp_actor_spec_register(void) {
+    return tp_error(TP_ERR_UNSUPPORTED,
+                    "this build has no pipeline spec parser to register remote: "
+                    "and processes with");
+}
+#endif

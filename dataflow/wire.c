@@ -157,6 +157,13 @@ static void s_free_buffer(void *data, void *hint) {
     free(data);
 }
 
+/* An empty component (tp_tensor_init_empty: no data, ndim 0, 0 bytes) is
+ * not a scalar, which has 1 element: it travels as shape [0]. */
+static int s_is_empty(const tp_tensor_t *t) {
+    return t->ndim == 0 && t->nbytes == 0;
+}
+static int s_wire_ndim(const tp_tensor_t *t) { return s_is_empty(t) ? 1 : t->ndim; }
+
 static inline uint8_t *s_put_u32(uint8_t *p, uint32_t v) {
     memcpy(p, &v, 4);  /* the formats are little-endian; so is every target */
     return p + 4;
@@ -187,7 +194,7 @@ tp_status_t tp_wire_encode(tp_datapoint_t **dp_p, const tp_wire_opts_t *opts,
     int ncomp = tp_datapoint_size(dp);
     size_t hdr_size = HDR_FIXED;
     for (int i = 0; i < ncomp; i++)
-        hdr_size += COMP_FIXED + 8 * (size_t)tp_datapoint_get(dp, i)->ndim;
+        hdr_size += COMP_FIXED + 8 * (size_t)s_wire_ndim(tp_datapoint_get(dp, i));
     zmq_msg_t *hdr = s_push(msg);
     if (!hdr || zmq_msg_init_size(hdr, hdr_size) != 0) {
         if (hdr)
@@ -256,12 +263,14 @@ tp_status_t tp_wire_encode(tp_datapoint_t **dp_p, const tp_wire_opts_t *opts,
         if (opts->checksum)
             crc = (uint32_t)crc32_z(crc32_z(0, NULL, 0), t->data, t->nbytes);
         *p++ = (uint8_t)t->dtype;
-        *p++ = (uint8_t)t->ndim;
+        *p++ = (uint8_t)s_wire_ndim(t);
         *p++ = codec;
         *p++ = 0;
         p = s_put_u32(p, crc);
         p = s_put_u64(p, t->nbytes);
         p = s_put_u64(p, wire_bytes);
+        if (s_is_empty(t))
+            p = s_put_u64(p, 0);
         for (int d = 0; d < t->ndim; d++)
             p = s_put_u64(p, (uint64_t)t->shape[d]);
     }

@@ -74,8 +74,8 @@ static tp_status_t tu_count_next(void *impl, tp_datapoint_t **out) {
 static int64_t tu_count_size(void *impl) { return ((tu_count_t *)impl)->n; }
 static void tu_count_destroy(void *impl) { free(impl); }
 static const tp_dataflow_ops_t tu_count_ops = {
-    "count", tu_count_reset, tu_count_begin, tu_count_next, tu_count_size,
-    tu_count_destroy};
+    .name = "count", .reset_state = tu_count_reset, .begin = tu_count_begin,
+    .next = tu_count_next, .size = tu_count_size, .destroy = tu_count_destroy};
 
 static inline tp_dataflow_t *tu_count_df(int64_t n, size_t pad, int64_t fail_at) {
     tu_count_t *c = calloc(1, sizeof *c);

@@ -59,6 +59,23 @@ Test(wire, round_trip_every_dtype_and_shape) {
                     s_round_trip(scales[i], lz4, ck, comp);
 }
 
+Test(wire, empty_components_travel_as_shape_zero) {
+    tp_datapoint_t *dp = tp_datapoint_new(2), *back = NULL;
+    tp_tensor_init(tp_datapoint_get(dp, 1), TP_INT32, 0, NULL); /* a real scalar */
+    *(int32_t *)tp_datapoint_get(dp, 1)->data = 7;
+    tp_wire_msg_t *msg = tp_wire_msg_new();
+    cr_assert_eq(tp_wire_encode(&dp, NULL, msg), TP_OK);
+    cr_assert_eq(tp_wire_decode(msg, NULL, &back), TP_OK, "%s", tp_last_error());
+    const tp_tensor_t *e = tp_datapoint_get(back, 0);
+    cr_assert_eq(e->ndim, 1);
+    cr_assert_eq(e->shape[0], 0);
+    cr_assert_eq(e->nbytes, 0);
+    cr_assert_eq(tp_datapoint_get(back, 1)->ndim, 0);
+    cr_assert_eq(*(int32_t *)tp_datapoint_get(back, 1)->data, 7);
+    tp_datapoint_destroy(&back);
+    tp_wire_msg_destroy(&msg);
+}
+
 Test(wire, empty_datapoint_round_trips) {
     tp_datapoint_t *dp = tp_datapoint_new(0), *back = NULL;
     tp_wire_msg_t *msg = tp_wire_msg_new();

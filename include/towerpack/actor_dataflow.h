@@ -100,7 +100,8 @@ typedef struct tp_remote_opts {
 void tp_remote_opts_init(tp_remote_opts_t *opts);
 
 /* RemoteDataZMQ: datapoints arriving at `endpoints` ("tcp://...,ipc://..."
- * comma-separated) as an endless dataflow (size -1). A malformed message is
+ * comma-separated; a leading '@' binds that one, '>' connects it, otherwise
+ * opts.bind decides) as an endless dataflow (size -1). A malformed message is
  * counted, logged at most once a second and dropped. Sockets are made at
  * reset_state and belong to the thread that iterates. Caller owns; NULL
  * with tp_last_error() on a bad endpoint list. */
@@ -132,6 +133,12 @@ void tp_send_opts_init(tp_send_opts_t *opts);
  * caller's. *sent (may be NULL) gets the count. */
 tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
                              const tp_send_opts_t *opts, uint64_t *sent);
+
+/* Add the spec source `remote:ENDPOINT[,ENDPOINT...]` and the stage
+ * `processes N [restart[=R]] [hwm=H] [lz4]` to the pipeline spec parser
+ * (done automatically when the library loads; call it from programs that
+ * link libtowerpack.a). TP_ERR_UNSUPPORTED in a build without the parser. */
+tp_status_t tp_actor_spec_register(void);
 
 /* The factory a tp-worker plugin exports under this name: build a dataflow
  * from the plugin's own arguments (argv[0] is the plugin path). */

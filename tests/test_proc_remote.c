@@ -1,0 +1,218 @@
+/* towerpack tests: remote dataflows (tp_send_dataflow in another process,
+ * tp_df_remote here): order and counts, several endpoints, lz4, a peer
+ * sending garbage, bounded waits. */
+#include <criterion/criterion.h>
+#include <czmq.h>
+#include "actor_testutil.h"
+#include "proc_testutil.h"
+
+/* Fork a sender of `n` datapoints (stream s) to `ep`; returns its pid. */
+static int fork_sender(const char *ep, int64_t n, uint64_t stream, int lz4,
+                       size_t pad) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        tp_dataflow_t *df = tu_count_df(n, pad, -1);
+        tp_send_opts_t o;
+        tp_send_opts_init(&o);
+        o.max_count = n;
+        o.stream = stream;
+        o.lz4 = lz4;
+        tp_status_t rc = tp_send_dataflow(df, ep, &o, NULL);
+        tp_dataflow_destroy(&df);
+        _exit(rc == TP_OK ? 0 : 3);
+    }
+    return pid;
+}
+
+static tp_dataflow_t *make_remote(const char *eps, double timeout) {
+    tp_remote_opts_t o;
+    tp_remote_opts_init(&o);
+    o.timeout_s = timeout;
+    tp_dataflow_t *df = tp_df_remote(eps, &o);
+    cr_assert(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    return df;
+}
+
+Test(proc_remote, one_sender_in_order) {
+    char dir[64], ep[128];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(ep, sizeof ep, "ipc://%s/r.sock", dir);
+    tp_dataflow_t *df = make_remote(ep, 5);
+    cr_assert_eq(tp_dataflow_size(df), -1);
+    int pid = fork_sender(ep, 1000, 0, 0, 4096);
+    for (int64_t i = 0; i < 1000; i++) {
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tu_value(dp), i);
+        cr_assert_eq(tp_datapoint_cget(dp, 1)->nbytes, 4096);
+        tp_datapoint_destroy(&dp);
+    }
+    int st = pu_waitpid(pid, 3000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sender status %d", st);
+    tp_dataflow_destroy(&df);
+    cr_assert_eq(pu_dir_entries(dir), 0, "socket file removed");
+    rmdir(dir);
+}
+
+Test(proc_remote, two_endpoints_with_lz4) {
+    char dir[64], eps[300];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(eps, sizeof eps, "ipc://%s/a.sock,ipc://%s/b.sock", dir, dir);
+    tp_dataflow_t *df = make_remote(eps, 5);
+    char a[140], b[140];
+    snprintf(a, sizeof a, "ipc://%s/a.sock", dir);
+    snprintf(b, sizeof b, "ipc://%s/b.sock", dir);
+    int pa = fork_sender(a, 300, 1, 1, 8192);
+    int pb = fork_sender(b, 300, 2, 1, 8192);
+    int64_t next[3] = {0, 0, 0};
+    for (int i = 0; i < 600; i++) {
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        int64_t v = tu_value(dp);
+        int s = (int)(v / 1000000);
+        cr_assert(s == 1 || s == 2);
+        cr_assert_eq(v % 1000000, next[s], "per-sender order");
+        next[s]++;
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(next[1], 300);
+    cr_assert_eq(next[2], 300);
+    pu_waitpid(pa, 3000);
+    pu_waitpid(pb, 3000);
+    tp_dataflow_destroy(&df);
+    cr_assert_eq(pu_dir_entries(dir), 0);
+    rmdir(dir);
+}
+
+Test(proc_remote, garbage_is_counted_and_dropped) {
+    char dir[64], ep[128];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(ep, sizeof ep, "ipc://%s/g.sock", dir);
+    tp_dataflow_t *df = make_remote(ep, 5);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *ctx = zmq_ctx_new();
+        void *push = zmq_socket(ctx, ZMQ_PUSH);
+        zmq_connect(push, ep);
+        zmq_send(push, "x", 1, 0);
+        uint8_t hdr[16] = {'T', 'P', 'W', '1', 1, 0, 200, 0};
+        zmq_send(push, hdr, sizeof hdr, 0);         /* claims 200 components */
+        zmq_send(push, hdr, 8, ZMQ_SNDMORE);
+        zmq_send(push, "junk", 4, 0);
+        for (int i = 0; i < 2000; i++)               /* too many frames */
+            zmq_send(push, "", 0, i < 1999 ? ZMQ_SNDMORE : 0);
+        tp_datapoint_t *dp = tu_dp(41, 0);
+        tp_wire_send(push, &dp, NULL);
+        int linger = 2000;
+        zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(push);
+        zmq_ctx_term(ctx);
+        _exit(0);
+    }
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tu_value(dp), 41);
+    tp_datapoint_destroy(&dp);
+    cr_assert_eq(tp_df_remote_malformed(df), 4);
+    pu_waitpid(pid, 3000);
+    tp_dataflow_destroy(&df);
+    rmdir(dir);
+}
+
+static long rss_kib(int pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kib = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+Test(proc_remote, stopped_reader_bounds_the_sender) {
+    char dir[64], ep[128];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(ep, sizeof ep, "ipc://%s/slow.sock", dir);
+    tp_dataflow_t *df = make_remote(ep, 5);
+    /* An endless sender of 256 KiB datapoints; we read 5 and stop. */
+    int pid = fork_sender(ep, 1000000000, 0, 0, 256 * 1024);
+    tp_datapoint_t *dp;
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    long first = rss_kib(pid);
+    usleep(800000);
+    long later = rss_kib(pid);
+    /* hwm 50 x 256 KiB = 12.5 MiB at most queued, plus the kernel's buffers:
+     * the sender must not keep growing while nobody reads. */
+    cr_assert_gt(later, 0);
+    cr_assert_lt(later, 80 * 1024, "sender RSS %ld KiB", later);
+    cr_assert_lt(later - first, 32 * 1024, "sender grew from %ld to %ld KiB", first, later);
+    kill(pid, SIGKILL);
+    pu_waitpid(pid, 2000);
+    tp_dataflow_destroy(&df);
+    rmdir(dir);
+}
+
+Test(proc_remote, silent_peer_times_out) {
+    char dir[64], ep[128];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(ep, sizeof ep, "ipc://%s/s.sock", dir);
+    tp_dataflow_t *df = make_remote(ep, 0.3);
+    double t0 = tp_now_s();
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_ERR_TIMEOUT);
+    cr_assert_lt(tp_now_s() - t0, 1.0);
+    cr_assert(strstr(tp_last_error(), ep), "%s", tp_last_error());
+    tp_dataflow_destroy(&df);
+    rmdir(dir);
+}
+
+Test(proc_remote, connect_prefix_and_bound_sender) {
+    char dir[64], ep[128], conn[140];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(ep, sizeof ep, "ipc://%s/c.sock", dir);
+    snprintf(conn, sizeof conn, ">%s", ep);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {  /* the sender binds, the remote dataflow connects */
+        tp_dataflow_t *df = tu_count_df(50, 0, -1);
+        tp_send_opts_t o;
+        tp_send_opts_init(&o);
+        o.bind = 1;
+        o.max_count = 50;
+        tp_status_t rc = tp_send_dataflow(df, ep, &o, NULL);
+        tp_dataflow_destroy(&df);
+        _exit(rc == TP_OK ? 0 : 3);
+    }
+    tp_dataflow_t *df = make_remote(conn, 5);
+    for (int64_t i = 0; i < 50; i++) {
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tu_value(dp), i);
+        tp_datapoint_destroy(&dp);
+    }
+    int st = pu_waitpid(pid, 5000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sender status %d", st);
+    tp_dataflow_destroy(&df);
+    cr_assert_eq(pu_dir_entries(dir), 0);
+    rmdir(dir);
+}
+
+Test(proc_remote, bad_endpoint_lists) {
+    cr_assert_null(tp_df_remote("", NULL));
+    cr_assert_null(tp_df_remote("tcp://127.0.0.1:1,,ipc://x", NULL));
+    cr_assert(strstr(tp_last_error(), "empty entry"), "%s", tp_last_error());
+    cr_assert_null(tp_df_remote("http://x", NULL));
+    cr_assert(strstr(tp_last_error(), "http://x"), "%s", tp_last_error());
+    tp_dataflow_t *df = tu_count_df(1, 0, -1);
+    cr_assert_eq(tp_send_dataflow(df, "nope", NULL, NULL), TP_ERR_INVALID);
+    tp_dataflow_destroy(&df);
+}

@@ -1,0 +1,164 @@
+/* towerpack tests: tp-worker and tp-top as programs. A plugin
+ * (examples/worker_plugin.c, compiled here with cc) feeds tp-worker, a
+ * remote dataflow receives; tp-top --once --json reads tp-worker's stats;
+ * SIGINT ends tp-worker cleanly; bad arguments are clear errors. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include "actor_testutil.h"
+#include "proc_testutil.h"
+
+static char s_dir[64];
+static char s_plugin[128];
+
+static void setup(void) {
+    tu_tmpdir(s_dir, sizeof s_dir);
+    snprintf(s_plugin, sizeof s_plugin, "%s/libcount.so", s_dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cc -shared -fPIC -I%s/include -I%s/include %s/examples/worker_plugin.c "
+             "-o %s 2>&1", TP_SOURCE_DIR, TP_BINARY_DIR, TP_SOURCE_DIR, s_plugin);
+    if (system(cmd) != 0)
+        s_plugin[0] = '\0';
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", s_dir);
+}
+
+/* Start a program with argv; stdout to `out` (NULL: inherit). */
+static int spawn(char *const argv[], const char *out) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (out) {
+            FILE *f = freopen(out, "w", stdout);
+            (void)f;
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+TestSuite(proc_worker, .init = setup, .fini = teardown);
+
+Test(proc_worker, plugin_to_remote_and_sigint) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[128], stats[128];
+    snprintf(ep, sizeof ep, "ipc://%s/data.sock", s_dir);
+    snprintf(stats, sizeof stats, "ipc://%s/stats.sock", s_dir);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 5;
+    tp_dataflow_t *df = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "50", "--plugin-arg", "1000", "--connect", ep,
+                     "--stats", stats, "--hwm", "10", NULL};
+    int pid = spawn(wargv, NULL);
+    /* The plugin's passes of 50 repeat: values cycle 0..49 in order. */
+    for (int i = 0; i < 500; i++) {
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tu_value(dp), i % 50);
+        cr_assert_eq(tp_datapoint_cget(dp, 1)->nbytes, 1000);
+        tp_datapoint_destroy(&dp);
+    }
+    /* tp-top reads tp-worker's statistics (it is blocked on us: hwm). */
+    char json[128];
+    snprintf(json, sizeof json, "%s/top.json", s_dir);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", stats, "--once",
+                     "--json", "--timeout", "5", NULL};
+    int tpid = spawn(targv, json);
+    /* Keep the worker moving while tp-top waits for a snapshot. */
+    for (int i = 0; i < 200; i++) {
+        tp_datapoint_t *dp;
+        if (tp_dataflow_next(df, &dp) == TP_OK)
+            tp_datapoint_destroy(&dp);
+        usleep(10000);
+        if (pu_gone(tpid))
+            break;
+    }
+    int st = pu_waitpid(tpid, 5000);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-top status %d", st);
+    json_error_t err;
+    json_t *root = json_load_file(json, 0, &err);
+    cr_assert(root, "tp-top printed JSON: %s", err.text);
+    json_t *actors = json_object_get(root, "actors");
+    cr_assert(json_is_array(actors) && json_array_size(actors) == 1);
+    json_t *a = json_array_get(actors, 0);
+    cr_assert_str_eq(json_string_value(json_object_get(a, "name")), "tp-worker");
+    const char *keys[] = {"msgs_per_s", "mb_per_s", "queue_fill", "starved_pct", "blocked_pct"};
+    for (int k = 0; k < 5; k++)
+        cr_assert(json_is_number(json_object_get(a, keys[k])), "%s", keys[k]);
+    json_decref(root);
+
+    double t0 = tp_now_s();
+    kill(pid, SIGINT);
+    st = pu_waitpid(pid, 2000);
+    cr_assert_lt(tp_now_s() - t0, 2.0);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-worker status %d", st);
+    char path[160];
+    snprintf(path, sizeof path, "%s/stats.sock", s_dir);
+    cr_assert_neq(access(path, F_OK), 0, "stats socket removed");
+    tp_dataflow_destroy(&df);
+}
+
+Test(proc_worker, count_ends_the_worker) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[128];
+    snprintf(ep, sizeof ep, "ipc://%s/d2.sock", s_dir);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 5;
+    tp_dataflow_t *df = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--count", "20", "--lz4", NULL};
+    int pid = spawn(wargv, NULL);
+    for (int i = 0; i < 20; i++) {
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tu_value(dp), i % 7);
+        tp_datapoint_destroy(&dp);
+    }
+    int st = pu_waitpid(pid, 5000);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    tp_dataflow_destroy(&df);
+}
+
+static int run_status(char *const argv[]) {
+    char out[128];
+    snprintf(out, sizeof out, "%s/out.txt", s_dir);
+    int pid = spawn(argv, out);
+    int st = pu_waitpid(pid, 5000);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(proc_worker, clear_errors) {
+    char *help[] = {TP_BINARY_DIR "/bin/tp-worker", "--help", NULL};
+    cr_assert_eq(run_status(help), 0);
+    char *none[] = {TP_BINARY_DIR "/bin/tp-worker", "--connect", "ipc:///tmp/x", NULL};
+    cr_assert_eq(run_status(none), 2);
+    char *both[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", "x.so", NULL};
+    cr_assert_eq(run_status(both), 2);
+    char *missing[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", "/nonexistent.so",
+                       "--connect", "ipc:///tmp/x", NULL};
+    cr_assert_eq(run_status(missing), 1);
+    char *badhwm[] = {TP_BINARY_DIR "/bin/tp-worker", "--hwm", "x", NULL};
+    cr_assert_eq(run_status(badhwm), 2);
+    char *tophelp[] = {TP_BINARY_DIR "/bin/tp-top", "--help", NULL};
+    cr_assert_eq(run_status(tophelp), 0);
+    char *topnone[] = {TP_BINARY_DIR "/bin/tp-top", NULL};
+    cr_assert_eq(run_status(topnone), 2);
+    char ep[128];
+    snprintf(ep, sizeof ep, "ipc://%s/nobody.sock", s_dir);
+    char *topsilent[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", ep, "--once",
+                         "--timeout", "0.3", NULL};
+    cr_assert_eq(run_status(topsilent), 1);
+}

@@ -1,0 +1,180 @@
+/* towerpack tests: the stats message codec (round trip, every malformed
+ * input rejected with a message), rates, the bottleneck, JSON, endpoint
+ * resolution. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+
+static tp_stats_row_t row(const char *name, double busy, double starved,
+                          double blocked) {
+    tp_stats_row_t r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.name, sizeof r.name, "%s", name);
+    r.state = TP_ACTOR_RUNNING;
+    r.msgs_in = 1000;
+    r.msgs_out = 900;
+    r.bytes_in = 1000000;
+    r.bytes_out = 2000000;
+    r.alive_s = 2.0;
+    r.busy_s = 2.0 * busy / 100;
+    r.starved_s = 2.0 * starved / 100;
+    r.blocked_s = 2.0 * blocked / 100;
+    r.queue_fill = 0.25;
+    tp_stats_row_rates(&r, NULL, 0);
+    return r;
+}
+
+static void encode3(void **buf, size_t *size) {
+    tp_stats_row_t rows[3] = {row("reader", 20, 0, 80), row("augment", 95, 3, 2),
+                              row("tower0", 10, 90, 0)};
+    tp_stats_snapshot_t s;
+    tp_stats_snapshot_init(&s);
+    snprintf(s.source, sizeof s.source, "supervisor");
+    s.pid = 42;
+    s.seq = 7;
+    s.wall_s = 1.7e9;
+    s.interval_s = 1.0;
+    s.nrows = 3;
+    s.rows = rows;
+    cr_assert_eq(tp_stats_encode(&s, buf, size), TP_OK);
+}
+
+Test(stats, round_trip) {
+    void *buf;
+    size_t size;
+    encode3(&buf, &size);
+    cr_assert_eq(size, TP_STATS_HEADER_BYTES + 3 * TP_STATS_ROW_BYTES);
+    tp_stats_snapshot_t d;
+    tp_stats_snapshot_init(&d);
+    cr_assert_eq(tp_stats_decode(buf, size, &d), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(d.source, "supervisor");
+    cr_assert_eq(d.pid, 42);
+    cr_assert_eq(d.seq, 7);
+    cr_assert_eq(d.nrows, 3);
+    cr_assert_str_eq(d.rows[1].name, "augment");
+    cr_assert_eq(d.rows[1].msgs_in, 1000);
+    cr_assert_float_eq(d.rows[1].busy_pct, 95, 0.01);
+    cr_assert_float_eq(d.rows[0].msgs_per_s, 500, 1e-9);
+    cr_assert_float_eq(d.rows[0].mb_per_s, 1.0, 1e-9);
+    cr_assert_eq(tp_stats_bottleneck(&d), 1, "augment is the bottleneck");
+    char *json = tp_stats_to_json(&d);
+    json_error_t err;
+    json_t *root = json_loads(json, 0, &err);
+    cr_assert(root, "%s", err.text);
+    cr_assert_str_eq(json_string_value(json_object_get(root, "bottleneck")), "augment");
+    json_t *a = json_array_get(json_object_get(root, "actors"), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(a, "name")), "tower0");
+    cr_assert_float_eq(json_number_value(json_object_get(a, "starved_pct")), 90, 0.01);
+    cr_assert(json_is_number(json_object_get(a, "queue_fill")));
+    json_decref(root);
+    free(json);
+    tp_stats_snapshot_fini(&d);
+    free(buf);
+}
+
+/* Corrupt one thing, expect TP_ERR_PROTOCOL mentioning `what`. */
+static void expect_bad(size_t off, const void *bytes, size_t n, size_t size_delta,
+                       const char *what) {
+    void *buf;
+    size_t size;
+    encode3(&buf, &size);
+    if (bytes)
+        memcpy((char *)buf + off, bytes, n);
+    tp_stats_snapshot_t d;
+    tp_stats_snapshot_init(&d);
+    tp_status_t rc = tp_stats_decode(buf, size - size_delta, &d);
+    cr_assert_eq(rc, TP_ERR_PROTOCOL, "%s accepted", what);
+    cr_assert(strstr(tp_last_error(), what), "'%s' not in '%s'", what, tp_last_error());
+    cr_assert_eq(d.nrows, 0);
+    cr_assert_null(d.rows);
+    free(buf);
+}
+
+Test(stats, malformed_messages_are_rejected) {
+    const size_t R = TP_STATS_HEADER_BYTES;  /* first row */
+    expect_bad(0, NULL, 0, 3 * TP_STATS_ROW_BYTES + 10, "header");
+    expect_bad(0, "XXXX", 4, 0, "magic");
+    uint8_t v = 9;
+    expect_bad(4, &v, 1, 0, "version");
+    expect_bad(0, NULL, 0, 1, "rows need");
+    uint16_t many = 60000;
+    expect_bad(6, &many, 2, 0, "too many rows");
+    uint16_t two = 2;
+    expect_bad(6, &two, 2, 0, "rows need");
+    char longname[TP_STATS_NAME_MAX];
+    memset(longname, 'a', sizeof longname);
+    expect_bad(R, longname, sizeof longname, 0, "name");
+    expect_bad(R, "\x01x", 2, 0, "name");
+    expect_bad(R, "\0", 1, 0, "name");
+    uint8_t state = 200;
+    expect_bad(R + 48, &state, 1, 0, "state");
+    double nan = NAN, neg = -5, big = 3;
+    expect_bad(R + 88, &nan, 8, 0, "time counters");
+    expect_bad(R + 96, &neg, 8, 0, "time counters");
+    expect_bad(R + 120, &big, 8, 0, "queue fill");
+    expect_bad(R + 128, &nan, 8, 0, "rates");
+    float pct = 250;
+    expect_bad(R + 144, &pct, 4, 0, "percentages");
+    expect_bad(40, "\x01", 1, 0, "source");
+    tp_stats_snapshot_t d;
+    tp_stats_snapshot_init(&d);
+    cr_assert_eq(tp_stats_decode(NULL, 0, &d), TP_ERR_PROTOCOL);
+}
+
+Test(stats, rates_against_previous) {
+    tp_stats_row_t prev = row("x", 50, 25, 25);
+    tp_stats_row_t now = prev;
+    now.msgs_in += 300;
+    now.msgs_out += 100;
+    now.bytes_out += 3000000;
+    now.alive_s += 0.5;
+    now.starved_s += 0.5;
+    tp_stats_row_rates(&now, &prev, 0);
+    cr_assert_float_eq(now.msgs_per_s, 600, 1e-9);
+    cr_assert_float_eq(now.mb_per_s, 6, 1e-9);
+    cr_assert_float_eq(now.starved_pct, 100, 1e-9);
+    cr_assert_float_eq(now.busy_pct, 0, 1e-9);
+    /* A restarted actor: counters went back, rates from its own start. */
+    tp_stats_row_t fresh = row("x", 100, 0, 0);
+    fresh.msgs_in = 10;
+    fresh.msgs_out = 10;
+    fresh.alive_s = 1;
+    tp_stats_row_rates(&fresh, &now, 0);
+    cr_assert_float_eq(fresh.msgs_per_s, 10, 1e-9);
+}
+
+Test(stats, endpoint_resolution) {
+    char out[256];
+    cr_assert_eq(tp_stats_endpoint_resolve(NULL, "/run/x", out, sizeof out), TP_OK);
+    cr_assert_str_eq(out, "ipc:///run/x/stats.sock");
+    cr_assert_eq(tp_stats_endpoint_resolve("ipc", "/r", out, sizeof out), TP_OK);
+    cr_assert_str_eq(out, "ipc:///r/stats.sock");
+    cr_assert_eq(tp_stats_endpoint_resolve("tcp", NULL, out, sizeof out), TP_OK);
+    cr_assert_str_eq(out, "tcp://127.0.0.1:*");
+    cr_assert_eq(tp_stats_endpoint_resolve("tcp:5555", NULL, out, sizeof out), TP_OK);
+    cr_assert_str_eq(out, "tcp://127.0.0.1:5555");
+    cr_assert_eq(tp_stats_endpoint_resolve("tcp://0.0.0.0:9", NULL, out, sizeof out), TP_OK);
+    cr_assert_eq(tp_stats_endpoint_resolve("tcp:99999", NULL, out, sizeof out), TP_ERR_INVALID);
+    cr_assert_eq(tp_stats_endpoint_resolve("udp://x", NULL, out, sizeof out), TP_ERR_INVALID);
+    cr_assert_eq(tp_stats_endpoint_resolve(NULL, NULL, out, sizeof out), TP_ERR_INVALID);
+    char longdir[200];
+    memset(longdir, 'd', sizeof longdir - 1);
+    longdir[0] = '/';
+    longdir[sizeof longdir - 1] = '\0';
+    cr_assert_eq(tp_stats_endpoint_resolve(NULL, longdir, out, sizeof out), TP_ERR_INVALID);
+}
+
+Test(stats, publisher_on_ephemeral_tcp) {
+    tp_stats_pub_t *pub = tp_stats_pub_new("tcp://127.0.0.1:*", "bench");
+    cr_assert(pub, "%s", tp_last_error());
+    cr_assert(strncmp(tp_stats_pub_endpoint(pub), "tcp://127.0.0.1:", 16) == 0);
+    cr_assert_null(strchr(tp_stats_pub_endpoint(pub), '*'));
+    tp_stats_row_t r = row("a", 1, 1, 1);
+    cr_assert_eq(tp_stats_pub_publish(pub, &r, 1), TP_OK);
+    tp_stats_pub_destroy(&pub);
+    cr_assert_null(pub);
+    cr_assert_null(tp_stats_pub_new("tcp://256.1.1.1:1", "x"));
+    cr_assert(strstr(tp_last_error(), "256.1.1.1"), "%s", tp_last_error());
+}

@@ -1,0 +1,417 @@
+/* tp-bench transport: the actor runtime and the process/remote dataflows
+ * against raw libzmq, in the same run (docs/performance.md, "Actors").
+ *
+ *   ipc     a 1 MiB datapoint between two processes over ipc: send_dataflow
+ *           -> remote dataflow, against raw PUSH/PULL of the same bytes
+ *           (zero-copy 1 MiB messages)
+ *   inproc  a small datapoint hop between two actors (pointer passing),
+ *           against raw inproc PUSH/PULL of 8-byte messages between two
+ *           threads
+ *   mp      MultiProcessRunnerZMQ on a CPU-bound dataflow, 2 workers
+ *           against 1
+ *   stats   the inproc hop under a supervisor publishing statistics every
+ *           second, against the same hop without reports
+ * Each figure is the best of --repeat runs. */
+#include <czmq.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <towerpack/towerpack.h>
+#include "actors/actor_internal.h"
+
+typedef struct {
+    int64_t ipc_count, inproc_count, mp_count;
+    int repeat;
+    int json;
+    const char *only;
+    const char *stats;
+    char dir[64];
+} s_cfg_t;
+
+/* ---- ipc: 1 MiB between processes ------------------------------------------------ */
+
+#define MIB (1024 * 1024)
+static uint8_t *s_big;  /* 1 MiB, shared read-only by every message */
+
+static void s_noop_free(void *data, void *hint) {
+    (void)data;
+    (void)hint;
+}
+
+static double s_raw_ipc(const s_cfg_t *c, const char *ep) {
+    void *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    int hwm = 50;
+    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_bind(pull, ep);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *cx = zmq_ctx_new();
+        void *push = zmq_socket(cx, ZMQ_PUSH);
+        zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_connect(push, ep);
+        for (int64_t i = 0; i < c->ipc_count; i++) {
+            zmq_msg_t m;
+            zmq_msg_init_data(&m, s_big, MIB, s_noop_free, NULL);
+            zmq_msg_send(&m, push, 0);
+        }
+        zmq_close(push);
+        zmq_ctx_term(cx);
+        _exit(0);
+    }
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    zmq_msg_recv(&m, pull, 0);  /* start the clock at the first message */
+    double t0 = tp_now_s();
+    for (int64_t i = 1; i < c->ipc_count; i++)
+        zmq_msg_recv(&m, pull, 0);
+    double dt = tp_now_s() - t0;
+    zmq_msg_close(&m);
+    waitpid(pid, NULL, 0);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+    unlink(ep + 6);
+    return (double)(c->ipc_count - 1) * MIB / dt / 1e6;
+}
+
+/* A dataflow of 1 MiB datapoints over the shared buffer (borrowed: the
+ * same bytes as the raw run, no per-message allocation of the payload). */
+static tp_status_t s_big_next(void *impl, tp_datapoint_t **out) {
+    (void)impl;
+    tp_datapoint_t *dp = tp_datapoint_new(0);
+    tp_tensor_t t;
+    int64_t shape[1] = {MIB};
+    tp_tensor_init_wrap(&t, TP_UINT8, 1, shape, s_big, NULL, NULL);
+    tp_datapoint_append(dp, &t);
+    *out = dp;
+    return TP_OK;
+}
+static const tp_dataflow_ops_t s_big_ops = {.name = "big", .next = s_big_next};
+
+static double s_tp_ipc(const s_cfg_t *c, const char *ep) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        tp_dataflow_t *df = tp_dataflow_new(&s_big_ops, NULL);
+        tp_send_opts_t o;
+        tp_send_opts_init(&o);
+        o.max_count = c->ipc_count;
+        tp_send_dataflow(df, ep, &o, NULL);
+        tp_dataflow_destroy(&df);
+        _exit(0);
+    }
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 10;
+    tp_dataflow_t *df = tp_df_remote(ep, &ro);
+    tp_dataflow_reset_state(df, 0, 0);
+    tp_datapoint_t *dp;
+    double t0 = 0;
+    int64_t got = 0;
+    for (int64_t i = 0; i < c->ipc_count; i++) {
+        if (tp_dataflow_next(df, &dp) != TP_OK)
+            break;
+        if (i == 0)
+            t0 = tp_now_s();
+        got++;
+        tp_datapoint_destroy(&dp);
+    }
+    double dt = tp_now_s() - t0;
+    waitpid(pid, NULL, 0);
+    tp_dataflow_destroy(&df);
+    return got > 1 ? (double)(got - 1) * MIB / dt / 1e6 : 0;
+}
+
+/* ---- inproc: a small datapoint hop between two actors ----------------------------- */
+
+typedef struct {
+    int64_t n;
+    void *ctx;
+    const char *ep;
+    int with_dp;   /* also make (sender) and free (receiver) a datapoint */
+} s_raw_thread_t;
+
+static void *s_raw_sender(void *arg) {
+    s_raw_thread_t *t = arg;
+    void *push = zmq_socket(t->ctx, ZMQ_PUSH);
+    int hwm = TP_ACTOR_DEFAULT_HWM;
+    zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_connect(push, t->ep);
+    for (int64_t i = 0; i < t->n; i++) {
+        tp_datapoint_t *dp = t->with_dp ? tp_datapoint_new(1) : NULL;
+        zmq_send(push, &dp, sizeof dp, 0);
+    }
+    zmq_close(push);
+    return NULL;
+}
+
+/* Raw libzmq: 8-byte messages between two threads; with_dp: each carries
+ * a datapoint made by the sender and freed by the receiver, the same work
+ * the actors do around the hop. */
+static double s_raw_inproc(int64_t n, int with_dp) {
+    void *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    int hwm = TP_ACTOR_DEFAULT_HWM;
+    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_bind(pull, "inproc://raw-bench");
+    s_raw_thread_t t = {n, ctx, "inproc://raw-bench", with_dp};
+    pthread_t th;
+    double t0 = tp_now_s();
+    pthread_create(&th, NULL, s_raw_sender, &t);
+    tp_datapoint_t *dp;
+    for (int64_t i = 0; i < n; i++) {
+        zmq_recv(pull, &dp, sizeof dp, 0);
+        tp_datapoint_destroy(&dp);
+    }
+    double dt = tp_now_s() - t0;
+    pthread_join(th, NULL);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+    return (double)n / dt;
+}
+
+typedef struct {
+    int64_t n, made;
+} s_src_t;
+
+static tp_status_t s_src_produce(tp_actor_ctx_t *ctx, void *state) {
+    s_src_t *s = state;
+    if (s->made >= s->n)
+        return TP_DONE;
+    s->made++;
+    tp_datapoint_t *dp = tp_datapoint_new(1);  /* one empty component */
+    return tp_actor_send(ctx, 0, &dp);
+}
+
+static tp_status_t s_sink_on_data(tp_actor_ctx_t *ctx, void *state, int port,
+                                  tp_datapoint_t **dp) {
+    (void)ctx; (void)port;
+    if (*dp)
+        (*(int64_t *)state)++;
+    return TP_OK;
+}
+
+static const tp_actor_port_t s_hop_out[] = {{"out", "inproc://hop-bench", 1, 0, 0}};
+static const tp_actor_port_t s_hop_in[] = {{"in", "inproc://hop-bench", 0, 0, 0}};
+static const tp_actor_def_t s_src_def = {"source", NULL, 0, s_hop_out, 1, NULL,
+                                         NULL, s_src_produce, NULL};
+static const tp_actor_def_t s_sink_def = {"sink", s_hop_in, 1, NULL, 0, NULL,
+                                          s_sink_on_data, NULL, NULL};
+
+/* The hop; with a supervisor publishing stats when `stats` is set. */
+static double s_tp_inproc(int64_t n, const char *stats, const char *dir) {
+    s_src_t src = {n, 0};
+    int64_t got = 0;
+    double t0, dt;
+    if (stats) {
+        tp_supervisor_opts_t o;
+        tp_supervisor_opts_init(&o);
+        o.stats = stats;
+        o.run_dir = dir;
+        o.handle_signals = 0;
+        o.heartbeat_ms = 1000;
+        tp_supervisor_t *sup = tp_supervisor_new(&o);
+        if (!sup) {
+            fprintf(stderr, "tp-bench: %s\n", tp_last_error());
+            return 0;
+        }
+        tp_supervisor_add(sup, &s_sink_def, &got, NULL);
+        tp_supervisor_add(sup, &s_src_def, &src, NULL);
+        t0 = tp_now_s();
+        tp_supervisor_start(sup);
+        tp_supervisor_run(sup, 0);
+        dt = tp_now_s() - t0;
+        tp_supervisor_destroy(&sup);
+    } else {
+        tp_actor_t *sink = tp_actor_new(&s_sink_def, &got);
+        t0 = tp_now_s();
+        tp_actor_t *source = tp_actor_new(&s_src_def, &src);
+        tp_actor_wait(source, -1);
+        tp_actor_wait(sink, -1);
+        dt = tp_now_s() - t0;
+        tp_actor_destroy(&source);
+        tp_actor_destroy(&sink);
+    }
+    return got == n ? (double)n / dt : 0;
+}
+
+/* ---- mp: the process-parallel runner on CPU-bound work ----------------------------- */
+
+static tp_status_t s_cpu_next(void *impl, tp_datapoint_t **out) {
+    (void)impl;
+    volatile double x = 0;
+    for (int k = 0; k < 200000; k++)  /* ~0.2 ms of arithmetic */
+        x += k * 0.5;
+    tp_datapoint_t *dp = tp_datapoint_new(0);
+    tp_tensor_t t;
+    tp_tensor_init(&t, TP_FLOAT64, 0, NULL);
+    *(double *)t.data = x;
+    tp_datapoint_append(dp, &t);
+    *out = dp;
+    return TP_OK;
+}
+static const tp_dataflow_ops_t s_cpu_ops = {.name = "cpu", .next = s_cpu_next};
+
+static double s_mp(const s_cfg_t *c, int workers) {
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    o.run_dir = c->dir;
+    o.allow_threads = 1;  /* the benchmark started actors before; it knows */
+    tp_dataflow_t *df = tp_df_multiprocess(tp_dataflow_new(&s_cpu_ops, NULL), workers, &o);
+    if (!df || tp_dataflow_reset_state(df, 1, 0) < 0) {
+        fprintf(stderr, "tp-bench: %s\n", tp_last_error());
+        tp_dataflow_destroy(&df);
+        return 0;
+    }
+    tp_datapoint_t *dp;
+    for (int i = 0; i < 20; i++) {  /* warm up: every worker running */
+        if (tp_dataflow_next(df, &dp) != TP_OK) {
+            fprintf(stderr, "tp-bench: multiprocess: %s\n", tp_last_error());
+            tp_dataflow_destroy(&df);
+            return 0;
+        }
+        tp_datapoint_destroy(&dp);
+    }
+    double t0 = tp_now_s();
+    for (int64_t i = 0; i < c->mp_count; i++) {
+        if (tp_dataflow_next(df, &dp) != TP_OK) {
+            fprintf(stderr, "tp-bench: multiprocess: %s\n", tp_last_error());
+            tp_dataflow_destroy(&df);
+            return 0;
+        }
+        tp_datapoint_destroy(&dp);
+    }
+    double dt = tp_now_s() - t0;
+    tp_dataflow_destroy(&df);
+    return (double)c->mp_count / dt;
+}
+
+/* ---- driver ------------------------------------------------------------------------ */
+
+static double s_best(double a, double b) { return a > b ? a : b; }
+
+static int s_want(const s_cfg_t *c, const char *name) {
+    return !c->only || !strcmp(c->only, name);
+}
+
+static void s_usage(FILE *out) {
+    fprintf(out,
+        "usage: tp-bench transport [--only ipc|inproc|mp|stats] [--repeat N]\n"
+        "                          [--ipc-count N] [--inproc-count N] [--mp-count N]\n"
+        "                          [--stats ENDPOINT] [--json]\n"
+        "Actors and process/remote dataflows against raw libzmq in the same run.\n"
+        "--stats publishes the stats benchmark's statistics at ENDPOINT (for\n"
+        "tp-top; ipc, tcp, tcp:PORT or a full address).\n");
+}
+
+int tp_bench_transport(int argc, char **argv) {
+    s_cfg_t c = {2000, 2000000, 1000, 3, 0, NULL, NULL, ""};
+    static const struct option longopts[] = {
+        {"only", required_argument, 0, 'o'},   {"repeat", required_argument, 0, 'r'},
+        {"ipc-count", required_argument, 0, 'i'}, {"inproc-count", required_argument, 0, 'n'},
+        {"mp-count", required_argument, 0, 'm'}, {"stats", required_argument, 0, 's'},
+        {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'o': c.only = optarg; break;
+        case 'r': c.repeat = atoi(optarg); break;
+        case 'i': c.ipc_count = atoll(optarg); break;
+        case 'n': c.inproc_count = atoll(optarg); break;
+        case 'm': c.mp_count = atoll(optarg); break;
+        case 's': c.stats = optarg; break;
+        case 'j': c.json = 1; break;
+        case 'h': s_usage(stdout); return 0;
+        default: s_usage(stderr); return 2;
+        }
+    }
+    if (c.repeat < 1 || c.ipc_count < 2 || c.inproc_count < 1 || c.mp_count < 1) {
+        fprintf(stderr, "tp-bench transport: counts and --repeat must be positive\n");
+        return 2;
+    }
+    if (c.only && strcmp(c.only, "ipc") && strcmp(c.only, "inproc") &&
+        strcmp(c.only, "mp") && strcmp(c.only, "stats")) {
+        fprintf(stderr, "tp-bench transport: --only '%s' is not ipc, inproc, mp or stats\n",
+                c.only);
+        return 2;
+    }
+    snprintf(c.dir, sizeof c.dir, "/tmp/tp-bench-XXXXXX");
+    if (!mkdtemp(c.dir)) {
+        perror("tp-bench transport: mkdtemp");
+        return 1;
+    }
+    tp_actors_init();
+    s_big = tp_alloc(MIB);
+    memset(s_big, 0x5a, MIB);
+    char ep[128];
+    snprintf(ep, sizeof ep, "ipc://%s/bench.sock", c.dir);
+    double raw_ipc = 0, tp_ipc = 0, raw_in = 0, raw_bare = 0, tp_in = 0, mp1 = 0,
+           mp2 = 0, st_off = 0, st_on = 0;
+    /* The fork-based runs go first, while the process has no actor threads. */
+    for (int r = 0; r < c.repeat; r++) {
+        if (s_want(&c, "mp")) {
+            mp1 = s_best(mp1, s_mp(&c, 1));
+            mp2 = s_best(mp2, s_mp(&c, 2));
+        }
+        if (s_want(&c, "ipc")) {
+            raw_ipc = s_best(raw_ipc, s_raw_ipc(&c, ep));
+            tp_ipc = s_best(tp_ipc, s_tp_ipc(&c, ep));
+        }
+        if (s_want(&c, "inproc")) {
+            raw_bare = s_best(raw_bare, s_raw_inproc(c.inproc_count, 0));
+            raw_in = s_best(raw_in, s_raw_inproc(c.inproc_count, 1));
+            tp_in = s_best(tp_in, s_tp_inproc(c.inproc_count, NULL, c.dir));
+        }
+        if (s_want(&c, "stats")) {
+            st_off = s_best(st_off, s_tp_inproc(c.inproc_count, NULL, c.dir));
+            st_on = s_best(st_on, s_tp_inproc(c.inproc_count, c.stats ? c.stats : "ipc",
+                                              c.dir));
+        }
+    }
+    if (c.json) {
+        printf("{\n  \"ipc_1mib\": {\"raw_mb_s\": %.1f, \"towerpack_mb_s\": %.1f, \"ratio\": %.3f},\n",
+               raw_ipc, tp_ipc, raw_ipc > 0 ? tp_ipc / raw_ipc : 0);
+        printf("  \"inproc_hop\": {\"raw_msgs_s\": %.0f, \"raw_bare_msgs_s\": %.0f, "
+               "\"towerpack_msgs_s\": %.0f, \"ratio\": %.3f, \"ratio_bare\": %.3f},\n",
+               raw_in, raw_bare, tp_in, raw_in > 0 ? tp_in / raw_in : 0,
+               raw_bare > 0 ? tp_in / raw_bare : 0);
+        printf("  \"mp_cpu\": {\"workers1_dp_s\": %.1f, \"workers2_dp_s\": %.1f, \"ratio\": %.3f},\n",
+               mp1, mp2, mp1 > 0 ? mp2 / mp1 : 0);
+        printf("  \"stats\": {\"off_msgs_s\": %.0f, \"on_msgs_s\": %.0f, \"ratio\": %.3f}\n}\n",
+               st_off, st_on, st_off > 0 ? st_on / st_off : 0);
+    } else {
+        printf("%-34s %14s %14s %8s\n", "benchmark", "reference", "towerpack", "ratio");
+        if (s_want(&c, "ipc"))
+            printf("%-34s %11.1f MB/s %9.1f MB/s %8.3f   (goal >= 0.9)\n",
+                   "ipc 1 MiB datapoint, 2 processes", raw_ipc, tp_ipc,
+                   raw_ipc > 0 ? tp_ipc / raw_ipc : 0);
+        if (s_want(&c, "inproc")) {
+            printf("%-34s %9.0f msg/s %9.0f msg/s %8.3f   (goal >= 0.8)\n",
+                   "inproc hop, 2 actors", raw_in, tp_in, raw_in > 0 ? tp_in / raw_in : 0);
+            printf("%-34s %9.0f msg/s %9.0f msg/s %8.3f   (no datapoint in raw)\n",
+                   "  against bare 8-byte messages", raw_bare, tp_in,
+                   raw_bare > 0 ? tp_in / raw_bare : 0);
+        }
+        if (s_want(&c, "mp"))
+            printf("%-34s %10.1f dp/s %10.1f dp/s %8.3f   (goal >= 1.8; 2 vs 1 worker)\n",
+                   "multiprocess runner, CPU-bound", mp1, mp2, mp1 > 0 ? mp2 / mp1 : 0);
+        if (s_want(&c, "stats"))
+            printf("%-34s %9.0f msg/s %9.0f msg/s %8.3f   (goal >= 0.99)\n",
+                   "stats publishing on vs off", st_off, st_on,
+                   st_off > 0 ? st_on / st_off : 0);
+    }
+    tp_free(s_big);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", c.dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "tp-bench transport: cannot remove %s\n", c.dir);
+    return 0;
+}
