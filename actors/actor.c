@@ -1051,3 +1051,80 @@ void tp_actor_destroy(tp_actor_t **self_p) {
     zactor_destroy(&self->zactor);
     free(self);
 }
+
+/* ---- reading an actor's output on a thread that is not an actor ------------------ */
+
+struct tp_port_reader {
+    tp_actor_def_t def;   /* only its name: messages and the ctx need one */
+    char name[64];
+    tp_actor_ctx_t *ctx;  /* one input port; counters as an actor's */
+};
+
+tp_port_reader_t *tp_port_reader_new(const tp_actor_port_t *port, const char *name) {
+    tp_actors_init();
+    tp_port_reader_t *r = calloc(1, sizeof *r);
+    if (r)
+        r->ctx = calloc(1, sizeof *r->ctx);
+    if (!r || !r->ctx) {
+        free(r);
+        tp_error(TP_ERR_NOMEM, "port reader");
+        return NULL;
+    }
+    snprintf(r->name, sizeof r->name, "%s", name ? name : "reader");
+    r->def.name = r->name;
+    r->ctx->def = &r->def;
+    r->ctx->nin = 1;
+    r->ctx->start_ns = tp_now_ns();
+    tp_status_t rc = s_open_port(&r->ctx->in[0], port, 0, 0, r->name);
+    if (rc < 0) {
+        s_close_port(&r->ctx->in[0]);
+        free(r->ctx);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+tp_status_t tp_port_reader_recv(tp_port_reader_t *r, tp_datapoint_t **out,
+                                int timeout_ms) {
+    *out = NULL;
+    tp_actor_ctx_t *ctx = r->ctx;
+    s_port_t *p = &ctx->in[0];
+    uint64_t t0 = tp_now_ns();
+    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : t0 + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        /* inproc: a blocking receive bounded by the port's 10 ms timeout;
+         * wire ports: a look, then a 10 ms poll. */
+        int n = s_recv(ctx, 0, out, 0);
+        if (n == 1) {
+            ctx->starved_ns += tp_now_ns() - t0;
+            return *out ? TP_OK : TP_DONE;
+        }
+        uint64_t now = tp_now_ns();
+        if (now >= deadline) {
+            ctx->starved_ns += now - t0;
+            return tp_error(TP_ERR_TIMEOUT, "%s: nothing arrived on %s within %d ms",
+                            r->name, p->def->endpoint, timeout_ms);
+        }
+        if (n == 0 && !p->inproc) {
+            zmq_pollitem_t item = {p->sock, 0, ZMQ_POLLIN, 0};
+            zmq_poll(&item, 1, 10);
+        }
+    }
+}
+
+uint64_t tp_port_reader_count(const tp_port_reader_t *r) { return r->ctx->row.msgs_in; }
+
+double tp_port_reader_waited_s(const tp_port_reader_t *r) {
+    return (double)r->ctx->starved_ns * 1e-9;
+}
+
+void tp_port_reader_destroy(tp_port_reader_t **r_p) {
+    if (!r_p || !*r_p)
+        return;
+    tp_port_reader_t *r = *r_p;
+    s_close_port(&r->ctx->in[0]);  /* frees what was queued for it */
+    free(r->ctx);
+    free(r);
+    *r_p = NULL;
+}

@@ -264,3 +264,41 @@ Test(actor, ipc_link_between_actors_with_lz4) {
     rmdir(dir);
 }
 
+
+/* A thread that is not an actor reads an actor's inproc output: pointers
+ * arrive in order, end-of-stream is TP_DONE, and an empty wait times out. */
+typedef struct { int n, sent; } s_count_src_t;
+static tp_status_t s_count_produce(tp_actor_ctx_t *ctx, void *state) {
+    s_count_src_t *c = state;
+    if (c->sent == c->n)
+        return TP_DONE;
+    tp_datapoint_t *dp = tp_datapoint_new(1);
+    tp_tensor_init(tp_datapoint_get(dp, 0), TP_INT32, 0, NULL);
+    *(int32_t *)tp_datapoint_get(dp, 0)->data = c->sent++;
+    return tp_actor_send(ctx, 0, &dp);
+}
+
+Test(actor, port_reader_on_an_owner_thread) {
+    static const tp_actor_port_t out = {.name = "out", .endpoint = "inproc://reader-test", .bind = 1, .hwm = 4};
+    static const tp_actor_port_t in = {.name = "in", .endpoint = "inproc://reader-test", .bind = 0, .hwm = 4};
+    tp_actor_def_t def = {.name = "counter", .outputs = &out, .noutputs = 1, .produce = s_count_produce};
+    s_count_src_t c = {100, 0};
+    tp_actor_t *a = tp_actor_new(&def, &c);
+    cr_assert_not_null(a, "%s", tp_last_error());
+    tp_port_reader_t *r = tp_port_reader_new(&in, "test-reader");
+    cr_assert_not_null(r, "%s", tp_last_error());
+    for (int i = 0; i < 100; i++) {
+        tp_datapoint_t *dp = NULL;
+        cr_assert_eq(tp_port_reader_recv(r, &dp, 5000), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(*(int32_t *)tp_datapoint_get(dp, 0)->data, i);
+        tp_datapoint_destroy(&dp);
+    }
+    tp_datapoint_t *dp = NULL;
+    cr_assert_eq(tp_port_reader_recv(r, &dp, 5000), TP_DONE);
+    cr_assert_eq(tp_port_reader_count(r), 100);
+    cr_assert_eq(tp_actor_wait(a, 5000), TP_OK);
+    tp_actor_destroy(&a);
+    cr_assert_eq(tp_port_reader_recv(r, &dp, 30), TP_ERR_TIMEOUT);
+    cr_assert(strstr(tp_last_error(), "within 30 ms"));
+    tp_port_reader_destroy(&r);
+}

@@ -97,7 +97,7 @@ Test(proc_map, map_error_reaches_parent) {
     tp_status_t rc;
     while ((rc = tp_dataflow_next(df, &dp)) == TP_OK)
         tp_datapoint_destroy(&dp);
-    cr_assert_eq(rc, TP_ERR_PEER);
+    cr_assert_eq(rc, TP_ERR_PEER, "status %d: %s", rc, tp_last_error());
     cr_assert(strstr(tp_last_error(), "refusing value 77"), "%s", tp_last_error());
     cr_assert(strstr(tp_last_error(), "datapoint 77"), "%s", tp_last_error());
     tp_dataflow_destroy(&df);

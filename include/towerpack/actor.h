@@ -136,6 +136,28 @@ const char *tp_actor_ctx_name(const tp_actor_ctx_t *ctx);
 /* Messages dropped as malformed at this actor's inputs. */
 uint64_t tp_actor_ctx_malformed(const tp_actor_ctx_t *ctx);
 
+/* ---- reading an actor's output on a thread that is not an actor -------------
+ * The trainer's thread (or any owner) takes what an actor sends with a
+ * reader: one input port on the calling thread, counted like an actor's.
+ * For inproc it registers as the link's reader, so the writer hands it
+ * pointers and whatever is still queued when it closes is freed. */
+typedef struct tp_port_reader tp_port_reader_t;
+
+/* Open `port` (bind or connect) as an input; `name` names it in messages.
+ * Caller owns (and only its thread may use it); NULL on failure. */
+tp_port_reader_t *tp_port_reader_new(const tp_actor_port_t *port,
+                                     const char *name);
+/* The next datapoint into *out (caller owns): TP_OK; TP_DONE when the
+ * writer sent end-of-stream; TP_ERR_TIMEOUT after timeout_ms (< 0: wait
+ * forever). Malformed messages on ipc/tcp are dropped and counted. */
+tp_status_t tp_port_reader_recv(tp_port_reader_t *r, tp_datapoint_t **out,
+                                int timeout_ms);
+/* Datapoints received, and seconds spent waiting in recv. */
+uint64_t tp_port_reader_count(const tp_port_reader_t *r);
+double tp_port_reader_waited_s(const tp_port_reader_t *r);
+/* Close (freeing anything still queued for this reader); accepts NULL. */
+void tp_port_reader_destroy(tp_port_reader_t **r_p);
+
 #ifdef __cplusplus
 }
 #endif
