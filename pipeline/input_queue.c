@@ -24,9 +24,8 @@ typedef struct {
     tp_actor_port_t port;
     tp_actor_def_t def;
     tp_actor_t *actor;
-    zsock_t *pull;            /* the trainer's end */
-    uint64_t starved_ns;      /* the trainer waiting for a batch */
-    uint64_t taken;
+    tp_port_reader_t *reader; /* the trainer's end of the queue */
+    tp_actor_port_t in;
     double watchdog_s;
 } s_queue_t;
 
@@ -64,35 +63,27 @@ static tp_status_t q_start(void *impl, int towers, uint64_t seed, int64_t skip) 
     q->actor = tp_actor_new(&q->def, q);
     if (!q->actor)
         return tp_error_wrap(TP_ERR_STATE, "starting QueueInput");
-    q->pull = zsock_new(ZMQ_PULL);
-    if (!q->pull)
-        return tp_error(TP_ERR_NOMEM, "QueueInput: socket");
-    zsock_set_rcvhwm(q->pull, q->capacity);
-    if (zsock_connect(q->pull, "%s", q->endpoint) != 0)
-        return tp_error(TP_ERR_IO, "QueueInput: connect %s", q->endpoint);
+    q->in = (tp_actor_port_t){.name = "in", .endpoint = q->endpoint, .bind = 0,
+                              .hwm = q->capacity};
+    q->reader = tp_port_reader_new(&q->in, "trainer");
+    if (!q->reader)
+        return tp_error_wrap(TP_ERR_IO, "QueueInput");
     return TP_OK;
 }
 
 /* The next batch: waits for the prefetch actor, never forever. A failed or
- * ended actor, or a signal, ends the wait with its reason. */
+ * ended actor, or a signal, ends the wait with its reason; a long wait is
+ * reported by the step watchdog, naming the starving input. */
 static tp_status_t q_next(void *impl, int tower, tp_datapoint_t **out) {
     s_queue_t *q = impl;
     *out = NULL;
-    void *sock = zsock_resolve(q->pull);
-    uint64_t t0 = tp_now_ns();
-    double warned = 0;
+    double waited = 0, warned = 0;
     for (;;) {
-        tp_datapoint_t *ptr = NULL;
-        int n = zmq_recv(sock, &ptr, sizeof ptr, ZMQ_DONTWAIT);
-        if (n == (int)sizeof ptr && ptr) {
-            q->starved_ns += tp_now_ns() - t0;
-            q->taken++;
-            *out = ptr;
+        tp_status_t rc = tp_port_reader_recv(q->reader, out, 100);
+        if (rc == TP_OK)
             return TP_OK;
-        }
-        if (n == (int)sizeof ptr || tp_actor_exited(q->actor) ||
-            tp_actor_wait(q->actor, 0) != TP_ERR_TIMEOUT) {
-            tp_status_t rc = tp_actor_wait(q->actor, 0);
+        if (rc == TP_DONE || tp_actor_wait(q->actor, 0) != TP_ERR_TIMEOUT) {
+            rc = tp_actor_wait(q->actor, 0);
             return rc < 0 ? tp_error_wrap(rc, "QueueInput")
                           : tp_error(TP_ERR_STATE, "QueueInput ended: %s",
                                      tp_actor_reason(q->actor));
@@ -100,9 +91,7 @@ static tp_status_t q_next(void *impl, int tower, tp_datapoint_t **out) {
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "QueueInput: interrupted while "
                             "waiting for data");
-        zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
-        zmq_poll(&item, 1, 100);
-        double waited = (double)(tp_now_ns() - t0) * 1e-9;
+        waited += 0.1;
         if (q->watchdog_s > 0 && waited - warned >= q->watchdog_s) {
             warned = waited;
             TP_WARN("step watchdog: tower%d has waited %.0f s for a batch: the "
@@ -114,29 +103,16 @@ static tp_status_t q_next(void *impl, int tower, tp_datapoint_t **out) {
 
 static int64_t q_size(void *impl) { return tp_dataflow_size(((s_queue_t *)impl)->df); }
 
-/* Stop order: the producer first (it may be blocked on a full queue), then
- * drain and free what is still queued, then the trainer's socket. */
+/* Stop order: the producer first (it may be blocked on a full queue: stop
+ * and destroy end that wait), then the reader, which frees whatever is
+ * still queued. */
 static void q_stop(void *impl) {
     s_queue_t *q = impl;
     if (q->actor) {
         tp_actor_stop(q->actor);
-        if (q->pull) {
-            void *sock = zsock_resolve(q->pull);
-            tp_datapoint_t *ptr;
-            uint64_t t0 = tp_now_ns();
-            while (tp_actor_wait(q->actor, 0) == TP_ERR_TIMEOUT &&
-                   tp_now_ns() - t0 < 5000000000ull) {
-                while (zmq_recv(sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr)
-                    tp_datapoint_destroy(&ptr);
-                zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
-                zmq_poll(&item, 1, 10);
-            }
-            while (zmq_recv(sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr)
-                tp_datapoint_destroy(&ptr);
-        }
         tp_actor_destroy(&q->actor);
     }
-    zsock_destroy(&q->pull);
+    tp_port_reader_destroy(&q->reader);
 }
 
 static void q_destroy(void *impl) {
@@ -178,13 +154,15 @@ tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row) {
 uint64_t tp_input_queue_taken(tp_input_t *input) {
     if (strcmp(tp_input_name(input), "QueueInput") != 0)
         return 0;
-    return ((s_queue_t *)tp_input_impl(input))->taken;
+    s_queue_t *q = tp_input_impl(input);
+    return q->reader ? tp_port_reader_count(q->reader) : 0;
 }
 
 double tp_input_queue_waited_s(tp_input_t *input) {
     if (strcmp(tp_input_name(input), "QueueInput") != 0)
         return 0;
-    return (double)((s_queue_t *)tp_input_impl(input))->starved_ns * 1e-9;
+    s_queue_t *q = tp_input_impl(input);
+    return q->reader ? tp_port_reader_waited_s(q->reader) : 0;
 }
 
 double tp_input_queue_fill(tp_input_t *input) {
@@ -192,7 +170,8 @@ double tp_input_queue_fill(tp_input_t *input) {
     if (tp_input_queue_stats(input, &row) != TP_OK)
         return -1;
     s_queue_t *q = tp_input_impl(input);
-    double queued = row.msgs_out >= q->taken ? (double)(row.msgs_out - q->taken) : 0;
+    uint64_t taken = tp_input_queue_taken(input);
+    double queued = row.msgs_out >= taken ? (double)(row.msgs_out - taken) : 0;
     /* an inproc link holds up to two high-water marks (both ends) */
     double fill = queued / (double)q->capacity;
     return fill > 1 ? 1 : fill;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include "actors/actor_internal.h"  /* TP_HANDOFF_*: ThreadSanitizer hints */
 #include "pipeline/towers.h"
 
 #define MAX_INPUTS 16
@@ -75,6 +76,10 @@ static void s_tower_actor(zsock_t *pipe, void *arg) {
         }
         zstr_free(&cmd);
         tp_datapoint_t *dp = ptr;
+        /* The batch and the model's memory come over the pipe from the
+         * trainer's thread: tell TSan what libzmq's handoff orders. */
+        TP_HANDOFF_ACQUIRE(dp);
+        TP_HANDOFF_ACQUIRE(a->model);
         uint64_t t0 = tp_now_ns();
         tp_status_t rc = tp_tower_compute(a->model, a->index, a->ninputs,
                                           a->allreduce, dp);
@@ -82,6 +87,7 @@ static void s_tower_actor(zsock_t *pipe, void *arg) {
         tp_datapoint_destroy(&dp);
         if (rc < 0 && a->allreduce)
             tp_model_abort(a->model);  /* release the others' collective */
+        TP_HANDOFF_RELEASE(a->model);
         zsock_send(pipe, "i8s", (int)rc, busy, rc < 0 ? tp_last_error() : "");
     }
 }
@@ -122,9 +128,11 @@ void tp_towers_destroy(tp_towers_t **self_p) {
 
 tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
                            double watchdog_s) {
+    TP_HANDOFF_RELEASE(self->model);  /* the update the trainer applied */
     for (int i = 0; i < self->n; i++) {
         tp_datapoint_t *dp = batches[i];
         batches[i] = NULL;
+        TP_HANDOFF_RELEASE(dp);
         if (zsock_send(self->actors[i], "sp", "STEP", dp) != 0) {
             tp_datapoint_destroy(&dp);
             for (int j = i + 1; j < self->n; j++)
@@ -160,6 +168,7 @@ tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
         char *text = NULL;
         if (zsock_recv(self->actors[i], "i8s", &rc, &busy, &text) < 0)
             return tp_error(TP_ERR_PEER, "tower%d: no answer", i);
+        TP_HANDOFF_ACQUIRE(self->model);
         self->busy_ns[i] += busy;
         if (rc < 0 && first >= 0) {
             first = (tp_status_t)rc;

@@ -28,9 +28,5 @@
 #include <towerpack/train.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/models.h>
-#include <towerpack/stats.h>
-#include <towerpack/actor.h>
-#include <towerpack/supervisor.h>
-#include <towerpack/actor_dataflow.h>
 
 #endif
