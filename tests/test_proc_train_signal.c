@@ -24,6 +24,7 @@ Test(train_signal, sigint_mid_epoch_leaves_a_loadable_checkpoint, .timeout = 120
     snprintf(logdir, sizeof logdir, "%s/run", dir);
     pid_t pid = fork();
     if (pid == 0) {
+        setenv("TP_LOG_LEVEL", "info", 1);  /* the stop is logged at info */
         int null = open("/dev/null", 1);
         dup2(null, 1);
         dup2(null, 2);
