@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <towerpack/actor_dataflow.h>
+#include <towerpack/process.h>
 #include <towerpack/clock.h>
 #include <towerpack/device.h>
 #include <towerpack/log.h>
@@ -106,14 +107,15 @@ static tp_status_t s_pool_init(s_pool_t *p, const char *what, int nworkers,
 /* Check the fork rule and make the run dir. */
 static tp_status_t s_pool_prepare(s_pool_t *p) {
     if (!p->opts.allow_threads) {
-        int n = s_count_threads();
+        /* Idle pools that libraries made fork-safe (OpenBLAS) do not count. */
+        int n = s_count_threads() - tp_forksafe_threads();
         if (n > 1)
             return tp_error(TP_ERR_STATE,
                             "%s: cannot fork workers: the process already runs "
                             "%d threads (reset a process-parallel dataflow "
                             "before starting actors, a supervisor or CUDA; or "
                             "set allow_threads)", p->what, n);
-        if (tp_cuda_module())
+        if (tp_cuda_module_loaded())
             return tp_error(TP_ERR_STATE,
                             "%s: cannot fork workers after the CUDA module is "
                             "loaded (reset it before any CUDA use)", p->what);

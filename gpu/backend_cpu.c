@@ -14,8 +14,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
+#include <towerpack/process.h>
 
 #include "gpu/ops_cpu.h"
+
+/* OpenBLAS starts its thread pool (threads - 1 idle workers) when it is
+ * loaded and shuts it down around fork() itself: declare those threads
+ * fork-safe, so that dataflow workers can still be forked before towerpack
+ * starts threads of its own. */
+__attribute__((constructor)) static void s_declare_blas_pool(void) {
+    int n = openblas_get_num_threads();
+    if (n > 1)
+        tp_forksafe_threads_add(n - 1);
+}
 
 #define TP_COMM_MAX 64
 

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <towerpack/device.h>
 #include <towerpack/log.h>
@@ -18,6 +19,7 @@
 #endif
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+static volatile int s_loaded;  /* set once the module is dlopen'ed here */
 static void *s_module;
 static int s_count;
 static char s_status[512];
@@ -70,6 +72,7 @@ static void s_probe(void) {
         return;
     }
     s_module = s_find_module();
+    s_loaded = s_module != NULL;
     if (!s_module) {
         snprintf(s_status, sizeof s_status,
                  "no CUDA devices: this build has no CUDA backend module (%s)",
@@ -106,7 +109,52 @@ const char *tp_cuda_status(void) {
     return s_status;
 }
 
+int tp_cuda_module_loaded(void) { return __atomic_load_n(&s_loaded, __ATOMIC_ACQUIRE); }
+
 void *tp_cuda_module(void) {
     pthread_once(&s_once, s_probe);
     return s_module;
+}
+
+int tp_cuda_probe_isolated(char *status, size_t size) {
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(status, size, "no CUDA devices: cannot probe (pipe failed)");
+        return 0;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        snprintf(status, size, "no CUDA devices: cannot probe (fork failed)");
+        return 0;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        char buf[600];
+        int n = tp_cuda_device_count();
+        int len = snprintf(buf, sizeof buf, "%d %s", n, tp_cuda_status());
+        ssize_t w = write(fds[1], buf, (size_t)(len > 0 ? len : 0));
+        (void)w;
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[600] = "";
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof buf - 1 &&
+           (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    int count = 0;
+    int off = 0;
+    if (sscanf(buf, "%d %n", &count, &off) < 1) {
+        snprintf(status, size, "no CUDA devices: the probe process failed");
+        return 0;
+    }
+    snprintf(status, size, "%s", buf + off);
+    return count;
 }

@@ -28,7 +28,7 @@
 
 typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
-    const char *spec, *test_spec, *stats;
+    const char *spec, *test_spec, *stats, *remote;
     int epochs, batch, towers, workers, threads, resume, augment;
     double lr;
     int64_t steps_per_epoch, seed;
@@ -49,6 +49,11 @@ static void s_usage(FILE *out) {
 "  --devices LIST       auto (default: every GPU if CUDA answers, else the\n"
 "                       CPU), cpu, or GPU ids like 0,1\n"
 "  --towers N           CPU towers (data parallel in one process)\n"
+"  --workers N          run the data pipeline (read, augment) in N forked\n"
+"                       worker processes\n"
+"  --remote ENDPOINT    take batches from tp-worker processes instead: e.g.\n"
+"                       @tcp://127.0.0.1:5555 (bind; workers connect) or\n"
+"                       ipc:///path (connect); several separated by commas\n"
 "  --threads N          BLAS threads per tower (default: all cores / towers)\n"
 "  --augment / --no-augment   random crop (pad 2) and flip (default per model)\n"
 "  --steps-per-epoch N  default: one pass of the training data\n"
@@ -84,6 +89,11 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
         snprintf(buf, size, "%s", a->spec);
         return TP_OK;
     }
+    if (a->remote) {
+        /* tp-worker processes send whole batches */
+        snprintf(buf, size, "remote:%s", a->remote);
+        return TP_OK;
+    }
     const char *src = a->data;
     char source[2048];
     if (!strcmp(src, "fashion-mnist"))
@@ -93,8 +103,11 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     else
         return tp_error(TP_ERR_INVALID, "--data '%s': use fashion-mnist, "
                         "idx:IMAGES,LABELS or lmdb:PATH", src);
-    snprintf(buf, size, "%s%s | batch %d", source,
-             a->augment ? " | augment crop=28,pad=2,flip" : "", a->batch);
+    char workers[64] = "";
+    if (a->workers > 0)  /* augmentation runs in the workers too */
+        snprintf(workers, sizeof workers, " | processes %d", a->workers);
+    snprintf(buf, size, "%s%s%s | batch %d", source,
+             a->augment ? " | augment crop=28,pad=2,flip" : "", workers, a->batch);
     return TP_OK;
 }
 
@@ -150,6 +163,7 @@ int main(int argc, char **argv) {
         {"steps-per-epoch", required_argument, 0, O_STEPS},
         {"spec", required_argument, 0, O_SPEC}, {"test-spec", required_argument, 0, O_TEST_SPEC},
         {"stats", required_argument, 0, 'S'},
+        {"remote", required_argument, 0, 'R'},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
@@ -176,6 +190,7 @@ int main(int argc, char **argv) {
         case O_SPEC: a.spec = optarg; break;
         case O_TEST_SPEC: a.test_spec = optarg; break;
         case 'S': a.stats = optarg; break;
+        case 'R': a.remote = optarg; break;
         case O_AUG: a.augment = 1; break;
         case O_NOAUG: a.augment = 0; break;
         case 'h': s_usage(stdout); return 0;
@@ -199,10 +214,15 @@ int main(int argc, char **argv) {
         tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd or adam", a.optimizer);
         return s_fail("bad flag");
     }
-    if (a.workers > 0) {
-        tp_error(TP_ERR_UNSUPPORTED, "--workers needs the process-parallel dataflow, "
-                 "which this build's tp-train does not wire up yet");
-        return s_fail("--workers");
+    if (a.remote && (a.workers || a.spec)) {
+        tp_error(TP_ERR_INVALID, "--remote takes its batches from tp-worker "
+                 "processes: it does not go with --workers or --spec");
+        return s_fail("bad flags");
+    }
+    if (a.remote && a.steps_per_epoch == 0) {
+        a.steps_per_epoch = 60000 / a.batch;
+        TP_INFO("--remote: %lld steps per epoch (60000 / batch; set "
+                "--steps-per-epoch to change)", (long long)a.steps_per_epoch);
     }
     /* Devices: the CPU unless CUDA answers (and a CUDA tower backend). */
     if (strcmp(a.devices, "auto") && strcmp(a.devices, "cpu")) {
@@ -211,8 +231,14 @@ int main(int argc, char **argv) {
                  a.devices);
         return s_fail("--devices");
     }
-    if (!strcmp(a.devices, "auto"))
-        TP_INFO("devices: CPU (%s)", tp_cuda_status());
+    if (!strcmp(a.devices, "auto")) {
+        /* Asked in a child: this process must not load CUDA before it forks
+         * its dataflow workers. */
+        char why[512];
+        int n = tp_cuda_probe_isolated(why, sizeof why);
+        TP_INFO("devices: CPU (%s%s)", why,
+                n > 0 ? "; this build's towers run on the CPU only" : "");
+    }
     if (a.threads == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         a.threads = (int)(cores > a.towers ? cores / a.towers : 1);

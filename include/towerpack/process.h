@@ -1,0 +1,23 @@
+/* towerpack: facts about the process that decide whether forking is safe.
+ *
+ * towerpack forks dataflow workers only before the process has started
+ * threads of its own (the fork rule in docs/actors.md). Libraries that
+ * start idle thread pools at load time and make them safe across fork
+ * (OpenBLAS's pool, shut down by its own fork handler) declare those
+ * threads here, so the check counts only threads that could hold locks. */
+#ifndef TOWERPACK_PROCESS_H
+#define TOWERPACK_PROCESS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Declare `n` more threads of this process as safe to fork past. */
+void tp_forksafe_threads_add(int n);
+/* How many threads have been declared safe to fork past. */
+int tp_forksafe_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

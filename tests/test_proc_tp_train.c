@@ -1,0 +1,159 @@
+/* towerpack tests: the tp-train program, run as a user runs it, with tiny
+ * settings: a plain run (stats.json, checkpoints, curves, the summary
+ * line), forked dataflow workers, batches from a tp-worker process, and
+ * bad flags. Own executable: it forks and execs. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 2"
+
+static char s_dir[64];
+
+static void s_setup(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/tp-train-cli-XXXXXX");
+    cr_assert_not_null(mkdtemp(s_dir));
+}
+
+static void s_teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        cr_log_warn("could not remove %s", s_dir);
+}
+
+/* Run tp-train with argv (NULL-terminated), stdout+stderr into out[size];
+ * returns the exit status (or -1 when killed after 120 s). */
+static int s_run(char *const *argv, char *out, size_t size) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        setenv("TP_LOG_LEVEL", "info", 1);
+        execv(TP_BINARY_DIR "/bin/tp-train", argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t r;
+    char sink[4096];
+    while ((r = read(fds[0], got < size - 1 ? out + got : sink,
+                     got < size - 1 ? size - 1 - got : sizeof sink)) > 0)
+        if (got < size - 1)
+            got += (size_t)r;
+    out[got] = '\0';
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static json_t *s_stats(const char *logdir) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", logdir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_not_null(j, "%s: %s", path, err.text);
+    return j;
+}
+
+static char s_out[1 << 20];
+
+Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown, .timeout = 120) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/run", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "2", "--steps-per-epoch", "10",
+                    "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};
+    int rc = s_run(argv, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "tp-train: test accuracy 0."), "%s", s_out);
+    cr_assert(strstr(s_out, "samples/s"));
+    json_t *j = s_stats(logdir);
+    cr_assert_eq(json_array_size(j), 2);
+    json_t *last = json_array_get(j, 1);
+    cr_assert(json_is_number(json_object_get(last, "validation_accuracy")));
+    cr_assert_eq(json_integer_value(json_object_get(last, "global_step")), 20);
+    json_decref(j);
+    char path[256];
+    snprintf(path, sizeof path, "%s/model-20.safetensors", logdir);
+    cr_assert_eq(access(path, R_OK), 0);
+    snprintf(path, sizeof path, "%s/curves.png", logdir);
+    cr_assert_eq(access(path, R_OK), 0);
+    /* Resume to epoch 3: continues at global step 20. */
+    char *again[] = {"tp-train", "--model", "mlp", "--epochs", "3", "--steps-per-epoch", "10",
+                     "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir, "--resume", NULL};
+    rc = s_run(again, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    j = s_stats(logdir);
+    cr_assert_eq(json_array_size(j), 3);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 2), "global_step")), 30);
+    json_decref(j);
+    /* The directory exists now: without an action, no prompt, an error. */
+    char *exists[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--logdir", logdir, NULL};
+    rc = s_run(exists, s_out, sizeof s_out);
+    cr_assert_neq(rc, 0);
+    cr_assert(strstr(s_out, "keep (resume), delete, backup or new"), "%s", s_out);
+}
+
+Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 120) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/workers", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "10",
+                    "--workers", "2", "--threads", "1", "--test-spec", TEST_SPEC,
+                    "--logdir", logdir, NULL};
+    int rc = s_run(argv, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "processes 2"), "%s", s_out);
+}
+
+Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .timeout = 120) {
+    char logdir[128], ep[128], bind[140];
+    snprintf(logdir, sizeof logdir, "%s/remote", s_dir);
+    snprintf(ep, sizeof ep, "ipc://%s/data.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", ep);
+    pid_t worker = fork();
+    if (worker == 0) {
+        int null = open("/dev/null", 1);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(TP_BINARY_DIR "/bin/tp-worker", "tp-worker", "--spec",
+              "fashion-mnist:train | batch 64", "--connect", ep, (char *)NULL);
+        _exit(127);
+    }
+    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "10",
+                    "--batch", "64", "--remote", bind, "--threads", "1",
+                    "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};
+    int rc = s_run(argv, s_out, sizeof s_out);
+    kill(worker, SIGTERM);
+    int st;
+    waitpid(worker, &st, 0);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    json_t *j = s_stats(logdir);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 0), "global_step")), 10);
+    json_decref(j);
+}
+
+Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
+    char *a1[] = {"tp-train", "--model", "transformer", NULL};
+    cr_assert_neq(s_run(a1, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "unknown model 'transformer'"), "%s", s_out);
+    char *a2[] = {"tp-train", "--epochs", "zero", NULL};
+    cr_assert_neq(s_run(a2, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--epochs"), "%s", s_out);
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/bad", s_dir);
+    char *a4[] = {"tp-train", "--spec", "fashion-mnist:train | bogus 3", "--logdir", logdir, NULL};
+    cr_assert_neq(s_run(a4, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "bogus"), "%s", s_out);
+    char *a5[] = {"tp-train", "--devices", "0,1", NULL};
+    cr_assert_neq(s_run(a5, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--devices"), "%s", s_out);
+}
