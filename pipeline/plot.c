@@ -152,13 +152,14 @@ typedef struct {
     const char *title;
     const char *keys[MAX_SERIES];  /* candidate stats.json keys, NULL-ended */
     int log_y;
+    int from_zero;                 /* the y axis starts at 0 (rates) */
 } s_panel_t;
 
 static const s_panel_t s_panels[4] = {
-    {"loss", {"cost", "loss", "validation_cost", "validation_loss"}, 0},
-    {"accuracy", {"accuracy", "train_accuracy", "validation_accuracy", NULL}, 0},
-    {"learning rate", {"learning_rate", NULL, NULL, NULL}, 1},
-    {"throughput (samples/s)", {"throughput", NULL, NULL, NULL}, 0},
+    {"loss", {"cost", "loss", "validation_cost", "validation_loss"}, 0, 0},
+    {"accuracy", {"accuracy", "train_accuracy", "validation_accuracy", NULL}, 0, 0},
+    {"learning rate", {"learning_rate", NULL, NULL, NULL}, 1, 0},
+    {"throughput (samples/s)", {"throughput", NULL, NULL, NULL}, 0, 1},
 };
 
 static const uint8_t s_colors[MAX_SERIES][3] = {
@@ -213,10 +214,14 @@ static void s_draw_panel(s_canvas_t *c, const s_panel_t *p, json_t *records,
         return;
     }
     if (xmax == xmin) { xmin -= 1; xmax += 1; }
+    if (p->from_zero && ymin > 0)
+        ymin = 0;
     if (ymax == ymin) { ymin -= p->log_y ? 0.5 : fmax(1e-9, fabs(ymin) * 0.1); ymax += p->log_y ? 0.5 : fmax(1e-9, fabs(ymax) * 0.1); }
     double pad = (ymax - ymin) * 0.05;
     ymin -= pad;
     ymax += pad;
+    if (p->from_zero && ymin < 0)
+        ymin = 0;
     /* grid and ticks: 5 horizontal, up to 10 vertical */
     char buf[32];
     for (int t = 0; t <= 4; t++) {

@@ -43,12 +43,14 @@ static void s_usage(FILE *out) {
 "  --test-data SOURCE   validation data (default: the test split of --data;\n"
 "                       needed for idx: and lmdb:)\n"
 "  --epochs N           train up to epoch N (max_epoch; default per model)\n"
-"  --batch N            batch per tower (default 128); total = batch x towers\n"
+"  --batch N            batch per tower (default 128 / towers); total = batch\n"
+"                       x towers\n"
 "  --lr X               learning rate (default per model)\n"
 "  --optimizer NAME     sgd (momentum 0.9, default) or adam\n"
 "  --devices LIST       auto (default: every GPU if CUDA answers, else the\n"
 "                       CPU), cpu, or GPU ids like 0,1\n"
-"  --towers N           CPU towers (data parallel in one process)\n"
+"  --towers N|auto      CPU towers, data parallel in one process (default auto:\n"
+"                       one per core, at most 4)\n"
 "  --workers N          run the data pipeline (read, augment) in N forked\n"
 "                       worker processes\n"
 "  --remote ENDPOINT    take batches from tp-worker processes instead: e.g.\n"
@@ -148,7 +150,7 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
 
 int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
-                  .action = NULL, .optimizer = "sgd", .batch = 128, .towers = 1,
+                  .action = NULL, .optimizer = "sgd", .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT };
     static const struct option opts[] = {
@@ -179,7 +181,11 @@ int main(int argc, char **argv) {
         case 'l': if (tp_spec_double(optarg, "--lr", &lr) || !(lr > 0)) { tp_error(TP_ERR_INVALID, "--lr needs a positive number, got '%s'", optarg); return s_fail("bad flag"); } break;
         case O_OPT: a.optimizer = optarg; break;
         case 'D': a.devices = optarg; break;
-        case 't': if (tp_spec_int(optarg, 1, 64, "--towers", &v)) return s_fail("bad flag"); a.towers = (int)v; break;
+        case 't':
+            if (!strcmp(optarg, "auto")) { a.towers = 0; break; }
+            if (tp_spec_int(optarg, 1, 64, "--towers", &v)) return s_fail("bad flag");
+            a.towers = (int)v;
+            break;
         case 'w': if (tp_spec_int(optarg, 0, 256, "--workers", &v)) return s_fail("bad flag"); a.workers = (int)v; break;
         case 'j': if (tp_spec_int(optarg, 0, 1024, "--threads", &v)) return s_fail("bad flag"); a.threads = (int)v; break;
         case 'o': a.logdir = optarg; break;
@@ -219,11 +225,7 @@ int main(int argc, char **argv) {
                  "processes: it does not go with --workers or --spec");
         return s_fail("bad flags");
     }
-    if (a.remote && a.steps_per_epoch == 0) {
-        a.steps_per_epoch = 60000 / a.batch;
-        TP_INFO("--remote: %lld steps per epoch (60000 / batch; set "
-                "--steps-per-epoch to change)", (long long)a.steps_per_epoch);
-    }
+
     /* Devices: the CPU unless CUDA answers (and a CUDA tower backend). */
     if (strcmp(a.devices, "auto") && strcmp(a.devices, "cpu")) {
         tp_error(TP_ERR_UNSUPPORTED, "--devices %s: this build trains on the CPU "
@@ -239,9 +241,21 @@ int main(int argc, char **argv) {
         TP_INFO("devices: CPU (%s%s)", why,
                 n > 0 ? "; this build's towers run on the CPU only" : "");
     }
-    if (a.threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* On the CPU, towers in parallel use the cores better than one tower
+     * with several BLAS threads (measured: docs/performance.md): by default
+     * one tower per core (at most 4), one BLAS thread each, and the total
+     * batch 128 split between them. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (a.towers == 0)
+        a.towers = cores < 1 ? 1 : cores > 4 ? 4 : (int)cores;
+    if (a.batch == 0)
+        a.batch = 128 / a.towers > 0 ? 128 / a.towers : 1;
+    if (a.threads == 0)
         a.threads = (int)(cores > a.towers ? cores / a.towers : 1);
+    if (a.remote && a.steps_per_epoch == 0) {
+        a.steps_per_epoch = 60000 / (a.batch * a.towers);
+        TP_INFO("--remote: %lld steps per epoch (60000 / total batch; set "
+                "--steps-per-epoch to change)", (long long)a.steps_per_epoch);
     }
 
     /* The log directory. */
@@ -289,18 +303,22 @@ int main(int argc, char **argv) {
     cfg.logdir = logdir;
     cfg.auto_resume = a.resume;
     cfg.max_epoch = a.epochs;
-    cfg.steps_per_epoch = a.steps_per_epoch;
+    /* One pass of the data per epoch: every step takes a batch per tower. */
+    int64_t batches = tp_dataflow_size(train);
+    cfg.steps_per_epoch = a.steps_per_epoch ? a.steps_per_epoch
+                        : batches > 0 ? (batches + a.towers - 1) / a.towers : 0;
     cfg.progress_names = "cost,accuracy";
     cfg.stats = a.stats;
-    /* Step-decay schedule: the rate drops tenfold for the last third. */
-    tp_hp_point_t pts[2] = {{0, a.lr}, {(double)(a.epochs - a.epochs / 3), a.lr / 10}};
+    /* The rate decays linearly, step by step, to a twentieth at the end. */
+    double total_steps = (double)(cfg.steps_per_epoch > 0 ? cfg.steps_per_epoch : 1) * a.epochs;
+    tp_hp_point_t pts[2] = {{0, a.lr}, {total_steps, a.lr / 20}};
     tp_inferencer_t infs[] = {
         {TP_INFER_SCALAR_STATS, "accuracy", NULL},
         {TP_INFER_SCALAR_STATS, "cost", NULL},
         {TP_INFER_CLASSIFICATION_ERROR, "wrong", NULL},
     };
     tp_callback_t *cbs[2] = {
-        tp_cb_hp_schedule("learning_rate", pts, a.epochs >= 3 ? 2 : 1, 0, 0),
+        tp_cb_hp_schedule("learning_rate", pts, 2, 1, 1),
         tp_cb_inference_runner(test, infs, 3),
     };
     cfg.callbacks = cbs;
