@@ -120,3 +120,13 @@ int tp_datapoint_equal(const tp_datapoint_t *a, const tp_datapoint_t *b) {
             return 0;
     return 1;
 }
+
+int tp_datapoint_views(const tp_datapoint_t *self, tp_tensor_t *views, int max) {
+    int n = self->size < max ? self->size : max;
+    for (int i = 0; i < n; i++) {
+        views[i] = self->comp[i];
+        views[i].free_fn = NULL;  /* a view: the datapoint keeps its memory */
+        views[i].free_hint = NULL;
+    }
+    return n;
+}

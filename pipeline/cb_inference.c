@@ -45,10 +45,7 @@ static tp_status_t runner_trigger_epoch(void *impl, tp_trainer_t *tr) {
             tp_datapoint_destroy(&dp);
             return tp_error(TP_ERR_SHAPE, "InferenceRunner: %d components", nc);
         }
-        for (int c = 0; c < nc; c++) {
-            inputs[c] = *tp_datapoint_get(dp, c);
-            inputs[c].free_fn = NULL;  /* borrowed views: the datapoint owns */
-        }
+        tp_datapoint_views(dp, inputs, nc);
         double b = nc > 0 && inputs[0].ndim > 0 ? (double)inputs[0].shape[0] : 1;
         rc = tp_model_forward(m, -1, inputs);
         if (rc < 0) {

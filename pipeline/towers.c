@@ -40,10 +40,7 @@ static tp_status_t s_views(const s_tower_args_t *a, tp_datapoint_t *dp,
         return tp_error(TP_ERR_SHAPE, "tower%d: the input gave %d components, "
                         "the model has %d inputs", a->index,
                         tp_datapoint_size(dp), a->ninputs);
-    for (int i = 0; i < a->ninputs; i++) {
-        views[i] = *tp_datapoint_get(dp, i);
-        views[i].free_fn = NULL;  /* views: the datapoint keeps its memory */
-    }
+    tp_datapoint_views(dp, views, a->ninputs);
     return TP_OK;
 }
 

@@ -287,3 +287,17 @@ Test(core, clock_is_monotonic) {
     cr_assert(b - a >= 1500000);
     cr_assert(tp_wall_s() > 1.7e9);
 }
+
+Test(core, datapoint_views_borrow) {
+    tp_datapoint_t *dp = tp_datapoint_new(2);
+    int64_t shape[] = {3};
+    tp_tensor_init_zero(tp_datapoint_get(dp, 0), TP_FLOAT32, 1, shape);
+    tp_tensor_init(tp_datapoint_get(dp, 1), TP_INT32, 0, NULL);
+    tp_tensor_t v[4];
+    cr_assert_eq(tp_datapoint_views(dp, v, 4), 2);
+    cr_assert_eq(v[0].data, tp_datapoint_get(dp, 0)->data);
+    cr_assert_null((void *)v[0].free_fn, "a view frees nothing");
+    tp_tensor_fini(&v[0]);  /* harmless on a view */
+    cr_assert_eq(tp_datapoint_views(dp, v, 1), 1);
+    tp_datapoint_destroy(&dp);  /* frees the real memory once (ASan checks) */
+}

@@ -36,6 +36,11 @@ tp_status_t tp_datapoint_append(tp_datapoint_t *self, tp_tensor_t *t);
 /* Grow or shrink to n components (new ones empty, dropped ones finished). */
 tp_status_t tp_datapoint_resize(tp_datapoint_t *self, int n);
 
+/* Borrowed views of the first `max` components into views[] (tensors that
+ * point at the datapoint's memory and free nothing: valid while it lives).
+ * Returns the number of components viewed. */
+int tp_datapoint_views(const tp_datapoint_t *self, tp_tensor_t *views, int max);
+
 /* Deep copy. Caller owns; NULL on out of memory. */
 tp_datapoint_t *tp_datapoint_copy(const tp_datapoint_t *self);
 

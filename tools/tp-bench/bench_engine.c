@@ -75,8 +75,8 @@ static double s_bare(const tp_model_desc_t *desc, int64_t batch, int64_t steps) 
     double t0 = tp_now_s();
     for (int64_t s = 0; s < steps; s++) {
         tp_datapoint_t *dp = s_batches[s % NBATCH];
-        tp_tensor_t in[2] = {*tp_datapoint_get(dp, 0), *tp_datapoint_get(dp, 1)};
-        in[0].free_fn = in[1].free_fn = NULL;
+        tp_tensor_t in[2];
+        tp_datapoint_views(dp, in, 2);
         const tp_tensor_t *towers[1] = {in};
         if (tp_model_train_step(m, towers) != TP_OK) {
             tp_model_destroy(&m);
