@@ -549,12 +549,9 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     }
 
     /* Callbacks in tensorpack's order. */
-    for (size_t i = 0; i < cfg->ncallbacks; i++) {
-        tp_callback_t *cb = cfg->callbacks[i];
-        cfg->callbacks[i] = NULL;  /* taken, also when adding it fails */
-        if ((rc = s_add(tr, cb)) < 0)
-            goto out;
-    }
+    /* The validation runner first: callbacks that read its results after
+     * an epoch (MinSaver, MaxSaver, StatMonitorParamSetter) see this
+     * epoch's numbers. */
     if (cfg->validation) {
         tp_inferencer_t infs[8];
         size_t n = 0;
@@ -564,6 +561,12 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         rc = s_add(tr, tp_cb_inference_runner(cfg->validation, infs, n));
         cfg->validation = NULL;
         if (rc < 0)
+            goto out;
+    }
+    for (size_t i = 0; i < cfg->ncallbacks; i++) {
+        tp_callback_t *cb = cfg->callbacks[i];
+        cfg->callbacks[i] = NULL;  /* taken, also when adding it fails */
+        if ((rc = s_add(tr, cb)) < 0)
             goto out;
     }
     if (cfg->logdir && cfg->save_checkpoints && (rc = s_add(tr, tp_cb_model_saver(10, 0))) < 0)

@@ -217,3 +217,62 @@ Test(train, dummy_input_and_a_wrong_input_shape) {
     cr_assert(strstr(tp_last_error(), "tower0: the input gave 1 components, the model has 2 inputs"),
               "%s", tp_last_error());
 }
+
+/* InferenceRunner's numbers equal a separate evaluation of the same model
+ * on the same data; MaxSaver saves exactly when the statistic improves. */
+Test(train, inference_runner_matches_a_separate_evaluation) {
+    char *dir = s_tmp();
+    tp_train_config_t c;
+    s_config(&c, dir, 1, 32, 3);
+    c.validation = s_blobs(100, 0, 1);
+    c.infer_batch = 100;
+    tp_callback_t *cbs[] = {tp_cb_max_saver("validation_accuracy", NULL)};
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    tp_model_t *m = NULL;
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    /* Evaluate by hand: forward every validation batch, weight by rows. */
+    tp_dataflow_t *val = s_blobs(100, 0, 1);
+    cr_assert_eq(tp_dataflow_reset_state(val, 0, 0), TP_OK);
+    tp_datapoint_t *dp;
+    double correct = 0, rows = 0;
+    while (tp_dataflow_next(val, &dp) == TP_OK) {
+        tp_tensor_t in[2];
+        tp_datapoint_views(dp, in, 2);
+        cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+        tp_tensor_t acc;
+        cr_assert_eq(tp_model_fetch(m, -1, "accuracy", &acc), TP_OK);
+        correct += ((const float *)acc.data)[0] * (double)in[0].shape[0];
+        rows += (double)in[0].shape[0];
+        tp_tensor_fini(&acc);
+        tp_datapoint_destroy(&dp);
+    }
+    tp_dataflow_destroy(&val);
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_not_null(j);
+    double best = -1;
+    int best_epoch = 0;
+    for (size_t i = 0; i < json_array_size(j); i++) {
+        double v = json_real_value(json_object_get(json_array_get(j, i), "validation_accuracy"));
+        if (v > best) {
+            best = v;
+            best_epoch = (int)i + 1;
+        }
+    }
+    double last = json_real_value(json_object_get(json_array_get(j, 2), "validation_accuracy"));
+    cr_assert_float_eq(last, correct / rows, 1e-6, "runner %g, by hand %g", last, correct / rows);
+    json_decref(j);
+    /* The best epoch's model was saved: its weights give the best accuracy. */
+    snprintf(path, sizeof path, "%s/max-validation_accuracy.safetensors", dir);
+    cr_assert_eq(access(path, R_OK), 0, "MaxSaver wrote %s", path);
+    cr_assert_eq(tp_checkpoint_load(m, path, TP_LOAD_STRICT, NULL), TP_OK, "%s", tp_last_error());
+    tp_train_state_t st;
+    cr_assert_eq(tp_checkpoint_load(m, path, TP_LOAD_STRICT, &st), TP_OK);
+    cr_assert_eq(st.epoch, best_epoch, "saved after epoch %lld, best was %d",
+                 (long long)st.epoch, best_epoch);
+    tp_model_destroy(&m);
+    s_rm(dir);
+}
