@@ -1,0 +1,103 @@
+/* Example: training fed by external tp-worker processes. The trainer binds
+ * an ipc endpoint; two tp-worker processes (started here, but they could
+ * run anywhere, over tcp) read and batch Fashion-MNIST and push the batches
+ * to it. Each worker gets its own seed, so their shuffles differ.
+ *
+ *   build/bin/example-remote-workers [--logdir DIR] [--tiny]
+ *
+ * By hand, the same is:
+ *   tp-worker --spec 'fashion-mnist:train | batch 64' --connect ipc:///tmp/x.sock --seed 1 &
+ *   tp-worker --spec 'fashion-mnist:train | batch 64' --connect ipc:///tmp/x.sock --seed 2 &
+ *   tp-train --model mlp --batch 64 --towers 1 --remote @ipc:///tmp/x.sock */
+#include <limits.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <towerpack/towerpack.h>
+#include <towerpack/dataflow_spec.h>
+#include <towerpack/optim.h>
+#include <towerpack/train.h>
+#include "common.h"
+
+static const tp_input_desc_t inputs[] = {
+    {"image", TP_UINT8, 3, {-1, 28, 28}},
+    {"label", TP_INT32, 1, {-1}},
+};
+
+static tp_status_t tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    tp_node_t *x = tp_flatten(t, "flat", tp_cast(t, "input", in[0], 1.0f / 255));
+    x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 256, 1));
+    tp_node_t *logits = tp_fc(t, "linear", x, 10, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_optimizer_t *optimizer(void *user) { return tp_optimizer_sgd(0.05, 0.9, 0); }
+
+/* Start `tp-worker` (found next to this program) pushing to `endpoint`. */
+static pid_t start_worker(const char *endpoint, int seed) {
+    char self[PATH_MAX], worker[PATH_MAX + 16], seed_s[16];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return -1;
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(worker, sizeof worker, "%s/tp-worker", self);
+    snprintf(seed_s, sizeof seed_s, "%d", seed);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(worker, "tp-worker", "--spec", "fashion-mnist:train | batch 64",
+              "--connect", endpoint, "--seed", seed_s, "--log-level", "warn", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+int main(int argc, char **argv) {
+    example_args_t a = example_args(argc, argv, "train_log/example-remote-workers");
+    char dir[] = "/tmp/tp-example-remote-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("example-remote-workers: mkdtemp");
+        return 1;
+    }
+    char endpoint[128], spec[160];
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/data.sock", dir);
+    snprintf(spec, sizeof spec, "remote:@%s", endpoint);  /* @: the trainer binds */
+
+    pid_t workers[2] = {start_worker(endpoint, 1), start_worker(endpoint, 2)};
+    tp_dataflow_t *train = NULL, *test = NULL;
+    tp_status_t rc = tp_spec_parse(spec, &train);
+    if (rc == TP_OK)
+        rc = tp_spec_parse("fashion-mnist:test,shuffle=0 | batch 500 remainder", &test);
+    if (rc == TP_OK) {
+        if (a.tiny)
+            test = tp_df_fixed_size(test, 2, 0);
+        tp_model_desc_t model = {inputs, 2, tower, optimizer, NULL};
+        tp_train_config_t cfg;
+        tp_train_config_init(&cfg);
+        cfg.model = &model;
+        cfg.dataflow = train;            /* batches of 64 from the workers */
+        cfg.validation = test;
+        cfg.infer_batch = 500;
+        cfg.batch = 64;
+        cfg.max_epoch = a.tiny ? 1 : 5;
+        cfg.steps_per_epoch = a.tiny ? 5 : 60000 / 64;  /* a remote stream has no size */
+        cfg.logdir = a.logdir;
+        rc = tp_launch_train_with_config(&cfg, NULL);
+    } else {
+        tp_dataflow_destroy(&train);
+    }
+    if (rc != TP_OK)
+        fprintf(stderr, "example-remote-workers: %s\n", tp_last_error());
+    for (int i = 0; i < 2; i++) {
+        if (workers[i] > 0) {
+            kill(workers[i], SIGTERM);  /* tp-worker ends cleanly on SIGTERM */
+            waitpid(workers[i], NULL, 0);
+        }
+    }
+    unlink(endpoint + strlen("ipc://"));
+    rmdir(dir);
+    return rc == TP_OK ? 0 : 1;
+}
