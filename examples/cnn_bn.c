@@ -41,7 +41,7 @@ static tp_status_t tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
     return tp_tower_set_cost(t, cost);
 }
 
-static tp_optimizer_t *optimizer(void *user) { return tp_optimizer_sgd(0.1, 0.9, 0); }
+static tp_optimizer_t *optimizer(void *user) { return tp_optimizer_sgd(0.02, 0.9, 0); }
 
 int main(int argc, char **argv) {
     example_args_t a = example_args(argc, argv, "train_log/example-cnn-bn");
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     int epochs = a.tiny ? 1 : 20;
-    tp_hp_point_t schedule[] = {{0, 0.1}, {10, 0.01}, {15, 0.001}};
+    tp_hp_point_t schedule[] = {{0, 0.02}, {10, 0.002}, {15, 0.0002}};
     tp_callback_t *callbacks[] = {
         tp_cb_hp_schedule("learning_rate", schedule, 3, 0, 0),
         tp_cb_max_saver("validation_accuracy", NULL),

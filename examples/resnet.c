@@ -52,7 +52,7 @@ static tp_status_t tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
     return tp_tower_set_cost(t, cost);
 }
 
-static tp_optimizer_t *optimizer(void *user) { return tp_optimizer_sgd(0.1, 0.9, 1); }
+static tp_optimizer_t *optimizer(void *user) { return tp_optimizer_sgd(0.02, 0.9, 1); }
 
 int main(int argc, char **argv) {
     example_args_t a = example_args(argc, argv, "train_log/example-resnet");
@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
         tp_dataflow_destroy(&train);
         return 1;
     }
-    tp_hp_point_t schedule[] = {{0, 0.1}, {15, 0.01}, {25, 0.001}};
+    tp_hp_point_t schedule[] = {{0, 0.02}, {15, 0.002}, {25, 0.0002}};
     tp_callback_t *callbacks[] = {tp_cb_hp_schedule("learning_rate", schedule, 3, 0, 0)};
     if (a.tiny)  /* a few validation batches are enough to show it works */
         test = tp_df_fixed_size(test, 2, 0);
