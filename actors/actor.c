@@ -308,6 +308,14 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
     zsock_set_linger(p->zsock, output && !p->inproc ? 1000 : 0);
     int rc = def->bind ? zsock_bind(p->zsock, "%s", def->endpoint)
                        : zsock_connect(p->zsock, "%s", def->endpoint);
+    /* libzmq releases an inproc name after its socket closes, on its own
+     * thread: a pipeline rebuilt at once under the same names can find the
+     * name still taken for a moment. Wait for it, briefly. */
+    for (int tries = 0; rc < 0 && def->bind && p->inproc &&
+                        zmq_errno() == EADDRINUSE && tries < 100; tries++) {
+        zclock_sleep(2);
+        rc = zsock_bind(p->zsock, "%s", def->endpoint);
+    }
     if (rc < 0)
         return tp_error(TP_ERR_IO, "actor '%s': port %s: %s %s: %s", actor,
                         p->name, def->bind ? "bind" : "connect", def->endpoint,
