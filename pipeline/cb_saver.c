@@ -78,6 +78,20 @@ typedef struct {
     double last_permanent;  /* wall time of the last checkpoint kept for good */
 } s_saver_t;
 
+/* Append a checkpoint to the kept list, growing it as needed. */
+static tp_status_t s_kept_push(s_saver_t *s, s_ckpt_t c) {
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        s_ckpt_t *k = realloc(s->kept, cap * sizeof *k);
+        if (!k)
+            return tp_error(TP_ERR_NOMEM, "ModelSaver");
+        s->kept = k;
+        s->cap = cap;
+    }
+    s->kept[s->n++] = c;
+    return TP_OK;
+}
+
 static tp_status_t s_need(tp_trainer_t *tr, const char *who) {
     if (!tp_trainer_model(tr))
         return tp_error(TP_ERR_STATE, "%s needs a trainer with a model", who);
@@ -116,20 +130,13 @@ static tp_status_t saver_before_train(void *impl, tp_trainer_t *tr) {
         long long step = s_step_of(e->d_name);
         if (step < 0)
             continue;
-        if (s->n == s->cap) {
-            size_t cap = s->cap ? s->cap * 2 : 16;
-            s_ckpt_t *k = realloc(s->kept, cap * sizeof *k);
-            if (!k) {
-                closedir(d);
-                return tp_error(TP_ERR_NOMEM, "ModelSaver");
-            }
-            s->kept = k;
-            s->cap = cap;
-        }
         struct stat st;
         char p[PATH_SIZE];
         s_path(p, sizeof p, tr, step);
-        s->kept[s->n++] = (s_ckpt_t){step, stat(p, &st) == 0 ? (double)st.st_mtime : 0};
+        if (s_kept_push(s, (s_ckpt_t){step, stat(p, &st) == 0 ? (double)st.st_mtime : 0}) < 0) {
+            closedir(d);
+            return tp_error(TP_ERR_NOMEM, "ModelSaver");
+        }
     }
     closedir(d);
     for (size_t i = 1; i < s->n; i++)  /* insertion sort by step */
@@ -152,17 +159,9 @@ static tp_status_t saver_trigger_epoch(void *impl, tp_trainer_t *tr) {
     int len = snprintf(line, sizeof line, "model-%lld.safetensors\n", step);
     TP_TRY(tp_file_write_atomic(index, line, (size_t)len));
     TP_INFO("[ModelSaver] saved %s", path);
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        s_ckpt_t *k = realloc(s->kept, cap * sizeof *k);
-        if (!k)
-            return tp_error(TP_ERR_NOMEM, "ModelSaver");
-        s->kept = k;
-        s->cap = cap;
-    }
     if (s->n && s->kept[s->n - 1].step == step)
         s->n--;  /* the same step saved again (resumed run): one entry */
-    s->kept[s->n++] = (s_ckpt_t){step, tp_wall_s()};
+    TP_TRY(s_kept_push(s, (s_ckpt_t){step, tp_wall_s()}));
     /* Drop the oldest beyond max_to_keep, except one every keep_hours. */
     while (s->n > (size_t)s->max_to_keep) {
         s_ckpt_t old = s->kept[0];
