@@ -52,6 +52,7 @@ void tp_input_destroy(tp_input_t **self_p) {
 
 const char *tp_input_name(const tp_input_t *self) { return self->ops->name; }
 void *tp_input_impl(tp_input_t *self) { return self->impl; }
+const tp_input_ops_t *tp_input_ops(const tp_input_t *self) { return self->ops; }
 
 /* FeedInput */
 
@@ -189,6 +190,7 @@ typedef struct {
     int towers;
     int64_t batch;
     int ninputs;
+    const tp_train_dist_t *dist;   /* NULL: one process */
 } s_mt_t;
 
 /* One step: every tower takes its own batch from the input (on this
@@ -217,6 +219,9 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     }
     if (t->kind == TP_TRAINER_PARAMETER_SERVER)
         TP_TRY(tp_model_reduce(t->model));  /* gathered onto tower 0 */
+    if (t->dist)  /* data-parallel over processes: the ranks' mean */
+        TP_TRY(t->dist->allreduce_grads(t->dist->ctx, t->model,
+                                        tp_trainer_global_step(tr)));
     TP_TRY(tp_model_apply(t->model));
     /* Fetched scalars: the mean over the towers. */
     for (int k = 0; k < tp_fetches_count(f); k++) {
@@ -248,7 +253,7 @@ static tp_status_t mt_get_hp(void *impl, const char *name, double *v) {
 }
 static int64_t mt_samples(void *impl) {
     s_mt_t *t = impl;
-    return t->batch * t->towers;
+    return t->batch * t->towers * (t->dist ? t->dist->size : 1);
 }
 static tp_model_t *mt_model(void *impl) { return ((s_mt_t *)impl)->model; }
 
@@ -467,6 +472,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     mt->towers = cfg->towers;
     mt->batch = cfg->batch;
     mt->ninputs = cfg->model->ninputs;
+    mt->dist = cfg->dist;
     tr = tp_trainer_new(kind == TP_TRAINER_SIMPLE ? &s_simple_ops
                         : kind == TP_TRAINER_REPLICATED ? &s_replicated_ops
                                                         : &s_ps_ops, mt);
@@ -496,6 +502,14 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             tp_trainer_set_global_step(tr, resume_step);
         }
     }
+    if (cfg->dist) {  /* rank 0 alone reads the log directory */
+        tp_trainer_set_chief(tr, cfg->dist->rank == 0);
+        if ((rc = cfg->dist->agree_start(cfg->dist->ctx, &resume_step,
+                                         &sched.starting_epoch)) < 0)
+            goto out;
+        if (resume_step >= 0)
+            tp_trainer_set_global_step(tr, resume_step);
+    }
     /* Replay the input up to the checkpoint, so every later batch is the one
      * an unbroken run would see. */
     rc = mt->input->ops->start(mt->input->impl, cfg->towers, cfg->seed,
@@ -517,7 +531,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         rc = tp_error_wrap(TP_ERR_INVALID, "building the model");
         goto out;
     }
-    if (resume_step >= 0) {
+    if (resume_step >= 0 && ckpt[0]) {
         tp_train_state_t st;
         rc = tp_checkpoint_load(mt->model, ckpt, TP_LOAD_STRICT, &st);
         if (rc < 0) {
@@ -533,6 +547,9 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             goto out;
         }
     }
+    if (cfg->dist && (rc = cfg->dist->sync_model(cfg->dist->ctx, mt->model,
+                                                 cfg->seed, resume_step)) < 0)
+        goto out;
     if (cfg->towers > 1 &&
         !(mt->executors = tp_towers_new(mt->model, cfg->towers, cfg->model->ninputs,
                                         kind == TP_TRAINER_REPLICATED))) {

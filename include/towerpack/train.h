@@ -66,8 +66,10 @@ uint64_t tp_input_queue_taken(tp_input_t *input);
 /* Batches ready in the queue over its capacity, in [0, 1]; -1 for others. */
 double tp_input_queue_fill(tp_input_t *input);
 double tp_input_queue_waited_s(tp_input_t *input);
-/* The implementation pointer. */
+/* The implementation pointer, and the table it was made with (an input
+ * that wraps another drives it through both). */
 void *tp_input_impl(tp_input_t *self);
+const tp_input_ops_t *tp_input_ops(const tp_input_t *self);
 
 /* DummyConstantInput: one random batch per tower, built once from the
  * model's input descriptions and returned again and again (copies): the
@@ -121,7 +123,30 @@ typedef struct tp_train_config {
     int64_t starting_epoch;        /* default 1 */
     int64_t steps_per_epoch;       /* default: the input's size */
     int64_t max_epoch;             /* required */
+
+    const struct tp_train_dist *dist; /* data-parallel over processes
+                                         (tp_dist_configure in dist.h);
+                                         NULL: this process alone. Not
+                                         taken. */
 } tp_train_config_t;
+
+/* The launch's hooks for data-parallel training over processes (filled by
+ * tp_dist_configure, towerpack/dist.h). Rank 0 is the chief. */
+typedef struct tp_train_dist {
+    int rank, size;
+    void *ctx;
+    /* Rank 0's resume point to every rank: the global step of the
+     * checkpoint it resumes from (-1: none) and the starting epoch. */
+    tp_status_t (*agree_start)(void *ctx, int64_t *resume_step,
+                               int64_t *starting_epoch);
+    /* Rank 0's variables and optimizer state to every rank, once the model
+     * is built (and rank 0 has loaded its checkpoint). */
+    tp_status_t (*sync_model)(void *ctx, tp_model_t *m, uint64_t seed,
+                              int64_t resume_step);
+    /* Every step, after this rank's towers reduced onto tower 0 and before
+     * the update: tower 0's gradients := their mean over the ranks. */
+    tp_status_t (*allreduce_grads)(void *ctx, tp_model_t *m, int64_t step);
+} tp_train_dist_t;
 
 void tp_train_config_init(tp_train_config_t *cfg);
 /* Free what the config still owns (after a launch it owns nothing). */

@@ -7,7 +7,12 @@
  *
  * It validates on the test split after every epoch, saves checkpoints
  * (LOGDIR/model-<global_step>.safetensors), writes LOGDIR/stats.json and
- * LOGDIR/curves.png, and ends with a summary line. */
+ * LOGDIR/curves.png, and ends with a summary line.
+ *
+ * Under mpirun or srun (tp_dist_env) it trains data-parallel over the
+ * ranks: each rank takes its shard of the batches, rank 0 alone owns the log
+ * directory (checkpoints, stats.json, plots) and validates. See
+ * docs/distributed.md. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +23,7 @@
 #include <towerpack/clock.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/device.h>
+#include <towerpack/dist.h>
 #include <towerpack/log.h>
 #include <towerpack/logdir.h>
 #include <towerpack/model_callbacks.h>
@@ -55,7 +61,8 @@ static void s_usage(FILE *out) {
 "                       worker processes\n"
 "  --remote ENDPOINT    take batches from tp-worker processes instead: e.g.\n"
 "                       @tcp://127.0.0.1:5555 (bind; workers connect) or\n"
-"                       ipc:///path (connect); several separated by commas\n"
+"                       ipc:///path (connect); several separated by commas;\n"
+"                       under mpirun '{rank}' becomes the rank's number\n"
 "  --threads N          BLAS threads per tower (default: all cores / towers)\n"
 "  --augment / --no-augment   random crop (pad 2) and flip (default per model)\n"
 "  --steps-per-epoch N  default: one pass of the training data\n"
@@ -81,9 +88,32 @@ static tp_optimizer_t *s_optimizer(void *user) {
                         : tp_optimizer_sgd(args[0], 0.9, 0);
 }
 
+/* Under mpirun: the distributed runtime (NULL for a plain run). A rank
+ * that fails ends the whole job, naming itself: the others would wait for
+ * it in the next all-reduce. */
+static tp_dist_t *s_dist;
+
 static int s_fail(const char *what) {
+    if (s_dist) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "tp-train: %s: %s", what, tp_last_error());
+        tp_dist_abort(s_dist, 1, msg);
+    }
     fprintf(stderr, "tp-train: %s: %s\n", what, tp_last_error());
     return 1;
+}
+
+/* `text` with every "{rank}" replaced by the rank's number. */
+static void s_subst_rank(const char *text, int rank, char *out, size_t size) {
+    size_t o = 0;
+    for (const char *p = text; *p && o + 1 < size;) {
+        if (!strncmp(p, "{rank}", 6)) {
+            o += (size_t)snprintf(out + o, size - o, "%d", rank);
+            p += 6;
+        } else
+            out[o++] = *p++;
+    }
+    out[o < size ? o : size - 1] = '\0';
 }
 
 static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
@@ -220,6 +250,36 @@ int main(int argc, char **argv) {
         tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd or adam", a.optimizer);
         return s_fail("bad flag");
     }
+    /* Under a launcher: MPI first, before anything starts a thread or forks
+     * (and fork after MPI_Init is what Open MPI warns against: no forked
+     * dataflow workers, no forked CUDA probe). */
+    int rank = 0, nranks = 1;
+    const char *launcher = NULL;
+    char remote_buf[2048];
+    if (tp_dist_env(&rank, &nranks, &launcher)) {
+        if (a.workers > 0) {
+            tp_error(TP_ERR_UNSUPPORTED, "--workers %d under %s: MPI and fork() "
+                     "do not mix; start tp-worker processes beside the ranks and "
+                     "use --remote (docs/distributed.md)", a.workers, launcher);
+            fprintf(stderr, "tp-train: rank %d: %s\n", rank, tp_last_error());
+            return 2;
+        }
+        if (tp_dist_open(&s_dist) != TP_OK) {
+            fprintf(stderr, "tp-train: rank %d of %d (%s): %s\n", rank, nranks,
+                    launcher, tp_last_error());
+            return 1;
+        }
+        rank = tp_dist_rank(s_dist);
+        nranks = tp_dist_size(s_dist);
+        if (rank != 0 && !getenv("TP_LOG_LEVEL"))
+            tp_log_set_level(TP_LOG_WARN);  /* rank 0 tells the story */
+        if (a.remote) {
+            s_subst_rank(a.remote, rank, remote_buf, sizeof remote_buf);
+            a.remote = remote_buf;
+        }
+        TP_INFO("distributed: rank %d of %d on %s (%s)", rank, nranks,
+                tp_dist_host(s_dist), launcher);
+    }
     if (a.remote && (a.workers || a.spec)) {
         tp_error(TP_ERR_INVALID, "--remote takes its batches from tp-worker "
                  "processes: it does not go with --workers or --spec");
@@ -233,7 +293,7 @@ int main(int argc, char **argv) {
                  a.devices);
         return s_fail("--devices");
     }
-    if (!strcmp(a.devices, "auto")) {
+    if (!strcmp(a.devices, "auto") && !s_dist) {
         /* Asked in a child: this process must not load CUDA before it forks
          * its dataflow workers. */
         char why[512];
@@ -253,7 +313,7 @@ int main(int argc, char **argv) {
     if (a.threads == 0)
         a.threads = (int)(cores > a.towers ? cores / a.towers : 1);
     if (a.remote && a.steps_per_epoch == 0) {
-        a.steps_per_epoch = 60000 / (a.batch * a.towers);
+        a.steps_per_epoch = 60000 / (a.batch * a.towers * nranks);
         TP_INFO("--remote: %lld steps per epoch (60000 / total batch; set "
                 "--steps-per-epoch to change)", (long long)a.steps_per_epoch);
     }
@@ -264,24 +324,27 @@ int main(int argc, char **argv) {
     tp_logdir_action_t action = a.resume ? TP_LOGDIR_KEEP : TP_LOGDIR_ASK;
     if (a.action && tp_logdir_action_parse(a.action, &action) != TP_OK)
         return s_fail("--logdir-action");
-    if (tp_logdir_prepare(a.logdir ? a.logdir : defdir, action, logdir, sizeof logdir) != TP_OK)
-        return s_fail("log directory");
-    char logfile[4200];
-    snprintf(logfile, sizeof logfile, "%s/log.log", logdir);
-    tp_log_set_file(logfile);
+    if (rank == 0) {  /* under MPI the chief alone owns the log directory */
+        if (tp_logdir_prepare(a.logdir ? a.logdir : defdir, action, logdir, sizeof logdir) != TP_OK)
+            return s_fail("log directory");
+        char logfile[4200];
+        snprintf(logfile, sizeof logfile, "%s/log.log", logdir);
+        tp_log_set_file(logfile);
+    }
 
     /* Data. */
     char spec[4096], test_spec[4096];
     tp_dataflow_t *train = NULL, *test = NULL;
     if (s_train_spec(&a, spec, sizeof spec) != TP_OK || tp_spec_parse(spec, &train) != TP_OK)
         return s_fail("training data");
-    if (s_test_spec(&a, test_spec, sizeof test_spec) != TP_OK ||
-        tp_spec_parse(test_spec, &test) != TP_OK) {
+    if (rank == 0 && (s_test_spec(&a, test_spec, sizeof test_spec) != TP_OK ||
+                      tp_spec_parse(test_spec, &test) != TP_OK)) {
         tp_dataflow_destroy(&train);
         return s_fail("validation data");
     }
     TP_INFO("training data: %s", spec);
-    TP_INFO("validation data: %s", test_spec);
+    if (rank == 0)
+        TP_INFO("validation data: %s", test_spec);
 
     /* The model: zoo inputs, float32 images when the augmentor normalised. */
     tp_input_desc_t inputs[2];
@@ -295,18 +358,19 @@ int main(int argc, char **argv) {
     tp_train_config_init(&cfg);
     cfg.model = &desc;
     cfg.dataflow = train;
-    cfg.infer_batch = 500;
+    cfg.infer_batch = rank == 0 ? 500 : 0;  /* rank 0 validates */
     cfg.towers = a.towers;
     cfg.batch = a.batch;
     cfg.seed = (uint64_t)a.seed;
     cfg.threads = a.threads;
-    cfg.logdir = logdir;
+    cfg.logdir = rank == 0 ? logdir : NULL;
     cfg.auto_resume = a.resume;
     cfg.max_epoch = a.epochs;
     /* One pass of the data per epoch: every step takes a batch per tower. */
     int64_t batches = tp_dataflow_size(train);
+    int64_t group = (int64_t)a.towers * nranks;  /* batches per step, all ranks */
     cfg.steps_per_epoch = a.steps_per_epoch ? a.steps_per_epoch
-                        : batches > 0 ? (batches + a.towers - 1) / a.towers : 0;
+                        : batches > 0 ? (batches + group - 1) / group : 0;
     cfg.progress_names = "cost,accuracy";
     cfg.stats = a.stats;
     /* The rate decays linearly, step by step, to a twentieth at the end. */
@@ -319,20 +383,39 @@ int main(int argc, char **argv) {
     };
     tp_callback_t *cbs[2] = {
         tp_cb_hp_schedule("learning_rate", pts, 2, 1, 1),
-        tp_cb_inference_runner(test, infs, 3),
+        rank == 0 ? tp_cb_inference_runner(test, infs, 3) : NULL,
     };
     cfg.callbacks = cbs;
-    cfg.ncallbacks = 2;
+    cfg.ncallbacks = rank == 0 ? 2 : 1;
+    /* every rank's own batches: a shard of the common stream, or its own
+     * tp-worker processes */
+    if (s_dist && tp_dist_configure(s_dist, &cfg, !a.remote) != TP_OK) {
+        tp_train_config_fini(&cfg);
+        return s_fail("distributed training");
+    }
 
-    printf("tp-train: model %s (%s), %d tower%s x batch %d, %d epochs, lr %g (%s), "
-           "logdir %s\n", zoo->name, zoo->summary, a.towers, a.towers > 1 ? "s" : "",
-           a.batch, a.epochs, a.lr, a.optimizer, logdir);
+    char ranks_text[64] = "";
+    if (s_dist)
+        snprintf(ranks_text, sizeof ranks_text, "%d ranks x ", nranks);
+    if (rank == 0)
+        printf("tp-train: model %s (%s), %s%d tower%s x batch %d, %d epochs, lr %g (%s), "
+               "logdir %s\n", zoo->name, zoo->summary, ranks_text, a.towers,
+               a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
     fflush(stdout);
     double t0 = tp_now_s();
     tp_status_t rc = tp_launch_train_with_config(&cfg, NULL);
     double wall = tp_now_s() - t0;
     if (rc < 0 && rc != TP_ERR_INTERRUPTED)
         return s_fail("training");
+    if (s_dist && rc == TP_ERR_INTERRUPTED) {
+        /* the other ranks may be waiting in this step's all-reduce */
+        tp_error(rc, "interrupted");
+        return s_fail("training");
+    }
+    if (rank != 0) {
+        tp_dist_close(&s_dist);
+        return 0;
+    }
 
     char stats[4200], png[4200];
     snprintf(stats, sizeof stats, "%s/stats.json", logdir);
@@ -345,12 +428,14 @@ int main(int argc, char **argv) {
     int64_t samples = 0;
     if (j && json_array_size(j) > 0) {
         json_t *gs = json_object_get(json_array_get(j, json_array_size(j) - 1), "global_step");
-        samples = json_integer_value(gs) * a.batch * a.towers;
+        samples = json_integer_value(gs) * a.batch * a.towers * nranks;
     }
     json_decref(j);
     s_summary(logdir, wall, samples);
     printf("tp-train: log %s/log.log, checkpoints %s/model-*.safetensors, "
            "stats %s, plots %s\n", logdir, logdir, stats, png);
+    fflush(stdout);
+    tp_dist_close(&s_dist);
     return rc == TP_ERR_INTERRUPTED ? 130 : 0;
 }
 
