@@ -22,6 +22,8 @@ packages=(
   libopenblas-dev
   # tests
   libcriterion-dev
+  # distributed training (optional: without it the MPI module is not built)
+  openmpi-bin libopenmpi-dev
   # the main job's data: Fashion-MNIST IDX files under /usr/share/datasets
   dataset-fashion-mnist
 )

@@ -62,7 +62,8 @@ static void s_usage(FILE *out) {
 "  --remote ENDPOINT    take batches from tp-worker processes instead: e.g.\n"
 "                       @tcp://127.0.0.1:5555 (bind; workers connect) or\n"
 "                       ipc:///path (connect); several separated by commas;\n"
-"                       under mpirun '{rank}' becomes the rank's number\n"
+"                       under mpirun '{rank}' becomes the rank's number and\n"
+"                       '{N+rank}' N + rank (e.g. @tcp://*:{5550+rank})\n"
 "  --threads N          BLAS threads per tower (default: all cores / towers)\n"
 "  --augment / --no-augment   random crop (pad 2) and flip (default per model)\n"
 "  --steps-per-epoch N  default: one pass of the training data\n"
@@ -103,17 +104,25 @@ static int s_fail(const char *what) {
     return 1;
 }
 
-/* `text` with every "{rank}" replaced by the rank's number. */
+/* `text` with every "{rank}" replaced by the rank's number and every
+ * "{N+rank}" by N + rank (a port per rank: tcp://*:{5550+rank}). */
 static void s_subst_rank(const char *text, int rank, char *out, size_t size) {
     size_t o = 0;
     for (const char *p = text; *p && o + 1 < size;) {
+        char *end = NULL;
+        long base = *p == '{' ? strtol(p + 1, &end, 10) : 0;
         if (!strncmp(p, "{rank}", 6)) {
             o += (size_t)snprintf(out + o, size - o, "%d", rank);
             p += 6;
+        } else if (end && end > p + 1 && !strncmp(end, "+rank}", 6)) {
+            o += (size_t)snprintf(out + o, size - o, "%ld", base + rank);
+            p = end + 6;
         } else
             out[o++] = *p++;
+        if (o >= size)
+            o = size - 1;
     }
-    out[o < size ? o : size - 1] = '\0';
+    out[o] = '\0';
 }
 
 static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
