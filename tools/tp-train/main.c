@@ -105,7 +105,7 @@ static int s_fail(const char *what) {
 }
 
 /* `text` with every "{rank}" replaced by the rank's number and every
- * "{N+rank}" by N + rank (a port per rank: tcp://*:{5550+rank}). */
+ * "{N+rank}" by N + rank (a port per rank: @tcp://0.0.0.0:{5550+rank}). */
 static void s_subst_rank(const char *text, int rank, char *out, size_t size) {
     size_t o = 0;
     for (const char *p = text; *p && o + 1 < size;) {
