@@ -14,4 +14,8 @@ grep "2 ranks x 1 tower x batch 32" "$work/dist.out"
 # and they did learn something: the parameters moved from the first epoch's
 "$ST_DIFF" "$work/single/model-15.safetensors" "$work/dist/model-30.safetensors" 1e9 \
   | grep -v "max |diff| 0 "
+# the core library and tp-train never link libmpi: the module is dlopen'ed
+if ldd "$TP_TRAIN" "$TP_BUILD_DIR/lib/libtowerpack.so" | grep -E "libmpi|libopen-pal"; then
+  echo "FAIL: MPI linked into the core"; exit 1
+fi
 echo "parity: OK"
