@@ -28,5 +28,6 @@
 #include <towerpack/train.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/models.h>
+#include <towerpack/dist.h>
 
 #endif

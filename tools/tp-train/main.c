@@ -13,7 +13,9 @@
  * ranks: each rank takes its shard of the batches, rank 0 alone owns the log
  * directory (checkpoints, stats.json, plots) and validates. See
  * docs/distributed.md. */
+#define _GNU_SOURCE  /* sched_getaffinity */
 #include <getopt.h>
+#include <sched.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -315,6 +317,13 @@ int main(int argc, char **argv) {
      * one tower per core (at most 4), one BLAS thread each, and the total
      * batch 128 split between them. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (s_dist) {
+        /* several ranks share the host: count the cores this rank may run
+         * on (mpirun binds ranks to cores or sockets by default) */
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+            cores = CPU_COUNT(&set);
+    }
     if (a.towers == 0)
         a.towers = cores < 1 ? 1 : cores > 4 ? 4 : (int)cores;
     if (a.batch == 0)
