@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # towerpack MPI test: a rank that dies (SIGKILL) or hangs (SIGSTOP) in the
-# middle of training ends the job within a bound, with an error naming it.
+# middle of training ends the job within a bound, with an error naming it:
+# rank 1 killed, rank 1 stopped (rank 0 names it), rank 0 stopped (rank 1
+# names it).
 # The hang is the watchdog's case: mpirun sees nothing wrong with a stopped
 # process, only the heartbeat does.
 source "$(dirname "$0")/common.sh"
@@ -17,17 +19,17 @@ rank_pid() {
   return 1
 }
 
-one_case() {   # $1: signal, $2: what the output must say
-  local sig=$1 expect=$2 dir=$1
+one_case() {   # $1: signal, $2: rank, $3: what the output must say
+  local sig=$1 victim=$2 expect=$3 dir=$1$2
   "${MPIRUN[@]}" -np 2 "$TP_TRAIN" "${TRAIN_ARGS[@]}" --towers 1 --epochs 100 \
       --steps-per-epoch 100000 --logdir "$work/$dir" >"$work/$dir.out" 2>&1 &
   local mpirun_pid=$!
   local pid="" t=0
   while [ $t -lt 100 ]; do
-    pid=$(rank_pid 1 "$dir") && [ -n "$pid" ] && break
+    pid=$(rank_pid "$victim" "$dir") && [ -n "$pid" ] && break
     sleep 0.1; t=$((t + 1))
   done
-  [ -n "$pid" ] || { echo "FAIL: no rank 1 process"; cat "$work/$dir.out"; kill $mpirun_pid; exit 1; }
+  [ -n "$pid" ] || { echo "FAIL: no rank $victim process"; cat "$work/$dir.out"; kill $mpirun_pid; exit 1; }
   # rank 0 prints its banner once the data is loaded, just before training
   t=0
   while ! grep -q "^tp-train: model" "$work/$dir.out" && [ $t -lt 300 ]; do
@@ -43,7 +45,7 @@ one_case() {   # $1: signal, $2: what the output must say
     sleep 0.1
   done
   if kill -0 $mpirun_pid 2>/dev/null; then
-    echo "FAIL: the job still runs 20 s after SIG$sig of rank 1"
+    echo "FAIL: the job still runs 20 s after SIG$sig of rank $victim"
     kill -9 "$pid" 2>/dev/null || true; kill $mpirun_pid; cat "$work/$dir.out"; exit 1
   fi
   wait $mpirun_pid || rc=$?
@@ -53,15 +55,16 @@ one_case() {   # $1: signal, $2: what the output must say
     # mpirun's SIGTERM stays pending on a stopped process: ours to clean up
     kill -9 "$pid" 2>/dev/null || true
   elif kill -0 "$pid" 2>/dev/null; then
-    echo "FAIL: rank 1 (pid $pid) outlived the job"; kill -9 "$pid"; exit 1
+    echo "FAIL: rank $victim (pid $pid) outlived the job"; kill -9 "$pid"; exit 1
   fi
-  echo "SIG$sig of rank 1: the job ended in ${took} s with status $rc"
+  echo "SIG$sig of rank $victim: the job ended in ${took} s with status $rc"
   [ "$rc" != 0 ] || { echo "FAIL: exit status 0"; cat "$work/$dir.out"; exit 1; }
   if ! grep -E "$expect" "$work/$dir.out"; then
-    echo "FAIL: no message naming rank 1 ($expect)"; cat "$work/$dir.out"; exit 1
+    echo "FAIL: no message naming rank $victim ($expect)"; cat "$work/$dir.out"; exit 1
   fi
 }
 
-one_case KILL "rank 1"
-one_case STOP "rank 1 has sent no heartbeat"
+one_case KILL 1 "rank 1"
+one_case STOP 1 "rank 1 has sent no heartbeat"
+one_case STOP 0 "rank 0 has not answered heartbeats"
 echo "killed rank: OK"
