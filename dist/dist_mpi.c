@@ -50,6 +50,11 @@ typedef struct {
     _Atomic double *peer_seen;   /* rank 0: when each rank was last heard */
     atomic_int *peer_done;       /* rank 0: said goodbye */
     atomic_int aborting;
+
+    /* what the all-reduces cost (TP_DIST_REPORT=1 prints it at the end) */
+    uint64_t nreduce;
+    double reduce_s;
+    size_t reduce_floats;
 } s_ctx_t;
 
 static double s_now(void) {
@@ -379,8 +384,12 @@ static int m_allreduce_mean(void *ctx, float *buf, size_t n, int64_t step,
     }
     char what[96];
     snprintf(what, sizeof what, "the gradient all-reduce of step %lld", (long long)step);
+    double t0 = s_now();
     if (issued && s_wait(c, (int)issued, reqs, what, msg, msgsize) < 0)
         rc = -1;
+    c->reduce_s += s_now() - t0;
+    c->nreduce++;
+    c->reduce_floats = n;
     if (reqs != stack)
         free(reqs);
     if (rc < 0)
@@ -421,6 +430,14 @@ static void m_finalize(void *ctx) {
      * arrives last: it validates and saves after the last step. */
     MPI_Request req;
     char msg[512];
+    const char *report = getenv("TP_DIST_REPORT");
+    if (report && *report && strcmp(report, "0") != 0 && c->nreduce)
+        fprintf(stderr, "towerpack: rank %d: %llu gradient all-reduces of %.2f MiB "
+                "(%d buckets), %.3f s waiting in them, %.2f ms per step\n",
+                c->rank, (unsigned long long)c->nreduce,
+                (double)c->reduce_floats * sizeof(float) / (1 << 20),
+                (int)((c->reduce_floats + c->bucket_floats - 1) / c->bucket_floats),
+                c->reduce_s, c->reduce_s * 1e3 / (double)c->nreduce);
     atomic_store(&c->my_step, LLONG_MAX);
     if (MPI_Ibarrier(c->comm, &req) == MPI_SUCCESS)
         s_wait(c, 1, &req, "the final barrier", msg, sizeof msg);
