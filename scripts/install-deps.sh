@@ -20,8 +20,8 @@ packages=(
   zlib1g-dev
   # CPU backend
   libopenblas-dev
-  # tests
-  libcriterion-dev
+  # tests; the API reference (scripts/api-docs.sh, checked by a test)
+  libcriterion-dev doxygen
   # the main job's data: Fashion-MNIST IDX files under /usr/share/datasets
   dataset-fashion-mnist
 )
