@@ -5,7 +5,8 @@
  * float32 here.
  *
  *   build/bin/example-cnn-bn [--logdir DIR] [--tiny]
- * Reaches 0.93 test accuracy in about 20 epochs. */
+ * The same network as tp-train's `--model cnn-bn` (three blocks, weight
+ * decay); docs/training.md has its measured accuracy. */
 #include <towerpack/towerpack.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/model_callbacks.h>
@@ -32,13 +33,17 @@ static tp_status_t tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x = tp_reshape(t, "nchw", in[0], 4, nchw);
     x = block(t, "conv0", x, 32);                            /* [B,32,14,14] */
     x = block(t, "conv1", x, 64);                            /* [B,64,7,7] */
-    x = tp_relu(t, NULL, tp_fc(t, "fc0", tp_flatten(t, "flat", x), 128, 1));
+    x = block(t, "conv2", x, 128);                           /* [B,128,3,3] */
+    x = tp_relu(t, NULL, tp_fc(t, "fc0", tp_flatten(t, "flat", x), 256, 1));
     x = tp_dropout(t, "dropout", x, 0.3f);
     tp_node_t *logits = tp_fc(t, "linear", x, 10, 1);
     tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
     tp_tower_add_output(t, "cost", cost);
+    /* Weight decay: an L2 penalty on every weight ("<scope>/W"), added to
+     * the cost that is minimised; "cost" stays the cross-entropy. */
+    tp_node_t *decay = tp_l2_decay(t, "weight_decay", "*/W", 5e-4f);
     tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
-    return tp_tower_set_cost(t, cost);
+    return tp_tower_set_cost(t, tp_add(t, "total_cost", cost, decay));
 }
 
 static tp_optimizer_t *optimizer(void *user) { return tp_optimizer_sgd(0.02, 0.9, 0); }

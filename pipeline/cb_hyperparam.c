@@ -31,7 +31,14 @@ static tp_status_t s_set(s_hp_t *h, tp_trainer_t *tr, double v) {
     double old = NAN;
     tp_trainer_get_hyperparam(tr, h->param, &old);
     TP_TRY(tp_trainer_set_hyperparam(tr, h->param, v));
-    if (old != v)
+    if (old == v)
+        return TP_OK;
+    /* A step-based linear schedule changes the value every step: that goes
+     * to the debug log (the epoch's value is in stats.json anyway). */
+    if (h->step_based && h->interp)
+        TP_DEBUG("[HyperParamSetter] at global_step %lld, %s changes from %g to %g",
+                 (long long)tp_trainer_global_step(tr), h->param, old, v);
+    else
         TP_INFO("[HyperParamSetter] at global_step %lld, %s changes from %g to %g",
                 (long long)tp_trainer_global_step(tr), h->param, old, v);
     return TP_OK;

@@ -11,14 +11,25 @@ static const tp_input_desc_t s_inputs[2] = {
 const tp_input_desc_t *tp_zoo_inputs(void) { return s_inputs; }
 
 /* The classifier head shared by every model: logits -> cost and metrics. */
-static tp_status_t s_head(tp_tower_t *t, tp_node_t *logits, tp_node_t *label) {
+static tp_status_t s_head_wd(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
+                             float weight_decay) {
     tp_node_t *cost = tp_softmax_xent(t, "cost", logits, label);
     tp_tower_add_output(t, "cost", cost);
+    /* The reported cost stays the cross-entropy; the one minimised adds the
+     * L2 penalty on every weight matrix and kernel (not biases, not BN). */
+    tp_node_t *minimised = cost;
+    if (weight_decay > 0)
+        minimised = tp_add(t, "total_cost", cost,
+                           tp_l2_decay(t, "weight_decay", "*/W", weight_decay));
     tp_tower_add_output(t, "logits", logits);
     tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, label));
     tp_tower_add_output(t, "wrong", tp_error_count(t, "wrong", logits, label));
     TP_TRY(tp_tower_status(t));
-    return tp_tower_set_cost(t, cost);
+    return tp_tower_set_cost(t, minimised);
+}
+
+static tp_status_t s_head(tp_tower_t *t, tp_node_t *logits, tp_node_t *label) {
+    return s_head_wd(t, logits, label, 0);
 }
 
 /* uint8 [B,28,28] -> float32 [B,1,28,28] in [0,1]; augmented batches come
@@ -49,22 +60,28 @@ static tp_node_t *s_conv_block(tp_tower_t *t, const char *scope, tp_node_t *x,
     return tp_relu(t, NULL, x);
 }
 
-static tp_status_t s_cnn_impl(tp_tower_t *t, tp_node_t *const *in, int bn) {
+static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x = s_image(t, in[0], 1);
-    x = tp_max_pool(t, "pool0", s_conv_block(t, "conv0", x, 32, bn), 2, 2, 0);
-    x = tp_max_pool(t, "pool1", s_conv_block(t, "conv1", x, 64, bn), 2, 2, 0);
+    x = tp_max_pool(t, "pool0", s_conv_block(t, "conv0", x, 32, 0), 2, 2, 0);
+    x = tp_max_pool(t, "pool1", s_conv_block(t, "conv1", x, 64, 0), 2, 2, 0);
     x = tp_flatten(t, "flat", x);
     x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 128, 1));
-    if (bn)
-        x = tp_dropout(t, "dropout", x, 0.3f);
     return s_head(t, tp_fc(t, "linear", x, 10, 1), in[1]);
 }
 
-static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    return s_cnn_impl(t, in, 0);
-}
+/* The longer-run model: three conv blocks with batch norm (32, 64, 128
+ * channels, each halving the image: 28 -> 14 -> 7 -> 3), fc 256 with
+ * dropout, weight decay 5e-4. Twice the CNN's arithmetic per image; the
+ * extra block and the decay are what lift it past 0.93 with augmentation
+ * (the two-block version plateaued at 0.918, docs/training.md). */
 static tp_status_t s_cnn_bn(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    return s_cnn_impl(t, in, 1);
+    tp_node_t *x = s_image(t, in[0], 1);
+    x = tp_max_pool(t, "pool0", s_conv_block(t, "conv0", x, 32, 1), 2, 2, 0);
+    x = tp_max_pool(t, "pool1", s_conv_block(t, "conv1", x, 64, 1), 2, 2, 0);
+    x = tp_max_pool(t, "pool2", s_conv_block(t, "conv2", x, 128, 1), 2, 2, 0);
+    x = tp_flatten(t, "flat", x);
+    x = tp_dropout(t, "dropout", tp_relu(t, NULL, tp_fc(t, "fc0", x, 256, 1)), 0.3f);
+    return s_head_wd(t, tp_fc(t, "linear", x, 10, 1), in[1], 5e-4f);
 }
 
 /* A basic residual block: conv-bn-relu-conv-bn (+ projection when the shape
@@ -102,7 +119,7 @@ static tp_status_t s_resnet(tp_tower_t *t, tp_node_t *const *in, void *user) {
 static const tp_zoo_model_t s_models[] = {
     {"mlp", "784-512-256-10 perceptron", s_mlp, 0.05, 10, 0},
     {"cnn", "two 3x3 convolutions (32, 64) with pooling, fc 128", s_cnn, 0.1, 3, 0},
-    {"cnn-bn", "the CNN with batch norm and dropout, trained on augmented images", s_cnn_bn, 0.02, 20, 1},
+    {"cnn-bn", "three conv blocks (32, 64, 128) with batch norm, fc 256, dropout, weight decay; augmented", s_cnn_bn, 0.02, 20, 1},
     {"resnet", "ResNet with 6 basic blocks (32, 64, 128 channels), augmented", s_resnet, 0.02, 30, 1},
 };
 static const tp_zoo_model_t *const s_all[] = {&s_models[0], &s_models[1], &s_models[2], &s_models[3], NULL};

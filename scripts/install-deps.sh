@@ -20,8 +20,8 @@ packages=(
   zlib1g-dev
   # CPU backend
   libopenblas-dev
-  # tests
-  libcriterion-dev
+  # tests; the API reference (scripts/api-docs.sh, checked by a test)
+  libcriterion-dev doxygen
   # distributed training (optional: without it the MPI module is not built)
   openmpi-bin libopenmpi-dev
   # the main job's data: Fashion-MNIST IDX files under /usr/share/datasets

@@ -91,6 +91,43 @@ static tp_optimizer_t *s_optimizer(void *user) {
                         : tp_optimizer_sgd(args[0], 0.9, 0);
 }
 
+/* --devices 0,1: distinct GPU ids that exist. This build's towers run on
+ * the CPU, so a valid list is still refused, but saying which is wrong. */
+static tp_status_t s_check_device_list(const char *list) {
+    int ids[64], n = 0;
+    const char *p = list;
+    while (*p) {
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p || id < 0 || id > 1023 || (*end && *end != ',') || n == 64)
+            return tp_error(TP_ERR_INVALID, "--devices '%s': auto, cpu, or GPU "
+                            "ids separated by commas (like 0,1)", list);
+        for (int i = 0; i < n; i++)
+            if (ids[i] == id)
+                return tp_error(TP_ERR_INVALID, "--devices '%s': GPU %ld is "
+                                "listed twice", list, id);
+        ids[n++] = (int)id;
+        p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return tp_error(TP_ERR_INVALID, "--devices '%s': ends with a comma", list);
+    }
+    if (n == 0)
+        return tp_error(TP_ERR_INVALID, "--devices: empty list");
+    char why[512];
+    int count = tp_cuda_probe_isolated(why, sizeof why);
+    if (count <= 0)
+        return tp_error(TP_ERR_UNSUPPORTED, "--devices %s: %s (use --devices cpu "
+                        "or auto)", list, why);
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= count)
+            return tp_error(TP_ERR_INVALID, "--devices %s: there is no GPU %d "
+                            "(%d CUDA device%s)", list, ids[i], count,
+                            count == 1 ? "" : "s");
+    return tp_error(TP_ERR_UNSUPPORTED, "--devices %s: this build trains on the "
+                    "CPU only (CUDA towers are not part of it yet); use --devices "
+                    "cpu or auto", list);
+}
+
 /* Under mpirun: the distributed runtime (NULL for a plain run). A rank
  * that fails ends the whole job, naming itself: the others would wait for
  * it in the next all-reduce. */
@@ -297,20 +334,23 @@ int main(int argc, char **argv) {
         return s_fail("bad flags");
     }
 
-    /* Devices: the CPU unless CUDA answers (and a CUDA tower backend). */
-    if (strcmp(a.devices, "auto") && strcmp(a.devices, "cpu")) {
-        tp_error(TP_ERR_UNSUPPORTED, "--devices %s: this build trains on the CPU "
-                 "only (CUDA towers are not part of it); use --devices cpu or auto",
-                 a.devices);
-        return s_fail("--devices");
-    }
-    if (!strcmp(a.devices, "auto") && !s_dist) {
-        /* Asked in a child: this process must not load CUDA before it forks
-         * its dataflow workers. */
-        char why[512];
-        int n = tp_cuda_probe_isolated(why, sizeof why);
-        TP_INFO("devices: CPU (%s%s)", why,
-                n > 0 ? "; this build's towers run on the CPU only" : "");
+    /* Devices: the CPU unless CUDA answers (and a CUDA tower backend).
+     * CUDA is asked in a child: this process must not load CUDA before it
+     * forks its dataflow workers. */
+    if (!strcmp(a.devices, "auto")) {
+        if (!s_dist) {  /* the probe forks: not under MPI */
+            char why[512];
+            int n = tp_cuda_probe_isolated(why, sizeof why);
+            TP_INFO("devices: CPU (%s%s)", why,
+                    n > 0 ? "; this build's towers run on the CPU only" : "");
+        }
+    } else if (strcmp(a.devices, "cpu") && s_dist) {
+        tp_error(TP_ERR_UNSUPPORTED, "--devices %s under MPI: this build trains "
+                 "on the CPU only; use --devices cpu or auto", a.devices);
+        return s_fail("bad flag");
+    } else if (strcmp(a.devices, "cpu")) {
+        if (s_check_device_list(a.devices) != TP_OK)
+            return s_fail("bad flag");
     }
     /* On the CPU, towers in parallel use the cores better than one tower
      * with several BLAS threads (measured: docs/performance.md): by default
