@@ -14,10 +14,14 @@
  *   tp_dist_t *d = NULL;
  *   if (tp_dist_env(NULL, NULL, NULL)) {          // under mpirun or srun
  *       TP_TRY(tp_dist_open(&d));                 // MPI_Init, heartbeat
- *       TP_TRY(tp_dist_configure(d, &cfg));       // shard input, hooks
+ *       TP_TRY(tp_dist_configure(d, &cfg, 1));    // shard input, hooks
+ *       if (tp_dist_rank(d) != 0)
+ *           cfg.logdir = NULL;                    // rank 0 owns the logdir
  *   }
  *   rc = tp_launch_train_with_config(&cfg, NULL);
- *   tp_dist_close(&d);                            // MPI_Finalize
+ *   if (rc < 0 && d)
+ *       tp_dist_abort(d, 1, tp_last_error());     // the others would wait
+ *   tp_dist_close(&d);                            // barrier, MPI_Finalize
  *
  * The MPI code lives in a separate module, libtowerpack_mpi.so, built only
  * when Open MPI is found (TP_WITH_MPI) and loaded by tp_dist_open: the core
