@@ -30,7 +30,8 @@ export TP_DIST_HEARTBEAT_TIMEOUT=${TP_DIST_HEARTBEAT_TIMEOUT:-3}
 export TP_DIST_STEP_TIMEOUT=${TP_DIST_STEP_TIMEOUT:-60}
 if [ "${TP_SANITIZE:-}" = address ]; then
   # Open MPI keeps allocations until exit by design: not our leaks
-  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+  # (scripts/test.sh sets detect_leaks=1; the last setting wins)
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
   MPIRUN+=(-x ASAN_OPTIONS)
 fi
 
