@@ -7,8 +7,8 @@
  * whether every compared tensor is bit-identical; exits 0 when that
  * difference is <= TOL and at least one float tensor was compared, 1
  * otherwise (naming the worst tensor), 2 on a bad file. With PREFIX only
- * tensors whose names start with it count ("optimizer/" skips nothing
- * else). */
+ * tensors whose names start with it count; with !PREFIX only those that do
+ * not ("!optimizer/": the variables alone). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +22,9 @@ int main(int argc, char **argv) {
     }
     double tol = atof(argv[3]);
     const char *prefix = argc > 4 ? argv[4] : "";
+    int exclude = prefix[0] == '!';
+    if (exclude)
+        prefix++;
     tp_safetensors_t *a = NULL, *b = NULL;
     if (tp_safetensors_open(argv[1], &a) != TP_OK ||
         tp_safetensors_open(argv[2], &b) != TP_OK) {
@@ -35,7 +38,7 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (size_t i = 0; i < tp_safetensors_count(a); i++) {
         const char *name = tp_safetensors_name(a, i);
-        if (strncmp(name, prefix, strlen(prefix)) != 0)
+        if ((strncmp(name, prefix, strlen(prefix)) == 0) == exclude)
             continue;
         tp_tensor_t x, y;
         if (tp_safetensors_get(a, name, &x) != TP_OK || x.dtype != TP_FLOAT32)
