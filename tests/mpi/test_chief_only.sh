@@ -27,4 +27,13 @@ run --epochs 3 --steps-per-epoch 10 --resume >"$work/out2" 2>&1 || { cat "$work/
 test -f "$work/rank0/model-30.safetensors"
 grep -c '"epoch_num"' "$work/rank0/stats.json" | grep -qx 3
 test ! -e "$work/rank1"
+# Ranks that built different models: rank 1 names the mismatch and ends the
+# job (no corrupt broadcast, no hang).
+if "${MPIRUN[@]}" -np 1 "$TP_TRAIN" "${TRAIN_ARGS[@]}" --towers 1 --epochs 1 \
+       --steps-per-epoch 3 --logdir "$work/mm" : \
+     -np 1 "$TP_TRAIN" "${TRAIN_ARGS[@]}" --model cnn --towers 1 --epochs 1 \
+       --steps-per-epoch 3 --logdir "$work/mm" >"$work/out3" 2>&1; then
+  echo "FAIL: ranks with different models trained"; exit 1
+fi
+grep "rank 1 of 2 .*rank 1 built a model of .* rank 0's has" "$work/out3"
 echo "chief-only: OK"
