@@ -78,7 +78,8 @@ static void s_usage(FILE *out) {
 "  --stats ENDPOINT     statistics for tp-top: ipc (default: LOGDIR/stats.sock),\n"
 "                       tcp (loopback, any port), tcp:PORT, off, or an endpoint\n"
 "  --spec SPEC          the whole training pipeline as a spec (overrides\n"
-"                       --data, --augment, --batch for the data)\n"
+"                       --data, --augment, --batch for the data); under\n"
+"                       mpirun '{rank}' in it gives each rank its own data\n"
 "  --test-spec SPEC     the validation pipeline as a spec\n"
 "  -h, --help\n");
 }
@@ -303,7 +304,8 @@ int main(int argc, char **argv) {
      * dataflow workers, no forked CUDA probe). */
     int rank = 0, nranks = 1;
     const char *launcher = NULL;
-    char remote_buf[2048];
+    char remote_buf[2048], spec_buf[2048];
+    int own_data = 0;   /* each rank reads its own data: no sharding */
     if (tp_dist_env(&rank, &nranks, &launcher)) {
         if (a.workers > 0) {
             tp_error(TP_ERR_UNSUPPORTED, "--workers %d under %s: MPI and fork() "
@@ -324,6 +326,12 @@ int main(int argc, char **argv) {
         if (a.remote) {
             s_subst_rank(a.remote, rank, remote_buf, sizeof remote_buf);
             a.remote = remote_buf;
+            own_data = 1;
+        }
+        if (a.spec && strstr(a.spec, "rank}")) {  /* e.g. lmdb:part{rank}.lmdb */
+            s_subst_rank(a.spec, rank, spec_buf, sizeof spec_buf);
+            a.spec = spec_buf;
+            own_data = 1;
         }
         TP_INFO("distributed: rank %d of %d on %s (%s)", rank, nranks,
                 tp_dist_host(s_dist), launcher);
@@ -447,7 +455,7 @@ int main(int argc, char **argv) {
     cfg.ncallbacks = rank == 0 ? 2 : 1;
     /* every rank's own batches: a shard of the common stream, or its own
      * tp-worker processes */
-    if (s_dist && tp_dist_configure(s_dist, &cfg, !a.remote) != TP_OK) {
+    if (s_dist && tp_dist_configure(s_dist, &cfg, !own_data) != TP_OK) {
         tp_train_config_fini(&cfg);
         return s_fail("distributed training");
     }
