@@ -26,7 +26,7 @@ if [ "$(id -u)" = 0 ]; then
   MPIRUN+=(--allow-run-as-root)
 fi
 export TP_LOG_LEVEL=${TP_LOG_LEVEL:-warn}
-export TP_DIST_HEARTBEAT_TIMEOUT=${TP_DIST_HEARTBEAT_TIMEOUT:-3}
+export TP_DIST_HEARTBEAT_TIMEOUT=${TP_DIST_HEARTBEAT_TIMEOUT:-10}
 export TP_DIST_STEP_TIMEOUT=${TP_DIST_STEP_TIMEOUT:-60}
 if [ "${TP_SANITIZE:-}" = address ]; then
   # Open MPI keeps allocations until exit by design: not our leaks

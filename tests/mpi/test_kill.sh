@@ -6,7 +6,7 @@
 # The hang is the watchdog's case: mpirun sees nothing wrong with a stopped
 # process, only the heartbeat does.
 source "$(dirname "$0")/common.sh"
-export TP_DIST_HEARTBEAT_TIMEOUT=2
+export TP_DIST_HEARTBEAT_TIMEOUT=3   # short: the job must end fast; not so short that a loaded CI machine trips it
 
 # The pid of rank $1 of the job whose --logdir is $work/$2.
 rank_pid() {
