@@ -55,6 +55,12 @@ typedef struct {
     uint64_t nreduce;
     double reduce_s;
     size_t reduce_floats;
+
+    /* fault injection for the tests (TP_DIST_FAULT=delay:RANK:STEP:SECONDS):
+     * this rank sleeps before that step's all-reduce, alive but late */
+    int fault_rank;
+    long long fault_step;
+    double fault_s;
 } s_ctx_t;
 
 static double s_now(void) {
@@ -289,9 +295,12 @@ static int s_wait(s_ctx_t *c, int n, MPI_Request *reqs, const char *what,
                     long long s = atomic_load(&c->peer_step[r]);
                     if (s < mine)
                         off += (size_t)snprintf(behind + off, sizeof behind - off,
-                                                "%s rank %d at step %lld",
+                                                "%s rank %d (alive, last at step %lld)",
                                                 off ? "," : "; behind:", r, s);
                 }
+                if (!off)
+                    snprintf(behind, sizeof behind, "; every rank is alive and "
+                             "has reached this step (stuck inside MPI?)");
             }
             s_abortf(c, "%s has not completed after %.0f s "
                      "(TP_DIST_STEP_TIMEOUT=%g)%s", what, waited,
@@ -343,6 +352,15 @@ static int m_init(void **ctx, int *rank, int *size, char *msg, size_t msgsize) {
         c->bucket_floats = 1024;
     if (c->bucket_floats > (size_t)1 << 28)
         c->bucket_floats = (size_t)1 << 28;
+    c->fault_rank = -1;
+    const char *fault = getenv("TP_DIST_FAULT");
+    if (fault && *fault &&
+        sscanf(fault, "delay:%d:%lld:%lf", &c->fault_rank, &c->fault_step,
+               &c->fault_s) != 3) {
+        fprintf(stderr, "towerpack: TP_DIST_FAULT='%s' is not "
+                "delay:RANK:STEP:SECONDS; ignored\n", fault);
+        c->fault_rank = -1;
+    }
     atomic_init(&c->hb_stop, 0);
     atomic_init(&c->my_step, -1);
     atomic_init(&c->aborting, 0);
@@ -361,6 +379,13 @@ static int m_init(void **ctx, int *rank, int *size, char *msg, size_t msgsize) {
 static int m_allreduce_mean(void *ctx, float *buf, size_t n, int64_t step,
                             char *msg, size_t msgsize) {
     s_ctx_t *c = ctx;
+    if (c->fault_rank == c->rank && c->fault_step == (long long)step) {
+        fprintf(stderr, "towerpack: rank %d: TP_DIST_FAULT: sleeping %g s before "
+                "the all-reduce of step %lld\n", c->rank, c->fault_s, (long long)step);
+        struct timespec ts = {(time_t)c->fault_s,
+                              (long)((c->fault_s - (double)(time_t)c->fault_s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
     atomic_store(&c->my_step, (long long)step);
     size_t nb = (n + c->bucket_floats - 1) / c->bucket_floats;
     MPI_Request stack[64];
