@@ -14,13 +14,15 @@ grep "2 ranks x 1 tower x batch 32" "$work/dist.out"
 # 3 ranks x 2 towers against 6 towers: the averages are grouped
 # differently ((a+b)/2 per rank, then the ranks' mean), so the variables
 # agree to float rounding only (1e-5 after 20 steps; measured 1e-6)
-"$TP_TRAIN" "${TRAIN_ARGS[@]}" --batch 16 --epochs 1 --steps-per-epoch 20 --towers 6 \
-    --logdir "$work/single6" >"$work/single6.out"
-"${MPIRUN[@]}" -np 3 "$TP_TRAIN" "${TRAIN_ARGS[@]}" --batch 16 --epochs 1 \
-    --steps-per-epoch 20 --towers 2 --logdir "$work/dist3" >"$work/dist3.out" 2>&1 \
-  || { cat "$work/dist3.out"; exit 1; }
-grep "3 ranks x 2 towers x batch 16" "$work/dist3.out"
-"$ST_DIFF" "$work/single6/model-20.safetensors" "$work/dist3/model-20.safetensors" 1e-5 '!optimizer/'
+if [ -z "${TP_SANITIZE:-}" ]; then   # the same code path again: not under sanitizers
+  "$TP_TRAIN" "${TRAIN_ARGS[@]}" --batch 16 --epochs 1 --steps-per-epoch 20 --towers 6 \
+      --logdir "$work/single6" >"$work/single6.out"
+  "${MPIRUN[@]}" -np 3 "$TP_TRAIN" "${TRAIN_ARGS[@]}" --batch 16 --epochs 1 \
+      --steps-per-epoch 20 --towers 2 --logdir "$work/dist3" >"$work/dist3.out" 2>&1 \
+    || { cat "$work/dist3.out"; exit 1; }
+  grep "3 ranks x 2 towers x batch 16" "$work/dist3.out"
+  "$ST_DIFF" "$work/single6/model-20.safetensors" "$work/dist3/model-20.safetensors" 1e-5 '!optimizer/'
+fi
 # and they did learn something: the parameters moved from the first epoch's
 "$ST_DIFF" "$work/single/model-15.safetensors" "$work/dist/model-30.safetensors" 1e9 \
   | grep -v "max |diff| 0 "
