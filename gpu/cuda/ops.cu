@@ -470,20 +470,22 @@ __global__ void k_store_small(float *dst, const float *src, size_t n, int acc) {
     TP_GRID_LOOP(i, n) dst[i] = acc ? dst[i] + src[i] : src[i];
 }
 
-/* y[r] = mean of x[r*sp .. r*sp+sp), one warp per row. */
+/* y[r] = mean of x[r*sp .. r*sp+sp), one warp per row (grid-stride over
+ * rows; a warp's rows are uniform across its lanes). */
 __global__ void k_row_mean(const float *x, size_t rows, size_t sp, float *y) {
-    size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
-    unsigned lane = threadIdx.x % 32;
-    if (warp >= rows)
-        return;
-    const float *r = x + warp * sp;
-    float s = 0.0f;
-    for (size_t j = lane; j < sp; j += 32)
-        s += r[j];
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_down_sync(0xffffffffu, s, o);
-    if (lane == 0)
-        y[warp] = s / (float)sp;
+    const size_t nwarps = (size_t)gridDim.x * blockDim.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    for (size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+         w < rows; w += nwarps) {
+        const float *r = x + w * sp;
+        float s = 0.0f;
+        for (size_t j = lane; j < sp; j += 32)
+            s += r[j];
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_down_sync(0xffffffffu, s, o);
+        if (lane == 0)
+            y[w] = s / (float)sp;
+    }
 }
 
 /* Concat along dim 1: input k's [n, blk] block sits at element `off` of
