@@ -31,6 +31,7 @@
 set -u
 here="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:-}"
+build="${BUILD:-build-gpu}"   # BUILD=build-cuda reuses a CUDA build dir
 out="${OUT:-$here/gpu-check-out}"
 
 prepare() {
@@ -39,21 +40,21 @@ prepare() {
     local excl
     excl="$(git rev-parse --git-path info/exclude)"
     mkdir -p "$(dirname "$excl")"
-    for p in /.gpu/ /.gpu-data/ /build-gpu/; do
+    for p in /.gpu/ /.gpu-data/ "/$build/"; do
         grep -qxF "$p" "$excl" 2>/dev/null || echo "$p" >>"$excl"
     done
-    cmake -S . -B build-gpu -DTP_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    cmake -S . -B "$build" -DTP_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DTP_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    make -C build-gpu -j"${JOBS:-1}" tp-bench tp-train test_cuda_ops \
+    make -C "$build" -j"${JOBS:-1}" tp-bench tp-train test_cuda_ops \
         test_cuda_probe towerpack_cuda
     rm -rf .gpu .gpu-data
     mkdir -p .gpu/bin .gpu/lib .gpu-data
-    cp build-gpu/bin/{tp-bench,tp-train,test_cuda_ops,test_cuda_probe} .gpu/bin/
-    cp -a build-gpu/lib/libtowerpack.so* build-gpu/lib/libtowerpack_cuda.so .gpu/lib/
+    cp "$build"/bin/{tp-bench,tp-train,test_cuda_ops,test_cuda_probe} .gpu/bin/
+    cp -a "$build"/lib/libtowerpack.so* "$build"/lib/libtowerpack_cuda.so .gpu/lib/
     # every library the programs load, except glibc's own and CUDA's
     local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart|libcublas|libcublasLt|libcudnn|libnccl|libtowerpack)'
     for f in .gpu/bin/* .gpu/lib/libtowerpack_cuda.so; do
-        LD_LIBRARY_PATH="$here/build-gpu/lib" ldd "$f" | awk '/=> \//{print $1" "$3}'
+        LD_LIBRARY_PATH="$here/$build/lib" ldd "$f" | awk '/=> \//{print $1" "$3}'
     done | sort -u | while read -r name path; do
         [[ "$name" =~ $skip ]] && continue
         cp -L "$path" ".gpu/lib/$name"
