@@ -202,10 +202,11 @@ static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
     tp_stream_t *st = tp_cuda_stream(cb, s);
-    cudaMemcpyKind k = kind == TP_COPY_H2D   ? cudaMemcpyHostToDevice
-                       : kind == TP_COPY_D2H ? cudaMemcpyDeviceToHost
-                                             : cudaMemcpyDeviceToDevice;
-    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, st->cu));
+    /* The direction comes from the pointers (unified addressing), not from
+     * `kind`: a model input that already sits on the device (a staged
+     * batch, tp_backend_stage_device) is then a device-to-device copy on
+     * the tower's stream although the model asks for host-to-device. */
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st->cu));
     /* The contract of copy: a host destination is readable on return, and
      * a host source may be reused (pageable sources are staged by CUDA). */
     if (kind == TP_COPY_D2H)

@@ -153,15 +153,18 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
             h, e->xd, e->wd, e->cd, e->yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
             perf));
         got = 0;
-        for (int i = 0; i < n && !got; i++) {
-            if (perf[i].status != CUDNN_STATUS_SUCCESS)
+        /* deterministic algorithms first (reproducible runs), then any */
+        for (int i = 0; i < 2 * n && !got; i++) {
+            const int j = i % n, strict = i < n;
+            if (perf[j].status != CUDNN_STATUS_SUCCESS ||
+                (strict && perf[j].determinism != CUDNN_DETERMINISTIC))
                 continue;
             if (cudnnGetConvolutionForwardWorkspaceSize(
-                    h, e->xd, e->wd, e->cd, e->yd, perf[i].algo, &need) !=
+                    h, e->xd, e->wd, e->cd, e->yd, perf[j].algo, &need) !=
                     CUDNN_STATUS_SUCCESS ||
                 need > budget)
                 continue;
-            e->fwd = perf[i].algo;
+            e->fwd = perf[j].algo;
             ws = need > ws ? need : ws;
             got = 1;
         }
@@ -177,15 +180,18 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
             h, e->wd, e->yd, e->cd, e->xd,
             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
         got = 0;
-        for (int i = 0; i < n && !got; i++) {
-            if (perf[i].status != CUDNN_STATUS_SUCCESS)
+        /* deterministic algorithms first (reproducible runs), then any */
+        for (int i = 0; i < 2 * n && !got; i++) {
+            const int j = i % n, strict = i < n;
+            if (perf[j].status != CUDNN_STATUS_SUCCESS ||
+                (strict && perf[j].determinism != CUDNN_DETERMINISTIC))
                 continue;
             if (cudnnGetConvolutionBackwardDataWorkspaceSize(
-                    h, e->wd, e->yd, e->cd, e->xd, perf[i].algo, &need) !=
+                    h, e->wd, e->yd, e->cd, e->xd, perf[j].algo, &need) !=
                     CUDNN_STATUS_SUCCESS ||
                 need > budget)
                 continue;
-            e->bwd_data = perf[i].algo;
+            e->bwd_data = perf[j].algo;
             ws = need > ws ? need : ws;
             got = 1;
         }
@@ -201,15 +207,18 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
             h, e->xd, e->yd, e->cd, e->wd,
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
         got = 0;
-        for (int i = 0; i < n && !got; i++) {
-            if (perf[i].status != CUDNN_STATUS_SUCCESS)
+        /* deterministic algorithms first (reproducible runs), then any */
+        for (int i = 0; i < 2 * n && !got; i++) {
+            const int j = i % n, strict = i < n;
+            if (perf[j].status != CUDNN_STATUS_SUCCESS ||
+                (strict && perf[j].determinism != CUDNN_DETERMINISTIC))
                 continue;
             if (cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                    h, e->xd, e->yd, e->cd, e->wd, perf[i].algo, &need) !=
+                    h, e->xd, e->yd, e->cd, e->wd, perf[j].algo, &need) !=
                     CUDNN_STATUS_SUCCESS ||
                 need > budget)
                 continue;
-            e->bwd_filter = perf[i].algo;
+            e->bwd_filter = perf[j].algo;
             ws = need > ws ? need : ws;
             got = 1;
         }
