@@ -27,6 +27,10 @@
 #            carry=[".gpu-data"], timeout_s=600)
 #      (separate: .gpu and .gpu-data together pass the 64 MiB carry limit).
 #
+# Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
+# only the matching tests (Criterion --filter), ONLY=tests skips memcheck
+# and the measurements, ONLY=bench runs only the measurements.
+#
 # Exit status: 0 when every step that ran passed.
 set -u
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -81,7 +85,7 @@ cuda_libs() {
         local f
         f="$(find "$site/nvidia" /usr/local/cuda/lib64 /usr/local/cuda/lib \
                   /usr/lib/x86_64-linux-gnu -name "$lib" 2>/dev/null | head -1)"
-        [ -n "$f" ] && dirs="$dirs:$(dirname "$f")"
+        [ -n "$f" ] && case ":$dirs:" in *":$(dirname "$f"):"*) ;; *) dirs="$dirs:$(dirname "$f")" ;; esac
         [ -z "$f" ] && echo "gpu-check: $lib not found on this machine" >&2
     done
     echo "${dirs#:}"
@@ -102,15 +106,25 @@ run_checks() {
         echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
         ldd .gpu/lib/libtowerpack_cuda.so | grep -E "not found|cudnn|cublas|nccl" || true
     } 2>&1 | tee "$out/env.txt"
-    echo "== test_cuda_probe"
-    .gpu/bin/test_cuda_probe --verbose 2>&1 | tee "$out/test_cuda_probe.txt" || rc=1
-    echo "== test_cuda_ops"
-    timeout 240 .gpu/bin/test_cuda_ops --verbose --jobs 1 2>&1 | tee "$out/test_cuda_ops.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-    echo "== compute-sanitizer memcheck (test_cuda_ops)"
-    timeout 240 "$san" --tool memcheck --target-processes all --leak-check full \
-        --error-exitcode 3 .gpu/bin/test_cuda_ops --jobs 1 2>&1 | tee "$out/memcheck.txt" | tail -25
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck: FAILED (see memcheck.txt)"; rc=1; }
+    local only="${ONLY:-all}" filter=()
+    [ -n "${FILTER:-}" ] && filter=(--filter "$FILTER")
+    if [ "$only" != bench ]; then
+        echo "== test_cuda_probe"
+        .gpu/bin/test_cuda_probe --verbose 2>&1 | tee "$out/test_cuda_probe.txt" || rc=1
+        echo "== test_cuda_ops"
+        timeout 240 .gpu/bin/test_cuda_ops --verbose --jobs 1 "${filter[@]}" 2>&1 | tee "$out/test_cuda_ops.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    fi
+    if [ "$only" = all ]; then
+        echo "== compute-sanitizer memcheck (test_cuda_ops)"
+        timeout 300 "$san" --tool memcheck --target-processes all --leak-check full \
+            --error-exitcode 3 .gpu/bin/test_cuda_ops --jobs 1 "${filter[@]}" 2>&1 | tee "$out/memcheck.txt" | tail -25
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck: FAILED (see memcheck.txt)"; rc=1; }
+    fi
+    if [ "$only" = tests ]; then
+        echo "gpu-check run: exit $rc (logs in $out)"
+        return $rc
+    fi
     echo "== 6d: GEMM-heavy step against its cuBLAS products"
     .gpu/bin/tp-bench cuda gemm 2>&1 | tee "$out/bench_gemm.txt"
     .gpu/bin/tp-bench cuda gemm --tf32 2>&1 | tee -a "$out/bench_gemm.txt"
