@@ -793,9 +793,12 @@ static tp_optimizer_t *s_sgd(void *u) {
     return tp_optimizer_sgd(0.05, 0.9, 1);
 }
 
-static tp_optimizer_t *s_adam(void *u) {
+/* Not Adam for whole steps: its first update is lr * sign(g), so a gradient
+ * component near zero could flip between CPU and GPU rounding and move by
+ * the whole step; optimizer_updates checks Adam's arithmetic itself. */
+static tp_optimizer_t *s_momentum(void *u) {
     (void)u;
-    return tp_optimizer_adam(1e-3, 0.9, 0.999, 1e-8);
+    return tp_optimizer_sgd(0.05, 0.9, 0);
 }
 
 /* The same model, seed and batches on both backends; after `steps` steps
@@ -865,7 +868,7 @@ static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
 }
 
 Test(cuda_step, one_tower_sgd_matches_the_cpu) { s_train_compare(1, s_sgd, 4); }
-Test(cuda_step, two_towers_adam_match_the_cpu) { s_train_compare(2, s_adam, 3); }
+Test(cuda_step, two_towers_match_the_cpu) { s_train_compare(2, s_momentum, 3); }
 
 Test(cuda_step, a_smaller_last_batch_runs) {
     tp_backend_t *g = s_gpu();
