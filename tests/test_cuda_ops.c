@@ -15,12 +15,24 @@
  * NOTE: the GPU tests have not run yet (written without a GPU); the first
  * session with one runs them through scripts/gpu-check.sh. */
 #include <criterion/criterion.h>
+#include <criterion/hooks.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
+
+/* Criterion lists skipped tests only with --verbose: say it in every run
+ * (ctest logs included) so a CI log shows the GPU tests did not run. */
+ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
+    if (stats->tests_skipped)
+        fprintf(stderr,
+                "test_cuda_ops: %zu GPU test(s) SKIPPED: no CUDA device "
+                "answered (run with --verbose for the reason; "
+                "scripts/gpu-check.sh runs them on a GPU)\n",
+                stats->tests_skipped);
+}
 
 /* ---- helpers ------------------------------------------------------------- */
 
