@@ -125,6 +125,11 @@ static size_t s_conv_budget(tp_cuda_backend_t *cb, const tp_op_call_t *c,
     return best;
 }
 
+/* TF32 off: only plain fp32 FMA algorithms (no tensor-op conversion). */
+static int s_math_ok(const tp_cuda_backend_t *cb, cudnnMathType_t m) {
+    return cb->tf32 || m == CUDNN_FMA_MATH;
+}
+
 static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
                                 struct tp_cuda_entry *e,
                                 const tp_op_call_t *c, size_t budget) {
@@ -153,11 +158,13 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
             h, e->xd, e->wd, e->cd, e->yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
             perf));
         got = 0;
-        /* deterministic algorithms first (reproducible runs), then any */
-        for (int i = 0; i < 2 * n && !got; i++) {
-            const int j = i % n, strict = i < n;
+        /* pass 0: deterministic (reproducible runs) in the asked math;
+         * pass 1: the asked math; pass 2: anything that fits */
+        for (int i = 0; i < 3 * n && !got; i++) {
+            const int j = i % n, pass = i / n;
             if (perf[j].status != CUDNN_STATUS_SUCCESS ||
-                (strict && perf[j].determinism != CUDNN_DETERMINISTIC))
+                (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
+                (pass < 2 && !s_math_ok(cb, perf[j].mathType)))
                 continue;
             if (cudnnGetConvolutionForwardWorkspaceSize(
                     h, e->xd, e->wd, e->cd, e->yd, perf[j].algo, &need) !=
@@ -180,11 +187,13 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
             h, e->wd, e->yd, e->cd, e->xd,
             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
         got = 0;
-        /* deterministic algorithms first (reproducible runs), then any */
-        for (int i = 0; i < 2 * n && !got; i++) {
-            const int j = i % n, strict = i < n;
+        /* pass 0: deterministic (reproducible runs) in the asked math;
+         * pass 1: the asked math; pass 2: anything that fits */
+        for (int i = 0; i < 3 * n && !got; i++) {
+            const int j = i % n, pass = i / n;
             if (perf[j].status != CUDNN_STATUS_SUCCESS ||
-                (strict && perf[j].determinism != CUDNN_DETERMINISTIC))
+                (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
+                (pass < 2 && !s_math_ok(cb, perf[j].mathType)))
                 continue;
             if (cudnnGetConvolutionBackwardDataWorkspaceSize(
                     h, e->wd, e->yd, e->cd, e->xd, perf[j].algo, &need) !=
@@ -207,11 +216,13 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
             h, e->xd, e->yd, e->cd, e->wd,
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
         got = 0;
-        /* deterministic algorithms first (reproducible runs), then any */
-        for (int i = 0; i < 2 * n && !got; i++) {
-            const int j = i % n, strict = i < n;
+        /* pass 0: deterministic (reproducible runs) in the asked math;
+         * pass 1: the asked math; pass 2: anything that fits */
+        for (int i = 0; i < 3 * n && !got; i++) {
+            const int j = i % n, pass = i / n;
             if (perf[j].status != CUDNN_STATUS_SUCCESS ||
-                (strict && perf[j].determinism != CUDNN_DETERMINISTIC))
+                (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
+                (pass < 2 && !s_math_ok(cb, perf[j].mathType)))
                 continue;
             if (cudnnGetConvolutionBackwardFilterWorkspaceSize(
                     h, e->xd, e->yd, e->cd, e->wd, perf[j].algo, &need) !=
