@@ -114,6 +114,11 @@ static void *s_alloc(tp_backend_t *b, size_t bytes) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     if (tp_cuda_use(cb) < 0)
         return NULL;
+    if (bytes > ((size_t)1 << 62)) {
+        tp_error(TP_ERR_NOMEM, "CUDA device %d (%s): out of device memory: "
+                 "asked for %zu bytes", cb->device, cb->device_name, bytes);
+        return NULL;
+    }
     size_t need = (bytes + 255) & ~(size_t)255; /* 256: cuDNN, vector loads */
     if (need == 0)
         need = 256;
@@ -144,12 +149,16 @@ static void *s_alloc(tp_backend_t *b, size_t bytes) {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
         char a[32], f[32], t[32];
-        tp_error(TP_ERR_NOMEM,
-                 "CUDA device %d (%s): out of device memory: asked for %s "
-                 "(%zu bytes), %s free of %s (%s)",
-                 cb->device, cb->device_name, s_human(bytes, a, sizeof a),
-                 bytes, s_human(fr, f, sizeof f), s_human(tot, t, sizeof t),
-                 cudaGetErrorString(e));
+        int oom = e == cudaErrorMemoryAllocation || e == cudaSuccess;
+        tp_error(oom ? TP_ERR_NOMEM : TP_ERR_DEVICE,
+                 "CUDA device %d (%s): %s: asked for %s (%zu bytes), %s free "
+                 "of %s (%s)",
+                 cb->device, cb->device_name,
+                 oom ? "out of device memory" : "cudaMalloc failed",
+                 s_human(bytes, a, sizeof a), bytes, s_human(fr, f, sizeof f),
+                 s_human(tot, t, sizeof t),
+                 e == cudaSuccess ? "no host memory for the chunk record"
+                                  : cudaGetErrorString(e));
         TP_ERROR("%s", tp_last_error());
         pthread_mutex_unlock(&cb->mu);
         return NULL;
