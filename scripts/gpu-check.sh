@@ -142,6 +142,9 @@ run_checks() {
              if (n) printf "busy (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n", s/n, n;
              else print "busy: no samples"}' "$out/util_$model.txt" | tee -a "$out/bench_steps_$model.txt"
     done
+    echo "== host time per op call (launch overhead) for cnn-bn"
+    .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 100 --profile \
+        2>&1 | tee "$out/bench_profile.txt" | head -4
     echo "gpu-check run: exit $rc (logs in $out)"
     return $rc
 }

@@ -7,12 +7,16 @@
  *       matrix products called directly on cuBLAS (the backend's gemm) in
  *       the same run: ratio = step time / products time. Goal <= 1.1.
  *   tp-bench cuda steps [--model cnn-bn] [--batch B] [--steps N] [--towers T]
- *                       [--tf32] [--json]
+ *                       [--tf32] [--profile] [--json]
  *       Step rate of a zoo model on the GPU fed one constant host batch per
  *       tower (DummyConstantInput-style: copy in, forward, backward, update):
  *       steps/s, images/s, and the implied epoch time for 60000 images.
  *       scripts/gpu-check.sh samples nvidia-smi's utilisation meanwhile for
- *       the busy fraction.
+ *       the busy fraction. --profile adds the host time spent in each op
+ *       call (launch overhead on the GPU: what keeps it idle).
+ *
+ * --cpu runs either mode on the CPU backend instead (a reference, and a
+ * check of the bench itself on a machine without a GPU).
  *
  * Times are wall-clock around whole steps; every step ends with the model's
  * stream sync, so they include all device work. */
@@ -31,7 +35,11 @@ static double s_median(double *v, int n) {
     return v[n / 2];
 }
 
+static int s_cpu; /* --cpu: the same measurement on the CPU backend */
+
 static tp_backend_t *s_backend(int tf32) {
+    if (s_cpu)
+        return tp_backend_cpu_new(0);
     if (tp_cuda_device_count() <= 0) {
         fprintf(stderr, "tp-bench cuda: skipped: %s\n", tp_cuda_status());
         return NULL;
@@ -85,6 +93,8 @@ static int s_gemm_mode(int argc, char **argv) {
             rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tf32"))
             tf32 = 1;
+        else if (!strcmp(argv[i], "--cpu"))
+            s_cpu = 1;
         else if (!strcmp(argv[i], "--json"))
             json = 1;
         else {
@@ -201,9 +211,11 @@ static int s_gemm_mode(int argc, char **argv) {
 static int s_steps_mode(int argc, char **argv) {
     const char *model = "cnn-bn";
     int64_t batch = 128;
-    int steps = 300, towers = 1, tf32 = 0, json = 0;
+    int steps = 300, towers = 1, tf32 = 0, json = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--model") && i + 1 < argc)
+        if (!strcmp(argv[i], "--profile"))
+            profile = 1;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = atoll(argv[++i]);
@@ -213,6 +225,8 @@ static int s_steps_mode(int argc, char **argv) {
             towers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tf32"))
             tf32 = 1;
+        else if (!strcmp(argv[i], "--cpu"))
+            s_cpu = 1;
         else if (!strcmp(argv[i], "--json"))
             json = 1;
         else {
@@ -259,6 +273,25 @@ static int s_steps_mode(int argc, char **argv) {
     }
     double dt = tp_now_s() - t0;
     double rate = steps / dt, ips = rate * (double)batch * towers;
+    if (profile) {
+        /* host time per op call: on an asynchronous device this is launch
+         * overhead, which bounds how busy the GPU can be */
+        tp_model_set_profiling(m, 1);
+        for (int i = 0; i < 50; i++)
+            if (tp_model_train_step(m, p) < 0)
+                return 1;
+        tp_op_profile_t pr[256];
+        int n = tp_model_profile(m, 0, pr, 256);
+        uint64_t total = 0;
+        for (int i = 0; i < n && i < 256; i++)
+            total += pr[i].forward_ns + pr[i].backward_ns;
+        printf("host time in op calls: %.1f us per step (%d ops; the step "
+               "takes %.1f us):\n", total / 50.0 / 1e3, n, 1e6 / rate);
+        for (int i = 0; i < n && i < 256; i++)
+            printf("  %-28s %-16s fwd %7.1f us  bwd %7.1f us\n", pr[i].name,
+                   tp_op_name(pr[i].kind), pr[i].forward_ns / 50.0 / 1e3,
+                   pr[i].backward_ns / 50.0 / 1e3);
+    }
     if (json)
         printf("{\"bench\":\"cuda-steps\",\"model\":\"%s\",\"batch\":%lld,"
                "\"towers\":%d,\"tf32\":%d,\"steps_per_s\":%.2f,"
@@ -280,9 +313,9 @@ static int s_steps_mode(int argc, char **argv) {
 int tp_bench_cuda(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help")) {
         printf("usage: tp-bench cuda gemm [--batch B] [--width W] [--iters N] "
-               "[--rounds R] [--tf32] [--json]\n"
+               "[--rounds R] [--tf32] [--cpu] [--json]\n"
                "       tp-bench cuda steps [--model NAME] [--batch B] "
-               "[--steps N] [--towers T] [--tf32] [--json]\n");
+               "[--steps N] [--towers T] [--tf32] [--profile] [--cpu] [--json]\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "gemm"))
