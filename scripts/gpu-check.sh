@@ -21,7 +21,9 @@
 #      then the measurements: tp-bench cuda gemm (TF32 off and on: item 6d),
 #      tp-bench cuda steps for cnn-bn and resnet with nvidia-smi sampling
 #      the GPU's utilisation (item 6b busy fraction, and the compute-only
-#      epoch time for 6c). Logs land in $OUT (returned by the tool).
+#      epoch time for 6c), and the host time per op call. Logs land in
+#      $OUT (env.txt, tests.txt, memcheck.txt, bench.txt: the tool returns
+#      at most 8 files).
 #   3. ON THE GPU, the PyTorch peer (item 6c):
 #        run(command="bash scripts/gpu-check.sh peer",
 #            carry=[".gpu-data"], timeout_s=600)
@@ -110,9 +112,10 @@ run_checks() {
     [ -n "${FILTER:-}" ] && filter=(--filter "$FILTER")
     if [ "$only" != bench ]; then
         echo "== test_cuda_probe"
-        .gpu/bin/test_cuda_probe --verbose 2>&1 | tee "$out/test_cuda_probe.txt" || rc=1
+        .gpu/bin/test_cuda_probe --verbose 2>&1 | tee "$out/tests.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
         echo "== test_cuda_ops"
-        timeout 240 .gpu/bin/test_cuda_ops --verbose --jobs 1 "${filter[@]}" 2>&1 | tee "$out/test_cuda_ops.txt"
+        timeout 240 .gpu/bin/test_cuda_ops --verbose --jobs 1 "${filter[@]}" 2>&1 | tee -a "$out/tests.txt"
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
     fi
     if [ "$only" = all ]; then
@@ -126,25 +129,25 @@ run_checks() {
         return $rc
     fi
     echo "== 6d: GEMM-heavy step against its cuBLAS products"
-    .gpu/bin/tp-bench cuda gemm 2>&1 | tee "$out/bench_gemm.txt"
-    .gpu/bin/tp-bench cuda gemm --tf32 2>&1 | tee -a "$out/bench_gemm.txt"
+    .gpu/bin/tp-bench cuda gemm 2>&1 | tee "$out/bench.txt"
+    .gpu/bin/tp-bench cuda gemm --tf32 2>&1 | tee -a "$out/bench.txt"
     echo "== 6b/6c: step rates, GPU utilisation sampled by nvidia-smi"
     for model in cnn-bn resnet; do
         nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
-            -lms 100 >"$out/util_$model.txt" 2>/dev/null &
+            -lms 100 >"/tmp/util_$model.txt" 2>/dev/null &
         local smi=$!
         .gpu/bin/tp-bench cuda steps --model "$model" --batch 128 --steps 600 \
-            2>&1 | tee "$out/bench_steps_$model.txt"
+            2>&1 | tee -a "$out/bench.txt"
         kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
         # steady state: drop the first and last 20% of the samples
         awk '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
              for (i=lo;i<=hi;i++) {s+=v[i]; n++}
              if (n) printf "busy (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n", s/n, n;
-             else print "busy: no samples"}' "$out/util_$model.txt" | tee -a "$out/bench_steps_$model.txt"
+             else print "busy: no samples"}' "/tmp/util_$model.txt" | tee -a "$out/bench.txt"
     done
     echo "== host time per op call (launch overhead) for cnn-bn"
     .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 100 --profile \
-        2>&1 | tee "$out/bench_profile.txt" | head -4
+        2>&1 | tee -a "$out/bench.txt" | head -4
     echo "gpu-check run: exit $rc (logs in $out)"
     return $rc
 }
