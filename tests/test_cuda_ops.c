@@ -28,8 +28,8 @@
 ReportHook(POST_ALL)(struct criterion_global_stats *stats) {
     if (stats->tests_skipped)
         fprintf(stderr,
-                "test_cuda_ops: %zu GPU test(s) SKIPPED: no CUDA device "
-                "answered (run with --verbose for the reason; "
+                "test_cuda_ops: %zu test(s) SKIPPED: no CUDA device "
+                "answered, or filtered out (--verbose says which; "
                 "scripts/gpu-check.sh runs them on a GPU)\n",
                 stats->tests_skipped);
 }
