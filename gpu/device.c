@@ -158,3 +158,56 @@ int tp_cuda_probe_isolated(char *status, size_t size) {
     snprintf(status, size, "%s", buf + off);
     return count;
 }
+
+/* ---- backends ----------------------------------------------------------- */
+
+/* The module's constructor: fills err[size] on failure. */
+typedef tp_backend_t *(*s_backend_new_fn)(const tp_cuda_options_t *opt,
+                                          char *err, size_t size);
+
+tp_cuda_options_t tp_cuda_options_default(void) {
+    tp_cuda_options_t o = {0, 0, 0};
+    const char *tf32 = getenv("TP_CUDA_TF32");
+    o.tf32 = tf32 && *tf32 && strcmp(tf32, "0") != 0;
+    return o;
+}
+
+tp_backend_t *tp_backend_cuda_new(const tp_cuda_options_t *opt) {
+    tp_cuda_options_t o = opt ? *opt : tp_cuda_options_default();
+    int n = tp_cuda_device_count();
+    if (n <= 0) {
+        tp_error(TP_ERR_UNSUPPORTED, "CUDA backend: %s", tp_cuda_status());
+        return NULL;
+    }
+    if (o.device < 0 || o.device >= n) {
+        tp_error(TP_ERR_INVALID, "CUDA backend: device %d of %d (%s)",
+                 o.device, n, tp_cuda_status());
+        return NULL;
+    }
+    s_backend_new_fn fn =
+        (s_backend_new_fn)dlsym(s_module, "tp_cuda_module_backend_new");
+    if (!fn) {
+        tp_error(TP_ERR_UNSUPPORTED, "CUDA backend: %s lacks "
+                 "tp_cuda_module_backend_new (an older module?)",
+                 TP_CUDA_MODULE_NAME);
+        return NULL;
+    }
+    char err[512] = "";
+    tp_backend_t *b = fn(&o, err, sizeof err);
+    if (!b)
+        tp_error(TP_ERR_DEVICE, "CUDA backend on device %d: %s", o.device,
+                 err[0] ? err : "failed to start");
+    return b;
+}
+
+tp_backend_t *tp_backend_default_new(int cpu_threads) {
+    if (tp_cuda_device_count() > 0) {
+        tp_backend_t *b = tp_backend_cuda_new(NULL);
+        if (b)
+            return b;
+        TP_WARN("%s; running on the CPU", tp_last_error());
+    } else {
+        TP_INFO("%s; running on the CPU", tp_cuda_status());
+    }
+    return tp_backend_cpu_new(cpu_threads);
+}

@@ -97,6 +97,7 @@ typedef struct tp_op_call {
 typedef struct tp_backend tp_backend_t;
 typedef struct tp_stream tp_stream_t;
 typedef struct tp_comm tp_comm_t;
+typedef struct tp_stage tp_stage_t;
 
 typedef enum {
     TP_COPY_H2D = 0,
@@ -161,6 +162,29 @@ typedef struct tp_backend_ops {
                                    int root_only);
 
     void (*destroy)(tp_backend_t *b);
+
+    /* ---- staging (appended later: a table without these entries leaves
+     * them NULL; call them through the tp_backend_stage_* helpers, which
+     * then fall back to plain host memory). A stage is one batch buffer in
+     * pinned host memory plus its device copy. The producer fills
+     * stage_host(), waits for nothing else and calls stage_begin(), which
+     * copies to the device on the backend's copy stream, overlapping the
+     * compute of the step before; the consumer calls stage_wait() to order
+     * its stream after that copy (no host wait), reads stage_device(), then
+     * stage_release() so the next copy into this stage waits for its reads.
+     * stage_host_wait() blocks the host until the last copy out of the host
+     * buffer finished, before the producer refills it. The CPU backend has
+     * one buffer (host == device) and no copy. */
+    tp_stage_t *(*stage_new)(tp_backend_t *b, size_t bytes);
+    void (*stage_destroy)(tp_backend_t *b, tp_stage_t *st);
+    void *(*stage_host)(tp_backend_t *b, tp_stage_t *st);
+    void *(*stage_device)(tp_backend_t *b, tp_stage_t *st);
+    tp_status_t (*stage_begin)(tp_backend_t *b, tp_stage_t *st, size_t bytes);
+    tp_status_t (*stage_wait)(tp_backend_t *b, tp_stage_t *st,
+                              tp_stream_t *s);
+    tp_status_t (*stage_release)(tp_backend_t *b, tp_stage_t *st,
+                                 tp_stream_t *s);
+    tp_status_t (*stage_host_wait)(tp_backend_t *b, tp_stage_t *st);
 } tp_backend_ops_t;
 
 struct tp_backend {
@@ -179,6 +203,20 @@ void tp_backend_destroy(tp_backend_t **b_p);
 
 /* The OpenBLAS thread count now in effect. */
 int tp_backend_cpu_threads(void);
+
+/* Staging through any backend (see the stage_* entries above). A backend
+ * without them gets host-memory stages: host == device, no copy. */
+tp_stage_t *tp_backend_stage_new(tp_backend_t *b, size_t bytes);
+void tp_backend_stage_destroy(tp_backend_t *b, tp_stage_t **st_p);
+void *tp_backend_stage_host(tp_backend_t *b, tp_stage_t *st);
+void *tp_backend_stage_device(tp_backend_t *b, tp_stage_t *st);
+tp_status_t tp_backend_stage_begin(tp_backend_t *b, tp_stage_t *st,
+                                   size_t bytes);
+tp_status_t tp_backend_stage_wait(tp_backend_t *b, tp_stage_t *st,
+                                  tp_stream_t *s);
+tp_status_t tp_backend_stage_release(tp_backend_t *b, tp_stage_t *st,
+                                     tp_stream_t *s);
+tp_status_t tp_backend_stage_host_wait(tp_backend_t *b, tp_stage_t *st);
 
 #ifdef __cplusplus
 }

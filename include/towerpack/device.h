@@ -7,6 +7,7 @@
 #define TOWERPACK_DEVICE_H
 
 #include <stddef.h>
+#include <towerpack/backend.h>
 #include <towerpack/status.h>
 
 #ifdef __cplusplus
@@ -31,6 +32,29 @@ int tp_cuda_module_loaded(void);
 
 /* The loaded CUDA module's handle (dlopen), or NULL when none loaded. */
 void *tp_cuda_module(void);
+
+/* Options of a CUDA backend. */
+typedef struct tp_cuda_options {
+    int device;        /* CUDA device ordinal */
+    int tf32;          /* 1: TF32 tensor cores for fp32 products and
+                          convolutions; 0: exact fp32 (FMA) */
+    size_t chunk_mb;   /* device memory is taken in chunks of this many MiB
+                          (0: 256); plan-time only, never inside a step */
+} tp_cuda_options_t;
+
+/* Defaults: device 0, tf32 from $TP_CUDA_TF32 (unset: 0), chunk 256 MiB. */
+tp_cuda_options_t tp_cuda_options_default(void);
+
+/* A CUDA backend on opt->device (NULL: the defaults). Loads the module.
+ * NULL with tp_last_error() saying why (no module, no driver, no device,
+ * a bad ordinal, a library failing to start). Destroy with
+ * tp_backend_destroy. Link the shared libtowerpack into programs that use
+ * it, so the module's error messages reach this thread's tp_last_error. */
+tp_backend_t *tp_backend_cuda_new(const tp_cuda_options_t *opt);
+
+/* CUDA device 0 when one answers, else the CPU backend with `cpu_threads`
+ * (see tp_backend_cpu_new) after one info line saying why. */
+tp_backend_t *tp_backend_default_new(int cpu_threads);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@ BENCH(dataflow)
 BENCH(transport)
 BENCH(step)
 BENCH(engine)
+BENCH(cuda)
 #undef BENCH
 
 static const struct {
@@ -32,6 +33,7 @@ static const struct {
     {"transport", tp_bench_transport, "actor and ipc transport against raw libzmq"},
     {"step", tp_bench_step, "training step against the raw BLAS calls"},
     {"engine", tp_bench_engine, "whole-engine step rate against a bare loop"},
+    {"cuda", tp_bench_cuda, "CUDA backend: GEMM step against cuBLAS, step rates"},
 };
 #define NBENCH (sizeof s_benches / sizeof s_benches[0])
 

@@ -1,0 +1,848 @@
+/* towerpack gpu/cuda: the CUDA backend's table: device memory (an arena of
+ * large chunks taken at plan time), streams with their own cuBLAS/cuDNN
+ * handles, copies, fills, cuBLAS products, the optimizer updates, the
+ * all-reduce across the towers of this process, and staging (pinned host
+ * buffers, a copy stream, events). The graph ops live in ops.cu.
+ *
+ * Nothing here allocates device memory inside a step: arenas, stream
+ * workspaces and label-check slots are all taken when a model is planned.
+ * The one exception is NCCL's communicators, made on the first collective
+ * call over buffers on several devices (once per communicator).
+ *
+ * NOTE: written and compiled without a GPU (see docs/cuda.md); every path
+ * here waits for its first run on the GPU machine (scripts/gpu-check.sh). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <nccl.h>
+#include "gpu/cuda/internal.h"
+
+#define TP_CUDA_BLAS_WS (32u << 20)   /* cuBLAS workspace per stream */
+#define TP_CUDA_COMM_MAX 64
+#define TP_CUDA_BUCKET_FLOATS (8u << 20) /* NCCL bucket: 32 MiB of floats */
+
+/* ---- device, streams ---------------------------------------------------- */
+
+tp_status_t tp_cuda_use(tp_cuda_backend_t *cb) {
+    TP_CUDA_CHECK(cudaSetDevice(cb->device));
+    return TP_OK;
+}
+
+tp_stream_t *tp_cuda_stream(tp_cuda_backend_t *cb, tp_stream_t *s) {
+    return s ? s : cb->def;
+}
+
+static void s_stream_free(tp_stream_t *s) {
+    if (!s)
+        return;
+    if (s->dnn)
+        cudnnDestroy(s->dnn);
+    if (s->blas)
+        cublasDestroy(s->blas);
+    if (s->blas_ws)
+        cudaFree(s->blas_ws);
+    if (s->checks)
+        cudaFree(s->checks);
+    if (s->cu)
+        cudaStreamDestroy(s->cu);
+    if (s->host_bits)
+        cudaFreeHost(s->host_bits);
+    free(s);
+}
+
+static tp_status_t s_stream_init(tp_cuda_backend_t *cb, tp_stream_t *s) {
+    TP_TRY(tp_cuda_use(cb));
+    TP_CUDA_CHECK(cudaStreamCreateWithFlags(&s->cu, cudaStreamNonBlocking));
+    TP_CUDA_CHECK(cublasCreate(&s->blas));
+    TP_CUDA_CHECK(cublasSetStream(s->blas, s->cu));
+    TP_CUDA_CHECK(cudaMalloc(&s->blas_ws, TP_CUDA_BLAS_WS));
+    TP_CUDA_CHECK(cublasSetWorkspace(s->blas, s->blas_ws, TP_CUDA_BLAS_WS));
+    TP_CUDA_CHECK(cublasSetMathMode(s->blas, cb->tf32
+                                                 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                 : CUBLAS_DEFAULT_MATH));
+    TP_CUDA_CHECK(cublasSetPointerMode(s->blas, CUBLAS_POINTER_MODE_HOST));
+    TP_CUDA_CHECK(cudnnCreate(&s->dnn));
+    TP_CUDA_CHECK(cudnnSetStream(s->dnn, s->cu));
+    size_t cb_bytes = sizeof(int) * 2 * TP_CUDA_MAX_CHECKS;
+    TP_CUDA_CHECK(cudaMalloc((void **)&s->checks, cb_bytes));
+    TP_CUDA_CHECK(cudaMemsetAsync(s->checks, 0, cb_bytes, s->cu));
+    TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
+    return TP_OK;
+}
+
+static tp_stream_t *s_stream_new(tp_backend_t *b) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    tp_stream_t *s = (tp_stream_t *)calloc(1, sizeof *s);
+    if (!s) {
+        tp_error(TP_ERR_NOMEM, "CUDA stream");
+        return NULL;
+    }
+    if (s_stream_init(cb, s) < 0) {
+        s_stream_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void s_stream_destroy(tp_backend_t *b, tp_stream_t *s) {
+    if (s && tp_cuda_use(tp_cuda_of(b)) == TP_OK)
+        cudaStreamSynchronize(s->cu);
+    s_stream_free(s);
+}
+
+static tp_status_t s_stream_sync(tp_backend_t *b, tp_stream_t *s) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    TP_TRY(tp_cuda_use(cb));
+    s = tp_cuda_stream(cb, s);
+    TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
+    s->host_bits_used = 0; /* every copy out of it has finished */
+    return tp_cuda_checks_collect(s);
+}
+
+/* ---- memory: the arena -------------------------------------------------- */
+
+static char *s_human(size_t bytes, char *buf, size_t size) {
+    if (bytes >= (1ull << 30))
+        snprintf(buf, size, "%.2f GiB", (double)bytes / (double)(1ull << 30));
+    else
+        snprintf(buf, size, "%.1f MiB", (double)bytes / (double)(1ull << 20));
+    return buf;
+}
+
+static void *s_alloc(tp_backend_t *b, size_t bytes) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (tp_cuda_use(cb) < 0)
+        return NULL;
+    if (bytes > ((size_t)1 << 62)) {
+        tp_error(TP_ERR_NOMEM, "CUDA device %d (%s): out of device memory: "
+                 "asked for %zu bytes", cb->device, cb->device_name, bytes);
+        return NULL;
+    }
+    size_t need = (bytes + 255) & ~(size_t)255; /* 256: cuDNN, vector loads */
+    if (need == 0)
+        need = 256;
+    pthread_mutex_lock(&cb->mu);
+    for (struct tp_cuda_chunk *c = cb->chunks; c; c = c->next)
+        if (c->size - c->used >= need) {
+            void *p = c->base + c->used;
+            c->used += need;
+            c->live++;
+            pthread_mutex_unlock(&cb->mu);
+            return p;
+        }
+    size_t size = need > cb->chunk_bytes ? need : cb->chunk_bytes;
+    void *base = NULL;
+    cudaError_t e = cudaMalloc(&base, size);
+    if (e != cudaSuccess && size > need) {
+        cudaGetLastError();
+        size = need;
+        e = cudaMalloc(&base, size);
+    }
+    struct tp_cuda_chunk *c = NULL;
+    if (e == cudaSuccess)
+        c = (struct tp_cuda_chunk *)calloc(1, sizeof *c);
+    if (!c) {
+        if (base)
+            cudaFree(base);
+        cudaGetLastError(); /* clear the sticky-free error state */
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        char a[32], f[32], t[32];
+        int oom = e == cudaErrorMemoryAllocation || e == cudaSuccess;
+        tp_error(oom ? TP_ERR_NOMEM : TP_ERR_DEVICE,
+                 "CUDA device %d (%s): %s: asked for %s (%zu bytes), %s free "
+                 "of %s (%s)",
+                 cb->device, cb->device_name,
+                 oom ? "out of device memory" : "cudaMalloc failed",
+                 s_human(bytes, a, sizeof a), bytes, s_human(fr, f, sizeof f),
+                 s_human(tot, t, sizeof t),
+                 e == cudaSuccess ? "no host memory for the chunk record"
+                                  : cudaGetErrorString(e));
+        TP_ERROR("%s", tp_last_error());
+        pthread_mutex_unlock(&cb->mu);
+        return NULL;
+    }
+    c->base = (char *)base;
+    c->size = size;
+    c->used = need;
+    c->live = 1;
+    c->next = cb->chunks;
+    cb->chunks = c;
+    pthread_mutex_unlock(&cb->mu);
+    return base;
+}
+
+/* A chunk goes back to CUDA when its last allocation is freed. */
+static void s_free(tp_backend_t *b, void *p) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (!p)
+        return;
+    pthread_mutex_lock(&cb->mu);
+    for (struct tp_cuda_chunk **cp = &cb->chunks; *cp; cp = &(*cp)->next) {
+        struct tp_cuda_chunk *c = *cp;
+        if ((char *)p < c->base || (char *)p >= c->base + c->size)
+            continue;
+        if (--c->live == 0) {
+            *cp = c->next;
+            if (tp_cuda_use(cb) == TP_OK) {
+                cudaDeviceSynchronize(); /* teardown only: nothing may still read it */
+                cudaFree(c->base);
+            }
+            free(c);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&cb->mu);
+}
+
+namespace {
+__global__ void k_fill(float *dst, float v, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = v;
+}
+}  // namespace
+
+static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
+                          const void *src, size_t bytes, tp_copy_kind_t kind) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (bytes == 0 || dst == src)
+        return TP_OK;
+    TP_TRY(tp_cuda_use(cb));
+    tp_stream_t *st = tp_cuda_stream(cb, s);
+    /* The direction comes from the pointers (unified addressing), not from
+     * `kind`: a model input that already sits on the device (a staged
+     * batch, tp_backend_stage_device) is then a device-to-device copy on
+     * the tower's stream although the model asks for host-to-device. */
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st->cu));
+    /* The contract of copy: a host destination is readable on return, and
+     * a host source may be reused (pageable sources are staged by CUDA). */
+    if (kind == TP_COPY_D2H)
+        TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
+    return TP_OK;
+}
+
+static tp_status_t s_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
+                          float value, size_t count) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (count == 0)
+        return TP_OK;
+    TP_TRY(tp_cuda_use(cb));
+    tp_stream_t *st = tp_cuda_stream(cb, s);
+    if (value == 0.0f) {
+        TP_CUDA_CHECK(cudaMemsetAsync(dst, 0, count * sizeof(float), st->cu));
+        return TP_OK;
+    }
+    k_fill<<<tp_cuda_blocks(count, 256), 256, 0, st->cu>>>(dst, value, count);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return TP_OK;
+}
+
+/* ---- products ----------------------------------------------------------- */
+
+/* Row-major C = alpha op(A) op(B) + beta C is column-major
+ * C^T = alpha op(B)^T op(A)^T + beta C^T: swap the operands. */
+static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
+                          int m, int n, int k, float alpha, const float *a,
+                          int lda, const float *bm, int ldb, float beta,
+                          float *c, int ldc) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    TP_TRY(tp_cuda_use(cb));
+    tp_stream_t *st = tp_cuda_stream(cb, s);
+    if (!s)
+        pthread_mutex_lock(&cb->mu);
+    cublasStatus_t e = cublasSgemm(st->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                                   &alpha, bm, ldb, a, lda, &beta, c, ldc);
+    if (!s)
+        pthread_mutex_unlock(&cb->mu);
+    TP_CUDA_CHECK(e);
+    return TP_OK;
+}
+
+/* ---- optimizers: the CPU backend's arithmetic, element by element ------- */
+
+namespace {
+__global__ void k_sgd(float *w, const float *g, size_t n, float lr) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        w[i] -= lr * g[i];
+}
+
+__global__ void k_sgd_momentum(float *w, const float *g, float *v, size_t n,
+                               float lr, float mu, int nesterov) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float vi = mu * v[i] + g[i];
+        v[i] = vi;
+        w[i] -= nesterov ? lr * (g[i] + mu * vi) : lr * vi;
+    }
+}
+
+__global__ void k_adam(float *w, const float *g, float *m, float *v,
+                       size_t n, float lr_t, float b1, float b2, float eps_t) {
+    const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i];
+        float mi = b1 * m[i] + ob1 * gi;
+        float vi = b2 * v[i] + ob2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] -= lr_t * mi / (sqrtf(vi) + eps_t);
+    }
+}
+}  // namespace
+
+static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
+                         const float *g, float *v, size_t n, float lr,
+                         float mu, int nesterov) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (n == 0)
+        return TP_OK;
+    TP_TRY(tp_cuda_use(cb));
+    cudaStream_t cs = tp_cuda_stream(cb, s)->cu;
+    unsigned blocks = tp_cuda_blocks(n, 256);
+    if (!v || mu == 0.0f)
+        k_sgd<<<blocks, 256, 0, cs>>>(w, g, n, lr);
+    else
+        k_sgd_momentum<<<blocks, 256, 0, cs>>>(w, g, v, n, lr, mu, nesterov);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return TP_OK;
+}
+
+static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
+                          const float *g, float *m, float *v, size_t n,
+                          float lr, float b1, float b2, float eps,
+                          int64_t step) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (n == 0)
+        return TP_OK;
+    TP_TRY(tp_cuda_use(cb));
+    /* the bias corrections folded into the step size and epsilon, computed
+     * on the host exactly as the CPU backend does */
+    const double c1 = 1.0 - pow(b1, (double)step);
+    const double c2 = 1.0 - pow(b2, (double)step);
+    const float lr_t = (float)(lr * sqrt(c2) / c1);
+    const float eps_t = (float)(eps * sqrt(c2));
+    k_adam<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(
+        w, g, m, v, n, lr_t, b1, b2, eps_t);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return TP_OK;
+}
+
+/* ---- collectives ---------------------------------------------------------
+ * Towers whose buffers share one device (the usual case: several towers on
+ * one GPU) reduce with a kernel: each rank sums its slice of every buffer in
+ * rank order and writes it back to all, ordered by events, so the result is
+ * bit-identical to the CPU backend's order. Towers on distinct devices use
+ * NCCL: one communicator per device (ncclCommInitAll), the buffer cut into
+ * buckets of TP_CUDA_BUCKET_FLOATS issued in one group. */
+
+struct tp_ptrs {
+    float *p[TP_CUDA_COMM_MAX];
+};
+
+struct tp_comm {
+    int nranks;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived;
+    uint64_t generation;
+    int aborted;
+    float *bufs[TP_CUDA_COMM_MAX];
+    size_t counts[TP_CUDA_COMM_MAX];
+    int average[TP_CUDA_COMM_MAX];
+    cudaStream_t streams[TP_CUDA_COMM_MAX];
+    cudaEvent_t ready[TP_CUDA_COMM_MAX]; /* the rank's gradients are final */
+    cudaEvent_t done[TP_CUDA_COMM_MAX];  /* the rank's slice is reduced */
+    int mode;                            /* 0 unknown, 1 one device, 2 NCCL */
+    ncclComm_t nccl[TP_CUDA_COMM_MAX];
+    int devs[TP_CUDA_COMM_MAX];
+};
+
+namespace {
+/* dst[i] = sum over ranks (in rank order) of p[r][i], for i in [lo, hi),
+ * written to every rank's buffer, or only rank 0's when root_only. */
+__global__ void k_reduce(tp_ptrs ptrs, int nranks, size_t lo, size_t hi,
+                         float scale, int average, int root_only) {
+    for (size_t i = lo + blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+         i < hi; i += (size_t)gridDim.x * blockDim.x) {
+        float s = ptrs.p[0][i];
+        for (int r = 1; r < nranks; r++)
+            s += ptrs.p[r][i];
+        if (average)
+            s *= scale;
+        if (root_only)
+            ptrs.p[0][i] = s;
+        else
+            for (int r = 0; r < nranks; r++)
+                ptrs.p[r][i] = s;
+    }
+}
+}  // namespace
+
+static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (nranks < 1 || nranks > TP_CUDA_COMM_MAX) {
+        tp_error(TP_ERR_INVALID, "communicator of %d ranks (1..%d)", nranks,
+                 TP_CUDA_COMM_MAX);
+        return NULL;
+    }
+    if (tp_cuda_use(cb) < 0)
+        return NULL;
+    tp_comm_t *c = (tp_comm_t *)calloc(1, sizeof *c);
+    if (!c) {
+        tp_error(TP_ERR_NOMEM, "communicator");
+        return NULL;
+    }
+    c->nranks = nranks;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    for (int r = 0; r < nranks; r++)
+        if (cudaEventCreateWithFlags(&c->ready[r], cudaEventDisableTiming) !=
+                cudaSuccess ||
+            cudaEventCreateWithFlags(&c->done[r], cudaEventDisableTiming) !=
+                cudaSuccess) {
+            tp_error(TP_ERR_DEVICE, "communicator events");
+            b->ops->comm_destroy(b, c);
+            return NULL;
+        }
+    return c;
+}
+
+static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
+    if (!c)
+        return;
+    tp_cuda_use(tp_cuda_of(b));
+    for (int r = 0; r < c->nranks; r++) {
+        if (c->ready[r])
+            cudaEventDestroy(c->ready[r]);
+        if (c->done[r])
+            cudaEventDestroy(c->done[r]);
+        if (c->nccl[r])
+            ncclCommDestroy(c->nccl[r]);
+    }
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+static void s_comm_abort(tp_backend_t *b, tp_comm_t *c) {
+    (void)b;
+    pthread_mutex_lock(&c->mu);
+    c->aborted = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Wait until all ranks arrive; 0, or -1 when aborted. */
+static int s_barrier(tp_comm_t *c) {
+    pthread_mutex_lock(&c->mu);
+    if (c->aborted) {
+        pthread_mutex_unlock(&c->mu);
+        return -1;
+    }
+    uint64_t gen = c->generation;
+    if (++c->arrived == c->nranks) {
+        c->arrived = 0;
+        c->generation++;
+        pthread_cond_broadcast(&c->cv);
+    } else {
+        while (gen == c->generation && !c->aborted)
+            pthread_cond_wait(&c->cv, &c->mu);
+    }
+    int rc = gen == c->generation ? -1 : 0;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* The device of a device pointer, or -1. */
+static int s_device_of(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return a.type == cudaMemoryTypeDevice ? a.device : -1;
+}
+
+/* Decide once (rank 0, between barriers) how this communicator reduces:
+ * all buffers on one device, or one per device (NCCL). */
+static tp_status_t s_comm_mode(tp_comm_t *c) {
+    if (c->mode)
+        return TP_OK;
+    int same = 1, distinct = 1;
+    for (int r = 0; r < c->nranks; r++) {
+        c->devs[r] = s_device_of(c->bufs[r]);
+        if (c->devs[r] < 0)
+            return tp_error(TP_ERR_INVALID,
+                            "allreduce: rank %d's buffer is not device memory",
+                            r);
+        same &= c->devs[r] == c->devs[0];
+        for (int q = 0; q < r; q++)
+            distinct &= c->devs[q] != c->devs[r];
+    }
+    if (same) {
+        c->mode = 1;
+        return TP_OK;
+    }
+    if (!distinct)
+        return tp_error(TP_ERR_UNSUPPORTED,
+                        "allreduce: %d ranks share some but not all devices "
+                        "(one tower per device, or all towers on one)",
+                        c->nranks);
+    TP_CUDA_CHECK(ncclCommInitAll(c->nccl, c->nranks, c->devs));
+    c->mode = 2;
+    return TP_OK;
+}
+
+/* NCCL: rank's buffer in buckets, one group. */
+static tp_status_t s_nccl_reduce(tp_comm_t *c, int rank, cudaStream_t cs,
+                                 float *buf, size_t count, int average) {
+    TP_CUDA_CHECK(cudaSetDevice(c->devs[rank]));
+    TP_CUDA_CHECK(ncclGroupStart());
+    for (size_t off = 0; off < count; off += TP_CUDA_BUCKET_FLOATS) {
+        size_t n = count - off < TP_CUDA_BUCKET_FLOATS ? count - off
+                                                        : TP_CUDA_BUCKET_FLOATS;
+        ncclResult_t e = ncclAllReduce(buf + off, buf + off, n, ncclFloat,
+                                       average ? ncclAvg : ncclSum,
+                                       c->nccl[rank], cs);
+        if (e != ncclSuccess) {
+            ncclGroupEnd();
+            TP_CUDA_CHECK(e);
+        }
+    }
+    TP_CUDA_CHECK(ncclGroupEnd());
+    TP_CUDA_CHECK(cudaStreamSynchronize(cs));
+    return TP_OK;
+}
+
+static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
+                               tp_stream_t *s, float *buf, size_t count,
+                               int average) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (rank < 0 || rank >= c->nranks)
+        return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
+                        c->nranks);
+    TP_TRY(tp_cuda_use(cb));
+    tp_stream_t *st = tp_cuda_stream(cb, s);
+    c->bufs[rank] = buf;
+    c->counts[rank] = count;
+    c->average[rank] = average;
+    c->streams[rank] = st->cu;
+    TP_CUDA_CHECK(cudaEventRecord(c->ready[rank], st->cu));
+    if (s_barrier(c) < 0)
+        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
+                        rank);
+    for (int r = 0; r < c->nranks; r++)
+        if (c->counts[r] != count || c->average[r] != average) {
+            tp_status_t e = tp_error(TP_ERR_INVALID,
+                                     "allreduce: rank %d gave %zu floats, "
+                                     "rank %d gave %zu",
+                                     r, c->counts[r], rank, count);
+            s_barrier(c);
+            return e;
+        }
+    tp_status_t mode_rc = TP_OK;
+    if (rank == 0)
+        mode_rc = s_comm_mode(c);
+    if (s_barrier(c) < 0)
+        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
+                        rank);
+    if (mode_rc < 0)
+        return mode_rc;
+    if (c->mode != 1 && c->mode != 2)
+        return tp_error(TP_ERR_STATE, "allreduce: rank 0 failed to set up "
+                                      "the communicator");
+    if (c->mode == 2)
+        return s_nccl_reduce(c, rank, st->cu, buf, count, average);
+    for (int r = 0; r < c->nranks; r++)
+        if (r != rank)
+            TP_CUDA_CHECK(cudaStreamWaitEvent(st->cu, c->ready[r], 0));
+    size_t chunk = (count + (size_t)c->nranks - 1) / (size_t)c->nranks;
+    size_t lo = chunk * (size_t)rank, hi = lo + chunk;
+    lo = lo > count ? count : lo;
+    hi = hi > count ? count : hi;
+    if (hi > lo) {
+        tp_ptrs p;
+        memset(&p, 0, sizeof p);
+        for (int r = 0; r < c->nranks; r++)
+            p.p[r] = c->bufs[r];
+        k_reduce<<<tp_cuda_blocks(hi - lo, 256), 256, 0, st->cu>>>(
+            p, c->nranks, lo, hi, 1.0f / (float)c->nranks, average, 0);
+        TP_CUDA_CHECK(cudaGetLastError());
+    }
+    TP_CUDA_CHECK(cudaEventRecord(c->done[rank], st->cu));
+    if (s_barrier(c) < 0)
+        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
+                        rank);
+    for (int r = 0; r < c->nranks; r++)
+        if (r != rank)
+            TP_CUDA_CHECK(cudaStreamWaitEvent(st->cu, c->done[r], 0));
+    /* On return every buffer holds the result (the contract), and the next
+     * step's record of `ready` cannot overtake a peer still waiting on it. */
+    TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
+    if (s_barrier(c) < 0)
+        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
+                        rank);
+    return TP_OK;
+}
+
+static tp_status_t s_allreduce_local(tp_backend_t *b, float *const *bufs,
+                                     int n, size_t count, int average,
+                                     int root_only) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (n < 1 || n > TP_CUDA_COMM_MAX)
+        return tp_error(TP_ERR_INVALID, "allreduce of %d buffers (1..%d)", n,
+                        TP_CUDA_COMM_MAX);
+    if (n == 1 || count == 0)
+        return TP_OK;
+    TP_TRY(tp_cuda_use(cb));
+    int dev0 = s_device_of(bufs[0]);
+    for (int r = 1; r < n; r++)
+        if (s_device_of(bufs[r]) != dev0)
+            return tp_error(TP_ERR_UNSUPPORTED,
+                            "allreduce_local: buffers on several devices (use "
+                            "the collective allreduce, one thread per tower)");
+    tp_ptrs p;
+    memset(&p, 0, sizeof p);
+    for (int r = 0; r < n; r++)
+        p.p[r] = bufs[r];
+    cudaStream_t cs = cb->def->cu;
+    /* The towers' streams were synchronised by their runs (the model's
+     * contract); the default stream only orders this kernel. */
+    k_reduce<<<tp_cuda_blocks(count, 256), 256, 0, cs>>>(
+        p, n, 0, count, 1.0f / (float)n, average, root_only);
+    TP_CUDA_CHECK(cudaGetLastError());
+    TP_CUDA_CHECK(cudaStreamSynchronize(cs));
+    return TP_OK;
+}
+
+/* ---- staging ------------------------------------------------------------ */
+
+struct tp_stage {
+    void *host;          /* pinned */
+    void *dev;
+    size_t bytes;
+    cudaEvent_t copied;  /* recorded on the copy stream after the H2D copy */
+    cudaEvent_t used;    /* recorded on the consumer's stream after its reads */
+    int used_recorded;
+};
+
+static void s_stage_destroy(tp_backend_t *b, tp_stage_t *st) {
+    if (!st)
+        return;
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (tp_cuda_use(cb) == TP_OK)
+        cudaStreamSynchronize(cb->copy);
+    if (st->copied)
+        cudaEventDestroy(st->copied);
+    if (st->used)
+        cudaEventDestroy(st->used);
+    if (st->host)
+        cudaFreeHost(st->host);
+    if (st->dev)
+        s_free(b, st->dev);
+    free(st);
+}
+
+static tp_stage_t *s_stage_new(tp_backend_t *b, size_t bytes) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (tp_cuda_use(cb) < 0)
+        return NULL;
+    tp_stage_t *st = (tp_stage_t *)calloc(1, sizeof *st);
+    if (!st) {
+        tp_error(TP_ERR_NOMEM, "stage");
+        return NULL;
+    }
+    st->bytes = bytes;
+    size_t n = bytes ? bytes : 1;
+    cudaError_t e = cudaHostAlloc(&st->host, n, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        st->host = NULL;
+        tp_error(TP_ERR_NOMEM, "stage: %zu bytes of pinned host memory: %s",
+                 bytes, cudaGetErrorString(e));
+        s_stage_destroy(b, st);
+        return NULL;
+    }
+    st->dev = s_alloc(b, n);
+    if (!st->dev ||
+        cudaEventCreateWithFlags(&st->copied, cudaEventDisableTiming) !=
+            cudaSuccess ||
+        cudaEventCreateWithFlags(&st->used, cudaEventDisableTiming) !=
+            cudaSuccess) {
+        if (st->dev)
+            tp_error(TP_ERR_DEVICE, "stage events");
+        s_stage_destroy(b, st);
+        return NULL;
+    }
+    return st;
+}
+
+static void *s_stage_host(tp_backend_t *b, tp_stage_t *st) {
+    (void)b;
+    return st->host;
+}
+
+static void *s_stage_device(tp_backend_t *b, tp_stage_t *st) {
+    (void)b;
+    return st->dev;
+}
+
+static tp_status_t s_stage_begin(tp_backend_t *b, tp_stage_t *st,
+                                 size_t bytes) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (bytes > st->bytes)
+        return tp_error(TP_ERR_INVALID, "stage: %zu bytes into a %zu-byte "
+                                        "stage", bytes, st->bytes);
+    TP_TRY(tp_cuda_use(cb));
+    /* the previous consumer of this device buffer must be done reading */
+    if (st->used_recorded)
+        TP_CUDA_CHECK(cudaStreamWaitEvent(cb->copy, st->used, 0));
+    if (bytes)
+        TP_CUDA_CHECK(cudaMemcpyAsync(st->dev, st->host, bytes,
+                                      cudaMemcpyHostToDevice, cb->copy));
+    TP_CUDA_CHECK(cudaEventRecord(st->copied, cb->copy));
+    return TP_OK;
+}
+
+static tp_status_t s_stage_wait(tp_backend_t *b, tp_stage_t *st,
+                                tp_stream_t *s) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    TP_TRY(tp_cuda_use(cb));
+    TP_CUDA_CHECK(cudaStreamWaitEvent(tp_cuda_stream(cb, s)->cu, st->copied, 0));
+    return TP_OK;
+}
+
+static tp_status_t s_stage_release(tp_backend_t *b, tp_stage_t *st,
+                                   tp_stream_t *s) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    TP_TRY(tp_cuda_use(cb));
+    TP_CUDA_CHECK(cudaEventRecord(st->used, tp_cuda_stream(cb, s)->cu));
+    st->used_recorded = 1;
+    return TP_OK;
+}
+
+static tp_status_t s_stage_host_wait(tp_backend_t *b, tp_stage_t *st) {
+    TP_TRY(tp_cuda_use(tp_cuda_of(b)));
+    TP_CUDA_CHECK(cudaEventSynchronize(st->copied));
+    return TP_OK;
+}
+
+/* ---- ops, lifetime ------------------------------------------------------ */
+
+static size_t s_op_workspace(tp_backend_t *b, const tp_op_call_t *c) {
+    return tp_cuda_op_workspace(tp_cuda_of(b), c);
+}
+
+static tp_status_t s_op_forward(tp_backend_t *b, tp_stream_t *s,
+                                const tp_op_call_t *c) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    TP_TRY(tp_cuda_use(cb));
+    return tp_cuda_op_forward(cb, tp_cuda_stream(cb, s), c);
+}
+
+static tp_status_t s_op_backward(tp_backend_t *b, tp_stream_t *s,
+                                 const tp_op_call_t *c) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    TP_TRY(tp_cuda_use(cb));
+    return tp_cuda_op_backward(cb, tp_cuda_stream(cb, s), c);
+}
+
+static void s_destroy(tp_backend_t *b) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (tp_cuda_use(cb) == TP_OK)
+        cudaDeviceSynchronize(); /* teardown: everything must have finished */
+    tp_cuda_cache_free(cb);
+    s_stream_free(cb->def);
+    if (cb->copy)
+        cudaStreamDestroy(cb->copy);
+    while (cb->chunks) {
+        struct tp_cuda_chunk *c = cb->chunks;
+        cb->chunks = c->next;
+        if (c->live)
+            TP_WARN("CUDA backend: %d allocations still live at destroy",
+                    c->live);
+        cudaFree(c->base);
+        free(c);
+    }
+    pthread_mutex_destroy(&cb->mu);
+    free(cb);
+}
+
+static const tp_backend_ops_t s_cuda_ops = {
+    /* .name = */ "cuda",
+    /* .alloc = */ s_alloc,
+    /* .free = */ s_free,
+    /* .copy = */ s_copy,
+    /* .fill = */ s_fill,
+    /* .stream_new = */ s_stream_new,
+    /* .stream_destroy = */ s_stream_destroy,
+    /* .stream_sync = */ s_stream_sync,
+    /* .op_workspace = */ s_op_workspace,
+    /* .op_forward = */ s_op_forward,
+    /* .op_backward = */ s_op_backward,
+    /* .gemm = */ s_gemm,
+    /* .sgd_update = */ s_sgd,
+    /* .adam_update = */ s_adam,
+    /* .comm_new = */ s_comm_new,
+    /* .comm_destroy = */ s_comm_destroy,
+    /* .allreduce = */ s_allreduce,
+    /* .comm_abort = */ s_comm_abort,
+    /* .allreduce_local = */ s_allreduce_local,
+    /* .destroy = */ s_destroy,
+    /* .stage_new = */ s_stage_new,
+    /* .stage_destroy = */ s_stage_destroy,
+    /* .stage_host = */ s_stage_host,
+    /* .stage_device = */ s_stage_device,
+    /* .stage_begin = */ s_stage_begin,
+    /* .stage_wait = */ s_stage_wait,
+    /* .stage_release = */ s_stage_release,
+    /* .stage_host_wait = */ s_stage_host_wait,
+};
+
+/* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with
+ * the reason in err[size]. */
+extern "C" __attribute__((visibility("default"))) tp_backend_t *
+tp_cuda_module_backend_new(const tp_cuda_options_t *opt, char *err,
+                           size_t size) {
+    tp_cuda_backend_t *cb = (tp_cuda_backend_t *)calloc(1, sizeof *cb);
+    if (!cb) {
+        snprintf(err, size, "out of host memory");
+        return NULL;
+    }
+    cb->base.ops = &s_cuda_ops;
+    cb->base.impl = cb;
+    cb->base.device = opt->device;
+    cb->device = opt->device;
+    cb->tf32 = opt->tf32 != 0;
+    cb->chunk_bytes = (opt->chunk_mb ? opt->chunk_mb : 256) << 20;
+    pthread_mutex_init(&cb->mu, NULL);
+    struct cudaDeviceProp prop;
+    cudaError_t e = cudaSetDevice(cb->device);
+    if (e == cudaSuccess)
+        e = cudaGetDeviceProperties(&prop, cb->device);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&cb->copy, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        snprintf(err, size, "%s", cudaGetErrorString(e));
+        pthread_mutex_destroy(&cb->mu);
+        free(cb);
+        return NULL;
+    }
+    snprintf(cb->device_name, sizeof cb->device_name, "%s", prop.name);
+    cb->def = s_stream_new(&cb->base);
+    if (!cb->def) {
+        snprintf(err, size, "%s", tp_last_error());
+        s_destroy(&cb->base);
+        return NULL;
+    }
+    TP_INFO("CUDA backend: device %d (%s, sm_%d%d, %zu MiB), TF32 %s, "
+            "cuDNN %zu, NCCL %d.%d", cb->device, prop.name, prop.major,
+            prop.minor, prop.totalGlobalMem >> 20, cb->tf32 ? "on" : "off",
+            cudnnGetVersion(), NCCL_MAJOR, NCCL_MINOR);
+    return &cb->base;
+}

@@ -1,0 +1,91 @@
+/* towerpack gpu/cuda: the CUDA backend's private types, shared by the
+ * module's translation units (backend.cu: memory, streams, products,
+ * optimizers, collectives, staging; ops.cu: the graph ops). C++ only. */
+#ifndef TP_GPU_CUDA_INTERNAL_H
+#define TP_GPU_CUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <towerpack/backend.h>
+#include <towerpack/device.h>
+#include "gpu/cuda/check.h"
+
+/* Label checks of one stream awaiting its next sync (see ops.cu). */
+#define TP_CUDA_MAX_CHECKS 64
+
+/* An op's cached cuDNN descriptors and algorithm choice (ops.cu). */
+struct tp_cuda_entry;
+
+/* One tower's stream: its CUDA stream, its own cuBLAS and cuDNN handles
+ * (handles are not shared across threads), cuBLAS's workspace (given to it,
+ * so cuBLAS allocates nothing in a step), and the pending label checks. */
+struct tp_stream {
+    cudaStream_t cu;
+    cublasHandle_t blas;
+    cudnnHandle_t dnn;
+    void *blas_ws;
+    int *checks;                 /* device: [TP_CUDA_MAX_CHECKS][2] */
+    int nchecks;
+    const char *check_name[TP_CUDA_MAX_CHECKS];
+    int check_k[TP_CUDA_MAX_CHECKS];
+    uint32_t *host_bits;         /* pinned: dropout masks drawn on the
+                                    host, one region per op of a run */
+    size_t host_bits_cap;        /* in uint32 words */
+    size_t host_bits_used;       /* reset when the stream is synchronised */
+};
+
+/* A chunk of device memory handed out by bumping (the arena). */
+struct tp_cuda_chunk {
+    char *base;
+    size_t size, used;
+    int live;
+    struct tp_cuda_chunk *next;
+};
+
+#define TP_CUDA_CACHE_BUCKETS 1024
+
+typedef struct tp_cuda_backend {
+    tp_backend_t base;           /* first: a tp_backend_t * is this */
+    int device;
+    int tf32;
+    char device_name[128];
+    size_t chunk_bytes;
+    pthread_mutex_t mu;          /* arena, cache, the default stream */
+    struct tp_cuda_chunk *chunks;
+    tp_stream_t *def;            /* for calls given no stream */
+    cudaStream_t copy;           /* staging copies */
+    struct tp_cuda_entry *cache[TP_CUDA_CACHE_BUCKETS];
+} tp_cuda_backend_t;
+
+static inline tp_cuda_backend_t *tp_cuda_of(tp_backend_t *b) {
+    return (tp_cuda_backend_t *)b;
+}
+
+/* Make the backend's device current on the calling thread. */
+tp_status_t tp_cuda_use(tp_cuda_backend_t *cb);
+/* The stream to run on: s, or the backend's default one. */
+tp_stream_t *tp_cuda_stream(tp_cuda_backend_t *cb, tp_stream_t *s);
+
+/* Blocks for a grid-stride loop over n elements. */
+static inline unsigned tp_cuda_blocks(size_t n, unsigned threads) {
+    size_t b = (n + threads - 1) / threads;
+    return b < 1 ? 1u : b > 65535u ? 65535u : (unsigned)b;
+}
+
+/* ops.cu */
+size_t tp_cuda_op_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c);
+tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
+                               const tp_op_call_t *c);
+tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
+                                const tp_op_call_t *c);
+void tp_cuda_cache_free(tp_cuda_backend_t *cb);
+/* Read and clear the stream's pending label checks (after a sync). */
+tp_status_t tp_cuda_checks_collect(tp_stream_t *s);
+
+/* cast.cu */
+extern "C" tp_status_t tp_cuda_cast_u8_f32(const uint8_t *src, float *dst,
+                                           size_t n, float scale,
+                                           cudaStream_t stream);
+
+#endif

@@ -1,0 +1,1131 @@
+/* towerpack gpu/cuda: every graph op on the device, forward and backward.
+ *
+ * cuBLAS for matrix products; cuDNN (its long-standing descriptor API,
+ * still in cuDNN 9) for convolution, pooling, batch norm, relu/tanh/sigmoid
+ * and the log-softmax; own kernels for the rest (bias, leaky relu, scale,
+ * add, concat, global average pooling, dropout, the cross-entropy loss and
+ * gradient, accuracy, L2 decay, casts). Semantics are the CPU backend's
+ * (gpu/ops_cpu.c), including dx_acc (overwrite or add) and the workspace
+ * contract: what forward leaves there, backward reads.
+ *
+ * Descriptors and convolution algorithms are made once per (node, shapes)
+ * and cached. Labels are checked on the device: a bad label sets a flag
+ * that the stream's next sync turns into the CPU backend's error message.
+ * Dropout draws its mask bits on the host from the tower's generator
+ * exactly as the CPU does (same masks, same generator state afterwards) and
+ * copies them from pinned memory.
+ *
+ * NOTE: written and compiled without a GPU (see docs/cuda.md); every path
+ * here waits for its first run against the CPU backend on the GPU machine
+ * (tests/test_cuda_ops.c via scripts/gpu-check.sh). */
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gpu/cuda/internal.h"
+
+#define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
+#define TP_L2_BLOCKS 64
+
+static const float s_one = 1.0f, s_zero = 0.0f;
+
+/* ---- the descriptor cache ----------------------------------------------- */
+
+struct tp_cuda_entry {
+    tp_op_kind_t kind;
+    tp_op_attr_t attr;
+    const void *key;
+    tp_shape_t x0, x1;
+    cudnnTensorDescriptor_t xd, yd, bd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    cudnnPoolingDescriptor_t pd;
+    cudnnActivationDescriptor_t ad;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    size_t ws; /* cuDNN workspace bytes of the chosen algorithms */
+    struct tp_cuda_entry *next;
+};
+
+static size_t s_hash(const void *key, tp_op_kind_t kind) {
+    uintptr_t h = (uintptr_t)key;
+    h ^= h >> 17;
+    h *= 0x9e3779b97f4a7c15ull;
+    return (size_t)((h >> 20) ^ (uintptr_t)kind) % TP_CUDA_CACHE_BUCKETS;
+}
+
+static int s_same_shape(const tp_shape_t *a, const tp_shape_t *b) {
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->d[i] != b->d[i])
+            return 0;
+    return 1;
+}
+
+static void s_entry_free(struct tp_cuda_entry *e) {
+    if (e->xd)
+        cudnnDestroyTensorDescriptor(e->xd);
+    if (e->yd)
+        cudnnDestroyTensorDescriptor(e->yd);
+    if (e->bd)
+        cudnnDestroyTensorDescriptor(e->bd);
+    if (e->wd)
+        cudnnDestroyFilterDescriptor(e->wd);
+    if (e->cd)
+        cudnnDestroyConvolutionDescriptor(e->cd);
+    if (e->pd)
+        cudnnDestroyPoolingDescriptor(e->pd);
+    if (e->ad)
+        cudnnDestroyActivationDescriptor(e->ad);
+    free(e);
+}
+
+void tp_cuda_cache_free(tp_cuda_backend_t *cb) {
+    for (int i = 0; i < TP_CUDA_CACHE_BUCKETS; i++)
+        while (cb->cache[i]) {
+            struct tp_cuda_entry *e = cb->cache[i];
+            cb->cache[i] = e->next;
+            s_entry_free(e);
+        }
+}
+
+static int s_dim(int64_t v) { return (int)v; }
+
+/* [N, C, S, 1]: batch, channels, everything after (1 for [N] or [N,C]). */
+static tp_status_t s_ncs_desc(cudnnTensorDescriptor_t d, const tp_shape_t *s) {
+    int64_t n = s->ndim > 0 ? s->d[0] : 1, c = s->ndim > 1 ? s->d[1] : 1,
+            sp = 1;
+    for (int i = 2; i < s->ndim; i++)
+        sp *= s->d[i];
+    TP_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW,
+                                             CUDNN_DATA_FLOAT, s_dim(n),
+                                             s_dim(c), s_dim(sp), 1));
+    return TP_OK;
+}
+
+static tp_status_t s_nchw_desc(cudnnTensorDescriptor_t d, const tp_shape_t *s) {
+    TP_CUDA_CHECK(cudnnSetTensor4dDescriptor(
+        d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s_dim(s->d[0]), s_dim(s->d[1]),
+        s_dim(s->d[2]), s_dim(s->d[3])));
+    return TP_OK;
+}
+
+/* Workspace budget of a conv node: what op_workspace planned for it (the
+ * largest entry of the same node), so a smaller batch never needs more. */
+static size_t s_conv_budget(tp_cuda_backend_t *cb, const tp_op_call_t *c,
+                            int planning) {
+    if (planning)
+        return TP_CONV_WS_MAX;
+    size_t best = 0;
+    for (struct tp_cuda_entry *e = cb->cache[s_hash(c->attr, c->kind)]; e;
+         e = e->next)
+        if (e->key == c->attr && e->kind == c->kind && e->ws > best)
+            best = e->ws;
+    return best;
+}
+
+/* TF32 off: only plain fp32 FMA algorithms (no tensor-op conversion). */
+static int s_math_ok(const tp_cuda_backend_t *cb, cudnnMathType_t m) {
+    return cb->tf32 || m == CUDNN_FMA_MATH;
+}
+
+static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
+                                struct tp_cuda_entry *e,
+                                const tp_op_call_t *c, size_t budget) {
+    const tp_op_attr_t *a = c->attr;
+    TP_TRY(s_nchw_desc(e->xd, &c->xshape[0]));
+    TP_TRY(s_nchw_desc(e->yd, &c->yshape));
+    const tp_shape_t *w = &c->xshape[1];
+    TP_CUDA_CHECK(cudnnSetFilter4dDescriptor(e->wd, CUDNN_DATA_FLOAT,
+                                             CUDNN_TENSOR_NCHW, s_dim(w->d[0]),
+                                             s_dim(w->d[1]), s_dim(w->d[2]),
+                                             s_dim(w->d[3])));
+    TP_CUDA_CHECK(cudnnSetTensor4dDescriptor(e->bd, CUDNN_TENSOR_NCHW,
+                                             CUDNN_DATA_FLOAT, 1,
+                                             s_dim(w->d[0]), 1, 1));
+    TP_CUDA_CHECK(cudnnSetConvolution2dDescriptor(e->cd, a->ph, a->pw, a->sh,
+                                                  a->sw, 1, 1,
+                                                  CUDNN_CROSS_CORRELATION,
+                                                  CUDNN_DATA_FLOAT));
+    TP_CUDA_CHECK(cudnnSetConvolutionMathType(
+        e->cd, cb->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    int n = 0, got = 0;
+    size_t ws = 0, need = 0;
+    {
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        TP_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+            h, e->xd, e->wd, e->cd, e->yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
+            perf));
+        got = 0;
+        /* pass 0: deterministic (reproducible runs) in the asked math;
+         * pass 1: the asked math; pass 2: anything that fits */
+        for (int i = 0; i < 3 * n && !got; i++) {
+            const int j = i % n, pass = i / n;
+            if (perf[j].status != CUDNN_STATUS_SUCCESS ||
+                (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
+                (pass < 2 && !s_math_ok(cb, perf[j].mathType)))
+                continue;
+            if (cudnnGetConvolutionForwardWorkspaceSize(
+                    h, e->xd, e->wd, e->cd, e->yd, perf[j].algo, &need) !=
+                    CUDNN_STATUS_SUCCESS ||
+                need > budget)
+                continue;
+            e->fwd = perf[j].algo;
+            ws = need > ws ? need : ws;
+            got = 1;
+        }
+        if (!got)
+            return tp_error(TP_ERR_UNSUPPORTED,
+                            "%s: no cuDNN forward convolution algorithm fits "
+                            "%zu bytes of workspace", c->name, budget);
+    }
+    {
+        cudnnConvolutionBwdDataAlgoPerf_t
+            perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        TP_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, e->wd, e->yd, e->cd, e->xd,
+            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+        got = 0;
+        /* pass 0: deterministic (reproducible runs) in the asked math;
+         * pass 1: the asked math; pass 2: anything that fits */
+        for (int i = 0; i < 3 * n && !got; i++) {
+            const int j = i % n, pass = i / n;
+            if (perf[j].status != CUDNN_STATUS_SUCCESS ||
+                (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
+                (pass < 2 && !s_math_ok(cb, perf[j].mathType)))
+                continue;
+            if (cudnnGetConvolutionBackwardDataWorkspaceSize(
+                    h, e->wd, e->yd, e->cd, e->xd, perf[j].algo, &need) !=
+                    CUDNN_STATUS_SUCCESS ||
+                need > budget)
+                continue;
+            e->bwd_data = perf[j].algo;
+            ws = need > ws ? need : ws;
+            got = 1;
+        }
+        if (!got)
+            return tp_error(TP_ERR_UNSUPPORTED,
+                            "%s: no cuDNN backward-data algorithm fits %zu "
+                            "bytes of workspace", c->name, budget);
+    }
+    {
+        cudnnConvolutionBwdFilterAlgoPerf_t
+            perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        TP_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, e->xd, e->yd, e->cd, e->wd,
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+        got = 0;
+        /* pass 0: deterministic (reproducible runs) in the asked math;
+         * pass 1: the asked math; pass 2: anything that fits */
+        for (int i = 0; i < 3 * n && !got; i++) {
+            const int j = i % n, pass = i / n;
+            if (perf[j].status != CUDNN_STATUS_SUCCESS ||
+                (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
+                (pass < 2 && !s_math_ok(cb, perf[j].mathType)))
+                continue;
+            if (cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                    h, e->xd, e->yd, e->cd, e->wd, perf[j].algo, &need) !=
+                    CUDNN_STATUS_SUCCESS ||
+                need > budget)
+                continue;
+            e->bwd_filter = perf[j].algo;
+            ws = need > ws ? need : ws;
+            got = 1;
+        }
+        if (!got)
+            return tp_error(TP_ERR_UNSUPPORTED,
+                            "%s: no cuDNN backward-filter algorithm fits %zu "
+                            "bytes of workspace", c->name, budget);
+    }
+    e->ws = ws;
+    return TP_OK;
+}
+
+static tp_status_t s_entry_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
+                                 struct tp_cuda_entry *e,
+                                 const tp_op_call_t *c, int planning) {
+    const tp_op_attr_t *a = c->attr;
+    TP_CUDA_CHECK(cudnnCreateTensorDescriptor(&e->xd));
+    TP_CUDA_CHECK(cudnnCreateTensorDescriptor(&e->yd));
+    TP_CUDA_CHECK(cudnnCreateTensorDescriptor(&e->bd));
+    switch (c->kind) {
+    case TP_OP_CONV2D:
+        TP_CUDA_CHECK(cudnnCreateFilterDescriptor(&e->wd));
+        TP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&e->cd));
+        return s_conv_setup(cb, h, e, c, s_conv_budget(cb, c, planning));
+    case TP_OP_MAX_POOL:
+    case TP_OP_AVG_POOL:
+        TP_TRY(s_nchw_desc(e->xd, &c->xshape[0]));
+        TP_TRY(s_nchw_desc(e->yd, &c->yshape));
+        TP_CUDA_CHECK(cudnnCreatePoolingDescriptor(&e->pd));
+        TP_CUDA_CHECK(cudnnSetPooling2dDescriptor(
+            e->pd,
+            c->kind == TP_OP_MAX_POOL
+                ? CUDNN_POOLING_MAX_DETERMINISTIC
+                : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+            CUDNN_NOT_PROPAGATE_NAN, a->kh, a->kw, a->ph, a->pw, a->sh, a->sw));
+        return TP_OK;
+    case TP_OP_BATCH_NORM:
+        TP_TRY(s_ncs_desc(e->xd, &c->xshape[0]));
+        TP_CUDA_CHECK(
+            cudnnDeriveBNTensorDescriptor(e->bd, e->xd, CUDNN_BATCHNORM_SPATIAL));
+        return TP_OK;
+    case TP_OP_RELU:
+    case TP_OP_TANH:
+    case TP_OP_SIGMOID:
+        TP_TRY(s_ncs_desc(e->xd, &c->yshape));
+        TP_CUDA_CHECK(cudnnCreateActivationDescriptor(&e->ad));
+        TP_CUDA_CHECK(cudnnSetActivationDescriptor(
+            e->ad,
+            c->kind == TP_OP_RELU   ? CUDNN_ACTIVATION_RELU
+            : c->kind == TP_OP_TANH ? CUDNN_ACTIVATION_TANH
+                                    : CUDNN_ACTIVATION_SIGMOID,
+            CUDNN_NOT_PROPAGATE_NAN, 0.0));
+        return TP_OK;
+    case TP_OP_SOFTMAX_XENT:
+        TP_TRY(s_ncs_desc(e->xd, &c->xshape[0]));
+        return TP_OK;
+    default:
+        return TP_OK;
+    }
+}
+
+/* The cached entry of this op at these shapes, made on first use. */
+static tp_status_t s_entry(tp_cuda_backend_t *cb, cudnnHandle_t h,
+                           const tp_op_call_t *c, int planning,
+                           struct tp_cuda_entry **out) {
+    size_t b = s_hash(c->attr, c->kind);
+    const tp_shape_t none = {0, {0}};
+    const tp_shape_t *x1 = c->ninputs > 1 ? &c->xshape[1] : &none;
+    pthread_mutex_lock(&cb->mu);
+    for (struct tp_cuda_entry *e = cb->cache[b]; e; e = e->next)
+        if (e->key == c->attr && e->kind == c->kind &&
+            memcmp(&e->attr, c->attr, sizeof e->attr) == 0 &&
+            s_same_shape(&e->x0, &c->xshape[0]) && s_same_shape(&e->x1, x1)) {
+            pthread_mutex_unlock(&cb->mu);
+            *out = e;
+            return TP_OK;
+        }
+    struct tp_cuda_entry *e =
+        (struct tp_cuda_entry *)calloc(1, sizeof *e);
+    if (!e) {
+        pthread_mutex_unlock(&cb->mu);
+        return tp_error(TP_ERR_NOMEM, "%s: descriptor cache", c->name);
+    }
+    e->kind = c->kind;
+    e->attr = *c->attr;
+    e->key = c->attr;
+    e->x0 = c->xshape[0];
+    e->x1 = *x1;
+    tp_status_t rc = s_entry_setup(cb, h, e, c, planning);
+    if (rc < 0) {
+        pthread_mutex_unlock(&cb->mu);
+        s_entry_free(e);
+        return tp_error_wrap(rc, "%s: cuDNN descriptors", c->name);
+    }
+    e->next = cb->cache[b];
+    cb->cache[b] = e;
+    pthread_mutex_unlock(&cb->mu);
+    *out = e;
+    return TP_OK;
+}
+
+/* ---- kernels -------------------------------------------------------------- */
+
+#define TP_GRID_LOOP(i, n)                                                   \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
+
+namespace {
+
+/* dst[i] = f(i), or dst[i] += f(i) when acc: the CPU's GRAD_STORE. */
+template <typename F>
+__global__ void k_store(float *dst, int acc, size_t n, F f) {
+    TP_GRID_LOOP(i, n) {
+        float v = f(i);
+        dst[i] = acc ? dst[i] + v : v;
+    }
+}
+
+struct f_copy {
+    const float *s;
+    __device__ float operator()(size_t i) const { return s[i]; }
+};
+struct f_const {
+    float v;
+    __device__ float operator()(size_t) const { return v; }
+};
+struct f_scale {
+    const float *s;
+    float a;
+    __device__ float operator()(size_t i) const { return a * s[i]; }
+};
+struct f_add {
+    const float *a, *b;
+    __device__ float operator()(size_t i) const { return a[i] + b[i]; }
+};
+struct f_leaky {
+    const float *x;
+    float a;
+    __device__ float operator()(size_t i) const {
+        float v = x[i];
+        return v > 0.0f ? v : a * v;
+    }
+};
+struct f_leaky_bwd {
+    const float *x, *dy;
+    float a;
+    __device__ float operator()(size_t i) const {
+        return x[i] > 0.0f ? dy[i] : a * dy[i];
+    }
+};
+struct f_bias {
+    const float *x, *b;
+    size_t c, sp;
+    __device__ float operator()(size_t i) const { return x[i] + b[(i / sp) % c]; }
+};
+struct f_gap_bwd {
+    const float *dy;
+    size_t sp;
+    float inv;
+    __device__ float operator()(size_t i) const { return dy[i / sp] * inv; }
+};
+struct f_mul {
+    const float *a, *b;
+    __device__ float operator()(size_t i) const { return a[i] * b[i]; }
+};
+struct f_xent_bwd {
+    const float *logp, *dy;
+    const int32_t *lab;
+    size_t k;
+    float inv_n;
+    __device__ float operator()(size_t i) const {
+        float g = dy[0] * inv_n;
+        float onehot = (size_t)lab[i / k] == i % k ? 1.0f : 0.0f;
+        return g * (expf(logp[i]) - onehot);
+    }
+};
+struct f_l2_bwd {
+    const float *w, *dy;
+    float a;
+    __device__ float operator()(size_t i) const { return a * dy[0] * w[i]; }
+};
+
+/* Sum over a block of 256 threads; the result in thread 0. */
+template <typename T>
+__device__ T block_sum(T v, T *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    return sh[0];
+}
+
+/* out[c] (+)= sum over batch and pixels of v[(i*C + c)*sp + s]; one block
+ * per channel, fixed order (deterministic). */
+__global__ void k_channel_sum(const float *v, size_t n, size_t C, size_t sp,
+                              float *out, int acc) {
+    __shared__ double sh[256];
+    const size_t c = blockIdx.x, m = n * sp;
+    double s = 0.0;
+    for (size_t j = threadIdx.x; j < m; j += blockDim.x)
+        s += v[((j / sp) * C + c) * sp + j % sp];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0)
+        out[c] = acc ? out[c] + (float)s : (float)s;
+}
+
+/* Batch-norm parameter gradients without dx (cuDNN always wants dx). */
+__global__ void k_bn_params(const float *x, const float *dy,
+                            const float *mean, const float *inv, size_t n,
+                            size_t C, size_t sp, float *dg, int acc_g,
+                            float *db, int acc_b) {
+    __shared__ double sh[256];
+    const size_t c = blockIdx.x, m = n * sp;
+    const float mu = mean[c];
+    double sdy = 0.0, sdyx = 0.0;
+    for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
+        size_t o = ((j / sp) * C + c) * sp + j % sp;
+        sdy += dy[o];
+        sdyx += (double)dy[o] * (x[o] - mu);
+    }
+    sdy = block_sum(sdy, sh);
+    __syncthreads();
+    sdyx = block_sum(sdyx, sh);
+    if (threadIdx.x == 0) {
+        float g = (float)(sdyx * inv[c]), b = (float)sdy;
+        if (dg)
+            dg[c] = acc_g ? dg[c] + g : g;
+        if (db)
+            db[c] = acc_b ? db[c] + b : b;
+    }
+}
+
+/* Inference-mode statistics for a later backward: mean, 1/sqrt(var+eps). */
+__global__ void k_bn_infer_stats(const float *mm, const float *mv, float eps,
+                                 size_t C, float *mean, float *inv) {
+    TP_GRID_LOOP(c, C) {
+        mean[c] = mm[c];
+        inv[c] = 1.0f / sqrtf(mv[c] + eps);
+    }
+}
+
+/* Inference-mode batch-norm backward (statistics are constants). */
+__global__ void k_bn_infer_bwd(const float *dy, const float *g,
+                               const float *inv, size_t C, size_t sp,
+                               size_t total, float *dx, int acc) {
+    TP_GRID_LOOP(i, total) {
+        size_t c = (i / sp) % C;
+        float v = g[c] * inv[c] * dy[i];
+        dx[i] = acc ? dx[i] + v : v;
+    }
+}
+
+/* dst[c] (+)= src[c] */
+__global__ void k_store_small(float *dst, const float *src, size_t n, int acc) {
+    TP_GRID_LOOP(i, n) dst[i] = acc ? dst[i] + src[i] : src[i];
+}
+
+/* y[r] = mean of x[r*sp .. r*sp+sp), one warp per row (grid-stride over
+ * rows; a warp's rows are uniform across its lanes). */
+__global__ void k_row_mean(const float *x, size_t rows, size_t sp, float *y) {
+    const size_t nwarps = (size_t)gridDim.x * blockDim.x / 32;
+    const unsigned lane = threadIdx.x % 32;
+    for (size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+         w < rows; w += nwarps) {
+        const float *r = x + w * sp;
+        float s = 0.0f;
+        for (size_t j = lane; j < sp; j += 32)
+            s += r[j];
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_down_sync(0xffffffffu, s, o);
+        if (lane == 0)
+            y[w] = s / (float)sp;
+    }
+}
+
+/* Concat along dim 1: input k's [n, blk] block sits at element `off` of
+ * each [n, ytot] row of y. Forward copies; backward stores dy into dx. */
+__global__ void k_concat(float *y, const float *x, size_t n, size_t blk,
+                         size_t ytot, size_t off, int backward, float *dx,
+                         const float *dy, int acc) {
+    TP_GRID_LOOP(j, n * blk) {
+        size_t i = j / blk, r = j % blk, yo = i * ytot + off + r;
+        if (!backward)
+            y[yo] = x[j];
+        else
+            dx[j] = acc ? dx[j] + dy[yo] : dy[yo];
+    }
+}
+
+/* mask[i] = dropped ? 0 : keep; y = x * mask. bits: 1 = dropped. */
+__global__ void k_dropout(const float *x, float *y, float *mask,
+                          const uint32_t *bits, size_t n, float keep) {
+    TP_GRID_LOOP(i, n) {
+        float m = (bits[i >> 5] >> (i & 31)) & 1u ? 0.0f : keep;
+        mask[i] = m;
+        y[i] = x[i] * m;
+    }
+}
+
+/* Record the first bad label of a check slot: row + 1, then the label. */
+__device__ void flag_label(int *checks, int slot, size_t row, int32_t l) {
+    if (!checks)
+        return;
+    if (atomicCAS(&checks[2 * slot], 0, (int)row + 1) == 0)
+        checks[2 * slot + 1] = l;
+}
+
+/* Mean of -logp[i, label_i] over rows, one block (deterministic). */
+__global__ void k_xent_loss(const float *logp, const int32_t *lab, size_t n,
+                            size_t k, float *y, int *checks, int slot) {
+    __shared__ double sh[256];
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+        int32_t l = lab[i];
+        if (l < 0 || (size_t)l >= k) {
+            flag_label(checks, slot, i, l);
+            continue;
+        }
+        s -= logp[i * k + (size_t)l];
+    }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0)
+        *y = (float)(s / (double)n);
+}
+
+/* Rows whose first argmax equals the label: fraction or wrong count. */
+__global__ void k_correct(const float *x, const int32_t *lab, size_t n,
+                          size_t k, float *y, int fraction, int *checks,
+                          int slot) {
+    __shared__ long long sh[256];
+    long long correct = 0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float *r = x + i * k;
+        size_t best = 0;
+        for (size_t j = 1; j < k; j++)
+            if (r[j] > r[best])
+                best = j;
+        int32_t l = lab[i];
+        if (l < 0 || (size_t)l >= k)
+            flag_label(checks, slot, i, l);
+        correct += best == (size_t)l;
+    }
+    correct = block_sum(correct, sh);
+    if (threadIdx.x == 0)
+        *y = fraction ? (float)correct / (float)n : (float)(n - (size_t)correct);
+}
+
+/* partial[b] = sum of w^2 over block b's grid-stride share. */
+__global__ void k_sumsq(const float *w, size_t n, double *partial) {
+    __shared__ double sh[256];
+    double s = 0.0;
+    TP_GRID_LOOP(i, n) s += (double)w[i] * w[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s;
+}
+
+__global__ void k_l2_final(const double *partial, size_t n, float alpha,
+                           float *y) {
+    __shared__ double sh[256];
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += partial[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0)
+        *y = (float)(0.5 * alpha * s);
+}
+
+}  // namespace
+
+template <typename F>
+static tp_status_t s_store(tp_stream_t *s, float *dst, int acc, size_t n, F f) {
+    if (n == 0)
+        return TP_OK;
+    k_store<<<tp_cuda_blocks(n, 256), 256, 0, s->cu>>>(dst, acc, n, f);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return TP_OK;
+}
+
+#define TP_LAUNCHED() TP_CUDA_CHECK(cudaGetLastError())
+
+static size_t s_count(const tp_shape_t *s) { return tp_shape_count(s); }
+
+static void s_ncs(const tp_shape_t *s, size_t *n, size_t *c, size_t *sp) {
+    *n = s->ndim > 0 ? (size_t)s->d[0] : 1;
+    *c = s->ndim > 1 ? (size_t)s->d[1] : 1;
+    *sp = 1;
+    for (int i = 2; i < s->ndim; i++)
+        *sp *= (size_t)s->d[i];
+}
+
+/* Row-major C = alpha op(A) op(B) + beta C on the stream's cuBLAS handle. */
+static tp_status_t s_gemm_rm(tp_stream_t *s, int ta, int tb, int m, int n,
+                             int k, const float *a, int lda, const float *b,
+                             int ldb, float beta, float *c, int ldc) {
+    TP_CUDA_CHECK(cublasSgemm(s->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &s_one,
+                              b, ldb, a, lda, &beta, c, ldc));
+    return TP_OK;
+}
+
+/* ---- label checks --------------------------------------------------------- */
+
+static int s_check_slot(tp_stream_t *s, const tp_op_call_t *c, size_t k) {
+    if (s->nchecks >= TP_CUDA_MAX_CHECKS)
+        return -1; /* more label ops than slots between two syncs: unchecked */
+    int slot = s->nchecks++;
+    s->check_name[slot] = c->name;
+    s->check_k[slot] = (int)k;
+    return slot;
+}
+
+tp_status_t tp_cuda_checks_collect(tp_stream_t *s) {
+    if (s->nchecks == 0)
+        return TP_OK;
+    int host[2 * TP_CUDA_MAX_CHECKS];
+    int n = s->nchecks;
+    s->nchecks = 0;
+    TP_CUDA_CHECK(cudaMemcpyAsync(host, s->checks, sizeof(int) * 2 * (size_t)n,
+                                  cudaMemcpyDeviceToHost, s->cu));
+    TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
+    for (int i = 0; i < n; i++)
+        if (host[2 * i]) {
+            TP_CUDA_CHECK(cudaMemsetAsync(s->checks, 0,
+                                          sizeof(int) * 2 * (size_t)n, s->cu));
+            return tp_error(TP_ERR_INVALID,
+                            "%s: label %d at row %d outside [0,%d)",
+                            s->check_name[i], host[2 * i + 1], host[2 * i] - 1,
+                            s->check_k[i]);
+        }
+    return TP_OK;
+}
+
+/* ---- workspace ------------------------------------------------------------ */
+
+static size_t s_round256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+size_t tp_cuda_op_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
+    switch (c->kind) {
+    case TP_OP_CONV2D: {
+        struct tp_cuda_entry *e = NULL;
+        if (tp_cuda_use(cb) < 0 || s_entry(cb, cb->def->dnn, c, 1, &e) < 0) {
+            /* planning goes on; the step reports the failure */
+            TP_WARN("%s", tp_last_error());
+            return 0;
+        }
+        return e->ws;
+    }
+    case TP_OP_BATCH_NORM:
+        /* mean[C], inv[C] (the CPU's layout), then dgamma[C], dbeta[C] */
+        return 4 * (size_t)c->xshape[0].d[1] * sizeof(float);
+    case TP_OP_DROPOUT: {
+        size_t n = s_count(&c->yshape);
+        return s_round256(n * sizeof(float)) + ((n + 31) / 32) * 4;
+    }
+    case TP_OP_SOFTMAX_XENT:
+        return s_count(&c->xshape[0]) * sizeof(float); /* log-probabilities */
+    case TP_OP_L2_DECAY:
+        return (size_t)c->ninputs * TP_L2_BLOCKS * sizeof(double);
+    default:
+        return 0;
+    }
+}
+
+/* ---- forward -------------------------------------------------------------- */
+
+static tp_status_t s_conv_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
+                              const tp_op_call_t *c) {
+    struct tp_cuda_entry *e;
+    TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+    TP_CUDA_CHECK(cudnnConvolutionForward(s->dnn, &s_one, e->xd, c->x[0],
+                                          e->wd, c->x[1], e->cd, e->fwd,
+                                          c->workspace, e->ws, &s_zero, e->yd,
+                                          c->y));
+    if (c->ninputs > 2)
+        TP_CUDA_CHECK(cudnnAddTensor(s->dnn, &s_one, e->bd, c->x[2], &s_one,
+                                     e->yd, c->y));
+    return TP_OK;
+}
+
+static tp_status_t s_bn_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
+                            const tp_op_call_t *c) {
+    struct tp_cuda_entry *e;
+    TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+    const tp_op_attr_t *a = c->attr;
+    const size_t ch = (size_t)c->xshape[0].d[1];
+    float *mean = (float *)c->workspace, *inv = mean + ch;
+    if (a->training) {
+        int upd = a->update_state;
+        TP_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(
+            s->dnn, CUDNN_BATCHNORM_SPATIAL, &s_one, &s_zero, e->xd, c->x[0],
+            e->xd, c->y, e->bd, c->x[1], c->x[2], 1.0 - (double)a->alpha,
+            upd ? c->state[0] : NULL, upd ? c->state[1] : NULL, (double)a->eps,
+            mean, inv));
+        return TP_OK;
+    }
+    TP_CUDA_CHECK(cudnnBatchNormalizationForwardInference(
+        s->dnn, CUDNN_BATCHNORM_SPATIAL, &s_one, &s_zero, e->xd, c->x[0], e->xd,
+        c->y, e->bd, c->x[1], c->x[2], c->state[0], c->state[1],
+        (double)a->eps));
+    k_bn_infer_stats<<<tp_cuda_blocks(ch, 256), 256, 0, s->cu>>>(
+        c->state[0], c->state[1], a->eps, ch, mean, inv);
+    TP_LAUNCHED();
+    return TP_OK;
+}
+
+static tp_status_t s_dropout_fwd(tp_stream_t *s, const tp_op_call_t *c) {
+    const size_t n = s_count(&c->yshape);
+    const float *x = (const float *)c->x[0];
+    float *y = (float *)c->y, *mask = (float *)c->workspace;
+    const float rate = c->attr->alpha;
+    if (n == 0)
+        return TP_OK;
+    if (!c->attr->training || rate <= 0.0f) {
+        if (y != x)
+            TP_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, s->cu));
+        return s_store(s, mask, 0, n, f_const{1.0f});
+    }
+    const size_t words = (n + 31) / 32;
+    if (s->host_bits_used + words > s->host_bits_cap) {
+        /* grows on the first steps only: wait for copies out of the old one */
+        size_t cap = (s->host_bits_used + words) * 2;
+        uint32_t *nb = NULL;
+        TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
+        TP_CUDA_CHECK(cudaHostAlloc((void **)&nb, cap * 4, cudaHostAllocPortable));
+        if (s->host_bits)
+            cudaFreeHost(s->host_bits);
+        s->host_bits = nb;
+        s->host_bits_cap = cap;
+        s->host_bits_used = 0;
+    }
+    uint32_t *bits = s->host_bits + s->host_bits_used;
+    s->host_bits_used += words;
+    memset(bits, 0, words * 4);
+    /* the CPU backend's draw: two 24-bit numbers per 64-bit output */
+    const uint32_t thr = (uint32_t)((double)rate * 16777216.0);
+    size_t i = 0;
+    while (i < n) {
+        uint64_t r = tp_rng_u64(c->rng);
+        for (int k = 0; k < 2 && i < n; k++, i++) {
+            uint32_t u = (uint32_t)(r >> (k ? 40 : 8)) & 0xffffffu;
+            if (u < thr)
+                bits[i >> 5] |= 1u << (i & 31);
+        }
+    }
+    uint32_t *dbits =
+        (uint32_t *)((char *)c->workspace + s_round256(n * sizeof(float)));
+    TP_CUDA_CHECK(cudaMemcpyAsync(dbits, bits, words * 4,
+                                  cudaMemcpyHostToDevice, s->cu));
+    k_dropout<<<tp_cuda_blocks(n, 256), 256, 0, s->cu>>>(
+        x, y, mask, dbits, n, 1.0f / (1.0f - rate));
+    TP_LAUNCHED();
+    return TP_OK;
+}
+
+static tp_status_t s_xent_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
+                              const tp_op_call_t *c) {
+    struct tp_cuda_entry *e;
+    TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+    const size_t n = (size_t)c->xshape[0].d[0], k = (size_t)c->xshape[0].d[1];
+    if (c->xshape[1].d[0] != (int64_t)n)
+        return tp_error(TP_ERR_SHAPE, "%s: %lld rows of logits but %lld labels",
+                        c->name, (long long)n, (long long)c->xshape[1].d[0]);
+    float *logp = (float *)c->workspace;
+    TP_CUDA_CHECK(cudnnSoftmaxForward(s->dnn, CUDNN_SOFTMAX_LOG,
+                                      CUDNN_SOFTMAX_MODE_INSTANCE, &s_one,
+                                      e->xd, c->x[0], &s_zero, e->xd, logp));
+    int slot = s_check_slot(s, c, k);
+    k_xent_loss<<<1, 256, 0, s->cu>>>(logp, (const int32_t *)c->x[1], n, k,
+                                      (float *)c->y,
+                                      slot >= 0 ? s->checks : NULL, slot);
+    TP_LAUNCHED();
+    return TP_OK;
+}
+
+static tp_status_t s_correct_fwd(tp_stream_t *s, const tp_op_call_t *c) {
+    const size_t n = (size_t)c->xshape[0].d[0], k = (size_t)c->xshape[0].d[1];
+    if (c->xshape[1].d[0] != (int64_t)n)
+        return tp_error(TP_ERR_SHAPE, "%s: %lld rows of logits but %lld labels",
+                        c->name, (long long)n, (long long)c->xshape[1].d[0]);
+    int slot = s_check_slot(s, c, k);
+    k_correct<<<1, 256, 0, s->cu>>>((const float *)c->x[0],
+                                    (const int32_t *)c->x[1], n, k,
+                                    (float *)c->y, c->kind == TP_OP_ACCURACY,
+                                    slot >= 0 ? s->checks : NULL, slot);
+    TP_LAUNCHED();
+    return TP_OK;
+}
+
+static tp_status_t s_l2_fwd(tp_stream_t *s, const tp_op_call_t *c) {
+    double *partial = (double *)c->workspace;
+    for (int k = 0; k < c->ninputs; k++) {
+        k_sumsq<<<TP_L2_BLOCKS, 256, 0, s->cu>>>((const float *)c->x[k],
+                                                  s_count(&c->xshape[k]),
+                                                  partial + k * TP_L2_BLOCKS);
+        TP_LAUNCHED();
+    }
+    k_l2_final<<<1, 256, 0, s->cu>>>(partial,
+                                     (size_t)c->ninputs * TP_L2_BLOCKS,
+                                     c->attr->alpha, (float *)c->y);
+    TP_LAUNCHED();
+    return TP_OK;
+}
+
+tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
+                               const tp_op_call_t *c) {
+    const size_t ny = s_count(&c->yshape);
+    const float *x0 = (const float *)c->x[0];
+    float *y = (float *)c->y;
+    const float a = c->attr->alpha;
+    switch (c->kind) {
+    case TP_OP_MATMUL: {
+        const tp_shape_t *xs = &c->xshape[0];
+        int n = (int)xs->d[0], k = (int)(s_count(xs) / (size_t)xs->d[0]);
+        int m = (int)c->xshape[1].d[1];
+        return s_gemm_rm(s, 0, 0, n, m, k, x0, k, (const float *)c->x[1], m,
+                         0.0f, y, m);
+    }
+    case TP_OP_CONV2D:
+        return s_conv_fwd(cb, s, c);
+    case TP_OP_BIAS_ADD: {
+        size_t n, ch, sp;
+        s_ncs(&c->xshape[0], &n, &ch, &sp);
+        return s_store(s, y, 0, ny, f_bias{x0, (const float *)c->x[1], ch, sp});
+    }
+    case TP_OP_RELU:
+    case TP_OP_TANH:
+    case TP_OP_SIGMOID: {
+        struct tp_cuda_entry *e;
+        TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+        TP_CUDA_CHECK(cudnnActivationForward(s->dnn, e->ad, &s_one, e->xd, x0,
+                                             &s_zero, e->xd, y));
+        return TP_OK;
+    }
+    case TP_OP_LEAKY_RELU:
+        return s_store(s, y, 0, ny, f_leaky{x0, a});
+    case TP_OP_SCALE:
+        return s_store(s, y, 0, ny, f_scale{x0, a});
+    case TP_OP_MAX_POOL:
+    case TP_OP_AVG_POOL: {
+        struct tp_cuda_entry *e;
+        TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+        TP_CUDA_CHECK(cudnnPoolingForward(s->dnn, e->pd, &s_one, e->xd, x0,
+                                          &s_zero, e->yd, y));
+        return TP_OK;
+    }
+    case TP_OP_GLOBAL_AVG_POOL: {
+        size_t n, ch, sp;
+        s_ncs(&c->xshape[0], &n, &ch, &sp);
+        size_t rows = n * ch;
+        k_row_mean<<<tp_cuda_blocks(rows * 32, 256), 256, 0, s->cu>>>(x0, rows,
+                                                                       sp, y);
+        TP_LAUNCHED();
+        return TP_OK;
+    }
+    case TP_OP_BATCH_NORM:
+        return s_bn_fwd(cb, s, c);
+    case TP_OP_DROPOUT:
+        return s_dropout_fwd(s, c);
+    case TP_OP_RESHAPE:
+        if (c->y != c->x[0] && ny)
+            TP_CUDA_CHECK(cudaMemcpyAsync(c->y, c->x[0], ny * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, s->cu));
+        return TP_OK;
+    case TP_OP_ADD:
+        return s_store(s, y, 0, ny, f_add{x0, (const float *)c->x[1]});
+    case TP_OP_CONCAT: {
+        size_t n, ctot, sp, off = 0;
+        s_ncs(&c->yshape, &n, &ctot, &sp);
+        for (int k = 0; k < c->ninputs; k++) {
+            size_t blk = (size_t)c->xshape[k].d[1] * sp;
+            if (n * blk) {
+                k_concat<<<tp_cuda_blocks(n * blk, 256), 256, 0, s->cu>>>(
+                    y, (const float *)c->x[k], n, blk, ctot * sp, off, 0, NULL,
+                    NULL, 0);
+                TP_LAUNCHED();
+            }
+            off += blk;
+        }
+        return TP_OK;
+    }
+    case TP_OP_SOFTMAX_XENT:
+        return s_xent_fwd(cb, s, c);
+    case TP_OP_ACCURACY:
+    case TP_OP_ERROR_COUNT:
+        return s_correct_fwd(s, c);
+    case TP_OP_L2_DECAY:
+        return s_l2_fwd(s, c);
+    case TP_OP_CAST:
+        if (c->attr->in_dtype == TP_FLOAT32)
+            return s_store(s, y, 0, ny, f_scale{x0, a});
+        if (c->attr->in_dtype == TP_UINT8)
+            return tp_cuda_cast_u8_f32((const uint8_t *)c->x[0], y, ny, a,
+                                       s->cu);
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: cast from %s", c->name,
+                        tp_dtype_name(c->attr->in_dtype));
+    default:
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: no CUDA forward for op %s",
+                        c->name, tp_op_name(c->kind));
+    }
+}
+
+/* ---- backward ------------------------------------------------------------- */
+
+static tp_status_t s_conv_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
+                              const tp_op_call_t *c) {
+    struct tp_cuda_entry *e;
+    TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+    if (c->ninputs > 2 && c->dx[2]) {
+        const float beta = c->dx_acc[2] ? 1.0f : 0.0f;
+        TP_CUDA_CHECK(cudnnConvolutionBackwardBias(s->dnn, &s_one, e->yd, c->dy,
+                                                   &beta, e->bd, c->dx[2]));
+    }
+    if (c->dx[1]) {
+        const float beta = c->dx_acc[1] ? 1.0f : 0.0f;
+        TP_CUDA_CHECK(cudnnConvolutionBackwardFilter(
+            s->dnn, &s_one, e->xd, c->x[0], e->yd, c->dy, e->cd, e->bwd_filter,
+            c->workspace, e->ws, &beta, e->wd, c->dx[1]));
+    }
+    if (c->dx[0]) {
+        const float beta = c->dx_acc[0] ? 1.0f : 0.0f;
+        TP_CUDA_CHECK(cudnnConvolutionBackwardData(
+            s->dnn, &s_one, e->wd, c->x[1], e->yd, c->dy, e->cd, e->bwd_data,
+            c->workspace, e->ws, &beta, e->xd, c->dx[0]));
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_bn_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
+                            const tp_op_call_t *c) {
+    struct tp_cuda_entry *e;
+    TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+    size_t n, ch, sp;
+    s_ncs(&c->xshape[0], &n, &ch, &sp);
+    const float *mean = (const float *)c->workspace, *inv = mean + ch;
+    float *dg = (float *)c->workspace + 2 * ch, *db = dg + ch;
+    if (!c->attr->training) {
+        if (c->dx[0]) {
+            size_t total = n * ch * sp;
+            k_bn_infer_bwd<<<tp_cuda_blocks(total, 256), 256, 0, s->cu>>>(
+                c->dy, (const float *)c->x[1], inv, ch, sp, total, c->dx[0],
+                c->dx_acc[0]);
+            TP_LAUNCHED();
+        }
+    } else if (c->dx[0]) {
+        /* cuDNN: dx (blended by dx_acc), the parameter gradients into
+         * scratch, stored below by each one's own dx_acc */
+        const float beta = c->dx_acc[0] ? 1.0f : 0.0f;
+        TP_CUDA_CHECK(cudnnBatchNormalizationBackward(
+            s->dnn, CUDNN_BATCHNORM_SPATIAL, &s_one, &beta, &s_one, &s_zero,
+            e->xd, c->x[0], e->xd, c->dy, e->xd, c->dx[0], e->bd, c->x[1], dg,
+            db, (double)c->attr->eps, mean, inv));
+        if (c->dx[1]) {
+            k_store_small<<<tp_cuda_blocks(ch, 256), 256, 0, s->cu>>>(
+                c->dx[1], dg, ch, c->dx_acc[1]);
+            TP_LAUNCHED();
+        }
+        if (c->dx[2]) {
+            k_store_small<<<tp_cuda_blocks(ch, 256), 256, 0, s->cu>>>(
+                c->dx[2], db, ch, c->dx_acc[2]);
+            TP_LAUNCHED();
+        }
+        return TP_OK;
+    }
+    /* parameter gradients without cuDNN (no dx wanted, or inference mode) */
+    if (c->dx[1] || c->dx[2]) {
+        k_bn_params<<<(unsigned)ch, 256, 0, s->cu>>>(
+            (const float *)c->x[0], c->dy, mean, inv, n, ch, sp, c->dx[1],
+            c->dx_acc[1], c->dx[2], c->dx_acc[2]);
+        TP_LAUNCHED();
+    }
+    return TP_OK;
+}
+
+tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
+                                const tp_op_call_t *c) {
+    const size_t ny = s_count(&c->yshape);
+    const float *x0 = (const float *)c->x[0], *dy = c->dy;
+    float *dx0 = c->dx[0];
+    const int acc0 = c->dx_acc ? c->dx_acc[0] : 0;
+    const float a = c->attr->alpha;
+    switch (c->kind) {
+    case TP_OP_MATMUL: {
+        const tp_shape_t *xs = &c->xshape[0];
+        int n = (int)xs->d[0], k = (int)(s_count(xs) / (size_t)xs->d[0]);
+        int m = (int)c->xshape[1].d[1];
+        if (c->dx[1])
+            TP_TRY(s_gemm_rm(s, 1, 0, k, m, n, x0, k, dy, m,
+                             c->dx_acc[1] ? 1.0f : 0.0f, c->dx[1], m));
+        if (dx0)
+            TP_TRY(s_gemm_rm(s, 0, 1, n, k, m, dy, m, (const float *)c->x[1],
+                             m, acc0 ? 1.0f : 0.0f, dx0, k));
+        return TP_OK;
+    }
+    case TP_OP_CONV2D:
+        return s_conv_bwd(cb, s, c);
+    case TP_OP_BIAS_ADD: {
+        size_t n, ch, sp;
+        s_ncs(&c->xshape[0], &n, &ch, &sp);
+        if (dx0)
+            TP_TRY(s_store(s, dx0, acc0, n * ch * sp, f_copy{dy}));
+        if (c->dx[1]) {
+            k_channel_sum<<<(unsigned)ch, 256, 0, s->cu>>>(dy, n, ch, sp,
+                                                           c->dx[1],
+                                                           c->dx_acc[1]);
+            TP_LAUNCHED();
+        }
+        return TP_OK;
+    }
+    case TP_OP_RELU:
+    case TP_OP_TANH:
+    case TP_OP_SIGMOID: {
+        if (!dx0)
+            return TP_OK;
+        struct tp_cuda_entry *e;
+        TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+        const float beta = acc0 ? 1.0f : 0.0f;
+        TP_CUDA_CHECK(cudnnActivationBackward(s->dnn, e->ad, &s_one, e->xd,
+                                              c->y, e->xd, dy, e->xd, x0,
+                                              &beta, e->xd, dx0));
+        return TP_OK;
+    }
+    case TP_OP_LEAKY_RELU:
+        return dx0 ? s_store(s, dx0, acc0, ny, f_leaky_bwd{x0, dy, a}) : TP_OK;
+    case TP_OP_SCALE:
+        return dx0 ? s_store(s, dx0, acc0, ny, f_scale{dy, a}) : TP_OK;
+    case TP_OP_MAX_POOL:
+    case TP_OP_AVG_POOL: {
+        if (!dx0)
+            return TP_OK;
+        struct tp_cuda_entry *e;
+        TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+        const float beta = acc0 ? 1.0f : 0.0f;
+        TP_CUDA_CHECK(cudnnPoolingBackward(s->dnn, e->pd, &s_one, e->yd, c->y,
+                                           e->yd, dy, e->xd, x0, &beta, e->xd,
+                                           dx0));
+        return TP_OK;
+    }
+    case TP_OP_GLOBAL_AVG_POOL: {
+        if (!dx0)
+            return TP_OK;
+        size_t n, ch, sp;
+        s_ncs(&c->xshape[0], &n, &ch, &sp);
+        return s_store(s, dx0, acc0, n * ch * sp,
+                       f_gap_bwd{dy, sp, 1.0f / (float)sp});
+    }
+    case TP_OP_BATCH_NORM:
+        return s_bn_bwd(cb, s, c);
+    case TP_OP_DROPOUT:
+        return dx0 ? s_store(s, dx0, acc0, ny,
+                             f_mul{dy, (const float *)c->workspace})
+                   : TP_OK;
+    case TP_OP_RESHAPE:
+    case TP_OP_ADD:
+        for (int k = 0; k < c->ninputs; k++)
+            if (c->dx[k])
+                TP_TRY(s_store(s, c->dx[k], c->dx_acc[k], ny, f_copy{dy}));
+        return TP_OK;
+    case TP_OP_CONCAT: {
+        size_t n, ctot, sp, off = 0;
+        s_ncs(&c->yshape, &n, &ctot, &sp);
+        for (int k = 0; k < c->ninputs; k++) {
+            size_t blk = (size_t)c->xshape[k].d[1] * sp;
+            if (c->dx[k] && n * blk) {
+                k_concat<<<tp_cuda_blocks(n * blk, 256), 256, 0, s->cu>>>(
+                    NULL, NULL, n, blk, ctot * sp, off, 1, c->dx[k], dy,
+                    c->dx_acc[k]);
+                TP_LAUNCHED();
+            }
+            off += blk;
+        }
+        return TP_OK;
+    }
+    case TP_OP_SOFTMAX_XENT: {
+        if (!dx0)
+            return TP_OK;
+        const size_t n = (size_t)c->xshape[0].d[0],
+                     k = (size_t)c->xshape[0].d[1];
+        return s_store(s, dx0, acc0, n * k,
+                       f_xent_bwd{(const float *)c->workspace, dy,
+                                  (const int32_t *)c->x[1], k,
+                                  1.0f / (float)n});
+    }
+    case TP_OP_L2_DECAY:
+        for (int k = 0; k < c->ninputs; k++)
+            if (c->dx[k])
+                TP_TRY(s_store(s, c->dx[k], c->dx_acc[k],
+                               s_count(&c->xshape[k]),
+                               f_l2_bwd{(const float *)c->x[k], dy, a}));
+        return TP_OK;
+    default:
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: no CUDA backward for op %s",
+                        c->name, tp_op_name(c->kind));
+    }
+}

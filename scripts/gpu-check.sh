@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# towerpack: the GPU checks of the CUDA backend, for a session that has the
+# device machine (the `device` tool's `run`; see docs/cuda.md). Three steps:
+#
+#   1. HERE (no GPU needed), in the checkout the session was started in:
+#        bash scripts/gpu-check.sh prepare
+#      builds build-gpu/ (TP_WITH_CUDA=ON, sm_90 for the H100/H200) and
+#      copies into .gpu/ (ignored through .git/info/exclude) the programs,
+#      libtowerpack, libtowerpack_cuda.so and every non-glibc, non-CUDA
+#      library they load (libzmq, libczmq, liblz4, libsodium, libpgm,
+#      libnorm, libgssapi_krb5 and its Kerberos libraries, libopenblas,
+#      libgfortran, libcriterion...: found with ldd), plus Fashion-MNIST in
+#      .gpu-data/. The device machine has its own glibc (newer than this
+#      one), CUDA driver, and cuBLAS/cuDNN/NCCL in PyTorch's pip packages;
+#      those are not carried.
+#   2. ON THE GPU, one call (about 5-8 minutes):
+#        run(command="bash scripts/gpu-check.sh run",
+#            carry=[".gpu"], timeout_s=600)
+#      runs test_cuda_probe and test_cuda_ops (every op against the CPU, the
+#      whole training steps), compute-sanitizer memcheck on test_cuda_ops,
+#      then the measurements: tp-bench cuda gemm (TF32 off and on: item 6d),
+#      tp-bench cuda steps for cnn-bn and resnet with nvidia-smi sampling
+#      the GPU's utilisation (item 6b busy fraction, and the compute-only
+#      epoch time for 6c), and the host time per op call. Logs land in
+#      $OUT (env.txt, tests.txt, memcheck.txt, bench.txt: the tool returns
+#      at most 8 files).
+#   3. ON THE GPU, the PyTorch peer (item 6c):
+#        run(command="bash scripts/gpu-check.sh peer",
+#            carry=[".gpu-data"], timeout_s=600)
+#      (separate: .gpu and .gpu-data together pass the 64 MiB carry limit).
+#
+# Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
+# only the matching tests (Criterion --filter), ONLY=tests skips memcheck
+# and the measurements, ONLY=bench runs only the measurements.
+#
+# Exit status: 0 when every step that ran passed.
+set -u
+here="$(cd "$(dirname "$0")/.." && pwd)"
+mode="${1:-}"
+build="${BUILD:-build-gpu}"   # BUILD=build-cuda reuses a CUDA build dir
+out="${OUT:-$here/gpu-check-out}"
+
+prepare() {
+    set -e
+    cd "$here"
+    local excl
+    excl="$(git rev-parse --git-path info/exclude)"
+    mkdir -p "$(dirname "$excl")"
+    for p in /.gpu/ /.gpu-data/ "/$build/"; do
+        grep -qxF "$p" "$excl" 2>/dev/null || echo "$p" >>"$excl"
+    done
+    cmake -S . -B "$build" -DTP_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DTP_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    make -C "$build" -j"${JOBS:-1}" tp-bench tp-train test_cuda_ops \
+        test_cuda_probe towerpack_cuda
+    rm -rf .gpu .gpu-data
+    mkdir -p .gpu/bin .gpu/lib .gpu-data
+    cp "$build"/bin/{tp-bench,tp-train,test_cuda_ops,test_cuda_probe} .gpu/bin/
+    cp -a "$build"/lib/libtowerpack.so* "$build"/lib/libtowerpack_cuda.so .gpu/lib/
+    # every library the programs load, except glibc's own and CUDA's
+    local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart|libcublas|libcublasLt|libcudnn|libnccl|libtowerpack)'
+    for f in .gpu/bin/* .gpu/lib/libtowerpack_cuda.so; do
+        LD_LIBRARY_PATH="$here/$build/lib" ldd "$f" | awk '/=> \//{print $1" "$3}'
+    done | sort -u | while read -r name path; do
+        [[ "$name" =~ $skip ]] && continue
+        cp -L "$path" ".gpu/lib/$name"
+    done
+    strip --strip-unneeded .gpu/lib/*.so* .gpu/bin/* 2>/dev/null || true
+    cp /usr/share/datasets/fashion-mnist/*-ubyte.gz .gpu-data/
+    cp scripts/gpu/pytorch_cnn_bn.py .gpu-data/
+    du -sh .gpu .gpu-data
+    local kb
+    kb=$(du -sk .gpu | cut -f1)
+    if [ "$kb" -gt 60000 ]; then
+        echo "prepare: .gpu is ${kb} KiB, over the 64 MiB carry limit with the tree" >&2
+        exit 1
+    fi
+    echo "prepare: done. Now: run(command=\"bash scripts/gpu-check.sh run\", carry=[\".gpu\"])"
+}
+
+# cuBLAS, cuDNN and NCCL from PyTorch's pip packages (nvidia-*-cu13) or
+# the toolkit, whichever holds them.
+cuda_libs() {
+    local dirs="" site
+    site="$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)"
+    for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+        local f
+        f="$(find "$site/nvidia" /usr/local/cuda/lib64 /usr/local/cuda/lib \
+                  /usr/lib/x86_64-linux-gnu -name "$lib" 2>/dev/null | head -1)"
+        [ -n "$f" ] && case ":$dirs:" in *":$(dirname "$f"):"*) ;; *) dirs="$dirs:$(dirname "$f")" ;; esac
+        [ -z "$f" ] && echo "gpu-check: $lib not found on this machine" >&2
+    done
+    echo "${dirs#:}"
+}
+
+run_checks() {
+    cd "$here"
+    mkdir -p "$out"
+    [ -d .gpu/bin ] || { echo "gpu-check: no .gpu/ (run 'prepare' here first and carry .gpu)" >&2; exit 2; }
+    export LD_LIBRARY_PATH="$here/.gpu/lib:$(cuda_libs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export TP_CUDA_MODULE="$here/.gpu/lib/libtowerpack_cuda.so"
+    export TP_LOG_LEVEL=info
+    local rc=0 san=/usr/local/cuda/bin/compute-sanitizer
+    command -v compute-sanitizer >/dev/null && san=compute-sanitizer
+    {
+        date -u
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+        echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+        ldd .gpu/lib/libtowerpack_cuda.so | grep -E "not found|cudnn|cublas|nccl" || true
+    } 2>&1 | tee "$out/env.txt"
+    local only="${ONLY:-all}" filter=()
+    [ -n "${FILTER:-}" ] && filter=(--filter "$FILTER")
+    if [ "$only" != bench ]; then
+        echo "== test_cuda_probe"
+        .gpu/bin/test_cuda_probe --verbose 2>&1 | tee "$out/tests.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+        echo "== test_cuda_ops"
+        timeout 240 .gpu/bin/test_cuda_ops --verbose --jobs 1 "${filter[@]}" 2>&1 | tee -a "$out/tests.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    fi
+    if [ "$only" = all ]; then
+        echo "== compute-sanitizer memcheck (test_cuda_ops)"
+        timeout 300 "$san" --tool memcheck --target-processes all --leak-check full \
+            --error-exitcode 3 .gpu/bin/test_cuda_ops --jobs 1 "${filter[@]}" 2>&1 | tee "$out/memcheck.txt" | tail -25
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck: FAILED (see memcheck.txt)"; rc=1; }
+    fi
+    if [ "$only" = tests ]; then
+        echo "gpu-check run: exit $rc (logs in $out)"
+        return $rc
+    fi
+    echo "== 6d: GEMM-heavy step against its cuBLAS products"
+    .gpu/bin/tp-bench cuda gemm 2>&1 | tee "$out/bench.txt"
+    .gpu/bin/tp-bench cuda gemm --tf32 2>&1 | tee -a "$out/bench.txt"
+    echo "== 6b/6c: step rates, GPU utilisation sampled by nvidia-smi"
+    for model in cnn-bn resnet; do
+        nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
+            -lms 100 >"/tmp/util_$model.txt" 2>/dev/null &
+        local smi=$!
+        .gpu/bin/tp-bench cuda steps --model "$model" --batch 128 --steps 600 \
+            2>&1 | tee -a "$out/bench.txt"
+        kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+        # steady state: drop the first and last 20% of the samples
+        awk '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
+             for (i=lo;i<=hi;i++) {s+=v[i]; n++}
+             if (n) printf "busy (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n", s/n, n;
+             else print "busy: no samples"}' "/tmp/util_$model.txt" | tee -a "$out/bench.txt"
+    done
+    echo "== host time per op call (launch overhead) for cnn-bn"
+    .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 100 --profile \
+        2>&1 | tee -a "$out/bench.txt" | head -4
+    echo "gpu-check run: exit $rc (logs in $out)"
+    return $rc
+}
+
+peer() {
+    cd "$here"
+    mkdir -p "$out"
+    [ -d .gpu-data ] || { echo "gpu-check: no .gpu-data/ (prepare, then carry it)" >&2; exit 2; }
+    PYTHONUNBUFFERED=1 python3 .gpu-data/pytorch_cnn_bn.py --data .gpu-data \
+        --epochs "${EPOCHS:-3}" --workers 8 2>&1 | tee "$out/pytorch_cnn_bn.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+case "$mode" in
+    prepare) prepare ;;
+    run) run_checks ;;
+    peer) peer ;;
+    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer (see the header)" >&2; exit 2 ;;
+esac

@@ -1,0 +1,327 @@
+/* tp-bench cuda: measurements of the CUDA backend (run on a GPU machine;
+ * without a device each mode says so and exits 77, "skipped").
+ *
+ *   tp-bench cuda gemm  [--batch B] [--width W] [--iters N] [--rounds R]
+ *                       [--tf32] [--json]
+ *       A GEMM-heavy step (MLP 784-W-W-10, SGD momentum) against the same
+ *       matrix products called directly on cuBLAS (the backend's gemm) in
+ *       the same run: ratio = step time / products time. Goal <= 1.1.
+ *   tp-bench cuda steps [--model cnn-bn] [--batch B] [--steps N] [--towers T]
+ *                       [--tf32] [--profile] [--json]
+ *       Step rate of a zoo model on the GPU fed one constant host batch per
+ *       tower (DummyConstantInput-style: copy in, forward, backward, update):
+ *       steps/s, images/s, and the implied epoch time for 60000 images.
+ *       scripts/gpu-check.sh samples nvidia-smi's utilisation meanwhile for
+ *       the busy fraction. --profile adds the host time spent in each op
+ *       call (launch overhead on the GPU: what keeps it idle).
+ *
+ * --cpu runs either mode on the CPU backend instead (a reference, and a
+ * check of the bench itself on a machine without a GPU).
+ *
+ * Times are wall-clock around whole steps; every step ends with the model's
+ * stream sync, so they include all device work. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+
+static int s_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double s_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, s_cmp);
+    return v[n / 2];
+}
+
+static int s_cpu; /* --cpu: the same measurement on the CPU backend */
+
+static tp_backend_t *s_backend(int tf32) {
+    if (s_cpu)
+        return tp_backend_cpu_new(0);
+    if (tp_cuda_device_count() <= 0) {
+        fprintf(stderr, "tp-bench cuda: skipped: %s\n", tp_cuda_status());
+        return NULL;
+    }
+    tp_cuda_options_t o = tp_cuda_options_default();
+    o.tf32 = tf32;
+    tp_backend_t *b = tp_backend_cuda_new(&o);
+    if (!b)
+        fprintf(stderr, "tp-bench cuda: %s\n", tp_last_error());
+    return b;
+}
+
+static int s_width = 2048;
+
+static tp_status_t s_mlp(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = tp_flatten(t, "flat", tp_cast(t, "cast", in[0], 1.0f / 255));
+    x = tp_relu(t, NULL, tp_fc(t, "fc0", x, s_width, 1));
+    x = tp_relu(t, NULL, tp_fc(t, "fc1", x, s_width, 1));
+    tp_node_t *logits = tp_fc(t, "fc2", x, 10, 1);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+
+static tp_optimizer_t *s_sgd(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.01, 0.9, 0);
+}
+
+/* Fill a constant batch of B images and labels. */
+static void s_batch(int64_t b, uint8_t *x, int32_t *y, tp_tensor_t in[2]) {
+    for (int64_t i = 0; i < b * 784; i++)
+        x[i] = (uint8_t)(i * 131 + 7);
+    for (int64_t i = 0; i < b; i++)
+        y[i] = (int32_t)(i % 10);
+    int64_t xs[3] = {b, 28, 28}, ys[1] = {b};
+    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+}
+
+static int s_gemm_mode(int argc, char **argv) {
+    int64_t batch = 1024;
+    int iters = 50, rounds = 7, tf32 = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            batch = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--width") && i + 1 < argc)
+            s_width = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tf32"))
+            tf32 = 1;
+        else if (!strcmp(argv[i], "--cpu"))
+            s_cpu = 1;
+        else if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else {
+            fprintf(stderr, "tp-bench cuda gemm: unknown flag '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (batch < 1 || s_width < 1 || iters < 1 || rounds < 1 || rounds > 99) {
+        fprintf(stderr, "tp-bench cuda gemm: bad sizes\n");
+        return 2;
+    }
+    tp_backend_t *b = s_backend(tf32);
+    if (!b)
+        return tp_cuda_device_count() <= 0 ? 77 : 1;
+    tp_input_desc_t desc[2] = {{"image", TP_UINT8, 3, {-1, 28, 28}},
+                               {"label", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_mlp, s_sgd, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = batch;
+    cfg.backend = b;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    if (!m) {
+        fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
+        tp_backend_destroy(&b);
+        return 1;
+    }
+    uint8_t *x = malloc((size_t)batch * 784);
+    int32_t *y = malloc((size_t)batch * sizeof *y);
+    tp_tensor_t in[2];
+    s_batch(batch, x, y, in);
+    const tp_tensor_t *p[1] = {in};
+    /* the products of one step, row-major (m, n, k, ta, tb): forward
+     * x@W0, h0@W1, h1@W2; backward dW2, dh1, dW1, dh0, dW0 (the input needs
+     * no gradient) */
+    const int B = (int)batch, W = s_width;
+    const int shapes[8][5] = {{B, W, 784, 0, 0}, {B, W, W, 0, 0},
+                              {B, 10, W, 0, 0},  {W, 10, B, 1, 0},
+                              {B, W, 10, 0, 1},  {W, W, B, 1, 0},
+                              {B, W, W, 0, 1},   {784, W, B, 1, 0}};
+    size_t maxe = 0;
+    for (int g = 0; g < 8; g++) {
+        size_t mk = (size_t)shapes[g][0] * (size_t)shapes[g][2],
+               kn = (size_t)shapes[g][2] * (size_t)shapes[g][1],
+               mn = (size_t)shapes[g][0] * (size_t)shapes[g][1];
+        maxe = mk > maxe ? mk : maxe;
+        maxe = kn > maxe ? kn : maxe;
+        maxe = mn > maxe ? mn : maxe;
+    }
+    float *ga = b->ops->alloc(b, maxe * 4), *gb = b->ops->alloc(b, maxe * 4),
+          *gc = b->ops->alloc(b, maxe * 4);
+    tp_stream_t *s = b->ops->stream_new(b);
+    if (!ga || !gb || !gc || !s) {
+        fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
+        return 1;
+    }
+    b->ops->fill(b, s, ga, 0.01f, maxe);
+    b->ops->fill(b, s, gb, 0.02f, maxe);
+    double step_s[99], ref_s[99], ratio[99];
+    for (int w = 0; w < 5; w++)
+        if (tp_model_train_step(m, p) < 0) {
+            fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
+            return 1;
+        }
+    for (int r = 0; r < rounds; r++) {
+        double t0 = tp_now_s();
+        for (int i = 0; i < iters; i++)
+            if (tp_model_train_step(m, p) < 0) {
+                fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
+                return 1;
+            }
+        double t1 = tp_now_s();
+        for (int i = 0; i < iters; i++) {
+            for (int g = 0; g < 8; g++) {
+                const int *q = shapes[g];
+                int lda = q[3] ? q[0] : q[2], ldb = q[4] ? q[2] : q[1];
+                b->ops->gemm(b, s, q[3], q[4], q[0], q[1], q[2], 1.0f, ga, lda,
+                             gb, ldb, 0.0f, gc, q[1]);
+            }
+            b->ops->stream_sync(b, s); /* the step syncs once too */
+        }
+        double t2 = tp_now_s();
+        step_s[r] = (t1 - t0) / iters;
+        ref_s[r] = (t2 - t1) / iters;
+        ratio[r] = step_s[r] / ref_s[r];
+    }
+    double med = s_median(ratio, rounds);
+    double st = s_median(step_s, rounds), rt = s_median(ref_s, rounds);
+    double flops = 0;
+    for (int g = 0; g < 8; g++)
+        flops += 2.0 * shapes[g][0] * shapes[g][1] * shapes[g][2];
+    if (json)
+        printf("{\"bench\":\"cuda-gemm\",\"batch\":%lld,\"width\":%d,\"tf32\":%d,"
+               "\"step_ms\":%.4f,\"cublas_ms\":%.4f,\"ratio\":%.4f,"
+               "\"tflops_step\":%.2f}\n",
+               (long long)batch, W, tf32, st * 1e3, rt * 1e3, med,
+               flops / st / 1e12);
+    else
+        printf("cuda gemm: MLP 784-%d-%d-10, batch %lld, TF32 %s: step %.3f ms, "
+               "its 8 cuBLAS products alone %.3f ms: ratio %.3f (median of %d "
+               "rounds; goal <= 1.1); %.1f TFLOP/s in the step\n",
+               W, W, (long long)batch, tf32 ? "on" : "off", st * 1e3, rt * 1e3,
+               med, rounds, flops / st / 1e12);
+    b->ops->stream_destroy(b, s);
+    b->ops->free(b, ga);
+    b->ops->free(b, gb);
+    b->ops->free(b, gc);
+    tp_model_destroy(&m);
+    tp_backend_destroy(&b);
+    free(x);
+    free(y);
+    return 0;
+}
+
+static int s_steps_mode(int argc, char **argv) {
+    const char *model = "cnn-bn";
+    int64_t batch = 128;
+    int steps = 300, towers = 1, tf32 = 0, json = 0, profile = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--profile"))
+            profile = 1;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            model = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            batch = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+            steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--towers") && i + 1 < argc)
+            towers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tf32"))
+            tf32 = 1;
+        else if (!strcmp(argv[i], "--cpu"))
+            s_cpu = 1;
+        else if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else {
+            fprintf(stderr, "tp-bench cuda steps: unknown flag '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    const tp_zoo_model_t *z = tp_zoo_find(model);
+    if (!z || batch < 1 || steps < 10 || towers < 1 || towers > 8) {
+        fprintf(stderr, "tp-bench cuda steps: %s\n",
+                z ? "bad --batch/--steps/--towers" : tp_last_error());
+        return 2;
+    }
+    tp_backend_t *b = s_backend(tf32);
+    if (!b)
+        return tp_cuda_device_count() <= 0 ? 77 : 1;
+    tp_model_desc_t md = {tp_zoo_inputs(), 2, z->build, s_sgd, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = batch;
+    cfg.towers = towers;
+    cfg.backend = b;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    if (!m) {
+        fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
+        tp_backend_destroy(&b);
+        return 1;
+    }
+    uint8_t *x = malloc((size_t)batch * 784);
+    int32_t *y = malloc((size_t)batch * sizeof *y);
+    tp_tensor_t in[2];
+    s_batch(batch, x, y, in);
+    const tp_tensor_t *p[8];
+    for (int t = 0; t < towers; t++)
+        p[t] = in;
+    int warm = steps / 10;
+    double t0 = 0;
+    for (int i = 0; i < steps + warm; i++) {
+        if (i == warm)
+            t0 = tp_now_s();
+        if (tp_model_train_step(m, p) < 0) {
+            fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
+            return 1;
+        }
+    }
+    double dt = tp_now_s() - t0;
+    double rate = steps / dt, ips = rate * (double)batch * towers;
+    if (profile) {
+        /* host time per op call: on an asynchronous device this is launch
+         * overhead, which bounds how busy the GPU can be */
+        tp_model_set_profiling(m, 1);
+        for (int i = 0; i < 50; i++)
+            if (tp_model_train_step(m, p) < 0)
+                return 1;
+        tp_op_profile_t pr[256];
+        int n = tp_model_profile(m, 0, pr, 256);
+        uint64_t total = 0;
+        for (int i = 0; i < n && i < 256; i++)
+            total += pr[i].forward_ns + pr[i].backward_ns;
+        printf("host time in op calls: %.1f us per step (%d ops; the step "
+               "takes %.1f us):\n", total / 50.0 / 1e3, n, 1e6 / rate);
+        for (int i = 0; i < n && i < 256; i++)
+            printf("  %-28s %-16s fwd %7.1f us  bwd %7.1f us\n", pr[i].name,
+                   tp_op_name(pr[i].kind), pr[i].forward_ns / 50.0 / 1e3,
+                   pr[i].backward_ns / 50.0 / 1e3);
+    }
+    if (json)
+        printf("{\"bench\":\"cuda-steps\",\"model\":\"%s\",\"batch\":%lld,"
+               "\"towers\":%d,\"tf32\":%d,\"steps_per_s\":%.2f,"
+               "\"images_per_s\":%.1f,\"epoch_s\":%.3f}\n",
+               model, (long long)batch, towers, tf32, rate, ips, 60000.0 / ips);
+    else
+        printf("cuda steps: %s, batch %lld x %d tower(s), TF32 %s: %.1f steps/s, "
+               "%.0f images/s, %.2f s per 60000-image epoch (compute only, one "
+               "constant batch)\n",
+               model, (long long)batch, towers, tf32 ? "on" : "off", rate, ips,
+               60000.0 / ips);
+    tp_model_destroy(&m);
+    tp_backend_destroy(&b);
+    free(x);
+    free(y);
+    return 0;
+}
+
+int tp_bench_cuda(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help")) {
+        printf("usage: tp-bench cuda gemm [--batch B] [--width W] [--iters N] "
+               "[--rounds R] [--tf32] [--cpu] [--json]\n"
+               "       tp-bench cuda steps [--model NAME] [--batch B] "
+               "[--steps N] [--towers T] [--tf32] [--profile] [--cpu] [--json]\n");
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "gemm"))
+        return s_gemm_mode(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "steps"))
+        return s_steps_mode(argc - 1, argv + 1);
+    fprintf(stderr, "tp-bench cuda: unknown mode '%s' (gemm, steps)\n", argv[1]);
+    return 2;
+}
