@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <towerpack/dist.h>
 #include <towerpack/log.h>
+#include <towerpack/backend.h>
 #include <towerpack/optim.h>
 #include "gpu/graph_internal.h"  /* the model's flat arenas */
 
@@ -206,6 +207,14 @@ static tp_status_t s_agree_start(void *ctx, int64_t *resume_step,
 static tp_status_t s_sync_model(void *ctx, tp_model_t *m, uint64_t seed,
                                 int64_t resume_step) {
     tp_dist_t *d = ctx;
+    /* MPI reads and writes the arenas in place: they must be host memory.
+     * A device backend would need the NCCL path, which does not exist. */
+    tp_backend_t *b = tp_model_backend(m);
+    if (b && b->device >= 0)
+        return tp_error(TP_ERR_UNSUPPORTED, "rank %d: distributed training over "
+                        "MPI needs a CPU backend (the model runs on %s device "
+                        "%d; GPU all-reduce with NCCL is not part of this "
+                        "build)", d->rank, b->ops->name, b->device);
     /* Every rank must have built the same model: compare layouts first, so a
      * mismatch is an error naming both sides, not a corrupt broadcast. */
     int64_t mine[4] = {(int64_t)m->ntrain, (int64_t)m->nmodel, m->nslots,
