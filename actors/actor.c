@@ -1007,10 +1007,31 @@ tp_status_t tp_actor_wait(tp_actor_t *self, int timeout_ms) {
     return TP_OK;
 }
 
+/* Send a one-frame control message to the actor without ever blocking for
+ * long: once the actor's thread has ended, its end of the pipe is closed and
+ * a blocking send on the PAIR socket would wait forever (seen: a SIGINT
+ * during the trainer's start stopped the input actor, then q_stop hung in
+ * tp_actor_stop). 1 sent, 0 the actor has exited, -1 not within 1 s. */
+static int s_owner_send(tp_actor_t *self, const char *text) {
+    void *pipe = zsock_resolve(zactor_sock(self->zactor));
+    uint64_t deadline = tp_now_ns() + 1000000000ull;
+    for (;;) {
+        tp_actor_handle_pipe(self);
+        if (self->exited)
+            return 0;
+        if (zmq_send(pipe, text, strlen(text), ZMQ_DONTWAIT) >= 0)
+            return 1;
+        if (zmq_errno() != EAGAIN || tp_now_ns() >= deadline)
+            return -1;
+        zmq_pollitem_t item = {pipe, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&item, 1, 10);
+    }
+}
+
 tp_status_t tp_actor_stop(tp_actor_t *self) {
     if (self->exited)
         return TP_OK;
-    if (zstr_send(zactor_sock(self->zactor), "STOP") < 0)
+    if (s_owner_send(self, "STOP") < 0)
         return tp_error(TP_ERR_IO, "actor '%s': cannot send STOP", self->name);
     return TP_OK;
 }
@@ -1022,7 +1043,7 @@ const char *tp_actor_name(const tp_actor_t *self) { return self->name; }
 tp_status_t tp_actor_stats(tp_actor_t *self, tp_stats_row_t *row) {
     if (!self->exited) {
         uint64_t before = self->last_seen_ns;
-        zstr_send(zactor_sock(self->zactor), "STATS?");
+        s_owner_send(self, "STATS?");
         uint64_t deadline = tp_now_ns() + 1000000000ull;
         while (!self->exited && self->last_seen_ns == before &&
                tp_now_ns() < deadline) {
