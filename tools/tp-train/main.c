@@ -24,6 +24,7 @@
 #include <towerpack/models.h>
 #include <towerpack/optim.h>
 #include <towerpack/plot.h>
+#include <towerpack/supervisor.h>
 #include <towerpack/train.h>
 
 typedef struct {
@@ -258,6 +259,12 @@ int main(int argc, char **argv) {
                 "--steps-per-epoch to change)", (long long)a.steps_per_epoch);
     }
 
+    /* SIGINT and SIGTERM are recorded from here on, so a signal at any
+     * point (also while the data and the model are set up) ends the run in
+     * order: the trainer sees it before its next step. */
+    if (tp_signals_install() < 0)
+        return s_fail("signals");
+
     /* The log directory. */
     char logdir[4096], defdir[512];
     snprintf(defdir, sizeof defdir, "train_log/%s", a.model);
@@ -351,6 +358,8 @@ int main(int argc, char **argv) {
     s_summary(logdir, wall, samples);
     printf("tp-train: log %s/log.log, checkpoints %s/model-*.safetensors, "
            "stats %s, plots %s\n", logdir, logdir, stats, png);
-    return rc == TP_ERR_INTERRUPTED ? 130 : 0;
+    /* The shell's convention: 128 + the signal (130 SIGINT, 143 SIGTERM). */
+    return rc == TP_ERR_INTERRUPTED ? 128 + (tp_signal_pending() ? tp_signal_pending() : 2)
+                                    : 0;
 }
 
