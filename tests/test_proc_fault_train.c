@@ -190,7 +190,7 @@ Test(fault_train, sigkill_while_writing_checkpoints) {
         cr_assert_neq(fu_wait(pid, 5000), -1);
         int64_t step = 0;
         s_assert_latest_loads(&step);
-        cr_assert_geq(step, last + 3, "round %d: the latest went back", round);
+        cr_assert_geq(step, last, "round %d: the latest went back", round);
         last = step;
     }
     /* The resume ends the run; the temporary files a kill left are gone. */

@@ -10,6 +10,7 @@
  * LOGDIR/curves.png, and ends with a summary line. */
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -340,6 +341,9 @@ int main(int argc, char **argv) {
     double wall = tp_now_s() - t0;
     if (rc < 0 && rc != TP_ERR_INTERRUPTED)
         return s_fail("training");
+    if (rc == TP_ERR_INTERRUPTED)  /* also when no step ran: say why */
+        fprintf(stderr, "tp-train: stopped by %s (%s)\n",
+                tp_signal_pending() == SIGTERM ? "SIGTERM" : "SIGINT", tp_last_error());
 
     char stats[4200], png[4200];
     snprintf(stats, sizeof stats, "%s/stats.json", logdir);
