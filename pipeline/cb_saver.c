@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -118,35 +117,21 @@ static void s_path(char *buf, size_t size, tp_trainer_t *tr, long long step) {
     snprintf(buf, size, "%s/model-%lld.safetensors", tp_trainer_logdir(tr), step);
 }
 
-/* "model-<step>.safetensors.tmp.<pid>" (tp_atomic_file_open's temporary)
- * of a process that is gone: a run killed while it saved. */
-static int s_stale_tmp(const char *name) {
-    long long step;
-    int pid, end = 0;
-    if (sscanf(name, "model-%lld.safetensors.tmp.%d%n", &step, &pid, &end) != 2 ||
-        name[end] != '\0' || pid <= 0 || pid == (int)getpid())
-        return 0;
-    return kill(pid, 0) < 0 && errno == ESRCH;
-}
-
 /* Resume: adopt the checkpoints already there, oldest first, and remove
  * the temporary files of a killed run (they never became checkpoints). */
 static tp_status_t saver_before_train(void *impl, tp_trainer_t *tr) {
     s_saver_t *s = impl;
     s->n = 0;
     s->last_permanent = tp_wall_s();
+    int swept = tp_atomic_file_sweep(tp_trainer_logdir(tr));
+    if (swept > 0)
+        TP_INFO("[ModelSaver] removed %d temporary file%s left by a killed run", swept,
+                swept > 1 ? "s" : "");
     DIR *d = opendir(tp_trainer_logdir(tr));
     if (!d)
         return TP_OK;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (s_stale_tmp(e->d_name)) {
-            char p[PATH_SIZE];
-            snprintf(p, sizeof p, "%s/%s", tp_trainer_logdir(tr), e->d_name);
-            if (unlink(p) == 0)
-                TP_INFO("[ModelSaver] removed %s (left by a killed run)", p);
-            continue;
-        }
         long long step = s_step_of(e->d_name);
         if (step < 0)
             continue;
