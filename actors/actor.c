@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include <towerpack/security.h>
 #include <towerpack/wire.h>
 #include "actors/actor_internal.h"
 
@@ -320,6 +321,8 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
         return tp_error(TP_ERR_IO, "actor '%s': port %s: %s %s: %s", actor,
                         p->name, def->bind ? "bind" : "connect", def->endpoint,
                         zmq_strerror(zmq_errno()));
+    if (def->bind)
+        tp_ipc_restrict(def->endpoint);
     if (p->inproc) {
         /* Waits on a single inproc socket use a plain blocking call (as
          * cheap as raw libzmq), bounded so commands are still seen. */

@@ -25,12 +25,15 @@
 #include <towerpack/models.h>
 #include <towerpack/optim.h>
 #include <towerpack/plot.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/security.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/train.h>
 
 typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
-    const char *spec, *test_spec, *stats, *remote;
+    const char *spec, *test_spec, *stats, *remote, *curve;
+    int public_bind;
     int epochs, batch, towers, workers, threads, resume, augment;
     double lr;
     int64_t steps_per_epoch, seed;
@@ -58,6 +61,10 @@ static void s_usage(FILE *out) {
 "  --remote ENDPOINT    take batches from tp-worker processes instead: e.g.\n"
 "                       @tcp://127.0.0.1:5555 (bind; workers connect) or\n"
 "                       ipc:///path (connect); several separated by commas\n"
+"  --curve DIR          CURVE keys made by tp-keygen DIR: --remote and a tcp\n"
+"                       --stats socket authenticate and encrypt\n"
+"  --public             allow binding --remote or --stats to every interface\n"
+"                       (tcp://*:P); by default only given addresses\n"
 "  --threads N          BLAS threads per tower (default: all cores / towers)\n"
 "  --augment / --no-augment   random crop (pad 2) and flip (default per model)\n"
 "  --steps-per-epoch N  default: one pass of the training data\n"
@@ -168,6 +175,7 @@ int main(int argc, char **argv) {
         {"spec", required_argument, 0, O_SPEC}, {"test-spec", required_argument, 0, O_TEST_SPEC},
         {"stats", required_argument, 0, 'S'},
         {"remote", required_argument, 0, 'R'},
+        {"curve", required_argument, 0, 'K'}, {"public", no_argument, 0, 'P'},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
@@ -199,6 +207,8 @@ int main(int argc, char **argv) {
         case O_TEST_SPEC: a.test_spec = optarg; break;
         case 'S': a.stats = optarg; break;
         case 'R': a.remote = optarg; break;
+        case 'K': a.curve = optarg; break;
+        case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
         case O_AUG: a.augment = 1; break;
         case O_NOAUG: a.augment = 0; break;
         case 'h': s_usage(stdout); return 0;
@@ -281,8 +291,22 @@ int main(int argc, char **argv) {
     /* Data. */
     char spec[4096], test_spec[4096];
     tp_dataflow_t *train = NULL, *test = NULL;
-    if (s_train_spec(&a, spec, sizeof spec) != TP_OK || tp_spec_parse(spec, &train) != TP_OK)
+    if (a.curve && tp_stats_set_curve(a.curve) != TP_OK)
+        return s_fail("--curve");
+    if (s_train_spec(&a, spec, sizeof spec) != TP_OK)
         return s_fail("training data");
+    if (a.remote) {
+        /* Built here rather than from the spec: the keys and the bind
+         * permission are options of the dataflow. */
+        tp_remote_opts_t ro;
+        tp_remote_opts_init(&ro);
+        ro.curve_dir = a.curve;
+        ro.allow_public = a.public_bind;
+        if (!(train = tp_df_remote(a.remote, &ro)))
+            return s_fail("--remote");
+    } else if (tp_spec_parse(spec, &train) != TP_OK) {
+        return s_fail("training data");
+    }
     if (s_test_spec(&a, test_spec, sizeof test_spec) != TP_OK ||
         tp_spec_parse(test_spec, &test) != TP_OK) {
         tp_dataflow_destroy(&train);
