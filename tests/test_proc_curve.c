@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include "actor_testutil.h"
 #include "fault_util.h"
+#include <towerpack/dataflow_spec.h>
 
 static char s_dir[64], s_keys[128], s_other[128];
 
@@ -262,6 +263,13 @@ Test(curve, bind_rules_and_ipc_modes) {
     tp_dataflow_t *df = tp_df_remote("tcp://*:*", NULL);
     cr_assert_lt(tp_dataflow_reset_state(df, 0, 0), 0);
     cr_assert(strstr(tp_last_error(), "every interface"), "%s", tp_last_error());
+    tp_dataflow_destroy(&df);
+    /* In a spec, "public" allows it. */
+    cr_assert_eq(tp_spec_parse("remote:tcp://*:*,public", &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_destroy(&df);
+    cr_assert_eq(tp_spec_parse("remote:tcp://*:*", &df), TP_OK);
+    cr_assert_lt(tp_dataflow_reset_state(df, 0, 0), 0);
     tp_dataflow_destroy(&df);
     /* ipc: the socket file only the user can connect to. */
     char ep[128];
