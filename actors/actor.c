@@ -987,6 +987,12 @@ static int s_owner_wait(tp_actor_t *self, int timeout_ms) {
     uint64_t deadline = timeout_ms < 0 ? UINT64_MAX
                                        : tp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     while (!self->exited) {
+        /* Look at the pipe before the deadline: a wait of 0 ms must still
+         * see an EXIT that has arrived (q_next polls with 0 and waited
+         * forever for an actor that had failed). */
+        tp_actor_handle_pipe(self);
+        if (self->exited)
+            break;
         uint64_t now = tp_now_ns();
         if (now >= deadline)
             return 0;
