@@ -278,6 +278,17 @@ static void s_poll_pipe(tp_actor_ctx_t *ctx) {
         s_handle_pipe(ctx);
 }
 
+/* The actor whose handlers run on this thread (NULL on other threads). */
+static __thread tp_actor_ctx_t *s_current;
+
+int tp_actor_current_stopping(void) {
+    tp_actor_ctx_t *ctx = s_current;
+    if (!ctx)
+        return 0;
+    s_poll_pipe(ctx);
+    return ctx->stopping || ctx->terminated;
+}
+
 /* ---- sockets ------------------------------------------------------------------ */
 
 static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
@@ -790,6 +801,7 @@ static void s_actor_main(zsock_t *pipe, void *args) {
     }
     ctx->def = def;
     ctx->pipe = zsock_resolve(pipe);
+    s_current = ctx;
     ctx->report_ms = boot.report_ms;
     ctx->start_ns = ctx->last_report_ns = tp_now_ns();
     snprintf(ctx->row.name, sizeof ctx->row.name, "%s", def->name);

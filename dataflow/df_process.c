@@ -21,6 +21,7 @@
 #include <towerpack/process.h>
 #include <towerpack/clock.h>
 #include <towerpack/device.h>
+#include <towerpack/actor.h>
 #include <towerpack/log.h>
 #include <towerpack/security.h>
 #include <towerpack/supervisor.h>
@@ -343,6 +344,8 @@ static tp_status_t s_wait_slice(s_pool_t *p, void *sock, uint64_t since,
     if (tp_signal_pending())
         return tp_error(TP_ERR_INTERRUPTED, "%s: interrupted by signal %d",
                         p->what, tp_signal_pending());
+    if (tp_actor_current_stopping())
+        return tp_error(TP_ERR_INTERRUPTED, "%s: the actor reading it is stopping", p->what);
     if (p->opts.timeout_s > 0 &&
         (double)(tp_now_ns() - since) * 1e-9 > p->opts.timeout_s)
         return tp_error(TP_ERR_TIMEOUT, "%s: no data from the workers for %.3g s",
