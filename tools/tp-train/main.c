@@ -238,6 +238,12 @@ int main(int argc, char **argv) {
         return s_fail("bad flags");
     }
 
+    /* SIGINT and SIGTERM are recorded from here on, so a signal at any
+     * later point (also while the data and the model are set up) ends the
+     * run in order: the trainer sees it before its next step. */
+    if (tp_signals_install() < 0)
+        return s_fail("signals");
+
     /* Devices: the CPU unless CUDA answers (and a CUDA tower backend). */
     if (strcmp(a.devices, "auto") && strcmp(a.devices, "cpu")) {
         tp_error(TP_ERR_UNSUPPORTED, "--devices %s: this build trains on the CPU "
@@ -269,12 +275,6 @@ int main(int argc, char **argv) {
         TP_INFO("--remote: %lld steps per epoch (60000 / total batch; set "
                 "--steps-per-epoch to change)", (long long)a.steps_per_epoch);
     }
-
-    /* SIGINT and SIGTERM are recorded from here on, so a signal at any
-     * point (also while the data and the model are set up) ends the run in
-     * order: the trainer sees it before its next step. */
-    if (tp_signals_install() < 0)
-        return s_fail("signals");
 
     /* The log directory. */
     char logdir[4096], defdir[512];
