@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include <towerpack/security.h>
 #include <towerpack/wire.h>
 #include "actors/actor_internal.h"
 
@@ -277,6 +278,17 @@ static void s_poll_pipe(tp_actor_ctx_t *ctx) {
         s_handle_pipe(ctx);
 }
 
+/* The actor whose handlers run on this thread (NULL on other threads). */
+static __thread tp_actor_ctx_t *s_current;
+
+int tp_actor_current_stopping(void) {
+    tp_actor_ctx_t *ctx = s_current;
+    if (!ctx)
+        return 0;
+    s_poll_pipe(ctx);
+    return ctx->stopping || ctx->terminated;
+}
+
 /* ---- sockets ------------------------------------------------------------------ */
 
 static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
@@ -320,6 +332,8 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
         return tp_error(TP_ERR_IO, "actor '%s': port %s: %s %s: %s", actor,
                         p->name, def->bind ? "bind" : "connect", def->endpoint,
                         zmq_strerror(zmq_errno()));
+    if (def->bind)
+        tp_ipc_restrict(def->endpoint);
     if (p->inproc) {
         /* Waits on a single inproc socket use a plain blocking call (as
          * cheap as raw libzmq), bounded so commands are still seen. */
@@ -787,6 +801,7 @@ static void s_actor_main(zsock_t *pipe, void *args) {
     }
     ctx->def = def;
     ctx->pipe = zsock_resolve(pipe);
+    s_current = ctx;
     ctx->report_ms = boot.report_ms;
     ctx->start_ns = ctx->last_report_ns = tp_now_ns();
     snprintf(ctx->row.name, sizeof ctx->row.name, "%s", def->name);
@@ -984,6 +999,12 @@ static int s_owner_wait(tp_actor_t *self, int timeout_ms) {
     uint64_t deadline = timeout_ms < 0 ? UINT64_MAX
                                        : tp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     while (!self->exited) {
+        /* Look at the pipe before the deadline: a wait of 0 ms must still
+         * see an EXIT that has arrived (q_next polls with 0 and waited
+         * forever for an actor that had failed). */
+        tp_actor_handle_pipe(self);
+        if (self->exited)
+            break;
         uint64_t now = tp_now_ns();
         if (now >= deadline)
             return 0;
@@ -1007,10 +1028,31 @@ tp_status_t tp_actor_wait(tp_actor_t *self, int timeout_ms) {
     return TP_OK;
 }
 
+/* Send a one-frame control message to the actor without ever blocking for
+ * long: once the actor's thread has ended, its end of the pipe is closed and
+ * a blocking send on the PAIR socket would wait forever (seen: a SIGINT
+ * during the trainer's start stopped the input actor, then q_stop hung in
+ * tp_actor_stop). 1 sent, 0 the actor has exited, -1 not within 1 s. */
+static int s_owner_send(tp_actor_t *self, const char *text) {
+    void *pipe = zsock_resolve(zactor_sock(self->zactor));
+    uint64_t deadline = tp_now_ns() + 1000000000ull;
+    for (;;) {
+        tp_actor_handle_pipe(self);
+        if (self->exited)
+            return 0;
+        if (zmq_send(pipe, text, strlen(text), ZMQ_DONTWAIT) >= 0)
+            return 1;
+        if (zmq_errno() != EAGAIN || tp_now_ns() >= deadline)
+            return -1;
+        zmq_pollitem_t item = {pipe, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&item, 1, 10);
+    }
+}
+
 tp_status_t tp_actor_stop(tp_actor_t *self) {
     if (self->exited)
         return TP_OK;
-    if (zstr_send(zactor_sock(self->zactor), "STOP") < 0)
+    if (s_owner_send(self, "STOP") < 0)
         return tp_error(TP_ERR_IO, "actor '%s': cannot send STOP", self->name);
     return TP_OK;
 }
@@ -1022,7 +1064,7 @@ const char *tp_actor_name(const tp_actor_t *self) { return self->name; }
 tp_status_t tp_actor_stats(tp_actor_t *self, tp_stats_row_t *row) {
     if (!self->exited) {
         uint64_t before = self->last_seen_ns;
-        zstr_send(zactor_sock(self->zactor), "STATS?");
+        s_owner_send(self, "STATS?");
         uint64_t deadline = tp_now_ns() + 1000000000ull;
         while (!self->exited && self->last_seen_ns == before &&
                tp_now_ns() < deadline) {

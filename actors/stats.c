@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include <towerpack/security.h>
 #include <towerpack/stats.h>
 #include "actors/actor_internal.h"
 
@@ -354,6 +355,8 @@ tp_status_t tp_stats_endpoint_resolve(const char *request, const char *run_dir,
     return TP_OK;
 }
 
+tp_status_t tp_stats_curve_apply(void *zsock_raw);  /* curve.c */
+
 /* ---- publisher --------------------------------------------------------------- */
 
 struct tp_stats_pub {
@@ -381,13 +384,23 @@ tp_stats_pub_t *tp_stats_pub_new(const char *endpoint, const char *source) {
     }
     zsock_set_sndhwm(self->sock, 16);
     zsock_set_linger(self->sock, 0);
-    if (zsock_bind(self->sock, "%s", endpoint) < 0) {
+    /* The bind rules and, on tcp, CURVE when tp_stats_set_curve asked. */
+    char ep[256];
+    if (tp_bind_endpoint(endpoint, tp_bind_public(), ep, sizeof ep) < 0 ||
+        (!strncmp(ep, "tcp://", 6) && tp_stats_curve_apply(zsock_resolve(self->sock)) < 0)) {
+        tp_error_wrap(TP_ERR_INVALID, "stats publisher");
+        zsock_destroy(&self->sock);
+        free(self);
+        return NULL;
+    }
+    if (zsock_bind(self->sock, "%s", ep) < 0) {
         tp_error(TP_ERR_IO, "stats publisher: bind %s: %s", endpoint,
                  zmq_strerror(zmq_errno()));
         zsock_destroy(&self->sock);
         free(self);
         return NULL;
     }
+    tp_ipc_restrict(ep);
     char *last = zsock_last_endpoint(self->sock);  /* ours to free */
     snprintf(self->endpoint, sizeof self->endpoint, "%s",
              last && *last ? last : endpoint);

@@ -1,9 +1,12 @@
 /* towerpack core: writing a file atomically (temporary file in the same
  * directory, fsync, rename, fsync of the directory). A crash or a full disk
  * leaves either the old file or the new one, never a torn one. */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/fileio.h>
@@ -93,4 +96,32 @@ tp_status_t tp_atomic_file_commit(tp_atomic_file_t *f) {
         close(dfd);
     }
     return TP_OK;
+}
+
+/* "NAME.tmp.PID" of a pid that no longer runs (and is not ours). */
+static int s_stale_tmp(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t || t == name)
+        return 0;
+    char *end = NULL;
+    long pid = strtol(t + 5, &end, 10);
+    if (end == t + 5 || *end || pid <= 0 || pid == (long)getpid())
+        return 0;
+    return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+int tp_atomic_file_sweep(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)))
+        if (s_stale_tmp(e->d_name)) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            n += unlink(path) == 0;
+        }
+    closedir(d);
+    return n;
 }

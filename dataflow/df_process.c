@@ -21,7 +21,9 @@
 #include <towerpack/process.h>
 #include <towerpack/clock.h>
 #include <towerpack/device.h>
+#include <towerpack/actor.h>
 #include <towerpack/log.h>
+#include <towerpack/security.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
 #include "actors/actor_internal.h"
@@ -342,6 +344,8 @@ static tp_status_t s_wait_slice(s_pool_t *p, void *sock, uint64_t since,
     if (tp_signal_pending())
         return tp_error(TP_ERR_INTERRUPTED, "%s: interrupted by signal %d",
                         p->what, tp_signal_pending());
+    if (tp_actor_current_stopping())
+        return tp_error(TP_ERR_INTERRUPTED, "%s: the actor reading it is stopping", p->what);
     if (p->opts.timeout_s > 0 &&
         (double)(tp_now_ns() - since) * 1e-9 > p->opts.timeout_s)
         return tp_error(TP_ERR_TIMEOUT, "%s: no data from the workers for %.3g s",
@@ -432,6 +436,7 @@ static tp_status_t s_runner_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     if (zsock_bind(r->pull, "%s", r->endpoint) < 0)
         return tp_error(TP_ERR_IO, "multiprocess: bind %s: %s", r->endpoint,
                         zmq_strerror(zmq_errno()));
+    tp_ipc_restrict(r->endpoint);  /* also in a caller's run_dir */
     r->msg = tp_wire_msg_new();
     if (!r->msg)
         return tp_error(TP_ERR_NOMEM, "multiprocess");
@@ -578,6 +583,7 @@ static tp_status_t s_bind_task(s_map_t *m, int i) {
     if (zsock_bind(m->task[i], "%s", ep) < 0)
         return tp_error(TP_ERR_IO, "multiprocess-map: bind %s: %s", ep,
                         zmq_strerror(zmq_errno()));
+    tp_ipc_restrict(ep);
     return TP_OK;
 }
 
@@ -766,6 +772,7 @@ static tp_status_t s_map_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     if (zsock_bind(m->results, "%s", m->result_ep) < 0)
         return tp_error(TP_ERR_IO, "multiprocess-map: bind %s: %s", m->result_ep,
                         zmq_strerror(zmq_errno()));
+    tp_ipc_restrict(m->result_ep);
     for (int i = 0; i < p->nworkers; i++)
         TP_TRY(s_bind_task(m, i));
     m->size = tp_dataflow_size(m->inner);

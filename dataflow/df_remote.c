@@ -11,6 +11,7 @@
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include <towerpack/security.h>
 #include <towerpack/stats.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
@@ -53,6 +54,8 @@ typedef struct {
     tp_wire_opts_t wire;
     uint64_t malformed;
     tp_ratelog_t ratelog;
+    tp_curve_t *curve;
+    char *curve_dir;      /* the caller's opts.curve_dir, copied */
 } s_remote_t;
 
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
@@ -71,13 +74,33 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     zmq_setsockopt(r->pull, ZMQ_LINGER, &zero, sizeof zero);
     /* Receives wait at most 100 ms, so signals and timeouts are seen. */
     zmq_setsockopt(r->pull, ZMQ_RCVTIMEO, &timeo, sizeof timeo);
+    if (r->opts.curve_dir) {
+        /* One socket is either a CURVE server or a client. */
+        for (int i = 1; i < r->nendpoints; i++)
+            if (r->bind[i] != r->bind[0])
+                return tp_error(TP_ERR_INVALID, "remote: with CURVE every endpoint must "
+                                "bind or every one connect (%s and %s differ)",
+                                r->endpoints[0], r->endpoints[i]);
+        if (!(r->curve = tp_curve_load(r->opts.curve_dir, r->bind[0])))
+            return tp_error_wrap(TP_ERR_INVALID, "remote");
+        TP_TRY(tp_curve_apply(r->curve, r->zctx, r->pull));
+    }
     for (int i = 0; i < r->nendpoints; i++) {
+        if (r->bind[i]) {
+            char ep[1024];
+            TP_TRY(tp_bind_endpoint(r->endpoints[i], r->opts.allow_public, ep, sizeof ep));
+            free(r->endpoints[i]);  /* keep the bound name: its file is unlinked */
+            if (!(r->endpoints[i] = strdup(ep)))
+                return tp_error(TP_ERR_NOMEM, "remote");
+        }
         int rc = r->bind[i] ? zmq_bind(r->pull, r->endpoints[i])
                             : zmq_connect(r->pull, r->endpoints[i]);
         if (rc < 0)
             return tp_error(TP_ERR_IO, "remote: %s %s: %s",
                             r->bind[i] ? "bind" : "connect", r->endpoints[i],
                             zmq_strerror(zmq_errno()));
+        if (r->bind[i])
+            tp_ipc_restrict(r->endpoints[i]);
     }
     return TP_OK;
 }
@@ -119,6 +142,8 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "remote: interrupted by signal %d",
                             tp_signal_pending());
+        if (tp_actor_current_stopping())  /* a prefetch actor asked to end */
+            return tp_error(TP_ERR_INTERRUPTED, "remote: the actor reading it is stopping");
         if (r->opts.timeout_s > 0 &&
             (double)(tp_now_ns() - since) * 1e-9 > r->opts.timeout_s)
             return tp_error(TP_ERR_TIMEOUT, "remote: nothing from %s%s for %.3g s",
@@ -133,6 +158,7 @@ static void s_remote_destroy(void *impl) {
         zmq_close(r->pull);
     if (r->zctx)
         zmq_ctx_term(r->zctx);
+    tp_curve_destroy(&r->curve);  /* after the context: joins its ZAP thread */
     for (int i = 0; i < r->nendpoints; i++) {
         /* libzmq 4.3 leaves named ipc files behind */
         if (r->bind[i] && !strncmp(r->endpoints[i], "ipc://", 6))
@@ -140,6 +166,7 @@ static void s_remote_destroy(void *impl) {
         free(r->endpoints[i]);
     }
     tp_wire_msg_destroy(&r->msg);
+    free(r->curve_dir);
     free(r);
 }
 
@@ -159,6 +186,11 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
         tp_remote_opts_init(&r->opts);
     if (r->opts.hwm <= 0)
         r->opts.hwm = 50;
+    if (r->opts.curve_dir && !(r->opts.curve_dir = r->curve_dir = strdup(r->opts.curve_dir))) {
+        free(r);
+        tp_error(TP_ERR_NOMEM, "remote");
+        return NULL;
+    }
     tp_wire_opts_init(&r->wire);
     if (r->opts.max_bytes)
         r->wire.max_bytes = r->opts.max_bytes;
@@ -288,19 +320,34 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     void *zctx = zmq_ctx_new();
     void *sock = zctx ? zmq_socket(zctx, ZMQ_PUSH) : NULL;
     tp_wire_msg_t *msg = tp_wire_msg_new();
+    tp_curve_t *curve = NULL;
+    char bound[1024];
+    snprintf(bound, sizeof bound, "%s", endpoint);
     tp_status_t rc = TP_OK;
     if (!sock || !msg) {
         rc = tp_error(TP_ERR_NOMEM, "send: socket");
         goto out;
     }
+    if (o.bind && (rc = tp_bind_endpoint(endpoint, o.allow_public, bound, sizeof bound)) < 0)
+        goto out;
+    if (o.curve_dir) {
+        if (!(curve = tp_curve_load(o.curve_dir, o.bind))) {
+            rc = tp_error_wrap(TP_ERR_INVALID, "send");
+            goto out;
+        }
+        if ((rc = tp_curve_apply(curve, zctx, sock)) < 0)
+            goto out;
+    }
     int linger = (int)(o.linger_s * 1000);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &o.hwm, sizeof o.hwm);
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
-    if ((o.bind ? zmq_bind(sock, endpoint) : zmq_connect(sock, endpoint)) < 0) {
+    if ((o.bind ? zmq_bind(sock, bound) : zmq_connect(sock, endpoint)) < 0) {
         rc = tp_error(TP_ERR_IO, "send: %s %s: %s", o.bind ? "bind" : "connect",
                       endpoint, zmq_strerror(zmq_errno()));
         goto out;
     }
+    if (o.bind)
+        tp_ipc_restrict(bound);
     tp_wire_opts_t wire;
     tp_wire_opts_init(&wire);
     wire.lz4 = o.lz4;
@@ -365,8 +412,9 @@ out:
         zmq_close(sock);
     if (zctx)
         zmq_ctx_term(zctx);
-    if (o.bind && !strncmp(endpoint, "ipc://", 6))
-        unlink(endpoint + 6);
+    tp_curve_destroy(&curve);
+    if (o.bind && !strncmp(bound, "ipc://", 6))
+        unlink(bound + 6);
     tp_stats_pub_destroy(&s.pub);
     return rc;
 }
@@ -374,9 +422,34 @@ out:
 /* ---- pipeline spec: the source remote:ENDPOINT[,ENDPOINT...] ------------------- */
 
 #ifdef TP_HAVE_SPEC
+/* Besides endpoints, the list may hold "public" (allow a bind to every
+ * interface) and "curve=DIR" (CURVE keys). */
 static tp_status_t s_spec_remote(const char *args, void *user, tp_dataflow_t **out) {
     (void)user;
-    *out = tp_df_remote(args, NULL);
+    tp_remote_opts_t o;
+    tp_remote_opts_init(&o);
+    char eps[4096] = "", curve[1024] = "";
+    size_t used = 0;
+    const char *p = args;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 6 && !strncmp(p, "public", 6)) {
+            o.allow_public = 1;
+        } else if (len > 6 && !strncmp(p, "curve=", 6) && len - 6 < sizeof curve) {
+            memcpy(curve, p + 6, len - 6);
+            curve[len - 6] = '\0';
+            o.curve_dir = curve;
+        } else {
+            int n = snprintf(eps + used, sizeof eps - used, "%s%.*s", used ? "," : "",
+                             (int)len, p);
+            if (n < 0 || (size_t)n >= sizeof eps - used)
+                return tp_error(TP_ERR_INVALID, "remote: endpoint list too long");
+            used += (size_t)n;
+        }
+        p = end ? end + 1 : p + len;
+    }
+    *out = tp_df_remote(eps, &o);
     return *out ? TP_OK : TP_ERR_INVALID;
 }
 

@@ -117,11 +117,16 @@ static void s_path(char *buf, size_t size, tp_trainer_t *tr, long long step) {
     snprintf(buf, size, "%s/model-%lld.safetensors", tp_trainer_logdir(tr), step);
 }
 
-/* Resume: adopt the checkpoints already there, oldest first. */
+/* Resume: adopt the checkpoints already there, oldest first, and remove
+ * the temporary files of a killed run (they never became checkpoints). */
 static tp_status_t saver_before_train(void *impl, tp_trainer_t *tr) {
     s_saver_t *s = impl;
     s->n = 0;
     s->last_permanent = tp_wall_s();
+    int swept = tp_atomic_file_sweep(tp_trainer_logdir(tr));
+    if (swept > 0)
+        TP_INFO("[ModelSaver] removed %d temporary file%s left by a killed run", swept,
+                swept > 1 ? "s" : "");
     DIR *d = opendir(tp_trainer_logdir(tr));
     if (!d)
         return TP_OK;

@@ -131,6 +131,13 @@ int tp_actor_output(const tp_actor_ctx_t *ctx, const char *name);
 /* 1 when the owner asked the actor to stop (sources should return TP_DONE). */
 int tp_actor_stopping(const tp_actor_ctx_t *ctx);
 
+/* For code that waits inside an actor's handler without its ctx (a
+ * dataflow's next() run by a prefetch actor): 1 when the actor running on
+ * this thread has been asked to stop or end (it looks at the actor's
+ * commands); 0 on a thread that is not an actor's. Such waits should
+ * return rather than keep the actor from ending. */
+int tp_actor_current_stopping(void);
+
 const char *tp_actor_ctx_name(const tp_actor_ctx_t *ctx);
 
 /* Messages dropped as malformed at this actor's inputs. */

@@ -95,6 +95,10 @@ typedef struct tp_remote_opts {
     double timeout_s;   /* next() fails after this long without data (0: no
                            limit; signals still end it) */
     size_t max_bytes;   /* largest datapoint accepted (default 1 GiB) */
+    const char *curve_dir;  /* CURVE key directory (towerpack/security.h):
+                               binding endpoints are CURVE servers,
+                               connecting ones clients (not both); NULL: off */
+    int allow_public;   /* allow a tcp bind to every interface (default 0) */
 } tp_remote_opts_t;
 
 void tp_remote_opts_init(tp_remote_opts_t *opts);
@@ -123,6 +127,10 @@ typedef struct tp_send_opts {
     const char *run_dir;    /* for an "ipc" stats request */
     double linger_s;        /* at the end, wait this long for the peer to
                                take what is queued (default 2) */
+    const char *curve_dir;  /* CURVE key directory (towerpack/security.h):
+                               a bound sender is the CURVE server, a
+                               connecting one the client; NULL: off */
+    int allow_public;       /* allow a tcp bind to every interface */
 } tp_send_opts_t;
 
 void tp_send_opts_init(tp_send_opts_t *opts);

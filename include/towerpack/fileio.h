@@ -31,6 +31,10 @@ tp_status_t tp_atomic_file_commit(tp_atomic_file_t *f);
 /* Drop the temporary file; accepts an already finished file. */
 void tp_atomic_file_abort(tp_atomic_file_t *f);
 
+/* Remove from dir the temporaries ("NAME.tmp.PID") that a process which is
+ * gone left behind (killed between open and commit); returns how many. */
+int tp_atomic_file_sweep(const char *dir);
+
 #ifdef __cplusplus
 }
 #endif

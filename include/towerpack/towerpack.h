@@ -20,6 +20,7 @@
 #include <towerpack/actor.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/actor_dataflow.h>
+#include <towerpack/security.h>
 #include <towerpack/fileio.h>
 #include <towerpack/trainer.h>
 #include <towerpack/callback.h>

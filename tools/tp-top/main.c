@@ -13,7 +13,7 @@
 
 static void s_usage(FILE *out) {
     fprintf(out,
-        "usage: tp-top --connect ENDPOINT [--once] [--json] [--timeout S]\n"
+        "usage: tp-top --connect ENDPOINT [--once] [--json] [--timeout S] [--curve DIR]\n"
         "Show the statistics a towerpack run publishes (ipc://RUN_DIR/stats.sock\n"
         "for a training run; tp-worker and tp-bench with --stats), refreshed\n"
         "every second, one row per actor.\n"
@@ -22,6 +22,8 @@ static void s_usage(FILE *out) {
         "  --once              print one snapshot and exit\n"
         "  --json              print snapshots as JSON (one document each)\n"
         "  --timeout S         give up when nothing arrives for S seconds (5)\n"
+        "  --curve DIR         CURVE keys (tp-keygen DIR) of a run whose tcp stats\n"
+        "                      socket is authenticated\n"
         "  -h, --help          this text\n"
         "\n"
         "Columns: msgs/s and MB/s are the larger of in and out over the last\n"
@@ -63,8 +65,9 @@ int main(int argc, char **argv) {
     static const struct option longopts[] = {
         {"connect", required_argument, 0, 'c'}, {"once", no_argument, 0, 'o'},
         {"json", no_argument, 0, 'j'},          {"timeout", required_argument, 0, 't'},
+        {"curve", required_argument, 0, 'k'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    const char *ep = NULL;
+    const char *ep = NULL, *curve_dir = NULL;
     int once = 0, json = 0;
     double timeout = 5;
     int c;
@@ -72,6 +75,7 @@ int main(int argc, char **argv) {
         char *end;
         switch (c) {
         case 'c': ep = optarg; break;
+        case 'k': curve_dir = optarg; break;
         case 'o': once = 1; break;
         case 'j': json = 1; break;
         case 't':
@@ -101,6 +105,17 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     zsock_t *sub = zsock_new(ZMQ_SUB);
+    if (sub && curve_dir) {
+        /* The connecting side is the CURVE client. */
+        tp_curve_t *cv = tp_curve_load(curve_dir, 0);
+        if (!cv || tp_curve_apply(cv, zsys_init(), zsock_resolve(sub)) < 0) {
+            fprintf(stderr, "tp-top: --curve %s: %s\n", curve_dir, tp_last_error());
+            tp_curve_destroy(&cv);
+            zsock_destroy(&sub);
+            return 1;
+        }
+        tp_curve_destroy(&cv);
+    }
     if (!sub || zsock_connect(sub, "%s", ep) < 0) {
         fprintf(stderr, "tp-top: connect %s: %s\n", ep, zmq_strerror(zmq_errno()));
         zsock_destroy(&sub);

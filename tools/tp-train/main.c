@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <sched.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -32,11 +33,15 @@
 #include <towerpack/models.h>
 #include <towerpack/optim.h>
 #include <towerpack/plot.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/security.h>
+#include <towerpack/supervisor.h>
 #include <towerpack/train.h>
 
 typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
-    const char *spec, *test_spec, *stats, *remote;
+    const char *spec, *test_spec, *stats, *remote, *curve;
+    int public_bind;
     int epochs, batch, towers, workers, threads, resume, augment;
     double lr;
     int64_t steps_per_epoch, seed;
@@ -65,7 +70,11 @@ static void s_usage(FILE *out) {
 "                       @tcp://127.0.0.1:5555 (bind; workers connect) or\n"
 "                       ipc:///path (connect); several separated by commas;\n"
 "                       under mpirun '{rank}' becomes the rank's number and\n"
-"                       '{N+rank}' N + rank (e.g. @tcp://*:{5550+rank})\n"
+"                       '{N+rank}' N + rank (e.g. @tcp://127.0.0.1:{5550+rank})\n"
+"  --curve DIR          CURVE keys made by tp-keygen DIR: --remote and a tcp\n"
+"                       --stats socket authenticate and encrypt\n"
+"  --public             allow binding --remote or --stats to every interface\n"
+"                       (tcp://*:P); by default only given addresses\n"
 "  --threads N          BLAS threads per tower (default: all cores / towers)\n"
 "  --augment / --no-augment   random crop (pad 2) and flip (default per model)\n"
 "  --steps-per-epoch N  default: one pass of the training data\n"
@@ -245,6 +254,7 @@ int main(int argc, char **argv) {
         {"spec", required_argument, 0, O_SPEC}, {"test-spec", required_argument, 0, O_TEST_SPEC},
         {"stats", required_argument, 0, 'S'},
         {"remote", required_argument, 0, 'R'},
+        {"curve", required_argument, 0, 'K'}, {"public", no_argument, 0, 'P'},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
@@ -276,6 +286,8 @@ int main(int argc, char **argv) {
         case O_TEST_SPEC: a.test_spec = optarg; break;
         case 'S': a.stats = optarg; break;
         case 'R': a.remote = optarg; break;
+        case 'K': a.curve = optarg; break;
+        case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
         case O_AUG: a.augment = 1; break;
         case O_NOAUG: a.augment = 0; break;
         case 'h': s_usage(stdout); return 0;
@@ -342,6 +354,12 @@ int main(int argc, char **argv) {
         return s_fail("bad flags");
     }
 
+    /* SIGINT and SIGTERM are recorded from here on, so a signal at any
+     * later point (also while the data and the model are set up) ends the
+     * run in order: the trainer sees it before its next step. */
+    if (tp_signals_install() < 0)
+        return s_fail("signals");
+
     /* Devices: the CPU unless CUDA answers (and a CUDA tower backend).
      * CUDA is asked in a child: this process must not load CUDA before it
      * forks its dataflow workers. */
@@ -401,8 +419,22 @@ int main(int argc, char **argv) {
     /* Data. */
     char spec[4096], test_spec[4096];
     tp_dataflow_t *train = NULL, *test = NULL;
-    if (s_train_spec(&a, spec, sizeof spec) != TP_OK || tp_spec_parse(spec, &train) != TP_OK)
+    if (a.curve && tp_stats_set_curve(a.curve) != TP_OK)
+        return s_fail("--curve");
+    if (s_train_spec(&a, spec, sizeof spec) != TP_OK)
         return s_fail("training data");
+    if (a.remote) {
+        /* Built here rather than from the spec: the keys and the bind
+         * permission are options of the dataflow. */
+        tp_remote_opts_t ro;
+        tp_remote_opts_init(&ro);
+        ro.curve_dir = a.curve;
+        ro.allow_public = a.public_bind;
+        if (!(train = tp_df_remote(a.remote, &ro)))
+            return s_fail("--remote");
+    } else if (tp_spec_parse(spec, &train) != TP_OK) {
+        return s_fail("training data");
+    }
     if (rank == 0 && (s_test_spec(&a, test_spec, sizeof test_spec) != TP_OK ||
                       tp_spec_parse(test_spec, &test) != TP_OK)) {
         tp_dataflow_destroy(&train);
@@ -473,6 +505,9 @@ int main(int argc, char **argv) {
     double wall = tp_now_s() - t0;
     if (rc < 0 && rc != TP_ERR_INTERRUPTED)
         return s_fail("training");
+    if (rc == TP_ERR_INTERRUPTED)  /* also when no step ran: say why */
+        fprintf(stderr, "tp-train: stopped by %s (%s)\n",
+                tp_signal_pending() == SIGTERM ? "SIGTERM" : "SIGINT", tp_last_error());
     if (s_dist && rc == TP_ERR_INTERRUPTED) {
         /* the other ranks may be waiting in this step's all-reduce */
         tp_error(rc, "interrupted");
@@ -502,6 +537,8 @@ int main(int argc, char **argv) {
            "stats %s, plots %s\n", logdir, logdir, stats, png);
     fflush(stdout);
     tp_dist_close(&s_dist);
-    return rc == TP_ERR_INTERRUPTED ? 130 : 0;
+    /* The shell's convention: 128 + the signal (130 SIGINT, 143 SIGTERM). */
+    return rc == TP_ERR_INTERRUPTED ? 128 + (tp_signal_pending() ? tp_signal_pending() : 2)
+                                    : 0;
 }
 

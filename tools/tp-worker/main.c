@@ -34,6 +34,10 @@ static void s_usage(FILE *out) {
         "  --stats ENDPOINT      publish statistics for tp-top: ipc (in --run-dir),\n"
         "                        tcp, tcp:PORT (loopback), or a full address\n"
         "  --run-dir DIR         where an ipc stats socket goes (default: .)\n"
+        "  --curve DIR           CURVE keys made by tp-keygen DIR: authenticate and\n"
+        "                        encrypt the data (and a tcp stats socket)\n"
+        "  --public              allow --bind (or --stats) to every interface\n"
+        "                        (tcp://*:P); by default only given addresses\n"
         "  --log-level LEVEL     debug, info, warn, error (default info)\n"
         "  -h, --help            this text\n",
         TP_WORKER_FACTORY);
@@ -58,6 +62,8 @@ int main(int argc, char **argv) {
         {"stats", required_argument, 0, 't'},
         {"run-dir", required_argument, 0, 'r'},
         {"log-level", required_argument, 0, 'l'},
+        {"curve", required_argument, 0, 'k'},
+        {"public", no_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *spec = NULL, *plugin = NULL, *connect_ep = NULL, *bind_ep = NULL;
@@ -106,6 +112,8 @@ int main(int argc, char **argv) {
             break;
         case 't': so.stats = optarg; break;
         case 'r': so.run_dir = optarg; break;
+        case 'k': so.curve_dir = optarg; break;
+        case 'P': so.allow_public = 1; tp_bind_set_public(1); break;
         case 'l': {
             tp_log_level_t lv;
             if (tp_log_level_parse(optarg, &lv) < 0) {
@@ -140,6 +148,8 @@ int main(int argc, char **argv) {
     }
     if (so.stats && !so.run_dir && getcwd(cwd, sizeof cwd))
         so.run_dir = cwd;
+    if (so.curve_dir && so.stats && tp_stats_set_curve(so.curve_dir) < 0)
+        return s_fail(tp_last_error());
 
     tp_dataflow_t *df = NULL;
     void *lib = NULL;
