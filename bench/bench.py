@@ -31,13 +31,14 @@ MEAN, STD = 0.2860, 0.3530
 AUG = "augment crop=28,pad=4,flip,mean=%.3f,std=%.3f" % (MEAN * 255, STD * 255)
 
 MODES = {
-    # rounds and sizes of each comparison; quick: about 4-5 minutes on the
-    # 2-core development machine, full: about 20-25
-    "quick": dict(transport_repeat=3, transport_scale=0.25, load_rounds=3,
-                  load_batches=200, train_rounds=1, train_steps=100,
+    # rounds and sizes of each comparison; quick: about 3-4 minutes on the
+    # 2-core development machine even when it is loaded, full: 10-25
+    # (PyTorch's CNN epoch dominates)
+    "quick": dict(transport_repeat=3, transport_scale=0.2, load_rounds=3,
+                  load_batches=150, train_rounds={"mlp": 1, "cnn": 1}, train_steps=50,
                   engine_steps=300, engine_repeat=3, torch_1thread=False),
     "full": dict(transport_repeat=5, transport_scale=1.0, load_rounds=5,
-                 load_batches=400, train_rounds=3, train_steps=0,
+                 load_batches=400, train_rounds={"mlp": 3, "cnn": 1}, train_steps=0,
                  engine_steps=1000, engine_repeat=5, torch_1thread=True),
 }
 
@@ -187,8 +188,9 @@ def bench_training(a, m):
     try:
         for model in ("mlp", "cnn"):
             tts, pts, ratios, taccs, paccs, one = [], [], [], [], [], []
-            for r in range(m["train_rounds"]):
-                log("training: %s, round %d/%d" % (model, r + 1, m["train_rounds"]))
+            nr = m["train_rounds"][model]
+            for r in range(nr):
+                log("training: %s, round %d/%d" % (model, r + 1, nr))
                 logdir = os.path.join(tmp, "%s-%d" % (model, r))
 
                 def tp():
