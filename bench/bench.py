@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -82,6 +83,12 @@ def over_budget(m):
     the first of each comparison) and the optional references are skipped,
     so a heavily loaded machine still finishes in bounded time."""
     return time.time() - T_START > m["budget_s"]
+
+
+def child_cpu():
+    """CPU seconds (user + system) of the finished children so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def median(xs):
@@ -170,15 +177,17 @@ def _tp_train(a, model, steps, seed, logdir):
     if steps:
         cmd += ["--steps-per-epoch", str(steps)]
     e = dict(os.environ, TP_LOG_LEVEL="warn")
+    c0 = child_cpu()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        env=e, cwd=ROOT, timeout=3600)
+    cpu = child_cpu() - c0
     if p.returncode != 0:
         raise RuntimeError("tp-train failed: %s" % p.stderr[-2000:])
     head = re.search(r"(\d+) towers? x batch (\d+)", p.stdout)
     with open(os.path.join(logdir, "stats.json")) as f:
         last = json.load(f)[-1]
     steps_done = last["global_step"]
-    return dict(model=model, epoch_s=steps_done / last["steps_per_s"],
+    return dict(model=model, epoch_s=steps_done / last["steps_per_s"], cpu_s=cpu,
                 steps=steps_done, test_accuracy=last["validation_accuracy"],
                 towers=int(head.group(1)) if head else None,
                 batch_per_tower=int(head.group(2)) if head else None)
@@ -189,7 +198,9 @@ def _torch_train(a, model, steps, seed, threads):
            str(threads), "--seed", str(seed)]
     if steps:
         cmd += ["--steps", str(steps)]
+    c0 = child_cpu()
     r = run_json(cmd, timeout=3600)
+    r["cpu_s"] = child_cpu() - c0
     r["epoch_s"] = r["epoch_s"][-1]
     return r
 
@@ -202,6 +213,7 @@ def bench_training(a, m):
     try:
         for model in ("mlp", "cnn"):
             tts, pts, ratios, taccs, paccs, one = [], [], [], [], [], None
+            tcpu, pcpu = [], []
             nr = m["train_rounds"][model]
             for r in range(nr):
                 if r > 0 and over_budget(m):
@@ -224,6 +236,8 @@ def bench_training(a, m):
                 ratios.append(x["epoch_s"] / y["epoch_s"])
                 taccs.append(x["test_accuracy"])
                 paccs.append(y["test_accuracy"])
+                tcpu.append(x["cpu_s"])
+                pcpu.append(y["cpu_s"])
                 raw.append(dict(model=model, towerpack=x, pytorch=y))
                 if r == 0 and m["torch_1thread"]:
                     # PyTorch's own best on a small shared machine may be one
@@ -234,6 +248,7 @@ def bench_training(a, m):
                     one = _torch_train(a, model, m["train_steps"], 1, 1)
                     one["towerpack_epoch_s"] = x["epoch_s"]
                     one["towerpack_test_accuracy"] = x["test_accuracy"]
+                    one["towerpack_cpu_s"] = x["cpu_s"]
                     raw.append(dict(model=model, pytorch_1thread=one))
             goal = 0.5 if model == "mlp" else 0.8
             rows.append(dict(group="training", name="%s, %s, batch 128, %d threads"
@@ -241,7 +256,8 @@ def bench_training(a, m):
                              peer=median(pts), unit="s", peer_name="PyTorch",
                              ratio=median(ratios), spread=(min(ratios), max(ratios)),
                              goal=goal, higher_better=False, rounds=len(ratios),
-                             tp_acc=median(taccs), peer_acc=median(paccs)))
+                             tp_acc=median(taccs), peer_acc=median(paccs),
+                             tp_cpu=median(tcpu), peer_cpu=median(pcpu)))
             if one:
                 rows.append(dict(group="training", name="%s, %s: against PyTorch with 1 thread"
                                  % (model.upper(), what), tp=one["towerpack_epoch_s"],
@@ -250,7 +266,8 @@ def bench_training(a, m):
                                  ratio=one["towerpack_epoch_s"] / one["epoch_s"],
                                  spread=None, goal=None, higher_better=False, rounds=1,
                                  tp_acc=one["towerpack_test_accuracy"],
-                                 peer_acc=one["test_accuracy"]))
+                                 peer_acc=one["test_accuracy"],
+                                 tp_cpu=one["towerpack_cpu_s"], peer_cpu=one["cpu_s"]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rows, raw
@@ -327,7 +344,10 @@ def table(rows, markdown):
     for r in rows:
         acc = ""
         if "tp_acc" in r:
-            acc = " (test acc. %.4f / %.4f)" % (r["tp_acc"], r["peer_acc"])
+            acc = " (test acc. %.4f / %.4f" % (r["tp_acc"], r["peer_acc"])
+            if "tp_cpu" in r:
+                acc += "; CPU s %.0f / %.0f" % (r["tp_cpu"], r["peer_cpu"])
+            acc += ")"
         spread = "%.2f-%.2f" % r["spread"] if r.get("spread") else ""
         lines.append([r["name"] + acc, fmt_num(r["tp"], r["unit"]),
                       "%s: %s" % (r["peer_name"], fmt_num(r["peer"], r["unit"])),
@@ -366,12 +386,16 @@ def main():
     ap.add_argument("--only", default="transport,loading,training,engine")
     ap.add_argument("--bin", default="build-release/bin")
     ap.add_argument("--command", default="bash bench/run.sh")
+    ap.add_argument("--peer-1thread", action="store_true",
+                    help="also time PyTorch with 1 thread (on in the full mode)")
     a = ap.parse_args()
     a.bench = os.path.join(ROOT, a.bin, "tp-bench")
     a.train = os.path.join(ROOT, a.bin, "tp-train")
     a.python = sys.executable
     mode = "quick" if a.quick else "full"
-    m = MODES[mode]
+    m = dict(MODES[mode])
+    if a.peer_1thread:
+        m["torch_1thread"] = True
     only = [x.strip() for x in a.only.split(",") if x.strip()]
     known = {"transport": bench_transport, "loading": bench_loading,
              "training": bench_training, "engine": bench_engine}
@@ -408,8 +432,9 @@ def main():
                 "ended (the machine is shared). PyTorch %s (Debian python3-torch).\n\n"
                 "Each ratio is the median of the per-round ratios (towerpack over the "
                 "peer for rates, towerpack's time over the peer's for epochs); "
-                "the range is the lowest and highest round. Test accuracies: "
-                "towerpack / PyTorch.\n\n%s\n"
+                "the range is the lowest and highest round. Test accuracies and "
+                "CPU seconds (user + system of the whole process, start-up and "
+                "evaluation included): towerpack / PyTorch.\n\n%s\n"
                 % (info["command"], mode, elapsed, info["date"], info["machine"],
                    load0[0], load1[0], info["torch"], table(rows, True)))
         write_docs(text)
