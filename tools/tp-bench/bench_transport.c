@@ -489,7 +489,12 @@ static double s_sz_tp_ipc(int64_t n, const char *ep) {
     double dt = tp_now_s() - t0;
     waitpid(pid, NULL, 0);
     tp_dataflow_destroy(&df);
-    return got > 1 ? (double)(got - 1) / dt : 0;
+    if (got < n) {
+        fprintf(stderr, "tp-bench transport: towerpack ipc: %lld of %lld datapoints\n",
+                (long long)got, (long long)n);
+        return 0;
+    }
+    return (double)(got - 1) / dt;
 }
 
 static int s_cmp_double(const void *a, const void *b) {
