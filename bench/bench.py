@@ -349,6 +349,8 @@ def table(rows, markdown):
                 acc += "; CPU s %.0f / %.0f" % (r["tp_cpu"], r["peer_cpu"])
             acc += ")"
         spread = "%.2f-%.2f" % r["spread"] if r.get("spread") else ""
+        if spread and r.get("rounds"):
+            spread += " (%d)" % r["rounds"]
         lines.append([r["name"] + acc, fmt_num(r["tp"], r["unit"]),
                       "%s: %s" % (r["peer_name"], fmt_num(r["peer"], r["unit"])),
                       "%.3f" % r["ratio"], spread, verdict(r)])
@@ -432,7 +434,7 @@ def main():
                 "ended (the machine is shared). PyTorch %s (Debian python3-torch).\n\n"
                 "Each ratio is the median of the per-round ratios (towerpack over the "
                 "peer for rates, towerpack's time over the peer's for epochs); "
-                "the range is the lowest and highest round. Test accuracies and "
+                "the range is the lowest and highest round (and the number of rounds). Test accuracies and "
                 "CPU seconds (user + system of the whole process, start-up and "
                 "evaluation included): towerpack / PyTorch.\n\n%s\n"
                 % (info["command"], mode, elapsed, info["date"], info["machine"],
