@@ -2,7 +2,7 @@
 # towerpack peer benchmarks: towerpack against PyTorch and raw libzmq, side
 # by side in one run (bench/README.md says what each comparison measures).
 #
-#   bash bench/run.sh --quick      about 5 minutes: shorter runs, fewer rounds
+#   bash bench/run.sh --quick      under 5 minutes: shorter runs, fewer rounds
 #   bash bench/run.sh              the full run (under 30 minutes)
 #   bash bench/run.sh --no-docs    do not rewrite docs/performance.md
 #   bash bench/run.sh --only transport,loading,training,engine
