@@ -11,8 +11,12 @@
  *           against 1
  *   stats   the inproc hop under a supervisor publishing statistics every
  *           second, against the same hop without reports
+ *   sizes   (only with --only sizes; bench/run.sh) datapoints of 64 B,
+ *           64 KiB and 1 MiB over inproc (two actors) and ipc (two
+ *           processes), each against raw libzmq moving the same payload
  * Each figure is the best of --repeat runs. */
 #include <czmq.h>
+#include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,6 +35,7 @@ typedef struct {
     const char *only;
     const char *stats;
     char dir[64];
+    double scale;  /* sizes: message counts times this */
 } s_cfg_t;
 
 /* ---- ipc: 1 MiB between processes ------------------------------------------------ */
@@ -292,9 +297,264 @@ static double s_mp(const s_cfg_t *c, int workers) {
     return (double)c->mp_count / dt;
 }
 
-/* ---- driver ------------------------------------------------------------------------ */
+/* ---- sizes: 64 B .. 1 MiB over inproc and ipc, against raw libzmq ---------------- */
 
 static double s_best(double a, double b) { return a > b ? a : b; }
+
+/* The raw reference sends the payload as a user of libzmq would: small
+ * messages copied by zmq_send, large ones (>= 512 B, where towerpack also
+ * goes zero-copy) handed over without a copy. The towerpack side sends a
+ * datapoint whose one component borrows the same bytes. */
+static size_t s_sz;          /* payload of the current case */
+static uint8_t *s_payload;   /* s_sz bytes, read-only while running */
+
+static int s_raw_send(void *sock, size_t size) {
+    if (size < 512)
+        return zmq_send(sock, s_payload, size, 0);
+    zmq_msg_t m;
+    zmq_msg_init_data(&m, s_payload, size, s_noop_free, NULL);
+    return zmq_msg_send(&m, sock, 0);
+}
+
+typedef struct {
+    void *ctx;
+    int64_t n;
+} s_sz_thread_t;
+
+static void *s_sz_sender(void *arg) {
+    s_sz_thread_t *t = arg;
+    void *push = zmq_socket(t->ctx, ZMQ_PUSH);
+    int hwm = TP_ACTOR_DEFAULT_HWM;
+    zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_connect(push, "inproc://sz-raw");
+    for (int64_t i = 0; i < t->n; i++)
+        s_raw_send(push, s_sz);
+    zmq_close(push);
+    return NULL;
+}
+
+/* Raw inproc PUSH/PULL between two threads: messages/s. */
+static double s_sz_raw_inproc(int64_t n) {
+    void *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    int hwm = TP_ACTOR_DEFAULT_HWM;
+    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_bind(pull, "inproc://sz-raw");
+    s_sz_thread_t t = {ctx, n};
+    pthread_t th;
+    double t0 = tp_now_s();
+    pthread_create(&th, NULL, s_sz_sender, &t);
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    for (int64_t i = 0; i < n; i++)
+        zmq_msg_recv(&m, pull, 0);
+    double dt = tp_now_s() - t0;
+    zmq_msg_close(&m);
+    pthread_join(th, NULL);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+    return (double)n / dt;
+}
+
+/* A dataflow of datapoints borrowing s_payload (one uint8 component). */
+static tp_status_t s_sz_next(void *impl, tp_datapoint_t **out) {
+    (void)impl;
+    tp_datapoint_t *dp = tp_datapoint_new(0);
+    tp_tensor_t t;
+    int64_t shape[1] = {(int64_t)s_sz};
+    tp_tensor_init_wrap(&t, TP_UINT8, 1, shape, s_payload, NULL, NULL);
+    tp_datapoint_append(dp, &t);
+    *out = dp;
+    return TP_OK;
+}
+static const tp_dataflow_ops_t s_sz_ops = {.name = "payload", .next = s_sz_next};
+
+static tp_status_t s_sz_produce(tp_actor_ctx_t *ctx, void *state) {
+    s_src_t *s = state;
+    if (s->made >= s->n)
+        return TP_DONE;
+    s->made++;
+    tp_datapoint_t *dp;
+    s_sz_next(NULL, &dp);
+    return tp_actor_send(ctx, 0, &dp);
+}
+
+static const tp_actor_port_t s_sz_out[] = {{"out", "inproc://sz-hop", 1, 0, 0}};
+static const tp_actor_port_t s_sz_in[] = {{"in", "inproc://sz-hop", 0, 0, 0}};
+static const tp_actor_def_t s_sz_src_def = {"source", NULL, 0, s_sz_out, 1, NULL,
+                                            NULL, s_sz_produce, NULL};
+static const tp_actor_def_t s_sz_sink_def = {"sink", s_sz_in, 1, NULL, 0, NULL,
+                                             s_sink_on_data, NULL, NULL};
+
+/* Two actors, source -> sink: datapoints/s. */
+static double s_sz_tp_inproc(int64_t n) {
+    s_src_t src = {n, 0};
+    int64_t got = 0;
+    tp_actor_t *sink = tp_actor_new(&s_sz_sink_def, &got);
+    double t0 = tp_now_s();
+    tp_actor_t *source = tp_actor_new(&s_sz_src_def, &src);
+    tp_actor_wait(source, -1);
+    tp_actor_wait(sink, -1);
+    double dt = tp_now_s() - t0;
+    tp_actor_destroy(&source);
+    tp_actor_destroy(&sink);
+    return got == n ? (double)n / dt : 0;
+}
+
+/* Raw PUSH in a forked child -> PULL here over ipc: messages/s. */
+static double s_sz_raw_ipc(int64_t n, const char *ep) {
+    int hwm = 50, done[2];
+    /* The child keeps its socket open until the parent has every message:
+     * libzmq's linger does not cover the last small messages already taken
+     * into the ipc engine's batch when the context terminates (measured:
+     * ~1000 of 200,000 64-byte messages lost at the end without this). */
+    if (pipe(done) != 0)
+        return 0;
+    fflush(NULL);
+    /* fork before this process has a context: the child shares none of
+     * its sockets or descriptors */
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(done[1]);
+        void *cx = zmq_ctx_new();
+        void *push = zmq_socket(cx, ZMQ_PUSH);
+        zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_connect(push, ep);  /* retried until the parent has bound */
+        for (int64_t i = 0; i < n; i++)
+            s_raw_send(push, s_sz);
+        char b;
+        while (read(done[0], &b, 1) < 0 && errno == EINTR)
+            ;
+        int linger = 0;
+        zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(push);
+        zmq_ctx_term(cx);
+        _exit(0);
+    }
+    close(done[0]);
+    void *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    int tmo = 20000;  /* a lost peer ends the run instead of hanging it */
+    zmq_setsockopt(pull, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    zmq_bind(pull, ep);
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    int64_t got = zmq_msg_recv(&m, pull, 0) >= 0;  /* the clock starts here */
+    double t0 = tp_now_s();
+    for (int64_t i = 1; i < n && got == i; i++)
+        got += zmq_msg_recv(&m, pull, 0) >= 0;
+    double dt = tp_now_s() - t0;
+    if (got < n)
+        fprintf(stderr, "tp-bench transport: raw ipc: %lld of %lld messages (%s)\n",
+                (long long)got, (long long)n, zmq_strerror(zmq_errno()));
+    close(done[1]);  /* the child may go */
+    zmq_msg_close(&m);
+    waitpid(pid, NULL, 0);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+    unlink(ep + 6);
+    return got == n ? (double)(n - 1) / dt : 0;
+}
+
+/* send_dataflow in a forked child -> remote dataflow here: datapoints/s. */
+static double s_sz_tp_ipc(int64_t n, const char *ep) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        tp_dataflow_t *df = tp_dataflow_new(&s_sz_ops, NULL);
+        tp_send_opts_t o;
+        tp_send_opts_init(&o);
+        o.max_count = n;
+        tp_send_dataflow(df, ep, &o, NULL);
+        tp_dataflow_destroy(&df);
+        _exit(0);
+    }
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 10;
+    tp_dataflow_t *df = tp_df_remote(ep, &ro);
+    tp_dataflow_reset_state(df, 0, 0);
+    tp_datapoint_t *dp;
+    double t0 = 0;
+    int64_t got = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (tp_dataflow_next(df, &dp) != TP_OK)
+            break;
+        if (i == 0)
+            t0 = tp_now_s();
+        got++;
+        tp_datapoint_destroy(&dp);
+    }
+    double dt = tp_now_s() - t0;
+    waitpid(pid, NULL, 0);
+    tp_dataflow_destroy(&df);
+    if (got < n) {
+        fprintf(stderr, "tp-bench transport: towerpack ipc: %lld of %lld datapoints\n",
+                (long long)got, (long long)n);
+        return 0;
+    }
+    return (double)(got - 1) / dt;
+}
+
+static int s_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Every size x {ipc, inproc}: --repeat rounds, each running raw then
+ * towerpack back to back; reports the best rate of each side and the
+ * median of the per-round ratios. The ipc runs fork, so they go first. */
+static int s_sizes(const s_cfg_t *c, const char *ep, double scale) {
+    static const size_t sizes[] = {64, 64 * 1024, MIB};
+    static const char *names[] = {"64 B", "64 KiB", "1 MiB"};
+    /* messages per run: about 0.2-0.5 s each on this machine at scale 1 */
+    static const int64_t n_inproc[] = {400000, 40000, 4000};
+    static const int64_t n_ipc[] = {200000, 20000, 2000};
+    enum { MAXR = 64 };
+    int rounds = c->repeat < MAXR ? c->repeat : MAXR;
+    if (c->json)
+        printf("{\"sizes\": [\n");
+    else
+        printf("%-8s %-7s %15s %15s %12s %8s\n", "size", "path", "raw libzmq",
+               "towerpack", "towerpack", "ratio");
+    for (int pass = 0; pass < 2; pass++) {  /* 0: ipc (fork first), 1: inproc */
+        for (int k = 0; k < 3; k++) {
+            s_sz = sizes[k];
+            int64_t n = (int64_t)((double)(pass ? n_inproc[k] : n_ipc[k]) * scale);
+            if (n < 100)
+                n = 100;
+            double raw = 0, tpr = 0, ratios[MAXR];
+            for (int r = 0; r < rounds; r++) {
+                double a = pass ? s_sz_raw_inproc(n) : s_sz_raw_ipc(n, ep);
+                double b = pass ? s_sz_tp_inproc(n) : s_sz_tp_ipc(n, ep);
+                raw = s_best(raw, a);
+                tpr = s_best(tpr, b);
+                ratios[r] = a > 0 ? b / a : 0;
+            }
+            qsort(ratios, (size_t)rounds, sizeof *ratios, s_cmp_double);
+            double med = rounds % 2 ? ratios[rounds / 2]
+                                    : 0.5 * (ratios[rounds / 2 - 1] + ratios[rounds / 2]);
+            const char *path = pass ? "inproc" : "ipc";
+            if (c->json)
+                printf("  {\"size\": %zu, \"path\": \"%s\", \"count\": %lld, "
+                       "\"raw_msgs_s\": %.1f, \"towerpack_msgs_s\": %.1f, "
+                       "\"towerpack_mb_s\": %.1f, \"ratio_median\": %.4f, "
+                       "\"ratio_min\": %.4f, \"ratio_max\": %.4f}%s\n",
+                       sizes[k], path, (long long)n, raw, tpr,
+                       tpr * (double)sizes[k] / 1e6, med, ratios[0],
+                       ratios[rounds - 1], pass == 1 && k == 2 ? "" : ",");
+            else
+                printf("%-8s %-7s %11.0f /s %11.0f /s %7.0f MB/s %8.3f\n", names[k],
+                       path, raw, tpr, tpr * (double)sizes[k] / 1e6, med);
+        }
+    }
+    if (c->json)
+        printf("]}\n");
+    return 0;
+}
+
+/* ---- driver ------------------------------------------------------------------------ */
 
 static int s_want(const s_cfg_t *c, const char *name) {
     return !c->only || !strcmp(c->only, name);
@@ -302,21 +562,25 @@ static int s_want(const s_cfg_t *c, const char *name) {
 
 static void s_usage(FILE *out) {
     fprintf(out,
-        "usage: tp-bench transport [--only ipc|inproc|mp|stats] [--repeat N]\n"
+        "usage: tp-bench transport [--only ipc|inproc|mp|stats|sizes] [--repeat N]\n"
         "                          [--ipc-count N] [--inproc-count N] [--mp-count N]\n"
-        "                          [--stats ENDPOINT] [--json]\n"
+        "                          [--scale X] [--stats ENDPOINT] [--json]\n"
         "Actors and process/remote dataflows against raw libzmq in the same run.\n"
+        "--only sizes: 64 B, 64 KiB and 1 MiB datapoints over inproc and ipc\n"
+        "against raw libzmq (median of --repeat per-round ratios; --scale\n"
+        "multiplies its message counts, default 1).\n"
         "--stats publishes the stats benchmark's statistics at ENDPOINT (for\n"
         "tp-top; ipc, tcp, tcp:PORT or a full address).\n");
 }
 
 int tp_bench_transport(int argc, char **argv) {
-    s_cfg_t c = {2000, 2000000, 1000, 3, 0, NULL, NULL, ""};
+    s_cfg_t c = {2000, 2000000, 1000, 3, 0, NULL, NULL, "", 1.0};
     static const struct option longopts[] = {
         {"only", required_argument, 0, 'o'},   {"repeat", required_argument, 0, 'r'},
         {"ipc-count", required_argument, 0, 'i'}, {"inproc-count", required_argument, 0, 'n'},
         {"mp-count", required_argument, 0, 'm'}, {"stats", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
+        {"scale", required_argument, 0, 'x'},
         {0, 0, 0, 0}};
     int ch;
     optind = 1;
@@ -329,17 +593,20 @@ int tp_bench_transport(int argc, char **argv) {
         case 'm': c.mp_count = atoll(optarg); break;
         case 's': c.stats = optarg; break;
         case 'j': c.json = 1; break;
+        case 'x': c.scale = atof(optarg); break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
     }
-    if (c.repeat < 1 || c.ipc_count < 2 || c.inproc_count < 1 || c.mp_count < 1) {
+    if (c.repeat < 1 || c.ipc_count < 2 || c.inproc_count < 1 || c.mp_count < 1 ||
+        !(c.scale > 0 && c.scale <= 1000)) {
         fprintf(stderr, "tp-bench transport: counts and --repeat must be positive\n");
         return 2;
     }
     if (c.only && strcmp(c.only, "ipc") && strcmp(c.only, "inproc") &&
-        strcmp(c.only, "mp") && strcmp(c.only, "stats")) {
-        fprintf(stderr, "tp-bench transport: --only '%s' is not ipc, inproc, mp or stats\n",
+        strcmp(c.only, "mp") && strcmp(c.only, "stats") && strcmp(c.only, "sizes")) {
+        fprintf(stderr, "tp-bench transport: --only '%s' is not ipc, inproc, mp, stats "
+                "or sizes\n",
                 c.only);
         return 2;
     }
@@ -353,6 +620,18 @@ int tp_bench_transport(int argc, char **argv) {
     memset(s_big, 0x5a, MIB);
     char ep[128];
     snprintf(ep, sizeof ep, "ipc://%s/bench.sock", c.dir);
+    if (c.only && !strcmp(c.only, "sizes")) {
+        s_payload = tp_alloc(MIB);
+        memset(s_payload, 0x3c, MIB);
+        int rc = s_sizes(&c, ep, c.scale);
+        tp_free(s_payload);
+        tp_free(s_big);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", c.dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "tp-bench transport: cannot remove %s\n", c.dir);
+        return rc;
+    }
     double raw_ipc = 0, tp_ipc = 0, raw_in = 0, raw_bare = 0, tp_in = 0, mp1 = 0,
            mp2 = 0, st_off = 0, st_on = 0;
     /* The fork-based runs go first, while the process has no actor threads. */
