@@ -51,6 +51,20 @@ void tp_input_destroy(tp_input_t **self_p) {
 }
 
 const char *tp_input_name(const tp_input_t *self) { return self->ops->name; }
+
+tp_status_t tp_input_start(tp_input_t *self, int towers, uint64_t seed,
+                           int64_t skip) {
+    if (towers < 1 || skip < 0)
+        return tp_error(TP_ERR_INVALID, "%s: start with %d towers, skip %lld",
+                        self->ops->name, towers, (long long)skip);
+    return self->ops->start(self->impl, towers, seed, skip);
+}
+
+tp_status_t tp_input_next(tp_input_t *self, int tower, tp_datapoint_t **out) {
+    return self->ops->next(self->impl, tower, out);
+}
+
+int64_t tp_input_size(tp_input_t *self) { return self->ops->size(self->impl); }
 void *tp_input_impl(tp_input_t *self) { return self->impl; }
 
 /* FeedInput */

@@ -48,6 +48,15 @@ tp_input_t *tp_input_new(const tp_input_ops_t *ops, void *impl);
 void tp_input_destroy(tp_input_t **self_p);
 const char *tp_input_name(const tp_input_t *self);
 
+/* Drive an input from a trainer's run_step (custom trainers): start it for
+ * `towers` towers with the data seed (dropping `skip` batches first), take
+ * the next batch of `tower` (caller owns it), ask its size (batches per
+ * pass, -1: unknown). */
+tp_status_t tp_input_start(tp_input_t *self, int towers, uint64_t seed,
+                           int64_t skip);
+tp_status_t tp_input_next(tp_input_t *self, int tower, tp_datapoint_t **out);
+int64_t tp_input_size(tp_input_t *self);
+
 /* FeedInput: batches straight from the dataflow on the trainer's thread,
  * synchronous (for debugging). Takes df. */
 tp_input_t *tp_input_feed(tp_dataflow_t *df);
