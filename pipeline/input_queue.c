@@ -142,7 +142,14 @@ tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity) {
     return tp_input_new(&s_queue_ops, q);
 }
 
+/* A StagingInput over a QueueInput reports its queue's counters. */
+static tp_input_t *s_unwrap(tp_input_t *input) {
+    tp_input_t *inner = tp_input_staging_inner(input);
+    return inner ? inner : input;
+}
+
 tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row) {
+    input = s_unwrap(input);
     if (strcmp(tp_input_name(input), "QueueInput") != 0)
         return tp_error(TP_ERR_INVALID, "not a QueueInput");
     s_queue_t *q = tp_input_impl(input);
@@ -152,6 +159,7 @@ tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row) {
 }
 
 uint64_t tp_input_queue_taken(tp_input_t *input) {
+    input = s_unwrap(input);
     if (strcmp(tp_input_name(input), "QueueInput") != 0)
         return 0;
     s_queue_t *q = tp_input_impl(input);
@@ -159,6 +167,7 @@ uint64_t tp_input_queue_taken(tp_input_t *input) {
 }
 
 double tp_input_queue_waited_s(tp_input_t *input) {
+    input = s_unwrap(input);
     if (strcmp(tp_input_name(input), "QueueInput") != 0)
         return 0;
     s_queue_t *q = tp_input_impl(input);
@@ -166,6 +175,7 @@ double tp_input_queue_waited_s(tp_input_t *input) {
 }
 
 double tp_input_queue_fill(tp_input_t *input) {
+    input = s_unwrap(input);
     tp_stats_row_t row;
     if (tp_input_queue_stats(input, &row) != TP_OK)
         return -1;

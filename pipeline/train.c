@@ -368,6 +368,12 @@ static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
         tp_trainer_put_scalar(tr, "trainer/input_wait_s",
                               tp_input_queue_waited_s(sc->mt->input));
     }
+    if (tp_input_staging_inner(sc->mt->input)) {
+        double waited = 0;
+        for (int i = 0; i < sc->mt->towers; i++)
+            waited += tp_input_staging_waited_s(sc->mt->input, i);
+        tp_trainer_put_scalar(tr, "StagingInput/towers_wait_s", waited);
+    }
     return TP_OK;
 }
 
@@ -474,7 +480,12 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         tp_train_config_fini(cfg);
         return tp_error(TP_ERR_NOMEM, "trainer");
     }
+    /* tensorpack's defaults: a dataflow gets QueueInput, and with more than
+     * one tower StagingInput on top (each tower's next batch staged in its
+     * memory while it computes). */
     mt->input = cfg->input ? cfg->input : tp_input_queue(cfg->dataflow, 50);
+    if (!cfg->input && cfg->towers > 1 && mt->input)
+        mt->input = tp_input_staging(mt->input, 1, NULL);
     cfg->input = NULL;
     cfg->dataflow = NULL;
     mt->kind = kind;

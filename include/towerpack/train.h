@@ -78,6 +78,37 @@ double tp_input_queue_waited_s(tp_input_t *input);
 /* The implementation pointer. */
 void *tp_input_impl(tp_input_t *self);
 
+/* StagingInput: one staging actor (thread) per tower over `inner` (taken)
+ * keeps `nr_stage` batches (0: 1; at most TP_STAGE_MAX) copied ahead into
+ * the tower's own memory, so a step finds its batch in place while the
+ * previous one computes. The stages take from `inner` in tower order:
+ * batches per tower are the same as without staging. A batch handed out
+ * borrows a slot until the datapoint is destroyed. The default on top of
+ * QueueInput for more than one tower. */
+#define TP_STAGE_MAX 8
+typedef struct tp_stage_ops {
+    /* The tower's memory for a staged component, and freeing it; NULL:
+     * 64-byte aligned host memory. */
+    void *(*alloc)(void *user, int tower, size_t bytes);
+    void (*free)(void *user, int tower, void *ptr);
+    /* Copy host `src` into tower memory `dst`, complete on return (a device
+     * issues it on the tower's copy stream and waits); NULL: memcpy. */
+    tp_status_t (*copy)(void *user, int tower, void *dst, const void *src,
+                        size_t bytes);
+    void *user;
+} tp_stage_ops_t;
+tp_input_t *tp_input_staging(tp_input_t *inner, int nr_stage,
+                             const tp_stage_ops_t *ops);
+/* The input a StagingInput stages (NULL for another kind). */
+tp_input_t *tp_input_staging_inner(tp_input_t *input);
+/* A stage's counters: batches staged (msgs_out), seconds copying (busy_s),
+ * waiting for the inner input or a free slot (starved_s), staged slots
+ * over nr_stage (queue_fill). */
+tp_status_t tp_input_staging_stats(tp_input_t *input, int tower,
+                                   tp_stats_row_t *row);
+/* Seconds tower `tower` waited for its staged batch. */
+double tp_input_staging_waited_s(tp_input_t *input, int tower);
+
 /* DummyConstantInput: one random batch per tower, built once from the
  * model's input descriptions and returned again and again (copies): the
  * speed of light of the step. `label_classes` bounds int inputs. */
