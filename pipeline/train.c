@@ -368,6 +368,12 @@ static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
         tp_trainer_put_scalar(tr, "trainer/input_wait_s",
                               tp_input_queue_waited_s(sc->mt->input));
     }
+    if (!strcmp(tp_input_name(sc->mt->input), "ZMQInput")) {
+        tp_trainer_put_scalar(tr, "ZMQInput/malformed",
+                              (double)tp_input_zmq_malformed(sc->mt->input));
+        tp_trainer_put_scalar(tr, "trainer/input_wait_s",
+                              tp_input_zmq_waited_s(sc->mt->input));
+    }
     if (tp_input_staging_inner(sc->mt->input)) {
         double waited = 0;
         for (int i = 0; i < sc->mt->towers; i++)

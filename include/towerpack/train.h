@@ -109,6 +109,21 @@ tp_status_t tp_input_staging_stats(tp_input_t *input, int tower,
 /* Seconds tower `tower` waited for its staged batch. */
 double tp_input_staging_waited_s(tp_input_t *input, int tower);
 
+/* ZMQInput: whole batches from tp-worker processes or other senders of the
+ * wire format, received on a PULL socket at `endpoints` (RemoteDataZMQ's
+ * syntax: comma-separated, '@' binds, '>' connects, else opts->bind) and
+ * decoded on the trainer's thread without a prefetch actor. A malformed
+ * message is counted and dropped. opts NULL: defaults (bind, hwm 50, no
+ * timeout; signals end a wait). Size -1: set steps_per_epoch. NULL with
+ * tp_last_error() on a bad endpoint list. */
+typedef struct tp_remote_opts tp_remote_opts_t;
+tp_input_t *tp_input_zmq(const char *endpoints, const tp_remote_opts_t *opts);
+/* Batches received, messages dropped as malformed, seconds the trainer
+ * waited for data (0 for another kind of input). */
+uint64_t tp_input_zmq_received(tp_input_t *input);
+uint64_t tp_input_zmq_malformed(tp_input_t *input);
+double tp_input_zmq_waited_s(tp_input_t *input);
+
 /* DummyConstantInput: one random batch per tower, built once from the
  * model's input descriptions and returned again and again (copies): the
  * speed of light of the step. `label_classes` bounds int inputs. */

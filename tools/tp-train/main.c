@@ -273,11 +273,20 @@ int main(int argc, char **argv) {
     /* Data. */
     char spec[4096], test_spec[4096];
     tp_dataflow_t *train = NULL, *test = NULL;
-    if (s_train_spec(&a, spec, sizeof spec) != TP_OK || tp_spec_parse(spec, &train) != TP_OK)
+    tp_input_t *remote = NULL;
+    if (a.remote) {
+        /* ZMQInput: the workers' batches are received on this thread, no
+         * prefetch actor in between (the workers are the prefetchers) */
+        snprintf(spec, sizeof spec, "ZMQInput %s", a.remote);
+        if (!(remote = tp_input_zmq(a.remote, NULL)))
+            return s_fail("training data");
+    } else if (s_train_spec(&a, spec, sizeof spec) != TP_OK ||
+               tp_spec_parse(spec, &train) != TP_OK)
         return s_fail("training data");
     if (s_test_spec(&a, test_spec, sizeof test_spec) != TP_OK ||
         tp_spec_parse(test_spec, &test) != TP_OK) {
         tp_dataflow_destroy(&train);
+        tp_input_destroy(&remote);
         return s_fail("validation data");
     }
     TP_INFO("training data: %s", spec);
@@ -295,6 +304,7 @@ int main(int argc, char **argv) {
     tp_train_config_init(&cfg);
     cfg.model = &desc;
     cfg.dataflow = train;
+    cfg.input = remote;
     cfg.infer_batch = 500;
     cfg.towers = a.towers;
     cfg.batch = a.batch;
@@ -304,7 +314,7 @@ int main(int argc, char **argv) {
     cfg.auto_resume = a.resume;
     cfg.max_epoch = a.epochs;
     /* One pass of the data per epoch: every step takes a batch per tower. */
-    int64_t batches = tp_dataflow_size(train);
+    int64_t batches = train ? tp_dataflow_size(train) : -1;
     cfg.steps_per_epoch = a.steps_per_epoch ? a.steps_per_epoch
                         : batches > 0 ? (batches + a.towers - 1) / a.towers : 0;
     cfg.progress_names = "cost,accuracy";
