@@ -223,15 +223,20 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     if (t->executors) {
         TP_TRY(tp_towers_step(t->executors, batches, 10.0));
     } else {
-        /* One tower: it runs on this thread; a hop to an actor would only
-         * add two thread wake-ups per step. */
-        tp_status_t rc = tp_tower_compute(t->model, 0, t->ninputs, 0, batches[0]);
+        /* One tower: it runs on this thread (a hop to an actor would only
+         * add two thread wake-ups per step), and the whole step is the
+         * model's: with nothing to all-reduce it updates each variable as
+         * soon as its gradient is final, while it is still in cache (the
+         * same call the bare loop makes). */
+        tp_status_t rc = tp_tower_train_step(t->model, t->ninputs, batches[0]);
         tp_datapoint_destroy(&batches[0]);
         TP_TRY(rc);
     }
-    if (t->kind == TP_TRAINER_PARAMETER_SERVER)
-        TP_TRY(tp_model_reduce(t->model));  /* gathered onto tower 0 */
-    TP_TRY(tp_model_apply(t->model));
+    if (t->executors) {
+        if (t->kind == TP_TRAINER_PARAMETER_SERVER)
+            TP_TRY(tp_model_reduce(t->model));  /* gathered onto tower 0 */
+        TP_TRY(tp_model_apply(t->model));
+    }
     /* Fetched scalars: the mean over the towers. */
     for (int k = 0; k < tp_fetches_count(f); k++) {
         const char *name = tp_fetches_name(f, k);
