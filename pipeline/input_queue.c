@@ -94,7 +94,7 @@ static tp_status_t q_next(void *impl, int tower, tp_datapoint_t **out) {
         waited += 0.1;
         if (q->watchdog_s > 0 && waited - warned >= q->watchdog_s) {
             warned = waited;
-            TP_WARN("step watchdog: tower%d has waited %.0f s for a batch: the "
+            TP_WARN("step watchdog: tower%d has waited %.1f s for a batch: the "
                     "input (QueueInput, dataflow %s) is starving the towers",
                     tower, waited, tp_dataflow_name(q->df));
         }
@@ -122,9 +122,13 @@ static void q_destroy(void *impl) {
     free(q);
 }
 
+static void q_set_watchdog(void *impl, double seconds) {
+    ((s_queue_t *)impl)->watchdog_s = seconds;
+}
+
 static const tp_input_ops_t s_queue_ops = {
     .name = "QueueInput", .start = q_start, .next = q_next, .size = q_size,
-    .stop = q_stop, .destroy = q_destroy,
+    .stop = q_stop, .destroy = q_destroy, .set_watchdog = q_set_watchdog,
 };
 
 tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity) {

@@ -266,7 +266,7 @@ static tp_status_t st_next(void *impl, int tower, tp_datapoint_t **out) {
         double waited = (double)(tp_now_ns() - w0) * 1e-9;
         if (s->watchdog_s > 0 && waited - warned >= s->watchdog_s) {
             warned = waited;
-            TP_WARN("step watchdog: tower%d has waited %.0f s for a batch: its "
+            TP_WARN("step watchdog: tower%d has waited %.1f s for a batch: its "
                     "StagingInput stage is starved by the input %s", tower,
                     waited, tp_input_name(s->inner));
         }
@@ -341,9 +341,15 @@ static void st_destroy(void *impl) {
     free(s);
 }
 
+static void st_set_watchdog(void *impl, double seconds) {
+    s_staging_t *s = impl;
+    s->watchdog_s = seconds;
+    tp_input_set_watchdog(s->inner, seconds);
+}
+
 static const tp_input_ops_t s_staging_ops = {
     .name = "StagingInput", .start = st_start, .next = st_next, .size = st_size,
-    .stop = st_stop, .destroy = st_destroy,
+    .stop = st_stop, .destroy = st_destroy, .set_watchdog = st_set_watchdog,
 };
 
 tp_input_t *tp_input_staging(tp_input_t *inner, int nr_stage,

@@ -65,6 +65,11 @@ tp_status_t tp_input_next(tp_input_t *self, int tower, tp_datapoint_t **out) {
 }
 
 int64_t tp_input_size(tp_input_t *self) { return self->ops->size(self->impl); }
+
+void tp_input_set_watchdog(tp_input_t *self, double seconds) {
+    if (self && self->ops->set_watchdog)
+        self->ops->set_watchdog(self->impl, seconds);
+}
 void *tp_input_impl(tp_input_t *self) { return self->impl; }
 
 /* FeedInput */
@@ -203,6 +208,7 @@ typedef struct {
     int towers;
     int64_t batch;
     int ninputs;
+    double watchdog_s;
 } s_mt_t;
 
 /* One step: every tower takes its own batch from the input (on this
@@ -221,7 +227,7 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
         }
     }
     if (t->executors) {
-        TP_TRY(tp_towers_step(t->executors, batches, 10.0));
+        TP_TRY(tp_towers_step(t->executors, batches, t->watchdog_s));
     } else {
         /* One tower: it runs on this thread (a hop to an actor would only
          * add two thread wake-ups per step), and the whole step is the
@@ -425,6 +431,7 @@ void tp_train_config_init(tp_train_config_t *cfg) {
     cfg->progress_names = "cost";
     cfg->save_checkpoints = 1;
     cfg->starting_epoch = 1;
+    cfg->watchdog_s = 10;
 }
 
 void tp_train_config_fini(tp_train_config_t *cfg) {
@@ -500,6 +507,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     cfg->input = NULL;
     cfg->dataflow = NULL;
     mt->kind = kind;
+    mt->watchdog_s = cfg->watchdog_s > 0 ? cfg->watchdog_s : 0;
+    tp_input_set_watchdog(mt->input, mt->watchdog_s);
     mt->towers = cfg->towers;
     mt->batch = cfg->batch;
     mt->ninputs = cfg->model->ninputs;

@@ -250,3 +250,55 @@ Test(engine, model_saver_refuses_max_to_keep_zero) {
     cr_assert_null(tp_cb_model_saver(0, 0));
     cr_assert(strstr(tp_last_error(), "max_to_keep"), "%s", tp_last_error());
 }
+
+/* ---- the step watchdog ------------------------------------------------- */
+
+/* A dataflow that takes 0.5 s per batch. */
+static tp_status_t slow_next(void *impl, tp_datapoint_t **out) {
+    usleep(500000);
+    int64_t one[] = {1, 2}, lab[] = {1};
+    *out = tp_datapoint_new(2);
+    tp_tensor_init_zero(tp_datapoint_get(*out, 0), TP_FLOAT32, 2, one);
+    tp_tensor_init_zero(tp_datapoint_get(*out, 1), TP_INT32, 1, lab);
+    return TP_OK;
+}
+static int64_t slow_size(void *impl) { return -1; }
+static const tp_dataflow_ops_t s_slow_ops = {.name = "slowpoke", .next = slow_next,
+                                             .size = slow_size};
+
+static void s_watchdog_case(int towers, const char *needle) {
+    char *dir = s_tmp();
+    char log[128];
+    snprintf(log, sizeof log, "%s/log.log", dir);
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = &s_model;
+    c.batch = 1;
+    c.towers = towers;
+    c.dataflow = tp_dataflow_new(&s_slow_ops, NULL);
+    c.max_epoch = 1;
+    c.steps_per_epoch = 1;
+    c.threads = 1;
+    c.stats = "off";
+    c.default_callbacks = 0;
+    c.watchdog_s = 0.2;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    tp_log_set_file(NULL);
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f);
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    cr_assert(strstr(buf, "step watchdog") && strstr(buf, needle), "log:\n%s", buf);
+    s_rm(dir);
+}
+
+Test(engine, watchdog_names_the_starving_queue_input) {
+    s_watchdog_case(1, "QueueInput, dataflow slowpoke");
+}
+
+Test(engine, watchdog_names_the_starving_staging_input) {
+    s_watchdog_case(2, "StagingInput stage is starved by the input QueueInput");
+}

@@ -41,6 +41,9 @@ typedef struct tp_input_ops {
     /* Stop prefetching (may be NULL). */
     void (*stop)(void *impl);
     void (*destroy)(void *impl);
+    /* Warn, naming what starves, when a tower waits longer than `seconds`
+     * for a batch (0: never). May be NULL. */
+    void (*set_watchdog)(void *impl, double seconds);
 } tp_input_ops_t;
 
 /* An input over `impl`; takes it. Caller owns. */
@@ -56,6 +59,9 @@ tp_status_t tp_input_start(tp_input_t *self, int towers, uint64_t seed,
                            int64_t skip);
 tp_status_t tp_input_next(tp_input_t *self, int tower, tp_datapoint_t **out);
 int64_t tp_input_size(tp_input_t *self);
+/* The step watchdog's period for this input (inputs without one ignore
+ * it); inputs wrapping another pass it on. */
+void tp_input_set_watchdog(tp_input_t *self, double seconds);
 
 /* FeedInput: batches straight from the dataflow on the trainer's thread,
  * synchronous (for debugging). Takes df. */
@@ -176,6 +182,9 @@ typedef struct tp_train_config {
     int64_t starting_epoch;        /* default 1 */
     int64_t steps_per_epoch;       /* default: the input's size */
     int64_t max_epoch;             /* required */
+    double watchdog_s;             /* report a step (towers) or a wait for
+                                      input longer than this, naming the
+                                      tower or input (default 10; < 0: off) */
 } tp_train_config_t;
 
 void tp_train_config_init(tp_train_config_t *cfg);
