@@ -135,7 +135,9 @@ static int s_cmp(const void *a, const void *b) {
 int tp_bench_engine(int argc, char **argv) {
     int64_t steps = 2000, batch = 128, repeat = 5;
     int json = 0, c;
+    const char *only = NULL;
     static const struct option opts[] = {{"steps", required_argument, 0, 's'},
+                                         {"only", required_argument, 0, 'o'},
                                          {"repeat", required_argument, 0, 'r'},
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
@@ -154,9 +156,13 @@ int tp_bench_engine(int argc, char **argv) {
             }
         } else if (c == 'j') {
             json = 1;
+        } else if (c == 'o') {
+            only = optarg;
         } else {
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: tp-bench engine [--steps N] [--repeat R] [--json]\n"
+                    "       tp-bench engine --only bare|engine|dummy|pipeline [--steps N]\n"
+                    "  (one case, once, for profilers: valgrind --tool=callgrind ...)\n"
                     "  a tiny MLP trained through the engine against a bare loop,\n"
                     "  and fed by the real pipeline against DummyConstantInput; R rounds\n"
 "  (default 5), each running every case; the ratios are the medians of\n"
@@ -173,6 +179,33 @@ int tp_bench_engine(int argc, char **argv) {
     if (!mkdtemp(dir)) {
         perror("tp-bench engine: mkdtemp");
         return 1;
+    }
+    if (only) {  /* one case for a profiler: no warm-up, no rounds */
+        double rate = -1;
+        char spec1[128];
+        snprintf(spec1, sizeof spec1, "fashion-mnist:train | batch %lld", (long long)batch);
+        tp_dataflow_t *real = NULL;
+        if (!strcmp(only, "bare"))
+            rate = s_bare(&desc, batch, steps);
+        else if (!strcmp(only, "engine"))
+            rate = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+        else if (!strcmp(only, "dummy"))
+            rate = s_engine(&desc, batch, steps, NULL, tp_input_dummy(&desc, batch, 10, 1), dir);
+        else if (!strcmp(only, "pipeline") && tp_spec_parse(spec1, &real) == TP_OK)
+            rate = s_engine(&desc, batch, steps, real, NULL, dir);
+        else
+            fprintf(stderr, "tp-bench engine: --only %s: use bare, engine, dummy or "
+                    "pipeline\n", only);
+        char rm[128];
+        snprintf(rm, sizeof rm, "rm -rf %s", dir);
+        if (system(rm) != 0)
+            fprintf(stderr, "tp-bench engine: could not remove %s\n", dir);
+        for (int b = 0; b < NBATCH; b++)
+            tp_datapoint_destroy(&s_batches[b]);
+        if (rate <= 0)
+            return 1;
+        printf("%s %.1f steps/s\n", only, rate);
+        return 0;
     }
     /* Warm up caches and the allocator once, then measure in rounds. */
     s_bare(&desc, batch, steps / 10);
