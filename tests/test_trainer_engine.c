@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <stdlib.h>
+#include <towerpack/checkpoint.h>
 #include <towerpack/log.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/towerpack.h>
@@ -301,4 +303,52 @@ Test(engine, watchdog_names_the_starving_queue_input) {
 
 Test(engine, watchdog_names_the_starving_staging_input) {
     s_watchdog_case(2, "StagingInput stage is starved by the input QueueInput");
+}
+
+/* ---- MinSaver and MaxSaver --------------------------------------------- */
+
+/* Puts "val" = a fixed sequence, one value per epoch. */
+static const double s_vals[5] = {3, 1, 2, 0.5, 4};
+static tp_status_t val_trigger_epoch(void *impl, tp_trainer_t *tr) {
+    tp_trainer_put_scalar(tr, "val", s_vals[tp_trainer_epoch_num(tr) - 1]);
+    return TP_OK;
+}
+static const tp_callback_ops_t s_val_ops = {.name = "Val", .trigger_epoch = val_trigger_epoch};
+
+static int64_t s_saved_step(const char *dir, const char *file) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    tp_safetensors_t *st = NULL;
+    cr_assert_eq(tp_safetensors_open(p, &st), TP_OK, "%s", tp_last_error());
+    const char *g = tp_safetensors_meta(st, "global_step");
+    cr_assert_not_null(g);
+    int64_t step = strtoll(g, NULL, 10);
+    tp_safetensors_destroy(&st);
+    return step;
+}
+
+Test(engine, min_and_max_saver_keep_the_best_epoch) {
+    char *dir = s_tmp();
+    tp_callback_t *cbs[3] = {tp_callback_new(&s_val_ops, NULL, 0),
+                             tp_cb_min_saver("val", NULL),
+                             tp_cb_max_saver("val", "best.safetensors")};
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = &s_model;
+    c.batch = 16;
+    c.dataflow = s_blobs(16);
+    c.callbacks = cbs;
+    c.ncallbacks = 3;
+    c.save_checkpoints = 0;
+    c.max_epoch = 5;
+    c.steps_per_epoch = 2;
+    c.threads = 1;
+    c.stats = "off";
+    c.default_callbacks = 0;
+    c.logdir = dir;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    /* the minimum 0.5 came after epoch 4, the maximum 4 after epoch 5 */
+    cr_assert_eq(s_saved_step(dir, "min-val.safetensors"), 4 * 2);
+    cr_assert_eq(s_saved_step(dir, "best.safetensors"), 5 * 2);
+    s_rm(dir);
 }
