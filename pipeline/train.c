@@ -317,7 +317,7 @@ typedef struct {
 } s_statscb_t;
 
 static void s_rows_publish(s_statscb_t *sc) {
-    tp_stats_row_t rows[2 + TP_TOWERS_MAX];
+    tp_stats_row_t rows[2 + 2 * TP_TOWERS_MAX];
     int n = 0;
     memset(rows, 0, sizeof rows);
     double alive = tp_now_s() - sc->t_start;
@@ -343,6 +343,10 @@ static void s_rows_publish(s_statscb_t *sc) {
         t->starved_s = alive - t->busy_s;
         t->queue_fill = -1;
     }
+    /* the staging actors, one per tower, when a StagingInput feeds them */
+    for (int i = 0; i < sc->mt->towers && tp_input_staging_inner(sc->mt->input); i++)
+        if (tp_input_staging_stats(sc->mt->input, i, &rows[n]) == TP_OK)
+            n++;
     if (tp_stats_pub_publish(sc->pub, rows, n) < 0)
         TP_WARN("publishing statistics: %s", tp_last_error());
 }
