@@ -184,7 +184,7 @@ typedef struct tp_train_config {
     int64_t max_epoch;             /* required */
     double watchdog_s;             /* report a step (towers) or a wait for
                                       input longer than this, naming the
-                                      tower or input (default 10; < 0: off) */
+                                      tower or input (default 10; <= 0: off) */
 } tp_train_config_t;
 
 void tp_train_config_init(tp_train_config_t *cfg);
