@@ -54,6 +54,8 @@ tp_tower_t *tp_tower_new_(tp_model_t *m, int index, int training,
     t->index = index;
     t->training = training;
     t->batch = batch;
+    t->ncosts = 1;
+    t->cost_names[0] = "cost";
     if (index >= 0)
         snprintf(t->name, sizeof t->name, "tower%d", index);
     else
@@ -78,6 +80,10 @@ void tp_tower_destroy_(tp_tower_t **t_p) {
     free(t->outputs);
     for (int i = 0; i < t->nscopes; i++)
         free(t->scopes[i]);
+    for (int i = 1; i < t->ncosts; i++) {
+        free(t->cost_names[i]);
+        free(t->cost_vars[i]);
+    }
     free(t->var_seen);
     free(t->fuse);
     free(t->fuse_rest);
@@ -781,6 +787,59 @@ tp_status_t tp_tower_set_cost(tp_tower_t *t, tp_node_t *cost) {
         return t->status;
     }
     t->cost = cost;
+    return TP_OK;
+}
+
+tp_status_t tp_tower_add_cost(tp_tower_t *t, const char *name,
+                              tp_node_t *cost, const char *var_pattern) {
+    if (t->status < 0)
+        return t->status;
+    if (!name || !*name || !cost) {
+        s_fail(t, TP_ERR_INVALID, name ? name : "cost",
+               "a named cost needs a name and a node");
+        return t->status;
+    }
+    if (cost->shape.ndim != 0 || cost->dtype != TP_FLOAT32) {
+        s_fail(t, TP_ERR_SHAPE, cost->name, "the cost '%s' must be a float32 "
+               "scalar", name);
+        return t->status;
+    }
+    for (int i = 0; i < t->ncosts; i++)
+        if (strcmp(t->cost_names[i], name) == 0) {
+            s_fail(t, TP_ERR_INVALID, name, "cost name used twice (\"cost\" is "
+                   "the main cost's)");
+            return t->status;
+        }
+    if (t->ncosts >= TP_COSTS_MAX) {
+        s_fail(t, TP_ERR_INVALID, name, "more than %d costs in one tower",
+               TP_COSTS_MAX - 1);
+        return t->status;
+    }
+    char *nm = strdup(name);
+    char *pat = var_pattern ? strdup(var_pattern) : NULL;
+    if (!nm || (var_pattern && !pat)) {
+        free(nm);
+        free(pat);
+        s_fail(t, TP_ERR_NOMEM, name, "out of memory");
+        return t->status;
+    }
+    /* A pattern that selects no trainable variable is a typo worth naming
+     * now, not a cost that silently trains nothing. */
+    int any = !pat;
+    for (int i = 0; pat && i < t->model->nvars; i++)
+        any |= t->model->vars[i].trainable &&
+               fnmatch(pat, t->model->vars[i].name, 0) == 0;
+    if (!any) {
+        s_fail(t, TP_ERR_INVALID, name, "the variable pattern '%s' matches no "
+               "trainable variable created so far", pat);
+        free(nm);
+        free(pat);
+        return t->status;
+    }
+    int k = t->ncosts++;
+    t->costs[k] = cost;
+    t->cost_names[k] = nm;
+    t->cost_vars[k] = pat;
     return TP_OK;
 }
 

@@ -10,6 +10,8 @@
 
 #define TP_SCOPE_DEPTH 16
 #define TP_NAME_MAX 256
+/* Costs per tower: the main one (tp_tower_set_cost) plus named extras. */
+#define TP_COSTS_MAX 8
 
 /* A variable shared by all towers; its value lives in the model's trainable
  * or model-only arena at `offset` floats. */
@@ -44,7 +46,9 @@ struct tp_node {
     float *grad;       /* shape.count floats, or NULL */
     void *workspace;
     size_t workspace_bytes;
-    int *dx_acc;       /* [ninputs] */
+    int *dx_acc;       /* [ncosts x ninputs]: per cost, overwrite (0) or
+                          add (1) into each input's gradient */
+    unsigned cost_mask; /* bit k: backward runs for cost k */
     tp_node_t *grad_alias; /* the consumer whose output gradient is also this
                               node's (identity backward, sole consumer) */
     unsigned alias_mask;   /* inputs whose gradient aliases this node's */
@@ -73,6 +77,14 @@ struct tp_tower {
     int nnodes, cap_nodes;
     tp_node_t **input_nodes; /* [ninputs] */
     tp_node_t *cost;
+    /* named costs: [0] is the main cost ("cost", every trainable variable),
+     * [1..] tp_tower_add_cost's; var_pattern NULL means every variable */
+    tp_node_t *costs[TP_COSTS_MAX];
+    char *cost_names[TP_COSTS_MAX];
+    char *cost_vars[TP_COSTS_MAX];
+    int ncosts;        /* 1 + extras */
+    int cur_cost;      /* the cost whose backward runs now */
+    int ran_cost;      /* the cost whose gradients are fresh */
     tp_output_t *outputs;
     int noutputs, cap_outputs;
     char *scopes[TP_SCOPE_DEPTH];

@@ -7,7 +7,9 @@
  * optimizer update are single calls over one buffer. Each tower has one
  * activation arena holding its input copies, node values, node gradients
  * and op workspaces. Nothing is allocated after tp_model_new. */
+#include <fnmatch.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/clock.h>
@@ -128,14 +130,15 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     for (int i = 0; i < n->ninputs; i++) {
         xs[i] = n->inputs[i]->value;
         xshape[i] = n->inputs[i]->run_shape;
-        dx[i] = (n->inputs[i]->backward && !((n->alias_mask >> i) & 1u))
+        dx[i] = (((n->inputs[i]->cost_mask >> t->cur_cost) & 1u) &&
+                 !((n->alias_mask >> i) & 1u))
                     ? n->inputs[i]->grad
                     : NULL;
     }
     c->x = xs;
     c->xshape = xshape;
     c->dx = dx;
-    c->dx_acc = n->dx_acc;
+    c->dx_acc = n->dx_acc + t->cur_cost * n->ninputs;
     c->y = n->value;
     c->yshape = n->run_shape;
     c->dy = n->grad;
@@ -237,44 +240,86 @@ static void s_plan_aliases(tp_tower_t *t) {
 
 static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     tp_backend_t *b = m->backend;
-    int train = t->training && t->cost && m->opt;
+    t->costs[0] = t->cost;
+    int train = t->training && m->opt && (t->cost || t->ncosts > 1);
     s_set_run_shapes(t, t->batch);
-    for (int i = 0; i < t->nnodes; i++) {
-        tp_node_t *n = t->nodes[i];
-        if (n->kind == TP_OP_VARIABLE)
-            n->needs_grad = m->vars[n->var].trainable;
-        else if (s_differentiable(n->kind))
-            for (int j = 0; j < n->ninputs; j++)
-                n->needs_grad |= n->inputs[j]->needs_grad;
-    }
-    if (t->cost)
-        t->cost->on_cost_path = 1;
-    for (int i = t->nnodes - 1; i >= 0; i--) {
-        tp_node_t *n = t->nodes[i];
-        if (!n->on_cost_path || !s_differentiable(n->kind))
+    int nc = t->ncosts;
+    size_t nnodes = (size_t)t->nnodes;
+    unsigned char *need = calloc(nnodes + 1, 2);
+    if (!need)
+        return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
+    unsigned char *path = need + nnodes + 1;
+    /* Per cost: the nodes on its path that depend on one of its variables
+     * run backward for it (bit k of cost_mask). The main cost's variables
+     * are all trainable ones, so a one-cost tower plans as it always did. */
+    for (int k = 0; k < nc; k++) {
+        tp_node_t *cost = t->costs[k];
+        if (!cost)
             continue;
-        for (int j = 0; j < n->ninputs; j++)
-            n->inputs[j]->on_cost_path = 1;
+        memset(need, 0, 2 * (nnodes + 1));
+        for (int i = 0; i < t->nnodes; i++) {
+            tp_node_t *n = t->nodes[i];
+            if (n->kind == TP_OP_VARIABLE) {
+                const tp_var_t *v = &m->vars[n->var];
+                need[i] = v->trainable &&
+                          (!t->cost_vars[k] || fnmatch(t->cost_vars[k], v->name, 0) == 0);
+                if (k == 0)
+                    n->needs_grad = v->trainable;
+            } else if (s_differentiable(n->kind)) {
+                for (int j = 0; j < n->ninputs; j++) {
+                    need[i] |= need[n->inputs[j]->id];
+                    if (k == 0)
+                        n->needs_grad |= n->inputs[j]->needs_grad;
+                }
+            }
+        }
+        path[cost->id] = 1;
+        cost->on_cost_path = 1;
+        for (int i = t->nnodes - 1; i >= 0; i--) {
+            tp_node_t *n = t->nodes[i];
+            if (!path[i] || !s_differentiable(n->kind))
+                continue;
+            for (int j = 0; j < n->ninputs; j++) {
+                path[n->inputs[j]->id] = 1;
+                n->inputs[j]->on_cost_path = 1;
+            }
+        }
+        for (int i = 0; i < t->nnodes; i++)
+            if (train && path[i] && need[i])
+                t->nodes[i]->cost_mask |= 1u << k;
     }
+    free(need);
     for (int i = 0; i < t->nnodes; i++) {
         tp_node_t *n = t->nodes[i];
-        n->backward = train && n->on_cost_path && n->needs_grad;
+        n->backward = n->cost_mask != 0;
+        if (nc > 1) {
+            int *acc = calloc((size_t)(nc * (n->ninputs ? n->ninputs : 1)), sizeof *acc);
+            if (!acc)
+                return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
+            free(n->dx_acc);
+            n->dx_acc = acc;
+        }
     }
-    /* Accumulation flags in backward order: the first writer of a gradient
-     * overwrites it, later ones add, so no gradient is zeroed per step. */
-    unsigned char *written = calloc((size_t)t->nnodes + 1, 1);
+    /* Accumulation flags in backward order, per cost: the first writer of a
+     * gradient overwrites it, later ones add, so no gradient is zeroed per
+     * step. */
+    size_t nn = (size_t)t->nnodes;
+    unsigned char *written = calloc(nn + 1, 1);
     if (!written)
         return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
-    for (int i = t->nnodes - 1; i >= 0; i--) {
-        tp_node_t *n = t->nodes[i];
-        if (!n->backward)
-            continue;
-        for (int j = 0; j < n->ninputs; j++) {
-            tp_node_t *in = n->inputs[j];
-            if (!in->backward)
+    for (int k = 0; k < nc; k++) {
+        memset(written, 0, nn + 1);
+        for (int i = t->nnodes - 1; i >= 0; i--) {
+            tp_node_t *n = t->nodes[i];
+            if (!((n->cost_mask >> k) & 1u))
                 continue;
-            n->dx_acc[j] = written[in->id];
-            written[in->id] = 1;
+            for (int j = 0; j < n->ninputs; j++) {
+                tp_node_t *in = n->inputs[j];
+                if (!((in->cost_mask >> k) & 1u))
+                    continue;
+                n->dx_acc[k * n->ninputs + j] = written[in->id];
+                written[in->id] = 1;
+            }
         }
     }
     free(written);
@@ -301,9 +346,17 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
             total += s_round(count * sizeof(float));
         }
         if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT) {
+            /* the largest any cost's backward needs (the inputs it
+             * differentiates can differ from cost to cost) */
             tp_op_call_t c;
-            s_make_call(m, t, n, &c, xs, xsh, dx);
-            n->workspace_bytes = b->ops->op_workspace(b, &c);
+            n->workspace_bytes = 0;
+            for (t->cur_cost = 0; t->cur_cost < t->ncosts; t->cur_cost++) {
+                s_make_call(m, t, n, &c, xs, xsh, dx);
+                size_t ws = b->ops->op_workspace(b, &c);
+                if (ws > n->workspace_bytes)
+                    n->workspace_bytes = ws;
+            }
+            t->cur_cost = 0;
             ws_off[i] = total;
             total += s_round(n->workspace_bytes);
         }
@@ -351,7 +404,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
             t->nodes[i]->grad = t->nodes[i]->grad_alias->grad;
     free(val_off);
     t->ran_backward = 0;
-    if (train && t->index == 0)
+    if (train && t->index == 0 && t->ncosts == 1)
         return s_plan_fusion(m, t);
     return TP_OK;
 }
@@ -371,7 +424,7 @@ static tp_status_t s_build_tower(tp_model_t *m, const tp_model_desc_t *d,
         return t->status; /* the message names the node */
     if (rc < 0)
         return tp_error_wrap(rc, "%s: tower function", t->name);
-    if (t->training && d->optimizer && !t->cost)
+    if (t->training && d->optimizer && !t->cost && t->ncosts == 1)
         return tp_error(TP_ERR_INVALID,
                         "%s: the tower function set no cost "
                         "(tp_tower_set_cost)",
@@ -649,8 +702,9 @@ static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
 
 /* fused: update each variable right after its gradient is final (one-tower
  * models only: nothing to all-reduce). */
-static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
-                         int backward, int fused) {
+static tp_status_t s_run_cost(tp_model_t *m, int tower,
+                              const tp_tensor_t *inputs, int backward,
+                              int fused, int cost) {
     tp_tower_t *t = tp_model_tower_(m, tower);
     if (!t)
         return s_bad_tower(m, tower);
@@ -678,14 +732,18 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
         if (rc < 0)
             return tp_error_wrap(rc, "%s: forward of '%s'", t->name, n->name);
     }
-    if (!backward || !t->training || !t->cost || !t->cost->backward)
+    tp_node_t *cn = t->costs[cost];
+    if (!backward || !t->training || !cn || !((cn->cost_mask >> cost) & 1u))
         return b->ops->stream_sync(b, t->stream); /* gradients untouched */
     t->ran_backward = 0; /* partial until the pass completes */
-    TP_TRY(b->ops->fill(b, t->stream, t->cost->grad, 1.0f, 1));
+    t->cur_cost = cost;
+    t->ran_cost = cost;
+    TP_TRY(b->ops->fill(b, t->stream, cn->grad, 1.0f, 1));
     int k = 0;
+    unsigned bit = 1u << cost;
     for (int i = t->nnodes - 1; i >= 0; i--) {
         tp_node_t *n = t->nodes[i];
-        if (!n->backward || n->kind == TP_OP_VARIABLE)
+        if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE)
             continue;
         s_make_call(m, t, n, &c, xs, xsh, dx);
         uint64_t t0 = m->profiling ? tp_now_ns() : 0;
@@ -704,6 +762,15 @@ static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
     }
     t->ran_backward = !fused;
     return b->ops->stream_sync(b, t->stream);
+}
+
+static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
+                         int backward, int fused) {
+    tp_tower_t *t = tp_model_tower_(m, tower);
+    if (t && backward && t->training && !t->cost && t->ncosts > 1)
+        return tp_error(TP_ERR_STATE, "%s has only named costs (%s, ...): run "
+                        "one with tp_model_run_cost", t->name, t->cost_names[1]);
+    return s_run_cost(m, tower, inputs, backward, fused, 0);
 }
 
 tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *inputs) {
@@ -778,6 +845,9 @@ void tp_model_abort(tp_model_t *m) {
 tp_status_t tp_model_apply(tp_model_t *m) {
     TP_TRY(s_check_grads(m));
     TP_TRY(s_check_fresh(m, 0, 0));
+    if (m->towers[0]->ran_cost != 0)
+        return tp_error(TP_ERR_STATE, "the gradients are cost '%s''s: apply them "
+                        "with tp_model_apply_cost", m->towers[0]->cost_names[m->towers[0]->ran_cost]);
     tp_status_t rc = tp_optimizer_apply(m->opt, m->backend, m->stream,
                                         m->train_arena, m->towers[0]->grads,
                                         m->slots, m->ntrain);
@@ -786,6 +856,72 @@ tp_status_t tp_model_apply(tp_model_t *m) {
     for (int i = 0; i < m->ntowers; i++)
         m->towers[i]->ran_backward = 0;
     return m->backend->ops->stream_sync(m->backend, m->stream);
+}
+
+static int s_cost_index(const tp_tower_t *t, const char *name) {
+    if (!name)
+        return 0;
+    for (int k = 0; k < t->ncosts; k++)
+        if (strcmp(t->cost_names[k], name) == 0 && t->costs[k])
+            return k;
+    return -1;
+}
+
+static tp_status_t s_no_cost(const tp_tower_t *t, const char *name) {
+    char known[512] = "";
+    size_t len = 0;
+    for (int k = 0; k < t->ncosts && len < sizeof known; k++)
+        if (t->costs[k] || k > 0)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s'%s'",
+                                    len ? ", " : "", t->cost_names[k]);
+    return tp_error(TP_ERR_NOT_FOUND, "%s: no cost named '%s' (costs: %s)",
+                    t->name, name ? name : "cost", known);
+}
+
+tp_status_t tp_model_run_cost(tp_model_t *m, int tower, const char *cost,
+                              const tp_tensor_t *inputs) {
+    TP_TRY(s_check_grads(m));
+    if (tower < 0 || tower >= m->ntowers)
+        return s_bad_tower(m, tower);
+    tp_tower_t *t = m->towers[tower];
+    int k = s_cost_index(t, cost);
+    if (k < 0)
+        return s_no_cost(t, cost);
+    return s_run_cost(m, tower, inputs, 1, 0, k);
+}
+
+tp_status_t tp_model_apply_cost(tp_model_t *m, const char *cost) {
+    TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, 0));
+    tp_tower_t *t = m->towers[0];
+    int k = s_cost_index(t, cost);
+    if (k < 0)
+        return s_no_cost(t, cost);
+    if (t->ran_cost != k)
+        return tp_error(TP_ERR_STATE, "applying cost '%s' but the fresh gradients "
+                        "are cost '%s''s", t->cost_names[k], t->cost_names[t->ran_cost]);
+    /* Only the cost's own variables: the others' gradients are stale. */
+    for (int i = 0; i < m->nvars; i++) {
+        const tp_var_t *v = &m->vars[i];
+        if (!v->trainable || (t->cost_vars[k] && fnmatch(t->cost_vars[k], v->name, 0) != 0))
+            continue;
+        TP_TRY(tp_optimizer_update(m->opt, m->backend, m->stream, m->train_arena,
+                                   t->grads, m->slots, v->offset, v->count));
+    }
+    tp_optimizer_end_step(m->opt);
+    for (int i = 0; i < m->ntowers; i++)
+        m->towers[i]->ran_backward = 0;
+    return m->backend->ops->stream_sync(m->backend, m->stream);
+}
+
+int tp_model_cost_count(const tp_model_t *m) {
+    return m->ntowers > 0 ? m->towers[0]->ncosts : 0;
+}
+
+const char *tp_model_cost_name(const tp_model_t *m, int i) {
+    if (m->ntowers < 1 || i < 0 || i >= m->towers[0]->ncosts)
+        return NULL;
+    return m->towers[0]->cost_names[i];
 }
 
 tp_status_t tp_model_train_step(tp_model_t *m,

@@ -94,7 +94,7 @@ static tp_status_t q_next(void *impl, int tower, tp_datapoint_t **out) {
         waited += 0.1;
         if (q->watchdog_s > 0 && waited - warned >= q->watchdog_s) {
             warned = waited;
-            TP_WARN("step watchdog: tower%d has waited %.0f s for a batch: the "
+            TP_WARN("step watchdog: tower%d has waited %.1f s for a batch: the "
                     "input (QueueInput, dataflow %s) is starving the towers",
                     tower, waited, tp_dataflow_name(q->df));
         }
@@ -122,9 +122,13 @@ static void q_destroy(void *impl) {
     free(q);
 }
 
+static void q_set_watchdog(void *impl, double seconds) {
+    ((s_queue_t *)impl)->watchdog_s = seconds;
+}
+
 static const tp_input_ops_t s_queue_ops = {
     .name = "QueueInput", .start = q_start, .next = q_next, .size = q_size,
-    .stop = q_stop, .destroy = q_destroy,
+    .stop = q_stop, .destroy = q_destroy, .set_watchdog = q_set_watchdog,
 };
 
 tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity) {
@@ -142,7 +146,14 @@ tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity) {
     return tp_input_new(&s_queue_ops, q);
 }
 
+/* A StagingInput over a QueueInput reports its queue's counters. */
+static tp_input_t *s_unwrap(tp_input_t *input) {
+    tp_input_t *inner = tp_input_staging_inner(input);
+    return inner ? inner : input;
+}
+
 tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row) {
+    input = s_unwrap(input);
     if (strcmp(tp_input_name(input), "QueueInput") != 0)
         return tp_error(TP_ERR_INVALID, "not a QueueInput");
     s_queue_t *q = tp_input_impl(input);
@@ -152,6 +163,7 @@ tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row) {
 }
 
 uint64_t tp_input_queue_taken(tp_input_t *input) {
+    input = s_unwrap(input);
     if (strcmp(tp_input_name(input), "QueueInput") != 0)
         return 0;
     s_queue_t *q = tp_input_impl(input);
@@ -159,6 +171,7 @@ uint64_t tp_input_queue_taken(tp_input_t *input) {
 }
 
 double tp_input_queue_waited_s(tp_input_t *input) {
+    input = s_unwrap(input);
     if (strcmp(tp_input_name(input), "QueueInput") != 0)
         return 0;
     s_queue_t *q = tp_input_impl(input);
@@ -166,6 +179,7 @@ double tp_input_queue_waited_s(tp_input_t *input) {
 }
 
 double tp_input_queue_fill(tp_input_t *input) {
+    input = s_unwrap(input);
     tp_stats_row_t row;
     if (tp_input_queue_stats(input, &row) != TP_OK)
         return -1;

@@ -56,6 +56,14 @@ tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
     return rc;
 }
 
+tp_status_t tp_tower_train_step(tp_model_t *m, int ninputs, tp_datapoint_t *dp) {
+    s_tower_args_t a = {m, 0, ninputs, 0};
+    tp_tensor_t views[MAX_INPUTS];
+    TP_TRY(s_views(&a, dp, views));
+    const tp_tensor_t *towers[1] = {views};
+    return tp_model_train_step(m, towers);
+}
+
 static void s_tower_actor(zsock_t *pipe, void *arg) {
     s_tower_args_t *a = arg;
     zsock_signal(pipe, 0);

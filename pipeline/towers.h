@@ -28,4 +28,8 @@ double tp_towers_busy_s(const tp_towers_t *self, int i);
 tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
                              int allreduce, tp_datapoint_t *dp);
 
+/* One whole step of a one-tower model on `dp` (borrowed): forward,
+ * backward and the update, fused where the model can. */
+tp_status_t tp_tower_train_step(tp_model_t *m, int ninputs, tp_datapoint_t *dp);
+
 #endif

@@ -51,6 +51,25 @@ void tp_input_destroy(tp_input_t **self_p) {
 }
 
 const char *tp_input_name(const tp_input_t *self) { return self->ops->name; }
+
+tp_status_t tp_input_start(tp_input_t *self, int towers, uint64_t seed,
+                           int64_t skip) {
+    if (towers < 1 || skip < 0)
+        return tp_error(TP_ERR_INVALID, "%s: start with %d towers, skip %lld",
+                        self->ops->name, towers, (long long)skip);
+    return self->ops->start(self->impl, towers, seed, skip);
+}
+
+tp_status_t tp_input_next(tp_input_t *self, int tower, tp_datapoint_t **out) {
+    return self->ops->next(self->impl, tower, out);
+}
+
+int64_t tp_input_size(tp_input_t *self) { return self->ops->size(self->impl); }
+
+void tp_input_set_watchdog(tp_input_t *self, double seconds) {
+    if (self && self->ops->set_watchdog)
+        self->ops->set_watchdog(self->impl, seconds);
+}
 void *tp_input_impl(tp_input_t *self) { return self->impl; }
 const tp_input_ops_t *tp_input_ops(const tp_input_t *self) { return self->ops; }
 
@@ -190,6 +209,7 @@ typedef struct {
     int towers;
     int64_t batch;
     int ninputs;
+    double watchdog_s;
     const tp_train_dist_t *dist;   /* NULL: one process */
 } s_mt_t;
 
@@ -209,20 +229,30 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
         }
     }
     if (t->executors) {
-        TP_TRY(tp_towers_step(t->executors, batches, 10.0));
-    } else {
-        /* One tower: it runs on this thread; a hop to an actor would only
-         * add two thread wake-ups per step. */
+        TP_TRY(tp_towers_step(t->executors, batches, t->watchdog_s));
+    } else if (t->dist) {
+        /* One tower per rank: its update waits for the ranks' mean. */
         tp_status_t rc = tp_tower_compute(t->model, 0, t->ninputs, 0, batches[0]);
         tp_datapoint_destroy(&batches[0]);
         TP_TRY(rc);
+    } else {
+        /* One tower: it runs on this thread (a hop to an actor would only
+         * add two thread wake-ups per step), and the whole step is the
+         * model's: with nothing to all-reduce it updates each variable as
+         * soon as its gradient is final, while it is still in cache (the
+         * same call the bare loop makes). */
+        tp_status_t rc = tp_tower_train_step(t->model, t->ninputs, batches[0]);
+        tp_datapoint_destroy(&batches[0]);
+        TP_TRY(rc);
     }
-    if (t->kind == TP_TRAINER_PARAMETER_SERVER)
-        TP_TRY(tp_model_reduce(t->model));  /* gathered onto tower 0 */
-    if (t->dist)  /* data-parallel over processes: the ranks' mean */
-        TP_TRY(t->dist->allreduce_grads(t->dist->ctx, t->model,
-                                        tp_trainer_global_step(tr)));
-    TP_TRY(tp_model_apply(t->model));
+    if (t->executors || t->dist) {
+        if (t->kind == TP_TRAINER_PARAMETER_SERVER)
+            TP_TRY(tp_model_reduce(t->model));  /* gathered onto tower 0 */
+        if (t->dist)  /* data-parallel over processes: the ranks' mean */
+            TP_TRY(t->dist->allreduce_grads(t->dist->ctx, t->model,
+                                            tp_trainer_global_step(tr)));
+        TP_TRY(tp_model_apply(t->model));
+    }
     /* Fetched scalars: the mean over the towers. */
     for (int k = 0; k < tp_fetches_count(f); k++) {
         const char *name = tp_fetches_name(f, k);
@@ -297,7 +327,7 @@ typedef struct {
 } s_statscb_t;
 
 static void s_rows_publish(s_statscb_t *sc) {
-    tp_stats_row_t rows[2 + TP_TOWERS_MAX];
+    tp_stats_row_t rows[2 + 2 * TP_TOWERS_MAX];
     int n = 0;
     memset(rows, 0, sizeof rows);
     double alive = tp_now_s() - sc->t_start;
@@ -323,6 +353,10 @@ static void s_rows_publish(s_statscb_t *sc) {
         t->starved_s = alive - t->busy_s;
         t->queue_fill = -1;
     }
+    /* the staging actors, one per tower, when a StagingInput feeds them */
+    for (int i = 0; i < sc->mt->towers && tp_input_staging_inner(sc->mt->input); i++)
+        if (tp_input_staging_stats(sc->mt->input, i, &rows[n]) == TP_OK)
+            n++;
     if (tp_stats_pub_publish(sc->pub, rows, n) < 0)
         TP_WARN("publishing statistics: %s", tp_last_error());
 }
@@ -358,6 +392,18 @@ static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
         tp_trainer_put_scalar(tr, "QueueInput/blocked_s", q.blocked_s);
         tp_trainer_put_scalar(tr, "trainer/input_wait_s",
                               tp_input_queue_waited_s(sc->mt->input));
+    }
+    if (!strcmp(tp_input_name(sc->mt->input), "ZMQInput")) {
+        tp_trainer_put_scalar(tr, "ZMQInput/malformed",
+                              (double)tp_input_zmq_malformed(sc->mt->input));
+        tp_trainer_put_scalar(tr, "trainer/input_wait_s",
+                              tp_input_zmq_waited_s(sc->mt->input));
+    }
+    if (tp_input_staging_inner(sc->mt->input)) {
+        double waited = 0;
+        for (int i = 0; i < sc->mt->towers; i++)
+            waited += tp_input_staging_waited_s(sc->mt->input, i);
+        tp_trainer_put_scalar(tr, "StagingInput/towers_wait_s", waited);
     }
     return TP_OK;
 }
@@ -399,6 +445,7 @@ void tp_train_config_init(tp_train_config_t *cfg) {
     cfg->progress_names = "cost";
     cfg->save_checkpoints = 1;
     cfg->starting_epoch = 1;
+    cfg->watchdog_s = 10;
 }
 
 void tp_train_config_fini(tp_train_config_t *cfg) {
@@ -465,10 +512,17 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         tp_train_config_fini(cfg);
         return tp_error(TP_ERR_NOMEM, "trainer");
     }
+    /* tensorpack's defaults: a dataflow gets QueueInput, and with more than
+     * one tower StagingInput on top (each tower's next batch staged in its
+     * memory while it computes). */
     mt->input = cfg->input ? cfg->input : tp_input_queue(cfg->dataflow, 50);
+    if (!cfg->input && cfg->towers > 1 && mt->input)
+        mt->input = tp_input_staging(mt->input, 1, NULL);
     cfg->input = NULL;
     cfg->dataflow = NULL;
     mt->kind = kind;
+    mt->watchdog_s = cfg->watchdog_s > 0 ? cfg->watchdog_s : 0;
+    tp_input_set_watchdog(mt->input, mt->watchdog_s);
     mt->towers = cfg->towers;
     mt->batch = cfg->batch;
     mt->ninputs = cfg->model->ninputs;

@@ -54,6 +54,13 @@ void tp_tower_pop_scope(tp_tower_t *t);
 
 /* The single-cost contract: the scalar the optimizer minimises. */
 tp_status_t tp_tower_set_cost(tp_tower_t *t, tp_node_t *cost);
+/* A further named cost (several costs: GAN-like trainers alternate them).
+ * Its backward (tp_model_run_cost) reaches only the trainable variables
+ * whose full names match the fnmatch pattern `var_pattern` (NULL: all), and
+ * tp_model_apply_cost updates only those. "cost" names the main cost. A
+ * tower with named costs may leave the main cost unset. */
+tp_status_t tp_tower_add_cost(tp_tower_t *t, const char *name,
+                              tp_node_t *cost, const char *var_pattern);
 /* A named tensor readable after each step (tp_model_fetch). */
 tp_status_t tp_tower_add_output(tp_tower_t *t, const char *name, tp_node_t *n);
 /* A named scalar metric (also an output); listed by tp_model_metric_*. */
@@ -245,6 +252,19 @@ tp_status_t tp_model_reduce(tp_model_t *m);
  * Call it once per step, after every tower's all-reduce has returned and
  * before any tower starts its next run (runs read the variables). */
 tp_status_t tp_model_apply(tp_model_t *m);
+/* Forward, then backward from the named cost (NULL or "cost": the main
+ * one) over that cost's variables only; the other variables' gradients are
+ * left as they were (stale). All-reduce as usual, then apply with
+ * tp_model_apply_cost of the same cost. TP_ERR_NOT_FOUND lists the costs. */
+tp_status_t tp_model_run_cost(tp_model_t *m, int tower, const char *cost,
+                              const tp_tensor_t *inputs);
+/* Apply tower 0's gradients of the named cost to its variables only (one
+ * optimizer step). TP_ERR_STATE when the fresh gradients are another
+ * cost's. */
+tp_status_t tp_model_apply_cost(tp_model_t *m, const char *cost);
+/* Costs of the training towers: "cost" first, then tp_tower_add_cost's. */
+int tp_model_cost_count(const tp_model_t *m);
+const char *tp_model_cost_name(const tp_model_t *m, int i);
 /* run every tower on its batch (inputs[tower][input]), all-reduce, apply:
  * one whole training step from one thread. */
 tp_status_t tp_model_train_step(tp_model_t *m, const tp_tensor_t *const *inputs);

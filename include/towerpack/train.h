@@ -41,12 +41,27 @@ typedef struct tp_input_ops {
     /* Stop prefetching (may be NULL). */
     void (*stop)(void *impl);
     void (*destroy)(void *impl);
+    /* Warn, naming what starves, when a tower waits longer than `seconds`
+     * for a batch (0: never). May be NULL. */
+    void (*set_watchdog)(void *impl, double seconds);
 } tp_input_ops_t;
 
 /* An input over `impl`; takes it. Caller owns. */
 tp_input_t *tp_input_new(const tp_input_ops_t *ops, void *impl);
 void tp_input_destroy(tp_input_t **self_p);
 const char *tp_input_name(const tp_input_t *self);
+
+/* Drive an input from a trainer's run_step (custom trainers): start it for
+ * `towers` towers with the data seed (dropping `skip` batches first), take
+ * the next batch of `tower` (caller owns it), ask its size (batches per
+ * pass, -1: unknown). */
+tp_status_t tp_input_start(tp_input_t *self, int towers, uint64_t seed,
+                           int64_t skip);
+tp_status_t tp_input_next(tp_input_t *self, int tower, tp_datapoint_t **out);
+int64_t tp_input_size(tp_input_t *self);
+/* The step watchdog's period for this input (inputs without one ignore
+ * it); inputs wrapping another pass it on. */
+void tp_input_set_watchdog(tp_input_t *self, double seconds);
 
 /* FeedInput: batches straight from the dataflow on the trainer's thread,
  * synchronous (for debugging). Takes df. */
@@ -70,6 +85,52 @@ double tp_input_queue_waited_s(tp_input_t *input);
  * that wraps another drives it through both). */
 void *tp_input_impl(tp_input_t *self);
 const tp_input_ops_t *tp_input_ops(const tp_input_t *self);
+
+/* StagingInput: one staging actor (thread) per tower over `inner` (taken)
+ * keeps `nr_stage` batches (0: 1; at most TP_STAGE_MAX) copied ahead into
+ * the tower's own memory, so a step finds its batch in place while the
+ * previous one computes. The stages take from `inner` in tower order:
+ * batches per tower are the same as without staging. A batch handed out
+ * borrows a slot until the datapoint is destroyed. The default on top of
+ * QueueInput for more than one tower. */
+#define TP_STAGE_MAX 8
+typedef struct tp_stage_ops {
+    /* The tower's memory for a staged component, and freeing it; NULL:
+     * 64-byte aligned host memory. */
+    void *(*alloc)(void *user, int tower, size_t bytes);
+    void (*free)(void *user, int tower, void *ptr);
+    /* Copy host `src` into tower memory `dst`, complete on return (a device
+     * issues it on the tower's copy stream and waits); NULL: memcpy. */
+    tp_status_t (*copy)(void *user, int tower, void *dst, const void *src,
+                        size_t bytes);
+    void *user;
+} tp_stage_ops_t;
+tp_input_t *tp_input_staging(tp_input_t *inner, int nr_stage,
+                             const tp_stage_ops_t *ops);
+/* The input a StagingInput stages (NULL for another kind). */
+tp_input_t *tp_input_staging_inner(tp_input_t *input);
+/* A stage's counters: batches staged (msgs_out), seconds copying (busy_s),
+ * waiting for the inner input or a free slot (starved_s), staged slots
+ * over nr_stage (queue_fill). */
+tp_status_t tp_input_staging_stats(tp_input_t *input, int tower,
+                                   tp_stats_row_t *row);
+/* Seconds tower `tower` waited for its staged batch. */
+double tp_input_staging_waited_s(tp_input_t *input, int tower);
+
+/* ZMQInput: whole batches from tp-worker processes or other senders of the
+ * wire format, received on a PULL socket at `endpoints` (RemoteDataZMQ's
+ * syntax: comma-separated, '@' binds, '>' connects, else opts->bind) and
+ * decoded on the trainer's thread without a prefetch actor. A malformed
+ * message is counted and dropped. opts NULL: defaults (bind, hwm 50, no
+ * timeout; signals end a wait). Size -1: set steps_per_epoch. NULL with
+ * tp_last_error() on a bad endpoint list. */
+typedef struct tp_remote_opts tp_remote_opts_t;
+tp_input_t *tp_input_zmq(const char *endpoints, const tp_remote_opts_t *opts);
+/* Batches received, messages dropped as malformed, seconds the trainer
+ * waited for data (0 for another kind of input). */
+uint64_t tp_input_zmq_received(tp_input_t *input);
+uint64_t tp_input_zmq_malformed(tp_input_t *input);
+double tp_input_zmq_waited_s(tp_input_t *input);
 
 /* DummyConstantInput: one random batch per tower, built once from the
  * model's input descriptions and returned again and again (copies): the
@@ -123,6 +184,9 @@ typedef struct tp_train_config {
     int64_t starting_epoch;        /* default 1 */
     int64_t steps_per_epoch;       /* default: the input's size */
     int64_t max_epoch;             /* required */
+    double watchdog_s;             /* report a step (towers) or a wait for
+                                      input longer than this, naming the
+                                      tower or input (default 10; <= 0: off) */
 
     const struct tp_train_dist *dist; /* data-parallel over processes
                                          (tp_dist_configure in dist.h);

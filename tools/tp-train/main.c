@@ -419,25 +419,28 @@ int main(int argc, char **argv) {
     /* Data. */
     char spec[4096], test_spec[4096];
     tp_dataflow_t *train = NULL, *test = NULL;
+    tp_input_t *remote = NULL;
     if (a.curve && tp_stats_set_curve(a.curve) != TP_OK)
         return s_fail("--curve");
-    if (s_train_spec(&a, spec, sizeof spec) != TP_OK)
-        return s_fail("training data");
     if (a.remote) {
-        /* Built here rather than from the spec: the keys and the bind
-         * permission are options of the dataflow. */
+        /* ZMQInput: the workers' batches are received on this thread, no
+         * prefetch actor in between (the workers are the prefetchers). The
+         * keys and the bind permission are options of its socket. */
         tp_remote_opts_t ro;
         tp_remote_opts_init(&ro);
         ro.curve_dir = a.curve;
         ro.allow_public = a.public_bind;
-        if (!(train = tp_df_remote(a.remote, &ro)))
+        snprintf(spec, sizeof spec, "ZMQInput %s", a.remote);
+        if (!(remote = tp_input_zmq(a.remote, &ro)))
             return s_fail("--remote");
-    } else if (tp_spec_parse(spec, &train) != TP_OK) {
+    } else if (s_train_spec(&a, spec, sizeof spec) != TP_OK ||
+               tp_spec_parse(spec, &train) != TP_OK) {
         return s_fail("training data");
     }
     if (rank == 0 && (s_test_spec(&a, test_spec, sizeof test_spec) != TP_OK ||
                       tp_spec_parse(test_spec, &test) != TP_OK)) {
         tp_dataflow_destroy(&train);
+        tp_input_destroy(&remote);
         return s_fail("validation data");
     }
     TP_INFO("training data: %s", spec);
@@ -456,6 +459,7 @@ int main(int argc, char **argv) {
     tp_train_config_init(&cfg);
     cfg.model = &desc;
     cfg.dataflow = train;
+    cfg.input = remote;
     cfg.infer_batch = rank == 0 ? 500 : 0;  /* rank 0 validates */
     cfg.towers = a.towers;
     cfg.batch = a.batch;
@@ -465,7 +469,7 @@ int main(int argc, char **argv) {
     cfg.auto_resume = a.resume;
     cfg.max_epoch = a.epochs;
     /* One pass of the data per epoch: every step takes a batch per tower. */
-    int64_t batches = tp_dataflow_size(train);
+    int64_t batches = train ? tp_dataflow_size(train) : -1;
     int64_t group = (int64_t)a.towers * nranks;  /* batches per step, all ranks */
     cfg.steps_per_epoch = a.steps_per_epoch ? a.steps_per_epoch
                         : batches > 0 ? (batches + group - 1) / group : 0;
