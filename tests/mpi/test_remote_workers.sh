@@ -21,8 +21,8 @@ trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 TP_LOG_LEVEL=info "${MPIRUN[@]}" -np 2 "$TP_TRAIN" "${TRAIN_ARGS[@]}" --towers 1 \
     --epochs 1 --steps-per-epoch 20 --remote "@ipc://$work/r{rank}" \
     --logdir "$work/log" >"$work/out" 2>&1 || { cat "$work/out"; exit 1; }
-grep "training data: remote:@ipc://$work/r0" "$work/out"
-grep "training data: remote:@ipc://$work/r1" "$work/out"
+grep "training data: ZMQInput @ipc://$work/r0" "$work/out"
+grep "training data: ZMQInput @ipc://$work/r1" "$work/out"
 grep -c '"epoch_num"' "$work/log/stats.json" | grep -qx 1
 # '{rank}' in --spec: each rank builds its own pipeline (here: rank 0
 # unshuffled, rank 1 shuffled), and no sharding happens
