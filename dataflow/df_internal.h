@@ -47,4 +47,13 @@ void *df_slot(tp_datapoint_t *batch, int ncomp, int i, int64_t slot,
 /* Fill idx[0..n-1] with 0..n-1, shuffled when rng is not NULL. */
 void df_iota_shuffle(uint32_t *idx, size_t n, tp_rng_t *rng);
 
+/* Check the header of a records chunk value (u32 n, then n u32 end
+ * offsets, then the records back to back): n must be `want`, the offsets
+ * non-decreasing and the last one the end of the value. *data_off gets the
+ * offset of the first record. TP_ERR_FORMAT naming `path` and `key`
+ * otherwise. (df_lmdb.c; an entry point of its own so it can be fuzzed.) */
+tp_status_t df_records_chunk_check(const void *value, size_t size,
+                                   int64_t want, const char *path,
+                                   const char *key, size_t *data_off);
+
 #endif
