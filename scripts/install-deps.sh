@@ -22,6 +22,9 @@ packages=(
   libopenblas-dev
   # tests
   libcriterion-dev
+  # hardening (scripts/fuzz.sh, scripts/valgrind.sh): libFuzzer needs clang
+  # and its runtime library; memcheck
+  clang libclang-rt-dev valgrind
   # the main job's data: Fashion-MNIST IDX files under /usr/share/datasets
   dataset-fashion-mnist
 )
