@@ -8,6 +8,7 @@
 #   scripts/fuzz.sh                 60 s per target, every target
 #   scripts/fuzz.sh 600 wire idx    10 minutes each for two targets
 #   scripts/fuzz.sh --regen         rewrite fuzz/corpus with fuzz/gen_corpus.c
+#                                   (keeps regress-*: inputs of fixed findings)
 #
 # Environment: TP_FUZZ_BUILD (build dir, default build-fuzz), TP_FUZZ_ARGS
 # (extra libFuzzer flags). Targets: wire idx safetensors spec stats lmdb.
@@ -45,7 +46,8 @@ CC=$cc cmake -S . -B "$build" -DTP_FUZZ=ON -DTP_WITH_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 if [ $regen -eq 1 ]; then
   cmake --build "$build" -j"$jobs" --target gen_corpus
-  rm -rf fuzz/corpus
+  # regress-* files are inputs of fixed findings: kept
+  if [ -d fuzz/corpus ]; then find fuzz/corpus -type f ! -name 'regress-*' -delete; fi
   "$build/bin/gen_corpus" fuzz/corpus
   echo "fuzz.sh: wrote $(find fuzz/corpus -type f | wc -l) seeds to fuzz/corpus"
   exit 0
