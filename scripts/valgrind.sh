@@ -29,7 +29,7 @@ start=$(date +%s)
 set +e
 # One BLAS thread: under valgrind's one-core scheduler, OpenBLAS's spinning
 # worker threads only slow the run down.
-OPENBLAS_NUM_THREADS=1 TP_LOG_LEVEL=warn valgrind -q \
+OPENBLAS_NUM_THREADS=1 TP_LOG_LEVEL=warn valgrind \
   --error-exitcode=1 --leak-check=full \
   --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
   --trace-children=yes --num-callers=40 \
@@ -52,3 +52,6 @@ if [ $rc -ne 0 ] || [ -n "$bad" ]; then
   exit 1
 fi
 echo "valgrind.sh: memcheck clean: tp-train and its children ($nproc_logs processes), ${secs}s"
+for f in "$out"/vg.*.log; do
+  sed -n 's/^==[0-9]*== *\(in use at exit:.*\|total heap usage:.*\)$/  \1/p' "$f"
+done
