@@ -90,4 +90,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   done
   exit 1
 fi
-echo "fuzz.sh: no findings (${#targets[@]} targets, $secs s each)"
+echo "fuzz.sh: no findings (${#targets[@]} target(s), $secs s each)"
