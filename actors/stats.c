@@ -155,7 +155,10 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
                         rows,
                         TP_STATS_HEADER_BYTES + (size_t)rows * TP_STATS_ROW_BYTES);
     p = s_get(p, &snap->pid, 4);
-    p += 4;
+    uint32_t hreserved;
+    p = s_get(p, &hreserved, 4);
+    if (hreserved)   /* zero, as in the rows: one message, one encoding */
+        return s_bad(snap, "reserved header bytes not zero", -1);
     p = s_get(p, &snap->seq, 8);
     p = s_get(p, &snap->wall_s, 8);
     p = s_get(p, &snap->interval_s, 8);

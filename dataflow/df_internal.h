@@ -44,7 +44,34 @@ void *df_slot(tp_datapoint_t *batch, int ncomp, int i, int64_t slot,
               int64_t count, tp_dtype_t dtype, int ndim, const int64_t *shape,
               const char *who, size_t *stride);
 
+/* Sizes of wrapping dataflows: n * k and a + b, or -1 ("unknown") when an
+ * operand is unknown or the result does not fit in int64_t. Sizes come
+ * from user input ("fake:size=N | repeat K", nested shuffles with reuse),
+ * so plain arithmetic could overflow (found by fuzz/fuzz_spec.c). */
+static inline int64_t df_size_mul(int64_t n, int64_t k) {
+    int64_t r;
+    if (n < 0 || k < 0 || __builtin_mul_overflow(n, k, &r))
+        return -1;
+    return r;
+}
+
+static inline int64_t df_size_add(int64_t a, int64_t b) {
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r))
+        return -1;
+    return r;
+}
+
 /* Fill idx[0..n-1] with 0..n-1, shuffled when rng is not NULL. */
 void df_iota_shuffle(uint32_t *idx, size_t n, tp_rng_t *rng);
+
+/* Check the header of a records chunk value (u32 n, then n u32 end
+ * offsets, then the records back to back): n must be `want`, the offsets
+ * non-decreasing and the last one the end of the value. *data_off gets the
+ * offset of the first record. TP_ERR_FORMAT naming `path` and `key`
+ * otherwise. (df_lmdb.c; an entry point of its own so it can be fuzzed.) */
+tp_status_t df_records_chunk_check(const void *value, size_t size,
+                                   int64_t want, const char *path,
+                                   const char *key, size_t *data_off);
 
 #endif

@@ -658,6 +658,33 @@ static tp_status_t s_value_fetch(lmdb_t *self, int64_t vidx, MDB_val *v,
     return TP_OK;
 }
 
+tp_status_t df_records_chunk_check(const void *value, size_t size,
+                                   int64_t want, const char *path,
+                                   const char *key, size_t *data_off) {
+    const uint8_t *c = value;
+    uint32_t n;
+    if (size < 4 || (memcpy(&n, c, 4), (int64_t)n != want) ||
+        size - 4 < 4 * (size_t)n)
+        return tp_error(TP_ERR_FORMAT, "lmdb %s: chunk %s: bad header (%zu "
+                        "bytes, %" PRId64 " records expected)", path, key,
+                        size, want);
+    size_t data = 4 + 4 * (size_t)n;
+    uint32_t prev = 0, end = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        memcpy(&end, c + 4 + 4 * (size_t)j, 4);
+        if (end < prev || end > size - data)
+            return tp_error(TP_ERR_FORMAT, "lmdb %s: chunk %s: record %u "
+                            "ends at %u, outside the chunk", path, key, j,
+                            end);
+        prev = end;
+    }
+    if (end != size - data)
+        return tp_error(TP_ERR_FORMAT, "lmdb %s: chunk %s: %zu trailing "
+                        "bytes", path, key, size - data - end);
+    *data_off = data;
+    return TP_OK;
+}
+
 /* Record j of the current chunk. The chunk header was checked at fetch. */
 static void s_chunk_slice(const lmdb_t *self, int64_t j, MDB_val *v) {
     const uint8_t *c = self->chunk.mv_data;
@@ -686,25 +713,8 @@ static tp_status_t s_chunk_fetch(lmdb_t *self, int64_t cidx, char *key) {
         self->chunk_idx = cidx;
         return TP_OK;
     }
-    uint32_t n;
-    if (size < 4 || (memcpy(&n, c, 4), (int64_t)n != want) ||
-        size - 4 < 4 * (size_t)n)
-        return tp_error(TP_ERR_FORMAT, "lmdb %s: chunk %s: bad header (%zu "
-                        "bytes, %" PRId64 " records expected)", self->path,
-                        key, size, want);
-    size_t data = 4 + 4 * (size_t)n;
-    uint32_t prev = 0, end = 0;
-    for (uint32_t j = 0; j < n; j++) {
-        memcpy(&end, c + 4 + 4 * (size_t)j, 4);
-        if (end < prev || end > size - data)
-            return tp_error(TP_ERR_FORMAT, "lmdb %s: chunk %s: record %u "
-                            "ends at %u, outside the chunk", self->path, key,
-                            j, end);
-        prev = end;
-    }
-    if (end != size - data)
-        return tp_error(TP_ERR_FORMAT, "lmdb %s: chunk %s: %zu trailing "
-                        "bytes", self->path, key, size - data - end);
+    size_t data;
+    TP_TRY(df_records_chunk_check(c, size, want, self->path, key, &data));
     self->chunk_data = data;
     self->chunk_idx = cidx;
     if (self->chunk_ok)

@@ -204,8 +204,9 @@ static int64_t s_batch_size(void *impl) {
     int64_t n = tp_dataflow_size(self->inner);
     if (n < 0)
         return -1;
-    return self->remainder ? (n + self->batch_size - 1) / self->batch_size
-                           : n / self->batch_size;
+    /* n / b rounded up without n + b - 1, which could overflow */
+    return n / self->batch_size +
+           (self->remainder && n % self->batch_size != 0);
 }
 
 static void s_batch_end_pass(void *impl) {
@@ -574,9 +575,7 @@ static tp_status_t s_repeat_next(void *impl, tp_datapoint_t **out) {
 static int64_t s_repeat_size(void *impl) {
     repeat_t *self = impl;
     int64_t n = tp_dataflow_size(self->inner);
-    if (self->times < 0 || n < 0)
-        return -1;
-    return n * self->times;
+    return df_size_mul(n, self->times);  /* times < 0: forever */
 }
 
 static const tp_dataflow_ops_t s_repeat_ops = {
@@ -622,8 +621,7 @@ static tp_status_t s_repdp_next(void *impl, tp_datapoint_t **out) {
 
 static int64_t s_repdp_size(void *impl) {
     repdp_t *self = impl;
-    int64_t n = tp_dataflow_size(self->inner);
-    return n < 0 ? -1 : n * self->times;
+    return df_size_mul(tp_dataflow_size(self->inner), self->times);
 }
 
 static void s_repdp_end_pass(void *impl) {
@@ -859,10 +857,9 @@ static int64_t s_concat_size(void *impl) {
     multi_t *self = impl;
     int64_t total = 0;
     for (int i = 0; i < self->n; i++) {
-        int64_t s = tp_dataflow_size(self->dfs[i]);
-        if (s < 0)
+        total = df_size_add(total, tp_dataflow_size(self->dfs[i]));
+        if (total < 0)
             return -1;
-        total += s;
     }
     return total;
 }
@@ -1027,8 +1024,8 @@ static tp_status_t s_lshuf_reset(void *impl, tp_rng_t *rng, uint64_t seed,
 
 static tp_status_t s_lshuf_begin(void *impl) {
     lshuf_t *self = impl;
-    int64_t n = tp_dataflow_size(self->inner);
-    self->pass_len = n < 0 ? -1 : n * self->num_reuse;
+    self->pass_len = df_size_mul(tp_dataflow_size(self->inner),
+                                 self->num_reuse);
     self->yielded = 0;
     return TP_OK;
 }
@@ -1120,8 +1117,7 @@ static tp_status_t s_lshuf_next(void *impl, tp_datapoint_t **out) {
 
 static int64_t s_lshuf_size(void *impl) {
     lshuf_t *self = impl;
-    int64_t n = tp_dataflow_size(self->inner);
-    return n < 0 ? -1 : n * self->num_reuse;
+    return df_size_mul(tp_dataflow_size(self->inner), self->num_reuse);
 }
 
 static void s_lshuf_destroy(void *impl) {

@@ -24,6 +24,9 @@ packages=(
   libcriterion-dev doxygen
   # distributed training (optional: without it the MPI module is not built)
   openmpi-bin libopenmpi-dev
+  # hardening (scripts/fuzz.sh, scripts/valgrind.sh): libFuzzer needs clang
+  # and its runtime library; memcheck
+  clang libclang-rt-dev valgrind
   # the main job's data: Fashion-MNIST IDX files under /usr/share/datasets
   dataset-fashion-mnist
 )

@@ -3,10 +3,12 @@
 # dependencies, builds (with the CUDA backend when nvcc is there), runs every
 # test, then rebuilds under AddressSanitizer+UndefinedBehaviorSanitizer and
 # runs every test again, then runs the concurrent suites (actors, threaded
-# dataflows, trainer) under ThreadSanitizer. Any failure exits non-zero.
+# dataflows, trainer) under ThreadSanitizer, a short libFuzzer smoke of
+# every decoder (scripts/fuzz.sh) and valgrind memcheck on a tiny training
+# run (scripts/valgrind.sh). Any failure exits non-zero.
 #
 #   bash scripts/test.sh            everything
-#   TP_TEST_QUICK=1 bash scripts/test.sh   skip the sanitizer passes
+#   TP_TEST_QUICK=1 bash scripts/test.sh   skip the sanitizer, valgrind and fuzz passes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -25,6 +27,9 @@ step "tests"
 (cd build && ctest --output-on-failure -j"$jobs")
 
 if [ -z "${TP_TEST_QUICK:-}" ]; then
+  step "valgrind memcheck: a tiny run of the main job"
+  bash scripts/valgrind.sh
+
   step "build under AddressSanitizer + UndefinedBehaviorSanitizer"
   cmake -S . -B build-asan -DTP_WERROR=$werror -DTP_WITH_CUDA=OFF \
         -DTP_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug
@@ -41,5 +46,8 @@ if [ -z "${TP_TEST_QUICK:-}" ]; then
   cmake --build build-tsan -j"$jobs"
   step "tests under TSan"
   (cd build-tsan && ctest --output-on-failure -j"$jobs")
+
+  step "fuzz smoke: each libFuzzer target for 10 s (clang, ASan+UBSan)"
+  bash scripts/fuzz.sh 10
 fi
 step "all tests passed"

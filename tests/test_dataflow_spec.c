@@ -2,6 +2,7 @@
  * that point at the bad token, registration of new sources and stages) and
  * the image augmentors. */
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <towerpack/towerpack.h>
@@ -159,6 +160,42 @@ static tp_status_t s_add_stage(tp_dataflow_t *inner, const char *args,
     }
     *out = tp_df_map_component(inner, s_add, (void *)(intptr_t)k, NULL, 0);
     return *out ? TP_OK : TP_ERR_INVALID;
+}
+
+/* Found by fuzz/fuzz_spec.c: the size of a chain of stages that multiply
+ * it (repeat, shuffle with reuse) overflowed int64_t (undefined behaviour);
+ * a size that does not fit is now -1, "unknown". */
+static int64_t spec_size(const char *spec) {
+    tp_dataflow_t *df = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s: %s", spec,
+                 tp_last_error());
+    int64_t n = tp_dataflow_size(df);
+    tp_dataflow_destroy(&df);
+    return n;
+}
+
+Test(dataflow_spec, sizes_that_overflow_are_unknown) {
+    const char *half = "fake:size=4611686018427387903";  /* INT64_MAX / 2 */
+    char spec[256];
+    snprintf(spec, sizeof spec, "%s | repeat 2", half);
+    cr_expect_eq(spec_size(spec), INT64_MAX - 1);
+    snprintf(spec, sizeof spec, "%s | repeat 3", half);
+    cr_expect_eq(spec_size(spec), -1);
+    snprintf(spec, sizeof spec, "%s | repeat 2 | shuffle 10 reuse=2", half);
+    cr_expect_eq(spec_size(spec), -1);
+    /* batch with remainder rounds up without adding first */
+    snprintf(spec, sizeof spec, "%s | repeat 2 | batch 1000 remainder", half);
+    cr_expect_eq(spec_size(spec), (INT64_MAX - 1) / 1000 + 1);
+    snprintf(spec, sizeof spec, "%s | repeat 2 | batch 1000", half);
+    cr_expect_eq(spec_size(spec), (INT64_MAX - 1) / 1000);
+    /* like the fuzzer's input: 60 nested shuffles with reuse=2 (2^60) */
+    char chain[2048] = "fake:size=1000";
+    for (int i = 0; i < 60; i++)
+        strcat(chain, " | shuffle 100 reuse=2");
+    cr_expect_eq(spec_size(chain), -1);
+    cr_expect_eq(spec_size("fake:size=10 | shuffle 4 reuse=3 | repeat 2"), 60);
+    cr_expect_eq(spec_size("fake:size=10 | batch 3 remainder"), 4);
+    cr_expect_eq(spec_size("fake:size=10 | batch 3"), 3);
 }
 
 Test(dataflow_spec, registered_sources_and_stages) {

@@ -1,0 +1,357 @@
+/* towerpack fuzzing: writes the seed corpora, fuzz/corpus/<target>/, as
+ * real valid inputs made by the library's own encoders (and the IDX and
+ * gzip writers of fuzz_files.h). Deterministic: the same files every run.
+ *
+ *   gen_corpus DIR      (scripts/fuzz.sh --regen runs it on fuzz/corpus)
+ *
+ * The frame layout of the wire and lmdb targets is described at the top
+ * of fuzz_wire.c and fuzz_lmdb.c. */
+#include <errno.h>
+#include <sys/stat.h>
+#include "fuzz_common.h"
+#include "fuzz_files.h"
+#include "fuzz_model.h"
+
+static const char *s_root;
+
+__attribute__((noreturn)) static void s_die(const char *what) {
+    fprintf(stderr, "gen_corpus: %s: %s\n", what, tp_last_error());
+    exit(1);
+}
+
+static void s_mkdir(const char *target) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", s_root, target);
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+        perror(p);
+        exit(1);
+    }
+}
+
+static void s_put(const char *target, const char *name, const void *data,
+                  size_t size) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s/%s", s_root, target, name);
+    if (!fuzz_write_file(p, data, size)) {
+        perror(p);
+        exit(1);
+    }
+}
+
+/* A datapoint of ncomp components with the given dtypes and shapes, its
+ * bytes a deterministic pattern (compressible when `smooth`). */
+static tp_datapoint_t *s_dp(int ncomp, const tp_dtype_t *dt, const int *nd,
+                            const int64_t (*shape)[TP_MAX_DIMS], int smooth) {
+    tp_datapoint_t *dp = tp_datapoint_new(ncomp);
+    if (!dp)
+        s_die("datapoint");
+    for (int i = 0; i < ncomp; i++) {
+        tp_tensor_t *t = tp_datapoint_get(dp, i);
+        if (tp_tensor_init(t, dt[i], nd[i], shape[i]) != TP_OK)
+            s_die("tensor");
+        uint8_t *b = t->data;
+        for (size_t k = 0; k < t->nbytes; k++)
+            b[k] = (uint8_t)(smooth ? k / 64 : k * 131 + i);
+    }
+    return dp;
+}
+
+/* ---- wire: option byte, then [u32 length][frame] ... ---------------------- */
+
+static void s_wire(const char *name, uint8_t opt, tp_datapoint_t *dp,
+                   int lz4, int checksum) {
+    tp_wire_opts_t o;
+    tp_wire_opts_init(&o);
+    o.lz4 = lz4;
+    o.lz4_min_bytes = 16;
+    o.checksum = checksum;
+    tp_wire_msg_t *msg = tp_wire_msg_new();
+    if (!msg || tp_wire_encode(&dp, &o, msg) != TP_OK)
+        s_die("wire encode");
+    size_t total = 1 + tp_wire_msg_bytes(msg) + 4 * (size_t)tp_wire_msg_frames(msg);
+    uint8_t *buf = malloc(total), *p = buf;
+    *p++ = opt;
+    for (int i = 0; i < tp_wire_msg_frames(msg); i++) {
+        uint32_t n = (uint32_t)tp_wire_msg_frame_size(msg, i);
+        memcpy(p, &n, 4);
+        memcpy(p + 4, tp_wire_msg_frame_data(msg, i), n);
+        p += 4 + n;
+    }
+    s_put("wire", name, buf, total);
+    free(buf);
+    tp_wire_msg_destroy(&msg);
+}
+
+/* ---- lmdb: option byte (bit 0: chunk), then the value ------------------- */
+
+static void *s_record(tp_datapoint_t *dp, int lz4, int checksum, size_t *n) {
+    tp_records_opts_t o;
+    tp_records_opts_init(&o);
+    o.lz4 = lz4;
+    o.lz4_min_bytes = 16;
+    o.checksum = checksum;
+    void *v = NULL;
+    if (tp_records_encode(dp, &o, &v, n) != TP_OK)
+        s_die("records encode");
+    return v;
+}
+
+static void s_lmdb_record(const char *name, uint8_t opt, tp_datapoint_t *dp,
+                          int lz4, int checksum) {
+    size_t n;
+    uint8_t *v = s_record(dp, lz4, checksum, &n);
+    uint8_t *buf = malloc(n + 1);
+    buf[0] = opt;
+    memcpy(buf + 1, v, n);
+    s_put("lmdb", name, buf, n + 1);
+    free(buf);
+    free(v);
+}
+
+/* A chunk of k records as tp_records_save writes it: u32 k, u32 ends[k],
+ * the records back to back; preceded by the option byte and k. */
+static void s_lmdb_chunk(const char *name, tp_datapoint_t **dps, int k) {
+    size_t cap = 2 + 4 + 4 * (size_t)k, n = cap;
+    uint8_t *buf = malloc(cap);
+    buf[0] = 1;
+    buf[1] = (uint8_t)k;
+    uint32_t nk = (uint32_t)k, end = 0;
+    memcpy(buf + 2, &nk, 4);
+    for (int j = 0; j < k; j++) {
+        size_t rn;
+        uint8_t *v = s_record(dps[j], j % 2, 0, &rn);
+        buf = realloc(buf, n + rn);
+        memcpy(buf + n, v, rn);
+        n += rn;
+        end += (uint32_t)rn;
+        memcpy(buf + 6 + 4 * j, &end, 4);
+        free(v);
+    }
+    s_put("lmdb", name, buf, n);
+    free(buf);
+}
+
+static void s_wire_and_lmdb(void) {
+    s_mkdir("wire");
+    s_mkdir("lmdb");
+    /* Fashion-MNIST-like: uint8 [28,28] image and an int32 label */
+    const tp_dtype_t d1[2] = {TP_UINT8, TP_INT32};
+    const int n1[2] = {2, 0};
+    const int64_t s1[2][TP_MAX_DIMS] = {{28, 28}, {0}};
+    /* every other dtype, an empty tensor, a 4-d one */
+    const tp_dtype_t d2[5] = {TP_FLOAT32, TP_FLOAT16, TP_INT64, TP_FLOAT64,
+                              TP_BFLOAT16};
+    const int n2[5] = {2, 1, 1, 4, 0};
+    const int64_t s2[5][TP_MAX_DIMS] = {{4, 3}, {0}, {5}, {1, 2, 2, 1}, {0}};
+    const tp_dtype_t d3[1] = {TP_FLOAT32};
+    const int n3[1] = {1};
+    const int64_t s3[1][TP_MAX_DIMS] = {{64}};
+
+    s_wire("fmnist_plain", 0, s_dp(2, d1, n1, s1, 0), 0, 0);
+    s_wire("fmnist_lz4_crc", 6, s_dp(2, d1, n1, s1, 1), 1, 1);
+    s_wire("dtypes", 0, s_dp(5, d2, n2, s2, 0), 0, 0);
+    s_wire("dtypes_crc_limit", 5, s_dp(5, d2, n2, s2, 0), 0, 1);
+    s_wire("lz4_smooth", 2, s_dp(1, d3, n3, s3, 1), 1, 0);
+    s_wire("empty", 0, s_dp(0, NULL, NULL, NULL, 0), 0, 0);
+
+    tp_datapoint_t *a = s_dp(2, d1, n1, s1, 0), *b = s_dp(5, d2, n2, s2, 0),
+                   *c = s_dp(1, d3, n3, s3, 1), *e = s_dp(0, NULL, NULL, NULL, 0);
+    s_lmdb_record("fmnist_plain", 0, a, 0, 0);
+    s_lmdb_record("fmnist_lz4_crc", 6, a, 1, 1);
+    s_lmdb_record("dtypes", 0, b, 0, 0);
+    s_lmdb_record("dtypes_crc", 4, b, 0, 1);
+    s_lmdb_record("lz4_smooth", 2, c, 1, 0);
+    s_lmdb_record("empty", 0, e, 0, 0);
+    tp_datapoint_t *chunk[3] = {a, c, b};
+    s_lmdb_chunk("chunk3", chunk, 3);
+    s_lmdb_chunk("chunk1", chunk, 1);
+    s_lmdb_chunk("chunk0", chunk, 0);
+    tp_datapoint_destroy(&a);
+    tp_datapoint_destroy(&b);
+    tp_datapoint_destroy(&c);
+    tp_datapoint_destroy(&e);
+}
+
+/* ---- idx: plain and gzip'd IDX files ------------------------------------- */
+
+static void s_idx_one(const char *name, uint8_t type, int ndim,
+                      const uint32_t *dims, const void *payload, size_t elem,
+                      int gz) {
+    uint8_t *b, *z;
+    size_t n, zn;
+    if (!fuzz_idx_make(type, ndim, dims, payload, elem, &b, &n))
+        s_die("idx");
+    if (gz) {
+        if (!fuzz_gzip(b, n, &z, &zn))
+            s_die("gzip");
+        s_put("idx", name, z, zn);
+        free(z);
+    } else {
+        s_put("idx", name, b, n);
+    }
+    free(b);
+}
+
+static void s_idx(void) {
+    s_mkdir("idx");
+    uint8_t img[3 * 4 * 4];
+    for (size_t i = 0; i < sizeof img; i++)
+        img[i] = (uint8_t)(i * 5);
+    int32_t lab[5] = {0, 1, -2, 70000, 9};
+    float f[6] = {0.5f, -1.0f, 3.25f, 0.0f, 1e-3f, 42.0f};
+    double d[2] = {3.141592653589793, -2.5};
+    const uint32_t di[3] = {3, 4, 4}, dl[1] = {5}, df[2] = {2, 3}, dd[1] = {2},
+                   dz[2] = {0, 7};
+    s_idx_one("images_u8", 0x08, 3, di, img, 1, 0);
+    s_idx_one("labels_i32", 0x0C, 1, dl, lab, 4, 0);
+    s_idx_one("floats_f32", 0x0D, 2, df, f, 4, 0);
+    s_idx_one("doubles_f64", 0x0E, 1, dd, d, 8, 0);
+    s_idx_one("empty_u8", 0x08, 2, dz, img, 1, 0);
+    s_idx_one("images_u8.gz", 0x08, 3, di, img, 1, 1);
+    s_idx_one("labels_i32.gz", 0x0C, 1, dl, lab, 4, 1);
+}
+
+/* ---- safetensors: a plain file and a model checkpoint --------------------- */
+
+static void s_safetensors(void) {
+    s_mkdir("safetensors");
+    char tmp[] = "/tmp/tp-gen-corpus-XXXXXX";
+    if (!mkdtemp(tmp))
+        s_die("mkdtemp");
+    char path[128];
+    uint8_t *b;
+    size_t n;
+
+    tp_tensor_t t[3];
+    int64_t s0[2] = {2, 3}, s1[1] = {4};
+    tp_tensor_init(&t[0], TP_FLOAT32, 2, s0);
+    tp_tensor_init(&t[1], TP_INT64, 1, s1);
+    tp_tensor_init(&t[2], TP_UINT8, 0, NULL);
+    for (int i = 0; i < 3; i++)
+        for (size_t k = 0; k < t[i].nbytes; k++)
+            ((uint8_t *)t[i].data)[k] = (uint8_t)(k * 3 + i);
+    tp_named_tensor_t nt[3] = {{"a/w", &t[0]}, {"b", &t[1]}, {"scalar", &t[2]}};
+    tp_meta_kv_t meta[1] = {{"note", "a seed"}};
+    snprintf(path, sizeof path, "%s/plain.safetensors", tmp);
+    if (tp_safetensors_write(path, nt, 3, meta, 1) != TP_OK ||
+        !fuzz_read_file(path, &b, &n))
+        s_die("safetensors");
+    s_put("safetensors", "plain", b, n);
+    free(b);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/none.safetensors", tmp);
+    if (tp_safetensors_write(path, NULL, 0, NULL, 0) != TP_OK ||
+        !fuzz_read_file(path, &b, &n))
+        s_die("safetensors");
+    s_put("safetensors", "no_tensors", b, n);
+    free(b);
+    unlink(path);
+    for (int i = 0; i < 3; i++)
+        tp_tensor_fini(&t[i]);
+
+    tp_model_t *m = fuzz_model_new();
+    if (!m)
+        s_die("model");
+    tp_train_state_t st;
+    memset(&st, 0, sizeof st);
+    st.epoch = 3;
+    st.global_step = 120;
+    tp_rng_init(&st.rng, 11, 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    if (tp_checkpoint_save(m, path, &st) != TP_OK ||
+        !fuzz_read_file(path, &b, &n))
+        s_die("checkpoint");
+    s_put("safetensors", "checkpoint", b, n);
+    free(b);
+    unlink(path);
+    tp_model_destroy(&m);
+    rmdir(tmp);
+}
+
+/* ---- spec: pipeline strings ----------------------------------------------- */
+
+static void s_spec(void) {
+    s_mkdir("spec");
+    static const char *specs[] = {
+        "fashion-mnist:train | shuffle 10000 | augment crop=28,pad=2,flip | "
+        "batch 128",
+        "fashion-mnist:test,shuffle=0 | batch 256 remainder",
+        "fake:shape=28x28:uint8,shape=scalar:int32,size=100 | batch 8",
+        "fake:shape=3x32x32,size=10,random=0,dtype=float16 | repeat 2 | "
+        "cache shuffle",
+        "idx:img.idx,lab.idx | map-threads 2 strict buffer=16 augment "
+        "mean=0.5/0.4/0.3,std=0.2/0.2/0.2,component=0 | fixed-size 5",
+        "lmdb:tiny.lmdb,shuffle=1 | select 1 0 | print 2",
+        "fake | shuffle 100 reuse=2 interval=10 | repeat forever",
+        "fake:const | augment crop=20x24,flip=0.25 | batch 4",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "spec%zu", i);
+        s_put("spec", name, specs[i], strlen(specs[i]));
+    }
+}
+
+/* ---- stats: snapshots as a publisher sends them --------------------------- */
+
+static void s_stats_one(const char *name, int nrows) {
+    tp_stats_snapshot_t snap;
+    tp_stats_snapshot_init(&snap);
+    snprintf(snap.source, sizeof snap.source, "supervisor");
+    snap.pid = 4242;
+    snap.seq = 17;
+    snap.wall_s = 1790000000.25;
+    snap.interval_s = 1.0;
+    snap.nrows = nrows;
+    snap.rows = nrows ? calloc((size_t)nrows, sizeof *snap.rows) : NULL;
+    static const char *names[] = {"source", "map-threads", "tower0", "feed"};
+    for (int i = 0; i < nrows; i++) {
+        tp_stats_row_t *r = &snap.rows[i];
+        snprintf(r->name, sizeof r->name, "%s", names[i % 4]);
+        r->state = (uint8_t)(i % TP_ACTOR_STATE_COUNT);
+        r->restarts = (uint32_t)i;
+        r->msgs_in = 1000u * (uint64_t)i;
+        r->msgs_out = 990u * (uint64_t)i;
+        r->bytes_in = r->msgs_in * 800;
+        r->bytes_out = r->msgs_out * 800;
+        r->busy_s = 0.5 * i;
+        r->starved_s = 0.1;
+        r->blocked_s = 0.2 * i;
+        r->alive_s = 10;
+        r->queue_fill = i % 2 ? -1.0 : 0.25 * i;
+        tp_stats_row_rates(r, NULL, 10);
+    }
+    void *buf;
+    size_t n;
+    if (tp_stats_encode(&snap, &buf, &n) != TP_OK)
+        s_die("stats encode");
+    s_put("stats", name, buf, n);
+    free(buf);
+    tp_stats_snapshot_fini(&snap);
+}
+
+static void s_stats(void) {
+    s_mkdir("stats");
+    s_stats_one("rows0", 0);
+    s_stats_one("rows1", 1);
+    s_stats_one("rows4", 4);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: gen_corpus DIR (writes DIR/<target>/...)\n");
+        return 2;
+    }
+    fuzz_quiet();
+    s_root = argv[1];
+    if (mkdir(s_root, 0755) != 0 && errno != EEXIST) {
+        perror(s_root);
+        return 1;
+    }
+    s_wire_and_lmdb();
+    s_idx();
+    s_safetensors();
+    s_spec();
+    s_stats();
+    return 0;
+}
