@@ -8,12 +8,30 @@
 #include "criterion/criterion.h"
 
 static struct tp_shim_test *s_head, **s_tail = &s_head;
+static struct tp_shim_suite *s_suites;
 static jmp_buf s_jump;
 static int s_failed_now;
 
 void tp_shim_register(struct tp_shim_test *t) {
     *s_tail = t;
     s_tail = &t->next;
+}
+
+void tp_shim_register_suite(struct tp_shim_suite *s) {
+    s->next = s_suites;
+    s_suites = s;
+}
+
+/* A test without its own init/fini takes its suite's (as Criterion does). */
+static void s_suite_defaults(struct tp_shim_test *t) {
+    for (struct tp_shim_suite *s = s_suites; s; s = s->next) {
+        if (strcmp(s->suite, t->suite) != 0)
+            continue;
+        if (!t->extra.init)
+            t->extra.init = s->extra.init;
+        if (!t->extra.fini)
+            t->extra.fini = s->extra.fini;
+    }
 }
 
 void tp_shim_fail(const char *file, int line, int fatal, const char *expr,
@@ -69,6 +87,7 @@ int main(int argc, char **argv) {
             skipped++;
             continue;
         }
+        s_suite_defaults(t);
         fprintf(stderr, "[RUN ] %s\n", full);
         s_failed_now = 0;
         int jumped = setjmp(s_jump);

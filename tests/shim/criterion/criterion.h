@@ -4,8 +4,9 @@
  * #274), so under TP_SANITIZE=thread the same test files compile against
  * this header and run in one process, one test after another.
  *
- * Supported: Test(suite, name, .init, .fini, .timeout, .disabled), TestSuite
- * (ignored), cr_assert* / cr_expect* (plain, eq, neq, lt, leq, gt, geq, null,
+ * Supported: Test(suite, name, .init, .fini, .timeout, .disabled),
+ * TestSuite(suite, .init, .fini) (the suite's init/fini run for each of its
+ * tests that has none of its own; other suite options are ignored), cr_assert* / cr_expect* (plain, eq, neq, lt, leq, gt, geq, null,
  * not_null, not, str_eq, str_neq, float_eq, arr_eq), cr_assert_fail,
  * cr_skip_test, cr_log_info/warn/error. Tests that expect a signal or an exit
  * code (.signal, .exit_code) need Criterion's fork and are skipped here. */
@@ -36,7 +37,14 @@ struct tp_shim_test {
     struct tp_shim_test *next;
 };
 
+struct tp_shim_suite {
+    const char *suite;
+    struct criterion_test_extra_data extra;
+    struct tp_shim_suite *next;
+};
+
 void tp_shim_register(struct tp_shim_test *t);
+void tp_shim_register_suite(struct tp_shim_suite *s);
 void tp_shim_fail(const char *file, int line, int fatal, const char *expr,
                   const char *fmt, ...);
 /* (no format attribute: the message may be the empty literal) */
@@ -57,8 +65,13 @@ void tp_shim_log(const char *level, const char *fmt, ...)
     }                                                                         \
     static void suite##_##name##_impl(void)
 
-#define TestSuite(...)                                                        \
-    static int TP_SHIM_CAT(tp_shim_suite_, __LINE__) __attribute__((unused))
+#define TestSuite(suite, ...)                                                 \
+    static struct tp_shim_suite tp_shim_suite_##suite = {                     \
+        #suite, {.timeout = 0, __VA_ARGS__}, NULL};                           \
+    __attribute__((constructor)) static void tp_shim_suite_reg_##suite(void) { \
+        tp_shim_register_suite(&tp_shim_suite_##suite);                       \
+    }                                                                         \
+    static int TP_SHIM_CAT(tp_shim_suite_end_, __LINE__) __attribute__((unused))
 
 #define tp_shim_check_(fatal, cond, expr, ...)                                \
     do {                                                                      \
