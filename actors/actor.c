@@ -635,11 +635,9 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                             def->name);
         uint64_t last_check = s_coarse_ns();
         while (!ctx->terminated) {
-            /* Every 1024 datapoints, or every 10 ms when produce is slow: a pipe
-             * check costs two system calls (libzmq polls its mailbox and
-             * checks getpid), so per 32 it was ~6% of a small hop. */
+            /* Every 32 datapoints, or sooner when produce is slow. */
             uint64_t now = s_coarse_ns();
-            if ((++tick & 1023) == 0 || now - last_check > 10000000ull) {
+            if ((++tick & 31) == 0 || now - last_check > 10000000ull) {
                 last_check = now;
                 s_poll_pipe(ctx);
                 s_maybe_report(ctx, tp_now_ns());
@@ -692,7 +690,7 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
             }
             if (got) {
                 uint64_t now = s_coarse_ns();
-                if ((++tick & 1023) == 0 || now - last_check > 10000000ull) {
+                if ((++tick & 63) == 0 || now - last_check > 10000000ull) {
                     last_check = now;
                     s_poll_pipe(ctx);
                     s_maybe_report(ctx, tp_now_ns());
@@ -725,7 +723,7 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                         snprintf(reason, rsize, "end of stream");
                         break;
                     }
-                    if ((++tick & 1023) == 0 || t1 - last_check > 10000000ull) {
+                    if ((++tick & 63) == 0 || t1 - last_check > 10000000ull) {
                         last_check = t1;
                         s_poll_pipe(ctx);
                     }
