@@ -72,8 +72,8 @@ static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *user) {
 /* The longer-run model: three conv blocks with batch norm (32, 64, 128
  * channels, each halving the image: 28 -> 14 -> 7 -> 3), fc 256 with
  * dropout, weight decay 5e-4. Twice the CNN's arithmetic per image. The
- * two-block version plateaued at 0.918; this one reached 0.925-0.927 in
- * 15-18 epochs, still short of 0.93 (docs/training.md has the runs). */
+ * two-block version plateaued at 0.918; this one reached 0.9328 in 24
+ * epochs with a 1-pixel crop and flip (docs/training.md has the runs). */
 static tp_status_t s_cnn_bn(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x = s_image(t, in[0], 1);
     x = tp_max_pool(t, "pool0", s_conv_block(t, "conv0", x, 32, 1), 2, 2, 0);
