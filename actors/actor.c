@@ -14,6 +14,7 @@
  * and blocked are measured around the waits, busy is what remains. */
 #include <czmq.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -106,11 +107,14 @@ typedef struct s_link {
     atomic_int capacity;  /* set by the writer, read by the reader */
     atomic_uint_fast64_t sent;
     /* A pointer sent to a reader that closes its socket before reading it
-     * would leak. The writer sends under `lock` only while a reader is
-     * open; a closing reader takes `lock`, leaves, and frees what is
-     * queued: every pointer is either read or freed. */
-    pthread_mutex_t lock;
-    int readers;
+     * would leak. A writer announces itself in `sending`, then sends only
+     * while `readers` > 0; a closing reader lowers `readers`, waits until no
+     * writer is inside a send, and frees what is queued: every pointer is
+     * either read or freed. Both sides write, then read the other's
+     * variable, all sequentially consistent (Dekker): at least one sees the
+     * other. Two atomic increments per message, no lock. */
+    atomic_int sending;
+    atomic_int readers;
 } s_link_t;
 
 static pthread_mutex_t s_links_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -125,7 +129,8 @@ static s_link_t *s_link_get(const char *name) {
         snprintf(l->name, sizeof l->name, "%s", name);
         atomic_init(&l->sent, 0);
         atomic_init(&l->capacity, 0);
-        pthread_mutex_init(&l->lock, NULL);
+        atomic_init(&l->sending, 0);
+        atomic_init(&l->readers, 0);
         l->next = s_links;
         s_links = l;
     }
@@ -146,7 +151,6 @@ static void s_link_put(s_link_t **lp) {
         while (*pp != l)
             pp = &(*pp)->next;
         *pp = l->next;
-        pthread_mutex_destroy(&l->lock);
         free(l);
     }
     pthread_mutex_unlock(&s_links_lock);
@@ -173,11 +177,14 @@ typedef struct {
     const tp_actor_def_t *def;
     void *arg;
     int report_ms;
+    atomic_uint *mail;
 } s_boot_t;
 
 struct tp_actor_ctx {
     const tp_actor_def_t *def;
     void *pipe;                     /* raw socket of the zactor pipe */
+    atomic_uint *mail;              /* the owner's count of commands sent */
+    unsigned mail_seen;             /* ... as of the last look at the pipe */
     void *state;
     s_port_t in[TP_ACTOR_MAX_PORTS];
     s_port_t out[TP_ACTOR_MAX_PORTS];
@@ -271,11 +278,22 @@ static void s_handle_pipe(tp_actor_ctx_t *ctx) {
 static void s_poll_pipe(tp_actor_ctx_t *ctx) {
     uint32_t events = 0;
     size_t es = sizeof events;
+    if (ctx->mail)
+        ctx->mail_seen = atomic_load_explicit(ctx->mail, memory_order_acquire);
     /* ZMQ_EVENTS is cheap next to zmq_poll and processes pending commands. */
     while (!ctx->terminated &&
            zmq_getsockopt(ctx->pipe, ZMQ_EVENTS, &events, &es) == 0 &&
            (events & ZMQ_POLLIN))
         s_handle_pipe(ctx);
+}
+
+/* Has the owner sent a command since the last look at the pipe? One load,
+ * where looking at the pipe costs system calls (libzmq polls its mailbox
+ * and checks getpid): the loops look at the pipe when this says so, and
+ * every 10 ms in any case (reports, and commands from elsewhere). */
+static inline int s_mail_waiting(const tp_actor_ctx_t *ctx) {
+    return ctx->mail &&
+           atomic_load_explicit(ctx->mail, memory_order_acquire) != ctx->mail_seen;
 }
 
 /* The actor whose handlers run on this thread (NULL on other threads). */
@@ -285,7 +303,8 @@ int tp_actor_current_stopping(void) {
     tp_actor_ctx_t *ctx = s_current;
     if (!ctx)
         return 0;
-    s_poll_pipe(ctx);
+    if (s_mail_waiting(ctx))
+        s_poll_pipe(ctx);
     return ctx->stopping || ctx->terminated;
 }
 
@@ -345,9 +364,7 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
         if (output) {
             atomic_store_explicit(&p->link->capacity, 2 * hwm, memory_order_relaxed);
         } else {
-            pthread_mutex_lock(&p->link->lock);
-            p->link->readers++;
-            pthread_mutex_unlock(&p->link->lock);
+            atomic_fetch_add(&p->link->readers, 1);
         }
     } else {
         p->msg = tp_wire_msg_new();
@@ -362,15 +379,16 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
 static void s_close_port(s_port_t *p) {
     if (p->inproc && !p->output && p->link && p->sock) {
         s_link_t *l = p->link;
-        pthread_mutex_lock(&l->lock);
-        l->readers--;
+        atomic_fetch_sub(&l->readers, 1);
+        /* A writer inside a send finishes within its 10 ms send timeout. */
+        while (atomic_load(&l->sending) > 0)
+            sched_yield();
         tp_datapoint_t *ptr;
         while (zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr) {
             if (ptr)
                 TP_HANDOFF_ACQUIRE(ptr);
             tp_datapoint_destroy(&ptr);
         }
-        pthread_mutex_unlock(&l->lock);
     }
     int bound_ipc = p->zsock && p->def && p->def->bind && p->def->endpoint &&
                     !strncmp(p->def->endpoint, "ipc://", 6);
@@ -474,8 +492,8 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
         for (;;) {
             /* A plain send that waits at most 10 ms (SNDTIMEO) when full:
              * one call per message, as raw libzmq. */
-            pthread_mutex_lock(&l->lock);
-            int readers = l->readers;
+            atomic_fetch_add(&l->sending, 1);
+            int readers = atomic_load(&l->readers);
             int sent = readers > 0 &&
                        zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp;
             int err = sent || readers == 0 ? EAGAIN : zmq_errno();
@@ -486,7 +504,7 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
                 err = sent ? EAGAIN : zmq_errno();
                 ctx->blocked_ns += s_coarse_ns() - t0;
             }
-            pthread_mutex_unlock(&l->lock);
+            atomic_fetch_sub_explicit(&l->sending, 1, memory_order_release);
             if (sent)
                 break;
             if (err != EAGAIN || ctx->terminated) {
@@ -627,7 +645,6 @@ static int s_all_eos(tp_actor_ctx_t *ctx) {
 static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
     const tp_actor_def_t *def = ctx->def;
     tp_status_t rc = TP_OK;
-    unsigned tick = 0;
     if (ctx->nin == 0) {
         if (!def->produce)
             return tp_error(TP_ERR_INVALID,
@@ -635,9 +652,9 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                             def->name);
         uint64_t last_check = s_coarse_ns();
         while (!ctx->terminated) {
-            /* Every 32 datapoints, or sooner when produce is slow. */
+            /* When the owner sent a command, and every 10 ms. */
             uint64_t now = s_coarse_ns();
-            if ((++tick & 31) == 0 || now - last_check > 10000000ull) {
+            if (s_mail_waiting(ctx) || now - last_check > 10000000ull) {
                 last_check = now;
                 s_poll_pipe(ctx);
                 s_maybe_report(ctx, tp_now_ns());
@@ -690,7 +707,7 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
             }
             if (got) {
                 uint64_t now = s_coarse_ns();
-                if ((++tick & 63) == 0 || now - last_check > 10000000ull) {
+                if (s_mail_waiting(ctx) || now - last_check > 10000000ull) {
                     last_check = now;
                     s_poll_pipe(ctx);
                     s_maybe_report(ctx, tp_now_ns());
@@ -723,7 +740,7 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                         snprintf(reason, rsize, "end of stream");
                         break;
                     }
-                    if ((++tick & 63) == 0 || t1 - last_check > 10000000ull) {
+                    if (s_mail_waiting(ctx) || t1 - last_check > 10000000ull) {
                         last_check = t1;
                         s_poll_pipe(ctx);
                     }
@@ -801,6 +818,7 @@ static void s_actor_main(zsock_t *pipe, void *args) {
     }
     ctx->def = def;
     ctx->pipe = zsock_resolve(pipe);
+    ctx->mail = boot.mail;
     s_current = ctx;
     ctx->report_ms = boot.report_ms;
     ctx->start_ns = ctx->last_report_ns = tp_now_ns();
@@ -874,6 +892,7 @@ struct tp_actor {
     char reason[512];
     tp_stats_row_t row;
     uint64_t last_seen_ns;
+    atomic_uint mail;  /* commands sent; counted after each send */
 };
 
 tp_actor_t *tp_actor_new_ex(const tp_actor_def_t *def, void *arg,
@@ -894,6 +913,7 @@ tp_actor_t *tp_actor_new_ex(const tp_actor_def_t *def, void *arg,
     boot->def = def;
     boot->arg = arg;
     boot->report_ms = report_ms;
+    boot->mail = &self->mail;
     self->zactor = zactor_new(s_actor_main, boot);
     if (!self->zactor) {
         free(boot);
@@ -1040,8 +1060,10 @@ static int s_owner_send(tp_actor_t *self, const char *text) {
         tp_actor_handle_pipe(self);
         if (self->exited)
             return 0;
-        if (zmq_send(pipe, text, strlen(text), ZMQ_DONTWAIT) >= 0)
+        if (zmq_send(pipe, text, strlen(text), ZMQ_DONTWAIT) >= 0) {
+            atomic_fetch_add_explicit(&self->mail, 1, memory_order_release);
             return 1;
+        }
         if (zmq_errno() != EAGAIN || tp_now_ns() >= deadline)
             return -1;
         zmq_pollitem_t item = {pipe, 0, ZMQ_POLLIN, 0};
@@ -1087,6 +1109,7 @@ void tp_actor_destroy(tp_actor_t **self_p) {
     if (!self->exited) {
         zsock_set_sndtimeo(pipe, 0);
         zstr_send(pipe, "$TERM");
+        atomic_fetch_add_explicit(&self->mail, 1, memory_order_release);
         if (!s_owner_wait(self, 5000)) {
             /* A handler that never returns: its thread cannot be killed.
              * Leave it (and what it uses) rather than free under it. */

@@ -14,7 +14,9 @@
  *   sizes   (only with --only sizes; bench/run.sh) datapoints of 64 B,
  *           64 KiB and 1 MiB over inproc (two actors) and ipc (two
  *           processes), each against raw libzmq moving the same payload
- * Each figure is the best of --repeat runs. */
+ * Each comparison runs both sides back to back in every one of --repeat
+ * rounds; a ratio is the median of the per-round ratios, a rate the best
+ * of its side. */
 #include <czmq.h>
 #include <errno.h>
 #include <getopt.h>
@@ -300,6 +302,33 @@ static double s_mp(const s_cfg_t *c, int workers) {
 /* ---- sizes: 64 B .. 1 MiB over inproc and ipc, against raw libzmq ---------------- */
 
 static double s_best(double a, double b) { return a > b ? a : b; }
+
+static int s_cmp_double(const void *a, const void *b);
+
+/* Two sides measured back to back, round after round. */
+enum { S_MAXR = 64 };
+typedef struct {
+    double a, b;             /* best rate of each side */
+    double ratio[S_MAXR];    /* b / a per round */
+    int n;
+} s_pair_t;
+
+static void s_pair_add(s_pair_t *p, double a, double b) {
+    p->a = s_best(p->a, a);
+    p->b = s_best(p->b, b);
+    if (p->n < S_MAXR)
+        p->ratio[p->n++] = a > 0 ? b / a : 0;
+}
+
+/* The median of the per-round ratios. */
+static double s_pair_ratio(const s_pair_t *p) {
+    if (p->n == 0)
+        return 0;
+    double r[S_MAXR];
+    memcpy(r, p->ratio, sizeof(double) * (size_t)p->n);
+    qsort(r, (size_t)p->n, sizeof *r, s_cmp_double);
+    return p->n % 2 ? r[p->n / 2] : 0.5 * (r[p->n / 2 - 1] + r[p->n / 2]);
+}
 
 /* The raw reference sends the payload as a user of libzmq would: small
  * messages copied by zmq_send, large ones (>= 512 B, where towerpack also
@@ -632,56 +661,57 @@ int tp_bench_transport(int argc, char **argv) {
             fprintf(stderr, "tp-bench transport: cannot remove %s\n", c.dir);
         return rc;
     }
-    double raw_ipc = 0, tp_ipc = 0, raw_in = 0, raw_bare = 0, tp_in = 0, mp1 = 0,
-           mp2 = 0, st_off = 0, st_on = 0;
+    /* Each comparison runs its two sides back to back in every round; the
+     * ratio reported is the median of the per-round ratios (robust to a
+     * shared machine's drift), the rates the best of each side. */
+    s_pair_t ipc = {0}, in = {0}, mp = {0}, st = {0};
+    double raw_bare = 0;
     /* The fork-based runs go first, while the process has no actor threads. */
-    for (int r = 0; r < c.repeat; r++) {
-        if (s_want(&c, "mp")) {
-            mp1 = s_best(mp1, s_mp(&c, 1));
-            mp2 = s_best(mp2, s_mp(&c, 2));
-        }
-        if (s_want(&c, "ipc")) {
-            raw_ipc = s_best(raw_ipc, s_raw_ipc(&c, ep));
-            tp_ipc = s_best(tp_ipc, s_tp_ipc(&c, ep));
-        }
+    for (int r = 0; r < c.repeat && r < S_MAXR; r++) {
+        if (s_want(&c, "mp"))
+            s_pair_add(&mp, s_mp(&c, 1), s_mp(&c, 2));
+        if (s_want(&c, "ipc"))
+            s_pair_add(&ipc, s_raw_ipc(&c, ep), s_tp_ipc(&c, ep));
         if (s_want(&c, "inproc")) {
             raw_bare = s_best(raw_bare, s_raw_inproc(c.inproc_count, 0));
-            raw_in = s_best(raw_in, s_raw_inproc(c.inproc_count, 1));
-            tp_in = s_best(tp_in, s_tp_inproc(c.inproc_count, NULL, c.dir));
+            double a = s_raw_inproc(c.inproc_count, 1);
+            s_pair_add(&in, a, s_tp_inproc(c.inproc_count, NULL, c.dir));
         }
         if (s_want(&c, "stats")) {
-            st_off = s_best(st_off, s_tp_inproc(c.inproc_count, NULL, c.dir));
-            st_on = s_best(st_on, s_tp_inproc(c.inproc_count, c.stats ? c.stats : "ipc",
-                                              c.dir));
+            double a = s_tp_inproc(c.inproc_count, NULL, c.dir);
+            s_pair_add(&st, a, s_tp_inproc(c.inproc_count, c.stats ? c.stats : "ipc",
+                                           c.dir));
         }
     }
+    double raw_ipc = ipc.a, tp_ipc = ipc.b, raw_in = in.a, tp_in = in.b, mp1 = mp.a,
+           mp2 = mp.b, st_off = st.a, st_on = st.b;
     if (c.json) {
         printf("{\n  \"ipc_1mib\": {\"raw_mb_s\": %.1f, \"towerpack_mb_s\": %.1f, \"ratio\": %.3f},\n",
-               raw_ipc, tp_ipc, raw_ipc > 0 ? tp_ipc / raw_ipc : 0);
+               raw_ipc, tp_ipc, s_pair_ratio(&ipc));
         printf("  \"inproc_hop\": {\"raw_msgs_s\": %.0f, \"raw_bare_msgs_s\": %.0f, "
                "\"towerpack_msgs_s\": %.0f, \"ratio\": %.3f, \"ratio_bare\": %.3f},\n",
-               raw_in, raw_bare, tp_in, raw_in > 0 ? tp_in / raw_in : 0,
+               raw_in, raw_bare, tp_in, s_pair_ratio(&in),
                raw_bare > 0 ? tp_in / raw_bare : 0);
         printf("  \"mp_cpu\": {\"workers1_dp_s\": %.1f, \"workers2_dp_s\": %.1f, \"ratio\": %.3f},\n",
-               mp1, mp2, mp1 > 0 ? mp2 / mp1 : 0);
+               mp1, mp2, s_pair_ratio(&mp));
         printf("  \"stats\": {\"off_msgs_s\": %.0f, \"on_msgs_s\": %.0f, \"ratio\": %.3f}\n}\n",
-               st_off, st_on, st_off > 0 ? st_on / st_off : 0);
+               st_off, st_on, s_pair_ratio(&st));
     } else {
         printf("%-34s %14s %14s %8s\n", "benchmark", "reference", "towerpack", "ratio");
         if (s_want(&c, "ipc"))
             printf("%-34s %11.1f MB/s %9.1f MB/s %8.3f   (goal >= 0.9)\n",
                    "ipc 1 MiB datapoint, 2 processes", raw_ipc, tp_ipc,
-                   raw_ipc > 0 ? tp_ipc / raw_ipc : 0);
+                   s_pair_ratio(&ipc));
         if (s_want(&c, "inproc")) {
             printf("%-34s %9.0f msg/s %9.0f msg/s %8.3f   (goal >= 0.8)\n",
-                   "inproc hop, 2 actors", raw_in, tp_in, raw_in > 0 ? tp_in / raw_in : 0);
+                   "inproc hop, 2 actors", raw_in, tp_in, s_pair_ratio(&in));
             printf("%-34s %9.0f msg/s %9.0f msg/s %8.3f   (no datapoint in raw)\n",
                    "  against bare 8-byte messages", raw_bare, tp_in,
                    raw_bare > 0 ? tp_in / raw_bare : 0);
         }
         if (s_want(&c, "mp"))
             printf("%-34s %10.1f dp/s %10.1f dp/s %8.3f   (goal >= 1.8; 2 vs 1 worker)\n",
-                   "multiprocess runner, CPU-bound", mp1, mp2, mp1 > 0 ? mp2 / mp1 : 0);
+                   "multiprocess runner, CPU-bound", mp1, mp2, s_pair_ratio(&mp));
         if (s_want(&c, "stats"))
             printf("%-34s %9.0f msg/s %9.0f msg/s %8.3f   (goal >= 0.99)\n",
                    "stats publishing on vs off", st_off, st_on,
