@@ -351,7 +351,10 @@ tp_backend_t *tp_backend_cpu_new(int threads) {
     }
     b->ops = &s_cpu_ops;
     b->device = -1;
-    if (threads > 0)
+    /* Only when it changes: OpenBLAS wakes its idle workers on every call,
+     * and a woken worker spins (sched_yield) for ~0.1 s, taking a core from
+     * the input actors of a run that asked for one thread. */
+    if (threads > 0 && openblas_get_num_threads() != threads)
         openblas_set_num_threads(threads);
     s_ftz();
     return b;
