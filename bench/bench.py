@@ -172,7 +172,8 @@ def bench_loading(a, m):
 
 
 def _tp_train(a, model, steps, seed, logdir):
-    cmd = [a.train, "--model", model, "--epochs", "1", "--logdir", logdir,
+    # SGD with momentum, as the PyTorch peer (tp-train's cnn defaults to Adam)
+    cmd = [a.train, "--model", model, "--epochs", "1", "--optimizer", "sgd", "--logdir", logdir,
            "--logdir-action", "delete", "--stats", "off", "--seed", str(seed)]
     if steps:
         cmd += ["--steps-per-epoch", str(steps)]

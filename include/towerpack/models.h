@@ -17,9 +17,10 @@ typedef struct tp_zoo_model {
     const char *name;          /* "mlp", "cnn", "cnn-bn", "resnet" */
     const char *summary;
     tp_tower_fn build;
-    double default_lr;         /* for SGD with momentum 0.9 */
+    double default_lr;         /* for SGD with momentum 0.9 (Adam: x 0.02) */
     int default_epochs;
     int augment;               /* trains on crop+flip augmented images */
+    const char *optimizer;     /* the default: "sgd" (momentum 0.9) or "adam" */
 } tp_zoo_model_t;
 
 /* The model named `name`, or NULL (tp_last_error lists the names). */

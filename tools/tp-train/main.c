@@ -1,7 +1,7 @@
 /* tp-train: train a model on Fashion-MNIST (or IDX / LMDB data) through the
  * whole engine: dataflow, input source, towers, callbacks, monitors.
  *
- *   tp-train                                 the default CNN, 3 epochs, CPU
+ *   tp-train                                 the default CNN, 4 epochs (Adam), CPU
  *   tp-train --model mlp --epochs 10 --batch 128 --lr 0.05
  *   tp-train --logdir train_log/run1 --resume --epochs 6
  *
@@ -59,7 +59,8 @@ static void s_usage(FILE *out) {
 "  --batch N            batch per tower (default 128 / towers); total = batch\n"
 "                       x towers\n"
 "  --lr X               learning rate (default per model)\n"
-"  --optimizer NAME     sgd (momentum 0.9, default) or adam\n"
+"  --optimizer NAME     sgd (momentum 0.9) or adam (default per model:\n"
+"                       adam for cnn, sgd for the others)\n"
 "  --devices LIST       auto (default: every GPU if CUDA answers, else the\n"
 "                       CPU), cpu, or GPU ids like 0,1\n"
 "  --towers N|auto      CPU towers, data parallel in one process (default auto:\n"
@@ -238,7 +239,7 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
 
 int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
-                  .action = NULL, .optimizer = "sgd", .batch = 0, .towers = 0,
+                  .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT };
     static const struct option opts[] = {
@@ -306,6 +307,8 @@ int main(int argc, char **argv) {
         a.epochs = zoo->default_epochs;
     if (a.augment < 0)
         a.augment = zoo->augment;
+    if (!a.optimizer)
+        a.optimizer = zoo->optimizer;
     a.lr = lr > 0 ? lr : zoo->default_lr * (strcasecmp(a.optimizer, "adam") ? 1.0 : 0.02);
     if (strcasecmp(a.optimizer, "sgd") && strcasecmp(a.optimizer, "adam")) {
         tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd or adam", a.optimizer);
