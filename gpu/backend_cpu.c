@@ -253,6 +253,32 @@ static void s_reduce_range(float *const *bufs, int n, size_t lo, size_t hi,
             memcpy(bufs[r] + lo, dst + lo, (hi - lo) * sizeof(float));
 }
 
+/* Every buffer's [lo, hi) becomes the sum (or mean) of all of them, added
+ * in rank order: b0 + b1 + ... then the scale, whichever thread does the
+ * slice, so results repeat bit for bit. Blocks of 1024 through a local
+ * sum, so that the loops are plain streams the compiler vectorises (the
+ * element-by-element loop over ranks was 20% of a two-tower MLP step). */
+static void s_sum_slice(float *const *bufs, int n, size_t lo, size_t hi,
+                        int average) {
+    enum { BLOCK = 1024 };
+    float sum[BLOCK];
+    const float scale = 1.0f / (float)n;
+    for (size_t i = lo; i < hi; i += BLOCK) {
+        size_t m = hi - i < BLOCK ? hi - i : BLOCK;
+        memcpy(sum, bufs[0] + i, m * sizeof(float));
+        for (int r = 1; r < n; r++) {
+            const float *restrict src = bufs[r] + i;
+            for (size_t j = 0; j < m; j++)
+                sum[j] += src[j];
+        }
+        if (average)
+            for (size_t j = 0; j < m; j++)
+                sum[j] *= scale;
+        for (int r = 0; r < n; r++)
+            memcpy(bufs[r] + i, sum, m * sizeof(float));
+    }
+}
+
 static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
                                tp_stream_t *s, float *buf, size_t count,
                                int average) {
@@ -283,20 +309,8 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         lo = count;
     if (hi > count)
         hi = count;
-    if (hi > lo) {
-        /* rank order, independent of which thread does the slice */
-        float *const *bufs = c->bufs;
-        const float scale = average ? 1.0f / (float)c->nranks : 1.0f;
-        for (size_t i = lo; i < hi; i++) {
-            float sum = bufs[0][i];
-            for (int r = 1; r < c->nranks; r++)
-                sum += bufs[r][i];
-            if (average)
-                sum *= scale;
-            for (int r = 0; r < c->nranks; r++)
-                bufs[r][i] = sum;
-        }
-    }
+    if (hi > lo)
+        s_sum_slice(c->bufs, c->nranks, lo, hi, average);
     if (s_barrier(c) < 0)
         return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
                         rank);

@@ -842,6 +842,39 @@ void tp_model_abort(tp_model_t *m) {
         m->backend->ops->comm_abort(m->backend, m->comm);
 }
 
+/* Replicated towers, the update in parallel: after the all-reduce (whose
+ * slice `tower` this tower's thread just summed, so it is in this core's
+ * cache) the tower applies the optimizer to the same slice of the shared
+ * variables. The update is elementwise, so the slices give exactly what one
+ * tp_model_apply gives. Every tower's backward is over once the all-reduce
+ * has begun, so no run still reads the variables. */
+tp_status_t tp_model_allreduce_apply_tower(tp_model_t *m, int tower) {
+    TP_TRY(tp_model_allreduce_tower(m, tower));
+    tp_tower_t *t = m->towers[tower];
+    if (t->ran_cost != 0)
+        return tp_error(TP_ERR_STATE, "the gradients are cost '%s''s: apply them "
+                        "with tp_model_apply_cost", t->cost_names[t->ran_cost]);
+    size_t n = m->ntrain, k = (size_t)m->ntowers;
+    size_t chunk = (n + k - 1) / k, lo = chunk * (size_t)tower, hi = lo + chunk;
+    if (lo > n)
+        lo = n;
+    if (hi > n)
+        hi = n;
+    if (hi > lo)
+        TP_TRY(tp_optimizer_update(m->opt, m->backend, t->stream, m->train_arena,
+                                   t->grads, m->slots, lo, hi - lo));
+    return m->backend->ops->stream_sync(m->backend, t->stream);
+}
+
+tp_status_t tp_model_end_step(tp_model_t *m) {
+    TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
+    tp_optimizer_end_step(m->opt);
+    for (int i = 0; i < m->ntowers; i++)
+        m->towers[i]->ran_backward = 0;
+    return TP_OK;
+}
+
 tp_status_t tp_model_apply(tp_model_t *m) {
     TP_TRY(s_check_grads(m));
     TP_TRY(s_check_fresh(m, 0, 0));

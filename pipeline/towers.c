@@ -5,8 +5,9 @@
  * "DONE" + status + message + the nanoseconds the tower computed. A tower
  * runs forward and backward on its own batch and, in replicated mode, joins
  * the all-reduce of the gradients with the other towers (a collective: it
- * returns when all have contributed). The update is applied once, by the
- * trainer, after every tower is done. A tower that fails aborts the
+ * returns when all have contributed) and then applies the update to its
+ * slice of the variables (TP_TOWERS_ALLREDUCE_APPLY; otherwise the trainer
+ * applies it once, after every tower is done). A tower that fails aborts the
  * collective so the others do not wait for it. */
 #include <czmq.h>
 #include <string.h>
@@ -51,7 +52,9 @@ tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
     tp_status_t rc = s_views(&a, dp, views);
     if (rc >= 0)
         rc = tp_model_run(m, index, views);
-    if (rc >= 0 && allreduce)
+    if (rc >= 0 && allreduce == TP_TOWERS_ALLREDUCE_APPLY)
+        rc = tp_model_allreduce_apply_tower(m, index);
+    else if (rc >= 0 && allreduce)
         rc = tp_model_allreduce_tower(m, index);
     return rc;
 }
@@ -110,7 +113,7 @@ tp_towers_t *tp_towers_new(tp_model_t *m, int n, int ninputs, int allreduce) {
     self->model = m;
     self->n = n;
     for (int i = 0; i < n; i++) {
-        self->args[i] = (s_tower_args_t){m, i, ninputs, allreduce && n > 1};
+        self->args[i] = (s_tower_args_t){m, i, ninputs, n > 1 ? allreduce : 0};
         self->actors[i] = zactor_new(s_tower_actor, &self->args[i]);
         if (!self->actors[i]) {
             tp_towers_destroy(&self);

@@ -9,8 +9,16 @@
 
 typedef struct tp_towers tp_towers_t;
 
-/* One actor per tower of `m`. allreduce: each tower joins the gradient
- * all-reduce after its backward pass (replicated training). */
+/* What a tower does after its backward pass. */
+enum {
+    TP_TOWERS_NO_ALLREDUCE = 0,    /* nothing (the trainer reduces) */
+    TP_TOWERS_ALLREDUCE = 1,       /* joins the gradients' all-reduce */
+    TP_TOWERS_ALLREDUCE_APPLY = 2  /* ... then updates its slice of the
+                                      variables (tp_model_end_step after) */
+};
+
+/* One actor per tower of `m`; allreduce: one of the above (replicated
+ * training all-reduces; with one tower there is nothing to reduce). */
 tp_towers_t *tp_towers_new(tp_model_t *m, int n, int ninputs, int allreduce);
 void tp_towers_destroy(tp_towers_t **self_p);
 
@@ -23,7 +31,7 @@ tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
 /* Seconds tower i spent computing. */
 double tp_towers_busy_s(const tp_towers_t *self, int i);
 
-/* Forward, backward and (allreduce) the all-reduce of one tower on `dp`
+/* Forward, backward and what `allreduce` says, for one tower on `dp`
  * (borrowed), on the calling thread. */
 tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
                              int allreduce, tp_datapoint_t *dp);

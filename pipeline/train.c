@@ -245,7 +245,10 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
         tp_datapoint_destroy(&batches[0]);
         TP_TRY(rc);
     }
-    if (t->executors || t->dist) {
+    if (t->executors && t->kind == TP_TRAINER_REPLICATED && !t->dist) {
+        /* the towers applied the update, each to its slice */
+        TP_TRY(tp_model_end_step(t->model));
+    } else if (t->executors || t->dist) {
         if (t->kind == TP_TRAINER_PARAMETER_SERVER)
             TP_TRY(tp_model_reduce(t->model));  /* gathered onto tower 0 */
         if (t->dist)  /* data-parallel over processes: the ranks' mean */
@@ -606,7 +609,9 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         goto out;
     if (cfg->towers > 1 &&
         !(mt->executors = tp_towers_new(mt->model, cfg->towers, cfg->model->ninputs,
-                                        kind == TP_TRAINER_REPLICATED))) {
+                                        kind != TP_TRAINER_REPLICATED ? TP_TOWERS_NO_ALLREDUCE
+                                        : cfg->dist ? TP_TOWERS_ALLREDUCE
+                                                    : TP_TOWERS_ALLREDUCE_APPLY))) {
         rc = tp_error_wrap(TP_ERR_NOMEM, "tower executors");
         goto out;
     }

@@ -246,6 +246,14 @@ tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower);
 /* Make every waiting and later tp_model_allreduce_tower fail with
  * TP_ERR_INTERRUPTED (a tower failed; the others must not wait forever). */
 void tp_model_abort(tp_model_t *m);
+/* tp_model_allreduce_tower, then the optimizer's update of this tower's
+ * slice of the shared variables (1/towers of them), on the calling tower's
+ * thread: the update runs in parallel. When every tower has returned, call
+ * tp_model_end_step once (instead of tp_model_apply). */
+tp_status_t tp_model_allreduce_apply_tower(tp_model_t *m, int tower);
+/* Close a step whose update the towers applied in slices: the optimizer's
+ * step count advances and the gradients count as used. */
+tp_status_t tp_model_end_step(tp_model_t *m);
 /* Parameter-server style: sum (or mean) the gradients onto tower 0 only. */
 tp_status_t tp_model_reduce(tp_model_t *m);
 /* Apply tower 0's gradients to the shared variables with the optimizer.
