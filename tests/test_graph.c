@@ -141,13 +141,15 @@ typedef struct {
     int tower;
     tp_tensor_t *in;
     tp_status_t rc;
+    int apply;  /* also update the tower's slice of the variables */
 } s_job_t;
 
 static void *s_tower_thread(void *arg) {
     s_job_t *j = arg;
     j->rc = tp_model_run(j->m, j->tower, j->in);
     if (j->rc == TP_OK)
-        j->rc = tp_model_allreduce_tower(j->m, j->tower);
+        j->rc = j->apply ? tp_model_allreduce_apply_tower(j->m, j->tower)
+                         : tp_model_allreduce_tower(j->m, j->tower);
     else
         tp_model_abort(j->m);
     return NULL;
@@ -169,7 +171,7 @@ Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
         cr_assert_eq(tp_model_run(seq, 1, b), TP_OK);
         cr_assert_eq(tp_model_allreduce(seq), TP_OK);
         cr_assert_eq(tp_model_apply(seq), TP_OK);
-        s_job_t jobs[2] = {{par, 0, a, 0}, {par, 1, b, 0}};
+        s_job_t jobs[2] = {{par, 0, a, 0, 0}, {par, 1, b, 0, 0}};
         pthread_t th[2];
         for (int i = 0; i < 2; i++)
             pthread_create(&th[i], NULL, s_tower_thread, &jobs[i]);
@@ -194,16 +196,6 @@ Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
     tp_model_destroy(&par);
 }
 
-static void *s_tower_apply_thread(void *arg) {
-    s_job_t *j = arg;
-    j->rc = tp_model_run(j->m, j->tower, j->in);
-    if (j->rc == TP_OK)
-        j->rc = tp_model_allreduce_apply_tower(j->m, j->tower);
-    else
-        tp_model_abort(j->m);
-    return NULL;
-}
-
 /* Three towers each updating their slice of the variables (uneven: the
  * variable count is not a multiple of 3) give exactly what one apply of
  * the all-reduced gradients gives, step after step (momentum slots too);
@@ -225,8 +217,8 @@ Test(graph, towers_applying_slices_match_one_apply) {
         s_job_t jobs[T];
         pthread_t th[T];
         for (int i = 0; i < T; i++) {
-            jobs[i] = (s_job_t){par, i, in[i], 0};
-            pthread_create(&th[i], NULL, s_tower_apply_thread, &jobs[i]);
+            jobs[i] = (s_job_t){par, i, in[i], 0, 1};
+            pthread_create(&th[i], NULL, s_tower_thread, &jobs[i]);
         }
         for (int i = 0; i < T; i++)
             pthread_join(th[i], NULL);
