@@ -302,3 +302,55 @@ Test(actor, port_reader_on_an_owner_thread) {
     cr_assert(strstr(tp_last_error(), "within 30 ms"));
     tp_port_reader_destroy(&r);
 }
+
+/* A statistics request to an actor whose handler keeps returning at once
+ * is answered promptly; a handler that runs long and asks
+ * tp_actor_current_stopping() learns of STOP promptly (the runtime counts
+ * the owner's commands, so asking costs one load, not a look at the pipe). */
+typedef struct {
+    atomic_int go_long;  /* set by the test */
+    atomic_int phase;    /* 1: inside the long call */
+    atomic_long calls;
+} busy_t;
+
+static tp_status_t busy_produce(tp_actor_ctx_t *ctx, void *state) {
+    (void)ctx;
+    busy_t *b = state;
+    atomic_fetch_add(&b->calls, 1);
+    if (!atomic_load(&b->go_long)) {
+        usleep(100);
+        return TP_OK;
+    }
+    atomic_store(&b->phase, 1);
+    while (!tp_actor_current_stopping())
+        usleep(200);
+    return TP_DONE;
+}
+
+Test(actor, stats_and_stop_reach_a_busy_handler_promptly) {
+    busy_t b = {0, 0, 0};
+    tp_actor_def_t d = {"busy", NULL, 0, NULL, 0, NULL, NULL, busy_produce, NULL};
+    tp_actor_t *a = tp_actor_new(&d, &b);
+    cr_assert_not_null(a, "%s", tp_last_error());
+    while (atomic_load(&b.calls) < 20)
+        usleep(1000);
+    tp_stats_row_t row;
+    double t0 = tp_now_s();
+    cr_assert_eq(tp_actor_stats(a, &row), TP_OK);
+    double dt = tp_now_s() - t0;
+    /* no answer would take the request's full second */
+    cr_expect_lt(dt, 0.5, "STATS? took %.3f s", dt);
+    cr_assert_str_eq(row.name, "busy");
+    cr_assert_eq(row.state, TP_ACTOR_RUNNING);
+    atomic_store(&b.go_long, 1);
+    for (int i = 0; i < 400 && !atomic_load(&b.phase); i++)
+        usleep(5000);
+    cr_assert(atomic_load(&b.phase), "the handler never reached its long call");
+    t0 = tp_now_s();
+    cr_assert_eq(tp_actor_stop(a), TP_OK);
+    cr_assert_eq(tp_actor_wait(a, 2000), TP_OK, "the handler did not see STOP");
+    dt = tp_now_s() - t0;
+    cr_expect_lt(dt, 0.5, "STOP took %.3f s to reach a handler that asks for it", dt);
+    cr_assert_str_eq(tp_actor_reason(a), "end of data");
+    tp_actor_destroy(&a);
+}
