@@ -10,27 +10,13 @@
 #include <towerpack/model_callbacks.h>
 #include <towerpack/train.h>
 #include <towerpack/towerpack.h>
+#include "blobs_testutil.h"
 
 #define NPOINTS 512
 
 /* Four Gaussian blobs in 2-D: an easy, fast, deterministic problem. */
 static tp_dataflow_t *s_blobs(int batch, int shuffle, int remainder) {
-    tp_datapoint_t *dps[NPOINTS];
-    tp_rng_t r;
-    tp_rng_init(&r, 99, 0);
-    static const float cx[4] = {-2, 2, -2, 2}, cy[4] = {-2, -2, 2, 2};
-    for (int i = 0; i < NPOINTS; i++) {
-        int k = i % 4;
-        int64_t two[] = {2};
-        dps[i] = tp_datapoint_new(2);
-        tp_tensor_init(tp_datapoint_get(dps[i], 0), TP_FLOAT32, 1, two);
-        float *x = tp_datapoint_get(dps[i], 0)->data;
-        x[0] = cx[k] + 0.7f * (float)tp_rng_normal(&r);
-        x[1] = cy[k] + 0.7f * (float)tp_rng_normal(&r);
-        tp_tensor_init(tp_datapoint_get(dps[i], 1), TP_INT32, 0, NULL);
-        *(int32_t *)tp_datapoint_get(dps[i], 1)->data = k;
-    }
-    return tp_df_batch(tp_df_from_list(dps, NPOINTS, shuffle), batch, remainder);
+    return tu_blobs(NPOINTS, 4, 0.7f, 99, batch, shuffle, remainder);
 }
 
 static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {

@@ -10,29 +10,12 @@
 #include <towerpack/optim.h>
 #include <towerpack/train.h>
 #include <towerpack/trainer.h>
+#include "blobs_testutil.h"
 
 #define NPOINTS 256
 #define BATCH 32
 
-/* Four Gaussian blobs in 2-D. */
-static tp_dataflow_t *s_blobs(int batch) {
-    tp_datapoint_t *dps[NPOINTS];
-    tp_rng_t r;
-    tp_rng_init(&r, 5, 0);
-    static const float cx[4] = {-2, 2, -2, 2}, cy[4] = {-2, -2, 2, 2};
-    for (int i = 0; i < NPOINTS; i++) {
-        int k = i % 4;
-        int64_t two[] = {2};
-        dps[i] = tp_datapoint_new(2);
-        tp_tensor_init(tp_datapoint_get(dps[i], 0), TP_FLOAT32, 1, two);
-        float *x = tp_datapoint_get(dps[i], 0)->data;
-        x[0] = cx[k] + 0.6f * (float)tp_rng_normal(&r);
-        x[1] = cy[k] + 0.6f * (float)tp_rng_normal(&r);
-        tp_tensor_init(tp_datapoint_get(dps[i], 1), TP_INT32, 0, NULL);
-        *(int32_t *)tp_datapoint_get(dps[i], 1)->data = k;
-    }
-    return tp_df_batch(tp_df_from_list(dps, NPOINTS, 1), batch, 0);
-}
+static tp_dataflow_t *s_blobs(int batch) { return tu_blobs(NPOINTS, 4, 0.6f, 5, batch, 1, 0); }
 
 /* user: NULL builds the single-cost reference; non-NULL the two costs:
  * "cost_a" (the cross-entropy) over the a group, "cost_b" (cross-entropy plus a

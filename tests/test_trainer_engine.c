@@ -14,26 +14,11 @@
 #include <towerpack/model_callbacks.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/train.h>
+#include "blobs_testutil.h"
 
 #define NPOINTS 192
 
-static tp_dataflow_t *s_blobs(int batch) {
-    tp_datapoint_t *dps[NPOINTS];
-    tp_rng_t r;
-    tp_rng_init(&r, 3, 0);
-    for (int i = 0; i < NPOINTS; i++) {
-        int k = i % 2;
-        int64_t two[] = {2};
-        dps[i] = tp_datapoint_new(2);
-        tp_tensor_init(tp_datapoint_get(dps[i], 0), TP_FLOAT32, 1, two);
-        float *x = tp_datapoint_get(dps[i], 0)->data;
-        x[0] = (k ? 2.0f : -2.0f) + 0.5f * (float)tp_rng_normal(&r);
-        x[1] = 0.5f * (float)tp_rng_normal(&r);
-        tp_tensor_init(tp_datapoint_get(dps[i], 1), TP_INT32, 0, NULL);
-        *(int32_t *)tp_datapoint_get(dps[i], 1)->data = k;
-    }
-    return tp_df_batch(tp_df_from_list(dps, NPOINTS, 1), batch, 0);
-}
+static tp_dataflow_t *s_blobs(int batch) { return tu_blobs(NPOINTS, 2, 0.5f, 3, batch, 1, 0); }
 
 static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *logits = tp_fc(t, "fc", in[0], 2, 1);
