@@ -1131,7 +1131,17 @@ struct tp_port_reader {
     tp_actor_def_t def;   /* only its name: messages and the ctx need one */
     char name[64];
     tp_actor_ctx_t *ctx;  /* one input port; counters as an actor's */
+    /* The counters again, for readers on other threads (a statistics
+     * callback on the trainer's thread while a staging thread receives):
+     * published after every receive. */
+    atomic_uint_fast64_t count, waited_ns;
 };
+
+static tp_status_t s_reader_publish(tp_port_reader_t *r, tp_status_t rc) {
+    atomic_store_explicit(&r->count, r->ctx->row.msgs_in, memory_order_relaxed);
+    atomic_store_explicit(&r->waited_ns, r->ctx->starved_ns, memory_order_relaxed);
+    return rc;
+}
 
 tp_port_reader_t *tp_port_reader_new(const tp_actor_port_t *port, const char *name) {
     tp_actors_init();
@@ -1171,11 +1181,12 @@ tp_status_t tp_port_reader_recv(tp_port_reader_t *r, tp_datapoint_t **out,
         int n = s_recv(ctx, 0, out, 0);
         if (n == 1) {
             ctx->starved_ns += tp_now_ns() - t0;
-            return *out ? TP_OK : TP_DONE;
+            return s_reader_publish(r, *out ? TP_OK : TP_DONE);
         }
         uint64_t now = tp_now_ns();
         if (now >= deadline) {
             ctx->starved_ns += now - t0;
+            s_reader_publish(r, TP_OK);
             return tp_error(TP_ERR_TIMEOUT, "%s: nothing arrived on %s within %d ms",
                             r->name, p->def->endpoint, timeout_ms);
         }
@@ -1186,10 +1197,12 @@ tp_status_t tp_port_reader_recv(tp_port_reader_t *r, tp_datapoint_t **out,
     }
 }
 
-uint64_t tp_port_reader_count(const tp_port_reader_t *r) { return r->ctx->row.msgs_in; }
+uint64_t tp_port_reader_count(const tp_port_reader_t *r) {
+    return atomic_load_explicit(&r->count, memory_order_relaxed);
+}
 
 double tp_port_reader_waited_s(const tp_port_reader_t *r) {
-    return (double)r->ctx->starved_ns * 1e-9;
+    return (double)atomic_load_explicit(&r->waited_ns, memory_order_relaxed) * 1e-9;
 }
 
 void tp_port_reader_destroy(tp_port_reader_t **r_p) {

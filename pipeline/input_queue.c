@@ -27,7 +27,22 @@ typedef struct {
     tp_port_reader_t *reader; /* the trainer's end of the queue */
     tp_actor_port_t in;
     double watchdog_s;
+    /* Set by the prefetch actor when it fails, read by whichever thread
+     * takes the batches (the trainer's, or a StagingInput's): that thread
+     * learns of the failure without touching the actor's pipe, which
+     * belongs to the thread that started it. */
+    atomic_int failed;
+    tp_status_t fail_rc;
+    char why[512];
 } s_queue_t;
+
+/* In the actor's thread, with tp_last_error() saying why. */
+static tp_status_t q_fail(s_queue_t *q, tp_status_t rc) {
+    snprintf(q->why, sizeof q->why, "%s", tp_last_error());
+    q->fail_rc = rc;
+    atomic_store_explicit(&q->failed, 1, memory_order_release);
+    return rc;
+}
 
 static tp_status_t q_produce(tp_actor_ctx_t *ctx, void *state) {
     s_queue_t *q = state;
@@ -36,17 +51,19 @@ static tp_status_t q_produce(tp_actor_ctx_t *ctx, void *state) {
     if (rc == TP_DONE) {  /* a new pass: epochs are the trainer's business */
         rc = tp_dataflow_next(q->df, &dp);
         if (rc == TP_DONE)
-            return tp_error(TP_ERR_STATE, "QueueInput: the dataflow %s is empty",
-                            tp_dataflow_name(q->df));
+            return q_fail(q, tp_error(TP_ERR_STATE, "QueueInput: the dataflow %s "
+                                      "is empty", tp_dataflow_name(q->df)));
     }
     if (rc < 0)
-        return tp_error_wrap(rc, "QueueInput: dataflow %s", tp_dataflow_name(q->df));
+        return q_fail(q, tp_error_wrap(rc, "QueueInput: dataflow %s",
+                                       tp_dataflow_name(q->df)));
     if (q->skip > 0) {
         q->skip--;
         tp_datapoint_destroy(&dp);
         return TP_OK;
     }
-    return tp_actor_send(ctx, 0, &dp);
+    rc = tp_actor_send(ctx, 0, &dp);
+    return rc < 0 ? q_fail(q, rc) : rc;
 }
 
 static tp_status_t q_start(void *impl, int towers, uint64_t seed, int64_t skip) {
@@ -82,12 +99,12 @@ static tp_status_t q_next(void *impl, int tower, tp_datapoint_t **out) {
         tp_status_t rc = tp_port_reader_recv(q->reader, out, 100);
         if (rc == TP_OK)
             return TP_OK;
-        if (rc == TP_DONE || tp_actor_wait(q->actor, 0) != TP_ERR_TIMEOUT) {
-            rc = tp_actor_wait(q->actor, 0);
-            return rc < 0 ? tp_error_wrap(rc, "QueueInput")
-                          : tp_error(TP_ERR_STATE, "QueueInput ended: %s",
-                                     tp_actor_reason(q->actor));
+        if (atomic_load_explicit(&q->failed, memory_order_acquire)) {
+            tp_error(q->fail_rc, "%s", q->why);
+            return tp_error_wrap(q->fail_rc, "QueueInput");
         }
+        if (rc == TP_DONE)  /* end-of-stream: the actor was stopped */
+            return tp_error(TP_ERR_STATE, "QueueInput ended: stopped");
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "QueueInput: interrupted while "
                             "waiting for data");

@@ -10,8 +10,9 @@
 /* Must hold: when the training dataflow fails at its first datapoint,
  * tp_launch_train_with_config returns within 5 s with an error that names
  * the dataflow's failure (before: the trainer waited forever for a
- * prefetch actor that had ended). */
-Test(fault_input, failing_dataflow_ends_training, .timeout = 30) {
+ * prefetch actor that had ended). With two towers the batches are taken
+ * by StagingInput's threads, which learn of the failure the same way. */
+static void s_failing_dataflow(int towers) {
     tp_input_desc_t inputs[2];
     memcpy(inputs, tp_zoo_inputs(), sizeof inputs);
     tp_model_desc_t desc = {inputs, 2, tp_zoo_find("mlp")->build, fu_opt, NULL};
@@ -20,6 +21,7 @@ Test(fault_input, failing_dataflow_ends_training, .timeout = 30) {
     cfg.model = &desc;
     cfg.dataflow = tu_count_df(100, 0, 0);  /* fails at index 0 */
     cfg.batch = 8;
+    cfg.towers = towers;
     cfg.threads = 1;
     cfg.max_epoch = 1;
     cfg.steps_per_epoch = 10;
@@ -30,6 +32,16 @@ Test(fault_input, failing_dataflow_ends_training, .timeout = 30) {
     cr_assert_lt(rc, 0);
     cr_assert_lt(tp_now_s() - t0, 5.0, "took %.1f s", tp_now_s() - t0);
     cr_assert(strstr(tp_last_error(), "QueueInput"), "%s", tp_last_error());
+    cr_assert(strstr(tp_last_error(), "planted failure"),
+              "the dataflow's own message: %s", tp_last_error());
+}
+
+Test(fault_input, failing_dataflow_ends_training, .timeout = 30) {
+    s_failing_dataflow(1);
+}
+
+Test(fault_input, failing_dataflow_ends_training_two_towers, .timeout = 30) {
+    s_failing_dataflow(2);
 }
 
 /* Must hold: 100k datapoints from 2 senders (2 forked workers each) over

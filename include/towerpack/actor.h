@@ -159,7 +159,8 @@ tp_port_reader_t *tp_port_reader_new(const tp_actor_port_t *port,
  * forever). Malformed messages on ipc/tcp are dropped and counted. */
 tp_status_t tp_port_reader_recv(tp_port_reader_t *r, tp_datapoint_t **out,
                                 int timeout_ms);
-/* Datapoints received, and seconds spent waiting in recv. */
+/* Datapoints received, and seconds spent waiting in recv: as of the last
+ * recv; these two may be read from any thread. */
 uint64_t tp_port_reader_count(const tp_port_reader_t *r);
 double tp_port_reader_waited_s(const tp_port_reader_t *r);
 /* Close (freeing anything still queued for this reader); accepts NULL. */
