@@ -659,6 +659,8 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                 s_poll_pipe(ctx);
                 s_maybe_report(ctx, tp_now_ns());
             }
+            if (ctx->terminated)
+                break;  /* $TERM just seen: no further call */
             if (ctx->stopping) {
                 snprintf(reason, rsize, "stopped");
                 break;

@@ -168,7 +168,10 @@ Test(supervisor, missed_heartbeat_is_a_failure) {
     cr_assert_eq(tp_supervisor_start(s), TP_OK);
     double t0 = tp_now_s();
     cr_assert_eq(tp_supervisor_run(s, 10), TP_ERR_PEER);
-    cr_assert_lt(tp_now_s() - t0, 2.5);
+    /* About 1 s: the source's handler is in its 1 s sleep when the miss is
+     * seen, and is not called again once $TERM has arrived (it was: 2 s). */
+    double dt = tp_now_s() - t0;
+    cr_assert_lt(dt, 1.8, "took %.2f s", dt);
     cr_assert(strstr(tp_supervisor_reason(s), "missed its heartbeat"), "%s",
               tp_supervisor_reason(s));
     tp_supervisor_destroy(&s);
