@@ -8,21 +8,7 @@
 #include <towerpack/stats.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/train.h>
-
-/* n datapoints (one int32 component [4], all = index) */
-static tp_dataflow_t *s_counting(int n) {
-    tp_datapoint_t **dps = calloc((size_t)n, sizeof *dps);
-    for (int i = 0; i < n; i++) {
-        int64_t four[] = {4};
-        dps[i] = tp_datapoint_new(1);
-        tp_tensor_init(tp_datapoint_get(dps[i], 0), TP_INT32, 1, four);
-        for (int k = 0; k < 4; k++)
-            ((int32_t *)tp_datapoint_get(dps[i], 0)->data)[k] = i;
-    }
-    tp_dataflow_t *df = tp_df_from_list(dps, (size_t)n, 0);
-    free(dps);
-    return df;
-}
+#include "train_testutil.h"
 
 static int32_t s_value(const tp_datapoint_t *dp) {
     const tp_tensor_t *t = tp_datapoint_cget(dp, 0);
@@ -32,7 +18,7 @@ static int32_t s_value(const tp_datapoint_t *dp) {
 }
 
 Test(staging, towers_get_batches_in_one_thread_order) {
-    tp_input_t *in = tp_input_staging(tp_input_feed(s_counting(100)), 0, NULL);
+    tp_input_t *in = tp_input_staging(tp_input_feed(tu_counting(100)), 0, NULL);
     cr_assert_not_null(in);
     cr_assert_str_eq(tp_input_name(in), "StagingInput");
     cr_assert_eq(tp_input_start(in, 3, 1, 2), TP_OK, "%s", tp_last_error());  /* skip 2 */
@@ -51,7 +37,7 @@ Test(staging, towers_get_batches_in_one_thread_order) {
 }
 
 Test(staging, stages_ahead_into_reused_tower_memory) {
-    tp_input_t *in = tp_input_staging(tp_input_queue(s_counting(50), 0), 2, NULL);
+    tp_input_t *in = tp_input_staging(tp_input_queue(tu_counting(50), 0), 2, NULL);
     cr_assert_eq(tp_input_start(in, 2, 1, 0), TP_OK, "%s", tp_last_error());
     const void *seen[2][8];
     for (int step = 0; step < 8; step++)
@@ -87,7 +73,7 @@ Test(staging, stages_ahead_into_reused_tower_memory) {
 }
 
 Test(staging, a_held_batch_blocks_only_its_own_slot) {
-    tp_input_t *in = tp_input_staging(tp_input_feed(s_counting(20)), 1, NULL);
+    tp_input_t *in = tp_input_staging(tp_input_feed(tu_counting(20)), 1, NULL);
     cr_assert_eq(tp_input_start(in, 1, 1, 0), TP_OK);
     tp_datapoint_t *a = NULL, *b = NULL;
     cr_assert_eq(tp_input_next(in, 0, &a), TP_OK);
@@ -128,7 +114,7 @@ static tp_status_t dev_copy(void *user, int tower, void *dst, const void *src, s
 Test(staging, device_hooks_allocate_once_per_slot_and_copy_every_batch) {
     s_dev_t dev = {0};
     tp_stage_ops_t ops = {dev_alloc, dev_free, dev_copy, &dev};
-    tp_input_t *in = tp_input_staging(tp_input_feed(s_counting(30)), 1, &ops);
+    tp_input_t *in = tp_input_staging(tp_input_feed(tu_counting(30)), 1, &ops);
     cr_assert_eq(tp_input_start(in, 2, 1, 0), TP_OK);
     for (int step = 0; step < 10; step++)
         for (int tower = 0; tower < 2; tower++) {
@@ -181,6 +167,6 @@ Test(staging, a_failing_input_is_reported_with_the_tower) {
 
 Test(staging, bad_arguments_are_refused) {
     cr_assert_null(tp_input_staging(NULL, 1, NULL));
-    cr_assert_null(tp_input_staging(tp_input_feed(s_counting(3)), TP_STAGE_MAX + 1, NULL));
+    cr_assert_null(tp_input_staging(tp_input_feed(tu_counting(3)), TP_STAGE_MAX + 1, NULL));
     cr_assert(strstr(tp_last_error(), "nr_stage"), "%s", tp_last_error());
 }

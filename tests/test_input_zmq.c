@@ -11,7 +11,7 @@
 #include <zmq.h>
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/towerpack.h>
-#include "blobs_testutil.h"
+#include "train_testutil.h"
 #include <towerpack/train.h>
 
 static char s_dir[64], s_ep[128];
@@ -37,20 +37,6 @@ static void s_teardown(void) {
     cr_assert_eq(system(cmd), 0);
 }
 
-/* n batches [4] of int32, all = index; label-free */
-static tp_dataflow_t *s_counting(int n) {
-    tp_datapoint_t **dps = calloc((size_t)n, sizeof *dps);
-    for (int i = 0; i < n; i++) {
-        int64_t four[] = {4};
-        dps[i] = tp_datapoint_new(1);
-        tp_tensor_init(tp_datapoint_get(dps[i], 0), TP_INT32, 1, four);
-        for (int k = 0; k < 4; k++)
-            ((int32_t *)tp_datapoint_get(dps[i], 0)->data)[k] = i;
-    }
-    tp_dataflow_t *df = tp_df_from_list(dps, (size_t)n, 0);
-    free(dps);
-    return df;
-}
 
 typedef struct {
     tp_dataflow_t *df;
@@ -86,7 +72,7 @@ Test(zmq_input, batches_arrive_in_order_and_junk_is_dropped, .init = s_setup,
     cr_assert_str_eq(tp_input_name(in), "ZMQInput");
     cr_assert_eq(tp_input_size(in), -1);
     cr_assert_eq(tp_input_start(in, 1, 1, 0), TP_OK, "%s", tp_last_error());
-    s_sender_t s = {s_counting(30), 25, 1, TP_OK};
+    s_sender_t s = {tu_counting(30), 25, 1, TP_OK};
     pthread_t th;
     pthread_create(&th, NULL, s_send, &s);
     for (int i = 0; i < 25; i++) {

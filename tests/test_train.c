@@ -10,7 +10,7 @@
 #include <towerpack/model_callbacks.h>
 #include <towerpack/train.h>
 #include <towerpack/towerpack.h>
-#include "blobs_testutil.h"
+#include "train_testutil.h"
 
 #define NPOINTS 512
 

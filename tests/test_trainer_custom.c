@@ -10,7 +10,7 @@
 #include <towerpack/optim.h>
 #include <towerpack/train.h>
 #include <towerpack/trainer.h>
-#include "blobs_testutil.h"
+#include "train_testutil.h"
 
 #define NPOINTS 256
 #define BATCH 32

@@ -14,7 +14,7 @@
 #include <towerpack/model_callbacks.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/train.h>
-#include "blobs_testutil.h"
+#include "train_testutil.h"
 
 #define NPOINTS 192
 

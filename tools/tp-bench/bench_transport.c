@@ -101,14 +101,17 @@ static tp_status_t s_big_next(void *impl, tp_datapoint_t **out) {
 }
 static const tp_dataflow_ops_t s_big_ops = {.name = "big", .next = s_big_next};
 
-static double s_tp_ipc(const s_cfg_t *c, const char *ep) {
+/* A forked child sends n datapoints of `ops` with tp_send_dataflow; this
+ * process receives them with tp_df_remote. Datapoints per second from the
+ * first arrival to the last; 0 (and a message) when some did not arrive. */
+static double s_tp_ipc_rate(const tp_dataflow_ops_t *ops, int64_t n, const char *ep) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        tp_dataflow_t *df = tp_dataflow_new(&s_big_ops, NULL);
+        tp_dataflow_t *df = tp_dataflow_new(ops, NULL);
         tp_send_opts_t o;
         tp_send_opts_init(&o);
-        o.max_count = c->ipc_count;
+        o.max_count = n;
         tp_send_dataflow(df, ep, &o, NULL);
         tp_dataflow_destroy(&df);
         _exit(0);
@@ -121,7 +124,7 @@ static double s_tp_ipc(const s_cfg_t *c, const char *ep) {
     tp_datapoint_t *dp;
     double t0 = 0;
     int64_t got = 0;
-    for (int64_t i = 0; i < c->ipc_count; i++) {
+    for (int64_t i = 0; i < n; i++) {
         if (tp_dataflow_next(df, &dp) != TP_OK)
             break;
         if (i == 0)
@@ -132,7 +135,16 @@ static double s_tp_ipc(const s_cfg_t *c, const char *ep) {
     double dt = tp_now_s() - t0;
     waitpid(pid, NULL, 0);
     tp_dataflow_destroy(&df);
-    return got > 1 ? (double)(got - 1) * MIB / dt / 1e6 : 0;
+    if (got < n || got < 2) {
+        fprintf(stderr, "tp-bench transport: towerpack ipc: %lld of %lld datapoints\n",
+                (long long)got, (long long)n);
+        return 0;
+    }
+    return (double)(got - 1) / dt;
+}
+
+static double s_tp_ipc(const s_cfg_t *c, const char *ep) {
+    return s_tp_ipc_rate(&s_big_ops, c->ipc_count, ep) * MIB / 1e6;
 }
 
 /* ---- inproc: a small datapoint hop between two actors ----------------------------- */
@@ -488,42 +500,7 @@ static double s_sz_raw_ipc(int64_t n, const char *ep) {
 
 /* send_dataflow in a forked child -> remote dataflow here: datapoints/s. */
 static double s_sz_tp_ipc(int64_t n, const char *ep) {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        tp_dataflow_t *df = tp_dataflow_new(&s_sz_ops, NULL);
-        tp_send_opts_t o;
-        tp_send_opts_init(&o);
-        o.max_count = n;
-        tp_send_dataflow(df, ep, &o, NULL);
-        tp_dataflow_destroy(&df);
-        _exit(0);
-    }
-    tp_remote_opts_t ro;
-    tp_remote_opts_init(&ro);
-    ro.timeout_s = 10;
-    tp_dataflow_t *df = tp_df_remote(ep, &ro);
-    tp_dataflow_reset_state(df, 0, 0);
-    tp_datapoint_t *dp;
-    double t0 = 0;
-    int64_t got = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (tp_dataflow_next(df, &dp) != TP_OK)
-            break;
-        if (i == 0)
-            t0 = tp_now_s();
-        got++;
-        tp_datapoint_destroy(&dp);
-    }
-    double dt = tp_now_s() - t0;
-    waitpid(pid, NULL, 0);
-    tp_dataflow_destroy(&df);
-    if (got < n) {
-        fprintf(stderr, "tp-bench transport: towerpack ipc: %lld of %lld datapoints\n",
-                (long long)got, (long long)n);
-        return 0;
-    }
-    return (double)(got - 1) / dt;
+    return s_tp_ipc_rate(&s_sz_ops, n, ep);
 }
 
 static int s_cmp_double(const void *a, const void *b) {

@@ -1,12 +1,14 @@
-/* towerpack tests: the training tests' easy problem, Gaussian blobs in 2-D
- * (2 classes: centres (-2, 0) and (2, 0); 4 classes: (+-2, +-2)), point i
- * of class i % classes, deterministic for a seed. */
-#ifndef TP_BLOBS_TESTUTIL_H
-#define TP_BLOBS_TESTUTIL_H
+/* towerpack tests: small dataflows shared by the training and input tests. */
+#ifndef TP_TRAIN_TESTUTIL_H
+#define TP_TRAIN_TESTUTIL_H
 
+#include <stdlib.h>
 #include <towerpack/towerpack.h>
 
-/* `npoints` blobs of `spread` (standard deviation) batched by `batch`. */
+/* The training tests' easy problem: `npoints` Gaussian blobs in 2-D of
+ * `spread` (standard deviation; 2 classes: centres (-2, 0) and (2, 0); 4
+ * classes: (+-2, +-2)), point i of class i % classes, deterministic for a
+ * seed, batched by `batch`. */
 static inline tp_dataflow_t *tu_blobs(int npoints, int classes, float spread,
                                       uint64_t seed, int batch, int shuffle,
                                       int remainder) {
@@ -30,6 +32,21 @@ static inline tp_dataflow_t *tu_blobs(int npoints, int classes, float spread,
     tp_dataflow_t *df = tp_df_from_list(dps, npoints, shuffle);
     free(dps);
     return tp_df_batch(df, batch, remainder);
+}
+
+/* n datapoints of one int32 component [4], every element = the index. */
+static inline tp_dataflow_t *tu_counting(int n) {
+    tp_datapoint_t **dps = calloc((size_t)n, sizeof *dps);
+    for (int i = 0; i < n; i++) {
+        int64_t four[] = {4};
+        dps[i] = tp_datapoint_new(1);
+        tp_tensor_init(tp_datapoint_get(dps[i], 0), TP_INT32, 1, four);
+        for (int k = 0; k < 4; k++)
+            ((int32_t *)tp_datapoint_get(dps[i], 0)->data)[k] = i;
+    }
+    tp_dataflow_t *df = tp_df_from_list(dps, (size_t)n, 0);
+    free(dps);
+    return df;
 }
 
 #endif
