@@ -172,18 +172,29 @@ typedef struct {
     tp_wire_opts_t opts;
 } s_port_t;
 
+/* The actor's counters as of its last look at the pipe, for the owner to
+ * read without a round trip (tp_actor_stats_recent): a sequence lock over
+ * words stored with relaxed atomics (odd seq: being written). */
+#define S_ROW_WORDS ((sizeof(tp_stats_row_t) + 7) / 8)
+typedef struct {
+    atomic_uint seq;
+    _Atomic uint64_t words[S_ROW_WORDS];
+} s_rowpub_t;
+
 /* What the owner hands the thread; the thread frees it. */
 typedef struct {
     const tp_actor_def_t *def;
     void *arg;
     int report_ms;
     atomic_uint *mail;
+    s_rowpub_t *pub;
 } s_boot_t;
 
 struct tp_actor_ctx {
     const tp_actor_def_t *def;
     void *pipe;                     /* raw socket of the zactor pipe */
     atomic_uint *mail;              /* the owner's count of commands sent */
+    s_rowpub_t *pub;                /* where the counters are published */
     unsigned mail_seen;             /* ... as of the last look at the pipe */
     void *state;
     s_port_t in[TP_ACTOR_MAX_PORTS];
@@ -226,8 +237,24 @@ static void s_fill_row(tp_actor_ctx_t *ctx, int state) {
     r->queue_fill = fill;
 }
 
+/* Only the actor's thread writes; readers retry while seq is odd or moved. */
+static void s_publish_row(tp_actor_ctx_t *ctx) {
+    s_rowpub_t *pub = ctx->pub;
+    if (!pub)
+        return;
+    uint64_t w[S_ROW_WORDS] = {0};
+    memcpy(w, &ctx->row, sizeof ctx->row);
+    unsigned seq = atomic_load_explicit(&pub->seq, memory_order_relaxed);
+    atomic_store_explicit(&pub->seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (size_t i = 0; i < S_ROW_WORDS; i++)
+        atomic_store_explicit(&pub->words[i], w[i], memory_order_relaxed);
+    atomic_store_explicit(&pub->seq, seq + 2, memory_order_release);
+}
+
 static void s_send_row(tp_actor_ctx_t *ctx, const char *kind, int state) {
     s_fill_row(ctx, state);
+    s_publish_row(ctx);
     zmq_send(ctx->pipe, kind, strlen(kind), ZMQ_SNDMORE | ZMQ_DONTWAIT);
     zmq_send(ctx->pipe, &ctx->row, sizeof ctx->row, ZMQ_DONTWAIT);
 }
@@ -285,6 +312,10 @@ static void s_poll_pipe(tp_actor_ctx_t *ctx) {
            zmq_getsockopt(ctx->pipe, ZMQ_EVENTS, &events, &es) == 0 &&
            (events & ZMQ_POLLIN))
         s_handle_pipe(ctx);
+    /* Every look at the pipe (at least every 10 ms) refreshes the counters
+     * the owner reads without asking. */
+    s_fill_row(ctx, ctx->stopping ? TP_ACTOR_STOPPING : TP_ACTOR_RUNNING);
+    s_publish_row(ctx);
 }
 
 /* Has the owner sent a command since the last look at the pipe? One load,
@@ -821,6 +852,7 @@ static void s_actor_main(zsock_t *pipe, void *args) {
     ctx->def = def;
     ctx->pipe = zsock_resolve(pipe);
     ctx->mail = boot.mail;
+    ctx->pub = boot.pub;
     s_current = ctx;
     ctx->report_ms = boot.report_ms;
     ctx->start_ns = ctx->last_report_ns = tp_now_ns();
@@ -872,6 +904,7 @@ static void s_actor_main(zsock_t *pipe, void *args) {
             s_close_port(&ctx->out[ctx->nout]);
     }
     s_fill_row(ctx, state);
+    s_publish_row(ctx);  /* before EXIT: the owner may free pub after it */
     /* Everything this thread wrote (the caller's arg included) happens
      * before the owner reads EXIT. */
     TP_HANDOFF_RELEASE(def);
@@ -895,6 +928,7 @@ struct tp_actor {
     tp_stats_row_t row;
     uint64_t last_seen_ns;
     atomic_uint mail;  /* commands sent; counted after each send */
+    s_rowpub_t pub;    /* the thread's counters, published */
 };
 
 tp_actor_t *tp_actor_new_ex(const tp_actor_def_t *def, void *arg,
@@ -916,6 +950,7 @@ tp_actor_t *tp_actor_new_ex(const tp_actor_def_t *def, void *arg,
     boot->arg = arg;
     boot->report_ms = report_ms;
     boot->mail = &self->mail;
+    boot->pub = &self->pub;
     self->zactor = zactor_new(s_actor_main, boot);
     if (!self->zactor) {
         free(boot);
@@ -1099,6 +1134,32 @@ tp_status_t tp_actor_stats(tp_actor_t *self, tp_stats_row_t *row) {
         }
     }
     *row = self->row;
+    return TP_OK;
+}
+
+tp_status_t tp_actor_stats_recent(tp_actor_t *self, tp_stats_row_t *row) {
+    if (self->exited) {
+        *row = self->row;
+        return TP_OK;
+    }
+    uint64_t w[S_ROW_WORDS];
+    for (int tries = 0;; tries++) {
+        unsigned a = atomic_load_explicit(&self->pub.seq, memory_order_acquire);
+        if (a == 0) {  /* nothing published yet */
+            *row = self->row;
+            return TP_OK;
+        }
+        if (!(a & 1)) {
+            for (size_t i = 0; i < S_ROW_WORDS; i++)
+                w[i] = atomic_load_explicit(&self->pub.words[i], memory_order_relaxed);
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(&self->pub.seq, memory_order_relaxed) == a)
+                break;
+        }
+        if (tries > 1000)
+            sched_yield();  /* the writer was preempted mid-copy */
+    }
+    memcpy(row, w, sizeof *row);
     return TP_OK;
 }
 

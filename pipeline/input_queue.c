@@ -176,7 +176,9 @@ tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row) {
     s_queue_t *q = tp_input_impl(input);
     if (!q->actor)
         return tp_error(TP_ERR_STATE, "QueueInput not started");
-    return tp_actor_stats(q->actor, row);
+    /* Never wait on the actor: it is often blocked on the full queue, and
+     * the trainer reads these between steps. */
+    return tp_actor_stats_recent(q->actor, row);
 }
 
 uint64_t tp_input_queue_taken(tp_input_t *input) {

@@ -192,6 +192,46 @@ Test(actor, slow_consumer_blocks_producer_memory_bounded) {
     cr_assert_eq(atomic_load(&tu_live), 0, "terminated: queued data freed");
 }
 
+Test(actor, recent_stats_never_wait_for_a_blocked_producer) {
+    /* A producer blocked on a full queue answers STATS? only after its
+     * send times out; the published counters are read without asking. */
+    endless_t src = {0, 1024};
+    sink_t sink = {0, 0, 1, 0, 20, -1};
+    static const tp_actor_port_t out[] = {{"out", "inproc://t-recent", 1, 4, 0}};
+    static const tp_actor_port_t in[] = {{"in", "inproc://t-recent", 0, 4, 0}};
+    tp_actor_def_t ds = {"fast", NULL, 0, out, 1, NULL, NULL, endless_produce, NULL};
+    tp_actor_def_t dc = {"slow", in, 1, NULL, 0, NULL, sink_on_data, NULL, NULL};
+    tp_actor_t *c = tp_actor_new(&dc, &sink);
+    tp_actor_t *a = tp_actor_new(&ds, &src);
+    cr_assert(a && c);
+    usleep(200000);
+    tp_stats_row_t first, row;
+    cr_assert_eq(tp_actor_stats_recent(a, &first), TP_OK);
+    double t0 = tp_now_s();
+    for (int i = 0; i < 1000; i++)
+        cr_assert_eq(tp_actor_stats_recent(a, &row), TP_OK);
+    double dt = tp_now_s() - t0;
+    /* asking would cost up to a 10 ms send timeout each time */
+    cr_expect_lt(dt, 0.5, "1000 reads took %.3f s", dt);
+    cr_assert_str_eq(row.name, "fast");
+    cr_assert_eq(row.state, TP_ACTOR_RUNNING);
+    cr_assert_geq(first.msgs_out, 8, "published msgs_out %llu",
+                  (unsigned long long)first.msgs_out);
+    cr_assert_gt(first.blocked_s, 0.05, "published blocked_s %.3f", first.blocked_s);
+    usleep(100000);
+    cr_assert_eq(tp_actor_stats_recent(a, &row), TP_OK);
+    cr_assert_gt(row.msgs_out, first.msgs_out, "the counters move on");
+    cr_assert_gt(row.alive_s, first.alive_s);
+    /* never ahead of the actor's own answer */
+    tp_stats_row_t asked;
+    cr_assert_eq(tp_actor_stats_recent(a, &row), TP_OK);
+    cr_assert_eq(tp_actor_stats(a, &asked), TP_OK);
+    cr_assert_leq(row.msgs_out, asked.msgs_out);
+    tp_actor_destroy(&a);
+    tp_actor_destroy(&c);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
 Test(actor, terminate_while_blocked_returns_promptly) {
     endless_t src = {0, 0};
     static const tp_actor_port_t out[] = {{"out", "inproc://t-nobody", 1, 4, 0}};

@@ -301,3 +301,66 @@ Test(core, datapoint_views_borrow) {
     cr_assert_eq(tp_datapoint_views(dp, v, 1), 1);
     tp_datapoint_destroy(&dp);  /* frees the real memory once (ASan checks) */
 }
+
+/* ---- the large-block cache behind tp_alloc / tp_free ---- */
+
+static void *s_free_on_thread(void *p) {
+    tp_free(p);
+    return NULL;
+}
+
+Test(core, large_blocks_are_reused_across_threads_and_bounded) {
+    tp_alloc_trim();
+    cr_assert_eq(tp_alloc_cached_bytes(), 0);
+    const size_t batch = 128 * 784;  /* a Fashion-MNIST batch of uint8 */
+    void *a = tp_alloc(batch);
+    cr_assert_not_null(a);
+    memset(a, 7, batch);
+    tp_free(a);
+    if (tp_alloc_cached_bytes() == 0) {
+        /* AddressSanitizer build: every block goes straight back to malloc */
+        void *b = tp_alloc(batch);
+        cr_assert_not_null(b);
+        tp_free(b);
+        cr_assert_eq(tp_alloc_cached_bytes(), 0);
+        return;
+    }
+    cr_assert_geq(tp_alloc_cached_bytes(), batch);
+    /* made on this thread, freed on another, made again here: the same
+     * memory, still aligned */
+    void *b = tp_alloc(batch);
+    cr_assert_eq(b, a, "a freed block of the same size is handed out again");
+    cr_assert_eq((uintptr_t)b % TP_ALIGNMENT, 0);
+    cr_assert_eq(tp_alloc_cached_bytes(), 0);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, s_free_on_thread, b), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(tp_alloc(batch), b, "freed by another thread, reused here");
+    /* a block far larger than asked is not handed out (waste over 1/8) */
+    void *small = tp_alloc(batch / 2);
+    cr_assert_neq(small, b);
+    tp_free(small);
+    tp_free(b);
+    /* small blocks are not kept at all */
+    size_t before = tp_alloc_cached_bytes();
+    tp_free(tp_alloc(4096));
+    cr_assert_eq(tp_alloc_cached_bytes(), before);
+    /* freeing a lot keeps at most 64 MiB (and 32 blocks) */
+    enum { N = 100 };
+    void *big[N];
+    for (int i = 0; i < N; i++) {
+        big[i] = tp_alloc((size_t)3 << 20);
+        cr_assert_not_null(big[i]);
+    }
+    for (int i = 0; i < N; i++)
+        tp_free(big[i]);
+    cr_assert_leq(tp_alloc_cached_bytes(), (size_t)64 << 20);
+    cr_assert_gt(tp_alloc_cached_bytes(), (size_t)32 << 20);
+    /* a request larger than any kept block still gets fresh memory */
+    void *huge = tp_alloc((size_t)5 << 20);
+    cr_assert_not_null(huge);
+    memset(huge, 1, (size_t)5 << 20);
+    tp_free(huge);
+    tp_alloc_trim();
+    cr_assert_eq(tp_alloc_cached_bytes(), 0);
+}

@@ -114,6 +114,14 @@ const char *tp_actor_reason(const tp_actor_t *self);
  * known counters after it ended). Rates are not filled. */
 tp_status_t tp_actor_stats(tp_actor_t *self, tp_stats_row_t *row);
 
+/* The actor's counters as its thread last published them, without asking
+ * it: at most about 10 ms old while it runs (its loop looks at its pipe at
+ * least that often, and publishes then), the final ones after it ended.
+ * Never waits: for statistics read while the actor works, e.g. once a
+ * second by a trainer, where tp_actor_stats would wait for an actor that
+ * is blocked on a full queue. Rates are not filled. */
+tp_status_t tp_actor_stats_recent(tp_actor_t *self, tp_stats_row_t *row);
+
 const char *tp_actor_name(const tp_actor_t *self);
 
 /* ---- inside a handler (actor thread only) ---------------------------------- */

@@ -54,9 +54,17 @@ typedef struct tp_tensor {
     void *free_hint;              /* passed to free_fn */
 } tp_tensor_t;
 
-/* Aligned host allocation (TP_ALIGNMENT); NULL on failure. size 0 is valid. */
+/* Aligned host allocation (TP_ALIGNMENT); NULL on failure. size 0 is valid.
+ * Blocks of 64 KiB to 64 MiB that tp_free gets back are kept (64 MiB and
+ * 32 blocks at most, process-wide, any thread) and handed out again for a
+ * request they fit: batches made on one thread and freed on another then
+ * reuse memory that is already mapped. A block from tp_alloc may also be
+ * given to free(). Not under AddressSanitizer (every block is freed). */
 void *tp_alloc(size_t size);
 void tp_free(void *ptr);
+/* Hand the kept blocks back to malloc; the bytes kept now. */
+void tp_alloc_trim(void);
+size_t tp_alloc_cached_bytes(void);
 
 /* Element count of a shape into *numel, TP_ERR_SHAPE on a negative dim, too
  * many dims or overflow of `elem_size * numel` past SIZE_MAX/2. */

@@ -72,7 +72,8 @@ tp_input_t *tp_input_feed(tp_dataflow_t *df);
  * input for a dataflow. */
 tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity);
 /* The prefetch actor's counters (queue fill, busy, blocked on a full
- * queue). TP_ERR_INVALID for another kind of input. */
+ * queue), as it last published them (at most about 10 ms old; reading them
+ * never waits for the actor). TP_ERR_INVALID for another kind of input. */
 typedef struct tp_stats_row tp_stats_row_t;
 tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row);
 /* Batches the trainer took from a QueueInput, and the seconds it waited for
