@@ -553,10 +553,14 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
                 s_poll_pipe(ctx);
                 s_maybe_report(ctx, tp_now_ns());
             } else {
-                /* No reader (yet, or any more): wait for one, or for $TERM. */
+                /* No reader (yet, or any more): wait for one, or for $TERM.
+                 * In the actor's first second, look again every 1 ms: its
+                 * reader is usually being created by the owner right now,
+                 * and will want the first datapoint at once (a trainer's
+                 * first step waited up to 10 ms here). */
                 uint64_t t0 = tp_now_ns();
                 zmq_pollitem_t item = {ctx->pipe, 0, ZMQ_POLLIN, 0};
-                zmq_poll(&item, 1, 10);
+                zmq_poll(&item, 1, t0 - ctx->start_ns < 1000000000ull ? 1 : 10);
                 uint64_t t1 = tp_now_ns();
                 ctx->blocked_ns += t1 - t0;
                 s_poll_pipe(ctx);

@@ -232,6 +232,37 @@ Test(actor, recent_stats_never_wait_for_a_blocked_producer) {
     cr_assert_eq(atomic_load(&tu_live), 0);
 }
 
+Test(actor, a_reader_created_after_its_producer_gets_data_at_once) {
+    /* The owner starts a producer, then opens the queue's other end (as
+     * QueueInput does): the producer, which found no reader for its first
+     * datapoint, must not sit out a long wait once the reader is there. */
+    double best = 1;
+    for (int k = 0; k < 3; k++) {
+        endless_t src = {0, 0};
+        char ep[64];
+        snprintf(ep, sizeof ep, "inproc://t-late-reader-%d", k);
+        tp_actor_port_t out[] = {{"out", ep, 1, 4, 0}};
+        tp_actor_port_t in = {"in", ep, 0, 4, 0};
+        tp_actor_def_t ds = {"early", NULL, 0, out, 1, NULL, NULL, endless_produce, NULL};
+        tp_actor_t *a = tp_actor_new(&ds, &src);
+        cr_assert(a);
+        usleep(2000);  /* the producer is now waiting for a reader */
+        double t0 = tp_now_s();
+        tp_port_reader_t *r = tp_port_reader_new(&in, "late");
+        cr_assert(r, "%s", tp_last_error());
+        tp_datapoint_t *dp = NULL;
+        cr_assert_eq(tp_port_reader_recv(r, &dp, 1000), TP_OK);
+        double dt = tp_now_s() - t0;
+        best = dt < best ? dt : best;
+        tp_datapoint_destroy(&dp);
+        tp_actor_destroy(&a);
+        tp_port_reader_destroy(&r);
+    }
+    /* it looks for a reader every 1 ms in its first second (10 ms later) */
+    cr_expect_lt(best, 0.005, "first datapoint after %.1f ms", best * 1e3);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
 Test(actor, terminate_while_blocked_returns_promptly) {
     endless_t src = {0, 0};
     static const tp_actor_port_t out[] = {{"out", "inproc://t-nobody", 1, 4, 0}};

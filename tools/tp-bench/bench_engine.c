@@ -163,7 +163,7 @@ static int s_cmp(const void *a, const void *b) {
 }
 
 int tp_bench_engine(int argc, char **argv) {
-    int64_t steps = 2000, batch = 128, repeat = 5;
+    int64_t steps = 500, batch = 128, repeat = 15;
     int json = 0, c;
     const char *only = NULL;
     static const struct option opts[] = {{"steps", required_argument, 0, 's'},
@@ -195,8 +195,10 @@ int tp_bench_engine(int argc, char **argv) {
                     "  (one case, once, for profilers: valgrind --tool=callgrind ...)\n"
                     "  a tiny MLP trained through the engine against a bare loop,\n"
                     "  and fed by the real pipeline against DummyConstantInput; R rounds\n"
-"  (default 5), each running every case; the ratios are the medians of\n"
-"  the rounds' ratios (neighbouring runs share the machine's mood); and\n"
+"  (default 15) of N steps (default 500), each running every case, each\n"
+"  pair back to back (the order swapped every second round); the ratios\n"
+"  are the medians of the rounds' ratios (neighbouring runs share the\n"
+"  machine's mood: short runs, many rounds); and\n"
 "  the best round of each case against the best round of its reference\n"
 "  (this machine's step time swings by up to 50%% between runs)\n");
             return c == 'h' ? 0 : 2;
@@ -252,11 +254,22 @@ int tp_bench_engine(int argc, char **argv) {
             fprintf(stderr, "tp-bench engine: %s\n", tp_last_error());
             return 1;
         }
-        double b = s_bare(&desc, batch, steps), bc = s_last_cpu_s;
-        double e = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir), ec = s_last_cpu_s;
-        double p = s_engine(&desc, batch, steps, real, NULL, dir), pc = s_last_cpu_s;
-        double d = s_engine(&desc, batch, steps, NULL, tp_input_dummy(&desc, batch, 10, 1), dir);
-        double dc = s_last_cpu_s;
+        /* Each pair back to back, and in the other order every second
+         * round: neither side always runs first. */
+        double b, bc, e, ec, p, pc, d, dc;
+        if (k % 2 == 0) {
+            b = s_bare(&desc, batch, steps), bc = s_last_cpu_s;
+            e = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir), ec = s_last_cpu_s;
+            p = s_engine(&desc, batch, steps, real, NULL, dir), pc = s_last_cpu_s;
+            d = s_engine(&desc, batch, steps, NULL, tp_input_dummy(&desc, batch, 10, 1), dir);
+            dc = s_last_cpu_s;
+        } else {
+            e = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir), ec = s_last_cpu_s;
+            b = s_bare(&desc, batch, steps), bc = s_last_cpu_s;
+            d = s_engine(&desc, batch, steps, NULL, tp_input_dummy(&desc, batch, 10, 1), dir);
+            dc = s_last_cpu_s;
+            p = s_engine(&desc, batch, steps, real, NULL, dir), pc = s_last_cpu_s;
+        }
         if (b <= 0 || e <= 0 || p <= 0 || d <= 0 || ec <= 0 || pc <= 0)
             return 1;
         r_engine[k] = e / b;
