@@ -230,6 +230,58 @@ Test(ops_fwd, cast_accuracy_error_count) {
     tp_model_destroy(&m);
 }
 
+static float s_cast_alpha;
+static tp_status_t s_cast_model(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_tower_add_output(t, "y", tp_cast(t, "y", in[0], s_cast_alpha));
+    return tp_tower_status(t);
+}
+
+static void s_cast_exact(void);
+/* Each test runs in its own process: the kernel is chosen at the first cast. */
+Test(ops_fwd, uint8_cast_is_exact_for_every_value_and_length) { s_cast_exact(); }
+Test(ops_fwd, uint8_cast_is_exact_with_avx2_only) {
+    setenv("TP_ISA", "avx2", 1);
+    s_cast_exact();
+}
+Test(ops_fwd, uint8_cast_is_exact_in_plain_c) {
+    setenv("TP_ISA", "plain", 1);
+    s_cast_exact();
+}
+
+static void s_cast_exact(void) {
+    /* 3 x 331 bytes: whole 64-byte blocks and a tail, every byte value */
+    enum { CN = 3, CL = 331 };
+    static const float alphas[] = {1.0f / 255, 0.3f, -2.5f};
+    for (size_t k = 0; k < sizeof alphas / sizeof *alphas; k++) {
+        s_cast_alpha = alphas[k];
+        tp_input_desc_t desc[1] = {{"x", TP_UINT8, 2, {-1, CL}}};
+        tp_model_desc_t md = {desc, 1, s_cast_model, NULL, NULL};
+        tp_model_config_t cfg = tp_model_config_default();
+        cfg.towers = 0;
+        cfg.infer_batch = CN;
+        tp_model_t *m = tp_model_new(&md, &cfg);
+        cr_assert_not_null(m, "%s", tp_last_error());
+        uint8_t x[CN * CL];
+        for (int i = 0; i < CN * CL; i++)
+            x[i] = (uint8_t)(i * 7 + k);
+        int64_t xs[2] = {CN, CL};
+        tp_tensor_t in;
+        tp_tensor_init_wrap(&in, TP_UINT8, 2, xs, x, NULL, NULL);
+        cr_assert_eq(tp_model_forward(m, -1, &in), TP_OK, "%s", tp_last_error());
+        tp_tensor_t v;
+        cr_assert_eq(tp_model_fetch(m, -1, "y", &v), TP_OK);
+        const float *y = v.data;
+        for (int i = 0; i < CN * CL; i++) {
+            float want = alphas[k] * (float)x[i];
+            cr_assert(memcmp(&y[i], &want, sizeof want) == 0,
+                      "alpha %g: element %d: %.9g, want %.9g", alphas[k], i, y[i], want);
+        }
+        tp_tensor_fini(&v);
+        tp_model_destroy(&m);
+    }
+}
+
 /* Batch norm in inference uses the moving averages that tower 0 updated. */
 static tp_status_t s_bn_model(tp_tower_t *t, tp_node_t *const *in, void *u) {
     (void)u;
