@@ -80,21 +80,24 @@ static void s_cache_unlock(void) { pthread_mutex_unlock(&s_cache.mu); }
 static pthread_once_t s_cache_once = PTHREAD_ONCE_INIT;
 static void s_cache_init(void) { pthread_atfork(s_cache_lock, s_cache_unlock, s_cache_unlock); }
 
+/* Take slot i out (the lock held); its block is the caller's. */
+static void *s_cache_remove(int i) {
+    void *p = s_cache.ptr[i];
+    s_cache.bytes -= s_cache.size[i];
+    s_cache.n--;
+    memmove(&s_cache.ptr[i], &s_cache.ptr[i + 1], (size_t)(s_cache.n - i) * sizeof(void *));
+    memmove(&s_cache.size[i], &s_cache.size[i + 1], (size_t)(s_cache.n - i) * sizeof(size_t));
+    return p;
+}
+
 /* The most recently freed block that holds `size` bytes and wastes at
  * most an eighth of it (its memory is the likeliest to be in cache). */
 static void *s_cache_take(size_t size) {
     void *p = NULL;
     pthread_mutex_lock(&s_cache.mu);
-    for (int i = s_cache.n - 1; i >= 0; i--) {
-        if (s_cache.size[i] >= size && s_cache.size[i] - size <= size / 8) {
-            p = s_cache.ptr[i];
-            s_cache.bytes -= s_cache.size[i];
-            s_cache.n--;
-            memmove(&s_cache.ptr[i], &s_cache.ptr[i + 1], (size_t)(s_cache.n - i) * sizeof(void *));
-            memmove(&s_cache.size[i], &s_cache.size[i + 1], (size_t)(s_cache.n - i) * sizeof(size_t));
-            break;
-        }
-    }
+    for (int i = s_cache.n - 1; i >= 0 && !p; i--)
+        if (s_cache.size[i] >= size && s_cache.size[i] - size <= size / 8)
+            p = s_cache_remove(i);
     pthread_mutex_unlock(&s_cache.mu);
     return p;
 }
@@ -106,13 +109,8 @@ static void s_cache_put(void *p, size_t size) {
     int nevict = 0;
     pthread_once(&s_cache_once, s_cache_init);
     pthread_mutex_lock(&s_cache.mu);
-    while (s_cache.n > 0 && (s_cache.n == CACHE_SLOTS || s_cache.bytes + size > CACHE_BYTES)) {
-        evict[nevict++] = s_cache.ptr[0];
-        s_cache.bytes -= s_cache.size[0];
-        s_cache.n--;
-        memmove(&s_cache.ptr[0], &s_cache.ptr[1], (size_t)s_cache.n * sizeof(void *));
-        memmove(&s_cache.size[0], &s_cache.size[1], (size_t)s_cache.n * sizeof(size_t));
-    }
+    while (s_cache.n > 0 && (s_cache.n == CACHE_SLOTS || s_cache.bytes + size > CACHE_BYTES))
+        evict[nevict++] = s_cache_remove(0);
     s_cache.ptr[s_cache.n] = p;
     s_cache.size[s_cache.n] = size;
     s_cache.n++;
