@@ -38,7 +38,7 @@ MODES = {
     "quick": dict(transport_repeat=3, transport_scale=0.2, load_rounds=3,
                   load_batches=150, train_rounds={"mlp": 1, "cnn": 1}, train_steps=50,
                   engine_steps=300, engine_repeat=7, torch_1thread=True, budget_s=210),
-    "full": dict(transport_repeat=5, transport_scale=1.0, load_rounds=5,
+    "full": dict(transport_repeat=9, transport_scale=1.0, load_rounds=5,
                  load_batches=400, train_rounds={"mlp": 3, "cnn": 1}, train_steps=0,
                  engine_steps=500, engine_repeat=15, torch_1thread=True, budget_s=1200),
 }
