@@ -688,6 +688,8 @@ out: {
         else if (mt)
             mt_destroy(mt);
         tp_train_config_fini(cfg);
+        /* the batches' blocks kept for reuse are not needed after training */
+        tp_alloc_trim();
         if (rc < 0)
             tp_error(rc, "%s", msg);
     }
