@@ -26,8 +26,7 @@
  * (writes past it fail with EFBIG instead of killing the process). */
 static inline int fu_spawn(char *const argv[], const char *out, const char *tmpdir,
                            long fsize) {
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = pu_fork();
     if (pid == 0) {
         int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0600);
         if (fd >= 0) {

@@ -7,8 +7,25 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* fork() for a helper child: the child is SIGKILLed when the test process
+ * ends, so a failed assertion never leaves it behind (a sender blocked on a
+ * full socket would otherwise hold ctest's output pipe until its timeout).
+ * Survives execve. */
+static inline pid_t pu_fork(void) {
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)  /* the test ended before prctl */
+            _exit(1);
+    }
+    return pid;
+}
 
 /* 1 when pid is gone (no such process, or a zombie nobody reaped yet). */
 static inline int pu_gone(int pid) {

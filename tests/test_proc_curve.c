@@ -45,8 +45,7 @@ static void s_tcp(char *out, size_t size) {
 /* Fork a sender of n datapoints to ep (connect, or bind when bind) with the
  * keys of curve_dir (NULL: no CURVE). Exit 0 when all were queued. */
 static int s_sender(const char *ep, int bind, const char *curve_dir, int64_t n) {
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = pu_fork();
     if (pid == 0) {
         tp_dataflow_t *df = tu_count_df(n, 64, -1);
         tp_send_opts_t o;

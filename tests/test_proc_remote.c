@@ -9,8 +9,7 @@
 /* Fork a sender of `n` datapoints (stream s) to `ep`; returns its pid. */
 static int fork_sender(const char *ep, int64_t n, uint64_t stream, int lz4,
                        size_t pad) {
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = pu_fork();
     if (pid == 0) {
         tp_dataflow_t *df = tu_count_df(n, pad, -1);
         tp_send_opts_t o;
@@ -91,8 +90,7 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/g.sock", dir);
     tp_dataflow_t *df = make_remote(ep, 5);
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = pu_fork();
     if (pid == 0) {
         void *ctx = zmq_ctx_new();
         void *push = zmq_socket(ctx, ZMQ_PUSH);
@@ -180,8 +178,7 @@ Test(proc_remote, connect_prefix_and_bound_sender) {
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/c.sock", dir);
     snprintf(conn, sizeof conn, ">%s", ep);
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = pu_fork();
     if (pid == 0) {  /* the sender binds, the remote dataflow connects */
         tp_dataflow_t *df = tu_count_df(50, 0, -1);
         tp_send_opts_t o;

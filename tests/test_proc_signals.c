@@ -35,8 +35,7 @@ Test(proc_signals, parent_sigkill_leaves_no_orphan) {
     tu_tmpdir(dir, sizeof dir);
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
-    fflush(NULL);
-    pid_t parent = fork();
+    pid_t parent = pu_fork();
     if (parent == 0) {
         close(fds[0]);
         consumer(fds[1], dir, 1);
@@ -62,8 +61,7 @@ Test(proc_signals, sigint_exits_cleanly_within_2s) {
     tu_tmpdir(dir, sizeof dir);
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
-    fflush(NULL);
-    pid_t parent = fork();
+    pid_t parent = pu_fork();
     if (parent == 0) {
         close(fds[0]);
         consumer(fds[1], dir, 0);

@@ -34,8 +34,7 @@ Test(proc_spec, remote_source_with_tp_worker_spec) {
     tp_dataflow_t *df = NULL;
     cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = pu_fork();
     if (pid == 0) {
         execl(TP_BINARY_DIR "/bin/tp-worker", "tp-worker", "--spec", "fake:size=20",
               "--connect", ep, "--count", "30", (char *)NULL);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "proc_testutil.h"
 
 #define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 2"
 
@@ -32,7 +33,7 @@ static void s_teardown(void) {
 static int s_run(char *const *argv, char *out, size_t size) {
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
-    pid_t pid = fork();
+    pid_t pid = pu_fork();
     if (pid == 0) {
         dup2(fds[1], 1);
         dup2(fds[1], 2);
@@ -119,7 +120,7 @@ Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .t
     snprintf(logdir, sizeof logdir, "%s/remote", s_dir);
     snprintf(ep, sizeof ep, "ipc://%s/data.sock", s_dir);
     snprintf(bind, sizeof bind, "@%s", ep);
-    pid_t worker = fork();
+    pid_t worker = pu_fork();
     if (worker == 0) {
         int null = open("/dev/null", 1);
         dup2(null, 1);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "proc_testutil.h"
 #include <towerpack/checkpoint.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/models.h>
@@ -22,7 +23,7 @@ Test(train_signal, sigint_mid_epoch_leaves_a_loadable_checkpoint, .timeout = 120
     cr_assert_not_null(mkdtemp(dir));
     char logdir[128], ckpt[256];
     snprintf(logdir, sizeof logdir, "%s/run", dir);
-    pid_t pid = fork();
+    pid_t pid = pu_fork();
     if (pid == 0) {
         setenv("TP_LOG_LEVEL", "info", 1);  /* the stop is logged at info */
         int null = open("/dev/null", 1);

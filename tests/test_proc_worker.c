@@ -30,8 +30,7 @@ static void teardown(void) {
 
 /* Start a program with argv; stdout to `out` (NULL: inherit). */
 static int spawn(char *const argv[], const char *out) {
-    fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = pu_fork();
     if (pid == 0) {
         if (out) {
             FILE *f = freopen(out, "w", stdout);
