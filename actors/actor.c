@@ -13,12 +13,15 @@
  * Time accounting costs two clock reads per wait, none per message: starved
  * and blocked are measured around the waits, busy is what remains. */
 #include <czmq.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/membarrier.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include <towerpack/security.h>
@@ -27,11 +30,28 @@
 
 /* ---- process-wide bits ------------------------------------------------------ */
 
+/* 1 when the process is registered for expedited private membarrier: the
+ * inproc writers' fast path then needs no fence of its own (see s_link_t).
+ * Not under ThreadSanitizer, which cannot see what membarrier orders. */
+static int s_asym;
+
+static void s_asym_register(void) {
+#if defined(__SANITIZE_THREAD__) || !defined(SYS_membarrier)
+    s_asym = 0;
+#else
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    s_asym = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+             syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+}
+
 static pthread_once_t s_init_once = PTHREAD_ONCE_INIT;
 static void s_init(void) {
     /* Unless the application set ZSYS_SIGHANDLER itself, keep czmq's signal
      * handler out: it would swallow SIGINT without ending anything. */
     zsys_handler_set(NULL);
+    s_asym_register();
+    pthread_atfork(NULL, NULL, s_asym_register);  /* a child registers anew */
 }
 void tp_actors_init(void) { pthread_once(&s_init_once, s_init); }
 
@@ -99,21 +119,35 @@ int tp_ctl_send_pad(void *sock, int flags) {
 
 /* Fill of inproc links: each end publishes its message count every few
  * messages (not every one: the shared line would bounce per message), and
- * the reader reports (sent - received) / capacity. */
+ * the reader reports (sent - received) / capacity.
+ *
+ * A pointer sent to a reader that closes its socket before reading it
+ * would leak. A writer raises its flag, then sends only while `readers` >
+ * 0; a closing reader lowers `readers`, waits until no writer's flag is up,
+ * and frees what is queued: every pointer is either read or freed. Each
+ * side writes, then reads the other's variable (Dekker): at least one
+ * sees the other. The store-load order that needs costs the writer a full
+ * fence per message, unless the process has expedited membarrier: then the
+ * closing reader, which is rare, pays for both sides (membarrier makes
+ * every running thread of the process pass a full fence) and the writer's
+ * fast path is plain stores and loads. A writer's flag sits in a slot of
+ * its own cache line; past S_SLOTS writers on one link, they share the
+ * `sending` counter (atomic increments, always fenced). */
+#define S_SLOTS 16
+typedef struct {
+    atomic_int busy;
+    char pad[64 - sizeof(atomic_int)];
+} s_slot_t;
+
 typedef struct s_link {
+    s_slot_t slot[S_SLOTS];  /* first: 64-byte aligned with the allocation */
     struct s_link *next;
     char name[256];
     int refs;
-    atomic_int capacity;  /* set by the writer, read by the reader */
+    unsigned slots_used;     /* bit per slot, under s_links_lock */
+    atomic_int capacity;     /* set by the writer, read by the reader */
     atomic_uint_fast64_t sent;
-    /* A pointer sent to a reader that closes its socket before reading it
-     * would leak. A writer announces itself in `sending`, then sends only
-     * while `readers` > 0; a closing reader lowers `readers`, waits until no
-     * writer is inside a send, and frees what is queued: every pointer is
-     * either read or freed. Both sides write, then read the other's
-     * variable, all sequentially consistent (Dekker): at least one sees the
-     * other. Two atomic increments per message, no lock. */
-    atomic_int sending;
+    atomic_int sending;      /* writers without a slot, inside a send */
     atomic_int readers;
 } s_link_t;
 
@@ -125,7 +159,10 @@ static s_link_t *s_link_get(const char *name) {
     s_link_t *l = s_links;
     while (l && strcmp(l->name, name))
         l = l->next;
-    if (!l && (l = calloc(1, sizeof *l))) {
+    if (!l && (l = aligned_alloc(64, (sizeof *l + 63) / 64 * 64))) {
+        memset(l, 0, sizeof *l);
+        for (int i = 0; i < S_SLOTS; i++)
+            atomic_init(&l->slot[i].busy, 0);
         snprintf(l->name, sizeof l->name, "%s", name);
         atomic_init(&l->sent, 0);
         atomic_init(&l->capacity, 0);
@@ -156,6 +193,70 @@ static void s_link_put(s_link_t **lp) {
     pthread_mutex_unlock(&s_links_lock);
 }
 
+/* A writer's flag: a free slot of the link, or NULL (use `sending`). */
+static atomic_int *s_slot_claim(s_link_t *l) {
+    atomic_int *busy = NULL;
+    pthread_mutex_lock(&s_links_lock);
+    for (int i = 0; i < S_SLOTS && !busy; i++)
+        if (!(l->slots_used & (1u << i))) {
+            l->slots_used |= 1u << i;
+            busy = &l->slot[i].busy;
+        }
+    pthread_mutex_unlock(&s_links_lock);
+    return busy;
+}
+
+static void s_slot_release(s_link_t *l, atomic_int *busy) {
+    if (!busy)
+        return;
+    pthread_mutex_lock(&s_links_lock);
+    l->slots_used &= ~(1u << ((s_slot_t *)(void *)busy - l->slot));
+    pthread_mutex_unlock(&s_links_lock);
+}
+
+/* The writer's side of the hand-shake (s_link_t): announce a send, then
+ * read `readers`; after the send, withdraw. */
+static inline int s_writer_enter(s_link_t *l, atomic_int *busy) {
+    if (!busy) {
+        atomic_fetch_add(&l->sending, 1);
+        return atomic_load(&l->readers);
+    }
+    if (s_asym) {
+        atomic_store_explicit(busy, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);  /* the compiler's order */
+        return atomic_load_explicit(&l->readers, memory_order_relaxed);
+    }
+    atomic_store(busy, 1);
+    return atomic_load(&l->readers);
+}
+
+static inline void s_writer_leave(s_link_t *l, atomic_int *busy) {
+    if (busy)
+        atomic_store_explicit(busy, 0, memory_order_release);
+    else
+        atomic_fetch_sub_explicit(&l->sending, 1, memory_order_release);
+}
+
+/* The reader's side, on closing: after this no writer is inside a send
+ * that could still reach it. */
+static void s_reader_leave(s_link_t *l) {
+    atomic_fetch_sub(&l->readers, 1);
+#if defined(SYS_membarrier)
+    if (s_asym && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+        TP_ERROR("actors: membarrier failed (%s): a pointer in flight may leak",
+                 strerror(errno));
+#endif
+    /* A writer inside a send finishes within its 10 ms send timeout. */
+    for (;;) {
+        int busy = atomic_load(&l->sending) > 0;
+        for (int i = 0; i < S_SLOTS && !busy; i++)
+            busy = atomic_load(&l->slot[i].busy) != 0;
+        if (!busy)
+            break;
+        sched_yield();
+    }
+}
+
 /* ---- the actor thread's state ------------------------------------------------ */
 
 typedef struct {
@@ -166,7 +267,8 @@ typedef struct {
     int inproc;           /* pointer passing */
     int output;
     int eos;              /* input: end-of-stream seen */
-    s_link_t *link;       /* inproc: fill accounting */
+    s_link_t *link;       /* inproc: fill accounting, hand-shake */
+    atomic_int *busy;     /* inproc output: its flag in the link, or NULL */
     uint64_t count;       /* messages through this port */
     tp_wire_msg_t *msg;   /* ipc/tcp: reused wire message */
     tp_wire_opts_t opts;
@@ -394,6 +496,7 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
             return tp_error(TP_ERR_NOMEM, "actor '%s': port %s", actor, p->name);
         if (output) {
             atomic_store_explicit(&p->link->capacity, 2 * hwm, memory_order_relaxed);
+            p->busy = s_slot_claim(p->link);
         } else {
             atomic_fetch_add(&p->link->readers, 1);
         }
@@ -409,11 +512,7 @@ static tp_status_t s_open_port(s_port_t *p, const tp_actor_port_t *def,
 
 static void s_close_port(s_port_t *p) {
     if (p->inproc && !p->output && p->link && p->sock) {
-        s_link_t *l = p->link;
-        atomic_fetch_sub(&l->readers, 1);
-        /* A writer inside a send finishes within its 10 ms send timeout. */
-        while (atomic_load(&l->sending) > 0)
-            sched_yield();
+        s_reader_leave(p->link);
         tp_datapoint_t *ptr;
         while (zmq_recv(p->sock, &ptr, sizeof ptr, ZMQ_DONTWAIT) == (int)sizeof ptr) {
             if (ptr)
@@ -430,6 +529,9 @@ static void s_close_port(s_port_t *p) {
     if (bound_ipc)
         unlink(p->def->endpoint + 6);
     p->sock = NULL;
+    if (p->link)
+        s_slot_release(p->link, p->busy);
+    p->busy = NULL;
     s_link_put(&p->link);
     tp_wire_msg_destroy(&p->msg);
 }
@@ -523,8 +625,7 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
         for (;;) {
             /* A plain send that waits at most 10 ms (SNDTIMEO) when full:
              * one call per message, as raw libzmq. */
-            atomic_fetch_add(&l->sending, 1);
-            int readers = atomic_load(&l->readers);
+            int readers = s_writer_enter(l, p->busy);
             int sent = readers > 0 &&
                        zmq_send(p->sock, &dp, sizeof dp, ZMQ_DONTWAIT) == (int)sizeof dp;
             int err = sent || readers == 0 ? EAGAIN : zmq_errno();
@@ -535,7 +636,7 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
                 err = sent ? EAGAIN : zmq_errno();
                 ctx->blocked_ns += s_coarse_ns() - t0;
             }
-            atomic_fetch_sub_explicit(&l->sending, 1, memory_order_release);
+            s_writer_leave(l, p->busy);
             if (sent)
                 break;
             if (err != EAGAIN || ctx->terminated) {

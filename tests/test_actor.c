@@ -425,3 +425,63 @@ Test(actor, stats_and_stop_reach_a_busy_handler_promptly) {
     cr_assert_str_eq(tp_actor_reason(a), "end of data");
     tp_actor_destroy(&a);
 }
+
+/* A reader that leaves while writers are sending to it: every datapoint
+ * made is either received or freed, never lost in between (the writers'
+ * hand-shake with a closing reader). With 2 writers each has a flag of its
+ * own; with 20, more than a link has flags for, the last ones share the
+ * counted path. Each datapoint's tensor counts its own free. */
+typedef struct {
+    atomic_long *made, *freed;
+} track_src_t;
+
+static void track_free(void *data, void *hint) {
+    (void)data;
+    atomic_fetch_add((atomic_long *)hint, 1);
+}
+
+static tp_status_t track_produce(tp_actor_ctx_t *ctx, void *state) {
+    track_src_t *t = state;
+    static uint8_t byte;
+    tp_datapoint_t *dp = tp_datapoint_new(1);
+    int64_t shape[1] = {1};
+    tp_tensor_init_wrap(tp_datapoint_get(dp, 0), TP_UINT8, 1, shape, &byte, track_free,
+                        t->freed);
+    atomic_fetch_add(t->made, 1);
+    tp_status_t rc = tp_actor_send(ctx, 0, &dp);
+    return rc == TP_ERR_INTERRUPTED ? TP_DONE : rc;
+}
+
+Test(actor, a_reader_leaving_mid_stream_loses_no_datapoint) {
+    static const tp_actor_port_t in = {.name = "in", .endpoint = "inproc://leaving", .bind = 1,
+                                       .hwm = 4};
+    static const tp_actor_port_t out = {.name = "out", .endpoint = "inproc://leaving", .hwm = 4};
+    tp_actor_def_t def = {.name = "writer", .outputs = &out, .noutputs = 1,
+                          .produce = track_produce};
+    atomic_long made = 0, freed = 0;
+    track_src_t t = {&made, &freed};
+    for (int nw = 2; nw <= 20; nw += 18) {
+        for (int round = 0; round < 8; round++) {
+            tp_port_reader_t *r = tp_port_reader_new(&in, "leaving-reader");
+            cr_assert_not_null(r, "%s", tp_last_error());
+            tp_actor_t *w[20];
+            for (int i = 0; i < nw; i++) {
+                w[i] = tp_actor_new(&def, &t);
+                cr_assert_not_null(w[i], "%s", tp_last_error());
+            }
+            for (int i = 0; i < 40; i++) {
+                tp_datapoint_t *dp = NULL;
+                cr_assert_eq(tp_port_reader_recv(r, &dp, 5000), TP_OK, "%s", tp_last_error());
+                tp_datapoint_destroy(&dp);
+            }
+            tp_port_reader_destroy(&r);  /* the writers are mid-send */
+            usleep(2000);
+            for (int i = 0; i < nw; i++)
+                tp_actor_destroy(&w[i]);
+            cr_assert_eq(atomic_load(&made), atomic_load(&freed),
+                         "%d writers, round %d: %ld made, %ld freed", nw, round,
+                         atomic_load(&made), atomic_load(&freed));
+        }
+    }
+    cr_assert_gt(atomic_load(&made), 16 * 40);
+}
