@@ -27,6 +27,7 @@
 #include <towerpack/security.h>
 #include <towerpack/wire.h>
 #include "actors/actor_internal.h"
+#include "core/datapoint_internal.h"
 
 /* ---- process-wide bits ------------------------------------------------------ */
 
@@ -379,6 +380,39 @@ static inline uint64_t s_coarse_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Is the 10 ms look at the pipe due? A loop going round fast reads the
+ * clock only every `every` rounds (doubled while reads come less than 1 ms
+ * apart, up to 16; halved when more than 4 ms apart), so a hop costs no
+ * clock read; a slow loop reads it every round. Commands are seen at once
+ * in any case (s_mail_waiting). *now: the coarse time when read, else 0. */
+typedef struct {
+    uint64_t last_check, last_read;
+    int left, every;
+} s_tick_t;
+
+static inline void s_tick_init(s_tick_t *t) {
+    t->last_check = t->last_read = s_coarse_ns();
+    t->left = t->every = 1;
+}
+
+static inline int s_tick_due(s_tick_t *t, uint64_t *now) {
+    *now = 0;
+    if (--t->left > 0)
+        return 0;
+    uint64_t n = s_coarse_ns(), dt = n - t->last_read;
+    t->last_read = n;
+    if (dt < 1000000ull && t->every < 16)
+        t->every *= 2;
+    else if (dt > 4000000ull && t->every > 1)
+        t->every /= 2;
+    t->left = t->every;
+    *now = n;
+    if (n - t->last_check <= 10000000ull)
+        return 0;
+    t->last_check = n;
+    return 1;
+}
+
 static void s_handle_pipe(tp_actor_ctx_t *ctx) {
     char cmd[16];
     int n = zmq_recv(ctx->pipe, cmd, sizeof cmd - 1, ZMQ_DONTWAIT);
@@ -559,7 +593,7 @@ static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp, int flags) {
         if (ptr) {
             TP_HANDOFF_ACQUIRE(ptr);
             ctx->row.msgs_in++;
-            ctx->row.bytes_in += tp_datapoint_nbytes(ptr);
+            ctx->row.bytes_in += tp_dp_nbytes_inline(ptr);
         }
         return 1;
     }
@@ -617,7 +651,7 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
     s_port_t *p = &ctx->out[port];
     tp_datapoint_t *dp = *dp_p;
     *dp_p = NULL;
-    size_t bytes = dp ? tp_datapoint_nbytes(dp) : 0;
+    size_t bytes = dp ? tp_dp_nbytes_inline(dp) : 0;
     if (p->inproc) {
         if (dp)
             TP_HANDOFF_RELEASE(dp);
@@ -786,12 +820,12 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
             return tp_error(TP_ERR_INVALID,
                             "actor '%s' has no inputs and no produce function",
                             def->name);
-        uint64_t last_check = s_coarse_ns();
+        s_tick_t tick;
+        s_tick_init(&tick);
         while (!ctx->terminated) {
             /* When the owner sent a command, and every 10 ms. */
-            uint64_t now = s_coarse_ns();
-            if (s_mail_waiting(ctx) || now - last_check > 10000000ull) {
-                last_check = now;
+            uint64_t now;
+            if (s_tick_due(&tick, &now) | s_mail_waiting(ctx)) {
                 s_poll_pipe(ctx);
                 s_maybe_report(ctx, tp_now_ns());
             }
@@ -812,7 +846,8 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
         }
     } else {
         int start = 0;
-        uint64_t last_check = s_coarse_ns();
+        s_tick_t tick;
+        s_tick_init(&tick);
         while (!ctx->terminated) {
             int got = 0;
             /* One inproc input: wait in a plain blocking receive right away
@@ -844,9 +879,8 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                 break;
             }
             if (got) {
-                uint64_t now = s_coarse_ns();
-                if (s_mail_waiting(ctx) || now - last_check > 10000000ull) {
-                    last_check = now;
+                uint64_t now;
+                if (s_tick_due(&tick, &now) | s_mail_waiting(ctx)) {
                     s_poll_pipe(ctx);
                     s_maybe_report(ctx, tp_now_ns());
                 }
@@ -859,9 +893,9 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                 /* The coarse clock (a few ns, ~4 ms steps): over many waits
                  * its differences average to the true starved time. */
                 int r = s_recv(ctx, 0, &dp, ZMQ_DONTWAIT);
-                uint64_t t1 = s_coarse_ns();
+                uint64_t t1 = 0;
                 if (r == 0) {  /* empty: only now is the time starved time */
-                    uint64_t t0 = t1;
+                    uint64_t t0 = s_coarse_ns();
                     r = s_recv(ctx, 0, &dp, 0);  /* waits up to 10 ms */
                     t1 = s_coarse_ns();
                     ctx->starved_ns += t1 - t0;
@@ -878,15 +912,17 @@ static tp_status_t s_run(tp_actor_ctx_t *ctx, char *reason, size_t rsize) {
                         snprintf(reason, rsize, "end of stream");
                         break;
                     }
-                    if (s_mail_waiting(ctx) || t1 - last_check > 10000000ull) {
-                        last_check = t1;
+                    uint64_t now;
+                    if (s_tick_due(&tick, &now) | s_mail_waiting(ctx))
                         s_poll_pipe(ctx);
-                    }
+                    if (now)
+                        t1 = now;
                 } else {
                     s_poll_pipe(ctx);
-                    last_check = s_coarse_ns();
+                    tick.last_check = s_coarse_ns();
                 }
-                s_maybe_report(ctx, t1);
+                if (t1)
+                    s_maybe_report(ctx, t1);
                 continue;
             }
             zmq_pollitem_t items[TP_ACTOR_MAX_PORTS + 1];

@@ -2,16 +2,7 @@
  * datapoint's own allocation, so a typical (image, label) pair costs one
  * malloc for the container. */
 #include <string.h>
-#include <towerpack/datapoint.h>
-
-#define TP_DP_INLINE 4
-
-struct tp_datapoint {
-    int size;
-    int capacity;
-    tp_tensor_t *comp;                 /* [capacity] */
-    tp_tensor_t inline_comp[TP_DP_INLINE];
-};
+#include "core/datapoint_internal.h"
 
 tp_datapoint_t *tp_datapoint_new(int ncomp) {
     if (ncomp < 0 || ncomp > TP_DP_MAX_COMPONENTS)
@@ -105,12 +96,7 @@ tp_datapoint_t *tp_datapoint_copy(const tp_datapoint_t *self) {
     return copy;
 }
 
-size_t tp_datapoint_nbytes(const tp_datapoint_t *self) {
-    size_t n = 0;
-    for (int i = 0; i < self->size; i++)
-        n += self->comp[i].nbytes;
-    return n;
-}
+size_t tp_datapoint_nbytes(const tp_datapoint_t *self) { return tp_dp_nbytes_inline(self); }
 
 int tp_datapoint_equal(const tp_datapoint_t *a, const tp_datapoint_t *b) {
     if (a->size != b->size)

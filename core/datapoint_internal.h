@@ -1,0 +1,26 @@
+/* towerpack core: the datapoint's layout, for the few hot paths of other
+ * modules that must not pay a call per message (the actors' byte counters).
+ * Not installed; everything else goes through datapoint.h. */
+#ifndef TOWERPACK_CORE_DATAPOINT_INTERNAL_H
+#define TOWERPACK_CORE_DATAPOINT_INTERNAL_H
+
+#include <towerpack/datapoint.h>
+
+#define TP_DP_INLINE 4
+
+struct tp_datapoint {
+    int size;
+    int capacity;
+    tp_tensor_t *comp;                 /* [capacity] */
+    tp_tensor_t inline_comp[TP_DP_INLINE];
+};
+
+/* tp_datapoint_nbytes, inlined. */
+static inline size_t tp_dp_nbytes_inline(const tp_datapoint_t *dp) {
+    size_t n = 0;
+    for (int i = 0; i < dp->size; i++)
+        n += dp->comp[i].nbytes;
+    return n;
+}
+
+#endif
