@@ -35,10 +35,10 @@ MODES = {
     # rounds and sizes of each comparison; quick: about 3-4 minutes on the
     # 2-core development machine even when it is loaded, full: 10-25
     # (PyTorch's CNN epoch dominates)
-    "quick": dict(transport_repeat=3, transport_scale=0.2, load_rounds=3,
+    "quick": dict(transport_repeat=3, hop_rounds=9, transport_scale=0.2, load_rounds=3,
                   load_batches=150, train_rounds={"mlp": 1, "cnn": 1}, train_steps=50,
                   engine_steps=300, engine_repeat=7, torch_1thread=True, budget_s=210),
-    "full": dict(transport_repeat=9, transport_scale=1.0, load_rounds=5,
+    "full": dict(transport_repeat=9, hop_rounds=31, transport_scale=1.0, load_rounds=5,
                  load_batches=400, train_rounds={"mlp": 3, "cnn": 1}, train_steps=0,
                  engine_steps=500, engine_repeat=15, torch_1thread=True, budget_s=1200),
 }
@@ -118,21 +118,20 @@ def bench_transport(a, m):
     # against raw inproc PUSH/PULL passing the same datapoint pointers (made
     # by the sender, freed by the receiver), pinned to one core as in
     # docs/performance.md ("Actors"): the stable way to measure it on 2 cores.
-    hops, ratios = [], []
-    for i in range(m["transport_repeat"]):
-        cmd = [a.bench, "transport", "--only", "inproc", "--repeat", "1",
-               "--inproc-count", str(int(1000000 * m["transport_scale"])), "--json"]
-        if shutil.which("taskset"):
-            cmd = ["taskset", "-c", "0"] + cmd
-        h = run_json(cmd)["inproc_hop"]
-        hops.append(h)
-        ratios.append(h["ratio"])
+    # Many short rounds in one process, the side going first alternating:
+    # this machine's speed flips within a second, so long runs compare
+    # moods, not code.
+    cmd = [a.bench, "transport", "--only", "inproc", "--repeat", str(m["hop_rounds"]),
+           "--inproc-count", "200000", "--json"]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0"] + cmd
+    h = run_json(cmd)["inproc_hop"]
+    hops = [h]
     rows.append(dict(group="transport", name="small datapoint hop, 2 actors (pinned)",
-                     tp=median([h["towerpack_msgs_s"] for h in hops]),
-                     peer=median([h["raw_msgs_s"] for h in hops]), unit="msg/s",
-                     peer_name="raw libzmq + datapoints", ratio=median(ratios),
-                     spread=(min(ratios), max(ratios)), goal=0.8, higher_better=True,
-                     rounds=len(ratios)))
+                     tp=h["towerpack_msgs_s"], peer=h["raw_msgs_s"], unit="msg/s",
+                     peer_name="raw libzmq + datapoints", ratio=h["ratio"],
+                     spread=(h["ratio_min"], h["ratio_max"]), goal=0.8, higher_better=True,
+                     rounds=h["rounds"]))
     return rows, dict(sizes=r, inproc_hop=hops)
 
 

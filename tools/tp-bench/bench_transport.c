@@ -332,6 +332,15 @@ static void s_pair_add(s_pair_t *p, double a, double b) {
         p->ratio[p->n++] = a > 0 ? b / a : 0;
 }
 
+/* The smallest (which 0) or largest (1) per-round ratio. */
+static double s_pair_extreme(const s_pair_t *p, int which) {
+    double e = p->n ? p->ratio[0] : 0;
+    for (int i = 1; i < p->n; i++)
+        if (which ? p->ratio[i] > e : p->ratio[i] < e)
+            e = p->ratio[i];
+    return e;
+}
+
 /* The median of the per-round ratios. */
 static double s_pair_ratio(const s_pair_t *p) {
     if (p->n == 0)
@@ -532,8 +541,15 @@ static int s_sizes(const s_cfg_t *c, const char *ep, double scale) {
                 n = 100;
             double raw = 0, tpr = 0, ratios[MAXR];
             for (int r = 0; r < rounds; r++) {
-                double a = pass ? s_sz_raw_inproc(n) : s_sz_raw_ipc(n, ep);
-                double b = pass ? s_sz_tp_inproc(n) : s_sz_tp_ipc(n, ep);
+                /* who goes first alternates: neither side always meets
+                 * the machine as the other left it */
+                double a = 0, b = 0;
+                for (int side = 0; side < 2; side++) {
+                    if ((side ^ r) & 1)
+                        b = pass ? s_sz_tp_inproc(n) : s_sz_tp_ipc(n, ep);
+                    else
+                        a = pass ? s_sz_raw_inproc(n) : s_sz_raw_ipc(n, ep);
+                }
                 raw = s_best(raw, a);
                 tpr = s_best(tpr, b);
                 ratios[r] = a > 0 ? b / a : 0;
@@ -647,12 +663,21 @@ int tp_bench_transport(int argc, char **argv) {
     for (int r = 0; r < c.repeat && r < S_MAXR; r++) {
         if (s_want(&c, "mp"))
             s_pair_add(&mp, s_mp(&c, 1), s_mp(&c, 2));
-        if (s_want(&c, "ipc"))
-            s_pair_add(&ipc, s_raw_ipc(&c, ep), s_tp_ipc(&c, ep));
+        /* Odd rounds run towerpack's side first (as in sizes). */
+        int tp_first = r & 1;
+        if (s_want(&c, "ipc")) {
+            double b = tp_first ? s_tp_ipc(&c, ep) : 0, a = s_raw_ipc(&c, ep);
+            if (!tp_first)
+                b = s_tp_ipc(&c, ep);
+            s_pair_add(&ipc, a, b);
+        }
         if (s_want(&c, "inproc")) {
+            double b = tp_first ? s_tp_inproc(c.inproc_count, NULL, c.dir) : 0;
             raw_bare = s_best(raw_bare, s_raw_inproc(c.inproc_count, 0));
             double a = s_raw_inproc(c.inproc_count, 1);
-            s_pair_add(&in, a, s_tp_inproc(c.inproc_count, NULL, c.dir));
+            if (!tp_first)
+                b = s_tp_inproc(c.inproc_count, NULL, c.dir);
+            s_pair_add(&in, a, b);
         }
         if (s_want(&c, "stats")) {
             double a = s_tp_inproc(c.inproc_count, NULL, c.dir);
@@ -666,9 +691,11 @@ int tp_bench_transport(int argc, char **argv) {
         printf("{\n  \"ipc_1mib\": {\"raw_mb_s\": %.1f, \"towerpack_mb_s\": %.1f, \"ratio\": %.3f},\n",
                raw_ipc, tp_ipc, s_pair_ratio(&ipc));
         printf("  \"inproc_hop\": {\"raw_msgs_s\": %.0f, \"raw_bare_msgs_s\": %.0f, "
-               "\"towerpack_msgs_s\": %.0f, \"ratio\": %.3f, \"ratio_bare\": %.3f},\n",
+               "\"towerpack_msgs_s\": %.0f, \"ratio\": %.3f, \"ratio_bare\": %.3f, "
+               "\"rounds\": %d, \"ratio_min\": %.3f, \"ratio_max\": %.3f},\n",
                raw_in, raw_bare, tp_in, s_pair_ratio(&in),
-               raw_bare > 0 ? tp_in / raw_bare : 0);
+               raw_bare > 0 ? tp_in / raw_bare : 0, in.n, s_pair_extreme(&in, 0),
+               s_pair_extreme(&in, 1));
         printf("  \"mp_cpu\": {\"workers1_dp_s\": %.1f, \"workers2_dp_s\": %.1f, \"ratio\": %.3f},\n",
                mp1, mp2, s_pair_ratio(&mp));
         printf("  \"stats\": {\"off_msgs_s\": %.0f, \"on_msgs_s\": %.0f, \"ratio\": %.3f}\n}\n",
