@@ -13,6 +13,7 @@ tp_datapoint_t *tp_datapoint_new(int ncomp) {
     self->size = 0;
     self->capacity = TP_DP_INLINE;
     self->comp = self->inline_comp;
+    self->link = NULL;
     if (tp_datapoint_resize(self, ncomp) != TP_OK) {
         free(self);
         return NULL;

@@ -13,6 +13,9 @@ struct tp_datapoint {
     int capacity;
     tp_tensor_t *comp;                 /* [capacity] */
     tp_tensor_t inline_comp[TP_DP_INLINE];
+    /* Free for whoever owns the datapoint to chain it in a list (QueueInput
+     * collects the batches given back to it); never read by datapoint.c. */
+    struct tp_datapoint *link;
 };
 
 /* tp_datapoint_nbytes, inlined. */

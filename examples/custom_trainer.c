@@ -62,7 +62,7 @@ static tp_status_t alt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     tp_tensor_t views[2];
     tp_datapoint_views(dp, views, 2);
     tp_status_t rc = tp_model_run_cost(a->model, 0, cost, views);
-    tp_datapoint_destroy(&dp);
+    tp_input_release(a->input, 0, &dp);  /* the input frees it off this thread */
     TP_TRY(rc);
     TP_TRY(tp_model_apply_cost(a->model, cost));
     /* Fetches: whatever scalar outputs the callbacks asked for. */

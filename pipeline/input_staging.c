@@ -169,7 +169,7 @@ static void *s_stage_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         if (rc >= 0)
             rc = s_stage_into(s, st, slot, dp);
-        tp_datapoint_destroy(&dp);
+        tp_input_release(s->inner, st->tower, &dp);
         uint64_t t2 = tp_now_ns();
 
         pthread_mutex_lock(&s->mu);

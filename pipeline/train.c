@@ -64,6 +64,17 @@ tp_status_t tp_input_next(tp_input_t *self, int tower, tp_datapoint_t **out) {
     return self->ops->next(self->impl, tower, out);
 }
 
+void tp_input_release(tp_input_t *self, int tower, tp_datapoint_t **dp_p) {
+    if (!dp_p || !*dp_p)
+        return;
+    if (self && self->ops->release) {
+        self->ops->release(self->impl, tower, *dp_p);
+        *dp_p = NULL;
+    } else {
+        tp_datapoint_destroy(dp_p);
+    }
+}
+
 int64_t tp_input_size(tp_input_t *self) { return self->ops->size(self->impl); }
 
 void tp_input_set_watchdog(tp_input_t *self, double seconds) {
@@ -224,7 +235,7 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
         tp_status_t rc = t->input->ops->next(t->input->impl, i, &batches[i]);
         if (rc < 0) {
             for (int j = 0; j < i; j++)
-                tp_datapoint_destroy(&batches[j]);
+                tp_input_release(t->input, j, &batches[j]);
             return tp_error_wrap(rc, "tower%d input", i);
         }
     }
@@ -233,7 +244,7 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     } else if (t->dist) {
         /* One tower per rank: its update waits for the ranks' mean. */
         tp_status_t rc = tp_tower_compute(t->model, 0, t->ninputs, 0, batches[0]);
-        tp_datapoint_destroy(&batches[0]);
+        tp_input_release(t->input, 0, &batches[0]);
         TP_TRY(rc);
     } else {
         /* One tower: it runs on this thread (a hop to an actor would only
@@ -242,7 +253,7 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
          * soon as its gradient is final, while it is still in cache (the
          * same call the bare loop makes). */
         tp_status_t rc = tp_tower_train_step(t->model, t->ninputs, batches[0]);
-        tp_datapoint_destroy(&batches[0]);
+        tp_input_release(t->input, 0, &batches[0]);
         TP_TRY(rc);
     }
     if (t->executors && t->kind == TP_TRAINER_REPLICATED && !t->dist) {

@@ -44,6 +44,10 @@ typedef struct tp_input_ops {
     /* Warn, naming what starves, when a tower waits longer than `seconds`
      * for a batch (0: never). May be NULL. */
     void (*set_watchdog)(void *impl, double seconds);
+    /* Take back a batch from `next` that the caller is done with, to free
+     * it off the caller's thread (any thread may call it). May be NULL:
+     * the batch is destroyed on the caller's thread. */
+    void (*release)(void *impl, int tower, tp_datapoint_t *dp);
 } tp_input_ops_t;
 
 /* An input over `impl`; takes it. Caller owns. */
@@ -58,6 +62,11 @@ const char *tp_input_name(const tp_input_t *self);
 tp_status_t tp_input_start(tp_input_t *self, int towers, uint64_t seed,
                            int64_t skip);
 tp_status_t tp_input_next(tp_input_t *self, int tower, tp_datapoint_t **out);
+/* Give back a batch taken with tp_input_next once the step is done with it
+ * (sets *dp_p to NULL). The same as tp_datapoint_destroy, except that an
+ * input may free it on its own thread: QueueInput's prefetch actor does,
+ * which keeps the allocator's work off the training thread. */
+void tp_input_release(tp_input_t *self, int tower, tp_datapoint_t **dp_p);
 int64_t tp_input_size(tp_input_t *self);
 /* The step watchdog's period for this input (inputs without one ignore
  * it); inputs wrapping another pass it on. */
