@@ -33,13 +33,13 @@ AUG = "augment crop=28,pad=4,flip,mean=%.3f,std=%.3f" % (MEAN * 255, STD * 255)
 
 MODES = {
     # rounds and sizes of each comparison; quick: about 3-4 minutes on the
-    # 2-core development machine even when it is loaded, full: 10-25
+    # 2-core development machine even when it is loaded, full: 8-25
     # (PyTorch's CNN epoch dominates)
     "quick": dict(transport_repeat=3, hop_rounds=9, transport_scale=0.2, load_rounds=3,
                   load_batches=150, train_rounds={"mlp": 1, "cnn": 1}, train_steps=50,
                   engine_steps=300, engine_repeat=7, torch_1thread=True, budget_s=210),
     "full": dict(transport_repeat=9, hop_rounds=31, transport_scale=1.0, load_rounds=5,
-                 load_batches=400, train_rounds={"mlp": 3, "cnn": 1}, train_steps=0,
+                 load_batches=400, train_rounds={"mlp": 3, "cnn": 3}, train_steps=0,
                  engine_steps=500, engine_repeat=15, torch_1thread=True, budget_s=1200),
 }
 
