@@ -162,6 +162,24 @@ static double s_engine(const tp_model_desc_t *desc, int64_t batch, int64_t steps
     return rate;
 }
 
+/* Ticks the hypervisor took from this machine's CPUs (the "steal" column of
+ * /proc/stat, all CPUs together); 0 where there is no such count. On a
+ * shared virtual machine the host sometimes runs other guests on the
+ * cores this one believes it has: the prefetching then competes with the
+ * trainer for one real core, and a pair of runs compares two different
+ * machines. Rounds with no steal in either run of a pair are reported on
+ * their own. */
+static unsigned long long s_steal_ticks(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return 0;
+    unsigned long long v[8] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                   &v[3], &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    return n == 8 ? v[7] : 0;
+}
+
 static int s_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -249,6 +267,10 @@ int tp_bench_engine(int argc, char **argv) {
     /* Warm up caches and the allocator once, then measure in rounds. */
     s_bare(&desc, batch, steps / 10);
     double r_engine[1000], r_input[1000], c_engine[1000], c_input[1000], r_work[1000];
+    double q_engine[1000], q_input[1000];   /* the pairs no steal touched */
+    int nq_engine = 0, nq_input = 0;
+    unsigned long long steal = 0;
+    double wall0 = tp_now_s();
     double bare = 0, engine = 0, pipeline = 0, dummy = 0;
     double best_b = 0, best_e = 0, best_p = 0, best_d = 0;
     char spec[128];
@@ -262,19 +284,28 @@ int tp_bench_engine(int argc, char **argv) {
         /* Each pair back to back, and in the other order every second
          * round: neither side always runs first. */
         double b, bc, e, ec, p, pc, d, dc;
+        unsigned long long t0 = s_steal_ticks(), t1, t2;
         if (k % 2 == 0) {
             b = s_bare(&desc, batch, steps), bc = s_last_cpu_s;
             e = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir), ec = s_last_cpu_s;
+            t1 = s_steal_ticks();
             p = s_engine(&desc, batch, steps, real, NULL, dir), pc = s_last_cpu_s;
             d = s_engine(&desc, batch, steps, NULL, tp_input_dummy(&desc, batch, 10, 1), dir);
             dc = s_last_cpu_s;
         } else {
             e = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir), ec = s_last_cpu_s;
             b = s_bare(&desc, batch, steps), bc = s_last_cpu_s;
+            t1 = s_steal_ticks();
             d = s_engine(&desc, batch, steps, NULL, tp_input_dummy(&desc, batch, 10, 1), dir);
             dc = s_last_cpu_s;
             p = s_engine(&desc, batch, steps, real, NULL, dir), pc = s_last_cpu_s;
         }
+        t2 = s_steal_ticks();
+        steal += t2 - t0;
+        if (t1 == t0)
+            q_engine[nq_engine++] = e / b;
+        if (t2 == t1)
+            q_input[nq_input++] = p / d;
         if (b <= 0 || e <= 0 || p <= 0 || d <= 0 || ec <= 0 || pc <= 0)
             return 1;
         r_engine[k] = e / b;
@@ -296,6 +327,13 @@ int tp_bench_engine(int argc, char **argv) {
     qsort(c_engine, (size_t)repeat, sizeof *c_engine, s_cmp);
     qsort(c_input, (size_t)repeat, sizeof *c_input, s_cmp);
     qsort(r_work, (size_t)repeat, sizeof *r_work, s_cmp);
+    qsort(q_engine, (size_t)nq_engine, sizeof *q_engine, s_cmp);
+    qsort(q_input, (size_t)nq_input, sizeof *q_input, s_cmp);
+    double q_engine_ratio = nq_engine ? q_engine[nq_engine / 2] : -1;
+    double q_input_ratio = nq_input ? q_input[nq_input / 2] : -1;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN), hz = sysconf(_SC_CLK_TCK);
+    double steal_frac = (double)steal / ((tp_now_s() - wall0) * (double)(ncpu > 0 ? ncpu : 1) *
+                                         (double)(hz > 0 ? hz : 100));
     double work_ratio = r_work[repeat / 2];
     double engine_ratio = r_engine[repeat / 2], input_ratio = r_input[repeat / 2];
     double engine_cpu = c_engine[repeat / 2], input_cpu = c_input[repeat / 2];
@@ -312,10 +350,14 @@ int tp_bench_engine(int argc, char **argv) {
                "\"dummy_steps_per_s\":%.2f,\"input_hiding_ratio\":%.4f,"
                "\"engine_cpu_ratio\":%.4f,\"input_hiding_cpu_ratio\":%.4f,"
                "\"engine_best_ratio\":%.4f,\"input_hiding_best_ratio\":%.4f,"
-               "\"pipeline_vs_memory_ratio\":%.4f,\"rounds\":%lld}\n",
+               "\"pipeline_vs_memory_ratio\":%.4f,\"steal_fraction\":%.4f,"
+               "\"engine_quiet_ratio\":%.4f,\"engine_quiet_rounds\":%d,"
+               "\"input_hiding_quiet_ratio\":%.4f,\"input_hiding_quiet_rounds\":%d,"
+               "\"rounds\":%lld}\n",
                (long long)steps, (long long)batch, bare, engine, engine_ratio,
                pipeline, dummy, input_ratio, engine_cpu, input_cpu, best_e / best_b,
-               best_p / best_d, work_ratio, (long long)repeat);
+               best_p / best_d, work_ratio, steal_frac, q_engine_ratio, nq_engine,
+               q_input_ratio, nq_input, (long long)repeat);
     } else {
         printf("%-10s %12s %12s %12s %10s   (%lld rounds of %lld steps)\n", "case",
                "mean steps/s", "median ratio", "best steps/s", "best ratio",
@@ -329,6 +371,10 @@ int tp_bench_engine(int argc, char **argv) {
         printf("pipeline against the engine on 64 in-memory batches (new batch every step,\n"
                "no decoding or batching): %.3f, the part of the gap that is the pipeline's work\n",
                work_ratio);
+        printf("CPU time taken by the hypervisor (steal): %.1f%% of this machine's CPU time;\n"
+               "pairs it did not touch: engine %.3f of bare (%d of %lld), pipeline %.3f of dummy "
+               "(%d of %lld)\n", 100 * steal_frac, q_engine_ratio, nq_engine, (long long)repeat,
+               q_input_ratio, nq_input, (long long)repeat);
         printf("trainer-thread CPU time per step, as a rate ratio (not stretched by other\n"
                "processes; blind to waiting): engine %.3f of bare, pipeline %.3f of dummy\n",
                engine_cpu, input_cpu);
