@@ -276,7 +276,7 @@ int tp_bench_engine(int argc, char **argv) {
     /* Warm up caches and the allocator once, then measure in rounds. */
     s_bare(&desc, batch, steps / 10);
     double r_engine[1000], r_input[1000], c_engine[1000], c_input[1000], r_work[1000];
-    double q_engine[1000], q_input[1000];   /* the pairs no steal touched */
+    double q_engine[1000], q_input[1000];   /* the pairs under QUIET steal */
     int nq_engine = 0, nq_input = 0;
     unsigned long long steal = 0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN), hz = sysconf(_SC_CLK_TCK);
@@ -319,12 +319,12 @@ int tp_bench_engine(int argc, char **argv) {
                     "(steal %.1f%%)\n", (long long)k, e / b,
                     100.0 * (double)(t1 - t0) / ((w1 - w0) * cpu_ticks_s), p / d,
                     100.0 * (double)(t2 - t1) / ((w2 - w1) * cpu_ticks_s));
+        if (b <= 0 || e <= 0 || p <= 0 || d <= 0 || ec <= 0 || pc <= 0)
+            return 1;
         if ((double)(t1 - t0) <= QUIET * (w1 - w0) * cpu_ticks_s)
             q_engine[nq_engine++] = e / b;
         if ((double)(t2 - t1) <= QUIET * (w2 - w1) * cpu_ticks_s)
             q_input[nq_input++] = p / d;
-        if (b <= 0 || e <= 0 || p <= 0 || d <= 0 || ec <= 0 || pc <= 0)
-            return 1;
         r_engine[k] = e / b;
         r_input[k] = p / d;
         r_work[k] = p / e;
