@@ -830,8 +830,23 @@ static void s_xent_bwd(const tp_op_call_t *c) {
     float *dx = c->dx[0];
     if (!dx)
         return;
-    GRAD_STORE(dx, c->dx_acc[0], n * k,
-               g * (p[i] - ((size_t)lab[i / k] == i % k ? 1.0f : 0.0f)));
+    /* Row by row: g * p, then -g at the row's label. No division per
+     * element and one label load per row (the per-element form cost about
+     * 5 us of a 400 us MLP step at batch 128). */
+    const int acc = c->dx_acc[0];
+    for (size_t r = 0; r < n; r++) {
+        float *d = dx + r * k;
+        const float *pr = p + r * k;
+        const size_t l = (size_t)lab[r];   /* in [0, k): checked in forward */
+        const float at = acc ? d[l] + g * (pr[l] - 1.0f) : g * (pr[l] - 1.0f);
+        if (acc)
+            for (size_t j = 0; j < k; j++)
+                d[j] += g * pr[j];
+        else
+            for (size_t j = 0; j < k; j++)
+                d[j] = g * pr[j];
+        d[l] = at;   /* the same arithmetic as g * (p - onehot) */
+    }
 }
 
 static tp_status_t s_correct_fwd(const tp_op_call_t *c) {

@@ -328,3 +328,52 @@ Test(ops_fwd, batch_norm_moving_averages) {
     cr_expect_float_eq(((float *)out.data)[0], want, 1e-5);
     tp_model_destroy(&m);
 }
+
+/* Cross-entropy's backward when its logits feed two costs: the second
+ * accumulates into the first's gradient, so every gradient is exactly
+ * twice the one-cost model's (scaling by 2 is exact in floating point). */
+static tp_status_t s_xent_twice(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    int64_t xs[2] = {N, 5};
+    tp_node_t *x = tp_variable(t, "x", 2, xs, (tp_init_t){TP_INIT_NORMAL, 1.0f},
+                               TP_VAR_TRAINABLE);
+    tp_node_t *logits = tp_fc(t, "head", x, CLASSES, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "xent", logits, in[0]);
+    if (u)
+        cost = tp_add(t, "cost", cost, tp_softmax_xent(t, "xent2", logits, in[0]));
+    return tp_tower_set_cost(t, cost);
+}
+
+Test(ops_bwd, softmax_xent_accumulates_when_its_logits_feed_two_costs) {
+    tp_input_desc_t desc = {"labels", TP_INT32, 1, {-1}};
+    int32_t labels[N] = {2, 0, 0, 1};
+    int64_t ls[1] = {N};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_INT32, 1, ls, labels, NULL, NULL);
+    tp_model_t *m[2];
+    for (int k = 0; k < 2; k++) {
+        tp_model_desc_t md = {&desc, 1, s_xent_twice, s_opt, k ? (void *)1 : NULL};
+        tp_model_config_t cfg = tp_model_config_default();
+        cfg.batch = N;
+        cfg.seed = 11;
+        m[k] = tp_model_new(&md, &cfg);
+        cr_assert_not_null(m[k], "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(m[k], 0, &in), TP_OK, "%s", tp_last_error());
+    }
+    int compared = 0;
+    for (int vi = 0; vi < tp_model_var_count(m[0]); vi++) {
+        const char *name = tp_model_var_name(m[0], vi);
+        if (!tp_model_var_trainable(m[0], vi))
+            continue;
+        tp_tensor_t g1, g2;
+        cr_assert_eq(tp_model_grad(m[0], 0, name, &g1), TP_OK);
+        cr_assert_eq(tp_model_grad(m[1], 0, name, &g2), TP_OK, "%s", tp_last_error());
+        const float *a = g1.data, *b = g2.data;
+        for (size_t i = 0; i < tp_tensor_numel(&g1); i++, compared++)
+            cr_assert(b[i] == 2.0f * a[i],
+                      "d cost / d %s[%zu]: %.9g with two costs, %.9g with one", name,
+                      i, b[i], a[i]);
+    }
+    cr_assert_gt(compared, 20);
+    tp_model_destroy(&m[0]);
+    tp_model_destroy(&m[1]);
+}
