@@ -26,31 +26,33 @@
  * (writes past it fail with EFBIG instead of killing the process). */
 static inline int fu_spawn(char *const argv[], const char *out, const char *tmpdir,
                            long fsize) {
-    pid_t pid = pu_fork();
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        setenv("TP_LOG_LEVEL", "info", 1);
-        if (tmpdir)
-            setenv("TMPDIR", tmpdir, 1);
-        if (fsize > 0) {
-            struct rlimit rl = {(rlim_t)fsize, (rlim_t)fsize};
-            signal(SIGXFSZ, SIG_IGN);
-            setrlimit(RLIMIT_FSIZE, &rl);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "TMPDIR=%s", tmpdir ? tmpdir : "");
+    const char *env[] = {"TP_LOG_LEVEL=info", tmpdir ? tmp : NULL, NULL};
+    pu_spawn_opts_t o = {.out = out, .env = env, .fsize = fsize};
+    return pu_spawn(argv, &o);
 }
 
 /* Wait up to ms for the exit of pid; its status, or -1 (then it was
  * SIGKILLed: a hang). */
 static inline int fu_wait(int pid, int ms) { return pu_waitpid(pid, ms); }
+
+/* The next datapoint of a remote dataflow whose timeout is short, from a
+ * sender that is alive: the short timeout is for the silence after a kill;
+ * while the sender is still starting (exec, ASan, a loaded machine) its
+ * timeouts say nothing, so wait for the event itself: a datapoint, or the
+ * sender's end. 60 s guard against a hang. */
+static inline tp_status_t fu_next_from(tp_dataflow_t *df, tp_datapoint_t **dp, int sender) {
+    double t0 = tp_now_s();
+    tp_status_t rc;
+    while ((rc = tp_dataflow_next(df, dp)) == TP_ERR_TIMEOUT && !pu_gone(sender) &&
+           tp_now_s() - t0 < 60)
+        ;
+    if (rc == TP_ERR_TIMEOUT)
+        cr_log_error("no datapoint from sender %d (%s) in %.1f s", sender,
+                     pu_gone(sender) ? "it is gone" : "alive", tp_now_s() - t0);
+    return rc;
+}
 
 /* Wait up to ms for path to exist; 1 if it does. */
 static inline int fu_wait_file(const char *path, int ms) {

@@ -4,26 +4,181 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* fork() for a helper child: the child is SIGKILLed when the test process
- * ends, so a failed assertion never leaves it behind (a sender blocked on a
- * full socket would otherwise hold ctest's output pipe until its timeout).
- * Survives execve. */
+/* The fork rule, for tests as for the library (docs/actors.md): a child
+ * that runs code of this process after fork() must be forked while no other
+ * thread of ours can hold a lock. A ZeroMQ context's I/O thread allocates
+ * whenever a peer connects; fork while it holds the allocator's lock (under
+ * AddressSanitizer, whose allocator has no fork handler) and the child hangs
+ * in its first malloc. That was issue 21's failure: a second sender forked
+ * while the receiver's I/O thread accepted the first one never started.
+ *
+ * Name of the first ZeroMQ background thread of this process ("" if none). */
+static inline const char *pu_zmq_thread(char *name, size_t size) {
+    name[0] = '\0';
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%.32s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(comm, sizeof comm, f))
+                comm[0] = '\0';
+            fclose(f);
+        }
+        if (!strncmp(comm, "ZMQbg/", 6)) {
+            comm[strcspn(comm, "\n")] = '\0';
+            snprintf(name, size, "%s", comm);
+            break;
+        }
+    }
+    if (d)
+        closedir(d);
+    return name;
+}
+
+/* In the child: die with the test process (SIGKILL), so a failed assertion
+ * never leaves a helper behind (a sender blocked on a full socket would
+ * otherwise hold ctest's output pipe until its timeout). Survives execve.
+ * Async-signal-safe. */
+static inline void pu_child_init(pid_t parent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)  /* the test ended before prctl */
+        _exit(1);
+}
+
+/* fork() for a helper child that runs this test's code. Refuses (exits the
+ * test with a message naming the thread) when a ZeroMQ context is running
+ * here: fork helpers before creating receivers, actors or dataflows that
+ * use sockets (a connecting peer waits for a later bind), or start a
+ * program with pu_spawn. */
 static inline pid_t pu_fork(void) {
+    char zmq[64];
+    if (pu_zmq_thread(zmq, sizeof zmq)[0]) {
+        fprintf(stderr, "pu_fork: refusing to fork while ZeroMQ thread %s runs in this "
+                "process (the child could hang on a lock it holds); fork helpers "
+                "first, or use pu_spawn\n", zmq);
+        fflush(stderr);
+        abort();
+    }
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0)
+        pu_child_init(parent);
+    return pid;
+}
+
+/* A gate for helpers forked before the test is ready for them (pu_fork's
+ * rule): a child waits at it until the parent has bound its socket, killed
+ * the previous sender, and so on. An event, not a sleep. */
+typedef struct {
+    int rd, wr;  /* a pipe: one byte lets one waiter through */
+} pu_gate_t;
+
+static inline void pu_gate_init(pu_gate_t *g) {
+    int fds[2];
+    if (pipe(fds) != 0) {
+        perror("pu_gate_init: pipe");
+        abort();
+    }
+    g->rd = fds[0];
+    g->wr = fds[1];
+}
+
+/* In a child: block until the parent lets one waiter through. */
+static inline void pu_gate_wait(pu_gate_t *g) {
+    char c;
+    while (read(g->rd, &c, 1) < 0 && errno == EINTR) {
+    }
+}
+
+/* In the parent: let n waiters through. */
+static inline void pu_gate_open(pu_gate_t *g, int n) {
+    for (int i = 0; i < n; i++)
+        if (write(g->wr, "", 1) != 1)
+            perror("pu_gate_open: write");
+}
+
+static inline void pu_gate_fini(pu_gate_t *g) {
+    close(g->rd);
+    close(g->wr);
+}
+
+/* How pu_spawn starts a program. Zero-initialise, then set what you need. */
+typedef struct {
+    const char *out;          /* stdout (and stderr, see err) appended to this file */
+    int out_fd;               /* or to this descriptor when > 0 (a pipe's write end) */
+    int keep_stderr;          /* 1: stderr stays the test's own */
+    const char *const *env;   /* "NAME=value" set on top of ours; NULL-terminated */
+    long fsize;               /* > 0: RLIMIT_FSIZE in bytes, SIGXFSZ ignored */
+} pu_spawn_opts_t;
+
+/* Start the program argv[0] with argv (fork + execve). Everything that may
+ * allocate (the environment) is prepared before fork; the child makes only
+ * async-signal-safe calls before exec, so this is safe at any time, also
+ * with threads and sockets running. Returns the pid (or -1). */
+static inline pid_t pu_spawn(char *const argv[], const pu_spawn_opts_t *o) {
+    extern char **environ;
+    pu_spawn_opts_t none = {0};
+    if (!o)
+        o = &none;
+    size_t n = 0, extra = 0;
+    while (environ[n])
+        n++;
+    while (o->env && o->env[extra])
+        extra++;
+    char **envp = (char **)calloc(n + extra + 1, sizeof *envp);
+    if (!envp)
+        return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int replaced = 0;
+        for (size_t j = 0; j < extra && !replaced; j++) {
+            size_t len = strcspn(o->env[j], "=");
+            replaced = !strncmp(environ[i], o->env[j], len) && environ[i][len] == '=';
+        }
+        if (!replaced)
+            envp[k++] = environ[i];
+    }
+    for (size_t j = 0; j < extra; j++)
+        envp[k++] = (char *)o->env[j];
+    envp[k] = NULL;
     pid_t parent = getpid();
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)  /* the test ended before prctl */
-            _exit(1);
+        pu_child_init(parent);
+        int fd = o->out_fd > 0 ? o->out_fd
+                 : o->out ? open(o->out, O_WRONLY | O_CREAT | O_APPEND, 0600) : -1;
+        if (fd >= 0) {
+            dup2(fd, 1);
+            if (!o->keep_stderr)
+                dup2(fd, 2);
+            if (fd > 2)
+                close(fd);
+        }
+        if (o->fsize > 0) {
+            struct rlimit rl = {(rlim_t)o->fsize, (rlim_t)o->fsize};
+            signal(SIGXFSZ, SIG_IGN);
+            setrlimit(RLIMIT_FSIZE, &rl);
+        }
+        execve(argv[0], argv, envp);
+        _exit(127);
     }
+    free(envp);
     return pid;
 }
 

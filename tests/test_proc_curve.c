@@ -43,10 +43,15 @@ static void s_tcp(char *out, size_t size) {
 }
 
 /* Fork a sender of n datapoints to ep (connect, or bind when bind) with the
- * keys of curve_dir (NULL: no CURVE). Exit 0 when all were queued. */
-static int s_sender(const char *ep, int bind, const char *curve_dir, int64_t n) {
+ * keys of curve_dir (NULL: no CURVE); it starts when `gate` lets it through
+ * (NULL: at once). Forked before any receiver exists (pu_fork's rule). Exit
+ * 0 when all were queued. */
+static int s_sender(const char *ep, int bind, const char *curve_dir, int64_t n,
+                    pu_gate_t *gate) {
     pid_t pid = pu_fork();
     if (pid == 0) {
+        if (gate)
+            pu_gate_wait(gate);
         tp_dataflow_t *df = tu_count_df(n, 64, -1);
         tp_send_opts_t o;
         tp_send_opts_init(&o);
@@ -149,18 +154,25 @@ Test(curve, unauthenticated_senders_get_nothing_in) {
     cr_assert_eq(system(cmd), 0);
     char ep[128];
     s_tcp(ep, sizeof ep);
+    pu_gate_t bad_go, good_go;
+    pu_gate_init(&bad_go);
+    pu_gate_init(&good_go);
+    int plain = s_sender(ep, 0, NULL, 20, &bad_go);
+    int forged = s_sender(ep, 0, s_other, 20, &bad_go);
+    int good = s_sender(ep, 0, s_keys, 100, &good_go);
     tp_dataflow_t *df = s_receiver(ep, s_keys, 1.0);
-    int plain = s_sender(ep, 0, NULL, 20);
-    int forged = s_sender(ep, 0, s_other, 20);
+    pu_gate_open(&bad_go, 2);
     cr_assert_eq(s_drain(df), 0, "an unauthenticated sender's data arrived");
     kill(plain, SIGKILL);
     kill(forged, SIGKILL);
     fu_wait(plain, 2000);
     fu_wait(forged, 2000);
-    int good = s_sender(ep, 0, s_keys, 100);
+    pu_gate_open(&good_go, 1);
+    pu_gate_fini(&bad_go);
+    pu_gate_fini(&good_go);
     for (int64_t i = 0; i < 100; i++) {
         tp_datapoint_t *dp;
-        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(fu_next_from(df, &dp, good), TP_OK, "%s", tp_last_error());
         cr_assert_eq(tu_value(dp), i);
         tp_datapoint_destroy(&dp);
     }
@@ -185,7 +197,7 @@ Test(curve, unauthenticated_receivers_get_nothing_out) {
     char ep[128], conn[140];
     s_tcp(ep, sizeof ep);
     snprintf(conn, sizeof conn, ">%s", ep);
-    int sender = s_sender(ep, 1, s_keys, 50);
+    int sender = s_sender(ep, 1, s_keys, 50, NULL);
     usleep(200000);
     tp_dataflow_t *plain = s_receiver(conn, NULL, 1.0);
     cr_assert_eq(s_drain(plain), 0, "a receiver without keys got data");

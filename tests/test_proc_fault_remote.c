@@ -27,10 +27,12 @@ static tp_dataflow_t *s_remote(const char *eps, double timeout) {
 }
 
 /* Fork a sender of n datapoints (values stream*1e6 + 0..n-1, pad bytes each)
- * to ep. */
-static int s_sender(const char *ep, int64_t n, uint64_t stream, size_t pad) {
+ * to ep; it starts when `gate` lets it through. Forked before the receiver
+ * exists (pu_fork's rule). */
+static int s_sender(const char *ep, int64_t n, uint64_t stream, size_t pad, pu_gate_t *gate) {
     pid_t pid = pu_fork();
     if (pid == 0) {
+        pu_gate_wait(gate);
         tp_dataflow_t *df = tu_count_df(n, (int64_t)pad, -1);
         tp_send_opts_t o;
         tp_send_opts_init(&o);
@@ -51,9 +53,11 @@ static int s_sender(const char *ep, int64_t n, uint64_t stream, size_t pad) {
 Test(fault_remote, half_messages_are_dropped) {
     char ep[128];
     snprintf(ep, sizeof ep, "ipc://%s/half.sock", s_dir);
-    tp_dataflow_t *df = s_remote(ep, 5);
+    pu_gate_t bound;
+    pu_gate_init(&bound);
     pid_t pid = pu_fork();
     if (pid == 0) {
+        pu_gate_wait(&bound);
         void *ctx = zmq_ctx_new();
         void *push = zmq_socket(ctx, ZMQ_PUSH);
         zmq_connect(push, ep);
@@ -79,6 +83,9 @@ Test(fault_remote, half_messages_are_dropped) {
         zmq_ctx_term(ctx);
         _exit(0);
     }
+    tp_dataflow_t *df = s_remote(ep, 5);
+    pu_gate_open(&bound, 1);
+    pu_gate_fini(&bound);
     tp_datapoint_t *dp;
     cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tu_value(dp), 42, "the first whole datapoint comes through");
@@ -86,17 +93,6 @@ Test(fault_remote, half_messages_are_dropped) {
     cr_assert_eq(tp_df_remote_malformed(df), 2);
     cr_assert_neq(pu_waitpid(pid, 3000), -1);
     tp_dataflow_destroy(&df);
-}
-
-/* The next datapoint of a remote dataflow whose timeout is short, while its
- * sender is alive: the short timeout is for the silence after a kill, but a
- * sender still starting (fork, ASan, a loaded CI machine) may be slower than
- * that, so waits up to 60 timeouts. */
-static tp_status_t s_next_patient(tp_dataflow_t *df, tp_datapoint_t **dp) {
-    tp_status_t rc;
-    for (int tries = 0; (rc = tp_dataflow_next(df, dp)) == TP_ERR_TIMEOUT && tries < 60; tries++)
-        ;
-    return rc;
 }
 
 /* Must hold: a sender SIGKILLed in the middle of a stream of 256 KiB
@@ -107,12 +103,17 @@ static tp_status_t s_next_patient(tp_dataflow_t *df, tp_datapoint_t **dp) {
 Test(fault_remote, sender_vanishes_mid_stream) {
     char ep[128];
     snprintf(ep, sizeof ep, "ipc://%s/v.sock", s_dir);
+    pu_gate_t first, second;
+    pu_gate_init(&first);
+    pu_gate_init(&second);
+    int pid = s_sender(ep, 1000000, 0, 256 * 1024, &first);
+    int pid2 = s_sender(ep, 10, 1, 16, &second);
     tp_dataflow_t *df = s_remote(ep, 0.5);
-    int pid = s_sender(ep, 1000000, 0, 256 * 1024);
+    pu_gate_open(&first, 1);
     tp_datapoint_t *dp;
     int64_t k = 0;
     for (; k < 20; k++) {
-        cr_assert_eq(s_next_patient(df, &dp), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(fu_next_from(df, &dp, pid), TP_OK, "%s", tp_last_error());
         cr_assert_eq(tu_value(dp), k);
         tp_datapoint_destroy(&dp);
     }
@@ -131,9 +132,12 @@ Test(fault_remote, sender_vanishes_mid_stream) {
               "%s", tp_last_error());
     cr_assert_eq(tp_df_remote_malformed(df), 0);
     /* A new sender: received from its first datapoint. */
-    pid = s_sender(ep, 10, 1, 16);
+    pid = pid2;
+    pu_gate_open(&second, 1);
+    pu_gate_fini(&first);
+    pu_gate_fini(&second);
     for (int64_t i = 0; i < 10; i++) {
-        cr_assert_eq(s_next_patient(df, &dp), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(fu_next_from(df, &dp, pid), TP_OK, "%s", tp_last_error());
         cr_assert_eq(tu_value(dp), 1000000 + i);
         tp_datapoint_destroy(&dp);
     }

@@ -6,11 +6,15 @@
 #include "actor_testutil.h"
 #include "proc_testutil.h"
 
-/* Fork a sender of `n` datapoints (stream s) to `ep`; returns its pid. */
+/* Fork a sender of `n` datapoints (stream s) to `ep`; it starts sending when
+ * `gate` opens (NULL: at once). Returns its pid. Senders are forked before
+ * the receiver exists (pu_fork's rule); the gate opens once it is bound. */
 static int fork_sender(const char *ep, int64_t n, uint64_t stream, int lz4,
-                       size_t pad) {
+                       size_t pad, pu_gate_t *gate) {
     pid_t pid = pu_fork();
     if (pid == 0) {
+        if (gate)
+            pu_gate_wait(gate);
         tp_dataflow_t *df = tu_count_df(n, pad, -1);
         tp_send_opts_t o;
         tp_send_opts_init(&o);
@@ -38,9 +42,13 @@ Test(proc_remote, one_sender_in_order) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/r.sock", dir);
+    pu_gate_t bound;
+    pu_gate_init(&bound);
+    int pid = fork_sender(ep, 1000, 0, 0, 4096, &bound);
     tp_dataflow_t *df = make_remote(ep, 5);
+    pu_gate_open(&bound, 1);
+    pu_gate_fini(&bound);
     cr_assert_eq(tp_dataflow_size(df), -1);
-    int pid = fork_sender(ep, 1000, 0, 0, 4096);
     for (int64_t i = 0; i < 1000; i++) {
         tp_datapoint_t *dp;
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
@@ -59,12 +67,16 @@ Test(proc_remote, two_endpoints_with_lz4) {
     char dir[64], eps[300];
     tu_tmpdir(dir, sizeof dir);
     snprintf(eps, sizeof eps, "ipc://%s/a.sock,ipc://%s/b.sock", dir, dir);
-    tp_dataflow_t *df = make_remote(eps, 5);
     char a[140], b[140];
     snprintf(a, sizeof a, "ipc://%s/a.sock", dir);
     snprintf(b, sizeof b, "ipc://%s/b.sock", dir);
-    int pa = fork_sender(a, 300, 1, 1, 8192);
-    int pb = fork_sender(b, 300, 2, 1, 8192);
+    pu_gate_t bound;
+    pu_gate_init(&bound);
+    int pa = fork_sender(a, 300, 1, 1, 8192, &bound);
+    int pb = fork_sender(b, 300, 2, 1, 8192, &bound);
+    tp_dataflow_t *df = make_remote(eps, 5);
+    pu_gate_open(&bound, 2);
+    pu_gate_fini(&bound);
     int64_t next[3] = {0, 0, 0};
     for (int i = 0; i < 600; i++) {
         tp_datapoint_t *dp;
@@ -89,9 +101,11 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/g.sock", dir);
-    tp_dataflow_t *df = make_remote(ep, 5);
+    pu_gate_t bound;
+    pu_gate_init(&bound);
     pid_t pid = pu_fork();
     if (pid == 0) {
+        pu_gate_wait(&bound);
         void *ctx = zmq_ctx_new();
         void *push = zmq_socket(ctx, ZMQ_PUSH);
         zmq_connect(push, ep);
@@ -110,6 +124,9 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
         zmq_ctx_term(ctx);
         _exit(0);
     }
+    tp_dataflow_t *df = make_remote(ep, 5);
+    pu_gate_open(&bound, 1);
+    pu_gate_fini(&bound);
     tp_datapoint_t *dp;
     cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tu_value(dp), 41);
@@ -137,9 +154,13 @@ Test(proc_remote, stopped_reader_bounds_the_sender) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/slow.sock", dir);
-    tp_dataflow_t *df = make_remote(ep, 5);
     /* An endless sender of 256 KiB datapoints; we read 5 and stop. */
-    int pid = fork_sender(ep, 1000000000, 0, 0, 256 * 1024);
+    pu_gate_t bound;
+    pu_gate_init(&bound);
+    int pid = fork_sender(ep, 1000000000, 0, 0, 256 * 1024, &bound);
+    tp_dataflow_t *df = make_remote(ep, 5);
+    pu_gate_open(&bound, 1);
+    pu_gate_fini(&bound);
     tp_datapoint_t *dp;
     for (int i = 0; i < 5; i++) {
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());

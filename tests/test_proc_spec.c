@@ -34,12 +34,9 @@ Test(proc_spec, remote_source_with_tp_worker_spec) {
     tp_dataflow_t *df = NULL;
     cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
-    pid_t pid = pu_fork();
-    if (pid == 0) {
-        execl(TP_BINARY_DIR "/bin/tp-worker", "tp-worker", "--spec", "fake:size=20",
-              "--connect", ep, "--count", "30", (char *)NULL);
-        _exit(127);
-    }
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec", "fake:size=20",
+                     "--connect", ep, "--count", "30", NULL};
+    pid_t pid = pu_spawn(wargv, NULL);
     for (int i = 0; i < 3; i++) {
         tp_datapoint_t *dp;
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());

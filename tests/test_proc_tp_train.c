@@ -33,15 +33,12 @@ static void s_teardown(void) {
 static int s_run(char *const *argv, char *out, size_t size) {
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
-    pid_t pid = pu_fork();
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        dup2(fds[1], 2);
-        close(fds[0]);
-        setenv("TP_LOG_LEVEL", "info", 1);
-        execv(TP_BINARY_DIR "/bin/tp-train", argv);
-        _exit(127);
-    }
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    char *full[64] = {TP_BINARY_DIR "/bin/tp-train"};
+    for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
+    pu_spawn_opts_t o = {.out_fd = fds[1], .env = env};
+    pid_t pid = pu_spawn(full, &o);
     close(fds[1]);
     size_t got = 0;
     ssize_t r;
@@ -120,15 +117,10 @@ Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .t
     snprintf(logdir, sizeof logdir, "%s/remote", s_dir);
     snprintf(ep, sizeof ep, "ipc://%s/data.sock", s_dir);
     snprintf(bind, sizeof bind, "@%s", ep);
-    pid_t worker = pu_fork();
-    if (worker == 0) {
-        int null = open("/dev/null", 1);
-        dup2(null, 1);
-        dup2(null, 2);
-        execl(TP_BINARY_DIR "/bin/tp-worker", "tp-worker", "--spec",
-              "fashion-mnist:train | batch 64", "--connect", ep, (char *)NULL);
-        _exit(127);
-    }
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | batch 64", "--connect", ep, NULL};
+    pu_spawn_opts_t wo = {.out = "/dev/null"};
+    pid_t worker = pu_spawn(wargv, &wo);
     char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "10",
                     "--batch", "64", "--remote", bind, "--threads", "1",
                     "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};

@@ -23,18 +23,13 @@ Test(train_signal, sigint_mid_epoch_leaves_a_loadable_checkpoint, .timeout = 120
     cr_assert_not_null(mkdtemp(dir));
     char logdir[128], ckpt[256];
     snprintf(logdir, sizeof logdir, "%s/run", dir);
-    pid_t pid = pu_fork();
-    if (pid == 0) {
-        setenv("TP_LOG_LEVEL", "info", 1);  /* the stop is logged at info */
-        int null = open("/dev/null", 1);
-        dup2(null, 1);
-        dup2(null, 2);
-        execl(TP_BINARY_DIR "/bin/tp-train", "tp-train", "--model", "mlp",
-              "--epochs", "1000", "--steps-per-epoch", "20", "--threads", "1",
-              "--test-spec", "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 1",
-              "--logdir", logdir, (char *)NULL);
-        _exit(127);
-    }
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp",
+                    "--epochs", "1000", "--steps-per-epoch", "20", "--threads", "1",
+                    "--test-spec", "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 1",
+                    "--logdir", logdir, NULL};
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};  /* the stop is logged at info */
+    pu_spawn_opts_t o = {.out = "/dev/null", .env = env};
+    pid_t pid = pu_spawn(argv, &o);
     /* Wait for the second checkpoint, then interrupt mid-epoch. */
     char second[256];
     snprintf(second, sizeof second, "%s/model-40.safetensors", logdir);

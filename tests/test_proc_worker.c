@@ -30,16 +30,8 @@ static void teardown(void) {
 
 /* Start a program with argv; stdout to `out` (NULL: inherit). */
 static int spawn(char *const argv[], const char *out) {
-    pid_t pid = pu_fork();
-    if (pid == 0) {
-        if (out) {
-            FILE *f = freopen(out, "w", stdout);
-            (void)f;
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
+    pu_spawn_opts_t o = {.out = out, .keep_stderr = 1};
+    return pu_spawn(argv, &o);
 }
 
 TestSuite(proc_worker, .init = setup, .fini = teardown);
