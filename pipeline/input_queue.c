@@ -23,7 +23,6 @@
 #include <towerpack/log.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/train.h>
-#include "core/datapoint_internal.h"
 
 typedef struct {
     tp_dataflow_t *df;
@@ -55,7 +54,7 @@ static void q_free_returned(s_queue_t *q) {
         return;
     tp_datapoint_t *dp = atomic_exchange_explicit(&q->returned, NULL, memory_order_acquire);
     while (dp) {
-        tp_datapoint_t *next = dp->link;
+        tp_datapoint_t *next = *tp_datapoint_link(dp);
         tp_datapoint_destroy(&dp);
         dp = next;
     }
@@ -169,8 +168,9 @@ static void q_release(void *impl, int tower, tp_datapoint_t *dp) {
         tp_datapoint_destroy(&dp);
         return;
     }
-    dp->link = atomic_load_explicit(&q->returned, memory_order_relaxed);
-    while (!atomic_compare_exchange_weak_explicit(&q->returned, &dp->link, dp,
+    tp_datapoint_t **link = tp_datapoint_link(dp);
+    *link = atomic_load_explicit(&q->returned, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&q->returned, link, dp,
                                                   memory_order_release,
                                                   memory_order_relaxed))
         ;

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
-#include "actors/actor_internal.h"  /* TP_HANDOFF_*: ThreadSanitizer hints */
+#include <towerpack/actor.h>  /* TP_HANDOFF_*: ThreadSanitizer hints */
 #include "pipeline/towers.h"
 
 #define MAX_INPUTS 16

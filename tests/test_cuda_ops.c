@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
+#include "gpu/backend_impl.h"  /* a white-box test of the backends' table */
 
 /* Criterion lists skipped tests only with --verbose: say it in every run
  * (ctest logs included) so a CI log shows the GPU tests did not run. */

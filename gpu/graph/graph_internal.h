@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
 #include <towerpack/graph.h>
 #include <towerpack/optim.h>
 

@@ -1,4 +1,4 @@
-/* towerpack dataflow: the datapoint wire format (encode, validate, decode).
+/* towerpack core: the datapoint wire format (encode, validate, decode).
  *
  * Header frame, little-endian:
  *   u32 magic "TPW1" | u8 version | u8 flags | u16 ncomp
@@ -589,5 +589,60 @@ tp_status_t tp_wire_recv(void *socket, const tp_wire_opts_t *opts,
     if (rc == TP_OK)
         rc = tp_wire_decode(msg, opts, out);
     tp_wire_msg_destroy(&msg);
+    return rc;
+}
+
+/* ---- control frames (moved from actors/actor.c: they travel on the same
+ * sockets as the encoded datapoints, so the wire format owns them) ------- */
+
+int tp_ctl_send(void *sock, int kind, uint32_t sender, const char *text,
+                int flags) {
+    size_t len = text ? strlen(text) : 0;
+    if (len > 4000)
+        len = 4000;
+    uint8_t buf[TP_CTL_HEADER + 4000];
+    uint32_t magic = TP_CTL_MAGIC;
+    memcpy(buf, &magic, 4);
+    buf[4] = (uint8_t)kind;
+    buf[5] = buf[6] = buf[7] = 0;
+    memcpy(buf + 8, &sender, 4);
+    if (len)
+        memcpy(buf + TP_CTL_HEADER, text, len);
+    return zmq_send(sock, buf, TP_CTL_HEADER + len, flags);
+}
+
+int tp_ctl_parse(const void *data, size_t size, int *kind, uint32_t *sender,
+                 const char **text, size_t *text_len) {
+    const uint8_t *p = data;
+    uint32_t magic;
+    if (size < TP_CTL_HEADER)
+        return 0;
+    if (size > TP_CTL_HEADER + 4000 &&
+        !(size == TP_CTL_HEADER + TP_CTL_PAD_BYTES && ((const uint8_t *)data)[4] == TP_CTL_PAD))
+        return 0;
+    memcpy(&magic, p, 4);
+    if (magic != TP_CTL_MAGIC || p[5] || p[6] || p[7])
+        return 0;
+    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_PAD)
+        return 0;
+    *kind = p[4];
+    memcpy(sender, p + 8, 4);
+    *text = (const char *)p + TP_CTL_HEADER;
+    *text_len = size - TP_CTL_HEADER;
+    return 1;
+}
+
+int tp_ctl_send_pad(void *sock, int flags) {
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, TP_CTL_HEADER + TP_CTL_PAD_BYTES) != 0)
+        return -1;
+    uint8_t *p = zmq_msg_data(&m);
+    memset(p, 0, TP_CTL_HEADER + TP_CTL_PAD_BYTES);
+    uint32_t magic = TP_CTL_MAGIC;
+    memcpy(p, &magic, 4);
+    p[4] = TP_CTL_PAD;
+    int rc = zmq_msg_send(&m, sock, flags);
+    if (rc < 0)
+        zmq_msg_close(&m);
     return rc;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/optim.h>
+#include "gpu/backend_impl.h"
 
 typedef enum { S_SGD, S_ADAM } s_kind_t;
 

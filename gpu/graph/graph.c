@@ -11,7 +11,7 @@
 #include <string.h>
 #include <towerpack/graph.h>
 
-#include "gpu/graph_internal.h"
+#include "gpu/graph/graph_internal.h"
 
 static const char *const s_op_names[TP_OP_COUNT] = {
     "input",       "variable",   "matmul",     "conv2d",

@@ -10,16 +10,16 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <towerpack/checkpoint.h>
+#include <towerpack/fileio.h>
 #include <towerpack/optim.h>
 
-#include "gpu/graph_internal.h"
+#include "gpu/graph/graph_internal.h"
 
 #define HEADER_MAX (100u << 20) /* the reference reader's limit */
 #define FORMAT_TAG "towerpack-checkpoint-1"
@@ -57,34 +57,6 @@ static const char *s_dtype_st(tp_dtype_t d) {
 }
 
 /* ---- writing ------------------------------------------------------------ */
-
-static tp_status_t s_write_all(int fd, const void *p, size_t n,
-                               const char *path) {
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return tp_error(TP_ERR_IO, "write %s: %s", path, strerror(errno));
-        c += w;
-        n -= (size_t)w;
-    }
-    return TP_OK;
-}
-
-static tp_status_t s_fsync_dir(const char *path) {
-    char *copy = strdup(path);
-    if (!copy)
-        return tp_error(TP_ERR_NOMEM, "path");
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    free(copy);
-    if (fd < 0)
-        return TP_OK; /* some filesystems do not allow it; the data is synced */
-    fsync(fd);
-    close(fd);
-    return TP_OK;
-}
 
 static char *s_header(const tp_named_tensor_t *ts, size_t n,
                       const tp_meta_kv_t *meta, size_t nmeta) {
@@ -153,44 +125,30 @@ tp_status_t tp_safetensors_write(const char *path,
                                       "UTF-8)", path);
     size_t hlen = strlen(hdr);
     size_t padded = (hlen + 7) & ~(size_t)7;
-    char *tmp = malloc(strlen(path) + 32);
-    if (!tmp) {
+    /* core's one atomic write: PATH.tmp.<pid>, fsync, rename, fsync of the
+     * directory (tp_atomic_file_sweep knows its temporaries) */
+    tp_atomic_file_t f;
+    tp_status_t rc = tp_atomic_file_open(&f, path);
+    if (rc != TP_OK) {
         free(hdr);
-        return tp_error(TP_ERR_NOMEM, "path");
-    }
-    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        tp_status_t st = tp_error(TP_ERR_IO, "create %s: %s", tmp,
-                                  strerror(errno));
-        free(hdr);
-        free(tmp);
-        return st;
+        return rc;
     }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    tp_status_t rc = s_write_all(fd, len8, 8, tmp);
+    rc = tp_atomic_file_write(&f, len8, 8);
     if (rc == TP_OK)
-        rc = s_write_all(fd, hdr, hlen, tmp);
+        rc = tp_atomic_file_write(&f, hdr, hlen);
     if (rc == TP_OK && padded > hlen)
-        rc = s_write_all(fd, "        ", padded - hlen, tmp);
+        rc = tp_atomic_file_write(&f, "        ", padded - hlen);
     for (size_t i = 0; rc == TP_OK && i < n; i++)
-        rc = s_write_all(fd, ts[i].tensor->data, ts[i].tensor->nbytes, tmp);
+        rc = tp_atomic_file_write(&f, ts[i].tensor->data, ts[i].tensor->nbytes);
     free(hdr);
-    if (rc == TP_OK && fsync(fd) != 0)
-        rc = tp_error(TP_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == TP_OK)
-        rc = tp_error(TP_ERR_IO, "close %s: %s", tmp, strerror(errno));
-    if (rc == TP_OK && rename(tmp, path) != 0)
-        rc = tp_error(TP_ERR_IO, "rename %s to %s: %s", tmp, path,
-                      strerror(errno));
-    if (rc != TP_OK)
-        unlink(tmp);
-    else
-        rc = s_fsync_dir(path);
-    free(tmp);
-    return rc;
+    if (rc != TP_OK) {
+        tp_atomic_file_abort(&f);
+        return rc;
+    }
+    return tp_atomic_file_commit(&f);
 }
 
 /* ---- reading ------------------------------------------------------------ */

@@ -12,8 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
 
-#include "gpu/ops_cpu.h"
+#include "gpu/cpu/ops_cpu.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif

@@ -17,7 +17,7 @@
 #include <towerpack/log.h>
 #include <towerpack/optim.h>
 
-#include "gpu/graph_internal.h"
+#include "gpu/graph/graph_internal.h"
 
 #define FLOAT_ALIGN (TP_ALIGNMENT / sizeof(float))
 
@@ -1083,6 +1083,16 @@ tp_status_t tp_model_get_hparam(const tp_model_t *m, const char *name,
     if (!m->opt)
         return tp_error(TP_ERR_STATE, "model has no optimizer");
     return tp_optimizer_get(m->opt, name, value);
+}
+
+void tp_model_arenas(tp_model_t *m, tp_model_arenas_t *out) {
+    *out = (tp_model_arenas_t){
+        .train = m->train_arena, .ntrain = m->ntrain,
+        .model = m->model_arena, .nmodel = m->nmodel,
+        .slots = {m->slots[0], m->slots[1]}, .nslots = m->nslots,
+        .grads = m->ntowers > 0 ? m->towers[0]->grads : NULL,
+        .ntowers = m->ntowers,
+    };
 }
 
 tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower) {

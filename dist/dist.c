@@ -1,4 +1,4 @@
-/* towerpack pipeline: data-parallel training over processes, the part that
+/* towerpack dist: data-parallel training over processes, the part that
  * needs no MPI: finding the launcher in the environment, loading the MPI
  * module (libtowerpack_mpi.so), the launch's hooks (resume point and model
  * state from rank 0, the gradients' mean every step) and the shard input.
@@ -18,7 +18,8 @@
 #include <towerpack/log.h>
 #include <towerpack/backend.h>
 #include <towerpack/optim.h>
-#include "gpu/graph_internal.h"  /* the model's flat arenas */
+#include <towerpack/graph.h>
+#include <towerpack/module.h>
 
 #ifndef TP_MPI_MODULE_NAME
 #define TP_MPI_MODULE_NAME "libtowerpack_mpi.so"
@@ -71,47 +72,6 @@ int tp_dist_env(int *rank, int *size, const char **launcher) {
 
 /* ---- the module ------------------------------------------------------------- */
 
-/* RTLD_GLOBAL: Open MPI's own plugins resolve libmpi's symbols through the
- * global scope. */
-static void *s_try(const char *path, char *why, size_t size) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    if (!h) {
-        const char *e = dlerror();
-        TP_DEBUG("MPI module %s: %s", path, e ? e : "?");
-        if (why[0] == '\0' || !strstr(e ? e : "", "No such file"))
-            snprintf(why, size, "%s", e ? e : path);
-    }
-    return h;
-}
-
-static void *s_find_module(char *why, size_t size) {
-    const char *env = getenv("TP_MPI_MODULE");
-    if (env && *env)
-        return s_try(env, why, size);
-    char dir[PATH_MAX] = "";
-    Dl_info info;
-    if (dladdr((void *)s_find_module, &info) && info.dli_fname &&
-        strchr(info.dli_fname, '/'))
-        snprintf(dir, sizeof dir, "%s", info.dli_fname);
-    else {
-        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
-        dir[n > 0 ? n : 0] = '\0';
-    }
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        *slash = '\0';
-        static const char *const rel[] = {"", "/../lib", "/../lib/x86_64-linux-gnu"};
-        for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-            char path[PATH_MAX + 96];
-            snprintf(path, sizeof path, "%s%s/%s", dir, rel[i], TP_MPI_MODULE_NAME);
-            void *h = s_try(path, why, size);
-            if (h)
-                return h;
-        }
-    }
-    return s_try(TP_MPI_MODULE_NAME, why, size);
-}
-
 static tp_status_t s_agree_start(void *ctx, int64_t *resume_step,
                                  int64_t *starting_epoch);
 static tp_status_t s_sync_model(void *ctx, tp_model_t *m, uint64_t seed,
@@ -124,7 +84,10 @@ tp_status_t tp_dist_open(tp_dist_t **out) {
     if (!self)
         return tp_error(TP_ERR_NOMEM, "distributed runtime");
     char why[1024] = "";
-    self->handle = s_find_module(why, sizeof why);
+    /* TP_MODULE_GLOBAL: Open MPI's own plugins resolve libmpi's symbols
+     * through the global scope. */
+    self->handle = tp_module_open("MPI", TP_MPI_MODULE_NAME, "TP_MPI_MODULE",
+                                  TP_MODULE_GLOBAL, why, sizeof why);
     if (!self->handle) {
         free(self);
         return tp_error(TP_ERR_UNSUPPORTED, "distributed training needs the MPI "
@@ -210,15 +173,19 @@ static tp_status_t s_sync_model(void *ctx, tp_model_t *m, uint64_t seed,
     /* MPI reads and writes the arenas in place: they must be host memory.
      * A device backend would need the NCCL path, which does not exist. */
     tp_backend_t *b = tp_model_backend(m);
-    if (b && b->device >= 0)
+    if (b && tp_backend_device(b) >= 0)
         return tp_error(TP_ERR_UNSUPPORTED, "rank %d: distributed training over "
                         "MPI needs a CPU backend (the model runs on %s device "
                         "%d; GPU all-reduce with NCCL is not part of this "
-                        "build)", d->rank, b->ops->name, b->device);
+                        "build)", d->rank, tp_backend_name(b),
+                        tp_backend_device(b));
     /* Every rank must have built the same model: compare layouts first, so a
      * mismatch is an error naming both sides, not a corrupt broadcast. */
-    int64_t mine[4] = {(int64_t)m->ntrain, (int64_t)m->nmodel, m->nslots,
-                       m->opt ? tp_optimizer_step(m->opt) : 0};
+    tp_model_arenas_t a;
+    tp_model_arenas(m, &a);
+    tp_optimizer_t *opt = tp_model_optimizer(m);
+    int64_t mine[4] = {(int64_t)a.ntrain, (int64_t)a.nmodel, a.nslots,
+                       opt ? tp_optimizer_step(opt) : 0};
     int64_t root[4];
     memcpy(root, mine, sizeof root);
     TP_TRY(s_bcast(d, root, sizeof root, "the model's layout"));
@@ -229,35 +196,37 @@ static tp_status_t s_sync_model(void *ctx, tp_model_t *m, uint64_t seed,
                         "flags on every rank?)", d->rank, (long long)mine[0],
                         (long long)mine[1], (long long)mine[2],
                         (long long)root[0], (long long)root[1], (long long)root[2]);
-    TP_TRY(s_bcast(d, m->train_arena, m->ntrain * sizeof(float), "the variables"));
-    if (m->nmodel)
-        TP_TRY(s_bcast(d, m->model_arena, m->nmodel * sizeof(float),
+    TP_TRY(s_bcast(d, a.train, a.ntrain * sizeof(float), "the variables"));
+    if (a.nmodel)
+        TP_TRY(s_bcast(d, a.model, a.nmodel * sizeof(float),
                        "the model-only variables"));
-    for (int i = 0; i < m->nslots; i++)
-        TP_TRY(s_bcast(d, m->slots[i], m->ntrain * sizeof(float),
+    for (int i = 0; i < a.nslots; i++)
+        TP_TRY(s_bcast(d, a.slots[i], a.ntrain * sizeof(float),
                        "the optimizer's slots"));
-    if (m->opt)
-        tp_optimizer_set_step(m->opt, root[3]);
+    if (opt)
+        tp_optimizer_set_step(opt, root[3]);
     /* Dropout: each rank's towers draw their own streams. A resumed run
      * takes rank 0's generators from the checkpoint; the others start new,
      * distinct streams (a resumed run's dropout is not bit-identical to an
      * unbroken one on those ranks). */
     if (d->rank != 0 || resume_step < 0) {
-        int towers = m->ntowers;
+        int towers = a.ntowers;
         uint64_t jump = resume_step >= 0 ? (uint64_t)(resume_step + 1) << 20 : 0;
         for (int t = 0; t < towers; t++)
-            tp_rng_init(&m->towers[t]->rng, seed ^ TP_TOWER_RNG_SALT,
+            tp_rng_init(tp_model_tower_rng(m, t), seed ^ TP_TOWER_RNG_SALT,
                         jump + (uint64_t)(d->rank * towers + t));
     }
     TP_INFO("rank %d of %d: variables%s from rank 0", d->rank, d->size,
-            m->nslots ? " and optimizer state" : "");
+            a.nslots ? " and optimizer state" : "");
     return TP_OK;
 }
 
 static tp_status_t s_allreduce_grads(void *ctx, tp_model_t *m, int64_t step) {
     tp_dist_t *d = ctx;
     char msg[1024] = "";
-    if (d->mod->allreduce_mean(d->ctx, m->towers[0]->grads, m->ntrain, step,
+    tp_model_arenas_t a;
+    tp_model_arenas(m, &a);
+    if (d->mod->allreduce_mean(d->ctx, a.grads, a.ntrain, step,
                                msg, sizeof msg) < 0)
         return tp_error(TP_ERR_PEER, "rank %d: gradient all-reduce of step %lld: %s",
                         d->rank, (long long)step, msg);

@@ -14,9 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
 #include <towerpack/process.h>
 
-#include "gpu/ops_cpu.h"
+#include "gpu/cpu/ops_cpu.h"
 
 /* OpenBLAS starts its thread pool (threads - 1 idle workers) when it is
  * loaded and shuts it down around fork() itself: declare those threads
@@ -375,11 +376,3 @@ tp_backend_t *tp_backend_cpu_new(int threads) {
 }
 
 int tp_backend_cpu_threads(void) { return openblas_get_num_threads(); }
-
-void tp_backend_destroy(tp_backend_t **b_p) {
-    if (!b_p || !*b_p)
-        return;
-    tp_backend_t *b = *b_p;
-    *b_p = NULL;
-    b->ops->destroy(b);
-}

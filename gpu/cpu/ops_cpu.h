@@ -3,6 +3,7 @@
 #define TOWERPACK_GPU_OPS_CPU_H
 
 #include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
 
 size_t tp_cpu_op_workspace(const tp_op_call_t *c);
 tp_status_t tp_cpu_op_forward(const tp_op_call_t *c);
