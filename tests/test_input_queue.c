@@ -8,7 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <towerpack/towerpack.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 #include "train_testutil.h"
 
 /* A dataflow of endless one-component batches whose memory reports which

@@ -7,7 +7,7 @@
 #include <unistd.h>
 #include <towerpack/stats.h>
 #include <towerpack/towerpack.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 #include "train_testutil.h"
 
 static int32_t s_value(const tp_datapoint_t *dp) {

@@ -12,7 +12,7 @@
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/towerpack.h>
 #include "train_testutil.h"
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 
 static char s_dir[64], s_ep[128];
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/model_callbacks.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
 #include "train_testutil.h"
 

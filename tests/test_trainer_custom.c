@@ -8,8 +8,8 @@
 #include <string.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/optim.h>
-#include <towerpack/train.h>
-#include <towerpack/trainer.h>
+#include <towerpack/launch.h>
+#include <towerpack/trainer_loop.h>
 #include "train_testutil.h"
 
 #define NPOINTS 256

@@ -13,7 +13,7 @@
 #include <towerpack/log.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/towerpack.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 #include "train_testutil.h"
 
 #define NPOINTS 192

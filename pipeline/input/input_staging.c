@@ -26,7 +26,7 @@
 #include <towerpack/log.h>
 #include <towerpack/stats.h>
 #include <towerpack/supervisor.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 
 #define MAX_TOWERS 64
 #define MAX_COMP 16

@@ -14,7 +14,7 @@
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include <towerpack/actor.h>  /* TP_HANDOFF_*: ThreadSanitizer hints */
-#include "pipeline/towers.h"
+#include "pipeline/train/towers.h"
 
 #define MAX_INPUTS 16
 

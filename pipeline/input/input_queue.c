@@ -22,7 +22,7 @@
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include <towerpack/supervisor.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 
 typedef struct {
     tp_dataflow_t *df;

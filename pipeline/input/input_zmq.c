@@ -14,7 +14,7 @@
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 
 typedef struct {
     tp_dataflow_t *df;

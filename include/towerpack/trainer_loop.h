@@ -1,4 +1,4 @@
-/* towerpack: the base trainer, its loop, and the callbacks and monitors it
+/* towerpack: the trainer loop (was trainer.h): the base trainer, its loop, and the callbacks and monitors it
  * drives (tensorpack's Trainer, Callback and Monitor, in C).
  *
  * The only assumption the trainer makes is the seeds' loop:
@@ -18,8 +18,8 @@
  * and, within one hook, in registration order. What a step is belongs to a
  * trainer implementation (tp_trainer_ops_t): a single-cost trainer runs the
  * towers; a custom one may alternate two costs. */
-#ifndef TOWERPACK_TRAINER_H
-#define TOWERPACK_TRAINER_H
+#ifndef TOWERPACK_TRAINER_LOOP_H
+#define TOWERPACK_TRAINER_LOOP_H
 
 #include <stddef.h>
 #include <stdint.h>

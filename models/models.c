@@ -1,4 +1,4 @@
-/* towerpack pipeline: the model zoo of tp-train (MLP, CNN, CNN with batch
+/* towerpack models: the model zoo of tp-train (MLP, CNN, CNN with batch
  * norm, a small ResNet) for 28x28 grey images and 10 classes. */
 #include <string.h>
 #include <towerpack/models.h>

@@ -1,5 +1,6 @@
-/* towerpack: training a model (tensorpack's TrainConfig,
- * launch_train_with_config and the single-cost trainers).
+/* towerpack: launching training (this header was train.h): the inputs,
+ * tensorpack's TrainConfig, launch_train_with_config and the single-cost
+ * trainers.
  *
  *   tp_train_config_t cfg;
  *   tp_train_config_init(&cfg);
@@ -10,8 +11,8 @@
  *
  * Every tower takes its own batch from the input: the total batch is
  * batch x towers, as in tensorpack. */
-#ifndef TOWERPACK_TRAIN_H
-#define TOWERPACK_TRAIN_H
+#ifndef TOWERPACK_LAUNCH_H
+#define TOWERPACK_LAUNCH_H
 
 #include <stddef.h>
 #include <stdint.h>
