@@ -13,7 +13,8 @@
 #      white-box: tests/<room>/ may include the private headers of <room>,
 #      and fuzz/ those of the parsers it fuzzes.
 #  (b) direction: a room includes public headers (include/towerpack/) only of
-#      itself and of the rooms it may use (USES below), never of a room above.
+#      itself and of the rooms it may use (USES below), never of a room above;
+#      a public header counts as a file of its owner's room (OWNER below).
 #  (c) CUDA: no #if/#ifdef on CUDA (TP_WITH_CUDA, __CUDACC__, ...) outside
 #      gpu/: the CUDA module is loaded at run time, so nothing else may
 #      compile differently with or without it.
@@ -79,7 +80,13 @@ while IFS= read -r f; do
   nfiles=$((nfiles + 1))
   dir=$(dirname "$f")
   room=$(room_of "$f")
-  [ "$room" = include ] && room=public
+  # a public header belongs to its owner's room: it may include only the
+  # public headers of the rooms its owner may use (actor.h may not pull in
+  # dataflow.h)
+  if [ "$room" = include ]; then
+    room=${OWNER[${f##*/}]:-}
+    [ -n "$room" ] || continue
+  fi
   # tests/<room>/...: a white-box test of <room>
   test_room=""
   case $f in tests/*/*) test_room=$(room_of "${f#tests/}") ;; esac
@@ -89,7 +96,7 @@ while IFS= read -r f; do
         h=${inc#towerpack/}
         owner=${OWNER[$h]:-}
         [ -n "$owner" ] || continue
-        [ -n "$room" ] && [ "$room" != public ] || continue
+        [ -n "$room" ] || continue
         uses=${USES[$room]:-}
         [ "$uses" = "*" ] && continue
         case " $uses " in *" $owner "*) ;; *)
