@@ -27,7 +27,6 @@
 #include <towerpack/security.h>
 #include <towerpack/wire.h>
 #include "actors/actor_internal.h"
-#include "core/datapoint_internal.h"
 
 /* ---- process-wide bits ------------------------------------------------------ */
 
@@ -55,68 +54,6 @@ static void s_init(void) {
     pthread_atfork(NULL, NULL, s_asym_register);  /* a child registers anew */
 }
 void tp_actors_init(void) { pthread_once(&s_init_once, s_init); }
-
-int tp_ratelog_ok(tp_ratelog_t *rl) {
-    uint64_t now = tp_now_ns();
-    if (rl->last_ns == 0 || now - rl->last_ns >= 1000000000ull) {
-        rl->last_ns = now;
-        return 1;
-    }
-    rl->suppressed++;
-    return 0;
-}
-
-int tp_ctl_send(void *sock, int kind, uint32_t sender, const char *text,
-                int flags) {
-    size_t len = text ? strlen(text) : 0;
-    if (len > 4000)
-        len = 4000;
-    uint8_t buf[TP_CTL_HEADER + 4000];
-    uint32_t magic = TP_CTL_MAGIC;
-    memcpy(buf, &magic, 4);
-    buf[4] = (uint8_t)kind;
-    buf[5] = buf[6] = buf[7] = 0;
-    memcpy(buf + 8, &sender, 4);
-    if (len)
-        memcpy(buf + TP_CTL_HEADER, text, len);
-    return zmq_send(sock, buf, TP_CTL_HEADER + len, flags);
-}
-
-int tp_ctl_parse(const void *data, size_t size, int *kind, uint32_t *sender,
-                 const char **text, size_t *text_len) {
-    const uint8_t *p = data;
-    uint32_t magic;
-    if (size < TP_CTL_HEADER)
-        return 0;
-    if (size > TP_CTL_HEADER + 4000 &&
-        !(size == TP_CTL_HEADER + TP_CTL_PAD_BYTES && ((const uint8_t *)data)[4] == TP_CTL_PAD))
-        return 0;
-    memcpy(&magic, p, 4);
-    if (magic != TP_CTL_MAGIC || p[5] || p[6] || p[7])
-        return 0;
-    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_PAD)
-        return 0;
-    *kind = p[4];
-    memcpy(sender, p + 8, 4);
-    *text = (const char *)p + TP_CTL_HEADER;
-    *text_len = size - TP_CTL_HEADER;
-    return 1;
-}
-
-int tp_ctl_send_pad(void *sock, int flags) {
-    zmq_msg_t m;
-    if (zmq_msg_init_size(&m, TP_CTL_HEADER + TP_CTL_PAD_BYTES) != 0)
-        return -1;
-    uint8_t *p = zmq_msg_data(&m);
-    memset(p, 0, TP_CTL_HEADER + TP_CTL_PAD_BYTES);
-    uint32_t magic = TP_CTL_MAGIC;
-    memcpy(p, &magic, 4);
-    p[4] = TP_CTL_PAD;
-    int rc = zmq_msg_send(&m, sock, flags);
-    if (rc < 0)
-        zmq_msg_close(&m);
-    return rc;
-}
 
 /* Fill of inproc links: each end publishes its message count every few
  * messages (not every one: the shared line would bounce per message), and
@@ -593,7 +530,7 @@ static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp, int flags) {
         if (ptr) {
             TP_HANDOFF_ACQUIRE(ptr);
             ctx->row.msgs_in++;
-            ctx->row.bytes_in += tp_dp_nbytes_inline(ptr);
+            ctx->row.bytes_in += tp_datapoint_nbytes(ptr);
         }
         return 1;
     }
@@ -651,7 +588,7 @@ static tp_status_t s_send(tp_actor_ctx_t *ctx, int port, tp_datapoint_t **dp_p) 
     s_port_t *p = &ctx->out[port];
     tp_datapoint_t *dp = *dp_p;
     *dp_p = NULL;
-    size_t bytes = dp ? tp_dp_nbytes_inline(dp) : 0;
+    size_t bytes = dp ? tp_datapoint_nbytes(dp) : 0;
     if (p->inproc) {
         if (dp)
             TP_HANDOFF_RELEASE(dp);

@@ -99,6 +99,8 @@ tp_datapoint_t *tp_datapoint_copy(const tp_datapoint_t *self) {
 
 size_t tp_datapoint_nbytes(const tp_datapoint_t *self) { return tp_dp_nbytes_inline(self); }
 
+tp_datapoint_t **tp_datapoint_link(tp_datapoint_t *self) { return &self->link; }
+
 int tp_datapoint_equal(const tp_datapoint_t *a, const tp_datapoint_t *b) {
     if (a->size != b->size)
         return 0;

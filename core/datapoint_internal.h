@@ -1,6 +1,6 @@
-/* towerpack core: the datapoint's layout, for the few hot paths of other
- * modules that must not pay a call per message (the actors' byte counters).
- * Not installed; everything else goes through datapoint.h. */
+/* towerpack core: the datapoint's layout, private to core (datapoint.c).
+ * Not installed; every other room goes through datapoint.h (the actors'
+ * byte counters call tp_datapoint_nbytes, QueueInput tp_datapoint_link). */
 #ifndef TOWERPACK_CORE_DATAPOINT_INTERNAL_H
 #define TOWERPACK_CORE_DATAPOINT_INTERNAL_H
 

@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <sys/time.h>
 #include <time.h>
+#include <towerpack/clock.h>
 #include <unistd.h>
 #include <towerpack/log.h>
 
@@ -114,4 +115,16 @@ void tp_log_write(tp_log_level_t level, const char *file, int line,
     if (s_file_fd >= 0)
         s_write_all(s_file_fd, buf, len);
     pthread_mutex_unlock(&s_file_lock);
+}
+
+/* Rate-limited logging: moved here from actors/actor.c so that the
+ * dataflows, which log per-message trouble too, need no actor internals. */
+int tp_ratelog_ok(tp_ratelog_t *rl) {
+    uint64_t now = tp_now_ns();
+    if (rl->last_ns == 0 || now - rl->last_ns >= 1000000000ull) {
+        rl->last_ns = now;
+        return 1;
+    }
+    rl->suppressed++;
+    return 0;
 }

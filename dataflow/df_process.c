@@ -20,13 +20,11 @@
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/process.h>
 #include <towerpack/clock.h>
-#include <towerpack/device.h>
 #include <towerpack/actor.h>
 #include <towerpack/log.h>
 #include <towerpack/security.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
-#include "actors/actor_internal.h"
 #if __has_include(<towerpack/dataflow_spec.h>)
 #include <towerpack/dataflow_spec.h>
 #define TP_HAVE_SPEC 1
@@ -117,10 +115,12 @@ static tp_status_t s_pool_prepare(s_pool_t *p) {
                             "%d threads (reset a process-parallel dataflow "
                             "before starting actors, a supervisor or CUDA; or "
                             "set allow_threads)", p->what, n);
-        if (tp_cuda_module_loaded())
-            return tp_error(TP_ERR_STATE,
-                            "%s: cannot fork workers after the CUDA module is "
-                            "loaded (reset it before any CUDA use)", p->what);
+        /* State a backend registered as unsafe to fork past (the CUDA
+         * module, once loaded): see tp_fork_hazard_set in process.h. */
+        const char *hazard = tp_fork_hazard();
+        if (hazard)
+            return tp_error(TP_ERR_STATE, "%s: cannot fork workers after %s",
+                            p->what, hazard);
     }
     if (p->opts.run_dir) {
         snprintf(p->run_dir, sizeof p->run_dir, "%s", p->opts.run_dir);

@@ -15,7 +15,7 @@
 #include <towerpack/stats.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
-#include "actors/actor_internal.h"
+#include <towerpack/actor.h>
 #if __has_include(<towerpack/dataflow_spec.h>)
 #include <towerpack/dataflow_spec.h>
 #define TP_HAVE_SPEC 1

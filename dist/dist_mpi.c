@@ -1,5 +1,5 @@
 /* towerpack dist: the MPI module (libtowerpack_mpi.so), loaded by
- * tp_dist_open (pipeline/dist.c) when a launcher started the process. It
+ * tp_dist_open (dist/dist.c) when a launcher started the process. It
  * holds every MPI call of the project, so that nothing else links libmpi.
  *
  * Collectives never wait forever: each is issued non-blocking

@@ -11,7 +11,7 @@
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/optim.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 #include "common.h"
 
 static const tp_input_desc_t inputs[] = {

@@ -18,8 +18,8 @@
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/optim.h>
-#include <towerpack/train.h>
-#include <towerpack/trainer.h>
+#include <towerpack/launch.h>
+#include <towerpack/trainer_loop.h>
 #include "common.h"
 
 static const tp_input_desc_t inputs[] = {

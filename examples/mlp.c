@@ -8,7 +8,7 @@
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/optim.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 #include "common.h"
 
 /* The inputs: a batch of images and their labels; dim 0 is the batch. */

@@ -16,7 +16,7 @@
 #include <towerpack/towerpack.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/optim.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 #include "common.h"
 
 static const tp_input_desc_t inputs[] = {

@@ -1,4 +1,4 @@
-/* towerpack fuzzing: the safetensors reader (gpu/checkpoint.c):
+/* towerpack fuzzing: the safetensors reader (gpu/graph/checkpoint.c):
  * tp_safetensors_parse and every accessor on what it accepts, then
  * tp_checkpoint_load of the same bytes into a small model (the path that
  * reads the trainer state from the metadata and matches names and shapes).

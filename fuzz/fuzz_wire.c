@@ -1,4 +1,4 @@
-/* towerpack fuzzing: the wire decoder (dataflow/wire.c, tp_wire_decode).
+/* towerpack fuzzing: the wire decoder (core/wire.c, tp_wire_decode).
  *
  * Input: one option byte, then frames, each a little-endian u32 length and
  * that many bytes (a length past the end takes the rest). Option bit 0

@@ -1,8 +1,10 @@
-/* towerpack gpu: finding the CUDA backend module and asking it for devices.
+/* towerpack gpu: the device and backend registry: loading the CUDA backend
+ * module, asking it for devices, and choosing a backend.
  *
- * The module is looked up, in order: $TP_CUDA_MODULE (a path), next to the
- * library or program that contains this code, in ../lib from there (build
- * tree and install tree alike), then by name through the loader's path. */
+ * The module is looked up by core's loader (module.h): $TP_CUDA_MODULE (a
+ * path), next to the library or program that contains towerpack, in ../lib
+ * from there (build tree and install tree alike), then by name through the
+ * loader's path. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <limits.h>
@@ -13,6 +15,9 @@
 #include <unistd.h>
 #include <towerpack/device.h>
 #include <towerpack/log.h>
+#include <towerpack/module.h>
+#include <towerpack/process.h>
+#include "gpu/backend_impl.h"
 
 #ifndef TP_CUDA_MODULE_NAME
 #define TP_CUDA_MODULE_NAME "libtowerpack_cuda.so"
@@ -26,53 +31,17 @@ static char s_status[512];
 
 typedef int (*s_probe_fn)(int *count, char *msg, size_t size);
 
-static void *s_try(const char *path) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        TP_DEBUG("cuda module %s: %s", path, dlerror());
-    return h;
-}
-
-static void *s_find_module(void) {
-    const char *env = getenv("TP_CUDA_MODULE");
-    if (env && *env)
-        return s_try(env);
-    /* The object holding this code: libtowerpack.so, or the program itself
-     * when linked statically (dladdr then gives no usable path). */
-    char dir[PATH_MAX] = "";
-    Dl_info info;
-    if (dladdr((void *)s_find_module, &info) && info.dli_fname &&
-        strchr(info.dli_fname, '/'))
-        snprintf(dir, sizeof dir, "%s", info.dli_fname);
-    else {
-        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
-        dir[n > 0 ? n : 0] = '\0';
-    }
-    if (dir[0]) {
-        char *slash = strrchr(dir, '/');
-        if (slash) {
-            *slash = '\0';
-            char path[PATH_MAX + 64];
-            snprintf(path, sizeof path, "%s/%s", dir, TP_CUDA_MODULE_NAME);
-            void *h = s_try(path);
-            if (h)
-                return h;
-            snprintf(path, sizeof path, "%s/../lib/%s", dir,
-                     TP_CUDA_MODULE_NAME);
-            if ((h = s_try(path)))
-                return h;
-        }
-    }
-    return s_try(TP_CUDA_MODULE_NAME);
-}
-
 static void s_probe(void) {
     if (getenv("TP_NO_CUDA")) {
         snprintf(s_status, sizeof s_status, "no CUDA devices: TP_NO_CUDA is set");
         return;
     }
-    s_module = s_find_module();
+    s_module = tp_module_open("CUDA", TP_CUDA_MODULE_NAME, "TP_CUDA_MODULE", 0,
+                              NULL, 0);
     s_loaded = s_module != NULL;
+    if (s_loaded)  /* the dataflows that fork workers ask core, not gpu */
+        tp_fork_hazard_set("the CUDA module is loaded (reset it before any "
+                           "CUDA use)");
     if (!s_module) {
         snprintf(s_status, sizeof s_status,
                  "no CUDA devices: this build has no CUDA backend module (%s)",
@@ -210,4 +179,45 @@ tp_backend_t *tp_backend_default_new(int cpu_threads) {
         TP_INFO("%s; running on the CPU", tp_cuda_status());
     }
     return tp_backend_cpu_new(cpu_threads);
+}
+
+/* Any backend, through its table (moved here from gpu/cpu/backend_cpu.c:
+ * it serves every backend, not only the CPU's). */
+void tp_backend_destroy(tp_backend_t **b_p) {
+    if (!b_p || !*b_p)
+        return;
+    tp_backend_t *b = *b_p;
+    *b_p = NULL;
+    b->ops->destroy(b);
+}
+
+const char *tp_backend_name(const tp_backend_t *b) { return b->ops->name; }
+
+int tp_backend_device(const tp_backend_t *b) { return b->device; }
+
+void *tp_backend_alloc(tp_backend_t *b, size_t bytes) { return b->ops->alloc(b, bytes); }
+
+void tp_backend_free(tp_backend_t *b, void *ptr) { b->ops->free(b, ptr); }
+
+tp_stream_t *tp_backend_stream_new(tp_backend_t *b) { return b->ops->stream_new(b); }
+
+void tp_backend_stream_destroy(tp_backend_t *b, tp_stream_t *s) {
+    b->ops->stream_destroy(b, s);
+}
+
+tp_status_t tp_backend_stream_sync(tp_backend_t *b, tp_stream_t *s) {
+    return b->ops->stream_sync(b, s);
+}
+
+tp_status_t tp_backend_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
+                            float value, size_t count) {
+    return b->ops->fill(b, s, dst, value, count);
+}
+
+tp_status_t tp_backend_gemm(tp_backend_t *b, tp_stream_t *s, int trans_a,
+                            int trans_b, int m, int n, int k, float alpha,
+                            const float *a, int lda, const float *bm, int ldb,
+                            float beta, float *c, int ldc) {
+    return b->ops->gemm(b, s, trans_a, trans_b, m, n, k, alpha, a, lda, bm,
+                        ldb, beta, c, ldc);
 }

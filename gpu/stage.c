@@ -6,6 +6,7 @@
  * ordering call is a no-op: there is nothing to overlap. */
 #include <stdlib.h>
 #include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
 
 struct tp_stage {
     void *buf; /* host fallback only: host == device */

@@ -1,5 +1,9 @@
 /* towerpack pipeline: what the trainer's own callbacks and wrappers need of
- * the trainer and of each other, not part of the public API. */
+ * the trainer and of each other, not part of the public API. It sits in
+ * pipeline/, above its two users pipeline/train/ (the trainer, which owns
+ * the callback objects) and pipeline/callbacks/ (the wrappers and the
+ * progress monitors): a private header lives in the lowest folder that holds
+ * all of its users (scripts/check-layout.sh). */
 #ifndef TP_PIPELINE_TRAINER_INTERNAL_H
 #define TP_PIPELINE_TRAINER_INTERNAL_H
 

@@ -1,6 +1,6 @@
 """PyTorch peer of the training comparison (bench/run.sh, part c).
 
-The model zoo's mlp and cnn (pipeline/models.c) rebuilt in PyTorch with the
+The model zoo's mlp and cnn (models/models.c) rebuilt in PyTorch with the
 same architecture, initialisation (Glorot-uniform fully connected weights,
 He-normal convolution weights, zero biases), batch 128, SGD with momentum
 0.9, the learning rate decaying linearly per step from lr to lr/20 over the

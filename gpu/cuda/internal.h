@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
 #include <towerpack/device.h>
 #include "gpu/cuda/check.h"
 

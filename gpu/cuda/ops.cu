@@ -5,7 +5,7 @@
  * and the log-softmax; own kernels for the rest (bias, leaky relu, scale,
  * add, concat, global average pooling, dropout, the cross-entropy loss and
  * gradient, accuracy, L2 decay, casts). Semantics are the CPU backend's
- * (gpu/ops_cpu.c), including dx_acc (overwrite or add) and the workspace
+ * (gpu/cpu/ops_cpu.c), including dx_acc (overwrite or add) and the workspace
  * contract: what forward leaves there, backward reads.
  *
  * Descriptors and convolution algorithms are made once per (node, shapes)
@@ -17,7 +17,7 @@
  *
  * NOTE: written and compiled without a GPU (see docs/cuda.md); every path
  * here waits for its first run against the CPU backend on the GPU machine
- * (tests/test_cuda_ops.c via scripts/gpu-check.sh). */
+ * (tests/gpu/test_cuda_ops.c via scripts/gpu-check.sh). */
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>

@@ -34,7 +34,6 @@
 #ifndef TOWERPACK_ACTOR_H
 #define TOWERPACK_ACTOR_H
 
-#include <towerpack/dataflow.h> /* TP_DONE */
 #include <towerpack/datapoint.h>
 #include <towerpack/stats.h>
 #include <towerpack/status.h>
@@ -84,6 +83,25 @@ typedef struct tp_actor_def {
 } tp_actor_def_t;
 
 /* ---- owner side ---------------------------------------------------------- */
+
+/* Once per process, before czmq makes its first socket: keep czmq's own
+ * SIGINT/SIGTERM handler out (towerpack turns signals into orderly stops
+ * itself, see supervisor.h). */
+void tp_actors_init(void);
+
+/* ThreadSanitizer cannot see the ordering that libzmq (not instrumented)
+ * gives a message: what the sender wrote before sending is visible to the
+ * receiver. Code that hands memory to another thread through a socket (the
+ * actors' pointer frames, the towers' STEP messages) says so with these. */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define TP_HANDOFF_RELEASE(p) __tsan_release((void *)(p))
+#define TP_HANDOFF_ACQUIRE(p) __tsan_acquire((void *)(p))
+#else
+#define TP_HANDOFF_RELEASE(p) ((void)(p))
+#define TP_HANDOFF_ACQUIRE(p) ((void)(p))
+#endif
 
 /* Start an actor and wait until it is ready (its sockets bound or
  * connected, init done). Caller owns. NULL when init or a socket failed,

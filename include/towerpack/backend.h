@@ -1,11 +1,11 @@
-/* towerpack: the compute backend interface (a vtable a device module fills).
+/* towerpack: compute backends, as a user sees them: make one, ask what it
+ * is, stage batches through it, destroy it.
  *
  * A backend owns device memory, streams, the kernels of every graph op, the
- * optimizer updates and a collective all-reduce. The graph executor never
- * touches tensor memory itself: it plans buffers, then calls the backend with
- * tp_op_call_t records that carry every pointer and shape an op needs, so a
- * backend needs no knowledge of graphs. The CPU backend (OpenBLAS + plain C)
- * is the reference; a CUDA module fills the same table later. */
+ * optimizer updates and a collective all-reduce. The table a backend
+ * implements (tp_backend_ops_t, tp_op_call_t) is private to gpu/, in
+ * gpu/backend_impl.h: the CPU backend (OpenBLAS + plain C) is the reference,
+ * the CUDA module fills the same table. */
 #ifndef TOWERPACK_BACKEND_H
 #define TOWERPACK_BACKEND_H
 
@@ -58,140 +58,10 @@ typedef struct tp_shape {
 /* Element count of a shape (1 for a scalar). */
 size_t tp_shape_count(const tp_shape_t *s);
 
-/* Static parameters of an op node, fixed when the graph is built. */
-typedef struct tp_op_attr {
-    int kh, kw;       /* window (pool) or kernel (conv) */
-    int sh, sw;       /* strides */
-    int ph, pw;       /* zero (conv) or ignored (pool) padding, each side */
-    float alpha;      /* leaky slope, drop rate, scale, L2 coefficient,
-                         batch-norm moving-average momentum */
-    float eps;        /* batch-norm epsilon */
-    int training;     /* 1: training semantics (batch norm, dropout) */
-    int update_state; /* batch norm: update the moving averages */
-    tp_dtype_t in_dtype; /* cast: the input's dtype */
-} tp_op_attr_t;
-
-#define TP_OP_MAX_INPUTS 256
-
-/* One kernel invocation. Shapes carry the step's batch size in dim 0 of
- * batched tensors. dx[i] NULL means input i needs no gradient; dx_acc[i] 1
- * means add into dx[i], 0 means overwrite it. */
-typedef struct tp_op_call {
-    tp_op_kind_t kind;
-    const tp_op_attr_t *attr;
-    const char *name;               /* the node's name, for error messages */
-    int ninputs;
-    const void *const *x;           /* [ninputs] input values */
-    const tp_shape_t *xshape;       /* [ninputs] */
-    void *y;                        /* output value */
-    tp_shape_t yshape;
-    float *const *dx;               /* [ninputs] input gradients or NULL */
-    const int *dx_acc;              /* [ninputs] */
-    const float *dy;                /* output gradient (backward only) */
-    void *workspace;                /* op_workspace() bytes, kept across the
-                                       forward and backward of one step */
-    float *state[2];                /* batch norm moving mean, variance */
-    tp_rng_t *rng;                  /* dropout: the tower's generator */
-} tp_op_call_t;
-
 typedef struct tp_backend tp_backend_t;
 typedef struct tp_stream tp_stream_t;
 typedef struct tp_comm tp_comm_t;
 typedef struct tp_stage tp_stage_t;
-
-typedef enum {
-    TP_COPY_H2D = 0,
-    TP_COPY_D2H = 1,
-    TP_COPY_D2D = 2,
-} tp_copy_kind_t;
-
-typedef struct tp_backend_ops {
-    const char *name; /* "cpu", "cuda" */
-
-    /* Device memory, aligned to TP_ALIGNMENT; NULL on failure. */
-    void *(*alloc)(tp_backend_t *b, size_t bytes);
-    void (*free)(tp_backend_t *b, void *ptr);
-    tp_status_t (*copy)(tp_backend_t *b, tp_stream_t *s, void *dst,
-                        const void *src, size_t bytes, tp_copy_kind_t kind);
-    tp_status_t (*fill)(tp_backend_t *b, tp_stream_t *s, float *dst,
-                        float value, size_t count);
-
-    /* Streams order work on a device; calls on one stream run in order. */
-    tp_stream_t *(*stream_new)(tp_backend_t *b);
-    void (*stream_destroy)(tp_backend_t *b, tp_stream_t *s);
-    tp_status_t (*stream_sync)(tp_backend_t *b, tp_stream_t *s);
-
-    /* Scratch bytes the op needs at the planned (largest) shapes. */
-    size_t (*op_workspace)(tp_backend_t *b, const tp_op_call_t *call);
-    tp_status_t (*op_forward)(tp_backend_t *b, tp_stream_t *s,
-                              const tp_op_call_t *call);
-    tp_status_t (*op_backward)(tp_backend_t *b, tp_stream_t *s,
-                               const tp_op_call_t *call);
-
-    /* Row-major C = alpha * op(A) @ op(B) + beta * C. */
-    tp_status_t (*gemm)(tp_backend_t *b, tp_stream_t *s, int trans_a,
-                        int trans_b, int m, int n, int k, float alpha,
-                        const float *a, int lda, const float *bm, int ldb,
-                        float beta, float *c, int ldc);
-
-    /* Optimizer updates over flat buffers of n floats. */
-    tp_status_t (*sgd_update)(tp_backend_t *b, tp_stream_t *s, float *param,
-                              const float *grad, float *momentum_buf,
-                              size_t n, float lr, float momentum,
-                              int nesterov);
-    tp_status_t (*adam_update)(tp_backend_t *b, tp_stream_t *s, float *param,
-                               const float *grad, float *m, float *v,
-                               size_t n, float lr, float beta1, float beta2,
-                               float eps, int64_t step);
-
-    /* Collectives. A communicator joins `nranks` participants; each calls
-     * allreduce with its rank from its own thread, and every buffer ends
-     * holding the sum (or mean) of all, summed in rank order. */
-    tp_comm_t *(*comm_new)(tp_backend_t *b, int nranks);
-    void (*comm_destroy)(tp_backend_t *b, tp_comm_t *comm);
-    tp_status_t (*allreduce)(tp_backend_t *b, tp_comm_t *comm, int rank,
-                             tp_stream_t *s, float *buf, size_t count,
-                             int average);
-    /* Wake every rank waiting in allreduce with TP_ERR_INTERRUPTED, now and
-     * in later calls (a tower failed and will not contribute). */
-    void (*comm_abort)(tp_backend_t *b, tp_comm_t *comm);
-    /* One caller holding all buffers: bufs[0..n-1] each end with the sum
-     * (or mean), or only bufs[0] when `root_only` (parameter-server style). */
-    tp_status_t (*allreduce_local)(tp_backend_t *b, float *const *bufs,
-                                   int n, size_t count, int average,
-                                   int root_only);
-
-    void (*destroy)(tp_backend_t *b);
-
-    /* ---- staging (appended later: a table without these entries leaves
-     * them NULL; call them through the tp_backend_stage_* helpers, which
-     * then fall back to plain host memory). A stage is one batch buffer in
-     * pinned host memory plus its device copy. The producer fills
-     * stage_host(), waits for nothing else and calls stage_begin(), which
-     * copies to the device on the backend's copy stream, overlapping the
-     * compute of the step before; the consumer calls stage_wait() to order
-     * its stream after that copy (no host wait), reads stage_device(), then
-     * stage_release() so the next copy into this stage waits for its reads.
-     * stage_host_wait() blocks the host until the last copy out of the host
-     * buffer finished, before the producer refills it. The CPU backend has
-     * one buffer (host == device) and no copy. */
-    tp_stage_t *(*stage_new)(tp_backend_t *b, size_t bytes);
-    void (*stage_destroy)(tp_backend_t *b, tp_stage_t *st);
-    void *(*stage_host)(tp_backend_t *b, tp_stage_t *st);
-    void *(*stage_device)(tp_backend_t *b, tp_stage_t *st);
-    tp_status_t (*stage_begin)(tp_backend_t *b, tp_stage_t *st, size_t bytes);
-    tp_status_t (*stage_wait)(tp_backend_t *b, tp_stage_t *st,
-                              tp_stream_t *s);
-    tp_status_t (*stage_release)(tp_backend_t *b, tp_stage_t *st,
-                                 tp_stream_t *s);
-    tp_status_t (*stage_host_wait)(tp_backend_t *b, tp_stage_t *st);
-} tp_backend_ops_t;
-
-struct tp_backend {
-    const tp_backend_ops_t *ops;
-    void *impl;  /* the backend's own state */
-    int device;  /* -1 for the CPU */
-};
 
 /* The CPU backend: OpenBLAS for matrix products (with `threads` OpenBLAS
  * threads; 0 keeps OpenBLAS's own setting, OPENBLAS_NUM_THREADS), plain C
@@ -200,6 +70,28 @@ tp_backend_t *tp_backend_cpu_new(int threads);
 
 /* Destroy any backend through its vtable; nulls *b_p. Accepts NULL. */
 void tp_backend_destroy(tp_backend_t **b_p);
+
+/* The backend's name: "cpu", "cuda". */
+const char *tp_backend_name(const tp_backend_t *b);
+/* The device the backend runs on; -1 for the CPU (host memory). */
+int tp_backend_device(const tp_backend_t *b);
+
+/* ---- raw device work, for benchmarks (tp-bench's reference products) ----
+ * Thin calls through the backend's table. Memory is device memory aligned
+ * to TP_ALIGNMENT (NULL on failure); calls on one stream run in order. */
+void *tp_backend_alloc(tp_backend_t *b, size_t bytes);
+void tp_backend_free(tp_backend_t *b, void *ptr);
+tp_stream_t *tp_backend_stream_new(tp_backend_t *b);
+void tp_backend_stream_destroy(tp_backend_t *b, tp_stream_t *s);
+tp_status_t tp_backend_stream_sync(tp_backend_t *b, tp_stream_t *s);
+/* dst[0..count) = value. */
+tp_status_t tp_backend_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
+                            float value, size_t count);
+/* Row-major C = alpha * op(A) @ op(B) + beta * C. */
+tp_status_t tp_backend_gemm(tp_backend_t *b, tp_stream_t *s, int trans_a,
+                            int trans_b, int m, int n, int k, float alpha,
+                            const float *a, int lda, const float *bm, int ldb,
+                            float beta, float *c, int ldc);
 
 /* The OpenBLAS thread count now in effect. */
 int tp_backend_cpu_threads(void);

@@ -3,11 +3,11 @@
  * A callback is a table of hooks over private state. Every hook may be
  * NULL. A hook that fails stops training: its status is what
  * tp_trainer_train returns, and after_train still runs. trigger_epoch
- * defaults to trigger when NULL. See trainer.h for the order of hooks. */
+ * defaults to trigger when NULL. See trainer_loop.h for the order of hooks. */
 #ifndef TOWERPACK_CALLBACK_H
 #define TOWERPACK_CALLBACK_H
 
-#include <towerpack/trainer.h>
+#include <towerpack/trainer_loop.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -20,13 +20,13 @@
 #include <stdint.h>
 #include <towerpack/datapoint.h>
 #include <towerpack/rng.h>
+#include <towerpack/status.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Returned by tp_dataflow_next at the end of a pass (not an error). */
-#define TP_DONE 1
+/* TP_DONE (status.h) ends a pass of tp_dataflow_next (not an error). */
 
 typedef struct tp_dataflow tp_dataflow_t;
 

@@ -47,6 +47,12 @@ tp_datapoint_t *tp_datapoint_copy(const tp_datapoint_t *self);
 /* Sum of the components' byte sizes. */
 size_t tp_datapoint_nbytes(const tp_datapoint_t *self);
 
+/* A pointer slot in the datapoint that towerpack itself never reads: the
+ * datapoint's owner may chain it into a list through it without allocating
+ * (QueueInput collects the batches given back to it this way). Returns the
+ * slot's address, so that lock-free pushes can compare-and-swap on it. */
+tp_datapoint_t **tp_datapoint_link(tp_datapoint_t *self);
+
 /* 1 when both have the same number of equal components. */
 int tp_datapoint_equal(const tp_datapoint_t *a, const tp_datapoint_t *b);
 

@@ -39,7 +39,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -309,6 +309,22 @@ tp_optimizer_t *tp_model_optimizer(tp_model_t *m);
 /* A tower's dropout generator (checkpoints save and restore it). */
 tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower);
 
+/* The model's state as the flat buffers it lives in, for code that moves a
+ * whole model between processes (distributed training broadcasts rank 0's
+ * and all-reduces the gradients in place). The buffers belong to the model;
+ * they are host memory only on the CPU backend (tp_backend_device < 0). */
+typedef struct tp_model_arenas {
+    float *train;         /* [ntrain] trainable variables (padded layout) */
+    size_t ntrain;
+    float *model;         /* [nmodel] model-only variables (BN statistics) */
+    size_t nmodel;
+    float *slots[2];      /* [nslots][ntrain] the optimizer's state */
+    int nslots;
+    float *grads;         /* [ntrain] tower 0's gradients, trainable layout */
+    int ntowers;          /* training towers (tp_model_tower_rng's range) */
+} tp_model_arenas_t;
+void tp_model_arenas(tp_model_t *m, tp_model_arenas_t *out);
+
 /* Per-node timing, to find bottlenecks: with profiling on, every op's
  * forward and backward kernel time is summed per node (host clock around
  * each call; device backends time their launches). */

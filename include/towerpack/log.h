@@ -5,6 +5,7 @@
 #ifndef TOWERPACK_LOG_H
 #define TOWERPACK_LOG_H
 
+#include <stdint.h>
 #include <towerpack/status.h>
 
 #ifdef __cplusplus
@@ -44,6 +45,17 @@ void tp_log_write(tp_log_level_t level, const char *file, int line,
 #define TP_INFO(...) tp_log(TP_LOG_INFO, __VA_ARGS__)
 #define TP_WARN(...) tp_log(TP_LOG_WARN, __VA_ARGS__)
 #define TP_ERROR(...) tp_log(TP_LOG_ERROR, __VA_ARGS__)
+
+/* ---- rate-limited logging ------------------------------------------------
+ * For faults that can repeat per message (a bad frame from a peer): one
+ * record a second at most. Zero-initialise; one per call site. */
+typedef struct {
+    uint64_t last_ns;
+    uint64_t suppressed;
+} tp_ratelog_t;
+/* 1 when a record may be written now (at most one a second); counts the
+ * rest in suppressed (reset by the caller when a record is allowed). */
+int tp_ratelog_ok(tp_ratelog_t *rl);
 
 #ifdef __cplusplus
 }

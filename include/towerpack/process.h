@@ -17,6 +17,15 @@ void tp_forksafe_threads_add(int n);
 /* How many threads have been declared safe to fork past. */
 int tp_forksafe_threads(void);
 
+/* Register a state of this process that makes fork() unsafe from now on,
+ * for good (a loaded CUDA module: a child cannot use the parent's driver
+ * state). `what` is a static string that completes "cannot fork workers
+ * after ...", e.g. "the CUDA module is loaded (reset it before any CUDA
+ * use)". The first registration is kept. */
+void tp_fork_hazard_set(const char *what);
+/* The registered hazard, or NULL when forking is not known to be unsafe. */
+const char *tp_fork_hazard(void);
+
 #ifdef __cplusplus
 }
 #endif

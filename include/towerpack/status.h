@@ -13,6 +13,11 @@
 extern "C" {
 #endif
 
+/* Returned at the end of a pass or stream (not an error): by
+ * tp_dataflow_next and by an actor's produce. Kept here, beside the
+ * status codes, so that every room can use it without the dataflow API. */
+#define TP_DONE 1
+
 typedef enum {
     TP_OK = 0,
     TP_ERR_INVALID = -1,     /* bad argument, flag or spec */

@@ -22,11 +22,11 @@
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/security.h>
 #include <towerpack/fileio.h>
-#include <towerpack/trainer.h>
+#include <towerpack/trainer_loop.h>
 #include <towerpack/callback.h>
 #include <towerpack/logdir.h>
 #include <towerpack/plot.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/models.h>
 #include <towerpack/dist.h>

@@ -88,6 +88,30 @@ tp_status_t tp_wire_send(void *socket, tp_datapoint_t **dp_p,
 tp_status_t tp_wire_recv(void *socket, const tp_wire_opts_t *opts,
                          tp_datapoint_t **out);
 
+/* ---- control frames -------------------------------------------------------
+ * A one-frame message that is not a datapoint: "TCL1", kind, 3 zero bytes,
+ * u32 sender index, then UTF-8 text (no NUL). Sent on the same sockets as
+ * the data, so it keeps its place in the stream. */
+#define TP_CTL_MAGIC 0x314C4354u /* "TCL1" */
+#define TP_CTL_HEADER 12
+enum { TP_CTL_EOS = 1, TP_CTL_ERROR = 2, TP_CTL_END_PASS = 3, TP_CTL_PAD = 4 };
+
+/* Send TP_CTL_PAD_BYTES of padding (a TP_CTL_PAD frame receivers skip)
+ * after the last message of a stream, before closing an ipc/tcp socket.
+ * libzmq 4.3 can close a connection with the end of its send buffer still
+ * unwritten when the peer is slow (libzmq issue #4763): what is lost then
+ * is this padding, not the stream's last messages. */
+#define TP_CTL_PAD_BYTES (256 * 1024)
+int tp_ctl_send_pad(void *sock, int flags);
+
+/* Send a control frame on a raw libzmq socket (flags as zmq_send). */
+int tp_ctl_send(void *sock, int kind, uint32_t sender, const char *text,
+                int flags);
+/* 1 when data/size is a well-formed control frame (fills the outputs; text
+ * is not terminated, *text_len bytes). */
+int tp_ctl_parse(const void *data, size_t size, int *kind, uint32_t *sender,
+                 const char **text, size_t *text_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""towerpack GPU check 6c: the peer. The zoo's cnn-bn model (pipeline/models.c)
+"""towerpack GPU check 6c: the peer. The zoo's cnn-bn model (models/models.c)
 written as a PyTorch user would write it, trained on Fashion-MNIST with a
 DataLoader (worker processes, pinned memory) on the same GPU, so that an
 epoch of towerpack's CUDA towers can be compared with it.

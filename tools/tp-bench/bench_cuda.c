@@ -143,15 +143,15 @@ static int s_gemm_mode(int argc, char **argv) {
         maxe = kn > maxe ? kn : maxe;
         maxe = mn > maxe ? mn : maxe;
     }
-    float *ga = b->ops->alloc(b, maxe * 4), *gb = b->ops->alloc(b, maxe * 4),
-          *gc = b->ops->alloc(b, maxe * 4);
-    tp_stream_t *s = b->ops->stream_new(b);
+    float *ga = tp_backend_alloc(b, maxe * 4), *gb = tp_backend_alloc(b, maxe * 4),
+          *gc = tp_backend_alloc(b, maxe * 4);
+    tp_stream_t *s = tp_backend_stream_new(b);
     if (!ga || !gb || !gc || !s) {
         fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
         return 1;
     }
-    b->ops->fill(b, s, ga, 0.01f, maxe);
-    b->ops->fill(b, s, gb, 0.02f, maxe);
+    tp_backend_fill(b, s, ga, 0.01f, maxe);
+    tp_backend_fill(b, s, gb, 0.02f, maxe);
     double step_s[99], ref_s[99], ratio[99];
     for (int w = 0; w < 5; w++)
         if (tp_model_train_step(m, p) < 0) {
@@ -170,10 +170,10 @@ static int s_gemm_mode(int argc, char **argv) {
             for (int g = 0; g < 8; g++) {
                 const int *q = shapes[g];
                 int lda = q[3] ? q[0] : q[2], ldb = q[4] ? q[2] : q[1];
-                b->ops->gemm(b, s, q[3], q[4], q[0], q[1], q[2], 1.0f, ga, lda,
+                tp_backend_gemm(b, s, q[3], q[4], q[0], q[1], q[2], 1.0f, ga, lda,
                              gb, ldb, 0.0f, gc, q[1]);
             }
-            b->ops->stream_sync(b, s); /* the step syncs once too */
+            tp_backend_stream_sync(b, s); /* the step syncs once too */
         }
         double t2 = tp_now_s();
         step_s[r] = (t1 - t0) / iters;
@@ -197,10 +197,10 @@ static int s_gemm_mode(int argc, char **argv) {
                "rounds; goal <= 1.1); %.1f TFLOP/s in the step\n",
                W, W, (long long)batch, tf32 ? "on" : "off", st * 1e3, rt * 1e3,
                med, rounds, flops / st / 1e12);
-    b->ops->stream_destroy(b, s);
-    b->ops->free(b, ga);
-    b->ops->free(b, gb);
-    b->ops->free(b, gc);
+    tp_backend_stream_destroy(b, s);
+    tp_backend_free(b, ga);
+    tp_backend_free(b, gb);
+    tp_backend_free(b, gc);
     tp_model_destroy(&m);
     tp_backend_destroy(&b);
     free(x);

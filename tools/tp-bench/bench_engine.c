@@ -26,7 +26,7 @@
 #include <towerpack/log.h>
 #include <towerpack/models.h>
 #include <towerpack/optim.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 
 static tp_status_t s_tiny(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x = tp_flatten(t, "flat", tp_cast(t, "input", in[0], 1.0f / 255));

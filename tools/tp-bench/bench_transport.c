@@ -28,7 +28,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
-#include "actors/actor_internal.h"
 
 typedef struct {
     int64_t ipc_count, inproc_count, mp_count;

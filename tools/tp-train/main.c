@@ -36,7 +36,7 @@
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/security.h>
 #include <towerpack/supervisor.h>
-#include <towerpack/train.h>
+#include <towerpack/launch.h>
 
 typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;

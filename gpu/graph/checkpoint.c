@@ -1,0 +1,749 @@
+/* towerpack gpu: safetensors reading and writing, and model checkpoints.
+ *
+ * The reader trusts nothing: the length prefix must fit the file, the
+ * header must be a JSON object whose entries name known dtypes, sane
+ * shapes and offsets that tile the data section exactly (in bounds,
+ * contiguous, non-overlapping, shape x dtype size == byte length). Only then
+ * are views handed out. Tensor bytes are copied with memcpy, never read
+ * through a typed pointer, since safetensors does not align them. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <towerpack/checkpoint.h>
+#include <towerpack/fileio.h>
+#include <towerpack/optim.h>
+
+#include "gpu/graph/graph_internal.h"
+
+#define HEADER_MAX (100u << 20) /* the reference reader's limit */
+#define FORMAT_TAG "towerpack-checkpoint-1"
+
+typedef struct {
+    char *name;
+    tp_dtype_t dtype;
+    int ndim;
+    int64_t shape[TP_MAX_DIMS];
+    size_t begin, end; /* into the data section */
+} s_entry_t;
+
+struct tp_safetensors {
+    unsigned char *buf; /* the whole file */
+    size_t size;
+    const unsigned char *data; /* data section */
+    s_entry_t *entries;
+    size_t count;
+    char **meta_keys, **meta_vals;
+    size_t nmeta;
+};
+
+static const struct {
+    const char *name;
+    tp_dtype_t dtype;
+} s_dtypes[] = {{"U8", TP_UINT8},    {"I32", TP_INT32},  {"I64", TP_INT64},
+                {"F16", TP_FLOAT16}, {"BF16", TP_BFLOAT16},
+                {"F32", TP_FLOAT32}, {"F64", TP_FLOAT64}};
+
+static const char *s_dtype_st(tp_dtype_t d) {
+    for (size_t i = 0; i < sizeof s_dtypes / sizeof *s_dtypes; i++)
+        if (s_dtypes[i].dtype == d)
+            return s_dtypes[i].name;
+    return NULL;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+static char *s_header(const tp_named_tensor_t *ts, size_t n,
+                      const tp_meta_kv_t *meta, size_t nmeta) {
+    json_t *root = json_object();
+    size_t off = 0;
+    int ok = root != NULL;
+    if (ok && nmeta > 0) {
+        json_t *m = json_object();
+        ok = m && json_object_set_new(root, "__metadata__", m) == 0;
+        for (size_t i = 0; ok && i < nmeta; i++)
+            ok = json_object_set_new(m, meta[i].key,
+                                     json_string(meta[i].value)) == 0;
+    }
+    for (size_t i = 0; ok && i < n; i++) {
+        const tp_tensor_t *t = ts[i].tensor;
+        json_t *e = json_object(), *shape = json_array();
+        ok = e && shape;
+        for (int d = 0; ok && d < t->ndim; d++)
+            ok = json_array_append_new(shape, json_integer(t->shape[d])) == 0;
+        ok = ok && json_object_set_new(e, "dtype",
+                                       json_string(s_dtype_st(t->dtype))) == 0;
+        ok = ok && json_object_set_new(e, "shape", shape) == 0;
+        shape = NULL;
+        ok = ok && json_object_set_new(
+                       e, "data_offsets",
+                       json_pack("[II]", (json_int_t)off,
+                                 (json_int_t)(off + t->nbytes))) == 0;
+        ok = ok && json_object_set_new(root, ts[i].name, e) == 0;
+        if (!ok) {
+            json_decref(shape);
+            json_decref(e);
+        }
+        off += t->nbytes;
+    }
+    char *s = ok ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    return s;
+}
+
+tp_status_t tp_safetensors_write(const char *path,
+                                 const tp_named_tensor_t *ts, size_t n,
+                                 const tp_meta_kv_t *meta, size_t nmeta) {
+    if (!path)
+        return tp_error(TP_ERR_INVALID, "safetensors: NULL path");
+    for (size_t i = 0; i < n; i++) {
+        if (!ts[i].name || !*ts[i].name || !strcmp(ts[i].name, "__metadata__"))
+            return tp_error(TP_ERR_INVALID, "safetensors %s: tensor %zu has a "
+                                            "bad name", path, i);
+        if (!s_dtype_st(ts[i].tensor->dtype))
+            return tp_error(TP_ERR_INVALID, "safetensors %s: '%s' has dtype %s",
+                            path, ts[i].name,
+                            tp_dtype_name(ts[i].tensor->dtype));
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(ts[i].name, ts[j].name))
+                return tp_error(TP_ERR_INVALID,
+                                "safetensors %s: name '%s' used twice", path,
+                                ts[i].name);
+    }
+    for (size_t i = 0; i < nmeta; i++)
+        if (!meta[i].key || !meta[i].value)
+            return tp_error(TP_ERR_INVALID, "safetensors %s: metadata %zu is "
+                                            "NULL", path, i);
+    char *hdr = s_header(ts, n, meta, nmeta);
+    if (!hdr)
+        return tp_error(TP_ERR_NOMEM, "safetensors %s: header (names must be "
+                                      "UTF-8)", path);
+    size_t hlen = strlen(hdr);
+    size_t padded = (hlen + 7) & ~(size_t)7;
+    /* core's one atomic write: PATH.tmp.<pid>, fsync, rename, fsync of the
+     * directory (tp_atomic_file_sweep knows its temporaries) */
+    tp_atomic_file_t f;
+    tp_status_t rc = tp_atomic_file_open(&f, path);
+    if (rc != TP_OK) {
+        free(hdr);
+        return rc;
+    }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    rc = tp_atomic_file_write(&f, len8, 8);
+    if (rc == TP_OK)
+        rc = tp_atomic_file_write(&f, hdr, hlen);
+    if (rc == TP_OK && padded > hlen)
+        rc = tp_atomic_file_write(&f, "        ", padded - hlen);
+    for (size_t i = 0; rc == TP_OK && i < n; i++)
+        rc = tp_atomic_file_write(&f, ts[i].tensor->data, ts[i].tensor->nbytes);
+    free(hdr);
+    if (rc != TP_OK) {
+        tp_atomic_file_abort(&f);
+        return rc;
+    }
+    return tp_atomic_file_commit(&f);
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+void tp_safetensors_destroy(tp_safetensors_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    tp_safetensors_t *st = *self_p;
+    for (size_t i = 0; i < st->count; i++)
+        free(st->entries[i].name);
+    free(st->entries);
+    for (size_t i = 0; i < st->nmeta; i++) {
+        free(st->meta_keys[i]);
+        free(st->meta_vals[i]);
+    }
+    free(st->meta_keys);
+    free(st->meta_vals);
+    free(st->buf);
+    free(st);
+    *self_p = NULL;
+}
+
+static int s_cmp_begin(const void *a, const void *b) {
+    const s_entry_t *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+#define BAD(...) (rc = tp_error(TP_ERR_FORMAT, __VA_ARGS__))
+
+static tp_status_t s_parse_entry(const char *what, const char *key,
+                                 json_t *val, size_t data_size, s_entry_t *e) {
+    tp_status_t rc = TP_OK;
+    if (!json_is_object(val))
+        return BAD("%s: tensor '%s': entry is not an object", what, key);
+    json_t *dt = json_object_get(val, "dtype");
+    json_t *shape = json_object_get(val, "shape");
+    json_t *offs = json_object_get(val, "data_offsets");
+    if (!json_is_string(dt) || !json_is_array(shape) || !json_is_array(offs))
+        return BAD("%s: tensor '%s': needs string dtype, array shape and "
+                   "data_offsets", what, key);
+    if (json_object_size(val) != 3)
+        return BAD("%s: tensor '%s': unexpected fields", what, key);
+    int found = 0;
+    for (size_t i = 0; i < sizeof s_dtypes / sizeof *s_dtypes; i++)
+        if (!strcmp(json_string_value(dt), s_dtypes[i].name)) {
+            e->dtype = s_dtypes[i].dtype;
+            found = 1;
+        }
+    if (!found)
+        return BAD("%s: tensor '%s': unsupported dtype '%s'", what, key,
+                   json_string_value(dt));
+    size_t nd = json_array_size(shape);
+    if (nd > TP_MAX_DIMS)
+        return BAD("%s: tensor '%s': %zu dims (at most %d)", what, key, nd,
+                   TP_MAX_DIMS);
+    e->ndim = (int)nd;
+    for (size_t i = 0; i < nd; i++) {
+        json_t *d = json_array_get(shape, i);
+        if (!json_is_integer(d) || json_integer_value(d) < 0)
+            return BAD("%s: tensor '%s': shape dim %zu is not a non-negative "
+                       "integer", what, key, i);
+        e->shape[i] = (int64_t)json_integer_value(d);
+    }
+    if (json_array_size(offs) != 2 ||
+        !json_is_integer(json_array_get(offs, 0)) ||
+        !json_is_integer(json_array_get(offs, 1)))
+        return BAD("%s: tensor '%s': data_offsets must be two integers", what,
+                   key);
+    json_int_t b = json_integer_value(json_array_get(offs, 0));
+    json_int_t en = json_integer_value(json_array_get(offs, 1));
+    if (b < 0 || en < b || (uint64_t)en > data_size)
+        return BAD("%s: tensor '%s': data_offsets [%lld,%lld] outside the "
+                   "%zu-byte data section", what, key, (long long)b,
+                   (long long)en, data_size);
+    e->begin = (size_t)b;
+    e->end = (size_t)en;
+    size_t numel;
+    if (tp_shape_numel(e->ndim, e->shape, tp_dtype_size(e->dtype), &numel) < 0)
+        return BAD("%s: tensor '%s': shape overflows", what, key);
+    if (numel * tp_dtype_size(e->dtype) != e->end - e->begin)
+        return BAD("%s: tensor '%s': shape needs %zu bytes, offsets give %zu",
+                   what, key, numel * tp_dtype_size(e->dtype),
+                   e->end - e->begin);
+    return TP_OK;
+}
+
+/* Validate st->buf (st->size bytes) and fill the index. */
+static tp_status_t s_index(tp_safetensors_t *st, const char *what) {
+    tp_status_t rc = TP_OK;
+    if (st->size < 8)
+        return BAD("%s: %zu bytes: too short for a safetensors file", what,
+                   st->size);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)st->buf[i] << (8 * i);
+    if (hlen > HEADER_MAX || hlen > st->size - 8)
+        return BAD("%s: header length %" PRIu64 " exceeds the file (%zu "
+                   "bytes) or the %u-byte limit (truncated or not safetensors)",
+                   what, hlen, st->size, HEADER_MAX);
+    if (hlen < 2 || st->buf[8] != '{')
+        return BAD("%s: header does not start with a JSON object", what);
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)st->buf + 8, (size_t)hlen,
+                              JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return BAD("%s: header JSON: %s at byte %d", what, jerr.text,
+                   jerr.position);
+    st->data = st->buf + 8 + hlen;
+    size_t data_size = st->size - 8 - (size_t)hlen;
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return BAD("%s: header is not a JSON object", what);
+    }
+    size_t n = json_object_size(root);
+    st->entries = calloc(n + 1, sizeof *st->entries);
+    st->meta_keys = calloc(n + 1, sizeof(char *));
+    st->meta_vals = calloc(n + 1, sizeof(char *));
+    if (!st->entries || !st->meta_keys || !st->meta_vals) {
+        json_decref(root);
+        return tp_error(TP_ERR_NOMEM, "%s: index", what);
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (!strcmp(key, "__metadata__")) {
+            if (!json_is_object(val)) {
+                BAD("%s: __metadata__ is not an object", what);
+                break;
+            }
+            const char *mk;
+            json_t *mv;
+            size_t nm = json_object_size(val);
+            free(st->meta_keys);
+            free(st->meta_vals);
+            st->meta_keys = calloc(nm + 1, sizeof(char *));
+            st->meta_vals = calloc(nm + 1, sizeof(char *));
+            if (!st->meta_keys || !st->meta_vals) {
+                rc = tp_error(TP_ERR_NOMEM, "%s: metadata", what);
+                break;
+            }
+            json_object_foreach(val, mk, mv) {
+                if (!json_is_string(mv)) {
+                    BAD("%s: metadata '%s' is not a string", what, mk);
+                    break;
+                }
+                st->meta_keys[st->nmeta] = strdup(mk);
+                st->meta_vals[st->nmeta] = strdup(json_string_value(mv));
+                st->nmeta++;
+                if (!st->meta_keys[st->nmeta - 1] ||
+                    !st->meta_vals[st->nmeta - 1]) {
+                    rc = tp_error(TP_ERR_NOMEM, "%s: metadata", what);
+                    break;
+                }
+            }
+            if (rc < 0)
+                break;
+            continue;
+        }
+        s_entry_t *e = &st->entries[st->count];
+        rc = s_parse_entry(what, key, val, data_size, e);
+        if (rc < 0)
+            break;
+        e->name = strdup(key);
+        if (!e->name) {
+            rc = tp_error(TP_ERR_NOMEM, "%s: names", what);
+            break;
+        }
+        st->count++;
+    }
+    json_decref(root);
+    if (rc < 0)
+        return rc;
+    /* The tensors must tile the data section: sorted by start, each begins
+     * where the previous ended, the last ends at the end of the file. */
+    s_entry_t *sorted = malloc((st->count + 1) * sizeof *sorted);
+    if (!sorted)
+        return tp_error(TP_ERR_NOMEM, "%s: index", what);
+    memcpy(sorted, st->entries, st->count * sizeof *sorted);
+    qsort(sorted, st->count, sizeof *sorted, s_cmp_begin);
+    size_t pos = 0;
+    for (size_t i = 0; i < st->count && rc == TP_OK; i++) {
+        if (sorted[i].begin != pos)
+            BAD("%s: tensor '%s' starts at byte %zu of the data section, "
+                "expected %zu (%s)", what, sorted[i].name, sorted[i].begin,
+                pos, sorted[i].begin < pos ? "overlap" : "gap");
+        pos = sorted[i].end;
+    }
+    if (rc == TP_OK && pos != data_size)
+        BAD("%s: the tensors cover %zu bytes but the data section has %zu "
+            "(truncated or trailing bytes)", what, pos, data_size);
+    free(sorted);
+    return rc;
+}
+
+tp_status_t tp_safetensors_parse(const void *data, size_t size,
+                                 const char *what, tp_safetensors_t **out) {
+    *out = NULL;
+    tp_safetensors_t *st = calloc(1, sizeof *st);
+    if (!st)
+        return tp_error(TP_ERR_NOMEM, "safetensors");
+    st->buf = malloc(size ? size : 1);
+    if (!st->buf) {
+        free(st);
+        return tp_error(TP_ERR_NOMEM, "%s: %zu bytes", what, size);
+    }
+    if (size)
+        memcpy(st->buf, data, size);
+    st->size = size;
+    tp_status_t rc = s_index(st, what ? what : "safetensors");
+    if (rc < 0) {
+        tp_safetensors_destroy(&st);
+        return rc;
+    }
+    *out = st;
+    return TP_OK;
+}
+
+tp_status_t tp_safetensors_open(const char *path, tp_safetensors_t **out) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tp_error(errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_IO,
+                        "open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return tp_error(TP_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    tp_safetensors_t *st = calloc(1, sizeof *st);
+    if (st)
+        st->buf = malloc(size ? size : 1);
+    if (!st || !st->buf) {
+        free(st);
+        close(fd);
+        return tp_error(TP_ERR_NOMEM, "%s: %zu bytes", path, size);
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, st->buf + got, size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    st->size = got;
+    tp_status_t rc = s_index(st, path);
+    if (rc < 0) {
+        tp_safetensors_destroy(&st);
+        return rc;
+    }
+    *out = st;
+    return TP_OK;
+}
+
+size_t tp_safetensors_count(const tp_safetensors_t *st) { return st->count; }
+
+const char *tp_safetensors_name(const tp_safetensors_t *st, size_t i) {
+    return i < st->count ? st->entries[i].name : NULL;
+}
+
+static const s_entry_t *s_find(const tp_safetensors_t *st, const char *name) {
+    for (size_t i = 0; i < st->count; i++)
+        if (!strcmp(st->entries[i].name, name))
+            return &st->entries[i];
+    return NULL;
+}
+
+tp_status_t tp_safetensors_get(const tp_safetensors_t *st, const char *name,
+                               tp_tensor_t *view) {
+    tp_tensor_init_empty(view);
+    const s_entry_t *e = name ? s_find(st, name) : NULL;
+    if (!e)
+        return tp_error(TP_ERR_NOT_FOUND, "no tensor named '%s'",
+                        name ? name : "(null)");
+    return tp_tensor_init_wrap(view, e->dtype, e->ndim, e->shape,
+                               (void *)(st->data + e->begin), NULL, NULL);
+}
+
+const char *tp_safetensors_meta(const tp_safetensors_t *st, const char *key) {
+    for (size_t i = 0; key && i < st->nmeta; i++)
+        if (!strcmp(st->meta_keys[i], key))
+            return st->meta_vals[i];
+    return NULL;
+}
+
+/* ---- model checkpoints -------------------------------------------------- */
+
+static void s_rng_hex(const tp_rng_t *r, char *buf) {
+    sprintf(buf, "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64,
+            r->s[0], r->s[1], r->s[2], r->s[3]);
+}
+
+static int s_rng_parse(const char *s, tp_rng_t *r) {
+    if (!s || strlen(s) != 64)
+        return 0;
+    for (int i = 0; i < 4; i++) {
+        char part[17];
+        memcpy(part, s + 16 * i, 16);
+        part[16] = 0;
+        char *end;
+        errno = 0;
+        r->s[i] = strtoull(part, &end, 16);
+        if (*end || errno)
+            return 0;
+    }
+    return 1; /* even an all-zero (unseeded) state round-trips as saved */
+}
+
+static int s_parse_i64(const char *s, int64_t *v) {
+    if (!s || !*s)
+        return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (*end || errno)
+        return 0;
+    *v = x;
+    return 1;
+}
+
+tp_status_t tp_checkpoint_save(tp_model_t *m, const char *path,
+                               const tp_train_state_t *state) {
+    int nslots = m->opt ? m->nslots : 0;
+    size_t nt = (size_t)m->nvars * (size_t)(1 + nslots) + 1;
+    tp_named_tensor_t *ts = calloc(nt, sizeof *ts);
+    tp_tensor_t *views = calloc(nt, sizeof *views);
+    char **names = calloc(nt, sizeof *names);
+    size_t hostn = m->ntrain * (size_t)(1 + nslots) + m->nmodel + 1;
+    float *host = tp_alloc(hostn * sizeof(float));
+    int64_t step = m->opt ? tp_optimizer_step(m->opt) : 0;
+    tp_status_t rc = TP_OK;
+    if (!ts || !views || !names || !host) {
+        rc = tp_error(TP_ERR_NOMEM, "checkpoint %s", path);
+        goto done;
+    }
+    /* Stage device memory on the host: trainable, model-only, slots. */
+    tp_backend_t *b = m->backend;
+    float *h_train = host, *h_model = host + m->ntrain;
+    float *h_slot[2] = {h_model + m->nmodel, h_model + m->nmodel + m->ntrain};
+    rc = b->ops->copy(b, m->stream, h_train, m->train_arena,
+                      m->ntrain * sizeof(float), TP_COPY_D2H);
+    if (rc == TP_OK)
+        rc = b->ops->copy(b, m->stream, h_model, m->model_arena,
+                          m->nmodel * sizeof(float), TP_COPY_D2H);
+    for (int s = 0; rc == TP_OK && s < nslots; s++)
+        rc = b->ops->copy(b, m->stream, h_slot[s], m->slots[s],
+                          m->ntrain * sizeof(float), TP_COPY_D2H);
+    if (rc == TP_OK)
+        rc = b->ops->stream_sync(b, m->stream);
+    size_t k = 0;
+    for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
+        tp_var_t *v = &m->vars[i];
+        float *src = (v->trainable ? h_train : h_model) + v->offset;
+        rc = tp_tensor_init_wrap(&views[k], TP_FLOAT32, v->shape.ndim,
+                                 v->shape.d, src, NULL, NULL);
+        ts[k].name = v->name;
+        ts[k].tensor = &views[k];
+        k++;
+    }
+    for (int s = 0; rc == TP_OK && s < nslots; s++)
+        for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
+            tp_var_t *v = &m->vars[i];
+            if (!v->trainable)
+                continue;
+            const char *sn = tp_optimizer_slot_name(m->opt, s);
+            names[k] = malloc(strlen(v->name) + strlen(sn) + 16);
+            if (!names[k]) {
+                rc = tp_error(TP_ERR_NOMEM, "checkpoint names");
+                break;
+            }
+            sprintf(names[k], "optimizer/%s/%s", v->name, sn);
+            rc = tp_tensor_init_wrap(&views[k], TP_FLOAT32, v->shape.ndim,
+                                     v->shape.d, h_slot[s] + v->offset, NULL,
+                                     NULL);
+            ts[k].name = names[k];
+            ts[k].tensor = &views[k];
+            k++;
+        }
+    if (rc == TP_OK && m->opt) {
+        rc = tp_tensor_init_wrap(&views[k], TP_INT64, 0, NULL, &step, NULL,
+                                 NULL);
+        ts[k].name = "optimizer/step";
+        ts[k].tensor = &views[k];
+        k++;
+    }
+    if (rc != TP_OK)
+        goto done;
+    /* Metadata: trainer state, generators, optimizer settings. */
+    enum { MAXMETA = 80 };
+    tp_meta_kv_t meta[MAXMETA];
+    char vals[MAXMETA][72], keys[MAXMETA][40];
+    size_t nm = 0;
+#define META(k_, ...)                                                        \
+    do {                                                                     \
+        if (nm < MAXMETA) {                                                  \
+            snprintf(keys[nm], sizeof keys[nm], "%s", k_);                   \
+            snprintf(vals[nm], sizeof vals[nm], __VA_ARGS__);                \
+            meta[nm].key = keys[nm];                                         \
+            meta[nm].value = vals[nm];                                       \
+            nm++;                                                            \
+        }                                                                    \
+    } while (0)
+    META("format", "%s", FORMAT_TAG);
+    if (state) {
+        META("epoch", "%" PRId64, state->epoch);
+        META("global_step", "%" PRId64, state->global_step);
+        META("rng", "%s", "");
+        s_rng_hex(&state->rng, vals[nm - 1]);
+    }
+    for (int i = 0; i < m->ntowers; i++) {
+        char key[40];
+        snprintf(key, sizeof key, "tower%d/rng", i);
+        META(key, "%s", "");
+        s_rng_hex(&m->towers[i]->rng, vals[nm - 1]);
+    }
+    if (m->opt) {
+        META("optimizer", "%s", tp_optimizer_kind(m->opt));
+        static const char *hp[] = {"learning_rate", "momentum", "beta1",
+                                   "beta2", "epsilon"};
+        for (size_t i = 0; i < sizeof hp / sizeof *hp; i++) {
+            double v;
+            if (tp_optimizer_get(m->opt, hp[i], &v) == TP_OK) {
+                char key[40];
+                snprintf(key, sizeof key, "optimizer/%s", hp[i]);
+                META(key, "%.17g", v);
+            }
+        }
+    }
+#undef META
+    rc = tp_safetensors_write(path, ts, k, meta, nm);
+done:
+    if (names)
+        for (size_t i = 0; i < nt; i++)
+            free(names[i]);
+    free(names);
+    free(views);
+    free(ts);
+    tp_free(host);
+    return rc;
+}
+
+/* Append "name" to a bounded, comma-separated list for an error message. */
+static void s_list_add(char *buf, size_t size, int *count, const char *name) {
+    (*count)++;
+    size_t len = strlen(buf);
+    if (*count > 6) {
+        if (*count == 7 && len + 6 < size)
+            strcat(buf, ", ...");
+        return;
+    }
+    snprintf(buf + len, size - len, "%s'%s'", len ? ", " : "", name);
+}
+
+tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
+                               tp_train_state_t *state) {
+    tp_safetensors_t *st = NULL;
+    TP_TRY(tp_safetensors_open(path, &st));
+    const int relaxed = flags & TP_LOAD_RELAXED;
+    const int weights_only = flags & TP_LOAD_WEIGHTS_ONLY;
+    const int nslots = (m->opt && !weights_only) ? m->nslots : 0;
+    unsigned char *used = calloc(st->count + 1, 1);
+    const s_entry_t **src = calloc((size_t)m->nvars * (size_t)(1 + nslots) + 1,
+                                   sizeof *src);
+    char missing[512] = "", bad[768] = "", extra[512] = "";
+    int nmissing = 0, nbad = 0, nextra = 0;
+    tp_status_t rc = TP_OK;
+    if (!used || !src) {
+        rc = tp_error(TP_ERR_NOMEM, "checkpoint %s", path);
+        goto done;
+    }
+    /* Pass 1: resolve every expected tensor and check it; change nothing. */
+    for (int s = -1; s < nslots; s++)
+        for (int i = 0; i < m->nvars; i++) {
+            tp_var_t *v = &m->vars[i];
+            if (s >= 0 && !v->trainable)
+                continue;
+            char name[TP_NAME_MAX + 64];
+            if (s < 0)
+                snprintf(name, sizeof name, "%s", v->name);
+            else
+                snprintf(name, sizeof name, "optimizer/%s/%s", v->name,
+                         tp_optimizer_slot_name(m->opt, s));
+            const s_entry_t *e = s_find(st, name);
+            if (!e) {
+                s_list_add(missing, sizeof missing, &nmissing, name);
+                continue;
+            }
+            used[e - st->entries] = 1;
+            if (e->dtype != TP_FLOAT32 || e->ndim != v->shape.ndim ||
+                memcmp(e->shape, v->shape.d, sizeof(int64_t) * (size_t)e->ndim)) {
+                char item[TP_NAME_MAX + 256];
+                tp_tensor_t tv;
+                char got[96];
+                tp_tensor_init_wrap(&tv, e->dtype, e->ndim, e->shape,
+                                    (void *)st->data, NULL, NULL);
+                tp_tensor_describe(&tv, got, sizeof got);
+                snprintf(item, sizeof item, "%s is %s", name, got);
+                s_list_add(bad, sizeof bad, &nbad, item);
+                continue;
+            }
+            src[(size_t)(s + 1) * (size_t)m->nvars + (size_t)i] = e;
+        }
+    const s_entry_t *step_e = NULL;
+    if (m->opt && !weights_only) {
+        step_e = s_find(st, "optimizer/step");
+        if (!step_e)
+            s_list_add(missing, sizeof missing, &nmissing, "optimizer/step");
+        else if (step_e->dtype != TP_INT64 || step_e->ndim != 0)
+            s_list_add(bad, sizeof bad, &nbad, "optimizer/step is not int64[]");
+        else
+            used[step_e - st->entries] = 1;
+    }
+    for (size_t i = 0; i < st->count; i++) {
+        if (used[i])
+            continue;
+        if (weights_only && !strncmp(st->entries[i].name, "optimizer/", 10))
+            continue;
+        s_list_add(extra, sizeof extra, &nextra, st->entries[i].name);
+    }
+    if (nmissing || nbad || (nextra && !relaxed)) {
+        char msg[2048];
+        int len = snprintf(msg, sizeof msg, "checkpoint %s does not fit the "
+                                            "model:", path);
+        if (nmissing)
+            len += snprintf(msg + len, sizeof msg - (size_t)len,
+                            " %d missing (%s);", nmissing, missing);
+        if (nbad && len < (int)sizeof msg)
+            len += snprintf(msg + len, sizeof msg - (size_t)len,
+                            " %d mis-shaped (%s);", nbad, bad);
+        if (nextra && !relaxed && len < (int)sizeof msg)
+            snprintf(msg + len, sizeof msg - (size_t)len,
+                     " %d unexpected (%s; TP_LOAD_RELAXED ignores them)",
+                     nextra, extra);
+        rc = tp_error(nbad ? TP_ERR_SHAPE : TP_ERR_NOT_FOUND, "%s", msg);
+        goto done;
+    }
+    tp_train_state_t ts;
+    memset(&ts, 0, sizeof ts);
+    tp_rng_t tower_rng[64];
+    int have_tower_rng[64] = {0};
+    if (!weights_only) {
+        const char *ep = tp_safetensors_meta(st, "epoch");
+        const char *gs = tp_safetensors_meta(st, "global_step");
+        const char *rg = tp_safetensors_meta(st, "rng");
+        if ((ep && !s_parse_i64(ep, &ts.epoch)) ||
+            (gs && !s_parse_i64(gs, &ts.global_step)) ||
+            (rg && !s_rng_parse(rg, &ts.rng))) {
+            rc = tp_error(TP_ERR_FORMAT, "checkpoint %s: bad trainer state in "
+                                         "the metadata", path);
+            goto done;
+        }
+        for (int i = 0; i < m->ntowers && i < 64; i++) {
+            char key[40];
+            snprintf(key, sizeof key, "tower%d/rng", i);
+            const char *v = tp_safetensors_meta(st, key);
+            if (v && !s_rng_parse(v, &tower_rng[i])) {
+                rc = tp_error(TP_ERR_FORMAT, "checkpoint %s: bad %s", path,
+                              key);
+                goto done;
+            }
+            have_tower_rng[i] = v != NULL;
+        }
+    }
+    /* Pass 2: everything checked; copy. */
+    tp_backend_t *b = m->backend;
+    for (int s = -1; rc == TP_OK && s < nslots; s++)
+        for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
+            const s_entry_t *e = src[(size_t)(s + 1) * (size_t)m->nvars + (size_t)i];
+            if (!e)
+                continue;
+            tp_var_t *v = &m->vars[i];
+            float *dst = s < 0 ? tp_var_data_(m, i) : m->slots[s] + v->offset;
+            rc = b->ops->copy(b, m->stream, dst, st->data + e->begin,
+                              e->end - e->begin, TP_COPY_H2D);
+        }
+    if (rc == TP_OK)
+        rc = b->ops->stream_sync(b, m->stream);
+    if (rc == TP_OK && step_e) {
+        int64_t step;
+        memcpy(&step, st->data + step_e->begin, sizeof step);
+        tp_optimizer_set_step(m->opt, step);
+    }
+    if (rc == TP_OK && !weights_only) {
+        for (int i = 0; i < m->ntowers && i < 64; i++)
+            if (have_tower_rng[i])
+                m->towers[i]->rng = tower_rng[i];
+        if (state)
+            *state = ts;
+    }
+done:
+    free(used);
+    free(src);
+    tp_safetensors_destroy(&st);
+    return rc;
+}

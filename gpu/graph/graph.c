@@ -1,0 +1,986 @@
+/* towerpack gpu: the graph builder a tower function calls.
+ *
+ * Nodes are appended in call order, which is a topological order (an op can
+ * only take nodes that exist). Every builder checks dtypes and shapes right
+ * away, so an error names the node the user wrote, not a kernel deep in a
+ * step. The first error sticks in the tower; later builders return NULL. */
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/graph.h>
+
+#include "gpu/graph/graph_internal.h"
+
+static const char *const s_op_names[TP_OP_COUNT] = {
+    "input",       "variable",   "matmul",     "conv2d",
+    "bias_add",    "relu",       "leaky_relu", "tanh",
+    "sigmoid",     "max_pool",   "avg_pool",   "global_avg_pool",
+    "batch_norm",  "dropout",    "reshape",    "add",
+    "concat",      "softmax_xent", "accuracy", "error_count",
+    "l2_decay",    "cast",       "scale"};
+
+const char *tp_op_name(tp_op_kind_t kind) {
+    return (kind >= 0 && kind < TP_OP_COUNT) ? s_op_names[kind] : "invalid";
+}
+
+size_t tp_shape_count(const tp_shape_t *s) {
+    size_t n = 1;
+    for (int i = 0; i < s->ndim; i++)
+        n *= (size_t)s->d[i];
+    return n;
+}
+
+static char *s_shape_str(const tp_shape_t *s, char *buf, size_t size) {
+    size_t len = 0;
+    len += (size_t)snprintf(buf + len, size - len, "[");
+    for (int i = 0; i < s->ndim && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? "," : "",
+                                (long long)s->d[i]);
+    if (len < size)
+        snprintf(buf + len, size - len, "]");
+    return buf;
+}
+
+/* ---- tower context ------------------------------------------------------ */
+
+tp_tower_t *tp_tower_new_(tp_model_t *m, int index, int training,
+                          int64_t batch) {
+    tp_tower_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->model = m;
+    t->index = index;
+    t->training = training;
+    t->batch = batch;
+    t->ncosts = 1;
+    t->cost_names[0] = "cost";
+    if (index >= 0)
+        snprintf(t->name, sizeof t->name, "tower%d", index);
+    else
+        snprintf(t->name, sizeof t->name, "infer");
+    return t;
+}
+
+void tp_tower_destroy_(tp_tower_t **t_p) {
+    if (!t_p || !*t_p)
+        return;
+    tp_tower_t *t = *t_p;
+    for (int i = 0; i < t->nnodes; i++) {
+        free(t->nodes[i]->name);
+        free(t->nodes[i]->inputs);
+        free(t->nodes[i]->dx_acc);
+        free(t->nodes[i]);
+    }
+    free(t->nodes);
+    free(t->input_nodes);
+    for (int i = 0; i < t->noutputs; i++)
+        free(t->outputs[i].name);
+    free(t->outputs);
+    for (int i = 0; i < t->nscopes; i++)
+        free(t->scopes[i]);
+    for (int i = 1; i < t->ncosts; i++) {
+        free(t->cost_names[i]);
+        free(t->cost_vars[i]);
+    }
+    free(t->var_seen);
+    free(t->fuse);
+    free(t->fuse_rest);
+    free(t);
+    *t_p = NULL;
+}
+
+const char *tp_tower_name(const tp_tower_t *t) { return t->name; }
+int tp_tower_index(const tp_tower_t *t) { return t->index; }
+int tp_tower_device(const tp_tower_t *t) { return t->model->backend->device; }
+int tp_tower_is_training(const tp_tower_t *t) { return t->training; }
+int64_t tp_tower_batch(const tp_tower_t *t) { return t->batch; }
+tp_status_t tp_tower_status(const tp_tower_t *t) { return t->status; }
+
+const char *tp_node_name(const tp_node_t *n) { return n->name; }
+const tp_shape_t *tp_node_shape(const tp_node_t *n) { return &n->shape; }
+tp_dtype_t tp_node_dtype(const tp_node_t *n) { return n->dtype; }
+
+/* Record the tower's first error, naming the tower and node. */
+__attribute__((format(printf, 4, 5))) static void
+s_fail(tp_tower_t *t, tp_status_t st, const char *node, const char *fmt,
+       ...) {
+    if (t->status < 0)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    t->status = tp_error(st, "%s: node '%s': %s", t->name, node ? node : "?",
+                         msg);
+}
+
+tp_status_t tp_tower_push_scope(tp_tower_t *t, const char *scope) {
+    if (t->nscopes >= TP_SCOPE_DEPTH)
+        return tp_error(TP_ERR_INVALID, "%s: scopes nest deeper than %d",
+                        t->name, TP_SCOPE_DEPTH);
+    if (!scope || !*scope || strchr(scope, '/') == scope)
+        return tp_error(TP_ERR_INVALID, "%s: empty scope name", t->name);
+    t->scopes[t->nscopes] = strdup(scope);
+    if (!t->scopes[t->nscopes])
+        return tp_error(TP_ERR_NOMEM, "scope name");
+    t->nscopes++;
+    return TP_OK;
+}
+
+void tp_tower_pop_scope(tp_tower_t *t) {
+    if (t->nscopes > 0)
+        free(t->scopes[--t->nscopes]);
+}
+
+/* Full scoped name into buf; 0 when it does not fit. */
+static int s_full_name(tp_tower_t *t, const char *name, char *buf,
+                       size_t size) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < t->nscopes; i++) {
+        int w = snprintf(buf + len, size - len, "%s/", t->scopes[i]);
+        if (w < 0 || (size_t)w >= size - len)
+            return 0;
+        len += (size_t)w;
+    }
+    int w = snprintf(buf + len, size - len, "%s", name);
+    return w >= 0 && (size_t)w < size - len;
+}
+
+static tp_node_t *s_find_node(tp_tower_t *t, const char *name) {
+    for (int i = 0; i < t->nnodes; i++)
+        if (strcmp(t->nodes[i]->name, name) == 0)
+            return t->nodes[i];
+    return NULL;
+}
+
+/* Append a node named `name` (scoped; NULL: "<op>_<id>"), checking that the
+ * inputs exist in this tower. Returns NULL after recording an error. */
+static tp_node_t *s_node(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                         int ninputs, tp_node_t *const *inputs) {
+    if (t->status < 0)
+        return NULL;
+    char full[TP_NAME_MAX], autoname[64];
+    if (!name) {
+        snprintf(autoname, sizeof autoname, "%s_%d", tp_op_name(kind),
+                 t->nnodes);
+        name = autoname;
+    }
+    if (!s_full_name(t, name, full, sizeof full)) {
+        s_fail(t, TP_ERR_INVALID, name, "name longer than %d bytes",
+               TP_NAME_MAX - 1);
+        return NULL;
+    }
+    for (int i = 0; i < ninputs; i++) {
+        if (!inputs[i]) {
+            s_fail(t, TP_ERR_INVALID, full, "input %d is NULL", i);
+            return NULL;
+        }
+        if (inputs[i]->id >= t->nnodes || t->nodes[inputs[i]->id] != inputs[i]) {
+            s_fail(t, TP_ERR_INVALID, full,
+                   "input %d ('%s') belongs to another tower", i,
+                   inputs[i]->name);
+            return NULL;
+        }
+    }
+    if (s_find_node(t, full)) {
+        s_fail(t, TP_ERR_INVALID, full, "a node of this name already exists");
+        return NULL;
+    }
+    if (t->nnodes == t->cap_nodes) {
+        int cap = t->cap_nodes ? 2 * t->cap_nodes : 64;
+        tp_node_t **nn = realloc(t->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) {
+            s_fail(t, TP_ERR_NOMEM, full, "out of memory");
+            return NULL;
+        }
+        t->nodes = nn;
+        t->cap_nodes = cap;
+    }
+    tp_node_t *n = calloc(1, sizeof *n);
+    if (n) {
+        n->name = strdup(full);
+        n->inputs = calloc((size_t)(ninputs ? ninputs : 1), sizeof *n->inputs);
+        n->dx_acc = calloc((size_t)(ninputs ? ninputs : 1), sizeof(int));
+    }
+    if (!n || !n->name || !n->inputs || !n->dx_acc) {
+        if (n) {
+            free(n->name);
+            free(n->inputs);
+            free(n->dx_acc);
+            free(n);
+        }
+        s_fail(t, TP_ERR_NOMEM, full, "out of memory");
+        return NULL;
+    }
+    n->id = t->nnodes;
+    n->kind = kind;
+    n->dtype = TP_FLOAT32;
+    n->ninputs = ninputs;
+    n->var = -1;
+    n->input = -1;
+    n->attr.training = t->training;
+    for (int i = 0; i < ninputs; i++)
+        n->inputs[i] = inputs[i];
+    if (ninputs > 0) {
+        n->shape = inputs[0]->shape;
+        n->batched = inputs[0]->batched;
+    }
+    t->nodes[t->nnodes++] = n;
+    return n;
+}
+
+/* Undo the last s_node after a shape error (keeps names reusable). */
+static tp_node_t *s_drop_last(tp_tower_t *t) {
+    tp_node_t *n = t->nodes[--t->nnodes];
+    free(n->name);
+    free(n->inputs);
+    free(n->dx_acc);
+    free(n);
+    return NULL;
+}
+
+#define FAIL(t, n, ...)                                                      \
+    do {                                                                     \
+        s_fail(t, TP_ERR_SHAPE, (n)->name, __VA_ARGS__);                     \
+        return s_drop_last(t);                                               \
+    } while (0)
+
+static int s_check_float(tp_tower_t *t, tp_node_t *n, int i) {
+    if (n->inputs[i]->dtype != TP_FLOAT32) {
+        s_fail(t, TP_ERR_SHAPE, n->name, "input %d ('%s') is %s, not float32",
+               i, n->inputs[i]->name, tp_dtype_name(n->inputs[i]->dtype));
+        return 0;
+    }
+    return 1;
+}
+
+tp_node_t *tp_input_node_(tp_tower_t *t, int index, const tp_input_desc_t *d,
+                          int64_t batch);
+tp_node_t *tp_input_node_(tp_tower_t *t, int index, const tp_input_desc_t *d,
+                          int64_t batch) {
+    tp_node_t *n = s_node(t, d->name, TP_OP_INPUT, 0, NULL);
+    if (!n)
+        return NULL;
+    n->input = index;
+    n->dtype = d->dtype;
+    n->batched = 1;
+    n->shape.ndim = d->ndim;
+    for (int i = 0; i < d->ndim; i++)
+        n->shape.d[i] = d->shape[i];
+    n->shape.d[0] = batch;
+    return n;
+}
+
+/* ---- variables ---------------------------------------------------------- */
+
+uint64_t tp_hash_name_(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static int s_find_var(tp_model_t *m, const char *name) {
+    for (int i = 0; i < m->nvars; i++)
+        if (strcmp(m->vars[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+tp_node_t *tp_variable(tp_tower_t *t, const char *name, int ndim,
+                       const int64_t *shape, tp_init_t init,
+                       tp_var_collection_t collection) {
+    if (t->status < 0)
+        return NULL;
+    tp_model_t *m = t->model;
+    char full[TP_NAME_MAX];
+    if (!name || !*name || !s_full_name(t, name, full, sizeof full)) {
+        s_fail(t, TP_ERR_INVALID, name, "bad variable name");
+        return NULL;
+    }
+    if (ndim < 0 || ndim > TP_MAX_DIMS) {
+        s_fail(t, TP_ERR_SHAPE, full, "variable with %d dims", ndim);
+        return NULL;
+    }
+    tp_shape_t s = {.ndim = ndim};
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0) {
+            s_fail(t, TP_ERR_SHAPE, full, "variable dim %d is %lld", i,
+                   (long long)shape[i]);
+            return NULL;
+        }
+        s.d[i] = shape[i];
+    }
+    int creator = (t == (m->ntowers > 0 ? m->towers[0] : m->infer));
+    int vi = s_find_var(m, full);
+    if (vi >= 0 && vi < t->var_seen_cap && t->var_seen[vi]) {
+        s_fail(t, TP_ERR_INVALID, full,
+               "variable asked for twice in one tower (a scope used twice?)");
+        return NULL;
+    }
+    if (vi < 0) {
+        if (!creator) {
+            s_fail(t, TP_ERR_INVALID, full,
+                   "variable was not created by the first tower (a tower "
+                   "function must create the same variables every call)");
+            return NULL;
+        }
+        if (m->nvars == m->cap_vars) {
+            int cap = m->cap_vars ? 2 * m->cap_vars : 32;
+            tp_var_t *nv = realloc(m->vars, (size_t)cap * sizeof *nv);
+            if (!nv) {
+                s_fail(t, TP_ERR_NOMEM, full, "out of memory");
+                return NULL;
+            }
+            m->vars = nv;
+            m->cap_vars = cap;
+        }
+        tp_var_t *v = &m->vars[m->nvars];
+        memset(v, 0, sizeof *v);
+        v->name = strdup(full);
+        if (!v->name) {
+            s_fail(t, TP_ERR_NOMEM, full, "out of memory");
+            return NULL;
+        }
+        v->shape = s;
+        v->count = tp_shape_count(&s);
+        v->trainable = collection == TP_VAR_TRAINABLE;
+        v->init = init;
+        vi = m->nvars++;
+    } else {
+        tp_var_t *v = &m->vars[vi];
+        char a[96], b[96];
+        if (v->shape.ndim != s.ndim ||
+            memcmp(v->shape.d, s.d, sizeof(int64_t) * (size_t)s.ndim)) {
+            s_fail(t, TP_ERR_SHAPE, full,
+                   "variable exists with shape %s, asked for %s",
+                   s_shape_str(&v->shape, a, sizeof a),
+                   s_shape_str(&s, b, sizeof b));
+            return NULL;
+        }
+        if (v->trainable != (collection == TP_VAR_TRAINABLE)) {
+            s_fail(t, TP_ERR_INVALID, full,
+                   "variable exists in another collection");
+            return NULL;
+        }
+    }
+    if (vi >= t->var_seen_cap) {
+        int cap = t->var_seen_cap ? t->var_seen_cap : 32;
+        while (cap <= vi)
+            cap *= 2;
+        unsigned char *ns = realloc(t->var_seen, (size_t)cap);
+        if (!ns) {
+            s_fail(t, TP_ERR_NOMEM, full, "out of memory");
+            return NULL;
+        }
+        memset(ns + t->var_seen_cap, 0, (size_t)(cap - t->var_seen_cap));
+        t->var_seen = ns;
+        t->var_seen_cap = cap;
+    }
+    t->var_seen[vi] = 1;
+    /* The node carries the variable's full name; scopes are already in it. */
+    int saved = t->nscopes;
+    t->nscopes = 0;
+    tp_node_t *n = s_node(t, full, TP_OP_VARIABLE, 0, NULL);
+    t->nscopes = saved;
+    if (!n)
+        return NULL;
+    n->var = vi;
+    n->shape = s;
+    n->batched = 0;
+    return n;
+}
+
+/* ---- ops ---------------------------------------------------------------- */
+
+tp_node_t *tp_matmul(tp_tower_t *t, const char *name, tp_node_t *x,
+                     tp_node_t *w) {
+    tp_node_t *in[2] = {x, w};
+    tp_node_t *n = s_node(t, name, TP_OP_MATMUL, 2, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
+        return s_drop_last(t);
+    char a[96], b[96];
+    if (x->shape.ndim < 2)
+        FAIL(t, n, "x is %s: needs [N,K...]", s_shape_str(&x->shape, a, 96));
+    int64_t k = 1;
+    for (int i = 1; i < x->shape.ndim; i++)
+        k *= x->shape.d[i];
+    if (w->batched || w->shape.ndim != 2 || w->shape.d[0] != k)
+        FAIL(t, n, "x is %s (K=%lld) but W is %s: W must be [K,M]",
+             s_shape_str(&x->shape, a, 96), (long long)k,
+             s_shape_str(&w->shape, b, 96));
+    n->shape.ndim = 2;
+    n->shape.d[0] = x->shape.d[0];
+    n->shape.d[1] = w->shape.d[1];
+    n->batched = x->batched;
+    return n;
+}
+
+/* conv2d with an optional fused bias b[O] (input 2). */
+static tp_node_t *s_conv(tp_tower_t *t, const char *name, tp_node_t *x,
+                         tp_node_t *w, tp_node_t *bias, int stride, int pad) {
+    tp_node_t *in[3] = {x, w, bias};
+    tp_node_t *n = s_node(t, name, TP_OP_CONV2D, bias ? 3 : 2, in);
+    if (!n)
+        return NULL;
+    for (int i = 0; i < n->ninputs; i++)
+        if (!s_check_float(t, n, i))
+            return s_drop_last(t);
+    char a[96], b[96];
+    if (bias && (bias->batched || bias->shape.ndim != 1 ||
+                 w->shape.ndim != 4 || bias->shape.d[0] != w->shape.d[0]))
+        FAIL(t, n, "bias is %s, W is %s: bias must be [O]",
+             s_shape_str(&bias->shape, a, 96), s_shape_str(&w->shape, b, 96));
+    if (x->shape.ndim != 4 || w->shape.ndim != 4 || w->batched ||
+        x->shape.d[1] != w->shape.d[1])
+        FAIL(t, n, "x is %s, W is %s: need x [N,C,H,W] and W [O,C,KH,KW]",
+             s_shape_str(&x->shape, a, 96), s_shape_str(&w->shape, b, 96));
+    if (stride < 1 || pad < 0)
+        FAIL(t, n, "stride %d, pad %d", stride, pad);
+    int64_t oh = (x->shape.d[2] + 2 * pad - w->shape.d[2]) / stride + 1;
+    int64_t ow = (x->shape.d[3] + 2 * pad - w->shape.d[3]) / stride + 1;
+    if (x->shape.d[2] + 2 * pad < w->shape.d[2] ||
+        x->shape.d[3] + 2 * pad < w->shape.d[3] || oh < 1 || ow < 1)
+        FAIL(t, n, "kernel %s larger than the padded input %s",
+             s_shape_str(&w->shape, b, 96), s_shape_str(&x->shape, a, 96));
+    n->attr.kh = (int)w->shape.d[2];
+    n->attr.kw = (int)w->shape.d[3];
+    n->attr.sh = n->attr.sw = stride;
+    n->attr.ph = n->attr.pw = pad;
+    n->shape.d[1] = w->shape.d[0];
+    n->shape.d[2] = oh;
+    n->shape.d[3] = ow;
+    return n;
+}
+
+tp_node_t *tp_conv2d_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                        tp_node_t *w, int stride, int pad) {
+    return s_conv(t, name, x, w, NULL, stride, pad);
+}
+
+tp_node_t *tp_bias_add(tp_tower_t *t, const char *name, tp_node_t *x,
+                       tp_node_t *b) {
+    tp_node_t *in[2] = {x, b};
+    tp_node_t *n = s_node(t, name, TP_OP_BIAS_ADD, 2, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
+        return s_drop_last(t);
+    char a[96], c[96];
+    if (x->shape.ndim < 2 || b->shape.ndim != 1 || b->batched ||
+        b->shape.d[0] != x->shape.d[1])
+        FAIL(t, n, "x is %s, b is %s: b must be [C] for x [N,C,...]",
+             s_shape_str(&x->shape, a, 96), s_shape_str(&b->shape, c, 96));
+    return n;
+}
+
+static tp_node_t *s_unary(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                          tp_node_t *x, float alpha) {
+    tp_node_t *n = s_node(t, name, kind, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    n->attr.alpha = alpha;
+    return n;
+}
+
+tp_node_t *tp_relu(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_RELU, x, 0);
+}
+tp_node_t *tp_leaky_relu(tp_tower_t *t, const char *name, tp_node_t *x,
+                         float alpha) {
+    return s_unary(t, name, TP_OP_LEAKY_RELU, x, alpha);
+}
+tp_node_t *tp_tanh(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_TANH, x, 0);
+}
+tp_node_t *tp_sigmoid(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_SIGMOID, x, 0);
+}
+tp_node_t *tp_scale(tp_tower_t *t, const char *name, tp_node_t *x,
+                    float factor) {
+    return s_unary(t, name, TP_OP_SCALE, x, factor);
+}
+
+tp_node_t *tp_dropout(tp_tower_t *t, const char *name, tp_node_t *x,
+                      float rate) {
+    tp_node_t *n = s_unary(t, name, TP_OP_DROPOUT, x, rate);
+    if (n && !(rate >= 0.0f && rate < 1.0f))
+        FAIL(t, n, "drop rate %g outside [0,1)", (double)rate);
+    return n;
+}
+
+static tp_node_t *s_pool(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                         tp_node_t *x, int window, int stride, int pad) {
+    tp_node_t *n = s_node(t, name, kind, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    char a[96];
+    if (x->shape.ndim != 4)
+        FAIL(t, n, "x is %s: needs [N,C,H,W]", s_shape_str(&x->shape, a, 96));
+    if (kind == TP_OP_GLOBAL_AVG_POOL) {
+        n->shape.ndim = 2;
+        return n;
+    }
+    if (window < 1 || stride < 1 || pad < 0 || pad >= window)
+        FAIL(t, n, "window %d, stride %d, pad %d (need pad < window)", window,
+             stride, pad);
+    int64_t oh = (x->shape.d[2] + 2 * pad - window) / stride + 1;
+    int64_t ow = (x->shape.d[3] + 2 * pad - window) / stride + 1;
+    if (x->shape.d[2] + 2 * pad < window || x->shape.d[3] + 2 * pad < window)
+        FAIL(t, n, "window %d larger than the padded input %s", window,
+             s_shape_str(&x->shape, a, 96));
+    n->attr.kh = n->attr.kw = window;
+    n->attr.sh = n->attr.sw = stride;
+    n->attr.ph = n->attr.pw = pad;
+    n->shape.d[2] = oh;
+    n->shape.d[3] = ow;
+    return n;
+}
+
+tp_node_t *tp_max_pool(tp_tower_t *t, const char *name, tp_node_t *x,
+                       int window, int stride, int pad) {
+    return s_pool(t, name, TP_OP_MAX_POOL, x, window, stride, pad);
+}
+tp_node_t *tp_avg_pool(tp_tower_t *t, const char *name, tp_node_t *x,
+                       int window, int stride, int pad) {
+    return s_pool(t, name, TP_OP_AVG_POOL, x, window, stride, pad);
+}
+tp_node_t *tp_global_avg_pool(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_pool(t, name, TP_OP_GLOBAL_AVG_POOL, x, 1, 1, 0);
+}
+
+tp_node_t *tp_batch_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                            tp_node_t *gamma, tp_node_t *beta,
+                            tp_node_t *moving_mean, tp_node_t *moving_var,
+                            float momentum, float eps) {
+    tp_node_t *in[3] = {x, gamma, beta};
+    if (t->status >= 0 && (!moving_mean || !moving_var)) {
+        s_fail(t, TP_ERR_INVALID, name, "moving mean or variance is NULL");
+        return NULL;
+    }
+    tp_node_t *n = s_node(t, name, TP_OP_BATCH_NORM, 3, in);
+    if (!n)
+        return NULL;
+    for (int i = 0; i < 3; i++)
+        if (!s_check_float(t, n, i))
+            return s_drop_last(t);
+    char a[96];
+    if (x->shape.ndim != 2 && x->shape.ndim != 4)
+        FAIL(t, n, "x is %s: needs [N,C] or [N,C,H,W]",
+             s_shape_str(&x->shape, a, 96));
+    int64_t c = x->shape.d[1];
+    tp_node_t *p[4] = {gamma, beta, moving_mean, moving_var};
+    for (int i = 0; i < 4; i++) {
+        if (p[i]->shape.ndim != 1 || p[i]->shape.d[0] != c || p[i]->batched)
+            FAIL(t, n, "'%s' is %s, must be [%lld]", p[i]->name,
+                 s_shape_str(&p[i]->shape, a, 96), (long long)c);
+    }
+    if (moving_mean->kind != TP_OP_VARIABLE || moving_var->kind != TP_OP_VARIABLE ||
+        t->model->vars[moving_mean->var].trainable ||
+        t->model->vars[moving_var->var].trainable)
+        FAIL(t, n, "moving mean and variance must be model-only variables");
+    if (!(momentum >= 0.0f && momentum <= 1.0f) || !(eps > 0.0f))
+        FAIL(t, n, "momentum %g, eps %g", (double)momentum, (double)eps);
+    n->state[0] = moving_mean;
+    n->state[1] = moving_var;
+    n->attr.alpha = momentum;
+    n->attr.eps = eps;
+    n->attr.update_state = t->training && t->index == 0;
+    return n;
+}
+
+tp_node_t *tp_reshape(tp_tower_t *t, const char *name, tp_node_t *x,
+                      int ndim, const int64_t *shape) {
+    tp_node_t *n = s_node(t, name, TP_OP_RESHAPE, 1, &x);
+    if (!n)
+        return NULL;
+    char a[96];
+    if (ndim < 1 || ndim > TP_MAX_DIMS)
+        FAIL(t, n, "%d dims", ndim);
+    tp_shape_t s = {.ndim = ndim};
+    for (int i = 0; i < ndim; i++)
+        s.d[i] = shape[i];
+    if (x->batched) {
+        if (shape[0] != -1)
+            FAIL(t, n, "x %s is batched: the new shape's dim 0 must be -1",
+                 s_shape_str(&x->shape, a, 96));
+        s.d[0] = x->shape.d[0];
+    }
+    for (int i = 0; i < ndim; i++)
+        if (s.d[i] < 0)
+            FAIL(t, n, "dim %d is %lld", i, (long long)s.d[i]);
+    if (tp_shape_count(&s) != tp_shape_count(&x->shape)) {
+        char b[96];
+        FAIL(t, n, "cannot reshape %s to %s", s_shape_str(&x->shape, a, 96),
+             s_shape_str(&s, b, 96));
+    }
+    n->shape = s;
+    n->dtype = x->dtype;
+    return n;
+}
+
+tp_node_t *tp_flatten(tp_tower_t *t, const char *name, tp_node_t *x) {
+    if (!x || t->status < 0)
+        return s_node(t, name, TP_OP_RESHAPE, 1, &x);
+    int64_t k = 1;
+    for (int i = 1; i < x->shape.ndim; i++)
+        k *= x->shape.d[i];
+    int64_t s[2] = {x->batched ? -1 : x->shape.d[0], k};
+    if (x->shape.ndim == 0) {
+        int64_t one = 1;
+        return tp_reshape(t, name, x, 1, &one);
+    }
+    return tp_reshape(t, name, x, 2, s);
+}
+
+tp_node_t *tp_add(tp_tower_t *t, const char *name, tp_node_t *a,
+                  tp_node_t *b) {
+    tp_node_t *in[2] = {a, b};
+    tp_node_t *n = s_node(t, name, TP_OP_ADD, 2, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
+        return s_drop_last(t);
+    char x[96], y[96];
+    if (a->shape.ndim != b->shape.ndim || a->batched != b->batched ||
+        memcmp(a->shape.d, b->shape.d, sizeof(int64_t) * (size_t)a->shape.ndim))
+        FAIL(t, n, "shapes differ: %s and %s", s_shape_str(&a->shape, x, 96),
+             s_shape_str(&b->shape, y, 96));
+    return n;
+}
+
+tp_node_t *tp_concat(tp_tower_t *t, const char *name, int count,
+                     tp_node_t *const *xs) {
+    if (t->status < 0)
+        return NULL;
+    if (count < 1 || count > TP_OP_MAX_INPUTS) {
+        s_fail(t, TP_ERR_INVALID, name, "concat of %d inputs (1..%d)", count,
+               TP_OP_MAX_INPUTS);
+        return NULL;
+    }
+    tp_node_t *n = s_node(t, name, TP_OP_CONCAT, count, xs);
+    if (!n)
+        return NULL;
+    char a[96], b[96];
+    int64_t c = 0;
+    for (int i = 0; i < count; i++) {
+        if (!s_check_float(t, n, i))
+            return s_drop_last(t);
+        const tp_shape_t *s = &xs[i]->shape;
+        int ok = s->ndim >= 2 && s->ndim == xs[0]->shape.ndim &&
+                 xs[i]->batched == xs[0]->batched;
+        for (int d = 0; ok && d < s->ndim; d++)
+            if (d != 1 && s->d[d] != xs[0]->shape.d[d])
+                ok = 0;
+        if (!ok)
+            FAIL(t, n, "input %d is %s, input 0 is %s: only dim 1 may differ",
+                 i, s_shape_str(s, a, 96), s_shape_str(&xs[0]->shape, b, 96));
+        c += s->d[1];
+    }
+    n->shape.d[1] = c;
+    return n;
+}
+
+static tp_node_t *s_labels_op(tp_tower_t *t, const char *name,
+                              tp_op_kind_t kind, tp_node_t *logits,
+                              tp_node_t *labels) {
+    tp_node_t *in[2] = {logits, labels};
+    tp_node_t *n = s_node(t, name, kind, 2, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    char a[96], b[96];
+    if (logits->shape.ndim != 2 || labels->shape.ndim != 1 ||
+        labels->dtype != TP_INT32 || labels->shape.d[0] != logits->shape.d[0] ||
+        logits->shape.d[1] < 1)
+        FAIL(t, n, "logits %s and labels %s %s: need float32 [N,K] and int32 [N]",
+             s_shape_str(&logits->shape, a, 96), tp_dtype_name(labels->dtype),
+             s_shape_str(&labels->shape, b, 96));
+    n->shape.ndim = 0;
+    n->batched = 0;
+    return n;
+}
+
+tp_node_t *tp_softmax_xent(tp_tower_t *t, const char *name, tp_node_t *logits,
+                           tp_node_t *labels) {
+    return s_labels_op(t, name, TP_OP_SOFTMAX_XENT, logits, labels);
+}
+tp_node_t *tp_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
+                       tp_node_t *labels) {
+    return s_labels_op(t, name, TP_OP_ACCURACY, logits, labels);
+}
+tp_node_t *tp_error_count(tp_tower_t *t, const char *name, tp_node_t *logits,
+                          tp_node_t *labels) {
+    return s_labels_op(t, name, TP_OP_ERROR_COUNT, logits, labels);
+}
+
+tp_node_t *tp_l2_decay(tp_tower_t *t, const char *name, const char *pattern,
+                       float coeff) {
+    if (t->status < 0)
+        return NULL;
+    tp_node_t *in[TP_OP_MAX_INPUTS];
+    int count = 0;
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *v = t->nodes[i];
+        if (v->kind != TP_OP_VARIABLE || !t->model->vars[v->var].trainable ||
+            fnmatch(pattern, v->name, 0) != 0)
+            continue;
+        if (count == TP_OP_MAX_INPUTS) {
+            s_fail(t, TP_ERR_INVALID, name ? name : "l2_decay",
+                   "pattern '%s' matches more than %d variables", pattern,
+                   TP_OP_MAX_INPUTS);
+            return NULL;
+        }
+        in[count++] = v;
+    }
+    if (count == 0) {
+        s_fail(t, TP_ERR_NOT_FOUND, name ? name : "l2_decay",
+               "pattern '%s' matches no trainable variable", pattern);
+        return NULL;
+    }
+    tp_node_t *n = s_node(t, name, TP_OP_L2_DECAY, count, in);
+    if (!n)
+        return NULL;
+    n->shape.ndim = 0;
+    n->batched = 0;
+    n->attr.alpha = coeff;
+    return n;
+}
+
+tp_node_t *tp_cast(tp_tower_t *t, const char *name, tp_node_t *x,
+                   float scale) {
+    tp_node_t *n = s_node(t, name, TP_OP_CAST, 1, &x);
+    if (!n)
+        return NULL;
+    if (x->dtype != TP_UINT8 && x->dtype != TP_FLOAT32)
+        FAIL(t, n, "input '%s' is %s: cast takes uint8 or float32", x->name,
+             tp_dtype_name(x->dtype));
+    n->attr.alpha = scale;
+    n->attr.in_dtype = x->dtype;
+    return n;
+}
+
+/* ---- outputs ------------------------------------------------------------ */
+
+tp_status_t tp_tower_set_cost(tp_tower_t *t, tp_node_t *cost) {
+    if (t->status < 0)
+        return t->status;
+    if (!cost) {
+        s_fail(t, TP_ERR_INVALID, "cost", "cost is NULL");
+        return t->status;
+    }
+    if (cost->shape.ndim != 0 || cost->dtype != TP_FLOAT32) {
+        s_fail(t, TP_ERR_SHAPE, cost->name, "the cost must be a float32 scalar");
+        return t->status;
+    }
+    t->cost = cost;
+    return TP_OK;
+}
+
+tp_status_t tp_tower_add_cost(tp_tower_t *t, const char *name,
+                              tp_node_t *cost, const char *var_pattern) {
+    if (t->status < 0)
+        return t->status;
+    if (!name || !*name || !cost) {
+        s_fail(t, TP_ERR_INVALID, name ? name : "cost",
+               "a named cost needs a name and a node");
+        return t->status;
+    }
+    if (cost->shape.ndim != 0 || cost->dtype != TP_FLOAT32) {
+        s_fail(t, TP_ERR_SHAPE, cost->name, "the cost '%s' must be a float32 "
+               "scalar", name);
+        return t->status;
+    }
+    for (int i = 0; i < t->ncosts; i++)
+        if (strcmp(t->cost_names[i], name) == 0) {
+            s_fail(t, TP_ERR_INVALID, name, "cost name used twice (\"cost\" is "
+                   "the main cost's)");
+            return t->status;
+        }
+    if (t->ncosts >= TP_COSTS_MAX) {
+        s_fail(t, TP_ERR_INVALID, name, "more than %d costs in one tower",
+               TP_COSTS_MAX - 1);
+        return t->status;
+    }
+    char *nm = strdup(name);
+    char *pat = var_pattern ? strdup(var_pattern) : NULL;
+    if (!nm || (var_pattern && !pat)) {
+        free(nm);
+        free(pat);
+        s_fail(t, TP_ERR_NOMEM, name, "out of memory");
+        return t->status;
+    }
+    /* A pattern that selects no trainable variable is a typo worth naming
+     * now, not a cost that silently trains nothing. */
+    int any = !pat;
+    for (int i = 0; pat && i < t->model->nvars; i++)
+        any |= t->model->vars[i].trainable &&
+               fnmatch(pat, t->model->vars[i].name, 0) == 0;
+    if (!any) {
+        s_fail(t, TP_ERR_INVALID, name, "the variable pattern '%s' matches no "
+               "trainable variable created so far", pat);
+        free(nm);
+        free(pat);
+        return t->status;
+    }
+    int k = t->ncosts++;
+    t->costs[k] = cost;
+    t->cost_names[k] = nm;
+    t->cost_vars[k] = pat;
+    return TP_OK;
+}
+
+static tp_status_t s_add_output(tp_tower_t *t, const char *name, tp_node_t *n,
+                                int metric) {
+    if (t->status < 0)
+        return t->status;
+    if (!n || !name || !*name) {
+        s_fail(t, TP_ERR_INVALID, name, "output node or name is NULL");
+        return t->status;
+    }
+    for (int i = 0; i < t->noutputs; i++)
+        if (strcmp(t->outputs[i].name, name) == 0) {
+            s_fail(t, TP_ERR_INVALID, name, "output name used twice");
+            return t->status;
+        }
+    if (metric && (n->shape.ndim != 0 || n->dtype != TP_FLOAT32)) {
+        s_fail(t, TP_ERR_SHAPE, n->name, "metric '%s' must be a float scalar",
+               name);
+        return t->status;
+    }
+    if (t->noutputs == t->cap_outputs) {
+        int cap = t->cap_outputs ? 2 * t->cap_outputs : 8;
+        tp_output_t *no = realloc(t->outputs, (size_t)cap * sizeof *no);
+        if (!no) {
+            s_fail(t, TP_ERR_NOMEM, name, "out of memory");
+            return t->status;
+        }
+        t->outputs = no;
+        t->cap_outputs = cap;
+    }
+    char *dup = strdup(name);
+    if (!dup) {
+        s_fail(t, TP_ERR_NOMEM, name, "out of memory");
+        return t->status;
+    }
+    t->outputs[t->noutputs++] = (tp_output_t){dup, n, metric};
+    return TP_OK;
+}
+
+tp_status_t tp_tower_add_output(tp_tower_t *t, const char *name, tp_node_t *n) {
+    return s_add_output(t, name, n, 0);
+}
+tp_status_t tp_tower_add_metric(tp_tower_t *t, const char *name, tp_node_t *n) {
+    return s_add_output(t, name, n, 1);
+}
+
+/* ---- layers ------------------------------------------------------------- */
+
+static int s_scope(tp_tower_t *t, const char *scope) {
+    if (t->status < 0)
+        return 0;
+    tp_status_t rc = tp_tower_push_scope(t, scope);
+    if (rc < 0) {
+        t->status = rc;
+        return 0;
+    }
+    return 1;
+}
+
+tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
+                 int bias) {
+    if (!s_scope(t, scope))
+        return NULL;
+    tp_node_t *y = NULL;
+    if (!x) {
+        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
+    } else if (units < 1) {
+        s_fail(t, TP_ERR_SHAPE, scope, "%d units", units);
+    } else {
+        int64_t k = 1;
+        for (int i = 1; i < x->shape.ndim; i++)
+            k *= x->shape.d[i];
+        int64_t ws[2] = {k, units}, bs[1] = {units};
+        tp_node_t *w = tp_variable(t, "W", 2, ws,
+                                   (tp_init_t){TP_INIT_GLOROT_UNIFORM, 0},
+                                   TP_VAR_TRAINABLE);
+        y = tp_matmul(t, bias ? "matmul" : "output", x, w);
+        if (bias) {
+            tp_node_t *b = tp_variable(t, "b", 1, bs,
+                                       (tp_init_t){TP_INIT_ZEROS, 0},
+                                       TP_VAR_TRAINABLE);
+            y = tp_bias_add(t, "output", y, b);
+        }
+    }
+    tp_tower_pop_scope(t);
+    return y;
+}
+
+tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
+                     int filters, int kernel, int stride, int pad, int bias) {
+    if (!s_scope(t, scope))
+        return NULL;
+    tp_node_t *y = NULL;
+    if (!x) {
+        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
+    } else if (filters < 1 || kernel < 1 || x->shape.ndim != 4) {
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
+               kernel, kernel, s_shape_str(&x->shape, a, 96));
+    } else {
+        int64_t ws[4] = {filters, x->shape.d[1], kernel, kernel},
+                bs[1] = {filters};
+        tp_node_t *w = tp_variable(t, "W", 4, ws,
+                                   (tp_init_t){TP_INIT_HE_NORMAL, 0},
+                                   TP_VAR_TRAINABLE);
+        tp_node_t *b = NULL;
+        if (bias) /* fused into the convolution: no pass of its own */
+            b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
+                            TP_VAR_TRAINABLE);
+        if (!bias || b)
+            y = s_conv(t, "output", x, w, b, stride, pad < 0 ? kernel / 2 : pad);
+    }
+    tp_tower_pop_scope(t);
+    return y;
+}
+
+tp_node_t *tp_batch_norm(tp_tower_t *t, const char *scope, tp_node_t *x) {
+    if (!s_scope(t, scope))
+        return NULL;
+    tp_node_t *y = NULL;
+    if (!x) {
+        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
+    } else if (x->shape.ndim < 2) {
+        s_fail(t, TP_ERR_SHAPE, scope, "input has %d dims", x->shape.ndim);
+    } else {
+        int64_t cs[1] = {x->shape.d[1]};
+        tp_node_t *g = tp_variable(t, "gamma", 1, cs,
+                                   (tp_init_t){TP_INIT_CONST, 1.0f},
+                                   TP_VAR_TRAINABLE);
+        tp_node_t *b = tp_variable(t, "beta", 1, cs,
+                                   (tp_init_t){TP_INIT_ZEROS, 0},
+                                   TP_VAR_TRAINABLE);
+        tp_node_t *mm = tp_variable(t, "mean/EMA", 1, cs,
+                                    (tp_init_t){TP_INIT_ZEROS, 0},
+                                    TP_VAR_MODEL);
+        tp_node_t *mv = tp_variable(t, "variance/EMA", 1, cs,
+                                    (tp_init_t){TP_INIT_CONST, 1.0f},
+                                    TP_VAR_MODEL);
+        y = tp_batch_norm_op(t, "output", x, g, b, mm, mv, 0.9f, 1e-5f);
+    }
+    tp_tower_pop_scope(t);
+    return y;
+}

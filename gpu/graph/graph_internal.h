@@ -1,0 +1,150 @@
+/* towerpack gpu: private structures shared by the graph builder, the model
+ * executor and the checkpoint code. Not installed. */
+#ifndef TOWERPACK_GPU_GRAPH_INTERNAL_H
+#define TOWERPACK_GPU_GRAPH_INTERNAL_H
+
+#include <pthread.h>
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+#include <towerpack/graph.h>
+#include <towerpack/optim.h>
+
+#define TP_SCOPE_DEPTH 16
+#define TP_NAME_MAX 256
+/* Costs per tower: the main one (tp_tower_set_cost) plus named extras. */
+#define TP_COSTS_MAX 8
+
+/* A variable shared by all towers; its value lives in the model's trainable
+ * or model-only arena at `offset` floats. */
+typedef struct tp_var {
+    char *name;
+    tp_shape_t shape;
+    size_t count;      /* elements */
+    size_t offset;     /* floats into the arena of its collection */
+    int trainable;
+    tp_init_t init;
+} tp_var_t;
+
+struct tp_node {
+    int id;            /* index in the tower's node list (topological) */
+    char *name;
+    tp_op_kind_t kind;
+    tp_dtype_t dtype;
+    tp_shape_t shape;  /* planned shape: dim 0 = planned batch if batched */
+    int batched;       /* dim 0 is the batch dimension */
+    int ninputs;
+    tp_node_t **inputs;
+    tp_op_attr_t attr;
+    int var;           /* VARIABLE: index into the model's variables */
+    int input;         /* INPUT: index into the input descriptions */
+    tp_node_t *state[2]; /* batch norm: moving mean and variance nodes */
+
+    /* planned at build */
+    int on_cost_path;  /* the cost depends on it */
+    int needs_grad;    /* depends on a trainable variable */
+    int backward;      /* gets a gradient buffer and a backward call */
+    void *value;       /* shape.count * dtype bytes (aliases for RESHAPE) */
+    float *grad;       /* shape.count floats, or NULL */
+    void *workspace;
+    size_t workspace_bytes;
+    int *dx_acc;       /* [ncosts x ninputs]: per cost, overwrite (0) or
+                          add (1) into each input's gradient */
+    unsigned cost_mask; /* bit k: backward runs for cost k */
+    tp_node_t *grad_alias; /* the consumer whose output gradient is also this
+                              node's (identity backward, sole consumer) */
+    unsigned alias_mask;   /* inputs whose gradient aliases this node's */
+    int fuse_after;    /* trainable VARIABLE: id of the node whose backward
+                          writes its gradient last (fused updates) */
+    uint64_t prof_fwd_ns, prof_bwd_ns, prof_calls;
+    /* per step: the runtime batch */
+    tp_shape_t run_shape;
+};
+
+typedef struct tp_output {
+    char *name;
+    tp_node_t *node;
+    int metric;
+} tp_output_t;
+
+struct tp_tower {
+    tp_model_t *model;
+    char name[32];
+    int index;         /* -1 inference */
+    int training;
+    int64_t batch;
+    tp_status_t status; /* first build error */
+
+    tp_node_t **nodes;
+    int nnodes, cap_nodes;
+    tp_node_t **input_nodes; /* [ninputs] */
+    tp_node_t *cost;
+    /* named costs: [0] is the main cost ("cost", every trainable variable),
+     * [1..] tp_tower_add_cost's; var_pattern NULL means every variable */
+    tp_node_t *costs[TP_COSTS_MAX];
+    char *cost_names[TP_COSTS_MAX];
+    char *cost_vars[TP_COSTS_MAX];
+    int ncosts;        /* 1 + extras */
+    int cur_cost;      /* the cost whose backward runs now */
+    int ran_cost;      /* the cost whose gradients are fresh */
+    tp_output_t *outputs;
+    int noutputs, cap_outputs;
+    char *scopes[TP_SCOPE_DEPTH];
+    int nscopes;
+    unsigned char *var_seen; /* [model vars capacity] asked in this tower */
+    int var_seen_cap;
+
+    /* planned memory */
+    void *act_arena;
+    size_t act_bytes;
+    float *grads;      /* [model->ntrain] gradient arena, trainable layout */
+    tp_stream_t *stream;
+    tp_rng_t rng;
+    int64_t run_batch;
+    int ran_backward;  /* gradients are fresh: backward ran, not applied */
+    /* fused updates (tower 0 of a one-tower model): trainable variable nodes
+     * by fuse_after, descending (backward order), and the variables this
+     * tower never differentiates */
+    tp_node_t **fuse;
+    int nfuse;
+    int *fuse_rest;
+    int nfuse_rest;
+};
+
+struct tp_model {
+    tp_backend_t *backend;
+    int own_backend;
+    tp_model_config_t config;
+    tp_input_desc_t *inputs;
+    int ninputs;
+
+    tp_var_t *vars;
+    int nvars, cap_vars;
+    size_t ntrain;     /* floats in the trainable arena (padded) */
+    size_t nmodel;     /* floats in the model-only arena */
+    float *train_arena;
+    float *model_arena;
+
+    tp_tower_t **towers;
+    int ntowers;
+    tp_tower_t *infer;
+
+    tp_optimizer_t *opt;
+    float *slots[2];   /* [ntrain] each */
+    int nslots;
+    tp_stream_t *stream;
+    tp_comm_t *comm;
+    size_t memory;
+    int profiling;
+};
+
+/* graph.c */
+tp_tower_t *tp_tower_new_(tp_model_t *m, int index, int training,
+                          int64_t batch);
+void tp_tower_destroy_(tp_tower_t **t_p);
+tp_tower_t *tp_model_tower_(tp_model_t *m, int tower);
+float *tp_var_data_(tp_model_t *m, int i);
+
+/* optim.c: slot buffer pointers for checkpoints */
+uint64_t tp_hash_name_(const char *s);
+
+#endif

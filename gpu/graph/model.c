@@ -1,0 +1,1129 @@
+/* towerpack gpu: the model: towers built from a description, memory planned
+ * once, steps run through the backend, gradients reduced, updates applied.
+ *
+ * Memory layout. Trainable variables live in one flat arena (each variable
+ * 64-byte aligned), model-only variables in another; every training tower
+ * has a gradient arena of the trainable layout, so an all-reduce and an
+ * optimizer update are single calls over one buffer. Each tower has one
+ * activation arena holding its input copies, node values, node gradients
+ * and op workspaces. Nothing is allocated after tp_model_new. */
+#include <fnmatch.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/clock.h>
+#include <towerpack/graph.h>
+#include <towerpack/log.h>
+#include <towerpack/optim.h>
+
+#include "gpu/graph/graph_internal.h"
+
+#define FLOAT_ALIGN (TP_ALIGNMENT / sizeof(float))
+
+tp_node_t *tp_input_node_(tp_tower_t *t, int index, const tp_input_desc_t *d,
+                          int64_t batch);
+
+tp_model_config_t tp_model_config_default(void) {
+    tp_model_config_t c;
+    memset(&c, 0, sizeof c);
+    c.towers = 1;
+    c.batch = 32;
+    c.average = 1;
+    return c;
+}
+
+int tp_model_tower_count(const tp_model_t *m) { return m->ntowers; }
+tp_backend_t *tp_model_backend(tp_model_t *m) { return m->backend; }
+size_t tp_model_memory(const tp_model_t *m) { return m->memory; }
+tp_optimizer_t *tp_model_optimizer(tp_model_t *m) { return m->opt; }
+
+tp_tower_t *tp_model_tower_(tp_model_t *m, int tower) {
+    if (tower == -1)
+        return m->infer;
+    if (tower < 0 || tower >= m->ntowers)
+        return NULL;
+    return m->towers[tower];
+}
+
+static tp_status_t s_bad_tower(const tp_model_t *m, int tower) {
+    if (tower == -1)
+        return tp_error(TP_ERR_INVALID,
+                        "model has no inference graph (set infer_batch)");
+    return tp_error(TP_ERR_INVALID, "tower %d out of range (model has %d)",
+                    tower, m->ntowers);
+}
+
+float *tp_var_data_(tp_model_t *m, int i) {
+    tp_var_t *v = &m->vars[i];
+    return (v->trainable ? m->train_arena : m->model_arena) + v->offset;
+}
+
+/* ---- initializers ------------------------------------------------------- */
+
+static void s_fans(const tp_shape_t *s, double *fan_in, double *fan_out) {
+    if (s->ndim == 2) {
+        *fan_in = (double)s->d[0];
+        *fan_out = (double)s->d[1];
+    } else if (s->ndim >= 3) {
+        double rf = 1;
+        for (int i = 2; i < s->ndim; i++)
+            rf *= (double)s->d[i];
+        *fan_in = (double)s->d[1] * rf;
+        *fan_out = (double)s->d[0] * rf;
+    } else {
+        *fan_in = *fan_out = s->ndim ? (double)s->d[0] : 1.0;
+    }
+}
+
+static void s_init_values(const tp_var_t *v, uint64_t seed, float *out) {
+    tp_rng_t r;
+    tp_rng_init(&r, seed, tp_hash_name_(v->name));
+    double fi, fo;
+    s_fans(&v->shape, &fi, &fo);
+    double a;
+    switch (v->init.kind) {
+    case TP_INIT_ZEROS:
+        memset(out, 0, v->count * sizeof(float));
+        break;
+    case TP_INIT_CONST:
+        for (size_t i = 0; i < v->count; i++)
+            out[i] = v->init.value;
+        break;
+    case TP_INIT_UNIFORM:
+    case TP_INIT_GLOROT_UNIFORM:
+        a = v->init.kind == TP_INIT_UNIFORM ? v->init.value
+                                            : sqrt(6.0 / (fi + fo));
+        for (size_t i = 0; i < v->count; i++)
+            out[i] = (float)((2.0 * tp_rng_double(&r) - 1.0) * a);
+        break;
+    case TP_INIT_NORMAL:
+    case TP_INIT_HE_NORMAL:
+        a = v->init.kind == TP_INIT_NORMAL ? v->init.value : sqrt(2.0 / fi);
+        for (size_t i = 0; i < v->count; i++)
+            out[i] = (float)(tp_rng_normal(&r) * a);
+        break;
+    }
+}
+
+/* ---- planning ----------------------------------------------------------- */
+
+static int s_differentiable(tp_op_kind_t k) {
+    return k != TP_OP_ACCURACY && k != TP_OP_ERROR_COUNT && k != TP_OP_CAST &&
+           k != TP_OP_INPUT;
+}
+
+static size_t s_round(size_t bytes) {
+    return (bytes + TP_ALIGNMENT - 1) & ~(size_t)(TP_ALIGNMENT - 1);
+}
+
+/* Fill a call record for node n at its run shapes (planned shapes during
+ * planning). xs/xshape/dx arrays are the caller's, TP_OP_MAX_INPUTS long. */
+static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
+                        tp_op_call_t *c, const void **xs, tp_shape_t *xshape,
+                        float **dx) {
+    memset(c, 0, sizeof *c);
+    c->kind = n->kind;
+    c->attr = &n->attr;
+    c->name = n->name;
+    c->ninputs = n->ninputs;
+    for (int i = 0; i < n->ninputs; i++) {
+        xs[i] = n->inputs[i]->value;
+        xshape[i] = n->inputs[i]->run_shape;
+        dx[i] = (((n->inputs[i]->cost_mask >> t->cur_cost) & 1u) &&
+                 !((n->alias_mask >> i) & 1u))
+                    ? n->inputs[i]->grad
+                    : NULL;
+    }
+    c->x = xs;
+    c->xshape = xshape;
+    c->dx = dx;
+    c->dx_acc = n->dx_acc + t->cur_cost * n->ninputs;
+    c->y = n->value;
+    c->yshape = n->run_shape;
+    c->dy = n->grad;
+    c->workspace = n->workspace;
+    if (n->kind == TP_OP_BATCH_NORM) {
+        c->state[0] = n->state[0]->value;
+        c->state[1] = n->state[1]->value;
+    }
+    c->rng = &t->rng;
+    (void)m;
+}
+
+static void s_set_run_shapes(tp_tower_t *t, int64_t batch) {
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *n = t->nodes[i];
+        n->run_shape = n->shape;
+        if (n->batched)
+            n->run_shape.d[0] = batch;
+    }
+    t->run_batch = batch;
+}
+
+static int s_cmp_fuse(const void *a, const void *b) {
+    const tp_node_t *x = *(tp_node_t *const *)a, *y = *(tp_node_t *const *)b;
+    return y->fuse_after - x->fuse_after;
+}
+
+/* For updates fused into the backward pass: after which node's backward is
+ * each variable's gradient final (its consumer with the lowest id), and
+ * which trainable variables the tower never reaches. */
+static tp_status_t s_plan_fusion(tp_model_t *m, tp_tower_t *t) {
+    t->fuse = calloc((size_t)t->nnodes + 1, sizeof *t->fuse);
+    t->fuse_rest = calloc((size_t)m->nvars + 1, sizeof *t->fuse_rest);
+    unsigned char *covered = calloc((size_t)m->nvars + 1, 1);
+    if (!t->fuse || !t->fuse_rest || !covered) {
+        free(covered);
+        return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
+    }
+    for (int i = 0; i < t->nnodes; i++)
+        t->nodes[i]->fuse_after = -1;
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *c = t->nodes[i];
+        if (!c->backward || c->kind == TP_OP_VARIABLE)
+            continue;
+        for (int j = 0; j < c->ninputs; j++) {
+            tp_node_t *v = c->inputs[j];
+            if (v->kind == TP_OP_VARIABLE && v->backward && v->fuse_after < 0)
+                v->fuse_after = c->id;
+        }
+    }
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *v = t->nodes[i];
+        if (v->kind == TP_OP_VARIABLE && v->fuse_after >= 0) {
+            t->fuse[t->nfuse++] = v;
+            covered[v->var] = 1;
+        }
+    }
+    qsort(t->fuse, (size_t)t->nfuse, sizeof *t->fuse, s_cmp_fuse);
+    for (int i = 0; i < m->nvars; i++)
+        if (m->vars[i].trainable && !covered[i])
+            t->fuse_rest[t->nfuse_rest++] = i;
+    free(covered);
+    return TP_OK;
+}
+
+/* Identity gradients (bias add's x, add's operands, reshape) need no copy:
+ * when such a node is its input's only backward consumer, the input's
+ * gradient buffer is the node's own. Saves a full pass over large
+ * activations (a conv output feeding a bias add) in every step. */
+static void s_plan_aliases(tp_tower_t *t) {
+    int *cnt = calloc((size_t)t->nnodes + 1, sizeof *cnt);
+    if (!cnt)
+        return; /* no aliasing: correct, only slower */
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *c = t->nodes[i];
+        if (!c->backward || c->kind == TP_OP_VARIABLE)
+            continue;
+        for (int j = 0; j < c->ninputs; j++)
+            if (c->inputs[j]->backward)
+                cnt[c->inputs[j]->id]++;
+    }
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *c = t->nodes[i];
+        if (!c->backward)
+            continue;
+        int nalias = c->kind == TP_OP_ADD ? 2
+                     : (c->kind == TP_OP_BIAS_ADD || c->kind == TP_OP_RESHAPE) ? 1
+                                                                               : 0;
+        for (int j = 0; j < nalias; j++) {
+            tp_node_t *in = c->inputs[j];
+            if (in->backward && in->kind != TP_OP_VARIABLE && cnt[in->id] == 1) {
+                in->grad_alias = c;
+                c->alias_mask |= 1u << j;
+            }
+        }
+    }
+    free(cnt);
+}
+
+static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
+    tp_backend_t *b = m->backend;
+    t->costs[0] = t->cost;
+    int train = t->training && m->opt && (t->cost || t->ncosts > 1);
+    s_set_run_shapes(t, t->batch);
+    int nc = t->ncosts;
+    size_t nnodes = (size_t)t->nnodes;
+    unsigned char *need = calloc(nnodes + 1, 2);
+    if (!need)
+        return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
+    unsigned char *path = need + nnodes + 1;
+    /* Per cost: the nodes on its path that depend on one of its variables
+     * run backward for it (bit k of cost_mask). The main cost's variables
+     * are all trainable ones, so a one-cost tower plans as it always did. */
+    for (int k = 0; k < nc; k++) {
+        tp_node_t *cost = t->costs[k];
+        if (!cost)
+            continue;
+        memset(need, 0, 2 * (nnodes + 1));
+        for (int i = 0; i < t->nnodes; i++) {
+            tp_node_t *n = t->nodes[i];
+            if (n->kind == TP_OP_VARIABLE) {
+                const tp_var_t *v = &m->vars[n->var];
+                need[i] = v->trainable &&
+                          (!t->cost_vars[k] || fnmatch(t->cost_vars[k], v->name, 0) == 0);
+                if (k == 0)
+                    n->needs_grad = v->trainable;
+            } else if (s_differentiable(n->kind)) {
+                for (int j = 0; j < n->ninputs; j++) {
+                    need[i] |= need[n->inputs[j]->id];
+                    if (k == 0)
+                        n->needs_grad |= n->inputs[j]->needs_grad;
+                }
+            }
+        }
+        path[cost->id] = 1;
+        cost->on_cost_path = 1;
+        for (int i = t->nnodes - 1; i >= 0; i--) {
+            tp_node_t *n = t->nodes[i];
+            if (!path[i] || !s_differentiable(n->kind))
+                continue;
+            for (int j = 0; j < n->ninputs; j++) {
+                path[n->inputs[j]->id] = 1;
+                n->inputs[j]->on_cost_path = 1;
+            }
+        }
+        for (int i = 0; i < t->nnodes; i++)
+            if (train && path[i] && need[i])
+                t->nodes[i]->cost_mask |= 1u << k;
+    }
+    free(need);
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *n = t->nodes[i];
+        n->backward = n->cost_mask != 0;
+        if (nc > 1) {
+            int *acc = calloc((size_t)(nc * (n->ninputs ? n->ninputs : 1)), sizeof *acc);
+            if (!acc)
+                return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
+            free(n->dx_acc);
+            n->dx_acc = acc;
+        }
+    }
+    /* Accumulation flags in backward order, per cost: the first writer of a
+     * gradient overwrites it, later ones add, so no gradient is zeroed per
+     * step. */
+    size_t nn = (size_t)t->nnodes;
+    unsigned char *written = calloc(nn + 1, 1);
+    if (!written)
+        return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
+    for (int k = 0; k < nc; k++) {
+        memset(written, 0, nn + 1);
+        for (int i = t->nnodes - 1; i >= 0; i--) {
+            tp_node_t *n = t->nodes[i];
+            if (!((n->cost_mask >> k) & 1u))
+                continue;
+            for (int j = 0; j < n->ninputs; j++) {
+                tp_node_t *in = n->inputs[j];
+                if (!((in->cost_mask >> k) & 1u))
+                    continue;
+                n->dx_acc[k * n->ninputs + j] = written[in->id];
+                written[in->id] = 1;
+            }
+        }
+    }
+    free(written);
+    s_plan_aliases(t);
+
+    /* Sizes: values, gradients, workspaces, laid out in one arena. */
+    size_t total = 0;
+    size_t *val_off = calloc((size_t)t->nnodes * 3 + 1, sizeof(size_t));
+    if (!val_off)
+        return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
+    size_t *grad_off = val_off + t->nnodes, *ws_off = grad_off + t->nnodes;
+    const void *xs[TP_OP_MAX_INPUTS];
+    tp_shape_t xsh[TP_OP_MAX_INPUTS];
+    float *dx[TP_OP_MAX_INPUTS];
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *n = t->nodes[i];
+        size_t count = tp_shape_count(&n->shape);
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_RESHAPE) {
+            val_off[i] = total;
+            total += s_round(count * tp_dtype_size(n->dtype));
+        }
+        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias) {
+            grad_off[i] = total;
+            total += s_round(count * sizeof(float));
+        }
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT) {
+            /* the largest any cost's backward needs (the inputs it
+             * differentiates can differ from cost to cost) */
+            tp_op_call_t c;
+            n->workspace_bytes = 0;
+            for (t->cur_cost = 0; t->cur_cost < t->ncosts; t->cur_cost++) {
+                s_make_call(m, t, n, &c, xs, xsh, dx);
+                size_t ws = b->ops->op_workspace(b, &c);
+                if (ws > n->workspace_bytes)
+                    n->workspace_bytes = ws;
+            }
+            t->cur_cost = 0;
+            ws_off[i] = total;
+            total += s_round(n->workspace_bytes);
+        }
+    }
+    t->act_bytes = total;
+    t->act_arena = b->ops->alloc(b, total ? total : TP_ALIGNMENT);
+    if (!t->act_arena) {
+        free(val_off);
+        return tp_error(TP_ERR_NOMEM, "%s: %zu bytes of activations", t->name,
+                        total);
+    }
+    m->memory += total;
+    if (train) {
+        t->grads = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
+        if (!t->grads) {
+            free(val_off);
+            return tp_error(TP_ERR_NOMEM, "%s: gradients", t->name);
+        }
+        m->memory += m->ntrain * sizeof(float);
+        /* Gradients of variables this tower never reaches stay zero. */
+        TP_TRY(b->ops->fill(b, t->stream, t->grads, 0.0f, m->ntrain));
+    }
+    char *base = t->act_arena;
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *n = t->nodes[i];
+        if (n->kind == TP_OP_VARIABLE) {
+            n->value = tp_var_data_(m, n->var);
+            if (n->backward)
+                n->grad = t->grads + m->vars[n->var].offset;
+        } else if (n->kind == TP_OP_RESHAPE) {
+            n->value = n->inputs[0]->value;
+        } else {
+            n->value = base + val_off[i];
+        }
+        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias)
+            n->grad = (float *)(base + grad_off[i]);
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT)
+            n->workspace = base + ws_off[i];
+        if (n->kind == TP_OP_INPUT)
+            n->workspace = n->value; /* kept: inputs may be borrowed */
+    }
+    /* consumers come later in the node list: resolve chains from the end */
+    for (int i = t->nnodes - 1; i >= 0; i--)
+        if (t->nodes[i]->grad_alias)
+            t->nodes[i]->grad = t->nodes[i]->grad_alias->grad;
+    free(val_off);
+    t->ran_backward = 0;
+    if (train && t->index == 0 && t->ncosts == 1)
+        return s_plan_fusion(m, t);
+    return TP_OK;
+}
+
+static tp_status_t s_build_tower(tp_model_t *m, const tp_model_desc_t *d,
+                                 tp_tower_t *t) {
+    t->input_nodes = calloc((size_t)d->ninputs + 1, sizeof(tp_node_t *));
+    if (!t->input_nodes)
+        return tp_error(TP_ERR_NOMEM, "tower inputs");
+    for (int i = 0; i < d->ninputs; i++) {
+        t->input_nodes[i] = tp_input_node_(t, i, &d->inputs[i], t->batch);
+        if (!t->input_nodes[i])
+            return t->status;
+    }
+    tp_status_t rc = d->build(t, t->input_nodes, d->user);
+    if (t->status < 0)
+        return t->status; /* the message names the node */
+    if (rc < 0)
+        return tp_error_wrap(rc, "%s: tower function", t->name);
+    if (t->training && d->optimizer && !t->cost && t->ncosts == 1)
+        return tp_error(TP_ERR_INVALID,
+                        "%s: the tower function set no cost "
+                        "(tp_tower_set_cost)",
+                        t->name);
+    return TP_OK;
+}
+
+static tp_status_t s_check_desc(const tp_model_desc_t *d,
+                                const tp_model_config_t *c) {
+    if (!d || !d->build)
+        return tp_error(TP_ERR_INVALID, "model description without a tower "
+                                        "function");
+    if (d->ninputs < 0 || (d->ninputs > 0 && !d->inputs))
+        return tp_error(TP_ERR_INVALID, "model description: %d inputs",
+                        d->ninputs);
+    if (c->towers < 0 || c->towers > 64)
+        return tp_error(TP_ERR_INVALID, "%d towers (0..64)", c->towers);
+    if (c->towers == 0 && c->infer_batch <= 0)
+        return tp_error(TP_ERR_INVALID,
+                        "no training towers and no inference graph");
+    if (c->towers > 0 && c->batch <= 0)
+        return tp_error(TP_ERR_INVALID, "batch %lld", (long long)c->batch);
+    for (int i = 0; i < d->ninputs; i++) {
+        const tp_input_desc_t *in = &d->inputs[i];
+        if (!in->name || !*in->name)
+            return tp_error(TP_ERR_INVALID, "input %d has no name", i);
+        if (!tp_dtype_valid((int)in->dtype))
+            return tp_error(TP_ERR_INVALID, "input '%s': bad dtype", in->name);
+        if (in->ndim < 1 || in->ndim > TP_MAX_DIMS)
+            return tp_error(TP_ERR_SHAPE,
+                            "input '%s': %d dims (the batch dim counts)",
+                            in->name, in->ndim);
+        for (int k = 1; k < in->ndim; k++)
+            if (in->shape[k] <= 0)
+                return tp_error(TP_ERR_SHAPE, "input '%s': dim %d is %lld",
+                                in->name, k, (long long)in->shape[k]);
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
+    const tp_model_config_t *c = &m->config;
+    tp_backend_t *b = m->backend;
+    m->ninputs = d->ninputs;
+    m->inputs = calloc((size_t)d->ninputs + 1, sizeof *m->inputs);
+    if (!m->inputs)
+        return tp_error(TP_ERR_NOMEM, "model inputs");
+    memcpy(m->inputs, d->inputs, (size_t)d->ninputs * sizeof *m->inputs);
+    if (d->optimizer && c->towers > 0) {
+        m->opt = d->optimizer(d->user);
+        if (!m->opt)
+            return tp_error(TP_ERR_INVALID, "the optimizer factory gave NULL");
+    }
+    m->stream = b->ops->stream_new(b);
+    if (!m->stream)
+        return tp_error(TP_ERR_NOMEM, "model stream");
+    m->ntowers = c->towers;
+    m->towers = calloc((size_t)c->towers + 1, sizeof *m->towers);
+    if (!m->towers)
+        return tp_error(TP_ERR_NOMEM, "towers");
+    int ntotal = c->towers + (c->infer_batch > 0);
+    for (int i = 0; i < ntotal; i++) {
+        int infer = i == c->towers;
+        tp_tower_t *t = tp_tower_new_(m, infer ? -1 : i, !infer,
+                                      infer ? c->infer_batch : c->batch);
+        if (!t)
+            return tp_error(TP_ERR_NOMEM, "tower");
+        if (infer)
+            m->infer = t;
+        else
+            m->towers[i] = t;
+        t->stream = b->ops->stream_new(b);
+        if (!t->stream)
+            return tp_error(TP_ERR_NOMEM, "tower stream");
+        tp_rng_init(&t->rng, c->seed ^ 0x5eed0f70e75ull, (uint64_t)(int64_t)t->index);
+        TP_TRY(s_build_tower(m, d, t));
+    }
+    /* Variables: offsets, arenas, initial values. */
+    for (int i = 0; i < m->nvars; i++) {
+        tp_var_t *v = &m->vars[i];
+        size_t *used = v->trainable ? &m->ntrain : &m->nmodel;
+        v->offset = *used;
+        *used += (v->count + FLOAT_ALIGN - 1) / FLOAT_ALIGN * FLOAT_ALIGN;
+    }
+    m->train_arena = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
+    m->model_arena = b->ops->alloc(b, m->nmodel * sizeof(float) + TP_ALIGNMENT);
+    if (!m->train_arena || !m->model_arena)
+        return tp_error(TP_ERR_NOMEM, "variables: %zu floats",
+                        m->ntrain + m->nmodel);
+    m->memory += (m->ntrain + m->nmodel) * sizeof(float);
+    TP_TRY(b->ops->fill(b, m->stream, m->train_arena, 0.0f, m->ntrain));
+    TP_TRY(b->ops->fill(b, m->stream, m->model_arena, 0.0f, m->nmodel));
+    size_t maxc = 1;
+    for (int i = 0; i < m->nvars; i++)
+        if (m->vars[i].count > maxc)
+            maxc = m->vars[i].count;
+    float *host = malloc(maxc * sizeof(float));
+    if (!host)
+        return tp_error(TP_ERR_NOMEM, "initial values");
+    for (int i = 0; i < m->nvars; i++) {
+        s_init_values(&m->vars[i], c->seed, host);
+        tp_status_t rc = b->ops->copy(b, m->stream, tp_var_data_(m, i), host,
+                                      m->vars[i].count * sizeof(float),
+                                      TP_COPY_H2D);
+        if (rc < 0) {
+            free(host);
+            return rc;
+        }
+    }
+    free(host);
+    if (m->opt) {
+        m->nslots = tp_optimizer_slot_count(m->opt);
+        for (int s = 0; s < m->nslots; s++) {
+            m->slots[s] = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
+            if (!m->slots[s])
+                return tp_error(TP_ERR_NOMEM, "optimizer slots");
+            TP_TRY(b->ops->fill(b, m->stream, m->slots[s], 0.0f, m->ntrain));
+            m->memory += m->ntrain * sizeof(float);
+        }
+    }
+    for (int i = 0; i < m->ntowers; i++)
+        TP_TRY(s_plan_tower(m, m->towers[i]));
+    if (m->infer)
+        TP_TRY(s_plan_tower(m, m->infer));
+    if (m->ntowers > 1) {
+        m->comm = b->ops->comm_new(b, m->ntowers);
+        if (!m->comm)
+            return tp_error(TP_ERR_NOMEM, "communicator");
+    }
+    return b->ops->stream_sync(b, m->stream);
+}
+
+tp_model_t *tp_model_new(const tp_model_desc_t *desc,
+                         const tp_model_config_t *config) {
+    tp_model_config_t c = config ? *config : tp_model_config_default();
+    if (s_check_desc(desc, &c) < 0)
+        return NULL;
+    tp_model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        tp_error(TP_ERR_NOMEM, "model");
+        return NULL;
+    }
+    m->config = c;
+    if (c.backend) {
+        m->backend = c.backend;
+    } else {
+        m->backend = tp_backend_cpu_new(c.threads);
+        m->own_backend = 1;
+        if (!m->backend) {
+            free(m);
+            return NULL;
+        }
+    }
+    tp_status_t rc = s_model_init(m, desc);
+    if (rc < 0) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tp_last_error());
+        tp_model_destroy(&m);
+        tp_error(rc, "%s", msg);
+        return NULL;
+    }
+    TP_INFO("model: %d towers, %d variables (%zu trainable floats), %zu "
+            "bytes planned",
+            m->ntowers, m->nvars, m->ntrain, m->memory);
+    return m;
+}
+
+static void s_tower_free(tp_model_t *m, tp_tower_t **t_p) {
+    tp_tower_t *t = *t_p;
+    if (!t)
+        return;
+    tp_backend_t *b = m->backend;
+    if (t->act_arena)
+        b->ops->free(b, t->act_arena);
+    if (t->grads)
+        b->ops->free(b, t->grads);
+    if (t->stream)
+        b->ops->stream_destroy(b, t->stream);
+    tp_tower_destroy_(t_p);
+}
+
+void tp_model_destroy(tp_model_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    tp_model_t *m = *self_p;
+    tp_backend_t *b = m->backend;
+    for (int i = 0; i < m->ntowers; i++)
+        s_tower_free(m, &m->towers[i]);
+    free(m->towers);
+    s_tower_free(m, &m->infer);
+    if (m->comm)
+        b->ops->comm_destroy(b, m->comm);
+    if (m->train_arena)
+        b->ops->free(b, m->train_arena);
+    if (m->model_arena)
+        b->ops->free(b, m->model_arena);
+    for (int s = 0; s < 2; s++)
+        if (m->slots[s])
+            b->ops->free(b, m->slots[s]);
+    if (m->stream)
+        b->ops->stream_destroy(b, m->stream);
+    for (int i = 0; i < m->nvars; i++)
+        free(m->vars[i].name);
+    free(m->vars);
+    free(m->inputs);
+    tp_optimizer_destroy(&m->opt);
+    if (m->own_backend)
+        tp_backend_destroy(&m->backend);
+    free(m);
+    *self_p = NULL;
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
+                                 const tp_tensor_t *inputs) {
+    if (m->ninputs > 0 && !inputs)
+        return tp_error(TP_ERR_INVALID, "%s: no input tensors", t->name);
+    int64_t batch = -1;
+    char got[128];
+    for (int i = 0; i < m->ninputs; i++) {
+        const tp_input_desc_t *d = &m->inputs[i];
+        const tp_tensor_t *x = &inputs[i];
+        int ok = x->dtype == d->dtype && x->ndim == d->ndim && x->ndim >= 1;
+        for (int k = 1; ok && k < d->ndim; k++)
+            ok = x->shape[k] == d->shape[k];
+        if (!ok) {
+            tp_tensor_describe(x, got, sizeof got);
+            return tp_error(TP_ERR_SHAPE,
+                            "%s: input %d '%s' is %s, expected %s with %d dims "
+                            "(batch first)",
+                            t->name, i, d->name, got, tp_dtype_name(d->dtype),
+                            d->ndim);
+        }
+        if (x->shape[0] < 1 || x->shape[0] > t->batch)
+            return tp_error(TP_ERR_SHAPE,
+                            "%s: input '%s' has batch %lld; the graph is "
+                            "planned for 1..%lld",
+                            t->name, d->name, (long long)x->shape[0],
+                            (long long)t->batch);
+        if (batch >= 0 && x->shape[0] != batch)
+            return tp_error(TP_ERR_SHAPE,
+                            "%s: input '%s' has batch %lld, input 0 has %lld",
+                            t->name, d->name, (long long)x->shape[0],
+                            (long long)batch);
+        batch = x->shape[0];
+        if (x->nbytes && !x->data)
+            return tp_error(TP_ERR_INVALID, "%s: input '%s' has no data",
+                            t->name, d->name);
+    }
+    if (batch < 0)
+        batch = t->batch;
+    if (batch != t->run_batch)
+        s_set_run_shapes(t, batch);
+    tp_backend_t *b = m->backend;
+    for (int i = 0; i < m->ninputs; i++) {
+        tp_node_t *n = t->input_nodes[i];
+        if (b->device < 0) {
+            /* host memory is the CPU backend's memory: borrow, no copy */
+            n->value = inputs[i].data;
+            continue;
+        }
+        n->value = n->workspace; /* the planned device buffer */
+        TP_TRY(b->ops->copy(b, t->stream, n->value, inputs[i].data,
+                            inputs[i].nbytes, TP_COPY_H2D));
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
+    const tp_var_t *v = &m->vars[vi];
+    return tp_optimizer_update(m->opt, m->backend, t->stream, m->train_arena,
+                               t->grads, m->slots, v->offset, v->count);
+}
+
+/* fused: update each variable right after its gradient is final (one-tower
+ * models only: nothing to all-reduce). */
+static tp_status_t s_run_cost(tp_model_t *m, int tower,
+                              const tp_tensor_t *inputs, int backward,
+                              int fused, int cost) {
+    tp_tower_t *t = tp_model_tower_(m, tower);
+    if (!t)
+        return s_bad_tower(m, tower);
+    TP_TRY(s_load_inputs(m, t, inputs));
+    tp_backend_t *b = m->backend;
+    const void *xs[TP_OP_MAX_INPUTS];
+    tp_shape_t xsh[TP_OP_MAX_INPUTS];
+    float *dx[TP_OP_MAX_INPUTS];
+    tp_op_call_t c;
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *n = t->nodes[i];
+        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE)
+            continue;
+        if (n->kind == TP_OP_RESHAPE) {
+            n->value = n->inputs[0]->value; /* inputs may be borrowed */
+            continue;
+        }
+        s_make_call(m, t, n, &c, xs, xsh, dx);
+        uint64_t t0 = m->profiling ? tp_now_ns() : 0;
+        tp_status_t rc = b->ops->op_forward(b, t->stream, &c);
+        if (m->profiling) {
+            n->prof_fwd_ns += tp_now_ns() - t0;
+            n->prof_calls++;
+        }
+        if (rc < 0)
+            return tp_error_wrap(rc, "%s: forward of '%s'", t->name, n->name);
+    }
+    tp_node_t *cn = t->costs[cost];
+    if (!backward || !t->training || !cn || !((cn->cost_mask >> cost) & 1u))
+        return b->ops->stream_sync(b, t->stream); /* gradients untouched */
+    t->ran_backward = 0; /* partial until the pass completes */
+    t->cur_cost = cost;
+    t->ran_cost = cost;
+    TP_TRY(b->ops->fill(b, t->stream, cn->grad, 1.0f, 1));
+    int k = 0;
+    unsigned bit = 1u << cost;
+    for (int i = t->nnodes - 1; i >= 0; i--) {
+        tp_node_t *n = t->nodes[i];
+        if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE)
+            continue;
+        s_make_call(m, t, n, &c, xs, xsh, dx);
+        uint64_t t0 = m->profiling ? tp_now_ns() : 0;
+        tp_status_t rc = b->ops->op_backward(b, t->stream, &c);
+        if (m->profiling)
+            n->prof_bwd_ns += tp_now_ns() - t0;
+        if (rc < 0)
+            return tp_error_wrap(rc, "%s: backward of '%s'", t->name, n->name);
+        for (; fused && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)
+            TP_TRY(s_update_var(m, t, t->fuse[k]->var));
+    }
+    if (fused) {
+        for (int r = 0; r < t->nfuse_rest; r++)
+            TP_TRY(s_update_var(m, t, t->fuse_rest[r]));
+        tp_optimizer_end_step(m->opt);
+    }
+    t->ran_backward = !fused;
+    return b->ops->stream_sync(b, t->stream);
+}
+
+static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
+                         int backward, int fused) {
+    tp_tower_t *t = tp_model_tower_(m, tower);
+    if (t && backward && t->training && !t->cost && t->ncosts > 1)
+        return tp_error(TP_ERR_STATE, "%s has only named costs (%s, ...): run "
+                        "one with tp_model_run_cost", t->name, t->cost_names[1]);
+    return s_run_cost(m, tower, inputs, backward, fused, 0);
+}
+
+tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *inputs) {
+    return s_run(m, tower, inputs, 1, 0);
+}
+
+tp_status_t tp_model_forward(tp_model_t *m, int tower,
+                             const tp_tensor_t *inputs) {
+    return s_run(m, tower, inputs, 0, 0);
+}
+
+static tp_status_t s_check_grads(tp_model_t *m) {
+    if (!m->opt || m->ntowers == 0)
+        return tp_error(TP_ERR_STATE, "model has no optimizer or no training "
+                                      "towers");
+    return TP_OK;
+}
+
+/* Reducing or applying gradients that no backward produced (or that were
+ * already applied) is a trainer bug worth a clear error. */
+static tp_status_t s_check_fresh(tp_model_t *m, int first, int last) {
+    for (int i = first; i <= last; i++)
+        if (!m->towers[i]->ran_backward)
+            return tp_error(TP_ERR_STATE,
+                            "%s has no fresh gradients (run it with "
+                            "tp_model_run first; gradients are used once)",
+                            m->towers[i]->name);
+    return TP_OK;
+}
+
+tp_status_t tp_model_allreduce(tp_model_t *m) {
+    TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
+    if (m->ntowers == 1)
+        return TP_OK;
+    float *bufs[64];
+    for (int i = 0; i < m->ntowers; i++)
+        bufs[i] = m->towers[i]->grads;
+    return m->backend->ops->allreduce_local(m->backend, bufs, m->ntowers,
+                                            m->ntrain, m->config.average, 0);
+}
+
+tp_status_t tp_model_reduce(tp_model_t *m) {
+    TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
+    if (m->ntowers == 1)
+        return TP_OK;
+    float *bufs[64];
+    for (int i = 0; i < m->ntowers; i++)
+        bufs[i] = m->towers[i]->grads;
+    return m->backend->ops->allreduce_local(m->backend, bufs, m->ntowers,
+                                            m->ntrain, m->config.average, 1);
+}
+
+tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower) {
+    TP_TRY(s_check_grads(m));
+    if (tower < 0 || tower >= m->ntowers)
+        return s_bad_tower(m, tower);
+    TP_TRY(s_check_fresh(m, tower, tower));
+    if (m->ntowers == 1)
+        return TP_OK;
+    tp_tower_t *t = m->towers[tower];
+    return m->backend->ops->allreduce(m->backend, m->comm, tower, t->stream,
+                                      t->grads, m->ntrain, m->config.average);
+}
+
+void tp_model_abort(tp_model_t *m) {
+    if (m && m->comm)
+        m->backend->ops->comm_abort(m->backend, m->comm);
+}
+
+/* Replicated towers, the update in parallel: after the all-reduce (whose
+ * slice `tower` this tower's thread just summed, so it is in this core's
+ * cache) the tower applies the optimizer to the same slice of the shared
+ * variables. The update is elementwise, so the slices give exactly what one
+ * tp_model_apply gives. Every tower's backward is over once the all-reduce
+ * has begun, so no run still reads the variables. */
+tp_status_t tp_model_allreduce_apply_tower(tp_model_t *m, int tower) {
+    TP_TRY(tp_model_allreduce_tower(m, tower));
+    tp_tower_t *t = m->towers[tower];
+    if (t->ran_cost != 0)
+        return tp_error(TP_ERR_STATE, "the gradients are cost '%s''s: apply them "
+                        "with tp_model_apply_cost", t->cost_names[t->ran_cost]);
+    size_t n = m->ntrain, k = (size_t)m->ntowers;
+    size_t chunk = (n + k - 1) / k, lo = chunk * (size_t)tower, hi = lo + chunk;
+    if (lo > n)
+        lo = n;
+    if (hi > n)
+        hi = n;
+    if (hi > lo)
+        TP_TRY(tp_optimizer_update(m->opt, m->backend, t->stream, m->train_arena,
+                                   t->grads, m->slots, lo, hi - lo));
+    return m->backend->ops->stream_sync(m->backend, t->stream);
+}
+
+tp_status_t tp_model_end_step(tp_model_t *m) {
+    TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
+    tp_optimizer_end_step(m->opt);
+    for (int i = 0; i < m->ntowers; i++)
+        m->towers[i]->ran_backward = 0;
+    return TP_OK;
+}
+
+tp_status_t tp_model_apply(tp_model_t *m) {
+    TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, 0));
+    if (m->towers[0]->ran_cost != 0)
+        return tp_error(TP_ERR_STATE, "the gradients are cost '%s''s: apply them "
+                        "with tp_model_apply_cost", m->towers[0]->cost_names[m->towers[0]->ran_cost]);
+    tp_status_t rc = tp_optimizer_apply(m->opt, m->backend, m->stream,
+                                        m->train_arena, m->towers[0]->grads,
+                                        m->slots, m->ntrain);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < m->ntowers; i++)
+        m->towers[i]->ran_backward = 0;
+    return m->backend->ops->stream_sync(m->backend, m->stream);
+}
+
+static int s_cost_index(const tp_tower_t *t, const char *name) {
+    if (!name)
+        return 0;
+    for (int k = 0; k < t->ncosts; k++)
+        if (strcmp(t->cost_names[k], name) == 0 && t->costs[k])
+            return k;
+    return -1;
+}
+
+static tp_status_t s_no_cost(const tp_tower_t *t, const char *name) {
+    char known[512] = "";
+    size_t len = 0;
+    for (int k = 0; k < t->ncosts && len < sizeof known; k++)
+        if (t->costs[k] || k > 0)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s'%s'",
+                                    len ? ", " : "", t->cost_names[k]);
+    return tp_error(TP_ERR_NOT_FOUND, "%s: no cost named '%s' (costs: %s)",
+                    t->name, name ? name : "cost", known);
+}
+
+tp_status_t tp_model_run_cost(tp_model_t *m, int tower, const char *cost,
+                              const tp_tensor_t *inputs) {
+    TP_TRY(s_check_grads(m));
+    if (tower < 0 || tower >= m->ntowers)
+        return s_bad_tower(m, tower);
+    tp_tower_t *t = m->towers[tower];
+    int k = s_cost_index(t, cost);
+    if (k < 0)
+        return s_no_cost(t, cost);
+    return s_run_cost(m, tower, inputs, 1, 0, k);
+}
+
+tp_status_t tp_model_apply_cost(tp_model_t *m, const char *cost) {
+    TP_TRY(s_check_grads(m));
+    TP_TRY(s_check_fresh(m, 0, 0));
+    tp_tower_t *t = m->towers[0];
+    int k = s_cost_index(t, cost);
+    if (k < 0)
+        return s_no_cost(t, cost);
+    if (t->ran_cost != k)
+        return tp_error(TP_ERR_STATE, "applying cost '%s' but the fresh gradients "
+                        "are cost '%s''s", t->cost_names[k], t->cost_names[t->ran_cost]);
+    /* Only the cost's own variables: the others' gradients are stale. */
+    for (int i = 0; i < m->nvars; i++) {
+        const tp_var_t *v = &m->vars[i];
+        if (!v->trainable || (t->cost_vars[k] && fnmatch(t->cost_vars[k], v->name, 0) != 0))
+            continue;
+        TP_TRY(tp_optimizer_update(m->opt, m->backend, m->stream, m->train_arena,
+                                   t->grads, m->slots, v->offset, v->count));
+    }
+    tp_optimizer_end_step(m->opt);
+    for (int i = 0; i < m->ntowers; i++)
+        m->towers[i]->ran_backward = 0;
+    return m->backend->ops->stream_sync(m->backend, m->stream);
+}
+
+int tp_model_cost_count(const tp_model_t *m) {
+    return m->ntowers > 0 ? m->towers[0]->ncosts : 0;
+}
+
+const char *tp_model_cost_name(const tp_model_t *m, int i) {
+    if (m->ntowers < 1 || i < 0 || i >= m->towers[0]->ncosts)
+        return NULL;
+    return m->towers[0]->cost_names[i];
+}
+
+tp_status_t tp_model_train_step(tp_model_t *m,
+                                const tp_tensor_t *const *inputs) {
+    TP_TRY(s_check_grads(m));
+    if (m->ntowers == 1 && m->towers[0]->fuse) {
+        /* nothing to reduce: update each variable as its gradient is final */
+        TP_TRY(s_run(m, 0, inputs[0], 1, 1));
+        return TP_OK;
+    }
+    for (int i = 0; i < m->ntowers; i++)
+        TP_TRY(tp_model_run(m, i, inputs[i]));
+    TP_TRY(tp_model_reduce(m));
+    return tp_model_apply(m);
+}
+
+/* ---- reading results ---------------------------------------------------- */
+
+static tp_node_t *s_lookup(tp_tower_t *t, const char *name) {
+    for (int i = 0; i < t->noutputs; i++)
+        if (strcmp(t->outputs[i].name, name) == 0)
+            return t->outputs[i].node;
+    for (int i = 0; i < t->nnodes; i++)
+        if (strcmp(t->nodes[i]->name, name) == 0)
+            return t->nodes[i];
+    return NULL;
+}
+
+tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
+                           tp_tensor_t *view) {
+    tp_tensor_init_empty(view);
+    tp_tower_t *t = tp_model_tower_(m, tower);
+    if (!t)
+        return s_bad_tower(m, tower);
+    tp_node_t *n = name ? s_lookup(t, name) : NULL;
+    if (!n)
+        return tp_error(TP_ERR_NOT_FOUND, "%s: no output or node named '%s'",
+                        t->name, name ? name : "(null)");
+    return tp_tensor_init_wrap(view, n->dtype, n->run_shape.ndim,
+                               n->run_shape.d, n->value, NULL, NULL);
+}
+
+int tp_model_metric_count(const tp_model_t *m, int tower) {
+    tp_tower_t *t = tp_model_tower_((tp_model_t *)m, tower);
+    int k = 0;
+    for (int i = 0; t && i < t->noutputs; i++)
+        k += t->outputs[i].metric;
+    return k;
+}
+
+static tp_output_t *s_metric(const tp_model_t *m, int tower, int idx) {
+    tp_tower_t *t = tp_model_tower_((tp_model_t *)m, tower);
+    for (int i = 0, k = 0; t && i < t->noutputs; i++)
+        if (t->outputs[i].metric && k++ == idx)
+            return &t->outputs[i];
+    return NULL;
+}
+
+const char *tp_model_metric_name(const tp_model_t *m, int tower, int i) {
+    tp_output_t *o = s_metric(m, tower, i);
+    return o ? o->name : NULL;
+}
+
+float tp_model_metric_value(const tp_model_t *m, int tower, int i) {
+    tp_output_t *o = s_metric(m, tower, i);
+    if (!o)
+        return NAN;
+    float v = NAN;
+    tp_backend_t *b = m->backend;
+    if (b->ops->copy(b, NULL, &v, o->node->value, sizeof v, TP_COPY_D2H) < 0)
+        return NAN;
+    return v;
+}
+
+int tp_model_var_count(const tp_model_t *m) { return m->nvars; }
+const char *tp_model_var_name(const tp_model_t *m, int i) {
+    return (i >= 0 && i < m->nvars) ? m->vars[i].name : NULL;
+}
+int tp_model_var_trainable(const tp_model_t *m, int i) {
+    return (i >= 0 && i < m->nvars) ? m->vars[i].trainable : 0;
+}
+
+static int s_var_index(const tp_model_t *m, const char *name) {
+    for (int i = 0; name && i < m->nvars; i++)
+        if (strcmp(m->vars[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+tp_status_t tp_model_var(tp_model_t *m, const char *name, tp_tensor_t *view) {
+    tp_tensor_init_empty(view);
+    int i = s_var_index(m, name);
+    if (i < 0)
+        return tp_error(TP_ERR_NOT_FOUND, "no variable named '%s'",
+                        name ? name : "(null)");
+    return tp_tensor_init_wrap(view, TP_FLOAT32, m->vars[i].shape.ndim,
+                               m->vars[i].shape.d, tp_var_data_(m, i), NULL,
+                               NULL);
+}
+
+tp_status_t tp_model_grad(tp_model_t *m, int tower, const char *name,
+                          tp_tensor_t *view) {
+    tp_tensor_init_empty(view);
+    if (tower < 0 || tower >= m->ntowers)
+        return s_bad_tower(m, tower);
+    tp_tower_t *t = m->towers[tower];
+    int i = s_var_index(m, name);
+    if (i < 0 || !m->vars[i].trainable)
+        return tp_error(TP_ERR_NOT_FOUND, "no trainable variable named '%s'",
+                        name ? name : "(null)");
+    if (!t->grads)
+        return tp_error(TP_ERR_STATE, "%s keeps no gradients", t->name);
+    return tp_tensor_init_wrap(view, TP_FLOAT32, m->vars[i].shape.ndim,
+                               m->vars[i].shape.d, t->grads + m->vars[i].offset,
+                               NULL, NULL);
+}
+
+tp_status_t tp_model_set_hparam(tp_model_t *m, const char *name, double value) {
+    if (!m->opt)
+        return tp_error(TP_ERR_STATE, "model has no optimizer");
+    return tp_optimizer_set(m->opt, name, value);
+}
+
+tp_status_t tp_model_get_hparam(const tp_model_t *m, const char *name,
+                                double *value) {
+    if (!m->opt)
+        return tp_error(TP_ERR_STATE, "model has no optimizer");
+    return tp_optimizer_get(m->opt, name, value);
+}
+
+void tp_model_arenas(tp_model_t *m, tp_model_arenas_t *out) {
+    *out = (tp_model_arenas_t){
+        .train = m->train_arena, .ntrain = m->ntrain,
+        .model = m->model_arena, .nmodel = m->nmodel,
+        .slots = {m->slots[0], m->slots[1]}, .nslots = m->nslots,
+        .grads = m->ntowers > 0 ? m->towers[0]->grads : NULL,
+        .ntowers = m->ntowers,
+    };
+}
+
+tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower) {
+    tp_tower_t *t = tp_model_tower_(m, tower);
+    return t ? &t->rng : NULL;
+}
+
+void tp_model_set_profiling(tp_model_t *m, int on) {
+    m->profiling = on != 0;
+    if (!on)
+        return;
+    for (int k = -1; k < m->ntowers; k++) {
+        tp_tower_t *t = tp_model_tower_(m, k);
+        for (int i = 0; t && i < t->nnodes; i++)
+            t->nodes[i]->prof_fwd_ns = t->nodes[i]->prof_bwd_ns =
+                t->nodes[i]->prof_calls = 0;
+    }
+}
+
+int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
+                     int max) {
+    tp_tower_t *t = tp_model_tower_((tp_model_t *)m, tower);
+    int k = 0;
+    for (int i = 0; t && i < t->nnodes; i++) {
+        const tp_node_t *n = t->nodes[i];
+        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE)
+            continue;
+        if (out && k < max)
+            out[k] = (tp_op_profile_t){n->name, n->kind, n->prof_fwd_ns,
+                                       n->prof_bwd_ns, n->prof_calls};
+        k++;
+    }
+    return k;
+}

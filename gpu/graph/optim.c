@@ -1,0 +1,158 @@
+/* towerpack gpu: SGD with momentum (optionally Nesterov) and Adam.
+ *
+ * An optimizer is only its hyper-parameters and a step counter; the model
+ * owns the slot buffers, so the same object serves any backend. */
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/optim.h>
+#include "gpu/backend_impl.h"
+
+typedef enum { S_SGD, S_ADAM } s_kind_t;
+
+struct tp_optimizer {
+    s_kind_t kind;
+    double lr;
+    double momentum; /* sgd */
+    int nesterov;
+    double beta1, beta2, eps; /* adam */
+    int64_t step;
+};
+
+tp_optimizer_t *tp_optimizer_sgd(double lr, double momentum, int nesterov) {
+    if (!(lr >= 0) || !(momentum >= 0 && momentum < 1)) {
+        tp_error(TP_ERR_INVALID, "sgd: learning rate %g, momentum %g", lr,
+                 momentum);
+        return NULL;
+    }
+    tp_optimizer_t *o = calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    o->kind = S_SGD;
+    o->lr = lr;
+    o->momentum = momentum;
+    o->nesterov = nesterov;
+    return o;
+}
+
+tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
+                                  double eps) {
+    if (!(lr >= 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) ||
+        !(eps > 0)) {
+        tp_error(TP_ERR_INVALID, "adam: lr %g, beta1 %g, beta2 %g, eps %g", lr,
+                 beta1, beta2, eps);
+        return NULL;
+    }
+    tp_optimizer_t *o = calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    o->kind = S_ADAM;
+    o->lr = lr;
+    o->beta1 = beta1;
+    o->beta2 = beta2;
+    o->eps = eps;
+    return o;
+}
+
+void tp_optimizer_destroy(tp_optimizer_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    free(*self_p);
+    *self_p = NULL;
+}
+
+const char *tp_optimizer_kind(const tp_optimizer_t *o) {
+    return o->kind == S_SGD ? "sgd" : "adam";
+}
+
+static double *s_param(tp_optimizer_t *o, const char *name) {
+    if (!name)
+        return NULL;
+    if (!strcmp(name, "learning_rate") || !strcmp(name, "lr"))
+        return &o->lr;
+    if (o->kind == S_SGD && !strcmp(name, "momentum"))
+        return &o->momentum;
+    if (o->kind == S_ADAM) {
+        if (!strcmp(name, "beta1"))
+            return &o->beta1;
+        if (!strcmp(name, "beta2"))
+            return &o->beta2;
+        if (!strcmp(name, "epsilon"))
+            return &o->eps;
+    }
+    return NULL;
+}
+
+static tp_status_t s_unknown(const tp_optimizer_t *o, const char *name) {
+    return tp_error(TP_ERR_NOT_FOUND,
+                    "%s optimizer has no hyper-parameter '%s' (it has %s)",
+                    tp_optimizer_kind(o), name ? name : "(null)",
+                    o->kind == S_SGD ? "learning_rate, momentum"
+                                     : "learning_rate, beta1, beta2, epsilon");
+}
+
+tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v) {
+    double *p = s_param(o, name);
+    if (!p)
+        return s_unknown(o, name);
+    int ok = v >= 0 && v < 1e30;
+    if (p != &o->lr)
+        ok = ok && v < 1.0 && (p != &o->eps || v > 0);
+    if (o->kind == S_SGD && p == &o->momentum && v > 0 && o->momentum == 0)
+        ok = 0; /* no momentum slot was planned */
+    if (!ok)
+        return tp_error(TP_ERR_INVALID, "%s: '%s' = %g is out of range",
+                        tp_optimizer_kind(o), name, v);
+    *p = v;
+    return TP_OK;
+}
+
+tp_status_t tp_optimizer_get(const tp_optimizer_t *o, const char *name,
+                             double *v) {
+    double *p = s_param((tp_optimizer_t *)o, name);
+    if (!p)
+        return s_unknown(o, name);
+    *v = *p;
+    return TP_OK;
+}
+
+int tp_optimizer_slot_count(const tp_optimizer_t *o) {
+    if (o->kind == S_ADAM)
+        return 2;
+    return o->momentum > 0 ? 1 : 0;
+}
+
+const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i) {
+    if (o->kind == S_ADAM)
+        return i == 0 ? "m" : i == 1 ? "v" : NULL;
+    return (i == 0 && o->momentum > 0) ? "momentum" : NULL;
+}
+
+int64_t tp_optimizer_step(const tp_optimizer_t *o) { return o->step; }
+void tp_optimizer_set_step(tp_optimizer_t *o, int64_t step) { o->step = step; }
+
+tp_status_t tp_optimizer_update(tp_optimizer_t *o, tp_backend_t *b,
+                                tp_stream_t *s, float *param,
+                                const float *grad, float *const *slots,
+                                size_t off, size_t n) {
+    if (o->kind == S_SGD)
+        return b->ops->sgd_update(b, s, param + off, grad + off,
+                                  o->momentum > 0 ? slots[0] + off : NULL, n,
+                                  (float)o->lr, (float)o->momentum,
+                                  o->nesterov);
+    return b->ops->adam_update(b, s, param + off, grad + off, slots[0] + off,
+                               slots[1] + off, n, (float)o->lr,
+                               (float)o->beta1, (float)o->beta2, (float)o->eps,
+                               o->step + 1);
+}
+
+void tp_optimizer_end_step(tp_optimizer_t *o) { o->step++; }
+
+tp_status_t tp_optimizer_apply(tp_optimizer_t *o, tp_backend_t *b,
+                               tp_stream_t *s, float *param,
+                               const float *grad, float *const *slots,
+                               size_t n) {
+    tp_status_t rc = tp_optimizer_update(o, b, s, param, grad, slots, 0, n);
+    if (rc == TP_OK)
+        o->step++;
+    return rc;
+}

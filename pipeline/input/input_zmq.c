@@ -1,0 +1,105 @@
+/* towerpack pipeline: ZMQInput, batches straight from tp-worker processes or
+ * any remote sender (tensorpack's ZMQInput).
+ *
+ * A PULL socket bound or connected to the endpoints receives whole batches
+ * in the wire format and the trainer's thread decodes them in place (zero
+ * copy: the components borrow the received frames). No prefetch actor sits
+ * in between: the senders are the prefetchers, and the socket's queue (its
+ * high-water mark) is the prefetch queue. A malformed message is counted,
+ * logged at most once a second and dropped; the count is a statistic. The
+ * receiving is RemoteDataZMQ's (tp_df_remote); this is its input source. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/clock.h>
+#include <towerpack/log.h>
+#include <towerpack/launch.h>
+
+typedef struct {
+    tp_dataflow_t *df;
+    uint64_t received;
+    uint64_t waited_ns;
+} s_zmq_t;
+
+static tp_status_t z_start(void *impl, int towers, uint64_t seed, int64_t skip) {
+    s_zmq_t *z = impl;
+    (void)towers;
+    /* The socket is made here, on the thread that will receive. */
+    TP_TRY(tp_dataflow_reset_state(z->df, seed, 0));
+    if (skip > 0)  /* a remote stream cannot be replayed: resuming takes new data */
+        TP_INFO("ZMQInput: resuming without replay (%lld batches were taken "
+                "before; senders decide what comes next)", (long long)skip);
+    return TP_OK;
+}
+
+static tp_status_t z_next(void *impl, int tower, tp_datapoint_t **out) {
+    s_zmq_t *z = impl;
+    uint64_t t0 = tp_now_ns();
+    tp_status_t rc = tp_dataflow_next(z->df, out);
+    z->waited_ns += tp_now_ns() - t0;
+    if (rc == TP_DONE)
+        return tp_error(TP_ERR_STATE, "ZMQInput: the remote stream ended");
+    if (rc < 0)
+        return tp_error_wrap(rc, "ZMQInput (tower%d)", tower);
+    z->received++;
+    return TP_OK;
+}
+
+static int64_t z_size(void *impl) { (void)impl; return -1; }
+
+static void z_destroy(void *impl) {
+    s_zmq_t *z = impl;
+    tp_dataflow_destroy(&z->df);
+    free(z);
+}
+
+static const tp_input_ops_t s_zmq_ops = {
+    .name = "ZMQInput", .start = z_start, .next = z_next, .size = z_size,
+    .destroy = z_destroy,
+};
+
+tp_input_t *tp_input_zmq(const char *endpoints, const tp_remote_opts_t *opts) {
+    tp_remote_opts_t o;
+    if (opts)
+        o = *opts;
+    else
+        tp_remote_opts_init(&o);
+    tp_dataflow_t *df = endpoints ? tp_df_remote(endpoints, &o) : NULL;
+    if (!df) {
+        if (!endpoints)
+            tp_error(TP_ERR_INVALID, "ZMQInput: no endpoint");
+        else
+            tp_error_wrap(TP_ERR_INVALID, "ZMQInput %s", endpoints);
+        return NULL;
+    }
+    s_zmq_t *z = calloc(1, sizeof *z);
+    if (!z) {
+        tp_dataflow_destroy(&df);
+        tp_error(TP_ERR_NOMEM, "ZMQInput");
+        return NULL;
+    }
+    z->df = df;
+    return tp_input_new(&s_zmq_ops, z);
+}
+
+static s_zmq_t *s_zmq(tp_input_t *input) {
+    if (!input || strcmp(tp_input_name(input), "ZMQInput") != 0)
+        return NULL;
+    return tp_input_impl(input);
+}
+
+uint64_t tp_input_zmq_received(tp_input_t *input) {
+    s_zmq_t *z = s_zmq(input);
+    return z ? z->received : 0;
+}
+
+uint64_t tp_input_zmq_malformed(tp_input_t *input) {
+    s_zmq_t *z = s_zmq(input);
+    return z ? tp_df_remote_malformed(z->df) : 0;
+}
+
+double tp_input_zmq_waited_s(tp_input_t *input) {
+    s_zmq_t *z = s_zmq(input);
+    return z ? (double)z->waited_ns * 1e-9 : 0;
+}

@@ -1,0 +1,195 @@
+/* towerpack pipeline: tower executors, one actor per tower (device).
+ *
+ * The trainer's thread drives them over their pipes with control frames:
+ * "STEP" + the batch's pointer (ownership moves to the tower), answered by
+ * "DONE" + status + message + the nanoseconds the tower computed. A tower
+ * runs forward and backward on its own batch and, in replicated mode, joins
+ * the all-reduce of the gradients with the other towers (a collective: it
+ * returns when all have contributed) and then applies the update to its
+ * slice of the variables (TP_TOWERS_ALLREDUCE_APPLY; otherwise the trainer
+ * applies it once, after every tower is done). A tower that fails aborts the
+ * collective so the others do not wait for it. */
+#include <czmq.h>
+#include <string.h>
+#include <towerpack/clock.h>
+#include <towerpack/log.h>
+#include <towerpack/actor.h>  /* TP_HANDOFF_*: ThreadSanitizer hints */
+#include "pipeline/train/towers.h"
+
+#define MAX_INPUTS 16
+
+typedef struct {
+    tp_model_t *model;
+    int index;
+    int ninputs;
+    int allreduce;
+} s_tower_args_t;
+
+struct tp_towers {
+    tp_model_t *model;
+    int n;
+    s_tower_args_t args[TP_TOWERS_MAX];
+    zactor_t *actors[TP_TOWERS_MAX];
+    uint64_t busy_ns[TP_TOWERS_MAX];
+    uint64_t steps;
+};
+
+/* Borrowed views of the batch's components, checked against the model. */
+static tp_status_t s_views(const s_tower_args_t *a, tp_datapoint_t *dp,
+                           tp_tensor_t *views) {
+    if (tp_datapoint_size(dp) != a->ninputs)
+        return tp_error(TP_ERR_SHAPE, "tower%d: the input gave %d components, "
+                        "the model has %d inputs", a->index,
+                        tp_datapoint_size(dp), a->ninputs);
+    tp_datapoint_views(dp, views, a->ninputs);
+    return TP_OK;
+}
+
+tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
+                             int allreduce, tp_datapoint_t *dp) {
+    s_tower_args_t a = {m, index, ninputs, allreduce};
+    tp_tensor_t views[MAX_INPUTS];
+    tp_status_t rc = s_views(&a, dp, views);
+    if (rc >= 0)
+        rc = tp_model_run(m, index, views);
+    if (rc >= 0 && allreduce == TP_TOWERS_ALLREDUCE_APPLY)
+        rc = tp_model_allreduce_apply_tower(m, index);
+    else if (rc >= 0 && allreduce)
+        rc = tp_model_allreduce_tower(m, index);
+    return rc;
+}
+
+tp_status_t tp_tower_train_step(tp_model_t *m, int ninputs, tp_datapoint_t *dp) {
+    s_tower_args_t a = {m, 0, ninputs, 0};
+    tp_tensor_t views[MAX_INPUTS];
+    TP_TRY(s_views(&a, dp, views));
+    const tp_tensor_t *towers[1] = {views};
+    return tp_model_train_step(m, towers);
+}
+
+static void s_tower_actor(zsock_t *pipe, void *arg) {
+    s_tower_args_t *a = arg;
+    zsock_signal(pipe, 0);
+    for (;;) {
+        char *cmd = NULL;
+        void *ptr = NULL;
+        if (zsock_recv(pipe, "sp", &cmd, &ptr) < 0)
+            break;  /* interrupted */
+        if (!cmd || strcmp(cmd, "STEP") != 0) {
+            int term = cmd && strcmp(cmd, "$TERM") == 0;
+            zstr_free(&cmd);
+            if (term)
+                break;
+            continue;
+        }
+        zstr_free(&cmd);
+        tp_datapoint_t *dp = ptr;
+        /* The batch and the model's memory come over the pipe from the
+         * trainer's thread: tell TSan what libzmq's handoff orders. */
+        TP_HANDOFF_ACQUIRE(dp);
+        TP_HANDOFF_ACQUIRE(a->model);
+        uint64_t t0 = tp_now_ns();
+        tp_status_t rc = tp_tower_compute(a->model, a->index, a->ninputs,
+                                          a->allreduce, dp);
+        uint64_t busy = tp_now_ns() - t0;
+        tp_datapoint_destroy(&dp);
+        if (rc < 0 && a->allreduce)
+            tp_model_abort(a->model);  /* release the others' collective */
+        TP_HANDOFF_RELEASE(a->model);
+        zsock_send(pipe, "i8s", (int)rc, busy, rc < 0 ? tp_last_error() : "");
+    }
+}
+
+tp_towers_t *tp_towers_new(tp_model_t *m, int n, int ninputs, int allreduce) {
+    if (n < 1 || n > TP_TOWERS_MAX) {
+        tp_error(TP_ERR_INVALID, "%d towers (1..%d)", n, TP_TOWERS_MAX);
+        return NULL;
+    }
+    tp_towers_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        tp_error(TP_ERR_NOMEM, "towers");
+        return NULL;
+    }
+    self->model = m;
+    self->n = n;
+    for (int i = 0; i < n; i++) {
+        self->args[i] = (s_tower_args_t){m, i, ninputs, n > 1 ? allreduce : 0};
+        self->actors[i] = zactor_new(s_tower_actor, &self->args[i]);
+        if (!self->actors[i]) {
+            tp_towers_destroy(&self);
+            tp_error(TP_ERR_NOMEM, "starting tower%d", i);
+            return NULL;
+        }
+    }
+    return self;
+}
+
+void tp_towers_destroy(tp_towers_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    tp_towers_t *self = *self_p;
+    for (int i = 0; i < self->n; i++)
+        zactor_destroy(&self->actors[i]);
+    free(self);
+    *self_p = NULL;
+}
+
+tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
+                           double watchdog_s) {
+    TP_HANDOFF_RELEASE(self->model);  /* the update the trainer applied */
+    for (int i = 0; i < self->n; i++) {
+        tp_datapoint_t *dp = batches[i];
+        batches[i] = NULL;
+        TP_HANDOFF_RELEASE(dp);
+        if (zsock_send(self->actors[i], "sp", "STEP", dp) != 0) {
+            tp_datapoint_destroy(&dp);
+            for (int j = i + 1; j < self->n; j++)
+                tp_datapoint_destroy(&batches[j]);
+            return tp_error(TP_ERR_PEER, "tower%d does not take commands", i);
+        }
+    }
+    /* Collect every answer; report a tower that takes too long. */
+    tp_status_t first = TP_OK;
+    char msg[1024] = "";
+    uint64_t t0 = tp_now_ns();
+    double warned_at = 0;
+    for (int i = 0; i < self->n; i++) {
+        for (;;) {
+            zsock_t *s = zactor_sock(self->actors[i]);
+            zmq_pollitem_t item = {zsock_resolve(s), 0, ZMQ_POLLIN, 0};
+            int r = zmq_poll(&item, 1, 1000);
+            if (r > 0)
+                break;
+            if (r < 0 && zmq_errno() != EINTR)
+                return tp_error(TP_ERR_PEER, "waiting for tower%d: %s", i,
+                                zmq_strerror(zmq_errno()));
+            double waited = (double)(tp_now_ns() - t0) * 1e-9;
+            if (watchdog_s > 0 && waited >= watchdog_s && waited - warned_at >= watchdog_s) {
+                warned_at = waited;
+                TP_WARN("step watchdog: the step has run %.0f s; tower%d has not "
+                        "finished (busy computing or waiting in the all-reduce "
+                        "for another tower)", waited, i);
+            }
+        }
+        int rc = 0;
+        uint64_t busy = 0;
+        char *text = NULL;
+        if (zsock_recv(self->actors[i], "i8s", &rc, &busy, &text) < 0)
+            return tp_error(TP_ERR_PEER, "tower%d: no answer", i);
+        TP_HANDOFF_ACQUIRE(self->model);
+        self->busy_ns[i] += busy;
+        if (rc < 0 && first >= 0) {
+            first = (tp_status_t)rc;
+            snprintf(msg, sizeof msg, "%s", text ? text : "");
+        }
+        zstr_free(&text);
+    }
+    self->steps++;
+    if (first < 0)
+        return tp_error(first, "%s", msg);
+    return TP_OK;
+}
+
+double tp_towers_busy_s(const tp_towers_t *self, int i) {
+    return (double)self->busy_ns[i] * 1e-9;
+}

@@ -1,0 +1,516 @@
+/* towerpack pipeline/train: the
+ * single-cost model trainers (simple, replicated, parameter server) and
+ * launch_train_with_config with auto-resume. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+#include <towerpack/checkpoint.h>
+#include <towerpack/log.h>
+#include <towerpack/logdir.h>
+#include <towerpack/model_callbacks.h>
+#include <towerpack/clock.h>
+#include <towerpack/stats.h>
+#include <towerpack/supervisor.h>
+#include <towerpack/launch.h>
+#include "pipeline/train/towers.h"
+
+#define MAX_TOWERS 64
+#define MAX_INPUTS 16
+
+/* ---- the model trainer --------------------------------------------------------- */
+
+typedef struct {
+    tp_model_t *model;
+    tp_input_t *input;
+    tp_towers_t *executors;   /* one actor per tower */
+    tp_trainer_kind_t kind;
+    int towers;
+    int64_t batch;
+    int ninputs;
+    double watchdog_s;
+    const tp_train_dist_t *dist;   /* NULL: one process */
+} s_mt_t;
+
+/* One step: every tower takes its own batch from the input (on this
+ * thread, in tower order, so the data order is deterministic), the tower
+ * actors compute in parallel (replicated: they all-reduce the gradients
+ * among themselves), then the update is applied once. */
+static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    s_mt_t *t = impl;
+    tp_datapoint_t *batches[MAX_TOWERS] = {NULL};
+    for (int i = 0; i < t->towers; i++) {
+        tp_status_t rc = tp_input_ops(t->input)->next(tp_input_impl(t->input), i, &batches[i]);
+        if (rc < 0) {
+            for (int j = 0; j < i; j++)
+                tp_input_release(t->input, j, &batches[j]);
+            return tp_error_wrap(rc, "tower%d input", i);
+        }
+    }
+    if (t->executors) {
+        TP_TRY(tp_towers_step(t->executors, batches, t->watchdog_s));
+    } else if (t->dist) {
+        /* One tower per rank: its update waits for the ranks' mean. */
+        tp_status_t rc = tp_tower_compute(t->model, 0, t->ninputs, 0, batches[0]);
+        tp_input_release(t->input, 0, &batches[0]);
+        TP_TRY(rc);
+    } else {
+        /* One tower: it runs on this thread (a hop to an actor would only
+         * add two thread wake-ups per step), and the whole step is the
+         * model's: with nothing to all-reduce it updates each variable as
+         * soon as its gradient is final, while it is still in cache (the
+         * same call the bare loop makes). */
+        tp_status_t rc = tp_tower_train_step(t->model, t->ninputs, batches[0]);
+        tp_input_release(t->input, 0, &batches[0]);
+        TP_TRY(rc);
+    }
+    if (t->executors && t->kind == TP_TRAINER_REPLICATED && !t->dist) {
+        /* the towers applied the update, each to its slice */
+        TP_TRY(tp_model_end_step(t->model));
+    } else if (t->executors || t->dist) {
+        if (t->kind == TP_TRAINER_PARAMETER_SERVER)
+            TP_TRY(tp_model_reduce(t->model));  /* gathered onto tower 0 */
+        if (t->dist)  /* data-parallel over processes: the ranks' mean */
+            TP_TRY(t->dist->allreduce_grads(t->dist->ctx, t->model,
+                                            tp_trainer_global_step(tr)));
+        TP_TRY(tp_model_apply(t->model));
+    }
+    /* Fetched scalars: the mean over the towers. */
+    for (int k = 0; k < tp_fetches_count(f); k++) {
+        const char *name = tp_fetches_name(f, k);
+        double sum = 0;
+        int got = 0;
+        for (int i = 0; i < t->towers; i++) {
+            tp_tensor_t v;
+            if (tp_model_fetch(t->model, i, name, &v) != TP_OK)
+                continue;
+            if (v.dtype == TP_FLOAT32 && v.nbytes >= 4) {
+                sum += ((const float *)v.data)[0];
+                got++;
+            }
+            tp_tensor_fini(&v);
+        }
+        if (got)
+            tp_fetches_set(f, name, sum / got);
+    }
+    tp_clear_error();
+    return TP_OK;
+}
+
+static tp_status_t mt_set_hp(void *impl, const char *name, double v) {
+    return tp_model_set_hparam(((s_mt_t *)impl)->model, name, v);
+}
+static tp_status_t mt_get_hp(void *impl, const char *name, double *v) {
+    return tp_model_get_hparam(((s_mt_t *)impl)->model, name, v);
+}
+static int64_t mt_samples(void *impl) {
+    s_mt_t *t = impl;
+    return t->batch * t->towers * (t->dist ? t->dist->size : 1);
+}
+static tp_model_t *mt_model(void *impl) { return ((s_mt_t *)impl)->model; }
+
+static void mt_destroy(void *impl) {
+    s_mt_t *t = impl;
+    tp_towers_destroy(&t->executors);
+    tp_input_destroy(&t->input);
+    tp_model_destroy(&t->model);
+    free(t);
+}
+
+static const tp_trainer_ops_t s_simple_ops = {
+    .name = "SimpleTrainer", .run_step = mt_run_step,
+    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
+    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
+};
+static const tp_trainer_ops_t s_replicated_ops = {
+    .name = "SyncMultiGPUTrainerReplicated", .run_step = mt_run_step,
+    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
+    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
+};
+static const tp_trainer_ops_t s_ps_ops = {
+    .name = "SyncMultiGPUTrainerParameterServer", .run_step = mt_run_step,
+    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
+    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
+};
+
+/* ---- actor statistics -------------------------------------------------------------
+ * Once a second (checked at step boundaries) the trainer publishes a row for
+ * the prefetch actor, one per tower and one for itself on the stats socket
+ * tp-top reads; after each epoch the input's queue fill and the time the
+ * trainer waited for input join the monitors' stream (stats.json). */
+
+typedef struct {
+    s_mt_t *mt;
+    char request[4200];
+    tp_stats_pub_t *pub;
+    double t_start;
+    uint64_t steps;
+    double step_s, wait_s;     /* trainer: stepping, waiting for input */
+} s_statscb_t;
+
+static void s_rows_publish(s_statscb_t *sc) {
+    tp_stats_row_t rows[2 + 2 * TP_TOWERS_MAX];
+    int n = 0;
+    memset(rows, 0, sizeof rows);
+    double alive = tp_now_s() - sc->t_start;
+    tp_stats_row_t q;
+    int have_q = tp_input_queue_stats(sc->mt->input, &q) == TP_OK;
+    if (have_q)
+        rows[n++] = q;
+    tp_stats_row_t *tr = &rows[n++];
+    snprintf(tr->name, sizeof tr->name, "trainer");
+    tr->state = TP_ACTOR_RUNNING;
+    tr->msgs_in = tp_input_queue_taken(sc->mt->input);
+    tr->starved_s = tp_input_queue_waited_s(sc->mt->input);
+    tr->busy_s = alive - tr->starved_s;
+    tr->alive_s = alive;
+    tr->queue_fill = have_q ? tp_input_queue_fill(sc->mt->input) : -1;
+    for (int i = 0; i < sc->mt->towers; i++) {
+        tp_stats_row_t *t = &rows[n++];
+        snprintf(t->name, sizeof t->name, "tower%d", i);
+        t->state = TP_ACTOR_RUNNING;
+        t->msgs_in = sc->steps;
+        t->busy_s = sc->mt->executors ? tp_towers_busy_s(sc->mt->executors, i) : alive - tr->starved_s;
+        t->alive_s = alive;
+        t->starved_s = alive - t->busy_s;
+        t->queue_fill = -1;
+    }
+    /* the staging actors, one per tower, when a StagingInput feeds them */
+    for (int i = 0; i < sc->mt->towers && tp_input_staging_inner(sc->mt->input); i++)
+        if (tp_input_staging_stats(sc->mt->input, i, &rows[n]) == TP_OK)
+            n++;
+    if (tp_stats_pub_publish(sc->pub, rows, n) < 0)
+        TP_WARN("publishing statistics: %s", tp_last_error());
+}
+
+static tp_status_t statscb_before_train(void *impl, tp_trainer_t *tr) {
+    s_statscb_t *sc = impl;
+    char ep[4200];
+    const char *dir = tp_trainer_logdir(tr);
+    if (tp_stats_endpoint_resolve(sc->request[0] ? sc->request : NULL, dir, ep, sizeof ep) < 0)
+        return tp_error_wrap(TP_ERR_INVALID, "statistics endpoint");
+    sc->pub = tp_stats_pub_new(ep, "tp-train");
+    if (!sc->pub)
+        return tp_error_wrap(TP_ERR_IO, "statistics endpoint %s", ep);
+    TP_INFO("statistics for tp-top at %s", tp_stats_pub_endpoint(sc->pub));
+    sc->t_start = tp_now_s();
+    return TP_OK;
+}
+
+static tp_status_t statscb_trigger_step(void *impl, tp_trainer_t *tr) {
+    s_statscb_t *sc = impl;
+    sc->steps++;
+    if (sc->pub && tp_stats_pub_since(sc->pub) >= 1.0)
+        s_rows_publish(sc);
+    return TP_OK;
+}
+
+static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
+    s_statscb_t *sc = impl;
+    tp_stats_row_t q;
+    if (tp_input_queue_stats(sc->mt->input, &q) == TP_OK) {
+        tp_trainer_put_scalar(tr, "QueueInput/queue_fill",
+                              tp_input_queue_fill(sc->mt->input));
+        tp_trainer_put_scalar(tr, "QueueInput/blocked_s", q.blocked_s);
+        tp_trainer_put_scalar(tr, "trainer/input_wait_s",
+                              tp_input_queue_waited_s(sc->mt->input));
+    }
+    if (!strcmp(tp_input_name(sc->mt->input), "ZMQInput")) {
+        tp_trainer_put_scalar(tr, "ZMQInput/malformed",
+                              (double)tp_input_zmq_malformed(sc->mt->input));
+        tp_trainer_put_scalar(tr, "trainer/input_wait_s",
+                              tp_input_zmq_waited_s(sc->mt->input));
+    }
+    if (tp_input_staging_inner(sc->mt->input)) {
+        double waited = 0;
+        for (int i = 0; i < sc->mt->towers; i++)
+            waited += tp_input_staging_waited_s(sc->mt->input, i);
+        tp_trainer_put_scalar(tr, "StagingInput/towers_wait_s", waited);
+    }
+    return TP_OK;
+}
+
+static void statscb_destroy(void *impl) {
+    s_statscb_t *sc = impl;
+    tp_stats_pub_destroy(&sc->pub);
+    free(sc);
+}
+
+static const tp_callback_ops_t s_statscb_ops = {
+    .name = "ActorStats",
+    .before_train = statscb_before_train,
+    .trigger_step = statscb_trigger_step,
+    .after_epoch = statscb_after_epoch,
+    .destroy = statscb_destroy,
+};
+
+static tp_callback_t *s_stats_callback(s_mt_t *mt, const char *request) {
+    s_statscb_t *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+        tp_error(TP_ERR_NOMEM, "ActorStats");
+        return NULL;
+    }
+    sc->mt = mt;
+    snprintf(sc->request, sizeof sc->request, "%s", request ? request : "");
+    return tp_callback_new(&s_statscb_ops, sc, 0);
+}
+
+/* ---- TrainConfig ------------------------------------------------------------------ */
+
+void tp_train_config_init(tp_train_config_t *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->trainer = (tp_trainer_kind_t)-1;
+    cfg->towers = 1;
+    cfg->batch = 32;
+    cfg->seed = 1;
+    cfg->default_callbacks = 1;
+    cfg->progress_names = "cost";
+    cfg->save_checkpoints = 1;
+    cfg->starting_epoch = 1;
+    cfg->watchdog_s = 10;
+}
+
+void tp_train_config_fini(tp_train_config_t *cfg) {
+    tp_dataflow_destroy(&cfg->dataflow);
+    tp_dataflow_destroy(&cfg->validation);
+    tp_input_destroy(&cfg->input);
+    for (size_t i = 0; i < cfg->ncallbacks; i++)
+        tp_callback_destroy(&cfg->callbacks[i]);
+    for (size_t i = 0; i < cfg->nmonitors; i++)
+        tp_callback_destroy(&cfg->monitors[i]);
+    cfg->ncallbacks = cfg->nmonitors = 0;
+}
+
+static tp_status_t s_add(tp_trainer_t *tr, tp_callback_t *cb) {
+    return tp_trainer_add_callback(tr, &cb);
+}
+
+/* The epoch and global step a checkpoint was taken at (its metadata). */
+static tp_status_t s_ckpt_state(const char *path, int64_t *epoch, int64_t *step) {
+    tp_safetensors_t *st = NULL;
+    TP_TRY(tp_safetensors_open(path, &st));
+    const char *e = tp_safetensors_meta(st, "epoch");
+    const char *g = tp_safetensors_meta(st, "global_step");
+    tp_status_t rc = TP_OK;
+    char *end1 = NULL, *end2 = NULL;
+    if (!e || !g)
+        rc = tp_error(TP_ERR_FORMAT, "%s: no trainer state (epoch, global_step) in "
+                      "its metadata", path);
+    else {
+        *epoch = strtoll(e, &end1, 10);
+        *step = strtoll(g, &end2, 10);
+        if (*end1 || *end2 || *epoch < 0 || *step < 0)
+            rc = tp_error(TP_ERR_FORMAT, "%s: bad trainer state (epoch '%s', "
+                          "global_step '%s')", path, e, g);
+    }
+    tp_safetensors_destroy(&st);
+    return rc;
+}
+
+tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
+                                        tp_model_t **out_model) {
+    tp_status_t rc = TP_OK;
+    tp_trainer_t *tr = NULL;
+    if (out_model)
+        *out_model = NULL;
+    if (!cfg->model || cfg->max_epoch < 1 || cfg->towers < 1 ||
+        cfg->towers > MAX_TOWERS || cfg->batch < 1 ||
+        cfg->model->ninputs > MAX_INPUTS || (!cfg->dataflow && !cfg->input)) {
+        rc = tp_error(TP_ERR_INVALID,
+                      "TrainConfig: need a model (at most %d inputs), a dataflow "
+                      "or an input, max_epoch >= 1 (got %lld), 1..%d towers (got "
+                      "%d) and batch >= 1 (got %lld)", MAX_INPUTS,
+                      (long long)cfg->max_epoch, MAX_TOWERS, cfg->towers,
+                      (long long)cfg->batch);
+        tp_train_config_fini(cfg);
+        return rc;
+    }
+    tp_trainer_kind_t kind = cfg->trainer;
+    if ((int)kind < 0)
+        kind = cfg->towers == 1 ? TP_TRAINER_SIMPLE : TP_TRAINER_REPLICATED;
+
+    s_mt_t *mt = calloc(1, sizeof *mt);
+    if (!mt) {
+        tp_train_config_fini(cfg);
+        return tp_error(TP_ERR_NOMEM, "trainer");
+    }
+    /* tensorpack's defaults: a dataflow gets QueueInput, and with more than
+     * one tower StagingInput on top (each tower's next batch staged in its
+     * memory while it computes). */
+    mt->input = cfg->input ? cfg->input : tp_input_queue(cfg->dataflow, 50);
+    if (!cfg->input && cfg->towers > 1 && mt->input)
+        mt->input = tp_input_staging(mt->input, 1, NULL);
+    cfg->input = NULL;
+    cfg->dataflow = NULL;
+    mt->kind = kind;
+    mt->watchdog_s = cfg->watchdog_s > 0 ? cfg->watchdog_s : 0;
+    tp_input_set_watchdog(mt->input, mt->watchdog_s);
+    mt->towers = cfg->towers;
+    mt->batch = cfg->batch;
+    mt->ninputs = cfg->model->ninputs;
+    mt->dist = cfg->dist;
+    tr = tp_trainer_new(kind == TP_TRAINER_SIMPLE ? &s_simple_ops
+                        : kind == TP_TRAINER_REPLICATED ? &s_replicated_ops
+                                                        : &s_ps_ops, mt);
+    if (!tr)
+        mt = NULL;  /* tp_trainer_new destroyed it */
+    if (!tr || !mt->input) {
+        rc = tp_error(TP_ERR_NOMEM, "trainer");
+        goto out;
+    }
+
+    /* Where training starts: a resumed run continues after its latest
+     * checkpoint. Read before anything starts a thread: the input may fork
+     * dataflow workers. */
+    tp_schedule_t sched = {cfg->starting_epoch, cfg->max_epoch, cfg->steps_per_epoch};
+    int64_t resume_step = -1;
+    char ckpt[4096] = "";
+    if (cfg->logdir) {
+        if ((rc = tp_mkdirs(cfg->logdir)) < 0)
+            goto out;
+        tp_trainer_set_logdir(tr, cfg->logdir);
+        if (cfg->auto_resume &&
+            tp_checkpoint_find_latest(cfg->logdir, ckpt, sizeof ckpt) == TP_OK) {
+            int64_t epoch = 0;
+            if ((rc = s_ckpt_state(ckpt, &epoch, &resume_step)) < 0)
+                goto out;
+            sched.starting_epoch = epoch + 1;
+            tp_trainer_set_global_step(tr, resume_step);
+        }
+    }
+    if (cfg->dist) {  /* rank 0 alone reads the log directory */
+        tp_trainer_set_chief(tr, cfg->dist->rank == 0);
+        if ((rc = cfg->dist->agree_start(cfg->dist->ctx, &resume_step,
+                                         &sched.starting_epoch)) < 0)
+            goto out;
+        if (resume_step >= 0)
+            tp_trainer_set_global_step(tr, resume_step);
+    }
+    /* Replay the input up to the checkpoint, so every later batch is the one
+     * an unbroken run would see. */
+    rc = tp_input_ops(mt->input)->start(tp_input_impl(mt->input), cfg->towers, cfg->seed,
+                               resume_step > 0 ? resume_step * cfg->towers : 0);
+    if (rc < 0) {
+        rc = tp_error_wrap(rc, "starting %s", tp_input_name(mt->input));
+        goto out;
+    }
+
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = cfg->towers;
+    mc.batch = cfg->batch;
+    mc.infer_batch = cfg->infer_batch > 0 ? cfg->infer_batch
+                   : cfg->validation ? cfg->batch : 0;
+    mc.seed = cfg->seed;
+    mc.threads = cfg->threads;
+    mt->model = tp_model_new(cfg->model, &mc);
+    if (!mt->model) {
+        rc = tp_error_wrap(TP_ERR_INVALID, "building the model");
+        goto out;
+    }
+    if (resume_step >= 0 && ckpt[0]) {
+        tp_train_state_t st;
+        rc = tp_checkpoint_load(mt->model, ckpt, TP_LOAD_STRICT, &st);
+        if (rc < 0) {
+            rc = tp_error_wrap(rc, "resuming from %s", ckpt);
+            goto out;
+        }
+        TP_INFO("resuming from %s: epoch %lld done, global step %lld", ckpt,
+                (long long)st.epoch, (long long)st.global_step);
+    } else if (cfg->session_init) {
+        rc = tp_checkpoint_load(mt->model, cfg->session_init, TP_LOAD_WEIGHTS_ONLY, NULL);
+        if (rc < 0) {
+            rc = tp_error_wrap(rc, "session_init %s", cfg->session_init);
+            goto out;
+        }
+    }
+    if (cfg->dist && (rc = cfg->dist->sync_model(cfg->dist->ctx, mt->model,
+                                                 cfg->seed, resume_step)) < 0)
+        goto out;
+    if (cfg->towers > 1 &&
+        !(mt->executors = tp_towers_new(mt->model, cfg->towers, cfg->model->ninputs,
+                                        kind != TP_TRAINER_REPLICATED ? TP_TOWERS_NO_ALLREDUCE
+                                        : cfg->dist ? TP_TOWERS_ALLREDUCE
+                                                    : TP_TOWERS_ALLREDUCE_APPLY))) {
+        rc = tp_error_wrap(TP_ERR_NOMEM, "tower executors");
+        goto out;
+    }
+    if (sched.steps_per_epoch <= 0) {
+        sched.steps_per_epoch = tp_input_ops(mt->input)->size(tp_input_impl(mt->input));
+        if (sched.steps_per_epoch <= 0) {
+            rc = tp_error(TP_ERR_INVALID, "TrainConfig: steps_per_epoch is needed: "
+                          "the input %s has no size", tp_input_name(mt->input));
+            goto out;
+        }
+    }
+
+    /* Callbacks in tensorpack's order. */
+    /* The validation runner first: callbacks that read its results after
+     * an epoch (MinSaver, MaxSaver, StatMonitorParamSetter) see this
+     * epoch's numbers. */
+    if (cfg->validation) {
+        tp_inferencer_t infs[8];
+        size_t n = 0;
+        for (int i = 0; i < tp_model_metric_count(mt->model, -1) && n < 8; i++)
+            infs[n++] = (tp_inferencer_t){TP_INFER_SCALAR_STATS,
+                                          tp_model_metric_name(mt->model, -1, i), NULL};
+        rc = s_add(tr, tp_cb_inference_runner(cfg->validation, infs, n));
+        cfg->validation = NULL;
+        if (rc < 0)
+            goto out;
+    }
+    for (size_t i = 0; i < cfg->ncallbacks; i++) {
+        tp_callback_t *cb = cfg->callbacks[i];
+        cfg->callbacks[i] = NULL;  /* taken, also when adding it fails */
+        if ((rc = s_add(tr, cb)) < 0)
+            goto out;
+    }
+    if (cfg->logdir && cfg->save_checkpoints && (rc = s_add(tr, tp_cb_model_saver(10, 0))) < 0)
+        goto out;
+    if ((cfg->logdir || cfg->stats) && !(cfg->stats && !strcmp(cfg->stats, "off")) &&
+        (rc = s_add(tr, s_stats_callback(mt, cfg->stats))) < 0)
+        goto out;
+    if (cfg->default_callbacks) {
+        if ((rc = s_add(tr, tp_cb_epoch_mean(cfg->progress_names))) < 0 ||
+            (rc = s_add(tr, tp_cb_progress_bar(cfg->progress_names, NULL))) < 0 ||
+            (rc = s_add(tr, tp_cb_throughput())) < 0 ||
+            (rc = s_add(tr, tp_cb_eta())) < 0 ||
+            (rc = s_add(tr, tp_cb_check_numerics(cfg->progress_names, 1))) < 0 ||
+            (rc = s_add(tr, tp_cb_slow_callback_report(1.0))) < 0)
+            goto out;
+    }
+    for (size_t i = 0; i < cfg->nmonitors; i++) {
+        tp_callback_t *cb = cfg->monitors[i];
+        cfg->monitors[i] = NULL;
+        if ((rc = s_add(tr, cb)) < 0)
+            goto out;
+    }
+    if (cfg->default_callbacks) {
+        if (cfg->logdir && (rc = s_add(tr, tp_cb_json_writer())) < 0)
+            goto out;
+        if ((rc = s_add(tr, tp_cb_scalar_printer())) < 0)
+            goto out;
+    }
+    /* SIGINT and SIGTERM end training in order: the current step finishes,
+     * after_train runs, the last checkpoint stays the latest. */
+    tp_signals_install();
+    rc = tp_trainer_train(tr, &sched);
+    tp_signals_restore();
+out: {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tp_last_error());
+        if (out_model && rc >= 0 && mt) {
+            *out_model = mt->model;
+            mt->model = NULL;
+        }
+        if (tr)
+            tp_trainer_destroy(&tr);  /* destroys mt too */
+        else if (mt)
+            mt_destroy(mt);
+        tp_train_config_fini(cfg);
+        /* the batches' blocks kept for reuse are not needed after training */
+        tp_alloc_trim();
+        if (rc < 0)
+            tp_error(rc, "%s", msg);
+    }
+    return rc;
+}

@@ -1,0 +1,156 @@
+/* towerpack tests: ZMQInput, batches straight from remote senders. A sender
+ * thread (send_dataflow_zmq, what tp-worker runs) feeds the input over ipc;
+ * batches arrive in order, malformed messages are counted and dropped, and
+ * a model trains from it through launch_train_with_config. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/towerpack.h>
+#include "train_testutil.h"
+#include <towerpack/launch.h>
+
+static char s_dir[64], s_ep[128];
+
+/* Bound, and a receive gives up after 20 s instead of hanging a broken
+ * test (criterion's .timeout leaks in its runner under LeakSanitizer). */
+static tp_input_t *s_input(void) {
+    tp_remote_opts_t o;
+    tp_remote_opts_init(&o);
+    o.timeout_s = 20;
+    return tp_input_zmq(s_ep, &o);
+}
+
+static void s_setup(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/tp-zmqin-XXXXXX");
+    cr_assert_not_null(mkdtemp(s_dir));
+    snprintf(s_ep, sizeof s_ep, "ipc://%s/in.sock", s_dir);
+}
+
+static void s_teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+
+typedef struct {
+    tp_dataflow_t *df;
+    int64_t count;
+    int junk_first;
+    tp_status_t rc;
+} s_sender_t;
+
+static void *s_send(void *arg) {
+    s_sender_t *s = arg;
+    if (s->junk_first) {
+        /* a message that is not the wire format */
+        void *ctx = zmq_ctx_new(), *push = zmq_socket(ctx, ZMQ_PUSH);
+        zmq_connect(push, s_ep);
+        zmq_send(push, "not", 3, ZMQ_SNDMORE);
+        zmq_send(push, "a batch", 7, 0);
+        int linger = 2000;
+        zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(push);
+        zmq_ctx_term(ctx);
+    }
+    tp_send_opts_t o;
+    tp_send_opts_init(&o);
+    o.max_count = s->count;
+    s->rc = tp_send_dataflow(s->df, s_ep, &o, NULL);
+    return NULL;
+}
+
+Test(zmq_input, batches_arrive_in_order_and_junk_is_dropped, .init = s_setup,
+     .fini = s_teardown) {
+    tp_input_t *in = s_input();
+    cr_assert_not_null(in, "%s", tp_last_error());
+    cr_assert_str_eq(tp_input_name(in), "ZMQInput");
+    cr_assert_eq(tp_input_size(in), -1);
+    cr_assert_eq(tp_input_start(in, 1, 1, 0), TP_OK, "%s", tp_last_error());
+    s_sender_t s = {tu_counting(30), 25, 1, TP_OK};
+    pthread_t th;
+    pthread_create(&th, NULL, s_send, &s);
+    for (int i = 0; i < 25; i++) {
+        tp_datapoint_t *dp = NULL;
+        cr_assert_eq(tp_input_next(in, 0, &dp), TP_OK, "%s", tp_last_error());
+        const tp_tensor_t *t = tp_datapoint_cget(dp, 0);
+        cr_assert_eq(t->dtype, TP_INT32);
+        cr_assert_eq(((const int32_t *)t->data)[3], i);
+        tp_datapoint_destroy(&dp);
+    }
+    pthread_join(th, NULL);
+    cr_assert_eq(s.rc, TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_input_zmq_received(in), 25);
+    cr_assert_eq(tp_input_zmq_malformed(in), 1);
+    tp_dataflow_destroy(&s.df);
+    tp_input_destroy(&in);
+}
+
+Test(zmq_input, a_bad_endpoint_is_named) {
+    cr_assert_null(tp_input_zmq(NULL, NULL));
+    tp_input_t *in = tp_input_zmq("bogus://nowhere", NULL);
+    if (in) {  /* endpoints are checked when the socket is made */
+        cr_assert_lt(tp_input_start(in, 1, 1, 0), 0);
+        tp_input_destroy(&in);
+    }
+    cr_assert(strstr(tp_last_error(), "bogus://nowhere"), "%s", tp_last_error());
+}
+
+/* ---- training from it ------------------------------------------------- */
+
+static tp_dataflow_t *s_blobs(int batch) { return tu_blobs(256, 2, 0.5f, 11, batch, 1, 0); }
+
+static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    tp_node_t *logits = tp_fc(t, "fc", in[0], 2, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
+    return tp_tower_set_cost(t, cost);
+}
+static tp_optimizer_t *s_opt(void *user) { return tp_optimizer_sgd(0.1, 0.9, 0); }
+static const tp_input_desc_t s_inputs[] = {
+    {"x", TP_FLOAT32, 2, {-1, 2}},
+    {"label", TP_INT32, 1, {-1}},
+};
+
+Test(zmq_input, a_model_trains_from_a_sender, .init = s_setup, .fini = s_teardown) {
+    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    s_sender_t s = {s_blobs(16), 0, 0, TP_OK};  /* endless until the input goes */
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = &desc;
+    c.input = s_input();
+    cr_assert_not_null(c.input);
+    c.towers = 2;
+    c.batch = 16;
+    c.max_epoch = 2;
+    c.steps_per_epoch = 20;
+    c.threads = 1;
+    c.logdir = s_dir;
+    c.save_checkpoints = 0;
+    c.stats = "off";
+    c.progress_names = "cost,accuracy";
+    pthread_t th;
+    s.count = 2 * 20 * 2;   /* exactly what training takes */
+    pthread_create(&th, NULL, s_send, &s);
+    tp_model_t *m = NULL;
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    pthread_join(th, NULL);
+    cr_assert_eq(s.rc, TP_OK);
+    char path[160];
+    snprintf(path, sizeof path, "%s/stats.json", s_dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_not_null(j, "%s", err.text);
+    json_t *last = json_array_get(j, json_array_size(j) - 1);
+    cr_assert_eq(json_integer_value(json_object_get(last, "global_step")), 40);
+    cr_assert_gt(json_real_value(json_object_get(last, "accuracy")), 0.9);
+    json_decref(j);
+    tp_dataflow_destroy(&s.df);
+    tp_model_destroy(&m);
+}

@@ -1,0 +1,272 @@
+/* towerpack tests: training a model through launch_train_with_config:
+ * validation, checkpoints, resume that ends bit-identical, towers sharing the
+ * total batch, hyper-parameter schedules reaching the optimizer. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <towerpack/model_callbacks.h>
+#include <towerpack/launch.h>
+#include <towerpack/towerpack.h>
+#include "train_testutil.h"
+
+#define NPOINTS 512
+
+/* Four Gaussian blobs in 2-D: an easy, fast, deterministic problem. */
+static tp_dataflow_t *s_blobs(int batch, int shuffle, int remainder) {
+    return tu_blobs(NPOINTS, 4, 0.7f, 99, batch, shuffle, remainder);
+}
+
+static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    tp_node_t *h = tp_relu(t, NULL, tp_fc(t, "fc0", in[0], 32, 1));
+    tp_node_t *logits = tp_fc(t, "fc1", h, 4, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_optimizer_t *s_opt(void *user) { return tp_optimizer_sgd(0.1, 0.9, 0); }
+
+static const tp_input_desc_t s_inputs[] = {
+    {"x", TP_FLOAT32, 2, {-1, 2}},
+    {"label", TP_INT32, 1, {-1}},
+};
+static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
+
+static void s_config(tp_train_config_t *c, const char *logdir, int towers,
+                     int batch, int64_t epochs) {
+    tp_train_config_init(c);
+    c->model = &s_model;
+    c->towers = towers;
+    c->batch = batch;
+    c->dataflow = s_blobs(batch, 1, 0);
+    c->max_epoch = epochs;
+    c->logdir = logdir;
+    c->threads = 1;
+    c->seed = 7;
+    c->progress_names = "cost";
+}
+
+static char *s_tmp(void) {
+    static char dirs[4][64];
+    static int k;
+    char *d = dirs[k++ % 4];
+    snprintf(d, 64, "/tmp/tp-train-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+static void s_rm(const char *d) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(train, learns_validates_saves_and_writes_stats) {
+    char *dir = s_tmp();
+    tp_train_config_t c;
+    s_config(&c, dir, 1, 32, 3);
+    c.validation = s_blobs(100, 0, 1);
+    c.infer_batch = 100;
+    tp_model_t *m = NULL;
+    tp_free(tp_alloc((size_t)1 << 20));  /* a block kept for reuse (not under ASan) */
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    cr_assert_not_null(m);
+    cr_assert_eq(tp_alloc_cached_bytes(), 0, "blocks kept for reuse are freed after training");
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_not_null(j, "%s", err.text);
+    cr_assert_eq(json_array_size(j), 3);
+    json_t *last = json_array_get(j, 2);
+    double acc = json_real_value(json_object_get(last, "validation_accuracy"));
+    cr_assert(acc > 0.9, "validation_accuracy %g", acc);
+    cr_assert_eq(json_integer_value(json_object_get(last, "global_step")), 3 * 16);
+    cr_assert(json_real_value(json_object_get(last, "throughput")) > 0);
+    json_decref(j);
+    char ckpt[256];
+    cr_assert_eq(tp_checkpoint_find_latest(dir, ckpt, sizeof ckpt), TP_OK);
+    snprintf(path, sizeof path, "%s/model-48.safetensors", dir);
+    cr_assert_str_eq(ckpt, path);
+    tp_model_destroy(&m);
+    s_rm(dir);
+}
+
+/* Every variable of two models, bit for bit. */
+static void s_same_vars(tp_model_t *a, tp_model_t *b, float tol) {
+    cr_assert_eq(tp_model_var_count(a), tp_model_var_count(b));
+    for (int i = 0; i < tp_model_var_count(a); i++) {
+        const char *name = tp_model_var_name(a, i);
+        tp_tensor_t va, vb;
+        cr_assert_eq(tp_model_var(a, name, &va), TP_OK);
+        cr_assert_eq(tp_model_var(b, name, &vb), TP_OK);
+        cr_assert_eq(va.nbytes, vb.nbytes);
+        const float *x = va.data, *y = vb.data;
+        for (size_t k = 0; k < va.nbytes / 4; k++) {
+            if (tol == 0)
+                cr_assert_eq(memcmp(&x[k], &y[k], 4), 0, "%s[%zu]: %.9g vs %.9g", name, k, x[k], y[k]);
+            else
+                cr_assert(fabsf(x[k] - y[k]) <= tol, "%s[%zu]: %.9g vs %.9g", name, k, x[k], y[k]);
+        }
+        tp_tensor_fini(&va);
+        tp_tensor_fini(&vb);
+    }
+}
+
+static void s_resume_case(int towers, int batch) {
+    char *straight = s_tmp(), *broken = s_tmp();
+    tp_train_config_t c;
+    tp_model_t *a = NULL, *b = NULL;
+    s_config(&c, straight, towers, batch, 4);
+    cr_assert_eq(tp_launch_train_with_config(&c, &a), TP_OK, "%s", tp_last_error());
+    s_config(&c, broken, towers, batch, 2);
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    s_config(&c, broken, towers, batch, 4);
+    c.auto_resume = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, &b), TP_OK, "%s", tp_last_error());
+    s_same_vars(a, b, 0);
+    /* stats.json continued: 4 records, epochs 1..4 */
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", broken);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_eq(json_array_size(j), 4);
+    json_decref(j);
+    tp_model_destroy(&a);
+    tp_model_destroy(&b);
+    s_rm(straight);
+    s_rm(broken);
+}
+
+Test(train, resume_ends_bit_identical) { s_resume_case(1, 32); }
+
+/* Two tower actors: the data order and the all-reduce order are fixed, so
+ * a resumed run is still bit for bit the unbroken one. */
+Test(train, resume_with_two_towers_ends_bit_identical) { s_resume_case(2, 16); }
+
+Test(train, two_towers_share_the_total_batch) {
+    tp_train_config_t c;
+    tp_model_t *one = NULL, *two = NULL, *ps = NULL;
+    s_config(&c, NULL, 1, 32, 2);
+    c.dataflow = (tp_dataflow_destroy(&c.dataflow), s_blobs(32, 0, 0));
+    c.default_callbacks = 0;
+    cr_assert_eq(tp_launch_train_with_config(&c, &one), TP_OK, "%s", tp_last_error());
+    s_config(&c, NULL, 2, 16, 2);
+    c.dataflow = (tp_dataflow_destroy(&c.dataflow), s_blobs(16, 0, 0));
+    c.steps_per_epoch = 16;
+    c.default_callbacks = 0;
+    cr_assert_eq(tp_launch_train_with_config(&c, &two), TP_OK, "%s", tp_last_error());
+    s_config(&c, NULL, 2, 16, 2);
+    c.dataflow = (tp_dataflow_destroy(&c.dataflow), s_blobs(16, 0, 0));
+    c.steps_per_epoch = 16;
+    c.default_callbacks = 0;
+    c.trainer = TP_TRAINER_PARAMETER_SERVER;
+    cr_assert_eq(tp_launch_train_with_config(&c, &ps), TP_OK, "%s", tp_last_error());
+    s_same_vars(one, two, 1e-5f);
+    s_same_vars(one, ps, 1e-5f);
+    tp_model_destroy(&one);
+    tp_model_destroy(&two);
+    tp_model_destroy(&ps);
+}
+
+Test(train, schedule_reaches_the_optimizer_and_bad_config_is_refused) {
+    tp_train_config_t c;
+    tp_model_t *m = NULL;
+    s_config(&c, NULL, 1, 32, 3);
+    c.default_callbacks = 0;
+    tp_hp_point_t pts[] = {{0, 0.05}, {2, 0.005}};
+    tp_callback_t *cbs[] = {tp_cb_hp_schedule("learning_rate", pts, 2, 0, 0)};
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    double lr;
+    cr_assert_eq(tp_model_get_hparam(m, "learning_rate", &lr), TP_OK);
+    cr_assert_float_eq(lr, 0.005, 1e-12);
+    tp_model_destroy(&m);
+
+    s_config(&c, NULL, 1, 32, 0);
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "max_epoch >= 1 (got 0)"));
+}
+
+Test(train, dummy_input_and_a_wrong_input_shape) {
+    tp_train_config_t c;
+    s_config(&c, NULL, 1, 32, 1);
+    tp_dataflow_destroy(&c.dataflow);
+    c.input = tp_input_dummy(&s_model, 32, 4, 1);
+    c.steps_per_epoch = 5;
+    c.default_callbacks = 0;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    /* A dataflow with one component for a two-input model. */
+    s_config(&c, NULL, 1, 32, 1);
+    tp_dataflow_destroy(&c.dataflow);
+    int idx[] = {0};
+    c.dataflow = tp_df_select_component(s_blobs(32, 0, 0), idx, 1);
+    c.default_callbacks = 0;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_ERR_SHAPE);
+    cr_assert(strstr(tp_last_error(), "tower0: the input gave 1 components, the model has 2 inputs"),
+              "%s", tp_last_error());
+}
+
+/* InferenceRunner's numbers equal a separate evaluation of the same model
+ * on the same data; MaxSaver saves exactly when the statistic improves. */
+Test(train, inference_runner_matches_a_separate_evaluation) {
+    char *dir = s_tmp();
+    tp_train_config_t c;
+    s_config(&c, dir, 1, 32, 3);
+    c.validation = s_blobs(100, 0, 1);
+    c.infer_batch = 100;
+    tp_callback_t *cbs[] = {tp_cb_max_saver("validation_accuracy", NULL)};
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    tp_model_t *m = NULL;
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    /* Evaluate by hand: forward every validation batch, weight by rows. */
+    tp_dataflow_t *val = s_blobs(100, 0, 1);
+    cr_assert_eq(tp_dataflow_reset_state(val, 0, 0), TP_OK);
+    tp_datapoint_t *dp;
+    double correct = 0, rows = 0;
+    while (tp_dataflow_next(val, &dp) == TP_OK) {
+        tp_tensor_t in[2];
+        tp_datapoint_views(dp, in, 2);
+        cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+        tp_tensor_t acc;
+        cr_assert_eq(tp_model_fetch(m, -1, "accuracy", &acc), TP_OK);
+        correct += ((const float *)acc.data)[0] * (double)in[0].shape[0];
+        rows += (double)in[0].shape[0];
+        tp_tensor_fini(&acc);
+        tp_datapoint_destroy(&dp);
+    }
+    tp_dataflow_destroy(&val);
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_not_null(j);
+    double best = -1;
+    int best_epoch = 0;
+    for (size_t i = 0; i < json_array_size(j); i++) {
+        double v = json_real_value(json_object_get(json_array_get(j, i), "validation_accuracy"));
+        if (v > best) {
+            best = v;
+            best_epoch = (int)i + 1;
+        }
+    }
+    double last = json_real_value(json_object_get(json_array_get(j, 2), "validation_accuracy"));
+    cr_assert_float_eq(last, correct / rows, 1e-6, "runner %g, by hand %g", last, correct / rows);
+    json_decref(j);
+    /* The best epoch's model was saved: its weights give the best accuracy. */
+    snprintf(path, sizeof path, "%s/max-validation_accuracy.safetensors", dir);
+    cr_assert_eq(access(path, R_OK), 0, "MaxSaver wrote %s", path);
+    cr_assert_eq(tp_checkpoint_load(m, path, TP_LOAD_STRICT, NULL), TP_OK, "%s", tp_last_error());
+    tp_train_state_t st;
+    cr_assert_eq(tp_checkpoint_load(m, path, TP_LOAD_STRICT, &st), TP_OK);
+    cr_assert_eq(st.epoch, best_epoch, "saved after epoch %lld, best was %d",
+                 (long long)st.epoch, best_epoch);
+    tp_model_destroy(&m);
+    s_rm(dir);
+}
