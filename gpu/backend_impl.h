@@ -9,6 +9,7 @@
 #ifndef TOWERPACK_GPU_BACKEND_IMPL_H
 #define TOWERPACK_GPU_BACKEND_IMPL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <towerpack/backend.h>
@@ -146,6 +147,27 @@ struct tp_backend {
     void *impl;  /* the backend's own state */
     int device;  /* -1 for the CPU */
 };
+
+/* The rendezvous of a communicator's ranks (gpu/barrier.c), shared by both
+ * backends' allreduce: reusable round after round, and abortable, because a
+ * failed tower must wake the others instead of hanging them. Held by value
+ * in a backend's tp_comm; exported by libtowerpack for the CUDA module. */
+typedef struct tp_barrier {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int nranks;
+    int arrived;         /* ranks waiting in this round */
+    uint64_t generation; /* rounds completed */
+    int aborted;
+} tp_barrier_t;
+
+void tp_barrier_init(tp_barrier_t *b, int nranks);
+void tp_barrier_fini(tp_barrier_t *b);
+/* Wait until all nranks arrive: 0, or -1 once tp_barrier_abort was called
+ * (then and in every later call). */
+int tp_barrier_wait(tp_barrier_t *b);
+/* Wake every waiter with -1, now and in later calls. */
+void tp_barrier_abort(tp_barrier_t *b);
 
 #ifdef __cplusplus
 }

@@ -346,11 +346,7 @@ struct tp_ptrs {
 
 struct tp_comm {
     int nranks;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int arrived;
-    uint64_t generation;
-    int aborted;
+    tp_barrier_t barrier; /* gpu/barrier.c, in libtowerpack */
     float *bufs[TP_CUDA_COMM_MAX];
     size_t counts[TP_CUDA_COMM_MAX];
     int average[TP_CUDA_COMM_MAX];
@@ -398,8 +394,7 @@ static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
         return NULL;
     }
     c->nranks = nranks;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    tp_barrier_init(&c->barrier, nranks);
     for (int r = 0; r < nranks; r++)
         if (cudaEventCreateWithFlags(&c->ready[r], cudaEventDisableTiming) !=
                 cudaSuccess ||
@@ -424,38 +419,13 @@ static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
         if (c->nccl[r])
             ncclCommDestroy(c->nccl[r]);
     }
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
+    tp_barrier_fini(&c->barrier);
     free(c);
 }
 
 static void s_comm_abort(tp_backend_t *b, tp_comm_t *c) {
     (void)b;
-    pthread_mutex_lock(&c->mu);
-    c->aborted = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Wait until all ranks arrive; 0, or -1 when aborted. */
-static int s_barrier(tp_comm_t *c) {
-    pthread_mutex_lock(&c->mu);
-    if (c->aborted) {
-        pthread_mutex_unlock(&c->mu);
-        return -1;
-    }
-    uint64_t gen = c->generation;
-    if (++c->arrived == c->nranks) {
-        c->arrived = 0;
-        c->generation++;
-        pthread_cond_broadcast(&c->cv);
-    } else {
-        while (gen == c->generation && !c->aborted)
-            pthread_cond_wait(&c->cv, &c->mu);
-    }
-    int rc = gen == c->generation ? -1 : 0;
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    tp_barrier_abort(&c->barrier);
 }
 
 /* The device of a device pointer, or -1. */
@@ -533,7 +503,7 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     c->average[rank] = average;
     c->streams[rank] = st->cu;
     TP_CUDA_CHECK(cudaEventRecord(c->ready[rank], st->cu));
-    if (s_barrier(c) < 0)
+    if (tp_barrier_wait(&c->barrier) < 0)
         return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
                         rank);
     for (int r = 0; r < c->nranks; r++)
@@ -542,13 +512,13 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
                                      "allreduce: rank %d gave %zu floats, "
                                      "rank %d gave %zu",
                                      r, c->counts[r], rank, count);
-            s_barrier(c);
+            tp_barrier_wait(&c->barrier);
             return e;
         }
     tp_status_t mode_rc = TP_OK;
     if (rank == 0)
         mode_rc = s_comm_mode(c);
-    if (s_barrier(c) < 0)
+    if (tp_barrier_wait(&c->barrier) < 0)
         return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
                         rank);
     if (mode_rc < 0)
@@ -575,7 +545,7 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         TP_CUDA_CHECK(cudaGetLastError());
     }
     TP_CUDA_CHECK(cudaEventRecord(c->done[rank], st->cu));
-    if (s_barrier(c) < 0)
+    if (tp_barrier_wait(&c->barrier) < 0)
         return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
                         rank);
     for (int r = 0; r < c->nranks; r++)
@@ -584,7 +554,7 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     /* On return every buffer holds the result (the contract), and the next
      * step's record of `ready` cannot overtake a peer still waiting on it. */
     TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
-    if (s_barrier(c) < 0)
+    if (tp_barrier_wait(&c->barrier) < 0)
         return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
                         rank);
     return TP_OK;
