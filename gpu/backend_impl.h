@@ -148,6 +148,22 @@ struct tp_backend {
     int device;  /* -1 for the CPU */
 };
 
+/* Dropout's draw, shared so that both backends drop the same elements from
+ * the same generator state (the CUDA module draws its mask bits on the host
+ * for this reason): element i is dropped when a 24-bit number is below
+ * tp_dropout_threshold(rate); each 64-bit output of the tower's generator
+ * gives two, bits 8..31 for even i and 40..63 for odd i. Call it for
+ * i = 0, 1, 2, ... in order with the same *r. */
+static inline uint32_t tp_dropout_threshold(float rate) {
+    return (uint32_t)((double)rate * 16777216.0);
+}
+static inline int tp_dropout_drops(tp_rng_t *rng, uint32_t thr, size_t i,
+                                   uint64_t *r) {
+    if (!(i & 1))
+        *r = tp_rng_u64(rng);
+    return ((uint32_t)(*r >> ((i & 1) ? 40 : 8)) & 0xffffffu) < thr;
+}
+
 /* The rendezvous of a communicator's ranks (gpu/barrier.c), shared by both
  * backends' allreduce: reusable round after round, and abortable, because a
  * failed tower must wake the others instead of hanging them. Held by value
@@ -168,6 +184,15 @@ void tp_barrier_fini(tp_barrier_t *b);
 int tp_barrier_wait(tp_barrier_t *b);
 /* Wake every waiter with -1, now and in later calls. */
 void tp_barrier_abort(tp_barrier_t *b);
+/* tp_barrier_wait inside an allreduce: TP_OK, or TP_ERR_INTERRUPTED
+ * naming the rank. */
+tp_status_t tp_barrier_sync(tp_barrier_t *b, int rank);
+/* An allreduce's first meeting: publish this rank's count and average in
+ * counts[rank] and averages[rank] ([nranks] each, the communicator's),
+ * wait for all, and check that every rank brought the same. TP_OK;
+ * TP_ERR_INTERRUPTED; TP_ERR_INVALID (on every rank alike) if not. */
+tp_status_t tp_barrier_agree(tp_barrier_t *b, int rank, size_t *counts,
+                             int *averages, size_t count, int average);
 
 #ifdef __cplusplus
 }

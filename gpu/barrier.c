@@ -1,4 +1,5 @@
-/* towerpack gpu: the barrier the towers of one communicator meet at.
+/* towerpack gpu: the barrier the towers of one communicator meet at, and
+ * the all-reduce's first meeting (do all ranks bring the same count?).
  *
  * Both backends' all-reduce rendezvous here (the CPU backend in-process,
  * the CUDA module through libtowerpack, which exports this): one copy, so
@@ -50,4 +51,31 @@ int tp_barrier_wait(tp_barrier_t *b) {
     int rc = gen == b->generation ? -1 : 0;
     pthread_mutex_unlock(&b->mu);
     return rc;
+}
+
+tp_status_t tp_barrier_sync(tp_barrier_t *b, int rank) {
+    if (tp_barrier_wait(b) < 0)
+        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
+                        rank);
+    return TP_OK;
+}
+
+tp_status_t tp_barrier_agree(tp_barrier_t *b, int rank, size_t *counts,
+                             int *averages, size_t count, int average) {
+    counts[rank] = count;
+    averages[rank] = average;
+    TP_TRY(tp_barrier_sync(b, rank));
+    for (int r = 0; r < b->nranks; r++)
+        if (counts[r] != count || averages[r] != average) {
+            /* every rank sees the same mismatch and fails alike; the
+             * extra round lets all of them read counts[] before any
+             * returns and could publish again */
+            tp_status_t st = tp_error(TP_ERR_INVALID,
+                                      "allreduce: rank %d gave %zu floats, "
+                                      "rank %d gave %zu",
+                                      r, counts[r], rank, count);
+            tp_barrier_wait(b);
+            return st;
+        }
+    return TP_OK;
 }

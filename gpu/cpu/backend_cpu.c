@@ -258,21 +258,8 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
                         c->nranks);
     c->bufs[rank] = buf;
-    c->counts[rank] = count;
-    c->average[rank] = average;
-    if (tp_barrier_wait(&c->barrier) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
-    for (int r = 0; r < c->nranks; r++)
-        if (c->counts[r] != count || c->average[r] != average) {
-            /* every rank sees the same mismatch and fails alike */
-            tp_status_t st = tp_error(TP_ERR_INVALID,
-                                      "allreduce: rank %d gave %zu floats, "
-                                      "rank %d gave %zu",
-                                      r, c->counts[r], rank, count);
-            tp_barrier_wait(&c->barrier);
-            return st;
-        }
+    TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
+                            average));
     /* Each rank reduces its own slice of every buffer: disjoint writes. */
     size_t chunk = (count + (size_t)c->nranks - 1) / (size_t)c->nranks;
     size_t lo = chunk * (size_t)rank, hi = lo + chunk;
@@ -282,9 +269,7 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         hi = count;
     if (hi > lo)
         s_sum_slice(c->bufs, c->nranks, lo, hi, average);
-    if (tp_barrier_wait(&c->barrier) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
     return TP_OK;
 }
 

@@ -499,28 +499,14 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     TP_TRY(tp_cuda_use(cb));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     c->bufs[rank] = buf;
-    c->counts[rank] = count;
-    c->average[rank] = average;
     c->streams[rank] = st->cu;
     TP_CUDA_CHECK(cudaEventRecord(c->ready[rank], st->cu));
-    if (tp_barrier_wait(&c->barrier) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
-    for (int r = 0; r < c->nranks; r++)
-        if (c->counts[r] != count || c->average[r] != average) {
-            tp_status_t e = tp_error(TP_ERR_INVALID,
-                                     "allreduce: rank %d gave %zu floats, "
-                                     "rank %d gave %zu",
-                                     r, c->counts[r], rank, count);
-            tp_barrier_wait(&c->barrier);
-            return e;
-        }
+    TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
+                            average));
     tp_status_t mode_rc = TP_OK;
     if (rank == 0)
         mode_rc = s_comm_mode(c);
-    if (tp_barrier_wait(&c->barrier) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
     if (mode_rc < 0)
         return mode_rc;
     if (c->mode != 1 && c->mode != 2)
@@ -545,18 +531,14 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         TP_CUDA_CHECK(cudaGetLastError());
     }
     TP_CUDA_CHECK(cudaEventRecord(c->done[rank], st->cu));
-    if (tp_barrier_wait(&c->barrier) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
     for (int r = 0; r < c->nranks; r++)
         if (r != rank)
             TP_CUDA_CHECK(cudaStreamWaitEvent(st->cu, c->done[r], 0));
     /* On return every buffer holds the result (the contract), and the next
      * step's record of `ready` cannot overtake a peer still waiting on it. */
     TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
-    if (tp_barrier_wait(&c->barrier) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
     return TP_OK;
 }
 

@@ -823,17 +823,12 @@ static tp_status_t s_dropout_fwd(tp_stream_t *s, const tp_op_call_t *c) {
     uint32_t *bits = s->host_bits + s->host_bits_used;
     s->host_bits_used += words;
     memset(bits, 0, words * 4);
-    /* the CPU backend's draw: two 24-bit numbers per 64-bit output */
-    const uint32_t thr = (uint32_t)((double)rate * 16777216.0);
-    size_t i = 0;
-    while (i < n) {
-        uint64_t r = tp_rng_u64(c->rng);
-        for (int k = 0; k < 2 && i < n; k++, i++) {
-            uint32_t u = (uint32_t)(r >> (k ? 40 : 8)) & 0xffffffu;
-            if (u < thr)
-                bits[i >> 5] |= 1u << (i & 31);
-        }
-    }
+    /* the CPU backend's draw (backend_impl.h), so the masks agree */
+    const uint32_t thr = tp_dropout_threshold(rate);
+    uint64_t r = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tp_dropout_drops(c->rng, thr, i, &r))
+            bits[i >> 5] |= 1u << (i & 31);
     uint32_t *dbits =
         (uint32_t *)((char *)c->workspace + s_round256(n * sizeof(float)));
     TP_CUDA_CHECK(cudaMemcpyAsync(dbits, bits, words * 4,
