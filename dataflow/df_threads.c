@@ -272,6 +272,16 @@ static void s_mt_end_pass(void *impl) {
     self->inner_done = 0;
 }
 
+/* The map's memory; also what a half-made map frees (free(NULL) is fine). */
+static void s_mt_free(mtmap_t *self) {
+    free(self->threads);
+    free(self->slots);
+    free(self->work_q);
+    free(self->done_q);
+    free(self->free_stack);
+    free(self);
+}
+
 static void s_mt_destroy(void *impl) {
     mtmap_t *self = impl;
     s_stop_threads(self);
@@ -283,12 +293,7 @@ static void s_mt_destroy(void *impl) {
     pthread_mutex_destroy(&self->mu);
     pthread_cond_destroy(&self->work_cv);
     pthread_cond_destroy(&self->done_cv);
-    free(self->threads);
-    free(self->slots);
-    free(self->work_q);
-    free(self->done_q);
-    free(self->free_stack);
-    free(self);
+    s_mt_free(self);
 }
 
 static const tp_dataflow_ops_t s_mt_ops = {
@@ -324,14 +329,8 @@ tp_dataflow_t *tp_df_multithread_map(tp_dataflow_t *inner, int nthreads,
     }
     if (!self || !self->threads || !self->slots || !self->work_q ||
         !self->done_q || !self->free_stack) {
-        if (self) {
-            free(self->threads);
-            free(self->slots);
-            free(self->work_q);
-            free(self->done_q);
-            free(self->free_stack);
-            free(self);
-        }
+        if (self)
+            s_mt_free(self);
         if (user_free)
             user_free(user);
         tp_dataflow_destroy(&inner);

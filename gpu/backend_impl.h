@@ -9,6 +9,7 @@
 #ifndef TOWERPACK_GPU_BACKEND_IMPL_H
 #define TOWERPACK_GPU_BACKEND_IMPL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <towerpack/backend.h>
@@ -146,6 +147,52 @@ struct tp_backend {
     void *impl;  /* the backend's own state */
     int device;  /* -1 for the CPU */
 };
+
+/* Dropout's draw, shared so that both backends drop the same elements from
+ * the same generator state (the CUDA module draws its mask bits on the host
+ * for this reason): element i is dropped when a 24-bit number is below
+ * tp_dropout_threshold(rate); each 64-bit output of the tower's generator
+ * gives two, bits 8..31 for even i and 40..63 for odd i. Call it for
+ * i = 0, 1, 2, ... in order with the same *r. */
+static inline uint32_t tp_dropout_threshold(float rate) {
+    return (uint32_t)((double)rate * 16777216.0);
+}
+static inline int tp_dropout_drops(tp_rng_t *rng, uint32_t thr, size_t i,
+                                   uint64_t *r) {
+    if (!(i & 1))
+        *r = tp_rng_u64(rng);
+    return ((uint32_t)(*r >> ((i & 1) ? 40 : 8)) & 0xffffffu) < thr;
+}
+
+/* The rendezvous of a communicator's ranks (gpu/barrier.c), shared by both
+ * backends' allreduce: reusable round after round, and abortable, because a
+ * failed tower must wake the others instead of hanging them. Held by value
+ * in a backend's tp_comm; exported by libtowerpack for the CUDA module. */
+typedef struct tp_barrier {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int nranks;
+    int arrived;         /* ranks waiting in this round */
+    uint64_t generation; /* rounds completed */
+    int aborted;
+} tp_barrier_t;
+
+void tp_barrier_init(tp_barrier_t *b, int nranks);
+void tp_barrier_fini(tp_barrier_t *b);
+/* Wait until all nranks arrive: 0, or -1 once tp_barrier_abort was called
+ * (then and in every later call). */
+int tp_barrier_wait(tp_barrier_t *b);
+/* Wake every waiter with -1, now and in later calls. */
+void tp_barrier_abort(tp_barrier_t *b);
+/* tp_barrier_wait inside an allreduce: TP_OK, or TP_ERR_INTERRUPTED
+ * naming the rank. */
+tp_status_t tp_barrier_sync(tp_barrier_t *b, int rank);
+/* An allreduce's first meeting: publish this rank's count and average in
+ * counts[rank] and averages[rank] ([nranks] each, the communicator's),
+ * wait for all, and check that every rank brought the same. TP_OK;
+ * TP_ERR_INTERRUPTED; TP_ERR_INVALID (on every rank alike) if not. */
+tp_status_t tp_barrier_agree(tp_barrier_t *b, int rank, size_t *counts,
+                             int *averages, size_t count, int average);
 
 #ifdef __cplusplus
 }

@@ -47,15 +47,11 @@ static inline void s_ftz(void) {
 #endif
 }
 
-/* A reusable barrier with an abort flag (pthread barriers cannot be
- * interrupted, and a failed tower must not hang the others). */
+/* The ranks meet at an abortable barrier (gpu/barrier.c) and exchange
+ * their buffers through these arrays. */
 struct tp_comm {
     int nranks;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int arrived;
-    uint64_t generation;
-    int aborted;
+    tp_barrier_t barrier;
     float *bufs[TP_COMM_MAX];
     size_t counts[TP_COMM_MAX];
     int average[TP_COMM_MAX];
@@ -192,8 +188,7 @@ static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
     if (!c)
         return NULL;
     c->nranks = nranks;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    tp_barrier_init(&c->barrier, nranks);
     return c;
 }
 
@@ -201,38 +196,13 @@ static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
     (void)b;
     if (!c)
         return;
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
+    tp_barrier_fini(&c->barrier);
     free(c);
 }
 
 static void s_comm_abort(tp_backend_t *b, tp_comm_t *c) {
     (void)b;
-    pthread_mutex_lock(&c->mu);
-    c->aborted = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Wait until all ranks arrive; 0, or -1 when aborted. */
-static int s_barrier(tp_comm_t *c) {
-    pthread_mutex_lock(&c->mu);
-    if (c->aborted) {
-        pthread_mutex_unlock(&c->mu);
-        return -1;
-    }
-    uint64_t gen = c->generation;
-    if (++c->arrived == c->nranks) {
-        c->arrived = 0;
-        c->generation++;
-        pthread_cond_broadcast(&c->cv);
-    } else {
-        while (gen == c->generation && !c->aborted)
-            pthread_cond_wait(&c->cv, &c->mu);
-    }
-    int rc = (gen == c->generation) ? -1 : 0;
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    tp_barrier_abort(&c->barrier);
 }
 
 /* Sum bufs[*][lo,hi) in rank order; write it (or the mean) to every buffer
@@ -288,21 +258,8 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
                         c->nranks);
     c->bufs[rank] = buf;
-    c->counts[rank] = count;
-    c->average[rank] = average;
-    if (s_barrier(c) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
-    for (int r = 0; r < c->nranks; r++)
-        if (c->counts[r] != count || c->average[r] != average) {
-            /* every rank sees the same mismatch and fails alike */
-            tp_status_t st = tp_error(TP_ERR_INVALID,
-                                      "allreduce: rank %d gave %zu floats, "
-                                      "rank %d gave %zu",
-                                      r, c->counts[r], rank, count);
-            s_barrier(c);
-            return st;
-        }
+    TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
+                            average));
     /* Each rank reduces its own slice of every buffer: disjoint writes. */
     size_t chunk = (count + (size_t)c->nranks - 1) / (size_t)c->nranks;
     size_t lo = chunk * (size_t)rank, hi = lo + chunk;
@@ -312,9 +269,7 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         hi = count;
     if (hi > lo)
         s_sum_slice(c->bufs, c->nranks, lo, hi, average);
-    if (s_barrier(c) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
     return TP_OK;
 }
 

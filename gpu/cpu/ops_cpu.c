@@ -736,16 +736,12 @@ static void s_dropout_fwd(const tp_op_call_t *c) {
         return;
     }
     const float keep = 1.0f / (1.0f - rate);
-    /* Compare 24-bit draws against the threshold: exact and cheap. */
-    const uint32_t thr = (uint32_t)((double)rate * 16777216.0);
-    size_t i = 0;
-    while (i < n) {
-        uint64_t r = tp_rng_u64(c->rng);
-        for (int k = 0; k < 2 && i < n; k++, i++) {
-            uint32_t u = (uint32_t)(r >> (k ? 40 : 8)) & 0xffffffu;
-            mask[i] = u < thr ? 0.0f : keep;
-            y[i] = x[i] * mask[i];
-        }
+    /* 24-bit draws against a threshold: exact and cheap (backend_impl.h) */
+    const uint32_t thr = tp_dropout_threshold(rate);
+    uint64_t r = 0;
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = tp_dropout_drops(c->rng, thr, i, &r) ? 0.0f : keep;
+        y[i] = x[i] * mask[i];
     }
 }
 

@@ -346,11 +346,7 @@ struct tp_ptrs {
 
 struct tp_comm {
     int nranks;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int arrived;
-    uint64_t generation;
-    int aborted;
+    tp_barrier_t barrier; /* gpu/barrier.c, in libtowerpack */
     float *bufs[TP_CUDA_COMM_MAX];
     size_t counts[TP_CUDA_COMM_MAX];
     int average[TP_CUDA_COMM_MAX];
@@ -398,8 +394,7 @@ static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
         return NULL;
     }
     c->nranks = nranks;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    tp_barrier_init(&c->barrier, nranks);
     for (int r = 0; r < nranks; r++)
         if (cudaEventCreateWithFlags(&c->ready[r], cudaEventDisableTiming) !=
                 cudaSuccess ||
@@ -424,38 +419,13 @@ static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
         if (c->nccl[r])
             ncclCommDestroy(c->nccl[r]);
     }
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
+    tp_barrier_fini(&c->barrier);
     free(c);
 }
 
 static void s_comm_abort(tp_backend_t *b, tp_comm_t *c) {
     (void)b;
-    pthread_mutex_lock(&c->mu);
-    c->aborted = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Wait until all ranks arrive; 0, or -1 when aborted. */
-static int s_barrier(tp_comm_t *c) {
-    pthread_mutex_lock(&c->mu);
-    if (c->aborted) {
-        pthread_mutex_unlock(&c->mu);
-        return -1;
-    }
-    uint64_t gen = c->generation;
-    if (++c->arrived == c->nranks) {
-        c->arrived = 0;
-        c->generation++;
-        pthread_cond_broadcast(&c->cv);
-    } else {
-        while (gen == c->generation && !c->aborted)
-            pthread_cond_wait(&c->cv, &c->mu);
-    }
-    int rc = gen == c->generation ? -1 : 0;
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    tp_barrier_abort(&c->barrier);
 }
 
 /* The device of a device pointer, or -1. */
@@ -529,28 +499,14 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     TP_TRY(tp_cuda_use(cb));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     c->bufs[rank] = buf;
-    c->counts[rank] = count;
-    c->average[rank] = average;
     c->streams[rank] = st->cu;
     TP_CUDA_CHECK(cudaEventRecord(c->ready[rank], st->cu));
-    if (s_barrier(c) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
-    for (int r = 0; r < c->nranks; r++)
-        if (c->counts[r] != count || c->average[r] != average) {
-            tp_status_t e = tp_error(TP_ERR_INVALID,
-                                     "allreduce: rank %d gave %zu floats, "
-                                     "rank %d gave %zu",
-                                     r, c->counts[r], rank, count);
-            s_barrier(c);
-            return e;
-        }
+    TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
+                            average));
     tp_status_t mode_rc = TP_OK;
     if (rank == 0)
         mode_rc = s_comm_mode(c);
-    if (s_barrier(c) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
     if (mode_rc < 0)
         return mode_rc;
     if (c->mode != 1 && c->mode != 2)
@@ -575,18 +531,14 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         TP_CUDA_CHECK(cudaGetLastError());
     }
     TP_CUDA_CHECK(cudaEventRecord(c->done[rank], st->cu));
-    if (s_barrier(c) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
     for (int r = 0; r < c->nranks; r++)
         if (r != rank)
             TP_CUDA_CHECK(cudaStreamWaitEvent(st->cu, c->done[r], 0));
     /* On return every buffer holds the result (the contract), and the next
      * step's record of `ready` cannot overtake a peer still waiting on it. */
     TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
-    if (s_barrier(c) < 0)
-        return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
-                        rank);
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
     return TP_OK;
 }
 

@@ -30,6 +30,10 @@ static const float s_one = 1.0f, s_zero = 0.0f;
 
 /* ---- the descriptor cache ----------------------------------------------- */
 
+/* The three directions of a convolution, each with its own descriptor and
+ * algorithm (see s_conv_pick). */
+enum { S_CONV_FWD, S_CONV_BWD_DATA, S_CONV_BWD_FILTER, S_CONV_DIRS };
+
 struct tp_cuda_entry {
     tp_op_kind_t kind;
     tp_op_attr_t attr;
@@ -37,7 +41,9 @@ struct tp_cuda_entry {
     tp_shape_t x0, x1;
     cudnnTensorDescriptor_t xd, yd, bd;
     cudnnFilterDescriptor_t wd;
-    cudnnConvolutionDescriptor_t cd;
+    /* one convolution per direction, alike but for the math type of the
+     * direction's own algorithm */
+    cudnnConvolutionDescriptor_t cd[S_CONV_DIRS];
     cudnnPoolingDescriptor_t pd;
     cudnnActivationDescriptor_t ad;
     cudnnConvolutionFwdAlgo_t fwd;
@@ -72,8 +78,9 @@ static void s_entry_free(struct tp_cuda_entry *e) {
         cudnnDestroyTensorDescriptor(e->bd);
     if (e->wd)
         cudnnDestroyFilterDescriptor(e->wd);
-    if (e->cd)
-        cudnnDestroyConvolutionDescriptor(e->cd);
+    for (int d = 0; d < S_CONV_DIRS; d++)
+        if (e->cd[d])
+            cudnnDestroyConvolutionDescriptor(e->cd[d]);
     if (e->pd)
         cudnnDestroyPoolingDescriptor(e->pd);
     if (e->ad)
@@ -130,6 +137,131 @@ static int s_math_ok(const tp_cuda_backend_t *cb, cudnnMathType_t m) {
     return cb->tf32 || m == CUDNN_FMA_MATH;
 }
 
+/* ---- the convolution algorithm search -----------------------------------
+ * The three directions of a convolution choose their algorithms by one rule
+ * (s_conv_pick). cuDNN gives each direction its own perf type, argument
+ * order and workspace query; s_conv_list and s_conv_ws are the only places
+ * that tell the directions apart. */
+
+/* the longest list a direction can return */
+static constexpr int s_imax(int a, int b) { return a > b ? a : b; }
+static constexpr int S_CONV_ALGO_MAX =
+    s_imax(CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+           s_imax(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT));
+
+/* What the choice needs of any direction's cudnn*AlgoPerf_t. */
+struct s_conv_perf {
+    int algo;
+    cudnnStatus_t status;
+    cudnnDeterminism_t determinism;
+    cudnnMathType_t math;
+};
+
+/* What a direction runs with. */
+struct s_conv_choice {
+    int algo;             /* a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
+    size_t ws;            /* its workspace bytes */
+    cudnnMathType_t math; /* the math it was ranked in (set on cd[dir]) */
+};
+
+template <typename P>
+static void s_perf_copy(const P *perf, int n, s_conv_perf *out) {
+    for (int i = 0; i < n; i++)
+        out[i] = {(int)perf[i].algo, perf[i].status, perf[i].determinism,
+                  perf[i].mathType};
+}
+
+/* cuDNN's heuristic list for one direction, fastest first, in the math
+ * type cd[dir] carries. */
+static tp_status_t s_conv_list(cudnnHandle_t h, const struct tp_cuda_entry *e,
+                               int dir, s_conv_perf *out, int *n) {
+    switch (dir) {
+    case S_CONV_FWD: {
+        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        TP_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+            h, e->xd, e->wd, e->cd[dir], e->yd,
+            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, p));
+        s_perf_copy(p, *n, out);
+        return TP_OK;
+    }
+    case S_CONV_BWD_DATA: {
+        cudnnConvolutionBwdDataAlgoPerf_t
+            p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        TP_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, e->wd, e->yd, e->cd[dir], e->xd,
+            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, p));
+        s_perf_copy(p, *n, out);
+        return TP_OK;
+    }
+    default: {
+        cudnnConvolutionBwdFilterAlgoPerf_t
+            p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        TP_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, e->xd, e->yd, e->cd[dir], e->wd,
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, p));
+        s_perf_copy(p, *n, out);
+        return TP_OK;
+    }
+    }
+}
+
+/* Workspace bytes of one algorithm of one direction. */
+static cudnnStatus_t s_conv_ws(cudnnHandle_t h, const struct tp_cuda_entry *e,
+                               int dir, int algo, size_t *need) {
+    switch (dir) {
+    case S_CONV_FWD:
+        return cudnnGetConvolutionForwardWorkspaceSize(
+            h, e->xd, e->wd, e->cd[dir], e->yd,
+            (cudnnConvolutionFwdAlgo_t)algo, need);
+    case S_CONV_BWD_DATA:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, e->wd, e->yd, e->cd[dir], e->xd,
+            (cudnnConvolutionBwdDataAlgo_t)algo, need);
+    default:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, e->xd, e->yd, e->cd[dir], e->wd,
+            (cudnnConvolutionBwdFilterAlgo_t)algo, need);
+    }
+}
+
+/* The fastest algorithm of direction `dir` within `budget` bytes of
+ * workspace. Leaves cd[dir] in the chosen algorithm's math type: cuDNN
+ * runs an algorithm in the math its descriptor carries, and ranked it in
+ * the math its perf entry names. */
+static tp_status_t s_conv_pick(tp_cuda_backend_t *cb, cudnnHandle_t h,
+                               struct tp_cuda_entry *e, const tp_op_call_t *c,
+                               int dir, size_t budget, s_conv_choice *out) {
+    static const char *const what[S_CONV_DIRS] = {
+        "forward convolution", "backward-data", "backward-filter"};
+    s_conv_perf perf[S_CONV_ALGO_MAX];
+    int n = 0;
+    TP_TRY(s_conv_list(h, e, dir, perf, &n));
+    /* pass 0: deterministic (reproducible runs) in the asked math;
+     * pass 1: the asked math; pass 2: anything that fits */
+    for (int i = 0; i < 3 * n; i++) {
+        const int j = i % n, pass = i / n;
+        size_t need = 0;
+        if (perf[j].status != CUDNN_STATUS_SUCCESS ||
+            (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
+            (pass < 2 && !s_math_ok(cb, perf[j].math)))
+            continue;
+        /* the workspace is asked in the math the algorithm will run in */
+        TP_CUDA_CHECK(cudnnSetConvolutionMathType(e->cd[dir], perf[j].math));
+        if (s_conv_ws(h, e, dir, perf[j].algo, &need) !=
+                CUDNN_STATUS_SUCCESS ||
+            need > budget)
+            continue;
+        out->algo = perf[j].algo;
+        out->ws = need;
+        out->math = perf[j].math;
+        return TP_OK;
+    }
+    return tp_error(TP_ERR_UNSUPPORTED,
+                    "%s: no cuDNN %s algorithm fits %zu bytes of workspace",
+                    c->name, what[dir], budget);
+}
+
 static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
                                 struct tp_cuda_entry *e,
                                 const tp_op_call_t *c, size_t budget) {
@@ -144,101 +276,24 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
     TP_CUDA_CHECK(cudnnSetTensor4dDescriptor(e->bd, CUDNN_TENSOR_NCHW,
                                              CUDNN_DATA_FLOAT, 1,
                                              s_dim(w->d[0]), 1, 1));
-    TP_CUDA_CHECK(cudnnSetConvolution2dDescriptor(e->cd, a->ph, a->pw, a->sh,
-                                                  a->sw, 1, 1,
-                                                  CUDNN_CROSS_CORRELATION,
-                                                  CUDNN_DATA_FLOAT));
-    TP_CUDA_CHECK(cudnnSetConvolutionMathType(
-        e->cd, cb->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    int n = 0, got = 0;
-    size_t ws = 0, need = 0;
-    {
-        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        TP_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-            h, e->xd, e->wd, e->cd, e->yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
-            perf));
-        got = 0;
-        /* pass 0: deterministic (reproducible runs) in the asked math;
-         * pass 1: the asked math; pass 2: anything that fits */
-        for (int i = 0; i < 3 * n && !got; i++) {
-            const int j = i % n, pass = i / n;
-            if (perf[j].status != CUDNN_STATUS_SUCCESS ||
-                (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
-                (pass < 2 && !s_math_ok(cb, perf[j].mathType)))
-                continue;
-            if (cudnnGetConvolutionForwardWorkspaceSize(
-                    h, e->xd, e->wd, e->cd, e->yd, perf[j].algo, &need) !=
-                    CUDNN_STATUS_SUCCESS ||
-                need > budget)
-                continue;
-            e->fwd = perf[j].algo;
-            ws = need > ws ? need : ws;
-            got = 1;
-        }
-        if (!got)
-            return tp_error(TP_ERR_UNSUPPORTED,
-                            "%s: no cuDNN forward convolution algorithm fits "
-                            "%zu bytes of workspace", c->name, budget);
+    s_conv_choice ch[S_CONV_DIRS];
+    size_t ws = 0;
+    for (int d = 0; d < S_CONV_DIRS; d++) {
+        TP_CUDA_CHECK(cudnnSetConvolution2dDescriptor(
+            e->cd[d], a->ph, a->pw, a->sh, a->sw, 1, 1,
+            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        /* the math the search may rank in; s_conv_pick then sets the
+         * chosen algorithm's own */
+        TP_CUDA_CHECK(cudnnSetConvolutionMathType(
+            e->cd[d], cb->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+        TP_TRY(s_conv_pick(cb, h, e, c, d, budget, &ch[d]));
+        ws = ch[d].ws > ws ? ch[d].ws : ws;
     }
-    {
-        cudnnConvolutionBwdDataAlgoPerf_t
-            perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        TP_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            h, e->wd, e->yd, e->cd, e->xd,
-            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
-        got = 0;
-        /* pass 0: deterministic (reproducible runs) in the asked math;
-         * pass 1: the asked math; pass 2: anything that fits */
-        for (int i = 0; i < 3 * n && !got; i++) {
-            const int j = i % n, pass = i / n;
-            if (perf[j].status != CUDNN_STATUS_SUCCESS ||
-                (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
-                (pass < 2 && !s_math_ok(cb, perf[j].mathType)))
-                continue;
-            if (cudnnGetConvolutionBackwardDataWorkspaceSize(
-                    h, e->wd, e->yd, e->cd, e->xd, perf[j].algo, &need) !=
-                    CUDNN_STATUS_SUCCESS ||
-                need > budget)
-                continue;
-            e->bwd_data = perf[j].algo;
-            ws = need > ws ? need : ws;
-            got = 1;
-        }
-        if (!got)
-            return tp_error(TP_ERR_UNSUPPORTED,
-                            "%s: no cuDNN backward-data algorithm fits %zu "
-                            "bytes of workspace", c->name, budget);
-    }
-    {
-        cudnnConvolutionBwdFilterAlgoPerf_t
-            perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        TP_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, e->xd, e->yd, e->cd, e->wd,
-            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-        got = 0;
-        /* pass 0: deterministic (reproducible runs) in the asked math;
-         * pass 1: the asked math; pass 2: anything that fits */
-        for (int i = 0; i < 3 * n && !got; i++) {
-            const int j = i % n, pass = i / n;
-            if (perf[j].status != CUDNN_STATUS_SUCCESS ||
-                (pass == 0 && perf[j].determinism != CUDNN_DETERMINISTIC) ||
-                (pass < 2 && !s_math_ok(cb, perf[j].mathType)))
-                continue;
-            if (cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                    h, e->xd, e->yd, e->cd, e->wd, perf[j].algo, &need) !=
-                    CUDNN_STATUS_SUCCESS ||
-                need > budget)
-                continue;
-            e->bwd_filter = perf[j].algo;
-            ws = need > ws ? need : ws;
-            got = 1;
-        }
-        if (!got)
-            return tp_error(TP_ERR_UNSUPPORTED,
-                            "%s: no cuDNN backward-filter algorithm fits %zu "
-                            "bytes of workspace", c->name, budget);
-    }
-    e->ws = ws;
+    e->fwd = (cudnnConvolutionFwdAlgo_t)ch[S_CONV_FWD].algo;
+    e->bwd_data = (cudnnConvolutionBwdDataAlgo_t)ch[S_CONV_BWD_DATA].algo;
+    e->bwd_filter =
+        (cudnnConvolutionBwdFilterAlgo_t)ch[S_CONV_BWD_FILTER].algo;
+    e->ws = ws; /* one workspace serves the three in turn */
     return TP_OK;
 }
 
@@ -252,7 +307,8 @@ static tp_status_t s_entry_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
     switch (c->kind) {
     case TP_OP_CONV2D:
         TP_CUDA_CHECK(cudnnCreateFilterDescriptor(&e->wd));
-        TP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&e->cd));
+        for (int d = 0; d < S_CONV_DIRS; d++)
+            TP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&e->cd[d]));
         return s_conv_setup(cb, h, e, c, s_conv_budget(cb, c, planning));
     case TP_OP_MAX_POOL:
     case TP_OP_AVG_POOL:
@@ -703,10 +759,9 @@ static tp_status_t s_conv_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
                               const tp_op_call_t *c) {
     struct tp_cuda_entry *e;
     TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
-    TP_CUDA_CHECK(cudnnConvolutionForward(s->dnn, &s_one, e->xd, c->x[0],
-                                          e->wd, c->x[1], e->cd, e->fwd,
-                                          c->workspace, e->ws, &s_zero, e->yd,
-                                          c->y));
+    TP_CUDA_CHECK(cudnnConvolutionForward(
+        s->dnn, &s_one, e->xd, c->x[0], e->wd, c->x[1], e->cd[S_CONV_FWD],
+        e->fwd, c->workspace, e->ws, &s_zero, e->yd, c->y));
     if (c->ninputs > 2)
         TP_CUDA_CHECK(cudnnAddTensor(s->dnn, &s_one, e->bd, c->x[2], &s_one,
                                      e->yd, c->y));
@@ -768,17 +823,12 @@ static tp_status_t s_dropout_fwd(tp_stream_t *s, const tp_op_call_t *c) {
     uint32_t *bits = s->host_bits + s->host_bits_used;
     s->host_bits_used += words;
     memset(bits, 0, words * 4);
-    /* the CPU backend's draw: two 24-bit numbers per 64-bit output */
-    const uint32_t thr = (uint32_t)((double)rate * 16777216.0);
-    size_t i = 0;
-    while (i < n) {
-        uint64_t r = tp_rng_u64(c->rng);
-        for (int k = 0; k < 2 && i < n; k++, i++) {
-            uint32_t u = (uint32_t)(r >> (k ? 40 : 8)) & 0xffffffu;
-            if (u < thr)
-                bits[i >> 5] |= 1u << (i & 31);
-        }
-    }
+    /* the CPU backend's draw (backend_impl.h), so the masks agree */
+    const uint32_t thr = tp_dropout_threshold(rate);
+    uint64_t r = 0;
+    for (size_t i = 0; i < n; i++)
+        if (tp_dropout_drops(c->rng, thr, i, &r))
+            bits[i >> 5] |= 1u << (i & 31);
     uint32_t *dbits =
         (uint32_t *)((char *)c->workspace + s_round256(n * sizeof(float)));
     TP_CUDA_CHECK(cudaMemcpyAsync(dbits, bits, words * 4,
@@ -950,14 +1000,16 @@ static tp_status_t s_conv_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
     if (c->dx[1]) {
         const float beta = c->dx_acc[1] ? 1.0f : 0.0f;
         TP_CUDA_CHECK(cudnnConvolutionBackwardFilter(
-            s->dnn, &s_one, e->xd, c->x[0], e->yd, c->dy, e->cd, e->bwd_filter,
-            c->workspace, e->ws, &beta, e->wd, c->dx[1]));
+            s->dnn, &s_one, e->xd, c->x[0], e->yd, c->dy,
+            e->cd[S_CONV_BWD_FILTER], e->bwd_filter, c->workspace, e->ws,
+            &beta, e->wd, c->dx[1]));
     }
     if (c->dx[0]) {
         const float beta = c->dx_acc[0] ? 1.0f : 0.0f;
         TP_CUDA_CHECK(cudnnConvolutionBackwardData(
-            s->dnn, &s_one, e->wd, c->x[1], e->yd, c->dy, e->cd, e->bwd_data,
-            c->workspace, e->ws, &beta, e->xd, c->dx[0]));
+            s->dnn, &s_one, e->wd, c->x[1], e->yd, c->dy,
+            e->cd[S_CONV_BWD_DATA], e->bwd_data, c->workspace, e->ws, &beta,
+            e->xd, c->dx[0]));
     }
     return TP_OK;
 }

@@ -801,7 +801,9 @@ static tp_status_t s_check_fresh(tp_model_t *m, int first, int last) {
     return TP_OK;
 }
 
-tp_status_t tp_model_allreduce(tp_model_t *m) {
+/* All towers' gradients summed (or averaged) into every tower's, or only
+ * into tower 0's when root_only (the parameter-server style). */
+static tp_status_t s_reduce_grads(tp_model_t *m, int root_only) {
     TP_TRY(s_check_grads(m));
     TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
     if (m->ntowers == 1)
@@ -810,20 +812,13 @@ tp_status_t tp_model_allreduce(tp_model_t *m) {
     for (int i = 0; i < m->ntowers; i++)
         bufs[i] = m->towers[i]->grads;
     return m->backend->ops->allreduce_local(m->backend, bufs, m->ntowers,
-                                            m->ntrain, m->config.average, 0);
+                                            m->ntrain, m->config.average,
+                                            root_only);
 }
 
-tp_status_t tp_model_reduce(tp_model_t *m) {
-    TP_TRY(s_check_grads(m));
-    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
-    if (m->ntowers == 1)
-        return TP_OK;
-    float *bufs[64];
-    for (int i = 0; i < m->ntowers; i++)
-        bufs[i] = m->towers[i]->grads;
-    return m->backend->ops->allreduce_local(m->backend, bufs, m->ntowers,
-                                            m->ntrain, m->config.average, 1);
-}
+tp_status_t tp_model_allreduce(tp_model_t *m) { return s_reduce_grads(m, 0); }
+
+tp_status_t tp_model_reduce(tp_model_t *m) { return s_reduce_grads(m, 1); }
 
 tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower) {
     TP_TRY(s_check_grads(m));

@@ -1,4 +1,7 @@
-/* towerpack: the umbrella header. Includes every public header. */
+/* towerpack: the umbrella header. Includes every public header of the
+ * installed library; not models.h, the model zoo of tp-train and the
+ * examples, which is built in the source tree only (libtowerpack_models,
+ * not installed: include <towerpack/models.h> yourself there). */
 #ifndef TOWERPACK_TOWERPACK_H
 #define TOWERPACK_TOWERPACK_H
 
@@ -28,7 +31,6 @@
 #include <towerpack/plot.h>
 #include <towerpack/launch.h>
 #include <towerpack/model_callbacks.h>
-#include <towerpack/models.h>
 #include <towerpack/dist.h>
 
 #endif

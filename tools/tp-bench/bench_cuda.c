@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/towerpack.h>
+#include <towerpack/models.h>
 
 static int s_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/towerpack.h>
+#include <towerpack/models.h>
 
 #define IMG 784
 #define MAX_STREAMS 4096
