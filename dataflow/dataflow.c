@@ -126,3 +126,7 @@ const char *tp_dataflow_name(const tp_dataflow_t *self) {
 tp_rng_t *tp_dataflow_rng(tp_dataflow_t *self) { return &self->rng; }
 
 void *tp_dataflow_impl(tp_dataflow_t *self) { return self->impl; }
+
+const tp_dataflow_ops_t *tp_dataflow_ops(const tp_dataflow_t *self) {
+    return self->ops;
+}

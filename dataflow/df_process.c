@@ -1053,22 +1053,25 @@ tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
     return tp_dataflow_new(&s_map_ops, m);
 }
 
+/* The worker pool behind `df`, recognised by its ops table (never by its
+ * name); NULL for another kind. */
+static s_pool_t *s_pool_of(tp_dataflow_t *df) {
+    if (!df)
+        return NULL;
+    if (tp_dataflow_ops(df) == &s_runner_ops)
+        return &((s_runner_t *)tp_dataflow_impl(df))->pool;
+    if (tp_dataflow_ops(df) == &s_map_ops)
+        return &((s_map_t *)tp_dataflow_impl(df))->pool;
+    return NULL;
+}
+
 int tp_df_multiprocess_restarts(tp_dataflow_t *df) {
-    const char *name = tp_dataflow_name(df);
-    if (!strcmp(name, "multiprocess"))
-        return ((s_runner_t *)tp_dataflow_impl(df))->pool.restarts;
-    if (!strcmp(name, "multiprocess-map"))
-        return ((s_map_t *)tp_dataflow_impl(df))->pool.restarts;
-    return -1;
+    s_pool_t *p = s_pool_of(df);
+    return p ? p->restarts : -1;
 }
 
 int tp_df_multiprocess_pids(tp_dataflow_t *df, int *pids, int n) {
-    const char *name = tp_dataflow_name(df);
-    s_pool_t *p = NULL;
-    if (!strcmp(name, "multiprocess"))
-        p = &((s_runner_t *)tp_dataflow_impl(df))->pool;
-    else if (!strcmp(name, "multiprocess-map"))
-        p = &((s_map_t *)tp_dataflow_impl(df))->pool;
+    s_pool_t *p = s_pool_of(df);
     if (!p)
         return 0;
     int k = 0;

@@ -234,7 +234,7 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
 }
 
 uint64_t tp_df_remote_malformed(tp_dataflow_t *df) {
-    if (strcmp(tp_dataflow_name(df), "remote"))
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops)  /* another kind */
         return 0;
     return ((s_remote_t *)tp_dataflow_impl(df))->malformed;
 }

@@ -316,9 +316,19 @@ static void shard_destroy(void *impl) {
     free(s);
 }
 
+/* A shard adds no thread of its own: its statistics are its input's. */
+static int shard_stats(void *impl, tp_stats_row_t *rows, int max) {
+    return tp_input_stats(((s_shard_t *)impl)->inner, rows, max);
+}
+
+static int shard_scalars(void *impl, tp_input_scalar_t *out, int max) {
+    return tp_input_scalars(((s_shard_t *)impl)->inner, out, max);
+}
+
 static const tp_input_ops_t s_shard_ops = {
     .name = "ShardInput", .start = shard_start, .next = shard_next,
     .size = shard_size, .stop = shard_stop, .destroy = shard_destroy,
+    .stats = shard_stats, .scalars = shard_scalars,
 };
 
 tp_input_t *tp_input_shard(tp_input_t *inner, int rank, int size) {

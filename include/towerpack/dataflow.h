@@ -99,8 +99,11 @@ const char *tp_dataflow_name(const tp_dataflow_t *self);
 /* The dataflow's RNG, seeded at reset_state (for implementations). */
 tp_rng_t *tp_dataflow_rng(tp_dataflow_t *self);
 
-/* The implementation pointer given to tp_dataflow_new. */
+/* The implementation pointer given to tp_dataflow_new, and the table it
+ * was made with: an implementation recognises its own dataflows by that
+ * table's address, never by name (a name is only for people). */
 void *tp_dataflow_impl(tp_dataflow_t *self);
+const tp_dataflow_ops_t *tp_dataflow_ops(const tp_dataflow_t *self);
 
 #ifdef __cplusplus
 }

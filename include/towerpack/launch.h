@@ -27,6 +27,14 @@ extern "C" {
 /* ---- input sources -------------------------------------------------------- */
 
 typedef struct tp_input tp_input_t;
+typedef struct tp_stats_row tp_stats_row_t;  /* towerpack/stats.h */
+
+/* One number an input puts into stats.json after each epoch. */
+#define TP_INPUT_SCALAR_NAME_MAX 48
+typedef struct tp_input_scalar {
+    char name[TP_INPUT_SCALAR_NAME_MAX];  /* "QueueInput/queue_fill" */
+    double value;
+} tp_input_scalar_t;
 
 typedef struct tp_input_ops {
     const char *name;
@@ -49,6 +57,16 @@ typedef struct tp_input_ops {
      * it off the caller's thread (any thread may call it). May be NULL:
      * the batch is destroyed on the caller's thread. */
     void (*release)(void *impl, int tower, tp_datapoint_t *dp);
+    /* The rows this input contributes to the statistics the trainer
+     * publishes for tp-top (its prefetch actor, its stages, its receiver):
+     * at most `max` into `rows`, returns how many. An input that wraps
+     * another passes on to it first and adds its own. Called between
+     * steps on the trainer's thread: it must not wait for the input's
+     * threads. May be NULL: no rows. */
+    int (*stats)(void *impl, tp_stats_row_t *rows, int max);
+    /* The same for the scalars that go into stats.json after each epoch.
+     * May be NULL: none. */
+    int (*scalars)(void *impl, tp_input_scalar_t *out, int max);
 } tp_input_ops_t;
 
 /* An input over `impl`; takes it. Caller owns. */
@@ -72,6 +90,12 @@ int64_t tp_input_size(tp_input_t *self);
 /* The step watchdog's period for this input (inputs without one ignore
  * it); inputs wrapping another pass it on. */
 void tp_input_set_watchdog(tp_input_t *self, double seconds);
+/* The input's statistics rows (its ops' stats entry): at most `max` rows,
+ * returns how many (0 for an input without the entry). The trainer
+ * publishes them with its own and the towers' rows. */
+int tp_input_stats(tp_input_t *self, tp_stats_row_t *rows, int max);
+/* The input's epoch scalars (its ops' scalars entry), as above. */
+int tp_input_scalars(tp_input_t *self, tp_input_scalar_t *out, int max);
 
 /* FeedInput: batches straight from the dataflow on the trainer's thread,
  * synchronous (for debugging). Takes df. */
@@ -81,10 +105,11 @@ tp_input_t *tp_input_feed(tp_dataflow_t *df);
  * `capacity` batches (0: 50) ready in a bounded inproc queue. The default
  * input for a dataflow. */
 tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity);
-/* The prefetch actor's counters (queue fill, busy, blocked on a full
- * queue), as it last published them (at most about 10 ms old; reading them
- * never waits for the actor). TP_ERR_INVALID for another kind of input. */
-typedef struct tp_stats_row tp_stats_row_t;
+/* The prefetch actor's counters (busy, blocked on a full queue; queue_fill:
+ * batches ready in its queue over the capacity), as it last published them
+ * (at most about 10 ms old; reading them never waits for the actor). A
+ * StagingInput over a QueueInput answers for it. TP_ERR_INVALID for
+ * another kind of input. tp_input_stats gives the same row. */
 tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row);
 /* Batches the trainer took from a QueueInput, and the seconds it waited for
  * them (0 for other inputs). */

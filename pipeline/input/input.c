@@ -73,6 +73,23 @@ void tp_input_set_watchdog(tp_input_t *self, double seconds) {
     if (self && self->ops->set_watchdog)
         self->ops->set_watchdog(self->impl, seconds);
 }
+/* Through the ops table only: the trainer publishes whatever an input
+ * says about itself, so it never needs to know what kind of input it has
+ * (a custom input's rows show up like QueueInput's). */
+int tp_input_stats(tp_input_t *self, tp_stats_row_t *rows, int max) {
+    if (!self || !rows || max <= 0 || !self->ops->stats)
+        return 0;
+    int n = self->ops->stats(self->impl, rows, max);
+    return n < 0 ? 0 : n > max ? max : n;  /* a user's table may miscount */
+}
+
+int tp_input_scalars(tp_input_t *self, tp_input_scalar_t *out, int max) {
+    if (!self || !out || max <= 0 || !self->ops->scalars)
+        return 0;
+    int n = self->ops->scalars(self->impl, out, max);
+    return n < 0 ? 0 : n > max ? max : n;
+}
+
 void *tp_input_impl(tp_input_t *self) { return self->impl; }
 const tp_input_ops_t *tp_input_ops(const tp_input_t *self) { return self->ops; }
 

@@ -187,10 +187,46 @@ static void q_set_watchdog(void *impl, double seconds) {
     ((s_queue_t *)impl)->watchdog_s = seconds;
 }
 
+/* Batches ready in the queue over its capacity, in [0, 1], from the
+ * prefetch actor's count of batches sent and the reader's of batches
+ * taken (neither waits for the other thread). */
+static double q_fill(const s_queue_t *q, const tp_stats_row_t *row) {
+    uint64_t taken = q->reader ? tp_port_reader_count(q->reader) : 0;
+    double queued = row->msgs_out >= taken ? (double)(row->msgs_out - taken) : 0;
+    double fill = queued / (double)q->capacity;
+    return fill > 1 ? 1 : fill;
+}
+
+/* The prefetch actor's row, with the fill of the queue it fills (a source
+ * has no input queue of its own to show there). Never waits on the actor:
+ * it is often blocked on the full queue, and the trainer reads these
+ * between steps. */
+static tp_status_t q_row(s_queue_t *q, tp_stats_row_t *row) {
+    if (!q->actor)
+        return tp_error(TP_ERR_STATE, "QueueInput not started");
+    TP_TRY(tp_actor_stats_recent(q->actor, row));
+    row->queue_fill = q_fill(q, row);
+    return TP_OK;
+}
+
+static int q_stats(void *impl, tp_stats_row_t *rows, int max) {
+    (void)max;  /* >= 1: tp_input_stats checks */
+    return q_row(impl, &rows[0]) == TP_OK ? 1 : 0;
+}
+
+static int q_scalars(void *impl, tp_input_scalar_t *out, int max) {
+    tp_stats_row_t row;
+    if (max < 2 || q_row(impl, &row) != TP_OK)
+        return 0;
+    out[0] = (tp_input_scalar_t){"QueueInput/queue_fill", row.queue_fill};
+    out[1] = (tp_input_scalar_t){"QueueInput/blocked_s", row.blocked_s};
+    return 2;
+}
+
 static const tp_input_ops_t s_queue_ops = {
     .name = "QueueInput", .start = q_start, .next = q_next, .size = q_size,
     .stop = q_stop, .destroy = q_destroy, .set_watchdog = q_set_watchdog,
-    .release = q_release,
+    .release = q_release, .stats = q_stats, .scalars = q_scalars,
 };
 
 tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity) {
@@ -208,49 +244,39 @@ tp_input_t *tp_input_queue(tp_dataflow_t *df, int capacity) {
     return tp_input_new(&s_queue_ops, q);
 }
 
-/* A StagingInput over a QueueInput reports its queue's counters. */
-static tp_input_t *s_unwrap(tp_input_t *input) {
+/* The QueueInput behind `input` (itself, or the one a StagingInput
+ * stages), recognised by its ops table, never by its name; NULL for
+ * another kind. */
+static s_queue_t *s_queue(tp_input_t *input) {
+    if (!input)
+        return NULL;
     tp_input_t *inner = tp_input_staging_inner(input);
-    return inner ? inner : input;
+    if (inner)
+        input = inner;
+    return tp_input_ops(input) == &s_queue_ops ? tp_input_impl(input) : NULL;
 }
 
 tp_status_t tp_input_queue_stats(tp_input_t *input, tp_stats_row_t *row) {
-    input = s_unwrap(input);
-    if (strcmp(tp_input_name(input), "QueueInput") != 0)
+    s_queue_t *q = s_queue(input);
+    if (!q)
         return tp_error(TP_ERR_INVALID, "not a QueueInput");
-    s_queue_t *q = tp_input_impl(input);
-    if (!q->actor)
-        return tp_error(TP_ERR_STATE, "QueueInput not started");
-    /* Never wait on the actor: it is often blocked on the full queue, and
-     * the trainer reads these between steps. */
-    return tp_actor_stats_recent(q->actor, row);
+    return q_row(q, row);
 }
 
 uint64_t tp_input_queue_taken(tp_input_t *input) {
-    input = s_unwrap(input);
-    if (strcmp(tp_input_name(input), "QueueInput") != 0)
-        return 0;
-    s_queue_t *q = tp_input_impl(input);
-    return q->reader ? tp_port_reader_count(q->reader) : 0;
+    s_queue_t *q = s_queue(input);
+    return q && q->reader ? tp_port_reader_count(q->reader) : 0;
 }
 
 double tp_input_queue_waited_s(tp_input_t *input) {
-    input = s_unwrap(input);
-    if (strcmp(tp_input_name(input), "QueueInput") != 0)
-        return 0;
-    s_queue_t *q = tp_input_impl(input);
-    return q->reader ? tp_port_reader_waited_s(q->reader) : 0;
+    s_queue_t *q = s_queue(input);
+    return q && q->reader ? tp_port_reader_waited_s(q->reader) : 0;
 }
 
 double tp_input_queue_fill(tp_input_t *input) {
-    input = s_unwrap(input);
+    s_queue_t *q = s_queue(input);
     tp_stats_row_t row;
-    if (tp_input_queue_stats(input, &row) != TP_OK)
+    if (!q || q_row(q, &row) != TP_OK)
         return -1;
-    s_queue_t *q = tp_input_impl(input);
-    uint64_t taken = tp_input_queue_taken(input);
-    double queued = row.msgs_out >= taken ? (double)(row.msgs_out - taken) : 0;
-    /* an inproc link holds up to two high-water marks (both ends) */
-    double fill = queued / (double)q->capacity;
-    return fill > 1 ? 1 : fill;
+    return row.queue_fill;
 }

@@ -347,9 +347,56 @@ static void st_set_watchdog(void *impl, double seconds) {
     tp_input_set_watchdog(s->inner, seconds);
 }
 
+/* A stage's row: batches staged, time copying (busy), time waiting for
+ * the inner input or a free slot (starved), staged slots over nr_stage. */
+static void st_row(s_staging_t *s, int tower, tp_stats_row_t *row) {
+    s_stage_t *st = &s->stages[tower];
+    memset(row, 0, sizeof *row);
+    snprintf(row->name, sizeof row->name, "StagingInput/tower%d", tower);
+    pthread_mutex_lock(&s->mu);
+    int ready = 0;
+    for (int k = 0; k <= s->nr_stage; k++)
+        ready += st->slots[k].state == SLOT_READY;
+    row->state = s->err < 0 ? TP_ACTOR_FAILED : TP_ACTOR_RUNNING;
+    row->msgs_out = st->staged;
+    row->busy_s = (double)st->busy_ns * 1e-9;
+    row->starved_s = (double)st->starved_ns * 1e-9;
+    row->blocked_s = 0;
+    row->alive_s = tp_now_s() - s->t_start;
+    row->queue_fill = (double)ready / (double)s->nr_stage;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The inner input's rows first (upstream), then one per stage. The lock is
+ * the stages' own, held for a few loads: they never hold it while they
+ * wait for the inner input or copy. */
+static int st_stats(void *impl, tp_stats_row_t *rows, int max) {
+    s_staging_t *s = impl;
+    int n = tp_input_stats(s->inner, rows, max);
+    for (int i = 0; i < s->towers && n < max; i++)
+        if (s->stages[i].running)
+            st_row(s, i, &rows[n++]);
+    return n;
+}
+
+static int st_scalars(void *impl, tp_input_scalar_t *out, int max) {
+    s_staging_t *s = impl;
+    int n = tp_input_scalars(s->inner, out, max);
+    if (n >= max || s->towers < 1)
+        return n;
+    double waited = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->towers; i++)
+        waited += (double)s->stages[i].waited_ns * 1e-9;
+    pthread_mutex_unlock(&s->mu);
+    out[n++] = (tp_input_scalar_t){"StagingInput/towers_wait_s", waited};
+    return n;
+}
+
 static const tp_input_ops_t s_staging_ops = {
     .name = "StagingInput", .start = st_start, .next = st_next, .size = st_size,
     .stop = st_stop, .destroy = st_destroy, .set_watchdog = st_set_watchdog,
+    .stats = st_stats, .scalars = st_scalars,
 };
 
 tp_input_t *tp_input_staging(tp_input_t *inner, int nr_stage,
@@ -382,42 +429,31 @@ tp_input_t *tp_input_staging(tp_input_t *inner, int nr_stage,
     return tp_input_new(&s_staging_ops, s);
 }
 
+/* A StagingInput is recognised by its ops table, never by its name. */
+static s_staging_t *s_staging(tp_input_t *input) {
+    return input && tp_input_ops(input) == &s_staging_ops ? tp_input_impl(input)
+                                                           : NULL;
+}
+
 tp_input_t *tp_input_staging_inner(tp_input_t *input) {
-    if (!input || strcmp(tp_input_name(input), "StagingInput") != 0)
-        return NULL;
-    return ((s_staging_t *)tp_input_impl(input))->inner;
+    s_staging_t *s = s_staging(input);
+    return s ? s->inner : NULL;
 }
 
 tp_status_t tp_input_staging_stats(tp_input_t *input, int tower,
                                    tp_stats_row_t *row) {
-    if (!input || strcmp(tp_input_name(input), "StagingInput") != 0)
+    s_staging_t *s = s_staging(input);
+    if (!s)
         return tp_error(TP_ERR_INVALID, "not a StagingInput");
-    s_staging_t *s = tp_input_impl(input);
     if (tower < 0 || tower >= s->towers || !s->stages[tower].running)
         return tp_error(TP_ERR_STATE, "StagingInput: no stage for tower%d", tower);
-    s_stage_t *st = &s->stages[tower];
-    memset(row, 0, sizeof *row);
-    snprintf(row->name, sizeof row->name, "StagingInput/tower%d", tower);
-    pthread_mutex_lock(&s->mu);
-    int ready = 0;
-    for (int k = 0; k <= s->nr_stage; k++)
-        ready += st->slots[k].state == SLOT_READY;
-    row->state = s->err < 0 ? TP_ACTOR_FAILED : TP_ACTOR_RUNNING;
-    row->msgs_out = st->staged;
-    row->busy_s = (double)st->busy_ns * 1e-9;
-    row->starved_s = (double)st->starved_ns * 1e-9;
-    row->blocked_s = 0;
-    row->alive_s = tp_now_s() - s->t_start;
-    row->queue_fill = (double)ready / (double)s->nr_stage;
-    pthread_mutex_unlock(&s->mu);
+    st_row(s, tower, row);
     return TP_OK;
 }
 
 double tp_input_staging_waited_s(tp_input_t *input, int tower) {
-    if (!input || strcmp(tp_input_name(input), "StagingInput") != 0)
-        return 0;
-    s_staging_t *s = tp_input_impl(input);
-    if (tower < 0 || tower >= s->towers)
+    s_staging_t *s = s_staging(input);
+    if (!s || tower < 0 || tower >= s->towers)
         return 0;
     pthread_mutex_lock(&s->mu);
     double w = (double)s->stages[tower].waited_ns * 1e-9;

@@ -14,12 +14,14 @@
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include <towerpack/stats.h>
 #include <towerpack/launch.h>
 
 typedef struct {
     tp_dataflow_t *df;
     uint64_t received;
     uint64_t waited_ns;
+    double t_start;           /* 0 until started */
 } s_zmq_t;
 
 static tp_status_t z_start(void *impl, int towers, uint64_t seed, int64_t skip) {
@@ -27,6 +29,7 @@ static tp_status_t z_start(void *impl, int towers, uint64_t seed, int64_t skip) 
     (void)towers;
     /* The socket is made here, on the thread that will receive. */
     TP_TRY(tp_dataflow_reset_state(z->df, seed, 0));
+    z->t_start = tp_now_s();
     if (skip > 0)  /* a remote stream cannot be replayed: resuming takes new data */
         TP_INFO("ZMQInput: resuming without replay (%lld batches were taken "
                 "before; senders decide what comes next)", (long long)skip);
@@ -54,9 +57,37 @@ static void z_destroy(void *impl) {
     free(z);
 }
 
+/* The receiver's row. It receives on the trainer's thread, so its time
+ * is the trainer's: starved is the time spent waiting for (and decoding)
+ * a batch; nothing is counted busy. Everything here is written by that
+ * same thread. */
+static int z_stats(void *impl, tp_stats_row_t *rows, int max) {
+    s_zmq_t *z = impl;
+    (void)max;
+    if (z->t_start <= 0)
+        return 0;
+    tp_stats_row_t *r = &rows[0];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "ZMQInput");
+    r->state = TP_ACTOR_RUNNING;
+    r->msgs_in = z->received;
+    r->starved_s = (double)z->waited_ns * 1e-9;
+    r->alive_s = tp_now_s() - z->t_start;
+    r->queue_fill = -1;  /* the socket's queue is not visible */
+    return 1;
+}
+
+static int z_scalars(void *impl, tp_input_scalar_t *out, int max) {
+    s_zmq_t *z = impl;
+    (void)max;
+    out[0] = (tp_input_scalar_t){"ZMQInput/malformed",
+                                 (double)tp_df_remote_malformed(z->df)};
+    return 1;
+}
+
 static const tp_input_ops_t s_zmq_ops = {
     .name = "ZMQInput", .start = z_start, .next = z_next, .size = z_size,
-    .destroy = z_destroy,
+    .destroy = z_destroy, .stats = z_stats, .scalars = z_scalars,
 };
 
 tp_input_t *tp_input_zmq(const char *endpoints, const tp_remote_opts_t *opts) {
@@ -83,10 +114,9 @@ tp_input_t *tp_input_zmq(const char *endpoints, const tp_remote_opts_t *opts) {
     return tp_input_new(&s_zmq_ops, z);
 }
 
+/* A ZMQInput is recognised by its ops table, never by its name. */
 static s_zmq_t *s_zmq(tp_input_t *input) {
-    if (!input || strcmp(tp_input_name(input), "ZMQInput") != 0)
-        return NULL;
-    return tp_input_impl(input);
+    return input && tp_input_ops(input) == &s_zmq_ops ? tp_input_impl(input) : NULL;
 }
 
 uint64_t tp_input_zmq_received(tp_input_t *input) {

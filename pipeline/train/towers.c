@@ -2,7 +2,8 @@
  *
  * The trainer's thread drives them over their pipes with control frames:
  * "STEP" + the batch's pointer (ownership moves to the tower), answered by
- * "DONE" + status + message + the nanoseconds the tower computed. A tower
+ * status + message. Each tower counts its own work (tp_tower_meter_t) and
+ * the trainer publishes those counters as the tower's row. A tower
  * runs forward and backward on its own batch and, in replicated mode, joins
  * the all-reduce of the gradients with the other towers (a collective: it
  * returns when all have contributed) and then applies the update to its
@@ -10,6 +11,7 @@
  * applies it once, after every tower is done). A tower that fails aborts the
  * collective so the others do not wait for it. */
 #include <czmq.h>
+#include <stdio.h>
 #include <string.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
@@ -23,6 +25,7 @@ typedef struct {
     int index;
     int ninputs;
     int allreduce;
+    tp_tower_meter_t *meter;
 } s_tower_args_t;
 
 struct tp_towers {
@@ -30,9 +33,49 @@ struct tp_towers {
     int n;
     s_tower_args_t args[TP_TOWERS_MAX];
     zactor_t *actors[TP_TOWERS_MAX];
-    uint64_t busy_ns[TP_TOWERS_MAX];
-    uint64_t steps;
+    tp_tower_meter_t meters[TP_TOWERS_MAX];  /* each written by its tower */
 };
+
+/* ---- a tower's counters ---------------------------------------------------- */
+
+void tp_tower_meter_init(tp_tower_meter_t *m) {
+    atomic_init(&m->steps, 0);
+    atomic_init(&m->busy_ns, 0);
+    atomic_init(&m->starved_ns, 0);
+    atomic_init(&m->blocked_ns, 0);
+    m->start_ns = tp_now_ns();
+    m->idle_since = m->start_ns;
+}
+
+/* Only the runner's thread adds, so a relaxed load and store is enough (no
+ * read-modify-write: a locked instruction would cost more than the clock). */
+static void s_add(atomic_uint_fast64_t *c, uint64_t v) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
+/* A step that started at t0, ended its own compute at t1 and everything at
+ * t2 (t1 == t2 without a collective). */
+static void s_meter_step(tp_tower_meter_t *m, uint64_t t0, uint64_t t1, uint64_t t2) {
+    s_add(&m->starved_ns, t0 - m->idle_since);
+    s_add(&m->busy_ns, t1 - t0);
+    s_add(&m->blocked_ns, t2 - t1);
+    s_add(&m->steps, 1);
+    m->idle_since = t2;
+}
+
+void tp_tower_meter_row(const tp_tower_meter_t *m, int index, tp_stats_row_t *row) {
+    memset(row, 0, sizeof *row);
+    snprintf(row->name, sizeof row->name, "tower%d", index);
+    row->state = TP_ACTOR_RUNNING;
+    uint64_t steps = atomic_load_explicit(&m->steps, memory_order_relaxed);
+    row->msgs_in = row->msgs_out = steps;  /* a batch in, a step done */
+    row->busy_s = (double)atomic_load_explicit(&m->busy_ns, memory_order_relaxed) * 1e-9;
+    row->starved_s = (double)atomic_load_explicit(&m->starved_ns, memory_order_relaxed) * 1e-9;
+    row->blocked_s = (double)atomic_load_explicit(&m->blocked_ns, memory_order_relaxed) * 1e-9;
+    row->alive_s = (double)(tp_now_ns() - m->start_ns) * 1e-9;
+    row->queue_fill = -1;
+}
 
 /* Borrowed views of the batch's components, checked against the model. */
 static tp_status_t s_views(const s_tower_args_t *a, tp_datapoint_t *dp,
@@ -46,25 +89,41 @@ static tp_status_t s_views(const s_tower_args_t *a, tp_datapoint_t *dp,
 }
 
 tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
-                             int allreduce, tp_datapoint_t *dp) {
-    s_tower_args_t a = {m, index, ninputs, allreduce};
+                             int allreduce, tp_datapoint_t *dp,
+                             tp_tower_meter_t *meter) {
+    s_tower_args_t a = {m, index, ninputs, allreduce, meter};
     tp_tensor_t views[MAX_INPUTS];
+    uint64_t t0 = meter ? tp_now_ns() : 0;
     tp_status_t rc = s_views(&a, dp, views);
     if (rc >= 0)
         rc = tp_model_run(m, index, views);
+    uint64_t t1 = meter && allreduce ? tp_now_ns() : 0;
     if (rc >= 0 && allreduce == TP_TOWERS_ALLREDUCE_APPLY)
         rc = tp_model_allreduce_apply_tower(m, index);
     else if (rc >= 0 && allreduce)
         rc = tp_model_allreduce_tower(m, index);
+    if (meter) {
+        uint64_t t2 = tp_now_ns();
+        s_meter_step(meter, t0, allreduce ? t1 : t2, t2);
+    }
     return rc;
 }
 
-tp_status_t tp_tower_train_step(tp_model_t *m, int ninputs, tp_datapoint_t *dp) {
-    s_tower_args_t a = {m, 0, ninputs, 0};
+tp_status_t tp_tower_train_step(tp_model_t *m, int ninputs, tp_datapoint_t *dp,
+                                tp_tower_meter_t *meter) {
+    s_tower_args_t a = {m, 0, ninputs, 0, meter};
     tp_tensor_t views[MAX_INPUTS];
-    TP_TRY(s_views(&a, dp, views));
-    const tp_tensor_t *towers[1] = {views};
-    return tp_model_train_step(m, towers);
+    uint64_t t0 = meter ? tp_now_ns() : 0;
+    tp_status_t rc = s_views(&a, dp, views);
+    if (rc >= 0) {
+        const tp_tensor_t *towers[1] = {views};
+        rc = tp_model_train_step(m, towers);
+    }
+    if (meter) {
+        uint64_t t2 = tp_now_ns();
+        s_meter_step(meter, t0, t2, t2);
+    }
+    return rc;
 }
 
 static void s_tower_actor(zsock_t *pipe, void *arg) {
@@ -88,15 +147,13 @@ static void s_tower_actor(zsock_t *pipe, void *arg) {
          * trainer's thread: tell TSan what libzmq's handoff orders. */
         TP_HANDOFF_ACQUIRE(dp);
         TP_HANDOFF_ACQUIRE(a->model);
-        uint64_t t0 = tp_now_ns();
         tp_status_t rc = tp_tower_compute(a->model, a->index, a->ninputs,
-                                          a->allreduce, dp);
-        uint64_t busy = tp_now_ns() - t0;
+                                          a->allreduce, dp, a->meter);
         tp_datapoint_destroy(&dp);
         if (rc < 0 && a->allreduce)
             tp_model_abort(a->model);  /* release the others' collective */
         TP_HANDOFF_RELEASE(a->model);
-        zsock_send(pipe, "i8s", (int)rc, busy, rc < 0 ? tp_last_error() : "");
+        zsock_send(pipe, "is", (int)rc, rc < 0 ? tp_last_error() : "");
     }
 }
 
@@ -113,7 +170,9 @@ tp_towers_t *tp_towers_new(tp_model_t *m, int n, int ninputs, int allreduce) {
     self->model = m;
     self->n = n;
     for (int i = 0; i < n; i++) {
-        self->args[i] = (s_tower_args_t){m, i, ninputs, n > 1 ? allreduce : 0};
+        tp_tower_meter_init(&self->meters[i]);  /* before its thread starts */
+        self->args[i] = (s_tower_args_t){m, i, ninputs, n > 1 ? allreduce : 0,
+                                         &self->meters[i]};
         self->actors[i] = zactor_new(s_tower_actor, &self->args[i]);
         if (!self->actors[i]) {
             tp_towers_destroy(&self);
@@ -172,24 +231,24 @@ tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
             }
         }
         int rc = 0;
-        uint64_t busy = 0;
         char *text = NULL;
-        if (zsock_recv(self->actors[i], "i8s", &rc, &busy, &text) < 0)
+        if (zsock_recv(self->actors[i], "is", &rc, &text) < 0)
             return tp_error(TP_ERR_PEER, "tower%d: no answer", i);
         TP_HANDOFF_ACQUIRE(self->model);
-        self->busy_ns[i] += busy;
         if (rc < 0 && first >= 0) {
             first = (tp_status_t)rc;
             snprintf(msg, sizeof msg, "%s", text ? text : "");
         }
         zstr_free(&text);
     }
-    self->steps++;
     if (first < 0)
         return tp_error(first, "%s", msg);
     return TP_OK;
 }
 
-double tp_towers_busy_s(const tp_towers_t *self, int i) {
-    return (double)self->busy_ns[i] * 1e-9;
+int tp_towers_stats(const tp_towers_t *self, tp_stats_row_t *rows, int max) {
+    int n = 0;
+    for (int i = 0; i < self->n && n < max; i++)
+        tp_tower_meter_row(&self->meters[i], i, &rows[n++]);
+    return n;
 }

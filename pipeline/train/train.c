@@ -30,6 +30,11 @@ typedef struct {
     int ninputs;
     double watchdog_s;
     const tp_train_dist_t *dist;   /* NULL: one process */
+    /* Counted on the trainer's thread, read there by the statistics
+     * callback: batches taken, time spent waiting for them, and the one
+     * tower's counters when it runs on this thread (no executors). */
+    uint64_t taken, input_wait_ns;
+    tp_tower_meter_t meter0;
 } s_mt_t;
 
 /* One step: every tower takes its own batch from the input (on this
@@ -39,19 +44,26 @@ typedef struct {
 static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     s_mt_t *t = impl;
     tp_datapoint_t *batches[MAX_TOWERS] = {NULL};
+    /* Two clock reads a step: the trainer's wait for input, whatever the
+     * input is (its own counters are its business, see tp_input_stats). */
+    uint64_t w0 = tp_now_ns();
     for (int i = 0; i < t->towers; i++) {
         tp_status_t rc = tp_input_ops(t->input)->next(tp_input_impl(t->input), i, &batches[i]);
         if (rc < 0) {
             for (int j = 0; j < i; j++)
                 tp_input_release(t->input, j, &batches[j]);
+            t->input_wait_ns += tp_now_ns() - w0;
             return tp_error_wrap(rc, "tower%d input", i);
         }
     }
+    t->input_wait_ns += tp_now_ns() - w0;
+    t->taken += (uint64_t)t->towers;
     if (t->executors) {
         TP_TRY(tp_towers_step(t->executors, batches, t->watchdog_s));
     } else if (t->dist) {
         /* One tower per rank: its update waits for the ranks' mean. */
-        tp_status_t rc = tp_tower_compute(t->model, 0, t->ninputs, 0, batches[0]);
+        tp_status_t rc = tp_tower_compute(t->model, 0, t->ninputs, 0, batches[0],
+                                          &t->meter0);
         tp_input_release(t->input, 0, &batches[0]);
         TP_TRY(rc);
     } else {
@@ -60,7 +72,8 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
          * model's: with nothing to all-reduce it updates each variable as
          * soon as its gradient is final, while it is still in cache (the
          * same call the bare loop makes). */
-        tp_status_t rc = tp_tower_train_step(t->model, t->ninputs, batches[0]);
+        tp_status_t rc = tp_tower_train_step(t->model, t->ninputs, batches[0],
+                                             &t->meter0);
         tp_input_release(t->input, 0, &batches[0]);
         TP_TRY(rc);
     }
@@ -134,51 +147,44 @@ static const tp_trainer_ops_t s_ps_ops = {
 };
 
 /* ---- actor statistics -------------------------------------------------------------
- * Once a second (checked at step boundaries) the trainer publishes a row for
- * the prefetch actor, one per tower and one for itself on the stats socket
- * tp-top reads; after each epoch the input's queue fill and the time the
- * trainer waited for input join the monitors' stream (stats.json). */
+ * Once a second (checked at step boundaries) the trainer publishes on the
+ * stats socket tp-top reads: the rows the input gives about itself
+ * (tp_input_stats: QueueInput's prefetch actor, StagingInput's stages,
+ * ZMQInput's receiver, a custom input's own), its own row, and one row per
+ * tower that the towers count themselves. After each epoch the input's
+ * scalars (tp_input_scalars) and the time the trainer waited for input
+ * join the monitors' stream (stats.json). Nothing here knows what kind of
+ * input it has. */
+
+#define S_INPUT_ROWS 128
 
 typedef struct {
     s_mt_t *mt;
     char request[4200];
     tp_stats_pub_t *pub;
     double t_start;
-    uint64_t steps;
-    double step_s, wait_s;     /* trainer: stepping, waiting for input */
+    /* the snapshot being built: the input's rows, the trainer's, the towers' */
+    tp_stats_row_t rows[S_INPUT_ROWS + 1 + TP_TOWERS_MAX];
 } s_statscb_t;
 
 static void s_rows_publish(s_statscb_t *sc) {
-    tp_stats_row_t rows[2 + 2 * TP_TOWERS_MAX];
-    int n = 0;
-    memset(rows, 0, sizeof rows);
+    s_mt_t *mt = sc->mt;
+    tp_stats_row_t *rows = sc->rows;
+    int n = tp_input_stats(mt->input, rows, S_INPUT_ROWS);
     double alive = tp_now_s() - sc->t_start;
-    tp_stats_row_t q;
-    int have_q = tp_input_queue_stats(sc->mt->input, &q) == TP_OK;
-    if (have_q)
-        rows[n++] = q;
     tp_stats_row_t *tr = &rows[n++];
+    memset(tr, 0, sizeof *tr);
     snprintf(tr->name, sizeof tr->name, "trainer");
     tr->state = TP_ACTOR_RUNNING;
-    tr->msgs_in = tp_input_queue_taken(sc->mt->input);
-    tr->starved_s = tp_input_queue_waited_s(sc->mt->input);
-    tr->busy_s = alive - tr->starved_s;
+    tr->msgs_in = mt->taken;
+    tr->starved_s = (double)mt->input_wait_ns * 1e-9;
+    tr->busy_s = alive > tr->starved_s ? alive - tr->starved_s : 0;
     tr->alive_s = alive;
-    tr->queue_fill = have_q ? tp_input_queue_fill(sc->mt->input) : -1;
-    for (int i = 0; i < sc->mt->towers; i++) {
-        tp_stats_row_t *t = &rows[n++];
-        snprintf(t->name, sizeof t->name, "tower%d", i);
-        t->state = TP_ACTOR_RUNNING;
-        t->msgs_in = sc->steps;
-        t->busy_s = sc->mt->executors ? tp_towers_busy_s(sc->mt->executors, i) : alive - tr->starved_s;
-        t->alive_s = alive;
-        t->starved_s = alive - t->busy_s;
-        t->queue_fill = -1;
-    }
-    /* the staging actors, one per tower, when a StagingInput feeds them */
-    for (int i = 0; i < sc->mt->towers && tp_input_staging_inner(sc->mt->input); i++)
-        if (tp_input_staging_stats(sc->mt->input, i, &rows[n]) == TP_OK)
-            n++;
+    tr->queue_fill = -1;  /* the input's rows show their queues */
+    if (mt->executors)
+        n += tp_towers_stats(mt->executors, &rows[n], TP_TOWERS_MAX);
+    else
+        tp_tower_meter_row(&mt->meter0, 0, &rows[n++]);
     if (tp_stats_pub_publish(sc->pub, rows, n) < 0)
         TP_WARN("publishing statistics: %s", tp_last_error());
 }
@@ -199,7 +205,6 @@ static tp_status_t statscb_before_train(void *impl, tp_trainer_t *tr) {
 
 static tp_status_t statscb_trigger_step(void *impl, tp_trainer_t *tr) {
     s_statscb_t *sc = impl;
-    sc->steps++;
     if (sc->pub && tp_stats_pub_since(sc->pub) >= 1.0)
         s_rows_publish(sc);
     return TP_OK;
@@ -207,26 +212,12 @@ static tp_status_t statscb_trigger_step(void *impl, tp_trainer_t *tr) {
 
 static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
     s_statscb_t *sc = impl;
-    tp_stats_row_t q;
-    if (tp_input_queue_stats(sc->mt->input, &q) == TP_OK) {
-        tp_trainer_put_scalar(tr, "QueueInput/queue_fill",
-                              tp_input_queue_fill(sc->mt->input));
-        tp_trainer_put_scalar(tr, "QueueInput/blocked_s", q.blocked_s);
-        tp_trainer_put_scalar(tr, "trainer/input_wait_s",
-                              tp_input_queue_waited_s(sc->mt->input));
-    }
-    if (!strcmp(tp_input_name(sc->mt->input), "ZMQInput")) {
-        tp_trainer_put_scalar(tr, "ZMQInput/malformed",
-                              (double)tp_input_zmq_malformed(sc->mt->input));
-        tp_trainer_put_scalar(tr, "trainer/input_wait_s",
-                              tp_input_zmq_waited_s(sc->mt->input));
-    }
-    if (tp_input_staging_inner(sc->mt->input)) {
-        double waited = 0;
-        for (int i = 0; i < sc->mt->towers; i++)
-            waited += tp_input_staging_waited_s(sc->mt->input, i);
-        tp_trainer_put_scalar(tr, "StagingInput/towers_wait_s", waited);
-    }
+    tp_input_scalar_t v[32];
+    int n = tp_input_scalars(sc->mt->input, v, 32);
+    for (int i = 0; i < n; i++)
+        tp_trainer_put_scalar(tr, v[i].name, v[i].value);
+    tp_trainer_put_scalar(tr, "trainer/input_wait_s",
+                          (double)sc->mt->input_wait_ns * 1e-9);
     return TP_OK;
 }
 
@@ -426,6 +417,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     if (cfg->dist && (rc = cfg->dist->sync_model(cfg->dist->ctx, mt->model,
                                                  cfg->seed, resume_step)) < 0)
         goto out;
+    tp_tower_meter_init(&mt->meter0);  /* the one tower, when it runs here */
     if (cfg->towers > 1 &&
         !(mt->executors = tp_towers_new(mt->model, cfg->towers, cfg->model->ninputs,
                                         kind != TP_TRAINER_REPLICATED ? TP_TOWERS_NO_ALLREDUCE

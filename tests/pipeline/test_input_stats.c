@@ -1,0 +1,417 @@
+/* towerpack tests: statistics that inputs and towers publish about
+ * themselves. Each input kind gives its own rows through its ops table
+ * (tp_input_stats) and its counters grow as batches are taken; a kind is
+ * recognised by its ops table, not its name (a custom input called
+ * "QueueInput" is not taken for one); a custom input's own rows reach the
+ * trainer's published statistics (so the trainer matches no names); the
+ * towers count their own steps, one row each. */
+#include <criterion/criterion.h>
+#include <czmq.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/stats.h>
+#include <towerpack/towerpack.h>
+#include <towerpack/launch.h>
+#include "pipeline/train/towers.h"
+#include "train_testutil.h"
+
+static const tp_stats_row_t *s_find(const tp_stats_row_t *rows, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].name, name))
+            return &rows[i];
+    return NULL;
+}
+
+static int s_has_scalar(const tp_input_scalar_t *v, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v[i].name, name))
+            return 1;
+    return 0;
+}
+
+static void s_take(tp_input_t *in, int towers, int steps) {
+    for (int s = 0; s < steps; s++)
+        for (int t = 0; t < towers; t++) {
+            tp_datapoint_t *dp = NULL;
+            cr_assert_eq(tp_input_next(in, t, &dp), TP_OK, "%s", tp_last_error());
+            tp_input_release(in, t, &dp);
+        }
+}
+
+/* The prefetch actor publishes its counters every few ms: wait until its
+ * row says at least `n` batches went out. */
+static tp_stats_row_t s_queue_row_after(tp_input_t *in, int nrows, const char *name,
+                                        uint64_t n) {
+    tp_stats_row_t rows[8];
+    for (int i = 0; i < 400; i++) {
+        int got = tp_input_stats(in, rows, 8);
+        cr_assert_eq(got, nrows, "rows: %d", got);
+        const tp_stats_row_t *r = s_find(rows, got, name);
+        cr_assert_not_null(r, "a row named %s", name);
+        if (r->msgs_out >= n)
+            return *r;
+        usleep(5000);
+    }
+    cr_assert_fail("%s never reported %llu batches out", name, (unsigned long long)n);
+    return rows[0];
+}
+
+Test(input_stats, queue_input_gives_its_prefetch_actors_row) {
+    tp_input_t *in = tp_input_queue(tu_counting(100), 8);
+    tp_stats_row_t rows[4];
+    cr_assert_eq(tp_input_stats(in, rows, 4), 0, "no actor before start");
+    cr_assert_eq(tp_input_start(in, 1, 1, 0), TP_OK, "%s", tp_last_error());
+    s_take(in, 1, 10);
+    tp_stats_row_t a = s_queue_row_after(in, 1, "QueueInput", 10);
+    s_take(in, 1, 30);
+    tp_stats_row_t b = s_queue_row_after(in, 1, "QueueInput", 40);
+    cr_assert_gt(b.msgs_out, a.msgs_out, "the count grows");
+    cr_assert_eq(b.state, TP_ACTOR_RUNNING);
+    cr_assert(b.queue_fill >= 0 && b.queue_fill <= 1, "queue fill %g", b.queue_fill);
+    tp_input_scalar_t v[8];
+    int n = tp_input_scalars(in, v, 8);
+    cr_assert_eq(n, 2, "scalars: %d", n);
+    cr_assert(s_has_scalar(v, n, "QueueInput/queue_fill"), "queue_fill");
+    cr_assert(s_has_scalar(v, n, "QueueInput/blocked_s"), "blocked_s");
+    cr_assert_eq(tp_input_stats(in, rows, 0), 0, "max 0: nothing written");
+    tp_input_destroy(&in);
+}
+
+Test(input_stats, staging_input_adds_a_row_per_stage_after_its_inner_inputs) {
+    tp_input_t *in = tp_input_staging(tp_input_queue(tu_counting(100), 8), 1, NULL);
+    cr_assert_eq(tp_input_start(in, 2, 1, 0), TP_OK, "%s", tp_last_error());
+    s_take(in, 2, 10);
+    tp_stats_row_t rows[8];
+    int n = tp_input_stats(in, rows, 8);
+    cr_assert_eq(n, 3, "QueueInput and two stages: %d", n);
+    cr_assert_str_eq(rows[0].name, "QueueInput");
+    cr_assert_str_eq(rows[1].name, "StagingInput/tower0");
+    cr_assert_str_eq(rows[2].name, "StagingInput/tower1");
+    uint64_t staged0 = rows[1].msgs_out;
+    cr_assert_geq(staged0, 10);
+    s_take(in, 2, 20);
+    n = tp_input_stats(in, rows, 8);
+    cr_assert_eq(n, 3);
+    cr_assert_geq(rows[1].msgs_out, 30, "tower0's stage: %llu", (unsigned long long)rows[1].msgs_out);
+    cr_assert_geq(rows[2].msgs_out, 30);
+    cr_assert_gt(rows[1].msgs_out, staged0, "the count grows");
+    /* too little room: the inner input's row first, then as many stages as fit */
+    cr_assert_eq(tp_input_stats(in, rows, 2), 2);
+    cr_assert_str_eq(rows[1].name, "StagingInput/tower0");
+    tp_input_scalar_t v[8];
+    n = tp_input_scalars(in, v, 8);
+    cr_assert_eq(n, 3, "scalars: %d", n);
+    cr_assert(s_has_scalar(v, n, "QueueInput/queue_fill"), "the inner input's");
+    cr_assert(s_has_scalar(v, n, "StagingInput/towers_wait_s"), "its own");
+    tp_input_destroy(&in);
+}
+
+/* ---- ZMQInput --------------------------------------------------------------- */
+
+static char s_dir[64], s_ep[128];
+
+static void s_setup(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/tp-instats-XXXXXX");
+    cr_assert_not_null(mkdtemp(s_dir));
+    snprintf(s_ep, sizeof s_ep, "ipc://%s/in.sock", s_dir);
+}
+
+static void s_teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+typedef struct {
+    tp_dataflow_t *df;
+    int64_t count;
+    tp_status_t rc;
+} s_sender_t;
+
+static void *s_send(void *arg) {
+    s_sender_t *s = arg;
+    void *ctx = zmq_ctx_new(), *push = zmq_socket(ctx, ZMQ_PUSH);
+    zmq_connect(push, s_ep);
+    zmq_send(push, "junk", 4, 0);  /* not the wire format: counted */
+    int linger = 2000;
+    zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(push);
+    zmq_ctx_term(ctx);
+    tp_send_opts_t o;
+    tp_send_opts_init(&o);
+    o.max_count = s->count;
+    s->rc = tp_send_dataflow(s->df, s_ep, &o, NULL);
+    return NULL;
+}
+
+Test(input_stats, zmq_input_gives_its_receivers_row, .init = s_setup, .fini = s_teardown) {
+    tp_remote_opts_t o;
+    tp_remote_opts_init(&o);
+    o.timeout_s = 20;
+    tp_input_t *in = tp_input_zmq(s_ep, &o);
+    cr_assert_not_null(in, "%s", tp_last_error());
+    tp_stats_row_t rows[4];
+    cr_assert_eq(tp_input_stats(in, rows, 4), 0, "no row before start");
+    cr_assert_eq(tp_input_start(in, 1, 1, 0), TP_OK, "%s", tp_last_error());
+    s_sender_t s = {tu_counting(30), 25, TP_OK};
+    pthread_t th;
+    pthread_create(&th, NULL, s_send, &s);
+    s_take(in, 1, 10);
+    cr_assert_eq(tp_input_stats(in, rows, 4), 1);
+    cr_assert_str_eq(rows[0].name, "ZMQInput");
+    cr_assert_eq(rows[0].msgs_in, 10);
+    s_take(in, 1, 15);
+    cr_assert_eq(tp_input_stats(in, rows, 4), 1);
+    cr_assert_eq(rows[0].msgs_in, 25, "the count grows");
+    cr_assert_gt(rows[0].starved_s, 0, "time waiting for the senders");
+    pthread_join(th, NULL);
+    cr_assert_eq(s.rc, TP_OK, "%s", tp_last_error());
+    tp_input_scalar_t v[4];
+    cr_assert_eq(tp_input_scalars(in, v, 4), 1);
+    cr_assert_str_eq(v[0].name, "ZMQInput/malformed");
+    cr_assert_float_eq(v[0].value, 1, 1e-9);
+    tp_dataflow_destroy(&s.df);
+    tp_input_destroy(&in);
+}
+
+/* ---- kinds are ops tables, not names --------------------------------------- */
+
+static tp_status_t f_start(void *impl, int towers, uint64_t seed, int64_t skip) {
+    (void)impl; (void)towers; (void)seed; (void)skip;
+    return TP_OK;
+}
+static tp_status_t f_next(void *impl, int tower, tp_datapoint_t **out) {
+    (void)impl; (void)tower;
+    *out = NULL;
+    return tp_error(TP_ERR_STATE, "impostor");
+}
+static int64_t f_size(void *impl) { (void)impl; return -1; }
+
+Test(input_stats, an_input_named_like_a_builtin_is_not_taken_for_one) {
+    /* impl is not what the built-in kinds hold: reading it as theirs
+     * would read garbage (or crash) */
+    static char junk[8];
+    static const char *names[] = {"QueueInput", "StagingInput", "ZMQInput"};
+    for (int i = 0; i < 3; i++) {
+        tp_input_ops_t ops = {.name = names[i], .start = f_start, .next = f_next,
+                              .size = f_size};
+        tp_input_t *in = tp_input_new(&ops, junk);
+        cr_assert_str_eq(tp_input_name(in), names[i]);
+        tp_stats_row_t row;
+        cr_assert_eq(tp_input_queue_stats(in, &row), TP_ERR_INVALID);
+        cr_assert_eq(tp_input_queue_taken(in), 0);
+        cr_assert_float_eq(tp_input_queue_fill(in), -1, 1e-9);
+        cr_assert_null(tp_input_staging_inner(in));
+        cr_assert_eq(tp_input_staging_stats(in, 0, &row), TP_ERR_INVALID);
+        cr_assert_eq(tp_input_zmq_received(in), 0);
+        cr_assert_eq(tp_input_zmq_malformed(in), 0);
+        cr_assert_eq(tp_input_stats(in, &row, 1), 0, "no stats entry: no rows");
+        tp_input_destroy(&in);
+    }
+    tp_input_t *feed = tp_input_feed(tu_counting(4));
+    tp_stats_row_t row;
+    cr_assert_eq(tp_input_stats(feed, &row, 1), 0, "FeedInput has no thread of its own");
+    cr_assert_eq(tp_input_queue_stats(feed, &row), TP_ERR_INVALID);
+    tp_input_destroy(&feed);
+}
+
+/* ---- a custom input's rows in the trainer's published statistics ------------ */
+
+typedef struct {
+    tp_dataflow_t *df;
+    uint64_t given;          /* trainer's thread only */
+    atomic_int seen;         /* the test has its snapshot: stop dawdling */
+} s_custom_t;
+
+static tp_status_t c_start(void *impl, int towers, uint64_t seed, int64_t skip) {
+    (void)towers; (void)skip;
+    return tp_dataflow_reset_state(((s_custom_t *)impl)->df, seed, 0);
+}
+
+/* A slow input until the test has seen a snapshot (one is published once
+ * a second), then as fast as the dataflow. */
+static tp_status_t c_next(void *impl, int tower, tp_datapoint_t **out) {
+    s_custom_t *c = impl;
+    (void)tower;
+    if (!atomic_load(&c->seen))
+        usleep(1000);
+    tp_status_t rc = tp_dataflow_next(c->df, out);
+    if (rc == TP_DONE)
+        rc = tp_dataflow_next(c->df, out);
+    if (rc == TP_OK)
+        c->given++;
+    return rc;
+}
+
+static int64_t c_size(void *impl) { (void)impl; return -1; }
+
+static void c_destroy(void *impl) {
+    tp_dataflow_destroy(&((s_custom_t *)impl)->df);
+}
+
+/* A name no built-in input has: only the ops table can bring it in. */
+static int c_stats(void *impl, tp_stats_row_t *rows, int max) {
+    s_custom_t *c = impl;
+    (void)max;
+    memset(&rows[0], 0, sizeof rows[0]);
+    snprintf(rows[0].name, sizeof rows[0].name, "my-reader");
+    rows[0].state = TP_ACTOR_RUNNING;
+    rows[0].msgs_out = c->given;
+    rows[0].queue_fill = -1;
+    return 1;
+}
+
+static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    (void)user;
+    tp_node_t *logits = tp_fc(t, "fc0", in[0], 4, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    return tp_tower_set_cost(t, cost);
+}
+static tp_optimizer_t *s_opt(void *user) { (void)user; return tp_optimizer_sgd(0.1, 0.9, 0); }
+static const tp_input_desc_t s_inputs[] = {
+    {"x", TP_FLOAT32, 2, {-1, 2}},
+    {"label", TP_INT32, 1, {-1}},
+};
+static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
+
+typedef struct {
+    tp_train_config_t cfg;
+    tp_status_t rc;
+    char err[512];
+} s_run_t;
+
+static void *s_train(void *arg) {
+    s_run_t *r = arg;
+    r->rc = tp_launch_train_with_config(&r->cfg, NULL);
+    snprintf(r->err, sizeof r->err, "%s", tp_last_error());
+    return NULL;
+}
+
+static void s_published_case(int towers) {
+    char stats_ep[160];
+    snprintf(stats_ep, sizeof stats_ep, "ipc://%s/stats.sock", s_dir);
+    static const tp_input_ops_t ops = {
+        .name = "MyInput", .start = c_start, .next = c_next, .size = c_size,
+        .destroy = c_destroy, .stats = c_stats,
+    };
+    s_custom_t c = {.df = tu_blobs(256, 4, 0.7f, 99, 8, 1, 0)};
+    atomic_init(&c.seen, 0);
+    s_run_t r;
+    tp_train_config_init(&r.cfg);
+    r.cfg.model = &s_model;
+    r.cfg.input = tp_input_new(&ops, &c);
+    r.cfg.towers = towers;
+    r.cfg.batch = 8;
+    r.cfg.threads = 1;
+    r.cfg.max_epoch = 1;
+    r.cfg.steps_per_epoch = 4000;
+    r.cfg.stats = stats_ep;
+    r.cfg.default_callbacks = 0;
+
+    zsock_t *sub = zsock_new_sub(stats_ep, "");
+    cr_assert_not_null(sub, "subscriber");
+    zsock_set_rcvtimeo(sub, 100);
+    pthread_t th;
+    pthread_create(&th, NULL, s_train, &r);
+    tp_stats_snapshot_t snap;
+    tp_stats_snapshot_init(&snap);
+    int got = 0;
+    for (int i = 0; i < 300 && !got; i++) {
+        zframe_t *f = zframe_recv(sub);
+        if (!f)
+            continue;
+        tp_status_t rc = tp_stats_decode(zframe_data(f), zframe_size(f), &snap);
+        zframe_destroy(&f);
+        cr_assert_eq(rc, TP_OK, "%s", tp_last_error());
+        const tp_stats_row_t *mine = s_find(snap.rows, snap.nrows, "my-reader");
+        got = mine && mine->msgs_out > 0;
+    }
+    atomic_store(&c.seen, 1);
+    pthread_join(th, NULL);
+    zsock_destroy(&sub);
+    cr_assert_eq(r.rc, TP_OK, "%s", r.err);
+    cr_assert(got, "a snapshot with the custom input's row arrived");
+    cr_assert_str_eq(snap.source, "tp-train");
+    cr_assert_eq(snap.nrows, 1 + 1 + towers, "my-reader, trainer, %d towers", towers);
+    cr_assert_str_eq(snap.rows[0].name, "my-reader", "the input's rows come first");
+    const tp_stats_row_t *mine = &snap.rows[0];
+    const tp_stats_row_t *tr = s_find(snap.rows, snap.nrows, "trainer");
+    cr_assert_not_null(tr, "the trainer's row");
+    /* published between steps: every batch the input gave, the trainer took */
+    cr_assert_eq(tr->msgs_in, mine->msgs_out);
+    cr_assert_eq(tr->msgs_in % (uint64_t)towers, 0);
+    for (int i = 0; i < towers; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "tower%d", i);
+        const tp_stats_row_t *t = s_find(snap.rows, snap.nrows, name);
+        cr_assert_not_null(t, "%s's row", name);
+        cr_assert_eq(t->msgs_in, tr->msgs_in / (uint64_t)towers,
+                     "%s counted %llu steps, the trainer ran %llu", name,
+                     (unsigned long long)t->msgs_in,
+                     (unsigned long long)(tr->msgs_in / (uint64_t)towers));
+        cr_assert_gt(t->busy_s, 0, "%s busy", name);
+        cr_assert_gt(t->starved_s, 0, "%s waited for its batches (the slow input)", name);
+    }
+    cr_assert_null(s_find(snap.rows, snap.nrows, "QueueInput"), "no invented rows");
+    tp_stats_snapshot_fini(&snap);
+}
+
+Test(input_stats, a_custom_inputs_rows_reach_the_published_statistics,
+     .init = s_setup, .fini = s_teardown) {
+    s_published_case(1);
+}
+
+Test(input_stats, a_custom_inputs_rows_and_two_towers_rows_are_published,
+     .init = s_setup, .fini = s_teardown) {
+    s_published_case(2);
+}
+
+/* ---- towers count their own steps ------------------------------------------- */
+
+Test(input_stats, towers_count_their_own_steps) {
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = 2;
+    mc.batch = 8;
+    mc.threads = 1;
+    tp_model_t *m = tp_model_new(&s_model, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_towers_t *tw = tp_towers_new(m, 2, 2, TP_TOWERS_ALLREDUCE_APPLY);
+    cr_assert_not_null(tw, "%s", tp_last_error());
+    tp_input_t *in = tp_input_feed(tu_blobs(256, 4, 0.7f, 99, 8, 0, 0));
+    cr_assert_eq(tp_input_start(in, 2, 1, 0), TP_OK);
+    tp_stats_row_t rows[4];
+    cr_assert_eq(tp_towers_stats(tw, rows, 4), 2);
+    cr_assert_eq(rows[0].msgs_in, 0, "no step yet");
+    const int steps = 25;
+    for (int s = 0; s < steps; s++) {
+        tp_datapoint_t *b[2] = {NULL, NULL};
+        for (int t = 0; t < 2; t++)
+            cr_assert_eq(tp_input_next(in, t, &b[t]), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_towers_step(tw, b, 0), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_end_step(m), TP_OK, "%s", tp_last_error());
+    }
+    cr_assert_eq(tp_towers_stats(tw, rows, 4), 2, "one row per tower");
+    cr_assert_eq(tp_towers_stats(tw, rows, 1), 1, "at most max");
+    cr_assert_eq(tp_towers_stats(tw, rows, 4), 2);
+    for (int i = 0; i < 2; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "tower%d", i);
+        cr_assert_str_eq(rows[i].name, name);
+        cr_assert_eq(rows[i].state, TP_ACTOR_RUNNING);
+        cr_assert_eq(rows[i].msgs_in, (uint64_t)steps, "%s: %llu steps", name,
+                     (unsigned long long)rows[i].msgs_in);
+        cr_assert_gt(rows[i].busy_s, 0);
+        cr_assert_gt(rows[i].blocked_s, 0, "time in the all-reduce");
+        cr_assert_leq(rows[i].busy_s + rows[i].starved_s + rows[i].blocked_s,
+                      rows[i].alive_s + 1e-6);
+    }
+    tp_towers_destroy(&tw);
+    tp_input_destroy(&in);
+    tp_model_destroy(&m);
+}
