@@ -9,17 +9,12 @@
 
 typedef struct tp_towers tp_towers_t;
 
-/* What a tower does after its backward pass. */
-enum {
-    TP_TOWERS_NO_ALLREDUCE = 0,    /* nothing (the trainer reduces) */
-    TP_TOWERS_ALLREDUCE = 1,       /* joins the gradients' all-reduce */
-    TP_TOWERS_ALLREDUCE_APPLY = 2  /* ... then updates its slice of the
-                                      variables (tp_model_end_step after) */
-};
-
-/* One actor per tower of `m`; allreduce: one of the above (replicated
- * training all-reduces; with one tower there is nothing to reduce). */
-tp_towers_t *tp_towers_new(tp_model_t *m, int n, int ninputs, int allreduce);
+/* One actor per tower of `m`, each running `stages` (TP_RUN_* of
+ * tp_model_run) on its own batch: TP_RUN_GRADIENTS when the trainer reduces
+ * and updates, TP_RUN_FORWARD..TP_RUN_REDUCE to join the all-reduce too,
+ * TP_RUN_TRAIN to also update the tower's slice of the variables (the
+ * trainer closes the step with TP_RUN_UPDATE on TP_ALL_TOWERS). */
+tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages);
 void tp_towers_destroy(tp_towers_t **self_p);
 
 /* Run one step: batches[i] (taken) on tower i, all in parallel; returns
@@ -31,13 +26,9 @@ tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
 /* Seconds tower i spent computing. */
 double tp_towers_busy_s(const tp_towers_t *self, int i);
 
-/* Forward, backward and what `allreduce` says, for one tower on `dp`
- * (borrowed), on the calling thread. */
-tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
-                             int allreduce, tp_datapoint_t *dp);
-
-/* One whole step of a one-tower model on `dp` (borrowed): forward,
- * backward and the update, fused where the model can. */
-tp_status_t tp_tower_train_step(tp_model_t *m, int ninputs, tp_datapoint_t *dp);
+/* `stages` of tower `index` (TP_ALL_TOWERS: all, from this thread) on
+ * `dp` (borrowed), its components the feeds, on the calling thread. */
+tp_status_t tp_tower_compute(tp_model_t *m, int index, unsigned stages,
+                             tp_datapoint_t *dp);
 
 #endif
