@@ -918,7 +918,8 @@ static tp_node_t *s_lookup(tp_tower_t *t, const char *name);
  * option leaves the model as it was. Cheap: a step with no cost name and no
  * fetches costs a few compares here. */
 static tp_status_t s_check_run(tp_model_t *m, int tower, unsigned st,
-                               int nfeeds, const tp_fetch_t *fetches,
+                               const tp_tensor_t *feeds, int nfeeds,
+                               const tp_fetch_t *fetches,
                                int nfetches, const char *cost, int *k) {
     /* a contiguous range: adding the lowest bit carries past the highest */
     if (st & ~(unsigned)TP_RUN_TRAIN || ((st + (st & (0u - st))) & st) ||
@@ -950,17 +951,21 @@ static tp_status_t s_check_run(tp_model_t *m, int tower, unsigned st,
     if ((st & TP_RUN_BACKWARD) && *k == 0 && !t->cost && t->ncosts > 1)
         return tp_error(TP_ERR_STATE, "%s has only named costs (%s, ...): name "
                         "one in tp_run_opts_t.cost", t->name, t->cost_names[1]);
+    const char *who = all && m->ntowers > 1 ? "all towers" : t->name;
     int want = (st & TP_RUN_FORWARD) ? (all ? m->ntowers : 1) * m->ninputs : 0;
     if (nfeeds != want) {
         if (!(st & TP_RUN_FORWARD))
             return tp_error(TP_ERR_INVALID, "%s: %d feeds given to a run "
-                            "without TP_RUN_FORWARD (it reads none)",
-                            all ? "run" : t->name, nfeeds);
+                            "without TP_RUN_FORWARD (it reads none)", who,
+                            nfeeds);
         return tp_error(TP_ERR_SHAPE, "%s: %d feeds, the model has %d inputs%s",
-                        all ? "run" : t->name, nfeeds, m->ninputs,
+                        who, nfeeds, m->ninputs,
                         all && m->ntowers > 1 ? " per tower (TP_ALL_TOWERS "
                         "takes every tower's, one after another)" : "");
     }
+    if (nfeeds > 0 && !feeds)
+        return tp_error(TP_ERR_INVALID, "%s: %d feeds but no tensors", who,
+                        nfeeds);
     if (nfetches < 0 || (nfetches > 0 && !fetches))
         return tp_error(TP_ERR_INVALID, "%s: %d fetches at %p", t->name,
                         nfetches, (const void *)fetches);
@@ -976,7 +981,7 @@ static tp_status_t s_run_stages(tp_model_t *m, int tower, const tp_tensor_t *fee
                                 int nfeeds, tp_fetch_t *fetches, int nfetches,
                                 unsigned st, const char *cost) {
     int k = 0;
-    TP_TRY(s_check_run(m, tower, st, nfeeds, fetches, nfetches, cost, &k));
+    TP_TRY(s_check_run(m, tower, st, feeds, nfeeds, fetches, nfetches, cost, &k));
     int all = tower == TP_ALL_TOWERS;
     if (all && st == TP_RUN_TRAIN && k == 0 && m->ntowers == 1 &&
         m->towers[0]->fuse) {
