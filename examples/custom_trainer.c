@@ -11,8 +11,8 @@
  *   1. the tower function declares its costs with tp_tower_add_cost, each
  *      with a pattern naming the variables it trains;
  *   2. a tp_trainer_ops_t whose run_step takes a batch (tp_input_next),
- *      runs the chosen cost (tp_model_run_cost) and applies it
- *      (tp_model_apply_cost), and fills the fetches callbacks asked for;
+ *      runs a training step of the chosen cost (tp_model_run with
+ *      tp_run_opts_t.cost), and fills the fetches callbacks asked for;
  *   3. tp_trainer_new, callbacks, tp_trainer_train. */
 #include <towerpack/towerpack.h>
 #include <towerpack/dataflow_spec.h>
@@ -61,10 +61,11 @@ static tp_status_t alt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     TP_TRY(tp_input_next(a->input, 0, &dp));
     tp_tensor_t views[2];
     tp_datapoint_views(dp, views, 2);
-    tp_status_t rc = tp_model_run_cost(a->model, 0, cost, views);
+    /* forward, backward and update of this cost's variables only */
+    tp_run_opts_t o = {.stages = TP_RUN_TRAIN, .cost = cost};
+    tp_status_t rc = tp_model_run(a->model, 0, views, 2, NULL, 0, &o);
     tp_input_release(a->input, 0, &dp);  /* the input frees it off this thread */
     TP_TRY(rc);
-    TP_TRY(tp_model_apply_cost(a->model, cost));
     /* Fetches: whatever scalar outputs the callbacks asked for. */
     for (int k = 0; k < tp_fetches_count(f); k++) {
         tp_tensor_t v;

@@ -101,6 +101,8 @@ struct tp_tower {
     tp_rng_t rng;
     int64_t run_batch;
     int ran_backward;  /* gradients are fresh: backward ran, not applied */
+    int sliced;        /* this tower applied its slice of the update; the
+                          run on TP_ALL_TOWERS that closes the step clears it */
     /* fused updates (tower 0 of a one-tower model): trainable variable nodes
      * by fuse_after, descending (backward order), and the variables this
      * tower never differentiates */

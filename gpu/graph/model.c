@@ -50,8 +50,9 @@ static tp_status_t s_bad_tower(const tp_model_t *m, int tower) {
     if (tower == -1)
         return tp_error(TP_ERR_INVALID,
                         "model has no inference graph (set infer_batch)");
-    return tp_error(TP_ERR_INVALID, "tower %d out of range (model has %d)",
-                    tower, m->ntowers);
+    return tp_error(TP_ERR_INVALID, "tower %d out of range (model has %d; "
+                    "-1 is the inference graph, TP_ALL_TOWERS every "
+                    "training tower)", tower, m->ntowers);
 }
 
 float *tp_var_data_(tp_model_t *m, int i) {
@@ -736,6 +737,7 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     if (!backward || !t->training || !cn || !((cn->cost_mask >> cost) & 1u))
         return b->ops->stream_sync(b, t->stream); /* gradients untouched */
     t->ran_backward = 0; /* partial until the pass completes */
+    t->sliced = 0;
     t->cur_cost = cost;
     t->ran_cost = cost;
     TP_TRY(b->ops->fill(b, t->stream, cn->grad, 1.0f, 1));
@@ -764,24 +766,6 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     return b->ops->stream_sync(b, t->stream);
 }
 
-static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *inputs,
-                         int backward, int fused) {
-    tp_tower_t *t = tp_model_tower_(m, tower);
-    if (t && backward && t->training && !t->cost && t->ncosts > 1)
-        return tp_error(TP_ERR_STATE, "%s has only named costs (%s, ...): run "
-                        "one with tp_model_run_cost", t->name, t->cost_names[1]);
-    return s_run_cost(m, tower, inputs, backward, fused, 0);
-}
-
-tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *inputs) {
-    return s_run(m, tower, inputs, 1, 0);
-}
-
-tp_status_t tp_model_forward(tp_model_t *m, int tower,
-                             const tp_tensor_t *inputs) {
-    return s_run(m, tower, inputs, 0, 0);
-}
-
 static tp_status_t s_check_grads(tp_model_t *m) {
     if (!m->opt || m->ntowers == 0)
         return tp_error(TP_ERR_STATE, "model has no optimizer or no training "
@@ -795,16 +779,15 @@ static tp_status_t s_check_fresh(tp_model_t *m, int first, int last) {
     for (int i = first; i <= last; i++)
         if (!m->towers[i]->ran_backward)
             return tp_error(TP_ERR_STATE,
-                            "%s has no fresh gradients (run it with "
-                            "tp_model_run first; gradients are used once)",
+                            "%s has no fresh gradients (run TP_RUN_BACKWARD "
+                            "first; gradients are used once)",
                             m->towers[i]->name);
     return TP_OK;
 }
 
-/* All towers' gradients summed (or averaged) into every tower's, or only
- * into tower 0's when root_only (the parameter-server style). */
-static tp_status_t s_reduce_grads(tp_model_t *m, int root_only) {
-    TP_TRY(s_check_grads(m));
+/* One thread drives every tower (parameter-server style): the sum (or
+ * mean) lands in tower 0 only, which is all the update reads. */
+static tp_status_t s_reduce(tp_model_t *m) {
     TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
     if (m->ntowers == 1)
         return TP_OK;
@@ -812,45 +795,33 @@ static tp_status_t s_reduce_grads(tp_model_t *m, int root_only) {
     for (int i = 0; i < m->ntowers; i++)
         bufs[i] = m->towers[i]->grads;
     return m->backend->ops->allreduce_local(m->backend, bufs, m->ntowers,
-                                            m->ntrain, m->config.average,
-                                            root_only);
+                                            m->ntrain, m->config.average, 1);
 }
 
-tp_status_t tp_model_allreduce(tp_model_t *m) { return s_reduce_grads(m, 0); }
-
-tp_status_t tp_model_reduce(tp_model_t *m) { return s_reduce_grads(m, 1); }
-
-tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower) {
-    TP_TRY(s_check_grads(m));
-    if (tower < 0 || tower >= m->ntowers)
-        return s_bad_tower(m, tower);
+/* The collective: each tower's thread contributes its own gradients and
+ * gets the sum back in them. */
+static tp_status_t s_allreduce_tower(tp_model_t *m, int tower) {
     TP_TRY(s_check_fresh(m, tower, tower));
-    if (m->ntowers == 1)
-        return TP_OK;
     tp_tower_t *t = m->towers[tower];
     return m->backend->ops->allreduce(m->backend, m->comm, tower, t->stream,
                                       t->grads, m->ntrain, m->config.average);
-}
-
-void tp_model_abort(tp_model_t *m) {
-    if (m && m->comm)
-        m->backend->ops->comm_abort(m->backend, m->comm);
 }
 
 /* Replicated towers, the update in parallel: after the all-reduce (whose
  * slice `tower` this tower's thread just summed, so it is in this core's
  * cache) the tower applies the optimizer to the same slice of the shared
  * variables. The update is elementwise, so the slices give exactly what one
- * tp_model_apply gives. Every tower's backward is over once the all-reduce
- * has begun, so no run still reads the variables. */
-tp_status_t tp_model_allreduce_apply_tower(tp_model_t *m, int tower) {
-    TP_TRY(tp_model_allreduce_tower(m, tower));
+ * update from tower 0 gives. Every tower's backward is over once the
+ * all-reduce has begun, so no run still reads the variables. */
+static tp_status_t s_apply_slice(tp_model_t *m, int tower, int k) {
     tp_tower_t *t = m->towers[tower];
-    if (t->ran_cost != 0)
-        return tp_error(TP_ERR_STATE, "the gradients are cost '%s''s: apply them "
-                        "with tp_model_apply_cost", t->cost_names[t->ran_cost]);
-    size_t n = m->ntrain, k = (size_t)m->ntowers;
-    size_t chunk = (n + k - 1) / k, lo = chunk * (size_t)tower, hi = lo + chunk;
+    TP_TRY(s_check_fresh(m, tower, tower));
+    if (k != 0 || t->ran_cost != 0)
+        return tp_error(TP_ERR_STATE, "%s: cost '%s' updates only its own "
+                        "variables: update it from one thread (TP_ALL_TOWERS), "
+                        "not in slices", t->name, t->cost_names[k ? k : t->ran_cost]);
+    size_t n = m->ntrain, nt = (size_t)m->ntowers;
+    size_t chunk = (n + nt - 1) / nt, lo = chunk * (size_t)tower, hi = lo + chunk;
     if (lo > n)
         lo = n;
     if (hi > n)
@@ -858,29 +829,54 @@ tp_status_t tp_model_allreduce_apply_tower(tp_model_t *m, int tower) {
     if (hi > lo)
         TP_TRY(tp_optimizer_update(m->opt, m->backend, t->stream, m->train_arena,
                                    t->grads, m->slots, lo, hi - lo));
-    return m->backend->ops->stream_sync(m->backend, t->stream);
-}
-
-tp_status_t tp_model_end_step(tp_model_t *m) {
-    TP_TRY(s_check_grads(m));
-    TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
-    tp_optimizer_end_step(m->opt);
-    for (int i = 0; i < m->ntowers; i++)
-        m->towers[i]->ran_backward = 0;
+    TP_TRY(m->backend->ops->stream_sync(m->backend, t->stream));
+    t->sliced = 1;
     return TP_OK;
 }
 
-tp_status_t tp_model_apply(tp_model_t *m) {
-    TP_TRY(s_check_grads(m));
+/* The update from one thread: close a step whose slices every tower
+ * applied, or apply tower 0's gradients of cost k (the main cost to every
+ * trainable variable, a named one to its own only: the others' gradients
+ * are stale). */
+static tp_status_t s_update_all(tp_model_t *m, int k) {
+    int sliced = 0;
+    for (int i = 0; i < m->ntowers; i++)
+        sliced += m->towers[i]->sliced;
+    if (sliced == m->ntowers) {
+        TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
+        tp_optimizer_end_step(m->opt);
+        for (int i = 0; i < m->ntowers; i++)
+            m->towers[i]->ran_backward = m->towers[i]->sliced = 0;
+        return TP_OK;
+    }
+    if (sliced) {
+        for (int i = 0; i < m->ntowers; i++)
+            if (!m->towers[i]->sliced)
+                return tp_error(TP_ERR_STATE, "%s has not applied its slice "
+                                "of the update (%d of %d towers have)",
+                                m->towers[i]->name, sliced, m->ntowers);
+    }
     TP_TRY(s_check_fresh(m, 0, 0));
-    if (m->towers[0]->ran_cost != 0)
-        return tp_error(TP_ERR_STATE, "the gradients are cost '%s''s: apply them "
-                        "with tp_model_apply_cost", m->towers[0]->cost_names[m->towers[0]->ran_cost]);
-    tp_status_t rc = tp_optimizer_apply(m->opt, m->backend, m->stream,
-                                        m->train_arena, m->towers[0]->grads,
-                                        m->slots, m->ntrain);
-    if (rc < 0)
-        return rc;
+    tp_tower_t *t = m->towers[0];
+    if (t->ran_cost != k)
+        return tp_error(TP_ERR_STATE, "updating cost '%s' but the fresh "
+                        "gradients are cost '%s''s", t->cost_names[k],
+                        t->cost_names[t->ran_cost]);
+    if (k == 0) {
+        TP_TRY(tp_optimizer_apply(m->opt, m->backend, m->stream, m->train_arena,
+                                  t->grads, m->slots, m->ntrain));
+    } else {
+        for (int i = 0; i < m->nvars; i++) {
+            const tp_var_t *v = &m->vars[i];
+            if (!v->trainable ||
+                (t->cost_vars[k] && fnmatch(t->cost_vars[k], v->name, 0) != 0))
+                continue;
+            TP_TRY(tp_optimizer_update(m->opt, m->backend, m->stream,
+                                       m->train_arena, t->grads, m->slots,
+                                       v->offset, v->count));
+        }
+        tp_optimizer_end_step(m->opt);
+    }
     for (int i = 0; i < m->ntowers; i++)
         m->towers[i]->ran_backward = 0;
     return m->backend->ops->stream_sync(m->backend, m->stream);
@@ -906,42 +902,6 @@ static tp_status_t s_no_cost(const tp_tower_t *t, const char *name) {
                     t->name, name ? name : "cost", known);
 }
 
-tp_status_t tp_model_run_cost(tp_model_t *m, int tower, const char *cost,
-                              const tp_tensor_t *inputs) {
-    TP_TRY(s_check_grads(m));
-    if (tower < 0 || tower >= m->ntowers)
-        return s_bad_tower(m, tower);
-    tp_tower_t *t = m->towers[tower];
-    int k = s_cost_index(t, cost);
-    if (k < 0)
-        return s_no_cost(t, cost);
-    return s_run_cost(m, tower, inputs, 1, 0, k);
-}
-
-tp_status_t tp_model_apply_cost(tp_model_t *m, const char *cost) {
-    TP_TRY(s_check_grads(m));
-    TP_TRY(s_check_fresh(m, 0, 0));
-    tp_tower_t *t = m->towers[0];
-    int k = s_cost_index(t, cost);
-    if (k < 0)
-        return s_no_cost(t, cost);
-    if (t->ran_cost != k)
-        return tp_error(TP_ERR_STATE, "applying cost '%s' but the fresh gradients "
-                        "are cost '%s''s", t->cost_names[k], t->cost_names[t->ran_cost]);
-    /* Only the cost's own variables: the others' gradients are stale. */
-    for (int i = 0; i < m->nvars; i++) {
-        const tp_var_t *v = &m->vars[i];
-        if (!v->trainable || (t->cost_vars[k] && fnmatch(t->cost_vars[k], v->name, 0) != 0))
-            continue;
-        TP_TRY(tp_optimizer_update(m->opt, m->backend, m->stream, m->train_arena,
-                                   t->grads, m->slots, v->offset, v->count));
-    }
-    tp_optimizer_end_step(m->opt);
-    for (int i = 0; i < m->ntowers; i++)
-        m->towers[i]->ran_backward = 0;
-    return m->backend->ops->stream_sync(m->backend, m->stream);
-}
-
 int tp_model_cost_count(const tp_model_t *m) {
     return m->ntowers > 0 ? m->towers[0]->ncosts : 0;
 }
@@ -952,18 +912,125 @@ const char *tp_model_cost_name(const tp_model_t *m, int i) {
     return m->towers[0]->cost_names[i];
 }
 
-tp_status_t tp_model_train_step(tp_model_t *m,
-                                const tp_tensor_t *const *inputs) {
-    TP_TRY(s_check_grads(m));
-    if (m->ntowers == 1 && m->towers[0]->fuse) {
-        /* nothing to reduce: update each variable as its gradient is final */
-        TP_TRY(s_run(m, 0, inputs[0], 1, 1));
-        return TP_OK;
+static tp_node_t *s_lookup(tp_tower_t *t, const char *name);
+
+/* Everything a run is told is checked before anything runs, so that a bad
+ * option leaves the model as it was. Cheap: a step with no cost name and no
+ * fetches costs a few compares here. */
+static tp_status_t s_check_run(tp_model_t *m, int tower, unsigned st,
+                               const tp_tensor_t *feeds, int nfeeds,
+                               const tp_fetch_t *fetches,
+                               int nfetches, const char *cost, int *k) {
+    /* a contiguous range: adding the lowest bit carries past the highest */
+    if (st & ~(unsigned)TP_RUN_TRAIN || ((st + (st & (0u - st))) & st) ||
+        ((st & TP_RUN_BACKWARD) && !(st & TP_RUN_FORWARD)))
+        return tp_error(TP_ERR_INVALID, "run: stages 0x%x: a run does a "
+                        "contiguous range of TP_RUN_FORWARD, TP_RUN_BACKWARD, "
+                        "TP_RUN_REDUCE, TP_RUN_UPDATE (in that order), with "
+                        "forward whenever backward", st);
+    int all = tower == TP_ALL_TOWERS;
+    if (all ? m->ntowers == 0 : !tp_model_tower_(m, tower))
+        return all ? tp_error(TP_ERR_INVALID, "run: TP_ALL_TOWERS but the "
+                              "model has no training towers")
+                   : s_bad_tower(m, tower);
+    if (tower == -1 && st != TP_RUN_FORWARD)
+        return tp_error(TP_ERR_INVALID, "infer: stages 0x%x: the inference "
+                        "graph only runs forward (TP_RUN_FORWARD)", st);
+    if (st & (TP_RUN_REDUCE | TP_RUN_UPDATE))
+        TP_TRY(s_check_grads(m));
+    tp_tower_t *t = all ? m->towers[0] : tp_model_tower_(m, tower);
+    *k = 0;
+    if (cost) {
+        if (m->ntowers == 0)
+            return tp_error(TP_ERR_NOT_FOUND, "run: no cost named '%s' (the "
+                            "model has no training towers)", cost);
+        *k = s_cost_index(m->towers[0], cost);
+        if (*k < 0)
+            return s_no_cost(m->towers[0], cost);
     }
-    for (int i = 0; i < m->ntowers; i++)
-        TP_TRY(tp_model_run(m, i, inputs[i]));
-    TP_TRY(tp_model_reduce(m));
-    return tp_model_apply(m);
+    if ((st & TP_RUN_BACKWARD) && *k == 0 && !t->cost && t->ncosts > 1)
+        return tp_error(TP_ERR_STATE, "%s has only named costs (%s, ...): name "
+                        "one in tp_run_opts_t.cost", t->name, t->cost_names[1]);
+    const char *who = all && m->ntowers > 1 ? "all towers" : t->name;
+    int want = (st & TP_RUN_FORWARD) ? (all ? m->ntowers : 1) * m->ninputs : 0;
+    if (nfeeds != want) {
+        if (!(st & TP_RUN_FORWARD))
+            return tp_error(TP_ERR_INVALID, "%s: %d feeds given to a run "
+                            "without TP_RUN_FORWARD (it reads none)", who,
+                            nfeeds);
+        return tp_error(TP_ERR_SHAPE, "%s: %d feeds, the model has %d inputs%s",
+                        who, nfeeds, m->ninputs,
+                        all && m->ntowers > 1 ? " per tower (TP_ALL_TOWERS "
+                        "takes every tower's, one after another)" : "");
+    }
+    if (nfeeds > 0 && !feeds)
+        return tp_error(TP_ERR_INVALID, "%s: %d feeds but no tensors", who,
+                        nfeeds);
+    if (nfetches < 0 || (nfetches > 0 && !fetches))
+        return tp_error(TP_ERR_INVALID, "%s: %d fetches at %p", t->name,
+                        nfetches, (const void *)fetches);
+    for (int i = 0; i < nfetches; i++)
+        if (!fetches[i].name || !s_lookup(t, fetches[i].name))
+            return tp_error(TP_ERR_NOT_FOUND, "%s: fetch %d: no output or node "
+                            "named '%s'", t->name, i,
+                            fetches[i].name ? fetches[i].name : "(null)");
+    return TP_OK;
+}
+
+static tp_status_t s_run_stages(tp_model_t *m, int tower, const tp_tensor_t *feeds,
+                                int nfeeds, tp_fetch_t *fetches, int nfetches,
+                                unsigned st, const char *cost, uint64_t *stage_ns) {
+    int k = 0;
+    TP_TRY(s_check_run(m, tower, st, feeds, nfeeds, fetches, nfetches, cost, &k));
+    int all = tower == TP_ALL_TOWERS;
+    if (all && st == TP_RUN_TRAIN && k == 0 && m->ntowers == 1 &&
+        m->towers[0]->fuse) {
+        /* nothing to reduce: update each variable as its gradient is final,
+         * while it is still in cache */
+        TP_TRY(s_run_cost(m, 0, feeds, 1, 1, 0));
+    } else {
+        uint64_t t0 = stage_ns ? tp_now_ns() : 0;
+        if (st & TP_RUN_FORWARD) {
+            int backward = (st & TP_RUN_BACKWARD) != 0;
+            for (int i = 0; i < (all ? m->ntowers : 1); i++)
+                TP_TRY(s_run_cost(m, all ? i : tower,
+                                  feeds ? feeds + i * m->ninputs : NULL,
+                                  backward, 0, k));
+        }
+        uint64_t t1 = stage_ns ? tp_now_ns() : 0;
+        if (stage_ns)
+            stage_ns[0] = t1 - t0;
+        if (st & TP_RUN_REDUCE)
+            TP_TRY(all ? s_reduce(m) : s_allreduce_tower(m, tower));
+        if (st & TP_RUN_UPDATE)
+            TP_TRY(all ? s_update_all(m, k) : s_apply_slice(m, tower, k));
+        if (stage_ns && (st & (TP_RUN_REDUCE | TP_RUN_UPDATE)))
+            stage_ns[1] = tp_now_ns() - t1;
+    }
+    for (int i = 0; i < nfetches; i++)
+        TP_TRY(tp_model_fetch(m, all ? 0 : tower, fetches[i].name,
+                              &fetches[i].value));
+    return TP_OK;
+}
+
+tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *feeds,
+                         int nfeeds, tp_fetch_t *fetches, int nfetches,
+                         const tp_run_opts_t *opts) {
+    if (!m)
+        return tp_error(TP_ERR_INVALID, "run: no model");
+    unsigned st = opts && opts->stages ? opts->stages : (unsigned)TP_RUN_TRAIN;
+    if (tower == 0 && m->ntowers == 1)
+        tower = TP_ALL_TOWERS; /* one tower: it is every tower */
+    uint64_t *stage_ns = opts ? opts->stage_ns : NULL;
+    if (stage_ns)
+        stage_ns[0] = stage_ns[1] = 0;
+    tp_status_t rc = s_run_stages(m, tower, feeds, nfeeds, fetches, nfetches,
+                                  st, opts ? opts->cost : NULL, stage_ns);
+    /* A tower that joins the collective and fails must not leave the
+     * others waiting for its contribution forever. */
+    if (rc < 0 && tower >= 0 && (st & TP_RUN_REDUCE) && m->comm)
+        m->backend->ops->comm_abort(m->backend, m->comm);
+    return rc;
 }
 
 /* ---- reading results ---------------------------------------------------- */

@@ -55,9 +55,9 @@ void tp_tower_pop_scope(tp_tower_t *t);
 /* The single-cost contract: the scalar the optimizer minimises. */
 tp_status_t tp_tower_set_cost(tp_tower_t *t, tp_node_t *cost);
 /* A further named cost (several costs: GAN-like trainers alternate them).
- * Its backward (tp_model_run_cost) reaches only the trainable variables
- * whose full names match the fnmatch pattern `var_pattern` (NULL: all), and
- * tp_model_apply_cost updates only those. "cost" names the main cost. A
+ * A run naming it (tp_run_opts_t.cost) reaches, in backward, only the
+ * trainable variables whose full names match the fnmatch pattern
+ * `var_pattern` (NULL: all), and updates only those. "cost" names the main cost. A
  * tower with named costs may leave the main cost unset. */
 tp_status_t tp_tower_add_cost(tp_tower_t *t, const char *name,
                               tp_node_t *cost, const char *var_pattern);
@@ -227,55 +227,76 @@ void tp_model_destroy(tp_model_t **self_p);
 int tp_model_tower_count(const tp_model_t *m);
 tp_backend_t *tp_model_backend(tp_model_t *m);
 
-/* Tower `tower` (-1: the inference graph) runs forward and, for training
- * towers, backward on its own batch. inputs[i] must match input desc i in
- * dtype and trailing dims, with 1..planned batch rows, all the same. The
- * tensors need not outlive the call (the CPU reads them in place, devices
- * copy them). Towers may run concurrently from different threads. */
-tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *inputs);
-/* Forward only (no gradients), in the tower's mode. */
-tp_status_t tp_model_forward(tp_model_t *m, int tower,
-                             const tp_tensor_t *inputs);
+/* ---- running a step ----------------------------------------------------- */
 
-/* Sum the towers' gradients into every tower (mean when averaging): one
- * caller drives all towers. */
-tp_status_t tp_model_allreduce(tp_model_t *m);
-/* The same as a collective: each tower's thread calls it with its index
- * after its tp_model_run; returns when all have contributed. */
-tp_status_t tp_model_allreduce_tower(tp_model_t *m, int tower);
-/* Make every waiting and later tp_model_allreduce_tower fail with
- * TP_ERR_INTERRUPTED (a tower failed; the others must not wait forever). */
-void tp_model_abort(tp_model_t *m);
-/* tp_model_allreduce_tower, then the optimizer's update of this tower's
- * slice of the shared variables (1/towers of them), on the calling tower's
- * thread: the update runs in parallel. When every tower has returned, call
- * tp_model_end_step once (instead of tp_model_apply). */
-tp_status_t tp_model_allreduce_apply_tower(tp_model_t *m, int tower);
-/* Close a step whose update the towers applied in slices: the optimizer's
- * step count advances and the gradients count as used. */
-tp_status_t tp_model_end_step(tp_model_t *m);
-/* Parameter-server style: sum (or mean) the gradients onto tower 0 only. */
-tp_status_t tp_model_reduce(tp_model_t *m);
-/* Apply tower 0's gradients to the shared variables with the optimizer.
- * Call it once per step, after every tower's all-reduce has returned and
- * before any tower starts its next run (runs read the variables). */
-tp_status_t tp_model_apply(tp_model_t *m);
-/* Forward, then backward from the named cost (NULL or "cost": the main
- * one) over that cost's variables only; the other variables' gradients are
- * left as they were (stale). All-reduce as usual, then apply with
- * tp_model_apply_cost of the same cost. TP_ERR_NOT_FOUND lists the costs. */
-tp_status_t tp_model_run_cost(tp_model_t *m, int tower, const char *cost,
-                              const tp_tensor_t *inputs);
-/* Apply tower 0's gradients of the named cost to its variables only (one
- * optimizer step). TP_ERR_STATE when the fresh gradients are another
- * cost's. */
-tp_status_t tp_model_apply_cost(tp_model_t *m, const char *cost);
+/* The stages of a step, in order. One run does a contiguous range of them,
+ * forward first whenever it includes backward: TP_RUN_FORWARD to evaluate,
+ * TP_RUN_TRAIN for a whole training step, and the shorter ranges for a
+ * trainer that runs towers on threads of their own (compute.md, "Running a
+ * step"). */
+enum {
+    TP_RUN_FORWARD = 1u << 0,  /* outputs and metrics, in the tower's mode */
+    TP_RUN_BACKWARD = 1u << 1, /* gradients of opts->cost (training towers) */
+    TP_RUN_REDUCE = 1u << 2,   /* the towers' gradients summed (the mean
+                                  when averaging) */
+    TP_RUN_UPDATE = 1u << 3,   /* the optimizer applies them to the shared
+                                  variables */
+    TP_RUN_GRADIENTS = TP_RUN_FORWARD | TP_RUN_BACKWARD,
+    TP_RUN_TRAIN = TP_RUN_FORWARD | TP_RUN_BACKWARD | TP_RUN_REDUCE |
+                   TP_RUN_UPDATE
+};
+
+/* The `tower` of a run over every training tower from the calling thread.
+ * In a one-tower model tower 0 means the same. */
+#define TP_ALL_TOWERS (-2)
+
+/* What a run does. Zeroed (or a NULL pointer): a whole training step of
+ * the main cost. */
+typedef struct tp_run_opts {
+    unsigned stages;  /* TP_RUN_* bits (0: TP_RUN_TRAIN) */
+    const char *cost; /* NULL or "cost": the main cost; else a name given
+                         to tp_tower_add_cost (backward and update reach
+                         only that cost's variables) */
+    uint64_t *stage_ns; /* NULL, or out [2]: nanoseconds of this run in
+                           forward+backward ([0]) and in reduce+update
+                           ([1]: waiting for the other towers included);
+                           two more clock reads, for a tower's counters */
+} tp_run_opts_t;
+
+/* A fetch: in, the name of an output, metric or node of the run's tower
+ * (tower 0 for TP_ALL_TOWERS); out, a borrowed view of its value with the
+ * step's batch size, valid until the next step (as tp_model_fetch). */
+typedef struct tp_fetch {
+    const char *name;
+    tp_tensor_t value;
+} tp_fetch_t;
+
+/* Run one step on `tower` (0..N-1, -1 the inference graph, TP_ALL_TOWERS):
+ * the one way to run a model. feeds: with TP_RUN_FORWARD, one tensor per
+ * input desc (for TP_ALL_TOWERS, tower i's at feeds[i * ninputs]), each
+ * matching its desc in dtype and trailing dims, 1..planned batch rows, all
+ * the same; they need not outlive the call (the CPU reads them in place,
+ * devices copy them); without it, none. Fetch names are checked before
+ * anything runs. Allocates nothing. What the stages mean for the tower:
+ *   one tower i of several, on that tower's thread (towers run
+ *   concurrently): TP_RUN_REDUCE joins the collective all-reduce (it returns
+ *   when every tower has contributed; a run that fails releases the others
+ *   with TP_ERR_INTERRUPTED, for good), TP_RUN_UPDATE then applies this
+ *   tower's slice (1/N) of the update; after every tower has, a run of
+ *   TP_RUN_UPDATE on TP_ALL_TOWERS closes the step.
+ *   TP_ALL_TOWERS: forward and backward tower by tower, TP_RUN_REDUCE sums
+ *   into tower 0, TP_RUN_UPDATE applies tower 0's gradients (a one-tower
+ *   TP_RUN_TRAIN updates each variable as soon as its gradient is final).
+ * Gradients are used once: reducing or updating without fresh ones is
+ * TP_ERR_STATE. A bad option, feed count or name is TP_ERR_INVALID,
+ * TP_ERR_SHAPE or TP_ERR_NOT_FOUND with a message naming it. */
+tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *feeds,
+                         int nfeeds, tp_fetch_t *fetches, int nfetches,
+                         const tp_run_opts_t *opts);
+
 /* Costs of the training towers: "cost" first, then tp_tower_add_cost's. */
 int tp_model_cost_count(const tp_model_t *m);
 const char *tp_model_cost_name(const tp_model_t *m, int i);
-/* run every tower on its batch (inputs[tower][input]), all-reduce, apply:
- * one whole training step from one thread. */
-tp_status_t tp_model_train_step(tp_model_t *m, const tp_tensor_t *const *inputs);
 
 /* A named output, metric or node of the last step of `tower` (-1:
  * inference) as a borrowed float/int view with the step's batch size; valid

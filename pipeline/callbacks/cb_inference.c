@@ -47,7 +47,8 @@ static tp_status_t runner_trigger_epoch(void *impl, tp_trainer_t *tr) {
         }
         tp_datapoint_views(dp, inputs, nc);
         double b = nc > 0 && inputs[0].ndim > 0 ? (double)inputs[0].shape[0] : 1;
-        rc = tp_model_forward(m, -1, inputs);
+        tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+        rc = tp_model_run(m, -1, inputs, nc, NULL, 0, &fwd);
         if (rc < 0) {
             tp_datapoint_destroy(&dp);
             return tp_error_wrap(rc, "InferenceRunner: batch %lld", (long long)batches);

@@ -7,9 +7,10 @@
  * runs forward and backward on its own batch and, in replicated mode, joins
  * the all-reduce of the gradients with the other towers (a collective: it
  * returns when all have contributed) and then applies the update to its
- * slice of the variables (TP_TOWERS_ALLREDUCE_APPLY; otherwise the trainer
- * applies it once, after every tower is done). A tower that fails aborts the
- * collective so the others do not wait for it. */
+ * slice of the variables (stages TP_RUN_TRAIN; otherwise the trainer
+ * applies it once, after every tower is done). All of it is one
+ * tp_model_run, which also releases the others' collective when the tower
+ * fails, so that they do not wait for it. */
 #include <czmq.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,13 +19,12 @@
 #include <towerpack/actor.h>  /* TP_HANDOFF_*: ThreadSanitizer hints */
 #include "pipeline/train/towers.h"
 
-#define MAX_INPUTS 16
+#define MAX_INPUTS 64
 
 typedef struct {
     tp_model_t *model;
     int index;
-    int ninputs;
-    int allreduce;
+    unsigned stages;
     tp_tower_meter_t *meter;
 } s_tower_args_t;
 
@@ -77,51 +77,22 @@ void tp_tower_meter_row(const tp_tower_meter_t *m, int index, tp_stats_row_t *ro
     row->queue_fill = -1;
 }
 
-/* Borrowed views of the batch's components, checked against the model. */
-static tp_status_t s_views(const s_tower_args_t *a, tp_datapoint_t *dp,
-                           tp_tensor_t *views) {
-    if (tp_datapoint_size(dp) != a->ninputs)
-        return tp_error(TP_ERR_SHAPE, "tower%d: the input gave %d components, "
-                        "the model has %d inputs", a->index,
-                        tp_datapoint_size(dp), a->ninputs);
-    tp_datapoint_views(dp, views, a->ninputs);
-    return TP_OK;
-}
-
-tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
-                             int allreduce, tp_datapoint_t *dp,
-                             tp_tower_meter_t *meter) {
-    s_tower_args_t a = {m, index, ninputs, allreduce, meter};
+tp_status_t tp_tower_compute(tp_model_t *m, int index, unsigned stages,
+                             tp_datapoint_t *dp, tp_tower_meter_t *meter) {
     tp_tensor_t views[MAX_INPUTS];
+    int n = tp_datapoint_size(dp);
+    tp_datapoint_views(dp, views, MAX_INPUTS);
+    /* The model checks the count against its inputs and names the tower;
+     * more components than views: no feeds, which it refuses too. The run
+     * times its stages, which splits the step into busy and blocked. */
+    uint64_t stage_ns[2] = {0, 0};
+    tp_run_opts_t o = {.stages = stages, .stage_ns = meter ? stage_ns : NULL};
     uint64_t t0 = meter ? tp_now_ns() : 0;
-    tp_status_t rc = s_views(&a, dp, views);
-    if (rc >= 0)
-        rc = tp_model_run(m, index, views);
-    uint64_t t1 = meter && allreduce ? tp_now_ns() : 0;
-    if (rc >= 0 && allreduce == TP_TOWERS_ALLREDUCE_APPLY)
-        rc = tp_model_allreduce_apply_tower(m, index);
-    else if (rc >= 0 && allreduce)
-        rc = tp_model_allreduce_tower(m, index);
+    tp_status_t rc = tp_model_run(m, index, n <= MAX_INPUTS ? views : NULL, n, NULL, 0, &o);
     if (meter) {
         uint64_t t2 = tp_now_ns();
-        s_meter_step(meter, t0, allreduce ? t1 : t2, t2);
-    }
-    return rc;
-}
-
-tp_status_t tp_tower_train_step(tp_model_t *m, int ninputs, tp_datapoint_t *dp,
-                                tp_tower_meter_t *meter) {
-    s_tower_args_t a = {m, 0, ninputs, 0, meter};
-    tp_tensor_t views[MAX_INPUTS];
-    uint64_t t0 = meter ? tp_now_ns() : 0;
-    tp_status_t rc = s_views(&a, dp, views);
-    if (rc >= 0) {
-        const tp_tensor_t *towers[1] = {views};
-        rc = tp_model_train_step(m, towers);
-    }
-    if (meter) {
-        uint64_t t2 = tp_now_ns();
-        s_meter_step(meter, t0, t2, t2);
+        uint64_t blocked = stage_ns[1] < t2 - t0 ? stage_ns[1] : t2 - t0;
+        s_meter_step(meter, t0, t2 - blocked, t2);
     }
     return rc;
 }
@@ -147,17 +118,14 @@ static void s_tower_actor(zsock_t *pipe, void *arg) {
          * trainer's thread: tell TSan what libzmq's handoff orders. */
         TP_HANDOFF_ACQUIRE(dp);
         TP_HANDOFF_ACQUIRE(a->model);
-        tp_status_t rc = tp_tower_compute(a->model, a->index, a->ninputs,
-                                          a->allreduce, dp, a->meter);
+        tp_status_t rc = tp_tower_compute(a->model, a->index, a->stages, dp, a->meter);
         tp_datapoint_destroy(&dp);
-        if (rc < 0 && a->allreduce)
-            tp_model_abort(a->model);  /* release the others' collective */
         TP_HANDOFF_RELEASE(a->model);
         zsock_send(pipe, "is", (int)rc, rc < 0 ? tp_last_error() : "");
     }
 }
 
-tp_towers_t *tp_towers_new(tp_model_t *m, int n, int ninputs, int allreduce) {
+tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages) {
     if (n < 1 || n > TP_TOWERS_MAX) {
         tp_error(TP_ERR_INVALID, "%d towers (1..%d)", n, TP_TOWERS_MAX);
         return NULL;
@@ -171,8 +139,7 @@ tp_towers_t *tp_towers_new(tp_model_t *m, int n, int ninputs, int allreduce) {
     self->n = n;
     for (int i = 0; i < n; i++) {
         tp_tower_meter_init(&self->meters[i]);  /* before its thread starts */
-        self->args[i] = (s_tower_args_t){m, i, ninputs, n > 1 ? allreduce : 0,
-                                         &self->meters[i]};
+        self->args[i] = (s_tower_args_t){m, i, stages, &self->meters[i]};
         self->actors[i] = zactor_new(s_tower_actor, &self->args[i]);
         if (!self->actors[i]) {
             tp_towers_destroy(&self);

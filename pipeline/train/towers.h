@@ -29,17 +29,12 @@ void tp_tower_meter_init(tp_tower_meter_t *m);
 /* Tower `index`'s row ("towerN") from its counters, as of now. */
 void tp_tower_meter_row(const tp_tower_meter_t *m, int index, tp_stats_row_t *row);
 
-/* What a tower does after its backward pass. */
-enum {
-    TP_TOWERS_NO_ALLREDUCE = 0,    /* nothing (the trainer reduces) */
-    TP_TOWERS_ALLREDUCE = 1,       /* joins the gradients' all-reduce */
-    TP_TOWERS_ALLREDUCE_APPLY = 2  /* ... then updates its slice of the
-                                      variables (tp_model_end_step after) */
-};
-
-/* One actor per tower of `m`; allreduce: one of the above (replicated
- * training all-reduces; with one tower there is nothing to reduce). */
-tp_towers_t *tp_towers_new(tp_model_t *m, int n, int ninputs, int allreduce);
+/* One actor per tower of `m`, each running `stages` (TP_RUN_* of
+ * tp_model_run) on its own batch: TP_RUN_GRADIENTS when the trainer reduces
+ * and updates, TP_RUN_FORWARD..TP_RUN_REDUCE to join the all-reduce too,
+ * TP_RUN_TRAIN to also update the tower's slice of the variables (the
+ * trainer closes the step with TP_RUN_UPDATE on TP_ALL_TOWERS). */
+tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages);
 void tp_towers_destroy(tp_towers_t **self_p);
 
 /* Run one step: batches[i] (taken) on tower i, all in parallel; returns
@@ -52,16 +47,11 @@ tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
  * returns how many. Any thread (the counters are the towers' own). */
 int tp_towers_stats(const tp_towers_t *self, tp_stats_row_t *rows, int max);
 
-/* Forward, backward and what `allreduce` says, for one tower on `dp`
- * (borrowed), on the calling thread, counted in `meter` (may be NULL). */
-tp_status_t tp_tower_compute(tp_model_t *m, int index, int ninputs,
-                             int allreduce, tp_datapoint_t *dp,
-                             tp_tower_meter_t *meter);
-
-/* One whole step of a one-tower model on `dp` (borrowed): forward,
- * backward and the update, fused where the model can; counted in `meter`
- * (may be NULL) as busy. */
-tp_status_t tp_tower_train_step(tp_model_t *m, int ninputs, tp_datapoint_t *dp,
-                                tp_tower_meter_t *meter);
+/* `stages` of tower `index` (TP_ALL_TOWERS: all, from this thread) on
+ * `dp` (borrowed), its components the feeds, on the calling thread;
+ * counted in `meter` (may be NULL): compute as busy, the all-reduce and the
+ * update as blocked. */
+tp_status_t tp_tower_compute(tp_model_t *m, int index, unsigned stages,
+                             tp_datapoint_t *dp, tp_tower_meter_t *meter);
 
 #endif

@@ -27,7 +27,6 @@ typedef struct {
     tp_trainer_kind_t kind;
     int towers;
     int64_t batch;
-    int ninputs;
     double watchdog_s;
     const tp_train_dist_t *dist;   /* NULL: one process */
     /* Counted on the trainer's thread, read there by the statistics
@@ -60,33 +59,32 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     t->taken += (uint64_t)t->towers;
     if (t->executors) {
         TP_TRY(tp_towers_step(t->executors, batches, t->watchdog_s));
-    } else if (t->dist) {
-        /* One tower per rank: its update waits for the ranks' mean. */
-        tp_status_t rc = tp_tower_compute(t->model, 0, t->ninputs, 0, batches[0],
-                                          &t->meter0);
-        tp_input_release(t->input, 0, &batches[0]);
-        TP_TRY(rc);
     } else {
         /* One tower: it runs on this thread (a hop to an actor would only
-         * add two thread wake-ups per step), and the whole step is the
-         * model's: with nothing to all-reduce it updates each variable as
-         * soon as its gradient is final, while it is still in cache (the
-         * same call the bare loop makes). */
-        tp_status_t rc = tp_tower_train_step(t->model, t->ninputs, batches[0],
-                                             &t->meter0);
+         * add two thread wake-ups per step), and with nothing to all-reduce
+         * the whole step is one run that updates each variable as soon as
+         * its gradient is final, while it is still in cache (the call a
+         * bare loop makes). Distributed, one tower per rank: its update
+         * waits for the ranks' mean. */
+        tp_status_t rc = tp_tower_compute(t->model, TP_ALL_TOWERS,
+                                          t->dist ? TP_RUN_GRADIENTS : TP_RUN_TRAIN,
+                                          batches[0], &t->meter0);
         tp_input_release(t->input, 0, &batches[0]);
         TP_TRY(rc);
     }
-    if (t->executors && t->kind == TP_TRAINER_REPLICATED && !t->dist) {
-        /* the towers applied the update, each to its slice */
-        TP_TRY(tp_model_end_step(t->model));
-    } else if (t->executors || t->dist) {
-        if (t->kind == TP_TRAINER_PARAMETER_SERVER)
-            TP_TRY(tp_model_reduce(t->model));  /* gathered onto tower 0 */
+    if (t->executors || t->dist) {
+        /* What the towers left: a replicated step whose slices they applied
+         * is closed by the update run; otherwise it reduces onto tower 0
+         * (parameter server) or takes the ranks' mean, then applies. */
+        tp_run_opts_t o = {.stages = TP_RUN_UPDATE};
+        if (t->kind == TP_TRAINER_PARAMETER_SERVER) {
+            tp_run_opts_t r = {.stages = TP_RUN_REDUCE};
+            TP_TRY(tp_model_run(t->model, TP_ALL_TOWERS, NULL, 0, NULL, 0, &r));
+        }
         if (t->dist)  /* data-parallel over processes: the ranks' mean */
             TP_TRY(t->dist->allreduce_grads(t->dist->ctx, t->model,
                                             tp_trainer_global_step(tr)));
-        TP_TRY(tp_model_apply(t->model));
+        TP_TRY(tp_model_run(t->model, TP_ALL_TOWERS, NULL, 0, NULL, 0, &o));
     }
     /* Fetched scalars: the mean over the towers. */
     for (int k = 0; k < tp_fetches_count(f); k++) {
@@ -338,7 +336,6 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     tp_input_set_watchdog(mt->input, mt->watchdog_s);
     mt->towers = cfg->towers;
     mt->batch = cfg->batch;
-    mt->ninputs = cfg->model->ninputs;
     mt->dist = cfg->dist;
     tr = tp_trainer_new(kind == TP_TRAINER_SIMPLE ? &s_simple_ops
                         : kind == TP_TRAINER_REPLICATED ? &s_replicated_ops
@@ -419,10 +416,11 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         goto out;
     tp_tower_meter_init(&mt->meter0);  /* the one tower, when it runs here */
     if (cfg->towers > 1 &&
-        !(mt->executors = tp_towers_new(mt->model, cfg->towers, cfg->model->ninputs,
-                                        kind != TP_TRAINER_REPLICATED ? TP_TOWERS_NO_ALLREDUCE
-                                        : cfg->dist ? TP_TOWERS_ALLREDUCE
-                                                    : TP_TOWERS_ALLREDUCE_APPLY))) {
+        !(mt->executors = tp_towers_new(mt->model, cfg->towers,
+                                        kind != TP_TRAINER_REPLICATED ? TP_RUN_GRADIENTS
+                                        : cfg->dist ? TP_RUN_FORWARD | TP_RUN_BACKWARD |
+                                                          TP_RUN_REDUCE
+                                                    : TP_RUN_TRAIN))) {
         rc = tp_error_wrap(TP_ERR_NOMEM, "tower executors");
         goto out;
     }

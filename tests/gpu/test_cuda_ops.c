@@ -837,8 +837,8 @@ static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
     static uint8_t x[4][16 * 144];
     static int32_t y[4][16];
     int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
-    tp_tensor_t in[4][2];
-    const tp_tensor_t *p[4];
+    tp_tensor_t in[4][2]; /* the towers' feeds, one after another */
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
     for (int s = 0; s < steps; s++) {
         for (int t = 0; t < towers; t++) {
             for (int i = 0; i < 16 * 144; i++)
@@ -847,10 +847,11 @@ static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
                 y[t][i] = (int32_t)(tp_rng_u64(&r) % 5);
             tp_tensor_init_wrap(&in[t][0], TP_UINT8, 3, xs, x[t], NULL, NULL);
             tp_tensor_init_wrap(&in[t][1], TP_INT32, 1, ys, y[t], NULL, NULL);
-            p[t] = in[t];
         }
-        cr_assert_eq(tp_model_train_step(mc, p), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_model_train_step(mg, p), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(mc, TP_ALL_TOWERS, in[0], 2 * towers, NULL, 0, NULL),
+                     TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(mg, TP_ALL_TOWERS, in[0], 2 * towers, NULL, 0, NULL),
+                     TP_OK, "%s", tp_last_error());
         /* one row's argmax may flip on a near-tie: 1/16 */
         cr_expect_float_eq(tp_model_metric_value(mg, 0, 0),
                            tp_model_metric_value(mc, 0, 0), 0.07,
@@ -871,8 +872,10 @@ static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
         free(h);
     }
     /* the inference graph on the trained weights */
-    cr_assert_eq(tp_model_forward(mc, -1, p[0]), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(tp_model_forward(mg, -1, p[0]), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(mc, -1, in[0], 2, NULL, 0, &fwd), TP_OK, "%s",
+                 tp_last_error());
+    cr_assert_eq(tp_model_run(mg, -1, in[0], 2, NULL, 0, &fwd), TP_OK, "%s",
+                 tp_last_error());
     cr_expect_float_eq(tp_model_metric_value(mg, -1, 0),
                        tp_model_metric_value(mc, -1, 0), 0.07);
     tp_model_destroy(&mg);
@@ -900,11 +903,11 @@ Test(cuda_step, a_smaller_last_batch_runs) {
     tp_tensor_t in[2];
     tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
     tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-    const tp_tensor_t *p[1] = {in};
-    cr_assert_eq(tp_model_train_step(m, p), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, 0, in, 2, NULL, 0, NULL), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, -1, in, 2, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
     y[3] = 7; /* a bad label fails the step naming the node */
-    cr_assert_lt(tp_model_train_step(m, p), 0);
+    cr_assert_lt(tp_model_run(m, 0, in, 2, NULL, 0, NULL), 0);
     cr_assert(strstr(tp_last_error(), "xent"), "%s", tp_last_error());
     tp_model_destroy(&m);
     tp_backend_destroy(&g);
@@ -949,8 +952,8 @@ Test(cuda_step, staged_batches_feed_the_model) {
         tp_tensor_t in[2];
         tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, hx, NULL, NULL);
         tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, hy, NULL, NULL);
-        const tp_tensor_t *p[1] = {in};
-        cr_assert_eq(tp_model_train_step(ma, p), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(ma, 0, in, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
         /* device-fed model: wait for the copies, then run on them */
         cr_assert_eq(tp_backend_stage_host_wait(g, sx[k]), TP_OK);
         cr_assert_eq(tp_backend_stage_host_wait(g, sy[k]), TP_OK);
@@ -958,7 +961,8 @@ Test(cuda_step, staged_batches_feed_the_model) {
                             tp_backend_stage_device(g, sx[k]), NULL, NULL);
         tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys,
                             tp_backend_stage_device(g, sy[k]), NULL, NULL);
-        cr_assert_eq(tp_model_train_step(mb, p), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(mb, 0, in, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
         cr_assert_eq(tp_backend_stage_release(g, sx[k], NULL), TP_OK);
         cr_assert_eq(tp_backend_stage_release(g, sy[k], NULL), TP_OK);
     }

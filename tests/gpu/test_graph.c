@@ -6,6 +6,13 @@
 #include <string.h>
 #include <towerpack/towerpack.h>
 
+/* tp_model_run with only its stages set (every model here has 2 inputs). */
+static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *in,
+                         unsigned stages) {
+    tp_run_opts_t o = {.stages = stages};
+    return tp_model_run(m, tower, in, in ? 2 : 0, NULL, 0, &o);
+}
+
 /* ---- XOR ------------------------------------------------------------------ */
 
 static tp_status_t s_xor(tp_tower_t *t, tp_node_t *const *in, void *u) {
@@ -39,13 +46,13 @@ Test(graph, tiny_mlp_learns_xor) {
     tp_tensor_t in[2];
     tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
     tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-    const tp_tensor_t *step_in[1] = {in};
     for (int i = 0; i < 300; i++)
-        cr_assert_eq(tp_model_train_step(m, step_in), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(m, 0, in, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
     tp_tensor_t cost;
     cr_assert_eq(tp_model_fetch(m, 0, "cost", &cost), TP_OK);
     cr_expect_lt(*(float *)cost.data, 0.05f, "XOR cost %f", *(float *)cost.data);
-    cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(m, -1, in, TP_RUN_FORWARD), TP_OK, "%s", tp_last_error());
     cr_expect_eq(tp_model_metric_count(m, -1), 1);
     cr_expect_str_eq(tp_model_metric_name(m, -1, 0), "accuracy");
     cr_expect_float_eq(tp_model_metric_value(m, -1, 0), 1.0f, 1e-6);
@@ -113,12 +120,11 @@ Test(graph, two_towers_match_one_tower_of_double_batch) {
         s_inputs(a, x, y, B);
         s_inputs(b, x + B * FEAT, y + B, B);
         s_inputs(full, x, y, 2 * B);
-        cr_assert_eq(tp_model_run(two, 0, a), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_model_run(two, 1, b), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_model_allreduce(two), TP_OK);
-        cr_assert_eq(tp_model_apply(two), TP_OK);
-        const tp_tensor_t *fin[1] = {full};
-        cr_assert_eq(tp_model_train_step(one, fin), TP_OK, "%s", tp_last_error());
+        tp_tensor_t ab[4] = {a[0], a[1], b[0], b[1]};
+        cr_assert_eq(tp_model_run(two, TP_ALL_TOWERS, ab, 4, NULL, 0, NULL), TP_OK,
+                     "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(one, 0, full, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
     }
     cr_assert_eq(tp_model_var_count(one), tp_model_var_count(two));
     for (int i = 0; i < tp_model_var_count(one); i++) {
@@ -144,14 +150,13 @@ typedef struct {
     int apply;  /* also update the tower's slice of the variables */
 } s_job_t;
 
+/* A tower's thread: forward, backward, the collective all-reduce and,
+ * with apply, its slice of the update: one run. */
 static void *s_tower_thread(void *arg) {
     s_job_t *j = arg;
-    j->rc = tp_model_run(j->m, j->tower, j->in);
-    if (j->rc == TP_OK)
-        j->rc = j->apply ? tp_model_allreduce_apply_tower(j->m, j->tower)
-                         : tp_model_allreduce_tower(j->m, j->tower);
-    else
-        tp_model_abort(j->m);
+    j->rc = s_run(j->m, j->tower, j->in,
+                  j->apply ? TP_RUN_TRAIN
+                           : TP_RUN_FORWARD | TP_RUN_BACKWARD | TP_RUN_REDUCE);
     return NULL;
 }
 
@@ -167,10 +172,10 @@ Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
         tp_tensor_t a[2], b[2];
         s_inputs(a, x, y, B);
         s_inputs(b, x + B * FEAT, y + B, B);
-        cr_assert_eq(tp_model_run(seq, 0, a), TP_OK);
-        cr_assert_eq(tp_model_run(seq, 1, b), TP_OK);
-        cr_assert_eq(tp_model_allreduce(seq), TP_OK);
-        cr_assert_eq(tp_model_apply(seq), TP_OK);
+        cr_assert_eq(s_run(seq, 0, a, TP_RUN_GRADIENTS), TP_OK);
+        cr_assert_eq(s_run(seq, 1, b, TP_RUN_GRADIENTS), TP_OK);
+        cr_assert_eq(s_run(seq, TP_ALL_TOWERS, NULL, TP_RUN_REDUCE | TP_RUN_UPDATE),
+                     TP_OK, "%s", tp_last_error());
         s_job_t jobs[2] = {{par, 0, a, 0, 0}, {par, 1, b, 0, 0}};
         pthread_t th[2];
         for (int i = 0; i < 2; i++)
@@ -184,7 +189,8 @@ Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
         cr_assert_eq(tp_model_grad(par, 0, "fc1/W", &g0), TP_OK);
         cr_assert_eq(tp_model_grad(par, 1, "fc1/W", &g1), TP_OK);
         cr_assert(tp_tensor_equal(&g0, &g1));
-        cr_assert_eq(tp_model_apply(par), TP_OK);
+        cr_assert_eq(s_run(par, TP_ALL_TOWERS, NULL, TP_RUN_UPDATE), TP_OK, "%s",
+                     tp_last_error());
     }
     for (int i = 0; i < tp_model_var_count(seq); i++) {
         tp_tensor_t v1, v2;
@@ -199,7 +205,8 @@ Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
 /* Three towers each updating their slice of the variables (uneven: the
  * variable count is not a multiple of 3) give exactly what one apply of
  * the all-reduced gradients gives, step after step (momentum slots too);
- * and a step whose slices were applied is closed by tp_model_end_step. */
+ * and a step whose slices were applied is closed by an update run on
+ * TP_ALL_TOWERS. */
 Test(graph, towers_applying_slices_match_one_apply) {
     enum { B = 4, T = 3 };
     tp_model_t *seq = s_new_mlp(T, B, NULL), *par = s_new_mlp(T, B, NULL);
@@ -210,10 +217,10 @@ Test(graph, towers_applying_slices_match_one_apply) {
         tp_tensor_t in[T][2];
         for (int i = 0; i < T; i++) {
             s_inputs(in[i], x + i * B * FEAT, y + i * B, B);
-            cr_assert_eq(tp_model_run(seq, i, in[i]), TP_OK);
+            cr_assert_eq(s_run(seq, i, in[i], TP_RUN_GRADIENTS), TP_OK);
         }
-        cr_assert_eq(tp_model_allreduce(seq), TP_OK);
-        cr_assert_eq(tp_model_apply(seq), TP_OK);
+        cr_assert_eq(s_run(seq, TP_ALL_TOWERS, NULL, TP_RUN_REDUCE | TP_RUN_UPDATE),
+                     TP_OK, "%s", tp_last_error());
         s_job_t jobs[T];
         pthread_t th[T];
         for (int i = 0; i < T; i++) {
@@ -224,8 +231,10 @@ Test(graph, towers_applying_slices_match_one_apply) {
             pthread_join(th[i], NULL);
         for (int i = 0; i < T; i++)
             cr_assert_eq(jobs[i].rc, TP_OK, "tower %d", i);
-        cr_assert_eq(tp_model_end_step(par), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_model_end_step(par), TP_ERR_STATE, "gradients are used once");
+        cr_assert_eq(s_run(par, TP_ALL_TOWERS, NULL, TP_RUN_UPDATE), TP_OK, "%s",
+                     tp_last_error());
+        cr_assert_eq(s_run(par, TP_ALL_TOWERS, NULL, TP_RUN_UPDATE), TP_ERR_STATE,
+                     "gradients are used once");
     }
     for (int i = 0; i < tp_model_var_count(seq); i++) {
         tp_tensor_t v1, v2;
@@ -244,9 +253,11 @@ Test(graph, aborted_collective_does_not_hang) {
     s_data(4, x, y, 9);
     tp_tensor_t in[2];
     s_inputs(in, x, y, 4);
-    cr_assert_eq(tp_model_run(m, 0, in), TP_OK);
-    tp_model_abort(m); /* tower 1 failed and will never contribute */
-    cr_expect_eq(tp_model_allreduce_tower(m, 0), TP_ERR_INTERRUPTED);
+    /* tower 1 fails (one feed of two) and will never contribute: its run
+     * releases the collective, which tower 0 would otherwise wait in */
+    tp_run_opts_t o = {.stages = TP_RUN_FORWARD | TP_RUN_BACKWARD | TP_RUN_REDUCE};
+    cr_expect_eq(tp_model_run(m, 1, in, 1, NULL, 0, &o), TP_ERR_SHAPE);
+    cr_expect_eq(tp_model_run(m, 0, in, 2, NULL, 0, &o), TP_ERR_INTERRUPTED);
     tp_model_destroy(&m);
 }
 
@@ -257,13 +268,13 @@ Test(graph, gradients_are_used_once) {
     s_data(4, x, y, 9);
     tp_tensor_t in[2];
     s_inputs(in, x, y, 4);
-    cr_expect_eq(tp_model_apply(m), TP_ERR_STATE);
-    cr_assert_eq(tp_model_forward(m, 0, in), TP_OK);
-    cr_expect_eq(tp_model_apply(m), TP_ERR_STATE);
-    cr_assert_eq(tp_model_run(m, 0, in), TP_OK);
-    cr_assert_eq(tp_model_forward(m, 0, in), TP_OK); /* leaves gradients */
-    cr_expect_eq(tp_model_apply(m), TP_OK);
-    cr_expect_eq(tp_model_apply(m), TP_ERR_STATE);
+    cr_expect_eq(s_run(m, 0, NULL, TP_RUN_UPDATE), TP_ERR_STATE);
+    cr_assert_eq(s_run(m, 0, in, TP_RUN_FORWARD), TP_OK);
+    cr_expect_eq(s_run(m, 0, NULL, TP_RUN_UPDATE), TP_ERR_STATE);
+    cr_assert_eq(s_run(m, 0, in, TP_RUN_GRADIENTS), TP_OK);
+    cr_assert_eq(s_run(m, 0, in, TP_RUN_FORWARD), TP_OK); /* leaves gradients */
+    cr_expect_eq(s_run(m, 0, NULL, TP_RUN_UPDATE), TP_OK);
+    cr_expect_eq(s_run(m, 0, NULL, TP_RUN_UPDATE), TP_ERR_STATE);
     cr_expect(strstr(tp_last_error(), "tower0") != NULL, "%s", tp_last_error());
     tp_model_destroy(&m);
 }
@@ -278,9 +289,8 @@ Test(graph, same_seed_same_result_with_dropout) {
         s_data(B, x, y, 50 + (uint64_t)s);
         tp_tensor_t in[2];
         s_inputs(in, x, y, B);
-        const tp_tensor_t *p[1] = {in};
-        cr_assert_eq(tp_model_train_step(m1, p), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_model_train_step(m2, p), TP_OK);
+        cr_assert_eq(s_run(m1, 0, in, TP_RUN_TRAIN), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(s_run(m2, 0, in, TP_RUN_TRAIN), TP_OK);
     }
     tp_tensor_t a, b;
     cr_assert_eq(tp_model_var(m1, "fc1/W", &a), TP_OK);
@@ -297,7 +307,7 @@ Test(graph, smaller_batch_than_planned) {
     s_data(5, x, y, 1);
     tp_tensor_t in[2];
     s_inputs(in, x, y, 5);
-    cr_assert_eq(tp_model_run(m, 0, in), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(m, 0, in, TP_RUN_GRADIENTS), TP_OK, "%s", tp_last_error());
     tp_tensor_t v;
     cr_assert_eq(tp_model_fetch(m, 0, "fc2/output", &v), TP_OK);
     cr_expect_eq(v.shape[0], 5);
@@ -305,13 +315,13 @@ Test(graph, smaller_batch_than_planned) {
     float big[17 * FEAT];
     int32_t ybig[17];
     s_inputs(in, big, ybig, 17);
-    cr_expect_eq(tp_model_run(m, 0, in), TP_ERR_SHAPE);
+    cr_expect_eq(s_run(m, 0, in, TP_RUN_GRADIENTS), TP_ERR_SHAPE);
     cr_expect(strstr(tp_last_error(), "planned") != NULL, "%s", tp_last_error());
     s_inputs(in, x, y, 5);
     in[1].dtype = TP_INT64;
-    cr_expect_eq(tp_model_run(m, 0, in), TP_ERR_SHAPE);
+    cr_expect_eq(s_run(m, 0, in, TP_RUN_GRADIENTS), TP_ERR_SHAPE);
     cr_expect(strstr(tp_last_error(), "'y'") != NULL, "%s", tp_last_error());
-    cr_expect_eq(tp_model_run(m, 3, in), TP_ERR_INVALID);
+    cr_expect_eq(s_run(m, 3, in, TP_RUN_GRADIENTS), TP_ERR_INVALID);
     tp_model_destroy(&m);
 }
 
@@ -454,14 +464,14 @@ Test(graph, cnn_towers_share_variables) {
     tp_tensor_t in[2];
     tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
     tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-    const tp_tensor_t *step[2] = {in, in};
+    tp_tensor_t step[4] = {in[0], in[1], in[0], in[1]}; /* both towers' */
     tp_tensor_t w0, w1;
     cr_assert_eq(tp_model_var(m, "conv2/W", &w0), TP_OK);
     float before = ((float *)w0.data)[0];
-    cr_assert_eq(tp_model_train_step(m, step), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, step, 4, NULL, 0, NULL), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_model_var(m, "conv2/W", &w1), TP_OK);
     cr_expect_neq(before, ((float *)w1.data)[0]);
-    cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(m, -1, in, TP_RUN_FORWARD), TP_OK, "%s", tp_last_error());
     cr_expect_gt(tp_model_memory(m), 0);
     tp_model_destroy(&m);
 }
@@ -473,10 +483,9 @@ Test(graph, per_op_profile) {
     s_data(8, x, y, 3);
     tp_tensor_t in[2];
     s_inputs(in, x, y, 8);
-    const tp_tensor_t *p[1] = {in};
     tp_model_set_profiling(m, 1);
-    cr_assert_eq(tp_model_train_step(m, p), TP_OK);
-    cr_assert_eq(tp_model_train_step(m, p), TP_OK);
+    cr_assert_eq(s_run(m, 0, in, TP_RUN_TRAIN), TP_OK);
+    cr_assert_eq(s_run(m, 0, in, TP_RUN_TRAIN), TP_OK);
     tp_op_profile_t pr[32];
     int n = tp_model_profile(m, 0, pr, 32);
     cr_assert_gt(n, 4);
@@ -493,7 +502,8 @@ Test(graph, per_op_profile) {
     tp_model_destroy(&m);
 }
 
-/* The fused update (one tower) is the same arithmetic as run + apply. */
+/* The fused update (one tower's TP_RUN_TRAIN) is the same arithmetic as
+ * gradients, then an update run. */
 Test(graph, fused_update_equals_run_then_apply) {
     int on = 1;
     tp_model_t *a = s_new_mlp(1, 8, &on), *b = s_new_mlp(1, 8, &on);
@@ -503,11 +513,9 @@ Test(graph, fused_update_equals_run_then_apply) {
         s_data(8, x, y, 20 + (uint64_t)s);
         tp_tensor_t in[2];
         s_inputs(in, x, y, 8);
-        const tp_tensor_t *p[1] = {in};
-        cr_assert_eq(tp_model_train_step(a, p), TP_OK);
-        cr_assert_eq(tp_model_run(b, 0, in), TP_OK);
-        cr_assert_eq(tp_model_allreduce(b), TP_OK);
-        cr_assert_eq(tp_model_apply(b), TP_OK);
+        cr_assert_eq(s_run(a, 0, in, TP_RUN_TRAIN), TP_OK);
+        cr_assert_eq(s_run(b, 0, in, TP_RUN_GRADIENTS), TP_OK);
+        cr_assert_eq(s_run(b, 0, NULL, TP_RUN_REDUCE | TP_RUN_UPDATE), TP_OK);
     }
     for (int i = 0; i < tp_model_var_count(a); i++) {
         tp_tensor_t va, vb;
@@ -531,13 +539,14 @@ Test(graph, steps_do_not_grow_the_heap) {
     tp_tensor_t a[2], b[2];
     s_inputs(a, x, y, 8);
     s_inputs(b, x + 8 * FEAT, y + 8, 8);
-    const tp_tensor_t *p[2] = {a, b};
-    cr_assert_eq(tp_model_train_step(m, p), TP_OK);
+    tp_tensor_t p[4] = {a[0], a[1], b[0], b[1]};
+    tp_fetch_t f = {.name = "cost"};
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, p, 4, &f, 1, NULL), TP_OK);
     struct mallinfo2 before = mallinfo2();
     for (int i = 0; i < 50; i++) {
-        cr_assert_eq(tp_model_train_step(m, p), TP_OK);
-        tp_tensor_t v;
-        cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
+        /* fetches included: a run allocates nothing */
+        cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, p, 4, &f, 1, NULL), TP_OK);
+        cr_assert_not_null(f.value.data);
     }
     struct mallinfo2 after = mallinfo2();
     cr_expect_eq(before.uordblks, after.uordblks);

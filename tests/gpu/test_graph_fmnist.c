@@ -93,7 +93,6 @@ Test(fmnist, mlp_one_epoch_reaches_085, .timeout = 240) {
     uint8_t *xb = malloc((size_t)EB * 784);
     int32_t *yb = malloc(EB * sizeof *yb);
     tp_tensor_t in[2];
-    const tp_tensor_t *step[1] = {in};
     for (size_t s = 0; s + B <= ntr; s += B) {
         for (int i = 0; i < B; i++) {
             memcpy(xb + (size_t)i * 784, xtr + (size_t)order[s + i] * 784, 784);
@@ -105,7 +104,7 @@ Test(fmnist, mlp_one_epoch_reaches_085, .timeout = 240) {
         /* a schedule: the learning rate decays linearly to 0 over the epoch */
         double lr = 2e-3 * (1.0 - (double)s / (double)ntr);
         cr_assert_eq(tp_model_set_hparam(m, "learning_rate", lr), TP_OK);
-        cr_assert_eq(tp_model_train_step(m, step), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(m, 0, in, 2, NULL, 0, NULL), TP_OK, "%s", tp_last_error());
     }
     double wrong = 0;
     for (size_t s = 0; s < nte; s += EB) {
@@ -116,7 +115,9 @@ Test(fmnist, mlp_one_epoch_reaches_085, .timeout = 240) {
         int64_t xs[3] = {n, 28, 28}, ys[1] = {n};
         tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, xb, NULL, NULL);
         tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, yb, NULL, NULL);
-        cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+        tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+        cr_assert_eq(tp_model_run(m, -1, in, 2, NULL, 0, &fwd), TP_OK, "%s",
+                     tp_last_error());
         wrong += tp_model_metric_value(m, -1, 0);
     }
     double acc = 1.0 - wrong / (double)nte;

@@ -10,6 +10,13 @@
 #include <string.h>
 #include <towerpack/towerpack.h>
 
+/* tp_model_run with only its stages set. */
+static tp_status_t s_run(tp_model_t *m, int tower, const tp_tensor_t *in,
+                         int nin, unsigned stages) {
+    tp_run_opts_t o = {.stages = stages};
+    return tp_model_run(m, tower, in, nin, NULL, 0, &o);
+}
+
 #define N 4
 #define CLASSES 3
 
@@ -45,7 +52,7 @@ static tp_optimizer_t *s_opt(void *u) {
 
 static float s_cost(tp_model_t *m, const tp_tensor_t *in, const tp_rng_t *r0) {
     *tp_model_tower_rng(m, 0) = *r0;
-    cr_assert_eq(tp_model_forward(m, 0, in), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(m, 0, in, 1, TP_RUN_FORWARD), TP_OK, "%s", tp_last_error());
     tp_tensor_t v;
     cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
     return *(float *)v.data;
@@ -64,7 +71,7 @@ static void s_check(fd_case_t *c, const char *what) {
     tp_tensor_t in;
     tp_tensor_init_wrap(&in, TP_INT32, 1, ls, labels, NULL, NULL);
     tp_rng_t r0 = *tp_model_tower_rng(m, 0);
-    cr_assert_eq(tp_model_run(m, 0, &in), TP_OK, "%s: %s", what, tp_last_error());
+    cr_assert_eq(s_run(m, 0, &in, 1, TP_RUN_GRADIENTS), TP_OK, "%s: %s", what, tp_last_error());
     const double eps = 1e-3;
     int checked = 0;
     for (int vi = 0; vi < tp_model_var_count(m); vi++) {
@@ -216,7 +223,7 @@ Test(ops_fwd, cast_accuracy_error_count) {
     tp_tensor_t in[2];
     tp_tensor_init_wrap(&in[0], TP_UINT8, 2, xs, x, NULL, NULL);
     tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-    cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(m, -1, in, 2, TP_RUN_FORWARD), TP_OK, "%s", tp_last_error());
     cr_expect_float_eq(tp_model_metric_value(m, -1, 0), 0.75f, 1e-6);
     cr_expect_float_eq(tp_model_metric_value(m, -1, 1), 1.0f, 1e-6);
     tp_tensor_t v;
@@ -225,7 +232,7 @@ Test(ops_fwd, cast_accuracy_error_count) {
     cr_expect_float_eq(((float *)v.data)[3], 100.0f, 1e-6);
     /* a label out of range fails the step, naming the node */
     y[2] = 3;
-    cr_expect_eq(tp_model_forward(m, -1, in), TP_ERR_INVALID);
+    cr_expect_eq(s_run(m, -1, in, 2, TP_RUN_FORWARD), TP_ERR_INVALID);
     cr_expect(strstr(tp_last_error(), "acc") != NULL, "%s", tp_last_error());
     tp_model_destroy(&m);
 }
@@ -268,7 +275,7 @@ static void s_cast_exact(void) {
         int64_t xs[2] = {CN, CL};
         tp_tensor_t in;
         tp_tensor_init_wrap(&in, TP_UINT8, 2, xs, x, NULL, NULL);
-        cr_assert_eq(tp_model_forward(m, -1, &in), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(s_run(m, -1, &in, 1, TP_RUN_FORWARD), TP_OK, "%s", tp_last_error());
         tp_tensor_t v;
         cr_assert_eq(tp_model_fetch(m, -1, "y", &v), TP_OK);
         const float *y = v.data;
@@ -308,7 +315,7 @@ Test(ops_fwd, batch_norm_moving_averages) {
     tp_tensor_t in[2];
     tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
     tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-    cr_assert_eq(tp_model_run(m, 0, in), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(m, 0, in, 2, TP_RUN_GRADIENTS), TP_OK, "%s", tp_last_error());
     tp_tensor_t mm, mv, out;
     cr_assert_eq(tp_model_var(m, "bn/mean/EMA", &mm), TP_OK);
     cr_assert_eq(tp_model_var(m, "bn/variance/EMA", &mv), TP_OK);
@@ -321,7 +328,7 @@ Test(ops_fwd, batch_norm_moving_averages) {
     for (int i = 0; i < 4; i++)
         s += ((float *)out.data)[2 * i];
     cr_expect(fabsf(s) < 1e-4f);
-    cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(m, -1, in, 2, TP_RUN_FORWARD), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_model_fetch(m, -1, "y", &out), TP_OK);
     float want = (1.0f - ((float *)mm.data)[0]) /
                  sqrtf(((float *)mv.data)[0] + 1e-5f);
@@ -357,7 +364,7 @@ Test(ops_bwd, softmax_xent_accumulates_when_its_logits_feed_two_costs) {
         cfg.seed = 11;
         m[k] = tp_model_new(&md, &cfg);
         cr_assert_not_null(m[k], "%s", tp_last_error());
-        cr_assert_eq(tp_model_run(m[k], 0, &in), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(s_run(m[k], 0, &in, 1, TP_RUN_GRADIENTS), TP_OK, "%s", tp_last_error());
     }
     int compared = 0;
     for (int vi = 0; vi < tp_model_var_count(m[0]); vi++) {

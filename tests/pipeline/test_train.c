@@ -208,7 +208,7 @@ Test(train, dummy_input_and_a_wrong_input_shape) {
     c.dataflow = tp_df_select_component(s_blobs(32, 0, 0), idx, 1);
     c.default_callbacks = 0;
     cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_ERR_SHAPE);
-    cr_assert(strstr(tp_last_error(), "tower0: the input gave 1 components, the model has 2 inputs"),
+    cr_assert(strstr(tp_last_error(), "tower0: 1 feeds, the model has 2 inputs"),
               "%s", tp_last_error());
 }
 
@@ -233,7 +233,9 @@ Test(train, inference_runner_matches_a_separate_evaluation) {
     while (tp_dataflow_next(val, &dp) == TP_OK) {
         tp_tensor_t in[2];
         tp_datapoint_views(dp, in, 2);
-        cr_assert_eq(tp_model_forward(m, -1, in), TP_OK, "%s", tp_last_error());
+        tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+        cr_assert_eq(tp_model_run(m, -1, in, 2, NULL, 0, &fwd), TP_OK, "%s",
+                     tp_last_error());
         tp_tensor_t acc;
         cr_assert_eq(tp_model_fetch(m, -1, "accuracy", &acc), TP_OK);
         correct += ((const float *)acc.data)[0] * (double)in[0].shape[0];

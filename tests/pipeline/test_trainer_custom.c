@@ -102,6 +102,13 @@ static void s_assert_moved(tp_model_t *m, const s_snap_t *s, const char *group) 
     }
 }
 
+/* tp_model_run of `stages` and `cost` on tower 0 (the models have 2 inputs). */
+static tp_status_t s_run(tp_model_t *m, const tp_tensor_t *views, unsigned stages,
+                         const char *cost) {
+    tp_run_opts_t o = {.stages = stages, .cost = cost};
+    return tp_model_run(m, 0, views, views ? 2 : 0, NULL, 0, &o);
+}
+
 Test(custom, named_cost_gradients_match_the_single_cost_graph) {
     tp_model_t *ref = s_model(&s_single), *two = s_model(&s_double);
     cr_assert_eq(tp_model_cost_count(two), 3);
@@ -111,9 +118,9 @@ Test(custom, named_cost_gradients_match_the_single_cost_graph) {
     tp_datapoint_t *dp = NULL;
     tp_tensor_t views[2];
     s_batch(df, &dp, views);
-    cr_assert_eq(tp_model_run(ref, 0, views), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(ref, views, TP_RUN_GRADIENTS, NULL), TP_OK, "%s", tp_last_error());
     /* cost_a's backward over the a group: the same gradients as the full backward */
-    cr_assert_eq(tp_model_run_cost(two, 0, "cost_a", views), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(two, views, TP_RUN_GRADIENTS, "cost_a"), TP_OK, "%s", tp_last_error());
     const char *avars[] = {"a/fc0/W", "a/fc0/b"};
     for (int k = 0; k < 2; k++) {
         tp_tensor_t g1, g2;
@@ -128,7 +135,7 @@ Test(custom, named_cost_gradients_match_the_single_cost_graph) {
         cr_assert_gt(norm, 0, "%s has no gradient", avars[k]);
     }
     /* cost_b over the b group: the cross-entropy's gradient plus the decay's */
-    cr_assert_eq(tp_model_run_cost(two, 0, "cost_b", views), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(s_run(two, views, TP_RUN_GRADIENTS, "cost_b"), TP_OK, "%s", tp_last_error());
     tp_tensor_t g1, g2, w;
     cr_assert_eq(tp_model_grad(ref, 0, "b/fc1/W", &g1), TP_OK);
     cr_assert_eq(tp_model_grad(two, 0, "b/fc1/W", &g2), TP_OK);
@@ -149,24 +156,27 @@ Test(custom, apply_moves_only_the_costs_variables_and_misuse_is_named) {
     tp_datapoint_t *dp = NULL;
     tp_tensor_t views[2];
     s_batch(df, &dp, views);
-    /* no main cost: the single-cost calls say what to do instead */
-    cr_assert_eq(tp_model_run(m, 0, views), TP_ERR_STATE);
-    cr_assert(strstr(tp_last_error(), "tp_model_run_cost"), "%s", tp_last_error());
-    cr_assert_eq(tp_model_run_cost(m, 0, "cost_c", views), TP_ERR_NOT_FOUND);
+    /* no main cost: a run of it says what to do instead */
+    cr_assert_eq(s_run(m, views, TP_RUN_GRADIENTS, NULL), TP_ERR_STATE);
+    cr_assert(strstr(tp_last_error(), "tp_run_opts_t.cost"), "%s", tp_last_error());
+    cr_assert_eq(s_run(m, views, TP_RUN_GRADIENTS, "cost_c"), TP_ERR_NOT_FOUND);
     cr_assert(strstr(tp_last_error(), "'cost_a'") && strstr(tp_last_error(), "'cost_b'"),
               "%s", tp_last_error());
     s_snap_t s;
     for (int round = 0; round < 2; round++) {
         const char *cost = round ? "cost_b" : "cost_a";
         s_snap_take(m, &s);
-        cr_assert_eq(tp_model_run_cost(m, 0, cost, views), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_model_apply_cost(m, round ? "cost_a" : "cost_b"), TP_ERR_STATE);
-        cr_assert_eq(tp_model_apply(m), TP_ERR_STATE);
-        cr_assert_eq(tp_model_apply_cost(m, cost), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(s_run(m, views, TP_RUN_GRADIENTS, cost), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(s_run(m, NULL, TP_RUN_UPDATE, round ? "cost_a" : "cost_b"),
+                     TP_ERR_STATE);
+        cr_assert(strstr(tp_last_error(), cost), "%s", tp_last_error());
+        cr_assert_eq(s_run(m, NULL, TP_RUN_UPDATE, NULL), TP_ERR_STATE);
+        cr_assert_eq(s_run(m, NULL, TP_RUN_REDUCE | TP_RUN_UPDATE, cost), TP_OK, "%s",
+                     tp_last_error());
         s_assert_moved(m, &s, round ? "b/" : "a/");
         s_snap_free(&s);
         /* the gradients are used once */
-        cr_assert_eq(tp_model_apply_cost(m, cost), TP_ERR_STATE);
+        cr_assert_eq(s_run(m, NULL, TP_RUN_UPDATE, cost), TP_ERR_STATE);
     }
     tp_datapoint_destroy(&dp);
     tp_dataflow_destroy(&df);
@@ -207,10 +217,9 @@ static tp_status_t alt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     TP_TRY(tp_input_next(a->input, 0, &dp));
     tp_tensor_t views[2];
     tp_datapoint_views(dp, views, 2);
-    tp_status_t rc = tp_model_run_cost(a->model, 0, s_costs[which], views);
+    tp_status_t rc = s_run(a->model, views, TP_RUN_TRAIN, s_costs[which]);
     tp_input_release(a->input, 0, &dp);
     TP_TRY(rc);
-    TP_TRY(tp_model_apply_cost(a->model, s_costs[which]));
     a->ran[which]++;
     for (int k = 0; k < tp_fetches_count(f); k++) {
         tp_tensor_t v;

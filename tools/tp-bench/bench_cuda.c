@@ -126,7 +126,7 @@ static int s_gemm_mode(int argc, char **argv) {
     int32_t *y = malloc((size_t)batch * sizeof *y);
     tp_tensor_t in[2];
     s_batch(batch, x, y, in);
-    const tp_tensor_t *p[1] = {in};
+    tp_tensor_t *p = in; /* one tower's feeds */
     /* the products of one step, row-major (m, n, k, ta, tb): forward
      * x@W0, h0@W1, h1@W2; backward dW2, dh1, dW1, dh0, dW0 (the input needs
      * no gradient) */
@@ -155,14 +155,14 @@ static int s_gemm_mode(int argc, char **argv) {
     tp_backend_fill(b, s, gb, 0.02f, maxe);
     double step_s[99], ref_s[99], ratio[99];
     for (int w = 0; w < 5; w++)
-        if (tp_model_train_step(m, p) < 0) {
+        if (tp_model_run(m, 0, p, 2, NULL, 0, NULL) < 0) {
             fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
             return 1;
         }
     for (int r = 0; r < rounds; r++) {
         double t0 = tp_now_s();
         for (int i = 0; i < iters; i++)
-            if (tp_model_train_step(m, p) < 0) {
+            if (tp_model_run(m, 0, p, 2, NULL, 0, NULL) < 0) {
                 fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
                 return 1;
             }
@@ -259,15 +259,15 @@ static int s_steps_mode(int argc, char **argv) {
     int32_t *y = malloc((size_t)batch * sizeof *y);
     tp_tensor_t in[2];
     s_batch(batch, x, y, in);
-    const tp_tensor_t *p[8];
+    tp_tensor_t p[8 * 2]; /* every tower's feeds, one after another */
     for (int t = 0; t < towers; t++)
-        p[t] = in;
+        p[2 * t] = in[0], p[2 * t + 1] = in[1];
     int warm = steps / 10;
     double t0 = 0;
     for (int i = 0; i < steps + warm; i++) {
         if (i == warm)
             t0 = tp_now_s();
-        if (tp_model_train_step(m, p) < 0) {
+        if (tp_model_run(m, TP_ALL_TOWERS, p, 2 * towers, NULL, 0, NULL) < 0) {
             fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
             return 1;
         }
@@ -279,7 +279,7 @@ static int s_steps_mode(int argc, char **argv) {
          * overhead, which bounds how busy the GPU can be */
         tp_model_set_profiling(m, 1);
         for (int i = 0; i < 50; i++)
-            if (tp_model_train_step(m, p) < 0)
+            if (tp_model_run(m, TP_ALL_TOWERS, p, 2 * towers, NULL, 0, NULL) < 0)
                 return 1;
         tp_op_profile_t pr[256];
         int n = tp_model_profile(m, 0, pr, 256);

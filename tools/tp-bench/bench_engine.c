@@ -2,7 +2,7 @@
  *
  * Three runs of the same tiny model (an MLP 784-64-10 on 28x28 uint8
  * images, batch 128, one BLAS thread) for the same number of steps:
- *   bare     a C loop calling tp_model_train_step on batches already in
+ *   bare     a C loop calling tp_model_run (a training step) on batches already in
  *            memory: the reference;
  *   engine   launch_train_with_config on the same in-memory batches, with
  *            ProgressBar, JSONWriter and the other default callbacks;
@@ -108,8 +108,7 @@ static double s_bare(const tp_model_desc_t *desc, int64_t batch, int64_t steps) 
         tp_datapoint_t *dp = s_batches[s % NBATCH];
         tp_tensor_t in[2];
         tp_datapoint_views(dp, in, 2);
-        const tp_tensor_t *towers[1] = {in};
-        if (tp_model_train_step(m, towers) != TP_OK) {
+        if (tp_model_run(m, 0, in, 2, NULL, 0, NULL) != TP_OK) {
             tp_model_destroy(&m);
             return -1;
         }

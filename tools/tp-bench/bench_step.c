@@ -133,18 +133,17 @@ int tp_bench_step(int argc, char **argv) {
     tp_tensor_t in[2];
     tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
     tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-    const tp_tensor_t *step_in[1] = {in};
 
     static double t_step[1000], t_ref[1000], t_ratio[1000];
     for (int warm = 0; warm < 20; warm++)
-        if (tp_model_train_step(m, step_in) < 0) {
+        if (tp_model_run(m, 0, in, 2, NULL, 0, NULL) < 0) {
             fprintf(stderr, "tp-bench step: %s\n", tp_last_error());
             return 1;
         }
     for (int rd = 0; rd < rounds; rd++) {
         uint64_t t0 = tp_now_ns();
         for (int i = 0; i < iters; i++)
-            tp_model_train_step(m, step_in);
+            tp_model_run(m, 0, in, 2, NULL, 0, NULL);
         uint64_t t1 = tp_now_ns();
         for (int i = 0; i < iters; i++) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, D, 1.0f,
@@ -186,22 +185,21 @@ int tp_bench_step(int argc, char **argv) {
         tp_tensor_t cin[2];
         tp_tensor_init_wrap(&cin[0], TP_UINT8, 3, is, img, NULL, NULL);
         cin[1] = in[1];
-        const tp_tensor_t *cstep[1] = {cin};
-        tp_model_train_step(cm, cstep);
+        tp_model_run(cm, 0, cin, 2, NULL, 0, NULL);
         int citers = 3;
         double tc[5];
         int crounds = 5;
         for (int rd = 0; rd < crounds; rd++) {
             uint64_t t0 = tp_now_ns();
             for (int i = 0; i < citers; i++)
-                tp_model_train_step(cm, cstep);
+                tp_model_run(cm, 0, cin, 2, NULL, 0, NULL);
             tc[rd] = (double)(tp_now_ns() - t0) / citers / 1e6;
         }
         cnn_ms = s_min(tc, crounds);
         if (profile && !json) {
             tp_model_set_profiling(cm, 1);
             for (int i = 0; i < citers; i++)
-                tp_model_train_step(cm, cstep);
+                tp_model_run(cm, 0, cin, 2, NULL, 0, NULL);
             tp_op_profile_t pr[64];
             int np = tp_model_profile(cm, 0, pr, 64);
             printf("CNN per-op time (ms per step):\n");
