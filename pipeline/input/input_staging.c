@@ -57,7 +57,7 @@ struct s_stage {
     int fill_at, take_at;     /* ring positions */
     int ahead;                /* slots filling or ready: at most nr_stage */
     uint64_t staged;
-    uint64_t busy_ns, starved_ns, waited_ns;
+    uint64_t busy_ns, starved_ns, blocked_ns, waited_ns;
 };
 
 struct s_staging {
@@ -145,12 +145,18 @@ static void *s_stage_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     for (;;) {
         /* Wait for a free slot and this tower's turn at the inner input. */
+        /* Waiting for a free slot is being blocked by the tower (its
+         * stages are full); waiting for the turn is waiting for input. */
         uint64_t w0 = tp_now_ns();
+        int full = st->slots[st->fill_at].state != SLOT_FREE || st->ahead >= s->nr_stage;
         while (!s->stop && s->err >= 0 &&
                (st->slots[st->fill_at].state != SLOT_FREE || st->ahead >= s->nr_stage ||
                 s->turn % s->towers != st->tower))
             pthread_cond_wait(&s->cv, &s->mu);
-        st->starved_ns += tp_now_ns() - w0;
+        if (full)
+            st->blocked_ns += tp_now_ns() - w0;
+        else
+            st->starved_ns += tp_now_ns() - w0;
         if (s->stop || s->err < 0)
             break;
         s_slot_t *slot = &st->slots[st->fill_at];
@@ -348,7 +354,8 @@ static void st_set_watchdog(void *impl, double seconds) {
 }
 
 /* A stage's row: batches staged, time copying (busy), time waiting for
- * the inner input or a free slot (starved), staged slots over nr_stage. */
+ * the inner input or its turn at it (starved), time waiting for the tower
+ * to free a slot (blocked), staged slots over nr_stage. */
 static void st_row(s_staging_t *s, int tower, tp_stats_row_t *row) {
     s_stage_t *st = &s->stages[tower];
     memset(row, 0, sizeof *row);
@@ -361,7 +368,7 @@ static void st_row(s_staging_t *s, int tower, tp_stats_row_t *row) {
     row->msgs_out = st->staged;
     row->busy_s = (double)st->busy_ns * 1e-9;
     row->starved_s = (double)st->starved_ns * 1e-9;
-    row->blocked_s = 0;
+    row->blocked_s = (double)st->blocked_ns * 1e-9;
     row->alive_s = tp_now_s() - s->t_start;
     row->queue_fill = (double)ready / (double)s->nr_stage;
     pthread_mutex_unlock(&s->mu);

@@ -100,6 +100,19 @@ Test(input_stats, staging_input_adds_a_row_per_stage_after_its_inner_inputs) {
     cr_assert_geq(rows[1].msgs_out, 30, "tower0's stage: %llu", (unsigned long long)rows[1].msgs_out);
     cr_assert_geq(rows[2].msgs_out, 30);
     cr_assert_gt(rows[1].msgs_out, staged0, "the count grows");
+    /* Nobody takes for a while: once tower0's stage is full it waits for a
+     * free slot, which is being blocked by the tower, not starved. */
+    double blocked0 = rows[1].blocked_s;
+    for (int i = 0; i < 3000 && rows[1].queue_fill < 1.0; i++) {
+        usleep(10000);
+        cr_assert_eq(tp_input_stats(in, rows, 8), 3);
+    }
+    cr_assert_geq(rows[1].queue_fill, 1.0, "tower0's stage never filled");
+    usleep(50000);
+    s_take(in, 2, 2);  /* ends the wait, which is then counted */
+    cr_assert_eq(tp_input_stats(in, rows, 8), 3);
+    cr_assert_gt(rows[1].blocked_s, blocked0 + 0.04, "a full stage is blocked: %.3f s",
+                 rows[1].blocked_s - blocked0);
     /* too little room: the inner input's row first, then as many stages as fit */
     cr_assert_eq(tp_input_stats(in, rows, 2), 2);
     cr_assert_str_eq(rows[1].name, "StagingInput/tower0");
