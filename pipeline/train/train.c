@@ -30,9 +30,10 @@ typedef struct {
     double watchdog_s;
     const tp_train_dist_t *dist;   /* NULL: one process */
     /* Counted on the trainer's thread, read there by the statistics
-     * callback: batches taken, time spent waiting for them, and the one
-     * tower's counters when it runs on this thread (no executors). */
-    uint64_t taken, input_wait_ns;
+     * callback: batches taken, time spent waiting for them and for the
+     * tower actors, and the one tower's counters when it runs on this
+     * thread (no executors). */
+    uint64_t taken, input_wait_ns, towers_wait_ns;
     tp_tower_meter_t meter0;
 } s_mt_t;
 
@@ -58,7 +59,11 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     t->input_wait_ns += tp_now_ns() - w0;
     t->taken += (uint64_t)t->towers;
     if (t->executors) {
-        TP_TRY(tp_towers_step(t->executors, batches, t->watchdog_s));
+        /* The towers compute, the trainer waits: blocked on them. */
+        uint64_t s0 = tp_now_ns();
+        tp_status_t rc = tp_towers_step(t->executors, batches, t->watchdog_s);
+        t->towers_wait_ns += tp_now_ns() - s0;
+        TP_TRY(rc);
     } else {
         /* One tower: it runs on this thread (a hop to an actor would only
          * add two thread wake-ups per step), and with nothing to all-reduce
@@ -176,7 +181,9 @@ static void s_rows_publish(s_statscb_t *sc) {
     tr->state = TP_ACTOR_RUNNING;
     tr->msgs_in = mt->taken;
     tr->starved_s = (double)mt->input_wait_ns * 1e-9;
-    tr->busy_s = alive > tr->starved_s ? alive - tr->starved_s : 0;
+    tr->blocked_s = (double)mt->towers_wait_ns * 1e-9;  /* waiting for tower actors */
+    double idle = tr->starved_s + tr->blocked_s;
+    tr->busy_s = alive > idle ? alive - idle : 0;
     tr->alive_s = alive;
     tr->queue_fill = -1;  /* the input's rows show their queues */
     if (mt->executors)

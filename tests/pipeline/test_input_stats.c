@@ -371,6 +371,11 @@ static void s_published_case(int towers) {
         cr_assert_gt(t->busy_s, 0, "%s busy", name);
         cr_assert_gt(t->starved_s, 0, "%s waited for its batches (the slow input)", name);
     }
+    /* with tower actors the trainer waits for them: blocked, not busy */
+    if (towers > 1)
+        cr_assert_gt(tr->blocked_s, 0, "the trainer's wait for its towers");
+    else
+        cr_assert_eq(tr->blocked_s, 0, "one tower runs on the trainer's thread");
     cr_assert_null(s_find(snap.rows, snap.nrows, "QueueInput"), "no invented rows");
     tp_stats_snapshot_fini(&snap);
 }
