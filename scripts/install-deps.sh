@@ -16,12 +16,18 @@ packages=(
   liblz4-dev liblmdb-dev
   # JSON (safetensors headers, stats.json): jansson, see docs/building.md
   libjansson-dev
+  # TensorBoard event files: protobuf-c encodes the messages, protoc-c
+  # compiles their .proto at build time
+  libprotobuf-c-dev protobuf-c-compiler
   # gzip'd IDX files, checksums
   zlib1g-dev
   # CPU backend
   libopenblas-dev
   # tests; the API reference (scripts/api-docs.sh, checked by a test)
   libcriterion-dev doxygen
+  # the event-file test's reader: Python's protobuf with the schema compiled
+  # by protoc, crcmod's CRC32C
+  python3-protobuf protobuf-compiler python3-crcmod
   # distributed training (optional: without it the MPI module is not built)
   openmpi-bin libopenmpi-dev
   # hardening (scripts/fuzz.sh, scripts/valgrind.sh): libFuzzer needs clang

@@ -69,6 +69,13 @@ tp_callback_t *tp_cb_enable_if(tp_callback_t *cb, tp_cb_pred_fn pred, void *arg)
 tp_callback_t *tp_cb_json_writer(void);
 /* ScalarPrinter: logs every scalar at the end of each epoch. */
 tp_callback_t *tp_cb_scalar_printer(void);
+/* TFEventWriter: DIR/events.out.tfevents.<secs>.<hostname>, TensorBoard's
+ * event file (TFRecord framing, masked CRC32C). Every scalar put goes in
+ * as a simple_value at the global step it was put at; `hparams` (copied;
+ * NULL: none) once as the text summary "hparams" before training. Written
+ * after each epoch and at least every 2 s while scalars arrive; a killed
+ * run leaves whole records and at most one partial tail. Chief only. */
+tp_callback_t *tp_cb_tfevent_writer(const char *hparams);
 
 /* ---- progress and time ------------------------------------------------------ */
 

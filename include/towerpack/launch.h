@@ -201,6 +201,13 @@ typedef struct tp_train_config {
                                       report, CheckNumerics, JSONWriter,
                                       ScalarPrinter (default 1) */
     const char *progress_names;    /* fetched every step ("cost") */
+    int tensorboard;               /* with default_callbacks and a logdir:
+                                      TFEventWriter next to JSONWriter
+                                      (default 1) */
+    const char *hparams;           /* the run's hyper-parameters as text
+                                      (key=value lines), written once to
+                                      the event file as "hparams"; NULL:
+                                      none. Not taken. */
 
     tp_dataflow_t *validation;     /* taken: InferenceRunner (ScalarStats of
                                       every metric) on it */

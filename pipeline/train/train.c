@@ -261,6 +261,7 @@ void tp_train_config_init(tp_train_config_t *cfg) {
     cfg->seed = 1;
     cfg->default_callbacks = 1;
     cfg->progress_names = "cost";
+    cfg->tensorboard = 1;
     cfg->save_checkpoints = 1;
     cfg->starting_epoch = 1;
     cfg->watchdog_s = 10;
@@ -483,6 +484,9 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     }
     if (cfg->default_callbacks) {
         if (cfg->logdir && (rc = s_add(tr, tp_cb_json_writer())) < 0)
+            goto out;
+        if (cfg->logdir && cfg->tensorboard &&
+            (rc = s_add(tr, tp_cb_tfevent_writer(cfg->hparams))) < 0)
             goto out;
         if ((rc = s_add(tr, tp_cb_scalar_printer())) < 0)
             goto out;

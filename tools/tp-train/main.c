@@ -41,7 +41,7 @@
 typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
     const char *spec, *test_spec, *stats, *remote, *curve;
-    int public_bind;
+    int public_bind, no_tensorboard;
     int epochs, batch, towers, workers, threads, resume, augment;
     double lr;
     int64_t steps_per_epoch, seed;
@@ -85,6 +85,8 @@ static void s_usage(FILE *out) {
 "  --resume             continue the run in --logdir from its latest\n"
 "                       checkpoint, up to --epochs\n"
 "  --seed N             default 1\n"
+"  --no-tensorboard     write no TensorBoard event file (by default\n"
+"                       LOGDIR/events.out.tfevents.*: tensorboard --logdir DIR)\n"
 "  --stats ENDPOINT     statistics for tp-top: ipc (default: LOGDIR/stats.sock),\n"
 "                       tcp (loopback, any port), tcp:PORT, off, or an endpoint\n"
 "  --spec SPEC          the whole training pipeline as a spec (overrides\n"
@@ -241,7 +243,7 @@ int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1};
-    enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT };
+    enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"test-data", required_argument, 0, O_TEST}, {"epochs", required_argument, 0, 'e'},
@@ -256,6 +258,7 @@ int main(int argc, char **argv) {
         {"stats", required_argument, 0, 'S'},
         {"remote", required_argument, 0, 'R'},
         {"curve", required_argument, 0, 'K'}, {"public", no_argument, 0, 'P'},
+        {"no-tensorboard", no_argument, 0, O_NOTB},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
@@ -291,6 +294,7 @@ int main(int argc, char **argv) {
         case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
         case O_AUG: a.augment = 1; break;
         case O_NOAUG: a.augment = 0; break;
+        case O_NOTB: a.no_tensorboard = 1; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
@@ -478,6 +482,23 @@ int main(int argc, char **argv) {
                         : batches > 0 ? (batches + group - 1) / group : 0;
     cfg.progress_names = "cost,accuracy";
     cfg.stats = a.stats;
+    cfg.tensorboard = !a.no_tensorboard;
+    /* The hyper-parameters as TensorBoard's text dashboard shows them: it
+     * renders markdown, and lines indented by four spaces stay lines. */
+    char hparams[4096];
+    size_t hl = 0;
+    hl += (size_t)snprintf(hparams + hl, sizeof hparams - hl, "    command:");
+    for (int i = 0; i < argc && hl < sizeof hparams; i++)
+        hl += (size_t)snprintf(hparams + hl, sizeof hparams - hl, " %s", argv[i]);
+    if (hl < sizeof hparams)
+        snprintf(hparams + hl, sizeof hparams - hl,
+                 "\n    model = %s\n    epochs = %d\n    batch = %d\n"
+                 "    towers = %d\n    ranks = %d\n    lr = %g\n    optimizer = %s\n"
+                 "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
+                 "    seed = %lld\n", zoo->name, a.epochs, a.batch, a.towers,
+                 nranks, a.lr, a.optimizer, a.augment, a.workers,
+                 (long long)cfg.steps_per_epoch, (long long)a.seed);
+    cfg.hparams = hparams;
     /* The rate decays linearly, step by step, to a twentieth at the end. */
     double total_steps = (double)(cfg.steps_per_epoch > 0 ? cfg.steps_per_epoch : 1) * a.epochs;
     tp_hp_point_t pts[2] = {{0, a.lr}, {total_steps, a.lr / 20}};

@@ -1,0 +1,102 @@
+/* towerpack tests: TFEventWriter. A tiny training writes an event file that
+ * Python's protobuf (the schema compiled by protoc) and crcmod read: every
+ * record's two CRCs hold, the first record is brain.Event:2, the scalars
+ * equal stats.json's and the hyper-parameters are there as text. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <towerpack/launch.h>
+#include <towerpack/towerpack.h>
+#include "train_testutil.h"
+#include "tfevents_testutil.h"
+
+static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    tp_node_t *h = tp_relu(t, NULL, tp_fc(t, "fc0", in[0], 16, 1));
+    tp_node_t *logits = tp_fc(t, "fc1", h, 4, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_optimizer_t *s_opt(void *user) { return tp_optimizer_sgd(0.1, 0.9, 0); }
+
+static const tp_input_desc_t s_inputs[] = {
+    {"x", TP_FLOAT32, 2, {-1, 2}},
+    {"label", TP_INT32, 1, {-1}},
+};
+static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
+
+/* 3 epochs of 8 steps; the learning rate set every step (a step-based
+ * linear schedule), so per-step scalars reach the file too. */
+static void s_train(const char *dir, int tensorboard) {
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = &s_model;
+    c.batch = 32;
+    c.dataflow = tu_blobs(256, 4, 0.7f, 5, 32, 1, 0);
+    c.validation = tu_blobs(100, 4, 0.7f, 6, 100, 0, 1);
+    c.infer_batch = 100;
+    c.max_epoch = 3;
+    c.logdir = dir;
+    c.threads = 1;
+    c.progress_names = "cost";
+    c.tensorboard = tensorboard;
+    c.hparams = "    batch = 32\n    lr = 0.1\n";
+    tp_hp_point_t pts[2] = {{0, 0.1}, {24, 0.01}};
+    tp_callback_t *cbs[1] = {tp_cb_hp_schedule("learning_rate", pts, 2, 1, 1)};
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+}
+
+static int s_count_events(const char *dir) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += !strncmp(e->d_name, "events.out.tfevents.", 20);
+    closedir(d);
+    return n;
+}
+
+static void s_rm(const char *d) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(tfevents, python_reads_every_record_and_the_scalars_equal_stats_json,
+     .timeout = 240) {
+    char why[256];
+    const char *py = te_python(why, sizeof why);
+    if (!py)
+        cr_skip_test("cannot read event files here: %s", why);
+    char dir[] = "/tmp/tp-tfevents-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    s_train(dir, 1);
+    cr_assert_eq(s_count_events(dir), 1);
+    char out[8192];
+    int rc = te_check(py, dir, "--stats --hparams", out, sizeof out);
+    if (rc == 77)
+        cr_skip_test("%s", out);
+    cr_assert_eq(rc, 0, "check_tfevents.py:\n%s", out);
+    /* the schedule's per-step values are there: more scalar events than
+     * stats.json has numbers */
+    cr_assert(strstr(out, "OK:"), "%s", out);
+    unsigned nev = 0;
+    cr_assert(sscanf(strstr(out, "records, ") + 9, "%u", &nev) == 1, "%s", out);
+    cr_assert_geq(nev, 24u, "per-step learning_rate events: %s", out);
+    s_rm(dir);
+}
+
+Test(tfevents, off_writes_no_event_file, .timeout = 120) {
+    char dir[] = "/tmp/tp-tfevents-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    s_train(dir, 0);
+    cr_assert_eq(s_count_events(dir), 0);
+    s_rm(dir);
+}
