@@ -1,12 +1,17 @@
 /* towerpack tests: TFEventWriter. A tiny training writes an event file that
  * Python's protobuf (the schema compiled by protoc) and crcmod read: every
  * record's two CRCs hold, the first record is brain.Event:2, the scalars
- * equal stats.json's and the hyper-parameters are there as text. */
+ * equal stats.json's and the hyper-parameters are there as text. A file
+ * that cannot be opened or written stops training with an error that names
+ * it. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
+#include <towerpack/callback.h>
 #include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
 #include "train_testutil.h"
@@ -98,5 +103,60 @@ Test(tfevents, off_writes_no_event_file, .timeout = 120) {
     cr_assert_not_null(mkdtemp(dir));
     s_train(dir, 0);
     cr_assert_eq(s_count_events(dir), 0);
+    s_rm(dir);
+}
+
+/* ---- errors: a bare trainer whose every step puts a scalar ----------------- */
+
+static tp_status_t s_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    tp_trainer_put_scalar(tr, "a_rather_long_scalar_name_for_the_test/loss",
+                          1.0 / (double)(tp_trainer_global_step(tr) + 1));
+    return TP_OK;
+}
+
+static const tp_trainer_ops_t s_bare_ops = {.name = "bare", .run_step = s_step};
+
+static tp_status_t s_train_bare(const char *logdir, int64_t epochs) {
+    tp_trainer_t *tr = tp_trainer_new(&s_bare_ops, NULL);
+    cr_assert_not_null(tr);
+    cr_assert_eq(tp_trainer_set_logdir(tr, logdir), TP_OK);
+    tp_callback_t *cb = tp_cb_tfevent_writer(NULL);
+    cr_assert_eq(tp_trainer_add_callback(tr, &cb), TP_OK);
+    tp_schedule_t s = {.starting_epoch = 1, .max_epoch = epochs, .steps_per_epoch = 10};
+    tp_status_t rc = tp_trainer_train(tr, &s);
+    tp_trainer_destroy(&tr);
+    return rc;
+}
+
+Test(tfevents, a_file_that_cannot_be_opened_is_an_error_naming_it) {
+    tp_status_t rc = s_train_bare("/nonexistent-tp-logdir/run", 2);
+    cr_assert_eq(rc, TP_ERR_IO, "%s", tp_last_error());
+    cr_assert(strstr(tp_last_error(), "TFEventWriter") &&
+              strstr(tp_last_error(), "/nonexistent-tp-logdir/run/events.out.tfevents.") &&
+              strstr(tp_last_error(), "No such file"), "%s", tp_last_error());
+}
+
+/* A full disk, as the file size limit makes it: the write fails, training
+ * stops at the epoch's end with the file's name, and what was written
+ * before is whole records. */
+Test(tfevents, a_failed_write_stops_training_with_the_file_name) {
+    char dir[] = "/tmp/tp-tfevents-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    struct rlimit old, rl;
+    getrlimit(RLIMIT_FSIZE, &old);
+    rl = old;
+    rl.rlim_cur = 1000;  /* the header records fit, an epoch's scalars do not */
+    signal(SIGXFSZ, SIG_IGN);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    tp_status_t rc = s_train_bare(dir, 20);
+    setrlimit(RLIMIT_FSIZE, &old);
+    cr_assert_eq(rc, TP_ERR_IO, "%s", tp_last_error());
+    cr_assert(strstr(tp_last_error(), "trigger_epoch") &&
+              strstr(tp_last_error(), "events.out.tfevents.") &&
+              strstr(tp_last_error(), "write: File too large"), "%s", tp_last_error());
+    char why[256], out[8192];
+    const char *py = te_python(why, sizeof why);
+    if (py)
+        cr_assert_eq(te_check(py, dir, "--partial-tail-ok", out, sizeof out), 0, "%s", out);
     s_rm(dir);
 }
