@@ -33,6 +33,36 @@ tp_stream_t *tp_cuda_stream(tp_cuda_backend_t *cb, tp_stream_t *s) {
     return s ? s : cb->def;
 }
 
+tp_status_t tp_cuda_order(tp_cuda_backend_t *cb, tp_stream_t *s) {
+    if (!s || s == cb->def)
+        return TP_OK;
+    /* The common case (nothing new on the default stream) takes no lock;
+     * a generation bumped concurrently by another thread is work the
+     * caller did not order before this call anyway. */
+    uint64_t gen = __atomic_load_n(&cb->def_gen, __ATOMIC_ACQUIRE);
+    if (s->def_seen == gen)
+        return TP_OK;
+    pthread_mutex_lock(&cb->mu);
+    gen = cb->def_gen;
+    cudaError_t e = cudaStreamWaitEvent(s->cu, cb->def_done, 0);
+    pthread_mutex_unlock(&cb->mu);
+    TP_CUDA_CHECK(e);
+    s->def_seen = gen;
+    return TP_OK;
+}
+
+tp_status_t tp_cuda_def_mark(tp_cuda_backend_t *cb, tp_stream_t *s) {
+    if (s && s != cb->def)
+        return TP_OK;
+    pthread_mutex_lock(&cb->mu);
+    cudaError_t e = cudaEventRecord(cb->def_done, cb->def->cu);
+    if (e == cudaSuccess)
+        __atomic_store_n(&cb->def_gen, cb->def_gen + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&cb->mu);
+    TP_CUDA_CHECK(e);
+    return TP_OK;
+}
+
 static void s_stream_free(tp_stream_t *s) {
     if (!s)
         return;
@@ -210,6 +240,7 @@ static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
     if (bytes == 0 || dst == src)
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     /* The direction comes from the pointers (unified addressing), not from
      * `kind`: a model input that already sits on the device (a staged
@@ -220,7 +251,7 @@ static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
      * a host source may be reused (pageable sources are staged by CUDA). */
     if (kind == TP_COPY_D2H)
         TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 static tp_status_t s_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
@@ -229,14 +260,15 @@ static tp_status_t s_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
     if (count == 0)
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     if (value == 0.0f) {
         TP_CUDA_CHECK(cudaMemsetAsync(dst, 0, count * sizeof(float), st->cu));
-        return TP_OK;
+        return tp_cuda_def_mark(cb, s);
     }
     k_fill<<<tp_cuda_blocks(count, 256), 256, 0, st->cu>>>(dst, value, count);
     TP_CUDA_CHECK(cudaGetLastError());
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 /* ---- products ----------------------------------------------------------- */
@@ -249,6 +281,7 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
                           float *c, int ldc) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     if (!s)
         pthread_mutex_lock(&cb->mu);
@@ -258,7 +291,7 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
     if (!s)
         pthread_mutex_unlock(&cb->mu);
     TP_CUDA_CHECK(e);
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 /* ---- optimizers: the CPU backend's arithmetic, element by element ------- */
@@ -302,6 +335,7 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
     if (n == 0)
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     cudaStream_t cs = tp_cuda_stream(cb, s)->cu;
     unsigned blocks = tp_cuda_blocks(n, 256);
     if (!v || mu == 0.0f)
@@ -309,7 +343,7 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
     else
         k_sgd_momentum<<<blocks, 256, 0, cs>>>(w, g, v, n, lr, mu, nesterov);
     TP_CUDA_CHECK(cudaGetLastError());
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
@@ -326,10 +360,11 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
     const double c2 = 1.0 - pow(b2, (double)step);
     const float lr_t = (float)(lr * sqrt(c2) / c1);
     const float eps_t = (float)(eps * sqrt(c2));
+    TP_TRY(tp_cuda_order(cb, s));
     k_adam<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(
         w, g, m, v, n, lr_t, b1, b2, eps_t);
     TP_CUDA_CHECK(cudaGetLastError());
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 /* ---- collectives ---------------------------------------------------------
@@ -497,6 +532,7 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
                         c->nranks);
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     c->bufs[rank] = buf;
     c->streams[rank] = st->cu;
@@ -665,8 +701,11 @@ static tp_status_t s_stage_wait(tp_backend_t *b, tp_stage_t *st,
                                 tp_stream_t *s) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     TP_CUDA_CHECK(cudaStreamWaitEvent(tp_cuda_stream(cb, s)->cu, st->copied, 0));
-    return TP_OK;
+    /* a consumer on the default stream: the towers order after this wait,
+     * hence after the copy, too */
+    return tp_cuda_def_mark(cb, s);
 }
 
 static tp_status_t s_stage_release(tp_backend_t *b, tp_stage_t *st,
@@ -694,14 +733,18 @@ static tp_status_t s_op_forward(tp_backend_t *b, tp_stream_t *s,
                                 const tp_op_call_t *c) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
-    return tp_cuda_op_forward(cb, tp_cuda_stream(cb, s), c);
+    TP_TRY(tp_cuda_order(cb, s));
+    TP_TRY(tp_cuda_op_forward(cb, tp_cuda_stream(cb, s), c));
+    return tp_cuda_def_mark(cb, s);
 }
 
 static tp_status_t s_op_backward(tp_backend_t *b, tp_stream_t *s,
                                  const tp_op_call_t *c) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
-    return tp_cuda_op_backward(cb, tp_cuda_stream(cb, s), c);
+    TP_TRY(tp_cuda_order(cb, s));
+    TP_TRY(tp_cuda_op_backward(cb, tp_cuda_stream(cb, s), c));
+    return tp_cuda_def_mark(cb, s);
 }
 
 static void s_destroy(tp_backend_t *b) {
@@ -710,6 +753,8 @@ static void s_destroy(tp_backend_t *b) {
         cudaDeviceSynchronize(); /* teardown: everything must have finished */
     tp_cuda_cache_free(cb);
     s_stream_free(cb->def);
+    if (cb->def_done)
+        cudaEventDestroy(cb->def_done);
     if (cb->copy)
         cudaStreamDestroy(cb->copy);
     while (cb->chunks) {
@@ -779,8 +824,12 @@ tp_cuda_module_backend_new(const tp_cuda_options_t *opt, char *err,
         e = cudaGetDeviceProperties(&prop, cb->device);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&cb->copy, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&cb->def_done, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         snprintf(err, size, "%s", cudaGetErrorString(e));
+        if (cb->copy)
+            cudaStreamDestroy(cb->copy);
         pthread_mutex_destroy(&cb->mu);
         free(cb);
         return NULL;
