@@ -126,6 +126,7 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     memset(c, 0, sizeof *c);
     c->kind = n->kind;
     c->attr = &n->attr;
+    c->node = n;
     c->name = n->name;
     c->ninputs = n->ninputs;
     for (int i = 0; i < n->ninputs; i++) {
@@ -144,6 +145,7 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     c->yshape = n->run_shape;
     c->dy = n->grad;
     c->workspace = n->workspace;
+    c->workspace_bytes = n->workspace_bytes;
     if (n->kind == TP_OP_BATCH_NORM) {
         c->state[0] = n->state[0]->value;
         c->state[1] = n->state[1]->value;
