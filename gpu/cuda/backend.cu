@@ -234,6 +234,17 @@ __global__ void k_fill(float *dst, float v, size_t n) {
 }
 }  // namespace
 
+/* Page-locked host memory (cudaHostAlloc, cudaHostRegister): copies read
+ * it asynchronously. */
+static int s_pinned_host(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
 static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
                           const void *src, size_t bytes, tp_copy_kind_t kind) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
@@ -248,8 +259,11 @@ static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
      * the tower's stream although the model asks for host-to-device. */
     TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st->cu));
     /* The contract of copy: a host destination is readable on return, and
-     * a host source may be reused (pageable sources are staged by CUDA). */
-    if (kind == TP_COPY_D2H)
+     * a host source may be rewritten on return. CUDA stages a pageable
+     * source before cudaMemcpyAsync returns, but reads a pinned one (a
+     * stage's host buffer, cudaHostAlloc'd memory) while the copy runs:
+     * wait for it then, or the caller's next fill races the copy. */
+    if (kind == TP_COPY_D2H || s_pinned_host(src))
         TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
     return tp_cuda_def_mark(cb, s);
 }
@@ -617,6 +631,7 @@ struct tp_stage {
     cudaEvent_t copied;  /* recorded on the copy stream after the H2D copy */
     cudaEvent_t used;    /* recorded on the consumer's stream after its reads */
     int used_recorded;
+    int begun;           /* `copied` was recorded: a copy may read host */
 };
 
 static void s_stage_destroy(tp_backend_t *b, tp_stage_t *st) {
@@ -670,8 +685,22 @@ static tp_stage_t *s_stage_new(tp_backend_t *b, size_t bytes) {
     return st;
 }
 
+/* The host buffer, handed out to be filled: first wait for the copy still
+ * reading it (the last stage_begin), so a producer that refills it right
+ * away cannot race that copy even if it skipped stage_host_wait. Nearly
+ * free when the copy is done. NULL, with the error, if the wait fails. */
 static void *s_stage_host(tp_backend_t *b, tp_stage_t *st) {
-    (void)b;
+    if (st->begun) {
+        if (tp_cuda_use(tp_cuda_of(b)) < 0)
+            return NULL;
+        cudaError_t e = cudaEventSynchronize(st->copied);
+        if (e != cudaSuccess) {
+            tp_error(TP_ERR_DEVICE, "stage: waiting for the copy out of the "
+                     "host buffer: %s", cudaGetErrorString(e));
+            TP_ERROR("%s", tp_last_error());
+            return NULL;
+        }
+    }
     return st->host;
 }
 
@@ -694,6 +723,7 @@ static tp_status_t s_stage_begin(tp_backend_t *b, tp_stage_t *st,
         TP_CUDA_CHECK(cudaMemcpyAsync(st->dev, st->host, bytes,
                                       cudaMemcpyHostToDevice, cb->copy));
     TP_CUDA_CHECK(cudaEventRecord(st->copied, cb->copy));
+    st->begun = 1;
     return TP_OK;
 }
 
