@@ -402,6 +402,8 @@ struct tp_comm {
     cudaStream_t streams[TP_CUDA_COMM_MAX];
     cudaEvent_t ready[TP_CUDA_COMM_MAX]; /* the rank's gradients are final */
     cudaEvent_t done[TP_CUDA_COMM_MAX];  /* the rank's slice is reduced */
+    int evdev[TP_CUDA_COMM_MAX];         /* the device ready/done[rank] were
+                                            made on: its stream's, -1 none */
     int mode;                            /* 0 unknown, 1 one device, 2 NCCL */
     ncclComm_t nccl[TP_CUDA_COMM_MAX];
     int devs[TP_CUDA_COMM_MAX];
@@ -444,30 +446,59 @@ static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
     }
     c->nranks = nranks;
     tp_barrier_init(&c->barrier, nranks);
+    /* A rank's events are made on its stream's device at its first
+     * allreduce (s_rank_events): the ranks may sit on several devices, and
+     * an event can be recorded only on a stream of the device it was made
+     * on. */
     for (int r = 0; r < nranks; r++)
-        if (cudaEventCreateWithFlags(&c->ready[r], cudaEventDisableTiming) !=
-                cudaSuccess ||
-            cudaEventCreateWithFlags(&c->done[r], cudaEventDisableTiming) !=
-                cudaSuccess) {
-            tp_error(TP_ERR_DEVICE, "communicator events");
-            b->ops->comm_destroy(b, c);
-            return NULL;
-        }
+        c->evdev[r] = -1;
     return c;
+}
+
+/* Destroy rank r's events (on the device they were made on). */
+static void s_rank_events_free(tp_comm_t *c, int r) {
+    if (c->evdev[r] < 0)
+        return;
+    cudaSetDevice(c->evdev[r]);
+    if (c->ready[r])
+        cudaEventDestroy(c->ready[r]);
+    if (c->done[r])
+        cudaEventDestroy(c->done[r]);
+    c->ready[r] = c->done[r] = NULL;
+    c->evdev[r] = -1;
+}
+
+/* Rank r's events on `dev`, the device of its stream, which is current.
+ * Only rank r's thread touches them before the first barrier of a call. */
+static tp_status_t s_rank_events(tp_comm_t *c, int r, int dev) {
+    if (c->evdev[r] == dev)
+        return TP_OK;
+    s_rank_events_free(c, r);
+    TP_CUDA_CHECK(cudaSetDevice(dev));
+    TP_CUDA_CHECK(cudaEventCreateWithFlags(&c->ready[r],
+                                           cudaEventDisableTiming));
+    cudaError_t e = cudaEventCreateWithFlags(&c->done[r],
+                                             cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cudaEventDestroy(c->ready[r]);
+        c->ready[r] = NULL;
+        TP_CUDA_CHECK(e);
+    }
+    c->evdev[r] = dev;
+    return TP_OK;
 }
 
 static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
     if (!c)
         return;
-    tp_cuda_use(tp_cuda_of(b));
     for (int r = 0; r < c->nranks; r++) {
-        if (c->ready[r])
-            cudaEventDestroy(c->ready[r]);
-        if (c->done[r])
-            cudaEventDestroy(c->done[r]);
-        if (c->nccl[r])
+        s_rank_events_free(c, r);
+        if (c->nccl[r]) {
+            cudaSetDevice(c->devs[r]);
             ncclCommDestroy(c->nccl[r]);
+        }
     }
+    tp_cuda_use(tp_cuda_of(b));
     tp_barrier_fini(&c->barrier);
     free(c);
 }
@@ -548,6 +579,12 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     TP_TRY(tp_cuda_use(cb));
     TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
+    /* Record and wait this rank's events with its stream's device current
+     * (towers on several devices: the backend's device is not theirs). */
+    int dev = 0;
+    TP_CUDA_CHECK(cudaStreamGetDevice(st->cu, &dev));
+    TP_CUDA_CHECK(cudaSetDevice(dev));
+    TP_TRY(s_rank_events(c, rank, dev));
     c->bufs[rank] = buf;
     c->streams[rank] = st->cu;
     TP_CUDA_CHECK(cudaEventRecord(c->ready[rank], st->cu));
