@@ -12,6 +12,7 @@
  * NOTE: written and compiled without a GPU (see docs/cuda.md); every path
  * here waits for its first run on the GPU machine (scripts/gpu-check.sh). */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,6 +406,12 @@ struct tp_comm {
     int evdev[TP_CUDA_COMM_MAX];         /* the device ready/done[rank] were
                                             made on: its stream's, -1 none */
     int mode;                            /* 0 unknown, 1 one device, 2 NCCL */
+    /* A failed call aborts the communicator (s_comm_fail): NCCL's
+     * communicators first (their kernels would wait forever for the
+     * failed rank), then the barrier, which wakes every rank. */
+    pthread_mutex_t fail_mu;             /* aborted, why, nccl[] teardown */
+    int aborted;                         /* read with __atomic too */
+    char why[256];                       /* the first failure's message */
     ncclComm_t nccl[TP_CUDA_COMM_MAX];
     int devs[TP_CUDA_COMM_MAX];
 };
@@ -446,6 +453,7 @@ static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
     }
     c->nranks = nranks;
     tp_barrier_init(&c->barrier, nranks);
+    pthread_mutex_init(&c->fail_mu, NULL);
     /* A rank's events are made on its stream's device at its first
      * allreduce (s_rank_events): the ranks may sit on several devices, and
      * an event can be recorded only on a stream of the device it was made
@@ -499,13 +507,35 @@ static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
         }
     }
     tp_cuda_use(tp_cuda_of(b));
+    pthread_mutex_destroy(&c->fail_mu);
     tp_barrier_fini(&c->barrier);
     free(c);
 }
 
+/* Abort the communicator for good, remembering `why` (the first failure):
+ * ncclCommAbort on every rank's NCCL communicator, which ends their
+ * uncompleted operations (a rank that failed before issuing its part would
+ * otherwise leave the others' kernels waiting for it), then the barrier,
+ * which wakes every rank waiting there, now and in later calls. */
+static void s_comm_fail(tp_comm_t *c, const char *why) {
+    pthread_mutex_lock(&c->fail_mu);
+    if (!c->aborted) {
+        snprintf(c->why, sizeof c->why, "%s", why ? why : "aborted");
+        for (int r = 0; r < c->nranks; r++)
+            if (c->nccl[r]) {
+                cudaSetDevice(c->devs[r]);
+                ncclCommAbort(c->nccl[r]); /* frees it: never destroy it */
+                c->nccl[r] = NULL;
+            }
+        __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&c->fail_mu);
+    tp_barrier_abort(&c->barrier);
+}
+
 static void s_comm_abort(tp_backend_t *b, tp_comm_t *c) {
     (void)b;
-    tp_barrier_abort(&c->barrier);
+    s_comm_fail(c, "aborted by a failed tower");
 }
 
 /* The device of a device pointer, or -1. */
@@ -565,17 +595,35 @@ static tp_status_t s_nccl_reduce(tp_comm_t *c, int rank, cudaStream_t cs,
         }
     }
     TP_CUDA_CHECK(ncclGroupEnd());
-    TP_CUDA_CHECK(cudaStreamSynchronize(cs));
-    return TP_OK;
+    /* Poll, not cudaStreamSynchronize: if a peer fails, its abort
+     * (s_comm_fail) ends this rank's wait, and NCCL's own errors (a peer
+     * gone) surface through ncclCommGetAsyncError, as NCCL advises. */
+    for (;;) {
+        cudaError_t q = cudaStreamQuery(cs);
+        if (q == cudaSuccess)
+            return TP_OK;
+        if (q != cudaErrorNotReady)
+            TP_CUDA_CHECK(q);
+        pthread_mutex_lock(&c->fail_mu);
+        ncclResult_t ae = ncclSuccess;
+        int aborted = c->aborted;
+        if (!aborted && ncclCommGetAsyncError(c->nccl[rank], &ae) != ncclSuccess)
+            ae = ncclInternalError;
+        pthread_mutex_unlock(&c->fail_mu);
+        if (aborted)
+            return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
+                            rank);
+        if (ae != ncclSuccess && ae != ncclInProgress)
+            TP_CUDA_CHECK(ae);
+        sched_yield();
+    }
 }
 
-static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
-                               tp_stream_t *s, float *buf, size_t count,
-                               int average) {
-    tp_cuda_backend_t *cb = tp_cuda_of(b);
-    if (rank < 0 || rank >= c->nranks)
-        return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
-                        c->nranks);
+/* The allreduce proper; *alike set when every rank fails alike (the
+ * first meeting's count check), which needs no abort. */
+static tp_status_t s_allreduce_run(tp_cuda_backend_t *cb, tp_comm_t *c,
+                                   int rank, tp_stream_t *s, float *buf,
+                                   size_t count, int average, int *alike) {
     TP_TRY(tp_cuda_use(cb));
     TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
@@ -588,8 +636,11 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     c->bufs[rank] = buf;
     c->streams[rank] = st->cu;
     TP_CUDA_CHECK(cudaEventRecord(c->ready[rank], st->cu));
-    TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
-                            average));
+    tp_status_t agree = tp_barrier_agree(&c->barrier, rank, c->counts,
+                                         c->average, count, average);
+    if (agree == TP_ERR_INVALID)
+        *alike = 1;
+    TP_TRY(agree);
     tp_status_t mode_rc = TP_OK;
     if (rank == 0)
         mode_rc = s_comm_mode(c);
@@ -627,6 +678,43 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
     TP_TRY(tp_barrier_sync(&c->barrier, rank));
     return TP_OK;
+}
+
+/* A rank that fails between two meetings would leave the others waiting
+ * at the next one (or NCCL's kernels waiting for its part) forever: abort
+ * the communicator, and the woken ranks report the failure that did it. */
+static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
+                               tp_stream_t *s, float *buf, size_t count,
+                               int average) {
+    if (rank < 0 || rank >= c->nranks)
+        return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
+                        c->nranks);
+    if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&c->fail_mu);
+        tp_status_t rc = tp_error(TP_ERR_INTERRUPTED,
+                                  "allreduce: rank %d: communicator aborted: %s",
+                                  rank, c->why);
+        pthread_mutex_unlock(&c->fail_mu);
+        return rc;
+    }
+    int alike = 0;
+    tp_status_t rc = s_allreduce_run(tp_cuda_of(b), c, rank, s, buf, count,
+                                      average, &alike);
+    if (rc >= 0 || alike)
+        return rc;
+    if (rc != TP_ERR_INTERRUPTED) {
+        char why[256];
+        snprintf(why, sizeof why, "rank %d failed: %s", rank, tp_last_error());
+        s_comm_fail(c, why);
+        return rc;
+    }
+    /* woken by another rank's abort: say which failure it was */
+    pthread_mutex_lock(&c->fail_mu);
+    if (c->aborted)
+        rc = tp_error(TP_ERR_INTERRUPTED, "allreduce: rank %d: aborted: %s",
+                      rank, c->why);
+    pthread_mutex_unlock(&c->fail_mu);
+    return rc;
 }
 
 static tp_status_t s_allreduce_local(tp_backend_t *b, float *const *bufs,
