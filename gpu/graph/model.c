@@ -1061,6 +1061,30 @@ tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
                                n->run_shape.d, n->value, NULL, NULL);
 }
 
+const void *tp_model_view_host(tp_model_t *m, const tp_tensor_t *view,
+                               void *host, size_t bytes) {
+    if (!m || !view || !view->data) {
+        tp_error(TP_ERR_INVALID, "view_host: no model or no view");
+        return NULL;
+    }
+    tp_backend_t *b = m->backend;
+    if (b->device < 0)
+        return view->data; /* the CPU: already host memory, keep zero-copy */
+    if (!host) {
+        tp_error(TP_ERR_INVALID, "view_host: no host buffer for a %s view",
+                 b->ops->name);
+        return NULL;
+    }
+    if (bytes > view->nbytes)
+        bytes = view->nbytes;
+    /* The towers' streams were synchronised at the end of their runs (the
+     * model's contract), so the default stream's copy sees the values; a
+     * device-to-host copy returns once they are on the host. */
+    if (b->ops->copy(b, NULL, host, view->data, bytes, TP_COPY_D2H) < 0)
+        return NULL;
+    return host;
+}
+
 int tp_model_metric_count(const tp_model_t *m, int tower) {
     tp_tower_t *t = tp_model_tower_((tp_model_t *)m, tower);
     int k = 0;
