@@ -69,9 +69,15 @@ static tp_status_t alt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     /* Fetches: whatever scalar outputs the callbacks asked for. */
     for (int k = 0; k < tp_fetches_count(f); k++) {
         tp_tensor_t v;
+        float x;
+        const float *p = NULL;
+        /* a fetched view is device memory on a GPU: read it through the
+         * model (no copy on the CPU) */
         if (tp_model_fetch(a->model, 0, tp_fetches_name(f, k), &v) == TP_OK &&
             v.dtype == TP_FLOAT32)
-            tp_fetches_set(f, tp_fetches_name(f, k), ((const float *)v.data)[0]);
+            p = tp_model_view_host(a->model, &v, &x, sizeof x);
+        if (p)
+            tp_fetches_set(f, tp_fetches_name(f, k), p[0]);
     }
     tp_clear_error();  /* a name this model lacks is not an error */
     return TP_OK;

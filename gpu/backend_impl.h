@@ -50,6 +50,11 @@ typedef struct tp_op_call {
     const float *dy;                /* output gradient (backward only) */
     void *workspace;                /* op_workspace() bytes, kept across the
                                        forward and backward of one step */
+    size_t workspace_bytes;         /* bytes at workspace as planned for this
+                                       node; 0 when unknown (planning) */
+    const void *node;               /* the node this call runs: a backend's
+                                       per-node caches key on it (two nodes
+                                       may share attr); NULL: use attr */
     float *state[2];                /* batch norm moving mean, variance */
     tp_rng_t *rng;                  /* dropout: the tower's generator */
 } tp_op_call_t;

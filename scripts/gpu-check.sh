@@ -13,27 +13,45 @@
 #      .gpu-data/. The device machine has its own glibc (newer than this
 #      one), CUDA driver, and cuBLAS/cuDNN/NCCL in PyTorch's pip packages;
 #      those are not carried.
-#   2. ON THE GPU, one call (about 5-8 minutes):
-#        run(command="bash scripts/gpu-check.sh run",
+#   2. ON THE GPU, in separate calls (one call of everything will not fit
+#      the tool's 10 minutes: memcheck makes every Criterion child start
+#      CUDA and cuDNN under the sanitizer):
+#        run(command="ONLY=tests bash scripts/gpu-check.sh run",
 #            carry=[".gpu"], timeout_s=600)
-#      runs test_cuda_probe and test_cuda_ops (every op against the CPU, the
-#      whole training steps), compute-sanitizer memcheck on test_cuda_ops,
-#      then the measurements: tp-bench cuda gemm (TF32 off and on: item 6d),
+#        run(command="ONLY=memcheck SUITE=cuda_ops bash scripts/gpu-check.sh run",
+#            carry=[".gpu"], timeout_s=600)
+#        run(command="ONLY=memcheck SUITE=cuda_step bash scripts/gpu-check.sh run",
+#            carry=[".gpu"], timeout_s=600)
+#        run(command="ONLY=memcheck SUITE=device bash scripts/gpu-check.sh run",
+#            carry=[".gpu"], timeout_s=600)
+#        run(command="ONLY=bench bash scripts/gpu-check.sh run",
+#            carry=[".gpu"], timeout_s=600)
+#      tests: test_cuda_probe and test_cuda_ops (every op against the CPU,
+#      the whole training steps); memcheck: compute-sanitizer memcheck on
+#      one Criterion suite per call (cuda_ops, cuda_step: test_cuda_ops;
+#      device: test_cuda_probe); bench: the measurements: tp-bench cuda
+#      gemm (TF32 off and on: item 6d),
 #      tp-bench cuda steps for cnn-bn and resnet with nvidia-smi sampling
 #      the GPU's utilisation (item 6b busy fraction, and the compute-only
-#      epoch time for 6c), and the host time per op call. Logs land in
-#      $OUT (env.txt, tests.txt, memcheck.txt, bench.txt: the tool returns
-#      at most 8 files).
+#      epoch time for 6c), and the host time per op call. Plain `run` (ONLY
+#      unset) does all of it in order, for a machine without the tool's
+#      limit. Logs land in $OUT (env.txt, tests.txt, memcheck_<suite>.txt,
+#      bench.txt: the tool returns at most 8 files).
 #   3. ON THE GPU, the PyTorch peer (item 6c):
 #        run(command="bash scripts/gpu-check.sh peer",
 #            carry=[".gpu-data"], timeout_s=600)
 #      (separate: .gpu and .gpu-data together pass the 64 MiB carry limit).
 #
 # Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
-# only the matching tests (Criterion --filter), ONLY=tests skips memcheck
-# and the measurements, ONLY=bench runs only the measurements.
+# only the matching tests (Criterion --filter; for memcheck too),
+# ONLY=tests|memcheck|bench runs only that step, SUITE=a,b picks the suites
+# memcheck runs (default cuda_ops,cuda_step,device), MEMCHECK_TIMEOUT (s,
+# per suite; default 540).
 #
-# Exit status: 0 when every step that ran passed.
+# Exit status: 0 when every step that ran passed. A GPU check that did not
+# run is a failure, not a pass: a test skipped for want of a device or of
+# the CUDA module ("no GPU", "no CUDA ..."), no device answering
+# nvidia-smi, a library the module needs not found, or a step timed out.
 set -u
 here="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:-}"
@@ -65,7 +83,14 @@ prepare() {
         [[ "$name" =~ $skip ]] && continue
         cp -L "$path" ".gpu/lib/$name"
     done
-    strip --strip-unneeded .gpu/lib/*.so* .gpu/bin/* 2>/dev/null || true
+    # Only the third-party libraries lose their symbols (for the carry
+    # limit): compute-sanitizer's reports need the programs' and
+    # libtowerpack's symbols to name the function and line of an error.
+    local f
+    for f in .gpu/lib/*.so*; do
+        case "$(basename "$f")" in libtowerpack*) continue ;; esac
+        strip --strip-unneeded "$f" 2>/dev/null || true
+    done
     cp /usr/share/datasets/fashion-mnist/*-ubyte.gz .gpu-data/
     cp scripts/gpu/pytorch_cnn_bn.py .gpu-data/
     du -sh .gpu .gpu-data
@@ -83,7 +108,11 @@ prepare() {
 cuda_libs() {
     local dirs="" site
     site="$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)"
-    for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+    # libnvrtc: cuDNN 9 compiles its runtime-fusion kernels with NVRTC,
+    # loaded with dlopen (ldd does not show it); without it those engines
+    # fail at run time, not at load.
+    for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 \
+               libnvrtc.so.13 libnvrtc-builtins.so.13.0; do
         local f
         f="$(find "$site/nvidia" /usr/local/cuda/lib64 /usr/local/cuda/lib \
                   /usr/lib/x86_64-linux-gnu -name "$lib" 2>/dev/null | head -1)"
@@ -91,6 +120,29 @@ cuda_libs() {
         [ -z "$f" ] && echo "gpu-check: $lib not found on this machine" >&2
     done
     echo "${dirs#:}"
+}
+
+# The verdict on one step from its exit status and its log: a timeout, a
+# failure, or a test skipped because no device answered or the CUDA module
+# did not load (the message of s_gpu's cr_skip_test, test_cuda_probe's) all
+# fail it. A run in which every test skipped passes Criterion (exit 0), and
+# must not pass here.
+step_status() {
+    local code=$1 what=$2 log=$3 skips
+    if [ "$code" -eq 124 ] || [ "$code" -eq 137 ]; then
+        echo "gpu-check: $what: FAILED: timed out (see $(basename "$log"))"
+        return 1
+    fi
+    if [ "$code" -ne 0 ]; then
+        echo "gpu-check: $what: FAILED: exit $code (see $(basename "$log"))"
+        return 1
+    fi
+    skips=$(grep -cE '^\[SKIP\].*(no GPU|no CUDA|CUDA backend module|not loaded)' "$log")
+    if [ "$skips" -gt 0 ]; then
+        echo "gpu-check: $what: FAILED: $skips test(s) skipped with no device or no CUDA module (see $(basename "$log"))"
+        return 1
+    fi
+    return 0
 }
 
 run_checks() {
@@ -104,27 +156,44 @@ run_checks() {
     command -v compute-sanitizer >/dev/null && san=compute-sanitizer
     {
         date -u
-        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv ||
+            echo "gpu-check: FAILED: nvidia-smi found no device"
         echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-        ldd .gpu/lib/libtowerpack_cuda.so | grep -E "not found|cudnn|cublas|nccl" || true
+        ldd .gpu/lib/libtowerpack_cuda.so | grep -E "not found|cudnn|cublas|nccl|nvrtc" || true
     } 2>&1 | tee "$out/env.txt"
+    grep -q "^gpu-check: FAILED" "$out/env.txt" && rc=1
+    if grep -q "not found" "$out/env.txt"; then
+        echo "gpu-check: FAILED: a library libtowerpack_cuda.so needs was not found (env.txt)"
+        rc=1
+    fi
     local only="${ONLY:-all}" filter=()
     [ -n "${FILTER:-}" ] && filter=(--filter "$FILTER")
-    if [ "$only" != bench ]; then
+    if [ "$only" = all ] || [ "$only" = tests ]; then
         echo "== test_cuda_probe"
         .gpu/bin/test_cuda_probe --verbose 2>&1 | tee "$out/tests.txt"
-        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+        step_status "${PIPESTATUS[0]}" test_cuda_probe "$out/tests.txt" || rc=1
         echo "== test_cuda_ops"
-        timeout 240 .gpu/bin/test_cuda_ops --verbose --jobs 1 "${filter[@]}" 2>&1 | tee -a "$out/tests.txt"
-        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+        timeout 300 .gpu/bin/test_cuda_ops --verbose --jobs 1 "${filter[@]}" 2>&1 | tee -a "$out/tests.txt"
+        step_status "${PIPESTATUS[0]}" tests "$out/tests.txt" || rc=1
     fi
-    if [ "$only" = all ]; then
-        echo "== compute-sanitizer memcheck (test_cuda_ops)"
-        timeout 300 "$san" --tool memcheck --target-processes all --leak-check full \
-            --error-exitcode 3 .gpu/bin/test_cuda_ops --jobs 1 "${filter[@]}" 2>&1 | tee "$out/memcheck.txt" | tail -25
-        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck: FAILED (see memcheck.txt)"; rc=1; }
+    if [ "$only" = all ] || [ "$only" = memcheck ]; then
+        local suite suites="${SUITE:-cuda_ops,cuda_step,device}"
+        for suite in ${suites//,/ }; do
+            local bin=test_cuda_ops f=("${filter[@]}")
+            [ "$suite" = device ] && bin=test_cuda_probe
+            [ ${#f[@]} -eq 0 ] && f=(--filter "$suite/*")
+            echo "== compute-sanitizer memcheck ($bin, suite $suite)"
+            # --verbose: the [SKIP] lines tell a vacuous run (step_status)
+            timeout "${MEMCHECK_TIMEOUT:-540}" "$san" --tool memcheck \
+                --target-processes all --leak-check full --error-exitcode 3 \
+                ".gpu/bin/$bin" --verbose --jobs 1 "${f[@]}" \
+                >"$out/memcheck_$suite.txt" 2>&1
+            local mrc=$?
+            tail -25 "$out/memcheck_$suite.txt"
+            step_status "$mrc" "memcheck $suite" "$out/memcheck_$suite.txt" || rc=1
+        done
     fi
-    if [ "$only" = tests ]; then
+    if [ "$only" = tests ] || [ "$only" = memcheck ]; then
         echo "gpu-check run: exit $rc (logs in $out)"
         return $rc
     fi

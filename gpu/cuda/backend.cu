@@ -12,6 +12,7 @@
  * NOTE: written and compiled without a GPU (see docs/cuda.md); every path
  * here waits for its first run on the GPU machine (scripts/gpu-check.sh). */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,36 @@ tp_status_t tp_cuda_use(tp_cuda_backend_t *cb) {
 
 tp_stream_t *tp_cuda_stream(tp_cuda_backend_t *cb, tp_stream_t *s) {
     return s ? s : cb->def;
+}
+
+tp_status_t tp_cuda_order(tp_cuda_backend_t *cb, tp_stream_t *s) {
+    if (!s || s == cb->def)
+        return TP_OK;
+    /* The common case (nothing new on the default stream) takes no lock;
+     * a generation bumped concurrently by another thread is work the
+     * caller did not order before this call anyway. */
+    uint64_t gen = __atomic_load_n(&cb->def_gen, __ATOMIC_ACQUIRE);
+    if (s->def_seen == gen)
+        return TP_OK;
+    pthread_mutex_lock(&cb->mu);
+    gen = cb->def_gen;
+    cudaError_t e = cudaStreamWaitEvent(s->cu, cb->def_done, 0);
+    pthread_mutex_unlock(&cb->mu);
+    TP_CUDA_CHECK(e);
+    s->def_seen = gen;
+    return TP_OK;
+}
+
+tp_status_t tp_cuda_def_mark(tp_cuda_backend_t *cb, tp_stream_t *s) {
+    if (s && s != cb->def)
+        return TP_OK;
+    pthread_mutex_lock(&cb->mu);
+    cudaError_t e = cudaEventRecord(cb->def_done, cb->def->cu);
+    if (e == cudaSuccess)
+        __atomic_store_n(&cb->def_gen, cb->def_gen + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&cb->mu);
+    TP_CUDA_CHECK(e);
+    return TP_OK;
 }
 
 static void s_stream_free(tp_stream_t *s) {
@@ -204,12 +235,24 @@ __global__ void k_fill(float *dst, float v, size_t n) {
 }
 }  // namespace
 
+/* Page-locked host memory (cudaHostAlloc, cudaHostRegister): copies read
+ * it asynchronously. */
+static int s_pinned_host(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
 static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
                           const void *src, size_t bytes, tp_copy_kind_t kind) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     if (bytes == 0 || dst == src)
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     /* The direction comes from the pointers (unified addressing), not from
      * `kind`: a model input that already sits on the device (a staged
@@ -217,10 +260,13 @@ static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
      * the tower's stream although the model asks for host-to-device. */
     TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st->cu));
     /* The contract of copy: a host destination is readable on return, and
-     * a host source may be reused (pageable sources are staged by CUDA). */
-    if (kind == TP_COPY_D2H)
+     * a host source may be rewritten on return. CUDA stages a pageable
+     * source before cudaMemcpyAsync returns, but reads a pinned one (a
+     * stage's host buffer, cudaHostAlloc'd memory) while the copy runs:
+     * wait for it then, or the caller's next fill races the copy. */
+    if (kind == TP_COPY_D2H || s_pinned_host(src))
         TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 static tp_status_t s_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
@@ -229,14 +275,15 @@ static tp_status_t s_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
     if (count == 0)
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     if (value == 0.0f) {
         TP_CUDA_CHECK(cudaMemsetAsync(dst, 0, count * sizeof(float), st->cu));
-        return TP_OK;
+        return tp_cuda_def_mark(cb, s);
     }
     k_fill<<<tp_cuda_blocks(count, 256), 256, 0, st->cu>>>(dst, value, count);
     TP_CUDA_CHECK(cudaGetLastError());
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 /* ---- products ----------------------------------------------------------- */
@@ -249,6 +296,7 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
                           float *c, int ldc) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     if (!s)
         pthread_mutex_lock(&cb->mu);
@@ -258,7 +306,7 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
     if (!s)
         pthread_mutex_unlock(&cb->mu);
     TP_CUDA_CHECK(e);
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 /* ---- optimizers: the CPU backend's arithmetic, element by element ------- */
@@ -302,6 +350,7 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
     if (n == 0)
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     cudaStream_t cs = tp_cuda_stream(cb, s)->cu;
     unsigned blocks = tp_cuda_blocks(n, 256);
     if (!v || mu == 0.0f)
@@ -309,7 +358,7 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
     else
         k_sgd_momentum<<<blocks, 256, 0, cs>>>(w, g, v, n, lr, mu, nesterov);
     TP_CUDA_CHECK(cudaGetLastError());
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
@@ -326,10 +375,11 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
     const double c2 = 1.0 - pow(b2, (double)step);
     const float lr_t = (float)(lr * sqrt(c2) / c1);
     const float eps_t = (float)(eps * sqrt(c2));
+    TP_TRY(tp_cuda_order(cb, s));
     k_adam<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(
         w, g, m, v, n, lr_t, b1, b2, eps_t);
     TP_CUDA_CHECK(cudaGetLastError());
-    return TP_OK;
+    return tp_cuda_def_mark(cb, s);
 }
 
 /* ---- collectives ---------------------------------------------------------
@@ -353,7 +403,15 @@ struct tp_comm {
     cudaStream_t streams[TP_CUDA_COMM_MAX];
     cudaEvent_t ready[TP_CUDA_COMM_MAX]; /* the rank's gradients are final */
     cudaEvent_t done[TP_CUDA_COMM_MAX];  /* the rank's slice is reduced */
+    int evdev[TP_CUDA_COMM_MAX];         /* the device ready/done[rank] were
+                                            made on: its stream's, -1 none */
     int mode;                            /* 0 unknown, 1 one device, 2 NCCL */
+    /* A failed call aborts the communicator (s_comm_fail): NCCL's
+     * communicators first (their kernels would wait forever for the
+     * failed rank), then the barrier, which wakes every rank. */
+    pthread_mutex_t fail_mu;             /* aborted, why, nccl[] teardown */
+    int aborted;                         /* read with __atomic too */
+    char why[256];                       /* the first failure's message */
     ncclComm_t nccl[TP_CUDA_COMM_MAX];
     int devs[TP_CUDA_COMM_MAX];
 };
@@ -395,37 +453,89 @@ static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
     }
     c->nranks = nranks;
     tp_barrier_init(&c->barrier, nranks);
+    pthread_mutex_init(&c->fail_mu, NULL);
+    /* A rank's events are made on its stream's device at its first
+     * allreduce (s_rank_events): the ranks may sit on several devices, and
+     * an event can be recorded only on a stream of the device it was made
+     * on. */
     for (int r = 0; r < nranks; r++)
-        if (cudaEventCreateWithFlags(&c->ready[r], cudaEventDisableTiming) !=
-                cudaSuccess ||
-            cudaEventCreateWithFlags(&c->done[r], cudaEventDisableTiming) !=
-                cudaSuccess) {
-            tp_error(TP_ERR_DEVICE, "communicator events");
-            b->ops->comm_destroy(b, c);
-            return NULL;
-        }
+        c->evdev[r] = -1;
     return c;
+}
+
+/* Destroy rank r's events (on the device they were made on). */
+static void s_rank_events_free(tp_comm_t *c, int r) {
+    if (c->evdev[r] < 0)
+        return;
+    cudaSetDevice(c->evdev[r]);
+    if (c->ready[r])
+        cudaEventDestroy(c->ready[r]);
+    if (c->done[r])
+        cudaEventDestroy(c->done[r]);
+    c->ready[r] = c->done[r] = NULL;
+    c->evdev[r] = -1;
+}
+
+/* Rank r's events on `dev`, the device of its stream, which is current.
+ * Only rank r's thread touches them before the first barrier of a call. */
+static tp_status_t s_rank_events(tp_comm_t *c, int r, int dev) {
+    if (c->evdev[r] == dev)
+        return TP_OK;
+    s_rank_events_free(c, r);
+    TP_CUDA_CHECK(cudaSetDevice(dev));
+    TP_CUDA_CHECK(cudaEventCreateWithFlags(&c->ready[r],
+                                           cudaEventDisableTiming));
+    cudaError_t e = cudaEventCreateWithFlags(&c->done[r],
+                                             cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cudaEventDestroy(c->ready[r]);
+        c->ready[r] = NULL;
+        TP_CUDA_CHECK(e);
+    }
+    c->evdev[r] = dev;
+    return TP_OK;
 }
 
 static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
     if (!c)
         return;
-    tp_cuda_use(tp_cuda_of(b));
     for (int r = 0; r < c->nranks; r++) {
-        if (c->ready[r])
-            cudaEventDestroy(c->ready[r]);
-        if (c->done[r])
-            cudaEventDestroy(c->done[r]);
-        if (c->nccl[r])
+        s_rank_events_free(c, r);
+        if (c->nccl[r]) {
+            cudaSetDevice(c->devs[r]);
             ncclCommDestroy(c->nccl[r]);
+        }
     }
+    tp_cuda_use(tp_cuda_of(b));
+    pthread_mutex_destroy(&c->fail_mu);
     tp_barrier_fini(&c->barrier);
     free(c);
 }
 
+/* Abort the communicator for good, remembering `why` (the first failure):
+ * ncclCommAbort on every rank's NCCL communicator, which ends their
+ * uncompleted operations (a rank that failed before issuing its part would
+ * otherwise leave the others' kernels waiting for it), then the barrier,
+ * which wakes every rank waiting there, now and in later calls. */
+static void s_comm_fail(tp_comm_t *c, const char *why) {
+    pthread_mutex_lock(&c->fail_mu);
+    if (!c->aborted) {
+        snprintf(c->why, sizeof c->why, "%s", why ? why : "aborted");
+        for (int r = 0; r < c->nranks; r++)
+            if (c->nccl[r]) {
+                cudaSetDevice(c->devs[r]);
+                ncclCommAbort(c->nccl[r]); /* frees it: never destroy it */
+                c->nccl[r] = NULL;
+            }
+        __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&c->fail_mu);
+    tp_barrier_abort(&c->barrier);
+}
+
 static void s_comm_abort(tp_backend_t *b, tp_comm_t *c) {
     (void)b;
-    tp_barrier_abort(&c->barrier);
+    s_comm_fail(c, "aborted by a failed tower");
 }
 
 /* The device of a device pointer, or -1. */
@@ -485,24 +595,52 @@ static tp_status_t s_nccl_reduce(tp_comm_t *c, int rank, cudaStream_t cs,
         }
     }
     TP_CUDA_CHECK(ncclGroupEnd());
-    TP_CUDA_CHECK(cudaStreamSynchronize(cs));
-    return TP_OK;
+    /* Poll, not cudaStreamSynchronize: if a peer fails, its abort
+     * (s_comm_fail) ends this rank's wait, and NCCL's own errors (a peer
+     * gone) surface through ncclCommGetAsyncError, as NCCL advises. */
+    for (;;) {
+        cudaError_t q = cudaStreamQuery(cs);
+        if (q == cudaSuccess)
+            return TP_OK;
+        if (q != cudaErrorNotReady)
+            TP_CUDA_CHECK(q);
+        pthread_mutex_lock(&c->fail_mu);
+        ncclResult_t ae = ncclSuccess;
+        int aborted = c->aborted;
+        if (!aborted && ncclCommGetAsyncError(c->nccl[rank], &ae) != ncclSuccess)
+            ae = ncclInternalError;
+        pthread_mutex_unlock(&c->fail_mu);
+        if (aborted)
+            return tp_error(TP_ERR_INTERRUPTED, "allreduce: aborted (rank %d)",
+                            rank);
+        if (ae != ncclSuccess && ae != ncclInProgress)
+            TP_CUDA_CHECK(ae);
+        sched_yield();
+    }
 }
 
-static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
-                               tp_stream_t *s, float *buf, size_t count,
-                               int average) {
-    tp_cuda_backend_t *cb = tp_cuda_of(b);
-    if (rank < 0 || rank >= c->nranks)
-        return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
-                        c->nranks);
+/* The allreduce proper; *alike set when every rank fails alike (the
+ * first meeting's count check), which needs no abort. */
+static tp_status_t s_allreduce_run(tp_cuda_backend_t *cb, tp_comm_t *c,
+                                   int rank, tp_stream_t *s, float *buf,
+                                   size_t count, int average, int *alike) {
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
+    /* Record and wait this rank's events with its stream's device current
+     * (towers on several devices: the backend's device is not theirs). */
+    int dev = 0;
+    TP_CUDA_CHECK(cudaStreamGetDevice(st->cu, &dev));
+    TP_CUDA_CHECK(cudaSetDevice(dev));
+    TP_TRY(s_rank_events(c, rank, dev));
     c->bufs[rank] = buf;
     c->streams[rank] = st->cu;
     TP_CUDA_CHECK(cudaEventRecord(c->ready[rank], st->cu));
-    TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
-                            average));
+    tp_status_t agree = tp_barrier_agree(&c->barrier, rank, c->counts,
+                                         c->average, count, average);
+    if (agree == TP_ERR_INVALID)
+        *alike = 1;
+    TP_TRY(agree);
     tp_status_t mode_rc = TP_OK;
     if (rank == 0)
         mode_rc = s_comm_mode(c);
@@ -540,6 +678,43 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
     TP_TRY(tp_barrier_sync(&c->barrier, rank));
     return TP_OK;
+}
+
+/* A rank that fails between two meetings would leave the others waiting
+ * at the next one (or NCCL's kernels waiting for its part) forever: abort
+ * the communicator, and the woken ranks report the failure that did it. */
+static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
+                               tp_stream_t *s, float *buf, size_t count,
+                               int average) {
+    if (rank < 0 || rank >= c->nranks)
+        return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
+                        c->nranks);
+    if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&c->fail_mu);
+        tp_status_t rc = tp_error(TP_ERR_INTERRUPTED,
+                                  "allreduce: rank %d: communicator aborted: %s",
+                                  rank, c->why);
+        pthread_mutex_unlock(&c->fail_mu);
+        return rc;
+    }
+    int alike = 0;
+    tp_status_t rc = s_allreduce_run(tp_cuda_of(b), c, rank, s, buf, count,
+                                      average, &alike);
+    if (rc >= 0 || alike)
+        return rc;
+    if (rc != TP_ERR_INTERRUPTED) {
+        char why[256];
+        snprintf(why, sizeof why, "rank %d failed: %s", rank, tp_last_error());
+        s_comm_fail(c, why);
+        return rc;
+    }
+    /* woken by another rank's abort: say which failure it was */
+    pthread_mutex_lock(&c->fail_mu);
+    if (c->aborted)
+        rc = tp_error(TP_ERR_INTERRUPTED, "allreduce: rank %d: aborted: %s",
+                      rank, c->why);
+    pthread_mutex_unlock(&c->fail_mu);
+    return rc;
 }
 
 static tp_status_t s_allreduce_local(tp_backend_t *b, float *const *bufs,
@@ -581,6 +756,7 @@ struct tp_stage {
     cudaEvent_t copied;  /* recorded on the copy stream after the H2D copy */
     cudaEvent_t used;    /* recorded on the consumer's stream after its reads */
     int used_recorded;
+    int begun;           /* `copied` was recorded: a copy may read host */
 };
 
 static void s_stage_destroy(tp_backend_t *b, tp_stage_t *st) {
@@ -634,8 +810,22 @@ static tp_stage_t *s_stage_new(tp_backend_t *b, size_t bytes) {
     return st;
 }
 
+/* The host buffer, handed out to be filled: first wait for the copy still
+ * reading it (the last stage_begin), so a producer that refills it right
+ * away cannot race that copy even if it skipped stage_host_wait. Nearly
+ * free when the copy is done. NULL, with the error, if the wait fails. */
 static void *s_stage_host(tp_backend_t *b, tp_stage_t *st) {
-    (void)b;
+    if (st->begun) {
+        if (tp_cuda_use(tp_cuda_of(b)) < 0)
+            return NULL;
+        cudaError_t e = cudaEventSynchronize(st->copied);
+        if (e != cudaSuccess) {
+            tp_error(TP_ERR_DEVICE, "stage: waiting for the copy out of the "
+                     "host buffer: %s", cudaGetErrorString(e));
+            TP_ERROR("%s", tp_last_error());
+            return NULL;
+        }
+    }
     return st->host;
 }
 
@@ -658,6 +848,7 @@ static tp_status_t s_stage_begin(tp_backend_t *b, tp_stage_t *st,
         TP_CUDA_CHECK(cudaMemcpyAsync(st->dev, st->host, bytes,
                                       cudaMemcpyHostToDevice, cb->copy));
     TP_CUDA_CHECK(cudaEventRecord(st->copied, cb->copy));
+    st->begun = 1;
     return TP_OK;
 }
 
@@ -665,8 +856,11 @@ static tp_status_t s_stage_wait(tp_backend_t *b, tp_stage_t *st,
                                 tp_stream_t *s) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
     TP_CUDA_CHECK(cudaStreamWaitEvent(tp_cuda_stream(cb, s)->cu, st->copied, 0));
-    return TP_OK;
+    /* a consumer on the default stream: the towers order after this wait,
+     * hence after the copy, too */
+    return tp_cuda_def_mark(cb, s);
 }
 
 static tp_status_t s_stage_release(tp_backend_t *b, tp_stage_t *st,
@@ -694,14 +888,18 @@ static tp_status_t s_op_forward(tp_backend_t *b, tp_stream_t *s,
                                 const tp_op_call_t *c) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
-    return tp_cuda_op_forward(cb, tp_cuda_stream(cb, s), c);
+    TP_TRY(tp_cuda_order(cb, s));
+    TP_TRY(tp_cuda_op_forward(cb, tp_cuda_stream(cb, s), c));
+    return tp_cuda_def_mark(cb, s);
 }
 
 static tp_status_t s_op_backward(tp_backend_t *b, tp_stream_t *s,
                                  const tp_op_call_t *c) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
-    return tp_cuda_op_backward(cb, tp_cuda_stream(cb, s), c);
+    TP_TRY(tp_cuda_order(cb, s));
+    TP_TRY(tp_cuda_op_backward(cb, tp_cuda_stream(cb, s), c));
+    return tp_cuda_def_mark(cb, s);
 }
 
 static void s_destroy(tp_backend_t *b) {
@@ -710,6 +908,8 @@ static void s_destroy(tp_backend_t *b) {
         cudaDeviceSynchronize(); /* teardown: everything must have finished */
     tp_cuda_cache_free(cb);
     s_stream_free(cb->def);
+    if (cb->def_done)
+        cudaEventDestroy(cb->def_done);
     if (cb->copy)
         cudaStreamDestroy(cb->copy);
     while (cb->chunks) {
@@ -779,8 +979,12 @@ tp_cuda_module_backend_new(const tp_cuda_options_t *opt, char *err,
         e = cudaGetDeviceProperties(&prop, cb->device);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&cb->copy, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&cb->def_done, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         snprintf(err, size, "%s", cudaGetErrorString(e));
+        if (cb->copy)
+            cudaStreamDestroy(cb->copy);
         pthread_mutex_destroy(&cb->mu);
         free(cb);
         return NULL;

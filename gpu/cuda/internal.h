@@ -34,6 +34,8 @@ struct tp_stream {
                                     host, one region per op of a run */
     size_t host_bits_cap;        /* in uint32 words */
     size_t host_bits_used;       /* reset when the stream is synchronised */
+    uint64_t def_seen;           /* the default stream's generation this
+                                    stream was last ordered after */
 };
 
 /* A chunk of device memory handed out by bumping (the arena). */
@@ -55,6 +57,14 @@ typedef struct tp_cuda_backend {
     pthread_mutex_t mu;          /* arena, cache, the default stream */
     struct tp_cuda_chunk *chunks;
     tp_stream_t *def;            /* for calls given no stream */
+    /* The default stream and the towers' streams are all non-blocking, so
+     * CUDA orders nothing between them: an upload on `def` would race the
+     * towers' kernels that read it. Each call that leaves work on `def`
+     * records def_done and bumps def_gen (under mu); a tower's stream
+     * waits on def_done before its next work when it has not seen the
+     * latest generation (tp_cuda_order). */
+    cudaEvent_t def_done;
+    uint64_t def_gen;
     cudaStream_t copy;           /* staging copies */
     struct tp_cuda_entry *cache[TP_CUDA_CACHE_BUCKETS];
 } tp_cuda_backend_t;
@@ -67,6 +77,12 @@ static inline tp_cuda_backend_t *tp_cuda_of(tp_backend_t *b) {
 tp_status_t tp_cuda_use(tp_cuda_backend_t *cb);
 /* The stream to run on: s, or the backend's default one. */
 tp_stream_t *tp_cuda_stream(tp_cuda_backend_t *cb, tp_stream_t *s);
+/* Before work on a tower's stream s: order it after all work left on the
+ * default stream so far (an event wait, no host block). No-op for NULL. */
+tp_status_t tp_cuda_order(tp_cuda_backend_t *cb, tp_stream_t *s);
+/* After work was left on the default stream (s NULL): record def_done so
+ * that the towers' streams order after it. No-op for a tower's stream. */
+tp_status_t tp_cuda_def_mark(tp_cuda_backend_t *cb, tp_stream_t *s);
 
 /* Blocks for a grid-stride loop over n elements. */
 static inline unsigned tp_cuda_blocks(size_t n, unsigned threads) {

@@ -53,6 +53,13 @@ struct tp_cuda_entry {
     struct tp_cuda_entry *next;
 };
 
+/* The node a call runs, the cache's key: its attributes' address only for
+ * calls that name no node (the op tests), since two nodes may share one
+ * attribute record and must not share a workspace budget. */
+static const void *s_key(const tp_op_call_t *c) {
+    return c->node ? c->node : (const void *)c->attr;
+}
+
 static size_t s_hash(const void *key, tp_op_kind_t kind) {
     uintptr_t h = (uintptr_t)key;
     h ^= h >> 17;
@@ -118,16 +125,23 @@ static tp_status_t s_nchw_desc(cudnnTensorDescriptor_t d, const tp_shape_t *s) {
     return TP_OK;
 }
 
-/* Workspace budget of a conv node: what op_workspace planned for it (the
- * largest entry of the same node), so a smaller batch never needs more. */
+/* Workspace budget of a conv node at a shape it was not planned at (a
+ * smaller batch): the bytes its workspace holds, which the call says when a
+ * model makes it; else what op_workspace planned for the same node (the
+ * largest entry of its key). Keyed by node, never by the attributes'
+ * address: two nodes sharing attributes must not take each other's budget,
+ * which could overrun the smaller one's workspace. */
 static size_t s_conv_budget(tp_cuda_backend_t *cb, const tp_op_call_t *c,
                             int planning) {
     if (planning)
         return TP_CONV_WS_MAX;
+    if (c->workspace_bytes)
+        return c->workspace_bytes;
+    const void *key = s_key(c);
     size_t best = 0;
-    for (struct tp_cuda_entry *e = cb->cache[s_hash(c->attr, c->kind)]; e;
+    for (struct tp_cuda_entry *e = cb->cache[s_hash(key, c->kind)]; e;
          e = e->next)
-        if (e->key == c->attr && e->kind == c->kind && e->ws > best)
+        if (e->key == key && e->kind == c->kind && e->ws > best)
             best = e->ws;
     return best;
 }
@@ -351,14 +365,19 @@ static tp_status_t s_entry_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
 static tp_status_t s_entry(tp_cuda_backend_t *cb, cudnnHandle_t h,
                            const tp_op_call_t *c, int planning,
                            struct tp_cuda_entry **out) {
-    size_t b = s_hash(c->attr, c->kind);
+    const void *key = s_key(c);
+    size_t b = s_hash(key, c->kind);
     const tp_shape_t none = {0, {0}};
     const tp_shape_t *x1 = c->ninputs > 1 ? &c->xshape[1] : &none;
     pthread_mutex_lock(&cb->mu);
+    /* An entry whose workspace exceeds what this node's call holds is
+     * another node's that lived at the same address (a destroyed model's):
+     * pass it by and choose again within this node's budget. */
     for (struct tp_cuda_entry *e = cb->cache[b]; e; e = e->next)
-        if (e->key == c->attr && e->kind == c->kind &&
+        if (e->key == key && e->kind == c->kind &&
             memcmp(&e->attr, c->attr, sizeof e->attr) == 0 &&
-            s_same_shape(&e->x0, &c->xshape[0]) && s_same_shape(&e->x1, x1)) {
+            s_same_shape(&e->x0, &c->xshape[0]) && s_same_shape(&e->x1, x1) &&
+            (planning || !c->workspace_bytes || e->ws <= c->workspace_bytes)) {
             pthread_mutex_unlock(&cb->mu);
             *out = e;
             return TP_OK;
@@ -371,7 +390,7 @@ static tp_status_t s_entry(tp_cuda_backend_t *cb, cudnnHandle_t h,
     }
     e->kind = c->kind;
     e->attr = *c->attr;
-    e->key = c->attr;
+    e->key = key;
     e->x0 = c->xshape[0];
     e->x1 = *x1;
     tp_status_t rc = s_entry_setup(cb, h, e, c, planning);

@@ -126,6 +126,7 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     memset(c, 0, sizeof *c);
     c->kind = n->kind;
     c->attr = &n->attr;
+    c->node = n;
     c->name = n->name;
     c->ninputs = n->ninputs;
     for (int i = 0; i < n->ninputs; i++) {
@@ -144,6 +145,7 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     c->yshape = n->run_shape;
     c->dy = n->grad;
     c->workspace = n->workspace;
+    c->workspace_bytes = n->workspace_bytes;
     if (n->kind == TP_OP_BATCH_NORM) {
         c->state[0] = n->state[0]->value;
         c->state[1] = n->state[1]->value;
@@ -1057,6 +1059,30 @@ tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
                         t->name, name ? name : "(null)");
     return tp_tensor_init_wrap(view, n->dtype, n->run_shape.ndim,
                                n->run_shape.d, n->value, NULL, NULL);
+}
+
+const void *tp_model_view_host(tp_model_t *m, const tp_tensor_t *view,
+                               void *host, size_t bytes) {
+    if (!m || !view || !view->data) {
+        tp_error(TP_ERR_INVALID, "view_host: no model or no view");
+        return NULL;
+    }
+    tp_backend_t *b = m->backend;
+    if (b->device < 0)
+        return view->data; /* the CPU: already host memory, keep zero-copy */
+    if (!host) {
+        tp_error(TP_ERR_INVALID, "view_host: no host buffer for a %s view",
+                 b->ops->name);
+        return NULL;
+    }
+    if (bytes > view->nbytes)
+        bytes = view->nbytes;
+    /* The towers' streams were synchronised at the end of their runs (the
+     * model's contract), so the default stream's copy sees the values; a
+     * device-to-host copy returns once they are on the host. */
+    if (b->ops->copy(b, NULL, host, view->data, bytes, TP_COPY_D2H) < 0)
+        return NULL;
+    return host;
 }
 
 int tp_model_metric_count(const tp_model_t *m, int tower) {

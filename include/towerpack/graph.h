@@ -305,6 +305,14 @@ const char *tp_model_cost_name(const tp_model_t *m, int i);
  * the step read in place. */
 tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
                            tp_tensor_t *view);
+/* Host-readable data of a view this model gave out (tp_model_fetch, a
+ * fetch's value, tp_model_var, tp_model_grad): views point to the backend's
+ * memory, which is device memory on a GPU. On the CPU backend, the view's
+ * own data (no copy); else its first `bytes` (at most the view's size)
+ * copied through the backend into `host`, which must hold `bytes`. NULL,
+ * with the error, on failure. Host code reads model values only this way. */
+const void *tp_model_view_host(tp_model_t *m, const tp_tensor_t *view,
+                               void *host, size_t bytes);
 /* Metrics declared by tower 0 (the inference tower declares its own). */
 int tp_model_metric_count(const tp_model_t *m, int tower);
 const char *tp_model_metric_name(const tp_model_t *m, int tower, int i);

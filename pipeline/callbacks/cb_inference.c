@@ -60,8 +60,19 @@ static tp_status_t runner_trigger_epoch(void *impl, tp_trainer_t *tr) {
                 tp_datapoint_destroy(&dp);
                 return tp_error_wrap(rc, "InferenceRunner");
             }
-            double x = v.dtype == TP_FLOAT32 ? ((const float *)v.data)[0]
-                     : v.dtype == TP_INT32 ? ((const int32_t *)v.data)[0]
+            /* through the backend: on a GPU the view is device memory */
+            union { float f; int32_t i; } u;
+            const void *p = v.dtype == TP_FLOAT32 || v.dtype == TP_INT32
+                                ? tp_model_view_host(m, &v, &u, sizeof u)
+                                : NULL;
+            if (!p && (v.dtype == TP_FLOAT32 || v.dtype == TP_INT32)) {
+                tp_tensor_fini(&v);
+                tp_datapoint_destroy(&dp);
+                return tp_error_wrap(TP_ERR_DEVICE, "InferenceRunner: reading %s",
+                                     r->infs[i].output);
+            }
+            double x = v.dtype == TP_FLOAT32 ? ((const float *)p)[0]
+                     : v.dtype == TP_INT32 ? ((const int32_t *)p)[0]
                      : NAN;
             tp_tensor_fini(&v);
             r->infs[i].sum += r->infs[i].kind == TP_INFER_SCALAR_STATS ? x * b : x;

@@ -100,8 +100,13 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
             tp_tensor_t v;
             if (tp_model_fetch(t->model, i, name, &v) != TP_OK)
                 continue;
-            if (v.dtype == TP_FLOAT32 && v.nbytes >= 4) {
-                sum += ((const float *)v.data)[0];
+            /* through the backend: on a GPU the view is device memory */
+            float x;
+            const float *p = v.dtype == TP_FLOAT32 && v.nbytes >= 4
+                                 ? tp_model_view_host(t->model, &v, &x, sizeof x)
+                                 : NULL;
+            if (p) {
+                sum += p[0];
                 got++;
             }
             tp_tensor_fini(&v);

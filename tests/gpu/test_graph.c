@@ -52,6 +52,8 @@ Test(graph, tiny_mlp_learns_xor) {
     tp_tensor_t cost;
     cr_assert_eq(tp_model_fetch(m, 0, "cost", &cost), TP_OK);
     cr_expect_lt(*(float *)cost.data, 0.05f, "XOR cost %f", *(float *)cost.data);
+    /* the CPU backend's views are host memory: read in place, no copy */
+    cr_expect_eq(tp_model_view_host(m, &cost, NULL, sizeof(float)), cost.data);
     cr_assert_eq(s_run(m, -1, in, TP_RUN_FORWARD), TP_OK, "%s", tp_last_error());
     cr_expect_eq(tp_model_metric_count(m, -1), 1);
     cr_expect_str_eq(tp_model_metric_name(m, -1, 0), "accuracy");
