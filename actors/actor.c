@@ -493,6 +493,13 @@ static void s_close_port(s_port_t *p) {
     }
     int bound_ipc = p->zsock && p->def && p->def->bind && p->def->endpoint &&
                     !strncmp(p->def->endpoint, "ipc://", 6);
+    /* Unbind before closing: libzmq frees a closed socket's endpoint later,
+     * on its reaper thread, and a reader that connects to the same inproc
+     * name in the meantime (the next actor of a pipeline made again in this
+     * process) attaches to the dying socket and waits forever. zmq_unbind
+     * takes the name back now. */
+    if (p->zsock && p->sock && p->def && p->def->bind && p->def->endpoint)
+        zmq_unbind(p->sock, p->def->endpoint);
     zsock_destroy(&p->zsock);
     /* libzmq 4.3 leaves the file of a named ipc socket behind (it only
      * cleans up wildcard ones): remove it, so that an ended actor leaves
