@@ -107,6 +107,7 @@ stress_pid=""
     for k in "${!fails[@]}"; do
       [ "${k%%:*}" = "$s" ] && list+="${k#*:} (${fails[$k]}), "
     done
+    list=${list%, }
     echo "| $s | $rounds | ${ntests[$s]} | ${rounds_failed[$s]} | $(( ${secs_total[$s]} / rounds )) s | ${list:-none} |"
   done
   echo
