@@ -64,15 +64,23 @@ static inline void pu_child_init(pid_t parent) {
  * here: fork helpers before creating receivers, actors or dataflows that
  * use sockets (a connecting peer waits for a later bind), or start a
  * program with pu_spawn. */
-static inline pid_t pu_fork(void) {
+/* Abort the test, saying who (`who`) and why, when a ZeroMQ thread runs in
+ * this process: the check behind pu_fork, and the one a test makes before a
+ * dataflow forks its workers with allow_threads set (which turns off the
+ * library's own thread check, because Criterion's thread is harmless). */
+static inline void pu_assert_fork_safe(const char *who) {
     char zmq[64];
     if (pu_zmq_thread(zmq, sizeof zmq)[0]) {
-        fprintf(stderr, "pu_fork: refusing to fork while ZeroMQ thread %s runs in this "
-                "process (the child could hang on a lock it holds); fork helpers "
-                "first, or use pu_spawn\n", zmq);
+        fprintf(stderr, "%s: refusing to fork while ZeroMQ thread %s runs in this "
+                "process (the child could hang on a lock it holds); fork first, "
+                "in a test of its own, or use pu_spawn\n", who, zmq);
         fflush(stderr);
         abort();
     }
+}
+
+static inline pid_t pu_fork(void) {
+    pu_assert_fork_safe("pu_fork");
     pid_t parent = getpid();
     fflush(NULL);
     pid_t pid = fork();

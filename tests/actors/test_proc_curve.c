@@ -260,7 +260,7 @@ Test(curve, stats_socket_with_curve) {
 
 /* Must hold: a tcp bind to every interface is refused (naming --public)
  * unless allowed; "tcp://:P" binds loopback; a bound ipc socket file is
- * mode 0600; a multi-process dataflow's private run dir is mode 0700. */
+ * mode 0600. */
 Test(curve, bind_rules_and_ipc_modes) {
     char out[256];
     cr_assert_lt(tp_bind_endpoint("tcp://*:5555", 0, out, sizeof out), 0);
@@ -296,7 +296,11 @@ Test(curve, bind_rules_and_ipc_modes) {
     cr_assert_not_null(pub, "%s", tp_last_error());
     cr_assert_eq(s_mode(sep + 6), 0600);
     tp_stats_pub_destroy(&pub);
-    /* The private run dir of forked workers. */
+}
+
+/* Must hold: a multi-process dataflow's private run dir is mode 0700. A
+ * test of its own: its workers fork before any ZeroMQ thread exists here. */
+Test(curve, private_run_dir_mode) {
     char tmp[128];
     snprintf(tmp, sizeof tmp, "%s/t", s_dir);
     mkdir(tmp, 0755);
@@ -304,7 +308,8 @@ Test(curve, bind_rules_and_ipc_modes) {
     tp_mp_opts_t o;
     tp_mp_opts_init(&o);
     o.allow_threads = 1;
-    df = tp_df_multiprocess(tu_count_df(10, 0, -1), 1, &o);
+    tp_dataflow_t *df = tp_df_multiprocess(tu_count_df(10, 0, -1), 1, &o);
+    pu_assert_fork_safe("private_run_dir_mode");
     cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
     char cmd[300];
     snprintf(cmd, sizeof cmd, "test \"$(stat -c %%a %s/tp-mp-*)\" = 700", tmp);

@@ -227,49 +227,56 @@ static tp_status_t s_identity(void *arg, tp_datapoint_t **dp) {
 /* Must hold: when the consumer of a multi-process dataflow stops reading,
  * its workers block (bounded queues): every worker's RSS, sampled 8 times
  * over 1.6 s, stays under 96 MiB and grows by less than 8 MiB, for the
- * runner (MultiProcessRunnerZMQ) and the map (MultiProcessMapDataZMQ). */
-Test(fault_remote, stopped_consumer_bounds_the_workers) {
-    for (int kind = 0; kind < 2; kind++) {
-        tp_mp_opts_t o;
-        tp_mp_opts_init(&o);
-        o.hwm = 8;
-        o.run_dir = s_dir;
-        o.timeout_s = 5;
-        o.allow_threads = 1;  /* Criterion's own threads */
-        tp_dataflow_t *inner = tu_count_df(1000000, 256 * 1024, -1);
-        tp_dataflow_t *df = kind == 0 ? tp_df_multiprocess(inner, 2, &o)
-                                      : tp_df_multiprocess_map(inner, 2, s_identity, NULL, 1, &o);
-        cr_assert(df, "%s", tp_last_error());
-        cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK, "%s", tp_last_error());
-        tp_datapoint_t *dp;
-        for (int i = 0; i < 5; i++) {
-            cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
-            tp_datapoint_destroy(&dp);
-        }
-        int pids[4];
-        int n = tp_df_multiprocess_pids(df, pids, 4);
-        cr_assert_eq(n, 2);
-        long first[2], peak[2] = {0, 0};
-        usleep(200000);
-        for (int w = 0; w < n; w++)
-            first[w] = fu_rss_kib(pids[w]);
-        for (int s = 0; s < 8; s++) {
-            usleep(200000);
-            for (int w = 0; w < n; w++) {
-                long r = fu_rss_kib(pids[w]);
-                if (r > peak[w])
-                    peak[w] = r;
-            }
-        }
-        for (int w = 0; w < n; w++) {
-            cr_assert_lt(peak[w], 96 * 1024, "%s worker %d: RSS %ld KiB", kind ? "map" : "runner",
-                         w, peak[w]);
-            cr_assert_lt(peak[w] - first[w], 8 * 1024, "%s worker %d grew from %ld to %ld KiB",
-                         kind ? "map" : "runner", w, first[w], peak[w]);
-        }
-        tp_dataflow_destroy(&df);
-        for (int w = 0; w < n; w++)
-            cr_assert(pu_wait_gone(pids[w], 3000), "worker %d left", pids[w]);
-        cr_assert_eq(pu_dir_entries(s_dir), 0, "socket files removed");
+ * runner (MultiProcessRunnerZMQ) and the map (MultiProcessMapDataZMQ).
+ * One dataflow of `kind` (0: runner, 1: map) per test: a process that made
+ * a dataflow before has ZeroMQ I/O threads, and forking the second one's
+ * workers beside them can hang a worker in its first malloc under ASan
+ * (issue 21: the map variant, run second in one test, timed out 1 in 20). */
+static void s_stopped_consumer(int kind) {
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    o.hwm = 8;
+    o.run_dir = s_dir;
+    o.timeout_s = 5;
+    o.allow_threads = 1;  /* Criterion's own thread */
+    tp_dataflow_t *inner = tu_count_df(1000000, 256 * 1024, -1);
+    tp_dataflow_t *df = kind == 0 ? tp_df_multiprocess(inner, 2, &o)
+                                  : tp_df_multiprocess_map(inner, 2, s_identity, NULL, 1, &o);
+    cr_assert(df, "%s", tp_last_error());
+    pu_assert_fork_safe("stopped_consumer");
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK, "%s", tp_last_error());
+    tp_datapoint_t *dp;
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
     }
+    int pids[4];
+    int n = tp_df_multiprocess_pids(df, pids, 4);
+    cr_assert_eq(n, 2);
+    long first[2], peak[2] = {0, 0};
+    usleep(200000);
+    for (int w = 0; w < n; w++)
+        first[w] = fu_rss_kib(pids[w]);
+    for (int s = 0; s < 8; s++) {
+        usleep(200000);
+        for (int w = 0; w < n; w++) {
+            long r = fu_rss_kib(pids[w]);
+            if (r > peak[w])
+                peak[w] = r;
+        }
+    }
+    for (int w = 0; w < n; w++) {
+        cr_assert_lt(peak[w], 96 * 1024, "%s worker %d: RSS %ld KiB", kind ? "map" : "runner",
+                     w, peak[w]);
+        cr_assert_lt(peak[w] - first[w], 8 * 1024, "%s worker %d grew from %ld to %ld KiB",
+                     kind ? "map" : "runner", w, first[w], peak[w]);
+    }
+    tp_dataflow_destroy(&df);
+    for (int w = 0; w < n; w++)
+        cr_assert(pu_wait_gone(pids[w], 3000), "worker %d left", pids[w]);
+    cr_assert_eq(pu_dir_entries(s_dir), 0, "socket files removed");
 }
+
+Test(fault_remote, stopped_consumer_bounds_the_workers) { s_stopped_consumer(0); }
+
+Test(fault_remote, stopped_consumer_bounds_the_map_workers) { s_stopped_consumer(1); }

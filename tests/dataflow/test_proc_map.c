@@ -37,6 +37,7 @@ static tp_dataflow_t *make_map(int64_t n, int strict, tp_worker_policy_t policy,
     tp_dataflow_t *df = tp_df_multiprocess_map(tu_count_df(n, 0, -1), 2, triple,
                                                cfg, strict, &o);
     cr_assert(df, "%s", tp_last_error());
+    pu_assert_fork_safe("make_map");  /* the check allow_threads turned off */
     cr_assert_eq(tp_dataflow_reset_state(df, 7, 0), TP_OK, "%s", tp_last_error());
     return df;
 }

@@ -17,6 +17,7 @@ static tp_dataflow_t *make_runner(int64_t n, int nworkers, int64_t fail_at,
     o.allow_threads = 1;
     tp_dataflow_t *df = tp_df_multiprocess(tu_count_df(n, 0, fail_at), nworkers, &o);
     cr_assert(df, "%s", tp_last_error());
+    pu_assert_fork_safe("make_runner");  /* the check allow_threads turned off */
     return df;
 }
 

@@ -14,6 +14,7 @@ static void consumer(int fd, const char *dir, int spin_forever) {
     o.run_dir = dir;
     o.allow_threads = 1;
     tp_dataflow_t *df = tp_df_multiprocess(tu_count_df(1000000, 1024, -1), 2, &o);
+    pu_assert_fork_safe("consumer");
     if (!df || tp_dataflow_reset_state(df, 1, 0) != TP_OK)
         _exit(10);
     int pids[2];
