@@ -204,9 +204,15 @@ Test(actor, recent_stats_never_wait_for_a_blocked_producer) {
     tp_actor_t *c = tp_actor_new(&dc, &sink);
     tp_actor_t *a = tp_actor_new(&ds, &src);
     cr_assert(a && c);
-    usleep(200000);
+    /* Wait for the event, not a while: the producer has filled the link
+     * and published that it is blocked (on a loaded machine its thread may
+     * get the core late; 10 s only guards against a hang). */
     tp_stats_row_t first, row;
-    cr_assert_eq(tp_actor_stats_recent(a, &first), TP_OK);
+    double until = tp_now_s() + 10;
+    do {
+        usleep(10000);
+        cr_assert_eq(tp_actor_stats_recent(a, &first), TP_OK);
+    } while ((first.blocked_s <= 0.05 || first.msgs_out < 8) && tp_now_s() < until);
     double t0 = tp_now_s();
     for (int i = 0; i < 1000; i++)
         cr_assert_eq(tp_actor_stats_recent(a, &row), TP_OK);
