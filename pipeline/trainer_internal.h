@@ -76,7 +76,7 @@ tp_status_t tp_trainer_view_add(tp_trainer_t *view, tp_callback_t **cb_p);
 /* When the actor starts (on the trainer's thread): the scalars so far. */
 void tp_trainer_view_start(tp_trainer_t *view);
 void tp_trainer_view_set(tp_trainer_t *view, int64_t epoch, int64_t local_step,
-                         int64_t global_step);
+                         int64_t global_step, uint64_t t_ns);
 void tp_trainer_view_epoch_end(tp_trainer_t *view);
 /* Store a scalar and tell the callbacks that are not observers: for a
  * scalar that came over the actor's socket (it is not sent on again). */

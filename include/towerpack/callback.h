@@ -78,7 +78,7 @@ tp_callback_t *tp_cb_enable_if(tp_callback_t *cb, tp_cb_pred_fn pred, void *arg)
  * delivers every hook (the trainer waits only when the actor falls a full
  * queue behind); tp_cb_observe_latest skips a step's hooks while the actor
  * is behind, or sooner than interval_s after the last step it delivered
- * (epoch and training hooks always arrive). Takes cb. docs/callbacks.md. */
+ * (an epoch's last step, and epoch and training hooks, always arrive). Takes cb. docs/callbacks.md. */
 tp_callback_t *tp_cb_observe(tp_callback_t *cb);
 tp_callback_t *tp_cb_observe_latest(tp_callback_t *cb, double interval_s);
 

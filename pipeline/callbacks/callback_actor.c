@@ -49,6 +49,7 @@ typedef struct {
     uint32_t kind, hook;
     int32_t obs, nvalues;
     int64_t epoch, local_step, global_step;
+    uint64_t t_ns;   /* when the trainer reached it */
     double value;
 } s_event_t;
 
@@ -119,7 +120,7 @@ static void s_run_hook(tp_cb_actor_t *a, const s_event_t *ev, const void *extra,
         return;
     if (a->hook_failed && ev->hook != H_AFTER_TRAIN)
         return;
-    tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step);
+    tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step, ev->t_ns);
     tp_callback_t *cb = tp_trainer_callback(v, (size_t)ev->obs);
     tp_status_t rc = TP_OK;
     switch (ev->hook) {
@@ -140,9 +141,9 @@ static void s_run_hook(tp_cb_actor_t *a, const s_event_t *ev, const void *extra,
             n = 0;
         tp_fetches_begin(a->fetches);
         /* before_run as it would have been: before the step counted */
-        tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step - 1);
+        tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step - 1, ev->t_ns);
         rc = tp_cb_before_run(cb, v, a->fetches);
-        tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step);
+        tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step, ev->t_ns);
         for (int i = 0; rc >= 0 && i < n; i++) {
             double x;
             memcpy(&x, (const char *)extra + (size_t)i * 8, 8);
@@ -207,6 +208,8 @@ static void s_actor(zsock_t *pipe, void *arg) {
                 if (xs > 0 && xs <= S_NAME_MAX) {
                     memcpy(name, x, xs);
                     name[xs] = '\0';
+                    /* at the steps it was put at (monitors stamp it so) */
+                    tp_trainer_view_set(a->view, ev.epoch, ev.local_step, ev.global_step, ev.t_ns);
                     tp_trainer_put_scalar_local(a->view, name, ev.value);
                 }
                 break;
@@ -447,7 +450,7 @@ static s_event_t s_hook_event(const s_obs_t *w, tp_trainer_t *tr, uint32_t hook)
     return (s_event_t){.kind = EV_HOOK, .hook = hook, .obs = w->index,
                        .epoch = tp_trainer_epoch_num(tr),
                        .local_step = tp_trainer_local_step(tr),
-                       .global_step = tp_trainer_global_step(tr)};
+                       .global_step = tp_trainer_global_step(tr), .t_ns = tp_now_ns()};
 }
 
 static tp_status_t s_hook(s_obs_t *w, tp_trainer_t *tr, uint32_t hook) {
@@ -457,7 +460,7 @@ static tp_status_t s_hook(s_obs_t *w, tp_trainer_t *tr, uint32_t hook) {
 
 /* Whether this step's hooks go to the actor: always for observers of every
  * step; for latest-only ones while the actor keeps up (and the interval has
- * passed). Decided once per step. */
+ * passed), and an epoch's last step. Decided once per step. */
 static int s_deliver(s_obs_t *w, tp_trainer_t *tr) {
     int64_t ep = tp_trainer_epoch_num(tr), ls = tp_trainer_local_step(tr);
     if (w->step_epoch == ep && w->step_local == ls)
@@ -470,7 +473,9 @@ static int s_deliver(s_obs_t *w, tp_trainer_t *tr) {
         uint64_t now = tp_now_ns();
         uint64_t behind = a->actor ? a->sent - atomic_load_explicit(&a->done, memory_order_acquire)
                                    : 0;
-        w->deliver = behind <= S_LATEST_BACKLOG && now - w->last_ns >= w->interval_ns;
+        /* an epoch's last step always: its values end the epoch's line */
+        int last = ls == tp_trainer_schedule(tr)->steps_per_epoch - 1;
+        w->deliver = last || (behind <= S_LATEST_BACKLOG && now - w->last_ns >= w->interval_ns);
         if (w->deliver)
             w->last_ns = now;
         else
@@ -566,7 +571,6 @@ static tp_status_t w_trigger_step(void *impl, tp_trainer_t *tr) {
  * trainer's scalars as they are then. */
 static void w_on_scalar(void *impl, tp_trainer_t *tr, const char *name, double value) {
     s_obs_t *w = impl;
-    (void)tr;
     if (!w->a || w->a->forwarder != w || !w->a->actor)
         return;
     size_t n = strlen(name);
@@ -575,7 +579,9 @@ static void w_on_scalar(void *impl, tp_trainer_t *tr, const char *name, double v
                 "callbacks", name, S_NAME_MAX);
         return;
     }
-    s_event_t ev = {.kind = EV_SCALAR, .value = value};
+    s_event_t ev = {.kind = EV_SCALAR, .value = value,
+                    .epoch = tp_trainer_epoch_num(tr), .local_step = tp_trainer_local_step(tr),
+                    .global_step = tp_trainer_global_step(tr), .t_ns = tp_now_ns()};
     if (s_send(w->a, &ev, name, n) < 0)
         TP_WARN("scalar %s not sent to the observing callbacks: %s", name, tp_last_error());
 }

@@ -57,7 +57,8 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
             return tp_error_wrap(rc, "tower%d input", i);
         }
     }
-    t->input_wait_ns += tp_now_ns() - w0;
+    uint64_t waited = tp_now_ns() - w0;
+    t->input_wait_ns += waited;
     t->taken += (uint64_t)t->towers;
     if (t->executors) {
         /* The towers compute, the trainer waits: blocked on them. */
@@ -115,6 +116,8 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
         if (got)
             tp_fetches_set(f, name, sum / got);
     }
+    /* The step's own wait for its batches, for a callback that asks. */
+    tp_fetches_set(f, "trainer/input_wait_s", (double)waited * 1e-9);
     tp_clear_error();
     return TP_OK;
 }

@@ -284,6 +284,7 @@ struct tp_trainer {
      * set per event. */
     tp_trainer_t *view_of;
     int64_t view_samples_per_step;
+    uint64_t view_time_ns;      /* when the hook being run was due */
 };
 
 tp_trainer_t *tp_trainer_new(const tp_trainer_ops_t *ops, void *impl) {
@@ -366,6 +367,9 @@ int tp_trainer_is_chief(const tp_trainer_t *self) { return self->is_chief; }
 int64_t tp_trainer_epoch_num(const tp_trainer_t *self) { return self->epoch_num; }
 int64_t tp_trainer_local_step(const tp_trainer_t *self) { return self->local_step; }
 int64_t tp_trainer_global_step(const tp_trainer_t *self) { return self->global_step; }
+uint64_t tp_trainer_hook_time_ns(const tp_trainer_t *self) {
+    return self->view_of ? self->view_time_ns : tp_now_ns();
+}
 const tp_schedule_t *tp_trainer_schedule(const tp_trainer_t *self) { return &self->sched; }
 void tp_trainer_set_global_step(tp_trainer_t *self, int64_t step) {
     self->global_step = step;
@@ -571,7 +575,8 @@ void tp_trainer_view_start(tp_trainer_t *view) {
 }
 
 void tp_trainer_view_set(tp_trainer_t *view, int64_t epoch, int64_t local_step,
-                         int64_t global_step) {
+                         int64_t global_step, uint64_t t_ns) {
+    view->view_time_ns = t_ns;
     view->epoch_num = epoch;
     view->local_step = local_step;
     view->global_step = global_step;
