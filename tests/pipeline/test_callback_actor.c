@@ -13,7 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/callback.h>
+#include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
+#include "train_testutil.h"
 
 /* ---- a trainer whose step gives "loss" = 1 / global step ------------------- */
 
@@ -40,6 +42,7 @@ static const tp_trainer_ops_t s_ops = {
 
 typedef struct {
     char log[65536];
+    const char *fetch;         /* what before_run asks for (NULL: "loss") */
     int sleep_step_us;         /* in trigger_step */
     int64_t fail_at, stop_at;  /* global step of trigger_step (0: never) */
     int set_hp;                /* before_train sets a hyper-parameter */
@@ -71,13 +74,15 @@ static tp_status_t rec_before_train(void *impl, tp_trainer_t *tr) {
 }
 
 static tp_status_t rec_before_run(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    const s_rec_t *r = impl;
     s_log(impl, tr, "before_run");
-    return tp_fetches_request(f, "loss");
+    return tp_fetches_request(f, r->fetch ? r->fetch : "loss");
 }
 
 static tp_status_t rec_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t *f) {
+    const s_rec_t *r = impl;
     double loss = NAN;
-    tp_fetches_get(f, "loss", &loss);
+    tp_fetches_get(f, r->fetch ? r->fetch : "loss", &loss);
     char b[64];
     snprintf(b, sizeof b, "after_run(%.6g)", loss);
     s_log(impl, tr, b);
@@ -301,4 +306,64 @@ Test(callback_actor, chief_only_observers_stay_off_other_ranks) {
     cr_assert_str_eq(obs->log, "", "not on this rank: %s", obs->log);
     tp_trainer_destroy(&tr);
     free(obs);
+}
+
+/* ---- through launch_train_with_config, one and two towers ------------------- */
+
+static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    (void)user;
+    tp_node_t *logits = tp_fc(t, "fc", in[0], 4, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    return tp_tower_set_cost(t, cost);
+}
+static tp_optimizer_t *s_opt(void *user) {
+    (void)user;
+    return tp_optimizer_sgd(0.1, 0.9, 0);
+}
+static const tp_input_desc_t s_inputs[] = {{"x", TP_FLOAT32, 2, {-1, 2}},
+                                           {"label", TP_INT32, 1, {-1}}};
+static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
+
+Test(callback_actor, launched_training_gives_an_observer_the_same_hooks, .timeout = 120) {
+    for (int towers = 1; towers <= 2; towers++) {
+        char dir[] = "/tmp/tp-cbactor-XXXXXX";
+        cr_assert_not_null(mkdtemp(dir));
+        s_rec_t *sync = s_rec_new(), *obs = s_rec_new();
+        sync->fetch = obs->fetch = "cost";
+        tp_train_config_t c;
+        tp_train_config_init(&c);
+        c.model = &s_model;
+        c.towers = towers;
+        c.batch = 16;
+        c.dataflow = tu_blobs(256, 4, 0.7f, 3, 16, 1, 0);
+        c.max_epoch = 2;
+        c.steps_per_epoch = 6;
+        c.logdir = dir;
+        c.threads = 1;
+        c.save_checkpoints = 0;
+        c.progress_names = "cost";
+        tp_callback_t *cbs[2] = {tp_callback_new(&s_rec_ops, sync, 0),
+                                 tp_cb_observe(tp_callback_new(&s_rec_ops, obs, 0))};
+        c.callbacks = cbs;
+        c.ncallbacks = 2;
+        cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+        /* the same hooks, counters and fetched costs, but for the one
+         * before_run at setup */
+        const char *sp = strchr(sync->log, ' ');
+        cr_assert_not_null(sp);
+        int head = (int)(sp - sync->log);
+        char expect[sizeof sync->log + 64];
+        /* expect = "setup_graph@E/L/G before_run@E/L/G ..." */
+        snprintf(expect, sizeof expect, "%.*s before_run%.*s%s", head, sync->log,
+                 (int)(sp - strchr(sync->log, '@')), strchr(sync->log, '@'), sp);
+        cr_assert_str_eq(obs->log, expect, "%d tower(s)", towers);
+        cr_assert(strstr(sync->log, "after_epoch@2/6/12 trigger_epoch@2/6/12 after_train@2/6/12"),
+                  "%s", sync->log);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        cr_assert_eq(system(cmd), 0);
+        free(sync);
+        free(obs);
+    }
 }
