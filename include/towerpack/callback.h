@@ -59,6 +59,29 @@ tp_callback_t *tp_cb_periodic_callback(tp_callback_t *cb, int64_t every_k_epochs
 typedef int (*tp_cb_pred_fn)(tp_trainer_t *tr, void *arg);
 tp_callback_t *tp_cb_enable_if(tp_callback_t *cb, tp_cb_pred_fn pred, void *arg);
 
+/* ---- observing callbacks: off the step path ------------------------------- */
+
+/* Run cb on the trainer's callback actor (a thread of its own, fed by
+ * messages) instead of on the trainer's thread, so that its hooks never
+ * hold up a step: for callbacks that only watch (progress, monitors,
+ * writing files). Its hooks run in tensorpack's order, each with the epoch
+ * and steps of the moment it was due, against a view of the trainer that
+ * has the schedule, the counters and every scalar, but no model and no
+ * hyper-parameters to set (tp_trainer_set_hyperparam fails there);
+ * tp_trainer_request_stop from it ends training after the step that is
+ * running when the request arrives. Its before_run runs once at setup on
+ * the trainer's thread: the names it asks for then are fetched for it
+ * (and its before_run runs again beside each after_run). Scalars it puts
+ * reach the trainer's own callbacks within a step. A failing hook stops
+ * training at the next step boundary with its message. Training returns
+ * only when every observer has run all of its hooks. tp_cb_observe
+ * delivers every hook (the trainer waits only when the actor falls a full
+ * queue behind); tp_cb_observe_latest skips a step's hooks while the actor
+ * is behind, or sooner than interval_s after the last step it delivered
+ * (an epoch's last step, and epoch and training hooks, always arrive). Takes cb. docs/callbacks.md. */
+tp_callback_t *tp_cb_observe(tp_callback_t *cb);
+tp_callback_t *tp_cb_observe_latest(tp_callback_t *cb, double interval_s);
+
 /* ---- monitors ------------------------------------------------------------- */
 
 /* JSONWriter: after every epoch, DIR/stats.json holds a list of objects,

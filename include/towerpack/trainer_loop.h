@@ -114,6 +114,11 @@ const char *tp_trainer_stop_reason(const tp_trainer_t *self);
 int64_t tp_trainer_epoch_num(const tp_trainer_t *self);
 int64_t tp_trainer_local_step(const tp_trainer_t *self);
 int64_t tp_trainer_global_step(const tp_trainer_t *self);
+/* When the hook running now was due (tp_now_ns's clock): now, on the
+ * trainer's thread; for an observing callback (tp_cb_observe), when the
+ * trainer reached that hook, which may be a while before the callback
+ * actor runs it. Callbacks that time steps use this. */
+uint64_t tp_trainer_hook_time_ns(const tp_trainer_t *self);
 const tp_schedule_t *tp_trainer_schedule(const tp_trainer_t *self);
 /* Override the global step (resume from a checkpoint's state). */
 void tp_trainer_set_global_step(tp_trainer_t *self, int64_t step);

@@ -54,7 +54,7 @@ typedef struct {
 
 static tp_status_t pb_before_epoch(void *impl, tp_trainer_t *tr) {
     s_pb_t *p = impl;
-    p->epoch_t0 = tp_now_ns();
+    p->epoch_t0 = tp_trainer_hook_time_ns(tr);
     p->last_draw = 0;
     p->last_decile = 0;
     memset(p->have, 0, sizeof p->have);
@@ -73,7 +73,7 @@ static void pb_draw(s_pb_t *p, tp_trainer_t *tr, int final) {
     int64_t done = tp_trainer_local_step(tr) + (final ? 0 : 1);
     if (done > s->steps_per_epoch)
         done = s->steps_per_epoch;
-    double el = (double)(tp_now_ns() - p->epoch_t0) * 1e-9;
+    double el = (double)(tp_trainer_hook_time_ns(tr) - p->epoch_t0) * 1e-9;
     double its = el > 0 ? (double)done / el : 0;
     double sps = its * (double)tp_trainer_samples_per_step(tr);
     char eta[32], elapsed[32];
@@ -110,7 +110,7 @@ static tp_status_t pb_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t
     if (done >= s->steps_per_epoch)
         return TP_OK;  /* the final line comes from after_epoch */
     if (p->tty) {
-        uint64_t now = tp_now_ns();
+        uint64_t now = tp_trainer_hook_time_ns(tr);
         if (now - p->last_draw >= 100000000ull) {
             p->last_draw = now;
             pb_draw(p, tr, 0);
@@ -273,7 +273,7 @@ typedef struct {
 } s_eta_t;
 
 static tp_status_t eta_before_train(void *impl, tp_trainer_t *tr) {
-    ((s_eta_t *)impl)->t0 = tp_now_ns();
+    ((s_eta_t *)impl)->t0 = tp_trainer_hook_time_ns(tr);
     return TP_OK;
 }
 
@@ -284,7 +284,7 @@ static int s_cmp_double(const void *a, const void *b) {
 
 static tp_status_t eta_trigger_epoch(void *impl, tp_trainer_t *tr) {
     s_eta_t *e = impl;
-    uint64_t now = tp_now_ns();
+    uint64_t now = tp_trainer_hook_time_ns(tr);
     e->times[e->n % ETA_KEEP] = (double)(now - e->t0) * 1e-9;
     e->n++;
     e->t0 = now;

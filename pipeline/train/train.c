@@ -14,6 +14,7 @@
 #include <towerpack/supervisor.h>
 #include <towerpack/launch.h>
 #include "pipeline/train/towers.h"
+#include "pipeline/trainer_internal.h"
 
 #define MAX_TOWERS 64
 #define MAX_INPUTS 16
@@ -56,7 +57,8 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
             return tp_error_wrap(rc, "tower%d input", i);
         }
     }
-    t->input_wait_ns += tp_now_ns() - w0;
+    uint64_t waited = tp_now_ns() - w0;
+    t->input_wait_ns += waited;
     t->taken += (uint64_t)t->towers;
     if (t->executors) {
         /* The towers compute, the trainer waits: blocked on them. */
@@ -114,6 +116,8 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
         if (got)
             tp_fetches_set(f, name, sum / got);
     }
+    /* The step's own wait for its batches, for a callback that asks. */
+    tp_fetches_set(f, "trainer/input_wait_s", (double)waited * 1e-9);
     tp_clear_error();
     return TP_OK;
 }
@@ -172,10 +176,10 @@ typedef struct {
     tp_stats_pub_t *pub;
     double t_start;
     /* the snapshot being built: the input's rows, the trainer's, the towers' */
-    tp_stats_row_t rows[S_INPUT_ROWS + 1 + TP_TOWERS_MAX];
+    tp_stats_row_t rows[S_INPUT_ROWS + 2 + TP_TOWERS_MAX];
 } s_statscb_t;
 
-static void s_rows_publish(s_statscb_t *sc) {
+static void s_rows_publish(s_statscb_t *sc, tp_trainer_t *trainer) {
     s_mt_t *mt = sc->mt;
     tp_stats_row_t *rows = sc->rows;
     int n = tp_input_stats(mt->input, rows, S_INPUT_ROWS);
@@ -195,6 +199,9 @@ static void s_rows_publish(s_statscb_t *sc) {
         n += tp_towers_stats(mt->executors, &rows[n], TP_TOWERS_MAX);
     else
         tp_tower_meter_row(&mt->meter0, 0, &rows[n++]);
+    tp_cb_actor_t *cba = *tp_trainer_cb_actor_slot(trainer);
+    if (cba)  /* the observing callbacks' actor */
+        tp_cb_actor_row(cba, &rows[n++]);
     if (tp_stats_pub_publish(sc->pub, rows, n) < 0)
         TP_WARN("publishing statistics: %s", tp_last_error());
 }
@@ -216,7 +223,7 @@ static tp_status_t statscb_before_train(void *impl, tp_trainer_t *tr) {
 static tp_status_t statscb_trigger_step(void *impl, tp_trainer_t *tr) {
     s_statscb_t *sc = impl;
     if (sc->pub && tp_stats_pub_since(sc->pub) >= 1.0)
-        s_rows_publish(sc);
+        s_rows_publish(sc, tr);
     return TP_OK;
 }
 
@@ -228,6 +235,9 @@ static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
         tp_trainer_put_scalar(tr, v[i].name, v[i].value);
     tp_trainer_put_scalar(tr, "trainer/input_wait_s",
                           (double)sc->mt->input_wait_ns * 1e-9);
+    tp_cb_actor_t *cba = *tp_trainer_cb_actor_slot(tr);
+    if (cba)  /* steps the latest-only observers skipped: they were behind */
+        tp_trainer_put_scalar(tr, "callbacks/skipped_steps", (double)tp_cb_actor_skipped(cba));
     return TP_OK;
 }
 
@@ -474,9 +484,11 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         goto out;
     if (cfg->default_callbacks) {
         if ((rc = s_add(tr, tp_cb_epoch_mean(cfg->progress_names))) < 0 ||
-            (rc = s_add(tr, tp_cb_progress_bar(cfg->progress_names, NULL))) < 0 ||
+            /* what only watches runs on the callback actor */
+            (rc = s_add(tr, tp_cb_observe_latest(tp_cb_progress_bar(cfg->progress_names, NULL),
+                                                 0.1))) < 0 ||
             (rc = s_add(tr, tp_cb_throughput())) < 0 ||
-            (rc = s_add(tr, tp_cb_eta())) < 0 ||
+            (rc = s_add(tr, tp_cb_observe(tp_cb_eta()))) < 0 ||
             (rc = s_add(tr, tp_cb_check_numerics(cfg->progress_names, 1))) < 0 ||
             (rc = s_add(tr, tp_cb_slow_callback_report(1.0))) < 0)
             goto out;
@@ -488,12 +500,12 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             goto out;
     }
     if (cfg->default_callbacks) {
-        if (cfg->logdir && (rc = s_add(tr, tp_cb_json_writer())) < 0)
+        if (cfg->logdir && (rc = s_add(tr, tp_cb_observe(tp_cb_json_writer()))) < 0)
             goto out;
         if (cfg->logdir && cfg->tensorboard &&
-            (rc = s_add(tr, tp_cb_tfevent_writer(cfg->hparams))) < 0)
+            (rc = s_add(tr, tp_cb_observe(tp_cb_tfevent_writer(cfg->hparams)))) < 0)
             goto out;
-        if ((rc = s_add(tr, tp_cb_scalar_printer())) < 0)
+        if ((rc = s_add(tr, tp_cb_observe(tp_cb_scalar_printer()))) < 0)
             goto out;
     }
     /* SIGINT and SIGTERM end training in order: the current step finishes,

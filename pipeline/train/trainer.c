@@ -120,6 +120,23 @@ static void s_fetches_fini(tp_fetches_t *f) {
     memset(f, 0, sizeof *f);
 }
 
+tp_fetches_t *tp_fetches_new(void) {
+    tp_fetches_t *f = calloc(1, sizeof *f);
+    if (!f)
+        tp_error(TP_ERR_NOMEM, "fetches");
+    return f;
+}
+
+void tp_fetches_destroy(tp_fetches_t **f_p) {
+    if (!f_p || !*f_p)
+        return;
+    s_fetches_fini(*f_p);
+    free(*f_p);
+    *f_p = NULL;
+}
+
+void tp_fetches_begin(tp_fetches_t *f) { s_fetches_clear(f); }
+
 /* ---- callbacks ----------------------------------------------------------------- */
 
 struct tp_callback {
@@ -257,8 +274,17 @@ struct tp_trainer {
     size_t nscalars, capscalars;
     char *logdir;
     atomic_int stop;            /* 1: stop requested, 2: by a signal */
-    const char *volatile stop_reason_lit;
+    _Atomic(const char *) stop_reason_lit;
     char stop_reason[256];
+    /* The callback actor that runs the observing callbacks (made by the
+     * first one's setup_graph; NULL without observers). */
+    tp_cb_actor_t *cb_actor;
+    /* A view (the trainer an observing callback sees on the callback
+     * actor): stop requests go to the trainer it mirrors; its counters are
+     * set per event. */
+    tp_trainer_t *view_of;
+    int64_t view_samples_per_step;
+    uint64_t view_time_ns;      /* when the hook being run was due */
 };
 
 tp_trainer_t *tp_trainer_new(const tp_trainer_ops_t *ops, void *impl) {
@@ -274,6 +300,7 @@ tp_trainer_t *tp_trainer_new(const tp_trainer_ops_t *ops, void *impl) {
     self->impl = impl;
     self->is_chief = 1;
     atomic_init(&self->stop, 0);
+    atomic_init(&self->stop_reason_lit, NULL);
     return self;
 }
 
@@ -281,6 +308,8 @@ void tp_trainer_destroy(tp_trainer_t **self_p) {
     if (!self_p || !*self_p)
         return;
     tp_trainer_t *self = *self_p;
+    /* The actor first: it owns the observing callbacks (and their view). */
+    tp_cb_actor_destroy(&self->cb_actor);
     for (size_t i = 0; i < self->ncbs; i++)
         tp_callback_destroy(&self->cbs[i]);
     free(self->cbs);
@@ -338,12 +367,17 @@ int tp_trainer_is_chief(const tp_trainer_t *self) { return self->is_chief; }
 int64_t tp_trainer_epoch_num(const tp_trainer_t *self) { return self->epoch_num; }
 int64_t tp_trainer_local_step(const tp_trainer_t *self) { return self->local_step; }
 int64_t tp_trainer_global_step(const tp_trainer_t *self) { return self->global_step; }
+uint64_t tp_trainer_hook_time_ns(const tp_trainer_t *self) {
+    return self->view_of ? self->view_time_ns : tp_now_ns();
+}
 const tp_schedule_t *tp_trainer_schedule(const tp_trainer_t *self) { return &self->sched; }
 void tp_trainer_set_global_step(tp_trainer_t *self, int64_t step) {
     self->global_step = step;
     self->global_step_set = 1;
 }
 int64_t tp_trainer_samples_per_step(const tp_trainer_t *self) {
+    if (self->view_of)
+        return self->view_samples_per_step;
     return self->ops->samples_per_step ? self->ops->samples_per_step(self->impl) : 0;
 }
 void *tp_trainer_impl(tp_trainer_t *self) { return self->impl; }
@@ -358,6 +392,11 @@ tp_callback_t *tp_trainer_callback(tp_trainer_t *self, size_t i) {
 
 tp_status_t tp_trainer_set_hyperparam(tp_trainer_t *self, const char *name,
                                       double value) {
+    if (self->view_of)
+        return tp_error(TP_ERR_STATE,
+                        "an observing callback cannot set hyper-parameter '%s': it "
+                        "runs beside the steps (docs/callbacks.md); set it from a "
+                        "synchronous callback", name);
     if (!self->ops->set_hyperparam)
         return tp_error(TP_ERR_NOT_FOUND, "trainer %s has no hyper-parameter '%s'",
                         self->ops->name, name);
@@ -376,14 +415,17 @@ tp_status_t tp_trainer_get_hyperparam(tp_trainer_t *self, const char *name,
 
 void tp_trainer_request_stop(tp_trainer_t *self, const char *reason,
                              int interrupted) {
+    if (self->view_of)  /* from the callback actor: to the trainer itself */
+        self = self->view_of;
     int expected = 0;
     if (atomic_compare_exchange_strong(&self->stop, &expected,
                                        interrupted ? 2 : 1))
-        self->stop_reason_lit = reason;
+        atomic_store(&self->stop_reason_lit, reason);
 }
 
 const char *tp_trainer_stop_reason(const tp_trainer_t *self) {
-    return self->stop_reason_lit ? self->stop_reason_lit : "";
+    const char *r = atomic_load(&((tp_trainer_t *)self)->stop_reason_lit);
+    return r ? r : "";
 }
 
 tp_status_t tp_trainer_set_logdir(tp_trainer_t *self, const char *dir) {
@@ -405,7 +447,8 @@ static s_scalar_t *s_scalar_find(const tp_trainer_t *self, const char *name) {
     return NULL;
 }
 
-void tp_trainer_put_scalar(tp_trainer_t *self, const char *name, double value) {
+/* Record `value` as the latest of `name` (a new name gets an entry). */
+static void s_scalar_store(tp_trainer_t *self, const char *name, double value) {
     s_scalar_t *s = s_scalar_find(self, name);
     if (!s) {
         if (self->nscalars == self->capscalars) {
@@ -427,8 +470,21 @@ void tp_trainer_put_scalar(tp_trainer_t *self, const char *name, double value) {
         self->nscalars++;
     }
     s->latest = value;
+}
+
+void tp_trainer_put_scalar(tp_trainer_t *self, const char *name, double value) {
+    s_scalar_store(self, name, value);
     for (size_t i = 0; i < self->ncbs; i++)
         tp_cb_on_scalar(self->cbs[i], self, name, value);
+    if (self->view_of)  /* put by an observing callback: the trainer's too */
+        tp_cb_actor_put_back(self->view_of->cb_actor, name, value);
+}
+
+void tp_trainer_put_scalar_local(tp_trainer_t *self, const char *name, double value) {
+    s_scalar_store(self, name, value);
+    for (size_t i = 0; i < self->ncbs; i++)
+        if (!tp_callback_observes(self->cbs[i]))
+            tp_cb_on_scalar(self->cbs[i], self, name, value);
 }
 
 tp_status_t tp_trainer_get_scalar(const tp_trainer_t *self, const char *name,
@@ -474,6 +530,61 @@ static void s_snapshot_history(tp_trainer_t *self) {
         s->history[s->nhistory++] = s->latest;
     }
 }
+
+/* ---- views: the trainer as observing callbacks see it ---------------------------------- */
+
+static tp_status_t s_view_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    (void)impl, (void)tr, (void)f;
+    return tp_error(TP_ERR_STATE, "a view of a trainer does not run steps");
+}
+
+static const tp_trainer_ops_t s_view_ops = {
+    .name = "the trainer seen from the callback actor", .run_step = s_view_run_step,
+};
+
+tp_trainer_t *tp_trainer_view_new(tp_trainer_t *of) {
+    tp_trainer_t *v = tp_trainer_new(&s_view_ops, NULL);
+    if (!v)
+        return NULL;
+    v->view_of = of;
+    v->is_chief = of->is_chief;
+    v->sched = of->sched;
+    v->epoch_num = of->epoch_num;
+    v->local_step = of->local_step;
+    v->global_step = of->global_step;
+    v->view_samples_per_step = tp_trainer_samples_per_step(of);
+    if (tp_trainer_set_logdir(v, of->logdir) < 0)
+        tp_trainer_destroy(&v);
+    return v;
+}
+
+tp_status_t tp_trainer_view_add(tp_trainer_t *view, tp_callback_t **cb_p) {
+    TP_ASSERT(view->view_of);
+    int chief = view->is_chief;
+    view->is_chief = 1;  /* the trainer it mirrors has decided already */
+    tp_status_t rc = tp_trainer_add_callback(view, cb_p);
+    view->is_chief = chief;
+    return rc;
+}
+
+void tp_trainer_view_start(tp_trainer_t *view) {
+    const tp_trainer_t *of = view->view_of;
+    for (size_t i = 0; i < of->nscalars; i++)
+        s_scalar_store(view, of->scalars[i].name, of->scalars[i].latest);
+    view->training = 1;
+}
+
+void tp_trainer_view_set(tp_trainer_t *view, int64_t epoch, int64_t local_step,
+                         int64_t global_step, uint64_t t_ns) {
+    view->view_time_ns = t_ns;
+    view->epoch_num = epoch;
+    view->local_step = local_step;
+    view->global_step = global_step;
+}
+
+void tp_trainer_view_epoch_end(tp_trainer_t *view) { s_snapshot_history(view); }
+
+tp_cb_actor_t **tp_trainer_cb_actor_slot(tp_trainer_t *self) { return &self->cb_actor; }
 
 /* ---- the loop ------------------------------------------------------------------------- */
 
@@ -568,6 +679,9 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
                            tp_cb_after_run(self->cbs[i], self, f));
             for (size_t i = 0; first >= 0 && i < self->ncbs; i++)
                 s_keep(&first, msg, sizeof msg, tp_cb_trigger_step(self->cbs[i], self));
+            /* What the observing callbacks sent back: scalars, a failure. */
+            if (self->cb_actor && first >= 0)
+                s_keep(&first, msg, sizeof msg, tp_cb_actor_poll(self->cb_actor, self));
             hook_ns += (t1 - t0) + (tp_now_ns() - t2);
         }
         /* A stop inside the epoch skips its end: the epoch did not finish. */
@@ -584,6 +698,8 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
         for (size_t i = 0; first >= 0 && i < self->ncbs; i++)
             s_keep(&first, msg, sizeof msg, tp_cb_trigger_epoch(self->cbs[i], self));
         s_snapshot_history(self);
+        if (self->cb_actor && first >= 0)  /* the observers' history too */
+            s_keep(&first, msg, sizeof msg, tp_cb_actor_epoch_end(self->cb_actor, self));
     }
 
     int stop = atomic_load(&self->stop);
@@ -594,6 +710,10 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
     for (size_t i = 0; i < self->ncbs; i++)
         if (self->cbs[i]->setup_done)
             s_keep(&first, msg, sizeof msg, tp_cb_after_train(self->cbs[i], self));
+    /* Training returns when the observing callbacks are done too (their
+     * files written), with their failure if one failed. */
+    if (self->cb_actor)
+        s_keep(&first, msg, sizeof msg, tp_cb_actor_finish(self->cb_actor, self));
     self->training = 0;
     if (first < 0) {
         tp_error(first, "%s", msg);

@@ -122,8 +122,9 @@ static double s_bare(const tp_model_desc_t *desc, int64_t batch, int64_t steps) 
 /* Steps/s of the engine over `input` or `df`, as its own ThroughputTracker
  * measured it (from the start of the first step to the end of the last, so
  * building the model is excluded as it is from the bare loop). */
-static double s_engine(const tp_model_desc_t *desc, int64_t batch, int64_t steps,
-                       tp_dataflow_t *df, tp_input_t *input, const char *logdir) {
+static double s_engine_with(const tp_model_desc_t *desc, int64_t batch, int64_t steps,
+                            tp_dataflow_t *df, tp_input_t *input, const char *logdir,
+                            tp_callback_t *extra) {
     tp_train_config_t c;
     tp_train_config_init(&c);
     c.model = desc;
@@ -135,9 +136,9 @@ static double s_engine(const tp_model_desc_t *desc, int64_t batch, int64_t steps
     c.max_epoch = 1;
     c.logdir = logdir;
     c.save_checkpoints = 0;
-    tp_callback_t *cbs[1] = {tp_callback_new(&s_cpu_ops, NULL, 0)};
+    tp_callback_t *cbs[2] = {tp_callback_new(&s_cpu_ops, NULL, 0), extra};
     c.callbacks = cbs;
-    c.ncallbacks = 1;
+    c.ncallbacks = extra ? 2 : 1;
     FILE *devnull = fopen("/dev/null", "w");
     FILE *saved = stderr;
     stderr = devnull;  /* the progress bar's lines: drawn, not shown */
@@ -159,6 +160,11 @@ static double s_engine(const tp_model_desc_t *desc, int64_t batch, int64_t steps
     json_decref(j);
     unlink(path);
     return rate;
+}
+
+static double s_engine(const tp_model_desc_t *desc, int64_t batch, int64_t steps,
+                       tp_dataflow_t *df, tp_input_t *input, const char *logdir) {
+    return s_engine_with(desc, batch, steps, df, input, logdir, NULL);
 }
 
 /* Ticks the hypervisor took from this machine's CPUs (the "steal" column of
@@ -392,6 +398,199 @@ int tp_bench_engine(int argc, char **argv) {
         printf("trainer-thread CPU time per step, as a rate ratio (not stretched by other\n"
                "processes; blind to waiting): engine %.3f of bare, pipeline %.3f of dummy\n",
                engine_cpu, input_cpu);
+    }
+    return 0;
+}
+
+/* ---- tp-bench callbacks: a slow callback beside the steps or on them ------------ */
+
+static useconds_t s_sleep_us;
+
+static tp_status_t sleep_trigger_step(void *impl, tp_trainer_t *tr) {
+    (void)impl, (void)tr;
+    usleep(s_sleep_us);
+    return TP_OK;
+}
+static const tp_callback_ops_t s_sleep_ops = {.name = "Sleeper", .trigger_step = sleep_trigger_step};
+
+/* The epoch boundary: a synchronous trigger_epoch that takes `sleep` while
+ * the input is the bottleneck (a producer slower than the steps); the
+ * trainer's wait for input, per step, fetched by the same callback. */
+typedef struct {
+    useconds_t sleep_us;
+    double waits[2][4096];
+    int64_t n[2];
+} s_boundary_t;
+
+static tp_status_t bnd_before_run(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    (void)impl, (void)tr;
+    return tp_fetches_request(f, "trainer/input_wait_s");
+}
+static tp_status_t bnd_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t *f) {
+    s_boundary_t *b = impl;
+    int e = tp_trainer_epoch_num(tr) == 1 ? 0 : 1;
+    double w;
+    if (tp_fetches_get(f, "trainer/input_wait_s", &w) == TP_OK && b->n[e] < 4096)
+        b->waits[e][b->n[e]++] = w;
+    return TP_OK;
+}
+static tp_status_t bnd_trigger_epoch(void *impl, tp_trainer_t *tr) {
+    (void)tr;
+    usleep(((s_boundary_t *)impl)->sleep_us);
+    return TP_OK;
+}
+static const tp_callback_ops_t s_bnd_ops = {
+    .name = "SlowTriggerEpoch", .before_run = bnd_before_run, .after_run = bnd_after_run,
+    .trigger_epoch = bnd_trigger_epoch,
+};
+
+static tp_status_t s_slow_producer(tp_datapoint_t **dp, tp_rng_t *rng, void *user) {
+    (void)dp, (void)rng, (void)user;
+    usleep(2000);  /* 500 batches/s: slower than the steps */
+    return TP_OK;
+}
+
+/* Seconds the first step of epoch 2 waited for input, and the median of
+ * epoch 1's steps; -1 on failure. */
+static int s_epoch_boundary(const tp_model_desc_t *desc, int64_t batch, int64_t steps,
+                            useconds_t sleep_us, const char *dir, double *first,
+                            double *median1) {
+    s_boundary_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return -1;
+    b->sleep_us = sleep_us;
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = desc;
+    c.batch = batch;
+    c.threads = 1;
+    c.dataflow = tp_df_repeat(tp_df_map(s_memory_df(), s_slow_producer, NULL, NULL), -1);
+    c.steps_per_epoch = steps;
+    c.max_epoch = 2;
+    c.logdir = dir;
+    c.save_checkpoints = 0;
+    c.default_callbacks = 0;
+    tp_callback_t *cbs[1] = {tp_callback_new(&s_bnd_ops, b, 0)};
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    tp_status_t rc = tp_launch_train_with_config(&c, NULL);
+    int ok = rc == TP_OK && b->n[0] > 0 && b->n[1] > 0;
+    if (!ok)
+        fprintf(stderr, "tp-bench callbacks: epoch boundary: %s\n", tp_last_error());
+    if (ok) {
+        *first = b->waits[1][0];
+        qsort(b->waits[0], (size_t)b->n[0], sizeof(double), s_cmp);
+        *median1 = b->waits[0][b->n[0] / 2];
+    }
+    free(b);
+    return ok ? 0 : -1;
+}
+
+int tp_bench_callbacks(int argc, char **argv) {
+    int64_t steps = 500, batch = 128, repeat = 5, sleep_ms = 200;
+    int json = 0, c;
+    static const struct option opts[] = {{"steps", required_argument, 0, 's'},
+                                         {"repeat", required_argument, 0, 'r'},
+                                         {"sleep-ms", required_argument, 0, 'm'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        tp_status_t rc = TP_OK;
+        if (c == 's')
+            rc = tp_spec_int(optarg, 10, 10000000, "--steps", &steps);
+        else if (c == 'r')
+            rc = tp_spec_int(optarg, 1, 1000, "--repeat", &repeat);
+        else if (c == 'm')
+            rc = tp_spec_int(optarg, 1, 10000, "--sleep-ms", &sleep_ms);
+        else if (c == 'j')
+            json = 1;
+        else {
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: tp-bench callbacks [--steps N] [--repeat R] [--sleep-ms MS] [--json]\n"
+                    "  the engine of tp-bench engine (in-memory batches, the default\n"
+                    "  callbacks) with a callback that sleeps MS (default 200) in\n"
+                    "  trigger_step every step: observing (tp_cb_observe_latest, on the\n"
+                    "  callback actor) against none, R rounds (default 5) of N steps\n"
+                    "  (default 500), each pair back to back; then the same callback\n"
+                    "  synchronous for 5 steps, against what its sleep predicts; and the\n"
+                    "  input wait of the first step after a 500 ms trigger_epoch, with a\n"
+                    "  producer slower than the steps\n");
+            return c == 'h' ? 0 : 2;
+        }
+        if (rc != TP_OK) {
+            fprintf(stderr, "tp-bench callbacks: %s\n", tp_last_error());
+            return 2;
+        }
+    }
+    tp_log_set_level(TP_LOG_WARN);
+    s_sleep_us = (useconds_t)(sleep_ms * 1000);
+    s_make_batches(batch);
+    static const tp_input_desc_t inputs[2] = {{"image", TP_UINT8, 3, {-1, 28, 28}},
+                                              {"label", TP_INT32, 1, {-1}}};
+    tp_model_desc_t desc = {inputs, 2, s_tiny, s_opt, NULL};
+    char dir[] = "/tmp/tp-bench-callbacks-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("tp-bench callbacks: mkdtemp");
+        return 1;
+    }
+    s_engine(&desc, batch, steps / 10, s_memory_df(), NULL, dir);  /* warm up */
+    double ratios[1000], none_best = 0, obs_best = 0;
+    for (int64_t k = 0; k < repeat; k++) {
+        double none, obs;
+        tp_callback_t *slow = tp_cb_observe_latest(tp_callback_new(&s_sleep_ops, NULL, 0), 0);
+        if (k % 2 == 0) {
+            none = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+            obs = s_engine_with(&desc, batch, steps, s_memory_df(), NULL, dir, slow);
+        } else {
+            obs = s_engine_with(&desc, batch, steps, s_memory_df(), NULL, dir, slow);
+            none = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+        }
+        if (none <= 0 || obs <= 0)
+            return 1;
+        ratios[k] = obs / none;
+        none_best = none > none_best ? none : none_best;
+        obs_best = obs > obs_best ? obs : obs_best;
+    }
+    qsort(ratios, (size_t)repeat, sizeof *ratios, s_cmp);
+    double median = ratios[repeat / 2];
+    /* Synchronous: every step waits for the sleep. */
+    const int64_t sync_steps = 5;
+    double sync = s_engine_with(&desc, batch, sync_steps, s_memory_df(), NULL, dir,
+                                tp_callback_new(&s_sleep_ops, NULL, 0));
+    double predicted = 1.0 / (1.0 / none_best + (double)sleep_ms * 1e-3);
+    double first = -1, median1 = -1;
+    int bnd = s_epoch_boundary(&desc, batch, 200, 500000, dir, &first, &median1);
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    if (system(rm) != 0)
+        fprintf(stderr, "tp-bench callbacks: could not remove %s\n", dir);
+    for (int b = 0; b < NBATCH; b++)
+        tp_datapoint_destroy(&s_batches[b]);
+    if (sync <= 0 || bnd < 0)
+        return 1;
+    if (json) {
+        printf("{\"bench\":\"callbacks\",\"steps\":%lld,\"sleep_ms\":%lld,\"rounds\":%lld,"
+               "\"none_steps_per_s\":%.2f,\"observing_steps_per_s\":%.2f,"
+               "\"observing_ratio\":%.4f,\"observing_ratio_min\":%.4f,"
+               "\"sync_steps_per_s\":%.3f,\"sync_predicted_steps_per_s\":%.3f,"
+               "\"epoch2_first_step_input_wait_s\":%.6f,"
+               "\"epoch1_median_step_input_wait_s\":%.6f}\n",
+               (long long)steps, (long long)sleep_ms, (long long)repeat, none_best, obs_best,
+               median, ratios[0], sync, predicted, first, median1);
+    } else {
+        printf("callbacks: a %lld ms sleep in trigger_step, %lld rounds of %lld steps\n",
+               (long long)sleep_ms, (long long)repeat, (long long)steps);
+        printf("  none                 %9.1f steps/s (best round)\n", none_best);
+        printf("  observing (latest)   %9.1f steps/s (best round); median ratio %.4f "
+               "(worst %.4f), goal >= 0.95\n", obs_best, median, ratios[0]);
+        printf("  synchronous          %9.3f steps/s over %lld steps; its sleep predicts "
+               "%.3f\n", sync, (long long)sync_steps, predicted);
+        printf("epoch boundary: a 500 ms synchronous trigger_epoch, the input slower than "
+               "the steps\n");
+        printf("  input wait of epoch 2's first step  %.3f ms\n", first * 1e3);
+        printf("  median input wait of epoch 1's steps %.3f ms\n", median1 * 1e3);
     }
     return 0;
 }

@@ -4,6 +4,8 @@
  *   tp-bench dataflow   SPEC [--count N] [--json]
  *   tp-bench transport  [--json] ...   actors and ipc against raw libzmq
  *   tp-bench step       [--json] ...   a training step against raw BLAS
+ *   tp-bench engine     [--json] ...   the whole engine against a bare loop
+ *   tp-bench callbacks  [--json] ...   a slow callback, observing and synchronous
  *
  * Each subcommand lives in its own file of this folder and defines
  * `int tp_bench_<name>(int argc, char **argv)` (argv[0] is the subcommand).
@@ -20,6 +22,7 @@ BENCH(dataflow)
 BENCH(transport)
 BENCH(step)
 BENCH(engine)
+BENCH(callbacks)
 BENCH(cuda)
 #undef BENCH
 
@@ -33,6 +36,7 @@ static const struct {
     {"transport", tp_bench_transport, "actor and ipc transport against raw libzmq"},
     {"step", tp_bench_step, "training step against the raw BLAS calls"},
     {"engine", tp_bench_engine, "whole-engine step rate against a bare loop"},
+    {"callbacks", tp_bench_callbacks, "a slow callback: observing against none, and synchronous"},
     {"cuda", tp_bench_cuda, "CUDA backend: GEMM step against cuBLAS, step rates"},
 };
 #define NBENCH (sizeof s_benches / sizeof s_benches[0])
