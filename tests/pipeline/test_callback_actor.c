@@ -325,7 +325,7 @@ static const tp_input_desc_t s_inputs[] = {{"x", TP_FLOAT32, 2, {-1, 2}},
                                            {"label", TP_INT32, 1, {-1}}};
 static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
 
-Test(callback_actor, launched_training_gives_an_observer_the_same_hooks, .timeout = 120) {
+Test(callback_actor, launched_training_gives_an_observer_the_same_hooks) {
     for (int towers = 1; towers <= 2; towers++) {
         char dir[] = "/tmp/tp-cbactor-XXXXXX";
         cr_assert_not_null(mkdtemp(dir));
