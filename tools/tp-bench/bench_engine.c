@@ -64,6 +64,23 @@ static void s_make_batches(int64_t batch) {
     }
 }
 
+/* The tiny model every case of this file trains. */
+static tp_model_desc_t s_tiny_desc(void) {
+    static const tp_input_desc_t inputs[2] = {{"image", TP_UINT8, 3, {-1, 28, 28}},
+                                              {"label", TP_INT32, 1, {-1}}};
+    return (tp_model_desc_t){inputs, 2, s_tiny, s_opt, NULL};
+}
+
+/* After a benchmark: its scratch log directory and the batches go. */
+static void s_teardown(const char *who, const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "tp-bench %s: could not remove %s\n", who, dir);
+    for (int b = 0; b < NBATCH; b++)
+        tp_datapoint_destroy(&s_batches[b]);
+}
+
 static tp_dataflow_t *s_memory_df(void) {
     tp_datapoint_t *copies[NBATCH];
     for (int b = 0; b < NBATCH; b++)
@@ -243,9 +260,7 @@ int tp_bench_engine(int argc, char **argv) {
     }
     tp_log_set_level(TP_LOG_WARN);
     s_make_batches(batch);
-    static const tp_input_desc_t inputs[2] = {{"image", TP_UINT8, 3, {-1, 28, 28}},
-                                              {"label", TP_INT32, 1, {-1}}};
-    tp_model_desc_t desc = {inputs, 2, s_tiny, s_opt, NULL};
+    tp_model_desc_t desc = s_tiny_desc();
     char dir[] = "/tmp/tp-bench-engine-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("tp-bench engine: mkdtemp");
@@ -267,12 +282,7 @@ int tp_bench_engine(int argc, char **argv) {
         else
             fprintf(stderr, "tp-bench engine: --only %s: use bare, engine, dummy or "
                     "pipeline\n", only);
-        char rm[128];
-        snprintf(rm, sizeof rm, "rm -rf %s", dir);
-        if (system(rm) != 0)
-            fprintf(stderr, "tp-bench engine: could not remove %s\n", dir);
-        for (int b = 0; b < NBATCH; b++)
-            tp_datapoint_destroy(&s_batches[b]);
+        s_teardown("engine", dir);
         if (rate <= 0)
             return 1;
         printf("%s %.1f steps/s\n", only, rate);
@@ -357,12 +367,7 @@ int tp_bench_engine(int argc, char **argv) {
     double work_ratio = r_work[repeat / 2];
     double engine_ratio = r_engine[repeat / 2], input_ratio = r_input[repeat / 2];
     double engine_cpu = c_engine[repeat / 2], input_cpu = c_input[repeat / 2];
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "tp-bench engine: could not remove %s\n", dir);
-    for (int b = 0; b < NBATCH; b++)
-        tp_datapoint_destroy(&s_batches[b]);
+    s_teardown("engine", dir);
     if (json) {
         printf("{\"bench\":\"engine\",\"steps\":%lld,\"batch\":%lld,"
                "\"bare_steps_per_s\":%.2f,\"engine_steps_per_s\":%.2f,"
@@ -527,9 +532,7 @@ int tp_bench_callbacks(int argc, char **argv) {
     tp_log_set_level(TP_LOG_WARN);
     s_sleep_us = (useconds_t)(sleep_ms * 1000);
     s_make_batches(batch);
-    static const tp_input_desc_t inputs[2] = {{"image", TP_UINT8, 3, {-1, 28, 28}},
-                                              {"label", TP_INT32, 1, {-1}}};
-    tp_model_desc_t desc = {inputs, 2, s_tiny, s_opt, NULL};
+    tp_model_desc_t desc = s_tiny_desc();
     char dir[] = "/tmp/tp-bench-callbacks-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("tp-bench callbacks: mkdtemp");
@@ -562,12 +565,7 @@ int tp_bench_callbacks(int argc, char **argv) {
     double predicted = 1.0 / (1.0 / none_best + (double)sleep_ms * 1e-3);
     double first = -1, median1 = -1;
     int bnd = s_epoch_boundary(&desc, batch, 200, 500000, dir, &first, &median1);
-    char rm[128];
-    snprintf(rm, sizeof rm, "rm -rf %s", dir);
-    if (system(rm) != 0)
-        fprintf(stderr, "tp-bench callbacks: could not remove %s\n", dir);
-    for (int b = 0; b < NBATCH; b++)
-        tp_datapoint_destroy(&s_batches[b]);
+    s_teardown("callbacks", dir);
     if (sync <= 0 || bnd < 0)
         return 1;
     if (json) {
