@@ -202,7 +202,11 @@ tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
         if (zsock_recv(self->actors[i], "is", &rc, &text) < 0)
             return tp_error(TP_ERR_PEER, "tower%d: no answer", i);
         TP_HANDOFF_ACQUIRE(self->model);
-        if (rc < 0 && first >= 0) {
+        /* A tower that fails aborts the others' collective, and they answer
+         * "aborted" too: report the cause, the first failure that is not
+         * such an abort, whatever the order the answers are read in. */
+        if (rc < 0 && (first >= 0 || (first == TP_ERR_INTERRUPTED &&
+                                      rc != TP_ERR_INTERRUPTED))) {
             first = (tp_status_t)rc;
             snprintf(msg, sizeof msg, "%s", text ? text : "");
         }
