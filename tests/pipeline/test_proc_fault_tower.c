@@ -136,7 +136,7 @@ static void s_tower_fault(int towers) {
     /* what: the op and its message; where: the tower and the step */
     cr_assert(strstr(err, "forward of 'cost'"), "names the op: %s", err);
     cr_assert(strstr(err, "label 77"), "says what was wrong: %s", err);
-    char tower[16];
+    char tower[24];
     snprintf(tower, sizeof tower, "tower%d", towers - 1);
     cr_assert(strstr(err, tower), "names the tower (%s): %s", tower, err);
     cr_assert(strstr(err, "step 2 of epoch 2"), "names the step: %s", err);
