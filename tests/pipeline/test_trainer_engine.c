@@ -140,6 +140,185 @@ Test(engine, hook_order_parameter_server_trainer) {
     s_hook_case(TP_TRAINER_PARAMETER_SERVER, 2);
 }
 
+/* ---- several callbacks, starting_epoch > 1 and resume ------------------- */
+
+/* One shared log of "NAME.hook@epoch/global_step" for the synchronous
+ * callbacks (all on the trainer's thread), and one of its own for the
+ * observer (on the callback actor). */
+typedef struct {
+    char name[8];
+    char *log;
+    size_t *len, cap;
+} s_tag_t;
+
+static void s_tag(s_tag_t *t, tp_trainer_t *tr, const char *hook) {
+    *t->len += (size_t)snprintf(t->log + *t->len, t->cap - *t->len, "%s%s.%s@%lld/%lld",
+                                *t->len ? " " : "", t->name, hook,
+                                (long long)tp_trainer_epoch_num(tr),
+                                (long long)tp_trainer_global_step(tr));
+}
+
+#define TAG(name)                                                           \
+    static tp_status_t tag_##name(void *impl, tp_trainer_t *tr) {          \
+        s_tag(impl, tr, #name);                                             \
+        return TP_OK;                                                       \
+    }
+TAG(setup_graph)
+TAG(before_train)
+TAG(before_epoch)
+TAG(trigger_step)
+TAG(after_epoch)
+TAG(trigger_epoch)
+TAG(trigger)
+TAG(after_train)
+static tp_status_t tag_before_run(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    s_tag(impl, tr, "before_run");
+    return tp_fetches_request(f, "cost");
+}
+static tp_status_t tag_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t *f) {
+    double cost = -1;
+    cr_assert_eq(tp_fetches_get(f, "cost", &cost), TP_OK, "%s", tp_last_error());
+    s_tag(impl, tr, "after_run");
+    return TP_OK;
+}
+
+/* every hook */
+static const tp_callback_ops_t s_tag_all_ops = {
+    .name = "Tag", .setup_graph = tag_setup_graph, .before_train = tag_before_train,
+    .before_epoch = tag_before_epoch, .before_run = tag_before_run,
+    .after_run = tag_after_run, .trigger_step = tag_trigger_step,
+    .after_epoch = tag_after_epoch, .trigger_epoch = tag_trigger_epoch,
+    .after_train = tag_after_train, .destroy = free,
+};
+/* a callback with only trigger (and trigger_step), for PeriodicTrigger */
+static const tp_callback_ops_t s_tag_trigger_ops = {
+    .name = "TagTrigger", .trigger_step = tag_trigger_step, .trigger = tag_trigger,
+    .destroy = free,
+};
+
+static tp_callback_t *s_tagger(const tp_callback_ops_t *ops, const char *name,
+                               char *log, size_t *len, size_t cap) {
+    s_tag_t *t = calloc(1, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->log = log;
+    t->len = len;
+    t->cap = cap;
+    return tp_callback_new(ops, t, 0);
+}
+
+/* What the seeds define, written out: every hook point in tensorpack's
+ * order, and at each point the callbacks in registration order: A (every
+ * hook), P (A's hooks under PeriodicCallback every 2 epochs: its epoch and
+ * step hooks only in even epochs), T (trigger_step, and trigger under
+ * PeriodicTrigger every 4 global steps). `only` != 0 writes one
+ * callback's hooks alone, as the observer O (A's hooks on the callback
+ * actor) sees them. */
+static void s_expect_tree(char *buf, size_t size, char only, int64_t start,
+                          int64_t max, int64_t steps) {
+    size_t n = 0;
+    int64_t g = (start - 1) * steps;
+#define PUT(who, hook, e, gs)                                                 \
+    if (!only || only == (who)[0])                                            \
+        n += (size_t)snprintf(buf + n, size - n, "%s%s.%s@%lld/%lld", n ? " " : "", \
+                              only ? "O" : (who), hook, (long long)(e), (long long)(gs))
+    const int64_t e0 = start - 1;
+    PUT("A", "setup_graph", e0, g); PUT("P", "setup_graph", e0, g);
+    /* an observer's before_run also runs once at setup, to learn the names
+     * to fetch for it (tp_cb_observe) */
+    if (only) { PUT("A", "before_run", e0, g); }
+    PUT("A", "before_train", e0, g); PUT("P", "before_train", e0, g);
+    for (int64_t e = start; e <= max; e++) {
+        int even = e % 2 == 0;
+        PUT("A", "before_epoch", e, g);
+        if (even) { PUT("P", "before_epoch", e, g); }
+        for (int64_t s = 0; s < steps; s++) {
+            PUT("A", "before_run", e, g);
+            if (even) { PUT("P", "before_run", e, g); }
+            g++;
+            PUT("A", "after_run", e, g);
+            if (even) { PUT("P", "after_run", e, g); }
+            PUT("A", "trigger_step", e, g);
+            if (even) { PUT("P", "trigger_step", e, g); }
+            PUT("T", "trigger_step", e, g);
+            if (g % 4 == 0) { PUT("T", "trigger", e, g); }
+        }
+        PUT("A", "after_epoch", e, g);
+        if (even) { PUT("P", "after_epoch", e, g); }
+        PUT("A", "trigger_epoch", e, g);
+        if (even) { PUT("P", "trigger_epoch", e, g); }
+    }
+    PUT("A", "after_train", max, g); PUT("P", "after_train", max, g);
+#undef PUT
+}
+
+#define TREE_LOG 65536
+static char s_sync_log[TREE_LOG], s_obs_log[TREE_LOG];
+static size_t s_sync_len, s_obs_len;
+
+/* Train `towers` towers with A, P, T and the observer O (A's hooks on the
+ * callback actor), epochs start..max of `steps` steps; resume: from the
+ * logdir's checkpoint instead of an explicit starting_epoch. */
+static void s_tree_run(int towers, const char *logdir, int64_t start, int64_t max,
+                       int resume, int record) {
+    s_sync_len = s_obs_len = 0;
+    s_sync_log[0] = s_obs_log[0] = '\0';
+    tp_callback_t *cbs[4] = {
+        s_tagger(&s_tag_all_ops, "A", s_sync_log, &s_sync_len, TREE_LOG),
+        tp_cb_periodic_callback(
+            s_tagger(&s_tag_all_ops, "P", s_sync_log, &s_sync_len, TREE_LOG), 2),
+        tp_cb_periodic_trigger(
+            s_tagger(&s_tag_trigger_ops, "T", s_sync_log, &s_sync_len, TREE_LOG), 4, 0),
+        tp_cb_observe(s_tagger(&s_tag_all_ops, "O", s_obs_log, &s_obs_len, TREE_LOG)),
+    };
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = &s_model;
+    c.towers = towers;
+    c.batch = 16;
+    c.dataflow = s_blobs(16);
+    c.callbacks = record ? cbs : NULL;
+    c.ncallbacks = record ? 4 : 0;
+    c.max_epoch = max;
+    c.steps_per_epoch = 3;
+    c.threads = 1;
+    c.stats = "off";
+    c.default_callbacks = 0;
+    c.logdir = logdir;
+    c.auto_resume = resume;
+    if (!resume)
+        c.starting_epoch = start;
+    if (!record)
+        for (int i = 0; i < 4; i++)
+            tp_callback_destroy(&cbs[i]);
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+}
+
+static void s_tree_case(int towers) {
+    char expect[TREE_LOG];
+    char *dir = s_tmp();
+    /* starting_epoch 3: global step starts at 2 x 3 */
+    s_tree_run(towers, NULL, 3, 5, 0, 1);
+    s_expect_tree(expect, sizeof expect, 0, 3, 5, 3);
+    cr_assert_str_eq(s_sync_log, expect, "%d towers, starting_epoch 3", towers);
+    s_expect_tree(expect, sizeof expect, 'A', 3, 5, 3);
+    cr_assert_str_eq(s_obs_log, expect, "the observer, %d towers", towers);
+    /* resume: epochs 1-2 saved, then a run with auto_resume goes on at 3 */
+    s_tree_run(towers, dir, 1, 2, 0, 0);
+    s_tree_run(towers, dir, 0, 5, 1, 1);
+    s_expect_tree(expect, sizeof expect, 0, 3, 5, 3);
+    /* ModelSaver (registered after the user's callbacks) is not tagged */
+    cr_assert_str_eq(s_sync_log, expect, "%d towers, resumed", towers);
+    s_expect_tree(expect, sizeof expect, 'A', 3, 5, 3);
+    cr_assert_str_eq(s_obs_log, expect, "the observer, %d towers, resumed", towers);
+    s_rm(dir);
+}
+
+Test(engine, hook_order_of_several_callbacks_from_a_later_epoch_and_resumed) {
+    s_tree_case(1);
+}
+
+Test(engine, hook_order_of_several_callbacks_two_towers) { s_tree_case(2); }
+
 /* ParameterServer and Replicated compute the same update from the same
  * batches: the variables agree after training. */
 Test(engine, parameter_server_matches_replicated) {
