@@ -30,6 +30,12 @@ double tp_callback_epoch_end_seconds(const tp_callback_t *self);
 void *tp_callback_impl(tp_callback_t *self);
 const tp_callback_ops_t *tp_callback_ops(const tp_callback_t *self);
 
+/* The watchdog's period in seconds (0: off, the default): launch sets the
+ * TrainConfig's; the callback actor names an observer stuck in one hook
+ * that long. */
+void tp_trainer_set_watchdog(tp_trainer_t *self, double seconds);
+double tp_trainer_watchdog(const tp_trainer_t *self);
+
 size_t tp_trainer_ncallbacks(const tp_trainer_t *self);
 tp_callback_t *tp_trainer_callback(tp_trainer_t *self, size_t i);
 

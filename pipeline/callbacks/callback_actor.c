@@ -84,6 +84,15 @@ struct tp_cb_actor {
     /* counters: written by one thread each, read by any */
     atomic_uint_fast64_t done, busy_ns, starved_ns, replies, skipped;
     uint64_t start_ns;
+    /* Its heartbeat: the hook it is in now (the callback's name, the
+     * hook's, the global step it was due at) and since when (0: between
+     * hooks). Written by the actor, read by the supervisor's watchdog,
+     * which names an observer stuck in one hook for watchdog_s. */
+    _Atomic(const char *) cur_cb;
+    _Atomic(const char *) cur_hook;
+    atomic_int_fast64_t cur_step;
+    atomic_uint_fast64_t cur_since_ns;
+    uint64_t warned_since, warned_at;  /* the supervisor's */
 };
 
 /* An observing callback: the wrapper on the trainer's side. */
@@ -120,8 +129,20 @@ static void s_run_hook(tp_cb_actor_t *a, const s_event_t *ev, const void *extra,
         return;
     if (a->hook_failed && ev->hook != H_AFTER_TRAIN)
         return;
+    static const char *const hook_names[] = {
+        [H_BEFORE_TRAIN] = "before_train", [H_BEFORE_EPOCH] = "before_epoch",
+        [H_AFTER_RUN] = "after_run", [H_TRIGGER_STEP] = "trigger_step",
+        [H_AFTER_EPOCH] = "after_epoch", [H_TRIGGER_EPOCH] = "trigger_epoch",
+        [H_TRIGGER] = "trigger", [H_AFTER_TRAIN] = "after_train",
+    };
+    if (ev->hook < H_BEFORE_TRAIN || ev->hook > H_AFTER_TRAIN)
+        return;
     tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step, ev->t_ns);
     tp_callback_t *cb = tp_trainer_callback(v, (size_t)ev->obs);
+    atomic_store_explicit(&a->cur_cb, tp_callback_name(cb), memory_order_relaxed);
+    atomic_store_explicit(&a->cur_hook, hook_names[ev->hook], memory_order_relaxed);
+    atomic_store_explicit(&a->cur_step, ev->global_step, memory_order_relaxed);
+    atomic_store_explicit(&a->cur_since_ns, tp_now_ns(), memory_order_release);
     tp_status_t rc = TP_OK;
     switch (ev->hook) {
     case H_BEFORE_TRAIN: rc = tp_cb_before_train(cb, v); break;
@@ -154,8 +175,8 @@ static void s_run_hook(tp_cb_actor_t *a, const s_event_t *ev, const void *extra,
             rc = tp_cb_after_run(cb, v, a->fetches);
         break;
     }
-    default: return;
     }
+    atomic_store_explicit(&a->cur_since_ns, 0, memory_order_release);
     if (rc < 0 && !a->hook_failed) {
         a->hook_failed = 1;
         char msg[1200];
@@ -309,7 +330,36 @@ static void s_drain_replies(tp_cb_actor_t *a, int apply) {
     }
 }
 
-static void s_drain(tp_cb_actor_t *a) { s_drain_replies(a, 1); }
+/* The watchdog, on the supervisor's side: an observer in one hook for
+ * longer than the trainer's watchdog period is named (again every period
+ * while it stays there). Training goes on: observers only watch, and
+ * training waits for them only at its end. */
+static void s_watch(tp_cb_actor_t *a) {
+    double limit = tp_trainer_watchdog(a->trainer);
+    uint64_t since = atomic_load_explicit(&a->cur_since_ns, memory_order_acquire);
+    if (limit <= 0 || !since)
+        return;
+    uint64_t now = tp_now_ns();
+    if ((double)(now - since) * 1e-9 < limit ||
+        (since == a->warned_since && (double)(now - a->warned_at) * 1e-9 < limit))
+        return;
+    const char *cb = atomic_load_explicit(&a->cur_cb, memory_order_relaxed);
+    const char *hook = atomic_load_explicit(&a->cur_hook, memory_order_relaxed);
+    long long step = (long long)atomic_load_explicit(&a->cur_step, memory_order_relaxed);
+    if (atomic_load_explicit(&a->cur_since_ns, memory_order_acquire) != since)
+        return;  /* it moved on meanwhile */
+    a->warned_since = since;
+    a->warned_at = now;
+    TP_WARN("callback watchdog: the callback actor has been in %s.%s (due at global "
+            "step %lld) for %.1f s; the observers behind it wait (training does "
+            "not, until its end)", cb ? cb : "?", hook ? hook : "?", step,
+            (double)(now - since) * 1e-9);
+}
+
+static void s_drain(tp_cb_actor_t *a) {
+    s_drain_replies(a, 1);
+    s_watch(a);
+}
 
 /* Send one event (and `extra`, if any), waiting while the actor's queue is
  * full; the replies are taken meanwhile. */

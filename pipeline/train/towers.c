@@ -1,16 +1,20 @@
-/* towerpack pipeline: tower executors, one actor per tower (device).
+/* towerpack pipeline: tower executors, one actor per tower (device), also
+ * when there is only one.
  *
- * The trainer's thread drives them over their pipes with control frames:
- * "STEP" + the batch's pointer (ownership moves to the tower), answered by
- * status + message. Each tower counts its own work (tp_tower_meter_t) and
- * the trainer publishes those counters as the tower's row. A tower
- * runs forward and backward on its own batch and, in replicated mode, joins
- * the all-reduce of the gradients with the other towers (a collective: it
+ * The supervisor's thread (the one that runs the epoch schedule) drives
+ * them over their pipes: a STEP frame with the batch's pointer (ownership
+ * moves to the tower), answered by a status frame (with the message when
+ * the step failed). Each tower counts its own work (tp_tower_meter_t); the
+ * supervisor publishes those counters as the tower's row. A tower runs
+ * forward and backward on its own batch and, in replicated mode, joins the
+ * all-reduce of the gradients with the other towers (a collective: it
  * returns when all have contributed) and then applies the update to its
- * slice of the variables (stages TP_RUN_TRAIN; otherwise the trainer
+ * slice of the variables (stages TP_RUN_TRAIN; otherwise the supervisor
  * applies it once, after every tower is done). All of it is one
  * tp_model_run, which also releases the others' collective when the tower
- * fails, so that they do not wait for it. */
+ * fails, so that they do not wait for it. A tower alone runs the whole
+ * step, update included, as one run. The batch goes back to the input from
+ * the tower's thread once the tower is done with it. */
 #include <czmq.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,9 +27,11 @@
 
 typedef struct {
     tp_model_t *model;
-    int index;
+    int index;            /* the tower: its batches, its row */
+    int model_index;      /* what it runs: index, or TP_ALL_TOWERS alone */
     unsigned stages;
     tp_tower_meter_t *meter;
+    tp_input_t *input;    /* where its batches go back */
 } s_tower_args_t;
 
 struct tp_towers {
@@ -97,35 +103,54 @@ tp_status_t tp_tower_compute(tp_model_t *m, int index, unsigned stages,
     return rc;
 }
 
+/* The pipe's frames. A command is one frame of s_cmd_t (czmq's "$TERM",
+ * a short string, ends the actor); the answer is one frame of s_answer_t,
+ * cut after the message's NUL. Fixed frames, no picture: nothing is
+ * allocated on either side of a step. */
+#define S_STEP 0x53544550u  /* "STEP" */
+
+typedef struct {
+    uint32_t what;        /* S_STEP */
+    tp_datapoint_t *batch;
+} s_cmd_t;
+
+typedef struct {
+    int32_t rc;
+    char msg[1020];       /* tp_last_error() when rc < 0 */
+} s_answer_t;
+
 static void s_tower_actor(zsock_t *pipe, void *arg) {
     s_tower_args_t *a = arg;
+    void *sock = zsock_resolve(pipe);
     zsock_signal(pipe, 0);
     for (;;) {
-        char *cmd = NULL;
-        void *ptr = NULL;
-        if (zsock_recv(pipe, "sp", &cmd, &ptr) < 0)
-            break;  /* interrupted */
-        if (!cmd || strcmp(cmd, "STEP") != 0) {
-            int term = cmd && strcmp(cmd, "$TERM") == 0;
-            zstr_free(&cmd);
-            if (term)
-                break;
-            continue;
-        }
-        zstr_free(&cmd);
-        tp_datapoint_t *dp = ptr;
+        s_cmd_t cmd;
+        int n = zmq_recv(sock, &cmd, sizeof cmd, 0);
+        if (n < 0 && zmq_errno() == EINTR)
+            continue;  /* a signal is the supervisor's business, not ours */
+        if (n != (int)sizeof cmd || cmd.what != S_STEP)
+            break;     /* $TERM, or the pipe closed */
+        tp_datapoint_t *dp = cmd.batch;
         /* The batch and the model's memory come over the pipe from the
-         * trainer's thread: tell TSan what libzmq's handoff orders. */
+         * supervisor's thread: tell TSan what libzmq's handoff orders. */
         TP_HANDOFF_ACQUIRE(dp);
         TP_HANDOFF_ACQUIRE(a->model);
-        tp_status_t rc = tp_tower_compute(a->model, a->index, a->stages, dp, a->meter);
-        tp_datapoint_destroy(&dp);
+        tp_status_t rc = tp_tower_compute(a->model, a->model_index, a->stages, dp, a->meter);
+        /* back to the input (QueueInput frees it on its own thread) */
+        tp_input_release(a->input, a->index, &dp);
         TP_HANDOFF_RELEASE(a->model);
-        zsock_send(pipe, "is", (int)rc, rc < 0 ? tp_last_error() : "");
+        s_answer_t ans = {.rc = (int32_t)rc};
+        size_t len = sizeof ans.rc;
+        if (rc < 0) {
+            snprintf(ans.msg, sizeof ans.msg, "%s", tp_last_error());
+            len += strlen(ans.msg) + 1;
+        }
+        while (zmq_send(sock, &ans, len, 0) < 0 && zmq_errno() == EINTR)
+            ;
     }
 }
 
-tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages) {
+tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages, tp_input_t *input) {
     if (n < 1 || n > TP_TOWERS_MAX) {
         tp_error(TP_ERR_INVALID, "%d towers (1..%d)", n, TP_TOWERS_MAX);
         return NULL;
@@ -139,7 +164,11 @@ tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages) {
     self->n = n;
     for (int i = 0; i < n; i++) {
         tp_tower_meter_init(&self->meters[i]);  /* before its thread starts */
-        self->args[i] = (s_tower_args_t){m, i, stages, &self->meters[i]};
+        /* One tower alone runs the model's whole step as one run (index
+         * TP_ALL_TOWERS): each variable is updated as soon as its gradient
+         * is final, while it is still in cache, as a bare loop does. */
+        self->args[i] = (s_tower_args_t){m, i, n == 1 ? TP_ALL_TOWERS : i, stages,
+                                         &self->meters[i], input};
         self->actors[i] = zactor_new(s_tower_actor, &self->args[i]);
         if (!self->actors[i]) {
             tp_towers_destroy(&self);
@@ -160,57 +189,88 @@ void tp_towers_destroy(tp_towers_t **self_p) {
     *self_p = NULL;
 }
 
+/* Take tower i's answer (it is there). A tower that fails aborts the
+ * others' collective, and they answer "aborted" too: the cause is kept,
+ * the first failure that is not such an abort, whatever the order the
+ * answers are read in. */
+static tp_status_t s_answer(tp_towers_t *self, int i, tp_status_t *first,
+                            char *msg, size_t size) {
+    s_answer_t ans;
+    int n;
+    while ((n = zmq_recv(zsock_resolve(zactor_sock(self->actors[i])), &ans,
+                         sizeof ans, 0)) < 0 && zmq_errno() == EINTR)
+        ;
+    if (n < (int)sizeof ans.rc)
+        return tp_error(TP_ERR_PEER, "tower%d: no answer", i);
+    TP_HANDOFF_ACQUIRE(self->model);
+    tp_status_t rc = (tp_status_t)ans.rc;
+    if (rc < 0 && (*first >= 0 || (*first == TP_ERR_INTERRUPTED &&
+                                   rc != TP_ERR_INTERRUPTED))) {
+        *first = rc;
+        ans.msg[sizeof ans.msg - 1] = '\0';
+        snprintf(msg, size, "%s", n > (int)sizeof ans.rc ? ans.msg : "");
+    }
+    return TP_OK;
+}
+
 tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
-                           double watchdog_s) {
-    TP_HANDOFF_RELEASE(self->model);  /* the update the trainer applied */
+                           double watchdog_s, void (*idle)(void *), void *idle_arg) {
+    TP_HANDOFF_RELEASE(self->model);  /* the update the supervisor applied */
     for (int i = 0; i < self->n; i++) {
-        tp_datapoint_t *dp = batches[i];
+        s_cmd_t cmd = {S_STEP, batches[i]};
         batches[i] = NULL;
-        TP_HANDOFF_RELEASE(dp);
-        if (zsock_send(self->actors[i], "sp", "STEP", dp) != 0) {
-            tp_datapoint_destroy(&dp);
+        TP_HANDOFF_RELEASE(cmd.batch);
+        int rc;
+        while ((rc = zmq_send(zsock_resolve(zactor_sock(self->actors[i])), &cmd,
+                              sizeof cmd, 0)) < 0 && zmq_errno() == EINTR)
+            ;
+        if (rc < 0) {
+            tp_datapoint_destroy(&cmd.batch);
             for (int j = i + 1; j < self->n; j++)
                 tp_datapoint_destroy(&batches[j]);
             return tp_error(TP_ERR_PEER, "tower%d does not take commands", i);
         }
     }
-    /* Collect every answer; report a tower that takes too long. */
+    /* Every answer, in whatever order they come. While the towers compute,
+     * the idle hook runs every 100 ms (statistics for tp-top during a long
+     * step), and a tower still busy after watchdog_s seconds is named. */
     tp_status_t first = TP_OK;
     char msg[1024] = "";
+    uint8_t answered[TP_TOWERS_MAX] = {0};
+    int left = self->n;
     uint64_t t0 = tp_now_ns();
     double warned_at = 0;
-    for (int i = 0; i < self->n; i++) {
-        for (;;) {
-            zsock_t *s = zactor_sock(self->actors[i]);
-            zmq_pollitem_t item = {zsock_resolve(s), 0, ZMQ_POLLIN, 0};
-            int r = zmq_poll(&item, 1, 1000);
-            if (r > 0)
-                break;
-            if (r < 0 && zmq_errno() != EINTR)
-                return tp_error(TP_ERR_PEER, "waiting for tower%d: %s", i,
-                                zmq_strerror(zmq_errno()));
-            double waited = (double)(tp_now_ns() - t0) * 1e-9;
-            if (watchdog_s > 0 && waited >= watchdog_s && waited - warned_at >= watchdog_s) {
-                warned_at = waited;
-                TP_WARN("step watchdog: the step has run %.0f s; tower%d has not "
-                        "finished (busy computing or waiting in the all-reduce "
-                        "for another tower)", waited, i);
+    while (left > 0) {
+        zmq_pollitem_t items[TP_TOWERS_MAX];
+        int map[TP_TOWERS_MAX], k = 0;
+        for (int i = 0; i < self->n; i++)
+            if (!answered[i]) {
+                items[k] = (zmq_pollitem_t){zsock_resolve(zactor_sock(self->actors[i])),
+                                            0, ZMQ_POLLIN, 0};
+                map[k++] = i;
             }
+        int r = zmq_poll(items, k, 100);
+        if (r < 0 && zmq_errno() != EINTR)
+            return tp_error(TP_ERR_PEER, "waiting for the towers: %s",
+                            zmq_strerror(zmq_errno()));
+        for (int j = 0; r > 0 && j < k; j++)
+            if (items[j].revents & ZMQ_POLLIN) {
+                TP_TRY(s_answer(self, map[j], &first, msg, sizeof msg));
+                answered[map[j]] = 1;
+                left--;
+            }
+        if (r > 0 || left == 0)
+            continue;
+        if (idle)
+            idle(idle_arg);
+        double waited = (double)(tp_now_ns() - t0) * 1e-9;
+        if (watchdog_s > 0 && waited >= watchdog_s && waited - warned_at >= watchdog_s) {
+            warned_at = waited;
+            for (int j = 0; j < k; j++)
+                TP_WARN("step watchdog: the step has run %.0f s; tower%d has not "
+                        "finished (busy computing, or waiting in the all-reduce "
+                        "for another tower)", waited, map[j]);
         }
-        int rc = 0;
-        char *text = NULL;
-        if (zsock_recv(self->actors[i], "is", &rc, &text) < 0)
-            return tp_error(TP_ERR_PEER, "tower%d: no answer", i);
-        TP_HANDOFF_ACQUIRE(self->model);
-        /* A tower that fails aborts the others' collective, and they answer
-         * "aborted" too: report the cause, the first failure that is not
-         * such an abort, whatever the order the answers are read in. */
-        if (rc < 0 && (first >= 0 || (first == TP_ERR_INTERRUPTED &&
-                                      rc != TP_ERR_INTERRUPTED))) {
-            first = (tp_status_t)rc;
-            snprintf(msg, sizeof msg, "%s", text ? text : "");
-        }
-        zstr_free(&text);
     }
     if (first < 0)
         return tp_error(first, "%s", msg);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <towerpack/datapoint.h>
 #include <towerpack/graph.h>
+#include <towerpack/launch.h>
 #include <towerpack/stats.h>
 
 #define TP_TOWERS_MAX 64
@@ -30,18 +31,24 @@ void tp_tower_meter_init(tp_tower_meter_t *m);
 void tp_tower_meter_row(const tp_tower_meter_t *m, int index, tp_stats_row_t *row);
 
 /* One actor per tower of `m`, each running `stages` (TP_RUN_* of
- * tp_model_run) on its own batch: TP_RUN_GRADIENTS when the trainer reduces
- * and updates, TP_RUN_FORWARD..TP_RUN_REDUCE to join the all-reduce too,
- * TP_RUN_TRAIN to also update the tower's slice of the variables (the
- * trainer closes the step with TP_RUN_UPDATE on TP_ALL_TOWERS). */
-tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages);
+ * tp_model_run) on its own batch: TP_RUN_GRADIENTS when the supervisor
+ * reduces and updates, TP_RUN_FORWARD..TP_RUN_REDUCE to join the
+ * all-reduce too, TP_RUN_TRAIN to also update the tower's slice of the
+ * variables (the supervisor closes the step with TP_RUN_UPDATE on
+ * TP_ALL_TOWERS). With n == 1 the tower runs the model's whole step
+ * (TP_ALL_TOWERS): TP_RUN_TRAIN updates as it goes. A tower gives its batch
+ * back with tp_input_release(input, its index, ...) when done with it. */
+tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages, tp_input_t *input);
 void tp_towers_destroy(tp_towers_t **self_p);
 
 /* Run one step: batches[i] (taken) on tower i, all in parallel; returns
- * when every tower is done, with the first failure. A step still running
- * after watchdog_s seconds (and every watchdog_s after) is reported. */
+ * when every tower is done, with the first failure (the cause, not the
+ * other towers' aborted collective). While waiting, idle(idle_arg) runs
+ * every 100 ms (may be NULL); a step still running after watchdog_s
+ * seconds (and every watchdog_s after) is reported, naming the towers not
+ * done. */
 tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
-                           double watchdog_s);
+                           double watchdog_s, void (*idle)(void *), void *idle_arg);
 
 /* The towers' rows, one per tower ("tower0", ...), at most `max`;
  * returns how many. Any thread (the counters are the towers' own). */

@@ -21,6 +21,8 @@
 
 /* ---- the model trainer --------------------------------------------------------- */
 
+typedef struct s_statscb s_statscb_t;
+
 typedef struct {
     tp_model_t *model;
     tp_input_t *input;
@@ -30,13 +32,14 @@ typedef struct {
     int64_t batch;
     double watchdog_s;
     const tp_train_dist_t *dist;   /* NULL: one process */
-    /* Counted on the trainer's thread, read there by the statistics
-     * callback: batches taken, time spent waiting for them and for the
-     * tower actors, and the one tower's counters when it runs on this
-     * thread (no executors). */
+    /* Counted on the supervisor's thread (the one that runs the schedule),
+     * read there by the statistics callback: batches taken, time spent
+     * waiting for them and for the tower actors. */
     uint64_t taken, input_wait_ns, towers_wait_ns;
-    tp_tower_meter_t meter0;
+    s_statscb_t *stats;       /* the statistics callback, when there is one */
 } s_mt_t;
+
+static void s_stats_idle(void *arg);
 
 /* One step: every tower takes its own batch from the input (on this
  * thread, in tower order, so the data order is deterministic), the tower
@@ -45,7 +48,7 @@ typedef struct {
 static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     s_mt_t *t = impl;
     tp_datapoint_t *batches[MAX_TOWERS] = {NULL};
-    /* Two clock reads a step: the trainer's wait for input, whatever the
+    /* Two clock reads a step: the supervisor's wait for input, whatever the
      * input is (its own counters are its business, see tp_input_stats). */
     uint64_t w0 = tp_now_ns();
     for (int i = 0; i < t->towers; i++) {
@@ -60,29 +63,18 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     uint64_t waited = tp_now_ns() - w0;
     t->input_wait_ns += waited;
     t->taken += (uint64_t)t->towers;
-    if (t->executors) {
-        /* The towers compute, the trainer waits: blocked on them. */
-        uint64_t s0 = tp_now_ns();
-        tp_status_t rc = tp_towers_step(t->executors, batches, t->watchdog_s);
-        t->towers_wait_ns += tp_now_ns() - s0;
-        TP_TRY(rc);
-    } else {
-        /* One tower: it runs on this thread (a hop to an actor would only
-         * add two thread wake-ups per step), and with nothing to all-reduce
-         * the whole step is one run that updates each variable as soon as
-         * its gradient is final, while it is still in cache (the call a
-         * bare loop makes). Distributed, one tower per rank: its update
-         * waits for the ranks' mean. */
-        tp_status_t rc = tp_tower_compute(t->model, TP_ALL_TOWERS,
-                                          t->dist ? TP_RUN_GRADIENTS : TP_RUN_TRAIN,
-                                          batches[0], &t->meter0);
-        tp_input_release(t->input, 0, &batches[0]);
-        TP_TRY(rc);
-    }
-    if (t->executors || t->dist) {
+    /* The towers compute, the supervisor waits: blocked on them (and
+     * publishing statistics while a long step runs). */
+    uint64_t s0 = tp_now_ns();
+    tp_status_t rc = tp_towers_step(t->executors, batches, t->watchdog_s,
+                                    s_stats_idle, t->stats);
+    t->towers_wait_ns += tp_now_ns() - s0;
+    TP_TRY(rc);
+    if (t->towers > 1 || t->dist) {
         /* What the towers left: a replicated step whose slices they applied
          * is closed by the update run; otherwise it reduces onto tower 0
-         * (parameter server) or takes the ranks' mean, then applies. */
+         * (parameter server) or takes the ranks' mean, then applies. A
+         * tower alone has updated already (one process). */
         tp_run_opts_t o = {.stages = TP_RUN_UPDATE};
         if (t->kind == TP_TRAINER_PARAMETER_SERVER) {
             tp_run_opts_t r = {.stages = TP_RUN_REDUCE};
@@ -159,25 +151,30 @@ static const tp_trainer_ops_t s_ps_ops = {
 };
 
 /* ---- actor statistics -------------------------------------------------------------
- * Once a second (checked at step boundaries) the trainer publishes on the
- * stats socket tp-top reads: the rows the input gives about itself
- * (tp_input_stats: QueueInput's prefetch actor, StagingInput's stages,
- * ZMQInput's receiver, a custom input's own), its own row, and one row per
- * tower that the towers count themselves. After each epoch the input's
- * scalars (tp_input_scalars) and the time the trainer waited for input
- * join the monitors' stream (stats.json). Nothing here knows what kind of
- * input it has. */
+ * Once a second (checked at step boundaries, and every 100 ms while the
+ * towers compute a step) the supervisor publishes on the stats socket
+ * tp-top reads: the rows the input gives about itself (tp_input_stats:
+ * QueueInput's prefetch actor, StagingInput's stages, ZMQInput's receiver,
+ * a custom input's own), its own row ("supervisor": the thread that runs
+ * the schedule and the synchronous hooks; busy is time in those hooks,
+ * starved waiting for batches, blocked waiting for the towers), one row
+ * per tower that the towers count themselves, and the callback actor's.
+ * After each epoch the input's scalars (tp_input_scalars) and the time the
+ * supervisor waited for input join the monitors' stream (stats.json).
+ * Nothing here knows what kind of input it has. */
 
 #define S_INPUT_ROWS 128
 
-typedef struct {
+struct s_statscb {
     s_mt_t *mt;
+    tp_trainer_t *trainer;   /* set by before_train */
     char request[4200];
     tp_stats_pub_t *pub;
     double t_start;
-    /* the snapshot being built: the input's rows, the trainer's, the towers' */
+    /* the snapshot being built: the input's rows, the supervisor's, the
+     * towers', the callback actor's */
     tp_stats_row_t rows[S_INPUT_ROWS + 2 + TP_TOWERS_MAX];
-} s_statscb_t;
+};
 
 static void s_rows_publish(s_statscb_t *sc, tp_trainer_t *trainer) {
     s_mt_t *mt = sc->mt;
@@ -186,7 +183,7 @@ static void s_rows_publish(s_statscb_t *sc, tp_trainer_t *trainer) {
     double alive = tp_now_s() - sc->t_start;
     tp_stats_row_t *tr = &rows[n++];
     memset(tr, 0, sizeof *tr);
-    snprintf(tr->name, sizeof tr->name, "trainer");
+    snprintf(tr->name, sizeof tr->name, "supervisor");
     tr->state = TP_ACTOR_RUNNING;
     tr->msgs_in = mt->taken;
     tr->starved_s = (double)mt->input_wait_ns * 1e-9;
@@ -197,8 +194,6 @@ static void s_rows_publish(s_statscb_t *sc, tp_trainer_t *trainer) {
     tr->queue_fill = -1;  /* the input's rows show their queues */
     if (mt->executors)
         n += tp_towers_stats(mt->executors, &rows[n], TP_TOWERS_MAX);
-    else
-        tp_tower_meter_row(&mt->meter0, 0, &rows[n++]);
     tp_cb_actor_t *cba = *tp_trainer_cb_actor_slot(trainer);
     if (cba)  /* the observing callbacks' actor */
         tp_cb_actor_row(cba, &rows[n++]);
@@ -217,6 +212,7 @@ static tp_status_t statscb_before_train(void *impl, tp_trainer_t *tr) {
         return tp_error_wrap(TP_ERR_IO, "statistics endpoint %s", ep);
     TP_INFO("statistics for tp-top at %s", tp_stats_pub_endpoint(sc->pub));
     sc->t_start = tp_now_s();
+    sc->trainer = tr;
     return TP_OK;
 }
 
@@ -225,6 +221,14 @@ static tp_status_t statscb_trigger_step(void *impl, tp_trainer_t *tr) {
     if (sc->pub && tp_stats_pub_since(sc->pub) >= 1.0)
         s_rows_publish(sc, tr);
     return TP_OK;
+}
+
+/* While the towers compute a step (every 100 ms): a step of seconds still
+ * shows in tp-top once a second. */
+static void s_stats_idle(void *arg) {
+    s_statscb_t *sc = arg;
+    if (sc && sc->pub && sc->trainer && tp_stats_pub_since(sc->pub) >= 1.0)
+        s_rows_publish(sc, sc->trainer);
 }
 
 static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
@@ -243,6 +247,7 @@ static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
 
 static void statscb_destroy(void *impl) {
     s_statscb_t *sc = impl;
+    sc->mt->stats = NULL;
     tp_stats_pub_destroy(&sc->pub);
     free(sc);
 }
@@ -262,6 +267,7 @@ static tp_callback_t *s_stats_callback(s_mt_t *mt, const char *request) {
         return NULL;
     }
     sc->mt = mt;
+    mt->stats = sc;
     snprintf(sc->request, sizeof sc->request, "%s", request ? request : "");
     return tp_callback_new(&s_statscb_ops, sc, 0);
 }
@@ -369,6 +375,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         rc = tp_error(TP_ERR_NOMEM, "trainer");
         goto out;
     }
+    tp_trainer_set_watchdog(tr, mt->watchdog_s);  /* observers stuck in a hook */
 
     /* Where training starts: a resumed run continues after its latest
      * checkpoint. Read before anything starts a thread: the input may fork
@@ -437,13 +444,13 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     if (cfg->dist && (rc = cfg->dist->sync_model(cfg->dist->ctx, mt->model,
                                                  cfg->seed, resume_step)) < 0)
         goto out;
-    tp_tower_meter_init(&mt->meter0);  /* the one tower, when it runs here */
-    if (cfg->towers > 1 &&
-        !(mt->executors = tp_towers_new(mt->model, cfg->towers,
-                                        kind != TP_TRAINER_REPLICATED ? TP_RUN_GRADIENTS
-                                        : cfg->dist ? TP_RUN_FORWARD | TP_RUN_BACKWARD |
-                                                          TP_RUN_REDUCE
-                                                    : TP_RUN_TRAIN))) {
+    /* One tower alone runs the whole step, update included (one process);
+     * distributed, its update waits for the ranks' mean. */
+    unsigned stages = cfg->towers == 1 ? (cfg->dist ? TP_RUN_GRADIENTS : TP_RUN_TRAIN)
+                    : kind != TP_TRAINER_REPLICATED ? TP_RUN_GRADIENTS
+                    : cfg->dist ? TP_RUN_FORWARD | TP_RUN_BACKWARD | TP_RUN_REDUCE
+                                : TP_RUN_TRAIN;
+    if (!(mt->executors = tp_towers_new(mt->model, cfg->towers, stages, mt->input))) {
         rc = tp_error_wrap(TP_ERR_NOMEM, "tower executors");
         goto out;
     }

@@ -284,6 +284,7 @@ struct tp_trainer {
      * set per event. */
     tp_trainer_t *view_of;
     int64_t view_samples_per_step;
+    double watchdog_s;          /* 0: off */
     uint64_t view_time_ns;      /* when the hook being run was due */
 };
 
@@ -385,6 +386,10 @@ tp_model_t *tp_trainer_model(tp_trainer_t *self) {
     return self->ops->model ? self->ops->model(self->impl) : NULL;
 }
 size_t tp_trainer_ncallbacks(const tp_trainer_t *self) { return self->ncbs; }
+void tp_trainer_set_watchdog(tp_trainer_t *self, double seconds) {
+    self->watchdog_s = seconds > 0 ? seconds : 0;
+}
+double tp_trainer_watchdog(const tp_trainer_t *self) { return self->watchdog_s; }
 tp_callback_t *tp_trainer_callback(tp_trainer_t *self, size_t i) {
     TP_ASSERT(i < self->ncbs);
     return self->cbs[i];

@@ -15,6 +15,7 @@
 #include <towerpack/callback.h>
 #include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
+#include "pipeline/trainer_internal.h"  /* tp_trainer_set_watchdog */
 #include "train_testutil.h"
 
 /* ---- a trainer whose step gives "loss" = 1 / global step ------------------- */
@@ -44,6 +45,8 @@ typedef struct {
     char log[65536];
     const char *fetch;         /* what before_run asks for (NULL: "loss") */
     int sleep_step_us;         /* in trigger_step */
+    int64_t hang_at;           /* trigger_step of this global step sleeps hang_us */
+    int hang_us;
     int64_t fail_at, stop_at;  /* global step of trigger_step (0: never) */
     int set_hp;                /* before_train sets a hyper-parameter */
     int put_and_read;          /* trigger_epoch: read "sync_metric", put "obs_metric" */
@@ -95,6 +98,8 @@ static tp_status_t rec_trigger_step(void *impl, tp_trainer_t *tr) {
     r->trigger_steps++;
     if (r->sleep_step_us)
         usleep((useconds_t)r->sleep_step_us);
+    if (r->hang_at && tp_trainer_global_step(tr) == r->hang_at)
+        usleep((useconds_t)r->hang_us);
     if (r->fail_at && tp_trainer_global_step(tr) == r->fail_at)
         return tp_error(TP_ERR_IO, "injected failure at step %lld",
                         (long long)r->fail_at);
@@ -239,6 +244,41 @@ Test(callback_actor, failing_observer_stops_training_with_its_message) {
     tp_trainer_destroy(&tr);
     free(sync);
     free(obs);
+}
+
+/* An observer stuck in a hook is named by the watchdog (its heartbeat:
+ * the hook it is in, since when), while training goes on without it. */
+Test(callback_actor, watchdog_names_an_observer_stuck_in_a_hook) {
+    char dir[] = "/tmp/tp-cb-watchdog-XXXXXX", log[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(log, sizeof log, "%s/log", dir);
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_log_level_t level = tp_log_get_level();
+    tp_log_set_level(TP_LOG_WARN);
+    s_train_t t = {0};
+    tp_trainer_t *tr = tp_trainer_new(&s_ops, &t);
+    tp_trainer_set_watchdog(tr, 0.2);
+    s_rec_t *obs = s_rec_new();
+    obs->hang_at = 2;
+    obs->hang_us = 1200000;  /* 6 periods */
+    cr_assert_eq(s_add(tr, tp_cb_observe(tp_callback_new(&s_rec_ops, obs, 0))), TP_OK);
+    tp_schedule_t s = s_sched(1, 1, 5);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_OK, "%s", tp_last_error());
+    tp_log_set_file(NULL);
+    tp_log_set_level(level);
+    cr_assert_eq(obs->after_trains, 1);
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f);
+    char buf[8192] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    cr_assert(strstr(buf, "callback watchdog") && strstr(buf, "Recorder.trigger_step") &&
+              strstr(buf, "global step 2"), "the log:\n%s", buf);
+    tp_trainer_destroy(&tr);
+    free(obs);
+    unlink(log);
+    rmdir(dir);
 }
 
 Test(callback_actor, observer_stop_request_ends_training) {

@@ -351,12 +351,13 @@ static void s_published_case(int towers) {
     cr_assert_eq(r.rc, TP_OK, "%s", r.err);
     cr_assert(got, "a snapshot with the custom input's row arrived");
     cr_assert_str_eq(snap.source, "tp-train");
-    cr_assert_eq(snap.nrows, 1 + 1 + towers, "my-reader, trainer, %d towers", towers);
+    cr_assert_eq(snap.nrows, 1 + 1 + towers, "my-reader, supervisor, %d towers", towers);
     cr_assert_str_eq(snap.rows[0].name, "my-reader", "the input's rows come first");
     const tp_stats_row_t *mine = &snap.rows[0];
-    const tp_stats_row_t *tr = s_find(snap.rows, snap.nrows, "trainer");
-    cr_assert_not_null(tr, "the trainer's row");
-    /* published between steps: every batch the input gave, the trainer took */
+    const tp_stats_row_t *tr = s_find(snap.rows, snap.nrows, "supervisor");
+    cr_assert_not_null(tr, "the supervisor's row");
+    /* published between steps: every batch the input gave, the supervisor
+     * took */
     cr_assert_eq(tr->msgs_in, mine->msgs_out);
     cr_assert_eq(tr->msgs_in % (uint64_t)towers, 0);
     for (int i = 0; i < towers; i++) {
@@ -365,17 +366,15 @@ static void s_published_case(int towers) {
         const tp_stats_row_t *t = s_find(snap.rows, snap.nrows, name);
         cr_assert_not_null(t, "%s's row", name);
         cr_assert_eq(t->msgs_in, tr->msgs_in / (uint64_t)towers,
-                     "%s counted %llu steps, the trainer ran %llu", name,
+                     "%s counted %llu steps, the supervisor ran %llu", name,
                      (unsigned long long)t->msgs_in,
                      (unsigned long long)(tr->msgs_in / (uint64_t)towers));
         cr_assert_gt(t->busy_s, 0, "%s busy", name);
         cr_assert_gt(t->starved_s, 0, "%s waited for its batches (the slow input)", name);
     }
-    /* with tower actors the trainer waits for them: blocked, not busy */
-    if (towers > 1)
-        cr_assert_gt(tr->blocked_s, 0, "the trainer's wait for its towers");
-    else
-        cr_assert_eq(tr->blocked_s, 0, "one tower runs on the trainer's thread");
+    /* every tower is an actor, one too: the supervisor waits for them
+     * (blocked), it does not compute */
+    cr_assert_gt(tr->blocked_s, 0, "the supervisor's wait for its towers");
     cr_assert_null(s_find(snap.rows, snap.nrows, "QueueInput"), "no invented rows");
     tp_stats_snapshot_fini(&snap);
 }
@@ -399,7 +398,7 @@ Test(input_stats, towers_count_their_own_steps) {
     mc.threads = 1;
     tp_model_t *m = tp_model_new(&s_model, &mc);
     cr_assert_not_null(m, "%s", tp_last_error());
-    tp_towers_t *tw = tp_towers_new(m, 2, TP_RUN_TRAIN);
+    tp_towers_t *tw = tp_towers_new(m, 2, TP_RUN_TRAIN, NULL);
     cr_assert_not_null(tw, "%s", tp_last_error());
     tp_input_t *in = tp_input_feed(tu_blobs(256, 4, 0.7f, 99, 8, 0, 0));
     cr_assert_eq(tp_input_start(in, 2, 1, 0), TP_OK);
@@ -411,7 +410,7 @@ Test(input_stats, towers_count_their_own_steps) {
         tp_datapoint_t *b[2] = {NULL, NULL};
         for (int t = 0; t < 2; t++)
             cr_assert_eq(tp_input_next(in, t, &b[t]), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_towers_step(tw, b, 0), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_towers_step(tw, b, 0, NULL, NULL), TP_OK, "%s", tp_last_error());
         tp_run_opts_t close = {.stages = TP_RUN_UPDATE};  /* the slices applied */
         cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &close), TP_OK,
                      "%s", tp_last_error());
