@@ -216,9 +216,9 @@ static tp_status_t s_writer_failure(s_writer_t *w) {
 
 /* On the trainer's thread: take the snapshot now (the state between two
  * steps) and hand it to the writer for `path`. Waits only while the writer
- * is busy with an older checkpoint and another one waits. */
+ * is busy with an older checkpoint and another one waits. Returns an
+ * earlier write's failure (once). */
 static tp_status_t s_writer_submit(s_writer_t *w, tp_trainer_t *tr, const char *path) {
-    TP_TRY(s_writer_failure(w));  /* an earlier write failed: say so first */
     pthread_mutex_lock(&w->mu);
     s_writer_wait(w, s_has_free, "the next checkpoint waits");
     s_job_t *j = w->jobs[0].state == J_FREE ? &w->jobs[0] : &w->jobs[1];
@@ -258,7 +258,9 @@ static tp_status_t s_writer_submit(s_writer_t *w, tp_trainer_t *tr, const char *
         }
         w->started = 1;
     }
-    return rc;
+    /* An earlier write that failed ends training now, but this epoch's
+     * checkpoint is handed over first: it may still reach the disk. */
+    return rc < 0 ? rc : s_writer_failure(w);
 }
 
 /* Wait until every checkpoint handed over is written, then end the
@@ -487,14 +489,13 @@ static tp_status_t best_written(void *owner, const s_job_t *job) {
 
 static tp_status_t best_trigger_epoch(void *impl, tp_trainer_t *tr) {
     s_best_t *b = impl;
-    TP_TRY(s_writer_poll(&b->w));  /* an earlier write failed: say so now */
     double v;
     if (tp_trainer_get_scalar(tr, b->stat, &v) != TP_OK) {
         TP_WARN("[%s] no statistic '%s' yet", s_best_name(b), b->stat);
-        return TP_OK;
+        return s_writer_poll(&b->w);
     }
     if (!isfinite(v) || (b->maximise ? v <= b->best : v >= b->best))
-        return TP_OK;
+        return s_writer_poll(&b->w);
     b->best = v;
     char path[PATH_SIZE];
     snprintf(path, sizeof path, "%s/%s", tp_trainer_logdir(tr), b->filename);
