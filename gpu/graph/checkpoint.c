@@ -472,85 +472,175 @@ static int s_parse_i64(const char *s, int64_t *v) {
     return 1;
 }
 
-tp_status_t tp_checkpoint_save(tp_model_t *m, const char *path,
-                               const tp_train_state_t *state) {
+/* ---- snapshots: a checkpoint taken now, written later -------------------- */
+
+enum { S_MAXMETA = 80, S_KEY = 40, S_VAL = 72 };
+
+/* Everything tp_checkpoint_save writes, copied out of the model: the file
+ * can then be written on another thread while the model trains on. Every
+ * buffer is kept between takes and grows only when the model needs more,
+ * so a saver that takes one snapshot per epoch allocates once. */
+struct tp_checkpoint_snapshot {
+    float *host;            /* [nhost] trainable arena, model-only arena,
+                               then one [ntrain] block per optimizer slot */
+    size_t nhost, caphost;  /* floats */
+    int64_t step;           /* the optimizer's step ("optimizer/step") */
+    tp_named_tensor_t *ts;  /* [nt] what the file holds, in file order */
+    tp_tensor_t *views;     /* [nt] views into host (and step) */
+    size_t nt, capt;
+    char *text;             /* [captext] the tensors' names, NUL-separated */
+    size_t captext;
+    tp_meta_kv_t meta[S_MAXMETA];
+    char keys[S_MAXMETA][S_KEY], vals[S_MAXMETA][S_VAL];
+    size_t nmeta;
+    size_t bytes;           /* tensor bytes of the last take */
+};
+
+tp_checkpoint_snapshot_t *tp_checkpoint_snapshot_new(void) {
+    tp_checkpoint_snapshot_t *s = calloc(1, sizeof *s);
+    if (!s)
+        tp_error(TP_ERR_NOMEM, "checkpoint snapshot");
+    return s;
+}
+
+void tp_checkpoint_snapshot_destroy(tp_checkpoint_snapshot_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    tp_checkpoint_snapshot_t *s = *self_p;
+    tp_free(s->host);
+    free(s->ts);
+    free(s->views);
+    free(s->text);
+    free(s);
+    *self_p = NULL;
+}
+
+size_t tp_checkpoint_snapshot_bytes(const tp_checkpoint_snapshot_t *s) {
+    return s ? s->bytes : 0;
+}
+
+/* Grow the snapshot's buffers to what m needs (kept on failure). */
+static tp_status_t s_snap_reserve(tp_checkpoint_snapshot_t *s, size_t nhost,
+                                  size_t nt, size_t ntext) {
+    if (nhost > s->caphost) {
+        /* its contents are about to be overwritten: no copy, no realloc */
+        float *h = tp_alloc(nhost * sizeof(float));
+        if (!h)
+            return tp_error(TP_ERR_NOMEM, "checkpoint snapshot: %zu bytes",
+                            nhost * sizeof(float));
+        tp_free(s->host);
+        s->host = h;
+        s->caphost = nhost;
+    }
+    if (nt > s->capt) {
+        tp_named_tensor_t *ts = calloc(nt, sizeof *ts);
+        tp_tensor_t *views = calloc(nt, sizeof *views);
+        if (!ts || !views) {
+            free(ts);
+            free(views);
+            return tp_error(TP_ERR_NOMEM, "checkpoint snapshot: %zu tensors", nt);
+        }
+        free(s->ts);
+        free(s->views);
+        s->ts = ts;
+        s->views = views;
+        s->capt = nt;
+    }
+    if (ntext > s->captext) {
+        char *t = malloc(ntext);
+        if (!t)
+            return tp_error(TP_ERR_NOMEM, "checkpoint snapshot: names");
+        free(s->text);
+        s->text = t;
+        s->captext = ntext;
+    }
+    return TP_OK;
+}
+
+tp_status_t tp_checkpoint_snapshot_take(tp_checkpoint_snapshot_t *s,
+                                        tp_model_t *m,
+                                        const tp_train_state_t *state) {
     int nslots = m->opt ? m->nslots : 0;
     size_t nt = (size_t)m->nvars * (size_t)(1 + nslots) + 1;
-    tp_named_tensor_t *ts = calloc(nt, sizeof *ts);
-    tp_tensor_t *views = calloc(nt, sizeof *views);
-    char **names = calloc(nt, sizeof *names);
     size_t hostn = m->ntrain * (size_t)(1 + nslots) + m->nmodel + 1;
-    float *host = tp_alloc(hostn * sizeof(float));
-    int64_t step = m->opt ? tp_optimizer_step(m->opt) : 0;
-    tp_status_t rc = TP_OK;
-    if (!ts || !views || !names || !host) {
-        rc = tp_error(TP_ERR_NOMEM, "checkpoint %s", path);
-        goto done;
+    /* The names: each variable's, and "optimizer/<var>/<slot>" per slot. */
+    size_t ntext = 1;
+    for (int i = 0; i < m->nvars; i++) {
+        size_t len = strlen(m->vars[i].name) + 1;
+        ntext += len;
+        for (int k = 0; m->vars[i].trainable && k < nslots; k++)
+            ntext += len + strlen(tp_optimizer_slot_name(m->opt, k)) + 12;
     }
+    s->nt = 0;
+    s->nmeta = 0;
+    s->bytes = 0;
+    TP_TRY(s_snap_reserve(s, hostn, nt, ntext));
+    s->nhost = hostn;
+    s->step = m->opt ? tp_optimizer_step(m->opt) : 0;
     /* Stage device memory on the host: trainable, model-only, slots. */
     tp_backend_t *b = m->backend;
-    float *h_train = host, *h_model = host + m->ntrain;
+    float *h_train = s->host, *h_model = s->host + m->ntrain;
     float *h_slot[2] = {h_model + m->nmodel, h_model + m->nmodel + m->ntrain};
-    rc = b->ops->copy(b, m->stream, h_train, m->train_arena,
-                      m->ntrain * sizeof(float), TP_COPY_D2H);
+    tp_status_t rc = b->ops->copy(b, m->stream, h_train, m->train_arena,
+                                  m->ntrain * sizeof(float), TP_COPY_D2H);
     if (rc == TP_OK)
         rc = b->ops->copy(b, m->stream, h_model, m->model_arena,
                           m->nmodel * sizeof(float), TP_COPY_D2H);
-    for (int s = 0; rc == TP_OK && s < nslots; s++)
-        rc = b->ops->copy(b, m->stream, h_slot[s], m->slots[s],
+    for (int k = 0; rc == TP_OK && k < nslots; k++)
+        rc = b->ops->copy(b, m->stream, h_slot[k], m->slots[k],
                           m->ntrain * sizeof(float), TP_COPY_D2H);
     if (rc == TP_OK)
         rc = b->ops->stream_sync(b, m->stream);
-    size_t k = 0;
+    size_t n = 0, at = 0;
     for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
         tp_var_t *v = &m->vars[i];
         float *src = (v->trainable ? h_train : h_model) + v->offset;
-        rc = tp_tensor_init_wrap(&views[k], TP_FLOAT32, v->shape.ndim,
+        rc = tp_tensor_init_wrap(&s->views[n], TP_FLOAT32, v->shape.ndim,
                                  v->shape.d, src, NULL, NULL);
-        ts[k].name = v->name;
-        ts[k].tensor = &views[k];
-        k++;
+        s->ts[n].name = v->name;  /* for now: copied below, as the model may go */
+        s->ts[n].tensor = &s->views[n];
+        n++;
     }
-    for (int s = 0; rc == TP_OK && s < nslots; s++)
+    for (int k = 0; rc == TP_OK && k < nslots; k++)
         for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
             tp_var_t *v = &m->vars[i];
             if (!v->trainable)
                 continue;
-            const char *sn = tp_optimizer_slot_name(m->opt, s);
-            names[k] = malloc(strlen(v->name) + strlen(sn) + 16);
-            if (!names[k]) {
-                rc = tp_error(TP_ERR_NOMEM, "checkpoint names");
-                break;
-            }
-            sprintf(names[k], "optimizer/%s/%s", v->name, sn);
-            rc = tp_tensor_init_wrap(&views[k], TP_FLOAT32, v->shape.ndim,
-                                     v->shape.d, h_slot[s] + v->offset, NULL,
+            char *name = s->text + at;
+            at += (size_t)sprintf(name, "optimizer/%s/%s", v->name,
+                                  tp_optimizer_slot_name(m->opt, k)) + 1;
+            rc = tp_tensor_init_wrap(&s->views[n], TP_FLOAT32, v->shape.ndim,
+                                     v->shape.d, h_slot[k] + v->offset, NULL,
                                      NULL);
-            ts[k].name = names[k];
-            ts[k].tensor = &views[k];
-            k++;
+            s->ts[n].name = name;
+            s->ts[n].tensor = &s->views[n];
+            n++;
         }
+    /* The variables' names into the snapshot's own text. */
+    for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
+        char *name = s->text + at;
+        at += (size_t)sprintf(name, "%s", m->vars[i].name) + 1;
+        s->ts[i].name = name;
+    }
     if (rc == TP_OK && m->opt) {
-        rc = tp_tensor_init_wrap(&views[k], TP_INT64, 0, NULL, &step, NULL,
-                                 NULL);
-        ts[k].name = "optimizer/step";
-        ts[k].tensor = &views[k];
-        k++;
+        rc = tp_tensor_init_wrap(&s->views[n], TP_INT64, 0, NULL, &s->step,
+                                 NULL, NULL);
+        s->ts[n].name = "optimizer/step";
+        s->ts[n].tensor = &s->views[n];
+        n++;
     }
     if (rc != TP_OK)
-        goto done;
+        return rc;
+    TP_ASSERT(at <= ntext && n <= nt);
     /* Metadata: trainer state, generators, optimizer settings. */
-    enum { MAXMETA = 80 };
-    tp_meta_kv_t meta[MAXMETA];
-    char vals[MAXMETA][72], keys[MAXMETA][40];
     size_t nm = 0;
 #define META(k_, ...)                                                        \
     do {                                                                     \
-        if (nm < MAXMETA) {                                                  \
-            snprintf(keys[nm], sizeof keys[nm], "%s", k_);                   \
-            snprintf(vals[nm], sizeof vals[nm], __VA_ARGS__);                \
-            meta[nm].key = keys[nm];                                         \
-            meta[nm].value = vals[nm];                                       \
+        if (nm < S_MAXMETA) {                                                \
+            snprintf(s->keys[nm], S_KEY, "%s", k_);                          \
+            snprintf(s->vals[nm], S_VAL, __VA_ARGS__);                       \
+            s->meta[nm].key = s->keys[nm];                                   \
+            s->meta[nm].value = s->vals[nm];                                 \
             nm++;                                                            \
         }                                                                    \
     } while (0)
@@ -559,13 +649,13 @@ tp_status_t tp_checkpoint_save(tp_model_t *m, const char *path,
         META("epoch", "%" PRId64, state->epoch);
         META("global_step", "%" PRId64, state->global_step);
         META("rng", "%s", "");
-        s_rng_hex(&state->rng, vals[nm - 1]);
+        s_rng_hex(&state->rng, s->vals[nm - 1]);
     }
     for (int i = 0; i < m->ntowers; i++) {
         char key[40];
         snprintf(key, sizeof key, "tower%d/rng", i);
         META(key, "%s", "");
-        s_rng_hex(&m->towers[i]->rng, vals[nm - 1]);
+        s_rng_hex(&m->towers[i]->rng, s->vals[nm - 1]);
     }
     if (m->opt) {
         META("optimizer", "%s", tp_optimizer_kind(m->opt));
@@ -581,15 +671,34 @@ tp_status_t tp_checkpoint_save(tp_model_t *m, const char *path,
         }
     }
 #undef META
-    rc = tp_safetensors_write(path, ts, k, meta, nm);
-done:
-    if (names)
-        for (size_t i = 0; i < nt; i++)
-            free(names[i]);
-    free(names);
-    free(views);
-    free(ts);
-    tp_free(host);
+    s->nt = n;
+    s->nmeta = nm;
+    for (size_t i = 0; i < n; i++)
+        s->bytes += s->views[i].nbytes;
+    return TP_OK;
+}
+
+tp_status_t tp_checkpoint_snapshot_write(const tp_checkpoint_snapshot_t *s,
+                                         const char *path) {
+    if (!s->nt)
+        return tp_error(TP_ERR_STATE, "checkpoint %s: the snapshot is empty",
+                        path ? path : "(null)");
+    return tp_safetensors_write(path, s->ts, s->nt, s->meta, s->nmeta);
+}
+
+/* One path for both: a synchronous save is a snapshot written at once, so
+ * a file written later from a snapshot is byte for byte the same. */
+tp_status_t tp_checkpoint_save(tp_model_t *m, const char *path,
+                               const tp_train_state_t *state) {
+    tp_checkpoint_snapshot_t *s = tp_checkpoint_snapshot_new();
+    if (!s)
+        return tp_error(TP_ERR_NOMEM, "checkpoint %s", path);
+    tp_status_t rc = tp_checkpoint_snapshot_take(s, m, state);
+    if (rc == TP_OK)
+        rc = tp_checkpoint_snapshot_write(s, path);
+    else
+        rc = tp_error_wrap(rc, "checkpoint %s", path);
+    tp_checkpoint_snapshot_destroy(&s);
     return rc;
 }
 

@@ -78,6 +78,31 @@ typedef enum {
  * every tower's dropout generator. */
 tp_status_t tp_checkpoint_save(tp_model_t *m, const char *path,
                                const tp_train_state_t *state);
+/* ---- snapshots: a checkpoint taken now, written later --------------------
+ * tp_checkpoint_save is take + write. Split, the take (a copy of the
+ * variables, slots and state into memory the snapshot owns) happens between
+ * two steps, and the write (serialise, fsync, rename) anywhere else, e.g. on
+ * a writer thread while the model trains on: the file is byte for byte the
+ * one tp_checkpoint_save would have written at the moment of the take. */
+typedef struct tp_checkpoint_snapshot tp_checkpoint_snapshot_t;
+
+/* An empty snapshot; its buffers grow at the first take and are reused by
+ * later ones. Caller owns. NULL when out of memory. */
+tp_checkpoint_snapshot_t *tp_checkpoint_snapshot_new(void);
+void tp_checkpoint_snapshot_destroy(tp_checkpoint_snapshot_t **self_p);
+/* Copy m's variables, optimizer slots and step, every tower's generator,
+ * the optimizer settings and `state` (may be NULL) into snap, replacing
+ * what it held. Reads the model: call it where a save would be called. */
+tp_status_t tp_checkpoint_snapshot_take(tp_checkpoint_snapshot_t *snap,
+                                        tp_model_t *m,
+                                        const tp_train_state_t *state);
+/* Write what snap holds to `path` atomically. Reads only snap (never the
+ * model), so it may run on any thread while the model changes. */
+tp_status_t tp_checkpoint_snapshot_write(const tp_checkpoint_snapshot_t *snap,
+                                         const char *path);
+/* Tensor bytes the last take copied (0 for an empty snapshot). */
+size_t tp_checkpoint_snapshot_bytes(const tp_checkpoint_snapshot_t *snap);
+
 /* Load by name. Strict mode fails on missing, unexpected or mis-shaped
  * tensors, naming them; the model is unchanged on any failure. `state`
  * (may be NULL) receives the trainer state. */

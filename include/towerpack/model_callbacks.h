@@ -17,12 +17,17 @@ extern "C" {
  * (variables, optimizer slots, epoch and global step), written atomically,
  * and LOGDIR/checkpoint naming it. Keeps the newest `max_to_keep` (10 in
  * tensorpack) and, beyond those, one every `keep_every_n_hours` of training
- * (<= 0: none). Chief only. */
+ * (<= 0: none). Chief only. Its trigger_epoch only copies the state (a
+ * snapshot); a thread of its own writes the file while training goes on
+ * (docs/callbacks.md, "Where hooks run"). A failed write ends training at
+ * the next step or epoch end, at the latest when training ends; training
+ * returns once every checkpoint is on disk. */
 tp_callback_t *tp_cb_model_saver(int max_to_keep, double keep_every_n_hours);
 
 /* MinSaver / MaxSaver: after every epoch, when scalar `stat` reaches a new
  * minimum (maximum), save the model to LOGDIR/<filename> (default
- * "min-<stat>.safetensors" / "max-<stat>.safetensors"). Chief only. */
+ * "min-<stat>.safetensors" / "max-<stat>.safetensors"), snapshot and
+ * writer thread as for ModelSaver. Chief only. */
 tp_callback_t *tp_cb_min_saver(const char *stat, const char *filename);
 tp_callback_t *tp_cb_max_saver(const char *stat, const char *filename);
 

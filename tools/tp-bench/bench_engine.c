@@ -14,16 +14,26 @@
  * QueueInput over 64 batches already in memory, so a new batch every step
  * but no decoding, shuffling or batching) says how much of the pipeline's
  * own work the prefetching leaves visible; the rest of the gap to the dummy
- * is what any new batch costs against one that stays in cache. */
+ * is what any new batch costs against one that stays in cache.
+ *
+ * Also here, on the same batches: `tp-bench callbacks` (a slow callback
+ * observing or synchronous) and `tp-bench saver` (what ModelSaver keeps the
+ * towers waiting at an epoch end, writing synchronously or on its writer,
+ * with a wider MLP whose checkpoint takes a disk real time). */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <time.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <towerpack/checkpoint.h>
 #include <towerpack/clock.h>
 #include <towerpack/dataflow_spec.h>
+#include <towerpack/fileio.h>
 #include <towerpack/log.h>
+#include <towerpack/model_callbacks.h>
 #include <towerpack/models.h>
 #include <towerpack/optim.h>
 #include <towerpack/launch.h>
@@ -589,6 +599,276 @@ int tp_bench_callbacks(int argc, char **argv) {
                "the steps\n");
         printf("  input wait of epoch 2's first step  %.3f ms\n", first * 1e3);
         printf("  median input wait of epoch 1's steps %.3f ms\n", median1 * 1e3);
+    }
+    return 0;
+}
+
+/* ---- tp-bench saver: what a checkpoint costs the towers at an epoch end ---------- */
+
+/* The tiny model's layers, wider: 784 -> hidden -> 10 (hidden 4096: 3.3 M
+ * parameters, a 26 MB checkpoint with SGD's momentum), big enough that
+ * writing and fsync'ing a checkpoint takes a disk real time. */
+static int64_t s_hidden = 4096;
+
+static tp_status_t s_wide(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    (void)user;
+    tp_node_t *x = tp_flatten(t, "flat", tp_cast(t, "input", in[0], 1.0f / 255));
+    x = tp_relu(t, NULL, tp_fc(t, "fc0", x, s_hidden, 1));
+    tp_node_t *logits = tp_fc(t, "linear", x, 10, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_model_desc_t s_wide_desc(void) {
+    tp_model_desc_t d = s_tiny_desc();
+    d.build = s_wide;
+    return d;
+}
+
+/* The saver as it was before its writer thread: everything in trigger_epoch
+ * on the trainer's thread (snapshot and write in tp_checkpoint_save, the
+ * index, deleting the oldest beyond max_to_keep). */
+typedef struct {
+    int max_to_keep;
+    long long kept[64];
+    int n;
+} s_sync_saver_t;
+
+static tp_status_t sync_trigger_epoch(void *impl, tp_trainer_t *tr) {
+    s_sync_saver_t *s = impl;
+    long long step = tp_trainer_global_step(tr);
+    char path[512], index[512], line[64];
+    snprintf(path, sizeof path, "%s/model-%lld.safetensors", tp_trainer_logdir(tr), step);
+    tp_train_state_t st;
+    memset(&st, 0, sizeof st);
+    st.epoch = tp_trainer_epoch_num(tr);
+    st.global_step = step;
+    tp_rng_init(&st.rng, 0, 0);
+    TP_TRY(tp_checkpoint_save(tp_trainer_model(tr), path, &st));
+    snprintf(index, sizeof index, "%s/checkpoint", tp_trainer_logdir(tr));
+    int len = snprintf(line, sizeof line, "model-%lld.safetensors\n", step);
+    TP_TRY(tp_file_write_atomic(index, line, (size_t)len));
+    if (s->n < 64)
+        s->kept[s->n++] = step;
+    while (s->n > s->max_to_keep) {
+        snprintf(path, sizeof path, "%s/model-%lld.safetensors", tp_trainer_logdir(tr),
+                 s->kept[0]);
+        unlink(path);
+        memmove(s->kept, s->kept + 1, (size_t)(s->n - 1) * sizeof *s->kept);
+        s->n--;
+    }
+    return TP_OK;
+}
+static const tp_callback_ops_t s_sync_saver_ops = {
+    .name = "SyncModelSaver", .trigger_epoch = sync_trigger_epoch, .destroy = free,
+};
+
+/* Two marks around the saver (callbacks run in registration order): the
+ * time between them at each epoch end is what the saver kept the towers
+ * waiting; at after_train, the wait for the last writes. */
+typedef struct {
+    double t0;
+    double waits[256];
+    int n;
+    double end_wait;
+} s_marks_t;
+
+static tp_status_t mark0_trigger_epoch(void *impl, tp_trainer_t *tr) {
+    (void)tr;
+    ((s_marks_t *)impl)->t0 = tp_now_s();
+    return TP_OK;
+}
+static tp_status_t mark1_trigger_epoch(void *impl, tp_trainer_t *tr) {
+    (void)tr;
+    s_marks_t *m = impl;
+    if (m->n < 256)
+        m->waits[m->n++] = tp_now_s() - m->t0;
+    return TP_OK;
+}
+static tp_status_t mark0_after_train(void *impl, tp_trainer_t *tr) {
+    (void)tr;
+    ((s_marks_t *)impl)->t0 = tp_now_s();
+    return TP_OK;
+}
+static tp_status_t mark1_after_train(void *impl, tp_trainer_t *tr) {
+    (void)tr;
+    s_marks_t *m = impl;
+    m->end_wait = tp_now_s() - m->t0;
+    return TP_OK;
+}
+static const tp_callback_ops_t s_mark0_ops = {
+    .name = "Mark0", .trigger_epoch = mark0_trigger_epoch, .after_train = mark0_after_train,
+};
+static const tp_callback_ops_t s_mark1_ops = {
+    .name = "Mark1", .trigger_epoch = mark1_trigger_epoch, .after_train = mark1_after_train,
+};
+
+/* One run: `epochs` x `steps` with the saver (sync or the real one) between
+ * the marks, checkpoints into `dir`; the epoch-end waits in *m, the whole
+ * run's wall seconds returned (-1 on failure). */
+static double s_saver_run(const tp_model_desc_t *desc, int64_t batch, int64_t steps,
+                          int64_t epochs, int sync, const char *dir, s_marks_t *m) {
+    memset(m, 0, sizeof *m);
+    tp_callback_t *saver;
+    if (sync) {
+        s_sync_saver_t *s = calloc(1, sizeof *s);
+        if (!s)
+            return -1;
+        s->max_to_keep = 3;
+        saver = tp_callback_new(&s_sync_saver_ops, s, 1);
+    } else {
+        saver = tp_cb_model_saver(3, 0);
+    }
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = desc;
+    c.batch = batch;
+    c.threads = 1;
+    c.dataflow = tp_df_repeat(s_memory_df(), -1);
+    c.steps_per_epoch = steps;
+    c.max_epoch = epochs;
+    c.logdir = dir;
+    c.save_checkpoints = 0;
+    c.default_callbacks = 0;
+    c.stats = "off";
+    tp_callback_t *cbs[3] = {tp_callback_new(&s_mark0_ops, m, 0), saver,
+                             tp_callback_new(&s_mark1_ops, m, 0)};
+    c.callbacks = cbs;
+    c.ncallbacks = 3;
+    double t0 = tp_now_s();
+    tp_status_t rc = tp_launch_train_with_config(&c, NULL);
+    double wall = tp_now_s() - t0;
+    if (rc < 0) {
+        fprintf(stderr, "tp-bench saver: %s\n", tp_last_error());
+        return -1;
+    }
+    return wall;
+}
+
+static double s_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, s_cmp);
+    return n ? v[n / 2] : -1;
+}
+
+int tp_bench_saver(int argc, char **argv) {
+    int64_t steps = 10, batch = 128, repeat = 3, epochs = 6, hidden = 4096;
+    const char *where = "/tmp";
+    int json = 0, c;
+    static const struct option opts[] = {{"steps", required_argument, 0, 's'},
+                                         {"epochs", required_argument, 0, 'e'},
+                                         {"repeat", required_argument, 0, 'r'},
+                                         {"hidden", required_argument, 0, 'H'},
+                                         {"dir", required_argument, 0, 'd'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        tp_status_t rc = TP_OK;
+        if (c == 's')
+            rc = tp_spec_int(optarg, 1, 1000000, "--steps", &steps);
+        else if (c == 'e')
+            rc = tp_spec_int(optarg, 2, 200, "--epochs", &epochs);
+        else if (c == 'r')
+            rc = tp_spec_int(optarg, 1, 100, "--repeat", &repeat);
+        else if (c == 'H')
+            rc = tp_spec_int(optarg, 16, 1 << 16, "--hidden", &hidden);
+        else if (c == 'd')
+            where = optarg;
+        else if (c == 'j')
+            json = 1;
+        else {
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: tp-bench saver [--steps N] [--epochs E] [--repeat R] [--hidden H]\n"
+                    "                      [--dir DIR] [--json]\n"
+                    "  what ModelSaver keeps the towers waiting at an epoch end: an MLP\n"
+                    "  784-H-10 (H default 4096: a 26 MB checkpoint with momentum) trained\n"
+                    "  E epochs (default 6) of N steps (default 10) on in-memory batches,\n"
+                    "  saving every epoch into a scratch directory under DIR (default /tmp;\n"
+                    "  give a directory on the disk that matters, not a tmpfs); once with\n"
+                    "  the saver as it was (snapshot and write, fsync, rename, index and\n"
+                    "  pruning on the trainer's thread) and once with ModelSaver (snapshot\n"
+                    "  on the trainer's thread, the rest on its writer), back to back, R\n"
+                    "  rounds (default 3), the order swapped every second round. Reports\n"
+                    "  the median epoch-end wait of each, the median of the rounds' ratios,\n"
+                    "  the wait at after_train and each run's wall time\n");
+            return c == 'h' ? 0 : 2;
+        }
+        if (rc != TP_OK) {
+            fprintf(stderr, "tp-bench saver: %s\n", tp_last_error());
+            return 2;
+        }
+    }
+    tp_log_set_level(TP_LOG_WARN);
+    s_hidden = hidden;
+    s_make_batches(batch);
+    tp_model_desc_t desc = s_wide_desc();
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tp-bench-saver-XXXXXX", where);
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "tp-bench saver: mkdtemp %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    double w_sync[256 * 100], w_async[256 * 100], ratios[100], end_async[100];
+    double wall_sync[100], wall_async[100];
+    int n_sync = 0, n_async = 0;
+    size_t ckpt_bytes = 0;
+    char run[4200], probe[4300];
+    for (int64_t k = 0; k < repeat; k++) {
+        s_marks_t ms, ma;
+        double ws = -1, wa = -1;
+        for (int which = 0; which < 2; which++) {
+            int sync = (which == 0) == (k % 2 == 0);  /* sync first in even rounds */
+            snprintf(run, sizeof run, "%s/%s-%lld", dir, sync ? "sync" : "async", (long long)k);
+            double w = s_saver_run(&desc, batch, steps, epochs, sync, run, sync ? &ms : &ma);
+            if (w < 0)
+                return 1;
+            *(sync ? &ws : &wa) = w;
+            struct stat sb;
+            snprintf(probe, sizeof probe, "%s/model-%lld.safetensors", run,
+                     (long long)(epochs * steps));
+            if (stat(probe, &sb) == 0)
+                ckpt_bytes = (size_t)sb.st_size;
+            snprintf(probe, sizeof probe, "rm -rf %s", run);
+            if (system(probe) != 0)
+                fprintf(stderr, "tp-bench saver: could not remove %s\n", run);
+        }
+        /* the first epoch end of a run pays for first touches: left out */
+        double rs[256], ra[256];
+        int nr = 0;
+        for (int i = 1; i < ms.n && i < ma.n; i++, nr++) {
+            rs[nr] = w_sync[n_sync++] = ms.waits[i];
+            ra[nr] = w_async[n_async++] = ma.waits[i];
+        }
+        double msync = s_median(rs, nr), masync = s_median(ra, nr);
+        ratios[k] = masync > 0 ? msync / masync : 0;
+        end_async[k] = ma.end_wait;
+        wall_sync[k] = ws;
+        wall_async[k] = wa;
+    }
+    s_teardown("saver", dir);
+    double med_sync = s_median(w_sync, n_sync), med_async = s_median(w_async, n_async);
+    double ratio = s_median(ratios, (int)repeat), end = s_median(end_async, (int)repeat);
+    double wsync = s_median(wall_sync, (int)repeat), wasync = s_median(wall_async, (int)repeat);
+    if (json) {
+        printf("{\"bench\":\"saver\",\"hidden\":%lld,\"steps\":%lld,\"epochs\":%lld,"
+               "\"rounds\":%lld,\"checkpoint_bytes\":%zu,\"sync_epoch_end_wait_s\":%.6f,"
+               "\"async_epoch_end_wait_s\":%.6f,\"wait_ratio\":%.2f,"
+               "\"async_after_train_wait_s\":%.6f,\"sync_run_s\":%.3f,\"async_run_s\":%.3f}\n",
+               (long long)hidden, (long long)steps, (long long)epochs, (long long)repeat,
+               ckpt_bytes, med_sync, med_async, ratio, end, wsync, wasync);
+    } else {
+        printf("saver: MLP 784-%lld-10, checkpoint %.1f MB, %lld rounds of %lld epochs x %lld "
+               "steps, into %s\n", (long long)hidden, (double)ckpt_bytes / 1e6,
+               (long long)repeat, (long long)epochs, (long long)steps, where);
+        printf("  epoch-end wait, synchronous write  %9.2f ms (median of %d epoch ends)\n",
+               med_sync * 1e3, n_sync);
+        printf("  epoch-end wait, snapshot + writer  %9.2f ms (median of %d epoch ends)\n",
+               med_async * 1e3, n_async);
+        printf("  ratio (median of the rounds' ratios) %7.1fx\n", ratio);
+        printf("  after_train wait for the last write %8.2f ms (median)\n", end * 1e3);
+        printf("  run wall time: synchronous %.2f s, writer %.2f s (medians)\n", wsync, wasync);
     }
     return 0;
 }

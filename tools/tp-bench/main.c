@@ -6,6 +6,7 @@
  *   tp-bench step       [--json] ...   a training step against raw BLAS
  *   tp-bench engine     [--json] ...   the whole engine against a bare loop
  *   tp-bench callbacks  [--json] ...   a slow callback, observing and synchronous
+ *   tp-bench saver      [--json] ...   ModelSaver's epoch-end wait, sync and its writer
  *
  * Each subcommand lives in its own file of this folder and defines
  * `int tp_bench_<name>(int argc, char **argv)` (argv[0] is the subcommand).
@@ -23,6 +24,7 @@ BENCH(transport)
 BENCH(step)
 BENCH(engine)
 BENCH(callbacks)
+BENCH(saver)
 BENCH(cuda)
 #undef BENCH
 
@@ -37,6 +39,7 @@ static const struct {
     {"step", tp_bench_step, "training step against the raw BLAS calls"},
     {"engine", tp_bench_engine, "whole-engine step rate against a bare loop"},
     {"callbacks", tp_bench_callbacks, "a slow callback: observing against none, and synchronous"},
+    {"saver", tp_bench_saver, "ModelSaver's epoch-end wait: synchronous write against its writer"},
     {"cuda", tp_bench_cuda, "CUDA backend: GEMM step against cuBLAS, step rates"},
 };
 #define NBENCH (sizeof s_benches / sizeof s_benches[0])
