@@ -37,6 +37,8 @@
 #include <towerpack/model_callbacks.h>
 
 #define PATH_SIZE 4096
+/* Room in a path for "/model-<step>.safetensors" after the directory. */
+#define S_DIR_MAX (PATH_SIZE - 64)
 
 /* "model-123.safetensors" -> 123; -1 for any other name. */
 static long long s_step_of(const char *name) {
@@ -334,6 +336,9 @@ static tp_status_t s_need(tp_trainer_t *tr, const char *who) {
         return tp_error(TP_ERR_STATE, "%s needs a trainer with a model", who);
     if (!tp_trainer_logdir(tr))
         return tp_error(TP_ERR_STATE, "%s needs a log directory", who);
+    if (strlen(tp_trainer_logdir(tr)) > S_DIR_MAX)
+        return tp_error(TP_ERR_INVALID, "%s: the log directory's path is longer than "
+                        "%d characters", who, S_DIR_MAX);
     return TP_OK;
 }
 
@@ -341,8 +346,9 @@ static tp_status_t saver_setup(void *impl, tp_trainer_t *tr) {
     return s_need(tr, "ModelSaver");
 }
 
+/* A checkpoint's path (s_need refused a longer directory). */
 static void s_path(char *buf, size_t size, const char *dir, long long step) {
-    snprintf(buf, size, "%s/model-%lld.safetensors", dir, step);
+    snprintf(buf, size, "%.*s/model-%lld.safetensors", S_DIR_MAX, dir, step);
 }
 
 /* Resume: adopt the checkpoints already there, oldest first, and remove

@@ -83,7 +83,7 @@ static tp_model_desc_t s_tiny_desc(void) {
 
 /* After a benchmark: its scratch log directory and the batches go. */
 static void s_teardown(const char *who, const char *dir) {
-    char cmd[128];
+    char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "tp-bench %s: could not remove %s\n", who, dir);
