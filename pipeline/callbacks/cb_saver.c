@@ -132,9 +132,11 @@ static void *s_writer_main(void *arg) {
     s_writer_t *w = arg;
     pthread_mutex_lock(&w->mu);
     for (;;) {
+        /* The older of two waiting checkpoints first: the index must end
+         * naming the newest. */
         s_job_t *j = NULL;
         for (int i = 0; i < 2; i++)
-            if (w->jobs[i].state == J_PENDING)
+            if (w->jobs[i].state == J_PENDING && (!j || w->jobs[i].step < j->step))
                 j = &w->jobs[i];
         if (!j) {
             if (w->quit)

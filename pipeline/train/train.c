@@ -34,8 +34,10 @@ typedef struct {
     const tp_train_dist_t *dist;   /* NULL: one process */
     /* Counted on the supervisor's thread (the one that runs the schedule),
      * read there by the statistics callback: batches taken, time spent
-     * waiting for them and for the tower actors. */
+     * waiting for them and for the tower actors, and the one tower's
+     * counters when it runs on this thread (no executors). */
     uint64_t taken, input_wait_ns, towers_wait_ns;
+    tp_tower_meter_t meter0;
     s_statscb_t *stats;       /* the statistics callback, when there is one */
 } s_mt_t;
 
@@ -63,18 +65,33 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     uint64_t waited = tp_now_ns() - w0;
     t->input_wait_ns += waited;
     t->taken += (uint64_t)t->towers;
-    /* The towers compute, the supervisor waits: blocked on them (and
-     * publishing statistics while a long step runs). */
-    uint64_t s0 = tp_now_ns();
-    tp_status_t rc = tp_towers_step(t->executors, batches, t->watchdog_s,
-                                    s_stats_idle, t->stats);
-    t->towers_wait_ns += tp_now_ns() - s0;
-    TP_TRY(rc);
-    if (t->towers > 1 || t->dist) {
+    if (t->executors) {
+        /* The towers compute, the supervisor waits: blocked on them (and
+         * publishing statistics while a long step runs). */
+        uint64_t s0 = tp_now_ns();
+        tp_status_t rc = tp_towers_step(t->executors, batches, t->watchdog_s,
+                                        s_stats_idle, t->stats);
+        t->towers_wait_ns += tp_now_ns() - s0;
+        TP_TRY(rc);
+    } else {
+        /* One tower runs on this thread. As an actor it cost 4-20% of the
+         * engine's step rate on a 2-core host (tp-bench engine: 0.79-0.96
+         * of a bare loop against 0.94-1.0 inline, docs/performance.md): the
+         * supervisor's wake-up after each step is on the critical path.
+         * With nothing to all-reduce the whole step is one run that updates
+         * each variable as soon as its gradient is final, while it is still
+         * in cache (the call a bare loop makes). Distributed, one tower per
+         * rank: its update waits for the ranks' mean. */
+        tp_status_t rc = tp_tower_compute(t->model, TP_ALL_TOWERS,
+                                          t->dist ? TP_RUN_GRADIENTS : TP_RUN_TRAIN,
+                                          batches[0], &t->meter0);
+        tp_input_release(t->input, 0, &batches[0]);
+        TP_TRY(rc);
+    }
+    if (t->executors || t->dist) {
         /* What the towers left: a replicated step whose slices they applied
          * is closed by the update run; otherwise it reduces onto tower 0
-         * (parameter server) or takes the ranks' mean, then applies. A
-         * tower alone has updated already (one process). */
+         * (parameter server) or takes the ranks' mean, then applies. */
         tp_run_opts_t o = {.stages = TP_RUN_UPDATE};
         if (t->kind == TP_TRAINER_PARAMETER_SERVER) {
             tp_run_opts_t r = {.stages = TP_RUN_REDUCE};
@@ -194,6 +211,8 @@ static void s_rows_publish(s_statscb_t *sc, tp_trainer_t *trainer) {
     tr->queue_fill = -1;  /* the input's rows show their queues */
     if (mt->executors)
         n += tp_towers_stats(mt->executors, &rows[n], TP_TOWERS_MAX);
+    else
+        tp_tower_meter_row(&mt->meter0, 0, &rows[n++]);
     tp_cb_actor_t *cba = *tp_trainer_cb_actor_slot(trainer);
     if (cba)  /* the observing callbacks' actor */
         tp_cb_actor_row(cba, &rows[n++]);
@@ -444,13 +463,14 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     if (cfg->dist && (rc = cfg->dist->sync_model(cfg->dist->ctx, mt->model,
                                                  cfg->seed, resume_step)) < 0)
         goto out;
-    /* One tower alone runs the whole step, update included (one process);
-     * distributed, its update waits for the ranks' mean. */
-    unsigned stages = cfg->towers == 1 ? (cfg->dist ? TP_RUN_GRADIENTS : TP_RUN_TRAIN)
-                    : kind != TP_TRAINER_REPLICATED ? TP_RUN_GRADIENTS
-                    : cfg->dist ? TP_RUN_FORWARD | TP_RUN_BACKWARD | TP_RUN_REDUCE
-                                : TP_RUN_TRAIN;
-    if (!(mt->executors = tp_towers_new(mt->model, cfg->towers, stages, mt->input))) {
+    tp_tower_meter_init(&mt->meter0);  /* the one tower, when it runs here */
+    if (cfg->towers > 1 &&
+        !(mt->executors = tp_towers_new(mt->model, cfg->towers,
+                                        kind != TP_TRAINER_REPLICATED ? TP_RUN_GRADIENTS
+                                        : cfg->dist ? TP_RUN_FORWARD | TP_RUN_BACKWARD |
+                                                          TP_RUN_REDUCE
+                                                    : TP_RUN_TRAIN,
+                                        mt->input))) {
         rc = tp_error_wrap(TP_ERR_NOMEM, "tower executors");
         goto out;
     }
