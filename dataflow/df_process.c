@@ -639,13 +639,19 @@ static tp_status_t s_dispatch(s_map_t *m, s_task_t *t, tp_datapoint_t **dp_p) {
             !(events & ZMQ_POLLOUT))
             continue;
         s_seq_t seq = {t->seq, 0, SEQ_MAGIC};
-        TP_TRY(tp_wire_encode(dp_p, &p->wire, m->msg));
+        /* ZMQ_EVENTS can be stale: a worker that has just died drops its
+         * pipe in between, and the send finds no peer (EAGAIN). Nothing
+         * went: try another. So the header goes before the datapoint is
+         * encoded (which takes it). */
         if (zmq_send(sock, &seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-            tp_wire_msg_clear(m->msg);
+            if (zmq_errno() == EAGAIN)
+                continue;
             return tp_error(TP_ERR_IO, "multiprocess-map: send to worker %d: %s",
                             best, zmq_strerror(zmq_errno()));
         }
-        /* The first frame went: the rest of the message always does. */
+        /* The first frame went: the rest of the message always does (an
+         * encoding failure leaves it half sent, but fails the dataflow). */
+        TP_TRY(tp_wire_encode(dp_p, &p->wire, m->msg));
         TP_TRY(tp_wire_msg_send(m->msg, sock, 0));
         t->worker = best;
         t->state = 1;
