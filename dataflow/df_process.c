@@ -51,11 +51,6 @@ typedef struct {
     int inflight;    /* map: tasks out at this worker */
 } s_worker_t;
 
-/* What a worker runs (in the worker): slot `index`, started for the
- * gen-th time before (0 first); err_w and parent as in df_zygote_fn. */
-typedef void (*s_child_fn)(void *impl, int index, int gen, int err_w,
-                           pid_t parent);
-
 typedef struct {
     const char *what;     /* "multiprocess" or "multiprocess-map" */
     tp_mp_opts_t opts;
@@ -65,8 +60,7 @@ typedef struct {
     int own_run_dir;
     pid_t parent;         /* the process that consumes (names the sockets) */
     df_zygote_t *zygote;  /* forks the workers */
-    s_child_fn child;     /* what they run, on impl */
-    void *impl;
+    void *impl;           /* the runner or map the pool belongs to */
     atomic_int restarts;  /* read by other threads (tp_df_multiprocess_restarts) */
     uint64_t seed, stream;
     uint64_t last_check_ns;
@@ -189,12 +183,6 @@ static int s_child_send(tp_wire_msg_t *msg, void *sock, pid_t parent) {
     }
 }
 
-/* In the worker (forked by the zygote): run the pool's child function. */
-static void s_zygote_child(void *arg, int slot, int gen, int err_w, pid_t parent) {
-    s_pool_t *p = arg;
-    p->child(p->impl, slot, gen, err_w, parent);
-}
-
 /* Have the zygote fork worker `i`. Its generation (how many times the slot
  * started before) travels in the request: the zygote's copy of the pool is
  * the one of reset_state, and the worker's stream and endpoints depend on
@@ -211,11 +199,12 @@ static tp_status_t s_spawn(s_pool_t *p, int i) {
 }
 
 /* Fork the zygote (the process is still single-threaded: s_pool_prepare
- * checked) and have it fork every worker. */
-static tp_status_t s_pool_start(s_pool_t *p, s_child_fn fn, void *impl) {
-    p->child = fn;
+ * checked) and have it fork every worker, each running fn(impl, ...): slot
+ * index, gen its start count before (0 first), err_w and parent as in
+ * df_zygote_fn. */
+static tp_status_t s_pool_start(s_pool_t *p, df_zygote_fn fn, void *impl) {
     p->impl = impl;
-    TP_TRY(df_zygote_new(p->what, p->nworkers, s_zygote_child, p, &p->zygote));
+    TP_TRY(df_zygote_new(p->what, p->nworkers, fn, impl, &p->zygote));
     for (int i = 0; i < p->nworkers; i++)
         TP_TRY(s_spawn(p, i));
     return TP_OK;
