@@ -1,7 +1,9 @@
 /* towerpack dataflow: the generic dataflow object (state checks, reentrancy
- * guard, pass bookkeeping) around an implementation's ops. */
+ * guard, pass bookkeeping, the tree of nested dataflows) around an
+ * implementation's ops. */
 #include <stdatomic.h>
 #include <towerpack/dataflow.h>
+#include "df_internal.h"
 
 struct tp_dataflow {
     const tp_dataflow_ops_t *ops;
@@ -10,7 +12,25 @@ struct tp_dataflow {
     int reset;           /* reset_state has run */
     int in_pass;         /* a pass has begun and not reached TP_DONE */
     atomic_int busy;     /* a call to next is running (reentrancy guard) */
+    /* The tree of nested dataflows (df_visit), learnt at reset_state: a
+     * wrapper resets what it wraps from its own reset_state (the ops
+     * contract), so every wrapper takes part with no code of its own. */
+    tp_dataflow_t *outer, *first_inner, *next_sibling;
 };
+
+/* The dataflow whose reset_state runs on this thread (NULL: none). */
+static _Thread_local tp_dataflow_t *s_resetting;
+
+static void s_unlink(tp_dataflow_t *self) {
+    if (!self->outer)
+        return;
+    tp_dataflow_t **pp = &self->outer->first_inner;
+    while (*pp && *pp != self)
+        pp = &(*pp)->next_sibling;
+    if (*pp)
+        *pp = self->next_sibling;
+    self->outer = self->next_sibling = NULL;
+}
 
 tp_dataflow_t *tp_dataflow_new(const tp_dataflow_ops_t *ops, void *impl) {
     TP_ASSERT(ops && ops->next);
@@ -31,7 +51,10 @@ void tp_dataflow_destroy(tp_dataflow_t **self_p) {
         return;
     tp_dataflow_t *self = *self_p;
     if (self->ops->destroy)
-        self->ops->destroy(self->impl);
+        self->ops->destroy(self->impl);  /* what it owned unlinked itself */
+    while (self->first_inner)  /* inner ones it did not own live on */
+        s_unlink(self->first_inner);
+    s_unlink(self);
     free(self);
     *self_p = NULL;
 }
@@ -39,9 +62,17 @@ void tp_dataflow_destroy(tp_dataflow_t **self_p) {
 tp_status_t tp_dataflow_reset_state(tp_dataflow_t *self, uint64_t seed,
                                     uint64_t stream) {
     tp_rng_init(&self->rng, seed, stream);
+    tp_dataflow_t *outer = s_resetting;
+    if (outer && !self->outer && outer != self) {
+        self->outer = outer;
+        self->next_sibling = outer->first_inner;
+        outer->first_inner = self;
+    }
     if (self->ops->reset_state) {
+        s_resetting = self;
         tp_status_t rc = self->ops->reset_state(self->impl, &self->rng, seed,
                                                 stream);
+        s_resetting = outer;
         if (rc < 0)
             return tp_error_wrap(rc, "%s: reset_state", self->ops->name);
     }
@@ -129,4 +160,12 @@ void *tp_dataflow_impl(tp_dataflow_t *self) { return self->impl; }
 
 const tp_dataflow_ops_t *tp_dataflow_ops(const tp_dataflow_t *self) {
     return self->ops;
+}
+
+void df_visit(tp_dataflow_t *df, void (*fn)(tp_dataflow_t *df, void *arg), void *arg) {
+    if (!df)
+        return;
+    fn(df, arg);
+    for (tp_dataflow_t *in = df->first_inner; in; in = in->next_sibling)
+        df_visit(in, fn, arg);
 }

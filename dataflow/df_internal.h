@@ -28,6 +28,11 @@ df_block_t *df_block_new(int ncomp, const size_t *nbytes, size_t *offsets,
  * base destroys impl through ops->destroy). */
 tp_dataflow_t *df_make(const tp_dataflow_ops_t *ops, void *impl);
 
+/* Call fn on df and on every dataflow nested in it, depth first. Nested
+ * means reset from df's reset_state on the same thread (what a wrapper
+ * does with what it wraps), so the tree is known once df was reset. */
+void df_visit(tp_dataflow_t *df, void (*fn)(tp_dataflow_t *df, void *arg), void *arg);
+
 /* Destroy n dataflows of an array and null the entries. */
 void df_destroy_all(tp_dataflow_t **dfs, int n);
 

@@ -2,21 +2,24 @@
  * tensorpack's MultiProcessRunnerZMQ (tp_df_multiprocess) and
  * MultiProcessMapDataZMQ (tp_df_multiprocess_map).
  *
- * Workers are forked children. Each gets a pipe whose write end it keeps:
- * a worker that fails writes its error message there and exits with status
- * 2, so the parent reads the message the moment it sees the exit. Workers
- * use a fresh ZeroMQ context of their own (never the parent's) and leave
- * with _exit, so no inherited atexit handler or socket is touched. */
-#define _GNU_SOURCE 1 /* pipe2 */
+ * Workers are forked by the pool's zygote (df_zygote.h), a single-threaded
+ * helper forked at reset_state: the first workers and every replacement,
+ * so no worker is ever a fork of the multi-threaded parent. Each worker
+ * gets a pipe whose write end it keeps: a worker that fails writes its
+ * error message there and exits with status 2; the zygote reaps it and
+ * sends its wait status and message to the parent. Workers use a fresh
+ * ZeroMQ context of their own (never the parent's) and leave with _exit,
+ * so no inherited atexit handler or socket is touched. */
 #include <czmq.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "df_internal.h"
+#include "df_zygote.h"
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/process.h>
 #include <towerpack/clock.h>
@@ -44,7 +47,6 @@ void tp_mp_opts_init(tp_mp_opts_t *opts) {
 
 typedef struct {
     pid_t pid;       /* 0: not running */
-    int err_fd;      /* read end of the worker's error pipe */
     int gen;         /* how many times this slot was started */
     int inflight;    /* map: tasks out at this worker */
 } s_worker_t;
@@ -56,8 +58,10 @@ typedef struct {
     s_worker_t *workers;
     char run_dir[200];
     int own_run_dir;
-    pid_t parent;
-    int restarts;
+    pid_t parent;         /* the process that consumes (names the sockets) */
+    df_zygote_t *zygote;  /* forks the workers */
+    void *impl;           /* the runner or map the pool belongs to */
+    atomic_int restarts;  /* read by other threads (tp_df_multiprocess_restarts) */
     uint64_t seed, stream;
     uint64_t last_check_ns;
     tp_wire_opts_t wire;
@@ -97,8 +101,6 @@ static tp_status_t s_pool_init(s_pool_t *p, const char *what, int nworkers,
     p->workers = calloc((size_t)nworkers, sizeof *p->workers);
     if (!p->workers)
         return tp_error(TP_ERR_NOMEM, "%s", what);
-    for (int i = 0; i < nworkers; i++)
-        p->workers[i].err_fd = -1;
     tp_wire_opts_init(&p->wire);
     p->wire.lz4 = p->opts.lz4;
     return TP_OK;
@@ -149,20 +151,6 @@ static tp_status_t s_endpoint(s_pool_t *p, char *out, size_t size,
     return TP_OK;
 }
 
-/* In the child right after fork: die with the parent, ignore SIGINT. */
-static void s_child_setup(s_pool_t *p, int self_index, int err_w) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != p->parent)  /* the parent died before prctl */
-        _exit(1);
-    signal(SIGINT, SIG_IGN);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGPIPE, SIG_IGN);
-    for (int j = 0; j < p->nworkers; j++)
-        if (j != self_index && p->workers[j].err_fd >= 0)
-            close(p->workers[j].err_fd);
-    (void)err_w;
-}
-
 static void s_child_fail(int err_w, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 2, 3)));
 static void s_child_fail(int err_w, const char *fmt, ...) {
@@ -195,33 +183,14 @@ static int s_child_send(tp_wire_msg_t *msg, void *sock, pid_t parent) {
     }
 }
 
-typedef void (*s_child_fn)(void *impl, int index, int err_w);
-
-/* Fork worker `i` running fn. */
-static tp_status_t s_spawn(s_pool_t *p, int i, s_child_fn fn, void *impl) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0)
-        return tp_error(TP_ERR_IO, "%s: pipe: %s", p->what, strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return tp_error(TP_ERR_IO, "%s: fork worker %d: %s", p->what, i,
-                        strerror(errno));
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        s_child_setup(p, i, fds[1]);
-        fn(impl, i, fds[1]);
-        _exit(0);
-    }
-    close(fds[1]);
-    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+/* Have the zygote fork worker `i`. Its generation (how many times the slot
+ * started before) travels in the request: the zygote's copy of the pool is
+ * the one of reset_state, and the worker's stream and endpoints depend on
+ * it, exactly as if the parent had forked it. */
+static tp_status_t s_spawn(s_pool_t *p, int i) {
     s_worker_t *w = &p->workers[i];
-    if (w->err_fd >= 0)
-        close(w->err_fd);
-    w->err_fd = fds[0];
+    pid_t pid;
+    TP_TRY(df_zygote_spawn(p->zygote, i, w->gen, &pid));
     w->pid = pid;
     w->gen++;
     w->inflight = 0;
@@ -229,15 +198,21 @@ static tp_status_t s_spawn(s_pool_t *p, int i, s_child_fn fn, void *impl) {
     return TP_OK;
 }
 
+/* Fork the zygote (the process is still single-threaded: s_pool_prepare
+ * checked) and have it fork every worker, each running fn(impl, ...): slot
+ * index, gen its start count before (0 first), err_w and parent as in
+ * df_zygote_fn. */
+static tp_status_t s_pool_start(s_pool_t *p, df_zygote_fn fn, void *impl) {
+    p->impl = impl;
+    TP_TRY(df_zygote_new(p->what, p->nworkers, fn, impl, &p->zygote));
+    for (int i = 0; i < p->nworkers; i++)
+        TP_TRY(s_spawn(p, i));
+    return TP_OK;
+}
+
 /* "exited with status 3", "killed by signal 9 (Killed)", plus the worker's
  * own error message when it wrote one. */
-static void s_describe(s_worker_t *w, int status, char *buf, size_t size) {
-    char msg[2048] = "";
-    ssize_t n = w->err_fd >= 0 ? read(w->err_fd, msg, sizeof msg - 1) : -1;
-    if (n > 0)
-        msg[n] = '\0';
-    else
-        msg[0] = '\0';
+static void s_describe(int status, const char *msg, char *buf, size_t size) {
     if (WIFSIGNALED(status))
         snprintf(buf, size, "killed by signal %d (%s)", WTERMSIG(status),
                  strsignal(WTERMSIG(status)));
@@ -252,85 +227,50 @@ static void s_describe(s_worker_t *w, int status, char *buf, size_t size) {
 
 typedef tp_status_t (*s_on_dead_fn)(void *impl, int i);
 
-/* Look at every worker (at most every 100 ms unless forced). A dead one is
- * restarted (then on_dead runs) or reported. */
-static tp_status_t s_check_workers(s_pool_t *p, int force, s_child_fn fn,
-                                   void *impl, s_on_dead_fn pre_spawn,
+/* Take the zygote's news of dead workers (at most every 100 ms unless
+ * forced). A dead one is restarted (pre_spawn runs before the new fork,
+ * on_dead after) or reported. */
+static tp_status_t s_check_workers(s_pool_t *p, int force, s_on_dead_fn pre_spawn,
                                    s_on_dead_fn on_dead) {
     uint64_t now = tp_now_ns();
     if (!force && now - p->last_check_ns < 100000000ull)
         return TP_OK;
     p->last_check_ns = now;
-    for (int i = 0; i < p->nworkers; i++) {
-        s_worker_t *w = &p->workers[i];
-        if (w->pid <= 0)
-            continue;
-        int status;
-        pid_t r = waitpid(w->pid, &status, WNOHANG);
-        if (r == 0)
-            continue;
-        if (r < 0 && errno == EINTR)
-            continue;
+    df_zygote_exit_t e;
+    int got;
+    while ((got = df_zygote_reap(p->zygote, &e)) > 0) {
+        int i = e.slot;
+        if (i < 0 || i >= p->nworkers || p->workers[i].pid != e.pid)
+            continue;  /* not a worker we count as running */
         char how[2300];
-        if (r < 0)
-            snprintf(how, sizeof how, "vanished (waitpid: %s)", strerror(errno));
-        else
-            s_describe(w, status, how, sizeof how);
-        pid_t old = w->pid;
-        w->pid = 0;
-        if (p->opts.policy == TP_WORKER_RESTART && p->restarts < p->opts.max_restarts) {
-            p->restarts++;
+        s_describe(e.status, e.msg, how, sizeof how);
+        p->workers[i].pid = 0;
+        int used = atomic_load(&p->restarts);
+        if (p->opts.policy == TP_WORKER_RESTART && used < p->opts.max_restarts) {
+            atomic_store(&p->restarts, ++used);
             TP_WARN("%s: worker %d (pid %d) %s; restarting it (%d of %d)",
-                    p->what, i, (int)old, how, p->restarts, p->opts.max_restarts);
+                    p->what, i, (int)e.pid, how, used, p->opts.max_restarts);
             if (pre_spawn)
-                TP_TRY(pre_spawn(impl, i));
-            TP_TRY(s_spawn(p, i, fn, impl));
+                TP_TRY(pre_spawn(p->impl, i));
+            TP_TRY(s_spawn(p, i));
             if (on_dead)
-                TP_TRY(on_dead(impl, i));
+                TP_TRY(on_dead(p->impl, i));
             continue;
         }
         if (p->opts.policy == TP_WORKER_RESTART)
             return tp_error(TP_ERR_PEER,
                             "%s: worker %d (pid %d) %s (no restarts left: %d used)",
-                            p->what, i, (int)old, how, p->restarts);
+                            p->what, i, (int)e.pid, how, used);
         return tp_error(TP_ERR_PEER, "%s: worker %d (pid %d) %s", p->what, i,
-                        (int)old, how);
+                        (int)e.pid, how);
     }
-    return TP_OK;
+    return got < 0 ? got : TP_OK;
 }
 
-/* Stop every worker: SIGTERM, a bounded wait, then SIGKILL. */
-static void s_pool_stop(s_pool_t *p) {
-    for (int i = 0; i < p->nworkers; i++)
-        if (p->workers[i].pid > 0)
-            kill(p->workers[i].pid, SIGTERM);
-    uint64_t deadline = tp_now_ns() + 1000000000ull;
-    for (int i = 0; i < p->nworkers; i++) {
-        s_worker_t *w = &p->workers[i];
-        while (w->pid > 0) {
-            int status;
-            pid_t r = waitpid(w->pid, &status, WNOHANG);
-            if (r == w->pid || (r < 0 && errno != EINTR)) {
-                w->pid = 0;
-                break;
-            }
-            if (tp_now_ns() > deadline) {
-                kill(w->pid, SIGKILL);
-                waitpid(w->pid, &status, 0);
-                w->pid = 0;
-                break;
-            }
-            usleep(2000);
-        }
-        if (w->err_fd >= 0)
-            close(w->err_fd);
-        w->err_fd = -1;
-    }
-}
-
+/* Stop every worker and the zygote (it bounds the stop: SIGTERM, 1 s,
+ * SIGKILL). */
 static void s_pool_fini(s_pool_t *p) {
-    if (p->workers)
-        s_pool_stop(p);
+    df_zygote_destroy(&p->zygote);
     free(p->workers);
     p->workers = NULL;
     if (p->own_run_dir)
@@ -355,8 +295,10 @@ static tp_status_t s_wait_slice(s_pool_t *p, void *sock, uint64_t since,
     return TP_OK;
 }
 
-static uint64_t s_worker_stream(s_pool_t *p, int i) {
-    uint64_t k = (uint64_t)(p->workers[i].gen) * (uint64_t)p->nworkers + (uint64_t)i + 1;
+/* The RNG stream of the gen-th start of worker i: a replacement draws
+ * fresh numbers rather than repeating its predecessor's. */
+static uint64_t s_worker_stream(s_pool_t *p, int i, int gen) {
+    uint64_t k = (uint64_t)gen * (uint64_t)p->nworkers + (uint64_t)i + 1;
     return p->stream * 0x9E3779B97F4A7C15ull + k;
 }
 
@@ -371,7 +313,7 @@ typedef struct {
     int64_t size, in_pass;
 } s_runner_t;
 
-static void s_runner_child(void *impl, int index, int err_w) {
+static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t parent) {
     s_runner_t *r = impl;
     s_pool_t *p = &r->pool;
     void *zctx = zmq_ctx_new();
@@ -385,8 +327,8 @@ static void s_runner_child(void *impl, int index, int err_w) {
     zmq_setsockopt(push, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     if (zmq_connect(push, r->endpoint) < 0)
         s_child_fail(err_w, "connect %s: %s", r->endpoint, zmq_strerror(zmq_errno()));
-    /* gen was bumped by the parent before the fork: same value here. */
-    tp_status_t rc = tp_dataflow_reset_state(r->inner, p->seed, s_worker_stream(p, index));
+    tp_status_t rc = tp_dataflow_reset_state(r->inner, p->seed,
+                                             s_worker_stream(p, index, gen));
     if (rc < 0)
         s_child_fail(err_w, "%s", tp_last_error());
     tp_wire_msg_t *msg = tp_wire_msg_new();
@@ -407,7 +349,7 @@ static void s_runner_child(void *impl, int index, int err_w) {
         rc = tp_wire_encode(&dp, &p->wire, msg);
         if (rc < 0)
             s_child_fail(err_w, "%s", tp_last_error());
-        if (s_child_send(msg, push, p->parent) < 0)
+        if (s_child_send(msg, push, parent) < 0)
             s_child_fail(err_w, "send to the parent: %s", tp_last_error());
     }
 }
@@ -425,8 +367,7 @@ static tp_status_t s_runner_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     p->stream = stream;
     /* Fork first, while the process is still single-threaded; the workers
      * connect and wait for the bind below (ipc connects retry). */
-    for (int i = 0; i < p->nworkers; i++)
-        TP_TRY(s_spawn(p, i, s_runner_child, r));
+    TP_TRY(s_pool_start(p, s_runner_child, r));
     tp_actors_init();
     r->pull = zsock_new(ZMQ_PULL);
     if (!r->pull)
@@ -460,7 +401,7 @@ static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
         return tp_error(TP_ERR_INTERRUPTED, "multiprocess: interrupted by signal %d",
                         tp_signal_pending());
     for (;;) {
-        TP_TRY(s_check_workers(p, 0, s_runner_child, r, NULL, NULL));
+        TP_TRY(s_check_workers(p, 0, NULL, NULL));
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, ZMQ_DONTWAIT);
         if (rc == TP_OK) {
             rc = tp_wire_decode(r->msg, &p->wire, out);
@@ -474,7 +415,7 @@ static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
         rc = s_wait_slice(p, sock, since, 100);
         if (rc < 0) {
             /* A worker that died is the better explanation of silence. */
-            tp_status_t dead = s_check_workers(p, 1, s_runner_child, r, NULL, NULL);
+            tp_status_t dead = s_check_workers(p, 1, NULL, NULL);
             return dead < 0 ? dead : rc;
         }
     }
@@ -567,13 +508,15 @@ typedef struct {
     int started;
 } s_map_t;
 
-static void s_task_ep(s_map_t *m, int i, char *out, size_t size) {
-    snprintf(out, size, m->task_ep_fmt, i, m->slot_gen[i]);
+/* Worker i's task socket of generation gen (slot_gen[i] in the parent,
+ * the gen it was started with in the worker). */
+static void s_task_ep(s_map_t *m, int i, int gen, char *out, size_t size) {
+    snprintf(out, size, m->task_ep_fmt, i, gen);
 }
 
 static tp_status_t s_bind_task(s_map_t *m, int i) {
     char ep[320];
-    s_task_ep(m, i, ep, sizeof ep);
+    s_task_ep(m, i, m->slot_gen[i], ep, sizeof ep);
     m->task[i] = zsock_new(ZMQ_PUSH);
     if (!m->task[i])
         return tp_error(TP_ERR_IO, "multiprocess-map: no socket");
@@ -593,18 +536,20 @@ static tp_status_t s_bind_task(s_map_t *m, int i) {
 static tp_status_t s_map_rebind(void *impl, int i) {
     s_map_t *m = impl;
     char ep[320];
-    s_task_ep(m, i, ep, sizeof ep);
+    s_task_ep(m, i, m->slot_gen[i], ep, sizeof ep);
     zsock_destroy(&m->task[i]);
     unlink(ep + 6);
     m->slot_gen[i]++;
+    /* the new worker computes this address from the gen it is started with */
+    TP_ASSERT(m->slot_gen[i] == m->pool.workers[i].gen);
     return s_bind_task(m, i);
 }
 
-static void s_map_child(void *impl, int index, int err_w) {
+static void s_map_child(void *impl, int index, int gen, int err_w, pid_t parent) {
     s_map_t *m = impl;
     s_pool_t *p = &m->pool;
     char ep[320];
-    s_task_ep(m, index, ep, sizeof ep);
+    s_task_ep(m, index, gen, ep, sizeof ep);
     void *zctx = zmq_ctx_new();
     void *pull = zctx ? zmq_socket(zctx, ZMQ_PULL) : NULL;
     void *push = zctx ? zmq_socket(zctx, ZMQ_PUSH) : NULL;
@@ -623,7 +568,7 @@ static void s_map_child(void *impl, int index, int err_w) {
     for (;;) {
         zmq_pollitem_t it = {pull, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&it, 1, 200) <= 0) {
-            if (getppid() != p->parent)
+            if (getppid() != parent)
                 _exit(1);
             continue;
         }
@@ -651,10 +596,10 @@ static void s_map_child(void *impl, int index, int err_w) {
         if (dp && (rc = tp_wire_encode(&dp, &p->wire, msg)) < 0)
             s_child_fail(err_w, "%s", tp_last_error());
         while (zmq_send(push, &seq, sizeof seq, seq.flags == 0 ? ZMQ_SNDMORE : 0) < 0) {
-            if (getppid() != p->parent)
+            if (getppid() != parent)
                 _exit(1);
         }
-        if (seq.flags == 0 && s_child_send(msg, push, p->parent) < 0)
+        if (seq.flags == 0 && s_child_send(msg, push, parent) < 0)
             s_child_fail(err_w, "send to the parent: %s", tp_last_error());
     }
 }
@@ -683,13 +628,19 @@ static tp_status_t s_dispatch(s_map_t *m, s_task_t *t, tp_datapoint_t **dp_p) {
             !(events & ZMQ_POLLOUT))
             continue;
         s_seq_t seq = {t->seq, 0, SEQ_MAGIC};
-        TP_TRY(tp_wire_encode(dp_p, &p->wire, m->msg));
+        /* ZMQ_EVENTS can be stale: a worker that has just died drops its
+         * pipe in between, and the send finds no peer (EAGAIN). Nothing
+         * went: try another. So the header goes before the datapoint is
+         * encoded (which takes it). */
         if (zmq_send(sock, &seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-            tp_wire_msg_clear(m->msg);
+            if (zmq_errno() == EAGAIN)
+                continue;
             return tp_error(TP_ERR_IO, "multiprocess-map: send to worker %d: %s",
                             best, zmq_strerror(zmq_errno()));
         }
-        /* The first frame went: the rest of the message always does. */
+        /* The first frame went: the rest of the message always does (an
+         * encoding failure leaves it half sent, but fails the dataflow). */
+        TP_TRY(tp_wire_encode(dp_p, &p->wire, m->msg));
         TP_TRY(tp_wire_msg_send(m->msg, sock, 0));
         t->worker = best;
         t->state = 1;
@@ -754,8 +705,7 @@ static tp_status_t s_map_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     m->slot_gen = calloc((size_t)p->nworkers, sizeof *m->slot_gen);
     if (!m->slot_gen)
         return tp_error(TP_ERR_NOMEM, "multiprocess-map");
-    for (int i = 0; i < p->nworkers; i++)
-        TP_TRY(s_spawn(p, i, s_map_child, m));
+    TP_TRY(s_pool_start(p, s_map_child, m));
     /* The parent iterates inner: reset it after the fork, so that a thread
      * it may start never exists in a worker. */
     TP_TRY(tp_dataflow_reset_state(m->inner, seed, stream));
@@ -907,7 +857,7 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
     for (;;) {
         /* Every call looks (at most every 100 ms): a dead worker is seen
          * while the others keep the results flowing. */
-        TP_TRY(s_check_workers(p, 0, s_map_child, m, s_map_rebind, s_map_on_dead));
+        TP_TRY(s_check_workers(p, 0, s_map_rebind, s_map_on_dead));
         TP_TRY(s_map_fill(m));
         /* strict: hand out in order, skipping dropped ones */
         if (m->strict) {
@@ -953,7 +903,7 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
         tp_status_t rc = s_wait_slice(p, zsock_resolve(m->results), since,
                                       pending ? 2 : 100);
         if (rc < 0) {
-            tp_status_t dead = s_check_workers(p, 1, s_map_child, m, s_map_rebind, s_map_on_dead);
+            tp_status_t dead = s_check_workers(p, 1, s_map_rebind, s_map_on_dead);
             return dead < 0 ? dead : rc;
         }
     }
@@ -995,7 +945,7 @@ static void s_map_destroy(void *impl) {
         for (int i = 0; i < m->pool.nworkers; i++) {
             if (m->task[i]) {
                 char ep[320];
-                s_task_ep(m, i, ep, sizeof ep);
+                s_task_ep(m, i, m->slot_gen[i], ep, sizeof ep);
                 zsock_destroy(&m->task[i]);
                 unlink(ep + 6);
             }
@@ -1065,9 +1015,23 @@ static s_pool_t *s_pool_of(tp_dataflow_t *df) {
     return NULL;
 }
 
-int tp_df_multiprocess_restarts(tp_dataflow_t *df) {
+/* df_visit: add up the restarts of the pools found; -1 until one is. */
+static void s_add_restarts(tp_dataflow_t *df, void *arg) {
     s_pool_t *p = s_pool_of(df);
-    return p ? p->restarts : -1;
+    int *sum = arg;
+    if (p)
+        *sum = (*sum < 0 ? 0 : *sum) + atomic_load(&p->restarts);
+}
+
+int tp_df_multiprocess_restarts(tp_dataflow_t *df) {
+    int sum = -1;
+    df_visit(df, s_add_restarts, &sum);
+    return sum;
+}
+
+int tp_df_multiprocess_zygote(tp_dataflow_t *df) {
+    s_pool_t *p = s_pool_of(df);
+    return p ? (int)df_zygote_pid(p->zygote) : 0;
 }
 
 int tp_df_multiprocess_pids(tp_dataflow_t *df, int *pids, int n) {

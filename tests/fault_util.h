@@ -91,6 +91,15 @@ static inline int fu_children(int pid, int *out, int n) {
     return k;
 }
 
+/* Every descendant of pid (children, their children, ...: forked dataflow
+ * workers sit under their zygote) into out[0..n); returns how many. */
+static inline int fu_descendants(int pid, int *out, int n) {
+    int k = fu_children(pid, out, n);
+    for (int i = 0; i < k; i++)  /* k grows as grandchildren join */
+        k += fu_children(out[i], out + k, n - k);
+    return k;
+}
+
 /* Resident memory of pid in KiB, -1 when gone. */
 static inline long fu_rss_kib(int pid) {
     char path[64], line[256];

@@ -16,17 +16,22 @@
  * actors, no supervisor, no CUDA yet). It is checked: reset_state fails
  * with TP_ERR_STATE when /proc/self/task shows more than one thread or the
  * CUDA module is loaded, unless opts.allow_threads says the caller knows
- * better. A restarted worker is forked later, from the then multi-threaded
- * parent: it touches none of the parent's sockets (it opens a fresh ZeroMQ
- * context), but a dataflow holding locks owned by other threads would
- * deadlock in it; use TP_WORKER_FAIL for such dataflows.
+ * better. reset_state forks one helper, the zygote: a single-threaded
+ * copy of the process as it was then, which forks every worker, the first
+ * ones and those that replace dead ones (TP_WORKER_RESTART). So a
+ * replacement starts from the state of reset_state, never from the later,
+ * multi-threaded parent, and cannot inherit a lock another thread held.
+ * Workers open a fresh ZeroMQ context of their own.
  *
- * Workers die with their parent: PR_SET_PDEATHSIG (SIGKILL) plus a check of
- * the parent pid, also when the parent is SIGKILLed. They ignore SIGINT (the
- * parent decides). The parent looks at its workers at least every 100 ms
- * while it waits, so a dead worker is seen within a second; by policy it is
- * restarted or next() fails naming the worker and how it died (exit status
- * or signal). An error inside a worker reaches the parent with its message.
+ * Lifetimes: the zygote dies with the parent and the workers with the
+ * zygote (PR_SET_PDEATHSIG (SIGKILL) plus a check of the parent pid), also
+ * when the parent is SIGKILLed. Both ignore SIGINT (the parent decides).
+ * The zygote reaps its workers and tells the parent, which looks at least
+ * every 100 ms while it waits, so a dead worker is seen within a second;
+ * by policy it is restarted or next() fails naming the worker and how it
+ * died (exit status or signal). An error inside a worker reaches the
+ * parent with its message. What a restart drops or repeats: see
+ * tp_df_multiprocess and tp_df_multiprocess_map.
  * next() never waits forever: signals recorded by tp_signals_install make
  * it return TP_ERR_INTERRUPTED, and opts.timeout_s bounds a silent wait. */
 #ifndef TOWERPACK_ACTOR_DATAFLOW_H
@@ -62,7 +67,13 @@ void tp_mp_opts_init(tp_mp_opts_t *opts);
  * workers runs its own copy of inner, seeded with the runner's seed and a
  * stream of its own, pass after pass. A pass of the runner is size(inner)
  * datapoints in arrival order (endless when the size is unknown), as in
- * tensorpack. Caller owns; NULL on bad arguments (tp_last_error()). */
+ * tensorpack. A restart (TP_WORKER_RESTART) drops what the dead worker had
+ * made and not yet delivered (its socket's queue, up to hwm datapoints)
+ * and starts its replacement on a fresh pass of inner with a new stream
+ * (the slot's start count is part of it), so datapoints the dead worker
+ * had sent may come again and those it had not reached may not come from
+ * it: the runner's pass stays size(inner) datapoints, but which ones
+ * differs from a run without the death. Caller owns; NULL on bad arguments (tp_last_error()). */
 tp_dataflow_t *tp_df_multiprocess(tp_dataflow_t *inner, int nworkers,
                                   const tp_mp_opts_t *opts);
 
@@ -76,14 +87,25 @@ typedef tp_status_t (*tp_map_fn)(void *arg, tp_datapoint_t **dp);
  * inner, exactly one pass of inner per pass. Not strict: in completion
  * order, the buffer kept full across passes; a pass is size(inner)
  * results. With TP_WORKER_RESTART the parent keeps a copy of each datapoint
- * in flight (buffer_size of them) so that a dead worker's share is redone:
- * strict mode stays exact. Caller owns; NULL on bad arguments. */
+ * in flight (buffer_size of them) so that a dead worker's share is redone
+ * by a live worker or the replacement: nothing is dropped, and a result
+ * that arrives twice is taken once, so strict mode stays exact. The map
+ * function may run twice on a datapoint (side effects repeat). Caller
+ * owns; NULL on bad arguments. */
 tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
                                       tp_map_fn fn, void *arg, int strict,
                                       const tp_mp_opts_t *opts);
 
-/* Worker restarts so far (either multiprocess dataflow), or -1 for others. */
+/* Worker restarts so far of the multiprocess dataflows in df: df itself or
+ * any dataflow it wraps, at any depth (e.g. the `processes N` stage inside
+ * `... | processes 2 | batch 32`), summed; -1 when there is none. Nested
+ * dataflows are known once df was reset. Safe from another thread than the
+ * one iterating df (the trainer reads it between epochs). */
 int tp_df_multiprocess_restarts(tp_dataflow_t *df);
+
+/* The pid of the zygote that forks df's workers (0 before reset_state or
+ * for another kind of dataflow). For tests and tools. */
+int tp_df_multiprocess_zygote(tp_dataflow_t *df);
 
 /* Pids of the live workers into pids[0..n) (n at least nworkers); returns
  * how many. For tests and tools. */

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <towerpack/actor.h>
+#include <towerpack/actor_dataflow.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include <towerpack/supervisor.h>
@@ -198,7 +199,9 @@ static double q_fill(const s_queue_t *q, const tp_stats_row_t *row) {
 }
 
 /* The prefetch actor's row, with the fill of the queue it fills (a source
- * has no input queue of its own to show there). Never waits on the actor:
+ * has no input queue of its own to show there) and, in restarts, those of
+ * the dataflow's forked workers (the actor's own restarts are the
+ * supervisor's to count, and it restarts none). Never waits on the actor:
  * it is often blocked on the full queue, and the trainer reads these
  * between steps. */
 static tp_status_t q_row(s_queue_t *q, tp_stats_row_t *row) {
@@ -206,6 +209,9 @@ static tp_status_t q_row(s_queue_t *q, tp_stats_row_t *row) {
         return tp_error(TP_ERR_STATE, "QueueInput not started");
     TP_TRY(tp_actor_stats_recent(q->actor, row));
     row->queue_fill = q_fill(q, row);
+    int restarts = tp_df_multiprocess_restarts(q->df);
+    if (restarts > 0)
+        row->restarts += (uint32_t)restarts;
     return TP_OK;
 }
 
@@ -214,13 +220,20 @@ static int q_stats(void *impl, tp_stats_row_t *rows, int max) {
     return q_row(impl, &rows[0]) == TP_OK ? 1 : 0;
 }
 
+/* The queue's fill and blocked time; with forked dataflow workers
+ * (`processes N` anywhere in the chain) also how many were restarted. */
 static int q_scalars(void *impl, tp_input_scalar_t *out, int max) {
+    s_queue_t *q = impl;
     tp_stats_row_t row;
-    if (max < 2 || q_row(impl, &row) != TP_OK)
+    if (max < 2 || q_row(q, &row) != TP_OK)
         return 0;
     out[0] = (tp_input_scalar_t){"QueueInput/queue_fill", row.queue_fill};
     out[1] = (tp_input_scalar_t){"QueueInput/blocked_s", row.blocked_s};
-    return 2;
+    int restarts = tp_df_multiprocess_restarts(q->df);
+    if (restarts < 0 || max < 3)
+        return 2;
+    out[2] = (tp_input_scalar_t){"dataflow/worker_restarts", (double)restarts};
+    return 3;
 }
 
 static const tp_input_ops_t s_queue_ops = {

@@ -87,8 +87,8 @@ Test(fault_train, sigkill_of_the_trainer_then_resume) {
     s_path(p, sizeof p, 20);
     cr_assert(fu_wait_file(p, 60000), "no checkpoint; output:\n%s", s_output());
     int kids[16];
-    int nk = fu_children(pid, kids, 16);
-    cr_assert_geq(nk, 2, "the dataflow workers are children of tp-train");
+    int nk = fu_descendants(pid, kids, 16);
+    cr_assert_geq(nk, 3, "the zygote and the dataflow workers under it descend from tp-train");
     kill(pid, SIGKILL);
     int st = fu_wait(pid, 5000);
     cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
@@ -107,6 +107,91 @@ Test(fault_train, sigkill_of_the_trainer_then_resume) {
     int64_t end = 0;
     s_assert_latest_loads(&end);
     cr_assert_eq(end, (int64_t)epochs * 10, "resumed to step %lld", (long long)end);
+}
+
+/* The forked dataflow workers of tp-train: the grandchildren (under the
+ * zygote, tp-train's child) into out; how many. */
+static int s_workers(int pid, int *out, int n) {
+    int kids[16], k = 0;
+    int nk = fu_children(pid, kids, 16);
+    for (int i = 0; i < nk && k < n; i++)
+        k += fu_children(kids[i], out + k, n - k);
+    return k;
+}
+
+static int s_in(int pid, const int *pids, int n) {
+    for (int i = 0; i < n; i++)
+        if (pids[i] == pid)
+            return 1;
+    return 0;
+}
+
+/* Must hold (issue 23): SIGKILL of a forked dataflow worker in the middle
+ * of an epoch: the zygote forks a replacement, tp-train exits 0 with every
+ * epoch and step (stats.json: one entry per epoch with its epoch_num and
+ * global_step), the restart is counted in stats.json
+ * (dataflow/worker_restarts: 0 before the kill, >= 1 at the end) and
+ * logged, and no process of the run is left. */
+Test(fault_train, sigkill_of_a_dataflow_worker_mid_epoch) {
+    enum { EPOCHS = 3, STEPS = 300 };
+    int pid = s_start(EPOCHS, STEPS, 2, 0, 0);
+    int before[8], nb = 0;
+    for (int i = 0; i < 6000 && nb < 2; i++) {  /* up to 60 s: exec, data loading */
+        nb = s_workers(pid, before, 8);
+        if (nb < 2)
+            usleep(10000);
+    }
+    cr_assert_eq(nb, 2, "two workers under tp-train's zygote; output:\n%s", s_output());
+    int kids[8];  /* the zygote */
+    int nkids = fu_children(pid, kids, 8);
+    /* Into epoch 2: epoch 1's checkpoint is there; the kill lands in the
+     * steps of epoch 2 (300 steps: about a second). */
+    char p[256];
+    s_path(p, sizeof p, STEPS);
+    cr_assert(fu_wait_file(p, 60000), "no checkpoint; output:\n%s", s_output());
+    cr_assert_eq(kill(before[0], SIGKILL), 0);
+    /* The replacement: a new worker under the zygote (an event: bounded). */
+    int after[8], na = 0, fresh = 0;
+    for (int i = 0; i < 1000 && !fresh; i++) {
+        na = s_workers(pid, after, 8);
+        for (int k = 0; k < na; k++)
+            fresh |= !s_in(after[k], before, nb);
+        if (!fresh)
+            usleep(10000);
+    }
+    int st = fu_wait(pid, 60000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train (%d):\n%s", st, s_output());
+    cr_assert(fresh, "no replacement worker appeared under the zygote");
+    cr_assert(strstr(s_output(), "killed by signal 9") && strstr(s_output(), "restarting it"),
+              "the restart is logged:\n%s", s_output());
+    char stats[256], buf[1 << 16];
+    snprintf(stats, sizeof stats, "%s/stats.json", s_logdir);
+    json_error_t err;
+    json_t *j = json_loads(fu_slurp(stats, buf, sizeof buf), 0, &err);
+    cr_assert_not_null(j, "stats.json: %s", err.text);
+    cr_assert_eq(json_array_size(j), EPOCHS, "one entry per epoch:\n%s", buf);
+    for (int e = 0; e < EPOCHS; e++) {
+        json_t *o = json_array_get(j, (size_t)e);
+        cr_assert_eq(json_integer_value(json_object_get(o, "epoch_num")), e + 1);
+        cr_assert_eq(json_integer_value(json_object_get(o, "global_step")), (e + 1) * STEPS);
+        cr_assert(json_is_number(json_object_get(o, "dataflow/worker_restarts")),
+                  "epoch %d: no dataflow/worker_restarts:\n%s", e + 1, buf);
+    }
+    double first = json_number_value(
+        json_object_get(json_array_get(j, 0), "dataflow/worker_restarts"));
+    double last = json_number_value(
+        json_object_get(json_array_get(j, EPOCHS - 1), "dataflow/worker_restarts"));
+    cr_assert_eq(first, 0, "no restart in epoch 1 (the kill came after it)");
+    cr_assert_geq(last, 1, "the restart is counted:\n%s", buf);
+    json_decref(j);
+    /* Nothing of the run is left: workers (old and new) and the zygote. */
+    for (int k = 0; k < na; k++)
+        cr_assert(pu_wait_gone(after[k], 2000), "worker %d left", after[k]);
+    for (int k = 0; k < nb; k++)
+        cr_assert(pu_wait_gone(before[k], 2000), "worker %d left", before[k]);
+    for (int k = 0; k < nkids; k++)
+        cr_assert(pu_wait_gone(kids[k], 2000), "child %d of tp-train left", kids[k]);
+    cr_assert_eq(pu_dir_entries(s_tmp), 0, "the private ipc dir is left");
 }
 
 /* Must hold, for SIGINT and SIGTERM sent at random points of a run
@@ -141,7 +226,7 @@ Test(fault_train, sigint_and_sigterm_at_random_points) {
             usleep((useconds_t)(rand() % 1200000));
         }
         int kids[16];
-        int nk = fu_children(pid, kids, 16);
+        int nk = fu_descendants(pid, kids, 16);
         kill(pid, sig);
         int st = fu_wait(pid, 5000);
         cr_assert_neq(st, -1, "round %d: tp-train did not stop within 5 s of signal %d:\n%s",

@@ -48,9 +48,15 @@ static void s_table(const tp_stats_snapshot_t *snap, int clear) {
             snprintf(q, sizeof q, "-");
         else
             snprintf(q, sizeof q, "%.0f%%", 100 * r->queue_fill);
-        printf("%-24.24s %-10s %10.1f %9.2f %6s %8.1f %8.1f %8.1f%s\n", r->name,
+        /* rare and worth seeing: only a row that has them says so */
+        char restarts[32] = "";
+        if (r->restarts > 0)
+            snprintf(restarts, sizeof restarts, "  (%u restart%s)", r->restarts,
+                     r->restarts == 1 ? "" : "s");
+        printf("%-24.24s %-10s %10.1f %9.2f %6s %8.1f %8.1f %8.1f%s%s\n", r->name,
                tp_actor_state_name(r->state), r->msgs_per_s, r->mb_per_s, q,
-               r->busy_pct, r->starved_pct, r->blocked_pct, i == bn ? "  <== bottleneck" : "");
+               r->busy_pct, r->starved_pct, r->blocked_pct,
+               i == bn ? "  <== bottleneck" : "", restarts);
     }
     fflush(stdout);
 }

@@ -42,7 +42,7 @@ typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
     const char *spec, *test_spec, *stats, *remote, *curve;
     int public_bind, no_tensorboard;
-    int epochs, batch, towers, workers, threads, resume, augment;
+    int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
     double lr;
     int64_t steps_per_epoch, seed;
 } s_args_t;
@@ -66,7 +66,10 @@ static void s_usage(FILE *out) {
 "  --towers N|auto      CPU towers, data parallel in one process (default auto:\n"
 "                       one per core, at most 4)\n"
 "  --workers N          run the data pipeline (read, augment) in N forked\n"
-"                       worker processes\n"
+"                       worker processes; a worker that dies is replaced\n"
+"                       (stats.json: dataflow/worker_restarts)\n"
+"  --worker-restarts R  replace up to R dead workers in all (default 3;\n"
+"                       0: the first dead worker ends training)\n"
 "  --remote ENDPOINT    take batches from tp-worker processes instead: e.g.\n"
 "                       @tcp://127.0.0.1:5555 (bind; workers connect) or\n"
 "                       ipc:///path (connect); several separated by commas;\n"
@@ -197,7 +200,11 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
         return tp_error(TP_ERR_INVALID, "--data '%s': use fashion-mnist, "
                         "idx:IMAGES,LABELS or lmdb:PATH", src);
     char workers[64] = "";
-    if (a->workers > 0)  /* augmentation runs in the workers too */
+    /* augmentation runs in the workers too; a dead one is replaced */
+    if (a->workers > 0 && a->worker_restarts > 0)
+        snprintf(workers, sizeof workers, " | processes %d restart=%d", a->workers,
+                 a->worker_restarts);
+    else if (a->workers > 0)  /* the first dead worker ends training */
         snprintf(workers, sizeof workers, " | processes %d", a->workers);
     snprintf(buf, size, "%s%s%s | batch %d", source,
              a->augment ? " | augment crop=28,pad=2,flip" : "", workers, a->batch);
@@ -242,8 +249,9 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
 int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
-                  .seed = 1, .augment = -1};
-    enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB };
+                  .seed = 1, .augment = -1, .worker_restarts = 3};
+    enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
+           O_RESTARTS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"test-data", required_argument, 0, O_TEST}, {"epochs", required_argument, 0, 'e'},
@@ -251,6 +259,7 @@ int main(int argc, char **argv) {
         {"optimizer", required_argument, 0, O_OPT},
         {"devices", required_argument, 0, 'D'}, {"towers", required_argument, 0, 't'},
         {"workers", required_argument, 0, 'w'}, {"threads", required_argument, 0, 'j'},
+        {"worker-restarts", required_argument, 0, O_RESTARTS},
         {"logdir", required_argument, 0, 'o'}, {"logdir-action", required_argument, 0, O_ACTION},
         {"resume", no_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
         {"steps-per-epoch", required_argument, 0, O_STEPS},
@@ -280,6 +289,7 @@ int main(int argc, char **argv) {
             a.towers = (int)v;
             break;
         case 'w': if (tp_spec_int(optarg, 0, 256, "--workers", &v)) return s_fail("bad flag"); a.workers = (int)v; break;
+        case O_RESTARTS: if (tp_spec_int(optarg, 0, 1000000, "--worker-restarts", &v)) return s_fail("bad flag"); a.worker_restarts = (int)v; break;
         case 'j': if (tp_spec_int(optarg, 0, 1024, "--threads", &v)) return s_fail("bad flag"); a.threads = (int)v; break;
         case 'o': a.logdir = optarg; break;
         case O_ACTION: a.action = optarg; break;
