@@ -62,10 +62,24 @@ typedef struct {
     df_zygote_t *zygote;  /* forks the workers */
     void *impl;           /* the runner or map the pool belongs to */
     atomic_int restarts;  /* read by other threads (tp_df_multiprocess_restarts) */
+    /* What the workers delivered (datapoints, wire bytes), counted by the
+     * consumer's thread, read by any (tp_df_multiprocess_row). */
+    atomic_uint_fast64_t delivered, bytes;
+    uint64_t start_ns;    /* set at reset_state */
     uint64_t seed, stream;
     uint64_t last_check_ns;
     tp_wire_opts_t wire;
 } s_pool_t;
+
+/* One datapoint delivered to the consumer (only its thread adds). */
+static void s_count(s_pool_t *p, size_t bytes) {
+    atomic_store_explicit(&p->delivered,
+                          atomic_load_explicit(&p->delivered, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&p->bytes,
+                          atomic_load_explicit(&p->bytes, memory_order_relaxed) + bytes,
+                          memory_order_relaxed);
+}
 
 static int s_count_threads(void) {
     DIR *d = opendir("/proc/self/task");
@@ -137,6 +151,7 @@ static tp_status_t s_pool_prepare(s_pool_t *p) {
     }
     p->opts.run_dir = NULL;
     p->parent = getpid();
+    p->start_ns = tp_now_ns();
     return TP_OK;
 }
 
@@ -404,9 +419,11 @@ static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
         TP_TRY(s_check_workers(p, 0, NULL, NULL));
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, ZMQ_DONTWAIT);
         if (rc == TP_OK) {
+            size_t bytes = tp_wire_msg_bytes(r->msg);  /* decode takes the frames */
             rc = tp_wire_decode(r->msg, &p->wire, out);
             if (rc < 0)  /* our own workers: a bad message is a bug, say so */
                 return tp_error_wrap(rc, "multiprocess: from a worker");
+            s_count(p, bytes);
             r->in_pass++;
             return TP_OK;
         }
@@ -873,6 +890,7 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
                 if (dp) {
                     *out = dp;
                     m->in_pass++;
+                    s_count(p, tp_datapoint_nbytes(dp));
                     return TP_OK;
                 }
             }
@@ -890,6 +908,7 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
                 if (dp) {
                     *out = dp;
                     m->in_pass++;
+                    s_count(p, tp_datapoint_nbytes(dp));
                     return TP_OK;
                 }
             }
@@ -1027,6 +1046,31 @@ int tp_df_multiprocess_restarts(tp_dataflow_t *df) {
     int sum = -1;
     df_visit(df, s_add_restarts, &sum);
     return sum;
+}
+
+/* df_visit: add a pool's counters to the row (the first found names it). */
+static void s_add_row(tp_dataflow_t *df, void *arg) {
+    s_pool_t *p = s_pool_of(df);
+    tp_stats_row_t *row = arg;
+    if (!p)
+        return;
+    if (!row->name[0]) {
+        snprintf(row->name, sizeof row->name, "dataflow workers");
+        row->state = TP_ACTOR_RUNNING;
+        row->queue_fill = -1;
+        row->alive_s = p->start_ns ? (double)(tp_now_ns() - p->start_ns) * 1e-9 : 0;
+    }
+    row->msgs_out += atomic_load_explicit(&p->delivered, memory_order_relaxed);
+    row->bytes_out += atomic_load_explicit(&p->bytes, memory_order_relaxed);
+    row->restarts += (uint32_t)atomic_load(&p->restarts);
+}
+
+tp_status_t tp_df_multiprocess_row(tp_dataflow_t *df, tp_stats_row_t *row) {
+    memset(row, 0, sizeof *row);
+    df_visit(df, s_add_row, row);
+    return row->name[0] ? TP_OK
+                        : tp_error(TP_ERR_NOT_FOUND, "no process-parallel dataflow in %s",
+                                   df ? tp_dataflow_name(df) : "(none)");
 }
 
 int tp_df_multiprocess_zygote(tp_dataflow_t *df) {

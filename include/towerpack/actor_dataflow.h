@@ -39,6 +39,7 @@
 
 #include <stdint.h>
 #include <towerpack/dataflow.h>
+#include <towerpack/stats.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -102,6 +103,13 @@ tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
  * dataflows are known once df was reset. Safe from another thread than the
  * one iterating df (the trainer reads it between epochs). */
 int tp_df_multiprocess_restarts(tp_dataflow_t *df);
+
+/* The forked workers of the multiprocess dataflows in df (df itself or
+ * any it wraps) as one statistics row, "dataflow workers": datapoints and
+ * wire bytes they delivered (msgs_out, bytes_out) and their restarts. Their
+ * busy, starved and blocked time is the worker processes' own and stays 0
+ * here. Any thread. TP_ERR_NOT_FOUND when df forks no workers. */
+tp_status_t tp_df_multiprocess_row(tp_dataflow_t *df, tp_stats_row_t *row);
 
 /* The pid of the zygote that forks df's workers (0 before reset_state or
  * for another kind of dataflow). For tests and tools. */

@@ -199,25 +199,27 @@ static double q_fill(const s_queue_t *q, const tp_stats_row_t *row) {
 }
 
 /* The prefetch actor's row, with the fill of the queue it fills (a source
- * has no input queue of its own to show there) and, in restarts, those of
- * the dataflow's forked workers (the actor's own restarts are the
- * supervisor's to count, and it restarts none). Never waits on the actor:
- * it is often blocked on the full queue, and the trainer reads these
+ * has no input queue of its own to show there). Never waits on the actor:
+ * it is often blocked on the full queue, and the supervisor reads these
  * between steps. */
 static tp_status_t q_row(s_queue_t *q, tp_stats_row_t *row) {
     if (!q->actor)
         return tp_error(TP_ERR_STATE, "QueueInput not started");
     TP_TRY(tp_actor_stats_recent(q->actor, row));
     row->queue_fill = q_fill(q, row);
-    int restarts = tp_df_multiprocess_restarts(q->df);
-    if (restarts > 0)
-        row->restarts += (uint32_t)restarts;
     return TP_OK;
 }
 
+/* Upstream first: the dataflow's forked workers (the readers, when its
+ * chain has `processes N`: what they delivered, their restarts), then the
+ * prefetch actor. */
 static int q_stats(void *impl, tp_stats_row_t *rows, int max) {
-    (void)max;  /* >= 1: tp_input_stats checks */
-    return q_row(impl, &rows[0]) == TP_OK ? 1 : 0;
+    s_queue_t *q = impl;
+    int n = 0;
+    if (max >= 2 && tp_df_multiprocess_restarts(q->df) >= 0 &&  /* it forks */
+        tp_df_multiprocess_row(q->df, &rows[n]) == TP_OK)
+        n++;
+    return q_row(q, &rows[n]) == TP_OK ? n + 1 : n;
 }
 
 /* The queue's fill and blocked time; with forked dataflow workers

@@ -39,6 +39,9 @@ static tp_mp_opts_t s_opts(tp_worker_policy_t policy) {
 /* The stream a datapoint of tu_count_df came from. */
 static uint64_t s_stream(tp_datapoint_t *dp) { return (uint64_t)(tu_value(dp) / 1000000); }
 
+/* Datapoints the test took from the runner. */
+static uint64_t s_taken;
+
 Test(proc_zygote, killed_worker_is_replaced_by_the_zygote) {
     tp_mp_opts_t o = s_opts(TP_WORKER_RESTART);
     tp_dataflow_t *mp = tp_df_multiprocess(tu_count_df(1000000, 0, -1), 2, &o);
@@ -59,6 +62,7 @@ Test(proc_zygote, killed_worker_is_replaced_by_the_zygote) {
     tp_datapoint_t *dp;
     for (int i = 0; i < 50; i++) {
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        s_taken++;
         tp_datapoint_destroy(&dp);
     }
     /* By now this process runs ZeroMQ's I/O thread: a fork from here is the
@@ -69,6 +73,7 @@ Test(proc_zygote, killed_worker_is_replaced_by_the_zygote) {
     double t0 = tp_now_s();
     while (tp_df_multiprocess_restarts(df) == 0 && tp_now_s() - t0 < 5) {
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        s_taken++;
         tp_datapoint_destroy(&dp);
     }
     cr_assert_eq(tp_df_multiprocess_restarts(df), 1, "the restart is counted");
@@ -86,9 +91,20 @@ Test(proc_zygote, killed_worker_is_replaced_by_the_zygote) {
         uint64_t s = s_stream(dp);
         cr_assert(s >= 1 && s <= 3, "stream %llu", (unsigned long long)s);
         seen_new = s == 3;
+        s_taken++;
         tp_datapoint_destroy(&dp);
     }
     cr_assert(seen_new, "no datapoint from the replacement (stream 3)");
+    /* The workers' row for tp-top: what they delivered to this consumer
+     * (every datapoint next() gave, through the wrapper), their restart. */
+    tp_stats_row_t row;
+    cr_assert_eq(tp_df_multiprocess_row(df, &row), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(row.name, "dataflow workers");
+    cr_assert_eq(row.restarts, 1);
+    cr_assert_eq(row.msgs_out, s_taken, "%llu delivered, %llu taken",
+                 (unsigned long long)row.msgs_out, (unsigned long long)s_taken);
+    cr_assert_gt(row.bytes_out, row.msgs_out * 8, "wire bytes: %llu",
+                 (unsigned long long)row.bytes_out);
     tp_dataflow_destroy(&df);
     cr_assert(pu_wait_gone(now[0], 1000) && pu_wait_gone(now[1], 1000));
     /* The zygote was reaped by us: not even a zombie is left. */
@@ -139,6 +155,8 @@ Test(proc_zygote, restarts_of_a_chain_without_workers) {
     cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
     cr_assert_eq(tp_df_multiprocess_restarts(df), -1);
     cr_assert_eq(tp_df_multiprocess_zygote(df), 0);
+    tp_stats_row_t row;
+    cr_assert_eq(tp_df_multiprocess_row(df, &row), TP_ERR_NOT_FOUND, "no workers, no row");
     tp_dataflow_destroy(&df);
 }
 

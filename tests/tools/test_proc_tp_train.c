@@ -112,6 +112,76 @@ Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 1
     cr_assert(strstr(s_out, "processes 2"), "%s", s_out);
 }
 
+/* tp-top --once --json during a run of two towers fed by forked workers
+ * lists the whole tree, each with its rate: the dataflow workers, the
+ * prefetch actor, a stage per tower, the supervisor, the towers and the
+ * callback actor. */
+Test(tp_train, tp_top_shows_the_whole_tree, .init = s_setup, .fini = s_teardown,
+     .timeout = 120) {
+    char logdir[128], sock[160], ep[170];
+    snprintf(logdir, sizeof logdir, "%s/tree", s_dir);
+    snprintf(sock, sizeof sock, "%s/stats.sock", logdir);
+    snprintf(ep, sizeof ep, "ipc://%s", sock);
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                    "--steps-per-epoch", "100000", "--towers", "2", "--workers", "2",
+                    "--threads", "1", "--batch", "32", "--test-spec", TEST_SPEC,
+                    "--logdir", logdir, NULL};
+    pu_spawn_opts_t o = {.out = "/dev/null"};
+    pid_t train = pu_spawn(argv, &o);
+    cr_assert_gt(train, 0);
+    static const char *const want[] = {"dataflow workers", "QueueInput",
+                                       "StagingInput/tower0", "StagingInput/tower1",
+                                       "supervisor", "tower0", "tower1", "callbacks"};
+    const int nwant = (int)(sizeof want / sizeof *want);
+    char json[1 << 16], last[1 << 16] = "";
+    int ok = 0;
+    /* The first snapshots can come before every actor has a rate: look
+     * again, within a bound. */
+    for (int attempt = 0; attempt < 40 && !ok; attempt++) {
+        if (access(sock, F_OK) != 0) {
+            usleep(250000);
+            continue;
+        }
+        int fds[2];
+        cr_assert_eq(pipe(fds), 0);
+        char *targv[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", ep, "--once", "--json",
+                         "--timeout", "5", NULL};
+        pu_spawn_opts_t to = {.out_fd = fds[1]};
+        pid_t top = pu_spawn(targv, &to);
+        close(fds[1]);
+        size_t got = 0;
+        ssize_t r;
+        while (got < sizeof json - 1 && (r = read(fds[0], json + got, sizeof json - 1 - got)) > 0)
+            got += (size_t)r;
+        json[got] = '\0';
+        close(fds[0]);
+        pu_waitpid(top, 10000);
+        snprintf(last, sizeof last, "%s", json);
+        json_error_t err;
+        json_t *snap = json_loads(json, 0, &err);
+        if (!snap)
+            continue;
+        json_t *actors = json_object_get(snap, "actors");
+        int found = 0;
+        for (int w = 0; w < nwant; w++)
+            for (size_t i = 0; i < json_array_size(actors); i++) {
+                json_t *a = json_array_get(actors, i);
+                if (!strcmp(json_string_value(json_object_get(a, "name")), want[w]) &&
+                    json_real_value(json_object_get(a, "msgs_per_s")) > 0) {
+                    found++;
+                    break;
+                }
+            }
+        ok = found == nwant;
+        json_decref(snap);
+    }
+    kill(train, SIGTERM);
+    int st = pu_waitpid(train, 30000);
+    cr_assert(ok, "tp-top did not show every actor with a rate; last snapshot:\n%s", last);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM,
+              "tp-train ended in order after SIGTERM (status %d)", st);
+}
+
 Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .timeout = 120) {
     char logdir[128], ep[128], bind[140];
     snprintf(logdir, sizeof logdir, "%s/remote", s_dir);
