@@ -59,7 +59,7 @@ void tp_shim_log(const char *level, const char *fmt, ...)
     static void suite##_##name##_impl(void);                                  \
     static struct tp_shim_test suite##_##name##_desc = {                      \
         #suite, #name, suite##_##name##_impl,                                 \
-        {.timeout = 0, __VA_ARGS__}, NULL};                                   \
+        {__VA_ARGS__}, NULL};  /* empty: all zero */                      \
     __attribute__((constructor)) static void suite##_##name##_reg(void) {     \
         tp_shim_register(&suite##_##name##_desc);                             \
     }                                                                         \
@@ -67,7 +67,7 @@ void tp_shim_log(const char *level, const char *fmt, ...)
 
 #define TestSuite(suite, ...)                                                 \
     static struct tp_shim_suite tp_shim_suite_##suite = {                     \
-        #suite, {.timeout = 0, __VA_ARGS__}, NULL};                           \
+        #suite, {__VA_ARGS__}, NULL};  /* empty: all zero */              \
     __attribute__((constructor)) static void tp_shim_suite_reg_##suite(void) { \
         tp_shim_register_suite(&tp_shim_suite_##suite);                       \
     }                                                                         \
