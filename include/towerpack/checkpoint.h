@@ -82,7 +82,7 @@ tp_status_t tp_checkpoint_save(tp_model_t *m, const char *path,
  * tp_checkpoint_save is take + write. Split, the take (a copy of the
  * variables, slots and state into memory the snapshot owns) happens between
  * two steps, and the write (serialise, fsync, rename) anywhere else, e.g. on
- * a writer thread while the model trains on: the file is byte for byte the
+ * a writer actor while the model trains on: the file is byte for byte the
  * one tp_checkpoint_save would have written at the moment of the take. */
 typedef struct tp_checkpoint_snapshot tp_checkpoint_snapshot_t;
 

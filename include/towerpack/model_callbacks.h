@@ -27,7 +27,7 @@ tp_callback_t *tp_cb_model_saver(int max_to_keep, double keep_every_n_hours);
 /* MinSaver / MaxSaver: after every epoch, when scalar `stat` reaches a new
  * minimum (maximum), save the model to LOGDIR/<filename> (default
  * "min-<stat>.safetensors" / "max-<stat>.safetensors"), snapshot and
- * writer thread as for ModelSaver. Chief only. */
+ * writer actor as for ModelSaver. Chief only. */
 tp_callback_t *tp_cb_min_saver(const char *stat, const char *filename);
 tp_callback_t *tp_cb_max_saver(const char *stat, const char *filename);
 

@@ -5,9 +5,10 @@
  * thread between two steps, it takes a snapshot (tp_checkpoint_snapshot_take:
  * the variables, optimizer slots and state copied into memory the saver
  * owns): that is the state at the end of the epoch, and all the towers wait
- * for. Its writer thread then does the slow part (serialise, write, fsync,
- * rename; for ModelSaver the `checkpoint` index and deleting checkpoints
- * beyond max_to_keep) while the towers run the next epoch. The file is the
+ * for. Its writer, an actor fed by messages, then does the slow part
+ * (serialise, write, fsync, rename; for ModelSaver the `checkpoint` index
+ * and deleting checkpoints beyond max_to_keep) while the towers run the
+ * next epoch. The file is the
  * one a synchronous tp_checkpoint_save would have written at the take.
  *
  * Bounded: two snapshot buffers per saver, reused every epoch, one being
@@ -23,13 +24,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
+#include <czmq.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <towerpack/actor.h>  /* tp_actors_init, TP_HANDOFF_* */
 #include <towerpack/checkpoint.h>
 #include <towerpack/clock.h>
 #include <towerpack/fileio.h>
@@ -88,13 +90,22 @@ tp_status_t tp_checkpoint_find_latest(const char *logdir, char *out,
     return TP_OK;
 }
 
-/* ---- the writer: checkpoint files written off the step path ------------------------ */
-
-enum { J_FREE = 0, J_FILLING, J_PENDING, J_WRITING };
+/* ---- the writer: checkpoint files written off the step path ------------------------
+ *
+ * An actor (a zactor: its own thread) fed by messages on its pipe:
+ *   trainer -> writer   WRITE: one frame, the job's pointer (the snapshot,
+ *                       the path; the job is the writer's until answered)
+ *   writer -> trainer   WRITTEN: one frame of s_written_t (the job, the
+ *                       status, the message when it failed)
+ * Jobs are written in the order they were sent: the index always ends
+ * naming the newest. The trainer's side owns the job states; it takes the
+ * answers without waiting at each of the saver's hooks (an atomic count of
+ * answers sent tells it when there are any), and waits for them only when
+ * both buffers are out or at the end. */
 
 typedef struct {
     tp_checkpoint_snapshot_t *snap;  /* reused: taken again every epoch */
-    int state;                       /* J_*: FILLING is the trainer's, WRITING the writer's */
+    int out;                         /* sent to the writer, not answered yet */
     char path[PATH_SIZE];
     long long epoch, step;
 } s_job_t;
@@ -107,127 +118,136 @@ typedef struct {
     const char *who;          /* "ModelSaver", ... (errors and logs) */
     s_done_fn done;
     void *owner;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;        /* a job changed state, or quit */
-    pthread_t thread;
-    int started, quit;
+    zactor_t *actor;          /* started by the first checkpoint */
     s_job_t jobs[2];          /* at most one writing and one waiting */
-    tp_status_t failed;       /* the first failed write (under mu) */
+    atomic_uint answers;      /* WRITTEN frames sent (the writer's count) */
+    unsigned taken;           /* ... and taken (the trainer's) */
+    tp_status_t failed;       /* the first failed write */
     char failmsg[PATH_SIZE + 2048];
-    int failure_returned;     /* the trainer's side: said once */
-    atomic_int any_failed;    /* peeked at every step without the lock */
+    int failure_returned;     /* said once */
 } s_writer_t;
+
+typedef struct {
+    s_job_t *job;
+    int32_t rc;
+    char msg[PATH_SIZE + 1024];
+} s_written_t;
 
 static void s_writer_init(s_writer_t *w, const char *who, s_done_fn done, void *owner) {
     memset(w, 0, sizeof *w);
     w->who = who;
     w->done = done;
     w->owner = owner;
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    atomic_init(&w->any_failed, 0);
+    atomic_init(&w->answers, 0);
 }
 
-static void *s_writer_main(void *arg) {
+static void s_writer_actor(zsock_t *pipe, void *arg) {
     s_writer_t *w = arg;
-    pthread_mutex_lock(&w->mu);
+    void *sock = zsock_resolve(pipe);
+    zsock_signal(pipe, 0);
     for (;;) {
-        /* The older of two waiting checkpoints first: the index must end
-         * naming the newest. */
         s_job_t *j = NULL;
-        for (int i = 0; i < 2; i++)
-            if (w->jobs[i].state == J_PENDING && (!j || w->jobs[i].step < j->step))
-                j = &w->jobs[i];
-        if (!j) {
-            if (w->quit)
-                break;  /* only once nothing waits: no checkpoint is lost */
-            pthread_cond_wait(&w->cv, &w->mu);
+        int n = zmq_recv(sock, &j, sizeof j, 0);
+        if (n < 0 && zmq_errno() == EINTR)
             continue;
-        }
-        j->state = J_WRITING;
-        pthread_mutex_unlock(&w->mu);
+        if (n != (int)sizeof j || !j)
+            break;  /* $TERM: only sent once every job was answered */
+        TP_HANDOFF_ACQUIRE(j);
         uint64_t t0 = tp_now_ns();
         tp_status_t rc = tp_checkpoint_snapshot_write(j->snap, j->path);
         if (rc == TP_OK && w->done)
             rc = w->done(w->owner, j);
-        double took = (double)(tp_now_ns() - t0) * 1e-9;
-        char msg[sizeof w->failmsg];
+        s_written_t a = {.job = j, .rc = (int32_t)rc};
         if (rc < 0)
-            snprintf(msg, sizeof msg, "%s: saving %s failed (the checkpoint of epoch %lld, "
-                     "global step %lld, written beside the steps): %s", w->who, j->path,
-                     j->epoch, j->step, tp_last_error());
+            snprintf(a.msg, sizeof a.msg, "%s: saving %s failed (the checkpoint of epoch "
+                     "%lld, global step %lld, written beside the steps): %s", w->who,
+                     j->path, j->epoch, j->step, tp_last_error());
         else
-            TP_DEBUG("[%s] wrote %s in %.3f s", w->who, j->path, took);
-        pthread_mutex_lock(&w->mu);
-        if (rc < 0 && w->failed >= 0) {
-            w->failed = rc;
-            memcpy(w->failmsg, msg, sizeof msg);
-            atomic_store_explicit(&w->any_failed, 1, memory_order_release);
-        }
-        j->state = J_FREE;
-        pthread_cond_broadcast(&w->cv);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-static void s_deadline(struct timespec *ts, int ms) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
+            TP_DEBUG("[%s] wrote %s in %.3f s", w->who, j->path,
+                     (double)(tp_now_ns() - t0) * 1e-9);
+        TP_HANDOFF_RELEASE(j);
+        atomic_fetch_add_explicit(&w->answers, 1, memory_order_release);
+        while (zmq_send(sock, &a, offsetof(s_written_t, msg) + strlen(a.msg) + 1, 0) < 0 &&
+               zmq_errno() == EINTR)
+            ;
     }
 }
 
-/* Under mu: wait until `ready(w)`; says every 5 s what it waits for. */
-static void s_writer_wait(s_writer_t *w, int (*ready)(const s_writer_t *), const char *why) {
+/* Take one answer, waiting up to timeout_ms (-1: none there is a bug:
+ * only called when one is owed). 1 taken, 0 not yet. */
+static int s_writer_take(s_writer_t *w, int timeout_ms) {
+    void *pipe = zsock_resolve(w->actor);
+    zmq_pollitem_t it = {pipe, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, timeout_ms) <= 0)
+        return 0;
+    s_written_t a;
+    int n = zmq_recv(pipe, &a, sizeof a, 0);
+    if (n < (int)offsetof(s_written_t, msg))
+        return 0;
+    TP_HANDOFF_ACQUIRE(a.job);
+    a.job->out = 0;
+    w->taken++;
+    if (a.rc < 0 && w->failed >= 0) {
+        w->failed = (tp_status_t)a.rc;
+        a.msg[sizeof a.msg - 1] = '\0';
+        snprintf(w->failmsg, sizeof w->failmsg, "%s", a.msg);
+    }
+    return 1;
+}
+
+/* Take the answers already sent; never waits (an atomic load when none). */
+static void s_writer_collect(s_writer_t *w) {
+    while (w->actor &&
+           atomic_load_explicit(&w->answers, memory_order_acquire) != w->taken &&
+           s_writer_take(w, 0))
+        ;
+}
+
+static int s_writer_outstanding(const s_writer_t *w) {
+    return w->jobs[0].out + w->jobs[1].out;
+}
+
+/* Wait until at most `most` jobs are out; says every 5 s what it waits for. */
+static void s_writer_wait(s_writer_t *w, int most, const char *why) {
     uint64_t t0 = tp_now_ns(), said = t0;
-    while (!ready(w)) {
-        struct timespec ts;
-        s_deadline(&ts, 1000);
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    while (s_writer_outstanding(w) > most) {
+        if (s_writer_take(w, 1000))
+            continue;
         uint64_t now = tp_now_ns();
-        if (!ready(w) && now - said >= 5000000000ull) {
+        if (now - said >= 5000000000ull) {
             said = now;
             for (int i = 0; i < 2; i++)
-                if (w->jobs[i].state == J_WRITING)
+                if (w->jobs[i].out)
                     TP_INFO("[%s] %s: %s is still being written (%.0f s so far)", w->who,
                             why, w->jobs[i].path, (double)(now - t0) * 1e-9);
         }
     }
 }
 
-static int s_has_free(const s_writer_t *w) {
-    return w->jobs[0].state == J_FREE || w->jobs[1].state == J_FREE;
-}
-static int s_idle(const s_writer_t *w) {
-    return (w->jobs[0].state == J_FREE || w->jobs[0].state == J_FILLING) &&
-           (w->jobs[1].state == J_FREE || w->jobs[1].state == J_FILLING);
-}
-
-/* A failed write, once, on the trainer's thread. */
+/* A failed write, once. */
 static tp_status_t s_writer_failure(s_writer_t *w) {
-    if (!atomic_load_explicit(&w->any_failed, memory_order_acquire) || w->failure_returned)
+    s_writer_collect(w);
+    if (w->failed >= 0 || w->failure_returned)
         return TP_OK;
-    pthread_mutex_lock(&w->mu);
-    tp_status_t rc = tp_error(w->failed, "%s", w->failmsg);
-    pthread_mutex_unlock(&w->mu);
     w->failure_returned = 1;
-    return rc;
+    return tp_error(w->failed, "%s", w->failmsg);
 }
 
 /* On the trainer's thread: take the snapshot now (the state between two
- * steps) and hand it to the writer for `path`. Waits only while the writer
+ * steps) and send it to the writer for `path`. Waits only while the writer
  * is busy with an older checkpoint and another one waits. Returns an
  * earlier write's failure (once). */
 static tp_status_t s_writer_submit(s_writer_t *w, tp_trainer_t *tr, const char *path) {
-    pthread_mutex_lock(&w->mu);
-    s_writer_wait(w, s_has_free, "the next checkpoint waits");
-    s_job_t *j = w->jobs[0].state == J_FREE ? &w->jobs[0] : &w->jobs[1];
-    j->state = J_FILLING;  /* the writer leaves a filling job alone */
-    pthread_mutex_unlock(&w->mu);
+    if (!w->actor) {
+        /* Started by the first checkpoint (a saver that never saves has no
+         * thread); ended by after_train. */
+        tp_actors_init();
+        if (!(w->actor = zactor_new(s_writer_actor, w)))
+            return tp_error(TP_ERR_NOMEM, "%s: cannot start the checkpoint writer", w->who);
+    }
+    s_writer_collect(w);
+    s_writer_wait(w, 1, "the next checkpoint waits");
+    s_job_t *j = !w->jobs[0].out ? &w->jobs[0] : &w->jobs[1];
     tp_status_t rc = TP_OK;
     if (!j->snap && !(j->snap = tp_checkpoint_snapshot_new()))
         rc = tp_error(TP_ERR_NOMEM, "%s: snapshot for %s", w->who, path);
@@ -238,29 +258,21 @@ static tp_status_t s_writer_submit(s_writer_t *w, tp_trainer_t *tr, const char *
     tp_rng_init(&st.rng, 0, 0);
     if (rc == TP_OK && (rc = tp_checkpoint_snapshot_take(j->snap, tp_trainer_model(tr), &st)) < 0)
         rc = tp_error_wrap(rc, "%s: snapshot for %s", w->who, path);
-    pthread_mutex_lock(&w->mu);
     if (rc == TP_OK) {
         snprintf(j->path, sizeof j->path, "%s", path);
         j->epoch = st.epoch;
         j->step = st.global_step;
-        j->state = J_PENDING;
-        pthread_cond_broadcast(&w->cv);
-    } else {
-        j->state = J_FREE;
-    }
-    pthread_mutex_unlock(&w->mu);
-    if (rc == TP_OK && !w->started) {
-        /* Started by the first checkpoint (a saver that never saves has no
-         * thread); ended by after_train. */
-        int err = pthread_create(&w->thread, NULL, s_writer_main, w);
-        if (err != 0) {
-            pthread_mutex_lock(&w->mu);
-            j->state = J_FREE;
-            pthread_mutex_unlock(&w->mu);
-            return tp_error(TP_ERR_NOMEM, "%s: cannot start the checkpoint writer: %s",
-                            w->who, strerror(err));
+        j->out = 1;
+        TP_HANDOFF_RELEASE(j);
+        int sent;
+        while ((sent = zmq_send(zsock_resolve(w->actor), &j, sizeof j, 0)) < 0 &&
+               zmq_errno() == EINTR)
+            ;
+        if (sent < 0) {
+            j->out = 0;
+            rc = tp_error(TP_ERR_IO, "%s: the checkpoint writer takes no work: %s", w->who,
+                          zmq_strerror(zmq_errno()));
         }
-        w->started = 1;
     }
     /* An earlier write that failed ends training now, but this epoch's
      * checkpoint is handed over first: it may still reach the disk. */
@@ -268,17 +280,11 @@ static tp_status_t s_writer_submit(s_writer_t *w, tp_trainer_t *tr, const char *
 }
 
 /* Wait until every checkpoint handed over is written, then end the
- * thread. */
+ * actor. */
 static void s_writer_drain(s_writer_t *w) {
-    if (w->started) {
-        pthread_mutex_lock(&w->mu);
-        s_writer_wait(w, s_idle, "training ends when it is on disk");
-        w->quit = 1;
-        pthread_cond_broadcast(&w->cv);
-        pthread_mutex_unlock(&w->mu);
-        pthread_join(w->thread, NULL);
-        w->started = 0;
-        w->quit = 0;
+    if (w->actor) {
+        s_writer_wait(w, 0, "training ends when it is on disk");
+        zactor_destroy(&w->actor);
     }
 }
 
@@ -286,15 +292,16 @@ static void s_writer_drain(s_writer_t *w) {
  * said yet. */
 static tp_status_t s_writer_finish(s_writer_t *w) {
     s_writer_drain(w);
-    return s_writer_failure(w);
+    if (w->failed >= 0 || w->failure_returned)
+        return TP_OK;
+    w->failure_returned = 1;
+    return tp_error(w->failed, "%s", w->failmsg);
 }
 
 static void s_writer_fini(s_writer_t *w) {
     s_writer_drain(w);  /* a trainer that never ran after_train: still written */
     for (int i = 0; i < 2; i++)
         tp_checkpoint_snapshot_destroy(&w->jobs[i].snap);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
 }
 
 /* trigger_step of every saver: a write that failed ends training at the
