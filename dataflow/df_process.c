@@ -206,7 +206,7 @@ static tp_status_t s_spawn(s_pool_t *p, int i) {
     s_worker_t *w = &p->workers[i];
     pid_t pid;
     TP_TRY(df_zygote_spawn(p->zygote, i, w->gen, &pid));
-    w->pid = pid;
+    __atomic_store_n(&w->pid, pid, __ATOMIC_RELAXED);  /* read by any thread */
     w->gen++;
     w->inflight = 0;
     TP_DEBUG("%s: worker %d started (pid %d)", p->what, i, (int)pid);
@@ -259,7 +259,7 @@ static tp_status_t s_check_workers(s_pool_t *p, int force, s_on_dead_fn pre_spaw
             continue;  /* not a worker we count as running */
         char how[2300];
         s_describe(e.status, e.msg, how, sizeof how);
-        p->workers[i].pid = 0;
+        __atomic_store_n(&p->workers[i].pid, 0, __ATOMIC_RELAXED);
         int used = atomic_load(&p->restarts);
         if (p->opts.policy == TP_WORKER_RESTART && used < p->opts.max_restarts) {
             atomic_store(&p->restarts, ++used);
@@ -1078,15 +1078,26 @@ int tp_df_multiprocess_zygote(tp_dataflow_t *df) {
     return p ? (int)df_zygote_pid(p->zygote) : 0;
 }
 
-int tp_df_multiprocess_pids(tp_dataflow_t *df, int *pids, int n) {
+typedef struct {
+    int *pids;
+    int n, k;
+} s_pids_t;
+
+/* df_visit: the live workers' pids of every pool found. */
+static void s_add_pids(tp_dataflow_t *df, void *arg) {
     s_pool_t *p = s_pool_of(df);
-    if (!p)
-        return 0;
-    int k = 0;
-    for (int i = 0; i < p->nworkers && k < n; i++)
-        if (p->workers[i].pid > 0)
-            pids[k++] = (int)p->workers[i].pid;
-    return k;
+    s_pids_t *a = arg;
+    for (int i = 0; p && i < p->nworkers && a->k < a->n; i++) {
+        pid_t pid = __atomic_load_n(&p->workers[i].pid, __ATOMIC_RELAXED);
+        if (pid > 0)
+            a->pids[a->k++] = (int)pid;
+    }
+}
+
+int tp_df_multiprocess_pids(tp_dataflow_t *df, int *pids, int n) {
+    s_pids_t a = {pids, n, 0};
+    df_visit(df, s_add_pids, &a);
+    return a.k;
 }
 
 /* ---- pipeline spec: the stage `processes N [restart[=R]] [hwm=H] [lz4]` ------- */

@@ -115,8 +115,8 @@ tp_status_t tp_df_multiprocess_row(tp_dataflow_t *df, tp_stats_row_t *row);
  * for another kind of dataflow). For tests and tools. */
 int tp_df_multiprocess_zygote(tp_dataflow_t *df);
 
-/* Pids of the live workers into pids[0..n) (n at least nworkers); returns
- * how many. For tests and tools. */
+/* Pids of the live workers of the multiprocess dataflows in df (df itself
+ * or any it wraps) into pids[0..n); returns how many. Any thread. */
 int tp_df_multiprocess_pids(tp_dataflow_t *df, int *pids, int n);
 
 typedef struct tp_remote_opts {

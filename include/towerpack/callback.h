@@ -120,6 +120,10 @@ tp_callback_t *tp_cb_eta(void);
 /* Report hooks that took longer than `threshold_s` at epoch end (by name,
  * slowest first) and put "callback_seconds" (their total). */
 tp_callback_t *tp_cb_slow_callback_report(double threshold_s);
+/* PeakMemoryTracker: after each epoch "memory/peak_rss_mb" (this process's
+ * peak resident memory during the epoch, MB) and "memory/rss_mb" (at its
+ * end). Host memory; a device's is not tracked yet. */
+tp_callback_t *tp_cb_peak_memory(void);
 
 /* ---- guards ------------------------------------------------------------------ */
 

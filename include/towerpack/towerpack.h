@@ -25,6 +25,7 @@
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/security.h>
 #include <towerpack/fileio.h>
+#include <towerpack/process.h>
 #include <towerpack/trainer_loop.h>
 #include <towerpack/callback.h>
 #include <towerpack/logdir.h>

@@ -1,6 +1,6 @@
 /* towerpack pipeline: monitors. JSONWriter keeps DIR/stats.json (a list of
- * one object per epoch, like tensorpack's) and ScalarPrinter logs every
- * scalar at epoch end. */
+ * one object per epoch, like tensorpack's), ScalarPrinter logs every
+ * scalar at epoch end, and PeakMemoryTracker puts the trainer's memory. */
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -8,6 +8,7 @@
 #include <towerpack/callback.h>
 #include <towerpack/fileio.h>
 #include <towerpack/log.h>
+#include <towerpack/process.h>
 
 typedef struct {
     json_t *records;   /* array of objects */
@@ -127,4 +128,52 @@ static const tp_callback_ops_t s_printer_ops = {
 
 tp_callback_t *tp_cb_scalar_printer(void) {
     return tp_callback_new(&s_printer_ops, NULL, 1);
+}
+
+/* ---- PeakMemoryTracker ---------------------------------------------------------
+ * This process's resident memory: its peak during each epoch (the kernel's
+ * peak is reset at before_epoch; where the kernel refuses, the peak since
+ * the start, said once) and what it holds at the epoch's end. The forked
+ * dataflow workers' own come from the input (memory/workerN_*). */
+
+typedef struct {
+    int per_epoch;   /* the peak is reset every epoch */
+} s_peakmem_t;
+
+static tp_status_t peakmem_before_epoch(void *impl, tp_trainer_t *tr) {
+    (void)tr;
+    s_peakmem_t *m = impl;
+    if (m->per_epoch && tp_process_reset_peak() != TP_OK) {
+        TP_INFO("PeakMemoryTracker: %s; memory/peak_rss_mb is the peak since the "
+                "start", tp_last_error());
+        m->per_epoch = 0;
+    }
+    return TP_OK;
+}
+
+static tp_status_t peakmem_after_epoch(void *impl, tp_trainer_t *tr) {
+    (void)impl;
+    int64_t rss, peak;
+    if (tp_process_memory(0, &rss, &peak) != TP_OK)
+        return TP_OK;  /* no /proc: nothing to say */
+    tp_trainer_put_scalar(tr, "memory/peak_rss_mb", (double)peak / 1024.0);
+    tp_trainer_put_scalar(tr, "memory/rss_mb", (double)rss / 1024.0);
+    return TP_OK;
+}
+
+static const tp_callback_ops_t s_peakmem_ops = {
+    .name = "PeakMemoryTracker",
+    .before_epoch = peakmem_before_epoch,
+    .after_epoch = peakmem_after_epoch,
+    .destroy = free,
+};
+
+tp_callback_t *tp_cb_peak_memory(void) {
+    s_peakmem_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        tp_error(TP_ERR_NOMEM, "PeakMemoryTracker");
+        return NULL;
+    }
+    m->per_epoch = 1;
+    return tp_callback_new(&s_peakmem_ops, m, 0);
 }

@@ -22,6 +22,7 @@
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include <towerpack/process.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/launch.h>
 
@@ -235,7 +236,24 @@ static int q_scalars(void *impl, tp_input_scalar_t *out, int max) {
     if (restarts < 0 || max < 3)
         return 2;
     out[2] = (tp_input_scalar_t){"dataflow/worker_restarts", (double)restarts};
-    return 3;
+    int n = 3;
+    /* Each worker's resident memory now and at its peak, in MB: a worker
+     * whose memory grows epoch after epoch shows here (worker N is the
+     * N-th live one). */
+    int pids[64];
+    int np = tp_df_multiprocess_pids(q->df, pids, 64);
+    for (int i = 0; i < np && n + 2 <= max; i++) {
+        int64_t rss, peak;
+        if (tp_process_memory(pids[i], &rss, &peak) != TP_OK) {
+            tp_clear_error();  /* it just died: the restart count says so */
+            continue;
+        }
+        snprintf(out[n].name, sizeof out[n].name, "memory/worker%d_rss_mb", i);
+        out[n++].value = (double)rss / 1024.0;
+        snprintf(out[n].name, sizeof out[n].name, "memory/worker%d_peak_mb", i);
+        out[n++].value = (double)peak / 1024.0;
+    }
+    return n;
 }
 
 static const tp_input_ops_t s_queue_ops = {

@@ -252,8 +252,8 @@ static void s_stats_idle(void *arg) {
 
 static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
     s_statscb_t *sc = impl;
-    tp_input_scalar_t v[32];
-    int n = tp_input_scalars(sc->mt->input, v, 32);
+    tp_input_scalar_t v[160];  /* with 64 forked workers' memory */
+    int n = tp_input_scalars(sc->mt->input, v, 160);
     for (int i = 0; i < n; i++)
         tp_trainer_put_scalar(tr, v[i].name, v[i].value);
     tp_trainer_put_scalar(tr, "trainer/input_wait_s",
@@ -517,7 +517,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             (rc = s_add(tr, tp_cb_throughput())) < 0 ||
             (rc = s_add(tr, tp_cb_observe(tp_cb_eta()))) < 0 ||
             (rc = s_add(tr, tp_cb_check_numerics(cfg->progress_names, 1))) < 0 ||
-            (rc = s_add(tr, tp_cb_slow_callback_report(1.0))) < 0)
+            (rc = s_add(tr, tp_cb_slow_callback_report(1.0))) < 0 ||
+            (rc = s_add(tr, tp_cb_peak_memory())) < 0)
             goto out;
     }
     for (size_t i = 0; i < cfg->nmonitors; i++) {

@@ -364,3 +364,34 @@ Test(core, large_blocks_are_reused_across_threads_and_bounded) {
     tp_alloc_trim();
     cr_assert_eq(tp_alloc_cached_bytes(), 0);
 }
+
+/* ---- process memory -------------------------------------------------------- */
+
+/* The kernel's view of this process: touching 64 MB raises the resident
+ * set and its peak by about that; after freeing it, a reset peak falls
+ * back. Another process's memory is readable too; a gone one is named. */
+Test(process, memory_now_and_peak_from_the_kernel) {
+    int64_t rss0, peak0, rss1, peak1;
+    cr_assert_eq(tp_process_memory(0, &rss0, &peak0), TP_OK, "%s", tp_last_error());
+    cr_assert_gt(rss0, 0);
+    cr_assert_geq(peak0, rss0);
+    const size_t big = 64u << 20;
+    char *p = malloc(big);
+    cr_assert_not_null(p);
+    memset(p, 1, big);  /* resident, not only reserved */
+    cr_assert_eq(tp_process_memory(getpid(), &rss1, &peak1), TP_OK);
+    cr_assert_geq(rss1 - rss0, 60 << 10, "rss grew by %lld KiB", (long long)(rss1 - rss0));
+    cr_assert_geq(peak1, rss1);
+    free(p);  /* a block this large goes back to the kernel at once */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* (a sanitizer's allocator keeps freed blocks in quarantine) */
+    if (tp_process_reset_peak() == TP_OK) {
+        int64_t rss2, peak2;
+        cr_assert_eq(tp_process_memory(0, &rss2, &peak2), TP_OK);
+        cr_assert_lt(peak2, peak1 - (32 << 10), "the peak fell after the reset: %lld -> %lld KiB",
+                     (long long)peak1, (long long)peak2);
+    }
+#endif
+    cr_assert_eq(tp_process_memory(1 << 30, &rss1, NULL), TP_ERR_NOT_FOUND);
+    cr_assert(strstr(tp_last_error(), "memory of process"), "%s", tp_last_error());
+}

@@ -110,6 +110,21 @@ Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 1
     int rc = s_run(argv, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, "processes 2"), "%s", s_out);
+    /* Memory, every epoch: the trainer's (PeakMemoryTracker) and each
+     * worker's, against what the kernel says is plausible for a process
+     * that holds Fashion-MNIST (47 MB of images) or part of it. */
+    json_t *j = s_stats(logdir);
+    json_t *e = json_array_get(j, 0);
+    static const char *const keys[] = {"memory/rss_mb", "memory/peak_rss_mb",
+                                       "memory/worker0_rss_mb", "memory/worker1_rss_mb",
+                                       "memory/worker0_peak_mb", "memory/worker1_peak_mb"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        double mb = json_number_value(json_object_get(e, keys[k]));
+        cr_assert(mb > 1 && mb < 4096, "%s = %g MB", keys[k], mb);
+    }
+    cr_assert_geq(json_number_value(json_object_get(e, "memory/peak_rss_mb")),
+                  json_number_value(json_object_get(e, "memory/rss_mb")));
+    json_decref(j);
 }
 
 /* tp-top --once --json during a run of two towers fed by forked workers
