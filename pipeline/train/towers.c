@@ -1,5 +1,4 @@
-/* towerpack pipeline: tower executors, one actor per tower (device), also
- * when there is only one.
+/* towerpack pipeline: tower executors, one actor per tower (device).
  *
  * The supervisor's thread (the one that runs the epoch schedule) drives
  * them over their pipes: a STEP frame with the batch's pointer (ownership
@@ -12,9 +11,9 @@
  * slice of the variables (stages TP_RUN_TRAIN; otherwise the supervisor
  * applies it once, after every tower is done). All of it is one
  * tp_model_run, which also releases the others' collective when the tower
- * fails, so that they do not wait for it. A tower alone runs the whole
- * step, update included, as one run. The batch goes back to the input from
- * the tower's thread once the tower is done with it. */
+ * fails, so that they do not wait for it. The batch goes back to the
+ * input from the tower's thread once the tower is done with it. (One tower
+ * alone runs on the supervisor's thread: docs/training.md says why.) */
 #include <czmq.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,8 +26,7 @@
 
 typedef struct {
     tp_model_t *model;
-    int index;            /* the tower: its batches, its row */
-    int model_index;      /* what it runs: index, or TP_ALL_TOWERS alone */
+    int index;
     unsigned stages;
     tp_tower_meter_t *meter;
     tp_input_t *input;    /* where its batches go back */
@@ -135,7 +133,7 @@ static void s_tower_actor(zsock_t *pipe, void *arg) {
          * supervisor's thread: tell TSan what libzmq's handoff orders. */
         TP_HANDOFF_ACQUIRE(dp);
         TP_HANDOFF_ACQUIRE(a->model);
-        tp_status_t rc = tp_tower_compute(a->model, a->model_index, a->stages, dp, a->meter);
+        tp_status_t rc = tp_tower_compute(a->model, a->index, a->stages, dp, a->meter);
         /* back to the input (QueueInput frees it on its own thread) */
         tp_input_release(a->input, a->index, &dp);
         TP_HANDOFF_RELEASE(a->model);
@@ -164,11 +162,7 @@ tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages, tp_input_t *in
     self->n = n;
     for (int i = 0; i < n; i++) {
         tp_tower_meter_init(&self->meters[i]);  /* before its thread starts */
-        /* One tower alone runs the model's whole step as one run (index
-         * TP_ALL_TOWERS): each variable is updated as soon as its gradient
-         * is final, while it is still in cache, as a bare loop does. */
-        self->args[i] = (s_tower_args_t){m, i, n == 1 ? TP_ALL_TOWERS : i, stages,
-                                         &self->meters[i], input};
+        self->args[i] = (s_tower_args_t){m, i, stages, &self->meters[i], input};
         self->actors[i] = zactor_new(s_tower_actor, &self->args[i]);
         if (!self->actors[i]) {
             tp_towers_destroy(&self);

@@ -35,9 +35,8 @@ void tp_tower_meter_row(const tp_tower_meter_t *m, int index, tp_stats_row_t *ro
  * reduces and updates, TP_RUN_FORWARD..TP_RUN_REDUCE to join the
  * all-reduce too, TP_RUN_TRAIN to also update the tower's slice of the
  * variables (the supervisor closes the step with TP_RUN_UPDATE on
- * TP_ALL_TOWERS). With n == 1 the tower runs the model's whole step
- * (TP_ALL_TOWERS): TP_RUN_TRAIN updates as it goes. A tower gives its batch
- * back with tp_input_release(input, its index, ...) when done with it. */
+ * TP_ALL_TOWERS). A tower gives its batch back with
+ * tp_input_release(input, its index, ...) when done with it. */
 tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages, tp_input_t *input);
 void tp_towers_destroy(tp_towers_t **self_p);
 
