@@ -46,6 +46,9 @@ void tp_mp_opts_init(tp_mp_opts_t *opts) {
 /* ---- shared by both ------------------------------------------------------------- */
 
 typedef struct {
+    /* The worker's own counters, as it last reported them (TP_CTL_STATS on
+     * its data socket): time making datapoints, time its sends waited. */
+    atomic_uint_fast64_t busy_ns, blocked_ns;
     pid_t pid;       /* 0: not running */
     int gen;         /* how many times this slot was started */
     int inflight;    /* map: tasks out at this worker */
@@ -65,11 +68,58 @@ typedef struct {
     /* What the workers delivered (datapoints, wire bytes), counted by the
      * consumer's thread, read by any (tp_df_multiprocess_row). */
     atomic_uint_fast64_t delivered, bytes;
+    /* what dead workers had reported (their slots start again from 0) */
+    atomic_uint_fast64_t dead_busy_ns, dead_blocked_ns;
     uint64_t start_ns;    /* set at reset_state */
     uint64_t seed, stream;
     uint64_t last_check_ns;
     tp_wire_opts_t wire;
 } s_pool_t;
+
+/* A dead worker's last report joins the pool's totals; its slot starts
+ * again from 0 (the consumer's thread only). */
+static void s_fold_counters(s_pool_t *p, s_worker_t *w) {
+    atomic_fetch_add_explicit(&p->dead_busy_ns, atomic_exchange(&w->busy_ns, 0),
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->dead_blocked_ns, atomic_exchange(&w->blocked_ns, 0),
+                              memory_order_relaxed);
+}
+
+/* A TP_CTL_STATS frame from worker `slot` (on the consumer's thread): 1 when
+ * msg was one (and is consumed), 0 for a datapoint. */
+static int s_take_report(s_pool_t *p, tp_wire_msg_t *msg) {
+    int kind;
+    uint32_t slot;
+    const char *text;
+    size_t len;
+    if (tp_wire_msg_frames(msg) != 1 ||
+        !tp_ctl_parse(tp_wire_msg_frame_data(msg, 0), tp_wire_msg_frame_size(msg, 0),
+                      &kind, &slot, &text, &len) || kind != TP_CTL_STATS)
+        return 0;
+    char buf[64];
+    unsigned long long busy = 0, blocked = 0;
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), text);
+    if (slot < (uint32_t)p->nworkers && sscanf(buf, "%llu %llu", &busy, &blocked) == 2) {
+        atomic_store_explicit(&p->workers[slot].busy_ns, busy, memory_order_relaxed);
+        atomic_store_explicit(&p->workers[slot].blocked_ns, blocked, memory_order_relaxed);
+    }
+    tp_wire_msg_clear(msg);
+    return 1;
+}
+
+/* In a worker: its counters to the parent, on the data socket (so they
+ * keep their place in the stream), at most twice a second. */
+static void s_child_report(void *sock, int index, uint64_t busy_ns, uint64_t blocked_ns,
+                           uint64_t *last_ns) {
+    uint64_t now = tp_now_ns();
+    if (now - *last_ns < 500000000ull)
+        return;
+    *last_ns = now;
+    char text[64];
+    snprintf(text, sizeof text, "%llu %llu", (unsigned long long)busy_ns,
+             (unsigned long long)blocked_ns);
+    tp_ctl_send(sock, TP_CTL_STATS, (uint32_t)index, text, ZMQ_DONTWAIT);
+}
 
 /* One datapoint delivered to the consumer (only its thread adds). */
 static void s_count(s_pool_t *p, size_t bytes) {
@@ -260,6 +310,7 @@ static tp_status_t s_check_workers(s_pool_t *p, int force, s_on_dead_fn pre_spaw
         char how[2300];
         s_describe(e.status, e.msg, how, sizeof how);
         __atomic_store_n(&p->workers[i].pid, 0, __ATOMIC_RELAXED);
+        s_fold_counters(p, &p->workers[i]);
         int used = atomic_load(&p->restarts);
         if (p->opts.policy == TP_WORKER_RESTART && used < p->opts.max_restarts) {
             atomic_store(&p->restarts, ++used);
@@ -348,8 +399,10 @@ static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t pare
         s_child_fail(err_w, "%s", tp_last_error());
     tp_wire_msg_t *msg = tp_wire_msg_new();
     int64_t in_pass = 0;
+    uint64_t busy_ns = 0, blocked_ns = 0, reported = 0;
     for (;;) {
         tp_datapoint_t *dp = NULL;
+        uint64_t t0 = tp_now_ns();
         rc = tp_dataflow_next(r->inner, &dp);
         if (rc == TP_DONE) {
             if (in_pass == 0)
@@ -364,8 +417,13 @@ static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t pare
         rc = tp_wire_encode(&dp, &p->wire, msg);
         if (rc < 0)
             s_child_fail(err_w, "%s", tp_last_error());
+        uint64_t t1 = tp_now_ns();
         if (s_child_send(msg, push, parent) < 0)
             s_child_fail(err_w, "send to the parent: %s", tp_last_error());
+        uint64_t t2 = tp_now_ns();
+        busy_ns += t1 - t0;     /* making the datapoint */
+        blocked_ns += t2 - t1;  /* the parent's queue was full */
+        s_child_report(push, index, busy_ns, blocked_ns, &reported);
     }
 }
 
@@ -418,6 +476,8 @@ static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
     for (;;) {
         TP_TRY(s_check_workers(p, 0, NULL, NULL));
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, ZMQ_DONTWAIT);
+        if (rc == TP_OK && s_take_report(p, r->msg))
+            continue;
         if (rc == TP_OK) {
             size_t bytes = tp_wire_msg_bytes(r->msg);  /* decode takes the frames */
             rc = tp_wire_decode(r->msg, &p->wire, out);
@@ -1063,6 +1123,16 @@ static void s_add_row(tp_dataflow_t *df, void *arg) {
     row->msgs_out += atomic_load_explicit(&p->delivered, memory_order_relaxed);
     row->bytes_out += atomic_load_explicit(&p->bytes, memory_order_relaxed);
     row->restarts += (uint32_t)atomic_load(&p->restarts);
+    /* The workers' own time, as they reported it, per worker on average
+     * (so that 100% means every worker all the time). */
+    uint64_t busy = atomic_load_explicit(&p->dead_busy_ns, memory_order_relaxed);
+    uint64_t blocked = atomic_load_explicit(&p->dead_blocked_ns, memory_order_relaxed);
+    for (int i = 0; i < p->nworkers; i++) {
+        busy += atomic_load_explicit(&p->workers[i].busy_ns, memory_order_relaxed);
+        blocked += atomic_load_explicit(&p->workers[i].blocked_ns, memory_order_relaxed);
+    }
+    row->busy_s += (double)busy * 1e-9 / p->nworkers;
+    row->blocked_s += (double)blocked * 1e-9 / p->nworkers;
 }
 
 tp_status_t tp_df_multiprocess_row(tp_dataflow_t *df, tp_stats_row_t *row) {

@@ -167,3 +167,62 @@ Test(proc_runner, bad_arguments) {
     cr_assert(strstr(tp_last_error(), "0 workers"), "%s", tp_last_error());
     cr_assert_null(tp_df_multiprocess(NULL, 2, NULL));
 }
+
+/* A dataflow that spins 2 ms of CPU per datapoint: its workers are busy. */
+static tp_status_t spin_next(void *impl, tp_datapoint_t **out) {
+    (void)impl;
+    uint64_t t0 = tp_now_ns();
+    while (tp_now_ns() - t0 < 2000000)
+        ;
+    int64_t one[] = {1};
+    *out = tp_datapoint_new(1);
+    tp_tensor_init_zero(tp_datapoint_get(*out, 0), TP_INT32, 1, one);
+    return TP_OK;
+}
+static int64_t spin_size(void *impl) { (void)impl; return -1; }
+static const tp_dataflow_ops_t s_spin_ops = {.name = "spin", .next = spin_next,
+                                             .size = spin_size};
+
+/* The workers report their own time on the data socket: the workers' row
+ * shows them busy while the consumer keeps up, and blocked once it stops
+ * taking (their queues full); the reports are not datapoints. */
+Test(proc_runner, workers_report_their_busy_and_blocked_time) {
+    char dir[64];
+    tu_tmpdir(dir, sizeof dir);
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    o.run_dir = dir;
+    o.timeout_s = 10;
+    o.hwm = 4;
+    o.allow_threads = 1;
+    tp_dataflow_t *df = tp_df_multiprocess(tp_dataflow_new(&s_spin_ops, NULL), 2, &o);
+    cr_assert(df, "%s", tp_last_error());
+    pu_assert_fork_safe("workers_report");
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK, "%s", tp_last_error());
+    tp_datapoint_t *dp;
+    tp_stats_row_t row;
+    double t0 = tp_now_s();
+    int taken = 0;
+    do {  /* about 1 s of data: each worker reports twice a second */
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_datapoint_size(dp), 1, "a report delivered as a datapoint");
+        tp_datapoint_destroy(&dp);
+        taken++;
+        cr_assert_eq(tp_df_multiprocess_row(df, &row), TP_OK);
+    } while (row.busy_s < 0.3 && tp_now_s() - t0 < 10);
+    cr_assert_geq(row.busy_s, 0.3, "busy %.3f s per worker after %d datapoints", row.busy_s,
+                  taken);
+    cr_assert_eq(row.msgs_out, (uint64_t)taken, "reports are not counted as datapoints");
+    double blocked0 = row.blocked_s;
+    usleep(1500000);  /* the consumer stops: the workers' sends wait */
+    t0 = tp_now_s();
+    do {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+        cr_assert_eq(tp_df_multiprocess_row(df, &row), TP_OK);
+    } while (row.blocked_s - blocked0 < 0.5 && tp_now_s() - t0 < 10);
+    cr_assert_geq(row.blocked_s - blocked0, 0.5, "blocked %.3f s more per worker",
+                  row.blocked_s - blocked0);
+    tp_dataflow_destroy(&df);
+    rmdir(dir);
+}
