@@ -48,7 +48,7 @@ void tp_mp_opts_init(tp_mp_opts_t *opts) {
 typedef struct {
     /* The worker's own counters, as it last reported them (TP_CTL_STATS on
      * its data socket): time making datapoints, time its sends waited. */
-    atomic_uint_fast64_t busy_ns, blocked_ns;
+    atomic_uint_fast64_t busy_ns, blocked_ns, starved_ns;
     pid_t pid;       /* 0: not running */
     int gen;         /* how many times this slot was started */
     int inflight;    /* map: tasks out at this worker */
@@ -69,7 +69,7 @@ typedef struct {
      * consumer's thread, read by any (tp_df_multiprocess_row). */
     atomic_uint_fast64_t delivered, bytes;
     /* what dead workers had reported (their slots start again from 0) */
-    atomic_uint_fast64_t dead_busy_ns, dead_blocked_ns;
+    atomic_uint_fast64_t dead_busy_ns, dead_blocked_ns, dead_starved_ns;
     uint64_t start_ns;    /* set at reset_state */
     uint64_t seed, stream;
     uint64_t last_check_ns;
@@ -83,41 +83,58 @@ static void s_fold_counters(s_pool_t *p, s_worker_t *w) {
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&p->dead_blocked_ns, atomic_exchange(&w->blocked_ns, 0),
                               memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->dead_starved_ns, atomic_exchange(&w->starved_ns, 0),
+                              memory_order_relaxed);
 }
 
-/* A TP_CTL_STATS frame from worker `slot` (on the consumer's thread): 1 when
- * msg was one (and is consumed), 0 for a datapoint. */
-static int s_take_report(s_pool_t *p, tp_wire_msg_t *msg) {
+/* A TP_CTL_STATS frame (data, size) from worker `slot`, on the consumer's
+ * thread: 1 when it was one (its counters kept), 0 for anything else. */
+static int s_take_report(s_pool_t *p, const void *data, size_t size) {
     int kind;
     uint32_t slot;
     const char *text;
     size_t len;
-    if (tp_wire_msg_frames(msg) != 1 ||
-        !tp_ctl_parse(tp_wire_msg_frame_data(msg, 0), tp_wire_msg_frame_size(msg, 0),
-                      &kind, &slot, &text, &len) || kind != TP_CTL_STATS)
+    if (!tp_ctl_parse(data, size, &kind, &slot, &text, &len) || kind != TP_CTL_STATS)
         return 0;
-    char buf[64];
-    unsigned long long busy = 0, blocked = 0;
+    char buf[96];
+    unsigned long long busy = 0, blocked = 0, starved = 0;
     snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), text);
-    if (slot < (uint32_t)p->nworkers && sscanf(buf, "%llu %llu", &busy, &blocked) == 2) {
-        atomic_store_explicit(&p->workers[slot].busy_ns, busy, memory_order_relaxed);
-        atomic_store_explicit(&p->workers[slot].blocked_ns, blocked, memory_order_relaxed);
+    if (slot < (uint32_t)p->nworkers && sscanf(buf, "%llu %llu %llu", &busy, &blocked,
+                                               &starved) >= 2) {
+        s_worker_t *w = &p->workers[slot];
+        atomic_store_explicit(&w->busy_ns, busy, memory_order_relaxed);
+        atomic_store_explicit(&w->blocked_ns, blocked, memory_order_relaxed);
+        atomic_store_explicit(&w->starved_ns, starved, memory_order_relaxed);
     }
+    return 1;
+}
+
+/* The same for a whole message (the runner's stream). */
+static int s_take_report_msg(s_pool_t *p, tp_wire_msg_t *msg) {
+    if (tp_wire_msg_frames(msg) != 1 ||
+        !s_take_report(p, tp_wire_msg_frame_data(msg, 0), tp_wire_msg_frame_size(msg, 0)))
+        return 0;
     tp_wire_msg_clear(msg);
     return 1;
 }
 
+/* A worker's own time: making datapoints (busy), its sends waiting on the
+ * parent's full queue (blocked), waiting for work (starved: the map's). */
+typedef struct {
+    uint64_t busy_ns, blocked_ns, starved_ns, reported_ns;
+} s_child_time_t;
+
 /* In a worker: its counters to the parent, on the data socket (so they
- * keep their place in the stream), at most twice a second. */
-static void s_child_report(void *sock, int index, uint64_t busy_ns, uint64_t blocked_ns,
-                           uint64_t *last_ns) {
+ * keep their place in the stream), at most twice a second; dropped, not
+ * waited for, when the queue is full (the next report has the sum). */
+static void s_child_report(void *sock, int index, s_child_time_t *t) {
     uint64_t now = tp_now_ns();
-    if (now - *last_ns < 500000000ull)
+    if (now - t->reported_ns < 500000000ull)
         return;
-    *last_ns = now;
-    char text[64];
-    snprintf(text, sizeof text, "%llu %llu", (unsigned long long)busy_ns,
-             (unsigned long long)blocked_ns);
+    t->reported_ns = now;
+    char text[96];
+    snprintf(text, sizeof text, "%llu %llu %llu", (unsigned long long)t->busy_ns,
+             (unsigned long long)t->blocked_ns, (unsigned long long)t->starved_ns);
     tp_ctl_send(sock, TP_CTL_STATS, (uint32_t)index, text, ZMQ_DONTWAIT);
 }
 
@@ -399,7 +416,7 @@ static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t pare
         s_child_fail(err_w, "%s", tp_last_error());
     tp_wire_msg_t *msg = tp_wire_msg_new();
     int64_t in_pass = 0;
-    uint64_t busy_ns = 0, blocked_ns = 0, reported = 0;
+    s_child_time_t time = {0};
     for (;;) {
         tp_datapoint_t *dp = NULL;
         uint64_t t0 = tp_now_ns();
@@ -421,9 +438,9 @@ static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t pare
         if (s_child_send(msg, push, parent) < 0)
             s_child_fail(err_w, "send to the parent: %s", tp_last_error());
         uint64_t t2 = tp_now_ns();
-        busy_ns += t1 - t0;     /* making the datapoint */
-        blocked_ns += t2 - t1;  /* the parent's queue was full */
-        s_child_report(push, index, busy_ns, blocked_ns, &reported);
+        time.busy_ns += t1 - t0;     /* making the datapoint */
+        time.blocked_ns += t2 - t1;  /* the parent's queue was full */
+        s_child_report(push, index, &time);
     }
 }
 
@@ -476,7 +493,7 @@ static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
     for (;;) {
         TP_TRY(s_check_workers(p, 0, NULL, NULL));
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, ZMQ_DONTWAIT);
-        if (rc == TP_OK && s_take_report(p, r->msg))
+        if (rc == TP_OK && s_take_report_msg(p, r->msg))
             continue;
         if (rc == TP_OK) {
             size_t bytes = tp_wire_msg_bytes(r->msg);  /* decode takes the frames */
@@ -642,13 +659,18 @@ static void s_map_child(void *impl, int index, int gen, int err_w, pid_t parent)
     if (zmq_connect(pull, ep) < 0 || zmq_connect(push, m->result_ep) < 0)
         s_child_fail(err_w, "connect: %s", zmq_strerror(zmq_errno()));
     tp_wire_msg_t *msg = tp_wire_msg_new();
+    s_child_time_t time = {0};
     for (;;) {
         zmq_pollitem_t it = {pull, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, 200) <= 0) {
+        uint64_t w0 = tp_now_ns();
+        int ready = zmq_poll(&it, 1, 200);
+        time.starved_ns += tp_now_ns() - w0;  /* waiting for a task */
+        if (ready <= 0) {
             if (getppid() != parent)
                 _exit(1);
             continue;
         }
+        uint64_t t0 = tp_now_ns();
         s_seq_t seq;
         int n = zmq_recv(pull, &seq, sizeof seq, 0);
         int more = 0;
@@ -672,12 +694,16 @@ static void s_map_child(void *impl, int index, int gen, int err_w, pid_t parent)
         seq.flags = dp ? 0 : 1;
         if (dp && (rc = tp_wire_encode(&dp, &p->wire, msg)) < 0)
             s_child_fail(err_w, "%s", tp_last_error());
+        uint64_t t1 = tp_now_ns();
         while (zmq_send(push, &seq, sizeof seq, seq.flags == 0 ? ZMQ_SNDMORE : 0) < 0) {
             if (getppid() != parent)
                 _exit(1);
         }
         if (seq.flags == 0 && s_child_send(msg, push, parent) < 0)
             s_child_fail(err_w, "send to the parent: %s", tp_last_error());
+        time.busy_ns += t1 - t0;                 /* decode, map, encode */
+        time.blocked_ns += tp_now_ns() - t1;     /* the results queue was full */
+        s_child_report(push, index, &time);
     }
 }
 
@@ -881,13 +907,25 @@ static s_task_t *s_find(s_map_t *m, uint64_t seq) {
 static tp_status_t s_map_take(s_map_t *m, s_task_t **done) {
     void *sock = zsock_resolve(m->results);
     *done = NULL;
-    s_seq_t seq;
-    int n = zmq_recv(sock, &seq, sizeof seq, ZMQ_DONTWAIT);
-    if (n < 0)
-        return TP_OK;
-    int more = 0;
-    size_t ms = sizeof more;
-    zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ms);
+    /* The first frame: a result's header, or a worker's report (skipped
+     * here, kept for the workers' row). */
+    union {
+        s_seq_t seq;
+        uint8_t ctl[TP_CTL_HEADER + 96];
+    } head;
+    int n, more;
+    for (;;) {
+        n = zmq_recv(sock, &head, sizeof head, ZMQ_DONTWAIT);
+        if (n < 0)
+            return TP_OK;
+        more = 0;
+        size_t ms = sizeof more;
+        zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ms);
+        if (more || n > (int)sizeof head ||
+            !s_take_report(&m->pool, head.ctl, (size_t)n))
+            break;
+    }
+    s_seq_t seq = head.seq;
     tp_datapoint_t *dp = NULL;
     tp_status_t rc = TP_OK;
     if (more) {
@@ -1127,12 +1165,15 @@ static void s_add_row(tp_dataflow_t *df, void *arg) {
      * (so that 100% means every worker all the time). */
     uint64_t busy = atomic_load_explicit(&p->dead_busy_ns, memory_order_relaxed);
     uint64_t blocked = atomic_load_explicit(&p->dead_blocked_ns, memory_order_relaxed);
+    uint64_t starved = atomic_load_explicit(&p->dead_starved_ns, memory_order_relaxed);
     for (int i = 0; i < p->nworkers; i++) {
         busy += atomic_load_explicit(&p->workers[i].busy_ns, memory_order_relaxed);
         blocked += atomic_load_explicit(&p->workers[i].blocked_ns, memory_order_relaxed);
+        starved += atomic_load_explicit(&p->workers[i].starved_ns, memory_order_relaxed);
     }
     row->busy_s += (double)busy * 1e-9 / p->nworkers;
     row->blocked_s += (double)blocked * 1e-9 / p->nworkers;
+    row->starved_s += (double)starved * 1e-9 / p->nworkers;
 }
 
 tp_status_t tp_df_multiprocess_row(tp_dataflow_t *df, tp_stats_row_t *row) {

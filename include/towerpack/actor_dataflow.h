@@ -107,8 +107,8 @@ int tp_df_multiprocess_restarts(tp_dataflow_t *df);
 /* The forked workers of the multiprocess dataflows in df (df itself or
  * any it wraps) as one statistics row, "dataflow workers": datapoints and
  * wire bytes they delivered (msgs_out, bytes_out), their restarts, and
- * their busy and blocked time as the runner's workers report it (per
- * worker on average; the map's workers do not report yet). Any thread.
+ * their busy, blocked and (a map's) starved time as the workers report it,
+ * per worker on average. Any thread.
  * TP_ERR_NOT_FOUND when df forks no workers. */
 tp_status_t tp_df_multiprocess_row(tp_dataflow_t *df, tp_stats_row_t *row);
 

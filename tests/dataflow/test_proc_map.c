@@ -170,3 +170,43 @@ Test(proc_map, strict_end_pass_starts_a_clean_pass) {
     tp_dataflow_destroy(&df);
     cr_assert_eq(atomic_load(&tu_live), 0);
 }
+
+/* triple, after 2 ms of CPU: the workers are the slow part. */
+static tp_status_t slow_triple(void *arg, tp_datapoint_t **dp) {
+    uint64_t t0 = tp_now_ns();
+    while (tp_now_ns() - t0 < 2000000)
+        ;
+    return triple(arg, dp);
+}
+
+/* The map's workers report their own time on the results socket: busy in
+ * the map function, the rest waiting for tasks or on a full queue; the
+ * reports do not disturb strict order, and are not counted as results. */
+Test(proc_map, workers_report_their_time_and_strict_stays_exact) {
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    o.timeout_s = 10;
+    o.allow_threads = 1;
+    tp_dataflow_t *df = tp_df_multiprocess_map(tu_count_df(1200, 0, -1), 2, slow_triple,
+                                               NULL, 1, &o);
+    cr_assert(df, "%s", tp_last_error());
+    pu_assert_fork_safe("workers_report");
+    cr_assert_eq(tp_dataflow_reset_state(df, 7, 0), TP_OK, "%s", tp_last_error());
+    tp_datapoint_t *dp;
+    tp_status_t rc;
+    int64_t i = 0;
+    while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {  /* about 1.2 s */
+        cr_assert_eq(tu_value(dp), 3 * i, "in order, every one");
+        tp_datapoint_destroy(&dp);
+        i++;
+    }
+    cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
+    cr_assert_eq(i, 1200);
+    tp_stats_row_t row;
+    cr_assert_eq(tp_df_multiprocess_row(df, &row), TP_OK);
+    cr_assert_eq(row.msgs_out, 1200, "reports are not results");
+    /* reports come twice a second: at least the first one of each worker */
+    cr_assert_gt(row.busy_s, 0.1, "busy %.3f s per worker", row.busy_s);
+    cr_assert_geq(row.starved_s, 0);
+    tp_dataflow_destroy(&df);
+}
