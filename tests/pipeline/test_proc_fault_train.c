@@ -26,6 +26,9 @@ static void teardown(void) { fu_rmrf(s_dir); }
 
 TestSuite(fault_train, .init = setup, .fini = teardown, .timeout = 120);
 
+/* 1: the next s_start passes --worker-restarts 0. */
+static int s_no_restarts;
+
 /* Start tp-train (mlp, one BLAS thread, one tower) for `epochs` epochs of
  * `steps` steps; workers > 0 adds forked dataflow workers; resume adds
  * --resume. */
@@ -44,6 +47,10 @@ static int s_start(int epochs, int steps, int workers, int resume, long fsize) {
     }
     if (resume)
         argv[n++] = "--resume";
+    if (s_no_restarts) {
+        argv[n++] = "--worker-restarts";
+        argv[n++] = "0";
+    }
     argv[n] = NULL;
     return fu_spawn(argv, s_out, s_tmp, fsize);
 }
@@ -192,6 +199,42 @@ Test(fault_train, sigkill_of_a_dataflow_worker_mid_epoch) {
     for (int k = 0; k < nkids; k++)
         cr_assert(pu_wait_gone(kids[k], 2000), "child %d of tp-train left", kids[k]);
     cr_assert_eq(pu_dir_entries(s_tmp), 0, "the private ipc dir is left");
+}
+
+/* Must hold: with --worker-restarts 0 (the old policy) a worker killed
+ * mid-epoch ends training with an error that names the worker and its
+ * signal (exit 1, not a hang), nothing of the run is left, and the
+ * checkpoint of the epoch before loads. */
+Test(fault_train, sigkill_of_a_worker_without_restarts_ends_training) {
+    s_no_restarts = 1;
+    int pid = s_start(3, 300, 2, 0, 0);
+    s_no_restarts = 0;
+    int before[8], nb = 0;
+    for (int i = 0; i < 6000 && nb < 2; i++) {
+        nb = s_workers(pid, before, 8);
+        if (nb < 2)
+            usleep(10000);
+    }
+    cr_assert_eq(nb, 2, "two workers; output:\n%s", s_output());
+    int kids[8];
+    int nkids = fu_children(pid, kids, 8);
+    char p[256];
+    s_path(p, sizeof p, 300);
+    cr_assert(fu_wait_file(p, 60000), "no checkpoint; output:\n%s", s_output());
+    cr_assert_eq(kill(before[0], SIGKILL), 0);
+    int st = fu_wait(pid, 30000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "tp-train (%d):\n%s", st, s_output());
+    char who[64];
+    snprintf(who, sizeof who, "(pid %d) killed by signal 9", before[0]);
+    cr_assert(strstr(s_output(), who), "the error names the worker (%s):\n%s", who,
+              s_output());
+    for (int k = 0; k < nb; k++)
+        cr_assert(pu_wait_gone(before[k], 2000), "worker %d left", before[k]);
+    for (int k = 0; k < nkids; k++)
+        cr_assert(pu_wait_gone(kids[k], 2000), "child %d of tp-train left", kids[k]);
+    int64_t step = 0;
+    s_assert_latest_loads(&step);
+    cr_assert_geq(step, 300);
 }
 
 /* Must hold, for SIGINT and SIGTERM sent at random points of a run
