@@ -95,7 +95,7 @@ tp_status_t tp_stats_encode(const tp_stats_snapshot_t *snap, void **buf,
         p = s_put(p, &f, 4);
         f = (float)r->blocked_pct;
         p = s_put(p, &f, 4);
-        u32 = 0;
+        u32 = r->pid;
         p = s_put(p, &u32, 4);
         TP_ASSERT(p == row + TP_STATS_ROW_BYTES);
     }
@@ -201,9 +201,8 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
         p = s_get(p, &r->msgs_per_s, 8);
         p = s_get(p, &r->mb_per_s, 8);
         float f[3];
-        uint32_t reserved;
         p = s_get(p, f, 12);
-        p = s_get(p, &reserved, 4);
+        p = s_get(p, &r->pid, 4);
         if (!s_finite_nonneg(r->busy_s) || !s_finite_nonneg(r->starved_s) ||
             !s_finite_nonneg(r->blocked_s) || !s_finite_nonneg(r->alive_s))
             return s_bad(snap, "time counters not finite and >= 0", i);
@@ -214,8 +213,6 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
             return s_bad(snap, "queue fill not in [0, 1] and not -1", i);
         if (!s_pct_ok(f[0]) || !s_pct_ok(f[1]) || !s_pct_ok(f[2]))
             return s_bad(snap, "percentages not in [0, 100]", i);
-        if (reserved)
-            return s_bad(snap, "reserved bytes not zero", i);
         r->busy_pct = f[0];
         r->starved_pct = f[1];
         r->blocked_pct = f[2];
@@ -302,6 +299,8 @@ char *tp_stats_to_json(const tp_stats_snapshot_t *snap) {
         json_object_set_new(a, "name", json_string(r->name));
         json_object_set_new(a, "state", json_string(tp_actor_state_name(r->state)));
         json_object_set_new(a, "restarts", json_integer(r->restarts));
+        /* every row says its process: the publisher's unless it is another */
+        json_object_set_new(a, "pid", json_integer(r->pid ? r->pid : snap->pid));
         json_object_set_new(a, "msgs_per_s", json_real(r->msgs_per_s));
         json_object_set_new(a, "mb_per_s", json_real(r->mb_per_s));
         json_object_set_new(a, "queue_fill", json_real(r->queue_fill));

@@ -46,9 +46,14 @@ void tp_mp_opts_init(tp_mp_opts_t *opts) {
 /* ---- shared by both ------------------------------------------------------------- */
 
 typedef struct {
-    /* The worker's own counters, as it last reported them (TP_CTL_STATS on
-     * its data socket): time making datapoints, time its sends waited. */
-    atomic_uint_fast64_t busy_ns, blocked_ns, starved_ns;
+    /* The worker's own counters, as its process last reported them
+     * (TP_CTL_STATS on its data socket), and what the slot's dead
+     * processes had reported (base). Written by the consumer's thread,
+     * read by any. */
+    atomic_uint_fast64_t busy_ns, blocked_ns, starved_ns, made, bytes;
+    atomic_uint_fast64_t base_busy_ns, base_blocked_ns, base_starved_ns, base_made,
+        base_bytes;
+    atomic_int restarts;  /* of this slot */
     pid_t pid;       /* 0: not running */
     int gen;         /* how many times this slot was started */
     int inflight;    /* map: tasks out at this worker */
@@ -65,26 +70,20 @@ typedef struct {
     df_zygote_t *zygote;  /* forks the workers */
     void *impl;           /* the runner or map the pool belongs to */
     atomic_int restarts;  /* read by other threads (tp_df_multiprocess_restarts) */
-    /* What the workers delivered (datapoints, wire bytes), counted by the
-     * consumer's thread, read by any (tp_df_multiprocess_row). */
-    atomic_uint_fast64_t delivered, bytes;
-    /* what dead workers had reported (their slots start again from 0) */
-    atomic_uint_fast64_t dead_busy_ns, dead_blocked_ns, dead_starved_ns;
     uint64_t start_ns;    /* set at reset_state */
     uint64_t seed, stream;
     uint64_t last_check_ns;
     tp_wire_opts_t wire;
 } s_pool_t;
 
-/* A dead worker's last report joins the pool's totals; its slot starts
- * again from 0 (the consumer's thread only). */
-static void s_fold_counters(s_pool_t *p, s_worker_t *w) {
-    atomic_fetch_add_explicit(&p->dead_busy_ns, atomic_exchange(&w->busy_ns, 0),
-                              memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->dead_blocked_ns, atomic_exchange(&w->blocked_ns, 0),
-                              memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->dead_starved_ns, atomic_exchange(&w->starved_ns, 0),
-                              memory_order_relaxed);
+/* A dead worker's last report joins its slot's base; the slot's next
+ * process reports from 0 (the consumer's thread only). */
+static void s_fold_counters(s_worker_t *w) {
+    atomic_fetch_add(&w->base_busy_ns, atomic_exchange(&w->busy_ns, 0));
+    atomic_fetch_add(&w->base_blocked_ns, atomic_exchange(&w->blocked_ns, 0));
+    atomic_fetch_add(&w->base_starved_ns, atomic_exchange(&w->starved_ns, 0));
+    atomic_fetch_add(&w->base_made, atomic_exchange(&w->made, 0));
+    atomic_fetch_add(&w->base_bytes, atomic_exchange(&w->bytes, 0));
 }
 
 /* A TP_CTL_STATS frame (data, size) from worker `slot`, on the consumer's
@@ -96,15 +95,17 @@ static int s_take_report(s_pool_t *p, const void *data, size_t size) {
     size_t len;
     if (!tp_ctl_parse(data, size, &kind, &slot, &text, &len) || kind != TP_CTL_STATS)
         return 0;
-    char buf[96];
-    unsigned long long busy = 0, blocked = 0, starved = 0;
+    char buf[128];
+    unsigned long long busy = 0, blocked = 0, starved = 0, made = 0, bytes = 0;
     snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), text);
-    if (slot < (uint32_t)p->nworkers && sscanf(buf, "%llu %llu %llu", &busy, &blocked,
-                                               &starved) >= 2) {
+    if (slot < (uint32_t)p->nworkers && sscanf(buf, "%llu %llu %llu %llu %llu", &busy,
+                                               &blocked, &starved, &made, &bytes) == 5) {
         s_worker_t *w = &p->workers[slot];
         atomic_store_explicit(&w->busy_ns, busy, memory_order_relaxed);
         atomic_store_explicit(&w->blocked_ns, blocked, memory_order_relaxed);
         atomic_store_explicit(&w->starved_ns, starved, memory_order_relaxed);
+        atomic_store_explicit(&w->made, made, memory_order_relaxed);
+        atomic_store_explicit(&w->bytes, bytes, memory_order_relaxed);
     }
     return 1;
 }
@@ -122,6 +123,7 @@ static int s_take_report_msg(s_pool_t *p, tp_wire_msg_t *msg) {
  * parent's full queue (blocked), waiting for work (starved: the map's). */
 typedef struct {
     uint64_t busy_ns, blocked_ns, starved_ns, reported_ns;
+    uint64_t made, bytes;   /* datapoints (results) sent, their wire bytes */
 } s_child_time_t;
 
 /* In a worker: its counters to the parent, on the data socket (so they
@@ -132,21 +134,13 @@ static void s_child_report(void *sock, int index, s_child_time_t *t) {
     if (now - t->reported_ns < 500000000ull)
         return;
     t->reported_ns = now;
-    char text[96];
-    snprintf(text, sizeof text, "%llu %llu %llu", (unsigned long long)t->busy_ns,
-             (unsigned long long)t->blocked_ns, (unsigned long long)t->starved_ns);
+    char text[128];
+    snprintf(text, sizeof text, "%llu %llu %llu %llu %llu", (unsigned long long)t->busy_ns,
+             (unsigned long long)t->blocked_ns, (unsigned long long)t->starved_ns,
+             (unsigned long long)t->made, (unsigned long long)t->bytes);
     tp_ctl_send(sock, TP_CTL_STATS, (uint32_t)index, text, ZMQ_DONTWAIT);
 }
 
-/* One datapoint delivered to the consumer (only its thread adds). */
-static void s_count(s_pool_t *p, size_t bytes) {
-    atomic_store_explicit(&p->delivered,
-                          atomic_load_explicit(&p->delivered, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    atomic_store_explicit(&p->bytes,
-                          atomic_load_explicit(&p->bytes, memory_order_relaxed) + bytes,
-                          memory_order_relaxed);
-}
 
 static int s_count_threads(void) {
     DIR *d = opendir("/proc/self/task");
@@ -327,10 +321,11 @@ static tp_status_t s_check_workers(s_pool_t *p, int force, s_on_dead_fn pre_spaw
         char how[2300];
         s_describe(e.status, e.msg, how, sizeof how);
         __atomic_store_n(&p->workers[i].pid, 0, __ATOMIC_RELAXED);
-        s_fold_counters(p, &p->workers[i]);
+        s_fold_counters(&p->workers[i]);
         int used = atomic_load(&p->restarts);
         if (p->opts.policy == TP_WORKER_RESTART && used < p->opts.max_restarts) {
             atomic_store(&p->restarts, ++used);
+            atomic_fetch_add(&p->workers[i].restarts, 1);
             TP_WARN("%s: worker %d (pid %d) %s; restarting it (%d of %d)",
                     p->what, i, (int)e.pid, how, used, p->opts.max_restarts);
             if (pre_spawn)
@@ -435,8 +430,10 @@ static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t pare
         if (rc < 0)
             s_child_fail(err_w, "%s", tp_last_error());
         uint64_t t1 = tp_now_ns();
+        time.bytes += tp_wire_msg_bytes(msg);
         if (s_child_send(msg, push, parent) < 0)
             s_child_fail(err_w, "send to the parent: %s", tp_last_error());
+        time.made++;
         uint64_t t2 = tp_now_ns();
         time.busy_ns += t1 - t0;     /* making the datapoint */
         time.blocked_ns += t2 - t1;  /* the parent's queue was full */
@@ -496,11 +493,9 @@ static tp_status_t s_runner_next(void *impl, tp_datapoint_t **out) {
         if (rc == TP_OK && s_take_report_msg(p, r->msg))
             continue;
         if (rc == TP_OK) {
-            size_t bytes = tp_wire_msg_bytes(r->msg);  /* decode takes the frames */
             rc = tp_wire_decode(r->msg, &p->wire, out);
             if (rc < 0)  /* our own workers: a bad message is a bug, say so */
                 return tp_error_wrap(rc, "multiprocess: from a worker");
-            s_count(p, bytes);
             r->in_pass++;
             return TP_OK;
         }
@@ -695,6 +690,8 @@ static void s_map_child(void *impl, int index, int gen, int err_w, pid_t parent)
         if (dp && (rc = tp_wire_encode(&dp, &p->wire, msg)) < 0)
             s_child_fail(err_w, "%s", tp_last_error());
         uint64_t t1 = tp_now_ns();
+        time.bytes += seq.flags == 0 ? tp_wire_msg_bytes(msg) : 0;
+        time.made++;
         while (zmq_send(push, &seq, sizeof seq, seq.flags == 0 ? ZMQ_SNDMORE : 0) < 0) {
             if (getppid() != parent)
                 _exit(1);
@@ -988,7 +985,6 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
                 if (dp) {
                     *out = dp;
                     m->in_pass++;
-                    s_count(p, tp_datapoint_nbytes(dp));
                     return TP_OK;
                 }
             }
@@ -1006,7 +1002,6 @@ static tp_status_t s_map_next(void *impl, tp_datapoint_t **out) {
                 if (dp) {
                     *out = dp;
                     m->in_pass++;
-                    s_count(p, tp_datapoint_nbytes(dp));
                     return TP_OK;
                 }
             }
@@ -1146,42 +1141,47 @@ int tp_df_multiprocess_restarts(tp_dataflow_t *df) {
     return sum;
 }
 
-/* df_visit: add a pool's counters to the row (the first found names it). */
-static void s_add_row(tp_dataflow_t *df, void *arg) {
-    s_pool_t *p = s_pool_of(df);
-    tp_stats_row_t *row = arg;
-    if (!p)
-        return;
-    if (!row->name[0]) {
-        snprintf(row->name, sizeof row->name, "dataflow workers");
-        row->state = TP_ACTOR_RUNNING;
-        row->queue_fill = -1;
-        row->alive_s = p->start_ns ? (double)(tp_now_ns() - p->start_ns) * 1e-9 : 0;
-    }
-    row->msgs_out += atomic_load_explicit(&p->delivered, memory_order_relaxed);
-    row->bytes_out += atomic_load_explicit(&p->bytes, memory_order_relaxed);
-    row->restarts += (uint32_t)atomic_load(&p->restarts);
-    /* The workers' own time, as they reported it, per worker on average
-     * (so that 100% means every worker all the time). */
-    uint64_t busy = atomic_load_explicit(&p->dead_busy_ns, memory_order_relaxed);
-    uint64_t blocked = atomic_load_explicit(&p->dead_blocked_ns, memory_order_relaxed);
-    uint64_t starved = atomic_load_explicit(&p->dead_starved_ns, memory_order_relaxed);
-    for (int i = 0; i < p->nworkers; i++) {
-        busy += atomic_load_explicit(&p->workers[i].busy_ns, memory_order_relaxed);
-        blocked += atomic_load_explicit(&p->workers[i].blocked_ns, memory_order_relaxed);
-        starved += atomic_load_explicit(&p->workers[i].starved_ns, memory_order_relaxed);
-    }
-    row->busy_s += (double)busy * 1e-9 / p->nworkers;
-    row->blocked_s += (double)blocked * 1e-9 / p->nworkers;
-    row->starved_s += (double)starved * 1e-9 / p->nworkers;
+typedef struct {
+    tp_stats_row_t *rows;
+    int max, n;
+} s_rows_t;
+
+static double s_sum_s(atomic_uint_fast64_t *now, atomic_uint_fast64_t *base) {
+    return (double)(atomic_load_explicit(now, memory_order_relaxed) +
+                    atomic_load_explicit(base, memory_order_relaxed)) * 1e-9;
 }
 
-tp_status_t tp_df_multiprocess_row(tp_dataflow_t *df, tp_stats_row_t *row) {
-    memset(row, 0, sizeof *row);
-    df_visit(df, s_add_row, row);
-    return row->name[0] ? TP_OK
-                        : tp_error(TP_ERR_NOT_FOUND, "no process-parallel dataflow in %s",
-                                   df ? tp_dataflow_name(df) : "(none)");
+/* df_visit: one row per worker slot of every pool found: its process, its
+ * restarts, and what its processes reported. */
+static void s_add_rows(tp_dataflow_t *df, void *arg) {
+    s_pool_t *p = s_pool_of(df);
+    s_rows_t *a = arg;
+    for (int i = 0; p && i < p->nworkers && a->n < a->max; i++) {
+        s_worker_t *w = &p->workers[i];
+        tp_stats_row_t *row = &a->rows[a->n];
+        memset(row, 0, sizeof *row);
+        snprintf(row->name, sizeof row->name, "dataflow worker %d", a->n);
+        pid_t pid = __atomic_load_n(&w->pid, __ATOMIC_RELAXED);
+        row->pid = pid > 0 ? (uint32_t)pid : 0;
+        row->state = pid > 0 ? TP_ACTOR_RUNNING : TP_ACTOR_FAILED;
+        row->restarts = (uint32_t)atomic_load(&w->restarts);
+        row->msgs_out = atomic_load_explicit(&w->made, memory_order_relaxed) +
+                        atomic_load_explicit(&w->base_made, memory_order_relaxed);
+        row->bytes_out = atomic_load_explicit(&w->bytes, memory_order_relaxed) +
+                         atomic_load_explicit(&w->base_bytes, memory_order_relaxed);
+        row->busy_s = s_sum_s(&w->busy_ns, &w->base_busy_ns);
+        row->blocked_s = s_sum_s(&w->blocked_ns, &w->base_blocked_ns);
+        row->starved_s = s_sum_s(&w->starved_ns, &w->base_starved_ns);
+        row->alive_s = p->start_ns ? (double)(tp_now_ns() - p->start_ns) * 1e-9 : 0;
+        row->queue_fill = -1;
+        a->n++;
+    }
+}
+
+int tp_df_multiprocess_rows(tp_dataflow_t *df, tp_stats_row_t *rows, int max) {
+    s_rows_t a = {rows, max, 0};
+    df_visit(df, s_add_rows, &a);
+    return a.n;
 }
 
 int tp_df_multiprocess_zygote(tp_dataflow_t *df) {

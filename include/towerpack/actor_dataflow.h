@@ -105,12 +105,13 @@ tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
 int tp_df_multiprocess_restarts(tp_dataflow_t *df);
 
 /* The forked workers of the multiprocess dataflows in df (df itself or
- * any it wraps) as one statistics row, "dataflow workers": datapoints and
- * wire bytes they delivered (msgs_out, bytes_out), their restarts, and
- * their busy, blocked and (a map's) starved time as the workers report it,
- * per worker on average. Any thread.
- * TP_ERR_NOT_FOUND when df forks no workers. */
-tp_status_t tp_df_multiprocess_row(tp_dataflow_t *df, tp_stats_row_t *row);
+ * any it wraps) as statistics rows, one per worker slot, "dataflow worker
+ * N", at most `max` into `rows`; returns how many (0: df forks none). Each
+ * row has the worker's pid (its current process; 0 and failed while none
+ * runs), the slot's restarts, and what its processes reported on their
+ * data socket (TP_CTL_STATS, twice a second): datapoints and wire bytes
+ * sent, busy, blocked and (a map's) starved time. Any thread. */
+int tp_df_multiprocess_rows(tp_dataflow_t *df, tp_stats_row_t *rows, int max);
 
 /* The pid of the zygote that forks df's workers (0 before reset_state or
  * for another kind of dataflow). For tests and tools. */

@@ -10,7 +10,8 @@
  *   header (56 bytes):  magic "TPS1", version, row count, pid, sequence,
  *                       wall time, interval, source name (16 bytes)
  *   row (160 bytes each): name (48 bytes, NUL-terminated), state, restarts,
- *                       cumulative counters, rates and percentages
+ *                       cumulative counters, rates and percentages, the
+ *                       process the actor runs in
  *
  * The decoder checks every field before it trusts the message, so a
  * subscriber can read from any peer. */
@@ -26,7 +27,7 @@ extern "C" {
 #endif
 
 #define TP_STATS_MAGIC 0x31535054u /* "TPS1", little-endian */
-#define TP_STATS_VERSION 1
+#define TP_STATS_VERSION 2         /* 2: each row says its process */
 #define TP_STATS_NAME_MAX 48       /* bytes of a row name, with its NUL */
 #define TP_STATS_SOURCE_MAX 16     /* bytes of the source name, with its NUL */
 #define TP_STATS_MAX_ROWS 4096
@@ -61,6 +62,7 @@ typedef struct tp_stats_row {
     double msgs_per_s;    /* max(in, out) messages per second */
     double mb_per_s;      /* max(in, out) MB (1e6 bytes) per second */
     double busy_pct, starved_pct, blocked_pct;
+    uint32_t pid;         /* the process it runs in; 0: the publisher's */
 } tp_stats_row_t;
 
 /* One published snapshot. Held by value: init/fini. */

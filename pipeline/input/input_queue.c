@@ -212,14 +212,11 @@ static tp_status_t q_row(s_queue_t *q, tp_stats_row_t *row) {
 }
 
 /* Upstream first: the dataflow's forked workers (the readers, when its
- * chain has `processes N`: what they delivered, their restarts), then the
+ * chain has `processes N`: one row each, with its process), then the
  * prefetch actor. */
 static int q_stats(void *impl, tp_stats_row_t *rows, int max) {
     s_queue_t *q = impl;
-    int n = 0;
-    if (max >= 2 && tp_df_multiprocess_restarts(q->df) >= 0 &&  /* it forks */
-        tp_df_multiprocess_row(q->df, &rows[n]) == TP_OK)
-        n++;
+    int n = tp_df_multiprocess_rows(q->df, rows, max - 1);
     return q_row(q, &rows[n]) == TP_OK ? n + 1 : n;
 }
 

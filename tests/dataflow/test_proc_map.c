@@ -202,11 +202,14 @@ Test(proc_map, workers_report_their_time_and_strict_stays_exact) {
     }
     cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
     cr_assert_eq(i, 1200);
-    tp_stats_row_t row;
-    cr_assert_eq(tp_df_multiprocess_row(df, &row), TP_OK);
-    cr_assert_eq(row.msgs_out, 1200, "reports are not results");
-    /* reports come twice a second: at least the first one of each worker */
-    cr_assert_gt(row.busy_s, 0.1, "busy %.3f s per worker", row.busy_s);
-    cr_assert_geq(row.starved_s, 0);
+    tp_stats_row_t rows[4];
+    cr_assert_eq(tp_df_multiprocess_rows(df, rows, 4), 2);
+    uint64_t made = rows[0].msgs_out + rows[1].msgs_out;
+    cr_assert_leq(made, 1200, "%llu results reported sent", (unsigned long long)made);
+    /* reports come twice a second: at least two from each worker by now */
+    for (int w = 0; w < 2; w++) {
+        cr_assert_gt(rows[w].busy_s, 0.1, "worker %d busy %.3f s", w, rows[w].busy_s);
+        cr_assert_gt(rows[w].msgs_out, 0, "worker %d sent nothing", w);
+    }
     tp_dataflow_destroy(&df);
 }

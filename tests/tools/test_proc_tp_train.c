@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "proc_testutil.h"
+#include <towerpack/clock.h>
 
 #define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 2"
 
@@ -127,10 +128,45 @@ Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 1
     json_decref(j);
 }
 
+/* One snapshot from `tp-top --once --json --connect ep` (caller owns), or
+ * NULL; its text into last[size] either way. */
+static json_t *s_top_json(const char *ep, char *last, size_t size) {
+    static char json[1 << 16];
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", (char *)ep, "--once", "--json",
+                     "--timeout", "5", NULL};
+    pu_spawn_opts_t to = {.out_fd = fds[1]};
+    pid_t top = pu_spawn(targv, &to);
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof json - 1 && (r = read(fds[0], json + got, sizeof json - 1 - got)) > 0)
+        got += (size_t)r;
+    json[got] = '\0';
+    close(fds[0]);
+    pu_waitpid(top, 10000);
+    snprintf(last, size, "%s", json);
+    json_error_t err;
+    return json_loads(json, 0, &err);
+}
+
+/* The row named `name` of a snapshot, or NULL. */
+static json_t *s_top_row(json_t *snap, const char *name) {
+    json_t *actors = json_object_get(snap, "actors");
+    for (size_t i = 0; i < json_array_size(actors); i++) {
+        json_t *a = json_array_get(actors, i);
+        if (!strcmp(json_string_value(json_object_get(a, "name")), name))
+            return a;
+    }
+    return NULL;
+}
+
 /* tp-top --once --json during a run of two towers fed by forked workers
- * lists the whole tree, each with its rate: the dataflow workers, the
- * prefetch actor, a stage per tower, the supervisor, the towers and the
- * callback actor. */
+ * lists the whole tree, each with its rate: each dataflow worker (with its
+ * own process id), the prefetch actor, a stage per tower, the supervisor,
+ * the towers and the callback actor. A worker killed with SIGKILL is gone
+ * from the rows within 3 s (its slot shows the replacement's process). */
 Test(tp_train, tp_top_shows_the_whole_tree, .init = s_setup, .fini = s_teardown,
      .timeout = 120) {
     char logdir[128], sock[160], ep[170];
@@ -144,12 +180,13 @@ Test(tp_train, tp_top_shows_the_whole_tree, .init = s_setup, .fini = s_teardown,
     pu_spawn_opts_t o = {.out = "/dev/null"};
     pid_t train = pu_spawn(argv, &o);
     cr_assert_gt(train, 0);
-    static const char *const want[] = {"dataflow workers", "QueueInput",
+    static const char *const want[] = {"dataflow worker 0", "dataflow worker 1", "QueueInput",
                                        "StagingInput/tower0", "StagingInput/tower1",
                                        "supervisor", "tower0", "tower1", "callbacks"};
     const int nwant = (int)(sizeof want / sizeof *want);
-    char json[1 << 16], last[1 << 16] = "";
+    static char last[1 << 16];
     int ok = 0;
+    json_int_t worker = 0;  /* worker 0's process, as tp-top shows it */
     /* The first snapshots can come before every actor has a rate: look
      * again, within a bound. */
     for (int attempt = 0; attempt < 40 && !ok; attempt++) {
@@ -157,42 +194,42 @@ Test(tp_train, tp_top_shows_the_whole_tree, .init = s_setup, .fini = s_teardown,
             usleep(250000);
             continue;
         }
-        int fds[2];
-        cr_assert_eq(pipe(fds), 0);
-        char *targv[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", ep, "--once", "--json",
-                         "--timeout", "5", NULL};
-        pu_spawn_opts_t to = {.out_fd = fds[1]};
-        pid_t top = pu_spawn(targv, &to);
-        close(fds[1]);
-        size_t got = 0;
-        ssize_t r;
-        while (got < sizeof json - 1 && (r = read(fds[0], json + got, sizeof json - 1 - got)) > 0)
-            got += (size_t)r;
-        json[got] = '\0';
-        close(fds[0]);
-        pu_waitpid(top, 10000);
-        snprintf(last, sizeof last, "%s", json);
-        json_error_t err;
-        json_t *snap = json_loads(json, 0, &err);
+        json_t *snap = s_top_json(ep, last, sizeof last);
         if (!snap)
             continue;
-        json_t *actors = json_object_get(snap, "actors");
         int found = 0;
-        for (int w = 0; w < nwant; w++)
-            for (size_t i = 0; i < json_array_size(actors); i++) {
-                json_t *a = json_array_get(actors, i);
-                if (!strcmp(json_string_value(json_object_get(a, "name")), want[w]) &&
-                    json_real_value(json_object_get(a, "msgs_per_s")) > 0) {
-                    found++;
-                    break;
-                }
-            }
+        for (int w = 0; w < nwant; w++) {
+            json_t *a = s_top_row(snap, want[w]);
+            found += a && json_real_value(json_object_get(a, "msgs_per_s")) > 0;
+        }
         ok = found == nwant;
+        json_t *w0 = s_top_row(snap, "dataflow worker 0");
+        worker = w0 ? json_integer_value(json_object_get(w0, "pid")) : 0;
+        if (ok)
+            cr_assert(worker > 0 && worker != json_integer_value(json_object_get(snap, "pid")),
+                      "a worker's row has its own process:\n%s", last);
         json_decref(snap);
+    }
+    int gone = 0;
+    if (ok) {
+        cr_assert_eq(kill((pid_t)worker, SIGKILL), 0);
+        double t0 = tp_now_s();
+        while (!gone && tp_now_s() - t0 < 3.0) {
+            json_t *snap = s_top_json(ep, last, sizeof last);
+            json_t *actors = snap ? json_object_get(snap, "actors") : NULL;
+            int seen = 0;
+            for (size_t i = 0; i < json_array_size(actors); i++)
+                seen |= json_integer_value(json_object_get(json_array_get(actors, i), "pid")) ==
+                        worker;
+            gone = snap && !seen && s_top_row(snap, "dataflow worker 0");
+            json_decref(snap);
+        }
     }
     kill(train, SIGTERM);
     int st = pu_waitpid(train, 30000);
     cr_assert(ok, "tp-top did not show every actor with a rate; last snapshot:\n%s", last);
+    cr_assert(gone, "the killed worker (pid %lld) still shows 3 s later:\n%s",
+              (long long)worker, last);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM,
               "tp-train ended in order after SIGTERM (status %d)", st);
 }
