@@ -168,13 +168,16 @@ Test(proc_runner, bad_arguments) {
     cr_assert_null(tp_df_multiprocess(NULL, 2, NULL));
 }
 
-/* A dataflow that spins 2 ms of CPU per datapoint: its workers are busy. */
+/* A dataflow that spins 2 ms of CPU per datapoint: its workers are busy.
+ * 64 KB a datapoint, so that the socket buffers between a worker and its
+ * parent fill within a few of them once the parent stops taking (a tiny
+ * datapoint would fill them only after hundreds). */
 static tp_status_t spin_next(void *impl, tp_datapoint_t **out) {
     (void)impl;
     uint64_t t0 = tp_now_ns();
     while (tp_now_ns() - t0 < 2000000)
         ;
-    int64_t one[] = {1};
+    int64_t one[] = {16384};
     *out = tp_datapoint_new(1);
     tp_tensor_init_zero(tp_datapoint_get(*out, 0), TP_INT32, 1, one);
     return TP_OK;
