@@ -49,6 +49,7 @@ declare -A OWNER=(
   [backend.h]=gpu [device.h]=gpu [graph.h]=gpu [optim.h]=gpu [checkpoint.h]=gpu
   [launch.h]=pipeline [trainer_loop.h]=pipeline [callback.h]=pipeline
   [model_callbacks.h]=pipeline [logdir.h]=pipeline [plot.h]=pipeline
+  [predict.h]=pipeline
   [dist.h]=dist
   [models.h]=models
   [towerpack.h]=tools   # the umbrella: for programs, never for the library

@@ -474,7 +474,7 @@ static int s_parse_i64(const char *s, int64_t *v) {
 
 /* ---- snapshots: a checkpoint taken now, written later -------------------- */
 
-enum { S_MAXMETA = 80, S_KEY = 40, S_VAL = 72 };
+enum { S_MAXMETA = 80, S_KEY = 40, S_VAL = 256 };
 
 /* Everything tp_checkpoint_save writes, copied out of the model: the file
  * can then be written on another thread while the model trains on. Every
@@ -645,6 +645,23 @@ tp_status_t tp_checkpoint_snapshot_take(tp_checkpoint_snapshot_t *s,
         }                                                                    \
     } while (0)
     META("format", "%s", FORMAT_TAG);
+    if (m->name) {
+        /* what a predictor needs to rebuild the graph: the zoo's name and
+         * the inputs as trained ("image:uint8:28x28;label:int32:") */
+        META("model", "%s", m->name);
+        char in[S_VAL];
+        size_t o = 0;
+        for (int i = 0; i < m->ninputs && o < sizeof in; i++) {
+            const tp_input_desc_t *d = &m->inputs[i];
+            o += (size_t)snprintf(in + o, sizeof in - o, "%s%s:%s:", i ? ";" : "",
+                                  d->name, tp_dtype_name(d->dtype));
+            for (int k = 1; k < d->ndim && o < sizeof in; k++)
+                o += (size_t)snprintf(in + o, sizeof in - o, "%s%lld", k > 1 ? "x" : "",
+                                      (long long)d->shape[k]);
+        }
+        if (o < sizeof in)
+            META("inputs", "%s", in);
+    }
     if (state) {
         META("epoch", "%" PRId64, state->epoch);
         META("global_step", "%" PRId64, state->global_step);
@@ -751,13 +768,19 @@ tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
             used[e - st->entries] = 1;
             if (e->dtype != TP_FLOAT32 || e->ndim != v->shape.ndim ||
                 memcmp(e->shape, v->shape.d, sizeof(int64_t) * (size_t)e->ndim)) {
-                char item[TP_NAME_MAX + 256];
+                char item[TP_NAME_MAX + 512];
                 tp_tensor_t tv;
                 char got[96];
                 tp_tensor_init_wrap(&tv, e->dtype, e->ndim, e->shape,
                                     (void *)st->data, NULL, NULL);
                 tp_tensor_describe(&tv, got, sizeof got);
-                snprintf(item, sizeof item, "%s is %s", name, got);
+                tp_tensor_t mv;
+                char want[96];
+                tp_tensor_init_wrap(&mv, TP_FLOAT32, v->shape.ndim, v->shape.d,
+                                    (void *)st->data, NULL, NULL);
+                tp_tensor_describe(&mv, want, sizeof want);
+                snprintf(item, sizeof item, "%s is %s in the file, %s in the "
+                         "model", name, got, want);
                 s_list_add(bad, sizeof bad, &nbad, item);
                 continue;
             }

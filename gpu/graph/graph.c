@@ -101,6 +101,31 @@ tp_status_t tp_tower_status(const tp_tower_t *t) { return t->status; }
 const char *tp_node_name(const tp_node_t *n) { return n->name; }
 const tp_shape_t *tp_node_shape(const tp_node_t *n) { return &n->shape; }
 tp_dtype_t tp_node_dtype(const tp_node_t *n) { return n->dtype; }
+tp_op_kind_t tp_node_kind(const tp_node_t *n) { return n->kind; }
+int tp_node_input_count(const tp_node_t *n) { return n->ninputs; }
+tp_node_t *tp_node_input(const tp_node_t *n, int i) {
+    return i >= 0 && i < n->ninputs ? n->inputs[i] : NULL;
+}
+int tp_node_batched(const tp_node_t *n) { return n->batched; }
+tp_node_t *tp_node_state(const tp_node_t *n, int i) {
+    return n->kind == TP_OP_BATCH_NORM && (i == 0 || i == 1) ? n->state[i] : NULL;
+}
+int tp_node_input_index(const tp_node_t *n) {
+    return n->kind == TP_OP_INPUT ? n->input : -1;
+}
+void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *o) {
+    memset(o, 0, sizeof *o);
+    o->kernel[0] = n->attr.kh;
+    o->kernel[1] = n->attr.kw;
+    o->stride[0] = n->attr.sh;
+    o->stride[1] = n->attr.sw;
+    o->pad[0] = n->attr.ph;
+    o->pad[1] = n->attr.pw;
+    o->alpha = n->attr.alpha;
+    o->eps = n->attr.eps;
+    o->training = n->attr.training;
+    o->in_dtype = n->attr.in_dtype;
+}
 
 /* Record the tower's first error, naming the tower and node. */
 __attribute__((format(printf, 4, 5))) static void

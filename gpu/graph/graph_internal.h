@@ -56,6 +56,7 @@ struct tp_node {
     int fuse_after;    /* trainable VARIABLE: id of the node whose backward
                           writes its gradient last (fused updates) */
     uint64_t prof_fwd_ns, prof_bwd_ns, prof_calls;
+    int pruned;        /* inference: no wanted output needs it (skipped) */
     /* per step: the runtime batch */
     tp_shape_t run_shape;
 };
@@ -118,6 +119,7 @@ struct tp_model {
     tp_model_config_t config;
     tp_input_desc_t *inputs;
     int ninputs;
+    char *name;        /* the description's name, or NULL */
 
     tp_var_t *vars;
     int nvars, cap_vars;

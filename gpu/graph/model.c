@@ -34,6 +34,15 @@ tp_model_config_t tp_model_config_default(void) {
 }
 
 int tp_model_tower_count(const tp_model_t *m) { return m->ntowers; }
+const char *tp_model_name(const tp_model_t *m) { return m ? m->name : NULL; }
+tp_status_t tp_model_set_name(tp_model_t *m, const char *name) {
+    char *copy = name ? strdup(name) : NULL;
+    if (name && !copy)
+        return tp_error(TP_ERR_NOMEM, "model name");
+    free(m->name);
+    m->name = copy;
+    return TP_OK;
+}
 tp_backend_t *tp_model_backend(tp_model_t *m) { return m->backend; }
 size_t tp_model_memory(const tp_model_t *m) { return m->memory; }
 tp_optimizer_t *tp_model_optimizer(tp_model_t *m) { return m->opt; }
@@ -633,6 +642,7 @@ void tp_model_destroy(tp_model_t **self_p) {
         free(m->vars[i].name);
     free(m->vars);
     free(m->inputs);
+    free(m->name);
     tp_optimizer_destroy(&m->opt);
     if (m->own_backend)
         tp_backend_destroy(&m->backend);
@@ -651,6 +661,8 @@ static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
     for (int i = 0; i < m->ninputs; i++) {
         const tp_input_desc_t *d = &m->inputs[i];
         const tp_tensor_t *x = &inputs[i];
+        if (t->input_nodes[i]->pruned)
+            continue; /* no wanted output reads it: any tensor will do */
         int ok = x->dtype == d->dtype && x->ndim == d->ndim && x->ndim >= 1;
         for (int k = 1; ok && k < d->ndim; k++)
             ok = x->shape[k] == d->shape[k];
@@ -685,6 +697,8 @@ static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
     tp_backend_t *b = m->backend;
     for (int i = 0; i < m->ninputs; i++) {
         tp_node_t *n = t->input_nodes[i];
+        if (n->pruned)
+            continue;
         if (b->device < 0) {
             /* host memory is the CPU backend's memory: borrow, no copy */
             n->value = inputs[i].data;
@@ -719,7 +733,7 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     tp_op_call_t c;
     for (int i = 0; i < t->nnodes; i++) {
         tp_node_t *n = t->nodes[i];
-        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE)
+        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE || n->pruned)
             continue;
         if (n->kind == TP_OP_RESHAPE) {
             n->value = n->inputs[0]->value; /* inputs may be borrowed */
@@ -1045,6 +1059,67 @@ static tp_node_t *s_lookup(tp_tower_t *t, const char *name) {
         if (strcmp(t->nodes[i]->name, name) == 0)
             return t->nodes[i];
     return NULL;
+}
+
+int tp_model_node_count(const tp_model_t *m, int tower) {
+    tp_tower_t *t = m ? tp_model_tower_((tp_model_t *)m, tower) : NULL;
+    return t ? t->nnodes : 0;
+}
+
+tp_node_t *tp_model_node(const tp_model_t *m, int tower, int i) {
+    tp_tower_t *t = m ? tp_model_tower_((tp_model_t *)m, tower) : NULL;
+    return t && i >= 0 && i < t->nnodes ? t->nodes[i] : NULL;
+}
+
+tp_node_t *tp_model_lookup(const tp_model_t *m, int tower, const char *name) {
+    tp_tower_t *t = m ? tp_model_tower_((tp_model_t *)m, tower) : NULL;
+    return t && name ? s_lookup(t, name) : NULL;
+}
+
+/* Mark what the wanted nodes reach backwards through their inputs (and a
+ * batch norm's moving averages); forward skips everything else. Nodes come
+ * in topological order, so one backward sweep does it. */
+tp_status_t tp_model_prune(tp_model_t *m, const char *const *names, int n) {
+    if (!m || !m->infer)
+        return tp_error(TP_ERR_INVALID, "prune: the model has no inference "
+                        "graph (tp_model_config_t.infer_batch)");
+    tp_tower_t *t = m->infer;
+    if (n < 0 || (n > 0 && !names))
+        return tp_error(TP_ERR_INVALID, "prune: %d names at %p", n,
+                        (const void *)names);
+    unsigned char *keep = calloc((size_t)t->nnodes + 1, 1);
+    if (!keep)
+        return tp_error(TP_ERR_NOMEM, "prune");
+    for (int i = 0; i < n; i++) {
+        tp_node_t *x = names[i] ? s_lookup(t, names[i]) : NULL;
+        if (!x) {
+            free(keep);
+            return tp_error(TP_ERR_NOT_FOUND, "prune: %s has no output or "
+                            "node named '%s'", t->name,
+                            names[i] ? names[i] : "(null)");
+        }
+        keep[x->id] = 1;
+    }
+    for (int i = t->nnodes - 1; i >= 0; i--) {
+        tp_node_t *x = t->nodes[i];
+        if (n > 0 && !keep[i])
+            continue;
+        for (int j = 0; j < x->ninputs; j++)
+            keep[x->inputs[j]->id] = 1;
+        for (int j = 0; j < 2; j++)
+            if (x->state[j])
+                keep[x->state[j]->id] = 1;
+    }
+    for (int i = 0; i < t->nnodes; i++)
+        t->nodes[i]->pruned = n > 0 && !keep[i];
+    free(keep);
+    return TP_OK;
+}
+
+int tp_model_input_needed(const tp_model_t *m, int i) {
+    if (!m || !m->infer || i < 0 || i >= m->ninputs)
+        return 0;
+    return !m->infer->input_nodes[i]->pruned;
 }
 
 tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,

@@ -72,6 +72,31 @@ const char *tp_node_name(const tp_node_t *n);
 const tp_shape_t *tp_node_shape(const tp_node_t *n);
 tp_dtype_t tp_node_dtype(const tp_node_t *n);
 
+/* Reading a built graph (predictors, exporters). A node's kind, its
+ * inputs (nodes earlier in the tower's list) and whether dim 0 is the
+ * batch dimension. */
+tp_op_kind_t tp_node_kind(const tp_node_t *n);
+int tp_node_input_count(const tp_node_t *n);
+tp_node_t *tp_node_input(const tp_node_t *n, int i);
+int tp_node_batched(const tp_node_t *n);
+/* Batch norm: the moving mean (i = 0) and variance (1) variable nodes;
+ * NULL for other kinds. */
+tp_node_t *tp_node_state(const tp_node_t *n, int i);
+/* INPUT: the index of its input description; else -1. */
+int tp_node_input_index(const tp_node_t *n);
+
+/* The static parameters of an op node, as the graph was built. */
+typedef struct tp_node_attrs {
+    int kernel[2];     /* conv kernel or pool window (h, w) */
+    int stride[2];
+    int pad[2];        /* each side */
+    float alpha;       /* leaky slope, drop rate, scale, BN momentum */
+    float eps;         /* batch norm */
+    int training;      /* 1: training semantics (batch norm, dropout) */
+    tp_dtype_t in_dtype; /* cast: the input's dtype */
+} tp_node_attrs_t;
+void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *out);
+
 /* ---- variables ---------------------------------------------------------- */
 
 typedef enum {
@@ -225,6 +250,11 @@ tp_model_t *tp_model_new(const tp_model_desc_t *desc,
 void tp_model_destroy(tp_model_t **self_p);
 
 int tp_model_tower_count(const tp_model_t *m);
+/* The model's name ("cnn"), which checkpoints record (metadata "model",
+ * with "inputs", the input descriptions), so a predictor finds the tower
+ * function again. NULL until set; set copies it. */
+tp_status_t tp_model_set_name(tp_model_t *m, const char *name);
+const char *tp_model_name(const tp_model_t *m);
 tp_backend_t *tp_model_backend(tp_model_t *m);
 
 /* ---- running a step ----------------------------------------------------- */
@@ -293,6 +323,22 @@ typedef struct tp_fetch {
 tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *feeds,
                          int nfeeds, tp_fetch_t *fetches, int nfetches,
                          const tp_run_opts_t *opts);
+
+/* The nodes of `tower` (-1: inference) in topological order; NULL for a
+ * bad tower or index. */
+int tp_model_node_count(const tp_model_t *m, int tower);
+tp_node_t *tp_model_node(const tp_model_t *m, int tower, int i);
+/* The node an output, metric or node name of `tower` refers to, or NULL. */
+tp_node_t *tp_model_lookup(const tp_model_t *m, int tower, const char *name);
+
+/* Prune the inference graph (tower -1) to what the n named outputs or
+ * nodes need: later forward runs compute only those nodes, and an input
+ * none of them reads is neither checked nor read (feed an empty tensor,
+ * tp_tensor_init_empty). n = 0 restores the whole graph. TP_ERR_NOT_FOUND
+ * names an unknown name; on any error the graph is unchanged. */
+tp_status_t tp_model_prune(tp_model_t *m, const char *const *names, int n);
+/* 1 when the (possibly pruned) inference graph reads input i. */
+int tp_model_input_needed(const tp_model_t *m, int i);
 
 /* Costs of the training towers: "cost" first, then tp_tower_add_cost's. */
 int tp_model_cost_count(const tp_model_t *m);

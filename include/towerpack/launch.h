@@ -214,6 +214,10 @@ typedef struct tp_train_config {
     int64_t infer_batch;           /* > 0: build an inference graph of this
                                       batch (default: batch with validation) */
 
+    const char *model_name;        /* NULL, or the model's name: every
+                                      checkpoint records it (metadata
+                                      "model"), so tp-predict and tp-export
+                                      find the tower function. Not taken. */
     const char *session_init;      /* load these weights before training */
     const char *logdir;            /* where checkpoints and stats go */
     int auto_resume;               /* resume from logdir's latest checkpoint */

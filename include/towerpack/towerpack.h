@@ -32,6 +32,7 @@
 #include <towerpack/plot.h>
 #include <towerpack/launch.h>
 #include <towerpack/model_callbacks.h>
+#include <towerpack/predict.h>
 #include <towerpack/dist.h>
 
 #endif

@@ -444,6 +444,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         rc = tp_error_wrap(TP_ERR_INVALID, "building the model");
         goto out;
     }
+    if (cfg->model_name && (rc = tp_model_set_name(mt->model, cfg->model_name)) < 0)
+        goto out;
     if (resume_step >= 0 && ckpt[0]) {
         tp_train_state_t st;
         rc = tp_checkpoint_load(mt->model, ckpt, TP_LOAD_STRICT, &st);

@@ -475,6 +475,7 @@ int main(int argc, char **argv) {
     tp_train_config_t cfg;
     tp_train_config_init(&cfg);
     cfg.model = &desc;
+    cfg.model_name = zoo->name;  /* recorded in every checkpoint */
     cfg.dataflow = train;
     cfg.input = remote;
     cfg.infer_batch = rank == 0 ? 500 : 0;  /* rank 0 validates */
