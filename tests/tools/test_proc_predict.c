@@ -1,0 +1,225 @@
+/* towerpack tests: tp-predict run as a user runs it. A short tp-train run
+ * records a validation accuracy in stats.json; tp-predict on the same
+ * checkpoint and data gives the same accuracy, finds the model from the
+ * checkpoint, writes its predictions and picture, and names what is wrong
+ * with bad input. Own executable: it forks and execs. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "proc_testutil.h"
+#include <towerpack/models.h>
+#include <towerpack/towerpack.h>
+
+#define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 2"
+
+static char s_dir[64];
+static char s_out[1 << 20];
+
+static void s_setup(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/tp-predict-cli-XXXXXX");
+    cr_assert_not_null(mkdtemp(s_dir));
+}
+
+static void s_teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        cr_log_warn("could not remove %s", s_dir);
+}
+
+/* Run bin/<tool> with argv (argv[0] ignored), stdout+stderr into s_out;
+ * the exit status. */
+static int s_run(const char *tool, char *const *argv) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    char path[256];
+    snprintf(path, sizeof path, TP_BINARY_DIR "/bin/%s", tool);
+    char *full[64] = {path};
+    for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
+    pu_spawn_opts_t o = {.out_fd = fds[1], .env = env};
+    pid_t pid = pu_spawn(full, &o);
+    close(fds[1]);
+    size_t got = 0, size = sizeof s_out;
+    ssize_t r;
+    char sink[4096];
+    while ((r = read(fds[0], got < size - 1 ? s_out + got : sink,
+                     got < size - 1 ? size - 1 - got : sizeof sink)) > 0)
+        if (got < size - 1)
+            got += (size_t)r;
+    s_out[got] = '\0';
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The last JSON object line of s_out. */
+static json_t *s_json(void) {
+    char *last = NULL;
+    for (char *p = s_out; (p = strchr(p, '{')); p++)
+        if (p == s_out || p[-1] == '\n') {
+            last = p;
+            break;
+        }
+    cr_assert_not_null(last, "no JSON in: %s", s_out);
+    json_error_t err;
+    json_t *j = json_loads(last, JSON_DISABLE_EOF_CHECK, &err);
+    cr_assert_not_null(j, "%s: %s", err.text, last);
+    return j;
+}
+
+Test(tp_predict, accuracy_equals_the_validation_that_training_recorded,
+     .init = s_setup, .fini = s_teardown) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/run", s_dir);
+    char *train[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "15",
+                     "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};
+    cr_assert_eq(s_run("tp-train", train), 0, "%s", s_out);
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", logdir);
+    json_error_t err;
+    json_t *stats = json_load_file(path, 0, &err);
+    cr_assert_not_null(stats, "%s", err.text);
+    double val = json_real_value(json_object_get(json_array_get(stats, json_array_size(stats) - 1),
+                                                 "validation_accuracy"));
+    json_decref(stats);
+    cr_assert(val > 0.3, "validation accuracy %g", val);
+
+    /* the log directory: its latest checkpoint, the model it records */
+    char csv[192], png[192];
+    snprintf(csv, sizeof csv, "%s/pred.csv", s_dir);
+    snprintf(png, sizeof png, "%s/confusion.png", s_dir);
+    char *pred[] = {"tp-predict", "--load", logdir, "--spec", TEST_SPEC, "--json",
+                    "--output", csv, "--top-k", "3", "--confusion", png, NULL};
+    cr_assert_eq(s_run("tp-predict", pred), 0, "%s", s_out);
+    json_t *j = s_json();
+    double acc = json_real_value(json_object_get(j, "accuracy"));
+    cr_expect(fabs(acc - val) < 1e-6, "tp-predict %.7f, stats.json %.7f", acc, val);
+    cr_expect_eq(json_integer_value(json_object_get(j, "samples")), 1000);
+    cr_expect(json_real_value(json_object_get(j, "samples_per_s")) > 0);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "model")), "mlp");
+    json_t *conf = json_object_get(j, "confusion");
+    cr_assert_eq(json_array_size(conf), 10);
+    int64_t total = 0, diag = 0;
+    for (size_t r = 0; r < 10; r++)
+        for (size_t c = 0; c < 10; c++) {
+            int64_t v = json_integer_value(json_array_get(json_array_get(conf, r), c));
+            total += v;
+            diag += r == c ? v : 0;
+        }
+    cr_expect_eq(total, 1000);
+    cr_expect_eq(diag, json_integer_value(json_object_get(j, "correct")));
+    cr_expect_eq(json_array_size(json_object_get(j, "per_class_accuracy")), 10);
+    json_decref(j);
+
+    /* the predictions: a header and one line per image, top 3 */
+    FILE *f = fopen(csv, "r");
+    cr_assert_not_null(f);
+    char line[512];
+    int lines = 0;
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    cr_expect_str_eq(line, "index,class1,prob1,class2,prob2,class3,prob3,label\n");
+    while (fgets(line, sizeof line, f))
+        lines++;
+    fclose(f);
+    cr_expect_eq(lines, 1000);
+    /* the picture is a PNG */
+    f = fopen(png, "rb");
+    cr_assert_not_null(f, "no %s", png);
+    unsigned char sig[8] = {0};
+    cr_expect_eq(fread(sig, 1, 8, f), 8);
+    fclose(f);
+    cr_expect_eq(memcmp(sig, "\x89PNG\r\n\x1a\n", 8), 0);
+
+    /* JSON lines, and the text report */
+    char jl[192];
+    snprintf(jl, sizeof jl, "%s/pred.jsonl", s_dir);
+    char *pred2[] = {"tp-predict", "--load", logdir, "--spec", TEST_SPEC, "--output", jl,
+                     "--confusion", "none", NULL};
+    cr_assert_eq(s_run("tp-predict", pred2), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "accuracy: 0."), "%s", s_out);
+    cr_expect(strstr(s_out, "confusion (rows: true class"), "%s", s_out);
+    f = fopen(jl, "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    fclose(f);
+    json_t *first = json_loads(line, 0, &err);
+    cr_assert_not_null(first, "%s", line);
+    cr_expect_eq(json_integer_value(json_object_get(first, "index")), 0);
+    cr_expect_eq(json_array_size(json_object_get(first, "classes")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(first, "label")), 9);
+    json_decref(first);
+}
+
+static tp_status_t s_net(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = tp_flatten(t, "flat", tp_cast(t, "x", in[0], 1.0f / 255));
+    tp_node_t *logits = tp_fc(t, "linear", x, 10, 1);
+    tp_tower_add_output(t, "logits", logits);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+
+Test(tp_predict, bad_input_says_what_and_where, .init = s_setup, .fini = s_teardown) {
+    /* a checkpoint that does not record its model */
+    tp_input_desc_t in[2] = {{"image", TP_UINT8, 3, {-1, 28, 28}}, {"label", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {in, 2, s_net, NULL, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = 0;
+    mc.infer_batch = 4;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    char ckpt[192];
+    snprintf(ckpt, sizeof ckpt, "%s/old.safetensors", s_dir);
+    cr_assert_eq(tp_checkpoint_save(m, ckpt, NULL), TP_OK);
+    tp_model_destroy(&m);
+    char *a1[] = {"tp-predict", "--load", ckpt, "--data", "fashion-mnist", NULL};
+    cr_expect_eq(s_run("tp-predict", a1), 1);
+    cr_expect(strstr(s_out, "does not record its model") && strstr(s_out, "--model"), "%s", s_out);
+    /* the wrong model for it: the variables, with both shapes */
+    char *a2[] = {"tp-predict", "--load", ckpt, "--model", "mlp", "--data", "fashion-mnist", NULL};
+    cr_expect_eq(s_run("tp-predict", a2), 1);
+    cr_expect(strstr(s_out, "linear/W") && strstr(s_out, "float32[784,10] in the file") &&
+              strstr(s_out, "float32[256,10] in the model"), "%s", s_out);
+    char *a3[] = {"tp-predict", "--load", ckpt, "--model", "transformer", "--data", "fashion-mnist", NULL};
+    cr_expect_eq(s_run("tp-predict", a3), 1);
+    cr_expect(strstr(s_out, "'transformer'") && strstr(s_out, "cnn-bn"), "%s", s_out);
+    /* a log directory with no checkpoint */
+    char *a4[] = {"tp-predict", "--load", s_dir, "--model", "mlp", "--data", "fashion-mnist", NULL};
+    snprintf(ckpt, sizeof ckpt, "%s/old.safetensors", s_dir);
+    unlink(ckpt);
+    cr_expect_eq(s_run("tp-predict", a4), 1);
+    cr_expect(strstr(s_out, "no checkpoint"), "%s", s_out);
+    /* a corrupt data file names the file */
+    char bad[192];
+    snprintf(bad, sizeof bad, "%s/images.idx", s_dir);
+    FILE *f = fopen(bad, "wb");
+    cr_assert_not_null(f);
+    fwrite("\x00\x00\x08\x03\x00\x00\x00\x05\x00\x00\x00\x1c\x00\x00\x00\x1c" "abc", 1, 19, f);
+    fclose(f);
+    tp_model_desc_t zoo = {tp_zoo_inputs(), 2, tp_zoo_find("mlp")->build, NULL, NULL};
+    m = tp_model_new(&zoo, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    cr_assert_eq(tp_model_set_name(m, "mlp"), TP_OK);
+    snprintf(ckpt, sizeof ckpt, "%s/mlp.safetensors", s_dir);
+    cr_assert_eq(tp_checkpoint_save(m, ckpt, NULL), TP_OK);
+    tp_model_destroy(&m);
+    char data[256];
+    snprintf(data, sizeof data, "idx:%s", bad);
+    char *a5[] = {"tp-predict", "--load", ckpt, "--data", data, NULL};
+    cr_expect_eq(s_run("tp-predict", a5), 1);
+    cr_expect(strstr(s_out, "images.idx"), "%s", s_out);
+    /* a file that is no checkpoint */
+    char *a7[] = {"tp-predict", "--load", TP_SOURCE_DIR "/README.md", "--data", "fashion-mnist", NULL};
+    cr_expect_eq(s_run("tp-predict", a7), 1);
+    cr_expect(strstr(s_out, "README.md"), "%s", s_out);
+    char *a6[] = {"tp-predict", "--data", data, NULL};
+    cr_expect_eq(s_run("tp-predict", a6), 2);
+    cr_expect(strstr(s_out, "--load is required"), "%s", s_out);
+}

@@ -1,0 +1,483 @@
+/* tp-predict: run a trained model on data.
+ *
+ *   tp-predict --load CHECKPOINT|LOGDIR [--model NAME] --data SOURCE
+ *              [--output FILE] [--json] [--top-k K] [--batch N]
+ *              [--confusion PNG] [--threads N]
+ *
+ * The checkpoint names its model (tp-train records it), so --model is only
+ * needed for older checkpoints or to override. The data are tp-train's
+ * sources (fashion-mnist, fashion-mnist:test, idx:IMAGES[,LABELS],
+ * lmdb:PATH) or a whole spec (--spec), read in file order. Predictions go
+ * to --output (CSV, or JSON lines when the name ends in .jsonl/.json):
+ * index, top-k classes and their probabilities, the label when there is
+ * one. With labels: accuracy, per-class accuracy and the confusion matrix,
+ * printed and drawn (--confusion, default confusion.png next to the
+ * checkpoint). --json prints one JSON object instead of the text report. */
+#include <cairo.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <towerpack/models.h>
+#include <towerpack/towerpack.h>
+
+#define MAXK 64
+
+static const char *s_usage =
+"usage: tp-predict --load CHECKPOINT|LOGDIR --data SOURCE [options]\n"
+"  --load PATH        a checkpoint, or a log directory (its latest checkpoint)\n"
+"  --model NAME       mlp, cnn, cnn-bn, resnet (default: the one the\n"
+"                     checkpoint records)\n"
+"  --data SOURCE      fashion-mnist (its test split), fashion-mnist:train|test,\n"
+"                     idx:IMAGES[,LABELS], lmdb:PATH\n"
+"  --spec SPEC        the whole input pipeline as a spec string instead\n"
+"                     (batched; components image[, label])\n"
+"  --output FILE      predictions: CSV, or JSON lines for *.jsonl / *.json\n"
+"  --top-k K          classes per prediction in --output (default 1)\n"
+"  --json             print one JSON object (accuracy, samples,\n"
+"                     samples_per_s, per_class_accuracy, confusion, ...)\n"
+"  --confusion PNG    the confusion matrix image (default: next to the\n"
+"                     checkpoint, <name>.confusion.png); 'none' for none\n"
+"  --batch N          rows per call (default 256)\n"
+"  --threads N        BLAS threads (default: OpenBLAS's)\n";
+
+typedef struct {
+    const char *load, *model, *data, *spec, *output, *confusion;
+    int json, top_k, batch, threads;
+} s_args_t;
+
+static int s_fail(const char *what) {
+    fprintf(stderr, "tp-predict: %s: %s\n", what, tp_last_error());
+    return 1;
+}
+
+/* tp-train's sources, in file order, as a spec with the normalisation the
+ * model was trained with (augmented models take float images). */
+static tp_status_t s_spec(const s_args_t *a, int float_images, char *buf,
+                          size_t size) {
+    const char *norm = float_images ? " | augment crop=28" : "";
+    if (a->spec) {
+        snprintf(buf, size, "%s", a->spec);
+        return TP_OK;
+    }
+    const char *d = a->data;
+    char src[2048];
+    if (!strcmp(d, "fashion-mnist"))
+        snprintf(src, sizeof src, "fashion-mnist:test,shuffle=0");
+    else if (!strncmp(d, "fashion-mnist:", 14) || !strncmp(d, "idx:", 4))
+        snprintf(src, sizeof src, "%s%s", d, strstr(d, "shuffle") ? "" : ",shuffle=0");
+    else if (!strncmp(d, "lmdb:", 5))
+        snprintf(src, sizeof src, "%s", d);
+    else
+        return tp_error(TP_ERR_INVALID, "--data '%s': use fashion-mnist, "
+                        "fashion-mnist:SPLIT, idx:IMAGES[,LABELS] or lmdb:PATH "
+                        "(or --spec)", d);
+    snprintf(buf, size, "%s%s | batch %d remainder", src, norm, a->batch);
+    return TP_OK;
+}
+
+/* Softmax of one row of logits, then the k best (ties: lower class). */
+static void s_top_k(const float *l, int nk, int k, int *cls, double *prob) {
+    double mx = l[0], sum = 0, p[MAXK];
+    for (int j = 1; j < nk; j++)
+        mx = l[j] > mx ? l[j] : mx;
+    for (int j = 0; j < nk; j++)
+        sum += p[j] = exp((double)l[j] - mx);
+    unsigned char used[MAXK] = {0};
+    for (int t = 0; t < k; t++) {
+        int best = -1;
+        for (int j = 0; j < nk; j++)
+            if (!used[j] && (best < 0 || l[j] > l[best]))
+                best = j;
+        used[best] = 1;
+        cls[t] = best;
+        prob[t] = p[best] / sum;
+    }
+}
+
+/* The rows of one call: top-k, the tallies, the prediction lines. */
+static tp_status_t s_rows(const s_args_t *a, const tp_tensor_t *logits,
+                          const int32_t *labels, int64_t first, FILE *out,
+                          int jsonl, int *nk_p, int64_t **cm_p, int64_t *correct) {
+    int64_t n = logits->shape[0];
+    if (!*nk_p) {
+        int nk = logits->ndim == 2 ? (int)logits->shape[1] : 0;
+        if (nk < 1 || nk > MAXK)
+            return tp_error(TP_ERR_SHAPE, "the model gives %d classes (1..%d)", nk, MAXK);
+        if (!(*cm_p = calloc((size_t)nk * (size_t)nk, sizeof **cm_p)))
+            return tp_error(TP_ERR_NOMEM, "confusion matrix");
+        *nk_p = nk;
+    }
+    int nk = *nk_p;
+    int64_t *cm = *cm_p;
+    int k = a->top_k < nk ? a->top_k : nk;
+    for (int64_t r = 0; r < n; r++) {
+        int cls[MAXK];
+        double prob[MAXK];
+        s_top_k((const float *)logits->data + r * nk, nk, k, cls, prob);
+        int32_t y = labels ? labels[r] : -1;
+        if (labels && y >= 0 && y < nk) {
+            *correct += cls[0] == y;
+            cm[(size_t)y * (size_t)nk + (size_t)cls[0]]++;
+        }
+        if (out && jsonl) {
+            fprintf(out, "{\"index\": %lld, \"classes\": [", (long long)(first + r));
+            for (int t = 0; t < k; t++)
+                fprintf(out, "%s%d", t ? ", " : "", cls[t]);
+            fprintf(out, "], \"probs\": [");
+            for (int t = 0; t < k; t++)
+                fprintf(out, "%s%.6g", t ? ", " : "", prob[t]);
+            if (labels)
+                fprintf(out, "], \"label\": %d}\n", y);
+            else
+                fprintf(out, "]}\n");
+        } else if (out) {
+            if (first + r == 0) {
+                fprintf(out, "index");
+                for (int t = 1; t <= k; t++)
+                    fprintf(out, ",class%d,prob%d", t, t);
+                fprintf(out, "%s\n", labels ? ",label" : "");
+            }
+            fprintf(out, "%lld", (long long)(first + r));
+            for (int t = 0; t < k; t++)
+                fprintf(out, ",%d,%.6g", cls[t], prob[t]);
+            if (labels)
+                fprintf(out, ",%d", y);
+            fputc('\n', out);
+        }
+    }
+    return TP_OK;
+}
+
+/* The confusion matrix as a picture: rows are the true class, columns the
+ * prediction; a cell's shade is its share of the row. */
+static tp_status_t s_draw(const char *path, const int64_t *cm, int nk,
+                          double accuracy, const char *title) {
+    const int cell = nk <= 10 ? 56 : 24, left = 90, top = 70;
+    const int w = left + cell * nk + 30, h = top + cell * nk + 60;
+    cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
+    cairo_t *cr = cairo_create(sf);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_paint(cr);
+    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
+                           CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    cairo_set_font_size(cr, 14);
+    char text[256];
+    snprintf(text, sizeof text, "%s: accuracy %.4f", title, accuracy);
+    cairo_move_to(cr, 10, 22);
+    cairo_show_text(cr, text);
+    cairo_set_font_size(cr, 12);
+    cairo_move_to(cr, left, top - 30);
+    cairo_show_text(cr, "predicted class");
+    cairo_move_to(cr, 10, top + cell * nk / 2.0);
+    cairo_show_text(cr, "true class");
+    for (int r = 0; r < nk; r++) {
+        int64_t row = 0;
+        for (int c = 0; c < nk; c++)
+            row += cm[r * nk + c];
+        for (int c = 0; c < nk; c++) {
+            double share = row ? (double)cm[r * nk + c] / (double)row : 0;
+            double x = left + c * cell, y = top + r * cell;
+            if (r == c)
+                cairo_set_source_rgb(cr, 1 - 0.8 * share, 1 - 0.45 * share, 1 - 0.8 * share);
+            else
+                cairo_set_source_rgb(cr, 1 - 0.2 * share * 4 > 0.2 ? 1 - 0.2 * share * 4 : 0.2,
+                                     1 - share * 4 > 0.2 ? 1 - share * 4 : 0.2,
+                                     1 - share * 4 > 0.2 ? 1 - share * 4 : 0.2);
+            cairo_rectangle(cr, x, y, cell, cell);
+            cairo_fill(cr);
+            cairo_set_source_rgb(cr, 0.6, 0.6, 0.6);
+            cairo_rectangle(cr, x, y, cell, cell);
+            cairo_set_line_width(cr, 0.5);
+            cairo_stroke(cr);
+            if (nk <= 16) {
+                cairo_set_source_rgb(cr, 0, 0, 0);
+                snprintf(text, sizeof text, "%lld", (long long)cm[r * nk + c]);
+                cairo_text_extents_t ext;
+                cairo_text_extents(cr, text, &ext);
+                cairo_move_to(cr, x + (cell - ext.width) / 2, y + cell / 2.0 + 4);
+                cairo_show_text(cr, text);
+            }
+        }
+        cairo_set_source_rgb(cr, 0, 0, 0);
+        snprintf(text, sizeof text, "%d", r);
+        cairo_move_to(cr, left - 18, top + r * cell + cell / 2.0 + 4);
+        cairo_show_text(cr, text);
+        cairo_move_to(cr, left + r * cell + cell / 2.0 - 4, top - 8);
+        cairo_show_text(cr, text);
+    }
+    cairo_destroy(cr);
+    cairo_surface_flush(sf);
+    cairo_status_t st = cairo_surface_write_to_png(sf, path);
+    cairo_surface_destroy(sf);
+    if (st != CAIRO_STATUS_SUCCESS)
+        return tp_error(TP_ERR_IO, "writing %s: %s", path, cairo_status_to_string(st));
+    return TP_OK;
+}
+
+int main(int argc, char **argv) {
+    s_args_t a = {.top_k = 1, .batch = 256};
+    static const struct option opts[] = {
+        {"load", required_argument, NULL, 'l'}, {"model", required_argument, NULL, 'm'},
+        {"data", required_argument, NULL, 'd'}, {"spec", required_argument, NULL, 's'},
+        {"output", required_argument, NULL, 'o'}, {"json", no_argument, NULL, 'j'},
+        {"top-k", required_argument, NULL, 'k'}, {"batch", required_argument, NULL, 'b'},
+        {"confusion", required_argument, NULL, 'c'},
+        {"threads", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'l': a.load = optarg; break;
+        case 'm': a.model = optarg; break;
+        case 'd': a.data = optarg; break;
+        case 's': a.spec = optarg; break;
+        case 'o': a.output = optarg; break;
+        case 'j': a.json = 1; break;
+        case 'k': a.top_k = atoi(optarg); break;
+        case 'b': a.batch = atoi(optarg); break;
+        case 'c': a.confusion = optarg; break;
+        case 't': a.threads = atoi(optarg); break;
+        case 'h': fputs(s_usage, stdout); return 0;
+        default: fputs(s_usage, stderr); return 2;
+        }
+    }
+    if (optind < argc || !a.load || (!a.data && !a.spec)) {
+        fprintf(stderr, "tp-predict: %s\n%s", optind < argc ? "unexpected argument"
+                : !a.load ? "--load is required" : "--data (or --spec) is required",
+                s_usage);
+        return 2;
+    }
+    if (a.top_k < 1 || a.top_k > MAXK || a.batch < 1 || a.batch > 65536 || a.threads < 0) {
+        fprintf(stderr, "tp-predict: --top-k 1..%d, --batch 1..65536, --threads >= 0\n", MAXK);
+        return 2;
+    }
+    tp_log_set_level(TP_LOG_WARN);
+
+    /* the checkpoint and the model it records */
+    char ckpt[4096];
+    tp_checkpoint_info_t info;
+    if (tp_checkpoint_resolve(a.load, ckpt, sizeof ckpt) < 0 ||
+        tp_checkpoint_info(ckpt, &info) < 0)
+        return s_fail("--load");
+    const char *name = a.model ? a.model : info.model;
+    if (!*name) {
+        tp_error(TP_ERR_INVALID, "%s does not record its model (written before "
+                 "tp-train recorded it): give --model (mlp, cnn, cnn-bn, resnet)", ckpt);
+        return s_fail("--model");
+    }
+    const tp_zoo_model_t *zoo = tp_zoo_find(name);
+    if (!zoo)
+        return s_fail("--model");
+    tp_input_desc_t inputs[2];
+    memcpy(inputs, tp_zoo_inputs(), sizeof inputs);
+    /* the image dtype it was trained on: float32 after the augmentor */
+    if (info.ninputs > 0 && !strcmp(info.inputs[0].name, "image"))
+        inputs[0].dtype = info.inputs[0].dtype;
+    else
+        inputs[0].dtype = zoo->augment ? TP_FLOAT32 : TP_UINT8;
+    tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, NULL};
+    const char *ins[] = {"image"}, *outs[] = {"logits"};
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    pc.model = &desc;
+    pc.checkpoint = ckpt;
+    pc.input_names = ins;
+    pc.ninput_names = 1;
+    pc.output_names = outs;
+    pc.noutput_names = 1;
+    pc.max_batch = a.batch;
+    pc.threads = a.threads;
+    tp_predictor_t *pred = tp_predictor_new(&pc);
+    if (!pred)
+        return s_fail("loading the model");
+
+    char spec[4096];
+    tp_dataflow_t *df = NULL;
+    if (s_spec(&a, inputs[0].dtype == TP_FLOAT32, spec, sizeof spec) < 0 ||
+        tp_spec_parse(spec, &df) < 0 || tp_dataflow_reset_state(df, 0, 0) < 0) {
+        tp_predictor_destroy(&pred);
+        tp_dataflow_destroy(&df);
+        return s_fail("--data");
+    }
+
+    FILE *out = NULL;
+    int jsonl = 0;
+    if (a.output) {
+        const char *dot = strrchr(a.output, '.');
+        jsonl = dot && (!strcasecmp(dot, ".jsonl") || !strcasecmp(dot, ".json"));
+        out = fopen(a.output, "w");
+        if (!out) {
+            tp_error(TP_ERR_IO, "cannot write %s", a.output);
+            tp_predictor_destroy(&pred);
+            tp_dataflow_destroy(&df);
+            return s_fail("--output");
+        }
+    }
+
+    int nk = 0, have_labels = -1;
+    int64_t samples = 0, correct = 0, *cm = NULL, batches = 0;
+    double busy = 0, t0 = tp_now_s();
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc;
+    while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {
+        int ncomp = tp_datapoint_size(dp);
+        if (have_labels < 0)
+            have_labels = ncomp >= 2;
+        const tp_tensor_t *img = ncomp >= 1 ? tp_datapoint_cget(dp, 0) : NULL;
+        if (!img || img->ndim < 1) {
+            rc = tp_error(TP_ERR_SHAPE, "batch %lld: no image component", (long long)batches);
+            tp_datapoint_destroy(&dp);
+            break;
+        }
+        int64_t n = img->shape[0];
+        const tp_tensor_t *lab = have_labels ? tp_datapoint_cget(dp, 1) : NULL;
+        if (lab && (lab->dtype != TP_INT32 || lab->ndim != 1 || lab->shape[0] != n)) {
+            rc = tp_error(TP_ERR_SHAPE, "batch %lld: component 1 is not int32 "
+                          "labels of %lld rows", (long long)batches, (long long)n);
+            tp_datapoint_destroy(&dp);
+            break;
+        }
+        /* a spec's batches may be larger than the predictor's: in slices */
+        size_t row_bytes = n > 0 ? img->nbytes / (size_t)n : 0;
+        for (int64_t off = 0; off < n && rc == TP_OK; off += a.batch) {
+            int64_t m = n - off < a.batch ? n - off : a.batch;
+            int64_t shape[TP_MAX_DIMS];
+            memcpy(shape, img->shape, sizeof shape);
+            shape[0] = m;
+            tp_tensor_t view, logits;
+            tp_tensor_init_wrap(&view, img->dtype, img->ndim, shape,
+                                (char *)img->data + (size_t)off * row_bytes, NULL, NULL);
+            double s0 = tp_now_s();
+            rc = tp_predictor_run(pred, &view, &logits);
+            busy += tp_now_s() - s0;
+            if (rc < 0) {
+                tp_error_wrap(rc, "batch %lld (rows from %lld)", (long long)batches,
+                              (long long)(samples + off));
+                break;
+            }
+            rc = s_rows(&a, &logits, lab ? (const int32_t *)lab->data + off : NULL,
+                        samples + off, out, jsonl, &nk, &cm, &correct);
+            tp_tensor_fini(&logits);
+        }
+        if (rc < 0) {
+            tp_datapoint_destroy(&dp);
+            break;
+        }
+        samples += n;
+        batches++;
+        tp_datapoint_destroy(&dp);
+    }
+    double wall = tp_now_s() - t0;
+    tp_dataflow_destroy(&df);
+    tp_predictor_destroy(&pred);
+    if (out && fclose(out) != 0 && rc == TP_DONE)
+        rc = tp_error(TP_ERR_IO, "writing %s", a.output);
+    if (rc != TP_DONE) {
+        free(cm);
+        return s_fail("predicting");
+    }
+    if (samples == 0) {
+        free(cm);
+        tp_error(TP_ERR_INVALID, "the data (%s) gave no rows", spec);
+        return s_fail("--data");
+    }
+    double accuracy = have_labels ? (double)correct / (double)samples : NAN;
+    double rate = busy > 0 ? (double)samples / busy : 0;
+
+    /* the picture */
+    char png[4200] = "";
+    if (have_labels && !(a.confusion && !strcmp(a.confusion, "none"))) {
+        if (a.confusion) {
+            snprintf(png, sizeof png, "%s", a.confusion);
+        } else {
+            snprintf(png, sizeof png, "%s", ckpt);
+            char *ext = strstr(png, ".safetensors");
+            snprintf(ext ? ext : png + strlen(png),
+                     sizeof png - (size_t)((ext ? ext : png + strlen(png)) - png),
+                     ".confusion.png");
+        }
+        char title[128];
+        snprintf(title, sizeof title, "%s, %lld images", name, (long long)samples);
+        if (s_draw(png, cm, nk, accuracy, title) < 0) {
+            free(cm);
+            return s_fail("--confusion");
+        }
+    }
+
+    if (a.json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "checkpoint", json_string(ckpt));
+        json_object_set_new(j, "model", json_string(name));
+        json_object_set_new(j, "data", json_string(spec));
+        json_object_set_new(j, "samples", json_integer(samples));
+        json_object_set_new(j, "samples_per_s", json_real(rate));
+        json_object_set_new(j, "wall_s", json_real(wall));
+        if (have_labels) {
+            json_object_set_new(j, "accuracy", json_real(accuracy));
+            json_object_set_new(j, "correct", json_integer(correct));
+            json_t *pca = json_array(), *conf = json_array();
+            for (int r = 0; r < nk; r++) {
+                int64_t row = 0;
+                json_t *jr = json_array();
+                for (int c2 = 0; c2 < nk; c2++) {
+                    row += cm[r * nk + c2];
+                    json_array_append_new(jr, json_integer(cm[r * nk + c2]));
+                }
+                json_array_append_new(conf, jr);
+                json_array_append_new(pca, row ? json_real((double)cm[r * nk + r] / (double)row)
+                                               : json_null());
+            }
+            json_object_set_new(j, "per_class_accuracy", pca);
+            json_object_set_new(j, "confusion", conf);
+            if (png[0])
+                json_object_set_new(j, "confusion_png", json_string(png));
+        } else {
+            json_object_set_new(j, "accuracy", json_null());
+        }
+        if (a.output)
+            json_object_set_new(j, "output", json_string(a.output));
+        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        printf("%s\n", text ? text : "{}");
+        free(text);
+        json_decref(j);
+    } else {
+        printf("tp-predict: model %s, checkpoint %s\n", name, ckpt);
+        printf("  data: %s\n", spec);
+        printf("  samples: %lld, %.0f samples/s in the model (%.2f s), %.2f s in all\n",
+               (long long)samples, rate, busy, wall);
+        if (have_labels) {
+            printf("  accuracy: %.4f (%lld of %lld)\n", accuracy, (long long)correct,
+                   (long long)samples);
+            printf("  per class:");
+            for (int r = 0; r < nk; r++) {
+                int64_t row = 0;
+                for (int c2 = 0; c2 < nk; c2++)
+                    row += cm[r * nk + c2];
+                printf(" %d:%.3f", r, row ? (double)cm[r * nk + r] / (double)row : 0.0);
+            }
+            printf("\n  confusion (rows: true class, columns: predicted):\n        ");
+            for (int c2 = 0; c2 < nk; c2++)
+                printf("%6d", c2);
+            printf("\n");
+            for (int r = 0; r < nk; r++) {
+                printf("  %4d  ", r);
+                for (int c2 = 0; c2 < nk; c2++)
+                    printf("%6lld", (long long)cm[r * nk + c2]);
+                printf("\n");
+            }
+            if (png[0])
+                printf("  confusion matrix image: %s\n", png);
+        } else {
+            printf("  no labels in the data: no accuracy\n");
+        }
+        if (a.output)
+            printf("  predictions: %s\n", a.output);
+    }
+    free(cm);
+    return 0;
+}
