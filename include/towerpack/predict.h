@@ -93,6 +93,13 @@ int64_t tp_predictor_max_batch(const tp_predictor_t *p);
 /* The model inside (the pruned inference graph, for exporters). */
 tp_model_t *tp_predictor_model(tp_predictor_t *p);
 
+/* Write the predictor's graph (what its outputs need) as an ONNX model
+ * (opset 13) at `path`: its inputs with their dtype and a symbolic batch
+ * dimension "batch", the weights as initializers, batch norm in inference
+ * form, no dropout; an output "logits" also gets "probabilities" (Softmax).
+ * An op with no ONNX form is TP_ERR_UNSUPPORTED naming the op and node. */
+tp_status_t tp_predictor_export_onnx(tp_predictor_t *p, const char *path);
+
 /* ---- several predictors -------------------------------------------------- */
 
 /* A result for the callback of an async request: status, and outputs the

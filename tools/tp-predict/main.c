@@ -37,6 +37,7 @@ static const char *s_usage =
 "                     (batched; components image[, label])\n"
 "  --output FILE      predictions: CSV, or JSON lines for *.jsonl / *.json\n"
 "  --top-k K          classes per prediction in --output (default 1)\n"
+"  --logits           also every logit in --output (exact: %.9g)\n"
 "  --json             print one JSON object (accuracy, samples,\n"
 "                     samples_per_s, per_class_accuracy, confusion, ...)\n"
 "  --confusion PNG    the confusion matrix image (default: next to the\n"
@@ -46,7 +47,7 @@ static const char *s_usage =
 
 typedef struct {
     const char *load, *model, *data, *spec, *output, *confusion;
-    int json, top_k, batch, threads;
+    int json, top_k, batch, threads, logits;
 } s_args_t;
 
 static int s_fail(const char *what) {
@@ -130,22 +131,34 @@ static tp_status_t s_rows(const s_args_t *a, const tp_tensor_t *logits,
             fprintf(out, "], \"probs\": [");
             for (int t = 0; t < k; t++)
                 fprintf(out, "%s%.6g", t ? ", " : "", prob[t]);
+            fprintf(out, "]");
+            if (a->logits) {
+                fprintf(out, ", \"logits\": [");
+                for (int j = 0; j < nk; j++)
+                    fprintf(out, "%s%.9g", j ? ", " : "",
+                            (double)((const float *)logits->data)[r * nk + j]);
+                fprintf(out, "]");
+            }
             if (labels)
-                fprintf(out, "], \"label\": %d}\n", y);
-            else
-                fprintf(out, "]}\n");
+                fprintf(out, ", \"label\": %d", y);
+            fprintf(out, "}\n");
         } else if (out) {
             if (first + r == 0) {
                 fprintf(out, "index");
                 for (int t = 1; t <= k; t++)
                     fprintf(out, ",class%d,prob%d", t, t);
-                fprintf(out, "%s\n", labels ? ",label" : "");
+                fprintf(out, "%s", labels ? ",label" : "");
+                for (int j = 0; a->logits && j < nk; j++)
+                    fprintf(out, ",logit%d", j);
+                fputc('\n', out);
             }
             fprintf(out, "%lld", (long long)(first + r));
             for (int t = 0; t < k; t++)
                 fprintf(out, ",%d,%.6g", cls[t], prob[t]);
             if (labels)
                 fprintf(out, ",%d", y);
+            for (int j = 0; a->logits && j < nk; j++)
+                fprintf(out, ",%.9g", (double)((const float *)logits->data)[r * nk + j]);
             fputc('\n', out);
         }
     }
@@ -228,6 +241,7 @@ int main(int argc, char **argv) {
         {"top-k", required_argument, NULL, 'k'}, {"batch", required_argument, NULL, 'b'},
         {"confusion", required_argument, NULL, 'c'},
         {"threads", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
+        {"logits", no_argument, NULL, 'g'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -242,6 +256,7 @@ int main(int argc, char **argv) {
         case 'b': a.batch = atoi(optarg); break;
         case 'c': a.confusion = optarg; break;
         case 't': a.threads = atoi(optarg); break;
+        case 'g': a.logits = 1; break;
         case 'h': fputs(s_usage, stdout); return 0;
         default: fputs(s_usage, stderr); return 2;
         }

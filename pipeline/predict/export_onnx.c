@@ -1,0 +1,630 @@
+/* towerpack pipeline: a predictor's graph as an ONNX model.
+ *
+ * The messages are ONNX's own schema (Debian's /usr/include/onnx/onnx.proto)
+ * compiled to C by protoc-c at build time; protobuf-c encodes them. The
+ * graph is the predictor's pruned inference graph, walked in its
+ * topological order: inputs become graph inputs with a symbolic batch
+ * dimension ("batch"), variables become initializers, and each op node one
+ * ONNX node (a few two: the cast of uint8 images is Cast then Mul, a global
+ * average pool is GlobalAveragePool then Flatten). Batch norm is
+ * BatchNormalization in inference form on the moving averages; dropout is
+ * the identity and vanishes; a matmul followed by its bias is one Gemm. The
+ * ops used are those OpenCV's DNN importer knows, at opset 13. An op with
+ * no ONNX form (the losses and metrics) fails, naming the op and node. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/fileio.h>
+#include <towerpack/predict.h>
+#include "onnx.pb-c.h"
+
+#define S_OPSET 13
+#define S_IR_VERSION 7 /* the IR version of opset 13 (ONNX 1.8) */
+
+typedef struct {
+    void **allocs;         /* everything below, freed at the end */
+    size_t nallocs, capallocs;
+    Onnx__NodeProto **nodes;
+    size_t nnodes, capnodes;
+    Onnx__TensorProto **inits;
+    size_t ninits, capinits;
+    tp_model_t *m;
+} s_ex_t;
+
+static void *s_keep(s_ex_t *ex, void *p) {
+    if (!p)
+        return NULL;
+    if (ex->nallocs == ex->capallocs) {
+        size_t cap = ex->capallocs ? ex->capallocs * 2 : 256;
+        void **a = realloc(ex->allocs, cap * sizeof *a);
+        if (!a) {
+            free(p);
+            return NULL;
+        }
+        ex->allocs = a;
+        ex->capallocs = cap;
+    }
+    return ex->allocs[ex->nallocs++] = p;
+}
+
+static void *s_new(s_ex_t *ex, size_t size) { return s_keep(ex, calloc(1, size ? size : 1)); }
+static char *s_str(s_ex_t *ex, const char *s) { return s_keep(ex, strdup(s)); }
+
+static int s_push(s_ex_t *ex, void ***arr, size_t *n, size_t *cap, void *item) {
+    if (!item)
+        return 0;
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 64;
+        void **a = realloc(*arr, c * sizeof *a);
+        if (!a)
+            return 0;
+        *arr = a;
+        *cap = c;
+    }
+    (*arr)[(*n)++] = item;
+    return 1;
+}
+
+#define NOMEM() tp_error(TP_ERR_NOMEM, "ONNX export")
+
+static Onnx__NodeProto *s_node(s_ex_t *ex, const char *op, const char *out,
+                               int nin, const char *const *ins) {
+    Onnx__NodeProto *n = s_new(ex, sizeof *n);
+    if (!n)
+        return NULL;
+    onnx__node_proto__init(n);
+    n->op_type = s_str(ex, op);
+    n->name = s_str(ex, out);
+    n->n_input = (size_t)nin;
+    n->input = s_new(ex, sizeof(char *) * (size_t)(nin ? nin : 1));
+    n->n_output = 1;
+    n->output = s_new(ex, sizeof(char *));
+    if (!n->op_type || !n->name || !n->input || !n->output)
+        return NULL;
+    for (int i = 0; i < nin; i++)
+        if (!(n->input[i] = s_str(ex, ins[i])))
+            return NULL;
+    if (!(n->output[0] = s_str(ex, out)))
+        return NULL;
+    if (!s_push(ex, (void ***)&ex->nodes, &ex->nnodes, &ex->capnodes, n))
+        return NULL;
+    return n;
+}
+
+static Onnx__AttributeProto *s_attr(s_ex_t *ex, Onnx__NodeProto *n, const char *name) {
+    Onnx__AttributeProto *a = s_new(ex, sizeof *a);
+    Onnx__AttributeProto **arr = s_new(ex, sizeof *arr * (n->n_attribute + 1));
+    if (!a || !arr)
+        return NULL;
+    onnx__attribute_proto__init(a);
+    if (!(a->name = s_str(ex, name)))
+        return NULL;
+    if (n->n_attribute)
+        memcpy(arr, n->attribute, sizeof *arr * n->n_attribute);
+    arr[n->n_attribute++] = a;
+    n->attribute = arr;
+    return a;
+}
+
+static int s_attr_i(s_ex_t *ex, Onnx__NodeProto *n, const char *name, int64_t v) {
+    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    if (!a)
+        return 0;
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a->has_i = 1;
+    a->i = v;
+    return 1;
+}
+
+static int s_attr_f(s_ex_t *ex, Onnx__NodeProto *n, const char *name, float v) {
+    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    if (!a)
+        return 0;
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    a->has_f = 1;
+    a->f = v;
+    return 1;
+}
+
+static int s_attr_ints(s_ex_t *ex, Onnx__NodeProto *n, const char *name,
+                       const int64_t *v, int count) {
+    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    int64_t *vals = s_new(ex, sizeof *vals * (size_t)count);
+    if (!a || !vals)
+        return 0;
+    memcpy(vals, v, sizeof *vals * (size_t)count);
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+    a->n_ints = (size_t)count;
+    a->ints = vals;
+    return 1;
+}
+
+/* An initializer from host bytes (copied). */
+static int s_init(s_ex_t *ex, const char *name, int32_t type, int ndim,
+                  const int64_t *dims, const void *data, size_t bytes) {
+    Onnx__TensorProto *t = s_new(ex, sizeof *t);
+    int64_t *d = s_new(ex, sizeof *d * (size_t)(ndim ? ndim : 1));
+    void *raw = s_new(ex, bytes);
+    if (!t || !d || !raw)
+        return 0;
+    onnx__tensor_proto__init(t);
+    memcpy(d, dims, sizeof *d * (size_t)ndim);
+    memcpy(raw, data, bytes);
+    t->n_dims = (size_t)ndim;
+    t->dims = d;
+    t->has_data_type = 1;
+    t->data_type = type;
+    t->name = s_str(ex, name);
+    t->has_raw_data = 1;
+    t->raw_data.len = bytes;
+    t->raw_data.data = raw;
+    return t->name && s_push(ex, (void ***)&ex->inits, &ex->ninits, &ex->capinits, t);
+}
+
+static int s_init_var(s_ex_t *ex, tp_node_t *v, const char *as, int ndim,
+                      const int64_t *dims) {
+    tp_tensor_t view;
+    if (tp_model_var(ex->m, tp_node_name(v), &view) < 0)
+        return 0;
+    void *host = s_new(ex, view.nbytes);
+    const void *h = host ? tp_model_view_host(ex->m, &view, host, view.nbytes) : NULL;
+    if (!h)
+        return 0;
+    return s_init(ex, as ? as : tp_node_name(v), ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT,
+                  as ? ndim : view.ndim, as ? dims : view.shape, h, view.nbytes);
+}
+
+/* A [K,M] weight as the [M,K] initializer "<name>/T" for Gemm with
+ * transB = 1 (the layout exporters use, and the one OpenCV's importer reads
+ * the output count from). Returns the name, or NULL. */
+static const char *s_init_transposed(s_ex_t *ex, tp_node_t *w) {
+    tp_tensor_t view;
+    if (tp_model_var(ex->m, tp_node_name(w), &view) < 0 || view.ndim != 2)
+        return NULL;
+    void *host = s_new(ex, view.nbytes);
+    float *t = s_new(ex, view.nbytes);
+    const float *h = host ? tp_model_view_host(ex->m, &view, host, view.nbytes) : NULL;
+    char *name = s_new(ex, strlen(tp_node_name(w)) + 3);
+    if (!h || !t || !name)
+        return NULL;
+    int64_t k = view.shape[0], m = view.shape[1], dims[2] = {m, k};
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < m; j++)
+            t[j * k + i] = h[i * m + j];
+    sprintf(name, "%s/T", tp_node_name(w));
+    return s_init(ex, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, dims, t, view.nbytes)
+               ? name : NULL;
+}
+
+static int32_t s_onnx_type(tp_dtype_t d) {
+    switch (d) {
+    case TP_FLOAT32: return ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    case TP_UINT8: return ONNX__TENSOR_PROTO__DATA_TYPE__UINT8;
+    case TP_INT32: return ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
+    case TP_INT64: return ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    default: return ONNX__TENSOR_PROTO__DATA_TYPE__UNDEFINED;
+    }
+}
+
+/* A graph input or output: dtype, dim 0 the symbolic batch when batched. */
+static Onnx__ValueInfoProto *s_value_info(s_ex_t *ex, const char *name,
+                                          tp_dtype_t dtype, int ndim,
+                                          const int64_t *dims, int batched) {
+    Onnx__ValueInfoProto *vi = s_new(ex, sizeof *vi);
+    Onnx__TypeProto *tp = s_new(ex, sizeof *tp);
+    Onnx__TypeProto__Tensor *tt = s_new(ex, sizeof *tt);
+    Onnx__TensorShapeProto *sh = s_new(ex, sizeof *sh);
+    Onnx__TensorShapeProto__Dimension **dim = s_new(ex, sizeof *dim * (size_t)(ndim ? ndim : 1));
+    if (!vi || !tp || !tt || !sh || !dim)
+        return NULL;
+    onnx__value_info_proto__init(vi);
+    onnx__type_proto__init(tp);
+    onnx__type_proto__tensor__init(tt);
+    onnx__tensor_shape_proto__init(sh);
+    for (int k = 0; k < ndim; k++) {
+        Onnx__TensorShapeProto__Dimension *d = s_new(ex, sizeof *d);
+        if (!d)
+            return NULL;
+        onnx__tensor_shape_proto__dimension__init(d);
+        if (k == 0 && batched) {
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            if (!(d->dim_param = s_str(ex, "batch")))
+                return NULL;
+        } else {
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            d->dim_value = dims[k];
+        }
+        dim[k] = d;
+    }
+    sh->n_dim = (size_t)ndim;
+    sh->dim = dim;
+    tt->has_elem_type = 1;
+    tt->elem_type = s_onnx_type(dtype);
+    tt->shape = sh;
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    vi->name = s_str(ex, name);
+    vi->type = tp;
+    return vi->name ? vi : NULL;
+}
+
+static int s_pool_attrs(s_ex_t *ex, Onnx__NodeProto *n, const tp_node_attrs_t *a) {
+    int64_t k[2] = {a->kernel[0], a->kernel[1]}, s[2] = {a->stride[0], a->stride[1]};
+    int64_t p[4] = {a->pad[0], a->pad[1], a->pad[0], a->pad[1]};
+    return s_attr_ints(ex, n, "kernel_shape", k, 2) && s_attr_ints(ex, n, "strides", s, 2) &&
+           s_attr_ints(ex, n, "pads", p, 4);
+}
+
+/* One op node into ONNX nodes; *ok 0 on failure (with the error set). */
+static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *uses,
+                          const unsigned char *fused, int nnodes) {
+    tp_op_kind_t k = tp_node_kind(x);
+    int id = -1;
+    for (int i = 0; i < nnodes; i++)
+        if (tp_model_node(ex->m, -1, i) == x)
+            id = i;
+    const char *out = vname[id];
+    const char *in[4] = {NULL, NULL, NULL, NULL};
+    int nin = tp_node_input_count(x);
+    for (int i = 0; i < nin && i < 4; i++) {
+        tp_node_t *xi = tp_node_input(x, i);
+        for (int j = 0; j < nnodes; j++)
+            if (tp_model_node(ex->m, -1, j) == xi)
+                in[i] = vname[j];
+    }
+    tp_node_attrs_t a;
+    tp_node_attrs(x, &a);
+    Onnx__NodeProto *n = NULL;
+    char tmp[600];
+    int ok = 1;
+    (void)uses;
+    switch (k) {
+    case TP_OP_CAST: {
+        /* uint8 -> float (Cast), then the scale (Mul) unless it is 1 */
+        const char *src = in[0];
+        if (a.in_dtype != TP_FLOAT32) {
+            snprintf(tmp, sizeof tmp, "%s%s", out, a.alpha == 1.0f ? "" : "/float");
+            n = s_node(ex, "Cast", tmp, 1, in);
+            ok = s_attr_i(ex, n, "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+            src = tmp;
+        } else if (a.alpha == 1.0f) {
+            n = s_node(ex, "Identity", out, 1, in);
+        }
+        if (!ok || a.alpha == 1.0f)
+            break;
+        char scale[640];
+        snprintf(scale, sizeof scale, "%s/scale", out);
+        int64_t none[1] = {0};
+        ok = s_init(ex, scale, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, none, &a.alpha,
+                    sizeof a.alpha);
+        const char *mi[2] = {src, scale};
+        n = ok ? s_node(ex, "Mul", out, 2, mi) : NULL;
+        break;
+    }
+    case TP_OP_SCALE: {
+        char scale[640];
+        snprintf(scale, sizeof scale, "%s/scale", out);
+        int64_t none[1] = {0};
+        ok = s_init(ex, scale, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, none, &a.alpha,
+                    sizeof a.alpha);
+        const char *mi[2] = {in[0], scale};
+        n = ok ? s_node(ex, "Mul", out, 2, mi) : NULL;
+        break;
+    }
+    case TP_OP_RESHAPE: {
+        const tp_shape_t *s = tp_node_shape(x);
+        if (s->ndim == 2 && tp_node_batched(x)) {
+            n = s_node(ex, "Flatten", out, 1, in);
+            ok = s_attr_i(ex, n, "axis", 1);
+        } else {
+            int64_t shape[TP_MAX_DIMS], d1[1] = {s->ndim};
+            memcpy(shape, s->d, sizeof shape);
+            if (tp_node_batched(x))
+                shape[0] = -1;
+            snprintf(tmp, sizeof tmp, "%s/shape", out);
+            ok = s_init(ex, tmp, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, d1, shape,
+                        sizeof(int64_t) * (size_t)s->ndim);
+            const char *ri[2] = {in[0], tmp};
+            n = ok ? s_node(ex, "Reshape", out, 2, ri) : NULL;
+        }
+        break;
+    }
+    case TP_OP_MATMUL:
+        if (fused[id])
+            return TP_OK; /* emitted as the Gemm of its bias */
+        if (tp_node_shape(tp_node_input(x, 0))->ndim != 2) {
+            snprintf(tmp, sizeof tmp, "%s/flat", out);
+            n = s_node(ex, "Flatten", tmp, 1, in);
+            ok = s_attr_i(ex, n, "axis", 1);
+            in[0] = tmp;
+        }
+        in[1] = ok ? s_init_transposed(ex, tp_node_input(x, 1)) : NULL;
+        n = in[1] ? s_node(ex, "Gemm", out, 2, in) : NULL;
+        ok = s_attr_i(ex, n, "transB", 1);
+        break;
+    case TP_OP_BIAS_ADD: {
+        tp_node_t *mm = tp_node_input(x, 0);
+        int mid = -1;
+        for (int j = 0; j < nnodes; j++)
+            if (tp_model_node(ex->m, -1, j) == mm)
+                mid = j;
+        if (mid >= 0 && fused[mid]) {
+            /* Gemm(A, W, b): the matmul's inputs and this bias */
+            const char *gi[3] = {NULL, NULL, in[1]};
+            for (int i = 0; i < 2; i++) {
+                tp_node_t *xi = tp_node_input(mm, i);
+                for (int j = 0; j < nnodes; j++)
+                    if (tp_model_node(ex->m, -1, j) == xi)
+                        gi[i] = vname[j];
+            }
+            if (tp_node_shape(tp_node_input(mm, 0))->ndim != 2) {
+                snprintf(tmp, sizeof tmp, "%s/flat", vname[mid]);
+                n = s_node(ex, "Flatten", tmp, 1, gi);
+                ok = s_attr_i(ex, n, "axis", 1);
+                gi[0] = tmp;
+            }
+            gi[1] = ok ? s_init_transposed(ex, tp_node_input(mm, 1)) : NULL;
+            n = gi[1] ? s_node(ex, "Gemm", out, 3, gi) : NULL;
+            ok = s_attr_i(ex, n, "transB", 1);
+            break;
+        }
+        const tp_shape_t *s = tp_node_shape(x);
+        if (s->ndim > 2) {
+            /* b[C] against [N,C,H,W]: as [C,1,1] so it broadcasts */
+            int64_t dims[TP_MAX_DIMS];
+            dims[0] = s->d[1];
+            for (int d = 1; d < s->ndim - 1; d++)
+                dims[d] = 1;
+            snprintf(tmp, sizeof tmp, "%s/channels", out);
+            ok = s_init_var(ex, tp_node_input(x, 1), tmp, s->ndim - 1, dims);
+            in[1] = tmp;
+        }
+        n = ok ? s_node(ex, "Add", out, 2, in) : NULL;
+        break;
+    }
+    case TP_OP_CONV2D: {
+        n = s_node(ex, "Conv", out, nin, in);
+        ok = n && s_pool_attrs(ex, n, &a);
+        break;
+    }
+    case TP_OP_RELU: n = s_node(ex, "Relu", out, 1, in); break;
+    case TP_OP_TANH: n = s_node(ex, "Tanh", out, 1, in); break;
+    case TP_OP_SIGMOID: n = s_node(ex, "Sigmoid", out, 1, in); break;
+    case TP_OP_LEAKY_RELU:
+        n = s_node(ex, "LeakyRelu", out, 1, in);
+        ok = s_attr_f(ex, n, "alpha", a.alpha);
+        break;
+    case TP_OP_MAX_POOL:
+    case TP_OP_AVG_POOL:
+        n = s_node(ex, k == TP_OP_MAX_POOL ? "MaxPool" : "AveragePool", out, 1, in);
+        ok = n && s_pool_attrs(ex, n, &a);
+        break;
+    case TP_OP_GLOBAL_AVG_POOL: {
+        snprintf(tmp, sizeof tmp, "%s/nc11", out);
+        n = s_node(ex, "GlobalAveragePool", tmp, 1, in);
+        const char *fi[1] = {tmp};
+        n = n ? s_node(ex, "Flatten", out, 1, fi) : NULL;
+        ok = s_attr_i(ex, n, "axis", 1);
+        break;
+    }
+    case TP_OP_BATCH_NORM: {
+        const char *bi[5] = {in[0], in[1], in[2], NULL, NULL};
+        for (int s = 0; s < 2; s++) {
+            tp_node_t *st = tp_node_state(x, s);
+            for (int j = 0; j < nnodes; j++)
+                if (tp_model_node(ex->m, -1, j) == st)
+                    bi[3 + s] = vname[j];
+        }
+        n = s_node(ex, "BatchNormalization", out, 5, bi);
+        ok = s_attr_f(ex, n, "epsilon", a.eps);
+        break;
+    }
+    case TP_OP_ADD: n = s_node(ex, "Add", out, 2, in); break;
+    case TP_OP_CONCAT: {
+        const char **ci = s_new(ex, sizeof *ci * (size_t)nin);
+        if (!ci)
+            return NOMEM();
+        for (int i = 0; i < nin; i++) {
+            tp_node_t *xi = tp_node_input(x, i);
+            for (int j = 0; j < nnodes; j++)
+                if (tp_model_node(ex->m, -1, j) == xi)
+                    ci[i] = vname[j];
+        }
+        n = s_node(ex, "Concat", out, nin, ci);
+        ok = s_attr_i(ex, n, "axis", 1);
+        break;
+    }
+    default:
+        return tp_error(TP_ERR_UNSUPPORTED, "ONNX export: op '%s' (node '%s') has no "
+                        "ONNX form; export outputs that do not need it (the "
+                        "logits, not the cost or metrics)", tp_op_name(k),
+                        tp_node_name(x));
+    }
+    return n && ok ? TP_OK : NOMEM();
+}
+
+static tp_status_t s_build(s_ex_t *ex, tp_predictor_t *p, Onnx__ModelProto *model) {
+    tp_model_t *m = ex->m;
+    int nn = tp_model_node_count(m, -1);
+    unsigned char *keep = s_new(ex, (size_t)nn + 1);
+    unsigned char *fused = s_new(ex, (size_t)nn + 1);
+    int *uses = s_new(ex, sizeof(int) * ((size_t)nn + 1));
+    char **vname = s_new(ex, sizeof(char *) * ((size_t)nn + 1));
+    if (!keep || !fused || !uses || !vname)
+        return NOMEM();
+    int nout = tp_predictor_output_count(p);
+    int out_id[TP_PREDICT_MAX_IO];
+    for (int j = 0; j < nout; j++) {
+        tp_node_t *o = tp_model_lookup(m, -1, tp_predictor_output_name(p, j));
+        out_id[j] = -1;
+        for (int i = 0; i < nn; i++)
+            if (tp_model_node(m, -1, i) == o)
+                out_id[j] = i;
+        if (out_id[j] < 0)
+            return tp_error(TP_ERR_NOT_FOUND, "ONNX export: no output '%s'",
+                            tp_predictor_output_name(p, j));
+        keep[out_id[j]] = 1;
+    }
+    /* what the outputs need, and how many kept nodes read each node */
+    for (int i = nn - 1; i >= 0; i--) {
+        if (!keep[i])
+            continue;
+        tp_node_t *x = tp_model_node(m, -1, i);
+        for (int j = 0; j < tp_node_input_count(x) + 2; j++) {
+            tp_node_t *xi = j < tp_node_input_count(x) ? tp_node_input(x, j)
+                                                       : tp_node_state(x, j - tp_node_input_count(x));
+            for (int q = 0; xi && q < i; q++)
+                if (tp_model_node(m, -1, q) == xi) {
+                    keep[q] = 1;
+                    uses[q]++;
+                }
+        }
+    }
+    /* names: a node's own, the requested name for an output, the input's
+     * for a dropout (the identity) */
+    for (int i = 0; i < nn; i++) {
+        tp_node_t *x = tp_model_node(m, -1, i);
+        vname[i] = (char *)tp_node_name(x);
+        if (keep[i] && tp_node_kind(x) == TP_OP_DROPOUT) {
+            tp_node_t *xi = tp_node_input(x, 0);
+            for (int q = 0; q < i; q++)
+                if (tp_model_node(m, -1, q) == xi)
+                    vname[i] = vname[q];
+        }
+        if (keep[i] && tp_node_kind(x) == TP_OP_MATMUL && uses[i] == 1) {
+            for (int q = i + 1; q < nn; q++) {
+                tp_node_t *c = tp_model_node(m, -1, q);
+                if (keep[q] && tp_node_kind(c) == TP_OP_BIAS_ADD && tp_node_input(c, 0) == x &&
+                    tp_node_shape(c)->ndim == 2)
+                    fused[i] = 1;
+            }
+        }
+    }
+    for (int j = 0; j < nout; j++) {
+        int i = out_id[j];
+        tp_op_kind_t k = tp_node_kind(tp_model_node(m, -1, i));
+        if (k == TP_OP_DROPOUT || k == TP_OP_INPUT || k == TP_OP_VARIABLE || fused[i])
+            return tp_error(TP_ERR_UNSUPPORTED, "ONNX export: output '%s' is a %s "
+                            "node; export a computed one", tp_predictor_output_name(p, j),
+                            tp_op_name(k));
+        int dup = 0;
+        for (int q = 0; q < j; q++)
+            dup |= out_id[q] == i;
+        if (dup)
+            return tp_error(TP_ERR_INVALID, "ONNX export: output '%s' named twice",
+                            tp_predictor_output_name(p, j));
+        vname[i] = (char *)tp_predictor_output_name(p, j);
+    }
+    /* inputs, initializers, nodes, in graph order */
+    Onnx__ValueInfoProto **gin = s_new(ex, sizeof *gin * TP_PREDICT_MAX_IO);
+    Onnx__ValueInfoProto **gout = s_new(ex, sizeof *gout * (TP_PREDICT_MAX_IO + 1));
+    if (!gin || !gout)
+        return NOMEM();
+    size_t ngin = 0, ngout = 0;
+    for (int i = 0; i < nn; i++) {
+        if (!keep[i])
+            continue;
+        tp_node_t *x = tp_model_node(m, -1, i);
+        tp_op_kind_t k = tp_node_kind(x);
+        if (k == TP_OP_INPUT) {
+            const tp_shape_t *s = tp_node_shape(x);
+            if (!(gin[ngin++] = s_value_info(ex, vname[i], tp_node_dtype(x), s->ndim, s->d,
+                                             tp_node_batched(x))))
+                return NOMEM();
+        } else if (k == TP_OP_VARIABLE) {
+            /* a weight only products read is written transposed by them */
+            int as_weight = 0;
+            for (int q = i + 1; q < nn; q++) {
+                tp_node_t *cq = tp_model_node(m, -1, q);
+                as_weight += keep[q] && tp_node_kind(cq) == TP_OP_MATMUL &&
+                             tp_node_input(cq, 1) == x;
+            }
+            if (as_weight == uses[i])
+                continue;
+            if (!s_init_var(ex, x, NULL, 0, NULL))
+                return tp_error_wrap(TP_ERR_NOMEM, "ONNX export: variable '%s'",
+                                     tp_node_name(x));
+        } else if (k != TP_OP_DROPOUT) {
+            TP_TRY(s_emit(ex, x, vname, uses, fused, nn));
+        }
+    }
+    for (int j = 0; j < nout; j++) {
+        tp_node_t *x = tp_model_node(m, -1, out_id[j]);
+        const tp_shape_t *s = tp_node_shape(x);
+        if (!(gout[ngout++] = s_value_info(ex, vname[out_id[j]], TP_FLOAT32, s->ndim, s->d,
+                                           tp_node_batched(x))))
+            return NOMEM();
+    }
+    /* the class probabilities next to the logits */
+    if (nout >= 1 && !strcmp(tp_predictor_output_name(p, 0), "logits")) {
+        tp_node_t *x = tp_model_node(m, -1, out_id[0]);
+        const tp_shape_t *s = tp_node_shape(x);
+        const char *li[1] = {"logits"};
+        Onnx__NodeProto *sm = s->ndim == 2 ? s_node(ex, "Softmax", "probabilities", 1, li) : NULL;
+        if (sm) {
+            if (!s_attr_i(ex, sm, "axis", 1) ||
+                !(gout[ngout++] = s_value_info(ex, "probabilities", TP_FLOAT32, 2, s->d, 1)))
+                return NOMEM();
+        }
+    }
+    Onnx__GraphProto *g = s_new(ex, sizeof *g);
+    Onnx__OperatorSetIdProto *ops = s_new(ex, sizeof *ops);
+    Onnx__OperatorSetIdProto **opsv = s_new(ex, sizeof *opsv);
+    if (!g || !ops || !opsv)
+        return NOMEM();
+    onnx__graph_proto__init(g);
+    onnx__operator_set_id_proto__init(ops);
+    const char *name = tp_model_name(m);
+    g->name = s_str(ex, name ? name : "towerpack");
+    g->n_node = ex->nnodes;
+    g->node = ex->nodes;
+    g->n_initializer = ex->ninits;
+    g->initializer = ex->inits;
+    g->n_input = ngin;
+    g->input = gin;
+    g->n_output = ngout;
+    g->output = gout;
+    ops->domain = s_str(ex, "");
+    ops->has_version = 1;
+    ops->version = S_OPSET;
+    opsv[0] = ops;
+    model->has_ir_version = 1;
+    model->ir_version = S_IR_VERSION;
+    model->n_opset_import = 1;
+    model->opset_import = opsv;
+    model->producer_name = s_str(ex, "towerpack");
+    model->producer_version = s_str(ex, "0.1");
+    model->graph = g;
+    return g->name && ops->domain && model->producer_name ? TP_OK : NOMEM();
+}
+
+tp_status_t tp_predictor_export_onnx(tp_predictor_t *p, const char *path) {
+    if (!p || !path)
+        return tp_error(TP_ERR_INVALID, "ONNX export: NULL argument");
+    s_ex_t ex;
+    memset(&ex, 0, sizeof ex);
+    ex.m = tp_predictor_model(p);
+    Onnx__ModelProto model;
+    onnx__model_proto__init(&model);
+    tp_status_t rc = s_build(&ex, p, &model);
+    if (rc == TP_OK) {
+        size_t size = onnx__model_proto__get_packed_size(&model);
+        uint8_t *buf = malloc(size ? size : 1);
+        if (!buf) {
+            rc = NOMEM();
+        } else {
+            onnx__model_proto__pack(&model, buf);
+            rc = tp_file_write_atomic(path, buf, size);
+            free(buf);
+        }
+    }
+    for (size_t i = 0; i < ex.nallocs; i++)
+        free(ex.allocs[i]);
+    free(ex.allocs);
+    free(ex.nodes);
+    free(ex.inits);
+    return rc;
+}

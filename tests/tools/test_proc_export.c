@@ -1,0 +1,174 @@
+/* towerpack tests: tp-export's ONNX files, checked by tools nobody here
+ * wrote: onnx.checker accepts every zoo model, and OpenCV's DNN module runs
+ * the exported CNN on the Fashion-MNIST test split with the top-1 class of
+ * tp-predict on >= 99.9% of the images and logits within 1e-4. Skipped,
+ * saying which package is missing, without Debian's python3-onnx,
+ * python3-opencv and python3-numpy. Own executable: it forks and execs. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "proc_testutil.h"
+#include <towerpack/models.h>
+#include <towerpack/towerpack.h>
+
+#define PY "/usr/bin/python3"
+#define CHECK TP_SOURCE_DIR "/tests/tools/onnx_check.py"
+#define IMAGES "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
+
+static char s_dir[64];
+static char s_out[1 << 16];
+
+static void s_setup(void) {
+    tp_log_set_level(TP_LOG_WARN);
+    snprintf(s_dir, sizeof s_dir, "/tmp/tp-export-XXXXXX");
+    cr_assert_not_null(mkdtemp(s_dir));
+}
+
+static void s_teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        cr_log_warn("could not remove %s", s_dir);
+}
+
+/* Run argv (argv[0] a path), stdout+stderr into s_out; the exit status. */
+static int s_run(char *const *argv) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    pu_spawn_opts_t o = {.out_fd = fds[1], .env = env};
+    pid_t pid = pu_spawn((char **)argv, &o);
+    close(fds[1]);
+    size_t got = 0, size = sizeof s_out;
+    ssize_t r;
+    char sink[4096];
+    while ((r = read(fds[0], got < size - 1 ? s_out + got : sink,
+                     got < size - 1 ? size - 1 - got : sizeof sink)) > 0)
+        if (got < size - 1)
+            got += (size_t)r;
+    s_out[got] = '\0';
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Skip, saying what is missing, when the Python references are not there. */
+static void s_need_python(void) {
+    if (access(PY, X_OK) != 0)
+        cr_skip_test("ONNX checks skipped: no " PY " (install python3-onnx, "
+                     "python3-opencv, python3-numpy; scripts/install-deps.sh does)");
+    char *argv[] = {PY, CHECK, "check", NULL};
+    if (s_run(argv) == 3)
+        cr_skip_test("ONNX checks skipped: %s (install python3-onnx, python3-opencv, "
+                     "python3-numpy; scripts/install-deps.sh does)", s_out);
+}
+
+static tp_optimizer_t *s_sgd(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.02, 0.9, 0);
+}
+
+/* A zoo model after two SGD steps on Fashion-MNIST (batch-norm averages
+ * that are not their initial values), saved with its name. */
+static void s_checkpoint(const char *name, const char *path) {
+    tp_model_desc_t md = {tp_zoo_inputs(), 2, tp_zoo_find(name)->build, s_sgd, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.batch = 8;
+    mc.seed = 3;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    cr_assert_eq(tp_model_set_name(m, name), TP_OK);
+    tp_dataflow_t *df = tp_df_batch(tp_df_fashion_mnist("test", 0), 8, 0);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    for (int s = 0; s < 2; s++) {
+        tp_datapoint_t *dp = NULL;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_tensor_t in[2];
+        tp_datapoint_views(dp, in, 2);
+        cr_assert_eq(tp_model_run(m, 0, in, 2, NULL, 0, NULL), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    tp_dataflow_destroy(&df);
+    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
+
+TestSuite(tp_export, .init = s_setup, .fini = s_teardown);
+
+Test(tp_export, the_onnx_checker_accepts_every_zoo_model) {
+    s_need_python();
+    const tp_zoo_model_t *const *all = tp_zoo_all();
+    char onnx[8][128];
+    char *check[12] = {PY, CHECK, "check"};
+    int n = 0;
+    for (; all[n] && n < 8; n++) {
+        char ckpt[128];
+        snprintf(ckpt, sizeof ckpt, "%s/%s.safetensors", s_dir, all[n]->name);
+        snprintf(onnx[n], sizeof onnx[n], "%s/%s.onnx", s_dir, all[n]->name);
+        s_checkpoint(all[n]->name, ckpt);
+        char *exp[] = {TP_BINARY_DIR "/bin/tp-export", "--load", ckpt, "--onnx", onnx[n], NULL};
+        cr_assert_eq(s_run(exp), 0, "%s: %s", all[n]->name, s_out);
+        check[3 + n] = onnx[n];
+    }
+    cr_assert_eq(n, 4);
+    cr_assert_eq(s_run(check), 0, "%s", s_out);
+    /* batch norm in inference form, no dropout, the residual adds */
+    cr_expect(strstr(s_out, "cnn-bn.onnx: ok") && strstr(s_out, "BatchNormalization"), "%s", s_out);
+    cr_expect(!strstr(s_out, "Dropout"), "%s", s_out);
+    cr_expect(strstr(s_out, "resnet.onnx: ok") && strstr(s_out, "GlobalAveragePool"), "%s", s_out);
+}
+
+Test(tp_export, opencv_agrees_with_tp_predict_on_the_test_split) {
+    s_need_python();
+    char ckpt[128], onnx[128], csv[128];
+    snprintf(ckpt, sizeof ckpt, "%s/cnn.safetensors", s_dir);
+    snprintf(onnx, sizeof onnx, "%s/cnn.onnx", s_dir);
+    snprintf(csv, sizeof csv, "%s/pred.csv", s_dir);
+    s_checkpoint("cnn", ckpt);
+    char *exp[] = {TP_BINARY_DIR "/bin/tp-export", "--load", ckpt, "--onnx", onnx, NULL};
+    cr_assert_eq(s_run(exp), 0, "%s", s_out);
+    /* the first 2000 images of the split (a Debug build's convolutions are
+     * slow); TP_TEST_FULL_SPLIT=1 takes all 10000 */
+    const char *full = getenv("TP_TEST_FULL_SPLIT");
+    char *spec = full && *full == '1' ? "fashion-mnist:test,shuffle=0 | batch 500"
+                                      : "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 4";
+    char *pred[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", ckpt, "--spec", spec,
+                    "--output", csv, "--logits", "--confusion", "none", NULL};
+    cr_assert_eq(s_run(pred), 0, "%s", s_out);
+    char *cv[] = {PY, CHECK, "opencv", onnx, csv, IMAGES, NULL};
+    cr_assert_eq(s_run(cv), 0, "%s", s_out);
+    json_error_t err;
+    json_t *j = json_loads(strrchr(s_out, '{'), JSON_DISABLE_EOF_CHECK, &err);
+    cr_assert_not_null(j, "%s", s_out);
+    double agree = json_real_value(json_object_get(j, "agree"));
+    double max_abs = json_real_value(json_object_get(j, "max_abs"));
+    int64_t n = json_integer_value(json_object_get(j, "n"));
+    json_decref(j);
+    cr_expect(n >= 2000, "%lld images", (long long)n);
+    cr_expect(agree >= 0.999, "top-1 agrees on %.4f of %lld images", agree, (long long)n);
+    cr_expect(max_abs <= 1e-4, "logits differ by up to %g", max_abs);
+}
+
+Test(tp_export, an_op_with_no_onnx_form_is_named) {
+    char ckpt[128], onnx[128];
+    snprintf(ckpt, sizeof ckpt, "%s/mlp.safetensors", s_dir);
+    snprintf(onnx, sizeof onnx, "%s/cost.onnx", s_dir);
+    s_checkpoint("mlp", ckpt);
+    char *exp[] = {TP_BINARY_DIR "/bin/tp-export", "--load", ckpt, "--onnx", onnx,
+                   "--output", "cost", NULL};
+    cr_expect_eq(s_run(exp), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "'softmax_xent'") && strstr(s_out, "no ONNX form"), "%s", s_out);
+    cr_expect_neq(access(onnx, F_OK), 0, "a failed export left %s", onnx);
+    char *bad[] = {TP_BINARY_DIR "/bin/tp-export", "--load", ckpt, "--onnx", onnx,
+                   "--output", "logit", NULL};
+    cr_expect_eq(s_run(bad), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "'logit'") && strstr(s_out, "linear/output"), "%s", s_out);
+}
