@@ -126,20 +126,18 @@ Test(tp_export, the_onnx_checker_accepts_every_zoo_model) {
     cr_expect(strstr(s_out, "resnet.onnx: ok") && strstr(s_out, "GlobalAveragePool"), "%s", s_out);
 }
 
-Test(tp_export, opencv_agrees_with_tp_predict_on_the_test_split) {
-    s_need_python();
-    char ckpt[128], onnx[128], csv[128];
-    snprintf(ckpt, sizeof ckpt, "%s/cnn.safetensors", s_dir);
-    snprintf(onnx, sizeof onnx, "%s/cnn.onnx", s_dir);
-    snprintf(csv, sizeof csv, "%s/pred.csv", s_dir);
-    s_checkpoint("cnn", ckpt);
+/* Export `name`, run tp-predict on the first `batches` x 100 images of the
+ * test split and OpenCV on the same: top-1 agreement and logit distance. */
+static void s_agree(const char *name, int batches) {
+    char ckpt[128], onnx[128], csv[128], spec[128];
+    snprintf(ckpt, sizeof ckpt, "%s/%s.safetensors", s_dir, name);
+    snprintf(onnx, sizeof onnx, "%s/%s.onnx", s_dir, name);
+    snprintf(csv, sizeof csv, "%s/%s.csv", s_dir, name);
+    s_checkpoint(name, ckpt);
     char *exp[] = {TP_BINARY_DIR "/bin/tp-export", "--load", ckpt, "--onnx", onnx, NULL};
     cr_assert_eq(s_run(exp), 0, "%s", s_out);
-    /* the first 2000 images of the split (a Debug build's convolutions are
-     * slow); TP_TEST_FULL_SPLIT=1 takes all 10000 */
-    const char *full = getenv("TP_TEST_FULL_SPLIT");
-    char *spec = full && *full == '1' ? "fashion-mnist:test,shuffle=0 | batch 500"
-                                      : "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 4";
+    snprintf(spec, sizeof spec, "fashion-mnist:test,shuffle=0 | batch 100 | fixed-size %d",
+             batches);
     char *pred[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", ckpt, "--spec", spec,
                     "--output", csv, "--logits", "--confusion", "none", NULL};
     cr_assert_eq(s_run(pred), 0, "%s", s_out);
@@ -152,9 +150,22 @@ Test(tp_export, opencv_agrees_with_tp_predict_on_the_test_split) {
     double max_abs = json_real_value(json_object_get(j, "max_abs"));
     int64_t n = json_integer_value(json_object_get(j, "n"));
     json_decref(j);
-    cr_expect(n >= 2000, "%lld images", (long long)n);
-    cr_expect(agree >= 0.999, "top-1 agrees on %.4f of %lld images", agree, (long long)n);
-    cr_expect(max_abs <= 1e-4, "logits differ by up to %g", max_abs);
+    cr_expect_eq(n, batches * 100, "%s: %lld images", name, (long long)n);
+    cr_expect(agree >= 0.999, "%s: top-1 agrees on %.4f of %lld images", name, agree,
+              (long long)n);
+    cr_expect(max_abs <= 1e-4, "%s: logits differ by up to %g", name, max_abs);
+}
+
+/* The CNN on the first 2000 images of the split (a Debug build's
+ * convolutions are slow; TP_TEST_FULL_SPLIT=1 takes all 10000), the other
+ * zoo models on fewer. */
+Test(tp_export, opencv_agrees_with_tp_predict_on_the_test_split) {
+    s_need_python();
+    const char *full = getenv("TP_TEST_FULL_SPLIT");
+    s_agree("cnn", full && *full == '1' ? 100 : 20);
+    s_agree("mlp", 10);
+    s_agree("cnn-bn", 5);
+    s_agree("resnet", 1);
 }
 
 Test(tp_export, an_op_with_no_onnx_form_is_named) {
