@@ -7,10 +7,12 @@
 #
 # Without a checkpoint it trains one briefly (tp-train --model cnn, 200
 # steps: the speed does not depend on how well the model is trained). Both
-# sides run at 1 and 2 threads; the best of each is compared: batch-1
-# latency (median of 2000 single-image calls) and batch-256 throughput
-# (fastest of 5 rounds of 4 batches). The peer first checks that it computes
-# the same logits as tp-predict on 256 test images.
+# sides run at 1 and 2 threads: batch-1 latency (median of 1000
+# single-image calls) and batch-256 throughput (fastest of 5 runs of 4
+# batches), in ROUNDS (default 3) alternating rounds; the medians over the
+# rounds are compared, per thread count and for the best setting of each.
+# The peer first checks that it computes the same logits as tp-predict on
+# 256 test images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
@@ -46,26 +48,40 @@ if os.path.isdir(p):
 print(p)
 PYEOF
 )
+# ROUNDS rounds, each side and thread count back to back (the order
+# alternating), so a loaded machine slows both alike; medians over rounds.
+rounds=${ROUNDS:-3}
 results=()
-for t in 1 2; do
-  results+=("$(TP_LOG_LEVEL=warn $bin/tp-bench predict --load "$file" --threads $t --json)")
-  results+=("$($PY bench/peers/predict_torch.py "$file" --threads $t --compare "$work/first256.csv")")
+for r in $(seq 1 "$rounds"); do
+  for t in 1 2; do
+    tpr=$(TP_LOG_LEVEL=warn $bin/tp-bench predict --load "$file" --threads $t --json --latency-iters 1000)
+    ptr=$($PY bench/peers/predict_torch.py "$file" --threads $t --latency-iters 1000 \
+          --compare "$work/first256.csv")
+    if [ $((r % 2)) -eq 1 ]; then results+=("$tpr" "$ptr"); else results+=("$ptr" "$tpr"); fi
+  done
 done
 printf '%s\n' "${results[@]}" | $PY -c '
-import json, sys
+import json, statistics as st, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
-tp = [r for r in rows if "peer" not in r]
+def med(side, t, key):
+    v = [r[key] for r in rows if ("peer" in r) == (side == "pytorch") and r["threads"] == t]
+    return st.median(v)
+for t in (1, 2):
+    for side in ("towerpack", "pytorch"):
+        print("%-10s threads %d: batch-1 latency %.3f ms (median p90 %.3f), batch 256: %.0f images/s"
+              % (side, t, med(side, t, "latency_ms"), med(side, t, "latency_p90_ms"),
+                 med(side, t, "images_per_s")))
+    print("  threads %d: latency towerpack/pytorch %.2fx, throughput towerpack/pytorch %.2fx" % (
+        t, med("towerpack", t, "latency_ms") / med("pytorch", t, "latency_ms"),
+        med("towerpack", t, "images_per_s") / med("pytorch", t, "images_per_s")))
 pt = [r for r in rows if "peer" in r]
-for r in rows:
-    print("%-24s threads %d: batch-1 latency %.3f ms (p90 %.3f), batch %d: %.0f images/s%s" % (
-        r.get("peer", "towerpack"), r["threads"], r["latency_ms"], r["latency_p90_ms"],
-        r["batch"], r["images_per_s"],
-        "" if "peer" not in r else ", same logits as tp-predict within %.2g, top-1 agrees on %.4f"
-        % (r["max_abs_logit_diff"], r["top1_agree"])))
-lt = min(r["latency_ms"] for r in tp); lp = min(r["latency_ms"] for r in pt)
-ht = max(r["images_per_s"] for r in tp); hp = max(r["images_per_s"] for r in pt)
-print("best of each: latency towerpack/pytorch = %.2fx (goal <= 0.5x); "
+print("same model: PyTorch logits within %.2g of tp-predict, top-1 agrees on %.4f" % (
+    max(r["max_abs_logit_diff"] for r in pt), min(r["top1_agree"] for r in pt)))
+lt = min(med("towerpack", t, "latency_ms") for t in (1, 2))
+lp = min(med("pytorch", t, "latency_ms") for t in (1, 2))
+ht = max(med("towerpack", t, "images_per_s") for t in (1, 2))
+hp = max(med("pytorch", t, "images_per_s") for t in (1, 2))
+print("best thread setting of each: latency towerpack/pytorch = %.2fx (goal <= 0.5x); "
       "throughput towerpack/pytorch = %.2fx (goal >= 2x)" % (lt / lp, ht / hp))
-print(json.dumps({"latency_ratio": lt / lp, "throughput_ratio": ht / hp,
-                  "towerpack": tp, "pytorch": pt}))
+print(json.dumps({"latency_ratio": lt / lp, "throughput_ratio": ht / hp, "rounds": rows}))
 '

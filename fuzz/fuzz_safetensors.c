@@ -1,7 +1,8 @@
 /* towerpack fuzzing: the safetensors reader (gpu/graph/checkpoint.c):
  * tp_safetensors_parse and every accessor on what it accepts, then
  * tp_checkpoint_load of the same bytes into a small model (the path that
- * reads the trainer state from the metadata and matches names and shapes).
+ * reads the trainer state from the metadata and matches names and shapes),
+ * and tp_checkpoint_info (the model's name and inputs a predictor reads).
  *
  * Property: every tensor of an accepted file lies inside the buffer (ASan
  * checks the reads) and a load either succeeds or leaves a message. */
@@ -55,6 +56,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FUZZ_CHECK(lr == TP_OK || tp_last_error()[0] != '\0',
                        "load failed (%d) without a message", lr);
         }
+        /* the metadata a predictor reads: model name, input descriptions */
+        tp_checkpoint_info_t info;
+        tp_status_t ir = path ? tp_checkpoint_info(path, &info) : TP_OK;
+        fuzz_note("checkpoint info", ir);
+        FUZZ_CHECK(ir == TP_OK || tp_last_error()[0] != '\0',
+                   "info failed (%d) without a message", ir);
+        if (path && ir == TP_OK)
+            for (int i = 0; i < info.ninputs; i++)
+                FUZZ_CHECK(info.inputs[i].ndim >= 1 && info.inputs[i].ndim <= TP_MAX_DIMS,
+                           "input %d has %d dims", i, info.inputs[i].ndim);
     }
     return 0;
 }

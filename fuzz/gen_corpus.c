@@ -264,6 +264,13 @@ static void s_safetensors(void) {
     s_put("safetensors", "checkpoint", b, n);
     free(b);
     unlink(path);
+    /* with the model's name and inputs in the metadata (tp_checkpoint_info) */
+    if (tp_model_set_name(m, "fuzz") != TP_OK || tp_checkpoint_save(m, path, &st) != TP_OK ||
+        !fuzz_read_file(path, &b, &n))
+        s_die("checkpoint");
+    s_put("safetensors", "checkpoint_named", b, n);
+    free(b);
+    unlink(path);
     tp_model_destroy(&m);
     rmdir(tmp);
 }

@@ -741,7 +741,7 @@ tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
     unsigned char *used = calloc(st->count + 1, 1);
     const s_entry_t **src = calloc((size_t)m->nvars * (size_t)(1 + nslots) + 1,
                                    sizeof *src);
-    char missing[512] = "", bad[768] = "", extra[512] = "";
+    char missing[512] = "", bad[1600] = "", extra[512] = "";
     int nmissing = 0, nbad = 0, nextra = 0;
     tp_status_t rc = TP_OK;
     if (!used || !src) {
@@ -768,7 +768,7 @@ tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
             used[e - st->entries] = 1;
             if (e->dtype != TP_FLOAT32 || e->ndim != v->shape.ndim ||
                 memcmp(e->shape, v->shape.d, sizeof(int64_t) * (size_t)e->ndim)) {
-                char item[TP_NAME_MAX + 512];
+                char item[TP_NAME_MAX + 480];
                 tp_tensor_t tv;
                 char got[96];
                 tp_tensor_init_wrap(&tv, e->dtype, e->ndim, e->shape,
@@ -804,7 +804,7 @@ tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
         s_list_add(extra, sizeof extra, &nextra, st->entries[i].name);
     }
     if (nmissing || nbad || (nextra && !relaxed)) {
-        char msg[2048];
+        char msg[3072];
         int len = snprintf(msg, sizeof msg, "checkpoint %s does not fit the "
                                             "model:", path);
         if (nmissing)
