@@ -1071,6 +1071,16 @@ tp_node_t *tp_model_node(const tp_model_t *m, int tower, int i) {
     return t && i >= 0 && i < t->nnodes ? t->nodes[i] : NULL;
 }
 
+int tp_model_output_count(const tp_model_t *m, int tower) {
+    tp_tower_t *t = m ? tp_model_tower_((tp_model_t *)m, tower) : NULL;
+    return t ? t->noutputs : 0;
+}
+
+const char *tp_model_output_name(const tp_model_t *m, int tower, int i) {
+    tp_tower_t *t = m ? tp_model_tower_((tp_model_t *)m, tower) : NULL;
+    return t && i >= 0 && i < t->noutputs ? t->outputs[i].name : NULL;
+}
+
 tp_node_t *tp_model_lookup(const tp_model_t *m, int tower, const char *name) {
     tp_tower_t *t = m ? tp_model_tower_((tp_model_t *)m, tower) : NULL;
     return t && name ? s_lookup(t, name) : NULL;

@@ -328,6 +328,10 @@ tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *feeds,
  * bad tower or index. */
 int tp_model_node_count(const tp_model_t *m, int tower);
 tp_node_t *tp_model_node(const tp_model_t *m, int tower, int i);
+/* The named outputs and metrics of `tower` (tp_tower_add_output/metric),
+ * in the order they were added. */
+int tp_model_output_count(const tp_model_t *m, int tower);
+const char *tp_model_output_name(const tp_model_t *m, int tower, int i);
 /* The node an output, metric or node name of `tower` refers to, or NULL. */
 tp_node_t *tp_model_lookup(const tp_model_t *m, int tower, const char *name);
 

@@ -125,10 +125,18 @@ static void s_list(char *buf, size_t size, const char *const *names, int n) {
         o += (size_t)snprintf(buf + o, size - o, "%s%s", i ? ", " : "", names[i]);
 }
 
-/* The valid output names, for a message: outputs and metrics first. */
+/* The valid output names, for a message: the named outputs and metrics,
+ * then the nodes. */
 static void s_output_list(tp_model_t *m, char *buf, size_t size) {
     size_t o = 0;
     buf[0] = '\0';
+    int no = tp_model_output_count(m, -1);
+    for (int i = 0; i < no && o < size; i++)
+        o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", " : "",
+                              tp_model_output_name(m, -1, i));
+    if (o < size)
+        o += (size_t)snprintf(buf + o, size - o, "%snodes: ", o ? "; " : "");
+    size_t nodes_at = o;
     int n = tp_model_node_count(m, -1), shown = 0;
     for (int i = 0; i < n && o < size; i++) {
         tp_node_t *x = tp_model_node(m, -1, i);
@@ -139,7 +147,7 @@ static void s_output_list(tp_model_t *m, char *buf, size_t size) {
             snprintf(buf + o, size - o, ", ...");
             break;
         }
-        o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", " : "",
+        o += (size_t)snprintf(buf + o, size - o, "%s%s", o > nodes_at ? ", " : "",
                               tp_node_name(x));
     }
 }
