@@ -35,8 +35,8 @@ packages=(
   clang libclang-rt-dev valgrind
   # the main job's data: Fashion-MNIST IDX files under /usr/share/datasets
   dataset-fashion-mnist
-  # tp-predict's confusion matrix image
-  libcairo2-dev
+  # tp-predict's confusion matrix image (cairo; fontconfig for its fonts)
+  libcairo2-dev libfontconfig-dev
   # the ONNX export's checks (tests): ONNX's schema (compiled by protoc-c at
   # build time), its checker, OpenCV's DNN as an independent runtime
   libonnx-dev python3-onnx python3-opencv python3-numpy
