@@ -33,5 +33,6 @@
 #include <towerpack/launch.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/dist.h>
+#include <towerpack/tensorpack.h>
 
 #endif
