@@ -10,7 +10,8 @@
  *   numpy.core.numeric._frombuffer(buffer, dtype, shape, order)  protocol 5
  *   numpy.core.multiarray.scalar(dtype, bytes)         numpy scalars
  *   numpy.dtype(typecode, False, True), then BUILD with its state
- *   _codecs.encode(str, 'latin1')   protocol 2's spelling of raw bytes
+ *   _codecs.encode(str, 'latin1')   protocol 2's spelling of raw bytes,
+ *   bytes(those bytes) or bytes()    and of a bytes object
  * (numpy 2.x spells numpy.core as numpy._core; both are taken). Any other
  * global, any other opcode, nesting deeper than TP_TPK_MAX_DEPTH, more
  * than MAX_OBJECTS objects, or a length past the end of the message is
@@ -29,7 +30,7 @@
 enum { PV_NONE, PV_BOOL, PV_INT, PV_FLOAT, PV_BYTES, PV_STR, PV_LIST, PV_TUPLE,
        PV_GLOBAL, PV_DTYPE, PV_ARRAY, PV_EMPTY_ARRAY };
 
-enum { G_RECONSTRUCT, G_NDARRAY, G_DTYPE, G_FROMBUFFER, G_SCALAR, G_ENCODE };
+enum { G_RECONSTRUCT, G_NDARRAY, G_DTYPE, G_FROMBUFFER, G_SCALAR, G_ENCODE, G_BYTES };
 
 typedef struct {
     uint8_t kind;
@@ -229,6 +230,8 @@ static tp_status_t s_global(vm_t *vm, const uint8_t *mod, size_t ml,
         {"numpy.core.multiarray", "scalar", G_SCALAR},
         {"numpy._core.multiarray", "scalar", G_SCALAR},
         {"_codecs", "encode", G_ENCODE},
+        {"__builtin__", "bytes", G_BYTES},   /* protocol 2's bytes(...) */
+        {"builtins", "bytes", G_BYTES},
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (strlen(ok[i].mod) == ml && !memcmp(ok[i].mod, mod, ml) &&
@@ -401,6 +404,17 @@ static tp_status_t s_reduce(vm_t *vm) {
         b->u.s.len = o;
         return TP_OK;
     }
+    case G_BYTES: {  /* bytes(b) is b; bytes() is b'' */
+        if (na == 1 && vm->nodes[it[0]].kind == PV_BYTES)
+            return s_push(vm, it[0]);
+        if (na == 0) {
+            pv_t *b;
+            TP_TRY(s_push_new(vm, PV_BYTES, &b));
+            b->u.s.p = vm->p;  /* empty, inside the message */
+            return TP_OK;
+        }
+        return s_bad(vm, "bytes() of something other than bytes");
+    }
     default:
         return s_bad(vm, "numpy.ndarray called directly");
     }
@@ -483,7 +497,7 @@ static tp_status_t s_run(vm_t *vm, uint32_t *result) {
         case 0x95:  /* FRAME: a length; the frame's content follows inline */
             TP_TRY(s_need(vm, 8));
             if (s_le(vm->p + vm->off, 8) > vm->n - vm->off - 8)
-                return s_bad(vm, "FRAME of %llu bytes, %zu are left",
+                return s_bad(vm, "truncated: FRAME of %llu bytes, %zu are left",
                              (unsigned long long)s_le(vm->p + vm->off, 8),
                              vm->n - vm->off - 8);
             vm->off += 8;

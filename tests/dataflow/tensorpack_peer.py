@@ -15,6 +15,12 @@ sends back with Python's own loaders.
   pull ENDPOINT N FORMAT OUT            RemoteDataZMQ's loads of N messages
                                         (bind), described into OUT
   hostile DIR                           DIR/K.bin: hostile pickles
+  batches FORMAT ENDPOINT N B           PUSH N batches [uint8 (B,28,28),
+                                        int64 (B,)] (send_dataflow_zmq of a
+                                        BatchData), then linger
+  readlmdb PATH OUT                     LMDBSerializer.load(PATH,
+                                        shuffle=False) described into OUT,
+                                        checking __keys__
 
 FORMAT: pickle, msgpack or zmq_ops. A truth file has one line per component:
 "dtype d0,d1,... hexbytes" (numpy's dtype.str, the shape, the raw bytes).
@@ -217,6 +223,50 @@ def main():
         for k, v in msgs.items():
             with open(os.path.join(d, k + '.bin'), 'wb') as f:
                 f.write(v)
+        return 0
+    if cmd == 'batches':
+        import zmq
+        fmt, addr, n, b = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        dumps = dumps_fn(fmt)
+        rng = np.random.RandomState(3)
+        ctx = zmq.Context()
+        socket = ctx.socket(zmq.PUSH)
+        socket.set_hwm(50)
+        socket.connect(addr)
+        for _ in range(n):
+            dp = [rng.randint(0, 256, size=(b, 28, 28)).astype(np.uint8),
+                  rng.randint(0, 10, size=(b,)).astype(np.int64)]
+            socket.send(dumps(dp), copy=False)
+        socket.setsockopt(zmq.LINGER, 30000)
+        socket.close()
+        ctx.term()
+        return 0
+    if cmd == 'readlmdb':   # LMDBData(path, shuffle=False) + loads
+        import lmdb
+        path, out = sys.argv[2], sys.argv[3]
+        db = lmdb.open(path, subdir=os.path.isdir(path), readonly=True, lock=False,
+                       readahead=True, map_size=1 << 30, max_readers=100)
+        with db.begin() as txn, open(out + '.tmp', 'w') as f:
+            raw = txn.get(b'__keys__')
+            if raw[:1] == b'\x80':
+                keys = pickle.loads(raw)
+            else:
+                import msgpack
+                keys = msgpack.loads(raw, raw=False)
+            n = txn.stat()['entries'] - 1
+            assert keys == [u'{:08}'.format(k).encode('ascii') for k in range(n)], keys[:3]
+            for k, v in txn.cursor():
+                if k == b'__keys__':
+                    continue
+                if v[:1] == b'\x80':
+                    dp = pickle.loads(v)
+                else:
+                    import msgpack
+                    import msgpack_numpy
+                    msgpack_numpy.patch()
+                    dp = msgpack.loads(v, raw=False)
+                f.write(truth(dp) + '=\n')
+        os.rename(out + '.tmp', out)
         return 0
     raise SystemExit('unknown command ' + cmd)
 
