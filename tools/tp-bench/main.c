@@ -7,6 +7,7 @@
  *   tp-bench engine     [--json] ...   the whole engine against a bare loop
  *   tp-bench callbacks  [--json] ...   a slow callback, observing and synchronous
  *   tp-bench saver      [--json] ...   ModelSaver's epoch-end wait, sync and its writer
+ *   tp-bench tensorpack [--json] ...   tensorpack's formats against the wire format
  *
  * Each subcommand lives in its own file of this folder and defines
  * `int tp_bench_<name>(int argc, char **argv)` (argv[0] is the subcommand).
@@ -26,6 +27,7 @@ BENCH(engine)
 BENCH(callbacks)
 BENCH(saver)
 BENCH(cuda)
+BENCH(tensorpack)
 #undef BENCH
 
 static const struct {
@@ -41,6 +43,8 @@ static const struct {
     {"callbacks", tp_bench_callbacks, "a slow callback: observing against none, and synchronous"},
     {"saver", tp_bench_saver, "ModelSaver's epoch-end wait: synchronous write against its writer"},
     {"cuda", tp_bench_cuda, "CUDA backend: GEMM step against cuBLAS, step rates"},
+    {"tensorpack", tp_bench_tensorpack, "tensorpack's formats: receiving against the wire "
+     "format, decoding against Python; tensorpack LMDB writer"},
 };
 #define NBENCH (sizeof s_benches / sizeof s_benches[0])
 
