@@ -20,6 +20,7 @@ typedef struct df_tpk_comp {
 typedef struct df_tpk_comps {
     df_tpk_comp_t *c;
     int n, cap;
+    int inl;  /* 1: c is the caller's storage (copied out when it grows) */
 } df_tpk_comps_t;
 
 /* A new component at the end (zeroed); NULL with an error recorded. */
@@ -42,10 +43,10 @@ df_tpk_comp_t *df_tpk_comp_float(df_tpk_comps_t *cs, double v);
 df_tpk_comp_t *df_tpk_comp_bool(df_tpk_comps_t *cs, int v);
 df_tpk_comp_t *df_tpk_comp_bytes(df_tpk_comps_t *cs, const uint8_t *p, size_t n);
 /* An array component over data (nbytes must be the shape's size: checked,
- * TP_ERR_PROTOCOL naming `who` otherwise). */
+ * TP_ERR_PROTOCOL naming "`who` `idx`" otherwise). */
 tp_status_t df_tpk_comp_array(df_tpk_comps_t *cs, tp_dtype_t dt, int ndim,
                               const int64_t *shape, const uint8_t *data,
-                              size_t nbytes, const char *who);
+                              size_t nbytes, const char *who, int idx);
 
 /* The decoders: components of the message, or TP_ERR_PROTOCOL. */
 tp_status_t df_tpk_pickle(const uint8_t *p, size_t n, df_tpk_comps_t *cs);

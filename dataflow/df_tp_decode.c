@@ -40,11 +40,15 @@ df_tpk_comp_t *df_tpk_comps_push(df_tpk_comps_t *cs) {
     }
     if (cs->n == cs->cap) {
         int cap = cs->cap ? cs->cap * 2 : 8;
-        df_tpk_comp_t *c = realloc(cs->c, (size_t)cap * sizeof *c);
+        df_tpk_comp_t *c = cs->inl ? malloc((size_t)cap * sizeof *c)
+                                   : realloc(cs->c, (size_t)cap * sizeof *c);
         if (!c) {
             tp_error(TP_ERR_NOMEM, "tensorpack: components");
             return NULL;
         }
+        if (cs->inl && cs->n)
+            memcpy(c, cs->c, (size_t)cs->n * sizeof *c);
+        cs->inl = 0;
         cs->c = c;
         cs->cap = cap;
     }
@@ -56,7 +60,8 @@ df_tpk_comp_t *df_tpk_comps_push(df_tpk_comps_t *cs) {
 void df_tpk_comps_fini(df_tpk_comps_t *cs) {
     for (int i = 0; i < cs->n; i++)
         free(cs->c[i].owned);
-    free(cs->c);
+    if (!cs->inl)
+        free(cs->c);
     memset(cs, 0, sizeof *cs);
 }
 
@@ -99,16 +104,17 @@ df_tpk_comp_t *df_tpk_comp_bytes(df_tpk_comps_t *cs, const uint8_t *p, size_t n)
 
 tp_status_t df_tpk_comp_array(df_tpk_comps_t *cs, tp_dtype_t dt, int ndim,
                               const int64_t *shape, const uint8_t *data,
-                              size_t nbytes, const char *who) {
+                              size_t nbytes, const char *who, int idx) {
     if (ndim < 0 || ndim > TP_MAX_DIMS)
-        return tp_error(TP_ERR_PROTOCOL, "%s: %d dimensions (at most %d)", who,
+        return tp_error(TP_ERR_PROTOCOL, "%s %d: %d dimensions (at most %d)", who, idx,
                         ndim, TP_MAX_DIMS);
     size_t numel;
     if (tp_shape_numel(ndim, shape, tp_dtype_size(dt), &numel) != TP_OK)
-        return tp_error(TP_ERR_PROTOCOL, "%s: shape is negative or too large", who);
+        return tp_error(TP_ERR_PROTOCOL, "%s %d: shape is negative or too large", who,
+                        idx);
     if (numel * tp_dtype_size(dt) != nbytes)
-        return tp_error(TP_ERR_PROTOCOL, "%s: %s of %zu elements needs %zu bytes, "
-                        "the data has %zu", who, tp_dtype_name(dt), numel,
+        return tp_error(TP_ERR_PROTOCOL, "%s %d: %s of %zu elements needs %zu bytes, "
+                        "the data has %zu", who, idx, tp_dtype_name(dt), numel,
                         numel * tp_dtype_size(dt), nbytes);
     df_tpk_comp_t *c = df_tpk_comps_push(cs);
     if (!c)
@@ -289,9 +295,8 @@ tp_status_t df_tpk_zmq_ops(const uint8_t *p, size_t n, df_tpk_comps_t *cs) {
         if (len < 0 || (uint64_t)len > n - off)
             return tp_error(TP_ERR_PROTOCOL, "zmq_ops: array %d: says %lld bytes, "
                             "%zu are left", i, (long long)len, n - off);
-        char who[64];
-        snprintf(who, sizeof who, "zmq_ops: array %d", i);
-        TP_TRY(df_tpk_comp_array(cs, dt, ndim, shape, p + off, (size_t)len, who));
+        TP_TRY(df_tpk_comp_array(cs, dt, ndim, shape, p + off, (size_t)len,
+                                 "zmq_ops: array", i));
         off += (size_t)len;
     }
     if (off != n)
@@ -409,7 +414,8 @@ tp_status_t tp_tpk_decode(const void *data, size_t size, const tp_tpk_opts_t *op
         keep->data = (void *)data;
         keep->hint = hint;
     }
-    df_tpk_comps_t cs = {0};
+    df_tpk_comp_t inl[8];  /* a datapoint's usual few components: no malloc */
+    df_tpk_comps_t cs = {.c = inl, .cap = 8, .inl = 1};
     tp_status_t rc;
     tp_tpk_format_t fmt = tp_tpk_sniff(data, size);
     if (o.max_bytes && size > o.max_bytes) {

@@ -180,9 +180,7 @@ static tp_status_t s_ndarray(const msgpack_object *m, int i, df_tpk_comps_t *cs)
             sh[k] = (int64_t)d->via.u64;
         }
     }
-    char who[64];
-    snprintf(who, sizeof who, "msgpack: component %d", i);
-    return df_tpk_comp_array(cs, dt, ndim, sh, dp, dl, who);
+    return df_tpk_comp_array(cs, dt, ndim, sh, dp, dl, "msgpack: component", i);
 }
 
 static tp_status_t s_item(const msgpack_object *o, int i, df_tpk_comps_t *cs) {
@@ -253,8 +251,8 @@ tp_status_t df_tpk_msgpack_keys(const uint8_t *p, size_t n, char **keys, size_t 
         rc = tp_error(TP_ERR_FORMAT, "msgpack: the keys are not a list");
     else
         k = u.data.via.array.size;
-    const uint8_t *kp;
-    size_t kl;
+    const uint8_t *kp = NULL;
+    size_t kl = 0;
     for (size_t i = 0; rc == TP_OK && i < k; i++) {
         if (!s_raw(&u.data.via.array.ptr[i], &kp, &kl))
             rc = tp_error(TP_ERR_FORMAT, "msgpack: key %zu is not bytes or str", i);

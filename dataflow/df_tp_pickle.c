@@ -42,7 +42,8 @@ typedef struct {
         int64_t i;
         double f;
         struct { const uint8_t *p; size_t len; } s;   /* bytes, str */
-        struct { uint32_t *items; uint32_t cap; } seq;
+        struct { uint32_t *items; uint32_t cap, off; } seq;  /* list: items;
+                                                                 tuple: off in vm->pool */
     } u;
 } pv_t;
 
@@ -68,10 +69,46 @@ typedef struct {
     uint32_t nmemo, memocap;
     struct s_arr *arrs;              /* the arrays made (a node holds an index) */
     uint32_t narrs, acap;
+    uint32_t *pool;                  /* tuples' items, back to back */
+    uint32_t npool, pcap;
     uint8_t **owned;                 /* latin1-decoded bytes */
     uint32_t nowned, ocap;
     size_t op_off;                   /* offset of the opcode being run */
+    void *inl;                       /* the inline storage (inl_t) */
 } vm_t;
+
+/* A message's first allocations come from here (on the caller's stack):
+ * a datapoint of a few arrays needs no malloc for the machine itself. */
+#define INL_NODES 256
+#define INL_STACK 128
+#define INL_MEMO 256
+#define INL_MARKS 32
+#define INL_ARRS 16
+#define INL_POOL 256
+typedef struct {
+    pv_t nodes[INL_NODES];
+    uint32_t stack[INL_STACK], memo[INL_MEMO], marks[INL_MARKS], pool[INL_POOL];
+    struct s_arr arrs[INL_ARRS];
+} inl_t;
+
+static void s_vm_init(vm_t *vm, inl_t *in, const uint8_t *p, size_t n) {
+    memset(vm, 0, sizeof *vm);
+    vm->p = p;
+    vm->n = n;
+    vm->nodes = in->nodes;
+    vm->cap = INL_NODES;
+    vm->stack = in->stack;
+    vm->scap = INL_STACK;
+    vm->memo = in->memo;
+    vm->memocap = INL_MEMO;
+    vm->marks = in->marks;
+    vm->mcap = INL_MARKS;
+    vm->pool = in->pool;
+    vm->pcap = INL_POOL;
+    vm->arrs = in->arrs;
+    vm->acap = INL_ARRS;
+    vm->inl = in;
+}
 
 static tp_status_t s_bad(vm_t *vm, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -84,24 +121,33 @@ static tp_status_t s_bad(vm_t *vm, const char *fmt, ...) {
     return tp_error(TP_ERR_PROTOCOL, "pickle: offset %zu: %s", vm->op_off, msg);
 }
 
-static int s_grow(void **p, uint32_t *cap, uint32_t need, size_t elem) {
+/* Grow *p (cap elements of elem bytes) to at least need. Storage inside
+ * the inline block is copied out to the heap, never realloc'd. */
+static __attribute__((noinline)) int s_grow_in(const void *inl, size_t inl_size, void **p, uint32_t *cap,
+                     uint32_t need, size_t elem) {
     if (need <= *cap)
         return 1;
     uint32_t c = *cap ? *cap : 16;
     while (c < need)
         c = c > UINT32_MAX / 2 ? need : c * 2;
-    void *q = realloc(*p, (size_t)c * elem);
+    int inside = inl && (const char *)*p >= (const char *)inl &&
+                 (const char *)*p < (const char *)inl + inl_size;
+    void *q = inside ? malloc((size_t)c * elem) : realloc(*p, (size_t)c * elem);
     if (!q)
         return 0;
+    if (inside)
+        memcpy(q, *p, (size_t)*cap * elem);
     *p = q;
     *cap = c;
     return 1;
 }
+#define s_grow(p, cap, need, elem) s_grow_in(vm->inl, sizeof(inl_t), p, cap, need, elem)
 
 static tp_status_t s_new(vm_t *vm, uint8_t kind, uint32_t *idx) {
     if (vm->nnodes >= MAX_OBJECTS)
         return s_bad(vm, "more than %u objects", MAX_OBJECTS);
-    if (!s_grow((void **)&vm->nodes, &vm->cap, vm->nnodes + 1, sizeof *vm->nodes))
+    if (vm->nnodes >= vm->cap &&
+        !s_grow((void **)&vm->nodes, &vm->cap, vm->nnodes + 1, sizeof *vm->nodes))
         return tp_error(TP_ERR_NOMEM, "pickle: objects");
     pv_t *v = &vm->nodes[vm->nnodes];
     memset(v, 0, sizeof *v);
@@ -113,7 +159,8 @@ static tp_status_t s_new(vm_t *vm, uint8_t kind, uint32_t *idx) {
 static tp_status_t s_push(vm_t *vm, uint32_t idx) {
     if (vm->sp >= MAX_OBJECTS)
         return s_bad(vm, "stack deeper than %u", MAX_OBJECTS);
-    if (!s_grow((void **)&vm->stack, &vm->scap, vm->sp + 1, sizeof *vm->stack))
+    if (vm->sp >= vm->scap &&
+        !s_grow((void **)&vm->stack, &vm->scap, vm->sp + 1, sizeof *vm->stack))
         return tp_error(TP_ERR_NOMEM, "pickle: stack");
     vm->stack[vm->sp++] = idx;
     return TP_OK;
@@ -121,7 +168,7 @@ static tp_status_t s_push(vm_t *vm, uint32_t idx) {
 
 /* A new node of `kind` pushed; *v points at it (valid until the next new). */
 static tp_status_t s_push_new(vm_t *vm, uint8_t kind, pv_t **v) {
-    uint32_t idx;
+    uint32_t idx = 0;
     TP_TRY(s_new(vm, kind, &idx));
     TP_TRY(s_push(vm, idx));
     *v = &vm->nodes[idx];
@@ -191,16 +238,20 @@ static tp_status_t s_append(vm_t *vm, uint32_t list, uint32_t item) {
 
 /* A tuple of the stack items [from, sp): popped, the tuple pushed. */
 static tp_status_t s_tuple(vm_t *vm, uint32_t from) {
-    uint32_t k = vm->sp - from, idx;
+    uint32_t k = vm->sp - from, idx = 0;
     TP_TRY(s_new(vm, PV_TUPLE, &idx));
-    pv_t *t = &vm->nodes[idx];
-    if (k && !(t->u.seq.items = malloc((size_t)k * sizeof(uint32_t))))
+    if (vm->npool > MAX_OBJECTS * 2u)
+        return s_bad(vm, "more than %u tuple items", MAX_OBJECTS * 2u);
+    if (vm->npool + k > vm->pcap &&
+        !s_grow((void **)&vm->pool, &vm->pcap, vm->npool + k, sizeof *vm->pool))
         return tp_error(TP_ERR_NOMEM, "pickle: tuple");
-    t->u.seq.cap = k;
+    pv_t *t = &vm->nodes[idx];
+    t->u.seq.off = vm->npool;
+    vm->npool += k;
     unsigned d = 1;
     for (uint32_t i = 0; i < k; i++) {
         uint32_t it = vm->stack[from + i];
-        t->u.seq.items[i] = it;
+        vm->pool[t->u.seq.off + i] = it;
         if ((unsigned)vm->nodes[it].depth + 1 > d)
             d = (unsigned)vm->nodes[it].depth + 1;
     }
@@ -210,6 +261,11 @@ static tp_status_t s_tuple(vm_t *vm, uint32_t from) {
         return s_bad(vm, "lists or tuples nested deeper than %d", TP_TPK_MAX_DEPTH);
     vm->sp = from;
     return s_push(vm, idx);
+}
+
+/* The items of a list or tuple. */
+static uint32_t *s_items(vm_t *vm, const pv_t *v) {
+    return v->kind == PV_TUPLE ? vm->pool + v->u.seq.off : v->u.seq.items;
 }
 
 static int s_streq(const pv_t *v, const char *s) {
@@ -269,7 +325,7 @@ static tp_status_t s_shape_of(vm_t *vm, uint32_t idx, int64_t *shape, uint32_t *
     if (t->n > TP_MAX_DIMS)
         return s_bad(vm, "an array of %u dimensions (at most %d)", t->n, TP_MAX_DIMS);
     for (uint32_t i = 0; i < t->n; i++) {
-        pv_t *d = &vm->nodes[t->u.seq.items[i]];
+        pv_t *d = &vm->nodes[s_items(vm, t)[i]];
         if (d->kind != PV_INT || d->u.i < 0)
             return s_bad(vm, "an array's dimension %u is not a non-negative int", i);
         shape[i] = d->u.i;
@@ -303,7 +359,7 @@ static tp_status_t s_array(vm_t *vm, uint32_t dtype, const int64_t *shape,
     ar->ndim = ndim;
     if (ndim)
         memcpy(ar->shape, shape, ndim * sizeof *shape);
-    uint32_t idx;
+    uint32_t idx = 0;
     TP_TRY(s_new(vm, PV_ARRAY, &idx));
     vm->nodes[idx].u.i = vm->narrs++;
     *out = idx;
@@ -311,7 +367,7 @@ static tp_status_t s_array(vm_t *vm, uint32_t dtype, const int64_t *shape,
 }
 
 static tp_status_t s_reduce(vm_t *vm) {
-    uint32_t args, fn;
+    uint32_t args = 0, fn = 0;
     TP_TRY(s_pop(vm, &args));
     TP_TRY(s_pop(vm, &fn));
     pv_t *f = &vm->nodes[fn], *a = &vm->nodes[args];
@@ -319,7 +375,7 @@ static tp_status_t s_reduce(vm_t *vm) {
         return s_bad(vm, "REDUCE of something that is not a numpy reconstructor");
     if (a->kind != PV_TUPLE)
         return s_bad(vm, "REDUCE with arguments that are not a tuple");
-    uint32_t *it = a->u.seq.items, na = a->n;
+    uint32_t *it = s_items(vm, a), na = a->n;
     switch (f->sub) {
     case G_DTYPE: {  /* numpy.dtype('f4', False, True) */
         if (na < 1 || vm->nodes[it[0]].kind != PV_STR)
@@ -336,9 +392,11 @@ static tp_status_t s_reduce(vm_t *vm) {
         char order = '=';
         if (*c == '<' || *c == '>' || *c == '|' || *c == '=')
             order = *c++;
-        char *end;
-        long size = strtol(c + 1, &end, 10);
-        if (*end || end == c + 1 || size <= 0 || size > 64)
+        long size = 0;
+        const char *e = c + 1;
+        while (*e >= '0' && *e <= '9' && size < 1000)
+            size = size * 10 + (*e++ - '0');
+        if (*e || e == c + 1 || size <= 0 || size > 64)
             return s_bad(vm, "numpy.dtype('%s'): not a kind and a size", code);
         pv_t *d;
         TP_TRY(s_push_new(vm, PV_DTYPE, &d));
@@ -357,7 +415,7 @@ static tp_status_t s_reduce(vm_t *vm) {
         if (!s_streq(ord, "C") && !s_streq(ord, "F"))
             return s_bad(vm, "_frombuffer: order is not 'C' or 'F'");
         pv_t buf = vm->nodes[it[0]];
-        uint32_t idx;
+        uint32_t idx = 0;
         TP_TRY(s_array(vm, it[1], shape, ndim, s_streq(ord, "F"), &buf, &idx));
         return s_push(vm, idx);
     }
@@ -372,7 +430,7 @@ static tp_status_t s_reduce(vm_t *vm) {
         if (na != 2)
             return s_bad(vm, "numpy scalar with %u arguments (2 expected)", na);
         pv_t buf = vm->nodes[it[1]];
-        uint32_t idx;
+        uint32_t idx = 0;
         TP_TRY(s_array(vm, it[0], NULL, 0, 0, &buf, &idx));
         return s_push(vm, idx);
     }
@@ -421,13 +479,13 @@ static tp_status_t s_reduce(vm_t *vm) {
 }
 
 static tp_status_t s_build_op(vm_t *vm) {
-    uint32_t state, obj;
+    uint32_t state = 0, obj = 0;
     TP_TRY(s_pop(vm, &state));
     TP_TRY(s_top(vm, &obj));
     pv_t *o = &vm->nodes[obj], *st = &vm->nodes[state];
     if (st->kind != PV_TUPLE)
         return s_bad(vm, "BUILD with a state that is not a tuple");
-    uint32_t *it = st->u.seq.items, n = st->n;
+    uint32_t *it = s_items(vm, st), n = st->n;
     if (o->kind == PV_DTYPE) {
         /* (version, byteorder, subarray, names, fields, elsize, alignment,
          * flags[, metadata]) */
@@ -450,7 +508,7 @@ static tp_status_t s_build_op(vm_t *vm) {
         pv_t buf = vm->nodes[it[4]];
         if (buf.kind == PV_LIST)
             return s_bad(vm, "an object array (its items are Python objects)");
-        uint32_t idx;
+        uint32_t idx = 0;
         TP_TRY(s_array(vm, it[2], shape, ndim, fortran, &buf, &idx));
         vm->stack[vm->sp - 1] = idx;  /* the array replaces the empty one */
         return TP_OK;
@@ -486,7 +544,7 @@ static tp_status_t s_run(vm_t *vm, uint32_t *result) {
         pv_t *v;
         const uint8_t *sp;
         size_t sl;
-        uint32_t a, b;
+        uint32_t a = 0, b = 0;
         switch (op) {
         case 0x80:  /* PROTO */
             TP_TRY(s_need(vm, 1));
@@ -590,7 +648,7 @@ static tp_status_t s_run(vm_t *vm, uint32_t *result) {
             if (op == 't') {
                 TP_TRY(s_tuple(vm, from));
             } else {
-                uint32_t k = vm->sp - from, idx;
+                uint32_t k = vm->sp - from, idx = 0;
                 TP_TRY(s_new(vm, PV_LIST, &idx));
                 vm->nodes[idx].depth = 1;
                 for (uint32_t i = 0; i < k; i++)
@@ -681,18 +739,25 @@ static tp_status_t s_run(vm_t *vm, uint32_t *result) {
     }
 }
 
+static void s_vm_free(vm_t *vm, void *p) {
+    const char *in = vm->inl;
+    if (!((const char *)p >= in && (const char *)p < in + sizeof(inl_t)))
+        free(p);
+}
+
 static void s_vm_fini(vm_t *vm) {
     for (uint32_t i = 0; i < vm->nnodes; i++)
-        if (vm->nodes[i].kind == PV_LIST || vm->nodes[i].kind == PV_TUPLE)
+        if (vm->nodes[i].kind == PV_LIST)
             free(vm->nodes[i].u.seq.items);
     for (uint32_t i = 0; i < vm->nowned; i++)
         free(vm->owned[i]);
     free(vm->owned);
-    free(vm->nodes);
-    free(vm->stack);
-    free(vm->marks);
-    free(vm->memo);
-    free(vm->arrs);
+    s_vm_free(vm, vm->nodes);
+    s_vm_free(vm, vm->stack);
+    s_vm_free(vm, vm->marks);
+    s_vm_free(vm, vm->memo);
+    s_vm_free(vm, vm->arrs);
+    s_vm_free(vm, vm->pool);
 }
 
 static tp_status_t s_item(vm_t *vm, uint32_t idx, int i, df_tpk_comps_t *cs) {
@@ -740,15 +805,17 @@ static tp_status_t s_item(vm_t *vm, uint32_t idx, int i, df_tpk_comps_t *cs) {
 }
 
 tp_status_t df_tpk_pickle(const uint8_t *p, size_t n, df_tpk_comps_t *cs) {
-    vm_t vm = {.p = p, .n = n};
-    uint32_t top;
+    vm_t vm;
+    inl_t inl;
+    s_vm_init(&vm, &inl, p, n);
+    uint32_t top = 0;
     tp_status_t rc = s_run(&vm, &top);
     if (rc == TP_OK) {
         pv_t *t = &vm.nodes[top];
         if (t->kind != PV_LIST && t->kind != PV_TUPLE)
             rc = tp_error(TP_ERR_PROTOCOL, "pickle: the datapoint is not a list or tuple");
         for (uint32_t i = 0; rc == TP_OK && i < t->n; i++)
-            rc = s_item(&vm, t->u.seq.items[i], (int)i, cs);
+            rc = s_item(&vm, s_items(&vm, t)[i], (int)i, cs);
     }
     s_vm_fini(&vm);
     return rc;
@@ -756,8 +823,10 @@ tp_status_t df_tpk_pickle(const uint8_t *p, size_t n, df_tpk_comps_t *cs) {
 
 tp_status_t df_tpk_pickle_keys(const uint8_t *p, size_t n, char **keys, size_t **offs,
                                size_t **lens, size_t *count) {
-    vm_t vm = {.p = p, .n = n};
-    uint32_t top;
+    vm_t vm;
+    inl_t inl;
+    s_vm_init(&vm, &inl, p, n);
+    uint32_t top = 0;
     *keys = NULL;
     *offs = *lens = NULL;
     *count = 0;
@@ -768,7 +837,7 @@ tp_status_t df_tpk_pickle_keys(const uint8_t *p, size_t n, char **keys, size_t *
         if (t->kind != PV_LIST && t->kind != PV_TUPLE)
             rc = tp_error(TP_ERR_FORMAT, "pickle: the keys are not a list");
         for (uint32_t i = 0; rc == TP_OK && i < t->n; i++) {
-            pv_t *k = &vm.nodes[t->u.seq.items[i]];
+            pv_t *k = &vm.nodes[s_items(&vm, t)[i]];
             if (k->kind != PV_BYTES && k->kind != PV_STR)
                 rc = tp_error(TP_ERR_FORMAT, "pickle: key %u is not bytes or str", i);
             else
@@ -783,7 +852,7 @@ tp_status_t df_tpk_pickle_keys(const uint8_t *p, size_t n, char **keys, size_t *
             } else {
                 size_t o = 0;
                 for (uint32_t i = 0; i < t->n; i++) {
-                    pv_t *k = &vm.nodes[t->u.seq.items[i]];
+                    pv_t *k = &vm.nodes[s_items(&vm, t)[i]];
                     if (k->u.s.len)
                         memcpy(*keys + o, k->u.s.p, k->u.s.len);
                     (*offs)[i] = o;
