@@ -18,6 +18,8 @@ sends back with Python's own loaders.
   batches FORMAT ENDPOINT N B           PUSH N batches [uint8 (B,28,28),
                                         int64 (B,)] (send_dataflow_zmq of a
                                         BatchData), then linger
+  imagelmdb FORMAT PATH N                LMDBSerializer.save of N [uint8 (28,28),
+                                        int64 label] datapoints (tp-train's)
   readlmdb PATH OUT                     LMDBSerializer.load(PATH,
                                         shuffle=False) described into OUT,
                                         checking __keys__
@@ -240,6 +242,23 @@ def main():
         socket.setsockopt(zmq.LINGER, 30000)
         socket.close()
         ctx.term()
+        return 0
+    if cmd == 'imagelmdb':
+        import lmdb
+        fmt, path, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        dumps = dumps_fn(fmt)
+        rng = np.random.RandomState(11)
+        db = lmdb.open(path, subdir=False, map_size=1 << 30, readonly=False,
+                       meminit=False, map_async=True)
+        with db.begin(write=True) as txn:
+            for idx in range(n):
+                label = idx % 10
+                img = (rng.randint(0, 40, size=(28, 28)) + 20 * label).astype(np.uint8)
+                txn.put(u'{:08}'.format(idx).encode('ascii'), dumps([img, label]))
+            keys = [u'{:08}'.format(k).encode('ascii') for k in range(n)]
+            txn.put(b'__keys__', dumps(keys))
+        db.sync()
+        db.close()
         return 0
     if cmd == 'readlmdb':   # LMDBData(path, shuffle=False) + loads
         import lmdb

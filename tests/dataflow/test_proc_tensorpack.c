@@ -368,3 +368,34 @@ Test(tpk_python, tp_train_remote_from_python_batches, .init = s_setup, .fini = s
     cr_assert(strstr(text, "receiving tensorpack's pickle messages"), "%s", text);
     free(text);
 }
+
+/* tp-train --data / --test-data on LMDBSerializer files: [uint8 (28,28),
+ * Python int label] datapoints; the labels (int64) reach the model as int32. */
+Test(tpk_python, tp_train_data_tensorpack_lmdb, .init = s_setup, .fini = s_teardown) {
+    char train[160], test[160], args[400], logdir[160], dspec[200], tspec[200];
+    snprintf(train, sizeof train, "%s/train.lmdb", s_dir);
+    snprintf(test, sizeof test, "%s/test.lmdb", s_dir);
+    snprintf(args, sizeof args, "imagelmdb pickle %s 256", train);
+    cr_assert_eq(tpk_run(s_py, args), 0);
+    snprintf(args, sizeof args, "imagelmdb msgpack %s 100", test);
+    cr_assert_eq(tpk_run(s_py, args), 0);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    snprintf(dspec, sizeof dspec, "tensorpack-lmdb:%s,shuffle", train);
+    snprintf(tspec, sizeof tspec, "tensorpack-lmdb:%s", test);
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                    "--batch", "64", "--data", dspec, "--test-data", tspec,
+                    "--threads", "1", "--towers", "1", "--no-augment",
+                    "--logdir", logdir, "--no-tensorboard", NULL};
+    char log[200];
+    snprintf(log, sizeof log, "%s/train.out", s_dir);
+    pu_spawn_opts_t o = {.out = log};
+    pid_t tr = pu_spawn(argv, &o);
+    int st = pu_waitpid(tr, 120000);
+    size_t n;
+    char *text = tpk_read(log, &n);
+    text = realloc(text, n + 1);
+    text[n] = '\0';
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s", st, text);
+    cr_assert(strstr(text, "test accuracy"), "%s", text);
+    free(text);
+}
