@@ -4,6 +4,7 @@
  * and the remote: receiver dropping and counting them while it goes on.
  * (Python's own pickles and msgpacks: test_proc_tensorpack.c.) */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -81,6 +82,50 @@ Test(tensorpack, large_arrays_keep_the_message_until_the_last_is_freed) {
     memcpy(junk, "\x80\x04\xff.", 4);
     cr_assert_eq(tp_tpk_decode(junk, 4, NULL, count_release, NULL, &back), TP_ERR_PROTOCOL);
     cr_assert_eq(atomic_load(&g_released), 2);
+    tp_datapoint_destroy(&dp);
+}
+
+static void *destroy_thread(void *arg) {
+    tp_datapoint_t *dp = arg;
+    tp_datapoint_destroy(&dp);
+    return NULL;
+}
+
+/* Datapoints sharing one message, freed on two other threads at once (as
+ * ZMQInput's batches are given back): the message is released once, after
+ * both. */
+Test(tensorpack, a_kept_message_is_released_once_by_whichever_thread_is_last) {
+    tp_datapoint_t *dp = tp_datapoint_new(2);
+    int64_t n = 4096, m = 1024;
+    cr_assert_eq(tp_tensor_init_zero(tp_datapoint_get(dp, 0), TP_UINT8, 1, &n), TP_OK);
+    cr_assert_eq(tp_tensor_init_zero(tp_datapoint_get(dp, 1), TP_FLOAT32, 1, &m), TP_OK);
+    void *buf;
+    size_t len;
+    cr_assert_eq(tp_tpk_encode(dp, TP_TPK_ZMQ_OPS, &buf, &len), TP_OK);
+    for (int round = 0; round < 50; round++) {
+        atomic_store(&g_released, 0);
+        void *copy = malloc(len);
+        memcpy(copy, buf, len);
+        tp_datapoint_t *back = NULL;
+        cr_assert_eq(tp_tpk_decode(copy, len, NULL, count_release, NULL, &back), TP_OK);
+        /* split its components over two datapoints */
+        tp_datapoint_t *other = tp_datapoint_new(0);
+        tp_tensor_t t;
+        tp_tensor_init_empty(&t);
+        tp_tensor_move(&t, tp_datapoint_get(back, 1));
+        cr_assert_eq(tp_datapoint_append(other, &t), TP_OK);
+        cr_assert((uint8_t *)tp_datapoint_cget(other, 0)->data > (uint8_t *)copy &&
+                  (uint8_t *)tp_datapoint_cget(back, 0)->data > (uint8_t *)copy &&
+                  (uint8_t *)tp_datapoint_cget(other, 0)->data < (uint8_t *)copy + len,
+                  "both arrays should be kept in the message");
+        pthread_t a, b;
+        pthread_create(&a, NULL, destroy_thread, back);
+        pthread_create(&b, NULL, destroy_thread, other);
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+        cr_assert_eq(atomic_load(&g_released), 1);
+    }
+    free(buf);
     tp_datapoint_destroy(&dp);
 }
 
