@@ -122,6 +122,8 @@ static tp_status_t s_pickle(const tp_datapoint_t *dp, s_buf_t *b) {
         s_op(b, '(');
         for (int k = 0; k < t->ndim; k++)
             s_int(b, t->shape[k]);
+        if (t->ndim == 0 && t->nbytes == 0)
+            s_int(b, 0);              /* an empty tensor travels as shape (0,) */
         s_op(b, 't');                 /* the shape */
         s_str(b, "C");
         s_op(b, 't');                 /* the arguments */
@@ -142,9 +144,12 @@ static void s_zmq_ops(const tp_datapoint_t *dp, s_buf_t *b) {
                                      [TP_FLOAT16] = 19, [TP_BFLOAT16] = 14,
                                      [TP_FLOAT32] = 1, [TP_FLOAT64] = 2};
         s_le(b, (uint64_t)(uint32_t)tf[t->dtype], 4);
-        s_le(b, (uint64_t)t->ndim, 4);
+        int empty = t->ndim == 0 && t->nbytes == 0;  /* as shape [0] */
+        s_le(b, (uint64_t)(t->ndim + empty), 4);
         for (int k = 0; k < t->ndim; k++)
             s_le(b, (uint64_t)(uint32_t)(int32_t)t->shape[k], 4);
+        if (empty)
+            s_le(b, 0, 4);
         s_le(b, t->nbytes, 8);
         s_put(b, t->data, t->nbytes);
     }

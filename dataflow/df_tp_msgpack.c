@@ -332,9 +332,12 @@ tp_status_t df_tpk_encode_msgpack(const tp_datapoint_t *dp, void **data, size_t 
         s_pack_key(&pk, "kind");
         bad |= msgpack_pack_bin(&pk, 0);
         s_pack_key(&pk, "shape");
-        bad |= msgpack_pack_array(&pk, (size_t)t->ndim);
+        int empty = t->ndim == 0 && t->nbytes == 0;  /* as shape [0] */
+        bad |= msgpack_pack_array(&pk, (size_t)(t->ndim + empty));
         for (int k = 0; k < t->ndim; k++)
             bad |= msgpack_pack_int64(&pk, t->shape[k]);
+        if (empty)
+            bad |= msgpack_pack_int64(&pk, 0);
         s_pack_key(&pk, "data");
         bad |= msgpack_pack_bin(&pk, t->nbytes);
         bad |= msgpack_pack_bin_body(&pk, t->data, t->nbytes);

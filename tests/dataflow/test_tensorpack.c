@@ -52,6 +52,27 @@ static void roundtrip(tp_tpk_format_t fmt) {
 }
 
 Test(tensorpack, pickle_roundtrip) { roundtrip(TP_TPK_PICKLE); }
+
+/* An empty component (no data, ndim 0) travels as shape [0], as in the
+ * wire format: numpy cannot make a 0-d array of no bytes. */
+Test(tensorpack, an_empty_component_travels_as_shape_0) {
+    const tp_tpk_format_t f[] = {TP_TPK_PICKLE, TP_TPK_MSGPACK, TP_TPK_ZMQ_OPS};
+    for (int k = 0; k < 3; k++) {
+        tp_datapoint_t *dp = tp_datapoint_new(1);  /* its component is empty */
+        void *buf;
+        size_t len;
+        cr_assert_eq(tp_tpk_encode(dp, f[k], &buf, &len), TP_OK);
+        tp_datapoint_t *back = NULL;
+        cr_assert_eq(tp_tpk_decode(buf, len, NULL, NULL, NULL, &back), TP_OK, "%s",
+                     tp_last_error());
+        const tp_tensor_t *t = tp_datapoint_cget(back, 0);
+        cr_assert(t->ndim == 1 && t->shape[0] == 0 && t->nbytes == 0,
+                  "%s: ndim %d", tp_tpk_format_name(f[k]), t->ndim);
+        tp_datapoint_destroy(&back);
+        tp_datapoint_destroy(&dp);
+        free(buf);
+    }
+}
 Test(tensorpack, msgpack_roundtrip) { roundtrip(TP_TPK_MSGPACK); }
 Test(tensorpack, zmq_ops_roundtrip) { roundtrip(TP_TPK_ZMQ_OPS); }
 
