@@ -438,6 +438,8 @@ tp_status_t tp_tpk_decode(const void *data, size_t size, const tp_tpk_opts_t *op
         }
         }
     }
+    if (rc == TP_OK && cs.n == 0)  /* 4 zero bytes are zmq_ops' empty list */
+        rc = tp_error(TP_ERR_PROTOCOL, "the datapoint has no components");
     if (rc == TP_OK)
         rc = s_build(&cs, &o, keep, out);
     else if (fmt != TP_TPK_UNKNOWN)

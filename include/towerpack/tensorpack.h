@@ -62,7 +62,8 @@ void tp_tpk_opts_init(tp_tpk_opts_t *opts);
  * keep pointing into it (no copy) and release(data, hint) runs once the
  * last of them is freed (or before return when none does, also on
  * failure). With release NULL everything is copied. TP_ERR_PROTOCOL with a
- * message saying what and where for anything refused. */
+ * message saying what and where for anything refused (a datapoint of no
+ * components included). */
 tp_status_t tp_tpk_decode(const void *data, size_t size, const tp_tpk_opts_t *opts,
                           tp_free_fn release, void *hint, tp_datapoint_t **out);
 

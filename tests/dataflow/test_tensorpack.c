@@ -258,6 +258,10 @@ Test(tensorpack, hostile_msgpack_and_zmq_ops_are_refused) {
             "\x03\x00\x00\x00\x00\x00\x00\x00\x01\x02\x03", "needs 2 bytes");
     REFUSED("\x01\x00\x00\x00\x04\x00\x00\x00\x09\x00\x00\x00", "9 dimensions");
     REFUSED("\xff\xfe garbage", "no format known");
+    /* an empty datapoint in each format */
+    REFUSED("\x00\x00\x00\x00", "no components");
+    REFUSED("\x90", "no components");
+    REFUSED("\x80\x04].", "no components");
 }
 
 Test(tensorpack, sniff_tells_the_formats_apart) {
