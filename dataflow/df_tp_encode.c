@@ -18,7 +18,7 @@ typedef struct {
 } s_buf_t;
 
 static void s_put(s_buf_t *b, const void *d, size_t k) {
-    if (b->bad)
+    if (b->bad || k == 0)  /* (an empty tensor's data is NULL) */
         return;
     if (b->cap - b->n < k) {
         size_t cap = b->cap ? b->cap : 256;
