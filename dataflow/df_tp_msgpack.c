@@ -107,8 +107,8 @@ static tp_status_t s_precheck(const uint8_t *p, size_t n) {
     return TP_OK;
 }
 
-static int s_is(const msgpack_object *o, const char *s) {
-    size_t l = strlen(s);
+static inline int s_is(const msgpack_object *o, const char *s) {
+    size_t l = __builtin_strlen(s);
     if (o->type == MSGPACK_OBJECT_BIN)
         return o->via.bin.size == l && !memcmp(o->via.bin.ptr, s, l);
     if (o->type == MSGPACK_OBJECT_STR)
@@ -130,18 +130,23 @@ static int s_raw(const msgpack_object *o, const uint8_t **p, size_t *len) {
     return 0;
 }
 
-static const msgpack_object *s_get(const msgpack_object *map, const char *key) {
-    for (uint32_t i = 0; i < map->via.map.size; i++)
-        if (s_is(&map->via.map.ptr[i].key, key))
-            return &map->via.map.ptr[i].val;
-    return NULL;
-}
-
 /* msgpack-numpy's map of an array or scalar. */
 static tp_status_t s_ndarray(const msgpack_object *m, int i, df_tpk_comps_t *cs) {
-    const msgpack_object *nd = s_get(m, "nd"), *type = s_get(m, "type"),
-                         *kind = s_get(m, "kind"), *shape = s_get(m, "shape"),
-                         *data = s_get(m, "data");
+    const msgpack_object *nd = NULL, *type = NULL, *kind = NULL, *shape = NULL,
+                         *data = NULL;
+    for (uint32_t k = 0; k < m->via.map.size; k++) {  /* one pass over the keys */
+        const msgpack_object *key = &m->via.map.ptr[k].key, *val = &m->via.map.ptr[k].val;
+        if (s_is(key, "nd"))
+            nd = val;
+        else if (s_is(key, "type"))
+            type = val;
+        else if (s_is(key, "kind"))
+            kind = val;
+        else if (s_is(key, "shape"))
+            shape = val;
+        else if (s_is(key, "data"))
+            data = val;
+    }
     if (!nd)
         return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d is a map that is not "
                         "a msgpack-numpy array (no 'nd')", i);

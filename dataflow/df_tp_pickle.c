@@ -276,22 +276,24 @@ static int s_streq(const pv_t *v, const char *s) {
 /* The one place a global is looked up: numpy's reconstructors only. */
 static tp_status_t s_global(vm_t *vm, const uint8_t *mod, size_t ml,
                             const uint8_t *name, size_t nl) {
-    static const struct { const char *mod, *name; int id; } ok[] = {
-        {"numpy.core.multiarray", "_reconstruct", G_RECONSTRUCT},
-        {"numpy._core.multiarray", "_reconstruct", G_RECONSTRUCT},
-        {"numpy", "ndarray", G_NDARRAY},
-        {"numpy", "dtype", G_DTYPE},
-        {"numpy.core.numeric", "_frombuffer", G_FROMBUFFER},
-        {"numpy._core.numeric", "_frombuffer", G_FROMBUFFER},
-        {"numpy.core.multiarray", "scalar", G_SCALAR},
-        {"numpy._core.multiarray", "scalar", G_SCALAR},
-        {"_codecs", "encode", G_ENCODE},
-        {"__builtin__", "bytes", G_BYTES},   /* protocol 2's bytes(...) */
-        {"builtins", "bytes", G_BYTES},
+#define G(m, n, id) {m, n, sizeof m - 1, sizeof n - 1, id}
+    static const struct { const char *mod, *name; size_t ml, nl; int id; } ok[] = {
+        G("numpy.core.multiarray", "_reconstruct", G_RECONSTRUCT),
+        G("numpy._core.multiarray", "_reconstruct", G_RECONSTRUCT),
+        G("numpy", "ndarray", G_NDARRAY),
+        G("numpy", "dtype", G_DTYPE),
+        G("numpy.core.numeric", "_frombuffer", G_FROMBUFFER),
+        G("numpy._core.numeric", "_frombuffer", G_FROMBUFFER),
+        G("numpy.core.multiarray", "scalar", G_SCALAR),
+        G("numpy._core.multiarray", "scalar", G_SCALAR),
+        G("_codecs", "encode", G_ENCODE),
+        G("__builtin__", "bytes", G_BYTES),   /* protocol 2's bytes(...) */
+        G("builtins", "bytes", G_BYTES),
     };
+#undef G
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
-        if (strlen(ok[i].mod) == ml && !memcmp(ok[i].mod, mod, ml) &&
-            strlen(ok[i].name) == nl && !memcmp(ok[i].name, name, nl)) {
+        if (ok[i].ml == ml && ok[i].nl == nl && !memcmp(ok[i].mod, mod, ml) &&
+            !memcmp(ok[i].name, name, nl)) {
             pv_t *v;
             TP_TRY(s_push_new(vm, PV_GLOBAL, &v));
             v->sub = (uint8_t)ok[i].id;

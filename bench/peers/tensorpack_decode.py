@@ -2,8 +2,8 @@
 """Python's own decoders on the messages tp-bench tensorpack wrote to DIR:
 pickle.loads of DIR/pickle.bin, msgpack.unpackb (msgpack_numpy's decoder,
 raw=False, as tensorpack's MsgpackSerializer.loads) of DIR/msgpack.bin.
-Prints "format nanoseconds-per-decode" lines (the best of 5 runs of 0.2 s
-each).
+Prints "format nanoseconds-per-decode" lines: this process's CPU time (not
+wall time: the machine may be shared), the best of 5 runs of 0.2 s each.
 
   /usr/bin/python3 bench/peers/tensorpack_decode.py DIR
 """
@@ -21,12 +21,12 @@ msgpack_numpy.patch()
 def per_call(fn, buf):
     best = None
     for _ in range(5):
-        n, t0 = 0, time.perf_counter()
+        n, t0 = 0, time.process_time()
         while True:
             for _ in range(16):
                 fn(buf)
             n += 16
-            t = time.perf_counter() - t0
+            t = time.process_time() - t0
             if t >= 0.2:
                 break
         v = t / n * 1e9
