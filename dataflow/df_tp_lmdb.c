@@ -102,18 +102,16 @@ static tp_status_t s_next(void *impl, tp_datapoint_t **out) {
             return tp_error(TP_ERR_FORMAT, "tensorpack-lmdb %s: key '%.*s' of "
                             "__keys__: %s", s->path, (int)(k.mv_size < 64 ? k.mv_size : 64),
                             (const char *)k.mv_data, mdb_strerror(err));
-    } else {
-        do {
-            err = mdb_cursor_get(s->cur, &k, &v, s->pos == 0 ? MDB_FIRST : MDB_NEXT);
-            s->pos++;
-        } while (!err && s_is_keys(&k));
+    } else {  /* the cursor's order, skipping __keys__ */
+        MDB_cursor_op op = s->pos == 0 ? MDB_FIRST : MDB_NEXT;
+        while (!(err = mdb_cursor_get(s->cur, &k, &v, op)) && s_is_keys(&k))
+            op = MDB_NEXT;
         if (err == MDB_NOTFOUND) {
             s_end(s);
             return TP_DONE;
         }
         if (err)
             return s_mdb(err, s->path, "read");
-        s->pos--;
     }
     s->pos++;
     tp_status_t rc = tp_tpk_decode(v.mv_data, v.mv_size, &s->opts, NULL, NULL, out);
