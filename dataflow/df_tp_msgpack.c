@@ -8,8 +8,9 @@
  * msgpack. msgpack-c allocates an array's or map's objects from the count
  * in its header before it reads them, so a lying header (4 billion items
  * in 10 bytes) would cost gigabytes: s_precheck walks the headers first,
- * refusing any count larger than the bytes left and nesting deeper than
- * TP_TPK_MAX_DEPTH; msgpack-c then does the decoding. */
+ * refusing any count larger than the bytes left, more than MAX_OBJECTS
+ * objects and nesting deeper than TP_TPK_MAX_DEPTH; msgpack-c then does
+ * the decoding. */
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +24,17 @@ static uint64_t s_be(const uint8_t *p, int k) {
     return v;
 }
 
+/* Objects a message may hold: msgpack-c spends 24 bytes on each, so a
+ * gigabyte of nils would cost 24 GB (a few datapoints need tens; the
+ * __keys__ of ImageNet 1.3M). */
+#define MAX_OBJECTS (1u << 22)
+
 /* Header walk: one top-level object filling exactly n bytes. */
 static tp_status_t s_precheck(const uint8_t *p, size_t n) {
     uint64_t left[TP_TPK_MAX_DEPTH + 1];  /* items still to read per level */
     int depth = 0;
     size_t off = 0;
+    uint32_t objects = 0;
     left[0] = 1;
     while (depth >= 0) {
         if (left[depth] == 0) {
@@ -35,6 +42,8 @@ static tp_status_t s_precheck(const uint8_t *p, size_t n) {
             continue;
         }
         left[depth]--;
+        if (++objects > MAX_OBJECTS)
+            return tp_error(TP_ERR_PROTOCOL, "msgpack: more than %u objects", MAX_OBJECTS);
         if (off >= n)
             return tp_error(TP_ERR_PROTOCOL, "msgpack: truncated at byte %zu", off);
         uint8_t b = p[off++];

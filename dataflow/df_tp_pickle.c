@@ -75,6 +75,7 @@ typedef struct {
     uint32_t nowned, ocap;
     size_t op_off;                   /* offset of the opcode being run */
     void *inl;                       /* the inline storage (inl_t) */
+    uint32_t nlistmem;               /* lists whose items were allocated */
 } vm_t;
 
 /* A message's first allocations come from here (on the caller's stack):
@@ -225,6 +226,8 @@ static tp_status_t s_append(vm_t *vm, uint32_t list, uint32_t item) {
     pv_t *l = &vm->nodes[list];
     if (l->kind != PV_LIST)
         return s_bad(vm, "APPEND to something that is not a list");
+    if (!l->u.seq.items)
+        vm->nlistmem++;  /* s_vm_fini frees it */
     if (!s_grow((void **)&l->u.seq.items, &l->u.seq.cap, l->n + 1, sizeof(uint32_t)))
         return tp_error(TP_ERR_NOMEM, "pickle: list");
     l->u.seq.items[l->n++] = item;
@@ -748,9 +751,11 @@ static void s_vm_free(vm_t *vm, void *p) {
 }
 
 static void s_vm_fini(vm_t *vm) {
-    for (uint32_t i = 0; i < vm->nnodes; i++)
-        if (vm->nodes[i].kind == PV_LIST)
+    for (uint32_t i = 0; i < vm->nnodes && vm->nlistmem; i++)
+        if (vm->nodes[i].kind == PV_LIST && vm->nodes[i].u.seq.items) {
             free(vm->nodes[i].u.seq.items);
+            vm->nlistmem--;
+        }
     for (uint32_t i = 0; i < vm->nowned; i++)
         free(vm->owned[i]);
     free(vm->owned);

@@ -233,6 +233,13 @@ Test(tensorpack, hostile_msgpack_and_zmq_ops_are_refused) {
     REFUSED("\xdd\xff\xff\xff\xff\x01\x02\x03\x04", "claims 4294967295 items");
     /* a bin32 claiming 4 GB */
     REFUSED("\x91\xc6\xff\xff\xff\xff\x00", "an object of 4294967295 bytes");
+    /* 5M nils in an array32: each byte a valid object, too many of them */
+    size_t nn = 5 + 5000000;
+    uint8_t *nils = malloc(nn);
+    memcpy(nils, "\xdd\x00\x4c\x4b\x40", 5);
+    memset(nils + 5, 0xc0, nn - 5);
+    refused(nils, nn, "more than 4194304 objects");
+    free(nils);
     char deep[64];
     memset(deep, 0x91, 63);
     deep[63] = 0x01;
