@@ -112,7 +112,7 @@ static void s_vm_init(vm_t *vm, inl_t *in, const uint8_t *p, size_t n) {
 }
 
 static tp_status_t s_bad(vm_t *vm, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3), cold, noinline));
 static tp_status_t s_bad(vm_t *vm, const char *fmt, ...) {
     char msg[400];
     va_list ap;
@@ -144,7 +144,7 @@ static __attribute__((noinline)) int s_grow_in(const void *inl, size_t inl_size,
 }
 #define s_grow(p, cap, need, elem) s_grow_in(vm->inl, sizeof(inl_t), p, cap, need, elem)
 
-static tp_status_t s_new(vm_t *vm, uint8_t kind, uint32_t *idx) {
+static inline __attribute__((always_inline)) tp_status_t s_new(vm_t *vm, uint8_t kind, uint32_t *idx) {
     if (vm->nnodes >= MAX_OBJECTS)
         return s_bad(vm, "more than %u objects", MAX_OBJECTS);
     if (vm->nnodes >= vm->cap &&
@@ -157,7 +157,7 @@ static tp_status_t s_new(vm_t *vm, uint8_t kind, uint32_t *idx) {
     return TP_OK;
 }
 
-static tp_status_t s_push(vm_t *vm, uint32_t idx) {
+static inline __attribute__((always_inline)) tp_status_t s_push(vm_t *vm, uint32_t idx) {
     if (vm->sp >= MAX_OBJECTS)
         return s_bad(vm, "stack deeper than %u", MAX_OBJECTS);
     if (vm->sp >= vm->scap &&
@@ -168,7 +168,7 @@ static tp_status_t s_push(vm_t *vm, uint32_t idx) {
 }
 
 /* A new node of `kind` pushed; *v points at it (valid until the next new). */
-static tp_status_t s_push_new(vm_t *vm, uint8_t kind, pv_t **v) {
+static inline __attribute__((always_inline)) tp_status_t s_push_new(vm_t *vm, uint8_t kind, pv_t **v) {
     uint32_t idx = 0;
     TP_TRY(s_new(vm, kind, &idx));
     TP_TRY(s_push(vm, idx));
@@ -180,21 +180,21 @@ static uint32_t s_stack_base(vm_t *vm) {
     return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
 }
 
-static tp_status_t s_pop(vm_t *vm, uint32_t *idx) {
+static inline __attribute__((always_inline)) tp_status_t s_pop(vm_t *vm, uint32_t *idx) {
     if (vm->sp <= s_stack_base(vm))
         return s_bad(vm, "stack underflow");
     *idx = vm->stack[--vm->sp];
     return TP_OK;
 }
 
-static tp_status_t s_top(vm_t *vm, uint32_t *idx) {
+static inline __attribute__((always_inline)) tp_status_t s_top(vm_t *vm, uint32_t *idx) {
     if (vm->sp <= s_stack_base(vm))
         return s_bad(vm, "stack underflow");
     *idx = vm->stack[vm->sp - 1];
     return TP_OK;
 }
 
-static tp_status_t s_need(vm_t *vm, size_t k) {
+static inline __attribute__((always_inline)) tp_status_t s_need(vm_t *vm, size_t k) {
     if (vm->n - vm->off < k)
         return s_bad(vm, "truncated: needs %zu more bytes, %zu are left", k,
                      vm->n - vm->off);
@@ -209,7 +209,7 @@ static uint64_t s_le(const uint8_t *p, int k) {
 }
 
 /* A length field of k bytes, then that many bytes: *p and *len. */
-static tp_status_t s_counted(vm_t *vm, int k, const uint8_t **p, size_t *len) {
+static inline __attribute__((always_inline)) tp_status_t s_counted(vm_t *vm, int k, const uint8_t **p, size_t *len) {
     TP_TRY(s_need(vm, (size_t)k));
     uint64_t l = s_le(vm->p + vm->off, k);
     vm->off += (size_t)k;
@@ -547,8 +547,8 @@ static tp_status_t s_run(vm_t *vm, uint32_t *result) {
             return s_bad(vm, "truncated: no STOP");
         uint8_t op = vm->p[vm->off++];
         pv_t *v;
-        const uint8_t *sp;
-        size_t sl;
+        const uint8_t *sp = NULL;
+        size_t sl = 0;
         uint32_t a = 0, b = 0;
         switch (op) {
         case 0x80:  /* PROTO */
