@@ -47,6 +47,8 @@ tp_find_dep(lmdb     PC lmdb     DEB liblmdb-dev      HEADER lmdb.h     LIB lmdb
 tp_find_dep(jansson  PC jansson  DEB libjansson-dev   HEADER jansson.h  LIB jansson)
 tp_find_dep(zlib     PC zlib     DEB zlib1g-dev       HEADER zlib.h     LIB z)
 tp_find_dep(openblas PC openblas DEB libopenblas-dev  HEADER cblas.h    LIB openblas)
+# tensorpack's msgpack datapoints (dataflow/df_tp_msgpack.c): msgpack-c
+tp_find_dep(msgpack  PC msgpack  DEB libmsgpack-dev   HEADER msgpack.h  LIB msgpackc)
 # TensorBoard event files (pipeline/callbacks/monitor_tfevents.c): the
 # messages are encoded by protobuf-c from .proto files compiled at build time.
 tp_find_dep(protobufc PC libprotobuf-c DEB libprotobuf-c-dev

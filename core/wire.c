@@ -297,6 +297,23 @@ static void s_free_frame(void *data, void *hint) {
     free(f);
 }
 
+tp_status_t tp_wire_msg_take_frame(tp_wire_msg_t *self, int i, void **data,
+                                   size_t *size, tp_free_fn *release, void **hint) {
+    TP_ASSERT(i >= 0 && i < self->count);
+    zmq_msg_t *keep = malloc(sizeof *keep);
+    if (!keep) {
+        *release = NULL;
+        return tp_error(TP_ERR_NOMEM, "wire: take a frame");
+    }
+    zmq_msg_init(keep);
+    zmq_msg_move(keep, &self->frames[i]);
+    *data = zmq_msg_data(keep);
+    *size = zmq_msg_size(keep);
+    *release = s_free_frame;
+    *hint = keep;
+    return TP_OK;
+}
+
 static tp_status_t s_bad(tp_wire_msg_t *msg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static tp_status_t s_bad(tp_wire_msg_t *msg, const char *fmt, ...) {

@@ -3,7 +3,9 @@
  * (tp_df_remote), on the wire format.
  *
  * The receiving side trusts nothing: every message is validated by the
- * wire decoder, and one that fails is counted, logged at most once a
+ * wire decoder, or, when it is one frame in one of tensorpack's formats
+ * (pickle, msgpack, zmq_ops: a Python send_dataflow_zmq), by tensorpack's
+ * decoders (df_tp_*.c); one that fails is counted, logged at most once a
  * second, and dropped; the stream goes on. */
 #include <czmq.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
 #include <towerpack/actor.h>
+#include <towerpack/tensorpack.h>
 #if __has_include(<towerpack/dataflow_spec.h>)
 #include <towerpack/dataflow_spec.h>
 #define TP_HAVE_SPEC 1
@@ -54,6 +57,8 @@ typedef struct {
     tp_wire_opts_t wire;
     uint64_t malformed;
     tp_ratelog_t ratelog;
+    tp_tpk_opts_t tpk;    /* tensorpack's formats */
+    unsigned seen;        /* bit per tp_tpk_format_t already logged */
     tp_curve_t *curve;
     char *curve_dir;      /* the caller's opts.curve_dir, copied */
 } s_remote_t;
@@ -126,11 +131,36 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                 continue;
             }
         }
+        if (rc == TP_OK && tp_wire_msg_frames(r->msg) == 1) {
+            tp_tpk_format_t fmt = tp_tpk_sniff(tp_wire_msg_frame_data(r->msg, 0),
+                                               tp_wire_msg_frame_size(r->msg, 0));
+            if (fmt != TP_TPK_TOWERPACK) {
+                /* tensorpack's: the frame stays the arrays' memory */
+                void *data;
+                size_t size;
+                tp_free_fn release;
+                void *hint;
+                rc = tp_wire_msg_take_frame(r->msg, 0, &data, &size, &release, &hint);
+                tp_wire_msg_clear(r->msg);
+                if (rc == TP_OK)
+                    rc = tp_tpk_decode(data, size, &r->tpk, release, hint, out);
+                if (rc == TP_OK) {
+                    if (!(r->seen & (1u << fmt))) {
+                        r->seen |= 1u << fmt;
+                        TP_INFO("remote: receiving tensorpack's %s messages",
+                                tp_tpk_format_name(fmt));
+                    }
+                    return TP_OK;
+                }
+                goto bad;
+            }
+        }
         if (rc == TP_OK || rc == TP_ERR_PROTOCOL) {
             if (rc == TP_OK)
                 rc = tp_wire_decode(r->msg, &r->wire, out);
             if (rc == TP_OK)
                 return TP_OK;
+        bad:
             r->malformed++;
             if (tp_ratelog_ok(&r->ratelog))
                 TP_WARN("remote: dropped a malformed message (%llu so far): %s",
@@ -194,6 +224,9 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
     tp_wire_opts_init(&r->wire);
     if (r->opts.max_bytes)
         r->wire.max_bytes = r->opts.max_bytes;
+    tp_tpk_opts_init(&r->tpk);
+    r->tpk.max_bytes = r->wire.max_bytes;
+    r->tpk.int32_labels = r->opts.int32_labels;
     const char *p = endpoints ? endpoints : "";
     while (*p) {
         const char *end = strchr(p, ',');
@@ -377,8 +410,20 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         if (rc < 0)
             break;
         in_pass++;
-        if ((rc = tp_wire_encode(&dp, &wire, msg)) < 0)
+        if (o.tpk_format) {
+            void *buf = NULL;
+            size_t len = 0;
+            rc = tp_tpk_encode(dp, (tp_tpk_format_t)o.tpk_format, &buf, &len);
+            tp_datapoint_destroy(&dp);
+            tp_wire_msg_clear(msg);
+            if (rc == TP_OK)
+                rc = tp_wire_msg_add_frame(msg, buf, len);
+            free(buf);
+            if (rc < 0)
+                break;
+        } else if ((rc = tp_wire_encode(&dp, &wire, msg)) < 0) {
             break;
+        }
         size_t bytes = tp_wire_msg_bytes(msg);
         if ((rc = s_send_blocking(&s, msg, sock)) < 0)
             break;
@@ -386,7 +431,7 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         s.row.bytes_out += bytes;
         s_sender_publish(&s, 0);
     }
-    if (rc == TP_OK) {
+    if (rc == TP_OK && !o.tpk_format) {
         /* Padding after the last datapoint: libzmq may drop the unflushed
          * tail of a closing connection (tp_ctl_send_pad). */
         for (;;) {
@@ -423,7 +468,8 @@ out:
 
 #ifdef TP_HAVE_SPEC
 /* Besides endpoints, the list may hold "public" (allow a bind to every
- * interface) and "curve=DIR" (CURVE keys). */
+ * interface), "curve=DIR" (CURVE keys) and "int32" (tensorpack's int64
+ * components as int32). */
 static tp_status_t s_spec_remote(const char *args, void *user, tp_dataflow_t **out) {
     (void)user;
     tp_remote_opts_t o;
@@ -436,6 +482,8 @@ static tp_status_t s_spec_remote(const char *args, void *user, tp_dataflow_t **o
         size_t len = end ? (size_t)(end - p) : strlen(p);
         if (len == 6 && !strncmp(p, "public", 6)) {
             o.allow_public = 1;
+        } else if (len == 5 && !strncmp(p, "int32", 5)) {
+            o.int32_labels = 1;  /* tensorpack's int64 labels as int32 */
         } else if (len > 6 && !strncmp(p, "curve=", 6) && len - 6 < sizeof curve) {
             memcpy(curve, p + 6, len - 6);
             curve[len - 6] = '\0';

@@ -670,6 +670,9 @@ static tp_status_t s_map_threads_stage(tp_dataflow_t *inner, const char *args,
     }
 }
 
+/* tensorpack's LMDB files (df_tp_lmdb.c) */
+tp_status_t df_tpk_lmdb_spec(const char *args, void *user, tp_dataflow_t **out);
+
 static void s_builtins(void) {
     static const struct {
         const char *name;
@@ -677,7 +680,8 @@ static void s_builtins(void) {
     } sources[] = {{"fashion-mnist", s_fmnist_src},
                    {"idx", s_idx_src},
                    {"lmdb", s_lmdb_src},
-                   {"fake", s_fake_src}};
+                   {"fake", s_fake_src},
+                   {"tensorpack-lmdb", df_tpk_lmdb_spec}};
     static const struct {
         const char *name;
         tp_spec_stage_fn fn;

@@ -344,6 +344,48 @@ static void s_stats(void) {
     s_stats_one("rows4", 4);
 }
 
+/* ---- tensorpack's messages: what towerpack's encoders write, and the
+ * protocol 2 spellings Python uses (_reconstruct, _codecs.encode) ------- */
+static void s_tensorpack(void) {
+    static const char *const dirs[] = {"pickle", "msgpack", "zmq_ops"};
+    static const tp_tpk_format_t fmts[] = {TP_TPK_PICKLE, TP_TPK_MSGPACK, TP_TPK_ZMQ_OPS};
+    tp_dtype_t d1[2] = {TP_UINT8, TP_INT64};
+    int n1[2] = {3, 1};
+    int64_t s1[2][TP_MAX_DIMS] = {{2, 4, 4}, {2}};
+    tp_dtype_t d2[5] = {TP_INT32, TP_FLOAT16, TP_FLOAT32, TP_FLOAT64, TP_INT64};
+    int n2[5] = {1, 2, 0, 1, 0};
+    int64_t s2[5][TP_MAX_DIMS] = {{3}, {2, 2}, {0}, {2}, {0}};
+    for (int f = 0; f < 3; f++) {
+        s_mkdir(dirs[f]);
+        for (int k = 0; k < 2; k++) {
+            tp_datapoint_t *dp = k ? s_dp(5, d2, n2, s2, 0) : s_dp(2, d1, n1, s1, 0);
+            void *buf;
+            size_t len;
+            if (tp_tpk_encode(dp, fmts[f], &buf, &len) != TP_OK)
+                s_die("tensorpack encode");
+            s_put(dirs[f], k ? "dtypes" : "image_label", buf, len);
+            free(buf);
+            tp_datapoint_destroy(&dp);
+        }
+    }
+    /* what Python writes for pickle.dumps([np.arange(3, dtype=np.uint8), 7,
+     * 2.5, b'ab', b''], protocol=2) */
+    static const char p2[] =
+        "\200\002]q\000(cnumpy.core.multiarray\012_reconstruct\012q\001cnumpy\012"
+        "ndarray\012q\002K\000\205q\003c_codecs\012encode\012q\004X\001\000\000"
+        "\000bq\005X\006\000\000\000latin1q\006\206q\007Rq\010\207q\011Rq\012(K"
+        "\001K\003\205q\013cnumpy\012dtype\012q\014X\002\000\000\000u1q\015\211"
+        "\210\207q\016Rq\017(K\003X\001\000\000\000|q\020NNNJ\377\377\377\377J"
+        "\377\377\377\377K\000tq\021b\211h\004X\003\000\000\000\000\001\002q\022h"
+        "\006\206q\023Rq\024tq\025bK\007G@\004\000\000\000\000\000\000h\004X\002"
+        "\000\000\000abq\026h\006\206q\027Rq\030c__builtin__\012bytes\012q\031)Rq"
+        "\032e.";
+    s_put("pickle", "protocol2", p2, sizeof p2 - 1);
+    /* a __keys__ list */
+    static const char keys[] = "\200\005](C\01000000000C\01000000001e.";
+    s_put("pickle", "keys", keys, sizeof keys - 1);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: gen_corpus DIR (writes DIR/<target>/...)\n");
@@ -360,5 +402,6 @@ int main(int argc, char **argv) {
     s_safetensors();
     s_spec();
     s_stats();
+    s_tensorpack();
     return 0;
 }

@@ -14,6 +14,10 @@ packages=(
   libzmq3-dev libczmq-dev
   # wire format compression, record files
   liblz4-dev liblmdb-dev
+  # tensorpack's msgpack datapoints (msgpack-c); the tensorpack tests'
+  # Python side: numpy, msgpack(-numpy), zmq, lmdb
+  libmsgpack-dev python3-numpy python3-msgpack python3-msgpack-numpy
+  python3-zmq python3-lmdb
   # JSON (safetensors headers, stats.json): jansson, see docs/building.md
   libjansson-dev
   # TensorBoard event files: protobuf-c encodes the messages, protoc-c

@@ -131,14 +131,18 @@ typedef struct tp_remote_opts {
                                binding endpoints are CURVE servers,
                                connecting ones clients (not both); NULL: off */
     int allow_public;   /* allow a tcp bind to every interface (default 0) */
+    int int32_labels;   /* tensorpack messages: int64 components become int32
+                           (range-checked; tp_tpk_opts_t, towerpack/tensorpack.h) */
 } tp_remote_opts_t;
 
 void tp_remote_opts_init(tp_remote_opts_t *opts);
 
 /* RemoteDataZMQ: datapoints arriving at `endpoints` ("tcp://...,ipc://..."
  * comma-separated; a leading '@' binds that one, '>' connects it, otherwise
- * opts.bind decides) as an endless dataflow (size -1). A malformed message is
- * counted, logged at most once a second and dropped. Sockets are made at
+ * opts.bind decides) as an endless dataflow (size -1). Each message may be
+ * in towerpack's wire format or in any of tensorpack's (pickle, msgpack,
+ * zmq_ops: towerpack/tensorpack.h), told apart by its first bytes. A
+ * malformed message is counted, logged at most once a second and dropped. Sockets are made at
  * reset_state and belong to the thread that iterates. Caller owns; NULL
  * with tp_last_error() on a bad endpoint list. */
 tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts);
@@ -163,6 +167,12 @@ typedef struct tp_send_opts {
                                a bound sender is the CURVE server, a
                                connecting one the client; NULL: off */
     int allow_public;       /* allow a tcp bind to every interface */
+    int tpk_format;         /* 0: towerpack's wire format (default); or one
+                               of tensorpack's (TP_TPK_PICKLE, TP_TPK_MSGPACK,
+                               TP_TPK_ZMQ_OPS of towerpack/tensorpack.h): one
+                               frame a datapoint, for a Python RemoteDataZMQ
+                               (no padding frame at the end: Python would
+                               try to load it) */
 } tp_send_opts_t;
 
 void tp_send_opts_init(tp_send_opts_t *opts);

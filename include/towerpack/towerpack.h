@@ -34,5 +34,6 @@
 #include <towerpack/model_callbacks.h>
 #include <towerpack/predict.h>
 #include <towerpack/dist.h>
+#include <towerpack/tensorpack.h>
 
 #endif

@@ -51,6 +51,12 @@ const void *tp_wire_msg_frame_data(tp_wire_msg_t *self, int i);
 size_t tp_wire_msg_frame_size(tp_wire_msg_t *self, int i);
 /* Total bytes over all frames. */
 size_t tp_wire_msg_bytes(tp_wire_msg_t *self);
+/* Move frame i out of the message (it is left empty there): *data and
+ * *size describe it, and release(*data, *hint) frees it, from any thread.
+ * NULL release on out of memory. For decoders that keep the frame as the
+ * memory of what they decode (tensorpack's single-frame messages). */
+tp_status_t tp_wire_msg_take_frame(tp_wire_msg_t *self, int i, void **data,
+                                   size_t *size, tp_free_fn *release, void **hint);
 /* Append a copy of `size` bytes as a new frame (tests, fuzzing). */
 tp_status_t tp_wire_msg_add_frame(tp_wire_msg_t *self, const void *data,
                                   size_t size);

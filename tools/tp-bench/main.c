@@ -8,6 +8,7 @@
  *   tp-bench callbacks  [--json] ...   a slow callback, observing and synchronous
  *   tp-bench saver      [--json] ...   ModelSaver's epoch-end wait, sync and its writer
  *   tp-bench predict    --load CKPT ... a trained model's inference latency and throughput
+ *   tp-bench tensorpack [--json] ...   tensorpack's formats against the wire format
  *
  * Each subcommand lives in its own file of this folder and defines
  * `int tp_bench_<name>(int argc, char **argv)` (argv[0] is the subcommand).
@@ -28,6 +29,7 @@ BENCH(callbacks)
 BENCH(saver)
 BENCH(cuda)
 BENCH(predict)
+BENCH(tensorpack)
 #undef BENCH
 
 static const struct {
@@ -44,6 +46,8 @@ static const struct {
     {"saver", tp_bench_saver, "ModelSaver's epoch-end wait: synchronous write against its writer"},
     {"cuda", tp_bench_cuda, "CUDA backend: GEMM step against cuBLAS, step rates"},
     {"predict", tp_bench_predict, "a trained model's batch-1 latency and batch throughput"},
+    {"tensorpack", tp_bench_tensorpack, "tensorpack's formats: receiving against the wire "
+     "format, decoding against Python; tensorpack LMDB writer"},
 };
 #define NBENCH (sizeof s_benches / sizeof s_benches[0])
 

@@ -53,8 +53,10 @@ static void s_usage(FILE *out) {
 "Train a model on 28x28 grey images with 10 classes (Fashion-MNIST by default).\n\n"
 "  --model NAME         mlp, cnn (default), cnn-bn, resnet\n"
 "  --data SOURCE        fashion-mnist (default), idx:IMAGES,LABELS or lmdb:PATH\n"
+"                       or tensorpack-lmdb:PATH[,shuffle] (an LMDB written by\n"
+"                       tensorpack's LMDBSerializer.save; docs/tensorpack.md)\n"
 "  --test-data SOURCE   validation data (default: the test split of --data;\n"
-"                       needed for idx: and lmdb:)\n"
+"                       needed for idx:, lmdb: and tensorpack-lmdb:)\n"
 "  --epochs N           train up to epoch N (max_epoch; default per model)\n"
 "  --batch N            batch per tower (default 128 / towers); total = batch\n"
 "                       x towers\n"
@@ -196,9 +198,11 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
         snprintf(source, sizeof source, "fashion-mnist:train");
     else if (!strncmp(src, "idx:", 4) || !strncmp(src, "lmdb:", 5))
         snprintf(source, sizeof source, "%s", src);
+    else if (!strncmp(src, "tensorpack-lmdb:", 16))  /* int64 labels -> int32 */
+        snprintf(source, sizeof source, "%s,int32", src);
     else
         return tp_error(TP_ERR_INVALID, "--data '%s': use fashion-mnist, "
-                        "idx:IMAGES,LABELS or lmdb:PATH", src);
+                        "idx:IMAGES,LABELS, lmdb:PATH or tensorpack-lmdb:PATH", src);
     char workers[64] = "";
     /* augmentation runs in the workers too; a dead one is replaced */
     if (a->workers > 0 && a->worker_restarts > 0)
@@ -220,6 +224,8 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
     const char *norm = a->augment ? " | augment crop=28" : "";
     if (!strcmp(src, "fashion-mnist"))
         snprintf(buf, size, "fashion-mnist:test,shuffle=0%s | batch 500 remainder", norm);
+    else if (a->test_data && !strncmp(src, "tensorpack-lmdb:", 16))
+        snprintf(buf, size, "%s,int32%s | batch 500 remainder", src, norm);
     else if (a->test_data)
         snprintf(buf, size, "%s%s | batch 500 remainder", src, norm);
     else
@@ -447,6 +453,7 @@ int main(int argc, char **argv) {
         tp_remote_opts_init(&ro);
         ro.curve_dir = a.curve;
         ro.allow_public = a.public_bind;
+        ro.int32_labels = 1;  /* tensorpack senders' int64 labels: the zoo takes int32 */
         snprintf(spec, sizeof spec, "ZMQInput %s", a.remote);
         if (!(remote = tp_input_zmq(a.remote, &ro)))
             return s_fail("--remote");

@@ -28,6 +28,10 @@ static void s_usage(FILE *out) {
         "  --connect ENDPOINT    connect to a receiver that binds (default)\n"
         "  --bind ENDPOINT       bind, receivers connect\n"
         "  --lz4                 lz4-compress components\n"
+        "  --format FMT          towerpack (the wire format, default), tensorpack\n"
+        "                        (a pickle per datapoint: what tensorpack's\n"
+        "                        RemoteDataZMQ reads by default), tensorpack-msgpack\n"
+        "                        (TENSORPACK_SERIALIZE=msgpack) or zmq_ops\n"
         "  --hwm N               datapoints queued before the sender waits (50)\n"
         "  --count N             stop after N datapoints (default: endless)\n"
         "  --seed N              seed for the dataflow's RNG (0)\n"
@@ -64,6 +68,7 @@ int main(int argc, char **argv) {
         {"log-level", required_argument, 0, 'l'},
         {"curve", required_argument, 0, 'k'},
         {"public", no_argument, 0, 'P'},
+        {"format", required_argument, 0, 'F'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *spec = NULL, *plugin = NULL, *connect_ep = NULL, *bind_ep = NULL;
@@ -89,6 +94,21 @@ int main(int argc, char **argv) {
         case 'c': connect_ep = optarg; break;
         case 'b': bind_ep = optarg; break;
         case 'z': so.lz4 = 1; break;
+        case 'F':
+            if (!strcmp(optarg, "towerpack"))
+                so.tpk_format = 0;
+            else if (!strcmp(optarg, "tensorpack") || !strcmp(optarg, "tensorpack-pickle"))
+                so.tpk_format = TP_TPK_PICKLE;
+            else if (!strcmp(optarg, "tensorpack-msgpack"))
+                so.tpk_format = TP_TPK_MSGPACK;
+            else if (!strcmp(optarg, "zmq_ops"))
+                so.tpk_format = TP_TPK_ZMQ_OPS;
+            else {
+                fprintf(stderr, "tp-worker: --format '%s': towerpack, tensorpack, "
+                        "tensorpack-msgpack or zmq_ops\n", optarg);
+                return 2;
+            }
+            break;
         case 'w':
             so.hwm = (int)strtol(optarg, &end, 10);
             if (*end || so.hwm <= 0) {

@@ -1,0 +1,462 @@
+/* towerpack dataflow: tensorpack's messages, told apart by their first
+ * bytes and turned into datapoints; zmq_ops' dump_arrays layout.
+ *
+ * The decoders (df_tp_pickle.c, df_tp_msgpack.c, zmq_ops here) produce
+ * components that point into the message; df_tpk_build makes the tensors,
+ * keeping the message as their memory where the bytes are large enough and
+ * aligned for the dtype (one reference per component on a shared keeper)
+ * and copying otherwise. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/wire.h>
+#include "df_tp.h"
+
+/* Arrays below this are copied: cheaper than sharing the message. */
+#define ZEROCOPY_MIN 512
+
+const char *tp_tpk_format_name(tp_tpk_format_t fmt) {
+    switch (fmt) {
+    case TP_TPK_TOWERPACK: return "towerpack";
+    case TP_TPK_PICKLE: return "pickle";
+    case TP_TPK_MSGPACK: return "msgpack";
+    case TP_TPK_ZMQ_OPS: return "zmq_ops";
+    default: return "unknown";
+    }
+}
+
+void tp_tpk_opts_init(tp_tpk_opts_t *opts) {
+    opts->max_bytes = (size_t)1 << 30;
+    opts->int32_labels = 0;
+}
+
+/* ---- components ------------------------------------------------------------ */
+
+df_tpk_comp_t *df_tpk_comps_push(df_tpk_comps_t *cs) {
+    if (cs->n == TP_DP_MAX_COMPONENTS) {
+        tp_error(TP_ERR_PROTOCOL, "more than %d components", TP_DP_MAX_COMPONENTS);
+        return NULL;
+    }
+    if (cs->n == cs->cap) {
+        int cap = cs->cap ? cs->cap * 2 : 8;
+        df_tpk_comp_t *c = cs->inl ? malloc((size_t)cap * sizeof *c)
+                                   : realloc(cs->c, (size_t)cap * sizeof *c);
+        if (!c) {
+            tp_error(TP_ERR_NOMEM, "tensorpack: components");
+            return NULL;
+        }
+        if (cs->inl && cs->n)
+            memcpy(c, cs->c, (size_t)cs->n * sizeof *c);
+        cs->inl = 0;
+        cs->c = c;
+        cs->cap = cap;
+    }
+    df_tpk_comp_t *c = &cs->c[cs->n++];
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+void df_tpk_comps_fini(df_tpk_comps_t *cs) {
+    for (int i = 0; i < cs->n; i++)
+        free(cs->c[i].owned);
+    if (!cs->inl)
+        free(cs->c);
+    memset(cs, 0, sizeof *cs);
+}
+
+static df_tpk_comp_t *s_scalar(df_tpk_comps_t *cs, tp_dtype_t dt, const void *v,
+                               size_t size) {
+    df_tpk_comp_t *c = df_tpk_comps_push(cs);
+    if (!c)
+        return NULL;
+    c->dtype = dt;
+    c->ndim = 0;
+    c->nbytes = size;
+    memcpy(c->inl, v, size);
+    return c;
+}
+
+df_tpk_comp_t *df_tpk_comp_int(df_tpk_comps_t *cs, int64_t v) {
+    return s_scalar(cs, TP_INT64, &v, 8);
+}
+
+df_tpk_comp_t *df_tpk_comp_float(df_tpk_comps_t *cs, double v) {
+    return s_scalar(cs, TP_FLOAT64, &v, 8);
+}
+
+df_tpk_comp_t *df_tpk_comp_bool(df_tpk_comps_t *cs, int v) {
+    uint8_t b = v != 0;
+    return s_scalar(cs, TP_UINT8, &b, 1);
+}
+
+df_tpk_comp_t *df_tpk_comp_bytes(df_tpk_comps_t *cs, const uint8_t *p, size_t n) {
+    df_tpk_comp_t *c = df_tpk_comps_push(cs);
+    if (!c)
+        return NULL;
+    c->dtype = TP_UINT8;
+    c->ndim = 1;
+    c->shape[0] = (int64_t)n;
+    c->data = p;
+    c->nbytes = n;
+    return c;
+}
+
+tp_status_t df_tpk_comp_array(df_tpk_comps_t *cs, tp_dtype_t dt, int ndim,
+                              const int64_t *shape, const uint8_t *data,
+                              size_t nbytes, const char *who, int idx) {
+    if (ndim < 0 || ndim > TP_MAX_DIMS)
+        return tp_error(TP_ERR_PROTOCOL, "%s %d: %d dimensions (at most %d)", who, idx,
+                        ndim, TP_MAX_DIMS);
+    size_t numel;
+    if (tp_shape_numel(ndim, shape, tp_dtype_size(dt), &numel) != TP_OK)
+        return tp_error(TP_ERR_PROTOCOL, "%s %d: shape is negative or too large", who,
+                        idx);
+    if (numel * tp_dtype_size(dt) != nbytes)
+        return tp_error(TP_ERR_PROTOCOL, "%s %d: %s of %zu elements needs %zu bytes, "
+                        "the data has %zu", who, idx, tp_dtype_name(dt), numel,
+                        numel * tp_dtype_size(dt), nbytes);
+    df_tpk_comp_t *c = df_tpk_comps_push(cs);
+    if (!c)
+        return TP_ERR_PROTOCOL;
+    c->dtype = dt;
+    c->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        c->shape[i] = shape[i];
+    c->data = data;
+    c->nbytes = nbytes;
+    return TP_OK;
+}
+
+/* ---- numpy dtypes ------------------------------------------------------------ */
+
+int df_tpk_np_dtype(char kind, int itemsize, char order, tp_dtype_t *out,
+                    char *why, size_t whylen) {
+    int ok = 1;
+    switch (kind) {
+    case 'u': ok = itemsize == 1; *out = TP_UINT8; break;
+    case 'b': ok = itemsize == 1; *out = TP_UINT8; break;  /* bool: 0/1 bytes */
+    case 'i':
+        ok = itemsize == 4 || itemsize == 8;
+        *out = itemsize == 4 ? TP_INT32 : TP_INT64;
+        break;
+    case 'f':
+        ok = itemsize == 2 || itemsize == 4 || itemsize == 8;
+        *out = itemsize == 2 ? TP_FLOAT16 : itemsize == 4 ? TP_FLOAT32 : TP_FLOAT64;
+        break;
+    default: ok = 0;
+    }
+    if (!ok) {
+        const char *what = kind == 'O' ? " (object arrays hold Python objects, not numbers)"
+                         : kind == 'U' || kind == 'S' ? " (string arrays)"
+                         : kind == 'V' ? " (structured arrays)"
+                         : kind == 'c' ? " (complex numbers)" : "";
+        snprintf(why, whylen, "numpy dtype '%c%d' has no towerpack dtype%s "
+                 "(taken: uint8, bool, int32, int64, float16, float32, float64)",
+                 kind, itemsize, what);
+        return 0;
+    }
+    if (order == '>' && itemsize > 1) {
+        snprintf(why, whylen, "numpy dtype '>%c%d' is big-endian (only "
+                 "little-endian arrays are taken)", kind, itemsize);
+        return 0;
+    }
+    if (order != '<' && order != '|' && order != '=' && order != '>') {
+        snprintf(why, whylen, "numpy dtype byte order '%c'", order);
+        return 0;
+    }
+    return 1;
+}
+
+int df_tpk_np_typestr(const char *s, size_t len, tp_dtype_t *out, char *why,
+                      size_t whylen) {
+    char order = '=';
+    if (len > 0 && (s[0] == '<' || s[0] == '>' || s[0] == '|' || s[0] == '=')) {
+        order = s[0];
+        s++;
+        len--;
+    }
+    if (len < 2 || len > 4) {
+        snprintf(why, whylen, "numpy type '%.*s' is not a kind and a size",
+                 (int)(len < 16 ? len : 16), s);
+        return 0;
+    }
+    int size = 0;
+    for (size_t i = 1; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            snprintf(why, whylen, "numpy type '%.*s' is not a kind and a size",
+                     (int)len, s);
+            return 0;
+        }
+        size = size * 10 + (s[i] - '0');
+    }
+    return df_tpk_np_dtype(s[0], size, order, out, why, whylen);
+}
+
+/* ---- zmq_ops' dump_arrays -------------------------------------------------- */
+
+static int32_t s_i32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return (int32_t)v;  /* the layout is the host's: x86 and ARM are little-endian */
+}
+
+static int64_t s_i64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return (int64_t)v;
+}
+
+/* TensorFlow's DataType numbers (types.proto) that dump_arrays writes. */
+static int s_tf_dtype(int32_t code, tp_dtype_t *out, const char **name) {
+    static const struct { int32_t code; int ok; tp_dtype_t dt; const char *name; } m[] = {
+        {1, 1, TP_FLOAT32, "float"},   {2, 1, TP_FLOAT64, "double"},
+        {3, 1, TP_INT32, "int32"},     {4, 1, TP_UINT8, "uint8"},
+        {5, 0, 0, "int16"},            {6, 0, 0, "int8"},
+        {7, 0, 0, "string"},           {8, 0, 0, "complex64"},
+        {9, 1, TP_INT64, "int64"},     {10, 1, TP_UINT8, "bool"},
+        {14, 1, TP_BFLOAT16, "bfloat16"}, {17, 0, 0, "uint16"},
+        {18, 0, 0, "complex128"},      {19, 1, TP_FLOAT16, "half"},
+        {22, 0, 0, "uint32"},          {23, 0, 0, "uint64"},
+    };
+    for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+        if (m[i].code == code) {
+            *name = m[i].name;
+            *out = m[i].dt;
+            return m[i].ok;
+        }
+    *name = NULL;
+    return 0;
+}
+
+/* Walk the headers only: 1 when they describe exactly n bytes. */
+static int s_zmq_ops_shape_ok(const uint8_t *p, size_t n) {
+    if (n < 4)
+        return 0;
+    int32_t count = s_i32(p);
+    if (count < 0 || count > TP_DP_MAX_COMPONENTS)
+        return 0;
+    size_t off = 4;
+    for (int32_t i = 0; i < count; i++) {
+        if (n - off < 8)
+            return 0;
+        int32_t ndim = s_i32(p + off + 4);
+        if (ndim < 0 || ndim > TP_MAX_DIMS)
+            return 0;
+        off += 8;
+        if (n - off < (size_t)ndim * 4 + 8)
+            return 0;
+        off += (size_t)ndim * 4;
+        int64_t len = s_i64(p + off);
+        off += 8;
+        if (len < 0 || (uint64_t)len > n - off)
+            return 0;
+        off += (size_t)len;
+    }
+    return off == n;
+}
+
+tp_status_t df_tpk_zmq_ops(const uint8_t *p, size_t n, df_tpk_comps_t *cs) {
+    if (n < 4)
+        return tp_error(TP_ERR_PROTOCOL, "zmq_ops: %zu bytes, shorter than the count", n);
+    int32_t count = s_i32(p);
+    if (count < 0 || count > TP_DP_MAX_COMPONENTS)
+        return tp_error(TP_ERR_PROTOCOL, "zmq_ops: %d arrays (0..%d taken)", count,
+                        TP_DP_MAX_COMPONENTS);
+    size_t off = 4;
+    for (int32_t i = 0; i < count; i++) {
+        if (n - off < 8)
+            return tp_error(TP_ERR_PROTOCOL, "zmq_ops: array %d: header truncated at "
+                            "byte %zu of %zu", i, off, n);
+        int32_t code = s_i32(p + off), ndim = s_i32(p + off + 4);
+        off += 8;
+        tp_dtype_t dt;
+        const char *name;
+        if (!s_tf_dtype(code, &dt, &name))
+            return tp_error(TP_ERR_PROTOCOL, "zmq_ops: array %d: TensorFlow dtype %d%s%s%s "
+                            "has no towerpack dtype", i, code, name ? " (" : "",
+                            name ? name : "", name ? ")" : "");
+        if (ndim < 0 || ndim > TP_MAX_DIMS)
+            return tp_error(TP_ERR_PROTOCOL, "zmq_ops: array %d: %d dimensions (0..%d)",
+                            i, ndim, TP_MAX_DIMS);
+        if (n - off < (size_t)ndim * 4 + 8)
+            return tp_error(TP_ERR_PROTOCOL, "zmq_ops: array %d: shape truncated at "
+                            "byte %zu of %zu", i, off, n);
+        int64_t shape[TP_MAX_DIMS];
+        for (int k = 0; k < ndim; k++) {
+            shape[k] = s_i32(p + off);
+            off += 4;
+            if (shape[k] < 0)
+                return tp_error(TP_ERR_PROTOCOL, "zmq_ops: array %d: dimension %d is %lld",
+                                i, k, (long long)shape[k]);
+        }
+        int64_t len = s_i64(p + off);
+        off += 8;
+        if (len < 0 || (uint64_t)len > n - off)
+            return tp_error(TP_ERR_PROTOCOL, "zmq_ops: array %d: says %lld bytes, "
+                            "%zu are left", i, (long long)len, n - off);
+        TP_TRY(df_tpk_comp_array(cs, dt, ndim, shape, p + off, (size_t)len,
+                                 "zmq_ops: array", i));
+        off += (size_t)len;
+    }
+    if (off != n)
+        return tp_error(TP_ERR_PROTOCOL, "zmq_ops: %zu bytes after the last array",
+                        n - off);
+    return TP_OK;
+}
+
+/* ---- telling the formats apart ---------------------------------------------- */
+
+tp_tpk_format_t tp_tpk_sniff(const void *data, size_t size) {
+    const uint8_t *p = data;
+    if (size == 0 || !p)
+        return TP_TPK_UNKNOWN;
+    /* First: a zmq_ops message whose headers add up exactly (its count is
+     * little and so may begin like one of the others, e.g. 0x90 arrays). */
+    if (s_zmq_ops_shape_ok(p, size))
+        return TP_TPK_ZMQ_OPS;
+    if (size >= 4) {
+        uint32_t magic;
+        memcpy(&magic, p, 4);
+        if (magic == TP_WIRE_MAGIC)
+            return TP_TPK_TOWERPACK;
+    }
+    if (size >= 2 && p[0] == 0x80 && p[1] >= 2 && p[1] <= 5)
+        return TP_TPK_PICKLE;
+    if ((p[0] >= 0x90 && p[0] <= 0x9f) || p[0] == 0xdc || p[0] == 0xdd)
+        return TP_TPK_MSGPACK;
+    /* a small count: a zmq_ops message that is wrong somewhere (the
+     * decoder says where) */
+    if (size >= 4 && s_i32(p) >= 0 && s_i32(p) <= TP_DP_MAX_COMPONENTS)
+        return TP_TPK_ZMQ_OPS;
+    return TP_TPK_UNKNOWN;
+}
+
+/* ---- components to a datapoint ----------------------------------------------- */
+
+typedef struct {
+    atomic_int refs;
+    tp_free_fn release;
+    void *data, *hint;
+} s_keeper_t;
+
+static void s_keeper_drop(void *data, void *hint) {
+    (void)data;
+    s_keeper_t *k = hint;
+    if (atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) == 1) {
+        k->release(k->data, k->hint);
+        free(k);
+    }
+}
+
+static tp_status_t s_narrow(tp_tensor_t *t, const int64_t *src, size_t numel,
+                            int comp) {
+    int32_t *d = t->data;
+    for (size_t i = 0; i < numel; i++) {
+        int64_t v;
+        memcpy(&v, src + i, 8);
+        if (v < INT32_MIN || v > INT32_MAX)
+            return tp_error(TP_ERR_PROTOCOL, "component %d: int64 value %lld at "
+                            "element %zu does not fit int32", comp, (long long)v, i);
+        d[i] = (int32_t)v;
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_build(df_tpk_comps_t *cs, const tp_tpk_opts_t *o,
+                           s_keeper_t *keep, tp_datapoint_t **out) {
+    tp_datapoint_t *dp = tp_datapoint_new(cs->n);
+    if (!dp)
+        return tp_error(TP_ERR_NOMEM, "tensorpack: datapoint");
+    tp_status_t rc = TP_OK;
+    for (int i = 0; i < cs->n && rc == TP_OK; i++) {
+        df_tpk_comp_t *c = &cs->c[i];
+        tp_tensor_t *t = tp_datapoint_get(dp, i);
+        const uint8_t *src = c->owned ? c->owned : c->data ? c->data : c->inl;
+        if (c->dtype == TP_INT64 && o->int32_labels) {
+            if ((rc = tp_tensor_init(t, TP_INT32, c->ndim, c->shape)) == TP_OK)
+                rc = s_narrow(t, (const int64_t *)(const void *)src, c->nbytes / 8, i);
+            continue;
+        }
+        if (keep && c->data && c->nbytes >= ZEROCOPY_MIN &&
+            (uintptr_t)c->data % tp_dtype_size(c->dtype) == 0) {
+            rc = tp_tensor_init_wrap(t, c->dtype, c->ndim, c->shape, (void *)c->data,
+                                     s_keeper_drop, keep);
+            if (rc == TP_OK)
+                atomic_fetch_add_explicit(&keep->refs, 1, memory_order_relaxed);
+            continue;
+        }
+        if ((rc = tp_tensor_init(t, c->dtype, c->ndim, c->shape)) == TP_OK && c->nbytes)
+            memcpy(t->data, src, c->nbytes);
+    }
+    if (rc != TP_OK)
+        tp_datapoint_destroy(&dp);
+    *out = dp;
+    return rc;
+}
+
+tp_status_t tp_tpk_decode(const void *data, size_t size, const tp_tpk_opts_t *opts,
+                          tp_free_fn release, void *hint, tp_datapoint_t **out) {
+    tp_tpk_opts_t o;
+    if (opts)
+        o = *opts;
+    else
+        tp_tpk_opts_init(&o);
+    *out = NULL;
+    s_keeper_t *keep = NULL;
+    if (release) {
+        if (!(keep = malloc(sizeof *keep))) {
+            release((void *)data, hint);
+            return tp_error(TP_ERR_NOMEM, "tensorpack: decode");
+        }
+        atomic_init(&keep->refs, 1);  /* this call's own reference */
+        keep->release = release;
+        keep->data = (void *)data;
+        keep->hint = hint;
+    }
+    df_tpk_comp_t inl[8];  /* a datapoint's usual few components: no malloc */
+    df_tpk_comps_t cs = {.c = inl, .cap = 8, .inl = 1};
+    tp_status_t rc;
+    tp_tpk_format_t fmt = tp_tpk_sniff(data, size);
+    if (o.max_bytes && size > o.max_bytes) {
+        rc = tp_error(TP_ERR_PROTOCOL, "tensorpack: message of %zu bytes, the limit "
+                      "is %zu", size, o.max_bytes);
+    } else {
+        switch (fmt) {
+        case TP_TPK_PICKLE: rc = df_tpk_pickle(data, size, &cs); break;
+        case TP_TPK_MSGPACK: rc = df_tpk_msgpack(data, size, &cs); break;
+        case TP_TPK_ZMQ_OPS: rc = df_tpk_zmq_ops(data, size, &cs); break;
+        case TP_TPK_TOWERPACK:
+            rc = tp_error(TP_ERR_PROTOCOL, "a towerpack wire header alone: its "
+                          "component frames are missing");
+            break;
+        default: {
+            const uint8_t *b = data;
+            rc = tp_error(TP_ERR_PROTOCOL, "%zu bytes in no format known (first bytes "
+                          "%02x %02x: not a pickle, msgpack, zmq_ops or towerpack "
+                          "message)", size, size > 0 ? b[0] : 0, size > 1 ? b[1] : 0);
+        }
+        }
+    }
+    if (rc == TP_OK && cs.n == 0)  /* 4 zero bytes are zmq_ops' empty list */
+        rc = tp_error(TP_ERR_PROTOCOL, "the datapoint has no components");
+    if (rc == TP_OK)
+        rc = s_build(&cs, &o, keep, out);
+    else if (fmt != TP_TPK_UNKNOWN)
+        rc = tp_error_wrap(rc, "%s message of %zu bytes", tp_tpk_format_name(fmt), size);
+    df_tpk_comps_fini(&cs);
+    if (keep)
+        s_keeper_drop(NULL, keep);
+    return rc;
+}
+
+tp_status_t df_tpk_keys(const uint8_t *p, size_t n, char **keys, size_t **offs,
+                        size_t **lens, size_t *count) {
+    switch (tp_tpk_sniff(p, n)) {
+    case TP_TPK_PICKLE: return df_tpk_pickle_keys(p, n, keys, offs, lens, count);
+    case TP_TPK_MSGPACK: return df_tpk_msgpack_keys(p, n, keys, offs, lens, count);
+    default:
+        return tp_error(TP_ERR_FORMAT, "the list of keys is neither a pickle nor "
+                        "msgpack");
+    }
+}

@@ -1,0 +1,387 @@
+/* towerpack dataflow: tensorpack's msgpack datapoints (TENSORPACK_SERIALIZE=
+ * msgpack: msgpack.dumps(dp, use_bin_type=True) with msgpack-numpy's
+ * encoder), decoded by msgpack-c, and the encoders of the way back.
+ *
+ * msgpack-numpy writes an array as a map {b'nd': True, b'type': '<f4',
+ * b'kind': b'', b'shape': [..], b'data': bin} and a numpy scalar as
+ * {b'nd': False, b'type': ..., b'data': bin}; everything else is plain
+ * msgpack. msgpack-c allocates an array's or map's objects from the count
+ * in its header before it reads them, so a lying header (4 billion items
+ * in 10 bytes) would cost gigabytes: s_precheck walks the headers first,
+ * refusing any count larger than the bytes left, more than MAX_OBJECTS
+ * objects and nesting deeper than TP_TPK_MAX_DEPTH; msgpack-c then does
+ * the decoding. */
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "df_tp.h"
+
+static uint64_t s_be(const uint8_t *p, int k) {
+    uint64_t v = 0;
+    for (int i = 0; i < k; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Objects a message may hold: msgpack-c spends 24 bytes on each, so a
+ * gigabyte of nils would cost 24 GB (a few datapoints need tens; the
+ * __keys__ of ImageNet 1.3M). */
+#define MAX_OBJECTS (1u << 22)
+
+/* Header walk: one top-level object filling exactly n bytes. */
+static tp_status_t s_precheck(const uint8_t *p, size_t n) {
+    uint64_t left[TP_TPK_MAX_DEPTH + 1];  /* items still to read per level */
+    int depth = 0;
+    size_t off = 0;
+    uint32_t objects = 0;
+    left[0] = 1;
+    while (depth >= 0) {
+        if (left[depth] == 0) {
+            depth--;
+            continue;
+        }
+        left[depth]--;
+        if (++objects > MAX_OBJECTS)
+            return tp_error(TP_ERR_PROTOCOL, "msgpack: more than %u objects", MAX_OBJECTS);
+        if (off >= n)
+            return tp_error(TP_ERR_PROTOCOL, "msgpack: truncated at byte %zu", off);
+        uint8_t b = p[off++];
+        uint64_t items = 0, skip = 0;
+        int hdr = 0;  /* bytes of a length field */
+        int container = 0;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        } else if (b <= 0x8f) {
+            items = 2u * (b & 0x0f);
+            container = 1;
+        } else if (b <= 0x9f) {
+            items = b & 0x0f;
+            container = 1;
+        } else if (b <= 0xbf) {
+            skip = b & 0x1f;
+        } else {
+            switch (b) {
+            case 0xc4: case 0xd9: hdr = 1; break;             /* bin8, str8 */
+            case 0xc5: case 0xda: hdr = 2; break;
+            case 0xc6: case 0xdb: hdr = 4; break;
+            case 0xc7: hdr = 1; skip = 1; break;              /* ext: + type */
+            case 0xc8: hdr = 2; skip = 1; break;
+            case 0xc9: hdr = 4; skip = 1; break;
+            case 0xca: skip = 4; break;
+            case 0xcb: skip = 8; break;
+            case 0xcc: case 0xd0: skip = 1; break;
+            case 0xcd: case 0xd1: skip = 2; break;
+            case 0xce: case 0xd2: skip = 4; break;
+            case 0xcf: case 0xd3: skip = 8; break;
+            case 0xd4: skip = 2; break;                       /* fixext */
+            case 0xd5: skip = 3; break;
+            case 0xd6: skip = 5; break;
+            case 0xd7: skip = 9; break;
+            case 0xd8: skip = 17; break;
+            case 0xdc: case 0xde: hdr = 2; container = b == 0xdc ? 1 : 2; break;
+            case 0xdd: case 0xdf: hdr = 4; container = b == 0xdd ? 1 : 2; break;
+            default:
+                return tp_error(TP_ERR_PROTOCOL, "msgpack: byte 0x%02x at %zu is no "
+                                "type", b, off - 1);
+            }
+        }
+        if (hdr) {
+            if (n - off < (size_t)hdr)
+                return tp_error(TP_ERR_PROTOCOL, "msgpack: truncated length at byte %zu",
+                                off);
+            uint64_t len = s_be(p + off, hdr);
+            off += (size_t)hdr;
+            if (container)
+                items = container == 2 ? 2 * len : len;
+            else
+                skip += len;
+        }
+        if (skip > n - off)
+            return tp_error(TP_ERR_PROTOCOL, "msgpack: an object of %llu bytes at byte "
+                            "%zu, %zu are left", (unsigned long long)skip, off, n - off);
+        off += (size_t)skip;
+        if (container) {
+            if (items > n - off)
+                return tp_error(TP_ERR_PROTOCOL, "msgpack: a header at byte %zu claims "
+                                "%llu items, only %zu bytes are left", off,
+                                (unsigned long long)items, n - off);
+            if (depth == TP_TPK_MAX_DEPTH)
+                return tp_error(TP_ERR_PROTOCOL, "msgpack: nested deeper than %d",
+                                TP_TPK_MAX_DEPTH);
+            left[++depth] = items;
+        }
+    }
+    if (off != n)
+        return tp_error(TP_ERR_PROTOCOL, "msgpack: %zu bytes after the datapoint", n - off);
+    return TP_OK;
+}
+
+static inline int s_is(const msgpack_object *o, const char *s) {
+    size_t l = __builtin_strlen(s);
+    if (o->type == MSGPACK_OBJECT_BIN)
+        return o->via.bin.size == l && !memcmp(o->via.bin.ptr, s, l);
+    if (o->type == MSGPACK_OBJECT_STR)
+        return o->via.str.size == l && !memcmp(o->via.str.ptr, s, l);
+    return 0;
+}
+
+static int s_raw(const msgpack_object *o, const uint8_t **p, size_t *len) {
+    if (o->type == MSGPACK_OBJECT_BIN) {
+        *p = (const uint8_t *)o->via.bin.ptr;
+        *len = o->via.bin.size;
+        return 1;
+    }
+    if (o->type == MSGPACK_OBJECT_STR) {
+        *p = (const uint8_t *)o->via.str.ptr;
+        *len = o->via.str.size;
+        return 1;
+    }
+    return 0;
+}
+
+/* msgpack-numpy's map of an array or scalar. */
+static tp_status_t s_ndarray(const msgpack_object *m, int i, df_tpk_comps_t *cs) {
+    const msgpack_object *nd = NULL, *type = NULL, *kind = NULL, *shape = NULL,
+                         *data = NULL;
+    for (uint32_t k = 0; k < m->via.map.size; k++) {  /* one pass over the keys */
+        const msgpack_object *key = &m->via.map.ptr[k].key, *val = &m->via.map.ptr[k].val;
+        if (s_is(key, "nd"))
+            nd = val;
+        else if (s_is(key, "type"))
+            type = val;
+        else if (s_is(key, "kind"))
+            kind = val;
+        else if (s_is(key, "shape"))
+            shape = val;
+        else if (s_is(key, "data"))
+            data = val;
+    }
+    if (!nd)
+        return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d is a map that is not "
+                        "a msgpack-numpy array (no 'nd')", i);
+    if (nd->type != MSGPACK_OBJECT_BOOLEAN)
+        return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d: 'nd' is not a bool", i);
+    const uint8_t *kp, *tp, *dp;
+    size_t kl, tl, dl;
+    if (kind && (!s_raw(kind, &kp, &kl) || kl != 0))
+        return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d: an array of kind "
+                        "'%.*s' (object or structured arrays are not taken)", i,
+                        kind && s_raw(kind, &kp, &kl) ? (int)(kl < 8 ? kl : 8) : 1,
+                        kind && s_raw(kind, &kp, &kl) ? (const char *)kp : "?");
+    if (!type || !s_raw(type, &tp, &tl))
+        return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d: no type string (a "
+                        "structured dtype?)", i);
+    if (!data || !s_raw(data, &dp, &dl))
+        return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d: no data bytes", i);
+    tp_dtype_t dt;
+    char why[200];
+    if (!df_tpk_np_typestr((const char *)tp, tl, &dt, why, sizeof why))
+        return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d: %s", i, why);
+    int64_t sh[TP_MAX_DIMS];
+    int ndim = 0;
+    if (nd->via.boolean) {
+        if (!shape || shape->type != MSGPACK_OBJECT_ARRAY)
+            return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d: no shape", i);
+        if (shape->via.array.size > TP_MAX_DIMS)
+            return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d: %u dimensions "
+                            "(at most %d)", i, shape->via.array.size, TP_MAX_DIMS);
+        ndim = (int)shape->via.array.size;
+        for (int k = 0; k < ndim; k++) {
+            const msgpack_object *d = &shape->via.array.ptr[k];
+            if (d->type != MSGPACK_OBJECT_POSITIVE_INTEGER || d->via.u64 > INT64_MAX)
+                return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d: dimension %d "
+                                "is not a non-negative int", i, k);
+            sh[k] = (int64_t)d->via.u64;
+        }
+    }
+    return df_tpk_comp_array(cs, dt, ndim, sh, dp, dl, "msgpack: component", i);
+}
+
+static tp_status_t s_item(const msgpack_object *o, int i, df_tpk_comps_t *cs) {
+    const uint8_t *p;
+    size_t l;
+    switch (o->type) {
+    case MSGPACK_OBJECT_MAP: return s_ndarray(o, i, cs);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        if (o->via.u64 > INT64_MAX)
+            return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d: %llu does not fit "
+                            "int64", i, (unsigned long long)o->via.u64);
+        return df_tpk_comp_int(cs, (int64_t)o->via.u64) ? TP_OK : TP_ERR_PROTOCOL;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        return df_tpk_comp_int(cs, o->via.i64) ? TP_OK : TP_ERR_PROTOCOL;
+    case MSGPACK_OBJECT_FLOAT32: case MSGPACK_OBJECT_FLOAT64:
+        return df_tpk_comp_float(cs, o->via.f64) ? TP_OK : TP_ERR_PROTOCOL;
+    case MSGPACK_OBJECT_BOOLEAN:
+        return df_tpk_comp_bool(cs, o->via.boolean) ? TP_OK : TP_ERR_PROTOCOL;
+    case MSGPACK_OBJECT_BIN: case MSGPACK_OBJECT_STR:
+        s_raw(o, &p, &l);
+        return df_tpk_comp_bytes(cs, p, l) ? TP_OK : TP_ERR_PROTOCOL;
+    default:
+        return tp_error(TP_ERR_PROTOCOL, "msgpack: component %d is %s: only arrays, "
+                        "numbers, bytes and str are components", i,
+                        o->type == MSGPACK_OBJECT_NIL ? "nil"
+                        : o->type == MSGPACK_OBJECT_ARRAY ? "a list" : "an ext");
+    }
+}
+
+/* Unpack into *u (caller destroys) after the precheck. */
+static tp_status_t s_unpack(const uint8_t *p, size_t n, msgpack_unpacked *u) {
+    msgpack_unpacked_init(u);
+    TP_TRY(s_precheck(p, n));
+    size_t off = 0;
+    msgpack_unpack_return r = msgpack_unpack_next(u, (const char *)p, n, &off);
+    if (r == MSGPACK_UNPACK_NOMEM_ERROR)
+        return tp_error(TP_ERR_NOMEM, "msgpack: out of memory");
+    if (r != MSGPACK_UNPACK_SUCCESS || off != n)
+        return tp_error(TP_ERR_PROTOCOL, "msgpack: msgpack-c could not unpack it "
+                        "(status %d)", (int)r);
+    return TP_OK;
+}
+
+tp_status_t df_tpk_msgpack(const uint8_t *p, size_t n, df_tpk_comps_t *cs) {
+    msgpack_unpacked u;
+    tp_status_t rc = s_unpack(p, n, &u);
+    if (rc == TP_OK && u.data.type != MSGPACK_OBJECT_ARRAY)
+        rc = tp_error(TP_ERR_PROTOCOL, "msgpack: the datapoint is not a list");
+    for (uint32_t i = 0; rc == TP_OK && i < u.data.via.array.size; i++)
+        rc = s_item(&u.data.via.array.ptr[i], (int)i, cs);
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+tp_status_t df_tpk_msgpack_keys(const uint8_t *p, size_t n, char **keys, size_t **offs,
+                                size_t **lens, size_t *count) {
+    *keys = NULL;
+    *offs = *lens = NULL;
+    *count = 0;
+    msgpack_unpacked u;
+    tp_status_t rc = s_unpack(p, n, &u);
+    if (rc != TP_OK) {
+        msgpack_unpacked_destroy(&u);
+        return tp_error_wrap(TP_ERR_FORMAT, "keys");
+    }
+    size_t total = 0, k = 0;
+    if (u.data.type != MSGPACK_OBJECT_ARRAY)
+        rc = tp_error(TP_ERR_FORMAT, "msgpack: the keys are not a list");
+    else
+        k = u.data.via.array.size;
+    const uint8_t *kp = NULL;
+    size_t kl = 0;
+    for (size_t i = 0; rc == TP_OK && i < k; i++) {
+        if (!s_raw(&u.data.via.array.ptr[i], &kp, &kl))
+            rc = tp_error(TP_ERR_FORMAT, "msgpack: key %zu is not bytes or str", i);
+        else
+            total += kl;
+    }
+    if (rc == TP_OK) {
+        *keys = malloc(total ? total : 1);
+        *offs = malloc((k ? k : 1) * sizeof **offs);
+        *lens = malloc((k ? k : 1) * sizeof **lens);
+        if (!*keys || !*offs || !*lens) {
+            rc = tp_error(TP_ERR_NOMEM, "msgpack: keys");
+        } else {
+            size_t o = 0;
+            for (size_t i = 0; i < k; i++) {
+                s_raw(&u.data.via.array.ptr[i], &kp, &kl);
+                if (kl)
+                    memcpy(*keys + o, kp, kl);
+                (*offs)[i] = o;
+                (*lens)[i] = kl;
+                o += kl;
+            }
+            *count = k;
+        }
+    }
+    if (rc != TP_OK) {
+        free(*keys);
+        free(*offs);
+        free(*lens);
+        *keys = NULL;
+        *offs = *lens = NULL;
+    }
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+/* ---- the way back: msgpack-numpy maps through msgpack-c's packer ------------ */
+
+static const char *s_np_type(tp_dtype_t dt) {
+    switch (dt) {
+    case TP_UINT8: return "|u1";
+    case TP_INT32: return "<i4";
+    case TP_INT64: return "<i8";
+    case TP_FLOAT16: return "<f2";
+    case TP_FLOAT32: return "<f4";
+    case TP_FLOAT64: return "<f8";
+    default: return NULL;
+    }
+}
+
+static void s_pack_key(msgpack_packer *pk, const char *k) {
+    msgpack_pack_bin(pk, strlen(k));
+    msgpack_pack_bin_body(pk, k, strlen(k));
+}
+
+tp_status_t df_tpk_encode_msgpack(const tp_datapoint_t *dp, void **data, size_t *size) {
+    int n = tp_datapoint_size(dp);
+    for (int i = 0; i < n; i++)
+        if (!s_np_type(tp_datapoint_cget(dp, i)->dtype))
+            return tp_error(TP_ERR_INVALID, "msgpack: component %d is %s, which numpy "
+                            "has no dtype for", i,
+                            tp_dtype_name(tp_datapoint_cget(dp, i)->dtype));
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    int bad = msgpack_pack_array(&pk, (size_t)n);
+    for (int i = 0; i < n && !bad; i++) {
+        const tp_tensor_t *t = tp_datapoint_cget(dp, i);
+        const char *ty = s_np_type(t->dtype);
+        bad |= msgpack_pack_map(&pk, 5);
+        s_pack_key(&pk, "nd");
+        bad |= msgpack_pack_true(&pk);
+        s_pack_key(&pk, "type");
+        bad |= msgpack_pack_str(&pk, strlen(ty));
+        bad |= msgpack_pack_str_body(&pk, ty, strlen(ty));
+        s_pack_key(&pk, "kind");
+        bad |= msgpack_pack_bin(&pk, 0);
+        s_pack_key(&pk, "shape");
+        int empty = t->ndim == 0 && t->nbytes == 0;  /* as shape [0] */
+        bad |= msgpack_pack_array(&pk, (size_t)(t->ndim + empty));
+        for (int k = 0; k < t->ndim; k++)
+            bad |= msgpack_pack_int64(&pk, t->shape[k]);
+        if (empty)
+            bad |= msgpack_pack_int64(&pk, 0);
+        s_pack_key(&pk, "data");
+        bad |= msgpack_pack_bin(&pk, t->nbytes);
+        bad |= msgpack_pack_bin_body(&pk, t->data, t->nbytes);
+    }
+    if (bad || !sb.data) {
+        msgpack_sbuffer_destroy(&sb);
+        return tp_error(TP_ERR_NOMEM, "msgpack: encode");
+    }
+    *data = sb.data;  /* the sbuffer's malloc'd block: the caller frees it */
+    *size = sb.size;
+    return TP_OK;
+}
+
+tp_status_t df_tpk_encode_keys_msgpack(const char *const *keys, int64_t n, void **data,
+                                       size_t *size) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    int bad = msgpack_pack_array(&pk, (size_t)n);
+    for (int64_t i = 0; i < n && !bad; i++) {
+        size_t l = strlen(keys[i]);
+        bad |= msgpack_pack_bin(&pk, l);
+        bad |= msgpack_pack_bin_body(&pk, keys[i], l);
+    }
+    if (bad || !sb.data) {
+        msgpack_sbuffer_destroy(&sb);
+        return tp_error(TP_ERR_NOMEM, "msgpack: encode keys");
+    }
+    *data = sb.data;
+    *size = sb.size;
+    return TP_OK;
+}

@@ -1,0 +1,331 @@
+/* towerpack tests: tensorpack's message formats without Python: what
+ * towerpack writes it reads back (pickle, msgpack, zmq_ops), zero copy and
+ * its release, int64 labels as int32, hostile messages refused by name,
+ * and the remote: receiver dropping and counting them while it goes on.
+ * (Python's own pickles and msgpacks: test_proc_tensorpack.c.) */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "dataflow/tpk_testutil.h"
+
+static tp_datapoint_t *sample_dp(void) {
+    tp_datapoint_t *dp = tp_datapoint_new(0);
+    const tp_dtype_t dts[] = {TP_UINT8, TP_INT32, TP_INT64, TP_FLOAT16, TP_FLOAT32,
+                              TP_FLOAT64};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+        tp_tensor_t t;
+        int64_t shape[3] = {2, 3, (int64_t)d + 1};
+        cr_assert_eq(tp_tensor_init(&t, dts[d], 3, shape), TP_OK);
+        uint8_t *p = t.data;
+        for (size_t i = 0; i < t.nbytes; i++)
+            p[i] = (uint8_t)(i * 7 + d);
+        cr_assert_eq(tp_datapoint_append(dp, &t), TP_OK);
+    }
+    tp_tensor_t big, sc;
+    int64_t bs[3] = {16, 28, 28};
+    cr_assert_eq(tp_tensor_init(&big, TP_UINT8, 3, bs), TP_OK);
+    memset(big.data, 0x5a, big.nbytes);
+    cr_assert_eq(tp_datapoint_append(dp, &big), TP_OK);
+    cr_assert_eq(tp_tensor_init(&sc, TP_INT64, 0, NULL), TP_OK);
+    *(int64_t *)sc.data = -1234567890123LL;
+    cr_assert_eq(tp_datapoint_append(dp, &sc), TP_OK);
+    return dp;
+}
+
+static void roundtrip(tp_tpk_format_t fmt) {
+    tp_datapoint_t *dp = sample_dp();
+    void *buf;
+    size_t len;
+    cr_assert_eq(tp_tpk_encode(dp, fmt, &buf, &len), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_tpk_sniff(buf, len), fmt, "sniffed %s",
+                 tp_tpk_format_name(tp_tpk_sniff(buf, len)));
+    tp_datapoint_t *back = NULL;
+    cr_assert_eq(tp_tpk_decode(buf, len, NULL, NULL, NULL, &back), TP_OK, "%s",
+                 tp_last_error());
+    cr_assert(tp_datapoint_equal(dp, back), "%s: decoded datapoint differs",
+              tp_tpk_format_name(fmt));
+    tp_datapoint_destroy(&back);
+    tp_datapoint_destroy(&dp);
+    free(buf);
+}
+
+Test(tensorpack, pickle_roundtrip) { roundtrip(TP_TPK_PICKLE); }
+
+/* An empty component (no data, ndim 0) travels as shape [0], as in the
+ * wire format: numpy cannot make a 0-d array of no bytes. */
+Test(tensorpack, an_empty_component_travels_as_shape_0) {
+    const tp_tpk_format_t f[] = {TP_TPK_PICKLE, TP_TPK_MSGPACK, TP_TPK_ZMQ_OPS};
+    for (int k = 0; k < 3; k++) {
+        tp_datapoint_t *dp = tp_datapoint_new(1);  /* its component is empty */
+        void *buf;
+        size_t len;
+        cr_assert_eq(tp_tpk_encode(dp, f[k], &buf, &len), TP_OK);
+        tp_datapoint_t *back = NULL;
+        cr_assert_eq(tp_tpk_decode(buf, len, NULL, NULL, NULL, &back), TP_OK, "%s",
+                     tp_last_error());
+        const tp_tensor_t *t = tp_datapoint_cget(back, 0);
+        cr_assert(t->ndim == 1 && t->shape[0] == 0 && t->nbytes == 0,
+                  "%s: ndim %d", tp_tpk_format_name(f[k]), t->ndim);
+        tp_datapoint_destroy(&back);
+        tp_datapoint_destroy(&dp);
+        free(buf);
+    }
+}
+Test(tensorpack, msgpack_roundtrip) { roundtrip(TP_TPK_MSGPACK); }
+Test(tensorpack, zmq_ops_roundtrip) { roundtrip(TP_TPK_ZMQ_OPS); }
+
+static atomic_int g_released;
+static void count_release(void *data, void *hint) {
+    (void)hint;
+    free(data);
+    atomic_fetch_add(&g_released, 1);
+}
+
+Test(tensorpack, large_arrays_keep_the_message_until_the_last_is_freed) {
+    tp_datapoint_t *dp = sample_dp();
+    void *buf;
+    size_t len;
+    cr_assert_eq(tp_tpk_encode(dp, TP_TPK_ZMQ_OPS, &buf, &len), TP_OK);
+    atomic_store(&g_released, 0);
+    tp_datapoint_t *back = NULL;
+    cr_assert_eq(tp_tpk_decode(buf, len, NULL, count_release, NULL, &back), TP_OK);
+    const tp_tensor_t *big = tp_datapoint_cget(back, 6);
+    cr_assert(big->data >= buf && (uint8_t *)big->data < (uint8_t *)buf + len,
+              "the 12 KB array was copied, not kept in the message");
+    cr_assert_eq(atomic_load(&g_released), 0, "released while an array uses it");
+    cr_assert(tp_datapoint_equal(dp, back));
+    tp_datapoint_destroy(&back);
+    cr_assert_eq(atomic_load(&g_released), 1);
+    /* failure releases too */
+    void *junk = malloc(4);
+    memcpy(junk, "\x80\x04\xff.", 4);
+    cr_assert_eq(tp_tpk_decode(junk, 4, NULL, count_release, NULL, &back), TP_ERR_PROTOCOL);
+    cr_assert_eq(atomic_load(&g_released), 2);
+    tp_datapoint_destroy(&dp);
+}
+
+static void *destroy_thread(void *arg) {
+    tp_datapoint_t *dp = arg;
+    tp_datapoint_destroy(&dp);
+    return NULL;
+}
+
+/* Datapoints sharing one message, freed on two other threads at once (as
+ * ZMQInput's batches are given back): the message is released once, after
+ * both. */
+Test(tensorpack, a_kept_message_is_released_once_by_whichever_thread_is_last) {
+    tp_datapoint_t *dp = tp_datapoint_new(2);
+    int64_t n = 4096, m = 1024;
+    cr_assert_eq(tp_tensor_init_zero(tp_datapoint_get(dp, 0), TP_UINT8, 1, &n), TP_OK);
+    cr_assert_eq(tp_tensor_init_zero(tp_datapoint_get(dp, 1), TP_FLOAT32, 1, &m), TP_OK);
+    void *buf;
+    size_t len;
+    cr_assert_eq(tp_tpk_encode(dp, TP_TPK_ZMQ_OPS, &buf, &len), TP_OK);
+    for (int round = 0; round < 50; round++) {
+        atomic_store(&g_released, 0);
+        void *copy = malloc(len);
+        memcpy(copy, buf, len);
+        tp_datapoint_t *back = NULL;
+        cr_assert_eq(tp_tpk_decode(copy, len, NULL, count_release, NULL, &back), TP_OK);
+        /* split its components over two datapoints */
+        tp_datapoint_t *other = tp_datapoint_new(0);
+        tp_tensor_t t;
+        tp_tensor_init_empty(&t);
+        tp_tensor_move(&t, tp_datapoint_get(back, 1));
+        cr_assert_eq(tp_datapoint_append(other, &t), TP_OK);
+        cr_assert((uint8_t *)tp_datapoint_cget(other, 0)->data > (uint8_t *)copy &&
+                  (uint8_t *)tp_datapoint_cget(back, 0)->data > (uint8_t *)copy &&
+                  (uint8_t *)tp_datapoint_cget(other, 0)->data < (uint8_t *)copy + len,
+                  "both arrays should be kept in the message");
+        pthread_t a, b;
+        pthread_create(&a, NULL, destroy_thread, back);
+        pthread_create(&b, NULL, destroy_thread, other);
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+        cr_assert_eq(atomic_load(&g_released), 1);
+    }
+    free(buf);
+    tp_datapoint_destroy(&dp);
+}
+
+Test(tensorpack, int64_labels_become_int32_with_a_range_check) {
+    tp_datapoint_t *dp = tp_datapoint_new(0);
+    tp_tensor_t t;
+    int64_t n = 3;
+    cr_assert_eq(tp_tensor_init(&t, TP_INT64, 1, &n), TP_OK);
+    int64_t *v = t.data;
+    v[0] = 7;
+    v[1] = -2147483648LL;
+    v[2] = 2147483647;
+    cr_assert_eq(tp_datapoint_append(dp, &t), TP_OK);
+    void *buf;
+    size_t len;
+    cr_assert_eq(tp_tpk_encode(dp, TP_TPK_PICKLE, &buf, &len), TP_OK);
+    tp_tpk_opts_t o;
+    tp_tpk_opts_init(&o);
+    o.int32_labels = 1;
+    tp_datapoint_t *back = NULL;
+    cr_assert_eq(tp_tpk_decode(buf, len, &o, NULL, NULL, &back), TP_OK, "%s", tp_last_error());
+    const tp_tensor_t *b = tp_datapoint_cget(back, 0);
+    cr_assert_eq(b->dtype, TP_INT32);
+    cr_assert_eq(((int32_t *)b->data)[0], 7);
+    cr_assert_eq(((int32_t *)b->data)[1], INT32_MIN);
+    cr_assert_eq(((int32_t *)b->data)[2], INT32_MAX);
+    tp_datapoint_destroy(&back);
+    free(buf);
+    v = tp_datapoint_get(dp, 0)->data;
+    v[2] = 2147483648LL;
+    cr_assert_eq(tp_tpk_encode(dp, TP_TPK_MSGPACK, &buf, &len), TP_OK);
+    cr_assert_eq(tp_tpk_decode(buf, len, &o, NULL, NULL, &back), TP_ERR_PROTOCOL);
+    cr_assert(strstr(tp_last_error(), "2147483648") && strstr(tp_last_error(), "int32"),
+              "%s", tp_last_error());
+    free(buf);
+    tp_datapoint_destroy(&dp);
+}
+
+/* Refused with TP_ERR_PROTOCOL and an error that names `what`. */
+static void refused(const void *msg, size_t len, const char *what) {
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = tp_tpk_decode(msg, len, NULL, NULL, NULL, &dp);
+    cr_assert_eq(rc, TP_ERR_PROTOCOL, "accepted (rc %d); wanted a refusal naming '%s'",
+                 rc, what);
+    cr_assert_null(dp);
+    cr_assert(strstr(tp_last_error(), what), "error '%s' does not name '%s'",
+              tp_last_error(), what);
+}
+
+#define REFUSED(lit, what) refused(lit, sizeof(lit) - 1, what)
+
+Test(tensorpack, hostile_pickles_are_refused_by_name) {
+    /* protocol 2: GLOBAL os system, REDUCE */
+    REFUSED("\x80\x02]q\x00(cos\nsystem\nq\x01X\x04\x00\x00\x00trueq\x02\x85q\x03Rq\x04" "e.",
+            "global 'os.system' refused");
+    /* protocol 4: STACK_GLOBAL builtins eval */
+    REFUSED("\x80\x04\x95\x22\x00\x00\x00\x00\x00\x00\x00]\x94\x8c\x08" "builtins\x94\x8c\x04"
+            "eval\x94\x93\x94\x8c\x03" "1+1\x94\x85\x94R\x94" "a.", "global 'builtins.eval' refused");
+    REFUSED("\x80\x04]\xff.", "opcode 0xff");
+    REFUSED("\x80\x04}.", "EMPTY_DICT");
+    REFUSED("\x80\x02]q\x00(ci\nj\n", "global 'i.j'");
+    REFUSED("\x80\x05]\x96\x00\x00\x00\x00\x00\x00\x00\x40" "abc.", "a length of 4611686018427387904");
+    REFUSED("\x80\x05\x95\xff\xff\xff\xff\xff\xff\xff\x7f].", "FRAME of");
+    REFUSED("\x80\x04]", "truncated");
+    REFUSED("\x80\x04].x", "1 bytes after STOP");
+    REFUSED("\x80\x04ha.", "memo 97 was never stored");
+    REFUSED("\x80\x04" "a.", "stack underflow");
+    REFUSED("\x80\x04K\x01.", "not a list or tuple");
+    REFUSED("\x80\x04]N\x85.", "component 0 is None");
+    REFUSED("\x80\x04]]a.", "component 0 is a list");
+    /* 10,000 nested lists */
+    size_t n = 2 + 10000 + 9999 + 1;
+    char *deep = malloc(n);
+    memcpy(deep, "\x80\x04", 2);
+    memset(deep + 2, ']', 10000);
+    memset(deep + 10002, 'a', 9999);
+    deep[n - 1] = '.';
+    refused(deep, n, "nested deeper than 32");
+    free(deep);
+}
+
+Test(tensorpack, hostile_msgpack_and_zmq_ops_are_refused) {
+    /* an array32 claiming 4 billion items in 9 bytes */
+    REFUSED("\xdd\xff\xff\xff\xff\x01\x02\x03\x04", "claims 4294967295 items");
+    /* a bin32 claiming 4 GB */
+    REFUSED("\x91\xc6\xff\xff\xff\xff\x00", "an object of 4294967295 bytes");
+    /* 5M nils in an array32: each byte a valid object, too many of them */
+    size_t nn = 5 + 5000000;
+    uint8_t *nils = malloc(nn);
+    memcpy(nils, "\xdd\x00\x4c\x4b\x40", 5);
+    memset(nils + 5, 0xc0, nn - 5);
+    refused(nils, nn, "more than 4194304 objects");
+    free(nils);
+    char deep[64];
+    memset(deep, 0x91, 63);
+    deep[63] = 0x01;
+    refused(deep, sizeof deep, "nested deeper than 32");
+    REFUSED("\x92\x01\x92\x01\x02", "component 1 is a list");
+    REFUSED("\x91\xc0", "component 0 is nil");
+    REFUSED("\x91\x81\xa1x\x01", "not a msgpack-numpy array");
+    /* {nd: True, type: '<c8', kind: '', shape: [1], data: 8 bytes} */
+    REFUSED("\x91\x85\xc4\x02nd\xc3\xc4\x04type\xa3<c8\xc4\x04kind\xc4\x00\xc4\x05shape"
+            "\x91\x01\xc4\x04" "data\xc4\x08\x00\x00\x00\x00\x00\x00\x00\x00", "complex");
+    REFUSED("\x91\x85\xc4\x02nd\xc3\xc4\x04type\xa3>f4\xc4\x04kind\xc4\x00\xc4\x05shape"
+            "\x91\x01\xc4\x04" "data\xc4\x04\x00\x00\x00\x00", "big-endian");
+    REFUSED("\x91\x85\xc4\x02nd\xc3\xc4\x04type\xa3<f4\xc4\x04kind\xc4\x01O\xc4\x05shape"
+            "\x91\x01\xc4\x04" "data\xc4\x04\x00\x00\x00\x00", "kind 'O'");
+    REFUSED("\x91\x85\xc4\x02nd\xc3\xc4\x04type\xa3<f4\xc4\x04kind\xc4\x00\xc4\x05shape"
+            "\x91\x02\xc4\x04" "data\xc4\x04\x00\x00\x00\x00", "needs 8 bytes");
+    /* zmq_ops: one array claiming 2^62 bytes; an unknown TF dtype */
+    REFUSED("\x01\x00\x00\x00\x04\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00"
+            "\x00\x00\x00\x00\x00\x00\x00\x40\x01\x02", "says 4611686018427387904 bytes");
+    REFUSED("\x01\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00"
+            "\x00\x00\x00\x00\x01", "TensorFlow dtype 7 (string)");
+    REFUSED("\x01\x00\x00\x00\x04\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00"
+            "\x03\x00\x00\x00\x00\x00\x00\x00\x01\x02\x03", "needs 2 bytes");
+    REFUSED("\x01\x00\x00\x00\x04\x00\x00\x00\x09\x00\x00\x00", "9 dimensions");
+    REFUSED("\xff\xfe garbage", "no format known");
+    /* an empty datapoint in each format */
+    REFUSED("\x00\x00\x00\x00", "no components");
+    REFUSED("\x90", "no components");
+    REFUSED("\x80\x04].", "no components");
+}
+
+Test(tensorpack, sniff_tells_the_formats_apart) {
+    cr_assert_eq(tp_tpk_sniff("TPW1\x01\x00\x00\x00", 8), TP_TPK_TOWERPACK);
+    cr_assert_eq(tp_tpk_sniff("\x80\x05]\x94.", 5), TP_TPK_PICKLE);
+    cr_assert_eq(tp_tpk_sniff("\x80\x02].", 4), TP_TPK_PICKLE);
+    cr_assert_eq(tp_tpk_sniff("\x80\x01].", 4), TP_TPK_UNKNOWN);
+    cr_assert_eq(tp_tpk_sniff("\x92\x01\x02", 3), TP_TPK_MSGPACK);
+    cr_assert_eq(tp_tpk_sniff("\x00\x00\x00\x00", 4), TP_TPK_ZMQ_OPS);
+    /* 0x90 arrays in zmq_ops begin like a msgpack fixarray: the headers
+     * decide; an empty array 0x90 alone is msgpack's */
+    cr_assert_eq(tp_tpk_sniff("\x90", 1), TP_TPK_MSGPACK);
+    cr_assert_eq(tp_tpk_sniff("", 0), TP_TPK_UNKNOWN);
+}
+
+/* ---- the receiver: hostile messages dropped and counted, the stream goes on */
+
+Test(tensorpack, remote_drops_and_counts_hostile_messages_and_goes_on) {
+    char ep[128];
+    snprintf(ep, sizeof ep, "ipc:///tmp/tp-tpk-%d.sock", (int)getpid());
+    tp_remote_opts_t o;
+    tp_remote_opts_init(&o);
+    o.timeout_s = 10;
+    tp_dataflow_t *df = tp_df_remote(ep, &o);
+    cr_assert(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    void *ctx = zmq_ctx_new();
+    void *push = zmq_socket(ctx, ZMQ_PUSH);
+    cr_assert_eq(zmq_connect(push, ep), 0);
+    static const struct { const char *m; size_t n; } bad[] = {
+        {"\x80\x02]q\x00(cos\nsystem\nq\x01X\x04\x00\x00\x00trueq\x02\x85q\x03Rq\x04" "e.", 38},
+        {"\x80\x04]\xff.", 5},
+        {"\x80\x05]\x96\x00\x00\x00\x00\x00\x00\x00\x40" "abc.", 16},
+        {"\xdd\xff\xff\xff\xff\x01\x02\x03\x04", 9},
+        {"\x01\x00\x00\x00\x04\x00\x00\x00\x01\x00", 10},
+    };
+    size_t nbad = sizeof bad / sizeof *bad;
+    for (size_t i = 0; i < nbad; i++)
+        cr_assert_eq(zmq_send(push, bad[i].m, bad[i].n, 0), (int)bad[i].n);
+    tp_datapoint_t *dp = sample_dp();
+    void *buf;
+    size_t len;
+    cr_assert_eq(tp_tpk_encode(dp, TP_TPK_PICKLE, &buf, &len), TP_OK);
+    cr_assert_eq(zmq_send(push, buf, len, 0), (int)len);
+    free(buf);
+    tp_datapoint_t *copy = tp_datapoint_copy(dp);
+    cr_assert_eq(tp_wire_send(push, &copy, NULL), TP_OK);  /* towerpack's own too */
+    tp_datapoint_t *got = NULL;
+    cr_assert_eq(tp_dataflow_next(df, &got), TP_OK, "%s", tp_last_error());
+    cr_assert(tp_datapoint_equal(dp, got));
+    tp_datapoint_destroy(&got);
+    cr_assert_eq(tp_dataflow_next(df, &got), TP_OK, "%s", tp_last_error());
+    cr_assert(tp_datapoint_equal(dp, got));
+    tp_datapoint_destroy(&got);
+    cr_assert_eq(tp_df_remote_malformed(df), nbad);
+    tp_datapoint_destroy(&dp);
+    zmq_close(push);
+    zmq_ctx_term(ctx);
+    tp_dataflow_destroy(&df);
+}
