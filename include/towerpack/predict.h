@@ -83,6 +83,25 @@ void tp_predictor_destroy(tp_predictor_t **self_p);
 tp_status_t tp_predictor_run(tp_predictor_t *p, const tp_tensor_t *inputs,
                              tp_tensor_t *outputs);
 
+/* A predictor over a live model's weights (the way tensorpack's
+ * InferenceRunner shares the trainer's variables): it borrows `model`'s
+ * inference graph (tp_model_config_t.infer_batch > 0), which reads the
+ * model's variables in place, so each call predicts with the weights as
+ * they are then; nothing is copied or loaded (c->checkpoint must be NULL;
+ * c->model, device, max_batch and threads are the live model's). It prunes
+ * that graph to its outputs and restores the whole graph when destroyed:
+ * one such predictor per model at a time, destroyed before the model, and
+ * its calls must not overlap the model's training steps. */
+tp_predictor_t *tp_predictor_new_shared(tp_model_t *model,
+                                        const tp_predict_config_t *c);
+
+/* The same call without copying: views[j] is a borrowed view of output j,
+ * valid until the next call (read its data with tp_model_view_host on
+ * tp_predictor_model(p): it is device memory on a GPU). Allocates
+ * nothing, for loops that reduce each batch at once (validation). */
+tp_status_t tp_predictor_run_views(tp_predictor_t *p, const tp_tensor_t *inputs,
+                                   tp_tensor_t *views);
+
 int tp_predictor_input_count(const tp_predictor_t *p);
 const char *tp_predictor_input_name(const tp_predictor_t *p, int i);
 /* The model's description of input i (dtype, dims). */

@@ -486,3 +486,180 @@ Test(predict, dataset_predictor_runs_a_dataflow_in_order) {
     tp_dataflow_destroy(&df);
     tp_predictor_destroy(&p);
 }
+
+/* ---- the InferenceRunner runs through a predictor ------------------------ */
+
+/* A list dataflow of batches of the given sizes, rows numbered from first. */
+static tp_dataflow_t *s_list(int64_t first, const int64_t *sizes, int n) {
+    tp_datapoint_t *dps[8];
+    for (int i = 0; i < n; i++) {
+        tp_tensor_t img, lab;
+        s_batch(first, sizes[i], &img, &lab);
+        first += sizes[i];
+        dps[i] = tp_datapoint_new(0);
+        cr_assert_eq(tp_datapoint_append(dps[i], &img), TP_OK);
+        cr_assert_eq(tp_datapoint_append(dps[i], &lab), TP_OK);
+    }
+    tp_dataflow_t *df = tp_df_from_list(dps, (size_t)n, 0);
+    cr_assert_not_null(df);
+    return df;
+}
+
+/* A monitor keeping the last value of every validation scalar. */
+typedef struct {
+    char names[8][64];
+    double values[8];
+    int n;
+} s_seen_t;
+
+static void s_on_scalar(void *impl, tp_trainer_t *tr, const char *name,
+                        double value) {
+    (void)tr;
+    s_seen_t *s = impl;
+    if (strncmp(name, "validation_", 11) && strncmp(name, "v2_", 3))
+        return;
+    int i = 0;
+    while (i < s->n && strcmp(s->names[i], name))
+        i++;
+    if (i == s->n && s->n < 8)
+        snprintf(s->names[s->n++], sizeof s->names[0], "%s", name);
+    if (i < 8)
+        s->values[i] = value;
+}
+
+static void s_seen_free(void *impl) { (void)impl; }
+
+static const tp_callback_ops_t s_seen_ops = {
+    .name = "SeenScalars", .on_scalar = s_on_scalar, .destroy = s_seen_free,
+};
+
+static double s_seen(const s_seen_t *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->names[i], name))
+            return s->values[i];
+    cr_assert_fail("no scalar %s", name);
+    return NAN;
+}
+
+/* The InferenceRunner's reduction of a predictor's outputs over the
+ * validation batches: accuracy and cost weighted by rows, wrong summed. */
+static void s_validate(tp_predictor_t *p, const int64_t *sizes, int n,
+                       double *acc, double *cost, double *err) {
+    double sums[3] = {0, 0, 0}, rows = 0;
+    int64_t first = 5000;
+    for (int i = 0; i < n; i++) {
+        tp_tensor_t in[2], out[3];
+        s_batch(first, sizes[i], &in[0], &in[1]);
+        first += sizes[i];
+        cr_assert_eq(tp_predictor_run(p, in, out), TP_OK, "%s", tp_last_error());
+        double b = (double)sizes[i];
+        sums[0] += ((const float *)out[0].data)[0] * b;
+        sums[1] += ((const float *)out[1].data)[0] * b;
+        sums[2] += out[2].dtype == TP_INT32 ? ((const int32_t *)out[2].data)[0]
+                                            : ((const float *)out[2].data)[0];
+        rows += b;
+        for (int j = 0; j < 3; j++)
+            tp_tensor_fini(&out[j]);
+        tp_tensor_fini(&in[0]);
+        tp_tensor_fini(&in[1]);
+    }
+    *acc = sums[0] / rows;
+    *cost = sums[1] / rows;
+    *err = sums[2] / rows;
+}
+
+/* Training with two InferenceRunners on the same model (the default one on
+ * the config's validation data, with accuracy; one like tp-train's, with
+ * accuracy, cost and wrong): each one's numbers equal a predictor's over the
+ * same data, from the checkpoint written after the last epoch and over the
+ * live model the training returns. The two runners borrow the same
+ * inference graph and prune it differently, in turn. */
+Test(predict, inference_runner_numbers_are_a_predictors) {
+    static tp_model_desc_t md;
+    md = (tp_model_desc_t){tp_zoo_inputs(), 2, tp_zoo_find("cnn-bn")->build,
+                           s_sgd, NULL};
+    const int64_t train_sizes[] = {B, B, B, B}, val_sizes[] = {B, B, 8};
+    char logdir[300];
+    snprintf(logdir, sizeof logdir, "%s/run", s_dir);
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = &md;
+    c.model_name = "cnn-bn";
+    c.dataflow = s_list(0, train_sizes, 4);
+    c.batch = B;
+    c.infer_batch = B;
+    c.max_epoch = 2;
+    c.steps_per_epoch = 4;
+    c.logdir = logdir;
+    c.threads = 1;
+    c.seed = 7;
+    c.default_callbacks = 0;
+    c.stats = "off";
+    c.validation = s_list(5000, val_sizes, 3);
+    tp_inferencer_t infs[] = {
+        {TP_INFER_SCALAR_STATS, "accuracy", "v2_accuracy"},
+        {TP_INFER_SCALAR_STATS, "cost", "v2_cost"},
+        {TP_INFER_CLASSIFICATION_ERROR, "wrong", "v2_error"},
+    };
+    tp_callback_t *cbs[] = {tp_cb_inference_runner(s_list(5000, val_sizes, 3), infs, 3)};
+    cr_assert_not_null(cbs[0]);
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    s_seen_t seen = {0};
+    tp_callback_t *mons[] = {tp_callback_new(&s_seen_ops, &seen, 0)};
+    c.monitors = mons;
+    c.nmonitors = 1;
+    tp_model_t *m = NULL;
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    tp_train_config_fini(&c);
+    cr_assert_not_null(m);
+
+    const char *outs[] = {"accuracy", "cost", "wrong"};
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    pc.model = &md;
+    pc.output_names = outs;
+    pc.noutput_names = 3;
+    pc.max_batch = B;
+    /* from the checkpoint, and over the live model's own weights */
+    pc.checkpoint = logdir;
+    tp_predictor_t *from_file = tp_predictor_new(&pc);
+    cr_assert_not_null(from_file, "%s", tp_last_error());
+    pc.checkpoint = NULL;
+    tp_predictor_t *live = tp_predictor_new_shared(m, &pc);
+    cr_assert_not_null(live, "%s", tp_last_error());
+    cr_assert_eq(tp_predictor_input_count(live), 2, "the outputs need the label");
+    cr_assert_eq(tp_predictor_max_batch(live), B);
+    double a1, c1, e1, a2, c2, e2;
+    s_validate(from_file, val_sizes, 3, &a1, &c1, &e1);
+    s_validate(live, val_sizes, 3, &a2, &c2, &e2);
+    cr_expect_eq(a1, a2);
+    cr_expect_eq(c1, c2);
+    cr_expect_eq(e1, e2);
+    cr_expect_eq(s_seen(&seen, "validation_accuracy"), a1, "runner %.9g, predictor %.9g",
+                 s_seen(&seen, "validation_accuracy"), a1);
+    cr_expect_eq(s_seen(&seen, "v2_accuracy"), a1);
+    cr_expect_eq(s_seen(&seen, "v2_cost"), c1, "runner %.9g, predictor %.9g",
+                 s_seen(&seen, "v2_cost"), c1);
+    cr_expect_eq(s_seen(&seen, "v2_error"), e1, "runner %.9g, predictor %.9g",
+                 s_seen(&seen, "v2_error"), e1);
+    cr_expect_float_eq(a1 + e1, 1.0, 1e-9, "accuracy %g and error %g", a1, e1);
+    cr_expect(c1 > 0 && isfinite(c1));
+    tp_predictor_destroy(&live);
+    tp_predictor_destroy(&from_file);
+
+    /* the live model's graph is whole again: a full forward pass runs */
+    tp_tensor_t in[2];
+    s_batch(0, B, &in[0], &in[1]);
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    tp_fetch_t f = {.name = "cost"};
+    cr_expect_eq(tp_model_input_needed(m, 1), 1);
+    cr_expect_eq(tp_model_run(m, -1, in, 2, &f, 1, &fwd), TP_OK, "%s", tp_last_error());
+    tp_tensor_fini(&in[0]);
+    tp_tensor_fini(&in[1]);
+    /* a live model takes no checkpoint */
+    pc.checkpoint = logdir;
+    cr_expect_null(tp_predictor_new_shared(m, &pc));
+    cr_expect(strstr(tp_last_error(), "live model"), "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
