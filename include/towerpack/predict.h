@@ -138,6 +138,27 @@ tp_async_predictor_t *tp_async_predictor_new(const tp_predict_config_t *c,
 tp_status_t tp_async_predictor_put(tp_async_predictor_t *ap,
                                    const tp_tensor_t *inputs, tp_predict_cb cb,
                                    void *user);
+/* A result to come (tensorpack's put_task future): made by
+ * tp_async_predictor_put_future, waited on, taken, destroyed by the caller
+ * (from any one thread at a time; destroying before the result is fine). */
+typedef struct tp_predict_future tp_predict_future_t;
+
+/* Queue one request like tp_async_predictor_put (copies the inputs, blocks
+ * while the queue is full) and give its future in *out (caller owns). */
+tp_status_t tp_async_predictor_put_future(tp_async_predictor_t *ap,
+                                          const tp_tensor_t *inputs,
+                                          tp_predict_future_t **out);
+/* Wait for the result up to timeout_s seconds (< 0: for ever): TP_OK when
+ * it is there (a failed request too), TP_ERR_TIMEOUT when not. */
+tp_status_t tp_predict_future_wait(tp_predict_future_t *f, double timeout_s);
+/* 1 when the result is there (does not block). */
+int tp_predict_future_done(tp_predict_future_t *f);
+/* Wait, then move the outputs into outputs[0..noutputs) (caller owns:
+ * tp_tensor_fini): TP_OK, or the request's error with the worker's
+ * message; TP_ERR_STATE when taken already. */
+tp_status_t tp_predict_future_take(tp_predict_future_t *f, tp_tensor_t *outputs);
+void tp_predict_future_destroy(tp_predict_future_t **self_p);
+
 /* Wait until every request put so far has had its callback. */
 void tp_async_predictor_wait(tp_async_predictor_t *ap);
 /* Finish the queued requests, stop the workers, free. */

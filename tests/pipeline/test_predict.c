@@ -663,3 +663,179 @@ Test(predict, inference_runner_numbers_are_a_predictors) {
     cr_expect(strstr(tp_last_error(), "live model"), "%s", tp_last_error());
     tp_model_destroy(&m);
 }
+
+/* ---- futures ------------------------------------------------------------- */
+
+static tp_predict_config_t s_mlp_config(const char *path) {
+    static tp_model_desc_t md;
+    static const char *outs[] = {"logits"};
+    md = (tp_model_desc_t){tp_zoo_inputs(), 2, tp_zoo_find("mlp")->build, NULL, NULL};
+    tp_predict_config_t c;
+    tp_predict_config_init(&c);
+    c.model = &md;
+    c.checkpoint = path;
+    c.output_names = outs;
+    c.noutput_names = 1;
+    c.max_batch = 8;
+    c.threads = 1;
+    return c;
+}
+
+typedef struct {
+    tp_async_predictor_t *ap;
+    s_results_t *res;
+    int first, step;
+} s_taker_t;
+
+/* Put this thread's requests, each with a future, then take them in the
+ * reverse order: each future's rows are its own request's. */
+static void *s_future_main(void *arg) {
+    s_taker_t *tk = arg;
+    tp_predict_future_t *fs[NREQ] = {0};
+    for (int i = tk->first; i < NREQ; i += tk->step) {
+        tp_tensor_t img, lab;
+        s_batch(i * 8, tk->res->rows[i], &img, &lab);
+        tp_status_t rc = tp_async_predictor_put_future(tk->ap, &img, &fs[i]);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&lab);
+        if (rc != TP_OK)
+            return (void *)1;
+    }
+    for (int i = NREQ - 1; i >= 0; i--) {
+        if (!fs[i])
+            continue;
+        tp_tensor_t out;
+        tp_status_t rc = tp_predict_future_take(fs[i], &out);
+        pthread_mutex_lock(&tk->res->mu);
+        tk->res->calls[i]++;
+        if (rc != TP_OK || out.shape[0] != tk->res->rows[i])
+            tk->res->failures++;
+        else
+            memcpy(tk->res->logits[i], out.data, out.nbytes);
+        pthread_mutex_unlock(&tk->res->mu);
+        if (rc == TP_OK)
+            tp_tensor_fini(&out);
+        /* a second take has nothing left */
+        if (tp_predict_future_take(fs[i], &out) != TP_ERR_STATE)
+            return (void *)2;
+        tp_predict_future_destroy(&fs[i]);
+    }
+    return NULL;
+}
+
+Test(predict, futures_give_every_result_once_to_their_request) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/mlp.safetensors", s_dir);
+    tp_model_t *m = s_trained("mlp", path);
+    tp_model_destroy(&m);
+    tp_predict_config_t c = s_mlp_config(path);
+    static s_results_t res;
+    memset(&res, 0, sizeof res);
+    pthread_mutex_init(&res.mu, NULL);
+    for (int i = 0; i < NREQ; i++)
+        res.rows[i] = 1 + (i * 5) % 8;
+    tp_async_predictor_t *ap = tp_async_predictor_new(&c, 3, 4);
+    cr_assert_not_null(ap, "%s", tp_last_error());
+    pthread_t th[3];
+    s_taker_t tk[3];
+    for (int k = 0; k < 3; k++) {
+        tk[k] = (s_taker_t){ap, &res, k, 3};
+        cr_assert_eq(pthread_create(&th[k], NULL, s_future_main, &tk[k]), 0);
+    }
+    for (int k = 0; k < 3; k++) {
+        void *ret;
+        pthread_join(th[k], &ret);
+        cr_expect_null(ret, "taker %d: %p", k, ret);
+    }
+    tp_async_predictor_destroy(&ap);
+    tp_predictor_t *p = tp_predictor_new(&c);
+    cr_assert_not_null(p, "%s", tp_last_error());
+    cr_expect_eq(res.failures, 0);
+    for (int i = 0; i < NREQ; i++) {
+        cr_expect_eq(res.calls[i], 1, "request %d taken %d times", i, res.calls[i]);
+        tp_tensor_t img, lab, out;
+        s_batch(i * 8, res.rows[i], &img, &lab);
+        cr_assert_eq(tp_predictor_run(p, &img, &out), TP_OK);
+        cr_expect_eq(memcmp(out.data, res.logits[i], out.nbytes), 0,
+                     "request %d's future holds another request's logits", i);
+        tp_tensor_fini(&out);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&lab);
+    }
+    tp_predictor_destroy(&p);
+    pthread_mutex_destroy(&res.mu);
+}
+
+/* A callback that holds its worker until the test opens the gate. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, entered;
+} s_gate_t;
+
+static void s_gated(tp_status_t st, tp_tensor_t *out, int nout, void *user) {
+    (void)st, (void)out, (void)nout;
+    s_gate_t *g = user;
+    pthread_mutex_lock(&g->mu);
+    g->entered = 1;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+Test(predict, a_future_times_out_fails_with_the_message_and_may_go_first) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/mlp.safetensors", s_dir);
+    tp_model_t *m = s_trained("mlp", path);
+    tp_model_destroy(&m);
+    tp_predict_config_t c = s_mlp_config(path);
+    tp_async_predictor_t *ap = tp_async_predictor_new(&c, 1, 4);
+    cr_assert_not_null(ap, "%s", tp_last_error());
+    /* the one worker is held in a callback: what comes after cannot run */
+    s_gate_t g = {.open = 0};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    tp_tensor_t img, lab, big, blab;
+    s_batch(0, 3, &img, &lab);
+    s_batch(0, 9, &big, &blab);  /* over max_batch 8 */
+    cr_assert_eq(tp_async_predictor_put(ap, &img, s_gated, &g), TP_OK);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    tp_predict_future_t *ok = NULL, *bad = NULL, *dropped = NULL;
+    cr_assert_eq(tp_async_predictor_put_future(ap, &img, &ok), TP_OK);
+    cr_assert_eq(tp_async_predictor_put_future(ap, &big, &bad), TP_OK);
+    cr_assert_eq(tp_async_predictor_put_future(ap, &img, &dropped), TP_OK);
+    cr_expect_eq(tp_predict_future_wait(ok, 0.01), TP_ERR_TIMEOUT);
+    cr_expect(strstr(tp_last_error(), "no result after"), "%s", tp_last_error());
+    cr_expect_eq(tp_predict_future_done(ok), 0);
+    /* destroyed before its result: the worker frees it later */
+    tp_predict_future_destroy(&dropped);
+    cr_expect_null(dropped);
+    pthread_mutex_lock(&g.mu);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    cr_expect_eq(tp_predict_future_wait(ok, -1), TP_OK);
+    cr_expect_eq(tp_predict_future_done(ok), 1);
+    tp_tensor_t out;
+    cr_assert_eq(tp_predict_future_take(ok, &out), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(out.shape[0], 3);
+    cr_expect_eq(out.shape[1], 10);
+    tp_tensor_fini(&out);
+    /* a request that fails: the worker's message, through take */
+    cr_expect_eq(tp_predict_future_take(bad, &out), TP_ERR_SHAPE);
+    cr_expect(strstr(tp_last_error(), "9 rows") && strstr(tp_last_error(), "1..8"),
+              "%s", tp_last_error());
+    tp_predict_future_destroy(&ok);
+    tp_predict_future_destroy(&bad);
+    tp_async_predictor_destroy(&ap);
+    tp_tensor_fini(&img);
+    tp_tensor_fini(&lab);
+    tp_tensor_fini(&big);
+    tp_tensor_fini(&blab);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+}
