@@ -139,6 +139,7 @@ struct tp_model {
     tp_comm_t *comm;
     size_t memory;
     int profiling;
+    uint64_t prune_serial; /* tp_model_prune's successful calls */
 };
 
 /* graph.c */

@@ -1123,13 +1123,26 @@ tp_status_t tp_model_prune(tp_model_t *m, const char *const *names, int n) {
     for (int i = 0; i < t->nnodes; i++)
         t->nodes[i]->pruned = n > 0 && !keep[i];
     free(keep);
+    m->prune_serial++;
     return TP_OK;
+}
+
+uint64_t tp_model_prune_serial(const tp_model_t *m) {
+    return m ? m->prune_serial : 0;
 }
 
 int tp_model_input_needed(const tp_model_t *m, int i) {
     if (!m || !m->infer || i < 0 || i >= m->ninputs)
         return 0;
     return !m->infer->input_nodes[i]->pruned;
+}
+
+int tp_model_input_count(const tp_model_t *m) { return m ? m->ninputs : 0; }
+const tp_input_desc_t *tp_model_input_desc(const tp_model_t *m, int i) {
+    return m && i >= 0 && i < m->ninputs ? &m->inputs[i] : NULL;
+}
+int64_t tp_model_infer_batch(const tp_model_t *m) {
+    return m && m->infer ? m->infer->batch : 0;
 }
 
 tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,

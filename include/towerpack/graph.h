@@ -341,8 +341,19 @@ tp_node_t *tp_model_lookup(const tp_model_t *m, int tower, const char *name);
  * tp_tensor_init_empty). n = 0 restores the whole graph. TP_ERR_NOT_FOUND
  * names an unknown name; on any error the graph is unchanged. */
 tp_status_t tp_model_prune(tp_model_t *m, const char *const *names, int n);
+/* Successful tp_model_prune calls so far: a borrower of the inference
+ * graph (a predictor over a live model) sees whether someone pruned it
+ * differently since it did. */
+uint64_t tp_model_prune_serial(const tp_model_t *m);
 /* 1 when the (possibly pruned) inference graph reads input i. */
 int tp_model_input_needed(const tp_model_t *m, int i);
+/* The model's input descriptions (a copy of its description's; names
+ * point into the description), and the rows its inference graph was
+ * planned for (0: none), for code handed a model it did not build (a
+ * predictor over a trainer's live model). */
+int tp_model_input_count(const tp_model_t *m);
+const tp_input_desc_t *tp_model_input_desc(const tp_model_t *m, int i);
+int64_t tp_model_infer_batch(const tp_model_t *m);
 
 /* Costs of the training towers: "cost" first, then tp_tower_add_cost's. */
 int tp_model_cost_count(const tp_model_t *m);

@@ -83,6 +83,25 @@ void tp_predictor_destroy(tp_predictor_t **self_p);
 tp_status_t tp_predictor_run(tp_predictor_t *p, const tp_tensor_t *inputs,
                              tp_tensor_t *outputs);
 
+/* A predictor over a live model's weights (the way tensorpack's
+ * InferenceRunner shares the trainer's variables): it borrows `model`'s
+ * inference graph (tp_model_config_t.infer_batch > 0), which reads the
+ * model's variables in place, so each call predicts with the weights as
+ * they are then; nothing is copied or loaded (c->checkpoint must be NULL;
+ * c->model, device, max_batch and threads are the live model's). It prunes
+ * that graph to its outputs and restores the whole graph when destroyed:
+ * one such predictor per model at a time, destroyed before the model, and
+ * its calls must not overlap the model's training steps. */
+tp_predictor_t *tp_predictor_new_shared(tp_model_t *model,
+                                        const tp_predict_config_t *c);
+
+/* The same call without copying: views[j] is a borrowed view of output j,
+ * valid until the next call (read its data with tp_model_view_host on
+ * tp_predictor_model(p): it is device memory on a GPU). Allocates
+ * nothing, for loops that reduce each batch at once (validation). */
+tp_status_t tp_predictor_run_views(tp_predictor_t *p, const tp_tensor_t *inputs,
+                                   tp_tensor_t *views);
+
 int tp_predictor_input_count(const tp_predictor_t *p);
 const char *tp_predictor_input_name(const tp_predictor_t *p, int i);
 /* The model's description of input i (dtype, dims). */
@@ -119,6 +138,27 @@ tp_async_predictor_t *tp_async_predictor_new(const tp_predict_config_t *c,
 tp_status_t tp_async_predictor_put(tp_async_predictor_t *ap,
                                    const tp_tensor_t *inputs, tp_predict_cb cb,
                                    void *user);
+/* A result to come (tensorpack's put_task future): made by
+ * tp_async_predictor_put_future, waited on, taken, destroyed by the caller
+ * (from any one thread at a time; destroying before the result is fine). */
+typedef struct tp_predict_future tp_predict_future_t;
+
+/* Queue one request like tp_async_predictor_put (copies the inputs, blocks
+ * while the queue is full) and give its future in *out (caller owns). */
+tp_status_t tp_async_predictor_put_future(tp_async_predictor_t *ap,
+                                          const tp_tensor_t *inputs,
+                                          tp_predict_future_t **out);
+/* Wait for the result up to timeout_s seconds (< 0: for ever): TP_OK when
+ * it is there (a failed request too), TP_ERR_TIMEOUT when not. */
+tp_status_t tp_predict_future_wait(tp_predict_future_t *f, double timeout_s);
+/* 1 when the result is there (does not block). */
+int tp_predict_future_done(tp_predict_future_t *f);
+/* Wait, then move the outputs into outputs[0..noutputs) (caller owns:
+ * tp_tensor_fini): TP_OK, or the request's error with the worker's
+ * message; TP_ERR_STATE when taken already. */
+tp_status_t tp_predict_future_take(tp_predict_future_t *f, tp_tensor_t *outputs);
+void tp_predict_future_destroy(tp_predict_future_t **self_p);
+
 /* Wait until every request put so far has had its callback. */
 void tp_async_predictor_wait(tp_async_predictor_t *ap);
 /* Finish the queued requests, stop the workers, free. */

@@ -7,7 +7,14 @@
  * graph pruned to the wanted outputs. A call binds the caller's inputs in
  * the model's order (an input no output reads gets an empty tensor), runs
  * forward and copies each output out, so the results outlive the next call
- * and the predictor can serve another thread afterwards. */
+ * and the predictor can serve another thread afterwards.
+ *
+ * A predictor can also borrow a live model (tp_predictor_new_shared): the
+ * trainer's own inference graph, which reads the training variables in
+ * place, so it predicts with the weights as they are now; nothing is
+ * copied or loaded. It prunes that graph to its outputs while it lives and
+ * gives the whole graph back when destroyed. Both kinds run a batch through
+ * the same s_forward, with or without copying the outputs out. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,7 +27,10 @@
 #include <towerpack/predict.h>
 
 struct tp_predictor {
-    tp_model_t *model;
+    tp_model_t *model;         /* owned, or borrowed (shared) */
+    int shared;                /* the model is a live one we borrow */
+    int pruned;                /* we pruned its inference graph */
+    uint64_t prune_serial;     /* the model's prune serial after ours */
     tp_backend_t *backend;     /* owned when device >= 0 */
     const tp_input_desc_t *descs; /* the model description's, [nmodel_in] */
     int nmodel_in;
@@ -156,6 +166,13 @@ void tp_predictor_destroy(tp_predictor_t **self_p) {
     if (!self_p || !*self_p)
         return;
     tp_predictor_t *p = *self_p;
+    if (p->shared) {
+        /* give the owner its whole inference graph back, unless another
+         * borrower has pruned it for itself since */
+        if (p->pruned && tp_model_prune_serial(p->model) == p->prune_serial)
+            (void)tp_model_prune(p->model, NULL, 0);
+        p->model = NULL;
+    }
     tp_model_destroy(&p->model);
     tp_backend_destroy(&p->backend);
     for (int i = 0; i < TP_PREDICT_MAX_IO; i++) {
@@ -168,10 +185,7 @@ void tp_predictor_destroy(tp_predictor_t **self_p) {
     *self_p = NULL;
 }
 
-static tp_status_t s_setup(tp_predictor_t *p, const tp_predict_config_t *c) {
-    const tp_model_desc_t *d = c->model;
-    if (!d || !d->build)
-        return tp_error(TP_ERR_INVALID, "predict config: no model");
+static tp_status_t s_check_names(const tp_predict_config_t *c) {
     if (c->noutput_names < 1 || !c->output_names ||
         c->noutput_names > TP_PREDICT_MAX_IO)
         return tp_error(TP_ERR_INVALID, "predict config: %d output names "
@@ -180,6 +194,17 @@ static tp_status_t s_setup(tp_predictor_t *p, const tp_predict_config_t *c) {
         (c->ninput_names > 0 && !c->input_names))
         return tp_error(TP_ERR_INVALID, "predict config: %d input names",
                         c->ninput_names);
+    return TP_OK;
+}
+
+static tp_status_t s_setup_io(tp_predictor_t *p, const tp_predict_config_t *c);
+
+/* A model of our own: built, loaded from the checkpoint. */
+static tp_status_t s_setup(tp_predictor_t *p, const tp_predict_config_t *c) {
+    const tp_model_desc_t *d = c->model;
+    if (!d || !d->build)
+        return tp_error(TP_ERR_INVALID, "predict config: no model");
+    TP_TRY(s_check_names(c));
     if (c->max_batch < 1)
         return tp_error(TP_ERR_INVALID, "predict config: max_batch %lld",
                         (long long)c->max_batch);
@@ -212,6 +237,13 @@ static tp_status_t s_setup(tp_predictor_t *p, const tp_predict_config_t *c) {
         if (tp_checkpoint_info(path, &info) == TP_OK && info.model[0])
             TP_TRY(tp_model_set_name(p->model, info.model));
     }
+    return s_setup_io(p, c);
+}
+
+/* Outputs, pruning, inputs and the feed and fetch arrays, over p->model
+ * (ours or a live one) and its input descriptions p->descs. */
+static tp_status_t s_setup_io(tp_predictor_t *p, const tp_predict_config_t *c) {
+    const int nmodel = p->nmodel_in;
     /* outputs: each must name something of the inference graph */
     for (int j = 0; j < c->noutput_names; j++) {
         const char *name = c->output_names[j];
@@ -227,24 +259,26 @@ static tp_status_t s_setup(tp_predictor_t *p, const tp_predict_config_t *c) {
     }
     p->nout = c->noutput_names;
     TP_TRY(tp_model_prune(p->model, c->output_names, c->noutput_names));
+    p->pruned = 1;
+    p->prune_serial = tp_model_prune_serial(p->model);
     /* inputs: by name, or every one the outputs read */
     const char *model_names[TP_PREDICT_MAX_IO];
-    if (d->ninputs > TP_PREDICT_MAX_IO)
+    if (nmodel > TP_PREDICT_MAX_IO)
         return tp_error(TP_ERR_INVALID, "predictor: %d inputs (at most %d)",
-                        d->ninputs, TP_PREDICT_MAX_IO);
-    for (int i = 0; i < d->ninputs; i++)
-        model_names[i] = d->inputs[i].name;
+                        nmodel, TP_PREDICT_MAX_IO);
+    for (int i = 0; i < nmodel; i++)
+        model_names[i] = p->descs[i].name;
     int given[TP_PREDICT_MAX_IO] = {0};
     if (c->input_names) {
         for (int i = 0; i < c->ninput_names; i++) {
             const char *name = c->input_names[i];
             int k = -1;
-            for (int m = 0; name && m < d->ninputs; m++)
+            for (int m = 0; name && m < nmodel; m++)
                 if (!strcmp(model_names[m], name))
                     k = m;
             if (k < 0) {
                 char list[512];
-                s_list(list, sizeof list, model_names, d->ninputs);
+                s_list(list, sizeof list, model_names, nmodel);
                 return tp_error(TP_ERR_NOT_FOUND, "predictor: no input named "
                                 "'%s'; the model's inputs are: %s",
                                 name ? name : "(null)", list);
@@ -256,13 +290,13 @@ static tp_status_t s_setup(tp_predictor_t *p, const tp_predict_config_t *c) {
             p->in_index[p->nin++] = k;
         }
     } else {
-        for (int m = 0; m < d->ninputs; m++)
+        for (int m = 0; m < nmodel; m++)
             if (tp_model_input_needed(p->model, m)) {
                 given[m] = 1;
                 p->in_index[p->nin++] = m;
             }
     }
-    for (int m = 0; m < d->ninputs; m++)
+    for (int m = 0; m < nmodel; m++)
         if (tp_model_input_needed(p->model, m) && !given[m]) {
             char outs[512];
             s_list(outs, sizeof outs, c->output_names, c->noutput_names);
@@ -273,11 +307,11 @@ static tp_status_t s_setup(tp_predictor_t *p, const tp_predict_config_t *c) {
     for (int i = 0; i < p->nin; i++)
         if (!(p->in_names[i] = strdup(model_names[p->in_index[i]])))
             return tp_error(TP_ERR_NOMEM, "predictor");
-    p->feeds = calloc((size_t)d->ninputs + 1, sizeof *p->feeds);
+    p->feeds = calloc((size_t)nmodel + 1, sizeof *p->feeds);
     p->fetches = calloc((size_t)p->nout, sizeof *p->fetches);
     if (!p->feeds || !p->fetches)
         return tp_error(TP_ERR_NOMEM, "predictor");
-    for (int m = 0; m < d->ninputs; m++)
+    for (int m = 0; m < nmodel; m++)
         tp_tensor_init_empty(&p->feeds[m]);
     for (int j = 0; j < p->nout; j++)
         p->fetches[j].name = p->out_names[j];
@@ -301,12 +335,50 @@ tp_predictor_t *tp_predictor_new(const tp_predict_config_t *c) {
     return p;
 }
 
-tp_status_t tp_predictor_run(tp_predictor_t *p, const tp_tensor_t *inputs,
-                             tp_tensor_t *outputs) {
-    if (!p || (p->nin && !inputs) || !outputs)
-        return tp_error(TP_ERR_INVALID, "predictor run: NULL argument");
-    for (int j = 0; j < p->nout; j++)
-        tp_tensor_init_empty(&outputs[j]);
+tp_predictor_t *tp_predictor_new_shared(tp_model_t *model,
+                                        const tp_predict_config_t *c) {
+    tp_predictor_t *p = c && model ? calloc(1, sizeof *p) : NULL;
+    if (!p) {
+        tp_error(c && model ? TP_ERR_NOMEM : TP_ERR_INVALID, "predictor");
+        return NULL;
+    }
+    p->model = model;
+    p->shared = 1;
+    p->descs = tp_model_input_desc(model, 0);
+    p->nmodel_in = tp_model_input_count(model);
+    p->max_batch = tp_model_infer_batch(model);
+    tp_status_t rc = TP_OK;
+    if (c->checkpoint)
+        rc = tp_error(TP_ERR_INVALID, "predictor over a live model: it "
+                      "predicts with the model's own weights, not checkpoint "
+                      "%s", c->checkpoint);
+    else if (p->max_batch < 1)
+        rc = tp_error(TP_ERR_INVALID, "predictor over a live model: the "
+                      "model has no inference graph (tp_model_config_t."
+                      "infer_batch)");
+    else if ((rc = s_check_names(c)) == TP_OK)
+        rc = s_setup_io(p, c);
+    if (rc < 0) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", tp_last_error());
+        tp_predictor_destroy(&p);
+        tp_error(rc, "%s", msg);
+        return NULL;
+    }
+    return p;
+}
+
+/* The one run path: bind the call's inputs in the model's order, run the
+ * (pruned) inference graph forward; p->fetches then hold views of the
+ * outputs, valid until the next run. Allocates nothing. */
+static tp_status_t s_forward(tp_predictor_t *p, const tp_tensor_t *inputs) {
+    /* a live model's graph pruned by another borrower since: ours again
+     * (allocates, but only when two borrowers take turns) */
+    if (p->shared && tp_model_prune_serial(p->model) != p->prune_serial) {
+        TP_TRY(tp_model_prune(p->model, (const char *const *)p->out_names,
+                              p->nout));
+        p->prune_serial = tp_model_prune_serial(p->model);
+    }
     for (int i = 0; i < p->nin; i++) {
         const tp_tensor_t *x = &inputs[i];
         if (x->ndim < 1 || x->shape[0] < 1 || x->shape[0] > p->max_batch)
@@ -322,8 +394,30 @@ tp_status_t tp_predictor_run(tp_predictor_t *p, const tp_tensor_t *inputs,
                                   p->fetches, p->nout, &fwd);
     for (int i = 0; i < p->nin; i++)
         tp_tensor_init_empty(&p->feeds[p->in_index[i]]);
+    return rc < 0 ? tp_error_wrap(rc, "predictor") : TP_OK;
+}
+
+tp_status_t tp_predictor_run_views(tp_predictor_t *p, const tp_tensor_t *inputs,
+                                   tp_tensor_t *views) {
+    if (!p || (p->nin && !inputs) || !views)
+        return tp_error(TP_ERR_INVALID, "predictor run: NULL argument");
+    for (int j = 0; j < p->nout; j++)
+        tp_tensor_init_empty(&views[j]);
+    TP_TRY(s_forward(p, inputs));
+    for (int j = 0; j < p->nout; j++)
+        views[j] = p->fetches[j].value;
+    return TP_OK;
+}
+
+tp_status_t tp_predictor_run(tp_predictor_t *p, const tp_tensor_t *inputs,
+                             tp_tensor_t *outputs) {
+    if (!p || (p->nin && !inputs) || !outputs)
+        return tp_error(TP_ERR_INVALID, "predictor run: NULL argument");
+    for (int j = 0; j < p->nout; j++)
+        tp_tensor_init_empty(&outputs[j]);
+    tp_status_t rc = s_forward(p, inputs);
     if (rc < 0)
-        return tp_error_wrap(rc, "predictor");
+        return rc;
     for (int j = 0; j < p->nout && rc == TP_OK; j++) {
         const tp_tensor_t *v = &p->fetches[j].value;
         rc = tp_tensor_init(&outputs[j], v->dtype, v->ndim, v->shape);

@@ -7,10 +7,14 @@
  * predictor's workers take requests from one bounded ring under a mutex;
  * the data-parallel predictor hands each of its tower threads a slice of
  * the batch and waits for all of them (a generation counter says "new
- * work"), then joins the slices in order. */
+ * work"), then joins the slices in order. A future is the async
+ * predictor's callback made into an object the caller waits on. */
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <towerpack/predict.h>
 
 /* ---- async --------------------------------------------------------------- */
@@ -194,6 +198,150 @@ void tp_async_predictor_wait(tp_async_predictor_t *ap) {
     while (ap->pending > 0)
         pthread_cond_wait(&ap->idle, &ap->mu);
     pthread_mutex_unlock(&ap->mu);
+}
+
+/* ---- futures ------------------------------------------------------------ */
+
+/* A future is shared by its caller and its request: two references, the
+ * last one out frees it (the caller may destroy it before the result). The
+ * worker fulfils it through the ordinary callback, on its own thread. */
+struct tp_predict_future {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* on CLOCK_MONOTONIC, for timed waits */
+    int done, taken, refs;
+    tp_status_t rc;
+    char err[1024];             /* the worker's message for a failure */
+    int nout;
+    tp_tensor_t out[TP_PREDICT_MAX_IO];
+};
+
+static void s_future_free(tp_predict_future_t *f) {
+    for (int j = 0; j < f->nout; j++)
+        tp_tensor_fini(&f->out[j]);
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+/* Drop one reference; the last frees. */
+static void s_future_unref(tp_predict_future_t *f) {
+    pthread_mutex_lock(&f->mu);
+    int last = --f->refs == 0;
+    pthread_mutex_unlock(&f->mu);
+    if (last)
+        s_future_free(f);
+}
+
+static void s_future_cb(tp_status_t st, tp_tensor_t *outputs, int n,
+                        void *user) {
+    tp_predict_future_t *f = user;
+    pthread_mutex_lock(&f->mu);
+    f->rc = st;
+    if (st == TP_OK) {
+        for (int j = 0; j < n; j++)
+            tp_tensor_move(&f->out[j], &outputs[j]);
+        f->nout = n;
+    } else if (st == TP_ERR_INTERRUPTED && !outputs) {
+        snprintf(f->err, sizeof f->err, "async predictor: destroyed before "
+                 "the request ran");
+    } else {
+        snprintf(f->err, sizeof f->err, "%s", tp_last_error());
+    }
+    f->done = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    s_future_unref(f);
+}
+
+tp_status_t tp_async_predictor_put_future(tp_async_predictor_t *ap,
+                                          const tp_tensor_t *inputs,
+                                          tp_predict_future_t **out) {
+    if (!out)
+        return tp_error(TP_ERR_INVALID, "async predictor put: NULL future");
+    *out = NULL;
+    tp_predict_future_t *f = calloc(1, sizeof *f);
+    if (!f)
+        return tp_error(TP_ERR_NOMEM, "async predictor: a future");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    f->refs = 2;  /* the caller's and the request's */
+    tp_status_t rc = tp_async_predictor_put(ap, inputs, s_future_cb, f);
+    if (rc < 0) {  /* never queued: no callback will come */
+        s_future_free(f);
+        return rc;
+    }
+    *out = f;
+    return TP_OK;
+}
+
+tp_status_t tp_predict_future_wait(tp_predict_future_t *f, double timeout_s) {
+    if (!f)
+        return tp_error(TP_ERR_INVALID, "predict future: NULL");
+    struct timespec until;
+    if (timeout_s >= 0) {
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        double whole = timeout_s > 1e9 ? 1e9 : timeout_s;
+        until.tv_sec += (time_t)whole;
+        until.tv_nsec += (long)((whole - (double)(time_t)whole) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&f->mu);
+    int timed_out = 0;
+    while (!f->done && !timed_out) {
+        if (timeout_s < 0)
+            pthread_cond_wait(&f->cv, &f->mu);
+        else
+            timed_out = pthread_cond_timedwait(&f->cv, &f->mu, &until) == ETIMEDOUT;
+    }
+    int done = f->done;
+    pthread_mutex_unlock(&f->mu);
+    return done ? TP_OK
+                : tp_error(TP_ERR_TIMEOUT, "predict future: no result after "
+                           "%g s", timeout_s);
+}
+
+int tp_predict_future_done(tp_predict_future_t *f) {
+    if (!f)
+        return 0;
+    pthread_mutex_lock(&f->mu);
+    int done = f->done;
+    pthread_mutex_unlock(&f->mu);
+    return done;
+}
+
+tp_status_t tp_predict_future_take(tp_predict_future_t *f, tp_tensor_t *outputs) {
+    if (!f || !outputs)
+        return tp_error(TP_ERR_INVALID, "predict future take: NULL argument");
+    TP_TRY(tp_predict_future_wait(f, -1));
+    pthread_mutex_lock(&f->mu);
+    tp_status_t rc = f->rc;
+    int taken = f->taken;
+    if (rc == TP_OK && !taken) {
+        for (int j = 0; j < f->nout; j++)
+            tp_tensor_move(&outputs[j], &f->out[j]);
+        f->taken = 1;
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (taken)
+        return tp_error(TP_ERR_STATE, "predict future: the outputs were "
+                        "taken already");
+    if (rc < 0)
+        return tp_error(rc, "%s", f->err);  /* err is final once done */
+    return TP_OK;
+}
+
+void tp_predict_future_destroy(tp_predict_future_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    s_future_unref(*self_p);
+    *self_p = NULL;
 }
 
 /* ---- data-parallel ------------------------------------------------------- */

@@ -486,3 +486,356 @@ Test(predict, dataset_predictor_runs_a_dataflow_in_order) {
     tp_dataflow_destroy(&df);
     tp_predictor_destroy(&p);
 }
+
+/* ---- the InferenceRunner runs through a predictor ------------------------ */
+
+/* A list dataflow of batches of the given sizes, rows numbered from first. */
+static tp_dataflow_t *s_list(int64_t first, const int64_t *sizes, int n) {
+    tp_datapoint_t *dps[8];
+    for (int i = 0; i < n; i++) {
+        tp_tensor_t img, lab;
+        s_batch(first, sizes[i], &img, &lab);
+        first += sizes[i];
+        dps[i] = tp_datapoint_new(0);
+        cr_assert_eq(tp_datapoint_append(dps[i], &img), TP_OK);
+        cr_assert_eq(tp_datapoint_append(dps[i], &lab), TP_OK);
+    }
+    tp_dataflow_t *df = tp_df_from_list(dps, (size_t)n, 0);
+    cr_assert_not_null(df);
+    return df;
+}
+
+/* A monitor keeping the last value of every validation scalar. */
+typedef struct {
+    char names[8][64];
+    double values[8];
+    int n;
+} s_seen_t;
+
+static void s_on_scalar(void *impl, tp_trainer_t *tr, const char *name,
+                        double value) {
+    (void)tr;
+    s_seen_t *s = impl;
+    if (strncmp(name, "validation_", 11) && strncmp(name, "v2_", 3))
+        return;
+    int i = 0;
+    while (i < s->n && strcmp(s->names[i], name))
+        i++;
+    if (i == s->n && s->n < 8)
+        snprintf(s->names[s->n++], sizeof s->names[0], "%s", name);
+    if (i < 8)
+        s->values[i] = value;
+}
+
+static void s_seen_free(void *impl) { (void)impl; }
+
+static const tp_callback_ops_t s_seen_ops = {
+    .name = "SeenScalars", .on_scalar = s_on_scalar, .destroy = s_seen_free,
+};
+
+static double s_seen(const s_seen_t *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->names[i], name))
+            return s->values[i];
+    cr_assert_fail("no scalar %s", name);
+    return NAN;
+}
+
+/* The InferenceRunner's reduction of a predictor's outputs over the
+ * validation batches: accuracy and cost weighted by rows, wrong summed. */
+static void s_validate(tp_predictor_t *p, const int64_t *sizes, int n,
+                       double *acc, double *cost, double *err) {
+    double sums[3] = {0, 0, 0}, rows = 0;
+    int64_t first = 5000;
+    for (int i = 0; i < n; i++) {
+        tp_tensor_t in[2], out[3];
+        s_batch(first, sizes[i], &in[0], &in[1]);
+        first += sizes[i];
+        cr_assert_eq(tp_predictor_run(p, in, out), TP_OK, "%s", tp_last_error());
+        double b = (double)sizes[i];
+        sums[0] += ((const float *)out[0].data)[0] * b;
+        sums[1] += ((const float *)out[1].data)[0] * b;
+        sums[2] += out[2].dtype == TP_INT32 ? ((const int32_t *)out[2].data)[0]
+                                            : ((const float *)out[2].data)[0];
+        rows += b;
+        for (int j = 0; j < 3; j++)
+            tp_tensor_fini(&out[j]);
+        tp_tensor_fini(&in[0]);
+        tp_tensor_fini(&in[1]);
+    }
+    *acc = sums[0] / rows;
+    *cost = sums[1] / rows;
+    *err = sums[2] / rows;
+}
+
+/* Training with two InferenceRunners on the same model (the default one on
+ * the config's validation data, with accuracy; one like tp-train's, with
+ * accuracy, cost and wrong): each one's numbers equal a predictor's over the
+ * same data, from the checkpoint written after the last epoch and over the
+ * live model the training returns. The two runners borrow the same
+ * inference graph and prune it differently, in turn. */
+Test(predict, inference_runner_numbers_are_a_predictors) {
+    static tp_model_desc_t md;
+    md = (tp_model_desc_t){tp_zoo_inputs(), 2, tp_zoo_find("cnn-bn")->build,
+                           s_sgd, NULL};
+    const int64_t train_sizes[] = {B, B, B, B}, val_sizes[] = {B, B, 8};
+    char logdir[300];
+    snprintf(logdir, sizeof logdir, "%s/run", s_dir);
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = &md;
+    c.model_name = "cnn-bn";
+    c.dataflow = s_list(0, train_sizes, 4);
+    c.batch = B;
+    c.infer_batch = B;
+    c.max_epoch = 2;
+    c.steps_per_epoch = 4;
+    c.logdir = logdir;
+    c.threads = 1;
+    c.seed = 7;
+    c.default_callbacks = 0;
+    c.stats = "off";
+    c.validation = s_list(5000, val_sizes, 3);
+    tp_inferencer_t infs[] = {
+        {TP_INFER_SCALAR_STATS, "accuracy", "v2_accuracy"},
+        {TP_INFER_SCALAR_STATS, "cost", "v2_cost"},
+        {TP_INFER_CLASSIFICATION_ERROR, "wrong", "v2_error"},
+    };
+    tp_callback_t *cbs[] = {tp_cb_inference_runner(s_list(5000, val_sizes, 3), infs, 3)};
+    cr_assert_not_null(cbs[0]);
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    s_seen_t seen = {0};
+    tp_callback_t *mons[] = {tp_callback_new(&s_seen_ops, &seen, 0)};
+    c.monitors = mons;
+    c.nmonitors = 1;
+    tp_model_t *m = NULL;
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    tp_train_config_fini(&c);
+    cr_assert_not_null(m);
+
+    const char *outs[] = {"accuracy", "cost", "wrong"};
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    pc.model = &md;
+    pc.output_names = outs;
+    pc.noutput_names = 3;
+    pc.max_batch = B;
+    /* from the checkpoint, and over the live model's own weights */
+    pc.checkpoint = logdir;
+    tp_predictor_t *from_file = tp_predictor_new(&pc);
+    cr_assert_not_null(from_file, "%s", tp_last_error());
+    pc.checkpoint = NULL;
+    tp_predictor_t *live = tp_predictor_new_shared(m, &pc);
+    cr_assert_not_null(live, "%s", tp_last_error());
+    cr_assert_eq(tp_predictor_input_count(live), 2, "the outputs need the label");
+    cr_assert_eq(tp_predictor_max_batch(live), B);
+    double a1, c1, e1, a2, c2, e2;
+    s_validate(from_file, val_sizes, 3, &a1, &c1, &e1);
+    s_validate(live, val_sizes, 3, &a2, &c2, &e2);
+    cr_expect_eq(a1, a2);
+    cr_expect_eq(c1, c2);
+    cr_expect_eq(e1, e2);
+    cr_expect_eq(s_seen(&seen, "validation_accuracy"), a1, "runner %.9g, predictor %.9g",
+                 s_seen(&seen, "validation_accuracy"), a1);
+    cr_expect_eq(s_seen(&seen, "v2_accuracy"), a1);
+    cr_expect_eq(s_seen(&seen, "v2_cost"), c1, "runner %.9g, predictor %.9g",
+                 s_seen(&seen, "v2_cost"), c1);
+    cr_expect_eq(s_seen(&seen, "v2_error"), e1, "runner %.9g, predictor %.9g",
+                 s_seen(&seen, "v2_error"), e1);
+    cr_expect_float_eq(a1 + e1, 1.0, 1e-9, "accuracy %g and error %g", a1, e1);
+    cr_expect(c1 > 0 && isfinite(c1));
+    tp_predictor_destroy(&live);
+    tp_predictor_destroy(&from_file);
+
+    /* the live model's graph is whole again: a full forward pass runs */
+    tp_tensor_t in[2];
+    s_batch(0, B, &in[0], &in[1]);
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    tp_fetch_t f = {.name = "cost"};
+    cr_expect_eq(tp_model_input_needed(m, 1), 1);
+    cr_expect_eq(tp_model_run(m, -1, in, 2, &f, 1, &fwd), TP_OK, "%s", tp_last_error());
+    tp_tensor_fini(&in[0]);
+    tp_tensor_fini(&in[1]);
+    /* a live model takes no checkpoint */
+    pc.checkpoint = logdir;
+    cr_expect_null(tp_predictor_new_shared(m, &pc));
+    cr_expect(strstr(tp_last_error(), "live model"), "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
+
+/* ---- futures ------------------------------------------------------------- */
+
+static tp_predict_config_t s_mlp_config(const char *path) {
+    static tp_model_desc_t md;
+    static const char *outs[] = {"logits"};
+    md = (tp_model_desc_t){tp_zoo_inputs(), 2, tp_zoo_find("mlp")->build, NULL, NULL};
+    tp_predict_config_t c;
+    tp_predict_config_init(&c);
+    c.model = &md;
+    c.checkpoint = path;
+    c.output_names = outs;
+    c.noutput_names = 1;
+    c.max_batch = 8;
+    c.threads = 1;
+    return c;
+}
+
+typedef struct {
+    tp_async_predictor_t *ap;
+    s_results_t *res;
+    int first, step;
+} s_taker_t;
+
+/* Put this thread's requests, each with a future, then take them in the
+ * reverse order: each future's rows are its own request's. */
+static void *s_future_main(void *arg) {
+    s_taker_t *tk = arg;
+    tp_predict_future_t *fs[NREQ] = {0};
+    for (int i = tk->first; i < NREQ; i += tk->step) {
+        tp_tensor_t img, lab;
+        s_batch(i * 8, tk->res->rows[i], &img, &lab);
+        tp_status_t rc = tp_async_predictor_put_future(tk->ap, &img, &fs[i]);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&lab);
+        if (rc != TP_OK)
+            return (void *)1;
+    }
+    for (int i = NREQ - 1; i >= 0; i--) {
+        if (!fs[i])
+            continue;
+        tp_tensor_t out;
+        tp_status_t rc = tp_predict_future_take(fs[i], &out);
+        pthread_mutex_lock(&tk->res->mu);
+        tk->res->calls[i]++;
+        if (rc != TP_OK || out.shape[0] != tk->res->rows[i])
+            tk->res->failures++;
+        else
+            memcpy(tk->res->logits[i], out.data, out.nbytes);
+        pthread_mutex_unlock(&tk->res->mu);
+        if (rc == TP_OK)
+            tp_tensor_fini(&out);
+        /* a second take has nothing left */
+        if (tp_predict_future_take(fs[i], &out) != TP_ERR_STATE)
+            return (void *)2;
+        tp_predict_future_destroy(&fs[i]);
+    }
+    return NULL;
+}
+
+Test(predict, futures_give_every_result_once_to_their_request) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/mlp.safetensors", s_dir);
+    tp_model_t *m = s_trained("mlp", path);
+    tp_model_destroy(&m);
+    tp_predict_config_t c = s_mlp_config(path);
+    static s_results_t res;
+    memset(&res, 0, sizeof res);
+    pthread_mutex_init(&res.mu, NULL);
+    for (int i = 0; i < NREQ; i++)
+        res.rows[i] = 1 + (i * 5) % 8;
+    tp_async_predictor_t *ap = tp_async_predictor_new(&c, 3, 4);
+    cr_assert_not_null(ap, "%s", tp_last_error());
+    pthread_t th[3];
+    s_taker_t tk[3];
+    for (int k = 0; k < 3; k++) {
+        tk[k] = (s_taker_t){ap, &res, k, 3};
+        cr_assert_eq(pthread_create(&th[k], NULL, s_future_main, &tk[k]), 0);
+    }
+    for (int k = 0; k < 3; k++) {
+        void *ret;
+        pthread_join(th[k], &ret);
+        cr_expect_null(ret, "taker %d: %p", k, ret);
+    }
+    tp_async_predictor_destroy(&ap);
+    tp_predictor_t *p = tp_predictor_new(&c);
+    cr_assert_not_null(p, "%s", tp_last_error());
+    cr_expect_eq(res.failures, 0);
+    for (int i = 0; i < NREQ; i++) {
+        cr_expect_eq(res.calls[i], 1, "request %d taken %d times", i, res.calls[i]);
+        tp_tensor_t img, lab, out;
+        s_batch(i * 8, res.rows[i], &img, &lab);
+        cr_assert_eq(tp_predictor_run(p, &img, &out), TP_OK);
+        cr_expect_eq(memcmp(out.data, res.logits[i], out.nbytes), 0,
+                     "request %d's future holds another request's logits", i);
+        tp_tensor_fini(&out);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&lab);
+    }
+    tp_predictor_destroy(&p);
+    pthread_mutex_destroy(&res.mu);
+}
+
+/* A callback that holds its worker until the test opens the gate. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, entered;
+} s_gate_t;
+
+static void s_gated(tp_status_t st, tp_tensor_t *out, int nout, void *user) {
+    (void)st, (void)out, (void)nout;
+    s_gate_t *g = user;
+    pthread_mutex_lock(&g->mu);
+    g->entered = 1;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+Test(predict, a_future_times_out_fails_with_the_message_and_may_go_first) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/mlp.safetensors", s_dir);
+    tp_model_t *m = s_trained("mlp", path);
+    tp_model_destroy(&m);
+    tp_predict_config_t c = s_mlp_config(path);
+    tp_async_predictor_t *ap = tp_async_predictor_new(&c, 1, 4);
+    cr_assert_not_null(ap, "%s", tp_last_error());
+    /* the one worker is held in a callback: what comes after cannot run */
+    s_gate_t g = {.open = 0};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    tp_tensor_t img, lab, big, blab;
+    s_batch(0, 3, &img, &lab);
+    s_batch(0, 9, &big, &blab);  /* over max_batch 8 */
+    cr_assert_eq(tp_async_predictor_put(ap, &img, s_gated, &g), TP_OK);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    tp_predict_future_t *ok = NULL, *bad = NULL, *dropped = NULL;
+    cr_assert_eq(tp_async_predictor_put_future(ap, &img, &ok), TP_OK);
+    cr_assert_eq(tp_async_predictor_put_future(ap, &big, &bad), TP_OK);
+    cr_assert_eq(tp_async_predictor_put_future(ap, &img, &dropped), TP_OK);
+    cr_expect_eq(tp_predict_future_wait(ok, 0.01), TP_ERR_TIMEOUT);
+    cr_expect(strstr(tp_last_error(), "no result after"), "%s", tp_last_error());
+    cr_expect_eq(tp_predict_future_done(ok), 0);
+    /* destroyed before its result: the worker frees it later */
+    tp_predict_future_destroy(&dropped);
+    cr_expect_null(dropped);
+    pthread_mutex_lock(&g.mu);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    cr_expect_eq(tp_predict_future_wait(ok, -1), TP_OK);
+    cr_expect_eq(tp_predict_future_done(ok), 1);
+    tp_tensor_t out;
+    cr_assert_eq(tp_predict_future_take(ok, &out), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(out.shape[0], 3);
+    cr_expect_eq(out.shape[1], 10);
+    tp_tensor_fini(&out);
+    /* a request that fails: the worker's message, through take */
+    cr_expect_eq(tp_predict_future_take(bad, &out), TP_ERR_SHAPE);
+    cr_expect(strstr(tp_last_error(), "9 rows") && strstr(tp_last_error(), "1..8"),
+              "%s", tp_last_error());
+    tp_predict_future_destroy(&ok);
+    tp_predict_future_destroy(&bad);
+    tp_async_predictor_destroy(&ap);
+    tp_tensor_fini(&img);
+    tp_tensor_fini(&lab);
+    tp_tensor_fini(&big);
+    tp_tensor_fini(&blab);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+}

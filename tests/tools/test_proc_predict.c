@@ -223,3 +223,128 @@ Test(tp_predict, bad_input_says_what_and_where, .init = s_setup, .fini = s_teard
     cr_expect_eq(s_run("tp-predict", a6), 2);
     cr_expect(strstr(s_out, "--load is required"), "%s", s_out);
 }
+
+/* Record r's image: bytes no other record has (a xorshift stream). */
+static void s_pixels(int64_t r, uint8_t *p) {
+    uint64_t x = (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ull;
+    for (int k = 0; k < 784; k++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[k] = (uint8_t)(x >> 56);
+    }
+}
+
+/* A towerpack record file of n images and labels (tp_records_save, the
+ * writer tp-bench uses) with record `bad`'s header zeroed: the magic and
+ * everything up to its pixels. `chunk`: records per LMDB value. */
+static void s_corrupt_records(const char *path, int n, int64_t bad, size_t chunk) {
+    tp_datapoint_t *dps[64];
+    cr_assert(n <= 64);
+    for (int r = 0; r < n; r++) {
+        tp_tensor_t img, lab;
+        int64_t is[2] = {28, 28};
+        cr_assert_eq(tp_tensor_init(&img, TP_UINT8, 2, is), TP_OK);
+        cr_assert_eq(tp_tensor_init(&lab, TP_INT32, 0, NULL), TP_OK);
+        s_pixels(r, img.data);
+        *(int32_t *)lab.data = r % 10;
+        dps[r] = tp_datapoint_new(0);
+        cr_assert_eq(tp_datapoint_append(dps[r], &img), TP_OK);
+        cr_assert_eq(tp_datapoint_append(dps[r], &lab), TP_OK);
+    }
+    tp_dataflow_t *df = tp_df_from_list(dps, (size_t)n, 0);
+    cr_assert_not_null(df);
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    tp_records_opts_t o;
+    tp_records_opts_init(&o);
+    o.chunk = chunk;
+    int64_t count = 0;
+    cr_assert_eq(tp_records_save(df, path, &o, &count), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(count, n);
+    tp_dataflow_destroy(&df);
+    /* find record bad's pixels in the file, zero the header before them
+     * (the wire header and the two components' headers: 72 bytes) */
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    cr_assert(size > 0);
+    uint8_t *buf = malloc((size_t)size), want[784];
+    cr_assert_not_null(buf);
+    rewind(f);
+    cr_assert_eq(fread(buf, 1, (size_t)size, f), (size_t)size);
+    s_pixels(bad, want);
+    long at = -1;
+    for (long i = 72; i + 784 <= size && at < 0; i++)
+        if (buf[i] == want[0] && !memcmp(buf + i, want, 784))
+            at = i;
+    cr_assert(at >= 72, "record %lld's pixels not found in %s", (long long)bad, path);
+    uint32_t magic;
+    memcpy(&magic, buf + at - 72, 4);
+    cr_assert_eq(magic, TP_WIRE_MAGIC, "the record's header is 72 bytes before its pixels");
+    memset(buf + at - 72, 0, 72);
+    rewind(f);
+    cr_assert_eq(fwrite(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    free(buf);
+}
+
+/* A record file with one corrupt record: tp-predict fails naming the file
+ * and the record (its key, or its index inside a chunk). */
+Test(tp_predict, a_corrupt_record_names_the_file_and_the_record, .init = s_setup,
+     .fini = s_teardown) {
+    tp_model_desc_t zoo = {tp_zoo_inputs(), 2, tp_zoo_find("mlp")->build, NULL, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = 0;
+    mc.infer_batch = 4;
+    tp_model_t *m = tp_model_new(&zoo, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    cr_assert_eq(tp_model_set_name(m, "mlp"), TP_OK);
+    char ckpt[192], path[192], data[256];
+    snprintf(ckpt, sizeof ckpt, "%s/mlp.safetensors", s_dir);
+    cr_assert_eq(tp_checkpoint_save(m, ckpt, NULL), TP_OK);
+    tp_model_destroy(&m);
+    /* the sound file first: every record predicted */
+    snprintf(path, sizeof path, "%s/good.lmdb", s_dir);
+    tp_dataflow_t *df = NULL;
+    {
+        tp_datapoint_t *dps[1];
+        tp_tensor_t img, lab;
+        int64_t is[2] = {28, 28};
+        cr_assert_eq(tp_tensor_init(&img, TP_UINT8, 2, is), TP_OK);
+        cr_assert_eq(tp_tensor_init(&lab, TP_INT32, 0, NULL), TP_OK);
+        s_pixels(0, img.data);
+        *(int32_t *)lab.data = 3;
+        dps[0] = tp_datapoint_new(0);
+        cr_assert_eq(tp_datapoint_append(dps[0], &img), TP_OK);
+        cr_assert_eq(tp_datapoint_append(dps[0], &lab), TP_OK);
+        df = tp_df_from_list(dps, 1, 0);
+        cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+        cr_assert_eq(tp_records_save(df, path, NULL, NULL), TP_OK, "%s", tp_last_error());
+        tp_dataflow_destroy(&df);
+    }
+    snprintf(data, sizeof data, "lmdb:%s", path);
+    char *ok[] = {"tp-predict", "--load", ckpt, "--data", data, "--json", "--confusion",
+                  "none", NULL};
+    cr_assert_eq(s_run("tp-predict", ok), 0, "%s", s_out);
+    json_t *j = s_json();
+    cr_expect_eq(json_integer_value(json_object_get(j, "samples")), 1);
+    json_decref(j);
+
+    /* records in chunks of 64 (tp_records_save's default): record 37 */
+    snprintf(path, sizeof path, "%s/chunked.lmdb", s_dir);
+    s_corrupt_records(path, 50, 37, 64);
+    snprintf(data, sizeof data, "lmdb:%s", path);
+    char *a1[] = {"tp-predict", "--load", ckpt, "--data", data, "--confusion", "none", NULL};
+    cr_expect_eq(s_run("tp-predict", a1), 1);
+    cr_expect(strstr(s_out, path) && strstr(s_out, "record #37") &&
+              strstr(s_out, "bad magic"), "%s", s_out);
+    /* one record a value: its key */
+    snprintf(path, sizeof path, "%s/single.lmdb", s_dir);
+    s_corrupt_records(path, 30, 21, 1);
+    snprintf(data, sizeof data, "lmdb:%s", path);
+    char *a2[] = {"tp-predict", "--load", ckpt, "--data", data, "--confusion", "none", NULL};
+    cr_expect_eq(s_run("tp-predict", a2), 1);
+    cr_expect(strstr(s_out, path) && strstr(s_out, "record 0000000021") &&
+              strstr(s_out, "bad magic"), "%s", s_out);
+}
