@@ -26,8 +26,9 @@
 #            carry=[".gpu"], timeout_s=600)
 #        run(command="ONLY=bench bash scripts/gpu-check.sh run",
 #            carry=[".gpu"], timeout_s=600)
-#      tests: test_cuda_probe and test_cuda_ops (every op against the CPU,
-#      the whole training steps); memcheck: compute-sanitizer memcheck on
+#      tests: test_cuda_probe, test_cuda_ops (every op against the CPU,
+#      the whole training steps) and test_cuda_predict (predictors on the
+#      GPU against the CPU); memcheck: compute-sanitizer memcheck on
 #      one Criterion suite per call (cuda_ops, cuda_step: test_cuda_ops;
 #      device: test_cuda_probe); bench: the measurements: tp-bench cuda
 #      gemm (TF32 off and on: item 6d),
@@ -70,10 +71,10 @@ prepare() {
     cmake -S . -B "$build" -DTP_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DTP_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
     make -C "$build" -j"${JOBS:-1}" tp-bench tp-train test_cuda_ops \
-        test_cuda_probe towerpack_cuda
+        test_cuda_probe test_cuda_predict towerpack_cuda
     rm -rf .gpu .gpu-data
     mkdir -p .gpu/bin .gpu/lib .gpu-data
-    cp "$build"/bin/{tp-bench,tp-train,test_cuda_ops,test_cuda_probe} .gpu/bin/
+    cp "$build"/bin/{tp-bench,tp-train,test_cuda_ops,test_cuda_probe,test_cuda_predict} .gpu/bin/
     cp -a "$build"/lib/libtowerpack.so* "$build"/lib/libtowerpack_cuda.so .gpu/lib/
     # every library the programs load, except glibc's own and CUDA's
     local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart|libcublas|libcublasLt|libcudnn|libnccl|libtowerpack)'
@@ -175,6 +176,9 @@ run_checks() {
         echo "== test_cuda_ops"
         timeout 300 .gpu/bin/test_cuda_ops --verbose --jobs 1 "${filter[@]}" 2>&1 | tee -a "$out/tests.txt"
         step_status "${PIPESTATUS[0]}" tests "$out/tests.txt" || rc=1
+        echo "== test_cuda_predict"
+        timeout 120 .gpu/bin/test_cuda_predict --verbose --jobs 1 2>&1 | tee -a "$out/tests.txt"
+        step_status "${PIPESTATUS[0]}" test_cuda_predict "$out/tests.txt" || rc=1
     fi
     if [ "$only" = all ] || [ "$only" = memcheck ]; then
         local suite suites="${SUITE:-cuda_ops,cuda_step,device}"
