@@ -7,7 +7,7 @@
 #include <math.h>
 #include "df_internal.h"
 
-typedef enum { AUG_CROP, AUG_FLIP, AUG_NORMALIZE, AUG_CAST } aug_kind_t;
+typedef enum { AUG_CROP, AUG_FLIP, AUG_NORMALIZE, AUG_CAST, AUG_EXT } aug_kind_t;
 
 #define AUG_MAX_CH 16
 
@@ -19,6 +19,9 @@ typedef struct {
     float mean[AUG_MAX_CH], std[AUG_MAX_CH];
     float *lut;                  /* normalize: [nch][256] for uint8 input */
     tp_dtype_t dtype;            /* cast */
+    df_aug_fn ext;               /* ext: an augmentor of dataflow/image/ */
+    void *ext_params;
+    void (*ext_free)(void *params);
 } aug_op_t;
 
 struct tp_augment {
@@ -37,8 +40,11 @@ void tp_augment_destroy(tp_augment_t **self_p) {
     if (!self_p || !*self_p)
         return;
     tp_augment_t *self = *self_p;
-    for (int i = 0; i < self->count; i++)
+    for (int i = 0; i < self->count; i++) {
         free(self->ops[i].lut);
+        if (self->ops[i].ext_free)
+            self->ops[i].ext_free(self->ops[i].ext_params);
+    }
     free(self->ops);
     free(self);
     *self_p = NULL;
@@ -121,6 +127,21 @@ tp_status_t tp_augment_add_cast(tp_augment_t *self, tp_dtype_t dtype) {
         return tp_error(TP_ERR_NOMEM, "augment");
     op->kind = AUG_CAST;
     op->dtype = dtype;
+    return TP_OK;
+}
+
+tp_status_t df_augment_add_ext(tp_augment_t *self, df_aug_fn fn, void *params,
+                               void (*params_free)(void *params)) {
+    aug_op_t *op = s_push(self);
+    if (!op) {
+        if (params_free)
+            params_free(params);
+        return tp_error(TP_ERR_NOMEM, "augment");
+    }
+    op->kind = AUG_EXT;
+    op->ext = fn;
+    op->ext_params = params;
+    op->ext_free = params_free;
     return TP_OK;
 }
 
@@ -417,7 +438,9 @@ tp_status_t tp_augment_apply(const tp_augment_t *self, tp_tensor_t *t,
         if (k < self->count && o[k].kind == AUG_NORMALIZE) {
             TP_TRY(s_fused(&o[0], flip, &o[k], t, rng));
             for (int i = k + 1; i < self->count; i++) {
-                tp_status_t rc = o[i].kind == AUG_CAST ? s_cast(&o[i], t)
+                tp_status_t rc = o[i].kind == AUG_EXT
+                                     ? o[i].ext(o[i].ext_params, t, rng)
+                                 : o[i].kind == AUG_CAST ? s_cast(&o[i], t)
                                  : o[i].kind == AUG_NORMALIZE
                                      ? s_normalize(&o[i], t)
                                  : o[i].kind == AUG_FLIP ? s_flip(&o[i], t, rng)
@@ -435,6 +458,7 @@ tp_status_t tp_augment_apply(const tp_augment_t *self, tp_tensor_t *t,
         case AUG_CROP: rc = s_crop(op, t, rng); break;
         case AUG_FLIP: rc = s_flip(op, t, rng); break;
         case AUG_NORMALIZE: rc = s_normalize(op, t); break;
+        case AUG_EXT: rc = op->ext(op->ext_params, t, rng); break;
         default: rc = s_cast(op, t); break;
         }
         if (rc != TP_OK)

@@ -52,7 +52,9 @@ static void s_usage(FILE *out) {
 "usage: tp-train [options]\n"
 "Train a model on 28x28 grey images with 10 classes (Fashion-MNIST by default).\n\n"
 "  --model NAME         mlp, cnn (default), cnn-bn, resnet\n"
-"  --data SOURCE        fashion-mnist (default), idx:IMAGES,LABELS or lmdb:PATH\n"
+"  --data SOURCE        fashion-mnist (default), idx:IMAGES,LABELS, lmdb:PATH,\n"
+"                       imagefolder:DIR or imagelist:FILE (28x28 grey images:\n"
+"                       tp-export-images writes Fashion-MNIST as such a folder)\n"
 "  --test-data SOURCE   validation data (default: the test split of --data;\n"
 "                       needed for idx: and lmdb:)\n"
 "  --epochs N           train up to epoch N (max_epoch; default per model)\n"
@@ -194,11 +196,13 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     char source[2048];
     if (!strcmp(src, "fashion-mnist"))
         snprintf(source, sizeof source, "fashion-mnist:train");
-    else if (!strncmp(src, "idx:", 4) || !strncmp(src, "lmdb:", 5))
+    else if (!strncmp(src, "idx:", 4) || !strncmp(src, "lmdb:", 5) ||
+             !strncmp(src, "imagefolder:", 12) || !strncmp(src, "imagelist:", 10))
         snprintf(source, sizeof source, "%s", src);
     else
         return tp_error(TP_ERR_INVALID, "--data '%s': use fashion-mnist, "
-                        "idx:IMAGES,LABELS or lmdb:PATH", src);
+                        "idx:IMAGES,LABELS, lmdb:PATH, imagefolder:DIR or "
+                        "imagelist:FILE", src);
     char workers[64] = "";
     /* augmentation runs in the workers too; a dead one is replaced */
     if (a->workers > 0 && a->worker_restarts > 0)

@@ -1,0 +1,472 @@
+/* towerpack dataflow/image: tensorpack's image augmentors (imgaug) on uint8
+ * images, [H,W] or [H,W,C], added to a tp_augment_t chain.
+ *
+ * Semantics and random draws follow tensorpack's classes (named beside
+ * each function), with three differences a user may meet: the result stays
+ * uint8 (each step rounds to nearest and clips to 0..255, where tensorpack
+ * keeps float32 after the first colour step), resizing is bilinear with
+ * OpenCV's pixel centres and 11-bit weights (results within 1 of
+ * cv2.resize INTER_LINEAR), and random numbers come from the chain's rng.
+ *
+ * Written by hand, not through a library: each of these is one pass over a
+ * 224x224 picture, next to a JPEG decode (libjpeg-turbo) that costs ten
+ * times more; the colour steps go through a 256-entry table built per
+ * image. docs/dataflow.md has the measurement. */
+#include <math.h>
+#include <stdlib.h>
+#include <towerpack/image.h>
+#include "dataflow/df_internal.h"
+
+typedef enum {
+    IA_RESIZE, IA_RESIZE_SHORT, IA_RANDOM_RESIZE_SHORT, IA_CENTER_CROP,
+    IA_RRC, IA_VFLIP, IA_BRIGHTNESS, IA_CONTRAST, IA_SATURATION,
+    IA_LIGHTING, IA_GREY, IA_NOISE
+} ia_kind_t;
+
+typedef struct {
+    ia_kind_t kind;
+    int h, w, lo, hi;            /* sizes */
+    tp_interp_t interp;
+    double a, b, c, d;           /* the kind's numbers (see the adders) */
+    float eigval[3], eigvec[9];  /* lighting */
+} ia_t;
+
+static tp_status_t s_geom(const tp_tensor_t *t, const char *who, int *H,
+                          int *W, int *C) {
+    if (t->dtype != TP_UINT8 || (t->ndim != 2 && t->ndim != 3) ||
+        t->shape[0] < 1 || t->shape[1] < 1 || t->shape[0] > INT32_MAX / 8 ||
+        t->shape[1] > INT32_MAX / 8 || (t->ndim == 3 && (t->shape[2] < 1 ||
+                                                        t->shape[2] > 16))) {
+        char d[96];
+        return tp_error(TP_ERR_SHAPE, "imgaug %s: image is %s, expected uint8 "
+                        "HW or HWC", who, tp_tensor_describe(t, d, sizeof d));
+    }
+    *H = (int)t->shape[0];
+    *W = (int)t->shape[1];
+    *C = t->ndim == 3 ? (int)t->shape[2] : 1;
+    return TP_OK;
+}
+
+static inline uint8_t s_u8(double v) {
+    return (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : (int)(v + 0.5));
+}
+
+/* ---- resize of a rectangle ----------------------------------------------------- */
+
+/* The rectangle (y0, x0, ch, cw) of *t resized to oh x ow into a new image
+ * that replaces *t. Bilinear: OpenCV's INTER_LINEAR (source coordinate
+ * (d + 0.5) * scale - 0.5, clamped at the borders, weights in 1/2048). */
+static tp_status_t s_resize_rect(tp_tensor_t *t, int y0, int x0, int ch,
+                                 int cw, int oh, int ow, tp_interp_t interp) {
+    int H = (int)t->shape[0], W = (int)t->shape[1];
+    int C = t->ndim == 3 ? (int)t->shape[2] : 1;
+    TP_ASSERT(y0 >= 0 && x0 >= 0 && ch >= 1 && cw >= 1 && y0 + ch <= H &&
+              x0 + cw <= W);
+    if (oh == ch && ow == cw && y0 == 0 && x0 == 0 && ch == H && cw == W)
+        return TP_OK;
+    int64_t shape[3] = {oh, ow, C};
+    tp_tensor_t o;
+    TP_TRY(tp_tensor_init(&o, TP_UINT8, t->ndim, shape));
+    const uint8_t *src = t->data;
+    uint8_t *dst = o.data;
+    size_t srow = (size_t)W * C;
+    int *xo = malloc(sizeof(int) * (size_t)ow * 2);
+    if (!xo) {
+        tp_tensor_fini(&o);
+        return tp_error(TP_ERR_NOMEM, "imgaug resize");
+    }
+    short *xa = (short *)(xo + ow);  /* [ow] weight of the left pixel */
+    double sx = (double)cw / ow, sy = (double)ch / oh;
+    if (interp == TP_INTERP_NEAREST) {
+        for (int x = 0; x < ow; x++) {
+            int s = (int)floor(x * sx);
+            xo[x] = (x0 + (s < cw - 1 ? s : cw - 1)) * C;
+        }
+        for (int y = 0; y < oh; y++) {
+            int s = (int)floor(y * sy);
+            const uint8_t *r = src + (size_t)(y0 + (s < ch - 1 ? s : ch - 1)) * srow;
+            uint8_t *d = dst + (size_t)y * ow * C;
+            for (int x = 0; x < ow; x++)
+                for (int c = 0; c < C; c++)
+                    d[x * C + c] = r[xo[x] + c];
+        }
+    } else {
+        for (int x = 0; x < ow; x++) {
+            double f = (x + 0.5) * sx - 0.5;
+            int s = (int)floor(f);
+            f -= s;
+            if (s < 0) {
+                s = 0;
+                f = 0;
+            }
+            if (s >= cw - 1) {
+                s = cw - 1;
+                f = 0;
+            }
+            xo[x] = s;
+            xa[x] = (short)lrint((1 - f) * 2048);
+        }
+        for (int y = 0; y < oh; y++) {
+            double f = (y + 0.5) * sy - 0.5;
+            int s = (int)floor(f);
+            f -= s;
+            if (s < 0) {
+                s = 0;
+                f = 0;
+            }
+            if (s >= ch - 1) {
+                s = ch - 1;
+                f = 0;
+            }
+            int b0 = (int)lrint((1 - f) * 2048), b1 = 2048 - b0;
+            const uint8_t *r0 = src + (size_t)(y0 + s) * srow + (size_t)x0 * C;
+            const uint8_t *r1 = s + 1 < ch ? r0 + srow : r0;
+            uint8_t *d = dst + (size_t)y * ow * C;
+            for (int x = 0; x < ow; x++) {
+                int a0 = xa[x], a1 = 2048 - a0;
+                const uint8_t *p0 = r0 + (size_t)xo[x] * C;
+                const uint8_t *p1 = r1 + (size_t)xo[x] * C;
+                int nx = xo[x] + 1 < cw ? C : 0;
+                for (int c = 0; c < C; c++) {
+                    int h0 = p0[c] * a0 + p0[c + nx] * a1;
+                    int h1 = p1[c] * a0 + p1[c + nx] * a1;
+                    d[x * C + c] = (uint8_t)((h0 * b0 + h1 * b1 + (1 << 21)) >> 22);
+                }
+            }
+        }
+    }
+    free(xo);
+    tp_tensor_fini(t);
+    tp_tensor_move(t, &o);
+    return TP_OK;
+}
+
+/* tensorpack's ResizeShortestEdge sizes for short side `size`. */
+static void s_short_size(int H, int W, int size, int *oh, int *ow) {
+    double scale = (double)size / (H < W ? H : W);
+    if (H < W) {
+        *oh = size;
+        *ow = (int)(scale * W + 0.5);
+    } else {
+        *oh = (int)(scale * H + 0.5);
+        *ow = size;
+    }
+    if (*oh < 1)
+        *oh = 1;
+    if (*ow < 1)
+        *ow = 1;
+}
+
+/* ---- the augmentors ---------------------------------------------------------------- */
+
+/* luma as cv2's RGB2GRAY on floats: 0.299 R + 0.587 G + 0.114 B */
+static inline double s_grey(const uint8_t *p) {
+    return 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+}
+
+static tp_status_t s_lut_apply(tp_tensor_t *t, const uint8_t *lut) {
+    TP_TRY(tp_df_tensor_make_writable(t));
+    uint8_t *p = t->data;
+    size_t n = t->nbytes;
+    for (size_t i = 0; i < n; i++)
+        p[i] = lut[p[i]];
+    return TP_OK;
+}
+
+static tp_status_t s_apply(const void *params, tp_tensor_t *t, tp_rng_t *rng) {
+    const ia_t *a = params;
+    int H, W, C;
+    static const char *names[] = {
+        "resize", "resize-short", "random-resize-short", "center-crop",
+        "random-resized-crop", "vflip", "brightness", "contrast",
+        "saturation", "lighting", "grey", "noise"};
+    TP_TRY(s_geom(t, names[a->kind], &H, &W, &C));
+    uint8_t lut[256];
+    switch (a->kind) {
+    case IA_RESIZE:  /* Resize */
+        return s_resize_rect(t, 0, 0, H, W, a->h, a->w, a->interp);
+    case IA_RESIZE_SHORT: {  /* ResizeShortestEdge */
+        int oh, ow;
+        s_short_size(H, W, a->h, &oh, &ow);
+        return s_resize_rect(t, 0, 0, H, W, oh, ow, a->interp);
+    }
+    case IA_RANDOM_RESIZE_SHORT: {  /* RandomResize, aspect kept */
+        int s = a->lo + (int)tp_rng_below(rng, (uint64_t)(a->hi - a->lo) + 1);
+        int oh, ow;
+        s_short_size(H, W, s, &oh, &ow);
+        return s_resize_rect(t, 0, 0, H, W, oh, ow, a->interp);
+    }
+    case IA_CENTER_CROP: {  /* CenterCrop */
+        if (H < a->h || W < a->w)
+            return tp_error(TP_ERR_SHAPE, "imgaug center-crop: %dx%d from a "
+                            "%dx%d image", a->h, a->w, H, W);
+        int y0 = (int)((H - a->h) * 0.5), x0 = (int)((W - a->w) * 0.5);
+        int64_t shape[3] = {a->h, a->w, C};
+        tp_tensor_t o;
+        TP_TRY(tp_tensor_init(&o, TP_UINT8, t->ndim, shape));
+        for (int y = 0; y < a->h; y++)
+            memcpy((uint8_t *)o.data + (size_t)y * a->w * C,
+                   (const uint8_t *)t->data + ((size_t)(y0 + y) * W + x0) * C,
+                   (size_t)a->w * C);
+        tp_tensor_fini(t);
+        tp_tensor_move(t, &o);
+        return TP_OK;
+    }
+    case IA_RRC: {  /* GoogleNetRandomCropAndResize */
+        double area = (double)H * W;
+        for (int i = 0; i < 10; i++) {
+            double ta = (a->a + (a->b - a->a) * tp_rng_double(rng)) * area;
+            double ar = a->c + (a->d - a->c) * tp_rng_double(rng);
+            int ww = (int)(sqrt(ta * ar) + 0.5), hh = (int)(sqrt(ta / ar) + 0.5);
+            if (tp_rng_double(rng) < 0.5) {
+                int k = ww;
+                ww = hh;
+                hh = k;
+            }
+            if (hh <= H && ww <= W && hh >= 1 && ww >= 1) {
+                int x1 = (int)tp_rng_below(rng, (uint64_t)(W - ww) + 1);
+                int y1 = (int)tp_rng_below(rng, (uint64_t)(H - hh) + 1);
+                return s_resize_rect(t, y1, x1, hh, ww, a->h, a->h, a->interp);
+            }
+        }
+        /* resize the short side, then the center (as one rectangle of the
+         * source when the sizes allow, else in two steps) */
+        int oh, ow;
+        s_short_size(H, W, a->h, &oh, &ow);
+        TP_TRY(s_resize_rect(t, 0, 0, H, W, oh, ow, a->interp));
+        ia_t cc = {.kind = IA_CENTER_CROP, .h = a->h, .w = a->h};
+        return s_apply(&cc, t, rng);
+    }
+    case IA_VFLIP: {  /* Flip(vert=True) */
+        if (!(tp_rng_double(rng) < a->a))
+            return TP_OK;
+        TP_TRY(tp_df_tensor_make_writable(t));
+        size_t row = (size_t)W * C;
+        uint8_t *p = t->data, tmp[4096];
+        for (int y0 = 0, y1 = H - 1; y0 < y1; y0++, y1--)
+            for (size_t off = 0; off < row; off += sizeof tmp) {
+                size_t n = row - off < sizeof tmp ? row - off : sizeof tmp;
+                memcpy(tmp, p + y0 * row + off, n);
+                memcpy(p + y0 * row + off, p + y1 * row + off, n);
+                memcpy(p + y1 * row + off, tmp, n);
+            }
+        return TP_OK;
+    }
+    case IA_BRIGHTNESS: {  /* Brightness: x + U(-delta, delta) */
+        double v = -a->a + 2 * a->a * tp_rng_double(rng);
+        for (int i = 0; i < 256; i++)
+            lut[i] = s_u8(i + v);
+        return s_lut_apply(t, lut);
+    }
+    case IA_CONTRAST: {  /* Contrast(rgb=True): (x - mean) r + mean */
+        double r = a->a + (a->b - a->a) * tp_rng_double(rng);
+        const uint8_t *p = t->data;
+        size_t npx = (size_t)H * W;
+        double sum = 0;
+        if (C == 3) {
+            for (size_t i = 0; i < npx; i++)
+                sum += s_grey(p + i * 3);
+            sum /= (double)npx;
+        } else {
+            uint64_t s = 0;
+            for (size_t i = 0; i < t->nbytes; i++)
+                s += p[i];
+            sum = (double)s / (double)t->nbytes;
+        }
+        for (int i = 0; i < 256; i++)
+            lut[i] = s_u8(i * r + sum * (1 - r));
+        return s_lut_apply(t, lut);
+    }
+    case IA_SATURATION: {  /* Saturation(rgb=True): x v + grey (1 - v) */
+        if (C != 3)
+            return tp_error(TP_ERR_SHAPE, "imgaug saturation: %d channels "
+                            "(RGB only)", C);
+        double v = 1 + (-a->a + 2 * a->a * tp_rng_double(rng));
+        TP_TRY(tp_df_tensor_make_writable(t));
+        uint8_t *p = t->data;
+        size_t npx = (size_t)H * W;
+        for (size_t i = 0; i < npx; i++, p += 3) {
+            double g = s_grey(p) * (1 - v);
+            p[0] = s_u8(p[0] * v + g);
+            p[1] = s_u8(p[1] * v + g);
+            p[2] = s_u8(p[2] * v + g);
+        }
+        return TP_OK;
+    }
+    case IA_LIGHTING: {  /* Lighting: x + eigvec (N(0, std) * eigval) */
+        if (C != 3)
+            return tp_error(TP_ERR_SHAPE, "imgaug lighting: %d channels "
+                            "(RGB only)", C);
+        double v[3], inc[3];
+        for (int k = 0; k < 3; k++)
+            v[k] = tp_rng_normal(rng) * a->a * a->eigval[k];
+        for (int r = 0; r < 3; r++)
+            inc[r] = a->eigvec[r * 3] * v[0] + a->eigvec[r * 3 + 1] * v[1] +
+                     a->eigvec[r * 3 + 2] * v[2];
+        uint8_t l3[3][256];
+        for (int c = 0; c < 3; c++)
+            for (int i = 0; i < 256; i++)
+                l3[c][i] = s_u8(i + inc[c]);
+        TP_TRY(tp_df_tensor_make_writable(t));
+        uint8_t *p = t->data;
+        size_t npx = (size_t)H * W;
+        for (size_t i = 0; i < npx; i++, p += 3) {
+            p[0] = l3[0][p[0]];
+            p[1] = l3[1][p[1]];
+            p[2] = l3[2][p[2]];
+        }
+        return TP_OK;
+    }
+    case IA_GREY: {  /* Grayscale(keepshape=True) with a probability */
+        if (C != 3)
+            return tp_error(TP_ERR_SHAPE, "imgaug grey: %d channels (RGB "
+                            "only)", C);
+        if (!(tp_rng_double(rng) < a->a))
+            return TP_OK;
+        TP_TRY(tp_df_tensor_make_writable(t));
+        uint8_t *p = t->data;
+        size_t npx = (size_t)H * W;
+        for (size_t i = 0; i < npx; i++, p += 3)
+            p[0] = p[1] = p[2] = s_u8(s_grey(p));
+        return TP_OK;
+    }
+    default: {  /* GaussianNoise: x + N(0, sigma) per value */
+        TP_TRY(tp_df_tensor_make_writable(t));
+        uint8_t *p = t->data;
+        for (size_t i = 0; i < t->nbytes; i++)
+            p[i] = s_u8(p[i] + tp_rng_normal(rng) * a->a);
+        return TP_OK;
+    }
+    }
+}
+
+static tp_status_t s_add(tp_augment_t *self, const ia_t *a) {
+    ia_t *p = malloc(sizeof *p);
+    if (!p)
+        return tp_error(TP_ERR_NOMEM, "imgaug");
+    *p = *a;
+    return df_augment_add_ext(self, s_apply, p, free);
+}
+
+static int s_size_ok(int v) { return v >= 1 && v <= 65536; }
+
+static tp_status_t s_interp_ok(tp_interp_t i, const char *who) {
+    if (i != TP_INTERP_NEAREST && i != TP_INTERP_LINEAR)
+        return tp_error(TP_ERR_INVALID, "imgaug %s: interpolation %d", who,
+                        (int)i);
+    return TP_OK;
+}
+
+tp_status_t tp_augment_add_resize(tp_augment_t *self, int h, int w,
+                                  tp_interp_t interp) {
+    if (!s_size_ok(h) || !s_size_ok(w))
+        return tp_error(TP_ERR_INVALID, "imgaug resize: %dx%d (1..65536)", h,
+                        w);
+    TP_TRY(s_interp_ok(interp, "resize"));
+    ia_t a = {.kind = IA_RESIZE, .h = h, .w = w, .interp = interp};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_resize_short(tp_augment_t *self, int size,
+                                        tp_interp_t interp) {
+    if (!s_size_ok(size))
+        return tp_error(TP_ERR_INVALID, "imgaug resize-short: %d (1..65536)",
+                        size);
+    TP_TRY(s_interp_ok(interp, "resize-short"));
+    ia_t a = {.kind = IA_RESIZE_SHORT, .h = size, .interp = interp};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_random_resize_short(tp_augment_t *self, int lo,
+                                               int hi, tp_interp_t interp) {
+    if (!s_size_ok(lo) || !s_size_ok(hi) || lo > hi)
+        return tp_error(TP_ERR_INVALID, "imgaug random-resize-short: %d..%d "
+                        "(1 <= lo <= hi <= 65536)", lo, hi);
+    TP_TRY(s_interp_ok(interp, "random-resize-short"));
+    ia_t a = {.kind = IA_RANDOM_RESIZE_SHORT, .lo = lo, .hi = hi,
+              .interp = interp};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_center_crop(tp_augment_t *self, int h, int w) {
+    if (!s_size_ok(h) || !s_size_ok(w))
+        return tp_error(TP_ERR_INVALID, "imgaug center-crop: %dx%d", h, w);
+    ia_t a = {.kind = IA_CENTER_CROP, .h = h, .w = w};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_random_resized_crop(tp_augment_t *self, int size,
+                                               double area_lo, double area_hi,
+                                               double ratio_lo,
+                                               double ratio_hi,
+                                               tp_interp_t interp) {
+    if (!s_size_ok(size) || !(area_lo > 0 && area_lo <= area_hi &&
+                              area_hi <= 1) ||
+        !(ratio_lo > 0 && ratio_lo <= ratio_hi && ratio_hi < 100))
+        return tp_error(TP_ERR_INVALID, "imgaug random-resized-crop: size %d, "
+                        "area %g..%g (in (0,1]), ratio %g..%g (> 0)", size,
+                        area_lo, area_hi, ratio_lo, ratio_hi);
+    TP_TRY(s_interp_ok(interp, "random-resized-crop"));
+    ia_t a = {.kind = IA_RRC, .h = size, .interp = interp, .a = area_lo,
+              .b = area_hi, .c = ratio_lo, .d = ratio_hi};
+    return s_add(self, &a);
+}
+
+static tp_status_t s_prob(tp_augment_t *self, ia_kind_t k, double p,
+                          const char *who) {
+    if (!(p >= 0 && p <= 1))
+        return tp_error(TP_ERR_INVALID, "imgaug %s: probability %g (0..1)",
+                        who, p);
+    ia_t a = {.kind = k, .a = p};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_vflip(tp_augment_t *self, double prob) {
+    return s_prob(self, IA_VFLIP, prob, "vflip");
+}
+
+tp_status_t tp_augment_add_grey(tp_augment_t *self, double prob) {
+    return s_prob(self, IA_GREY, prob, "grey");
+}
+
+tp_status_t tp_augment_add_brightness(tp_augment_t *self, double delta) {
+    if (!(delta >= 0 && delta <= 255))
+        return tp_error(TP_ERR_INVALID, "imgaug brightness: delta %g (0..255)",
+                        delta);
+    ia_t a = {.kind = IA_BRIGHTNESS, .a = delta};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_contrast(tp_augment_t *self, double lo, double hi) {
+    if (!(lo >= 0 && lo <= hi && hi < 100))
+        return tp_error(TP_ERR_INVALID, "imgaug contrast: range %g..%g "
+                        "(0 <= lo <= hi)", lo, hi);
+    ia_t a = {.kind = IA_CONTRAST, .a = lo, .b = hi};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_saturation(tp_augment_t *self, double alpha) {
+    if (!(alpha >= 0 && alpha <= 1))
+        return tp_error(TP_ERR_INVALID, "imgaug saturation: alpha %g (0..1)",
+                        alpha);
+    ia_t a = {.kind = IA_SATURATION, .a = alpha};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_lighting(tp_augment_t *self, double std,
+                                    const float *eigval, const float *eigvec) {
+    if (!(std >= 0 && std < 1e6) || !eigval || !eigvec)
+        return tp_error(TP_ERR_INVALID, "imgaug lighting: std %g and the "
+                        "eigenvalues and eigenvectors", std);
+    ia_t a = {.kind = IA_LIGHTING, .a = std};
+    memcpy(a.eigval, eigval, sizeof a.eigval);
+    memcpy(a.eigvec, eigvec, sizeof a.eigvec);
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_gaussian_noise(tp_augment_t *self, double sigma) {
+    if (!(sigma >= 0 && sigma < 1e6))
+        return tp_error(TP_ERR_INVALID, "imgaug noise: sigma %g (>= 0)", sigma);
+    ia_t a = {.kind = IA_NOISE, .a = sigma};
+    return s_add(self, &a);
+}

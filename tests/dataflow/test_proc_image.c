@@ -1,0 +1,322 @@
+/* towerpack tests: the image decoders and augmentors against tools nobody
+ * here wrote. tests/dataflow/image_ref.py writes images with PIL and
+ * OpenCV and what those decode; the augmentors are checked against numpy
+ * (and cv2.resize, tensorpack's resizer) given the parameters the
+ * augmentor draws. Skips when python3 lacks numpy, cv2 or PIL. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <towerpack/image.h>
+
+#define REF_PY TP_SOURCE_DIR "/tests/dataflow/image_ref.py"
+
+/* Debian's python3 first: a pyenv python3 on the PATH often lacks its
+ * modules. */
+static const char *s_python(void) {
+    static const char *const cands[] = {"/usr/bin/python3", "python3"};
+    for (size_t i = 0; i < 2; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "%s -c 'import numpy, cv2, PIL' >/dev/null "
+                 "2>&1", cands[i]);
+        if (system(cmd) == 0)
+            return cands[i];
+    }
+    return NULL;
+}
+
+static char s_dir[256];
+static const char *s_py;
+
+static void s_setup(void) {
+    s_py = s_python();
+    if (!s_py)
+        return;
+    snprintf(s_dir, sizeof s_dir, "/tmp/tp_image_ref_%d", (int)getpid());
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s gen %s", s_py, REF_PY, s_dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void s_teardown(void) {
+    if (s_dir[0]) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+        (void)system(cmd);
+    }
+}
+
+#define NEED_PY()                                                             \
+    do {                                                                      \
+        if (!s_py)                                                            \
+            cr_skip_test("python3 with numpy, cv2 (python3-opencv) and PIL "  \
+                         "(python3-pil) is not installed");                   \
+    } while (0)
+
+/* Read a raw "H W C\n" + bytes file into t (uint8 [H,W,C]). */
+static void s_read_raw(const char *path, tp_tensor_t *t) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "open %s", path);
+    int h, w, c;
+    cr_assert_eq(fscanf(f, "%d %d %d", &h, &w, &c), 3);
+    cr_assert_eq(fgetc(f), '\n');
+    int64_t shape[3] = {h, w, c};
+    cr_assert_eq(tp_tensor_init(t, TP_UINT8, 3, shape), TP_OK);
+    cr_assert_eq(fread(t->data, 1, t->nbytes, f), t->nbytes, "%s", path);
+    fclose(f);
+}
+
+static void s_write_raw(const char *path, const tp_tensor_t *t) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fprintf(f, "%d %d %d\n", (int)t->shape[0], (int)t->shape[1],
+            t->ndim == 3 ? (int)t->shape[2] : 1);
+    cr_assert_eq(fwrite(t->data, 1, t->nbytes, f), t->nbytes);
+    fclose(f);
+}
+
+/* The largest difference of two images of the same size (asserted). */
+static int s_maxdiff(const tp_tensor_t *a, const tp_tensor_t *ref,
+                     const char *what) {
+    int64_t ca = a->ndim == 3 ? a->shape[2] : 1;
+    cr_assert_eq(a->shape[0], ref->shape[0], "%s: height %lld vs %lld", what,
+                 (long long)a->shape[0], (long long)ref->shape[0]);
+    cr_assert_eq(a->shape[1], ref->shape[1], "%s: width %lld vs %lld", what,
+                 (long long)a->shape[1], (long long)ref->shape[1]);
+    cr_assert_eq(ca, ref->shape[2], "%s: %lld channels vs %lld", what,
+                 (long long)ca, (long long)ref->shape[2]);
+    const uint8_t *p = a->data, *q = ref->data;
+    int m = 0;
+    for (size_t i = 0; i < a->nbytes; i++) {
+        int d = abs((int)p[i] - (int)q[i]);
+        if (d > m)
+            m = d;
+    }
+    return m;
+}
+
+/* Decode DIR/file with mode (and min_short) and compare with DIR/ref.ref:
+ * at most `tol` apart. */
+static void s_check(const char *file, const char *ref, tp_image_mode_t mode,
+                    int min_short, int tol) {
+    char p[512], r[512];
+    snprintf(p, sizeof p, "%s/%s", s_dir, file);
+    snprintf(r, sizeof r, "%s/%s.ref", s_dir, ref);
+    tp_image_opts_t o;
+    tp_image_opts_init(&o);
+    o.mode = mode;
+    o.min_short = min_short;
+    tp_tensor_t img, want;
+    cr_assert_eq(tp_image_read(p, &o, &img), TP_OK, "%s: %s", file,
+                 tp_last_error());
+    s_read_raw(r, &want);
+    int d = s_maxdiff(&img, &want, file);
+    cr_assert(d <= tol, "%s: largest difference from the reference %d (> %d)",
+              file, d, tol);
+    tp_tensor_fini(&img);
+    tp_tensor_fini(&want);
+}
+
+TestSuite(proc_image, .init = s_setup, .fini = s_teardown);
+
+/* PNG: exactly PIL's pixels, in every colour type libpng expands. */
+Test(proc_image, png_equals_pil) {
+    NEED_PY();
+    s_check("grey.png", "grey", TP_IMAGE_ANY, 0, 0);
+    s_check("rgb.png", "rgb", TP_IMAGE_ANY, 0, 0);
+    s_check("rgba.png", "rgba", TP_IMAGE_ANY, 0, 0);
+    s_check("la.png", "la", TP_IMAGE_ANY, 0, 0);
+    s_check("pal.png", "pal", TP_IMAGE_RGB, 0, 0);
+    s_check("rgb16.png", "rgb16", TP_IMAGE_ANY, 0, 0);
+    s_check("rgb.png", "rgb_as_grey", TP_IMAGE_GREY, 0, 0);
+    s_check("grey.png", "grey_as_rgb", TP_IMAGE_RGB, 0, 0);
+    s_check("rgba.png", "rgba_as_rgb", TP_IMAGE_RGB, 0, 0);
+    s_check("png_named.jpg", "png_named", TP_IMAGE_ANY, 0, 0);
+}
+
+/* JPEG: PIL's pixels (both on libjpeg-turbo's accurate IDCT); libjpeg-turbo
+ * documents SIMD and C paths as agreeing to within 1. */
+Test(proc_image, jpeg_equals_pil) {
+    NEED_PY();
+    s_check("q90.jpg", "q90", TP_IMAGE_ANY, 0, 1);
+    s_check("q95_444.jpg", "q95_444", TP_IMAGE_ANY, 0, 1);
+    s_check("q75_422.jpg", "q75_422", TP_IMAGE_ANY, 0, 1);
+    s_check("grey.jpg", "grey_jpg", TP_IMAGE_ANY, 0, 1);
+    s_check("prog.jpg", "prog", TP_IMAGE_ANY, 0, 1);
+    s_check("q90.jpg", "q90_as_grey", TP_IMAGE_GREY, 0, 1);
+}
+
+/* DCT-domain scaling: a 320x240 JPEG asked for a short side >= 60 is
+ * decoded at 1/4, as PIL's draft mode decodes it. */
+Test(proc_image, jpeg_dct_scaling_equals_pil_draft) {
+    NEED_PY();
+    s_check("big.jpg", "big_quarter", TP_IMAGE_RGB, 60, 1);
+}
+
+/* The eight EXIF orientations come out as PIL's exif_transpose. */
+Test(proc_image, exif_orientation_equals_pil) {
+    NEED_PY();
+    for (int o = 1; o <= 8; o++) {
+        char f[32], r[32];
+        snprintf(f, sizeof f, "exif%d.jpg", o);
+        snprintf(r, sizeof r, "exif%d", o);
+        s_check(f, r, TP_IMAGE_ANY, 0, 1);
+    }
+}
+
+/* ---- augmentors against numpy / cv2 ------------------------------------------ */
+
+/* Apply `aug` to a test image with rng seeded (7, 0), run the reference
+ * `op` with args, and compare (at most tol apart). */
+static void s_aug_check(tp_augment_t *aug, const char *op, const char *args,
+                        int tol) {
+    char in[512], out[512], cmd[2048];
+    snprintf(in, sizeof in, "%s/q95_444.ref", s_dir);
+    tp_tensor_t img, want;
+    s_read_raw(in, &img);
+    snprintf(in, sizeof in, "%s/aug_in.bin", s_dir);
+    snprintf(out, sizeof out, "%s/aug_out.bin", s_dir);
+    s_write_raw(in, &img);
+    tp_rng_t rng;
+    tp_rng_init(&rng, 7, 0);
+    cr_assert_eq(tp_augment_apply(aug, &img, &rng), TP_OK, "%s: %s", op,
+                 tp_last_error());
+    snprintf(cmd, sizeof cmd, "%s %s aug %s %s %s %s", s_py, REF_PY, op, in,
+             out, args);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    s_read_raw(out, &want);
+    int d = s_maxdiff(&img, &want, op);
+    cr_assert(d <= tol, "%s (%s): largest difference from the reference %d "
+              "(> %d)", op, args, d, tol);
+    tp_tensor_fini(&img);
+    tp_tensor_fini(&want);
+}
+
+Test(proc_image, resize_equals_cv2) {
+    NEED_PY();
+    static const int sizes[][2] = {{20, 30}, {90, 122}, {45, 17}, {7, 7}};
+    for (size_t i = 0; i < 4; i++) {
+        tp_augment_t *a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_resize(a, sizes[i][0], sizes[i][1],
+                                           TP_INTERP_LINEAR), TP_OK);
+        char args[64];
+        snprintf(args, sizeof args, "%d %d 1", sizes[i][0], sizes[i][1]);
+        /* OpenCV rounds its two passes in fixed point: within 1 */
+        s_aug_check(a, "resize", args, 1);
+        tp_augment_destroy(&a);
+    }
+    tp_augment_t *a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_resize(a, 30, 20, TP_INTERP_NEAREST), TP_OK);
+    s_aug_check(a, "resize", "30 20 0", 0);
+    tp_augment_destroy(&a);
+}
+
+/* GoogleNetRandomCropAndResize: the rectangle tensorpack's algorithm draws
+ * from the same random numbers, cropped in numpy and resized by cv2. */
+Test(proc_image, random_resized_crop_equals_reference) {
+    NEED_PY();
+    for (uint64_t seed = 7; seed < 8; seed++) {
+        tp_rng_t r;
+        tp_rng_init(&r, 7, 0);
+        int H = 45, W = 61, hh = 0, ww = 0, x1 = -1, y1 = -1;
+        for (int i = 0; i < 10; i++) {
+            double ta = (0.08 + 0.92 * tp_rng_double(&r)) * H * W;
+            double ar = 0.75 + (1.333 - 0.75) * tp_rng_double(&r);
+            ww = (int)(sqrt(ta * ar) + 0.5);
+            hh = (int)(sqrt(ta / ar) + 0.5);
+            if (tp_rng_double(&r) < 0.5) {
+                int k = ww;
+                ww = hh;
+                hh = k;
+            }
+            if (hh <= H && ww <= W) {
+                x1 = (int)tp_rng_below(&r, (uint64_t)(W - ww) + 1);
+                y1 = (int)tp_rng_below(&r, (uint64_t)(H - hh) + 1);
+                break;
+            }
+        }
+        cr_assert(x1 >= 0, "no crop found in 10 tries for this seed");
+        tp_augment_t *a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_random_resized_crop(
+                         a, 24, 0.08, 1.0, 0.75, 1.333, TP_INTERP_LINEAR),
+                     TP_OK);
+        char args[96];
+        snprintf(args, sizeof args, "%d %d %d %d 24", y1, x1, hh, ww);
+        s_aug_check(a, "crop-resize", args, 1);
+        tp_augment_destroy(&a);
+    }
+}
+
+Test(proc_image, crops_and_flips_equal_numpy) {
+    NEED_PY();
+    tp_augment_t *a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_center_crop(a, 20, 31), TP_OK);
+    s_aug_check(a, "center-crop", "20 31", 0);
+    tp_augment_destroy(&a);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_vflip(a, 1.0), TP_OK);
+    s_aug_check(a, "vflip", "", 0);
+    tp_augment_destroy(&a);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_flip(a, 1.0), TP_OK);
+    s_aug_check(a, "hflip", "", 0);
+    tp_augment_destroy(&a);
+}
+
+/* The colour augmentors: the factor each draws from rng (7, 0), then the
+ * formula of tensorpack's class in numpy. */
+Test(proc_image, colour_augmentors_equal_numpy) {
+    NEED_PY();
+    tp_rng_t r;
+    char args[128];
+    tp_augment_t *a;
+
+    tp_rng_init(&r, 7, 0);
+    double v = -30 + 60 * tp_rng_double(&r);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_brightness(a, 30), TP_OK);
+    snprintf(args, sizeof args, "%.17g", v);
+    s_aug_check(a, "brightness", args, 0);
+    tp_augment_destroy(&a);
+
+    tp_rng_init(&r, 7, 0);
+    v = 0.6 + 0.8 * tp_rng_double(&r);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_contrast(a, 0.6, 1.4), TP_OK);
+    snprintf(args, sizeof args, "%.17g", v);
+    s_aug_check(a, "contrast", args, 0);
+    tp_augment_destroy(&a);
+
+    tp_rng_init(&r, 7, 0);
+    v = 1 + (-0.4 + 0.8 * tp_rng_double(&r));
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_saturation(a, 0.4), TP_OK);
+    snprintf(args, sizeof args, "%.17g", v);
+    s_aug_check(a, "saturation", args, 0);
+    tp_augment_destroy(&a);
+
+    static const float ev[3] = {55.46f, 4.794f, 1.148f};
+    static const float evec[9] = {-0.5675f, 0.7192f, 0.4009f, -0.5808f,
+                                  -0.0045f, -0.8140f, -0.5836f, -0.6948f,
+                                  0.4203f};
+    tp_rng_init(&r, 7, 0);
+    double n[3], inc[3];
+    for (int k = 0; k < 3; k++)
+        n[k] = tp_rng_normal(&r) * 0.1 * ev[k];
+    for (int k = 0; k < 3; k++)
+        inc[k] = evec[k * 3] * n[0] + evec[k * 3 + 1] * n[1] +
+                 evec[k * 3 + 2] * n[2];
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_lighting(a, 0.1, ev, evec), TP_OK);
+    snprintf(args, sizeof args, "%.17g %.17g %.17g", inc[0], inc[1], inc[2]);
+    s_aug_check(a, "lighting", args, 0);
+    tp_augment_destroy(&a);
+
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_grey(a, 1.0), TP_OK);
+    s_aug_check(a, "grey", "", 0);
+    tp_augment_destroy(&a);
+}
