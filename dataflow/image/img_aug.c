@@ -20,7 +20,7 @@
 typedef enum {
     IA_RESIZE, IA_RESIZE_SHORT, IA_RANDOM_RESIZE_SHORT, IA_CENTER_CROP,
     IA_RRC, IA_VFLIP, IA_BRIGHTNESS, IA_CONTRAST, IA_SATURATION,
-    IA_LIGHTING, IA_GREY, IA_NOISE
+    IA_LIGHTING, IA_GREY, IA_NOISE, IA_BRIGHTNESS_SCALE
 } ia_kind_t;
 
 typedef struct {
@@ -175,11 +175,11 @@ static tp_status_t s_lut_apply(tp_tensor_t *t, const uint8_t *lut) {
 
 static tp_status_t s_apply(const void *params, tp_tensor_t *t, tp_rng_t *rng) {
     const ia_t *a = params;
-    int H, W, C;
+    int H = 0, W = 0, C = 0;
     static const char *names[] = {
         "resize", "resize-short", "random-resize-short", "center-crop",
         "random-resized-crop", "vflip", "brightness", "contrast",
-        "saturation", "lighting", "grey", "noise"};
+        "saturation", "lighting", "grey", "noise", "brightness-scale"};
     TP_TRY(s_geom(t, names[a->kind], &H, &W, &C));
     uint8_t lut[256];
     switch (a->kind) {
@@ -256,6 +256,12 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, tp_rng_t *rng) {
         double v = -a->a + 2 * a->a * tp_rng_double(rng);
         for (int i = 0; i < 256; i++)
             lut[i] = s_u8(i + v);
+        return s_lut_apply(t, lut);
+    }
+    case IA_BRIGHTNESS_SCALE: {  /* BrightnessScale: x * U(lo, hi) */
+        double r = a->a + (a->b - a->a) * tp_rng_double(rng);
+        for (int i = 0; i < 256; i++)
+            lut[i] = s_u8(i * r);
         return s_lut_apply(t, lut);
     }
     case IA_CONTRAST: {  /* Contrast(rgb=True): (x - mean) r + mean */
@@ -434,6 +440,15 @@ tp_status_t tp_augment_add_brightness(tp_augment_t *self, double delta) {
         return tp_error(TP_ERR_INVALID, "imgaug brightness: delta %g (0..255)",
                         delta);
     ia_t a = {.kind = IA_BRIGHTNESS, .a = delta};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_brightness_scale(tp_augment_t *self, double lo,
+                                           double hi) {
+    if (!(lo >= 0 && lo <= hi && hi < 100))
+        return tp_error(TP_ERR_INVALID, "imgaug brightness-scale: range "
+                        "%g..%g (0 <= lo <= hi)", lo, hi);
+    ia_t a = {.kind = IA_BRIGHTNESS_SCALE, .a = lo, .b = hi};
     return s_add(self, &a);
 }
 

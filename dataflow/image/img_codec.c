@@ -424,7 +424,7 @@ static tp_status_t s_img_geom(const tp_tensor_t *img, const char *who, int *h,
 
 tp_status_t tp_image_encode_jpeg(const tp_tensor_t *img, int quality,
                                  void **data, size_t *size) {
-    int h, w, c;
+    int h = 0, w = 0, c = 0;
     TP_TRY(s_img_geom(img, "encode JPEG", &h, &w, &c));
     if (c != 1 && c != 3)
         return tp_error(TP_ERR_SHAPE, "encode JPEG: %d channels (1 or 3)", c);
@@ -480,9 +480,27 @@ static void s_png_write(png_structp png, png_bytep buf, png_size_t len) {
 
 static void s_png_flush(png_structp png) { (void)png; }
 
+/* The header and rows of img (checked by the caller); libpng's errors
+ * longjmp out to the caller's setjmp. */
+static void s_png_write_image(png_structp png, png_infop info,
+                              const tp_tensor_t *img) {
+    int h = (int)img->shape[0], w = (int)img->shape[1];
+    int c = img->ndim == 3 ? (int)img->shape[2] : 1;
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
+                 c == 1 ? PNG_COLOR_TYPE_GRAY
+                 : c == 3 ? PNG_COLOR_TYPE_RGB
+                          : PNG_COLOR_TYPE_RGB_ALPHA,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+                 PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < h; y++)
+        png_write_row(png, (png_const_bytep)img->data + (size_t)y * w * c);
+    png_write_end(png, NULL);
+}
+
 tp_status_t tp_image_encode_png(const tp_tensor_t *img, void **data,
                                 size_t *size) {
-    int h, w, c;
+    int h = 0, w = 0, c = 0;
     TP_TRY(s_img_geom(img, "encode PNG", &h, &w, &c));
     if (c != 1 && c != 3 && c != 4)
         return tp_error(TP_ERR_SHAPE, "encode PNG: %d channels (1, 3 or 4)",
@@ -503,16 +521,7 @@ tp_status_t tp_image_encode_png(const tp_tensor_t *img, void **data,
         return tp_error(TP_ERR_NOMEM, "encode PNG: %s", err.msg);
     }
     png_set_write_fn(png, &dst, s_png_write, s_png_flush);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8,
-                 c == 1 ? PNG_COLOR_TYPE_GRAY
-                 : c == 3 ? PNG_COLOR_TYPE_RGB
-                          : PNG_COLOR_TYPE_RGB_ALPHA,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-                 PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    for (int y = 0; y < h; y++)
-        png_write_row(png, (png_const_bytep)img->data + (size_t)y * w * c);
-    png_write_end(png, NULL);
+    s_png_write_image(png, info, img);
     png_destroy_write_struct(&png, &info);
     *data = dst.p;
     *size = dst.n;

@@ -318,6 +318,12 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
         TP_TRY(s_nums("brightness", value, n, 1, &k));
         return tp_augment_add_brightness(m->aug, n[0]);
     }
+    if (!strcmp(key, "brightness-scale")) {
+        TP_TRY(s_nums("brightness-scale", value, n, 2, &k));
+        if (k != 2)
+            return tp_error(TP_ERR_INVALID, "imgaug: brightness-scale=LO:HI");
+        return tp_augment_add_brightness_scale(m->aug, n[0], n[1]);
+    }
     if (!strcmp(key, "contrast")) {
         TP_TRY(s_nums("contrast", value, n, 2, &k));
         if (k != 2)
@@ -366,7 +372,7 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
     return tp_error(TP_ERR_INVALID, "imgaug: unknown augmentor '%s' (resize, "
                     "resize-short, random-resize-short, center-crop, "
                     "random-crop, random-resized-crop, flip, vflip, "
-                    "brightness, contrast, saturation, lighting, grey, noise, "
+                    "brightness, brightness-scale, contrast, saturation, lighting, grey, noise, "
                     "mean= then std=, interp=, component=)", key);
 }
 

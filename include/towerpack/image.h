@@ -139,6 +139,10 @@ tp_status_t tp_augment_add_random_resized_crop(tp_augment_t *self, int size,
 tp_status_t tp_augment_add_vflip(tp_augment_t *self, double prob);
 /* Brightness: add a uniform delta in [-delta, delta] (Brightness). */
 tp_status_t tp_augment_add_brightness(tp_augment_t *self, double delta);
+/* Brightness by a factor: x * r, r uniform in [lo, hi] (BrightnessScale;
+ * torchvision's ColorJitter(brightness=b) is [1-b, 1+b]). */
+tp_status_t tp_augment_add_brightness_scale(tp_augment_t *self, double lo,
+                                           double hi);
 /* Contrast: (x - mean) * r + mean, r uniform in [lo, hi], mean over the
  * image's grey value (Contrast). */
 tp_status_t tp_augment_add_contrast(tp_augment_t *self, double lo, double hi);

@@ -153,6 +153,8 @@ def aug(op, src, dst, args):
         out = img[:, ::-1]
     elif op == "brightness":
         out = rnd(f + v[0])
+    elif op == "brightness-scale":
+        out = rnd(f * v[0])
     elif op == "contrast":
         m = grey_of(img).mean() if img.shape[2] == 3 else f.mean()
         out = rnd(f * v[0] + m * (1 - v[0]))

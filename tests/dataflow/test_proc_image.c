@@ -285,6 +285,14 @@ Test(proc_image, colour_augmentors_equal_numpy) {
     tp_rng_init(&r, 7, 0);
     v = 0.6 + 0.8 * tp_rng_double(&r);
     a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_brightness_scale(a, 0.6, 1.4), TP_OK);
+    snprintf(args, sizeof args, "%.17g", v);
+    s_aug_check(a, "brightness-scale", args, 0);
+    tp_augment_destroy(&a);
+
+    tp_rng_init(&r, 7, 0);
+    v = 0.6 + 0.8 * tp_rng_double(&r);
+    a = tp_augment_new();
     cr_assert_eq(tp_augment_add_contrast(a, 0.6, 1.4), TP_OK);
     snprintf(args, sizeof args, "%.17g", v);
     s_aug_check(a, "contrast", args, 0);
