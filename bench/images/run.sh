@@ -59,7 +59,7 @@ for r in $(seq 1 "$rounds"); do
   # libjpeg-turbo alone (from memory)
   j=$(build-release/bin/tp-bench dataflow "$dec" --seconds 4 --json 2>/dev/null)
   rec tp_decode "$r" "$j"
-  j=$(build-release/bin/tjdecode 4 "${files[@]}")
+  j=$(build-release/bench/tjdecode 4 "${files[@]}")
   rec tj_decode "$r" "$j"
   # the ImageNet training augmentation, 2 workers, batch 64
   j=$(build-release/bin/tp-bench dataflow "$pipe" --count 40 --warmup 4 --json 2>/dev/null)
