@@ -16,6 +16,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
@@ -364,37 +365,29 @@ tp_status_t tp_image_read(const char *path, const tp_image_opts_t *opts,
     FILE *f = fopen(path, "rb");
     if (!f)
         return tp_error(TP_ERR_IO, "image %s: %s", path, strerror(errno));
-    uint8_t *buf = NULL;
-    size_t n = 0, cap = 0;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long len = ftell(f);
-        if (len > 0)
-            cap = (size_t)len;
-        rewind(f);
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
+        fclose(f);
+        return tp_error(TP_ERR_IO, "image %s: %s", path, strerror(errno));
     }
-    /* One read of the whole file; a file that grows meanwhile is read on. */
+    /* One read of the size fstat gave, plus one byte to see the end: no
+     * copy, no growing buffer (a file that grows meanwhile is read on). */
+    size_t cap = (size_t)st.st_size + 1, n = 0;
+    uint8_t *buf = malloc(cap);
     for (;;) {
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 65536;
-            uint8_t *nb = realloc(buf, nc);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return tp_error(TP_ERR_NOMEM, "image %s", path);
-            }
-            buf = nb;
-            cap = nc;
-        } else if (!buf) {
-            buf = malloc(cap);
-            if (!buf) {
-                fclose(f);
-                return tp_error(TP_ERR_NOMEM, "image %s", path);
-            }
+        if (!buf) {
+            fclose(f);
+            return tp_error(TP_ERR_NOMEM, "image %s", path);
         }
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
-        if (got == 0)
+        if (n < cap)
             break;
+        uint8_t *nb = realloc(buf, cap * 2);
+        if (!nb)
+            free(buf);
+        buf = nb;
+        cap *= 2;
     }
     int err = ferror(f);
     fclose(f);
