@@ -163,7 +163,16 @@ static tp_status_t s_geom(const tp_tensor_t *t, const char *who, int *h,
     return TP_OK;
 }
 
-static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng) {
+/* Points (x, y) pairs, pixel-edge coordinates (the image spans [0, W] x
+ * [0, H], as tensorpack's coordinate transforms): moved along with the
+ * image by the geometric augmentors; NULL when there are none. */
+typedef struct {
+    float *xy;
+    size_t n;
+} aug_pts_t;
+
+static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng,
+                          aug_pts_t *pts) {
     int H = 0, W = 0, C = 1;
     TP_TRY(s_geom(t, "crop", &H, &W, &C));
     int ph = H + 2 * op->pad, pw = W + 2 * op->pad;
@@ -172,6 +181,10 @@ static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng) {
                         "padded by %d", op->h, op->w, H, W, op->pad);
     int oy = (int)tp_rng_below(rng, (uint64_t)(ph - op->h) + 1) - op->pad;
     int ox = (int)tp_rng_below(rng, (uint64_t)(pw - op->w) + 1) - op->pad;
+    for (size_t i = 0; pts && i < pts->n; i++) {
+        pts->xy[2 * i] -= (float)ox;
+        pts->xy[2 * i + 1] -= (float)oy;
+    }
     if (oy == 0 && ox == 0 && op->h == H && op->w == W)
         return TP_OK;  /* the identity crop */
     size_t es = tp_dtype_size(t->dtype) * (size_t)C;  /* bytes per pixel */
@@ -207,11 +220,14 @@ static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng) {
     return TP_OK;
 }
 
-static tp_status_t s_flip(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng) {
+static tp_status_t s_flip(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng,
+                          aug_pts_t *pts) {
     int H = 0, W = 0, C = 1;
     TP_TRY(s_geom(t, "flip", &H, &W, &C));
     if (!(tp_rng_double(rng) < op->prob))
         return TP_OK;
+    for (size_t i = 0; pts && i < pts->n; i++)
+        pts->xy[2 * i] = (float)W - pts->xy[2 * i];
     TP_TRY(tp_df_tensor_make_writable(t));  /* flips in place */
     size_t es = tp_dtype_size(t->dtype) * (size_t)C;
     uint8_t *p = t->data;
@@ -429,6 +445,28 @@ static tp_status_t s_fused(const aug_op_t *crop, const aug_op_t *flip,
     return TP_OK;
 }
 
+/* The chain step by step (no fusion), moving the points along. */
+static tp_status_t s_apply_steps(const tp_augment_t *self, tp_tensor_t *t,
+                                 aug_pts_t *pts, tp_rng_t *rng) {
+    for (int i = 0; i < self->count; i++) {
+        const aug_op_t *op = &self->ops[i];
+        tp_status_t rc;
+        switch (op->kind) {
+        case AUG_CROP: rc = s_crop(op, t, rng, pts); break;
+        case AUG_FLIP: rc = s_flip(op, t, rng, pts); break;
+        case AUG_NORMALIZE: rc = s_normalize(op, t); break;
+        case AUG_EXT:
+            rc = op->ext(op->ext_params, t, pts ? pts->xy : NULL,
+                         pts ? pts->n : 0, rng);
+            break;
+        default: rc = s_cast(op, t); break;
+        }
+        if (rc != TP_OK)
+            return rc;
+    }
+    return TP_OK;
+}
+
 tp_status_t tp_augment_apply(const tp_augment_t *self, tp_tensor_t *t,
                              tp_rng_t *rng) {
     const aug_op_t *o = self->ops;
@@ -439,32 +477,39 @@ tp_status_t tp_augment_apply(const tp_augment_t *self, tp_tensor_t *t,
             TP_TRY(s_fused(&o[0], flip, &o[k], t, rng));
             for (int i = k + 1; i < self->count; i++) {
                 tp_status_t rc = o[i].kind == AUG_EXT
-                                     ? o[i].ext(o[i].ext_params, t, rng)
+                                     ? o[i].ext(o[i].ext_params, t, NULL, 0, rng)
                                  : o[i].kind == AUG_CAST ? s_cast(&o[i], t)
                                  : o[i].kind == AUG_NORMALIZE
                                      ? s_normalize(&o[i], t)
-                                 : o[i].kind == AUG_FLIP ? s_flip(&o[i], t, rng)
-                                                         : s_crop(&o[i], t, rng);
+                                 : o[i].kind == AUG_FLIP ? s_flip(&o[i], t, rng, NULL)
+                                                         : s_crop(&o[i], t, rng, NULL);
                 if (rc != TP_OK)
                     return rc;
             }
             return TP_OK;
         }
     }
-    for (int i = 0; i < self->count; i++) {
-        const aug_op_t *op = &self->ops[i];
-        tp_status_t rc;
-        switch (op->kind) {
-        case AUG_CROP: rc = s_crop(op, t, rng); break;
-        case AUG_FLIP: rc = s_flip(op, t, rng); break;
-        case AUG_NORMALIZE: rc = s_normalize(op, t); break;
-        case AUG_EXT: rc = op->ext(op->ext_params, t, rng); break;
-        default: rc = s_cast(op, t); break;
-        }
-        if (rc != TP_OK)
-            return rc;
+    return s_apply_steps(self, t, NULL, rng);
+}
+
+tp_status_t df_augment_apply_pts(const tp_augment_t *self, tp_tensor_t *t,
+                                 float *xy, size_t n, tp_rng_t *rng) {
+    aug_pts_t pts = {xy, n};
+    return s_apply_steps(self, t, xy ? &pts : NULL, rng);
+}
+
+tp_status_t tp_augment_apply_coords(const tp_augment_t *self, tp_tensor_t *t,
+                                    tp_tensor_t *coords, tp_rng_t *rng) {
+    if (coords->dtype != TP_FLOAT32 || coords->ndim != 2 ||
+        coords->shape[1] != 2) {
+        char d[96];
+        return tp_error(TP_ERR_SHAPE, "augment: coordinates are %s, expected "
+                        "float32 [N,2] (x, y)",
+                        tp_tensor_describe(coords, d, sizeof d));
     }
-    return TP_OK;
+    TP_TRY(tp_df_tensor_make_writable(coords));
+    aug_pts_t pts = {coords->data, (size_t)coords->shape[0]};
+    return s_apply_steps(self, t, &pts, rng);
 }
 
 tp_status_t tp_augment_map_component(tp_tensor_t *t, tp_rng_t *rng,

@@ -80,11 +80,15 @@ tp_status_t df_records_chunk_check(const void *value, size_t size,
                                    const char *key, size_t *data_off);
 
 /* An augmentor kept in a chain by df_augment.c but written elsewhere (the
- * image augmentors of dataflow/image/): fn(params, image, rng) replaces or
- * edits the image. Takes params (params_free runs at the chain's destroy,
- * or at once on failure). */
+ * image augmentors of dataflow/image/): fn(params, image, xy, n, rng)
+ * replaces or edits the image and moves the n points xy[2n] (x, y; NULL
+ * when none) with it. Takes params (params_free runs at the chain's
+ * destroy, or at once on failure). */
 typedef tp_status_t (*df_aug_fn)(const void *params, tp_tensor_t *t,
-                                 tp_rng_t *rng);
+                                 float *xy, size_t n, tp_rng_t *rng);
+/* Run a chain step by step moving the n points xy (may be NULL). */
+tp_status_t df_augment_apply_pts(const tp_augment_t *self, tp_tensor_t *t,
+                                 float *xy, size_t n, tp_rng_t *rng);
 tp_status_t df_augment_add_ext(tp_augment_t *self, df_aug_fn fn, void *params,
                                void (*params_free)(void *params));
 

@@ -20,7 +20,8 @@
 typedef enum {
     IA_RESIZE, IA_RESIZE_SHORT, IA_RANDOM_RESIZE_SHORT, IA_CENTER_CROP,
     IA_RRC, IA_VFLIP, IA_BRIGHTNESS, IA_CONTRAST, IA_SATURATION,
-    IA_LIGHTING, IA_GREY, IA_NOISE, IA_BRIGHTNESS_SCALE
+    IA_LIGHTING, IA_GREY, IA_NOISE, IA_BRIGHTNESS_SCALE, IA_CLIP, IA_MINMAX,
+    IA_SALT_PEPPER, IA_JPEG
 } ia_kind_t;
 
 typedef struct {
@@ -57,8 +58,13 @@ static inline uint8_t s_u8(double v) {
  * that replaces *t. Bilinear: OpenCV's INTER_LINEAR (source coordinate
  * (d + 0.5) * scale - 0.5, clamped at the borders, weights in 1/2048). */
 static tp_status_t s_resize_rect(tp_tensor_t *t, int y0, int x0, int ch,
-                                 int cw, int oh, int ow, tp_interp_t interp) {
+                                 int cw, int oh, int ow, tp_interp_t interp,
+                                 float *xy, size_t npts) {
     int H = (int)t->shape[0], W = (int)t->shape[1];
+    for (size_t i = 0; i < npts; i++) {  /* the rectangle onto [0,ow]x[0,oh] */
+        xy[2 * i] = (float)((xy[2 * i] - x0) * ((double)ow / cw));
+        xy[2 * i + 1] = (float)((xy[2 * i + 1] - y0) * ((double)oh / ch));
+    }
     int C = t->ndim == 3 ? (int)t->shape[2] : 1;
     TP_ASSERT(y0 >= 0 && x0 >= 0 && ch >= 1 && cw >= 1 && y0 + ch <= H &&
               x0 + cw <= W);
@@ -119,9 +125,24 @@ static tp_status_t s_resize_rect(tp_tensor_t *t, int y0, int x0, int ch,
                 f = 0;
             }
             int b0 = (int)lrint((1 - f) * 2048), b1 = 2048 - b0;
-            const uint8_t *r0 = src + (size_t)(y0 + s) * srow + (size_t)x0 * C;
-            const uint8_t *r1 = s + 1 < ch ? r0 + srow : r0;
-            uint8_t *d = dst + (size_t)y * ow * C;
+            const uint8_t *restrict r0 =
+                src + (size_t)(y0 + s) * srow + (size_t)x0 * C;
+            const uint8_t *restrict r1 = s + 1 < ch ? r0 + srow : r0;
+            uint8_t *restrict d = dst + (size_t)y * ow * C;
+            if (C == 3) {
+                /* the usual case, unrolled over the channels */
+                for (int x = 0; x < ow; x++) {
+                    int a0 = xa[x], a1 = 2048 - a0;
+                    int o0 = xo[x] * 3, o1 = xo[x] + 1 < cw ? o0 + 3 : o0;
+                    for (int c = 0; c < 3; c++) {
+                        int h0 = r0[o0 + c] * a0 + r0[o1 + c] * a1;
+                        int h1 = r1[o0 + c] * a0 + r1[o1 + c] * a1;
+                        d[x * 3 + c] =
+                            (uint8_t)((h0 * b0 + h1 * b1 + (1 << 21)) >> 22);
+                    }
+                }
+                continue;
+            }
             for (int x = 0; x < ow; x++) {
                 int a0 = xa[x], a1 = 2048 - a0;
                 const uint8_t *p0 = r0 + (size_t)xo[x] * C;
@@ -173,34 +194,40 @@ static tp_status_t s_lut_apply(tp_tensor_t *t, const uint8_t *lut) {
     return TP_OK;
 }
 
-static tp_status_t s_apply(const void *params, tp_tensor_t *t, tp_rng_t *rng) {
+static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
+                           size_t npts, tp_rng_t *rng) {
     const ia_t *a = params;
     int H = 0, W = 0, C = 0;
     static const char *names[] = {
         "resize", "resize-short", "random-resize-short", "center-crop",
         "random-resized-crop", "vflip", "brightness", "contrast",
-        "saturation", "lighting", "grey", "noise", "brightness-scale"};
+        "saturation", "lighting", "grey", "noise", "brightness-scale", "clip",
+        "min-max", "salt-pepper", "jpeg-noise"};
     TP_TRY(s_geom(t, names[a->kind], &H, &W, &C));
     uint8_t lut[256];
     switch (a->kind) {
     case IA_RESIZE:  /* Resize */
-        return s_resize_rect(t, 0, 0, H, W, a->h, a->w, a->interp);
+        return s_resize_rect(t, 0, 0, H, W, a->h, a->w, a->interp, xy, npts);
     case IA_RESIZE_SHORT: {  /* ResizeShortestEdge */
         int oh, ow;
         s_short_size(H, W, a->h, &oh, &ow);
-        return s_resize_rect(t, 0, 0, H, W, oh, ow, a->interp);
+        return s_resize_rect(t, 0, 0, H, W, oh, ow, a->interp, xy, npts);
     }
     case IA_RANDOM_RESIZE_SHORT: {  /* RandomResize, aspect kept */
         int s = a->lo + (int)tp_rng_below(rng, (uint64_t)(a->hi - a->lo) + 1);
         int oh, ow;
         s_short_size(H, W, s, &oh, &ow);
-        return s_resize_rect(t, 0, 0, H, W, oh, ow, a->interp);
+        return s_resize_rect(t, 0, 0, H, W, oh, ow, a->interp, xy, npts);
     }
     case IA_CENTER_CROP: {  /* CenterCrop */
         if (H < a->h || W < a->w)
             return tp_error(TP_ERR_SHAPE, "imgaug center-crop: %dx%d from a "
                             "%dx%d image", a->h, a->w, H, W);
         int y0 = (int)((H - a->h) * 0.5), x0 = (int)((W - a->w) * 0.5);
+        for (size_t i = 0; i < npts; i++) {
+            xy[2 * i] -= (float)x0;
+            xy[2 * i + 1] -= (float)y0;
+        }
         int64_t shape[3] = {a->h, a->w, C};
         tp_tensor_t o;
         TP_TRY(tp_tensor_init(&o, TP_UINT8, t->ndim, shape));
@@ -226,20 +253,23 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, tp_rng_t *rng) {
             if (hh <= H && ww <= W && hh >= 1 && ww >= 1) {
                 int x1 = (int)tp_rng_below(rng, (uint64_t)(W - ww) + 1);
                 int y1 = (int)tp_rng_below(rng, (uint64_t)(H - hh) + 1);
-                return s_resize_rect(t, y1, x1, hh, ww, a->h, a->h, a->interp);
+                return s_resize_rect(t, y1, x1, hh, ww, a->h, a->h, a->interp,
+                                     xy, npts);
             }
         }
         /* resize the short side, then the center (as one rectangle of the
          * source when the sizes allow, else in two steps) */
         int oh, ow;
         s_short_size(H, W, a->h, &oh, &ow);
-        TP_TRY(s_resize_rect(t, 0, 0, H, W, oh, ow, a->interp));
+        TP_TRY(s_resize_rect(t, 0, 0, H, W, oh, ow, a->interp, xy, npts));
         ia_t cc = {.kind = IA_CENTER_CROP, .h = a->h, .w = a->h};
-        return s_apply(&cc, t, rng);
+        return s_apply(&cc, t, xy, npts, rng);
     }
     case IA_VFLIP: {  /* Flip(vert=True) */
         if (!(tp_rng_double(rng) < a->a))
             return TP_OK;
+        for (size_t i = 0; i < npts; i++)
+            xy[2 * i + 1] = (float)H - xy[2 * i + 1];
         TP_TRY(tp_df_tensor_make_writable(t));
         size_t row = (size_t)W * C;
         uint8_t *p = t->data, tmp[4096];
@@ -263,6 +293,55 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, tp_rng_t *rng) {
         for (int i = 0; i < 256; i++)
             lut[i] = s_u8(i * r);
         return s_lut_apply(t, lut);
+    }
+    case IA_CLIP: {  /* Clip(min, max) */
+        for (int i = 0; i < 256; i++)
+            lut[i] = (uint8_t)(i < a->a ? a->a : i > a->b ? a->b : i);
+        return s_lut_apply(t, lut);
+    }
+    case IA_MINMAX: {  /* MinMaxNormalize(min, max, all_channel=True) */
+        const uint8_t *p = t->data;
+        int lo = 255, hi = 0;
+        for (size_t i = 0; i < t->nbytes; i++) {
+            lo = p[i] < lo ? p[i] : lo;
+            hi = p[i] > hi ? p[i] : hi;
+        }
+        double span = hi > lo ? hi - lo : 1;
+        for (int i = 0; i < 256; i++)
+            lut[i] = s_u8((i - lo) / span * (a->b - a->a) + a->a);
+        return s_lut_apply(t, lut);
+    }
+    case IA_SALT_PEPPER: {  /* SaltPepperNoise(white_prob, black_prob) */
+        TP_TRY(tp_df_tensor_make_writable(t));
+        uint8_t *p = t->data;
+        for (size_t i = 0; i < t->nbytes; i++) {
+            double u = tp_rng_double(rng);
+            if (u > 1 - a->a)
+                p[i] = 255;
+            else if (u < a->b)
+                p[i] = 0;
+        }
+        return TP_OK;
+    }
+    case IA_JPEG: {  /* JpegNoise(quality_range): re-encode at q in [lo, hi) */
+        if (C != 1 && C != 3)
+            return tp_error(TP_ERR_SHAPE, "imgaug jpeg-noise: %d channels "
+                            "(grey or RGB)", C);
+        int q = a->lo + (int)tp_rng_below(rng, (uint64_t)(a->hi - a->lo));
+        void *enc = NULL;
+        size_t n = 0;
+        TP_TRY(tp_image_encode_jpeg(t, q, &enc, &n));
+        tp_image_opts_t o;
+        tp_image_opts_init(&o);
+        o.mode = C == 1 ? TP_IMAGE_GREY : TP_IMAGE_RGB;
+        tp_tensor_t d;
+        tp_status_t rc = tp_image_decode(enc, n, &o, "(jpeg-noise)", &d);
+        free(enc);
+        if (rc != TP_OK)
+            return rc;
+        tp_tensor_fini(t);
+        tp_tensor_move(t, &d);
+        return TP_OK;
     }
     case IA_CONTRAST: {  /* Contrast(rgb=True): (x - mean) r + mean */
         double r = a->a + (a->b - a->a) * tp_rng_double(rng);
@@ -484,4 +563,172 @@ tp_status_t tp_augment_add_gaussian_noise(tp_augment_t *self, double sigma) {
         return tp_error(TP_ERR_INVALID, "imgaug noise: sigma %g (>= 0)", sigma);
     ia_t a = {.kind = IA_NOISE, .a = sigma};
     return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_clip(tp_augment_t *self, int lo, int hi) {
+    if (lo < 0 || hi > 255 || lo > hi)
+        return tp_error(TP_ERR_INVALID, "imgaug clip: %d..%d (0 <= lo <= hi "
+                        "<= 255)", lo, hi);
+    ia_t a = {.kind = IA_CLIP, .a = lo, .b = hi};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_min_max(tp_augment_t *self, int lo, int hi) {
+    if (lo < 0 || hi > 255 || lo > hi)
+        return tp_error(TP_ERR_INVALID, "imgaug min-max: %d..%d (0 <= lo <= "
+                        "hi <= 255)", lo, hi);
+    ia_t a = {.kind = IA_MINMAX, .a = lo, .b = hi};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_salt_pepper(tp_augment_t *self, double white,
+                                       double black) {
+    if (!(white >= 0 && black >= 0 && white + black <= 1))
+        return tp_error(TP_ERR_INVALID, "imgaug salt-pepper: white %g black "
+                        "%g (>= 0, sum <= 1)", white, black);
+    ia_t a = {.kind = IA_SALT_PEPPER, .a = white, .b = black};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_jpeg_noise(tp_augment_t *self, int qlo, int qhi) {
+    if (qlo < 1 || qhi > 101 || qlo >= qhi)
+        return tp_error(TP_ERR_INVALID, "imgaug jpeg-noise: quality %d..%d "
+                        "(1 <= lo < hi <= 101)", qlo, qhi);
+    ia_t a = {.kind = IA_JPEG, .lo = qlo, .hi = qhi};
+    return s_add(self, &a);
+}
+
+/* ---- random apply / choice / order of sub-chains ------------------------------ */
+
+typedef struct {
+    int kind;              /* 0 apply, 1 choice, 2 order */
+    double prob;
+    int n;
+    tp_augment_t **subs;   /* [n], owned */
+} meta_t;
+
+static void s_meta_free(void *p) {
+    meta_t *m = p;
+    for (int i = 0; i < m->n; i++)
+        tp_augment_destroy(&m->subs[i]);
+    free(m->subs);
+    free(m);
+}
+
+static tp_status_t s_meta(const void *params, tp_tensor_t *t, float *xy,
+                          size_t npts, tp_rng_t *rng) {
+    const meta_t *m = params;
+    if (m->kind == 0) {  /* RandomApplyAug */
+        if (!(tp_rng_double(rng) < m->prob))
+            return TP_OK;
+        return df_augment_apply_pts(m->subs[0], t, xy, npts, rng);
+    }
+    if (m->kind == 1) {  /* RandomChooseAug (uniform) */
+        int k = (int)tp_rng_below(rng, (uint64_t)m->n);
+        return df_augment_apply_pts(m->subs[k], t, xy, npts, rng);
+    }
+    /* RandomOrderAug: a random permutation, then each in turn */
+    int idx[64];
+    for (int i = 0; i < m->n; i++)
+        idx[i] = i;
+    for (int i = m->n - 1; i > 0; i--) {
+        int j = (int)tp_rng_below(rng, (uint64_t)i + 1);
+        int k = idx[i];
+        idx[i] = idx[j];
+        idx[j] = k;
+    }
+    for (int i = 0; i < m->n; i++)
+        TP_TRY(df_augment_apply_pts(m->subs[idx[i]], t, xy, npts, rng));
+    return TP_OK;
+}
+
+static tp_status_t s_add_meta(tp_augment_t *self, int kind, double prob,
+                              tp_augment_t **subs, int n, const char *who) {
+    meta_t *m = calloc(1, sizeof *m);
+    tp_augment_t **v = m ? calloc((size_t)(n > 0 ? n : 1), sizeof *v) : NULL;
+    int bad = n < 1 || n > 64;
+    for (int i = 0; i < n && !bad; i++)
+        bad = subs[i] == NULL;
+    if (!v || bad) {
+        for (int i = 0; i < n; i++)
+            tp_augment_destroy(&subs[i]);
+        free(v);
+        free(m);
+        return bad ? tp_error(TP_ERR_INVALID, "imgaug %s: %d chains (1..64, "
+                              "none NULL)", who, n)
+                   : tp_error(TP_ERR_NOMEM, "imgaug %s", who);
+    }
+    for (int i = 0; i < n; i++) {
+        v[i] = subs[i];
+        subs[i] = NULL;
+    }
+    m->kind = kind;
+    m->prob = prob;
+    m->n = n;
+    m->subs = v;
+    return df_augment_add_ext(self, s_meta, m, s_meta_free);
+}
+
+tp_status_t tp_augment_add_random_apply(tp_augment_t *self, tp_augment_t **sub,
+                                        double prob) {
+    if (!(prob >= 0 && prob <= 1)) {
+        tp_augment_destroy(sub);
+        return tp_error(TP_ERR_INVALID, "imgaug random-apply: probability %g",
+                        prob);
+    }
+    return s_add_meta(self, 0, prob, sub, 1, "random-apply");
+}
+
+tp_status_t tp_augment_add_random_choice(tp_augment_t *self,
+                                         tp_augment_t **subs, int n) {
+    return s_add_meta(self, 1, 0, subs, n, "random-choice");
+}
+
+tp_status_t tp_augment_add_random_order(tp_augment_t *self,
+                                        tp_augment_t **subs, int n) {
+    return s_add_meta(self, 2, 0, subs, n, "random-order");
+}
+
+/* ---- boxes ------------------------------------------------------------------ */
+
+tp_status_t tp_augment_apply_boxes(const tp_augment_t *self, tp_tensor_t *t,
+                                   tp_tensor_t *boxes, tp_rng_t *rng) {
+    if (boxes->dtype != TP_FLOAT32 || boxes->ndim != 2 ||
+        boxes->shape[1] != 4) {
+        char d[96];
+        return tp_error(TP_ERR_SHAPE, "imgaug: boxes are %s, expected float32 "
+                        "[N,4] (x1, y1, x2, y2)",
+                        tp_tensor_describe(boxes, d, sizeof d));
+    }
+    TP_TRY(tp_df_tensor_make_writable(boxes));
+    size_t n = (size_t)boxes->shape[0];
+    float *b = boxes->data;
+    /* tensorpack's box_to_point4: the four corners, moved, then their
+     * bounding box */
+    float *pts = malloc(sizeof(float) * 8 * (n ? n : 1));
+    if (!pts)
+        return tp_error(TP_ERR_NOMEM, "imgaug boxes");
+    for (size_t i = 0; i < n; i++) {
+        const float *q = b + 4 * i;
+        float c[8] = {q[0], q[1], q[2], q[3], q[0], q[3], q[2], q[1]};
+        memcpy(pts + 8 * i, c, sizeof c);
+    }
+    tp_status_t rc = df_augment_apply_pts(self, t, pts, 4 * n, rng);
+    for (size_t i = 0; rc == TP_OK && i < n; i++) {
+        const float *p = pts + 8 * i;
+        float x1 = p[0], y1 = p[1], x2 = p[0], y2 = p[1];
+        for (int k = 1; k < 4; k++) {
+            x1 = p[2 * k] < x1 ? p[2 * k] : x1;
+            x2 = p[2 * k] > x2 ? p[2 * k] : x2;
+            y1 = p[2 * k + 1] < y1 ? p[2 * k + 1] : y1;
+            y2 = p[2 * k + 1] > y2 ? p[2 * k + 1] : y2;
+        }
+        float *q = b + 4 * i;
+        q[0] = x1;
+        q[1] = y1;
+        q[2] = x2;
+        q[3] = y2;
+    }
+    free(pts);
+    return rc;
 }

@@ -348,6 +348,24 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
         TP_TRY(s_nums("noise", value, n, 1, &k));
         return tp_augment_add_gaussian_noise(m->aug, n[0]);
     }
+    if (!strcmp(key, "clip") || !strcmp(key, "min-max")) {
+        TP_TRY(s_nums(key, value, n, 2, &k));
+        if (k != 2)
+            return tp_error(TP_ERR_INVALID, "imgaug: %s=LO:HI", key);
+        return key[0] == 'c' ? tp_augment_add_clip(m->aug, (int)n[0], (int)n[1])
+                             : tp_augment_add_min_max(m->aug, (int)n[0],
+                                                      (int)n[1]);
+    }
+    if (!strcmp(key, "salt-pepper")) {
+        TP_TRY(s_nums("salt-pepper", value, n, 2, &k));
+        return tp_augment_add_salt_pepper(m->aug, n[0], k == 2 ? n[1] : n[0]);
+    }
+    if (!strcmp(key, "jpeg-noise")) {
+        TP_TRY(s_nums("jpeg-noise", value, n, 2, &k));
+        if (k != 2)
+            return tp_error(TP_ERR_INVALID, "imgaug: jpeg-noise=QLO:QHI");
+        return tp_augment_add_jpeg_noise(m->aug, (int)n[0], (int)n[1]);
+    }
     if (!strcmp(key, "mean")) {
         TP_TRY(s_nums("mean", value, n, 16, &k));
         for (int i = 0; i < k; i++)
@@ -373,6 +391,7 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
                     "resize-short, random-resize-short, center-crop, "
                     "random-crop, random-resized-crop, flip, vflip, "
                     "brightness, brightness-scale, contrast, saturation, lighting, grey, noise, "
+                    "clip, min-max, salt-pepper, jpeg-noise, "
                     "mean= then std=, interp=, component=)", key);
 }
 

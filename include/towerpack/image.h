@@ -158,6 +158,37 @@ tp_status_t tp_augment_add_grey(tp_augment_t *self, double prob);
 /* Gaussian noise of std `sigma` added to every value (GaussianNoise). */
 tp_status_t tp_augment_add_gaussian_noise(tp_augment_t *self, double sigma);
 
+/* Clip every value to [lo, hi] (Clip). */
+tp_status_t tp_augment_add_clip(tp_augment_t *self, int lo, int hi);
+/* Stretch the image's own range onto [lo, hi] (MinMaxNormalize,
+ * all_channel=True; the result rounded to uint8). */
+tp_status_t tp_augment_add_min_max(tp_augment_t *self, int lo, int hi);
+/* Each value becomes 255 with probability `white`, 0 with `black`
+ * (SaltPepperNoise). */
+tp_status_t tp_augment_add_salt_pepper(tp_augment_t *self, double white,
+                                       double black);
+/* JPEG re-encode at a quality drawn from [qlo, qhi) and decode (JpegNoise;
+ * grey or RGB). */
+tp_status_t tp_augment_add_jpeg_noise(tp_augment_t *self, int qlo, int qhi);
+
+/* Apply the chain *sub (taken; *sub nulled) with probability `prob`
+ * (RandomApplyAug). */
+tp_status_t tp_augment_add_random_apply(tp_augment_t *self, tp_augment_t **sub,
+                                        double prob);
+/* Apply one of the n chains subs[] (each taken and nulled), drawn uniformly
+ * (RandomChooseAug). */
+tp_status_t tp_augment_add_random_choice(tp_augment_t *self,
+                                         tp_augment_t **subs, int n);
+/* Apply all n chains subs[] (taken) in a random order (RandomOrderAug). */
+tp_status_t tp_augment_add_random_order(tp_augment_t *self,
+                                        tp_augment_t **subs, int n);
+
+/* As tp_augment_apply_coords for boxes: float32 [N,4] (x1, y1, x2, y2),
+ * each replaced by the bounding box of its four moved corners (tensorpack's
+ * box_to_point4 / point8_to_box). */
+tp_status_t tp_augment_apply_boxes(const tp_augment_t *self, tp_tensor_t *t,
+                                   tp_tensor_t *boxes, tp_rng_t *rng);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
  * file, or skipped and counted), the image folder, list and CIFAR sources,
  * their spec strings, and the augmentors' reproducibility. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,4 +472,158 @@ Test(image, encoded_records_decode_later) {
     }
     tp_dataflow_destroy(&a);
     tp_dataflow_destroy(&b);
+}
+
+/* The bright pixels of an image: their bounding box (pixel edges). */
+static void s_bright_box(const tp_tensor_t *t, float *box) {
+    int H = (int)t->shape[0], W = (int)t->shape[1];
+    int C = t->ndim == 3 ? (int)t->shape[2] : 1;
+    const uint8_t *p = t->data;
+    int x1 = W, y1 = H, x2 = -1, y2 = -1;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            if (p[((size_t)y * W + x) * C] > 128) {
+                x1 = x < x1 ? x : x1;
+                y1 = y < y1 ? y : y1;
+                x2 = x > x2 ? x : x2;
+                y2 = y > y2 ? y : y2;
+            }
+    box[0] = (float)x1;
+    box[1] = (float)y1;
+    box[2] = (float)x2 + 1;
+    box[3] = (float)y2 + 1;
+}
+
+/* Points and boxes move with the image: a bright rectangle's box, moved by
+ * the chain, is where the rectangle ends up (within a pixel of rounding),
+ * for every geometric augmentor and over many random draws. */
+Test(image, coords_and_boxes_follow_the_image) {
+    tp_augment_t *a = tp_augment_new();
+    tp_augment_t *sub[2] = {tp_augment_new(), tp_augment_new()};
+    cr_assert_eq(tp_augment_add_resize(a, 90, 120, TP_INTERP_NEAREST), TP_OK);
+    cr_assert_eq(tp_augment_add_crop(a, 80, 110, 4), TP_OK);
+    cr_assert_eq(tp_augment_add_flip(a, 0.5), TP_OK);
+    cr_assert_eq(tp_augment_add_vflip(sub[0], 1.0), TP_OK);
+    cr_assert_eq(tp_augment_add_center_crop(sub[1], 70, 100), TP_OK);
+    cr_assert_eq(tp_augment_add_random_order(a, sub, 2), TP_OK);
+    cr_assert_null(sub[0]);
+    cr_assert_eq(tp_augment_add_random_resized_crop(a, 64, 0.5, 1.0, 0.75,
+                                                    1.333, TP_INTERP_NEAREST),
+                 TP_OK);
+    cr_assert_eq(tp_augment_add_brightness(a, 10), TP_OK);
+    tp_rng_t rng;
+    tp_rng_init(&rng, 3, 0);
+    int compared = 0;
+    for (int round = 0; round < 40; round++) {
+        tp_tensor_t img;
+        int64_t shape[3] = {60, 80, 3};
+        cr_assert_eq(tp_tensor_init_zero(&img, TP_UINT8, 3, shape), TP_OK);
+        /* a bright rectangle [30, 50) x [20, 35) */
+        for (int y = 20; y < 35; y++)
+            memset((uint8_t *)img.data + ((size_t)y * 80 + 30) * 3, 255, 20 * 3);
+        int64_t bs[2] = {1, 4}, ps[2] = {1, 2};
+        tp_tensor_t boxes, pts;
+        cr_assert_eq(tp_tensor_init(&boxes, TP_FLOAT32, 2, bs), TP_OK);
+        cr_assert_eq(tp_tensor_init(&pts, TP_FLOAT32, 2, ps), TP_OK);
+        float *b = boxes.data;
+        b[0] = 30, b[1] = 20, b[2] = 50, b[3] = 35;
+        tp_rng_t r2 = rng;
+        tp_tensor_t img2;
+        cr_assert_eq(tp_tensor_copy(&img2, &img), TP_OK);
+        cr_assert_eq(tp_augment_apply_boxes(a, &img, &boxes, &rng), TP_OK,
+                     "%s", tp_last_error());
+        /* the same draws through apply_coords: the box's centre */
+        ((float *)pts.data)[0] = 40, ((float *)pts.data)[1] = 27.5f;
+        cr_assert_eq(tp_augment_apply_coords(a, &img2, &pts, &r2), TP_OK);
+        cr_assert(tp_tensor_equal(&img, &img2));
+        float got[4];
+        s_bright_box(&img, got);
+        if (got[2] <= got[0]) {  /* the crop missed the rectangle */
+            tp_tensor_fini(&img);
+            tp_tensor_fini(&img2);
+            tp_tensor_fini(&boxes);
+            tp_tensor_fini(&pts);
+            continue;
+        }
+        /* boxes are clipped by the crop; compare inside the image */
+        float W = (float)img.shape[1], H = (float)img.shape[0];
+        float want[4] = {b[0] < 0 ? 0 : b[0], b[1] < 0 ? 0 : b[1],
+                         b[2] > W ? W : b[2], b[3] > H ? H : b[3]};
+        for (int k = 0; k < 4; k++)
+            cr_assert(fabsf(got[k] - want[k]) <= 1.01f,
+                      "round %d: box edge %d at %g, the image's at %g", round,
+                      k, want[k], got[k]);
+        compared++;
+        float cx = ((float *)pts.data)[0], cy = ((float *)pts.data)[1];
+        cr_assert(fabsf(cx - (b[0] + b[2]) / 2) < 1e-3f &&
+                  fabsf(cy - (b[1] + b[3]) / 2) < 1e-3f,
+                  "round %d: the centre moved to (%g, %g), the box to %g..%g",
+                  round, cx, cy, b[0], b[2]);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&img2);
+        tp_tensor_fini(&boxes);
+        tp_tensor_fini(&pts);
+    }
+    cr_assert_gt(compared, 20, "only %d of 40 crops kept the rectangle",
+                 compared);
+    tp_augment_destroy(&a);
+}
+
+/* The smaller augmentors: clip, min-max stretch, salt and pepper, JPEG
+ * re-encode, random apply and choice. */
+Test(image, small_augmentors) {
+    tp_rng_t rng;
+    tp_rng_init(&rng, 5, 0);
+    tp_tensor_t t;
+    s_pattern(&t, 16, 16, 3, 0);
+    tp_augment_t *a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_clip(a, 40, 200), TP_OK);
+    cr_assert_eq(tp_augment_add_min_max(a, 0, 255), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    int lo = 255, hi = 0;
+    for (size_t i = 0; i < t.nbytes; i++) {
+        int v = ((uint8_t *)t.data)[i];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    cr_assert(lo == 0 && hi == 255, "stretched to %d..%d", lo, hi);
+    tp_augment_destroy(&a);
+
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_salt_pepper(a, 0.1, 0.1), TP_OK);
+    tp_tensor_t g;
+    int64_t shape[2] = {100, 100};
+    cr_assert_eq(tp_tensor_init(&g, TP_UINT8, 2, shape), TP_OK);
+    memset(g.data, 100, g.nbytes);
+    cr_assert_eq(tp_augment_apply(a, &g, &rng), TP_OK);
+    int white = 0, black = 0;
+    for (size_t i = 0; i < g.nbytes; i++) {
+        white += ((uint8_t *)g.data)[i] == 255;
+        black += ((uint8_t *)g.data)[i] == 0;
+    }
+    cr_assert(white > 850 && white < 1150 && black > 850 && black < 1150,
+              "white %d black %d of 10000 (about 1000 each)", white, black);
+    tp_augment_destroy(&a);
+
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_jpeg_noise(a, 30, 60), TP_OK);
+    tp_tensor_t before;
+    cr_assert_eq(tp_tensor_copy(&before, &t), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    cr_assert(tp_tensor_same_shape(&t, &before));
+    cr_assert(!tp_tensor_equal(&t, &before), "re-encoding changed nothing");
+    tp_augment_destroy(&a);
+
+    /* random-apply with p 0 never runs, random-choice of one always does */
+    a = tp_augment_new();
+    tp_augment_t *sub = tp_augment_new();
+    cr_assert_eq(tp_augment_add_vflip(sub, 1), TP_OK);
+    cr_assert_eq(tp_augment_add_random_apply(a, &sub, 0.0), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    cr_assert_eq(tp_augment_add_random_choice(a, (tp_augment_t *[]){NULL}, 1),
+                 TP_ERR_INVALID);
+    tp_augment_destroy(&a);
+    tp_tensor_fini(&t);
+    tp_tensor_fini(&g);
+    tp_tensor_fini(&before);
 }
