@@ -7,6 +7,8 @@ OpenCV decode the files, numpy and cv2.resize compute the augmentors.
                                 NAME.EXT a NAME.ref (what PIL / OpenCV decode)
   image_ref.py aug OP IN OUT ARGS...   apply augmentor OP to the image IN
                                 with the parameters the test drew, into OUT
+  image_ref.py jobs FILE        the same for each line "OP IN OUT ARGS..." of
+                                FILE (one interpreter for many checks)
 
 Raw images (.ref, .bin): a text line "H W C\n", then H*W*C bytes.
 Exit status 77: a module is missing (the test skips).
@@ -178,6 +180,13 @@ def aug(op, src, dst, args):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "gen":
         gen(sys.argv[2])
+        sys.exit(0)
+    if len(sys.argv) == 3 and sys.argv[1] == "jobs":
+        # one augmentor reference a line: OP IN OUT ARGS...
+        for line in open(sys.argv[2]):
+            w = line.split()
+            if w and aug(w[0], w[1], w[2], w[3:]) != 0:
+                sys.exit(1)
         sys.exit(0)
     if len(sys.argv) >= 5 and sys.argv[1] == "aug":
         sys.exit(aug(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]))

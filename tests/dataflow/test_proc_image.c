@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <towerpack/image.h>
@@ -33,9 +34,12 @@ static const char *s_py;
 
 static void s_setup(void) {
     s_py = s_python();
-    if (!s_py)
-        return;
     snprintf(s_dir, sizeof s_dir, "/tmp/tp_image_ref_%d", (int)getpid());
+    cr_assert_eq(mkdir(s_dir, 0755), 0);
+}
+
+/* The test images and what PIL / OpenCV decode from them. */
+static void s_gen(void) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s %s gen %s", s_py, REF_PY, s_dir);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
@@ -122,9 +126,15 @@ static void s_check(const char *file, const char *ref, tp_image_mode_t mode,
 
 TestSuite(proc_image, .init = s_setup, .fini = s_teardown);
 
-/* PNG: exactly PIL's pixels, in every colour type libpng expands. */
-Test(proc_image, png_equals_pil) {
+/* PNG: exactly PIL's pixels, in every colour type libpng expands. JPEG:
+ * PIL's pixels (both on libjpeg-turbo's accurate IDCT; libjpeg-turbo
+ * documents SIMD and C paths as agreeing to within 1), also DCT-scaled (a
+ * 320x240 JPEG asked for a short side >= 60 is decoded at 1/4, as PIL's
+ * draft mode decodes it) and turned by its EXIF orientation as PIL's
+ * exif_transpose. One test: the references come from one interpreter. */
+Test(proc_image, decoders_equal_pil_and_opencv) {
     NEED_PY();
+    s_gen();
     s_check("grey.png", "grey", TP_IMAGE_ANY, 0, 0);
     s_check("rgb.png", "rgb", TP_IMAGE_ANY, 0, 0);
     s_check("rgba.png", "rgba", TP_IMAGE_ANY, 0, 0);
@@ -135,30 +145,13 @@ Test(proc_image, png_equals_pil) {
     s_check("grey.png", "grey_as_rgb", TP_IMAGE_RGB, 0, 0);
     s_check("rgba.png", "rgba_as_rgb", TP_IMAGE_RGB, 0, 0);
     s_check("png_named.jpg", "png_named", TP_IMAGE_ANY, 0, 0);
-}
-
-/* JPEG: PIL's pixels (both on libjpeg-turbo's accurate IDCT); libjpeg-turbo
- * documents SIMD and C paths as agreeing to within 1. */
-Test(proc_image, jpeg_equals_pil) {
-    NEED_PY();
     s_check("q90.jpg", "q90", TP_IMAGE_ANY, 0, 1);
     s_check("q95_444.jpg", "q95_444", TP_IMAGE_ANY, 0, 1);
     s_check("q75_422.jpg", "q75_422", TP_IMAGE_ANY, 0, 1);
     s_check("grey.jpg", "grey_jpg", TP_IMAGE_ANY, 0, 1);
     s_check("prog.jpg", "prog", TP_IMAGE_ANY, 0, 1);
     s_check("q90.jpg", "q90_as_grey", TP_IMAGE_GREY, 0, 1);
-}
-
-/* DCT-domain scaling: a 320x240 JPEG asked for a short side >= 60 is
- * decoded at 1/4, as PIL's draft mode decodes it. */
-Test(proc_image, jpeg_dct_scaling_equals_pil_draft) {
-    NEED_PY();
     s_check("big.jpg", "big_quarter", TP_IMAGE_RGB, 60, 1);
-}
-
-/* The eight EXIF orientations come out as PIL's exif_transpose. */
-Test(proc_image, exif_orientation_equals_pil) {
-    NEED_PY();
     for (int o = 1; o <= 8; o++) {
         char f[32], r[32];
         snprintf(f, sizeof f, "exif%d.jpg", o);
@@ -169,30 +162,82 @@ Test(proc_image, exif_orientation_equals_pil) {
 
 /* ---- augmentors against numpy / cv2 ------------------------------------------ */
 
-/* Apply `aug` to a test image with rng seeded (7, 0), run the reference
- * `op` with args, and compare (at most tol apart). */
+/* Augmentor checks are queued (the image, our result, the reference's
+ * command line) and run by one interpreter in s_aug_run. */
+typedef struct {
+    char op[32];
+    tp_tensor_t got;
+    int tol;
+    char args[160];
+} job_t;
+static job_t s_jobs[16];
+static int s_njobs;
+
+/* A photo-like 45x61 RGB test image, the same every time. */
+static void s_photo(tp_tensor_t *t) {
+    int64_t shape[3] = {45, 61, 3};
+    cr_assert_eq(tp_tensor_init(t, TP_UINT8, 3, shape), TP_OK);
+    uint8_t *p = t->data;
+    tp_rng_t r;
+    tp_rng_init(&r, 11, 0);
+    for (int y = 0; y < 45; y++)
+        for (int x = 0; x < 61; x++) {
+            double v[3] = {128 + 100 * sin(x / 7.0), 128 + 100 * cos(y / 5.0),
+                           (x * 3 + y * 2) % 256};
+            for (int c = 0; c < 3; c++) {
+                double n = v[c] + 12 * tp_rng_normal(&r);
+                p[(y * 61 + x) * 3 + c] =
+                    (uint8_t)(n < 0 ? 0 : n > 255 ? 255 : n);
+            }
+        }
+}
+
+/* Apply `aug` to the test image with rng seeded (7, 0) and queue the
+ * reference `op` with `args` (at most tol apart). */
 static void s_aug_check(tp_augment_t *aug, const char *op, const char *args,
                         int tol) {
-    char in[512], out[512], cmd[2048];
-    snprintf(in, sizeof in, "%s/q95_444.ref", s_dir);
-    tp_tensor_t img, want;
-    s_read_raw(in, &img);
-    snprintf(in, sizeof in, "%s/aug_in.bin", s_dir);
-    snprintf(out, sizeof out, "%s/aug_out.bin", s_dir);
-    s_write_raw(in, &img);
+    cr_assert_lt(s_njobs, 16);
+    job_t *j = &s_jobs[s_njobs++];
+    snprintf(j->op, sizeof j->op, "%s", op);
+    snprintf(j->args, sizeof j->args, "%s", args);
+    j->tol = tol;
+    s_photo(&j->got);
     tp_rng_t rng;
     tp_rng_init(&rng, 7, 0);
-    cr_assert_eq(tp_augment_apply(aug, &img, &rng), TP_OK, "%s: %s", op,
+    cr_assert_eq(tp_augment_apply(aug, &j->got, &rng), TP_OK, "%s: %s", op,
                  tp_last_error());
-    snprintf(cmd, sizeof cmd, "%s %s aug %s %s %s %s", s_py, REF_PY, op, in,
-             out, args);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    s_read_raw(out, &want);
-    int d = s_maxdiff(&img, &want, op);
-    cr_assert(d <= tol, "%s (%s): largest difference from the reference %d "
-              "(> %d)", op, args, d, tol);
+}
+
+/* Run the queued references in one interpreter and compare. */
+static void s_aug_run(void) {
+    char in[512], jobs[512], cmd[1200];
+    snprintf(in, sizeof in, "%s/aug_in.bin", s_dir);
+    snprintf(jobs, sizeof jobs, "%s/jobs.txt", s_dir);
+    tp_tensor_t img;
+    s_photo(&img);
+    s_write_raw(in, &img);
     tp_tensor_fini(&img);
-    tp_tensor_fini(&want);
+    FILE *f = fopen(jobs, "w");
+    cr_assert(f);
+    for (int i = 0; i < s_njobs; i++)
+        fprintf(f, "%s %s %s/aug_out%d.bin %s\n", s_jobs[i].op, in, s_dir, i,
+                s_jobs[i].args);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s %s jobs %s", s_py, REF_PY, jobs);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    for (int i = 0; i < s_njobs; i++) {
+        char out[600];
+        snprintf(out, sizeof out, "%s/aug_out%d.bin", s_dir, i);
+        tp_tensor_t want;
+        s_read_raw(out, &want);
+        int d = s_maxdiff(&s_jobs[i].got, &want, s_jobs[i].op);
+        cr_assert(d <= s_jobs[i].tol, "%s (%s): largest difference from the "
+                  "reference %d (> %d)", s_jobs[i].op, s_jobs[i].args, d,
+                  s_jobs[i].tol);
+        tp_tensor_fini(&want);
+        tp_tensor_fini(&s_jobs[i].got);
+    }
+    s_njobs = 0;
 }
 
 Test(proc_image, resize_equals_cv2) {
@@ -212,6 +257,7 @@ Test(proc_image, resize_equals_cv2) {
     cr_assert_eq(tp_augment_add_resize(a, 30, 20, TP_INTERP_NEAREST), TP_OK);
     s_aug_check(a, "resize", "30 20 0", 0);
     tp_augment_destroy(&a);
+    s_aug_run();
 }
 
 /* GoogleNetRandomCropAndResize: the rectangle tensorpack's algorithm draws
@@ -248,6 +294,7 @@ Test(proc_image, random_resized_crop_equals_reference) {
         s_aug_check(a, "crop-resize", args, 1);
         tp_augment_destroy(&a);
     }
+    s_aug_run();
 }
 
 Test(proc_image, crops_and_flips_equal_numpy) {
@@ -264,6 +311,7 @@ Test(proc_image, crops_and_flips_equal_numpy) {
     cr_assert_eq(tp_augment_add_flip(a, 1.0), TP_OK);
     s_aug_check(a, "hflip", "", 0);
     tp_augment_destroy(&a);
+    s_aug_run();
 }
 
 /* The colour augmentors: the factor each draws from rng (7, 0), then the
@@ -327,4 +375,5 @@ Test(proc_image, colour_augmentors_equal_numpy) {
     cr_assert_eq(tp_augment_add_grey(a, 1.0), TP_OK);
     s_aug_check(a, "grey", "", 0);
     tp_augment_destroy(&a);
+    s_aug_run();
 }
