@@ -21,7 +21,7 @@ typedef enum {
     IA_RESIZE, IA_RESIZE_SHORT, IA_RANDOM_RESIZE_SHORT, IA_CENTER_CROP,
     IA_RRC, IA_VFLIP, IA_BRIGHTNESS, IA_CONTRAST, IA_SATURATION,
     IA_LIGHTING, IA_GREY, IA_NOISE, IA_BRIGHTNESS_SCALE, IA_CLIP, IA_MINMAX,
-    IA_SALT_PEPPER, IA_JPEG
+    IA_SALT_PEPPER, IA_JPEG, IA_ROTATE, IA_BLUR, IA_MEANVAR
 } ia_kind_t;
 
 typedef struct {
@@ -178,6 +178,110 @@ static void s_short_size(int H, int W, int size, int *oh, int *ow) {
         *ow = 1;
 }
 
+/* ---- warps and filters ---------------------------------------------------------------- */
+
+/* dst(x, y) = src(M^-1 (x, y)) for the 2x3 matrix m (OpenCV's warpAffine:
+ * m maps source pixel centres to destination ones), bilinear, the border
+ * replicated. The image keeps its size. */
+static tp_status_t s_warp(tp_tensor_t *t, const double *m) {
+    int H = (int)t->shape[0], W = (int)t->shape[1];
+    int C = t->ndim == 3 ? (int)t->shape[2] : 1;
+    double det = m[0] * m[4] - m[1] * m[3];
+    if (fabs(det) < 1e-12)
+        return tp_error(TP_ERR_INVALID, "imgaug warp: singular matrix");
+    /* the inverse map */
+    double i0 = m[4] / det, i1 = -m[1] / det, i3 = -m[3] / det, i4 = m[0] / det;
+    double i2 = -(i0 * m[2] + i1 * m[5]), i5 = -(i3 * m[2] + i4 * m[5]);
+    tp_tensor_t o;
+    TP_TRY(tp_tensor_init(&o, TP_UINT8, t->ndim, t->shape));
+    const uint8_t *src = t->data;
+    uint8_t *dst = o.data;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            double sx = i0 * x + i1 * y + i2, sy = i3 * x + i4 * y + i5;
+            double fx = floor(sx), fy = floor(sy);
+            double ax = sx - fx, ay = sy - fy;
+            int x0 = (int)(fx < -1 ? -1 : fx > W ? W : fx);
+            int y0 = (int)(fy < -1 ? -1 : fy > H ? H : fy);
+            int xs[2] = {x0 < 0 ? 0 : x0 >= W ? W - 1 : x0,
+                         x0 + 1 < 0 ? 0 : x0 + 1 >= W ? W - 1 : x0 + 1};
+            int ys[2] = {y0 < 0 ? 0 : y0 >= H ? H - 1 : y0,
+                         y0 + 1 < 0 ? 0 : y0 + 1 >= H ? H - 1 : y0 + 1};
+            for (int c = 0; c < C; c++) {
+                double v00 = src[((size_t)ys[0] * W + xs[0]) * C + c];
+                double v01 = src[((size_t)ys[0] * W + xs[1]) * C + c];
+                double v10 = src[((size_t)ys[1] * W + xs[0]) * C + c];
+                double v11 = src[((size_t)ys[1] * W + xs[1]) * C + c];
+                double v = (v00 * (1 - ax) + v01 * ax) * (1 - ay) +
+                           (v10 * (1 - ax) + v11 * ax) * ay;
+                dst[((size_t)y * W + x) * C + c] = s_u8(v);
+            }
+        }
+    tp_tensor_fini(t);
+    tp_tensor_move(t, &o);
+    return TP_OK;
+}
+
+/* OpenCV's getGaussianKernel: its fixed small kernels for sigma <= 0 and
+ * sizes up to 7, else sampled and normalised. k odd, <= 31. */
+static void s_gauss_kernel(int k, double sigma, double *w) {
+    static const double small[4][7] = {
+        {1}, {0.25, 0.5, 0.25}, {0.0625, 0.25, 0.375, 0.25, 0.0625},
+        {0.03125, 0.109375, 0.21875, 0.28125, 0.21875, 0.109375, 0.03125}};
+    if (sigma <= 0 && k <= 7) {
+        memcpy(w, small[k / 2], sizeof(double) * (size_t)k);
+        return;
+    }
+    if (sigma <= 0)
+        sigma = 0.3 * ((k - 1) * 0.5 - 1) + 0.8;
+    double sum = 0;
+    for (int i = 0; i < k; i++) {
+        double d = i - (k - 1) * 0.5;
+        w[i] = exp(-d * d / (2 * sigma * sigma));
+        sum += w[i];
+    }
+    for (int i = 0; i < k; i++)
+        w[i] /= sum;
+}
+
+/* Separable blur with kernels kx (rows) and ky (columns), border
+ * replicated (cv2.GaussianBlur(..., borderType=BORDER_REPLICATE)). */
+static tp_status_t s_blur(tp_tensor_t *t, int kx, const double *wx, int ky,
+                          const double *wy) {
+    int H = (int)t->shape[0], W = (int)t->shape[1];
+    int C = t->ndim == 3 ? (int)t->shape[2] : 1;
+    size_t n = (size_t)H * W * C;
+    float *tmp = malloc(n * sizeof *tmp);
+    if (!tmp)
+        return tp_error(TP_ERR_NOMEM, "imgaug gaussian-blur");
+    TP_TRY(tp_df_tensor_make_writable(t));
+    uint8_t *p = t->data;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < C; c++) {
+                double v = 0;
+                for (int i = 0; i < kx; i++) {
+                    int sx = x + i - kx / 2;
+                    sx = sx < 0 ? 0 : sx >= W ? W - 1 : sx;
+                    v += wx[i] * p[((size_t)y * W + sx) * C + c];
+                }
+                tmp[((size_t)y * W + x) * C + c] = (float)v;
+            }
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < C; c++) {
+                double v = 0;
+                for (int i = 0; i < ky; i++) {
+                    int sy = y + i - ky / 2;
+                    sy = sy < 0 ? 0 : sy >= H ? H - 1 : sy;
+                    v += wy[i] * tmp[((size_t)sy * W + x) * C + c];
+                }
+                p[((size_t)y * W + x) * C + c] = s_u8(v);
+            }
+    free(tmp);
+    return TP_OK;
+}
+
 /* ---- the augmentors ---------------------------------------------------------------- */
 
 /* luma as cv2's RGB2GRAY on floats: 0.299 R + 0.587 G + 0.114 B */
@@ -202,7 +306,8 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         "resize", "resize-short", "random-resize-short", "center-crop",
         "random-resized-crop", "vflip", "brightness", "contrast",
         "saturation", "lighting", "grey", "noise", "brightness-scale", "clip",
-        "min-max", "salt-pepper", "jpeg-noise"};
+        "min-max", "salt-pepper", "jpeg-noise", "rotation", "gaussian-blur",
+        "mean-var"};
     TP_TRY(s_geom(t, names[a->kind], &H, &W, &C));
     uint8_t lut[256];
     switch (a->kind) {
@@ -341,6 +446,54 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
             return rc;
         tp_tensor_fini(t);
         tp_tensor_move(t, &d);
+        return TP_OK;
+    }
+    case IA_ROTATE: {  /* Rotation(max_deg, center_range), border replicated */
+        double cx = W * (a->a + (a->b - a->a) * tp_rng_double(rng));
+        double cy = H * (a->a + (a->b - a->a) * tp_rng_double(rng));
+        double deg = -a->c + 2 * a->c * tp_rng_double(rng);
+        /* cv2.getRotationMatrix2D(center - 0.5, deg, 1) */
+        double r = deg * 3.14159265358979323846 / 180, al = cos(r), be = sin(r);
+        cx -= 0.5;
+        cy -= 0.5;
+        double m[6] = {al, be, (1 - al) * cx - be * cy,
+                       -be, al, be * cx + (1 - al) * cy};
+        for (size_t i = 0; i < npts; i++) {  /* tensorpack: coords . M^T */
+            double x = xy[2 * i], y = xy[2 * i + 1];
+            xy[2 * i] = (float)(m[0] * x + m[1] * y + m[2]);
+            xy[2 * i + 1] = (float)(m[3] * x + m[4] * y + m[5]);
+        }
+        return s_warp(t, m);
+    }
+    case IA_BLUR: {  /* GaussianBlur(size_range, sigma_range, symmetric) */
+        int kx = (a->lo + (int)tp_rng_below(rng, (uint64_t)(a->hi - a->lo))) * 2 + 1;
+        int ky = (a->lo + (int)tp_rng_below(rng, (uint64_t)(a->hi - a->lo))) * 2 + 1;
+        double sx = a->a + (a->b - a->a) * tp_rng_double(rng);
+        double sy = a->a + (a->b - a->a) * tp_rng_double(rng);
+        (void)ky;
+        (void)sy;
+        double w[31];
+        s_gauss_kernel(kx, sx, w);  /* symmetric: x's size and sigma */
+        return s_blur(t, kx, w, kx, w);
+    }
+    case IA_MEANVAR: {  /* MeanVarianceNormalize(all_channel=True) */
+        const uint8_t *p = t->data;
+        double sum = 0, sq = 0;
+        for (size_t i = 0; i < t->nbytes; i++) {
+            sum += p[i];
+            sq += (double)p[i] * p[i];
+        }
+        double n = (double)t->nbytes, mean = sum / n;
+        double var = sq / n - mean * mean;
+        double sd = sqrt(var > 0 ? var : 0), lo = 1 / sqrt(n);
+        sd = sd > lo ? sd : lo;
+        tp_tensor_t o;
+        TP_TRY(tp_tensor_init(&o, TP_FLOAT32, t->ndim, t->shape));
+        float *d = o.data;
+        for (size_t i = 0; i < t->nbytes; i++)
+            d[i] = (float)((p[i] - mean) / sd);
+        tp_tensor_fini(t);
+        tp_tensor_move(t, &o);
         return TP_OK;
     }
     case IA_CONTRAST: {  /* Contrast(rgb=True): (x - mean) r + mean */
@@ -731,4 +884,33 @@ tp_status_t tp_augment_apply_boxes(const tp_augment_t *self, tp_tensor_t *t,
     }
     free(pts);
     return rc;
+}
+
+tp_status_t tp_augment_add_rotation(tp_augment_t *self, double max_deg,
+                                    double center_lo, double center_hi) {
+    if (!(max_deg >= 0 && max_deg <= 180) ||
+        !(center_lo >= 0 && center_lo <= center_hi && center_hi <= 1))
+        return tp_error(TP_ERR_INVALID, "imgaug rotation: max %g degrees "
+                        "(0..180), centre %g..%g (in [0,1])", max_deg,
+                        center_lo, center_hi);
+    ia_t a = {.kind = IA_ROTATE, .a = center_lo, .b = center_hi, .c = max_deg};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_gaussian_blur(tp_augment_t *self, int size_lo,
+                                         int size_hi, double sigma_lo,
+                                         double sigma_hi) {
+    if (size_lo < 0 || size_hi > 16 || size_lo >= size_hi ||
+        !(sigma_lo >= 0 && sigma_lo <= sigma_hi && sigma_hi < 100))
+        return tp_error(TP_ERR_INVALID, "imgaug gaussian-blur: size %d..%d "
+                        "(0 <= lo < hi <= 16), sigma %g..%g", size_lo, size_hi,
+                        sigma_lo, sigma_hi);
+    ia_t a = {.kind = IA_BLUR, .lo = size_lo, .hi = size_hi, .a = sigma_lo,
+              .b = sigma_hi};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_mean_var(tp_augment_t *self) {
+    ia_t a = {.kind = IA_MEANVAR};
+    return s_add(self, &a);
 }

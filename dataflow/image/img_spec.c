@@ -366,6 +366,21 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
             return tp_error(TP_ERR_INVALID, "imgaug: jpeg-noise=QLO:QHI");
         return tp_augment_add_jpeg_noise(m->aug, (int)n[0], (int)n[1]);
     }
+    if (!strcmp(key, "rotation")) {
+        TP_TRY(s_nums("rotation", value, n, 3, &k));
+        return tp_augment_add_rotation(m->aug, n[0], k == 3 ? n[1] : 0,
+                                       k == 3 ? n[2] : 1);
+    }
+    if (!strcmp(key, "gaussian-blur")) {
+        TP_TRY(s_nums("gaussian-blur", value, n, 4, &k));
+        if (k != 2 && k != 4)
+            return tp_error(TP_ERR_INVALID, "imgaug: gaussian-blur=KLO:KHI"
+                            "[:SIGMA_LO:SIGMA_HI]");
+        return tp_augment_add_gaussian_blur(m->aug, (int)n[0], (int)n[1],
+                                            k == 4 ? n[2] : 0, k == 4 ? n[3] : 0);
+    }
+    if (!strcmp(key, "mean-var"))
+        return tp_augment_add_mean_var(m->aug);
     if (!strcmp(key, "mean")) {
         TP_TRY(s_nums("mean", value, n, 16, &k));
         for (int i = 0; i < k; i++)
@@ -391,7 +406,8 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
                     "resize-short, random-resize-short, center-crop, "
                     "random-crop, random-resized-crop, flip, vflip, "
                     "brightness, brightness-scale, contrast, saturation, lighting, grey, noise, "
-                    "clip, min-max, salt-pepper, jpeg-noise, "
+                    "clip, min-max, salt-pepper, jpeg-noise, rotation, gaussian-blur, "
+                    "mean-var, "
                     "mean= then std=, interp=, component=)", key);
 }
 

@@ -171,6 +171,21 @@ tp_status_t tp_augment_add_salt_pepper(tp_augment_t *self, double white,
  * grey or RGB). */
 tp_status_t tp_augment_add_jpeg_noise(tp_augment_t *self, int qlo, int qhi);
 
+/* Rotate by U(-max_deg, max_deg) degrees about a centre drawn uniformly in
+ * [lo, hi] of the width and height (Rotation; bilinear, border replicated,
+ * the size kept). Points move by the same matrix. */
+tp_status_t tp_augment_add_rotation(tp_augment_t *self, double max_deg,
+                                    double center_lo, double center_hi);
+/* Gaussian blur, window 2 k + 1 with k drawn from [size_lo, size_hi) and
+ * sigma from [sigma_lo, sigma_hi] (0: OpenCV's default for the size)
+ * (GaussianBlur, symmetric; border replicated). */
+tp_status_t tp_augment_add_gaussian_blur(tp_augment_t *self, int size_lo,
+                                         int size_hi, double sigma_lo,
+                                         double sigma_hi);
+/* (x - mean) / max(std, 1/sqrt(N)) over the whole image, to float32
+ * (MeanVarianceNormalize, all_channel=True). */
+tp_status_t tp_augment_add_mean_var(tp_augment_t *self);
+
 /* Apply the chain *sub (taken; *sub nulled) with probability `prob`
  * (RandomApplyAug). */
 tp_status_t tp_augment_add_random_apply(tp_augment_t *self, tp_augment_t **sub,

@@ -165,6 +165,18 @@ def aug(op, src, dst, args):
         out = rnd(f * v[0] + g * (1 - v[0]))
     elif op == "lighting":  # v: the three per-channel increments
         out = rnd(f + np.array(v[:3]).reshape(1, 1, 3))
+    elif op == "rotation":  # cx cy deg: tensorpack's Rotation matrix, cv2's warp
+        cx, cy, deg = v
+        m = cv2.getRotationMatrix2D((cx - 0.5, cy - 0.5), deg, 1)
+        out = cv2.warpAffine(img, m, img.shape[1::-1], flags=cv2.INTER_LINEAR,
+                             borderMode=cv2.BORDER_REPLICATE)
+    elif op == "gaussian-blur":  # k sigma
+        k, sig = int(v[0]), v[1]
+        out = cv2.GaussianBlur(img, (k, k), sigmaX=sig, sigmaY=sig,
+                               borderType=cv2.BORDER_REPLICATE)
+    elif op == "mean-var":  # float32 out: compared after x * 16 + 128
+        m, sd = f.mean(), max(f.std(), 1.0 / np.sqrt(f.size))
+        out = rnd((f - m) / sd * 16 + 128)
     elif op == "grey":
         g = rnd(grey_of(img))[..., None]
         out = np.repeat(g, 3, axis=2)

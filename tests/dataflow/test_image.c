@@ -501,6 +501,7 @@ Test(image, coords_and_boxes_follow_the_image) {
     tp_augment_t *a = tp_augment_new();
     tp_augment_t *sub[2] = {tp_augment_new(), tp_augment_new()};
     cr_assert_eq(tp_augment_add_resize(a, 90, 120, TP_INTERP_NEAREST), TP_OK);
+    cr_assert_eq(tp_augment_add_rotation(a, 20, 0.4, 0.6), TP_OK);
     cr_assert_eq(tp_augment_add_crop(a, 80, 110, 4), TP_OK);
     cr_assert_eq(tp_augment_add_flip(a, 0.5), TP_OK);
     cr_assert_eq(tp_augment_add_vflip(sub[0], 1.0), TP_OK);
@@ -545,12 +546,21 @@ Test(image, coords_and_boxes_follow_the_image) {
             tp_tensor_fini(&pts);
             continue;
         }
-        /* boxes are clipped by the crop; compare inside the image */
+        /* compare when the moved box lies inside the image: a crop that
+         * cut the (turned) rectangle leaves a smaller bright region */
         float W = (float)img.shape[1], H = (float)img.shape[0];
-        float want[4] = {b[0] < 0 ? 0 : b[0], b[1] < 0 ? 0 : b[1],
-                         b[2] > W ? W : b[2], b[3] > H ? H : b[3]};
+        float want[4] = {b[0], b[1], b[2], b[3]};
+        if (b[0] < 0 || b[1] < 0 || b[2] > W || b[3] > H) {
+            tp_tensor_fini(&img);
+            tp_tensor_fini(&img2);
+            tp_tensor_fini(&boxes);
+            tp_tensor_fini(&pts);
+            continue;
+        }
+        /* a pixel of rounding, and the rotation's half-pixel centre
+         * (tensorpack turns pixel-edge points by its pixel-centre matrix) */
         for (int k = 0; k < 4; k++)
-            cr_assert(fabsf(got[k] - want[k]) <= 1.01f,
+            cr_assert(fabsf(got[k] - want[k]) <= 1.75f,
                       "round %d: box edge %d at %g, the image's at %g", round,
                       k, want[k], got[k]);
         compared++;
@@ -564,7 +574,7 @@ Test(image, coords_and_boxes_follow_the_image) {
         tp_tensor_fini(&boxes);
         tp_tensor_fini(&pts);
     }
-    cr_assert_gt(compared, 20, "only %d of 40 crops kept the rectangle",
+    cr_assert_gt(compared, 10, "only %d of 40 crops kept the rectangle",
                  compared);
     tp_augment_destroy(&a);
 }

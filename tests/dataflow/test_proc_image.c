@@ -377,3 +377,56 @@ Test(proc_image, colour_augmentors_equal_numpy) {
     tp_augment_destroy(&a);
     s_aug_run();
 }
+
+/* Rotation (tensorpack's matrix, OpenCV's warpAffine: which quantises
+ * source positions to 1/32 pixel, so within 3 on this noisy image),
+ * Gaussian blur (cv2.GaussianBlur), per-image mean-variance normalisation
+ * (numpy). */
+Test(proc_image, warps_and_filters_equal_cv2) {
+    NEED_PY();
+    tp_rng_t r;
+    char args[128];
+    tp_augment_t *a;
+
+    tp_rng_init(&r, 7, 0);
+    double cx = 61 * tp_rng_double(&r), cy = 45 * tp_rng_double(&r);
+    double deg = -30 + 60 * tp_rng_double(&r);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_rotation(a, 30, 0, 1), TP_OK);
+    snprintf(args, sizeof args, "%.17g %.17g %.17g", cx, cy, deg);
+    s_aug_check(a, "rotation", args, 3);
+    tp_augment_destroy(&a);
+
+    for (int lo = 1; lo <= 3; lo++) {
+        tp_rng_init(&r, 7, 0);
+        int k = (lo + (int)tp_rng_below(&r, 1)) * 2 + 1;
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_gaussian_blur(a, lo, lo + 1, 0, 0), TP_OK);
+        snprintf(args, sizeof args, "%d 0", k);
+        s_aug_check(a, "gaussian-blur", args, 1);
+        tp_augment_destroy(&a);
+    }
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_gaussian_blur(a, 2, 3, 1.5, 1.5), TP_OK);
+    s_aug_check(a, "gaussian-blur", "5 1.5", 1);
+    tp_augment_destroy(&a);
+
+    /* float32 out: compared on the scale x * 16 + 128, rounded */
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_mean_var(a), TP_OK);
+    s_aug_check(a, "mean-var", "", 1);
+    tp_augment_destroy(&a);
+    job_t *j = &s_jobs[s_njobs - 1];
+    cr_assert_eq(j->got.dtype, TP_FLOAT32);
+    tp_tensor_t u8;
+    cr_assert_eq(tp_tensor_init(&u8, TP_UINT8, j->got.ndim, j->got.shape),
+                 TP_OK);
+    const float *fp = j->got.data;
+    for (size_t i = 0; i < u8.nbytes; i++) {
+        double v = floor(fp[i] * 16.0 + 128 + 0.5);
+        ((uint8_t *)u8.data)[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    tp_tensor_fini(&j->got);
+    tp_tensor_move(&j->got, &u8);
+    s_aug_run();
+}
