@@ -21,7 +21,8 @@ typedef enum {
     IA_RESIZE, IA_RESIZE_SHORT, IA_RANDOM_RESIZE_SHORT, IA_CENTER_CROP,
     IA_RRC, IA_VFLIP, IA_BRIGHTNESS, IA_CONTRAST, IA_SATURATION,
     IA_LIGHTING, IA_GREY, IA_NOISE, IA_BRIGHTNESS_SCALE, IA_CLIP, IA_MINMAX,
-    IA_SALT_PEPPER, IA_JPEG, IA_ROTATE, IA_BLUR, IA_MEANVAR
+    IA_SALT_PEPPER, IA_JPEG, IA_ROTATE, IA_BLUR, IA_MEANVAR,
+    IA_AFFINE
 } ia_kind_t;
 
 typedef struct {
@@ -30,6 +31,8 @@ typedef struct {
     tp_interp_t interp;
     double a, b, c, d;           /* the kind's numbers (see the adders) */
     float eigval[3], eigvec[9];  /* lighting */
+    double scale[2], frac[2], shear; /* affine (rotation max in c) */
+    int has_scale, has_frac;
 } ia_t;
 
 static tp_status_t s_geom(const tp_tensor_t *t, const char *who, int *H,
@@ -307,7 +310,7 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         "random-resized-crop", "vflip", "brightness", "contrast",
         "saturation", "lighting", "grey", "noise", "brightness-scale", "clip",
         "min-max", "salt-pepper", "jpeg-noise", "rotation", "gaussian-blur",
-        "mean-var"};
+        "mean-var", "affine"};
     TP_TRY(s_geom(t, names[a->kind], &H, &W, &C));
     uint8_t lut[256];
     switch (a->kind) {
@@ -459,6 +462,43 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         double m[6] = {al, be, (1 - al) * cx - be * cy,
                        -be, al, be * cx + (1 - al) * cy};
         for (size_t i = 0; i < npts; i++) {  /* tensorpack: coords . M^T */
+            double x = xy[2 * i], y = xy[2 * i + 1];
+            xy[2 * i] = (float)(m[0] * x + m[1] * y + m[2]);
+            xy[2 * i + 1] = (float)(m[3] * x + m[4] * y + m[5]);
+        }
+        return s_warp(t, m);
+    }
+    case IA_AFFINE: {  /* Affine(scale, translate_frac, rotate_max_deg, shear) */
+        double sc = 1, dx = 0, dy = 0, ss = 0, cs = 1;
+        if (a->has_scale)
+            sc = a->scale[0] + (a->scale[1] - a->scale[0]) * tp_rng_double(rng);
+        if (a->has_frac) {
+            double mx = a->frac[0] * W, my = a->frac[1] * H;
+            dx = rint(-mx + 2 * mx * tp_rng_double(rng));  /* np.round */
+            dy = rint(-my + 2 * my * tp_rng_double(rng));
+        }
+        if (a->shear > 0) {
+            double sh = (-a->shear + 2 * a->shear * tp_rng_double(rng)) *
+                        3.14159265358979323846 / 180;
+            ss = sin(sh);
+            cs = cos(sh);
+        }
+        double deg = -a->c + 2 * a->c * tp_rng_double(rng);
+        double cx = W * 0.5 - 0.5, cy = H * 0.5 - 0.5;
+        double r = deg * 3.14159265358979323846 / 180;
+        double al = sc * cos(r), be = sc * sin(r);
+        double m[6] = {al, be, (1 - al) * cx - be * cy,
+                       -be, al, be * cx + (1 - al) * cy};
+        if (a->shear > 0) {
+            double m00 = m[0], m01 = m[1], m10 = m[3], m11 = m[4];
+            m[1] = m01 * cs + m00 * ss;
+            m[4] = m11 * cs + m10 * ss;
+            m[2] = cx * (1 - m00) - cy * m[1];
+            m[5] = -cx * m10 + cy * (1 - m[4]);
+        }
+        m[2] += dx;
+        m[5] += dy;
+        for (size_t i = 0; i < npts; i++) {
             double x = xy[2 * i], y = xy[2 * i + 1];
             xy[2 * i] = (float)(m[0] * x + m[1] * y + m[2]);
             xy[2 * i + 1] = (float)(m[3] * x + m[4] * y + m[5]);
@@ -912,5 +952,30 @@ tp_status_t tp_augment_add_gaussian_blur(tp_augment_t *self, int size_lo,
 
 tp_status_t tp_augment_add_mean_var(tp_augment_t *self) {
     ia_t a = {.kind = IA_MEANVAR};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_affine(tp_augment_t *self, const double *scale,
+                                  const double *translate_frac,
+                                  double rotate_max_deg, double shear) {
+    if ((scale && !(scale[0] > 0 && scale[0] <= scale[1] && scale[1] < 100)) ||
+        (translate_frac && !(translate_frac[0] >= 0 && translate_frac[0] <= 1 &&
+                             translate_frac[1] >= 0 && translate_frac[1] <= 1)) ||
+        !(rotate_max_deg >= 0 && rotate_max_deg <= 180) ||
+        !(shear >= 0 && shear < 90))
+        return tp_error(TP_ERR_INVALID, "imgaug affine: scale in (0, 100), "
+                        "translation fractions in [0, 1], rotation 0..180, "
+                        "shear 0..90 degrees");
+    ia_t a = {.kind = IA_AFFINE, .c = rotate_max_deg, .shear = shear};
+    if (scale) {
+        a.has_scale = 1;
+        a.scale[0] = scale[0];
+        a.scale[1] = scale[1];
+    }
+    if (translate_frac) {
+        a.has_frac = 1;
+        a.frac[0] = translate_frac[0];
+        a.frac[1] = translate_frac[1];
+    }
     return s_add(self, &a);
 }

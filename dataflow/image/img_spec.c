@@ -379,6 +379,19 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
         return tp_augment_add_gaussian_blur(m->aug, (int)n[0], (int)n[1],
                                             k == 4 ? n[2] : 0, k == 4 ? n[3] : 0);
     }
+    if (!strcmp(key, "shift")) {  /* Affine(translate_frac=(FX, FY)) */
+        TP_TRY(s_nums("shift", value, n, 2, &k));
+        double f[2] = {n[0], k == 2 ? n[1] : n[0]};
+        return tp_augment_add_affine(m->aug, NULL, f, 0, 0);
+    }
+    if (!strcmp(key, "affine")) {  /* SLO:SHI:FX:FY:DEG:SHEAR */
+        TP_TRY(s_nums("affine", value, n, 6, &k));
+        if (k != 6)
+            return tp_error(TP_ERR_INVALID, "imgaug: affine=SCALE_LO:SCALE_HI:"
+                            "FRAC_X:FRAC_Y:MAX_DEG:SHEAR");
+        double sc[2] = {n[0], n[1]}, f[2] = {n[2], n[3]};
+        return tp_augment_add_affine(m->aug, sc, f, n[4], n[5]);
+    }
     if (!strcmp(key, "mean-var"))
         return tp_augment_add_mean_var(m->aug);
     if (!strcmp(key, "mean")) {
@@ -406,7 +419,8 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
                     "resize-short, random-resize-short, center-crop, "
                     "random-crop, random-resized-crop, flip, vflip, "
                     "brightness, brightness-scale, contrast, saturation, lighting, grey, noise, "
-                    "clip, min-max, salt-pepper, jpeg-noise, rotation, gaussian-blur, "
+                    "clip, min-max, salt-pepper, jpeg-noise, rotation, shift, affine, "
+                    "gaussian-blur, "
                     "mean-var, "
                     "mean= then std=, interp=, component=)", key);
 }

@@ -176,6 +176,14 @@ tp_status_t tp_augment_add_jpeg_noise(tp_augment_t *self, int qlo, int qhi);
  * the size kept). Points move by the same matrix. */
 tp_status_t tp_augment_add_rotation(tp_augment_t *self, double max_deg,
                                     double center_lo, double center_hi);
+/* Affine warp about the centre (Affine): scale from [scale[0], scale[1]]
+ * (NULL: 1), a shift of up to translate_frac[0] of the width and [1] of the
+ * height (NULL: none; rounded to whole pixels), rotation U(-max, max)
+ * degrees and shear U(-shear, shear) degrees; bilinear, border replicated,
+ * points moved by the same matrix. */
+tp_status_t tp_augment_add_affine(tp_augment_t *self, const double *scale,
+                                  const double *translate_frac,
+                                  double rotate_max_deg, double shear);
 /* Gaussian blur, window 2 k + 1 with k drawn from [size_lo, size_hi) and
  * sigma from [sigma_lo, sigma_hi] (0: OpenCV's default for the size)
  * (GaussianBlur, symmetric; border replicated). */

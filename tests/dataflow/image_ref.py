@@ -170,6 +170,10 @@ def aug(op, src, dst, args):
         m = cv2.getRotationMatrix2D((cx - 0.5, cy - 0.5), deg, 1)
         out = cv2.warpAffine(img, m, img.shape[1::-1], flags=cv2.INTER_LINEAR,
                              borderMode=cv2.BORDER_REPLICATE)
+    elif op == "affine":  # the 2x3 matrix tensorpack's Affine builds
+        m = np.array(v[:6], dtype=np.float64).reshape(2, 3)
+        out = cv2.warpAffine(img, m, img.shape[1::-1], flags=cv2.INTER_LINEAR,
+                             borderMode=cv2.BORDER_REPLICATE)
     elif op == "gaussian-blur":  # k sigma
         k, sig = int(v[0]), v[1]
         out = cv2.GaussianBlur(img, (k, k), sigmaX=sig, sigmaY=sig,

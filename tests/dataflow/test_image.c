@@ -502,6 +502,8 @@ Test(image, coords_and_boxes_follow_the_image) {
     tp_augment_t *sub[2] = {tp_augment_new(), tp_augment_new()};
     cr_assert_eq(tp_augment_add_resize(a, 90, 120, TP_INTERP_NEAREST), TP_OK);
     cr_assert_eq(tp_augment_add_rotation(a, 20, 0.4, 0.6), TP_OK);
+    double sc[2] = {0.9, 1.1}, fr[2] = {0.05, 0.05};
+    cr_assert_eq(tp_augment_add_affine(a, sc, fr, 5, 5), TP_OK);
     cr_assert_eq(tp_augment_add_crop(a, 80, 110, 4), TP_OK);
     cr_assert_eq(tp_augment_add_flip(a, 0.5), TP_OK);
     cr_assert_eq(tp_augment_add_vflip(sub[0], 1.0), TP_OK);

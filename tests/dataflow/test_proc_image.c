@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <towerpack/image.h>
 
+#define M_PI_ 3.14159265358979323846
 #define REF_PY TP_SOURCE_DIR "/tests/dataflow/image_ref.py"
 
 /* Debian's python3 first: a pyenv python3 on the PATH often lacks its
@@ -385,7 +386,7 @@ Test(proc_image, colour_augmentors_equal_numpy) {
 Test(proc_image, warps_and_filters_equal_cv2) {
     NEED_PY();
     tp_rng_t r;
-    char args[128];
+    char args[160];
     tp_augment_t *a;
 
     tp_rng_init(&r, 7, 0);
@@ -396,6 +397,32 @@ Test(proc_image, warps_and_filters_equal_cv2) {
     snprintf(args, sizeof args, "%.17g %.17g %.17g", cx, cy, deg);
     s_aug_check(a, "rotation", args, 3);
     tp_augment_destroy(&a);
+
+    /* Affine: tensorpack's construction of the matrix, written here */
+    {
+        tp_rng_init(&r, 7, 0);
+        double sc = 0.8 + 0.4 * tp_rng_double(&r);
+        double dx = rint(-0.1 * 61 + 0.2 * 61 * tp_rng_double(&r));
+        double dy = rint(-0.1 * 45 + 0.2 * 45 * tp_rng_double(&r));
+        double sh = (-10 + 20 * tp_rng_double(&r)) * M_PI_ / 180;
+        double dg = (-15 + 30 * tp_rng_double(&r)) * M_PI_ / 180;
+        double c0 = 61 * 0.5 - 0.5, c1 = 45 * 0.5 - 0.5;
+        double al = sc * cos(dg), be = sc * sin(dg);
+        double m[6] = {al, be, 0, -be, al, 0};
+        double m01 = m[1] * cos(sh) + m[0] * sin(sh);
+        double m11 = m[4] * cos(sh) + m[3] * sin(sh);
+        m[1] = m01;
+        m[4] = m11;
+        m[2] = c0 * (1 - m[0]) - c1 * m[1] + dx;
+        m[5] = -c0 * m[3] + c1 * (1 - m[4]) + dy;
+        double scale[2] = {0.8, 1.2}, frac[2] = {0.1, 0.1};
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_affine(a, scale, frac, 15, 10), TP_OK);
+        snprintf(args, sizeof args, "%.17g %.17g %.17g %.17g %.17g %.17g",
+                 m[0], m[1], m[2], m[3], m[4], m[5]);
+        s_aug_check(a, "affine", args, 3);
+        tp_augment_destroy(&a);
+    }
 
     for (int lo = 1; lo <= 3; lo++) {
         tp_rng_init(&r, 7, 0);
