@@ -338,6 +338,31 @@ Test(image, cifar_binary) {
     cr_assert_null(tp_df_cifar(p, 0, 0, 0));
     cr_assert(strstr(tp_last_error(), "data.bin"), "%s", tp_last_error());
     free(b);
+
+    /* CIFAR-100: coarse then fine label byte, then the planes; spec */
+    uint8_t *c = calloc(2, 3074);
+    c[0] = 3, c[1] = 77, c[3074] = 19, c[3075] = 99;
+    c[2 + 2048] = 200;  /* blue of pixel 0 of record 0 */
+    s_write(p, c, 2 * 3074);
+    char spec[600];
+    snprintf(spec, sizeof spec, "cifar:%s,cifar100,fine,shuffle=0", p);
+    tp_dataflow_t *d100 = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &d100), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(d100, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(d100, &dp), TP_OK);
+    cr_assert_eq(*(const int32_t *)tp_datapoint_cget(dp, 1)->data, 77);
+    cr_assert_eq(((const uint8_t *)tp_datapoint_cget(dp, 0)->data)[2], 200);
+    tp_datapoint_destroy(&dp);
+    cr_assert_eq(tp_dataflow_next(d100, &dp), TP_OK);
+    cr_assert_eq(*(const int32_t *)tp_datapoint_cget(dp, 1)->data, 99);
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&d100);
+    c[3075] = 100;  /* a fine label out of range */
+    s_write(p, c, 2 * 3074);
+    cr_assert_null(tp_df_cifar(p, 1, 1, 0));
+    cr_assert(strstr(tp_last_error(), "record 1"), "%s", tp_last_error());
+    free(c);
 }
 
 /* The ImageNet chain from a spec: shapes, float32 out, and the same
