@@ -22,7 +22,7 @@ typedef enum {
     IA_RRC, IA_VFLIP, IA_BRIGHTNESS, IA_CONTRAST, IA_SATURATION,
     IA_LIGHTING, IA_GREY, IA_NOISE, IA_BRIGHTNESS_SCALE, IA_CLIP, IA_MINMAX,
     IA_SALT_PEPPER, IA_JPEG, IA_ROTATE, IA_BLUR, IA_MEANVAR,
-    IA_AFFINE
+    IA_AFFINE, IA_HUE
 } ia_kind_t;
 
 typedef struct {
@@ -285,6 +285,62 @@ static tp_status_t s_blur(tp_tensor_t *t, int kx, const double *wx, int ky,
     return TP_OK;
 }
 
+/* Hue shift of an RGB image through OpenCV's 8-bit HSV (H in 0..179):
+ * RGB2HSV with its fixed-point division tables, H + hue mod 180 truncated
+ * to uint8 (numpy's assignment), HSV2RGB in single precision. */
+static void s_hue(uint8_t *p, size_t npx, double hue) {
+    int sdiv[256], hdiv[256];
+    sdiv[0] = hdiv[0] = 0;
+    for (int i = 1; i < 256; i++) {
+        sdiv[i] = (int)lrint((255 << 12) / (1.0 * i));
+        hdiv[i] = (int)lrint((180 << 12) / (6.0 * i));
+    }
+    static const int sect[6][3] = {{1, 3, 0}, {1, 0, 2}, {3, 0, 1},
+                                   {0, 2, 1}, {0, 1, 3}, {2, 1, 0}};
+    for (size_t i = 0; i < npx; i++, p += 3) {
+        int r = p[0], g = p[1], b = p[2];
+        int v = r > g ? r : g, vmin = r < g ? r : g;
+        v = b > v ? b : v;
+        vmin = b < vmin ? b : vmin;
+        int diff = v - vmin;
+        int vr = v == r ? -1 : 0, vg = v == g ? -1 : 0;
+        int sv = (diff * sdiv[v] + (1 << 11)) >> 12;
+        int h = (vr & (g - b)) +
+                (~vr & ((vg & (b - r + 2 * diff)) + (~vg & (r - g + 4 * diff))));
+        h = (h * hdiv[diff] + (1 << 11)) >> 12;
+        h += h < 0 ? 180 : 0;
+        double hh = fmod(h + hue, 180);
+        if (hh < 0)
+            hh += 180;
+        int h8 = (int)hh;  /* numpy's float -> uint8 assignment truncates */
+        float fh = (float)h8, fs = sv / 255.0f, fv = v / 255.0f;
+        float rgb[3];
+        if (fs == 0) {
+            rgb[0] = rgb[1] = rgb[2] = fv;
+        } else {
+            fh *= 6.0f / 180.0f;
+            while (fh >= 6)
+                fh -= 6;
+            int sc = (int)floorf(fh);
+            fh -= (float)sc;
+            if (sc < 0 || sc >= 6) {
+                sc = 0;
+                fh = 0;
+            }
+            float tab[4] = {fv, fv * (1 - fs), fv * (1 - fs * fh),
+                            fv * (1 - fs * (1 - fh))};
+            /* OpenCV's b, g, r */
+            rgb[2] = tab[sect[sc][0]];
+            rgb[1] = tab[sect[sc][1]];
+            rgb[0] = tab[sect[sc][2]];
+        }
+        for (int c = 0; c < 3; c++) {
+            float x = rgb[c] * 255.0f;
+            p[c] = (uint8_t)(x <= 0 ? 0 : x >= 255 ? 255 : (int)lrintf(x));
+        }
+    }
+}
+
 /* ---- the augmentors ---------------------------------------------------------------- */
 
 /* luma as cv2's RGB2GRAY on floats: 0.299 R + 0.587 G + 0.114 B */
@@ -310,7 +366,7 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         "random-resized-crop", "vflip", "brightness", "contrast",
         "saturation", "lighting", "grey", "noise", "brightness-scale", "clip",
         "min-max", "salt-pepper", "jpeg-noise", "rotation", "gaussian-blur",
-        "mean-var", "affine"};
+        "mean-var", "affine", "hue"};
     TP_TRY(s_geom(t, names[a->kind], &H, &W, &C));
     uint8_t lut[256];
     switch (a->kind) {
@@ -504,6 +560,15 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
             xy[2 * i + 1] = (float)(m[3] * x + m[4] * y + m[5]);
         }
         return s_warp(t, m);
+    }
+    case IA_HUE: {  /* Hue(range, rgb=True) */
+        if (C != 3)
+            return tp_error(TP_ERR_SHAPE, "imgaug hue: %d channels (RGB only)",
+                            C);
+        double hue = a->a + (a->b - a->a) * tp_rng_double(rng);
+        TP_TRY(tp_df_tensor_make_writable(t));
+        s_hue(t->data, (size_t)H * W, hue);
+        return TP_OK;
     }
     case IA_BLUR: {  /* GaussianBlur(size_range, sigma_range, symmetric) */
         int kx = (a->lo + (int)tp_rng_below(rng, (uint64_t)(a->hi - a->lo))) * 2 + 1;
@@ -977,5 +1042,13 @@ tp_status_t tp_augment_add_affine(tp_augment_t *self, const double *scale,
         a.frac[0] = translate_frac[0];
         a.frac[1] = translate_frac[1];
     }
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_hue(tp_augment_t *self, double lo, double hi) {
+    if (!(lo >= -90 && lo <= hi && hi <= 180))
+        return tp_error(TP_ERR_INVALID, "imgaug hue: range %g..%g (OpenCV's "
+                        "8-bit hue units, -90 <= lo <= hi <= 180)", lo, hi);
+    ia_t a = {.kind = IA_HUE, .a = lo, .b = hi};
     return s_add(self, &a);
 }

@@ -330,6 +330,12 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
             return tp_error(TP_ERR_INVALID, "imgaug: contrast=LO:HI");
         return tp_augment_add_contrast(m->aug, n[0], n[1]);
     }
+    if (!strcmp(key, "hue")) {
+        TP_TRY(s_nums("hue", value, n, 2, &k));
+        if (k != 2)
+            return tp_error(TP_ERR_INVALID, "imgaug: hue=LO:HI");
+        return tp_augment_add_hue(m->aug, n[0], n[1]);
+    }
     if (!strcmp(key, "saturation")) {
         TP_TRY(s_nums("saturation", value, n, 1, &k));
         return tp_augment_add_saturation(m->aug, n[0]);
@@ -418,7 +424,8 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
     return tp_error(TP_ERR_INVALID, "imgaug: unknown augmentor '%s' (resize, "
                     "resize-short, random-resize-short, center-crop, "
                     "random-crop, random-resized-crop, flip, vflip, "
-                    "brightness, brightness-scale, contrast, saturation, lighting, grey, noise, "
+                    "brightness, brightness-scale, contrast, saturation, hue, lighting, grey, "
+                    "noise, "
                     "clip, min-max, salt-pepper, jpeg-noise, rotation, shift, affine, "
                     "gaussian-blur, "
                     "mean-var, "

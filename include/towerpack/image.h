@@ -149,6 +149,9 @@ tp_status_t tp_augment_add_contrast(tp_augment_t *self, double lo, double hi);
 /* Saturation: blend with the grey image, alpha uniform in [1-a, 1+a]
  * (Saturation, RGB). */
 tp_status_t tp_augment_add_saturation(tp_augment_t *self, double alpha);
+/* Hue: add U(lo, hi) to the hue in OpenCV's 8-bit HSV (0..179, so 90 is
+ * half a turn) and convert back (Hue, rgb=True). */
+tp_status_t tp_augment_add_hue(tp_augment_t *self, double lo, double hi);
 /* Lighting: AlexNet PCA noise, std `std`, eigenvalues and eigenvectors of
  * RGB (Lighting; eigvec row-major [3][3], columns the vectors). */
 tp_status_t tp_augment_add_lighting(tp_augment_t *self, double std,

@@ -163,6 +163,10 @@ def aug(op, src, dst, args):
     elif op == "saturation":
         g = grey_of(img)[..., None]
         out = rnd(f * v[0] + g * (1 - v[0]))
+    elif op == "hue":  # tensorpack's Hue on OpenCV's 8-bit HSV
+        hsv = cv2.cvtColor(img, cv2.COLOR_RGB2HSV)
+        hsv[..., 0] = (hsv[..., 0] + v[0]) % 180
+        out = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
     elif op == "lighting":  # v: the three per-channel increments
         out = rnd(f + np.array(v[:3]).reshape(1, 1, 3))
     elif op == "rotation":  # cx cy deg: tensorpack's Rotation matrix, cv2's warp

@@ -355,6 +355,17 @@ Test(proc_image, colour_augmentors_equal_numpy) {
     s_aug_check(a, "saturation", args, 0);
     tp_augment_destroy(&a);
 
+    for (int k = 0; k < 2; k++) {  /* a positive and a negative shift */
+        tp_rng_init(&r, 7, 0);
+        double lo = k ? -60 : 0, hi = k ? 0 : 180;
+        v = lo + (hi - lo) * tp_rng_double(&r);
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_hue(a, lo, hi), TP_OK);
+        snprintf(args, sizeof args, "%.17g", v);
+        s_aug_check(a, "hue", args, 1);
+        tp_augment_destroy(&a);
+    }
+
     static const float ev[3] = {55.46f, 4.794f, 1.148f};
     static const float evec[9] = {-0.5675f, 0.7192f, 0.4009f, -0.5808f,
                                   -0.0045f, -0.8140f, -0.5836f, -0.6948f,
