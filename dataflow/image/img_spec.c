@@ -7,6 +7,8 @@
  *   cifar:FILE[,cifar100][,fine][,shuffle=0]
  *   decode [mode=..][,min-short=N][,exif=0][,component=I]   (a map stage)
  *   imgaug AUG[,AUG...]                                       (a map stage)
+ *   (an AUG random-order=A;B;.., random-choice=A;B;.., random-apply=P;A;..
+ *    groups others: ';' between them, as ',' ends the item)
  *
  * imgaug's items run in the order given (docs/images.md lists them). */
 #include <stdlib.h>
@@ -254,8 +256,69 @@ static const float s_eigvec[9] = {-0.5675f, 0.7192f, 0.4009f,
                                   -0.5808f, -0.0045f, -0.8140f,
                                   -0.5836f, -0.6948f, 0.4203f};
 
+static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx);
+
+/* random-order=A;B;..., random-choice=A;B;..., random-apply=P;A;B;...:
+ * the items (imgaug's own, ';' between them since ',' ends the whole item)
+ * become sub-chains: one each for order and choice, one for apply. */
+static tp_status_t s_meta_kv(imgaug_t *m, const char *key, const char *value) {
+    char buf[1024];
+    if (!value || strlen(value) >= sizeof buf)
+        return tp_error(TP_ERR_INVALID, "imgaug: %s=ITEM;ITEM;... (at most "
+                        "%zu characters)", key, sizeof buf - 1);
+    strcpy(buf, value);
+    int apply = !strcmp(key, "random-apply");
+    double prob = 0.5;
+    tp_augment_t *subs[64] = {NULL};
+    int n = 0;
+    tp_status_t rc = TP_OK;
+    char *save = NULL;
+    int first = 1;
+    for (char *it = strtok_r(buf, ";", &save); it && rc == TP_OK;
+         it = strtok_r(NULL, ";", &save), first = 0) {
+        while (*it == ' ')
+            it++;
+        if (apply && first) {
+            rc = tp_spec_double(it, "imgaug: random-apply probability", &prob);
+            continue;
+        }
+        if (n == 64) {
+            rc = tp_error(TP_ERR_INVALID, "imgaug: %s: too many items", key);
+            break;
+        }
+        imgaug_t sub = {.interp = m->interp};
+        if (apply && n == 1) {
+            sub.aug = subs[0];  /* apply: every item into one chain */
+        } else if (!(sub.aug = tp_augment_new())) {
+            rc = tp_error(TP_ERR_NOMEM, "imgaug");
+            break;
+        }
+        char *eq = strchr(it, '=');
+        if (eq)
+            *eq = '\0';
+        rc = s_imgaug_kv(it, eq ? eq + 1 : NULL, &sub);
+        if (!(apply && n == 1))
+            subs[n++] = sub.aug;
+    }
+    if (rc == TP_OK && n == 0)
+        rc = tp_error(TP_ERR_INVALID, "imgaug: %s has no items", key);
+    if (rc != TP_OK) {
+        for (int i = 0; i < n; i++)
+            tp_augment_destroy(&subs[i]);
+        return rc;
+    }
+    if (apply)
+        return tp_augment_add_random_apply(m->aug, &subs[0], prob);
+    if (!strcmp(key, "random-order"))
+        return tp_augment_add_random_order(m->aug, subs, n);
+    return tp_augment_add_random_choice(m->aug, subs, n);
+}
+
 static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
     imgaug_t *m = ctx;
+    if (!strcmp(key, "random-order") || !strcmp(key, "random-choice") ||
+        !strcmp(key, "random-apply"))
+        return s_meta_kv(m, key, value);
     double n[16];
     int k = 0, h, w;
     if (!strcmp(key, "component")) {
@@ -427,6 +490,7 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
                     "brightness, brightness-scale, contrast, saturation, hue, lighting, grey, "
                     "noise, "
                     "clip, min-max, salt-pepper, jpeg-noise, rotation, shift, affine, "
+                    "random-order=A;B, random-choice=A;B, random-apply=P;A;B, "
                     "gaussian-blur, "
                     "mean-var, "
                     "mean= then std=, interp=, component=)", key);

@@ -664,3 +664,46 @@ Test(image, small_augmentors) {
     tp_tensor_fini(&g);
     tp_tensor_fini(&before);
 }
+
+/* random-order / random-choice / random-apply group other augmentors in a
+ * spec (';' between them): tensorpack's fbresnet colour jitter is
+ * RandomOrderAug over four of them. */
+Test(image, random_groups_in_a_spec) {
+    tp_dataflow_t *df = NULL;
+    const char *spec =
+        "fake:shape=20x30x3:uint8,size=8 | imgaug random-order="
+        "brightness-scale=0.6:1.4;contrast=0.6:1.4;saturation=0.4;"
+        "lighting=0.1, random-apply=0.5;flip=1;vflip=1, "
+        "random-choice=grey;noise=3;clip=10:240 | batch 8";
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_datapoint_cget(dp, 0)->shape[3], 3);
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&df);
+
+    /* probability 0: the group never runs, the image is untouched */
+    cr_assert_eq(tp_spec_parse("fake:shape=6x7x3:uint8,size=4,random=0 | "
+                               "imgaug random-apply=0;vflip=1;flip=1", &df),
+                 TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *plain = NULL;
+    cr_assert_eq(tp_spec_parse("fake:shape=6x7x3:uint8,size=4,random=0", &plain),
+                 TP_OK);
+    cr_assert_eq(tp_dataflow_reset_state(df, 3, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_reset_state(plain, 3, 0), TP_OK);
+    tp_datapoint_t *x, *y;
+    cr_assert_eq(tp_dataflow_next(df, &x), TP_OK);
+    cr_assert_eq(tp_dataflow_next(plain, &y), TP_OK);
+    cr_assert(tp_datapoint_equal(x, y));
+    tp_datapoint_destroy(&x);
+    tp_datapoint_destroy(&y);
+    tp_dataflow_destroy(&df);
+    tp_dataflow_destroy(&plain);
+
+    cr_assert_eq(tp_spec_parse("fake | imgaug random-order=flip;spin=3", &df),
+                 TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "spin"), "%s", tp_last_error());
+    cr_assert_eq(tp_spec_parse("fake | imgaug random-apply=0.5", &df),
+                 TP_ERR_INVALID);
+}
