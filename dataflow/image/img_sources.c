@@ -257,7 +257,9 @@ static tp_status_t s_list_dir(const char *dir, char ***names, int **isdir,
             char p[4096];
             struct stat st;
             snprintf(p, sizeof p, "%s/%s", dir, v[i]);
-            (*isdir)[i] = stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+            /* lstat: a linked folder is not entered (no loops through
+             * links such as /proc/self/root); a linked file is read */
+            (*isdir)[i] = lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
         }
     }
     if (rc != TP_OK) {
@@ -363,8 +365,13 @@ tp_dataflow_t *tp_df_image_list(const char *list_path, const char *root,
     if (!self)
         return NULL;
     FILE *f = fopen(list_path, "r");
-    if (!f) {
-        tp_error(TP_ERR_IO, "imagelist %s: %s", list_path, strerror(errno));
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        /* a device or a pipe could be read forever */
+        tp_error(TP_ERR_IO, "imagelist %s: %s", list_path,
+                 f ? "not a regular file" : strerror(errno));
+        if (f)
+            fclose(f);
         s_files_free(self);
         return NULL;
     }
