@@ -81,28 +81,31 @@ static tp_status_t s_files_begin(void *impl) {
     return TP_OK;
 }
 
-/* The whole file as a uint8 [N] tensor (the `raw` datapoints). */
-static tp_status_t s_read_raw(const char *path, tp_tensor_t *out) {
+/* The whole file as a uint8 [N] tensor (the `raw` datapoints); messages
+ * start with `what` ("image", "cifar"). */
+static tp_status_t s_read_raw(const char *what, const char *path,
+                              tp_tensor_t *out) {
     tp_tensor_init_empty(out);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return tp_error(TP_ERR_IO, "image %s: %s", path, strerror(errno));
+        return tp_error(TP_ERR_IO, "%s %s: %s", what, path, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
         fclose(f);
-        return tp_error(TP_ERR_IO, "image %s: stat failed", path);
+        return tp_error(TP_ERR_IO, "%s %s: stat failed", what, path);
     }
     int64_t shape[1] = {st.st_size};
     tp_status_t rc = tp_tensor_init(out, TP_UINT8, 1, shape);
     if (rc == TP_OK && st.st_size > 0 &&
         fread(out->data, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
         tp_tensor_fini(out);
-        rc = tp_error(TP_ERR_IO, "image %s: short read", path);
+        rc = tp_error(TP_ERR_IO, "%s %s: short read", what, path);
     }
     fclose(f);
     if (rc == TP_OK && st.st_size == 0) {
         tp_tensor_fini(out);
-        rc = tp_error(TP_ERR_FORMAT, "image %s: empty file (0 bytes)", path);
+        rc = tp_error(TP_ERR_FORMAT, "%s %s: empty file (0 bytes)", what,
+                      path);
     }
     return rc;
 }
@@ -115,7 +118,7 @@ static tp_status_t s_files_next(void *impl, tp_datapoint_t **out) {
         size_t k = self->order[self->pos++];
         tp_tensor_t img;
         tp_status_t rc = self->o.raw
-                             ? s_read_raw(self->paths[k], &img)
+                             ? s_read_raw("image", self->paths[k], &img)
                              : tp_image_read(self->paths[k], &self->o.decode,
                                              &img);
         if (rc == TP_ERR_NOMEM)
@@ -504,10 +507,8 @@ static const tp_dataflow_ops_t s_cifar_ops = {
 tp_dataflow_t *tp_df_cifar(const char *path, int cifar100, int fine,
                            int shuffle) {
     tp_tensor_t raw;
-    if (s_read_raw(path, &raw) != TP_OK) {
-        tp_error_wrap(TP_ERR_IO, "cifar");
+    if (s_read_raw("cifar", path, &raw) != TP_OK)
         return NULL;
-    }
     size_t rec = cifar100 ? 3074 : 3073;
     if (raw.nbytes % rec != 0) {
         tp_error(TP_ERR_FORMAT, "cifar %s: %zu bytes is not a whole number of "
