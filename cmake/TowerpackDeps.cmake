@@ -53,6 +53,11 @@ tp_find_dep(msgpack  PC msgpack  DEB libmsgpack-dev   HEADER msgpack.h  LIB msgp
 # messages are encoded by protobuf-c from .proto files compiled at build time.
 tp_find_dep(protobufc PC libprotobuf-c DEB libprotobuf-c-dev
             HEADER protobuf-c/protobuf-c.h LIB protobuf-c)
+# Images (dataflow/image/): JPEG through libjpeg-turbo's TurboJPEG API, PNG
+# through libpng, EXIF orientation through libexif.
+tp_find_dep(turbojpeg PC libturbojpeg DEB libturbojpeg0-dev HEADER turbojpeg.h LIB turbojpeg)
+tp_find_dep(png      PC libpng   DEB libpng-dev       HEADER png.h      LIB png)
+tp_find_dep(exif     PC libexif  DEB libexif-dev      HEADER libexif/exif-data.h LIB exif)
 if(TP_BUILD_TESTS)
   tp_find_dep(criterion PC criterion DEB libcriterion-dev
               HEADER criterion/criterion.h LIB criterion)

@@ -7,7 +7,7 @@
 #include <math.h>
 #include "df_internal.h"
 
-typedef enum { AUG_CROP, AUG_FLIP, AUG_NORMALIZE, AUG_CAST } aug_kind_t;
+typedef enum { AUG_CROP, AUG_FLIP, AUG_NORMALIZE, AUG_CAST, AUG_EXT } aug_kind_t;
 
 #define AUG_MAX_CH 16
 
@@ -19,6 +19,9 @@ typedef struct {
     float mean[AUG_MAX_CH], std[AUG_MAX_CH];
     float *lut;                  /* normalize: [nch][256] for uint8 input */
     tp_dtype_t dtype;            /* cast */
+    df_aug_fn ext;               /* ext: an augmentor of dataflow/image/ */
+    void *ext_params;
+    void (*ext_free)(void *params);
 } aug_op_t;
 
 struct tp_augment {
@@ -37,8 +40,11 @@ void tp_augment_destroy(tp_augment_t **self_p) {
     if (!self_p || !*self_p)
         return;
     tp_augment_t *self = *self_p;
-    for (int i = 0; i < self->count; i++)
+    for (int i = 0; i < self->count; i++) {
         free(self->ops[i].lut);
+        if (self->ops[i].ext_free)
+            self->ops[i].ext_free(self->ops[i].ext_params);
+    }
     free(self->ops);
     free(self);
     *self_p = NULL;
@@ -124,6 +130,21 @@ tp_status_t tp_augment_add_cast(tp_augment_t *self, tp_dtype_t dtype) {
     return TP_OK;
 }
 
+tp_status_t df_augment_add_ext(tp_augment_t *self, df_aug_fn fn, void *params,
+                               void (*params_free)(void *params)) {
+    aug_op_t *op = s_push(self);
+    if (!op) {
+        if (params_free)
+            params_free(params);
+        return tp_error(TP_ERR_NOMEM, "augment");
+    }
+    op->kind = AUG_EXT;
+    op->ext = fn;
+    op->ext_params = params;
+    op->ext_free = params_free;
+    return TP_OK;
+}
+
 /* Image geometry of t: rows, cols, channels; TP_ERR_SHAPE when t is not an
  * HW or HWC image. */
 static tp_status_t s_geom(const tp_tensor_t *t, const char *who, int *h,
@@ -142,7 +163,16 @@ static tp_status_t s_geom(const tp_tensor_t *t, const char *who, int *h,
     return TP_OK;
 }
 
-static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng) {
+/* Points (x, y) pairs, pixel-edge coordinates (the image spans [0, W] x
+ * [0, H], as tensorpack's coordinate transforms): moved along with the
+ * image by the geometric augmentors; NULL when there are none. */
+typedef struct {
+    float *xy;
+    size_t n;
+} aug_pts_t;
+
+static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng,
+                          aug_pts_t *pts) {
     int H = 0, W = 0, C = 1;
     TP_TRY(s_geom(t, "crop", &H, &W, &C));
     int ph = H + 2 * op->pad, pw = W + 2 * op->pad;
@@ -151,6 +181,10 @@ static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng) {
                         "padded by %d", op->h, op->w, H, W, op->pad);
     int oy = (int)tp_rng_below(rng, (uint64_t)(ph - op->h) + 1) - op->pad;
     int ox = (int)tp_rng_below(rng, (uint64_t)(pw - op->w) + 1) - op->pad;
+    for (size_t i = 0; pts && i < pts->n; i++) {
+        pts->xy[2 * i] -= (float)ox;
+        pts->xy[2 * i + 1] -= (float)oy;
+    }
     if (oy == 0 && ox == 0 && op->h == H && op->w == W)
         return TP_OK;  /* the identity crop */
     size_t es = tp_dtype_size(t->dtype) * (size_t)C;  /* bytes per pixel */
@@ -186,11 +220,14 @@ static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng) {
     return TP_OK;
 }
 
-static tp_status_t s_flip(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng) {
+static tp_status_t s_flip(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng,
+                          aug_pts_t *pts) {
     int H = 0, W = 0, C = 1;
     TP_TRY(s_geom(t, "flip", &H, &W, &C));
     if (!(tp_rng_double(rng) < op->prob))
         return TP_OK;
+    for (size_t i = 0; pts && i < pts->n; i++)
+        pts->xy[2 * i] = (float)W - pts->xy[2 * i];
     TP_TRY(tp_df_tensor_make_writable(t));  /* flips in place */
     size_t es = tp_dtype_size(t->dtype) * (size_t)C;
     uint8_t *p = t->data;
@@ -408,6 +445,28 @@ static tp_status_t s_fused(const aug_op_t *crop, const aug_op_t *flip,
     return TP_OK;
 }
 
+/* The chain step by step (no fusion), moving the points along. */
+static tp_status_t s_apply_steps(const tp_augment_t *self, tp_tensor_t *t,
+                                 aug_pts_t *pts, tp_rng_t *rng) {
+    for (int i = 0; i < self->count; i++) {
+        const aug_op_t *op = &self->ops[i];
+        tp_status_t rc;
+        switch (op->kind) {
+        case AUG_CROP: rc = s_crop(op, t, rng, pts); break;
+        case AUG_FLIP: rc = s_flip(op, t, rng, pts); break;
+        case AUG_NORMALIZE: rc = s_normalize(op, t); break;
+        case AUG_EXT:
+            rc = op->ext(op->ext_params, t, pts ? pts->xy : NULL,
+                         pts ? pts->n : 0, rng);
+            break;
+        default: rc = s_cast(op, t); break;
+        }
+        if (rc != TP_OK)
+            return rc;
+    }
+    return TP_OK;
+}
+
 tp_status_t tp_augment_apply(const tp_augment_t *self, tp_tensor_t *t,
                              tp_rng_t *rng) {
     const aug_op_t *o = self->ops;
@@ -417,30 +476,40 @@ tp_status_t tp_augment_apply(const tp_augment_t *self, tp_tensor_t *t,
         if (k < self->count && o[k].kind == AUG_NORMALIZE) {
             TP_TRY(s_fused(&o[0], flip, &o[k], t, rng));
             for (int i = k + 1; i < self->count; i++) {
-                tp_status_t rc = o[i].kind == AUG_CAST ? s_cast(&o[i], t)
+                tp_status_t rc = o[i].kind == AUG_EXT
+                                     ? o[i].ext(o[i].ext_params, t, NULL, 0, rng)
+                                 : o[i].kind == AUG_CAST ? s_cast(&o[i], t)
                                  : o[i].kind == AUG_NORMALIZE
                                      ? s_normalize(&o[i], t)
-                                 : o[i].kind == AUG_FLIP ? s_flip(&o[i], t, rng)
-                                                         : s_crop(&o[i], t, rng);
+                                 : o[i].kind == AUG_FLIP ? s_flip(&o[i], t, rng, NULL)
+                                                         : s_crop(&o[i], t, rng, NULL);
                 if (rc != TP_OK)
                     return rc;
             }
             return TP_OK;
         }
     }
-    for (int i = 0; i < self->count; i++) {
-        const aug_op_t *op = &self->ops[i];
-        tp_status_t rc;
-        switch (op->kind) {
-        case AUG_CROP: rc = s_crop(op, t, rng); break;
-        case AUG_FLIP: rc = s_flip(op, t, rng); break;
-        case AUG_NORMALIZE: rc = s_normalize(op, t); break;
-        default: rc = s_cast(op, t); break;
-        }
-        if (rc != TP_OK)
-            return rc;
+    return s_apply_steps(self, t, NULL, rng);
+}
+
+tp_status_t df_augment_apply_pts(const tp_augment_t *self, tp_tensor_t *t,
+                                 float *xy, size_t n, tp_rng_t *rng) {
+    aug_pts_t pts = {xy, n};
+    return s_apply_steps(self, t, xy ? &pts : NULL, rng);
+}
+
+tp_status_t tp_augment_apply_coords(const tp_augment_t *self, tp_tensor_t *t,
+                                    tp_tensor_t *coords, tp_rng_t *rng) {
+    if (coords->dtype != TP_FLOAT32 || coords->ndim != 2 ||
+        coords->shape[1] != 2) {
+        char d[96];
+        return tp_error(TP_ERR_SHAPE, "augment: coordinates are %s, expected "
+                        "float32 [N,2] (x, y)",
+                        tp_tensor_describe(coords, d, sizeof d));
     }
-    return TP_OK;
+    TP_TRY(tp_df_tensor_make_writable(coords));
+    aug_pts_t pts = {coords->data, (size_t)coords->shape[0]};
+    return s_apply_steps(self, t, &pts, rng);
 }
 
 tp_status_t tp_augment_map_component(tp_tensor_t *t, tp_rng_t *rng,

@@ -79,4 +79,33 @@ tp_status_t df_records_chunk_check(const void *value, size_t size,
                                    int64_t want, const char *path,
                                    const char *key, size_t *data_off);
 
+/* An augmentor kept in a chain by df_augment.c but written elsewhere (the
+ * image augmentors of dataflow/image/): fn(params, image, xy, n, rng)
+ * replaces or edits the image and moves the n points xy[2n] (x, y; NULL
+ * when none) with it. Takes params (params_free runs at the chain's
+ * destroy, or at once on failure). */
+typedef tp_status_t (*df_aug_fn)(const void *params, tp_tensor_t *t,
+                                 float *xy, size_t n, tp_rng_t *rng);
+/* Run a chain step by step moving the n points xy (may be NULL). */
+tp_status_t df_augment_apply_pts(const tp_augment_t *self, tp_tensor_t *t,
+                                 float *xy, size_t n, tp_rng_t *rng);
+tp_status_t df_augment_add_ext(tp_augment_t *self, df_aug_fn fn, void *params,
+                               void (*params_free)(void *params));
+
+/* Spec factories of dataflow/image/ (registered by df_spec.c's built-ins):
+ * the sources imagefolder:, imagelist:, cifar: and the map stages decode
+ * and imgaug. */
+tp_status_t df_image_folder_src(const char *args, void *user,
+                                tp_dataflow_t **out);
+tp_status_t df_image_list_src(const char *args, void *user,
+                              tp_dataflow_t **out);
+tp_status_t df_image_cifar_src(const char *args, void *user,
+                               tp_dataflow_t **out);
+tp_status_t df_image_decode_map(const char *args, void *user,
+                                tp_df_map_fn *fn, void **fn_user,
+                                tp_df_free_fn *fn_free);
+tp_status_t df_image_imgaug_map(const char *args, void *user,
+                                tp_df_map_fn *fn, void **fn_user,
+                                tp_df_free_fn *fn_free);
+
 #endif

@@ -681,7 +681,10 @@ static void s_builtins(void) {
                    {"idx", s_idx_src},
                    {"lmdb", s_lmdb_src},
                    {"fake", s_fake_src},
-                   {"tensorpack-lmdb", df_tpk_lmdb_spec}};
+                   {"tensorpack-lmdb", df_tpk_lmdb_spec},
+                   {"imagefolder", df_image_folder_src},
+                   {"imagelist", df_image_list_src},
+                   {"cifar", df_image_cifar_src}};
     static const struct {
         const char *name;
         tp_spec_stage_fn fn;
@@ -709,6 +712,18 @@ static void s_builtins(void) {
     snprintf(e->name, sizeof e->name, "augment");
     e->kind = REG_MAP;
     e->map = s_augment_map;
+    /* the image map stages of dataflow/image/ */
+    static const struct {
+        const char *name;
+        tp_spec_map_fn fn;
+    } maps[] = {{"decode", df_image_decode_map}, {"imgaug", df_image_imgaug_map}};
+    for (size_t i = 0; i < sizeof maps / sizeof *maps; i++) {
+        e = &s_reg[s_nreg++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", maps[i].name);
+        e->kind = REG_MAP;
+        e->map = maps[i].fn;
+    }
 }
 
 /* ---- the parser ----------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include "fuzz_common.h"
 #include "fuzz_files.h"
+#include "dataflow/df_internal.h"
 
 static char s_dir[64];
 
@@ -64,6 +65,19 @@ static void s_fixtures(void) {
     }
 }
 
+/* The image sources walk folders and read whole files: keep them inside
+ * the fixtures' folder, or "imagefolder:/" would scan the machine. */
+static tp_status_t s_local_only(const char *args, void *user,
+                                tp_dataflow_t **out) {
+    if (args[0] == '/' || strstr(args, ".."))
+        return tp_error(TP_ERR_INVALID, "fuzz: image sources read only "
+                        "under the fixtures' folder");
+    int which = *(const int *)user;
+    return which == 0   ? df_image_folder_src(args, NULL, out)
+           : which == 1 ? df_image_list_src(args, NULL, out)
+                        : df_image_cifar_src(args, NULL, out);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     fuzz_quiet();
     snprintf(s_dir, sizeof s_dir, "/tmp/tp-fuzz-spec-XXXXXX");
@@ -74,6 +88,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     atexit(s_cleanup);
     setenv("TP_FASHION_MNIST_DIR", s_dir, 1);
     s_fixtures();
+    static const int which[3] = {0, 1, 2};
+    if (tp_spec_register_source("imagefolder", s_local_only, (void *)&which[0]) ||
+        tp_spec_register_source("imagelist", s_local_only, (void *)&which[1]) ||
+        tp_spec_register_source("cifar", s_local_only, (void *)&which[2]))
+        abort();
     return 0;
 }
 

@@ -386,6 +386,55 @@ static void s_tensorpack(void) {
     s_put("pickle", "keys", keys, sizeof keys - 1);
 }
 
+/* ---- image: small JPEGs (grey, colour) and PNGs (each channel count) --- */
+
+static void s_image(void) {
+    s_mkdir("image");
+    for (int c = 1; c <= 4; c++) {
+        int64_t shape[3] = {9, 13, c};
+        tp_tensor_t t;
+        if (tp_tensor_init(&t, TP_UINT8, c == 1 ? 2 : 3, shape) != TP_OK)
+            s_die("image");
+        for (size_t i = 0; i < t.nbytes; i++)
+            ((uint8_t *)t.data)[i] = (uint8_t)(i * 7);
+        void *d;
+        size_t n;
+        char name[32];
+        if (c != 2) {
+            if (tp_image_encode_png(&t, &d, &n) != TP_OK)
+                s_die("image png");
+            snprintf(name, sizeof name, "c%d.png", c);
+            s_put("image", name, d, n);
+            free(d);
+        }
+        if (c == 1 || c == 3) {
+            if (tp_image_encode_jpeg(&t, 80, &d, &n) != TP_OK)
+                s_die("image jpeg");
+            snprintf(name, sizeof name, "c%d.jpg", c);
+            s_put("image", name, d, n);
+            if (c == 3) {
+                /* the same JPEG with an Exif APP1 segment: orientation 6
+                 * (big-endian TIFF, one IFD entry) */
+                static const uint8_t app1[] = {
+                    0xFF, 0xE1, 0x00, 0x22, 'E', 'x', 'i', 'f', 0, 0,
+                    'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1,
+                    0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0,
+                    0, 0, 0, 0};
+                uint8_t *e = malloc(n + sizeof app1);
+                if (!e)
+                    s_die("image exif");
+                memcpy(e, d, 2);
+                memcpy(e + 2, app1, sizeof app1);
+                memcpy(e + 2 + sizeof app1, (uint8_t *)d + 2, n - 2);
+                s_put("image", "exif6.jpg", e, n + sizeof app1);
+                free(e);
+            }
+            free(d);
+        }
+        tp_tensor_fini(&t);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: gen_corpus DIR (writes DIR/<target>/...)\n");
@@ -403,5 +452,6 @@ int main(int argc, char **argv) {
     s_spec();
     s_stats();
     s_tensorpack();
+    s_image();
     return 0;
 }

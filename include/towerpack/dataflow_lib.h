@@ -230,6 +230,13 @@ tp_status_t tp_augment_add_cast(tp_augment_t *self, tp_dtype_t dtype);
 tp_status_t tp_augment_apply(const tp_augment_t *self, tp_tensor_t *t,
                              tp_rng_t *rng);
 
+/* As tp_augment_apply, moving the points `coords` (float32 [N,2], (x, y) in
+ * pixel-edge coordinates: the image spans [0,W] x [0,H]) with the image
+ * through every geometric step, as tensorpack's augment_coords. The
+ * steps run one by one (no fused path); the same draws as apply. */
+tp_status_t tp_augment_apply_coords(const tp_augment_t *self, tp_tensor_t *t,
+                                    tp_tensor_t *coords, tp_rng_t *rng);
+
 /* The chain as a tp_df_map_component_fn (user = the tp_augment_t). */
 tp_status_t tp_augment_map_component(tp_tensor_t *t, tp_rng_t *rng,
                                      void *user);

@@ -14,6 +14,7 @@
 #include <towerpack/rng.h>
 #include <towerpack/wire.h>
 #include <towerpack/dataflow_spec.h>  /* + dataflow_lib.h, dataflow.h */
+#include <towerpack/image.h>
 #include <towerpack/device.h>
 #include <towerpack/backend.h>
 #include <towerpack/optim.h>

@@ -52,9 +52,12 @@ static void s_usage(FILE *out) {
 "usage: tp-train [options]\n"
 "Train a model on 28x28 grey images with 10 classes (Fashion-MNIST by default).\n\n"
 "  --model NAME         mlp, cnn (default), cnn-bn, resnet\n"
-"  --data SOURCE        fashion-mnist (default), idx:IMAGES,LABELS or lmdb:PATH\n"
-"                       or tensorpack-lmdb:PATH[,shuffle] (an LMDB written by\n"
-"                       tensorpack's LMDBSerializer.save; docs/tensorpack.md)\n"
+"  --data SOURCE        fashion-mnist (default), idx:IMAGES,LABELS, lmdb:PATH,\n"
+"                       tensorpack-lmdb:PATH[,shuffle] (an LMDB written by\n"
+"                       tensorpack's LMDBSerializer.save; docs/tensorpack.md),\n"
+"                       imagefolder:DIR or imagelist:FILE (images of any size\n"
+"                       and colour, decoded as grey and resized to the models'\n"
+"                       28x28; tp-export-images writes Fashion-MNIST as a folder)\n"
 "  --test-data SOURCE   validation data (default: the test split of --data;\n"
 "                       needed for idx:, lmdb: and tensorpack-lmdb:)\n"
 "  --epochs N           train up to epoch N (max_epoch; default per model)\n"
@@ -182,6 +185,21 @@ static void s_subst_rank(const char *text, int rank, char *out, size_t size) {
     out[o] = '\0';
 }
 
+/* Image sources (imagefolder:, imagelist:) are brought to what the zoo's
+ * models take, 28x28 grey: decoded as grey and resized (an identity for
+ * images that are already 28x28, such as tp-export-images writes; JPEGs are
+ * decoded at the smallest DCT scale that keeps 28 pixels). Other
+ * sources are copied as they are. */
+static void s_source(const char *src, char *buf, size_t size) {
+    if (!strncmp(src, "imagefolder:", 12) || !strncmp(src, "imagelist:", 10))
+        snprintf(buf, size, "%s,mode=grey,min-short=28 | imgaug resize=28x28",
+                 src);
+    else if (!strncmp(src, "tensorpack-lmdb:", 16))  /* int64 labels -> int32 */
+        snprintf(buf, size, "%s,int32", src);
+    else
+        snprintf(buf, size, "%s", src);
+}
+
 static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     if (a->spec) {
         snprintf(buf, size, "%s", a->spec);
@@ -196,13 +214,14 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     char source[2048];
     if (!strcmp(src, "fashion-mnist"))
         snprintf(source, sizeof source, "fashion-mnist:train");
-    else if (!strncmp(src, "idx:", 4) || !strncmp(src, "lmdb:", 5))
-        snprintf(source, sizeof source, "%s", src);
-    else if (!strncmp(src, "tensorpack-lmdb:", 16))  /* int64 labels -> int32 */
-        snprintf(source, sizeof source, "%s,int32", src);
+    else if (!strncmp(src, "idx:", 4) || !strncmp(src, "lmdb:", 5) ||
+             !strncmp(src, "tensorpack-lmdb:", 16) ||
+             !strncmp(src, "imagefolder:", 12) || !strncmp(src, "imagelist:", 10))
+        s_source(src, source, sizeof source);
     else
         return tp_error(TP_ERR_INVALID, "--data '%s': use fashion-mnist, "
-                        "idx:IMAGES,LABELS, lmdb:PATH or tensorpack-lmdb:PATH", src);
+                        "idx:IMAGES,LABELS, lmdb:PATH, tensorpack-lmdb:PATH, "
+                        "imagefolder:DIR or imagelist:FILE", src);
     char workers[64] = "";
     /* augmentation runs in the workers too; a dead one is replaced */
     if (a->workers > 0 && a->worker_restarts > 0)
@@ -224,10 +243,11 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
     const char *norm = a->augment ? " | augment crop=28" : "";
     if (!strcmp(src, "fashion-mnist"))
         snprintf(buf, size, "fashion-mnist:test,shuffle=0%s | batch 500 remainder", norm);
-    else if (a->test_data && !strncmp(src, "tensorpack-lmdb:", 16))
-        snprintf(buf, size, "%s,int32%s | batch 500 remainder", src, norm);
-    else if (a->test_data)
-        snprintf(buf, size, "%s%s | batch 500 remainder", src, norm);
+    else if (a->test_data) {
+        char source[2048];
+        s_source(src, source, sizeof source);
+        snprintf(buf, size, "%s%s | batch 500 remainder", source, norm);
+    }
     else
         return tp_error(TP_ERR_INVALID, "--data %s has no test split: give "
                         "--test-data", src);

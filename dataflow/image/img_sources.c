@@ -1,0 +1,567 @@
+/* towerpack dataflow/image: sources of images on disk: an image folder
+ * (torchvision's ImageFolder layout), a list file (tensorpack's
+ * ILSVRC12Files), the CIFAR binary format, and the map that decodes
+ * encoded bytes (records written from a `raw` source).
+ *
+ * Folder and list share one implementation: a table of (path, label) made
+ * at construction, read and decoded one file per datapoint. Decoding is the
+ * expensive part, so these sources are meant to run under `processes N` or
+ * `map-threads`; with `raw` they yield the bytes and leave the decoding to
+ * whoever comes next (`decode` in workers). */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <towerpack/image.h>
+#include "dataflow/df_internal.h"
+
+void tp_image_source_opts_init(tp_image_source_opts_t *opts) {
+    memset(opts, 0, sizeof *opts);
+    tp_image_opts_init(&opts->decode);
+    opts->shuffle = 1;
+}
+
+typedef struct {
+    const char *name;          /* "imagefolder" or "imagelist" */
+    char **paths;              /* [n] */
+    int32_t *labels;           /* [n] */
+    size_t n, cap;
+    uint32_t *order;           /* [n] */
+    size_t pos;
+    tp_image_source_opts_t o;
+    tp_rng_t rng;
+    int64_t skipped;
+    tp_ratelog_t rl;
+} files_t;
+
+static void s_files_free(files_t *self) {
+    for (size_t i = 0; i < self->n; i++)
+        free(self->paths[i]);
+    free(self->paths);
+    free(self->labels);
+    free(self->order);
+    free(self);
+}
+
+static tp_status_t s_files_add(files_t *self, const char *path, int32_t label) {
+    if (self->n == self->cap) {
+        size_t cap = self->cap ? self->cap * 2 : 256;
+        char **p = realloc(self->paths, cap * sizeof *p);
+        if (!p)
+            return tp_error(TP_ERR_NOMEM, "%s", self->name);
+        self->paths = p;
+        int32_t *l = realloc(self->labels, cap * sizeof *l);
+        if (!l)
+            return tp_error(TP_ERR_NOMEM, "%s", self->name);
+        self->labels = l;
+        self->cap = cap;
+    }
+    char *c = strdup(path);
+    if (!c)
+        return tp_error(TP_ERR_NOMEM, "%s", self->name);
+    self->paths[self->n] = c;
+    self->labels[self->n++] = label;
+    return TP_OK;
+}
+
+static tp_status_t s_files_reset(void *impl, tp_rng_t *rng, uint64_t seed,
+                                 uint64_t stream) {
+    (void)rng;
+    files_t *self = impl;
+    tp_df_rng_derive(&self->rng, seed, stream, self->name);
+    return TP_OK;
+}
+
+static tp_status_t s_files_begin(void *impl) {
+    files_t *self = impl;
+    df_iota_shuffle(self->order, self->n, self->o.shuffle ? &self->rng : NULL);
+    self->pos = 0;
+    return TP_OK;
+}
+
+/* The whole file as a uint8 [N] tensor (the `raw` datapoints); messages
+ * start with `what` ("image", "cifar"). */
+static tp_status_t s_read_raw(const char *what, const char *path,
+                              tp_tensor_t *out) {
+    tp_tensor_init_empty(out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tp_error(TP_ERR_IO, "%s %s: %s", what, path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
+        fclose(f);
+        return tp_error(TP_ERR_IO, "%s %s: stat failed", what, path);
+    }
+    int64_t shape[1] = {st.st_size};
+    tp_status_t rc = tp_tensor_init(out, TP_UINT8, 1, shape);
+    if (rc == TP_OK && st.st_size > 0 &&
+        fread(out->data, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+        tp_tensor_fini(out);
+        rc = tp_error(TP_ERR_IO, "%s %s: short read", what, path);
+    }
+    fclose(f);
+    if (rc == TP_OK && st.st_size == 0) {
+        tp_tensor_fini(out);
+        rc = tp_error(TP_ERR_FORMAT, "%s %s: empty file (0 bytes)", what,
+                      path);
+    }
+    return rc;
+}
+
+static tp_status_t s_files_next(void *impl, tp_datapoint_t **out) {
+    files_t *self = impl;
+    for (;;) {
+        if (self->pos >= self->n)
+            return TP_DONE;
+        size_t k = self->order[self->pos++];
+        tp_tensor_t img;
+        tp_status_t rc = self->o.raw
+                             ? s_read_raw("image", self->paths[k], &img)
+                             : tp_image_read(self->paths[k], &self->o.decode,
+                                             &img);
+        if (rc == TP_ERR_NOMEM)
+            return rc;
+        if (rc != TP_OK) {
+            if (!self->o.skip_bad)
+                return rc;
+            self->skipped++;
+            if (tp_ratelog_ok(&self->rl)) {
+                TP_WARN("%s: skipped (%lld so far): %s", self->name,
+                        (long long)self->skipped, tp_last_error());
+                self->rl.suppressed = 0;
+            }
+            continue;
+        }
+        tp_datapoint_t *dp = tp_datapoint_new(0);
+        tp_tensor_t lab;
+        if (!dp || tp_tensor_init(&lab, TP_INT32, 0, NULL) != TP_OK) {
+            tp_datapoint_destroy(&dp);
+            tp_tensor_fini(&img);
+            return tp_error(TP_ERR_NOMEM, "%s: datapoint", self->name);
+        }
+        *(int32_t *)lab.data = self->labels[k];
+        if (tp_datapoint_append(dp, &img) != TP_OK ||
+            tp_datapoint_append(dp, &lab) != TP_OK) {
+            tp_tensor_fini(&img);
+            tp_tensor_fini(&lab);
+            tp_datapoint_destroy(&dp);
+            return tp_error(TP_ERR_NOMEM, "%s: datapoint", self->name);
+        }
+        *out = dp;
+        return TP_OK;
+    }
+}
+
+static int64_t s_files_size(void *impl) { return (int64_t)((files_t *)impl)->n; }
+
+static void s_files_destroy(void *impl) { s_files_free(impl); }
+
+static const tp_dataflow_ops_t s_folder_ops = {
+    .name = "imagefolder", .reset_state = s_files_reset,
+    .begin = s_files_begin, .next = s_files_next, .size = s_files_size,
+    .destroy = s_files_destroy};
+static const tp_dataflow_ops_t s_list_ops = {
+    .name = "imagelist", .reset_state = s_files_reset,
+    .begin = s_files_begin, .next = s_files_next, .size = s_files_size,
+    .destroy = s_files_destroy};
+
+int64_t tp_df_image_skipped(tp_dataflow_t *df) {
+    if (!df || (tp_dataflow_ops(df) != &s_folder_ops &&
+                tp_dataflow_ops(df) != &s_list_ops))
+        return -1;
+    return ((files_t *)tp_dataflow_impl(df))->skipped;
+}
+
+static files_t *s_files_new(const char *name,
+                            const tp_image_source_opts_t *opts) {
+    files_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        tp_error(TP_ERR_NOMEM, "%s", name);
+        return NULL;
+    }
+    self->name = name;
+    if (opts)
+        self->o = *opts;
+    else
+        tp_image_source_opts_init(&self->o);
+    return self;
+}
+
+static tp_dataflow_t *s_files_make(files_t *self, const tp_dataflow_ops_t *ops,
+                                   const char *where) {
+    if (self->n == 0) {
+        tp_error(TP_ERR_NOT_FOUND, "%s %s: no image files", self->name, where);
+        s_files_free(self);
+        return NULL;
+    }
+    if (self->n > UINT32_MAX || !(self->order = malloc(self->n * sizeof(uint32_t)))) {
+        tp_error(TP_ERR_NOMEM, "%s %s: %zu files", self->name, where, self->n);
+        s_files_free(self);
+        return NULL;
+    }
+    return df_make(ops, self);
+}
+
+/* ---- image folder ------------------------------------------------------------ */
+
+static int s_is_image_name(const char *n) {
+    const char *dot = strrchr(n, '.');
+    if (!dot)
+        return 0;
+    return !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") ||
+           !strcasecmp(dot, ".png");
+}
+
+static int s_cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names in `dir` (not . or ..), sorted; *isdir[i] says which are
+ * folders. Caller frees each name and both arrays. */
+static tp_status_t s_list_dir(const char *dir, char ***names, int **isdir,
+                              size_t *n) {
+    *names = NULL;
+    *isdir = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return tp_error(TP_ERR_IO, "imagefolder %s: %s", dir, strerror(errno));
+    size_t cap = 0;
+    char **v = NULL;
+    struct dirent *e;
+    tp_status_t rc = TP_OK;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')  /* . .. and hidden files, as torchvision */
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                rc = tp_error(TP_ERR_NOMEM, "imagefolder %s", dir);
+                break;
+            }
+            v = nv;
+        }
+        if (!(v[*n] = strdup(e->d_name))) {
+            rc = tp_error(TP_ERR_NOMEM, "imagefolder %s", dir);
+            break;
+        }
+        (*n)++;
+    }
+    closedir(d);
+    if (rc == TP_OK && *n) {
+        qsort(v, *n, sizeof *v, s_cmp_str);
+        *isdir = calloc(*n, sizeof **isdir);
+        if (!*isdir)
+            rc = tp_error(TP_ERR_NOMEM, "imagefolder %s", dir);
+        for (size_t i = 0; rc == TP_OK && i < *n; i++) {
+            char p[4096];
+            struct stat st;
+            snprintf(p, sizeof p, "%s/%s", dir, v[i]);
+            /* lstat: a linked folder is not entered (no loops through
+             * links such as /proc/self/root); a linked file is read */
+            (*isdir)[i] = lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+        }
+    }
+    if (rc != TP_OK) {
+        for (size_t i = 0; i < *n; i++)
+            free(v[i]);
+        free(v);
+        free(*isdir);
+        *isdir = NULL;
+        *n = 0;
+        return rc;
+    }
+    *names = v;
+    return TP_OK;
+}
+
+static void s_free_names(char **names, int *isdir, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    free(isdir);
+}
+
+/* Every image file under `dir` (recursively, sorted) with `label`. */
+static tp_status_t s_walk(files_t *self, const char *dir, int32_t label,
+                          int depth) {
+    if (depth > 32)
+        return tp_error(TP_ERR_INVALID, "imagefolder %s: folders nested too "
+                        "deep (a link loop?)", dir);
+    char **names;
+    int *isdir;
+    size_t n;
+    TP_TRY(s_list_dir(dir, &names, &isdir, &n));
+    tp_status_t rc = TP_OK;
+    for (size_t i = 0; i < n && rc == TP_OK; i++) {
+        char p[4096];
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, names[i]) >= sizeof p) {
+            rc = tp_error(TP_ERR_INVALID, "imagefolder: path too long under %s",
+                          dir);
+            break;
+        }
+        if (isdir[i])
+            rc = s_walk(self, p, label, depth + 1);
+        else if (s_is_image_name(names[i]))
+            rc = s_files_add(self, p, label);
+    }
+    s_free_names(names, isdir, n);
+    return rc;
+}
+
+tp_dataflow_t *tp_df_image_folder(const char *dir,
+                                  const tp_image_source_opts_t *opts) {
+    files_t *self = s_files_new("imagefolder", opts);
+    if (!self)
+        return NULL;
+    char **names;
+    int *isdir;
+    size_t n;
+    if (s_list_dir(dir, &names, &isdir, &n) != TP_OK) {
+        s_files_free(self);
+        return NULL;
+    }
+    tp_status_t rc = TP_OK;
+    int32_t ncls = 0;
+    char table[1024];
+    size_t off = 0;
+    table[0] = '\0';
+    for (size_t i = 0; i < n && rc == TP_OK; i++) {
+        if (!isdir[i])
+            continue;
+        if (ncls == INT32_MAX) {
+            rc = tp_error(TP_ERR_INVALID, "imagefolder %s: too many classes",
+                          dir);
+            break;
+        }
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        rc = s_walk(self, p, ncls, 0);
+        if (off < sizeof table - 1) {
+            int k = snprintf(table + off, sizeof table - off, "%s%d=%s",
+                             off ? " " : "", ncls, names[i]);
+            off = k < 0 ? sizeof table : off + (size_t)k;
+        }
+        ncls++;
+    }
+    s_free_names(names, isdir, n);
+    if (rc == TP_OK && ncls == 0)
+        rc = tp_error(TP_ERR_NOT_FOUND, "imagefolder %s: no class sub-folders "
+                      "(the layout is DIR/<class>/<image>)", dir);
+    if (rc != TP_OK) {
+        s_files_free(self);
+        return NULL;
+    }
+    TP_INFO("imagefolder %s: %zu images, %d classes: %s%s", dir, self->n,
+            (int)ncls, table, off >= sizeof table - 1 ? " ..." : "");
+    return s_files_make(self, &s_folder_ops, dir);
+}
+
+/* ---- list file ---------------------------------------------------------------- */
+
+tp_dataflow_t *tp_df_image_list(const char *list_path, const char *root,
+                                const tp_image_source_opts_t *opts) {
+    files_t *self = s_files_new("imagelist", opts);
+    if (!self)
+        return NULL;
+    FILE *f = fopen(list_path, "r");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        /* a device or a pipe could be read forever */
+        tp_error(TP_ERR_IO, "imagelist %s: %s", list_path,
+                 f ? "not a regular file" : strerror(errno));
+        if (f)
+            fclose(f);
+        s_files_free(self);
+        return NULL;
+    }
+    char base[4096];
+    if (root) {
+        snprintf(base, sizeof base, "%s", root);
+    } else {
+        snprintf(base, sizeof base, "%s", list_path);
+        char *slash = strrchr(base, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(base, sizeof base, ".");
+    }
+    char line[8192];
+    long lineno = 0;
+    tp_status_t rc = TP_OK;
+    while (rc == TP_OK && fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len == sizeof line - 1 && line[len - 1] != '\n') {
+            rc = tp_error(TP_ERR_FORMAT, "imagelist %s:%ld: line too long",
+                          list_path, lineno);
+            break;
+        }
+        char *s = line;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (*s == '#' || *s == '\n' || *s == '\r' || !*s)
+            continue;
+        /* PATH is everything up to the last field, so a path may hold
+         * spaces; the label is the last whitespace-separated field. */
+        char *e = s + strlen(s);
+        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' ||
+                         e[-1] == '\t'))
+            *--e = '\0';
+        char *sp = e;
+        while (sp > s && sp[-1] != ' ' && sp[-1] != '\t')
+            sp--;
+        char *lab = sp;
+        while (sp > s && (sp[-1] == ' ' || sp[-1] == '\t'))
+            *--sp = '\0';
+        char *end;
+        errno = 0;
+        long v = strtol(lab, &end, 10);
+        if (sp == s || lab == end || *end || errno || v < 0 || v > INT32_MAX) {
+            rc = tp_error(TP_ERR_FORMAT, "imagelist %s:%ld: expected 'PATH "
+                          "LABEL' (a label >= 0), got '%s'", list_path, lineno,
+                          s);
+            break;
+        }
+        char p[8192 + 4096];
+        if (*s == '/')
+            snprintf(p, sizeof p, "%s", s);
+        else
+            snprintf(p, sizeof p, "%s/%s", base, s);
+        rc = s_files_add(self, p, (int32_t)v);
+    }
+    fclose(f);
+    if (rc != TP_OK) {
+        s_files_free(self);
+        return NULL;
+    }
+    return s_files_make(self, &s_list_ops, list_path);
+}
+
+/* ---- CIFAR binary ------------------------------------------------------------ */
+
+typedef struct {
+    uint8_t *buf;          /* the whole file */
+    size_t n, rec;         /* records, bytes per record */
+    int label_off;         /* which label byte */
+    int shuffle;
+    uint32_t *order;
+    size_t pos;
+    tp_rng_t rng;
+} cifar_t;
+
+static tp_status_t s_cifar_reset(void *impl, tp_rng_t *rng, uint64_t seed,
+                                 uint64_t stream) {
+    (void)rng;
+    cifar_t *self = impl;
+    tp_df_rng_derive(&self->rng, seed, stream, "cifar");
+    return TP_OK;
+}
+
+static tp_status_t s_cifar_begin(void *impl) {
+    cifar_t *self = impl;
+    df_iota_shuffle(self->order, self->n, self->shuffle ? &self->rng : NULL);
+    self->pos = 0;
+    return TP_OK;
+}
+
+static tp_status_t s_cifar_next(void *impl, tp_datapoint_t **out) {
+    cifar_t *self = impl;
+    if (self->pos >= self->n)
+        return TP_DONE;
+    const uint8_t *r = self->buf + self->order[self->pos++] * self->rec;
+    const uint8_t *px = r + self->rec - 3072;  /* planes R, G, B of 32x32 */
+    tp_dtype_t dt[2] = {TP_UINT8, TP_INT32};
+    int nd[2] = {3, 0};
+    int64_t shapes[2][TP_MAX_DIMS] = {{32, 32, 3}, {0}};
+    tp_datapoint_t *dp = tp_df_datapoint_alloc(2, dt, nd, shapes);
+    if (!dp)
+        return TP_ERR_NOMEM;
+    uint8_t *d = tp_datapoint_get(dp, 0)->data;
+    for (int i = 0; i < 1024; i++) {
+        d[i * 3] = px[i];
+        d[i * 3 + 1] = px[1024 + i];
+        d[i * 3 + 2] = px[2048 + i];
+    }
+    *(int32_t *)tp_datapoint_get(dp, 1)->data = r[self->label_off];
+    *out = dp;
+    return TP_OK;
+}
+
+static int64_t s_cifar_size(void *impl) { return (int64_t)((cifar_t *)impl)->n; }
+
+static void s_cifar_destroy(void *impl) {
+    cifar_t *self = impl;
+    free(self->buf);
+    free(self->order);
+    free(self);
+}
+
+static const tp_dataflow_ops_t s_cifar_ops = {
+    .name = "cifar", .reset_state = s_cifar_reset, .begin = s_cifar_begin,
+    .next = s_cifar_next, .size = s_cifar_size, .destroy = s_cifar_destroy};
+
+tp_dataflow_t *tp_df_cifar(const char *path, int cifar100, int fine,
+                           int shuffle) {
+    tp_tensor_t raw;
+    if (s_read_raw("cifar", path, &raw) != TP_OK)
+        return NULL;
+    size_t rec = cifar100 ? 3074 : 3073;
+    if (raw.nbytes % rec != 0) {
+        tp_error(TP_ERR_FORMAT, "cifar %s: %zu bytes is not a whole number of "
+                 "%zu-byte CIFAR-%s records", path, raw.nbytes, rec,
+                 cifar100 ? "100" : "10");
+        tp_tensor_fini(&raw);
+        return NULL;
+    }
+    cifar_t *self = calloc(1, sizeof *self);
+    if (!self || !(self->buf = malloc(raw.nbytes)) ||
+        !(self->order = malloc((raw.nbytes / rec) * sizeof(uint32_t)))) {
+        if (self)
+            free(self->buf);
+        free(self);
+        tp_tensor_fini(&raw);
+        tp_error(TP_ERR_NOMEM, "cifar %s", path);
+        return NULL;
+    }
+    memcpy(self->buf, raw.data, raw.nbytes);
+    self->n = raw.nbytes / rec;
+    tp_tensor_fini(&raw);
+    self->rec = rec;
+    self->label_off = cifar100 && fine ? 1 : 0;
+    self->shuffle = shuffle;
+    for (size_t i = 0; i < self->n; i++)  /* labels in range */
+        if (self->buf[i * rec + self->label_off] >= (cifar100 ? (fine ? 100 : 20) : 10)) {
+            tp_error(TP_ERR_FORMAT, "cifar %s: record %zu has label %d", path,
+                     i, self->buf[i * rec + self->label_off]);
+            s_cifar_destroy(self);
+            return NULL;
+        }
+    return df_make(&s_cifar_ops, self);
+}
+
+/* ---- decode map ---------------------------------------------------------------- */
+
+tp_status_t tp_image_decode_map(tp_datapoint_t **dp, tp_rng_t *rng,
+                                void *user) {
+    (void)rng;
+    const tp_image_decoder_t *d = user;
+    if (d->component >= tp_datapoint_size(*dp))
+        return tp_error(TP_ERR_SHAPE, "decode: component %d of a datapoint of "
+                        "%d", d->component, tp_datapoint_size(*dp));
+    tp_tensor_t *t = tp_datapoint_get(*dp, d->component);
+    if (t->dtype != TP_UINT8 || t->ndim != 1) {
+        char desc[96];
+        return tp_error(TP_ERR_SHAPE, "decode: component %d is %s, expected "
+                        "encoded bytes (uint8 [N])", d->component,
+                        tp_tensor_describe(t, desc, sizeof desc));
+    }
+    tp_tensor_t img;
+    TP_TRY(tp_image_decode(t->data, t->nbytes, &d->opts, "(record)", &img));
+    tp_tensor_fini(t);
+    tp_tensor_move(t, &img);
+    return TP_OK;
+}

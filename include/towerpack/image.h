@@ -1,0 +1,221 @@
+/* towerpack: images (dataflow/image/): JPEG and PNG decoding, image-folder,
+ * list-file, encoded-record and CIFAR sources, and tensorpack's image
+ * augmentors (imgaug) beyond the four of dataflow_lib.h.
+ *
+ * Images are uint8 tensors, [H,W] for grey (as the IDX sources yield) and
+ * [H,W,C] for RGB (C 3) and RGBA (C 4), row-major, channels interleaved.
+ * JPEG is decoded by libjpeg-turbo (TurboJPEG API), PNG by libpng; the file
+ * type comes from the bytes (magic), never from the file name. */
+#ifndef TOWERPACK_IMAGE_H
+#define TOWERPACK_IMAGE_H
+
+#include <towerpack/dataflow_lib.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- decoding ------------------------------------------------------------- */
+
+/* Channels wanted: as stored (grey stays grey, colour becomes RGB, any alpha
+ * RGBA), or converted to grey / RGB / RGBA. */
+typedef enum tp_image_mode {
+    TP_IMAGE_ANY = 0,
+    TP_IMAGE_GREY = 1,
+    TP_IMAGE_RGB = 3,
+    TP_IMAGE_RGBA = 4
+} tp_image_mode_t;
+
+typedef struct tp_image_opts {
+    tp_image_mode_t mode;  /* TP_IMAGE_ANY */
+    /* JPEG only: decode at the smallest DCT scale (1/8 .. 1) whose result is
+     * still at least min_short pixels on its short side (0: full size). A
+     * later resize to that size then reads 4 to 64 times fewer pixels. */
+    int min_short;
+    int exif;              /* 1: apply a JPEG's EXIF orientation (default) */
+    int64_t max_pixels;    /* larger images are an error (default 1 << 26) */
+} tp_image_opts_t;
+
+/* Defaults: mode ANY, full size, EXIF orientation on, 64 Mpixel limit. */
+void tp_image_opts_init(tp_image_opts_t *opts);
+
+/* Decode an encoded image (untrusted bytes) into a new owned uint8 tensor
+ * (*out). `name` (a path, may be NULL) is used in messages: TP_ERR_FORMAT
+ * for a truncated, corrupt or unknown file, TP_ERR_SHAPE for one over
+ * max_pixels, each naming the file. opts NULL: defaults. */
+tp_status_t tp_image_decode(const void *data, size_t size,
+                            const tp_image_opts_t *opts, const char *name,
+                            tp_tensor_t *out);
+
+/* Read and decode the file at `path` (TP_ERR_IO when it cannot be read). */
+tp_status_t tp_image_read(const char *path, const tp_image_opts_t *opts,
+                          tp_tensor_t *out);
+
+/* Encode a uint8 [H,W] or [H,W,3] image as JPEG of `quality` (1..100) into a
+ * malloc'ed buffer the caller frees (the JPEG re-encode augmentor uses it). */
+tp_status_t tp_image_encode_jpeg(const tp_tensor_t *img, int quality,
+                                 void **data, size_t *size);
+
+/* Encode a uint8 [H,W], [H,W,3] or [H,W,4] image as PNG (malloc'ed). */
+tp_status_t tp_image_encode_png(const tp_tensor_t *img, void **data,
+                                size_t *size);
+
+/* ---- sources ---------------------------------------------------------------- */
+
+typedef struct tp_image_source_opts {
+    tp_image_opts_t decode;  /* how the images are decoded */
+    int shuffle;             /* reshuffle every pass (1) */
+    int raw;                 /* 1: yield the file's bytes (uint8 [N]) undecoded,
+                              * for records decoded later by `decode` */
+    int skip_bad;            /* 1: skip (and count) files that fail to
+                              * decode instead of failing the pass */
+} tp_image_source_opts_t;
+
+void tp_image_source_opts_init(tp_image_source_opts_t *opts);
+
+/* torchvision's ImageFolder: DIR/<class>/<file>, classes sorted by name
+ * (strcmp) and numbered from 0; files of every sub-folder (recursively)
+ * whose extension is an image's (.jpg .jpeg .png, any case). Datapoints:
+ * the image, the class as int32 scalar. The class table is written to the
+ * log at INFO. opts NULL: defaults. */
+tp_dataflow_t *tp_df_image_folder(const char *dir,
+                                  const tp_image_source_opts_t *opts);
+
+/* A list file as tensorpack's ILSVRC12Files: one "PATH LABEL" a line
+ * (whitespace separated, the label a non-negative integer; '#' comments and
+ * blank lines ignored), PATH relative to `root` (NULL: the list's folder). */
+tp_dataflow_t *tp_df_image_list(const char *list_path, const char *root,
+                                const tp_image_source_opts_t *opts);
+
+/* Files that failed to decode and were skipped (skip_bad), by this
+ * dataflow (an image folder or list) since it was made; -1 for another. */
+int64_t tp_df_image_skipped(tp_dataflow_t *df);
+
+/* The CIFAR-10 / CIFAR-100 binary format: `path` one .bin file (3073 or
+ * 3074 bytes a record), `fine` 1 for CIFAR-100's fine label (else its
+ * coarse label; ignored for CIFAR-10, told apart by `cifar100`). Datapoints:
+ * uint8 [32,32,3] (HWC), int32 label. */
+tp_dataflow_t *tp_df_cifar(const char *path, int cifar100, int fine,
+                           int shuffle);
+
+/* A map function decoding component `component` (uint8 [N] encoded bytes,
+ * as `raw` sources and their LMDB records hold) in place, for tp_df_map or
+ * a threaded map; user = a tp_image_decoder_t. */
+typedef struct tp_image_decoder {
+    tp_image_opts_t opts;
+    int component;
+} tp_image_decoder_t;
+tp_status_t tp_image_decode_map(tp_datapoint_t **dp, tp_rng_t *rng,
+                                void *user);
+
+/* ---- augmentors (tensorpack's imgaug, on uint8 images) ----------------------- */
+
+/* Interpolation of the geometric augmentors. */
+typedef enum { TP_INTERP_NEAREST = 0, TP_INTERP_LINEAR = 1 } tp_interp_t;
+
+/* Resize to exactly h x w (tensorpack Resize). */
+tp_status_t tp_augment_add_resize(tp_augment_t *self, int h, int w,
+                                  tp_interp_t interp);
+/* Resize so the short side is `size`, keeping the aspect ratio
+ * (ResizeShortestEdgeSize). */
+tp_status_t tp_augment_add_resize_short(tp_augment_t *self, int size,
+                                        tp_interp_t interp);
+/* Resize the short side to a random integer in [lo, hi] (RandomResize with
+ * aspect kept). */
+tp_status_t tp_augment_add_random_resize_short(tp_augment_t *self, int lo,
+                                               int hi, tp_interp_t interp);
+/* Center crop h x w (CenterCrop); the image must be at least that. */
+tp_status_t tp_augment_add_center_crop(tp_augment_t *self, int h, int w);
+/* GoogLeNet-style random crop (GoogleNetRandomCropAndResize): try 10 times
+ * an area in [area_lo, area_hi] of the image and aspect ratio in
+ * [ratio_lo, ratio_hi] (log-uniform), then resize the crop to size x size;
+ * failing that, resize the short side and center crop. */
+tp_status_t tp_augment_add_random_resized_crop(tp_augment_t *self, int size,
+                                               double area_lo, double area_hi,
+                                               double ratio_lo,
+                                               double ratio_hi,
+                                               tp_interp_t interp);
+/* Vertical flip with probability `prob` (Flip(vert=True)). */
+tp_status_t tp_augment_add_vflip(tp_augment_t *self, double prob);
+/* Brightness: add a uniform delta in [-delta, delta] (Brightness). */
+tp_status_t tp_augment_add_brightness(tp_augment_t *self, double delta);
+/* Brightness by a factor: x * r, r uniform in [lo, hi] (BrightnessScale;
+ * torchvision's ColorJitter(brightness=b) is [1-b, 1+b]). */
+tp_status_t tp_augment_add_brightness_scale(tp_augment_t *self, double lo,
+                                           double hi);
+/* Contrast: (x - mean) * r + mean, r uniform in [lo, hi], mean over the
+ * image's grey value (Contrast). */
+tp_status_t tp_augment_add_contrast(tp_augment_t *self, double lo, double hi);
+/* Saturation: blend with the grey image, alpha uniform in [1-a, 1+a]
+ * (Saturation, RGB). */
+tp_status_t tp_augment_add_saturation(tp_augment_t *self, double alpha);
+/* Hue: add U(lo, hi) to the hue in OpenCV's 8-bit HSV (0..179, so 90 is
+ * half a turn) and convert back (Hue, rgb=True). */
+tp_status_t tp_augment_add_hue(tp_augment_t *self, double lo, double hi);
+/* Lighting: AlexNet PCA noise, std `std`, eigenvalues and eigenvectors of
+ * RGB (Lighting; eigvec row-major [3][3], columns the vectors). */
+tp_status_t tp_augment_add_lighting(tp_augment_t *self, double std,
+                                    const float *eigval, const float *eigvec);
+/* Grey-scale with probability `prob`, kept as 3 channels (Grayscale). */
+tp_status_t tp_augment_add_grey(tp_augment_t *self, double prob);
+/* Gaussian noise of std `sigma` added to every value (GaussianNoise). */
+tp_status_t tp_augment_add_gaussian_noise(tp_augment_t *self, double sigma);
+
+/* Clip every value to [lo, hi] (Clip). */
+tp_status_t tp_augment_add_clip(tp_augment_t *self, int lo, int hi);
+/* Stretch the image's own range onto [lo, hi] (MinMaxNormalize,
+ * all_channel=True; the result rounded to uint8). */
+tp_status_t tp_augment_add_min_max(tp_augment_t *self, int lo, int hi);
+/* Each value becomes 255 with probability `white`, 0 with `black`
+ * (SaltPepperNoise). */
+tp_status_t tp_augment_add_salt_pepper(tp_augment_t *self, double white,
+                                       double black);
+/* JPEG re-encode at a quality drawn from [qlo, qhi) and decode (JpegNoise;
+ * grey or RGB). */
+tp_status_t tp_augment_add_jpeg_noise(tp_augment_t *self, int qlo, int qhi);
+
+/* Rotate by U(-max_deg, max_deg) degrees about a centre drawn uniformly in
+ * [lo, hi] of the width and height (Rotation; bilinear, border replicated,
+ * the size kept). Points move by the same matrix. */
+tp_status_t tp_augment_add_rotation(tp_augment_t *self, double max_deg,
+                                    double center_lo, double center_hi);
+/* Affine warp about the centre (Affine): scale from [scale[0], scale[1]]
+ * (NULL: 1), a shift of up to translate_frac[0] of the width and [1] of the
+ * height (NULL: none; rounded to whole pixels), rotation U(-max, max)
+ * degrees and shear U(-shear, shear) degrees; bilinear, border replicated,
+ * points moved by the same matrix. */
+tp_status_t tp_augment_add_affine(tp_augment_t *self, const double *scale,
+                                  const double *translate_frac,
+                                  double rotate_max_deg, double shear);
+/* Gaussian blur, window 2 k + 1 with k drawn from [size_lo, size_hi) and
+ * sigma from [sigma_lo, sigma_hi] (0: OpenCV's default for the size)
+ * (GaussianBlur, symmetric; border replicated). */
+tp_status_t tp_augment_add_gaussian_blur(tp_augment_t *self, int size_lo,
+                                         int size_hi, double sigma_lo,
+                                         double sigma_hi);
+/* (x - mean) / max(std, 1/sqrt(N)) over the whole image, to float32
+ * (MeanVarianceNormalize, all_channel=True). */
+tp_status_t tp_augment_add_mean_var(tp_augment_t *self);
+
+/* Apply the chain *sub (taken; *sub nulled) with probability `prob`
+ * (RandomApplyAug). */
+tp_status_t tp_augment_add_random_apply(tp_augment_t *self, tp_augment_t **sub,
+                                        double prob);
+/* Apply one of the n chains subs[] (each taken and nulled), drawn uniformly
+ * (RandomChooseAug). */
+tp_status_t tp_augment_add_random_choice(tp_augment_t *self,
+                                         tp_augment_t **subs, int n);
+/* Apply all n chains subs[] (taken) in a random order (RandomOrderAug). */
+tp_status_t tp_augment_add_random_order(tp_augment_t *self,
+                                        tp_augment_t **subs, int n);
+
+/* As tp_augment_apply_coords for boxes: float32 [N,4] (x1, y1, x2, y2),
+ * each replaced by the bounding box of its four moved corners (tensorpack's
+ * box_to_point4 / point8_to_box). */
+tp_status_t tp_augment_apply_boxes(const tp_augment_t *self, tp_tensor_t *t,
+                                   tp_tensor_t *boxes, tp_rng_t *rng);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""towerpack tests: references for the image decoders and augmentors
+(tests/dataflow/test_proc_image.c), from tools nobody here wrote: PIL and
+OpenCV decode the files, numpy and cv2.resize compute the augmentors.
+
+  image_ref.py gen DIR          write test images into DIR, and for each
+                                NAME.EXT a NAME.ref (what PIL / OpenCV decode)
+  image_ref.py aug OP IN OUT ARGS...   apply augmentor OP to the image IN
+                                with the parameters the test drew, into OUT
+  image_ref.py jobs FILE        the same for each line "OP IN OUT ARGS..." of
+                                FILE (one interpreter for many checks)
+
+Raw images (.ref, .bin): a text line "H W C\n", then H*W*C bytes.
+Exit status 77: a module is missing (the test skips).
+"""
+import os
+import sys
+
+try:
+    import numpy as np
+    import cv2
+    from PIL import Image, ImageOps
+except ImportError as e:  # the caller skips with this message
+    print("missing python module: %s (apt-get install python3-numpy "
+          "python3-opencv python3-pil)" % e)
+    sys.exit(77)
+
+
+def write_raw(path, a):
+    a = np.ascontiguousarray(a, dtype=np.uint8)
+    h, w = a.shape[:2]
+    c = a.shape[2] if a.ndim == 3 else 1
+    with open(path, "wb") as f:
+        f.write(b"%d %d %d\n" % (h, w, c))
+        f.write(a.tobytes())
+
+
+def read_raw(path):
+    with open(path, "rb") as f:
+        h, w, c = map(int, f.readline().split())
+        a = np.frombuffer(f.read(), dtype=np.uint8).reshape(h, w, c)
+    return a
+
+
+def photo(h, w, seed):
+    """A smooth picture with edges and noise, so JPEG has work to do."""
+    r = np.random.RandomState(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.stack([128 + 100 * np.sin(x / 7.0 + seed),
+                    128 + 100 * np.cos(y / 5.0),
+                    (x * 3 + y * 2) % 256], axis=2)
+    img[h // 3: h // 2, w // 4: w // 2] = [250, 20, 40]
+    img += r.normal(0, 12, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def gen(d):
+    os.makedirs(d, exist_ok=True)
+    rgb = photo(45, 61, 1)
+    grey = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+    alpha = np.linspace(0, 255, 45 * 61).reshape(45, 61).astype(np.uint8)
+
+    def ref_pil(name, img):
+        write_raw(os.path.join(d, name + ".ref"), np.asarray(img))
+
+    # PNG: exact
+    Image.fromarray(grey, "L").save(os.path.join(d, "grey.png"))
+    ref_pil("grey", Image.open(os.path.join(d, "grey.png")))
+    Image.fromarray(rgb, "RGB").save(os.path.join(d, "rgb.png"))
+    ref_pil("rgb", Image.open(os.path.join(d, "rgb.png")))
+    rgba = np.dstack([rgb, alpha])
+    Image.fromarray(rgba, "RGBA").save(os.path.join(d, "rgba.png"))
+    ref_pil("rgba", Image.open(os.path.join(d, "rgba.png")))
+    Image.fromarray(np.dstack([grey, alpha]), "LA").save(os.path.join(d, "la.png"))
+    ref_pil("la", Image.open(os.path.join(d, "la.png")).convert("RGBA"))
+    pal = Image.fromarray(rgb, "RGB").quantize(colors=37)
+    pal.save(os.path.join(d, "pal.png"))
+    ref_pil("pal", Image.open(os.path.join(d, "pal.png")).convert("RGB"))
+    # interlaced (Adam7), through OpenCV's writer
+    cv2.imwrite(os.path.join(d, "rgb16.png"),
+                (rgb[:, :, ::-1].astype(np.uint16) * 257 + 3))
+    a16 = cv2.imread(os.path.join(d, "rgb16.png"), cv2.IMREAD_UNCHANGED)
+    write_raw(os.path.join(d, "rgb16.ref"), (a16 >> 8).astype(np.uint8)[:, :, ::-1])
+    # mode conversions of PNGs: PIL's convert
+    ref_pil("rgb_as_grey", Image.open(os.path.join(d, "rgb.png")).convert("L"))
+    ref_pil("grey_as_rgb", Image.open(os.path.join(d, "grey.png")).convert("RGB"))
+    ref_pil("rgba_as_rgb", Image.open(os.path.join(d, "rgba.png")).convert("RGB"))
+
+    # JPEG: what PIL decodes (libjpeg-turbo, islow IDCT, fancy upsampling)
+    Image.fromarray(rgb).save(os.path.join(d, "q90.jpg"), quality=90)
+    ref_pil("q90", Image.open(os.path.join(d, "q90.jpg")))
+    Image.fromarray(rgb).save(os.path.join(d, "q95_444.jpg"), quality=95,
+                              subsampling=0)
+    ref_pil("q95_444", Image.open(os.path.join(d, "q95_444.jpg")))
+    Image.fromarray(rgb).save(os.path.join(d, "q75_422.jpg"), quality=75,
+                              subsampling=1)
+    ref_pil("q75_422", Image.open(os.path.join(d, "q75_422.jpg")))
+    Image.fromarray(grey, "L").save(os.path.join(d, "grey.jpg"), quality=90)
+    ref_pil("grey_jpg", Image.open(os.path.join(d, "grey.jpg")))
+    Image.fromarray(rgb).save(os.path.join(d, "prog.jpg"), quality=85,
+                              progressive=True)
+    ref_pil("prog", Image.open(os.path.join(d, "prog.jpg")))
+    # grey from a colour JPEG: the decoder's luma, as OpenCV's
+    # IMREAD_GRAYSCALE asks libjpeg for it
+    write_raw(os.path.join(d, "q90_as_grey.ref"),
+              cv2.imread(os.path.join(d, "q90.jpg"), cv2.IMREAD_GRAYSCALE))
+    # a 1/4 DCT-scaled decode: PIL's draft mode asks libjpeg for the same
+    im = Image.open(os.path.join(d, "q90.jpg"))
+    big = photo(240, 320, 3)
+    Image.fromarray(big).save(os.path.join(d, "big.jpg"), quality=90)
+    im = Image.open(os.path.join(d, "big.jpg"))
+    im.draft("RGB", (80, 60))
+    ref_pil("big_quarter", im)
+    # EXIF orientations: PIL's exif_transpose turns them upright
+    for o in range(1, 9):
+        ex = Image.Exif()
+        ex[0x0112] = o
+        p = os.path.join(d, "exif%d.jpg" % o)
+        Image.fromarray(rgb).save(p, quality=92, exif=ex)
+        ref_pil("exif%d" % o, ImageOps.exif_transpose(Image.open(p)))
+    # a PNG named .jpg: the bytes decide
+    Image.fromarray(rgb, "RGB").save(os.path.join(d, "png_named.jpg"), format="PNG")
+    ref_pil("png_named", Image.open(os.path.join(d, "png_named.jpg")))
+
+
+def rnd(x):
+    """round half up, then clip to uint8 (towerpack's rounding)"""
+    return np.clip(np.floor(x + 0.5), 0, 255).astype(np.uint8)
+
+
+def grey_of(img):
+    f = img.astype(np.float64)
+    return 0.299 * f[..., 0] + 0.587 * f[..., 1] + 0.114 * f[..., 2]
+
+
+def aug(op, src, dst, args):
+    img = read_raw(src)
+    v = [float(a) for a in args]
+    f = img.astype(np.float64)
+    if op == "resize":  # cv2 is tensorpack's resizer
+        h, w = int(v[0]), int(v[1])
+        interp = cv2.INTER_NEAREST if len(v) > 2 and v[2] == 0 else cv2.INTER_LINEAR
+        out = cv2.resize(img, (w, h), interpolation=interp)
+    elif op == "crop-resize":  # y x h w size: GoogleNetRandomCropAndResize
+        y, x, h, w, s = (int(a) for a in v)
+        out = cv2.resize(np.ascontiguousarray(img[y:y + h, x:x + w]), (s, s),
+                         interpolation=cv2.INTER_LINEAR)
+    elif op == "center-crop":
+        h, w = int(v[0]), int(v[1])
+        y0, x0 = int((img.shape[0] - h) * 0.5), int((img.shape[1] - w) * 0.5)
+        out = img[y0:y0 + h, x0:x0 + w]
+    elif op == "vflip":
+        out = img[::-1]
+    elif op == "hflip":
+        out = img[:, ::-1]
+    elif op == "brightness":
+        out = rnd(f + v[0])
+    elif op == "brightness-scale":
+        out = rnd(f * v[0])
+    elif op == "contrast":
+        m = grey_of(img).mean() if img.shape[2] == 3 else f.mean()
+        out = rnd(f * v[0] + m * (1 - v[0]))
+    elif op == "saturation":
+        g = grey_of(img)[..., None]
+        out = rnd(f * v[0] + g * (1 - v[0]))
+    elif op == "hue":  # tensorpack's Hue on OpenCV's 8-bit HSV
+        hsv = cv2.cvtColor(img, cv2.COLOR_RGB2HSV)
+        hsv[..., 0] = (hsv[..., 0] + v[0]) % 180
+        out = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
+    elif op == "lighting":  # v: the three per-channel increments
+        out = rnd(f + np.array(v[:3]).reshape(1, 1, 3))
+    elif op == "rotation":  # cx cy deg: tensorpack's Rotation matrix, cv2's warp
+        cx, cy, deg = v
+        m = cv2.getRotationMatrix2D((cx - 0.5, cy - 0.5), deg, 1)
+        out = cv2.warpAffine(img, m, img.shape[1::-1], flags=cv2.INTER_LINEAR,
+                             borderMode=cv2.BORDER_REPLICATE)
+    elif op == "affine":  # the 2x3 matrix tensorpack's Affine builds
+        m = np.array(v[:6], dtype=np.float64).reshape(2, 3)
+        out = cv2.warpAffine(img, m, img.shape[1::-1], flags=cv2.INTER_LINEAR,
+                             borderMode=cv2.BORDER_REPLICATE)
+    elif op == "gaussian-blur":  # k sigma
+        k, sig = int(v[0]), v[1]
+        out = cv2.GaussianBlur(img, (k, k), sigmaX=sig, sigmaY=sig,
+                               borderType=cv2.BORDER_REPLICATE)
+    elif op == "mean-var":  # float32 out: compared after x * 16 + 128
+        m, sd = f.mean(), max(f.std(), 1.0 / np.sqrt(f.size))
+        out = rnd((f - m) / sd * 16 + 128)
+    elif op == "grey":
+        g = rnd(grey_of(img))[..., None]
+        out = np.repeat(g, 3, axis=2)
+    else:
+        print("unknown op", op)
+        return 2
+    if out.ndim == 2:
+        out = out[..., None]
+    write_raw(dst, out)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "gen":
+        gen(sys.argv[2])
+        sys.exit(0)
+    if len(sys.argv) == 3 and sys.argv[1] == "jobs":
+        # one augmentor reference a line: OP IN OUT ARGS...
+        for line in open(sys.argv[2]):
+            w = line.split()
+            if w and aug(w[0], w[1], w[2], w[3:]) != 0:
+                sys.exit(1)
+        sys.exit(0)
+    if len(sys.argv) >= 5 and sys.argv[1] == "aug":
+        sys.exit(aug(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]))
+    print(__doc__)
+    sys.exit(2)

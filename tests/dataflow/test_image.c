@@ -1,0 +1,709 @@
+/* towerpack tests: dataflow/image without outside tools: round trips
+ * through the encoders, every kind of bad file (each an error naming the
+ * file, or skipped and counted), the image folder, list and CIFAR sources,
+ * their spec strings, and the augmentors' reproducibility. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <towerpack/dataflow_spec.h>
+#include <towerpack/image.h>
+
+static char s_dir[256];
+
+static void s_setup(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/tp_image_%d", (int)getpid());
+    cr_assert_eq(mkdir(s_dir, 0755), 0);
+}
+
+static void s_teardown(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    (void)system(cmd);
+}
+
+TestSuite(image, .init = s_setup, .fini = s_teardown);
+
+/* A test picture: uint8 [h,w,c] (c 1: [h,w]) of a smooth pattern. */
+static void s_pattern(tp_tensor_t *t, int h, int w, int c, int seed) {
+    int64_t shape[3] = {h, w, c};
+    cr_assert_eq(tp_tensor_init(t, TP_UINT8, c == 1 ? 2 : 3, shape), TP_OK);
+    uint8_t *p = t->data;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int k = 0; k < c; k++)
+                p[((size_t)y * w + x) * c + k] =
+                    (uint8_t)(x * 4 + y * 3 + k * 60 + seed * 17);
+}
+
+static void s_write(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "%s", path);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static void s_write_png(const char *path, int h, int w, int c, int seed) {
+    tp_tensor_t t;
+    s_pattern(&t, h, w, c, seed);
+    void *d;
+    size_t n;
+    cr_assert_eq(tp_image_encode_png(&t, &d, &n), TP_OK, "%s", tp_last_error());
+    s_write(path, d, n);
+    free(d);
+    tp_tensor_fini(&t);
+}
+
+Test(image, png_round_trip_is_exact) {
+    for (int c = 1; c <= 4; c++) {
+        if (c == 2)
+            continue;
+        tp_tensor_t t, back;
+        s_pattern(&t, 13, 21, c, c);
+        void *d;
+        size_t n;
+        cr_assert_eq(tp_image_encode_png(&t, &d, &n), TP_OK);
+        cr_assert_eq(tp_image_decode(d, n, NULL, "x.png", &back), TP_OK, "%s",
+                     tp_last_error());
+        cr_assert(tp_tensor_equal(&t, &back), "%d channels", c);
+        free(d);
+        tp_tensor_fini(&t);
+        tp_tensor_fini(&back);
+    }
+}
+
+Test(image, jpeg_round_trip_is_close) {
+    tp_tensor_t t, back;
+    s_pattern(&t, 32, 48, 3, 1);
+    void *d;
+    size_t n;
+    cr_assert_eq(tp_image_encode_jpeg(&t, 95, &d, &n), TP_OK);
+    cr_assert_eq(tp_image_decode(d, n, NULL, "x.jpg", &back), TP_OK);
+    cr_assert_eq(back.ndim, 3);
+    cr_assert_eq(back.shape[0], 32);
+    cr_assert_eq(back.shape[1], 48);
+    double err = 0;
+    for (size_t i = 0; i < t.nbytes; i++)
+        err += abs((int)((uint8_t *)t.data)[i] - (int)((uint8_t *)back.data)[i]);
+    /* the pattern wraps at 256 (sharp edges): q95 keeps it within ~7 on
+     * average; a wrong decode is off by ~80 */
+    cr_assert_lt(err / (double)t.nbytes, 12.0, "mean error %g",
+                 err / (double)t.nbytes);
+    /* grey output of a colour JPEG: [H,W] */
+    tp_image_opts_t o;
+    tp_image_opts_init(&o);
+    o.mode = TP_IMAGE_GREY;
+    tp_tensor_t g;
+    cr_assert_eq(tp_image_decode(d, n, &o, "x.jpg", &g), TP_OK);
+    cr_assert_eq(g.ndim, 2);
+    /* DCT scaling: 1/2 is the smallest scale with a short side >= 16 */
+    o.mode = TP_IMAGE_RGB;
+    o.min_short = 16;
+    tp_tensor_t s;
+    cr_assert_eq(tp_image_decode(d, n, &o, "x.jpg", &s), TP_OK);
+    cr_assert_eq(s.shape[0], 16);
+    cr_assert_eq(s.shape[1], 24);
+    free(d);
+    tp_tensor_fini(&t);
+    tp_tensor_fini(&back);
+    tp_tensor_fini(&g);
+    tp_tensor_fini(&s);
+}
+
+/* Every bad input is an error that names the file; none crashes. */
+Test(image, bad_files_are_named_errors) {
+    tp_tensor_t t, img;
+    s_pattern(&t, 40, 40, 3, 2);
+    void *jpg, *png;
+    size_t nj, np;
+    cr_assert_eq(tp_image_encode_jpeg(&t, 90, &jpg, &nj), TP_OK);
+    cr_assert_eq(tp_image_encode_png(&t, &png, &np), TP_OK);
+    /* zero bytes */
+    cr_assert_eq(tp_image_decode(jpg, 0, NULL, "empty.jpg", &img), TP_ERR_FORMAT);
+    cr_assert(strstr(tp_last_error(), "empty.jpg"), "%s", tp_last_error());
+    /* truncated, at many lengths */
+    for (size_t cut = 1; cut < nj; cut += nj / 23 + 1) {
+        tp_status_t rc = tp_image_decode(jpg, cut, NULL, "cut.jpg", &img);
+        cr_assert_lt(rc, 0, "JPEG cut at %zu of %zu decoded", cut, nj);
+        cr_assert(strstr(tp_last_error(), "cut.jpg"), "%s", tp_last_error());
+    }
+    for (size_t cut = 1; cut < np; cut += np / 23 + 1) {
+        tp_status_t rc = tp_image_decode(png, cut, NULL, "cut.png", &img);
+        cr_assert_lt(rc, 0, "PNG cut at %zu of %zu decoded", cut, np);
+        cr_assert(strstr(tp_last_error(), "cut.png"), "%s", tp_last_error());
+    }
+    /* corrupt: bytes flipped in the middle of the PNG (CRC) */
+    uint8_t *bad = malloc(np);
+    memcpy(bad, png, np);
+    for (size_t i = np / 2; i < np / 2 + 16; i++)
+        bad[i] ^= 0x5A;
+    cr_assert_lt(tp_image_decode(bad, np, NULL, "bad.png", &img), 0);
+    cr_assert(strstr(tp_last_error(), "bad.png"));
+    free(bad);
+    /* not an image at all (whatever the name says) */
+    cr_assert_eq(tp_image_decode("hello world", 11, NULL, "text.jpg", &img),
+                 TP_ERR_FORMAT);
+    cr_assert(strstr(tp_last_error(), "text.jpg"));
+    /* huge dimensions: refused before any pixel buffer is made */
+    tp_image_opts_t o;
+    tp_image_opts_init(&o);
+    o.max_pixels = 1000;
+    cr_assert_eq(tp_image_decode(jpg, nj, &o, "big.jpg", &img), TP_ERR_SHAPE);
+    cr_assert(strstr(tp_last_error(), "big.jpg"));
+    cr_assert_eq(tp_image_decode(png, np, &o, "big.png", &img), TP_ERR_SHAPE);
+    /* a PNG header claiming 100000 x 100000 (CRC fixed up by hand is not
+     * needed: libpng checks the header's CRC after our size check would
+     * pass, so make it valid) */
+    uint8_t *hdr = malloc(np);
+    memcpy(hdr, png, np);
+    hdr[16] = 0x00, hdr[17] = 0x01, hdr[18] = 0x86, hdr[19] = 0xA0;
+    hdr[20] = 0x00, hdr[21] = 0x01, hdr[22] = 0x86, hdr[23] = 0xA0;
+    cr_assert_lt(tp_image_decode(hdr, np, NULL, "huge.png", &img), 0);
+    cr_assert(strstr(tp_last_error(), "huge.png"), "%s", tp_last_error());
+    free(hdr);
+    /* a missing file */
+    cr_assert_eq(tp_image_read("/nonexistent/x.png", NULL, &img), TP_ERR_IO);
+    cr_assert(strstr(tp_last_error(), "/nonexistent/x.png"));
+    free(jpg);
+    free(png);
+    tp_tensor_fini(&t);
+}
+
+/* DIR/<class>/... : classes sorted by name, labels their index, every
+ * image once a pass, nested folders and both formats included. */
+Test(image, image_folder_layout) {
+    char p[512];
+    static const char *cls[] = {"b-cat", "a-dog", "c-eel"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof p, "%s/%s", s_dir, cls[k]);
+        cr_assert_eq(mkdir(p, 0755), 0);
+        for (int i = 0; i < 3; i++) {
+            snprintf(p, sizeof p, "%s/%s/%d.png", s_dir, cls[k], i);
+            s_write_png(p, 8, 8 + k, 1, i);  /* the width tells the folder */
+        }
+    }
+    snprintf(p, sizeof p, "%s/c-eel/sub", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/c-eel/sub/x.PNG", s_dir);
+    s_write_png(p, 8, 10, 1, 9);
+    snprintf(p, sizeof p, "%s/c-eel/notes.txt", s_dir);
+    s_write(p, "x", 1);
+    tp_dataflow_t *df = tp_df_image_folder(s_dir, NULL);
+    cr_assert(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_size(df), 10);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    int count[3] = {0};
+    tp_datapoint_t *dp;
+    while (tp_dataflow_next(df, &dp) == TP_OK) {
+        const tp_tensor_t *img = tp_datapoint_cget(dp, 0);
+        cr_assert_eq(img->ndim, 2);
+        int label = *(const int32_t *)tp_datapoint_cget(dp, 1)->data;
+        cr_assert(label >= 0 && label < 3);
+        int folder = (int)img->shape[1] - 8;
+        const int want[3] = {1, 0, 2};  /* a-dog 0, b-cat 1, c-eel 2 */
+        cr_assert_eq(label, want[folder], "image of %s has label %d",
+                     cls[folder], label);
+        count[label]++;
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(count[0], 3);
+    cr_assert_eq(count[1], 3);
+    cr_assert_eq(count[2], 4);
+    tp_dataflow_destroy(&df);
+}
+
+/* A bad file fails the pass naming it, or with skip_bad is skipped and
+ * counted. */
+Test(image, bad_file_in_folder_fails_or_is_skipped) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/k", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/k/%d.png", s_dir, i);
+        s_write_png(p, 5, 5, 3, i);
+    }
+    snprintf(p, sizeof p, "%s/k/zero.jpg", s_dir);
+    s_write(p, "", 0);
+    snprintf(p, sizeof p, "%s/k/trunc.png", s_dir);
+    s_write(p, "\x89PNG\r\n\x1a\n\0\0", 10);
+    tp_dataflow_t *df = tp_df_image_folder(s_dir, NULL);
+    cr_assert(df);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    tp_status_t rc;
+    while ((rc = tp_dataflow_next(df, &dp)) == TP_OK)
+        tp_datapoint_destroy(&dp);
+    cr_assert_lt(rc, 0);
+    cr_assert(strstr(tp_last_error(), "zero.jpg") ||
+              strstr(tp_last_error(), "trunc.png"), "%s", tp_last_error());
+    tp_dataflow_destroy(&df);
+
+    tp_image_source_opts_t o;
+    tp_image_source_opts_init(&o);
+    o.skip_bad = 1;
+    df = tp_df_image_folder(s_dir, &o);
+    cr_assert(df);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    int n = 0;
+    while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {
+        n++;
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
+    cr_assert_eq(n, 4);
+    cr_assert_eq(tp_df_image_skipped(df), 2);
+    tp_dataflow_destroy(&df);
+}
+
+/* PATH LABEL lines; bad lines are errors naming the line. Spec strings of
+ * the list, the folder (raw) and the decode map. */
+Test(image, image_list_and_specs) {
+    char p[512], list[512];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/img %d.png", s_dir, i);
+        s_write_png(p, 6, 7, 3, i);
+    }
+    snprintf(list, sizeof list, "%s/list.txt", s_dir);
+    const char *text = "# comment\nimg 0.png 5\n\nimg 1.png 7\nimg 2.png 9\n";
+    s_write(list, text, strlen(text));
+    char spec[1024];
+    snprintf(spec, sizeof spec, "imagelist:%s,shuffle=0 | batch 3", list);
+    tp_dataflow_t *df = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    const tp_tensor_t *img = tp_datapoint_cget(dp, 0);
+    cr_assert_eq(img->ndim, 4);
+    cr_assert_eq(img->shape[0], 3);
+    cr_assert_eq(img->shape[3], 3);
+    const int32_t *lab = tp_datapoint_cget(dp, 1)->data;
+    cr_assert(lab[0] == 5 && lab[1] == 7 && lab[2] == 9);
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&df);
+
+    /* raw bytes, then decode as a later stage: the same pixels */
+    snprintf(spec, sizeof spec, "imagelist:%s,shuffle=0,raw | decode mode=grey",
+             list);
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_datapoint_cget(dp, 0)->ndim, 2);
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&df);
+
+    const char *badtext = "img 0.png 5\nimg 1.png minus\n";
+    s_write(list, badtext, strlen(badtext));
+    cr_assert_null(tp_df_image_list(list, NULL, NULL));
+    cr_assert(strstr(tp_last_error(), "list.txt:2"), "%s", tp_last_error());
+    snprintf(spec, sizeof spec, "imagefolder:%s,colour=1", s_dir);
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "colour"), "%s", tp_last_error());
+    cr_assert_eq(tp_spec_parse("imgaug spin=3", &df), TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "spin"), "%s", tp_last_error());
+}
+
+/* CIFAR-10 binary: label byte then R, G and B planes -> HWC. */
+Test(image, cifar_binary) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/data.bin", s_dir);
+    size_t n = 3 * 3073;
+    uint8_t *b = calloc(1, n);
+    for (int r = 0; r < 3; r++) {
+        b[r * 3073] = (uint8_t)(r + 4);
+        for (int c = 0; c < 3; c++)
+            b[r * 3073 + 1 + c * 1024 + 33] = (uint8_t)(10 * r + c + 1);
+    }
+    s_write(p, b, n);
+    tp_dataflow_t *df = tp_df_cifar(p, 0, 0, 0);
+    cr_assert(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_size(df), 3);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    for (int r = 0; r < 3; r++) {
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK);
+        const uint8_t *px = tp_datapoint_cget(dp, 0)->data;
+        cr_assert_eq(tp_datapoint_cget(dp, 0)->shape[2], 3);
+        /* pixel 33 = (row 1, col 1) */
+        for (int c = 0; c < 3; c++)
+            cr_assert_eq(px[33 * 3 + c], 10 * r + c + 1);
+        cr_assert_eq(*(const int32_t *)tp_datapoint_cget(dp, 1)->data, r + 4);
+        tp_datapoint_destroy(&dp);
+    }
+    tp_dataflow_destroy(&df);
+    s_write(p, b, n - 1);
+    cr_assert_null(tp_df_cifar(p, 0, 0, 0));
+    cr_assert(strstr(tp_last_error(), "data.bin"), "%s", tp_last_error());
+    free(b);
+
+    /* CIFAR-100: coarse then fine label byte, then the planes; spec */
+    uint8_t *c = calloc(2, 3074);
+    c[0] = 3, c[1] = 77, c[3074] = 19, c[3075] = 99;
+    c[2 + 2048] = 200;  /* blue of pixel 0 of record 0 */
+    s_write(p, c, 2 * 3074);
+    char spec[600];
+    snprintf(spec, sizeof spec, "cifar:%s,cifar100,fine,shuffle=0", p);
+    tp_dataflow_t *d100 = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &d100), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(d100, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(d100, &dp), TP_OK);
+    cr_assert_eq(*(const int32_t *)tp_datapoint_cget(dp, 1)->data, 77);
+    cr_assert_eq(((const uint8_t *)tp_datapoint_cget(dp, 0)->data)[2], 200);
+    tp_datapoint_destroy(&dp);
+    cr_assert_eq(tp_dataflow_next(d100, &dp), TP_OK);
+    cr_assert_eq(*(const int32_t *)tp_datapoint_cget(dp, 1)->data, 99);
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&d100);
+    c[3075] = 100;  /* a fine label out of range */
+    s_write(p, c, 2 * 3074);
+    cr_assert_null(tp_df_cifar(p, 1, 1, 0));
+    cr_assert(strstr(tp_last_error(), "record 1"), "%s", tp_last_error());
+    free(c);
+}
+
+/* The ImageNet chain from a spec: shapes, float32 out, and the same
+ * result for the same seed (reproducible per datapoint). */
+Test(image, imgaug_chain_is_reproducible) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/k", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    for (int i = 0; i < 4; i++) {
+        tp_tensor_t t;
+        s_pattern(&t, 75, 100, 3, i);
+        void *d;
+        size_t n;
+        cr_assert_eq(tp_image_encode_jpeg(&t, 90, &d, &n), TP_OK);
+        snprintf(p, sizeof p, "%s/k/%d.jpg", s_dir, i);
+        s_write(p, d, n);
+        free(d);
+        tp_tensor_fini(&t);
+    }
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "imagefolder:%s,shuffle=0 | map-threads 2 strict imgaug "
+             "random-resized-crop=32, flip, brightness=30, contrast=0.6:1.4, "
+             "saturation=0.4, lighting=0.1, mean=123.7/116.3/103.5, "
+             "std=58.4/57.1/57.4 | batch 4", s_dir);
+    tp_datapoint_t *b[2];
+    for (int run = 0; run < 2; run++) {
+        tp_dataflow_t *df = NULL;
+        cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_dataflow_reset_state(df, 42, 0), TP_OK);
+        cr_assert_eq(tp_dataflow_next(df, &b[run]), TP_OK, "%s",
+                     tp_last_error());
+        tp_dataflow_destroy(&df);
+    }
+    const tp_tensor_t *x = tp_datapoint_cget(b[0], 0);
+    cr_assert_eq(x->dtype, TP_FLOAT32);
+    cr_assert_eq(x->ndim, 4);
+    cr_assert(x->shape[1] == 32 && x->shape[2] == 32 && x->shape[3] == 3);
+    cr_assert(tp_datapoint_equal(b[0], b[1]), "same seed, different batch");
+    tp_datapoint_destroy(&b[0]);
+    tp_datapoint_destroy(&b[1]);
+}
+
+/* Geometry of the resizers and crops; bad images are shape errors. */
+Test(image, resize_shapes_and_errors) {
+    tp_tensor_t t;
+    tp_rng_t rng;
+    tp_rng_init(&rng, 1, 0);
+    s_pattern(&t, 30, 40, 3, 0);
+    tp_augment_t *a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_resize_short(a, 15, TP_INTERP_LINEAR), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    cr_assert(t.shape[0] == 15 && t.shape[1] == 20);
+    tp_augment_destroy(&a);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_random_resize_short(a, 10, 12, TP_INTERP_LINEAR),
+                 TP_OK);
+    cr_assert_eq(tp_augment_add_center_crop(a, 10, 10), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    cr_assert(t.shape[0] == 10 && t.shape[1] == 10);
+    tp_augment_destroy(&a);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_center_crop(a, 11, 11), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_ERR_SHAPE);
+    tp_augment_destroy(&a);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_gaussian_noise(a, 3), TP_OK);
+    cr_assert_eq(tp_augment_add_vflip(a, 0.5), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    tp_augment_destroy(&a);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_saturation(a, 0.4), TP_OK);
+    tp_tensor_t g;
+    s_pattern(&g, 5, 5, 1, 0);
+    cr_assert_eq(tp_augment_apply(a, &g, &rng), TP_ERR_SHAPE);
+    tp_augment_destroy(&a);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_contrast(a, 2, 1), TP_ERR_INVALID);
+    tp_augment_destroy(&a);
+    tp_tensor_fini(&t);
+    tp_tensor_fini(&g);
+}
+
+/* tensorpack's recipe: encoded bytes in an LMDB record file (written from
+ * a raw source), decoded by a later stage: the same pixels as decoding
+ * the files. */
+Test(image, encoded_records_decode_later) {
+    char p[512], db[512];
+    snprintf(p, sizeof p, "%s/k", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    for (int i = 0; i < 5; i++) {
+        tp_tensor_t t;
+        s_pattern(&t, 20 + i, 30, 3, i);
+        void *d;
+        size_t n;
+        cr_assert_eq(tp_image_encode_jpeg(&t, 90, &d, &n), TP_OK);
+        snprintf(p, sizeof p, "%s/k/%d.jpg", s_dir, i);
+        s_write(p, d, n);
+        free(d);
+        tp_tensor_fini(&t);
+    }
+    char spec[1024];
+    snprintf(spec, sizeof spec, "imagefolder:%s,shuffle=0,raw", s_dir);
+    tp_dataflow_t *df = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    snprintf(db, sizeof db, "%s/images.lmdb", s_dir);
+    tp_records_opts_t ro;
+    tp_records_opts_init(&ro);
+    int64_t saved = 0;
+    cr_assert_eq(tp_records_save(df, db, &ro, &saved), TP_OK, "%s",
+                 tp_last_error());
+    cr_assert_eq(saved, 5);
+    tp_dataflow_destroy(&df);
+
+    snprintf(spec, sizeof spec, "lmdb:%s | map-threads 2 strict decode", db);
+    tp_dataflow_t *a = NULL, *b;
+    tp_image_source_opts_t o;
+    tp_image_source_opts_init(&o);
+    o.shuffle = 0;
+    b = tp_df_image_folder(s_dir, &o);
+    cr_assert_eq(tp_spec_parse(spec, &a), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(a, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_reset_state(b, 1, 0), TP_OK);
+    for (int i = 0; i < 5; i++) {
+        tp_datapoint_t *x, *y;
+        cr_assert_eq(tp_dataflow_next(a, &x), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_dataflow_next(b, &y), TP_OK);
+        cr_assert(tp_datapoint_equal(x, y), "record %d differs", i);
+        tp_datapoint_destroy(&x);
+        tp_datapoint_destroy(&y);
+    }
+    tp_dataflow_destroy(&a);
+    tp_dataflow_destroy(&b);
+}
+
+/* The bright pixels of an image: their bounding box (pixel edges). */
+static void s_bright_box(const tp_tensor_t *t, float *box) {
+    int H = (int)t->shape[0], W = (int)t->shape[1];
+    int C = t->ndim == 3 ? (int)t->shape[2] : 1;
+    const uint8_t *p = t->data;
+    int x1 = W, y1 = H, x2 = -1, y2 = -1;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            if (p[((size_t)y * W + x) * C] > 128) {
+                x1 = x < x1 ? x : x1;
+                y1 = y < y1 ? y : y1;
+                x2 = x > x2 ? x : x2;
+                y2 = y > y2 ? y : y2;
+            }
+    box[0] = (float)x1;
+    box[1] = (float)y1;
+    box[2] = (float)x2 + 1;
+    box[3] = (float)y2 + 1;
+}
+
+/* Points and boxes move with the image: a bright rectangle's box, moved by
+ * the chain, is where the rectangle ends up (within a pixel of rounding),
+ * for every geometric augmentor and over many random draws. */
+Test(image, coords_and_boxes_follow_the_image) {
+    tp_augment_t *a = tp_augment_new();
+    tp_augment_t *sub[2] = {tp_augment_new(), tp_augment_new()};
+    cr_assert_eq(tp_augment_add_resize(a, 90, 120, TP_INTERP_NEAREST), TP_OK);
+    cr_assert_eq(tp_augment_add_rotation(a, 20, 0.4, 0.6), TP_OK);
+    double sc[2] = {0.9, 1.1}, fr[2] = {0.05, 0.05};
+    cr_assert_eq(tp_augment_add_affine(a, sc, fr, 5, 5), TP_OK);
+    cr_assert_eq(tp_augment_add_crop(a, 80, 110, 4), TP_OK);
+    cr_assert_eq(tp_augment_add_flip(a, 0.5), TP_OK);
+    cr_assert_eq(tp_augment_add_vflip(sub[0], 1.0), TP_OK);
+    cr_assert_eq(tp_augment_add_center_crop(sub[1], 70, 100), TP_OK);
+    cr_assert_eq(tp_augment_add_random_order(a, sub, 2), TP_OK);
+    cr_assert_null(sub[0]);
+    cr_assert_eq(tp_augment_add_random_resized_crop(a, 64, 0.5, 1.0, 0.75,
+                                                    1.333, TP_INTERP_NEAREST),
+                 TP_OK);
+    cr_assert_eq(tp_augment_add_brightness(a, 10), TP_OK);
+    tp_rng_t rng;
+    tp_rng_init(&rng, 3, 0);
+    int compared = 0;
+    for (int round = 0; round < 40; round++) {
+        tp_tensor_t img;
+        int64_t shape[3] = {60, 80, 3};
+        cr_assert_eq(tp_tensor_init_zero(&img, TP_UINT8, 3, shape), TP_OK);
+        /* a bright rectangle [30, 50) x [20, 35) */
+        for (int y = 20; y < 35; y++)
+            memset((uint8_t *)img.data + ((size_t)y * 80 + 30) * 3, 255, 20 * 3);
+        int64_t bs[2] = {1, 4}, ps[2] = {1, 2};
+        tp_tensor_t boxes, pts;
+        cr_assert_eq(tp_tensor_init(&boxes, TP_FLOAT32, 2, bs), TP_OK);
+        cr_assert_eq(tp_tensor_init(&pts, TP_FLOAT32, 2, ps), TP_OK);
+        float *b = boxes.data;
+        b[0] = 30, b[1] = 20, b[2] = 50, b[3] = 35;
+        tp_rng_t r2 = rng;
+        tp_tensor_t img2;
+        cr_assert_eq(tp_tensor_copy(&img2, &img), TP_OK);
+        cr_assert_eq(tp_augment_apply_boxes(a, &img, &boxes, &rng), TP_OK,
+                     "%s", tp_last_error());
+        /* the same draws through apply_coords: the box's centre */
+        ((float *)pts.data)[0] = 40, ((float *)pts.data)[1] = 27.5f;
+        cr_assert_eq(tp_augment_apply_coords(a, &img2, &pts, &r2), TP_OK);
+        cr_assert(tp_tensor_equal(&img, &img2));
+        float got[4];
+        s_bright_box(&img, got);
+        if (got[2] <= got[0]) {  /* the crop missed the rectangle */
+            tp_tensor_fini(&img);
+            tp_tensor_fini(&img2);
+            tp_tensor_fini(&boxes);
+            tp_tensor_fini(&pts);
+            continue;
+        }
+        /* compare when the moved box lies inside the image: a crop that
+         * cut the (turned) rectangle leaves a smaller bright region */
+        float W = (float)img.shape[1], H = (float)img.shape[0];
+        float want[4] = {b[0], b[1], b[2], b[3]};
+        if (b[0] < 0 || b[1] < 0 || b[2] > W || b[3] > H) {
+            tp_tensor_fini(&img);
+            tp_tensor_fini(&img2);
+            tp_tensor_fini(&boxes);
+            tp_tensor_fini(&pts);
+            continue;
+        }
+        /* a pixel of rounding, and the rotation's half-pixel centre
+         * (tensorpack turns pixel-edge points by its pixel-centre matrix) */
+        for (int k = 0; k < 4; k++)
+            cr_assert(fabsf(got[k] - want[k]) <= 1.75f,
+                      "round %d: box edge %d at %g, the image's at %g", round,
+                      k, want[k], got[k]);
+        compared++;
+        float cx = ((float *)pts.data)[0], cy = ((float *)pts.data)[1];
+        cr_assert(fabsf(cx - (b[0] + b[2]) / 2) < 1e-3f &&
+                  fabsf(cy - (b[1] + b[3]) / 2) < 1e-3f,
+                  "round %d: the centre moved to (%g, %g), the box to %g..%g",
+                  round, cx, cy, b[0], b[2]);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&img2);
+        tp_tensor_fini(&boxes);
+        tp_tensor_fini(&pts);
+    }
+    cr_assert_gt(compared, 10, "only %d of 40 crops kept the rectangle",
+                 compared);
+    tp_augment_destroy(&a);
+}
+
+/* The smaller augmentors: clip, min-max stretch, salt and pepper, JPEG
+ * re-encode, random apply and choice. */
+Test(image, small_augmentors) {
+    tp_rng_t rng;
+    tp_rng_init(&rng, 5, 0);
+    tp_tensor_t t;
+    s_pattern(&t, 16, 16, 3, 0);
+    tp_augment_t *a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_clip(a, 40, 200), TP_OK);
+    cr_assert_eq(tp_augment_add_min_max(a, 0, 255), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    int lo = 255, hi = 0;
+    for (size_t i = 0; i < t.nbytes; i++) {
+        int v = ((uint8_t *)t.data)[i];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    cr_assert(lo == 0 && hi == 255, "stretched to %d..%d", lo, hi);
+    tp_augment_destroy(&a);
+
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_salt_pepper(a, 0.1, 0.1), TP_OK);
+    tp_tensor_t g;
+    int64_t shape[2] = {100, 100};
+    cr_assert_eq(tp_tensor_init(&g, TP_UINT8, 2, shape), TP_OK);
+    memset(g.data, 100, g.nbytes);
+    cr_assert_eq(tp_augment_apply(a, &g, &rng), TP_OK);
+    int white = 0, black = 0;
+    for (size_t i = 0; i < g.nbytes; i++) {
+        white += ((uint8_t *)g.data)[i] == 255;
+        black += ((uint8_t *)g.data)[i] == 0;
+    }
+    cr_assert(white > 850 && white < 1150 && black > 850 && black < 1150,
+              "white %d black %d of 10000 (about 1000 each)", white, black);
+    tp_augment_destroy(&a);
+
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_jpeg_noise(a, 30, 60), TP_OK);
+    tp_tensor_t before;
+    cr_assert_eq(tp_tensor_copy(&before, &t), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    cr_assert(tp_tensor_same_shape(&t, &before));
+    cr_assert(!tp_tensor_equal(&t, &before), "re-encoding changed nothing");
+    tp_augment_destroy(&a);
+
+    /* random-apply with p 0 never runs, random-choice of one always does */
+    a = tp_augment_new();
+    tp_augment_t *sub = tp_augment_new();
+    cr_assert_eq(tp_augment_add_vflip(sub, 1), TP_OK);
+    cr_assert_eq(tp_augment_add_random_apply(a, &sub, 0.0), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    cr_assert_eq(tp_augment_add_random_choice(a, (tp_augment_t *[]){NULL}, 1),
+                 TP_ERR_INVALID);
+    tp_augment_destroy(&a);
+    tp_tensor_fini(&t);
+    tp_tensor_fini(&g);
+    tp_tensor_fini(&before);
+}
+
+/* random-order / random-choice / random-apply group other augmentors in a
+ * spec (';' between them): tensorpack's fbresnet colour jitter is
+ * RandomOrderAug over four of them. */
+Test(image, random_groups_in_a_spec) {
+    tp_dataflow_t *df = NULL;
+    const char *spec =
+        "fake:shape=20x30x3:uint8,size=8 | imgaug random-order="
+        "brightness-scale=0.6:1.4;contrast=0.6:1.4;saturation=0.4;"
+        "lighting=0.1, random-apply=0.5;flip=1;vflip=1, "
+        "random-choice=grey;noise=3;clip=10:240 | batch 8";
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_datapoint_cget(dp, 0)->shape[3], 3);
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&df);
+
+    /* probability 0: the group never runs, the image is untouched */
+    cr_assert_eq(tp_spec_parse("fake:shape=6x7x3:uint8,size=4,random=0 | "
+                               "imgaug random-apply=0;vflip=1;flip=1", &df),
+                 TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *plain = NULL;
+    cr_assert_eq(tp_spec_parse("fake:shape=6x7x3:uint8,size=4,random=0", &plain),
+                 TP_OK);
+    cr_assert_eq(tp_dataflow_reset_state(df, 3, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_reset_state(plain, 3, 0), TP_OK);
+    tp_datapoint_t *x, *y;
+    cr_assert_eq(tp_dataflow_next(df, &x), TP_OK);
+    cr_assert_eq(tp_dataflow_next(plain, &y), TP_OK);
+    cr_assert(tp_datapoint_equal(x, y));
+    tp_datapoint_destroy(&x);
+    tp_datapoint_destroy(&y);
+    tp_dataflow_destroy(&df);
+    tp_dataflow_destroy(&plain);
+
+    cr_assert_eq(tp_spec_parse("fake | imgaug random-order=flip;spin=3", &df),
+                 TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "spin"), "%s", tp_last_error());
+    cr_assert_eq(tp_spec_parse("fake | imgaug random-apply=0.5", &df),
+                 TP_ERR_INVALID);
+}

@@ -1,0 +1,470 @@
+/* towerpack tests: the image decoders and augmentors against tools nobody
+ * here wrote. tests/dataflow/image_ref.py writes images with PIL and
+ * OpenCV and what those decode; the augmentors are checked against numpy
+ * (and cv2.resize, tensorpack's resizer) given the parameters the
+ * augmentor draws. Skips when python3 lacks numpy, cv2 or PIL. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <towerpack/image.h>
+
+#define M_PI_ 3.14159265358979323846
+#define REF_PY TP_SOURCE_DIR "/tests/dataflow/image_ref.py"
+
+/* Debian's python3 first: a pyenv python3 on the PATH often lacks its
+ * modules. */
+static const char *s_python(void) {
+    static const char *const cands[] = {"/usr/bin/python3", "python3"};
+    for (size_t i = 0; i < 2; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "%s -c 'import numpy, cv2, PIL' >/dev/null "
+                 "2>&1", cands[i]);
+        if (system(cmd) == 0)
+            return cands[i];
+    }
+    return NULL;
+}
+
+static char s_dir[256];
+static const char *s_py;
+
+static void s_setup(void) {
+    s_py = s_python();
+    snprintf(s_dir, sizeof s_dir, "/tmp/tp_image_ref_%d", (int)getpid());
+    cr_assert_eq(mkdir(s_dir, 0755), 0);
+}
+
+/* The test images and what PIL / OpenCV decode from them. */
+static void s_gen(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s gen %s", s_py, REF_PY, s_dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void s_teardown(void) {
+    if (s_dir[0]) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+        (void)system(cmd);
+    }
+}
+
+#define NEED_PY()                                                             \
+    do {                                                                      \
+        if (!s_py)                                                            \
+            cr_skip_test("python3 with numpy, cv2 (python3-opencv) and PIL "  \
+                         "(python3-pil) is not installed");                   \
+    } while (0)
+
+/* Read a raw "H W C\n" + bytes file into t (uint8 [H,W,C]). */
+static void s_read_raw(const char *path, tp_tensor_t *t) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "open %s", path);
+    int h, w, c;
+    cr_assert_eq(fscanf(f, "%d %d %d", &h, &w, &c), 3);
+    cr_assert_eq(fgetc(f), '\n');
+    int64_t shape[3] = {h, w, c};
+    cr_assert_eq(tp_tensor_init(t, TP_UINT8, 3, shape), TP_OK);
+    cr_assert_eq(fread(t->data, 1, t->nbytes, f), t->nbytes, "%s", path);
+    fclose(f);
+}
+
+static void s_write_raw(const char *path, const tp_tensor_t *t) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fprintf(f, "%d %d %d\n", (int)t->shape[0], (int)t->shape[1],
+            t->ndim == 3 ? (int)t->shape[2] : 1);
+    cr_assert_eq(fwrite(t->data, 1, t->nbytes, f), t->nbytes);
+    fclose(f);
+}
+
+/* The largest difference of two images of the same size (asserted). */
+static int s_maxdiff(const tp_tensor_t *a, const tp_tensor_t *ref,
+                     const char *what) {
+    int64_t ca = a->ndim == 3 ? a->shape[2] : 1;
+    cr_assert_eq(a->shape[0], ref->shape[0], "%s: height %lld vs %lld", what,
+                 (long long)a->shape[0], (long long)ref->shape[0]);
+    cr_assert_eq(a->shape[1], ref->shape[1], "%s: width %lld vs %lld", what,
+                 (long long)a->shape[1], (long long)ref->shape[1]);
+    cr_assert_eq(ca, ref->shape[2], "%s: %lld channels vs %lld", what,
+                 (long long)ca, (long long)ref->shape[2]);
+    const uint8_t *p = a->data, *q = ref->data;
+    int m = 0;
+    for (size_t i = 0; i < a->nbytes; i++) {
+        int d = abs((int)p[i] - (int)q[i]);
+        if (d > m)
+            m = d;
+    }
+    return m;
+}
+
+/* Decode DIR/file with mode (and min_short) and compare with DIR/ref.ref:
+ * at most `tol` apart. */
+static void s_check(const char *file, const char *ref, tp_image_mode_t mode,
+                    int min_short, int tol) {
+    char p[512], r[512];
+    snprintf(p, sizeof p, "%s/%s", s_dir, file);
+    snprintf(r, sizeof r, "%s/%s.ref", s_dir, ref);
+    tp_image_opts_t o;
+    tp_image_opts_init(&o);
+    o.mode = mode;
+    o.min_short = min_short;
+    tp_tensor_t img, want;
+    cr_assert_eq(tp_image_read(p, &o, &img), TP_OK, "%s: %s", file,
+                 tp_last_error());
+    s_read_raw(r, &want);
+    int d = s_maxdiff(&img, &want, file);
+    cr_assert(d <= tol, "%s: largest difference from the reference %d (> %d)",
+              file, d, tol);
+    tp_tensor_fini(&img);
+    tp_tensor_fini(&want);
+}
+
+TestSuite(proc_image, .init = s_setup, .fini = s_teardown);
+
+/* PNG: exactly PIL's pixels, in every colour type libpng expands. JPEG:
+ * PIL's pixels (both on libjpeg-turbo's accurate IDCT; libjpeg-turbo
+ * documents SIMD and C paths as agreeing to within 1), also DCT-scaled (a
+ * 320x240 JPEG asked for a short side >= 60 is decoded at 1/4, as PIL's
+ * draft mode decodes it) and turned by its EXIF orientation as PIL's
+ * exif_transpose. One test: the references come from one interpreter. */
+Test(proc_image, decoders_equal_pil_and_opencv) {
+    NEED_PY();
+    s_gen();
+    s_check("grey.png", "grey", TP_IMAGE_ANY, 0, 0);
+    s_check("rgb.png", "rgb", TP_IMAGE_ANY, 0, 0);
+    s_check("rgba.png", "rgba", TP_IMAGE_ANY, 0, 0);
+    s_check("la.png", "la", TP_IMAGE_ANY, 0, 0);
+    s_check("pal.png", "pal", TP_IMAGE_RGB, 0, 0);
+    s_check("rgb16.png", "rgb16", TP_IMAGE_ANY, 0, 0);
+    s_check("rgb.png", "rgb_as_grey", TP_IMAGE_GREY, 0, 0);
+    s_check("grey.png", "grey_as_rgb", TP_IMAGE_RGB, 0, 0);
+    s_check("rgba.png", "rgba_as_rgb", TP_IMAGE_RGB, 0, 0);
+    s_check("png_named.jpg", "png_named", TP_IMAGE_ANY, 0, 0);
+    s_check("q90.jpg", "q90", TP_IMAGE_ANY, 0, 1);
+    s_check("q95_444.jpg", "q95_444", TP_IMAGE_ANY, 0, 1);
+    s_check("q75_422.jpg", "q75_422", TP_IMAGE_ANY, 0, 1);
+    s_check("grey.jpg", "grey_jpg", TP_IMAGE_ANY, 0, 1);
+    s_check("prog.jpg", "prog", TP_IMAGE_ANY, 0, 1);
+    s_check("q90.jpg", "q90_as_grey", TP_IMAGE_GREY, 0, 1);
+    s_check("big.jpg", "big_quarter", TP_IMAGE_RGB, 60, 1);
+    for (int o = 1; o <= 8; o++) {
+        char f[32], r[32];
+        snprintf(f, sizeof f, "exif%d.jpg", o);
+        snprintf(r, sizeof r, "exif%d", o);
+        s_check(f, r, TP_IMAGE_ANY, 0, 1);
+    }
+}
+
+/* ---- augmentors against numpy / cv2 ------------------------------------------ */
+
+/* Augmentor checks are queued (the image, our result, the reference's
+ * command line) and run by one interpreter in s_aug_run. */
+typedef struct {
+    char op[32];
+    tp_tensor_t got;
+    int tol;
+    char args[160];
+} job_t;
+static job_t s_jobs[16];
+static int s_njobs;
+
+/* A photo-like 45x61 RGB test image, the same every time. */
+static void s_photo(tp_tensor_t *t) {
+    int64_t shape[3] = {45, 61, 3};
+    cr_assert_eq(tp_tensor_init(t, TP_UINT8, 3, shape), TP_OK);
+    uint8_t *p = t->data;
+    tp_rng_t r;
+    tp_rng_init(&r, 11, 0);
+    for (int y = 0; y < 45; y++)
+        for (int x = 0; x < 61; x++) {
+            double v[3] = {128 + 100 * sin(x / 7.0), 128 + 100 * cos(y / 5.0),
+                           (x * 3 + y * 2) % 256};
+            for (int c = 0; c < 3; c++) {
+                double n = v[c] + 12 * tp_rng_normal(&r);
+                p[(y * 61 + x) * 3 + c] =
+                    (uint8_t)(n < 0 ? 0 : n > 255 ? 255 : n);
+            }
+        }
+}
+
+/* Apply `aug` to the test image with rng seeded (7, 0) and queue the
+ * reference `op` with `args` (at most tol apart). */
+static void s_aug_check(tp_augment_t *aug, const char *op, const char *args,
+                        int tol) {
+    cr_assert_lt(s_njobs, 16);
+    job_t *j = &s_jobs[s_njobs++];
+    snprintf(j->op, sizeof j->op, "%s", op);
+    snprintf(j->args, sizeof j->args, "%s", args);
+    j->tol = tol;
+    s_photo(&j->got);
+    tp_rng_t rng;
+    tp_rng_init(&rng, 7, 0);
+    cr_assert_eq(tp_augment_apply(aug, &j->got, &rng), TP_OK, "%s: %s", op,
+                 tp_last_error());
+}
+
+/* Run the queued references in one interpreter and compare. */
+static void s_aug_run(void) {
+    char in[512], jobs[512], cmd[1200];
+    snprintf(in, sizeof in, "%s/aug_in.bin", s_dir);
+    snprintf(jobs, sizeof jobs, "%s/jobs.txt", s_dir);
+    tp_tensor_t img;
+    s_photo(&img);
+    s_write_raw(in, &img);
+    tp_tensor_fini(&img);
+    FILE *f = fopen(jobs, "w");
+    cr_assert(f);
+    for (int i = 0; i < s_njobs; i++)
+        fprintf(f, "%s %s %s/aug_out%d.bin %s\n", s_jobs[i].op, in, s_dir, i,
+                s_jobs[i].args);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s %s jobs %s", s_py, REF_PY, jobs);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    for (int i = 0; i < s_njobs; i++) {
+        char out[600];
+        snprintf(out, sizeof out, "%s/aug_out%d.bin", s_dir, i);
+        tp_tensor_t want;
+        s_read_raw(out, &want);
+        int d = s_maxdiff(&s_jobs[i].got, &want, s_jobs[i].op);
+        cr_assert(d <= s_jobs[i].tol, "%s (%s): largest difference from the "
+                  "reference %d (> %d)", s_jobs[i].op, s_jobs[i].args, d,
+                  s_jobs[i].tol);
+        tp_tensor_fini(&want);
+        tp_tensor_fini(&s_jobs[i].got);
+    }
+    s_njobs = 0;
+}
+
+Test(proc_image, resize_equals_cv2) {
+    NEED_PY();
+    static const int sizes[][2] = {{20, 30}, {90, 122}, {45, 17}, {7, 7}};
+    for (size_t i = 0; i < 4; i++) {
+        tp_augment_t *a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_resize(a, sizes[i][0], sizes[i][1],
+                                           TP_INTERP_LINEAR), TP_OK);
+        char args[64];
+        snprintf(args, sizeof args, "%d %d 1", sizes[i][0], sizes[i][1]);
+        /* OpenCV rounds its two passes in fixed point: within 1 */
+        s_aug_check(a, "resize", args, 1);
+        tp_augment_destroy(&a);
+    }
+    tp_augment_t *a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_resize(a, 30, 20, TP_INTERP_NEAREST), TP_OK);
+    s_aug_check(a, "resize", "30 20 0", 0);
+    tp_augment_destroy(&a);
+    s_aug_run();
+}
+
+/* GoogleNetRandomCropAndResize: the rectangle tensorpack's algorithm draws
+ * from the same random numbers, cropped in numpy and resized by cv2. */
+Test(proc_image, random_resized_crop_equals_reference) {
+    NEED_PY();
+    for (uint64_t seed = 7; seed < 8; seed++) {
+        tp_rng_t r;
+        tp_rng_init(&r, 7, 0);
+        int H = 45, W = 61, hh = 0, ww = 0, x1 = -1, y1 = -1;
+        for (int i = 0; i < 10; i++) {
+            double ta = (0.08 + 0.92 * tp_rng_double(&r)) * H * W;
+            double ar = 0.75 + (1.333 - 0.75) * tp_rng_double(&r);
+            ww = (int)(sqrt(ta * ar) + 0.5);
+            hh = (int)(sqrt(ta / ar) + 0.5);
+            if (tp_rng_double(&r) < 0.5) {
+                int k = ww;
+                ww = hh;
+                hh = k;
+            }
+            if (hh <= H && ww <= W) {
+                x1 = (int)tp_rng_below(&r, (uint64_t)(W - ww) + 1);
+                y1 = (int)tp_rng_below(&r, (uint64_t)(H - hh) + 1);
+                break;
+            }
+        }
+        cr_assert(x1 >= 0, "no crop found in 10 tries for this seed");
+        tp_augment_t *a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_random_resized_crop(
+                         a, 24, 0.08, 1.0, 0.75, 1.333, TP_INTERP_LINEAR),
+                     TP_OK);
+        char args[96];
+        snprintf(args, sizeof args, "%d %d %d %d 24", y1, x1, hh, ww);
+        s_aug_check(a, "crop-resize", args, 1);
+        tp_augment_destroy(&a);
+    }
+    s_aug_run();
+}
+
+Test(proc_image, crops_and_flips_equal_numpy) {
+    NEED_PY();
+    tp_augment_t *a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_center_crop(a, 20, 31), TP_OK);
+    s_aug_check(a, "center-crop", "20 31", 0);
+    tp_augment_destroy(&a);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_vflip(a, 1.0), TP_OK);
+    s_aug_check(a, "vflip", "", 0);
+    tp_augment_destroy(&a);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_flip(a, 1.0), TP_OK);
+    s_aug_check(a, "hflip", "", 0);
+    tp_augment_destroy(&a);
+    s_aug_run();
+}
+
+/* The colour augmentors: the factor each draws from rng (7, 0), then the
+ * formula of tensorpack's class in numpy. */
+Test(proc_image, colour_augmentors_equal_numpy) {
+    NEED_PY();
+    tp_rng_t r;
+    char args[128];
+    tp_augment_t *a;
+
+    tp_rng_init(&r, 7, 0);
+    double v = -30 + 60 * tp_rng_double(&r);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_brightness(a, 30), TP_OK);
+    snprintf(args, sizeof args, "%.17g", v);
+    s_aug_check(a, "brightness", args, 0);
+    tp_augment_destroy(&a);
+
+    tp_rng_init(&r, 7, 0);
+    v = 0.6 + 0.8 * tp_rng_double(&r);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_brightness_scale(a, 0.6, 1.4), TP_OK);
+    snprintf(args, sizeof args, "%.17g", v);
+    s_aug_check(a, "brightness-scale", args, 0);
+    tp_augment_destroy(&a);
+
+    tp_rng_init(&r, 7, 0);
+    v = 0.6 + 0.8 * tp_rng_double(&r);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_contrast(a, 0.6, 1.4), TP_OK);
+    snprintf(args, sizeof args, "%.17g", v);
+    s_aug_check(a, "contrast", args, 0);
+    tp_augment_destroy(&a);
+
+    tp_rng_init(&r, 7, 0);
+    v = 1 + (-0.4 + 0.8 * tp_rng_double(&r));
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_saturation(a, 0.4), TP_OK);
+    snprintf(args, sizeof args, "%.17g", v);
+    s_aug_check(a, "saturation", args, 0);
+    tp_augment_destroy(&a);
+
+    for (int k = 0; k < 2; k++) {  /* a positive and a negative shift */
+        tp_rng_init(&r, 7, 0);
+        double lo = k ? -60 : 0, hi = k ? 0 : 180;
+        v = lo + (hi - lo) * tp_rng_double(&r);
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_hue(a, lo, hi), TP_OK);
+        snprintf(args, sizeof args, "%.17g", v);
+        s_aug_check(a, "hue", args, 1);
+        tp_augment_destroy(&a);
+    }
+
+    static const float ev[3] = {55.46f, 4.794f, 1.148f};
+    static const float evec[9] = {-0.5675f, 0.7192f, 0.4009f, -0.5808f,
+                                  -0.0045f, -0.8140f, -0.5836f, -0.6948f,
+                                  0.4203f};
+    tp_rng_init(&r, 7, 0);
+    double n[3], inc[3];
+    for (int k = 0; k < 3; k++)
+        n[k] = tp_rng_normal(&r) * 0.1 * ev[k];
+    for (int k = 0; k < 3; k++)
+        inc[k] = evec[k * 3] * n[0] + evec[k * 3 + 1] * n[1] +
+                 evec[k * 3 + 2] * n[2];
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_lighting(a, 0.1, ev, evec), TP_OK);
+    snprintf(args, sizeof args, "%.17g %.17g %.17g", inc[0], inc[1], inc[2]);
+    s_aug_check(a, "lighting", args, 0);
+    tp_augment_destroy(&a);
+
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_grey(a, 1.0), TP_OK);
+    s_aug_check(a, "grey", "", 0);
+    tp_augment_destroy(&a);
+    s_aug_run();
+}
+
+/* Rotation (tensorpack's matrix, OpenCV's warpAffine: which quantises
+ * source positions to 1/32 pixel, so within 3 on this noisy image),
+ * Gaussian blur (cv2.GaussianBlur), per-image mean-variance normalisation
+ * (numpy). */
+Test(proc_image, warps_and_filters_equal_cv2) {
+    NEED_PY();
+    tp_rng_t r;
+    char args[160];
+    tp_augment_t *a;
+
+    tp_rng_init(&r, 7, 0);
+    double cx = 61 * tp_rng_double(&r), cy = 45 * tp_rng_double(&r);
+    double deg = -30 + 60 * tp_rng_double(&r);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_rotation(a, 30, 0, 1), TP_OK);
+    snprintf(args, sizeof args, "%.17g %.17g %.17g", cx, cy, deg);
+    s_aug_check(a, "rotation", args, 3);
+    tp_augment_destroy(&a);
+
+    /* Affine: tensorpack's construction of the matrix, written here */
+    {
+        tp_rng_init(&r, 7, 0);
+        double sc = 0.8 + 0.4 * tp_rng_double(&r);
+        double dx = rint(-0.1 * 61 + 0.2 * 61 * tp_rng_double(&r));
+        double dy = rint(-0.1 * 45 + 0.2 * 45 * tp_rng_double(&r));
+        double sh = (-10 + 20 * tp_rng_double(&r)) * M_PI_ / 180;
+        double dg = (-15 + 30 * tp_rng_double(&r)) * M_PI_ / 180;
+        double c0 = 61 * 0.5 - 0.5, c1 = 45 * 0.5 - 0.5;
+        double al = sc * cos(dg), be = sc * sin(dg);
+        double m[6] = {al, be, 0, -be, al, 0};
+        double m01 = m[1] * cos(sh) + m[0] * sin(sh);
+        double m11 = m[4] * cos(sh) + m[3] * sin(sh);
+        m[1] = m01;
+        m[4] = m11;
+        m[2] = c0 * (1 - m[0]) - c1 * m[1] + dx;
+        m[5] = -c0 * m[3] + c1 * (1 - m[4]) + dy;
+        double scale[2] = {0.8, 1.2}, frac[2] = {0.1, 0.1};
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_affine(a, scale, frac, 15, 10), TP_OK);
+        snprintf(args, sizeof args, "%.17g %.17g %.17g %.17g %.17g %.17g",
+                 m[0], m[1], m[2], m[3], m[4], m[5]);
+        s_aug_check(a, "affine", args, 3);
+        tp_augment_destroy(&a);
+    }
+
+    for (int lo = 1; lo <= 3; lo++) {
+        tp_rng_init(&r, 7, 0);
+        int k = (lo + (int)tp_rng_below(&r, 1)) * 2 + 1;
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_gaussian_blur(a, lo, lo + 1, 0, 0), TP_OK);
+        snprintf(args, sizeof args, "%d 0", k);
+        s_aug_check(a, "gaussian-blur", args, 1);
+        tp_augment_destroy(&a);
+    }
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_gaussian_blur(a, 2, 3, 1.5, 1.5), TP_OK);
+    s_aug_check(a, "gaussian-blur", "5 1.5", 1);
+    tp_augment_destroy(&a);
+
+    /* float32 out: compared on the scale x * 16 + 128, rounded */
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_mean_var(a), TP_OK);
+    s_aug_check(a, "mean-var", "", 1);
+    tp_augment_destroy(&a);
+    job_t *j = &s_jobs[s_njobs - 1];
+    cr_assert_eq(j->got.dtype, TP_FLOAT32);
+    tp_tensor_t u8;
+    cr_assert_eq(tp_tensor_init(&u8, TP_UINT8, j->got.ndim, j->got.shape),
+                 TP_OK);
+    const float *fp = j->got.data;
+    for (size_t i = 0; i < u8.nbytes; i++) {
+        double v = floor(fp[i] * 16.0 + 128 + 0.5);
+        ((uint8_t *)u8.data)[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    tp_tensor_fini(&j->got);
+    tp_tensor_move(&j->got, &u8);
+    s_aug_run();
+}
