@@ -30,6 +30,15 @@ const tp_zoo_model_t *const *tp_zoo_all(void);
 /* The two input descriptions (image, label) all zoo models take. */
 const tp_input_desc_t *tp_zoo_inputs(void);
 
+/* A data source as tp-train and tp-predict name it, as the source of a
+ * pipeline spec that yields what the zoo's models take (uint8 [28,28]
+ * images, int32 labels): fashion-mnist:SPLIT, idx:IMAGES[,LABELS],
+ * lmdb:PATH, tensorpack-lmdb:PATH (int64 labels narrowed), imagefolder:DIR
+ * and imagelist:FILE (decoded as grey, resized to 28x28). in_order: read in
+ * file order (validation, prediction). Writes buf[size]; TP_ERR_INVALID
+ * naming the accepted forms for anything else. */
+tp_status_t tp_zoo_source(const char *data, int in_order, char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

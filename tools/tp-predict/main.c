@@ -6,8 +6,9 @@
  *
  * The checkpoint names its model (tp-train records it), so --model is only
  * needed for older checkpoints or to override. The data are tp-train's
- * sources (fashion-mnist, fashion-mnist:test, idx:IMAGES[,LABELS],
- * lmdb:PATH) or a whole spec (--spec), read in file order. Predictions go
+ * sources (fashion-mnist, fashion-mnist:SPLIT, idx:, lmdb:,
+ * tensorpack-lmdb:, imagefolder:, imagelist:; tp_zoo_source) or a whole
+ * spec (--spec), read in file order. Predictions go
  * to --output (CSV, or JSON lines when the name ends in .jsonl/.json):
  * index, top-k classes and their probabilities, the label when there is
  * one. With labels: accuracy, per-class accuracy and the confusion matrix,
@@ -33,7 +34,8 @@ static const char *s_usage =
 "  --model NAME       mlp, cnn, cnn-bn, resnet (default: the one the\n"
 "                     checkpoint records)\n"
 "  --data SOURCE      fashion-mnist (its test split), fashion-mnist:train|test,\n"
-"                     idx:IMAGES[,LABELS], lmdb:PATH\n"
+"                     idx:IMAGES[,LABELS], lmdb:PATH, tensorpack-lmdb:PATH,\n"
+"                     imagefolder:DIR, imagelist:FILE (as tp-train takes them)\n"
 "  --spec SPEC        the whole input pipeline as a spec string instead\n"
 "                     (batched; components image[, label])\n"
 "  --output FILE      predictions: CSV, or JSON lines for *.jsonl / *.json\n"
@@ -67,16 +69,10 @@ static tp_status_t s_spec(const s_args_t *a, int float_images, char *buf,
     }
     const char *d = a->data;
     char src[2048];
-    if (!strcmp(d, "fashion-mnist"))
-        snprintf(src, sizeof src, "fashion-mnist:test,shuffle=0");
-    else if (!strncmp(d, "fashion-mnist:", 14) || !strncmp(d, "idx:", 4))
-        snprintf(src, sizeof src, "%s%s", d, strstr(d, "shuffle") ? "" : ",shuffle=0");
-    else if (!strncmp(d, "lmdb:", 5))
-        snprintf(src, sizeof src, "%s", d);
-    else
-        return tp_error(TP_ERR_INVALID, "--data '%s': use fashion-mnist, "
-                        "fashion-mnist:SPLIT, idx:IMAGES[,LABELS] or lmdb:PATH "
-                        "(or --spec)", d);
+    /* tp-train's names, read in file order (models.h) */
+    if (tp_zoo_source(strcmp(d, "fashion-mnist") ? d : "fashion-mnist:test", 1, src,
+                      sizeof src) != TP_OK)
+        return tp_error(TP_ERR_INVALID, "--data: %s (or --spec)", tp_last_error());
     snprintf(buf, size, "%s%s | batch %d remainder", src, norm, a->batch);
     return TP_OK;
 }

@@ -185,21 +185,6 @@ static void s_subst_rank(const char *text, int rank, char *out, size_t size) {
     out[o] = '\0';
 }
 
-/* Image sources (imagefolder:, imagelist:) are brought to what the zoo's
- * models take, 28x28 grey: decoded as grey and resized (an identity for
- * images that are already 28x28, such as tp-export-images writes; JPEGs are
- * decoded at the smallest DCT scale that keeps 28 pixels). Other
- * sources are copied as they are. */
-static void s_source(const char *src, char *buf, size_t size) {
-    if (!strncmp(src, "imagefolder:", 12) || !strncmp(src, "imagelist:", 10))
-        snprintf(buf, size, "%s,mode=grey,min-short=28 | imgaug resize=28x28",
-                 src);
-    else if (!strncmp(src, "tensorpack-lmdb:", 16))  /* int64 labels -> int32 */
-        snprintf(buf, size, "%s,int32", src);
-    else
-        snprintf(buf, size, "%s", src);
-}
-
 static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     if (a->spec) {
         snprintf(buf, size, "%s", a->spec);
@@ -214,14 +199,8 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     char source[2048];
     if (!strcmp(src, "fashion-mnist"))
         snprintf(source, sizeof source, "fashion-mnist:train");
-    else if (!strncmp(src, "idx:", 4) || !strncmp(src, "lmdb:", 5) ||
-             !strncmp(src, "tensorpack-lmdb:", 16) ||
-             !strncmp(src, "imagefolder:", 12) || !strncmp(src, "imagelist:", 10))
-        s_source(src, source, sizeof source);
-    else
-        return tp_error(TP_ERR_INVALID, "--data '%s': use fashion-mnist, "
-                        "idx:IMAGES,LABELS, lmdb:PATH, tensorpack-lmdb:PATH, "
-                        "imagefolder:DIR or imagelist:FILE", src);
+    else if (tp_zoo_source(src, 0, source, sizeof source) != TP_OK)
+        return tp_error(TP_ERR_INVALID, "--data: %s", tp_last_error());
     char workers[64] = "";
     /* augmentation runs in the workers too; a dead one is replaced */
     if (a->workers > 0 && a->worker_restarts > 0)
@@ -245,7 +224,8 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
         snprintf(buf, size, "fashion-mnist:test,shuffle=0%s | batch 500 remainder", norm);
     else if (a->test_data) {
         char source[2048];
-        s_source(src, source, sizeof source);
+        if (tp_zoo_source(src, 1, source, sizeof source) != TP_OK)
+            return tp_error(TP_ERR_INVALID, "--test-data: %s", tp_last_error());
         snprintf(buf, size, "%s%s | batch 500 remainder", source, norm);
     }
     else
