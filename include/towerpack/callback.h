@@ -99,6 +99,15 @@ tp_callback_t *tp_cb_scalar_printer(void);
  * after each epoch and at least every 2 s while scalars arrive; a killed
  * run leaves whole records and at most one partial tail. Chief only. */
 tp_callback_t *tp_cb_tfevent_writer(const char *hparams);
+/* StepWriter: DIR/steps.tsv, the per-step values of the comma-separated
+ * fetches `names` ("cost,accuracy"), at most TP_STEP_POINTS_PER_EPOCH lines
+ * per epoch (means over equal runs of steps), appended after each epoch
+ * (towerpack/plot.h). Synchronous: it fetches. */
+tp_callback_t *tp_cb_step_writer(const char *names);
+/* CurvePlotter: redraws DIR/curves.png from stats.json and steps.tsv after
+ * every epoch (tp_plot_stats); register it after JSONWriter, as an
+ * observer (tp_cb_observe). A drawing that fails is a warning. */
+tp_callback_t *tp_cb_curve_plotter(void);
 
 /* ---- progress and time ------------------------------------------------------ */
 

@@ -66,6 +66,27 @@ static json_t *s_stats(const char *logdir) {
 
 static char s_out[1 << 20];
 
+/* steps.tsv (StepWriter): the header, then one line per step 1..n (an
+ * epoch of 10 steps is under the per-epoch cap), each with a finite cost. */
+static void s_check_steps(const char *logdir, int n) {
+    char path[256], line[256];
+    snprintf(path, sizeof path, "%s/steps.tsv", logdir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    cr_assert_str_eq(line, "global_step\tcost\taccuracy\n");
+    int k = 0;
+    while (fgets(line, sizeof line, f)) {
+        long step;
+        double cost, acc;
+        cr_assert_eq(sscanf(line, "%ld\t%lf\t%lf", &step, &cost, &acc), 3, "%s", line);
+        cr_assert_eq(step, ++k, "line %d: %s", k, line);
+        cr_assert(cost > 0 && cost < 10, "%s", line);
+    }
+    fclose(f);
+    cr_assert_eq(k, n);
+}
+
 Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown, .timeout = 120) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/run", s_dir);
@@ -86,6 +107,7 @@ Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown
     cr_assert_eq(access(path, R_OK), 0);
     snprintf(path, sizeof path, "%s/curves.png", logdir);
     cr_assert_eq(access(path, R_OK), 0);
+    s_check_steps(logdir, 20);
     /* Resume to epoch 3: continues at global step 20. */
     char *again[] = {"tp-train", "--model", "mlp", "--epochs", "3", "--steps-per-epoch", "10",
                      "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir, "--resume", NULL};
@@ -95,6 +117,7 @@ Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown
     cr_assert_eq(json_array_size(j), 3);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 2), "global_step")), 30);
     json_decref(j);
+    s_check_steps(logdir, 30);  /* steps 1..20 kept, 21..30 appended */
     /* The directory exists now: without an action, no prompt, an error. */
     char *exists[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--logdir", logdir, NULL};
     rc = s_run(exists, s_out, sizeof s_out);
