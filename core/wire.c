@@ -623,7 +623,7 @@ int tp_ctl_parse(const void *data, size_t size, int *kind, uint32_t *sender,
     memcpy(&magic, p, 4);
     if (magic != TP_CTL_MAGIC || p[5] || p[6] || p[7])
         return 0;
-    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_STATS)
+    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_REPORT)
         return 0;
     *kind = p[4];
     memcpy(sender, p + 8, 4);

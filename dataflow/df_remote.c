@@ -6,6 +6,8 @@
  * wire decoder, and one that fails is counted, logged at most once a
  * second, and dropped; the stream goes on. */
 #include <czmq.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/actor_dataflow.h>
@@ -16,6 +18,7 @@
 #include <towerpack/supervisor.h>
 #include <towerpack/wire.h>
 #include <towerpack/actor.h>
+#include "df_internal.h"
 #if __has_include(<towerpack/dataflow_spec.h>)
 #include <towerpack/dataflow_spec.h>
 #define TP_HAVE_SPEC 1
@@ -42,6 +45,13 @@ static int s_endpoint_ok(const char *ep) {
 /* ---- RemoteDataZMQ ---------------------------------------------------------------- */
 
 #define MAX_ENDPOINTS 64
+#define MAX_SENDERS 64
+
+/* A sender as its last TP_CTL_REPORT said. */
+typedef struct {
+    tp_stats_row_t row;   /* name, host, pid, state, counters */
+    uint64_t seen_ns;     /* when its last report came */
+} s_sender_seen_t;
 
 typedef struct {
     tp_remote_opts_t opts;
@@ -56,7 +66,80 @@ typedef struct {
     tp_ratelog_t ratelog;
     tp_curve_t *curve;
     char *curve_dir;      /* the caller's opts.curve_dir, copied */
+    /* the senders' reports: written by the thread that iterates, read by
+     * any (tp_df_remote_rows) */
+    pthread_mutex_t mu;
+    s_sender_seen_t senders[MAX_SENDERS];
+    int nsenders;
+    uint64_t active_ns;   /* the iterating thread last waited or received */
 } s_remote_t;
+
+/* One report (text of a TP_CTL_REPORT frame): into the senders' table,
+ * replacing the same sender's last, or dropped when malformed (the data
+ * socket may carry anything: every field is checked). */
+static void s_take_sender_report(s_remote_t *r, const char *text, size_t len) {
+    char buf[512];
+    if (len >= sizeof buf)
+        return;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    char *f[10], *save = NULL, *tok = strtok_r(buf, "\t", &save);
+    int n = 0;
+    for (; tok && n < 10; tok = strtok_r(NULL, "\t", &save))
+        f[n++] = tok;
+    if (n != 10 || tok)
+        return;
+    unsigned long long v[8];
+    for (int i = 0; i < 8; i++) {
+        char *end;
+        v[i] = strtoull(f[i < 1 ? 0 : i + 2], &end, 10);
+        if (*end || f[i < 1 ? 0 : i + 2][0] == '-')
+            return;
+    }
+    /* v: pid, state, alive, busy, blocked, starved, msgs, bytes */
+    size_t hl = strlen(f[1]), nl = strlen(f[2]);
+    if (v[0] == 0 || v[0] > 0xffffffffull || v[1] >= TP_ACTOR_STATE_COUNT || hl == 0 ||
+        hl >= TP_STATS_HOST_MAX || nl == 0 || nl >= TP_STATS_NAME_MAX)
+        return;
+    for (size_t i = 0; i < hl; i++)
+        if ((unsigned char)f[1][i] < 0x21 || (unsigned char)f[1][i] > 0x7e)
+            return;
+    for (size_t i = 0; i < nl; i++)
+        if ((unsigned char)f[2][i] < 0x20 || (unsigned char)f[2][i] > 0x7e)
+            return;
+    tp_stats_row_t row;
+    memset(&row, 0, sizeof row);
+    snprintf(row.name, sizeof row.name, "%s", f[2]);
+    snprintf(row.host, sizeof row.host, "%s", f[1]);
+    row.pid = (uint32_t)v[0];
+    row.state = (uint8_t)v[1];
+    row.alive_s = (double)v[2] * 1e-9;
+    row.busy_s = (double)v[3] * 1e-9;
+    row.blocked_s = (double)v[4] * 1e-9;
+    row.starved_s = (double)v[5] * 1e-9;
+    row.msgs_out = v[6];
+    row.bytes_out = v[7];
+    row.queue_fill = -1;
+    uint64_t now = tp_now_ns();
+    pthread_mutex_lock(&r->mu);
+    int k = 0;
+    while (k < r->nsenders && !(r->senders[k].row.pid == row.pid &&
+                                !strcmp(r->senders[k].row.host, row.host)))
+        k++;
+    if (k == r->nsenders && r->nsenders < MAX_SENDERS)
+        r->nsenders++;
+    if (k < r->nsenders) {
+        r->senders[k].row = row;
+        r->senders[k].seen_ns = now;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The iterating thread is receiving now: silence from a sender counts. */
+static void s_active(s_remote_t *r) {
+    __atomic_store_n(&r->active_ns, tp_now_ns(), __ATOMIC_RELAXED);
+}
+
 
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
                                   uint64_t stream) {
@@ -122,13 +205,17 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
             if (tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0),
                              tp_wire_msg_frame_size(r->msg, 0), &kind, &sender,
                              &text, &tl)) {
+                if (kind == TP_CTL_REPORT)
+                    s_take_sender_report(r, text, tl);
                 tp_wire_msg_clear(r->msg);  /* padding or end of a sender */
+                s_active(r);
                 continue;
             }
         }
         if (rc == TP_OK || rc == TP_ERR_PROTOCOL) {
             if (rc == TP_OK)
                 rc = tp_wire_decode(r->msg, &r->wire, out);
+            s_active(r);
             if (rc == TP_OK)
                 return TP_OK;
             r->malformed++;
@@ -139,6 +226,7 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         }
         if (rc != TP_ERR_TIMEOUT)
             return tp_error_wrap(rc, "remote: receive");
+        s_active(r);  /* waited 100 ms for anything */
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "remote: interrupted by signal %d",
                             tp_signal_pending());
@@ -167,6 +255,7 @@ static void s_remote_destroy(void *impl) {
     }
     tp_wire_msg_destroy(&r->msg);
     free(r->curve_dir);
+    pthread_mutex_destroy(&r->mu);
     free(r);
 }
 
@@ -180,6 +269,7 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
         tp_error(TP_ERR_NOMEM, "remote");
         return NULL;
     }
+    pthread_mutex_init(&r->mu, NULL);
     if (opts)
         r->opts = *opts;
     else
@@ -187,6 +277,7 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
     if (r->opts.hwm <= 0)
         r->opts.hwm = 50;
     if (r->opts.curve_dir && !(r->opts.curve_dir = r->curve_dir = strdup(r->opts.curve_dir))) {
+        pthread_mutex_destroy(&r->mu);
         free(r);
         tp_error(TP_ERR_NOMEM, "remote");
         return NULL;
@@ -239,13 +330,73 @@ uint64_t tp_df_remote_malformed(tp_dataflow_t *df) {
     return ((s_remote_t *)tp_dataflow_impl(df))->malformed;
 }
 
+typedef struct {
+    tp_stats_row_t *rows;
+    int max, n;
+} s_rows_t;
+
+/* df_visit: the live senders of every remote dataflow found; forgets the
+ * ones silent for TP_REMOTE_SENDER_GONE_S of receiving. */
+static void s_add_sender_rows(tp_dataflow_t *df, void *arg) {
+    if (tp_dataflow_ops(df) != &s_remote_ops)
+        return;
+    s_remote_t *r = tp_dataflow_impl(df);
+    s_rows_t *a = arg;
+    uint64_t active = __atomic_load_n(&r->active_ns, __ATOMIC_RELAXED);
+    uint64_t gone = (uint64_t)(TP_REMOTE_SENDER_GONE_S * 1e9);
+    pthread_mutex_lock(&r->mu);
+    int k = 0;
+    for (int i = 0; i < r->nsenders; i++) {
+        s_sender_seen_t *s = &r->senders[i];
+        if (active > s->seen_ns && active - s->seen_ns > gone)
+            continue;  /* gone: dropped from the table */
+        r->senders[k++] = *s;
+        if (a->n < a->max)
+            a->rows[a->n++] = s->row;
+    }
+    r->nsenders = k;
+    pthread_mutex_unlock(&r->mu);
+}
+
+int tp_df_remote_rows(tp_dataflow_t *df, tp_stats_row_t *rows, int max) {
+    s_rows_t a = {rows, max, 0};
+    if (df)
+        df_visit(df, s_add_sender_rows, &a);
+    return a.n;
+}
+
 /* ---- send_dataflow_zmq --------------------------------------------------------------- */
 
 typedef struct {
     tp_stats_pub_t *pub;
     tp_stats_row_t row;
     uint64_t start, blocked, starved;
+    /* the report to the receiver (TP_CTL_REPORT) */
+    int report;
+    uint64_t reported_ns;
+    char report_name[TP_STATS_NAME_MAX], host[TP_STATS_HOST_MAX];
 } s_sender_t;
+
+/* This sender's row to the receiver on the data socket, at most twice a
+ * second (or now with `force`), never waiting: when the socket is full it
+ * is tried again later. Its time is a worker's: everything but the waits
+ * on the full socket is busy making datapoints (the sender's own stats row
+ * calls the dataflow's share starved, from the loop's view). */
+static void s_sender_report(s_sender_t *s, void *sock, int force) {
+    uint64_t now = tp_now_ns();
+    if (!s->report || (!force && now - s->reported_ns < 500000000ull))
+        return;
+    uint64_t alive = now - s->start;
+    char text[512];
+    snprintf(text, sizeof text, "%u\t%s\t%s\t%d\t%llu\t%llu\t%llu\t0\t%llu\t%llu",
+             (unsigned)getpid(), s->host, s->report_name, s->row.state,
+             (unsigned long long)alive,
+             (unsigned long long)(alive > s->blocked ? alive - s->blocked : 0),
+             (unsigned long long)s->blocked, (unsigned long long)s->row.msgs_out,
+             (unsigned long long)s->row.bytes_out);
+    if (tp_ctl_send(sock, TP_CTL_REPORT, 0, text, ZMQ_DONTWAIT) >= 0)
+        s->reported_ns = now;
+}
 
 static void s_sender_publish(s_sender_t *s, int force) {
     if (!s->pub || (!force && tp_stats_pub_since(s->pub) < 1.0))
@@ -270,8 +421,15 @@ static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock
         uint32_t events = 0;
         size_t es = sizeof events;
         if (zmq_getsockopt(sock, ZMQ_EVENTS, &events, &es) == 0 &&
-            (events & ZMQ_POLLOUT))
+            (events & ZMQ_POLLOUT)) {
+            /* a due report takes the free place first: with a receiver
+             * that keeps the socket full, it gets through all the same */
+            uint64_t before = s->reported_ns;
+            s_sender_report(s, sock, 0);
+            if (s->reported_ns != before)
+                continue;
             return tp_wire_msg_send(msg, sock, 0);
+        }
         if (tp_signal_pending()) {
             tp_wire_msg_clear(msg);
             return tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
@@ -307,6 +465,13 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     snprintf(s.row.name, sizeof s.row.name, "%s", o.stats_name ? o.stats_name : "send");
     s.row.state = TP_ACTOR_RUNNING;
     s.row.queue_fill = -1;
+    s.report = !o.no_report;
+    tp_stats_hostname(s.host, sizeof s.host);
+    /* "NAME PID@HOST", cut at the row's 47 bytes (the host column has it whole) */
+    char rn[128];
+    snprintf(rn, sizeof rn, "%.24s %u@%s", o.stats_name ? o.stats_name : "send",
+             (unsigned)getpid(), s.host);
+    memcpy(s.report_name, rn, sizeof s.report_name - 1);
     if (o.stats) {
         char ep[300];
         TP_TRY(tp_stats_endpoint_resolve(o.stats, o.run_dir, ep, sizeof ep));
@@ -385,7 +550,12 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         s.row.msgs_out++;
         s.row.bytes_out += bytes;
         s_sender_publish(&s, 0);
+        if ((s.row.msgs_out & 15) == 0)  /* the clock every 16 datapoints */
+            s_sender_report(&s, sock, 0);
     }
+    /* the receiver hears how it ended (before the padding: that is last) */
+    s.row.state = rc < 0 && rc != TP_ERR_INTERRUPTED ? TP_ACTOR_FAILED : TP_ACTOR_DONE;
+    s_sender_report(&s, sock, 1);
     if (rc == TP_OK) {
         /* Padding after the last datapoint: libzmq may drop the unflushed
          * tail of a closing connection (tp_ctl_send_pad). */

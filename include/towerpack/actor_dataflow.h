@@ -146,6 +146,18 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
 /* Messages a remote dataflow dropped as malformed, or 0 for others. */
 uint64_t tp_df_remote_malformed(tp_dataflow_t *df);
 
+/* The senders (tp_send_dataflow, tp-worker) feeding the remote dataflows in
+ * df (df itself or any it wraps) as statistics rows, "tp-worker PID@HOST",
+ * at most `max` into `rows`; returns how many. Each row has the sender's
+ * pid and host and what it last reported on the data socket (TP_CTL_REPORT,
+ * twice a second): datapoints and bytes sent, busy (making them), blocked
+ * (waiting on a full socket). A sender that has said nothing for
+ * TP_REMOTE_SENDER_GONE_S of the receiver's own receiving is gone (a
+ * killed worker's rows go; a receiver that is not receiving, e.g. during
+ * validation, keeps them). Any thread. */
+#define TP_REMOTE_SENDER_GONE_S 1.5
+int tp_df_remote_rows(tp_dataflow_t *df, tp_stats_row_t *rows, int max);
+
 typedef struct tp_send_opts {
     int bind;               /* 1: bind, 0: connect (default) */
     int hwm;                /* default 50 */
@@ -163,6 +175,9 @@ typedef struct tp_send_opts {
                                a bound sender is the CURVE server, a
                                connecting one the client; NULL: off */
     int allow_public;       /* allow a tcp bind to every interface */
+    int no_report;          /* 1: no TP_CTL_REPORT frames to the receiver
+                               (default 0: twice a second, so the receiving
+                               trainer's statistics show this sender) */
 } tp_send_opts_t;
 
 void tp_send_opts_init(tp_send_opts_t *opts);

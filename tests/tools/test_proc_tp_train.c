@@ -279,6 +279,84 @@ Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .t
     json_decref(j);
 }
 
+/* The rows of a snapshot that run in process `pid`. */
+static int s_rows_of(json_t *snap, json_int_t pid) {
+    json_t *actors = json_object_get(snap, "actors");
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(actors); i++)
+        n += json_integer_value(json_object_get(json_array_get(actors, i), "pid")) == pid;
+    return n;
+}
+
+/* tp-train --remote fed by two tp-worker processes: tp-top --once --json
+ * on the trainer's endpoint lists both workers' rows, each with its own
+ * pid and host, within 3 s of their start (they report on the data
+ * socket); a worker killed with SIGKILL is gone from the rows within 3 s,
+ * the other stays. */
+Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
+     .timeout = 120) {
+    char logdir[128], sock[160], ep[170], data[128], bind[140];
+    snprintf(logdir, sizeof logdir, "%s/rw", s_dir);
+    snprintf(sock, sizeof sock, "%s/stats.sock", logdir);
+    snprintf(ep, sizeof ep, "ipc://%s", sock);
+    snprintf(data, sizeof data, "ipc://%s/data.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", data);
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                    "--steps-per-epoch", "100000", "--batch", "32", "--towers", "1",
+                    "--remote", bind, "--threads", "1", "--test-spec", TEST_SPEC,
+                    "--logdir", logdir, NULL};
+    pu_spawn_opts_t o = {.out = "/dev/null"};
+    pid_t train = pu_spawn(argv, &o);
+    cr_assert_gt(train, 0);
+    for (int i = 0; i < 200 && access(sock, F_OK) != 0; i++)
+        usleep(50000);  /* the trainer is up: its stats socket */
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | batch 32", "--connect", data, NULL};
+    pu_spawn_opts_t wo = {.out = "/dev/null"};
+    pid_t w[2] = {pu_spawn(wargv, &wo), pu_spawn(wargv, &wo)};
+    double t0 = tp_now_s();
+    static char last[1 << 16];
+    int both = 0;
+    while (!both && tp_now_s() - t0 < 3.0) {
+        json_t *snap = s_top_json(ep, last, sizeof last);
+        if (!snap)
+            continue;
+        both = s_rows_of(snap, w[0]) == 1 && s_rows_of(snap, w[1]) == 1;
+        json_t *actors = json_object_get(snap, "actors");
+        for (size_t i = 0; both && i < json_array_size(actors); i++) {
+            json_t *a = json_array_get(actors, i);
+            json_int_t pid = json_integer_value(json_object_get(a, "pid"));
+            const char *host = json_string_value(json_object_get(a, "host"));
+            cr_assert(host && *host, "every row names its host:\n%s", last);
+            if (pid == w[0] || pid == w[1])
+                cr_assert(strstr(json_string_value(json_object_get(a, "name")), "tp-worker"),
+                          "%s", last);
+        }
+        json_decref(snap);
+    }
+    double seen_s = tp_now_s() - t0;
+    int gone = 0;
+    if (both) {
+        kill(w[0], SIGKILL);
+        double t1 = tp_now_s();
+        while (!gone && tp_now_s() - t1 < 3.0) {
+            json_t *snap = s_top_json(ep, last, sizeof last);
+            gone = snap && s_rows_of(snap, w[0]) == 0 && s_rows_of(snap, w[1]) == 1;
+            json_decref(snap);
+        }
+    }
+    kill(w[0], SIGKILL);
+    kill(w[1], SIGTERM);
+    kill(train, SIGTERM);
+    pu_waitpid(w[0], 10000);
+    pu_waitpid(w[1], 10000);
+    pu_waitpid(train, 30000);
+    cr_assert(both, "both tp-workers' rows (pids %d, %d) not shown within 3 s (%.1f s); "
+              "last snapshot:\n%s", (int)w[0], (int)w[1], seen_s, last);
+    cr_assert(gone, "the killed tp-worker (pid %d) still shows 3 s later, or the other "
+              "went too:\n%s", (int)w[0], last);
+}
+
 Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *a1[] = {"tp-train", "--model", "transformer", NULL};
     cr_assert_neq(s_run(a1, s_out, sizeof s_out), 0);

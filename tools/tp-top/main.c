@@ -26,7 +26,8 @@ static void s_usage(FILE *out) {
         "                      socket is authenticated\n"
         "  -h, --help          this text\n"
         "\n"
-        "Columns: pid is the process the actor runs in (a forked worker's own);\n"
+        "Columns: host and pid are the process the actor runs in (a forked\n"
+        "worker's own, a remote tp-worker's own host and pid);\n"
         "msgs/s and MB/s are the larger of in and out over the last\n"
         "interval; queue is the input queue's fill (- when not visible); starved\n"
         "is time spent waiting for input, blocked time spent waiting on a full\n"
@@ -40,8 +41,8 @@ static void s_table(const tp_stats_snapshot_t *snap, int clear) {
     int bn = tp_stats_bottleneck(snap);
     printf("towerpack %s (pid %u)  snapshot %llu  interval %.2f s\n", snap->source,
            snap->pid, (unsigned long long)snap->seq, snap->interval_s);
-    printf("%-24s %7s %-10s %10s %9s %6s %8s %8s %8s\n", "ACTOR", "PID", "STATE", "MSGS/S",
-           "MB/S", "QUEUE", "BUSY%", "STARVED%", "BLOCKED%");
+    printf("%-24s %-12s %7s %-10s %10s %9s %6s %8s %8s %8s\n", "ACTOR", "HOST", "PID",
+           "STATE", "MSGS/S", "MB/S", "QUEUE", "BUSY%", "STARVED%", "BLOCKED%");
     for (int i = 0; i < snap->nrows; i++) {
         const tp_stats_row_t *r = &snap->rows[i];
         char q[16];
@@ -55,8 +56,8 @@ static void s_table(const tp_stats_snapshot_t *snap, int clear) {
             snprintf(restarts, sizeof restarts, "  (%u restart%s)", r->restarts,
                      r->restarts == 1 ? "" : "s");
         /* the process it runs in: the publisher's unless the row says */
-        printf("%-24.24s %7u %-10s %10.1f %9.2f %6s %8.1f %8.1f %8.1f%s%s\n", r->name,
-               r->pid ? r->pid : snap->pid, tp_actor_state_name(r->state),
+        printf("%-24.24s %-12.12s %7u %-10s %10.1f %9.2f %6s %8.1f %8.1f %8.1f%s%s\n",
+               r->name, r->host, r->pid ? r->pid : snap->pid, tp_actor_state_name(r->state),
                r->msgs_per_s, r->mb_per_s, q,
                r->busy_pct, r->starved_pct, r->blocked_pct,
                i == bn ? "  <== bottleneck" : "", restarts);
