@@ -24,6 +24,7 @@ static void s_usage(FILE *out) {
         "  --timeout S         give up when nothing arrives for S seconds (5)\n"
         "  --curve DIR         CURVE keys (tp-keygen DIR) of a run whose tcp stats\n"
         "                      socket is authenticated\n"
+        "  --columns           print the table's column line and exit\n"
         "  -h, --help          this text\n"
         "\n"
         "Columns: host and pid are the process the actor runs in (a forked\n"
@@ -35,14 +36,20 @@ static void s_usage(FILE *out) {
         "for input nor for output most of the time.\n");
 }
 
+/* The table's column line (also --columns: the docs' samples are checked
+ * against it). */
+static void s_header(void) {
+    printf("%-24s %-12s %7s %-10s %10s %9s %6s %8s %8s %8s\n", "ACTOR", "HOST", "PID",
+           "STATE", "MSGS/S", "MB/S", "QUEUE", "BUSY%", "STARVED%", "BLOCKED%");
+}
+
 static void s_table(const tp_stats_snapshot_t *snap, int clear) {
     if (clear)
         fputs("\033[H\033[2J", stdout);
     int bn = tp_stats_bottleneck(snap);
     printf("towerpack %s (pid %u)  snapshot %llu  interval %.2f s\n", snap->source,
            snap->pid, (unsigned long long)snap->seq, snap->interval_s);
-    printf("%-24s %-12s %7s %-10s %10s %9s %6s %8s %8s %8s\n", "ACTOR", "HOST", "PID",
-           "STATE", "MSGS/S", "MB/S", "QUEUE", "BUSY%", "STARVED%", "BLOCKED%");
+    s_header();
     for (int i = 0; i < snap->nrows; i++) {
         const tp_stats_row_t *r = &snap->rows[i];
         char q[16];
@@ -75,7 +82,7 @@ int main(int argc, char **argv) {
     static const struct option longopts[] = {
         {"connect", required_argument, 0, 'c'}, {"once", no_argument, 0, 'o'},
         {"json", no_argument, 0, 'j'},          {"timeout", required_argument, 0, 't'},
-        {"curve", required_argument, 0, 'k'},
+        {"curve", required_argument, 0, 'k'},    {"columns", no_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     const char *ep = NULL, *curve_dir = NULL;
     int once = 0, json = 0;
@@ -95,6 +102,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             break;
+        case 'C': s_header(); return 0;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
