@@ -133,6 +133,13 @@ tp_callback_t *tp_cb_slow_callback_report(double threshold_s);
  * peak resident memory during the epoch, MB) and "memory/rss_mb" (at its
  * end). Host memory; a device's is not tracked yet. */
 tp_callback_t *tp_cb_peak_memory(void);
+/* GPUUtilizationTracker: on by default. Through NVML (libnvidia-ml.so.1,
+ * loaded at run time; TP_NVML_LIBRARY overrides the path) samples each GPU
+ * (CUDA_VISIBLE_DEVICES' indices, else all) every 200 ms of an epoch and
+ * puts GPUUtil/<i> and GPUMemUtil/<i> (mean %) and GPUMem/<i>_peak_mb after
+ * it. Without NVML or a GPU it logs "GPUUtilizationTracker: off: <why>"
+ * once at before_train and puts nothing. */
+tp_callback_t *tp_cb_gpu_utilization(void);
 
 /* ---- guards ------------------------------------------------------------------ */
 

@@ -519,7 +519,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             (rc = s_add(tr, tp_cb_observe(tp_cb_eta()))) < 0 ||
             (rc = s_add(tr, tp_cb_check_numerics(cfg->progress_names, 1))) < 0 ||
             (rc = s_add(tr, tp_cb_slow_callback_report(1.0))) < 0 ||
-            (rc = s_add(tr, tp_cb_peak_memory())) < 0)
+            (rc = s_add(tr, tp_cb_peak_memory())) < 0 ||
+            (rc = s_add(tr, tp_cb_gpu_utilization())) < 0)
             goto out;
         if (cfg->logdir && cfg->curves && cfg->progress_names && *cfg->progress_names &&
             (rc = s_add(tr, tp_cb_step_writer(cfg->progress_names))) < 0)
