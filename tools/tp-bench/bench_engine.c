@@ -146,6 +146,12 @@ static double s_bare(const tp_model_desc_t *desc, int64_t batch, int64_t steps) 
     return (double)steps / el;
 }
 
+/* --monitors: the engine without the monitors that watch a run (the event
+ * file, the per-step series and the curves), and a step-based learning
+ * rate put every step as tp-train does (so the event file gets a record
+ * per step) in both arms. */
+static int s_monitors_off, s_lr_every_step;
+
 /* Steps/s of the engine over `input` or `df`, as its own ThroughputTracker
  * measured it (from the start of the first step to the end of the last, so
  * building the model is excluded as it is from the bare loop). */
@@ -163,9 +169,15 @@ static double s_engine_with(const tp_model_desc_t *desc, int64_t batch, int64_t 
     c.max_epoch = 1;
     c.logdir = logdir;
     c.save_checkpoints = 0;
-    tp_callback_t *cbs[2] = {tp_callback_new(&s_cpu_ops, NULL, 0), extra};
+    tp_callback_t *cbs[3] = {tp_callback_new(&s_cpu_ops, NULL, 0), extra, NULL};
     c.callbacks = cbs;
     c.ncallbacks = extra ? 2 : 1;
+    if (s_monitors_off)
+        c.tensorboard = c.curves = 0;
+    if (s_lr_every_step) {
+        tp_hp_point_t pts[2] = {{0, 0.01}, {(double)steps, 0.0005}};
+        cbs[c.ncallbacks++] = tp_cb_hp_schedule("learning_rate", pts, 2, 1, 1);
+    }
     FILE *devnull = fopen("/dev/null", "w");
     FILE *saved = stderr;
     stderr = devnull;  /* the progress bar's lines: drawn, not shown */
@@ -229,8 +241,10 @@ int tp_bench_engine(int argc, char **argv) {
                                          {"repeat", required_argument, 0, 'r'},
                                          {"json", no_argument, 0, 'j'},
                                          {"verbose", no_argument, 0, 'v'},
+                                         {"monitors", no_argument, 0, 'm'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    int monitors = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 's') {
@@ -247,12 +261,17 @@ int tp_bench_engine(int argc, char **argv) {
             json = 1;
         } else if (c == 'v') {
             verbose = 1;
+        } else if (c == 'm') {
+            monitors = 1;
         } else if (c == 'o') {
             only = optarg;
         } else {
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: tp-bench engine [--steps N] [--repeat R] [--json] [--verbose]\n"
                     "       tp-bench engine --only bare|engine|dummy|pipeline [--steps N]\n"
+                    "       tp-bench engine --monitors [--steps N] [--repeat R]\n"
+                    "  (the engine with the event file, steps.tsv and curves against\n"
+                    "  without them, the learning rate put every step in both)\n"
                     "  (one case, once, for profilers: valgrind --tool=callgrind ...)\n"
                     "  a tiny MLP trained through the engine against a bare loop,\n"
                     "  and fed by the real pipeline against DummyConstantInput; R rounds\n"
@@ -296,6 +315,48 @@ int tp_bench_engine(int argc, char **argv) {
         if (rate <= 0)
             return 1;
         printf("%s %.1f steps/s\n", only, rate);
+        return 0;
+    }
+    if (monitors) {
+        /* pairs back to back, the order swapped every second round */
+        s_lr_every_step = 1;
+        s_bare(&desc, batch, steps / 10);
+        double r[1000], best_on = 0, best_off = 0;
+        for (int64_t k = 0; k < repeat; k++) {
+            double on, off;
+            if (k % 2 == 0) {
+                on = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+                s_monitors_off = 1;
+                off = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+                s_monitors_off = 0;
+            } else {
+                s_monitors_off = 1;
+                off = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+                s_monitors_off = 0;
+                on = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+            }
+            if (on <= 0 || off <= 0)
+                return 1;
+            if (verbose)
+                fprintf(stderr, "round %lld: with %.1f, without %.1f steps/s: %.4f\n",
+                        (long long)k, on, off, on / off);
+            r[k] = on / off;
+            best_on = on > best_on ? on : best_on;
+            best_off = off > best_off ? off : best_off;
+        }
+        qsort(r, (size_t)repeat, sizeof *r, s_cmp);
+        s_teardown("engine", dir);
+        if (json)
+            printf("{\"bench\":\"engine-monitors\",\"steps\":%lld,\"rounds\":%lld,"
+                   "\"monitors_ratio\":%.4f,\"monitors_best_ratio\":%.4f,"
+                   "\"with_best_steps_per_s\":%.2f,\"without_best_steps_per_s\":%.2f}\n",
+                   (long long)steps, (long long)repeat, r[repeat / 2], best_on / best_off,
+                   best_on, best_off);
+        else
+            printf("monitors (event file, steps.tsv, curves) on against off: median %.4f, "
+                   "best %.4f (%.1f / %.1f steps/s; %lld rounds of %lld steps; goal >= 0.99)\n",
+                   r[repeat / 2], best_on / best_off, best_on, best_off, (long long)repeat,
+                   (long long)steps);
         return 0;
     }
     /* Warm up caches and the allocator once, then measure in rounds. */
