@@ -37,19 +37,25 @@ wait_for() {  # a file, at most 60 s
   exit 1
 }
 
-# snapshot NAME SECONDS COMMAND: the tp-top sample of a job and its caption
+# snapshot NAME SECONDS COMMAND PATTERN COUNT: the tp-top sample of a job
+# (the first one, SECONDS or later, with COUNT rows matching PATTERN with a
+# rate: on a busy host processes take a while to start) and its caption
 snapshot() {
-  local name=$1 secs=$2 cmd=$3
+  local name=$1 secs=$2 cmd=$3 pattern=$4 count=$5
   sleep "$secs"
-  "$bin/tp-top" --connect "ipc://$tmp/$name/stats.sock" --once > "$tmp/$name.txt"
+  for _ in $(seq 30); do
+    "$bin/tp-top" --connect "ipc://$tmp/$name/stats.sock" --once > "$tmp/$name.txt"
+    [ "$(grep -E "$pattern" "$tmp/$name.txt" | grep -cv ' 0\.0 *0\.00 ')" -ge "$count" ] && break
+    sleep 1
+  done
   {
     echo '```'
     cat "$tmp/$name.txt"
     echo '```'
     echo
     echo "(Made by \`scripts/docs-snapshots.sh\` at $commit: \`$cmd\`, then"
-    echo "\`tp-top --connect ipc://LOGDIR/stats.sock --once\` ${secs} s after the"
-    echo "statistics socket appeared; $(nproc) cores.)"
+    echo "\`tp-top --connect ipc://LOGDIR/stats.sock --once\` once every row had a"
+    echo "rate, at least ${secs} s after the statistics socket appeared; $(nproc) cores.)"
   } > "$tmp/$name.block"
 }
 
@@ -59,7 +65,7 @@ cmd="tp-train --model cnn --towers 2 --workers 2 --batch 64 --threads 1 --epochs
   --steps-per-epoch 300 --test-spec "$test_spec" --logdir "$tmp/forked" >/dev/null 2>&1 &
 pids+=($!)
 wait_for "$tmp/forked/stats.sock"
-snapshot forked 6 "$cmd"
+snapshot forked 6 "$cmd" "^(dataflow worker|tower)" 4
 kill "${pids[-1]}"; wait "${pids[-1]}" || true
 
 # remote: the trainer binds, two tp-worker processes connect
@@ -75,7 +81,7 @@ for _ in 1 2; do
     --connect "$data" >/dev/null 2>&1 &
   pids+=($!)
 done
-snapshot remote 6 "$cmd"
+snapshot remote 4 "$cmd" "^(tp-worker|tower)" 4
 
 # replace each marked block in the docs
 for f in "${docs[@]}"; do
