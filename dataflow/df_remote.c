@@ -6,6 +6,7 @@
  * wire decoder, and one that fails is counted, logged at most once a
  * second, and dropped; the stream goes on. */
 #include <czmq.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,52 +75,74 @@ typedef struct {
     uint64_t active_ns;   /* the iterating thread last waited or received */
 } s_remote_t;
 
+int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
+    char buf[512];
+    if (len >= sizeof buf)
+        return -1;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    if (memchr(buf, '\0', len))
+        return -1;
+    /* exactly ten fields, none empty (strtok_r would merge empty ones) */
+    char *f[10];
+    int n = 0;
+    for (char *p = buf; n < 10; n++) {
+        f[n] = p;
+        char *tab = strchr(p, '\t');
+        if (!tab)
+            break;
+        *tab = '\0';
+        p = tab + 1;
+    }
+    if (n != 9)
+        return -1;
+    for (int i = 0; i < 10; i++)
+        if (!f[i][0])
+            return -1;
+    unsigned long long v[8];
+    for (int i = 0; i < 8; i++) {
+        const char *t = f[i < 1 ? 0 : i + 2];
+        if (*t < '0' || *t > '9')
+            return -1;
+        char *end;
+        errno = 0;
+        v[i] = strtoull(t, &end, 10);
+        if (*end || errno)
+            return -1;
+    }
+    /* v: pid, state, alive, busy, blocked, starved, msgs, bytes */
+    size_t hl = strlen(f[1]), nl = strlen(f[2]);
+    if (v[0] == 0 || v[0] > 0xffffffffull || v[1] >= TP_ACTOR_STATE_COUNT ||
+        hl >= TP_STATS_HOST_MAX || nl >= TP_STATS_NAME_MAX)
+        return -1;
+    for (size_t i = 0; i < hl; i++)
+        if ((unsigned char)f[1][i] < 0x21 || (unsigned char)f[1][i] > 0x7e)
+            return -1;
+    for (size_t i = 0; i < nl; i++)
+        if ((unsigned char)f[2][i] < 0x20 || (unsigned char)f[2][i] > 0x7e)
+            return -1;
+    memset(out, 0, sizeof *out);
+    memcpy(out->name, f[2], nl);
+    memcpy(out->host, f[1], hl);
+    out->pid = (uint32_t)v[0];
+    out->state = (uint8_t)v[1];
+    out->alive_s = (double)v[2] * 1e-9;
+    out->busy_s = (double)v[3] * 1e-9;
+    out->blocked_s = (double)v[4] * 1e-9;
+    out->starved_s = (double)v[5] * 1e-9;
+    out->msgs_out = v[6];
+    out->bytes_out = v[7];
+    out->queue_fill = -1;
+    return 0;
+}
+
 /* One report (text of a TP_CTL_REPORT frame): into the senders' table,
  * replacing the same sender's last, or dropped when malformed (the data
  * socket may carry anything: every field is checked). */
 static void s_take_sender_report(s_remote_t *r, const char *text, size_t len) {
-    char buf[512];
-    if (len >= sizeof buf)
-        return;
-    memcpy(buf, text, len);
-    buf[len] = '\0';
-    char *f[10], *save = NULL, *tok = strtok_r(buf, "\t", &save);
-    int n = 0;
-    for (; tok && n < 10; tok = strtok_r(NULL, "\t", &save))
-        f[n++] = tok;
-    if (n != 10 || tok)
-        return;
-    unsigned long long v[8];
-    for (int i = 0; i < 8; i++) {
-        char *end;
-        v[i] = strtoull(f[i < 1 ? 0 : i + 2], &end, 10);
-        if (*end || f[i < 1 ? 0 : i + 2][0] == '-')
-            return;
-    }
-    /* v: pid, state, alive, busy, blocked, starved, msgs, bytes */
-    size_t hl = strlen(f[1]), nl = strlen(f[2]);
-    if (v[0] == 0 || v[0] > 0xffffffffull || v[1] >= TP_ACTOR_STATE_COUNT || hl == 0 ||
-        hl >= TP_STATS_HOST_MAX || nl == 0 || nl >= TP_STATS_NAME_MAX)
-        return;
-    for (size_t i = 0; i < hl; i++)
-        if ((unsigned char)f[1][i] < 0x21 || (unsigned char)f[1][i] > 0x7e)
-            return;
-    for (size_t i = 0; i < nl; i++)
-        if ((unsigned char)f[2][i] < 0x20 || (unsigned char)f[2][i] > 0x7e)
-            return;
     tp_stats_row_t row;
-    memset(&row, 0, sizeof row);
-    snprintf(row.name, sizeof row.name, "%s", f[2]);
-    snprintf(row.host, sizeof row.host, "%s", f[1]);
-    row.pid = (uint32_t)v[0];
-    row.state = (uint8_t)v[1];
-    row.alive_s = (double)v[2] * 1e-9;
-    row.busy_s = (double)v[3] * 1e-9;
-    row.blocked_s = (double)v[4] * 1e-9;
-    row.starved_s = (double)v[5] * 1e-9;
-    row.msgs_out = v[6];
-    row.bytes_out = v[7];
-    row.queue_fill = -1;
+    if (df_remote_report_parse(text, len, &row) < 0)
+        return;
     uint64_t now = tp_now_ns();
     pthread_mutex_lock(&r->mu);
     int k = 0;

@@ -11,13 +11,13 @@
 #                                   (keeps regress-*: inputs of fixed findings)
 #
 # Environment: TP_FUZZ_BUILD (build dir, default build-fuzz), TP_FUZZ_ARGS
-# (extra libFuzzer flags). Targets: wire idx safetensors spec stats lmdb.
+# (extra libFuzzer flags). Targets: wire idx safetensors spec stats lmdb report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${TP_FUZZ_BUILD:-build-fuzz}
 jobs=$(nproc 2>/dev/null || echo 2)
-all_targets=(wire idx safetensors spec stats lmdb)
+all_targets=(wire idx safetensors spec stats lmdb report)
 
 regen=0
 if [ "${1:-}" = "--regen" ]; then regen=1; shift; fi
