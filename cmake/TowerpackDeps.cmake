@@ -51,9 +51,10 @@ tp_find_dep(openblas PC openblas DEB libopenblas-dev  HEADER cblas.h    LIB open
 # messages are encoded by protobuf-c from .proto files compiled at build time.
 tp_find_dep(protobufc PC libprotobuf-c DEB libprotobuf-c-dev
             HEADER protobuf-c/protobuf-c.h LIB protobuf-c)
-# Training curves (pipeline/callbacks/plot.c): cairo draws them and writes
-# the PNG, with a real font found through fontconfig.
+# Training curves (pipeline/callbacks/plot.c): cairo draws them, with a
+# real font found through fontconfig; libpng encodes the PNG.
 tp_find_dep(cairo    PC cairo    DEB libcairo2-dev    HEADER cairo.h    LIB cairo)
+tp_find_dep(png      PC libpng   DEB libpng-dev       HEADER png.h      LIB png)
 if(TP_BUILD_TESTS)
   tp_find_dep(criterion PC criterion DEB libcriterion-dev
               HEADER criterion/criterion.h LIB criterion)

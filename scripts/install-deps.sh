@@ -19,8 +19,8 @@ packages=(
   # TensorBoard event files: protobuf-c encodes the messages, protoc-c
   # compiles their .proto at build time
   libprotobuf-c-dev protobuf-c-compiler
-  # training curves: cairo draws and writes the PNG, DejaVu is its font
-  libcairo2-dev fonts-dejavu-core
+  # training curves: cairo draws, DejaVu is its font, libpng encodes
+  libcairo2-dev fonts-dejavu-core libpng-dev
   # the curves test's outside PNG decoder
   python3-pil
   # gzip'd IDX files, checksums
