@@ -86,6 +86,11 @@ size_t tp_wire_msg_frame_size(tp_wire_msg_t *self, int i) {
     return zmq_msg_size(&self->frames[i]);
 }
 
+int tp_wire_msg_frame_srcfd(tp_wire_msg_t *self, int i) {
+    TP_ASSERT(i >= 0 && i < self->count);
+    return zmq_msg_get(&self->frames[i], ZMQ_SRCFD);
+}
+
 size_t tp_wire_msg_bytes(tp_wire_msg_t *self) {
     size_t n = 0;
     for (int i = 0; i < self->count; i++)

@@ -52,6 +52,8 @@ static int s_endpoint_ok(const char *ep) {
 typedef struct {
     tp_stats_row_t row;   /* name, host, pid, state, counters */
     uint64_t seen_ns;     /* when its last report came */
+    int fd;               /* the connection its reports come on (-1: unknown) */
+    int gone;             /* that connection closed */
 } s_sender_seen_t;
 
 typedef struct {
@@ -73,6 +75,11 @@ typedef struct {
     s_sender_seen_t senders[MAX_SENDERS];
     int nsenders;
     uint64_t active_ns;   /* the iterating thread last waited or received */
+    void *mon;            /* PAIR: the pull socket's connection events */
+    /* connections closed and not yet reused (the iterating thread's):
+     * a report still queued from one must not bring its sender back */
+    int closed[MAX_SENDERS];
+    int nclosed;
 } s_remote_t;
 
 int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
@@ -139,7 +146,14 @@ int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
 /* One report (text of a TP_CTL_REPORT frame): into the senders' table,
  * replacing the same sender's last, or dropped when malformed (the data
  * socket may carry anything: every field is checked). */
-static void s_take_sender_report(s_remote_t *r, const char *text, size_t len) {
+static int s_closed(const s_remote_t *r, int fd) {
+    for (int i = 0; fd >= 0 && i < r->nclosed; i++)
+        if (r->closed[i] == fd)
+            return 1;
+    return 0;
+}
+
+static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, int fd) {
     tp_stats_row_t row;
     if (df_remote_report_parse(text, len, &row) < 0)
         return;
@@ -154,13 +168,68 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len) {
     if (k < r->nsenders) {
         r->senders[k].row = row;
         r->senders[k].seen_ns = now;
+        r->senders[k].fd = fd;
+        r->senders[k].gone = s_closed(r, fd);
     }
     pthread_mutex_unlock(&r->mu);
+}
+
+/* The pull socket's closed connections (libzmq's monitor events, never
+ * waited for): the senders whose reports came on one are gone. A killed
+ * worker's connection closes with its process, so its rows go at once;
+ * the silence rule (TP_REMOTE_SENDER_GONE_S) is for peers that vanish
+ * without closing (a host that died). */
+static void s_drain_monitor(s_remote_t *r) {
+    for (int i = 0; r->mon && i < 64; i++) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, r->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        int more = zmq_msg_more(&ev);
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        zmq_msg_close(&ev);
+        if (more) {  /* the endpoint's frame */
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, r->mon, 0);
+            zmq_msg_close(&addr);
+        }
+        int fd = (int)value, at = -1;
+        for (int k = 0; k < r->nclosed; k++)
+            if (r->closed[k] == fd)
+                at = k;
+        if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
+            if (at >= 0)  /* the number is a new connection's now */
+                r->closed[at] = r->closed[--r->nclosed];
+            continue;
+        }
+        if (event != ZMQ_EVENT_DISCONNECTED)
+            continue;
+        if (at < 0) {
+            if (r->nclosed == MAX_SENDERS) {  /* forget the oldest */
+                memmove(r->closed, r->closed + 1, (MAX_SENDERS - 1) * sizeof *r->closed);
+                r->nclosed--;
+            }
+            r->closed[r->nclosed++] = fd;
+        }
+        pthread_mutex_lock(&r->mu);
+        for (int k = 0; k < r->nsenders; k++)
+            if (r->senders[k].fd == (int)value)
+                r->senders[k].gone = 1;
+        pthread_mutex_unlock(&r->mu);
+    }
 }
 
 /* The iterating thread is receiving now: silence from a sender counts. */
 static void s_active(s_remote_t *r) {
     __atomic_store_n(&r->active_ns, tp_now_ns(), __ATOMIC_RELAXED);
+    s_drain_monitor(r);
 }
 
 
@@ -175,6 +244,19 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     r->msg = tp_wire_msg_new();
     if (!r->pull || !r->msg)
         return tp_error(TP_ERR_NOMEM, "remote: socket");
+    /* connection events, to know when a sender's connection closes */
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://tp-remote-monitor-%p", (void *)r);
+    if (zmq_socket_monitor(r->pull, mon_ep, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED |
+                                                ZMQ_EVENT_CONNECTED) == 0 &&
+        (r->mon = zmq_socket(r->zctx, ZMQ_PAIR)) != NULL) {
+        int z = 0;
+        zmq_setsockopt(r->mon, ZMQ_LINGER, &z, sizeof z);
+        if (zmq_connect(r->mon, mon_ep) < 0) {
+            zmq_close(r->mon);
+            r->mon = NULL;
+        }
+    }
     int hwm = r->opts.hwm, zero = 0, timeo = 100;
     zmq_setsockopt(r->pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(r->pull, ZMQ_LINGER, &zero, sizeof zero);
@@ -229,7 +311,7 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                              tp_wire_msg_frame_size(r->msg, 0), &kind, &sender,
                              &text, &tl)) {
                 if (kind == TP_CTL_REPORT)
-                    s_take_sender_report(r, text, tl);
+                    s_take_sender_report(r, text, tl, tp_wire_msg_frame_srcfd(r->msg, 0));
                 tp_wire_msg_clear(r->msg);  /* padding or end of a sender */
                 s_active(r);
                 continue;
@@ -265,8 +347,12 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
 
 static void s_remote_destroy(void *impl) {
     s_remote_t *r = impl;
-    if (r->pull)
+    if (r->pull) {
+        zmq_socket_monitor(r->pull, NULL, 0);
         zmq_close(r->pull);
+    }
+    if (r->mon)
+        zmq_close(r->mon);
     if (r->zctx)
         zmq_ctx_term(r->zctx);
     tp_curve_destroy(&r->curve);  /* after the context: joins its ZAP thread */
@@ -371,7 +457,7 @@ static void s_add_sender_rows(tp_dataflow_t *df, void *arg) {
     int k = 0;
     for (int i = 0; i < r->nsenders; i++) {
         s_sender_seen_t *s = &r->senders[i];
-        if (active > s->seen_ns && active - s->seen_ns > gone)
+        if (s->gone || (active > s->seen_ns && active - s->seen_ns > gone))
             continue;  /* gone: dropped from the table */
         r->senders[k++] = *s;
         if (a->n < a->max)
@@ -481,7 +567,6 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         return tp_error(TP_ERR_INVALID,
                         "send: endpoint '%s' is not tcp://, ipc:// or inproc://",
                         endpoint ? endpoint : "(null)");
-    TP_TRY(tp_dataflow_reset_state(df, o.seed, o.stream));
     tp_actors_init();
     s_sender_t s;
     memset(&s, 0, sizeof s);
@@ -536,10 +621,18 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     }
     if (o.bind)
         tp_ipc_restrict(bound);
+    /* the receiver sees this sender (starting) before its dataflow is
+     * reset, which may take a while (reading a data set) */
+    s.start = tp_now_ns();
+    s.row.state = TP_ACTOR_STARTING;
+    s_sender_report(&s, sock, 1);
+    s.row.state = TP_ACTOR_RUNNING;
+    s.reported_ns = 0;  /* the next is due at once: the running state */
+    if ((rc = tp_dataflow_reset_state(df, o.seed, o.stream)) < 0)
+        goto out;
     tp_wire_opts_t wire;
     tp_wire_opts_init(&wire);
     wire.lz4 = o.lz4;
-    s.start = tp_now_ns();
     int64_t in_pass = 0;
     while (o.max_count <= 0 || (int64_t)s.row.msgs_out < o.max_count) {
         if (tp_signal_pending()) {

@@ -151,11 +151,13 @@ uint64_t tp_df_remote_malformed(tp_dataflow_t *df);
  * at most `max` into `rows`; returns how many. Each row has the sender's
  * pid and host and what it last reported on the data socket (TP_CTL_REPORT,
  * twice a second): datapoints and bytes sent, busy (making them), blocked
- * (waiting on a full socket). A sender that has said nothing for
- * TP_REMOTE_SENDER_GONE_S of the receiver's own receiving is gone (a
- * killed worker's rows go; a receiver that is not receiving, e.g. during
- * validation, keeps them). Any thread. */
-#define TP_REMOTE_SENDER_GONE_S 1.5
+ * (waiting on a full socket). A sender is gone when the connection its
+ * reports came on closes (a killed worker's: at once, seen while the
+ * receiver receives), or when it has said nothing for
+ * TP_REMOTE_SENDER_GONE_S of the receiver's own receiving (a peer that
+ * vanished without closing; reports can wait behind a full pipe of
+ * datapoints for seconds). Any thread. */
+#define TP_REMOTE_SENDER_GONE_S 10.0
 int tp_df_remote_rows(tp_dataflow_t *df, tp_stats_row_t *rows, int max);
 
 typedef struct tp_send_opts {

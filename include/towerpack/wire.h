@@ -49,6 +49,9 @@ void tp_wire_msg_clear(tp_wire_msg_t *self);
 int tp_wire_msg_frames(const tp_wire_msg_t *self);
 const void *tp_wire_msg_frame_data(tp_wire_msg_t *self, int i);
 size_t tp_wire_msg_frame_size(tp_wire_msg_t *self, int i);
+/* The connection (its file descriptor) frame i came in on, for ipc and tcp
+ * (libzmq's ZMQ_SRCFD); -1 for inproc or when unknown. */
+int tp_wire_msg_frame_srcfd(tp_wire_msg_t *self, int i);
 /* Total bytes over all frames. */
 size_t tp_wire_msg_bytes(tp_wire_msg_t *self);
 /* Append a copy of `size` bytes as a new frame (tests, fuzzing). */
