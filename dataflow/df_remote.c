@@ -53,8 +53,13 @@ typedef struct {
     tp_stats_row_t row;   /* name, host, pid, state, counters */
     uint64_t seen_ns;     /* when its last report came */
     int fd;               /* the connection its reports come on (-1: unknown) */
-    int gone;             /* that connection closed */
+    int gone;             /* that connection closed: kept a while so that its
+                             reports still queued do not bring it back */
+    uint64_t gone_ns;
 } s_sender_seen_t;
+
+/* How long a gone sender's entry stays to absorb its late reports. */
+#define S_TOMBSTONE_NS 30000000000ull
 
 typedef struct {
     tp_remote_opts_t opts;
@@ -76,10 +81,6 @@ typedef struct {
     int nsenders;
     uint64_t active_ns;   /* the iterating thread last waited or received */
     void *mon;            /* PAIR: the pull socket's connection events */
-    /* connections closed and not yet reused (the iterating thread's):
-     * a report still queued from one must not bring its sender back */
-    int closed[MAX_SENDERS];
-    int nclosed;
 } s_remote_t;
 
 int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
@@ -146,13 +147,6 @@ int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
 /* One report (text of a TP_CTL_REPORT frame): into the senders' table,
  * replacing the same sender's last, or dropped when malformed (the data
  * socket may carry anything: every field is checked). */
-static int s_closed(const s_remote_t *r, int fd) {
-    for (int i = 0; fd >= 0 && i < r->nclosed; i++)
-        if (r->closed[i] == fd)
-            return 1;
-    return 0;
-}
-
 static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, int fd) {
     tp_stats_row_t row;
     if (df_remote_report_parse(text, len, &row) < 0)
@@ -163,13 +157,26 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
     while (k < r->nsenders && !(r->senders[k].row.pid == row.pid &&
                                 !strcmp(r->senders[k].row.host, row.host)))
         k++;
+    if (k < r->nsenders && r->senders[k].gone) {
+        pthread_mutex_unlock(&r->mu);  /* a report of a closed connection */
+        return;
+    }
+    if (k == r->nsenders && r->nsenders == MAX_SENDERS) {
+        /* full: the oldest gone entry makes room, if there is one */
+        int old = -1;
+        for (int i = 0; i < r->nsenders; i++)
+            if (r->senders[i].gone && (old < 0 || r->senders[i].gone_ns < r->senders[old].gone_ns))
+                old = i;
+        if (old >= 0)
+            r->senders[old] = r->senders[--r->nsenders];
+    }
     if (k == r->nsenders && r->nsenders < MAX_SENDERS)
-        r->nsenders++;
+        k = r->nsenders++;
     if (k < r->nsenders) {
         r->senders[k].row = row;
         r->senders[k].seen_ns = now;
         r->senders[k].fd = fd;
-        r->senders[k].gone = s_closed(r, fd);
+        r->senders[k].gone = 0;
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -200,28 +207,17 @@ static void s_drain_monitor(s_remote_t *r) {
             zmq_msg_recv(&addr, r->mon, 0);
             zmq_msg_close(&addr);
         }
-        int fd = (int)value, at = -1;
-        for (int k = 0; k < r->nclosed; k++)
-            if (r->closed[k] == fd)
-                at = k;
-        if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
-            if (at >= 0)  /* the number is a new connection's now */
-                r->closed[at] = r->closed[--r->nclosed];
-            continue;
-        }
         if (event != ZMQ_EVENT_DISCONNECTED)
             continue;
-        if (at < 0) {
-            if (r->nclosed == MAX_SENDERS) {  /* forget the oldest */
-                memmove(r->closed, r->closed + 1, (MAX_SENDERS - 1) * sizeof *r->closed);
-                r->nclosed--;
-            }
-            r->closed[r->nclosed++] = fd;
-        }
+        /* the sender whose reports came on it (a number that a later
+         * connection may reuse: that one's sender has another pid) */
+        uint64_t now = tp_now_ns();
         pthread_mutex_lock(&r->mu);
         for (int k = 0; k < r->nsenders; k++)
-            if (r->senders[k].fd == (int)value)
+            if (!r->senders[k].gone && r->senders[k].fd == (int)value) {
                 r->senders[k].gone = 1;
+                r->senders[k].gone_ns = now;
+            }
         pthread_mutex_unlock(&r->mu);
     }
 }
@@ -247,8 +243,7 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     /* connection events, to know when a sender's connection closes */
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://tp-remote-monitor-%p", (void *)r);
-    if (zmq_socket_monitor(r->pull, mon_ep, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED |
-                                                ZMQ_EVENT_CONNECTED) == 0 &&
+    if (zmq_socket_monitor(r->pull, mon_ep, ZMQ_EVENT_DISCONNECTED) == 0 &&
         (r->mon = zmq_socket(r->zctx, ZMQ_PAIR)) != NULL) {
         int z = 0;
         zmq_setsockopt(r->mon, ZMQ_LINGER, &z, sizeof z);
@@ -310,8 +305,13 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
             if (tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0),
                              tp_wire_msg_frame_size(r->msg, 0), &kind, &sender,
                              &text, &tl)) {
-                if (kind == TP_CTL_REPORT)
+                if (kind == TP_CTL_REPORT) {
+                    /* the connection events first: the one that closed a
+                     * connection whose number this report's may reuse came
+                     * before this connection's data */
+                    s_drain_monitor(r);
                     s_take_sender_report(r, text, tl, tp_wire_msg_frame_srcfd(r->msg, 0));
+                }
                 tp_wire_msg_clear(r->msg);  /* padding or end of a sender */
                 s_active(r);
                 continue;
@@ -455,12 +455,15 @@ static void s_add_sender_rows(tp_dataflow_t *df, void *arg) {
     uint64_t gone = (uint64_t)(TP_REMOTE_SENDER_GONE_S * 1e9);
     pthread_mutex_lock(&r->mu);
     int k = 0;
+    uint64_t now = tp_now_ns();
     for (int i = 0; i < r->nsenders; i++) {
         s_sender_seen_t *s = &r->senders[i];
-        if (s->gone || (active > s->seen_ns && active - s->seen_ns > gone))
-            continue;  /* gone: dropped from the table */
+        if (!s->gone && active > s->seen_ns && active - s->seen_ns > gone)
+            continue;  /* silent too long: dropped */
+        if (s->gone && now - s->gone_ns > S_TOMBSTONE_NS)
+            continue;  /* its late reports have long come: dropped */
         r->senders[k++] = *s;
-        if (a->n < a->max)
+        if (!s->gone && a->n < a->max)
             a->rows[a->n++] = s->row;
     }
     r->nsenders = k;
@@ -567,6 +570,9 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         return tp_error(TP_ERR_INVALID,
                         "send: endpoint '%s' is not tcp://, ipc:// or inproc://",
                         endpoint ? endpoint : "(null)");
+    /* before any socket: a multiprocess dataflow forks its workers here,
+     * which it may only do while this process has no threads */
+    TP_TRY(tp_dataflow_reset_state(df, o.seed, o.stream));
     tp_actors_init();
     s_sender_t s;
     memset(&s, 0, sizeof s);
@@ -621,15 +627,10 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     }
     if (o.bind)
         tp_ipc_restrict(bound);
-    /* the receiver sees this sender (starting) before its dataflow is
-     * reset, which may take a while (reading a data set) */
+    /* the receiver sees this sender as soon as it is connected, before
+     * its first datapoint (which may take a while to make) */
     s.start = tp_now_ns();
-    s.row.state = TP_ACTOR_STARTING;
     s_sender_report(&s, sock, 1);
-    s.row.state = TP_ACTOR_RUNNING;
-    s.reported_ns = 0;  /* the next is due at once: the running state */
-    if ((rc = tp_dataflow_reset_state(df, o.seed, o.stream)) < 0)
-        goto out;
     tp_wire_opts_t wire;
     tp_wire_opts_init(&wire);
     wire.lz4 = o.lz4;
