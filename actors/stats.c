@@ -97,6 +97,8 @@ tp_status_t tp_stats_encode(const tp_stats_snapshot_t *snap, void **buf,
         p = s_put(p, &f, 4);
         u32 = r->pid;
         p = s_put(p, &u32, 4);
+        memcpy(p, r->host, strnlen(r->host, TP_STATS_HOST_MAX - 1));  /* zero padded */
+        p += TP_STATS_HOST_MAX;
         TP_ASSERT(p == row + TP_STATS_ROW_BYTES);
     }
     *buf = b;
@@ -203,6 +205,10 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
         float f[3];
         p = s_get(p, f, 12);
         p = s_get(p, &r->pid, 4);
+        memcpy(r->host, p, TP_STATS_HOST_MAX);
+        p += TP_STATS_HOST_MAX;
+        if (!s_name_ok(r->host, TP_STATS_HOST_MAX))
+            return s_bad(snap, "host not terminated or not printable", i);
         if (!s_finite_nonneg(r->busy_s) || !s_finite_nonneg(r->starved_s) ||
             !s_finite_nonneg(r->blocked_s) || !s_finite_nonneg(r->alive_s))
             return s_bad(snap, "time counters not finite and >= 0", i);
@@ -267,6 +273,10 @@ int tp_stats_bottleneck(const tp_stats_snapshot_t *snap) {
             continue;
         if (r->starved_pct >= 50 || r->blocked_pct >= 50)
             continue;
+        /* an actor that did nothing limits nothing (a row that counts no
+         * time of its own, e.g. a receiver on the trainer's thread) */
+        if (r->busy_pct < 1)
+            continue;
         if (r->busy_pct > best_busy) {
             best_busy = r->busy_pct;
             best = i;
@@ -301,6 +311,7 @@ char *tp_stats_to_json(const tp_stats_snapshot_t *snap) {
         json_object_set_new(a, "restarts", json_integer(r->restarts));
         /* every row says its process: the publisher's unless it is another */
         json_object_set_new(a, "pid", json_integer(r->pid ? r->pid : snap->pid));
+        json_object_set_new(a, "host", json_string(r->host));
         json_object_set_new(a, "msgs_per_s", json_real(r->msgs_per_s));
         json_object_set_new(a, "mb_per_s", json_real(r->mb_per_s));
         json_object_set_new(a, "queue_fill", json_real(r->queue_fill));
@@ -318,6 +329,19 @@ char *tp_stats_to_json(const tp_stats_snapshot_t *snap) {
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(root);
     return text;
+}
+
+void tp_stats_hostname(char *out, size_t size) {
+    char h[256] = "";
+    if (gethostname(h, sizeof h - 1) < 0 || !h[0])
+        snprintf(h, sizeof h, "localhost");
+    h[sizeof h - 1] = '\0';
+    size_t k = 0;
+    for (size_t i = 0; h[i] && k + 1 < size; i++)  /* printable, as decoders check */
+        if ((unsigned char)h[i] >= 0x20 && (unsigned char)h[i] <= 0x7e)
+            out[k++] = h[i];
+    if (size)
+        out[k] = '\0';
 }
 
 /* ---- endpoint ---------------------------------------------------------------- */
@@ -369,6 +393,7 @@ struct tp_stats_pub {
     uint64_t last_ns;
     tp_stats_row_t *prev;  /* previous publish, by position then name */
     int nprev;
+    char host[TP_STATS_HOST_MAX];  /* gethostname, for rows that give none */
 };
 
 tp_stats_pub_t *tp_stats_pub_new(const char *endpoint, const char *source) {
@@ -408,6 +433,7 @@ tp_stats_pub_t *tp_stats_pub_new(const char *endpoint, const char *source) {
              last && *last ? last : endpoint);
     zstr_free(&last);
     snprintf(self->source, sizeof self->source, "%s", source ? source : "");
+    tp_stats_hostname(self->host, sizeof self->host);
     self->last_ns = tp_now_ns();
     return self;
 }
@@ -449,6 +475,9 @@ tp_status_t tp_stats_pub_publish(tp_stats_pub_t *self, tp_stats_row_t *rows,
     double dt = (double)(now - self->last_ns) * 1e-9;
     for (int i = 0; i < nrows; i++) {
         rows[i].name[TP_STATS_NAME_MAX - 1] = '\0';
+        rows[i].host[TP_STATS_HOST_MAX - 1] = '\0';
+        if (!rows[i].host[0])  /* an actor of this process's host */
+            memcpy(rows[i].host, self->host, sizeof self->host);
         tp_stats_row_rates(&rows[i], s_find_prev(self, i, rows[i].name), 0);
         (void)dt;
     }

@@ -54,10 +54,13 @@ tp_find_dep(msgpack  PC msgpack  DEB libmsgpack-dev   HEADER msgpack.h  LIB msgp
 tp_find_dep(protobufc PC libprotobuf-c DEB libprotobuf-c-dev
             HEADER protobuf-c/protobuf-c.h LIB protobuf-c)
 # Images (dataflow/image/): JPEG through libjpeg-turbo's TurboJPEG API, PNG
-# through libpng, EXIF orientation through libexif.
+# through libpng, EXIF orientation through libexif. Training curves (pipeline/callbacks/plot.c):
+# cairo draws them, with a real font found through fontconfig; libpng encodes
+# the PNG.
 tp_find_dep(turbojpeg PC libturbojpeg DEB libturbojpeg0-dev HEADER turbojpeg.h LIB turbojpeg)
 tp_find_dep(png      PC libpng   DEB libpng-dev       HEADER png.h      LIB png)
 tp_find_dep(exif     PC libexif  DEB libexif-dev      HEADER libexif/exif-data.h LIB exif)
+tp_find_dep(cairo    PC cairo    DEB libcairo2-dev    HEADER cairo.h    LIB cairo)
 if(TP_BUILD_TESTS)
   tp_find_dep(criterion PC criterion DEB libcriterion-dev
               HEADER criterion/criterion.h LIB criterion)

@@ -86,6 +86,11 @@ size_t tp_wire_msg_frame_size(tp_wire_msg_t *self, int i) {
     return zmq_msg_size(&self->frames[i]);
 }
 
+int tp_wire_msg_frame_srcfd(tp_wire_msg_t *self, int i) {
+    TP_ASSERT(i >= 0 && i < self->count);
+    return zmq_msg_get(&self->frames[i], ZMQ_SRCFD);
+}
+
 size_t tp_wire_msg_bytes(tp_wire_msg_t *self) {
     size_t n = 0;
     for (int i = 0; i < self->count; i++)
@@ -640,7 +645,7 @@ int tp_ctl_parse(const void *data, size_t size, int *kind, uint32_t *sender,
     memcpy(&magic, p, 4);
     if (magic != TP_CTL_MAGIC || p[5] || p[6] || p[7])
         return 0;
-    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_STATS)
+    if (p[4] < TP_CTL_EOS || p[4] > TP_CTL_REPORT)
         return 0;
     *kind = p[4];
     memcpy(sender, p + 8, 4);

@@ -33,6 +33,13 @@ tp_dataflow_t *df_make(const tp_dataflow_ops_t *ops, void *impl);
  * does with what it wraps), so the tree is known once df was reset. */
 void df_visit(tp_dataflow_t *df, void (*fn)(tp_dataflow_t *df, void *arg), void *arg);
 
+/* A remote sender's report (the text of a TP_CTL_REPORT control frame,
+ * `len` bytes, not terminated; docs/wire-format.md) into *row: 0, or -1
+ * for anything malformed (every field checked; an accepted row encodes
+ * into a valid stats message). */
+struct tp_stats_row;
+int df_remote_report_parse(const char *text, size_t len, struct tp_stats_row *row);
+
 /* Destroy n dataflows of an array and null the entries. */
 void df_destroy_all(tp_dataflow_t **dfs, int n);
 

@@ -134,6 +134,8 @@ typedef struct {
 /* In a worker: its counters to the parent, on the data socket (so they
  * keep their place in the stream), at most twice a second; dropped, not
  * waited for, when the queue is full (the next report has the sums). */
+static void s_child_report_at(void *sock, int index, s_child_time_t *t, uint64_t now);
+
 static void s_child_report(void *sock, int index, s_child_time_t *t) {
     if (++t->since_check < 64)
         return;
@@ -141,14 +143,19 @@ static void s_child_report(void *sock, int index, s_child_time_t *t) {
     uint64_t now = tp_now_ns();
     if (now - t->reported_ns < 500000000ull)
         return;
-    t->reported_ns = now;
+    s_child_report_at(sock, index, t, now);
+}
+
+/* The report itself; its time is taken only when the socket took it. */
+static void s_child_report_at(void *sock, int index, s_child_time_t *t, uint64_t now) {
     uint64_t waited = t->blocked_ns + t->starved_ns, alive = now - t->start_ns;
     char text[128];
     snprintf(text, sizeof text, "%llu %llu %llu %llu %llu",
              (unsigned long long)(alive > waited ? alive - waited : 0),
              (unsigned long long)t->blocked_ns, (unsigned long long)t->starved_ns,
              (unsigned long long)t->made, (unsigned long long)t->bytes);
-    tp_ctl_send(sock, TP_CTL_STATS, (uint32_t)index, text, ZMQ_DONTWAIT);
+    if (tp_ctl_send(sock, TP_CTL_STATS, (uint32_t)index, text, ZMQ_DONTWAIT) >= 0)
+        t->reported_ns = now;
 }
 
 
@@ -257,10 +264,20 @@ static void s_child_fail(int err_w, const char *fmt, ...) {
  * giving up when the parent is gone. */
 /* Send msg, waiting while the parent's queue is full (the time it waits
  * added to *blocked_ns; no clock is read when it need not wait). */
-static int s_child_send(tp_wire_msg_t *msg, void *sock, pid_t parent,
-                        uint64_t *blocked_ns) {
-    uint64_t t0 = 0;
+static int s_child_send(tp_wire_msg_t *msg, void *sock, pid_t parent, int index,
+                        s_child_time_t *t) {
+    uint64_t t0 = 0, *blocked_ns = &t->blocked_ns;
     for (;;) {
+        if (t0) {
+            /* waiting on a full queue: a due report takes the first free
+             * place, so a worker the trainer keeps waiting still reports */
+            uint64_t now = tp_now_ns();
+            if (now - t->reported_ns >= 500000000ull) {
+                *blocked_ns += now - t0;
+                t0 = now;
+                s_child_report_at(sock, index, t, now);
+            }
+        }
         tp_status_t rc = tp_wire_msg_send(msg, sock, ZMQ_DONTWAIT);
         if (rc == TP_OK) {
             if (t0)
@@ -448,7 +465,7 @@ static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t pare
         if (rc < 0)
             s_child_fail(err_w, "%s", tp_last_error());
         time.bytes += tp_wire_msg_bytes(msg);
-        if (s_child_send(msg, push, parent, &time.blocked_ns) < 0)
+        if (s_child_send(msg, push, parent, index, &time) < 0)
             s_child_fail(err_w, "send to the parent: %s", tp_last_error());
         time.made++;
         s_child_report(push, index, &time);
@@ -708,7 +725,7 @@ static void s_map_child(void *impl, int index, int gen, int err_w, pid_t parent)
             if (getppid() != parent)
                 _exit(1);
         }
-        if (seq.flags == 0 && s_child_send(msg, push, parent, &time.blocked_ns) < 0)
+        if (seq.flags == 0 && s_child_send(msg, push, parent, index, &time) < 0)
             s_child_fail(err_w, "send to the parent: %s", tp_last_error());
         s_child_report(push, index, &time);
     }

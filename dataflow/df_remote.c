@@ -8,6 +8,9 @@
  * decoders (df_tp_*.c); one that fails is counted, logged at most once a
  * second, and dropped; the stream goes on. */
 #include <czmq.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/actor_dataflow.h>
@@ -19,6 +22,7 @@
 #include <towerpack/wire.h>
 #include <towerpack/actor.h>
 #include <towerpack/tensorpack.h>
+#include "df_internal.h"
 #if __has_include(<towerpack/dataflow_spec.h>)
 #include <towerpack/dataflow_spec.h>
 #define TP_HAVE_SPEC 1
@@ -45,6 +49,20 @@ static int s_endpoint_ok(const char *ep) {
 /* ---- RemoteDataZMQ ---------------------------------------------------------------- */
 
 #define MAX_ENDPOINTS 64
+#define MAX_SENDERS 64
+
+/* A sender as its last TP_CTL_REPORT said. */
+typedef struct {
+    tp_stats_row_t row;   /* name, host, pid, state, counters */
+    uint64_t seen_ns;     /* when its last report came */
+    int fd;               /* the connection its reports come on (-1: unknown) */
+    int gone;             /* that connection closed: kept a while so that its
+                             reports still queued do not bring it back */
+    uint64_t gone_ns;
+} s_sender_seen_t;
+
+/* How long a gone sender's entry stays to absorb its late reports. */
+#define S_TOMBSTONE_NS 30000000000ull
 
 typedef struct {
     tp_remote_opts_t opts;
@@ -61,7 +79,160 @@ typedef struct {
     unsigned seen;        /* bit per tp_tpk_format_t already logged */
     tp_curve_t *curve;
     char *curve_dir;      /* the caller's opts.curve_dir, copied */
+    /* the senders' reports: written by the thread that iterates, read by
+     * any (tp_df_remote_rows) */
+    pthread_mutex_t mu;
+    s_sender_seen_t senders[MAX_SENDERS];
+    int nsenders;
+    uint64_t active_ns;   /* the iterating thread last waited or received */
+    void *mon;            /* PAIR: the pull socket's connection events */
 } s_remote_t;
+
+int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
+    char buf[512];
+    if (len >= sizeof buf)
+        return -1;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    if (memchr(buf, '\0', len))
+        return -1;
+    /* exactly ten fields, none empty (strtok_r would merge empty ones) */
+    char *f[10];
+    int n = 0;
+    for (char *p = buf; n < 10; n++) {
+        f[n] = p;
+        char *tab = strchr(p, '\t');
+        if (!tab)
+            break;
+        *tab = '\0';
+        p = tab + 1;
+    }
+    if (n != 9)
+        return -1;
+    for (int i = 0; i < 10; i++)
+        if (!f[i][0])
+            return -1;
+    unsigned long long v[8];
+    for (int i = 0; i < 8; i++) {
+        const char *t = f[i < 1 ? 0 : i + 2];
+        if (*t < '0' || *t > '9')
+            return -1;
+        char *end;
+        errno = 0;
+        v[i] = strtoull(t, &end, 10);
+        if (*end || errno)
+            return -1;
+    }
+    /* v: pid, state, alive, busy, blocked, starved, msgs, bytes */
+    size_t hl = strlen(f[1]), nl = strlen(f[2]);
+    if (v[0] == 0 || v[0] > 0xffffffffull || v[1] >= TP_ACTOR_STATE_COUNT ||
+        hl >= TP_STATS_HOST_MAX || nl >= TP_STATS_NAME_MAX)
+        return -1;
+    for (size_t i = 0; i < hl; i++)
+        if ((unsigned char)f[1][i] < 0x21 || (unsigned char)f[1][i] > 0x7e)
+            return -1;
+    for (size_t i = 0; i < nl; i++)
+        if ((unsigned char)f[2][i] < 0x20 || (unsigned char)f[2][i] > 0x7e)
+            return -1;
+    memset(out, 0, sizeof *out);
+    memcpy(out->name, f[2], nl);
+    memcpy(out->host, f[1], hl);
+    out->pid = (uint32_t)v[0];
+    out->state = (uint8_t)v[1];
+    out->alive_s = (double)v[2] * 1e-9;
+    out->busy_s = (double)v[3] * 1e-9;
+    out->blocked_s = (double)v[4] * 1e-9;
+    out->starved_s = (double)v[5] * 1e-9;
+    out->msgs_out = v[6];
+    out->bytes_out = v[7];
+    out->queue_fill = -1;
+    return 0;
+}
+
+/* One report (text of a TP_CTL_REPORT frame): into the senders' table,
+ * replacing the same sender's last, or dropped when malformed (the data
+ * socket may carry anything: every field is checked). */
+static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, int fd) {
+    tp_stats_row_t row;
+    if (df_remote_report_parse(text, len, &row) < 0)
+        return;
+    uint64_t now = tp_now_ns();
+    pthread_mutex_lock(&r->mu);
+    int k = 0;
+    while (k < r->nsenders && !(r->senders[k].row.pid == row.pid &&
+                                !strcmp(r->senders[k].row.host, row.host)))
+        k++;
+    if (k < r->nsenders && r->senders[k].gone) {
+        pthread_mutex_unlock(&r->mu);  /* a report of a closed connection */
+        return;
+    }
+    if (k == r->nsenders && r->nsenders == MAX_SENDERS) {
+        /* full: the oldest gone entry makes room, if there is one */
+        int old = -1;
+        for (int i = 0; i < r->nsenders; i++)
+            if (r->senders[i].gone && (old < 0 || r->senders[i].gone_ns < r->senders[old].gone_ns))
+                old = i;
+        if (old >= 0)
+            r->senders[old] = r->senders[--r->nsenders];
+    }
+    if (k == r->nsenders && r->nsenders < MAX_SENDERS)
+        k = r->nsenders++;
+    if (k < r->nsenders) {
+        r->senders[k].row = row;
+        r->senders[k].seen_ns = now;
+        r->senders[k].fd = fd;
+        r->senders[k].gone = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The pull socket's closed connections (libzmq's monitor events, never
+ * waited for): the senders whose reports came on one are gone. A killed
+ * worker's connection closes with its process, so its rows go at once;
+ * the silence rule (TP_REMOTE_SENDER_GONE_S) is for peers that vanish
+ * without closing (a host that died). */
+static void s_drain_monitor(s_remote_t *r) {
+    for (int i = 0; r->mon && i < 64; i++) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, r->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        int more = zmq_msg_more(&ev);
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        zmq_msg_close(&ev);
+        if (more) {  /* the endpoint's frame */
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, r->mon, 0);
+            zmq_msg_close(&addr);
+        }
+        if (event != ZMQ_EVENT_DISCONNECTED)
+            continue;
+        /* the sender whose reports came on it (a number that a later
+         * connection may reuse: that one's sender has another pid) */
+        uint64_t now = tp_now_ns();
+        pthread_mutex_lock(&r->mu);
+        for (int k = 0; k < r->nsenders; k++)
+            if (!r->senders[k].gone && r->senders[k].fd == (int)value) {
+                r->senders[k].gone = 1;
+                r->senders[k].gone_ns = now;
+            }
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+/* The iterating thread is receiving now: silence from a sender counts. */
+static void s_active(s_remote_t *r) {
+    __atomic_store_n(&r->active_ns, tp_now_ns(), __ATOMIC_RELAXED);
+    s_drain_monitor(r);
+}
+
 
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
                                   uint64_t stream) {
@@ -74,6 +245,18 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     r->msg = tp_wire_msg_new();
     if (!r->pull || !r->msg)
         return tp_error(TP_ERR_NOMEM, "remote: socket");
+    /* connection events, to know when a sender's connection closes */
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://tp-remote-monitor-%p", (void *)r);
+    if (zmq_socket_monitor(r->pull, mon_ep, ZMQ_EVENT_DISCONNECTED) == 0 &&
+        (r->mon = zmq_socket(r->zctx, ZMQ_PAIR)) != NULL) {
+        int z = 0;
+        zmq_setsockopt(r->mon, ZMQ_LINGER, &z, sizeof z);
+        if (zmq_connect(r->mon, mon_ep) < 0) {
+            zmq_close(r->mon);
+            r->mon = NULL;
+        }
+    }
     int hwm = r->opts.hwm, zero = 0, timeo = 100;
     zmq_setsockopt(r->pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(r->pull, ZMQ_LINGER, &zero, sizeof zero);
@@ -127,7 +310,15 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
             if (tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0),
                              tp_wire_msg_frame_size(r->msg, 0), &kind, &sender,
                              &text, &tl)) {
+                if (kind == TP_CTL_REPORT) {
+                    /* the connection events first: the one that closed a
+                     * connection whose number this report's may reuse came
+                     * before this connection's data */
+                    s_drain_monitor(r);
+                    s_take_sender_report(r, text, tl, tp_wire_msg_frame_srcfd(r->msg, 0));
+                }
                 tp_wire_msg_clear(r->msg);  /* padding or end of a sender */
+                s_active(r);
                 continue;
             }
         }
@@ -158,6 +349,7 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         if (rc == TP_OK || rc == TP_ERR_PROTOCOL) {
             if (rc == TP_OK)
                 rc = tp_wire_decode(r->msg, &r->wire, out);
+            s_active(r);
             if (rc == TP_OK)
                 return TP_OK;
         bad:
@@ -169,6 +361,7 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         }
         if (rc != TP_ERR_TIMEOUT)
             return tp_error_wrap(rc, "remote: receive");
+        s_active(r);  /* waited 100 ms for anything */
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "remote: interrupted by signal %d",
                             tp_signal_pending());
@@ -184,8 +377,12 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
 
 static void s_remote_destroy(void *impl) {
     s_remote_t *r = impl;
-    if (r->pull)
+    if (r->pull) {
+        zmq_socket_monitor(r->pull, NULL, 0);
         zmq_close(r->pull);
+    }
+    if (r->mon)
+        zmq_close(r->mon);
     if (r->zctx)
         zmq_ctx_term(r->zctx);
     tp_curve_destroy(&r->curve);  /* after the context: joins its ZAP thread */
@@ -197,6 +394,7 @@ static void s_remote_destroy(void *impl) {
     }
     tp_wire_msg_destroy(&r->msg);
     free(r->curve_dir);
+    pthread_mutex_destroy(&r->mu);
     free(r);
 }
 
@@ -210,6 +408,7 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
         tp_error(TP_ERR_NOMEM, "remote");
         return NULL;
     }
+    pthread_mutex_init(&r->mu, NULL);
     if (opts)
         r->opts = *opts;
     else
@@ -217,6 +416,7 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
     if (r->opts.hwm <= 0)
         r->opts.hwm = 50;
     if (r->opts.curve_dir && !(r->opts.curve_dir = r->curve_dir = strdup(r->opts.curve_dir))) {
+        pthread_mutex_destroy(&r->mu);
         free(r);
         tp_error(TP_ERR_NOMEM, "remote");
         return NULL;
@@ -272,13 +472,76 @@ uint64_t tp_df_remote_malformed(tp_dataflow_t *df) {
     return ((s_remote_t *)tp_dataflow_impl(df))->malformed;
 }
 
+typedef struct {
+    tp_stats_row_t *rows;
+    int max, n;
+} s_rows_t;
+
+/* df_visit: the live senders of every remote dataflow found; forgets the
+ * ones silent for TP_REMOTE_SENDER_GONE_S of receiving. */
+static void s_add_sender_rows(tp_dataflow_t *df, void *arg) {
+    if (tp_dataflow_ops(df) != &s_remote_ops)
+        return;
+    s_remote_t *r = tp_dataflow_impl(df);
+    s_rows_t *a = arg;
+    uint64_t active = __atomic_load_n(&r->active_ns, __ATOMIC_RELAXED);
+    uint64_t gone = (uint64_t)(TP_REMOTE_SENDER_GONE_S * 1e9);
+    pthread_mutex_lock(&r->mu);
+    int k = 0;
+    uint64_t now = tp_now_ns();
+    for (int i = 0; i < r->nsenders; i++) {
+        s_sender_seen_t *s = &r->senders[i];
+        if (!s->gone && active > s->seen_ns && active - s->seen_ns > gone)
+            continue;  /* silent too long: dropped */
+        if (s->gone && now - s->gone_ns > S_TOMBSTONE_NS)
+            continue;  /* its late reports have long come: dropped */
+        r->senders[k++] = *s;
+        if (!s->gone && a->n < a->max)
+            a->rows[a->n++] = s->row;
+    }
+    r->nsenders = k;
+    pthread_mutex_unlock(&r->mu);
+}
+
+int tp_df_remote_rows(tp_dataflow_t *df, tp_stats_row_t *rows, int max) {
+    s_rows_t a = {rows, max, 0};
+    if (df)
+        df_visit(df, s_add_sender_rows, &a);
+    return a.n;
+}
+
 /* ---- send_dataflow_zmq --------------------------------------------------------------- */
 
 typedef struct {
     tp_stats_pub_t *pub;
     tp_stats_row_t row;
     uint64_t start, blocked, starved;
+    /* the report to the receiver (TP_CTL_REPORT) */
+    int report;
+    uint64_t reported_ns;
+    char report_name[TP_STATS_NAME_MAX], host[TP_STATS_HOST_MAX];
 } s_sender_t;
+
+/* This sender's row to the receiver on the data socket, at most twice a
+ * second (or now with `force`), never waiting: when the socket is full it
+ * is tried again later. Its time is a worker's: everything but the waits
+ * on the full socket is busy making datapoints (the sender's own stats row
+ * calls the dataflow's share starved, from the loop's view). */
+static void s_sender_report(s_sender_t *s, void *sock, int force) {
+    uint64_t now = tp_now_ns();
+    if (!s->report || (!force && now - s->reported_ns < 500000000ull))
+        return;
+    uint64_t alive = now - s->start;
+    char text[512];
+    snprintf(text, sizeof text, "%u\t%s\t%s\t%d\t%llu\t%llu\t%llu\t0\t%llu\t%llu",
+             (unsigned)getpid(), s->host, s->report_name, s->row.state,
+             (unsigned long long)alive,
+             (unsigned long long)(alive > s->blocked ? alive - s->blocked : 0),
+             (unsigned long long)s->blocked, (unsigned long long)s->row.msgs_out,
+             (unsigned long long)s->row.bytes_out);
+    if (tp_ctl_send(sock, TP_CTL_REPORT, 0, text, ZMQ_DONTWAIT) >= 0)
+        s->reported_ns = now;
+}
 
 static void s_sender_publish(s_sender_t *s, int force) {
     if (!s->pub || (!force && tp_stats_pub_since(s->pub) < 1.0))
@@ -303,8 +566,15 @@ static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock
         uint32_t events = 0;
         size_t es = sizeof events;
         if (zmq_getsockopt(sock, ZMQ_EVENTS, &events, &es) == 0 &&
-            (events & ZMQ_POLLOUT))
+            (events & ZMQ_POLLOUT)) {
+            /* a due report takes the free place first: with a receiver
+             * that keeps the socket full, it gets through all the same */
+            uint64_t before = s->reported_ns;
+            s_sender_report(s, sock, 0);
+            if (s->reported_ns != before)
+                continue;
             return tp_wire_msg_send(msg, sock, 0);
+        }
         if (tp_signal_pending()) {
             tp_wire_msg_clear(msg);
             return tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
@@ -333,6 +603,8 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         return tp_error(TP_ERR_INVALID,
                         "send: endpoint '%s' is not tcp://, ipc:// or inproc://",
                         endpoint ? endpoint : "(null)");
+    /* before any socket: a multiprocess dataflow forks its workers here,
+     * which it may only do while this process has no threads */
     TP_TRY(tp_dataflow_reset_state(df, o.seed, o.stream));
     tp_actors_init();
     s_sender_t s;
@@ -340,6 +612,14 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     snprintf(s.row.name, sizeof s.row.name, "%s", o.stats_name ? o.stats_name : "send");
     s.row.state = TP_ACTOR_RUNNING;
     s.row.queue_fill = -1;
+    /* a Python reader of tensorpack's formats would try to load a report */
+    s.report = !o.no_report && !o.tpk_format;
+    tp_stats_hostname(s.host, sizeof s.host);
+    /* "NAME PID@HOST", cut at the row's 47 bytes (the host column has it whole) */
+    char rn[128];
+    snprintf(rn, sizeof rn, "%.24s %u@%s", o.stats_name ? o.stats_name : "send",
+             (unsigned)getpid(), s.host);
+    memcpy(s.report_name, rn, sizeof s.report_name - 1);
     if (o.stats) {
         char ep[300];
         TP_TRY(tp_stats_endpoint_resolve(o.stats, o.run_dir, ep, sizeof ep));
@@ -381,10 +661,13 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     }
     if (o.bind)
         tp_ipc_restrict(bound);
+    /* the receiver sees this sender as soon as it is connected, before
+     * its first datapoint (which may take a while to make) */
+    s.start = tp_now_ns();
+    s_sender_report(&s, sock, 1);
     tp_wire_opts_t wire;
     tp_wire_opts_init(&wire);
     wire.lz4 = o.lz4;
-    s.start = tp_now_ns();
     int64_t in_pass = 0;
     while (o.max_count <= 0 || (int64_t)s.row.msgs_out < o.max_count) {
         if (tp_signal_pending()) {
@@ -430,7 +713,12 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         s.row.msgs_out++;
         s.row.bytes_out += bytes;
         s_sender_publish(&s, 0);
+        if ((s.row.msgs_out & 15) == 0)  /* the clock every 16 datapoints */
+            s_sender_report(&s, sock, 0);
     }
+    /* the receiver hears how it ended (before the padding: that is last) */
+    s.row.state = rc < 0 && rc != TP_ERR_INTERRUPTED ? TP_ACTOR_FAILED : TP_ACTOR_DONE;
+    s_sender_report(&s, sock, 1);
     if (rc == TP_OK && !o.tpk_format) {
         /* Padding after the last datapoint: libzmq may drop the unflushed
          * tail of a closing connection (tp_ctl_send_pad). */

@@ -23,6 +23,10 @@ packages=(
   # TensorBoard event files: protobuf-c encodes the messages, protoc-c
   # compiles their .proto at build time
   libprotobuf-c-dev protobuf-c-compiler
+  # training curves: cairo draws, DejaVu is its font, libpng encodes
+  libcairo2-dev fonts-dejavu-core libpng-dev
+  # the curves test's outside PNG decoder
+  python3-pil
   # gzip'd IDX files, checksums
   zlib1g-dev
   # images (dataflow/image/): JPEG, PNG, EXIF; the decoders' tests compare

@@ -150,6 +150,20 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
 /* Messages a remote dataflow dropped as malformed, or 0 for others. */
 uint64_t tp_df_remote_malformed(tp_dataflow_t *df);
 
+/* The senders (tp_send_dataflow, tp-worker) feeding the remote dataflows in
+ * df (df itself or any it wraps) as statistics rows, "tp-worker PID@HOST",
+ * at most `max` into `rows`; returns how many. Each row has the sender's
+ * pid and host and what it last reported on the data socket (TP_CTL_REPORT,
+ * twice a second): datapoints and bytes sent, busy (making them), blocked
+ * (waiting on a full socket). A sender is gone when the connection its
+ * reports came on closes (a killed worker's: at once, seen while the
+ * receiver receives), or when it has said nothing for
+ * TP_REMOTE_SENDER_GONE_S of the receiver's own receiving (a peer that
+ * vanished without closing; reports can wait behind a full pipe of
+ * datapoints for seconds). Any thread. */
+#define TP_REMOTE_SENDER_GONE_S 10.0
+int tp_df_remote_rows(tp_dataflow_t *df, tp_stats_row_t *rows, int max);
+
 typedef struct tp_send_opts {
     int bind;               /* 1: bind, 0: connect (default) */
     int hwm;                /* default 50 */
@@ -173,6 +187,10 @@ typedef struct tp_send_opts {
                                frame a datapoint, for a Python RemoteDataZMQ
                                (no padding frame at the end: Python would
                                try to load it) */
+    int no_report;          /* 1: no TP_CTL_REPORT frames to the receiver
+                               (default 0: twice a second, so the receiving
+                               trainer's statistics show this sender;
+                               always off with tpk_format) */
 } tp_send_opts_t;
 
 void tp_send_opts_init(tp_send_opts_t *opts);

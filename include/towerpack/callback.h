@@ -99,6 +99,15 @@ tp_callback_t *tp_cb_scalar_printer(void);
  * after each epoch and at least every 2 s while scalars arrive; a killed
  * run leaves whole records and at most one partial tail. Chief only. */
 tp_callback_t *tp_cb_tfevent_writer(const char *hparams);
+/* StepWriter: DIR/steps.tsv, the per-step values of the comma-separated
+ * fetches `names` ("cost,accuracy"), at most TP_STEP_POINTS_PER_EPOCH lines
+ * per epoch (means over equal runs of steps), appended after each epoch
+ * (towerpack/plot.h). Synchronous: it fetches. */
+tp_callback_t *tp_cb_step_writer(const char *names);
+/* CurvePlotter: redraws DIR/curves.png from stats.json and steps.tsv after
+ * every epoch (tp_plot_stats); register it after JSONWriter, as an
+ * observer (tp_cb_observe). A drawing that fails is a warning. */
+tp_callback_t *tp_cb_curve_plotter(void);
 
 /* ---- progress and time ------------------------------------------------------ */
 
@@ -124,6 +133,13 @@ tp_callback_t *tp_cb_slow_callback_report(double threshold_s);
  * peak resident memory during the epoch, MB) and "memory/rss_mb" (at its
  * end). Host memory; a device's is not tracked yet. */
 tp_callback_t *tp_cb_peak_memory(void);
+/* GPUUtilizationTracker: on by default. Through NVML (libnvidia-ml.so.1,
+ * loaded at run time; TP_NVML_LIBRARY overrides the path) samples each GPU
+ * (CUDA_VISIBLE_DEVICES' indices, else all) every 200 ms of an epoch and
+ * puts GPUUtil/<i> and GPUMemUtil/<i> (mean %) and GPUMem/<i>_peak_mb after
+ * it. Without NVML or a GPU it logs "GPUUtilizationTracker: off: <why>"
+ * once at before_train and puts nothing. */
+tp_callback_t *tp_cb_gpu_utilization(void);
 
 /* ---- guards ------------------------------------------------------------------ */
 

@@ -204,6 +204,10 @@ typedef struct tp_train_config {
     int tensorboard;               /* with default_callbacks and a logdir:
                                       TFEventWriter next to JSONWriter
                                       (default 1) */
+    int curves;                    /* with default_callbacks and a logdir:
+                                      StepWriter (steps.tsv of
+                                      progress_names) and CurvePlotter
+                                      (curves.png every epoch) (default 1) */
     const char *hparams;           /* the run's hyper-parameters as text
                                       (key=value lines), written once to
                                       the event file as "hparams"; NULL:

@@ -9,9 +9,9 @@
  *
  *   header (56 bytes):  magic "TPS1", version, row count, pid, sequence,
  *                       wall time, interval, source name (16 bytes)
- *   row (160 bytes each): name (48 bytes, NUL-terminated), state, restarts,
+ *   row (192 bytes each): name (48 bytes, NUL-terminated), state, restarts,
  *                       cumulative counters, rates and percentages, the
- *                       process the actor runs in
+ *                       process the actor runs in and its host (32 bytes)
  *
  * The decoder checks every field before it trusts the message, so a
  * subscriber can read from any peer. */
@@ -27,12 +27,13 @@ extern "C" {
 #endif
 
 #define TP_STATS_MAGIC 0x31535054u /* "TPS1", little-endian */
-#define TP_STATS_VERSION 2         /* 2: each row says its process */
+#define TP_STATS_VERSION 3         /* 2: each row says its process; 3: and its host */
 #define TP_STATS_NAME_MAX 48       /* bytes of a row name, with its NUL */
 #define TP_STATS_SOURCE_MAX 16     /* bytes of the source name, with its NUL */
 #define TP_STATS_MAX_ROWS 4096
 #define TP_STATS_HEADER_BYTES 56
-#define TP_STATS_ROW_BYTES 160
+#define TP_STATS_ROW_BYTES 192
+#define TP_STATS_HOST_MAX 32       /* bytes of a row's host name, with its NUL */
 
 /* An actor's life, as tp-top shows it. */
 typedef enum {
@@ -63,6 +64,9 @@ typedef struct tp_stats_row {
     double mb_per_s;      /* max(in, out) MB (1e6 bytes) per second */
     double busy_pct, starved_pct, blocked_pct;
     uint32_t pid;         /* the process it runs in; 0: the publisher's */
+    char host[TP_STATS_HOST_MAX]; /* the host of that process, NUL-terminated
+                                     (truncated); "": the publisher's, which
+                                     the publisher fills in */
 } tp_stats_row_t;
 
 /* One published snapshot. Held by value: init/fini. */
@@ -90,14 +94,20 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
                             tp_stats_snapshot_t *snap);
 
 /* The row that limits throughput, or -1: the busiest running actor that
- * is neither mostly starved nor mostly blocked. */
+ * is neither mostly starved nor mostly blocked (and busy at least 1% of
+ * the interval). Rows of every process in the snapshot compete (forked
+ * and remote workers' too). */
 int tp_stats_bottleneck(const tp_stats_snapshot_t *snap);
 
 /* The snapshot as a JSON document (caller frees with free()); NULL on out
- * of memory. Per row: name, state, msgs_per_s, mb_per_s, queue_fill,
- * busy_pct, starved_pct, blocked_pct, the counters and "bottleneck". */
+ * of memory. Per row: name, state, pid, host, msgs_per_s, mb_per_s,
+ * queue_fill, busy_pct, starved_pct, blocked_pct, the counters and
+ * "bottleneck". */
 char *tp_stats_to_json(const tp_stats_snapshot_t *snap);
 
+/* This host's name as rows carry it: printable, truncated to `size` - 1
+ * bytes ("localhost" when the system gives none). */
+void tp_stats_hostname(char *out, size_t size);
 /* Fill rates and percentages of `row` from its counters and the previous
  * counters of the same actor `prev` (NULL: since start) over `dt` s. */
 void tp_stats_row_rates(tp_stats_row_t *row, const tp_stats_row_t *prev,

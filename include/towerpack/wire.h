@@ -49,6 +49,9 @@ void tp_wire_msg_clear(tp_wire_msg_t *self);
 int tp_wire_msg_frames(const tp_wire_msg_t *self);
 const void *tp_wire_msg_frame_data(tp_wire_msg_t *self, int i);
 size_t tp_wire_msg_frame_size(tp_wire_msg_t *self, int i);
+/* The connection (its file descriptor) frame i came in on, for ipc and tcp
+ * (libzmq's ZMQ_SRCFD); -1 for inproc or when unknown. */
+int tp_wire_msg_frame_srcfd(tp_wire_msg_t *self, int i);
 /* Total bytes over all frames. */
 size_t tp_wire_msg_bytes(tp_wire_msg_t *self);
 /* Move frame i out of the message (it is left empty there): *data and
@@ -101,7 +104,10 @@ tp_status_t tp_wire_recv(void *socket, const tp_wire_opts_t *opts,
 #define TP_CTL_MAGIC 0x314C4354u /* "TCL1" */
 #define TP_CTL_HEADER 12
 enum { TP_CTL_EOS = 1, TP_CTL_ERROR = 2, TP_CTL_END_PASS = 3, TP_CTL_PAD = 4,
-       TP_CTL_STATS = 5 /* a worker's counters: "busy_ns blocked_ns" */ };
+       TP_CTL_STATS = 5 /* a worker's counters: "busy_ns blocked_ns" */,
+       TP_CTL_REPORT = 6 /* a remote sender's row (tp_send_dataflow): tab-
+                            separated "pid host name state alive_ns busy_ns
+                            blocked_ns starved_ns msgs bytes" */ };
 
 /* Send TP_CTL_PAD_BYTES of padding (a TP_CTL_PAD frame receivers skip)
  * after the last message of a stream, before closing an ipc/tcp socket.

@@ -217,6 +217,8 @@ static tp_status_t q_row(s_queue_t *q, tp_stats_row_t *row) {
 static int q_stats(void *impl, tp_stats_row_t *rows, int max) {
     s_queue_t *q = impl;
     int n = tp_df_multiprocess_rows(q->df, rows, max - 1);
+    /* and the tp-worker processes feeding a remote: source in the chain */
+    n += tp_df_remote_rows(q->df, rows + n, max - 1 - n);
     return q_row(q, &rows[n]) == TP_OK ? n + 1 : n;
 }
 

@@ -63,10 +63,12 @@ static void z_destroy(void *impl) {
  * same thread. */
 static int z_stats(void *impl, tp_stats_row_t *rows, int max) {
     s_zmq_t *z = impl;
-    (void)max;
-    if (z->t_start <= 0)
+    if (z->t_start <= 0 || max < 1)
         return 0;
-    tp_stats_row_t *r = &rows[0];
+    /* upstream first: the tp-worker processes that feed it, as they
+     * reported on the data socket (their own pid and host) */
+    int n = tp_df_remote_rows(z->df, rows, max - 1);
+    tp_stats_row_t *r = &rows[n];
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "ZMQInput");
     r->state = TP_ACTOR_RUNNING;
@@ -74,7 +76,7 @@ static int z_stats(void *impl, tp_stats_row_t *rows, int max) {
     r->starved_s = (double)z->waited_ns * 1e-9;
     r->alive_s = tp_now_s() - z->t_start;
     r->queue_fill = -1;  /* the socket's queue is not visible */
-    return 1;
+    return n + 1;
 }
 
 static int z_scalars(void *impl, tp_input_scalar_t *out, int max) {

@@ -302,6 +302,7 @@ void tp_train_config_init(tp_train_config_t *cfg) {
     cfg->default_callbacks = 1;
     cfg->progress_names = "cost";
     cfg->tensorboard = 1;
+    cfg->curves = 1;
     cfg->save_checkpoints = 1;
     cfg->starting_epoch = 1;
     cfg->watchdog_s = 10;
@@ -520,7 +521,11 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             (rc = s_add(tr, tp_cb_observe(tp_cb_eta()))) < 0 ||
             (rc = s_add(tr, tp_cb_check_numerics(cfg->progress_names, 1))) < 0 ||
             (rc = s_add(tr, tp_cb_slow_callback_report(1.0))) < 0 ||
-            (rc = s_add(tr, tp_cb_peak_memory())) < 0)
+            (rc = s_add(tr, tp_cb_peak_memory())) < 0 ||
+            (rc = s_add(tr, tp_cb_gpu_utilization())) < 0)
+            goto out;
+        if (cfg->logdir && cfg->curves && cfg->progress_names && *cfg->progress_names &&
+            (rc = s_add(tr, tp_cb_step_writer(cfg->progress_names))) < 0)
             goto out;
     }
     for (size_t i = 0; i < cfg->nmonitors; i++) {
@@ -534,6 +539,10 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             goto out;
         if (cfg->logdir && cfg->tensorboard &&
             (rc = s_add(tr, tp_cb_observe(tp_cb_tfevent_writer(cfg->hparams)))) < 0)
+            goto out;
+        /* after JSONWriter: it draws the stats.json just written */
+        if (cfg->logdir && cfg->curves &&
+            (rc = s_add(tr, tp_cb_observe(tp_cb_curve_plotter()))) < 0)
             goto out;
         if ((rc = s_add(tr, tp_cb_observe(tp_cb_scalar_printer()))) < 0)
             goto out;

@@ -29,6 +29,7 @@ static tp_stats_row_t row(const char *name, double busy, double starved,
 static void encode3(void **buf, size_t *size) {
     tp_stats_row_t rows[3] = {row("reader", 20, 0, 80), row("augment", 95, 3, 2),
                               row("tower0", 10, 90, 0)};
+    snprintf(rows[1].host, sizeof rows[1].host, "gpu-node-7");  /* a remote worker's */
     tp_stats_snapshot_t s;
     tp_stats_snapshot_init(&s);
     snprintf(s.source, sizeof s.source, "supervisor");
@@ -54,6 +55,8 @@ Test(stats, round_trip) {
     cr_assert_eq(d.seq, 7);
     cr_assert_eq(d.nrows, 3);
     cr_assert_str_eq(d.rows[1].name, "augment");
+    cr_assert_str_eq(d.rows[1].host, "gpu-node-7");
+    cr_assert_str_eq(d.rows[0].host, "");
     cr_assert_eq(d.rows[1].msgs_in, 1000);
     cr_assert_float_eq(d.rows[1].busy_pct, 95, 0.01);
     cr_assert_float_eq(d.rows[0].msgs_per_s, 500, 1e-9);
@@ -68,6 +71,8 @@ Test(stats, round_trip) {
     cr_assert_str_eq(json_string_value(json_object_get(a, "name")), "tower0");
     cr_assert_float_eq(json_number_value(json_object_get(a, "starved_pct")), 90, 0.01);
     cr_assert(json_is_number(json_object_get(a, "queue_fill")));
+    a = json_array_get(json_object_get(root, "actors"), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(a, "host")), "gpu-node-7");
     json_decref(root);
     free(json);
     tp_stats_snapshot_fini(&d);
@@ -118,6 +123,10 @@ Test(stats, malformed_messages_are_rejected) {
     float pct = 250;
     expect_bad(R + 144, &pct, 4, 0, "percentages");
     expect_bad(40, "\x01", 1, 0, "source");
+    char longhost[TP_STATS_HOST_MAX];  /* the host field: terminated, printable */
+    memset(longhost, 'h', sizeof longhost);
+    expect_bad(R + 160, longhost, sizeof longhost, 0, "host");
+    expect_bad(R + 160, "a\tb", 3, 0, "host");
     /* found by fuzz/fuzz_stats.c: the header's reserved word was skipped
      * unchecked, so two messages decoded to one snapshot */
     expect_bad(12, "\x08", 1, 0, "reserved header bytes");

@@ -175,13 +175,18 @@ Test(input_stats, zmq_input_gives_its_receivers_row, .init = s_setup, .fini = s_
     pthread_t th;
     pthread_create(&th, NULL, s_send, &s);
     s_take(in, 1, 10);
-    cr_assert_eq(tp_input_stats(in, rows, 4), 1);
-    cr_assert_str_eq(rows[0].name, "ZMQInput");
-    cr_assert_eq(rows[0].msgs_in, 10);
+    /* the sender's report comes before its first datapoint: its row
+     * (its process and host), then the receiver's */
+    cr_assert_eq(tp_input_stats(in, rows, 4), 2);
+    cr_assert(!strncmp(rows[0].name, "send ", 5), "%s", rows[0].name);
+    cr_assert_eq(rows[0].pid, (uint32_t)getpid());
+    cr_assert(rows[0].host[0]);
+    cr_assert_str_eq(rows[1].name, "ZMQInput");
+    cr_assert_eq(rows[1].msgs_in, 10);
     s_take(in, 1, 15);
-    cr_assert_eq(tp_input_stats(in, rows, 4), 1);
-    cr_assert_eq(rows[0].msgs_in, 25, "the count grows");
-    cr_assert_gt(rows[0].starved_s, 0, "time waiting for the senders");
+    cr_assert_eq(tp_input_stats(in, rows, 4), 2);
+    cr_assert_eq(rows[1].msgs_in, 25, "the count grows");
+    cr_assert_gt(rows[1].starved_s, 0, "time waiting for the senders");
     pthread_join(th, NULL);
     cr_assert_eq(s.rc, TP_OK, "%s", tp_last_error());
     tp_input_scalar_t v[4];

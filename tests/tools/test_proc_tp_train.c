@@ -66,6 +66,27 @@ static json_t *s_stats(const char *logdir) {
 
 static char s_out[1 << 20];
 
+/* steps.tsv (StepWriter): the header, then one line per step 1..n (an
+ * epoch of 10 steps is under the per-epoch cap), each with a finite cost. */
+static void s_check_steps(const char *logdir, int n) {
+    char path[256], line[256];
+    snprintf(path, sizeof path, "%s/steps.tsv", logdir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    cr_assert_str_eq(line, "global_step\tcost\taccuracy\n");
+    int k = 0;
+    while (fgets(line, sizeof line, f)) {
+        long step;
+        double cost, acc;
+        cr_assert_eq(sscanf(line, "%ld\t%lf\t%lf", &step, &cost, &acc), 3, "%s", line);
+        cr_assert_eq(step, ++k, "line %d: %s", k, line);
+        cr_assert(cost > 0 && cost < 10, "%s", line);
+    }
+    fclose(f);
+    cr_assert_eq(k, n);
+}
+
 Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown, .timeout = 120) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/run", s_dir);
@@ -86,6 +107,7 @@ Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown
     cr_assert_eq(access(path, R_OK), 0);
     snprintf(path, sizeof path, "%s/curves.png", logdir);
     cr_assert_eq(access(path, R_OK), 0);
+    s_check_steps(logdir, 20);
     /* Resume to epoch 3: continues at global step 20. */
     char *again[] = {"tp-train", "--model", "mlp", "--epochs", "3", "--steps-per-epoch", "10",
                      "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir, "--resume", NULL};
@@ -95,6 +117,7 @@ Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown
     cr_assert_eq(json_array_size(j), 3);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 2), "global_step")), 30);
     json_decref(j);
+    s_check_steps(logdir, 30);  /* steps 1..20 kept, 21..30 appended */
     /* The directory exists now: without an action, no prompt, an error. */
     char *exists[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--logdir", logdir, NULL};
     rc = s_run(exists, s_out, sizeof s_out);
@@ -254,6 +277,115 @@ Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .t
     json_t *j = s_stats(logdir);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 0), "global_step")), 10);
     json_decref(j);
+}
+
+/* 1 when the file at path holds `what`. */
+static int s_file_has(const char *path, const char *what) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[1024];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* The rows of a snapshot that run in process `pid`. */
+static int s_rows_of(json_t *snap, json_int_t pid) {
+    json_t *actors = json_object_get(snap, "actors");
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(actors); i++)
+        n += json_integer_value(json_object_get(json_array_get(actors, i), "pid")) == pid;
+    return n;
+}
+
+/* tp-train --remote fed by two tp-worker processes: tp-top --once --json
+ * on the trainer's endpoint lists both workers' rows, each with its own
+ * pid and host, within 3 s of their start of sending (they report on the
+ * data socket as soon as they connect); a worker killed with SIGKILL is
+ * gone from the rows within 3 s, the other stays. */
+Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
+     .timeout = 120) {
+    char logdir[128], sock[160], ep[170], data[128], bind[140];
+    snprintf(logdir, sizeof logdir, "%s/rw", s_dir);
+    snprintf(sock, sizeof sock, "%s/stats.sock", logdir);
+    snprintf(ep, sizeof ep, "ipc://%s", sock);
+    snprintf(data, sizeof data, "ipc://%s/data.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", data);
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                    "--steps-per-epoch", "100000", "--batch", "32", "--towers", "1",
+                    "--remote", bind, "--threads", "1", "--test-spec", TEST_SPEC,
+                    "--logdir", logdir, NULL};
+    pu_spawn_opts_t o = {.out = "/dev/null"};
+    pid_t train = pu_spawn(argv, &o);
+    cr_assert_gt(train, 0);
+    for (int i = 0; i < 200 && access(sock, F_OK) != 0; i++)
+        usleep(50000);  /* the trainer is up: its stats socket */
+    /* info: the line that says it is sending (the tests run at warn) */
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | batch 32", "--connect", data,
+                     "--log-level", "info", NULL};
+    char wlog[2][160];
+    pid_t w[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(wlog[i], sizeof wlog[i], "%s/worker%d.log", s_dir, i);
+        pu_spawn_opts_t wo = {.out = wlog[i]};
+        w[i] = pu_spawn(wargv, &wo);
+    }
+    /* The clock starts when both workers have started sending (their log
+     * says so): what comes before is process start-up and reading the
+     * spec, which on a loaded host (sanitizers, a parallel test) has no
+     * bound worth asserting. */
+    for (int i = 0; i < 2; i++) {
+        int k = 0;
+        while (k++ < 600 && !s_file_has(wlog[i], "sending dataflow"))
+            usleep(50000);
+        cr_assert(s_file_has(wlog[i], "sending dataflow"), "tp-worker %d did not start "
+                  "sending within 30 s (%s)", i, wlog[i]);
+    }
+    double t0 = tp_now_s();
+    static char last[1 << 16];
+    int both = 0;
+    while (!both && tp_now_s() - t0 < 3.0) {
+        json_t *snap = s_top_json(ep, last, sizeof last);
+        if (!snap)
+            continue;
+        both = s_rows_of(snap, w[0]) == 1 && s_rows_of(snap, w[1]) == 1;
+        json_t *actors = json_object_get(snap, "actors");
+        for (size_t i = 0; both && i < json_array_size(actors); i++) {
+            json_t *a = json_array_get(actors, i);
+            json_int_t pid = json_integer_value(json_object_get(a, "pid"));
+            const char *host = json_string_value(json_object_get(a, "host"));
+            cr_assert(host && *host, "every row names its host:\n%s", last);
+            if (pid == w[0] || pid == w[1])
+                cr_assert(strstr(json_string_value(json_object_get(a, "name")), "tp-worker"),
+                          "%s", last);
+        }
+        json_decref(snap);
+    }
+    double seen_s = tp_now_s() - t0;
+    int gone = 0;
+    if (both) {
+        kill(w[0], SIGKILL);
+        double t1 = tp_now_s();
+        while (!gone && tp_now_s() - t1 < 3.0) {
+            json_t *snap = s_top_json(ep, last, sizeof last);
+            gone = snap && s_rows_of(snap, w[0]) == 0 && s_rows_of(snap, w[1]) == 1;
+            json_decref(snap);
+        }
+    }
+    kill(w[0], SIGKILL);
+    kill(w[1], SIGTERM);
+    kill(train, SIGTERM);
+    pu_waitpid(w[0], 10000);
+    pu_waitpid(w[1], 10000);
+    pu_waitpid(train, 30000);
+    cr_assert(both, "both tp-workers' rows (pids %d, %d) not shown within 3 s (%.1f s); "
+              "last snapshot:\n%s", (int)w[0], (int)w[1], seen_s, last);
+    cr_assert(gone, "the killed tp-worker (pid %d) still shows 3 s later, or the other "
+              "went too:\n%s", (int)w[0], last);
 }
 
 Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {

@@ -146,6 +146,19 @@ static double s_bare(const tp_model_desc_t *desc, int64_t batch, int64_t steps) 
     return (double)steps / el;
 }
 
+/* CPU seconds of every thread of this process so far. */
+static double s_process_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --monitors: the engine without the monitors that watch a run (the event
+ * file, the per-step series and the curves), and a step-based learning
+ * rate put every step as tp-train does (so the event file gets a record
+ * per step) in both arms. */
+static int s_monitors_off, s_lr_every_step;
+
 /* Steps/s of the engine over `input` or `df`, as its own ThroughputTracker
  * measured it (from the start of the first step to the end of the last, so
  * building the model is excluded as it is from the bare loop). */
@@ -163,9 +176,15 @@ static double s_engine_with(const tp_model_desc_t *desc, int64_t batch, int64_t 
     c.max_epoch = 1;
     c.logdir = logdir;
     c.save_checkpoints = 0;
-    tp_callback_t *cbs[2] = {tp_callback_new(&s_cpu_ops, NULL, 0), extra};
+    tp_callback_t *cbs[3] = {tp_callback_new(&s_cpu_ops, NULL, 0), extra, NULL};
     c.callbacks = cbs;
     c.ncallbacks = extra ? 2 : 1;
+    if (s_monitors_off)
+        c.tensorboard = c.curves = 0;
+    if (s_lr_every_step) {
+        tp_hp_point_t pts[2] = {{0, 0.01}, {(double)steps, 0.0005}};
+        cbs[c.ncallbacks++] = tp_cb_hp_schedule("learning_rate", pts, 2, 1, 1);
+    }
     FILE *devnull = fopen("/dev/null", "w");
     FILE *saved = stderr;
     stderr = devnull;  /* the progress bar's lines: drawn, not shown */
@@ -229,8 +248,10 @@ int tp_bench_engine(int argc, char **argv) {
                                          {"repeat", required_argument, 0, 'r'},
                                          {"json", no_argument, 0, 'j'},
                                          {"verbose", no_argument, 0, 'v'},
+                                         {"monitors", no_argument, 0, 'm'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    int monitors = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 's') {
@@ -247,12 +268,18 @@ int tp_bench_engine(int argc, char **argv) {
             json = 1;
         } else if (c == 'v') {
             verbose = 1;
+        } else if (c == 'm') {
+            monitors = 1;
         } else if (c == 'o') {
             only = optarg;
         } else {
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: tp-bench engine [--steps N] [--repeat R] [--json] [--verbose]\n"
-                    "       tp-bench engine --only bare|engine|dummy|pipeline [--steps N]\n"
+                    "       tp-bench engine --only bare|engine|dummy|pipeline|engine-monitors|\n"
+                    "                              engine-nomonitors [--steps N]\n"
+                    "       tp-bench engine --monitors [--steps N] [--repeat R]\n"
+                    "  (the engine with the event file, steps.tsv and curves against\n"
+                    "  without them, the learning rate put every step in both)\n"
                     "  (one case, once, for profilers: valgrind --tool=callgrind ...)\n"
                     "  a tiny MLP trained through the engine against a bare loop,\n"
                     "  and fed by the real pipeline against DummyConstantInput; R rounds\n"
@@ -285,17 +312,76 @@ int tp_bench_engine(int argc, char **argv) {
             rate = s_bare(&desc, batch, steps);
         else if (!strcmp(only, "engine"))
             rate = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
-        else if (!strcmp(only, "dummy"))
+        else if (!strcmp(only, "engine-monitors") || !strcmp(only, "engine-nomonitors")) {
+            /* the --monitors pair, one at a time (for callgrind) */
+            s_lr_every_step = 1;
+            s_monitors_off = !strcmp(only, "engine-nomonitors");
+            rate = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+        } else if (!strcmp(only, "dummy"))
             rate = s_engine(&desc, batch, steps, NULL, tp_input_dummy(&desc, batch, 10, 1), dir);
         else if (!strcmp(only, "pipeline") && tp_spec_parse(spec1, &real) == TP_OK)
             rate = s_engine(&desc, batch, steps, real, NULL, dir);
         else
-            fprintf(stderr, "tp-bench engine: --only %s: use bare, engine, dummy or "
-                    "pipeline\n", only);
+            fprintf(stderr, "tp-bench engine: --only %s: use bare, engine, dummy, "
+                    "pipeline, engine-monitors or engine-nomonitors\n", only);
         s_teardown("engine", dir);
         if (rate <= 0)
             return 1;
         printf("%s %.1f steps/s\n", only, rate);
+        return 0;
+    }
+    if (monitors) {
+        /* pairs back to back, the order swapped every second round */
+        s_lr_every_step = 1;
+        s_bare(&desc, batch, steps / 10);
+        /* wall-clock rates, and CPU time (not stretched by other processes
+         * on a shared host): the trainer thread's over the epoch, and the
+         * whole process's (every thread: the observers' too) over the run */
+        double r[1000], rc_tr[1000], rc_proc[1000], best_on = 0, best_off = 0;
+        for (int64_t k = 0; k < repeat; k++) {
+            double on = 0, off = 0, cpu_on = 0, cpu_off = 0, proc_on = 0, proc_off = 0;
+            for (int arm = 0; arm < 2; arm++) {
+                int off_now = (k % 2 == 0) == (arm == 1);
+                s_monitors_off = off_now;
+                double p0 = s_process_cpu_s();
+                double v = s_engine(&desc, batch, steps, s_memory_df(), NULL, dir);
+                double pc = s_process_cpu_s() - p0;
+                s_monitors_off = 0;
+                if (off_now)
+                    off = v, cpu_off = s_last_cpu_s, proc_off = pc;
+                else
+                    on = v, cpu_on = s_last_cpu_s, proc_on = pc;
+            }
+            if (on <= 0 || off <= 0 || cpu_on <= 0 || proc_on <= 0)
+                return 1;
+            rc_tr[k] = cpu_off / cpu_on;    /* as rate ratios: CPU the other way */
+            rc_proc[k] = proc_off / proc_on;
+            if (verbose)
+                fprintf(stderr, "round %lld: with %.1f, without %.1f steps/s: %.4f; CPU "
+                        "trainer %.4f, process %.4f\n", (long long)k, on, off, on / off,
+                        rc_tr[k], rc_proc[k]);
+            r[k] = on / off;
+            best_on = on > best_on ? on : best_on;
+            best_off = off > best_off ? off : best_off;
+        }
+        qsort(r, (size_t)repeat, sizeof *r, s_cmp);
+        qsort(rc_tr, (size_t)repeat, sizeof *rc_tr, s_cmp);
+        qsort(rc_proc, (size_t)repeat, sizeof *rc_proc, s_cmp);
+        s_teardown("engine", dir);
+        if (json)
+            printf("{\"bench\":\"engine-monitors\",\"steps\":%lld,\"rounds\":%lld,"
+                   "\"monitors_ratio\":%.4f,\"monitors_best_ratio\":%.4f,"
+                   "\"monitors_trainer_cpu_ratio\":%.4f,\"monitors_process_cpu_ratio\":%.4f,"
+                   "\"with_best_steps_per_s\":%.2f,\"without_best_steps_per_s\":%.2f}\n",
+                   (long long)steps, (long long)repeat, r[repeat / 2], best_on / best_off,
+                   rc_tr[repeat / 2], rc_proc[repeat / 2], best_on, best_off);
+        else
+            printf("monitors (event file, steps.tsv, curves) on against off, %lld rounds of "
+                   "%lld steps (goal >= 0.99):\n  steps/s: median %.4f, best %.4f (%.1f / "
+                   "%.1f)\n  CPU time as a rate ratio: trainer thread %.4f, whole process "
+                   "%.4f (medians)\n", (long long)repeat, (long long)steps, r[repeat / 2],
+                   best_on / best_off, best_on, best_off, rc_tr[repeat / 2],
+                   rc_proc[repeat / 2]);
         return 0;
     }
     /* Warm up caches and the allocator once, then measure in rounds. */

@@ -1,4 +1,4 @@
-/* tp-plot: draw a run's training curves (stats.json) into a PNG.
+/* tp-plot: draw a run's training curves (stats.json, steps.tsv) into a PNG.
  *
  *   tp-plot LOGDIR            writes LOGDIR/curves.png
  *   tp-plot LOGDIR -o FILE    writes FILE */
@@ -8,8 +8,10 @@
 
 static void s_usage(FILE *out) {
     fprintf(out, "usage: tp-plot LOGDIR [-o OUTPUT.png]\n"
-                 "  Draws loss, accuracy, learning rate and throughput per epoch\n"
-                 "  from LOGDIR/stats.json into LOGDIR/curves.png (or OUTPUT.png).\n");
+                 "  Draws the training loss and accuracy per step (LOGDIR/steps.tsv,\n"
+                 "  when there) and per epoch, learning rate, throughput, input queue\n"
+                 "  fill and memory from LOGDIR/stats.json into LOGDIR/curves.png (or\n"
+                 "  OUTPUT.png).\n");
 }
 
 int main(int argc, char **argv) {

@@ -24,14 +24,23 @@ static void s_usage(FILE *out) {
         "  --timeout S         give up when nothing arrives for S seconds (5)\n"
         "  --curve DIR         CURVE keys (tp-keygen DIR) of a run whose tcp stats\n"
         "                      socket is authenticated\n"
+        "  --columns           print the table's column line and exit\n"
         "  -h, --help          this text\n"
         "\n"
-        "Columns: pid is the process the actor runs in (a forked worker's own);\n"
+        "Columns: host and pid are the process the actor runs in (a forked\n"
+        "worker's own, a remote tp-worker's own host and pid);\n"
         "msgs/s and MB/s are the larger of in and out over the last\n"
         "interval; queue is the input queue's fill (- when not visible); starved\n"
         "is time spent waiting for input, blocked time spent waiting on a full\n"
         "output. The bottleneck (<==) is the busiest actor that neither waits\n"
         "for input nor for output most of the time.\n");
+}
+
+/* The table's column line (also --columns: the docs' samples are checked
+ * against it). */
+static void s_header(void) {
+    printf("%-24s %-12s %7s %-10s %10s %9s %6s %8s %8s %8s\n", "ACTOR", "HOST", "PID",
+           "STATE", "MSGS/S", "MB/S", "QUEUE", "BUSY%", "STARVED%", "BLOCKED%");
 }
 
 static void s_table(const tp_stats_snapshot_t *snap, int clear) {
@@ -40,8 +49,7 @@ static void s_table(const tp_stats_snapshot_t *snap, int clear) {
     int bn = tp_stats_bottleneck(snap);
     printf("towerpack %s (pid %u)  snapshot %llu  interval %.2f s\n", snap->source,
            snap->pid, (unsigned long long)snap->seq, snap->interval_s);
-    printf("%-24s %7s %-10s %10s %9s %6s %8s %8s %8s\n", "ACTOR", "PID", "STATE", "MSGS/S",
-           "MB/S", "QUEUE", "BUSY%", "STARVED%", "BLOCKED%");
+    s_header();
     for (int i = 0; i < snap->nrows; i++) {
         const tp_stats_row_t *r = &snap->rows[i];
         char q[16];
@@ -55,8 +63,8 @@ static void s_table(const tp_stats_snapshot_t *snap, int clear) {
             snprintf(restarts, sizeof restarts, "  (%u restart%s)", r->restarts,
                      r->restarts == 1 ? "" : "s");
         /* the process it runs in: the publisher's unless the row says */
-        printf("%-24.24s %7u %-10s %10.1f %9.2f %6s %8.1f %8.1f %8.1f%s%s\n", r->name,
-               r->pid ? r->pid : snap->pid, tp_actor_state_name(r->state),
+        printf("%-24.24s %-12.12s %7u %-10s %10.1f %9.2f %6s %8.1f %8.1f %8.1f%s%s\n",
+               r->name, r->host, r->pid ? r->pid : snap->pid, tp_actor_state_name(r->state),
                r->msgs_per_s, r->mb_per_s, q,
                r->busy_pct, r->starved_pct, r->blocked_pct,
                i == bn ? "  <== bottleneck" : "", restarts);
@@ -74,7 +82,7 @@ int main(int argc, char **argv) {
     static const struct option longopts[] = {
         {"connect", required_argument, 0, 'c'}, {"once", no_argument, 0, 'o'},
         {"json", no_argument, 0, 'j'},          {"timeout", required_argument, 0, 't'},
-        {"curve", required_argument, 0, 'k'},
+        {"curve", required_argument, 0, 'k'},    {"columns", no_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     const char *ep = NULL, *curve_dir = NULL;
     int once = 0, json = 0;
@@ -94,6 +102,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             break;
+        case 'C': s_header(); return 0;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }

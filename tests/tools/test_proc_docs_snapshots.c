@@ -1,0 +1,59 @@
+/* towerpack tests: the tp-top samples in the docs have the tool's current
+ * columns. scripts/docs-snapshots.sh makes the marked samples from real
+ * runs; this checks every table in the docs' .md files (marked or written
+ * by hand) against `tp-top --columns`, so a change of the layout fails here until
+ * the script is run again. Own executable: it runs a tool. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+
+static void s_columns(char *out, size_t size) {
+    FILE *p = popen(TP_BINARY_DIR "/bin/tp-top --columns", "r");
+    cr_assert_not_null(p);
+    cr_assert_not_null(fgets(out, (int)size, p), "tp-top --columns printed nothing");
+    cr_assert_eq(pclose(p), 0);
+    cr_assert(!strncmp(out, "ACTOR ", 6), "%s", out);
+}
+
+Test(docs_snapshots, every_tp_top_table_in_the_docs_has_the_current_columns) {
+    char want[512];
+    s_columns(want, sizeof want);
+    DIR *d = opendir(TP_SOURCE_DIR "/docs");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    int tables = 0, marked = 0;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 4 || strcmp(e->d_name + n - 3, ".md"))
+            continue;
+        char path[1024], line[1024];
+        snprintf(path, sizeof path, "%s/docs/%s", TP_SOURCE_DIR, e->d_name);
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f, "%s", path);
+        int lineno = 0, in_marked = 0, marked_rows = 0;
+        while (fgets(line, sizeof line, f)) {
+            lineno++;
+            if (!strncmp(line, "<!-- tp-top:", 12)) {
+                in_marked = 1;
+                marked_rows = 0;
+                marked++;
+            } else if (!strncmp(line, "<!-- /tp-top:", 13)) {
+                cr_assert_gt(marked_rows, 0, "%s:%d: an empty tp-top sample: run "
+                             "scripts/docs-snapshots.sh", path, lineno);
+                in_marked = 0;
+            }
+            if (!strncmp(line, "ACTOR ", 6)) {
+                tables++;
+                marked_rows += in_marked;
+                cr_assert_str_eq(line, want, "%s:%d: a tp-top table with old columns: "
+                                 "run scripts/docs-snapshots.sh (or fix the hand-written "
+                                 "one)", path, lineno);
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    cr_assert_geq(tables, 3, "the docs' tp-top samples were not found");
+    cr_assert_geq(marked, 3, "the marked samples (<!-- tp-top:NAME -->) were not found");
+}
