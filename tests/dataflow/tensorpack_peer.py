@@ -24,7 +24,9 @@ sends back with Python's own loaders.
                                         shuffle=False) described into OUT,
                                         checking __keys__
 
-FORMAT: pickle, msgpack or zmq_ops. A truth file has one line per component:
+FORMAT: pickle, msgpack or zmq_ops; pickle2/pickle4 (older protocols);
+pickle-np2/pickle2-np2: the pickles numpy 2.x writes (its module paths,
+numpy._core.*), made here with numpy 1.x (np2_dumps). A truth file has one line per component:
 "dtype d0,d1,... hexbytes" (numpy's dtype.str, the shape, the raw bytes).
 """
 import os
@@ -79,7 +81,47 @@ def dump_arrays(arrs):
     return s
 
 
+def np2_dumps(obj, protocol):
+    """pickle.dumps as under numpy 2.x, whose ndarray reduces to the same
+    functions under the module paths numpy._core.multiarray / numeric.
+    numpy 1.x (Debian bookworm's) names them numpy.core.*: stand-ins with
+    numpy 2's names, registered as modules, take their place in the
+    reduction, so the bytes name what numpy 2 names."""
+    import io
+    import types
+    stand_ins = {}
+    for sub in ('multiarray', 'numeric'):
+        name = 'numpy._core.' + sub
+        mod = sys.modules.get(name) or types.ModuleType(name)
+        sys.modules[name] = mod
+        stand_ins[sub] = mod
+
+    def stand_in(fn):
+        sub = fn.__module__.rsplit('.', 1)[-1] if fn.__module__ else 'multiarray'
+        mod = stand_ins['numeric' if sub == 'numeric' else 'multiarray']
+        if not hasattr(mod, fn.__name__):
+            def f(*a, _fn=fn):
+                return _fn(*a)
+            f.__module__, f.__name__, f.__qualname__ = mod.__name__, fn.__name__, fn.__name__
+            setattr(mod, fn.__name__, f)
+        return getattr(mod, fn.__name__)
+
+    class P(pickle.Pickler):
+        def reducer_override(self, o):
+            if type(o) is not np.ndarray:
+                return NotImplemented
+            r = o.__reduce_ex__(protocol)
+            return (stand_in(r[0]),) + tuple(r[1:])
+
+    b = io.BytesIO()
+    P(b, protocol=protocol).dump(obj)
+    return b.getvalue()
+
+
 def dumps_fn(fmt):
+    if fmt.endswith('-np2'):   # numpy 2.x's module paths
+        proto = -1 if fmt == 'pickle-np2' else int(fmt[6:-4])
+        return lambda obj: np2_dumps(obj, pickle.HIGHEST_PROTOCOL if proto < 0 else proto)
     if fmt == 'pickle':   # PickleSerializer.dumps
         return lambda obj: pickle.dumps(obj, protocol=-1)
     if fmt.startswith('pickle'):   # an older protocol: pickle2, pickle4

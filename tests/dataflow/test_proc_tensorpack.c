@@ -87,6 +87,11 @@ Test(tpk_python, pickle_protocols_2_and_4_arrive_identical, .init = s_setup, .fi
     s_files("pickle2");
     s_files("pickle4");
 }
+/* numpy 2.x names its reconstructors numpy._core.*: the same arrays */
+Test(tpk_python, numpy2_pickles_arrive_identical, .init = s_setup, .fini = s_teardown) {
+    s_files("pickle-np2");
+    s_files("pickle2-np2");
+}
 Test(tpk_python, msgpack_numpy_arrives_identical, .init = s_setup, .fini = s_teardown) {
     s_files("msgpack");
 }
