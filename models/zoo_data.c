@@ -1,9 +1,12 @@
-/* towerpack models: the data sources the zoo's models can read, named the
- * way tp-train and tp-predict take them, turned into pipeline specs that
- * yield the zoo's inputs. One place, so both tools accept the same names. */
+/* towerpack models: what the zoo's models read, in one place for every
+ * tool: the data sources (named the way tp-train and tp-predict take them,
+ * turned into pipeline specs that yield the zoo's inputs) and the
+ * checkpoints (the model a checkpoint records, for tp-predict, tp-export
+ * and tp-bench predict). */
 #include <stdio.h>
 #include <string.h>
 #include <towerpack/models.h>
+#include <towerpack/predict.h>
 
 static int s_prefix(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
 
@@ -31,4 +34,28 @@ tp_status_t tp_zoo_source(const char *data, int in_order, char *buf, size_t size
     if (n < 0 || (size_t)n >= size)
         return tp_error(TP_ERR_INVALID, "data source '%.64s...': too long", data);
     return TP_OK;
+}
+
+const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model,
+                                             char *ckpt, size_t size,
+                                             tp_input_desc_t inputs[2]) {
+    tp_checkpoint_info_t info;
+    if (tp_checkpoint_resolve(load, ckpt, size) < 0 || tp_checkpoint_info(ckpt, &info) < 0)
+        return NULL;
+    const char *name = model ? model : info.model;
+    if (!*name) {
+        tp_error(TP_ERR_INVALID, "%s does not record its model (written before "
+                 "tp-train recorded it): give --model (mlp, cnn, cnn-bn, resnet)", ckpt);
+        return NULL;
+    }
+    const tp_zoo_model_t *zoo = tp_zoo_find(name);
+    if (!zoo)
+        return NULL;
+    memcpy(inputs, tp_zoo_inputs(), 2 * sizeof *inputs);
+    /* the image dtype it was trained on: float32 after the augmentor */
+    if (info.ninputs > 0 && !strcmp(info.inputs[0].name, "image"))
+        inputs[0].dtype = info.inputs[0].dtype;
+    else
+        inputs[0].dtype = zoo->augment ? TP_FLOAT32 : TP_UINT8;
+    return zoo;
 }

@@ -32,7 +32,7 @@ declare -A USES=(
   [gpu]="core gpu"
   [pipeline]="core actors dataflow gpu pipeline"
   [dist]="core actors dataflow gpu pipeline dist"
-  [models]="core gpu models"
+  [models]="core gpu pipeline models"
   [tools]="*"
   [examples]="*"
 )

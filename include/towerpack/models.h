@@ -39,6 +39,15 @@ const tp_input_desc_t *tp_zoo_inputs(void);
  * naming the accepted forms for anything else. */
 tp_status_t tp_zoo_source(const char *data, int in_order, char *buf, size_t size);
 
+/* The zoo model a checkpoint holds: `load` a checkpoint or a log directory
+ * (its latest checkpoint's path into ckpt[size]); the model its metadata
+ * names (tp-train records it), or `model` when not NULL; inputs[2] the
+ * inputs it was trained on (the image's dtype: float32 after the
+ * augmentor). NULL with tp_last_error() saying which part failed. */
+const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model,
+                                             char *ckpt, size_t size,
+                                             tp_input_desc_t inputs[2]);
+
 #ifdef __cplusplus
 }
 #endif

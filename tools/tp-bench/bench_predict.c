@@ -51,21 +51,12 @@ int tp_bench_predict(int argc, char **argv) {
     }
     tp_log_set_level(TP_LOG_WARN);
     char ckpt[4096];
-    tp_checkpoint_info_t info;
-    if (tp_checkpoint_resolve(load, ckpt, sizeof ckpt) < 0 ||
-        tp_checkpoint_info(ckpt, &info) < 0) {
-        fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
-        return 1;
-    }
-    const tp_zoo_model_t *zoo = tp_zoo_find(model ? model : info.model);
+    tp_input_desc_t inputs[2];
+    const tp_zoo_model_t *zoo = tp_zoo_from_checkpoint(load, model, ckpt, sizeof ckpt, inputs);
     if (!zoo) {
         fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
         return 1;
     }
-    tp_input_desc_t inputs[2];
-    memcpy(inputs, tp_zoo_inputs(), sizeof inputs);
-    if (info.ninputs > 0)
-        inputs[0].dtype = info.inputs[0].dtype;
     tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, NULL};
     const char *ins[] = {"image"}, *outs[] = {"logits"};
     tp_predict_config_t pc;

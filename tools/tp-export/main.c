@@ -63,25 +63,11 @@ int main(int argc, char **argv) {
         outs[nout++] = "logits";
     tp_log_set_level(TP_LOG_WARN);
     char ckpt[4096];
-    tp_checkpoint_info_t info;
-    if (tp_checkpoint_resolve(load, ckpt, sizeof ckpt) < 0 ||
-        tp_checkpoint_info(ckpt, &info) < 0)
-        return s_fail("--load");
-    const char *name = model ? model : info.model;
-    if (!*name) {
-        tp_error(TP_ERR_INVALID, "%s does not record its model (written before "
-                 "tp-train recorded it): give --model (mlp, cnn, cnn-bn, resnet)", ckpt);
-        return s_fail("--model");
-    }
-    const tp_zoo_model_t *zoo = tp_zoo_find(name);
-    if (!zoo)
-        return s_fail("--model");
     tp_input_desc_t inputs[2];
-    memcpy(inputs, tp_zoo_inputs(), sizeof inputs);
-    if (info.ninputs > 0 && !strcmp(info.inputs[0].name, "image"))
-        inputs[0].dtype = info.inputs[0].dtype;
-    else
-        inputs[0].dtype = zoo->augment ? TP_FLOAT32 : TP_UINT8;
+    const tp_zoo_model_t *zoo = tp_zoo_from_checkpoint(load, model, ckpt, sizeof ckpt, inputs);
+    if (!zoo)
+        return s_fail("--load");
+    const char *name = zoo->name;
     tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, NULL};
     tp_predict_config_t pc;
     tp_predict_config_init(&pc);
