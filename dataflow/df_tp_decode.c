@@ -349,6 +349,11 @@ static void s_keeper_drop(void *data, void *hint) {
     }
 }
 
+static void s_free_copy(void *data, void *hint) {
+    (void)hint;
+    free(data);
+}
+
 static tp_status_t s_narrow(tp_tensor_t *t, const int64_t *src, size_t numel,
                             int comp) {
     int32_t *d = t->data;
@@ -386,8 +391,20 @@ static tp_status_t s_build(df_tpk_comps_t *cs, const tp_tpk_opts_t *o,
                 atomic_fetch_add_explicit(&keep->refs, 1, memory_order_relaxed);
             continue;
         }
-        if ((rc = tp_tensor_init(t, c->dtype, c->ndim, c->shape)) == TP_OK && c->nbytes)
-            memcpy(t->data, src, c->nbytes);
+        /* a copy in malloc's memory (aligned for every dtype), not
+         * tp_alloc's: its aligned_alloc costs a few hundred instructions
+         * more per message, and tensors wrapping the message are only
+         * dtype-aligned anyway */
+        void *copy = malloc(c->nbytes ? c->nbytes : 1);
+        if (!copy) {
+            rc = tp_error(TP_ERR_NOMEM, "tensorpack: component %d", i);
+            continue;
+        }
+        if (c->nbytes)
+            memcpy(copy, src, c->nbytes);
+        if ((rc = tp_tensor_init_wrap(t, c->dtype, c->ndim, c->shape, copy, s_free_copy,
+                                      NULL)) != TP_OK)
+            free(copy);
     }
     if (rc != TP_OK)
         tp_datapoint_destroy(&dp);

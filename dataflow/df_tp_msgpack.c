@@ -12,6 +12,7 @@
  * objects and nesting deeper than TP_TPK_MAX_DEPTH; msgpack-c then does
  * the decoding. */
 #include <msgpack.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,9 @@ static uint64_t s_be(const uint8_t *p, int k) {
  * __keys__ of ImageNet 1.3M). */
 #define MAX_OBJECTS (1u << 22)
 
-/* Header walk: one top-level object filling exactly n bytes. */
-static tp_status_t s_precheck(const uint8_t *p, size_t n) {
+/* Header walk: one top-level object filling exactly n bytes; *nobj: the
+ * objects it holds. */
+static tp_status_t s_precheck(const uint8_t *p, size_t n, uint32_t *nobj) {
     uint64_t left[TP_TPK_MAX_DEPTH + 1];  /* items still to read per level */
     int depth = 0;
     size_t off = 0;
@@ -113,6 +115,7 @@ static tp_status_t s_precheck(const uint8_t *p, size_t n) {
     }
     if (off != n)
         return tp_error(TP_ERR_PROTOCOL, "msgpack: %zu bytes after the datapoint", n - off);
+    *nobj = objects;
     return TP_OK;
 }
 
@@ -227,7 +230,8 @@ static tp_status_t s_item(const msgpack_object *o, int i, df_tpk_comps_t *cs) {
 /* Unpack into *u (caller destroys) after the precheck. */
 static tp_status_t s_unpack(const uint8_t *p, size_t n, msgpack_unpacked *u) {
     msgpack_unpacked_init(u);
-    TP_TRY(s_precheck(p, n));
+    uint32_t nobj = 0;
+    TP_TRY(s_precheck(p, n, &nobj));
     size_t off = 0;
     msgpack_unpack_return r = msgpack_unpack_next(u, (const char *)p, n, &off);
     if (r == MSGPACK_UNPACK_NOMEM_ERROR)
@@ -238,14 +242,82 @@ static tp_status_t s_unpack(const uint8_t *p, size_t n, msgpack_unpacked *u) {
     return TP_OK;
 }
 
+/* A zone per thread for the datapoints' objects: msgpack_unpack_next makes
+ * and frees a zone (two mallocs and two frees) per message; a datapoint's
+ * few dozen objects fit the zone's first chunk again and again. Its
+ * objects only live during df_tpk_msgpack (the components point into the
+ * message, never into the zone), so the datapoints made from it may be
+ * freed on any thread. */
+#define ZONE_CHUNK 8192
+#define ZONE_KEEP_OBJECTS 256  /* bigger messages: the zone is freed after */
+
+static pthread_key_t s_zone_key;
+static pthread_once_t s_zone_once = PTHREAD_ONCE_INIT;
+static __thread msgpack_zone *s_zone;
+
+static void s_zone_drop(void *z) { msgpack_zone_free(z); }
+
+static void s_zone_key_init(void) {
+    if (pthread_key_create(&s_zone_key, s_zone_drop) != 0)
+        s_zone_key = (pthread_key_t)-1;  /* no key: no per-thread zone */
+}
+
+/* This thread's zone (made on first use), or NULL when out of memory. */
+static msgpack_zone *s_zone_get(int *cached) {
+    pthread_once(&s_zone_once, s_zone_key_init);
+    *cached = s_zone_key != (pthread_key_t)-1;
+    if (s_zone || !*cached)
+        return s_zone ? s_zone : msgpack_zone_new(ZONE_CHUNK);
+    if (!(s_zone = msgpack_zone_new(ZONE_CHUNK)))
+        return NULL;
+    if (pthread_setspecific(s_zone_key, s_zone) != 0) {
+        msgpack_zone_free(s_zone);
+        s_zone = NULL;
+        *cached = 0;
+        return msgpack_zone_new(ZONE_CHUNK);
+    }
+    return s_zone;
+}
+
+/* Done with the zone: cleared for the next message, or freed when it is
+ * not this thread's or grew past a datapoint's size (memory stays one
+ * chunk per thread). */
+static void s_zone_put(msgpack_zone *z, int cached, uint32_t nobj) {
+    if (!z)
+        return;
+    if (cached && z == s_zone && nobj <= ZONE_KEEP_OBJECTS) {
+        msgpack_zone_clear(z);
+        return;
+    }
+    if (z == s_zone) {
+        pthread_setspecific(s_zone_key, NULL);
+        s_zone = NULL;
+    }
+    msgpack_zone_free(z);
+}
+
 tp_status_t df_tpk_msgpack(const uint8_t *p, size_t n, df_tpk_comps_t *cs) {
-    msgpack_unpacked u;
-    tp_status_t rc = s_unpack(p, n, &u);
-    if (rc == TP_OK && u.data.type != MSGPACK_OBJECT_ARRAY)
+    uint32_t nobj = 0;
+    TP_TRY(s_precheck(p, n, &nobj));
+    int cached = 0;
+    msgpack_zone *z = s_zone_get(&cached);
+    if (!z)
+        return tp_error(TP_ERR_NOMEM, "msgpack: out of memory");
+    msgpack_object o = {.type = MSGPACK_OBJECT_NIL};
+    size_t off = 0;
+    /* msgpack_unpack: msgpack-c's call that unpacks into a given zone */
+    msgpack_unpack_return r = msgpack_unpack((const char *)p, n, &off, z, &o);
+    tp_status_t rc = TP_OK;
+    if (r == MSGPACK_UNPACK_NOMEM_ERROR)
+        rc = tp_error(TP_ERR_NOMEM, "msgpack: out of memory");
+    else if (r != MSGPACK_UNPACK_SUCCESS || off != n)
+        rc = tp_error(TP_ERR_PROTOCOL, "msgpack: msgpack-c could not unpack it "
+                      "(status %d)", (int)r);
+    else if (o.type != MSGPACK_OBJECT_ARRAY)
         rc = tp_error(TP_ERR_PROTOCOL, "msgpack: the datapoint is not a list");
-    for (uint32_t i = 0; rc == TP_OK && i < u.data.via.array.size; i++)
-        rc = s_item(&u.data.via.array.ptr[i], (int)i, cs);
-    msgpack_unpacked_destroy(&u);
+    for (uint32_t i = 0; rc == TP_OK && i < o.via.array.size; i++)
+        rc = s_item(&o.via.array.ptr[i], (int)i, cs);
+    s_zone_put(z, cached, nobj);
     return rc;
 }
 

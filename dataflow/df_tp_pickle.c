@@ -76,6 +76,7 @@ typedef struct {
     size_t op_off;                   /* offset of the opcode being run */
     void *inl;                       /* the inline storage (inl_t) */
     uint32_t nlistmem;               /* lists whose items were allocated */
+    int litems_taken;                /* the inline list items are in use */
 } vm_t;
 
 /* A message's first allocations come from here (on the caller's stack):
@@ -86,9 +87,11 @@ typedef struct {
 #define INL_MARKS 32
 #define INL_ARRS 16
 #define INL_POOL 256
+#define INL_LITEMS 64  /* the first list's items (the datapoint's, usually) */
 typedef struct {
     pv_t nodes[INL_NODES];
     uint32_t stack[INL_STACK], memo[INL_MEMO], marks[INL_MARKS], pool[INL_POOL];
+    uint32_t litems[INL_LITEMS];
     struct s_arr arrs[INL_ARRS];
 } inl_t;
 
@@ -222,14 +225,27 @@ static inline __attribute__((always_inline)) tp_status_t s_counted(vm_t *vm, int
     return TP_OK;
 }
 
+static int s_in_inl(const vm_t *vm, const void *p) {
+    const char *in = vm->inl;
+    return (const char *)p >= in && (const char *)p < in + sizeof(inl_t);
+}
+
 static tp_status_t s_append(vm_t *vm, uint32_t list, uint32_t item) {
     pv_t *l = &vm->nodes[list];
     if (l->kind != PV_LIST)
         return s_bad(vm, "APPEND to something that is not a list");
-    if (!l->u.seq.items)
-        vm->nlistmem++;  /* s_vm_fini frees it */
-    if (!s_grow((void **)&l->u.seq.items, &l->u.seq.cap, l->n + 1, sizeof(uint32_t)))
-        return tp_error(TP_ERR_NOMEM, "pickle: list");
+    if (!l->u.seq.items && !vm->litems_taken) {  /* no malloc for the first list */
+        l->u.seq.items = ((inl_t *)vm->inl)->litems;
+        l->u.seq.cap = INL_LITEMS;
+        vm->litems_taken = 1;
+    }
+    if (l->n >= l->u.seq.cap) {
+        int was_heap = l->u.seq.items && !s_in_inl(vm, l->u.seq.items);
+        if (!s_grow((void **)&l->u.seq.items, &l->u.seq.cap, l->n + 1, sizeof(uint32_t)))
+            return tp_error(TP_ERR_NOMEM, "pickle: list");
+        if (!was_heap)
+            vm->nlistmem++;  /* now on the heap: s_vm_fini frees it */
+    }
     l->u.seq.items[l->n++] = item;
     unsigned d = (unsigned)vm->nodes[item].depth + 1;
     if (d > l->depth)
@@ -354,7 +370,8 @@ static tp_status_t s_array(vm_t *vm, uint32_t dtype, const int64_t *shape,
         numel * tp_dtype_size(dt) != buf->u.s.len)
         return s_bad(vm, "an array's shape and dtype need other than its %zu bytes",
                      buf->u.s.len);
-    if (!s_grow((void **)&vm->arrs, &vm->acap, vm->narrs + 1, sizeof *vm->arrs))
+    if (vm->narrs >= vm->acap &&
+        !s_grow((void **)&vm->arrs, &vm->acap, vm->narrs + 1, sizeof *vm->arrs))
         return tp_error(TP_ERR_NOMEM, "pickle: arrays");
     struct s_arr *ar = &vm->arrs[vm->narrs];
     memset(ar, 0, sizeof *ar);
@@ -575,7 +592,8 @@ static tp_status_t s_run(vm_t *vm, uint32_t *result) {
         case '(':  /* MARK */
             if (vm->nmarks >= MAX_OBJECTS)
                 return s_bad(vm, "too many marks");
-            if (!s_grow((void **)&vm->marks, &vm->mcap, vm->nmarks + 1, sizeof *vm->marks))
+            if (vm->nmarks >= vm->mcap &&
+                !s_grow((void **)&vm->marks, &vm->mcap, vm->nmarks + 1, sizeof *vm->marks))
                 return tp_error(TP_ERR_NOMEM, "pickle: marks");
             vm->marks[vm->nmarks++] = vm->sp;
             break;
@@ -717,7 +735,8 @@ static tp_status_t s_run(vm_t *vm, uint32_t *result) {
             TP_TRY(s_top(vm, &a));
             uint32_t used = vm->nmemo;
             if (i >= used) {
-                if (!s_grow((void **)&vm->memo, &vm->memocap, (uint32_t)i + 1,
+                if (i >= vm->memocap &&
+                    !s_grow((void **)&vm->memo, &vm->memocap, (uint32_t)i + 1,
                             sizeof *vm->memo))
                     return tp_error(TP_ERR_NOMEM, "pickle: memo");
                 for (uint32_t j = used; j <= i; j++)
@@ -745,14 +764,14 @@ static tp_status_t s_run(vm_t *vm, uint32_t *result) {
 }
 
 static void s_vm_free(vm_t *vm, void *p) {
-    const char *in = vm->inl;
-    if (!((const char *)p >= in && (const char *)p < in + sizeof(inl_t)))
+    if (!s_in_inl(vm, p))
         free(p);
 }
 
 static void s_vm_fini(vm_t *vm) {
     for (uint32_t i = 0; i < vm->nnodes && vm->nlistmem; i++)
-        if (vm->nodes[i].kind == PV_LIST && vm->nodes[i].u.seq.items) {
+        if (vm->nodes[i].kind == PV_LIST && vm->nodes[i].u.seq.items &&
+            !s_in_inl(vm, vm->nodes[i].u.seq.items)) {
             free(vm->nodes[i].u.seq.items);
             vm->nlistmem--;
         }
