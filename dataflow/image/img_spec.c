@@ -448,6 +448,17 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
         return tp_augment_add_gaussian_blur(m->aug, (int)n[0], (int)n[1],
                                             k == 4 ? n[2] : 0, k == 4 ? n[3] : 0);
     }
+    if (!strcmp(key, "motion-blur")) {
+        TP_TRY(s_nums("motion-blur", value, n, 4, &k));
+        if (k != 2 && k != 4)
+            return tp_error(TP_ERR_INVALID, "imgaug: motion-blur=KLO:KHI"
+                            "[:DEG_LO:DEG_HI]");
+        if (!(n[0] >= 1 && n[0] <= 31 && n[1] >= 1 && n[1] <= 31))
+            return tp_error(TP_ERR_INVALID, "imgaug motion-blur: sizes %g:%g "
+                            "(odd, 1..31)", n[0], n[1]);
+        return tp_augment_add_motion_blur(m->aug, (int)n[0], (int)n[1],
+                                          k == 4 ? n[2] : 0, k == 4 ? n[3] : 360);
+    }
     if (!strcmp(key, "shift")) {  /* Affine(translate_frac=(FX, FY)) */
         TP_TRY(s_nums("shift", value, n, 2, &k));
         double f[2] = {n[0], k == 2 ? n[1] : n[0]};
@@ -491,7 +502,7 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
                     "noise, "
                     "clip, min-max, salt-pepper, jpeg-noise, rotation, shift, affine, "
                     "random-order=A;B, random-choice=A;B, random-apply=P;A;B, "
-                    "gaussian-blur, "
+                    "gaussian-blur, motion-blur, "
                     "mean-var, "
                     "mean= then std=, interp=, component=)", key);
 }

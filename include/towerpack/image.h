@@ -193,6 +193,12 @@ tp_status_t tp_augment_add_affine(tp_augment_t *self, const double *scale,
 tp_status_t tp_augment_add_gaussian_blur(tp_augment_t *self, int size_lo,
                                          int size_hi, double sigma_lo,
                                          double sigma_hi);
+/* Motion blur: a line kernel of odd length k drawn from the odd numbers in
+ * [size_lo, size_hi] at an angle drawn from [deg_lo, deg_hi) degrees,
+ * normalised, applied as cv2.filter2D with the border replicated. */
+tp_status_t tp_augment_add_motion_blur(tp_augment_t *self, int size_lo,
+                                       int size_hi, double deg_lo,
+                                       double deg_hi);
 /* (x - mean) / max(std, 1/sqrt(N)) over the whole image, to float32
  * (MeanVarianceNormalize, all_channel=True). */
 tp_status_t tp_augment_add_mean_var(tp_augment_t *self);

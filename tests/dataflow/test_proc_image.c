@@ -392,7 +392,8 @@ Test(proc_image, colour_augmentors_equal_numpy) {
 
 /* Rotation (tensorpack's matrix, OpenCV's warpAffine: which quantises
  * source positions to 1/32 pixel, so within 3 on this noisy image),
- * Gaussian blur (cv2.GaussianBlur), per-image mean-variance normalisation
+ * Gaussian blur (cv2.GaussianBlur), motion blur (a line kernel built in
+ * numpy, cv2.filter2D), per-image mean-variance normalisation
  * (numpy). */
 Test(proc_image, warps_and_filters_equal_cv2) {
     NEED_PY();
@@ -448,6 +449,23 @@ Test(proc_image, warps_and_filters_equal_cv2) {
     cr_assert_eq(tp_augment_add_gaussian_blur(a, 2, 3, 1.5, 1.5), TP_OK);
     s_aug_check(a, "gaussian-blur", "5 1.5", 1);
     tp_augment_destroy(&a);
+
+    /* motion blur: the size and angle drawn from rng (7, 0), the kernel
+     * built in numpy, cv2.filter2D with the border replicated */
+    static const int mb[][2] = {{3, 3}, {5, 9}, {15, 15}};
+    static const double mdeg[][2] = {{0, 0}, {0, 360}, {-45, 45}};
+    for (int i = 0; i < 3; i++) {
+        tp_rng_init(&r, 7, 0);
+        int k = mb[i][0] +
+                2 * (int)tp_rng_below(&r, (uint64_t)((mb[i][1] - mb[i][0]) / 2 + 1));
+        double deg = mdeg[i][0] + (mdeg[i][1] - mdeg[i][0]) * tp_rng_double(&r);
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_motion_blur(a, mb[i][0], mb[i][1],
+                                                mdeg[i][0], mdeg[i][1]), TP_OK);
+        snprintf(args, sizeof args, "%d %.17g", k, deg);
+        s_aug_check(a, "motion-blur", args, 1);
+        tp_augment_destroy(&a);
+    }
 
     /* float32 out: compared on the scale x * 16 + 128, rounded */
     a = tp_augment_new();
