@@ -88,8 +88,12 @@ tp_dataflow_t *tp_df_image_list(const char *list_path, const char *root,
                                 const tp_image_source_opts_t *opts);
 
 /* Files that failed to decode and were skipped (skip_bad), by this
- * dataflow (an image folder or list) since it was made; -1 for another. */
+ * dataflow (an image folder or list) since it was made: distinct files (a
+ * file found bad is skipped unread in later passes); -1 for another. */
 int64_t tp_df_image_skipped(tp_dataflow_t *df);
+/* The same summed over every image source of this process (what a forked
+ * dataflow worker reports to its parent); -1 while none was reset here. */
+int64_t tp_image_skipped_in_process(void);
 
 /* The CIFAR-10 / CIFAR-100 binary format: `path` one .bin file (3073 or
  * 3074 bytes a record), `fine` 1 for CIFAR-100's fine label (else its

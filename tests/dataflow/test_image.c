@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <towerpack/actor_dataflow.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/image.h>
 
@@ -255,6 +256,16 @@ Test(image, bad_file_in_folder_fails_or_is_skipped) {
     cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
     cr_assert_eq(n, 4);
     cr_assert_eq(tp_df_image_skipped(df), 2);
+    /* a second pass skips them unread: still 2 distinct bad files */
+    n = 0;
+    while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {
+        n++;
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
+    cr_assert_eq(n, 4);
+    cr_assert_eq(tp_df_image_skipped(df), 2);
+    cr_assert_eq(tp_df_skipped_files(df), 2);
     tp_dataflow_destroy(&df);
 }
 

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/dataflow_spec.h>
 #include <towerpack/image.h>
 
 #define M_PI_ 3.14159265358979323846
@@ -485,4 +487,71 @@ Test(proc_image, warps_and_filters_equal_cv2) {
     tp_tensor_fini(&j->got);
     tp_tensor_move(&j->got, &u8);
     s_aug_run();
+}
+
+/* ---- bad files counted across forked workers ------------------------------------ */
+
+static void s_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* A folder with 2 corrupt files, skip-bad, read by 2 forked workers: the
+ * workers report what they skipped on their data sockets, and the parent
+ * shows 2 (the distinct files: each worker reads the whole folder and
+ * finds the same 2), in tp_df_skipped_files and in each worker's row. */
+Test(proc_image, skipped_files_reported_by_workers) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/sk", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/sk/c", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    for (int i = 0; i < 6; i++) {
+        int64_t shape[2] = {4, 4};
+        tp_tensor_t t;
+        cr_assert_eq(tp_tensor_init(&t, TP_UINT8, 2, shape), TP_OK);
+        memset(t.data, 40 * i, t.nbytes);
+        void *png;
+        size_t n;
+        cr_assert_eq(tp_image_encode_png(&t, &png, &n), TP_OK);
+        snprintf(p, sizeof p, "%s/sk/c/%d.png", s_dir, i);
+        s_file(p, png, n);
+        free(png);
+        tp_tensor_fini(&t);
+    }
+    snprintf(p, sizeof p, "%s/sk/c/zero.jpg", s_dir);
+    s_file(p, "", 0);
+    snprintf(p, sizeof p, "%s/sk/c/trunc.png", s_dir);
+    s_file(p, "\x89PNG\r\n\x1a\n\0\0", 10);
+    char spec[700];
+    snprintf(spec, sizeof spec, "imagefolder:%s/sk,skip-bad", s_dir);
+    tp_dataflow_t *src = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &src), TP_OK, "%s", tp_last_error());
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    o.allow_threads = 1;  /* Criterion's own thread */
+    tp_dataflow_t *df = tp_df_multiprocess(src, 2, &o);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_df_skipped_files(df), -1, "nothing reported before the start");
+    cr_assert_eq(tp_dataflow_reset_state(df, 3, 0), TP_OK, "%s", tp_last_error());
+    /* the reports travel behind the datapoints: read until they are in */
+    int got = 0;
+    for (int i = 0; i < 5000 && tp_df_skipped_files(df) != 2; i++) {
+        tp_datapoint_t *dp = NULL;
+        tp_status_t rc = tp_dataflow_next(df, &dp);
+        cr_assert(rc == TP_OK || rc == TP_DONE, "%s", tp_last_error());
+        got += rc == TP_OK;
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(tp_df_skipped_files(df), 2, "after %d datapoints", got);
+    tp_stats_row_t rows[4];
+    int n = tp_df_multiprocess_rows(df, rows, 4);
+    cr_assert_eq(n, 2);
+    int named = 0;
+    for (int i = 0; i < n; i++)
+        named += strstr(rows[i].name, ", 2 bad files") != NULL;
+    cr_assert_geq(named, 1, "rows: '%s', '%s'", rows[0].name, rows[1].name);
+    tp_dataflow_destroy(&df);
 }
