@@ -529,17 +529,37 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
             lut[i] = (uint8_t)(i < a->a ? a->a : i > a->b ? a->b : i);
         return s_lut_apply(t, lut);
     }
-    case IA_MINMAX: {  /* MinMaxNormalize(min, max, all_channel=True) */
-        const uint8_t *p = t->data;
-        int lo = 255, hi = 0;
-        for (size_t i = 0; i < t->nbytes; i++) {
-            lo = p[i] < lo ? p[i] : lo;
-            hi = p[i] > hi ? p[i] : hi;
+    case IA_MINMAX: {  /* MinMaxNormalize(min, max, all_channel) */
+        if (!a->lo) {  /* all channels together */
+            const uint8_t *p = t->data;
+            int lo = 255, hi = 0;
+            for (size_t i = 0; i < t->nbytes; i++) {
+                lo = p[i] < lo ? p[i] : lo;
+                hi = p[i] > hi ? p[i] : hi;
+            }
+            double span = hi > lo ? hi - lo : 1;
+            for (int i = 0; i < 256; i++)
+                lut[i] = s_u8((i - lo) / span * (a->b - a->a) + a->a);
+            return s_lut_apply(t, lut);
         }
-        double span = hi > lo ? hi - lo : 1;
-        for (int i = 0; i < 256; i++)
-            lut[i] = s_u8((i - lo) / span * (a->b - a->a) + a->a);
-        return s_lut_apply(t, lut);
+        /* all_channel=False: each channel's own range, a table each */
+        TP_TRY(tp_df_tensor_make_writable(t));
+        uint8_t *p = t->data;
+        size_t npx = (size_t)H * W;
+        for (int c = 0; c < C; c++) {
+            int lo = 255, hi = 0;
+            for (size_t i = 0; i < npx; i++) {
+                int v = p[i * C + c];
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
+            }
+            double span = hi > lo ? hi - lo : 1;
+            for (int i = 0; i < 256; i++)
+                lut[i] = s_u8((i - lo) / span * (a->b - a->a) + a->a);
+            for (size_t i = 0; i < npx; i++)
+                p[i * C + c] = lut[p[i * C + c]];
+        }
+        return TP_OK;
     }
     case IA_SALT_PEPPER: {  /* SaltPepperNoise(white_prob, black_prob) */
         TP_TRY(tp_df_tensor_make_writable(t));
@@ -654,22 +674,32 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         s_motion_kernel(k, deg, w);
         return s_filter2d(t, k, w);
     }
-    case IA_MEANVAR: {  /* MeanVarianceNormalize(all_channel=True) */
+    case IA_MEANVAR: {  /* MeanVarianceNormalize(all_channel) */
         const uint8_t *p = t->data;
-        double sum = 0, sq = 0;
-        for (size_t i = 0; i < t->nbytes; i++) {
-            sum += p[i];
-            sq += (double)p[i] * p[i];
+        /* groups: the whole image, or (all_channel=False) each channel;
+         * the floor on the std is 1/sqrt(all values) either way, as
+         * tensorpack's np.prod(img.shape) */
+        int G = a->lo ? C : 1, S = a->lo ? C : 1;
+        double mean[16], sd[16], lo = 1 / sqrt((double)t->nbytes);
+        for (int g = 0; g < G; g++) {
+            double sum = 0, sq = 0;
+            size_t cnt = 0;
+            for (size_t i = (size_t)g; i < t->nbytes; i += (size_t)S, cnt++) {
+                sum += p[i];
+                sq += (double)p[i] * p[i];
+            }
+            mean[g] = sum / (double)cnt;
+            double var = sq / (double)cnt - mean[g] * mean[g];
+            sd[g] = sqrt(var > 0 ? var : 0);
+            sd[g] = sd[g] > lo ? sd[g] : lo;
         }
-        double n = (double)t->nbytes, mean = sum / n;
-        double var = sq / n - mean * mean;
-        double sd = sqrt(var > 0 ? var : 0), lo = 1 / sqrt(n);
-        sd = sd > lo ? sd : lo;
         tp_tensor_t o;
         TP_TRY(tp_tensor_init(&o, TP_FLOAT32, t->ndim, t->shape));
         float *d = o.data;
-        for (size_t i = 0; i < t->nbytes; i++)
-            d[i] = (float)((p[i] - mean) / sd);
+        for (size_t i = 0; i < t->nbytes; i++) {
+            int g = a->lo ? (int)(i % (size_t)C) : 0;
+            d[i] = (float)((p[i] - mean[g]) / sd[g]);
+        }
         tp_tensor_fini(t);
         tp_tensor_move(t, &o);
         return TP_OK;
@@ -1103,6 +1133,19 @@ tp_status_t tp_augment_add_motion_blur(tp_augment_t *self, int size_lo,
 
 tp_status_t tp_augment_add_mean_var(tp_augment_t *self) {
     ia_t a = {.kind = IA_MEANVAR};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_mean_var_channels(tp_augment_t *self) {
+    ia_t a = {.kind = IA_MEANVAR, .lo = 1};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_min_max_channels(tp_augment_t *self, int lo, int hi) {
+    if (lo < 0 || hi > 255 || lo > hi)
+        return tp_error(TP_ERR_INVALID, "imgaug min-max-channels: %d..%d (0 <= "
+                        "lo <= hi <= 255)", lo, hi);
+    ia_t a = {.kind = IA_MINMAX, .a = lo, .b = hi, .lo = 1};
     return s_add(self, &a);
 }
 

@@ -417,13 +417,18 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
         TP_TRY(s_nums("noise", value, n, 1, &k));
         return tp_augment_add_gaussian_noise(m->aug, n[0]);
     }
-    if (!strcmp(key, "clip") || !strcmp(key, "min-max")) {
+    if (!strcmp(key, "clip") || !strcmp(key, "min-max") ||
+        !strcmp(key, "min-max-channels")) {
         TP_TRY(s_nums(key, value, n, 2, &k));
         if (k != 2)
             return tp_error(TP_ERR_INVALID, "imgaug: %s=LO:HI", key);
-        return key[0] == 'c' ? tp_augment_add_clip(m->aug, (int)n[0], (int)n[1])
-                             : tp_augment_add_min_max(m->aug, (int)n[0],
-                                                      (int)n[1]);
+        if (!(n[0] >= -1 && n[0] <= 256 && n[1] >= -1 && n[1] <= 256))
+            return tp_error(TP_ERR_INVALID, "imgaug %s: %g:%g (0..255)", key,
+                            n[0], n[1]);
+        if (key[0] == 'c')
+            return tp_augment_add_clip(m->aug, (int)n[0], (int)n[1]);
+        return key[7] ? tp_augment_add_min_max_channels(m->aug, (int)n[0], (int)n[1])
+                      : tp_augment_add_min_max(m->aug, (int)n[0], (int)n[1]);
     }
     if (!strcmp(key, "salt-pepper")) {
         TP_TRY(s_nums("salt-pepper", value, n, 2, &k));
@@ -474,6 +479,8 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
     }
     if (!strcmp(key, "mean-var"))
         return tp_augment_add_mean_var(m->aug);
+    if (!strcmp(key, "mean-var-channels"))
+        return tp_augment_add_mean_var_channels(m->aug);
     if (!strcmp(key, "mean")) {
         TP_TRY(s_nums("mean", value, n, 16, &k));
         for (int i = 0; i < k; i++)
@@ -503,7 +510,7 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
                     "clip, min-max, salt-pepper, jpeg-noise, rotation, shift, affine, "
                     "random-order=A;B, random-choice=A;B, random-apply=P;A;B, "
                     "gaussian-blur, motion-blur, "
-                    "mean-var, "
+                    "mean-var, mean-var-channels, min-max-channels, "
                     "mean= then std=, interp=, component=)", key);
 }
 

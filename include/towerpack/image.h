@@ -170,6 +170,9 @@ tp_status_t tp_augment_add_clip(tp_augment_t *self, int lo, int hi);
 /* Stretch the image's own range onto [lo, hi] (MinMaxNormalize,
  * all_channel=True; the result rounded to uint8). */
 tp_status_t tp_augment_add_min_max(tp_augment_t *self, int lo, int hi);
+/* The same with each channel's own range (MinMaxNormalize,
+ * all_channel=False). */
+tp_status_t tp_augment_add_min_max_channels(tp_augment_t *self, int lo, int hi);
 /* Each value becomes 255 with probability `white`, 0 with `black`
  * (SaltPepperNoise). */
 tp_status_t tp_augment_add_salt_pepper(tp_augment_t *self, double white,
@@ -206,6 +209,9 @@ tp_status_t tp_augment_add_motion_blur(tp_augment_t *self, int size_lo,
 /* (x - mean) / max(std, 1/sqrt(N)) over the whole image, to float32
  * (MeanVarianceNormalize, all_channel=True). */
 tp_status_t tp_augment_add_mean_var(tp_augment_t *self);
+/* The same with each channel's own mean and std (all_channel=False; the
+ * floor on the std stays 1/sqrt(all values), as tensorpack's). */
+tp_status_t tp_augment_add_mean_var_channels(tp_augment_t *self);
 
 /* Apply the chain *sub (taken; *sub nulled) with probability `prob`
  * (RandomApplyAug). */

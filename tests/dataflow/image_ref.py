@@ -203,6 +203,14 @@ def aug(op, src, dst, args):
         k, deg = int(v[0]), v[1]
         out = cv2.filter2D(img, -1, motion_kernel(k, deg),
                            borderType=cv2.BORDER_REPLICATE)
+    elif op == "mean-var-channels":  # MeanVarianceNormalize(all_channel=False)
+        m = f.mean(axis=(0, 1), keepdims=True)
+        sd = np.maximum(f.std(axis=(0, 1), keepdims=True), 1.0 / np.sqrt(np.prod(f.shape)))
+        out = rnd((f - m) / sd * 16 + 128)
+    elif op == "min-max-channels":  # lo hi: MinMaxNormalize(all_channel=False)
+        mn = f.min(axis=(0, 1), keepdims=True)
+        mx = f.max(axis=(0, 1), keepdims=True)
+        out = rnd((f - mn) / (mx - mn) * (v[1] - v[0]) + v[0])
     elif op == "mean-var":  # float32 out: compared after x * 16 + 128
         m, sd = f.mean(), max(f.std(), 1.0 / np.sqrt(f.size))
         out = rnd((f - m) / sd * 16 + 128)

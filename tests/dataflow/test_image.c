@@ -726,6 +726,12 @@ Test(image, motion_blur_lines_and_errors) {
                                &df), TP_ERR_INVALID);
     cr_assert_eq(tp_spec_parse("fake:shape=8x8x3:uint8 | imgaug "
                                "motion-blur=1e30:3", &df), TP_ERR_INVALID);
+    cr_assert_eq(tp_spec_parse("fake:shape=8x8x3:uint8 | imgaug "
+                               "min-max-channels=1e30:3", &df), TP_ERR_INVALID);
+    cr_assert_eq(tp_spec_parse("fake:shape=8x8x3:uint8,size=2 | imgaug "
+                               "min-max-channels=0:255, mean-var-channels", &df),
+                 TP_OK, "%s", tp_last_error());
+    tp_dataflow_destroy(&df);
     cr_assert_eq(tp_spec_parse("fake:shape=8x8x3:uint8,size=2 | imgaug "
                                "motion-blur=3:9:-30:30", &df), TP_OK, "%s",
                  tp_last_error());

@@ -389,6 +389,34 @@ Test(proc_image, colour_augmentors_equal_numpy) {
     cr_assert_eq(tp_augment_add_grey(a, 1.0), TP_OK);
     s_aug_check(a, "grey", "", 0);
     tp_augment_destroy(&a);
+
+    /* MinMaxNormalize(all_channel=False): each channel's own range, on an
+     * image whose channels span different ranges (the photo's each reach
+     * 0 and 255): numpy on the same image, run here */
+    {
+        tp_tensor_t img, want;
+        s_photo(&img);
+        uint8_t *p = img.data;
+        for (size_t i = 0; i < img.nbytes; i++)
+            p[i] = (uint8_t)(30 * (int)(i % 3) + p[i] * (3 - (int)(i % 3)) / 4);
+        char in[600], out[600], cmd[1500];
+        snprintf(in, sizeof in, "%s/mm_in.bin", s_dir);
+        snprintf(out, sizeof out, "%s/mm_out.bin", s_dir);
+        s_write_raw(in, &img);
+        snprintf(cmd, sizeof cmd, "%s %s aug min-max-channels %s %s 10 200", s_py,
+                 REF_PY, in, out);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+        s_read_raw(out, &want);
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_min_max_channels(a, 10, 200), TP_OK);
+        tp_rng_init(&r, 7, 0);
+        cr_assert_eq(tp_augment_apply(a, &img, &r), TP_OK, "%s", tp_last_error());
+        int d = s_maxdiff(&img, &want, "min-max-channels");
+        cr_assert(d == 0, "min-max-channels: largest difference from numpy %d", d);
+        tp_augment_destroy(&a);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&want);
+    }
     s_aug_run();
 }
 
@@ -480,6 +508,22 @@ Test(proc_image, warps_and_filters_equal_cv2) {
     cr_assert_eq(tp_tensor_init(&u8, TP_UINT8, j->got.ndim, j->got.shape),
                  TP_OK);
     const float *fp = j->got.data;
+    for (size_t i = 0; i < u8.nbytes; i++) {
+        double v = floor(fp[i] * 16.0 + 128 + 0.5);
+        ((uint8_t *)u8.data)[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    tp_tensor_fini(&j->got);
+    tp_tensor_move(&j->got, &u8);
+
+    /* MeanVarianceNormalize(all_channel=False), on the same scale */
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_mean_var_channels(a), TP_OK);
+    s_aug_check(a, "mean-var-channels", "", 1);
+    tp_augment_destroy(&a);
+    j = &s_jobs[s_njobs - 1];
+    cr_assert_eq(j->got.dtype, TP_FLOAT32);
+    cr_assert_eq(tp_tensor_init(&u8, TP_UINT8, j->got.ndim, j->got.shape), TP_OK);
+    fp = j->got.data;
     for (size_t i = 0; i < u8.nbytes; i++) {
         double v = floor(fp[i] * 16.0 + 128 + 0.5);
         ((uint8_t *)u8.data)[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
