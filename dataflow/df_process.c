@@ -27,6 +27,7 @@
 #include <towerpack/log.h>
 #include <towerpack/security.h>
 #include <towerpack/supervisor.h>
+#include <towerpack/image.h>
 #include <towerpack/wire.h>
 #if __has_include(<towerpack/dataflow_spec.h>)
 #include <towerpack/dataflow_spec.h>
@@ -53,6 +54,10 @@ typedef struct {
     atomic_uint_fast64_t busy_ns, blocked_ns, starved_ns, made, bytes;
     atomic_uint_fast64_t base_busy_ns, base_blocked_ns, base_starved_ns, base_made,
         base_bytes;
+    /* Bad image files its image sources found (skip-bad), plus 1: the
+     * largest any of the slot's processes reported, since each reads the
+     * whole source; 0 while none reported having an image source. */
+    atomic_uint_fast64_t skipped;
     atomic_int restarts;  /* of this slot */
     pid_t pid;       /* 0: not running */
     int gen;         /* how many times this slot was started */
@@ -96,16 +101,22 @@ static int s_take_report(s_pool_t *p, const void *data, size_t size) {
     if (!tp_ctl_parse(data, size, &kind, &slot, &text, &len) || kind != TP_CTL_STATS)
         return 0;
     char buf[128];
-    unsigned long long busy = 0, blocked = 0, starved = 0, made = 0, bytes = 0;
+    unsigned long long busy = 0, blocked = 0, starved = 0, made = 0, bytes = 0,
+                       skipped = 0;
     snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), text);
-    if (slot < (uint32_t)p->nworkers && sscanf(buf, "%llu %llu %llu %llu %llu", &busy,
-                                               &blocked, &starved, &made, &bytes) == 5) {
+    int nf = slot < (uint32_t)p->nworkers
+                 ? sscanf(buf, "%llu %llu %llu %llu %llu %llu", &busy, &blocked,
+                          &starved, &made, &bytes, &skipped)
+                 : 0;
+    if (nf >= 5) {
         s_worker_t *w = &p->workers[slot];
         atomic_store_explicit(&w->busy_ns, busy, memory_order_relaxed);
         atomic_store_explicit(&w->blocked_ns, blocked, memory_order_relaxed);
         atomic_store_explicit(&w->starved_ns, starved, memory_order_relaxed);
         atomic_store_explicit(&w->made, made, memory_order_relaxed);
         atomic_store_explicit(&w->bytes, bytes, memory_order_relaxed);
+        if (nf == 6 && skipped + 1 > atomic_load_explicit(&w->skipped, memory_order_relaxed))
+            atomic_store_explicit(&w->skipped, skipped + 1, memory_order_relaxed);
     }
     return 1;
 }
@@ -129,6 +140,7 @@ typedef struct {
     uint64_t start_ns, blocked_ns, starved_ns, reported_ns;
     uint64_t made, bytes;   /* datapoints (results) sent, their wire bytes */
     unsigned since_check;
+    int64_t skip0, skip_sent; /* bad image files: at the start, last sent */
 } s_child_time_t;
 
 /* In a worker: its counters to the parent, on the data socket (so they
@@ -137,25 +149,38 @@ typedef struct {
 static void s_child_report_at(void *sock, int index, s_child_time_t *t, uint64_t now);
 
 static void s_child_report(void *sock, int index, s_child_time_t *t) {
-    if (++t->since_check < 64)
+    /* a newly found bad file is reported at once (it happens at most once
+     * per file), the rest at most twice a second */
+    int64_t all = tp_image_skipped_in_process();
+    int64_t skipped = all < 0 ? -1 : all - (t->skip0 > 0 ? t->skip0 : 0);
+    if (++t->since_check < 64 && skipped == t->skip_sent)
         return;
     t->since_check = 0;
     uint64_t now = tp_now_ns();
-    if (now - t->reported_ns < 500000000ull)
+    if (now - t->reported_ns < 500000000ull && skipped == t->skip_sent)
         return;
     s_child_report_at(sock, index, t, now);
 }
 
-/* The report itself; its time is taken only when the socket took it. */
+/* The report itself; its time (and the bad-file count it carries) is
+ * taken only when the socket took it. */
 static void s_child_report_at(void *sock, int index, s_child_time_t *t, uint64_t now) {
+    int64_t all = tp_image_skipped_in_process();
+    int64_t skipped = all < 0 ? -1 : all - (t->skip0 > 0 ? t->skip0 : 0);
     uint64_t waited = t->blocked_ns + t->starved_ns, alive = now - t->start_ns;
     char text[128];
-    snprintf(text, sizeof text, "%llu %llu %llu %llu %llu",
-             (unsigned long long)(alive > waited ? alive - waited : 0),
-             (unsigned long long)t->blocked_ns, (unsigned long long)t->starved_ns,
-             (unsigned long long)t->made, (unsigned long long)t->bytes);
-    if (tp_ctl_send(sock, TP_CTL_STATS, (uint32_t)index, text, ZMQ_DONTWAIT) >= 0)
+    int len = snprintf(text, sizeof text, "%llu %llu %llu %llu %llu",
+                       (unsigned long long)(alive > waited ? alive - waited : 0),
+                       (unsigned long long)t->blocked_ns,
+                       (unsigned long long)t->starved_ns,
+                       (unsigned long long)t->made, (unsigned long long)t->bytes);
+    if (skipped >= 0 && len > 0 && (size_t)len < sizeof text)  /* has image sources */
+        snprintf(text + len, sizeof text - (size_t)len, " %llu",
+                 (unsigned long long)skipped);
+    if (tp_ctl_send(sock, TP_CTL_STATS, (uint32_t)index, text, ZMQ_DONTWAIT) >= 0) {
         t->reported_ns = now;
+        t->skip_sent = skipped;
+    }
 }
 
 
@@ -447,7 +472,8 @@ static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t pare
         s_child_fail(err_w, "%s", tp_last_error());
     tp_wire_msg_t *msg = tp_wire_msg_new();
     int64_t in_pass = 0;
-    s_child_time_t time = {.start_ns = tp_now_ns()};
+    s_child_time_t time = {.start_ns = tp_now_ns(),
+                           .skip0 = tp_image_skipped_in_process()};
     for (;;) {
         tp_datapoint_t *dp = NULL;
         rc = tp_dataflow_next(r->inner, &dp);
@@ -685,7 +711,8 @@ static void s_map_child(void *impl, int index, int gen, int err_w, pid_t parent)
     if (zmq_connect(pull, ep) < 0 || zmq_connect(push, m->result_ep) < 0)
         s_child_fail(err_w, "connect: %s", zmq_strerror(zmq_errno()));
     tp_wire_msg_t *msg = tp_wire_msg_new();
-    s_child_time_t time = {.start_ns = tp_now_ns()};
+    s_child_time_t time = {.start_ns = tp_now_ns(),
+                           .skip0 = tp_image_skipped_in_process()};
     for (;;) {
         zmq_pollitem_t it = {pull, 0, ZMQ_POLLIN, 0};
         uint64_t w0 = tp_now_ns();
@@ -1168,6 +1195,28 @@ int tp_df_multiprocess_restarts(tp_dataflow_t *df) {
     return sum;
 }
 
+/* df_visit: an image source's own count (iterated in this process), or a
+ * pool's largest worker count (each worker reads the whole source); -1
+ * until one of them is found. */
+static void s_add_skipped(tp_dataflow_t *df, void *arg) {
+    int64_t *sum = arg, n = tp_df_image_skipped(df);
+    s_pool_t *p = n < 0 ? s_pool_of(df) : NULL;
+    for (int i = 0; p && i < p->nworkers; i++) {  /* stored plus 1 */
+        int64_t w = (int64_t)atomic_load_explicit(&p->workers[i].skipped,
+                                                  memory_order_relaxed) - 1;
+        n = w > n ? w : n;
+    }
+    if (n < 0)
+        return;
+    *sum = (*sum < 0 ? 0 : *sum) + n;
+}
+
+int64_t tp_df_skipped_files(tp_dataflow_t *df) {
+    int64_t sum = -1;
+    df_visit(df, s_add_skipped, &sum);
+    return sum;
+}
+
 typedef struct {
     tp_stats_row_t *rows;
     int max, n;
@@ -1187,7 +1236,14 @@ static void s_add_rows(tp_dataflow_t *df, void *arg) {
         s_worker_t *w = &p->workers[i];
         tp_stats_row_t *row = &a->rows[a->n];
         memset(row, 0, sizeof *row);
-        snprintf(row->name, sizeof row->name, "dataflow worker %d", a->n);
+        unsigned long long sk = atomic_load_explicit(&w->skipped, memory_order_relaxed);
+        sk = sk ? sk - 1 : 0;
+        /* tp-top shows the bad files in the row's name (the wire has no
+         * column for them); the return is used: a name cut short is fine */
+        int len = sk ? snprintf(row->name, sizeof row->name,
+                                "dataflow worker %d, %llu bad files", a->n, sk)
+                     : snprintf(row->name, sizeof row->name, "dataflow worker %d", a->n);
+        (void)len;
         pid_t pid = __atomic_load_n(&w->pid, __ATOMIC_RELAXED);
         row->pid = pid > 0 ? (uint32_t)pid : 0;
         row->state = pid > 0 ? TP_ACTOR_RUNNING : TP_ACTOR_FAILED;

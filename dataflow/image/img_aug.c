@@ -14,6 +14,7 @@
  * image. docs/dataflow.md has the measurement. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
 
@@ -22,7 +23,7 @@ typedef enum {
     IA_RRC, IA_VFLIP, IA_BRIGHTNESS, IA_CONTRAST, IA_SATURATION,
     IA_LIGHTING, IA_GREY, IA_NOISE, IA_BRIGHTNESS_SCALE, IA_CLIP, IA_MINMAX,
     IA_SALT_PEPPER, IA_JPEG, IA_ROTATE, IA_BLUR, IA_MEANVAR,
-    IA_AFFINE, IA_HUE
+    IA_AFFINE, IA_HUE, IA_MOTION_BLUR
 } ia_kind_t;
 
 typedef struct {
@@ -285,6 +286,71 @@ static tp_status_t s_blur(tp_tensor_t *t, int kx, const double *wx, int ky,
     return TP_OK;
 }
 
+/* The motion-blur kernel, k x k (k odd, <= 31), into w: a line of length
+ * k through the centre at `deg` degrees (counter-clockwise from the x
+ * axis, y pointing down), rasterised as 4 k points a quarter pixel apart,
+ * each counted in its nearest cell, then normalised to sum 1 (at 0 or 90
+ * degrees: k ones in the middle row or column, the usual definition).
+ * tests/dataflow/image_ref.py builds the same kernel in Python for its
+ * cv2.filter2D reference. */
+static void s_motion_kernel(int k, double deg, double *w) {
+    for (int i = 0; i < k * k; i++)
+        w[i] = 0;
+    double r = deg * 3.14159265358979323846 / 180, c = (k - 1) * 0.5;
+    double cs = cos(r), sn = sin(r);
+    int n = 4 * k, sum = 0;
+    for (int i = 0; i < n; i++) {
+        double t = -k * 0.5 + (i + 0.5) * 0.25;
+        int x = (int)floor(c + t * cs + 0.5), y = (int)floor(c - t * sn + 0.5);
+        if (x < 0 || y < 0 || x >= k || y >= k)
+            continue;
+        w[y * k + x] += 1;
+        sum++;
+    }
+    for (int i = 0; i < k * k; i++)
+        w[i] /= sum;
+}
+
+/* A k x k correlation (cv2.filter2D, anchor at the centre, border
+ * replicated), over the kernel's non-zero taps only: a line has about 2 k
+ * of its k * k cells set. */
+static tp_status_t s_filter2d(tp_tensor_t *t, int k, const double *w) {
+    int H = (int)t->shape[0], W = (int)t->shape[1];
+    int C = t->ndim == 3 ? (int)t->shape[2] : 1;
+    int ntap = 0, tx[31 * 31], ty[31 * 31];
+    double tw[31 * 31];
+    for (int i = 0; i < k * k; i++)
+        if (w[i] != 0) {
+            tx[ntap] = i % k - k / 2;
+            ty[ntap] = i / k - k / 2;
+            tw[ntap++] = w[i];
+        }
+    uint8_t *src = malloc(t->nbytes);
+    if (!src)
+        return tp_error(TP_ERR_NOMEM, "imgaug motion-blur");
+    memcpy(src, t->data, t->nbytes);
+    tp_status_t rc = tp_df_tensor_make_writable(t);
+    if (rc != TP_OK) {
+        free(src);
+        return rc;
+    }
+    uint8_t *p = t->data;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < C; c++) {
+                double v = 0;
+                for (int i = 0; i < ntap; i++) {
+                    int sy = y + ty[i], sx = x + tx[i];
+                    sy = sy < 0 ? 0 : sy >= H ? H - 1 : sy;
+                    sx = sx < 0 ? 0 : sx >= W ? W - 1 : sx;
+                    v += tw[i] * src[((size_t)sy * W + sx) * C + c];
+                }
+                p[((size_t)y * W + x) * C + c] = s_u8(v);
+            }
+    free(src);
+    return TP_OK;
+}
+
 /* Hue shift of an RGB image through OpenCV's 8-bit HSV (H in 0..179):
  * RGB2HSV with its fixed-point division tables, H + hue mod 180 truncated
  * to uint8 (numpy's assignment), HSV2RGB in single precision. */
@@ -366,7 +432,7 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         "random-resized-crop", "vflip", "brightness", "contrast",
         "saturation", "lighting", "grey", "noise", "brightness-scale", "clip",
         "min-max", "salt-pepper", "jpeg-noise", "rotation", "gaussian-blur",
-        "mean-var", "affine", "hue"};
+        "mean-var", "affine", "hue", "motion-blur"};
     TP_TRY(s_geom(t, names[a->kind], &H, &W, &C));
     uint8_t lut[256];
     switch (a->kind) {
@@ -463,17 +529,37 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
             lut[i] = (uint8_t)(i < a->a ? a->a : i > a->b ? a->b : i);
         return s_lut_apply(t, lut);
     }
-    case IA_MINMAX: {  /* MinMaxNormalize(min, max, all_channel=True) */
-        const uint8_t *p = t->data;
-        int lo = 255, hi = 0;
-        for (size_t i = 0; i < t->nbytes; i++) {
-            lo = p[i] < lo ? p[i] : lo;
-            hi = p[i] > hi ? p[i] : hi;
+    case IA_MINMAX: {  /* MinMaxNormalize(min, max, all_channel) */
+        if (!a->lo) {  /* all channels together */
+            const uint8_t *p = t->data;
+            int lo = 255, hi = 0;
+            for (size_t i = 0; i < t->nbytes; i++) {
+                lo = p[i] < lo ? p[i] : lo;
+                hi = p[i] > hi ? p[i] : hi;
+            }
+            double span = hi > lo ? hi - lo : 1;
+            for (int i = 0; i < 256; i++)
+                lut[i] = s_u8((i - lo) / span * (a->b - a->a) + a->a);
+            return s_lut_apply(t, lut);
         }
-        double span = hi > lo ? hi - lo : 1;
-        for (int i = 0; i < 256; i++)
-            lut[i] = s_u8((i - lo) / span * (a->b - a->a) + a->a);
-        return s_lut_apply(t, lut);
+        /* all_channel=False: each channel's own range, a table each */
+        TP_TRY(tp_df_tensor_make_writable(t));
+        uint8_t *p = t->data;
+        size_t npx = (size_t)H * W;
+        for (int c = 0; c < C; c++) {
+            int lo = 255, hi = 0;
+            for (size_t i = 0; i < npx; i++) {
+                int v = p[i * C + c];
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
+            }
+            double span = hi > lo ? hi - lo : 1;
+            for (int i = 0; i < 256; i++)
+                lut[i] = s_u8((i - lo) / span * (a->b - a->a) + a->a);
+            for (size_t i = 0; i < npx; i++)
+                p[i * C + c] = lut[p[i * C + c]];
+        }
+        return TP_OK;
     }
     case IA_SALT_PEPPER: {  /* SaltPepperNoise(white_prob, black_prob) */
         TP_TRY(tp_df_tensor_make_writable(t));
@@ -581,22 +667,39 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         s_gauss_kernel(kx, sx, w);  /* symmetric: x's size and sigma */
         return s_blur(t, kx, w, kx, w);
     }
-    case IA_MEANVAR: {  /* MeanVarianceNormalize(all_channel=True) */
+    case IA_MOTION_BLUR: {  /* a line kernel, odd k in [lo, hi], angle */
+        int k = a->lo + 2 * (int)tp_rng_below(rng, (uint64_t)((a->hi - a->lo) / 2 + 1));
+        double deg = a->a + (a->b - a->a) * tp_rng_double(rng);
+        double w[31 * 31];
+        s_motion_kernel(k, deg, w);
+        return s_filter2d(t, k, w);
+    }
+    case IA_MEANVAR: {  /* MeanVarianceNormalize(all_channel) */
         const uint8_t *p = t->data;
-        double sum = 0, sq = 0;
-        for (size_t i = 0; i < t->nbytes; i++) {
-            sum += p[i];
-            sq += (double)p[i] * p[i];
+        /* groups: the whole image, or (all_channel=False) each channel;
+         * the floor on the std is 1/sqrt(all values) either way, as
+         * tensorpack's np.prod(img.shape) */
+        int G = a->lo ? C : 1, S = a->lo ? C : 1;
+        double mean[16], sd[16], lo = 1 / sqrt((double)t->nbytes);
+        for (int g = 0; g < G; g++) {
+            double sum = 0, sq = 0;
+            size_t cnt = 0;
+            for (size_t i = (size_t)g; i < t->nbytes; i += (size_t)S, cnt++) {
+                sum += p[i];
+                sq += (double)p[i] * p[i];
+            }
+            mean[g] = sum / (double)cnt;
+            double var = sq / (double)cnt - mean[g] * mean[g];
+            sd[g] = sqrt(var > 0 ? var : 0);
+            sd[g] = sd[g] > lo ? sd[g] : lo;
         }
-        double n = (double)t->nbytes, mean = sum / n;
-        double var = sq / n - mean * mean;
-        double sd = sqrt(var > 0 ? var : 0), lo = 1 / sqrt(n);
-        sd = sd > lo ? sd : lo;
         tp_tensor_t o;
         TP_TRY(tp_tensor_init(&o, TP_FLOAT32, t->ndim, t->shape));
         float *d = o.data;
-        for (size_t i = 0; i < t->nbytes; i++)
-            d[i] = (float)((p[i] - mean) / sd);
+        for (size_t i = 0; i < t->nbytes; i++) {
+            int g = a->lo ? (int)(i % (size_t)C) : 0;
+            d[i] = (float)((p[i] - mean[g]) / sd[g]);
+        }
         tp_tensor_fini(t);
         tp_tensor_move(t, &o);
         return TP_OK;
@@ -1015,8 +1118,34 @@ tp_status_t tp_augment_add_gaussian_blur(tp_augment_t *self, int size_lo,
     return s_add(self, &a);
 }
 
+tp_status_t tp_augment_add_motion_blur(tp_augment_t *self, int size_lo,
+                                       int size_hi, double deg_lo,
+                                       double deg_hi) {
+    if (size_lo < 1 || size_hi > 31 || size_lo > size_hi || !(size_lo & 1) ||
+        !(size_hi & 1) || !(deg_lo >= -360 && deg_lo <= deg_hi && deg_hi <= 360))
+        return tp_error(TP_ERR_INVALID, "imgaug motion-blur: size %d..%d (odd, "
+                        "1 <= lo <= hi <= 31), angle %g..%g degrees (in "
+                        "[-360, 360])", size_lo, size_hi, deg_lo, deg_hi);
+    ia_t a = {.kind = IA_MOTION_BLUR, .lo = size_lo, .hi = size_hi, .a = deg_lo,
+              .b = deg_hi};
+    return s_add(self, &a);
+}
+
 tp_status_t tp_augment_add_mean_var(tp_augment_t *self) {
     ia_t a = {.kind = IA_MEANVAR};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_mean_var_channels(tp_augment_t *self) {
+    ia_t a = {.kind = IA_MEANVAR, .lo = 1};
+    return s_add(self, &a);
+}
+
+tp_status_t tp_augment_add_min_max_channels(tp_augment_t *self, int lo, int hi) {
+    if (lo < 0 || hi > 255 || lo > hi)
+        return tp_error(TP_ERR_INVALID, "imgaug min-max-channels: %d..%d (0 <= "
+                        "lo <= hi <= 255)", lo, hi);
+    ia_t a = {.kind = IA_MINMAX, .a = lo, .b = hi, .lo = 1};
     return s_add(self, &a);
 }
 

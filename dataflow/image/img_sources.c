@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -32,9 +33,21 @@ typedef struct {
     size_t pos;
     tp_image_source_opts_t o;
     tp_rng_t rng;
-    int64_t skipped;
+    int64_t skipped;           /* distinct files found bad */
+    uint8_t *bad;              /* [n] or NULL: 1 = found bad, not read again */
     tp_ratelog_t rl;
 } files_t;
+
+/* Bad files found by every image source of this process: what a forked
+ * worker reports to its parent (TP_CTL_STATS). */
+static _Atomic int64_t s_process_skipped;
+static atomic_int s_process_sources;  /* 1 once an image source was reset */
+
+int64_t tp_image_skipped_in_process(void) {
+    if (!atomic_load_explicit(&s_process_sources, memory_order_relaxed))
+        return -1;
+    return atomic_load_explicit(&s_process_skipped, memory_order_relaxed);
+}
 
 static void s_files_free(files_t *self) {
     for (size_t i = 0; i < self->n; i++)
@@ -42,6 +55,7 @@ static void s_files_free(files_t *self) {
     free(self->paths);
     free(self->labels);
     free(self->order);
+    free(self->bad);
     free(self);
 }
 
@@ -70,6 +84,7 @@ static tp_status_t s_files_reset(void *impl, tp_rng_t *rng, uint64_t seed,
                                  uint64_t stream) {
     (void)rng;
     files_t *self = impl;
+    atomic_store_explicit(&s_process_sources, 1, memory_order_relaxed);
     tp_df_rng_derive(&self->rng, seed, stream, self->name);
     return TP_OK;
 }
@@ -116,6 +131,8 @@ static tp_status_t s_files_next(void *impl, tp_datapoint_t **out) {
         if (self->pos >= self->n)
             return TP_DONE;
         size_t k = self->order[self->pos++];
+        if (self->bad && self->bad[k])
+            continue;  /* found bad in an earlier pass: not read again */
         tp_tensor_t img;
         tp_status_t rc = self->o.raw
                              ? s_read_raw("image", self->paths[k], &img)
@@ -126,7 +143,11 @@ static tp_status_t s_files_next(void *impl, tp_datapoint_t **out) {
         if (rc != TP_OK) {
             if (!self->o.skip_bad)
                 return rc;
+            if (!self->bad && !(self->bad = calloc(self->n, 1)))
+                return tp_error(TP_ERR_NOMEM, "%s", self->name);
+            self->bad[k] = 1;
             self->skipped++;
+            atomic_fetch_add_explicit(&s_process_skipped, 1, memory_order_relaxed);
             if (tp_ratelog_ok(&self->rl)) {
                 TP_WARN("%s: skipped (%lld so far): %s", self->name,
                         (long long)self->skipped, tp_last_error());

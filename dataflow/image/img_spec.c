@@ -417,13 +417,18 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
         TP_TRY(s_nums("noise", value, n, 1, &k));
         return tp_augment_add_gaussian_noise(m->aug, n[0]);
     }
-    if (!strcmp(key, "clip") || !strcmp(key, "min-max")) {
+    if (!strcmp(key, "clip") || !strcmp(key, "min-max") ||
+        !strcmp(key, "min-max-channels")) {
         TP_TRY(s_nums(key, value, n, 2, &k));
         if (k != 2)
             return tp_error(TP_ERR_INVALID, "imgaug: %s=LO:HI", key);
-        return key[0] == 'c' ? tp_augment_add_clip(m->aug, (int)n[0], (int)n[1])
-                             : tp_augment_add_min_max(m->aug, (int)n[0],
-                                                      (int)n[1]);
+        if (!(n[0] >= -1 && n[0] <= 256 && n[1] >= -1 && n[1] <= 256))
+            return tp_error(TP_ERR_INVALID, "imgaug %s: %g:%g (0..255)", key,
+                            n[0], n[1]);
+        if (key[0] == 'c')
+            return tp_augment_add_clip(m->aug, (int)n[0], (int)n[1]);
+        return key[7] ? tp_augment_add_min_max_channels(m->aug, (int)n[0], (int)n[1])
+                      : tp_augment_add_min_max(m->aug, (int)n[0], (int)n[1]);
     }
     if (!strcmp(key, "salt-pepper")) {
         TP_TRY(s_nums("salt-pepper", value, n, 2, &k));
@@ -448,6 +453,17 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
         return tp_augment_add_gaussian_blur(m->aug, (int)n[0], (int)n[1],
                                             k == 4 ? n[2] : 0, k == 4 ? n[3] : 0);
     }
+    if (!strcmp(key, "motion-blur")) {
+        TP_TRY(s_nums("motion-blur", value, n, 4, &k));
+        if (k != 2 && k != 4)
+            return tp_error(TP_ERR_INVALID, "imgaug: motion-blur=KLO:KHI"
+                            "[:DEG_LO:DEG_HI]");
+        if (!(n[0] >= 1 && n[0] <= 31 && n[1] >= 1 && n[1] <= 31))
+            return tp_error(TP_ERR_INVALID, "imgaug motion-blur: sizes %g:%g "
+                            "(odd, 1..31)", n[0], n[1]);
+        return tp_augment_add_motion_blur(m->aug, (int)n[0], (int)n[1],
+                                          k == 4 ? n[2] : 0, k == 4 ? n[3] : 360);
+    }
     if (!strcmp(key, "shift")) {  /* Affine(translate_frac=(FX, FY)) */
         TP_TRY(s_nums("shift", value, n, 2, &k));
         double f[2] = {n[0], k == 2 ? n[1] : n[0]};
@@ -463,6 +479,8 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
     }
     if (!strcmp(key, "mean-var"))
         return tp_augment_add_mean_var(m->aug);
+    if (!strcmp(key, "mean-var-channels"))
+        return tp_augment_add_mean_var_channels(m->aug);
     if (!strcmp(key, "mean")) {
         TP_TRY(s_nums("mean", value, n, 16, &k));
         for (int i = 0; i < k; i++)
@@ -491,8 +509,8 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
                     "noise, "
                     "clip, min-max, salt-pepper, jpeg-noise, rotation, shift, affine, "
                     "random-order=A;B, random-choice=A;B, random-apply=P;A;B, "
-                    "gaussian-blur, "
-                    "mean-var, "
+                    "gaussian-blur, motion-blur, "
+                    "mean-var, mean-var-channels, min-max-channels, "
                     "mean= then std=, interp=, component=)", key);
 }
 

@@ -104,6 +104,13 @@ tp_dataflow_t *tp_df_multiprocess_map(tp_dataflow_t *inner, int nworkers,
  * one iterating df (the trainer reads it between epochs). */
 int tp_df_multiprocess_restarts(tp_dataflow_t *df);
 
+/* Bad image files skipped (skip-bad) by the image sources in df, at any
+ * depth: those iterated in this process, plus, for each multiprocess
+ * dataflow, the largest count its workers reported (each worker reads the
+ * whole source, so they find the same files). -1 when df has neither. Any
+ * thread. */
+int64_t tp_df_skipped_files(tp_dataflow_t *df);
+
 /* The forked workers of the multiprocess dataflows in df (df itself or
  * any it wraps) as statistics rows, one per worker slot, "dataflow worker
  * N", at most `max` into `rows`; returns how many (0: df forks none). Each

@@ -88,8 +88,12 @@ tp_dataflow_t *tp_df_image_list(const char *list_path, const char *root,
                                 const tp_image_source_opts_t *opts);
 
 /* Files that failed to decode and were skipped (skip_bad), by this
- * dataflow (an image folder or list) since it was made; -1 for another. */
+ * dataflow (an image folder or list) since it was made: distinct files (a
+ * file found bad is skipped unread in later passes); -1 for another. */
 int64_t tp_df_image_skipped(tp_dataflow_t *df);
+/* The same summed over every image source of this process (what a forked
+ * dataflow worker reports to its parent); -1 while none was reset here. */
+int64_t tp_image_skipped_in_process(void);
 
 /* The CIFAR-10 / CIFAR-100 binary format: `path` one .bin file (3073 or
  * 3074 bytes a record), `fine` 1 for CIFAR-100's fine label (else its
@@ -166,6 +170,9 @@ tp_status_t tp_augment_add_clip(tp_augment_t *self, int lo, int hi);
 /* Stretch the image's own range onto [lo, hi] (MinMaxNormalize,
  * all_channel=True; the result rounded to uint8). */
 tp_status_t tp_augment_add_min_max(tp_augment_t *self, int lo, int hi);
+/* The same with each channel's own range (MinMaxNormalize,
+ * all_channel=False). */
+tp_status_t tp_augment_add_min_max_channels(tp_augment_t *self, int lo, int hi);
 /* Each value becomes 255 with probability `white`, 0 with `black`
  * (SaltPepperNoise). */
 tp_status_t tp_augment_add_salt_pepper(tp_augment_t *self, double white,
@@ -193,9 +200,18 @@ tp_status_t tp_augment_add_affine(tp_augment_t *self, const double *scale,
 tp_status_t tp_augment_add_gaussian_blur(tp_augment_t *self, int size_lo,
                                          int size_hi, double sigma_lo,
                                          double sigma_hi);
+/* Motion blur: a line kernel of odd length k drawn from the odd numbers in
+ * [size_lo, size_hi] at an angle drawn from [deg_lo, deg_hi) degrees,
+ * normalised, applied as cv2.filter2D with the border replicated. */
+tp_status_t tp_augment_add_motion_blur(tp_augment_t *self, int size_lo,
+                                       int size_hi, double deg_lo,
+                                       double deg_hi);
 /* (x - mean) / max(std, 1/sqrt(N)) over the whole image, to float32
  * (MeanVarianceNormalize, all_channel=True). */
 tp_status_t tp_augment_add_mean_var(tp_augment_t *self);
+/* The same with each channel's own mean and std (all_channel=False; the
+ * floor on the std stays 1/sqrt(all values), as tensorpack's). */
+tp_status_t tp_augment_add_mean_var_channels(tp_augment_t *self);
 
 /* Apply the chain *sub (taken; *sub nulled) with probability `prob`
  * (RandomApplyAug). */

@@ -104,7 +104,8 @@ tp_status_t tp_wire_recv(void *socket, const tp_wire_opts_t *opts,
 #define TP_CTL_MAGIC 0x314C4354u /* "TCL1" */
 #define TP_CTL_HEADER 12
 enum { TP_CTL_EOS = 1, TP_CTL_ERROR = 2, TP_CTL_END_PASS = 3, TP_CTL_PAD = 4,
-       TP_CTL_STATS = 5 /* a worker's counters: "busy_ns blocked_ns" */,
+       TP_CTL_STATS = 5 /* a worker's counters: "busy_ns blocked_ns ..."
+                            (df_process.c; a 6th, bad image files) */,
        TP_CTL_REPORT = 6 /* a remote sender's row (tp_send_dataflow): tab-
                             separated "pid host name state alive_ns busy_ns
                             blocked_ns starved_ns msgs bytes" */ };

@@ -231,11 +231,16 @@ static int q_scalars(void *impl, tp_input_scalar_t *out, int max) {
         return 0;
     out[0] = (tp_input_scalar_t){"QueueInput/queue_fill", row.queue_fill};
     out[1] = (tp_input_scalar_t){"QueueInput/blocked_s", row.blocked_s};
+    int n = 2;
+    /* Bad image files skipped (skip-bad) by the image sources, in this
+     * process or in forked workers (their reports) */
+    int64_t skipped = tp_df_skipped_files(q->df);
+    if (skipped >= 0 && n < max)
+        out[n++] = (tp_input_scalar_t){"dataflow/skipped_files", (double)skipped};
     int restarts = tp_df_multiprocess_restarts(q->df);
-    if (restarts < 0 || max < 3)
-        return 2;
-    out[2] = (tp_input_scalar_t){"dataflow/worker_restarts", (double)restarts};
-    int n = 3;
+    if (restarts < 0 || n >= max)
+        return n;
+    out[n++] = (tp_input_scalar_t){"dataflow/worker_restarts", (double)restarts};
     /* Each worker's resident memory now and at its peak, in MB: a worker
      * whose memory grows epoch after epoch shows here (worker N is the
      * N-th live one). */

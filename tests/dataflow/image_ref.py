@@ -13,6 +13,7 @@ OpenCV decode the files, numpy and cv2.resize compute the augmentors.
 Raw images (.ref, .bin): a text line "H W C\n", then H*W*C bytes.
 Exit status 77: a module is missing (the test skips).
 """
+import math
 import os
 import sys
 
@@ -133,6 +134,22 @@ def grey_of(img):
     return 0.299 * f[..., 0] + 0.587 * f[..., 1] + 0.114 * f[..., 2]
 
 
+def motion_kernel(k, deg):
+    """a line of length k through the centre at deg degrees (y down),
+    rasterised as 4 k points a quarter pixel apart, each in its nearest
+    cell, normalised to sum 1"""
+    w = np.zeros((k, k), np.float64)
+    c = (k - 1) / 2.0
+    r = deg * math.pi / 180
+    cs, sn = math.cos(r), math.sin(r)
+    for i in range(4 * k):
+        t = -k * 0.5 + (i + 0.5) * 0.25
+        x, y = math.floor(c + t * cs + 0.5), math.floor(c - t * sn + 0.5)
+        if 0 <= x < k and 0 <= y < k:
+            w[y, x] += 1
+    return (w / w.sum()).astype(np.float32)
+
+
 def aug(op, src, dst, args):
     img = read_raw(src)
     v = [float(a) for a in args]
@@ -182,6 +199,18 @@ def aug(op, src, dst, args):
         k, sig = int(v[0]), v[1]
         out = cv2.GaussianBlur(img, (k, k), sigmaX=sig, sigmaY=sig,
                                borderType=cv2.BORDER_REPLICATE)
+    elif op == "motion-blur":  # k deg: the line kernel, cv2.filter2D
+        k, deg = int(v[0]), v[1]
+        out = cv2.filter2D(img, -1, motion_kernel(k, deg),
+                           borderType=cv2.BORDER_REPLICATE)
+    elif op == "mean-var-channels":  # MeanVarianceNormalize(all_channel=False)
+        m = f.mean(axis=(0, 1), keepdims=True)
+        sd = np.maximum(f.std(axis=(0, 1), keepdims=True), 1.0 / np.sqrt(np.prod(f.shape)))
+        out = rnd((f - m) / sd * 16 + 128)
+    elif op == "min-max-channels":  # lo hi: MinMaxNormalize(all_channel=False)
+        mn = f.min(axis=(0, 1), keepdims=True)
+        mx = f.max(axis=(0, 1), keepdims=True)
+        out = rnd((f - mn) / (mx - mn) * (v[1] - v[0]) + v[0])
     elif op == "mean-var":  # float32 out: compared after x * 16 + 128
         m, sd = f.mean(), max(f.std(), 1.0 / np.sqrt(f.size))
         out = rnd((f - m) / sd * 16 + 128)

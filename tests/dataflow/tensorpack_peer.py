@@ -20,6 +20,11 @@ sends back with Python's own loaders.
                                         BatchData), then linger
   imagelmdb FORMAT PATH N                LMDBSerializer.save of N [uint8 (28,28),
                                         int64 label] datapoints (tp-train's)
+  jpeglmdb FORMAT PATH DIR KIND         LMDBSerializer.save of [jpeg, label]
+                                        for DIR/K.jpg (label K), the jpeg an
+                                        np.uint8 array of the file's bytes
+                                        (KIND array, tensorpack's tutorial)
+                                        or the bytes (KIND bytes)
   readlmdb PATH OUT                     LMDBSerializer.load(PATH,
                                         shuffle=False) described into OUT,
                                         checking __keys__
@@ -298,6 +303,26 @@ def main():
                 img = (rng.randint(0, 40, size=(28, 28)) + 20 * label).astype(np.uint8)
                 txn.put(u'{:08}'.format(idx).encode('ascii'), dumps([img, label]))
             keys = [u'{:08}'.format(k).encode('ascii') for k in range(n)]
+            txn.put(b'__keys__', dumps(keys))
+        db.sync()
+        db.close()
+        return 0
+    if cmd == 'jpeglmdb':   # the Efficient DataFlow tutorial's ILSVRC12 LMDB
+        import lmdb
+        fmt, path, d, kind = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+        dumps = dumps_fn(fmt)
+        names = sorted(f for f in os.listdir(d) if f.endswith('.jpg'))
+        db = lmdb.open(path, subdir=False, map_size=1 << 30, readonly=False,
+                       meminit=False, map_async=True)
+        with db.begin(write=True) as txn:
+            for idx, name in enumerate(names):
+                with open(os.path.join(d, name), 'rb') as f:
+                    jpeg = f.read()
+                if kind == 'array':   # BinaryILSVRC12: uint8 array of the bytes
+                    jpeg = np.asarray(bytearray(jpeg), dtype='uint8')
+                label = int(name.split('.')[0])   # the file's number
+                txn.put(u'{:08}'.format(idx).encode('ascii'), dumps([jpeg, label]))
+            keys = [u'{:08}'.format(k).encode('ascii') for k in range(len(names))]
             txn.put(b'__keys__', dumps(keys))
         db.sync()
         db.close()

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <towerpack/actor_dataflow.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/image.h>
 
@@ -255,6 +256,16 @@ Test(image, bad_file_in_folder_fails_or_is_skipped) {
     cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
     cr_assert_eq(n, 4);
     cr_assert_eq(tp_df_image_skipped(df), 2);
+    /* a second pass skips them unread: still 2 distinct bad files */
+    n = 0;
+    while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {
+        n++;
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
+    cr_assert_eq(n, 4);
+    cr_assert_eq(tp_df_image_skipped(df), 2);
+    cr_assert_eq(tp_df_skipped_files(df), 2);
     tp_dataflow_destroy(&df);
 }
 
@@ -386,7 +397,8 @@ Test(image, imgaug_chain_is_reproducible) {
     snprintf(spec, sizeof spec,
              "imagefolder:%s,shuffle=0 | map-threads 2 strict imgaug "
              "random-resized-crop=32, flip, brightness=30, contrast=0.6:1.4, "
-             "saturation=0.4, lighting=0.1, mean=123.7/116.3/103.5, "
+             "saturation=0.4, lighting=0.1, motion-blur=3:7, "
+             "mean=123.7/116.3/103.5, "
              "std=58.4/57.1/57.4 | batch 4", s_dir);
     tp_datapoint_t *b[2];
     for (int run = 0; run < 2; run++) {
@@ -663,6 +675,71 @@ Test(image, small_augmentors) {
     tp_tensor_fini(&t);
     tp_tensor_fini(&g);
     tp_tensor_fini(&before);
+}
+
+/* Motion blur at 0 degrees, length 3, is the mean of a pixel and its left
+ * and right neighbours (the border replicated); at 90 degrees, of the ones
+ * above and below. Bad ranges are errors, in the C API and the spec. */
+Test(image, motion_blur_lines_and_errors) {
+    tp_tensor_t t;
+    s_pattern(&t, 9, 11, 1, 3);
+    for (size_t i = 0; i < t.nbytes; i++)  /* not linear: a blur shows */
+        ((uint8_t *)t.data)[i] = (uint8_t)((i * 101 + (i * i) % 7 * 37) & 255);
+    for (int vert = 0; vert < 2; vert++) {
+        tp_tensor_t o;
+        cr_assert_eq(tp_tensor_copy(&o, &t), TP_OK);
+        tp_augment_t *a = tp_augment_new();
+        double d = vert ? 90 : 0;
+        cr_assert_eq(tp_augment_add_motion_blur(a, 3, 3, d, d), TP_OK);
+        tp_rng_t rng;
+        tp_rng_init(&rng, 1, 0);
+        cr_assert_eq(tp_augment_apply(a, &o, &rng), TP_OK, "%s",
+                     tp_last_error());
+        const uint8_t *p = t.data, *q = o.data;
+        for (int y = 0; y < 9; y++)
+            for (int x = 0; x < 11; x++) {
+                int s = 0;
+                for (int i = -1; i <= 1; i++) {
+                    int yy = vert ? y + i : y, xx = vert ? x : x + i;
+                    yy = yy < 0 ? 0 : yy > 8 ? 8 : yy;
+                    xx = xx < 0 ? 0 : xx > 10 ? 10 : xx;
+                    s += p[yy * 11 + xx];
+                }
+                int want = (int)floor(s / 3.0 + 0.5);
+                cr_assert(abs(q[y * 11 + x] - want) <= 1,
+                          "%s blur at (%d,%d): %d, want %d",
+                          vert ? "vertical" : "horizontal", y, x,
+                          q[y * 11 + x], want);
+            }
+        tp_augment_destroy(&a);
+        tp_tensor_fini(&o);
+    }
+    tp_tensor_fini(&t);
+    tp_augment_t *a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_motion_blur(a, 4, 7, 0, 360), TP_ERR_INVALID);
+    cr_assert_eq(tp_augment_add_motion_blur(a, 3, 33, 0, 360), TP_ERR_INVALID);
+    cr_assert_eq(tp_augment_add_motion_blur(a, 7, 3, 0, 360), TP_ERR_INVALID);
+    cr_assert_eq(tp_augment_add_motion_blur(a, 3, 5, 90, 0), TP_ERR_INVALID);
+    tp_augment_destroy(&a);
+    tp_dataflow_t *df = NULL;
+    cr_assert_eq(tp_spec_parse("fake:shape=8x8x3:uint8 | imgaug motion-blur=3",
+                               &df), TP_ERR_INVALID);
+    cr_assert_eq(tp_spec_parse("fake:shape=8x8x3:uint8 | imgaug "
+                               "motion-blur=1e30:3", &df), TP_ERR_INVALID);
+    cr_assert_eq(tp_spec_parse("fake:shape=8x8x3:uint8 | imgaug "
+                               "min-max-channels=1e30:3", &df), TP_ERR_INVALID);
+    cr_assert_eq(tp_spec_parse("fake:shape=8x8x3:uint8,size=2 | imgaug "
+                               "min-max-channels=0:255, mean-var-channels", &df),
+                 TP_OK, "%s", tp_last_error());
+    tp_dataflow_destroy(&df);
+    cr_assert_eq(tp_spec_parse("fake:shape=8x8x3:uint8,size=2 | imgaug "
+                               "motion-blur=3:9:-30:30", &df), TP_OK, "%s",
+                 tp_last_error());
+    tp_datapoint_t *dp = NULL;
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&df);
 }
 
 /* random-order / random-choice / random-apply group other augmentors in a

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/dataflow_spec.h>
 #include <towerpack/image.h>
 
 #define M_PI_ 3.14159265358979323846
@@ -387,12 +389,41 @@ Test(proc_image, colour_augmentors_equal_numpy) {
     cr_assert_eq(tp_augment_add_grey(a, 1.0), TP_OK);
     s_aug_check(a, "grey", "", 0);
     tp_augment_destroy(&a);
+
+    /* MinMaxNormalize(all_channel=False): each channel's own range, on an
+     * image whose channels span different ranges (the photo's each reach
+     * 0 and 255): numpy on the same image, run here */
+    {
+        tp_tensor_t img, want;
+        s_photo(&img);
+        uint8_t *p = img.data;
+        for (size_t i = 0; i < img.nbytes; i++)
+            p[i] = (uint8_t)(30 * (int)(i % 3) + p[i] * (3 - (int)(i % 3)) / 4);
+        char in[600], out[600], cmd[1500];
+        snprintf(in, sizeof in, "%s/mm_in.bin", s_dir);
+        snprintf(out, sizeof out, "%s/mm_out.bin", s_dir);
+        s_write_raw(in, &img);
+        snprintf(cmd, sizeof cmd, "%s %s aug min-max-channels %s %s 10 200", s_py,
+                 REF_PY, in, out);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+        s_read_raw(out, &want);
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_min_max_channels(a, 10, 200), TP_OK);
+        tp_rng_init(&r, 7, 0);
+        cr_assert_eq(tp_augment_apply(a, &img, &r), TP_OK, "%s", tp_last_error());
+        int d = s_maxdiff(&img, &want, "min-max-channels");
+        cr_assert(d == 0, "min-max-channels: largest difference from numpy %d", d);
+        tp_augment_destroy(&a);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&want);
+    }
     s_aug_run();
 }
 
 /* Rotation (tensorpack's matrix, OpenCV's warpAffine: which quantises
  * source positions to 1/32 pixel, so within 3 on this noisy image),
- * Gaussian blur (cv2.GaussianBlur), per-image mean-variance normalisation
+ * Gaussian blur (cv2.GaussianBlur), motion blur (a line kernel built in
+ * numpy, cv2.filter2D), per-image mean-variance normalisation
  * (numpy). */
 Test(proc_image, warps_and_filters_equal_cv2) {
     NEED_PY();
@@ -449,6 +480,23 @@ Test(proc_image, warps_and_filters_equal_cv2) {
     s_aug_check(a, "gaussian-blur", "5 1.5", 1);
     tp_augment_destroy(&a);
 
+    /* motion blur: the size and angle drawn from rng (7, 0), the kernel
+     * built in numpy, cv2.filter2D with the border replicated */
+    static const int mb[][2] = {{3, 3}, {5, 9}, {15, 15}};
+    static const double mdeg[][2] = {{0, 0}, {0, 360}, {-45, 45}};
+    for (int i = 0; i < 3; i++) {
+        tp_rng_init(&r, 7, 0);
+        int k = mb[i][0] +
+                2 * (int)tp_rng_below(&r, (uint64_t)((mb[i][1] - mb[i][0]) / 2 + 1));
+        double deg = mdeg[i][0] + (mdeg[i][1] - mdeg[i][0]) * tp_rng_double(&r);
+        a = tp_augment_new();
+        cr_assert_eq(tp_augment_add_motion_blur(a, mb[i][0], mb[i][1],
+                                                mdeg[i][0], mdeg[i][1]), TP_OK);
+        snprintf(args, sizeof args, "%d %.17g", k, deg);
+        s_aug_check(a, "motion-blur", args, 1);
+        tp_augment_destroy(&a);
+    }
+
     /* float32 out: compared on the scale x * 16 + 128, rounded */
     a = tp_augment_new();
     cr_assert_eq(tp_augment_add_mean_var(a), TP_OK);
@@ -466,5 +514,88 @@ Test(proc_image, warps_and_filters_equal_cv2) {
     }
     tp_tensor_fini(&j->got);
     tp_tensor_move(&j->got, &u8);
+
+    /* MeanVarianceNormalize(all_channel=False), on the same scale */
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_mean_var_channels(a), TP_OK);
+    s_aug_check(a, "mean-var-channels", "", 1);
+    tp_augment_destroy(&a);
+    j = &s_jobs[s_njobs - 1];
+    cr_assert_eq(j->got.dtype, TP_FLOAT32);
+    cr_assert_eq(tp_tensor_init(&u8, TP_UINT8, j->got.ndim, j->got.shape), TP_OK);
+    fp = j->got.data;
+    for (size_t i = 0; i < u8.nbytes; i++) {
+        double v = floor(fp[i] * 16.0 + 128 + 0.5);
+        ((uint8_t *)u8.data)[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    tp_tensor_fini(&j->got);
+    tp_tensor_move(&j->got, &u8);
     s_aug_run();
+}
+
+/* ---- bad files counted across forked workers ------------------------------------ */
+
+static void s_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* A folder with 2 corrupt files, skip-bad, read by 2 forked workers: the
+ * workers report what they skipped on their data sockets, and the parent
+ * shows 2 (the distinct files: each worker reads the whole folder and
+ * finds the same 2), in tp_df_skipped_files and in each worker's row. */
+Test(proc_image, skipped_files_reported_by_workers) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/sk", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/sk/c", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    for (int i = 0; i < 6; i++) {
+        int64_t shape[2] = {4, 4};
+        tp_tensor_t t;
+        cr_assert_eq(tp_tensor_init(&t, TP_UINT8, 2, shape), TP_OK);
+        memset(t.data, 40 * i, t.nbytes);
+        void *png;
+        size_t n;
+        cr_assert_eq(tp_image_encode_png(&t, &png, &n), TP_OK);
+        snprintf(p, sizeof p, "%s/sk/c/%d.png", s_dir, i);
+        s_file(p, png, n);
+        free(png);
+        tp_tensor_fini(&t);
+    }
+    snprintf(p, sizeof p, "%s/sk/c/zero.jpg", s_dir);
+    s_file(p, "", 0);
+    snprintf(p, sizeof p, "%s/sk/c/trunc.png", s_dir);
+    s_file(p, "\x89PNG\r\n\x1a\n\0\0", 10);
+    char spec[700];
+    snprintf(spec, sizeof spec, "imagefolder:%s/sk,skip-bad", s_dir);
+    tp_dataflow_t *src = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &src), TP_OK, "%s", tp_last_error());
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    o.allow_threads = 1;  /* Criterion's own thread */
+    tp_dataflow_t *df = tp_df_multiprocess(src, 2, &o);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_df_skipped_files(df), -1, "nothing reported before the start");
+    cr_assert_eq(tp_dataflow_reset_state(df, 3, 0), TP_OK, "%s", tp_last_error());
+    /* the reports travel behind the datapoints: read until they are in */
+    int got = 0;
+    for (int i = 0; i < 5000 && tp_df_skipped_files(df) != 2; i++) {
+        tp_datapoint_t *dp = NULL;
+        tp_status_t rc = tp_dataflow_next(df, &dp);
+        cr_assert(rc == TP_OK || rc == TP_DONE, "%s", tp_last_error());
+        got += rc == TP_OK;
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(tp_df_skipped_files(df), 2, "after %d datapoints", got);
+    tp_stats_row_t rows[4];
+    int n = tp_df_multiprocess_rows(df, rows, 4);
+    cr_assert_eq(n, 2);
+    int named = 0;
+    for (int i = 0; i < n; i++)
+        named += strstr(rows[i].name, ", 2 bad files") != NULL;
+    cr_assert_geq(named, 1, "rows: '%s', '%s'", rows[0].name, rows[1].name);
+    tp_dataflow_destroy(&df);
 }

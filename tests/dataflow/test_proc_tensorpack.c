@@ -9,6 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
+#include <towerpack/actor_dataflow.h>
+#include <towerpack/dataflow_spec.h>
+#include <towerpack/image.h>
 #include "proc_testutil.h"
 #include "dataflow/tpk_testutil.h"
 
@@ -403,4 +406,86 @@ Test(tpk_python, tp_train_data_tensorpack_lmdb, .init = s_setup, .fini = s_teard
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s", st, text);
     cr_assert(strstr(text, "test accuracy"), "%s", text);
     free(text);
+}
+
+/* ---- JPEG bytes in tensorpack's LMDB, decoded in forked workers ----------------- */
+
+/* tensorpack's "Efficient DataFlow" recipe for ImageNet: LMDBSerializer.save
+ * of [jpeg, label] with the jpeg an np.uint8 array of the file's bytes (or
+ * the bytes themselves). `tensorpack-lmdb:PATH | decode mode=rgb` run in 2
+ * forked workers yields, for every record, the pixels of decoding the
+ * file itself, and its label. */
+static void s_jpeg_lmdb(const char *fmt, const char *kind) {
+    char d[160], path[200], args[500];
+    snprintf(d, sizeof d, "%s/jpg-%s-%s", s_dir, fmt, kind);
+    cr_assert_eq(mkdir(d, 0700), 0);
+    enum { N = 6 };
+    for (int k = 0; k < N; k++) {
+        int64_t shape[3] = {20 + k, 24, 3};
+        tp_tensor_t t;
+        cr_assert_eq(tp_tensor_init(&t, TP_UINT8, 3, shape), TP_OK);
+        uint8_t *p = t.data;
+        for (size_t i = 0; i < t.nbytes; i++)
+            p[i] = (uint8_t)((i * 7 + k * 31 + (i / 72) * 5) & 255);
+        void *jpg;
+        size_t n;
+        cr_assert_eq(tp_image_encode_jpeg(&t, 90, &jpg, &n), TP_OK);
+        snprintf(path, sizeof path, "%s/%d.jpg", d, k);
+        FILE *f = fopen(path, "wb");
+        cr_assert_not_null(f);
+        cr_assert_eq(fwrite(jpg, 1, n, f), n);
+        fclose(f);
+        free(jpg);
+        tp_tensor_fini(&t);
+    }
+    snprintf(path, sizeof path, "%s.lmdb", d);
+    snprintf(args, sizeof args, "jpeglmdb %s %s %s %s", fmt, path, d, kind);
+    cr_assert_eq(tpk_run(s_py, args), 0, "python %s", args);
+    char spec[300];
+    snprintf(spec, sizeof spec, "tensorpack-lmdb:%s | decode mode=rgb", path);
+    tp_dataflow_t *inner = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &inner), TP_OK, "%s", tp_last_error());
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    o.allow_threads = 1;  /* Criterion's own thread */
+    tp_dataflow_t *df = tp_df_multiprocess(inner, 2, &o);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 5, 0), TP_OK, "%s", tp_last_error());
+    int seen[N] = {0}, nseen = 0;
+    tp_image_opts_t io;
+    tp_image_opts_init(&io);
+    io.mode = TP_IMAGE_RGB;
+    for (int i = 0; i < 400 && nseen < N; i++) {
+        tp_datapoint_t *dp = NULL;
+        tp_status_t rc = tp_dataflow_next(df, &dp);
+        if (rc == TP_DONE)
+            continue;
+        cr_assert_eq(rc, TP_OK, "%s %s: %s", fmt, kind, tp_last_error());
+        cr_assert_eq(tp_datapoint_size(dp), 2);
+        const tp_tensor_t *img = tp_datapoint_cget(dp, 0), *lab = tp_datapoint_cget(dp, 1);
+        cr_assert(lab->ndim == 0 && (lab->dtype == TP_INT64 || lab->dtype == TP_INT32),
+                  "label dtype %d ndim %d", (int)lab->dtype, lab->ndim);
+        int64_t k = lab->dtype == TP_INT64 ? *(const int64_t *)lab->data
+                                           : *(const int32_t *)lab->data;
+        cr_assert(k >= 0 && k < N, "label %lld", (long long)k);
+        snprintf(path, sizeof path, "%s/%lld.jpg", d, (long long)k);
+        tp_tensor_t want;
+        cr_assert_eq(tp_image_read(path, &io, &want), TP_OK, "%s", tp_last_error());
+        cr_assert(tp_tensor_equal(img, &want), "%s %s: record %lld decoded in a worker "
+                  "differs from decoding %s", fmt, kind, (long long)k, path);
+        tp_tensor_fini(&want);
+        nseen += !seen[k];
+        seen[k] = 1;
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(nseen, N, "%s %s: %d of %d records seen", fmt, kind, nseen, N);
+    tp_dataflow_destroy(&df);
+}
+
+Test(tpk_python, jpeg_bytes_in_tensorpack_lmdb_decoded_in_workers, .init = s_setup,
+     .fini = s_teardown) {
+    s_jpeg_lmdb("pickle", "array");
+    s_jpeg_lmdb("msgpack", "array");
+    s_jpeg_lmdb("pickle", "bytes");
+    s_jpeg_lmdb("msgpack", "bytes");
 }

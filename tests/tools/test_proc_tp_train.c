@@ -7,11 +7,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "proc_testutil.h"
 #include <towerpack/clock.h>
+#include <towerpack/image.h>
 
 #define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 2"
 
@@ -148,6 +151,67 @@ Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 1
     }
     cr_assert_geq(json_number_value(json_object_get(e, "memory/peak_rss_mb")),
                   json_number_value(json_object_get(e, "memory/rss_mb")));
+    json_decref(j);
+}
+
+/* A folder of small PNGs in two classes plus 2 corrupt files, read with
+ * skip-bad by 2 forked workers: every epoch's stats.json has
+ * dataflow/skipped_files = 2 (the distinct bad files, reported by the
+ * workers on their data sockets; each worker reads the whole folder, so
+ * the count is not doubled). */
+Test(tp_train, skipped_files_from_forked_workers, .init = s_setup, .fini = s_teardown,
+     .timeout = 120) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/img", s_dir);
+    cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
+    for (int c = 0; c < 2; c++) {
+        snprintf(path, sizeof path, "%s/img/%c", s_dir, 'a' + c);
+        cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
+    }
+    for (int i = 0; i < 8; i++) {
+        int64_t shape[2] = {8, 8};
+        tp_tensor_t t;
+        cr_assert_eq(tp_tensor_init(&t, TP_UINT8, 2, shape), TP_OK);
+        memset(t.data, 30 * i, t.nbytes);
+        void *png;
+        size_t n;
+        cr_assert_eq(tp_image_encode_png(&t, &png, &n), TP_OK, "%s", tp_last_error());
+        snprintf(path, sizeof path, "%s/img/%c/%d.png", s_dir, 'a' + i % 2, i);
+        FILE *f = fopen(path, "wb");
+        cr_assert_not_null(f, "%s", path);
+        cr_assert_eq(fwrite(png, 1, n, f), n);
+        fclose(f);
+        free(png);
+        tp_tensor_fini(&t);
+    }
+    static const char *const bad[2][2] = {{"a/trunc.png", "\x89PNG\r\n\x1a\n\0\0"},
+                                          {"b/text.jpg", "not a picture"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/img/%s", s_dir, bad[i][0]);
+        FILE *f = fopen(path, "wb");
+        cr_assert_not_null(f, "%s", path);
+        size_t n = i == 0 ? 10 : strlen(bad[i][1]);
+        cr_assert_eq(fwrite(bad[i][1], 1, n, f), n);
+        fclose(f);
+    }
+    char data[256], logdir[128];
+    snprintf(data, sizeof data, "imagefolder:%s/img,skip-bad", s_dir);
+    snprintf(logdir, sizeof logdir, "%s/skip", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "2", "--steps-per-epoch", "5",
+                    "--workers", "2", "--threads", "1", "--batch", "4", "--data", data, "--test-spec",
+                    TEST_SPEC, "--logdir", logdir, NULL};
+    int rc = s_run(argv, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "processes 2"), "%s", s_out);
+    json_t *j = s_stats(logdir);
+    cr_assert_eq(json_array_size(j), 2);
+    for (size_t e = 0; e < 2; e++) {
+        json_t *v = json_object_get(json_array_get(j, e), "dataflow/skipped_files");
+        cr_assert(json_is_number(v), "epoch %zu: no dataflow/skipped_files\n%s", e + 1,
+                  s_out);
+        cr_assert_eq(json_number_value(v), 2.0, "epoch %zu: %g skipped files", e + 1,
+                     json_number_value(v));
+    }
     json_decref(j);
 }
 
