@@ -1239,11 +1239,15 @@ static void s_add_rows(tp_dataflow_t *df, void *arg) {
         unsigned long long sk = atomic_load_explicit(&w->skipped, memory_order_relaxed);
         sk = sk ? sk - 1 : 0;
         /* tp-top shows the bad files in the row's name (the wire has no
-         * column for them); the return is used: a name cut short is fine */
-        int len = sk ? snprintf(row->name, sizeof row->name,
-                                "dataflow worker %d, %llu bad files", a->n, sk)
-                     : snprintf(row->name, sizeof row->name, "dataflow worker %d", a->n);
-        (void)len;
+         * column for them); a name longer than a row's is cut short */
+        char name[96];
+        if (sk)
+            snprintf(name, sizeof name, "dataflow worker %d, %llu bad files", a->n, sk);
+        else
+            snprintf(name, sizeof name, "dataflow worker %d", a->n);
+        size_t nl = strnlen(name, sizeof row->name - 1);
+        memcpy(row->name, name, nl);
+        row->name[nl] = '\0';
         pid_t pid = __atomic_load_n(&w->pid, __ATOMIC_RELAXED);
         row->pid = pid > 0 ? (uint32_t)pid : 0;
         row->state = pid > 0 ? TP_ACTOR_RUNNING : TP_ACTOR_FAILED;
