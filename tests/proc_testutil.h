@@ -190,6 +190,35 @@ static inline pid_t pu_spawn(char *const argv[], const pu_spawn_opts_t *o) {
     return pid;
 }
 
+/* Run argv[0] with argv (NULL-terminated) and env (as pu_spawn), its
+ * stdout and stderr into out[size] (NUL-terminated; what does not fit is
+ * read and dropped, so the program never blocks on a full pipe), until it
+ * ends. Returns its exit status, or -1 when it was killed or did not
+ * start. */
+static inline int pu_run(char *const argv[], const char *const *env, char *out,
+                         size_t size) {
+    int fds[2];
+    if (size == 0 || pipe(fds) != 0)
+        return -1;
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    pu_spawn_opts_t o = {.out_fd = fds[1], .env = env};
+    pid_t pid = pu_spawn(argv, &o);
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t r;
+    char sink[4096];
+    while ((r = read(fds[0], got < size - 1 ? out + got : sink,
+                     got < size - 1 ? size - 1 - got : sizeof sink)) > 0)
+        if (got < size - 1)
+            got += (size_t)r;
+    out[got] = '\0';
+    close(fds[0]);
+    int st;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 /* 1 when pid is gone (no such process, or a zombie nobody reaped yet). */
 static inline int pu_gone(int pid) {
     if (kill(pid, 0) < 0 && errno == ESRCH)

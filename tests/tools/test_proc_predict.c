@@ -35,29 +35,12 @@ static void s_teardown(void) {
 /* Run bin/<tool> with argv (argv[0] ignored), stdout+stderr into s_out;
  * the exit status. */
 static int s_run(const char *tool, char *const *argv) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
     const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
     char path[256];
     snprintf(path, sizeof path, TP_BINARY_DIR "/bin/%s", tool);
     char *full[64] = {path};
     for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
-    pu_spawn_opts_t o = {.out_fd = fds[1], .env = env};
-    pid_t pid = pu_spawn(full, &o);
-    close(fds[1]);
-    size_t got = 0, size = sizeof s_out;
-    ssize_t r;
-    char sink[4096];
-    while ((r = read(fds[0], got < size - 1 ? s_out + got : sink,
-                     got < size - 1 ? size - 1 - got : sizeof sink)) > 0)
-        if (got < size - 1)
-            got += (size_t)r;
-    s_out[got] = '\0';
-    close(fds[0]);
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return pu_run(full, env, s_out, sizeof s_out);
 }
 
 /* The last JSON object line of s_out. */

@@ -30,25 +30,8 @@ static void s_teardown(void) {
 /* Run argv (NULL-terminated), stdout+stderr into out[size]; the exit
  * status, -1 when killed. */
 static int s_run(char *const *argv, char *out, size_t size) {
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
     const char *env[] = {"TP_LOG_LEVEL=info", NULL};
-    pu_spawn_opts_t o = {.out_fd = fds[1], .env = env};
-    pid_t pid = pu_spawn((char **)argv, &o);
-    close(fds[1]);
-    size_t got = 0;
-    ssize_t r;
-    char sink[4096];
-    while ((r = read(fds[0], got < size - 1 ? out + got : sink,
-                     got < size - 1 ? size - 1 - got : sizeof sink)) > 0)
-        if (got < size - 1)
-            got += (size_t)r;
-    out[got] = '\0';
-    close(fds[0]);
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return pu_run(argv, env, out, size);
 }
 
 static char s_out[1 << 18];
