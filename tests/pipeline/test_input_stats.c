@@ -184,9 +184,13 @@ Test(input_stats, zmq_input_gives_its_receivers_row, .init = s_setup, .fini = s_
     cr_assert_str_eq(rows[1].name, "ZMQInput");
     cr_assert_eq(rows[1].msgs_in, 10);
     s_take(in, 1, 15);
-    cr_assert_eq(tp_input_stats(in, rows, 4), 2);
-    cr_assert_eq(rows[1].msgs_in, 25, "the count grows");
-    cr_assert_gt(rows[1].starved_s, 0, "time waiting for the senders");
+    /* the sender has sent its 25 and may have closed its connection by
+     * now, which takes its row away: the receiver's row is the last */
+    int n = tp_input_stats(in, rows, 4);
+    cr_assert(n == 1 || n == 2, "%d rows", n);
+    cr_assert_str_eq(rows[n - 1].name, "ZMQInput");
+    cr_assert_eq(rows[n - 1].msgs_in, 25, "the count grows");
+    cr_assert_gt(rows[n - 1].starved_s, 0, "time waiting for the senders");
     pthread_join(th, NULL);
     cr_assert_eq(s.rc, TP_OK, "%s", tp_last_error());
     tp_input_scalar_t v[4];
