@@ -707,6 +707,11 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
             s_keep(&first, msg, sizeof msg, tp_cb_actor_epoch_end(self->cb_actor, self));
     }
 
+    /* An input or a tower that saw the signal first (waiting for a batch)
+     * ends the loop with TP_ERR_INTERRUPTED: it is the signal's stop all the
+     * same, and the log says so */
+    if (first == TP_ERR_INTERRUPTED)
+        (void)s_stopping(self);
     int stop = atomic_load(&self->stop);
     if (stop)
         TP_INFO("training stopped at epoch %lld, global step %lld: %s",
