@@ -572,16 +572,18 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
 tp_model_t *tp_model_new(const tp_model_desc_t *desc,
                          const tp_model_config_t *config) {
     tp_model_config_t c = config ? *config : tp_model_config_default();
-    if (s_check_desc(desc, &c) < 0)
-        return NULL;
-    tp_model_t *m = calloc(1, sizeof *m);
-    if (!m) {
+    tp_model_t *m = NULL;
+    if (s_check_desc(desc, &c) == TP_OK && !(m = calloc(1, sizeof *m)))
         tp_error(TP_ERR_NOMEM, "model");
+    if (!m) {
+        if (c.backend && c.own_backend)
+            tp_backend_destroy(&c.backend);  /* taken, also on failure */
         return NULL;
     }
     m->config = c;
     if (c.backend) {
         m->backend = c.backend;
+        m->own_backend = c.own_backend;
     } else {
         m->backend = tp_backend_cpu_new(c.threads);
         m->own_backend = 1;

@@ -237,6 +237,8 @@ typedef struct tp_model_config {
     int threads;         /* CPU backend: OpenBLAS threads (0: its default) */
     int average;         /* all-reduce averages gradients (default 1) */
     tp_backend_t *backend; /* NULL: a CPU backend the model owns */
+    int own_backend;     /* 1: the model takes `backend`: destroyed with
+                            the model, or by tp_model_new when it fails */
 } tp_model_config_t;
 
 /* Defaults: 1 tower, batch 32, no inference graph, seed 0, threads 0,

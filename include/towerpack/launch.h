@@ -191,6 +191,11 @@ typedef struct tp_train_config {
     int64_t batch;                 /* per tower; default 32 */
     uint64_t seed;                 /* default 1 */
     int threads;                   /* BLAS threads (0: backend default) */
+    int device;                    /* -1 (default): the towers run on the
+                                      CPU; N: every tower on CUDA device N
+                                      (the backend is made after the input
+                                      has started, so dataflow workers are
+                                      forked before CUDA is loaded) */
 
     tp_callback_t **callbacks;     /* taken; user callbacks */
     size_t ncallbacks;

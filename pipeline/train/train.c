@@ -10,6 +10,7 @@
 #include <towerpack/logdir.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/clock.h>
+#include <towerpack/device.h>
 #include <towerpack/stats.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/launch.h>
@@ -306,6 +307,7 @@ void tp_train_config_init(tp_train_config_t *cfg) {
     cfg->save_checkpoints = 1;
     cfg->starting_epoch = 1;
     cfg->watchdog_s = 10;
+    cfg->device = -1;
 }
 
 void tp_train_config_fini(tp_train_config_t *cfg) {
@@ -440,6 +442,24 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                    : cfg->validation ? cfg->batch : 0;
     mc.seed = cfg->seed;
     mc.threads = cfg->threads;
+    if (cfg->device >= 0) {
+        /* here, after the input has started: its forked workers never
+         * see CUDA loaded */
+        if (cfg->dist) {
+            rc = tp_error(TP_ERR_UNSUPPORTED, "device %d under a distributed "
+                          "run: ranks all-reduce host memory; train on the CPU",
+                          cfg->device);
+            goto out;
+        }
+        tp_cuda_options_t co = tp_cuda_options_default();
+        co.device = cfg->device;
+        if (!(mc.backend = tp_backend_cuda_new(&co))) {
+            rc = tp_error_wrap(TP_ERR_UNSUPPORTED, "towers on CUDA device %d",
+                               cfg->device);
+            goto out;
+        }
+        mc.own_backend = 1;  /* the model (also one handed out) keeps it */
+    }
     mt->model = tp_model_new(cfg->model, &mc);
     if (!mt->model) {
         rc = tp_error_wrap(TP_ERR_INVALID, "building the model");

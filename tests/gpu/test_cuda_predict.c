@@ -158,6 +158,7 @@ Test(cuda_predict, data_parallel_over_the_gpu_and_a_cpu_tower) {
     s_need_gpu();
     tp_predict_config_t c;
     s_config(&c, -1);
+    c.max_batch = 100; /* the CPU reference takes the whole batch at once */
     tp_predictor_t *cpu = tp_predictor_new(&c);
     cr_assert_not_null(cpu, "%s", tp_last_error());
     int devices[2] = {0, -1};

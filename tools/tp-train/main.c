@@ -43,6 +43,7 @@ typedef struct {
     const char *spec, *test_spec, *stats, *remote, *curve;
     int public_bind, no_tensorboard;
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
+    int device;   /* the GPU the towers run on; -1: the CPU */
     double lr;
     int64_t steps_per_epoch, seed;
 } s_args_t;
@@ -66,10 +67,11 @@ static void s_usage(FILE *out) {
 "  --lr X               learning rate (default per model)\n"
 "  --optimizer NAME     sgd (momentum 0.9) or adam (default per model:\n"
 "                       adam for cnn, sgd for the others)\n"
-"  --devices LIST       auto (default: every GPU if CUDA answers, else the\n"
-"                       CPU), cpu, or GPU ids like 0,1\n"
-"  --towers N|auto      CPU towers, data parallel in one process (default auto:\n"
-"                       one per core, at most 4)\n"
+"  --devices LIST       auto (default: GPU 0 if CUDA answers, else the CPU),\n"
+"                       cpu, or one GPU id like 1 (towers on several GPUs\n"
+"                       are not part of this build yet)\n"
+"  --towers N|auto      towers, data parallel in one process (default auto:\n"
+"                       one on a GPU; on the CPU one per core, at most 4)\n"
 "  --workers N          run the data pipeline (read, augment) in N forked\n"
 "                       worker processes; a worker that dies is replaced\n"
 "                       (stats.json: dataflow/worker_restarts)\n"
@@ -112,9 +114,10 @@ static tp_optimizer_t *s_optimizer(void *user) {
                         : tp_optimizer_sgd(args[0], 0.9, 0);
 }
 
-/* --devices 0,1: distinct GPU ids that exist. This build's towers run on
- * the CPU, so a valid list is still refused, but saying which is wrong. */
-static tp_status_t s_check_device_list(const char *list) {
+/* --devices 0,1: distinct GPU ids that exist. This build puts every tower
+ * on one GPU: a list of one is taken (*device), a longer valid one is
+ * refused, saying so. */
+static tp_status_t s_check_device_list(const char *list, int *device) {
     int ids[64], n = 0;
     const char *p = list;
     while (*p) {
@@ -144,9 +147,12 @@ static tp_status_t s_check_device_list(const char *list) {
             return tp_error(TP_ERR_INVALID, "--devices %s: there is no GPU %d "
                             "(%d CUDA device%s)", list, ids[i], count,
                             count == 1 ? "" : "s");
-    return tp_error(TP_ERR_UNSUPPORTED, "--devices %s: this build trains on the "
-                    "CPU only (CUDA towers are not part of it yet); use --devices "
-                    "cpu or auto", list);
+    if (n > 1)
+        return tp_error(TP_ERR_UNSUPPORTED, "--devices %s: towers on several "
+                        "GPUs are not part of this build yet; name one GPU "
+                        "(--towers N puts N towers on it)", list);
+    *device = ids[0];
+    return TP_OK;
 }
 
 /* Under mpirun: the distributed runtime (NULL for a plain run). A rank
@@ -255,7 +261,7 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
 int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
-                  .seed = 1, .augment = -1, .worker_restarts = 3};
+                  .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS };
     static const struct option opts[] = {
@@ -390,15 +396,19 @@ int main(int argc, char **argv) {
         if (!s_dist) {  /* the probe forks: not under MPI */
             char why[512];
             int n = tp_cuda_probe_isolated(why, sizeof why);
-            TP_INFO("devices: CPU (%s%s)", why,
-                    n > 0 ? "; this build's towers run on the CPU only" : "");
+            if (n > 0) {
+                a.device = 0;
+                TP_INFO("devices: GPU 0 (%s)", why);
+            } else {
+                TP_INFO("devices: CPU (%s)", why);
+            }
         }
     } else if (strcmp(a.devices, "cpu") && s_dist) {
         tp_error(TP_ERR_UNSUPPORTED, "--devices %s under MPI: this build trains "
                  "on the CPU only; use --devices cpu or auto", a.devices);
         return s_fail("bad flag");
     } else if (strcmp(a.devices, "cpu")) {
-        if (s_check_device_list(a.devices) != TP_OK)
+        if (s_check_device_list(a.devices, &a.device) != TP_OK)
             return s_fail("bad flag");
     }
     /* On the CPU, towers in parallel use the cores better than one tower
@@ -413,6 +423,8 @@ int main(int argc, char **argv) {
         if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
             cores = CPU_COUNT(&set);
     }
+    if (a.towers == 0 && a.device >= 0)
+        a.towers = 1;  /* one GPU: one tower keeps it busy */
     if (a.towers == 0)
         a.towers = cores < 1 ? 1 : cores > 4 ? 4 : (int)cores;
     if (a.batch == 0)
@@ -490,6 +502,7 @@ int main(int argc, char **argv) {
     cfg.batch = a.batch;
     cfg.seed = (uint64_t)a.seed;
     cfg.threads = a.threads;
+    cfg.device = a.device;
     cfg.logdir = rank == 0 ? logdir : NULL;
     cfg.auto_resume = a.resume;
     cfg.max_epoch = a.epochs;
