@@ -73,3 +73,52 @@ Test(train_signal, sigint_mid_epoch_leaves_a_loadable_checkpoint, .timeout = 120
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* Stopped before its first epoch ends: no statistics yet, and the summary
+ * says so instead of plotting nothing or printing "nan". */
+Test(train_signal, sigint_before_the_first_epoch_says_nothing_ran, .timeout = 120) {
+    char dir[] = "/tmp/tp-sigint-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char logdir[128], out[160], log[160];
+    snprintf(logdir, sizeof logdir, "%s/run", dir);
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    snprintf(log, sizeof log, "%s/log.log", logdir);
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp",
+                    "--epochs", "1", "--steps-per-epoch", "1000000", "--threads", "1",
+                    "--logdir", logdir, NULL};
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    pu_spawn_opts_t o = {.out = out, .env = env};
+    pid_t pid = pu_spawn(argv, &o);
+    /* training has started once the trainer's statistics are announced */
+    char buf[1 << 16];
+    for (int i = 0; i < 600; i++) {
+        buf[0] = '\0';
+        FILE *f = fopen(log, "r");
+        if (f) {
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            buf[n] = '\0';
+            fclose(f);
+        }
+        if (strstr(buf, "statistics for tp-top"))
+            break;
+        usleep(50000);
+    }
+    cr_assert(strstr(buf, "statistics for tp-top"), "training did not start:\n%s", buf);
+    usleep(200000);
+    kill(pid, SIGINT);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %d", status);
+    FILE *f = fopen(out, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    cr_assert(strstr(buf, "tp-train: no epoch finished: no statistics to plot"), "%s", buf);
+    cr_assert(strstr(buf, "test accuracy - (no validation ran)"), "%s", buf);
+    cr_assert_null(strstr(buf, "plotting:"), "%s", buf);
+    cr_assert_null(strstr(buf, "accuracy nan"), "%s", buf);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}

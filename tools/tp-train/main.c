@@ -254,8 +254,12 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
             acc = json_number_value(v);
     }
     json_decref(j);
-    printf("tp-train: test accuracy %.4f | wall time %.1f s | %.0f samples/s\n",
-           acc, wall, wall > 0 ? (double)samples / wall : 0.0);
+    if (isnan(acc))  /* no validation ran: say so, not "nan" */
+        printf("tp-train: test accuracy - (no validation ran) | wall time %.1f s"
+               " | %.0f samples/s\n", wall, wall > 0 ? (double)samples / wall : 0.0);
+    else
+        printf("tp-train: test accuracy %.4f | wall time %.1f s | %.0f samples/s\n",
+               acc, wall, wall > 0 ? (double)samples / wall : 0.0);
 }
 
 int main(int argc, char **argv) {
@@ -580,7 +584,9 @@ int main(int argc, char **argv) {
     char stats[4200], png[4200];
     snprintf(stats, sizeof stats, "%s/stats.json", logdir);
     snprintf(png, sizeof png, "%s/curves.png", logdir);
-    if (tp_plot_stats(stats, png) != TP_OK)
+    if (access(stats, F_OK) != 0)  /* stopped before the first epoch ended */
+        printf("tp-train: no epoch finished: no statistics to plot\n");
+    else if (tp_plot_stats(stats, png) != TP_OK)
         fprintf(stderr, "tp-train: plotting: %s\n", tp_last_error());
     /* Samples trained in this invocation: steps x total batch, from stats. */
     json_error_t err;
