@@ -51,6 +51,9 @@ tp_status_t df_tpk_comp_array(df_tpk_comps_t *cs, tp_dtype_t dt, int ndim,
 /* The decoders: components of the message, or TP_ERR_PROTOCOL. */
 tp_status_t df_tpk_pickle(const uint8_t *p, size_t n, df_tpk_comps_t *cs);
 tp_status_t df_tpk_msgpack(const uint8_t *p, size_t n, df_tpk_comps_t *cs);
+/* msgpack through msgpack-c alone (df_tpk_msgpack takes the common shapes
+ * on a fast path first, and falls back to this one). */
+tp_status_t df_tpk_msgpack_generic(const uint8_t *p, size_t n, df_tpk_comps_t *cs);
 tp_status_t df_tpk_zmq_ops(const uint8_t *p, size_t n, df_tpk_comps_t *cs);
 
 /* A serialised list of keys (LMDBSerializer's "__keys__": a list of bytes

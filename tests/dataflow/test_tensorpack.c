@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 #include <zmq.h>
+#include "dataflow/df_tp.h"  /* both msgpack decoders, white-box */
 #include "dataflow/tpk_testutil.h"
 
 static tp_datapoint_t *sample_dp(void) {
@@ -410,5 +411,87 @@ Test(tensorpack, decoding_on_many_threads_with_datapoints_freed_elsewhere) {
     free(pk);
     free(big);
     tp_datapoint_destroy(&many);
+    tp_datapoint_destroy(&dp);
+}
+
+/* ---- msgpack: the fast path against msgpack-c --------------------------- */
+
+/* Both decoders of df_tp_msgpack.c on the same bytes: the same components
+ * (dtype, shape, bytes) or both refuse. */
+static void s_same_msgpack(const uint8_t *p, size_t n) {
+    df_tpk_comps_t a = {0}, b = {0};
+    tp_status_t ra = df_tpk_msgpack(p, n, &a), rb = df_tpk_msgpack_generic(p, n, &b);
+    cr_assert_eq(ra == TP_OK, rb == TP_OK, "%zu bytes: fast path %d, msgpack-c %d",
+                 n, (int)ra, (int)rb);
+    cr_assert_eq(a.n, b.n);
+    for (int i = 0; ra == TP_OK && i < a.n; i++) {
+        const df_tpk_comp_t *x = &a.c[i], *y = &b.c[i];
+        cr_assert(x->dtype == y->dtype && x->ndim == y->ndim && x->nbytes == y->nbytes,
+                  "component %d differs", i);
+        for (int d = 0; d < x->ndim; d++)
+            cr_assert_eq(x->shape[d], y->shape[d]);
+        const uint8_t *dx = x->data ? x->data : x->owned ? x->owned : x->inl;
+        const uint8_t *dy = y->data ? y->data : y->owned ? y->owned : y->inl;
+        cr_assert_eq(memcmp(dx, dy, x->nbytes), 0, "component %d's bytes differ", i);
+    }
+    df_tpk_comps_fini(&a);
+    df_tpk_comps_fini(&b);
+}
+
+Test(tensorpack, msgpack_fast_path_agrees_with_msgpack_c) {
+    static const struct { const char *p; size_t n; } msgs[] = {
+#define M(s) {s, sizeof s - 1}
+        /* every scalar type: fixints, u8..u64, i8..i64, float32/64, bools */
+        M("\x9f\x05\xe0\xcc\xff\xcd\x12\x34\xce\x01\x02\x03\x04\xcf\x00\x00\x00\x00\x00\x00\x01\x00"
+          "\xd0\x80\xd1\xff\x00\xd2\x80\x00\x00\x00\xd3\xff\xff\xff\xff\xff\xff\xff\xfe"
+          "\xca\x3f\xc0\x00\x00\xcb\x40\x09\x21\xfb\x54\x44\x2d\x18\xc2\xc3\x00\x7f"),
+        /* u64 past int64: refused by both */
+        M("\x91\xcf\x80\x00\x00\x00\x00\x00\x00\x00"),
+        /* bytes and str in every width */
+        M("\x94\xa3" "abc" "\xd9\x01z" "\xc4\x02xy" "\xc5\x00\x01q"),
+        /* a msgpack-numpy scalar (nd False) and an array, keys as str */
+        M("\x92\x84\xa2nd\xc2\xa4type\xa3<f4\xa4kind\xa0\xa4" "data\xc4\x04\x00\x00\x80\x3f"
+          "\x85\xa2nd\xc3\xa4type\xa3|u1\xa4kind\xa0\xa5shape\x92\x02\xcc\x03\xa4"
+          "data\xc4\x06\x01\x02\x03\x04\x05\x06"),
+        /* an unknown key and a signed dimension: msgpack-c's path decides */
+        M("\x91\x86\xc4\x02nd\xc3\xc4\x04type\xa3<i4\xc4\x04kind\xc4\x00\xc4\x05shape"
+          "\x91\xd0\x01\xc4\x04" "data\xc4\x04\x01\x00\x00\x00\xc4\x03xyz\xc0"),
+        /* map16 and array16 headers */
+        M("\xdc\x00\x01\xde\x00\x03\xc4\x02nd\xc2\xc4\x04type\xa3<i8\xc4\x04"
+          "data\xc4\x08\x01\x00\x00\x00\x00\x00\x00\x00"),
+        /* a list, nil, an ext: refused by both */
+        M("\x92\x01\x91\x02"), M("\x91\xc0"), M("\x91\xd4\x01\x02"),
+        /* trailing bytes, a shape that does not fit the data */
+        M("\x91\x01\x01"),
+        M("\x91\x85\xc4\x02nd\xc3\xc4\x04type\xa3<f4\xc4\x04kind\xc4\x00\xc4\x05shape"
+          "\x91\x02\xc4\x04" "data\xc4\x04\x00\x00\x00\x00"),
+#undef M
+    };
+    for (size_t m = 0; m < sizeof msgs / sizeof *msgs; m++) {
+        const uint8_t *p = (const uint8_t *)msgs[m].p;
+        size_t n = msgs[m].n;
+        uint8_t *q = malloc(n);
+        /* the message, every prefix, and every byte flipped to a few values */
+        for (size_t k = 0; k <= n; k++)
+            s_same_msgpack(p, k);
+        for (size_t i = 0; i < n; i++)
+            for (int v = 0; v < 256; v += 17) {
+                memcpy(q, p, n);
+                q[i] = (uint8_t)v;
+                s_same_msgpack(q, n);
+            }
+        free(q);
+    }
+    /* what towerpack itself writes: every dtype, a big array, a scalar */
+    tp_datapoint_t *dp = sample_dp();
+    void *buf;
+    size_t len;
+    cr_assert_eq(tp_tpk_encode(dp, TP_TPK_MSGPACK, &buf, &len), TP_OK);
+    s_same_msgpack(buf, len);
+    df_tpk_comps_t cs = {0};
+    cr_assert_eq(df_tpk_msgpack(buf, len, &cs), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(cs.n, 8);
+    df_tpk_comps_fini(&cs);
+    free(buf);
     tp_datapoint_destroy(&dp);
 }
