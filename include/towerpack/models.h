@@ -44,8 +44,8 @@ const tp_input_desc_t *tp_zoo_inputs(void);
 tp_status_t tp_zoo_inputs_sized(int height, int width, tp_input_desc_t out[2]);
 /* TP_OK when `model` builds at height x width; TP_ERR_INVALID naming the
  * model, the size and its min_size (or TP_ZOO_MAX_SIZE) otherwise. The
- * models check it too when they are built (tp_model_new fails with the
- * same message), before any layer sees the image. */
+ * models check it too when they are built (tp_model_new fails with that
+ * message, after the tower's name), before any layer sees the image. */
 tp_status_t tp_zoo_check_size(const tp_zoo_model_t *model, int height, int width);
 
 /* A data source as tp-train and tp-predict name it, as the source of a
