@@ -1,5 +1,8 @@
 /* towerpack models: the model zoo of tp-train (MLP, CNN, CNN with batch
- * norm, a small ResNet) for 28x28 grey images and 10 classes. */
+ * norm, a small ResNet) for grey images and 10 classes: 28x28 by default,
+ * any height and width from the model's min_size on (each model reads
+ * them from its image input). */
+#include <stdio.h>
 #include <string.h>
 #include <towerpack/models.h>
 
@@ -9,6 +12,31 @@ static const tp_input_desc_t s_inputs[2] = {
 };
 
 const tp_input_desc_t *tp_zoo_inputs(void) { return s_inputs; }
+
+tp_status_t tp_zoo_inputs_sized(int height, int width, tp_input_desc_t out[2]) {
+    if (height < 1 || height > TP_ZOO_MAX_SIZE || width < 1 || width > TP_ZOO_MAX_SIZE)
+        return tp_error(TP_ERR_INVALID, "zoo image size %dx%d: height and width "
+                        "must be 1..%d", height, width, TP_ZOO_MAX_SIZE);
+    out[0] = s_inputs[0];
+    out[0].shape[1] = height;
+    out[0].shape[2] = width;
+    out[1] = s_inputs[1];
+    return TP_OK;
+}
+
+tp_status_t tp_zoo_check_size(const tp_zoo_model_t *model, int height, int width) {
+    if (!model)
+        return tp_error(TP_ERR_INVALID, "no model to check the image size of");
+    if (height > TP_ZOO_MAX_SIZE || width > TP_ZOO_MAX_SIZE)
+        return tp_error(TP_ERR_INVALID, "model %s: image size %dx%d is larger than "
+                        "%dx%d", model->name, height, width, TP_ZOO_MAX_SIZE,
+                        TP_ZOO_MAX_SIZE);
+    if (height < model->min_size || width < model->min_size)
+        return tp_error(TP_ERR_INVALID, "model %s: image size %dx%d is too small "
+                        "(it needs at least %dx%d)", model->name, height, width,
+                        model->min_size, model->min_size);
+    return TP_OK;
+}
 
 /* The classifier head shared by every model: logits -> cost and metrics. */
 static tp_status_t s_head_wd(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
@@ -32,18 +60,35 @@ static tp_status_t s_head(tp_tower_t *t, tp_node_t *logits, tp_node_t *label) {
     return s_head_wd(t, logits, label, 0);
 }
 
-/* uint8 [B,28,28] -> float32 [B,1,28,28] in [0,1]; augmented batches come
- * as float32 already (normalised by the augmentor): cast passes them on. */
-static tp_node_t *s_image(tp_tower_t *t, tp_node_t *img, int nchw) {
+/* uint8 [B,H,W] -> float32 [B,1,H,W] in [0,1] (or flattened [B,H*W]);
+ * augmented batches come as float32 already (normalised by the augmentor):
+ * cast passes them on. H and W are the image input's own; a size the model
+ * `name` does not build at fails here, naming it, before any layer. */
+static tp_status_t s_image(tp_tower_t *t, tp_node_t *img, int nchw, const char *name,
+                           tp_node_t **out) {
+    *out = NULL;
+    const tp_shape_t *s = img ? tp_node_shape(img) : NULL;
+    if (!s || s->ndim != 3)
+        return tp_error(TP_ERR_SHAPE, "model %s: the image input must be [batch,"
+                        "height,width]%s", name, s ? "" : " (no image input)");
+    if (s->d[1] > TP_ZOO_MAX_SIZE || s->d[2] > TP_ZOO_MAX_SIZE)
+        return tp_error(TP_ERR_INVALID, "model %s: image size %lldx%lld is larger "
+                        "than %dx%d", name, (long long)s->d[1], (long long)s->d[2],
+                        TP_ZOO_MAX_SIZE, TP_ZOO_MAX_SIZE);
+    TP_TRY(tp_zoo_check_size(tp_zoo_find(name), (int)s->d[1], (int)s->d[2]));
     tp_node_t *x = tp_cast(t, "input", img, tp_node_dtype(img) == TP_UINT8 ? 1.0f / 255 : 1.0f);
-    if (!nchw)
-        return tp_flatten(t, "flat_input", x);
-    int64_t shape[] = {-1, 1, 28, 28};
-    return tp_reshape(t, "nchw", x, 4, shape);
+    if (!nchw) {
+        *out = tp_flatten(t, "flat_input", x);
+        return TP_OK;
+    }
+    int64_t shape[] = {-1, 1, s->d[1], s->d[2]};
+    *out = tp_reshape(t, "nchw", x, 4, shape);
+    return TP_OK;
 }
 
 static tp_status_t s_mlp(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    tp_node_t *x = s_image(t, in[0], 0);
+    tp_node_t *x;
+    TP_TRY(s_image(t, in[0], 0, "mlp", &x));
     x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 512, 1));
     x = tp_relu(t, NULL, tp_fc(t, "fc1", x, 256, 1));
     return s_head(t, tp_fc(t, "linear", x, 10, 1), in[1]);
@@ -61,7 +106,8 @@ static tp_node_t *s_conv_block(tp_tower_t *t, const char *scope, tp_node_t *x,
 }
 
 static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    tp_node_t *x = s_image(t, in[0], 1);
+    tp_node_t *x;
+    TP_TRY(s_image(t, in[0], 1, "cnn", &x));
     x = tp_max_pool(t, "pool0", s_conv_block(t, "conv0", x, 32, 0), 2, 2, 0);
     x = tp_max_pool(t, "pool1", s_conv_block(t, "conv1", x, 64, 0), 2, 2, 0);
     x = tp_flatten(t, "flat", x);
@@ -70,12 +116,14 @@ static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *user) {
 }
 
 /* The longer-run model: three conv blocks with batch norm (32, 64, 128
- * channels, each halving the image: 28 -> 14 -> 7 -> 3), fc 256 with
+ * channels, each halving the image: 28 -> 14 -> 7 -> 3; at least 8x8),
+ * fc 256 with
  * dropout, weight decay 5e-4. Twice the CNN's arithmetic per image. The
  * two-block version plateaued at 0.918; this one reached 0.9328 in 24
  * epochs with a 1-pixel crop and flip (docs/training.md has the runs). */
 static tp_status_t s_cnn_bn(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    tp_node_t *x = s_image(t, in[0], 1);
+    tp_node_t *x;
+    TP_TRY(s_image(t, in[0], 1, "cnn-bn", &x));
     x = tp_max_pool(t, "pool0", s_conv_block(t, "conv0", x, 32, 1), 2, 2, 0);
     x = tp_max_pool(t, "pool1", s_conv_block(t, "conv1", x, 64, 1), 2, 2, 0);
     x = tp_max_pool(t, "pool2", s_conv_block(t, "conv2", x, 128, 1), 2, 2, 0);
@@ -104,7 +152,8 @@ static tp_node_t *s_res_block(tp_tower_t *t, const char *scope, tp_node_t *x,
 }
 
 static tp_status_t s_resnet(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    tp_node_t *x = s_image(t, in[0], 1);
+    tp_node_t *x;
+    TP_TRY(s_image(t, in[0], 1, "resnet", &x));
     x = tp_relu(t, NULL, tp_batch_norm(t, "stem/bn", tp_conv2d(t, "stem", x, 32, 3, 1, 1, 0)));
     x = s_res_block(t, "stage1/block0", x, 32, 1);
     x = s_res_block(t, "stage1/block1", x, 32, 1);
@@ -116,13 +165,17 @@ static tp_status_t s_resnet(tp_tower_t *t, tp_node_t *const *in, void *user) {
     return s_head(t, tp_fc(t, "linear", x, 10, 1), in[1]);
 }
 
+/* min_size: the MLP and the ResNet (padded stride-2 convolutions, then a
+ * global average pool) build at any size; the CNN's two 2x2 poolings need
+ * 4 pixels, cnn-bn's three need 8. The fc layer after a flatten takes the
+ * size it is built at. */
 static const tp_zoo_model_t s_models[] = {
-    {"mlp", "784-512-256-10 perceptron", s_mlp, 0.05, 10, 0, "sgd"},
+    {"mlp", "784-512-256-10 perceptron (at 28x28)", s_mlp, 0.05, 10, 0, "sgd", 1},
     /* The main job: Adam reaches 0.91 in 3-4 epochs where SGD with
      * momentum stays at 0.907 after 3 (docs/training.md). */
-    {"cnn", "two 3x3 convolutions (32, 64) with pooling, fc 128", s_cnn, 0.1, 4, 0, "adam"},
-    {"cnn-bn", "three conv blocks (32, 64, 128) with batch norm, fc 256, dropout, weight decay; augmented", s_cnn_bn, 0.02, 30, 1, "sgd"},
-    {"resnet", "ResNet with 6 basic blocks (32, 64, 128 channels), augmented", s_resnet, 0.02, 30, 1, "sgd"},
+    {"cnn", "two 3x3 convolutions (32, 64) with pooling, fc 128", s_cnn, 0.1, 4, 0, "adam", 4},
+    {"cnn-bn", "three conv blocks (32, 64, 128) with batch norm, fc 256, dropout, weight decay; augmented", s_cnn_bn, 0.02, 30, 1, "sgd", 8},
+    {"resnet", "ResNet with 6 basic blocks (32, 64, 128 channels), augmented", s_resnet, 0.02, 30, 1, "sgd", 1},
 };
 static const tp_zoo_model_t *const s_all[] = {&s_models[0], &s_models[1], &s_models[2], &s_models[3], NULL};
 

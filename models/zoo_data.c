@@ -10,23 +10,32 @@
 
 static int s_prefix(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
 
-tp_status_t tp_zoo_source(const char *data, int in_order, char *buf, size_t size) {
+tp_status_t tp_zoo_source_sized(const char *data, int in_order, int height, int width,
+                                char *buf, size_t size) {
     if (!data)
         return tp_error(TP_ERR_INVALID, "no data source");
+    if (height < 1 || height > TP_ZOO_MAX_SIZE || width < 1 || width > TP_ZOO_MAX_SIZE)
+        return tp_error(TP_ERR_INVALID, "data source '%s': image size %dx%d (height "
+                        "and width 1..%d)", data, height, width, TP_ZOO_MAX_SIZE);
     /* sources whose order is random unless told: keep the file's order */
     const char *order = in_order && !strstr(data, "shuffle") ? ",shuffle=0" : "";
+    /* the 28x28 records resized in the pipeline (tensorpack's imgaug.Resize
+     * in an AugmentImageComponent): nothing to add at their own size */
+    char resize[64] = "";
+    if (height != 28 || width != 28)
+        snprintf(resize, sizeof resize, " | imgaug resize=%dx%d", height, width);
     int n;
     if (s_prefix(data, "fashion-mnist:") || s_prefix(data, "idx:"))
-        n = snprintf(buf, size, "%s%s", data, order);
+        n = snprintf(buf, size, "%s%s%s", data, order, resize);
     else if (s_prefix(data, "lmdb:"))  /* record files are read in order */
-        n = snprintf(buf, size, "%s", data);
+        n = snprintf(buf, size, "%s%s", data, resize);
     else if (s_prefix(data, "tensorpack-lmdb:"))  /* numpy's int64 labels */
-        n = snprintf(buf, size, "%s,int32", data);
+        n = snprintf(buf, size, "%s,int32%s", data, resize);
     else if (s_prefix(data, "imagefolder:") || s_prefix(data, "imagelist:"))
-        /* grey, decoded at the smallest JPEG scale that keeps 28 pixels on
-         * the short side, then resized to the models' 28x28 */
-        n = snprintf(buf, size, "%s%s,mode=grey,min-short=28 | imgaug resize=28x28",
-                     data, order);
+        /* grey, decoded at the smallest JPEG scale that keeps the short
+         * side of the model's input, then resized to it */
+        n = snprintf(buf, size, "%s%s,mode=grey,min-short=%d | imgaug resize=%dx%d",
+                     data, order, height < width ? height : width, height, width);
     else
         return tp_error(TP_ERR_INVALID, "data source '%s': use fashion-mnist:SPLIT, "
                         "idx:IMAGES[,LABELS], lmdb:PATH, tensorpack-lmdb:PATH, "
@@ -34,6 +43,10 @@ tp_status_t tp_zoo_source(const char *data, int in_order, char *buf, size_t size
     if (n < 0 || (size_t)n >= size)
         return tp_error(TP_ERR_INVALID, "data source '%.64s...': too long", data);
     return TP_OK;
+}
+
+tp_status_t tp_zoo_source(const char *data, int in_order, char *buf, size_t size) {
+    return tp_zoo_source_sized(data, in_order, 28, 28, buf, size);
 }
 
 const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model,
@@ -52,9 +65,26 @@ const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model
     if (!zoo)
         return NULL;
     memcpy(inputs, tp_zoo_inputs(), 2 * sizeof *inputs);
+    const tp_input_desc_t *rec = info.ninputs > 0 && !strcmp(info.inputs[0].name, "image")
+                               ? &info.inputs[0] : NULL;
+    if (rec) {
+        /* the size it was trained at: [batch,height,width] */
+        if (rec->ndim != 3 || rec->shape[1] > TP_ZOO_MAX_SIZE ||
+            rec->shape[2] > TP_ZOO_MAX_SIZE) {
+            tp_error(TP_ERR_FORMAT, "%s: the recorded image input is not [batch,"
+                     "height,width] with sides up to %d", ckpt, TP_ZOO_MAX_SIZE);
+            return NULL;
+        }
+        inputs[0].shape[1] = rec->shape[1];
+        inputs[0].shape[2] = rec->shape[2];
+    }
+    if (tp_zoo_check_size(zoo, (int)inputs[0].shape[1], (int)inputs[0].shape[2]) != TP_OK) {
+        tp_error_wrap(TP_ERR_INVALID, "%s", ckpt);
+        return NULL;
+    }
     /* the image dtype it was trained on: float32 after the augmentor */
-    if (info.ninputs > 0 && !strcmp(info.inputs[0].name, "image"))
-        inputs[0].dtype = info.inputs[0].dtype;
+    if (rec)
+        inputs[0].dtype = rec->dtype;
     else
         inputs[0].dtype = zoo->augment ? TP_FLOAT32 : TP_UINT8;
     return zoo;

@@ -1,6 +1,8 @@
-/* towerpack: the models tp-train knows, for 28x28 single-channel images
- * with 10 classes (Fashion-MNIST, MNIST). Each is a tower function with the
- * two inputs image (uint8 [B,28,28]) and label (int32 [B]); every model
+/* towerpack: the models tp-train knows, for single-channel images with 10
+ * classes (Fashion-MNIST, MNIST). Each is a tower function with the two
+ * inputs image (uint8 [B,H,W]; 28x28 by default, any size from the
+ * model's min_size up to TP_ZOO_MAX_SIZE through tp_zoo_inputs_sized) and
+ * label (int32 [B]); every model takes H and W from its image input, and
  * has the outputs "cost", "logits" and "wrong" (misclassified rows of the
  * batch) and the metric "accuracy". The
  * examples/ folder builds the same models step by step. */
@@ -21,14 +23,30 @@ typedef struct tp_zoo_model {
     int default_epochs;
     int augment;               /* trains on crop+flip augmented images */
     const char *optimizer;     /* the default: "sgd" (momentum 0.9) or "adam" */
+    int min_size;              /* the smallest image height and width it
+                                * builds at (its poolings leave >= 1 pixel) */
 } tp_zoo_model_t;
+
+/* The largest image height or width tp_zoo_inputs_sized takes. */
+#define TP_ZOO_MAX_SIZE 1024
 
 /* The model named `name`, or NULL (tp_last_error lists the names). */
 const tp_zoo_model_t *tp_zoo_find(const char *name);
 /* Every model, NULL-terminated. */
 const tp_zoo_model_t *const *tp_zoo_all(void);
-/* The two input descriptions (image, label) all zoo models take. */
+/* The two input descriptions (image, label) all zoo models take at the
+ * default size: image uint8 [B,28,28]. */
 const tp_input_desc_t *tp_zoo_inputs(void);
+/* The same for images of height x width: out[0] image uint8
+ * [B,height,width], out[1] label int32 [B]. TP_ERR_INVALID naming the size
+ * when either is outside 1..TP_ZOO_MAX_SIZE (out untouched). A model may
+ * need more: tp_zoo_check_size. */
+tp_status_t tp_zoo_inputs_sized(int height, int width, tp_input_desc_t out[2]);
+/* TP_OK when `model` builds at height x width; TP_ERR_INVALID naming the
+ * model, the size and its min_size (or TP_ZOO_MAX_SIZE) otherwise. The
+ * models check it too when they are built (tp_model_new fails with that
+ * message, after the tower's name), before any layer sees the image. */
+tp_status_t tp_zoo_check_size(const tp_zoo_model_t *model, int height, int width);
 
 /* A data source as tp-train and tp-predict name it, as the source of a
  * pipeline spec that yields what the zoo's models take (uint8 [28,28]
@@ -36,14 +54,25 @@ const tp_input_desc_t *tp_zoo_inputs(void);
  * lmdb:PATH, tensorpack-lmdb:PATH (int64 labels narrowed), imagefolder:DIR
  * and imagelist:FILE (decoded as grey, resized to 28x28). in_order: read in
  * file order (validation, prediction). Writes buf[size]; TP_ERR_INVALID
- * naming the accepted forms for anything else. */
+ * naming the accepted forms for anything else. The 28x28 case of
+ * tp_zoo_source_sized. */
 tp_status_t tp_zoo_source(const char *data, int in_order, char *buf, size_t size);
+/* The same for images of height x width: image folders and lists are
+ * decoded at the smallest scale that keeps min(height, width) pixels on the
+ * short side and resized to height x width; the other sources (28x28
+ * Fashion-MNIST, IDX and LMDB records) get an `imgaug resize=HxW` stage
+ * unless the size is 28x28. TP_ERR_INVALID for a size outside
+ * 1..TP_ZOO_MAX_SIZE. */
+tp_status_t tp_zoo_source_sized(const char *data, int in_order, int height, int width,
+                                char *buf, size_t size);
 
 /* The zoo model a checkpoint holds: `load` a checkpoint or a log directory
  * (its latest checkpoint's path into ckpt[size]); the model its metadata
  * names (tp-train records it), or `model` when not NULL; inputs[2] the
- * inputs it was trained on (the image's dtype: float32 after the
- * augmentor). NULL with tp_last_error() saying which part failed. */
+ * inputs it was trained on: the image's dtype (float32 after the
+ * augmentor) and its height and width as recorded (28x28 for checkpoints
+ * that record no inputs). NULL with tp_last_error() saying which part
+ * failed (also a recorded size the model does not build at). */
 const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model,
                                              char *ckpt, size_t size,
                                              tp_input_desc_t inputs[2]);

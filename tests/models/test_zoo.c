@@ -87,3 +87,185 @@ Test(zoo, an_image_folder_yields_the_zoo_input) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
 }
+
+/* ---- the zoo at other image sizes (issue 28) ------------------------------ */
+
+/* Build `name` for h x w images as an inference graph of `batch` rows. */
+static tp_model_t *s_model_at(const char *name, int h, int w, tp_input_desc_t in[2]) {
+    cr_assert_eq(tp_zoo_inputs_sized(h, w, in), TP_OK, "%s", tp_last_error());
+    tp_model_desc_t md = {in, 2, tp_zoo_find(name)->build, NULL, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = 0;
+    mc.infer_batch = 3;
+    mc.seed = 5;
+    return tp_model_new(&md, &mc);
+}
+
+/* One forward pass of 3 images (a gradient, so every pixel matters):
+ * logits [3,10], finite. */
+static void s_forward(const char *name, int h, int w) {
+    tp_input_desc_t in[2];
+    tp_model_t *m = s_model_at(name, h, w, in);
+    cr_assert_not_null(m, "%s at %dx%d: %s", name, h, w, tp_last_error());
+    int64_t ishape[3] = {3, h, w}, lshape[1] = {3};
+    tp_tensor_t feeds[2];
+    cr_assert_eq(tp_tensor_init(&feeds[0], TP_UINT8, 3, ishape), TP_OK);
+    cr_assert_eq(tp_tensor_init(&feeds[1], TP_INT32, 1, lshape), TP_OK);
+    for (size_t i = 0; i < feeds[0].nbytes; i++)
+        ((uint8_t *)feeds[0].data)[i] = (uint8_t)(i * 7 % 256);
+    for (int i = 0; i < 3; i++)
+        ((int32_t *)feeds[1].data)[i] = i;
+    tp_fetch_t f = {"logits", {0}};
+    tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, feeds, 2, &f, 1, &ro), TP_OK, "%s at %dx%d: %s",
+                 name, h, w, tp_last_error());
+    cr_expect_eq(f.value.ndim, 2, "%s at %dx%d", name, h, w);
+    cr_expect_eq(f.value.shape[0], 3, "%s at %dx%d", name, h, w);
+    cr_expect_eq(f.value.shape[1], 10, "%s at %dx%d", name, h, w);
+    const float *l = f.value.data;
+    for (int i = 0; i < 30; i++)
+        cr_expect(l[i] == l[i] && l[i] > -1e6 && l[i] < 1e6, "%s at %dx%d: logit %g",
+                  name, h, w, (double)l[i]);
+    tp_model_destroy(&m);
+    tp_tensor_fini(&feeds[0]);
+    tp_tensor_fini(&feeds[1]);
+}
+
+Test(zoo, every_model_runs_at_32x32_and_20x20) {
+    const tp_zoo_model_t *const *all = tp_zoo_all();
+    for (int i = 0; all[i]; i++) {
+        s_forward(all[i]->name, 32, 32);
+        s_forward(all[i]->name, 20, 20);
+    }
+    s_forward("cnn", 24, 36);  /* not square */
+}
+
+/* min_size is what the graph allows: each model builds and runs there, and
+ * one pixel less fails when the model is built, naming the model and the
+ * size (not a shape error deep in the graph). */
+Test(zoo, the_smallest_size_runs_and_one_less_is_named) {
+    const tp_zoo_model_t *const *all = tp_zoo_all();
+    for (int i = 0; all[i]; i++) {
+        const tp_zoo_model_t *z = all[i];
+        s_forward(z->name, z->min_size, z->min_size);
+        if (z->min_size < 2)
+            continue;
+        int s = z->min_size - 1;
+        tp_input_desc_t in[2];
+        tp_model_t *m = s_model_at(z->name, s, s, in);
+        cr_expect_null(m, "%s built at %dx%d", z->name, s, s);
+        tp_model_destroy(&m);
+        char want[64], model[64];
+        snprintf(want, sizeof want, "%dx%d is too small", s, s);
+        snprintf(model, sizeof model, "model %s:", z->name);
+        cr_expect(strstr(tp_last_error(), want) && strstr(tp_last_error(), model),
+                  "%s", tp_last_error());
+        cr_expect_eq(tp_zoo_check_size(z, s, s), TP_ERR_INVALID);
+        cr_expect(strstr(tp_last_error(), want) && strstr(tp_last_error(), model),
+                  "%s", tp_last_error());
+        cr_expect_eq(tp_zoo_check_size(z, z->min_size, z->min_size), TP_OK);
+    }
+    cr_expect_eq(tp_zoo_find("cnn")->min_size, 4);
+    cr_expect_eq(tp_zoo_find("cnn-bn")->min_size, 8);
+}
+
+Test(zoo, sized_inputs_and_their_limits) {
+    tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_inputs_sized(28, 28, in), TP_OK);
+    cr_expect_eq(memcmp(&in[0], &tp_zoo_inputs()[0], sizeof in[0]), 0,
+                 "28x28 is tp_zoo_inputs()");
+    cr_expect_eq(memcmp(&in[1], &tp_zoo_inputs()[1], sizeof in[1]), 0);
+    cr_assert_eq(tp_zoo_inputs_sized(32, 20, in), TP_OK);
+    cr_expect_str_eq(in[0].name, "image");
+    cr_expect_eq(in[0].dtype, TP_UINT8);
+    cr_expect_eq(in[0].ndim, 3);
+    cr_expect_eq(in[0].shape[0], -1);
+    cr_expect_eq(in[0].shape[1], 32);
+    cr_expect_eq(in[0].shape[2], 20);
+    cr_expect_str_eq(in[1].name, "label");
+    cr_expect_eq(tp_zoo_inputs()[0].shape[1], 28, "the default is untouched");
+    static const int bad[][2] = {{0, 28}, {28, 0}, {-3, -3}, {TP_ZOO_MAX_SIZE + 1, 28},
+                                 {100000, 100000}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_expect_eq(tp_zoo_inputs_sized(bad[i][0], bad[i][1], in), TP_ERR_INVALID);
+        char want[64];
+        snprintf(want, sizeof want, "%dx%d", bad[i][0], bad[i][1]);
+        cr_expect(strstr(tp_last_error(), want), "%s", tp_last_error());
+    }
+    cr_expect_eq(tp_zoo_check_size(tp_zoo_find("resnet"), 2000, 2000), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "resnet") && strstr(tp_last_error(), "2000x2000"),
+              "%s", tp_last_error());
+}
+
+Test(zoo, sized_sources_resize_to_the_model_input) {
+    char b[512];
+    /* 28x28: the same specs as tp_zoo_source */
+    cr_assert_eq(tp_zoo_source_sized("fashion-mnist:test", 1, 28, 28, b, sizeof b), TP_OK);
+    cr_expect_str_eq(b, "fashion-mnist:test,shuffle=0");
+    cr_assert_eq(tp_zoo_source_sized("fashion-mnist:train", 0, 32, 32, b, sizeof b), TP_OK);
+    cr_expect_str_eq(b, "fashion-mnist:train | imgaug resize=32x32");
+    cr_assert_eq(tp_zoo_source_sized("idx:a,b", 1, 20, 24, b, sizeof b), TP_OK);
+    cr_expect_str_eq(b, "idx:a,b,shuffle=0 | imgaug resize=20x24");
+    cr_assert_eq(tp_zoo_source_sized("lmdb:/x.lmdb", 1, 32, 32, b, sizeof b), TP_OK);
+    cr_expect_str_eq(b, "lmdb:/x.lmdb | imgaug resize=32x32");
+    cr_assert_eq(tp_zoo_source_sized("tensorpack-lmdb:/t.lmdb", 0, 32, 32, b, sizeof b), TP_OK);
+    cr_expect_str_eq(b, "tensorpack-lmdb:/t.lmdb,int32 | imgaug resize=32x32");
+    cr_assert_eq(tp_zoo_source_sized("imagefolder:/d", 1, 32, 32, b, sizeof b), TP_OK);
+    cr_expect_str_eq(b, "imagefolder:/d,shuffle=0,mode=grey,min-short=32 | imgaug resize=32x32");
+    cr_assert_eq(tp_zoo_source_sized("imagelist:/l", 0, 40, 20, b, sizeof b), TP_OK);
+    cr_expect_str_eq(b, "imagelist:/l,mode=grey,min-short=20 | imgaug resize=40x20");
+    cr_expect_eq(tp_zoo_source_sized("fashion-mnist:test", 1, 0, 28, b, sizeof b),
+                 TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "0x28"), "%s", tp_last_error());
+    /* Fashion-MNIST through the spec: uint8 [32,32] images */
+    cr_assert_eq(tp_zoo_source_sized("fashion-mnist:test", 1, 32, 32, b, sizeof b), TP_OK);
+    tp_dataflow_t *df = NULL;
+    cr_assert_eq(tp_spec_parse(b, &df), TP_OK, "%s: %s", b, tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK, "%s", tp_last_error());
+    tp_datapoint_t *dp = NULL;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    const tp_tensor_t *img = tp_datapoint_get(dp, 0);
+    cr_expect_eq(img->dtype, TP_UINT8);
+    cr_expect_eq(img->ndim, 2);
+    cr_expect_eq(img->shape[0], 32);
+    cr_expect_eq(img->shape[1], 32);
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&df);
+}
+
+/* A checkpoint of a 32x32 model gives back its size (and dtype); one of a
+ * size its model does not build at is refused, naming both. */
+Test(zoo, a_checkpoint_gives_back_its_image_size) {
+    char dir[] = "/tmp/tp_zoo_ckpt_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[300], ckpt[400];
+    snprintf(path, sizeof path, "%s/cnn32.safetensors", dir);
+    tp_input_desc_t in[2];
+    tp_model_t *m = s_model_at("cnn", 32, 32, in);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    cr_assert_eq(tp_model_set_name(m, "cnn"), TP_OK);
+    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
+    tp_model_destroy(&m);
+    tp_input_desc_t got[2];
+    const tp_zoo_model_t *z = tp_zoo_from_checkpoint(path, NULL, ckpt, sizeof ckpt, got);
+    cr_assert_not_null(z, "%s", tp_last_error());
+    cr_expect_str_eq(z->name, "cnn");
+    cr_expect_eq(got[0].ndim, 3);
+    cr_expect_eq(got[0].shape[1], 32);
+    cr_expect_eq(got[0].shape[2], 32);
+    cr_expect_eq(got[0].dtype, TP_UINT8);
+    cr_expect_str_eq(got[1].name, "label");
+    /* an mlp at 6x6 read as cnn-bn (--model overrides): too small for it */
+    snprintf(path, sizeof path, "%s/mlp6.safetensors", dir);
+    m = s_model_at("mlp", 6, 6, in);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    cr_assert_eq(tp_model_set_name(m, "mlp"), TP_OK);
+    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
+    tp_model_destroy(&m);
+    cr_expect_null(tp_zoo_from_checkpoint(path, "cnn-bn", ckpt, sizeof ckpt, got));
+    cr_expect(strstr(tp_last_error(), "cnn-bn") && strstr(tp_last_error(), "6x6"),
+              "%s", tp_last_error());
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}

@@ -4,6 +4,9 @@
   onnx_check.py check MODEL.onnx...
       onnx.checker.check_model (full check: types and shapes inferred) on
       each; prints one line per model, exits 1 on the first rejection.
+  onnx_check.py shape MODEL.onnx...
+      the same check, then one line per model with the graph's inputs and
+      outputs and their dims: "PATH: image=batch,32,32 logits=batch,10".
   onnx_check.py opencv MODEL.onnx PREDICTIONS.csv IMAGES.gz
       runs the model with OpenCV's DNN module on the IDX images (as many as
       the CSV has rows, which tp-predict wrote with --logits) and prints one
@@ -34,6 +37,18 @@ def check(paths):
         print("%s: ok (opset %d, ops %s)" % (p, model.opset_import[0].version, ",".join(ops)))
 
 
+def dims(value):
+    return ",".join(d.dim_param or str(d.dim_value) for d in value.type.tensor_type.shape.dim)
+
+
+def shape(paths):
+    for p in paths:
+        model = onnx.load(p)
+        onnx.checker.check_model(model, full_check=True)
+        io = list(model.graph.input) + list(model.graph.output)
+        print("%s: %s" % (p, " ".join("%s=%s" % (v.name, dims(v)) for v in io)))
+
+
 def opencv(model_path, csv_path, images_path):
     with open(csv_path) as f:
         rows = list(csv.DictReader(f))
@@ -61,6 +76,8 @@ def opencv(model_path, csv_path, images_path):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "check":
         check(sys.argv[2:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "shape":
+        shape(sys.argv[2:])
     elif len(sys.argv) == 5 and sys.argv[1] == "opencv":
         opencv(*sys.argv[2:])
     else:

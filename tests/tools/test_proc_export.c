@@ -58,18 +58,24 @@ static tp_optimizer_t *s_sgd(void *u) {
     return tp_optimizer_sgd(0.02, 0.9, 0);
 }
 
-/* A zoo model after two SGD steps on Fashion-MNIST (batch-norm averages
- * that are not their initial values), saved with its name. */
-static void s_checkpoint(const char *name, const char *path) {
-    tp_model_desc_t md = {tp_zoo_inputs(), 2, tp_zoo_find(name)->build, s_sgd, NULL};
+/* A zoo model at h x w after two SGD steps on Fashion-MNIST (resized
+ * unless 28x28; batch-norm averages that are not their initial values),
+ * saved with its name. */
+static void s_checkpoint_sized(const char *name, int h, int w, const char *path) {
+    tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_inputs_sized(h, w, in), TP_OK, "%s", tp_last_error());
+    tp_model_desc_t md = {in, 2, tp_zoo_find(name)->build, s_sgd, NULL};
     tp_model_config_t mc = tp_model_config_default();
     mc.batch = 8;
     mc.seed = 3;
     tp_model_t *m = tp_model_new(&md, &mc);
     cr_assert_not_null(m, "%s", tp_last_error());
     cr_assert_eq(tp_model_set_name(m, name), TP_OK);
-    tp_dataflow_t *df = tp_df_batch(tp_df_fashion_mnist("test", 0), 8, 0);
-    cr_assert_not_null(df, "%s", tp_last_error());
+    char src[256], spec[300];
+    cr_assert_eq(tp_zoo_source_sized("fashion-mnist:test", 1, h, w, src, sizeof src), TP_OK);
+    snprintf(spec, sizeof spec, "%s | batch 8", src);
+    tp_dataflow_t *df = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s: %s", spec, tp_last_error());
     cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
     for (int s = 0; s < 2; s++) {
         tp_datapoint_t *dp = NULL;
@@ -82,6 +88,10 @@ static void s_checkpoint(const char *name, const char *path) {
     tp_dataflow_destroy(&df);
     cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
     tp_model_destroy(&m);
+}
+
+static void s_checkpoint(const char *name, const char *path) {
+    s_checkpoint_sized(name, 28, 28, path);
 }
 
 TestSuite(tp_export, .init = s_setup, .fini = s_teardown);
@@ -107,6 +117,39 @@ Test(tp_export, the_onnx_checker_accepts_every_zoo_model) {
     cr_expect(strstr(s_out, "cnn-bn.onnx: ok") && strstr(s_out, "BatchNormalization"), "%s", s_out);
     cr_expect(!strstr(s_out, "Dropout"), "%s", s_out);
     cr_expect(strstr(s_out, "resnet.onnx: ok") && strstr(s_out, "GlobalAveragePool"), "%s", s_out);
+}
+
+/* Every zoo model trained at 32x32 (and the CNN at 20x24) exports with
+ * that input, [batch,H,W], from the checkpoint alone; onnx's full check
+ * (shape inference through every node) accepts the files and infers the
+ * logits as [batch,10]. */
+Test(tp_export, the_input_shape_follows_the_trained_size) {
+    s_need_python();
+    const tp_zoo_model_t *const *all = tp_zoo_all();
+    char onnx[8][128];
+    char *shape[12] = {PY, CHECK, "shape"};
+    int n = 0;
+    for (; all[n] && n < 8; n++) {
+        int h = all[n + 1] ? 32 : 20, w = all[n + 1] ? 32 : 24;  /* the last not square */
+        char ckpt[128];
+        snprintf(ckpt, sizeof ckpt, "%s/%s-%d.safetensors", s_dir, all[n]->name, h);
+        snprintf(onnx[n], sizeof onnx[n], "%s/%s-%d.onnx", s_dir, all[n]->name, h);
+        s_checkpoint_sized(all[n]->name, h, w, ckpt);
+        char *exp[] = {TP_BINARY_DIR "/bin/tp-export", "--load", ckpt, "--onnx", onnx[n], NULL};
+        cr_assert_eq(s_run(exp), 0, "%s: %s", all[n]->name, s_out);
+        char want[64];
+        snprintf(want, sizeof want, "input image uint8[batch,%d,%d]", h, w);
+        cr_expect(strstr(s_out, want), "%s", s_out);
+        shape[3 + n] = onnx[n];
+    }
+    cr_assert_eq(n, 4);
+    cr_assert_eq(s_run(shape), 0, "%s", s_out);
+    for (int i = 0; i < n; i++) {
+        char want[256];
+        snprintf(want, sizeof want, "%s: image=batch,%s logits=batch,10", onnx[i],
+                 all[i + 1] ? "32,32" : "20,24");
+        cr_expect(strstr(s_out, want), "want '%s' in:\n%s", want, s_out);
+    }
 }
 
 /* Export `name`, run tp-predict on the first `batches` x 100 images of the

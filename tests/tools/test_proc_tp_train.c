@@ -1,7 +1,8 @@
 /* towerpack tests: the tp-train program, run as a user runs it, with tiny
  * settings: a plain run (stats.json, checkpoints, curves, the summary
- * line), forked dataflow workers, batches from a tp-worker process, and
- * bad flags. Own executable: it forks and execs. */
+ * line), forked dataflow workers, batches from a tp-worker process, a
+ * model trained at --image-size 32 and predicted and exported at that size,
+ * and bad flags. Own executable: it forks and execs. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include "proc_testutil.h"
 #include <towerpack/clock.h>
 #include <towerpack/image.h>
+#include <towerpack/predict.h>
 
 #define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 2"
 
@@ -461,4 +463,115 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *a7[] = {"tp-train", "--devices", "gpu", NULL};
     cr_assert_neq(s_run(a7, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "auto, cpu, or GPU ids"), "%s", s_out);
+}
+
+/* Run a tool of bin/ (argv[0] its name), stdout+stderr into s_out. */
+static int s_tool(char **argv) {
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    char path[256];
+    snprintf(path, sizeof path, TP_BINARY_DIR "/bin/%s", argv[0]);
+    char *full[32] = {path};
+    for (int i = 1; i < 31 && (full[i] = argv[i]); i++) {}
+    return pu_run(full, env, s_out, sizeof s_out);
+}
+
+/* --image-size 32 (issue 28): a folder of 40x40 PNGs is resized to 32x32,
+ * cropped at 32 (augmented CNN), and the checkpoints record 32x32; then
+ * tp-predict and tp-export take the size from the checkpoint, no flag. */
+Test(tp_train, image_size_32_trains_predicts_and_exports, .init = s_setup,
+     .fini = s_teardown, .timeout = 120) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/img", s_dir);
+    cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
+    for (int c = 0; c < 2; c++) {
+        snprintf(path, sizeof path, "%s/img/%c", s_dir, 'a' + c);
+        cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
+    }
+    for (int i = 0; i < 12; i++) {
+        int64_t shape[2] = {40, 40};
+        tp_tensor_t t;
+        cr_assert_eq(tp_tensor_init(&t, TP_UINT8, 2, shape), TP_OK);
+        for (size_t k = 0; k < t.nbytes; k++)  /* class a dark, b bright */
+            ((uint8_t *)t.data)[k] = (uint8_t)((i % 2 ? 180 : 20) + (k * 13 + i) % 40);
+        void *png;
+        size_t n;
+        cr_assert_eq(tp_image_encode_png(&t, &png, &n), TP_OK, "%s", tp_last_error());
+        snprintf(path, sizeof path, "%s/img/%c/%d.png", s_dir, 'a' + i % 2, i);
+        FILE *f = fopen(path, "wb");
+        cr_assert_not_null(f, "%s", path);
+        cr_assert_eq(fwrite(png, 1, n, f), n);
+        fclose(f);
+        free(png);
+        tp_tensor_fini(&t);
+    }
+    char data[256], logdir[128];
+    snprintf(data, sizeof data, "imagefolder:%s/img", s_dir);
+    snprintf(logdir, sizeof logdir, "%s/size32", s_dir);
+    char *train[] = {"tp-train", "--model", "cnn", "--image-size", "32", "--augment",
+                     "--epochs", "1", "--steps-per-epoch", "3", "--batch", "4",
+                     "--towers", "1", "--threads", "1", "--data", data, "--test-data", data,
+                     "--logdir", logdir, NULL};
+    int rc = s_tool(train);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_expect(strstr(s_out, "32x32 images"), "%s", s_out);
+    cr_expect(strstr(s_out, "min-short=32 | imgaug resize=32x32 | augment crop=32,pad=2,flip"),
+              "%s", s_out);
+    cr_expect(strstr(s_out, "imgaug resize=32x32 | augment crop=32 | batch 500"), "%s", s_out);
+    cr_expect(strstr(s_out, "tp-train: test accuracy 0.") ||
+              strstr(s_out, "tp-train: test accuracy 1."), "%s", s_out);
+    /* the checkpoint records the size (and the augmentor's float32) */
+    char ckpt[256];
+    snprintf(ckpt, sizeof ckpt, "%s/model-3.safetensors", logdir);
+    tp_checkpoint_info_t info;
+    cr_assert_eq(tp_checkpoint_info(ckpt, &info), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(info.ninputs, 2);
+    cr_expect_str_eq(info.inputs[0].name, "image");
+    cr_expect_eq(info.inputs[0].dtype, TP_FLOAT32);
+    cr_expect_eq(info.inputs[0].ndim, 3);
+    cr_expect_eq(info.inputs[0].shape[1], 32);
+    cr_expect_eq(info.inputs[0].shape[2], 32);
+    /* tp-predict: the folder read at 32x32 from the checkpoint alone */
+    char *pred[] = {"tp-predict", "--load", logdir, "--data", data, "--json",
+                    "--confusion", "none", NULL};
+    rc = s_tool(pred);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    json_error_t err;
+    json_t *j = json_loads(strchr(s_out, '{'), JSON_DISABLE_EOF_CHECK, &err);
+    cr_assert_not_null(j, "%s", s_out);
+    cr_expect_eq(json_integer_value(json_object_get(j, "samples")), 12, "%s", s_out);
+    const char *spec = json_string_value(json_object_get(j, "data"));
+    cr_expect(spec && strstr(spec, "imgaug resize=32x32 | augment crop=32x32"), "%s", s_out);
+    json_decref(j);
+    /* tp-export: the ONNX input is [batch,32,32] (test_proc_export checks
+     * the file with onnx itself) */
+    char onnx[256];
+    snprintf(onnx, sizeof onnx, "%s/cnn32.onnx", s_dir);
+    char *exp[] = {"tp-export", "--load", logdir, "--onnx", onnx, NULL};
+    rc = s_tool(exp);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_expect(strstr(s_out, "input image float32[batch,32,32]"), "%s", s_out);
+    cr_expect_eq(access(onnx, R_OK), 0);
+}
+
+/* --image-size: not a number, out of range, or too small for the model. */
+Test(tp_train, bad_image_sizes_say_what, .init = s_setup, .fini = s_teardown) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/bad", s_dir);
+    static const char *const bad[] = {"0", "abc", "100000", "-5", "32x32", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *a[] = {"tp-train", "--image-size", (char *)bad[i], "--logdir", logdir, NULL};
+        int rc = s_run(a, s_out, sizeof s_out);
+        cr_expect_eq(rc, 1, "--image-size '%s': exit %d\n%s", bad[i], rc, s_out);
+        char want[64];
+        snprintf(want, sizeof want, "--image-size: '%s' is not an integer in [1, 1024]",
+                 bad[i]);
+        cr_expect(strstr(s_out, want), "%s", s_out);
+    }
+    char *small[] = {"tp-train", "--model", "cnn-bn", "--image-size", "7", "--logdir",
+                     logdir, NULL};
+    int rc = s_run(small, s_out, sizeof s_out);
+    cr_expect_eq(rc, 1, "exit %d\n%s", rc, s_out);
+    cr_expect(strstr(s_out, "--image-size: model cnn-bn: image size 7x7 is too small "
+                     "(it needs at least 8x8)"), "%s", s_out);
+    cr_expect_neq(access(logdir, F_OK), 0, "a refused flag made %s", logdir);
 }

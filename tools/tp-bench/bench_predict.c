@@ -74,10 +74,16 @@ int tp_bench_predict(int argc, char **argv) {
         fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
         return 1;
     }
-    /* the first `batch` test images, as the model takes them */
-    tp_dataflow_t *df = tp_df_batch(tp_df_fashion_mnist("test", 0), batch, 0);
+    /* the first `batch` test images, as the model takes them: at the size
+     * the checkpoint records (resized when it is not 28x28) */
+    int64_t h = inputs[0].shape[1], w = inputs[0].shape[2];
+    char src[256], spec[320];
+    tp_dataflow_t *df = NULL;
     tp_datapoint_t *dp = NULL;
-    if (!df || tp_dataflow_reset_state(df, 0, 0) < 0 || tp_dataflow_next(df, &dp) < 0) {
+    if (tp_zoo_source_sized("fashion-mnist:test", 1, (int)h, (int)w, src, sizeof src) < 0 ||
+        (snprintf(spec, sizeof spec, "%s | batch %d", src, batch),
+         tp_spec_parse(spec, &df) < 0) ||
+        tp_dataflow_reset_state(df, 0, 0) < 0 || tp_dataflow_next(df, &dp) < 0) {
         fprintf(stderr, "tp-bench predict: data: %s\n", tp_last_error());
         tp_dataflow_destroy(&df);
         tp_predictor_destroy(&p);
@@ -91,7 +97,7 @@ int tp_bench_predict(int argc, char **argv) {
             ((float *)f32.data)[i] = ((const uint8_t *)img.data)[i] / 255.0f;
         img = f32;
     }
-    int64_t shape1[3] = {1, 28, 28};
+    int64_t shape1[3] = {1, h, w};
     tp_tensor_init_wrap(&one, img.dtype, 3, shape1, img.data, NULL, NULL);
     tp_tensor_t out;
     /* warm up, then the latency of single images, one at a time */

@@ -6,9 +6,10 @@
  * The graph is the model's inference graph from the image to the logits
  * (and their softmax, "probabilities"): convolutions, batch norm on its
  * moving averages, pooling, dense layers; dropout is gone. The input
- * "image" keeps the dtype the model was trained on (uint8 [batch,28,28],
- * float32 for models trained on augmented images) with a symbolic batch
- * dimension. */
+ * "image" keeps the dtype and size the model was trained on, as the
+ * checkpoint records them (uint8 [batch,28,28] by default, [batch,32,32]
+ * after tp-train --image-size 32; float32 for models trained on augmented
+ * images) with a symbolic batch dimension. */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -85,7 +86,8 @@ int main(int argc, char **argv) {
     tp_predictor_destroy(&p);
     if (rc < 0)
         return s_fail("--onnx");
-    printf("tp-export: %s (%s) -> %s (ONNX, opset 13, input image %s[batch,28,28])\n",
-           ckpt, name, onnx, tp_dtype_name(inputs[0].dtype));
+    printf("tp-export: %s (%s) -> %s (ONNX, opset 13, input image %s[batch,%lld,%lld])\n",
+           ckpt, name, onnx, tp_dtype_name(inputs[0].dtype), (long long)inputs[0].shape[1],
+           (long long)inputs[0].shape[2]);
     return 0;
 }

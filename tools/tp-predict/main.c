@@ -7,8 +7,9 @@
  * The checkpoint names its model (tp-train records it), so --model is only
  * needed for older checkpoints or to override. The data are tp-train's
  * sources (fashion-mnist, fashion-mnist:SPLIT, idx:, lmdb:,
- * tensorpack-lmdb:, imagefolder:, imagelist:; tp_zoo_source) or a whole
- * spec (--spec), read in file order. Predictions go
+ * tensorpack-lmdb:, imagefolder:, imagelist:; tp_zoo_source_sized) or a
+ * whole spec (--spec), read in file order, resized to the image size the
+ * checkpoint records (tp-train --image-size). Predictions go
  * to --output (CSV, or JSON lines when the name ends in .jsonl/.json):
  * index, top-k classes and their probabilities, the label when there is
  * one. With labels: accuracy, per-class accuracy and the confusion matrix,
@@ -35,9 +36,10 @@ static const char *s_usage =
 "                     checkpoint records)\n"
 "  --data SOURCE      fashion-mnist (its test split), fashion-mnist:train|test,\n"
 "                     idx:IMAGES[,LABELS], lmdb:PATH, tensorpack-lmdb:PATH,\n"
-"                     imagefolder:DIR, imagelist:FILE (as tp-train takes them)\n"
+"                     imagefolder:DIR, imagelist:FILE (as tp-train takes them;\n"
+"                     resized to the image size the checkpoint records)\n"
 "  --spec SPEC        the whole input pipeline as a spec string instead\n"
-"                     (batched; components image[, label])\n"
+"                     (batched; components image[, label] at the model's size)\n"
 "  --output FILE      predictions: CSV, or JSON lines for *.jsonl / *.json\n"
 "  --top-k K          classes per prediction in --output (default 1)\n"
 "  --logits           also every logit in --output (exact: %.9g)\n"
@@ -58,11 +60,14 @@ static int s_fail(const char *what) {
     return 1;
 }
 
-/* tp-train's sources, in file order, as a spec with the normalisation the
- * model was trained with (augmented models take float images). */
-static tp_status_t s_spec(const s_args_t *a, int float_images, char *buf,
-                          size_t size) {
-    const char *norm = float_images ? " | augment crop=28" : "";
+/* tp-train's sources, in file order, as a spec with the size (height x
+ * width: resized to it) and the normalisation the model was trained with
+ * (augmented models take float images). */
+static tp_status_t s_spec(const s_args_t *a, int float_images, int height, int width,
+                          char *buf, size_t size) {
+    char norm[64] = "";
+    if (float_images)
+        snprintf(norm, sizeof norm, " | augment crop=%dx%d", height, width);
     if (a->spec) {
         snprintf(buf, size, "%s", a->spec);
         return TP_OK;
@@ -70,8 +75,8 @@ static tp_status_t s_spec(const s_args_t *a, int float_images, char *buf,
     const char *d = a->data;
     char src[2048];
     /* tp-train's names, read in file order (models.h) */
-    if (tp_zoo_source(strcmp(d, "fashion-mnist") ? d : "fashion-mnist:test", 1, src,
-                      sizeof src) != TP_OK)
+    if (tp_zoo_source_sized(strcmp(d, "fashion-mnist") ? d : "fashion-mnist:test", 1,
+                            height, width, src, sizeof src) != TP_OK)
         return tp_error(TP_ERR_INVALID, "--data: %s (or --spec)", tp_last_error());
     snprintf(buf, size, "%s%s | batch %d remainder", src, norm, a->batch);
     return TP_OK;
@@ -300,7 +305,9 @@ int main(int argc, char **argv) {
 
     char spec[4096];
     tp_dataflow_t *df = NULL;
-    if (s_spec(&a, inputs[0].dtype == TP_FLOAT32, spec, sizeof spec) < 0 ||
+    /* the size the checkpoint records (tp-train --image-size) */
+    if (s_spec(&a, inputs[0].dtype == TP_FLOAT32, (int)inputs[0].shape[1],
+               (int)inputs[0].shape[2], spec, sizeof spec) < 0 ||
         tp_spec_parse(spec, &df) < 0 || tp_dataflow_reset_state(df, 0, 0) < 0) {
         tp_predictor_destroy(&pred);
         tp_dataflow_destroy(&df);

@@ -43,6 +43,7 @@ typedef struct {
     const char *spec, *test_spec, *stats, *remote, *curve;
     int public_bind, no_tensorboard;
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
+    int image_size;   /* the model's input: image_size x image_size */
     int device;   /* the GPU the towers run on; -1: the CPU */
     double lr;
     int64_t steps_per_epoch, seed;
@@ -51,14 +52,20 @@ typedef struct {
 static void s_usage(FILE *out) {
     fprintf(out,
 "usage: tp-train [options]\n"
-"Train a model on 28x28 grey images with 10 classes (Fashion-MNIST by default).\n\n"
+"Train a model on grey images (28x28 by default) with 10 classes\n"
+"(Fashion-MNIST by default).\n\n"
 "  --model NAME         mlp, cnn (default), cnn-bn, resnet\n"
+"  --image-size N       the model's input is N x N (default 28; 1..1024, at\n"
+"                       least 4 for cnn, 8 for cnn-bn); the data are resized\n"
+"                       to it in the pipeline (imgaug resize=NxN), the crop\n"
+"                       follows it, the checkpoints record it\n"
 "  --data SOURCE        fashion-mnist (default), idx:IMAGES,LABELS, lmdb:PATH,\n"
 "                       tensorpack-lmdb:PATH[,shuffle] (an LMDB written by\n"
 "                       tensorpack's LMDBSerializer.save; docs/tensorpack.md),\n"
 "                       imagefolder:DIR or imagelist:FILE (images of any size\n"
-"                       and colour, decoded as grey and resized to the models'\n"
-"                       28x28; tp-export-images writes Fashion-MNIST as a folder)\n"
+"                       and colour, decoded as grey and resized to the\n"
+"                       model's input; tp-export-images writes Fashion-MNIST\n"
+"                       as a folder)\n"
 "  --test-data SOURCE   validation data (default: the test split of --data;\n"
 "                       needed for idx:, lmdb: and tensorpack-lmdb:)\n"
 "  --epochs N           train up to epoch N (max_epoch; default per model)\n"
@@ -100,8 +107,9 @@ static void s_usage(FILE *out) {
 "  --stats ENDPOINT     statistics for tp-top: ipc (default: LOGDIR/stats.sock),\n"
 "                       tcp (loopback, any port), tcp:PORT, off, or an endpoint\n"
 "  --spec SPEC          the whole training pipeline as a spec (overrides\n"
-"                       --data, --augment, --batch for the data); under\n"
-"                       mpirun '{rank}' in it gives each rank its own data\n"
+"                       --data, --augment, --batch for the data; its images\n"
+"                       must be --image-size); under mpirun '{rank}' in it\n"
+"                       gives each rank its own data\n"
 "  --test-spec SPEC     the validation pipeline as a spec\n"
 "  -h, --help\n");
 }
@@ -203,9 +211,9 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     }
     const char *src = a->data;
     char source[2048];
-    if (!strcmp(src, "fashion-mnist"))
-        snprintf(source, sizeof source, "fashion-mnist:train");
-    else if (tp_zoo_source(src, 0, source, sizeof source) != TP_OK)
+    int n = a->image_size;
+    if (tp_zoo_source_sized(strcmp(src, "fashion-mnist") ? src : "fashion-mnist:train", 0,
+                            n, n, source, sizeof source) != TP_OK)
         return tp_error(TP_ERR_INVALID, "--data: %s", tp_last_error());
     char workers[64] = "";
     /* augmentation runs in the workers too; a dead one is replaced */
@@ -214,8 +222,10 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
                  a->worker_restarts);
     else if (a->workers > 0)  /* the first dead worker ends training */
         snprintf(workers, sizeof workers, " | processes %d", a->workers);
-    snprintf(buf, size, "%s%s%s | batch %d", source,
-             a->augment ? " | augment crop=28,pad=2,flip" : "", workers, a->batch);
+    char augment[64] = "";
+    if (a->augment)
+        snprintf(augment, sizeof augment, " | augment crop=%d,pad=2,flip", n);
+    snprintf(buf, size, "%s%s%s | batch %d", source, augment, workers, a->batch);
     return TP_OK;
 }
 
@@ -225,18 +235,18 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
         return TP_OK;
     }
     const char *src = a->test_data ? a->test_data : a->data;
-    const char *norm = a->augment ? " | augment crop=28" : "";
-    if (!strcmp(src, "fashion-mnist"))
-        snprintf(buf, size, "fashion-mnist:test,shuffle=0%s | batch 500 remainder", norm);
-    else if (a->test_data) {
-        char source[2048];
-        if (tp_zoo_source(src, 1, source, sizeof source) != TP_OK)
-            return tp_error(TP_ERR_INVALID, "--test-data: %s", tp_last_error());
-        snprintf(buf, size, "%s%s | batch 500 remainder", source, norm);
-    }
-    else
+    int n = a->image_size;
+    char norm[64] = "";
+    if (a->augment)  /* the normalisation the training images had */
+        snprintf(norm, sizeof norm, " | augment crop=%d", n);
+    if (strcmp(src, "fashion-mnist") && !a->test_data)
         return tp_error(TP_ERR_INVALID, "--data %s has no test split: give "
                         "--test-data", src);
+    char source[2048];
+    if (tp_zoo_source_sized(strcmp(src, "fashion-mnist") ? src : "fashion-mnist:test", 1,
+                            n, n, source, sizeof source) != TP_OK)
+        return tp_error(TP_ERR_INVALID, "--test-data: %s", tp_last_error());
+    snprintf(buf, size, "%s%s | batch 500 remainder", source, norm);
     return TP_OK;
 }
 
@@ -265,11 +275,13 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
 int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
-                  .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1};
+                  .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
+                  .image_size = 28};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
-           O_RESTARTS };
+           O_RESTARTS, O_SIZE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
+        {"image-size", required_argument, 0, O_SIZE},
         {"test-data", required_argument, 0, O_TEST}, {"epochs", required_argument, 0, 'e'},
         {"batch", required_argument, 0, 'b'}, {"lr", required_argument, 0, 'l'},
         {"optimizer", required_argument, 0, O_OPT},
@@ -292,6 +304,7 @@ int main(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': a.model = optarg; break;
+        case O_SIZE: if (tp_spec_int(optarg, 1, TP_ZOO_MAX_SIZE, "--image-size", &v)) return s_fail("bad flag"); a.image_size = (int)v; break;
         case 'd': a.data = optarg; break;
         case O_TEST: a.test_data = optarg; break;
         case 'e': if (tp_spec_int(optarg, 1, 100000, "--epochs", &v)) return s_fail("bad flag"); a.epochs = (int)v; break;
@@ -333,6 +346,8 @@ int main(int argc, char **argv) {
     const tp_zoo_model_t *zoo = tp_zoo_find(a.model);
     if (!zoo)
         return s_fail("--model");
+    if (tp_zoo_check_size(zoo, a.image_size, a.image_size) != TP_OK)
+        return s_fail("--image-size");
     if (a.epochs == 0)
         a.epochs = zoo->default_epochs;
     if (a.augment < 0)
@@ -487,9 +502,16 @@ int main(int argc, char **argv) {
     if (rank == 0)
         TP_INFO("validation data: %s", test_spec);
 
-    /* The model: zoo inputs, float32 images when the augmentor normalised. */
+    /* The model: zoo inputs at --image-size (recorded in every
+     * checkpoint's metadata), float32 images when the augmentor
+     * normalised. */
     tp_input_desc_t inputs[2];
-    memcpy(inputs, tp_zoo_inputs(), sizeof inputs);
+    if (tp_zoo_inputs_sized(a.image_size, a.image_size, inputs) != TP_OK) {
+        tp_dataflow_destroy(&train);
+        tp_dataflow_destroy(&test);
+        tp_input_destroy(&remote);
+        return s_fail("--image-size");
+    }
     if (a.augment)
         inputs[0].dtype = TP_FLOAT32;
     double opt_args[2] = {a.lr, (double)!strcasecmp(a.optimizer, "adam")};
@@ -527,10 +549,10 @@ int main(int argc, char **argv) {
         hl += (size_t)snprintf(hparams + hl, sizeof hparams - hl, " %s", argv[i]);
     if (hl < sizeof hparams)
         snprintf(hparams + hl, sizeof hparams - hl,
-                 "\n    model = %s\n    epochs = %d\n    batch = %d\n"
+                 "\n    model = %s\n    image_size = %d\n    epochs = %d\n    batch = %d\n"
                  "    towers = %d\n    ranks = %d\n    lr = %g\n    optimizer = %s\n"
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
-                 "    seed = %lld\n", zoo->name, a.epochs, a.batch, a.towers,
+                 "    seed = %lld\n", zoo->name, a.image_size, a.epochs, a.batch, a.towers,
                  nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed);
     cfg.hparams = hparams;
@@ -559,8 +581,9 @@ int main(int argc, char **argv) {
     if (s_dist)
         snprintf(ranks_text, sizeof ranks_text, "%d ranks x ", nranks);
     if (rank == 0)
-        printf("tp-train: model %s (%s), %s%d tower%s x batch %d, %d epochs, lr %g (%s), "
-               "logdir %s\n", zoo->name, zoo->summary, ranks_text, a.towers,
+        printf("tp-train: model %s (%s), %dx%d images, %s%d tower%s x batch %d, %d epochs, "
+               "lr %g (%s), logdir %s\n", zoo->name, zoo->summary, a.image_size,
+               a.image_size, ranks_text, a.towers,
                a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
     fflush(stdout);
     double t0 = tp_now_s();
