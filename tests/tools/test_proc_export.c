@@ -145,8 +145,8 @@ Test(tp_export, the_input_shape_follows_the_trained_size) {
     cr_assert_eq(n, 4);
     cr_assert_eq(s_run(shape), 0, "%s", s_out);
     for (int i = 0; i < n; i++) {
-        char want[256];
-        snprintf(want, sizeof want, "%s: image=batch,%s logits=batch,10", onnx[i],
+        char want[sizeof onnx[0] + 64];
+        snprintf(want, sizeof want, "%.127s: image=batch,%s logits=batch,10", onnx[i],
                  all[i + 1] ? "32,32" : "20,24");
         cr_expect(strstr(s_out, want), "want '%s' in:\n%s", want, s_out);
     }

@@ -139,13 +139,10 @@ Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 1
     json_decref(j);
 }
 
-/* A folder of small PNGs in two classes plus 2 corrupt files, read with
- * skip-bad by 2 forked workers: every epoch's stats.json has
- * dataflow/skipped_files = 2 (the distinct bad files, reported by the
- * workers on their data sockets; each worker reads the whole folder, so
- * the count is not doubled). */
-Test(tp_train, skipped_files_from_forked_workers, .init = s_setup, .fini = s_teardown,
-     .timeout = 120) {
+/* S_DIR/img/{a,b}/I.png: `count` grey side x side PNGs, image i in class
+ * a or b by its parity; `textured` 0: each image one grey level (30 i),
+ * 1: class a dark and b bright, with a texture. */
+static void s_png_folder(int count, int side, int textured) {
     char path[256];
     snprintf(path, sizeof path, "%s/img", s_dir);
     cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
@@ -153,11 +150,14 @@ Test(tp_train, skipped_files_from_forked_workers, .init = s_setup, .fini = s_tea
         snprintf(path, sizeof path, "%s/img/%c", s_dir, 'a' + c);
         cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
     }
-    for (int i = 0; i < 8; i++) {
-        int64_t shape[2] = {8, 8};
+    for (int i = 0; i < count; i++) {
+        int64_t shape[2] = {side, side};
         tp_tensor_t t;
         cr_assert_eq(tp_tensor_init(&t, TP_UINT8, 2, shape), TP_OK);
-        memset(t.data, 30 * i, t.nbytes);
+        for (size_t k = 0; k < t.nbytes; k++)
+            ((uint8_t *)t.data)[k] =
+                textured ? (uint8_t)((i % 2 ? 180 : 20) + (k * 13 + i) % 40)
+                         : (uint8_t)(30 * i);
         void *png;
         size_t n;
         cr_assert_eq(tp_image_encode_png(&t, &png, &n), TP_OK, "%s", tp_last_error());
@@ -169,6 +169,17 @@ Test(tp_train, skipped_files_from_forked_workers, .init = s_setup, .fini = s_tea
         free(png);
         tp_tensor_fini(&t);
     }
+}
+
+/* A folder of small PNGs in two classes plus 2 corrupt files, read with
+ * skip-bad by 2 forked workers: every epoch's stats.json has
+ * dataflow/skipped_files = 2 (the distinct bad files, reported by the
+ * workers on their data sockets; each worker reads the whole folder, so
+ * the count is not doubled). */
+Test(tp_train, skipped_files_from_forked_workers, .init = s_setup, .fini = s_teardown,
+     .timeout = 120) {
+    char path[256];
+    s_png_folder(8, 8, 0);
     static const char *const bad[2][2] = {{"a/trunc.png", "\x89PNG\r\n\x1a\n\0\0"},
                                           {"b/text.jpg", "not a picture"}};
     for (int i = 0; i < 2; i++) {
@@ -480,30 +491,7 @@ static int s_tool(char **argv) {
  * tp-predict and tp-export take the size from the checkpoint, no flag. */
 Test(tp_train, image_size_32_trains_predicts_and_exports, .init = s_setup,
      .fini = s_teardown, .timeout = 120) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/img", s_dir);
-    cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
-    for (int c = 0; c < 2; c++) {
-        snprintf(path, sizeof path, "%s/img/%c", s_dir, 'a' + c);
-        cr_assert_eq(mkdir(path, 0755), 0, "%s", path);
-    }
-    for (int i = 0; i < 12; i++) {
-        int64_t shape[2] = {40, 40};
-        tp_tensor_t t;
-        cr_assert_eq(tp_tensor_init(&t, TP_UINT8, 2, shape), TP_OK);
-        for (size_t k = 0; k < t.nbytes; k++)  /* class a dark, b bright */
-            ((uint8_t *)t.data)[k] = (uint8_t)((i % 2 ? 180 : 20) + (k * 13 + i) % 40);
-        void *png;
-        size_t n;
-        cr_assert_eq(tp_image_encode_png(&t, &png, &n), TP_OK, "%s", tp_last_error());
-        snprintf(path, sizeof path, "%s/img/%c/%d.png", s_dir, 'a' + i % 2, i);
-        FILE *f = fopen(path, "wb");
-        cr_assert_not_null(f, "%s", path);
-        cr_assert_eq(fwrite(png, 1, n, f), n);
-        fclose(f);
-        free(png);
-        tp_tensor_fini(&t);
-    }
+    s_png_folder(12, 40, 1);
     char data[256], logdir[128];
     snprintf(data, sizeof data, "imagefolder:%s/img", s_dir);
     snprintf(logdir, sizeof logdir, "%s/size32", s_dir);
