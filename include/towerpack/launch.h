@@ -196,6 +196,10 @@ typedef struct tp_train_config {
                                       (the backend is made after the input
                                       has started, so dataflow workers are
                                       forked before CUDA is loaded) */
+    int tf32;                      /* with device >= 0: 1 lets cuBLAS and
+                                      cuDNN use TF32 tensor cores, 0 keeps
+                                      exact fp32; -1 (default): as
+                                      $TP_CUDA_TF32 says (unset: 0) */
 
     tp_callback_t **callbacks;     /* taken; user callbacks */
     size_t ncallbacks;

@@ -308,6 +308,7 @@ void tp_train_config_init(tp_train_config_t *cfg) {
     cfg->starting_epoch = 1;
     cfg->watchdog_s = 10;
     cfg->device = -1;
+    cfg->tf32 = -1;
 }
 
 void tp_train_config_fini(tp_train_config_t *cfg) {
@@ -453,6 +454,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         }
         tp_cuda_options_t co = tp_cuda_options_default();
         co.device = cfg->device;
+        if (cfg->tf32 >= 0)
+            co.tf32 = cfg->tf32 != 0;
         if (!(mc.backend = tp_backend_cuda_new(&co))) {
             rc = tp_error_wrap(TP_ERR_UNSUPPORTED, "towers on CUDA device %d",
                                cfg->device);

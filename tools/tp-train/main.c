@@ -45,6 +45,7 @@ typedef struct {
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
     int image_size;   /* the model's input: image_size x image_size */
     int device;   /* the GPU the towers run on; -1: the CPU */
+    int tf32;     /* --tf32: 1; default -1 ($TP_CUDA_TF32) */
     double lr;
     int64_t steps_per_epoch, seed;
 } s_args_t;
@@ -77,6 +78,8 @@ static void s_usage(FILE *out) {
 "  --devices LIST       auto (default: GPU 0 if CUDA answers, else the CPU),\n"
 "                       cpu, or one GPU id like 1 (towers on several GPUs\n"
 "                       are not part of this build yet)\n"
+"  --tf32               on a GPU: TF32 tensor cores for products and\n"
+"                       convolutions (default: exact fp32, or $TP_CUDA_TF32)\n"
 "  --towers N|auto      towers, data parallel in one process (default auto:\n"
 "                       one on a GPU; on the CPU one per core, at most 4)\n"
 "  --workers N          run the data pipeline (read, augment) in N forked\n"
@@ -276,9 +279,9 @@ int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
-                  .image_size = 28};
+                  .image_size = 28, .tf32 = -1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
-           O_RESTARTS, O_SIZE };
+           O_RESTARTS, O_SIZE, O_TF32 };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -295,7 +298,7 @@ int main(int argc, char **argv) {
         {"stats", required_argument, 0, 'S'},
         {"remote", required_argument, 0, 'R'},
         {"curve", required_argument, 0, 'K'}, {"public", no_argument, 0, 'P'},
-        {"no-tensorboard", no_argument, 0, O_NOTB},
+        {"no-tensorboard", no_argument, 0, O_NOTB}, {"tf32", no_argument, 0, O_TF32},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
@@ -334,6 +337,7 @@ int main(int argc, char **argv) {
         case O_AUG: a.augment = 1; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
+        case O_TF32: a.tf32 = 1; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
@@ -442,6 +446,8 @@ int main(int argc, char **argv) {
         if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
             cores = CPU_COUNT(&set);
     }
+    if (a.tf32 == 1 && a.device < 0)
+        TP_WARN("--tf32: the towers run on the CPU, where it changes nothing");
     if (a.towers == 0 && a.device >= 0)
         a.towers = 1;  /* one GPU: one tower keeps it busy */
     if (a.towers == 0)
@@ -529,6 +535,7 @@ int main(int argc, char **argv) {
     cfg.seed = (uint64_t)a.seed;
     cfg.threads = a.threads;
     cfg.device = a.device;
+    cfg.tf32 = a.tf32;
     cfg.logdir = rank == 0 ? logdir : NULL;
     cfg.auto_resume = a.resume;
     cfg.max_epoch = a.epochs;
