@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* A recorded step of one tower's stream (graph_begin/graph_end below). */
+typedef struct tp_graph tp_graph_t;
+
 /* Static parameters of an op node, fixed when the graph is built. */
 typedef struct tp_op_attr {
     int kh, kw;       /* window (pool) or kernel (conv) */
@@ -145,6 +148,26 @@ typedef struct tp_backend_ops {
     tp_status_t (*stage_release)(tp_backend_t *b, tp_stage_t *st,
                                  tp_stream_t *s);
     tp_status_t (*stage_host_wait)(tp_backend_t *b, tp_stage_t *st);
+
+    /* ---- whole steps as graphs (appended later: NULL in a table without
+     * them, and the model then runs every step call by call). The calls a
+     * tower makes on its stream between graph_begin and graph_end are
+     * recorded once and replayed afterwards:
+     *  - graph_begin(g NULL) starts recording: nothing runs; graph_end
+     *    makes *g from the record and launches it;
+     *  - graph_begin(g) starts a replay: every call on the stream does only
+     *    its host part (dropout's masks drawn into the same pinned place,
+     *    the optimizers' scalars, the label checks' bookkeeping), in the
+     *    same order as when recorded; graph_end launches *g.
+     * The shapes, pointers and call sequence must be those recorded (the
+     * model keys a graph by its batch); the calls must not allocate or
+     * synchronise (the model records a step only after one ran call by
+     * call). graph_abort leaves either state after a failed call, nothing
+     * launched. */
+    tp_status_t (*graph_begin)(tp_backend_t *b, tp_stream_t *s, tp_graph_t *g);
+    tp_status_t (*graph_end)(tp_backend_t *b, tp_stream_t *s, tp_graph_t **g);
+    void (*graph_abort)(tp_backend_t *b, tp_stream_t *s);
+    void (*graph_destroy)(tp_backend_t *b, tp_graph_t *g);
 } tp_backend_ops_t;
 
 struct tp_backend {

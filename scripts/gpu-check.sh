@@ -245,6 +245,21 @@ run_checks() {
              if (n) printf "busy (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n", s/n, n;
              else print "busy: no samples"}' "/tmp/util_$model.txt" | tee -a "$out/bench.txt"
     done
+    echo "== the same with the step recorded as a CUDA graph (TP_CUDA_GRAPHS=1)"
+    TP_CUDA_GRAPHS=1 timeout 120 .gpu/bin/tp-bench cuda gemm 2>&1 | tee -a "$out/bench.txt"
+    TP_CUDA_GRAPHS=1 timeout 120 .gpu/bin/tp-bench cuda gemm --tf32 2>&1 | tee -a "$out/bench.txt"
+    for model in cnn-bn resnet; do
+        nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
+            -lms 100 >"/tmp/util_g_$model.txt" 2>/dev/null &
+        local smi=$!
+        TP_CUDA_GRAPHS=1 timeout 150 .gpu/bin/tp-bench cuda steps --model "$model" \
+            --batch 128 --steps 600 2>&1 | tee -a "$out/bench.txt"
+        kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+        awk '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
+             for (i=lo;i<=hi;i++) {s+=v[i]; n++}
+             if (n) printf "busy with graphs (nvidia-smi, steady state): %.1f%% over %d samples\n", s/n, n;
+             else print "busy: no samples"}' "/tmp/util_g_$model.txt" | tee -a "$out/bench.txt"
+    done
     echo "== host time per op call (launch overhead) for cnn-bn"
     timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 100 --profile \
         2>&1 | tee -a "$out/bench.txt" | head -4

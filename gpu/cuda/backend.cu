@@ -79,6 +79,10 @@ static void s_stream_free(tp_stream_t *s) {
         cudaStreamDestroy(s->cu);
     if (s->host_bits)
         cudaFreeHost(s->host_bits);
+    if (s->params_host)
+        cudaFreeHost(s->params_host);
+    if (s->params_dev)
+        cudaFree(s->params_dev);
     free(s);
 }
 
@@ -249,7 +253,7 @@ static int s_pinned_host(const void *p) {
 static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
                           const void *src, size_t bytes, tp_copy_kind_t kind) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
-    if (bytes == 0 || dst == src)
+    if (bytes == 0 || dst == src || (s && s->mode == TP_CUDA_REPLAYING))
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
     TP_TRY(tp_cuda_order(cb, s));
@@ -272,7 +276,7 @@ static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
 static tp_status_t s_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
                           float value, size_t count) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
-    if (count == 0)
+    if (count == 0 || (s && s->mode == TP_CUDA_REPLAYING))
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
     TP_TRY(tp_cuda_order(cb, s));
@@ -295,6 +299,8 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
                           int lda, const float *bm, int ldb, float beta,
                           float *c, int ldc) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (s && s->mode == TP_CUDA_REPLAYING)
+        return TP_OK;
     TP_TRY(tp_cuda_use(cb));
     TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
@@ -312,14 +318,20 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
 /* ---- optimizers: the CPU backend's arithmetic, element by element ------- */
 
 namespace {
-__global__ void k_sgd(float *w, const float *g, size_t n, float lr) {
+/* Each update once, as a device function: the kernels that take their
+ * scalars by value (call by call) and those that read them from a
+ * stream's params (a recorded step, whose learning rate changes between
+ * replays) run the same arithmetic. */
+__device__ __forceinline__ void d_sgd(float *w, const float *g, size_t n,
+                                      float lr) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         w[i] -= lr * g[i];
 }
 
-__global__ void k_sgd_momentum(float *w, const float *g, float *v, size_t n,
-                               float lr, float mu, int nesterov) {
+__device__ __forceinline__ void d_sgd_momentum(float *w, const float *g,
+                                               float *v, size_t n, float lr,
+                                               float mu, int nesterov) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float vi = mu * v[i] + g[i];
@@ -328,8 +340,9 @@ __global__ void k_sgd_momentum(float *w, const float *g, float *v, size_t n,
     }
 }
 
-__global__ void k_adam(float *w, const float *g, float *m, float *v,
-                       size_t n, float lr_t, float b1, float b2, float eps_t) {
+__device__ __forceinline__ void d_adam(float *w, const float *g, float *m,
+                                       float *v, size_t n, float lr_t,
+                                       float b1, float b2, float eps_t) {
     const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -341,7 +354,59 @@ __global__ void k_adam(float *w, const float *g, float *m, float *v,
         w[i] -= lr_t * mi / (sqrtf(vi) + eps_t);
     }
 }
+
+__global__ void k_sgd(float *w, const float *g, size_t n, float lr) {
+    d_sgd(w, g, n, lr);
+}
+__global__ void k_sgd_momentum(float *w, const float *g, float *v, size_t n,
+                               float lr, float mu, int nesterov) {
+    d_sgd_momentum(w, g, v, n, lr, mu, nesterov);
+}
+__global__ void k_adam(float *w, const float *g, float *m, float *v,
+                       size_t n, float lr_t, float b1, float b2, float eps_t) {
+    d_adam(w, g, m, v, n, lr_t, b1, b2, eps_t);
+}
+/* p: {lr, mu} and {lr_t, eps_t} in a stream's params */
+__global__ void k_sgd_p(float *w, const float *g, size_t n, const float *p) {
+    d_sgd(w, g, n, p[0]);
+}
+__global__ void k_sgd_momentum_p(float *w, const float *g, float *v, size_t n,
+                                 const float *p, int nesterov) {
+    d_sgd_momentum(w, g, v, n, p[0], p[1], nesterov);
+}
+__global__ void k_adam_p(float *w, const float *g, float *m, float *v,
+                         size_t n, const float *p, float b1, float b2) {
+    d_adam(w, g, m, v, n, p[0], b1, b2, p[1]);
+}
 }  // namespace
+
+float *tp_cuda_params(tp_stream_t *s, size_t n, float **host) {
+    if (!s->params_host || s->params_used + n > s->params_cap)
+        return NULL;
+    *host = s->params_host + s->params_used;
+    float *dev = s->params_dev + s->params_used;
+    s->params_used += n;
+    return dev;
+}
+
+/* A recorded or replayed step's scalars: written to the host half now; a
+ * recording also copies them to the device half at this point of the
+ * stream (a copy node, replayed each step after the host rewrote them).
+ * *dev: where the kernel reads them. */
+static tp_status_t s_step_scalars(tp_stream_t *st, const float *v, size_t n,
+                                  const float **dev) {
+    float *host;
+    float *d = tp_cuda_params(st, n, &host);
+    if (!d)
+        return tp_error(TP_ERR_STATE, "CUDA graph: more optimizer scalars than "
+                        "%zu in one step", st->params_cap);
+    memcpy(host, v, n * sizeof *v);
+    if (st->mode == TP_CUDA_RECORDING)
+        TP_CUDA_CHECK(cudaMemcpyAsync(d, host, n * sizeof *v,
+                                      cudaMemcpyHostToDevice, st->cu));
+    *dev = d;
+    return TP_OK;
+}
 
 static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
                          const float *g, float *v, size_t n, float lr,
@@ -349,6 +414,22 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     if (n == 0)
         return TP_OK;
+    if (s && s->mode != TP_CUDA_EAGER) {
+        const float sc[2] = {lr, mu};
+        const float *p;
+        TP_TRY(s_step_scalars(s, sc, 2, &p));
+        if (s->mode == TP_CUDA_REPLAYING)
+            return TP_OK;
+        TP_TRY(tp_cuda_use(cb));
+        TP_TRY(tp_cuda_order(cb, s));
+        unsigned blocks = tp_cuda_blocks(n, 256);
+        if (!v || mu == 0.0f)
+            k_sgd_p<<<blocks, 256, 0, s->cu>>>(w, g, n, p);
+        else
+            k_sgd_momentum_p<<<blocks, 256, 0, s->cu>>>(w, g, v, n, p, nesterov);
+        TP_CUDA_CHECK(cudaGetLastError());
+        return TP_OK;
+    }
     TP_TRY(tp_cuda_use(cb));
     TP_TRY(tp_cuda_order(cb, s));
     cudaStream_t cs = tp_cuda_stream(cb, s)->cu;
@@ -375,6 +456,18 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
     const double c2 = 1.0 - pow(b2, (double)step);
     const float lr_t = (float)(lr * sqrt(c2) / c1);
     const float eps_t = (float)(eps * sqrt(c2));
+    if (s && s->mode != TP_CUDA_EAGER) {
+        const float sc[2] = {lr_t, eps_t};
+        const float *p;
+        TP_TRY(s_step_scalars(s, sc, 2, &p));
+        if (s->mode == TP_CUDA_REPLAYING)
+            return TP_OK;
+        TP_TRY(tp_cuda_order(cb, s));
+        k_adam_p<<<tp_cuda_blocks(n, 256), 256, 0, s->cu>>>(w, g, m, v, n, p,
+                                                            b1, b2);
+        TP_CUDA_CHECK(cudaGetLastError());
+        return TP_OK;
+    }
     TP_TRY(tp_cuda_order(cb, s));
     k_adam<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(
         w, g, m, v, n, lr_t, b1, b2, eps_t);
@@ -887,6 +980,8 @@ static size_t s_op_workspace(tp_backend_t *b, const tp_op_call_t *c) {
 static tp_status_t s_op_forward(tp_backend_t *b, tp_stream_t *s,
                                 const tp_op_call_t *c) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (s && s->mode == TP_CUDA_REPLAYING)
+        return tp_cuda_op_forward_host(s, c);
     TP_TRY(tp_cuda_use(cb));
     TP_TRY(tp_cuda_order(cb, s));
     TP_TRY(tp_cuda_op_forward(cb, tp_cuda_stream(cb, s), c));
@@ -896,10 +991,121 @@ static tp_status_t s_op_forward(tp_backend_t *b, tp_stream_t *s,
 static tp_status_t s_op_backward(tp_backend_t *b, tp_stream_t *s,
                                  const tp_op_call_t *c) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (s && s->mode == TP_CUDA_REPLAYING)
+        return TP_OK;  /* no backward has a host part */
     TP_TRY(tp_cuda_use(cb));
     TP_TRY(tp_cuda_order(cb, s));
     TP_TRY(tp_cuda_op_backward(cb, tp_cuda_stream(cb, s), c));
     return tp_cuda_def_mark(cb, s);
+}
+
+/* ---- whole steps as CUDA graphs (backend_impl.h, graph_begin) ---------- */
+
+struct tp_graph {
+    cudaGraphExec_t exec;
+};
+
+#define TP_CUDA_PARAMS 4096 /* floats of step scalars per stream */
+
+static tp_status_t s_graph_begin(tp_backend_t *b, tp_stream_t *s,
+                                 tp_graph_t *g) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (!s || s == cb->def || s->mode != TP_CUDA_EAGER)
+        return tp_error(TP_ERR_STATE, "CUDA graph: a tower's stream, not "
+                        "already recording or replaying");
+    TP_TRY(tp_cuda_use(cb));
+    /* what the default stream did before, ordered now: no wait on it
+     * inside the record */
+    TP_TRY(tp_cuda_order(cb, s));
+    /* the same places as when recorded: the masks' pinned region and the
+     * label checks' slots start from the beginning */
+    if (s->host_bits_used || s->nchecks) {
+        TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
+        s->host_bits_used = 0;
+        TP_TRY(tp_cuda_checks_collect(s));
+    }
+    if (!s->params_host) {
+        TP_CUDA_CHECK(cudaHostAlloc((void **)&s->params_host,
+                                    TP_CUDA_PARAMS * sizeof(float),
+                                    cudaHostAllocPortable));
+        TP_CUDA_CHECK(cudaMalloc((void **)&s->params_dev,
+                                 TP_CUDA_PARAMS * sizeof(float)));
+        s->params_cap = TP_CUDA_PARAMS;
+    }
+    s->params_used = 0;
+    if (g) {
+        s->mode = TP_CUDA_REPLAYING;
+        return TP_OK;
+    }
+    TP_CUDA_CHECK(cudaStreamBeginCapture(s->cu, cudaStreamCaptureModeThreadLocal));
+    s->mode = TP_CUDA_RECORDING;
+    return TP_OK;
+}
+
+static void s_graph_abort(tp_backend_t *b, tp_stream_t *s) {
+    (void)b;
+    if (!s)
+        return;
+    if (s->mode == TP_CUDA_RECORDING) {
+        cudaGraph_t graph = NULL;
+        cudaStreamEndCapture(s->cu, &graph);
+        if (graph)
+            cudaGraphDestroy(graph);
+        cudaGetLastError(); /* a failed capture's sticky-free error */
+    }
+    s->mode = TP_CUDA_EAGER;
+}
+
+static tp_status_t s_graph_end(tp_backend_t *b, tp_stream_t *s, tp_graph_t **g) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (!s || s->mode == TP_CUDA_EAGER)
+        return tp_error(TP_ERR_STATE, "CUDA graph: graph_end without graph_begin");
+    if (s->mode == TP_CUDA_REPLAYING) {
+        s->mode = TP_CUDA_EAGER;
+        TP_TRY(tp_cuda_use(cb));
+        TP_TRY(tp_cuda_order(cb, s));
+        TP_CUDA_CHECK(cudaGraphLaunch((*g)->exec, s->cu));
+        return TP_OK;
+    }
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(s->cu, &graph);
+    s->mode = TP_CUDA_EAGER;
+    if (e != cudaSuccess) {
+        if (graph)
+            cudaGraphDestroy(graph);
+        cudaGetLastError();
+        return tp_error(TP_ERR_DEVICE, "CUDA graph: recording the step failed: "
+                        "%s", cudaGetErrorString(e));
+    }
+    tp_graph_t *ng = (tp_graph_t *)calloc(1, sizeof *ng);
+    if (!ng) {
+        cudaGraphDestroy(graph);
+        return tp_error(TP_ERR_NOMEM, "CUDA graph");
+    }
+    e = cudaGraphInstantiate(&ng->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        free(ng);
+        return tp_error(TP_ERR_DEVICE, "CUDA graph: instantiating the step: %s",
+                        cudaGetErrorString(e));
+    }
+    e = cudaGraphLaunch(ng->exec, s->cu);
+    if (e != cudaSuccess) {
+        cudaGraphExecDestroy(ng->exec);
+        free(ng);
+        return tp_error(TP_ERR_DEVICE, "CUDA graph: launching the step: %s",
+                        cudaGetErrorString(e));
+    }
+    *g = ng;
+    return TP_OK;
+}
+
+static void s_graph_destroy(tp_backend_t *b, tp_graph_t *g) {
+    if (!g)
+        return;
+    if (tp_cuda_use(tp_cuda_of(b)) == TP_OK)
+        cudaGraphExecDestroy(g->exec);
+    free(g);
 }
 
 static void s_destroy(tp_backend_t *b) {
@@ -954,6 +1160,10 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .stage_wait = */ s_stage_wait,
     /* .stage_release = */ s_stage_release,
     /* .stage_host_wait = */ s_stage_host_wait,
+    /* .graph_begin = */ s_graph_begin,
+    /* .graph_end = */ s_graph_end,
+    /* .graph_abort = */ s_graph_abort,
+    /* .graph_destroy = */ s_graph_destroy,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

@@ -36,7 +36,23 @@ struct tp_stream {
     size_t host_bits_used;       /* reset when the stream is synchronised */
     uint64_t def_seen;           /* the default stream's generation this
                                     stream was last ordered after */
+    /* Whole-step graphs (backend.cu, graph_begin): while recording, calls
+     * are captured, not run; while replaying, they do only their host
+     * part. Scalars a step changes (the optimizers' learning rate, Adam's
+     * corrections) then travel through params: written to the pinned
+     * host half, copied to the device half by a recorded copy, read there
+     * by the kernels. */
+    int mode;                    /* TP_CUDA_EAGER, _RECORDING, _REPLAYING */
+    float *params_host;          /* pinned, params_cap floats */
+    float *params_dev;
+    size_t params_cap, params_used; /* used: reset at graph_begin */
 };
+
+enum { TP_CUDA_EAGER = 0, TP_CUDA_RECORDING = 1, TP_CUDA_REPLAYING = 2 };
+
+/* The stream's next `n` params (NULL when they do not fit): host half in
+ * *host, device half returned. */
+float *tp_cuda_params(tp_stream_t *s, size_t n, float **host);
 
 /* A chunk of device memory handed out by bumping (the arena). */
 struct tp_cuda_chunk {
@@ -99,6 +115,8 @@ tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
 void tp_cuda_cache_free(tp_cuda_backend_t *cb);
 /* Read and clear the stream's pending label checks (after a sync). */
 tp_status_t tp_cuda_checks_collect(tp_stream_t *s);
+/* An op's host part alone, for a replayed step (see ops.cu). */
+tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c);
 
 /* cast.cu */
 extern "C" tp_status_t tp_cuda_cast_u8_f32(const uint8_t *src, float *dst,

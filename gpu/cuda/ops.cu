@@ -813,21 +813,16 @@ static tp_status_t s_bn_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
     return TP_OK;
 }
 
-static tp_status_t s_dropout_fwd(tp_stream_t *s, const tp_op_call_t *c) {
-    const size_t n = s_count(&c->yshape);
-    const float *x = (const float *)c->x[0];
-    float *y = (float *)c->y, *mask = (float *)c->workspace;
-    const float rate = c->attr->alpha;
-    if (n == 0)
-        return TP_OK;
-    if (!c->attr->training || rate <= 0.0f) {
-        if (y != x)
-            TP_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float),
-                                          cudaMemcpyDeviceToDevice, s->cu));
-        return s_store(s, mask, 0, n, f_const{1.0f});
-    }
+/* Dropout's host part: the mask bits of `n` elements drawn into the
+ * stream's pinned region, at its next free place (*bits). Also all a
+ * replayed step does for the op (the recorded copy reads that place). */
+static tp_status_t s_dropout_bits(tp_stream_t *s, const tp_op_call_t *c,
+                                  size_t n, uint32_t **bits_out) {
     const size_t words = (n + 31) / 32;
     if (s->host_bits_used + words > s->host_bits_cap) {
+        if (s->mode != TP_CUDA_EAGER)  /* a step ran call by call before */
+            return tp_error(TP_ERR_STATE, "%s: dropout masks outgrew their "
+                            "buffer in a recorded step", c->name);
         /* grows on the first steps only: wait for copies out of the old one */
         size_t cap = (s->host_bits_used + words) * 2;
         uint32_t *nb = NULL;
@@ -843,11 +838,31 @@ static tp_status_t s_dropout_fwd(tp_stream_t *s, const tp_op_call_t *c) {
     s->host_bits_used += words;
     memset(bits, 0, words * 4);
     /* the CPU backend's draw (backend_impl.h), so the masks agree */
-    const uint32_t thr = tp_dropout_threshold(rate);
+    const uint32_t thr = tp_dropout_threshold(c->attr->alpha);
     uint64_t r = 0;
     for (size_t i = 0; i < n; i++)
         if (tp_dropout_drops(c->rng, thr, i, &r))
             bits[i >> 5] |= 1u << (i & 31);
+    *bits_out = bits;
+    return TP_OK;
+}
+
+static tp_status_t s_dropout_fwd(tp_stream_t *s, const tp_op_call_t *c) {
+    const size_t n = s_count(&c->yshape);
+    const float *x = (const float *)c->x[0];
+    float *y = (float *)c->y, *mask = (float *)c->workspace;
+    const float rate = c->attr->alpha;
+    if (n == 0)
+        return TP_OK;
+    if (!c->attr->training || rate <= 0.0f) {
+        if (y != x)
+            TP_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, s->cu));
+        return s_store(s, mask, 0, n, f_const{1.0f});
+    }
+    const size_t words = (n + 31) / 32;
+    uint32_t *bits;
+    TP_TRY(s_dropout_bits(s, c, n, &bits));
     uint32_t *dbits =
         (uint32_t *)((char *)c->workspace + s_round256(n * sizeof(float)));
     TP_CUDA_CHECK(cudaMemcpyAsync(dbits, bits, words * 4,
@@ -905,6 +920,33 @@ static tp_status_t s_l2_fwd(tp_stream_t *s, const tp_op_call_t *c) {
                                      c->attr->alpha, (float *)c->y);
     TP_LAUNCHED();
     return TP_OK;
+}
+
+/* A replayed step (backend.cu, graph_begin): what each op does on the
+ * host, in the order the recording did it, and nothing on the device:
+ * dropout draws its masks into the place the recorded copy reads; the
+ * label ops take their check slots, which the next sync reads. */
+tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c) {
+    switch (c->kind) {
+    case TP_OP_DROPOUT: {
+        const size_t n = s_count(&c->yshape);
+        uint32_t *bits;
+        if (n == 0 || !c->attr->training || c->attr->alpha <= 0.0f)
+            return TP_OK;
+        return s_dropout_bits(s, c, n, &bits);
+    }
+    case TP_OP_SOFTMAX_XENT:
+    case TP_OP_ACCURACY:
+    case TP_OP_ERROR_COUNT:
+        if (c->xshape[1].d[0] != c->xshape[0].d[0])
+            return tp_error(TP_ERR_SHAPE, "%s: %lld rows of logits but %lld labels",
+                            c->name, (long long)c->xshape[0].d[0],
+                            (long long)c->xshape[1].d[0]);
+        s_check_slot(s, c, (size_t)c->xshape[0].d[1]);
+        return TP_OK;
+    default:
+        return TP_OK;
+    }
 }
 
 tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,

@@ -111,6 +111,11 @@ struct tp_tower {
     int nfuse;
     int *fuse_rest;
     int nfuse_rest;
+    /* the fused training step recorded as a graph (config.graphs): made at
+     * graph_batch after a step at that batch ran call by call */
+    tp_graph_t *graph;
+    int64_t graph_batch;
+    int64_t eager_batch; /* the batch of the last step run call by call */
 };
 
 struct tp_model {

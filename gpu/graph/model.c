@@ -30,10 +30,15 @@ tp_model_config_t tp_model_config_default(void) {
     c.towers = 1;
     c.batch = 32;
     c.average = 1;
+    const char *g = getenv("TP_CUDA_GRAPHS");
+    c.graphs = g && *g && strcmp(g, "0") != 0;
     return c;
 }
 
 int tp_model_tower_count(const tp_model_t *m) { return m->ntowers; }
+int tp_model_graphed(const tp_model_t *m, int tower) {
+    return m && tower >= 0 && tower < m->ntowers && m->towers[tower]->graph;
+}
 const char *tp_model_name(const tp_model_t *m) { return m ? m->name : NULL; }
 tp_status_t tp_model_set_name(tp_model_t *m, const char *name) {
     char *copy = name ? strdup(name) : NULL;
@@ -611,6 +616,8 @@ static void s_tower_free(tp_model_t *m, tp_tower_t **t_p) {
     if (!t)
         return;
     tp_backend_t *b = m->backend;
+    if (t->graph && b->ops->graph_destroy)
+        b->ops->graph_destroy(b, t->graph);
     if (t->act_arena)
         b->ops->free(b, t->act_arena);
     if (t->grads)
@@ -721,13 +728,10 @@ static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
 
 /* fused: update each variable right after its gradient is final (one-tower
  * models only: nothing to all-reduce). */
-static tp_status_t s_run_cost(tp_model_t *m, int tower,
-                              const tp_tensor_t *inputs, int backward,
-                              int fused, int cost) {
-    tp_tower_t *t = tp_model_tower_(m, tower);
-    if (!t)
-        return s_bad_tower(m, tower);
-    TP_TRY(s_load_inputs(m, t, inputs));
+/* The op calls of one run (forward; backward and fused updates when asked)
+ * on the tower's stream; no sync. */
+static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
+                             int fused, int cost) {
     tp_backend_t *b = m->backend;
     const void *xs[TP_OP_MAX_INPUTS];
     tp_shape_t xsh[TP_OP_MAX_INPUTS];
@@ -753,7 +757,7 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     }
     tp_node_t *cn = t->costs[cost];
     if (!backward || !t->training || !cn || !((cn->cost_mask >> cost) & 1u))
-        return b->ops->stream_sync(b, t->stream); /* gradients untouched */
+        return TP_OK; /* gradients untouched */
     t->ran_backward = 0; /* partial until the pass completes */
     t->sliced = 0;
     t->cur_cost = cost;
@@ -781,6 +785,44 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
         tp_optimizer_end_step(m->opt);
     }
     t->ran_backward = !fused;
+    return TP_OK;
+}
+
+static tp_status_t s_run_cost(tp_model_t *m, int tower,
+                              const tp_tensor_t *inputs, int backward,
+                              int fused, int cost) {
+    tp_tower_t *t = tp_model_tower_(m, tower);
+    if (!t)
+        return s_bad_tower(m, tower);
+    TP_TRY(s_load_inputs(m, t, inputs));
+    tp_backend_t *b = m->backend;
+    /* The fused training step (one tower, the main cost) as a graph:
+     * recorded once a step at this batch ran call by call (the backend's
+     * caches, the masks' buffer and the label checks are set up then),
+     * replayed after; any other batch runs call by call. */
+    int graph = m->config.graphs && fused && backward && cost == 0 &&
+                b->ops->graph_begin && t->training &&
+                (t->graph ? t->graph_batch == t->run_batch
+                          : t->eager_batch == t->run_batch);
+    if (!graph) {
+        tp_status_t rc = s_run_ops(m, t, backward, fused, cost);
+        if (fused && backward)
+            t->eager_batch = t->run_batch;
+        tp_status_t sc = b->ops->stream_sync(b, t->stream);
+        return rc < 0 ? rc : sc;
+    }
+    TP_TRY(b->ops->graph_begin(b, t->stream, t->graph));
+    tp_status_t rc = s_run_ops(m, t, backward, fused, cost);
+    if (rc < 0) {
+        b->ops->graph_abort(b, t->stream);
+        return rc;
+    }
+    if (!t->graph)
+        t->graph_batch = t->run_batch;
+    rc = b->ops->graph_end(b, t->stream, &t->graph);
+    if (rc < 0)
+        return tp_error_wrap(rc, "%s: the step as a graph (TP_CUDA_GRAPHS=0 "
+                             "runs it call by call)", t->name);
     return b->ops->stream_sync(b, t->stream);
 }
 

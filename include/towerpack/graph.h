@@ -239,10 +239,15 @@ typedef struct tp_model_config {
     tp_backend_t *backend; /* NULL: a CPU backend the model owns */
     int own_backend;     /* 1: the model takes `backend`: destroyed with
                             the model, or by tp_model_new when it fails */
+    int graphs;          /* 1: a one-tower model records its training step
+                            as a CUDA graph once a step at that batch ran
+                            call by call, and replays it after (the CUDA
+                            backend; ignored elsewhere). Default from
+                            $TP_CUDA_GRAPHS (unset: 0). docs/cuda.md */
 } tp_model_config_t;
 
 /* Defaults: 1 tower, batch 32, no inference graph, seed 0, threads 0,
- * averaging on, CPU backend. */
+ * averaging on, CPU backend, graphs as $TP_CUDA_GRAPHS says. */
 tp_model_config_t tp_model_config_default(void);
 
 /* Build the towers and plan all memory. Caller owns; NULL on failure with
@@ -258,6 +263,10 @@ int tp_model_tower_count(const tp_model_t *m);
 tp_status_t tp_model_set_name(tp_model_t *m, const char *name);
 const char *tp_model_name(const tp_model_t *m);
 tp_backend_t *tp_model_backend(tp_model_t *m);
+/* 1 when tower `tower`'s training step has been recorded as a graph
+ * (config.graphs on a backend that records) and runs by replay at its
+ * batch; 0 otherwise. */
+int tp_model_graphed(const tp_model_t *m, int tower);
 
 /* ---- running a step ----------------------------------------------------- */
 
