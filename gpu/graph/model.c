@@ -726,10 +726,9 @@ static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
                                t->grads, m->slots, v->offset, v->count);
 }
 
-/* fused: update each variable right after its gradient is final (one-tower
- * models only: nothing to all-reduce). */
 /* The op calls of one run (forward; backward and fused updates when asked)
- * on the tower's stream; no sync. */
+ * on the tower's stream; no sync. fused: update each variable right after
+ * its gradient is final (one-tower models only: nothing to all-reduce). */
 static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
                              int fused, int cost) {
     tp_backend_t *b = m->backend;
@@ -806,9 +805,9 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
                           : t->eager_batch == t->run_batch);
     if (!graph) {
         tp_status_t rc = s_run_ops(m, t, backward, fused, cost);
-        if (fused && backward)
-            t->eager_batch = t->run_batch;
         tp_status_t sc = b->ops->stream_sync(b, t->stream);
+        if (rc == TP_OK && sc == TP_OK && fused && backward)
+            t->eager_batch = t->run_batch;  /* a whole step ran at it */
         return rc < 0 ? rc : sc;
     }
     TP_TRY(b->ops->graph_begin(b, t->stream, t->graph));
