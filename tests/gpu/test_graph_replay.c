@@ -1,0 +1,440 @@
+/* towerpack tests: the model's side of whole-step graphs (config.graphs,
+ * gpu/graph/model.c) on a machine without a GPU.
+ *
+ * The CUDA backend records a step with stream capture and replays it
+ * (docs/cuda.md); the model decides when: the first step at a batch call by
+ * call, the second recorded, the later ones replayed, another batch call by
+ * call again. Here a stand-in backend wraps the CPU backend and records the
+ * same way: while recording it keeps every call (op, fill, gemm, update)
+ * instead of running it, and runs the list at graph_end; in a replay it
+ * checks that each call is the recorded one (the same kind, the same
+ * memory) and takes the values a step may change (the learning rate, the
+ * step count), then runs the list. Against the same model on the plain CPU
+ * backend, every variable must come out bit-identical, and the counts of
+ * recordings and replays must be the model's rule. (The CUDA module's own
+ * recording is tested on a GPU: tests/gpu/test_cuda_ops.c, cuda_step.) */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+#include "gpu/backend_impl.h"
+
+typedef enum { R_FWD, R_BWD, R_FILL, R_GEMM, R_SGD, R_ADAM } s_rk_t;
+
+typedef struct {
+    s_rk_t kind;
+    tp_stream_t *s;
+    tp_op_call_t c; /* x, xshape, dx, dx_acc: copies owned below */
+    const void **x;
+    tp_shape_t *xs;
+    float **dx;
+    int *acc;
+    /* fill, gemm, updates */
+    float *dst;
+    float value;
+    size_t count;
+    int ta, tb, m, n, k, lda, ldb, ldc, nesterov;
+    float alpha, beta, lr, mu, b1, b2, eps;
+    const float *a, *bm, *g;
+    float *cm, *v, *mm;
+    int64_t step;
+} s_rec_t;
+
+struct tp_graph {
+    s_rec_t *r;
+    size_t n, cap;
+};
+
+enum { S_EAGER, S_RECORDING, S_REPLAYING };
+
+typedef struct {
+    tp_backend_t base; /* first */
+    tp_backend_t *cpu;
+    tp_backend_ops_t ops;
+    int mode;
+    tp_graph_t *cur;
+    size_t cursor;
+    int recorded, replayed;
+    char diverged[200];
+} s_fake_t;
+
+static s_fake_t *s_of(tp_backend_t *b) { return (s_fake_t *)b; }
+
+static void s_rec_free(s_rec_t *r) {
+    free(r->x);
+    free(r->xs);
+    free(r->dx);
+    free(r->acc);
+}
+
+static void s_graph_free(tp_graph_t *g) {
+    if (!g)
+        return;
+    for (size_t i = 0; i < g->n; i++)
+        s_rec_free(&g->r[i]);
+    free(g->r);
+    free(g);
+}
+
+/* Recording: a new entry. Replaying: the recorded entry this call must
+ * match (NULL after a divergence, which graph_end reports). */
+static s_rec_t *s_next(s_fake_t *f, s_rk_t kind, const void *key) {
+    if (f->mode == S_RECORDING) {
+        tp_graph_t *g = f->cur;
+        if (g->n == g->cap) {
+            g->cap = g->cap ? 2 * g->cap : 64;
+            g->r = realloc(g->r, g->cap * sizeof *g->r);
+            cr_assert_not_null(g->r);
+        }
+        s_rec_t *r = &g->r[g->n++];
+        memset(r, 0, sizeof *r);
+        r->kind = kind;
+        return r;
+    }
+    s_rec_t *r = f->cursor < f->cur->n ? &f->cur->r[f->cursor] : NULL;
+    f->cursor++;
+    const void *rkey = !r ? NULL
+                       : r->kind == R_FWD || r->kind == R_BWD ? (const void *)r->c.node
+                       : r->kind == R_FILL                  ? (const void *)r->dst
+                       : r->kind == R_GEMM                  ? (const void *)r->cm
+                                                            : (const void *)r->cm;
+    if (!r || r->kind != kind || rkey != key) {
+        if (!f->diverged[0])
+            snprintf(f->diverged, sizeof f->diverged, "replay call %zu is not the "
+                     "recorded one", f->cursor - 1);
+        return NULL;
+    }
+    return r;
+}
+
+static tp_status_t s_op(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t *c,
+                        s_rk_t kind) {
+    s_fake_t *f = s_of(b);
+    if (f->mode == S_EAGER)
+        return kind == R_FWD ? f->cpu->ops->op_forward(f->cpu, s, c)
+                             : f->cpu->ops->op_backward(f->cpu, s, c);
+    s_rec_t *r = s_next(f, kind, c->node);
+    if (!r || f->mode == S_REPLAYING)
+        return TP_OK;
+    int n = c->ninputs;
+    r->s = s;
+    r->c = *c;
+    r->x = malloc((size_t)n * sizeof *r->x + 1);
+    r->xs = malloc((size_t)n * sizeof *r->xs + 1);
+    memcpy(r->x, c->x, (size_t)n * sizeof *r->x);
+    memcpy(r->xs, c->xshape, (size_t)n * sizeof *r->xs);
+    r->c.x = r->x;
+    r->c.xshape = r->xs;
+    if (c->dx) {
+        r->dx = malloc((size_t)n * sizeof *r->dx + 1);
+        memcpy(r->dx, c->dx, (size_t)n * sizeof *r->dx);
+        r->c.dx = r->dx;
+    }
+    if (c->dx_acc) {
+        r->acc = malloc((size_t)n * sizeof *r->acc + 1);
+        memcpy(r->acc, c->dx_acc, (size_t)n * sizeof *r->acc);
+        r->c.dx_acc = r->acc;
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_fwd(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t *c) {
+    return s_op(b, s, c, R_FWD);
+}
+static tp_status_t s_bwd(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t *c) {
+    return s_op(b, s, c, R_BWD);
+}
+
+static tp_status_t s_fill(tp_backend_t *b, tp_stream_t *s, float *dst, float value,
+                          size_t count) {
+    s_fake_t *f = s_of(b);
+    if (f->mode == S_EAGER)
+        return f->cpu->ops->fill(f->cpu, s, dst, value, count);
+    s_rec_t *r = s_next(f, R_FILL, dst);
+    if (r && f->mode == S_RECORDING)
+        *r = (s_rec_t){.kind = R_FILL, .s = s, .dst = dst, .value = value, .count = count};
+    return TP_OK;
+}
+
+static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb, int m,
+                          int n, int k, float alpha, const float *a, int lda,
+                          const float *bm, int ldb, float beta, float *c, int ldc) {
+    s_fake_t *f = s_of(b);
+    if (f->mode == S_EAGER)
+        return f->cpu->ops->gemm(f->cpu, s, ta, tb, m, n, k, alpha, a, lda, bm, ldb,
+                                 beta, c, ldc);
+    s_rec_t *r = s_next(f, R_GEMM, c);
+    if (r && f->mode == S_RECORDING)
+        *r = (s_rec_t){.kind = R_GEMM, .s = s, .ta = ta, .tb = tb, .m = m, .n = n,
+                       .k = k, .alpha = alpha, .a = a, .lda = lda, .bm = bm,
+                       .ldb = ldb, .beta = beta, .cm = c, .ldc = ldc};
+    return TP_OK;
+}
+
+/* The updates: recorded once; a replay takes the step's own scalars, as
+ * the CUDA module's replay writes them to the params its kernels read. */
+static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
+                         float *v, size_t n, float lr, float mu, int nesterov) {
+    s_fake_t *f = s_of(b);
+    if (f->mode == S_EAGER)
+        return f->cpu->ops->sgd_update(f->cpu, s, w, g, v, n, lr, mu, nesterov);
+    s_rec_t *r = s_next(f, R_SGD, w);
+    if (r && f->mode == S_RECORDING)
+        *r = (s_rec_t){.kind = R_SGD, .s = s, .cm = w, .g = g, .v = v, .count = n,
+                       .nesterov = nesterov};
+    if (r) {
+        r->lr = lr;
+        r->mu = mu;
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
+                          float *m, float *v, size_t n, float lr, float b1, float b2,
+                          float eps, int64_t step) {
+    s_fake_t *f = s_of(b);
+    if (f->mode == S_EAGER)
+        return f->cpu->ops->adam_update(f->cpu, s, w, g, m, v, n, lr, b1, b2, eps, step);
+    s_rec_t *r = s_next(f, R_ADAM, w);
+    if (r && f->mode == S_RECORDING)
+        *r = (s_rec_t){.kind = R_ADAM, .s = s, .cm = w, .g = g, .mm = m, .v = v,
+                       .count = n, .b1 = b1, .b2 = b2, .eps = eps};
+    if (r) {
+        r->lr = lr;
+        r->step = step;
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_run_graph(s_fake_t *f, tp_graph_t *g) {
+    tp_backend_t *c = f->cpu;
+    for (size_t i = 0; i < g->n; i++) {
+        s_rec_t *r = &g->r[i];
+        tp_status_t rc = TP_OK;
+        switch (r->kind) {
+        case R_FWD: rc = c->ops->op_forward(c, r->s, &r->c); break;
+        case R_BWD: rc = c->ops->op_backward(c, r->s, &r->c); break;
+        case R_FILL: rc = c->ops->fill(c, r->s, r->dst, r->value, r->count); break;
+        case R_GEMM:
+            rc = c->ops->gemm(c, r->s, r->ta, r->tb, r->m, r->n, r->k, r->alpha, r->a,
+                              r->lda, r->bm, r->ldb, r->beta, r->cm, r->ldc);
+            break;
+        case R_SGD:
+            rc = c->ops->sgd_update(c, r->s, r->cm, r->g, r->v, r->count, r->lr, r->mu,
+                                    r->nesterov);
+            break;
+        case R_ADAM:
+            rc = c->ops->adam_update(c, r->s, r->cm, r->g, r->mm, r->v, r->count, r->lr,
+                                     r->b1, r->b2, r->eps, r->step);
+            break;
+        }
+        if (rc < 0)
+            return rc;
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_graph_begin(tp_backend_t *b, tp_stream_t *s, tp_graph_t *g) {
+    (void)s;
+    s_fake_t *f = s_of(b);
+    cr_assert_eq(f->mode, S_EAGER, "graph_begin inside a graph");
+    f->diverged[0] = '\0';
+    f->cursor = 0;
+    if (g) {
+        f->mode = S_REPLAYING;
+        f->cur = g;
+    } else {
+        f->mode = S_RECORDING;
+        f->cur = calloc(1, sizeof *f->cur);
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_graph_end(tp_backend_t *b, tp_stream_t *s, tp_graph_t **g) {
+    (void)s;
+    s_fake_t *f = s_of(b);
+    int replay = f->mode == S_REPLAYING;
+    f->mode = S_EAGER;
+    if (replay && !f->diverged[0] && f->cursor != f->cur->n)
+        snprintf(f->diverged, sizeof f->diverged, "the replay made %zu calls, the "
+                 "record has %zu", f->cursor, f->cur->n);
+    if (f->diverged[0])
+        return tp_error(TP_ERR_STATE, "%s", f->diverged);
+    if (!replay) {
+        *g = f->cur;
+        f->recorded++;
+    } else {
+        f->replayed++;
+    }
+    return s_run_graph(f, *g);
+}
+
+static void s_graph_abort(tp_backend_t *b, tp_stream_t *s) {
+    (void)s;
+    s_fake_t *f = s_of(b);
+    if (f->mode == S_RECORDING)
+        s_graph_free(f->cur);
+    f->mode = S_EAGER;
+}
+
+static void s_graph_destroy(tp_backend_t *b, tp_graph_t *g) {
+    (void)b;
+    s_graph_free(g);
+}
+
+static void s_fake_destroy(tp_backend_t *b) {
+    s_fake_t *f = s_of(b);
+    tp_backend_destroy(&f->cpu);
+    free(f);
+}
+
+/* The CPU backend under a recording stand-in. Its device is 0, so the
+ * model copies each step's inputs into its planned buffers, as on a GPU
+ * (a recorded call must find them at the same place). */
+static s_fake_t *s_fake_new(void) {
+    s_fake_t *f = calloc(1, sizeof *f);
+    cr_assert_not_null(f);
+    f->cpu = tp_backend_cpu_new(1);
+    cr_assert_not_null(f->cpu);
+    f->ops = *f->cpu->ops;
+    f->ops.name = "graph-stand-in";
+    f->ops.op_forward = s_fwd;
+    f->ops.op_backward = s_bwd;
+    f->ops.fill = s_fill;
+    f->ops.gemm = s_gemm;
+    f->ops.sgd_update = s_sgd;
+    f->ops.adam_update = s_adam;
+    f->ops.graph_begin = s_graph_begin;
+    f->ops.graph_end = s_graph_end;
+    f->ops.graph_abort = s_graph_abort;
+    f->ops.graph_destroy = s_graph_destroy;
+    f->ops.destroy = s_fake_destroy;
+    f->base.ops = &f->ops;
+    f->base.impl = f;
+    f->base.device = 0;
+    return f;
+}
+
+/* Every op the CUDA module records: conv, batch norm, dropout, concat,
+ * pooling, matmul, L2 decay, the label ops. */
+static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t shape[4] = {-1, 1, 12, 12};
+    tp_node_t *x = tp_reshape(t, "img", tp_cast(t, "cast", in[0], 1.0f / 255), 4, shape);
+    tp_node_t *h = tp_relu(t, NULL, tp_batch_norm(t, "bn1", tp_conv2d(t, "conv1", x, 8, 3, 1, -1, 0)));
+    tp_node_t *skip = h;
+    h = tp_leaky_relu(t, NULL, tp_conv2d(t, "conv2", h, 8, 3, 1, -1, 1), 0.1f);
+    tp_node_t *cat[2] = {tp_add(t, "res", h, skip), skip};
+    h = tp_max_pool(t, "pool", tp_concat(t, "cat", 2, cat), 2, 2, 0);
+    h = tp_tanh(t, NULL, tp_global_avg_pool(t, "gap", h));
+    h = tp_sigmoid(t, NULL, tp_fc(t, "fc1", tp_dropout(t, "drop", h, 0.3f), 32, 1));
+    tp_node_t *logits = tp_fc(t, "fc2", h, 5, 1);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "acc", logits, in[1]));
+    if (!tp_tower_is_training(t))
+        return tp_tower_status(t);
+    tp_node_t *cost = tp_add(t, "cost", tp_softmax_xent(t, "xent", logits, in[1]),
+                             tp_l2_decay(t, "wd", "*/W", 1e-3f));
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_optimizer_t *s_sgd_opt(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.05, 0.9, 1);
+}
+static tp_optimizer_t *s_adam_opt(void *u) {
+    (void)u;
+    return tp_optimizer_adam(0.01, 0.9, 0.999, 1e-8);
+}
+
+static void s_compare(tp_optimizer_fn opt) {
+    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
+                               {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_cnn, opt, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 16;
+    cfg.seed = 42;
+    cfg.threads = 1;
+    cfg.graphs = 0;
+    tp_model_t *plain = tp_model_new(&md, &cfg);
+    cr_assert_not_null(plain, "%s", tp_last_error());
+    s_fake_t *f = s_fake_new();
+    cfg.graphs = 1;
+    cfg.backend = &f->base;
+    cfg.own_backend = 1;
+    tp_model_t *graphed = tp_model_new(&md, &cfg);
+    cr_assert_not_null(graphed, "%s", tp_last_error());
+    tp_rng_t r;
+    tp_rng_init(&r, 35, 0);
+    static uint8_t x[16 * 144];
+    static int32_t y[16];
+    const int steps = 8;
+    for (int s = 0; s < steps; s++) {
+        int64_t b = s == 4 ? 7 : 16, xs[3] = {b, 12, 12}, ys[1] = {b};
+        for (int i = 0; i < b * 144; i++)
+            x[i] = (uint8_t)tp_rng_u64(&r);
+        for (int i = 0; i < b; i++)
+            y[i] = (int32_t)(tp_rng_u64(&r) % 5);
+        tp_tensor_t in[2];
+        tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
+        tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+        double lr = (opt == s_sgd_opt ? 0.05 : 0.01) * (1.0 - s / 10.0);
+        cr_assert_eq(tp_model_set_hparam(plain, "learning_rate", lr), TP_OK);
+        cr_assert_eq(tp_model_set_hparam(graphed, "learning_rate", lr), TP_OK);
+        cr_assert_eq(tp_model_run(plain, 0, in, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
+        cr_assert_eq(tp_model_run(graphed, 0, in, 2, NULL, 0, NULL), TP_OK,
+                     "step %d: %s", s, tp_last_error());
+        /* the model's rule: recorded at the second step at a batch */
+        cr_assert_eq(tp_model_graphed(graphed, 0), s >= 1, "step %d", s);
+    }
+    /* step 0 and the batch of 7 call by call, step 1 recorded, 2, 3 and
+     * 5 to 7 replayed */
+    cr_expect_eq(f->recorded, 1);
+    cr_expect_eq(f->replayed, 5);
+    for (int i = 0; i < tp_model_var_count(plain); i++) {
+        const char *name = tp_model_var_name(plain, i);
+        tp_tensor_t a, b;
+        cr_assert_eq(tp_model_var(plain, name, &a), TP_OK);
+        cr_assert_eq(tp_model_var(graphed, name, &b), TP_OK);
+        cr_assert_eq(a.nbytes, b.nbytes);
+        cr_assert_eq(memcmp(a.data, b.data, a.nbytes), 0,
+                     "%s differs after %d steps, replayed vs call by call", name, steps);
+    }
+    /* a bad label in a replayed step fails it, naming the label */
+    int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
+    y[3] = 7;
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    cr_assert_lt(tp_model_run(graphed, 0, in, 2, NULL, 0, NULL), 0);
+    cr_assert(strstr(tp_last_error(), "label 7"), "%s", tp_last_error());
+    tp_model_destroy(&graphed);  /* and the stand-in backend it took */
+    tp_model_destroy(&plain);
+}
+
+Test(graph_replay, sgd_steps_replayed_equal_call_by_call) { s_compare(s_sgd_opt); }
+Test(graph_replay, adam_steps_replayed_equal_call_by_call) { s_compare(s_adam_opt); }
+
+/* Graphs off, or on a backend that cannot record (the CPU): nothing is
+ * recorded, every step runs call by call. */
+Test(graph_replay, the_cpu_backend_runs_call_by_call) {
+    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
+                               {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_cnn, s_sgd_opt, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 16;
+    cfg.graphs = 1;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    static uint8_t x[16 * 144];
+    int32_t y[16] = {0};
+    int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    for (int s = 0; s < 3; s++)
+        cr_assert_eq(tp_model_run(m, 0, in, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
+    cr_assert_eq(tp_model_graphed(m, 0), 0);
+    tp_model_destroy(&m);
+}
