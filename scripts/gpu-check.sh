@@ -260,6 +260,12 @@ run_checks() {
              if (n) printf "busy with graphs (nvidia-smi, steady state): %.1f%% over %d samples\n", s/n, n;
              else print "busy: no samples"}' "/tmp/util_g_$model.txt" | tee -a "$out/bench.txt"
     done
+    echo "== 6a and the engine on the GPU: cnn-bn through the engine against a bare loop,"
+    echo "   and fed by the real pipeline against DummyConstantInput (graphs off, then on)"
+    timeout 240 .gpu/bin/tp-bench engine --device 0 --model cnn-bn --steps 300 \
+        --repeat 3 2>&1 | tee -a "$out/bench.txt"
+    TP_CUDA_GRAPHS=1 timeout 240 .gpu/bin/tp-bench engine --device 0 --model cnn-bn \
+        --steps 300 --repeat 3 2>&1 | tee -a "$out/bench.txt"
     echo "== host time per op call (launch overhead) for cnn-bn"
     timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 100 --profile \
         2>&1 | tee -a "$out/bench.txt" | head -4

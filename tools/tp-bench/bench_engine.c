@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <towerpack/checkpoint.h>
 #include <towerpack/clock.h>
+#include <towerpack/device.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/fileio.h>
 #include <towerpack/log.h>
@@ -73,6 +74,10 @@ static void s_make_batches(int64_t batch) {
         s_batches[b] = dp;
     }
 }
+
+/* --device N: every case's towers on CUDA device N (the bare loop's model
+ * on a CUDA backend, the engine's through tp_train_config_t.device). */
+static int s_device = -1;
 
 /* The tiny model every case of this file trains. */
 static tp_model_desc_t s_tiny_desc(void) {
@@ -127,6 +132,15 @@ static double s_bare(const tp_model_desc_t *desc, int64_t batch, int64_t steps) 
     tp_model_config_t mc = tp_model_config_default();
     mc.batch = batch;
     mc.threads = 1;
+    if (s_device >= 0) {
+        tp_cuda_options_t co = tp_cuda_options_default();
+        co.device = s_device;
+        if (!(mc.backend = tp_backend_cuda_new(&co))) {
+            fprintf(stderr, "tp-bench engine: %s\n", tp_last_error());
+            return -1;
+        }
+        mc.own_backend = 1;
+    }
     tp_model_t *m = tp_model_new(desc, &mc);
     if (!m)
         return -1;
@@ -170,6 +184,7 @@ static double s_engine_with(const tp_model_desc_t *desc, int64_t batch, int64_t 
     c.model = desc;
     c.batch = batch;
     c.threads = 1;
+    c.device = s_device;
     c.dataflow = df;
     c.input = input;
     c.steps_per_epoch = steps;
@@ -249,9 +264,12 @@ int tp_bench_engine(int argc, char **argv) {
                                          {"json", no_argument, 0, 'j'},
                                          {"verbose", no_argument, 0, 'v'},
                                          {"monitors", no_argument, 0, 'm'},
+                                         {"device", required_argument, 0, 'd'},
+                                         {"model", required_argument, 0, 'M'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int monitors = 0;
+    const tp_zoo_model_t *zoo = NULL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 's') {
@@ -272,9 +290,24 @@ int tp_bench_engine(int argc, char **argv) {
             monitors = 1;
         } else if (c == 'o') {
             only = optarg;
+        } else if (c == 'd') {
+            int64_t d;
+            if (tp_spec_int(optarg, 0, 1023, "--device", &d) != TP_OK) {
+                fprintf(stderr, "tp-bench engine: %s\n", tp_last_error());
+                return 2;
+            }
+            s_device = (int)d;
+        } else if (c == 'M') {
+            if (!(zoo = tp_zoo_find(optarg))) {
+                fprintf(stderr, "tp-bench engine: %s\n", tp_last_error());
+                return 2;
+            }
         } else {
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: tp-bench engine [--steps N] [--repeat R] [--json] [--verbose]\n"
+                    "                       [--device N] [--model NAME]\n"
+                    "  (--device: on CUDA device N; --model: a zoo model instead of\n"
+                    "  the tiny MLP, e.g. cnn-bn for a GPU)\n"
                     "       tp-bench engine --only bare|engine|dummy|pipeline|engine-monitors|\n"
                     "                              engine-nomonitors [--steps N]\n"
                     "       tp-bench engine --monitors [--steps N] [--repeat R]\n"
@@ -298,6 +331,8 @@ int tp_bench_engine(int argc, char **argv) {
     tp_log_set_level(TP_LOG_WARN);
     s_make_batches(batch);
     tp_model_desc_t desc = s_tiny_desc();
+    if (zoo)
+        desc.build = zoo->build;  /* the same inputs: 28x28 uint8, labels */
     char dir[] = "/tmp/tp-bench-engine-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("tp-bench engine: mkdtemp");
