@@ -474,6 +474,25 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *a7[] = {"tp-train", "--devices", "gpu", NULL};
     cr_assert_neq(s_run(a7, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "auto, cpu, or GPU ids"), "%s", s_out);
+    /* --spec makes the batches: a --batch that disagrees is refused */
+    char *a8[] = {"tp-train", "--batch", "64", "--spec", "fashion-mnist:train | batch 100",
+                  NULL};
+    cr_assert_neq(s_run(a8, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--batch 64, but --spec makes batches of 100"), "%s", s_out);
+}
+
+/* Without --batch, the model is planned for the spec's batch (it was
+ * planned for 128 / towers, and a spec batching otherwise failed its first
+ * step). */
+Test(tp_train, the_batch_follows_the_spec, .init = s_setup, .fini = s_teardown,
+     .timeout = 120) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/spec", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--towers", "2", "--threads", "1",
+                    "--spec", "fashion-mnist:train | batch 48", "--epochs", "1",
+                    "--steps-per-epoch", "3", "--logdir", logdir, NULL};
+    cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "2 towers x batch 48"), "%s", s_out);
 }
 
 /* Run a tool of bin/ (argv[0] its name), stdout+stderr into s_out. */

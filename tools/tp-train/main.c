@@ -16,6 +16,7 @@
 #define _GNU_SOURCE  /* sched_getaffinity */
 #include <getopt.h>
 #include <sched.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -110,11 +111,28 @@ static void s_usage(FILE *out) {
 "  --stats ENDPOINT     statistics for tp-top: ipc (default: LOGDIR/stats.sock),\n"
 "                       tcp (loopback, any port), tcp:PORT, off, or an endpoint\n"
 "  --spec SPEC          the whole training pipeline as a spec (overrides\n"
-"                       --data, --augment, --batch for the data; its images\n"
-"                       must be --image-size); under mpirun '{rank}' in it\n"
-"                       gives each rank its own data\n"
+"                       --data and --augment; its last 'batch N' is the batch\n"
+"                       per tower; its images must be --image-size); under\n"
+"                       mpirun '{rank}' in it gives each rank its own data\n"
 "  --test-spec SPEC     the validation pipeline as a spec\n"
 "  -h, --help\n");
+}
+
+/* The N of a spec's last `batch N` stage (each tower takes one such
+ * batch a step), or 0 when it has none. */
+static long s_spec_batch(const char *spec) {
+    long n = 0;
+    for (const char *p = spec; p && *p; p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!strncmp(p, "batch", 5) && (p[5] == ' ' || p[5] == '\t')) {
+            char *end;
+            long v = strtol(p + 5, &end, 10);
+            if (end != p + 5 && v > 0)
+                n = v;
+        }
+    }
+    return n;
 }
 
 /* The optimizer factory: user = {learning rate, 1 for Adam}. SGD has
@@ -452,6 +470,16 @@ int main(int argc, char **argv) {
         a.towers = 1;  /* one GPU: one tower keeps it busy */
     if (a.towers == 0)
         a.towers = cores < 1 ? 1 : cores > 4 ? 4 : (int)cores;
+    /* --spec makes the batches: the model is planned for its batch */
+    long spec_batch = a.spec ? s_spec_batch(a.spec) : 0;
+    if (a.batch && spec_batch && a.batch != spec_batch) {
+        tp_error(TP_ERR_INVALID, "--batch %d, but --spec makes batches of %ld: "
+                 "leave --batch out (it follows the spec) or make them agree",
+                 a.batch, spec_batch);
+        return s_fail("bad flags");
+    }
+    if (a.batch == 0 && spec_batch > 0 && spec_batch <= INT_MAX)
+        a.batch = (int)spec_batch;
     if (a.batch == 0)
         a.batch = 128 / a.towers > 0 ? 128 / a.towers : 1;
     if (a.threads == 0)
