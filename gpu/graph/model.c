@@ -676,12 +676,17 @@ static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
         for (int k = 1; ok && k < d->ndim; k++)
             ok = x->shape[k] == d->shape[k];
         if (!ok) {
+            /* what the model takes, as [batch,28,28] */
+            char want[128];
+            int w = snprintf(want, sizeof want, "%s[batch", tp_dtype_name(d->dtype));
+            for (int k = 1; k < d->ndim && w > 0 && (size_t)w < sizeof want; k++)
+                w += snprintf(want + w, sizeof want - (size_t)w, ",%lld",
+                              (long long)d->shape[k]);
+            if (w > 0 && (size_t)w < sizeof want)
+                snprintf(want + w, sizeof want - (size_t)w, "]");
             tp_tensor_describe(x, got, sizeof got);
-            return tp_error(TP_ERR_SHAPE,
-                            "%s: input %d '%s' is %s, expected %s with %d dims "
-                            "(batch first)",
-                            t->name, i, d->name, got, tp_dtype_name(d->dtype),
-                            d->ndim);
+            return tp_error(TP_ERR_SHAPE, "%s: input %d '%s' is %s, the model takes %s",
+                            t->name, i, d->name, got, want);
         }
         if (x->shape[0] < 1 || x->shape[0] > t->batch)
             return tp_error(TP_ERR_SHAPE,
