@@ -323,6 +323,9 @@ Test(graph, smaller_batch_than_planned) {
     in[1].dtype = TP_INT64;
     cr_expect_eq(s_run(m, 0, in, TP_RUN_GRADIENTS), TP_ERR_SHAPE);
     cr_expect(strstr(tp_last_error(), "'y'") != NULL, "%s", tp_last_error());
+    /* the message names what the model takes */
+    cr_expect(strstr(tp_last_error(), "the model takes int32[batch]") != NULL, "%s",
+              tp_last_error());
     cr_expect_eq(s_run(m, 3, in, TP_RUN_GRADIENTS), TP_ERR_INVALID);
     tp_model_destroy(&m);
 }
