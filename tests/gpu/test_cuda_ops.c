@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"  /* a white-box test of the backends' table */
+#include "gpu/step_testutil.h"
 
 /* Criterion lists skipped tests only with --verbose: say it in every run
  * (ctest logs included) so a CI log shows the GPU tests did not run. */
@@ -811,16 +812,13 @@ Test(cuda_fallback, a_bad_ordinal_is_an_error) {
 
 /* ---- whole training steps: GPU against CPU ---------------------------------- */
 
-static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *u);
 static tp_optimizer_t *s_momentum(void *u);
 
 /* tp_train_config_t.device: training on a GPU through the launcher (what
  * tp-train --devices 0 does); the model handed out keeps its backend.
  * Without a GPU the launch fails at once, saying which device and why. */
 Test(cuda_fallback, launch_train_on_device_0) {
-    static const tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
-                                            {"y", TP_INT32, 1, {-1}}};
-    static const tp_model_desc_t md = {desc, 2, s_cnn, s_momentum, NULL};
+    static const tp_model_desc_t md = {stu_inputs, 2, stu_cnn, s_momentum, NULL};
     tp_train_config_t c;
     tp_train_config_init(&c);
     c.model = &md;
@@ -852,32 +850,7 @@ Test(cuda_fallback, launch_train_on_device_0) {
     tp_model_destroy(&m);  /* and the backend it took */
 }
 
-static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *u) {
-    (void)u;
-    int64_t shape[4] = {-1, 1, 12, 12};
-    tp_node_t *x = tp_reshape(t, "img", tp_cast(t, "cast", in[0], 1.0f / 255), 4, shape);
-    tp_node_t *h = tp_relu(t, NULL, tp_batch_norm(t, "bn1", tp_conv2d(t, "conv1", x, 8, 3, 1, -1, 0)));
-    tp_node_t *skip = h;
-    h = tp_leaky_relu(t, NULL, tp_conv2d(t, "conv2", h, 8, 3, 1, -1, 1), 0.1f);
-    h = tp_add(t, "res", h, skip);
-    tp_node_t *cat[2] = {h, skip};
-    h = tp_max_pool(t, "pool", tp_concat(t, "cat", 2, cat), 2, 2, 0);
-    h = tp_avg_pool(t, "apool", h, 3, 1, 1);
-    h = tp_tanh(t, NULL, tp_global_avg_pool(t, "gap", h));
-    h = tp_sigmoid(t, NULL, tp_fc(t, "fc1", tp_dropout(t, "drop", h, 0.2f), 32, 1));
-    tp_node_t *logits = tp_fc(t, "fc2", tp_scale(t, "sc", h, 2.0f), 5, 1);
-    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "acc", logits, in[1]));
-    if (!tp_tower_is_training(t))
-        return tp_tower_status(t);
-    tp_node_t *cost = tp_add(t, "cost", tp_softmax_xent(t, "xent", logits, in[1]),
-                             tp_l2_decay(t, "wd", "*/W", 1e-3f));
-    return tp_tower_set_cost(t, cost);
-}
 
-static tp_optimizer_t *s_sgd(void *u) {
-    (void)u;
-    return tp_optimizer_sgd(0.05, 0.9, 1);
-}
 
 /* Not Adam for whole steps: its first update is lr * sign(g), so a gradient
  * component near zero could flip between CPU and GPU rounding and move by
@@ -891,9 +864,7 @@ static tp_optimizer_t *s_momentum(void *u) {
  * every variable (trainable and moving averages) agrees. */
 static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
     tp_backend_t *g = s_gpu();
-    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
-                               {"y", TP_INT32, 1, {-1}}};
-    tp_model_desc_t md = {desc, 2, s_cnn, opt, NULL};
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, opt, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.towers = towers;
     cfg.batch = 16;
@@ -959,23 +930,26 @@ static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
     tp_backend_destroy(&g);
 }
 
-Test(cuda_step, one_tower_sgd_matches_the_cpu) { s_train_compare(1, s_sgd, 4); }
-
-static tp_optimizer_t *s_adam_opt(void *u) {
-    (void)u;
-    return tp_optimizer_adam(0.01, 0.9, 0.999, 1e-8);
-}
+Test(cuda_step, one_tower_sgd_matches_the_cpu) { s_train_compare(1, stu_nesterov, 4); }
 
 /* config.graphs: the training step recorded once (its second step at a
  * batch) and replayed, against the same model run call by call on the same
  * device: the same variables after steps whose learning rate changes every
  * step, with a smaller batch in between (call by call), dropout, batch
  * norm and label checks; then a bad label in a replayed step fails it. */
-static void s_graph_compare(tp_optimizer_fn opt) {
+static void s_graph_step(int s, void *arg) {
+    tp_model_t **m = arg;
+    cr_expect_float_eq(tp_model_metric_value(m[1], 0, 0),
+                       tp_model_metric_value(m[0], 0, 0), 1e-6,
+                       "accuracy of step %d", s);
+    /* recorded at the second full-batch step, replayed from the third */
+    if (!s_on_cpu())
+        cr_assert_eq(tp_model_graphed(m[1], 0), s >= 1, "step %d", s);
+}
+
+static void s_graph_compare(tp_optimizer_fn opt, double lr0) {
     tp_backend_t *g = s_gpu();
-    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
-                               {"y", TP_INT32, 1, {-1}}};
-    tp_model_desc_t md = {desc, 2, s_cnn, opt, NULL};
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, opt, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = 16;
     cfg.infer_batch = 16;
@@ -983,50 +957,25 @@ static void s_graph_compare(tp_optimizer_fn opt) {
     cfg.threads = 1;
     cfg.backend = g;
     cfg.graphs = 0;
-    tp_model_t *m0 = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m0, "%s", tp_last_error());
+    tp_model_t *m[2];
+    m[0] = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m[0], "%s", tp_last_error());
     cfg.graphs = 1;
-    tp_model_t *m1 = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m1, "%s", tp_last_error());
-    tp_rng_t r;
-    tp_rng_init(&r, 35, 0);
-    static uint8_t x[16 * 144];
-    static int32_t y[16];
+    m[1] = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m[1], "%s", tp_last_error());
     const int steps = 8;
-    for (int s = 0; s < steps; s++) {
-        int64_t b = s == 4 ? 7 : 16, xs[3] = {b, 12, 12}, ys[1] = {b};
-        for (int i = 0; i < b * 144; i++)
-            x[i] = (uint8_t)tp_rng_u64(&r);
-        for (int i = 0; i < b; i++)
-            y[i] = (int32_t)(tp_rng_u64(&r) % 5);
-        tp_tensor_t in[2];
-        tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
-        tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-        double lr = 0.05 * (1.0 - s / 10.0);
-        cr_assert_eq(tp_model_set_hparam(m0, "learning_rate", lr), TP_OK);
-        cr_assert_eq(tp_model_set_hparam(m1, "learning_rate", lr), TP_OK);
-        cr_assert_eq(tp_model_run(m0, 0, in, 2, NULL, 0, NULL), TP_OK, "%s",
-                     tp_last_error());
-        cr_assert_eq(tp_model_run(m1, 0, in, 2, NULL, 0, NULL), TP_OK,
-                     "step %d: %s", s, tp_last_error());
-        cr_expect_float_eq(tp_model_metric_value(m1, 0, 0),
-                           tp_model_metric_value(m0, 0, 0), 1e-6,
-                           "accuracy of step %d", s);
-        /* recorded at the second full-batch step, replayed from the third */
-        if (!s_on_cpu())
-            cr_assert_eq(tp_model_graphed(m1, 0), s >= 1, "step %d", s);
-    }
-    for (int i = 0; i < tp_model_var_count(m0); i++) {
-        const char *name = tp_model_var_name(m0, i);
+    stu_train_pair(m[0], m[1], steps, lr0, s_graph_step, m);
+    for (int i = 0; i < tp_model_var_count(m[0]); i++) {
+        const char *name = tp_model_var_name(m[0], i);
         tp_tensor_t v0, v1;
-        cr_assert_eq(tp_model_var(m0, name, &v0), TP_OK);
-        cr_assert_eq(tp_model_var(m1, name, &v1), TP_OK);
+        cr_assert_eq(tp_model_var(m[0], name, &v0), TP_OK);
+        cr_assert_eq(tp_model_var(m[1], name, &v1), TP_OK);
         size_t n = v0.nbytes / 4;
         float *h0 = malloc(v0.nbytes + 4), *h1 = malloc(v0.nbytes + 4);
         /* device memory read through the backend (on the CPU stand-in, the
          * views themselves) */
-        const float *p0 = tp_model_view_host(m0, &v0, h0, v0.nbytes);
-        const float *p1 = tp_model_view_host(m1, &v1, h1, v0.nbytes);
+        const float *p0 = tp_model_view_host(m[0], &v0, h0, v0.nbytes);
+        const float *p1 = tp_model_view_host(m[1], &v1, h1, v0.nbytes);
         cr_assert(p0 && p1, "%s", tp_last_error());
         char what[160];
         snprintf(what, sizeof what, "%s after %d steps, replayed vs call by call",
@@ -1037,30 +986,19 @@ static void s_graph_compare(tp_optimizer_fn opt) {
         free(h0);
         free(h1);
     }
-    /* a bad label in a replayed step: the step fails, naming it */
-    int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
-    for (int i = 0; i < 16; i++)
-        y[i] = i % 5;
-    y[3] = 7;
-    tp_tensor_t in[2];
-    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
-    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-    cr_assert_lt(tp_model_run(m1, 0, in, 2, NULL, 0, NULL), 0);
-    cr_assert(strstr(tp_last_error(), "label 7 at row 3"), "%s", tp_last_error());
-    tp_model_destroy(&m1);
-    tp_model_destroy(&m0);
+    stu_bad_label_fails(m[1]);  /* in a replayed step */
+    tp_model_destroy(&m[1]);
+    tp_model_destroy(&m[0]);
     tp_backend_destroy(&g);
 }
 
-Test(cuda_step, graphs_replay_the_sgd_step) { s_graph_compare(s_sgd); }
-Test(cuda_step, graphs_replay_the_adam_step) { s_graph_compare(s_adam_opt); }
+Test(cuda_step, graphs_replay_the_sgd_step) { s_graph_compare(stu_nesterov, 0.05); }
+Test(cuda_step, graphs_replay_the_adam_step) { s_graph_compare(stu_adam, 0.01); }
 Test(cuda_step, two_towers_match_the_cpu) { s_train_compare(2, s_momentum, 3); }
 
 Test(cuda_step, a_smaller_last_batch_runs) {
     tp_backend_t *g = s_gpu();
-    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
-                               {"y", TP_INT32, 1, {-1}}};
-    tp_model_desc_t md = {desc, 2, s_cnn, s_sgd, NULL};
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, stu_nesterov, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = 16;
     cfg.infer_batch = 16;
@@ -1093,9 +1031,7 @@ Test(cuda_step, a_smaller_last_batch_runs) {
  * copy becomes device-to-device. */
 Test(cuda_step, staged_batches_feed_the_model) {
     tp_backend_t *g = s_gpu();
-    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
-                               {"y", TP_INT32, 1, {-1}}};
-    tp_model_desc_t md = {desc, 2, s_cnn, s_sgd, NULL};
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, stu_nesterov, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = 16;
     cfg.seed = 7;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"
+#include "gpu/step_testutil.h"
 
 typedef enum { R_FWD, R_BWD, R_FILL, R_GEMM, R_SGD, R_ADAM } s_rk_t;
 
@@ -315,41 +316,13 @@ static s_fake_t *s_fake_new(void) {
     return f;
 }
 
-/* Every op the CUDA module records: conv, batch norm, dropout, concat,
- * pooling, matmul, L2 decay, the label ops. */
-static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *u) {
-    (void)u;
-    int64_t shape[4] = {-1, 1, 12, 12};
-    tp_node_t *x = tp_reshape(t, "img", tp_cast(t, "cast", in[0], 1.0f / 255), 4, shape);
-    tp_node_t *h = tp_relu(t, NULL, tp_batch_norm(t, "bn1", tp_conv2d(t, "conv1", x, 8, 3, 1, -1, 0)));
-    tp_node_t *skip = h;
-    h = tp_leaky_relu(t, NULL, tp_conv2d(t, "conv2", h, 8, 3, 1, -1, 1), 0.1f);
-    tp_node_t *cat[2] = {tp_add(t, "res", h, skip), skip};
-    h = tp_max_pool(t, "pool", tp_concat(t, "cat", 2, cat), 2, 2, 0);
-    h = tp_tanh(t, NULL, tp_global_avg_pool(t, "gap", h));
-    h = tp_sigmoid(t, NULL, tp_fc(t, "fc1", tp_dropout(t, "drop", h, 0.3f), 32, 1));
-    tp_node_t *logits = tp_fc(t, "fc2", h, 5, 1);
-    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "acc", logits, in[1]));
-    if (!tp_tower_is_training(t))
-        return tp_tower_status(t);
-    tp_node_t *cost = tp_add(t, "cost", tp_softmax_xent(t, "xent", logits, in[1]),
-                             tp_l2_decay(t, "wd", "*/W", 1e-3f));
-    return tp_tower_set_cost(t, cost);
+static void s_after_step(int s, void *arg) {
+    /* the model's rule: recorded at the second step at a batch */
+    cr_assert_eq(tp_model_graphed(arg, 0), s >= 1, "step %d", s);
 }
 
-static tp_optimizer_t *s_sgd_opt(void *u) {
-    (void)u;
-    return tp_optimizer_sgd(0.05, 0.9, 1);
-}
-static tp_optimizer_t *s_adam_opt(void *u) {
-    (void)u;
-    return tp_optimizer_adam(0.01, 0.9, 0.999, 1e-8);
-}
-
-static void s_compare(tp_optimizer_fn opt) {
-    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
-                               {"y", TP_INT32, 1, {-1}}};
-    tp_model_desc_t md = {desc, 2, s_cnn, opt, NULL};
+static void s_compare(tp_optimizer_fn opt, double lr0) {
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, opt, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = 16;
     cfg.seed = 42;
@@ -363,30 +336,8 @@ static void s_compare(tp_optimizer_fn opt) {
     cfg.own_backend = 1;
     tp_model_t *graphed = tp_model_new(&md, &cfg);
     cr_assert_not_null(graphed, "%s", tp_last_error());
-    tp_rng_t r;
-    tp_rng_init(&r, 35, 0);
-    static uint8_t x[16 * 144];
-    static int32_t y[16];
     const int steps = 8;
-    for (int s = 0; s < steps; s++) {
-        int64_t b = s == 4 ? 7 : 16, xs[3] = {b, 12, 12}, ys[1] = {b};
-        for (int i = 0; i < b * 144; i++)
-            x[i] = (uint8_t)tp_rng_u64(&r);
-        for (int i = 0; i < b; i++)
-            y[i] = (int32_t)(tp_rng_u64(&r) % 5);
-        tp_tensor_t in[2];
-        tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
-        tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-        double lr = (opt == s_sgd_opt ? 0.05 : 0.01) * (1.0 - s / 10.0);
-        cr_assert_eq(tp_model_set_hparam(plain, "learning_rate", lr), TP_OK);
-        cr_assert_eq(tp_model_set_hparam(graphed, "learning_rate", lr), TP_OK);
-        cr_assert_eq(tp_model_run(plain, 0, in, 2, NULL, 0, NULL), TP_OK, "%s",
-                     tp_last_error());
-        cr_assert_eq(tp_model_run(graphed, 0, in, 2, NULL, 0, NULL), TP_OK,
-                     "step %d: %s", s, tp_last_error());
-        /* the model's rule: recorded at the second step at a batch */
-        cr_assert_eq(tp_model_graphed(graphed, 0), s >= 1, "step %d", s);
-    }
+    stu_train_pair(plain, graphed, steps, lr0, s_after_step, graphed);
     /* step 0 and the batch of 7 call by call, step 1 recorded, 2, 3 and
      * 5 to 7 replayed */
     cr_expect_eq(f->recorded, 1);
@@ -400,27 +351,18 @@ static void s_compare(tp_optimizer_fn opt) {
         cr_assert_eq(memcmp(a.data, b.data, a.nbytes), 0,
                      "%s differs after %d steps, replayed vs call by call", name, steps);
     }
-    /* a bad label in a replayed step fails it, naming the label */
-    int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
-    y[3] = 7;
-    tp_tensor_t in[2];
-    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
-    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
-    cr_assert_lt(tp_model_run(graphed, 0, in, 2, NULL, 0, NULL), 0);
-    cr_assert(strstr(tp_last_error(), "label 7"), "%s", tp_last_error());
+    stu_bad_label_fails(graphed);  /* in a replayed step */
     tp_model_destroy(&graphed);  /* and the stand-in backend it took */
     tp_model_destroy(&plain);
 }
 
-Test(graph_replay, sgd_steps_replayed_equal_call_by_call) { s_compare(s_sgd_opt); }
-Test(graph_replay, adam_steps_replayed_equal_call_by_call) { s_compare(s_adam_opt); }
+Test(graph_replay, sgd_steps_replayed_equal_call_by_call) { s_compare(stu_nesterov, 0.05); }
+Test(graph_replay, adam_steps_replayed_equal_call_by_call) { s_compare(stu_adam, 0.01); }
 
 /* Graphs off, or on a backend that cannot record (the CPU): nothing is
  * recorded, every step runs call by call. */
 Test(graph_replay, the_cpu_backend_runs_call_by_call) {
-    tp_input_desc_t desc[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
-                               {"y", TP_INT32, 1, {-1}}};
-    tp_model_desc_t md = {desc, 2, s_cnn, s_sgd_opt, NULL};
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, stu_nesterov, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = 16;
     cfg.graphs = 1;

@@ -1,0 +1,95 @@
+/* towerpack tests: what the whole-step tests of tests/gpu share
+ * (test_cuda_ops.c on a GPU, test_graph_replay.c on the CPU): a small CNN
+ * with every op a step records (conv, batch norm, dropout, concat, both
+ * poolings, scale, matmul, L2 decay, the label ops), its inputs, and the
+ * run of the same steps on two models. */
+#ifndef TP_TESTS_GPU_STEP_TESTUTIL_H
+#define TP_TESTS_GPU_STEP_TESTUTIL_H
+
+#include <criterion/criterion.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+
+/* x: uint8 [B,12,12] images, y: int32 [B] labels in [0,5) */
+static const tp_input_desc_t stu_inputs[2] = {{"x", TP_UINT8, 3, {-1, 12, 12}},
+                                              {"y", TP_INT32, 1, {-1}}};
+
+static tp_status_t stu_cnn(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t shape[4] = {-1, 1, 12, 12};
+    tp_node_t *x = tp_reshape(t, "img", tp_cast(t, "cast", in[0], 1.0f / 255), 4, shape);
+    tp_node_t *h = tp_relu(t, NULL, tp_batch_norm(t, "bn1", tp_conv2d(t, "conv1", x, 8, 3, 1, -1, 0)));
+    tp_node_t *skip = h;
+    h = tp_leaky_relu(t, NULL, tp_conv2d(t, "conv2", h, 8, 3, 1, -1, 1), 0.1f);
+    h = tp_add(t, "res", h, skip);
+    tp_node_t *cat[2] = {h, skip};
+    h = tp_max_pool(t, "pool", tp_concat(t, "cat", 2, cat), 2, 2, 0);
+    h = tp_avg_pool(t, "apool", h, 3, 1, 1);
+    h = tp_tanh(t, NULL, tp_global_avg_pool(t, "gap", h));
+    h = tp_sigmoid(t, NULL, tp_fc(t, "fc1", tp_dropout(t, "drop", h, 0.2f), 32, 1));
+    tp_node_t *logits = tp_fc(t, "fc2", tp_scale(t, "sc", h, 2.0f), 5, 1);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "acc", logits, in[1]));
+    if (!tp_tower_is_training(t))
+        return tp_tower_status(t);
+    tp_node_t *cost = tp_add(t, "cost", tp_softmax_xent(t, "xent", logits, in[1]),
+                             tp_l2_decay(t, "wd", "*/W", 1e-3f));
+    return tp_tower_set_cost(t, cost);
+}
+
+/* Nesterov SGD (0.05, momentum 0.9) and Adam (0.01). */
+static tp_optimizer_t *stu_nesterov(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.05, 0.9, 1);
+}
+static tp_optimizer_t *stu_adam(void *u) {
+    (void)u;
+    return tp_optimizer_adam(0.01, 0.9, 0.999, 1e-8);
+}
+
+/* The same `steps` steps on m0 and m1: random batches of 16 (of 7 at step
+ * 4, a smaller batch in between), the learning rate lr0 * (1 - s / 10) set
+ * on both before step s; after_step(s, arg) after each (may be NULL). */
+static void stu_train_pair(tp_model_t *m0, tp_model_t *m1, int steps, double lr0,
+                           void (*after_step)(int s, void *arg), void *arg) {
+    tp_rng_t r;
+    tp_rng_init(&r, 35, 0);
+    static uint8_t x[16 * 144];
+    static int32_t y[16];
+    for (int s = 0; s < steps; s++) {
+        int64_t b = s == 4 ? 7 : 16, xs[3] = {b, 12, 12}, ys[1] = {b};
+        for (int i = 0; i < b * 144; i++)
+            x[i] = (uint8_t)tp_rng_u64(&r);
+        for (int i = 0; i < b; i++)
+            y[i] = (int32_t)(tp_rng_u64(&r) % 5);
+        tp_tensor_t in[2];
+        tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
+        tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+        double lr = lr0 * (1.0 - s / 10.0);
+        cr_assert_eq(tp_model_set_hparam(m0, "learning_rate", lr), TP_OK);
+        cr_assert_eq(tp_model_set_hparam(m1, "learning_rate", lr), TP_OK);
+        cr_assert_eq(tp_model_run(m0, 0, in, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
+        cr_assert_eq(tp_model_run(m1, 0, in, 2, NULL, 0, NULL), TP_OK, "step %d: %s",
+                     s, tp_last_error());
+        if (after_step)
+            after_step(s, arg);
+    }
+}
+
+/* A step of 16 whose row 3 has label 7, outside [0,5): it must fail,
+ * naming the label. */
+static void stu_bad_label_fails(tp_model_t *m) {
+    static uint8_t x[16 * 144];
+    int32_t y[16];
+    for (int i = 0; i < 16; i++)
+        y[i] = i % 5;
+    y[3] = 7;
+    int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    cr_assert_lt(tp_model_run(m, 0, in, 2, NULL, 0, NULL), 0);
+    cr_assert(strstr(tp_last_error(), "label 7"), "%s", tp_last_error());
+}
+
+#endif
