@@ -228,37 +228,30 @@ run_checks() {
         echo "gpu-check run: exit $rc (logs in $out)"
         return $rc
     fi
-    echo "== 6d: GEMM-heavy step against its cuBLAS products"
-    timeout 120 .gpu/bin/tp-bench cuda gemm 2>&1 | tee "$out/bench.txt"
-    timeout 120 .gpu/bin/tp-bench cuda gemm --tf32 2>&1 | tee -a "$out/bench.txt"
-    echo "== 6b/6c: step rates, GPU utilisation sampled by nvidia-smi"
-    for model in cnn-bn resnet; do
-        nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
-            -lms 100 >"/tmp/util_$model.txt" 2>/dev/null &
-        local smi=$!
-        timeout 150 .gpu/bin/tp-bench cuda steps --model "$model" --batch 128 --steps 600 \
-            2>&1 | tee -a "$out/bench.txt"
-        kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
-        # steady state: drop the first and last 20% of the samples
-        awk '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
-             for (i=lo;i<=hi;i++) {s+=v[i]; n++}
-             if (n) printf "busy (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n", s/n, n;
-             else print "busy: no samples"}' "/tmp/util_$model.txt" | tee -a "$out/bench.txt"
-    done
-    echo "== the same with the step recorded as a CUDA graph (TP_CUDA_GRAPHS=1)"
-    TP_CUDA_GRAPHS=1 timeout 120 .gpu/bin/tp-bench cuda gemm 2>&1 | tee -a "$out/bench.txt"
-    TP_CUDA_GRAPHS=1 timeout 120 .gpu/bin/tp-bench cuda gemm --tf32 2>&1 | tee -a "$out/bench.txt"
-    for model in cnn-bn resnet; do
-        nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
-            -lms 100 >"/tmp/util_g_$model.txt" 2>/dev/null &
-        local smi=$!
-        TP_CUDA_GRAPHS=1 timeout 150 .gpu/bin/tp-bench cuda steps --model "$model" \
-            --batch 128 --steps 600 2>&1 | tee -a "$out/bench.txt"
-        kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
-        awk '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
-             for (i=lo;i<=hi;i++) {s+=v[i]; n++}
-             if (n) printf "busy with graphs (nvidia-smi, steady state): %.1f%% over %d samples\n", s/n, n;
-             else print "busy: no samples"}' "/tmp/util_g_$model.txt" | tee -a "$out/bench.txt"
+    local graphs label
+    : >"$out/bench.txt"
+    for graphs in 0 1; do
+        label=""
+        [ "$graphs" = 1 ] && label=" (the step recorded as a CUDA graph: TP_CUDA_GRAPHS=1)"
+        echo "== 6d: GEMM-heavy step against its cuBLAS products$label"
+        TP_CUDA_GRAPHS=$graphs timeout 120 .gpu/bin/tp-bench cuda gemm 2>&1 | tee -a "$out/bench.txt"
+        TP_CUDA_GRAPHS=$graphs timeout 120 .gpu/bin/tp-bench cuda gemm --tf32 2>&1 |
+            tee -a "$out/bench.txt"
+        echo "== 6b/6c: step rates, GPU utilisation sampled by nvidia-smi$label"
+        for model in cnn-bn resnet; do
+            nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
+                -lms 100 >"/tmp/util_$model.txt" 2>/dev/null &
+            local smi=$!
+            TP_CUDA_GRAPHS=$graphs timeout 150 .gpu/bin/tp-bench cuda steps --model "$model" \
+                --batch 128 --steps 600 2>&1 | tee -a "$out/bench.txt"
+            kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+            # steady state: drop the first and last 20% of the samples
+            awk -v g="$graphs" '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
+                 for (i=lo;i<=hi;i++) {s+=v[i]; n++}
+                 if (n) printf "busy%s (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n",
+                               g == 1 ? " with graphs" : "", s/n, n;
+                 else print "busy: no samples"}' "/tmp/util_$model.txt" | tee -a "$out/bench.txt"
+        done
     done
     echo "== 6a and the engine on the GPU: cnn-bn through the engine against a bare loop,"
     echo "   and fed by the real pipeline against DummyConstantInput (graphs off, then on)"
