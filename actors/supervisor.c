@@ -74,6 +74,15 @@ typedef struct {
     tp_stats_row_t row;      /* last known counters, kept after the end */
 } s_child_t;
 
+/* A member: watched and published, run by its owner. */
+typedef struct {
+    const tp_supervised_ops_t *ops;
+    void *impl;
+} s_member_t;
+
+/* Rows a member may publish (an input with 64 forked workers has ~70). */
+#define S_MEMBER_ROWS 192
+
 struct tp_supervisor {
     tp_supervisor_opts_t opts;
     char name[TP_STATS_SOURCE_MAX];
@@ -83,6 +92,10 @@ struct tp_supervisor {
     tp_stats_pub_t *pub;
     s_child_t *children;
     int nchildren, cap;
+    s_member_t *members;
+    int nmembers, capmembers;
+    tp_stats_row_t *rows;    /* the snapshot being built */
+    int caprows;
     int started, finished;
     int signals;
     atomic_int stop_requested;
@@ -188,6 +201,8 @@ void tp_supervisor_destroy(tp_supervisor_t **self_p) {
     for (int i = 0; i < self->nchildren; i++)
         free(self->children[i].restart_times);
     free(self->children);
+    free(self->members);
+    free(self->rows);
     tp_stats_pub_destroy(&self->pub);
     if (self->own_run_dir)
         rmdir(self->run_dir);
@@ -266,10 +281,39 @@ void tp_supervisor_stop(tp_supervisor_t *self) {
     atomic_store(&self->stop_requested, 1);
 }
 
+tp_status_t tp_supervisor_add_member(tp_supervisor_t *self,
+                                     const tp_supervised_ops_t *ops, void *impl) {
+    if (!ops || !ops->name || !*ops->name)
+        return tp_error(TP_ERR_INVALID, "supervisor '%s': a member needs a name",
+                        self->name);
+    if (self->nmembers == self->capmembers) {
+        int cap = self->capmembers ? 2 * self->capmembers : 8;
+        s_member_t *m = realloc(self->members, (size_t)cap * sizeof *m);
+        if (!m)
+            return tp_error(TP_ERR_NOMEM, "supervisor");
+        self->members = m;
+        self->capmembers = cap;
+    }
+    self->members[self->nmembers++] = (s_member_t){ops, impl};
+    return TP_OK;
+}
+
+/* Every child's row (upstream first, as added), then the members' rows. */
 static void s_publish(tp_supervisor_t *self) {
-    if (!self->pub || self->nchildren == 0)
+    if (!self->pub || self->nchildren + self->nmembers == 0)
         return;
-    tp_stats_row_t rows[self->nchildren];
+    int need = self->nchildren + S_MEMBER_ROWS * self->nmembers;
+    if (need > self->caprows) {
+        tp_stats_row_t *r = realloc(self->rows, (size_t)need * sizeof *r);
+        if (!r) {
+            TP_WARN("supervisor '%s': statistics not published: out of memory",
+                    self->name);
+            return;
+        }
+        self->rows = r;
+        self->caprows = need;
+    }
+    tp_stats_row_t *rows = self->rows;
     for (int i = 0; i < self->nchildren; i++) {
         s_child_t *c = &self->children[i];
         if (c->actor)
@@ -279,7 +323,14 @@ static void s_publish(tp_supervisor_t *self) {
         if (!c->actor && c->row.state != TP_ACTOR_FAILED)
             rows[i].state = TP_ACTOR_DONE;
     }
-    tp_stats_pub_publish(self->pub, rows, self->nchildren);
+    int n = self->nchildren;
+    for (int m = 0; m < self->nmembers; m++)
+        if (self->members[m].ops->rows)
+            n += self->members[m].ops->rows(self->members[m].impl, &rows[n],
+                                            S_MEMBER_ROWS);
+    if (tp_stats_pub_publish(self->pub, rows, n) < 0)
+        TP_WARN("supervisor '%s': publishing statistics: %s", self->name,
+                tp_last_error());
     self->last_pub_ns = tp_now_ns();
 }
 
@@ -394,103 +445,121 @@ static void s_begin_stop(tp_supervisor_t *self, const char *why) {
             tp_actor_stop(self->children[i].actor);
 }
 
+/* One round of watching: stop requests; what the children sent (waiting
+ * up to poll_ms for it); their ends, failures and heartbeats; the members'
+ * checks; statistics when due. With owner_ends (a tick) children that end
+ * cleanly do not end the tree. */
+static void s_round(tp_supervisor_t *self, int poll_ms, int owner_ends) {
+    /* Stop requests: a signal, or tp_supervisor_stop. */
+    if (self->signals && tp_signal_count() != self->sig_seen) {
+        int sig = tp_signal_pending();
+        self->sig_seen = tp_signal_count();
+        if (self->stopping) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "%.1000s; second %s: in-flight data dropped",
+                     self->reason, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            s_finish(self, TP_ERR_INTERRUPTED, msg);
+            return;
+        }
+        self->stop_sig = sig;
+        s_begin_stop(self, sig == SIGTERM ? "stopped by SIGTERM"
+                                          : "stopped by SIGINT");
+    }
+    if (atomic_exchange(&self->stop_requested, 0) && !self->stopping)
+        s_begin_stop(self, "stop requested");
+
+    zmq_pollitem_t items[self->nchildren > 0 ? self->nchildren : 1];
+    int map[self->nchildren > 0 ? self->nchildren : 1];
+    int n = 0;
+    for (int i = 0; i < self->nchildren; i++) {
+        if (!self->children[i].actor)
+            continue;
+        items[n] = (zmq_pollitem_t){tp_actor_pipe_raw(self->children[i].actor),
+                                    0, ZMQ_POLLIN, 0};
+        map[n++] = i;
+    }
+    if (n > 0)
+        zmq_poll(items, n, poll_ms);
+    for (int k = 0; k < n; k++)
+        if (items[k].revents & ZMQ_POLLIN)
+            tp_actor_handle_pipe(self->children[map[k]].actor);
+
+    uint64_t now = tp_now_ns();
+    int running = 0;
+    for (int i = 0; i < self->nchildren && !self->finished; i++) {
+        s_child_t *c = &self->children[i];
+        if (!c->actor)
+            continue;
+        if (tp_actor_exited(c->actor)) {
+            tp_status_t rc = tp_actor_exit_status(c->actor);
+            if (rc >= 0) {
+                TP_DEBUG("supervisor '%s': child '%s' done: %s", self->name,
+                         c->def->name, tp_actor_reason(c->actor));
+                s_child_stop_actor(c);
+                c->done = 1;
+                c->row.state = TP_ACTOR_DONE;
+            } else {
+                char how[700];
+                snprintf(how, sizeof how, "failed: %s",
+                         tp_actor_reason(c->actor));
+                s_child_failed(self, i, how);
+            }
+        } else if (!self->stopping &&
+                   (double)(now - tp_actor_last_seen_ns(c->actor)) * 1e-9 >
+                       self->opts.heartbeat_timeout_s) {
+            char how[200];
+            snprintf(how, sizeof how,
+                     "missed its heartbeat (silent for more than %.3g s)",
+                     self->opts.heartbeat_timeout_s);
+            s_child_failed(self, i, how);
+        }
+        if (c->actor)
+            running++;
+    }
+    if (self->finished)
+        return;
+    for (int m = 0; m < self->nmembers && !self->stopping; m++) {
+        const s_member_t *mb = &self->members[m];
+        if (mb->ops->check && mb->ops->check(mb->impl) < 0) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "%.60s: %.1100s", mb->ops->name,
+                     tp_last_error());
+            s_finish(self, TP_ERR_PEER, msg);
+            return;
+        }
+    }
+    if (running == 0 && (self->stopping || !owner_ends)) {
+        if (self->stopping) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "%.1000s; in-flight data drained",
+                     self->reason);
+            s_finish(self, TP_ERR_INTERRUPTED, msg);
+        } else {
+            s_finish(self, TP_OK, "all actors finished");
+        }
+        return;
+    }
+    if (self->stopping && tp_now_s() > self->drain_deadline) {
+        char msg[1200];
+        snprintf(msg, sizeof msg,
+                 "%.1000s; drain timed out after %.3g s: in-flight data dropped",
+                 self->reason, self->opts.drain_timeout_s);
+        s_finish(self, TP_ERR_INTERRUPTED, msg);
+        return;
+    }
+    if ((double)(tp_now_ns() - self->last_pub_ns) * 1e-9 >=
+        self->opts.stats_interval_s)
+        s_publish(self);
+}
+
 tp_status_t tp_supervisor_run(tp_supervisor_t *self, double timeout_s) {
     if (!self->started)
         return tp_error(TP_ERR_STATE, "supervisor '%s': run before start",
                         self->name);
     double deadline = timeout_s > 0 ? tp_now_s() + timeout_s : 0;
     while (!self->finished) {
-        /* Stop requests: a signal, or tp_supervisor_stop. */
-        if (self->signals && tp_signal_count() != self->sig_seen) {
-            int sig = tp_signal_pending();
-            self->sig_seen = tp_signal_count();
-            if (self->stopping) {
-                char msg[1200];
-                snprintf(msg, sizeof msg, "%.1000s; second %s: in-flight data dropped",
-                         self->reason, sig == SIGTERM ? "SIGTERM" : "SIGINT");
-                s_finish(self, TP_ERR_INTERRUPTED, msg);
-                break;
-            }
-            self->stop_sig = sig;
-            s_begin_stop(self, sig == SIGTERM ? "stopped by SIGTERM"
-                                              : "stopped by SIGINT");
-        }
-        if (atomic_exchange(&self->stop_requested, 0) && !self->stopping)
-            s_begin_stop(self, "stop requested");
-
-        zmq_pollitem_t items[self->nchildren > 0 ? self->nchildren : 1];
-        int map[self->nchildren > 0 ? self->nchildren : 1];
-        int n = 0;
-        for (int i = 0; i < self->nchildren; i++) {
-            if (!self->children[i].actor)
-                continue;
-            items[n] = (zmq_pollitem_t){tp_actor_pipe_raw(self->children[i].actor),
-                                        0, ZMQ_POLLIN, 0};
-            map[n++] = i;
-        }
-        if (n > 0)
-            zmq_poll(items, n, 50);
-        for (int k = 0; k < n; k++)
-            if (items[k].revents & ZMQ_POLLIN)
-                tp_actor_handle_pipe(self->children[map[k]].actor);
-
-        uint64_t now = tp_now_ns();
-        int running = 0;
-        for (int i = 0; i < self->nchildren && !self->finished; i++) {
-            s_child_t *c = &self->children[i];
-            if (!c->actor)
-                continue;
-            if (tp_actor_exited(c->actor)) {
-                tp_status_t rc = tp_actor_exit_status(c->actor);
-                if (rc >= 0) {
-                    TP_DEBUG("supervisor '%s': child '%s' done: %s", self->name,
-                             c->def->name, tp_actor_reason(c->actor));
-                    s_child_stop_actor(c);
-                    c->done = 1;
-                    c->row.state = TP_ACTOR_DONE;
-                } else {
-                    char how[700];
-                    snprintf(how, sizeof how, "failed: %s",
-                             tp_actor_reason(c->actor));
-                    s_child_failed(self, i, how);
-                }
-            } else if (!self->stopping &&
-                       (double)(now - tp_actor_last_seen_ns(c->actor)) * 1e-9 >
-                           self->opts.heartbeat_timeout_s) {
-                char how[200];
-                snprintf(how, sizeof how,
-                         "missed its heartbeat (silent for more than %.3g s)",
-                         self->opts.heartbeat_timeout_s);
-                s_child_failed(self, i, how);
-            }
-            if (c->actor)
-                running++;
-        }
-        if (self->finished)
-            break;
-        if (running == 0) {
-            if (self->stopping) {
-                char msg[1200];
-                snprintf(msg, sizeof msg, "%.1000s; in-flight data drained",
-                         self->reason);
-                s_finish(self, TP_ERR_INTERRUPTED, msg);
-            } else {
-                s_finish(self, TP_OK, "all actors finished");
-            }
-            break;
-        }
-        if (self->stopping && tp_now_s() > self->drain_deadline) {
-            char msg[1200];
-            snprintf(msg, sizeof msg,
-                     "%.1000s; drain timed out after %.3g s: in-flight data dropped",
-                     self->reason, self->opts.drain_timeout_s);
-            s_finish(self, TP_ERR_INTERRUPTED, msg);
-            break;
-        }
-        if ((double)(tp_now_ns() - self->last_pub_ns) * 1e-9 >=
-            self->opts.stats_interval_s)
-            s_publish(self);
-        if (deadline > 0 && tp_now_s() >= deadline)
+        s_round(self, 50, 0);
+        if (!self->finished && deadline > 0 && tp_now_s() >= deadline)
             return tp_error(TP_ERR_TIMEOUT, "supervisor '%s': still running",
                             self->name);
     }
@@ -498,6 +567,28 @@ tp_status_t tp_supervisor_run(tp_supervisor_t *self, double timeout_s) {
         return tp_error(self->result, "supervisor '%s': %s", self->name,
                         self->reason);
     return TP_OK;
+}
+
+tp_status_t tp_supervisor_tick(tp_supervisor_t *self) {
+    if (!self->started)
+        return tp_error(TP_ERR_STATE, "supervisor '%s': tick before start",
+                        self->name);
+    if (!self->finished)
+        s_round(self, 0, 1);
+    if (self->finished && self->result < 0)
+        return tp_error(self->result, "supervisor '%s': %s", self->name,
+                        self->reason);
+    if (self->stopping)
+        return tp_error(TP_ERR_INTERRUPTED, "supervisor '%s': %s", self->name,
+                        self->reason);
+    return TP_OK;
+}
+
+int tp_supervisor_restarts_total(const tp_supervisor_t *self) {
+    int n = 0;
+    for (int i = 0; i < self->nchildren; i++)
+        n += self->children[i].restarts;
+    return n;
 }
 
 const char *tp_supervisor_reason(const tp_supervisor_t *self) {

@@ -19,6 +19,7 @@
 #include <towerpack/callback.h>
 #include <towerpack/dataflow.h>
 #include <towerpack/graph.h>
+#include <towerpack/supervisor.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -182,6 +183,15 @@ typedef enum {
     TP_TRAINER_PARAMETER_SERVER = 2,  /* SyncMultiGPUTrainerParameterServer */
 } tp_trainer_kind_t;
 
+/* An actor of your own in the training tree (tp_train_config_t.actors): a
+ * reader that feeds a ZMQInput, an exporter of metrics, a sidecar. */
+typedef struct tp_train_actor {
+    const tp_actor_def_t *def;     /* borrowed for the whole run, with arg:
+                                      a restart reuses both */
+    void *arg;
+    tp_restart_policy_t policy;    /* {0}: its failure ends training */
+} tp_train_actor_t;
+
 typedef struct tp_train_config {
     const tp_model_desc_t *model;  /* required */
     tp_dataflow_t *dataflow;       /* taken: the default input (QueueInput) */
@@ -236,6 +246,15 @@ typedef struct tp_train_config {
     int auto_resume;               /* resume from logdir's latest checkpoint */
     int save_checkpoints;          /* ModelSaver (default 1 with a logdir) */
 
+    const tp_train_actor_t *actors; /* children of the training's
+                                      supervisor, started in this order after
+                                      the input has started: rows in tp-top,
+                                      restarts under their policy (stats.json:
+                                      supervisor/restarts), a failure beyond
+                                      it ends training at the next step
+                                      boundary; stopped after after_train.
+                                      Not taken. */
+    size_t nactors;
     const char *stats;             /* publish actor statistics for tp-top:
                                       NULL: ipc://LOGDIR/stats.sock with a
                                       logdir; "off"; "tcp", "tcp:PORT" or an

@@ -96,6 +96,42 @@ int tp_supervisor_restarts(const tp_supervisor_t *self, const char *name);
 tp_status_t tp_supervisor_child_stats(const tp_supervisor_t *self,
                                       const char *name, tp_stats_row_t *row);
 
+/* ---- members: parts of a tree the supervisor watches but does not run ------
+ * Parts of a tree that keep their own protocol and their own owner (a
+ * training run's input actors, stages, towers and callback actor, and the
+ * thread that runs the epoch schedule) join the supervisor as members: it
+ * publishes their rows after its children's and asks each, at every watch
+ * round, whether it is healthy. Their owner starts and stops them. */
+typedef struct tp_supervised_ops {
+    const char *name;  /* in messages */
+    /* Up to max rows of statistics, as of now; returns how many. NULL: none. */
+    int (*rows)(void *impl, tp_stats_row_t *rows, int max);
+    /* TP_OK while healthy; an error, with tp_last_error() saying what failed
+     * or hangs and where, fails the tree. NULL: always healthy. */
+    tp_status_t (*check)(void *impl);
+} tp_supervised_ops_t;
+
+/* Add a member (before or after start). ops and impl are borrowed: keep
+ * them alive while the supervisor lives. */
+tp_status_t tp_supervisor_add_member(tp_supervisor_t *self,
+                                     const tp_supervised_ops_t *ops, void *impl);
+
+/* One watch round that never blocks, for a supervisor whose own thread does
+ * work between rounds (training: the epoch schedule calls it at every step
+ * boundary and while the towers compute). It does what tp_supervisor_run
+ * does in a round (signals and stop requests, children's ends, errors and
+ * heartbeats under their policies, the members' checks, statistics when
+ * due), except that children ending cleanly do not end the tree: its owner
+ * does, by destroying it. Returns TP_OK while the tree runs;
+ * TP_ERR_INTERRUPTED from the first signal or stop request on (the children
+ * are asked to stop and drain); TP_ERR_PEER once a child failed beyond its
+ * policy or a member's check failed (the children are stopped; the message
+ * names which and how). */
+tp_status_t tp_supervisor_tick(tp_supervisor_t *self);
+
+/* Restarts of all children so far. */
+int tp_supervisor_restarts_total(const tp_supervisor_t *self);
+
 /* ---- signals --------------------------------------------------------------
  * Process-wide: SIGINT and SIGTERM only record that they arrived. Loops
  * that block (supervisor, dataflow runners, tp-worker) look at the record

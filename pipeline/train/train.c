@@ -22,8 +22,6 @@
 
 /* ---- the model trainer --------------------------------------------------------- */
 
-typedef struct s_statscb s_statscb_t;
-
 typedef struct {
     tp_model_t *model;
     tp_input_t *input;
@@ -39,7 +37,10 @@ typedef struct {
      * counters when it runs on this thread (no executors). */
     uint64_t taken, input_wait_ns, towers_wait_ns;
     tp_tower_meter_t meter0;
-    s_statscb_t *stats;       /* the statistics callback, when there is one */
+    tp_supervisor_t *sup;     /* the run's supervisor (see below) */
+    size_t nactors;           /* its children: the run's own actors */
+    tp_trainer_t *trainer;    /* set by before_train */
+    double t_start;           /* the schedule's start (before_train) */
 } s_mt_t;
 
 static void s_stats_idle(void *arg);
@@ -71,7 +72,7 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
          * publishing statistics while a long step runs). */
         uint64_t s0 = tp_now_ns();
         tp_status_t rc = tp_towers_step(t->executors, batches, t->watchdog_s,
-                                        s_stats_idle, t->stats);
+                                        s_stats_idle, t);
         t->towers_wait_ns += tp_now_ns() - s0;
         TP_TRY(rc);
     } else {
@@ -146,6 +147,8 @@ static tp_model_t *mt_model(void *impl) { return ((s_mt_t *)impl)->model; }
 
 static void mt_destroy(void *impl) {
     s_mt_t *t = impl;
+    /* its children first (upstream of the input); members are not its */
+    tp_supervisor_destroy(&t->sup);
     tp_towers_destroy(&t->executors);
     tp_input_destroy(&t->input);
     tp_model_destroy(&t->model);
@@ -168,129 +171,155 @@ static const tp_trainer_ops_t s_ps_ops = {
     .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
 };
 
-/* ---- actor statistics -------------------------------------------------------------
- * Once a second (checked at step boundaries, and every 100 ms while the
- * towers compute a step) the supervisor publishes on the stats socket
- * tp-top reads: the rows the input gives about itself (tp_input_stats:
- * QueueInput's prefetch actor, StagingInput's stages, ZMQInput's receiver,
- * a custom input's own), its own row ("supervisor": the thread that runs
- * the schedule and the synchronous hooks; busy is time in those hooks,
- * starved waiting for batches, blocked waiting for the towers), one row
- * per tower that the towers count themselves, and the callback actor's.
- * After each epoch the input's scalars (tp_input_scalars) and the time the
- * supervisor waited for input join the monitors' stream (stats.json).
- * Nothing here knows what kind of input it has. */
+/* ---- the supervision of a run -----------------------------------------------------
+ * Training runs under a supervisor (actors/supervisor.c, the same one that
+ * runs a user's actor tree). Its children are the run's own actors
+ * (cfg.actors), started, watched (ends, errors, heartbeats) and restarted
+ * under their policies. Its members are the parts of the tree that keep
+ * their own protocol, in the order the data flows:
+ *  - the input: the rows it gives about itself (tp_input_stats: QueueInput's
+ *    prefetch actor and forked workers, StagingInput's stages, ZMQInput's
+ *    receiver, a custom input's own);
+ *  - the schedule: the "supervisor" row, the thread that runs the epochs and
+ *    the synchronous hooks (busy is time in those hooks, starved waiting for
+ *    batches, blocked waiting for the tower actors);
+ *  - the towers, with the rows they count themselves;
+ *  - the callback actor, where the observing callbacks run.
+ * The Supervision callback runs a watch round (tp_supervisor_tick) at every
+ * step boundary and every 100 ms while the towers compute a step: restarts,
+ * failures, signals, and once a second every row on the stats socket that
+ * tp-top reads. After each epoch the input's scalars, the time the schedule
+ * waited for input and the children's restarts join stats.json. Nothing
+ * here knows what kind of input it has. */
 
-#define S_INPUT_ROWS 128
+static int s_rows_input(void *impl, tp_stats_row_t *rows, int max) {
+    return tp_input_stats(((s_mt_t *)impl)->input, rows, max);
+}
 
-struct s_statscb {
-    s_mt_t *mt;
-    tp_trainer_t *trainer;   /* set by before_train */
-    char request[4200];
-    tp_stats_pub_t *pub;
-    double t_start;
-    /* the snapshot being built: the input's rows, the supervisor's, the
-     * towers', the callback actor's */
-    tp_stats_row_t rows[S_INPUT_ROWS + 2 + TP_TOWERS_MAX];
-};
-
-static void s_rows_publish(s_statscb_t *sc, tp_trainer_t *trainer) {
-    s_mt_t *mt = sc->mt;
-    tp_stats_row_t *rows = sc->rows;
-    int n = tp_input_stats(mt->input, rows, S_INPUT_ROWS);
-    double alive = tp_now_s() - sc->t_start;
-    tp_stats_row_t *tr = &rows[n++];
+static int s_rows_schedule(void *impl, tp_stats_row_t *rows, int max) {
+    s_mt_t *mt = impl;
+    if (max < 1 || mt->t_start <= 0)
+        return 0;
+    tp_stats_row_t *tr = &rows[0];
     memset(tr, 0, sizeof *tr);
     snprintf(tr->name, sizeof tr->name, "supervisor");
     tr->state = TP_ACTOR_RUNNING;
     tr->msgs_in = mt->taken;
     tr->starved_s = (double)mt->input_wait_ns * 1e-9;
     tr->blocked_s = (double)mt->towers_wait_ns * 1e-9;  /* waiting for tower actors */
+    double alive = tp_now_s() - mt->t_start;
     double idle = tr->starved_s + tr->blocked_s;
     tr->busy_s = alive > idle ? alive - idle : 0;
     tr->alive_s = alive;
     tr->queue_fill = -1;  /* the input's rows show their queues */
+    return 1;
+}
+
+static int s_rows_towers(void *impl, tp_stats_row_t *rows, int max) {
+    s_mt_t *mt = impl;
     if (mt->executors)
-        n += tp_towers_stats(mt->executors, &rows[n], TP_TOWERS_MAX);
-    else
-        tp_tower_meter_row(&mt->meter0, 0, &rows[n++]);
-    tp_cb_actor_t *cba = *tp_trainer_cb_actor_slot(trainer);
-    if (cba)  /* the observing callbacks' actor */
-        tp_cb_actor_row(cba, &rows[n++]);
-    if (tp_stats_pub_publish(sc->pub, rows, n) < 0)
-        TP_WARN("publishing statistics: %s", tp_last_error());
+        return tp_towers_stats(mt->executors, rows, max);
+    if (max < 1)
+        return 0;
+    tp_tower_meter_row(&mt->meter0, 0, &rows[0]);
+    return 1;
 }
 
-static tp_status_t statscb_before_train(void *impl, tp_trainer_t *tr) {
-    s_statscb_t *sc = impl;
-    char ep[4200];
-    const char *dir = tp_trainer_logdir(tr);
-    if (tp_stats_endpoint_resolve(sc->request[0] ? sc->request : NULL, dir, ep, sizeof ep) < 0)
-        return tp_error_wrap(TP_ERR_INVALID, "statistics endpoint");
-    sc->pub = tp_stats_pub_new(ep, "tp-train");
-    if (!sc->pub)
-        return tp_error_wrap(TP_ERR_IO, "statistics endpoint %s", ep);
-    TP_INFO("statistics for tp-top at %s", tp_stats_pub_endpoint(sc->pub));
-    sc->t_start = tp_now_s();
-    sc->trainer = tr;
+static int s_rows_callbacks(void *impl, tp_stats_row_t *rows, int max) {
+    s_mt_t *mt = impl;
+    tp_cb_actor_t *cba = mt->trainer ? *tp_trainer_cb_actor_slot(mt->trainer) : NULL;
+    if (!cba || max < 1)
+        return 0;
+    tp_cb_actor_row(cba, &rows[0]);
+    return 1;
+}
+
+static const tp_supervised_ops_t s_members[] = {
+    {"input", s_rows_input, NULL},
+    {"schedule", s_rows_schedule, NULL},
+    {"towers", s_rows_towers, NULL},
+    {"callbacks", s_rows_callbacks, NULL},
+};
+
+/* The run's supervisor, its members added and its children started. Made
+ * after the input has started (its forked workers never see the threads
+ * and sockets made here). NULL with tp_last_error() set. */
+static tp_supervisor_t *s_supervisor_new(s_mt_t *mt, const tp_train_config_t *cfg) {
+    tp_supervisor_opts_t o;
+    tp_supervisor_opts_init(&o);
+    o.name = "tp-train";  /* the stats source tp-top shows */
+    o.run_dir = cfg->logdir;
+    o.stats = cfg->logdir || cfg->stats ? cfg->stats : "off";
+    tp_supervisor_t *sup = tp_supervisor_new(&o);
+    if (!sup) {
+        tp_error_wrap(TP_ERR_IO, "the training's supervisor");
+        return NULL;
+    }
+    tp_status_t rc = TP_OK;
+    for (size_t i = 0; rc >= 0 && i < sizeof s_members / sizeof *s_members; i++)
+        rc = tp_supervisor_add_member(sup, &s_members[i], mt);
+    for (size_t i = 0; rc >= 0 && i < cfg->nactors; i++)
+        rc = tp_supervisor_add(sup, cfg->actors[i].def, cfg->actors[i].arg,
+                               &cfg->actors[i].policy);
+    if (rc >= 0)
+        rc = tp_supervisor_start(sup);
+    if (rc < 0) {
+        tp_supervisor_destroy(&sup);
+        return NULL;
+    }
+    if (*tp_supervisor_stats_endpoint(sup))
+        TP_INFO("statistics for tp-top at %s", tp_supervisor_stats_endpoint(sup));
+    return sup;
+}
+
+static tp_status_t sv_before_train(void *impl, tp_trainer_t *tr) {
+    s_mt_t *mt = impl;
+    mt->t_start = tp_now_s();
+    mt->trainer = tr;
     return TP_OK;
 }
 
-static tp_status_t statscb_trigger_step(void *impl, tp_trainer_t *tr) {
-    s_statscb_t *sc = impl;
-    if (sc->pub && tp_stats_pub_since(sc->pub) >= 1.0)
-        s_rows_publish(sc, tr);
-    return TP_OK;
+/* A watch round. A signal is the trainer's to act on (it stops at this
+ * step boundary on its own); a child failed beyond its policy ends
+ * training with the supervisor's message. */
+static tp_status_t sv_trigger_step(void *impl, tp_trainer_t *tr) {
+    (void)tr;
+    tp_status_t rc = tp_supervisor_tick(((s_mt_t *)impl)->sup);
+    return rc == TP_ERR_INTERRUPTED ? TP_OK : rc;
 }
 
 /* While the towers compute a step (every 100 ms): a step of seconds still
- * shows in tp-top once a second. */
+ * shows in tp-top once a second, and a failure is seen (and reported at
+ * the step's end: the trigger_step after it returns it again). */
 static void s_stats_idle(void *arg) {
-    s_statscb_t *sc = arg;
-    if (sc && sc->pub && sc->trainer && tp_stats_pub_since(sc->pub) >= 1.0)
-        s_rows_publish(sc, sc->trainer);
+    s_mt_t *mt = arg;
+    if (mt->trainer)
+        (void)tp_supervisor_tick(mt->sup);
 }
 
-static tp_status_t statscb_after_epoch(void *impl, tp_trainer_t *tr) {
-    s_statscb_t *sc = impl;
+static tp_status_t sv_after_epoch(void *impl, tp_trainer_t *tr) {
+    s_mt_t *mt = impl;
     tp_input_scalar_t v[160];  /* with 64 forked workers' memory */
-    int n = tp_input_scalars(sc->mt->input, v, 160);
+    int n = tp_input_scalars(mt->input, v, 160);
     for (int i = 0; i < n; i++)
         tp_trainer_put_scalar(tr, v[i].name, v[i].value);
     tp_trainer_put_scalar(tr, "trainer/input_wait_s",
-                          (double)sc->mt->input_wait_ns * 1e-9);
+                          (double)mt->input_wait_ns * 1e-9);
+    if (mt->nactors)
+        tp_trainer_put_scalar(tr, "supervisor/restarts",
+                              (double)tp_supervisor_restarts_total(mt->sup));
     tp_cb_actor_t *cba = *tp_trainer_cb_actor_slot(tr);
     if (cba)  /* steps the latest-only observers skipped: they were behind */
         tp_trainer_put_scalar(tr, "callbacks/skipped_steps", (double)tp_cb_actor_skipped(cba));
     return TP_OK;
 }
 
-static void statscb_destroy(void *impl) {
-    s_statscb_t *sc = impl;
-    sc->mt->stats = NULL;
-    tp_stats_pub_destroy(&sc->pub);
-    free(sc);
-}
-
-static const tp_callback_ops_t s_statscb_ops = {
-    .name = "ActorStats",
-    .before_train = statscb_before_train,
-    .trigger_step = statscb_trigger_step,
-    .after_epoch = statscb_after_epoch,
-    .destroy = statscb_destroy,
+static const tp_callback_ops_t s_supervision_ops = {
+    .name = "Supervision",
+    .before_train = sv_before_train,
+    .trigger_step = sv_trigger_step,
+    .after_epoch = sv_after_epoch,
 };
-
-static tp_callback_t *s_stats_callback(s_mt_t *mt, const char *request) {
-    s_statscb_t *sc = calloc(1, sizeof *sc);
-    if (!sc) {
-        tp_error(TP_ERR_NOMEM, "ActorStats");
-        return NULL;
-    }
-    sc->mt = mt;
-    mt->stats = sc;
-    snprintf(sc->request, sizeof sc->request, "%s", request ? request : "");
-    return tp_callback_new(&s_statscb_ops, sc, 0);
-}
 
 /* ---- TrainConfig ------------------------------------------------------------------ */
 
@@ -532,8 +561,12 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     }
     if (cfg->logdir && cfg->save_checkpoints && (rc = s_add(tr, tp_cb_model_saver(10, 0))) < 0)
         goto out;
-    if ((cfg->logdir || cfg->stats) && !(cfg->stats && !strcmp(cfg->stats, "off")) &&
-        (rc = s_add(tr, s_stats_callback(mt, cfg->stats))) < 0)
+    if (!(mt->sup = s_supervisor_new(mt, cfg))) {
+        rc = tp_error_wrap(TP_ERR_IO, "starting the training tree");
+        goto out;
+    }
+    mt->nactors = cfg->nactors;
+    if ((rc = s_add(tr, tp_callback_new(&s_supervision_ops, mt, 0))) < 0)
         goto out;
     if (cfg->default_callbacks) {
         if ((rc = s_add(tr, tp_cb_epoch_mean(cfg->progress_names))) < 0 ||
