@@ -269,3 +269,176 @@ Test(supervisor, publishes_stats_on_ipc) {
     tp_supervisor_destroy(&s);
     cr_assert_neq(access(path, F_OK), 0, "stats socket removed");
 }
+
+/* ---- members and tick: a tree whose thread does work of its own ------------ */
+
+typedef struct {
+    int calls;          /* rows asked */
+    int fail_check;     /* the check fails from now on */
+} member_t;
+
+static int member_rows(void *impl, tp_stats_row_t *rows, int max) {
+    member_t *m = impl;
+    m->calls++;
+    if (max < 2)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        memset(&rows[i], 0, sizeof rows[i]);
+        snprintf(rows[i].name, sizeof rows[i].name, "member%d", i);
+        rows[i].state = TP_ACTOR_RUNNING;
+        rows[i].msgs_in = (uint64_t)(10 * (i + 1));
+    }
+    return 2;
+}
+
+static tp_status_t member_check(void *impl) {
+    member_t *m = impl;
+    if (m->fail_check)
+        return tp_error(TP_ERR_TIMEOUT, "tower3 has not finished step 7 in 2.0 s");
+    return TP_OK;
+}
+
+static const tp_supervised_ops_t member_ops = {"towers", member_rows, member_check};
+
+/* Ticks (each never blocks) until `done` says so or 5 s pass. */
+#define TICK_UNTIL(s, rc, cond)                                             \
+    do {                                                                    \
+        double t_end_ = tp_now_s() + 5;                                     \
+        while (((rc) = tp_supervisor_tick(s)) == TP_OK && !(cond) &&        \
+               tp_now_s() < t_end_)                                         \
+            usleep(2000);                                                   \
+    } while (0)
+
+Test(supervisor, members_are_published_after_the_children) {
+    spec_t spec = {.n = -1, .fail_after = -1, .sleep_ms = 1};
+    sink_t sink = {0};
+    member_t m = {0};
+    tp_supervisor_t *s = make_sup(5);
+    tp_supervisor_add(s, &d_sink, &sink, NULL);
+    tp_supervisor_add(s, &d_src, &spec, NULL);
+    cr_assert_eq(tp_supervisor_add_member(s, &member_ops, &m), TP_OK);
+    zsock_t *sub = zsock_new_sub(tp_supervisor_stats_endpoint(s), "");
+    cr_assert(sub);
+    zsock_set_rcvtimeo(sub, 0);
+    cr_assert_eq(tp_supervisor_start(s), TP_OK);
+    tp_stats_snapshot_t snap;
+    tp_stats_snapshot_init(&snap);
+    int got = 0;
+    double t_end = tp_now_s() + 5;
+    while (!got && tp_now_s() < t_end) {
+        cr_assert_eq(tp_supervisor_tick(s), TP_OK, "%s", tp_last_error());
+        zframe_t *f = zframe_recv(sub);
+        if (!f) {
+            usleep(5000);
+            continue;
+        }
+        cr_assert_eq(tp_stats_decode(zframe_data(f), zframe_size(f), &snap), TP_OK);
+        zframe_destroy(&f);
+        got = snap.nrows == 4 && snap.rows[1].msgs_out > 0;
+    }
+    cr_assert(got, "a snapshot with the children and the member's rows");
+    cr_assert_str_eq(snap.rows[0].name, "sink");
+    cr_assert_str_eq(snap.rows[1].name, "source");
+    cr_assert_str_eq(snap.rows[2].name, "member0");
+    cr_assert_str_eq(snap.rows[3].name, "member1");
+    cr_assert_eq(snap.rows[3].msgs_in, 20);
+    tp_stats_snapshot_fini(&snap);
+    zsock_destroy(&sub);
+    tp_supervisor_destroy(&s);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+Test(supervisor, tick_restarts_under_the_policy_and_a_clean_end_is_not_the_end) {
+    spec_t spec = {.n = 50, .fail_after = 10, .fail_lives = 2};
+    sink_t sink = {0};
+    tp_restart_policy_t p = {3, 10};
+    tp_supervisor_t *s = make_sup(5);
+    tp_supervisor_add(s, &d_sink, &sink, NULL);
+    tp_supervisor_add(s, &d_src, &spec, &p);
+    cr_assert_eq(tp_supervisor_start(s), TP_OK);
+    tp_status_t rc;
+    /* Two failed lives (10 each) and one that ends cleanly (50). */
+    TICK_UNTIL(s, rc, atomic_load(&sink.count) == 70);
+    cr_assert_eq(rc, TP_OK, "%s", tp_last_error());
+    cr_assert_eq(atomic_load(&sink.count), 70);
+    cr_assert_eq(tp_supervisor_restarts(s, "source"), 2);
+    cr_assert_eq(tp_supervisor_restarts_total(s), 2);
+    /* The source is done, the sink waits: the owner decides the end. */
+    for (int i = 0; i < 20; i++) {
+        cr_assert_eq(tp_supervisor_tick(s), TP_OK, "%s", tp_last_error());
+        usleep(5000);
+    }
+    cr_assert_str_eq(tp_supervisor_reason(s), "");
+    tp_supervisor_destroy(&s);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+Test(supervisor, tick_reports_a_failure_beyond_the_policy) {
+    spec_t spec = {.n = 100, .fail_after = 0, .fail_lives = 1000};
+    sink_t sink = {0};
+    tp_restart_policy_t p = {1, 10};
+    tp_supervisor_t *s = make_sup(5);
+    tp_supervisor_add(s, &d_sink, &sink, NULL);
+    tp_supervisor_add(s, &d_src, &spec, &p);
+    cr_assert_eq(tp_supervisor_start(s), TP_OK);
+    tp_status_t rc;
+    TICK_UNTIL(s, rc, 0);
+    cr_assert_eq(rc, TP_ERR_PEER, "%s", tp_last_error());
+    cr_assert(strstr(tp_last_error(), "child 'source' failed: planted failure") &&
+              strstr(tp_last_error(), "restarted 1 times"), "%s", tp_last_error());
+    /* and again on every later tick */
+    cr_assert_eq(tp_supervisor_tick(s), TP_ERR_PEER);
+    tp_supervisor_destroy(&s);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+Test(supervisor, a_member_that_fails_its_check_ends_the_tree) {
+    spec_t spec = {.n = -1, .fail_after = -1, .sleep_ms = 1};
+    sink_t sink = {0};
+    member_t m = {0};
+    tp_supervisor_t *s = make_sup(5);
+    tp_supervisor_add(s, &d_sink, &sink, NULL);
+    tp_supervisor_add(s, &d_src, &spec, NULL);
+    tp_supervisor_add_member(s, &member_ops, &m);
+    cr_assert_eq(tp_supervisor_start(s), TP_OK);
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(tp_supervisor_tick(s), TP_OK, "%s", tp_last_error());
+    m.fail_check = 1;
+    cr_assert_eq(tp_supervisor_tick(s), TP_ERR_PEER);
+    cr_assert(strstr(tp_last_error(), "towers: tower3 has not finished step 7"),
+              "%s", tp_last_error());
+    cr_assert(strstr(tp_supervisor_reason(s), "towers: tower3"), "%s",
+              tp_supervisor_reason(s));
+    /* the children were stopped: nothing moves any more */
+    tp_stats_row_t a, b;
+    tp_supervisor_child_stats(s, "source", &a);
+    usleep(50000);
+    cr_assert_eq(tp_supervisor_tick(s), TP_ERR_PEER);
+    tp_supervisor_child_stats(s, "source", &b);
+    cr_assert_eq(a.msgs_out, b.msgs_out);
+    tp_supervisor_destroy(&s);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+Test(supervisor, tick_turns_sigint_into_a_drain) {
+    spec_t spec = {.n = -1, .fail_after = -1, .sleep_ms = 1};
+    sink_t sink = {0};
+    tp_supervisor_t *s = make_sup(5);
+    tp_supervisor_add(s, &d_sink, &sink, NULL);
+    tp_supervisor_add(s, &d_src, &spec, NULL);
+    cr_assert_eq(tp_supervisor_start(s), TP_OK);
+    cr_assert_eq(tp_supervisor_tick(s), TP_OK);
+    raise(SIGINT);
+    cr_assert_eq(tp_supervisor_tick(s), TP_ERR_INTERRUPTED);
+    tp_status_t rc;
+    double t_end = tp_now_s() + 5;
+    while ((rc = tp_supervisor_tick(s)) == TP_ERR_INTERRUPTED &&
+           !strstr(tp_supervisor_reason(s), "drained") && tp_now_s() < t_end)
+        usleep(2000);
+    cr_assert_eq(rc, TP_ERR_INTERRUPTED);
+    cr_assert(strstr(tp_supervisor_reason(s), "stopped by SIGINT; in-flight data drained"),
+              "%s", tp_supervisor_reason(s));
+    tp_supervisor_destroy(&s);
+    tp_signal_clear();
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}

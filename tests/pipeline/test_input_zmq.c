@@ -1,10 +1,12 @@
 /* towerpack tests: ZMQInput, batches straight from remote senders. A sender
  * thread (send_dataflow_zmq, what tp-worker runs) feeds the input over ipc;
  * batches arrive in order, malformed messages are counted and dropped, and
- * a model trains from it through launch_train_with_config. */
+ * a model trains from it through launch_train_with_config, also fed by an
+ * actor of the run's own under the training's supervisor. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -153,4 +155,132 @@ Test(zmq_input, a_model_trains_from_a_sender, .init = s_setup, .fini = s_teardow
     json_decref(j);
     tp_dataflow_destroy(&s.df);
     tp_model_destroy(&m);
+}
+
+/* ---- actors of the run's own, under the training's supervisor ------------- */
+
+typedef struct {
+    atomic_int lives;
+    int fail_life0_after;   /* life 0 fails after this many sends (-1: never) */
+} s_feed_spec_t;
+
+typedef struct {
+    s_feed_spec_t *spec;
+    tp_dataflow_t *df;
+    int life, sent;
+} s_feed_t;
+
+static tp_status_t s_feed_init(tp_actor_ctx_t *ctx, void *arg, void **state) {
+    (void)ctx;
+    s_feed_t *f = calloc(1, sizeof *f);
+    f->spec = arg;
+    f->life = atomic_fetch_add(&f->spec->lives, 1);
+    f->df = s_blobs(16);
+    tp_status_t rc = tp_dataflow_reset_state(f->df, 7 + (uint64_t)f->life, 0);
+    *state = f;
+    return rc;
+}
+
+static tp_status_t s_feed_produce(tp_actor_ctx_t *ctx, void *state) {
+    s_feed_t *f = state;
+    if (f->life == 0 && f->sent == f->spec->fail_life0_after)
+        return tp_error(TP_ERR_IO, "feeder: the bucket went away after %d batches",
+                        f->sent);
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = tp_dataflow_next(f->df, &dp);
+    if (rc == TP_DONE)  /* endless: the next call starts a new pass */
+        rc = tp_dataflow_next(f->df, &dp);
+    TP_TRY(rc);
+    f->sent++;
+    return tp_actor_send(ctx, 0, &dp);
+}
+
+static void s_feed_fini(void *state) {
+    s_feed_t *f = state;
+    tp_dataflow_destroy(&f->df);
+    free(f);
+}
+
+static void s_zmq_config(tp_train_config_t *c, tp_model_desc_t *desc) {
+    tp_train_config_init(c);
+    c->model = desc;
+    c->input = s_input();
+    cr_assert_not_null(c->input);
+    c->batch = 16;
+    c->threads = 1;
+    c->logdir = s_dir;
+    c->save_checkpoints = 0;
+    c->progress_names = "cost,accuracy";
+}
+
+Test(zmq_input, a_feeder_actor_is_restarted_under_its_policy, .init = s_setup,
+     .fini = s_teardown) {
+    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    s_feed_spec_t spec = {.fail_life0_after = 15};
+    tp_actor_port_t out = {"out", s_ep, 0, 0, 0};   /* connects: may restart */
+    tp_actor_def_t def = {"feeder", NULL, 0, &out, 1, s_feed_init, NULL,
+                          s_feed_produce, s_feed_fini};
+    tp_train_actor_t actor = {&def, &spec, {2, 10}};
+    tp_train_config_t c;
+    s_zmq_config(&c, &desc);
+    c.actors = &actor;
+    c.nactors = 1;
+    c.max_epoch = 2;
+    c.steps_per_epoch = 20;
+    tp_model_t *m = NULL;
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(atomic_load(&spec.lives), 2, "one restart");
+    char path[160];
+    snprintf(path, sizeof path, "%s/stats.json", s_dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_not_null(j, "%s", err.text);
+    cr_assert_eq(json_array_size(j), 2, "both epochs");
+    json_t *last = json_array_get(j, 1);
+    cr_assert_eq(json_integer_value(json_object_get(last, "global_step")), 40);
+    cr_assert_eq(json_real_value(json_object_get(last, "supervisor/restarts")), 1.0);
+    cr_assert_gt(json_real_value(json_object_get(last, "accuracy")), 0.9);
+    json_decref(j);
+    tp_model_destroy(&m);
+}
+
+/* A sidecar (no ports) that fails after about 60 ms, with no policy. */
+static tp_status_t s_sidecar_init(tp_actor_ctx_t *ctx, void *arg, void **state) {
+    (void)ctx;
+    *state = arg;
+    *(int *)arg = 0;
+    return TP_OK;
+}
+static tp_status_t s_sidecar_produce(tp_actor_ctx_t *ctx, void *state) {
+    (void)ctx;
+    usleep(2000);
+    if (++*(int *)state == 30)
+        return tp_error(TP_ERR_IO, "exporter: connection to the dashboard lost");
+    return TP_OK;
+}
+
+Test(zmq_input, a_child_failing_beyond_its_policy_ends_training, .init = s_setup,
+     .fini = s_teardown) {
+    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    s_feed_spec_t spec = {.fail_life0_after = -1};
+    tp_actor_port_t out = {"out", s_ep, 0, 0, 0};
+    tp_actor_def_t feeder = {"feeder", NULL, 0, &out, 1, s_feed_init, NULL,
+                             s_feed_produce, s_feed_fini};
+    int calls = 0;
+    tp_actor_def_t sidecar = {"exporter", NULL, 0, NULL, 0, s_sidecar_init, NULL,
+                              s_sidecar_produce, NULL};
+    tp_train_actor_t actors[] = {{&feeder, &spec, {0, 0}}, {&sidecar, &calls, {0, 0}}};
+    tp_train_config_t c;
+    s_zmq_config(&c, &desc);
+    c.actors = actors;
+    c.nactors = 2;
+    c.max_epoch = 1000000;
+    c.steps_per_epoch = 20;
+    double t0 = tp_now_s();
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_ERR_PEER);
+    cr_assert_lt(tp_now_s() - t0, 10.0);
+    const char *e = tp_last_error();
+    cr_assert(strstr(e, "child 'exporter' failed: exporter: connection to the "
+                        "dashboard lost") && strstr(e, "fail at once"), "%s", e);
+    cr_assert_eq(atomic_load(&spec.lives), 1);
 }
