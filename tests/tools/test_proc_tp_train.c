@@ -490,9 +490,12 @@ Test(tp_train, the_batch_follows_the_spec, .init = s_setup, .fini = s_teardown,
     snprintf(logdir, sizeof logdir, "%s/spec", s_dir);
     char *argv[] = {"tp-train", "--model", "mlp", "--towers", "2", "--threads", "1",
                     "--spec", "fashion-mnist:train | batch 48", "--epochs", "1",
-                    "--steps-per-epoch", "3", "--logdir", logdir, NULL};
+                    "--steps-per-epoch", "3", "--logdir", logdir,
+                    /* the validation graph follows its own spec's batch */
+                    "--test-spec", "fashion-mnist:test | batch 1000 remainder", NULL};
     cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
     cr_assert(strstr(s_out, "2 towers x batch 48"), "%s", s_out);
+    cr_assert(strstr(s_out, "validation_accuracy"), "%s", s_out);
 }
 
 /* Run a tool of bin/ (argv[0] its name), stdout+stderr into s_out. */

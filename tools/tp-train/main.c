@@ -557,7 +557,10 @@ int main(int argc, char **argv) {
     cfg.model_name = zoo->name;  /* recorded in every checkpoint */
     cfg.dataflow = train;
     cfg.input = remote;
-    cfg.infer_batch = rank == 0 ? 500 : 0;  /* rank 0 validates */
+    /* rank 0 validates, at the batch its validation spec makes (500 for
+     * the built-in one) */
+    long test_batch = a.test_spec ? s_spec_batch(a.test_spec) : 0;
+    cfg.infer_batch = rank != 0 ? 0 : test_batch > 0 ? test_batch : 500;
     cfg.towers = a.towers;
     cfg.batch = a.batch;
     cfg.seed = (uint64_t)a.seed;
