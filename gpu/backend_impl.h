@@ -168,6 +168,16 @@ typedef struct tp_backend_ops {
     tp_status_t (*graph_end)(tp_backend_t *b, tp_stream_t *s, tp_graph_t **g);
     void (*graph_abort)(tp_backend_t *b, tp_stream_t *s);
     void (*graph_destroy)(tp_backend_t *b, tp_graph_t *g);
+
+    /* ---- batches made on the device (appended later; NULL: the host
+     * implementation in gpu/augment.c, right for a backend whose memory is
+     * host memory). As tp_backend_augment_batch (backend.h), the picks
+     * already checked against nsrc and the shape. */
+    tp_status_t (*augment_batch)(tp_backend_t *b, tp_stream_t *s, float *dst,
+                                 int32_t *labels_dst, const uint8_t *images,
+                                 const int32_t *labels,
+                                 const tp_augment_pick_t *picks, int n,
+                                 const tp_augment_shape_t *shape);
 } tp_backend_ops_t;
 
 struct tp_backend {

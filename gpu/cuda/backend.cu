@@ -1164,6 +1164,7 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .graph_end = */ s_graph_end,
     /* .graph_abort = */ s_graph_abort,
     /* .graph_destroy = */ s_graph_destroy,
+    /* .augment_batch = */ tp_cuda_augment_batch,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

@@ -119,6 +119,13 @@ tp_status_t tp_cuda_checks_collect(tp_stream_t *s);
 tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c);
 
 /* cast.cu */
+/* tp_backend_augment_batch on the device (augment.cu). */
+extern "C" tp_status_t tp_cuda_augment_batch(tp_backend_t *b, tp_stream_t *s,
+                                             float *dst, int32_t *labels_dst,
+                                             const uint8_t *images,
+                                             const int32_t *labels,
+                                             const tp_augment_pick_t *picks, int n,
+                                             const tp_augment_shape_t *shape);
 extern "C" tp_status_t tp_cuda_cast_u8_f32(const uint8_t *src, float *dst,
                                            size_t n, float scale,
                                            cudaStream_t stream);

@@ -110,6 +110,50 @@ tp_status_t tp_backend_stage_release(tp_backend_t *b, tp_stage_t *st,
                                      tp_stream_t *s);
 tp_status_t tp_backend_stage_host_wait(tp_backend_t *b, tp_stage_t *st);
 
+/* ---- batches made where the data lives ------------------------------------
+ * A data set resident in a backend's memory (uint8 images, int32 labels)
+ * becomes training batches there: each output image is one source image,
+ * padded with zeros, cropped, maybe mirrored and normalised to float32, as
+ * tensorpack's crop + flip + normalise chain does on the host. The caller
+ * draws the picks (which image, where to crop, whether to flip); the
+ * backend only moves pixels, so the CPU and a GPU make the same batch from
+ * the same picks. */
+
+/* One output image: source image `index`, cropped at (y, x) of the padded
+ * image (0 <= y <= h + 2 pad - crop_h, likewise x), then mirrored left to
+ * right when flip is 1. */
+typedef struct tp_augment_pick {
+    int32_t index, y, x, flip;
+} tp_augment_pick_t;
+
+typedef struct tp_augment_shape {
+    int h, w, c;          /* a source image: uint8 [h, w] (c = 1) or [h, w, c] */
+    int crop_h, crop_w;   /* an output image: float32 [crop_h, crop_w] or
+                             [crop_h, crop_w, c] */
+    int pad;              /* zeros around the source, each side */
+    float mean[4];        /* per channel (c <= 4): out = (v - mean) * inv_std */
+    float inv_std[4];
+} tp_augment_shape_t;
+
+/* Batch of n images into dst (float32, n x crop_h x crop_w x c, backend
+ * memory) from `images` (nsrc source images, backend memory) as `picks`
+ * (host memory, n of them) and `shape` say; with labels and labels_dst
+ * (int32, backend memory), labels_dst[i] = labels[picks[i].index]. Runs on
+ * stream s (NULL: the backend's default stream, which a tower's stream
+ * waits for before its next call). A pick out of range is TP_ERR_INVALID
+ * naming it, before anything runs. */
+tp_status_t tp_backend_augment_batch(tp_backend_t *b, tp_stream_t *s, float *dst,
+                                     int32_t *labels_dst, const uint8_t *images,
+                                     const int32_t *labels, int64_t nsrc,
+                                     const tp_augment_pick_t *picks, int n,
+                                     const tp_augment_shape_t *shape);
+
+/* Copy between host and backend memory on the backend's default stream
+ * (the pointers say which way), complete on return. For set-up and
+ * checks, not for every step. */
+tp_status_t tp_backend_copy(tp_backend_t *b, void *dst, const void *src,
+                            size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -68,6 +68,10 @@ typedef struct tp_input_ops {
     /* The same for the scalars that go into stats.json after each epoch.
      * May be NULL: none. */
     int (*scalars)(void *impl, tp_input_scalar_t *out, int max);
+    /* The towers' backend, once the model is built (before the first
+     * next): an input that makes its batches in the towers' memory
+     * (ResidentInput) moves there. May be NULL: batches are host memory. */
+    tp_status_t (*bind)(void *impl, tp_backend_t *backend);
 } tp_input_ops_t;
 
 /* An input over `impl`; takes it. Caller owns. */
@@ -97,6 +101,32 @@ void tp_input_set_watchdog(tp_input_t *self, double seconds);
 int tp_input_stats(tp_input_t *self, tp_stats_row_t *rows, int max);
 /* The input's epoch scalars (its ops' scalars entry), as above. */
 int tp_input_scalars(tp_input_t *self, tp_input_scalar_t *out, int max);
+/* Tell the input the towers' backend (its ops' bind entry; TP_OK for an
+ * input without one). The launch does, after building the model. */
+tp_status_t tp_input_bind(tp_input_t *self, tp_backend_t *backend);
+
+/* ResidentInput: the whole data set in the towers' memory (device memory
+ * on a GPU), made into augmented batches there; per step the host only
+ * draws the picks (tp_backend_augment_batch, backend.h). One pass of `df`
+ * (datapoints [image uint8 [h,w] or [h,w,c], label int32/int64]) is read
+ * at start; its batches are [image float32 [batch, crop_h, crop_w(, c)],
+ * label int32 [batch]]: each image padded by `pad` zeros, cropped at a
+ * random place, mirrored with probability 1/2 when `flip`, normalised as
+ * (v - mean) * (1 / std) (default 0 and 255: 0..1), the same chain as the
+ * dataflow spec `augment crop=H,pad=P,flip`. A pass is a shuffled
+ * permutation, the remainder dropped. Takes df. */
+typedef struct tp_resident_opts {
+    int64_t batch;       /* per tower (default 32) */
+    int crop_h, crop_w;  /* 0: the image's own size */
+    int pad;             /* zeros around each image before the crop */
+    int flip;            /* 1: mirror left-right with probability 1/2 */
+    int shuffle;         /* default 1 */
+    int nstats;          /* 0: scale to 0..1; 1: one mean/std for every
+                            channel; c: one per channel (at most 4) */
+    float mean[4], std[4];
+} tp_resident_opts_t;
+void tp_resident_opts_init(tp_resident_opts_t *opts);
+tp_input_t *tp_input_resident(tp_dataflow_t *df, const tp_resident_opts_t *opts);
 
 /* FeedInput: batches straight from the dataflow on the trainer's thread,
  * synchronous (for debugging). Takes df. */

@@ -69,6 +69,12 @@ void tp_input_release(tp_input_t *self, int tower, tp_datapoint_t **dp_p) {
 
 int64_t tp_input_size(tp_input_t *self) { return self->ops->size(self->impl); }
 
+tp_status_t tp_input_bind(tp_input_t *self, tp_backend_t *backend) {
+    if (!self || !self->ops->bind)
+        return TP_OK;
+    return self->ops->bind(self->impl, backend);
+}
+
 void tp_input_set_watchdog(tp_input_t *self, double seconds) {
     if (self && self->ops->set_watchdog)
         self->ops->set_watchdog(self->impl, seconds);

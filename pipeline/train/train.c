@@ -515,6 +515,11 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             goto out;
         }
     }
+    /* an input that makes its batches where the towers compute moves there */
+    if ((rc = tp_input_bind(mt->input, tp_model_backend(mt->model))) < 0) {
+        rc = tp_error_wrap(rc, "%s", tp_input_name(mt->input));
+        goto out;
+    }
     if (cfg->dist && (rc = cfg->dist->sync_model(cfg->dist->ctx, mt->model,
                                                  cfg->seed, resume_step)) < 0)
         goto out;

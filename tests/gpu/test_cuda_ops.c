@@ -555,6 +555,55 @@ Test(cuda_ops, gemm_transposes) {
     tp_backend_destroy(&g);
 }
 
+/* Batches made on the device from resident images (ResidentInput's
+ * kernel) against the host reference, to the bit: 250 picks (more than
+ * one launch's 192), 3 channels, padding, mirrored and not. */
+Test(cuda_ops, augment_batch_matches_the_host) {
+    tp_backend_t *g = s_gpu();
+    tp_backend_t *cpu = tp_backend_cpu_new(1);
+    tp_rng_t r;
+    tp_rng_init(&r, 41, 0);
+    enum { NSRC = 300, H = 7, W = 6, C = 3, N = 250, CH = 7, CW = 5, PAD = 2 };
+    static uint8_t img[NSRC * H * W * C];
+    static int32_t lab[NSRC], lc[N], lg[N];
+    static float oc[N * CH * CW * C], og[N * CH * CW * C];
+    tp_augment_pick_t picks[N];
+    for (size_t i = 0; i < sizeof img; i++)
+        img[i] = (uint8_t)tp_rng_u32(&r);
+    for (int i = 0; i < NSRC; i++)
+        lab[i] = (int32_t)tp_rng_below(&r, 10);
+    for (int i = 0; i < N; i++)
+        picks[i] = (tp_augment_pick_t){(int32_t)tp_rng_below(&r, NSRC),
+                                       (int32_t)tp_rng_below(&r, H + 2 * PAD - CH + 1),
+                                       (int32_t)tp_rng_below(&r, W + 2 * PAD - CW + 1),
+                                       (int32_t)(i & 1)};
+    tp_augment_shape_t sh = {H, W, C, CH, CW, PAD, {10, 20, 30, 0}, {1 / 50.f, 1 / 60.f, 1 / 70.f, 1}};
+    cr_assert_eq(tp_backend_augment_batch(cpu, NULL, oc, lc, img, lab, NSRC, picks, N, &sh),
+                 TP_OK, "%s", tp_last_error());
+    uint8_t *dimg = s_to_dev(g, img, sizeof img);
+    int32_t *dlab = s_to_dev(g, lab, sizeof lab);
+    float *dout = g->ops->alloc(g, sizeof og);
+    int32_t *dl = g->ops->alloc(g, sizeof lg);
+    cr_assert(dout && dl);
+    cr_assert_eq(tp_backend_augment_batch(g, NULL, dout, dl, dimg, dlab, NSRC, picks, N, &sh),
+                 TP_OK, "%s", tp_last_error());
+    s_to_host(g, og, dout, sizeof og);
+    s_to_host(g, lg, dl, sizeof lg);
+    cr_assert_eq(memcmp(og, oc, sizeof og), 0, "the device's batch differs from the host's");
+    cr_assert_eq(memcmp(lg, lc, sizeof lg), 0, "the device's labels differ from the host's");
+    /* a pick outside the images is refused before anything runs */
+    picks[7].index = NSRC;
+    cr_assert_eq(tp_backend_augment_batch(g, NULL, dout, dl, dimg, dlab, NSRC, picks, N, &sh),
+                 TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "pick 7"), "%s", tp_last_error());
+    g->ops->free(g, dimg);
+    g->ops->free(g, dlab);
+    g->ops->free(g, dout);
+    g->ops->free(g, dl);
+    tp_backend_destroy(&cpu);
+    tp_backend_destroy(&g);
+}
+
 Test(cuda_ops, optimizer_updates) {
     tp_backend_t *g = s_gpu();
     tp_backend_t *cpu = tp_backend_cpu_new(1);

@@ -479,6 +479,30 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
                   NULL};
     cr_assert_neq(s_run(a8, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--batch 64, but --spec makes batches of 100"), "%s", s_out);
+    char *a9[] = {"tp-train", "--resident", "--workers", "2", NULL};
+    cr_assert_neq(s_run(a9, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--resident reads --data into the towers' memory itself"),
+              "%s", s_out);
+}
+
+/* --resident: the training set read whole into the towers' memory and
+ * augmented there (ResidentInput); validation as usual. */
+Test(tp_train, resident_data_trains, .init = s_setup, .fini = s_teardown,
+     .timeout = 120) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/resident", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--augment", "--towers", "2",
+                    "--threads", "1", "--epochs", "2", "--steps-per-epoch", "40",
+                    "--logdir", logdir, NULL};
+    cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "ResidentInput over fashion-mnist:train (crop 28, pad 2, flip, "
+                            "batch 64)"), "%s", s_out);
+    cr_assert(strstr(s_out, "ResidentInput: 60000 images of 28x28x1"), "%s", s_out);
+    double acc = 0;
+    const char *v = strstr(s_out, "validation_accuracy: ");
+    cr_assert(v, "%s", s_out);
+    sscanf(v + strlen("validation_accuracy: "), "%lf", &acc);
+    cr_assert_gt(acc, 0.6, "after 80 steps: %g", acc);
 }
 
 /* Without --batch, the model is planned for the spec's batch (it was

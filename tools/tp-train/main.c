@@ -44,6 +44,7 @@ typedef struct {
     const char *spec, *test_spec, *stats, *remote, *curve;
     int public_bind, no_tensorboard;
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
+    int resident; /* --resident: the training set in the towers' memory */
     int image_size;   /* the model's input: image_size x image_size */
     int device;   /* the GPU the towers run on; -1: the CPU */
     int tf32;     /* --tf32: 1; default -1 ($TP_CUDA_TF32) */
@@ -99,6 +100,9 @@ static void s_usage(FILE *out) {
 "                       (tcp://*:P); by default only given addresses\n"
 "  --threads N          BLAS threads per tower (default: all cores / towers)\n"
 "  --augment / --no-augment   random crop (pad 2) and flip (default per model)\n"
+"  --resident           keep the training set in the towers' memory (the\n"
+"                       GPU's with --devices): crop, pad and flip run there,\n"
+"                       the host only draws them each step (ResidentInput)\n"
 "  --steps-per-epoch N  default: one pass of the training data\n"
 "  --logdir DIR         default train_log/<model>\n"
 "  --logdir-action A    when DIR exists: keep, delete, backup, new (ask on a\n"
@@ -258,7 +262,7 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
     const char *src = a->test_data ? a->test_data : a->data;
     int n = a->image_size;
     char norm[64] = "";
-    if (a->augment)  /* the normalisation the training images had */
+    if (a->augment || a->resident)  /* the normalisation the training images had */
         snprintf(norm, sizeof norm, " | augment crop=%d", n);
     if (strcmp(src, "fashion-mnist") && !a->test_data)
         return tp_error(TP_ERR_INVALID, "--data %s has no test split: give "
@@ -269,6 +273,32 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
         return tp_error(TP_ERR_INVALID, "--test-data: %s", tp_last_error());
     snprintf(buf, size, "%s%s | batch 500 remainder", source, norm);
     return TP_OK;
+}
+
+/* --resident: the source alone (no augment, no batch stage), read whole
+ * into the towers' memory; the zoo's augmentation (crop at the image size,
+ * pad 2, flip) runs there. `what` gets a line for the log. */
+static tp_input_t *s_resident_input(const s_args_t *a, char *what, size_t size) {
+    const char *src = a->data;
+    char source[2048];
+    int n = a->image_size;
+    if (tp_zoo_source_sized(strcmp(src, "fashion-mnist") ? src : "fashion-mnist:train", 0,
+                            n, n, source, sizeof source) != TP_OK) {
+        tp_error(TP_ERR_INVALID, "--data: %s", tp_last_error());
+        return NULL;
+    }
+    tp_dataflow_t *df = NULL;
+    if (tp_spec_parse(source, &df) != TP_OK)
+        return NULL;
+    tp_resident_opts_t o;
+    tp_resident_opts_init(&o);
+    o.batch = a->batch;
+    o.crop_h = o.crop_w = n;
+    o.pad = a->augment ? 2 : 0;
+    o.flip = a->augment ? 1 : 0;
+    snprintf(what, size, "ResidentInput over %s (crop %d, pad %d%s, batch %d)", source, n,
+             o.pad, o.flip ? ", flip" : "", a->batch);
+    return tp_input_resident(df, &o);
 }
 
 /* The last validation accuracy and the run's samples/s from stats.json. */
@@ -299,7 +329,7 @@ int main(int argc, char **argv) {
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
                   .image_size = 28, .tf32 = -1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
-           O_RESTARTS, O_SIZE, O_TF32 };
+           O_RESTARTS, O_SIZE, O_TF32, O_RESIDENT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -318,6 +348,7 @@ int main(int argc, char **argv) {
         {"curve", required_argument, 0, 'K'}, {"public", no_argument, 0, 'P'},
         {"no-tensorboard", no_argument, 0, O_NOTB}, {"tf32", no_argument, 0, O_TF32},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
+        {"resident", no_argument, 0, O_RESIDENT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -353,6 +384,7 @@ int main(int argc, char **argv) {
         case 'K': a.curve = optarg; break;
         case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
         case O_AUG: a.augment = 1; break;
+        case O_RESIDENT: a.resident = 1; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
         case O_TF32: a.tf32 = 1; break;
@@ -482,6 +514,11 @@ int main(int argc, char **argv) {
         a.batch = (int)spec_batch;
     if (a.batch == 0)
         a.batch = 128 / a.towers > 0 ? 128 / a.towers : 1;
+    if (a.resident && (a.spec || a.remote || a.workers > 0 || nranks > 1)) {
+        tp_error(TP_ERR_INVALID, "--resident reads --data into the towers' memory "
+                 "itself: not with --spec, --remote, --workers or under a launcher");
+        return s_fail("bad flags");
+    }
     if (a.threads == 0)
         a.threads = (int)(cores > a.towers ? cores / a.towers : 1);
     if (a.remote && a.steps_per_epoch == 0) {
@@ -522,6 +559,9 @@ int main(int argc, char **argv) {
         snprintf(spec, sizeof spec, "ZMQInput %s", a.remote);
         if (!(remote = tp_input_zmq(a.remote, &ro)))
             return s_fail("--remote");
+    } else if (a.resident) {
+        if (!(remote = s_resident_input(&a, spec, sizeof spec)))
+            return s_fail("training data");
     } else if (s_train_spec(&a, spec, sizeof spec) != TP_OK ||
                tp_spec_parse(spec, &train) != TP_OK) {
         return s_fail("training data");
@@ -546,7 +586,7 @@ int main(int argc, char **argv) {
         tp_input_destroy(&remote);
         return s_fail("--image-size");
     }
-    if (a.augment)
+    if (a.augment || a.resident)
         inputs[0].dtype = TP_FLOAT32;
     double opt_args[2] = {a.lr, (double)!strcasecmp(a.optimizer, "adam")};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, opt_args};
