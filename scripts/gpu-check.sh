@@ -29,6 +29,7 @@
 #      call (cuda_ops, cuda_step: test_cuda_ops; device: test_cuda_probe);
 #      bench: tp-bench cuda gemm (TF32 off and on), tp-bench cuda steps for
 #      cnn-bn and resnet with nvidia-smi sampling the GPU's utilisation,
+#      input hiding (tp-bench cuda steps --input device|resident|host),
 #      and the host time per op call; train: tp-train on the GPU with the
 #      given flags (TRAIN_WRAP runs it under a tool, e.g. compute-sanitizer;
 #      TRAIN_TIMEOUT, default 300 s), logged to $OUT/train.txt.
@@ -259,6 +260,15 @@ run_checks() {
         --repeat 3 2>&1 | tee -a "$out/bench.txt"
     TP_CUDA_GRAPHS=1 timeout 240 .gpu/bin/tp-bench engine --device 0 --model cnn-bn \
         --steps 300 --repeat 3 2>&1 | tee -a "$out/bench.txt"
+    echo "== input hiding: cnn-bn fed by ResidentInput (the data set in device memory,"
+    echo "   crop/pad/flip made there each step) against one constant batch already in"
+    echo "   device memory, and the host batch copied in (graphs off, then on)"
+    for graphs in 0 1; do
+        for input in device resident host; do
+            TP_CUDA_GRAPHS=$graphs timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn \
+                --batch 128 --steps 600 --input "$input" 2>&1 | tee -a "$out/bench.txt"
+        done
+    done
     echo "== host time per op call (launch overhead) for cnn-bn"
     timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 100 --profile \
         2>&1 | tee -a "$out/bench.txt" | head -4

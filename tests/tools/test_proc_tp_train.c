@@ -491,11 +491,11 @@ Test(tp_train, resident_data_trains, .init = s_setup, .fini = s_teardown,
      .timeout = 120) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/resident", s_dir);
-    char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--augment", "--towers", "2",
-                    "--threads", "1", "--epochs", "2", "--steps-per-epoch", "40",
+    char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--augment", "--pad", "1",
+                    "--towers", "2", "--threads", "1", "--epochs", "2", "--steps-per-epoch", "40",
                     "--logdir", logdir, NULL};
     cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
-    cr_assert(strstr(s_out, "ResidentInput over fashion-mnist:train (crop 28, pad 2, flip, "
+    cr_assert(strstr(s_out, "ResidentInput over fashion-mnist:train (crop 28, pad 1, flip, "
                             "batch 64)"), "%s", s_out);
     cr_assert(strstr(s_out, "ResidentInput: 60000 images of 28x28x1"), "%s", s_out);
     double acc = 0;

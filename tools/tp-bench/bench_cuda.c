@@ -14,6 +14,12 @@
  *       scripts/gpu-check.sh samples nvidia-smi's utilisation meanwhile for
  *       the busy fraction. --profile adds the host time spent in each op
  *       call (launch overhead on the GPU: what keeps it idle).
+ *       --input picks what feeds the steps: host (default: the constant
+ *       uint8 host batch, copied in every step), device (a constant float32
+ *       batch already in device memory: the reference for input hiding),
+ *       resident (ResidentInput over fashion-mnist:train: crop 28, pad 2,
+ *       flip, made on the device each step); device and resident feed the
+ *       model float32 images, so their ratio is the input's cost.
  *
  * --cpu runs either mode on the CPU backend instead (a reference, and a
  * check of the bench itself on a machine without a GPU).
@@ -213,9 +219,12 @@ static int s_steps_mode(int argc, char **argv) {
     const char *model = "cnn-bn";
     int64_t batch = 128;
     int steps = 300, towers = 1, tf32 = 0, json = 0, profile = 0;
+    const char *input = "host";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--profile"))
             profile = 1;
+        else if (!strcmp(argv[i], "--input") && i + 1 < argc)
+            input = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
@@ -236,15 +245,21 @@ static int s_steps_mode(int argc, char **argv) {
         }
     }
     const tp_zoo_model_t *z = tp_zoo_find(model);
-    if (!z || batch < 1 || steps < 10 || towers < 1 || towers > 8) {
+    int mode = !strcmp(input, "host") ? 0 : !strcmp(input, "device") ? 1
+             : !strcmp(input, "resident") ? 2 : -1;
+    if (!z || batch < 1 || steps < 10 || towers < 1 || towers > 8 || mode < 0) {
         fprintf(stderr, "tp-bench cuda steps: %s\n",
-                z ? "bad --batch/--steps/--towers" : tp_last_error());
+                !z ? tp_last_error() : mode < 0 ? "--input: host, device or resident"
+                                                : "bad --batch/--steps/--towers");
         return 2;
     }
     tp_backend_t *b = s_backend(tf32);
     if (!b)
         return tp_cuda_device_count() <= 0 ? 77 : 1;
-    tp_model_desc_t md = {tp_zoo_inputs(), 2, z->build, s_sgd, NULL};
+    tp_input_desc_t fin[2];  /* device, resident: float32 images */
+    memcpy(fin, tp_zoo_inputs(), sizeof fin);
+    fin[0].dtype = TP_FLOAT32;
+    tp_model_desc_t md = {mode ? fin : tp_zoo_inputs(), 2, z->build, s_sgd, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = batch;
     cfg.towers = towers;
@@ -259,18 +274,63 @@ static int s_steps_mode(int argc, char **argv) {
     int32_t *y = malloc((size_t)batch * sizeof *y);
     tp_tensor_t in[2];
     s_batch(batch, x, y, in);
+    float *dx = NULL;       /* --input device: the batch in device memory */
+    int32_t *dy = NULL;
+    tp_input_t *res = NULL; /* --input resident */
+    if (mode == 1) {
+        float *fx = malloc((size_t)batch * 784 * sizeof *fx);
+        for (int64_t i = 0; i < batch * 784; i++)
+            fx[i] = x[i] * (1.0f / 255.0f);
+        dx = tp_backend_alloc(b, (size_t)batch * 784 * sizeof *dx);
+        dy = tp_backend_alloc(b, (size_t)batch * sizeof *dy);
+        if (!dx || !dy || tp_backend_copy(b, dx, fx, (size_t)batch * 784 * sizeof *fx) < 0 ||
+            tp_backend_copy(b, dy, y, (size_t)batch * sizeof *dy) < 0) {
+            fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
+            return 1;
+        }
+        free(fx);
+        int64_t xs[3] = {batch, 28, 28}, ys[1] = {batch};
+        tp_tensor_init_wrap(&in[0], TP_FLOAT32, 3, xs, dx, NULL, NULL);
+        tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, dy, NULL, NULL);
+    } else if (mode == 2) {
+        char source[512];
+        tp_dataflow_t *df = NULL;
+        tp_resident_opts_t ro;
+        tp_resident_opts_init(&ro);
+        ro.batch = batch;
+        ro.crop_h = ro.crop_w = 28;
+        ro.pad = 2;
+        ro.flip = 1;
+        if (tp_zoo_source("fashion-mnist:train", 0, source, sizeof source) < 0 ||
+            tp_spec_parse(source, &df) < 0 || !(res = tp_input_resident(df, &ro)) ||
+            tp_input_start(res, towers, 1, 0) < 0 || tp_input_bind(res, b) < 0) {
+            fprintf(stderr, "tp-bench cuda steps: --input resident: %s\n", tp_last_error());
+            return 1;
+        }
+    }
     tp_tensor_t p[8 * 2]; /* every tower's feeds, one after another */
     for (int t = 0; t < towers; t++)
         p[2 * t] = in[0], p[2 * t + 1] = in[1];
+    tp_datapoint_t *dps[8] = {NULL};
     int warm = steps / 10;
     double t0 = 0;
     for (int i = 0; i < steps + warm; i++) {
         if (i == warm)
             t0 = tp_now_s();
+        for (int t = 0; res && t < towers; t++) {  /* this step's batches */
+            if (tp_input_next(res, t, &dps[t]) < 0) {
+                fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
+                return 1;
+            }
+            p[2 * t] = *tp_datapoint_get(dps[t], 0);
+            p[2 * t + 1] = *tp_datapoint_get(dps[t], 1);
+        }
         if (tp_model_run(m, TP_ALL_TOWERS, p, 2 * towers, NULL, 0, NULL) < 0) {
             fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
             return 1;
         }
+        for (int t = 0; res && t < towers; t++)
+            tp_input_release(res, t, &dps[t]);
     }
     double dt = tp_now_s() - t0;
     double rate = steps / dt, ips = rate * (double)batch * towers;
@@ -294,17 +354,19 @@ static int s_steps_mode(int argc, char **argv) {
                    pr[i].backward_ns / 50.0 / 1e3);
     }
     if (json)
-        printf("{\"bench\":\"cuda-steps\",\"model\":\"%s\",\"batch\":%lld,"
-               "\"towers\":%d,\"tf32\":%d,\"steps_per_s\":%.2f,"
+        printf("{\"bench\":\"cuda-steps\",\"model\":\"%s\",\"input\":\"%s\","
+               "\"batch\":%lld,\"towers\":%d,\"tf32\":%d,\"steps_per_s\":%.2f,"
                "\"images_per_s\":%.1f,\"epoch_s\":%.3f}\n",
-               model, (long long)batch, towers, tf32, rate, ips, 60000.0 / ips);
+               model, input, (long long)batch, towers, tf32, rate, ips, 60000.0 / ips);
     else
-        printf("cuda steps: %s, batch %lld x %d tower(s), TF32 %s: %.1f steps/s, "
-               "%.0f images/s, %.2f s per 60000-image epoch (compute only, one "
-               "constant batch)\n",
-               model, (long long)batch, towers, tf32 ? "on" : "off", rate, ips,
+        printf("cuda steps: %s, batch %lld x %d tower(s), TF32 %s, input %s: %.1f "
+               "steps/s, %.0f images/s, %.2f s per 60000-image epoch\n",
+               model, (long long)batch, towers, tf32 ? "on" : "off", input, rate, ips,
                60000.0 / ips);
     tp_model_destroy(&m);
+    tp_input_destroy(&res);
+    tp_backend_free(b, dx);
+    tp_backend_free(b, dy);
     tp_backend_destroy(&b);
     free(x);
     free(y);
@@ -316,7 +378,8 @@ int tp_bench_cuda(int argc, char **argv) {
         printf("usage: tp-bench cuda gemm [--batch B] [--width W] [--iters N] "
                "[--rounds R] [--tf32] [--cpu] [--json]\n"
                "       tp-bench cuda steps [--model NAME] [--batch B] "
-               "[--steps N] [--towers T] [--tf32] [--profile] [--cpu] [--json]\n");
+               "[--steps N] [--towers T] [--tf32] [--profile] [--cpu] [--json]\n"
+               "                       [--input host|device|resident]\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "gemm"))

@@ -45,6 +45,7 @@ typedef struct {
     int public_bind, no_tensorboard;
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
     int resident; /* --resident: the training set in the towers' memory */
+    int pad;      /* --pad: the augmentation's zeros around an image (2) */
     int image_size;   /* the model's input: image_size x image_size */
     int device;   /* the GPU the towers run on; -1: the CPU */
     int tf32;     /* --tf32: 1; default -1 ($TP_CUDA_TF32) */
@@ -99,7 +100,9 @@ static void s_usage(FILE *out) {
 "  --public             allow binding --remote or --stats to every interface\n"
 "                       (tcp://*:P); by default only given addresses\n"
 "  --threads N          BLAS threads per tower (default: all cores / towers)\n"
-"  --augment / --no-augment   random crop (pad 2) and flip (default per model)\n"
+"  --augment / --no-augment   random crop and flip (default per model)\n"
+"  --pad P              zeros around each image before the random crop\n"
+"                       (default 2)\n"
 "  --resident           keep the training set in the towers' memory (the\n"
 "                       GPU's with --devices): crop, pad and flip run there,\n"
 "                       the host only draws them each step (ResidentInput)\n"
@@ -249,7 +252,7 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
         snprintf(workers, sizeof workers, " | processes %d", a->workers);
     char augment[64] = "";
     if (a->augment)
-        snprintf(augment, sizeof augment, " | augment crop=%d,pad=2,flip", n);
+        snprintf(augment, sizeof augment, " | augment crop=%d,pad=%d,flip", n, a->pad);
     snprintf(buf, size, "%s%s%s | batch %d", source, augment, workers, a->batch);
     return TP_OK;
 }
@@ -294,7 +297,7 @@ static tp_input_t *s_resident_input(const s_args_t *a, char *what, size_t size) 
     tp_resident_opts_init(&o);
     o.batch = a->batch;
     o.crop_h = o.crop_w = n;
-    o.pad = a->augment ? 2 : 0;
+    o.pad = a->augment ? a->pad : 0;
     o.flip = a->augment ? 1 : 0;
     snprintf(what, size, "ResidentInput over %s (crop %d, pad %d%s, batch %d)", source, n,
              o.pad, o.flip ? ", flip" : "", a->batch);
@@ -327,9 +330,9 @@ int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
-                  .image_size = 28, .tf32 = -1};
+                  .image_size = 28, .tf32 = -1, .pad = 2};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
-           O_RESTARTS, O_SIZE, O_TF32, O_RESIDENT };
+           O_RESTARTS, O_SIZE, O_TF32, O_RESIDENT, O_PAD };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -348,7 +351,7 @@ int main(int argc, char **argv) {
         {"curve", required_argument, 0, 'K'}, {"public", no_argument, 0, 'P'},
         {"no-tensorboard", no_argument, 0, O_NOTB}, {"tf32", no_argument, 0, O_TF32},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
-        {"resident", no_argument, 0, O_RESIDENT},
+        {"resident", no_argument, 0, O_RESIDENT}, {"pad", required_argument, 0, O_PAD},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -385,6 +388,7 @@ int main(int argc, char **argv) {
         case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
         case O_AUG: a.augment = 1; break;
         case O_RESIDENT: a.resident = 1; break;
+        case O_PAD: if (tp_spec_int(optarg, 0, 64, "--pad", &v)) return s_fail("bad flag"); a.pad = (int)v; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
         case O_TF32: a.tf32 = 1; break;
