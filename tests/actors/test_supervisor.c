@@ -300,6 +300,14 @@ static tp_status_t member_check(void *impl) {
 
 static const tp_supervised_ops_t member_ops = {"towers", member_rows, member_check};
 
+/* The tree of these tests: the sink, then the source under `policy`. */
+static tp_supervisor_t *s_tree(spec_t *spec, sink_t *sink, const tp_restart_policy_t *policy) {
+    tp_supervisor_t *s = make_sup(5);
+    cr_assert_eq(tp_supervisor_add(s, &d_sink, sink, NULL), TP_OK);
+    cr_assert_eq(tp_supervisor_add(s, &d_src, spec, policy), TP_OK);
+    return s;
+}
+
 /* Ticks (each never blocks) until `done` says so or 5 s pass. */
 #define TICK_UNTIL(s, rc, cond)                                             \
     do {                                                                    \
@@ -313,9 +321,7 @@ Test(supervisor, members_are_published_after_the_children) {
     spec_t spec = {.n = -1, .fail_after = -1, .sleep_ms = 1};
     sink_t sink = {0};
     member_t m = {0};
-    tp_supervisor_t *s = make_sup(5);
-    tp_supervisor_add(s, &d_sink, &sink, NULL);
-    tp_supervisor_add(s, &d_src, &spec, NULL);
+    tp_supervisor_t *s = s_tree(&spec, &sink, NULL);
     cr_assert_eq(tp_supervisor_add_member(s, &member_ops, &m), TP_OK);
     zsock_t *sub = zsock_new_sub(tp_supervisor_stats_endpoint(s), "");
     cr_assert(sub);
@@ -352,9 +358,7 @@ Test(supervisor, tick_restarts_under_the_policy_and_a_clean_end_is_not_the_end) 
     spec_t spec = {.n = 50, .fail_after = 10, .fail_lives = 2};
     sink_t sink = {0};
     tp_restart_policy_t p = {3, 10};
-    tp_supervisor_t *s = make_sup(5);
-    tp_supervisor_add(s, &d_sink, &sink, NULL);
-    tp_supervisor_add(s, &d_src, &spec, &p);
+    tp_supervisor_t *s = s_tree(&spec, &sink, &p);
     cr_assert_eq(tp_supervisor_start(s), TP_OK);
     tp_status_t rc;
     /* Two failed lives (10 each) and one that ends cleanly (50). */
@@ -377,9 +381,7 @@ Test(supervisor, tick_reports_a_failure_beyond_the_policy) {
     spec_t spec = {.n = 100, .fail_after = 0, .fail_lives = 1000};
     sink_t sink = {0};
     tp_restart_policy_t p = {1, 10};
-    tp_supervisor_t *s = make_sup(5);
-    tp_supervisor_add(s, &d_sink, &sink, NULL);
-    tp_supervisor_add(s, &d_src, &spec, &p);
+    tp_supervisor_t *s = s_tree(&spec, &sink, &p);
     cr_assert_eq(tp_supervisor_start(s), TP_OK);
     tp_status_t rc;
     TICK_UNTIL(s, rc, 0);
@@ -396,9 +398,7 @@ Test(supervisor, a_member_that_fails_its_check_ends_the_tree) {
     spec_t spec = {.n = -1, .fail_after = -1, .sleep_ms = 1};
     sink_t sink = {0};
     member_t m = {0};
-    tp_supervisor_t *s = make_sup(5);
-    tp_supervisor_add(s, &d_sink, &sink, NULL);
-    tp_supervisor_add(s, &d_src, &spec, NULL);
+    tp_supervisor_t *s = s_tree(&spec, &sink, NULL);
     tp_supervisor_add_member(s, &member_ops, &m);
     cr_assert_eq(tp_supervisor_start(s), TP_OK);
     for (int i = 0; i < 10; i++)
@@ -423,9 +423,7 @@ Test(supervisor, a_member_that_fails_its_check_ends_the_tree) {
 Test(supervisor, tick_turns_sigint_into_a_drain) {
     spec_t spec = {.n = -1, .fail_after = -1, .sleep_ms = 1};
     sink_t sink = {0};
-    tp_supervisor_t *s = make_sup(5);
-    tp_supervisor_add(s, &d_sink, &sink, NULL);
-    tp_supervisor_add(s, &d_src, &spec, NULL);
+    tp_supervisor_t *s = s_tree(&spec, &sink, NULL);
     cr_assert_eq(tp_supervisor_start(s), TP_OK);
     cr_assert_eq(tp_supervisor_tick(s), TP_OK);
     raise(SIGINT);
