@@ -403,10 +403,19 @@ static inline int s_mail_waiting(const tp_actor_ctx_t *ctx) {
 /* The actor whose handlers run on this thread (NULL on other threads). */
 static __thread tp_actor_ctx_t *s_current;
 
+/* A thread's wait hook (tp_actor_set_wait_hook). */
+static __thread int (*s_wait_hook)(void *arg);
+static __thread void *s_wait_arg;
+
+void tp_actor_set_wait_hook(int (*fn)(void *arg), void *arg) {
+    s_wait_hook = fn;
+    s_wait_arg = fn ? arg : NULL;
+}
+
 int tp_actor_current_stopping(void) {
     tp_actor_ctx_t *ctx = s_current;
     if (!ctx)
-        return 0;
+        return s_wait_hook ? s_wait_hook(s_wait_arg) != 0 : 0;
     if (s_mail_waiting(ctx))
         s_poll_pipe(ctx);
     return ctx->stopping || ctx->terminated;

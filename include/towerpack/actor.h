@@ -164,6 +164,15 @@ int tp_actor_stopping(const tp_actor_ctx_t *ctx);
  * return rather than keep the actor from ending. */
 int tp_actor_current_stopping(void);
 
+/* A thread that is not an actor's but waits in such loops (the trainer's
+ * thread, waiting for a batch) can watch something meanwhile: fn(arg) runs
+ * on this thread each time one of its waits looks at
+ * tp_actor_current_stopping (every 100 ms or so); nonzero ends the wait as
+ * a stop. Per thread; NULL removes it. The trainer ticks its supervisor
+ * this way, so a child that dies while a step waits for its data is
+ * restarted (or ends training) during the wait. */
+void tp_actor_set_wait_hook(int (*fn)(void *arg), void *arg);
+
 const char *tp_actor_ctx_name(const tp_actor_ctx_t *ctx);
 
 /* Messages dropped as malformed at this actor's inputs. */

@@ -136,6 +136,9 @@ static tp_status_t q_next(void *impl, int tower, tp_datapoint_t **out) {
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "QueueInput: interrupted while "
                             "waiting for data");
+        if (tp_actor_current_stopping())  /* the waiting thread's owner says stop */
+            return tp_error(TP_ERR_INTERRUPTED, "QueueInput: the wait for data "
+                            "was ended: the training tree stopped");
         waited += 0.1;
         if (q->watchdog_s > 0 && waited - warned >= q->watchdog_s) {
             warned = waited;

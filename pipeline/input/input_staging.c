@@ -36,7 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <towerpack/actor.h>  /* TP_HANDOFF_*: ThreadSanitizer hints */
+#include <towerpack/actor.h>  /* TP_HANDOFF_*; a wait's owner saying stop */
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include <towerpack/stats.h>
@@ -439,6 +439,9 @@ static tp_status_t st_next(void *impl, int tower, tp_datapoint_t **out) {
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "StagingInput: interrupted while "
                             "tower%d waited for its batch", tower);
+        if (tp_actor_current_stopping())  /* the waiting thread's owner says stop */
+            return tp_error(TP_ERR_INTERRUPTED, "StagingInput: tower%d's wait for "
+                            "its batch was ended: the training tree stopped", tower);
         double waited = (double)(tp_now_ns() - w0) * 1e-9;
         if (s->watchdog_s > 0 && waited - warned >= s->watchdog_s) {
             warned = waited;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#include <towerpack/actor.h>
 #include <towerpack/checkpoint.h>
 #include <towerpack/log.h>
 #include <towerpack/logdir.h>
@@ -61,6 +62,10 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
             for (int j = 0; j < i; j++)
                 tp_input_release(t->input, j, &batches[j]);
             t->input_wait_ns += tp_now_ns() - w0;
+            /* a wait ended by the tree's failure: the supervisor's message
+             * (which child, how), not the wait's */
+            if (t->sup && tp_supervisor_tick(t->sup) == TP_ERR_PEER)
+                return TP_ERR_PEER;
             return tp_error_wrap(rc, "tower%d input", i);
         }
     }
@@ -148,6 +153,7 @@ static tp_model_t *mt_model(void *impl) { return ((s_mt_t *)impl)->model; }
 static void mt_destroy(void *impl) {
     s_mt_t *t = impl;
     /* its children first (upstream of the input); members are not its */
+    tp_actor_set_wait_hook(NULL, NULL);  /* it ticked t->sup (after_train did too) */
     tp_supervisor_destroy(&t->sup);
     tp_towers_destroy(&t->executors);
     tp_input_destroy(&t->input);
@@ -186,7 +192,8 @@ static const tp_trainer_ops_t s_ps_ops = {
  *  - the towers, with the rows they count themselves;
  *  - the callback actor, where the observing callbacks run.
  * The Supervision callback runs a watch round (tp_supervisor_tick) at every
- * step boundary and every 100 ms while the towers compute a step: restarts,
+ * step boundary, every 100 ms while the towers compute a step and while the
+ * schedule waits for a batch (tp_actor_set_wait_hook): restarts,
  * failures, signals, and once a second every row on the stats socket that
  * tp-top reads. After each epoch the input's scalars, the time the schedule
  * waited for input and the children's restarts join stats.json. Nothing
@@ -272,10 +279,24 @@ static tp_supervisor_t *s_supervisor_new(s_mt_t *mt, const tp_train_config_t *cf
     return sup;
 }
 
+/* While this thread waits for a batch (the inputs' waits look every 100
+ * ms): a watch round, so that a child feeding the input that dies during
+ * the wait is restarted then, or ends the wait when beyond its policy. */
+static int s_wait_tick(void *arg) {
+    return tp_supervisor_tick(((s_mt_t *)arg)->sup) == TP_ERR_PEER;
+}
+
 static tp_status_t sv_before_train(void *impl, tp_trainer_t *tr) {
     s_mt_t *mt = impl;
     mt->t_start = tp_now_s();
     mt->trainer = tr;
+    tp_actor_set_wait_hook(s_wait_tick, mt);
+    return TP_OK;
+}
+
+static tp_status_t sv_after_train(void *impl, tp_trainer_t *tr) {
+    (void)impl, (void)tr;
+    tp_actor_set_wait_hook(NULL, NULL);
     return TP_OK;
 }
 
@@ -319,6 +340,7 @@ static const tp_callback_ops_t s_supervision_ops = {
     .before_train = sv_before_train,
     .trigger_step = sv_trigger_step,
     .after_epoch = sv_after_epoch,
+    .after_train = sv_after_train,
 };
 
 /* ---- TrainConfig ------------------------------------------------------------------ */

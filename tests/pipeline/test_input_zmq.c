@@ -162,6 +162,8 @@ Test(zmq_input, a_model_trains_from_a_sender, .init = s_setup, .fini = s_teardow
 typedef struct {
     atomic_int lives;
     int fail_life0_after;   /* life 0 fails after this many sends (-1: never) */
+    int die_after_ms;       /* ... this long after its last send: the
+                               trainer has taken every batch and waits */
 } s_feed_spec_t;
 
 typedef struct {
@@ -183,9 +185,11 @@ static tp_status_t s_feed_init(tp_actor_ctx_t *ctx, void *arg, void **state) {
 
 static tp_status_t s_feed_produce(tp_actor_ctx_t *ctx, void *state) {
     s_feed_t *f = state;
-    if (f->life == 0 && f->sent == f->spec->fail_life0_after)
+    if (f->life == 0 && f->sent == f->spec->fail_life0_after) {
+        usleep((useconds_t)f->spec->die_after_ms * 1000);
         return tp_error(TP_ERR_IO, "feeder: the bucket went away after %d batches",
                         f->sent);
+    }
     tp_datapoint_t *dp = NULL;
     tp_status_t rc = tp_dataflow_next(f->df, &dp);
     if (rc == TP_DONE)  /* endless: the next call starts a new pass */
@@ -216,7 +220,8 @@ static void s_zmq_config(tp_train_config_t *c, tp_model_desc_t *desc) {
 Test(zmq_input, a_feeder_actor_is_restarted_under_its_policy, .init = s_setup,
      .fini = s_teardown) {
     tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
-    s_feed_spec_t spec = {.fail_life0_after = 15};
+    /* it dies while the step waits for batch 16: restarted during the wait */
+    s_feed_spec_t spec = {.fail_life0_after = 15, .die_after_ms = 300};
     tp_actor_port_t out = {"out", s_ep, 0, 0, 0};   /* connects: may restart */
     tp_actor_def_t def = {"feeder", NULL, 0, &out, 1, s_feed_init, NULL,
                           s_feed_produce, s_feed_fini};
@@ -242,6 +247,31 @@ Test(zmq_input, a_feeder_actor_is_restarted_under_its_policy, .init = s_setup,
     cr_assert_gt(json_real_value(json_object_get(last, "accuracy")), 0.9);
     json_decref(j);
     tp_model_destroy(&m);
+}
+
+/* The feeder dies while the step waits for its next batch, and its policy
+ * allows no restart: the wait ends at once with the supervisor's message
+ * (the schedule's waits tick the supervisor), not after ZMQInput's 20 s. */
+Test(zmq_input, a_feeder_dying_while_a_step_waits_ends_training_at_once,
+     .init = s_setup, .fini = s_teardown) {
+    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    s_feed_spec_t spec = {.fail_life0_after = 15, .die_after_ms = 300};
+    tp_actor_port_t out = {"out", s_ep, 0, 0, 0};
+    tp_actor_def_t def = {"feeder", NULL, 0, &out, 1, s_feed_init, NULL,
+                          s_feed_produce, s_feed_fini};
+    tp_train_actor_t actor = {&def, &spec, {0, 0}};
+    tp_train_config_t c;
+    s_zmq_config(&c, &desc);
+    c.actors = &actor;
+    c.nactors = 1;
+    c.max_epoch = 1;
+    c.steps_per_epoch = 100;
+    double t0 = tp_now_s();
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_ERR_PEER, "%s", tp_last_error());
+    cr_assert_lt(tp_now_s() - t0, 10.0, "the wait ended by the failure, not the timeout");
+    const char *e = tp_last_error();
+    cr_assert(strstr(e, "child 'feeder' failed: feeder: the bucket went away after 15 "
+                        "batches (policy: fail at once)"), "%s", e);
 }
 
 /* A sidecar (no ports) that fails after about 60 ms, with no policy. */
