@@ -54,6 +54,8 @@ extern "C" tp_status_t tp_cuda_augment_batch(tp_backend_t *b, tp_stream_t *s,
     TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
     const size_t per = (size_t)shape->crop_h * shape->crop_w * shape->c;
+    if (!labels)  /* as the host: labels only when both are given */
+        labels_dst = NULL;
     for (int first = 0; first < n; first += S_PICKS) {
         const int m = n - first < S_PICKS ? n - first : S_PICKS;
         picks_t pk;
