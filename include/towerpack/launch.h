@@ -282,7 +282,8 @@ typedef struct tp_train_config {
                                       restarts under their policy (stats.json:
                                       supervisor/restarts), a failure beyond
                                       it ends training at the next step
-                                      boundary; stopped after after_train.
+                                      boundary (at once while a step waits
+                                      for data); stopped after after_train.
                                       Not taken. */
     size_t nactors;
     const char *stats;             /* publish actor statistics for tp-top:
