@@ -82,12 +82,3 @@ tp_status_t tp_backend_augment_batch(tp_backend_t *b, tp_stream_t *s, float *dst
     s_host(dst, labels_dst, images, labels, picks, n, shape);
     return TP_OK;
 }
-
-tp_status_t tp_backend_copy(tp_backend_t *b, void *dst, const void *src,
-                            size_t bytes) {
-    if (!b)
-        return tp_error(TP_ERR_INVALID, "copy: no backend");
-    /* D2H: the kind that makes the copy complete on return whichever way
-     * it goes (the CUDA backend reads the direction from the pointers) */
-    return b->ops->copy(b, NULL, dst, src, bytes, TP_COPY_D2H);
-}

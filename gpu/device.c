@@ -199,6 +199,15 @@ void *tp_backend_alloc(tp_backend_t *b, size_t bytes) { return b->ops->alloc(b, 
 
 void tp_backend_free(tp_backend_t *b, void *ptr) { b->ops->free(b, ptr); }
 
+tp_status_t tp_backend_copy(tp_backend_t *b, void *dst, const void *src,
+                            size_t bytes) {
+    if (!b)
+        return tp_error(TP_ERR_INVALID, "copy: no backend");
+    /* D2H: the kind that makes the copy complete on return whichever way
+     * it goes (the CUDA backend reads the direction from the pointers) */
+    return b->ops->copy(b, NULL, dst, src, bytes, TP_COPY_D2H);
+}
+
 tp_stream_t *tp_backend_stream_new(tp_backend_t *b) { return b->ops->stream_new(b); }
 
 void tp_backend_stream_destroy(tp_backend_t *b, tp_stream_t *s) {

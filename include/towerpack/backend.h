@@ -81,6 +81,11 @@ int tp_backend_device(const tp_backend_t *b);
  * to TP_ALIGNMENT (NULL on failure); calls on one stream run in order. */
 void *tp_backend_alloc(tp_backend_t *b, size_t bytes);
 void tp_backend_free(tp_backend_t *b, void *ptr);
+/* Copy between host and backend memory on the backend's default stream
+ * (the pointers say which way), complete on return. For set-up and
+ * checks, not for every step. */
+tp_status_t tp_backend_copy(tp_backend_t *b, void *dst, const void *src,
+                            size_t bytes);
 tp_stream_t *tp_backend_stream_new(tp_backend_t *b);
 void tp_backend_stream_destroy(tp_backend_t *b, tp_stream_t *s);
 tp_status_t tp_backend_stream_sync(tp_backend_t *b, tp_stream_t *s);
@@ -147,12 +152,6 @@ tp_status_t tp_backend_augment_batch(tp_backend_t *b, tp_stream_t *s, float *dst
                                      const int32_t *labels, int64_t nsrc,
                                      const tp_augment_pick_t *picks, int n,
                                      const tp_augment_shape_t *shape);
-
-/* Copy between host and backend memory on the backend's default stream
- * (the pointers say which way), complete on return. For set-up and
- * checks, not for every step. */
-tp_status_t tp_backend_copy(tp_backend_t *b, void *dst, const void *src,
-                            size_t bytes);
 
 #ifdef __cplusplus
 }
