@@ -29,7 +29,7 @@
 #      call (cuda_ops, cuda_step: test_cuda_ops; device: test_cuda_probe);
 #      bench: tp-bench cuda gemm (TF32 off and on), tp-bench cuda steps for
 #      cnn-bn and resnet with nvidia-smi sampling the GPU's utilisation,
-#      input hiding (tp-bench cuda steps --input device|resident|host),
+#      input hiding (tp-bench cuda steps --input device|resident|host|staged),
 #      and the host time per op call; train: tp-train on the GPU with the
 #      given flags (TRAIN_WRAP runs it under a tool, e.g. compute-sanitizer;
 #      TRAIN_TIMEOUT, default 300 s), logged to $OUT/train.txt.
@@ -262,9 +262,9 @@ run_checks() {
         --steps 300 --repeat 3 2>&1 | tee -a "$out/bench.txt"
     echo "== input hiding: cnn-bn fed by ResidentInput (the data set in device memory,"
     echo "   crop/pad/flip made there each step) against one constant batch already in"
-    echo "   device memory, and the host batch copied in (graphs off, then on)"
+    echo "   device memory, the host batch copied in, and StagingInput (graphs off, then on)"
     for graphs in 0 1; do
-        for input in device resident host; do
+        for input in device resident host staged; do
             TP_CUDA_GRAPHS=$graphs timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn \
                 --batch 128 --steps 600 --input "$input" 2>&1 | tee -a "$out/bench.txt"
         done

@@ -102,7 +102,9 @@ int tp_input_stats(tp_input_t *self, tp_stats_row_t *rows, int max);
 /* The input's epoch scalars (its ops' scalars entry), as above. */
 int tp_input_scalars(tp_input_t *self, tp_input_scalar_t *out, int max);
 /* Tell the input the towers' backend (its ops' bind entry; TP_OK for an
- * input without one). The launch does, after building the model. */
+ * input without one). The launch does, after building the model. An input
+ * with a bind entry puts its batches in the towers' memory (ResidentInput
+ * makes them there, StagingInput copies them there on a device). */
 tp_status_t tp_input_bind(tp_input_t *self, tp_backend_t *backend);
 
 /* ResidentInput: the whole data set in the towers' memory (device memory
@@ -158,8 +160,13 @@ const tp_input_ops_t *tp_input_ops(const tp_input_t *self);
  * the tower's own memory, so a step finds its batch in place while the
  * previous one computes. The stages take from `inner` in tower order:
  * batches per tower are the same as without staging. A batch handed out
- * borrows a slot until the datapoint is destroyed. The default on top of
- * QueueInput for more than one tower. */
+ * borrows a slot until the datapoint is destroyed. The tower's memory:
+ * `ops` when given; else, once bound to a device backend (tp_input_bind),
+ * that backend's stages (pinned host buffers copied on its copy stream,
+ * the copy done before a batch is handed over: the batch's data is then
+ * device memory); else host memory. `inner` must give host batches (an
+ * input with a bind entry is refused). The default on top of QueueInput
+ * for more than one tower, and for towers on a GPU. */
 #define TP_STAGE_MAX 8
 typedef struct tp_stage_ops {
     /* The tower's memory for a staged component, and freeing it; NULL:

@@ -6,9 +6,20 @@
  * computes on, nr_stage staged ahead). While the tower computes step s, its
  * stage already takes the batch of step s + 1 from the inner input and
  * copies it into a free slot, so the next step finds its batch where the
- * tower reads it. The copy goes through tp_stage_ops_t: host memory and
- * memcpy on the CPU; a device puts its allocator and an asynchronous copy
- * on a copy stream there.
+ * tower reads it. Where the slots live:
+ *  - bound to a device backend (tp_input_bind, which the launch calls once
+ *    the model is built), each slot component is a backend stage
+ *    (tp_backend_stage_*): the stage thread copies the batch into its
+ *    pinned host buffer, the backend copies that to the device on its copy
+ *    stream, overlapping the tower's compute, and the stage thread waits
+ *    for that copy before it hands the slot over. The tower then reads
+ *    device memory (the model's input copy becomes device to device on the
+ *    tower's stream). Batches staged before the bind stay host memory;
+ *  - user ops (tp_stage_ops_t): their allocator and copy;
+ *  - otherwise host memory filled with memcpy.
+ * A slot is refilled only after its datapoint was destroyed, which the
+ * trainer does after tp_model_run returned, and the model has copied its
+ * inputs by then: no device read of a slot can race its next fill.
  *
  * Everything between the actors travels over inproc sockets:
  *  - the turn at the inner input is a token passed around the stages in a
@@ -37,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/actor.h>  /* TP_HANDOFF_*; a wait's owner saying stop */
+#include <towerpack/backend.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include <towerpack/stats.h>
@@ -57,6 +69,8 @@ typedef struct {
     int ncomp;
     void *buf[MAX_COMP];      /* the tower's memory, kept between uses */
     size_t cap[MAX_COMP];
+    tp_stage_t *bstage[MAX_COMP]; /* when buf is a backend stage's device side */
+    tp_backend_t *bstage_of[MAX_COMP]; /* the backend that made it */
     tp_tensor_t meta[MAX_COMP]; /* dtype and shape of what was staged */
     atomic_int refs;          /* components handed out and not yet freed */
 } s_slot_t;
@@ -101,6 +115,7 @@ struct s_staging {
     int nr_stage;
     tp_stage_ops_t ops;
     int has_ops;
+    tp_backend_t *_Atomic device; /* bound: a device backend's stages */
     int towers;               /* the stages running: 0 when stopped */
     double t_start;
     double watchdog_s;
@@ -138,6 +153,70 @@ static void s_add(atomic_uint_fast64_t *c, uint64_t v) {
                           memory_order_relaxed);
 }
 
+/* Free a slot component's memory, whichever kind it is. */
+static void s_free_comp(s_staging_t *s, int tower, s_slot_t *slot, int c) {
+    if (slot->bstage[c])
+        tp_backend_stage_destroy(slot->bstage_of[c], &slot->bstage[c]);
+    else
+        s_free(s, tower, slot->buf[c]);
+    slot->buf[c] = NULL;
+    slot->cap[c] = 0;
+}
+
+/* Copy `dp` into device stages of `dev`: every component into its pinned
+ * host buffer and on its way (the copies run on the backend's copy stream
+ * while the tower computes), then wait for all of them: the slot is on
+ * the device when it is handed over. */
+static tp_status_t s_stage_device(s_staging_t *s, s_stage_t *st, s_slot_t *slot,
+                                  const tp_datapoint_t *dp, int n,
+                                  tp_backend_t *dev) {
+    for (int i = 0; i < n; i++) {
+        const tp_tensor_t *t = tp_datapoint_cget(dp, i);
+        if (!slot->bstage[i] || slot->bstage_of[i] != dev || slot->cap[i] < t->nbytes) {
+            s_free_comp(s, st->tower, slot, i);  /* host memory from before the bind */
+            slot->bstage[i] = tp_backend_stage_new(dev, t->nbytes);
+            if (!slot->bstage[i])
+                return tp_error_wrap(TP_ERR_NOMEM, "StagingInput tower%d: a stage "
+                                     "of %zu bytes for component %d on %s device %d",
+                                     st->tower, t->nbytes, i, tp_backend_name(dev),
+                                     tp_backend_device(dev));
+            slot->bstage_of[i] = dev;
+            slot->buf[i] = tp_backend_stage_device(dev, slot->bstage[i]);
+            slot->cap[i] = t->nbytes;
+        }
+        /* waits for the last copy out of the pinned buffer, if any */
+        void *host = tp_backend_stage_host(dev, slot->bstage[i]);
+        if (!host)
+            return tp_error_wrap(TP_ERR_DEVICE, "StagingInput tower%d: component %d",
+                                 st->tower, i);
+        memcpy(host, t->data, t->nbytes);
+        tp_status_t rc = tp_backend_stage_begin(dev, slot->bstage[i], t->nbytes);
+        if (rc < 0)
+            return tp_error_wrap(rc, "StagingInput tower%d: copying component %d "
+                                 "(%zu bytes) to %s device %d", st->tower, i,
+                                 t->nbytes, tp_backend_name(dev), tp_backend_device(dev));
+    }
+    for (int i = 0; i < n; i++) {
+        tp_status_t rc = tp_backend_stage_host_wait(dev, slot->bstage[i]);
+        if (rc < 0)
+            return tp_error_wrap(rc, "StagingInput tower%d: waiting for component "
+                                 "%d's copy to %s device %d", st->tower, i,
+                                 tp_backend_name(dev), tp_backend_device(dev));
+    }
+    return TP_OK;
+}
+
+static void s_keep_meta(s_slot_t *slot, const tp_datapoint_t *dp, int n) {
+    for (int i = 0; i < n; i++) {
+        const tp_tensor_t *t = tp_datapoint_cget(dp, i);
+        slot->meta[i].dtype = t->dtype;
+        slot->meta[i].ndim = t->ndim;
+        memcpy(slot->meta[i].shape, t->shape, sizeof t->shape);
+        slot->meta[i].nbytes = t->nbytes;
+    }
+    slot->ncomp = n;
+}
+
 /* Copy `dp` into the slot's buffers (grown when a batch is larger). */
 static tp_status_t s_stage_into(s_staging_t *s, s_stage_t *st, s_slot_t *slot,
                                 const tp_datapoint_t *dp) {
@@ -145,10 +224,16 @@ static tp_status_t s_stage_into(s_staging_t *s, s_stage_t *st, s_slot_t *slot,
     if (n > MAX_COMP)
         return tp_error(TP_ERR_INVALID, "StagingInput tower%d: a batch with %d "
                         "components (at most %d)", st->tower, n, MAX_COMP);
+    tp_backend_t *dev = atomic_load_explicit(&s->device, memory_order_acquire);
+    if (dev) {
+        TP_TRY(s_stage_device(s, st, slot, dp, n, dev));
+        s_keep_meta(slot, dp, n);
+        return TP_OK;
+    }
     for (int i = 0; i < n; i++) {
         const tp_tensor_t *t = tp_datapoint_cget(dp, i);
         if (slot->cap[i] < t->nbytes) {
-            s_free(s, st->tower, slot->buf[i]);
+            s_free_comp(s, st->tower, slot, i);
             slot->buf[i] = s_alloc(s, st->tower, t->nbytes);
             if (!slot->buf[i]) {
                 slot->cap[i] = 0;
@@ -159,12 +244,8 @@ static tp_status_t s_stage_into(s_staging_t *s, s_stage_t *st, s_slot_t *slot,
         }
         if (t->nbytes)
             TP_TRY(s_copy(s, st->tower, slot->buf[i], t->data, t->nbytes));
-        slot->meta[i].dtype = t->dtype;
-        slot->meta[i].ndim = t->ndim;
-        memcpy(slot->meta[i].shape, t->shape, sizeof t->shape);
-        slot->meta[i].nbytes = t->nbytes;
     }
-    slot->ncomp = n;
+    s_keep_meta(slot, dp, n);
     return TP_OK;
 }
 
@@ -495,7 +576,7 @@ static void st_destroy(void *impl) {
             if (atomic_load(&slot->refs) > 0)
                 TP_WARN("StagingInput: tower%d's batch is still in use at destroy", i);
             for (int c = 0; c < MAX_COMP; c++)
-                s_free(s, i, slot->buf[c]);
+                s_free_comp(s, i, slot, c);
         }
     free(s);
 }
@@ -548,10 +629,20 @@ static int st_scalars(void *impl, tp_input_scalar_t *out, int max) {
     return n;
 }
 
+/* The towers' backend: a device's stages from now on (unless the user
+ * gave ops of their own); the inner input is told too. */
+static tp_status_t st_bind(void *impl, tp_backend_t *backend) {
+    s_staging_t *s = impl;
+    TP_TRY(tp_input_bind(s->inner, backend));
+    if (backend && tp_backend_device(backend) >= 0 && !s->has_ops)
+        atomic_store_explicit(&s->device, backend, memory_order_release);
+    return TP_OK;
+}
+
 static const tp_input_ops_t s_staging_ops = {
     .name = "StagingInput", .start = st_start, .next = st_next, .size = st_size,
     .stop = st_stop, .destroy = st_destroy, .set_watchdog = st_set_watchdog,
-    .stats = st_stats, .scalars = st_scalars,
+    .stats = st_stats, .scalars = st_scalars, .bind = st_bind,
 };
 
 tp_input_t *tp_input_staging(tp_input_t *inner, int nr_stage,
@@ -564,6 +655,14 @@ tp_input_t *tp_input_staging(tp_input_t *inner, int nr_stage,
         tp_input_destroy(&inner);
         tp_error(TP_ERR_INVALID, "StagingInput: nr_stage %d (1..%d)", nr_stage,
                  TP_STAGE_MAX);
+        return NULL;
+    }
+    if (tp_input_ops(inner)->bind) {
+        /* ResidentInput, or a StagingInput: batches in the towers' memory */
+        tp_error(TP_ERR_INVALID, "StagingInput over %s: its batches are made in "
+                 "the towers' memory already; use it without staging",
+                 tp_input_name(inner));
+        tp_input_destroy(&inner);
         return NULL;
     }
     s_staging_t *s = calloc(1, sizeof *s);

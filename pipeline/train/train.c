@@ -427,10 +427,11 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         return tp_error(TP_ERR_NOMEM, "trainer");
     }
     /* tensorpack's defaults: a dataflow gets QueueInput, and with more than
-     * one tower StagingInput on top (each tower's next batch staged in its
-     * memory while it computes). */
+     * one tower, or towers on a GPU, StagingInput on top (each tower's next
+     * batch staged in its memory while it computes; on a GPU copied from
+     * pinned memory on a copy stream, bound below). */
     mt->input = cfg->input ? cfg->input : tp_input_queue(cfg->dataflow, 50);
-    if (!cfg->input && cfg->towers > 1 && mt->input)
+    if (!cfg->input && (cfg->towers > 1 || cfg->device >= 0) && mt->input)
         mt->input = tp_input_staging(mt->input, 1, NULL);
     cfg->input = NULL;
     cfg->dataflow = NULL;

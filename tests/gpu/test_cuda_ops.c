@@ -1078,6 +1078,23 @@ Test(cuda_step, a_smaller_last_batch_runs) {
 /* A batch staged on the device (pinned host buffer, copy stream) feeds a
  * model exactly like the same batch from host memory: the model's input
  * copy becomes device-to-device. */
+/* Every variable of mb equals ma's (both on g). */
+static void s_same_vars(tp_backend_t *g, tp_model_t *ma, tp_model_t *mb) {
+    for (int i = 0; i < tp_model_var_count(ma); i++) {
+        const char *name = tp_model_var_name(ma, i);
+        tp_tensor_t va, vb;
+        cr_assert_eq(tp_model_var(ma, name, &va), TP_OK);
+        cr_assert_eq(tp_model_var(mb, name, &vb), TP_OK);
+        float *ha = malloc(va.nbytes), *hb = malloc(va.nbytes);
+        s_to_host(g, ha, va.data, va.nbytes);
+        s_to_host(g, hb, vb.data, va.nbytes);
+        /* deterministic cuDNN algorithms are preferred, not guaranteed */
+        s_close(name, hb, ha, va.nbytes / 4, 1e-6f, 1e-5f);
+        free(ha);
+        free(hb);
+    }
+}
+
 Test(cuda_step, staged_batches_feed_the_model) {
     tp_backend_t *g = s_gpu();
     tp_model_desc_t md = {stu_inputs, 2, stu_cnn, stu_nesterov, NULL};
@@ -1126,23 +1143,72 @@ Test(cuda_step, staged_batches_feed_the_model) {
         cr_assert_eq(tp_backend_stage_release(g, sx[k], NULL), TP_OK);
         cr_assert_eq(tp_backend_stage_release(g, sy[k], NULL), TP_OK);
     }
-    for (int i = 0; i < tp_model_var_count(ma); i++) {
-        const char *name = tp_model_var_name(ma, i);
-        tp_tensor_t va, vb;
-        cr_assert_eq(tp_model_var(ma, name, &va), TP_OK);
-        cr_assert_eq(tp_model_var(mb, name, &vb), TP_OK);
-        float *ha = malloc(va.nbytes), *hb = malloc(va.nbytes);
-        s_to_host(g, ha, va.data, va.nbytes);
-        s_to_host(g, hb, vb.data, va.nbytes);
-        /* deterministic cuDNN algorithms are preferred, not guaranteed */
-        s_close(name, hb, ha, va.nbytes / 4, 1e-6f, 1e-5f);
-        free(ha);
-        free(hb);
-    }
+    s_same_vars(g, ma, mb);
     for (int i = 0; i < 2; i++) {
         tp_backend_stage_destroy(g, &sx[i]);
         tp_backend_stage_destroy(g, &sy[i]);
     }
+    tp_model_destroy(&ma);
+    tp_model_destroy(&mb);
+    tp_backend_destroy(&g);
+}
+
+/* StagingInput bound to the device (tp-train's default on a GPU): each
+ * batch reaches the device through a pinned stage on the copy stream, and
+ * the model trains from it as from the same batches in host memory. */
+Test(cuda_step, staging_input_feeds_the_model_from_the_device) {
+    tp_backend_t *g = s_gpu();
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, stu_nesterov, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 16;
+    cfg.seed = 7;
+    cfg.backend = g;
+    tp_model_t *ma = tp_model_new(&md, &cfg), *mb = tp_model_new(&md, &cfg);
+    cr_assert(ma && mb, "%s", tp_last_error());
+    enum { N = 5 };
+    static uint8_t hx[N][16 * 144];
+    static int32_t hy[N][16];
+    int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
+    tp_rng_t r;
+    tp_rng_init(&r, 35, 0);
+    tp_datapoint_t *dps[N];
+    for (int k = 0; k < N; k++) {
+        for (int i = 0; i < 16 * 144; i++)
+            hx[k][i] = (uint8_t)tp_rng_u64(&r);
+        for (int i = 0; i < 16; i++)
+            hy[k][i] = (int32_t)(tp_rng_u64(&r) % 5);
+        dps[k] = tp_datapoint_new(2);
+        cr_assert_eq(tp_tensor_init(tp_datapoint_get(dps[k], 0), TP_UINT8, 3, xs), TP_OK);
+        cr_assert_eq(tp_tensor_init(tp_datapoint_get(dps[k], 1), TP_INT32, 1, ys), TP_OK);
+        memcpy(tp_datapoint_get(dps[k], 0)->data, hx[k], sizeof hx[k]);
+        memcpy(tp_datapoint_get(dps[k], 1)->data, hy[k], sizeof hy[k]);
+    }
+    tp_input_t *in = tp_input_staging(tp_input_feed(tp_df_from_list(dps, N, 0)), 1, NULL);
+    cr_assert_not_null(in, "%s", tp_last_error());
+    cr_assert_eq(tp_input_bind(in, g), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_input_start(in, 1, 1, 0), TP_OK, "%s", tp_last_error());
+    for (int step = 0; step < 2 * N; step++) {
+        int k = step % N;
+        tp_tensor_t host[2];
+        tp_tensor_init_wrap(&host[0], TP_UINT8, 3, xs, hx[k], NULL, NULL);
+        tp_tensor_init_wrap(&host[1], TP_INT32, 1, ys, hy[k], NULL, NULL);
+        cr_assert_eq(tp_model_run(ma, 0, host, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
+        tp_datapoint_t *dp = NULL;
+        cr_assert_eq(tp_input_next(in, 0, &dp), TP_OK, "%s", tp_last_error());
+        const tp_tensor_t *sx = tp_datapoint_cget(dp, 0);
+        if (tp_backend_device(g) >= 0) {  /* the staged batch is on the device */
+            uint8_t back[16 * 144];
+            s_to_host(g, back, sx->data, sizeof back);
+            cr_assert(!memcmp(back, hx[k], sizeof back), "step %d: staged bytes differ", step);
+        }
+        tp_tensor_t staged[2] = {*tp_datapoint_get(dp, 0), *tp_datapoint_get(dp, 1)};
+        cr_assert_eq(tp_model_run(mb, 0, staged, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    s_same_vars(g, ma, mb);
+    tp_input_destroy(&in);
     tp_model_destroy(&ma);
     tp_model_destroy(&mb);
     tp_backend_destroy(&g);

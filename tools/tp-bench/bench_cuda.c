@@ -18,8 +18,11 @@
  *       uint8 host batch, copied in every step), device (a constant float32
  *       batch already in device memory: the reference for input hiding),
  *       resident (ResidentInput over fashion-mnist:train: crop 28, pad 2,
- *       flip, made on the device each step); device and resident feed the
- *       model float32 images, so their ratio is the input's cost.
+ *       flip, made on the device each step), staged (tp-train's default
+ *       on a GPU: fashion-mnist:train batched by a QueueInput, StagingInput
+ *       copying each batch from pinned memory on the copy stream); device
+ *       and resident feed the model float32 images, so their ratio is the
+ *       input's cost; host and staged feed uint8 images.
  *
  * --cpu runs either mode on the CPU backend instead (a reference, and a
  * check of the bench itself on a machine without a GPU).
@@ -246,10 +249,10 @@ static int s_steps_mode(int argc, char **argv) {
     }
     const tp_zoo_model_t *z = tp_zoo_find(model);
     int mode = !strcmp(input, "host") ? 0 : !strcmp(input, "device") ? 1
-             : !strcmp(input, "resident") ? 2 : -1;
+             : !strcmp(input, "resident") ? 2 : !strcmp(input, "staged") ? 3 : -1;
     if (!z || batch < 1 || steps < 10 || towers < 1 || towers > 8 || mode < 0) {
         fprintf(stderr, "tp-bench cuda steps: %s\n",
-                !z ? tp_last_error() : mode < 0 ? "--input: host, device or resident"
+                !z ? tp_last_error() : mode < 0 ? "--input: host, device, resident or staged"
                                                 : "bad --batch/--steps/--towers");
         return 2;
     }
@@ -259,7 +262,8 @@ static int s_steps_mode(int argc, char **argv) {
     tp_input_desc_t fin[2];  /* device, resident: float32 images */
     memcpy(fin, tp_zoo_inputs(), sizeof fin);
     fin[0].dtype = TP_FLOAT32;
-    tp_model_desc_t md = {mode ? fin : tp_zoo_inputs(), 2, z->build, s_sgd, NULL};
+    tp_model_desc_t md = {mode == 1 || mode == 2 ? fin : tp_zoo_inputs(), 2, z->build,
+                          s_sgd, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = batch;
     cfg.towers = towers;
@@ -276,7 +280,7 @@ static int s_steps_mode(int argc, char **argv) {
     s_batch(batch, x, y, in);
     float *dx = NULL;       /* --input device: the batch in device memory */
     int32_t *dy = NULL;
-    tp_input_t *res = NULL; /* --input resident */
+    tp_input_t *res = NULL; /* --input resident or staged: each step's batches */
     if (mode == 1) {
         float *fx = malloc((size_t)batch * 784 * sizeof *fx);
         for (int64_t i = 0; i < batch * 784; i++)
@@ -305,6 +309,18 @@ static int s_steps_mode(int argc, char **argv) {
             tp_spec_parse(source, &df) < 0 || !(res = tp_input_resident(df, &ro)) ||
             tp_input_start(res, towers, 1, 0) < 0 || tp_input_bind(res, b) < 0) {
             fprintf(stderr, "tp-bench cuda steps: --input resident: %s\n", tp_last_error());
+            return 1;
+        }
+    } else if (mode == 3) {
+        char source[512], spec[600];
+        tp_dataflow_t *df = NULL;
+        if (tp_zoo_source("fashion-mnist:train", 0, source, sizeof source) < 0 ||
+            snprintf(spec, sizeof spec, "%s | batch %lld", source, (long long)batch) >=
+                (int)sizeof spec ||
+            tp_spec_parse(spec, &df) < 0 ||
+            !(res = tp_input_staging(tp_input_queue(df, 50), 1, NULL)) ||
+            tp_input_start(res, towers, 1, 0) < 0 || tp_input_bind(res, b) < 0) {
+            fprintf(stderr, "tp-bench cuda steps: --input staged: %s\n", tp_last_error());
             return 1;
         }
     }
@@ -379,7 +395,7 @@ int tp_bench_cuda(int argc, char **argv) {
                "[--rounds R] [--tf32] [--cpu] [--json]\n"
                "       tp-bench cuda steps [--model NAME] [--batch B] "
                "[--steps N] [--towers T] [--tf32] [--profile] [--cpu] [--json]\n"
-               "                       [--input host|device|resident]\n");
+               "                       [--input host|device|resident|staged]\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "gemm"))
