@@ -186,20 +186,34 @@ struct tp_backend {
     int device;  /* -1 for the CPU */
 };
 
-/* Dropout's draw, shared so that both backends drop the same elements from
- * the same generator state (the CUDA module draws its mask bits on the host
- * for this reason): element i is dropped when a 24-bit number is below
- * tp_dropout_threshold(rate); each 64-bit output of the tower's generator
- * gives two, bits 8..31 for even i and 40..63 for odd i. Call it for
- * i = 0, 1, 2, ... in order with the same *r. */
+/* Dropout's draw, shared so that both backends drop the same elements:
+ * each dropout call takes one 64-bit key from the tower's generator
+ * (tp_rng_u64), and element i is dropped when a 24-bit number made from
+ * (key, i) alone is below tp_dropout_threshold(rate): bits 8..31 (even i)
+ * or 40..63 (odd i) of SplitMix64's output mix of key + (i / 2 + 1) x the
+ * golden-ratio increment, i.e. SplitMix64's stream started at the key.
+ * Every element's draw is independent of the others, so a GPU thread
+ * computes its own (no mask travels from the host, and a recorded step
+ * only needs the key) and the generator advances by one output per call,
+ * whatever the size. */
+#ifdef __CUDACC__
+#define TP_HOST_DEVICE __host__ __device__
+#else
+#define TP_HOST_DEVICE
+#endif
 static inline uint32_t tp_dropout_threshold(float rate) {
     return (uint32_t)((double)rate * 16777216.0);
 }
-static inline int tp_dropout_drops(tp_rng_t *rng, uint32_t thr, size_t i,
-                                   uint64_t *r) {
-    if (!(i & 1))
-        *r = tp_rng_u64(rng);
-    return ((uint32_t)(*r >> ((i & 1) ? 40 : 8)) & 0xffffffu) < thr;
+static inline TP_HOST_DEVICE uint64_t tp_dropout_mix(uint64_t key, uint64_t pair) {
+    uint64_t z = key + (pair + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static inline TP_HOST_DEVICE int tp_dropout_drops(uint64_t key, uint32_t thr,
+                                                  uint64_t i) {
+    uint64_t r = tp_dropout_mix(key, i >> 1);
+    return ((uint32_t)(r >> ((i & 1) ? 40 : 8)) & 0xffffffu) < thr;
 }
 
 /* The rendezvous of a communicator's ranks (gpu/barrier.c), shared by both

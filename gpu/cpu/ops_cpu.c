@@ -736,11 +736,12 @@ static void s_dropout_fwd(const tp_op_call_t *c) {
         return;
     }
     const float keep = 1.0f / (1.0f - rate);
-    /* 24-bit draws against a threshold: exact and cheap (backend_impl.h) */
+    /* 24-bit draws against a threshold, each from (key, i) alone: exact,
+     * and the GPU's threads make the same (backend_impl.h) */
     const uint32_t thr = tp_dropout_threshold(rate);
-    uint64_t r = 0;
+    const uint64_t key = tp_rng_u64(c->rng);
     for (size_t i = 0; i < n; i++) {
-        mask[i] = tp_dropout_drops(c->rng, thr, i, &r) ? 0.0f : keep;
+        mask[i] = tp_dropout_drops(key, thr, i) ? 0.0f : keep;
         y[i] = x[i] * mask[i];
     }
 }

@@ -77,8 +77,6 @@ static void s_stream_free(tp_stream_t *s) {
         cudaFree(s->checks);
     if (s->cu)
         cudaStreamDestroy(s->cu);
-    if (s->host_bits)
-        cudaFreeHost(s->host_bits);
     if (s->params_host)
         cudaFreeHost(s->params_host);
     if (s->params_dev)
@@ -131,7 +129,6 @@ static tp_status_t s_stream_sync(tp_backend_t *b, tp_stream_t *s) {
     TP_TRY(tp_cuda_use(cb));
     s = tp_cuda_stream(cb, s);
     TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
-    s->host_bits_used = 0; /* every copy out of it has finished */
     return tp_cuda_checks_collect(s);
 }
 
@@ -389,17 +386,14 @@ float *tp_cuda_params(tp_stream_t *s, size_t n, float **host) {
     return dev;
 }
 
-/* A recorded or replayed step's scalars: written to the host half now; a
- * recording also copies them to the device half at this point of the
- * stream (a copy node, replayed each step after the host rewrote them).
- * *dev: where the kernel reads them. */
-static tp_status_t s_step_scalars(tp_stream_t *st, const float *v, size_t n,
-                                  const float **dev) {
+tp_status_t tp_cuda_step_scalars(tp_stream_t *st, const float *v, size_t n,
+                                 const float **dev) {
     float *host;
     float *d = tp_cuda_params(st, n, &host);
     if (!d)
-        return tp_error(TP_ERR_STATE, "CUDA graph: more optimizer scalars than "
-                        "%zu in one step", st->params_cap);
+        return tp_error(TP_ERR_STATE, "CUDA graph: more step scalars (optimizer "
+                        "scalars, dropout keys) than %zu in one step",
+                        st->params_cap);
     memcpy(host, v, n * sizeof *v);
     if (st->mode == TP_CUDA_RECORDING)
         TP_CUDA_CHECK(cudaMemcpyAsync(d, host, n * sizeof *v,
@@ -417,7 +411,7 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
     if (s && s->mode != TP_CUDA_EAGER) {
         const float sc[2] = {lr, mu};
         const float *p;
-        TP_TRY(s_step_scalars(s, sc, 2, &p));
+        TP_TRY(tp_cuda_step_scalars(s, sc, 2, &p));
         if (s->mode == TP_CUDA_REPLAYING)
             return TP_OK;
         TP_TRY(tp_cuda_use(cb));
@@ -459,7 +453,7 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
     if (s && s->mode != TP_CUDA_EAGER) {
         const float sc[2] = {lr_t, eps_t};
         const float *p;
-        TP_TRY(s_step_scalars(s, sc, 2, &p));
+        TP_TRY(tp_cuda_step_scalars(s, sc, 2, &p));
         if (s->mode == TP_CUDA_REPLAYING)
             return TP_OK;
         TP_TRY(tp_cuda_order(cb, s));
@@ -1017,11 +1011,10 @@ static tp_status_t s_graph_begin(tp_backend_t *b, tp_stream_t *s,
     /* what the default stream did before, ordered now: no wait on it
      * inside the record */
     TP_TRY(tp_cuda_order(cb, s));
-    /* the same places as when recorded: the masks' pinned region and the
-     * label checks' slots start from the beginning */
-    if (s->host_bits_used || s->nchecks) {
+    /* the same places as when recorded: the label checks' slots start
+     * from the beginning */
+    if (s->nchecks) {
         TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
-        s->host_bits_used = 0;
         TP_TRY(tp_cuda_checks_collect(s));
     }
     if (!s->params_host) {

@@ -30,16 +30,12 @@ struct tp_stream {
     int nchecks;
     const char *check_name[TP_CUDA_MAX_CHECKS];
     int check_k[TP_CUDA_MAX_CHECKS];
-    uint32_t *host_bits;         /* pinned: dropout masks drawn on the
-                                    host, one region per op of a run */
-    size_t host_bits_cap;        /* in uint32 words */
-    size_t host_bits_used;       /* reset when the stream is synchronised */
     uint64_t def_seen;           /* the default stream's generation this
                                     stream was last ordered after */
     /* Whole-step graphs (backend.cu, graph_begin): while recording, calls
      * are captured, not run; while replaying, they do only their host
      * part. Scalars a step changes (the optimizers' learning rate, Adam's
-     * corrections) then travel through params: written to the pinned
+     * corrections, dropout's keys) then travel through params: written to the pinned
      * host half, copied to the device half by a recorded copy, read there
      * by the kernels. */
     int mode;                    /* TP_CUDA_EAGER, _RECORDING, _REPLAYING */
@@ -53,6 +49,12 @@ enum { TP_CUDA_EAGER = 0, TP_CUDA_RECORDING = 1, TP_CUDA_REPLAYING = 2 };
 /* The stream's next `n` params (NULL when they do not fit): host half in
  * *host, device half returned. */
 float *tp_cuda_params(tp_stream_t *s, size_t n, float **host);
+/* A recorded or replayed step's scalars `v[0..n)`: written to the host
+ * half now; a recording also copies them to the device half at this point
+ * of the stream (a copy node, replayed each step after the host rewrote
+ * them). *dev: where the kernel reads them. */
+tp_status_t tp_cuda_step_scalars(tp_stream_t *st, const float *v, size_t n,
+                                 const float **dev);
 
 /* A chunk of device memory handed out by bumping (the arena). */
 struct tp_cuda_chunk {

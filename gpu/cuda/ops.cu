@@ -11,9 +11,9 @@
  * Descriptors and convolution algorithms are made once per (node, shapes)
  * and cached. Labels are checked on the device: a bad label sets a flag
  * that the stream's next sync turns into the CPU backend's error message.
- * Dropout draws its mask bits on the host from the tower's generator
- * exactly as the CPU does (same masks, same generator state afterwards) and
- * copies them from pinned memory.
+ * Dropout takes one key per call from the tower's generator, as the CPU
+ * does, and each thread draws its element from (key, i) with the CPU's
+ * function (backend_impl.h): the same masks, no mask made on the host.
  *
  * NOTE: written and compiled without a GPU (see docs/cuda.md); every path
  * here waits for its first run against the CPU backend on the GPU machine
@@ -597,11 +597,16 @@ __global__ void k_concat(float *y, const float *x, size_t n, size_t blk,
     }
 }
 
-/* mask[i] = dropped ? 0 : keep; y = x * mask. bits: 1 = dropped. */
-__global__ void k_dropout(const float *x, float *y, float *mask,
-                          const uint32_t *bits, size_t n, float keep) {
+/* mask[i] = dropped ? 0 : keep; y = x * mask. The key: `key`, or, in a
+ * recorded step, the two floats' bits at pkey (the step's params). */
+__global__ void k_dropout(const float *x, float *y, float *mask, size_t n,
+                          float keep, uint32_t thr, uint64_t key,
+                          const float *pkey) {
+    if (pkey)
+        key = (uint64_t)__float_as_uint(pkey[0]) |
+              ((uint64_t)__float_as_uint(pkey[1]) << 32);
     TP_GRID_LOOP(i, n) {
-        float m = (bits[i >> 5] >> (i & 31)) & 1u ? 0.0f : keep;
+        float m = tp_dropout_drops(key, thr, i) ? 0.0f : keep;
         mask[i] = m;
         y[i] = x[i] * m;
     }
@@ -743,7 +748,6 @@ tp_status_t tp_cuda_checks_collect(tp_stream_t *s) {
 
 /* ---- workspace ------------------------------------------------------------ */
 
-static size_t s_round256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 size_t tp_cuda_op_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
     switch (c->kind) {
@@ -761,7 +765,7 @@ size_t tp_cuda_op_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
         return 4 * (size_t)c->xshape[0].d[1] * sizeof(float);
     case TP_OP_DROPOUT: {
         size_t n = s_count(&c->yshape);
-        return s_round256(n * sizeof(float)) + ((n + 31) / 32) * 4;
+        return n * sizeof(float);  /* the mask, for backward */
     }
     case TP_OP_SOFTMAX_XENT:
         return s_count(&c->xshape[0]) * sizeof(float); /* log-probabilities */
@@ -813,38 +817,18 @@ static tp_status_t s_bn_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
     return TP_OK;
 }
 
-/* Dropout's host part: the mask bits of `n` elements drawn into the
- * stream's pinned region, at its next free place (*bits). Also all a
- * replayed step does for the op (the recorded copy reads that place). */
-static tp_status_t s_dropout_bits(tp_stream_t *s, const tp_op_call_t *c,
-                                  size_t n, uint32_t **bits_out) {
-    const size_t words = (n + 31) / 32;
-    if (s->host_bits_used + words > s->host_bits_cap) {
-        if (s->mode != TP_CUDA_EAGER)  /* a step ran call by call before */
-            return tp_error(TP_ERR_STATE, "%s: dropout masks outgrew their "
-                            "buffer in a recorded step", c->name);
-        /* grows on the first steps only: wait for copies out of the old one */
-        size_t cap = (s->host_bits_used + words) * 2;
-        uint32_t *nb = NULL;
-        TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
-        TP_CUDA_CHECK(cudaHostAlloc((void **)&nb, cap * 4, cudaHostAllocPortable));
-        if (s->host_bits)
-            cudaFreeHost(s->host_bits);
-        s->host_bits = nb;
-        s->host_bits_cap = cap;
-        s->host_bits_used = 0;
-    }
-    uint32_t *bits = s->host_bits + s->host_bits_used;
-    s->host_bits_used += words;
-    memset(bits, 0, words * 4);
-    /* the CPU backend's draw (backend_impl.h), so the masks agree */
-    const uint32_t thr = tp_dropout_threshold(c->attr->alpha);
-    uint64_t r = 0;
-    for (size_t i = 0; i < n; i++)
-        if (tp_dropout_drops(c->rng, thr, i, &r))
-            bits[i >> 5] |= 1u << (i & 31);
-    *bits_out = bits;
-    return TP_OK;
+/* Dropout's host part: the call's key from the tower's generator; in a
+ * recorded or replayed step also put in the step's params (*pkey, where
+ * the kernel reads it). Also all a replayed step does for the op. */
+static tp_status_t s_dropout_key(tp_stream_t *s, const tp_op_call_t *c,
+                                 uint64_t *key, const float **pkey) {
+    *key = tp_rng_u64(c->rng);
+    *pkey = NULL;
+    if (s->mode == TP_CUDA_EAGER)
+        return TP_OK;
+    float v[2];
+    memcpy(v, key, sizeof v);  /* bits, never arithmetic */
+    return tp_cuda_step_scalars(s, v, 2, pkey);
 }
 
 static tp_status_t s_dropout_fwd(tp_stream_t *s, const tp_op_call_t *c) {
@@ -860,15 +844,11 @@ static tp_status_t s_dropout_fwd(tp_stream_t *s, const tp_op_call_t *c) {
                                           cudaMemcpyDeviceToDevice, s->cu));
         return s_store(s, mask, 0, n, f_const{1.0f});
     }
-    const size_t words = (n + 31) / 32;
-    uint32_t *bits;
-    TP_TRY(s_dropout_bits(s, c, n, &bits));
-    uint32_t *dbits =
-        (uint32_t *)((char *)c->workspace + s_round256(n * sizeof(float)));
-    TP_CUDA_CHECK(cudaMemcpyAsync(dbits, bits, words * 4,
-                                  cudaMemcpyHostToDevice, s->cu));
+    uint64_t key;
+    const float *pkey;
+    TP_TRY(s_dropout_key(s, c, &key, &pkey));
     k_dropout<<<tp_cuda_blocks(n, 256), 256, 0, s->cu>>>(
-        x, y, mask, dbits, n, 1.0f / (1.0f - rate));
+        x, y, mask, n, 1.0f / (1.0f - rate), tp_dropout_threshold(rate), key, pkey);
     TP_LAUNCHED();
     return TP_OK;
 }
@@ -924,16 +904,17 @@ static tp_status_t s_l2_fwd(tp_stream_t *s, const tp_op_call_t *c) {
 
 /* A replayed step (backend.cu, graph_begin): what each op does on the
  * host, in the order the recording did it, and nothing on the device:
- * dropout draws its masks into the place the recorded copy reads; the
+ * dropout takes its key into the step's params, which a recorded copy
+ * takes to the device; the
  * label ops take their check slots, which the next sync reads. */
 tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_DROPOUT: {
-        const size_t n = s_count(&c->yshape);
-        uint32_t *bits;
-        if (n == 0 || !c->attr->training || c->attr->alpha <= 0.0f)
+        uint64_t key;
+        const float *pkey;
+        if (s_count(&c->yshape) == 0 || !c->attr->training || c->attr->alpha <= 0.0f)
             return TP_OK;
-        return s_dropout_bits(s, c, n, &bits);
+        return s_dropout_key(s, c, &key, &pkey);
     }
     case TP_OP_SOFTMAX_XENT:
     case TP_OP_ACCURACY:

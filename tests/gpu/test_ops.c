@@ -384,3 +384,78 @@ Test(ops_bwd, softmax_xent_accumulates_when_its_logits_feed_two_costs) {
     tp_model_destroy(&m[0]);
     tp_model_destroy(&m[1]);
 }
+
+/* Dropout's masks: each call takes one key from the tower's generator and
+ * element i's draw is SplitMix64's output for (key, i / 2), written out
+ * here from its published definition (Steele, Lea and Flood 2014; Vigna's
+ * splitmix64.c), not from towerpack's: the GPU's threads compute the
+ * same function, so this pins both backends' masks. */
+static uint64_t s_splitmix64_at(uint64_t seed, uint64_t k) {
+    uint64_t z = seed + (k + 1) * 0x9e3779b97f4a7c15ull; /* the k-th state */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+#define DROP_W 4096
+static tp_status_t s_drop_model(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *y = tp_dropout(t, "drop", in[0], 0.3f);
+    tp_node_t *logits = tp_fc(t, "head", y, CLASSES, 1);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+
+Test(ops_fwd, dropout_masks_are_splitmix64_of_one_key_per_call) {
+    tp_input_desc_t desc[2] = {{"x", TP_FLOAT32, 2, {-1, DROP_W}},
+                               {"label", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_drop_model, s_opt, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = N;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    static float x[N * DROP_W];
+    for (int i = 0; i < N * DROP_W; i++)
+        x[i] = 1.0f;
+    int32_t lab[N] = {0, 1, 2, 0};
+    int64_t xs[2] = {N, DROP_W}, ys[1] = {N};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, lab, NULL, NULL);
+    const uint32_t thr = (uint32_t)(0.3 * 16777216.0);
+    static float first[N * DROP_W];
+    for (int run = 0; run < 3; run++) {
+        tp_rng_t r0 = *tp_model_tower_rng(m, 0), r1 = r0;
+        uint64_t key = tp_rng_u64(&r1);
+        cr_assert_eq(s_run(m, 0, in, 2, TP_RUN_FORWARD), TP_OK, "%s", tp_last_error());
+        /* one output of the generator per call, whatever the size */
+        cr_assert(!memcmp(tp_model_tower_rng(m, 0), &r1, sizeof r1), "run %d", run);
+        tp_tensor_t v;
+        cr_assert_eq(tp_model_fetch(m, 0, "drop", &v), TP_OK);
+        const float *y = v.data;
+        size_t dropped = 0, same = 0;
+        for (size_t i = 0; i < (size_t)N * DROP_W; i++) {
+            uint64_t z = s_splitmix64_at(key, i / 2);
+            int drop = ((uint32_t)(z >> (i % 2 ? 40 : 8)) & 0xffffffu) < thr;
+            cr_assert_eq(y[i], drop ? 0.0f : 1.0f / (1.0f - 0.3f),
+                         "run %d element %zu: %g", run, i, (double)y[i]);
+            dropped += drop;
+            if (run == 1)
+                same += (y[i] == 0.0f) == (first[i] == 0.0f);
+        }
+        /* 16384 draws: the rate within 4 standard deviations (0.0036) */
+        double rate = (double)dropped / (N * DROP_W);
+        cr_assert(fabs(rate - 0.3) < 0.015, "run %d drops %.4f", run, rate);
+        if (run == 0)
+            memcpy(first, y, sizeof first);
+        else if (run == 1)  /* another key: independent masks agree on 0.58 */
+            cr_assert(fabs((double)same / (N * DROP_W) - 0.58) < 0.02, "%zu alike", same);
+        if (run == 2) {  /* the same generator state: the same mask */
+            *tp_model_tower_rng(m, 0) = r0;
+            cr_assert_eq(s_run(m, 0, in, 2, TP_RUN_FORWARD), TP_OK);
+            cr_assert_eq(tp_model_fetch(m, 0, "drop", &v), TP_OK);
+            for (size_t i = 0; i < (size_t)N * DROP_W; i++)
+                cr_assert_eq(((const float *)v.data)[i], y[i], "element %zu", i);
+        }
+    }
+    tp_model_destroy(&m);
+}
