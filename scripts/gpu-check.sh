@@ -19,7 +19,8 @@
 #        ONLY=bench bash scripts/gpu-check.sh run
 #        ONLY=memcheck SUITE=cuda_step bash scripts/gpu-check.sh run
 #        bash scripts/gpu-check.sh train --devices 0 --model cnn-bn
-#        EPOCHS=3 bash scripts/gpu-check.sh peer
+#        bash scripts/gpu-check.sh record --devices 0 --model cnn-bn --epochs 24
+#        EPOCHS=3 PEER_ARGS='--pad 1' bash scripts/gpu-check.sh peer
 #      Several fit one call (the first GPU session ran tests, bench and
 #      the peer in 50 s; a 30-epoch resnet takes 92 s).
 #      tests: test_cuda_probe, test_cuda_ops (every op against the CPU,
@@ -35,8 +36,10 @@
 #      TRAIN_TIMEOUT, default 300 s), logged to $OUT/train.txt.
 #      Logs land in $OUT (env.txt, tests.txt, memcheck_<suite>.txt,
 #      bench.txt, train.txt: the tool returns at most 8 files).
-#   3. ON THE GPU, the PyTorch peer (item 6c): the zoo's cnn-bn in torch.nn
-#      with a DataLoader, `bash scripts/gpu-check.sh peer` (EPOCHS=3).
+#   3. ON THE GPU, the PyTorch peer (item 6c): the zoo's cnn-bn and
+#      tp-train's recipe in torch.nn with a DataLoader, `bash
+#      scripts/gpu-check.sh peer` (EPOCHS=3, PEER_ARGS); time to accuracy
+#      over 5 seeds: `bash scripts/gpu-check.sh record FLAGS` (SEEDS).
 #
 # Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
 # only the matching tests (Criterion --filter; for memcheck too),
@@ -276,12 +279,41 @@ run_checks() {
     return $rc
 }
 
+# Time to accuracy (issue 24): tp-train with the given flags once per seed
+# (SEEDS, default "1 2 3 4 5"); per run the final test accuracy, the
+# training time (the epochs' training passes, steps / steps_per_s from
+# stats.json: validation and start-up not counted, as the speed records
+# count) and the wall time; then the mean accuracy, its spread and the
+# mean training time. Appended to $OUT/record.txt; each run's log in
+# /tmp/gpu-record-SEED.log.
+record() {
+    gpu_env
+    local s rc=0
+    echo "== record: tp-train $* (seeds ${SEEDS:-1 2 3 4 5})" | tee -a "$out/record.txt"
+    for s in ${SEEDS:-1 2 3 4 5}; do
+        local t0 t1 r
+        t0=$(date +%s.%N)
+        timeout "${TRAIN_TIMEOUT:-300}" .gpu/bin/tp-train --logdir "/tmp/gpu-record-$s" \
+            --logdir-action delete --seed "$s" "$@" >"/tmp/gpu-record-$s.log" 2>&1
+        r=$?
+        t1=$(date +%s.%N)
+        [ $r -eq 0 ] || { rc=1; tail -5 "/tmp/gpu-record-$s.log"; }
+        python3 "$here/scripts/gpu/record_run.py" run "$s" "$r" "$t0" "$t1" \
+            "/tmp/gpu-record-$s/stats.json" | tee -a "$out/record.txt"
+    done
+    python3 "$here/scripts/gpu/record_run.py" summary "$out/record.txt" | tee -a "$out/record.txt"
+    return $rc
+}
+
+# The PyTorch peer: the zoo's cnn-bn and tp-train's recipe in torch.nn with
+# a DataLoader. PEER_ARGS adds flags (--pad 1 --seed 2 ...); EPOCHS (3).
 peer() {
     cd "$here"
     mkdir -p "$out"
     [ -d .gpu-data ] || { echo "gpu-check: no .gpu-data/ (prepare, then carry it)" >&2; exit 2; }
+    # shellcheck disable=SC2086
     PYTHONUNBUFFERED=1 python3 .gpu-data/pytorch_cnn_bn.py --data .gpu-data \
-        --epochs "${EPOCHS:-3}" --workers 8 2>&1 | tee "$out/pytorch_cnn_bn.txt"
+        --epochs "${EPOCHS:-3}" --workers 8 ${PEER_ARGS:-} 2>&1 | tee -a "$out/pytorch_cnn_bn.txt"
     return "${PIPESTATUS[0]}"
 }
 
@@ -290,5 +322,6 @@ case "$mode" in
     run) run_checks ;;
     peer) peer ;;
     train) shift; train "$@" ;;
-    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS (see the header)" >&2; exit 2 ;;
+    record) shift; record "$@" ;;
+    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS (see the header)" >&2; exit 2 ;;
 esac

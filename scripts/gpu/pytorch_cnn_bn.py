@@ -1,18 +1,28 @@
 #!/usr/bin/env python3
 """towerpack GPU check 6c: the peer. The zoo's cnn-bn model (models/models.c)
-written as a PyTorch user would write it, trained on Fashion-MNIST with a
-DataLoader (worker processes, pinned memory) on the same GPU, so that an
-epoch of towerpack's CUDA towers can be compared with it.
+and tp-train's recipe for it, written as a PyTorch user would write them,
+trained on Fashion-MNIST with a DataLoader (worker processes, pinned
+memory) on the same GPU, so that towerpack's CUDA towers can be compared
+with it epoch for epoch and in time to accuracy.
 
-Model: conv3x3(1->32, no bias)-BN-ReLU-maxpool2, conv3x3(32->64)-BN-ReLU-
-maxpool2, fc 3136->128 ReLU, dropout 0.3, fc 10; SGD lr 0.02, momentum 0.9;
-batch 128; augmentation: random crop 28 from a 2-pixel zero padding and a
-horizontal flip (towerpack's augmented zoo models crop and flip too).
+Model (the zoo's since 2026-11-22): three blocks of conv3x3 (no bias)-BN-
+ReLU-maxpool2 with 32, 64 and 128 filters, fc 1152->256 ReLU, dropout 0.3,
+fc 10. Recipe (tp-train's): SGD momentum 0.9, learning rate 0.02 decaying
+linearly step by step to a twentieth at the end, L2 weight decay 5e-4 on
+the conv kernels and fc weights only (towerpack's 'weight_decay' over */W:
+the same gradient as SGD's weight_decay on those tensors), batch 128 with
+the remainder dropped; augmentation: zero padding of --pad pixels, a
+random 28x28 crop and a horizontal flip with probability 1/2, pixels
+scaled to [0, 1]. Batch norm: eps 1e-5, moving averages with momentum 0.1
+(towerpack's decay 0.9).
 
-    python3 pytorch_cnn_bn.py --data DIR [--epochs 3] [--workers 8] [--tf32]
+    python3 pytorch_cnn_bn.py --data DIR [--epochs 3] [--pad 2] [--seed 1]
+                              [--workers 8] [--tf32] [--device cuda|cpu]
 
-Prints per epoch: wall time of the training pass, images/s, test accuracy.
-Written without a GPU to run it on; run by scripts/gpu-check.sh peer."""
+Prints per epoch the wall time of the training pass, images/s and test
+accuracy, then one summary line: total training seconds (the training
+passes only, as towerpack's time to accuracy counts them) and the final
+test accuracy. Run by scripts/gpu-check.sh peer (PEER_ARGS)."""
 import argparse
 import gzip
 import os
@@ -34,11 +44,12 @@ def read_idx(path):
 
 
 class FashionMNIST(Dataset):
-    def __init__(self, root, train, augment):
+    def __init__(self, root, train, augment, pad):
         kind = "train" if train else "t10k"
         self.x = read_idx(os.path.join(root, f"{kind}-images-idx3-ubyte.gz"))
         self.y = read_idx(os.path.join(root, f"{kind}-labels-idx1-ubyte.gz")).astype(np.int64)
         self.augment = augment
+        self.pad = pad
 
     def __len__(self):
         return len(self.y)
@@ -46,32 +57,40 @@ class FashionMNIST(Dataset):
     def __getitem__(self, i):
         img = self.x[i]
         if self.augment:
-            padded = np.zeros((32, 32), dtype=np.uint8)
-            padded[2:30, 2:30] = img
-            oy, ox = np.random.randint(0, 5, size=2)
+            p = self.pad
+            padded = np.zeros((28 + 2 * p, 28 + 2 * p), dtype=np.uint8)
+            padded[p:p + 28, p:p + 28] = img
+            oy, ox = np.random.randint(0, 2 * p + 1, size=2)
             img = padded[oy:oy + 28, ox:ox + 28]
             if np.random.rand() < 0.5:
                 img = img[:, ::-1]
-        x = torch.from_numpy(np.ascontiguousarray(img)).float().div_(255.0).unsqueeze(0)
+        x = torch.from_numpy(img.astype(np.float32) / 255.0).unsqueeze(0)  # a copy
         return x, int(self.y[i])
 
 
 class CnnBn(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv0 = nn.Conv2d(1, 32, 3, padding=1, bias=False)
-        self.bn0 = nn.BatchNorm2d(32, eps=1e-5, momentum=0.1)
-        self.conv1 = nn.Conv2d(32, 64, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(64, eps=1e-5, momentum=0.1)
-        self.fc0 = nn.Linear(64 * 7 * 7, 128)
+        self.convs = nn.ModuleList()
+        self.bns = nn.ModuleList()
+        cin = 1
+        for cout in (32, 64, 128):
+            self.convs.append(nn.Conv2d(cin, cout, 3, padding=1, bias=False))
+            self.bns.append(nn.BatchNorm2d(cout, eps=1e-5, momentum=0.1))
+            cin = cout
+        self.fc0 = nn.Linear(128 * 3 * 3, 256)
         self.drop = nn.Dropout(0.3)
-        self.linear = nn.Linear(128, 10)
+        self.linear = nn.Linear(256, 10)
 
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn0(self.conv0(x))), 2)
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        for conv, bn in zip(self.convs, self.bns):
+            x = F.max_pool2d(F.relu(bn(conv(x))), 2)
         x = self.drop(F.relu(self.fc0(x.flatten(1))))
         return self.linear(x)
+
+    def decayed(self):
+        """The tensors tp-train's weight decay covers: kernels, fc weights."""
+        return [c.weight for c in self.convs] + [self.fc0.weight, self.linear.weight]
 
 
 def main():
@@ -79,26 +98,46 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--pad", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.backends.cudnn.allow_tf32 = a.tf32
     torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda")
-    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
-          f"cuDNN {torch.backends.cudnn.version()}, TF32 {a.tf32}")
-    train = DataLoader(FashionMNIST(a.data, True, True), batch_size=a.batch, shuffle=True,
-                       num_workers=a.workers, pin_memory=True, drop_last=True,
-                       persistent_workers=True)
-    test = DataLoader(FashionMNIST(a.data, False, False), batch_size=500,
-                      num_workers=2, pin_memory=True)
-    torch.manual_seed(42)
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    print(f"device: {name}, torch {torch.__version__}, "
+          f"cuDNN {torch.backends.cudnn.version()}, TF32 {a.tf32}, "
+          f"epochs {a.epochs}, pad {a.pad}, seed {a.seed}")
+    torch.manual_seed(a.seed)
+    np.random.seed(a.seed)
+    train = DataLoader(FashionMNIST(a.data, True, True, a.pad), batch_size=a.batch,
+                       shuffle=True, num_workers=a.workers, pin_memory=cuda,
+                       drop_last=True, persistent_workers=a.workers > 0)
+    test = DataLoader(FashionMNIST(a.data, False, False, 0), batch_size=500,
+                      num_workers=min(a.workers, 2), pin_memory=cuda)
     model = CnnBn().to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    decayed = {id(p) for p in model.decayed()}
+    groups = [{"params": [p for p in model.parameters() if id(p) in decayed],
+               "weight_decay": 5e-4},
+              {"params": [p for p in model.parameters() if id(p) not in decayed],
+               "weight_decay": 0.0}]
+    opt = torch.optim.SGD(groups, lr=a.lr, momentum=0.9)
+    total = a.epochs * len(train)
+    # tp-train's schedule: linear in the step from lr to lr / 20
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: 1.0 - (1.0 - 1.0 / 20.0) * min(step, total) / total)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    trained = 0.0
+    acc = 0.0
     for epoch in range(a.epochs):
         model.train()
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         n = 0
         for x, y in train:
@@ -108,18 +147,23 @@ def main():
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            sched.step()
             n += x.shape[0]
-        torch.cuda.synchronize()
+        sync()
         dt = time.perf_counter() - t0
+        trained += dt
         model.eval()
-        correct = total = 0
+        correct = count = 0
         with torch.no_grad():
             for x, y in test:
                 pred = model(x.to(dev, non_blocking=True)).argmax(1).cpu()
                 correct += int((pred == y).sum())
-                total += len(y)
+                count += len(y)
+        acc = correct / count
         print(f"epoch {epoch + 1}: train {dt:.2f} s ({n / dt:.0f} images/s), "
-              f"test accuracy {correct / total:.4f}")
+              f"test accuracy {acc:.4f}", flush=True)
+    print(f"pytorch cnn-bn: {a.epochs} epochs, pad {a.pad}, seed {a.seed}: "
+          f"training {trained:.2f} s, test accuracy {acc:.4f}")
 
 
 if __name__ == "__main__":
