@@ -178,6 +178,19 @@ typedef struct tp_backend_ops {
                                  const int32_t *labels,
                                  const tp_augment_pick_t *picks, int n,
                                  const tp_augment_shape_t *shape);
+
+    /* ---- small results read back with the step's own sync (appended
+     * later; NULL: read them with copy, one sync each). host_alloc gives
+     * page-locked host memory, which a stream copies into asynchronously;
+     * copy_async enqueues a copy on s (the pointers say which way),
+     * complete at the stream's next sync; in a recorded step it is part
+     * of the record, and a replay does nothing for it on the host. The
+     * model mirrors a training step's scalar outputs this way (a GPU's
+     * loss and metrics then cost no synchronisation of their own). */
+    void *(*host_alloc)(tp_backend_t *b, size_t bytes);
+    void (*host_free)(tp_backend_t *b, void *ptr);
+    tp_status_t (*copy_async)(tp_backend_t *b, tp_stream_t *s, void *dst,
+                              const void *src, size_t bytes);
 } tp_backend_ops_t;
 
 struct tp_backend {

@@ -75,6 +75,8 @@ static void s_stream_free(tp_stream_t *s) {
         cudaFree(s->blas_ws);
     if (s->checks)
         cudaFree(s->checks);
+    if (s->checks_host)
+        cudaFreeHost(s->checks_host);
     if (s->cu)
         cudaStreamDestroy(s->cu);
     if (s->params_host)
@@ -99,6 +101,8 @@ static tp_status_t s_stream_init(tp_cuda_backend_t *cb, tp_stream_t *s) {
     TP_CUDA_CHECK(cudnnSetStream(s->dnn, s->cu));
     size_t cb_bytes = sizeof(int) * 2 * TP_CUDA_MAX_CHECKS;
     TP_CUDA_CHECK(cudaMalloc((void **)&s->checks, cb_bytes));
+    TP_CUDA_CHECK(cudaHostAlloc((void **)&s->checks_host, cb_bytes,
+                                cudaHostAllocPortable));
     TP_CUDA_CHECK(cudaMemsetAsync(s->checks, 0, cb_bytes, s->cu));
     TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
     return TP_OK;
@@ -128,8 +132,10 @@ static tp_status_t s_stream_sync(tp_backend_t *b, tp_stream_t *s) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
     s = tp_cuda_stream(cb, s);
+    if (s->nchecks)  /* the checks' copy, then the one sync */
+        return tp_cuda_checks_collect(s);
     TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
-    return tp_cuda_checks_collect(s);
+    return TP_OK;
 }
 
 /* ---- memory: the arena -------------------------------------------------- */
@@ -267,6 +273,40 @@ static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
      * wait for it then, or the caller's next fill races the copy. */
     if (kind == TP_COPY_D2H || s_pinned_host(src))
         TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
+    return tp_cuda_def_mark(cb, s);
+}
+
+/* Page-locked host memory for copy_async's destinations. */
+static void *s_host_alloc(tp_backend_t *b, size_t bytes) {
+    if (tp_cuda_use(tp_cuda_of(b)) < 0)
+        return NULL;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        tp_error(TP_ERR_NOMEM, "%zu bytes of pinned host memory: %s", bytes,
+                 cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void s_host_free(tp_backend_t *b, void *p) {
+    if (p && tp_cuda_use(tp_cuda_of(b)) == TP_OK)
+        cudaFreeHost(p);
+}
+
+/* A copy behind the stream's work, waited for by its next sync (captured
+ * as a memcpy node in a recorded step; nothing to do in a replay). */
+static tp_status_t s_copy_async(tp_backend_t *b, tp_stream_t *s, void *dst,
+                                const void *src, size_t bytes) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (bytes == 0 || (s && s->mode == TP_CUDA_REPLAYING))
+        return TP_OK;
+    TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                  tp_cuda_stream(cb, s)->cu));
     return tp_cuda_def_mark(cb, s);
 }
 
@@ -1158,6 +1198,9 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .graph_abort = */ s_graph_abort,
     /* .graph_destroy = */ s_graph_destroy,
     /* .augment_batch = */ tp_cuda_augment_batch,
+    /* .host_alloc = */ s_host_alloc,
+    /* .host_free = */ s_host_free,
+    /* .copy_async = */ s_copy_async,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

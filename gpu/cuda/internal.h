@@ -27,6 +27,7 @@ struct tp_stream {
     cudnnHandle_t dnn;
     void *blas_ws;
     int *checks;                 /* device: [TP_CUDA_MAX_CHECKS][2] */
+    int *checks_host;            /* pinned: where a sync reads them */
     int nchecks;
     const char *check_name[TP_CUDA_MAX_CHECKS];
     int check_k[TP_CUDA_MAX_CHECKS];
@@ -115,7 +116,8 @@ tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
 tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                 const tp_op_call_t *c);
 void tp_cuda_cache_free(tp_cuda_backend_t *cb);
-/* Read and clear the stream's pending label checks (after a sync). */
+/* Read and clear the stream's pending label checks: one copy behind the
+ * stream's work into pinned memory, one synchronisation. */
 tp_status_t tp_cuda_checks_collect(tp_stream_t *s);
 /* An op's host part alone, for a replayed step (see ops.cu). */
 tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c);

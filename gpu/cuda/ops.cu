@@ -725,10 +725,13 @@ static int s_check_slot(tp_stream_t *s, const tp_op_call_t *c, size_t k) {
     return slot;
 }
 
+/* The checks' flags copied into pinned memory behind the stream's work,
+ * then one synchronisation (the stream's sync is this one when checks are
+ * pending: a step pays one sync, not two). */
 tp_status_t tp_cuda_checks_collect(tp_stream_t *s) {
     if (s->nchecks == 0)
         return TP_OK;
-    int host[2 * TP_CUDA_MAX_CHECKS];
+    int *host = s->checks_host;
     int n = s->nchecks;
     s->nchecks = 0;
     TP_CUDA_CHECK(cudaMemcpyAsync(host, s->checks, sizeof(int) * 2 * (size_t)n,

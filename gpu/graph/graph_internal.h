@@ -116,6 +116,10 @@ struct tp_tower {
     tp_graph_t *graph;
     int64_t graph_batch;
     int64_t eager_batch; /* the batch of the last step run call by call */
+    /* a device's scalar outputs as of the last run, copied behind it into
+     * page-locked memory (copy_async): read with no sync of their own */
+    float *mirror;       /* [noutputs]; NULL on the CPU */
+    int mirror_fresh;    /* the last run completed with its copies */
 };
 
 struct tp_model {

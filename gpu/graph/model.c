@@ -518,6 +518,10 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
             return tp_error(TP_ERR_NOMEM, "tower stream");
         tp_rng_init(&t->rng, c->seed ^ 0x5eed0f70e75ull, (uint64_t)(int64_t)t->index);
         TP_TRY(s_build_tower(m, d, t));
+        if (!infer && b->device >= 0 && b->ops->host_alloc && b->ops->copy_async &&
+            t->noutputs > 0 &&
+            !(t->mirror = b->ops->host_alloc(b, (size_t)t->noutputs * sizeof(float))))
+            return tp_error_wrap(TP_ERR_NOMEM, "%s: its outputs' host mirror", t->name);
     }
     /* Variables: offsets, arenas, initial values. */
     for (int i = 0; i < m->nvars; i++) {
@@ -618,6 +622,8 @@ static void s_tower_free(tp_model_t *m, tp_tower_t **t_p) {
     tp_backend_t *b = m->backend;
     if (t->graph && b->ops->graph_destroy)
         b->ops->graph_destroy(b, t->graph);
+    if (t->mirror)
+        b->ops->host_free(b, t->mirror);
     if (t->act_arena)
         b->ops->free(b, t->act_arena);
     if (t->grads)
@@ -792,12 +798,42 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
     return TP_OK;
 }
 
+/* A device's scalar float outputs copied behind the run into the tower's
+ * mirror (in a recorded step, part of the record), so that reading them
+ * (tp_model_view_host, tp_model_metric_value) costs no sync of its own. */
+static tp_status_t s_mirror_outputs(tp_model_t *m, tp_tower_t *t) {
+    tp_backend_t *b = m->backend;
+    for (int i = 0; t->mirror && i < t->noutputs; i++) {
+        const tp_node_t *n = t->outputs[i].node;
+        if (n->value && n->dtype == TP_FLOAT32 && tp_shape_count(&n->run_shape) == 1)
+            TP_TRY(b->ops->copy_async(b, t->stream, &t->mirror[i], n->value,
+                                      sizeof(float)));
+    }
+    return TP_OK;
+}
+
+/* The mirrored copy of the scalar output at device address `data`, if a
+ * training tower's last run left one. */
+static const float *s_mirrored(const tp_model_t *m, const void *data) {
+    for (int k = 0; data && k < m->ntowers; k++) {
+        const tp_tower_t *t = m->towers[k];
+        for (int i = 0; t->mirror && t->mirror_fresh && i < t->noutputs; i++) {
+            const tp_node_t *n = t->outputs[i].node;
+            if (n->value == data && n->dtype == TP_FLOAT32 &&
+                tp_shape_count(&n->run_shape) == 1)
+                return &t->mirror[i];
+        }
+    }
+    return NULL;
+}
+
 static tp_status_t s_run_cost(tp_model_t *m, int tower,
                               const tp_tensor_t *inputs, int backward,
                               int fused, int cost) {
     tp_tower_t *t = tp_model_tower_(m, tower);
     if (!t)
         return s_bad_tower(m, tower);
+    t->mirror_fresh = 0;
     TP_TRY(s_load_inputs(m, t, inputs));
     tp_backend_t *b = m->backend;
     /* The fused training step (one tower, the main cost) as a graph:
@@ -810,13 +846,18 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
                           : t->eager_batch == t->run_batch);
     if (!graph) {
         tp_status_t rc = s_run_ops(m, t, backward, fused, cost);
+        if (rc == TP_OK)
+            rc = s_mirror_outputs(m, t);
         tp_status_t sc = b->ops->stream_sync(b, t->stream);
         if (rc == TP_OK && sc == TP_OK && fused && backward)
             t->eager_batch = t->run_batch;  /* a whole step ran at it */
+        t->mirror_fresh = rc == TP_OK && sc == TP_OK;
         return rc < 0 ? rc : sc;
     }
     TP_TRY(b->ops->graph_begin(b, t->stream, t->graph));
     tp_status_t rc = s_run_ops(m, t, backward, fused, cost);
+    if (rc == TP_OK)
+        rc = s_mirror_outputs(m, t);
     if (rc < 0) {
         b->ops->graph_abort(b, t->stream);
         return rc;
@@ -827,7 +868,9 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     if (rc < 0)
         return tp_error_wrap(rc, "%s: the step as a graph (TP_CUDA_GRAPHS=0 "
                              "runs it call by call)", t->name);
-    return b->ops->stream_sync(b, t->stream);
+    TP_TRY(b->ops->stream_sync(b, t->stream));
+    t->mirror_fresh = 1;
+    return TP_OK;
 }
 
 static tp_status_t s_check_grads(tp_model_t *m) {
@@ -1223,6 +1266,11 @@ const void *tp_model_view_host(tp_model_t *m, const tp_tensor_t *view,
     }
     if (bytes > view->nbytes)
         bytes = view->nbytes;
+    const float *mv = bytes <= sizeof(float) ? s_mirrored(m, view->data) : NULL;
+    if (mv) {  /* copied behind the run, already here */
+        memcpy(host, mv, bytes);
+        return host;
+    }
     /* The towers' streams were synchronised at the end of their runs (the
      * model's contract), so the default stream's copy sees the values; a
      * device-to-host copy returns once they are on the host. */
@@ -1258,6 +1306,9 @@ float tp_model_metric_value(const tp_model_t *m, int tower, int i) {
         return NAN;
     float v = NAN;
     tp_backend_t *b = m->backend;
+    const float *mv = s_mirrored(m, o->node->value);
+    if (mv)
+        return *mv;
     if (b->ops->copy(b, NULL, &v, o->node->value, sizeof v, TP_COPY_D2H) < 0)
         return NAN;
     return v;

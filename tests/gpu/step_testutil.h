@@ -33,6 +33,7 @@ static tp_status_t stu_cnn(tp_tower_t *t, tp_node_t *const *in, void *u) {
         return tp_tower_status(t);
     tp_node_t *cost = tp_add(t, "cost", tp_softmax_xent(t, "xent", logits, in[1]),
                              tp_l2_decay(t, "wd", "*/W", 1e-3f));
+    tp_tower_add_output(t, "cost", cost);
     return tp_tower_set_cost(t, cost);
 }
 

@@ -14,13 +14,14 @@
  * recordings and replays must be the model's rule. (The CUDA module's own
  * recording is tested on a GPU: tests/gpu/test_cuda_ops.c, cuda_step.) */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"
 #include "gpu/step_testutil.h"
 
-typedef enum { R_FWD, R_BWD, R_FILL, R_GEMM, R_SGD, R_ADAM } s_rk_t;
+typedef enum { R_FWD, R_BWD, R_FILL, R_GEMM, R_SGD, R_ADAM, R_COPY } s_rk_t;
 
 typedef struct {
     s_rk_t kind;
@@ -39,6 +40,8 @@ typedef struct {
     const float *a, *bm, *g;
     float *cm, *v, *mm;
     int64_t step;
+    void *to; /* copy_async */
+    const void *from;
 } s_rec_t;
 
 struct tp_graph {
@@ -56,6 +59,7 @@ typedef struct {
     tp_graph_t *cur;
     size_t cursor;
     int recorded, replayed;
+    int syncing_reads;   /* copies to the host through copy (one sync each) */
     char diverged[200];
 } s_fake_t;
 
@@ -97,6 +101,7 @@ static s_rec_t *s_next(s_fake_t *f, s_rk_t kind, const void *key) {
     const void *rkey = !r ? NULL
                        : r->kind == R_FWD || r->kind == R_BWD ? (const void *)r->c.node
                        : r->kind == R_FILL                  ? (const void *)r->dst
+                       : r->kind == R_COPY                  ? (const void *)r->to
                        : r->kind == R_GEMM                  ? (const void *)r->cm
                                                             : (const void *)r->cm;
     if (!r || r->kind != kind || rkey != key) {
@@ -172,6 +177,38 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb, int m
     return TP_OK;
 }
 
+/* copy_async: deferred like the ops, so a mirror copied in a recorded or
+ * replayed step holds what the step computed, not the step before's. */
+static tp_status_t s_copy_async(tp_backend_t *b, tp_stream_t *s, void *dst,
+                                const void *src, size_t bytes) {
+    s_fake_t *f = s_of(b);
+    if (f->mode == S_EAGER) {
+        memcpy(dst, src, bytes);
+        return TP_OK;
+    }
+    s_rec_t *r = s_next(f, R_COPY, dst);
+    if (r && f->mode == S_RECORDING)
+        *r = (s_rec_t){.kind = R_COPY, .s = s, .to = dst, .from = src, .count = bytes};
+    return TP_OK;
+}
+
+static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst, const void *src,
+                          size_t bytes, tp_copy_kind_t kind) {
+    s_fake_t *f = s_of(b);
+    if (kind == TP_COPY_D2H)
+        f->syncing_reads++;
+    return f->cpu->ops->copy(f->cpu, s, dst, src, bytes, kind);
+}
+
+static void *s_host_alloc(tp_backend_t *b, size_t bytes) {
+    (void)b;
+    return malloc(bytes ? bytes : 1);
+}
+static void s_host_free(tp_backend_t *b, void *p) {
+    (void)b;
+    free(p);
+}
+
 /* The updates: recorded once; a replay takes the step's own scalars, as
  * the CUDA module's replay writes them to the params its kernels read. */
 static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
@@ -227,6 +264,9 @@ static tp_status_t s_run_graph(s_fake_t *f, tp_graph_t *g) {
         case R_ADAM:
             rc = c->ops->adam_update(c, r->s, r->cm, r->g, r->mm, r->v, r->count, r->lr,
                                      r->b1, r->b2, r->eps, r->step);
+            break;
+        case R_COPY:
+            memcpy(r->to, r->from, r->count);
             break;
         }
         if (rc < 0)
@@ -305,6 +345,10 @@ static s_fake_t *s_fake_new(void) {
     f->ops.gemm = s_gemm;
     f->ops.sgd_update = s_sgd;
     f->ops.adam_update = s_adam;
+    f->ops.copy = s_copy;
+    f->ops.copy_async = s_copy_async;
+    f->ops.host_alloc = s_host_alloc;
+    f->ops.host_free = s_host_free;
     f->ops.graph_begin = s_graph_begin;
     f->ops.graph_end = s_graph_end;
     f->ops.graph_abort = s_graph_abort;
@@ -317,8 +361,24 @@ static s_fake_t *s_fake_new(void) {
 }
 
 static void s_after_step(int s, void *arg) {
+    tp_model_t *m = arg;
     /* the model's rule: recorded at the second step at a batch */
-    cr_assert_eq(tp_model_graphed(arg, 0), s >= 1, "step %d", s);
+    cr_assert_eq(tp_model_graphed(m, 0), s >= 1, "step %d", s);
+    /* The step's scalar outputs were copied behind it (in its record when
+     * graphed): read with no copy through the backend, and what the step
+     * computed (the stand-in's device memory is host memory: compare with
+     * the output itself). */
+    s_fake_t *f = s_of(tp_model_backend(m));
+    int reads = f->syncing_reads;
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
+    float cost = NAN;
+    cr_assert_eq(tp_model_view_host(m, &v, &cost, sizeof cost), &cost);
+    cr_assert_eq(cost, *(const float *)v.data, "step %d: the mirror has %g, the "
+                 "step computed %g", s, (double)cost, (double)*(const float *)v.data);
+    cr_assert_eq(tp_model_fetch(m, 0, "acc", &v), TP_OK);
+    cr_assert_eq(tp_model_metric_value(m, 0, 0), *(const float *)v.data, "step %d", s);
+    cr_assert_eq(f->syncing_reads, reads, "step %d: a read synchronised", s);
 }
 
 static void s_compare(tp_optimizer_fn opt, double lr0) {
