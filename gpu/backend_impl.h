@@ -191,6 +191,20 @@ typedef struct tp_backend_ops {
     void (*host_free)(tp_backend_t *b, void *ptr);
     tp_status_t (*copy_async)(tp_backend_t *b, tp_stream_t *s, void *dst,
                               const void *src, size_t bytes);
+
+    /* ---- one step ahead (appended later; NULL: the model synchronises
+     * at the end of every step). stream_mark records the stream's mark
+     * now (graph_end records it itself, once a replayed step's scalars are
+     * on the device, before the launch). stream_wait_mark snapshots the
+     * label checks of the work queued since the last wait (copied behind
+     * it), waits on the host until the mark is reached, and reports a bad
+     * label of the step before, whose snapshot is then complete. A step
+     * marked after its inputs are copied in and waited for at its end thus
+     * leaves the host once the step before it is done: the host queues
+     * step N + 1 while step N runs. stream_sync reads every snapshot
+     * still pending. */
+    tp_status_t (*stream_mark)(tp_backend_t *b, tp_stream_t *s);
+    tp_status_t (*stream_wait_mark)(tp_backend_t *b, tp_stream_t *s);
 } tp_backend_ops_t;
 
 struct tp_backend {

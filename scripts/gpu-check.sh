@@ -232,29 +232,47 @@ run_checks() {
         echo "gpu-check run: exit $rc (logs in $out)"
         return $rc
     fi
-    local graphs label
+    local mode label envs input
     : >"$out/bench.txt"
-    for graphs in 0 1; do
-        label=""
-        [ "$graphs" = 1 ] && label=" (the step recorded as a CUDA graph: TP_CUDA_GRAPHS=1)"
-        echo "== 6d: GEMM-heavy step against its cuBLAS products$label"
-        TP_CUDA_GRAPHS=$graphs timeout 120 .gpu/bin/tp-bench cuda gemm 2>&1 | tee -a "$out/bench.txt"
-        TP_CUDA_GRAPHS=$graphs timeout 120 .gpu/bin/tp-bench cuda gemm --tf32 2>&1 |
-            tee -a "$out/bench.txt"
-        echo "== 6b/6c: step rates, GPU utilisation sampled by nvidia-smi$label"
+    # three ways to run a step: call by call; recorded as a CUDA graph;
+    # a graph with the host one step ahead (TP_CUDA_AHEAD=1: the host
+    # queues step N + 1 while N runs; a batch copied from pageable host
+    # memory makes CUDA finish the step before, so ahead is measured with
+    # the batch in device memory)
+    for mode in 0 1 2; do
+        case $mode in
+            0) envs="TP_CUDA_GRAPHS=0 TP_CUDA_AHEAD=0"; label="" ;;
+            1) envs="TP_CUDA_GRAPHS=1 TP_CUDA_AHEAD=0"; label=" (graphs: TP_CUDA_GRAPHS=1)" ;;
+            *) envs="TP_CUDA_GRAPHS=1 TP_CUDA_AHEAD=1"; label=" (graphs, one step ahead: TP_CUDA_AHEAD=1)" ;;
+        esac
+        echo "== 6d: GEMM-heavy step against its cuBLAS products$label" | tee -a "$out/bench.txt"
+        for input in host device; do
+            [ "$mode" = 2 ] && [ "$input" = host ] && continue
+            # shellcheck disable=SC2086
+            env $envs timeout 120 .gpu/bin/tp-bench cuda gemm --input "$input" 2>&1 |
+                tee -a "$out/bench.txt"
+            # shellcheck disable=SC2086
+            env $envs timeout 120 .gpu/bin/tp-bench cuda gemm --tf32 --input "$input" 2>&1 |
+                tee -a "$out/bench.txt"
+        done
+        echo "== 6b/6c: step rates, GPU utilisation sampled by nvidia-smi$label" | tee -a "$out/bench.txt"
         for model in cnn-bn resnet; do
-            nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
-                -lms 100 >"/tmp/util_$model.txt" 2>/dev/null &
-            local smi=$!
-            TP_CUDA_GRAPHS=$graphs timeout 150 .gpu/bin/tp-bench cuda steps --model "$model" \
-                --batch 128 --steps 600 2>&1 | tee -a "$out/bench.txt"
-            kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
-            # steady state: drop the first and last 20% of the samples
-            awk -v g="$graphs" '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
-                 for (i=lo;i<=hi;i++) {s+=v[i]; n++}
-                 if (n) printf "busy%s (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n",
-                               g == 1 ? " with graphs" : "", s/n, n;
-                 else print "busy: no samples"}' "/tmp/util_$model.txt" | tee -a "$out/bench.txt"
+            for input in host device; do
+                [ "$mode" = 2 ] && [ "$input" = host ] && continue
+                nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits \
+                    -lms 100 >"/tmp/util_$model.txt" 2>/dev/null &
+                local smi=$!
+                # shellcheck disable=SC2086
+                env $envs timeout 150 .gpu/bin/tp-bench cuda steps --model "$model" \
+                    --batch 128 --steps 600 --input "$input" 2>&1 | tee -a "$out/bench.txt"
+                kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+                # steady state: drop the first and last 20% of the samples
+                awk -v l="$label, input $input" '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
+                     for (i=lo;i<=hi;i++) {s+=v[i]; n++}
+                     if (n) printf "busy%s (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n",
+                                   l, s/n, n;
+                     else print "busy: no samples"}' "/tmp/util_$model.txt" | tee -a "$out/bench.txt"
+            done
         done
     done
     echo "== 6a and the engine on the GPU: cnn-bn through the engine against a bare loop,"
@@ -263,13 +281,18 @@ run_checks() {
         --repeat 3 2>&1 | tee -a "$out/bench.txt"
     TP_CUDA_GRAPHS=1 timeout 240 .gpu/bin/tp-bench engine --device 0 --model cnn-bn \
         --steps 300 --repeat 3 2>&1 | tee -a "$out/bench.txt"
+    TP_CUDA_GRAPHS=1 TP_CUDA_AHEAD=1 timeout 240 .gpu/bin/tp-bench engine --device 0 \
+        --model cnn-bn --steps 300 --repeat 3 2>&1 | tee -a "$out/bench.txt"
     echo "== input hiding: cnn-bn fed by ResidentInput (the data set in device memory,"
     echo "   crop/pad/flip made there each step) against one constant batch already in"
-    echo "   device memory, the host batch copied in, and StagingInput (graphs off, then on)"
-    for graphs in 0 1; do
+    echo "   device memory, the host batch copied in, and StagingInput (graphs off, on,"
+    echo "   on with the host one step ahead)"
+    for mode in 0 1 2; do
         for input in device resident host staged; do
-            TP_CUDA_GRAPHS=$graphs timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn \
-                --batch 128 --steps 600 --input "$input" 2>&1 | tee -a "$out/bench.txt"
+            [ "$mode" = 2 ] && [ "$input" = host ] && continue
+            TP_CUDA_GRAPHS=$((mode > 0)) TP_CUDA_AHEAD=$((mode > 1)) timeout 120 \
+                .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 600 \
+                --input "$input" 2>&1 | tee -a "$out/bench.txt"
         done
     done
     echo "== host time per op call (launch overhead) for cnn-bn"

@@ -77,6 +77,11 @@ static void s_stream_free(tp_stream_t *s) {
         cudaFree(s->checks);
     if (s->checks_host)
         cudaFreeHost(s->checks_host);
+    for (int i = 0; i < 2; i++)
+        if (s->snap[i])
+            cudaFreeHost(s->snap[i]);
+    if (s->mark)
+        cudaEventDestroy(s->mark);
     if (s->cu)
         cudaStreamDestroy(s->cu);
     if (s->params_host)
@@ -103,6 +108,10 @@ static tp_status_t s_stream_init(tp_cuda_backend_t *cb, tp_stream_t *s) {
     TP_CUDA_CHECK(cudaMalloc((void **)&s->checks, cb_bytes));
     TP_CUDA_CHECK(cudaHostAlloc((void **)&s->checks_host, cb_bytes,
                                 cudaHostAllocPortable));
+    for (int i = 0; i < 2; i++)
+        TP_CUDA_CHECK(cudaHostAlloc((void **)&s->snap[i], cb_bytes,
+                                    cudaHostAllocPortable));
+    TP_CUDA_CHECK(cudaEventCreateWithFlags(&s->mark, cudaEventDisableTiming));
     TP_CUDA_CHECK(cudaMemsetAsync(s->checks, 0, cb_bytes, s->cu));
     TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
     return TP_OK;
@@ -132,10 +141,45 @@ static tp_status_t s_stream_sync(tp_backend_t *b, tp_stream_t *s) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     TP_TRY(tp_cuda_use(cb));
     s = tp_cuda_stream(cb, s);
-    if (s->nchecks)  /* the checks' copy, then the one sync */
-        return tp_cuda_checks_collect(s);
+    if (s->nchecks) {  /* the checks' copy, then the one sync */
+        tp_status_t rc = tp_cuda_checks_collect(s);
+        tp_status_t sr = tp_cuda_snaps_read(s, -1);
+        return rc < 0 ? rc : sr;
+    }
     TP_CUDA_CHECK(cudaStreamSynchronize(s->cu));
+    return tp_cuda_snaps_read(s, -1);  /* steps run ahead, now all done */
+}
+
+static tp_status_t s_stream_mark(tp_backend_t *b, tp_stream_t *s) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    TP_TRY(tp_cuda_use(cb));
+    s = tp_cuda_stream(cb, s);
+    TP_CUDA_CHECK(cudaEventRecord(s->mark, s->cu));
     return TP_OK;
+}
+
+/* The step queued since the last wait: its label checks copied behind it
+ * into snapshot `at` (the device slots cleared for the next step); then
+ * the host waits for the mark, after which the snapshot the last wait
+ * filled is complete and is read. */
+static tp_status_t s_stream_wait_mark(tp_backend_t *b, tp_stream_t *s) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    TP_TRY(tp_cuda_use(cb));
+    s = tp_cuda_stream(cb, s);
+    int at = s->snap_at, n = s->nchecks;
+    if (n) {
+        size_t bytes = sizeof(int) * 2 * (size_t)n;
+        TP_CUDA_CHECK(cudaMemcpyAsync(s->snap[at], s->checks, bytes,
+                                      cudaMemcpyDeviceToHost, s->cu));
+        TP_CUDA_CHECK(cudaMemsetAsync(s->checks, 0, bytes, s->cu));
+        memcpy(s->snap_name[at], s->check_name, (size_t)n * sizeof s->check_name[0]);
+        memcpy(s->snap_k[at], s->check_k, (size_t)n * sizeof s->check_k[0]);
+        s->snap_n[at] = n;
+        s->nchecks = 0;
+    }
+    s->snap_at = 1 - at;
+    TP_CUDA_CHECK(cudaEventSynchronize(s->mark));
+    return tp_cuda_snaps_read(s, 1 - at);
 }
 
 /* ---- memory: the arena -------------------------------------------------- */
@@ -435,9 +479,6 @@ tp_status_t tp_cuda_step_scalars(tp_stream_t *st, const float *v, size_t n,
                         "scalars, dropout keys) than %zu in one step",
                         st->params_cap);
     memcpy(host, v, n * sizeof *v);
-    if (st->mode == TP_CUDA_RECORDING)
-        TP_CUDA_CHECK(cudaMemcpyAsync(d, host, n * sizeof *v,
-                                      cudaMemcpyHostToDevice, st->cu));
     *dev = d;
     return TP_OK;
 }
@@ -1089,6 +1130,19 @@ static void s_graph_abort(tp_backend_t *b, tp_stream_t *s) {
     s->mode = TP_CUDA_EAGER;
 }
 
+/* Before a step's graph runs: its scalars (written by the host during the
+ * recording or replay) to the device in one block, then the stream's mark
+ * (the step's inputs and scalars are on the device once it is reached:
+ * the host may rewrite them; see stream_wait_mark). */
+static tp_status_t s_params_in(tp_stream_t *s) {
+    if (s->params_used)
+        TP_CUDA_CHECK(cudaMemcpyAsync(s->params_dev, s->params_host,
+                                      s->params_used * sizeof(float),
+                                      cudaMemcpyHostToDevice, s->cu));
+    TP_CUDA_CHECK(cudaEventRecord(s->mark, s->cu));
+    return TP_OK;
+}
+
 static tp_status_t s_graph_end(tp_backend_t *b, tp_stream_t *s, tp_graph_t **g) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     if (!s || s->mode == TP_CUDA_EAGER)
@@ -1097,6 +1151,7 @@ static tp_status_t s_graph_end(tp_backend_t *b, tp_stream_t *s, tp_graph_t **g) 
         s->mode = TP_CUDA_EAGER;
         TP_TRY(tp_cuda_use(cb));
         TP_TRY(tp_cuda_order(cb, s));
+        TP_TRY(s_params_in(s));
         TP_CUDA_CHECK(cudaGraphLaunch((*g)->exec, s->cu));
         return TP_OK;
     }
@@ -1122,10 +1177,13 @@ static tp_status_t s_graph_end(tp_backend_t *b, tp_stream_t *s, tp_graph_t **g) 
         return tp_error(TP_ERR_DEVICE, "CUDA graph: instantiating the step: %s",
                         cudaGetErrorString(e));
     }
-    e = cudaGraphLaunch(ng->exec, s->cu);
+    tp_status_t pr = s_params_in(s);
+    e = pr < 0 ? cudaErrorUnknown : cudaGraphLaunch(ng->exec, s->cu);
     if (e != cudaSuccess) {
         cudaGraphExecDestroy(ng->exec);
         free(ng);
+        if (pr < 0)
+            return pr;
         return tp_error(TP_ERR_DEVICE, "CUDA graph: launching the step: %s",
                         cudaGetErrorString(e));
     }
@@ -1201,6 +1259,8 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .host_alloc = */ s_host_alloc,
     /* .host_free = */ s_host_free,
     /* .copy_async = */ s_copy_async,
+    /* .stream_mark = */ s_stream_mark,
+    /* .stream_wait_mark = */ s_stream_wait_mark,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

@@ -43,6 +43,18 @@ struct tp_stream {
     float *params_host;          /* pinned, params_cap floats */
     float *params_dev;
     size_t params_cap, params_used; /* used: reset at graph_begin */
+    /* One step ahead (the model's `ahead`): `mark` is recorded once a
+     * step's inputs and scalars are on the device (graph_end records it
+     * before the launch; stream_mark for a step run call by call), and
+     * stream_wait_mark waits for it: the step before is then done. Each
+     * step's label checks are copied at its wait into a pinned snapshot,
+     * read at the next wait (or sync), when that copy is done. */
+    cudaEvent_t mark;
+    int *snap[2];                /* pinned [TP_CUDA_MAX_CHECKS][2] */
+    int snap_n[2];               /* slots copied, 0: nothing pending */
+    const char *snap_name[2][TP_CUDA_MAX_CHECKS];
+    int snap_k[2][TP_CUDA_MAX_CHECKS];
+    int snap_at;                 /* the snapshot the next wait fills */
 };
 
 enum { TP_CUDA_EAGER = 0, TP_CUDA_RECORDING = 1, TP_CUDA_REPLAYING = 2 };
@@ -51,9 +63,8 @@ enum { TP_CUDA_EAGER = 0, TP_CUDA_RECORDING = 1, TP_CUDA_REPLAYING = 2 };
  * *host, device half returned. */
 float *tp_cuda_params(tp_stream_t *s, size_t n, float **host);
 /* A recorded or replayed step's scalars `v[0..n)`: written to the host
- * half now; a recording also copies them to the device half at this point
- * of the stream (a copy node, replayed each step after the host rewrote
- * them). *dev: where the kernel reads them. */
+ * half now, copied to the device half in one block by graph_end, before
+ * the step's graph is launched. *dev: where the kernel reads them. */
 tp_status_t tp_cuda_step_scalars(tp_stream_t *st, const float *v, size_t n,
                                  const float **dev);
 
@@ -119,6 +130,9 @@ void tp_cuda_cache_free(tp_cuda_backend_t *cb);
 /* Read and clear the stream's pending label checks: one copy behind the
  * stream's work into pinned memory, one synchronisation. */
 tp_status_t tp_cuda_checks_collect(tp_stream_t *s);
+/* After the stream's work is done (a sync, or a later mark): the label
+ * checks of the snapshots still pending, first failure reported. */
+tp_status_t tp_cuda_snaps_read(tp_stream_t *s, int which);
 /* An op's host part alone, for a replayed step (see ops.cu). */
 tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c);
 

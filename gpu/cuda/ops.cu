@@ -749,6 +749,20 @@ tp_status_t tp_cuda_checks_collect(tp_stream_t *s) {
     return TP_OK;
 }
 
+tp_status_t tp_cuda_snaps_read(tp_stream_t *s, int which) {
+    tp_status_t rc = TP_OK;
+    for (int i = which < 0 ? 0 : which; i < (which < 0 ? 2 : which + 1); i++) {
+        int n = s->snap_n[i];
+        s->snap_n[i] = 0;
+        for (int k = 0; k < n && rc == TP_OK; k++)
+            if (s->snap[i][2 * k])
+                rc = tp_error(TP_ERR_INVALID, "%s: label %d at row %d outside [0,%d)",
+                              s->snap_name[i][k], s->snap[i][2 * k + 1],
+                              s->snap[i][2 * k] - 1, s->snap_k[i][k]);
+    }
+    return rc;
+}
+
 /* ---- workspace ------------------------------------------------------------ */
 
 

@@ -577,7 +577,9 @@ tp_status_t tp_checkpoint_snapshot_take(tp_checkpoint_snapshot_t *s,
     TP_TRY(s_snap_reserve(s, hostn, nt, ntext));
     s->nhost = hostn;
     s->step = m->opt ? tp_optimizer_step(m->opt) : 0;
-    /* Stage device memory on the host: trainable, model-only, slots. */
+    /* Stage device memory on the host: trainable, model-only, slots (no
+     * step queued ahead still updating them). */
+    TP_TRY(tp_model_drain_(m));
     tp_backend_t *b = m->backend;
     float *h_train = s->host, *h_model = s->host + m->ntrain;
     float *h_slot[2] = {h_model + m->nmodel, h_model + m->nmodel + m->ntrain};
@@ -847,8 +849,10 @@ tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
             have_tower_rng[i] = v != NULL;
         }
     }
-    /* Pass 2: everything checked; copy. */
+    /* Pass 2: everything checked; copy (after any step queued ahead). */
     tp_backend_t *b = m->backend;
+    if (rc == TP_OK)
+        rc = tp_model_drain_(m);
     for (int s = -1; rc == TP_OK && s < nslots; s++)
         for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
             const s_entry_t *e = src[(size_t)(s + 1) * (size_t)m->nvars + (size_t)i];

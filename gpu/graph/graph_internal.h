@@ -116,11 +116,18 @@ struct tp_tower {
     tp_graph_t *graph;
     int64_t graph_batch;
     int64_t eager_batch; /* the batch of the last step run call by call */
-    /* a device's scalar outputs as of the last run, copied behind it into
-     * page-locked memory (copy_async): read with no sync of their own */
-    float *mirror;       /* [noutputs]; NULL on the CPU */
-    int mirror_fresh;    /* the last run completed with its copies */
+    /* a device's scalar outputs, copied behind each run into page-locked
+     * memory (copy_async): read with no sync of their own. A run writes
+     * the third that is neither the one readers read (ready) nor the one
+     * a step queued ahead still writes (inflight). */
+    float *mirror;       /* [3][noutputs]; NULL on the CPU */
+    int mirror_ready;    /* the third with the latest completed run, -1 */
+    int mirror_inflight; /* the third of a step queued ahead, -1: none */
 };
+
+/* Wait for every step a training tower queued ahead (config.ahead): what
+ * reads the model's memory other than the next step calls it first. */
+tp_status_t tp_model_drain_(tp_model_t *m);
 
 struct tp_model {
     tp_backend_t *backend;

@@ -32,6 +32,8 @@ tp_model_config_t tp_model_config_default(void) {
     c.average = 1;
     const char *g = getenv("TP_CUDA_GRAPHS");
     c.graphs = g && *g && strcmp(g, "0") != 0;
+    const char *a = getenv("TP_CUDA_AHEAD");
+    c.ahead = a && *a && strcmp(a, "0") != 0;
     return c;
 }
 
@@ -520,8 +522,9 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
         TP_TRY(s_build_tower(m, d, t));
         if (!infer && b->device >= 0 && b->ops->host_alloc && b->ops->copy_async &&
             t->noutputs > 0 &&
-            !(t->mirror = b->ops->host_alloc(b, (size_t)t->noutputs * sizeof(float))))
+            !(t->mirror = b->ops->host_alloc(b, 3 * (size_t)t->noutputs * sizeof(float))))
             return tp_error_wrap(TP_ERR_NOMEM, "%s: its outputs' host mirror", t->name);
+        t->mirror_ready = t->mirror_inflight = -1;
     }
     /* Variables: offsets, arenas, initial values. */
     for (int i = 0; i < m->nvars; i++) {
@@ -638,6 +641,8 @@ void tp_model_destroy(tp_model_t **self_p) {
         return;
     tp_model_t *m = *self_p;
     tp_backend_t *b = m->backend;
+    if (tp_model_drain_(m) < 0)  /* a step queued ahead: done before freeing */
+        TP_WARN("model destroyed after a failed step: %s", tp_last_error());
     for (int i = 0; i < m->ntowers; i++)
         s_tower_free(m, &m->towers[i]);
     free(m->towers);
@@ -801,15 +806,37 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
 /* A device's scalar float outputs copied behind the run into the tower's
  * mirror (in a recorded step, part of the record), so that reading them
  * (tp_model_view_host, tp_model_metric_value) costs no sync of its own. */
-static tp_status_t s_mirror_outputs(tp_model_t *m, tp_tower_t *t) {
+static tp_status_t s_mirror_outputs(tp_model_t *m, tp_tower_t *t, int third) {
     tp_backend_t *b = m->backend;
-    for (int i = 0; t->mirror && i < t->noutputs; i++) {
+    float *dst = t->mirror ? t->mirror + (size_t)third * (size_t)t->noutputs : NULL;
+    for (int i = 0; dst && i < t->noutputs; i++) {
         const tp_node_t *n = t->outputs[i].node;
         if (n->value && n->dtype == TP_FLOAT32 && tp_shape_count(&n->run_shape) == 1)
-            TP_TRY(b->ops->copy_async(b, t->stream, &t->mirror[i], n->value,
-                                      sizeof(float)));
+            TP_TRY(b->ops->copy_async(b, t->stream, &dst[i], n->value, sizeof(float)));
     }
     return TP_OK;
+}
+
+/* Wait for a step tower t queued ahead; its mirror becomes the one read. */
+static tp_status_t s_drain_tower(tp_model_t *m, tp_tower_t *t) {
+    if (t->mirror_inflight < 0)
+        return TP_OK;
+    tp_status_t rc = m->backend->ops->stream_sync(m->backend, t->stream);
+    t->mirror_ready = rc == TP_OK ? t->mirror_inflight : -1;
+    t->mirror_inflight = -1;
+    return rc;
+}
+
+tp_status_t tp_model_wait(tp_model_t *m) { return tp_model_drain_(m); }
+
+tp_status_t tp_model_drain_(tp_model_t *m) {
+    tp_status_t rc = TP_OK;
+    for (int i = 0; m && i < m->ntowers; i++) {
+        tp_status_t r = s_drain_tower(m, m->towers[i]);
+        if (rc == TP_OK)
+            rc = r;
+    }
+    return rc;
 }
 
 /* The mirrored copy of the scalar output at device address `data`, if a
@@ -817,11 +844,11 @@ static tp_status_t s_mirror_outputs(tp_model_t *m, tp_tower_t *t) {
 static const float *s_mirrored(const tp_model_t *m, const void *data) {
     for (int k = 0; data && k < m->ntowers; k++) {
         const tp_tower_t *t = m->towers[k];
-        for (int i = 0; t->mirror && t->mirror_fresh && i < t->noutputs; i++) {
+        for (int i = 0; t->mirror && t->mirror_ready >= 0 && i < t->noutputs; i++) {
             const tp_node_t *n = t->outputs[i].node;
             if (n->value == data && n->dtype == TP_FLOAT32 &&
                 tp_shape_count(&n->run_shape) == 1)
-                return &t->mirror[i];
+                return &t->mirror[(size_t)t->mirror_ready * (size_t)t->noutputs + i];
         }
     }
     return NULL;
@@ -833,44 +860,71 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     tp_tower_t *t = tp_model_tower_(m, tower);
     if (!t)
         return s_bad_tower(m, tower);
-    t->mirror_fresh = 0;
-    TP_TRY(s_load_inputs(m, t, inputs));
     tp_backend_t *b = m->backend;
+    /* One step ahead: the fused training step of a one-tower model on a
+     * backend that can (see tp_model_config_t.ahead). Any other run waits
+     * for the steps queued ahead first. */
+    int ahead = m->config.ahead && fused && backward && cost == 0 && t->training &&
+                m->ntowers == 1 && b->device >= 0 && b->ops->stream_mark &&
+                b->ops->stream_wait_mark;
+    if (!ahead)
+        TP_TRY(tp_model_drain_(m));
+    int third = 0;  /* the mirror third neither read nor still written */
+    while (third == t->mirror_ready || third == t->mirror_inflight)
+        third++;
+    TP_TRY(s_load_inputs(m, t, inputs));
     /* The fused training step (one tower, the main cost) as a graph:
      * recorded once a step at this batch ran call by call (the backend's
-     * caches, the masks' buffer and the label checks are set up then),
-     * replayed after; any other batch runs call by call. */
+     * caches and the label checks are set up then), replayed after; any
+     * other batch runs call by call. */
     int graph = m->config.graphs && fused && backward && cost == 0 &&
                 b->ops->graph_begin && t->training &&
                 (t->graph ? t->graph_batch == t->run_batch
                           : t->eager_batch == t->run_batch);
+    tp_status_t rc;
     if (!graph) {
-        tp_status_t rc = s_run_ops(m, t, backward, fused, cost);
+        /* ahead: the mark after the inputs (graph_end marks a graph's) */
+        rc = ahead ? b->ops->stream_mark(b, t->stream) : TP_OK;
         if (rc == TP_OK)
-            rc = s_mirror_outputs(m, t);
-        tp_status_t sc = b->ops->stream_sync(b, t->stream);
-        if (rc == TP_OK && sc == TP_OK && fused && backward)
+            rc = s_run_ops(m, t, backward, fused, cost);
+        if (rc == TP_OK && fused && backward)
             t->eager_batch = t->run_batch;  /* a whole step ran at it */
-        t->mirror_fresh = rc == TP_OK && sc == TP_OK;
+    } else {
+        TP_TRY(b->ops->graph_begin(b, t->stream, t->graph));
+        rc = s_run_ops(m, t, backward, fused, cost);
+        if (rc < 0) {
+            b->ops->graph_abort(b, t->stream);
+            return rc;
+        }
+        if (!t->graph)
+            t->graph_batch = t->run_batch;
+        rc = b->ops->graph_end(b, t->stream, &t->graph);
+        if (rc < 0)
+            rc = tp_error_wrap(rc, "%s: the step as a graph (TP_CUDA_GRAPHS=0 "
+                               "runs it call by call)", t->name);
+    }
+    /* the scalar outputs behind the step (outside any graph: the third
+     * they go to changes from step to step) */
+    if (rc == TP_OK)
+        rc = s_mirror_outputs(m, t, third);
+    if (!ahead) {
+        tp_status_t sc = b->ops->stream_sync(b, t->stream);
+        if (rc == TP_OK && sc == TP_OK)
+            t->mirror_ready = third;
         return rc < 0 ? rc : sc;
     }
-    TP_TRY(b->ops->graph_begin(b, t->stream, t->graph));
-    tp_status_t rc = s_run_ops(m, t, backward, fused, cost);
-    if (rc == TP_OK)
-        rc = s_mirror_outputs(m, t);
-    if (rc < 0) {
-        b->ops->graph_abort(b, t->stream);
+    if (rc < 0) {  /* a call failed on the host: settle the stream */
+        b->ops->stream_sync(b, t->stream);
+        t->mirror_inflight = -1;
         return rc;
     }
-    if (!t->graph)
-        t->graph_batch = t->run_batch;
-    rc = b->ops->graph_end(b, t->stream, &t->graph);
-    if (rc < 0)
-        return tp_error_wrap(rc, "%s: the step as a graph (TP_CUDA_GRAPHS=0 "
-                             "runs it call by call)", t->name);
-    TP_TRY(b->ops->stream_sync(b, t->stream));
-    t->mirror_fresh = 1;
-    return TP_OK;
+    /* back once the step before is done (and this one's inputs are in):
+     * its outputs are the ones read now, a bad label in it fails here */
+    rc = b->ops->stream_wait_mark(b, t->stream);
+    if (t->mirror_inflight >= 0)
+        t->mirror_ready = t->mirror_inflight;
+    t->mirror_inflight = third;
+    return rc;
 }
 
 static tp_status_t s_check_grads(tp_model_t *m) {
@@ -1096,6 +1150,7 @@ static tp_status_t s_run_stages(tp_model_t *m, int tower, const tp_tensor_t *fee
          * while it is still in cache */
         TP_TRY(s_run_cost(m, 0, feeds, 1, 1, 0));
     } else {
+        TP_TRY(tp_model_drain_(m));  /* no step queued ahead under these */
         uint64_t t0 = stage_ns ? tp_now_ns() : 0;
         if (st & TP_RUN_FORWARD) {
             int backward = (st & TP_RUN_BACKWARD) != 0;
@@ -1184,6 +1239,7 @@ tp_status_t tp_model_prune(tp_model_t *m, const char *const *names, int n) {
     if (!m || !m->infer)
         return tp_error(TP_ERR_INVALID, "prune: the model has no inference "
                         "graph (tp_model_config_t.infer_batch)");
+    TP_TRY(tp_model_drain_(m));
     tp_tower_t *t = m->infer;
     if (n < 0 || (n > 0 && !names))
         return tp_error(TP_ERR_INVALID, "prune: %d names at %p", n,
@@ -1271,6 +1327,8 @@ const void *tp_model_view_host(tp_model_t *m, const tp_tensor_t *view,
         memcpy(host, mv, bytes);
         return host;
     }
+    if (tp_model_drain_(m) < 0)
+        return NULL;
     /* The towers' streams were synchronised at the end of their runs (the
      * model's contract), so the default stream's copy sees the values; a
      * device-to-host copy returns once they are on the host. */
@@ -1309,6 +1367,8 @@ float tp_model_metric_value(const tp_model_t *m, int tower, int i) {
     const float *mv = s_mirrored(m, o->node->value);
     if (mv)
         return *mv;
+    if (tp_model_drain_((tp_model_t *)m) < 0)
+        return NAN;
     if (b->ops->copy(b, NULL, &v, o->node->value, sizeof v, TP_COPY_D2H) < 0)
         return NAN;
     return v;
@@ -1331,6 +1391,7 @@ static int s_var_index(const tp_model_t *m, const char *name) {
 
 tp_status_t tp_model_var(tp_model_t *m, const char *name, tp_tensor_t *view) {
     tp_tensor_init_empty(view);
+    TP_TRY(tp_model_drain_(m));  /* no step still updating it */
     int i = s_var_index(m, name);
     if (i < 0)
         return tp_error(TP_ERR_NOT_FOUND, "no variable named '%s'",
@@ -1345,6 +1406,7 @@ tp_status_t tp_model_grad(tp_model_t *m, int tower, const char *name,
     tp_tensor_init_empty(view);
     if (tower < 0 || tower >= m->ntowers)
         return s_bad_tower(m, tower);
+    TP_TRY(tp_model_drain_(m));
     tp_tower_t *t = m->towers[tower];
     int i = s_var_index(m, name);
     if (i < 0 || !m->vars[i].trainable)
@@ -1371,6 +1433,8 @@ tp_status_t tp_model_get_hparam(const tp_model_t *m, const char *name,
 }
 
 void tp_model_arenas(tp_model_t *m, tp_model_arenas_t *out) {
+    if (tp_model_drain_(m) < 0)  /* reported again by the next run */
+        TP_WARN("%s", tp_last_error());
     *out = (tp_model_arenas_t){
         .train = m->train_arena, .ntrain = m->ntrain,
         .model = m->model_arena, .nmodel = m->nmodel,

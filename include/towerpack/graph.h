@@ -244,10 +244,22 @@ typedef struct tp_model_config {
                             call by call, and replays it after (the CUDA
                             backend; ignored elsewhere). Default from
                             $TP_CUDA_GRAPHS (unset: 0). docs/cuda.md */
+    int ahead;           /* 1: a one-tower model's training step returns
+                            once the step before it is done, not itself,
+                            so the host queues the next step while this
+                            one runs (a backend that can: CUDA). Its
+                            scalar outputs read through tp_model_view_host
+                            and tp_model_metric_value are then the step
+                            before's, and a bad label fails the step after
+                            it; anything else that reads the model (its
+                            variables, checkpoints, other runs) first waits
+                            for every step. Default from $TP_CUDA_AHEAD
+                            (unset: 0). docs/cuda.md */
 } tp_model_config_t;
 
 /* Defaults: 1 tower, batch 32, no inference graph, seed 0, threads 0,
- * averaging on, CPU backend, graphs as $TP_CUDA_GRAPHS says. */
+ * averaging on, CPU backend, graphs as $TP_CUDA_GRAPHS says, ahead as
+ * $TP_CUDA_AHEAD says. */
 tp_model_config_t tp_model_config_default(void);
 
 /* Build the towers and plan all memory. Caller owns; NULL on failure with
@@ -267,6 +279,10 @@ tp_backend_t *tp_model_backend(tp_model_t *m);
  * (config.graphs on a backend that records) and runs by replay at its
  * batch; 0 otherwise. */
 int tp_model_graphed(const tp_model_t *m, int tower);
+/* Wait for every step queued ahead (config.ahead) and report a failure
+ * found in one (a bad label); TP_OK at once when none is. Reading the
+ * model does this itself; a benchmark's clock needs it. */
+tp_status_t tp_model_wait(tp_model_t *m);
 
 /* ---- running a step ----------------------------------------------------- */
 

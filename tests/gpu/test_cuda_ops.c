@@ -986,17 +986,27 @@ Test(cuda_step, one_tower_sgd_matches_the_cpu) { s_train_compare(1, stu_nesterov
  * device: the same variables after steps whose learning rate changes every
  * step, with a smaller batch in between (call by call), dropout, batch
  * norm and label checks; then a bad label in a replayed step fails it. */
+typedef struct {
+    tp_model_t *m[2]; /* call by call; graphed (and maybe ahead) */
+    int ahead;        /* m[1] runs one step ahead on a device */
+    float prev;       /* m[0]'s accuracy of the step before */
+} s_gpair_t;
+
 static void s_graph_step(int s, void *arg) {
-    tp_model_t **m = arg;
-    cr_expect_float_eq(tp_model_metric_value(m[1], 0, 0),
-                       tp_model_metric_value(m[0], 0, 0), 1e-6,
+    s_gpair_t *p = arg;
+    float now = tp_model_metric_value(p->m[0], 0, 0);
+    /* one step ahead, a read after step s gets step s - 1's (the first
+     * step's read waits for it) */
+    float want = p->ahead && s > 0 ? p->prev : now;
+    cr_expect_float_eq(tp_model_metric_value(p->m[1], 0, 0), want, 1e-6,
                        "accuracy of step %d", s);
+    p->prev = now;
     /* recorded at the second full-batch step, replayed from the third */
     if (!s_on_cpu())
-        cr_assert_eq(tp_model_graphed(m[1], 0), s >= 1, "step %d", s);
+        cr_assert_eq(tp_model_graphed(p->m[1], 0), s >= 1, "step %d", s);
 }
 
-static void s_graph_compare(tp_optimizer_fn opt, double lr0) {
+static void s_graph_compare(tp_optimizer_fn opt, double lr0, int ahead) {
     tp_backend_t *g = s_gpu();
     tp_model_desc_t md = {stu_inputs, 2, stu_cnn, opt, NULL};
     tp_model_config_t cfg = tp_model_config_default();
@@ -1010,10 +1020,12 @@ static void s_graph_compare(tp_optimizer_fn opt, double lr0) {
     m[0] = tp_model_new(&md, &cfg);
     cr_assert_not_null(m[0], "%s", tp_last_error());
     cfg.graphs = 1;
+    cfg.ahead = ahead;
     m[1] = tp_model_new(&md, &cfg);
     cr_assert_not_null(m[1], "%s", tp_last_error());
     const int steps = 8;
-    stu_train_pair(m[0], m[1], steps, lr0, s_graph_step, m);
+    s_gpair_t pair = {{m[0], m[1]}, ahead && tp_backend_device(g) >= 0, 0};
+    stu_train_pair(m[0], m[1], steps, lr0, s_graph_step, &pair);
     for (int i = 0; i < tp_model_var_count(m[0]); i++) {
         const char *name = tp_model_var_name(m[0], i);
         tp_tensor_t v0, v1;
@@ -1041,8 +1053,14 @@ static void s_graph_compare(tp_optimizer_fn opt, double lr0) {
     tp_backend_destroy(&g);
 }
 
-Test(cuda_step, graphs_replay_the_sgd_step) { s_graph_compare(stu_nesterov, 0.05); }
-Test(cuda_step, graphs_replay_the_adam_step) { s_graph_compare(stu_adam, 0.01); }
+Test(cuda_step, graphs_replay_the_sgd_step) { s_graph_compare(stu_nesterov, 0.05, 0); }
+Test(cuda_step, graphs_replay_the_adam_step) { s_graph_compare(stu_adam, 0.01, 0); }
+/* One step ahead (TP_CUDA_AHEAD): the host queues step N + 1 while N runs;
+ * the same training, reads one step behind, a bad label failing what
+ * waits next. */
+Test(cuda_step, ahead_steps_train_as_the_synchronised_ones) {
+    s_graph_compare(stu_nesterov, 0.05, 1);
+}
 Test(cuda_step, two_towers_match_the_cpu) { s_train_compare(2, s_momentum, 3); }
 
 Test(cuda_step, a_smaller_last_batch_runs) {

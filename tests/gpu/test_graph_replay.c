@@ -60,6 +60,7 @@ typedef struct {
     size_t cursor;
     int recorded, replayed;
     int syncing_reads;   /* copies to the host through copy (one sync each) */
+    int marks, waits;    /* stream_mark, stream_wait_mark */
     char diverged[200];
 } s_fake_t;
 
@@ -198,6 +199,20 @@ static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst, const void
     if (kind == TP_COPY_D2H)
         f->syncing_reads++;
     return f->cpu->ops->copy(f->cpu, s, dst, src, bytes, kind);
+}
+
+/* One step ahead: the stand-in runs everything at once, so a mark is
+ * always reached; counted, and the model's bookkeeping (which step's
+ * outputs a read gets, waiting before reading variables) is what runs. */
+static tp_status_t s_mark(tp_backend_t *b, tp_stream_t *s) {
+    (void)s;
+    s_of(b)->marks++;
+    return TP_OK;
+}
+static tp_status_t s_wait_mark(tp_backend_t *b, tp_stream_t *s) {
+    (void)s;
+    s_of(b)->waits++;
+    return TP_OK;
 }
 
 static void *s_host_alloc(tp_backend_t *b, size_t bytes) {
@@ -349,6 +364,8 @@ static s_fake_t *s_fake_new(void) {
     f->ops.copy_async = s_copy_async;
     f->ops.host_alloc = s_host_alloc;
     f->ops.host_free = s_host_free;
+    f->ops.stream_mark = s_mark;
+    f->ops.stream_wait_mark = s_wait_mark;
     f->ops.graph_begin = s_graph_begin;
     f->ops.graph_end = s_graph_end;
     f->ops.graph_abort = s_graph_abort;
@@ -439,4 +456,70 @@ Test(graph_replay, the_cpu_backend_runs_call_by_call) {
                      tp_last_error());
     cr_assert_eq(tp_model_graphed(m, 0), 0);
     tp_model_destroy(&m);
+}
+
+/* One step ahead (config.ahead), graphed: the same training bit for bit;
+ * a read of the cost after step s gets step s - 1's (the step known done),
+ * the first step's once its read waited for it; reading the variables
+ * waits for the last step, after which the cost read is its own. */
+typedef struct {
+    tp_model_t *plain, *ahead;
+    float prev;
+} s_pair_t;
+
+static float s_cost_of(tp_model_t *m) {
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
+    float c = NAN;
+    const float *h = tp_model_view_host(m, &v, &c, sizeof c);  /* the CPU: v's own */
+    cr_assert_not_null(h, "%s", tp_last_error());
+    return *h;
+}
+
+static void s_after_ahead(int s, void *arg) {
+    s_pair_t *p = arg;
+    float now = s_cost_of(p->plain), got = s_cost_of(p->ahead);
+    if (s == 0)
+        cr_assert_eq(got, now, "step 0: its read waits for it");
+    else
+        cr_assert_eq(got, p->prev, "step %d: read %g, the step before had %g, this "
+                     "one %g", s, (double)got, (double)p->prev, (double)now);
+    p->prev = now;
+}
+
+Test(graph_replay, ahead_steps_read_the_step_before_and_train_the_same) {
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, stu_nesterov, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 16;
+    cfg.seed = 42;
+    cfg.threads = 1;
+    cfg.graphs = 0;
+    cfg.ahead = 0;
+    s_pair_t p = {0};
+    p.plain = tp_model_new(&md, &cfg);
+    cr_assert_not_null(p.plain, "%s", tp_last_error());
+    s_fake_t *f = s_fake_new();
+    cfg.graphs = 1;
+    cfg.ahead = 1;
+    cfg.backend = &f->base;
+    cfg.own_backend = 1;
+    p.ahead = tp_model_new(&md, &cfg);
+    cr_assert_not_null(p.ahead, "%s", tp_last_error());
+    stu_train_pair(p.plain, p.ahead, 8, 0.05, s_after_ahead, &p);
+    cr_expect_eq(f->recorded, 1);
+    cr_expect_eq(f->replayed, 5);
+    /* every step waited once; the two run call by call marked themselves
+     * (a graph's mark is graph_end's) */
+    cr_expect_eq(f->waits, 8);
+    cr_expect_eq(f->marks, 2);
+    for (int i = 0; i < tp_model_var_count(p.plain); i++) {
+        const char *name = tp_model_var_name(p.plain, i);
+        tp_tensor_t a, b;
+        cr_assert_eq(tp_model_var(p.plain, name, &a), TP_OK);
+        cr_assert_eq(tp_model_var(p.ahead, name, &b), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(memcmp(a.data, b.data, a.nbytes), 0, "%s differs", name);
+    }
+    cr_assert_eq(s_cost_of(p.ahead), s_cost_of(p.plain), "after the wait: the last step's");
+    tp_model_destroy(&p.ahead);
+    tp_model_destroy(&p.plain);
 }

@@ -363,9 +363,11 @@ static int s_rows_of(json_t *snap, json_int_t pid) {
 
 /* tp-train --remote fed by two tp-worker processes: tp-top --once --json
  * on the trainer's endpoint lists both workers' rows, each with its own
- * pid and host, within 3 s of their start of sending (they report on the
- * data socket as soon as they connect); a worker killed with SIGKILL is
- * gone from the rows within 3 s, the other stays. */
+ * pid and host, within 10 s of their start of sending (they report on the
+ * data socket as soon as they connect, but the trainer may still be
+ * building its model: 3 s failed once under ASan on a loaded 2-core
+ * host); a worker killed with SIGKILL is gone from the rows within 10 s,
+ * the other stays. */
 Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
      .timeout = 120) {
     char logdir[128], sock[160], ep[170], data[128], bind[140];
@@ -408,7 +410,7 @@ Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
     double t0 = tp_now_s();
     static char last[1 << 16];
     int both = 0;
-    while (!both && tp_now_s() - t0 < 3.0) {
+    while (!both && tp_now_s() - t0 < 10.0) {
         json_t *snap = s_top_json(ep, last, sizeof last);
         if (!snap)
             continue;
@@ -430,7 +432,7 @@ Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
     if (both) {
         kill(w[0], SIGKILL);
         double t1 = tp_now_s();
-        while (!gone && tp_now_s() - t1 < 3.0) {
+        while (!gone && tp_now_s() - t1 < 10.0) {
             json_t *snap = s_top_json(ep, last, sizeof last);
             gone = snap && s_rows_of(snap, w[0]) == 0 && s_rows_of(snap, w[1]) == 1;
             json_decref(snap);
@@ -442,9 +444,9 @@ Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
     pu_waitpid(w[0], 10000);
     pu_waitpid(w[1], 10000);
     pu_waitpid(train, 30000);
-    cr_assert(both, "both tp-workers' rows (pids %d, %d) not shown within 3 s (%.1f s); "
+    cr_assert(both, "both tp-workers' rows (pids %d, %d) not shown within 10 s (%.1f s); "
               "last snapshot:\n%s", (int)w[0], (int)w[1], seen_s, last);
-    cr_assert(gone, "the killed tp-worker (pid %d) still shows 3 s later, or the other "
+    cr_assert(gone, "the killed tp-worker (pid %d) still shows 10 s later, or the other "
               "went too:\n%s", (int)w[0], last);
 }
 

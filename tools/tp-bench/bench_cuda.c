@@ -2,10 +2,13 @@
  * without a device each mode says so and exits 77, "skipped").
  *
  *   tp-bench cuda gemm  [--batch B] [--width W] [--iters N] [--rounds R]
- *                       [--tf32] [--json]
+ *                       [--tf32] [--input host|device] [--json]
  *       A GEMM-heavy step (MLP 784-W-W-10, SGD momentum) against the same
  *       matrix products called directly on cuBLAS (the backend's gemm) in
  *       the same run: ratio = step time / products time. Goal <= 1.1.
+ *       --input host (default) copies the uint8 batch in from pageable
+ *       host memory every step (which also makes CUDA finish the step
+ *       before); device feeds it from device memory: the step alone.
  *   tp-bench cuda steps [--model cnn-bn] [--batch B] [--steps N] [--towers T]
  *                       [--tf32] [--profile] [--json]
  *       Step rate of a zoo model on the GPU fed one constant host batch per
@@ -91,10 +94,13 @@ static void s_batch(int64_t b, uint8_t *x, int32_t *y, tp_tensor_t in[2]) {
 
 static int s_gemm_mode(int argc, char **argv) {
     int64_t batch = 1024;
-    int iters = 50, rounds = 7, tf32 = 0, json = 0;
+    int iters = 50, rounds = 7, tf32 = 0, json = 0, on_device = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--input") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "host") || !strcmp(argv[i + 1], "device")))
+            on_device = !strcmp(argv[++i], "device");
         else if (!strcmp(argv[i], "--width") && i + 1 < argc)
             s_width = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
@@ -135,6 +141,19 @@ static int s_gemm_mode(int argc, char **argv) {
     int32_t *y = malloc((size_t)batch * sizeof *y);
     tp_tensor_t in[2];
     s_batch(batch, x, y, in);
+    void *dx = NULL, *dy = NULL; /* --input device: the batch in device memory */
+    if (on_device) {
+        dx = tp_backend_alloc(b, (size_t)batch * 784);
+        dy = tp_backend_alloc(b, (size_t)batch * sizeof *y);
+        if (!dx || !dy || tp_backend_copy(b, dx, x, (size_t)batch * 784) < 0 ||
+            tp_backend_copy(b, dy, y, (size_t)batch * sizeof *y) < 0) {
+            fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
+            return 1;
+        }
+        int64_t xs[3] = {batch, 28, 28}, ys[1] = {batch};
+        tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, dx, NULL, NULL);
+        tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, dy, NULL, NULL);
+    }
     tp_tensor_t *p = in; /* one tower's feeds */
     /* the products of one step, row-major (m, n, k, ta, tb): forward
      * x@W0, h0@W1, h1@W2; backward dW2, dh1, dW1, dh0, dW0 (the input needs
@@ -175,6 +194,10 @@ static int s_gemm_mode(int argc, char **argv) {
                 fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
                 return 1;
             }
+        if (tp_model_wait(m) < 0) {  /* a step queued ahead (TP_CUDA_AHEAD) */
+            fprintf(stderr, "tp-bench cuda gemm: %s\n", tp_last_error());
+            return 1;
+        }
         double t1 = tp_now_s();
         for (int i = 0; i < iters; i++) {
             for (int g = 0; g < 8; g++) {
@@ -197,17 +220,21 @@ static int s_gemm_mode(int argc, char **argv) {
         flops += 2.0 * shapes[g][0] * shapes[g][1] * shapes[g][2];
     if (json)
         printf("{\"bench\":\"cuda-gemm\",\"batch\":%lld,\"width\":%d,\"tf32\":%d,"
-               "\"step_ms\":%.4f,\"cublas_ms\":%.4f,\"ratio\":%.4f,"
+               "\"input\":\"%s\",\"step_ms\":%.4f,\"cublas_ms\":%.4f,\"ratio\":%.4f,"
                "\"tflops_step\":%.2f}\n",
-               (long long)batch, W, tf32, st * 1e3, rt * 1e3, med,
+               (long long)batch, W, tf32, on_device ? "device" : "host", st * 1e3,
+               rt * 1e3, med,
                flops / st / 1e12);
     else
-        printf("cuda gemm: MLP 784-%d-%d-10, batch %lld, TF32 %s: step %.3f ms, "
-               "its 8 cuBLAS products alone %.3f ms: ratio %.3f (median of %d "
-               "rounds; goal <= 1.1); %.1f TFLOP/s in the step\n",
-               W, W, (long long)batch, tf32 ? "on" : "off", st * 1e3, rt * 1e3,
+        printf("cuda gemm: MLP 784-%d-%d-10, batch %lld, TF32 %s, input %s: step "
+               "%.3f ms, its 8 cuBLAS products alone %.3f ms: ratio %.3f (median of "
+               "%d rounds; goal <= 1.1); %.1f TFLOP/s in the step\n",
+               W, W, (long long)batch, tf32 ? "on" : "off",
+               on_device ? "device" : "host", st * 1e3, rt * 1e3,
                med, rounds, flops / st / 1e12);
     tp_backend_stream_destroy(b, s);
+    tp_backend_free(b, dx);
+    tp_backend_free(b, dy);
     tp_backend_free(b, ga);
     tp_backend_free(b, gb);
     tp_backend_free(b, gc);
@@ -348,6 +375,10 @@ static int s_steps_mode(int argc, char **argv) {
         for (int t = 0; res && t < towers; t++)
             tp_input_release(res, t, &dps[t]);
     }
+    if (tp_model_wait(m) < 0) {  /* a step queued ahead (TP_CUDA_AHEAD) */
+        fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
+        return 1;
+    }
     double dt = tp_now_s() - t0;
     double rate = steps / dt, ips = rate * (double)batch * towers;
     if (profile) {
@@ -392,7 +423,7 @@ static int s_steps_mode(int argc, char **argv) {
 int tp_bench_cuda(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help")) {
         printf("usage: tp-bench cuda gemm [--batch B] [--width W] [--iters N] "
-               "[--rounds R] [--tf32] [--cpu] [--json]\n"
+               "[--rounds R] [--tf32] [--input host|device] [--cpu] [--json]\n"
                "       tp-bench cuda steps [--model NAME] [--batch B] "
                "[--steps N] [--towers T] [--tf32] [--profile] [--cpu] [--json]\n"
                "                       [--input host|device|resident|staged]\n");
