@@ -39,6 +39,9 @@ packages=(
   # the event-file test's reader: Python's protobuf with the schema compiled
   # by protoc, crcmod's CRC32C
   python3-protobuf protobuf-compiler python3-crcmod
+  # the cnn-bn training step checked against PyTorch (tests/models/
+  # test_proc_torch_step.c)
+  python3-torch
   # distributed training (optional: without it the MPI module is not built)
   openmpi-bin libopenmpi-dev
   # hardening (scripts/fuzz.sh, scripts/valgrind.sh): libFuzzer needs clang
