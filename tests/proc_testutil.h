@@ -219,6 +219,35 @@ static inline int pu_run(char *const argv[], const char *const *env, char *out,
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* A reference check in Python over files a test wrote to `dir`: runs
+ * Debian's python3 (a pyenv python3 first on the PATH often lacks numpy
+ * and friends) on `script dir`, its output into out[size], then removes
+ * dir. Returns the script's exit status (77: it lacks a module: skip). */
+static inline int pu_python_check(const char *script, const char *dir, char *out,
+                                  size_t size) {
+    const char *py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+    char *argv[] = {(char *)py, (char *)script, (char *)dir, NULL};
+    int rc = pu_run(argv, NULL, out, size);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "pu_python_check: could not remove %s\n", dir);
+    return rc;
+}
+
+/* Write `bytes` of data to dir/name (a test's file for a reference check);
+ * 0, or -1 when it cannot. */
+static inline int pu_write_file(const char *dir, const char *name, const void *data,
+                                size_t bytes) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t put = fwrite(data, 1, bytes, f);
+    return fclose(f) == 0 && put == bytes ? 0 : -1;
+}
+
 /* 1 when pid is gone (no such process, or a zombie nobody reaped yet). */
 static inline int pu_gone(int pid) {
     if (kill(pid, 0) < 0 && errno == ESRCH)

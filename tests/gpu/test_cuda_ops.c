@@ -1113,15 +1113,22 @@ static void s_same_vars(tp_backend_t *g, tp_model_t *ma, tp_model_t *mb) {
     }
 }
 
-Test(cuda_step, staged_batches_feed_the_model) {
-    tp_backend_t *g = s_gpu();
+/* Two equal test CNNs on g, batch 16: one fed host batches, one staged. */
+static void s_cnn_pair(tp_backend_t *g, tp_model_t **ma, tp_model_t **mb) {
     tp_model_desc_t md = {stu_inputs, 2, stu_cnn, stu_nesterov, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = 16;
     cfg.seed = 7;
     cfg.backend = g;
-    tp_model_t *ma = tp_model_new(&md, &cfg), *mb = tp_model_new(&md, &cfg);
-    cr_assert(ma && mb, "%s", tp_last_error());
+    *ma = tp_model_new(&md, &cfg);
+    *mb = tp_model_new(&md, &cfg);
+    cr_assert(*ma && *mb, "%s", tp_last_error());
+}
+
+Test(cuda_step, staged_batches_feed_the_model) {
+    tp_backend_t *g = s_gpu();
+    tp_model_t *ma, *mb;
+    s_cnn_pair(g, &ma, &mb);
     tp_stage_t *sx[2], *sy[2];
     for (int i = 0; i < 2; i++) {
         sx[i] = tp_backend_stage_new(g, 16 * 144);
@@ -1176,13 +1183,8 @@ Test(cuda_step, staged_batches_feed_the_model) {
  * the model trains from it as from the same batches in host memory. */
 Test(cuda_step, staging_input_feeds_the_model_from_the_device) {
     tp_backend_t *g = s_gpu();
-    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, stu_nesterov, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.batch = 16;
-    cfg.seed = 7;
-    cfg.backend = g;
-    tp_model_t *ma = tp_model_new(&md, &cfg), *mb = tp_model_new(&md, &cfg);
-    cr_assert(ma && mb, "%s", tp_last_error());
+    tp_model_t *ma, *mb;
+    s_cnn_pair(g, &ma, &mb);
     enum { N = 5 };
     static uint8_t hx[N][16 * 144];
     static int32_t hy[N][16];

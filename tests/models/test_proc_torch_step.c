@@ -24,12 +24,7 @@ static tp_optimizer_t *s_sgd(void *u) {
 }
 
 static void s_write(const char *dir, const char *name, const void *data, size_t bytes) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "%s", path);
-    cr_assert_eq(fwrite(data, 1, bytes, f), bytes);
-    fclose(f);
+    cr_assert_eq(pu_write_file(dir, name, data, bytes), 0, "%s/%s", dir, name);
 }
 
 static void s_write_node(tp_model_t *m, const char *dir, const char *node) {
@@ -76,14 +71,8 @@ Test(torch_step, pytorch_takes_the_same_cnn_bn_step) {
     snprintf(path, sizeof path, "%s/w1.safetensors", dir);
     cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
     tp_model_destroy(&m);
-    /* Debian's python3 first: a pyenv python3 on the PATH may lack torch */
-    const char *py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
-    char *argv[] = {(char *)py, REF_PY, dir, NULL};
     char msg[4096];
-    int rc = pu_run(argv, NULL, msg, sizeof msg);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    (void)system(cmd);
+    int rc = pu_python_check(REF_PY, dir, msg, sizeof msg);
     if (rc == 77)
         cr_skip_test("%s", msg);
     cr_assert_eq(rc, 0, "%s", msg);

@@ -15,12 +15,7 @@
 #define REF_PY TP_SOURCE_DIR "/tests/pipeline/augment_ref.py"
 
 static void s_write(const char *dir, const char *name, const void *data, size_t bytes) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "%s", path);
-    cr_assert_eq(fwrite(data, 1, bytes, f), bytes);
-    fclose(f);
+    cr_assert_eq(pu_write_file(dir, name, data, bytes), 0, "%s/%s", dir, name);
 }
 
 Test(resident_numpy, numpy_makes_the_same_batch) {
@@ -60,14 +55,8 @@ Test(resident_numpy, numpy_makes_the_same_batch) {
     memcpy(norm + 4, sh.inv_std, sizeof sh.inv_std);
     s_write(dir, "norm.bin", norm, sizeof norm);
     s_write(dir, "out.bin", out, sizeof out);
-    /* Debian's python3 first: a pyenv python3 on the PATH may lack numpy */
-    const char *py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
-    char *argv[] = {(char *)py, REF_PY, dir, NULL};
     char msg[2048];
-    int rc = pu_run(argv, NULL, msg, sizeof msg);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    (void)system(cmd);
+    int rc = pu_python_check(REF_PY, dir, msg, sizeof msg);
     if (rc == 77)
         cr_skip_test("%s", msg);
     cr_assert_eq(rc, 0, "%s", msg);
