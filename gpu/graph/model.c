@@ -803,9 +803,10 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
     return TP_OK;
 }
 
-/* A device's scalar float outputs copied behind the run into the tower's
- * mirror (in a recorded step, part of the record), so that reading them
- * (tp_model_view_host, tp_model_metric_value) costs no sync of its own. */
+/* A device's scalar float outputs copied behind the run into a third of
+ * the tower's mirror (after a graph's launch, outside it: the third
+ * changes from step to step), so that reading them (tp_model_view_host,
+ * tp_model_metric_value) costs no sync of its own. */
 static tp_status_t s_mirror_outputs(tp_model_t *m, tp_tower_t *t, int third) {
     tp_backend_t *b = m->backend;
     float *dst = t->mirror ? t->mirror + (size_t)third * (size_t)t->noutputs : NULL;

@@ -381,8 +381,8 @@ static void s_after_step(int s, void *arg) {
     tp_model_t *m = arg;
     /* the model's rule: recorded at the second step at a batch */
     cr_assert_eq(tp_model_graphed(m, 0), s >= 1, "step %d", s);
-    /* The step's scalar outputs were copied behind it (in its record when
-     * graphed): read with no copy through the backend, and what the step
+    /* The step's scalar outputs were copied behind it (after the replay
+     * when graphed): read with no copy through the backend, and what the step
      * computed (the stand-in's device memory is host memory: compare with
      * the output itself). */
     s_fake_t *f = s_of(tp_model_backend(m));
