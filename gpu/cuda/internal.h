@@ -37,8 +37,8 @@ struct tp_stream {
      * are captured, not run; while replaying, they do only their host
      * part. Scalars a step changes (the optimizers' learning rate, Adam's
      * corrections, dropout's keys) then travel through params: written to the pinned
-     * host half, copied to the device half by a recorded copy, read there
-     * by the kernels. */
+     * host half, copied to the device half in one block by graph_end before
+     * the launch, read there by the kernels. */
     int mode;                    /* TP_CUDA_EAGER, _RECORDING, _REPLAYING */
     float *params_host;          /* pinned, params_cap floats */
     float *params_dev;

@@ -921,9 +921,9 @@ static tp_status_t s_l2_fwd(tp_stream_t *s, const tp_op_call_t *c) {
 
 /* A replayed step (backend.cu, graph_begin): what each op does on the
  * host, in the order the recording did it, and nothing on the device:
- * dropout takes its key into the step's params, which a recorded copy
- * takes to the device; the
- * label ops take their check slots, which the next sync reads. */
+ * dropout takes its key into the step's params, which graph_end copies
+ * to the device in one block before the launch; the label ops take their
+ * check slots, which the next sync reads. */
 tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_DROPOUT: {
