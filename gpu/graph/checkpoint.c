@@ -580,19 +580,20 @@ tp_status_t tp_checkpoint_snapshot_take(tp_checkpoint_snapshot_t *s,
     /* Stage device memory on the host: trainable, model-only, slots (no
      * step queued ahead still updating them). */
     TP_TRY(tp_model_drain_(m));
-    tp_backend_t *b = m->backend;
+    const tp_replica_t *r = &m->rep[0]; /* every replica holds the same */
+    tp_backend_t *b = r->backend;
     float *h_train = s->host, *h_model = s->host + m->ntrain;
     float *h_slot[2] = {h_model + m->nmodel, h_model + m->nmodel + m->ntrain};
-    tp_status_t rc = b->ops->copy(b, m->stream, h_train, m->train_arena,
+    tp_status_t rc = b->ops->copy(b, r->stream, h_train, r->train_arena,
                                   m->ntrain * sizeof(float), TP_COPY_D2H);
     if (rc == TP_OK)
-        rc = b->ops->copy(b, m->stream, h_model, m->model_arena,
+        rc = b->ops->copy(b, r->stream, h_model, r->model_arena,
                           m->nmodel * sizeof(float), TP_COPY_D2H);
     for (int k = 0; rc == TP_OK && k < nslots; k++)
-        rc = b->ops->copy(b, m->stream, h_slot[k], m->slots[k],
+        rc = b->ops->copy(b, r->stream, h_slot[k], r->slots[k],
                           m->ntrain * sizeof(float), TP_COPY_D2H);
     if (rc == TP_OK)
-        rc = b->ops->stream_sync(b, m->stream);
+        rc = b->ops->stream_sync(b, r->stream);
     size_t n = 0, at = 0;
     for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
         tp_var_t *v = &m->vars[i];
@@ -849,22 +850,26 @@ tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
             have_tower_rng[i] = v != NULL;
         }
     }
-    /* Pass 2: everything checked; copy (after any step queued ahead). */
-    tp_backend_t *b = m->backend;
+    /* Pass 2: everything checked; copy (after any step queued ahead) into
+     * every replica (towers on several devices). */
     if (rc == TP_OK)
         rc = tp_model_drain_(m);
-    for (int s = -1; rc == TP_OK && s < nslots; s++)
-        for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
-            const s_entry_t *e = src[(size_t)(s + 1) * (size_t)m->nvars + (size_t)i];
-            if (!e)
-                continue;
-            tp_var_t *v = &m->vars[i];
-            float *dst = s < 0 ? tp_var_data_(m, i) : m->slots[s] + v->offset;
-            rc = b->ops->copy(b, m->stream, dst, st->data + e->begin,
-                              e->end - e->begin, TP_COPY_H2D);
-        }
-    if (rc == TP_OK)
-        rc = b->ops->stream_sync(b, m->stream);
+    for (int r = 0; rc == TP_OK && r < m->nrep; r++) {
+        const tp_replica_t *rp = &m->rep[r];
+        tp_backend_t *b = rp->backend;
+        for (int s = -1; rc == TP_OK && s < nslots; s++)
+            for (int i = 0; rc == TP_OK && i < m->nvars; i++) {
+                const s_entry_t *e = src[(size_t)(s + 1) * (size_t)m->nvars + (size_t)i];
+                if (!e)
+                    continue;
+                tp_var_t *v = &m->vars[i];
+                float *dst = s < 0 ? tp_var_data_(m, r, i) : rp->slots[s] + v->offset;
+                rc = b->ops->copy(b, rp->stream, dst, st->data + e->begin,
+                                  e->end - e->begin, TP_COPY_H2D);
+            }
+        if (rc == TP_OK)
+            rc = b->ops->stream_sync(b, rp->stream);
+    }
     if (rc == TP_OK && step_e) {
         int64_t step;
         memcpy(&step, st->data + step_e->begin, sizeof step);

@@ -53,6 +53,7 @@ tp_tower_t *tp_tower_new_(tp_model_t *m, int index, int training,
     t->model = m;
     t->index = index;
     t->training = training;
+    t->replica = index >= 0 ? index % m->nrep : 0; /* devices round robin */
     t->batch = batch;
     t->ncosts = 1;
     t->cost_names[0] = "cost";
@@ -93,7 +94,7 @@ void tp_tower_destroy_(tp_tower_t **t_p) {
 
 const char *tp_tower_name(const tp_tower_t *t) { return t->name; }
 int tp_tower_index(const tp_tower_t *t) { return t->index; }
-int tp_tower_device(const tp_tower_t *t) { return t->model->backend->device; }
+int tp_tower_device(const tp_tower_t *t) { return tp_tower_backend_(t)->device; }
 int tp_tower_is_training(const tp_tower_t *t) { return t->training; }
 int64_t tp_tower_batch(const tp_tower_t *t) { return t->batch; }
 tp_status_t tp_tower_status(const tp_tower_t *t) { return t->status; }

@@ -72,6 +72,7 @@ struct tp_tower {
     char name[32];
     int index;         /* -1 inference */
     int training;
+    int replica;       /* the device it runs on: model->rep[replica] */
     int64_t batch;
     tp_status_t status; /* first build error */
 
@@ -102,6 +103,7 @@ struct tp_tower {
     tp_rng_t rng;
     int64_t run_batch;
     int ran_backward;  /* gradients are fresh: backward ran, not applied */
+    int reduced;       /* its gradients are the towers' all-reduced sum */
     int sliced;        /* this tower applied its slice of the update; the
                           run on TP_ALL_TOWERS that closes the step clears it */
     /* fused updates (tower 0 of a one-tower model): trainable variable nodes
@@ -129,8 +131,21 @@ struct tp_tower {
  * reads the model's memory other than the next step calls it first. */
 tp_status_t tp_model_drain_(tp_model_t *m);
 
-struct tp_model {
+/* One device's copy of the model's state (towers on several devices,
+ * tp_model_config_t.devices): the towers on the device read its arenas,
+ * and every replica applies the same update from the all-reduced
+ * gradients, so they stay equal. rep[0] is the model's own (inference,
+ * tp_model_var, checkpoints); a model on one device has only it. */
+typedef struct tp_replica {
     tp_backend_t *backend;
+    float *train_arena; /* [ntrain] trainable variables */
+    float *model_arena; /* [nmodel] model-only variables */
+    float *slots[2];    /* [ntrain] each: the optimizer's */
+    tp_stream_t *stream; /* updates from one thread, initial values */
+} tp_replica_t;
+
+struct tp_model {
+    tp_backend_t *backend; /* rep[0].backend */
     int own_backend;
     tp_model_config_t config;
     tp_input_desc_t *inputs;
@@ -141,17 +156,15 @@ struct tp_model {
     int nvars, cap_vars;
     size_t ntrain;     /* floats in the trainable arena (padded) */
     size_t nmodel;     /* floats in the model-only arena */
-    float *train_arena;
-    float *model_arena;
+    tp_replica_t rep[TP_MODEL_DEVICES_MAX];
+    int nrep;          /* devices the towers span (>= 1) */
 
     tp_tower_t **towers;
     int ntowers;
     tp_tower_t *infer;
 
     tp_optimizer_t *opt;
-    float *slots[2];   /* [ntrain] each */
     int nslots;
-    tp_stream_t *stream;
     tp_comm_t *comm;
     size_t memory;
     int profiling;
@@ -163,7 +176,12 @@ tp_tower_t *tp_tower_new_(tp_model_t *m, int index, int training,
                           int64_t batch);
 void tp_tower_destroy_(tp_tower_t **t_p);
 tp_tower_t *tp_model_tower_(tp_model_t *m, int tower);
-float *tp_var_data_(tp_model_t *m, int i);
+/* Variable i's value in replica r (0: the model's own). */
+float *tp_var_data_(tp_model_t *m, int r, int i);
+/* The backend tower t runs on. */
+static inline tp_backend_t *tp_tower_backend_(const tp_tower_t *t) {
+    return t->model->rep[t->replica].backend;
+}
 
 /* optim.c: slot buffer pointers for checkpoints */
 uint64_t tp_hash_name_(const char *s);

@@ -51,6 +51,11 @@ tp_status_t tp_model_set_name(tp_model_t *m, const char *name) {
     return TP_OK;
 }
 tp_backend_t *tp_model_backend(tp_model_t *m) { return m->backend; }
+tp_backend_t *tp_model_tower_backend(tp_model_t *m, int tower) {
+    tp_tower_t *t = m ? tp_model_tower_(m, tower) : NULL;
+    return t ? tp_tower_backend_(t) : NULL;
+}
+int tp_model_device_count(const tp_model_t *m) { return m ? m->nrep : 0; }
 size_t tp_model_memory(const tp_model_t *m) { return m->memory; }
 tp_optimizer_t *tp_model_optimizer(tp_model_t *m) { return m->opt; }
 
@@ -71,9 +76,9 @@ static tp_status_t s_bad_tower(const tp_model_t *m, int tower) {
                     "training tower)", tower, m->ntowers);
 }
 
-float *tp_var_data_(tp_model_t *m, int i) {
+float *tp_var_data_(tp_model_t *m, int r, int i) {
     tp_var_t *v = &m->vars[i];
-    return (v->trainable ? m->train_arena : m->model_arena) + v->offset;
+    return (v->trainable ? m->rep[r].train_arena : m->rep[r].model_arena) + v->offset;
 }
 
 /* ---- initializers ------------------------------------------------------- */
@@ -258,7 +263,7 @@ static void s_plan_aliases(tp_tower_t *t) {
 }
 
 static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
-    tp_backend_t *b = m->backend;
+    tp_backend_t *b = tp_tower_backend_(t);
     t->costs[0] = t->cost;
     int train = t->training && m->opt && (t->cost || t->ncosts > 1);
     s_set_run_shapes(t, t->batch);
@@ -402,7 +407,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     for (int i = 0; i < t->nnodes; i++) {
         tp_node_t *n = t->nodes[i];
         if (n->kind == TP_OP_VARIABLE) {
-            n->value = tp_var_data_(m, n->var);
+            n->value = tp_var_data_(m, t->replica, n->var);
             if (n->backward)
                 n->grad = t->grads + m->vars[n->var].offset;
         } else if (n->kind == TP_OP_RESHAPE) {
@@ -466,6 +471,28 @@ static tp_status_t s_check_desc(const tp_model_desc_t *d,
                         "no training towers and no inference graph");
     if (c->towers > 0 && c->batch <= 0)
         return tp_error(TP_ERR_INVALID, "batch %lld", (long long)c->batch);
+    if (c->ndevices < 0 || c->ndevices > TP_MODEL_DEVICES_MAX)
+        return tp_error(TP_ERR_INVALID, "%d devices (0..%d)", c->ndevices,
+                        TP_MODEL_DEVICES_MAX);
+    for (int r = 0; c->ndevices > 1 && r < c->ndevices; r++) {
+        const tp_backend_t *b = c->devices[r];
+        if (!b)
+            return tp_error(TP_ERR_INVALID, "devices[%d] is NULL", r);
+        for (int q = 0; q < r; q++)
+            if (c->devices[q] == b)
+                return tp_error(TP_ERR_INVALID, "devices[%d] and devices[%d] "
+                                "are the same backend", q, r);
+        if (b->ops != c->devices[0]->ops)
+            return tp_error(TP_ERR_INVALID, "devices[%d] is a %s backend, "
+                            "devices[0] a %s one: one kind for every device",
+                            r, b->ops->name, c->devices[0]->ops->name);
+        if (r == 0 && c->backend && c->backend != b)
+            return tp_error(TP_ERR_INVALID, "config.backend and devices[0] "
+                            "differ (set one, or both the same)");
+    }
+    if (c->ndevices > 1 && c->towers < c->ndevices)
+        return tp_error(TP_ERR_INVALID, "%d training towers on %d devices: "
+                        "every device needs a tower", c->towers, c->ndevices);
     for (int i = 0; i < d->ninputs; i++) {
         const tp_input_desc_t *in = &d->inputs[i];
         if (!in->name || !*in->name)
@@ -484,9 +511,52 @@ static tp_status_t s_check_desc(const tp_model_desc_t *d,
     return TP_OK;
 }
 
+/* Replica r's arenas and slots, with the initial values (the same in
+ * every replica: they are drawn from the seed alone). */
+static tp_status_t s_replica_init(tp_model_t *m, int r) {
+    tp_replica_t *rp = &m->rep[r];
+    tp_backend_t *b = rp->backend;
+    rp->stream = b->ops->stream_new(b);
+    if (!rp->stream)
+        return tp_error(TP_ERR_NOMEM, "model stream (device %d)", b->device);
+    rp->train_arena = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
+    rp->model_arena = b->ops->alloc(b, m->nmodel * sizeof(float) + TP_ALIGNMENT);
+    if (!rp->train_arena || !rp->model_arena)
+        return tp_error(TP_ERR_NOMEM, "variables: %zu floats (device %d)",
+                        m->ntrain + m->nmodel, b->device);
+    m->memory += (m->ntrain + m->nmodel) * sizeof(float);
+    TP_TRY(b->ops->fill(b, rp->stream, rp->train_arena, 0.0f, m->ntrain));
+    TP_TRY(b->ops->fill(b, rp->stream, rp->model_arena, 0.0f, m->nmodel));
+    size_t maxc = 1;
+    for (int i = 0; i < m->nvars; i++)
+        if (m->vars[i].count > maxc)
+            maxc = m->vars[i].count;
+    float *host = malloc(maxc * sizeof(float));
+    if (!host)
+        return tp_error(TP_ERR_NOMEM, "initial values");
+    for (int i = 0; i < m->nvars; i++) {
+        s_init_values(&m->vars[i], m->config.seed, host);
+        tp_status_t rc = b->ops->copy(b, rp->stream, tp_var_data_(m, r, i), host,
+                                      m->vars[i].count * sizeof(float),
+                                      TP_COPY_H2D);
+        if (rc < 0) {
+            free(host);
+            return rc;
+        }
+    }
+    free(host);
+    for (int s = 0; s < m->nslots; s++) {
+        rp->slots[s] = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
+        if (!rp->slots[s])
+            return tp_error(TP_ERR_NOMEM, "optimizer slots (device %d)", b->device);
+        TP_TRY(b->ops->fill(b, rp->stream, rp->slots[s], 0.0f, m->ntrain));
+        m->memory += m->ntrain * sizeof(float);
+    }
+    return b->ops->stream_sync(b, rp->stream);
+}
+
 static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
     const tp_model_config_t *c = &m->config;
-    tp_backend_t *b = m->backend;
     m->ninputs = d->ninputs;
     m->inputs = calloc((size_t)d->ninputs + 1, sizeof *m->inputs);
     if (!m->inputs)
@@ -497,9 +567,6 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
         if (!m->opt)
             return tp_error(TP_ERR_INVALID, "the optimizer factory gave NULL");
     }
-    m->stream = b->ops->stream_new(b);
-    if (!m->stream)
-        return tp_error(TP_ERR_NOMEM, "model stream");
     m->ntowers = c->towers;
     m->towers = calloc((size_t)c->towers + 1, sizeof *m->towers);
     if (!m->towers)
@@ -515,6 +582,7 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
             m->infer = t;
         else
             m->towers[i] = t;
+        tp_backend_t *b = tp_tower_backend_(t);
         t->stream = b->ops->stream_new(b);
         if (!t->stream)
             return tp_error(TP_ERR_NOMEM, "tower stream");
@@ -533,52 +601,37 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
         v->offset = *used;
         *used += (v->count + FLOAT_ALIGN - 1) / FLOAT_ALIGN * FLOAT_ALIGN;
     }
-    m->train_arena = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
-    m->model_arena = b->ops->alloc(b, m->nmodel * sizeof(float) + TP_ALIGNMENT);
-    if (!m->train_arena || !m->model_arena)
-        return tp_error(TP_ERR_NOMEM, "variables: %zu floats",
-                        m->ntrain + m->nmodel);
-    m->memory += (m->ntrain + m->nmodel) * sizeof(float);
-    TP_TRY(b->ops->fill(b, m->stream, m->train_arena, 0.0f, m->ntrain));
-    TP_TRY(b->ops->fill(b, m->stream, m->model_arena, 0.0f, m->nmodel));
-    size_t maxc = 1;
-    for (int i = 0; i < m->nvars; i++)
-        if (m->vars[i].count > maxc)
-            maxc = m->vars[i].count;
-    float *host = malloc(maxc * sizeof(float));
-    if (!host)
-        return tp_error(TP_ERR_NOMEM, "initial values");
-    for (int i = 0; i < m->nvars; i++) {
-        s_init_values(&m->vars[i], c->seed, host);
-        tp_status_t rc = b->ops->copy(b, m->stream, tp_var_data_(m, i), host,
-                                      m->vars[i].count * sizeof(float),
-                                      TP_COPY_H2D);
-        if (rc < 0) {
-            free(host);
-            return rc;
-        }
-    }
-    free(host);
-    if (m->opt) {
+    if (m->opt)
         m->nslots = tp_optimizer_slot_count(m->opt);
-        for (int s = 0; s < m->nslots; s++) {
-            m->slots[s] = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
-            if (!m->slots[s])
-                return tp_error(TP_ERR_NOMEM, "optimizer slots");
-            TP_TRY(b->ops->fill(b, m->stream, m->slots[s], 0.0f, m->ntrain));
-            m->memory += m->ntrain * sizeof(float);
-        }
-    }
+    for (int r = 0; r < m->nrep; r++)
+        TP_TRY(s_replica_init(m, r));
     for (int i = 0; i < m->ntowers; i++)
         TP_TRY(s_plan_tower(m, m->towers[i]));
     if (m->infer)
         TP_TRY(s_plan_tower(m, m->infer));
     if (m->ntowers > 1) {
-        m->comm = b->ops->comm_new(b, m->ntowers);
+        m->comm = m->backend->ops->comm_new(m->backend, m->ntowers);
         if (!m->comm)
             return tp_error(TP_ERR_NOMEM, "communicator");
     }
-    return b->ops->stream_sync(b, m->stream);
+    return TP_OK;
+}
+
+/* Destroy the backends a failed tp_model_new was given, each once. */
+static void s_release_backends(tp_model_config_t *c) {
+    tp_backend_t *all[TP_MODEL_DEVICES_MAX + 1];
+    int n = 0, nd = c->ndevices < TP_MODEL_DEVICES_MAX ? c->ndevices
+                                                       : TP_MODEL_DEVICES_MAX;
+    for (int r = -1; r < nd; r++) {
+        tp_backend_t *b = r < 0 ? c->backend : c->devices[r];
+        int seen = !b;
+        for (int q = 0; q < n; q++)
+            seen |= all[q] == b;
+        if (!seen)
+            all[n++] = b;
+    }
+    for (int q = 0; q < n; q++)
+        tp_backend_destroy(&all[q]);
 }
 
 tp_model_t *tp_model_new(const tp_model_desc_t *desc,
@@ -588,12 +641,18 @@ tp_model_t *tp_model_new(const tp_model_desc_t *desc,
     if (s_check_desc(desc, &c) == TP_OK && !(m = calloc(1, sizeof *m)))
         tp_error(TP_ERR_NOMEM, "model");
     if (!m) {
-        if (c.backend && c.own_backend)
-            tp_backend_destroy(&c.backend);  /* taken, also on failure */
+        if (c.own_backend)  /* taken, also on failure */
+            s_release_backends(&c);
         return NULL;
     }
     m->config = c;
-    if (c.backend) {
+    m->nrep = c.ndevices > 1 ? c.ndevices : 1;
+    for (int r = 1; r < m->nrep; r++)
+        m->rep[r].backend = c.devices[r];
+    if (c.ndevices > 1) {
+        m->backend = c.devices[0];
+        m->own_backend = c.own_backend;
+    } else if (c.backend) {
         m->backend = c.backend;
         m->own_backend = c.own_backend;
     } else {
@@ -604,6 +663,7 @@ tp_model_t *tp_model_new(const tp_model_desc_t *desc,
             return NULL;
         }
     }
+    m->rep[0].backend = m->backend;
     tp_status_t rc = s_model_init(m, desc);
     if (rc < 0) {
         char msg[1024];
@@ -612,17 +672,17 @@ tp_model_t *tp_model_new(const tp_model_desc_t *desc,
         tp_error(rc, "%s", msg);
         return NULL;
     }
-    TP_INFO("model: %d towers, %d variables (%zu trainable floats), %zu "
-            "bytes planned",
-            m->ntowers, m->nvars, m->ntrain, m->memory);
+    TP_INFO("model: %d towers on %d device%s, %d variables (%zu trainable "
+            "floats), %zu bytes planned", m->ntowers, m->nrep,
+            m->nrep > 1 ? "s" : "", m->nvars, m->ntrain, m->memory);
     return m;
 }
 
-static void s_tower_free(tp_model_t *m, tp_tower_t **t_p) {
+static void s_tower_free(tp_tower_t **t_p) {
     tp_tower_t *t = *t_p;
     if (!t)
         return;
-    tp_backend_t *b = m->backend;
+    tp_backend_t *b = tp_tower_backend_(t);
     if (t->graph && b->ops->graph_destroy)
         b->ops->graph_destroy(b, t->graph);
     if (t->mirror)
@@ -643,21 +703,27 @@ void tp_model_destroy(tp_model_t **self_p) {
     tp_backend_t *b = m->backend;
     if (tp_model_drain_(m) < 0)  /* a step queued ahead: done before freeing */
         TP_WARN("model destroyed after a failed step: %s", tp_last_error());
-    for (int i = 0; i < m->ntowers; i++)
-        s_tower_free(m, &m->towers[i]);
+    for (int i = 0; m->towers && i < m->ntowers; i++)
+        s_tower_free(&m->towers[i]);
     free(m->towers);
-    s_tower_free(m, &m->infer);
+    s_tower_free(&m->infer);
     if (m->comm)
         b->ops->comm_destroy(b, m->comm);
-    if (m->train_arena)
-        b->ops->free(b, m->train_arena);
-    if (m->model_arena)
-        b->ops->free(b, m->model_arena);
-    for (int s = 0; s < 2; s++)
-        if (m->slots[s])
-            b->ops->free(b, m->slots[s]);
-    if (m->stream)
-        b->ops->stream_destroy(b, m->stream);
+    for (int r = 0; r < m->nrep; r++) {
+        tp_replica_t *rp = &m->rep[r];
+        tp_backend_t *rb = rp->backend;
+        if (!rb)
+            continue;
+        if (rp->train_arena)
+            rb->ops->free(rb, rp->train_arena);
+        if (rp->model_arena)
+            rb->ops->free(rb, rp->model_arena);
+        for (int s = 0; s < 2; s++)
+            if (rp->slots[s])
+                rb->ops->free(rb, rp->slots[s]);
+        if (rp->stream)
+            rb->ops->stream_destroy(rb, rp->stream);
+    }
     for (int i = 0; i < m->nvars; i++)
         free(m->vars[i].name);
     free(m->vars);
@@ -665,7 +731,8 @@ void tp_model_destroy(tp_model_t **self_p) {
     free(m->name);
     tp_optimizer_destroy(&m->opt);
     if (m->own_backend)
-        tp_backend_destroy(&m->backend);
+        for (int r = m->nrep - 1; r >= 0; r--)
+            tp_backend_destroy(&m->rep[r].backend);
     free(m);
     *self_p = NULL;
 }
@@ -719,7 +786,7 @@ static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
         batch = t->batch;
     if (batch != t->run_batch)
         s_set_run_shapes(t, batch);
-    tp_backend_t *b = m->backend;
+    tp_backend_t *b = tp_tower_backend_(t);
     for (int i = 0; i < m->ninputs; i++) {
         tp_node_t *n = t->input_nodes[i];
         if (n->pruned)
@@ -738,8 +805,9 @@ static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
 
 static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
     const tp_var_t *v = &m->vars[vi];
-    return tp_optimizer_update(m->opt, m->backend, t->stream, m->train_arena,
-                               t->grads, m->slots, v->offset, v->count);
+    tp_replica_t *rp = &m->rep[t->replica];
+    return tp_optimizer_update(m->opt, rp->backend, t->stream, rp->train_arena,
+                               t->grads, rp->slots, v->offset, v->count);
 }
 
 /* The op calls of one run (forward; backward and fused updates when asked)
@@ -747,7 +815,7 @@ static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
  * its gradient is final (one-tower models only: nothing to all-reduce). */
 static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
                              int fused, int cost) {
-    tp_backend_t *b = m->backend;
+    tp_backend_t *b = tp_tower_backend_(t);
     const void *xs[TP_OP_MAX_INPUTS];
     tp_shape_t xsh[TP_OP_MAX_INPUTS];
     float *dx[TP_OP_MAX_INPUTS];
@@ -775,6 +843,7 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
         return TP_OK; /* gradients untouched */
     t->ran_backward = 0; /* partial until the pass completes */
     t->sliced = 0;
+    t->reduced = 0;
     t->cur_cost = cost;
     t->ran_cost = cost;
     TP_TRY(b->ops->fill(b, t->stream, cn->grad, 1.0f, 1));
@@ -807,8 +876,8 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
  * the tower's mirror (after a graph's launch, outside it: the third
  * changes from step to step), so that reading them (tp_model_view_host,
  * tp_model_metric_value) costs no sync of its own. */
-static tp_status_t s_mirror_outputs(tp_model_t *m, tp_tower_t *t, int third) {
-    tp_backend_t *b = m->backend;
+static tp_status_t s_mirror_outputs(tp_tower_t *t, int third) {
+    tp_backend_t *b = tp_tower_backend_(t);
     float *dst = t->mirror ? t->mirror + (size_t)third * (size_t)t->noutputs : NULL;
     for (int i = 0; dst && i < t->noutputs; i++) {
         const tp_node_t *n = t->outputs[i].node;
@@ -819,10 +888,11 @@ static tp_status_t s_mirror_outputs(tp_model_t *m, tp_tower_t *t, int third) {
 }
 
 /* Wait for a step tower t queued ahead; its mirror becomes the one read. */
-static tp_status_t s_drain_tower(tp_model_t *m, tp_tower_t *t) {
+static tp_status_t s_drain_tower(tp_tower_t *t) {
     if (t->mirror_inflight < 0)
         return TP_OK;
-    tp_status_t rc = m->backend->ops->stream_sync(m->backend, t->stream);
+    tp_backend_t *b = tp_tower_backend_(t);
+    tp_status_t rc = b->ops->stream_sync(b, t->stream);
     t->mirror_ready = rc == TP_OK ? t->mirror_inflight : -1;
     t->mirror_inflight = -1;
     return rc;
@@ -833,7 +903,7 @@ tp_status_t tp_model_wait(tp_model_t *m) { return tp_model_drain_(m); }
 tp_status_t tp_model_drain_(tp_model_t *m) {
     tp_status_t rc = TP_OK;
     for (int i = 0; m && i < m->ntowers; i++) {
-        tp_status_t r = s_drain_tower(m, m->towers[i]);
+        tp_status_t r = s_drain_tower(m->towers[i]);
         if (rc == TP_OK)
             rc = r;
     }
@@ -861,7 +931,7 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     tp_tower_t *t = tp_model_tower_(m, tower);
     if (!t)
         return s_bad_tower(m, tower);
-    tp_backend_t *b = m->backend;
+    tp_backend_t *b = tp_tower_backend_(t);
     /* One step ahead: the fused training step of a one-tower model on a
      * backend that can (see tp_model_config_t.ahead). Any other run waits
      * for the steps queued ahead first. */
@@ -907,7 +977,7 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     /* the scalar outputs behind the step (outside any graph: the third
      * they go to changes from step to step) */
     if (rc == TP_OK)
-        rc = s_mirror_outputs(m, t, third);
+        rc = s_mirror_outputs(t, third);
     if (!ahead) {
         tp_status_t sc = b->ops->stream_sync(b, t->stream);
         if (rc == TP_OK && sc == TP_OK)
@@ -953,6 +1023,11 @@ static tp_status_t s_reduce(tp_model_t *m) {
     TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
     if (m->ntowers == 1)
         return TP_OK;
+    if (m->nrep > 1)
+        return tp_error(TP_ERR_UNSUPPORTED, "reduce: the towers span %d "
+                        "devices; each joins the all-reduce from its own "
+                        "thread (TP_RUN_REDUCE on its index, as the replicated "
+                        "trainer does), not one thread for all", m->nrep);
     float *bufs[64];
     for (int i = 0; i < m->ntowers; i++)
         bufs[i] = m->towers[i]->grads;
@@ -965,16 +1040,22 @@ static tp_status_t s_reduce(tp_model_t *m) {
 static tp_status_t s_allreduce_tower(tp_model_t *m, int tower) {
     TP_TRY(s_check_fresh(m, tower, tower));
     tp_tower_t *t = m->towers[tower];
-    return m->backend->ops->allreduce(m->backend, m->comm, tower, t->stream,
-                                      t->grads, m->ntrain, m->config.average);
+    tp_backend_t *b = tp_tower_backend_(t);
+    TP_TRY(b->ops->allreduce(b, m->comm, tower, t->stream, t->grads, m->ntrain,
+                             m->config.average));
+    t->reduced = 1;
+    return TP_OK;
 }
 
 /* Replicated towers, the update in parallel: after the all-reduce (whose
  * slice `tower` this tower's thread just summed, so it is in this core's
- * cache) the tower applies the optimizer to the same slice of the shared
- * variables. The update is elementwise, so the slices give exactly what one
- * update from tower 0 gives. Every tower's backward is over once the
- * all-reduce has begun, so no run still reads the variables. */
+ * cache) the tower applies the optimizer to the same slice of its device's
+ * variables: of the towers on one device, the j-th of k updates the j-th
+ * k-th of them (on one device, tower i the i-th of ntowers). The update is
+ * elementwise and every tower holds the same sum, so the slices give
+ * exactly what one update from tower 0 gives, in every replica. Every
+ * tower's backward is over once the all-reduce has begun, so no run still
+ * reads the variables. */
 static tp_status_t s_apply_slice(tp_model_t *m, int tower, int k) {
     tp_tower_t *t = m->towers[tower];
     TP_TRY(s_check_fresh(m, tower, tower));
@@ -982,16 +1063,24 @@ static tp_status_t s_apply_slice(tp_model_t *m, int tower, int k) {
         return tp_error(TP_ERR_STATE, "%s: cost '%s' updates only its own "
                         "variables: update it from one thread (TP_ALL_TOWERS), "
                         "not in slices", t->name, t->cost_names[k ? k : t->ran_cost]);
-    size_t n = m->ntrain, nt = (size_t)m->ntowers;
-    size_t chunk = (n + nt - 1) / nt, lo = chunk * (size_t)tower, hi = lo + chunk;
+    size_t j = 0, nt = 0;  /* this tower's place among its device's towers */
+    for (int i = 0; i < m->ntowers; i++)
+        if (m->towers[i]->replica == t->replica) {
+            j += i < tower;
+            nt++;
+        }
+    size_t n = m->ntrain;
+    size_t chunk = (n + nt - 1) / nt, lo = chunk * j, hi = lo + chunk;
     if (lo > n)
         lo = n;
     if (hi > n)
         hi = n;
+    tp_replica_t *rp = &m->rep[t->replica];
+    tp_backend_t *b = rp->backend;
     if (hi > lo)
-        TP_TRY(tp_optimizer_update(m->opt, m->backend, t->stream, m->train_arena,
-                                   t->grads, m->slots, lo, hi - lo));
-    TP_TRY(m->backend->ops->stream_sync(m->backend, t->stream));
+        TP_TRY(tp_optimizer_update(m->opt, b, t->stream, rp->train_arena,
+                                   t->grads, rp->slots, lo, hi - lo));
+    TP_TRY(b->ops->stream_sync(b, t->stream));
     t->sliced = 1;
     return TP_OK;
 }
@@ -1018,30 +1107,46 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
                                 "of the update (%d of %d towers have)",
                                 m->towers[i]->name, sliced, m->ntowers);
     }
-    TP_TRY(s_check_fresh(m, 0, 0));
-    tp_tower_t *t = m->towers[0];
-    if (t->ran_cost != k)
+    /* Replica r applies the gradients of tower r, its device's first: on
+     * one device tower 0's; on several, each tower's all-reduced sum. */
+    TP_TRY(s_check_fresh(m, 0, m->nrep - 1));
+    for (int r = 0; m->nrep > 1 && r < m->nrep; r++)
+        if (!m->towers[r]->reduced)
+            return tp_error(TP_ERR_STATE, "%s's gradients were not all-reduced "
+                            "(TP_RUN_REDUCE): the towers span %d devices, and "
+                            "each device's variables are updated from its own "
+                            "towers' sum", m->towers[r]->name, m->nrep);
+    tp_tower_t *t0 = m->towers[0];
+    if (t0->ran_cost != k)
         return tp_error(TP_ERR_STATE, "updating cost '%s' but the fresh "
-                        "gradients are cost '%s''s", t->cost_names[k],
-                        t->cost_names[t->ran_cost]);
-    if (k == 0) {
-        TP_TRY(tp_optimizer_apply(m->opt, m->backend, m->stream, m->train_arena,
-                                  t->grads, m->slots, m->ntrain));
-    } else {
+                        "gradients are cost '%s''s", t0->cost_names[k],
+                        t0->cost_names[t0->ran_cost]);
+    for (int r = 0; r < m->nrep; r++) {
+        tp_replica_t *rp = &m->rep[r];
+        const float *g = m->towers[r]->grads;
+        if (k == 0) {  /* the main cost: every trainable variable at once */
+            TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
+                                       rp->train_arena, g, rp->slots, 0,
+                                       m->ntrain));
+            continue;
+        }
         for (int i = 0; i < m->nvars; i++) {
             const tp_var_t *v = &m->vars[i];
             if (!v->trainable ||
-                (t->cost_vars[k] && fnmatch(t->cost_vars[k], v->name, 0) != 0))
+                (t0->cost_vars[k] && fnmatch(t0->cost_vars[k], v->name, 0) != 0))
                 continue;
-            TP_TRY(tp_optimizer_update(m->opt, m->backend, m->stream,
-                                       m->train_arena, t->grads, m->slots,
+            TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
+                                       rp->train_arena, g, rp->slots,
                                        v->offset, v->count));
         }
-        tp_optimizer_end_step(m->opt);
     }
+    tp_optimizer_end_step(m->opt);
     for (int i = 0; i < m->ntowers; i++)
         m->towers[i]->ran_backward = 0;
-    return m->backend->ops->stream_sync(m->backend, m->stream);
+    for (int r = 0; r < m->nrep; r++)
+        TP_TRY(m->rep[r].backend->ops->stream_sync(m->rep[r].backend,
+                                                   m->rep[r].stream));
+    return TP_OK;
 }
 
 static int s_cost_index(const tp_tower_t *t, const char *name) {
@@ -1307,13 +1412,36 @@ tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
                                n->run_shape.d, n->value, NULL, NULL);
 }
 
+/* The backend whose memory holds `p` (a view this model gave out): a
+ * tower's activations or gradients, else a replica's arenas; replica 0's
+ * when none claims it. */
+static int s_within(const void *p, const void *base, size_t bytes) {
+    return base && (const char *)p >= (const char *)base &&
+           (const char *)p < (const char *)base + bytes;
+}
+static tp_backend_t *s_backend_of(tp_model_t *m, const void *p) {
+    for (int k = -1; m->nrep > 1 && k < m->ntowers; k++) {
+        const tp_tower_t *t = tp_model_tower_(m, k);
+        if (t && (s_within(p, t->act_arena, t->act_bytes) ||
+                  s_within(p, t->grads, m->ntrain * sizeof(float))))
+            return tp_tower_backend_(t);
+    }
+    for (int r = 1; r < m->nrep; r++) {
+        const tp_replica_t *rp = &m->rep[r];
+        if (s_within(p, rp->train_arena, m->ntrain * sizeof(float)) ||
+            s_within(p, rp->model_arena, m->nmodel * sizeof(float)))
+            return rp->backend;
+    }
+    return m->backend;
+}
+
 const void *tp_model_view_host(tp_model_t *m, const tp_tensor_t *view,
                                void *host, size_t bytes) {
     if (!m || !view || !view->data) {
         tp_error(TP_ERR_INVALID, "view_host: no model or no view");
         return NULL;
     }
-    tp_backend_t *b = m->backend;
+    tp_backend_t *b = s_backend_of(m, view->data);
     if (b->device < 0)
         return view->data; /* the CPU: already host memory, keep zero-copy */
     if (!host) {
@@ -1364,7 +1492,7 @@ float tp_model_metric_value(const tp_model_t *m, int tower, int i) {
     if (!o)
         return NAN;
     float v = NAN;
-    tp_backend_t *b = m->backend;
+    tp_backend_t *b = tp_model_tower_backend((tp_model_t *)m, tower);
     const float *mv = s_mirrored(m, o->node->value);
     if (mv)
         return *mv;
@@ -1398,7 +1526,7 @@ tp_status_t tp_model_var(tp_model_t *m, const char *name, tp_tensor_t *view) {
         return tp_error(TP_ERR_NOT_FOUND, "no variable named '%s'",
                         name ? name : "(null)");
     return tp_tensor_init_wrap(view, TP_FLOAT32, m->vars[i].shape.ndim,
-                               m->vars[i].shape.d, tp_var_data_(m, i), NULL,
+                               m->vars[i].shape.d, tp_var_data_(m, 0, i), NULL,
                                NULL);
 }
 
@@ -1437,9 +1565,9 @@ void tp_model_arenas(tp_model_t *m, tp_model_arenas_t *out) {
     if (tp_model_drain_(m) < 0)  /* reported again by the next run */
         TP_WARN("%s", tp_last_error());
     *out = (tp_model_arenas_t){
-        .train = m->train_arena, .ntrain = m->ntrain,
-        .model = m->model_arena, .nmodel = m->nmodel,
-        .slots = {m->slots[0], m->slots[1]}, .nslots = m->nslots,
+        .train = m->rep[0].train_arena, .ntrain = m->ntrain,
+        .model = m->rep[0].model_arena, .nmodel = m->nmodel,
+        .slots = {m->rep[0].slots[0], m->rep[0].slots[1]}, .nslots = m->nslots,
         .grads = m->ntowers > 0 ? m->towers[0]->grads : NULL,
         .ntowers = m->ntowers,
     };

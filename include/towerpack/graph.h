@@ -229,6 +229,9 @@ typedef struct tp_model_desc {
     void *user;
 } tp_model_desc_t;
 
+/* Devices one model's towers may span (tp_model_config_t.devices). */
+#define TP_MODEL_DEVICES_MAX 8
+
 typedef struct tp_model_config {
     int towers;          /* training towers (0: inference only) */
     int64_t batch;       /* per-tower batch the buffers are planned for */
@@ -237,8 +240,20 @@ typedef struct tp_model_config {
     int threads;         /* CPU backend: OpenBLAS threads (0: its default) */
     int average;         /* all-reduce averages gradients (default 1) */
     tp_backend_t *backend; /* NULL: a CPU backend the model owns */
-    int own_backend;     /* 1: the model takes `backend`: destroyed with
-                            the model, or by tp_model_new when it fails */
+    int own_backend;     /* 1: the model takes `backend` (and `devices`):
+                            destroyed with the model, or by tp_model_new
+                            when it fails */
+    /* Towers on several devices: ndevices > 1 backends, one per device
+     * (`backend` then NULL or devices[0]). Training tower i runs on
+     * devices[i % ndevices], which holds a replica of every variable and
+     * optimizer slot; the towers all-reduce their gradients, and each
+     * replica applies the same update, so the replicas stay equal. Replica
+     * 0 is the model's: the inference graph, tp_model_var, checkpoints
+     * (a load writes every replica). Each tower runs from its own thread
+     * (the replicated trainer, tp_towers); one thread reducing for every
+     * tower (TP_ALL_TOWERS with TP_RUN_REDUCE) is refused. */
+    tp_backend_t *devices[TP_MODEL_DEVICES_MAX];
+    int ndevices;        /* 0 or 1: every tower on `backend` */
     int graphs;          /* 1: a one-tower model records its training step
                             as a CUDA graph once a step at that batch ran
                             call by call, and replays it after (the CUDA
@@ -274,7 +289,14 @@ int tp_model_tower_count(const tp_model_t *m);
  * function again. NULL until set; set copies it. */
 tp_status_t tp_model_set_name(tp_model_t *m, const char *name);
 const char *tp_model_name(const tp_model_t *m);
+/* The backend of replica 0 (the inference graph's, checkpoints'). */
 tp_backend_t *tp_model_backend(tp_model_t *m);
+/* The backend tower `tower` (-1: the inference graph) runs on; NULL for
+ * a tower out of range. */
+tp_backend_t *tp_model_tower_backend(tp_model_t *m, int tower);
+/* Devices (replicas of the variables) the towers span: 1 unless
+ * config.ndevices > 1. */
+int tp_model_device_count(const tp_model_t *m);
 /* 1 when tower `tower`'s training step has been recorded as a graph
  * (config.graphs on a backend that records) and runs by replay at its
  * batch; 0 otherwise. */

@@ -50,7 +50,7 @@ static tp_optimizer_t *stu_adam(void *u) {
 /* The same `steps` steps on m0 and m1: random batches of 16 (of 7 at step
  * 4, a smaller batch in between), the learning rate lr0 * (1 - s / 10) set
  * on both before step s; after_step(s, arg) after each (may be NULL). */
-static void stu_train_pair(tp_model_t *m0, tp_model_t *m1, int steps, double lr0,
+static inline void stu_train_pair(tp_model_t *m0, tp_model_t *m1, int steps, double lr0,
                            void (*after_step)(int s, void *arg), void *arg) {
     tp_rng_t r;
     tp_rng_init(&r, 35, 0);
@@ -81,7 +81,7 @@ static void stu_train_pair(tp_model_t *m0, tp_model_t *m1, int steps, double lr0
  * naming the label (one step ahead, config.ahead, the step may return
  * before it ran: then what waits for it next fails, here reading a
  * variable). */
-static void stu_bad_label_fails(tp_model_t *m) {
+static inline void stu_bad_label_fails(tp_model_t *m) {
     static uint8_t x[16 * 144];
     int32_t y[16];
     for (int i = 0; i < 16; i++)

@@ -1,0 +1,482 @@
+/* towerpack tests: a model whose towers span several devices
+ * (tp_model_config_t.devices). Each device holds a replica of the
+ * variables and slots; the towers all-reduce their gradients and each
+ * replica applies the same update.
+ *
+ * The devices are stand-ins: CPU backends behind one table that records,
+ * per device, every buffer and stream it made, and checks that each call
+ * (an op's inputs, output, gradients, workspace and batch-norm state; an
+ * update's buffers; a copy's device side; the stream) uses only its own
+ * device's memory. A tower reading another device's variables, or an update
+ * written to the wrong replica, is counted and fails the test; so does a
+ * replica that drifts from the one-device run. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <towerpack/towerpack.h>
+#include "gpu/backend_impl.h"
+#include "gpu/graph/graph_internal.h"
+#include "gpu/step_testutil.h"
+
+#define MAX_BUFS 1024
+
+typedef struct {
+    tp_backend_t base; /* first: the model's handle on this device */
+    tp_backend_t *cpu;
+    pthread_mutex_t mu;
+    const void *buf[MAX_BUFS];
+    size_t bytes[MAX_BUFS];
+    int nbufs;
+    const void *streams[64];
+    int nstreams;
+    int calls, foreign; /* calls made; calls that touched other memory */
+    char first_foreign[128];
+    int *destroyed;     /* set to 1 by destroy, when not NULL */
+} s_dev_t;
+
+static s_dev_t *s_of(tp_backend_t *b) { return (s_dev_t *)b->impl; }
+
+static int s_owns_locked(s_dev_t *d, const void *p) {
+    for (int i = 0; i < d->nbufs; i++)
+        if ((const char *)p >= (const char *)d->buf[i] &&
+            (const char *)p < (const char *)d->buf[i] + d->bytes[i])
+            return 1;
+    return 0;
+}
+
+static int s_stream_ok_locked(s_dev_t *d, const void *s) {
+    for (int i = 0; s && i < d->nstreams; i++)
+        if (d->streams[i] == s)
+            return 1;
+    return s == NULL;
+}
+
+/* Count one call on device d; `ptrs` (NULLs skipped) must all be d's. */
+static void s_check(tp_backend_t *b, const char *what, tp_stream_t *s,
+                    const void *const *ptrs, int n) {
+    s_dev_t *d = s_of(b);
+    pthread_mutex_lock(&d->mu);
+    d->calls++;
+    int ok = s_stream_ok_locked(d, s);
+    for (int i = 0; ok && i < n; i++)
+        ok = !ptrs[i] || s_owns_locked(d, ptrs[i]);
+    if (!ok && d->foreign++ == 0)
+        snprintf(d->first_foreign, sizeof d->first_foreign, "%s", what);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void *s_alloc(tp_backend_t *b, size_t bytes) {
+    s_dev_t *d = s_of(b);
+    void *p = d->cpu->ops->alloc(d->cpu, bytes);
+    pthread_mutex_lock(&d->mu);
+    cr_assert_lt(d->nbufs, MAX_BUFS);
+    d->buf[d->nbufs] = p;
+    d->bytes[d->nbufs++] = bytes;
+    pthread_mutex_unlock(&d->mu);
+    return p;
+}
+
+static void s_free(tp_backend_t *b, void *p) {
+    s_dev_t *d = s_of(b);
+    pthread_mutex_lock(&d->mu);
+    int found = 0;
+    for (int i = 0; i < d->nbufs && !found; i++)
+        if (d->buf[i] == p) {
+            d->buf[i] = d->buf[--d->nbufs];
+            d->bytes[i] = d->bytes[d->nbufs];
+            found = 1;
+        }
+    if (!found && d->foreign++ == 0)
+        snprintf(d->first_foreign, sizeof d->first_foreign, "free");
+    pthread_mutex_unlock(&d->mu);
+    d->cpu->ops->free(d->cpu, p);
+}
+
+static tp_status_t s_copy(tp_backend_t *b, tp_stream_t *s, void *dst,
+                          const void *src, size_t bytes, tp_copy_kind_t kind) {
+    const void *p[2] = {kind != TP_COPY_D2H ? dst : NULL,
+                        kind != TP_COPY_H2D ? src : NULL};
+    s_check(b, "copy", s, p, 2);
+    return s_of(b)->cpu->ops->copy(s_of(b)->cpu, s, dst, src, bytes, kind);
+}
+
+static tp_status_t s_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
+                          float value, size_t count) {
+    const void *p[1] = {dst};
+    s_check(b, "fill", s, p, 1);
+    return s_of(b)->cpu->ops->fill(s_of(b)->cpu, s, dst, value, count);
+}
+
+static tp_stream_t *s_stream_new(tp_backend_t *b) {
+    s_dev_t *d = s_of(b);
+    tp_stream_t *s = d->cpu->ops->stream_new(d->cpu);
+    pthread_mutex_lock(&d->mu);
+    cr_assert_lt(d->nstreams, 64);
+    d->streams[d->nstreams++] = s;
+    pthread_mutex_unlock(&d->mu);
+    return s;
+}
+
+static void s_stream_destroy(tp_backend_t *b, tp_stream_t *s) {
+    s_check(b, "stream_destroy", s, NULL, 0);
+    s_of(b)->cpu->ops->stream_destroy(s_of(b)->cpu, s);
+}
+
+static tp_status_t s_stream_sync(tp_backend_t *b, tp_stream_t *s) {
+    s_check(b, "stream_sync", s, NULL, 0);
+    return s_of(b)->cpu->ops->stream_sync(s_of(b)->cpu, s);
+}
+
+static void s_check_call(tp_backend_t *b, const char *what, tp_stream_t *s,
+                         const tp_op_call_t *c) {
+    const void *p[2 * TP_OP_MAX_INPUTS + 5];
+    int n = 0;
+    for (int i = 0; i < c->ninputs; i++) {
+        p[n++] = c->x[i];
+        p[n++] = c->dx ? c->dx[i] : NULL;
+    }
+    p[n++] = c->y;
+    p[n++] = c->dy;
+    p[n++] = c->workspace_bytes ? c->workspace : NULL;
+    p[n++] = c->state[0];
+    p[n++] = c->state[1];
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s of %s", what, c->name);
+    s_check(b, msg, s, p, n);
+}
+
+static tp_status_t s_forward(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t *c) {
+    s_check_call(b, "forward", s, c);
+    return s_of(b)->cpu->ops->op_forward(s_of(b)->cpu, s, c);
+}
+
+static tp_status_t s_backward(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t *c) {
+    s_check_call(b, "backward", s, c);
+    return s_of(b)->cpu->ops->op_backward(s_of(b)->cpu, s, c);
+}
+
+static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
+                         float *mom, size_t n, float lr, float momentum, int nesterov) {
+    const void *p[3] = {w, g, mom};
+    s_check(b, "sgd_update", s, p, 3);
+    return s_of(b)->cpu->ops->sgd_update(s_of(b)->cpu, s, w, g, mom, n, lr,
+                                         momentum, nesterov);
+}
+
+static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
+                          float *m1, float *m2, size_t n, float lr, float b1,
+                          float b2, float eps, int64_t step) {
+    const void *p[4] = {w, g, m1, m2};
+    s_check(b, "adam_update", s, p, 4);
+    return s_of(b)->cpu->ops->adam_update(s_of(b)->cpu, s, w, g, m1, m2, n, lr,
+                                          b1, b2, eps, step);
+}
+
+/* The collective spans the devices: the buffer and stream are the rank's. */
+static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
+                               tp_stream_t *s, float *buf, size_t count, int avg) {
+    const void *p[1] = {buf};
+    s_check(b, "allreduce", s, p, 1);
+    return s_of(b)->cpu->ops->allreduce(s_of(b)->cpu, c, rank, s, buf, count, avg);
+}
+
+static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
+    return s_of(b)->cpu->ops->comm_new(s_of(b)->cpu, nranks);
+}
+static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
+    s_of(b)->cpu->ops->comm_destroy(s_of(b)->cpu, c);
+}
+static void s_comm_abort(tp_backend_t *b, tp_comm_t *c) {
+    s_of(b)->cpu->ops->comm_abort(s_of(b)->cpu, c);
+}
+
+static void s_destroy(tp_backend_t *b) {
+    s_dev_t *d = s_of(b);
+    cr_expect_eq(d->nbufs, 0, "device %d: %d buffers not freed", b->device, d->nbufs);
+    if (d->destroyed)
+        *d->destroyed = 1;
+    tp_backend_destroy(&d->cpu);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+static tp_backend_ops_t s_ops;
+
+/* Stand-in device `dev`, freed by tp_backend_destroy. */
+static tp_backend_t *s_dev_new(int dev) {
+    s_dev_t *d = calloc(1, sizeof *d);
+    cr_assert_not_null(d);
+    d->cpu = tp_backend_cpu_new(1);
+    cr_assert_not_null(d->cpu);
+    pthread_mutex_init(&d->mu, NULL);
+    if (!s_ops.name) {  /* one table for every stand-in (one kind) */
+        s_ops = *d->cpu->ops;
+        s_ops.name = "stand-in";
+        s_ops.alloc = s_alloc;
+        s_ops.free = s_free;
+        s_ops.copy = s_copy;
+        s_ops.fill = s_fill;
+        s_ops.stream_new = s_stream_new;
+        s_ops.stream_destroy = s_stream_destroy;
+        s_ops.stream_sync = s_stream_sync;
+        s_ops.op_forward = s_forward;
+        s_ops.op_backward = s_backward;
+        s_ops.sgd_update = s_sgd;
+        s_ops.adam_update = s_adam;
+        s_ops.comm_new = s_comm_new;
+        s_ops.comm_destroy = s_comm_destroy;
+        s_ops.allreduce = s_allreduce;
+        s_ops.comm_abort = s_comm_abort;
+        s_ops.allreduce_local = NULL; /* one thread for all: refused */
+        s_ops.destroy = s_destroy;
+        /* the rest (gemm, staging, graphs, host memory) stay the CPU's,
+         * which reach only what the checked calls gave them */
+        s_ops.host_alloc = NULL;
+        s_ops.copy_async = NULL;
+        s_ops.graph_begin = NULL;
+    }
+    d->base.ops = &s_ops;
+    d->base.impl = d;
+    d->base.device = dev;
+    return &d->base;
+}
+
+static tp_model_desc_t s_desc(tp_optimizer_t *(*opt)(void *)) {
+    return (tp_model_desc_t){.inputs = stu_inputs, .ninputs = 2, .build = stu_cnn,
+                             .optimizer = opt};
+}
+
+/* `towers` towers on `ndev` stand-in devices (0: on one CPU backend). */
+static tp_model_t *s_model(int towers, int ndev, tp_optimizer_t *(*opt)(void *)) {
+    tp_model_config_t c = tp_model_config_default();
+    c.towers = towers;
+    c.batch = 16;
+    c.infer_batch = 16;
+    c.seed = 11;
+    c.threads = 1;
+    c.ndevices = ndev;
+    for (int r = 0; r < ndev; r++)
+        c.devices[r] = s_dev_new(r);
+    c.own_backend = 1;
+    tp_model_desc_t d = s_desc(opt);
+    tp_model_t *m = tp_model_new(&d, &c);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    return m;
+}
+
+/* A step as the replicated trainer runs it: each tower on a thread of its
+ * own (forward, backward, its part of the all-reduce, its slice of the
+ * update), then the update run that closes the step. */
+typedef struct {
+    tp_model_t *m;
+    int tower;
+    tp_tensor_t in[2];
+    tp_status_t rc;
+    char err[256];
+} s_job_t;
+
+static void *s_tower_main(void *arg) {
+    s_job_t *j = arg;
+    tp_run_opts_t o = {.stages = TP_RUN_TRAIN};
+    j->rc = tp_model_run(j->m, j->tower, j->in, 2, NULL, 0, &o);
+    snprintf(j->err, sizeof j->err, "%s", j->rc < 0 ? tp_last_error() : "");
+    return NULL;
+}
+
+static uint8_t s_x[4][16 * 144];
+static int32_t s_y[4][16];
+
+/* Step s's batch for tower i: the same for every model of a test. */
+static void s_batch(int s, int i, tp_tensor_t in[2]) {
+    tp_rng_t r;
+    tp_rng_init(&r, 77 + (uint64_t)s, (uint64_t)i);
+    for (int k = 0; k < 16 * 144; k++)
+        s_x[i][k] = (uint8_t)tp_rng_u64(&r);
+    for (int k = 0; k < 16; k++)
+        s_y[i][k] = (int32_t)(tp_rng_u64(&r) % 5);
+    int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
+    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, s_x[i], NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, s_y[i], NULL, NULL);
+}
+
+static void s_step(tp_model_t *m, int s) {
+    int n = tp_model_tower_count(m);
+    s_job_t jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (s_job_t){.m = m, .tower = i};
+        s_batch(s, i, jobs[i].in);
+        cr_assert_eq(pthread_create(&th[i], NULL, s_tower_main, &jobs[i]), 0);
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(jobs[i].rc, TP_OK, "step %d, tower%d: %s", s, i, jobs[i].err);
+    }
+    tp_run_opts_t o = {.stages = TP_RUN_UPDATE};
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &o), TP_OK,
+                 "step %d: %s", s, tp_last_error());
+}
+
+/* Replica r's trainable arena and slots equal replica 0's of `ref`,
+ * bit for bit. */
+static void s_expect_replica(const tp_model_t *m, int r, const tp_model_t *ref,
+                             const char *what) {
+    size_t n = m->ntrain * sizeof(float);
+    cr_expect_eq(memcmp(m->rep[r].train_arena, ref->rep[0].train_arena, n), 0,
+                 "%s: replica %d's variables differ", what, r);
+    for (int s = 0; s < m->nslots; s++)
+        cr_expect_eq(memcmp(m->rep[r].slots[s], ref->rep[0].slots[s], n), 0,
+                     "%s: replica %d's slot %d differs", what, r, s);
+}
+
+static void s_expect_own_memory(tp_model_t *m) {
+    for (int r = 0; r < tp_model_device_count(m); r++) {
+        s_dev_t *d = s_of(m->rep[r].backend);
+        cr_expect_gt(d->calls, 50, "device %d ran %d calls", r, d->calls);
+        cr_expect_eq(d->foreign, 0, "device %d: %d calls touched another "
+                     "device's memory, first %s", r, d->foreign, d->first_foreign);
+    }
+}
+
+Test(model_devices, towers_are_placed_round_robin_each_on_its_device) {
+    tp_model_t *m = s_model(4, 2, stu_nesterov);
+    cr_assert_eq(tp_model_device_count(m), 2);
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(tp_model_tower_backend(m, i), m->rep[i % 2].backend);
+        cr_expect_eq(tp_tower_device(m->towers[i]), i % 2);
+    }
+    cr_expect_eq(tp_model_tower_backend(m, -1), tp_model_backend(m),
+                 "the inference graph is on replica 0's device");
+    cr_expect_null(tp_model_tower_backend(m, 4));
+    tp_model_destroy(&m);
+}
+
+/* Two towers on two devices train exactly as two towers on one: the same
+ * sums in the same order, the same elementwise update in each replica. */
+static void s_two_devices_as_one(tp_optimizer_t *(*opt)(void *), int ntowers) {
+    tp_model_t *one = s_model(ntowers, 0, opt), *two = s_model(ntowers, 2, opt);
+    for (int s = 0; s < 5; s++) {
+        s_step(one, s);
+        s_step(two, s);
+        for (int r = 0; r < 2; r++)
+            s_expect_replica(two, r, one, "after a step");
+    }
+    s_expect_own_memory(two);
+    /* the inference graph reads replica 0, as tp_model_var does */
+    tp_tensor_t a, b;
+    cr_assert_eq(tp_model_var(one, "fc2/W", &a), TP_OK);
+    cr_assert_eq(tp_model_var(two, "fc2/W", &b), TP_OK);
+    cr_expect_eq(memcmp(a.data, b.data, a.nbytes), 0);
+    tp_tensor_fini(&a);
+    tp_tensor_fini(&b);
+    tp_tensor_t in[2];
+    s_batch(9, 0, in);
+    tp_fetch_t f1 = {.name = "accuracy"}, f2 = {.name = "accuracy"};
+    tp_run_opts_t o = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(one, -1, in, 2, &f1, 1, &o), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(two, -1, in, 2, &f2, 1, &o), TP_OK, "%s", tp_last_error());
+    float v1, v2;
+    cr_expect_eq(*(const float *)tp_model_view_host(one, &f1.value, &v1, 4),
+                 *(const float *)tp_model_view_host(two, &f2.value, &v2, 4));
+    tp_tensor_fini(&f1.value);
+    tp_tensor_fini(&f2.value);
+    tp_model_destroy(&one);
+    tp_model_destroy(&two);
+}
+
+Test(model_devices, two_devices_train_as_one_with_nesterov) {
+    s_two_devices_as_one(stu_nesterov, 2);
+}
+
+Test(model_devices, four_towers_on_two_devices_train_as_on_one_with_adam) {
+    s_two_devices_as_one(stu_adam, 4);
+}
+
+Test(model_devices, a_checkpoint_load_writes_every_replica) {
+    char dir[] = "/tmp/tp-devices-XXXXXX", path[256];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    tp_model_t *src = s_model(2, 0, stu_adam);
+    for (int s = 0; s < 3; s++)
+        s_step(src, s);
+    cr_assert_eq(tp_checkpoint_save(src, path, NULL), TP_OK, "%s", tp_last_error());
+    tp_model_t *two = s_model(2, 2, stu_adam);
+    cr_assert_eq(tp_checkpoint_load(two, path, TP_LOAD_STRICT, NULL), TP_OK, "%s",
+                 tp_last_error());
+    for (int r = 0; r < 2; r++)
+        s_expect_replica(two, r, src, "after the load");
+    /* and they train on alike */
+    s_step(src, 3);
+    s_step(two, 3);
+    for (int r = 0; r < 2; r++)
+        s_expect_replica(two, r, src, "a step after the load");
+    s_expect_own_memory(two);
+    tp_model_destroy(&src);
+    tp_model_destroy(&two);
+    remove(path);
+    rmdir(dir);
+}
+
+Test(model_devices, one_thread_for_every_tower_is_refused_with_the_reason) {
+    tp_model_t *m = s_model(2, 2, stu_nesterov);
+    tp_tensor_t in[4];
+    s_batch(0, 0, in);
+    s_batch(0, 1, in + 2);
+    cr_expect_eq(tp_model_run(m, TP_ALL_TOWERS, in, 4, NULL, 0, NULL),
+                 TP_ERR_UNSUPPORTED);
+    cr_expect(strstr(tp_last_error(), "span 2 devices") &&
+              strstr(tp_last_error(), "own thread"), "%s", tp_last_error());
+    /* gradients that were not all-reduced cannot update the replicas */
+    tp_run_opts_t g = {.stages = TP_RUN_GRADIENTS};
+    cr_assert_eq(tp_model_run(m, 0, in, 2, NULL, 0, &g), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, 1, in + 2, 2, NULL, 0, &g), TP_OK, "%s", tp_last_error());
+    tp_run_opts_t u = {.stages = TP_RUN_UPDATE};
+    cr_expect_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &u), TP_ERR_STATE);
+    cr_expect(strstr(tp_last_error(), "tower0's gradients were not all-reduced"),
+              "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
+
+Test(model_devices, bad_device_lists_are_named_and_the_backends_freed) {
+    tp_model_desc_t d = s_desc(stu_nesterov);
+    struct {
+        int towers, ndev, same, cpu_second, null_second;
+        const char *says;
+    } cases[] = {
+        {1, 2, 0, 0, 0, "1 training towers on 2 devices"},
+        {2, 2, 1, 0, 0, "devices[0] and devices[1] are the same backend"},
+        {2, 2, 0, 1, 0, "devices[1] is a cpu backend, devices[0] a stand-in one"},
+        {2, 2, 0, 0, 1, "devices[1] is NULL"},
+        {2, 9, 0, 0, 0, "9 devices (0..8)"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tp_model_config_t c = tp_model_config_default();
+        c.towers = cases[k].towers;
+        c.ndevices = cases[k].ndev;
+        int gone[2] = {0, 0};
+        if (cases[k].ndev <= TP_MODEL_DEVICES_MAX) {
+            c.devices[0] = s_dev_new(0);
+            s_of(c.devices[0])->destroyed = &gone[0];
+            if (cases[k].cpu_second) {
+                c.devices[1] = tp_backend_cpu_new(1);
+            } else if (!cases[k].same && !cases[k].null_second) {
+                c.devices[1] = s_dev_new(1);
+                s_of(c.devices[1])->destroyed = &gone[1];
+            } else if (cases[k].same) {
+                c.devices[1] = c.devices[0];
+            }
+        }
+        c.own_backend = 1;
+        cr_expect_null(tp_model_new(&d, &c), "case %zu", k);
+        cr_expect(strstr(tp_last_error(), cases[k].says), "case %zu: %s", k,
+                  tp_last_error());
+        if (cases[k].ndev <= TP_MODEL_DEVICES_MAX)
+            cr_expect(gone[0], "case %zu: devices[0] not destroyed", k);
+        if (cases[k].ndev <= TP_MODEL_DEVICES_MAX && !cases[k].same &&
+            !cases[k].null_second && !cases[k].cpu_second)
+            cr_expect(gone[1], "case %zu: devices[1] not destroyed", k);
+    }
+}
