@@ -68,10 +68,12 @@ typedef struct tp_input_ops {
     /* The same for the scalars that go into stats.json after each epoch.
      * May be NULL: none. */
     int (*scalars)(void *impl, tp_input_scalar_t *out, int max);
-    /* The towers' backend, once the model is built (before the first
-     * next): an input that makes its batches in the towers' memory
-     * (ResidentInput) moves there. May be NULL: batches are host memory. */
-    tp_status_t (*bind)(void *impl, tp_backend_t *backend);
+    /* The towers' backends, once the model is built (before the first
+     * next): tower i's is backends[i % n] (n == 1: one for every tower;
+     * towers on several devices: one each). An input that makes its
+     * batches in the towers' memory (ResidentInput) moves there. May be
+     * NULL: batches are host memory. */
+    tp_status_t (*bind)(void *impl, tp_backend_t *const *backends, int n);
 } tp_input_ops_t;
 
 /* An input over `impl`; takes it. Caller owns. */
@@ -106,6 +108,10 @@ int tp_input_scalars(tp_input_t *self, tp_input_scalar_t *out, int max);
  * with a bind entry puts its batches in the towers' memory (ResidentInput
  * makes them there, StagingInput copies them there on a device). */
 tp_status_t tp_input_bind(tp_input_t *self, tp_backend_t *backend);
+/* The same for towers on several devices: tower i's backend is
+ * backends[i % n] (tp_model_tower_backend). */
+tp_status_t tp_input_bind_towers(tp_input_t *self, tp_backend_t *const *backends,
+                                 int n);
 
 /* ResidentInput: the whole data set in the towers' memory (device memory
  * on a GPU), made into augmented batches there; per step the host only
@@ -243,6 +249,14 @@ typedef struct tp_train_config {
                                       (the backend is made after the input
                                       has started, so dataflow workers are
                                       forked before CUDA is loaded) */
+    int devices[TP_MODEL_DEVICES_MAX]; /* ndevices > 1: the towers on these
+                                      CUDA devices instead of `device`,
+                                      tower i on devices[i], one each
+                                      (towers == ndevices; the replicated
+                                      trainer; each device holds a replica
+                                      of the variables, the gradients
+                                      all-reduced by NCCL) */
+    int ndevices;
     int tf32;                      /* with device >= 0: 1 lets cuBLAS and
                                       cuDNN use TF32 tensor cores, 0 keeps
                                       exact fp32; -1 (default): as

@@ -70,9 +70,17 @@ void tp_input_release(tp_input_t *self, int tower, tp_datapoint_t **dp_p) {
 int64_t tp_input_size(tp_input_t *self) { return self->ops->size(self->impl); }
 
 tp_status_t tp_input_bind(tp_input_t *self, tp_backend_t *backend) {
+    return tp_input_bind_towers(self, &backend, 1);
+}
+
+tp_status_t tp_input_bind_towers(tp_input_t *self, tp_backend_t *const *backends,
+                                 int n) {
     if (!self || !self->ops->bind)
         return TP_OK;
-    return self->ops->bind(self->impl, backend);
+    if (!backends || n < 1)
+        return tp_error(TP_ERR_INVALID, "%s: bound to %d backends",
+                        tp_input_name(self), n);
+    return self->ops->bind(self->impl, backends, n);
 }
 
 void tp_input_set_watchdog(tp_input_t *self, double seconds) {

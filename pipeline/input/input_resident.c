@@ -250,8 +250,15 @@ static tp_status_t res_start(void *impl, int towers, uint64_t seed, int64_t skip
     return TP_OK;
 }
 
-static tp_status_t res_bind(void *impl, tp_backend_t *backend) {
+static tp_status_t res_bind(void *impl, tp_backend_t *const *backends, int n) {
     s_res_t *r = impl;
+    tp_backend_t *backend = backends[0];
+    for (int i = 1; i < n; i++)
+        if (backends[i] != backend)
+            return tp_error(TP_ERR_UNSUPPORTED, "ResidentInput: the towers span "
+                            "%d devices, and it keeps one copy of the data set "
+                            "(on one device); use StagingInput (tp-train without "
+                            "--resident)", n);
     if (r->images) {
         if (backend == r->backend)
             return TP_OK;

@@ -115,7 +115,8 @@ struct s_staging {
     int nr_stage;
     tp_stage_ops_t ops;
     int has_ops;
-    tp_backend_t *_Atomic device; /* bound: a device backend's stages */
+    /* bound: tower i's device backend (its stages), or NULL */
+    tp_backend_t *_Atomic device[MAX_TOWERS];
     int towers;               /* the stages running: 0 when stopped */
     double t_start;
     double watchdog_s;
@@ -224,7 +225,7 @@ static tp_status_t s_stage_into(s_staging_t *s, s_stage_t *st, s_slot_t *slot,
     if (n > MAX_COMP)
         return tp_error(TP_ERR_INVALID, "StagingInput tower%d: a batch with %d "
                         "components (at most %d)", st->tower, n, MAX_COMP);
-    tp_backend_t *dev = atomic_load_explicit(&s->device, memory_order_acquire);
+    tp_backend_t *dev = atomic_load_explicit(&s->device[st->tower], memory_order_acquire);
     if (dev) {
         TP_TRY(s_stage_device(s, st, slot, dp, n, dev));
         s_keep_meta(slot, dp, n);
@@ -631,11 +632,14 @@ static int st_scalars(void *impl, tp_input_scalar_t *out, int max) {
 
 /* The towers' backend: a device's stages from now on (unless the user
  * gave ops of their own); the inner input is told too. */
-static tp_status_t st_bind(void *impl, tp_backend_t *backend) {
+static tp_status_t st_bind(void *impl, tp_backend_t *const *backends, int n) {
     s_staging_t *s = impl;
-    TP_TRY(tp_input_bind(s->inner, backend));
-    if (backend && tp_backend_device(backend) >= 0 && !s->has_ops)
-        atomic_store_explicit(&s->device, backend, memory_order_release);
+    TP_TRY(tp_input_bind_towers(s->inner, backends, n));
+    for (int i = 0; i < MAX_TOWERS && !s->has_ops; i++) {
+        tp_backend_t *b = backends[i % n];
+        if (b && tp_backend_device(b) >= 0)
+            atomic_store_explicit(&s->device[i], b, memory_order_release);
+    }
     return TP_OK;
 }
 

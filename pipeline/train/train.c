@@ -420,6 +420,16 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     tp_trainer_kind_t kind = cfg->trainer;
     if ((int)kind < 0)
         kind = cfg->towers == 1 ? TP_TRAINER_SIMPLE : TP_TRAINER_REPLICATED;
+    if (cfg->ndevices > 1 &&
+        (cfg->ndevices > TP_MODEL_DEVICES_MAX || cfg->towers != cfg->ndevices ||
+         kind != TP_TRAINER_REPLICATED || cfg->dist)) {
+        rc = tp_error(TP_ERR_INVALID, "TrainConfig: towers on %d GPUs (at most "
+                      "%d) take one tower each (got %d towers), the replicated "
+                      "trainer, and no distributed run", cfg->ndevices,
+                      TP_MODEL_DEVICES_MAX, cfg->towers);
+        tp_train_config_fini(cfg);
+        return rc;
+    }
 
     s_mt_t *mt = calloc(1, sizeof *mt);
     if (!mt) {
@@ -431,7 +441,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
      * batch staged in its memory while it computes; on a GPU copied from
      * pinned memory on a copy stream, bound below). */
     mt->input = cfg->input ? cfg->input : tp_input_queue(cfg->dataflow, 50);
-    if (!cfg->input && (cfg->towers > 1 || cfg->device >= 0) && mt->input)
+    if (!cfg->input && (cfg->towers > 1 || cfg->device >= 0 || cfg->ndevices > 1) &&
+        mt->input)
         mt->input = tp_input_staging(mt->input, 1, NULL);
     cfg->input = NULL;
     cfg->dataflow = NULL;
@@ -495,7 +506,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                    : cfg->validation ? cfg->batch : 0;
     mc.seed = cfg->seed;
     mc.threads = cfg->threads;
-    if (cfg->device >= 0) {
+    if (cfg->device >= 0 || cfg->ndevices > 1) {
         /* here, after the input has started: its forked workers never
          * see CUDA loaded */
         if (cfg->dist) {
@@ -504,16 +515,27 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                           cfg->device);
             goto out;
         }
-        tp_cuda_options_t co = tp_cuda_options_default();
-        co.device = cfg->device;
-        if (cfg->tf32 >= 0)
-            co.tf32 = cfg->tf32 != 0;
-        if (!(mc.backend = tp_backend_cuda_new(&co))) {
-            rc = tp_error_wrap(TP_ERR_UNSUPPORTED, "towers on CUDA device %d",
-                               cfg->device);
-            goto out;
+        int n = cfg->ndevices > 1 ? cfg->ndevices : 1;
+        for (int r = 0; r < n; r++) {
+            tp_cuda_options_t co = tp_cuda_options_default();
+            co.device = n > 1 ? cfg->devices[r] : cfg->device;
+            if (cfg->tf32 >= 0)
+                co.tf32 = cfg->tf32 != 0;
+            if (!(mc.devices[r] = tp_backend_cuda_new(&co))) {
+                rc = tp_error_wrap(TP_ERR_UNSUPPORTED, "towers on CUDA device %d",
+                                   co.device);
+                for (int q = 0; q < r; q++)
+                    tp_backend_destroy(&mc.devices[q]);
+                goto out;
+            }
         }
-        mc.own_backend = 1;  /* the model (also one handed out) keeps it */
+        if (n > 1) {
+            mc.ndevices = n;
+        } else {
+            mc.backend = mc.devices[0];
+            mc.devices[0] = NULL;
+        }
+        mc.own_backend = 1;  /* the model (also one handed out) keeps them */
     }
     mt->model = tp_model_new(cfg->model, &mc);
     if (!mt->model) {
@@ -539,7 +561,10 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         }
     }
     /* an input that makes its batches where the towers compute moves there */
-    if ((rc = tp_input_bind(mt->input, tp_model_backend(mt->model))) < 0) {
+    tp_backend_t *tower_backends[MAX_TOWERS];
+    for (int i = 0; i < cfg->towers; i++)
+        tower_backends[i] = tp_model_tower_backend(mt->model, i);
+    if ((rc = tp_input_bind_towers(mt->input, tower_backends, cfg->towers)) < 0) {
         rc = tp_error_wrap(rc, "%s", tp_input_name(mt->input));
         goto out;
     }

@@ -239,6 +239,57 @@ Test(staging_device, a_stage_the_device_cannot_give_is_named) {
     tp_backend_destroy(&b);
 }
 
+/* Towers on two devices (tp_input_bind_towers): each tower's batches are
+ * staged on its own device, never the other's. */
+Test(staging_device, towers_on_two_devices_stage_on_their_own) {
+    s_dev_t *d0 = s_dev_new(-1), *d1 = s_dev_new(-1);
+    d1->base.device = 1;
+    tp_backend_t *per_tower[2] = {&d0->base, &d1->base};
+    tp_input_t *in = tp_input_staging(tp_input_feed(tu_counting(40)), 1, NULL);
+    cr_assert_eq(tp_input_bind_towers(in, per_tower, 2), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_input_start(in, 2, 1, 0), TP_OK, "%s", tp_last_error());
+    for (int step = 0; step < 30; step++)
+        for (int tower = 0; tower < 2; tower++) {
+            tp_datapoint_t *dp = NULL;
+            cr_assert_eq(tp_input_next(in, tower, &dp), TP_OK, "%s", tp_last_error());
+            cr_assert_eq(s_value(dp, step, tower), (step * 2 + tower) % 40);
+            const void *p = tp_datapoint_cget(dp, 0)->data;
+            cr_assert(s_is_dev(tower ? d1 : d0, p) && !s_is_dev(tower ? d0 : d1, p),
+                      "step %d: tower%d's batch is not on device %d", step, tower,
+                      tower);
+            tp_datapoint_destroy(&dp);
+        }
+    cr_assert_leq(s_live(d0), 2);
+    cr_assert_leq(s_live(d1), 2);
+    tp_input_destroy(&in);
+    cr_assert_eq(s_live(d0) + s_live(d1), 0);
+    cr_assert_eq(tp_input_bind_towers(NULL, per_tower, 2), TP_OK);
+    tp_backend_t *b = &d0->base;
+    tp_backend_destroy(&b);
+    b = &d1->base;
+    tp_backend_destroy(&b);
+}
+
+/* ResidentInput keeps one copy of the data set: towers on two devices are
+ * refused, with the reason and what to use instead. */
+Test(staging_device, resident_data_on_two_devices_is_refused) {
+    s_dev_t *d0 = s_dev_new(-1), *d1 = s_dev_new(-1);
+    d1->base.device = 1;
+    tp_backend_t *per_tower[2] = {&d0->base, &d1->base};
+    tp_resident_opts_t o;
+    tp_resident_opts_init(&o);
+    tp_input_t *in = tp_input_resident(tu_counting(8), &o);
+    cr_assert_not_null(in, "%s", tp_last_error());
+    cr_assert_eq(tp_input_bind_towers(in, per_tower, 2), TP_ERR_UNSUPPORTED);
+    cr_assert(strstr(tp_last_error(), "span 2 devices") &&
+              strstr(tp_last_error(), "StagingInput"), "%s", tp_last_error());
+    tp_input_destroy(&in);
+    tp_backend_t *b = &d0->base;
+    tp_backend_destroy(&b);
+    b = &d1->base;
+    tp_backend_destroy(&b);
+}
+
 /* The CPU backend (device -1) keeps host memory: nothing to stage. */
 Test(staging_device, the_cpu_backend_keeps_host_memory) {
     tp_backend_t *cpu = tp_backend_cpu_new(1);

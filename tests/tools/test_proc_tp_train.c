@@ -463,13 +463,16 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     cr_assert_neq(s_run(a4, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "bogus"), "%s", s_out);
     /* A list of two GPUs: without a GPU (CI) the refusal names CUDA's
-     * answer; with one GPU there is no GPU 1; with two, towers on several
-     * GPUs are not part of this build. */
+     * answer; with one GPU there is no GPU 1 (two would train). A tower
+     * count other than one per GPU is refused before CUDA is asked. */
     char *a5[] = {"tp-train", "--devices", "0,1", NULL};
     cr_assert_neq(s_run(a5, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--devices 0,1") &&
-              (strstr(s_out, "no CUDA devices") || strstr(s_out, "several GPUs") ||
-               strstr(s_out, "there is no GPU 1")), "%s", s_out);
+              (strstr(s_out, "no CUDA devices") || strstr(s_out, "there is no GPU 1")),
+              "%s", s_out);
+    char *a5b[] = {"tp-train", "--devices", "0,1", "--towers", "3", NULL};
+    cr_assert_neq(s_run(a5b, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--towers 3 on --devices 0,1: one tower per GPU"), "%s", s_out);
     char *a6[] = {"tp-train", "--devices", "0,0", NULL};
     cr_assert_neq(s_run(a6, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "GPU 0 is listed twice"), "%s", s_out);

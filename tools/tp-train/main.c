@@ -48,6 +48,7 @@ typedef struct {
     int pad;      /* --pad: the augmentation's zeros around an image (2) */
     int image_size;   /* the model's input: image_size x image_size */
     int device;   /* the GPU the towers run on; -1: the CPU */
+    int gpus[TP_MODEL_DEVICES_MAX], ngpus; /* --devices 0,1: one tower each */
     int tf32;     /* --tf32: 1; default -1 ($TP_CUDA_TF32) */
     double lr;
     int64_t steps_per_epoch, seed;
@@ -79,8 +80,8 @@ static void s_usage(FILE *out) {
 "  --optimizer NAME     sgd (momentum 0.9) or adam (default per model:\n"
 "                       adam for cnn, sgd for the others)\n"
 "  --devices LIST       auto (default: GPU 0 if CUDA answers, else the CPU),\n"
-"                       cpu, or one GPU id like 1 (towers on several GPUs\n"
-"                       are not part of this build yet)\n"
+"                       cpu, a GPU id like 1, or several like 0,1 (one tower\n"
+"                       on each, gradients all-reduced by NCCL)\n"
 "  --tf32               on a GPU: TF32 tensor cores for products and\n"
 "                       convolutions (default: exact fp32, or $TP_CUDA_TF32)\n"
 "  --towers N|auto      towers, data parallel in one process (default auto:\n"
@@ -150,18 +151,19 @@ static tp_optimizer_t *s_optimizer(void *user) {
                         : tp_optimizer_sgd(args[0], 0.9, 0);
 }
 
-/* --devices 0,1: distinct GPU ids that exist. This build puts every tower
- * on one GPU: a list of one is taken (*device), a longer valid one is
- * refused, saying so. */
-static tp_status_t s_check_device_list(const char *list, int *device) {
-    int ids[64], n = 0;
+/* --devices 0,1: distinct GPU ids, into ids[] (*n_out of them). */
+static tp_status_t s_parse_device_list(const char *list, int *ids, int *n_out) {
+    int n = 0;
     const char *p = list;
     while (*p) {
         char *end;
         long id = strtol(p, &end, 10);
-        if (end == p || id < 0 || id > 1023 || (*end && *end != ',') || n == 64)
+        if (end == p || id < 0 || id > 1023 || (*end && *end != ','))
             return tp_error(TP_ERR_INVALID, "--devices '%s': auto, cpu, or GPU "
                             "ids separated by commas (like 0,1)", list);
+        if (n == TP_MODEL_DEVICES_MAX)
+            return tp_error(TP_ERR_INVALID, "--devices '%s': at most %d GPUs",
+                            list, TP_MODEL_DEVICES_MAX);
         for (int i = 0; i < n; i++)
             if (ids[i] == id)
                 return tp_error(TP_ERR_INVALID, "--devices '%s': GPU %ld is "
@@ -173,6 +175,12 @@ static tp_status_t s_check_device_list(const char *list, int *device) {
     }
     if (n == 0)
         return tp_error(TP_ERR_INVALID, "--devices: empty list");
+    *n_out = n;
+    return TP_OK;
+}
+
+/* The GPUs ids[0..n-1] exist (CUDA asked in a forked probe). */
+static tp_status_t s_check_gpus(const char *list, const int *ids, int n) {
     char why[512];
     int count = tp_cuda_probe_isolated(why, sizeof why);
     if (count <= 0)
@@ -183,11 +191,6 @@ static tp_status_t s_check_device_list(const char *list, int *device) {
             return tp_error(TP_ERR_INVALID, "--devices %s: there is no GPU %d "
                             "(%d CUDA device%s)", list, ids[i], count,
                             count == 1 ? "" : "s");
-    if (n > 1)
-        return tp_error(TP_ERR_UNSUPPORTED, "--devices %s: towers on several "
-                        "GPUs are not part of this build yet; name one GPU "
-                        "(--towers N puts N towers on it)", list);
-    *device = ids[0];
     return TP_OK;
 }
 
@@ -485,8 +488,18 @@ int main(int argc, char **argv) {
                  "on the CPU only; use --devices cpu or auto", a.devices);
         return s_fail("bad flag");
     } else if (strcmp(a.devices, "cpu")) {
-        if (s_check_device_list(a.devices, &a.device) != TP_OK)
+        if (s_parse_device_list(a.devices, a.gpus, &a.ngpus) != TP_OK)
             return s_fail("bad flag");
+        if (a.ngpus > 1 && a.towers && a.towers != a.ngpus) {
+            tp_error(TP_ERR_INVALID, "--towers %d on --devices %s: one tower "
+                     "per GPU (leave --towers out)", a.towers, a.devices);
+            return s_fail("bad flags");
+        }
+        if (s_check_gpus(a.devices, a.gpus, a.ngpus) != TP_OK)
+            return s_fail("bad flag");
+        a.device = a.gpus[0];
+        if (a.ngpus > 1)
+            a.towers = a.ngpus;
     }
     /* On the CPU, towers in parallel use the cores better than one tower
      * with several BLAS threads (measured: docs/performance.md): by default
@@ -610,6 +623,10 @@ int main(int argc, char **argv) {
     cfg.seed = (uint64_t)a.seed;
     cfg.threads = a.threads;
     cfg.device = a.device;
+    if (a.ngpus > 1) {
+        memcpy(cfg.devices, a.gpus, sizeof a.gpus);
+        cfg.ndevices = a.ngpus;
+    }
     cfg.tf32 = a.tf32;
     cfg.logdir = rank == 0 ? logdir : NULL;
     cfg.auto_resume = a.resume;
