@@ -7,6 +7,8 @@
 #define TP_TESTS_GPU_STEP_TESTUTIL_H
 
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <towerpack/towerpack.h>
 
@@ -98,6 +100,62 @@ static inline void stu_bad_label_fails(tp_model_t *m) {
     }
     cr_assert_lt(rc, 0);
     cr_assert(strstr(tp_last_error(), "label 7"), "%s", tp_last_error());
+}
+
+/* Step s's batch for tower i (16 random images and labels), the same for
+ * every model of a test: x and y are the caller's, one per tower. */
+static inline void stu_batch(int s, int i, uint8_t x[16 * 144], int32_t y[16],
+                             tp_tensor_t in[2]) {
+    tp_rng_t r;
+    tp_rng_init(&r, 77 + (uint64_t)s, (uint64_t)i);
+    for (int k = 0; k < 16 * 144; k++)
+        x[k] = (uint8_t)tp_rng_u64(&r);
+    for (int k = 0; k < 16; k++)
+        y[k] = (int32_t)(tp_rng_u64(&r) % 5);
+    int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
+    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+}
+
+/* A step as the replicated trainer runs it: each tower (at most 4) on a
+ * thread of its own (forward, backward, its part of the all-reduce, its
+ * slice of the update) on stu_batch(s, tower), then the update run that
+ * closes the step. */
+typedef struct {
+    tp_model_t *m;
+    int tower;
+    tp_tensor_t in[2];
+    tp_status_t rc;
+    char err[256];
+} stu_job_t;
+
+static inline void *stu_tower_main(void *arg) {
+    stu_job_t *j = arg;
+    tp_run_opts_t o = {.stages = TP_RUN_TRAIN};
+    j->rc = tp_model_run(j->m, j->tower, j->in, 2, NULL, 0, &o);
+    snprintf(j->err, sizeof j->err, "%s", j->rc < 0 ? tp_last_error() : "");
+    return NULL;
+}
+
+static inline void stu_step_threads(tp_model_t *m, int s) {
+    static uint8_t x[4][16 * 144];
+    static int32_t y[4][16];
+    int n = tp_model_tower_count(m);
+    cr_assert_leq(n, 4);
+    stu_job_t jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (stu_job_t){.m = m, .tower = i};
+        stu_batch(s, i, x[i], y[i], jobs[i].in);
+        cr_assert_eq(pthread_create(&th[i], NULL, stu_tower_main, &jobs[i]), 0);
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(jobs[i].rc, TP_OK, "step %d, tower%d: %s", s, i, jobs[i].err);
+    }
+    tp_run_opts_t o = {.stages = TP_RUN_UPDATE};
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &o), TP_OK,
+                 "step %d: %s", s, tp_last_error());
 }
 
 #endif

@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"  /* a white-box test of the backends' table */
+#include "gpu/graph/graph_internal.h" /* the replicas of a model on two GPUs */
 #include "gpu/step_testutil.h"
 
 /* Criterion lists skipped tests only with --verbose: say it in every run
@@ -980,6 +981,54 @@ static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
 }
 
 Test(cuda_step, one_tower_sgd_matches_the_cpu) { s_train_compare(1, stu_nesterov, 4); }
+
+/* Towers on two GPUs (tp_model_config_t.devices, a replica of the
+ * variables on each, the gradients all-reduced by NCCL) train as two towers
+ * on the CPU, and the replicas stay equal bit for bit. Needs two GPUs; the
+ * harness runs it on two CPU backends. */
+Test(cuda_step, towers_on_two_gpus_train_as_on_the_cpu) {
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, s_momentum, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 2;
+    cfg.batch = 16;
+    cfg.seed = 42;
+    cfg.threads = 1;
+    if (!s_on_cpu() && tp_cuda_device_count() < 2)
+        cr_skip_test("needs two GPUs (%d found: %s)", tp_cuda_device_count(),
+                     tp_cuda_status());
+    tp_model_t *mc = tp_model_new(&md, &cfg);
+    cr_assert_not_null(mc, "%s", tp_last_error());
+    for (int r = 0; r < 2; r++) {
+        tp_cuda_options_t o = tp_cuda_options_default();
+        o.device = r;
+        o.tf32 = 0;
+        cfg.devices[r] = s_on_cpu() ? tp_backend_cpu_new(1) : tp_backend_cuda_new(&o);
+        cr_assert_not_null(cfg.devices[r], "%s", tp_last_error());
+    }
+    cfg.ndevices = 2;
+    cfg.own_backend = 1;
+    tp_model_t *mg = tp_model_new(&md, &cfg);
+    cr_assert_not_null(mg, "%s", tp_last_error());
+    cr_assert_eq(tp_tower_device(mg->towers[1]), s_on_cpu() ? -1 : 1);
+    for (int s = 0; s < 3; s++) {
+        stu_step_threads(mc, s);
+        stu_step_threads(mg, s);
+    }
+    size_t bytes = mg->ntrain * sizeof(float);
+    float *h[3] = {malloc(bytes), malloc(bytes), malloc(bytes)};
+    for (int r = 0; r < 2; r++) {
+        tp_backend_t *b = mg->rep[r].backend;
+        cr_assert_eq(b->ops->copy(b, NULL, h[r], mg->rep[r].train_arena, bytes,
+                                  TP_COPY_D2H), TP_OK, "%s", tp_last_error());
+    }
+    cr_expect_eq(memcmp(h[0], h[1], bytes), 0, "the replicas differ");
+    memcpy(h[2], mc->rep[0].train_arena, bytes);
+    s_close("the variables on two GPUs", h[0], h[2], mg->ntrain, 2e-4f, 2e-3f);
+    for (int k = 0; k < 3; k++)
+        free(h[k]);
+    tp_model_destroy(&mg);
+    tp_model_destroy(&mc);
+}
 
 /* config.graphs: the training step recorded once (its second step at a
  * batch) and replayed, against the same model run call by call on the same

@@ -267,59 +267,6 @@ static tp_model_t *s_model(int towers, int ndev, tp_optimizer_t *(*opt)(void *))
     return m;
 }
 
-/* A step as the replicated trainer runs it: each tower on a thread of its
- * own (forward, backward, its part of the all-reduce, its slice of the
- * update), then the update run that closes the step. */
-typedef struct {
-    tp_model_t *m;
-    int tower;
-    tp_tensor_t in[2];
-    tp_status_t rc;
-    char err[256];
-} s_job_t;
-
-static void *s_tower_main(void *arg) {
-    s_job_t *j = arg;
-    tp_run_opts_t o = {.stages = TP_RUN_TRAIN};
-    j->rc = tp_model_run(j->m, j->tower, j->in, 2, NULL, 0, &o);
-    snprintf(j->err, sizeof j->err, "%s", j->rc < 0 ? tp_last_error() : "");
-    return NULL;
-}
-
-static uint8_t s_x[4][16 * 144];
-static int32_t s_y[4][16];
-
-/* Step s's batch for tower i: the same for every model of a test. */
-static void s_batch(int s, int i, tp_tensor_t in[2]) {
-    tp_rng_t r;
-    tp_rng_init(&r, 77 + (uint64_t)s, (uint64_t)i);
-    for (int k = 0; k < 16 * 144; k++)
-        s_x[i][k] = (uint8_t)tp_rng_u64(&r);
-    for (int k = 0; k < 16; k++)
-        s_y[i][k] = (int32_t)(tp_rng_u64(&r) % 5);
-    int64_t xs[3] = {16, 12, 12}, ys[1] = {16};
-    tp_tensor_init_wrap(&in[0], TP_UINT8, 3, xs, s_x[i], NULL, NULL);
-    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, s_y[i], NULL, NULL);
-}
-
-static void s_step(tp_model_t *m, int s) {
-    int n = tp_model_tower_count(m);
-    s_job_t jobs[4];
-    pthread_t th[4];
-    for (int i = 0; i < n; i++) {
-        jobs[i] = (s_job_t){.m = m, .tower = i};
-        s_batch(s, i, jobs[i].in);
-        cr_assert_eq(pthread_create(&th[i], NULL, s_tower_main, &jobs[i]), 0);
-    }
-    for (int i = 0; i < n; i++) {
-        pthread_join(th[i], NULL);
-        cr_assert_eq(jobs[i].rc, TP_OK, "step %d, tower%d: %s", s, i, jobs[i].err);
-    }
-    tp_run_opts_t o = {.stages = TP_RUN_UPDATE};
-    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &o), TP_OK,
-                 "step %d: %s", s, tp_last_error());
-}
-
 /* Replica r's trainable arena and slots equal replica 0's of `ref`,
  * bit for bit. */
 static void s_expect_replica(const tp_model_t *m, int r, const tp_model_t *ref,
@@ -359,8 +306,8 @@ Test(model_devices, towers_are_placed_round_robin_each_on_its_device) {
 static void s_two_devices_as_one(tp_optimizer_t *(*opt)(void *), int ntowers) {
     tp_model_t *one = s_model(ntowers, 0, opt), *two = s_model(ntowers, 2, opt);
     for (int s = 0; s < 5; s++) {
-        s_step(one, s);
-        s_step(two, s);
+        stu_step_threads(one, s);
+        stu_step_threads(two, s);
         for (int r = 0; r < 2; r++)
             s_expect_replica(two, r, one, "after a step");
     }
@@ -372,8 +319,10 @@ static void s_two_devices_as_one(tp_optimizer_t *(*opt)(void *), int ntowers) {
     cr_expect_eq(memcmp(a.data, b.data, a.nbytes), 0);
     tp_tensor_fini(&a);
     tp_tensor_fini(&b);
+    static uint8_t x[16 * 144];
+    static int32_t y[16];
     tp_tensor_t in[2];
-    s_batch(9, 0, in);
+    stu_batch(9, 0, x, y, in);
     tp_fetch_t f1 = {.name = "accuracy"}, f2 = {.name = "accuracy"};
     tp_run_opts_t o = {.stages = TP_RUN_FORWARD};
     cr_assert_eq(tp_model_run(one, -1, in, 2, &f1, 1, &o), TP_OK, "%s", tp_last_error());
@@ -401,7 +350,7 @@ Test(model_devices, a_checkpoint_load_writes_every_replica) {
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
     tp_model_t *src = s_model(2, 0, stu_adam);
     for (int s = 0; s < 3; s++)
-        s_step(src, s);
+        stu_step_threads(src, s);
     cr_assert_eq(tp_checkpoint_save(src, path, NULL), TP_OK, "%s", tp_last_error());
     tp_model_t *two = s_model(2, 2, stu_adam);
     cr_assert_eq(tp_checkpoint_load(two, path, TP_LOAD_STRICT, NULL), TP_OK, "%s",
@@ -409,8 +358,8 @@ Test(model_devices, a_checkpoint_load_writes_every_replica) {
     for (int r = 0; r < 2; r++)
         s_expect_replica(two, r, src, "after the load");
     /* and they train on alike */
-    s_step(src, 3);
-    s_step(two, 3);
+    stu_step_threads(src, 3);
+    stu_step_threads(two, 3);
     for (int r = 0; r < 2; r++)
         s_expect_replica(two, r, src, "a step after the load");
     s_expect_own_memory(two);
@@ -422,9 +371,11 @@ Test(model_devices, a_checkpoint_load_writes_every_replica) {
 
 Test(model_devices, one_thread_for_every_tower_is_refused_with_the_reason) {
     tp_model_t *m = s_model(2, 2, stu_nesterov);
+    static uint8_t x[2][16 * 144];
+    static int32_t y[2][16];
     tp_tensor_t in[4];
-    s_batch(0, 0, in);
-    s_batch(0, 1, in + 2);
+    stu_batch(0, 0, x[0], y[0], in);
+    stu_batch(0, 1, x[1], y[1], in + 2);
     cr_expect_eq(tp_model_run(m, TP_ALL_TOWERS, in, 4, NULL, 0, NULL),
                  TP_ERR_UNSUPPORTED);
     cr_expect(strstr(tp_last_error(), "span 2 devices") &&
