@@ -205,6 +205,22 @@ typedef struct tp_backend_ops {
      * still pending. */
     tp_status_t (*stream_mark)(tp_backend_t *b, tp_stream_t *s);
     tp_status_t (*stream_wait_mark)(tp_backend_t *b, tp_stream_t *s);
+
+    /* ---- the all-reduce in buckets, beside the backward pass (appended
+     * later; NULL: the model reduces the whole gradient arena with
+     * allreduce once the backward pass is over). allreduce_begin reduces
+     * buf[0..count) across the ranks once the work queued on s so far is
+     * done, beside the work queued on s after it (a device: on a stream of
+     * the communicator's; the CPU, whose ranks' threads do the sums: at
+     * once). Every rank begins the same buckets in the same order.
+     * allreduce_end puts s's later work after every bucket the rank began
+     * and waits for them on the host: TP_OK once each rank's buffers hold
+     * the sums (the means), or the failure, a peer's abort included. */
+    tp_status_t (*allreduce_begin)(tp_backend_t *b, tp_comm_t *comm, int rank,
+                                   tp_stream_t *s, float *buf, size_t count,
+                                   int average);
+    tp_status_t (*allreduce_end)(tp_backend_t *b, tp_comm_t *comm, int rank,
+                                 tp_stream_t *s);
 } tp_backend_ops_t;
 
 struct tp_backend {

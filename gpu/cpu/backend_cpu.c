@@ -273,6 +273,18 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     return TP_OK;
 }
 
+/* A bucket's all-reduce beside the backward pass: on the CPU the ranks'
+ * threads do the sums themselves, so a bucket is reduced at once (between
+ * two ops of the backward pass) and there is nothing left to wait for. */
+static tp_status_t s_allreduce_end(tp_backend_t *b, tp_comm_t *c, int rank,
+                                   tp_stream_t *s) {
+    (void)b, (void)s;
+    if (rank < 0 || rank >= c->nranks)
+        return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
+                        c->nranks);
+    return TP_OK;
+}
+
 static tp_status_t s_allreduce_local(tp_backend_t *b, float *const *bufs,
                                      int n, size_t count, int average,
                                      int root_only) {
@@ -307,6 +319,8 @@ static const tp_backend_ops_t s_cpu_ops = {
     .comm_abort = s_comm_abort,
     .allreduce_local = s_allreduce_local,
     .destroy = s_destroy,
+    .allreduce_begin = s_allreduce,
+    .allreduce_end = s_allreduce_end,
 };
 
 tp_backend_t *tp_backend_cpu_new(int threads) {

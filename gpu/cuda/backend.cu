@@ -556,7 +556,16 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
  * rank order and writes it back to all, ordered by events, so the result is
  * bit-identical to the CPU backend's order. Towers on distinct devices use
  * NCCL: one communicator per device (ncclCommInitAll), the buffer cut into
- * buckets of TP_CUDA_BUCKET_FLOATS issued in one group. */
+ * pieces of TP_CUDA_BUCKET_FLOATS issued in one group.
+ *
+ * Either runs on the rank's comm stream, after the work its tower queued
+ * before the call (the `ready` event) and beside what the tower queues
+ * after it: allreduce_begin queues a bucket there and returns, and
+ * allreduce_end puts the tower's stream after the comm stream and waits on
+ * the host. allreduce is the two at once. Reusing the events from call to
+ * call is safe: a stream waits for an event's record as of the wait call,
+ * and the barriers of a call put every rank's waits on a peer's event
+ * before that peer records it again. */
 
 struct tp_ptrs {
     float *p[TP_CUDA_COMM_MAX];
@@ -571,8 +580,12 @@ struct tp_comm {
     cudaStream_t streams[TP_CUDA_COMM_MAX];
     cudaEvent_t ready[TP_CUDA_COMM_MAX]; /* the rank's gradients are final */
     cudaEvent_t done[TP_CUDA_COMM_MAX];  /* the rank's slice is reduced */
-    int evdev[TP_CUDA_COMM_MAX];         /* the device ready/done[rank] were
-                                            made on: its stream's, -1 none */
+    cudaStream_t cstream[TP_CUDA_COMM_MAX]; /* the rank's reductions */
+    cudaEvent_t cdone[TP_CUDA_COMM_MAX]; /* its comm stream's work so far */
+    int pending[TP_CUDA_COMM_MAX];       /* buckets begun, not yet ended */
+    int evdev[TP_CUDA_COMM_MAX];         /* the device the rank's events and
+                                            comm stream were made on: its
+                                            tower stream's, -1 none */
     int mode;                            /* 0 unknown, 1 one device, 2 NCCL */
     /* A failed call aborts the communicator (s_comm_fail): NCCL's
      * communicators first (their kernels would wait forever for the
@@ -631,36 +644,48 @@ static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
     return c;
 }
 
-/* Destroy rank r's events (on the device they were made on). */
+/* Destroy rank r's events and comm stream (on their device). */
 static void s_rank_events_free(tp_comm_t *c, int r) {
     if (c->evdev[r] < 0)
         return;
     cudaSetDevice(c->evdev[r]);
-    if (c->ready[r])
-        cudaEventDestroy(c->ready[r]);
-    if (c->done[r])
-        cudaEventDestroy(c->done[r]);
-    c->ready[r] = c->done[r] = NULL;
+    if (c->cstream[r])
+        cudaStreamSynchronize(c->cstream[r]);
+    cudaEvent_t *evs[3] = {&c->ready[r], &c->done[r], &c->cdone[r]};
+    for (int k = 0; k < 3; k++)
+        if (*evs[k]) {
+            cudaEventDestroy(*evs[k]);
+            *evs[k] = NULL;
+        }
+    if (c->cstream[r])
+        cudaStreamDestroy(c->cstream[r]);
+    c->cstream[r] = NULL;
+    c->pending[r] = 0;
     c->evdev[r] = -1;
 }
 
-/* Rank r's events on `dev`, the device of its stream, which is current.
- * Only rank r's thread touches them before the first barrier of a call. */
+/* Rank r's events and comm stream on `dev`, the device of its stream,
+ * which is current. Only rank r's thread touches them before the first
+ * barrier of a call. */
 static tp_status_t s_rank_events(tp_comm_t *c, int r, int dev) {
     if (c->evdev[r] == dev)
         return TP_OK;
     s_rank_events_free(c, r);
     TP_CUDA_CHECK(cudaSetDevice(dev));
-    TP_CUDA_CHECK(cudaEventCreateWithFlags(&c->ready[r],
-                                           cudaEventDisableTiming));
-    cudaError_t e = cudaEventCreateWithFlags(&c->done[r],
-                                             cudaEventDisableTiming);
+    c->evdev[r] = dev; /* what was made is freed from here on */
+    cudaEvent_t *evs[3] = {&c->ready[r], &c->done[r], &c->cdone[r]};
+    for (int k = 0; k < 3; k++) {
+        cudaError_t e = cudaEventCreateWithFlags(evs[k], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            s_rank_events_free(c, r);
+            TP_CUDA_CHECK(e);
+        }
+    }
+    cudaError_t e = cudaStreamCreateWithFlags(&c->cstream[r], cudaStreamNonBlocking);
     if (e != cudaSuccess) {
-        cudaEventDestroy(c->ready[r]);
-        c->ready[r] = NULL;
+        s_rank_events_free(c, r);
         TP_CUDA_CHECK(e);
     }
-    c->evdev[r] = dev;
     return TP_OK;
 }
 
@@ -746,28 +771,32 @@ static tp_status_t s_comm_mode(tp_comm_t *c) {
     return TP_OK;
 }
 
-/* NCCL: rank's buffer in buckets, one group. */
-static tp_status_t s_nccl_reduce(tp_comm_t *c, int rank, cudaStream_t cs,
-                                 float *buf, size_t count, int average) {
-    TP_CUDA_CHECK(cudaSetDevice(c->devs[rank]));
+/* NCCL: rank's buffer in pieces, one group, queued on its comm stream. */
+static tp_status_t s_nccl_issue(tp_comm_t *c, int rank, float *buf, size_t count,
+                                int average) {
     TP_CUDA_CHECK(ncclGroupStart());
     for (size_t off = 0; off < count; off += TP_CUDA_BUCKET_FLOATS) {
         size_t n = count - off < TP_CUDA_BUCKET_FLOATS ? count - off
                                                         : TP_CUDA_BUCKET_FLOATS;
         ncclResult_t e = ncclAllReduce(buf + off, buf + off, n, ncclFloat,
                                        average ? ncclAvg : ncclSum,
-                                       c->nccl[rank], cs);
+                                       c->nccl[rank], c->cstream[rank]);
         if (e != ncclSuccess) {
             ncclGroupEnd();
             TP_CUDA_CHECK(e);
         }
     }
     TP_CUDA_CHECK(ncclGroupEnd());
-    /* Poll, not cudaStreamSynchronize: if a peer fails, its abort
-     * (s_comm_fail) ends this rank's wait, and NCCL's own errors (a peer
-     * gone) surface through ncclCommGetAsyncError, as NCCL advises. */
+    return TP_OK;
+}
+
+/* Wait on the host for rank's comm stream (its `cdone` record). Polled,
+ * not synchronised: if a peer fails, its abort (s_comm_fail) ends this
+ * rank's wait, and NCCL's own errors (a peer gone) surface through
+ * ncclCommGetAsyncError, as NCCL advises. */
+static tp_status_t s_comm_wait(tp_comm_t *c, int rank) {
     for (;;) {
-        cudaError_t q = cudaStreamQuery(cs);
+        cudaError_t q = cudaEventQuery(c->cdone[rank]);
         if (q == cudaSuccess)
             return TP_OK;
         if (q != cudaErrorNotReady)
@@ -775,7 +804,8 @@ static tp_status_t s_nccl_reduce(tp_comm_t *c, int rank, cudaStream_t cs,
         pthread_mutex_lock(&c->fail_mu);
         ncclResult_t ae = ncclSuccess;
         int aborted = c->aborted;
-        if (!aborted && ncclCommGetAsyncError(c->nccl[rank], &ae) != ncclSuccess)
+        if (!aborted && c->nccl[rank] &&
+            ncclCommGetAsyncError(c->nccl[rank], &ae) != ncclSuccess)
             ae = ncclInternalError;
         pthread_mutex_unlock(&c->fail_mu);
         if (aborted)
@@ -787,11 +817,12 @@ static tp_status_t s_nccl_reduce(tp_comm_t *c, int rank, cudaStream_t cs,
     }
 }
 
-/* The allreduce proper; *alike set when every rank fails alike (the
- * first meeting's count check), which needs no abort. */
-static tp_status_t s_allreduce_run(tp_cuda_backend_t *cb, tp_comm_t *c,
-                                   int rank, tp_stream_t *s, float *buf,
-                                   size_t count, int average, int *alike) {
+/* A bucket's reduction queued on rank's comm stream, after the work
+ * queued on s so far; *alike set when every rank fails alike (the first
+ * meeting's count check), which needs no abort. */
+static tp_status_t s_begin_run(tp_cuda_backend_t *cb, tp_comm_t *c,
+                               int rank, tp_stream_t *s, float *buf,
+                               size_t count, int average, int *alike) {
     TP_TRY(tp_cuda_use(cb));
     TP_TRY(tp_cuda_order(cb, s));
     tp_stream_t *st = tp_cuda_stream(cb, s);
@@ -818,11 +849,14 @@ static tp_status_t s_allreduce_run(tp_cuda_backend_t *cb, tp_comm_t *c,
     if (c->mode != 1 && c->mode != 2)
         return tp_error(TP_ERR_STATE, "allreduce: rank 0 failed to set up "
                                       "the communicator");
-    if (c->mode == 2)
-        return s_nccl_reduce(c, rank, st->cu, buf, count, average);
+    cudaStream_t cs = c->cstream[rank];
+    c->pending[rank] = 1; /* from here on, end waits for the comm stream */
+    if (c->mode == 2) {
+        TP_CUDA_CHECK(cudaStreamWaitEvent(cs, c->ready[rank], 0));
+        return s_nccl_issue(c, rank, buf, count, average);
+    }
     for (int r = 0; r < c->nranks; r++)
-        if (r != rank)
-            TP_CUDA_CHECK(cudaStreamWaitEvent(st->cu, c->ready[r], 0));
+        TP_CUDA_CHECK(cudaStreamWaitEvent(cs, c->ready[r], 0));
     size_t chunk = (count + (size_t)c->nranks - 1) / (size_t)c->nranks;
     size_t lo = chunk * (size_t)rank, hi = lo + chunk;
     lo = lo > count ? count : lo;
@@ -832,44 +866,37 @@ static tp_status_t s_allreduce_run(tp_cuda_backend_t *cb, tp_comm_t *c,
         memset(&p, 0, sizeof p);
         for (int r = 0; r < c->nranks; r++)
             p.p[r] = c->bufs[r];
-        k_reduce<<<tp_cuda_blocks(hi - lo, 256), 256, 0, st->cu>>>(
+        k_reduce<<<tp_cuda_blocks(hi - lo, 256), 256, 0, cs>>>(
             p, c->nranks, lo, hi, 1.0f / (float)c->nranks, average, 0);
         TP_CUDA_CHECK(cudaGetLastError());
     }
-    TP_CUDA_CHECK(cudaEventRecord(c->done[rank], st->cu));
+    TP_CUDA_CHECK(cudaEventRecord(c->done[rank], cs));
     TP_TRY(tp_barrier_sync(&c->barrier, rank));
     for (int r = 0; r < c->nranks; r++)
         if (r != rank)
-            TP_CUDA_CHECK(cudaStreamWaitEvent(st->cu, c->done[r], 0));
-    /* On return every buffer holds the result (the contract), and the next
-     * step's record of `ready` cannot overtake a peer still waiting on it. */
-    TP_CUDA_CHECK(cudaStreamSynchronize(st->cu));
-    TP_TRY(tp_barrier_sync(&c->barrier, rank));
+            TP_CUDA_CHECK(cudaStreamWaitEvent(cs, c->done[r], 0));
     return TP_OK;
+}
+
+/* The tower's stream after every bucket the rank began, and the host after
+ * them too. */
+static tp_status_t s_end_run(tp_cuda_backend_t *cb, tp_comm_t *c, int rank,
+                             tp_stream_t *s) {
+    if (!c->pending[rank])
+        return TP_OK;
+    c->pending[rank] = 0;
+    TP_TRY(tp_cuda_use(cb));
+    tp_stream_t *st = tp_cuda_stream(cb, s);
+    TP_CUDA_CHECK(cudaSetDevice(c->evdev[rank]));
+    TP_CUDA_CHECK(cudaEventRecord(c->cdone[rank], c->cstream[rank]));
+    TP_CUDA_CHECK(cudaStreamWaitEvent(st->cu, c->cdone[rank], 0));
+    return s_comm_wait(c, rank);
 }
 
 /* A rank that fails between two meetings would leave the others waiting
  * at the next one (or NCCL's kernels waiting for its part) forever: abort
  * the communicator, and the woken ranks report the failure that did it. */
-static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
-                               tp_stream_t *s, float *buf, size_t count,
-                               int average) {
-    if (rank < 0 || rank >= c->nranks)
-        return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
-                        c->nranks);
-    if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
-        pthread_mutex_lock(&c->fail_mu);
-        tp_status_t rc = tp_error(TP_ERR_INTERRUPTED,
-                                  "allreduce: rank %d: communicator aborted: %s",
-                                  rank, c->why);
-        pthread_mutex_unlock(&c->fail_mu);
-        return rc;
-    }
-    int alike = 0;
-    tp_status_t rc = s_allreduce_run(tp_cuda_of(b), c, rank, s, buf, count,
-                                      average, &alike);
-    if (rc >= 0 || alike)
-        return rc;
+static tp_status_t s_comm_failed(tp_comm_t *c, int rank, tp_status_t rc) {
     if (rc != TP_ERR_INTERRUPTED) {
         char why[256];
         snprintf(why, sizeof why, "rank %d failed: %s", rank, tp_last_error());
@@ -883,6 +910,46 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
                       rank, c->why);
     pthread_mutex_unlock(&c->fail_mu);
     return rc;
+}
+
+static tp_status_t s_comm_check(tp_comm_t *c, int rank) {
+    if (rank < 0 || rank >= c->nranks)
+        return tp_error(TP_ERR_INVALID, "allreduce: rank %d of %d", rank,
+                        c->nranks);
+    if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&c->fail_mu);
+        tp_status_t rc = tp_error(TP_ERR_INTERRUPTED,
+                                  "allreduce: rank %d: communicator aborted: %s",
+                                  rank, c->why);
+        pthread_mutex_unlock(&c->fail_mu);
+        return rc;
+    }
+    return TP_OK;
+}
+
+static tp_status_t s_allreduce_begin(tp_backend_t *b, tp_comm_t *c, int rank,
+                                     tp_stream_t *s, float *buf, size_t count,
+                                     int average) {
+    TP_TRY(s_comm_check(c, rank));
+    int alike = 0;
+    tp_status_t rc = s_begin_run(tp_cuda_of(b), c, rank, s, buf, count,
+                                 average, &alike);
+    return rc >= 0 || alike ? rc : s_comm_failed(c, rank, rc);
+}
+
+static tp_status_t s_allreduce_end(tp_backend_t *b, tp_comm_t *c, int rank,
+                                   tp_stream_t *s) {
+    TP_TRY(s_comm_check(c, rank));
+    tp_status_t rc = s_end_run(tp_cuda_of(b), c, rank, s);
+    return rc >= 0 ? rc : s_comm_failed(c, rank, rc);
+}
+
+/* The whole buffer at once: on return every rank's buffer holds the sum. */
+static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
+                               tp_stream_t *s, float *buf, size_t count,
+                               int average) {
+    TP_TRY(s_allreduce_begin(b, c, rank, s, buf, count, average));
+    return s_allreduce_end(b, c, rank, s);
 }
 
 static tp_status_t s_allreduce_local(tp_backend_t *b, float *const *bufs,
@@ -1261,6 +1328,8 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .copy_async = */ s_copy_async,
     /* .stream_mark = */ s_stream_mark,
     /* .stream_wait_mark = */ s_stream_wait_mark,
+    /* .allreduce_begin = */ s_allreduce_begin,
+    /* .allreduce_end = */ s_allreduce_end,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

@@ -87,6 +87,7 @@ void tp_tower_destroy_(tp_tower_t **t_p) {
     }
     free(t->var_seen);
     free(t->fuse);
+    free(t->buckets);
     free(t->fuse_rest);
     free(t);
     *t_p = NULL;

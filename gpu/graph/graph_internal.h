@@ -111,6 +111,14 @@ struct tp_tower {
      * tower never differentiates */
     tp_node_t **fuse;
     int nfuse;
+    /* the all-reduce in buckets (config.bucket_bytes): ranges [lo, hi) of
+     * the gradient arena in the order they are begun, each once node
+     * `after`'s backward (the last to write one of its gradients) ran */
+    struct tp_bucket {
+        size_t lo, hi;
+        int after;
+    } *buckets;
+    int nbuckets;
     int *fuse_rest;
     int nfuse_rest;
     /* the fused training step recorded as a graph (config.graphs): made at

@@ -8,6 +8,7 @@
  * activation arena holding its input copies, node values, node gradients
  * and op workspaces. Nothing is allocated after tp_model_new. */
 #include <fnmatch.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@ tp_model_config_t tp_model_config_default(void) {
     c.towers = 1;
     c.batch = 32;
     c.average = 1;
+    c.bucket_bytes = -1;
     const char *g = getenv("TP_CUDA_GRAPHS");
     c.graphs = g && *g && strcmp(g, "0") != 0;
     const char *a = getenv("TP_CUDA_AHEAD");
@@ -225,6 +227,60 @@ static tp_status_t s_plan_fusion(tp_model_t *m, tp_tower_t *t) {
         if (m->vars[i].trainable && !covered[i])
             t->fuse_rest[t->nfuse_rest++] = i;
     free(covered);
+    return TP_OK;
+}
+
+static int s_cmp_bucket(const void *a, const void *b) {
+    const struct tp_bucket *x = a, *y = b;
+    if (x->after != y->after)
+        return y->after - x->after;
+    return x->lo < y->lo ? 1 : -1;  /* ties: the arena's end first */
+}
+
+/* The all-reduce in buckets beside the backward pass: the trainable
+ * variables from the arena's end (the last layers, whose gradients are
+ * final first) cut into ranges of about `floats`, which cover the arena;
+ * each is begun after the backward of the node that writes the last of its
+ * main-cost gradients (the lowest id among their consumers). Every tower
+ * plans the same buckets in the same order, as the collective needs. */
+static tp_status_t s_plan_buckets(tp_model_t *m, tp_tower_t *t, size_t floats) {
+    int nv = m->nvars;
+    int *final = malloc(((size_t)nv + 1) * sizeof *final);
+    t->buckets = calloc((size_t)nv + 1, sizeof *t->buckets);
+    if (!final || !t->buckets) {
+        free(final);
+        return tp_error(TP_ERR_NOMEM, "planning %s's buckets", t->name);
+    }
+    for (int v = 0; v < nv; v++)
+        final[v] = t->nnodes;  /* never written: final from the start */
+    for (int i = 0; i < t->nnodes; i++) {
+        const tp_node_t *c = t->nodes[i];
+        if (!(c->cost_mask & 1u) || c->kind == TP_OP_VARIABLE)
+            continue;
+        for (int j = 0; j < c->ninputs; j++) {
+            const tp_node_t *in = c->inputs[j];
+            if (in->kind == TP_OP_VARIABLE && (in->cost_mask & 1u) &&
+                c->id < final[in->var])
+                final[in->var] = c->id;
+        }
+    }
+    /* trainable offsets grow with the variable's index: from the last */
+    size_t hi = m->ntrain;
+    int after = t->nnodes;
+    for (int i = nv - 1; i >= 0; i--) {
+        const tp_var_t *v = &m->vars[i];
+        if (!v->trainable)
+            continue;
+        if (final[i] < after)
+            after = final[i];
+        if (hi - v->offset >= floats || v->offset == 0) {
+            t->buckets[t->nbuckets++] = (struct tp_bucket){v->offset, hi, after};
+            hi = v->offset;
+            after = t->nnodes;
+        }
+    }
+    free(final);
+    qsort(t->buckets, (size_t)t->nbuckets, sizeof *t->buckets, s_cmp_bucket);
     return TP_OK;
 }
 
@@ -428,6 +484,9 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
             t->nodes[i]->grad = t->nodes[i]->grad_alias->grad;
     free(val_off);
     t->ran_backward = 0;
+    if (train && m->ntowers > 1 && m->config.bucket_bytes > 0 &&
+        b->ops->allreduce_begin && b->ops->allreduce_end)
+        TP_TRY(s_plan_buckets(m, t, (size_t)m->config.bucket_bytes / sizeof(float)));
     if (train && t->index == 0 && t->ncosts == 1)
         return s_plan_fusion(m, t);
     return TP_OK;
@@ -664,6 +723,8 @@ tp_model_t *tp_model_new(const tp_model_desc_t *desc,
         }
     }
     m->rep[0].backend = m->backend;
+    if (m->config.bucket_bytes < 0)  /* a device overlaps; the CPU cannot */
+        m->config.bucket_bytes = m->backend->device >= 0 ? (int64_t)25 << 20 : 0;
     tp_status_t rc = s_model_init(m, desc);
     if (rc < 0) {
         char msg[1024];
@@ -810,11 +871,29 @@ static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
                                t->grads, rp->slots, v->offset, v->count);
 }
 
+/* Begin the all-reduce of the tower's buckets from *k on whose gradients
+ * are final once node `done`'s backward ran (all of them: INT_MIN). */
+static tp_status_t s_begin_buckets(tp_model_t *m, tp_tower_t *t, int *k, int done) {
+    tp_backend_t *b = tp_tower_backend_(t);
+    for (; *k < t->nbuckets && t->buckets[*k].after >= done; ++*k) {
+        const struct tp_bucket *bk = &t->buckets[*k];
+        tp_status_t rc = b->ops->allreduce_begin(b, m->comm, t->index, t->stream,
+                                                 t->grads + bk->lo, bk->hi - bk->lo,
+                                                 m->config.average);
+        if (rc < 0)
+            return tp_error_wrap(rc, "%s: all-reduce of bucket %d (floats %zu..%zu)",
+                                 t->name, *k, bk->lo, bk->hi);
+    }
+    return TP_OK;
+}
+
 /* The op calls of one run (forward; backward and fused updates when asked)
  * on the tower's stream; no sync. fused: update each variable right after
- * its gradient is final (one-tower models only: nothing to all-reduce). */
+ * its gradient is final (one-tower models only: nothing to all-reduce).
+ * reduce: all-reduce the gradients in buckets, each begun once its
+ * gradients are final, beside the rest of the backward pass. */
 static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
-                             int fused, int cost) {
+                             int fused, int reduce, int cost) {
     tp_backend_t *b = tp_tower_backend_(t);
     const void *xs[TP_OP_MAX_INPUTS];
     tp_shape_t xsh[TP_OP_MAX_INPUTS];
@@ -847,7 +926,8 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
     t->cur_cost = cost;
     t->ran_cost = cost;
     TP_TRY(b->ops->fill(b, t->stream, cn->grad, 1.0f, 1));
-    int k = 0;
+    int k = 0, kb = 0;
+    reduce = reduce && cost == 0 && t->nbuckets > 0;
     unsigned bit = 1u << cost;
     for (int i = t->nnodes - 1; i >= 0; i--) {
         tp_node_t *n = t->nodes[i];
@@ -862,6 +942,13 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
             return tp_error_wrap(rc, "%s: backward of '%s'", t->name, n->name);
         for (; fused && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)
             TP_TRY(s_update_var(m, t, t->fuse[k]->var));
+        if (reduce)
+            TP_TRY(s_begin_buckets(m, t, &kb, i));
+    }
+    if (reduce) {
+        TP_TRY(s_begin_buckets(m, t, &kb, INT_MIN));
+        TP_TRY(b->ops->allreduce_end(b, m->comm, t->index, t->stream));
+        t->reduced = 1;
     }
     if (fused) {
         for (int r = 0; r < t->nfuse_rest; r++)
@@ -927,7 +1014,7 @@ static const float *s_mirrored(const tp_model_t *m, const void *data) {
 
 static tp_status_t s_run_cost(tp_model_t *m, int tower,
                               const tp_tensor_t *inputs, int backward,
-                              int fused, int cost) {
+                              int fused, int reduce, int cost) {
     tp_tower_t *t = tp_model_tower_(m, tower);
     if (!t)
         return s_bad_tower(m, tower);
@@ -957,12 +1044,12 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
         /* ahead: the mark after the inputs (graph_end marks a graph's) */
         rc = ahead ? b->ops->stream_mark(b, t->stream) : TP_OK;
         if (rc == TP_OK)
-            rc = s_run_ops(m, t, backward, fused, cost);
+            rc = s_run_ops(m, t, backward, fused, reduce, cost);
         if (rc == TP_OK && fused && backward)
             t->eager_batch = t->run_batch;  /* a whole step ran at it */
     } else {
         TP_TRY(b->ops->graph_begin(b, t->stream, t->graph));
-        rc = s_run_ops(m, t, backward, fused, cost);
+        rc = s_run_ops(m, t, backward, fused, 0, cost);
         if (rc < 0) {
             b->ops->graph_abort(b, t->stream);
             return rc;
@@ -1040,6 +1127,8 @@ static tp_status_t s_reduce(tp_model_t *m) {
 static tp_status_t s_allreduce_tower(tp_model_t *m, int tower) {
     TP_TRY(s_check_fresh(m, tower, tower));
     tp_tower_t *t = m->towers[tower];
+    if (t->reduced)
+        return TP_OK;  /* in buckets, during its backward pass */
     tp_backend_t *b = tp_tower_backend_(t);
     TP_TRY(b->ops->allreduce(b, m->comm, tower, t->stream, t->grads, m->ntrain,
                              m->config.average));
@@ -1254,16 +1343,19 @@ static tp_status_t s_run_stages(tp_model_t *m, int tower, const tp_tensor_t *fee
         m->towers[0]->fuse) {
         /* nothing to reduce: update each variable as its gradient is final,
          * while it is still in cache */
-        TP_TRY(s_run_cost(m, 0, feeds, 1, 1, 0));
+        TP_TRY(s_run_cost(m, 0, feeds, 1, 1, 0, 0));
     } else {
         TP_TRY(tp_model_drain_(m));  /* no step queued ahead under these */
         uint64_t t0 = stage_ns ? tp_now_ns() : 0;
         if (st & TP_RUN_FORWARD) {
             int backward = (st & TP_RUN_BACKWARD) != 0;
+            /* one tower joining the collective: in buckets, during its
+             * backward pass (config.bucket_bytes) */
+            int reduce = backward && !all && (st & TP_RUN_REDUCE) && m->comm;
             for (int i = 0; i < (all ? m->ntowers : 1); i++)
                 TP_TRY(s_run_cost(m, all ? i : tower,
                                   feeds ? feeds + i * m->ninputs : NULL,
-                                  backward, 0, k));
+                                  backward, 0, reduce, k));
         }
         uint64_t t1 = stage_ns ? tp_now_ns() : 0;
         if (stage_ns)

@@ -254,6 +254,15 @@ typedef struct tp_model_config {
      * tower (TP_ALL_TOWERS with TP_RUN_REDUCE) is refused. */
     tp_backend_t *devices[TP_MODEL_DEVICES_MAX];
     int ndevices;        /* 0 or 1: every tower on `backend` */
+    int64_t bucket_bytes; /* towers > 1: the gradients all-reduced in
+                            buckets of about this many bytes (whole
+                            variables), each begun once the backward pass
+                            has made its gradients final, beside the rest of
+                            the pass; 0: one all-reduce after the backward
+                            pass. Default -1: 25 MiB (as PyTorch's DDP) on
+                            a device, 0 on the CPU (whose tower threads do
+                            the sums themselves: nothing to overlap); a
+                            backend without buckets reduces after the pass. */
     int graphs;          /* 1: a one-tower model records its training step
                             as a CUDA graph once a step at that batch ran
                             call by call, and replays it after (the CUDA

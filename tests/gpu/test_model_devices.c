@@ -33,6 +33,10 @@ typedef struct {
     const void *streams[64];
     int nstreams;
     int calls, foreign; /* calls made; calls that touched other memory */
+    /* the all-reduce in buckets: begun, their floats, ended; backward ops
+     * run while a bucket had begun and the pass had not ended */
+    int begins, ends, overlapped, in_pass;
+    size_t floats_begun;
     char first_foreign[128];
     int *destroyed;     /* set to 1 by destroy, when not NULL */
 } s_dev_t;
@@ -155,6 +159,10 @@ static tp_status_t s_forward(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t
 
 static tp_status_t s_backward(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t *c) {
     s_check_call(b, "backward", s, c);
+    s_dev_t *d = s_of(b);
+    pthread_mutex_lock(&d->mu);
+    d->overlapped += d->in_pass;
+    pthread_mutex_unlock(&d->mu);
     return s_of(b)->cpu->ops->op_backward(s_of(b)->cpu, s, c);
 }
 
@@ -181,6 +189,29 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     const void *p[1] = {buf};
     s_check(b, "allreduce", s, p, 1);
     return s_of(b)->cpu->ops->allreduce(s_of(b)->cpu, c, rank, s, buf, count, avg);
+}
+
+static tp_status_t s_begin(tp_backend_t *b, tp_comm_t *c, int rank,
+                           tp_stream_t *s, float *buf, size_t count, int avg) {
+    const void *p[1] = {buf};
+    s_check(b, "allreduce_begin", s, p, 1);
+    s_dev_t *d = s_of(b);
+    pthread_mutex_lock(&d->mu);
+    d->begins++;
+    d->floats_begun += count;
+    d->in_pass = 1;
+    pthread_mutex_unlock(&d->mu);
+    return s_of(b)->cpu->ops->allreduce_begin(s_of(b)->cpu, c, rank, s, buf, count, avg);
+}
+
+static tp_status_t s_end(tp_backend_t *b, tp_comm_t *c, int rank, tp_stream_t *s) {
+    s_check(b, "allreduce_end", s, NULL, 0);
+    s_dev_t *d = s_of(b);
+    pthread_mutex_lock(&d->mu);
+    d->ends++;
+    d->in_pass = 0;
+    pthread_mutex_unlock(&d->mu);
+    return s_of(b)->cpu->ops->allreduce_end(s_of(b)->cpu, c, rank, s);
 }
 
 static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
@@ -230,6 +261,8 @@ static tp_backend_t *s_dev_new(int dev) {
         s_ops.comm_destroy = s_comm_destroy;
         s_ops.allreduce = s_allreduce;
         s_ops.comm_abort = s_comm_abort;
+        s_ops.allreduce_begin = s_begin;
+        s_ops.allreduce_end = s_end;
         s_ops.allreduce_local = NULL; /* one thread for all: refused */
         s_ops.destroy = s_destroy;
         /* the rest (gemm, staging, graphs, host memory) stay the CPU's,
@@ -249,9 +282,13 @@ static tp_model_desc_t s_desc(tp_optimizer_t *(*opt)(void *)) {
                              .optimizer = opt};
 }
 
-/* `towers` towers on `ndev` stand-in devices (0: on one CPU backend). */
-static tp_model_t *s_model(int towers, int ndev, tp_optimizer_t *(*opt)(void *)) {
+/* `towers` towers on `ndev` stand-in devices (0: on one CPU backend),
+ * all-reduced in buckets of `bucket` bytes (0: after the backward pass;
+ * -1: the default). */
+static tp_model_t *s_model_b(int towers, int ndev, tp_optimizer_t *(*opt)(void *),
+                             int64_t bucket) {
     tp_model_config_t c = tp_model_config_default();
+    c.bucket_bytes = bucket;
     c.towers = towers;
     c.batch = 16;
     c.infer_batch = 16;
@@ -265,6 +302,10 @@ static tp_model_t *s_model(int towers, int ndev, tp_optimizer_t *(*opt)(void *))
     tp_model_t *m = tp_model_new(&d, &c);
     cr_assert_not_null(m, "%s", tp_last_error());
     return m;
+}
+
+static tp_model_t *s_model(int towers, int ndev, tp_optimizer_t *(*opt)(void *)) {
+    return s_model_b(towers, ndev, opt, -1);
 }
 
 /* Replica r's trainable arena and slots equal replica 0's of `ref`,
@@ -342,6 +383,55 @@ Test(model_devices, two_devices_train_as_one_with_nesterov) {
 
 Test(model_devices, four_towers_on_two_devices_train_as_on_one_with_adam) {
     s_two_devices_as_one(stu_adam, 4);
+}
+
+/* Buckets of 1 KiB (stu_cnn has 1,424 trainable floats): each tower
+ * begins the all-reduce of a bucket once its gradients are final, while
+ * its backward pass goes on; the buckets cover the arena once a step, and
+ * the result is the one all-reduce after the pass gives, bit for bit. */
+Test(model_devices, buckets_are_reduced_during_the_backward_pass) {
+    tp_model_t *one = s_model_b(2, 0, stu_nesterov, 0);
+    tp_model_t *two = s_model_b(2, 2, stu_nesterov, 1024);
+    int nb = two->towers[0]->nbuckets;
+    cr_assert_geq(nb, 3, "%d buckets", nb);
+    cr_assert_eq(two->towers[1]->nbuckets, nb);
+    for (int k = 0; k < nb; k++) {
+        const struct tp_bucket *a = &two->towers[0]->buckets[k],
+                               *b = &two->towers[1]->buckets[k];
+        cr_assert(a->lo == b->lo && a->hi == b->hi && a->after == b->after,
+                  "bucket %d differs between the towers", k);
+        cr_assert_lt(a->lo, a->hi);
+        if (k > 0)
+            cr_assert_geq(two->towers[0]->buckets[k - 1].after, a->after,
+                          "bucket %d is begun out of the backward order", k);
+    }
+    for (int s = 0; s < 4; s++) {
+        stu_step_threads(one, s);
+        stu_step_threads(two, s);
+        for (int r = 0; r < 2; r++)
+            s_expect_replica(two, r, one, "buckets");
+    }
+    for (int r = 0; r < 2; r++) {
+        s_dev_t *d = s_of(two->rep[r].backend);
+        cr_expect_eq(d->begins, 4 * nb, "device %d: %d buckets begun", r, d->begins);
+        cr_expect_eq(d->floats_begun, 4 * two->ntrain,
+                     "device %d: the buckets cover %zu floats in 4 steps, not %zu",
+                     r, d->floats_begun, 4 * two->ntrain);
+        cr_expect_eq(d->ends, 4);
+        cr_expect_gt(d->overlapped, 4, "device %d: %d backward ops beside a "
+                     "bucket's all-reduce", r, d->overlapped);
+    }
+    s_expect_own_memory(two);
+    tp_model_destroy(&one);
+    tp_model_destroy(&two);
+    /* the defaults: 25 MiB on a device, none on the CPU */
+    tp_model_t *dev = s_model(2, 2, stu_nesterov), *cpu = s_model_b(2, 0, stu_nesterov, -1);
+    cr_expect_eq(dev->config.bucket_bytes, 25 << 20);
+    cr_expect_eq(dev->towers[0]->nbuckets, 1);
+    cr_expect_eq(cpu->config.bucket_bytes, 0);
+    cr_expect_eq(cpu->towers[0]->nbuckets, 0);
+    tp_model_destroy(&dev);
+    tp_model_destroy(&cpu);
 }
 
 Test(model_devices, a_checkpoint_load_writes_every_replica) {
