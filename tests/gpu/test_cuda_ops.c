@@ -982,6 +982,41 @@ static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
 
 Test(cuda_step, one_tower_sgd_matches_the_cpu) { s_train_compare(1, stu_nesterov, 4); }
 
+/* Two towers on one GPU, each on its own thread as the replicated trainer
+ * runs them, the gradients all-reduced in buckets of 1 KiB during the
+ * backward pass (the comm streams, the one-device kernel): as the CPU's
+ * one all-reduce after the pass, within the whole-step tolerances. */
+Test(cuda_step, buckets_reduced_during_backward_match_the_cpu) {
+    tp_backend_t *g = s_gpu();
+    tp_model_desc_t md = {stu_inputs, 2, stu_cnn, s_momentum, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 2;
+    cfg.batch = 16;
+    cfg.seed = 42;
+    cfg.threads = 1;
+    cfg.bucket_bytes = 0;
+    tp_model_t *mc = tp_model_new(&md, &cfg);
+    cr_assert_not_null(mc, "%s", tp_last_error());
+    cfg.backend = g;
+    cfg.own_backend = 1;
+    cfg.bucket_bytes = 1024;
+    tp_model_t *mg = tp_model_new(&md, &cfg);
+    cr_assert_not_null(mg, "%s", tp_last_error());
+    cr_assert_geq(mg->towers[0]->nbuckets, 3);
+    for (int s = 0; s < 3; s++) {
+        stu_step_threads(mc, s);
+        stu_step_threads(mg, s);
+    }
+    size_t bytes = mg->ntrain * sizeof(float);
+    float *h = malloc(bytes);
+    cr_assert_eq(g->ops->copy(g, NULL, h, mg->rep[0].train_arena, bytes, TP_COPY_D2H),
+                 TP_OK, "%s", tp_last_error());
+    s_close("the variables (buckets)", h, mc->rep[0].train_arena, mg->ntrain, 2e-4f, 2e-3f);
+    free(h);
+    tp_model_destroy(&mg);
+    tp_model_destroy(&mc);
+}
+
 /* Towers on two GPUs (tp_model_config_t.devices, a replica of the
  * variables on each, the gradients all-reduced by NCCL) train as two towers
  * on the CPU, and the replicas stay equal bit for bit. Needs two GPUs; the
