@@ -31,6 +31,7 @@ struct tp_dist {
     void *ctx;
     int rank, size;
     tp_train_dist_t hooks;
+    int on_device;  /* the model's gradients are all-reduced on its GPU */
 };
 
 /* ---- the launcher's environment ------------------------------------------- */
@@ -45,6 +46,17 @@ static int s_env_int(const char *name, int *out) {
         return 0;
     *out = (int)x;
     return 1;
+}
+
+int tp_dist_local_rank(void) {
+    static const char *const k[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                    "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        int r = 0;
+        if (s_env_int(k[i], &r))
+            return r;
+    }
+    return -1;
 }
 
 int tp_dist_env(int *rank, int *size, const char **launcher) {
@@ -167,18 +179,59 @@ static tp_status_t s_agree_start(void *ctx, int64_t *resume_step,
  * draws what tower r x towers + t of one process would). */
 #define TP_TOWER_RNG_SALT 0x5eed0f70e75ull
 
+/* Broadcast `n` floats of the model's memory from rank 0: in place on the
+ * CPU; on a device through a host buffer (MPI moves host memory). */
+static tp_status_t s_bcast_floats(tp_dist_t *d, tp_backend_t *b, float *p, size_t n,
+                                  const char *what) {
+    if (tp_backend_device(b) < 0)
+        return s_bcast(d, p, n * sizeof(float), what);
+    float *h = malloc(n * sizeof(float) + 1);
+    if (!h)
+        return tp_error(TP_ERR_NOMEM, "rank %d: %zu floats of %s", d->rank, n, what);
+    tp_status_t rc = tp_backend_copy(b, h, p, n * sizeof(float));
+    if (rc == TP_OK)
+        rc = s_bcast(d, h, n * sizeof(float), what);
+    if (rc == TP_OK)
+        rc = tp_backend_copy(b, p, h, n * sizeof(float));
+    free(h);
+    return rc;
+}
+
+/* A model on a device all-reduces its gradients over the processes on the
+ * device (NCCL): rank 0 makes the communicator's id, MPI's broadcast takes
+ * it to every rank, and each joins. */
+static tp_status_t s_join_ranks(tp_dist_t *d, tp_model_t *m) {
+    struct {
+        uint64_t len;
+        unsigned char id[TP_COMM_ID_MAX];
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    tp_status_t rc = TP_OK;
+    if (d->rank == 0) {
+        size_t len = 0;
+        rc = tp_model_comm_id(m, msg.id, &len);
+        msg.len = rc == TP_OK ? len : 0;  /* 0: rank 0 failed, say so below */
+    }
+    TP_TRY(s_bcast(d, &msg, sizeof msg, "the GPUs' communicator id"));
+    if (rc < 0)
+        return tp_error_wrap(rc, "rank 0: a communicator id for the GPUs");
+    if (msg.len == 0 || msg.len > TP_COMM_ID_MAX)
+        return tp_error(TP_ERR_PEER, "rank %d: rank 0 could not make the GPUs' "
+                        "communicator id (its log says why)", d->rank);
+    TP_TRY(tp_model_comm_join(m, d->size, d->rank, msg.id, (size_t)msg.len));
+    d->on_device = 1;
+    TP_INFO("rank %d of %d: gradients all-reduced on the GPU over the processes",
+            d->rank, d->size);
+    return TP_OK;
+}
+
 static tp_status_t s_sync_model(void *ctx, tp_model_t *m, uint64_t seed,
                                 int64_t resume_step) {
     tp_dist_t *d = ctx;
-    /* MPI reads and writes the arenas in place: they must be host memory.
-     * A device backend would need the NCCL path, which does not exist. */
+    /* MPI moves host memory: a model on the CPU is broadcast in place; one
+     * on a GPU through host buffers, and its gradients are all-reduced on
+     * the GPUs (NCCL, the id sent over MPI). */
     tp_backend_t *b = tp_model_backend(m);
-    if (b && tp_backend_device(b) >= 0)
-        return tp_error(TP_ERR_UNSUPPORTED, "rank %d: distributed training over "
-                        "MPI needs a CPU backend (the model runs on %s device "
-                        "%d; GPU all-reduce with NCCL is not part of this "
-                        "build)", d->rank, tp_backend_name(b),
-                        tp_backend_device(b));
     /* Every rank must have built the same model: compare layouts first, so a
      * mismatch is an error naming both sides, not a corrupt broadcast. */
     tp_model_arenas_t a;
@@ -196,13 +249,13 @@ static tp_status_t s_sync_model(void *ctx, tp_model_t *m, uint64_t seed,
                         "flags on every rank?)", d->rank, (long long)mine[0],
                         (long long)mine[1], (long long)mine[2],
                         (long long)root[0], (long long)root[1], (long long)root[2]);
-    TP_TRY(s_bcast(d, a.train, a.ntrain * sizeof(float), "the variables"));
+    TP_TRY(s_bcast_floats(d, b, a.train, a.ntrain, "the variables"));
     if (a.nmodel)
-        TP_TRY(s_bcast(d, a.model, a.nmodel * sizeof(float),
-                       "the model-only variables"));
+        TP_TRY(s_bcast_floats(d, b, a.model, a.nmodel, "the model-only variables"));
     for (int i = 0; i < a.nslots; i++)
-        TP_TRY(s_bcast(d, a.slots[i], a.ntrain * sizeof(float),
-                       "the optimizer's slots"));
+        TP_TRY(s_bcast_floats(d, b, a.slots[i], a.ntrain, "the optimizer's slots"));
+    if (tp_backend_device(b) >= 0)
+        TP_TRY(s_join_ranks(d, m));
     if (opt)
         tp_optimizer_set_step(opt, root[3]);
     /* Dropout: each rank's towers draw their own streams. A resumed run
@@ -223,6 +276,13 @@ static tp_status_t s_sync_model(void *ctx, tp_model_t *m, uint64_t seed,
 
 static tp_status_t s_allreduce_grads(void *ctx, tp_model_t *m, int64_t step) {
     tp_dist_t *d = ctx;
+    if (d->on_device) {
+        tp_status_t rc = tp_model_allreduce_ranks(m);
+        return rc < 0 ? tp_error_wrap(TP_ERR_PEER, "rank %d: gradient all-reduce "
+                                      "of step %lld on the GPUs", d->rank,
+                                      (long long)step)
+                      : TP_OK;
+    }
     char msg[1024] = "";
     tp_model_arenas_t a;
     tp_model_arenas(m, &a);

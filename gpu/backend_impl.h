@@ -221,6 +221,18 @@ typedef struct tp_backend_ops {
                                    int average);
     tp_status_t (*allreduce_end)(tp_backend_t *b, tp_comm_t *comm, int rank,
                                  tp_stream_t *s);
+
+    /* ---- a communicator across processes, one rank each (appended later;
+     * NULL: the backend has none, and dist/ all-reduces its host memory
+     * over MPI instead). comm_id makes the id (rank 0; at most cap bytes,
+     * *len set) that the launcher's channel carries to every process
+     * (MPI's broadcast); comm_join makes this process's rank `rank` of
+     * `nranks`. On the communicator the process is rank 0 of allreduce
+     * and allreduce_begin/end, which reduce across the processes; it is
+     * freed by comm_destroy, aborted by comm_abort. */
+    tp_status_t (*comm_id)(tp_backend_t *b, void *id, size_t cap, size_t *len);
+    tp_comm_t *(*comm_join)(tp_backend_t *b, int nranks, int rank,
+                            const void *id, size_t len);
 } tp_backend_ops_t;
 
 struct tp_backend {

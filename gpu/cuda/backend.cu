@@ -726,6 +726,49 @@ static void s_comm_fail(tp_comm_t *c, const char *why) {
     tp_barrier_abort(&c->barrier);
 }
 
+/* Across processes: NCCL's unique id, made by rank 0 and carried to the
+ * others by the launcher (dist/: MPI's broadcast). */
+static tp_status_t s_comm_id(tp_backend_t *b, void *id, size_t cap, size_t *len) {
+    ncclUniqueId u;
+    if (cap < sizeof u)
+        return tp_error(TP_ERR_INVALID, "communicator id: %zu bytes of room, "
+                        "NCCL's takes %zu", cap, sizeof u);
+    TP_TRY(tp_cuda_use(tp_cuda_of(b)));
+    TP_CUDA_CHECK(ncclGetUniqueId(&u));
+    memcpy(id, &u, sizeof u);
+    *len = sizeof u;
+    return TP_OK;
+}
+
+/* This process's rank of a communicator across processes: one local rank
+ * (rank 0 of the in-process calls), already in NCCL's mode, on the
+ * backend's device. */
+static tp_comm_t *s_comm_join(tp_backend_t *b, int nranks, int rank,
+                              const void *id, size_t len) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    ncclUniqueId u;
+    if (len != sizeof u || nranks < 1 || rank < 0 || rank >= nranks) {
+        tp_error(TP_ERR_INVALID, "joining a communicator: rank %d of %d, an id "
+                 "of %zu bytes (NCCL's has %zu)", rank, nranks, len, sizeof u);
+        return NULL;
+    }
+    tp_comm_t *c = s_comm_new(b, 1);
+    if (!c)
+        return NULL;
+    memcpy(&u, id, sizeof u);
+    ncclResult_t e = ncclCommInitRank(&c->nccl[0], nranks, u, rank);
+    if (e != ncclSuccess) {
+        tp_error(TP_ERR_PEER, "NCCL: joining rank %d of %d on CUDA device %d: %s",
+                 rank, nranks, cb->device, ncclGetErrorString(e));
+        c->nccl[0] = NULL;
+        s_comm_destroy(b, c);
+        return NULL;
+    }
+    c->devs[0] = cb->device;
+    c->mode = 2;
+    return c;
+}
+
 static void s_comm_abort(tp_backend_t *b, tp_comm_t *c) {
     (void)b;
     s_comm_fail(c, "aborted by a failed tower");
@@ -1330,6 +1373,8 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .stream_wait_mark = */ s_stream_wait_mark,
     /* .allreduce_begin = */ s_allreduce_begin,
     /* .allreduce_end = */ s_allreduce_end,
+    /* .comm_id = */ s_comm_id,
+    /* .comm_join = */ s_comm_join,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

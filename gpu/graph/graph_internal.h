@@ -173,7 +173,8 @@ struct tp_model {
 
     tp_optimizer_t *opt;
     int nslots;
-    tp_comm_t *comm;
+    tp_comm_t *comm;   /* the towers' (several towers) */
+    tp_comm_t *ranks;  /* the processes' (tp_model_comm_join), or NULL */
     size_t memory;
     int profiling;
     uint64_t prune_serial; /* tp_model_prune's successful calls */

@@ -770,6 +770,8 @@ void tp_model_destroy(tp_model_t **self_p) {
     s_tower_free(&m->infer);
     if (m->comm)
         b->ops->comm_destroy(b, m->comm);
+    if (m->ranks)
+        b->ops->comm_destroy(b, m->ranks);
     for (int r = 0; r < m->nrep; r++) {
         tp_replica_t *rp = &m->rep[r];
         tp_backend_t *rb = rp->backend;
@@ -1134,6 +1136,51 @@ static tp_status_t s_allreduce_tower(tp_model_t *m, int tower) {
                              m->config.average));
     t->reduced = 1;
     return TP_OK;
+}
+
+/* ---- across processes (dist/ on a device) ---- */
+
+static tp_status_t s_ranks_supported(const tp_model_t *m) {
+    tp_backend_t *b = m->backend;
+    if (!b->ops->comm_id || !b->ops->comm_join)
+        return tp_error(TP_ERR_UNSUPPORTED, "the %s backend has no communicator "
+                        "across processes (dist/ all-reduces host memory over "
+                        "MPI for it)", b->ops->name);
+    if (m->nrep > 1)
+        return tp_error(TP_ERR_UNSUPPORTED, "a model on %d devices across "
+                        "processes: one device per process", m->nrep);
+    return TP_OK;
+}
+
+tp_status_t tp_model_comm_id(tp_model_t *m, void *id, size_t *len) {
+    TP_TRY(s_ranks_supported(m));
+    return m->backend->ops->comm_id(m->backend, id, TP_COMM_ID_MAX, len);
+}
+
+tp_status_t tp_model_comm_join(tp_model_t *m, int nranks, int rank,
+                               const void *id, size_t len) {
+    TP_TRY(s_ranks_supported(m));
+    if (m->ranks)
+        return tp_error(TP_ERR_STATE, "the model already joined a communicator "
+                        "across processes");
+    if (!id || len == 0 || len > TP_COMM_ID_MAX)
+        return tp_error(TP_ERR_INVALID, "communicator id of %zu bytes (1..%d)",
+                        len, TP_COMM_ID_MAX);
+    m->ranks = m->backend->ops->comm_join(m->backend, nranks, rank, id, len);
+    return m->ranks ? TP_OK : tp_error_wrap(TP_ERR_PEER, "rank %d of %d: joining "
+                                            "the processes' communicator", rank,
+                                            nranks);
+}
+
+tp_status_t tp_model_allreduce_ranks(tp_model_t *m) {
+    if (!m->ranks)
+        return tp_error(TP_ERR_STATE, "all-reduce over processes before "
+                        "tp_model_comm_join");
+    TP_TRY(s_check_fresh(m, 0, 0));
+    TP_TRY(tp_model_drain_(m));
+    tp_tower_t *t = m->towers[0];
+    tp_backend_t *b = tp_tower_backend_(t);
+    return b->ops->allreduce(b, m->ranks, 0, t->stream, t->grads, m->ntrain, 1);
 }
 
 /* Replicated towers, the update in parallel: after the all-reduce (whose

@@ -52,6 +52,10 @@ typedef struct tp_dist tp_dist_t;
  * or Slurm (SLURM_PROCID/NTASKS). 1 when one is found with size >= 2 (then
  * *launcher names it); 0 for a plain run. Any pointer may be NULL. */
 int tp_dist_env(int *rank, int *size, const char **launcher);
+/* This rank's place among the ranks on its host, as the launcher says
+ * (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID): the GPU it
+ * takes with tp-train --devices local. -1 when none says. */
+int tp_dist_local_rank(void);
 
 /* Load libtowerpack_mpi ($TP_MPI_MODULE, next to libtowerpack, ../lib, then
  * the loader's path), initialise MPI and start the heartbeat. Caller owns.

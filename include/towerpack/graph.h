@@ -310,6 +310,21 @@ int tp_model_device_count(const tp_model_t *m);
  * (config.graphs on a backend that records) and runs by replay at its
  * batch; 0 otherwise. */
 int tp_model_graphed(const tp_model_t *m, int tower);
+/* Data-parallel over processes on devices (dist/ does this for a GPU
+ * model under MPI): rank 0 makes a communicator id (at most
+ * TP_COMM_ID_MAX bytes), the launcher carries it to every process, and each
+ * joins as rank `rank` of `nranks`; tp_model_allreduce_ranks then makes
+ * tower 0's gradients their mean over the processes (NCCL on a GPU), on
+ * the device, with no host copy. TP_ERR_UNSUPPORTED on a backend without
+ * such communicators (the CPU: dist/ all-reduces host memory over MPI
+ * itself) or a model on several devices. The communicator is the model's:
+ * freed with it. */
+#define TP_COMM_ID_MAX 256
+tp_status_t tp_model_comm_id(tp_model_t *m, void *id, size_t *len);
+tp_status_t tp_model_comm_join(tp_model_t *m, int nranks, int rank,
+                               const void *id, size_t len);
+tp_status_t tp_model_allreduce_ranks(tp_model_t *m);
+
 /* Wait for every step queued ahead (config.ahead) and report a failure
  * found in one (a bad label); TP_OK at once when none is. Reading the
  * model does this itself; a benchmark's clock needs it. */

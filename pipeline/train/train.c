@@ -508,13 +508,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     mc.threads = cfg->threads;
     if (cfg->device >= 0 || cfg->ndevices > 1) {
         /* here, after the input has started: its forked workers never
-         * see CUDA loaded */
-        if (cfg->dist) {
-            rc = tp_error(TP_ERR_UNSUPPORTED, "device %d under a distributed "
-                          "run: ranks all-reduce host memory; train on the CPU",
-                          cfg->device);
-            goto out;
-        }
+         * see CUDA loaded (distributed, the ranks' gradients are then
+         * all-reduced on the GPUs: dist->sync_model joins them) */
         int n = cfg->ndevices > 1 ? cfg->ndevices : 1;
         for (int r = 0; r < n; r++) {
             tp_cuda_options_t co = tp_cuda_options_default();

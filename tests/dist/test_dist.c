@@ -130,6 +130,23 @@ Test(dist, launcher_environment) {
     cr_assert_str_eq(who, "Open MPI");
 }
 
+/* The rank's place on its host (tp-train --devices local): Open MPI's
+ * variable first, then MPICH's, then Slurm's; garbage is ignored. */
+Test(dist, local_rank_from_the_launcher) {
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("MPI_LOCALRANKID");
+    unsetenv("SLURM_LOCALID");
+    cr_assert_eq(tp_dist_local_rank(), -1);
+    setenv("SLURM_LOCALID", "2", 1);
+    cr_assert_eq(tp_dist_local_rank(), 2);
+    setenv("MPI_LOCALRANKID", "1", 1);
+    cr_assert_eq(tp_dist_local_rank(), 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x3", 1);
+    cr_assert_eq(tp_dist_local_rank(), 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+    cr_assert_eq(tp_dist_local_rank(), 3);
+}
+
 Test(dist, open_without_the_module_is_a_clear_error) {
     setenv("TP_MPI_MODULE", "/nonexistent/libtowerpack_mpi.so", 1);
     tp_dist_t *d = (tp_dist_t *)1;

@@ -183,11 +183,78 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w, const float
                                           b1, b2, eps, step);
 }
 
+/* A communicator across "processes" (comm_id, comm_join): models in
+ * threads that join with the same id share one CPU communicator, each as
+ * its own rank; the handle a model gets is its rank's. */
+typedef struct {
+    char id[32];
+    int nranks;
+    tp_comm_t *cpu;
+} s_shared_t;
+
+typedef struct {
+    s_shared_t *shared;
+    int rank;
+} s_joined_t;
+
+static pthread_mutex_t s_join_mu = PTHREAD_MUTEX_INITIALIZER;
+static s_shared_t s_shared[4];
+static s_joined_t s_joined[8];
+static int s_nshared, s_njoined, s_ids;
+
+static s_joined_t *s_joined_of(tp_comm_t *c) {
+    for (int i = 0; i < s_njoined; i++)
+        if ((void *)&s_joined[i] == (void *)c)
+            return &s_joined[i];
+    return NULL;
+}
+
+static tp_status_t s_comm_id(tp_backend_t *b, void *id, size_t cap, size_t *len) {
+    (void)b;
+    char buf[32];
+    pthread_mutex_lock(&s_join_mu);
+    int k = s_ids++;
+    pthread_mutex_unlock(&s_join_mu);
+    *len = (size_t)snprintf(buf, sizeof buf, "stand-in %d", k) + 1;
+    cr_assert_leq(*len, cap);
+    memcpy(id, buf, *len);
+    return TP_OK;
+}
+
+static tp_comm_t *s_comm_join(tp_backend_t *b, int nranks, int rank,
+                              const void *id, size_t len) {
+    pthread_mutex_lock(&s_join_mu);
+    s_shared_t *sh = NULL;
+    for (int i = 0; i < s_nshared && !sh; i++)
+        if (!strncmp(s_shared[i].id, id, len))
+            sh = &s_shared[i];
+    if (!sh) {
+        cr_assert_lt(s_nshared, 4);
+        sh = &s_shared[s_nshared++];
+        snprintf(sh->id, sizeof sh->id, "%s", (const char *)id);
+        sh->nranks = nranks;
+        sh->cpu = s_of(b)->cpu->ops->comm_new(s_of(b)->cpu, nranks);
+    }
+    cr_assert_lt(s_njoined, 8);
+    s_joined_t *j = &s_joined[s_njoined++];
+    *j = (s_joined_t){sh, rank};
+    pthread_mutex_unlock(&s_join_mu);
+    return (tp_comm_t *)(void *)j;
+}
+
 /* The collective spans the devices: the buffer and stream are the rank's. */
 static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
                                tp_stream_t *s, float *buf, size_t count, int avg) {
     const void *p[1] = {buf};
     s_check(b, "allreduce", s, p, 1);
+    pthread_mutex_lock(&s_join_mu);
+    s_joined_t *j = s_joined_of(c);
+    pthread_mutex_unlock(&s_join_mu);
+    if (j) {  /* across "processes": the one local rank is the joined one */
+        cr_assert_eq(rank, 0);
+        return s_of(b)->cpu->ops->allreduce(s_of(b)->cpu, j->shared->cpu, j->rank,
+                                            s, buf, count, avg);
+    }
     return s_of(b)->cpu->ops->allreduce(s_of(b)->cpu, c, rank, s, buf, count, avg);
 }
 
@@ -218,7 +285,12 @@ static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
     return s_of(b)->cpu->ops->comm_new(s_of(b)->cpu, nranks);
 }
 static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
-    s_of(b)->cpu->ops->comm_destroy(s_of(b)->cpu, c);
+    pthread_mutex_lock(&s_join_mu);
+    s_joined_t *j = s_joined_of(c);
+    pthread_mutex_unlock(&s_join_mu);
+    if (!j)
+        s_of(b)->cpu->ops->comm_destroy(s_of(b)->cpu, c);
+    /* the shared CPU communicator lives to the test's end */
 }
 static void s_comm_abort(tp_backend_t *b, tp_comm_t *c) {
     s_of(b)->cpu->ops->comm_abort(s_of(b)->cpu, c);
@@ -263,6 +335,8 @@ static tp_backend_t *s_dev_new(int dev) {
         s_ops.comm_abort = s_comm_abort;
         s_ops.allreduce_begin = s_begin;
         s_ops.allreduce_end = s_end;
+        s_ops.comm_id = s_comm_id;
+        s_ops.comm_join = s_comm_join;
         s_ops.allreduce_local = NULL; /* one thread for all: refused */
         s_ops.destroy = s_destroy;
         /* the rest (gemm, staging, graphs, host memory) stay the CPU's,
@@ -432,6 +506,88 @@ Test(model_devices, buckets_are_reduced_during_the_backward_pass) {
     cr_expect_eq(cpu->towers[0]->nbuckets, 0);
     tp_model_destroy(&dev);
     tp_model_destroy(&cpu);
+}
+
+/* Across processes (what dist/ does for a GPU model under MPI): rank 0
+ * makes the id, each "process" (a model on its own thread) joins, and
+ * tp_model_allreduce_ranks leaves the mean of the ranks' gradients in
+ * each, bit for bit the CPU's (a + b) x 0.5. */
+typedef struct {
+    tp_model_t *m;
+    int rank;
+    const unsigned char *id;
+    size_t len;
+    float *before;
+    tp_status_t rc;
+    char err[256];
+} s_proc_t;
+
+static void *s_proc_main(void *arg) {
+    s_proc_t *p = arg;
+    static uint8_t x[2][16 * 144];
+    static int32_t y[2][16];
+    tp_tensor_t in[2];
+    stu_batch(0, p->rank, x[p->rank], y[p->rank], in);
+    tp_run_opts_t g = {.stages = TP_RUN_GRADIENTS};
+    p->rc = tp_model_comm_join(p->m, 2, p->rank, p->id, p->len);
+    if (p->rc == TP_OK)
+        p->rc = tp_model_run(p->m, 0, in, 2, NULL, 0, &g);
+    if (p->rc == TP_OK) {
+        memcpy(p->before, p->m->towers[0]->grads, p->m->ntrain * sizeof(float));
+        p->rc = tp_model_allreduce_ranks(p->m);
+    }
+    snprintf(p->err, sizeof p->err, "%s", p->rc < 0 ? tp_last_error() : "");
+    return NULL;
+}
+
+Test(model_devices, processes_join_with_rank_0s_id_and_average_their_gradients) {
+    tp_model_t *cpu = s_model(1, 0, stu_nesterov);
+    unsigned char id[TP_COMM_ID_MAX];
+    size_t len = 0;
+    cr_expect_eq(tp_model_comm_id(cpu, id, &len), TP_ERR_UNSUPPORTED);
+    cr_expect(strstr(tp_last_error(), "the cpu backend has no communicator across "
+                     "processes"), "%s", tp_last_error());
+    cr_expect_eq(tp_model_allreduce_ranks(cpu), TP_ERR_STATE);
+    tp_model_destroy(&cpu);
+    tp_model_t *m[2];
+    for (int r = 0; r < 2; r++) {
+        tp_model_config_t c = tp_model_config_default();
+        c.batch = 16;
+        c.seed = 11;
+        c.threads = 1;
+        c.backend = s_dev_new(r);
+        c.own_backend = 1;
+        tp_model_desc_t d = s_desc(stu_nesterov);
+        m[r] = tp_model_new(&d, &c);
+        cr_assert_not_null(m[r], "%s", tp_last_error());
+    }
+    cr_assert_eq(tp_model_comm_id(m[0], id, &len), TP_OK, "%s", tp_last_error());
+    cr_assert_gt(len, 0);
+    s_proc_t p[2];
+    pthread_t th[2];
+    size_t n = m[0]->ntrain;
+    for (int r = 0; r < 2; r++) {
+        p[r] = (s_proc_t){.m = m[r], .rank = r, .id = id, .len = len,
+                          .before = malloc(n * sizeof(float))};
+        cr_assert_eq(pthread_create(&th[r], NULL, s_proc_main, &p[r]), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        cr_assert_eq(p[r].rc, TP_OK, "rank %d: %s", r, p[r].err);
+    }
+    int differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = (p[0].before[i] + p[1].before[i]) * 0.5f;
+        differ += p[0].before[i] != p[1].before[i];
+        cr_assert_eq(m[0]->towers[0]->grads[i], want, "gradient %zu", i);
+        cr_assert_eq(m[1]->towers[0]->grads[i], want, "gradient %zu", i);
+    }
+    cr_expect_gt(differ, (int)n / 2, "the ranks' batches gave alike gradients");
+    cr_expect_eq(tp_model_comm_join(m[0], 2, 0, id, len), TP_ERR_STATE);
+    for (int r = 0; r < 2; r++) {
+        free(p[r].before);
+        tp_model_destroy(&m[r]);
+    }
 }
 
 Test(model_devices, a_checkpoint_load_writes_every_replica) {

@@ -473,6 +473,10 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *a5b[] = {"tp-train", "--devices", "0,1", "--towers", "3", NULL};
     cr_assert_neq(s_run(a5b, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--towers 3 on --devices 0,1: one tower per GPU"), "%s", s_out);
+    char *a5c[] = {"tp-train", "--devices", "local", NULL};
+    cr_assert_neq(s_run(a5c, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--devices local: one GPU per rank under an MPI launcher"),
+              "%s", s_out);
     char *a6[] = {"tp-train", "--devices", "0,0", NULL};
     cr_assert_neq(s_run(a6, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "GPU 0 is listed twice"), "%s", s_out);

@@ -81,7 +81,9 @@ static void s_usage(FILE *out) {
 "                       adam for cnn, sgd for the others)\n"
 "  --devices LIST       auto (default: GPU 0 if CUDA answers, else the CPU),\n"
 "                       cpu, a GPU id like 1, or several like 0,1 (one tower\n"
-"                       on each, gradients all-reduced by NCCL)\n"
+"                       on each, gradients all-reduced by NCCL); under MPI\n"
+"                       one per rank: local (the rank's place on its host)\n"
+"                       or an id, gradients all-reduced by NCCL\n"
 "  --tf32               on a GPU: TF32 tensor cores for products and\n"
 "                       convolutions (default: exact fp32, or $TP_CUDA_TF32)\n"
 "  --towers N|auto      towers, data parallel in one process (default auto:\n"
@@ -483,10 +485,19 @@ int main(int argc, char **argv) {
                 TP_INFO("devices: CPU (%s)", why);
             }
         }
-    } else if (strcmp(a.devices, "cpu") && s_dist) {
-        tp_error(TP_ERR_UNSUPPORTED, "--devices %s under MPI: this build trains "
-                 "on the CPU only; use --devices cpu or auto", a.devices);
-        return s_fail("bad flag");
+    } else if (!strcmp(a.devices, "local")) {
+        /* under MPI: the GPU of this rank's place on its host (no probe:
+         * it forks; a missing GPU fails the backend, saying so) */
+        a.device = s_dist ? tp_dist_local_rank() : -1;
+        if (a.device < 0) {
+            tp_error(TP_ERR_INVALID, "--devices local: %s", s_dist
+                     ? "the launcher did not say this rank's place on its host "
+                       "(OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, "
+                       "SLURM_LOCALID); name the GPU (--devices N)"
+                     : "one GPU per rank under an MPI launcher (mpirun); name "
+                       "the GPUs here (--devices 0,1)");
+            return s_fail("bad flag");
+        }
     } else if (strcmp(a.devices, "cpu")) {
         if (s_parse_device_list(a.devices, a.gpus, &a.ngpus) != TP_OK)
             return s_fail("bad flag");
@@ -495,8 +506,14 @@ int main(int argc, char **argv) {
                      "per GPU (leave --towers out)", a.towers, a.devices);
             return s_fail("bad flags");
         }
-        if (s_check_gpus(a.devices, a.gpus, a.ngpus) != TP_OK)
+        if (s_dist && a.ngpus > 1) {
+            tp_error(TP_ERR_INVALID, "--devices %s under MPI: one GPU per rank "
+                     "(--devices local takes the rank's place on its host)",
+                     a.devices);
             return s_fail("bad flag");
+        }
+        if (!s_dist && s_check_gpus(a.devices, a.gpus, a.ngpus) != TP_OK)
+            return s_fail("bad flag");  /* the probe forks: not under MPI */
         a.device = a.gpus[0];
         if (a.ngpus > 1)
             a.towers = a.ngpus;
