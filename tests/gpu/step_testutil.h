@@ -39,6 +39,17 @@ static tp_status_t stu_cnn(tp_tower_t *t, tp_node_t *const *in, void *u) {
     return tp_tower_set_cost(t, cost);
 }
 
+/* The whole-step tests' config: `towers` towers of 16, seed 42, one BLAS
+ * thread, the CPU backend. */
+static inline tp_model_config_t stu_config(int towers) {
+    tp_model_config_t c = tp_model_config_default();
+    c.towers = towers;
+    c.batch = 16;
+    c.seed = 42;
+    c.threads = 1;
+    return c;
+}
+
 /* Nesterov SGD (0.05, momentum 0.9) and Adam (0.01). */
 static tp_optimizer_t *stu_nesterov(void *u) {
     (void)u;

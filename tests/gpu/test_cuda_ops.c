@@ -915,12 +915,8 @@ static tp_optimizer_t *s_momentum(void *u) {
 static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
     tp_backend_t *g = s_gpu();
     tp_model_desc_t md = {stu_inputs, 2, stu_cnn, opt, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = towers;
-    cfg.batch = 16;
+    tp_model_config_t cfg = stu_config(towers);
     cfg.infer_batch = 16;
-    cfg.seed = 42;
-    cfg.threads = 1;
     tp_model_t *mc = tp_model_new(&md, &cfg);
     cr_assert_not_null(mc, "%s", tp_last_error());
     cfg.backend = g;
@@ -989,11 +985,7 @@ Test(cuda_step, one_tower_sgd_matches_the_cpu) { s_train_compare(1, stu_nesterov
 Test(cuda_step, buckets_reduced_during_backward_match_the_cpu) {
     tp_backend_t *g = s_gpu();
     tp_model_desc_t md = {stu_inputs, 2, stu_cnn, s_momentum, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 2;
-    cfg.batch = 16;
-    cfg.seed = 42;
-    cfg.threads = 1;
+    tp_model_config_t cfg = stu_config(2);
     cfg.bucket_bytes = 0;
     tp_model_t *mc = tp_model_new(&md, &cfg);
     cr_assert_not_null(mc, "%s", tp_last_error());
@@ -1023,11 +1015,7 @@ Test(cuda_step, buckets_reduced_during_backward_match_the_cpu) {
  * harness runs it on two CPU backends. */
 Test(cuda_step, towers_on_two_gpus_train_as_on_the_cpu) {
     tp_model_desc_t md = {stu_inputs, 2, stu_cnn, s_momentum, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 2;
-    cfg.batch = 16;
-    cfg.seed = 42;
-    cfg.threads = 1;
+    tp_model_config_t cfg = stu_config(2);
     if (!s_on_cpu() && tp_cuda_device_count() < 2)
         cr_skip_test("needs two GPUs (%d found: %s)", tp_cuda_device_count(),
                      tp_cuda_status());
@@ -1093,11 +1081,8 @@ static void s_graph_step(int s, void *arg) {
 static void s_graph_compare(tp_optimizer_fn opt, double lr0, int ahead) {
     tp_backend_t *g = s_gpu();
     tp_model_desc_t md = {stu_inputs, 2, stu_cnn, opt, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.batch = 16;
+    tp_model_config_t cfg = stu_config(1);
     cfg.infer_batch = 16;
-    cfg.seed = 42;
-    cfg.threads = 1;
     cfg.backend = g;
     cfg.graphs = 0;
     tp_model_t *m[2];

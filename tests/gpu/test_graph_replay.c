@@ -400,10 +400,7 @@ static void s_after_step(int s, void *arg) {
 
 static void s_compare(tp_optimizer_fn opt, double lr0) {
     tp_model_desc_t md = {stu_inputs, 2, stu_cnn, opt, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.batch = 16;
-    cfg.seed = 42;
-    cfg.threads = 1;
+    tp_model_config_t cfg = stu_config(1);
     cfg.graphs = 0;
     tp_model_t *plain = tp_model_new(&md, &cfg);
     cr_assert_not_null(plain, "%s", tp_last_error());

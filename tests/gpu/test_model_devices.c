@@ -361,13 +361,9 @@ static tp_model_desc_t s_desc(tp_optimizer_t *(*opt)(void *)) {
  * -1: the default). */
 static tp_model_t *s_model_b(int towers, int ndev, tp_optimizer_t *(*opt)(void *),
                              int64_t bucket) {
-    tp_model_config_t c = tp_model_config_default();
+    tp_model_config_t c = stu_config(towers);
     c.bucket_bytes = bucket;
-    c.towers = towers;
-    c.batch = 16;
     c.infer_batch = 16;
-    c.seed = 11;
-    c.threads = 1;
     c.ndevices = ndev;
     for (int r = 0; r < ndev; r++)
         c.devices[r] = s_dev_new(r);
@@ -551,10 +547,7 @@ Test(model_devices, processes_join_with_rank_0s_id_and_average_their_gradients) 
     tp_model_destroy(&cpu);
     tp_model_t *m[2];
     for (int r = 0; r < 2; r++) {
-        tp_model_config_t c = tp_model_config_default();
-        c.batch = 16;
-        c.seed = 11;
-        c.threads = 1;
+        tp_model_config_t c = stu_config(1);
         c.backend = s_dev_new(r);
         c.own_backend = 1;
         tp_model_desc_t d = s_desc(stu_nesterov);
