@@ -135,9 +135,10 @@ typedef tp_backend_t *(*s_backend_new_fn)(const tp_cuda_options_t *opt,
                                           char *err, size_t size);
 
 tp_cuda_options_t tp_cuda_options_default(void) {
-    tp_cuda_options_t o = {0, 0, 0};
-    const char *tf32 = getenv("TP_CUDA_TF32");
+    tp_cuda_options_t o = {0, 0, 0, 0};
+    const char *tf32 = getenv("TP_CUDA_TF32"), *bf16 = getenv("TP_CUDA_BF16");
     o.tf32 = tf32 && *tf32 && strcmp(tf32, "0") != 0;
+    o.bf16 = bf16 && *bf16 && strcmp(bf16, "0") != 0;
     return o;
 }
 

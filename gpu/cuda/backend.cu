@@ -101,6 +101,7 @@ static tp_status_t s_stream_init(tp_cuda_backend_t *cb, tp_stream_t *s) {
     TP_CUDA_CHECK(cublasSetMathMode(s->blas, cb->tf32
                                                  ? CUBLAS_TF32_TENSOR_OP_MATH
                                                  : CUBLAS_DEFAULT_MATH));
+    s->bf16 = cb->bf16;
     TP_CUDA_CHECK(cublasSetPointerMode(s->blas, CUBLAS_POINTER_MODE_HOST));
     TP_CUDA_CHECK(cudnnCreate(&s->dnn));
     TP_CUDA_CHECK(cudnnSetStream(s->dnn, s->cu));
@@ -373,6 +374,20 @@ static tp_status_t s_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
 
 /* ---- products ----------------------------------------------------------- */
 
+cublasStatus_t tp_cuda_sgemm(tp_stream_t *st, int ta, int tb, int m, int n,
+                             int k, const float *alpha, const float *a, int lda,
+                             const float *b, int ldb, const float *beta,
+                             float *c, int ldc) {
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!st->bf16)
+        return cublasSgemm(st->blas, ob, oa, n, m, k, alpha, b, ldb, a, lda, beta,
+                           c, ldc);
+    return cublasGemmEx(st->blas, ob, oa, n, m, k, alpha, b, CUDA_R_32F, ldb, a,
+                        CUDA_R_32F, lda, beta, c, CUDA_R_32F, ldc,
+                        CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+}
+
 /* Row-major C = alpha op(A) op(B) + beta C is column-major
  * C^T = alpha op(B)^T op(A)^T + beta C^T: swap the operands. */
 static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
@@ -387,9 +402,8 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
     tp_stream_t *st = tp_cuda_stream(cb, s);
     if (!s)
         pthread_mutex_lock(&cb->mu);
-    cublasStatus_t e = cublasSgemm(st->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
-                                   &alpha, bm, ldb, a, lda, &beta, c, ldc);
+    cublasStatus_t e = tp_cuda_sgemm(st, ta, tb, m, n, k, &alpha, a, lda, bm, ldb,
+                                     &beta, c, ldc);
     if (!s)
         pthread_mutex_unlock(&cb->mu);
     TP_CUDA_CHECK(e);
@@ -1392,6 +1406,7 @@ tp_cuda_module_backend_new(const tp_cuda_options_t *opt, char *err,
     cb->base.device = opt->device;
     cb->device = opt->device;
     cb->tf32 = opt->tf32 != 0;
+    cb->bf16 = opt->bf16 != 0;
     cb->chunk_bytes = (opt->chunk_mb ? opt->chunk_mb : 256) << 20;
     pthread_mutex_init(&cb->mu, NULL);
     struct cudaDeviceProp prop;
@@ -1417,9 +1432,10 @@ tp_cuda_module_backend_new(const tp_cuda_options_t *opt, char *err,
         s_destroy(&cb->base);
         return NULL;
     }
-    TP_INFO("CUDA backend: device %d (%s, sm_%d%d, %zu MiB), TF32 %s, "
-            "cuDNN %zu, NCCL %d.%d", cb->device, prop.name, prop.major,
-            prop.minor, prop.totalGlobalMem >> 20, cb->tf32 ? "on" : "off",
-            cudnnGetVersion(), NCCL_MAJOR, NCCL_MINOR);
+    TP_INFO("CUDA backend: device %d (%s, sm_%d%d, %zu MiB), TF32 %s, bf16 "
+            "products %s, cuDNN %zu, NCCL %d.%d", cb->device, prop.name,
+            prop.major, prop.minor, prop.totalGlobalMem >> 20,
+            cb->tf32 ? "on" : "off", cb->bf16 ? "on" : "off", cudnnGetVersion(),
+            NCCL_MAJOR, NCCL_MINOR);
     return &cb->base;
 }

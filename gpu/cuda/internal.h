@@ -24,6 +24,7 @@ struct tp_cuda_entry;
 struct tp_stream {
     cudaStream_t cu;
     cublasHandle_t blas;
+    int bf16;                    /* its products on bf16 tensor cores */
     cudnnHandle_t dnn;
     void *blas_ws;
     int *checks;                 /* device: [TP_CUDA_MAX_CHECKS][2] */
@@ -82,6 +83,7 @@ typedef struct tp_cuda_backend {
     tp_backend_t base;           /* first: a tp_backend_t * is this */
     int device;
     int tf32;
+    int bf16;                    /* products on bf16 tensor cores */
     char device_name[128];
     size_t chunk_bytes;
     pthread_mutex_t mu;          /* arena, cache, the default stream */
@@ -105,6 +107,14 @@ static inline tp_cuda_backend_t *tp_cuda_of(tp_backend_t *b) {
 
 /* Make the backend's device current on the calling thread. */
 tp_status_t tp_cuda_use(tp_cuda_backend_t *cb);
+/* Row-major C = alpha op(A) op(B) + beta C on the stream's cuBLAS handle
+ * (column-major C^T = op(B)^T op(A)^T: the operands swapped), in the
+ * backend's math: exact fp32, TF32 (the handle's math mode) or bf16
+ * tensor cores (the stream's bf16). */
+cublasStatus_t tp_cuda_sgemm(tp_stream_t *st, int ta, int tb, int m, int n,
+                             int k, const float *alpha, const float *a, int lda,
+                             const float *b, int ldb, const float *beta,
+                             float *c, int ldc);
 /* The stream to run on: s, or the backend's default one. */
 tp_stream_t *tp_cuda_stream(tp_cuda_backend_t *cb, tp_stream_t *s);
 /* Before work on a tower's stream s: order it after all work left on the

@@ -708,9 +708,8 @@ static void s_ncs(const tp_shape_t *s, size_t *n, size_t *c, size_t *sp) {
 static tp_status_t s_gemm_rm(tp_stream_t *s, int ta, int tb, int m, int n,
                              int k, const float *a, int lda, const float *b,
                              int ldb, float beta, float *c, int ldc) {
-    TP_CUDA_CHECK(cublasSgemm(s->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &s_one,
-                              b, ldb, a, lda, &beta, c, ldc));
+    TP_CUDA_CHECK(tp_cuda_sgemm(s, ta, tb, m, n, k, &s_one, a, lda, b, ldb, &beta,
+                                c, ldc));
     return TP_OK;
 }
 

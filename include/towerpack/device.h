@@ -40,9 +40,16 @@ typedef struct tp_cuda_options {
                           convolutions; 0: exact fp32 (FMA) */
     size_t chunk_mb;   /* device memory is taken in chunks of this many MiB
                           (0: 256); plan-time only, never inside a step */
+    int bf16;          /* 1: fp32 products (cuBLAS: fully connected layers,
+                          tp_backend_gemm) on bf16 tensor cores, the inputs
+                          rounded to bf16 (8 significant bits), fp32
+                          accumulation; convolutions keep what tf32 says
+                          (cuDNN has no bf16 math on fp32 tensors). 0:
+                          products as tf32 says */
 } tp_cuda_options_t;
 
-/* Defaults: device 0, tf32 from $TP_CUDA_TF32 (unset: 0), chunk 256 MiB. */
+/* Defaults: device 0, tf32 from $TP_CUDA_TF32 (unset: 0), chunk 256 MiB,
+ * bf16 from $TP_CUDA_BF16 (unset: 0). */
 tp_cuda_options_t tp_cuda_options_default(void);
 
 /* A CUDA backend on opt->device (NULL: the defaults). Loads the module.

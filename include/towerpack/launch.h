@@ -261,6 +261,11 @@ typedef struct tp_train_config {
                                       cuDNN use TF32 tensor cores, 0 keeps
                                       exact fp32; -1 (default): as
                                       $TP_CUDA_TF32 says (unset: 0) */
+    int bf16;                      /* with a device: 1 computes the fp32
+                                      products (fully connected layers) on
+                                      bf16 tensor cores (tp_cuda_options_t);
+                                      -1 (default): as $TP_CUDA_BF16 says
+                                      (unset: 0) */
 
     tp_callback_t **callbacks;     /* taken; user callbacks */
     size_t ncallbacks;

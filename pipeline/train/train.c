@@ -360,6 +360,7 @@ void tp_train_config_init(tp_train_config_t *cfg) {
     cfg->watchdog_s = 10;
     cfg->device = -1;
     cfg->tf32 = -1;
+    cfg->bf16 = -1;
 }
 
 void tp_train_config_fini(tp_train_config_t *cfg) {
@@ -516,6 +517,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             co.device = n > 1 ? cfg->devices[r] : cfg->device;
             if (cfg->tf32 >= 0)
                 co.tf32 = cfg->tf32 != 0;
+            if (cfg->bf16 >= 0)
+                co.bf16 = cfg->bf16 != 0;
             if (!(mc.devices[r] = tp_backend_cuda_new(&co))) {
                 rc = tp_error_wrap(TP_ERR_UNSUPPORTED, "towers on CUDA device %d",
                                    co.device);

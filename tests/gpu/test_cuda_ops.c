@@ -556,6 +556,56 @@ Test(cuda_ops, gemm_transposes) {
     tp_backend_destroy(&g);
 }
 
+/* bf16 products (tp_cuda_options_t.bf16, tp-train --bf16): the GPU's
+ * product is the exact product of the inputs rounded to bf16 (nearest,
+ * ties to even; fp32 accumulation), and far from the fp32 product: the
+ * flag took effect. GPU only: the CPU has no bf16 path to stand in. */
+static float s_bf16(float x) { return tp_bf16_to_f32(tp_f32_to_bf16(x)); }
+
+Test(cuda_ops, bf16_products_round_their_inputs_to_bf16) {
+    if (s_on_cpu())
+        cr_skip_test("TP_CUDA_OPS_ON_CPU: bf16 tensor cores are the device's");
+    if (tp_cuda_device_count() <= 0)
+        cr_skip_test("no GPU: %s", tp_cuda_status());
+    tp_cuda_options_t o = tp_cuda_options_default();
+    o.tf32 = 0;
+    o.bf16 = 1;
+    tp_backend_t *g = tp_backend_cuda_new(&o);
+    cr_assert_not_null(g, "%s", tp_last_error());
+    tp_backend_t *cpu = tp_backend_cpu_new(1);
+    tp_rng_t r;
+    tp_rng_init(&r, 31, 0);
+    enum { M = 24, N = 40, K = 64 };
+    static float a[M * K], b[K * N], ar[M * K], br[K * N], exact[M * N],
+        rounded[M * N], got[M * N];
+    s_rand(&r, a, M * K, -1, 1);
+    s_rand(&r, b, K * N, -1, 1);
+    for (int i = 0; i < M * K; i++)
+        ar[i] = s_bf16(a[i]);
+    for (int i = 0; i < K * N; i++)
+        br[i] = s_bf16(b[i]);
+    memset(exact, 0, sizeof exact);
+    memset(rounded, 0, sizeof rounded);
+    cpu->ops->gemm(cpu, NULL, 0, 0, M, N, K, 1.0f, a, K, b, N, 0.0f, exact, N);
+    cpu->ops->gemm(cpu, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 0.0f, rounded, N);
+    float *da = s_to_dev(g, a, sizeof a), *db = s_to_dev(g, b, sizeof b),
+          *dc = s_to_dev(g, exact, sizeof exact);
+    cr_assert_eq(g->ops->gemm(g, NULL, 0, 0, M, N, K, 1.0f, da, K, db, N, 0.0f, dc, N),
+                 TP_OK, "%s", tp_last_error());
+    s_to_host(g, got, dc, sizeof got);
+    s_close("bf16 gemm against the bf16-rounded inputs' product", got, rounded,
+            M * N, 1e-4f, 1e-4f);
+    float far = 0;
+    for (int i = 0; i < M * N; i++)
+        far = fmaxf(far, fabsf(got[i] - exact[i]));
+    cr_expect_gt(far, 1e-3f, "the product is within %g of fp32's: bf16 not used", far);
+    g->ops->free(g, da);
+    g->ops->free(g, db);
+    g->ops->free(g, dc);
+    tp_backend_destroy(&cpu);
+    tp_backend_destroy(&g);
+}
+
 /* Batches made on the device from resident images (ResidentInput's
  * kernel) against the host reference, to the bit: 250 picks (more than
  * one launch's 192), 3 channels, padding, mirrored and not. */

@@ -50,6 +50,7 @@ typedef struct {
     int device;   /* the GPU the towers run on; -1: the CPU */
     int gpus[TP_MODEL_DEVICES_MAX], ngpus; /* --devices 0,1: one tower each */
     int tf32;     /* --tf32: 1; default -1 ($TP_CUDA_TF32) */
+    int bf16;     /* --bf16: 1; default -1 ($TP_CUDA_BF16) */
     double lr;
     int64_t steps_per_epoch, seed;
 } s_args_t;
@@ -86,6 +87,8 @@ static void s_usage(FILE *out) {
 "                       or an id, gradients all-reduced by NCCL\n"
 "  --tf32               on a GPU: TF32 tensor cores for products and\n"
 "                       convolutions (default: exact fp32, or $TP_CUDA_TF32)\n"
+"  --bf16               on a GPU: bf16 tensor cores for the fully connected\n"
+"                       layers' products (default: off, or $TP_CUDA_BF16)\n"
 "  --towers N|auto      towers, data parallel in one process (default auto:\n"
 "                       one on a GPU; on the CPU one per core, at most 4)\n"
 "  --workers N          run the data pipeline (read, augment) in N forked\n"
@@ -335,9 +338,9 @@ int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
-                  .image_size = 28, .tf32 = -1, .pad = 2};
+                  .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
-           O_RESTARTS, O_SIZE, O_TF32, O_RESIDENT, O_PAD };
+           O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -355,6 +358,7 @@ int main(int argc, char **argv) {
         {"remote", required_argument, 0, 'R'},
         {"curve", required_argument, 0, 'K'}, {"public", no_argument, 0, 'P'},
         {"no-tensorboard", no_argument, 0, O_NOTB}, {"tf32", no_argument, 0, O_TF32},
+        {"bf16", no_argument, 0, O_BF16},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"resident", no_argument, 0, O_RESIDENT}, {"pad", required_argument, 0, O_PAD},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
@@ -397,6 +401,7 @@ int main(int argc, char **argv) {
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
         case O_TF32: a.tf32 = 1; break;
+        case O_BF16: a.bf16 = 1; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
@@ -532,6 +537,8 @@ int main(int argc, char **argv) {
     }
     if (a.tf32 == 1 && a.device < 0)
         TP_WARN("--tf32: the towers run on the CPU, where it changes nothing");
+    if (a.bf16 == 1 && a.device < 0)
+        TP_WARN("--bf16: the towers run on the CPU, where it changes nothing");
     if (a.towers == 0 && a.device >= 0)
         a.towers = 1;  /* one GPU: one tower keeps it busy */
     if (a.towers == 0)
@@ -645,6 +652,7 @@ int main(int argc, char **argv) {
         cfg.ndevices = a.ngpus;
     }
     cfg.tf32 = a.tf32;
+    cfg.bf16 = a.bf16;
     cfg.logdir = rank == 0 ? logdir : NULL;
     cfg.auto_resume = a.resume;
     cfg.max_epoch = a.epochs;
