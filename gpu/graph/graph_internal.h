@@ -139,6 +139,24 @@ struct tp_tower {
  * reads the model's memory other than the next step calls it first. */
 tp_status_t tp_model_drain_(tp_model_t *m);
 
+/* collective.c: the towers' gradients brought together and applied.
+ * Plan tower t's buckets of about `floats` (config.bucket_bytes), and begin
+ * the all-reduce of those from *k on that are final once node `done`'s
+ * backward ran (INT_MIN: all). */
+tp_status_t tp_plan_buckets_(tp_model_t *m, tp_tower_t *t, size_t floats);
+tp_status_t tp_begin_buckets_(tp_model_t *m, tp_tower_t *t, int *k, int done);
+/* The model can reduce and update (an optimizer, training towers). */
+tp_status_t tp_check_grads_(tp_model_t *m);
+/* TP_RUN_REDUCE: every tower's from one thread (onto tower 0), or tower
+ * `tower`'s part of the collective from its own. */
+tp_status_t tp_reduce_all_(tp_model_t *m);
+tp_status_t tp_allreduce_tower_(tp_model_t *m, int tower);
+/* TP_RUN_UPDATE: tower `tower`'s slice of its device's variables, or from
+ * one thread every replica (cost k), closing a step whose slices every
+ * tower applied. */
+tp_status_t tp_apply_slice_(tp_model_t *m, int tower, int k);
+tp_status_t tp_update_all_(tp_model_t *m, int k);
+
 /* One device's copy of the model's state (towers on several devices,
  * tp_model_config_t.devices): the towers on the device read its arenas,
  * and every replica applies the same update from the all-reduced
