@@ -481,7 +481,7 @@ static tp_status_t s_check_desc(const tp_model_desc_t *d,
     if (c->ndevices < 0 || c->ndevices > TP_MODEL_DEVICES_MAX)
         return tp_error(TP_ERR_INVALID, "%d devices (0..%d)", c->ndevices,
                         TP_MODEL_DEVICES_MAX);
-    for (int r = 0; c->ndevices > 1 && r < c->ndevices; r++) {
+    for (int r = 0; r < c->ndevices; r++) {
         const tp_backend_t *b = c->devices[r];
         if (!b)
             return tp_error(TP_ERR_INVALID, "devices[%d] is NULL", r);
@@ -497,7 +497,7 @@ static tp_status_t s_check_desc(const tp_model_desc_t *d,
             return tp_error(TP_ERR_INVALID, "config.backend and devices[0] "
                             "differ (set one, or both the same)");
     }
-    if (c->ndevices > 1 && c->towers < c->ndevices)
+    if (c->ndevices > 1 && c->towers < c->ndevices)  /* 1 device: inference too */
         return tp_error(TP_ERR_INVALID, "%d training towers on %d devices: "
                         "every device needs a tower", c->towers, c->ndevices);
     for (int i = 0; i < d->ninputs; i++) {
@@ -656,7 +656,7 @@ tp_model_t *tp_model_new(const tp_model_desc_t *desc,
     m->nrep = c.ndevices > 1 ? c.ndevices : 1;
     for (int r = 1; r < m->nrep; r++)
         m->rep[r].backend = c.devices[r];
-    if (c.ndevices > 1) {
+    if (c.ndevices >= 1) {
         m->backend = c.devices[0];
         m->own_backend = c.own_backend;
     } else if (c.backend) {

@@ -244,7 +244,7 @@ typedef struct tp_model_config {
                             destroyed with the model, or by tp_model_new
                             when it fails */
     /* Towers on several devices: ndevices > 1 backends, one per device
-     * (`backend` then NULL or devices[0]). Training tower i runs on
+     * (`backend` then NULL or devices[0]; ndevices 1 is `backend`). Training tower i runs on
      * devices[i % ndevices], which holds a replica of every variable and
      * optimizer slot; the towers all-reduce their gradients, and each
      * replica applies the same update, so the replicas stay equal. Replica

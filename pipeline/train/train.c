@@ -527,12 +527,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                 goto out;
             }
         }
-        if (n > 1) {
-            mc.ndevices = n;
-        } else {
-            mc.backend = mc.devices[0];
-            mc.devices[0] = NULL;
-        }
+        mc.ndevices = n;
         mc.own_backend = 1;  /* the model (also one handed out) keeps them */
     }
     mt->model = tp_model_new(cfg->model, &mc);

@@ -410,6 +410,20 @@ Test(model_devices, towers_are_placed_round_robin_each_on_its_device) {
                  "the inference graph is on replica 0's device");
     cr_expect_null(tp_model_tower_backend(m, 4));
     tp_model_destroy(&m);
+    /* one device in the list is the model's backend, taken and freed */
+    int gone = 0;
+    tp_model_config_t c = stu_config(1);
+    c.ndevices = 1;
+    c.devices[0] = s_dev_new(0);
+    s_of(c.devices[0])->destroyed = &gone;
+    c.own_backend = 1;
+    tp_model_desc_t d = s_desc(stu_nesterov);
+    m = tp_model_new(&d, &c);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    cr_expect_eq(tp_model_backend(m), c.devices[0]);
+    cr_expect_eq(tp_model_device_count(m), 1);
+    tp_model_destroy(&m);
+    cr_expect(gone, "devices[0] was not freed with the model");
 }
 
 /* Two towers on two devices train exactly as two towers on one: the same
