@@ -31,7 +31,9 @@
 #      bench: tp-bench cuda gemm (TF32 off and on), tp-bench cuda steps for
 #      cnn-bn and resnet with nvidia-smi sampling the GPU's utilisation,
 #      input hiding (tp-bench cuda steps --input device|resident|host|staged),
-#      and the host time per op call; train: tp-train on the GPU with the
+#      two towers on one GPU (one thread; replicated, the all-reduce after
+#      the backward pass or in buckets beside it), and the host time per op
+#      call; train: tp-train on the GPU with the
 #      given flags (TRAIN_WRAP runs it under a tool, e.g. compute-sanitizer;
 #      TRAIN_TIMEOUT, default 300 s), logged to $OUT/train.txt.
 #      Logs land in $OUT (env.txt, tests.txt, memcheck_<suite>.txt,
@@ -294,6 +296,14 @@ run_checks() {
                 .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 600 \
                 --input "$input" 2>&1 | tee -a "$out/bench.txt"
         done
+    done
+    echo "== two towers on one GPU: one thread for both (reduced onto tower 0), then"
+    echo "   tp-train's replicated towers on their threads with the all-reduce after"
+    echo "   the backward pass (--bucket-mb 0) and in 1 MiB buckets beside it"
+    for args in "" "--replicated --bucket-mb 0" "--replicated --bucket-mb 1"; do
+        # shellcheck disable=SC2086
+        timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 600 \
+            --towers 2 $args 2>&1 | tee -a "$out/bench.txt"
     done
     echo "== host time per op call (launch overhead) for cnn-bn"
     timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 100 --profile \

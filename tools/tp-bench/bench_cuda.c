@@ -26,12 +26,19 @@
  *       copying each batch from pinned memory on the copy stream); device
  *       and resident feed the model float32 images, so their ratio is the
  *       input's cost; host and staged feed uint8 images.
+ *       --replicated runs each tower on a thread of its own, as tp-train's
+ *       replicated trainer does (the towers' all-reduce and their slices
+ *       of the update, then the update run that closes the step); without
+ *       it one thread runs every tower and reduces onto tower 0.
+ *       --bucket-mb X sets tp_model_config_t.bucket_bytes (0: one
+ *       all-reduce after the backward pass; default: the model's).
  *
  * --cpu runs either mode on the CPU backend instead (a reference, and a
  * check of the bench itself on a machine without a GPU).
  *
  * Times are wall-clock around whole steps; every step ends with the model's
  * stream sync, so they include all device work. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,14 +252,80 @@ static int s_gemm_mode(int argc, char **argv) {
     return 0;
 }
 
+/* --replicated: the towers on threads of their own, started together for
+ * each step (a barrier) and waited for (another), as the trainer runs
+ * them. */
+typedef struct {
+    tp_model_t *m;
+    int towers;
+    tp_tensor_t *feeds;      /* [towers][2], the step's, set by the caller */
+    pthread_barrier_t start, done;
+    int stop;
+    tp_status_t rc[8];
+    pthread_t th[8];
+} s_pool_t;
+
+typedef struct {
+    s_pool_t *p;
+    int tower;
+} s_worker_t;
+
+static void *s_worker(void *arg) {
+    s_worker_t *w = arg;
+    s_pool_t *p = w->p;
+    tp_run_opts_t o = {.stages = TP_RUN_TRAIN};
+    for (;;) {
+        pthread_barrier_wait(&p->start);
+        if (p->stop)
+            return NULL;
+        p->rc[w->tower] = tp_model_run(p->m, w->tower, p->feeds + 2 * w->tower, 2,
+                                       NULL, 0, &o);
+        pthread_barrier_wait(&p->done);
+    }
+}
+
+/* One replicated step on the pool: every tower, then the closing update. */
+static tp_status_t s_pool_step(s_pool_t *p) {
+    pthread_barrier_wait(&p->start);
+    pthread_barrier_wait(&p->done);
+    for (int t = 0; t < p->towers; t++)
+        if (p->rc[t] < 0)
+            return p->rc[t];
+    tp_run_opts_t u = {.stages = TP_RUN_UPDATE};
+    return tp_model_run(p->m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &u);
+}
+
+static void s_pool_start(s_pool_t *p, s_worker_t *w) {
+    pthread_barrier_init(&p->start, NULL, (unsigned)p->towers + 1);
+    pthread_barrier_init(&p->done, NULL, (unsigned)p->towers + 1);
+    for (int t = 0; t < p->towers; t++) {
+        w[t] = (s_worker_t){p, t};
+        pthread_create(&p->th[t], NULL, s_worker, &w[t]);
+    }
+}
+
+static void s_pool_stop(s_pool_t *p) {
+    p->stop = 1;
+    pthread_barrier_wait(&p->start);
+    for (int t = 0; t < p->towers; t++)
+        pthread_join(p->th[t], NULL);
+    pthread_barrier_destroy(&p->start);
+    pthread_barrier_destroy(&p->done);
+}
+
 static int s_steps_mode(int argc, char **argv) {
     const char *model = "cnn-bn";
     int64_t batch = 128;
-    int steps = 300, towers = 1, tf32 = 0, json = 0, profile = 0;
+    int steps = 300, towers = 1, tf32 = 0, json = 0, profile = 0, replicated = 0;
+    double bucket_mb = -1;
     const char *input = "host";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--profile"))
             profile = 1;
+        else if (!strcmp(argv[i], "--replicated"))
+            replicated = 1;
+        else if (!strcmp(argv[i], "--bucket-mb") && i + 1 < argc)
+            bucket_mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--input") && i + 1 < argc)
             input = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc)
@@ -277,10 +350,12 @@ static int s_steps_mode(int argc, char **argv) {
     const tp_zoo_model_t *z = tp_zoo_find(model);
     int mode = !strcmp(input, "host") ? 0 : !strcmp(input, "device") ? 1
              : !strcmp(input, "resident") ? 2 : !strcmp(input, "staged") ? 3 : -1;
-    if (!z || batch < 1 || steps < 10 || towers < 1 || towers > 8 || mode < 0) {
+    if (!z || batch < 1 || steps < 10 || towers < 1 || towers > 8 || mode < 0 ||
+        (replicated && (profile || towers < 2))) {
         fprintf(stderr, "tp-bench cuda steps: %s\n",
                 !z ? tp_last_error() : mode < 0 ? "--input: host, device, resident or staged"
-                                                : "bad --batch/--steps/--towers");
+                : replicated ? "--replicated: two towers or more, and no --profile (one thread)"
+                                        : "bad --batch/--steps/--towers");
         return 2;
     }
     tp_backend_t *b = s_backend(tf32);
@@ -295,6 +370,8 @@ static int s_steps_mode(int argc, char **argv) {
     cfg.batch = batch;
     cfg.towers = towers;
     cfg.backend = b;
+    if (bucket_mb >= 0)
+        cfg.bucket_bytes = (int64_t)(bucket_mb * (1 << 20));
     tp_model_t *m = tp_model_new(&md, &cfg);
     if (!m) {
         fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
@@ -355,6 +432,10 @@ static int s_steps_mode(int argc, char **argv) {
     for (int t = 0; t < towers; t++)
         p[2 * t] = in[0], p[2 * t + 1] = in[1];
     tp_datapoint_t *dps[8] = {NULL};
+    s_pool_t pool = {.m = m, .towers = towers, .feeds = p};
+    s_worker_t workers[8];
+    if (replicated)
+        s_pool_start(&pool, workers);
     int warm = steps / 10;
     double t0 = 0;
     for (int i = 0; i < steps + warm; i++) {
@@ -368,13 +449,18 @@ static int s_steps_mode(int argc, char **argv) {
             p[2 * t] = *tp_datapoint_get(dps[t], 0);
             p[2 * t + 1] = *tp_datapoint_get(dps[t], 1);
         }
-        if (tp_model_run(m, TP_ALL_TOWERS, p, 2 * towers, NULL, 0, NULL) < 0) {
+        tp_status_t rc = replicated ? s_pool_step(&pool)
+                                    : tp_model_run(m, TP_ALL_TOWERS, p, 2 * towers,
+                                                   NULL, 0, NULL);
+        if (rc < 0) {
             fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
             return 1;
         }
         for (int t = 0; res && t < towers; t++)
             tp_input_release(res, t, &dps[t]);
     }
+    if (replicated)
+        s_pool_stop(&pool);
     if (tp_model_wait(m) < 0) {  /* a step queued ahead (TP_CUDA_AHEAD) */
         fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
         return 1;
@@ -402,14 +488,18 @@ static int s_steps_mode(int argc, char **argv) {
     }
     if (json)
         printf("{\"bench\":\"cuda-steps\",\"model\":\"%s\",\"input\":\"%s\","
-               "\"batch\":%lld,\"towers\":%d,\"tf32\":%d,\"steps_per_s\":%.2f,"
-               "\"images_per_s\":%.1f,\"epoch_s\":%.3f}\n",
-               model, input, (long long)batch, towers, tf32, rate, ips, 60000.0 / ips);
+               "\"batch\":%lld,\"towers\":%d,\"replicated\":%d,\"bucket_mb\":%g,"
+               "\"tf32\":%d,\"steps_per_s\":%.2f,\"images_per_s\":%.1f,"
+               "\"epoch_s\":%.3f}\n",
+               model, input, (long long)batch, towers, replicated, bucket_mb, tf32,
+               rate, ips, 60000.0 / ips);
     else
-        printf("cuda steps: %s, batch %lld x %d tower(s), TF32 %s, input %s: %.1f "
-               "steps/s, %.0f images/s, %.2f s per 60000-image epoch\n",
-               model, (long long)batch, towers, tf32 ? "on" : "off", input, rate, ips,
-               60000.0 / ips);
+        printf("cuda steps: %s, batch %lld x %d tower(s)%s%s, TF32 %s, input %s: "
+               "%.1f steps/s, %.0f images/s, %.2f s per 60000-image epoch\n",
+               model, (long long)batch, towers, replicated ? " on their threads" : "",
+               bucket_mb == 0 ? ", all-reduce after the pass"
+               : bucket_mb > 0 ? ", all-reduce in buckets" : "",
+               tf32 ? "on" : "off", input, rate, ips, 60000.0 / ips);
     tp_model_destroy(&m);
     tp_input_destroy(&res);
     tp_backend_free(b, dx);
@@ -425,7 +515,8 @@ int tp_bench_cuda(int argc, char **argv) {
         printf("usage: tp-bench cuda gemm [--batch B] [--width W] [--iters N] "
                "[--rounds R] [--tf32] [--input host|device] [--cpu] [--json]\n"
                "       tp-bench cuda steps [--model NAME] [--batch B] "
-               "[--steps N] [--towers T] [--tf32] [--profile] [--cpu] [--json]\n"
+               "[--steps N] [--towers T] [--tf32] [--profile] [--replicated]\n"
+               "                       [--bucket-mb X] [--cpu] [--json]\n"
                "                       [--input host|device|resident|staged]\n");
         return argc < 2 ? 2 : 0;
     }
