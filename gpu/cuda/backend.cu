@@ -591,7 +591,6 @@ struct tp_comm {
     float *bufs[TP_CUDA_COMM_MAX];
     size_t counts[TP_CUDA_COMM_MAX];
     int average[TP_CUDA_COMM_MAX];
-    cudaStream_t streams[TP_CUDA_COMM_MAX];
     cudaEvent_t ready[TP_CUDA_COMM_MAX]; /* the rank's gradients are final */
     cudaEvent_t done[TP_CUDA_COMM_MAX];  /* the rank's slice is reduced */
     cudaStream_t cstream[TP_CUDA_COMM_MAX]; /* the rank's reductions */
@@ -890,7 +889,6 @@ static tp_status_t s_begin_run(tp_cuda_backend_t *cb, tp_comm_t *c,
     TP_CUDA_CHECK(cudaSetDevice(dev));
     TP_TRY(s_rank_events(c, rank, dev));
     c->bufs[rank] = buf;
-    c->streams[rank] = st->cu;
     TP_CUDA_CHECK(cudaEventRecord(c->ready[rank], st->cu));
     tp_status_t agree = tp_barrier_agree(&c->barrier, rank, c->counts,
                                          c->average, count, average);
@@ -942,9 +940,8 @@ static tp_status_t s_end_run(tp_cuda_backend_t *cb, tp_comm_t *c, int rank,
     if (!c->pending[rank])
         return TP_OK;
     c->pending[rank] = 0;
-    TP_TRY(tp_cuda_use(cb));
     tp_stream_t *st = tp_cuda_stream(cb, s);
-    TP_CUDA_CHECK(cudaSetDevice(c->evdev[rank]));
+    TP_CUDA_CHECK(cudaSetDevice(c->evdev[rank])); /* the rank's, not cb's */
     TP_CUDA_CHECK(cudaEventRecord(c->cdone[rank], c->cstream[rank]));
     TP_CUDA_CHECK(cudaStreamWaitEvent(st->cu, c->cdone[rank], 0));
     return s_comm_wait(c, rank);
