@@ -235,6 +235,19 @@ static inline int pu_python_check(const char *script, const char *dir, char *out
     return rc;
 }
 
+/* In a Criterion test: pu_python_check(script, dir), skipped when the
+ * script lacks a module (77), else it must exit 0 saying `agrees` (a
+ * string of its last words, e.g. "numpy agrees on 60 images"). */
+#define PU_PYTHON_EXPECT(script, dir, agrees)                                  \
+    do {                                                                       \
+        char pu_msg_[4096];                                                    \
+        int pu_rc_ = pu_python_check((script), (dir), pu_msg_, sizeof pu_msg_); \
+        if (pu_rc_ == 77)                                                      \
+            cr_skip_test("%s", pu_msg_);                                       \
+        cr_assert_eq(pu_rc_, 0, "%s", pu_msg_);                                \
+        cr_assert(strstr(pu_msg_, (agrees)), "%s", pu_msg_);                   \
+    } while (0)
+
 /* Write `bytes` of data to dir/name (a test's file for a reference check);
  * 0, or -1 when it cannot. */
 static inline int pu_write_file(const char *dir, const char *name, const void *data,
