@@ -318,9 +318,13 @@ static tp_status_t res_next(void *impl, int tower, tp_datapoint_t **out) {
     return TP_OK;
 }
 
+/* Batches in a pass (the remainder dropped); before the pass is read, the
+ * dataflow's own size says it, so a launch can plan its epochs (and the
+ * schedules over them) before the start. */
 static int64_t res_size(void *impl) {
     s_res_t *r = impl;
-    return r->n > 0 ? r->n / r->opts.batch : -1;
+    int64_t n = r->n > 0 ? r->n : tp_dataflow_size(r->df);
+    return n > 0 ? n / r->opts.batch : -1;
 }
 
 static void res_destroy(void *impl) {

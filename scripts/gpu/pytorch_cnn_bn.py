@@ -14,10 +14,13 @@ the same gradient as SGD's weight_decay on those tensors), batch 128 with
 the remainder dropped; augmentation: zero padding of --pad pixels, a
 random 28x28 crop and a horizontal flip with probability 1/2, pixels
 scaled to [0, 1]. Batch norm: eps 1e-5, moving averages with momentum 0.1
-(towerpack's decay 0.9).
+(towerpack's decay 0.9). Initial weights: towerpack's (--init towerpack,
+the default since session 17; the runs before drew PyTorch's defaults,
+--init torch).
 
     python3 pytorch_cnn_bn.py --data DIR [--epochs 3] [--pad 2] [--seed 1]
                               [--workers 8] [--tf32] [--device cuda|cpu]
+                              [--init towerpack|torch]
 
 Prints per epoch the wall time of the training pass, images/s and test
 accuracy, then one summary line: total training seconds (the training
@@ -88,6 +91,18 @@ class CnnBn(nn.Module):
         x = self.drop(F.relu(self.fc0(x.flatten(1))))
         return self.linear(x)
 
+    def init_as_towerpack(self):
+        """towerpack's initial values (gpu/graph/graph.c): conv kernels He
+        normal (std sqrt(2 / fan_in)), fc weights Glorot uniform, fc biases
+        zero; batch norm's scale 1 and shift 0 as PyTorch's. PyTorch's own
+        defaults (--init torch) draw every weight and bias from
+        U(+-1 / sqrt(fan_in))."""
+        for c in self.convs:
+            nn.init.kaiming_normal_(c.weight, mode="fan_in", nonlinearity="relu")
+        for f in (self.fc0, self.linear):
+            nn.init.xavier_uniform_(f.weight)
+            nn.init.zeros_(f.bias)
+
     def decayed(self):
         """The tensors tp-train's weight decay covers: kernels, fc weights."""
         return [c.weight for c in self.convs] + [self.fc0.weight, self.linear.weight]
@@ -104,6 +119,8 @@ def main():
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--tf32", action="store_true")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--init", choices=("towerpack", "torch"), default="towerpack",
+                    help="initial weights: towerpack's (the same recipe) or PyTorch's defaults")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.backends.cudnn.allow_tf32 = a.tf32
@@ -113,7 +130,7 @@ def main():
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     print(f"device: {name}, torch {torch.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}, TF32 {a.tf32}, "
-          f"epochs {a.epochs}, pad {a.pad}, seed {a.seed}")
+          f"epochs {a.epochs}, pad {a.pad}, seed {a.seed}, init {a.init}")
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
     train = DataLoader(FashionMNIST(a.data, True, True, a.pad), batch_size=a.batch,
@@ -121,7 +138,10 @@ def main():
                        drop_last=True, persistent_workers=a.workers > 0)
     test = DataLoader(FashionMNIST(a.data, False, False, 0), batch_size=500,
                       num_workers=min(a.workers, 2), pin_memory=cuda)
-    model = CnnBn().to(dev)
+    model = CnnBn()
+    if a.init == "towerpack":
+        model.init_as_towerpack()
+    model = model.to(dev)
     decayed = {id(p) for p in model.decayed()}
     groups = [{"params": [p for p in model.parameters() if id(p) in decayed],
                "weight_decay": 5e-4},

@@ -556,13 +556,18 @@ Test(cuda_ops, gemm_transposes) {
     tp_backend_destroy(&g);
 }
 
-/* bf16 products (tp_cuda_options_t.bf16, tp-train --bf16): the GPU's
- * product is the exact product of the inputs rounded to bf16 (nearest,
- * ties to even; fp32 accumulation), and far from the fp32 product: the
+/* bf16 products (tp_cuda_options_t.bf16, tp-train --bf16): cuBLAS's
+ * CUBLAS_COMPUTE_32F_FAST_16BF lets it use bf16 tensor cores with fp32
+ * accumulation; how it converts the inputs is its own choice. On the H100
+ * (cuBLAS 13, 2026-11-26) the 128x256x512 product was 0.009 from the fp32
+ * product and 0.067 from the product of the inputs rounded once to bf16
+ * (values ~ 7): not a plain rounding. What holds: the product is no
+ * further from fp32's than rounding the inputs to bf16 puts it, and it is
+ * not fp32's (a different summation order alone is ~ 1e-5 here), so the
  * flag took effect. GPU only: the CPU has no bf16 path to stand in. */
 static float s_bf16(float x) { return tp_bf16_to_f32(tp_f32_to_bf16(x)); }
 
-Test(cuda_ops, bf16_products_round_their_inputs_to_bf16) {
+Test(cuda_ops, bf16_products_are_reduced_precision_within_bf16s_error) {
     if (s_on_cpu())
         cr_skip_test("TP_CUDA_OPS_ON_CPU: bf16 tensor cores are the device's");
     if (tp_cuda_device_count() <= 0)
@@ -575,7 +580,8 @@ Test(cuda_ops, bf16_products_round_their_inputs_to_bf16) {
     tp_backend_t *cpu = tp_backend_cpu_new(1);
     tp_rng_t r;
     tp_rng_init(&r, 31, 0);
-    enum { M = 24, N = 40, K = 64 };
+    /* shapes cuBLAS runs on tensor cores (FAST_16BF only allows them) */
+    enum { M = 128, N = 256, K = 512 };
     static float a[M * K], b[K * N], ar[M * K], br[K * N], exact[M * N],
         rounded[M * N], got[M * N];
     s_rand(&r, a, M * K, -1, 1);
@@ -593,12 +599,17 @@ Test(cuda_ops, bf16_products_round_their_inputs_to_bf16) {
     cr_assert_eq(g->ops->gemm(g, NULL, 0, 0, M, N, K, 1.0f, da, K, db, N, 0.0f, dc, N),
                  TP_OK, "%s", tp_last_error());
     s_to_host(g, got, dc, sizeof got);
-    s_close("bf16 gemm against the bf16-rounded inputs' product", got, rounded,
-            M * N, 1e-4f, 1e-4f);
-    float far = 0;
-    for (int i = 0; i < M * N; i++)
-        far = fmaxf(far, fabsf(got[i] - exact[i]));
-    cr_expect_gt(far, 1e-3f, "the product is within %g of fp32's: bf16 not used", far);
+    float bf16_err = 0, to_exact = 0;
+    for (int i = 0; i < M * N; i++) {
+        bf16_err = fmaxf(bf16_err, fabsf(rounded[i] - exact[i]));
+        to_exact = fmaxf(to_exact, fabsf(got[i] - exact[i]));
+    }
+    cr_assert_leq(to_exact, 1.5f * bf16_err + 1e-3f, "bf16 gemm: %g from the fp32 "
+                  "product, more than rounding the inputs to bf16 gives (%g)",
+                  to_exact, bf16_err);
+    cr_assert_gt(to_exact, 1e-3f, "bf16 gemm: %g from the fp32 product: fp32's own "
+                 "(bf16 not used; rounding the inputs to bf16 gives %g)", to_exact,
+                 bf16_err);
     g->ops->free(g, da);
     g->ops->free(g, db);
     g->ops->free(g, dc);

@@ -131,6 +131,9 @@ static void s_labels(tp_datapoint_t *dp, int batch, int32_t *out) {
 
 Test(resident_input, a_pass_is_a_permutation_and_the_remainder_is_dropped) {
     tp_input_t *in = s_input(10, 4, 0, 0, -1);
+    /* known before the start, from the dataflow: a launch plans its epochs
+     * (and tp-train its learning rate's decay) from it */
+    cr_assert_eq(tp_input_size(in), 2, "before the start: %lld", (long long)tp_input_size(in));
     cr_assert_eq(tp_input_start(in, 1, 3, 0), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_input_size(in), 2, "10 images in batches of 4: 2 (2 dropped)");
     int seen[10] = {0}, order[2][8];

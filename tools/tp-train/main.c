@@ -657,10 +657,20 @@ int main(int argc, char **argv) {
     cfg.auto_resume = a.resume;
     cfg.max_epoch = a.epochs;
     /* One pass of the data per epoch: every step takes a batch per tower. */
-    int64_t batches = train ? tp_dataflow_size(train) : -1;
+    int64_t batches = train ? tp_dataflow_size(train)
+                    : a.resident ? tp_input_size(remote) : -1;
     int64_t group = (int64_t)a.towers * nranks;  /* batches per step, all ranks */
     cfg.steps_per_epoch = a.steps_per_epoch ? a.steps_per_epoch
                         : batches > 0 ? (batches + group - 1) / group : 0;
+    if (cfg.steps_per_epoch <= 0) {
+        /* the learning rate's schedule runs over epochs x steps_per_epoch
+         * steps: with the length unknown it would decay in the first steps */
+        tp_error(TP_ERR_INVALID, "the training data's size is not known before it "
+                 "is read (%s): give --steps-per-epoch", spec);
+        tp_train_config_fini(&cfg);  /* the training data and input with it */
+        tp_dataflow_destroy(&test);
+        return s_fail("steps per epoch");
+    }
     cfg.progress_names = "cost,accuracy";
     cfg.stats = a.stats;
     cfg.tensorboard = !a.no_tensorboard;
@@ -681,7 +691,7 @@ int main(int argc, char **argv) {
                  (long long)cfg.steps_per_epoch, (long long)a.seed);
     cfg.hparams = hparams;
     /* The rate decays linearly, step by step, to a twentieth at the end. */
-    double total_steps = (double)(cfg.steps_per_epoch > 0 ? cfg.steps_per_epoch : 1) * a.epochs;
+    double total_steps = (double)cfg.steps_per_epoch * a.epochs;
     tp_hp_point_t pts[2] = {{0, a.lr}, {total_steps, a.lr / 20}};
     tp_inferencer_t infs[] = {
         {TP_INFER_SCALAR_STATS, "accuracy", NULL},
