@@ -133,6 +133,11 @@ struct tp_tower {
     float *mirror;       /* [3][noutputs]; NULL on the CPU */
     int mirror_ready;    /* the third with the latest completed run, -1 */
     int mirror_inflight; /* the third of a step queued ahead, -1: none */
+    /* time the host spent blocked on the device at the end of its runs
+     * (the sync, or the wait for the step before when ahead): the
+     * thread running the tower writes it, tp_model_device_wait_ns reads it
+     * between runs */
+    uint64_t device_wait_ns;
 };
 
 /* Wait for every step a training tower queued ahead (config.ahead): what

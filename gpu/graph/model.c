@@ -42,6 +42,13 @@ tp_model_config_t tp_model_config_default(void) {
 }
 
 int tp_model_tower_count(const tp_model_t *m) { return m->ntowers; }
+uint64_t tp_model_device_wait_ns(const tp_model_t *m) {
+    uint64_t ns = 0;
+    for (int i = 0; m && i < m->ntowers; i++)
+        ns += m->towers[i]->device_wait_ns;
+    return ns;
+}
+
 int tp_model_graphed(const tp_model_t *m, int tower) {
     return m && tower >= 0 && tower < m->ntowers && m->towers[tower]->graph;
 }
@@ -1000,7 +1007,9 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     if (rc == TP_OK)
         rc = s_mirror_outputs(t, third);
     if (!ahead) {
+        uint64_t w0 = tp_now_ns();
         tp_status_t sc = b->ops->stream_sync(b, t->stream);
+        t->device_wait_ns += tp_now_ns() - w0;
         if (rc == TP_OK && sc == TP_OK)
             t->mirror_ready = third;
         return rc < 0 ? rc : sc;
@@ -1012,7 +1021,9 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     }
     /* back once the step before is done (and this one's inputs are in):
      * its outputs are the ones read now, a bad label in it fails here */
+    uint64_t w0 = tp_now_ns();
     rc = b->ops->stream_wait_mark(b, t->stream);
+    t->device_wait_ns += tp_now_ns() - w0;
     if (t->mirror_inflight >= 0)
         t->mirror_ready = t->mirror_inflight;
     t->mirror_inflight = third;

@@ -310,6 +310,11 @@ int tp_model_device_count(const tp_model_t *m);
  * (config.graphs on a backend that records) and runs by replay at its
  * batch; 0 otherwise. */
 int tp_model_graphed(const tp_model_t *m, int tower);
+/* Nanoseconds the host has spent blocked on the device at the end of the
+ * towers' training steps (summed over towers): near the steps' whole time
+ * when the device's work bounds them, near zero when the host's does (or
+ * on the CPU, whose steps end done). Read it between runs. */
+uint64_t tp_model_device_wait_ns(const tp_model_t *m);
 /* Data-parallel over processes on devices (dist/ does this for a GPU
  * model under MPI): rank 0 makes a communicator id (at most
  * TP_COMM_ID_MAX bytes), the launcher carries it to every process, and each

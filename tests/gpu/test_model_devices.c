@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <towerpack/clock.h>
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"
 #include "gpu/graph/graph_internal.h"
@@ -39,6 +40,7 @@ typedef struct {
     size_t floats_begun;
     char first_foreign[128];
     int *destroyed;     /* set to 1 by destroy, when not NULL */
+    int sync_us;        /* a sync takes this long: the device still busy */
 } s_dev_t;
 
 static s_dev_t *s_of(tp_backend_t *b) { return (s_dev_t *)b->impl; }
@@ -131,6 +133,8 @@ static void s_stream_destroy(tp_backend_t *b, tp_stream_t *s) {
 
 static tp_status_t s_stream_sync(tp_backend_t *b, tp_stream_t *s) {
     s_check(b, "stream_sync", s, NULL, 0);
+    if (s_of(b)->sync_us)
+        usleep((useconds_t)s_of(b)->sync_us);
     return s_of(b)->cpu->ops->stream_sync(s_of(b)->cpu, s);
 }
 
@@ -459,6 +463,40 @@ static void s_two_devices_as_one(tp_optimizer_t *(*opt)(void *), int ntowers) {
     tp_tensor_fini(&f2.value);
     tp_model_destroy(&one);
     tp_model_destroy(&two);
+}
+
+/* tp_model_device_wait_ns: the time the host sat in the device's sync at
+ * the end of a step. A device whose sync takes 3 ms (its work not yet
+ * done) gives at least 3 ms a step, and no more than the steps took; the
+ * CPU, whose steps end done, next to nothing. tp-bench cuda steps prints
+ * it as the share of the time the host waited for the GPU. */
+static void s_train_steps(tp_model_t *m, int n) {
+    static uint8_t x[16 * 144];
+    static int32_t y[16];
+    tp_tensor_t in[2];
+    for (int s = 0; s < n; s++) {
+        stu_batch(s, 0, x, y, in);
+        cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, in, 2, NULL, 0, NULL), TP_OK,
+                     "step %d: %s", s, tp_last_error());
+    }
+}
+
+Test(model_devices, the_host_s_wait_for_the_device_is_counted) {
+    tp_model_t *slow = s_model(1, 1, stu_nesterov), *cpu = s_model(1, 0, stu_nesterov);
+    s_of(tp_model_backend(slow))->sync_us = 3000;
+    cr_expect_eq(tp_model_device_wait_ns(slow), 0);
+    uint64_t t0 = tp_now_ns();
+    s_train_steps(slow, 5);
+    uint64_t took = tp_now_ns() - t0, waited = tp_model_device_wait_ns(slow);
+    cr_expect_geq(waited, 5 * 3000000ull, "5 steps with 3 ms syncs: %llu ns",
+                  (unsigned long long)waited);
+    cr_expect_leq(waited, took, "waited %llu ns of %llu", (unsigned long long)waited,
+                  (unsigned long long)took);
+    s_train_steps(cpu, 5);
+    cr_expect_lt(tp_model_device_wait_ns(cpu), waited / 10, "the CPU: %llu ns",
+                 (unsigned long long)tp_model_device_wait_ns(cpu));
+    tp_model_destroy(&slow);
+    tp_model_destroy(&cpu);
 }
 
 Test(model_devices, two_devices_train_as_one_with_nesterov) {

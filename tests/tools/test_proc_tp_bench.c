@@ -21,6 +21,11 @@ Test(tp_bench, cuda_steps_runs_replicated_towers_with_buckets_on_the_cpu) {
     const char *r = strstr(j, "\"steps_per_s\":");
     cr_assert_not_null(r, "%s", j);
     cr_assert_gt(atof(r + strlen("\"steps_per_s\":")), 0.0, "%s", j);
+    /* the CPU's steps end done: the host never waits on a device */
+    const char *w = strstr(j, "\"device_wait\":");
+    cr_assert_not_null(w, "%s", j);
+    double waited = atof(w + strlen("\"device_wait\":"));
+    cr_assert(waited >= 0 && waited < 0.2, "%s", j);
 }
 
 Test(tp_bench, cuda_steps_replicated_needs_two_towers) {

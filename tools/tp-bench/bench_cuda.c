@@ -13,7 +13,10 @@
  *                       [--tf32] [--profile] [--json]
  *       Step rate of a zoo model on the GPU fed one constant host batch per
  *       tower (DummyConstantInput-style: copy in, forward, backward, update):
- *       steps/s, images/s, and the implied epoch time for 60000 images.
+ *       steps/s, images/s, the implied epoch time for 60000 images, and
+ *       the share of the time the host sat blocked on the device at the
+ *       steps' ends (tp_model_device_wait_ns: near 100% when the device's
+ *       work bounds the step, near 0 when the host's does).
  *       scripts/gpu-check.sh samples nvidia-smi's utilisation meanwhile for
  *       the busy fraction. --profile adds the host time spent in each op
  *       call (launch overhead on the GPU: what keeps it idle).
@@ -438,9 +441,12 @@ static int s_steps_mode(int argc, char **argv) {
         s_pool_start(&pool, workers);
     int warm = steps / 10;
     double t0 = 0;
+    uint64_t wait0 = 0;
     for (int i = 0; i < steps + warm; i++) {
-        if (i == warm)
+        if (i == warm) {
             t0 = tp_now_s();
+            wait0 = tp_model_device_wait_ns(m);
+        }
         for (int t = 0; res && t < towers; t++) {  /* this step's batches */
             if (tp_input_next(res, t, &dps[t]) < 0) {
                 fprintf(stderr, "tp-bench cuda steps: %s\n", tp_last_error());
@@ -467,6 +473,10 @@ static int s_steps_mode(int argc, char **argv) {
     }
     double dt = tp_now_s() - t0;
     double rate = steps / dt, ips = rate * (double)batch * towers;
+    /* the share of the time the host sat waiting for the device (per
+     * tower): near 1 when the device's work bounds the step, near 0 when
+     * the host's does */
+    double waited = (double)(tp_model_device_wait_ns(m) - wait0) * 1e-9 / dt / towers;
     if (profile) {
         /* host time per op call: on an asynchronous device this is launch
          * overhead, which bounds how busy the GPU can be */
@@ -490,16 +500,17 @@ static int s_steps_mode(int argc, char **argv) {
         printf("{\"bench\":\"cuda-steps\",\"model\":\"%s\",\"input\":\"%s\","
                "\"batch\":%lld,\"towers\":%d,\"replicated\":%d,\"bucket_mb\":%g,"
                "\"tf32\":%d,\"steps_per_s\":%.2f,\"images_per_s\":%.1f,"
-               "\"epoch_s\":%.3f}\n",
+               "\"epoch_s\":%.3f,\"device_wait\":%.3f}\n",
                model, input, (long long)batch, towers, replicated, bucket_mb, tf32,
-               rate, ips, 60000.0 / ips);
+               rate, ips, 60000.0 / ips, waited);
     else
         printf("cuda steps: %s, batch %lld x %d tower(s)%s%s, TF32 %s, input %s: "
-               "%.1f steps/s, %.0f images/s, %.2f s per 60000-image epoch\n",
+               "%.1f steps/s, %.0f images/s, %.2f s per 60000-image epoch; the host "
+               "waited for the device %.0f%% of the time\n",
                model, (long long)batch, towers, replicated ? " on their threads" : "",
                bucket_mb == 0 ? ", all-reduce after the pass"
                : bucket_mb > 0 ? ", all-reduce in buckets" : "",
-               tf32 ? "on" : "off", input, rate, ips, 60000.0 / ips);
+               tf32 ? "on" : "off", input, rate, ips, 60000.0 / ips, 100.0 * waited);
     tp_model_destroy(&m);
     tp_input_destroy(&res);
     tp_backend_free(b, dx);
