@@ -20,6 +20,8 @@ extern "C" {
 
 /* A recorded step of one tower's stream (graph_begin/graph_end below). */
 typedef struct tp_graph tp_graph_t;
+/* Marks on a stream for timing the device's work (timer_new below). */
+typedef struct tp_timer tp_timer_t;
 
 /* Static parameters of an op node, fixed when the graph is built. */
 typedef struct tp_op_attr {
@@ -233,6 +235,17 @@ typedef struct tp_backend_ops {
     tp_status_t (*comm_id)(tp_backend_t *b, void *id, size_t cap, size_t *len);
     tp_comm_t *(*comm_join)(tp_backend_t *b, int nranks, int rank,
                             const void *id, size_t len);
+
+    /* ---- the device's time between marks on a stream, for profiling
+     * (appended later; NULL: the model profiles the host's time only).
+     * timer_new makes n marks; timer_mark records mark i on s, reached
+     * once the work queued on s before it is done (the CPU, whose calls
+     * end done: the host's clock now); after the stream's sync, timer_ms
+     * gives the time from mark i to mark j. */
+    tp_timer_t *(*timer_new)(tp_backend_t *b, int n);
+    tp_status_t (*timer_mark)(tp_backend_t *b, tp_stream_t *s, tp_timer_t *t, int i);
+    tp_status_t (*timer_ms)(tp_backend_t *b, tp_timer_t *t, int i, int j, float *ms);
+    void (*timer_destroy)(tp_backend_t *b, tp_timer_t *t);
 } tp_backend_ops_t;
 
 struct tp_backend {

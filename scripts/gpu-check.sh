@@ -32,7 +32,7 @@
 #      cnn-bn and resnet with nvidia-smi sampling the GPU's utilisation,
 #      input hiding (tp-bench cuda steps --input device|resident|host|staged),
 #      two towers on one GPU (one thread; replicated, the all-reduce after
-#      the backward pass or in buckets beside it), and the host time per op
+#      the backward pass or in buckets beside it), and the host and device time per op
 #      call; train: tp-train on the GPU with the
 #      given flags (TRAIN_WRAP runs it under a tool, e.g. compute-sanitizer;
 #      TRAIN_TIMEOUT, default 300 s), logged to $OUT/train.txt.
@@ -312,8 +312,12 @@ run_checks() {
         timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 600 \
             --towers 2 $args 2>&1 | tee -a "$out/bench.txt"
     done
-    echo "== host time per op call (launch overhead) for cnn-bn"
+    echo "== where a step's time goes, per op: the host's (launch overhead) and the"
+    echo "   device's (CUDA events around each call), cnn-bn, then the GEMM step"
+    echo "   (the whole tables in bench.txt)"
     timeout 120 .gpu/bin/tp-bench cuda steps --model cnn-bn --batch 128 --steps 100 --profile \
+        2>&1 | tee -a "$out/bench.txt" | head -4
+    timeout 120 .gpu/bin/tp-bench cuda gemm --input device --rounds 3 --profile \
         2>&1 | tee -a "$out/bench.txt" | head -4
     echo "gpu-check run: exit $rc (logs in $out)"
     return $rc

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
+#include <towerpack/clock.h>
 #include "gpu/backend_impl.h"
 #include <towerpack/process.h>
 
@@ -298,6 +299,44 @@ static tp_status_t s_allreduce_local(tp_backend_t *b, float *const *bufs,
 
 static void s_destroy(tp_backend_t *b) { free(b); }
 
+/* Timing marks: the CPU's calls end done, so a mark is the host's clock
+ * when it is recorded. */
+struct tp_timer {
+    int n;
+    uint64_t ns[];
+};
+
+static tp_timer_t *s_timer_new(tp_backend_t *b, int n) {
+    (void)b;
+    if (n < 1)
+        return NULL;
+    tp_timer_t *t = calloc(1, sizeof *t + (size_t)n * sizeof t->ns[0]);
+    if (t)
+        t->n = n;
+    return t;
+}
+
+static tp_status_t s_timer_mark(tp_backend_t *b, tp_stream_t *s, tp_timer_t *t, int i) {
+    (void)b, (void)s;
+    if (!t || i < 0 || i >= t->n)
+        return tp_error(TP_ERR_INVALID, "timer: mark %d of %d", i, t ? t->n : 0);
+    t->ns[i] = tp_now_ns();
+    return TP_OK;
+}
+
+static tp_status_t s_timer_ms(tp_backend_t *b, tp_timer_t *t, int i, int j, float *ms) {
+    (void)b;
+    if (!t || i < 0 || j < 0 || i >= t->n || j >= t->n)
+        return tp_error(TP_ERR_INVALID, "timer: marks %d and %d of %d", i, j, t ? t->n : 0);
+    *ms = (float)((double)((int64_t)(t->ns[j] - t->ns[i])) * 1e-6);
+    return TP_OK;
+}
+
+static void s_timer_destroy(tp_backend_t *b, tp_timer_t *t) {
+    (void)b;
+    free(t);
+}
+
 static const tp_backend_ops_t s_cpu_ops = {
     .name = "cpu",
     .alloc = s_alloc,
@@ -321,6 +360,10 @@ static const tp_backend_ops_t s_cpu_ops = {
     .destroy = s_destroy,
     .allreduce_begin = s_allreduce,
     .allreduce_end = s_allreduce_end,
+    .timer_new = s_timer_new,
+    .timer_mark = s_timer_mark,
+    .timer_ms = s_timer_ms,
+    .timer_destroy = s_timer_destroy,
 };
 
 tp_backend_t *tp_backend_cpu_new(int threads) {

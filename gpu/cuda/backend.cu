@@ -1195,6 +1195,64 @@ static tp_status_t s_op_backward(tp_backend_t *b, tp_stream_t *s,
     return tp_cuda_def_mark(cb, s);
 }
 
+/* ---- timing marks for profiling (backend_impl.h, timer_new) ------------ */
+
+struct tp_timer {
+    int n;
+    cudaEvent_t *ev;
+};
+
+static void s_timer_destroy(tp_backend_t *b, tp_timer_t *t) {
+    if (!t)
+        return;
+    if (tp_cuda_use(tp_cuda_of(b)) == TP_OK)
+        for (int i = 0; i < t->n; i++)
+            if (t->ev[i])
+                cudaEventDestroy(t->ev[i]);
+    free(t->ev);
+    free(t);
+}
+
+static tp_timer_t *s_timer_new(tp_backend_t *b, int n) {
+    if (n < 1 || tp_cuda_use(tp_cuda_of(b)) < 0)
+        return NULL;
+    tp_timer_t *t = (tp_timer_t *)calloc(1, sizeof *t);
+    if (t)
+        t->ev = (cudaEvent_t *)calloc((size_t)n, sizeof *t->ev);
+    if (!t || !t->ev) {
+        free(t);
+        tp_error(TP_ERR_NOMEM, "timer: %d marks", n);
+        return NULL;
+    }
+    t->n = n;
+    for (int i = 0; i < n; i++) {
+        cudaError_t e = cudaEventCreate(&t->ev[i]);  /* timing on */
+        if (e != cudaSuccess) {
+            tp_error(TP_ERR_DEVICE, "timer: cudaEventCreate: %s", cudaGetErrorString(e));
+            s_timer_destroy(b, t);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+static tp_status_t s_timer_mark(tp_backend_t *b, tp_stream_t *s, tp_timer_t *t, int i) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (!t || i < 0 || i >= t->n)
+        return tp_error(TP_ERR_INVALID, "timer: mark %d of %d", i, t ? t->n : 0);
+    TP_TRY(tp_cuda_use(cb));
+    TP_CUDA_CHECK(cudaEventRecord(t->ev[i], tp_cuda_stream(cb, s)->cu));
+    return TP_OK;
+}
+
+static tp_status_t s_timer_ms(tp_backend_t *b, tp_timer_t *t, int i, int j, float *ms) {
+    if (!t || i < 0 || j < 0 || i >= t->n || j >= t->n)
+        return tp_error(TP_ERR_INVALID, "timer: marks %d and %d of %d", i, j, t ? t->n : 0);
+    TP_TRY(tp_cuda_use(tp_cuda_of(b)));
+    TP_CUDA_CHECK(cudaEventElapsedTime(ms, t->ev[i], t->ev[j]));
+    return TP_OK;
+}
+
 /* ---- whole steps as CUDA graphs (backend_impl.h, graph_begin) ---------- */
 
 struct tp_graph {
@@ -1386,6 +1444,10 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .allreduce_end = */ s_allreduce_end,
     /* .comm_id = */ s_comm_id,
     /* .comm_join = */ s_comm_join,
+    /* .timer_new = */ s_timer_new,
+    /* .timer_mark = */ s_timer_mark,
+    /* .timer_ms = */ s_timer_ms,
+    /* .timer_destroy = */ s_timer_destroy,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

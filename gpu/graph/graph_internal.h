@@ -56,6 +56,7 @@ struct tp_node {
     int fuse_after;    /* trainable VARIABLE: id of the node whose backward
                           writes its gradient last (fused updates) */
     uint64_t prof_fwd_ns, prof_bwd_ns, prof_calls;
+    uint64_t prof_fwd_dev_ns, prof_bwd_dev_ns; /* the device's (timer marks) */
     int pruned;        /* inference: no wanted output needs it (skipped) */
     /* per step: the runtime batch */
     tp_shape_t run_shape;
@@ -138,6 +139,14 @@ struct tp_tower {
      * thread running the tower writes it, tp_model_device_wait_ns reads it
      * between runs */
     uint64_t device_wait_ns;
+    /* profiling on a backend with timer marks: marks 0 and 1 around a
+     * run's ops, then a pair around each op call (prof_node[k], backward
+     * when prof_bwd[k]) of the run; read after the run's sync */
+    tp_timer_t *prof_timer;
+    int prof_cap, prof_ncalls;
+    tp_node_t **prof_node;
+    unsigned char *prof_bwd;
+    uint64_t prof_run_dev_ns; /* the runs' whole device time, summed */
 };
 
 /* Wait for every step a training tower queued ahead (config.ahead): what

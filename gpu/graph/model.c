@@ -701,6 +701,10 @@ static void s_tower_free(tp_tower_t **t_p) {
     tp_backend_t *b = tp_tower_backend_(t);
     if (t->graph && b->ops->graph_destroy)
         b->ops->graph_destroy(b, t->graph);
+    if (t->prof_timer)
+        b->ops->timer_destroy(b, t->prof_timer);
+    free(t->prof_node);
+    free(t->prof_bwd);
     if (t->mirror)
         b->ops->host_free(b, t->mirror);
     if (t->act_arena)
@@ -833,8 +837,65 @@ static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
  * its gradient is final (one-tower models only: nothing to all-reduce).
  * reduce: all-reduce the gradients in buckets, each begun once its
  * gradients are final, beside the rest of the backward pass. */
+/* Profiling with the device's timer: a mark before and after op call k
+ * of the run (2 + 2k, 3 + 2k); calls past the marks' room go untimed. */
+static void s_prof_mark(tp_tower_t *t, tp_node_t *n, int bwd, int after) {
+    if (!t->prof_timer || t->prof_ncalls < 0)
+        return;
+    int k = t->prof_ncalls;
+    if (2 + 2 * k + 1 >= t->prof_cap)
+        return;
+    tp_backend_t *b = tp_tower_backend_(t);
+    if (b->ops->timer_mark(b, t->stream, t->prof_timer, 2 + 2 * k + after) < 0)
+        return;  /* a failed mark costs the profile a row, not the step */
+    if (after) {
+        t->prof_node[k] = n;
+        t->prof_bwd[k] = (unsigned char)bwd;
+        t->prof_ncalls++;
+    }
+}
+
+/* After the run's sync: each timed call's device time to its node, the
+ * whole run's (marks 0 to 1: the ops and what ran between them, the
+ * fused updates and fills) to the tower. */
+static void s_prof_collect(tp_tower_t *t) {
+    if (!t->prof_timer || t->prof_ncalls < 0)
+        return;
+    tp_backend_t *b = tp_tower_backend_(t);
+    float ms;
+    for (int k = 0; k < t->prof_ncalls; k++)
+        if (b->ops->timer_ms(b, t->prof_timer, 2 + 2 * k, 3 + 2 * k, &ms) == TP_OK &&
+            ms > 0) {
+            uint64_t ns = (uint64_t)((double)ms * 1e6);
+            if (t->prof_bwd[k])
+                t->prof_node[k]->prof_bwd_dev_ns += ns;
+            else
+                t->prof_node[k]->prof_fwd_dev_ns += ns;
+        }
+    if (b->ops->timer_ms(b, t->prof_timer, 0, 1, &ms) == TP_OK && ms > 0)
+        t->prof_run_dev_ns += (uint64_t)((double)ms * 1e6);
+    t->prof_ncalls = -1;  /* collected */
+}
+
+static tp_status_t s_run_ops_timed(tp_model_t *m, tp_tower_t *t, int backward,
+                                   int fused, int reduce, int cost);
+
+/* The run's ops, between the timer's marks 0 and 1 when profiling. */
 static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
                              int fused, int reduce, int cost) {
+    tp_backend_t *b = tp_tower_backend_(t);
+    int timed = m->profiling && t->prof_timer &&
+                b->ops->timer_mark(b, t->stream, t->prof_timer, 0) == TP_OK;
+    if (timed)
+        t->prof_ncalls = 0;
+    tp_status_t rc = s_run_ops_timed(m, t, backward, fused, reduce, cost);
+    if (timed && rc == TP_OK && b->ops->timer_mark(b, t->stream, t->prof_timer, 1) < 0)
+        t->prof_ncalls = -1;
+    return rc;
+}
+
+static tp_status_t s_run_ops_timed(tp_model_t *m, tp_tower_t *t, int backward,
+                                   int fused, int reduce, int cost) {
     tp_backend_t *b = tp_tower_backend_(t);
     const void *xs[TP_OP_MAX_INPUTS];
     tp_shape_t xsh[TP_OP_MAX_INPUTS];
@@ -849,11 +910,16 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
             continue;
         }
         s_make_call(m, t, n, &c, xs, xsh, dx);
-        uint64_t t0 = m->profiling ? tp_now_ns() : 0;
+        uint64_t t0 = 0;
+        if (m->profiling) {
+            s_prof_mark(t, n, 0, 0);
+            t0 = tp_now_ns();
+        }
         tp_status_t rc = b->ops->op_forward(b, t->stream, &c);
         if (m->profiling) {
             n->prof_fwd_ns += tp_now_ns() - t0;
             n->prof_calls++;
+            s_prof_mark(t, n, 0, 1);
         }
         if (rc < 0)
             return tp_error_wrap(rc, "%s: forward of '%s'", t->name, n->name);
@@ -875,10 +941,16 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
         if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE)
             continue;
         s_make_call(m, t, n, &c, xs, xsh, dx);
-        uint64_t t0 = m->profiling ? tp_now_ns() : 0;
+        uint64_t t0 = 0;
+        if (m->profiling) {
+            s_prof_mark(t, n, 1, 0);
+            t0 = tp_now_ns();
+        }
         tp_status_t rc = b->ops->op_backward(b, t->stream, &c);
-        if (m->profiling)
+        if (m->profiling) {
             n->prof_bwd_ns += tp_now_ns() - t0;
+            s_prof_mark(t, n, 1, 1);
+        }
         if (rc < 0)
             return tp_error_wrap(rc, "%s: backward of '%s'", t->name, n->name);
         for (; fused && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)
@@ -963,7 +1035,8 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
     /* One step ahead: the fused training step of a one-tower model on a
      * backend that can (see tp_model_config_t.ahead). Any other run waits
      * for the steps queued ahead first. */
-    int ahead = m->config.ahead && fused && backward && cost == 0 && t->training &&
+    int ahead = !m->profiling && m->config.ahead && fused && backward && cost == 0 &&
+                t->training &&
                 m->ntowers == 1 && b->device >= 0 && b->ops->stream_mark &&
                 b->ops->stream_wait_mark;
     if (!ahead)
@@ -976,7 +1049,8 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
      * recorded once a step at this batch ran call by call (the backend's
      * caches and the label checks are set up then), replayed after; any
      * other batch runs call by call. */
-    int graph = m->config.graphs && fused && backward && cost == 0 &&
+    /* (profiling times each call: the step runs call by call) */
+    int graph = !m->profiling && m->config.graphs && fused && backward && cost == 0 &&
                 b->ops->graph_begin && t->training &&
                 (t->graph ? t->graph_batch == t->run_batch
                           : t->eager_batch == t->run_batch);
@@ -1012,6 +1086,8 @@ static tp_status_t s_run_cost(tp_model_t *m, int tower,
         t->device_wait_ns += tp_now_ns() - w0;
         if (rc == TP_OK && sc == TP_OK)
             t->mirror_ready = third;
+        if (sc == TP_OK && m->profiling)
+            s_prof_collect(t);
         return rc < 0 ? rc : sc;
     }
     if (rc < 0) {  /* a call failed on the host: settle the stream */
@@ -1462,16 +1538,54 @@ tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower) {
     return t ? &t->rng : NULL;
 }
 
+/* The tower's timer marks for profiling: two around a run, two around
+ * each op call (a forward and a backward per node at most). Without
+ * them (a backend without timers, or out of memory) only the host's time
+ * is profiled. */
+static void s_prof_timer(tp_tower_t *t) {
+    tp_backend_t *b = tp_tower_backend_(t);
+    if (t->prof_timer || !b->ops->timer_new)
+        return;
+    int cap = 2 + 4 * t->nnodes;
+    t->prof_node = calloc((size_t)t->nnodes * 2 + 1, sizeof *t->prof_node);
+    t->prof_bwd = calloc((size_t)t->nnodes * 2 + 1, 1);
+    if (t->prof_node && t->prof_bwd)
+        t->prof_timer = b->ops->timer_new(b, cap);
+    if (!t->prof_timer) {
+        TP_WARN("%s: the device's time per op is not profiled: %s", t->name,
+                tp_last_error());
+        free(t->prof_node);
+        free(t->prof_bwd);
+        t->prof_node = NULL;
+        t->prof_bwd = NULL;
+        return;
+    }
+    t->prof_cap = cap;
+    t->prof_ncalls = -1;
+}
+
 void tp_model_set_profiling(tp_model_t *m, int on) {
+    if (on && !m->profiling)  /* what was queued ahead, before timing */
+        tp_model_drain_(m);
     m->profiling = on != 0;
     if (!on)
         return;
     for (int k = -1; k < m->ntowers; k++) {
         tp_tower_t *t = tp_model_tower_(m, k);
-        for (int i = 0; t && i < t->nnodes; i++)
+        if (!t)
+            continue;
+        s_prof_timer(t);
+        t->prof_run_dev_ns = 0;
+        for (int i = 0; i < t->nnodes; i++)
             t->nodes[i]->prof_fwd_ns = t->nodes[i]->prof_bwd_ns =
-                t->nodes[i]->prof_calls = 0;
+                t->nodes[i]->prof_calls = t->nodes[i]->prof_fwd_dev_ns =
+                    t->nodes[i]->prof_bwd_dev_ns = 0;
     }
+}
+
+uint64_t tp_model_profile_device_ns(const tp_model_t *m, int tower) {
+    tp_tower_t *t = tp_model_tower_((tp_model_t *)m, tower);
+    return t && t->prof_timer ? t->prof_run_dev_ns : 0;
 }
 
 int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
@@ -1484,7 +1598,8 @@ int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
             continue;
         if (out && k < max)
             out[k] = (tp_op_profile_t){n->name, n->kind, n->prof_fwd_ns,
-                                       n->prof_bwd_ns, n->prof_calls};
+                                       n->prof_bwd_ns, n->prof_calls,
+                                       n->prof_fwd_dev_ns, n->prof_bwd_dev_ns};
         k++;
     }
     return k;

@@ -494,18 +494,28 @@ typedef struct tp_model_arenas {
 void tp_model_arenas(tp_model_t *m, tp_model_arenas_t *out);
 
 /* Per-node timing, to find bottlenecks: with profiling on, every op's
- * forward and backward kernel time is summed per node (host clock around
- * each call; device backends time their launches). */
+ * forward and backward call is timed per node: the host's clock around
+ * the call (on a device, that is the launch), and, on a backend with
+ * timer marks (the CUDA backend's events; the CPU's clock, whose calls end
+ * done), the device's time from before the call's work to after it. */
 typedef struct tp_op_profile {
     const char *name;      /* the node's name (valid while the model lives) */
     tp_op_kind_t kind;
-    uint64_t forward_ns;   /* summed since profiling was switched on */
+    uint64_t forward_ns;   /* the host's, summed since profiling was switched on */
     uint64_t backward_ns;
     uint64_t calls;        /* forward calls */
+    uint64_t device_forward_ns;  /* the device's; 0 without timer marks */
+    uint64_t device_backward_ns;
 } tp_op_profile_t;
 
-/* Switch profiling on (1) or off (0); switching on clears the sums. */
+/* Switch profiling on (1) or off (0); switching on clears the sums. While
+ * it is on, training steps run call by call and synchronised (no CUDA
+ * graph, nothing queued ahead), so that each call can be timed. */
 void tp_model_set_profiling(tp_model_t *m, int on);
+/* The device's time of tower `tower`'s profiled runs, from before their
+ * first op call to after their last (the fused updates and fills between
+ * calls included), summed; 0 on a backend without timer marks. */
+uint64_t tp_model_profile_device_ns(const tp_model_t *m, int tower);
 /* Fill up to `max` records for the op nodes of `tower` in graph order;
  * returns how many op nodes there are. */
 int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,

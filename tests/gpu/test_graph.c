@@ -504,6 +504,24 @@ Test(graph, per_op_profile) {
         }
     }
     cr_expect(found);
+    /* the device's time (the CPU's timer marks: its clock, its calls
+     * ending done): each call's marks bracket the host's clock around it,
+     * so a call timed to another node's row would fall below its host
+     * time; the calls' sum fits in the runs' */
+    uint64_t calls_dev = 0, run_dev = tp_model_profile_device_ns(m, 0);
+    for (int i = 0; i < n && i < 32; i++) {
+        cr_expect_geq(pr[i].device_forward_ns, pr[i].forward_ns, "%s", pr[i].name);
+        cr_expect_geq(pr[i].device_backward_ns, pr[i].backward_ns, "%s", pr[i].name);
+        calls_dev += pr[i].device_forward_ns + pr[i].device_backward_ns;
+    }
+    cr_expect_gt(calls_dev, 0);
+    cr_expect_leq(calls_dev, run_dev, "the calls' %llu ns, the runs' %llu",
+                  (unsigned long long)calls_dev, (unsigned long long)run_dev);
+    tp_model_set_profiling(m, 1);  /* on again: the sums start over */
+    cr_expect_eq(tp_model_profile_device_ns(m, 0), 0);
+    n = tp_model_profile(m, 0, pr, 32);
+    for (int i = 0; i < n && i < 32; i++)
+        cr_expect_eq(pr[i].device_forward_ns + pr[i].device_backward_ns + pr[i].calls, 0);
     tp_model_destroy(&m);
 }
 

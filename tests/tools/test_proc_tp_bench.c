@@ -1,7 +1,8 @@
 /* towerpack tests: tp-bench cuda steps runs where a GPU check will run it
  * (scripts/gpu-check.sh bench), here on the CPU backend (--cpu): the
  * replicated towers on their threads with the all-reduce in buckets, and
- * its refusals. A functional check of the benchmark, not a timing. */
+ * its refusals, and --profile. A functional check of the benchmark, not a
+ * timing. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,4 +34,24 @@ Test(tp_bench, cuda_steps_replicated_needs_two_towers) {
                     "mlp", "--towers", "1", "--replicated", NULL};
     cr_assert_eq(pu_run(argv, NULL, s_out, sizeof s_out), 2, "%s", s_out);
     cr_assert(strstr(s_out, "--replicated: two towers or more"), "%s", s_out);
+}
+
+/* --profile, as gpu-check's bench runs it on the GPU: each op's host and
+ * device time (the CPU's timer marks are its clock) and the step's whole
+ * device time, for the GEMM step and a zoo model. */
+Test(tp_bench, profile_prints_the_host_and_device_time_per_op) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", "OPENBLAS_NUM_THREADS=1", NULL};
+    char *gemm[] = {TP_BINARY_DIR "/bin/tp-bench", "cuda", "gemm", "--cpu", "--batch", "32",
+                    "--width", "64", "--iters", "2", "--rounds", "1", "--profile", NULL};
+    cr_assert_eq(pu_run(gemm, env, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "fwd host   fwd dev  bwd host   bwd dev"), "%s", s_out);
+    cr_assert(strstr(s_out, "fc1/matmul"), "%s", s_out);
+    const char *d = strstr(s_out, "device time: ");
+    cr_assert_not_null(d, "%s", s_out);
+    cr_assert_gt(atof(d + strlen("device time: ")), 0.0, "%s", d);
+    char *steps[] = {TP_BINARY_DIR "/bin/tp-bench", "cuda", "steps", "--cpu", "--model",
+                     "mlp", "--batch", "16", "--steps", "10", "--profile", NULL};
+    cr_assert_eq(pu_run(steps, env, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "device time: "), "%s", s_out);
+    cr_assert(strstr(s_out, "the host waited for the device"), "%s", s_out);
 }

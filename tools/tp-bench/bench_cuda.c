@@ -102,9 +102,52 @@ static void s_batch(int64_t b, uint8_t *x, int32_t *y, tp_tensor_t in[2]) {
     tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
 }
 
+/* 50 steps with profiling on, then where a step's time goes: per op
+ * call, the host's time (on an asynchronous device that is the launch
+ * overhead, which bounds how busy the device can be) and the device's
+ * (timer marks around each call; the profiled steps run call by call and
+ * synchronised, whatever the timed loop's mode), and the step's whole
+ * device time, of which what fell between the calls (the fused updates,
+ * fills). `step_us`: the timed loop's step. */
+static int s_profile(tp_model_t *m, int tower, tp_tensor_t *feeds, int nfeeds,
+                     double step_us) {
+    enum { RUNS = 50 };
+    tp_model_set_profiling(m, 1);
+    for (int i = 0; i < RUNS; i++)
+        if (tp_model_run(m, tower, feeds, nfeeds, NULL, 0, NULL) < 0) {
+            fprintf(stderr, "tp-bench cuda: --profile: %s\n", tp_last_error());
+            return -1;
+        }
+    tp_op_profile_t pr[256];
+    int n = tp_model_profile(m, 0, pr, 256);
+    uint64_t host = 0, dev = 0;
+    for (int i = 0; i < n && i < 256; i++) {
+        host += pr[i].forward_ns + pr[i].backward_ns;
+        dev += pr[i].device_forward_ns + pr[i].device_backward_ns;
+    }
+    uint64_t run_dev = tp_model_profile_device_ns(m, 0);
+    printf("host time in op calls: %.1f us per step (%d ops; the step takes %.1f us):\n",
+           host / (double)RUNS / 1e3, n, step_us);
+    if (run_dev)
+        printf("device time: %.1f us per step (profiled call by call), %.1f us of it "
+               "in the op calls, the rest (updates, fills, between calls) %.1f us\n",
+               run_dev / (double)RUNS / 1e3, dev / (double)RUNS / 1e3,
+               ((double)run_dev - (double)dev) / RUNS / 1e3);
+    printf("  %-28s %-16s %9s %9s %9s %9s   (us per step)\n", "op", "kind", "fwd host",
+           "fwd dev", "bwd host", "bwd dev");
+    for (int i = 0; i < n && i < 256; i++)
+        printf("  %-28s %-16s %9.1f %9.1f %9.1f %9.1f\n", pr[i].name,
+               tp_op_name(pr[i].kind), pr[i].forward_ns / (double)RUNS / 1e3,
+               pr[i].device_forward_ns / (double)RUNS / 1e3,
+               pr[i].backward_ns / (double)RUNS / 1e3,
+               pr[i].device_backward_ns / (double)RUNS / 1e3);
+    tp_model_set_profiling(m, 0);
+    return 0;
+}
+
 static int s_gemm_mode(int argc, char **argv) {
     int64_t batch = 1024;
-    int iters = 50, rounds = 7, tf32 = 0, json = 0, on_device = 0;
+    int iters = 50, rounds = 7, tf32 = 0, json = 0, on_device = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = atoll(argv[++i]);
@@ -123,6 +166,8 @@ static int s_gemm_mode(int argc, char **argv) {
             s_cpu = 1;
         else if (!strcmp(argv[i], "--json"))
             json = 1;
+        else if (!strcmp(argv[i], "--profile"))
+            profile = 1;
         else {
             fprintf(stderr, "tp-bench cuda gemm: unknown flag '%s'\n", argv[i]);
             return 2;
@@ -242,6 +287,8 @@ static int s_gemm_mode(int argc, char **argv) {
                W, W, (long long)batch, tf32 ? "on" : "off",
                on_device ? "device" : "host", st * 1e3, rt * 1e3,
                med, rounds, flops / st / 1e12);
+    if (profile && s_profile(m, 0, p, 2, st * 1e6) < 0)
+        return 1;
     tp_backend_stream_destroy(b, s);
     tp_backend_free(b, dx);
     tp_backend_free(b, dy);
@@ -477,25 +524,8 @@ static int s_steps_mode(int argc, char **argv) {
      * tower): near 1 when the device's work bounds the step, near 0 when
      * the host's does */
     double waited = (double)(tp_model_device_wait_ns(m) - wait0) * 1e-9 / dt / towers;
-    if (profile) {
-        /* host time per op call: on an asynchronous device this is launch
-         * overhead, which bounds how busy the GPU can be */
-        tp_model_set_profiling(m, 1);
-        for (int i = 0; i < 50; i++)
-            if (tp_model_run(m, TP_ALL_TOWERS, p, 2 * towers, NULL, 0, NULL) < 0)
-                return 1;
-        tp_op_profile_t pr[256];
-        int n = tp_model_profile(m, 0, pr, 256);
-        uint64_t total = 0;
-        for (int i = 0; i < n && i < 256; i++)
-            total += pr[i].forward_ns + pr[i].backward_ns;
-        printf("host time in op calls: %.1f us per step (%d ops; the step "
-               "takes %.1f us):\n", total / 50.0 / 1e3, n, 1e6 / rate);
-        for (int i = 0; i < n && i < 256; i++)
-            printf("  %-28s %-16s fwd %7.1f us  bwd %7.1f us\n", pr[i].name,
-                   tp_op_name(pr[i].kind), pr[i].forward_ns / 50.0 / 1e3,
-                   pr[i].backward_ns / 50.0 / 1e3);
-    }
+    if (profile && s_profile(m, TP_ALL_TOWERS, p, 2 * towers, 1e6 / rate) < 0)
+        return 1;
     if (json)
         printf("{\"bench\":\"cuda-steps\",\"model\":\"%s\",\"input\":\"%s\","
                "\"batch\":%lld,\"towers\":%d,\"replicated\":%d,\"bucket_mb\":%g,"
@@ -525,6 +555,7 @@ int tp_bench_cuda(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help")) {
         printf("usage: tp-bench cuda gemm [--batch B] [--width W] [--iters N] "
                "[--rounds R] [--tf32] [--input host|device] [--cpu] [--json]\n"
+               "                     [--profile]\n"
                "       tp-bench cuda steps [--model NAME] [--batch B] "
                "[--steps N] [--towers T] [--tf32] [--profile] [--replicated]\n"
                "                       [--bucket-mb X] [--cpu] [--json]\n"
