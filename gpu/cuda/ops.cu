@@ -514,6 +514,38 @@ __global__ void k_channel_sum(const float *v, size_t n, size_t C, size_t sp,
         out[c] = acc ? out[c] + (float)s : (float)s;
 }
 
+/* out[c] (+)= sum over the rows of v[r * C + c], for [rows, C] row-major
+ * (a fully connected layer's bias gradient: k_channel_sum with sp 1 reads
+ * a column per block, one 32-byte sector per float). Here a block takes 32
+ * columns, so a warp reads a row's 32 adjacent floats at once; its 8 row
+ * lanes each sum every 8th row, four rows in flight, in a fixed order, and
+ * the first lane adds the 8 lanes' sums in order: deterministic. */
+__global__ void k_column_sum(const float *v, size_t rows, size_t C, float *out,
+                             int acc) {
+    __shared__ double sh[8][32];
+    const size_t c = blockIdx.x * (size_t)32 + threadIdx.x;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    if (c < C) {
+        size_t r = threadIdx.y;
+        for (; r + 24 < rows; r += 32) {
+            s0 += v[r * C + c];
+            s1 += v[(r + 8) * C + c];
+            s2 += v[(r + 16) * C + c];
+            s3 += v[(r + 24) * C + c];
+        }
+        for (; r < rows; r += 8)
+            s0 += v[r * C + c];
+    }
+    sh[threadIdx.y][threadIdx.x] = (s0 + s1) + (s2 + s3);
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        double t = 0.0;
+        for (int k = 0; k < 8; k++)
+            t += sh[k][threadIdx.x];
+        out[c] = acc ? out[c] + (float)t : (float)t;
+    }
+}
+
 /* Batch-norm parameter gradients without dx (cuDNN always wants dx). */
 __global__ void k_bn_params(const float *x, const float *dy,
                             const float *mean, const float *inv, size_t n,
@@ -1145,7 +1177,11 @@ tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
         s_ncs(&c->xshape[0], &n, &ch, &sp);
         if (dx0)
             TP_TRY(s_store(s, dx0, acc0, n * ch * sp, f_copy{dy}));
-        if (c->dx[1]) {
+        if (c->dx[1] && sp == 1) {
+            k_column_sum<<<(unsigned)((ch + 31) / 32), dim3(32, 8), 0, s->cu>>>(
+                dy, n, ch, c->dx[1], c->dx_acc[1]);
+            TP_LAUNCHED();
+        } else if (c->dx[1]) {
             k_channel_sum<<<(unsigned)ch, 256, 0, s->cu>>>(dy, n, ch, sp,
                                                            c->dx[1],
                                                            c->dx_acc[1]);

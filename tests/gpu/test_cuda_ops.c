@@ -352,6 +352,11 @@ Test(cuda_ops, bias_add) {
     k.xs[1] = SH(13);
     k.ys = k.xs[0];
     s_check_op(&k, 6);
+    /* rows and columns past one block's 32 x 32, neither a multiple */
+    k.xs[0] = SH(75, 45);
+    k.xs[1] = SH(45);
+    k.ys = k.xs[0];
+    s_check_op(&k, 7);
 }
 
 static void s_unary(tp_op_kind_t kind, float alpha, uint64_t seed) {
