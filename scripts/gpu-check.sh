@@ -18,6 +18,7 @@
 #        ONLY=tests bash scripts/gpu-check.sh run
 #        ONLY=bench bash scripts/gpu-check.sh run
 #        ONLY=memcheck SUITE=cuda_step bash scripts/gpu-check.sh run
+#        ONLY=racecheck SUITE=cuda_step bash scripts/gpu-check.sh run
 #        bash scripts/gpu-check.sh train --devices 0 --model cnn-bn
 #        bash scripts/gpu-check.sh record --devices 0 --model cnn-bn --epochs 24
 #        EPOCHS=3 PEER_ARGS='--pad 1' bash scripts/gpu-check.sh peer
@@ -47,9 +48,9 @@
 #
 # Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
 # only the matching tests (Criterion --filter; for memcheck too),
-# ONLY=tests|memcheck|bench runs only that step, SUITE=a,b picks the suites
-# memcheck runs (default cuda_ops,cuda_step,device), MEMCHECK_TIMEOUT (s,
-# per suite; default 540).
+# ONLY=tests|memcheck|racecheck|bench runs only that step, SUITE=a,b picks
+# the suites compute-sanitizer runs (default cuda_ops,cuda_step,device),
+# MEMCHECK_TIMEOUT (s, per suite, either tool; default 540).
 #
 # Exit status: 0 when every step that ran passed. A GPU check that did not
 # run is a failure, not a pass: a test skipped for want of a device or of
@@ -215,24 +216,33 @@ run_checks() {
         grep -q "watching [0-9]* GPUs* through NVML" "$out/tests.txt" ||
             { echo "gpu-check: test_gpu_tracker: FAILED: NVML not found on a GPU machine"; rc=1; }
     fi
-    if [ "$only" = all ] || [ "$only" = memcheck ]; then
+    # compute-sanitizer, one Criterion suite a call: memcheck (with the
+    # leak check; in "all") or racecheck (shared-memory hazards; asked
+    # for alone: ONLY=racecheck)
+    local tool
+    for tool in memcheck racecheck; do
+        if [ "$only" != "$tool" ] && { [ "$only" != all ] || [ "$tool" != memcheck ]; }; then
+            continue
+        fi
+        local extra=(--leak-check full)
+        [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
         local suite suites="${SUITE:-cuda_ops,cuda_step,device}"
         for suite in ${suites//,/ }; do
             local bin=test_cuda_ops f=("${filter[@]}")
             [ "$suite" = device ] && bin=test_cuda_probe
             [ ${#f[@]} -eq 0 ] && f=(--filter "$suite/*")
-            echo "== compute-sanitizer memcheck ($bin, suite $suite)"
+            echo "== compute-sanitizer $tool ($bin, suite $suite)"
             # --verbose: the [SKIP] lines tell a vacuous run (step_status)
-            timeout "${MEMCHECK_TIMEOUT:-540}" "$san" --tool memcheck \
-                --target-processes all --leak-check full --error-exitcode 3 \
+            timeout "${MEMCHECK_TIMEOUT:-540}" "$san" --tool "$tool" \
+                --target-processes all "${extra[@]}" --error-exitcode 3 \
                 ".gpu/bin/$bin" --verbose --jobs 1 "${f[@]}" \
-                >"$out/memcheck_$suite.txt" 2>&1
+                >"$out/${tool}_$suite.txt" 2>&1
             local mrc=$?
-            tail -25 "$out/memcheck_$suite.txt"
-            step_status "$mrc" "memcheck $suite" "$out/memcheck_$suite.txt" || rc=1
+            tail -25 "$out/${tool}_$suite.txt"
+            step_status "$mrc" "$tool $suite" "$out/${tool}_$suite.txt" || rc=1
         done
-    fi
-    if [ "$only" = tests ] || [ "$only" = memcheck ]; then
+    done
+    if [ "$only" = tests ] || [ "$only" = memcheck ] || [ "$only" = racecheck ]; then
         echo "gpu-check run: exit $rc (logs in $out)"
         return $rc
     fi
