@@ -42,6 +42,7 @@ tp_model_config_t tp_model_config_default(void) {
 }
 
 int tp_model_tower_count(const tp_model_t *m) { return m->ntowers; }
+
 uint64_t tp_model_device_wait_ns(const tp_model_t *m) {
     uint64_t ns = 0;
     for (int i = 0; m && i < m->ntowers; i++)
@@ -832,11 +833,6 @@ static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
                                t->grads, rp->slots, v->offset, v->count);
 }
 
-/* The op calls of one run (forward; backward and fused updates when asked)
- * on the tower's stream; no sync. fused: update each variable right after
- * its gradient is final (one-tower models only: nothing to all-reduce).
- * reduce: all-reduce the gradients in buckets, each begun once its
- * gradients are final, beside the rest of the backward pass. */
 /* Profiling with the device's timer: a mark before and after op call k
  * of the run (2 + 2k, 3 + 2k); calls past the marks' room go untimed. */
 static void s_prof_mark(tp_tower_t *t, tp_node_t *n, int bwd, int after) {
@@ -877,10 +873,15 @@ static void s_prof_collect(tp_tower_t *t) {
     t->prof_ncalls = -1;  /* collected */
 }
 
-static tp_status_t s_run_ops_timed(tp_model_t *m, tp_tower_t *t, int backward,
+static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
                                    int fused, int reduce, int cost);
 
-/* The run's ops, between the timer's marks 0 and 1 when profiling. */
+/* The op calls of one run (forward; backward and fused updates when asked)
+ * on the tower's stream; no sync. fused: update each variable right after
+ * its gradient is final (one-tower models only: nothing to all-reduce).
+ * reduce: all-reduce the gradients in buckets, each begun once its
+ * gradients are final, beside the rest of the backward pass. When
+ * profiling, the run goes between the timer's marks 0 and 1. */
 static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
                              int fused, int reduce, int cost) {
     tp_backend_t *b = tp_tower_backend_(t);
@@ -888,13 +889,13 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
                 b->ops->timer_mark(b, t->stream, t->prof_timer, 0) == TP_OK;
     if (timed)
         t->prof_ncalls = 0;
-    tp_status_t rc = s_run_ops_timed(m, t, backward, fused, reduce, cost);
+    tp_status_t rc = s_run_op_calls(m, t, backward, fused, reduce, cost);
     if (timed && rc == TP_OK && b->ops->timer_mark(b, t->stream, t->prof_timer, 1) < 0)
         t->prof_ncalls = -1;
     return rc;
 }
 
-static tp_status_t s_run_ops_timed(tp_model_t *m, tp_tower_t *t, int backward,
+static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
                                    int fused, int reduce, int cost) {
     tp_backend_t *b = tp_tower_backend_(t);
     const void *xs[TP_OP_MAX_INPUTS];
