@@ -326,6 +326,9 @@ static tp_status_t sv_after_epoch(void *impl, tp_trainer_t *tr) {
         tp_trainer_put_scalar(tr, v[i].name, v[i].value);
     tp_trainer_put_scalar(tr, "trainer/input_wait_s",
                           (double)mt->input_wait_ns * 1e-9);
+    if (tp_backend_device(tp_model_backend(mt->model)) >= 0)  /* the GPU's share */
+        tp_trainer_put_scalar(tr, "trainer/device_wait_s",
+                              (double)tp_model_device_wait_ns(mt->model) * 1e-9);
     if (mt->nactors)
         tp_trainer_put_scalar(tr, "supervisor/restarts",
                               (double)tp_supervisor_restarts_total(mt->sup));

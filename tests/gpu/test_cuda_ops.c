@@ -956,6 +956,8 @@ Test(cuda_fallback, launch_train_on_device_0) {
     cr_assert_eq(rc, TP_OK, "%s", tp_last_error());
     cr_assert_not_null(m);
     cr_assert_str_eq(tp_model_backend(m)->ops->name, "cuda");
+    /* 20 steps each ended in a wait for the GPU (trainer/device_wait_s) */
+    cr_expect_gt(tp_model_device_wait_ns(m), 0);
     tp_tensor_t w;  /* the trained weights, read back from the device */
     cr_assert_eq(tp_model_var(m, "fc2/W", &w), TP_OK, "%s", tp_last_error());
     float host[32 * 5];
