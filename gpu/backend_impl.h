@@ -246,6 +246,11 @@ typedef struct tp_backend_ops {
     tp_status_t (*timer_mark)(tp_backend_t *b, tp_stream_t *s, tp_timer_t *t, int i);
     tp_status_t (*timer_ms)(tp_backend_t *b, tp_timer_t *t, int i, int j, float *ms);
     void (*timer_destroy)(tp_backend_t *b, tp_timer_t *t);
+    /* keeps stream s busy for ns nanoseconds of the device's clock, so
+     * that the work the host queues meanwhile runs back to back after it:
+     * a mark after a hold times the device's work, not the host's
+     * launching (NULL: calls end done, as on the CPU) */
+    tp_status_t (*timer_hold)(tp_backend_t *b, tp_stream_t *s, uint64_t ns);
 } tp_backend_ops_t;
 
 struct tp_backend {

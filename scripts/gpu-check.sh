@@ -45,6 +45,9 @@
 #      over 5 seeds: `bash scripts/gpu-check.sh record FLAGS` (SEEDS); the
 #      fastest of several recipes to GOAL, then its 5 seeds:
 #      RECIPES='FLAGS;FLAGS...' bash scripts/gpu-check.sh search.
+#   4. ON THE GPU, any command in the same environment (the libraries'
+#      path, the CUDA module, the data): bash scripts/gpu-check.sh exec
+#      .gpu/bin/tp-bench cuda steps --model cnn-bn --profile
 #
 # Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
 # only the matching tests (Criterion --filter; for memcheck too),
@@ -409,5 +412,6 @@ case "$mode" in
     train) shift; train "$@" ;;
     record) shift; record "$@" ;;
     search) search ;;
-    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search (see the header)" >&2; exit 2 ;;
+    exec) shift; gpu_env; exec "$@" ;;
+    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search|exec CMD (see the header)" >&2; exit 2 ;;
 esac

@@ -1253,6 +1253,23 @@ static tp_status_t s_timer_ms(tp_backend_t *b, tp_timer_t *t, int i, int j, floa
     return TP_OK;
 }
 
+/* One thread spinning on the device's global timer (nanoseconds). */
+__global__ static void k_hold(uint64_t ns) {
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while (t - t0 < ns);
+}
+
+static tp_status_t s_timer_hold(tp_backend_t *b, tp_stream_t *s, uint64_t ns) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    TP_TRY(tp_cuda_use(cb));
+    k_hold<<<1, 1, 0, tp_cuda_stream(cb, s)->cu>>>(ns);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return TP_OK;
+}
+
 /* ---- whole steps as CUDA graphs (backend_impl.h, graph_begin) ---------- */
 
 struct tp_graph {
@@ -1448,6 +1465,7 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .timer_mark = */ s_timer_mark,
     /* .timer_ms = */ s_timer_ms,
     /* .timer_destroy = */ s_timer_destroy,
+    /* .timer_hold = */ s_timer_hold,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with
@@ -1466,6 +1484,13 @@ tp_cuda_module_backend_new(const tp_cuda_options_t *opt, char *err,
     cb->device = opt->device;
     cb->tf32 = opt->tf32 != 0;
     cb->bf16 = opt->bf16 != 0;
+    /* heuristic (default: cuDNN's ranking without a run), or measure:
+     * rank by running each algorithm once when planned, which chose
+     * slower steps on an H100 (docs/cuda.md, "The third run") */
+    const char *search = getenv("TP_CUDNN_SEARCH");
+    cb->conv_measure = search && strcmp(search, "measure") == 0;
+    const char *bn = getenv("TP_CUDA_BN");
+    cb->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
     cb->chunk_bytes = (opt->chunk_mb ? opt->chunk_mb : 256) << 20;
     pthread_mutex_init(&cb->mu, NULL);
     struct cudaDeviceProp prop;

@@ -21,6 +21,7 @@
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
+#include <towerpack/log.h>
 #include "gpu/cuda/internal.h"
 
 #define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
@@ -170,6 +171,7 @@ struct s_conv_perf {
     cudnnStatus_t status;
     cudnnDeterminism_t determinism;
     cudnnMathType_t math;
+    float ms;  /* measured (cudnnFind*) or cuDNN's estimate; -1: none */
 };
 
 /* What a direction runs with. */
@@ -183,37 +185,54 @@ template <typename P>
 static void s_perf_copy(const P *perf, int n, s_conv_perf *out) {
     for (int i = 0; i < n; i++)
         out[i] = {(int)perf[i].algo, perf[i].status, perf[i].determinism,
-                  perf[i].mathType};
+                  perf[i].mathType, perf[i].time};
 }
 
-/* cuDNN's heuristic list for one direction, fastest first, in the math
- * type cd[dir] carries. */
+/* cuDNN's list for one direction, fastest first, in the math type cd[dir]
+ * carries: ranked by running each algorithm once on scratch buffers
+ * (measure: cudnnFind*, which allocates and synchronises, so only when a
+ * model is planned) or by cuDNN's heuristics (cudnnGet*_v7: no run). */
 static tp_status_t s_conv_list(cudnnHandle_t h, const struct tp_cuda_entry *e,
-                               int dir, s_conv_perf *out, int *n) {
+                               int dir, int measure, s_conv_perf *out, int *n) {
     switch (dir) {
     case S_CONV_FWD: {
         cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        TP_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-            h, e->xd, e->wd, e->cd[dir], e->yd,
-            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, p));
+        if (measure)
+            TP_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithm(
+                h, e->xd, e->wd, e->cd[dir], e->yd,
+                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, p));
+        else
+            TP_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+                h, e->xd, e->wd, e->cd[dir], e->yd,
+                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, p));
         s_perf_copy(p, *n, out);
         return TP_OK;
     }
     case S_CONV_BWD_DATA: {
         cudnnConvolutionBwdDataAlgoPerf_t
             p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        TP_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            h, e->wd, e->yd, e->cd[dir], e->xd,
-            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, p));
+        if (measure)
+            TP_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(
+                h, e->wd, e->yd, e->cd[dir], e->xd,
+                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, p));
+        else
+            TP_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                h, e->wd, e->yd, e->cd[dir], e->xd,
+                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, p));
         s_perf_copy(p, *n, out);
         return TP_OK;
     }
     default: {
         cudnnConvolutionBwdFilterAlgoPerf_t
             p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        TP_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, e->xd, e->yd, e->cd[dir], e->wd,
-            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, p));
+        if (measure)
+            TP_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
+                h, e->xd, e->yd, e->cd[dir], e->wd,
+                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, p));
+        else
+            TP_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                h, e->xd, e->yd, e->cd[dir], e->wd,
+                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, p));
         s_perf_copy(p, *n, out);
         return TP_OK;
     }
@@ -245,12 +264,13 @@ static cudnnStatus_t s_conv_ws(cudnnHandle_t h, const struct tp_cuda_entry *e,
  * the math its perf entry names. */
 static tp_status_t s_conv_pick(tp_cuda_backend_t *cb, cudnnHandle_t h,
                                struct tp_cuda_entry *e, const tp_op_call_t *c,
-                               int dir, size_t budget, s_conv_choice *out) {
+                               int dir, size_t budget, int planning,
+                               s_conv_choice *out) {
     static const char *const what[S_CONV_DIRS] = {
         "forward convolution", "backward-data", "backward-filter"};
     s_conv_perf perf[S_CONV_ALGO_MAX];
     int n = 0;
-    TP_TRY(s_conv_list(h, e, dir, perf, &n));
+    TP_TRY(s_conv_list(h, e, dir, planning && cb->conv_measure, perf, &n));
     /* pass 0: deterministic (reproducible runs) in the asked math;
      * pass 1: the asked math; pass 2: anything that fits */
     for (int i = 0; i < 3 * n; i++) {
@@ -269,6 +289,11 @@ static tp_status_t s_conv_pick(tp_cuda_backend_t *cb, cudnnHandle_t h,
         out->algo = perf[j].algo;
         out->ws = need;
         out->math = perf[j].math;
+        TP_DEBUG("%s: %s algorithm %d (%s%s math, %zu bytes of workspace, "
+                 "%.3f ms %s; %d ranked)", c->name, what[dir], out->algo,
+                 perf[j].determinism == CUDNN_DETERMINISTIC ? "deterministic, " : "",
+                 perf[j].math == CUDNN_FMA_MATH ? "fma" : "tensor-op", need,
+                 (double)perf[j].ms, planning && cb->conv_measure ? "measured" : "estimated", n);
         return TP_OK;
     }
     return tp_error(TP_ERR_UNSUPPORTED,
@@ -278,7 +303,8 @@ static tp_status_t s_conv_pick(tp_cuda_backend_t *cb, cudnnHandle_t h,
 
 static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
                                 struct tp_cuda_entry *e,
-                                const tp_op_call_t *c, size_t budget) {
+                                const tp_op_call_t *c, size_t budget,
+                                int planning) {
     const tp_op_attr_t *a = c->attr;
     TP_TRY(s_nchw_desc(e->xd, &c->xshape[0]));
     TP_TRY(s_nchw_desc(e->yd, &c->yshape));
@@ -300,7 +326,7 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
          * chosen algorithm's own */
         TP_CUDA_CHECK(cudnnSetConvolutionMathType(
             e->cd[d], cb->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-        TP_TRY(s_conv_pick(cb, h, e, c, d, budget, &ch[d]));
+        TP_TRY(s_conv_pick(cb, h, e, c, d, budget, planning, &ch[d]));
         ws = ch[d].ws > ws ? ch[d].ws : ws;
     }
     e->fwd = (cudnnConvolutionFwdAlgo_t)ch[S_CONV_FWD].algo;
@@ -323,7 +349,8 @@ static tp_status_t s_entry_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
         TP_CUDA_CHECK(cudnnCreateFilterDescriptor(&e->wd));
         for (int d = 0; d < S_CONV_DIRS; d++)
             TP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&e->cd[d]));
-        return s_conv_setup(cb, h, e, c, s_conv_budget(cb, c, planning));
+        return s_conv_setup(cb, h, e, c, s_conv_budget(cb, c, planning),
+                            planning);
     case TP_OP_MAX_POOL:
     case TP_OP_AVG_POOL:
         TP_TRY(s_nchw_desc(e->xd, &c->xshape[0]));
@@ -547,28 +574,111 @@ __global__ void k_column_sum(const float *v, size_t rows, size_t C, float *out,
 }
 
 /* Batch-norm parameter gradients without dx (cuDNN always wants dx). */
-__global__ void k_bn_params(const float *x, const float *dy,
-                            const float *mean, const float *inv, size_t n,
-                            size_t C, size_t sp, float *dg, int acc_g,
-                            float *db, int acc_b) {
+/* Batch norm's sums in slices: block (c, s) sums, over the samples [s*n/S,
+ * (s+1)*n/S) of channel c, u and u * (v - mean[c]) (mean NULL: 0) in
+ * double, into part[2 * (c*S + s)] and the next: the forward pass's sums of
+ * x and x^2 (u = v = x), the backward's of dy and dy * (x - mean). S slices
+ * a channel so that small channel counts still fill the device (one block
+ * per channel left 100 of 132 SMs idle at 32 channels); the order is fixed
+ * (deterministic). Indices are 32-bit (s_bn_fits). */
+__global__ void k_bn_partial(const float *u, const float *v, const float *mean,
+                             unsigned n, unsigned C, unsigned sp, unsigned S,
+                             double *part) {
     __shared__ double sh[256];
-    const size_t c = blockIdx.x, m = n * sp;
-    const float mu = mean[c];
-    double sdy = 0.0, sdyx = 0.0;
-    for (size_t j = threadIdx.x; j < m; j += blockDim.x) {
-        size_t o = ((j / sp) * C + c) * sp + j % sp;
-        sdy += dy[o];
-        sdyx += (double)dy[o] * (x[o] - mu);
+    const unsigned c = blockIdx.x, sl = blockIdx.y;
+    const unsigned i0 = (unsigned)((unsigned long long)sl * n / S);
+    const unsigned i1 = (unsigned)((unsigned long long)(sl + 1) * n / S);
+    const unsigned cnt = (i1 - i0) * sp;
+    const float mu = mean ? mean[c] : 0.0f;
+    double a = 0.0, b = 0.0;
+    for (unsigned e = threadIdx.x; e < cnt; e += blockDim.x) {
+        const unsigned o = ((i0 + e / sp) * C + c) * sp + e % sp;
+        const float uu = u[o];
+        a += uu;
+        b += (double)uu * (v[o] - mu);
     }
-    sdy = block_sum(sdy, sh);
+    a = block_sum(a, sh);
     __syncthreads();
-    sdyx = block_sum(sdyx, sh);
+    b = block_sum(b, sh);
     if (threadIdx.x == 0) {
-        float g = (float)(sdyx * inv[c]), b = (float)sdy;
-        if (dg)
-            dg[c] = acc_g ? dg[c] + g : g;
-        if (db)
-            db[c] = acc_b ? db[c] + b : b;
+        part[2 * ((size_t)c * S + sl)] = a;
+        part[2 * ((size_t)c * S + sl) + 1] = b;
+    }
+}
+
+/* The forward pass's statistics from the slices' sums (m values a channel):
+ * mean and 1/sqrt(var + eps) (the CPU's layout), and the moving averages
+ * with the unbiased variance, as the CPU and cuDNN keep them. */
+__global__ void k_bn_stats(const double *part, unsigned C, unsigned S, double m,
+                           float eps, float alpha, int update, float *mm,
+                           float *mv, float *mean, float *inv) {
+    TP_GRID_LOOP(c, C) {
+        double a = 0.0, b = 0.0;
+        for (unsigned sl = 0; sl < S; sl++) {
+            a += part[2 * (c * S + sl)];
+            b += part[2 * (c * S + sl) + 1];
+        }
+        const double mu = a / m;
+        double var = b / m - mu * mu;
+        var = var > 0.0 ? var : 0.0;
+        mean[c] = (float)mu;
+        inv[c] = (float)(1.0 / sqrt(var + (double)eps));
+        if (update) {
+            const double unbiased = m > 1 ? var * m / (m - 1) : var;
+            mm[c] = alpha * mm[c] + (1.0f - alpha) * (float)mu;
+            mv[c] = alpha * mv[c] + (1.0f - alpha) * (float)unbiased;
+        }
+    }
+}
+
+/* y = (x - mean) * inv * gamma + beta, as the CPU rounds it. */
+__global__ void k_bn_apply(const float *x, const float *g, const float *be,
+                           const float *mean, const float *inv, unsigned C,
+                           unsigned sp, unsigned total, float *y) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x) {
+        const unsigned c = (i / sp) % C;
+        const float sc = g[c] * inv[c], sh = be[c] - mean[c] * sc;
+        y[i] = x[i] * sc + sh;
+    }
+}
+
+/* The parameters' gradients from the backward slices' sums: dbeta = sum
+ * dy, dgamma = inv * sum dy (x - mean); kept in scratch (dg, db) for dx,
+ * and stored by each one's own dx_acc. */
+__global__ void k_bn_grads(const double *part, unsigned C, unsigned S,
+                           const float *inv, float *dg, float *db, float *odg,
+                           int acc_g, float *odb, int acc_b) {
+    TP_GRID_LOOP(c, C) {
+        double a = 0.0, b = 0.0;
+        for (unsigned sl = 0; sl < S; sl++) {
+            a += part[2 * (c * S + sl)];
+            b += part[2 * (c * S + sl) + 1];
+        }
+        const float gb = (float)a, gg = (float)(b * inv[c]);
+        dg[c] = gg;
+        db[c] = gb;
+        if (odg)
+            odg[c] = acc_g ? odg[c] + gg : gg;
+        if (odb)
+            odb[c] = acc_b ? odb[c] + gb : gb;
+    }
+}
+
+/* dx = gamma*inv/m * (m*dy - dbeta - xhat*dgamma) in training; in
+ * inference the statistics are constants: dx = gamma*inv*dy. */
+__global__ void k_bn_dx(const float *x, const float *dy, const float *g,
+                        const float *mean, const float *inv, const float *dg,
+                        const float *db, unsigned C, unsigned sp, unsigned total,
+                        float m, int training, float *dx, int acc) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x) {
+        const unsigned c = (i / sp) % C;
+        const float is = inv[c], a = g[c] * is;
+        const float b = training ? a * db[c] / m : 0.0f;
+        const float cc = training ? a * dg[c] * is / m : 0.0f;
+        const float v = a * dy[i] - b - cc * (x[i] - mean[c]);
+        dx[i] = acc ? dx[i] + v : v;
     }
 }
 
@@ -578,17 +688,6 @@ __global__ void k_bn_infer_stats(const float *mm, const float *mv, float eps,
     TP_GRID_LOOP(c, C) {
         mean[c] = mm[c];
         inv[c] = 1.0f / sqrtf(mv[c] + eps);
-    }
-}
-
-/* Inference-mode batch-norm backward (statistics are constants). */
-__global__ void k_bn_infer_bwd(const float *dy, const float *g,
-                               const float *inv, size_t C, size_t sp,
-                               size_t total, float *dx, int acc) {
-    TP_GRID_LOOP(i, total) {
-        size_t c = (i / sp) % C;
-        float v = g[c] * inv[c] * dy[i];
-        dx[i] = acc ? dx[i] + v : v;
     }
 }
 
@@ -736,6 +835,37 @@ static void s_ncs(const tp_shape_t *s, size_t *n, size_t *c, size_t *sp) {
         *sp *= (size_t)s->d[i];
 }
 
+/* Batch norm by towerpack's kernels (k_bn_*) or, with TP_CUDA_BN=cudnn,
+ * by cuDNN's legacy calls (spatial mode). Ours slice each channel's sums
+ * over the batch (s_bn_slices) and need 32-bit indices (s_bn_fits);
+ * larger tensors take cuDNN's. */
+static size_t s_bn_slices(size_t n, size_t ch) {
+    const size_t want = (528 + ch - 1) / (ch ? ch : 1); /* ~4 blocks per SM */
+    return want < n ? want : (n ? n : 1);
+}
+
+/* The slices a call's workspace holds: s_bn_slices at its shape, fewer
+ * if it was planned smaller (at least 1: 4 x C floats + 2 x C doubles). */
+static size_t s_bn_call_slices(const tp_op_call_t *c, size_t n, size_t ch) {
+    size_t S = s_bn_slices(n, ch);
+    if (c->workspace_bytes > 4 * ch * sizeof(float)) {
+        size_t room = (c->workspace_bytes - 4 * ch * sizeof(float)) / (2 * ch * sizeof(double));
+        S = room && room < S ? room : S;
+    }
+    return S;
+}
+
+static int s_bn_fits(const tp_cuda_backend_t *cb, size_t n, size_t ch, size_t sp) {
+    return !cb->bn_cudnn && n * ch * sp < (1u << 31);
+}
+
+/* The slices' sums, after mean, inv, dgamma, dbeta (4 x C floats: a
+ * multiple of 8 bytes) in the op's workspace. */
+static double *s_bn_part(void *ws, size_t ch) {
+    return (double *)((char *)ws + 4 * ch * sizeof(float));
+}
+
+
 /* Row-major C = alpha op(A) op(B) + beta C on the stream's cuBLAS handle. */
 static tp_status_t s_gemm_rm(tp_stream_t *s, int ta, int tb, int m, int n,
                              int k, const float *a, int lda, const float *b,
@@ -808,9 +938,13 @@ size_t tp_cuda_op_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
         }
         return e->ws;
     }
-    case TP_OP_BATCH_NORM:
-        /* mean[C], inv[C] (the CPU's layout), then dgamma[C], dbeta[C] */
-        return 4 * (size_t)c->xshape[0].d[1] * sizeof(float);
+    case TP_OP_BATCH_NORM: {
+        /* mean[C], inv[C] (the CPU's layout), then dgamma[C], dbeta[C],
+         * then the slices' sums (s_bn_part) */
+        size_t n, ch, sp;
+        s_ncs(&c->xshape[0], &n, &ch, &sp);
+        return 4 * ch * sizeof(float) + 2 * ch * s_bn_slices(n, ch) * sizeof(double);
+    }
     case TP_OP_DROPOUT: {
         size_t n = s_count(&c->yshape);
         return n * sizeof(float);  /* the mask, for backward */
@@ -844,8 +978,26 @@ static tp_status_t s_bn_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
     struct tp_cuda_entry *e;
     TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
     const tp_op_attr_t *a = c->attr;
-    const size_t ch = (size_t)c->xshape[0].d[1];
+    size_t n, ch, sp;
+    s_ncs(&c->xshape[0], &n, &ch, &sp);
     float *mean = (float *)c->workspace, *inv = mean + ch;
+    if (a->training && s_bn_fits(cb, n, ch, sp)) {
+        const size_t S = s_bn_call_slices(c, n, ch), total = n * ch * sp;
+        const float *x = (const float *)c->x[0];
+        double *part = s_bn_part(c->workspace, ch);
+        k_bn_partial<<<dim3((unsigned)ch, (unsigned)S), 256, 0, s->cu>>>(
+            x, x, NULL, (unsigned)n, (unsigned)ch, (unsigned)sp, (unsigned)S, part);
+        TP_LAUNCHED();
+        k_bn_stats<<<tp_cuda_blocks(ch, 128), 128, 0, s->cu>>>(
+            part, (unsigned)ch, (unsigned)S, (double)(n * sp), a->eps, a->alpha,
+            a->update_state, (float *)c->state[0], (float *)c->state[1], mean, inv);
+        TP_LAUNCHED();
+        k_bn_apply<<<tp_cuda_blocks(total, 256), 256, 0, s->cu>>>(
+            x, (const float *)c->x[1], (const float *)c->x[2], mean, inv,
+            (unsigned)ch, (unsigned)sp, (unsigned)total, (float *)c->y);
+        TP_LAUNCHED();
+        return TP_OK;
+    }
     if (a->training) {
         int upd = a->update_state;
         TP_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(
@@ -1112,15 +1264,8 @@ static tp_status_t s_bn_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
     s_ncs(&c->xshape[0], &n, &ch, &sp);
     const float *mean = (const float *)c->workspace, *inv = mean + ch;
     float *dg = (float *)c->workspace + 2 * ch, *db = dg + ch;
-    if (!c->attr->training) {
-        if (c->dx[0]) {
-            size_t total = n * ch * sp;
-            k_bn_infer_bwd<<<tp_cuda_blocks(total, 256), 256, 0, s->cu>>>(
-                c->dy, (const float *)c->x[1], inv, ch, sp, total, c->dx[0],
-                c->dx_acc[0]);
-            TP_LAUNCHED();
-        }
-    } else if (c->dx[0]) {
+    const int training = c->attr->training;
+    if (training && c->dx[0] && !s_bn_fits(cb, n, ch, sp)) {
         /* cuDNN: dx (blended by dx_acc), the parameter gradients into
          * scratch, stored below by each one's own dx_acc */
         const float beta = c->dx_acc[0] ? 1.0f : 0.0f;
@@ -1140,11 +1285,28 @@ static tp_status_t s_bn_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
         }
         return TP_OK;
     }
-    /* parameter gradients without cuDNN (no dx wanted, or inference mode) */
-    if (c->dx[1] || c->dx[2]) {
-        k_bn_params<<<(unsigned)ch, 256, 0, s->cu>>>(
-            (const float *)c->x[0], c->dy, mean, inv, n, ch, sp, c->dx[1],
+    if (n * ch * sp >= (1u << 31))
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: batch norm's backward of %zu "
+                        "values (at most 2^31 without cuDNN's training path)",
+                        c->name, n * ch * sp);
+    /* the sums (also for dx in training), then dx */
+    const size_t S = s_bn_call_slices(c, n, ch), total = n * ch * sp;
+    const float *x = (const float *)c->x[0];
+    double *part = s_bn_part(c->workspace, ch);
+    if (training || c->dx[1] || c->dx[2]) {
+        k_bn_partial<<<dim3((unsigned)ch, (unsigned)S), 256, 0, s->cu>>>(
+            c->dy, x, mean, (unsigned)n, (unsigned)ch, (unsigned)sp, (unsigned)S, part);
+        TP_LAUNCHED();
+        k_bn_grads<<<tp_cuda_blocks(ch, 128), 128, 0, s->cu>>>(
+            part, (unsigned)ch, (unsigned)S, inv, dg, db, c->dx[1],
             c->dx_acc[1], c->dx[2], c->dx_acc[2]);
+        TP_LAUNCHED();
+    }
+    if (c->dx[0]) {
+        k_bn_dx<<<tp_cuda_blocks(total, 256), 256, 0, s->cu>>>(
+            x, c->dy, (const float *)c->x[1], mean, inv, dg, db, (unsigned)ch,
+            (unsigned)sp, (unsigned)total, (float)(n * sp), training, c->dx[0],
+            c->dx_acc[0]);
         TP_LAUNCHED();
     }
     return TP_OK;

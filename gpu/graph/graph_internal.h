@@ -147,6 +147,7 @@ struct tp_tower {
     tp_node_t **prof_node;
     unsigned char *prof_bwd;
     uint64_t prof_run_dev_ns; /* the runs' whole device time, summed */
+    uint64_t prof_hold_ns;    /* the holds (timer_hold) in this run */
 };
 
 /* Wait for every step a training tower queued ahead (config.ahead): what

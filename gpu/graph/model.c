@@ -842,6 +842,16 @@ static void s_prof_mark(tp_tower_t *t, tp_node_t *n, int bwd, int after) {
     if (2 + 2 * k + 1 >= t->prof_cap)
         return;
     tp_backend_t *b = tp_tower_backend_(t);
+    if (!after && b->ops->timer_hold) {
+        /* the device waits out the host's launching of the call (twice
+         * its mean so far, 1 ms the first time): between the marks it
+         * then runs the call's kernels back to back */
+        uint64_t host = n->prof_calls ? (bwd ? n->prof_bwd_ns : n->prof_fwd_ns) / n->prof_calls : 0;
+        uint64_t hold = host ? 2 * host + 20000 : 1000000;
+        hold = hold < 5000000 ? hold : 5000000;
+        if (b->ops->timer_hold(b, t->stream, hold) == TP_OK)
+            t->prof_hold_ns += hold;
+    }
     if (b->ops->timer_mark(b, t->stream, t->prof_timer, 2 + 2 * k + after) < 0)
         return;  /* a failed mark costs the profile a row, not the step */
     if (after) {
@@ -868,8 +878,12 @@ static void s_prof_collect(tp_tower_t *t) {
             else
                 t->prof_node[k]->prof_fwd_dev_ns += ns;
         }
-    if (b->ops->timer_ms(b, t->prof_timer, 0, 1, &ms) == TP_OK && ms > 0)
-        t->prof_run_dev_ns += (uint64_t)((double)ms * 1e6);
+    /* the run's time less the holds the profile itself put in it */
+    if (b->ops->timer_ms(b, t->prof_timer, 0, 1, &ms) == TP_OK && ms > 0) {
+        uint64_t ns = (uint64_t)((double)ms * 1e6);
+        t->prof_run_dev_ns += ns > t->prof_hold_ns ? ns - t->prof_hold_ns : 0;
+    }
+    t->prof_hold_ns = 0;
     t->prof_ncalls = -1;  /* collected */
 }
 
@@ -887,8 +901,10 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
     tp_backend_t *b = tp_tower_backend_(t);
     int timed = m->profiling && t->prof_timer &&
                 b->ops->timer_mark(b, t->stream, t->prof_timer, 0) == TP_OK;
-    if (timed)
+    if (timed) {
         t->prof_ncalls = 0;
+        t->prof_hold_ns = 0;
+    }
     tp_status_t rc = s_run_op_calls(m, t, backward, fused, reduce, cost);
     if (timed && rc == TP_OK && b->ops->timer_mark(b, t->stream, t->prof_timer, 1) < 0)
         t->prof_ncalls = -1;

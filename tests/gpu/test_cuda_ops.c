@@ -403,16 +403,16 @@ Test(cuda_ops, global_avg_pool) {
     s_check_op(&k, 15);
 }
 
-static void s_bn(int training, int update, int ndim, uint64_t seed) {
+static void s_bn_shaped(int training, int update, tp_shape_t x, uint64_t seed) {
     s_case_t k = s_base(TP_OP_BATCH_NORM);
     k.attr.alpha = 0.9f;
     k.attr.eps = 1e-5f;
     k.attr.training = training;
     k.attr.update_state = update;
     k.ninputs = 3;
-    k.xs[0] = ndim == 4 ? SH(8, 6, 5, 4) : SH(16, 6);
-    k.xs[1] = SH(6);
-    k.xs[2] = SH(6);
+    k.xs[0] = x;
+    k.xs[1] = SH(x.d[1]);
+    k.xs[2] = SH(x.d[1]);
     k.ys = k.xs[0];
     k.grad[0] = k.grad[1] = k.grad[2] = 1;
     k.atol = 1e-4f;
@@ -420,7 +420,19 @@ static void s_bn(int training, int update, int ndim, uint64_t seed) {
     s_check_op(&k, seed);
 }
 
+static void s_bn(int training, int update, int ndim, uint64_t seed) {
+    s_bn_shaped(training, update, ndim == 4 ? SH(8, 6, 5, 4) : SH(16, 6), seed);
+}
+
 Test(cuda_ops, batch_norm_training) { s_bn(1, 1, 4, 16); }
+/* the sums in slices of the batch: 3 channels in 64 slices of one sample;
+ * 40 channels in 14 uneven slices of 20 samples; 128 x 32 x 28 x 28 (cnn-bn's
+ * first block: 16 slices of 8) */
+Test(cuda_ops, batch_norm_training_sliced) {
+    s_bn_shaped(1, 1, SH(64, 3, 9, 7), 19);
+    s_bn_shaped(1, 1, SH(20, 40, 5, 5), 20);
+    s_bn_shaped(1, 0, SH(128, 32, 28, 28), 21);
+}
 Test(cuda_ops, batch_norm_training_2d_no_update) { s_bn(1, 0, 2, 17); }
 Test(cuda_ops, batch_norm_inference) { s_bn(0, 0, 4, 18); }
 
@@ -797,6 +809,42 @@ Test(cuda_ops, allreduce_abort_wakes_waiters) {
 static void s_device_only(void) {
     if (s_on_cpu())
         cr_skip_test("TP_CUDA_OPS_ON_CPU: a device-only error path");
+}
+
+/* Profiling's hold: the stream waits the time asked on the device's clock
+ * (marks around a 2 ms hold are at least 1.9 ms apart), and a mark after
+ * the hold times only what was queued after it (a copy of 4 bytes, while
+ * the host slept 1 ms before queuing it: well under the host's time). */
+Test(cuda_ops, a_hold_keeps_the_stream_and_marks_after_it_time_the_work) {
+    if (s_on_cpu())  /* the CPU's calls end done: it has no hold */
+        cr_skip_test("the hold is the CUDA backend's");
+    tp_backend_t *g = s_gpu();
+    cr_assert_not_null(g->ops->timer_hold);
+    tp_stream_t *st = g->ops->stream_new(g);
+    cr_assert_not_null(st, "%s", tp_last_error());
+    tp_timer_t *t = g->ops->timer_new(g, 4);
+    cr_assert_not_null(t, "%s", tp_last_error());
+    float *d = g->ops->alloc(g, 4), one = 1;
+    cr_assert_not_null(d);
+    cr_assert_eq(g->ops->timer_mark(g, st, t, 0), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(g->ops->timer_hold(g, st, 2000000), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(g->ops->timer_mark(g, st, t, 1), TP_OK);
+    cr_assert_eq(g->ops->timer_hold(g, st, 5000000), TP_OK);
+    cr_assert_eq(g->ops->timer_mark(g, st, t, 2), TP_OK);
+    usleep(1000);  /* the host's launching, slow */
+    cr_assert_eq(g->ops->copy(g, st, d, &one, 4, TP_COPY_H2D), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(g->ops->timer_mark(g, st, t, 3), TP_OK);
+    cr_assert_eq(g->ops->stream_sync(g, st), TP_OK, "%s", tp_last_error());
+    float held = 0, work = 0;
+    cr_assert_eq(g->ops->timer_ms(g, t, 0, 1, &held), TP_OK);
+    cr_assert_eq(g->ops->timer_ms(g, t, 2, 3, &work), TP_OK);
+    cr_expect_geq(held, 1.9f, "a 2 ms hold took %.3f ms", (double)held);
+    cr_expect_lt(held, 50.0f, "a 2 ms hold took %.3f ms", (double)held);
+    cr_expect_lt(work, 0.5f, "4 bytes queued during a hold took %.3f ms on the device "
+                 "(the host's 1 ms counted)", (double)work);
+    g->ops->free(g, d);
+    g->ops->timer_destroy(g, t);
+    g->ops->stream_destroy(g, st);
 }
 
 Test(cuda_ops, out_of_memory_names_the_size) {
