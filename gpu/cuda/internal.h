@@ -84,8 +84,9 @@ typedef struct tp_cuda_backend {
     int device;
     int tf32;
     int bf16;                    /* products on bf16 tensor cores */
-    int bn_cudnn;                /* batch norm by cuDNN's legacy calls
-                                    (TP_CUDA_BN=cudnn), not ours */
+    int bn_cudnn;                /* batch norm's training passes by
+                                    cuDNN's legacy calls, not ours
+                                    (TP_CUDA_BN=towerpack) */
     int conv_measure;            /* rank conv algorithms by running them
                                     when planned (TP_CUDNN_SEARCH=measure) */
     char device_name[128];

@@ -425,10 +425,14 @@ static void s_bn(int training, int update, int ndim, uint64_t seed) {
 }
 
 Test(cuda_ops, batch_norm_training) { s_bn(1, 1, 4, 16); }
-/* the sums in slices of the batch: 3 channels in 64 slices of one sample;
+/* towerpack's batch norm (TP_CUDA_BN=towerpack): the cases above, then
+ * the sums in slices of the batch: 3 channels in 64 slices of one sample;
  * 40 channels in 14 uneven slices of 20 samples; 128 x 32 x 28 x 28 (cnn-bn's
  * first block: 16 slices of 8) */
 Test(cuda_ops, batch_norm_training_sliced) {
+    setenv("TP_CUDA_BN", "towerpack", 1);  /* this child's backends */
+    s_bn(1, 1, 4, 16);
+    s_bn(1, 0, 2, 17);
     s_bn_shaped(1, 1, SH(64, 3, 9, 7), 19);
     s_bn_shaped(1, 1, SH(20, 40, 5, 5), 20);
     s_bn_shaped(1, 0, SH(128, 32, 28, 28), 21);
