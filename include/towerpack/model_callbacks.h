@@ -41,13 +41,21 @@ tp_status_t tp_checkpoint_find_latest(const char *logdir, char *out,
 typedef enum {
     TP_INFER_SCALAR_STATS = 0,       /* mean of a scalar output, weighted by rows */
     TP_INFER_CLASSIFICATION_ERROR,   /* sum of a wrong-count output / rows */
+    /* test-time augmentation by mirroring: the share of rows whose class
+     * (the argmax of a float32 [rows, classes] logits output, summed over
+     * the batch and the batch mirrored) is the label. Input 0 is mirrored
+     * along its last axis (the width of [B,H,W] or [B,C,H,W] images); the
+     * labels are the last input (int32 [rows]). The batch runs twice. */
+    TP_INFER_FLIP_ACCURACY,
 } tp_inferencer_kind_t;
 
 typedef struct tp_inferencer {
     tp_inferencer_kind_t kind;
     const char *output;   /* the model's output or metric name */
     const char *summary;  /* scalar name; NULL: "validation_<output>" for
-                             ScalarStats, "validation_error" otherwise */
+                             ScalarStats, "validation_error" for
+                             ClassificationError, "validation_flip_accuracy"
+                             for FlipAccuracy */
 } tp_inferencer_t;
 
 /* InferenceRunner: after every epoch, one pass of `df` (taken; batches with

@@ -1,5 +1,6 @@
 /* towerpack pipeline: InferenceRunner (validation after every epoch) with
- * ScalarStats and ClassificationError. As tensorpack's runs an
+ * ScalarStats, ClassificationError and FlipAccuracy (test-time
+ * augmentation: the batch and its mirror image). As tensorpack's runs an
  * OfflinePredictor-like callable over the trainer's variables, this one runs
  * its batches through a predictor (pipeline/predict) made over the trainer's
  * live model: the same run path tp-predict uses, the inference graph pruned
@@ -8,6 +9,7 @@
  * prefetching training data meanwhile. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <towerpack/graph.h>
 #include <towerpack/log.h>
@@ -18,14 +20,18 @@ typedef struct {
     tp_inferencer_kind_t kind;
     char output[128];
     char summary[160];
-    double sum;       /* weighted sum (scalar stats) or wrong count */
+    double sum;       /* weighted sum (scalar stats), wrong or right count */
+    float *logits;    /* FlipAccuracy: the batch's logits, summed */
+    size_t cap;       /* floats logits holds */
 } s_inf_t;
 
 typedef struct {
     tp_dataflow_t *df;
     s_inf_t *infs;
     size_t n;
+    int nflip;             /* FlipAccuracy inferencers */
     tp_predictor_t *pred;  /* over the trainer's model, before..after train */
+    tp_tensor_t mirror;    /* input 0 mirrored (FlipAccuracy) */
 } s_runner_t;
 
 static tp_status_t runner_before_train(void *impl, tp_trainer_t *tr) {
@@ -70,13 +76,82 @@ static tp_status_t runner_after_train(void *impl, tp_trainer_t *tr) {
     return TP_OK;
 }
 
-/* One batch through the predictor; each inferencer's scalar added. */
-static tp_status_t s_batch(s_runner_t *r, const tp_tensor_t *inputs, double b) {
+/* FlipAccuracy's logits of one run (pass 0: the batch, 1: its mirror),
+ * float32 [b, classes], summed into s->logits[0, n); [n, 2n) takes a
+ * pass's copy from the device. */
+static tp_status_t s_flip_logits(tp_model_t *m, s_inf_t *s, const tp_tensor_t *v,
+                                 int64_t b, int pass) {
+    if (v->dtype != TP_FLOAT32 || v->ndim != 2 || v->shape[0] != b || v->shape[1] < 1)
+        return tp_error(TP_ERR_SHAPE, "FlipAccuracy: output %s must be float32 "
+                        "[%lld, classes] (logits)", s->output, (long long)b);
+    const size_t n = (size_t)(v->shape[0] * v->shape[1]);
+    if (2 * n > s->cap) {
+        float *p = realloc(s->logits, 2 * n * sizeof *p);
+        if (!p)
+            return tp_error(TP_ERR_NOMEM, "FlipAccuracy: %zu logits", n);
+        s->logits = p;
+        s->cap = 2 * n;
+    }
+    const float *h = tp_model_view_host(m, v, s->logits + n, n * sizeof(float));
+    if (!h)
+        return tp_error_wrap(TP_ERR_DEVICE, "FlipAccuracy: reading %s", s->output);
+    for (size_t i = 0; i < n; i++)
+        s->logits[i] = pass ? s->logits[i] + h[i] : h[i];
+    return TP_OK;
+}
+
+/* Input 0 mirrored along its last axis into r->mirror. */
+static tp_status_t s_mirror(s_runner_t *r, const tp_tensor_t *x) {
+    if (x->ndim < 2 || x->shape[x->ndim - 1] < 1)
+        return tp_error(TP_ERR_SHAPE, "FlipAccuracy: input 0 has %d axes; it "
+                        "mirrors images [B,H,W] or [B,C,H,W] along the last", x->ndim);
+    tp_tensor_t *o = &r->mirror;
+    if (o->dtype != x->dtype || o->ndim != x->ndim ||
+        memcmp(o->shape, x->shape, (size_t)x->ndim * sizeof *x->shape) != 0) {
+        tp_tensor_fini(o);
+        TP_TRY(tp_tensor_init(o, x->dtype, x->ndim, x->shape));
+    }
+    const size_t es = tp_dtype_size(x->dtype), w = (size_t)x->shape[x->ndim - 1];
+    const size_t rows = x->nbytes / (es * w), row = w * es;
+    const unsigned char *src = x->data;
+    unsigned char *dst = o->data;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < w; j++)
+            memcpy(dst + i * row + j * es, src + i * row + (w - 1 - j) * es, es);
+    return TP_OK;
+}
+
+/* FlipAccuracy's count: rows whose summed logits' argmax is the label. */
+static tp_status_t s_flip_count(s_inf_t *s, const tp_tensor_t *labels, int64_t b,
+                                int64_t classes) {
+    if (labels->dtype != TP_INT32 || labels->ndim != 1 || labels->shape[0] != b)
+        return tp_error(TP_ERR_SHAPE, "FlipAccuracy: the last input must be int32 "
+                        "labels [%lld]", (long long)b);
+    const int32_t *y = labels->data;
+    for (int64_t i = 0; i < b; i++) {
+        const float *l = s->logits + i * classes;
+        int64_t best = 0;
+        for (int64_t k = 1; k < classes; k++)
+            if (l[k] > l[best])
+                best = k;
+        s->sum += best == y[i];
+    }
+    return TP_OK;
+}
+
+/* One batch through the predictor; each inferencer's scalar added; with
+ * FlipAccuracy inferencers, the mirrored batch after. */
+static tp_status_t s_batch(s_runner_t *r, const tp_tensor_t *inputs, int nin, double b) {
     tp_tensor_t views[TP_PREDICT_MAX_IO];
     TP_TRY(tp_predictor_run_views(r->pred, inputs, views));
     tp_model_t *m = tp_predictor_model(r->pred);
+    const int64_t rows = (int64_t)b;
     for (size_t i = 0; i < r->n; i++) {
         const tp_tensor_t *v = &views[i];
+        if (r->infs[i].kind == TP_INFER_FLIP_ACCURACY) {
+            TP_TRY(s_flip_logits(m, &r->infs[i], v, rows, 0));
+            continue;
+        }
         /* through the backend: on a GPU the view is device memory */
         union { float f; int32_t i; } u;
         int scalar = v->dtype == TP_FLOAT32 || v->dtype == TP_INT32;
@@ -89,6 +164,18 @@ static tp_status_t s_batch(s_runner_t *r, const tp_tensor_t *inputs, double b) {
                  : NAN;
         r->infs[i].sum += r->infs[i].kind == TP_INFER_SCALAR_STATS ? x * b : x;
     }
+    if (!r->nflip)
+        return TP_OK;
+    tp_tensor_t flipped[TP_PREDICT_MAX_IO];
+    TP_TRY(s_mirror(r, &inputs[0]));
+    memcpy(flipped, inputs, (size_t)nin * sizeof *inputs);
+    flipped[0] = r->mirror;
+    TP_TRY(tp_predictor_run_views(r->pred, flipped, views));
+    for (size_t i = 0; i < r->n; i++)
+        if (r->infs[i].kind == TP_INFER_FLIP_ACCURACY) {
+            TP_TRY(s_flip_logits(m, &r->infs[i], &views[i], rows, 1));
+            TP_TRY(s_flip_count(&r->infs[i], &inputs[nin - 1], rows, views[i].shape[1]));
+        }
     return TP_OK;
 }
 
@@ -114,7 +201,7 @@ static tp_status_t runner_trigger_epoch(void *impl, tp_trainer_t *tr) {
         }
         tp_datapoint_views(dp, inputs, nc);
         double b = nc > 0 && inputs[0].ndim > 0 ? (double)inputs[0].shape[0] : 1;
-        rc = r->pred ? s_batch(r, inputs, b) : TP_OK;
+        rc = r->pred ? s_batch(r, inputs, nc, b) : TP_OK;
         tp_datapoint_destroy(&dp);
         if (rc < 0)
             return tp_error_wrap(rc, "InferenceRunner: batch %lld", (long long)batches);
@@ -134,6 +221,9 @@ static void runner_destroy(void *impl) {
     s_runner_t *r = impl;
     tp_predictor_destroy(&r->pred);
     tp_dataflow_destroy(&r->df);
+    for (size_t i = 0; i < r->n; i++)
+        free(r->infs[i].logits);
+    tp_tensor_fini(&r->mirror);
     free(r->infs);
     free(r);
 }
@@ -169,8 +259,11 @@ tp_callback_t *tp_cb_inference_runner(tp_dataflow_t *df,
             snprintf(s->summary, sizeof s->summary, "%s", infs[i].summary);
         else if (s->kind == TP_INFER_SCALAR_STATS)
             snprintf(s->summary, sizeof s->summary, "validation_%s", infs[i].output);
+        else if (s->kind == TP_INFER_FLIP_ACCURACY)
+            snprintf(s->summary, sizeof s->summary, "validation_flip_accuracy");
         else
             snprintf(s->summary, sizeof s->summary, "validation_error");
+        r->nflip += s->kind == TP_INFER_FLIP_ACCURACY;
     }
     return tp_callback_new(&s_runner_ops, r, 0);
 }

@@ -10,7 +10,8 @@ A run's training time is the sum over its epochs of steps / steps_per_s
 (ThroughputTracker's rate over the epoch's steps, epoch-end work
 excluded), so validation and start-up are not counted; its wall time is
 the whole command's. The accuracy is the last epoch's
-validation_accuracy."""
+validation_accuracy; flip= (tp-train --tta) its
+validation_flip_accuracy."""
 import json
 import statistics
 import sys
@@ -23,7 +24,7 @@ def run(seed, rc, t0, t1, path):
     except (OSError, ValueError) as e:
         print(f"run seed={seed} rc={rc} FAILED: no stats ({e})")
         return
-    trained, prev, acc = 0.0, 0, None
+    trained, prev, acc, flip = 0.0, 0, None, None
     for e in epochs:
         step = e.get("global_step", prev)
         rate = e.get("steps_per_s")
@@ -31,10 +32,12 @@ def run(seed, rc, t0, t1, path):
             trained += (step - prev) / rate
         prev = step
         acc = e.get("validation_accuracy", acc)
+        flip = e.get("validation_flip_accuracy", flip)
     if acc is None:
         print(f"run seed={seed} rc={rc} FAILED: no validation_accuracy in {path}")
         return
-    print(f"run seed={seed} rc={rc} epochs={len(epochs)} accuracy={acc:.4f} "
+    flip_kv = f" flip={flip:.4f}" if flip is not None else ""
+    print(f"run seed={seed} rc={rc} epochs={len(epochs)} accuracy={acc:.4f}{flip_kv} "
           f"train_s={trained:.2f} wall_s={float(t1) - float(t0):.2f}")
 
 
@@ -53,8 +56,14 @@ def summary(path):
     acc = [float(r["accuracy"]) for r in block]
     tr = [float(r["train_s"]) for r in block]
     spread = statistics.stdev(acc) if len(acc) > 1 else 0.0
+    flip = [float(r["flip"]) for r in block if "flip" in r]
+    flip_text = ""
+    if len(flip) == len(acc):
+        fs = statistics.stdev(flip) if len(flip) > 1 else 0.0
+        flip_text = (f", with the mirror images (--tta) mean {statistics.mean(flip):.4f} "
+                     f"(min {min(flip):.4f}, sd {fs:.4f})")
     print(f"summary: {len(acc)} runs, accuracy mean {statistics.mean(acc):.4f} "
-          f"(min {min(acc):.4f}, max {max(acc):.4f}, sd {spread:.4f}), "
+          f"(min {min(acc):.4f}, max {max(acc):.4f}, sd {spread:.4f}){flip_text}, "
           f"training time mean {statistics.mean(tr):.2f} s "
           f"(min {min(tr):.2f}, max {max(tr):.2f})")
 

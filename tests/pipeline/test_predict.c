@@ -839,3 +839,112 @@ Test(predict, a_future_times_out_fails_with_the_message_and_may_go_first) {
     pthread_cond_destroy(&g.cv);
     pthread_mutex_destroy(&g.mu);
 }
+
+/* ---- test-time augmentation: FlipAccuracy -------------------------------- */
+
+/* The share of rows whose logits, summed over the batch and the batch
+ * mirrored left to right, pick the label: counted here from a predictor's
+ * logits over batches this test mirrors itself. */
+static double s_flip_expected(tp_predictor_t *p, const int64_t *sizes, int n) {
+    double right = 0, rows = 0;
+    int64_t first = 5000;
+    for (int i = 0; i < n; i++) {
+        tp_tensor_t in[2], mir, out[2];
+        s_batch(first, sizes[i], &in[0], &in[1]);
+        first += sizes[i];
+        cr_assert_eq(tp_tensor_init(&mir, TP_UINT8, 3, in[0].shape), TP_OK);
+        const uint8_t *a = in[0].data;
+        uint8_t *m = mir.data;
+        for (int64_t r = 0; r < sizes[i] * 28; r++)
+            for (int c = 0; c < 28; c++)
+                m[r * 28 + c] = a[r * 28 + 27 - c];
+        cr_assert_eq(tp_predictor_run(p, in, &out[0]), TP_OK, "%s", tp_last_error());
+        tp_tensor_t mi[2] = {mir, in[1]};
+        cr_assert_eq(tp_predictor_run(p, mi, &out[1]), TP_OK, "%s", tp_last_error());
+        const float *l0 = out[0].data, *l1 = out[1].data;
+        for (int64_t r = 0; r < sizes[i]; r++) {
+            int best = 0;
+            for (int k = 1; k < 10; k++)
+                if (l0[r * 10 + k] + l1[r * 10 + k] > l0[r * 10 + best] + l1[r * 10 + best])
+                    best = k;
+            right += best == ((const int32_t *)in[1].data)[r];
+        }
+        rows += (double)sizes[i];
+        tp_tensor_fini(&out[0]);
+        tp_tensor_fini(&out[1]);
+        tp_tensor_fini(&mir);
+        tp_tensor_fini(&in[0]);
+        tp_tensor_fini(&in[1]);
+    }
+    return right / rows;
+}
+
+/* A runner with FlipAccuracy on the logits, beside plain accuracy: its
+ * scalar is the count above over the live model; an inferencer on an
+ * output that is no [rows, classes] logits ends training naming it. */
+Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
+    static tp_model_desc_t md;
+    md = (tp_model_desc_t){tp_zoo_inputs(), 2, tp_zoo_find("cnn-bn")->build, s_sgd, NULL};
+    const int64_t train_sizes[] = {B, B, B, B}, val_sizes[] = {B, B, 8};
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = &md;
+    c.model_name = "cnn-bn";
+    c.dataflow = s_list(0, train_sizes, 4);
+    c.batch = B;
+    c.infer_batch = B;
+    c.max_epoch = 1;
+    c.steps_per_epoch = 4;
+    c.threads = 1;
+    c.seed = 7;
+    c.default_callbacks = 0;
+    c.stats = "off";
+    tp_inferencer_t infs[] = {
+        {TP_INFER_SCALAR_STATS, "accuracy", NULL},
+        {TP_INFER_FLIP_ACCURACY, "logits", NULL},
+    };
+    tp_callback_t *cbs[] = {tp_cb_inference_runner(s_list(5000, val_sizes, 3), infs, 2)};
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    s_seen_t seen = {0};
+    tp_callback_t *mons[] = {tp_callback_new(&s_seen_ops, &seen, 0)};
+    c.monitors = mons;
+    c.nmonitors = 1;
+    tp_model_t *m = NULL;
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    tp_train_config_fini(&c);
+    const char *outs[] = {"logits"};
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    pc.output_names = outs;
+    pc.noutput_names = 1;
+    pc.max_batch = B;
+    tp_predictor_t *live = tp_predictor_new_shared(m, &pc);
+    cr_assert_not_null(live, "%s", tp_last_error());
+    double want = s_flip_expected(live, val_sizes, 3);
+    cr_expect_eq(s_seen(&seen, "validation_flip_accuracy"), want, "runner %.9g, by hand %.9g",
+                 s_seen(&seen, "validation_flip_accuracy"), want);
+    cr_expect(s_seen(&seen, "validation_accuracy") >= 0);
+    tp_predictor_destroy(&live);
+    tp_model_destroy(&m);
+
+    /* on a scalar output: training fails, naming the inferencer's output */
+    tp_train_config_init(&c);
+    c.model = &md;
+    c.dataflow = s_list(0, train_sizes, 4);
+    c.batch = B;
+    c.infer_batch = B;
+    c.max_epoch = 1;
+    c.steps_per_epoch = 4;
+    c.threads = 1;
+    c.default_callbacks = 0;
+    c.stats = "off";
+    tp_inferencer_t bad[] = {{TP_INFER_FLIP_ACCURACY, "accuracy", NULL}};
+    tp_callback_t *cb2[] = {tp_cb_inference_runner(s_list(5000, val_sizes, 3), bad, 1)};
+    c.callbacks = cb2;
+    c.ncallbacks = 1;
+    cr_expect_neq(tp_launch_train_with_config(&c, NULL), TP_OK);
+    cr_expect(strstr(tp_last_error(), "FlipAccuracy: output accuracy must be float32"),
+              "%s", tp_last_error());
+    tp_train_config_fini(&c);
+}

@@ -495,17 +495,23 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
 }
 
 /* --resident: the training set read whole into the towers' memory and
- * augmented there (ResidentInput); validation as usual. */
+ * augmented there (ResidentInput); validation as usual, and with --tta
+ * also on the mirrored images. */
 Test(tp_train, resident_data_trains, .init = s_setup, .fini = s_teardown,
      .timeout = 120) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/resident", s_dir);
     char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--augment", "--pad", "1",
                     "--towers", "2", "--threads", "1", "--epochs", "2", "--steps-per-epoch", "40",
-                    "--logdir", logdir, NULL};
+                    "--tta", "--logdir", logdir, NULL};
     cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
     cr_assert(strstr(s_out, "ResidentInput over fashion-mnist:train (crop 28, pad 1, flip, "
                             "batch 64)"), "%s", s_out);
+    double flip = 0;
+    const char *f = strstr(s_out, "test accuracy with the mirrored images (--tta) ");
+    cr_assert(f && strstr(s_out, "validation_flip_accuracy: "), "%s", s_out);
+    sscanf(f + strlen("test accuracy with the mirrored images (--tta) "), "%lf", &flip);
+    cr_assert_gt(flip, 0.6, "after 80 steps, with the mirror images: %g", flip);
     cr_assert(strstr(s_out, "ResidentInput: 60000 images of 28x28x1"), "%s", s_out);
     double acc = 0;
     const char *v = strstr(s_out, "validation_accuracy: ");

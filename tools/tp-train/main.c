@@ -45,6 +45,7 @@ typedef struct {
     int public_bind, no_tensorboard;
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
     int resident; /* --resident: the training set in the towers' memory */
+    int tta;      /* --tta: validation also on the mirrored images */
     int pad;      /* --pad: the augmentation's zeros around an image (2) */
     int image_size;   /* the model's input: image_size x image_size */
     int device;   /* the GPU the towers run on; -1: the CPU */
@@ -112,6 +113,9 @@ static void s_usage(FILE *out) {
 "  --resident           keep the training set in the towers' memory (the\n"
 "                       GPU's with --devices): crop, pad and flip run there,\n"
 "                       the host only draws them each step (ResidentInput)\n"
+"  --tta                validate also with test-time augmentation: the logits\n"
+"                       of each image and its mirror image summed\n"
+"                       (validation_flip_accuracy; the images are run twice)\n"
 "  --steps-per-epoch N  default: one pass of the training data\n"
 "  --logdir DIR         default train_log/<model>\n"
 "  --logdir-action A    when DIR exists: keep, delete, backup, new (ask on a\n"
@@ -318,14 +322,19 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
     snprintf(path, sizeof path, "%s/stats.json", logdir);
     json_error_t err;
     json_t *j = json_load_file(path, 0, &err);
-    double acc = NAN;
+    double acc = NAN, flip = NAN;
     if (j && json_array_size(j) > 0) {
-        json_t *v = json_object_get(json_array_get(j, json_array_size(j) - 1),
-                                    "validation_accuracy");
+        json_t *last = json_array_get(j, json_array_size(j) - 1);
+        json_t *v = json_object_get(last, "validation_accuracy");
         if (json_is_number(v))
             acc = json_number_value(v);
+        v = json_object_get(last, "validation_flip_accuracy");
+        if (json_is_number(v))
+            flip = json_number_value(v);
     }
     json_decref(j);
+    if (!isnan(flip))
+        printf("tp-train: test accuracy with the mirrored images (--tta) %.4f\n", flip);
     if (isnan(acc))  /* no validation ran: say so, not "nan" */
         printf("tp-train: test accuracy - (no validation ran) | wall time %.1f s"
                " | %.0f samples/s\n", wall, wall > 0 ? (double)samples / wall : 0.0);
@@ -340,7 +349,7 @@ int main(int argc, char **argv) {
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
                   .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
-           O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD };
+           O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -361,6 +370,7 @@ int main(int argc, char **argv) {
         {"bf16", no_argument, 0, O_BF16},
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"resident", no_argument, 0, O_RESIDENT}, {"pad", required_argument, 0, O_PAD},
+        {"tta", no_argument, 0, O_TTA},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -397,6 +407,7 @@ int main(int argc, char **argv) {
         case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
         case O_AUG: a.augment = 1; break;
         case O_RESIDENT: a.resident = 1; break;
+        case O_TTA: a.tta = 1; break;
         case O_PAD: if (tp_spec_int(optarg, 0, 64, "--pad", &v)) return s_fail("bad flag"); a.pad = (int)v; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
@@ -697,10 +708,11 @@ int main(int argc, char **argv) {
         {TP_INFER_SCALAR_STATS, "accuracy", NULL},
         {TP_INFER_SCALAR_STATS, "cost", NULL},
         {TP_INFER_CLASSIFICATION_ERROR, "wrong", NULL},
+        {TP_INFER_FLIP_ACCURACY, "logits", NULL},  /* --tta */
     };
     tp_callback_t *cbs[2] = {
         tp_cb_hp_schedule("learning_rate", pts, 2, 1, 1),
-        rank == 0 ? tp_cb_inference_runner(test, infs, 3) : NULL,
+        rank == 0 ? tp_cb_inference_runner(test, infs, a.tta ? 4 : 3) : NULL,
     };
     cfg.callbacks = cbs;
     cfg.ncallbacks = rank == 0 ? 2 : 1;
