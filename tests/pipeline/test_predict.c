@@ -568,6 +568,31 @@ static void s_validate(tp_predictor_t *p, const int64_t *sizes, int n,
     *err = sums[2] / rows;
 }
 
+/* cnn-bn trained for `epochs` of 4 steps on 4 batches of B, one runner with
+ * the given inferencers on the validation batches (B, B, 8), no default
+ * callbacks. */
+static void s_runner_config(tp_train_config_t *c, tp_model_desc_t *md, int epochs,
+                            const tp_inferencer_t *infs, size_t n, tp_callback_t **cbs) {
+    static const int64_t train_sizes[] = {B, B, B, B}, val_sizes[] = {B, B, 8};
+    *md = (tp_model_desc_t){tp_zoo_inputs(), 2, tp_zoo_find("cnn-bn")->build, s_sgd, NULL};
+    tp_train_config_init(c);
+    c->model = md;
+    c->model_name = "cnn-bn";
+    c->dataflow = s_list(0, train_sizes, 4);
+    c->batch = B;
+    c->infer_batch = B;
+    c->max_epoch = epochs;
+    c->steps_per_epoch = 4;
+    c->threads = 1;
+    c->seed = 7;
+    c->default_callbacks = 0;
+    c->stats = "off";
+    cbs[0] = tp_cb_inference_runner(s_list(5000, val_sizes, 3), infs, n);
+    cr_assert_not_null(cbs[0]);
+    c->callbacks = cbs;
+    c->ncallbacks = 1;
+}
+
 /* Training with two InferenceRunners on the same model (the default one on
  * the config's validation data, with accuracy; one like tp-train's, with
  * accuracy, cost and wrong): each one's numbers equal a predictor's over the
@@ -576,35 +601,19 @@ static void s_validate(tp_predictor_t *p, const int64_t *sizes, int n,
  * inference graph and prune it differently, in turn. */
 Test(predict, inference_runner_numbers_are_a_predictors) {
     static tp_model_desc_t md;
-    md = (tp_model_desc_t){tp_zoo_inputs(), 2, tp_zoo_find("cnn-bn")->build,
-                           s_sgd, NULL};
-    const int64_t train_sizes[] = {B, B, B, B}, val_sizes[] = {B, B, 8};
+    const int64_t val_sizes[] = {B, B, 8};
     char logdir[300];
     snprintf(logdir, sizeof logdir, "%s/run", s_dir);
-    tp_train_config_t c;
-    tp_train_config_init(&c);
-    c.model = &md;
-    c.model_name = "cnn-bn";
-    c.dataflow = s_list(0, train_sizes, 4);
-    c.batch = B;
-    c.infer_batch = B;
-    c.max_epoch = 2;
-    c.steps_per_epoch = 4;
-    c.logdir = logdir;
-    c.threads = 1;
-    c.seed = 7;
-    c.default_callbacks = 0;
-    c.stats = "off";
-    c.validation = s_list(5000, val_sizes, 3);
     tp_inferencer_t infs[] = {
         {TP_INFER_SCALAR_STATS, "accuracy", "v2_accuracy"},
         {TP_INFER_SCALAR_STATS, "cost", "v2_cost"},
         {TP_INFER_CLASSIFICATION_ERROR, "wrong", "v2_error"},
     };
-    tp_callback_t *cbs[] = {tp_cb_inference_runner(s_list(5000, val_sizes, 3), infs, 3)};
-    cr_assert_not_null(cbs[0]);
-    c.callbacks = cbs;
-    c.ncallbacks = 1;
+    tp_train_config_t c;
+    tp_callback_t *cbs[1];
+    s_runner_config(&c, &md, 2, infs, 3, cbs);
+    c.logdir = logdir;
+    c.validation = s_list(5000, val_sizes, 3);
     s_seen_t seen = {0};
     tp_callback_t *mons[] = {tp_callback_new(&s_seen_ops, &seen, 0)};
     c.monitors = mons;
@@ -884,28 +893,14 @@ static double s_flip_expected(tp_predictor_t *p, const int64_t *sizes, int n) {
  * output that is no [rows, classes] logits ends training naming it. */
 Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
     static tp_model_desc_t md;
-    md = (tp_model_desc_t){tp_zoo_inputs(), 2, tp_zoo_find("cnn-bn")->build, s_sgd, NULL};
-    const int64_t train_sizes[] = {B, B, B, B}, val_sizes[] = {B, B, 8};
-    tp_train_config_t c;
-    tp_train_config_init(&c);
-    c.model = &md;
-    c.model_name = "cnn-bn";
-    c.dataflow = s_list(0, train_sizes, 4);
-    c.batch = B;
-    c.infer_batch = B;
-    c.max_epoch = 1;
-    c.steps_per_epoch = 4;
-    c.threads = 1;
-    c.seed = 7;
-    c.default_callbacks = 0;
-    c.stats = "off";
+    const int64_t val_sizes[] = {B, B, 8};
     tp_inferencer_t infs[] = {
         {TP_INFER_SCALAR_STATS, "accuracy", NULL},
         {TP_INFER_FLIP_ACCURACY, "logits", NULL},
     };
-    tp_callback_t *cbs[] = {tp_cb_inference_runner(s_list(5000, val_sizes, 3), infs, 2)};
-    c.callbacks = cbs;
-    c.ncallbacks = 1;
+    tp_train_config_t c;
+    tp_callback_t *cbs[1];
+    s_runner_config(&c, &md, 1, infs, 2, cbs);
     s_seen_t seen = {0};
     tp_callback_t *mons[] = {tp_callback_new(&s_seen_ops, &seen, 0)};
     c.monitors = mons;
@@ -929,20 +924,8 @@ Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
     tp_model_destroy(&m);
 
     /* on a scalar output: training fails, naming the inferencer's output */
-    tp_train_config_init(&c);
-    c.model = &md;
-    c.dataflow = s_list(0, train_sizes, 4);
-    c.batch = B;
-    c.infer_batch = B;
-    c.max_epoch = 1;
-    c.steps_per_epoch = 4;
-    c.threads = 1;
-    c.default_callbacks = 0;
-    c.stats = "off";
     tp_inferencer_t bad[] = {{TP_INFER_FLIP_ACCURACY, "accuracy", NULL}};
-    tp_callback_t *cb2[] = {tp_cb_inference_runner(s_list(5000, val_sizes, 3), bad, 1)};
-    c.callbacks = cb2;
-    c.ncallbacks = 1;
+    s_runner_config(&c, &md, 1, bad, 1, cbs);
     cr_expect_neq(tp_launch_train_with_config(&c, NULL), TP_OK);
     cr_expect(strstr(tp_last_error(), "FlipAccuracy: output accuracy must be float32"),
               "%s", tp_last_error());
