@@ -48,6 +48,9 @@
 #   4. ON THE GPU, any command in the same environment (the libraries'
 #      path, the CUDA module, the data): bash scripts/gpu-check.sh exec
 #      .gpu/bin/tp-bench cuda steps --model cnn-bn --profile
+#      and a whole call's steps from a file, each under its own timeout,
+#      one failing not stopping the rest: bash scripts/gpu-check.sh
+#      steps FILE (lines "SECONDS COMMAND"; BUDGET, default 540 s)
 #
 # Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
 # only the matching tests (Criterion --filter; for memcheck too),
@@ -407,6 +410,60 @@ peer() {
     return "${PIPESTATUS[0]}"
 }
 
+# One call's worth of steps from FILE, one a line: "SECONDS COMMAND" (a
+# shell command line run with bash -c; blank lines and '#' lines skipped).
+# Each runs under its own timeout in the checks' environment (when .gpu/
+# or .gpu-pack is here), its output in $OUT/step-N.txt and its last lines
+# on the console; a failing step does not stop the others; a step that
+# would not finish within BUDGET seconds of the start (default 540: the
+# device tool's 600 s a call, less the machine's start) is skipped. The
+# summary, one line a step (exit status, seconds), in $OUT/steps.txt.
+# Exit status: 0 when every step ran and passed.
+steps() {
+    local file=$1
+    [ -f "$file" ] || { echo "gpu-check: steps: no file '$file'" >&2; exit 2; }
+    file="$(cd "$(dirname "$file")" && pwd)/$(basename "$file")"
+    if [ -d "$here/.gpu/bin" ] || [ -f "$here/.gpu-pack/gpu.tgz" ]; then
+        gpu_env
+    else
+        cd "$here"
+        mkdir -p "$out"
+    fi
+    local t0 n=0 rc=0 secs cmd
+    t0=$(date +%s)
+    : >"$out/steps.txt"
+    while IFS= read -r line || [ -n "$line" ]; do
+        case "$line" in ''|'#'*) continue ;; esac
+        secs=${line%% *}
+        cmd=${line#* }
+        n=$((n + 1))
+        if ! [[ "$secs" =~ ^[0-9]+$ ]] || [ "$cmd" = "$line" ]; then
+            echo "step $n: FAILED: not 'SECONDS COMMAND': $line" | tee -a "$out/steps.txt"
+            rc=1
+            continue
+        fi
+        local used=$(( $(date +%s) - t0 ))
+        if [ $((used + secs)) -gt "${BUDGET:-540}" ]; then
+            echo "step $n: skipped: ${secs} s would end past the budget (${used} s used of ${BUDGET:-540}): $cmd" |
+                tee -a "$out/steps.txt"
+            rc=1
+            continue
+        fi
+        echo "== step $n (at ${used} s, up to ${secs} s): $cmd"
+        local s0 src
+        s0=$(date +%s)
+        timeout "$secs" bash -c "$cmd" >"$out/step-$n.txt" 2>&1
+        src=$?
+        tail -n "${TAIL:-8}" "$out/step-$n.txt"
+        local verdict="passed"
+        [ "$src" -eq 0 ] || { verdict="FAILED: exit $src"; rc=1; }
+        { [ "$src" -eq 124 ] || [ "$src" -eq 137 ]; } && verdict="FAILED: timed out"
+        echo "step $n: $verdict in $(( $(date +%s) - s0 )) s: $cmd" | tee -a "$out/steps.txt"
+    done <"$file"
+    echo "gpu-check steps: $n step(s), exit $rc, $(( $(date +%s) - t0 )) s (summary in $out/steps.txt)"
+    return $rc
+}
+
 case "$mode" in
     prepare) prepare ;;
     run) run_checks ;;
@@ -415,5 +472,6 @@ case "$mode" in
     record) shift; record "$@" ;;
     search) search ;;
     exec) shift; gpu_env; exec "$@" ;;
-    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search|exec CMD (see the header)" >&2; exit 2 ;;
+    steps) steps "${2:-}" ;;
+    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search|exec CMD|steps FILE (see the header)" >&2; exit 2 ;;
 esac

@@ -20,7 +20,7 @@ the default since session 17; the runs before drew PyTorch's defaults,
 
     python3 pytorch_cnn_bn.py --data DIR [--epochs 3] [--pad 2] [--seed 1]
                               [--workers 8] [--tf32] [--device cuda|cpu]
-                              [--init towerpack|torch]
+                              [--init towerpack|torch] [--tta]
 
 Prints per epoch the wall time of the training pass, images/s and test
 accuracy, then one summary line: total training seconds (the training
@@ -118,6 +118,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--tta", action="store_true",
+                    help="also score the logits of each test image and its "
+                         "mirror image summed (tp-train --tta)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--init", choices=("towerpack", "torch"), default="towerpack",
                     help="initial weights: towerpack's (the same recipe) or PyTorch's defaults")
@@ -173,17 +176,22 @@ def main():
         dt = time.perf_counter() - t0
         trained += dt
         model.eval()
-        correct = count = 0
+        correct = flip_correct = count = 0
         with torch.no_grad():
             for x, y in test:
-                pred = model(x.to(dev, non_blocking=True)).argmax(1).cpu()
-                correct += int((pred == y).sum())
+                x = x.to(dev, non_blocking=True)
+                logits = model(x)
+                correct += int((logits.argmax(1).cpu() == y).sum())
+                if a.tta:  # the width is the last axis of [B, 1, H, W]
+                    both = logits + model(torch.flip(x, dims=[3]))
+                    flip_correct += int((both.argmax(1).cpu() == y).sum())
                 count += len(y)
         acc = correct / count
+        flip = f", with the mirror images {flip_correct / count:.4f}" if a.tta else ""
         print(f"epoch {epoch + 1}: train {dt:.2f} s ({n / dt:.0f} images/s), "
-              f"test accuracy {acc:.4f}", flush=True)
+              f"test accuracy {acc:.4f}{flip}", flush=True)
     print(f"pytorch cnn-bn: {a.epochs} epochs, pad {a.pad}, seed {a.seed}: "
-          f"training {trained:.2f} s, test accuracy {acc:.4f}")
+          f"training {trained:.2f} s, test accuracy {acc:.4f}{flip}")
 
 
 if __name__ == "__main__":
