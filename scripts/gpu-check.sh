@@ -50,7 +50,9 @@
 #      .gpu/bin/tp-bench cuda steps --model cnn-bn --profile
 #      and a whole call's steps from a file, each under its own timeout,
 #      one failing not stopping the rest: bash scripts/gpu-check.sh
-#      steps FILE (lines "SECONDS COMMAND"; BUDGET, default 540 s)
+#      steps FILE (lines "SECONDS COMMAND"; BUDGET, default 540 s);
+#      Nsight Compute's time per kernel over tp-bench cuda steps FLAGS:
+#      bash scripts/gpu-check.sh kernels --model cnn-bn --steps 100 ...
 #
 # Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
 # only the matching tests (Criterion --filter; for memcheck too),
@@ -410,6 +412,28 @@ peer() {
     return "${PIPESTATUS[0]}"
 }
 
+# Nsight Compute's device time per kernel (an outside tool's reading of
+# where a step's GPU time goes, beside tp-bench's --profile): tp-bench cuda
+# steps with the given flags (e.g. --model cnn-bn --input resident --tf32
+# --steps 100; graphs as TP_CUDA_GRAPHS says) under ncu, the first SKIP
+# kernel launches (default 3000: set-up, cuDNN's search, warm-up) let
+# pass, the next COUNT (default 700, about ten cnn-bn steps) timed, then
+# summed by kernel name (scripts/gpu/kernel_sum.py) into $OUT/kernels.txt
+# (the CSV in $OUT/ncu.csv).
+kernels() {
+    gpu_env
+    local ncu
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -n "$ncu" ] || { echo "gpu-check: kernels: ncu (Nsight Compute) not found" >&2; return 1; }
+    timeout "${KERNELS_TIMEOUT:-240}" "$ncu" --csv --metrics gpu__time_duration.sum \
+        --launch-skip "${SKIP:-3000}" --launch-count "${COUNT:-700}" \
+        .gpu/bin/tp-bench cuda steps "$@" >"$out/ncu.csv" 2>"$out/ncu.err"
+    local rc=$?
+    step_status "$rc" "ncu over tp-bench cuda steps $*" "$out/ncu.err" || { tail -5 "$out/ncu.err"; return 1; }
+    python3 "$here/scripts/gpu/kernel_sum.py" "$out/ncu.csv" --top 30 | tee "$out/kernels.txt"
+    return "${PIPESTATUS[0]}"
+}
+
 # One call's worth of steps from FILE, one a line: "SECONDS COMMAND" (a
 # shell command line run with bash -c; blank lines and '#' lines skipped).
 # Each runs under its own timeout in the checks' environment (when .gpu/
@@ -473,5 +497,6 @@ case "$mode" in
     search) search ;;
     exec) shift; gpu_env; exec "$@" ;;
     steps) steps "${2:-}" ;;
-    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search|exec CMD|steps FILE (see the header)" >&2; exit 2 ;;
+    kernels) shift; kernels "$@" ;;
+    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search|exec CMD|steps FILE|kernels FLAGS (see the header)" >&2; exit 2 ;;
 esac

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# towerpack tests: the GPU checks' scripts that run without a GPU.
+# scripts/gpu-check.sh steps FILE, the runner a GPU session's device call
+# uses (here on plain shell steps): each step runs under its own timeout, a
+# failing one does not stop the rest, a malformed line and a step past the
+# budget are failures of their own, and the exit status is 0 only when
+# every step passed. scripts/gpu/kernel_sum.py on a CSV in Nsight
+# Compute's form: times in any unit, summed by kernel, largest first.
+set -u
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "gpu_check_scripts: FAILED: $*"; cat "$tmp/out/steps.txt" 2>/dev/null; exit 1; }
+
+cat >"$tmp/mixed.txt" <<'STEPS'
+# comment, then a blank line
+
+5 echo hello; echo world
+1 sleep 5
+5 exit 3
+nonsense
+100 echo too long
+STEPS
+OUT="$tmp/out" BUDGET=60 bash "$root/scripts/gpu-check.sh" steps "$tmp/mixed.txt" >"$tmp/log" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "mixed steps: exit $rc, not 1"
+want=("step 1: passed in" "step 2: FAILED: timed out in" "step 3: FAILED: exit 3 in"
+      "step 4: FAILED: not 'SECONDS COMMAND': nonsense"
+      "step 5: skipped: 100 s would end past the budget")
+for i in 0 1 2 3 4; do
+    line=$(sed -n "$((i + 1))p" "$tmp/out/steps.txt")
+    [[ "$line" == "${want[$i]}"* ]] || fail "summary line $((i + 1)): '$line', want '${want[$i]}...'"
+done
+grep -qx "world" "$tmp/out/step-1.txt" || fail "step 1's output not in step-1.txt"
+grep -q "gpu-check steps: 5 step(s), exit 1" "$tmp/log" || fail "no closing line: $(cat "$tmp/log")"
+
+printf '5 true\n5 echo ok\n' >"$tmp/good.txt"
+OUT="$tmp/out2" bash "$root/scripts/gpu-check.sh" steps "$tmp/good.txt" >"$tmp/log2" 2>&1 ||
+    fail "passing steps: exit $?: $(cat "$tmp/log2")"
+OUT="$tmp/out3" bash "$root/scripts/gpu-check.sh" steps "$tmp/none.txt" >"$tmp/log3" 2>&1
+[ $? -eq 2 ] && grep -q "no file" "$tmp/log3" || fail "a missing file: $(cat "$tmp/log3")"
+
+h='"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+{
+    echo "==PROF== Connected to process 1"
+    echo "$h"
+    echo '"0","1","p","h","k_a","1","7","(256,1,1)","(1,1,1)","0","9.0","s","gpu__time_duration.sum","usecond","10.50"'
+    echo '"1","1","p","h","k_b","1","7","(256,1,1)","(1,1,1)","0","9.0","s","gpu__time_duration.sum","nsecond","5,000"'
+    echo '"2","1","p","h","k_a","1","7","(256,1,1)","(1,1,1)","0","9.0","s","gpu__time_duration.sum","usecond","9.50"'
+    echo '"3","1","p","h","gemm","1","7","(256,1,1)","(1,1,1)","0","9.0","s","gpu__time_duration.sum","msecond","0.025"'
+} >"$tmp/ncu.csv"
+python3 "$root/scripts/gpu/kernel_sum.py" "$tmp/ncu.csv" --steps 2 >"$tmp/ks" || fail "kernel_sum: exit $?"
+grep -q "^4 kernel runs, 50.0 us in all, 25.0 us a step over 2 steps" "$tmp/ks" || fail "kernel_sum: $(cat "$tmp/ks")"
+[ "$(sed -n 3p "$tmp/ks" | awk '{print $1, $2, $3, $NF}')" = "50.0% 25.0 1 gemm" ] || fail "kernel_sum row 1: $(cat "$tmp/ks")"
+[ "$(sed -n 4p "$tmp/ks" | awk '{print $1, $2, $3, $4, $NF}')" = "40.0% 20.0 2 10.00 k_a" ] || fail "kernel_sum row 2: $(cat "$tmp/ks")"
+echo "$h" >"$tmp/empty.csv"
+python3 "$root/scripts/gpu/kernel_sum.py" "$tmp/empty.csv" >"$tmp/ks2"
+[ $? -eq 1 ] || fail "kernel_sum on no rows: not exit 1"
+echo "gpu_check_scripts: ok"
