@@ -520,6 +520,21 @@ Test(tp_train, resident_data_trains, .init = s_setup, .fini = s_teardown,
     cr_assert_gt(acc, 0.6, "after 80 steps: %g", acc);
 }
 
+/* --tta's numbers against PyTorch (tests/tools/torch_tta.py): the mlp's
+ * newest checkpoint run over the whole test set there, plain and with the
+ * logits of each image and its mirror image summed, gives tp-train's
+ * validation_accuracy and validation_flip_accuracy. */
+Test(tp_train, tta_accuracy_is_pytorchs, .init = s_setup, .fini = s_teardown,
+     .timeout = 180) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/tta", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--augment", "--pad", "1", "--tta",
+                    "--towers", "1", "--threads", "1", "--epochs", "1", "--steps-per-epoch",
+                    "60", "--no-tensorboard", "--logdir", logdir, NULL};
+    cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    PU_PYTHON_EXPECT(TP_SOURCE_DIR "/tests/tools/torch_tta.py", logdir, "pytorch agrees");
+}
+
 /* Without --steps-per-epoch, an epoch is one pass of the resident data, and
  * the learning rate decays over the epochs' steps: 60000 / 600 = 100 steps
  * an epoch, so after the first of two the rate is half-way, 0.05 - 0.0475 /
