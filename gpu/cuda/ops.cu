@@ -573,7 +573,6 @@ __global__ void k_column_sum(const float *v, size_t rows, size_t C, float *out,
     }
 }
 
-/* Batch-norm parameter gradients without dx (cuDNN always wants dx). */
 /* Batch norm's sums in slices: block (c, s) sums, over the samples [s*n/S,
  * (s+1)*n/S) of channel c, u and u * (v - mean[c]) (mean NULL: 0) in
  * double, into part[2 * (c*S + s)] and the next: the forward pass's sums of
