@@ -29,7 +29,8 @@ typedef struct tp_op_attr {
     int sh, sw;       /* strides */
     int ph, pw;       /* zero (conv) or ignored (pool) padding, each side */
     float alpha;      /* leaky slope, drop rate, scale, L2 coefficient,
-                         batch-norm moving-average momentum */
+                         batch-norm moving-average momentum, label
+                         smoothing (softmax cross-entropy) */
     float eps;        /* batch-norm epsilon */
     int training;     /* 1: training semantics (batch norm, dropout) */
     int update_state; /* batch norm: update the moving averages */

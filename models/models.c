@@ -38,10 +38,13 @@ tp_status_t tp_zoo_check_size(const tp_zoo_model_t *model, int height, int width
     return TP_OK;
 }
 
-/* The classifier head shared by every model: logits -> cost and metrics. */
+/* The classifier head shared by every model: logits -> cost and metrics;
+ * the cost's label smoothing from the caller's options (user). */
 static tp_status_t s_head_wd(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
-                             float weight_decay) {
-    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, label);
+                             float weight_decay, const void *user) {
+    const tp_zoo_options_t *o = user;
+    tp_node_t *cost = tp_softmax_xent_smoothed(t, "cost", logits, label,
+                                               o ? o->label_smoothing : 0.0f);
     tp_tower_add_output(t, "cost", cost);
     /* The reported cost stays the cross-entropy; the one minimised adds the
      * L2 penalty on every weight matrix and kernel (not biases, not BN). */
@@ -56,8 +59,9 @@ static tp_status_t s_head_wd(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
     return tp_tower_set_cost(t, minimised);
 }
 
-static tp_status_t s_head(tp_tower_t *t, tp_node_t *logits, tp_node_t *label) {
-    return s_head_wd(t, logits, label, 0);
+static tp_status_t s_head(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
+                          const void *user) {
+    return s_head_wd(t, logits, label, 0, user);
 }
 
 /* uint8 [B,H,W] -> float32 [B,1,H,W] in [0,1] (or flattened [B,H*W]);
@@ -91,7 +95,7 @@ static tp_status_t s_mlp(tp_tower_t *t, tp_node_t *const *in, void *user) {
     TP_TRY(s_image(t, in[0], 0, "mlp", &x));
     x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 512, 1));
     x = tp_relu(t, NULL, tp_fc(t, "fc1", x, 256, 1));
-    return s_head(t, tp_fc(t, "linear", x, 10, 1), in[1]);
+    return s_head(t, tp_fc(t, "linear", x, 10, 1), in[1], user);
 }
 
 static tp_node_t *s_conv_block(tp_tower_t *t, const char *scope, tp_node_t *x,
@@ -112,7 +116,7 @@ static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *user) {
     x = tp_max_pool(t, "pool1", s_conv_block(t, "conv1", x, 64, 0), 2, 2, 0);
     x = tp_flatten(t, "flat", x);
     x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 128, 1));
-    return s_head(t, tp_fc(t, "linear", x, 10, 1), in[1]);
+    return s_head(t, tp_fc(t, "linear", x, 10, 1), in[1], user);
 }
 
 /* The longer-run model: three conv blocks with batch norm (32, 64, 128
@@ -129,7 +133,7 @@ static tp_status_t s_cnn_bn(tp_tower_t *t, tp_node_t *const *in, void *user) {
     x = tp_max_pool(t, "pool2", s_conv_block(t, "conv2", x, 128, 1), 2, 2, 0);
     x = tp_flatten(t, "flat", x);
     x = tp_dropout(t, "dropout", tp_relu(t, NULL, tp_fc(t, "fc0", x, 256, 1)), 0.3f);
-    return s_head_wd(t, tp_fc(t, "linear", x, 10, 1), in[1], 5e-4f);
+    return s_head_wd(t, tp_fc(t, "linear", x, 10, 1), in[1], 5e-4f, user);
 }
 
 /* A basic residual block: conv-bn-relu-conv-bn (+ projection when the shape
@@ -165,7 +169,7 @@ static tp_status_t s_resnet(tp_tower_t *t, tp_node_t *const *in, void *user) {
     x = s_res_block(t, "stage3/block0", x, 128, 2);
     x = s_res_block(t, "stage3/block1", x, 128, 1);
     x = tp_global_avg_pool(t, "gap", x);
-    return s_head_wd(t, tp_fc(t, "linear", x, 10, 1), in[1], 5e-4f);
+    return s_head_wd(t, tp_fc(t, "linear", x, 10, 1), in[1], 5e-4f, user);
 }
 
 /* min_size: the MLP and the ResNet (padded stride-2 convolutions, then a

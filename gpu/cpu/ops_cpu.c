@@ -799,6 +799,7 @@ static tp_status_t s_xent_fwd(const tp_op_call_t *c) {
     const float *x = c->x[0];
     const int32_t *lab = c->x[1];
     float *p = c->workspace;
+    const float eps = c->attr->alpha;  /* label smoothing */
     double loss = 0.0;
     for (size_t i = 0; i < n; i++) {
         const float *r = x + i * k;
@@ -814,7 +815,16 @@ static tp_status_t s_xent_fwd(const tp_op_call_t *c) {
         const float is = 1.0f / s;
         for (size_t j = 0; j < k; j++)
             pr[j] *= is;
-        loss += (double)logf(s) + mx - r[lab[i]];
+        /* -sum_j q_j log p_j = log s + mx - sum_j q_j r_j, q the target
+         * (the label's one-hot, or smoothed: attr alpha) */
+        double target = r[lab[i]];
+        if (eps > 0.0f) {
+            double mean = 0.0;
+            for (size_t j = 0; j < k; j++)
+                mean += r[j];
+            target = (1.0 - eps) * target + eps * mean / (double)k;
+        }
+        loss += (double)logf(s) + mx - target;
     }
     *(float *)c->y = (float)(loss / (double)n);
     return TP_OK;
@@ -828,21 +838,23 @@ static void s_xent_bwd(const tp_op_call_t *c) {
     float *dx = c->dx[0];
     if (!dx)
         return;
-    /* Row by row: g * p, then -g at the row's label. No division per
-     * element and one label load per row (the per-element form cost about
-     * 5 us of a 400 us MLP step at batch 128). */
+    /* Row by row: g * (p - q), q the target: off everywhere, on at the
+     * row's label (1 and 0 without smoothing). No division per element
+     * and one label load per row (the per-element form cost about 5 us of
+     * a 400 us MLP step at batch 128). */
+    const float eps = c->attr->alpha, off = eps / (float)k, on = 1.0f - eps + off;
     const int acc = c->dx_acc[0];
     for (size_t r = 0; r < n; r++) {
         float *d = dx + r * k;
         const float *pr = p + r * k;
         const size_t l = (size_t)lab[r];   /* in [0, k): checked in forward */
-        const float at = acc ? d[l] + g * (pr[l] - 1.0f) : g * (pr[l] - 1.0f);
+        const float at = acc ? d[l] + g * (pr[l] - on) : g * (pr[l] - on);
         if (acc)
             for (size_t j = 0; j < k; j++)
-                d[j] += g * pr[j];
+                d[j] += g * (pr[j] - off);
         else
             for (size_t j = 0; j < k; j++)
-                d[j] = g * pr[j];
+                d[j] = g * (pr[j] - off);
         d[l] = at;   /* the same arithmetic as g * (p - onehot) */
     }
 }

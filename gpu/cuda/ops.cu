@@ -502,10 +502,11 @@ struct f_xent_bwd {
     const int32_t *lab;
     size_t k;
     float inv_n;
+    float off, on; /* the target: off everywhere, on at the label */
     __device__ float operator()(size_t i) const {
         float g = dy[0] * inv_n;
-        float onehot = (size_t)lab[i / k] == i % k ? 1.0f : 0.0f;
-        return g * (expf(logp[i]) - onehot);
+        float target = (size_t)lab[i / k] == i % k ? on : off;
+        return g * (expf(logp[i]) - target);
     }
 };
 struct f_l2_bwd {
@@ -750,9 +751,12 @@ __device__ void flag_label(int *checks, int slot, size_t row, int32_t l) {
         checks[2 * slot + 1] = l;
 }
 
-/* Mean of -logp[i, label_i] over rows, one block (deterministic). */
+/* Mean of -sum_j q_j logp[i, j] over rows, q the label's one-hot or,
+ * with smoothing eps, 1 - eps + eps/k there and eps/k elsewhere; one block
+ * (deterministic). */
 __global__ void k_xent_loss(const float *logp, const int32_t *lab, size_t n,
-                            size_t k, float *y, int *checks, int slot) {
+                            size_t k, float eps, float *y, int *checks,
+                            int slot) {
     __shared__ double sh[256];
     double s = 0.0;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -761,7 +765,14 @@ __global__ void k_xent_loss(const float *logp, const int32_t *lab, size_t n,
             flag_label(checks, slot, i, l);
             continue;
         }
-        s -= logp[i * k + (size_t)l];
+        double t = logp[i * k + (size_t)l];
+        if (eps > 0.0f) {
+            double mean = 0.0;
+            for (size_t j = 0; j < k; j++)
+                mean += logp[i * k + j];
+            t = (1.0 - eps) * t + eps * mean / (double)k;
+        }
+        s -= t;
     }
     s = block_sum(s, sh);
     if (threadIdx.x == 0)
@@ -1067,7 +1078,7 @@ static tp_status_t s_xent_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
                                       e->xd, c->x[0], &s_zero, e->xd, logp));
     int slot = s_check_slot(s, c, k);
     k_xent_loss<<<1, 256, 0, s->cu>>>(logp, (const int32_t *)c->x[1], n, k,
-                                      (float *)c->y,
+                                      c->attr->alpha, (float *)c->y,
                                       slot >= 0 ? s->checks : NULL, slot);
     TP_LAUNCHED();
     return TP_OK;
@@ -1420,10 +1431,11 @@ tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
             return TP_OK;
         const size_t n = (size_t)c->xshape[0].d[0],
                      k = (size_t)c->xshape[0].d[1];
+        const float eps = c->attr->alpha, off = eps / (float)k;
         return s_store(s, dx0, acc0, n * k,
                        f_xent_bwd{(const float *)c->workspace, dy,
                                   (const int32_t *)c->x[1], k,
-                                  1.0f / (float)n});
+                                  1.0f / (float)n, off, 1.0f - eps + off});
     }
     case TP_OP_L2_DECAY:
         for (int k = 0; k < c->ninputs; k++)

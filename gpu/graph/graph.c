@@ -745,6 +745,20 @@ tp_node_t *tp_softmax_xent(tp_tower_t *t, const char *name, tp_node_t *logits,
                            tp_node_t *labels) {
     return s_labels_op(t, name, TP_OP_SOFTMAX_XENT, logits, labels);
 }
+tp_node_t *tp_softmax_xent_smoothed(tp_tower_t *t, const char *name,
+                                    tp_node_t *logits, tp_node_t *labels,
+                                    float smoothing) {
+    tp_node_t *n = s_labels_op(t, name, TP_OP_SOFTMAX_XENT, logits, labels);
+    if (!n)
+        return NULL;
+    if (!(smoothing >= 0.0f && smoothing < 1.0f)) {
+        s_fail(t, TP_ERR_INVALID, n->name, "label smoothing %g: must be in [0, 1)",
+               (double)smoothing);
+        return s_drop_last(t);
+    }
+    n->attr.alpha = smoothing;
+    return n;
+}
 tp_node_t *tp_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
                        tp_node_t *labels) {
     return s_labels_op(t, name, TP_OP_ACCURACY, logits, labels);

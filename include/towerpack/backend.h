@@ -38,7 +38,8 @@ typedef enum {
     TP_OP_RESHAPE,         /* also flatten; the value aliases the input */
     TP_OP_ADD,             /* a + b, same shape */
     TP_OP_CONCAT,          /* along dim 1 */
-    TP_OP_SOFTMAX_XENT,    /* logits[N,K], labels int32[N] -> mean loss [] */
+    TP_OP_SOFTMAX_XENT,    /* logits[N,K], labels int32[N] -> mean loss []
+                              (attr alpha: label smoothing) */
     TP_OP_ACCURACY,        /* logits[N,K], labels int32[N] -> fraction [] */
     TP_OP_ERROR_COUNT,     /* logits[N,K], labels int32[N] -> wrong count [] */
     TP_OP_L2_DECAY,        /* vars... -> alpha * sum(w^2) / 2 */

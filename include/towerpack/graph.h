@@ -175,6 +175,12 @@ tp_node_t *tp_concat(tp_tower_t *t, const char *name, int n,
  * label outside [0,K) fails the step with an error naming the node. */
 tp_node_t *tp_softmax_xent(tp_tower_t *t, const char *name,
                            tp_node_t *logits, tp_node_t *labels);
+/* The same against labels smoothed by `smoothing` in [0,1): the target is
+ * 1 - smoothing + smoothing/K at the label and smoothing/K elsewhere (as
+ * PyTorch's cross_entropy(label_smoothing=...)); 0 is tp_softmax_xent. */
+tp_node_t *tp_softmax_xent_smoothed(tp_tower_t *t, const char *name,
+                                    tp_node_t *logits, tp_node_t *labels,
+                                    float smoothing);
 /* Fraction of rows whose argmax equals the label (a scalar, no gradient). */
 tp_node_t *tp_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
                        tp_node_t *labels);

@@ -15,6 +15,16 @@
 extern "C" {
 #endif
 
+/* What a caller may vary in a zoo model: a zoo model's build function
+ * takes a const tp_zoo_options_t * as its user pointer (the model
+ * description's `user`; NULL: every default). A caller whose optimizer
+ * function needs its own data puts it after this struct, as its first
+ * member. */
+typedef struct tp_zoo_options {
+    float label_smoothing;  /* the cost's targets smoothed, [0, 1): 1 - s +
+                               s/10 at the label, s/10 elsewhere (0: none) */
+} tp_zoo_options_t;
+
 typedef struct tp_zoo_model {
     const char *name;          /* "mlp", "cnn", "cnn-bn", "resnet" */
     const char *summary;

@@ -21,6 +21,7 @@ the default since session 17; the runs before drew PyTorch's defaults,
     python3 pytorch_cnn_bn.py --data DIR [--epochs 3] [--pad 2] [--seed 1]
                               [--workers 8] [--tf32] [--device cuda|cpu]
                               [--init towerpack|torch] [--tta]
+                              [--label-smoothing S]
 
 Prints per epoch the wall time of the training pass, images/s and test
 accuracy, then one summary line: total training seconds (the training
@@ -118,6 +119,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--label-smoothing", type=float, default=0.0,
+                    help="the targets smoothed (tp-train --label-smoothing)")
     ap.add_argument("--tta", action="store_true",
                     help="also score the logits of each test image and its "
                          "mirror image summed (tp-train --tta)")
@@ -166,7 +169,7 @@ def main():
         for x, y in train:
             x = x.to(dev, non_blocking=True)
             y = y.to(dev, non_blocking=True)
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(model(x), y, label_smoothing=a.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -489,8 +489,9 @@ Test(cuda_ops, concat) {
     s_check_op(&k, 23);
 }
 
-Test(cuda_ops, softmax_xent) {
+static void s_xent(float smoothing, uint64_t seed) {
     s_case_t k = s_base(TP_OP_SOFTMAX_XENT);
+    k.attr.alpha = smoothing;
     k.ninputs = 2;
     k.xs[0] = SH(300, 10);
     k.xs[1] = SH(300);
@@ -499,8 +500,13 @@ Test(cuda_ops, softmax_xent) {
     k.ys = s_shape(0, NULL);
     k.grad[0] = 1;
     k.atol = 1e-5f;
-    s_check_op(&k, 24);
+    s_check_op(&k, seed);
 }
+
+Test(cuda_ops, softmax_xent) { s_xent(0.0f, 24); }
+/* label smoothing (attr alpha): the loss's mean over the log-probabilities
+ * and the gradient's smoothed target */
+Test(cuda_ops, softmax_xent_smoothed) { s_xent(0.2f, 25); }
 
 Test(cuda_ops, accuracy_and_error_count) {
     s_case_t k = s_base(TP_OP_ACCURACY);

@@ -73,3 +73,75 @@ Test(torch_step, pytorch_takes_the_same_cnn_bn_step) {
     tp_model_destroy(&m);
     PU_PYTHON_EXPECT(REF_PY, dir, "pytorch agrees");
 }
+
+/* ---- label smoothing against PyTorch's --------------------------------- */
+
+#define LS_PY TP_SOURCE_DIR "/tests/models/torch_label_smoothing.py"
+#define LS_N 16
+#define LS_F 12
+
+static tp_status_t s_ls_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    float smoothing = *(const float *)user;
+    tp_node_t *logits = tp_fc(t, "fc", in[0], 10, 1);
+    tp_node_t *cost = tp_softmax_xent_smoothed(t, "cost", logits, in[1], smoothing);
+    tp_tower_add_output(t, "cost", cost);
+    TP_TRY(tp_tower_status(t));
+    return tp_tower_set_cost(t, cost);
+}
+
+/* The loss and the fc layer's gradients of a cross-entropy with labels
+ * smoothed by 0.2, from random logits' inputs and weights, against
+ * torch.nn.functional.cross_entropy(label_smoothing=0.2) in float64
+ * (tests/models/torch_label_smoothing.py); a smoothing outside [0, 1) is
+ * refused when the model is built, naming it. */
+Test(torch_step, label_smoothing_is_pytorchs) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/tp-torchls-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    const tp_input_desc_t in[2] = {{"x", TP_FLOAT32, 2, {-1, LS_F}},
+                                   {"y", TP_INT32, 1, {-1}}};
+    float smoothing = 0.2f;
+    tp_model_desc_t md = {in, 2, s_ls_build, s_sgd, &smoothing};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = LS_N;
+    cfg.seed = 3;
+    cfg.threads = 1;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    float x[LS_N * LS_F];
+    int32_t y[LS_N];
+    tp_rng_t r;
+    tp_rng_init(&r, 13, 0);
+    for (int i = 0; i < LS_N * LS_F; i++)
+        x[i] = (float)((double)(tp_rng_u64(&r) >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+    for (int i = 0; i < LS_N; i++)
+        y[i] = (int32_t)(tp_rng_u64(&r) % 10);
+    int64_t xs[2] = {LS_N, LS_F}, ys[1] = {LS_N};
+    tp_tensor_t feeds[2];
+    tp_tensor_init_wrap(&feeds[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&feeds[1], TP_INT32, 1, ys, y, NULL, NULL);
+    tp_fetch_t f = {.name = "cost"};
+    tp_run_opts_t ro = {.stages = TP_RUN_GRADIENTS};
+    cr_assert_eq(tp_model_run(m, 0, feeds, 2, &f, 1, &ro), TP_OK, "%s", tp_last_error());
+    s_write(dir, "x.bin", x, sizeof x);
+    s_write(dir, "y.bin", y, sizeof y);
+    s_write(dir, "cost.bin", f.value.data, 4);
+    const char *vars[2] = {"fc/W", "fc/b"};
+    for (int i = 0; i < 2; i++) {
+        tp_tensor_t v, g;
+        cr_assert_eq(tp_model_var(m, vars[i], &v), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_grad(m, 0, vars[i], &g), TP_OK, "%s", tp_last_error());
+        char name[32];
+        snprintf(name, sizeof name, "%s.bin", i ? "b" : "W");
+        s_write(dir, name, v.data, v.nbytes);
+        snprintf(name, sizeof name, "d%s.bin", i ? "b" : "W");
+        s_write(dir, name, g.data, g.nbytes);
+    }
+    tp_tensor_fini(&f.value);
+    tp_model_destroy(&m);
+    smoothing = 1.0f;
+    cr_expect_null(tp_model_new(&md, &cfg));
+    cr_expect(strstr(tp_last_error(), "label smoothing 1: must be in [0, 1)"), "%s",
+              tp_last_error());
+    PU_PYTHON_EXPECT(LS_PY, dir, "pytorch agrees");
+}

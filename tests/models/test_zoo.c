@@ -2,6 +2,7 @@
  * tp-train and tp-predict both take: each becomes a spec that parses and
  * yields what the zoo's models take; anything else names the valid forms. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +157,52 @@ Test(zoo, weight_decay_is_where_the_summary_says) {
         tp_model_destroy(&m);
     }
     cr_expect(strstr(tp_zoo_find("resnet")->summary, "weight decay"));
+}
+
+/* The cost of `name` over one fixed batch, built with `opts` as its user
+ * pointer (the same seed: the same weights). */
+static double s_cost_with(const char *name, const tp_zoo_options_t *opts) {
+    tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_inputs_sized(28, 28, in), TP_OK);
+    tp_model_desc_t md = {in, 2, tp_zoo_find(name)->build, NULL, (void *)opts};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = 0;
+    mc.infer_batch = 4;
+    mc.seed = 5;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_assert_not_null(m, "%s: %s", name, tp_last_error());
+    int64_t ishape[3] = {4, 28, 28}, lshape[1] = {4};
+    tp_tensor_t feeds[2];
+    cr_assert_eq(tp_tensor_init(&feeds[0], TP_UINT8, 3, ishape), TP_OK);
+    cr_assert_eq(tp_tensor_init(&feeds[1], TP_INT32, 1, lshape), TP_OK);
+    for (size_t i = 0; i < feeds[0].nbytes; i++)
+        ((uint8_t *)feeds[0].data)[i] = (uint8_t)(i * 13 % 256);
+    for (int i = 0; i < 4; i++)
+        ((int32_t *)feeds[1].data)[i] = 3 * i;
+    tp_fetch_t f = {"cost", {0}};
+    tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, feeds, 2, &f, 1, &ro), TP_OK, "%s", tp_last_error());
+    double cost = ((const float *)f.value.data)[0];
+    tp_tensor_fini(&f.value);
+    tp_tensor_fini(&feeds[0]);
+    tp_tensor_fini(&feeds[1]);
+    tp_model_destroy(&m);
+    return cost;
+}
+
+/* tp_zoo_options_t reaches every model's cost: smoothing 0 is the plain
+ * cross-entropy (NULL options), 0.3 another cost (the op itself is held to
+ * PyTorch's in test_proc_torch_step). */
+Test(zoo, label_smoothing_reaches_every_models_cost) {
+    const tp_zoo_options_t none = {0.0f}, some = {0.3f};
+    const tp_zoo_model_t *const *all = tp_zoo_all();
+    for (int i = 0; all[i]; i++) {
+        double plain = s_cost_with(all[i]->name, NULL);
+        cr_expect_eq(s_cost_with(all[i]->name, &none), plain, "%s", all[i]->name);
+        double smoothed = s_cost_with(all[i]->name, &some);
+        cr_expect(fabs(smoothed - plain) > 1e-4, "%s: %g with smoothing 0.3, %g without",
+                  all[i]->name, smoothed, plain);
+    }
 }
 
 /* min_size is what the graph allows: each model builds and runs there, and

@@ -488,6 +488,9 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
                   NULL};
     cr_assert_neq(s_run(a8, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--batch 64, but --spec makes batches of 100"), "%s", s_out);
+    char *a8b[] = {"tp-train", "--label-smoothing", "1", NULL};
+    cr_assert_neq(s_run(a8b, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--label-smoothing needs a number in [0, 1), got '1'"), "%s", s_out);
     char *a9[] = {"tp-train", "--resident", "--workers", "2", NULL};
     cr_assert_neq(s_run(a9, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--resident reads --data into the towers' memory itself"),

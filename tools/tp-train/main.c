@@ -46,6 +46,7 @@ typedef struct {
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
     int resident; /* --resident: the training set in the towers' memory */
     int tta;      /* --tta: validation also on the mirrored images */
+    double label_smoothing; /* --label-smoothing: the cost's targets */
     int pad;      /* --pad: the augmentation's zeros around an image (2) */
     int image_size;   /* the model's input: image_size x image_size */
     int device;   /* the GPU the towers run on; -1: the CPU */
@@ -113,6 +114,8 @@ static void s_usage(FILE *out) {
 "  --resident           keep the training set in the towers' memory (the\n"
 "                       GPU's with --devices): crop, pad and flip run there,\n"
 "                       the host only draws them each step (ResidentInput)\n"
+"  --label-smoothing S  train against targets smoothed by S in [0, 1): 1 - S +\n"
+"                       S/10 at the label, S/10 elsewhere (default 0)\n"
 "  --tta                validate also with test-time augmentation: the logits\n"
 "                       of each image and its mirror image summed\n"
 "                       (validation_flip_accuracy; the images are run twice)\n"
@@ -154,10 +157,18 @@ static long s_spec_batch(const char *spec) {
 
 /* The optimizer factory: user = {learning rate, 1 for Adam}. SGD has
  * momentum 0.9. */
+/* The model description's user data: the zoo's options first (what the
+ * zoo's build functions read), then the optimizer's. */
+typedef struct {
+    tp_zoo_options_t zoo;
+    double lr;
+    int adam;
+} s_model_user_t;
+
 static tp_optimizer_t *s_optimizer(void *user) {
-    const double *args = user;
-    return args[1] != 0 ? tp_optimizer_adam(args[0], 0.9, 0.999, 1e-8)
-                        : tp_optimizer_sgd(args[0], 0.9, 0);
+    const s_model_user_t *u = user;
+    return u->adam ? tp_optimizer_adam(u->lr, 0.9, 0.999, 1e-8)
+                   : tp_optimizer_sgd(u->lr, 0.9, 0);
 }
 
 /* --devices 0,1: distinct GPU ids, into ids[] (*n_out of them). */
@@ -349,7 +360,7 @@ int main(int argc, char **argv) {
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
                   .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
-           O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA };
+           O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_SMOOTH };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -371,6 +382,7 @@ int main(int argc, char **argv) {
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"resident", no_argument, 0, O_RESIDENT}, {"pad", required_argument, 0, O_PAD},
         {"tta", no_argument, 0, O_TTA},
+        {"label-smoothing", required_argument, 0, O_SMOOTH},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -408,6 +420,14 @@ int main(int argc, char **argv) {
         case O_AUG: a.augment = 1; break;
         case O_RESIDENT: a.resident = 1; break;
         case O_TTA: a.tta = 1; break;
+        case O_SMOOTH:
+            if (tp_spec_double(optarg, "--label-smoothing", &a.label_smoothing) ||
+                !(a.label_smoothing >= 0 && a.label_smoothing < 1)) {
+                tp_error(TP_ERR_INVALID, "--label-smoothing needs a number in [0, 1), "
+                         "got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            break;
         case O_PAD: if (tp_spec_int(optarg, 0, 64, "--pad", &v)) return s_fail("bad flag"); a.pad = (int)v; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
@@ -640,8 +660,8 @@ int main(int argc, char **argv) {
     }
     if (a.augment || a.resident)
         inputs[0].dtype = TP_FLOAT32;
-    double opt_args[2] = {a.lr, (double)!strcasecmp(a.optimizer, "adam")};
-    tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, opt_args};
+    s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, !strcasecmp(a.optimizer, "adam")};
+    tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
     tp_train_config_t cfg;
     tp_train_config_init(&cfg);
@@ -697,9 +717,9 @@ int main(int argc, char **argv) {
                  "\n    model = %s\n    image_size = %d\n    epochs = %d\n    batch = %d\n"
                  "    towers = %d\n    ranks = %d\n    lr = %g\n    optimizer = %s\n"
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
-                 "    seed = %lld\n", zoo->name, a.image_size, a.epochs, a.batch, a.towers,
-                 nranks, a.lr, a.optimizer, a.augment, a.workers,
-                 (long long)cfg.steps_per_epoch, (long long)a.seed);
+                 "    seed = %lld\n    label_smoothing = %g\n", zoo->name, a.image_size,
+                 a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
+                 (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing);
     cfg.hparams = hparams;
     /* The rate decays linearly, step by step, to a twentieth at the end. */
     double total_steps = (double)cfg.steps_per_epoch * a.epochs;
