@@ -6,15 +6,11 @@ with label smoothing 0.2: torch.nn.functional.cross_entropy(x @ W + b, y,
 label_smoothing=0.2) in float64 and its gradients must agree within 1e-5
 (loss) and 1e-5 of the largest gradient. Exit 0 and "pytorch agrees"; 1
 otherwise; 77 without torch."""
+import os
 import sys
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except ImportError as e:
-    print(f"python3 lacks torch or numpy ({e}): install python3-torch")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_testutil import F, np, torch, verdict  # noqa: E402  (exits 77 without torch)
 
 
 def main(d):
@@ -33,11 +29,7 @@ def main(d):
         worst = max(worst, float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) + 1e-30)))
     print(f"loss towerpack {ours:.7f}, pytorch {float(loss):.7f}; gradients within "
           f"{worst:.1e} of the largest")
-    if abs(ours - float(loss)) > 1e-5 or worst > 1e-5:
-        print("pytorch disagrees")
-        return 1
-    print("pytorch agrees")
-    return 0
+    return verdict(abs(ours - float(loss)) <= 1e-5 and worst <= 1e-5)
 
 
 if __name__ == "__main__":

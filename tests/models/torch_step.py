@@ -14,30 +14,11 @@ and fc weights (the same gradient as SGD's weight_decay there); SGD with
 momentum 0.9 and learning rate 0.02. Exit 0 and "pytorch agrees" when
 every variable is within 1e-3 of the step's size and the loss within
 1e-5; 1 otherwise (naming the worst); 77 without torch."""
-import json
-import struct
+import os
 import sys
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except ImportError as e:
-    print(f"python3 lacks torch or numpy ({e}): install python3-torch")
-    sys.exit(77)
-
-
-def load(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    head = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__" or v["dtype"] != "F32":
-            continue
-        s, e = v["data_offsets"]
-        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=np.float32).reshape(v["shape"])
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_testutil import F, load, np, torch  # noqa: E402  (exits 77 without torch)
 
 
 def main(d):

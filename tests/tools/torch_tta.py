@@ -17,22 +17,8 @@ import re
 import struct
 import sys
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except ImportError as e:
-    print(f"python3 lacks torch or numpy ({e}): install python3-torch")
-    sys.exit(77)
-
-
-def load(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    head = json.loads(b[8:8 + n])
-    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
-                             dtype=np.float32).reshape(v["shape"])
-            for k, v in head.items() if k != "__metadata__" and v["dtype"] == "F32"}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_testutil import F, load, np, torch, verdict  # noqa: E402  (exits 77 without torch)
 
 
 def idx(path):
@@ -70,11 +56,7 @@ def main(logdir):
     ours, ours_flip = stats["validation_accuracy"], stats["validation_flip_accuracy"]
     print(f"{os.path.basename(newest)}: accuracy towerpack {ours:.4f}, pytorch {acc:.4f}; "
           f"with the mirror images towerpack {ours_flip:.4f}, pytorch {flip:.4f}")
-    if abs(ours - acc) > 3e-4 or abs(ours_flip - flip) > 3e-4:
-        print("pytorch disagrees")
-        return 1
-    print("pytorch agrees")
-    return 0
+    return verdict(abs(ours - acc) <= 3e-4 and abs(ours_flip - flip) <= 3e-4)
 
 
 if __name__ == "__main__":
