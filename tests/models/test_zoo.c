@@ -91,15 +91,33 @@ Test(zoo, an_image_folder_yields_the_zoo_input) {
 
 /* ---- the zoo at other image sizes (issue 28) ------------------------------ */
 
-/* Build `name` for h x w images as an inference graph of `batch` rows. */
-static tp_model_t *s_model_at(const char *name, int h, int w, tp_input_desc_t in[2]) {
+/* Build `name` for h x w images as an inference graph of `batch` rows,
+ * with `opts` as the build's user pointer (seed 5: the same weights). */
+static tp_model_t *s_model_with(const char *name, int h, int w, int batch,
+                                const tp_zoo_options_t *opts, tp_input_desc_t in[2]) {
     cr_assert_eq(tp_zoo_inputs_sized(h, w, in), TP_OK, "%s", tp_last_error());
-    tp_model_desc_t md = {in, 2, tp_zoo_find(name)->build, NULL, NULL};
+    tp_model_desc_t md = {in, 2, tp_zoo_find(name)->build, NULL, (void *)opts};
     tp_model_config_t mc = tp_model_config_default();
     mc.towers = 0;
-    mc.infer_batch = 3;
+    mc.infer_batch = batch;
     mc.seed = 5;
     return tp_model_new(&md, &mc);
+}
+
+static tp_model_t *s_model_at(const char *name, int h, int w, tp_input_desc_t in[2]) {
+    return s_model_with(name, h, w, 3, NULL, in);
+}
+
+/* A fixed batch of n h x w images (pixel i is i * mul mod 256) and labels
+ * 0, step, 2 step... */
+static void s_feeds(tp_tensor_t feeds[2], int n, int h, int w, int mul, int step) {
+    int64_t ishape[3] = {n, h, w}, lshape[1] = {n};
+    cr_assert_eq(tp_tensor_init(&feeds[0], TP_UINT8, 3, ishape), TP_OK);
+    cr_assert_eq(tp_tensor_init(&feeds[1], TP_INT32, 1, lshape), TP_OK);
+    for (size_t i = 0; i < feeds[0].nbytes; i++)
+        ((uint8_t *)feeds[0].data)[i] = (uint8_t)(i * (size_t)mul % 256);
+    for (int i = 0; i < n; i++)
+        ((int32_t *)feeds[1].data)[i] = i * step;
 }
 
 /* One forward pass of 3 images (a gradient, so every pixel matters):
@@ -108,14 +126,8 @@ static void s_forward(const char *name, int h, int w) {
     tp_input_desc_t in[2];
     tp_model_t *m = s_model_at(name, h, w, in);
     cr_assert_not_null(m, "%s at %dx%d: %s", name, h, w, tp_last_error());
-    int64_t ishape[3] = {3, h, w}, lshape[1] = {3};
     tp_tensor_t feeds[2];
-    cr_assert_eq(tp_tensor_init(&feeds[0], TP_UINT8, 3, ishape), TP_OK);
-    cr_assert_eq(tp_tensor_init(&feeds[1], TP_INT32, 1, lshape), TP_OK);
-    for (size_t i = 0; i < feeds[0].nbytes; i++)
-        ((uint8_t *)feeds[0].data)[i] = (uint8_t)(i * 7 % 256);
-    for (int i = 0; i < 3; i++)
-        ((int32_t *)feeds[1].data)[i] = i;
+    s_feeds(feeds, 3, h, w, 7, 1);
     tp_fetch_t f = {"logits", {0}};
     tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
     cr_assert_eq(tp_model_run(m, -1, feeds, 2, &f, 1, &ro), TP_OK, "%s at %dx%d: %s",
@@ -163,22 +175,10 @@ Test(zoo, weight_decay_is_where_the_summary_says) {
  * pointer (the same seed: the same weights). */
 static double s_cost_with(const char *name, const tp_zoo_options_t *opts) {
     tp_input_desc_t in[2];
-    cr_assert_eq(tp_zoo_inputs_sized(28, 28, in), TP_OK);
-    tp_model_desc_t md = {in, 2, tp_zoo_find(name)->build, NULL, (void *)opts};
-    tp_model_config_t mc = tp_model_config_default();
-    mc.towers = 0;
-    mc.infer_batch = 4;
-    mc.seed = 5;
-    tp_model_t *m = tp_model_new(&md, &mc);
+    tp_model_t *m = s_model_with(name, 28, 28, 4, opts, in);
     cr_assert_not_null(m, "%s: %s", name, tp_last_error());
-    int64_t ishape[3] = {4, 28, 28}, lshape[1] = {4};
     tp_tensor_t feeds[2];
-    cr_assert_eq(tp_tensor_init(&feeds[0], TP_UINT8, 3, ishape), TP_OK);
-    cr_assert_eq(tp_tensor_init(&feeds[1], TP_INT32, 1, lshape), TP_OK);
-    for (size_t i = 0; i < feeds[0].nbytes; i++)
-        ((uint8_t *)feeds[0].data)[i] = (uint8_t)(i * 13 % 256);
-    for (int i = 0; i < 4; i++)
-        ((int32_t *)feeds[1].data)[i] = 3 * i;
+    s_feeds(feeds, 4, 28, 28, 13, 3);
     tp_fetch_t f = {"cost", {0}};
     tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
     cr_assert_eq(tp_model_run(m, -1, feeds, 2, &f, 1, &ro), TP_OK, "%s", tp_last_error());

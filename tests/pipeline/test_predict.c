@@ -570,9 +570,11 @@ static void s_validate(tp_predictor_t *p, const int64_t *sizes, int n,
 
 /* cnn-bn trained for `epochs` of 4 steps on 4 batches of B, one runner with
  * the given inferencers on the validation batches (B, B, 8), no default
- * callbacks. */
+ * callbacks; with `seen`, a monitor keeping the validation scalars in it
+ * (mons[0]). */
 static void s_runner_config(tp_train_config_t *c, tp_model_desc_t *md, int epochs,
-                            const tp_inferencer_t *infs, size_t n, tp_callback_t **cbs) {
+                            const tp_inferencer_t *infs, size_t n, tp_callback_t **cbs,
+                            s_seen_t *seen, tp_callback_t **mons) {
     static const int64_t train_sizes[] = {B, B, B, B}, val_sizes[] = {B, B, 8};
     *md = (tp_model_desc_t){tp_zoo_inputs(), 2, tp_zoo_find("cnn-bn")->build, s_sgd, NULL};
     tp_train_config_init(c);
@@ -591,6 +593,11 @@ static void s_runner_config(tp_train_config_t *c, tp_model_desc_t *md, int epoch
     cr_assert_not_null(cbs[0]);
     c->callbacks = cbs;
     c->ncallbacks = 1;
+    if (seen) {
+        mons[0] = tp_callback_new(&s_seen_ops, seen, 0);
+        c->monitors = mons;
+        c->nmonitors = 1;
+    }
 }
 
 /* Training with two InferenceRunners on the same model (the default one on
@@ -610,14 +617,11 @@ Test(predict, inference_runner_numbers_are_a_predictors) {
         {TP_INFER_CLASSIFICATION_ERROR, "wrong", "v2_error"},
     };
     tp_train_config_t c;
-    tp_callback_t *cbs[1];
-    s_runner_config(&c, &md, 2, infs, 3, cbs);
+    tp_callback_t *cbs[1], *mons[1];
+    s_seen_t seen = {0};
+    s_runner_config(&c, &md, 2, infs, 3, cbs, &seen, mons);
     c.logdir = logdir;
     c.validation = s_list(5000, val_sizes, 3);
-    s_seen_t seen = {0};
-    tp_callback_t *mons[] = {tp_callback_new(&s_seen_ops, &seen, 0)};
-    c.monitors = mons;
-    c.nmonitors = 1;
     tp_model_t *m = NULL;
     cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
     tp_train_config_fini(&c);
@@ -899,12 +903,9 @@ Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
         {TP_INFER_FLIP_ACCURACY, "logits", NULL},
     };
     tp_train_config_t c;
-    tp_callback_t *cbs[1];
-    s_runner_config(&c, &md, 1, infs, 2, cbs);
+    tp_callback_t *cbs[1], *mons[1];
     s_seen_t seen = {0};
-    tp_callback_t *mons[] = {tp_callback_new(&s_seen_ops, &seen, 0)};
-    c.monitors = mons;
-    c.nmonitors = 1;
+    s_runner_config(&c, &md, 1, infs, 2, cbs, &seen, mons);
     tp_model_t *m = NULL;
     cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
     tp_train_config_fini(&c);
@@ -925,7 +926,7 @@ Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
 
     /* on a scalar output: training fails, naming the inferencer's output */
     tp_inferencer_t bad[] = {{TP_INFER_FLIP_ACCURACY, "accuracy", NULL}};
-    s_runner_config(&c, &md, 1, bad, 1, cbs);
+    s_runner_config(&c, &md, 1, bad, 1, cbs, NULL, NULL);
     cr_expect_neq(tp_launch_train_with_config(&c, NULL), TP_OK);
     cr_expect(strstr(tp_last_error(), "FlipAccuracy: output accuracy must be float32"),
               "%s", tp_last_error());
