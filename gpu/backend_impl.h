@@ -35,7 +35,13 @@ typedef struct tp_op_attr {
     int training;     /* 1: training semantics (batch norm, dropout) */
     int update_state; /* batch norm: update the moving averages */
     tp_dtype_t in_dtype; /* cast: the input's dtype */
+    int act;          /* an activation folded into the op (gpu/graph/fold.c):
+                         TP_ACT_RELU applies relu to its output, and the
+                         backward masks dy by y > 0 before its own work */
 } tp_op_attr_t;
+
+#define TP_ACT_NONE 0
+#define TP_ACT_RELU 1
 
 #define TP_OP_MAX_INPUTS 256
 
@@ -63,7 +69,35 @@ typedef struct tp_op_call {
                                        may share attr); NULL: use attr */
     float *state[2];                /* batch norm moving mean, variance */
     tp_rng_t *rng;                  /* dropout: the tower's generator */
+    /* matmul: a bias add folded into it (gpu/graph/fold.c): y = x @ W +
+     * bias[M], and dbias (NULL: not needed) gets the column sums of dy,
+     * stored or added by dbias_acc */
+    const float *bias;
+    float *dbias;
+    int dbias_acc;
 } tp_op_call_t;
+
+/* A folded activation (attr->act) and a backend's op entries. The
+ * backward masks dy into room at the start of the op's workspace (the
+ * output's floats, rounded to 256 bytes); the op's own workspace follows
+ * it, so an op's code sees its workspace as if nothing were folded.
+ * tp_act_room is that room's size (0 without an activation); tp_act_inner
+ * makes the call the op's own code runs: the workspace past the room, and
+ * for the backward dy = `masked`. */
+static inline size_t tp_act_room(const tp_op_call_t *c) {
+    if (!c->attr || c->attr->act == TP_ACT_NONE)
+        return 0;
+    return (tp_shape_count(&c->yshape) * sizeof(float) + 255) & ~(size_t)255;
+}
+static inline tp_op_call_t tp_act_inner(const tp_op_call_t *c, const float *masked) {
+    tp_op_call_t in = *c;
+    size_t room = tp_act_room(c);
+    in.workspace = room ? (char *)c->workspace + room : c->workspace;
+    in.workspace_bytes = c->workspace_bytes > room ? c->workspace_bytes - room : 0;
+    if (masked)
+        in.dy = masked;
+    return in;
+}
 
 typedef enum {
     TP_COPY_H2D = 0,
@@ -87,7 +121,8 @@ typedef struct tp_backend_ops {
     void (*stream_destroy)(tp_backend_t *b, tp_stream_t *s);
     tp_status_t (*stream_sync)(tp_backend_t *b, tp_stream_t *s);
 
-    /* Scratch bytes the op needs at the planned (largest) shapes. */
+    /* Scratch bytes the op needs at the planned (largest) shapes, a
+     * folded activation's room included (tp_act_room). */
     size_t (*op_workspace)(tp_backend_t *b, const tp_op_call_t *call);
     tp_status_t (*op_forward)(tp_backend_t *b, tp_stream_t *s,
                               const tp_op_call_t *call);

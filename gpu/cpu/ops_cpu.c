@@ -48,18 +48,51 @@ static void s_ncs(const tp_shape_t *s, size_t *n, size_t *c, size_t *sp) {
 
 /* ---- matmul ------------------------------------------------------------- */
 
+/* A folded bias and relu in one pass over the product, row by row while
+ * the row is in cache: the same sums as a bias add and a relu after it. */
+static void s_bias_act_rows(float *restrict y, size_t n, size_t m,
+                            const float *restrict b, int relu) {
+    for (size_t i = 0; i < n; i++) {
+        float *restrict r = y + i * m;
+        if (b)
+            for (size_t k = 0; k < m; k++)
+                r[k] += b[k];
+        if (relu)
+            for (size_t k = 0; k < m; k++)
+                r[k] = r[k] > 0.0f ? r[k] : 0.0f;
+    }
+}
+
 static void s_matmul_fwd(const tp_op_call_t *c) {
     const tp_shape_t *xs = &c->xshape[0];
     int n = (int)xs->d[0], k = (int)(s_count(xs) / (size_t)xs->d[0]);
     int m = (int)c->xshape[1].d[1];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0f,
                 c->x[0], k, c->x[1], m, 0.0f, c->y, m);
+    if (c->bias || c->attr->act == TP_ACT_RELU)
+        s_bias_act_rows(c->y, (size_t)n, (size_t)m, c->bias,
+                        c->attr->act == TP_ACT_RELU);
+}
+
+/* db (+)= the column sums of dy[n, ch], rows in order: a bias add's
+ * gradient, and a matmul's folded bias's (the same sums). */
+static void s_column_sums(const float *restrict dy, size_t n, size_t ch,
+                          float *restrict db, int acc) {
+    if (!acc)
+        memset(db, 0, ch * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        const float *r = dy + i * ch;
+        for (size_t k = 0; k < ch; k++)
+            db[k] += r[k];
+    }
 }
 
 static void s_matmul_bwd(const tp_op_call_t *c) {
     const tp_shape_t *xs = &c->xshape[0];
     int n = (int)xs->d[0], k = (int)(s_count(xs) / (size_t)xs->d[0]);
     int m = (int)c->xshape[1].d[1];
+    if (c->dbias)
+        s_column_sums(c->dy, (size_t)n, (size_t)m, c->dbias, c->dbias_acc);
     if (c->dx[1])
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, m, n, 1.0f,
                     c->x[0], k, c->dy, m, c->dx_acc[1] ? 1.0f : 0.0f, c->dx[1],
@@ -346,21 +379,15 @@ static void s_bias_bwd(const tp_op_call_t *c) {
         float *restrict dx = c->dx[0];
         GRAD_STORE(dx, c->dx_acc[0], n * ch * sp, dy[i]);
     }
-    if (c->dx[1]) {
+    if (c->dx[1] && sp == 1) {
+        s_column_sums(dy, n, ch, c->dx[1], c->dx_acc[1]);
+    } else if (c->dx[1]) {
         float *restrict db = c->dx[1];
         if (!c->dx_acc[1])
             memset(db, 0, ch * sizeof(float));
-        if (sp == 1) {
-            for (size_t i = 0; i < n; i++) {
-                const float *r = dy + i * ch;
-                for (size_t k = 0; k < ch; k++)
-                    db[k] += r[k];
-            }
-        } else {
-            for (size_t i = 0; i < n; i++)
-                for (size_t k = 0; k < ch; k++)
-                    db[k] += s_sum(dy + (i * ch + k) * sp, sp);
-        }
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < ch; k++)
+                db[k] += s_sum(dy + (i * ch + k) * sp, sp);
     }
 }
 
@@ -995,7 +1022,7 @@ static void s_cast_fwd(const tp_op_call_t *c) {
 
 /* ---- dispatch ----------------------------------------------------------- */
 
-size_t tp_cpu_op_workspace(const tp_op_call_t *c) {
+static size_t s_workspace(const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_CONV2D:
         return s_conv_ws(c);
@@ -1012,7 +1039,7 @@ size_t tp_cpu_op_workspace(const tp_op_call_t *c) {
     }
 }
 
-tp_status_t tp_cpu_op_forward(const tp_op_call_t *c) {
+static tp_status_t s_forward(const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_MATMUL: s_matmul_fwd(c); break;
     case TP_OP_CONV2D: s_conv_fwd(c); break;
@@ -1045,7 +1072,7 @@ tp_status_t tp_cpu_op_forward(const tp_op_call_t *c) {
     return TP_OK;
 }
 
-tp_status_t tp_cpu_op_backward(const tp_op_call_t *c) {
+static tp_status_t s_backward(const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_MATMUL: s_matmul_bwd(c); break;
     case TP_OP_CONV2D: s_conv_bwd(c); break;
@@ -1070,4 +1097,42 @@ tp_status_t tp_cpu_op_backward(const tp_op_call_t *c) {
                         c->name, tp_op_name(c->kind));
     }
     return TP_OK;
+}
+
+/* A folded activation (backend_impl.h, tp_act_room): the op's own work
+ * with the workspace past the act's room; relu on the output after the
+ * forward (the matmul's pass does it with the bias), and the backward
+ * runs on dy masked by y > 0, the relu's own backward. The same numbers
+ * as the op and a relu node after it. */
+size_t tp_cpu_op_workspace(const tp_op_call_t *c) {
+    const tp_op_call_t in = tp_act_inner(c, NULL);
+    return tp_act_room(c) + s_workspace(&in);
+}
+
+tp_status_t tp_cpu_op_forward(const tp_op_call_t *c) {
+    if (c->attr->act == TP_ACT_NONE)
+        return s_forward(c);
+    const tp_op_call_t in = tp_act_inner(c, NULL);
+    TP_TRY(s_forward(&in));
+    if (c->kind != TP_OP_MATMUL) {
+        const size_t n = s_count(&c->yshape);
+        float *restrict y = c->y;
+        for (size_t i = 0; i < n; i++)
+            y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    }
+    return TP_OK;
+}
+
+tp_status_t tp_cpu_op_backward(const tp_op_call_t *c) {
+    if (c->attr->act == TP_ACT_NONE)
+        return s_backward(c);
+    const size_t n = s_count(&c->yshape);
+    const float *restrict y = c->y, *restrict dy = c->dy;
+    float *restrict masked = c->workspace;
+    for (size_t i = 0; i < n; i++) {
+        const float g = dy[i];
+        masked[i] = y[i] > 0.0f ? g : 0.0f;
+    }
+    const tp_op_call_t in = tp_act_inner(c, masked);
+    return s_backward(&in);
 }

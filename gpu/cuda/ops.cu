@@ -487,6 +487,26 @@ struct f_bias {
     size_t c, sp;
     __device__ float operator()(size_t i) const { return x[i] + b[(i / sp) % c]; }
 };
+/* a folded bias and relu over a matmul's product, in place: the bias add's
+ * sum, then the relu's max (attr act; backend_impl.h) */
+struct f_bias_act {
+    const float *y, *b;
+    size_t m;
+    int relu;
+    __device__ float operator()(size_t i) const {
+        float v = b ? y[i] + b[i % m] : y[i];
+        return relu ? fmaxf(v, 0.0f) : v;
+    }
+};
+struct f_relu {
+    const float *y;
+    __device__ float operator()(size_t i) const { return fmaxf(y[i], 0.0f); }
+};
+/* a folded relu's backward: dy where the output is positive */
+struct f_relu_mask {
+    const float *y, *dy;
+    __device__ float operator()(size_t i) const { return y[i] > 0.0f ? dy[i] : 0.0f; }
+};
 struct f_gap_bwd {
     const float *dy;
     size_t sp;
@@ -938,7 +958,7 @@ tp_status_t tp_cuda_snaps_read(tp_stream_t *s, int which) {
 /* ---- workspace ------------------------------------------------------------ */
 
 
-size_t tp_cuda_op_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
+static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_CONV2D: {
         struct tp_cuda_entry *e = NULL;
@@ -1141,8 +1161,8 @@ tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c) {
     }
 }
 
-tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
-                               const tp_op_call_t *c) {
+static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
+                             const tp_op_call_t *c) {
     const size_t ny = s_count(&c->yshape);
     const float *x0 = (const float *)c->x[0];
     float *y = (float *)c->y;
@@ -1152,8 +1172,12 @@ tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
         const tp_shape_t *xs = &c->xshape[0];
         int n = (int)xs->d[0], k = (int)(s_count(xs) / (size_t)xs->d[0]);
         int m = (int)c->xshape[1].d[1];
-        return s_gemm_rm(s, 0, 0, n, m, k, x0, k, (const float *)c->x[1], m,
-                         0.0f, y, m);
+        TP_TRY(s_gemm_rm(s, 0, 0, n, m, k, x0, k, (const float *)c->x[1], m,
+                         0.0f, y, m));
+        if (c->bias || c->attr->act == TP_ACT_RELU)
+            return s_store(s, y, 0, ny,
+                           f_bias_act{y, c->bias, (size_t)m, c->attr->act == TP_ACT_RELU});
+        return TP_OK;
     }
     case TP_OP_CONV2D:
         return s_conv_fwd(cb, s, c);
@@ -1323,8 +1347,8 @@ static tp_status_t s_bn_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
     return TP_OK;
 }
 
-tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
-                                const tp_op_call_t *c) {
+static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
+                              const tp_op_call_t *c) {
     const size_t ny = s_count(&c->yshape);
     const float *x0 = (const float *)c->x[0], *dy = c->dy;
     float *dx0 = c->dx[0];
@@ -1335,6 +1359,11 @@ tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
         const tp_shape_t *xs = &c->xshape[0];
         int n = (int)xs->d[0], k = (int)(s_count(xs) / (size_t)xs->d[0]);
         int m = (int)c->xshape[1].d[1];
+        if (c->dbias) { /* a folded bias add's gradient */
+            k_column_sum<<<(unsigned)((m + 31) / 32), dim3(32, 8), 0, s->cu>>>(
+                dy, (size_t)n, (size_t)m, c->dbias, c->dbias_acc);
+            TP_LAUNCHED();
+        }
         if (c->dx[1])
             TP_TRY(s_gemm_rm(s, 1, 0, k, m, n, x0, k, dy, m,
                              c->dx_acc[1] ? 1.0f : 0.0f, c->dx[1], m));
@@ -1448,4 +1477,38 @@ tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
         return tp_error(TP_ERR_UNSUPPORTED, "%s: no CUDA backward for op %s",
                         c->name, tp_op_name(c->kind));
     }
+}
+
+/* ---- folded activations (backend_impl.h, tp_act_room) --------------------- */
+
+/* The op's own work with its workspace past the act's room; relu over the
+ * output after the forward (the matmul's bias pass does it itself), and
+ * the backward on dy masked by y > 0 into the room: the numbers of the op
+ * and a relu node after it, one relu kernel fewer each way. */
+size_t tp_cuda_op_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
+    const tp_op_call_t in = tp_act_inner(c, NULL);
+    return tp_act_room(c) + s_workspace(cb, &in);
+}
+
+tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
+                               const tp_op_call_t *c) {
+    if (c->attr->act == TP_ACT_NONE)
+        return s_forward(cb, s, c);
+    const tp_op_call_t in = tp_act_inner(c, NULL);
+    TP_TRY(s_forward(cb, s, &in));
+    if (c->kind == TP_OP_MATMUL)
+        return TP_OK;
+    float *y = (float *)c->y;
+    return s_store(s, y, 0, s_count(&c->yshape), f_relu{y});
+}
+
+tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
+                                const tp_op_call_t *c) {
+    if (c->attr->act == TP_ACT_NONE)
+        return s_backward(cb, s, c);
+    float *masked = (float *)c->workspace;
+    TP_TRY(s_store(s, masked, 0, s_count(&c->yshape),
+                   f_relu_mask{(const float *)c->y, c->dy}));
+    const tp_op_call_t in = tp_act_inner(c, masked);
+    return s_backward(cb, s, &in);
 }

@@ -43,11 +43,12 @@ tp_status_t tp_plan_buckets_(tp_model_t *m, tp_tower_t *t, size_t floats) {
         const tp_node_t *c = t->nodes[i];
         if (!(c->cost_mask & 1u) || c->kind == TP_OP_VARIABLE)
             continue;
+        const int by = tp_node_caller_(c)->id; /* folds: the caller writes */
         for (int j = 0; j < c->ninputs; j++) {
             const tp_node_t *in = c->inputs[j];
             if (in->kind == TP_OP_VARIABLE && (in->cost_mask & 1u) &&
-                c->id < final[in->var])
-                final[in->var] = c->id;
+                by < final[in->var])
+                final[in->var] = by;
         }
     }
     /* trainable offsets grow with the variable's index: from the last */

@@ -58,6 +58,14 @@ struct tp_node {
     uint64_t prof_fwd_ns, prof_bwd_ns, prof_calls;
     uint64_t prof_fwd_dev_ns, prof_bwd_dev_ns; /* the device's (timer marks) */
     int pruned;        /* inference: no wanted output needs it (skipped) */
+    /* folds (fold.c): a bias add or relu whose work another node's call
+     * does. `folded` is that node: this one makes no call, its value is
+     * that node's, and that node's output gradient is this one's. A
+     * matmul's `fold_bias` is the bias add folded into it; `hidden` marks
+     * a node whose own value a fold overwrote (reading it is an error) */
+    tp_node_t *folded;
+    tp_node_t *fold_bias;
+    int hidden;
     /* per step: the runtime batch */
     tp_shape_t run_shape;
 };
@@ -149,6 +157,15 @@ struct tp_tower {
     uint64_t prof_run_dev_ns; /* the runs' whole device time, summed */
     uint64_t prof_hold_ns;    /* the holds (timer_hold) in this run */
 };
+
+/* fold.c: fold bias adds into the matmuls before them and relus into the
+ * op before them (m->config.fold), once the tower's cost masks and
+ * accumulation flags are planned and before its aliases and memory. */
+void tp_plan_folds_(tp_tower_t *t);
+/* The node whose call does n's work: n->folded, or n itself. */
+static inline const tp_node_t *tp_node_caller_(const tp_node_t *n) {
+    return n->folded ? n->folded : n;
+}
 
 /* Wait for every step a training tower queued ahead (config.ahead): what
  * reads the model's memory other than the next step calls it first. */

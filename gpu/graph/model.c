@@ -38,6 +38,8 @@ tp_model_config_t tp_model_config_default(void) {
     c.graphs = g && *g && strcmp(g, "0") != 0;
     const char *a = getenv("TP_CUDA_AHEAD");
     c.ahead = a && *a && strcmp(a, "0") != 0;
+    const char *f = getenv("TP_FOLD");
+    c.fold = !(f && strcmp(f, "0") == 0);
     return c;
 }
 
@@ -183,6 +185,12 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
         c->state[0] = n->state[0]->value;
         c->state[1] = n->state[1]->value;
     }
+    if (n->fold_bias) {
+        const tp_node_t *ba = n->fold_bias, *bv = ba->inputs[1];
+        c->bias = bv->value;
+        c->dbias = ((bv->cost_mask >> t->cur_cost) & 1u) ? bv->grad : NULL;
+        c->dbias_acc = ba->dx_acc[t->cur_cost * ba->ninputs + 1];
+    }
     c->rng = &t->rng;
     (void)m;
 }
@@ -219,10 +227,14 @@ static tp_status_t s_plan_fusion(tp_model_t *m, tp_tower_t *t) {
         tp_node_t *c = t->nodes[i];
         if (!c->backward || c->kind == TP_OP_VARIABLE)
             continue;
+        /* a folded node's inputs are its caller's, whose backward comes
+         * later (a lower id): the last writer is the lowest caller */
+        const int by = tp_node_caller_(c)->id;
         for (int j = 0; j < c->ninputs; j++) {
             tp_node_t *v = c->inputs[j];
-            if (v->kind == TP_OP_VARIABLE && v->backward && v->fuse_after < 0)
-                v->fuse_after = c->id;
+            if (v->kind == TP_OP_VARIABLE && v->backward &&
+                (v->fuse_after < 0 || by < v->fuse_after))
+                v->fuse_after = by;
         }
     }
     for (int i = 0; i < t->nnodes; i++) {
@@ -258,7 +270,8 @@ static void s_plan_aliases(tp_tower_t *t) {
     }
     for (int i = 0; i < t->nnodes; i++) {
         tp_node_t *c = t->nodes[i];
-        if (!c->backward)
+        /* folds set their own; an activation folded in is no identity */
+        if (!c->backward || c->folded || c->attr.act != TP_ACT_NONE)
             continue;
         int nalias = c->kind == TP_OP_ADD ? 2
                      : (c->kind == TP_OP_BIAS_ADD || c->kind == TP_OP_RESHAPE) ? 1
@@ -359,6 +372,8 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         }
     }
     free(written);
+    if (m->config.fold)
+        tp_plan_folds_(t);
     s_plan_aliases(t);
 
     /* Sizes: values, gradients, workspaces, laid out in one arena. */
@@ -373,7 +388,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     for (int i = 0; i < t->nnodes; i++) {
         tp_node_t *n = t->nodes[i];
         size_t count = tp_shape_count(&n->shape);
-        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_RESHAPE) {
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_RESHAPE && !n->folded) {
             val_off[i] = total;
             total += s_round(count * tp_dtype_size(n->dtype));
         }
@@ -381,7 +396,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
             grad_off[i] = total;
             total += s_round(count * sizeof(float));
         }
-        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT) {
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT && !n->folded) {
             /* the largest any cost's backward needs (the inputs it
              * differentiates can differ from cost to cost) */
             tp_op_call_t c;
@@ -424,12 +439,14 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
                 n->grad = t->grads + m->vars[n->var].offset;
         } else if (n->kind == TP_OP_RESHAPE) {
             n->value = n->inputs[0]->value;
+        } else if (n->folded) {
+            n->value = n->folded->value; /* planned already: a lower id */
         } else {
             n->value = base + val_off[i];
         }
         if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias)
             n->grad = (float *)(base + grad_off[i]);
-        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT)
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT && !n->folded)
             n->workspace = base + ws_off[i];
         if (n->kind == TP_OP_INPUT)
             n->workspace = n->value; /* kept: inputs may be borrowed */
@@ -891,8 +908,9 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
                                    int fused, int reduce, int cost);
 
 /* The op calls of one run (forward; backward and fused updates when asked)
- * on the tower's stream; no sync. fused: update each variable right after
- * its gradient is final (one-tower models only: nothing to all-reduce).
+ * on the tower's stream; no sync. fused: the update inside the pass (one-
+ * tower models only: nothing to all-reduce): each variable's right after
+ * its gradient is final, or on a device the whole arena's at the end.
  * reduce: all-reduce the gradients in buckets, each begun once its
  * gradients are final, beside the rest of the backward pass. When
  * profiling, the run goes between the timer's marks 0 and 1. */
@@ -922,6 +940,10 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
         tp_node_t *n = t->nodes[i];
         if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE || n->pruned)
             continue;
+        if (n->folded) {
+            n->value = n->folded->value; /* its work is in that call */
+            continue;
+        }
         if (n->kind == TP_OP_RESHAPE) {
             n->value = n->inputs[0]->value; /* inputs may be borrowed */
             continue;
@@ -951,11 +973,17 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
     t->ran_cost = cost;
     TP_TRY(b->ops->fill(b, t->stream, cn->grad, 1.0f, 1));
     int k = 0, kb = 0;
+    /* fused updates: on the CPU each variable's as soon as its gradient is
+     * final (still in cache); on a device one update over the whole arena
+     * after the pass (the same arithmetic, element by element: one kernel
+     * instead of one per variable, each a launch and a drain for what are
+     * mostly a few hundred floats) */
+    const int whole = fused && b->device >= 0;
     reduce = reduce && cost == 0 && t->nbuckets > 0;
     unsigned bit = 1u << cost;
     for (int i = t->nnodes - 1; i >= 0; i--) {
         tp_node_t *n = t->nodes[i];
-        if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE)
+        if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE || n->folded)
             continue;
         s_make_call(m, t, n, &c, xs, xsh, dx);
         uint64_t t0 = 0;
@@ -970,7 +998,7 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
         }
         if (rc < 0)
             return tp_error_wrap(rc, "%s: backward of '%s'", t->name, n->name);
-        for (; fused && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)
+        for (; fused && !whole && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)
             TP_TRY(s_update_var(m, t, t->fuse[k]->var));
         if (reduce)
             TP_TRY(tp_begin_buckets_(m, t, &kb, i));
@@ -980,7 +1008,12 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
         TP_TRY(b->ops->allreduce_end(b, m->comm, t->index, t->stream));
         t->reduced = 1;
     }
-    if (fused) {
+    if (whole) {
+        tp_replica_t *rp = &m->rep[t->replica];
+        TP_TRY(tp_optimizer_update(m->opt, rp->backend, t->stream, rp->train_arena,
+                                   t->grads, rp->slots, 0, m->ntrain));
+        tp_optimizer_end_step(m->opt);
+    } else if (fused) {
         for (int r = 0; r < t->nfuse_rest; r++)
             TP_TRY(s_update_var(m, t, t->fuse_rest[r]));
         tp_optimizer_end_step(m->opt);
@@ -1154,6 +1187,8 @@ const char *tp_model_cost_name(const tp_model_t *m, int i) {
 }
 
 static tp_node_t *s_lookup(tp_tower_t *t, const char *name);
+static tp_status_t s_value_node(tp_tower_t *t, const char *name,
+                                const char *what, tp_node_t **out);
 
 /* Everything a run is told is checked before anything runs, so that a bad
  * option leaves the model as it was. Cheap: a step with no cost name and no
@@ -1210,11 +1245,12 @@ static tp_status_t s_check_run(tp_model_t *m, int tower, unsigned st,
     if (nfetches < 0 || (nfetches > 0 && !fetches))
         return tp_error(TP_ERR_INVALID, "%s: %d fetches at %p", t->name,
                         nfetches, (const void *)fetches);
-    for (int i = 0; i < nfetches; i++)
-        if (!fetches[i].name || !s_lookup(t, fetches[i].name))
-            return tp_error(TP_ERR_NOT_FOUND, "%s: fetch %d: no output or node "
-                            "named '%s'", t->name, i,
-                            fetches[i].name ? fetches[i].name : "(null)");
+    for (int i = 0; i < nfetches; i++) {
+        tp_node_t *n;
+        char what[32];
+        snprintf(what, sizeof what, "fetch %d", i);
+        TP_TRY(s_value_node(t, fetches[i].name, what, &n));
+    }
     return TP_OK;
 }
 
@@ -1226,8 +1262,9 @@ static tp_status_t s_run_stages(tp_model_t *m, int tower, const tp_tensor_t *fee
     int all = tower == TP_ALL_TOWERS;
     if (all && st == TP_RUN_TRAIN && k == 0 && m->ntowers == 1 &&
         m->towers[0]->fuse) {
-        /* nothing to reduce: update each variable as its gradient is final,
-         * while it is still in cache */
+        /* nothing to reduce: the updates fused into the pass (each
+         * variable's once its gradient is final on the CPU, the whole
+         * arena's after it on a device: s_run_op_calls) */
         TP_TRY(s_run_cost(m, 0, feeds, 1, 1, 0, 0));
     } else {
         TP_TRY(tp_model_drain_(m));  /* no step queued ahead under these */
@@ -1290,6 +1327,31 @@ static tp_node_t *s_lookup(tp_tower_t *t, const char *name) {
     return NULL;
 }
 
+/* The node whose value a fetch or a prune reads: TP_ERR_NOT_FOUND for no
+ * such name, TP_ERR_INVALID for a value a fold overwrote (fold.c). */
+static tp_status_t s_value_node(tp_tower_t *t, const char *name,
+                                const char *what, tp_node_t **out) {
+    tp_node_t *n = name ? s_lookup(t, name) : NULL;
+    *out = n;
+    if (!n)
+        return tp_error(TP_ERR_NOT_FOUND, "%s: %s: no output or node named "
+                        "'%s'", t->name, what, name ? name : "(null)");
+    if (n->hidden) {
+        /* the node after the fold, whose value this one's became */
+        const tp_node_t *by = n;
+        for (int i = n->id + 1; i < t->nnodes; i++)
+            if (t->nodes[i]->folded && t->nodes[i]->ninputs > 0 &&
+                t->nodes[i]->inputs[0] == by)
+                by = t->nodes[i];
+        *out = NULL;
+        return tp_error(TP_ERR_INVALID, "%s: %s: '%s' is folded into one call "
+                        "with '%s' (config fold), so its own value is not kept; "
+                        "fetch '%s', or build with fold = 0 (TP_FOLD=0)",
+                        t->name, what, name, by->name, by->name);
+    }
+    return TP_OK;
+}
+
 int tp_model_node_count(const tp_model_t *m, int tower) {
     tp_tower_t *t = m ? tp_model_tower_((tp_model_t *)m, tower) : NULL;
     return t ? t->nnodes : 0;
@@ -1331,12 +1393,11 @@ tp_status_t tp_model_prune(tp_model_t *m, const char *const *names, int n) {
     if (!keep)
         return tp_error(TP_ERR_NOMEM, "prune");
     for (int i = 0; i < n; i++) {
-        tp_node_t *x = names[i] ? s_lookup(t, names[i]) : NULL;
-        if (!x) {
+        tp_node_t *x;
+        tp_status_t rc = s_value_node(t, names[i], "prune", &x);
+        if (rc < 0) {
             free(keep);
-            return tp_error(TP_ERR_NOT_FOUND, "prune: %s has no output or "
-                            "node named '%s'", t->name,
-                            names[i] ? names[i] : "(null)");
+            return rc;
         }
         keep[x->id] = 1;
     }
@@ -1381,10 +1442,8 @@ tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
     tp_tower_t *t = tp_model_tower_(m, tower);
     if (!t)
         return s_bad_tower(m, tower);
-    tp_node_t *n = name ? s_lookup(t, name) : NULL;
-    if (!n)
-        return tp_error(TP_ERR_NOT_FOUND, "%s: no output or node named '%s'",
-                        t->name, name ? name : "(null)");
+    tp_node_t *n;
+    TP_TRY(s_value_node(t, name, "fetch", &n));
     return tp_tensor_init_wrap(view, n->dtype, n->run_shape.ndim,
                                n->run_shape.d, n->value, NULL, NULL);
 }
@@ -1611,12 +1670,16 @@ int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
     int k = 0;
     for (int i = 0; t && i < t->nnodes; i++) {
         const tp_node_t *n = t->nodes[i];
-        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE)
+        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE || n->folded)
             continue;
+        int folds = 0;
+        for (int j = i + 1; j < t->nnodes; j++)
+            folds += t->nodes[j]->folded == n;
         if (out && k < max)
             out[k] = (tp_op_profile_t){n->name, n->kind, n->prof_fwd_ns,
                                        n->prof_bwd_ns, n->prof_calls,
-                                       n->prof_fwd_dev_ns, n->prof_bwd_dev_ns};
+                                       n->prof_fwd_dev_ns, n->prof_bwd_dev_ns,
+                                       folds};
         k++;
     }
     return k;

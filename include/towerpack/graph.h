@@ -285,6 +285,15 @@ typedef struct tp_model_config {
                             variables, checkpoints, other runs) first waits
                             for every step. Default from $TP_CUDA_AHEAD
                             (unset: 0). docs/cuda.md */
+    int fold;            /* 1: a bias add after a matmul, and a relu after
+                            a matmul, convolution, batch norm, bias add or
+                            add, run inside that op's call (one pass over
+                            its output, one kernel on a GPU) where no
+                            number changes; the value under a fold (the
+                            product before the bias, the input of the
+                            relu) is then not kept, and fetching or pruning
+                            to it is TP_ERR_INVALID. Default from $TP_FOLD
+                            (unset: 1; 0 turns it off). docs/compute.md */
 } tp_model_config_t;
 
 /* Defaults: 1 tower, batch 32, no inference graph, seed 0, threads 0,
@@ -512,6 +521,9 @@ typedef struct tp_op_profile {
     uint64_t calls;        /* forward calls */
     uint64_t device_forward_ns;  /* the device's; 0 without timer marks */
     uint64_t device_backward_ns;
+    int folds;             /* nodes folded into this op's calls (config
+                              fold): their time is in this row, and they
+                              have none of their own */
 } tp_op_profile_t;
 
 /* Switch profiling on (1) or off (0); switching on clears the sums. While

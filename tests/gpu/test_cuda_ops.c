@@ -121,6 +121,7 @@ typedef struct {
     int backward;
     float atol, rtol;
     int nostate_check;
+    int bias;             /* matmul: a folded bias [ys.d[1]] and its gradient */
 } s_case_t;
 
 static size_t s_bytes(const s_case_t *c, int i) {
@@ -165,6 +166,18 @@ static void s_check_op(const s_case_t *k, uint64_t seed) {
         for (int s = 0; s < 2; s++)
             st_g[s] = s_to_dev(g, st_c[s], ch * 4);
     }
+    /* a folded bias (matmul): its values, and its gradient's start below */
+    const size_t nb = k->bias ? (size_t)k->ys.d[1] : 0;
+    float *bc = NULL, *bg = NULL, *dbc = NULL, *dbg = NULL, *db_init = NULL;
+    if (nb) {
+        bc = calloc(nb, 4);
+        s_rand(&r, bc, nb, -1.0f, 1.0f);
+        bg = s_to_dev(g, bc, nb * 4);
+        dbc = calloc(nb, 4);
+        db_init = calloc(nb, 4);
+        s_rand(&r, db_init, nb, -1.0f, 1.0f);
+        dbg = g->ops->alloc(g, nb * 4);
+    }
     size_t ny = tp_shape_count(&k->ys);
     float *yc = calloc(ny + 1, 4), *yg_host = calloc(ny + 1, 4);
     float *yg = g->ops->alloc(g, (ny + 1) * 4);
@@ -179,6 +192,8 @@ static void s_check_op(const s_case_t *k, uint64_t seed) {
     cc.y = yc;
     cg.y = yg;
     cc.yshape = cg.yshape = k->ys;
+    cc.bias = bc;
+    cg.bias = bg;
     tp_rng_t rc, rg;
     tp_rng_init(&rc, seed, 7);
     rg = rc;
@@ -239,6 +254,14 @@ static void s_check_op(const s_case_t *k, uint64_t seed) {
                                           TP_COPY_H2D), TP_OK);
                 acc[i] = a;
             }
+            if (nb) {
+                memcpy(dbc, db_init, nb * 4);
+                cr_assert_eq(g->ops->copy(g, NULL, dbg, db_init, nb * 4, TP_COPY_H2D),
+                             TP_OK);
+                cc.dbias = dbc;
+                cg.dbias = dbg;
+                cc.dbias_acc = cg.dbias_acc = a;
+            }
             cc.dx = gc;
             cg.dx = gg;
             cc.dx_acc = cg.dx_acc = acc;
@@ -261,6 +284,13 @@ static void s_check_op(const s_case_t *k, uint64_t seed) {
                 s_close(what, h, gc[i], n, k->atol, k->rtol);
                 free(h);
             }
+            if (nb) {
+                float *h = calloc(nb, 4);
+                s_to_host(g, h, dbg, nb * 4);
+                snprintf(what, sizeof what, "%s backward dbias (acc %d)", name, a);
+                s_close(what, h, dbc, nb, k->atol, k->rtol);
+                free(h);
+            }
         }
         for (int i = 0; i < 8; i++) {
             free(gc[i]);
@@ -279,6 +309,13 @@ static void s_check_op(const s_case_t *k, uint64_t seed) {
     for (int q = 0; q < 2; q++)
         if (st_g[q])
             g->ops->free(g, st_g[q]);
+    if (nb) {
+        g->ops->free(g, bg);
+        g->ops->free(g, dbg);
+    }
+    free(bc);
+    free(dbc);
+    free(db_init);
     free(yc);
     free(yg_host);
     g->ops->free(g, yg);
@@ -317,7 +354,29 @@ Test(cuda_ops, matmul) {
     s_check_op(&k, 1);
 }
 
-static void s_conv(int bias, int stride, int pad, int ksz, uint64_t seed) {
+/* folds (gpu/graph/fold.c): a matmul with its bias add, with and without
+ * the relu after it, [75, 45] past one block of the bias's column sums */
+Test(cuda_ops, matmul_folded_bias_and_relu) {
+    s_case_t k = s_base(TP_OP_MATMUL);
+    k.ninputs = 2;
+    k.xs[0] = SH(75, 20);
+    k.xs[1] = SH(20, 45);
+    k.ys = SH(75, 45);
+    k.grad[0] = k.grad[1] = 1;
+    k.bias = 1;
+    k.atol = 1e-4f;
+    k.attr.act = TP_ACT_RELU;
+    s_check_op(&k, 41);
+    k.attr.act = TP_ACT_NONE;
+    s_check_op(&k, 42);
+    /* a relu with no bias; only the weights' gradient */
+    k.bias = 0;
+    k.grad[0] = 0;
+    k.attr.act = TP_ACT_RELU;
+    s_check_op(&k, 43);
+}
+
+static s_case_t s_conv_case(int bias, int stride, int pad, int ksz) {
     s_case_t k = s_base(TP_OP_CONV2D);
     k.attr.kh = k.attr.kw = ksz;
     k.attr.sh = k.attr.sw = stride;
@@ -333,6 +392,11 @@ static void s_conv(int bias, int stride, int pad, int ksz, uint64_t seed) {
     k.grad[0] = k.grad[1] = k.grad[2] = 1;
     k.atol = 2e-4f;
     k.rtol = 2e-4f;
+    return k;
+}
+
+static void s_conv(int bias, int stride, int pad, int ksz, uint64_t seed) {
+    s_case_t k = s_conv_case(bias, stride, pad, ksz);
     s_check_op(&k, seed);
 }
 
@@ -403,7 +467,7 @@ Test(cuda_ops, global_avg_pool) {
     s_check_op(&k, 15);
 }
 
-static void s_bn_shaped(int training, int update, tp_shape_t x, uint64_t seed) {
+static s_case_t s_bn_case(int training, int update, tp_shape_t x) {
     s_case_t k = s_base(TP_OP_BATCH_NORM);
     k.attr.alpha = 0.9f;
     k.attr.eps = 1e-5f;
@@ -417,6 +481,11 @@ static void s_bn_shaped(int training, int update, tp_shape_t x, uint64_t seed) {
     k.grad[0] = k.grad[1] = k.grad[2] = 1;
     k.atol = 1e-4f;
     k.rtol = 1e-3f;
+    return k;
+}
+
+static void s_bn_shaped(int training, int update, tp_shape_t x, uint64_t seed) {
+    s_case_t k = s_bn_case(training, update, x);
     s_check_op(&k, seed);
 }
 
@@ -476,6 +545,42 @@ Test(cuda_ops, add) {
     k.ys = k.xs[0];
     k.grad[0] = k.grad[1] = 1;
     s_check_op(&k, 22);
+}
+
+/* a relu folded into a convolution, a batch norm (cuDNN's training
+ * passes, towerpack's, inference), an add and a bias add: the relu after
+ * the output, the mask before the op's own backward (room at the start of
+ * the workspace, the op's own after it) */
+Test(cuda_ops, folded_relu_after_conv_batch_norm_add_and_bias_add) {
+    s_case_t k = s_conv_case(1, 1, 1, 3);
+    k.attr.act = TP_ACT_RELU;
+    s_check_op(&k, 44);
+    k = s_bn_case(1, 1, SH(8, 6, 5, 4));
+    k.attr.act = TP_ACT_RELU;
+    s_check_op(&k, 45);
+    k = s_bn_case(0, 0, SH(8, 6, 5, 4));
+    k.attr.act = TP_ACT_RELU;
+    s_check_op(&k, 46);
+    setenv("TP_CUDA_BN", "towerpack", 1); /* this child's backends */
+    k = s_bn_case(1, 1, SH(20, 40, 5, 5));
+    k.attr.act = TP_ACT_RELU;
+    s_check_op(&k, 47);
+    unsetenv("TP_CUDA_BN");
+    k = s_base(TP_OP_ADD);
+    k.ninputs = 2;
+    k.xs[0] = k.xs[1] = SH(5, 4, 3);
+    k.ys = k.xs[0];
+    k.grad[0] = k.grad[1] = 1;
+    k.attr.act = TP_ACT_RELU;
+    s_check_op(&k, 48);
+    k = s_base(TP_OP_BIAS_ADD);
+    k.ninputs = 2;
+    k.xs[0] = SH(6, 5, 4, 3);
+    k.xs[1] = SH(5);
+    k.ys = k.xs[0];
+    k.grad[0] = k.grad[1] = 1;
+    k.attr.act = TP_ACT_RELU;
+    s_check_op(&k, 49);
 }
 
 Test(cuda_ops, concat) {

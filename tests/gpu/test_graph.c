@@ -497,9 +497,13 @@ Test(graph, per_op_profile) {
     int found = 0;
     for (int i = 0; i < n && i < 32; i++) {
         cr_expect_eq(pr[i].calls, 2, "%s", pr[i].name);
+        /* fc1's bias add and relu are folded into its matmul's row (the
+         * default config fold): they have no rows of their own */
+        cr_expect(strcmp(pr[i].name, "fc1/output") != 0);
         if (!strcmp(pr[i].name, "fc1/matmul")) {
             found = 1;
             cr_expect_eq(pr[i].kind, TP_OP_MATMUL);
+            cr_expect_eq(pr[i].folds, 2);
             cr_expect_gt(pr[i].forward_ns + pr[i].backward_ns, 0);
         }
     }

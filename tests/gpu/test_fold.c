@@ -1,0 +1,174 @@
+/* towerpack tests: folds (gpu/graph/fold.c, tp_model_config_t.fold): a
+ * bias add and a relu done inside the call before them change no number.
+ * Every zoo model, trained with folds and without from the same weights
+ * over the same batches, ends with the same variables bit for bit (one
+ * tower and two; conv, batch norm, add and matmul folds, dropout after a
+ * fold); a value a fold overwrote is an error to fetch, naming what to
+ * fetch instead. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/models.h>
+#include <towerpack/towerpack.h>
+
+static tp_optimizer_t *s_sgd(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.05, 0.9, 1);
+}
+
+static tp_model_t *s_model(const char *name, int fold, int towers, int batch) {
+    tp_model_desc_t md = {tp_zoo_inputs(), 2, tp_zoo_find(name)->build, s_sgd, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = towers;
+    mc.batch = batch;
+    mc.infer_batch = batch;
+    mc.seed = 9;
+    mc.threads = 1;
+    mc.fold = fold;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_assert_not_null(m, "%s (fold %d): %s", name, fold, tp_last_error());
+    return m;
+}
+
+/* Step s's batch of n images: pixels and labels from a fixed generator. */
+static void s_batch(tp_tensor_t feeds[2], int n, int s) {
+    int64_t ishape[3] = {n, 28, 28}, lshape[1] = {n};
+    cr_assert_eq(tp_tensor_init(&feeds[0], TP_UINT8, 3, ishape), TP_OK);
+    cr_assert_eq(tp_tensor_init(&feeds[1], TP_INT32, 1, lshape), TP_OK);
+    tp_rng_t r;
+    tp_rng_init(&r, 77, (uint64_t)s);
+    for (size_t i = 0; i < feeds[0].nbytes; i++)
+        ((uint8_t *)feeds[0].data)[i] = (uint8_t)tp_rng_below(&r, 256);
+    for (int i = 0; i < n; i++)
+        ((int32_t *)feeds[1].data)[i] = (int32_t)tp_rng_below(&r, 10);
+}
+
+static void s_train(tp_model_t *m, int towers, int batch, int steps) {
+    for (int s = 0; s < steps; s++) {
+        tp_tensor_t f[4];
+        for (int k = 0; k < towers; k++)
+            s_batch(f + 2 * k, batch, s * towers + k);
+        cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, f, 2 * towers, NULL, 0, NULL),
+                     TP_OK, "%s", tp_last_error());
+        for (int k = 0; k < 2 * towers; k++)
+            tp_tensor_fini(&f[k]);
+    }
+}
+
+/* The folded model made fewer calls (its profile has fewer rows, with the
+ * folds counted on them), and every variable and the inference logits are
+ * the unfolded model's, bit for bit. */
+static void s_same(const char *name, int towers, int batch, int steps) {
+    tp_model_t *on = s_model(name, 1, towers, batch), *off = s_model(name, 0, towers, batch);
+    tp_model_set_profiling(on, 1);
+    tp_model_set_profiling(off, 1);
+    s_train(on, towers, batch, steps);
+    s_train(off, towers, batch, steps);
+    tp_op_profile_t pon[128], poff[128];
+    int non = tp_model_profile(on, 0, pon, 128), noff = tp_model_profile(off, 0, poff, 128);
+    int folds = 0;
+    for (int i = 0; i < non && i < 128; i++)
+        folds += pon[i].folds;
+    for (int i = 0; i < noff && i < 128; i++)
+        cr_expect_eq(poff[i].folds, 0);
+    cr_expect_gt(folds, 0, "%s: nothing folded", name);
+    cr_expect_eq(non + folds, noff, "%s: %d rows + %d folds, unfolded %d rows", name,
+                 non, folds, noff);
+    cr_assert_eq(tp_model_var_count(on), tp_model_var_count(off));
+    for (int i = 0; i < tp_model_var_count(on); i++) {
+        const char *v = tp_model_var_name(on, i);
+        tp_tensor_t a, b;
+        cr_assert_eq(tp_model_var(on, v, &a), TP_OK);
+        cr_assert_eq(tp_model_var(off, v, &b), TP_OK);
+        cr_expect(tp_tensor_equal(&a, &b), "%s (%d towers): %s differs with folds",
+                  name, towers, v);
+    }
+    tp_tensor_t f[2];
+    s_batch(f, batch, 99);
+    tp_fetch_t lon = {"logits", {0}}, loff = {"logits", {0}};
+    tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(on, -1, f, 2, &lon, 1, &ro), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(off, -1, f, 2, &loff, 1, &ro), TP_OK, "%s", tp_last_error());
+    cr_expect(tp_tensor_equal(&lon.value, &loff.value), "%s: inference logits differ", name);
+    tp_tensor_fini(&lon.value);
+    tp_tensor_fini(&loff.value);
+    tp_tensor_fini(&f[0]);
+    tp_tensor_fini(&f[1]);
+    tp_model_destroy(&on);
+    tp_model_destroy(&off);
+}
+
+Test(fold, mlp_and_cnn_train_bit_for_bit_as_unfolded) {
+    s_same("mlp", 1, 16, 3);
+    s_same("cnn", 1, 8, 3);
+}
+
+/* batch norm + relu, dropout after a folded fc layer */
+Test(fold, cnn_bn_trains_bit_for_bit_as_unfolded) {
+    s_same("cnn-bn", 1, 8, 3);
+}
+
+/* add + relu (the residual joins), batch norm + relu */
+Test(fold, resnet_trains_bit_for_bit_as_unfolded, .timeout = 120) {
+    s_same("resnet", 1, 4, 2);
+}
+
+/* two towers: the all-reduce and the update after it see the folded
+ * matmul's bias gradient where the bias add's was */
+Test(fold, two_towers_train_bit_for_bit_as_unfolded) {
+    s_same("cnn", 2, 4, 2);
+    s_same("mlp", 2, 8, 2);
+}
+
+/* A value a fold overwrote: fetching it (run and after) or pruning to it
+ * is TP_ERR_INVALID naming the node whose value it became; that node, and
+ * everything unfolded, fetch as before. TP_FOLD=0 is the default off. */
+Test(fold, a_value_under_a_fold_is_not_fetched) {
+    tp_model_t *m = s_model("mlp", 1, 1, 4);
+    tp_tensor_t f[2];
+    s_batch(f, 4, 0);
+    tp_fetch_t under = {"fc0/matmul", {0}};
+    tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
+    cr_expect_eq(tp_model_run(m, -1, f, 2, &under, 1, &ro), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "'fc0/matmul' is folded") &&
+                  strstr(tp_last_error(), "relu") && strstr(tp_last_error(), "TP_FOLD=0"),
+              "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_expect_eq(tp_model_fetch(m, -1, "fc0/output", &v), TP_ERR_INVALID);
+    const char *names[1] = {"fc0/output"};
+    cr_expect_eq(tp_model_prune(m, names, 1), TP_ERR_INVALID);
+    /* the relu after the fold holds the layer's output; the logits (a
+     * bias folded into a matmul, no relu) are the output node's */
+    tp_node_t *relu = NULL;
+    for (int i = 0; i < tp_model_node_count(m, -1); i++) {
+        tp_node_t *n = tp_model_node(m, -1, i);
+        if (tp_node_kind(n) == TP_OP_RELU && !relu)
+            relu = n;
+    }
+    cr_assert_not_null(relu);
+    tp_fetch_t ok[2] = {{tp_node_name(relu), {0}}, {"linear/output", {0}}};
+    cr_assert_eq(tp_model_run(m, -1, f, 2, ok, 2, &ro), TP_OK, "%s", tp_last_error());
+    const float *h = ok[0].value.data;
+    size_t nh = ok[0].value.nbytes / sizeof(float), positive = 0;
+    for (size_t i = 0; i < nh; i++) {
+        cr_expect_geq(h[i], 0.0f);
+        positive += h[i] > 0.0f;
+    }
+    cr_expect_gt(positive, 0);
+    cr_expect_eq(ok[1].value.shape[1], 10);
+    tp_tensor_fini(&ok[0].value);
+    tp_tensor_fini(&ok[1].value);
+    tp_model_destroy(&m);
+    /* without folds every value is kept */
+    m = s_model("mlp", 0, 1, 4);
+    cr_expect_eq(tp_model_run(m, -1, f, 2, &under, 1, &ro), TP_OK, "%s", tp_last_error());
+    tp_tensor_fini(&under.value);
+    tp_model_destroy(&m);
+    setenv("TP_FOLD", "0", 1);
+    cr_expect_eq(tp_model_config_default().fold, 0);
+    unsetenv("TP_FOLD");
+    cr_expect_eq(tp_model_config_default().fold, 1);
+    tp_tensor_fini(&f[0]);
+    tp_tensor_fini(&f[1]);
+}
