@@ -371,7 +371,8 @@ record() {
 # sets separated by ';') trained once (SEEDS, default 1), then the one
 # with the shortest training time whose accuracy reached GOAL (default
 # 0.932, a margin over 0.93 for the seeds' spread; GOAL_ON=flip compares
-# the accuracy with the mirror images of tp-train --tta) over SEEDS_FINAL
+# the accuracy with the mirror images of tp-train --tta, GOAL_ON=shift
+# that with the mirrored and shifted ones of --tta-shift) over SEEDS_FINAL
 # (default 1..5). Lines in $OUT/record.txt, as record's.
 search() {
     local recipe best="" best_t=1e9 line acc t
@@ -383,7 +384,8 @@ search() {
         SEEDS="${SEEDS:-1}" record $recipe >/tmp/gpu-search.txt 2>&1
         line=$(grep '^run' /tmp/gpu-search.txt | tail -1)
         echo "search: $recipe: $line"
-        # GOAL_ON=flip: the accuracy with the mirror images (--tta)
+        # GOAL_ON=flip: the accuracy with the mirror images (--tta);
+        # shift: with the mirrored and shifted ones (--tta-shift)
         acc=$(sed -n "s/.* ${GOAL_ON:-accuracy}=\([0-9.]*\).*/\1/p" <<<"$line")
         t=$(sed -n 's/.*train_s=\([0-9.]*\).*/\1/p' <<<"$line")
         if [ -n "$acc" ] && [ -n "$t" ] &&

@@ -47,15 +47,22 @@ typedef enum {
      * along its last axis (the width of [B,H,W] or [B,C,H,W] images); the
      * labels are the last input (int32 [rows]). The batch runs twice. */
     TP_INFER_FLIP_ACCURACY,
+    /* FlipAccuracy with shifts as well: the logits of the batch and its
+     * mirror (each counted twice) and of both shifted by one pixel up and
+     * left and by one down and right (the pixels shifted in are zero, as a
+     * padded crop's), six runs summed (airbench's multi-view weighting).
+     * The images need a height axis: [B,H,W] or [B,C,H,W]. */
+    TP_INFER_FLIP_SHIFT_ACCURACY,
 } tp_inferencer_kind_t;
 
 typedef struct tp_inferencer {
     tp_inferencer_kind_t kind;
     const char *output;   /* the model's output or metric name */
-    const char *summary;  /* scalar name; NULL: "validation_<output>" for
-                             ScalarStats, "validation_error" for
-                             ClassificationError, "validation_flip_accuracy"
-                             for FlipAccuracy */
+    /* the scalar's name; NULL: "validation_<output>" for ScalarStats,
+     * "validation_error" for ClassificationError, "validation_flip_accuracy"
+     * for FlipAccuracy, "validation_flip_shift_accuracy" for
+     * FlipShiftAccuracy */
+    const char *summary;
 } tp_inferencer_t;
 
 /* InferenceRunner: after every epoch, one pass of `df` (taken; batches with

@@ -1,6 +1,7 @@
 /* towerpack pipeline: InferenceRunner (validation after every epoch) with
- * ScalarStats, ClassificationError and FlipAccuracy (test-time
- * augmentation: the batch and its mirror image). As tensorpack's runs an
+ * ScalarStats, ClassificationError, FlipAccuracy and FlipShiftAccuracy
+ * (test-time augmentation: the batch and its mirror image; those and the
+ * two shifted by a pixel each way). As tensorpack's runs an
  * OfflinePredictor-like callable over the trainer's variables, this one runs
  * its batches through a predictor (pipeline/predict) made over the trainer's
  * live model: the same run path tp-predict uses, the inference graph pruned
@@ -21,17 +22,45 @@ typedef struct {
     char output[128];
     char summary[160];
     double sum;       /* weighted sum (scalar stats), wrong or right count */
-    float *logits;    /* FlipAccuracy: the batch's logits, summed */
+    float *logits;    /* test-time augmentation: the views' logits, summed */
     size_t cap;       /* floats logits holds */
 } s_inf_t;
+
+/* Test-time augmentation's views of input 0 (images [B,H,W] or [B,C,H,W]):
+ * view k's pixel (h, w) is the batch's (h + dy, w' + dx), w' = W - 1 - w
+ * when mirrored, zero outside the image. FlipAccuracy sums views 0 and 1;
+ * FlipShiftAccuracy all six, views 0 and 1 twice (the weights of airbench's
+ * multi-view evaluation: the mirror pair half, the shifted pairs half). */
+typedef struct {
+    int mirror, dy, dx;
+} s_view_t;
+static const s_view_t s_views[6] = {{0, 0, 0},   {1, 0, 0},  {0, -1, -1},
+                                    {1, -1, -1}, {0, 1, 1},  {1, 1, 1}};
+
+static int s_tta(tp_inferencer_kind_t k) {
+    return k == TP_INFER_FLIP_ACCURACY || k == TP_INFER_FLIP_SHIFT_ACCURACY;
+}
+
+static const char *s_tta_name(tp_inferencer_kind_t k) {
+    return k == TP_INFER_FLIP_SHIFT_ACCURACY ? "FlipShiftAccuracy" : "FlipAccuracy";
+}
+
+/* How much view k weighs in inferencer kind k's sum (0: not its view). */
+static float s_view_weight(tp_inferencer_kind_t kind, int k) {
+    if (kind == TP_INFER_FLIP_ACCURACY)
+        return k < 2 ? 1.0f : 0.0f;
+    if (kind == TP_INFER_FLIP_SHIFT_ACCURACY)
+        return k < 2 ? 2.0f : 1.0f;
+    return 0.0f;
+}
 
 typedef struct {
     tp_dataflow_t *df;
     s_inf_t *infs;
     size_t n;
-    int nflip;             /* FlipAccuracy inferencers */
+    int nviews;            /* the views the inferencers need: 1, 2 or 6 */
     tp_predictor_t *pred;  /* over the trainer's model, before..after train */
-    tp_tensor_t mirror;    /* input 0 mirrored (FlipAccuracy) */
+    tp_tensor_t view;      /* input 0 as a view (s_views) */
 } s_runner_t;
 
 static tp_status_t runner_before_train(void *impl, tp_trainer_t *tr) {
@@ -76,57 +105,79 @@ static tp_status_t runner_after_train(void *impl, tp_trainer_t *tr) {
     return TP_OK;
 }
 
-/* FlipAccuracy's logits of one run (pass 0: the batch, 1: its mirror),
- * float32 [b, classes], summed into s->logits[0, n); [n, 2n) takes a
- * pass's copy from the device. */
-static tp_status_t s_flip_logits(tp_model_t *m, s_inf_t *s, const tp_tensor_t *v,
-                                 int64_t b, int pass) {
+/* A test-time augmentation's logits of view k, float32 [b, classes],
+ * added with the view's weight into s->logits[0, n) (view 0 sets them);
+ * [n, 2n) takes the view's copy from the device. */
+static tp_status_t s_tta_logits(tp_model_t *m, s_inf_t *s, const tp_tensor_t *v,
+                                int64_t b, int k) {
+    const float wt = s_view_weight(s->kind, k);
+    if (wt == 0.0f)
+        return TP_OK;
     if (v->dtype != TP_FLOAT32 || v->ndim != 2 || v->shape[0] != b || v->shape[1] < 1)
-        return tp_error(TP_ERR_SHAPE, "FlipAccuracy: output %s must be float32 "
-                        "[%lld, classes] (logits)", s->output, (long long)b);
+        return tp_error(TP_ERR_SHAPE, "%s: output %s must be float32 "
+                        "[%lld, classes] (logits)", s_tta_name(s->kind), s->output,
+                        (long long)b);
     const size_t n = (size_t)(v->shape[0] * v->shape[1]);
     if (2 * n > s->cap) {
         float *p = realloc(s->logits, 2 * n * sizeof *p);
         if (!p)
-            return tp_error(TP_ERR_NOMEM, "FlipAccuracy: %zu logits", n);
+            return tp_error(TP_ERR_NOMEM, "%s: %zu logits", s_tta_name(s->kind), n);
         s->logits = p;
         s->cap = 2 * n;
     }
     const float *h = tp_model_view_host(m, v, s->logits + n, n * sizeof(float));
     if (!h)
-        return tp_error_wrap(TP_ERR_DEVICE, "FlipAccuracy: reading %s", s->output);
+        return tp_error_wrap(TP_ERR_DEVICE, "%s: reading %s", s_tta_name(s->kind),
+                             s->output);
     for (size_t i = 0; i < n; i++)
-        s->logits[i] = pass ? s->logits[i] + h[i] : h[i];
+        s->logits[i] = k ? s->logits[i] + wt * h[i] : wt * h[i];
     return TP_OK;
 }
 
-/* Input 0 mirrored along its last axis into r->mirror. */
-static tp_status_t s_mirror(s_runner_t *r, const tp_tensor_t *x) {
-    if (x->ndim < 2 || x->shape[x->ndim - 1] < 1)
-        return tp_error(TP_ERR_SHAPE, "FlipAccuracy: input 0 has %d axes; it "
-                        "mirrors images [B,H,W] or [B,C,H,W] along the last", x->ndim);
-    tp_tensor_t *o = &r->mirror;
+/* View k of input 0 (s_views) into r->view. */
+static tp_status_t s_make_view(s_runner_t *r, const tp_tensor_t *x, int k,
+                               tp_inferencer_kind_t kind) {
+    const s_view_t *vw = &s_views[k];
+    const int need = vw->dy || vw->dx ? 3 : 2;
+    if (x->ndim < need || x->shape[x->ndim - 1] < 1)
+        return tp_error(TP_ERR_SHAPE, "%s: input 0 has %d axes; it %s images "
+                        "[B,H,W] or [B,C,H,W]", s_tta_name(kind), x->ndim,
+                        need == 3 ? "shifts and mirrors" : "mirrors");
+    tp_tensor_t *o = &r->view;
     if (o->dtype != x->dtype || o->ndim != x->ndim ||
         memcmp(o->shape, x->shape, (size_t)x->ndim * sizeof *x->shape) != 0) {
         tp_tensor_fini(o);
         TP_TRY(tp_tensor_init(o, x->dtype, x->ndim, x->shape));
     }
     const size_t es = tp_dtype_size(x->dtype), w = (size_t)x->shape[x->ndim - 1];
-    const size_t rows = x->nbytes / (es * w), row = w * es;
+    const size_t h = x->ndim >= 3 ? (size_t)x->shape[x->ndim - 2] : 1;
+    const size_t planes = x->nbytes / (es * w * h), row = w * es;
     const unsigned char *src = x->data;
     unsigned char *dst = o->data;
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < w; j++)
-            memcpy(dst + i * row + j * es, src + i * row + (w - 1 - j) * es, es);
+    memset(dst, 0, o->nbytes);  /* the pixels shifted in: zero, as the crop pads */
+    for (size_t p = 0; p < planes; p++)
+        for (size_t i = 0; i < h; i++) {
+            const long si = (long)i + vw->dy;
+            if (si < 0 || si >= (long)h)
+                continue;
+            const unsigned char *in = src + (p * h + (size_t)si) * row;
+            unsigned char *out = dst + (p * h + i) * row;
+            for (size_t j = 0; j < w; j++) {
+                const long sj = (long)(vw->mirror ? w - 1 - j : j) + vw->dx;
+                if (sj >= 0 && sj < (long)w)
+                    memcpy(out + j * es, in + (size_t)sj * es, es);
+            }
+        }
     return TP_OK;
 }
 
-/* FlipAccuracy's count: rows whose summed logits' argmax is the label. */
-static tp_status_t s_flip_count(s_inf_t *s, const tp_tensor_t *labels, int64_t b,
-                                int64_t classes) {
+/* A test-time augmentation's count: rows whose summed logits' argmax is
+ * the label. */
+static tp_status_t s_tta_count(s_inf_t *s, const tp_tensor_t *labels, int64_t b,
+                               int64_t classes) {
     if (labels->dtype != TP_INT32 || labels->ndim != 1 || labels->shape[0] != b)
-        return tp_error(TP_ERR_SHAPE, "FlipAccuracy: the last input must be int32 "
-                        "labels [%lld]", (long long)b);
+        return tp_error(TP_ERR_SHAPE, "%s: the last input must be int32 "
+                        "labels [%lld]", s_tta_name(s->kind), (long long)b);
     const int32_t *y = labels->data;
     for (int64_t i = 0; i < b; i++) {
         const float *l = s->logits + i * classes;
@@ -140,7 +191,7 @@ static tp_status_t s_flip_count(s_inf_t *s, const tp_tensor_t *labels, int64_t b
 }
 
 /* One batch through the predictor; each inferencer's scalar added; with
- * FlipAccuracy inferencers, the mirrored batch after. */
+ * test-time augmentation, the views of the batch after it (s_views). */
 static tp_status_t s_batch(s_runner_t *r, const tp_tensor_t *inputs, int nin, double b) {
     tp_tensor_t views[TP_PREDICT_MAX_IO];
     TP_TRY(tp_predictor_run_views(r->pred, inputs, views));
@@ -148,8 +199,8 @@ static tp_status_t s_batch(s_runner_t *r, const tp_tensor_t *inputs, int nin, do
     const int64_t rows = (int64_t)b;
     for (size_t i = 0; i < r->n; i++) {
         const tp_tensor_t *v = &views[i];
-        if (r->infs[i].kind == TP_INFER_FLIP_ACCURACY) {
-            TP_TRY(s_flip_logits(m, &r->infs[i], v, rows, 0));
+        if (s_tta(r->infs[i].kind)) {
+            TP_TRY(s_tta_logits(m, &r->infs[i], v, rows, 0));
             continue;
         }
         /* through the backend: on a GPU the view is device memory */
@@ -164,18 +215,25 @@ static tp_status_t s_batch(s_runner_t *r, const tp_tensor_t *inputs, int nin, do
                  : NAN;
         r->infs[i].sum += r->infs[i].kind == TP_INFER_SCALAR_STATS ? x * b : x;
     }
-    if (!r->nflip)
+    if (r->nviews < 2)
         return TP_OK;
-    tp_tensor_t flipped[TP_PREDICT_MAX_IO];
-    TP_TRY(s_mirror(r, &inputs[0]));
-    memcpy(flipped, inputs, (size_t)nin * sizeof *inputs);
-    flipped[0] = r->mirror;
-    TP_TRY(tp_predictor_run_views(r->pred, flipped, views));
+    tp_tensor_t seen[TP_PREDICT_MAX_IO];
+    memcpy(seen, inputs, (size_t)nin * sizeof *inputs);
+    for (int k = 1; k < r->nviews; k++) {
+        size_t first = 0; /* an inferencer that takes the view, for messages */
+        while (first < r->n && s_view_weight(r->infs[first].kind, k) == 0.0f)
+            first++;
+        TP_TRY(s_make_view(r, &inputs[0], k, r->infs[first < r->n ? first : 0].kind));
+        seen[0] = r->view;
+        TP_TRY(tp_predictor_run_views(r->pred, seen, views));
+        for (size_t i = 0; i < r->n; i++)
+            if (s_tta(r->infs[i].kind))
+                TP_TRY(s_tta_logits(m, &r->infs[i], &views[i], rows, k));
+    }
+    /* the last view's outputs say each one's classes (checked per view) */
     for (size_t i = 0; i < r->n; i++)
-        if (r->infs[i].kind == TP_INFER_FLIP_ACCURACY) {
-            TP_TRY(s_flip_logits(m, &r->infs[i], &views[i], rows, 1));
-            TP_TRY(s_flip_count(&r->infs[i], &inputs[nin - 1], rows, views[i].shape[1]));
-        }
+        if (s_tta(r->infs[i].kind))
+            TP_TRY(s_tta_count(&r->infs[i], &inputs[nin - 1], rows, views[i].shape[1]));
     return TP_OK;
 }
 
@@ -223,7 +281,7 @@ static void runner_destroy(void *impl) {
     tp_dataflow_destroy(&r->df);
     for (size_t i = 0; i < r->n; i++)
         free(r->infs[i].logits);
-    tp_tensor_fini(&r->mirror);
+    tp_tensor_fini(&r->view);
     free(r->infs);
     free(r);
 }
@@ -261,9 +319,14 @@ tp_callback_t *tp_cb_inference_runner(tp_dataflow_t *df,
             snprintf(s->summary, sizeof s->summary, "validation_%s", infs[i].output);
         else if (s->kind == TP_INFER_FLIP_ACCURACY)
             snprintf(s->summary, sizeof s->summary, "validation_flip_accuracy");
+        else if (s->kind == TP_INFER_FLIP_SHIFT_ACCURACY)
+            snprintf(s->summary, sizeof s->summary, "validation_flip_shift_accuracy");
         else
             snprintf(s->summary, sizeof s->summary, "validation_error");
-        r->nflip += s->kind == TP_INFER_FLIP_ACCURACY;
+        const int nv = s->kind == TP_INFER_FLIP_SHIFT_ACCURACY ? 6
+                       : s->kind == TP_INFER_FLIP_ACCURACY    ? 2
+                                                              : 1;
+        r->nviews = nv > r->nviews ? nv : r->nviews;
     }
     return tp_callback_new(&s_runner_ops, r, 0);
 }

@@ -20,7 +20,7 @@ the default since session 17; the runs before drew PyTorch's defaults,
 
     python3 pytorch_cnn_bn.py --data DIR [--epochs 3] [--pad 2] [--seed 1]
                               [--workers 8] [--tf32] [--device cuda|cpu]
-                              [--init towerpack|torch] [--tta]
+                              [--init towerpack|torch] [--tta] [--tta-shift]
                               [--label-smoothing S]
 
 Prints per epoch the wall time of the training pass, images/s and test
@@ -124,6 +124,10 @@ def main():
     ap.add_argument("--tta", action="store_true",
                     help="also score the logits of each test image and its "
                          "mirror image summed (tp-train --tta)")
+    ap.add_argument("--tta-shift", action="store_true",
+                    help="--tta, and also the logits of the image and its mirror "
+                         "(twice) and both shifted a pixel up-left and down-right "
+                         "with zeros shifted in, summed (tp-train --tta-shift)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--init", choices=("towerpack", "torch"), default="towerpack",
                     help="initial weights: towerpack's (the same recipe) or PyTorch's defaults")
@@ -179,7 +183,8 @@ def main():
         dt = time.perf_counter() - t0
         trained += dt
         model.eval()
-        correct = flip_correct = count = 0
+        a.tta = a.tta or a.tta_shift
+        correct = flip_correct = shift_correct = count = 0
         with torch.no_grad():
             for x, y in test:
                 x = x.to(dev, non_blocking=True)
@@ -188,9 +193,17 @@ def main():
                 if a.tta:  # the width is the last axis of [B, 1, H, W]
                     both = logits + model(torch.flip(x, dims=[3]))
                     flip_correct += int((both.argmax(1).cpu() == y).sum())
+                if a.tta_shift:
+                    padded = F.pad(x, (1, 1, 1, 1))
+                    views = 2 * both
+                    for t in (padded[:, :, 0:-2, 0:-2], padded[:, :, 2:, 2:]):
+                        views = views + model(t) + model(torch.flip(t, dims=[3]))
+                    shift_correct += int((views.argmax(1).cpu() == y).sum())
                 count += len(y)
         acc = correct / count
         flip = f", with the mirror images {flip_correct / count:.4f}" if a.tta else ""
+        if a.tta_shift:
+            flip += f", with the mirrored and shifted images {shift_correct / count:.4f}"
         print(f"epoch {epoch + 1}: train {dt:.2f} s ({n / dt:.0f} images/s), "
               f"test accuracy {acc:.4f}{flip}", flush=True)
     print(f"pytorch cnn-bn: {a.epochs} epochs, pad {a.pad}, seed {a.seed}: "

@@ -11,7 +11,8 @@ A run's training time is the sum over its epochs of steps / steps_per_s
 excluded), so validation and start-up are not counted; its wall time is
 the whole command's. The accuracy is the last epoch's
 validation_accuracy; flip= (tp-train --tta) its
-validation_flip_accuracy."""
+validation_flip_accuracy, shift= (--tta-shift) its
+validation_flip_shift_accuracy."""
 import json
 import statistics
 import sys
@@ -24,7 +25,7 @@ def run(seed, rc, t0, t1, path):
     except (OSError, ValueError) as e:
         print(f"run seed={seed} rc={rc} FAILED: no stats ({e})")
         return
-    trained, prev, acc, flip = 0.0, 0, None, None
+    trained, prev, acc, flip, shift = 0.0, 0, None, None, None
     for e in epochs:
         step = e.get("global_step", prev)
         rate = e.get("steps_per_s")
@@ -33,10 +34,12 @@ def run(seed, rc, t0, t1, path):
         prev = step
         acc = e.get("validation_accuracy", acc)
         flip = e.get("validation_flip_accuracy", flip)
+        shift = e.get("validation_flip_shift_accuracy", shift)
     if acc is None:
         print(f"run seed={seed} rc={rc} FAILED: no validation_accuracy in {path}")
         return
     flip_kv = f" flip={flip:.4f}" if flip is not None else ""
+    flip_kv += f" shift={shift:.4f}" if shift is not None else ""
     print(f"run seed={seed} rc={rc} epochs={len(epochs)} accuracy={acc:.4f}{flip_kv} "
           f"train_s={trained:.2f} wall_s={float(t1) - float(t0):.2f}")
 
@@ -56,12 +59,14 @@ def summary(path):
     acc = [float(r["accuracy"]) for r in block]
     tr = [float(r["train_s"]) for r in block]
     spread = statistics.stdev(acc) if len(acc) > 1 else 0.0
-    flip = [float(r["flip"]) for r in block if "flip" in r]
     flip_text = ""
-    if len(flip) == len(acc):
-        fs = statistics.stdev(flip) if len(flip) > 1 else 0.0
-        flip_text = (f", with the mirror images (--tta) mean {statistics.mean(flip):.4f} "
-                     f"(min {min(flip):.4f}, sd {fs:.4f})")
+    for key, what in (("flip", "with the mirror images (--tta)"),
+                      ("shift", "with the mirrored and shifted images (--tta-shift)")):
+        v = [float(r[key]) for r in block if key in r]
+        if len(v) == len(acc):
+            sd = statistics.stdev(v) if len(v) > 1 else 0.0
+            flip_text += (f", {what} mean {statistics.mean(v):.4f} "
+                          f"(min {min(v):.4f}, sd {sd:.4f})")
     print(f"summary: {len(acc)} runs, accuracy mean {statistics.mean(acc):.4f} "
           f"(min {min(acc):.4f}, max {max(acc):.4f}, sd {spread:.4f}){flip_text}, "
           f"training time mean {statistics.mean(tr):.2f} s "

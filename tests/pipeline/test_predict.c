@@ -853,39 +853,59 @@ Test(predict, a_future_times_out_fails_with_the_message_and_may_go_first) {
     pthread_mutex_destroy(&g.mu);
 }
 
-/* ---- test-time augmentation: FlipAccuracy -------------------------------- */
+/* ---- test-time augmentation: FlipAccuracy, FlipShiftAccuracy ------------ */
 
-/* The share of rows whose logits, summed over the batch and the batch
- * mirrored left to right, pick the label: counted here from a predictor's
- * logits over batches this test mirrors itself. */
-static double s_flip_expected(tp_predictor_t *p, const int64_t *sizes, int n) {
+/* View (mirror, dy, dx) of n 28x28 images: pixel (h, w) is the image's
+ * (h + dy, w' + dx), w' = 27 - w when mirrored, 0 outside. */
+static void s_view(const uint8_t *a, uint8_t *v, int64_t n, int mirror, int dy, int dx) {
+    for (int64_t i = 0; i < n; i++)
+        for (int h = 0; h < 28; h++)
+            for (int w = 0; w < 28; w++) {
+                int sh = h + dy, sw = (mirror ? 27 - w : w) + dx;
+                v[(i * 28 + h) * 28 + w] =
+                    sh >= 0 && sh < 28 && sw >= 0 && sw < 28 ? a[(i * 28 + sh) * 28 + sw] : 0;
+            }
+}
+
+/* The share of rows whose logits, summed over views of the batch, pick the
+ * label, counted here from a predictor's logits over views this test makes
+ * itself: the batch and its mirror (FlipAccuracy), or those twice and
+ * both shifted a pixel up-left and down-right (FlipShiftAccuracy: six,
+ * summed in the runner's order with its weights). */
+static double s_tta_expected(tp_predictor_t *p, const int64_t *sizes, int n, int shift) {
+    static const int vw[6][3] = {{0, 0, 0}, {1, 0, 0}, {0, -1, -1},
+                                 {1, -1, -1}, {0, 1, 1}, {1, 1, 1}};
+    const int nv = shift ? 6 : 2;
     double right = 0, rows = 0;
     int64_t first = 5000;
     for (int i = 0; i < n; i++) {
-        tp_tensor_t in[2], mir, out[2];
+        tp_tensor_t in[2], view, out[6];
         s_batch(first, sizes[i], &in[0], &in[1]);
         first += sizes[i];
-        cr_assert_eq(tp_tensor_init(&mir, TP_UINT8, 3, in[0].shape), TP_OK);
-        const uint8_t *a = in[0].data;
-        uint8_t *m = mir.data;
-        for (int64_t r = 0; r < sizes[i] * 28; r++)
-            for (int c = 0; c < 28; c++)
-                m[r * 28 + c] = a[r * 28 + 27 - c];
-        cr_assert_eq(tp_predictor_run(p, in, &out[0]), TP_OK, "%s", tp_last_error());
-        tp_tensor_t mi[2] = {mir, in[1]};
-        cr_assert_eq(tp_predictor_run(p, mi, &out[1]), TP_OK, "%s", tp_last_error());
-        const float *l0 = out[0].data, *l1 = out[1].data;
+        cr_assert_eq(tp_tensor_init(&view, TP_UINT8, 3, in[0].shape), TP_OK);
+        for (int k = 0; k < nv; k++) {
+            s_view(in[0].data, view.data, sizes[i], vw[k][0], vw[k][1], vw[k][2]);
+            tp_tensor_t vi[2] = {view, in[1]};
+            cr_assert_eq(tp_predictor_run(p, vi, &out[k]), TP_OK, "%s", tp_last_error());
+        }
         for (int64_t r = 0; r < sizes[i]; r++) {
+            float sum[10];
+            for (int c = 0; c < 10; c++) {
+                sum[c] = (shift ? 2.0f : 1.0f) * ((const float *)out[0].data)[r * 10 + c];
+                for (int k = 1; k < nv; k++)
+                    sum[c] += (shift && k < 2 ? 2.0f : 1.0f) *
+                              ((const float *)out[k].data)[r * 10 + c];
+            }
             int best = 0;
-            for (int k = 1; k < 10; k++)
-                if (l0[r * 10 + k] + l1[r * 10 + k] > l0[r * 10 + best] + l1[r * 10 + best])
-                    best = k;
+            for (int c = 1; c < 10; c++)
+                if (sum[c] > sum[best])
+                    best = c;
             right += best == ((const int32_t *)in[1].data)[r];
         }
         rows += (double)sizes[i];
-        tp_tensor_fini(&out[0]);
-        tp_tensor_fini(&out[1]);
-        tp_tensor_fini(&mir);
+        for (int k = 0; k < nv; k++)
+            tp_tensor_fini(&out[k]);
+        tp_tensor_fini(&view);
         tp_tensor_fini(&in[0]);
         tp_tensor_fini(&in[1]);
     }
@@ -917,7 +937,7 @@ Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
     pc.max_batch = B;
     tp_predictor_t *live = tp_predictor_new_shared(m, &pc);
     cr_assert_not_null(live, "%s", tp_last_error());
-    double want = s_flip_expected(live, val_sizes, 3);
+    double want = s_tta_expected(live, val_sizes, 3, 0);
     cr_expect_eq(s_seen(&seen, "validation_flip_accuracy"), want, "runner %.9g, by hand %.9g",
                  s_seen(&seen, "validation_flip_accuracy"), want);
     cr_expect(s_seen(&seen, "validation_accuracy") >= 0);
@@ -931,4 +951,40 @@ Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
     cr_expect(strstr(tp_last_error(), "FlipAccuracy: output accuracy must be float32"),
               "%s", tp_last_error());
     tp_train_config_fini(&c);
+}
+
+/* FlipShiftAccuracy beside FlipAccuracy in one runner: six views for the
+ * one, two for the other, each the count above; on images without a
+ * height axis it ends training naming what it shifts. */
+Test(predict, flip_shift_accuracy_sums_six_views) {
+    static tp_model_desc_t md;
+    const int64_t val_sizes[] = {B, B, 8};
+    tp_inferencer_t infs[] = {
+        {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},
+        {TP_INFER_FLIP_ACCURACY, "logits", NULL},
+    };
+    tp_train_config_t c;
+    tp_callback_t *cbs[1], *mons[1];
+    s_seen_t seen = {0};
+    s_runner_config(&c, &md, 1, infs, 2, cbs, &seen, mons);
+    tp_model_t *m = NULL;
+    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    tp_train_config_fini(&c);
+    const char *outs[] = {"logits"};
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    pc.output_names = outs;
+    pc.noutput_names = 1;
+    pc.max_batch = B;
+    tp_predictor_t *live = tp_predictor_new_shared(m, &pc);
+    cr_assert_not_null(live, "%s", tp_last_error());
+    double shift = s_tta_expected(live, val_sizes, 3, 1),
+           flip = s_tta_expected(live, val_sizes, 3, 0);
+    cr_expect_eq(s_seen(&seen, "validation_flip_shift_accuracy"), shift,
+                 "runner %.9g, by hand %.9g", s_seen(&seen, "validation_flip_shift_accuracy"),
+                 shift);
+    cr_expect_eq(s_seen(&seen, "validation_flip_accuracy"), flip, "runner %.9g, by hand %.9g",
+                 s_seen(&seen, "validation_flip_accuracy"), flip);
+    tp_predictor_destroy(&live);
+    tp_model_destroy(&m);
 }

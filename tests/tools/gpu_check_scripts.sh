@@ -6,6 +6,8 @@
 # budget are failures of their own, and the exit status is 0 only when
 # every step passed. scripts/gpu/kernel_sum.py on a CSV in Nsight
 # Compute's form: times in any unit, summed by kernel, largest first.
+# scripts/gpu/pytorch_gemm_step.py (where torch is installed): skipped
+# without a GPU, its summary line with one.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp=$(mktemp -d)
@@ -56,4 +58,17 @@ grep -q "^4 kernel runs, 50.0 us in all, 25.0 us a step over 2 steps" "$tmp/ks" 
 echo "$h" >"$tmp/empty.csv"
 python3 "$root/scripts/gpu/kernel_sum.py" "$tmp/empty.csv" >"$tmp/ks2"
 [ $? -eq 1 ] || fail "kernel_sum on no rows: not exit 1"
+# the GEMM step's PyTorch peer: without a GPU it says so and exits 77
+# (skipped), not a failure or a traceback
+if python3 -c 'import torch' 2>/dev/null; then
+    python3 "$root/scripts/gpu/pytorch_gemm_step.py" --iters 2 >"$tmp/pg" 2>&1
+    rc=$?
+    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+        [ $rc -eq 0 ] && grep -q "^pytorch gemm step: MLP 784-2048-2048-10" "$tmp/pg" ||
+            fail "pytorch_gemm_step.py on a GPU: exit $rc: $(cat "$tmp/pg")"
+    else
+        [ $rc -eq 77 ] && grep -q "no CUDA device" "$tmp/pg" ||
+            fail "pytorch_gemm_step.py without a GPU: exit $rc: $(cat "$tmp/pg")"
+    fi
+fi
 echo "gpu_check_scripts: ok"

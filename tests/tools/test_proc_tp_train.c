@@ -523,15 +523,16 @@ Test(tp_train, resident_data_trains, .init = s_setup, .fini = s_teardown,
     cr_assert_gt(acc, 0.6, "after 80 steps: %g", acc);
 }
 
-/* --tta's numbers against PyTorch (tests/tools/torch_tta.py): the mlp's
- * newest checkpoint run over the whole test set there, plain and with the
- * logits of each image and its mirror image summed, gives tp-train's
- * validation_accuracy and validation_flip_accuracy. */
+/* --tta-shift's numbers against PyTorch (tests/tools/torch_tta.py): the
+ * mlp's newest checkpoint run over the whole test set there, plain, with
+ * the logits of each image and its mirror image summed, and with those and
+ * the two one-pixel shifts of each, gives tp-train's validation_accuracy,
+ * validation_flip_accuracy and validation_flip_shift_accuracy. */
 Test(tp_train, tta_accuracy_is_pytorchs, .init = s_setup, .fini = s_teardown,
      .timeout = 180) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/tta", s_dir);
-    char *argv[] = {"tp-train", "--model", "mlp", "--augment", "--pad", "1", "--tta",
+    char *argv[] = {"tp-train", "--model", "mlp", "--augment", "--pad", "1", "--tta-shift",
                     "--towers", "1", "--threads", "1", "--epochs", "1", "--steps-per-epoch",
                     "60", "--no-tensorboard", "--logdir", logdir, NULL};
     cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);

@@ -45,7 +45,8 @@ typedef struct {
     int public_bind, no_tensorboard;
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
     int resident; /* --resident: the training set in the towers' memory */
-    int tta;      /* --tta: validation also on the mirrored images */
+    int tta;      /* --tta: validation also on the mirrored images (1);
+                     --tta-shift: and on the shifted ones (2) */
     double label_smoothing; /* --label-smoothing: the cost's targets */
     int pad;      /* --pad: the augmentation's zeros around an image (2) */
     int image_size;   /* the model's input: image_size x image_size */
@@ -119,6 +120,10 @@ static void s_usage(FILE *out) {
 "  --tta                validate also with test-time augmentation: the logits\n"
 "                       of each image and its mirror image summed\n"
 "                       (validation_flip_accuracy; the images are run twice)\n"
+"  --tta-shift          --tta, and also the logits of the image and its mirror\n"
+"                       (twice) and both shifted by a pixel up-left and\n"
+"                       down-right, summed (validation_flip_shift_accuracy;\n"
+"                       the images are run six times more)\n"
 "  --steps-per-epoch N  default: one pass of the training data\n"
 "  --logdir DIR         default train_log/<model>\n"
 "  --logdir-action A    when DIR exists: keep, delete, backup, new (ask on a\n"
@@ -333,7 +338,7 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
     snprintf(path, sizeof path, "%s/stats.json", logdir);
     json_error_t err;
     json_t *j = json_load_file(path, 0, &err);
-    double acc = NAN, flip = NAN;
+    double acc = NAN, flip = NAN, shift = NAN;
     if (j && json_array_size(j) > 0) {
         json_t *last = json_array_get(j, json_array_size(j) - 1);
         json_t *v = json_object_get(last, "validation_accuracy");
@@ -342,10 +347,16 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
         v = json_object_get(last, "validation_flip_accuracy");
         if (json_is_number(v))
             flip = json_number_value(v);
+        v = json_object_get(last, "validation_flip_shift_accuracy");
+        if (json_is_number(v))
+            shift = json_number_value(v);
     }
     json_decref(j);
     if (!isnan(flip))
         printf("tp-train: test accuracy with the mirrored images (--tta) %.4f\n", flip);
+    if (!isnan(shift))
+        printf("tp-train: test accuracy with the mirrored and shifted images "
+               "(--tta-shift) %.4f\n", shift);
     if (isnan(acc))  /* no validation ran: say so, not "nan" */
         printf("tp-train: test accuracy - (no validation ran) | wall time %.1f s"
                " | %.0f samples/s\n", wall, wall > 0 ? (double)samples / wall : 0.0);
@@ -360,7 +371,7 @@ int main(int argc, char **argv) {
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
                   .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
-           O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_SMOOTH };
+           O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -382,6 +393,7 @@ int main(int argc, char **argv) {
         {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
         {"resident", no_argument, 0, O_RESIDENT}, {"pad", required_argument, 0, O_PAD},
         {"tta", no_argument, 0, O_TTA},
+        {"tta-shift", no_argument, 0, O_TTA_SHIFT},
         {"label-smoothing", required_argument, 0, O_SMOOTH},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
@@ -419,7 +431,8 @@ int main(int argc, char **argv) {
         case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
         case O_AUG: a.augment = 1; break;
         case O_RESIDENT: a.resident = 1; break;
-        case O_TTA: a.tta = 1; break;
+        case O_TTA: a.tta = a.tta > 1 ? a.tta : 1; break;
+        case O_TTA_SHIFT: a.tta = 2; break;
         case O_SMOOTH:
             if (tp_spec_double(optarg, "--label-smoothing", &a.label_smoothing) ||
                 !(a.label_smoothing >= 0 && a.label_smoothing < 1)) {
@@ -729,10 +742,11 @@ int main(int argc, char **argv) {
         {TP_INFER_SCALAR_STATS, "cost", NULL},
         {TP_INFER_CLASSIFICATION_ERROR, "wrong", NULL},
         {TP_INFER_FLIP_ACCURACY, "logits", NULL},  /* --tta */
+        {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},  /* --tta-shift */
     };
     tp_callback_t *cbs[2] = {
         tp_cb_hp_schedule("learning_rate", pts, 2, 1, 1),
-        rank == 0 ? tp_cb_inference_runner(test, infs, a.tta ? 4 : 3) : NULL,
+        rank == 0 ? tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta) : NULL,
     };
     cfg.callbacks = cbs;
     cfg.ncallbacks = rank == 0 ? 2 : 1;
