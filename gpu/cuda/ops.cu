@@ -600,10 +600,11 @@ __global__ void k_column_sum(const float *v, size_t rows, size_t C, float *out,
  * x and x^2 (u = v = x), the backward's of dy and dy * (x - mean). S slices
  * a channel so that small channel counts still fill the device (one block
  * per channel left 100 of 132 SMs idle at 32 channels); the order is fixed
- * (deterministic). Indices are 32-bit (s_bn_fits). */
+ * (deterministic). Indices are 32-bit (s_bn_fits). With `relu` (the
+ * backward of a folded relu: the op's output y) u counts only where y > 0. */
 __global__ void k_bn_partial(const float *u, const float *v, const float *mean,
-                             unsigned n, unsigned C, unsigned sp, unsigned S,
-                             double *part) {
+                             const float *relu, unsigned n, unsigned C,
+                             unsigned sp, unsigned S, double *part) {
     __shared__ double sh[256];
     const unsigned c = blockIdx.x, sl = blockIdx.y;
     const unsigned i0 = (unsigned)((unsigned long long)sl * n / S);
@@ -613,7 +614,7 @@ __global__ void k_bn_partial(const float *u, const float *v, const float *mean,
     double a = 0.0, b = 0.0;
     for (unsigned e = threadIdx.x; e < cnt; e += blockDim.x) {
         const unsigned o = ((i0 + e / sp) * C + c) * sp + e % sp;
-        const float uu = u[o];
+        const float uu = !relu || relu[o] > 0.0f ? u[o] : 0.0f;
         a += uu;
         b += (double)uu * (v[o] - mu);
     }
@@ -651,15 +652,17 @@ __global__ void k_bn_stats(const double *part, unsigned C, unsigned S, double m,
     }
 }
 
-/* y = (x - mean) * inv * gamma + beta, as the CPU rounds it. */
+/* y = (x - mean) * inv * gamma + beta, as the CPU rounds it; then a
+ * folded relu's max when `relu`. */
 __global__ void k_bn_apply(const float *x, const float *g, const float *be,
                            const float *mean, const float *inv, unsigned C,
-                           unsigned sp, unsigned total, float *y) {
+                           unsigned sp, unsigned total, int relu, float *y) {
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += gridDim.x * blockDim.x) {
         const unsigned c = (i / sp) % C;
         const float sc = g[c] * inv[c], sh = be[c] - mean[c] * sc;
-        y[i] = x[i] * sc + sh;
+        const float v = x[i] * sc + sh;
+        y[i] = relu ? fmaxf(v, 0.0f) : v;
     }
 }
 
@@ -686,18 +689,20 @@ __global__ void k_bn_grads(const double *part, unsigned C, unsigned S,
 }
 
 /* dx = gamma*inv/m * (m*dy - dbeta - xhat*dgamma) in training; in
- * inference the statistics are constants: dx = gamma*inv*dy. */
-__global__ void k_bn_dx(const float *x, const float *dy, const float *g,
-                        const float *mean, const float *inv, const float *dg,
-                        const float *db, unsigned C, unsigned sp, unsigned total,
-                        float m, int training, float *dx, int acc) {
+ * inference the statistics are constants: dx = gamma*inv*dy. With `relu`
+ * (a folded relu's output) dy counts only where it is positive. */
+__global__ void k_bn_dx(const float *x, const float *dy, const float *relu,
+                        const float *g, const float *mean, const float *inv,
+                        const float *dg, const float *db, unsigned C, unsigned sp,
+                        unsigned total, float m, int training, float *dx, int acc) {
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += gridDim.x * blockDim.x) {
         const unsigned c = (i / sp) % C;
         const float is = inv[c], a = g[c] * is;
         const float b = training ? a * db[c] / m : 0.0f;
         const float cc = training ? a * dg[c] * is / m : 0.0f;
-        const float v = a * dy[i] - b - cc * (x[i] - mean[c]);
+        const float d = !relu || relu[i] > 0.0f ? dy[i] : 0.0f;
+        const float v = a * d - b - cc * (x[i] - mean[c]);
         dx[i] = acc ? dx[i] + v : v;
     }
 }
@@ -1017,7 +1022,7 @@ static tp_status_t s_bn_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
         const float *x = (const float *)c->x[0];
         double *part = s_bn_part(c->workspace, ch);
         k_bn_partial<<<dim3((unsigned)ch, (unsigned)S), 256, 0, s->cu>>>(
-            x, x, NULL, (unsigned)n, (unsigned)ch, (unsigned)sp, (unsigned)S, part);
+            x, x, NULL, NULL, (unsigned)n, (unsigned)ch, (unsigned)sp, (unsigned)S, part);
         TP_LAUNCHED();
         k_bn_stats<<<tp_cuda_blocks(ch, 128), 128, 0, s->cu>>>(
             part, (unsigned)ch, (unsigned)S, (double)(n * sp), a->eps, a->alpha,
@@ -1025,7 +1030,8 @@ static tp_status_t s_bn_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
         TP_LAUNCHED();
         k_bn_apply<<<tp_cuda_blocks(total, 256), 256, 0, s->cu>>>(
             x, (const float *)c->x[1], (const float *)c->x[2], mean, inv,
-            (unsigned)ch, (unsigned)sp, (unsigned)total, (float *)c->y);
+            (unsigned)ch, (unsigned)sp, (unsigned)total, a->act == TP_ACT_RELU,
+            (float *)c->y);
         TP_LAUNCHED();
         return TP_OK;
     }
@@ -1327,10 +1333,13 @@ static tp_status_t s_bn_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
     /* the sums (also for dx in training), then dx */
     const size_t S = s_bn_call_slices(c, n, ch), total = n * ch * sp;
     const float *x = (const float *)c->x[0];
+    /* a folded relu: dy masked as the kernels read it (s_act_native) */
+    const float *relu = c->attr->act == TP_ACT_RELU ? (const float *)c->y : NULL;
     double *part = s_bn_part(c->workspace, ch);
     if (training || c->dx[1] || c->dx[2]) {
         k_bn_partial<<<dim3((unsigned)ch, (unsigned)S), 256, 0, s->cu>>>(
-            c->dy, x, mean, (unsigned)n, (unsigned)ch, (unsigned)sp, (unsigned)S, part);
+            c->dy, x, mean, relu, (unsigned)n, (unsigned)ch, (unsigned)sp, (unsigned)S,
+            part);
         TP_LAUNCHED();
         k_bn_grads<<<tp_cuda_blocks(ch, 128), 128, 0, s->cu>>>(
             part, (unsigned)ch, (unsigned)S, inv, dg, db, c->dx[1],
@@ -1339,7 +1348,7 @@ static tp_status_t s_bn_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
     }
     if (c->dx[0]) {
         k_bn_dx<<<tp_cuda_blocks(total, 256), 256, 0, s->cu>>>(
-            x, c->dy, (const float *)c->x[1], mean, inv, dg, db, (unsigned)ch,
+            x, c->dy, relu, (const float *)c->x[1], mean, inv, dg, db, (unsigned)ch,
             (unsigned)sp, (unsigned)total, (float)(n * sp), training, c->dx[0],
             c->dx_acc[0]);
         TP_LAUNCHED();
@@ -1490,13 +1499,30 @@ size_t tp_cuda_op_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
     return tp_act_room(c) + s_workspace(cb, &in);
 }
 
+/* Where an op's own kernels apply a folded relu: the matmul's bias pass,
+ * and batch norm's where towerpack's kernels run it (k_bn_apply's output;
+ * backward, k_bn_partial's and k_bn_dx's reads of dy); elsewhere the
+ * relu's kernel after the op, the mask before it. */
+static int s_act_native(const tp_cuda_backend_t *cb, const tp_op_call_t *c, int bwd) {
+    if (c->kind == TP_OP_MATMUL)
+        return !bwd;
+    if (c->kind != TP_OP_BATCH_NORM)
+        return 0;
+    size_t n, ch, sp;
+    s_ncs(&c->xshape[0], &n, &ch, &sp);
+    const int fits = s_bn_fits(cb, n, ch, sp);
+    if (!bwd)
+        return c->attr->training && fits;
+    return !(c->attr->training && c->dx[0] && !fits) && n * ch * sp < (1u << 31);
+}
+
 tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                const tp_op_call_t *c) {
     if (c->attr->act == TP_ACT_NONE)
         return s_forward(cb, s, c);
     const tp_op_call_t in = tp_act_inner(c, NULL);
     TP_TRY(s_forward(cb, s, &in));
-    if (c->kind == TP_OP_MATMUL)
+    if (s_act_native(cb, c, 0))
         return TP_OK;
     float *y = (float *)c->y;
     return s_store(s, y, 0, s_count(&c->yshape), f_relu{y});
@@ -1506,6 +1532,10 @@ tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                 const tp_op_call_t *c) {
     if (c->attr->act == TP_ACT_NONE)
         return s_backward(cb, s, c);
+    if (s_act_native(cb, c, 1)) {
+        const tp_op_call_t in = tp_act_inner(c, NULL);
+        return s_backward(cb, s, &in);
+    }
     float *masked = (float *)c->workspace;
     TP_TRY(s_store(s, masked, 0, s_count(&c->yshape),
                    f_relu_mask{(const float *)c->y, c->dy}));
