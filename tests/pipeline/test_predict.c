@@ -912,22 +912,17 @@ static double s_tta_expected(tp_predictor_t *p, const int64_t *sizes, int n, int
     return right / rows;
 }
 
-/* A runner with FlipAccuracy on the logits, beside plain accuracy: its
- * scalar is the count above over the live model; an inferencer on an
- * output that is no [rows, classes] logits ends training naming it. */
-Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
+/* One epoch of the runner's model with the inferencers `infs` (their
+ * scalars into *seen), then a predictor of the logits over the live model
+ * (*m, the caller's). */
+static tp_predictor_t *s_tta_trained(const tp_inferencer_t *infs, size_t n, s_seen_t *seen,
+                                     tp_model_t **m) {
     static tp_model_desc_t md;
-    const int64_t val_sizes[] = {B, B, 8};
-    tp_inferencer_t infs[] = {
-        {TP_INFER_SCALAR_STATS, "accuracy", NULL},
-        {TP_INFER_FLIP_ACCURACY, "logits", NULL},
-    };
     tp_train_config_t c;
     tp_callback_t *cbs[1], *mons[1];
-    s_seen_t seen = {0};
-    s_runner_config(&c, &md, 1, infs, 2, cbs, &seen, mons);
-    tp_model_t *m = NULL;
-    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
+    s_runner_config(&c, &md, 1, infs, n, cbs, seen, mons);
+    *m = NULL;
+    cr_assert_eq(tp_launch_train_with_config(&c, m), TP_OK, "%s", tp_last_error());
     tp_train_config_fini(&c);
     const char *outs[] = {"logits"};
     tp_predict_config_t pc;
@@ -935,8 +930,23 @@ Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
     pc.output_names = outs;
     pc.noutput_names = 1;
     pc.max_batch = B;
-    tp_predictor_t *live = tp_predictor_new_shared(m, &pc);
+    tp_predictor_t *live = tp_predictor_new_shared(*m, &pc);
     cr_assert_not_null(live, "%s", tp_last_error());
+    return live;
+}
+
+/* A runner with FlipAccuracy on the logits, beside plain accuracy: its
+ * scalar is the count above over the live model; an inferencer on an
+ * output that is no [rows, classes] logits ends training naming it. */
+Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
+    const int64_t val_sizes[] = {B, B, 8};
+    tp_inferencer_t infs[] = {
+        {TP_INFER_SCALAR_STATS, "accuracy", NULL},
+        {TP_INFER_FLIP_ACCURACY, "logits", NULL},
+    };
+    s_seen_t seen = {0};
+    tp_model_t *m;
+    tp_predictor_t *live = s_tta_trained(infs, 2, &seen, &m);
     double want = s_tta_expected(live, val_sizes, 3, 0);
     cr_expect_eq(s_seen(&seen, "validation_flip_accuracy"), want, "runner %.9g, by hand %.9g",
                  s_seen(&seen, "validation_flip_accuracy"), want);
@@ -945,6 +955,9 @@ Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
     tp_model_destroy(&m);
 
     /* on a scalar output: training fails, naming the inferencer's output */
+    static tp_model_desc_t md;
+    tp_train_config_t c;
+    tp_callback_t *cbs[1];
     tp_inferencer_t bad[] = {{TP_INFER_FLIP_ACCURACY, "accuracy", NULL}};
     s_runner_config(&c, &md, 1, bad, 1, cbs, NULL, NULL);
     cr_expect_neq(tp_launch_train_with_config(&c, NULL), TP_OK);
@@ -954,30 +967,16 @@ Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
 }
 
 /* FlipShiftAccuracy beside FlipAccuracy in one runner: six views for the
- * one, two for the other, each the count above; on images without a
- * height axis it ends training naming what it shifts. */
+ * one, two for the other, each the count above. */
 Test(predict, flip_shift_accuracy_sums_six_views) {
-    static tp_model_desc_t md;
     const int64_t val_sizes[] = {B, B, 8};
     tp_inferencer_t infs[] = {
         {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},
         {TP_INFER_FLIP_ACCURACY, "logits", NULL},
     };
-    tp_train_config_t c;
-    tp_callback_t *cbs[1], *mons[1];
     s_seen_t seen = {0};
-    s_runner_config(&c, &md, 1, infs, 2, cbs, &seen, mons);
-    tp_model_t *m = NULL;
-    cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
-    tp_train_config_fini(&c);
-    const char *outs[] = {"logits"};
-    tp_predict_config_t pc;
-    tp_predict_config_init(&pc);
-    pc.output_names = outs;
-    pc.noutput_names = 1;
-    pc.max_batch = B;
-    tp_predictor_t *live = tp_predictor_new_shared(m, &pc);
-    cr_assert_not_null(live, "%s", tp_last_error());
+    tp_model_t *m;
+    tp_predictor_t *live = s_tta_trained(infs, 2, &seen, &m);
     double shift = s_tta_expected(live, val_sizes, 3, 1),
            flip = s_tta_expected(live, val_sizes, 3, 0);
     cr_expect_eq(s_seen(&seen, "validation_flip_shift_accuracy"), shift,
