@@ -539,6 +539,39 @@ Test(tp_train, tta_accuracy_is_pytorchs, .init = s_setup, .fini = s_teardown,
     PU_PYTHON_EXPECT(TP_SOURCE_DIR "/tests/tools/torch_tta.py", logdir, "pytorch agrees");
 }
 
+/* --warmup and --lr-end shape the rate step by step: with 100 steps an
+ * epoch, from 0.005 up to 0.05 at the end of epoch 1, then down to 0 at
+ * the end of epoch 3: 0.05, 0.025, 0 after each. A warm-up as long as
+ * the run, or an end outside [0, 1], is refused, naming the flag. */
+Test(tp_train, warmup_and_lr_end_shape_the_rate, .init = s_setup, .fini = s_teardown,
+     .timeout = 120) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/warmup", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--no-augment",
+                    "--towers", "1", "--threads", "1", "--batch", "600", "--epochs", "3",
+                    "--lr", "0.05", "--warmup", "1", "--lr-end", "0", "--logdir", logdir, NULL};
+    cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    const double want[3] = {0.05, 0.025, 0.0};
+    const char *v = s_out;
+    for (int e = 0; e < 3; e++) {
+        v = strstr(v, "learning_rate: ");
+        cr_assert(v, "epoch %d: no learning_rate in %s", e + 1, s_out);
+        v += strlen("learning_rate: ");
+        double lr = -1;
+        sscanf(v, "%lf", &lr);
+        cr_expect_float_eq(lr, want[e], 1e-6, "the rate after epoch %d: %g", e + 1, lr);
+    }
+    char *a2[] = {"tp-train", "--model", "mlp", "--epochs", "3", "--warmup", "3",
+                  "--logdir", logdir, "--logdir-action", "delete", NULL};
+    cr_assert_neq(s_run(a2, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "--warmup 3: the warm-up must end before the last of the 3 "
+                     "epochs"), "%s", s_out);
+    char *a3[] = {"tp-train", "--model", "mlp", "--lr-end", "1.5", "--logdir", logdir,
+                  "--logdir-action", "delete", NULL};
+    cr_assert_neq(s_run(a3, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "--lr-end needs a fraction in [0, 1], got '1.5'"), "%s", s_out);
+}
+
 /* Without --steps-per-epoch, an epoch is one pass of the resident data, and
  * the learning rate decays over the epochs' steps: 60000 / 600 = 100 steps
  * an epoch, so after the first of two the rate is half-way, 0.05 - 0.0475 /

@@ -55,6 +55,8 @@ typedef struct {
     int tf32;     /* --tf32: 1; default -1 ($TP_CUDA_TF32) */
     int bf16;     /* --bf16: 1; default -1 ($TP_CUDA_BF16) */
     double lr;
+    double lr_end;  /* --lr-end: the rate at the end, a fraction of lr */
+    double warmup;  /* --warmup: epochs of the rate's climb from lr / 10 */
     int64_t steps_per_epoch, seed;
 } s_args_t;
 
@@ -80,7 +82,13 @@ static void s_usage(FILE *out) {
 "  --epochs N           train up to epoch N (max_epoch; default per model)\n"
 "  --batch N            batch per tower (default 128 / towers); total = batch\n"
 "                       x towers\n"
-"  --lr X               learning rate (default per model)\n"
+"  --lr X               learning rate (default per model); it decays\n"
+"                       linearly, step by step, to X times --lr-end\n"
+"  --lr-end F           the rate at the end as a fraction of --lr, in [0, 1]\n"
+"                       (default 0.05: a twentieth)\n"
+"  --warmup E           the rate climbs linearly from a tenth of --lr to it\n"
+"                       over the first E epochs (fractions allowed; default\n"
+"                       0), then decays\n"
 "  --optimizer NAME     sgd (momentum 0.9) or adam (default per model:\n"
 "                       adam for cnn, sgd for the others)\n"
 "  --devices LIST       auto (default: GPU 0 if CUDA answers, else the CPU),\n"
@@ -369,9 +377,10 @@ int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
-                  .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2};
+                  .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
-           O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH };
+           O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
+           O_LR_END, O_WARMUP };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -395,6 +404,8 @@ int main(int argc, char **argv) {
         {"tta", no_argument, 0, O_TTA},
         {"tta-shift", no_argument, 0, O_TTA_SHIFT},
         {"label-smoothing", required_argument, 0, O_SMOOTH},
+        {"lr-end", required_argument, 0, O_LR_END},
+        {"warmup", required_argument, 0, O_WARMUP},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -441,6 +452,19 @@ int main(int argc, char **argv) {
                 return s_fail("bad flag");
             }
             break;
+        case O_LR_END:
+            if (tp_spec_double(optarg, "--lr-end", &a.lr_end) || !(a.lr_end >= 0 && a.lr_end <= 1)) {
+                tp_error(TP_ERR_INVALID, "--lr-end needs a fraction in [0, 1], got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            break;
+        case O_WARMUP:
+            if (tp_spec_double(optarg, "--warmup", &a.warmup) || !(a.warmup >= 0)) {
+                tp_error(TP_ERR_INVALID, "--warmup needs a number of epochs >= 0, got '%s'",
+                         optarg);
+                return s_fail("bad flag");
+            }
+            break;
         case O_PAD: if (tp_spec_int(optarg, 0, 64, "--pad", &v)) return s_fail("bad flag"); a.pad = (int)v; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
@@ -467,6 +491,11 @@ int main(int argc, char **argv) {
     if (!a.optimizer)
         a.optimizer = zoo->optimizer;
     a.lr = lr > 0 ? lr : zoo->default_lr * (strcasecmp(a.optimizer, "adam") ? 1.0 : 0.02);
+    if (a.warmup >= a.epochs) {
+        tp_error(TP_ERR_INVALID, "--warmup %g: the warm-up must end before the last of "
+                 "the %d epochs", a.warmup, a.epochs);
+        return s_fail("bad flag");
+    }
     if (strcasecmp(a.optimizer, "sgd") && strcasecmp(a.optimizer, "adam")) {
         tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd or adam", a.optimizer);
         return s_fail("bad flag");
@@ -730,13 +759,24 @@ int main(int argc, char **argv) {
                  "\n    model = %s\n    image_size = %d\n    epochs = %d\n    batch = %d\n"
                  "    towers = %d\n    ranks = %d\n    lr = %g\n    optimizer = %s\n"
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
-                 "    seed = %lld\n    label_smoothing = %g\n", zoo->name, a.image_size,
+                 "    seed = %lld\n    label_smoothing = %g\n    lr_end = %g\n"
+                 "    warmup = %g\n", zoo->name, a.image_size,
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
-                 (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing);
+                 (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
+                 a.lr_end, a.warmup);
     cfg.hparams = hparams;
-    /* The rate decays linearly, step by step, to a twentieth at the end. */
+    /* The rate, step by step: from lr / 10 up to lr over the warm-up, then
+     * down to lr x lr_end at the end (a twentieth by default), linearly. */
     double total_steps = (double)cfg.steps_per_epoch * a.epochs;
-    tp_hp_point_t pts[2] = {{0, a.lr}, {total_steps, a.lr / 20}};
+    double warm_steps = (double)cfg.steps_per_epoch * a.warmup;
+    tp_hp_point_t pts[3] = {{0, a.lr}, {total_steps, a.lr * a.lr_end}, {0, 0}};
+    size_t npts = 2;
+    if (warm_steps > 0) {
+        pts[0] = (tp_hp_point_t){0, a.lr / 10};
+        pts[1] = (tp_hp_point_t){warm_steps, a.lr};
+        pts[2] = (tp_hp_point_t){total_steps, a.lr * a.lr_end};
+        npts = 3;
+    }
     tp_inferencer_t infs[] = {
         {TP_INFER_SCALAR_STATS, "accuracy", NULL},
         {TP_INFER_SCALAR_STATS, "cost", NULL},
@@ -745,7 +785,7 @@ int main(int argc, char **argv) {
         {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},  /* --tta-shift */
     };
     tp_callback_t *cbs[2] = {
-        tp_cb_hp_schedule("learning_rate", pts, 2, 1, 1),
+        tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1),
         rank == 0 ? tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta) : NULL,
     };
     cfg.callbacks = cbs;
