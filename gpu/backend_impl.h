@@ -92,7 +92,8 @@ static inline size_t tp_act_room(const tp_op_call_t *c) {
 static inline tp_op_call_t tp_act_inner(const tp_op_call_t *c, const float *masked) {
     tp_op_call_t in = *c;
     size_t room = tp_act_room(c);
-    in.workspace = room ? (char *)c->workspace + room : c->workspace;
+    /* planning asks op_workspace with no workspace yet: nothing to move */
+    in.workspace = room && c->workspace ? (char *)c->workspace + room : c->workspace;
     in.workspace_bytes = c->workspace_bytes > room ? c->workspace_bytes - room : 0;
     if (masked)
         in.dy = masked;
