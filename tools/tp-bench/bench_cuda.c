@@ -135,12 +135,16 @@ static int s_profile(tp_model_t *m, int tower, tp_tensor_t *feeds, int nfeeds,
                ((double)run_dev - (double)dev) / RUNS / 1e3);
     printf("  %-28s %-16s %9s %9s %9s %9s   (us per step)\n", "op", "kind", "fwd host",
            "fwd dev", "bwd host", "bwd dev");
-    for (int i = 0; i < n && i < 256; i++)
-        printf("  %-28s %-16s %9.1f %9.1f %9.1f %9.1f\n", pr[i].name,
-               tp_op_name(pr[i].kind), pr[i].forward_ns / (double)RUNS / 1e3,
+    for (int i = 0; i < n && i < 256; i++) {
+        char kind[32]; /* "+N": nodes folded into the op's calls (config fold) */
+        snprintf(kind, sizeof kind, pr[i].folds ? "%s+%d" : "%s", tp_op_name(pr[i].kind),
+                 pr[i].folds);
+        printf("  %-28s %-16s %9.1f %9.1f %9.1f %9.1f\n", pr[i].name, kind,
+               pr[i].forward_ns / (double)RUNS / 1e3,
                pr[i].device_forward_ns / (double)RUNS / 1e3,
                pr[i].backward_ns / (double)RUNS / 1e3,
                pr[i].device_backward_ns / (double)RUNS / 1e3);
+    }
     tp_model_set_profiling(m, 0);
     return 0;
 }

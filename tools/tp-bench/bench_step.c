@@ -203,10 +203,13 @@ int tp_bench_step(int argc, char **argv) {
             tp_op_profile_t pr[64];
             int np = tp_model_profile(cm, 0, pr, 64);
             printf("CNN per-op time (ms per step):\n");
-            for (int i = 0; i < np && i < 64; i++)
-                printf("  %-16s %-16s fwd %7.2f  bwd %7.2f\n", pr[i].name,
-                       tp_op_name(pr[i].kind), pr[i].forward_ns / 1e6 / citers,
-                       pr[i].backward_ns / 1e6 / citers);
+            for (int i = 0; i < np && i < 64; i++) {
+                char kind[32]; /* "+N": nodes folded into its calls */
+                snprintf(kind, sizeof kind, pr[i].folds ? "%s+%d" : "%s",
+                         tp_op_name(pr[i].kind), pr[i].folds);
+                printf("  %-16s %-16s fwd %7.2f  bwd %7.2f\n", pr[i].name, kind,
+                       pr[i].forward_ns / 1e6 / citers, pr[i].backward_ns / 1e6 / citers);
+            }
         }
         tp_free(img);
         tp_model_destroy(&cm);
