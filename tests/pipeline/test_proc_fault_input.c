@@ -36,11 +36,11 @@ static void s_failing_dataflow(int towers) {
               "the dataflow's own message: %s", tp_last_error());
 }
 
-Test(fault_input, failing_dataflow_ends_training, .timeout = 30) {
+Test(fault_input, failing_dataflow_ends_training, .timeout = 120) {
     s_failing_dataflow(1);
 }
 
-Test(fault_input, failing_dataflow_ends_training_two_towers, .timeout = 30) {
+Test(fault_input, failing_dataflow_ends_training_two_towers, .timeout = 120) {
     s_failing_dataflow(2);
 }
 

@@ -98,7 +98,7 @@ Test(tfevents, python_reads_every_record_and_the_scalars_equal_stats_json,
     s_rm(dir);
 }
 
-Test(tfevents, off_writes_no_event_file, .timeout = 120) {
+Test(tfevents, off_writes_no_event_file, .timeout = 240) {
     char dir[] = "/tmp/tp-tfevents-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     s_train(dir, 0);

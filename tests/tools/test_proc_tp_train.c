@@ -75,7 +75,7 @@ static void s_check_steps(const char *logdir, int n) {
     cr_assert_eq(k, n);
 }
 
-Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown, .timeout = 120) {
+Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown, .timeout = 180) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/run", s_dir);
     char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "2", "--steps-per-epoch", "10",
@@ -113,7 +113,7 @@ Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown
     cr_assert(strstr(s_out, "keep (resume), delete, backup or new"), "%s", s_out);
 }
 
-Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 120) {
+Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 180) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/workers", s_dir);
     char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "10",
@@ -177,7 +177,7 @@ static void s_png_folder(int count, int side, int textured) {
  * workers on their data sockets; each worker reads the whole folder, so
  * the count is not doubled). */
 Test(tp_train, skipped_files_from_forked_workers, .init = s_setup, .fini = s_teardown,
-     .timeout = 120) {
+     .timeout = 180) {
     char path[256];
     s_png_folder(8, 8, 0);
     static const char *const bad[2][2] = {{"a/trunc.png", "\x89PNG\r\n\x1a\n\0\0"},
@@ -251,7 +251,7 @@ static json_t *s_top_row(json_t *snap, const char *name) {
  * the towers and the callback actor. A worker killed with SIGKILL is gone
  * from the rows within 3 s (its slot shows the replacement's process). */
 Test(tp_train, tp_top_shows_the_whole_tree, .init = s_setup, .fini = s_teardown,
-     .timeout = 120) {
+     .timeout = 180) {
     char logdir[128], sock[160], ep[170];
     snprintf(logdir, sizeof logdir, "%s/tree", s_dir);
     snprintf(sock, sizeof sock, "%s/stats.sock", logdir);
@@ -317,7 +317,7 @@ Test(tp_train, tp_top_shows_the_whole_tree, .init = s_setup, .fini = s_teardown,
               "tp-train ended in order after SIGTERM (status %d)", st);
 }
 
-Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .timeout = 120) {
+Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .timeout = 180) {
     char logdir[128], ep[128], bind[140];
     snprintf(logdir, sizeof logdir, "%s/remote", s_dir);
     snprintf(ep, sizeof ep, "ipc://%s/data.sock", s_dir);
@@ -369,7 +369,7 @@ static int s_rows_of(json_t *snap, json_int_t pid) {
  * host); a worker killed with SIGKILL is gone from the rows within 10 s,
  * the other stays. */
 Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
-     .timeout = 120) {
+     .timeout = 180) {
     char logdir[128], sock[160], ep[170], data[128], bind[140];
     snprintf(logdir, sizeof logdir, "%s/rw", s_dir);
     snprintf(sock, sizeof sock, "%s/stats.sock", logdir);
@@ -501,7 +501,7 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
  * augmented there (ResidentInput); validation as usual, and with --tta
  * also on the mirrored images. */
 Test(tp_train, resident_data_trains, .init = s_setup, .fini = s_teardown,
-     .timeout = 120) {
+     .timeout = 180) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/resident", s_dir);
     char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--augment", "--pad", "1",
@@ -544,7 +544,7 @@ Test(tp_train, tta_accuracy_is_pytorchs, .init = s_setup, .fini = s_teardown,
  * the end of epoch 3: 0.05, 0.025, 0 after each. A warm-up as long as
  * the run, or an end outside [0, 1], is refused, naming the flag. */
 Test(tp_train, warmup_and_lr_end_shape_the_rate, .init = s_setup, .fini = s_teardown,
-     .timeout = 120) {
+     .timeout = 180) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/warmup", s_dir);
     char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--no-augment",
@@ -579,7 +579,7 @@ Test(tp_train, warmup_and_lr_end_shape_the_rate, .init = s_setup, .fini = s_tear
  * sat at a twentieth from the third step: 3% of cnn-bn's accuracy on a
  * GPU.) A size nothing can tell before reading is refused. */
 Test(tp_train, resident_epochs_are_a_pass_and_the_rate_decays_over_them,
-     .init = s_setup, .fini = s_teardown, .timeout = 120) {
+     .init = s_setup, .fini = s_teardown, .timeout = 180) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/resident-lr", s_dir);
     char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--no-augment",
@@ -606,7 +606,7 @@ Test(tp_train, resident_epochs_are_a_pass_and_the_rate_decays_over_them,
  * planned for 128 / towers, and a spec batching otherwise failed its first
  * step). */
 Test(tp_train, the_batch_follows_the_spec, .init = s_setup, .fini = s_teardown,
-     .timeout = 120) {
+     .timeout = 180) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/spec", s_dir);
     char *argv[] = {"tp-train", "--model", "mlp", "--towers", "2", "--threads", "1",
@@ -633,7 +633,7 @@ static int s_tool(char **argv) {
  * cropped at 32 (augmented CNN), and the checkpoints record 32x32; then
  * tp-predict and tp-export take the size from the checkpoint, no flag. */
 Test(tp_train, image_size_32_trains_predicts_and_exports, .init = s_setup,
-     .fini = s_teardown, .timeout = 120) {
+     .fini = s_teardown, .timeout = 180) {
     s_png_folder(12, 40, 1);
     char data[256], logdir[128];
     snprintf(data, sizeof data, "imagefolder:%s/img", s_dir);
