@@ -6,6 +6,7 @@
 # budget are failures of their own, and the exit status is 0 only when
 # every step passed. scripts/gpu/kernel_sum.py on a CSV in Nsight
 # Compute's form: times in any unit, summed by kernel, largest first.
+# scripts/gpu/record_run.py's run line and summary (the TTA columns).
 # scripts/gpu/pytorch_gemm_step.py (where torch is installed): skipped
 # without a GPU, its summary line with one.
 set -u
@@ -58,6 +59,16 @@ grep -q "^4 kernel runs, 50.0 us in all, 25.0 us a step over 2 steps" "$tmp/ks" 
 echo "$h" >"$tmp/empty.csv"
 python3 "$root/scripts/gpu/kernel_sum.py" "$tmp/empty.csv" >"$tmp/ks2"
 [ $? -eq 1 ] || fail "kernel_sum on no rows: not exit 1"
+# record_run.py: a run's line (training time from the epochs' rates, the
+# TTA accuracies when tp-train put them) and the summary of a block
+printf '[{"global_step":100,"steps_per_s":50,"validation_accuracy":0.9},{"global_step":300,"steps_per_s":100,"validation_accuracy":0.91,"validation_flip_accuracy":0.92,"validation_flip_shift_accuracy":0.925}]' >"$tmp/st.json"
+python3 "$root/scripts/gpu/record_run.py" run 3 0 10 14.5 "$tmp/st.json" >"$tmp/rec.txt"
+grep -qx "run seed=3 rc=0 epochs=2 accuracy=0.9100 flip=0.9200 shift=0.9250 train_s=4.00 wall_s=4.50" "$tmp/rec.txt" ||
+    fail "record_run run: $(cat "$tmp/rec.txt")"
+python3 "$root/scripts/gpu/record_run.py" summary "$tmp/rec.txt" >"$tmp/sum.txt"
+grep -q "accuracy mean 0.9100.*(--tta) mean 0.9200.*(--tta-shift) mean 0.9250.*training time mean 4.00 s" "$tmp/sum.txt" ||
+    fail "record_run summary: $(cat "$tmp/sum.txt")"
+
 # the GEMM step's PyTorch peer: without a GPU it says so and exits 77
 # (skipped), not a failure or a traceback
 if python3 -c 'import torch' 2>/dev/null; then
