@@ -34,11 +34,9 @@ void tp_plan_folds_(tp_tower_t *t) {
             uses[t->nodes[i]->inputs[j]->id]++;
     for (int i = 0; i < t->noutputs; i++)
         uses[t->outputs[i].node->id] += 2;
-    for (int k = 0; k < t->ncosts; k++)
+    for (int k = 0; k < t->ncosts; k++) /* costs[0] is the main cost */
         if (t->costs[k])
             uses[t->costs[k]->id] += 2;
-    if (t->cost)
-        uses[t->cost->id] += 2;
 
     /* bias adds into the matmuls before them */
     for (int i = 0; i < t->nnodes; i++) {

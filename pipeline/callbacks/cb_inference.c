@@ -220,10 +220,10 @@ static tp_status_t s_batch(s_runner_t *r, const tp_tensor_t *inputs, int nin, do
     tp_tensor_t seen[TP_PREDICT_MAX_IO];
     memcpy(seen, inputs, (size_t)nin * sizeof *inputs);
     for (int k = 1; k < r->nviews; k++) {
-        size_t first = 0; /* an inferencer that takes the view, for messages */
-        while (first < r->n && s_view_weight(r->infs[first].kind, k) == 0.0f)
-            first++;
-        TP_TRY(s_make_view(r, &inputs[0], k, r->infs[first < r->n ? first : 0].kind));
+        /* the name its messages give: a shifted view is FlipShiftAccuracy's */
+        TP_TRY(s_make_view(r, &inputs[0], k,
+                           r->nviews > 2 ? TP_INFER_FLIP_SHIFT_ACCURACY
+                                         : TP_INFER_FLIP_ACCURACY));
         seen[0] = r->view;
         TP_TRY(tp_predictor_run_views(r->pred, seen, views));
         for (size_t i = 0; i < r->n; i++)
