@@ -86,7 +86,7 @@ typedef struct tp_cuda_backend {
     int bf16;                    /* products on bf16 tensor cores */
     int bn_cudnn;                /* batch norm's training passes by
                                     cuDNN's legacy calls, not ours
-                                    (TP_CUDA_BN=towerpack) */
+                                    (TP_CUDA_BN=cudnn) */
     int conv_measure;            /* rank conv algorithms by running them
                                     when planned (TP_CUDNN_SEARCH=measure) */
     char device_name[128];

@@ -870,11 +870,12 @@ static void s_ncs(const tp_shape_t *s, size_t *n, size_t *c, size_t *sp) {
         *sp *= (size_t)s->d[i];
 }
 
-/* Batch norm's training passes by cuDNN's legacy calls (spatial mode) or,
- * with TP_CUDA_BN=towerpack, by towerpack's kernels (k_bn_*), which slice
- * each channel's sums over the batch (s_bn_slices) and need 32-bit
- * indices (s_bn_fits; larger tensors take cuDNN's). The parameters'
- * gradients without dx, and inference mode's backward, are always ours. */
+/* Batch norm's training passes by towerpack's kernels (k_bn_*; the
+ * default) or, with TP_CUDA_BN=cudnn, by cuDNN's legacy calls (spatial
+ * mode). Ours slice each channel's sums over the batch (s_bn_slices) and
+ * need 32-bit indices (s_bn_fits; larger tensors take cuDNN's). The
+ * parameters' gradients without dx, and inference mode's backward, are
+ * always ours. */
 static size_t s_bn_slices(size_t n, size_t ch) {
     const size_t want = (528 + ch - 1) / (ch ? ch : 1); /* ~4 blocks per SM */
     return want < n ? want : (n ? n : 1);

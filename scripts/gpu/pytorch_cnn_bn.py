@@ -116,6 +116,10 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--pad", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--lr-end", type=float, default=0.05,
+                    help="the rate at the end, a fraction of --lr (tp-train's)")
+    ap.add_argument("--warmup", type=float, default=0.0,
+                    help="epochs of the rate's climb from lr / 10 (tp-train's)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--tf32", action="store_true")
@@ -159,9 +163,16 @@ def main():
                "weight_decay": 0.0}]
     opt = torch.optim.SGD(groups, lr=a.lr, momentum=0.9)
     total = a.epochs * len(train)
-    # tp-train's schedule: linear in the step from lr to lr / 20
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda step: 1.0 - (1.0 - 1.0 / 20.0) * min(step, total) / total)
+    # tp-train's schedule: from lr / 10 up to lr over --warmup epochs, then
+    # linear in the step down to lr x --lr-end (a twentieth by default)
+    warm = a.warmup * len(train)
+
+    def rate(step):
+        step = min(step, total)
+        if step < warm:
+            return 0.1 + 0.9 * step / warm
+        return 1.0 - (1.0 - a.lr_end) * (step - warm) / (total - warm)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, rate)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     trained = 0.0
     acc = 0.0

@@ -494,14 +494,17 @@ static void s_bn(int training, int update, int ndim, uint64_t seed) {
 }
 
 Test(cuda_ops, batch_norm_training) { s_bn(1, 1, 4, 16); }
-/* towerpack's batch norm (TP_CUDA_BN=towerpack): the cases above, then
- * the sums in slices of the batch: 3 channels in 64 slices of one sample;
- * 40 channels in 14 uneven slices of 20 samples; 128 x 32 x 28 x 28 (cnn-bn's
- * first block: 16 slices of 8) */
-Test(cuda_ops, batch_norm_training_sliced) {
-    setenv("TP_CUDA_BN", "towerpack", 1);  /* this child's backends */
+/* cuDNN's batch norm (TP_CUDA_BN=cudnn): the training cases */
+Test(cuda_ops, batch_norm_training_by_cudnn) {
+    setenv("TP_CUDA_BN", "cudnn", 1);  /* this child's backends */
     s_bn(1, 1, 4, 16);
     s_bn(1, 0, 2, 17);
+    s_bn_shaped(1, 1, SH(20, 40, 5, 5), 20);
+}
+/* towerpack's batch norm (the default): the sums in slices of the batch:
+ * 3 channels in 64 slices of one sample; 40 channels in 14 uneven slices
+ * of 20 samples; 128 x 32 x 28 x 28 (cnn-bn's first block: 16 slices of 8) */
+Test(cuda_ops, batch_norm_training_sliced) {
     s_bn_shaped(1, 1, SH(64, 3, 9, 7), 19);
     s_bn_shaped(1, 1, SH(20, 40, 5, 5), 20);
     s_bn_shaped(1, 0, SH(128, 32, 28, 28), 21);
@@ -547,8 +550,8 @@ Test(cuda_ops, add) {
     s_check_op(&k, 22);
 }
 
-/* a relu folded into a convolution, a batch norm (cuDNN's training
- * passes, towerpack's, inference), an add and a bias add: the relu after
+/* a relu folded into a convolution, a batch norm (towerpack's training
+ * passes, inference, cuDNN's training passes), an add and a bias add: the relu after
  * the output, the mask before the op's own backward (room at the start of
  * the workspace, the op's own after it) */
 Test(cuda_ops, folded_relu_after_conv_batch_norm_add_and_bias_add) {
@@ -561,7 +564,7 @@ Test(cuda_ops, folded_relu_after_conv_batch_norm_add_and_bias_add) {
     k = s_bn_case(0, 0, SH(8, 6, 5, 4));
     k.attr.act = TP_ACT_RELU;
     s_check_op(&k, 46);
-    setenv("TP_CUDA_BN", "towerpack", 1); /* this child's backends */
+    setenv("TP_CUDA_BN", "cudnn", 1); /* this child's backends */
     k = s_bn_case(1, 1, SH(20, 40, 5, 5));
     k.attr.act = TP_ACT_RELU;
     s_check_op(&k, 47);
@@ -960,6 +963,7 @@ Test(cuda_ops, a_hold_keeps_the_stream_and_marks_after_it_time_the_work) {
     g->ops->free(g, d);
     g->ops->timer_destroy(g, t);
     g->ops->stream_destroy(g, st);
+    tp_backend_destroy(&g);
 }
 
 Test(cuda_ops, out_of_memory_names_the_size) {

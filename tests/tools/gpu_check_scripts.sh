@@ -40,6 +40,18 @@ grep -q "gpu-check steps: 5 step(s), exit 1" "$tmp/log" || fail "no closing line
 printf '5 true\n5 echo ok\n' >"$tmp/good.txt"
 OUT="$tmp/out2" bash "$root/scripts/gpu-check.sh" steps "$tmp/good.txt" >"$tmp/log2" 2>&1 ||
     fail "passing steps: exit $?: $(cat "$tmp/log2")"
+[ -f "$tmp/out2/step-2.txt" ] && [ ! -e "$tmp/out2/logs.tgz" ] ||
+    fail "two steps' logs: packed, or missing: $(ls "$tmp/out2")"
+# more logs than the device tool brings back (8 files): all but the
+# summary packed into logs.tgz, every one of them there
+for i in $(seq 9); do echo "5 echo step$i; echo extra >\$OUT/extra$i.log"; done >"$tmp/many.txt"
+OUT="$tmp/out4" bash "$root/scripts/gpu-check.sh" steps "$tmp/many.txt" >"$tmp/log4" 2>&1 ||
+    fail "nine steps: exit $?: $(cat "$tmp/log4")"
+[ "$(ls "$tmp/out4" | sort | tr '\n' ' ')" = "logs.tgz steps.txt " ] ||
+    fail "nine steps: left $(ls "$tmp/out4")"
+[ "$(tar tzf "$tmp/out4/logs.tgz" | grep -c -E 'step-[0-9]+\.txt$|extra[0-9]\.log$')" -eq 18 ] ||
+    fail "nine steps: the archive holds $(tar tzf "$tmp/out4/logs.tgz" | tr '\n' ' ')"
+tar xzOf "$tmp/out4/logs.tgz" ./step-9.txt | grep -qx step9 || fail "step 9's log not in the archive"
 OUT="$tmp/out3" bash "$root/scripts/gpu-check.sh" steps "$tmp/none.txt" >"$tmp/log3" 2>&1
 [ $? -eq 2 ] && grep -q "no file" "$tmp/log3" || fail "a missing file: $(cat "$tmp/log3")"
 
