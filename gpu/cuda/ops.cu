@@ -487,17 +487,6 @@ struct f_bias {
     size_t c, sp;
     __device__ float operator()(size_t i) const { return x[i] + b[(i / sp) % c]; }
 };
-/* a folded bias and relu over a matmul's product, in place: the bias add's
- * sum, then the relu's max (attr act; backend_impl.h) */
-struct f_bias_act {
-    const float *y, *b;
-    size_t m;
-    int relu;
-    __device__ float operator()(size_t i) const {
-        float v = b ? y[i] + b[i % m] : y[i];
-        return relu ? fmaxf(v, 0.0f) : v;
-    }
-};
 struct f_relu {
     const float *y;
     __device__ float operator()(size_t i) const { return fmaxf(y[i], 0.0f); }
@@ -591,6 +580,78 @@ __global__ void k_column_sum(const float *v, size_t rows, size_t C, float *out,
         for (int k = 0; k < 8; k++)
             t += sh[k][threadIdx.x];
         out[c] = acc ? out[c] + (float)t : (float)t;
+    }
+}
+
+/* v[i], or with a folded relu's output y: v[i] where y[i] > 0, else 0,
+ * also stored in masked[i] (the masked gradient the products then read) */
+__device__ __forceinline__ float s_masked_ld(const float *v, const float *y,
+                                             float *masked, size_t i) {
+    float d = v[i];
+    if (y) {
+        d = y[i] > 0.0f ? d : 0.0f;
+        masked[i] = d;
+    }
+    return d;
+}
+
+/* The same sums over slices of the rows, for the wide layers: one block a
+ * 32 columns left a 1024 x 2048 gradient 64 blocks on 132 SMs, each thread
+ * walking 32 dependent groups of rows (memory latency, not bandwidth).
+ * Block (tile, s) sums rows [s * rows / S, (s + 1) * rows / S) of its 32
+ * columns as k_column_sum does, into part[s * C + c] (double); then
+ * k_column_finish adds a column's S partial sums in order: deterministic,
+ * whatever the launch. With y, a folded relu's mask is applied on the way
+ * (s_masked_ld): one pass over dy where there were two. */
+__global__ void k_column_partial(const float *v, const float *y, float *masked,
+                                 size_t rows, size_t C, size_t S, double *part) {
+    __shared__ double sh[8][32];
+    const size_t c = blockIdx.x * (size_t)32 + threadIdx.x;
+    const size_t sl = blockIdx.y;
+    const size_t r1 = (sl + 1) * rows / S;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    if (c < C) {
+        size_t r = sl * rows / S + threadIdx.y;
+        for (; r + 24 < r1; r += 32) {
+            s0 += s_masked_ld(v, y, masked, r * C + c);
+            s1 += s_masked_ld(v, y, masked, (r + 8) * C + c);
+            s2 += s_masked_ld(v, y, masked, (r + 16) * C + c);
+            s3 += s_masked_ld(v, y, masked, (r + 24) * C + c);
+        }
+        for (; r < r1; r += 8)
+            s0 += s_masked_ld(v, y, masked, r * C + c);
+    }
+    sh[threadIdx.y][threadIdx.x] = (s0 + s1) + (s2 + s3);
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        double t = 0.0;
+        for (int k = 0; k < 8; k++)
+            t += sh[k][threadIdx.x];
+        part[sl * C + c] = t;
+    }
+}
+
+__global__ void k_column_finish(const double *part, size_t S, size_t C, float *out,
+                                int acc) {
+    TP_GRID_LOOP(c, C) {
+        double t = 0.0;
+        for (size_t sl = 0; sl < S; sl++)
+            t += part[sl * C + c];
+        out[c] = acc ? out[c] + (float)t : (float)t;
+    }
+}
+
+/* A folded bias and relu over a matmul's [rows, m] product, in place (attr
+ * act; backend_impl.h): a thread a column, its bias read once, the rows
+ * strided over grid.y; no index division. */
+__global__ void k_bias_act(float *y, const float *b, size_t rows, size_t m, int relu) {
+    const size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (c >= m)
+        return;
+    const float bc = b ? b[c] : 0.0f;
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        float v = b ? y[r * m + c] + bc : y[r * m + c];
+        y[r * m + c] = relu ? fmaxf(v, 0.0f) : v;
     }
 }
 
@@ -862,6 +923,68 @@ static tp_status_t s_store(tp_stream_t *s, float *dst, int acc, size_t n, F f) {
 
 static size_t s_count(const tp_shape_t *s) { return tp_shape_count(s); }
 
+/* Column sums of a [rows, C] row-major tensor (a fully connected layer's
+ * bias gradient) in slices of the rows: about 4 blocks per SM, at least 32
+ * rows a slice, at most 64 slices; 1 is k_column_sum's single pass. */
+static size_t s_colsum_slices(size_t rows, size_t C) {
+    const size_t tiles = (C + 31) / 32;
+    const size_t want = (528 + tiles - 1) / (tiles ? tiles : 1);
+    size_t S = (rows + 31) / 32;
+    S = want < S ? want : S;
+    S = S < 64 ? S : 64;
+    return S ? S : 1;
+}
+
+/* the workspace the slices' partial sums take (0: one pass) */
+static size_t s_colsum_room(size_t rows, size_t C) {
+    const size_t S = s_colsum_slices(rows, C);
+    return S > 1 ? S * C * sizeof(double) : 0;
+}
+
+/* out (+)= the column sums of v: sliced where `ws` holds the partial sums,
+ * else in one pass. With y (a folded relu's output), of v masked by y > 0,
+ * the masked values stored in `masked` as well. */
+static tp_status_t s_column_sum(tp_stream_t *s, const float *v, const float *y,
+                                float *masked, size_t rows, size_t C, float *out,
+                                int acc, void *ws, size_t ws_bytes) {
+    if (C == 0)
+        return TP_OK;
+    const size_t S = s_colsum_slices(rows, C);
+    const unsigned tiles = (unsigned)((C + 31) / 32);
+    if (S > 1 && ws && ws_bytes >= S * C * sizeof(double)) {
+        k_column_partial<<<dim3(tiles, (unsigned)S), dim3(32, 8), 0, s->cu>>>(
+            v, y, masked, rows, C, S, (double *)ws);
+        TP_LAUNCHED();
+        k_column_finish<<<tp_cuda_blocks(C, 256), 256, 0, s->cu>>>((const double *)ws, S,
+                                                                   C, out, acc);
+        TP_LAUNCHED();
+        return TP_OK;
+    }
+    if (y) {
+        TP_TRY(s_store(s, masked, 0, rows * C, f_relu_mask{y, v}));
+        v = masked;
+    }
+    k_column_sum<<<tiles, dim3(32, 8), 0, s->cu>>>(v, rows, C, out, acc);
+    TP_LAUNCHED();
+    return TP_OK;
+}
+
+/* y = relu(y + b) (b NULL: no bias; relu 0: no max) over [rows, m] */
+static tp_status_t s_bias_act(tp_stream_t *s, float *y, const float *b, size_t rows,
+                              size_t m, int relu) {
+    if (rows == 0 || m == 0)
+        return TP_OK;
+    const unsigned threads = m >= 256 ? 256 : (unsigned)((m + 31) / 32 * 32);
+    const size_t gx = (m + threads - 1) / threads;
+    size_t gy = (1056 + gx - 1) / gx; /* ~8 blocks per SM in all */
+    gy = gy < rows ? gy : rows;
+    gy = gy < 65535 ? gy : 65535;
+    k_bias_act<<<dim3((unsigned)gx, (unsigned)gy), threads, 0, s->cu>>>(y, b, rows, m,
+                                                                        relu);
+    TP_LAUNCHED();
+    return TP_OK;
+}
+
 static void s_ncs(const tp_shape_t *s, size_t *n, size_t *c, size_t *sp) {
     *n = s->ndim > 0 ? (size_t)s->d[0] : 1;
     *c = s->ndim > 1 ? (size_t)s->d[1] : 1;
@@ -985,6 +1108,13 @@ static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
     case TP_OP_DROPOUT: {
         size_t n = s_count(&c->yshape);
         return n * sizeof(float);  /* the mask, for backward */
+    }
+    case TP_OP_MATMUL: /* a folded bias's gradient, summed in slices */
+        return s_colsum_room((size_t)c->xshape[0].d[0], (size_t)c->xshape[1].d[1]);
+    case TP_OP_BIAS_ADD: {
+        size_t n, ch, sp;
+        s_ncs(&c->xshape[0], &n, &ch, &sp);
+        return sp == 1 ? s_colsum_room(n, ch) : 0;
     }
     case TP_OP_SOFTMAX_XENT:
         return s_count(&c->xshape[0]) * sizeof(float); /* log-probabilities */
@@ -1182,8 +1312,8 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
         TP_TRY(s_gemm_rm(s, 0, 0, n, m, k, x0, k, (const float *)c->x[1], m,
                          0.0f, y, m));
         if (c->bias || c->attr->act == TP_ACT_RELU)
-            return s_store(s, y, 0, ny,
-                           f_bias_act{y, c->bias, (size_t)m, c->attr->act == TP_ACT_RELU});
+            return s_bias_act(s, y, c->bias, (size_t)n, (size_t)m,
+                              c->attr->act == TP_ACT_RELU);
         return TP_OK;
     }
     case TP_OP_CONV2D:
@@ -1369,11 +1499,9 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
         const tp_shape_t *xs = &c->xshape[0];
         int n = (int)xs->d[0], k = (int)(s_count(xs) / (size_t)xs->d[0]);
         int m = (int)c->xshape[1].d[1];
-        if (c->dbias) { /* a folded bias add's gradient */
-            k_column_sum<<<(unsigned)((m + 31) / 32), dim3(32, 8), 0, s->cu>>>(
-                dy, (size_t)n, (size_t)m, c->dbias, c->dbias_acc);
-            TP_LAUNCHED();
-        }
+        if (c->dbias) /* a folded bias add's gradient */
+            TP_TRY(s_column_sum(s, dy, NULL, NULL, (size_t)n, (size_t)m, c->dbias,
+                                c->dbias_acc, c->workspace, c->workspace_bytes));
         if (c->dx[1])
             TP_TRY(s_gemm_rm(s, 1, 0, k, m, n, x0, k, dy, m,
                              c->dx_acc[1] ? 1.0f : 0.0f, c->dx[1], m));
@@ -1390,9 +1518,8 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
         if (dx0)
             TP_TRY(s_store(s, dx0, acc0, n * ch * sp, f_copy{dy}));
         if (c->dx[1] && sp == 1) {
-            k_column_sum<<<(unsigned)((ch + 31) / 32), dim3(32, 8), 0, s->cu>>>(
-                dy, n, ch, c->dx[1], c->dx_acc[1]);
-            TP_LAUNCHED();
+            TP_TRY(s_column_sum(s, dy, NULL, NULL, n, ch, c->dx[1], c->dx_acc[1],
+                                c->workspace, c->workspace_bytes));
         } else if (c->dx[1]) {
             k_channel_sum<<<(unsigned)ch, 256, 0, s->cu>>>(dy, n, ch, sp,
                                                            c->dx[1],
@@ -1538,8 +1665,16 @@ tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
         return s_backward(cb, s, &in);
     }
     float *masked = (float *)c->workspace;
+    tp_op_call_t in = tp_act_inner(c, masked);
+    if (c->kind == TP_OP_MATMUL && c->dbias) {
+        /* the mask and the folded bias's gradient in one pass over dy */
+        const size_t n = (size_t)c->xshape[0].d[0], m = (size_t)c->xshape[1].d[1];
+        TP_TRY(s_column_sum(s, c->dy, (const float *)c->y, masked, n, m, c->dbias,
+                            c->dbias_acc, in.workspace, in.workspace_bytes));
+        in.dbias = NULL;
+        return s_backward(cb, s, &in);
+    }
     TP_TRY(s_store(s, masked, 0, s_count(&c->yshape),
                    f_relu_mask{(const float *)c->y, c->dy}));
-    const tp_op_call_t in = tp_act_inner(c, masked);
     return s_backward(cb, s, &in);
 }

@@ -355,7 +355,9 @@ Test(cuda_ops, matmul) {
 }
 
 /* folds (gpu/graph/fold.c): a matmul with its bias add, with and without
- * the relu after it, [75, 45] past one block of the bias's column sums */
+ * the relu after it, [75, 45] past one block of the bias's column sums
+ * (3 slices of 25 rows); then [601, 2085]: 66 column tiles, 8 uneven
+ * slices of the rows, and the bias pass's grid with rows left to stride */
 Test(cuda_ops, matmul_folded_bias_and_relu) {
     s_case_t k = s_base(TP_OP_MATMUL);
     k.ninputs = 2;
@@ -374,6 +376,12 @@ Test(cuda_ops, matmul_folded_bias_and_relu) {
     k.grad[0] = 0;
     k.attr.act = TP_ACT_RELU;
     s_check_op(&k, 43);
+    k.xs[0] = SH(601, 16);
+    k.xs[1] = SH(16, 2085);
+    k.ys = SH(601, 2085);
+    k.grad[0] = 1;
+    k.bias = 1;
+    s_check_op(&k, 50);
 }
 
 static s_case_t s_conv_case(int bias, int stride, int pad, int ksz) {
@@ -416,11 +424,16 @@ Test(cuda_ops, bias_add) {
     k.xs[1] = SH(13);
     k.ys = k.xs[0];
     s_check_op(&k, 6);
-    /* rows and columns past one block's 32 x 32, neither a multiple */
+    /* rows and columns past one block's 32 x 32, neither a multiple (3
+     * slices of the rows), then 66 column tiles over 8 uneven slices */
     k.xs[0] = SH(75, 45);
     k.xs[1] = SH(45);
     k.ys = k.xs[0];
     s_check_op(&k, 7);
+    k.xs[0] = SH(601, 2085);
+    k.xs[1] = SH(2085);
+    k.ys = k.xs[0];
+    s_check_op(&k, 8);
 }
 
 static void s_unary(tp_op_kind_t kind, float alpha, uint64_t seed) {
