@@ -551,38 +551,6 @@ __global__ void k_channel_sum(const float *v, size_t n, size_t C, size_t sp,
         out[c] = acc ? out[c] + (float)s : (float)s;
 }
 
-/* out[c] (+)= sum over the rows of v[r * C + c], for [rows, C] row-major
- * (a fully connected layer's bias gradient: k_channel_sum with sp 1 reads
- * a column per block, one 32-byte sector per float). Here a block takes 32
- * columns, so a warp reads a row's 32 adjacent floats at once; its 8 row
- * lanes each sum every 8th row, four rows in flight, in a fixed order, and
- * the first lane adds the 8 lanes' sums in order: deterministic. */
-__global__ void k_column_sum(const float *v, size_t rows, size_t C, float *out,
-                             int acc) {
-    __shared__ double sh[8][32];
-    const size_t c = blockIdx.x * (size_t)32 + threadIdx.x;
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    if (c < C) {
-        size_t r = threadIdx.y;
-        for (; r + 24 < rows; r += 32) {
-            s0 += v[r * C + c];
-            s1 += v[(r + 8) * C + c];
-            s2 += v[(r + 16) * C + c];
-            s3 += v[(r + 24) * C + c];
-        }
-        for (; r < rows; r += 8)
-            s0 += v[r * C + c];
-    }
-    sh[threadIdx.y][threadIdx.x] = (s0 + s1) + (s2 + s3);
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        double t = 0.0;
-        for (int k = 0; k < 8; k++)
-            t += sh[k][threadIdx.x];
-        out[c] = acc ? out[c] + (float)t : (float)t;
-    }
-}
-
 /* v[i], or with a folded relu's output y: v[i] where y[i] > 0, else 0,
  * also stored in masked[i] (the masked gradient the products then read) */
 __device__ __forceinline__ float s_masked_ld(const float *v, const float *y,
@@ -595,16 +563,22 @@ __device__ __forceinline__ float s_masked_ld(const float *v, const float *y,
     return d;
 }
 
-/* The same sums over slices of the rows, for the wide layers: one block a
- * 32 columns left a 1024 x 2048 gradient 64 blocks on 132 SMs, each thread
- * walking 32 dependent groups of rows (memory latency, not bandwidth).
- * Block (tile, s) sums rows [s * rows / S, (s + 1) * rows / S) of its 32
- * columns as k_column_sum does, into part[s * C + c] (double); then
- * k_column_finish adds a column's S partial sums in order: deterministic,
- * whatever the launch. With y, a folded relu's mask is applied on the way
- * (s_masked_ld): one pass over dy where there were two. */
+/* The column sums of [rows, C] row-major v (a fully connected layer's bias
+ * gradient). A block takes 32 columns, so a warp reads a row's 32 adjacent
+ * floats at once (one column a block read a 32-byte sector per float); its
+ * 8 row lanes each sum every 8th row, four rows in flight, and the first
+ * lane adds the lanes' sums in order. The rows are cut into S slices,
+ * grid.y of them (one block a 32 columns left a 1024 x 2048 gradient 64
+ * blocks on 132 SMs, each thread walking 32 dependent groups of rows:
+ * memory latency, not bandwidth): block (tile, s) sums rows
+ * [s * rows / S, (s + 1) * rows / S) into part[s * C + c] (double), and
+ * k_column_finish adds a column's S sums in order; with one slice and no
+ * `part`, out[c] (+)= the sum directly. Deterministic either way. With y,
+ * a folded relu's mask is applied on the way (s_masked_ld): one pass over
+ * dy where there were two. */
 __global__ void k_column_partial(const float *v, const float *y, float *masked,
-                                 size_t rows, size_t C, size_t S, double *part) {
+                                 size_t rows, size_t C, size_t S, double *part,
+                                 float *out, int acc) {
     __shared__ double sh[8][32];
     const size_t c = blockIdx.x * (size_t)32 + threadIdx.x;
     const size_t sl = blockIdx.y;
@@ -627,7 +601,10 @@ __global__ void k_column_partial(const float *v, const float *y, float *masked,
         double t = 0.0;
         for (int k = 0; k < 8; k++)
             t += sh[k][threadIdx.x];
-        part[sl * C + c] = t;
+        if (part)
+            part[sl * C + c] = t;
+        else
+            out[c] = acc ? out[c] + (float)t : (float)t;
     }
 }
 
@@ -925,7 +902,7 @@ static size_t s_count(const tp_shape_t *s) { return tp_shape_count(s); }
 
 /* Column sums of a [rows, C] row-major tensor (a fully connected layer's
  * bias gradient) in slices of the rows: about 4 blocks per SM, at least 32
- * rows a slice, at most 64 slices; 1 is k_column_sum's single pass. */
+ * rows a slice, at most 64 slices; 1: one pass, no partial sums. */
 static size_t s_colsum_slices(size_t rows, size_t C) {
     const size_t tiles = (C + 31) / 32;
     const size_t want = (528 + tiles - 1) / (tiles ? tiles : 1);
@@ -941,31 +918,26 @@ static size_t s_colsum_room(size_t rows, size_t C) {
     return S > 1 ? S * C * sizeof(double) : 0;
 }
 
-/* out (+)= the column sums of v: sliced where `ws` holds the partial sums,
- * else in one pass. With y (a folded relu's output), of v masked by y > 0,
- * the masked values stored in `masked` as well. */
+/* out (+)= the column sums of v: in slices where `ws` holds their partial
+ * sums, else in one pass. With y (a folded relu's output), of v masked by
+ * y > 0, the masked values stored in `masked` as well. */
 static tp_status_t s_column_sum(tp_stream_t *s, const float *v, const float *y,
                                 float *masked, size_t rows, size_t C, float *out,
                                 int acc, void *ws, size_t ws_bytes) {
     if (C == 0)
         return TP_OK;
-    const size_t S = s_colsum_slices(rows, C);
+    size_t S = s_colsum_slices(rows, C);
+    if (!ws || ws_bytes < S * C * sizeof(double))
+        S = 1;
     const unsigned tiles = (unsigned)((C + 31) / 32);
-    if (S > 1 && ws && ws_bytes >= S * C * sizeof(double)) {
-        k_column_partial<<<dim3(tiles, (unsigned)S), dim3(32, 8), 0, s->cu>>>(
-            v, y, masked, rows, C, S, (double *)ws);
-        TP_LAUNCHED();
-        k_column_finish<<<tp_cuda_blocks(C, 256), 256, 0, s->cu>>>((const double *)ws, S,
-                                                                   C, out, acc);
-        TP_LAUNCHED();
-        return TP_OK;
-    }
-    if (y) {
-        TP_TRY(s_store(s, masked, 0, rows * C, f_relu_mask{y, v}));
-        v = masked;
-    }
-    k_column_sum<<<tiles, dim3(32, 8), 0, s->cu>>>(v, rows, C, out, acc);
+    double *part = S > 1 ? (double *)ws : NULL;
+    k_column_partial<<<dim3(tiles, (unsigned)S), dim3(32, 8), 0, s->cu>>>(
+        v, y, masked, rows, C, S, part, out, acc);
     TP_LAUNCHED();
+    if (part) {
+        k_column_finish<<<tp_cuda_blocks(C, 256), 256, 0, s->cu>>>(part, S, C, out, acc);
+        TP_LAUNCHED();
+    }
     return TP_OK;
 }
 
