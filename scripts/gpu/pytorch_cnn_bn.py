@@ -109,6 +109,16 @@ class CnnBn(nn.Module):
         return [c.weight for c in self.convs] + [self.fc0.weight, self.linear.weight]
 
 
+def rate_factor(step, total, warm, lr_end):
+    """tp-train's schedule, the rate at `step` of `total` as a fraction of
+    --lr: from a tenth up to 1 over the first `warm` steps, then linear down
+    to lr_end at the end (a twentieth by default)."""
+    step = min(step, total)
+    if step < warm:
+        return 0.1 + 0.9 * step / warm
+    return 1.0 - (1.0 - lr_end) * (step - warm) / (total - warm)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -136,6 +146,10 @@ def main():
     ap.add_argument("--init", choices=("towerpack", "torch"), default="towerpack",
                     help="initial weights: towerpack's (the same recipe) or PyTorch's defaults")
     a = ap.parse_args()
+    if not 0 <= a.warmup < a.epochs:
+        ap.error(f"--warmup {a.warmup}: the warm-up must end before the last of the {a.epochs} epochs")
+    if not 0 <= a.lr_end <= 1:
+        ap.error(f"--lr-end {a.lr_end}: a fraction of --lr in [0, 1]")
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.backends.cudnn.allow_tf32 = a.tf32
     torch.backends.cudnn.benchmark = True
@@ -163,16 +177,9 @@ def main():
                "weight_decay": 0.0}]
     opt = torch.optim.SGD(groups, lr=a.lr, momentum=0.9)
     total = a.epochs * len(train)
-    # tp-train's schedule: from lr / 10 up to lr over --warmup epochs, then
-    # linear in the step down to lr x --lr-end (a twentieth by default)
     warm = a.warmup * len(train)
-
-    def rate(step):
-        step = min(step, total)
-        if step < warm:
-            return 0.1 + 0.9 * step / warm
-        return 1.0 - (1.0 - a.lr_end) * (step - warm) / (total - warm)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, rate)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: rate_factor(step, total, warm, a.lr_end))
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     trained = 0.0
     acc = 0.0

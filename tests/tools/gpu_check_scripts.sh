@@ -84,6 +84,18 @@ grep -q "accuracy mean 0.9100.*(--tta) mean 0.9200.*(--tta-shift) mean 0.9250.*t
 # the GEMM step's PyTorch peer: without a GPU it says so and exits 77
 # (skipped), not a failure or a traceback
 if python3 -c 'import torch' 2>/dev/null; then
+    # the peer's schedule is tp-train's: the rates tp_train/warmup_and_lr_end_
+    # shape_the_rate reads after each of 3 epochs of 100 steps (lr 0.05,
+    # --warmup 1, --lr-end 0), and the default's end, a twentieth
+    PYTHONPATH="$root/scripts/gpu" python3 -c '
+import pytorch_cnn_bn as p
+got = [0.05 * p.rate_factor(s, 300, 100, 0.0) for s in (100, 200, 300)]
+want = [0.05, 0.025, 0.0]
+assert all(abs(g - w) < 1e-9 for g, w in zip(got, want)), got
+assert abs(p.rate_factor(0, 300, 100, 0.0) - 0.1) < 1e-12
+assert abs(p.rate_factor(300, 300, 0, 0.05) - 0.05) < 1e-12
+assert abs(p.rate_factor(0, 300, 0, 0.05) - 1.0) < 1e-12
+' >"$tmp/sched" 2>&1 || fail "the peer's schedule: $(cat "$tmp/sched")"
     python3 "$root/scripts/gpu/pytorch_gemm_step.py" --iters 2 >"$tmp/pg" 2>&1
     rc=$?
     if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
