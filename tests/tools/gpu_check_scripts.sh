@@ -8,9 +8,14 @@
 # Compute's form: times in any unit, summed by kernel, largest first.
 # scripts/gpu/record_run.py's run line and summary (the TTA columns).
 # scripts/gpu/pytorch_gemm_step.py (where torch is installed): skipped
-# without a GPU, its summary line with one.
+# without a GPU, its summary line with one; the PyTorch peer's rate
+# schedule against tp-train's.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+# Debian's python3, which has numpy and torch (install-deps.sh), before a
+# pyenv one first on the PATH (tests/proc_testutil.h does the same)
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "gpu_check_scripts: FAILED: $*"; cat "$tmp/out/steps.txt" 2>/dev/null; exit 1; }
@@ -64,30 +69,30 @@ h='"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream"
     echo '"2","1","p","h","k_a","1","7","(256,1,1)","(1,1,1)","0","9.0","s","gpu__time_duration.sum","usecond","9.50"'
     echo '"3","1","p","h","gemm","1","7","(256,1,1)","(1,1,1)","0","9.0","s","gpu__time_duration.sum","msecond","0.025"'
 } >"$tmp/ncu.csv"
-python3 "$root/scripts/gpu/kernel_sum.py" "$tmp/ncu.csv" --steps 2 >"$tmp/ks" || fail "kernel_sum: exit $?"
+"$py" "$root/scripts/gpu/kernel_sum.py" "$tmp/ncu.csv" --steps 2 >"$tmp/ks" || fail "kernel_sum: exit $?"
 grep -q "^4 kernel runs, 50.0 us in all, 25.0 us a step over 2 steps" "$tmp/ks" || fail "kernel_sum: $(cat "$tmp/ks")"
 [ "$(sed -n 3p "$tmp/ks" | awk '{print $1, $2, $3, $NF}')" = "50.0% 25.0 1 gemm" ] || fail "kernel_sum row 1: $(cat "$tmp/ks")"
 [ "$(sed -n 4p "$tmp/ks" | awk '{print $1, $2, $3, $4, $NF}')" = "40.0% 20.0 2 10.00 k_a" ] || fail "kernel_sum row 2: $(cat "$tmp/ks")"
 echo "$h" >"$tmp/empty.csv"
-python3 "$root/scripts/gpu/kernel_sum.py" "$tmp/empty.csv" >"$tmp/ks2"
+"$py" "$root/scripts/gpu/kernel_sum.py" "$tmp/empty.csv" >"$tmp/ks2"
 [ $? -eq 1 ] || fail "kernel_sum on no rows: not exit 1"
 # record_run.py: a run's line (training time from the epochs' rates, the
 # TTA accuracies when tp-train put them) and the summary of a block
 printf '[{"global_step":100,"steps_per_s":50,"validation_accuracy":0.9},{"global_step":300,"steps_per_s":100,"validation_accuracy":0.91,"validation_flip_accuracy":0.92,"validation_flip_shift_accuracy":0.925}]' >"$tmp/st.json"
-python3 "$root/scripts/gpu/record_run.py" run 3 0 10 14.5 "$tmp/st.json" >"$tmp/rec.txt"
+"$py" "$root/scripts/gpu/record_run.py" run 3 0 10 14.5 "$tmp/st.json" >"$tmp/rec.txt"
 grep -qx "run seed=3 rc=0 epochs=2 accuracy=0.9100 flip=0.9200 shift=0.9250 train_s=4.00 wall_s=4.50" "$tmp/rec.txt" ||
     fail "record_run run: $(cat "$tmp/rec.txt")"
-python3 "$root/scripts/gpu/record_run.py" summary "$tmp/rec.txt" >"$tmp/sum.txt"
+"$py" "$root/scripts/gpu/record_run.py" summary "$tmp/rec.txt" >"$tmp/sum.txt"
 grep -q "accuracy mean 0.9100.*(--tta) mean 0.9200.*(--tta-shift) mean 0.9250.*training time mean 4.00 s" "$tmp/sum.txt" ||
     fail "record_run summary: $(cat "$tmp/sum.txt")"
 
 # the GEMM step's PyTorch peer: without a GPU it says so and exits 77
 # (skipped), not a failure or a traceback
-if python3 -c 'import torch' 2>/dev/null; then
+if "$py" -c 'import torch' 2>/dev/null; then
     # the peer's schedule is tp-train's: the rates tp_train/warmup_and_lr_end_
     # shape_the_rate reads after each of 3 epochs of 100 steps (lr 0.05,
     # --warmup 1, --lr-end 0), and the default's end, a twentieth
-    PYTHONPATH="$root/scripts/gpu" python3 -c '
+    PYTHONPATH="$root/scripts/gpu" "$py" -c '
 import pytorch_cnn_bn as p
 got = [0.05 * p.rate_factor(s, 300, 100, 0.0) for s in (100, 200, 300)]
 want = [0.05, 0.025, 0.0]
@@ -96,9 +101,9 @@ assert abs(p.rate_factor(0, 300, 100, 0.0) - 0.1) < 1e-12
 assert abs(p.rate_factor(300, 300, 0, 0.05) - 0.05) < 1e-12
 assert abs(p.rate_factor(0, 300, 0, 0.05) - 1.0) < 1e-12
 ' >"$tmp/sched" 2>&1 || fail "the peer's schedule: $(cat "$tmp/sched")"
-    python3 "$root/scripts/gpu/pytorch_gemm_step.py" --iters 2 >"$tmp/pg" 2>&1
+    "$py" "$root/scripts/gpu/pytorch_gemm_step.py" --iters 2 >"$tmp/pg" 2>&1
     rc=$?
-    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    if "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
         [ $rc -eq 0 ] && grep -q "^pytorch gemm step: MLP 784-2048-2048-10" "$tmp/pg" ||
             fail "pytorch_gemm_step.py on a GPU: exit $rc: $(cat "$tmp/pg")"
     else
