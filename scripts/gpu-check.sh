@@ -420,13 +420,19 @@ peer() {
 # Nsight Compute's device time per kernel (an outside tool's reading of
 # where a step's GPU time goes, beside tp-bench's --profile): tp-bench cuda
 # steps with the given flags (e.g. --model cnn-bn --input resident --tf32
-# --steps 100; graphs as TP_CUDA_GRAPHS says) under ncu, the first SKIP
-# kernel launches (default 3000: set-up, cuDNN's search, warm-up) let
+# --steps 100; call by call: ncu fails inside CUDA graphs) under ncu, the
+# first SKIP kernel launches (default 3000: set-up, cuDNN's search, warm-up) let
 # pass, the next COUNT (default 700, about ten cnn-bn steps) timed, then
 # summed by kernel name (scripts/gpu/kernel_sum.py) into $OUT/kernels.txt
 # (the CSV in $OUT/ncu.csv).
 kernels() {
     gpu_env
+    if [ "${TP_CUDA_GRAPHS:-0}" != 0 ]; then
+        # on the H100 in session 20 ncu stopped with LaunchFailed inside
+        # the recorded graphs: the table is taken call by call
+        echo "gpu-check: kernels: TP_CUDA_GRAPHS=$TP_CUDA_GRAPHS ignored (ncu fails inside CUDA graphs); call by call"
+        unset TP_CUDA_GRAPHS TP_CUDA_AHEAD
+    fi
     local ncu
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     [ -n "$ncu" ] || { echo "gpu-check: kernels: ncu (Nsight Compute) not found" >&2; return 1; }
