@@ -9,8 +9,10 @@
 # A snippet with a main() is a whole program: compiled and linked against
 # libtowerpack. Any other is a fragment: compiled as the body of a function
 # returning tp_status_t (so TP_TRY works), or, when it defines functions or
-# file-scope objects, at file scope. A fragment may use, without declaring
-# them, the names the docs use for the reader's own things (PRELUDE below).
+# file-scope objects, at file scope; the definitions of the file-scope
+# snippets of a file are seen by the snippets after them in that file (as a
+# reader reads them). A fragment may also use, without declaring them, the
+# names the docs use for the reader's own things (prelude.h below).
 #
 #   doc_snippets.sh CC SRC_DIR GEN_INCLUDE_DIR LIBTOWERPACK FILE...
 # (FILE relative to SRC_DIR; GEN_INCLUDE_DIR holds the generated version.h.)
@@ -88,11 +90,17 @@ for ((i = 1; i <= n; i++)); do
     fi
     continue
   fi
-  { echo '#include "prelude.h"'; echo 'tp_status_t snippet(void);'
+  # what the earlier snippets of the same file defined at file scope
+  defs="$tmp/defs-$(md5sum <<<"${where%:*}" | cut -c1-12).h"
+  touch "$defs"
+  { echo '#include "prelude.h"'; cat "$defs"; echo 'tp_status_t snippet(void);'
     echo 'tp_status_t snippet(void) {'; cat "$tmp/$i.c"; echo 'return TP_OK; }'; } > "$tmp/body$i.c"
-  { echo '#include "prelude.h"'; cat "$tmp/$i.c"; } > "$tmp/file$i.c"
+  { echo '#include "prelude.h"'; cat "$defs" "$tmp/$i.c"; } > "$tmp/file$i.c"
   if "$cc" "${flags[@]}" -I"$tmp" -c "$tmp/body$i.c" -o "$tmp/body$i.o" 2> "$tmp/err$i"; then continue; fi
-  if "$cc" "${flags[@]}" -I"$tmp" -c "$tmp/file$i.c" -o "$tmp/file$i.o" 2>> "$tmp/err$i"; then continue; fi
+  if "$cc" "${flags[@]}" -I"$tmp" -c "$tmp/file$i.c" -o "$tmp/file$i.o" 2>> "$tmp/err$i"; then
+    cat "$tmp/$i.c" >> "$defs"
+    continue
+  fi
   echo "doc_snippets: $where: the snippet compiles neither as a function body nor at file scope:"
   cat "$tmp/err$i"
   bad=1
