@@ -312,7 +312,7 @@ function use(tok) {
 # A "{" at file scope opens a function when the statement before it has a
 # name followed by "(" outside parentheses and no "=" (an initializer).
 function define(st,    pd, c, name, last, rest) {
-    if (st ~ /=/ || st ~ /^ *(typedef|struct|union|enum)( |$)/) return
+    if (st ~ /=/ || st !~ /\(/ || st ~ /^ *typedef( |$)/) return
     pd = 0; last = ""; name = ""; rest = st
     while (rest != "") {
         if (match(rest, /^[A-Za-z_][A-Za-z0-9_]*/)) {

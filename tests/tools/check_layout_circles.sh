@@ -53,6 +53,13 @@ T
 expect "$tmp/three" 1 'call each other in a circle.*core/x\.c dataflow/y\.c pipeline/z\.c' \
   'pipeline/z\.c -> core/x\.c \(x_fn\)'
 
+# a function that returns a struct pointer, its header on the next line
+tree ret <<'T'
+core/r.c	struct r { int n; };\nstruct r *\nr_get(void)\n{\n    extern int s_fn(void);\n    return s_fn() ? 0 : 0;\n}
+core/s.c	struct r;\nstruct r *r_get(void);\nint s_fn(void) { return r_get() != 0; }
+T
+expect "$tmp/ret" 1 'call each other in a circle.*core/r\.c core/s\.c' 'core/s\.c -> core/r\.c \(r_get\)'
+
 # headers that include each other
 tree inc <<'T'
 core/p.h	#ifndef P_H\n#define P_H\n#include "q.h"\n#endif
