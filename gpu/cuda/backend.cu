@@ -9,8 +9,9 @@
  * The one exception is NCCL's communicators, made on the first collective
  * call over buffers on several devices (once per communicator).
  *
- * NOTE: written and compiled without a GPU (see docs/cuda.md); every path
- * here waits for its first run on the GPU machine (scripts/gpu-check.sh). */
+ * Built on machines without a GPU; it runs on one H100 or H200 through
+ * scripts/gpu-check.sh, which is where its tests run (docs/cuda.md says
+ * what has run and on which device). */
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>

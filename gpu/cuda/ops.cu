@@ -15,9 +15,9 @@
  * does, and each thread draws its element from (key, i) with the CPU's
  * function (backend_impl.h): the same masks, no mask made on the host.
  *
- * NOTE: written and compiled without a GPU (see docs/cuda.md); every path
- * here waits for its first run against the CPU backend on the GPU machine
- * (tests/gpu/test_cuda_ops.c via scripts/gpu-check.sh). */
+ * Built on machines without a GPU; tests/gpu/test_cuda_ops.c checks every
+ * op against the CPU backend on an H100 or H200 through
+ * scripts/gpu-check.sh (docs/cuda.md says what has run, and where). */
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>

@@ -31,6 +31,7 @@
 #include <towerpack/callback.h>
 #include <towerpack/logdir.h>
 #include <towerpack/plot.h>
+#include <towerpack/input.h>
 #include <towerpack/launch.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/predict.h>
