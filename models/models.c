@@ -157,7 +157,7 @@ static tp_node_t *s_res_block(tp_tower_t *t, const char *scope, tp_node_t *x,
 
 /* The accuracy model: 0.950 and 0.949 (two seeds) in 40 epochs at lr 0.05
  * with weight decay 5e-4, on an H100 in 67 s; without the decay it stayed
- * at 0.942-0.943 whatever the length (docs/cuda.md, "The third run"). */
+ * at 0.942-0.943 whatever the length (docs/history.md, the third GPU run). */
 static tp_status_t s_resnet(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x;
     TP_TRY(s_image(t, in[0], 1, "resnet", &x));

@@ -1487,11 +1487,11 @@ tp_cuda_module_backend_new(const tp_cuda_options_t *opt, char *err,
     cb->bf16 = opt->bf16 != 0;
     /* heuristic (default: cuDNN's ranking without a run), or measure:
      * rank by running each algorithm once when planned, which chose
-     * slower steps on an H100 (docs/cuda.md, "The third run") */
+     * slower steps on an H100 (docs/history.md, the third GPU run) */
     const char *search = getenv("TP_CUDNN_SEARCH");
     cb->conv_measure = search && strcmp(search, "measure") == 0;
     /* batch norm's training passes by ours (default: cnn-bn's step 1.18x
-     * faster than with cuDNN's on an H100, docs/cuda.md "The fourth run")
+     * faster than with cuDNN's on an H100, docs/cuda.md "Current results on a GPU")
      * or, with TP_CUDA_BN=cudnn, by cuDNN's legacy calls */
     const char *bn = getenv("TP_CUDA_BN");
     cb->bn_cudnn = bn && strcmp(bn, "cudnn") == 0;
