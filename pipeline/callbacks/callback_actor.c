@@ -109,7 +109,7 @@ struct tp_cb_actor {
     char failmsg[1024];
     int failure_returned, finished, exited;
     const char *applying;    /* a scalar an observer put, being stored: not sent back */
-    char stop_reason[256];   /* an observer's stop request, kept for the trainer */
+    char stop_reason[1024];  /* an observer's stop request, kept for the trainer */
     double watchdog_s;       /* the trainer's watchdog period (0: off) */
     uint64_t warned_since, warned_at;
     /* ---- the arguments: made at start on the trainer's thread, the
