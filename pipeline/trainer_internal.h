@@ -1,14 +1,19 @@
-/* towerpack pipeline: what the trainer's own callbacks and wrappers need of
- * the trainer and of each other, not part of the public API. It sits in
- * pipeline/, above its two users pipeline/train/ (the trainer, which owns
- * the callback objects) and pipeline/callbacks/ (the wrappers and the
- * progress monitors): a private header lives in the lowest folder that holds
- * all of its users (scripts/check-layout.sh). */
+/* towerpack pipeline: the trainer's narrow interface, for what is built on
+ * it inside pipeline/ and is not part of the public API: the hook runners
+ * the wrappers call, the callback table, the watchdog's period, sidecars
+ * (what runs beside the loop) and a trainer that follows a loop run
+ * elsewhere. Everything here is defined in pipeline/train/trainer.c, which
+ * calls nothing of its users: the callback actor
+ * (pipeline/callbacks/callback_actor.c) depends on the trainer through this
+ * header and trainer_loop.h, never the other way (the trainer reaches a
+ * sidecar only through the ops table it was given). It sits in pipeline/,
+ * above its users in pipeline/train/ and pipeline/callbacks/: a private
+ * header lives in the lowest folder that holds all of its users
+ * (scripts/check-layout.sh). */
 #ifndef TP_PIPELINE_TRAINER_INTERNAL_H
 #define TP_PIPELINE_TRAINER_INTERNAL_H
 
 #include <towerpack/callback.h>
-#include <towerpack/stats.h>
 
 /* Run one hook of a callback (timed, errors wrapped with its name). */
 tp_status_t tp_cb_setup_graph(tp_callback_t *cb, tp_trainer_t *tr);
@@ -45,47 +50,55 @@ tp_fetches_t *tp_fetches_new(void);
 void tp_fetches_destroy(tp_fetches_t **f_p);
 void tp_fetches_begin(tp_fetches_t *f);
 
-/* ---- the callback actor (pipeline/callbacks/callback_actor.c) ----------------
- * Observing callbacks (tp_cb_observe, tp_cb_observe_latest) run on one
- * actor per trainer, fed by messages; the trainer loop drains what they
- * send back at each step boundary and waits for them at the end. */
-typedef struct tp_cb_actor tp_cb_actor_t;
+/* ---- sidecars: what runs beside the loop ------------------------------------
+ * A callback's setup_graph may attach a sidecar (the callback actor is one);
+ * the loop then calls it by name at fixed points and knows nothing else of
+ * it (czmq's zactor: the owner holds a handle and calls its methods). Each
+ * hook may be NULL; errors stop training as a hook's would. */
+typedef struct tp_sidecar_ops {
+    const char *name;
+    /* After every setup_graph (also after one failed: the callbacks set up
+     * are owed their after_train), before any before_train: start, and
+     * return once running. */
+    tp_status_t (*start)(void *impl, tp_trainer_t *tr);
+    /* At each step boundary, after trigger_step: what it sent back. Never
+     * waits long. */
+    tp_status_t (*poll)(void *impl, tp_trainer_t *tr);
+    /* After an epoch's trigger_epoch, once the scalars' history has the
+     * epoch. */
+    tp_status_t (*epoch_end)(void *impl, tp_trainer_t *tr);
+    /* After every after_train: wait until it is done, and stop. */
+    tp_status_t (*finish)(void *impl, tp_trainer_t *tr);
+    /* With the trainer, before its callbacks: stop if it still runs (and
+     * return only once stopped), free impl. */
+    void (*destroy)(void *impl);
+} tp_sidecar_ops_t;
 
-/* The trainer's slot for its callback actor (NULL until the first
- * observing callback's setup_graph makes it). */
-tp_cb_actor_t **tp_trainer_cb_actor_slot(tp_trainer_t *self);
-/* What the observers sent back (scalars they put, the first failure):
- * never waits. */
-tp_status_t tp_cb_actor_poll(tp_cb_actor_t *a, tp_trainer_t *tr);
-/* After the trainer's epoch end: the observers' scalar history too. */
-tp_status_t tp_cb_actor_epoch_end(tp_cb_actor_t *a, tp_trainer_t *tr);
-/* After every after_train was sent: wait until the observers ran all of
- * their hooks, take what they sent back; their first failure. */
-tp_status_t tp_cb_actor_finish(tp_cb_actor_t *a, tp_trainer_t *tr);
-/* On the actor (a view's put): the scalar goes back to the trainer. */
-void tp_cb_actor_put_back(tp_cb_actor_t *a, const char *name, double value);
-/* The actor's row for tp-top ("callbacks") and the per-step events the
- * latest-only observers skipped because they were behind. */
-void tp_cb_actor_row(const tp_cb_actor_t *a, tp_stats_row_t *row);
-uint64_t tp_cb_actor_skipped(const tp_cb_actor_t *a);
-void tp_cb_actor_destroy(tp_cb_actor_t **a_p);
-/* 1 for an observing callback (one that runs on the callback actor). */
-int tp_callback_observes(const tp_callback_t *cb);
+#define TP_TRAINER_MAX_SIDECARS 4
 
-/* A view: the trainer as the callback actor shows it to observing
- * callbacks. It mirrors `of`'s schedule, counters (set per event) and
- * scalars (sent by the trainer); stop requests go to `of`; it refuses to
- * set hyper-parameters and has no model. */
-tp_trainer_t *tp_trainer_view_new(tp_trainer_t *of);
-/* Add an observing callback's inner callback (chief_only already decided). */
-tp_status_t tp_trainer_view_add(tp_trainer_t *view, tp_callback_t **cb_p);
-/* When the actor starts (on the trainer's thread): the scalars so far. */
-void tp_trainer_view_start(tp_trainer_t *view);
-void tp_trainer_view_set(tp_trainer_t *view, int64_t epoch, int64_t local_step,
-                         int64_t global_step, uint64_t t_ns);
-void tp_trainer_view_epoch_end(tp_trainer_t *view);
-/* Store a scalar and tell the callbacks that are not observers: for a
- * scalar that came over the actor's socket (it is not sent on again). */
-void tp_trainer_put_scalar_local(tp_trainer_t *self, const char *name, double value);
+/* Attach `impl` (the trainer owns it from now on, also on failure: then it
+ * is destroyed at once). Only before training, or from setup_graph. */
+tp_status_t tp_trainer_attach(tp_trainer_t *self, const tp_sidecar_ops_t *ops, void *impl);
+/* The impl attached with `ops`, or NULL. */
+void *tp_trainer_sidecar(const tp_trainer_t *self, const tp_sidecar_ops_t *ops);
+
+/* ---- a trainer that follows a loop run elsewhere ---------------------------
+ * What observing callbacks see is a plain trainer of the callback actor's
+ * own (its ops say what it can do: no steps, no hyper-parameters to set),
+ * whose counters, schedule and scalars the actor keeps in step with the
+ * messages of the trainer whose loop runs. It holds no link to that
+ * trainer: stop requests and scalars put on it go back as messages. */
+
+/* Follow a loop with schedule `sched`: no callback can be added from now. */
+void tp_trainer_follow(tp_trainer_t *self, const tp_schedule_t *sched);
+/* Where the loop was (its counters) and when (tp_now_ns's clock): what
+ * tp_trainer_hook_time_ns answers from now on. */
+void tp_trainer_follow_at(tp_trainer_t *self, int64_t epoch, int64_t local_step,
+                          int64_t global_step, uint64_t t_ns);
+/* The loop's epoch ended: every scalar's latest value joins its history. */
+void tp_trainer_follow_epoch_end(tp_trainer_t *self);
+/* 0: no stop requested; 1: requested; 2: requested by a signal
+ * (tp_trainer_request_stop's `interrupted`). */
+int tp_trainer_stop_requested(const tp_trainer_t *self);
 
 #endif

@@ -65,9 +65,10 @@ tp_callback_t *tp_cb_enable_if(tp_callback_t *cb, tp_cb_pred_fn pred, void *arg)
  * messages) instead of on the trainer's thread, so that its hooks never
  * hold up a step: for callbacks that only watch (progress, monitors,
  * writing files). Its hooks run in tensorpack's order, each with the epoch
- * and steps of the moment it was due, against a view of the trainer that
- * has the schedule, the counters and every scalar, but no model and no
- * hyper-parameters to set (tp_trainer_set_hyperparam fails there);
+ * and steps of the moment it was due, against a trainer of the actor's
+ * own that follows the loop: it has the schedule, the counters and every
+ * scalar, but no model and no hyper-parameters to set
+ * (tp_trainer_set_hyperparam fails there);
  * tp_trainer_request_stop from it ends training after the step that is
  * running when the request arrives. Its before_run runs once at setup on
  * the trainer's thread: the names it asks for then are fetched for it

@@ -5,20 +5,43 @@
  * turns each of its hooks into a message: the hook, the epoch, the local and
  * global step of the moment, and for after_run the values it asked for. One
  * actor per trainer (a zactor: its own thread, the pipe its socket) takes
- * those messages in order and runs the callback's real hooks there, against
- * a view of the trainer (tp_trainer_view_new) that the messages keep up to
- * date. So a progress bar on a slow terminal or a monitor writing to a slow
- * disk never holds up a step.
+ * those messages in order and runs the callback's real hooks there. So a
+ * progress bar on a slow terminal or a monitor writing to a slow disk never
+ * holds up a step.
+ *
+ * Which way the files depend: this file builds on the trainer
+ * (pipeline/train/trainer.c), through its public header and the narrow one
+ * (pipeline/trainer_internal.h); the trainer calls nothing here. The first
+ * observer's setup_graph attaches the actor to the trainer as a sidecar (an
+ * ops table: start, poll, epoch_end, finish, destroy) and the loop calls
+ * those by name. As with czmq's zactor, the trainer and the actor's thread
+ * share only the pipe and the arguments the thread was started with: the
+ * observers see a trainer of the actor's own (the mirror: a plain trainer
+ * that follows the loop, tp_trainer_follow, with its own counters and
+ * scalars, fed by the messages), and nothing on the actor's thread points
+ * at the trainer whose loop runs. What an observer does to its trainer
+ * goes back as a message: scalars it puts, a stop request.
+ *
+ * Lifetime: made (not started) by the first observer's setup_graph;
+ * started by the loop after every setup_graph (its start returns once the
+ * thread runs, with the mirror holding the trainer's scalars so far); at
+ * finish, after every after_train was sent, the trainer waits until the
+ * observers ran all of their hooks and stops the thread; destroy stops it
+ * if it still runs (after a failure or a signal: what is queued is
+ * skipped) and returns only once the thread has ended.
  *
  * What crosses, trainer -> actor (one s_event_t frame, maybe a second):
  *   HOOK       an observer's hook; after_run carries its fetched values
  *   SCALAR     a scalar the trainer's side put (name in the second frame)
  *   EPOCH_END  the epoch's scalars join their history
  *   FINISH     after every after_train: answer FINISHED when done
+ *   $TERM      end (czmq's convention), answered by EXITED
  * and actor -> trainer (one s_reply_t frame, maybe a second):
  *   SCALAR     a scalar an observer put: the trainer stores it too
+ *   STOP       an observer asked training to stop (the reason)
  *   ERROR      the first hook that failed (its message)
  *   FINISHED   every event before FINISH has run
+ *   EXITED     the thread's last message: it touches nothing after it
  * The pipe's high-water mark bounds the backlog: past it the trainer waits
  * (and keeps taking replies meanwhile, so neither side can block the other
  * for good). Latest-only observers skip a step's hooks while the actor is
@@ -31,6 +54,7 @@
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include <towerpack/supervisor.h>
+#include "pipeline/callback_actor.h"
 #include "pipeline/trainer_internal.h"
 
 /* Latest-only observers get a step only while at most this many events
@@ -38,6 +62,8 @@
 #define S_LATEST_BACKLOG 4
 #define S_NAME_MAX 64
 #define S_MAX_FETCHES 16
+/* How often a trainer waiting for the actor to end says what it waits on. */
+#define S_SAY_NS 5000000000ull
 
 enum { EV_HOOK = 1, EV_SCALAR, EV_EPOCH_END, EV_FINISH };
 enum {
@@ -53,52 +79,68 @@ typedef struct {
     double value;
 } s_event_t;
 
-enum { RE_SCALAR = 1, RE_ERROR, RE_FINISHED };
+enum { RE_SCALAR = 1, RE_STOP, RE_ERROR, RE_FINISHED, RE_EXITED };
 typedef struct {
     uint32_t kind;
-    int32_t status;
+    int32_t status;  /* ERROR: the hook's; STOP: 1 when interrupted */
     double value;
 } s_reply_t;
 
 typedef struct s_obs s_obs_t;
 
+/* One observer as the actor's thread knows it: its callback (owned by the
+ * mirror) and the names its before_run asked at setup. */
+typedef struct {
+    tp_callback_t *cb;
+    char names[S_MAX_FETCHES][S_NAME_MAX];
+    int nnames;
+} s_seat_t;
+
 struct tp_cb_actor {
-    tp_trainer_t *trainer;   /* the one it serves (its thread only) */
-    tp_trainer_t *view;      /* the observers' trainer: the actor's once started */
-    s_obs_t **obs;           /* by index in the view */
+    /* ---- the trainer's side (its thread only) ---- */
+    s_obs_t **obs;           /* the wrappers, by index */
     int nobs, capobs;
     s_obs_t *forwarder;      /* the observer whose on_scalar sends scalars */
-    zactor_t *actor;
+    zactor_t *actor;         /* NULL until started, and once stopped */
     void *pipe;              /* the trainer's end */
-    void *sock;              /* the actor's end (its thread only) */
-    atomic_int quit;         /* set by destroy: skip what is queued, end */
-    atomic_int exited;       /* set by the actor's thread as it leaves */
-    /* trainer side */
+    int started;             /* once: a trainer with observers trains once */
     uint64_t sent;
     tp_status_t failed;      /* the first failure the actor reported */
     char failmsg[1024];
-    int failure_returned, finished;
-    /* actor side */
+    int failure_returned, finished, exited;
+    const char *applying;    /* a scalar an observer put, being stored: not sent back */
+    char stop_reason[1024];  /* an observer's stop request, kept for the trainer */
+    double watchdog_s;       /* the trainer's watchdog period (0: off) */
+    uint64_t warned_since, warned_at;
+    /* ---- the arguments: made at start on the trainer's thread, the
+     * actor's thread's alone while it runs, the trainer's again after
+     * EXITED (the pipe's messages order it; TP_HANDOFF_* tell TSan) ---- */
+    tp_trainer_t *mirror;    /* what the observers see: a trainer of its own */
+    s_seat_t *seats;         /* [nobs] */
     tp_fetches_t *fetches;
+    int64_t samples_per_step;
+    void *sock;              /* the actor's end */
     int hook_failed;         /* after a failure only after_train runs */
-    /* counters: written by one thread each, read by any */
+    const char *muted;       /* a scalar the trainer sent, being stored: not sent back */
+    int stop_sent;
+    /* ---- shared counters: written by one thread each, read by any ---- */
+    atomic_int quit;         /* set by destroy: skip what is queued, end */
     atomic_uint_fast64_t done, busy_ns, starved_ns, replies, skipped;
     uint64_t start_ns;
     /* Its heartbeat: the hook it is in now (the callback's name, the
      * hook's, the global step it was due at) and since when (0: between
-     * hooks). Written by the actor, read by the supervisor's watchdog,
-     * which names an observer stuck in one hook for watchdog_s. */
+     * hooks). Written by the actor, read by the trainer's watchdog, which
+     * names an observer stuck in one hook for watchdog_s. */
     _Atomic(const char *) cur_cb;
     _Atomic(const char *) cur_hook;
     atomic_int_fast64_t cur_step;
     atomic_uint_fast64_t cur_since_ns;
-    uint64_t warned_since, warned_at;  /* the supervisor's */
 };
 
 /* An observing callback: the wrapper on the trainer's side. */
 struct s_obs {
     tp_callback_ops_t ops;   /* this instance's: the inner's name, its hooks */
-    tp_callback_t *inner;    /* until setup_graph hands it to the view */
+    tp_callback_t *inner;    /* until the actor starts and its mirror takes it */
     tp_cb_actor_t *a;
     int index;
     int latest;              /* skip steps while the actor is behind */
@@ -108,6 +150,32 @@ struct s_obs {
     int nnames;
     int64_t step_epoch, step_local;  /* the step `deliver` was decided for */
     int deliver;
+};
+
+/* ---- the mirror: the trainer the observers see -------------------------------------- */
+
+static tp_status_t m_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    (void)impl, (void)tr, (void)f;
+    return tp_error(TP_ERR_STATE, "the trainer seen from the callback actor runs no steps");
+}
+
+static tp_status_t m_set_hyperparam(void *impl, const char *name, double value) {
+    (void)impl, (void)value;
+    return tp_error(TP_ERR_STATE,
+                    "an observing callback cannot set hyper-parameter '%s': it runs "
+                    "beside the steps (docs/callbacks.md); set it from a synchronous "
+                    "callback", name);
+}
+
+static int64_t m_samples_per_step(void *impl) {
+    return ((const tp_cb_actor_t *)impl)->samples_per_step;
+}
+
+static const tp_trainer_ops_t s_mirror_ops = {
+    .name = "the trainer seen from the callback actor",
+    .run_step = m_run_step,
+    .set_hyperparam = m_set_hyperparam,
+    .samples_per_step = m_samples_per_step,
 };
 
 /* ---- the actor's side ----------------------------------------------------------- */
@@ -122,9 +190,32 @@ static void s_reply(tp_cb_actor_t *a, uint32_t kind, int32_t status, double valu
     atomic_fetch_add_explicit(&a->replies, 1, memory_order_relaxed);
 }
 
+/* The last callback of the mirror: a scalar an observer puts goes back to
+ * the trainer (not one the trainer sent: the actor mutes it then). */
+static void back_on_scalar(void *impl, tp_trainer_t *tr, const char *name, double value) {
+    tp_cb_actor_t *a = impl;
+    (void)tr;
+    if (!a->muted || strcmp(a->muted, name) != 0)  /* one its on_scalar put: back */
+        s_reply(a, RE_SCALAR, 0, value, name);
+}
+
+static const tp_callback_ops_t s_back_ops = {
+    .name = "ObserverScalarsBack", .on_scalar = back_on_scalar,
+};
+
+/* An observer asked its trainer (the mirror) to stop: tell the trainer,
+ * once. The reason goes as text; the trainer keeps a copy. */
+static void s_pass_stop(tp_cb_actor_t *a) {
+    int stop = tp_trainer_stop_requested(a->mirror);
+    if (!stop || a->stop_sent)
+        return;
+    a->stop_sent = 1;
+    s_reply(a, RE_STOP, stop == 2, 0, tp_trainer_stop_reason(a->mirror));
+}
+
 static void s_run_hook(tp_cb_actor_t *a, const s_event_t *ev, const void *extra,
                        size_t extra_size) {
-    tp_trainer_t *v = a->view;
+    tp_trainer_t *m = a->mirror;
     if (ev->obs < 0 || ev->obs >= a->nobs)
         return;
     if (a->hook_failed && ev->hook != H_AFTER_TRAIN)
@@ -137,42 +228,44 @@ static void s_run_hook(tp_cb_actor_t *a, const s_event_t *ev, const void *extra,
     };
     if (ev->hook < H_BEFORE_TRAIN || ev->hook > H_AFTER_TRAIN)
         return;
-    tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step, ev->t_ns);
-    tp_callback_t *cb = tp_trainer_callback(v, (size_t)ev->obs);
+    const s_seat_t *seat = &a->seats[ev->obs];
+    tp_callback_t *cb = seat->cb;
+    if (!cb)
+        return;  /* its start failed before this one was seated */
+    tp_trainer_follow_at(m, ev->epoch, ev->local_step, ev->global_step, ev->t_ns);
     atomic_store_explicit(&a->cur_cb, tp_callback_name(cb), memory_order_relaxed);
     atomic_store_explicit(&a->cur_hook, hook_names[ev->hook], memory_order_relaxed);
     atomic_store_explicit(&a->cur_step, ev->global_step, memory_order_relaxed);
     atomic_store_explicit(&a->cur_since_ns, tp_now_ns(), memory_order_release);
     tp_status_t rc = TP_OK;
     switch (ev->hook) {
-    case H_BEFORE_TRAIN: rc = tp_cb_before_train(cb, v); break;
-    case H_BEFORE_EPOCH: rc = tp_cb_before_epoch(cb, v); break;
-    case H_TRIGGER_STEP: rc = tp_cb_trigger_step(cb, v); break;
-    case H_AFTER_EPOCH: rc = tp_cb_after_epoch(cb, v); break;
-    case H_TRIGGER_EPOCH: rc = tp_cb_trigger_epoch(cb, v); break;
-    case H_TRIGGER: rc = tp_cb_trigger(cb, v); break;
-    case H_AFTER_TRAIN: rc = tp_cb_after_train(cb, v); break;
+    case H_BEFORE_TRAIN: rc = tp_cb_before_train(cb, m); break;
+    case H_BEFORE_EPOCH: rc = tp_cb_before_epoch(cb, m); break;
+    case H_TRIGGER_STEP: rc = tp_cb_trigger_step(cb, m); break;
+    case H_AFTER_EPOCH: rc = tp_cb_after_epoch(cb, m); break;
+    case H_TRIGGER_EPOCH: rc = tp_cb_trigger_epoch(cb, m); break;
+    case H_TRIGGER: rc = tp_cb_trigger(cb, m); break;
+    case H_AFTER_TRAIN: rc = tp_cb_after_train(cb, m); break;
     case H_AFTER_RUN: {
         /* Its before_run asks again (here, on its own table); the values
          * the step gave for the names it asked at setup come with the
          * event: n doubles, then n flags. */
-        const s_obs_t *w = a->obs[ev->obs];
         int n = ev->nvalues;
-        if (n < 0 || n > w->nnames || extra_size != (size_t)n * 9)
+        if (n < 0 || n > seat->nnames || extra_size != (size_t)n * 9)
             n = 0;
         tp_fetches_begin(a->fetches);
         /* before_run as it would have been: before the step counted */
-        tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step - 1, ev->t_ns);
-        rc = tp_cb_before_run(cb, v, a->fetches);
-        tp_trainer_view_set(v, ev->epoch, ev->local_step, ev->global_step, ev->t_ns);
+        tp_trainer_follow_at(m, ev->epoch, ev->local_step, ev->global_step - 1, ev->t_ns);
+        rc = tp_cb_before_run(cb, m, a->fetches);
+        tp_trainer_follow_at(m, ev->epoch, ev->local_step, ev->global_step, ev->t_ns);
         for (int i = 0; rc >= 0 && i < n; i++) {
             double x;
             memcpy(&x, (const char *)extra + (size_t)i * 8, 8);
             if (((const uint8_t *)extra)[(size_t)n * 8 + (size_t)i])
-                tp_fetches_set(a->fetches, w->names[i], x);
+                tp_fetches_set(a->fetches, seat->names[i], x);
         }
         if (rc >= 0)
-            rc = tp_cb_after_run(cb, v, a->fetches);
+            rc = tp_cb_after_run(cb, m, a->fetches);
         break;
     }
     }
@@ -185,6 +278,18 @@ static void s_run_hook(tp_cb_actor_t *a, const s_event_t *ev, const void *extra,
                  (long long)ev->global_step);
         s_reply(a, RE_ERROR, rc, 0, msg);
     }
+    s_pass_stop(a);
+}
+
+/* A scalar the trainer's side put: stored in the mirror at the steps it
+ * was put at (monitors stamp it so), and the observers told; not sent
+ * back. */
+static void s_take_scalar(tp_cb_actor_t *a, const s_event_t *ev, const char *name) {
+    tp_trainer_follow_at(a->mirror, ev->epoch, ev->local_step, ev->global_step, ev->t_ns);
+    a->muted = name;
+    tp_trainer_put_scalar(a->mirror, name, ev->value);
+    a->muted = NULL;
+    s_pass_stop(a);  /* an on_scalar may ask */
 }
 
 static void s_actor(zsock_t *pipe, void *arg) {
@@ -229,13 +334,11 @@ static void s_actor(zsock_t *pipe, void *arg) {
                 if (xs > 0 && xs <= S_NAME_MAX) {
                     memcpy(name, x, xs);
                     name[xs] = '\0';
-                    /* at the steps it was put at (monitors stamp it so) */
-                    tp_trainer_view_set(a->view, ev.epoch, ev.local_step, ev.global_step, ev.t_ns);
-                    tp_trainer_put_scalar_local(a->view, name, ev.value);
+                    s_take_scalar(a, &ev, name);
                 }
                 break;
             case EV_EPOCH_END:
-                tp_trainer_view_epoch_end(a->view);
+                tp_trainer_follow_epoch_end(a->mirror);
                 break;
             case EV_FINISH:
                 /* What the observers wrote is the trainer's to read now. */
@@ -252,21 +355,23 @@ static void s_actor(zsock_t *pipe, void *arg) {
         if (term)
             break;
     }
+    /* The arguments are the trainer's again: this is the last message, and
+     * nothing of `a` is touched after it. */
     TP_HANDOFF_RELEASE(a);
-    atomic_store(&a->exited, 1);  /* a is not touched after this */
+    s_reply_t r = {RE_EXITED, 0, 0};
+    zmq_send(a->sock, &r, sizeof r, 0);
 }
 
 /* ---- the trainer's side ----------------------------------------------------------- */
 
-static tp_cb_actor_t *s_new(tp_trainer_t *tr) {
+static tp_cb_actor_t *s_new(void) {
     tp_cb_actor_t *a = calloc(1, sizeof *a);
     if (!a)
         return NULL;
-    a->trainer = tr;
-    a->view = tp_trainer_view_new(tr);
+    a->mirror = tp_trainer_new(&s_mirror_ops, a);
     a->fetches = tp_fetches_new();
-    if (!a->view || !a->fetches) {
-        tp_trainer_destroy(&a->view);
+    if (!a->mirror || !a->fetches) {
+        tp_trainer_destroy(&a->mirror);
         tp_fetches_destroy(&a->fetches);
         free(a);
         return NULL;
@@ -277,29 +382,21 @@ static tp_cb_actor_t *s_new(tp_trainer_t *tr) {
     atomic_init(&a->replies, 0);
     atomic_init(&a->skipped, 0);
     atomic_init(&a->quit, 0);
-    atomic_init(&a->exited, 0);
     return a;
 }
 
-static tp_status_t s_start(tp_cb_actor_t *a) {
-    tp_actors_init();
-    tp_trainer_view_start(a->view);
-    a->start_ns = tp_now_ns();
-    a->actor = zactor_new(s_actor, a);
-    if (!a->actor)
-        return tp_error(TP_ERR_NOMEM, "the callback actor");
-    a->pipe = zsock_resolve(a->actor);
-    return TP_OK;
-}
-
-/* Take the replies waiting (never waits); `apply` 0: drop them. */
-static void s_drain_replies(tp_cb_actor_t *a, int apply) {
+/* Take the replies waiting (never waits); `tr` NULL: drop them (but for
+ * EXITED). */
+static void s_drain_replies(tp_cb_actor_t *a, tp_trainer_t *tr) {
     char text[1024];
-    for (;;) {
+    while (!a->exited) {
         s_reply_t r;
         int n = zmq_recv(a->pipe, &r, sizeof r, ZMQ_DONTWAIT);
-        if (n < 0)
+        if (n < 0) {
+            if (zmq_errno() != EAGAIN && zmq_errno() != EINTR)
+                a->exited = 1;  /* the context is ending: so is the thread */
             return;
+        }
         int more = 0;
         size_t ms = sizeof more;
         zmq_getsockopt(a->pipe, ZMQ_RCVMORE, &more, &ms);
@@ -309,12 +406,26 @@ static void s_drain_replies(tp_cb_actor_t *a, int apply) {
             tn = zmq_recv(a->pipe, text, sizeof text - 1, 0);
             text[tn > 0 ? (tn < (int)sizeof text - 1 ? tn : (int)sizeof text - 1) : 0] = '\0';
         }
-        if (n != (int)sizeof r || !apply)
-            continue;  /* the actor's exit signal, or dropped */
+        if (n != (int)sizeof r)
+            continue;
+        if (r.kind == RE_EXITED) {
+            TP_HANDOFF_ACQUIRE(a);
+            a->exited = 1;
+            return;
+        }
+        if (!tr)
+            continue;
         switch (r.kind) {
         case RE_SCALAR:
-            if (text[0])
-                tp_trainer_put_scalar_local(a->trainer, text, r.value);
+            if (text[0]) {  /* the trainer's store and callbacks; not back to the actor */
+                a->applying = text;
+                tp_trainer_put_scalar(tr, text, r.value);
+                a->applying = NULL;
+            }
+            break;
+        case RE_STOP:
+            snprintf(a->stop_reason, sizeof a->stop_reason, "%s", text);
+            tp_trainer_request_stop(tr, a->stop_reason, r.status);
             break;
         case RE_ERROR:
             if (a->failed >= 0) {
@@ -330,43 +441,91 @@ static void s_drain_replies(tp_cb_actor_t *a, int apply) {
     }
 }
 
-/* The watchdog, on the supervisor's side: an observer in one hook for
- * longer than the trainer's watchdog period is named (again every period
- * while it stays there). Training goes on: observers only watch, and
- * training waits for them only at its end. */
-static void s_watch(tp_cb_actor_t *a) {
-    double limit = tp_trainer_watchdog(a->trainer);
+/* What the heartbeat says: in which hook the actor is, since when (0:
+ * between hooks). */
+static uint64_t s_heartbeat(tp_cb_actor_t *a, const char **cb, const char **hook,
+                            long long *step) {
     uint64_t since = atomic_load_explicit(&a->cur_since_ns, memory_order_acquire);
-    if (limit <= 0 || !since)
+    *cb = atomic_load_explicit(&a->cur_cb, memory_order_relaxed);
+    *hook = atomic_load_explicit(&a->cur_hook, memory_order_relaxed);
+    *step = (long long)atomic_load_explicit(&a->cur_step, memory_order_relaxed);
+    if (!*cb)
+        *cb = "?";
+    if (!*hook)
+        *hook = "?";
+    /* it moved on meanwhile: what was read may be of two hooks */
+    return atomic_load_explicit(&a->cur_since_ns, memory_order_acquire) == since ? since : 0;
+}
+
+/* The watchdog, on the trainer's side: an observer in one hook for longer
+ * than the trainer's watchdog period is named (again every period while it
+ * stays there). Training goes on: observers only watch, and training waits
+ * for them only at its end. */
+static void s_watch(tp_cb_actor_t *a) {
+    double limit = a->watchdog_s;
+    if (limit <= 0 || !atomic_load_explicit(&a->cur_since_ns, memory_order_acquire))
         return;
-    uint64_t now = tp_now_ns();
-    if ((double)(now - since) * 1e-9 < limit ||
+    const char *cb, *hook;
+    long long step;
+    uint64_t since = s_heartbeat(a, &cb, &hook, &step), now = tp_now_ns();
+    if (!since || (double)(now - since) * 1e-9 < limit ||
         (since == a->warned_since && (double)(now - a->warned_at) * 1e-9 < limit))
         return;
-    const char *cb = atomic_load_explicit(&a->cur_cb, memory_order_relaxed);
-    const char *hook = atomic_load_explicit(&a->cur_hook, memory_order_relaxed);
-    long long step = (long long)atomic_load_explicit(&a->cur_step, memory_order_relaxed);
-    if (atomic_load_explicit(&a->cur_since_ns, memory_order_acquire) != since)
-        return;  /* it moved on meanwhile */
     a->warned_since = since;
     a->warned_at = now;
     TP_WARN("callback watchdog: the callback actor has been in %s.%s (due at global "
             "step %lld) for %.1f s; the observers behind it wait (training does "
-            "not, until its end)", cb ? cb : "?", hook ? hook : "?", step,
-            (double)(now - since) * 1e-9);
+            "not, until its end)", cb, hook, step, (double)(now - since) * 1e-9);
 }
 
-static void s_drain(tp_cb_actor_t *a) {
-    s_drain_replies(a, 1);
+static void s_drain(tp_cb_actor_t *a, tp_trainer_t *tr) {
+    s_drain_replies(a, tr);
     s_watch(a);
+}
+
+/* Stop the thread and return once it has ended (czmq's zactor_destroy,
+ * but saying every 5 s which hook it still waits for). `skip`: what is
+ * still queued is not run (after a failure, a signal). */
+static void s_stop(tp_cb_actor_t *a, int skip) {
+    if (!a->actor)
+        return;
+    if (skip)
+        atomic_store(&a->quit, 1);
+    int term_sent = 0;
+    uint64_t t0 = tp_now_ns(), said = t0;
+    for (;;) {
+        if (!term_sent)
+            term_sent = zmq_send(a->pipe, "$TERM", 5, ZMQ_DONTWAIT) == 5;
+        s_drain_replies(a, NULL);  /* the replies still coming are dropped */
+        if (a->exited)
+            break;
+        uint64_t now = tp_now_ns();
+        if (now - said >= S_SAY_NS) {
+            said = now;
+            const char *cb, *hook;
+            long long step;
+            if (s_heartbeat(a, &cb, &hook, &step))
+                TP_WARN("waiting for the callback actor to end: it is in %s.%s (due at "
+                        "global step %lld) after %.0f s", cb, hook, step,
+                        (double)(now - t0) * 1e-9);
+            else
+                TP_WARN("waiting for the callback actor to end (%.0f s)",
+                        (double)(now - t0) * 1e-9);
+        }
+        zmq_pollitem_t it = {a->pipe, 0, (short)(ZMQ_POLLIN | (term_sent ? 0 : ZMQ_POLLOUT)), 0};
+        zmq_poll(&it, 1, 1000);
+    }
+    zactor_destroy(&a->actor);  /* its own $TERM goes nowhere; waits for the shim */
+    a->pipe = NULL;
 }
 
 /* Send one event (and `extra`, if any), waiting while the actor's queue is
  * full; the replies are taken meanwhile. */
-static tp_status_t s_send(tp_cb_actor_t *a, const s_event_t *ev, const void *extra,
-                          size_t extra_size) {
+static tp_status_t s_send(tp_cb_actor_t *a, tp_trainer_t *tr, const s_event_t *ev,
+                          const void *extra, size_t extra_size) {
     if (!a->actor)
-        TP_TRY(s_start(a));
+        return tp_error(TP_ERR_STATE, "the callback actor is not running (an observing "
+                        "callback's hook before training began, or after it ended)");
     int part = 0;
     while (part < (extra ? 2 : 1)) {
         int rc = part == 0 ? zmq_send(a->pipe, ev, sizeof *ev,
@@ -378,7 +537,7 @@ static tp_status_t s_send(tp_cb_actor_t *a, const s_event_t *ev, const void *ext
         }
         if (zmq_errno() != EAGAIN && zmq_errno() != EINTR)
             return tp_error(TP_ERR_IO, "the callback actor: send: %s", zmq_strerror(zmq_errno()));
-        s_drain(a);
+        s_drain(a, tr);
         zmq_pollitem_t it = {a->pipe, 0, ZMQ_POLLOUT, 0};
         zmq_poll(&it, 1, 100);
     }
@@ -394,36 +553,89 @@ static tp_status_t s_pending_failure(tp_cb_actor_t *a) {
     return TP_OK;
 }
 
-tp_status_t tp_cb_actor_poll(tp_cb_actor_t *a, tp_trainer_t *tr) {
-    (void)tr;
+/* ---- the sidecar: what the trainer's loop calls --------------------------------------- */
+
+/* Give the mirror what the trainer has now, hand each observer's callback
+ * to it, start the thread; returns once it runs. */
+static tp_status_t sc_start(void *impl, tp_trainer_t *tr) {
+    tp_cb_actor_t *a = impl;
+    if (a->started)
+        return tp_error(TP_ERR_STATE, "the callback actor: started twice (a trainer with "
+                        "observing callbacks trains once)");
+    a->started = 1;
+    tp_trainer_t *m = a->mirror;
+    /* The scalars so far, before it has callbacks: no one is told. */
+    for (size_t i = 0; i < tp_trainer_scalar_count(tr); i++) {
+        const char *name = tp_trainer_scalar_name(tr, i);
+        double v;
+        if (tp_trainer_get_scalar(tr, name, &v) == TP_OK)
+            tp_trainer_put_scalar(m, name, v);
+    }
+    TP_TRY(tp_trainer_set_logdir(m, tp_trainer_logdir(tr)));
+    a->samples_per_step = tp_trainer_samples_per_step(tr);
+    a->watchdog_s = tp_trainer_watchdog(tr);
+    a->seats = calloc((size_t)(a->nobs ? a->nobs : 1), sizeof *a->seats);
+    if (!a->seats)
+        return tp_error(TP_ERR_NOMEM, "the callback actor");
+    /* The trainer decided chief_only already (a wrapper keeps its inner's). */
+    tp_trainer_set_chief(m, 1);
+    for (int i = 0; i < a->nobs; i++) {
+        s_obs_t *w = a->obs[i];
+        s_seat_t *seat = &a->seats[i];
+        seat->cb = w->inner;
+        memcpy(seat->names, w->names, sizeof seat->names);
+        seat->nnames = w->nnames;
+        TP_TRY(tp_trainer_add_callback(m, &w->inner));  /* the mirror owns it now */
+    }
+    tp_callback_t *back = tp_callback_new(&s_back_ops, a, 0);
+    TP_TRY(tp_trainer_add_callback(m, &back));  /* last: observers see their own puts first */
+    tp_trainer_set_chief(m, tp_trainer_is_chief(tr));
+    tp_trainer_follow(m, tp_trainer_schedule(tr));
+    tp_trainer_follow_at(m, tp_trainer_epoch_num(tr), tp_trainer_local_step(tr),
+                         tp_trainer_global_step(tr), tp_now_ns());
+    tp_actors_init();
+    a->start_ns = tp_now_ns();
+    a->actor = zactor_new(s_actor, a);  /* returns once the thread runs */
+    if (!a->actor)
+        return tp_error(TP_ERR_NOMEM, "the callback actor");
+    a->pipe = zsock_resolve(a->actor);
+    return TP_OK;
+}
+
+static tp_status_t sc_poll(void *impl, tp_trainer_t *tr) {
+    tp_cb_actor_t *a = impl;
     if (a->actor)
-        s_drain(a);
+        s_drain(a, tr);
     return s_pending_failure(a);
 }
 
-tp_status_t tp_cb_actor_epoch_end(tp_cb_actor_t *a, tp_trainer_t *tr) {
+static tp_status_t sc_epoch_end(void *impl, tp_trainer_t *tr) {
+    tp_cb_actor_t *a = impl;
     s_event_t ev = {.kind = EV_EPOCH_END, .epoch = tp_trainer_epoch_num(tr)};
     if (a->actor)
-        TP_TRY(s_send(a, &ev, NULL, 0));
-    return tp_cb_actor_poll(a, tr);
+        TP_TRY(s_send(a, tr, &ev, NULL, 0));
+    return sc_poll(a, tr);
 }
 
-tp_status_t tp_cb_actor_finish(tp_cb_actor_t *a, tp_trainer_t *tr) {
+/* Wait until the observers ran every hook sent (their files written), take
+ * what they sent back, stop the thread. After a signal: 5 s more, then
+ * training ends without them (destroy stops the thread). */
+static tp_status_t sc_finish(void *impl, tp_trainer_t *tr) {
+    tp_cb_actor_t *a = impl;
     if (!a->actor)
         return s_pending_failure(a);
     s_event_t ev = {.kind = EV_FINISH};
-    TP_TRY(s_send(a, &ev, NULL, 0));
+    TP_TRY(s_send(a, tr, &ev, NULL, 0));
     uint64_t t0 = tp_now_ns(), said = t0, signalled = 0;
-    while (s_drain(a), !a->finished) {
+    while (s_drain(a, tr), !a->finished && !a->exited) {
         uint64_t now = tp_now_ns();
-        if (now - said > 5000000000ull) {
+        if (now - said > S_SAY_NS) {
             said = now;
             TP_INFO("waiting for the observing callbacks: %llu events still to run "
                     "(%.0f s so far)",
                     (unsigned long long)(a->sent - atomic_load(&a->done)),
                     (double)(now - t0) * 1e-9);
         }
-        /* After a signal: 5 s more, then training ends without them. */
         if (tp_signal_pending() && !signalled)
             signalled = now;
         if (signalled && now - signalled > 5000000000ull)
@@ -434,13 +646,33 @@ tp_status_t tp_cb_actor_finish(tp_cb_actor_t *a, tp_trainer_t *tr) {
         zmq_pollitem_t it = {a->pipe, 0, ZMQ_POLLIN, 0};
         zmq_poll(&it, 1, 100);
     }
-    (void)tr;
+    s_stop(a, 0);
     return s_pending_failure(a);
 }
 
-void tp_cb_actor_put_back(tp_cb_actor_t *a, const char *name, double value) {
-    if (a && a->sock)
-        s_reply(a, RE_SCALAR, 0, value, name);
+static void sc_destroy(void *impl) {
+    tp_cb_actor_t *a = impl;
+    if (!a)
+        return;
+    s_stop(a, 1);
+    tp_trainer_destroy(&a->mirror);  /* and the observers' callbacks in it */
+    tp_fetches_destroy(&a->fetches);
+    free(a->seats);
+    free(a->obs);
+    free(a);
+}
+
+static const tp_sidecar_ops_t s_sidecar_ops = {
+    .name = "the callback actor",
+    .start = sc_start,
+    .poll = sc_poll,
+    .epoch_end = sc_epoch_end,
+    .finish = sc_finish,
+    .destroy = sc_destroy,
+};
+
+tp_cb_actor_t *tp_cb_actor_of(const tp_trainer_t *tr) {
+    return tp_trainer_sidecar(tr, &s_sidecar_ops);
 }
 
 void tp_cb_actor_row(const tp_cb_actor_t *a, tp_stats_row_t *row) {
@@ -461,39 +693,6 @@ uint64_t tp_cb_actor_skipped(const tp_cb_actor_t *a) {
     return atomic_load_explicit(&a->skipped, memory_order_relaxed);
 }
 
-void tp_cb_actor_destroy(tp_cb_actor_t **a_p) {
-    if (!a_p || !*a_p)
-        return;
-    tp_cb_actor_t *a = *a_p;
-    *a_p = NULL;
-    if (a->actor) {
-        /* What is still queued (after a failure, a signal) is skipped; a
-         * hook that never returns does not hold the process: 5 s, then the
-         * thread is left behind (and a with it). */
-        atomic_store(&a->quit, 1);
-        uint64_t t0 = tp_now_ns(), limit = 5000000000ull;
-        while (zmq_send(a->pipe, "$TERM", 5, ZMQ_DONTWAIT) < 0 &&
-               tp_now_ns() - t0 < limit) {
-            s_drain_replies(a, 0);
-            zmq_pollitem_t it = {a->pipe, 0, ZMQ_POLLOUT, 0};
-            zmq_poll(&it, 1, 100);
-        }
-        uint64_t spent = tp_now_ns() - t0;
-        zsock_set_rcvtimeo(a->actor, spent < limit ? (int)((limit - spent) / 1000000) + 100 : 100);
-        zactor_destroy(&a->actor);
-        if (!atomic_load(&a->exited)) {
-            TP_WARN("the callback actor did not end within 5 s (a hook of an observing "
-                    "callback still runs): left behind");
-            return;
-        }
-        TP_HANDOFF_ACQUIRE(a);
-    }
-    tp_trainer_destroy(&a->view);  /* and the observers in it */
-    tp_fetches_destroy(&a->fetches);
-    free(a->obs);
-    free(a);
-}
-
 /* ---- the wrapper ---------------------------------------------------------------- */
 
 static s_event_t s_hook_event(const s_obs_t *w, tp_trainer_t *tr, uint32_t hook) {
@@ -505,7 +704,7 @@ static s_event_t s_hook_event(const s_obs_t *w, tp_trainer_t *tr, uint32_t hook)
 
 static tp_status_t s_hook(s_obs_t *w, tp_trainer_t *tr, uint32_t hook) {
     s_event_t ev = s_hook_event(w, tr, hook);
-    return s_send(w->a, &ev, NULL, 0);
+    return s_send(w->a, tr, &ev, NULL, 0);
 }
 
 /* Whether this step's hooks go to the actor: always for observers of every
@@ -536,6 +735,9 @@ static int s_deliver(s_obs_t *w, tp_trainer_t *tr) {
 
 static tp_status_t w_setup_graph(void *impl, tp_trainer_t *tr) {
     s_obs_t *w = impl;
+    if (!w->inner)
+        return tp_error(TP_ERR_STATE, "observing callback %s: set up again (a trainer "
+                        "with observing callbacks trains once)", w->ops.name);
     const tp_callback_ops_t *ops = tp_callback_ops(w->inner);
     void *inner = tp_callback_impl(w->inner);
     /* Its setup on the trainer's thread, as for any callback. */
@@ -553,11 +755,15 @@ static tp_status_t w_setup_graph(void *impl, tp_trainer_t *tr) {
         tp_fetches_destroy(&f);
         TP_TRY(rc);
     }
-    tp_cb_actor_t **slot = tp_trainer_cb_actor_slot(tr);
-    if (!*slot && !(*slot = s_new(tr)))
-        return tp_error(TP_ERR_NOMEM, "the callback actor");
-    tp_cb_actor_t *a = *slot;
-    if (a->actor)
+    /* The trainer's callback actor: the first observer attaches it; the
+     * loop starts it once every setup_graph has run. */
+    tp_cb_actor_t *a = tp_cb_actor_of(tr);
+    if (!a) {
+        if (!(a = s_new()))
+            return tp_error(TP_ERR_NOMEM, "the callback actor");
+        TP_TRY(tp_trainer_attach(tr, &s_sidecar_ops, a));
+    }
+    if (a->started)
         return tp_error(TP_ERR_STATE, "observing callback %s set up after training began",
                         ops->name);
     if (a->nobs == a->capobs) {
@@ -570,7 +776,6 @@ static tp_status_t w_setup_graph(void *impl, tp_trainer_t *tr) {
     }
     w->a = a;
     w->index = a->nobs;
-    TP_TRY(tp_trainer_view_add(a->view, &w->inner));  /* the view owns it now */
     a->obs[a->nobs++] = w;
     if (!a->forwarder)
         a->forwarder = w;
@@ -608,7 +813,7 @@ static tp_status_t w_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t 
     tp_clear_error();
     s_event_t ev = s_hook_event(w, tr, H_AFTER_RUN);
     ev.nvalues = n;
-    return s_send(w->a, &ev, n ? values : NULL, (size_t)n * 9);
+    return s_send(w->a, tr, &ev, n ? values : NULL, (size_t)n * 9);
 }
 
 static tp_status_t w_trigger_step(void *impl, tp_trainer_t *tr) {
@@ -617,11 +822,13 @@ static tp_status_t w_trigger_step(void *impl, tp_trainer_t *tr) {
 }
 
 /* Every scalar the trainer's side puts goes over once (by one observer;
- * the actor tells them all). Before the actor starts, the view takes the
- * trainer's scalars as they are then. */
+ * the actor tells them all), but for one an observer put (it came from
+ * there). Before the actor starts, the mirror takes the trainer's scalars
+ * as they are then. */
 static void w_on_scalar(void *impl, tp_trainer_t *tr, const char *name, double value) {
     s_obs_t *w = impl;
-    if (!w->a || w->a->forwarder != w || !w->a->actor)
+    if (!w->a || w->a->forwarder != w || !w->a->actor ||
+        (w->a->applying && !strcmp(w->a->applying, name)))
         return;
     size_t n = strlen(name);
     if (n > S_NAME_MAX) {
@@ -632,20 +839,25 @@ static void w_on_scalar(void *impl, tp_trainer_t *tr, const char *name, double v
     s_event_t ev = {.kind = EV_SCALAR, .value = value,
                     .epoch = tp_trainer_epoch_num(tr), .local_step = tp_trainer_local_step(tr),
                     .global_step = tp_trainer_global_step(tr), .t_ns = tp_now_ns()};
-    if (s_send(w->a, &ev, name, n) < 0)
+    if (s_send(w->a, tr, &ev, name, n) < 0)
         TP_WARN("scalar %s not sent to the observing callbacks: %s", name, tp_last_error());
 }
 
 static void w_destroy(void *impl) {
     s_obs_t *w = impl;
-    tp_callback_destroy(&w->inner);  /* when setup_graph never took it */
+    tp_callback_destroy(&w->inner);  /* when the actor never took it */
     free(w);
+}
+
+/* 1 for an observing callback (one that runs on the callback actor). */
+static int s_observes(const tp_callback_t *cb) {
+    return tp_callback_ops(cb)->setup_graph == w_setup_graph;
 }
 
 static tp_callback_t *s_observe(tp_callback_t *cb, int latest, double interval_s) {
     if (!cb)
         return NULL;
-    if (tp_callback_observes(cb))
+    if (s_observes(cb))
         return cb;  /* observing already */
     s_obs_t *w = calloc(1, sizeof *w);
     if (!w) {
@@ -679,8 +891,4 @@ tp_callback_t *tp_cb_observe(tp_callback_t *cb) { return s_observe(cb, 0, 0); }
 
 tp_callback_t *tp_cb_observe_latest(tp_callback_t *cb, double interval_s) {
     return s_observe(cb, 1, interval_s);
-}
-
-int tp_callback_observes(const tp_callback_t *cb) {
-    return tp_callback_ops(cb)->setup_graph == w_setup_graph;
 }

@@ -15,6 +15,7 @@
 #include <towerpack/stats.h>
 #include <towerpack/supervisor.h>
 #include <towerpack/launch.h>
+#include "pipeline/callback_actor.h"
 #include "pipeline/train/towers.h"
 #include "pipeline/trainer_internal.h"
 
@@ -234,7 +235,7 @@ static int s_rows_towers(void *impl, tp_stats_row_t *rows, int max) {
 
 static int s_rows_callbacks(void *impl, tp_stats_row_t *rows, int max) {
     s_mt_t *mt = impl;
-    tp_cb_actor_t *cba = mt->trainer ? *tp_trainer_cb_actor_slot(mt->trainer) : NULL;
+    tp_cb_actor_t *cba = mt->trainer ? tp_cb_actor_of(mt->trainer) : NULL;
     if (!cba || max < 1)
         return 0;
     tp_cb_actor_row(cba, &rows[0]);
@@ -332,7 +333,7 @@ static tp_status_t sv_after_epoch(void *impl, tp_trainer_t *tr) {
     if (mt->nactors)
         tp_trainer_put_scalar(tr, "supervisor/restarts",
                               (double)tp_supervisor_restarts_total(mt->sup));
-    tp_cb_actor_t *cba = *tp_trainer_cb_actor_slot(tr);
+    tp_cb_actor_t *cba = tp_cb_actor_of(tr);
     if (cba)  /* steps the latest-only observers skipped: they were behind */
         tp_trainer_put_scalar(tr, "callbacks/skipped_steps", (double)tp_cb_actor_skipped(cba));
     return TP_OK;

@@ -4,7 +4,16 @@
  * The loop runs on the thread that calls tp_trainer_train (the supervisor's
  * thread in a full run); towers and input actors run beside it. No hook
  * allocates in the steady state: fetch names and scalar names live in
- * tables that only grow when a new name first appears. */
+ * tables that only grow when a new name first appears.
+ *
+ * Dependencies run one way: this file calls no function of the callbacks
+ * and sidecars built on it. What runs beside the loop (the callback actor,
+ * pipeline/callbacks/callback_actor.c) is a sidecar it was handed through
+ * an ops table (trainer_internal.h) and calls by name at fixed points:
+ * start after setup_graph, poll at each step boundary, epoch_end, finish
+ * after after_train, destroy. A trainer may also follow a loop run
+ * elsewhere (tp_trainer_follow): that is what observing callbacks see, a
+ * plain trainer with its own counters and scalars and no link back. */
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -275,17 +284,18 @@ struct tp_trainer {
     char *logdir;
     atomic_int stop;            /* 1: stop requested, 2: by a signal */
     _Atomic(const char *) stop_reason_lit;
-    char stop_reason[256];
-    /* The callback actor that runs the observing callbacks (made by the
-     * first one's setup_graph; NULL without observers). */
-    tp_cb_actor_t *cb_actor;
-    /* A view (the trainer an observing callback sees on the callback
-     * actor): stop requests go to the trainer it mirrors; its counters are
-     * set per event. */
-    tp_trainer_t *view_of;
-    int64_t view_samples_per_step;
+    /* What runs beside the loop (the callback actor): called by name. */
+    struct {
+        const tp_sidecar_ops_t *ops;
+        void *impl;
+    } sidecars[TP_TRAINER_MAX_SIDECARS];
+    int nsidecars;
+    int sidecars_started;       /* from their start to the end of training */
     double watchdog_s;          /* 0: off */
-    uint64_t view_time_ns;      /* when the hook being run was due */
+    /* Following a loop run elsewhere (tp_trainer_follow): the hooks run
+     * now were due at follow_time_ns. */
+    int following;
+    uint64_t follow_time_ns;
 };
 
 tp_trainer_t *tp_trainer_new(const tp_trainer_ops_t *ops, void *impl) {
@@ -309,8 +319,11 @@ void tp_trainer_destroy(tp_trainer_t **self_p) {
     if (!self_p || !*self_p)
         return;
     tp_trainer_t *self = *self_p;
-    /* The actor first: it owns the observing callbacks (and their view). */
-    tp_cb_actor_destroy(&self->cb_actor);
+    /* The sidecars first (each stops before its destroy returns): the
+     * callback actor runs the observing callbacks' hooks until then. */
+    for (int i = self->nsidecars - 1; i >= 0; i--)
+        if (self->sidecars[i].ops->destroy)
+            self->sidecars[i].ops->destroy(self->sidecars[i].impl);
     for (size_t i = 0; i < self->ncbs; i++)
         tp_callback_destroy(&self->cbs[i]);
     free(self->cbs);
@@ -369,7 +382,7 @@ int64_t tp_trainer_epoch_num(const tp_trainer_t *self) { return self->epoch_num;
 int64_t tp_trainer_local_step(const tp_trainer_t *self) { return self->local_step; }
 int64_t tp_trainer_global_step(const tp_trainer_t *self) { return self->global_step; }
 uint64_t tp_trainer_hook_time_ns(const tp_trainer_t *self) {
-    return self->view_of ? self->view_time_ns : tp_now_ns();
+    return self->following ? self->follow_time_ns : tp_now_ns();
 }
 const tp_schedule_t *tp_trainer_schedule(const tp_trainer_t *self) { return &self->sched; }
 void tp_trainer_set_global_step(tp_trainer_t *self, int64_t step) {
@@ -377,8 +390,6 @@ void tp_trainer_set_global_step(tp_trainer_t *self, int64_t step) {
     self->global_step_set = 1;
 }
 int64_t tp_trainer_samples_per_step(const tp_trainer_t *self) {
-    if (self->view_of)
-        return self->view_samples_per_step;
     return self->ops->samples_per_step ? self->ops->samples_per_step(self->impl) : 0;
 }
 void *tp_trainer_impl(tp_trainer_t *self) { return self->impl; }
@@ -397,11 +408,6 @@ tp_callback_t *tp_trainer_callback(tp_trainer_t *self, size_t i) {
 
 tp_status_t tp_trainer_set_hyperparam(tp_trainer_t *self, const char *name,
                                       double value) {
-    if (self->view_of)
-        return tp_error(TP_ERR_STATE,
-                        "an observing callback cannot set hyper-parameter '%s': it "
-                        "runs beside the steps (docs/callbacks.md); set it from a "
-                        "synchronous callback", name);
     if (!self->ops->set_hyperparam)
         return tp_error(TP_ERR_NOT_FOUND, "trainer %s has no hyper-parameter '%s'",
                         self->ops->name, name);
@@ -420,12 +426,14 @@ tp_status_t tp_trainer_get_hyperparam(tp_trainer_t *self, const char *name,
 
 void tp_trainer_request_stop(tp_trainer_t *self, const char *reason,
                              int interrupted) {
-    if (self->view_of)  /* from the callback actor: to the trainer itself */
-        self = self->view_of;
     int expected = 0;
     if (atomic_compare_exchange_strong(&self->stop, &expected,
                                        interrupted ? 2 : 1))
         atomic_store(&self->stop_reason_lit, reason);
+}
+
+int tp_trainer_stop_requested(const tp_trainer_t *self) {
+    return atomic_load(&((tp_trainer_t *)self)->stop);
 }
 
 const char *tp_trainer_stop_reason(const tp_trainer_t *self) {
@@ -481,15 +489,6 @@ void tp_trainer_put_scalar(tp_trainer_t *self, const char *name, double value) {
     s_scalar_store(self, name, value);
     for (size_t i = 0; i < self->ncbs; i++)
         tp_cb_on_scalar(self->cbs[i], self, name, value);
-    if (self->view_of)  /* put by an observing callback: the trainer's too */
-        tp_cb_actor_put_back(self->view_of->cb_actor, name, value);
-}
-
-void tp_trainer_put_scalar_local(tp_trainer_t *self, const char *name, double value) {
-    s_scalar_store(self, name, value);
-    for (size_t i = 0; i < self->ncbs; i++)
-        if (!tp_callback_observes(self->cbs[i]))
-            tp_cb_on_scalar(self->cbs[i], self, name, value);
 }
 
 tp_status_t tp_trainer_get_scalar(const tp_trainer_t *self, const char *name,
@@ -536,60 +535,50 @@ static void s_snapshot_history(tp_trainer_t *self) {
     }
 }
 
-/* ---- views: the trainer as observing callbacks see it ---------------------------------- */
+/* ---- sidecars ------------------------------------------------------------------------- */
 
-static tp_status_t s_view_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
-    (void)impl, (void)tr, (void)f;
-    return tp_error(TP_ERR_STATE, "a view of a trainer does not run steps");
+tp_status_t tp_trainer_attach(tp_trainer_t *self, const tp_sidecar_ops_t *ops, void *impl) {
+    TP_ASSERT(ops);
+    const char *why = self->nsidecars == TP_TRAINER_MAX_SIDECARS ? "too many sidecars"
+                      : self->following || self->sidecars_started ? "training has begun"
+                                                                 : NULL;
+    if (why) {
+        if (ops->destroy)
+            ops->destroy(impl);
+        return tp_error(TP_ERR_STATE, "trainer %s: sidecar %s not attached: %s",
+                        self->ops->name, ops->name ? ops->name : "?", why);
+    }
+    self->sidecars[self->nsidecars].ops = ops;
+    self->sidecars[self->nsidecars].impl = impl;
+    self->nsidecars++;
+    return TP_OK;
 }
 
-static const tp_trainer_ops_t s_view_ops = {
-    .name = "the trainer seen from the callback actor", .run_step = s_view_run_step,
-};
-
-tp_trainer_t *tp_trainer_view_new(tp_trainer_t *of) {
-    tp_trainer_t *v = tp_trainer_new(&s_view_ops, NULL);
-    if (!v)
-        return NULL;
-    v->view_of = of;
-    v->is_chief = of->is_chief;
-    v->sched = of->sched;
-    v->epoch_num = of->epoch_num;
-    v->local_step = of->local_step;
-    v->global_step = of->global_step;
-    v->view_samples_per_step = tp_trainer_samples_per_step(of);
-    if (tp_trainer_set_logdir(v, of->logdir) < 0)
-        tp_trainer_destroy(&v);
-    return v;
+void *tp_trainer_sidecar(const tp_trainer_t *self, const tp_sidecar_ops_t *ops) {
+    for (int i = 0; i < self->nsidecars; i++)
+        if (self->sidecars[i].ops == ops)
+            return self->sidecars[i].impl;
+    return NULL;
 }
 
-tp_status_t tp_trainer_view_add(tp_trainer_t *view, tp_callback_t **cb_p) {
-    TP_ASSERT(view->view_of);
-    int chief = view->is_chief;
-    view->is_chief = 1;  /* the trainer it mirrors has decided already */
-    tp_status_t rc = tp_trainer_add_callback(view, cb_p);
-    view->is_chief = chief;
-    return rc;
+/* ---- following a loop run elsewhere --------------------------------------------------- */
+
+void tp_trainer_follow(tp_trainer_t *self, const tp_schedule_t *sched) {
+    self->sched = *sched;
+    self->training = 1;  /* its callbacks are set */
+    self->following = 1;
+    self->follow_time_ns = tp_now_ns();
 }
 
-void tp_trainer_view_start(tp_trainer_t *view) {
-    const tp_trainer_t *of = view->view_of;
-    for (size_t i = 0; i < of->nscalars; i++)
-        s_scalar_store(view, of->scalars[i].name, of->scalars[i].latest);
-    view->training = 1;
+void tp_trainer_follow_at(tp_trainer_t *self, int64_t epoch, int64_t local_step,
+                          int64_t global_step, uint64_t t_ns) {
+    self->epoch_num = epoch;
+    self->local_step = local_step;
+    self->global_step = global_step;
+    self->follow_time_ns = t_ns;
 }
 
-void tp_trainer_view_set(tp_trainer_t *view, int64_t epoch, int64_t local_step,
-                         int64_t global_step, uint64_t t_ns) {
-    view->view_time_ns = t_ns;
-    view->epoch_num = epoch;
-    view->local_step = local_step;
-    view->global_step = global_step;
-}
-
-void tp_trainer_view_epoch_end(tp_trainer_t *view) { s_snapshot_history(view); }
-
-tp_cb_actor_t **tp_trainer_cb_actor_slot(tp_trainer_t *self) { return &self->cb_actor; }
+void tp_trainer_follow_epoch_end(tp_trainer_t *self) { s_snapshot_history(self); }
 
 /* ---- the loop ------------------------------------------------------------------------- */
 
@@ -599,6 +588,25 @@ static void s_keep(tp_status_t *first, char *msg, size_t size, tp_status_t rc) {
     if (rc < 0 && *first >= 0) {
         *first = rc;
         snprintf(msg, size, "%s", tp_last_error());
+    }
+}
+
+/* The sidecars' hooks, by name. */
+typedef enum { S_START, S_POLL, S_EPOCH_END, S_FINISH } s_sidecar_hook_t;
+
+/* Call one hook of every sidecar, keeping the first error. Start and
+ * finish are owed to every sidecar even after an error (the callbacks set
+ * up still get their after_train); poll and epoch end stop at one. */
+static void s_sidecars(tp_trainer_t *self, s_sidecar_hook_t hook, tp_status_t *first,
+                       char *msg, size_t size) {
+    for (int i = 0; i < self->nsidecars; i++) {
+        const tp_sidecar_ops_t *ops = self->sidecars[i].ops;
+        tp_status_t (*fn)(void *, tp_trainer_t *) =
+            hook == S_START ? ops->start : hook == S_POLL ? ops->poll
+            : hook == S_EPOCH_END ? ops->epoch_end : ops->finish;
+        if (!fn || (*first < 0 && (hook == S_POLL || hook == S_EPOCH_END)))
+            continue;
+        s_keep(first, msg, size, fn(self->sidecars[i].impl, self));
     }
 }
 
@@ -642,6 +650,9 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
         if (first >= 0)
             self->cbs[i]->setup_done = 1;
     }
+    /* What the setup_graphs attached starts now, before any before_train. */
+    self->sidecars_started = 1;
+    s_sidecars(self, S_START, &first, msg, sizeof msg);
     for (size_t i = 0; first >= 0 && i < self->ncbs; i++)
         s_keep(&first, msg, sizeof msg, tp_cb_before_train(self->cbs[i], self));
 
@@ -684,9 +695,9 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
                            tp_cb_after_run(self->cbs[i], self, f));
             for (size_t i = 0; first >= 0 && i < self->ncbs; i++)
                 s_keep(&first, msg, sizeof msg, tp_cb_trigger_step(self->cbs[i], self));
-            /* What the observing callbacks sent back: scalars, a failure. */
-            if (self->cb_actor && first >= 0)
-                s_keep(&first, msg, sizeof msg, tp_cb_actor_poll(self->cb_actor, self));
+            /* What the sidecars sent back (the observing callbacks' scalars,
+             * stop requests, a failure). */
+            s_sidecars(self, S_POLL, &first, msg, sizeof msg);
             hook_ns += (t1 - t0) + (tp_now_ns() - t2);
         }
         /* A stop inside the epoch skips its end: the epoch did not finish. */
@@ -703,8 +714,7 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
         for (size_t i = 0; first >= 0 && i < self->ncbs; i++)
             s_keep(&first, msg, sizeof msg, tp_cb_trigger_epoch(self->cbs[i], self));
         s_snapshot_history(self);
-        if (self->cb_actor && first >= 0)  /* the observers' history too */
-            s_keep(&first, msg, sizeof msg, tp_cb_actor_epoch_end(self->cb_actor, self));
+        s_sidecars(self, S_EPOCH_END, &first, msg, sizeof msg);  /* the observers' too */
     }
 
     /* An input or a tower that saw the signal first (waiting for a batch)
@@ -720,10 +730,11 @@ tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched) {
     for (size_t i = 0; i < self->ncbs; i++)
         if (self->cbs[i]->setup_done)
             s_keep(&first, msg, sizeof msg, tp_cb_after_train(self->cbs[i], self));
-    /* Training returns when the observing callbacks are done too (their
-     * files written), with their failure if one failed. */
-    if (self->cb_actor)
-        s_keep(&first, msg, sizeof msg, tp_cb_actor_finish(self->cb_actor, self));
+    /* Training returns when the sidecars are done and stopped (the
+     * observing callbacks' files written), with their failure if one
+     * failed. */
+    s_sidecars(self, S_FINISH, &first, msg, sizeof msg);
+    self->sidecars_started = 0;
     self->training = 0;
     if (first < 0) {
         tp_error(first, "%s", msg);

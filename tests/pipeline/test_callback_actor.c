@@ -6,15 +6,21 @@
  * it gets the values it asked for; latest-only observers skip steps while
  * they are behind, observers of every step skip none; a failing observer
  * stops training with its message, its stop request stops it, and it
- * cannot set hyper-parameters; scalars cross both ways. */
+ * cannot set hyper-parameters; scalars cross both ways. The actor's thread
+ * runs from after setup_graph to the end of training, and a trainer's
+ * destroy returns only once it has ended, even past a stuck hook. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/callback.h>
 #include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
+#include <towerpack/supervisor.h>  /* tp_signals_install */
 #include "pipeline/trainer_internal.h"  /* tp_trainer_set_watchdog */
 #include "train_testutil.h"
 
@@ -47,6 +53,8 @@ typedef struct {
     int sleep_step_us;         /* in trigger_step */
     int64_t hang_at;           /* trigger_step of this global step sleeps hang_us */
     int hang_us;
+    int raise_at_hang;         /* ... after raising SIGINT */
+    atomic_int hang_done;      /* that sleep is over */
     int64_t fail_at, stop_at;  /* global step of trigger_step (0: never) */
     int set_hp;                /* before_train sets a hyper-parameter */
     int put_and_read;          /* trigger_epoch: read "sync_metric", put "obs_metric" */
@@ -98,8 +106,12 @@ static tp_status_t rec_trigger_step(void *impl, tp_trainer_t *tr) {
     r->trigger_steps++;
     if (r->sleep_step_us)
         usleep((useconds_t)r->sleep_step_us);
-    if (r->hang_at && tp_trainer_global_step(tr) == r->hang_at)
+    if (r->hang_at && tp_trainer_global_step(tr) == r->hang_at) {
+        if (r->raise_at_hang)
+            raise(SIGINT);
         usleep((useconds_t)r->hang_us);
+        atomic_store(&r->hang_done, 1);
+    }
     if (r->fail_at && tp_trainer_global_step(tr) == r->fail_at)
         return tp_error(TP_ERR_IO, "injected failure at step %lld",
                         (long long)r->fail_at);
@@ -345,6 +357,100 @@ Test(callback_actor, chief_only_observers_stay_off_other_ranks) {
     cr_assert_eq(tp_trainer_train(tr, &s), TP_OK, "%s", tp_last_error());
     cr_assert_str_eq(obs->log, "", "not on this rank: %s", obs->log);
     tp_trainer_destroy(&tr);
+    free(obs);
+}
+
+/* ---- the actor's thread: started and stopped at named points --------------------- */
+
+static int s_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    cr_assert_not_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+typedef struct {
+    int at_setup, at_before_train;
+} s_count_t;
+static tp_status_t cnt_setup_graph(void *impl, tp_trainer_t *tr) {
+    ((s_count_t *)impl)->at_setup = s_threads();
+    return TP_OK;
+}
+static tp_status_t cnt_before_train(void *impl, tp_trainer_t *tr) {
+    ((s_count_t *)impl)->at_before_train = s_threads();
+    return TP_OK;
+}
+static const tp_callback_ops_t s_count_ops = {
+    .name = "ThreadCounter", .setup_graph = cnt_setup_graph, .before_train = cnt_before_train,
+};
+
+/* The thread starts after every setup_graph, before any before_train (not
+ * at an observer's first message: this one has none before its epoch's
+ * end), and training returns with it ended. */
+Test(callback_actor, its_thread_runs_from_setup_to_the_end_of_training) {
+    /* a first run starts what ZeroMQ keeps for the process (its I/O threads) */
+    s_train_t t = {0};
+    tp_trainer_t *tr = tp_trainer_new(&s_ops, &t);
+    s_rec_t *obs = s_rec_new();
+    cr_assert_eq(s_add(tr, tp_cb_observe(tp_callback_new(&s_rec_ops, obs, 0))), TP_OK);
+    tp_schedule_t s = s_sched(1, 1, 2);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_OK, "%s", tp_last_error());
+    tp_trainer_destroy(&tr);
+    free(obs);
+    /* its thread leaves right after its last message: wait until it has */
+    int n0 = s_threads();
+    for (int i = 0, n; i < 100; i++, n0 = n) {
+        usleep(20000);
+        if ((n = s_threads()) == n0)
+            break;
+    }
+    tr = tp_trainer_new(&s_ops, &t);
+    s_count_t count = {0};
+    static const tp_callback_ops_t epoch_only = {.name = "EpochEnd", .after_epoch = rec_after_epoch};
+    obs = s_rec_new();
+    cr_assert_eq(s_add(tr, tp_callback_new(&s_count_ops, &count, 0)), TP_OK);
+    cr_assert_eq(s_add(tr, tp_cb_observe(tp_callback_new(&epoch_only, obs, 0))), TP_OK);
+    cr_assert_eq(s_add(tr, tp_callback_new(&s_count_ops, &count, 0)), TP_OK);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(count.at_setup, n0, "not yet at setup_graph");
+    cr_assert_eq(count.at_before_train, n0 + 1, "running at before_train");
+    cr_assert_str_eq(obs->log, "after_epoch@1/2/2");
+    /* ended (zactor's thread leaves right after its last message) */
+    int n = s_threads();
+    for (int i = 0; i < 100 && n != n0; i++) {
+        usleep(10000);
+        n = s_threads();
+    }
+    cr_assert_eq(n, n0, "the actor's thread ended with training");
+    tp_trainer_destroy(&tr);
+    free(obs);
+}
+
+/* After a signal, training ends 5 s later without an observer that does
+ * not finish; the trainer's destroy then waits for its hook to return
+ * (it used to leave the thread behind after 5 s more). */
+Test(callback_actor, destroy_returns_once_a_stuck_observer_has_ended) {
+    cr_assert_eq(tp_signals_install(), TP_OK);
+    s_train_t t = {0};
+    tp_trainer_t *tr = tp_trainer_new(&s_ops, &t);
+    s_rec_t *obs = s_rec_new();
+    obs->hang_at = 2;
+    obs->raise_at_hang = 1;
+    obs->hang_us = 10500000;  /* past the 5 s training waits and 5 s more */
+    cr_assert_eq(s_add(tr, tp_cb_observe(tp_callback_new(&s_rec_ops, obs, 0))), TP_OK);
+    /* fewer events than the pipe holds: the trainer never waits to send
+     * (a full pipe holds it until the hook returns, signal or not) */
+    tp_schedule_t s = s_sched(1, 1, 200);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_ERR_INTERRUPTED, "%s", tp_last_error());
+    cr_assert_not(atomic_load(&obs->hang_done), "training did not wait for it");
+    tp_trainer_destroy(&tr);
+    cr_assert(atomic_load(&obs->hang_done), "destroy returned with the hook running");
+    cr_assert_eq(obs->after_trains, 0, "what was queued behind it was skipped");
+    tp_signal_clear();
+    tp_signals_restore();
     free(obs);
 }
 

@@ -1,5 +1,6 @@
 /* towerpack tests: the base trainer loop, hook order, callbacks, monitors,
- * hyper-parameter setters and the log directory. */
+ * hyper-parameter setters, sidecars, a trainer that follows a loop run
+ * elsewhere, and the log directory. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include <towerpack/callback.h>
 #include <towerpack/logdir.h>
 #include <towerpack/towerpack.h>
+#include "pipeline/trainer_internal.h"  /* sidecars, tp_trainer_follow */
 
 /* ---- a recording trainer and callback ------------------------------------ */
 
@@ -592,6 +594,142 @@ Test(trainer, scalar_history_is_per_epoch) {
     cr_assert_float_eq(h[2], 1.0 / 30, 1e-12);
     cr_assert_eq(tp_trainer_scalar_history(tr, "nothing", &h, &n), TP_ERR_NOT_FOUND);
     tp_trainer_destroy(&tr);
+}
+
+/* ---- sidecars: called by name at fixed points ---------------------------------- */
+
+static s_train_t *s_sc_log;  /* the sidecar logs into the trainer's log */
+static tp_status_t sc_start(void *impl, tp_trainer_t *tr) { s_log(s_sc_log, "S:start"); return TP_OK; }
+static tp_status_t sc_poll(void *impl, tp_trainer_t *tr) {
+    s_log(s_sc_log, "S:poll");
+    /* what it sent back reaches the trainer here: a stop request */
+    if (*(int *)impl && tp_trainer_global_step(tr) == *(int *)impl)
+        tp_trainer_request_stop(tr, "the sidecar asked", 0);
+    return TP_OK;
+}
+static tp_status_t sc_epoch_end(void *impl, tp_trainer_t *tr) { s_log(s_sc_log, "S:epoch_end"); return TP_OK; }
+static tp_status_t sc_finish(void *impl, tp_trainer_t *tr) { s_log(s_sc_log, "S:finish"); return TP_OK; }
+static void sc_destroy(void *impl) { s_log(s_sc_log, "S:destroy"); }
+static const tp_sidecar_ops_t s_sc_ops = {
+    .name = "Sidecar", .start = sc_start, .poll = sc_poll, .epoch_end = sc_epoch_end,
+    .finish = sc_finish, .destroy = sc_destroy,
+};
+
+static int s_sc_stop_at;
+static tp_status_t att_setup_graph(void *impl, tp_trainer_t *tr) {
+    s_log(s_sc_log, "A:setup_graph");
+    return tp_trainer_attach(tr, &s_sc_ops, &s_sc_stop_at);
+}
+static tp_status_t att_trigger_step(void *impl, tp_trainer_t *tr) { s_log(s_sc_log, "A:trigger_step"); return TP_OK; }
+static tp_status_t att_trigger_epoch(void *impl, tp_trainer_t *tr) { s_log(s_sc_log, "A:trigger_epoch"); return TP_OK; }
+static tp_status_t att_before_train(void *impl, tp_trainer_t *tr) { s_log(s_sc_log, "A:before_train"); return TP_OK; }
+static tp_status_t att_after_train(void *impl, tp_trainer_t *tr) { s_log(s_sc_log, "A:after_train"); return TP_OK; }
+static const tp_callback_ops_t s_att_ops = {
+    .name = "Attacher", .setup_graph = att_setup_graph, .before_train = att_before_train,
+    .trigger_step = att_trigger_step, .trigger_epoch = att_trigger_epoch,
+    .after_train = att_after_train,
+};
+
+/* A sidecar attached by a setup_graph starts after every setup_graph and
+ * before any before_train, is polled after each step's trigger_step, told
+ * each epoch's end after trigger_epoch, finished after every after_train,
+ * and destroyed with the trainer; a stop it passes on in poll ends
+ * training after that step. */
+Test(trainer, sidecars_run_at_named_points) {
+    s_train_t t;
+    tp_trainer_t *tr = s_trainer(&t);
+    s_sc_log = &t;
+    s_sc_stop_at = 0;
+    s_rec_t b;
+    tp_callback_t *ca = tp_callback_new(&s_att_ops, NULL, 0), *cb = s_rec(&b, &t, "B");
+    cr_assert_eq(tp_trainer_add_callback(tr, &ca), TP_OK);
+    cr_assert_eq(tp_trainer_add_callback(tr, &cb), TP_OK);
+    tp_schedule_t s = s_sched(1, 2, 1);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_trainer_sidecar(tr, &s_sc_ops), &s_sc_stop_at);
+    const char *step = "B:before_run step B:after_run A:trigger_step B:trigger_step S:poll";
+    char expect[4096];
+    snprintf(expect, sizeof expect,
+             "A:setup_graph B:setup_graph S:start A:before_train B:before_train "
+             "B:before_epoch %s B:after_epoch A:trigger_epoch B:trigger_epoch S:epoch_end "
+             "B:before_epoch %s B:after_epoch A:trigger_epoch B:trigger_epoch S:epoch_end "
+             "A:after_train B:after_train S:finish", step, step);
+    cr_assert_str_eq(t.log, expect);
+    t.log[0] = '\0';
+    tp_trainer_destroy(&tr);
+    cr_assert_str_eq(t.log, "S:destroy");
+
+    /* a stop request the sidecar passes on at a step boundary */
+    tr = s_trainer(&t);
+    s_sc_stop_at = 3;
+    ca = tp_callback_new(&s_att_ops, NULL, 0);
+    cr_assert_eq(tp_trainer_add_callback(tr, &ca), TP_OK);
+    s = s_sched(1, 1, 10);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(t.steps, 3);
+    cr_assert_str_eq(tp_trainer_stop_reason(tr), "the sidecar asked");
+    cr_assert(strstr(t.log, "A:after_train S:finish"), "%s", t.log);
+    tp_trainer_destroy(&tr);
+}
+
+static tp_status_t late_before_train(void *impl, tp_trainer_t *tr) {
+    return tp_trainer_attach(tr, &s_sc_ops, NULL);
+}
+static const tp_callback_ops_t s_late_ops = {.name = "Late", .before_train = late_before_train};
+
+Test(trainer, a_sidecar_attached_after_the_start_is_refused) {
+    s_train_t t;
+    tp_trainer_t *tr = s_trainer(&t);
+    s_sc_log = &t;
+    tp_callback_t *c = tp_callback_new(&s_late_ops, NULL, 0);
+    cr_assert_eq(tp_trainer_add_callback(tr, &c), TP_OK);
+    tp_schedule_t s = s_sched(1, 1, 1);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_ERR_STATE);
+    cr_assert(strstr(tp_last_error(), "sidecar Sidecar not attached: training has begun"),
+              "%s", tp_last_error());
+    cr_assert(strstr(t.log, "S:destroy"), "refused, it is destroyed at once: %s", t.log);
+    cr_assert_null(tp_trainer_sidecar(tr, &s_sc_ops));
+    tp_trainer_destroy(&tr);
+}
+
+/* ---- a trainer that follows a loop run elsewhere ------------------------------- */
+
+static tp_status_t s_no_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    return tp_error(TP_ERR_STATE, "no steps here");
+}
+static const tp_trainer_ops_t s_follower_ops = {.name = "follower", .run_step = s_no_step};
+
+/* Its counters, schedule, hook time and scalar history are what it is
+ * given; it refuses new callbacks; a stop request on it is its own. */
+Test(trainer, a_follower_has_the_counters_it_is_given) {
+    tp_trainer_t *f = tp_trainer_new(&s_follower_ops, NULL);
+    tp_schedule_t s = s_sched(3, 5, 7);
+    tp_trainer_follow(f, &s);
+    tp_trainer_follow_at(f, 4, 2, 23, 12345);
+    cr_assert_eq(tp_trainer_epoch_num(f), 4);
+    cr_assert_eq(tp_trainer_local_step(f), 2);
+    cr_assert_eq(tp_trainer_global_step(f), 23);
+    cr_assert_eq(tp_trainer_hook_time_ns(f), 12345, "when the loop got there, not now");
+    cr_assert_eq(tp_trainer_schedule(f)->steps_per_epoch, 7);
+    tp_trainer_put_scalar(f, "x", 1.0);
+    tp_trainer_follow_epoch_end(f);
+    tp_trainer_put_scalar(f, "x", 2.0);
+    tp_trainer_follow_epoch_end(f);
+    const double *h;
+    size_t n;
+    cr_assert_eq(tp_trainer_scalar_history(f, "x", &h, &n), TP_OK);
+    cr_assert_eq(n, 2);
+    cr_assert_float_eq(h[1], 2.0, 0);
+    s_rec_t r;
+    s_train_t t;
+    memset(&t, 0, sizeof t);
+    tp_callback_t *c = s_rec(&r, &t, "R");
+    cr_assert_eq(tp_trainer_add_callback(f, &c), TP_ERR_STATE);
+    cr_assert_eq(tp_trainer_stop_requested(f), 0);
+    tp_trainer_request_stop(f, "asked", 1);
+    cr_assert_eq(tp_trainer_stop_requested(f), 2);
+    cr_assert_str_eq(tp_trainer_stop_reason(f), "asked");
+    tp_trainer_destroy(&f);
 }
 
 /* ---- log directory ------------------------------------------------------------------ */
