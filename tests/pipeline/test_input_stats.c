@@ -421,7 +421,7 @@ Test(input_stats, towers_count_their_own_steps) {
         tp_datapoint_t *b[2] = {NULL, NULL};
         for (int t = 0; t < 2; t++)
             cr_assert_eq(tp_input_next(in, t, &b[t]), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_towers_step(tw, b, 0, NULL, NULL), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_towers_step(tw, b, 0), TP_OK, "%s", tp_last_error());
         tp_run_opts_t close = {.stages = TP_RUN_UPDATE};  /* the slices applied */
         cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &close), TP_OK,
                      "%s", tp_last_error());
