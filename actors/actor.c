@@ -227,6 +227,7 @@ typedef struct {
     void *arg;
     int report_ms;
     atomic_uint *mail;
+    atomic_int *asked;
     s_rowpub_t *pub;
 } s_boot_t;
 
@@ -234,6 +235,7 @@ struct tp_actor_ctx {
     const tp_actor_def_t *def;
     void *pipe;                     /* raw socket of the zactor pipe */
     atomic_uint *mail;              /* the owner's count of commands sent */
+    atomic_int *asked;              /* the owner sent STOP or $TERM */
     s_rowpub_t *pub;                /* where the counters are published */
     unsigned mail_seen;             /* ... as of the last look at the pipe */
     void *state;
@@ -403,22 +405,42 @@ static inline int s_mail_waiting(const tp_actor_ctx_t *ctx) {
 /* The actor whose handlers run on this thread (NULL on other threads). */
 static __thread tp_actor_ctx_t *s_current;
 
-/* A thread's wait hook (tp_actor_set_wait_hook). */
-static __thread int (*s_wait_hook)(void *arg);
-static __thread void *s_wait_arg;
-
-void tp_actor_set_wait_hook(int (*fn)(void *arg), void *arg) {
-    s_wait_hook = fn;
-    s_wait_arg = fn ? arg : NULL;
+/* Has the owner asked the actor to stop or end? Set by the owner the moment
+ * it sends STOP or $TERM, so a getter answers without reading the pipe. */
+static inline int s_asked_to_stop(const tp_actor_ctx_t *ctx) {
+    return ctx->stopping || ctx->terminated ||
+           atomic_load_explicit(ctx->asked, memory_order_acquire);
 }
 
 int tp_actor_current_stopping(void) {
+    const tp_actor_ctx_t *ctx = s_current;
+    return ctx ? s_asked_to_stop(ctx) : 0;
+}
+
+/* The wait phase this thread's waits run (tp_actor_wait_begin). */
+static __thread const tp_wait_phase_t *s_wait_phase;
+
+const tp_wait_phase_t *tp_actor_wait_begin(const tp_wait_phase_t *phase) {
+    const tp_wait_phase_t *previous = s_wait_phase;
+    s_wait_phase = phase;
+    return previous;
+}
+
+void tp_actor_wait_end(const tp_wait_phase_t *previous) { s_wait_phase = previous; }
+
+int tp_actor_wait_tick(void) {
     tp_actor_ctx_t *ctx = s_current;
-    if (!ctx)
-        return s_wait_hook ? s_wait_hook(s_wait_arg) != 0 : 0;
-    if (s_mail_waiting(ctx))
-        s_poll_pipe(ctx);
-    return ctx->stopping || ctx->terminated;
+    int stop = 0;
+    if (ctx) {
+        /* a command (STATS? above all) is answered while the handler waits */
+        if (s_mail_waiting(ctx))
+            s_poll_pipe(ctx);
+        stop = s_asked_to_stop(ctx);
+    }
+    const tp_wait_phase_t *phase = s_wait_phase;
+    if (phase && phase->run(phase->arg))
+        stop = 1;
+    return stop;
 }
 
 /* ---- sockets ------------------------------------------------------------------ */
@@ -946,6 +968,7 @@ static void s_actor_main(zsock_t *pipe, void *args) {
     ctx->def = def;
     ctx->pipe = zsock_resolve(pipe);
     ctx->mail = boot.mail;
+    ctx->asked = boot.asked;
     ctx->pub = boot.pub;
     s_current = ctx;
     ctx->report_ms = boot.report_ms;
@@ -1022,6 +1045,7 @@ struct tp_actor {
     tp_stats_row_t row;
     uint64_t last_seen_ns;
     atomic_uint mail;  /* commands sent; counted after each send */
+    atomic_int asked;  /* STOP or $TERM sent: tp_actor_current_stopping */
     s_rowpub_t pub;    /* the thread's counters, published */
 };
 
@@ -1044,6 +1068,7 @@ tp_actor_t *tp_actor_new_ex(const tp_actor_def_t *def, void *arg,
     boot->arg = arg;
     boot->report_ms = report_ms;
     boot->mail = &self->mail;
+    boot->asked = &self->asked;
     boot->pub = &self->pub;
     self->zactor = zactor_new(s_actor_main, boot);
     if (!self->zactor) {
@@ -1205,8 +1230,11 @@ static int s_owner_send(tp_actor_t *self, const char *text) {
 tp_status_t tp_actor_stop(tp_actor_t *self) {
     if (self->exited)
         return TP_OK;
-    if (s_owner_send(self, "STOP") < 0)
+    int sent = s_owner_send(self, "STOP");
+    if (sent < 0)
         return tp_error(TP_ERR_IO, "actor '%s': cannot send STOP", self->name);
+    if (sent)  /* a wait inside the handler may ask before the pipe is read */
+        atomic_store_explicit(&self->asked, 1, memory_order_release);
     return TP_OK;
 }
 
@@ -1266,6 +1294,7 @@ void tp_actor_destroy(tp_actor_t **self_p) {
     if (!self->exited) {
         zsock_set_sndtimeo(pipe, 0);
         zstr_send(pipe, "$TERM");
+        atomic_store_explicit(&self->asked, 1, memory_order_release);
         atomic_fetch_add_explicit(&self->mail, 1, memory_order_release);
         if (!s_owner_wait(self, 5000)) {
             /* A handler that never returns: its thread cannot be killed.

@@ -285,10 +285,10 @@ static void s_child_fail(int err_w, const char *fmt, ...) {
     _exit(WORKER_ERR_EXIT);
 }
 
-/* Send a whole message from a worker, waiting while the parent is full and
- * giving up when the parent is gone. */
-/* Send msg, waiting while the parent's queue is full (the time it waits
- * added to *blocked_ns; no clock is read when it need not wait). */
+/* Send a whole message from a worker: 0 sent, -1 a socket error. It waits
+ * while the parent's queue is full (that time added to t->blocked_ns; no
+ * clock is read when it need not wait) and exits the worker when the
+ * parent is gone. */
 static int s_child_send(tp_wire_msg_t *msg, void *sock, pid_t parent, int index,
                         s_child_time_t *t) {
     uint64_t t0 = 0, *blocked_ns = &t->blocked_ns;
@@ -417,14 +417,17 @@ static void s_pool_fini(s_pool_t *p) {
 }
 
 /* One poll slice of the parent: wait up to 100 ms; TP_ERR_INTERRUPTED on a
- * recorded signal, TP_ERR_TIMEOUT when opts.timeout_s ran out. */
+ * recorded signal or when the wait's phase (tp_actor_wait_tick: the actor
+ * reading this dataflow, or the thread's own) says stop, TP_ERR_TIMEOUT
+ * when opts.timeout_s ran out. */
 static tp_status_t s_wait_slice(s_pool_t *p, void *sock, uint64_t since,
                                 long slice_ms) {
     if (tp_signal_pending())
         return tp_error(TP_ERR_INTERRUPTED, "%s: interrupted by signal %d",
                         p->what, tp_signal_pending());
-    if (tp_actor_current_stopping())
-        return tp_error(TP_ERR_INTERRUPTED, "%s: the actor reading it is stopping", p->what);
+    if (tp_actor_wait_tick())
+        return tp_error(TP_ERR_INTERRUPTED, "%s: the wait for the workers was ended: "
+                        "the actor or trainer reading it is stopping", p->what);
     if (p->opts.timeout_s > 0 &&
         (double)(tp_now_ns() - since) * 1e-9 > p->opts.timeout_s)
         return tp_error(TP_ERR_TIMEOUT, "%s: no data from the workers for %.3g s",

@@ -365,8 +365,9 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "remote: interrupted by signal %d",
                             tp_signal_pending());
-        if (tp_actor_current_stopping())  /* a prefetch actor asked to end */
-            return tp_error(TP_ERR_INTERRUPTED, "remote: the actor reading it is stopping");
+        if (tp_actor_wait_tick())  /* a prefetch actor asked to end, a failed tree */
+            return tp_error(TP_ERR_INTERRUPTED, "remote: the wait was ended: the "
+                            "actor or trainer reading it is stopping");
         if (r->opts.timeout_s > 0 &&
             (double)(tp_now_ns() - since) * 1e-9 > r->opts.timeout_s)
             return tp_error(TP_ERR_TIMEOUT, "remote: nothing from %s%s for %.3g s",

@@ -157,26 +157,47 @@ int tp_actor_output(const tp_actor_ctx_t *ctx, const char *name);
 /* 1 when the owner asked the actor to stop (sources should return TP_DONE). */
 int tp_actor_stopping(const tp_actor_ctx_t *ctx);
 
-/* For code that waits inside an actor's handler without its ctx (a
- * dataflow's next() run by a prefetch actor): 1 when the actor running on
- * this thread has been asked to stop or end (it looks at the actor's
- * commands); 0 on a thread that is not an actor's. Such waits should
- * return rather than keep the actor from ending. */
+/* 1 when the actor running on this thread has been asked to stop or end
+ * (its owner's STOP or $TERM, seen the moment it is sent); 0 on a thread
+ * that is not an actor's. Only answers: it reads no command and runs
+ * nothing. */
 int tp_actor_current_stopping(void);
-
-/* A thread that is not an actor's but waits in such loops (the trainer's
- * thread, waiting for a batch) can watch something meanwhile: fn(arg) runs
- * on this thread each time one of its waits looks at
- * tp_actor_current_stopping (every 100 ms or so); nonzero ends the wait as
- * a stop. Per thread; NULL removes it. The trainer ticks its supervisor
- * this way, so a child that dies while a step waits for its data is
- * restarted (or ends training) during the wait. */
-void tp_actor_set_wait_hook(int (*fn)(void *arg), void *arg);
 
 const char *tp_actor_ctx_name(const tp_actor_ctx_t *ctx);
 
 /* Messages dropped as malformed at this actor's inputs. */
 uint64_t tp_actor_ctx_malformed(const tp_actor_ctx_t *ctx);
+
+/* ---- waiting, on any thread ---------------------------------------------------
+ * Code that blocks for data without a ctx (a dataflow's next run by a
+ * prefetch actor or by the trainer's thread, an input's next, the trainer's
+ * wait for its towers) wakes every 100 ms or so and calls
+ * tp_actor_wait_tick() by name: that is the wait's phase. On an actor's
+ * thread the actor reads its owner's commands there (a STATS? request is
+ * answered, a STOP seen); on any thread the wait phase set with
+ * tp_actor_wait_begin runs there. */
+
+/* What a wait runs at each tick on the thread that set it: run(arg), whose
+ * nonzero result asks the wait to end as a stop. */
+typedef struct tp_wait_phase {
+    int (*run)(void *arg);
+    void *arg;
+} tp_wait_phase_t;
+
+/* The wait's phase; call it each time a wait wakes without its data. Reads
+ * the actor's commands (on an actor's thread), then runs this thread's
+ * wait phase (if one is set). 1 when the wait should end: the actor was
+ * asked to stop or end, or the phase said so; the wait then returns
+ * TP_ERR_INTERRUPTED. */
+int tp_actor_wait_tick(void);
+
+/* Make `phase` (borrowed; NULL: none) what this thread's waits run at each
+ * tick until tp_actor_wait_end; returns the phase it replaces, which
+ * tp_actor_wait_end puts back. The trainer sets its supervision phase
+ * around each step, so a child that dies while the step waits for its
+ * batches is restarted (or ends training) during the wait. */
+const tp_wait_phase_t *tp_actor_wait_begin(const tp_wait_phase_t *phase);
+void tp_actor_wait_end(const tp_wait_phase_t *previous);
 
 /* ---- reading an actor's output on a thread that is not an actor -------------
  * The trainer's thread (or any owner) takes what an actor sends with a

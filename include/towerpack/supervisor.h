@@ -117,8 +117,8 @@ tp_status_t tp_supervisor_add_member(tp_supervisor_t *self,
                                      const tp_supervised_ops_t *ops, void *impl);
 
 /* One watch round that never blocks, for a supervisor whose own thread does
- * work between rounds (training: the epoch schedule calls it at every step
- * boundary and while the towers compute). It does what tp_supervisor_run
+ * work between rounds (training: its supervision phase, which the step runs
+ * at its boundary and at each tick of its waits, tp_actor_wait_tick). It does what tp_supervisor_run
  * does in a round (signals and stop requests, children's ends, errors and
  * heartbeats under their policies, the members' checks, statistics when
  * due), except that children ending cleanly do not end the tree: its owner

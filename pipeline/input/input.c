@@ -53,6 +53,10 @@ tp_status_t tp_input_start(tp_input_t *self, int towers, uint64_t seed,
 }
 
 tp_status_t tp_input_next(tp_input_t *self, int tower, tp_datapoint_t **out) {
+    if (!out || tower < 0)
+        return tp_error(TP_ERR_INVALID, "%s: the next batch needs a tower >= 0 "
+                        "(got %d) and a place to put it%s", self->ops->name,
+                        tower, out ? "" : " (out is NULL)");
     return self->ops->next(self->impl, tower, out);
 }
 

@@ -136,7 +136,7 @@ static tp_status_t q_next(void *impl, int tower, tp_datapoint_t **out) {
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "QueueInput: interrupted while "
                             "waiting for data");
-        if (tp_actor_current_stopping())  /* the waiting thread's owner says stop */
+        if (tp_actor_wait_tick())  /* the wait's phase says stop */
             return tp_error(TP_ERR_INTERRUPTED, "QueueInput: the wait for data "
                             "was ended: the training tree stopped");
         waited += 0.1;

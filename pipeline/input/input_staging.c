@@ -521,7 +521,7 @@ static tp_status_t st_next(void *impl, int tower, tp_datapoint_t **out) {
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "StagingInput: interrupted while "
                             "tower%d waited for its batch", tower);
-        if (tp_actor_current_stopping())  /* the waiting thread's owner says stop */
+        if (tp_actor_wait_tick())  /* the wait's phase says stop */
             return tp_error(TP_ERR_INTERRUPTED, "StagingInput: tower%d's wait for "
                             "its batch was ended: the training tree stopped", tower);
         double waited = (double)(tp_now_ns() - w0) * 1e-9;

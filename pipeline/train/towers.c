@@ -19,7 +19,7 @@
 #include <string.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
-#include <towerpack/actor.h>  /* TP_HANDOFF_*: ThreadSanitizer hints */
+#include <towerpack/actor.h>  /* tp_actor_wait_tick; TP_HANDOFF_*: ThreadSanitizer hints */
 #include "pipeline/train/towers.h"
 
 #define MAX_INPUTS 64
@@ -208,7 +208,7 @@ static tp_status_t s_answer(tp_towers_t *self, int i, tp_status_t *first,
 }
 
 tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
-                           double watchdog_s, void (*idle)(void *), void *idle_arg) {
+                           double watchdog_s) {
     TP_HANDOFF_RELEASE(self->model);  /* the update the supervisor applied */
     for (int i = 0; i < self->n; i++) {
         s_cmd_t cmd = {S_STEP, batches[i]};
@@ -226,8 +226,9 @@ tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
         }
     }
     /* Every answer, in whatever order they come. While the towers compute,
-     * the idle hook runs every 100 ms (statistics for tp-top during a long
-     * step), and a tower still busy after watchdog_s seconds is named. */
+     * the wait ticks every 100 ms (the caller's wait phase: statistics for
+     * tp-top during a long step), and a tower still busy after watchdog_s
+     * seconds is named. */
     tp_status_t first = TP_OK;
     char msg[1024] = "";
     uint8_t answered[TP_TOWERS_MAX] = {0};
@@ -255,8 +256,7 @@ tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
             }
         if (r > 0 || left == 0)
             continue;
-        if (idle)
-            idle(idle_arg);
+        (void)tp_actor_wait_tick();  /* the towers finish the step all the same */
         double waited = (double)(tp_now_ns() - t0) * 1e-9;
         if (watchdog_s > 0 && waited >= watchdog_s && waited - warned_at >= watchdog_s) {
             warned_at = waited;

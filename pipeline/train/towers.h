@@ -42,12 +42,13 @@ void tp_towers_destroy(tp_towers_t **self_p);
 
 /* Run one step: batches[i] (taken) on tower i, all in parallel; returns
  * when every tower is done, with the first failure (the cause, not the
- * other towers' aborted collective). While waiting, idle(idle_arg) runs
- * every 100 ms (may be NULL); a step still running after watchdog_s
- * seconds (and every watchdog_s after) is reported, naming the towers not
- * done. */
+ * other towers' aborted collective). While waiting it calls
+ * tp_actor_wait_tick every 100 ms (the caller's wait phase runs there; a
+ * step is never abandoned half-way, so its answer is the caller's to act
+ * on after the step); a step still running after watchdog_s seconds (and
+ * every watchdog_s after) is reported, naming the towers not done. */
 tp_status_t tp_towers_step(tp_towers_t *self, tp_datapoint_t **batches,
-                           double watchdog_s, void (*idle)(void *), void *idle_arg);
+                           double watchdog_s);
 
 /* The towers' rows, one per tower ("tower0", ...), at most `max`;
  * returns how many. Any thread (the counters are the towers' own). */

@@ -41,31 +41,39 @@ typedef struct {
     tp_tower_meter_t meter0;
     tp_supervisor_t *sup;     /* the run's supervisor (see below) */
     size_t nactors;           /* its children: the run's own actors */
-    tp_trainer_t *trainer;    /* set by before_train */
-    double t_start;           /* the schedule's start (before_train) */
+    tp_trainer_t *trainer;    /* set by setup */
+    double t_start;           /* the schedule's start (setup) */
 } s_mt_t;
 
-static void s_stats_idle(void *arg);
+static tp_status_t s_supervise(s_mt_t *mt);
+static int s_supervise_waiting(void *arg);
+
+/* The schedule's clock starts, and the supervision rows know the trainer. */
+static tp_status_t mt_setup(void *impl, tp_trainer_t *tr) {
+    s_mt_t *t = impl;
+    t->t_start = tp_now_s();
+    t->trainer = tr;
+    return TP_OK;
+}
 
 /* One step: every tower takes its own batch from the input (on this
  * thread, in tower order, so the data order is deterministic), the tower
  * actors compute in parallel (replicated: they all-reduce the gradients
  * among themselves), then the update is applied once. */
-static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
-    s_mt_t *t = impl;
+static tp_status_t s_step(s_mt_t *t, tp_trainer_t *tr, tp_fetches_t *f) {
     tp_datapoint_t *batches[MAX_TOWERS] = {NULL};
     /* Two clock reads a step: the supervisor's wait for input, whatever the
      * input is (its own counters are its business, see tp_input_stats). */
     uint64_t w0 = tp_now_ns();
     for (int i = 0; i < t->towers; i++) {
-        tp_status_t rc = tp_input_ops(t->input)->next(tp_input_impl(t->input), i, &batches[i]);
+        tp_status_t rc = tp_input_next(t->input, i, &batches[i]);
         if (rc < 0) {
             for (int j = 0; j < i; j++)
                 tp_input_release(t->input, j, &batches[j]);
             t->input_wait_ns += tp_now_ns() - w0;
             /* a wait ended by the tree's failure: the supervisor's message
              * (which child, how), not the wait's */
-            if (t->sup && tp_supervisor_tick(t->sup) == TP_ERR_PEER)
+            if (s_supervise(t) == TP_ERR_PEER)
                 return TP_ERR_PEER;
             return tp_error_wrap(rc, "tower%d input", i);
         }
@@ -74,11 +82,10 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     t->input_wait_ns += waited;
     t->taken += (uint64_t)t->towers;
     if (t->executors) {
-        /* The towers compute, the supervisor waits: blocked on them (and
-         * publishing statistics while a long step runs). */
+        /* The towers compute, the supervisor waits: blocked on them (its
+         * wait runs supervision: statistics while a long step runs). */
         uint64_t s0 = tp_now_ns();
-        tp_status_t rc = tp_towers_step(t->executors, batches, t->watchdog_s,
-                                        s_stats_idle, t);
+        tp_status_t rc = tp_towers_step(t->executors, batches, t->watchdog_s);
         t->towers_wait_ns += tp_now_ns() - s0;
         TP_TRY(rc);
     } else {
@@ -139,6 +146,23 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     return TP_OK;
 }
 
+/* The schedule's step, in its phases: supervision at the step boundary,
+ * before the step changes anything (a child failed beyond its policy ends
+ * training here; a signal is the trainer's to act on, at its own check of
+ * the boundary), then the step, whose waits (for its batches, for its
+ * towers) run supervision at every tick. */
+static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    s_mt_t *t = impl;
+    tp_status_t rc = s_supervise(t);
+    if (rc < 0 && rc != TP_ERR_INTERRUPTED)
+        return rc;
+    const tp_wait_phase_t waiting = {s_supervise_waiting, t};
+    const tp_wait_phase_t *outer = tp_actor_wait_begin(&waiting);
+    rc = s_step(t, tr, f);
+    tp_actor_wait_end(outer);
+    return rc;
+}
+
 static tp_status_t mt_set_hp(void *impl, const char *name, double v) {
     return tp_model_set_hparam(((s_mt_t *)impl)->model, name, v);
 }
@@ -154,7 +178,6 @@ static tp_model_t *mt_model(void *impl) { return ((s_mt_t *)impl)->model; }
 static void mt_destroy(void *impl) {
     s_mt_t *t = impl;
     /* its children first (upstream of the input); members are not its */
-    tp_actor_set_wait_hook(NULL, NULL);  /* it ticked t->sup (after_train did too) */
     tp_supervisor_destroy(&t->sup);
     tp_towers_destroy(&t->executors);
     tp_input_destroy(&t->input);
@@ -163,17 +186,17 @@ static void mt_destroy(void *impl) {
 }
 
 static const tp_trainer_ops_t s_simple_ops = {
-    .name = "SimpleTrainer", .run_step = mt_run_step,
+    .name = "SimpleTrainer", .setup = mt_setup, .run_step = mt_run_step,
     .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
     .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
 };
 static const tp_trainer_ops_t s_replicated_ops = {
-    .name = "SyncMultiGPUTrainerReplicated", .run_step = mt_run_step,
+    .name = "SyncMultiGPUTrainerReplicated", .setup = mt_setup, .run_step = mt_run_step,
     .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
     .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
 };
 static const tp_trainer_ops_t s_ps_ops = {
-    .name = "SyncMultiGPUTrainerParameterServer", .run_step = mt_run_step,
+    .name = "SyncMultiGPUTrainerParameterServer", .setup = mt_setup, .run_step = mt_run_step,
     .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
     .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
 };
@@ -192,13 +215,15 @@ static const tp_trainer_ops_t s_ps_ops = {
  *    batches, blocked waiting for the tower actors);
  *  - the towers, with the rows they count themselves;
  *  - the callback actor, where the observing callbacks run.
- * The Supervision callback runs a watch round (tp_supervisor_tick) at every
- * step boundary, every 100 ms while the towers compute a step and while the
- * schedule waits for a batch (tp_actor_set_wait_hook): restarts,
+ * Supervision is a phase of the step (mt_run_step calls s_supervise by
+ * name): a watch round (tp_supervisor_tick) at every step boundary, and at
+ * every tick of the step's waits (every 100 ms while the schedule waits for
+ * a batch or for its towers: the step makes s_supervise_waiting the
+ * thread's wait phase, and the waits call tp_actor_wait_tick): restarts,
  * failures, signals, and once a second every row on the stats socket that
- * tp-top reads. After each epoch the input's scalars, the time the schedule
- * waited for input and the children's restarts join stats.json. Nothing
- * here knows what kind of input it has. */
+ * tp-top reads. After each epoch RunStatistics puts the input's scalars,
+ * the time the schedule waited for input and the children's restarts into
+ * stats.json. Nothing here knows what kind of input it has. */
 
 static int s_rows_input(void *impl, tp_stats_row_t *rows, int max) {
     return tp_input_stats(((s_mt_t *)impl)->input, rows, max);
@@ -280,46 +305,27 @@ static tp_supervisor_t *s_supervisor_new(s_mt_t *mt, const tp_train_config_t *cf
     return sup;
 }
 
-/* While this thread waits for a batch (the inputs' waits look every 100
- * ms): a watch round, so that a child feeding the input that dies during
- * the wait is restarted then, or ends the wait when beyond its policy. */
-static int s_wait_tick(void *arg) {
-    return tp_supervisor_tick(((s_mt_t *)arg)->sup) == TP_ERR_PEER;
+/* The supervision phase: one watch round of the run's supervisor;
+ * tp_supervisor_tick's status (TP_ERR_INTERRUPTED after a signal,
+ * TP_ERR_PEER once a child failed beyond its policy). */
+static tp_status_t s_supervise(s_mt_t *mt) {
+    return mt->sup ? tp_supervisor_tick(mt->sup) : TP_OK;
 }
 
-static tp_status_t sv_before_train(void *impl, tp_trainer_t *tr) {
-    s_mt_t *mt = impl;
-    mt->t_start = tp_now_s();
-    mt->trainer = tr;
-    tp_actor_set_wait_hook(s_wait_tick, mt);
-    return TP_OK;
+/* The step's wait phase (tp_actor_wait_tick, every 100 ms): supervision,
+ * so that a child feeding the input that dies while the step waits is
+ * restarted then; a failure beyond its policy ends a wait for batches (the
+ * towers' wait finishes the step, and the next boundary reports it). */
+static int s_supervise_waiting(void *arg) {
+    return s_supervise(arg) == TP_ERR_PEER;
 }
 
-static tp_status_t sv_after_train(void *impl, tp_trainer_t *tr) {
-    (void)impl, (void)tr;
-    tp_actor_set_wait_hook(NULL, NULL);
-    return TP_OK;
-}
-
-/* A watch round. A signal is the trainer's to act on (it stops at this
- * step boundary on its own); a child failed beyond its policy ends
- * training with the supervisor's message. */
-static tp_status_t sv_trigger_step(void *impl, tp_trainer_t *tr) {
-    (void)tr;
-    tp_status_t rc = tp_supervisor_tick(((s_mt_t *)impl)->sup);
-    return rc == TP_ERR_INTERRUPTED ? TP_OK : rc;
-}
-
-/* While the towers compute a step (every 100 ms): a step of seconds still
- * shows in tp-top once a second, and a failure is seen (and reported at
- * the step's end: the trigger_step after it returns it again). */
-static void s_stats_idle(void *arg) {
-    s_mt_t *mt = arg;
-    if (mt->trainer)
-        (void)tp_supervisor_tick(mt->sup);
-}
-
-static tp_status_t sv_after_epoch(void *impl, tp_trainer_t *tr) {
+/* What an epoch adds to stats.json about the run: the input's scalars, the
+ * schedule's wait for input, the device's share, the children's restarts,
+ * the steps the latest-only observers skipped. A callback because
+ * after_epoch is where an epoch's scalars go (stamped with its last step);
+ * it only reads counters. */
+static tp_status_t rs_after_epoch(void *impl, tp_trainer_t *tr) {
     s_mt_t *mt = impl;
     tp_input_scalar_t v[160];  /* with 64 forked workers' memory */
     int n = tp_input_scalars(mt->input, v, 160);
@@ -339,12 +345,9 @@ static tp_status_t sv_after_epoch(void *impl, tp_trainer_t *tr) {
     return TP_OK;
 }
 
-static const tp_callback_ops_t s_supervision_ops = {
-    .name = "Supervision",
-    .before_train = sv_before_train,
-    .trigger_step = sv_trigger_step,
-    .after_epoch = sv_after_epoch,
-    .after_train = sv_after_train,
+static const tp_callback_ops_t s_run_statistics_ops = {
+    .name = "RunStatistics",
+    .after_epoch = rs_after_epoch,
 };
 
 /* ---- TrainConfig ------------------------------------------------------------------ */
@@ -497,8 +500,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     }
     /* Replay the input up to the checkpoint, so every later batch is the one
      * an unbroken run would see. */
-    rc = tp_input_ops(mt->input)->start(tp_input_impl(mt->input), cfg->towers, cfg->seed,
-                               resume_step > 0 ? resume_step * cfg->towers : 0);
+    rc = tp_input_start(mt->input, cfg->towers, cfg->seed,
+                        resume_step > 0 ? resume_step * cfg->towers : 0);
     if (rc < 0) {
         rc = tp_error_wrap(rc, "starting %s", tp_input_name(mt->input));
         goto out;
@@ -580,7 +583,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         goto out;
     }
     if (sched.steps_per_epoch <= 0) {
-        sched.steps_per_epoch = tp_input_ops(mt->input)->size(tp_input_impl(mt->input));
+        sched.steps_per_epoch = tp_input_size(mt->input);
         if (sched.steps_per_epoch <= 0) {
             rc = tp_error(TP_ERR_INVALID, "TrainConfig: steps_per_epoch is needed: "
                           "the input %s has no size", tp_input_name(mt->input));
@@ -616,7 +619,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         goto out;
     }
     mt->nactors = cfg->nactors;
-    if ((rc = s_add(tr, tp_callback_new(&s_supervision_ops, mt, 0))) < 0)
+    if ((rc = s_add(tr, tp_callback_new(&s_run_statistics_ops, mt, 0))) < 0)
         goto out;
     if (cfg->default_callbacks) {
         if ((rc = s_add(tr, tp_cb_epoch_mean(cfg->progress_names))) < 0 ||

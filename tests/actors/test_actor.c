@@ -1,5 +1,6 @@
 /* towerpack tests: the actor runtime (lifecycle, pointer passing, order,
- * end-of-stream, errors, backpressure, malformed input, statistics). */
+ * end-of-stream, errors, backpressure, malformed input, statistics, the
+ * waits' phase). */
 #include <criterion/criterion.h>
 #include <czmq.h>
 #include <unistd.h>
@@ -382,8 +383,8 @@ Test(actor, port_reader_on_an_owner_thread) {
 
 /* A statistics request to an actor whose handler keeps returning at once
  * is answered promptly; a handler that runs long and asks
- * tp_actor_current_stopping() learns of STOP promptly (the runtime counts
- * the owner's commands, so asking costs one load, not a look at the pipe). */
+ * tp_actor_current_stopping() learns of STOP promptly (the owner marks the
+ * request as it sends it, so asking costs one load and reads no command). */
 typedef struct {
     atomic_int go_long;  /* set by the test */
     atomic_int phase;    /* 1: inside the long call */
@@ -430,6 +431,95 @@ Test(actor, stats_and_stop_reach_a_busy_handler_promptly) {
     cr_expect_lt(dt, 0.5, "STOP took %.3f s to reach a handler that asks for it", dt);
     cr_assert_str_eq(tp_actor_reason(a), "end of data");
     tp_actor_destroy(&a);
+}
+
+/* A wait inside a handler calls tp_actor_wait_tick each time it wakes:
+ * there the actor answers its owner's commands (a STATS? request, which
+ * waits for the answer up to a second) and learns of STOP. */
+typedef struct {
+    atomic_int waiting;  /* 1: inside the wait */
+    atomic_int ticks;
+} waiter_t;
+
+static tp_status_t waiter_produce(tp_actor_ctx_t *ctx, void *state) {
+    (void)ctx;
+    waiter_t *w = state;
+    atomic_store(&w->waiting, 1);
+    for (;;) {
+        usleep(20000);  /* a poll for data that never comes */
+        atomic_fetch_add(&w->ticks, 1);
+        if (tp_actor_wait_tick())
+            return TP_DONE;
+    }
+}
+
+Test(actor, a_wait_that_ticks_answers_stats_and_sees_stop) {
+    waiter_t w;
+    atomic_init(&w.waiting, 0);
+    atomic_init(&w.ticks, 0);
+    tp_actor_def_t d = {"waiter", NULL, 0, NULL, 0, NULL, NULL, waiter_produce, NULL};
+    tp_actor_t *a = tp_actor_new(&d, &w);
+    cr_assert_not_null(a, "%s", tp_last_error());
+    for (int i = 0; i < 400 && !atomic_load(&w.waiting); i++)
+        usleep(5000);
+    cr_assert(atomic_load(&w.waiting), "the handler never reached its wait");
+    tp_stats_row_t row;
+    double t0 = tp_now_s();
+    cr_assert_eq(tp_actor_stats(a, &row), TP_OK);
+    double dt = tp_now_s() - t0;
+    /* unanswered, the request would take its full second */
+    cr_expect_lt(dt, 0.5, "STATS? took %.3f s to reach a handler's wait", dt);
+    cr_assert_str_eq(row.name, "waiter");
+    cr_assert_eq(row.state, TP_ACTOR_RUNNING);
+    t0 = tp_now_s();
+    cr_assert_eq(tp_actor_stop(a), TP_OK);
+    cr_assert_eq(tp_actor_wait(a, 2000), TP_OK, "the wait did not see STOP");
+    dt = tp_now_s() - t0;
+    cr_expect_lt(dt, 0.5, "STOP took %.3f s to end the wait", dt);
+    cr_assert_str_eq(tp_actor_reason(a), "end of data");
+    tp_actor_destroy(&a);
+}
+
+/* On a thread that is not an actor's, the wait's phase is the one the
+ * thread set (tp_actor_wait_begin, scoped and nested: end puts back the
+ * outer one). tp_actor_current_stopping only answers: it never runs the
+ * phase. */
+typedef struct {
+    int calls;
+    int say;  /* what the phase answers */
+} phase_state_t;
+
+static int s_phase(void *arg) {
+    phase_state_t *p = arg;
+    p->calls++;
+    return p->say;
+}
+
+Test(actor, the_wait_tick_runs_the_threads_phase_and_the_getter_runs_nothing) {
+    phase_state_t outer_st = {0, 0}, inner_st = {0, 0};
+    const tp_wait_phase_t outer = {s_phase, &outer_st}, inner = {s_phase, &inner_st};
+    cr_assert_eq(tp_actor_wait_tick(), 0, "no actor, no phase: nothing says stop");
+    const tp_wait_phase_t *none = tp_actor_wait_begin(&outer);
+    cr_assert_null(none);
+    cr_assert_eq(tp_actor_current_stopping(), 0);
+    cr_assert_eq(outer_st.calls, 0, "the getter ran the wait's phase");
+    cr_assert_eq(tp_actor_wait_tick(), 0);
+    cr_assert_eq(outer_st.calls, 1);
+    outer_st.say = 1;
+    cr_assert_eq(tp_actor_wait_tick(), 1, "the phase's nonzero ends the wait");
+    cr_assert_eq(outer_st.calls, 2);
+    const tp_wait_phase_t *prev = tp_actor_wait_begin(&inner);
+    cr_assert_eq(prev, &outer);
+    cr_assert_eq(tp_actor_wait_tick(), 0, "the inner phase alone runs");
+    cr_assert_eq(inner_st.calls, 1);
+    cr_assert_eq(outer_st.calls, 2);
+    tp_actor_wait_end(prev);
+    cr_assert_eq(tp_actor_wait_tick(), 1, "the outer one is back");
+    cr_assert_eq(outer_st.calls, 3);
+    tp_actor_wait_end(none);
+    cr_assert_eq(tp_actor_wait_tick(), 0);
+    cr_assert_eq(outer_st.calls, 3, "no phase after the end");
+    cr_assert_eq(tp_actor_current_stopping(), 0);
 }
 
 /* A reader that leaves while writers are sending to it: every datapoint

@@ -3,8 +3,9 @@
  * (tp_input_stats) and its counters grow as batches are taken; a kind is
  * recognised by its ops table, not its name (a custom input called
  * "QueueInput" is not taken for one); a custom input's own rows reach the
- * trainer's published statistics (so the trainer matches no names); the
- * towers count their own steps, one row each. */
+ * trainer's published statistics (so the trainer matches no names), also
+ * while a step waits in it; the towers count their own steps, one row
+ * each. */
 #include <criterion/criterion.h>
 #include <czmq.h>
 #include <pthread.h>
@@ -400,6 +401,112 @@ Test(input_stats, a_custom_inputs_rows_and_two_towers_rows_are_published,
     s_published_case(2);
 }
 
+/* ---- a step that waits in a custom input still supervises ------------------- */
+
+typedef struct {
+    tp_dataflow_t *df;
+    uint64_t given;          /* trainer's thread only */
+    atomic_int holding;      /* 1 while next holds the step for the test */
+    atomic_int release;      /* set by the test */
+} s_holding_t;
+
+/* After 20 batches, a wait the way the built-in inputs wait: wake every
+ * 100 ms and call the wait's phase by name, until the test lets go (10 s
+ * at most, so that a phase that never runs fails the test, not hangs it). */
+static tp_status_t h_next(void *impl, int tower, tp_datapoint_t **out) {
+    s_holding_t *h = impl;
+    (void)tower;
+    if (h->given == 20) {
+        atomic_store(&h->holding, 1);
+        for (int i = 0; i < 100 && !atomic_load(&h->release); i++) {
+            usleep(100000);
+            if (tp_actor_wait_tick())
+                return tp_error(TP_ERR_INTERRUPTED, "HoldingInput: told to stop");
+        }
+        atomic_store(&h->holding, 0);
+    }
+    tp_status_t rc = tp_dataflow_next(h->df, out);
+    if (rc == TP_DONE)
+        rc = tp_dataflow_next(h->df, out);
+    if (rc == TP_OK)
+        h->given++;
+    return rc;
+}
+
+static tp_status_t h_start(void *impl, int towers, uint64_t seed, int64_t skip) {
+    (void)towers; (void)skip;
+    return tp_dataflow_reset_state(((s_holding_t *)impl)->df, seed, 0);
+}
+
+static void h_destroy(void *impl) {
+    tp_dataflow_destroy(&((s_holding_t *)impl)->df);
+}
+
+static int h_stats(void *impl, tp_stats_row_t *rows, int max) {
+    s_holding_t *h = impl;
+    (void)max;
+    memset(&rows[0], 0, sizeof rows[0]);
+    snprintf(rows[0].name, sizeof rows[0].name, "holding-reader");
+    rows[0].state = TP_ACTOR_RUNNING;
+    rows[0].msgs_out = h->given;
+    rows[0].queue_fill = -1;
+    return 1;
+}
+
+/* Supervision is a phase of the step that its waits run: while the step
+ * waits in an input that ticks (tp_actor_wait_tick), the statistics still
+ * go out once a second. Two snapshots during the hold: at most one can be
+ * the step boundary's just before it. */
+Test(input_stats, a_step_waiting_in_a_custom_input_still_publishes_statistics,
+     .init = s_setup, .fini = s_teardown) {
+    char stats_ep[160];
+    snprintf(stats_ep, sizeof stats_ep, "ipc://%s/stats.sock", s_dir);
+    static const tp_input_ops_t ops = {
+        .name = "HoldingInput", .start = h_start, .next = h_next, .size = c_size,
+        .destroy = h_destroy, .stats = h_stats,
+    };
+    s_holding_t h = {.df = tu_blobs(256, 4, 0.7f, 99, 8, 1, 0)};
+    atomic_init(&h.holding, 0);
+    atomic_init(&h.release, 0);
+    s_run_t r;
+    tp_train_config_init(&r.cfg);
+    r.cfg.model = &s_model;
+    r.cfg.input = tp_input_new(&ops, &h);
+    r.cfg.batch = 8;
+    r.cfg.threads = 1;
+    r.cfg.max_epoch = 1;
+    r.cfg.steps_per_epoch = 40;
+    r.cfg.stats = stats_ep;
+    r.cfg.default_callbacks = 0;
+
+    zsock_t *sub = zsock_new_sub(stats_ep, "");
+    cr_assert_not_null(sub, "subscriber");
+    zsock_set_rcvtimeo(sub, 100);
+    pthread_t th;
+    pthread_create(&th, NULL, s_train, &r);
+    tp_stats_snapshot_t snap;
+    tp_stats_snapshot_init(&snap);
+    int during = 0;
+    for (int i = 0; i < 150 && during < 2; i++) {  /* 15 s at most */
+        zframe_t *f = zframe_recv(sub);
+        if (!f)
+            continue;
+        tp_status_t rc = tp_stats_decode(zframe_data(f), zframe_size(f), &snap);
+        zframe_destroy(&f);
+        cr_assert_eq(rc, TP_OK, "%s", tp_last_error());
+        const tp_stats_row_t *row = s_find(snap.rows, snap.nrows, "holding-reader");
+        if (row && row->msgs_out == 20 && atomic_load(&h.holding))
+            during++;
+    }
+    atomic_store(&h.release, 1);
+    pthread_join(th, NULL);
+    zsock_destroy(&sub);
+    tp_stats_snapshot_fini(&snap);
+    cr_assert_eq(r.rc, TP_OK, "%s", r.err);
+    cr_assert_eq(during, 2, "snapshots published while the step waited: %d", during);
+    cr_assert_eq(h.given, 40);
+}
+
 /* ---- towers count their own steps ------------------------------------------- */
 
 Test(input_stats, towers_count_their_own_steps) {
@@ -421,7 +528,7 @@ Test(input_stats, towers_count_their_own_steps) {
         tp_datapoint_t *b[2] = {NULL, NULL};
         for (int t = 0; t < 2; t++)
             cr_assert_eq(tp_input_next(in, t, &b[t]), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_towers_step(tw, b, 0, NULL, NULL), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_towers_step(tw, b, 0), TP_OK, "%s", tp_last_error());
         tp_run_opts_t close = {.stages = TP_RUN_UPDATE};  /* the slices applied */
         cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &close), TP_OK,
                      "%s", tp_last_error());
