@@ -841,9 +841,9 @@ int main(int argc, char **argv) {
     double wall = tp_now_s() - t0;
     if (rc < 0 && rc != TP_ERR_INTERRUPTED)
         return s_fail("training");
-    if (rc == TP_ERR_INTERRUPTED)  /* also when no step ran: say why */
-        fprintf(stderr, "tp-train: stopped by %s (%s)\n",
-                tp_signal_pending() == SIGTERM ? "SIGTERM" : "SIGINT", tp_last_error());
+    if (rc == TP_ERR_INTERRUPTED)  /* also when no step ran: say why (log.log too) */
+        tp_log_fatal("tp-train", "stopped by %s (%s)",
+                     tp_signal_pending() == SIGTERM ? "SIGTERM" : "SIGINT", tp_last_error());
     if (s_dist && rc == TP_ERR_INTERRUPTED) {
         /* the other ranks may be waiting in this step's all-reduce */
         tp_error(rc, "interrupted");
