@@ -83,22 +83,33 @@ static void s_write_all(int fd, const char *buf, size_t len) {
     }
 }
 
-void tp_log_write(tp_log_level_t level, const char *file, int line,
-                  const char *fmt, ...) {
-    if (level < tp_log_get_level() || level >= TP_LOG_OFF)
-        return;
-    char buf[2048];
+/* A record's head ("2026-01-02 03:04:05.678 info  [pid] file:line ")
+ * into buf[size]; its length, or -1. */
+static int s_head(char *buf, size_t size, tp_log_level_t level, const char *file,
+                  int line) {
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
     localtime_r(&tv.tv_sec, &tm);
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
-    int n = snprintf(buf, sizeof buf,
-                     "%04d-%02d-%02d %02d:%02d:%02d.%03d %-5s [%d] %s:%d ",
+    char where[32] = "";
+    if (line > 0)  /* no line: a tool's fatal record names the tool alone */
+        snprintf(where, sizeof where, ":%d", line);
+    int n = snprintf(buf, size,
+                     "%04d-%02d-%02d %02d:%02d:%02d.%03d %-5s [%d] %s%s ",
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
                      tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000),
-                     s_names[level], (int)getpid(), base, line);
+                     s_names[level], (int)getpid(), base, where);
+    return n < 0 || (size_t)n >= size ? -1 : n;
+}
+
+void tp_log_write(tp_log_level_t level, const char *file, int line,
+                  const char *fmt, ...) {
+    if (level < tp_log_get_level() || level >= TP_LOG_OFF)
+        return;
+    char buf[2048];
+    int n = s_head(buf, sizeof buf, level, file, line);
     if (n < 0)
         return;
     va_list ap;
@@ -114,6 +125,38 @@ void tp_log_write(tp_log_level_t level, const char *file, int line,
     pthread_mutex_lock(&s_file_lock);
     if (s_file_fd >= 0)
         s_write_all(s_file_fd, buf, len);
+    pthread_mutex_unlock(&s_file_lock);
+}
+
+void tp_log_fatal(const char *prog, const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        msg[0] = '\0';
+    /* the line the user reads, as tools always printed it */
+    char line[2200];
+    int len = snprintf(line, sizeof line, "%s: %s\n", prog, msg);
+    if (len > (int)sizeof line - 1)
+        len = (int)sizeof line - 1;
+    if (len > 0)
+        s_write_all(STDERR_FILENO, line, (size_t)len);
+    /* and the log's record, whatever the level: why the run stopped */
+    char buf[2300];
+    int n = s_head(buf, sizeof buf, TP_LOG_ERROR, prog, 0);
+    if (n < 0)
+        return;
+    int k = snprintf(buf + n, sizeof buf - (size_t)n, "fatal: %s\n", msg);
+    size_t total = (size_t)n + (k > 0 ? (size_t)k : 0);
+    if (total > sizeof buf - 1) {
+        total = sizeof buf - 1;
+        buf[total - 1] = '\n';
+    }
+    pthread_mutex_lock(&s_file_lock);
+    if (s_file_fd >= 0)
+        s_write_all(s_file_fd, buf, total);
     pthread_mutex_unlock(&s_file_lock);
 }
 

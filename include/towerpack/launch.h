@@ -21,6 +21,7 @@
 #include <towerpack/dataflow.h>
 #include <towerpack/graph.h>
 #include <towerpack/input.h>
+#include <towerpack/logdir.h>
 #include <towerpack/supervisor.h>
 
 #ifdef __cplusplus
@@ -107,8 +108,20 @@ typedef struct tp_train_config {
                                       "model"), so tp-predict and tp-export
                                       find the tower function. Not taken. */
     const char *session_init;      /* load these weights before training */
-    const char *logdir;            /* where checkpoints and stats go */
-    int auto_resume;               /* resume from logdir's latest checkpoint */
+    const char *logdir;            /* where checkpoints and stats go. Locked
+                                      for the run (another process on it
+                                      is refused, naming its pid) and
+                                      prepared by logdir_action before
+                                      anything is written (logdir.h) */
+    tp_logdir_action_t logdir_action; /* when logdir exists and holds a
+                                      run: TP_LOGDIR_ASK (default: KEEP
+                                      with auto_resume; otherwise a
+                                      question on a terminal, an error
+                                      when stdin is not one), KEEP,
+                                      DELETE, BACKUP or NEW (DIR-1, ...) */
+    int auto_resume;               /* resume from logdir's latest checkpoint
+                                      (none there: a warning, and training
+                                      starts from scratch) */
     int save_checkpoints;          /* ModelSaver (default 1 with a logdir) */
 
     const tp_train_actor_t *actors; /* children of the training's

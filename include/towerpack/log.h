@@ -36,6 +36,13 @@ void tp_log_set_stderr(int enabled);
 void tp_log_write(tp_log_level_t level, const char *file, int line,
                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* A tool's fatal error: "prog: message" on stderr (the line a user
+ * reads, as tools print it) and, when a log file is open, the same message
+ * as an error record there whatever the level, so the log says why the
+ * run stopped. For a tool's main, just before it exits. */
+void tp_log_fatal(const char *prog, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #define tp_log(level, ...)                                                    \
     do {                                                                      \
         if ((level) >= tp_log_get_level())                                    \

@@ -408,8 +408,15 @@ static tp_status_t saver_written(void *owner, const s_job_t *job) {
     int len = snprintf(line, sizeof line, "model-%lld.safetensors\n", step);
     TP_TRY(tp_file_write_atomic(index, line, (size_t)len));
     TP_INFO("[ModelSaver] saved %s", job->path);
-    if (s->n && s->kept[s->n - 1].step == step)
-        s->n--;  /* the same step saved again (resumed run): one entry */
+    /* The same step saved again: one entry, the new file's, at the end. Not
+     * only the last: a run that kept a directory without resuming it
+     * adopted the old run's model-100..300, and its own model-100 must not
+     * be pruned as the oldest of them (issue 46). */
+    for (size_t i = s->n; i-- > 0;)
+        if (s->kept[i].step == step) {
+            memmove(s->kept + i, s->kept + i + 1, (s->n - i - 1) * sizeof *s->kept);
+            s->n--;
+        }
     TP_TRY(s_kept_push(s, (s_ckpt_t){step, tp_wall_s()}));
     while (s->n > (size_t)s->max_to_keep) {
         s_ckpt_t old = s->kept[0];

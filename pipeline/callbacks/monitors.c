@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <towerpack/callback.h>
 #include <towerpack/fileio.h>
 #include <towerpack/log.h>
@@ -14,6 +15,35 @@ typedef struct {
     json_t *records;   /* array of objects */
     char path[4096];
 } s_json_t;
+
+/* Write the records of `old` to PATH.<MMDD-HHMMSS> (the first free name)
+ * before the ones from `kept` on are dropped. */
+static tp_status_t s_json_backup(const char *path, json_t *old, size_t kept,
+                                 int64_t start) {
+    char bak[4200], stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%m%d-%H%M%S", &tm);
+    snprintf(bak, sizeof bak, "%s.%s", path, stamp);
+    struct stat st;
+    for (int i = 1; stat(bak, &st) == 0; i++)
+        snprintf(bak, sizeof bak, "%s.%s-%d", path, stamp, i);
+    char *text = json_dumps(old, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
+    if (!text)
+        return tp_error(TP_ERR_NOMEM, "JSONWriter: serialising %s", bak);
+    size_t len = strlen(text);
+    text[len] = '\n';
+    tp_status_t rc = tp_file_write_atomic(bak, text, len + 1);
+    free(text);
+    if (rc < 0)
+        return tp_error_wrap(rc, "JSONWriter: keeping the history of %s", path);
+    TP_WARN("JSONWriter: %s holds %zu epoch record%s that this run (from epoch %lld) "
+            "writes again: the whole history is kept in %s", path,
+            json_array_size(old) - kept, json_array_size(old) - kept == 1 ? "" : "s",
+            (long long)start, bak);
+    return TP_OK;
+}
 
 static tp_status_t json_before_train(void *impl, tp_trainer_t *tr) {
     s_json_t *j = impl;
@@ -46,6 +76,16 @@ static tp_status_t json_before_train(void *impl, tp_trainer_t *tr) {
                 kept++;
             else
                 break;
+        }
+        /* Records dropped are an earlier run's history (a resume from an
+         * older checkpoint, or from none: its checkpoints were removed):
+         * the whole file is kept beside, as tensorpack's JSONWriter does. */
+        if (kept < json_array_size(old)) {
+            tp_status_t rc = s_json_backup(j->path, old, kept, start);
+            if (rc < 0) {
+                json_decref(old);
+                return rc;
+            }
         }
         while (json_array_size(old) > kept)
             json_array_remove(old, json_array_size(old) - 1);

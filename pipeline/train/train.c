@@ -411,6 +411,11 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                                         tp_model_t **out_model) {
     tp_status_t rc = TP_OK;
     tp_trainer_t *tr = NULL;
+    /* the log directory: locked for the run; the one used (another with
+     * TP_LOGDIR_NEW) is cfg->logdir until the launch returns */
+    tp_logdir_lock_t *dirlock = NULL;
+    const char *user_logdir = cfg->logdir;
+    char logdir[4096];
     if (out_model)
         *out_model = NULL;
     if (!cfg->model || cfg->max_epoch < 1 || cfg->towers < 1 ||
@@ -478,8 +483,21 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     int64_t resume_step = -1;
     char ckpt[4096] = "";
     if (cfg->logdir) {
-        if ((rc = tp_mkdirs(cfg->logdir)) < 0)
+        /* tp-train's --logdir-action, here too: a directory that holds a
+         * run is refused unless the action says what to do with it (a
+         * question on a terminal) or the run resumes it */
+        tp_logdir_action_t action = cfg->logdir_action;
+        if (action == TP_LOGDIR_ASK && cfg->auto_resume)
+            action = TP_LOGDIR_KEEP;
+        int fresh = tp_logdir_is_fresh(cfg->logdir);
+        if ((rc = tp_logdir_prepare(cfg->logdir, action, logdir, sizeof logdir,
+                                    &dirlock)) < 0)
             goto out;
+        if (action == TP_LOGDIR_KEEP && !cfg->auto_resume && !fresh)
+            TP_WARN("log directory %s is kept and this run does not resume it: its "
+                    "checkpoints, statistics and event files stay beside the new "
+                    "run's", logdir);
+        cfg->logdir = logdir;
         tp_trainer_set_logdir(tr, cfg->logdir);
         if (cfg->auto_resume &&
             tp_checkpoint_find_latest(cfg->logdir, ckpt, sizeof ckpt) == TP_OK) {
@@ -488,6 +506,9 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                 goto out;
             sched.starting_epoch = epoch + 1;
             tp_trainer_set_global_step(tr, resume_step);
+        } else if (cfg->auto_resume) {
+            ckpt[0] = '\0';
+            TP_WARN("no checkpoint in %s: starting from scratch", cfg->logdir);
         }
     }
     if (cfg->dist) {  /* rank 0 alone reads the log directory */
@@ -673,6 +694,9 @@ out: {
         else if (mt)
             mt_destroy(mt);
         tp_train_config_fini(cfg);
+        /* after the trainer: its savers have written their last checkpoint */
+        tp_logdir_lock_destroy(&dirlock);
+        cfg->logdir = user_logdir;
         /* the batches' blocks kept for reuse are not needed after training */
         tp_alloc_trim();
         if (rc < 0)

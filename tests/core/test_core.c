@@ -72,6 +72,36 @@ Test(core, log_levels_and_file) {
     cr_assert(strstr(tp_last_error(), "/nonexistent-dir/x.log"));
 }
 
+/* A tool's fatal error: its plain line on stderr, and a record in the log
+ * file whatever the level (the log says why a run stopped; issue 48). */
+Test(core, log_fatal_goes_to_stderr_and_the_file) {
+    char path[] = "/tmp/tp_log_XXXXXX", err[] = "/tmp/tp_err_XXXXXX";
+    int fd = mkstemp(path), efd = mkstemp(err);
+    cr_assert(fd >= 0 && efd >= 0);
+    close(fd);
+    cr_assert_eq(tp_log_set_file(path), TP_OK);
+    tp_log_set_level(TP_LOG_OFF);
+    int saved = dup(2);
+    dup2(efd, 2);
+    tp_log_fatal("tp-tool", "training data: %s", "no such file");
+    dup2(saved, 2);
+    close(saved);
+    cr_assert_eq(tp_log_set_file(NULL), TP_OK);
+    tp_log_set_level(TP_LOG_INFO);
+    char buf[4096] = {0};
+    cr_assert_gt(pread(efd, buf, sizeof buf - 1, 0), 0);
+    close(efd);
+    unlink(err);
+    cr_assert_str_eq(buf, "tp-tool: training data: no such file\n");
+    FILE *f = fopen(path, "r");
+    memset(buf, 0, sizeof buf);
+    cr_assert_gt(fread(buf, 1, sizeof buf - 1, f), 0);
+    fclose(f);
+    unlink(path);
+    cr_assert(strstr(buf, "error ") && strstr(buf, "tp-tool fatal: training data: no such "
+                                                   "file\n"), "%s", buf);
+}
+
 Test(core, dtypes) {
     size_t sizes[] = {1, 4, 8, 2, 2, 4, 8};
     for (int d = 0; d < TP_DTYPE_COUNT; d++) {

@@ -98,6 +98,7 @@ static tp_status_t s_train(tp_callback_t **cbs, int n, int epochs, char *err, si
     c.stats = "off";
     c.default_callbacks = 0;
     c.logdir = s_dir;
+    c.logdir_action = TP_LOGDIR_KEEP;  /* the tests plant files there first */
     tp_status_t rc = tp_launch_train_with_config(&c, NULL);
     snprintf(err, errsize, "%s", rc < 0 ? tp_last_error() : "");
     return rc;

@@ -47,6 +47,7 @@ static json_t *s_train(int64_t steps_per_epoch) {
     c.dataflow = tu_blobs(256, 4, 0.7f, 99, 32, 1, 0);
     c.max_epoch = 2;
     c.logdir = s_dir;
+    c.logdir_action = TP_LOGDIR_KEEP;  /* it holds the test's log */
     c.threads = 1;
     c.save_checkpoints = 0;
     c.steps_per_epoch = steps_per_epoch;  /* 0: the blobs' 8 */

@@ -738,7 +738,7 @@ Test(logdir, actions) {
     char *base = s_tmpdir();
     char dir[128], out[256], path[300];
     snprintf(dir, sizeof dir, "%s/run/a", base);
-    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_ASK, out, sizeof out), TP_OK,
+    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_ASK, out, sizeof out, NULL), TP_OK,
                  "a new directory needs no action");
     cr_assert_str_eq(out, dir);
     snprintf(path, sizeof path, "%s/x", dir);
@@ -748,21 +748,21 @@ Test(logdir, actions) {
     int saved = dup(0);
     FILE *devnull = freopen("/dev/null", "r", stdin);
     cr_assert_not_null(devnull);
-    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_ASK, out, sizeof out), TP_ERR_STATE);
+    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_ASK, out, sizeof out, NULL), TP_ERR_STATE);
     cr_assert(strstr(tp_last_error(), "keep (resume), delete, backup or new"));
     dup2(saved, 0);
-    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_KEEP, out, sizeof out), TP_OK);
+    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_KEEP, out, sizeof out, NULL), TP_OK);
     cr_assert_eq(access(path, F_OK), 0, "keep keeps the files");
-    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_NEW, out, sizeof out), TP_OK);
+    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_NEW, out, sizeof out, NULL), TP_OK);
     snprintf(path, sizeof path, "%s-1", dir);
     cr_assert_str_eq(out, path);
-    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_BACKUP, out, sizeof out), TP_OK);
+    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_BACKUP, out, sizeof out, NULL), TP_OK);
     cr_assert_str_eq(out, dir);
     snprintf(path, sizeof path, "%s/x", dir);
     cr_assert_neq(access(path, F_OK), 0, "backup starts empty");
     f = fopen(path, "w");
     fclose(f);
-    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_DELETE, out, sizeof out), TP_OK);
+    cr_assert_eq(tp_logdir_prepare(dir, TP_LOGDIR_DELETE, out, sizeof out, NULL), TP_OK);
     cr_assert_neq(access(path, F_OK), 0);
     tp_logdir_action_t a;
     cr_assert_eq(tp_logdir_action_parse("Backup", &a), TP_OK);

@@ -190,6 +190,7 @@ static double s_engine_with(const tp_model_desc_t *desc, int64_t batch, int64_t 
     c.steps_per_epoch = steps;
     c.max_epoch = 1;
     c.logdir = logdir;
+    c.logdir_action = TP_LOGDIR_DELETE;  /* a scratch directory, run after run */
     c.save_checkpoints = 0;
     tp_callback_t *cbs[3] = {tp_callback_new(&s_cpu_ops, NULL, 0), extra, NULL};
     c.callbacks = cbs;
@@ -604,6 +605,7 @@ static int s_epoch_boundary(const tp_model_desc_t *desc, int64_t batch, int64_t 
     c.steps_per_epoch = steps;
     c.max_epoch = 2;
     c.logdir = dir;
+    c.logdir_action = TP_LOGDIR_DELETE;  /* a scratch directory, run after run */
     c.save_checkpoints = 0;
     c.default_callbacks = 0;
     tp_callback_t *cbs[1] = {tp_callback_new(&s_bnd_ops, b, 0)};

@@ -14,6 +14,7 @@
  * directory (checkpoints, stats.json, plots) and validates. See
  * docs/distributed.md. */
 #define _GNU_SOURCE  /* sched_getaffinity */
+#include <errno.h>
 #include <getopt.h>
 #include <sched.h>
 #include <limits.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <jansson.h>
 #include <towerpack/clock.h>
@@ -44,6 +46,7 @@ typedef struct {
     const char *spec, *test_spec, *stats, *remote, *curve;
     int public_bind, no_tensorboard;
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
+    int create_logdir; /* --create-logdir: --resume may start in a missing DIR */
     int resident; /* --resident: the training set in the towers' memory */
     int tta;      /* --tta: validation also on the mirrored images (1);
                      --tta-shift: and on the shifted ones (2) */
@@ -134,10 +137,14 @@ static void s_usage(FILE *out) {
 "                       the images are run six times more)\n"
 "  --steps-per-epoch N  default: one pass of the training data\n"
 "  --logdir DIR         default train_log/<model>\n"
-"  --logdir-action A    when DIR exists: keep, delete, backup, new (ask on a\n"
-"                       terminal; an error otherwise)\n"
+"  --logdir-action A    when DIR holds a run: keep, delete, backup, new (ask\n"
+"                       on a terminal; an error otherwise). DIR is locked\n"
+"                       while the run lasts: a second run on it is refused\n"
 "  --resume             continue the run in --logdir from its latest\n"
-"                       checkpoint, up to --epochs\n"
+"                       checkpoint, up to --epochs (none there: from\n"
+"                       scratch, saying so); DIR must exist\n"
+"  --create-logdir      with --resume: a DIR that does not exist is made\n"
+"                       (a new run) instead of refused as a mistyped path\n"
 "  --seed N             default 1\n"
 "  --no-tensorboard     write no TensorBoard event file (by default\n"
 "                       LOGDIR/events.out.tfevents.*: tensorboard --logdir DIR)\n"
@@ -238,7 +245,8 @@ static int s_fail(const char *what) {
         snprintf(msg, sizeof msg, "tp-train: %s: %s", what, tp_last_error());
         tp_dist_abort(s_dist, 1, msg);
     }
-    fprintf(stderr, "tp-train: %s: %s\n", what, tp_last_error());
+    /* stderr, and log.log once it is open: the log says why the run stopped */
+    tp_log_fatal("tp-train", "%s: %s", what, tp_last_error());
     return 1;
 }
 
@@ -380,7 +388,7 @@ int main(int argc, char **argv) {
                   .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
-           O_LR_END, O_WARMUP };
+           O_LR_END, O_WARMUP, O_CREATE_LOGDIR };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -392,6 +400,7 @@ int main(int argc, char **argv) {
         {"worker-restarts", required_argument, 0, O_RESTARTS},
         {"logdir", required_argument, 0, 'o'}, {"logdir-action", required_argument, 0, O_ACTION},
         {"resume", no_argument, 0, 'r'}, {"seed", required_argument, 0, 's'},
+        {"create-logdir", no_argument, 0, O_CREATE_LOGDIR},
         {"steps-per-epoch", required_argument, 0, O_STEPS},
         {"spec", required_argument, 0, O_SPEC}, {"test-spec", required_argument, 0, O_TEST_SPEC},
         {"stats", required_argument, 0, 'S'},
@@ -432,6 +441,7 @@ int main(int argc, char **argv) {
         case 'o': a.logdir = optarg; break;
         case O_ACTION: a.action = optarg; break;
         case 'r': a.resume = 1; break;
+        case O_CREATE_LOGDIR: a.create_logdir = 1; break;
         case 's': if (tp_spec_int(optarg, 0, INT64_MAX, "--seed", &v)) return s_fail("bad flag"); a.seed = v; break;
         case O_STEPS: if (tp_spec_int(optarg, 1, INT64_MAX, "--steps-per-epoch", &v)) return s_fail("bad flag"); a.steps_per_epoch = v; break;
         case O_SPEC: a.spec = optarg; break;
@@ -648,7 +658,26 @@ int main(int argc, char **argv) {
     if (a.action && tp_logdir_action_parse(a.action, &action) != TP_OK)
         return s_fail("--logdir-action");
     if (rank == 0) {  /* under MPI the chief alone owns the log directory */
-        if (tp_logdir_prepare(a.logdir ? a.logdir : defdir, action, logdir, sizeof logdir) != TP_OK)
+        const char *dir = a.logdir ? a.logdir : defdir;
+        struct stat st;
+        if (a.resume && !a.create_logdir && stat(dir, &st) != 0) {
+            /* a mistyped path would otherwise start a new run silently */
+            tp_error(TP_ERR_NOT_FOUND, "--resume: the log directory %s does not "
+                     "exist (%s); --create-logdir starts a new run there", dir,
+                     strerror(errno));
+            return s_fail("log directory");
+        }
+        /* locked from here until this process ends (lock NULL); the
+         * launch below takes the same lock again, as its own */
+        tp_status_t prc = tp_logdir_prepare(dir, action, logdir, sizeof logdir, NULL);
+        if (prc == TP_ERR_STATE && action == TP_LOGDIR_ASK &&
+            tp_logdir_lock_holder(dir) <= 0) {
+            char msg[2048];  /* the refusal of a directory that holds a run */
+            snprintf(msg, sizeof msg, "%s", tp_last_error());
+            tp_error(prc, "%s; tp-train: --logdir-action keep, delete, backup or new "
+                     "says which (--resume continues its run)", msg);
+        }
+        if (prc != TP_OK)
             return s_fail("log directory");
         char logfile[4200];
         snprintf(logfile, sizeof logfile, "%s/log.log", logdir);
@@ -727,6 +756,7 @@ int main(int argc, char **argv) {
     cfg.tf32 = a.tf32;
     cfg.bf16 = a.bf16;
     cfg.logdir = rank == 0 ? logdir : NULL;
+    cfg.logdir_action = TP_LOGDIR_KEEP;  /* prepared above */
     cfg.auto_resume = a.resume;
     cfg.max_epoch = a.epochs;
     /* One pass of the data per epoch: every step takes a batch per tower. */
@@ -811,9 +841,9 @@ int main(int argc, char **argv) {
     double wall = tp_now_s() - t0;
     if (rc < 0 && rc != TP_ERR_INTERRUPTED)
         return s_fail("training");
-    if (rc == TP_ERR_INTERRUPTED)  /* also when no step ran: say why */
-        fprintf(stderr, "tp-train: stopped by %s (%s)\n",
-                tp_signal_pending() == SIGTERM ? "SIGTERM" : "SIGINT", tp_last_error());
+    if (rc == TP_ERR_INTERRUPTED)  /* also when no step ran: say why (log.log too) */
+        tp_log_fatal("tp-train", "stopped by %s (%s)",
+                     tp_signal_pending() == SIGTERM ? "SIGTERM" : "SIGINT", tp_last_error());
     if (s_dist && rc == TP_ERR_INTERRUPTED) {
         /* the other ranks may be waiting in this step's all-reduce */
         tp_error(rc, "interrupted");
