@@ -47,11 +47,12 @@ declare -A OWNER=(
   [dataflow.h]=dataflow [dataflow_lib.h]=dataflow [dataflow_spec.h]=dataflow
   [image.h]=dataflow   # dataflow/image/, a sub-room: decoders, image sources, imgaug
   [actor_dataflow.h]=dataflow [tensorpack.h]=dataflow
-  [backend.h]=gpu [device.h]=gpu [graph.h]=gpu [graph_dist.h]=gpu [optim.h]=gpu [checkpoint.h]=gpu
+  [backend.h]=gpu [device.h]=gpu [graph.h]=gpu [optim.h]=gpu [checkpoint.h]=gpu
   [launch.h]=pipeline [trainer_loop.h]=pipeline [callback.h]=pipeline
   [model_callbacks.h]=pipeline [logdir.h]=pipeline [plot.h]=pipeline
   [predict.h]=pipeline
   [dist.h]=dist
+  [graph_dist.h]=gpu   # the model's calls only dist/ uses; dist.h includes it
   [models.h]=models
   [towerpack.h]=tools   # the umbrella: for programs, never for the library
 )
