@@ -61,6 +61,7 @@ declare -A OWNER=(
   [model_callbacks.h]=pipeline [logdir.h]=pipeline [plot.h]=pipeline
   [predict.h]=pipeline
   [dist.h]=dist
+  [graph_dist.h]=gpu   # the model's calls only dist/ uses; dist.h includes it
   [models.h]=models
   [towerpack.h]=tools   # the umbrella: for programs, never for the library
 )

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
+#include "gpu/graph/collective.h"
 #include <towerpack/graph.h>
 #include <towerpack/optim.h>
 
@@ -95,8 +96,6 @@ struct tp_tower {
     char *cost_names[TP_COSTS_MAX];
     char *cost_vars[TP_COSTS_MAX];
     int ncosts;        /* 1 + extras */
-    int cur_cost;      /* the cost whose backward runs now */
-    int ran_cost;      /* the cost whose gradients are fresh */
     tp_output_t *outputs;
     int noutputs, cap_outputs;
     char *scopes[TP_SCOPE_DEPTH];
@@ -111,10 +110,6 @@ struct tp_tower {
     tp_stream_t *stream;
     tp_rng_t rng;
     int64_t run_batch;
-    int ran_backward;  /* gradients are fresh: backward ran, not applied */
-    int reduced;       /* its gradients are the towers' all-reduced sum */
-    int sliced;        /* this tower applied its slice of the update; the
-                          run on TP_ALL_TOWERS that closes the step clears it */
     /* fused updates (tower 0 of a one-tower model): trainable variable nodes
      * by fuse_after, descending (backward order), and the variables this
      * tower never differentiates */
@@ -122,11 +117,9 @@ struct tp_tower {
     int nfuse;
     /* the all-reduce in buckets (config.bucket_bytes): ranges [lo, hi) of
      * the gradient arena in the order they are begun, each once node
-     * `after`'s backward (the last to write one of its gradients) ran */
-    struct tp_bucket {
-        size_t lo, hi;
-        int after;
-    } *buckets;
+     * `after`'s backward (the last to write one of its gradients) ran
+     * (collective.h) */
+    struct tp_bucket *buckets;
     int nbuckets;
     int *fuse_rest;
     int nfuse_rest;
@@ -171,23 +164,17 @@ static inline const tp_node_t *tp_node_caller_(const tp_node_t *n) {
  * reads the model's memory other than the next step calls it first. */
 tp_status_t tp_model_drain_(tp_model_t *m);
 
-/* collective.c: the towers' gradients brought together and applied.
- * Plan tower t's buckets of about `floats` (config.bucket_bytes), and begin
- * the all-reduce of those from *k on that are final once node `done`'s
- * backward ran (INT_MIN: all). */
-tp_status_t tp_plan_buckets_(tp_model_t *m, tp_tower_t *t, size_t floats);
-tp_status_t tp_begin_buckets_(tp_model_t *m, tp_tower_t *t, int *k, int done);
-/* The model can reduce and update (an optimizer, training towers). */
-tp_status_t tp_check_grads_(tp_model_t *m);
-/* TP_RUN_REDUCE: every tower's from one thread (onto tower 0), or tower
- * `tower`'s part of the collective from its own. */
-tp_status_t tp_reduce_all_(tp_model_t *m);
-tp_status_t tp_allreduce_tower_(tp_model_t *m, int tower);
-/* TP_RUN_UPDATE: tower `tower`'s slice of its device's variables, or from
- * one thread every replica (cost k), closing a step whose slices every
- * tower applied. */
-tp_status_t tp_apply_slice_(tp_model_t *m, int tower, int k);
-tp_status_t tp_update_all_(tp_model_t *m, int k);
+/* The step's state: what one training tower's gradients are now. One
+ * writer: model.c's step calls (backward makes them fresh, reduce
+ * reduced, update applied); the collective sees only buffers. */
+typedef struct tp_grads_state {
+    int fresh;    /* backward ran and they are not applied yet (gradients
+                     are used once) */
+    int cost;     /* the cost whose gradients they are */
+    int reduced;  /* they are the towers' all-reduced sum */
+    int sliced;   /* this tower applied its slice of the update; the update
+                     on every tower that closes the step clears it */
+} tp_grads_state_t;
 
 /* One device's copy of the model's state (towers on several devices,
  * tp_model_config_t.devices): the towers on the device read its arenas,
@@ -225,6 +212,7 @@ struct tp_model {
     int nslots;
     tp_comm_t *comm;   /* the towers' (several towers) */
     tp_comm_t *ranks;  /* the processes' (tp_model_comm_join), or NULL */
+    tp_grads_state_t *step; /* [ntowers] the step's state, tower by tower */
     size_t memory;
     int profiling;
     uint64_t prune_serial; /* tp_model_prune's successful calls */

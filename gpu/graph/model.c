@@ -1,6 +1,8 @@
 /* towerpack gpu: the model: towers built from a description, memory planned
- * once, steps run through the backend (the gradients' reduction and the
- * updates across towers, devices and processes: collective.c).
+ * once, and the step: forward, backward, reduce and update as named calls
+ * through the backend, across towers, devices and processes, with the
+ * step's state kept here (the all-reduce of gradient buffers itself:
+ * collective.c, which knows nothing of the model).
  *
  * Memory layout. Trainable variables live in one flat arena (each variable
  * 64-byte aligned), model-only variables in another, one pair per device
@@ -17,9 +19,11 @@
 #include <string.h>
 #include <towerpack/clock.h>
 #include <towerpack/graph.h>
+#include <towerpack/graph_dist.h>
 #include <towerpack/log.h>
 #include <towerpack/optim.h>
 
+#include "gpu/graph/collective.h"
 #include "gpu/graph/graph_internal.h"
 
 #define FLOAT_ALIGN (TP_ALIGNMENT / sizeof(float))
@@ -27,20 +31,35 @@
 tp_node_t *tp_input_node_(tp_tower_t *t, int index, const tp_input_desc_t *d,
                           int64_t batch);
 
+/* ---- config: the one place defaults come from the environment ----------- */
+
+/* A switch from the environment: unset or empty `unset`, "0" off, else on. */
+static int s_env_switch(const char *name, int unset) {
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return unset;
+    return strcmp(v, "0") != 0;
+}
+
 tp_model_config_t tp_model_config_default(void) {
     tp_model_config_t c;
     memset(&c, 0, sizeof c);
     c.towers = 1;
     c.batch = 32;
     c.average = 1;
-    c.bucket_bytes = -1;
-    const char *g = getenv("TP_CUDA_GRAPHS");
-    c.graphs = g && *g && strcmp(g, "0") != 0;
-    const char *a = getenv("TP_CUDA_AHEAD");
-    c.ahead = a && *a && strcmp(a, "0") != 0;
-    const char *f = getenv("TP_FOLD");
-    c.fold = !(f && strcmp(f, "0") == 0);
+    c.bucket_bytes = -1;  /* by the backend: s_config_resolve */
+    c.graphs = s_env_switch("TP_CUDA_GRAPHS", 0);
+    c.ahead = s_env_switch("TP_CUDA_AHEAD", 0);
+    c.fold = s_env_switch("TP_FOLD", 1);
     return c;
+}
+
+/* The defaults that depend on the backend the model runs on: the buckets
+ * of the all-reduce (-1) are 25 MiB on a device, which overlaps them with
+ * the backward pass, and none on the CPU, which cannot. */
+static void s_config_resolve(tp_model_config_t *c, const tp_backend_t *b) {
+    if (c->bucket_bytes < 0)
+        c->bucket_bytes = b->device >= 0 ? (int64_t)25 << 20 : 0;
 }
 
 int tp_model_tower_count(const tp_model_t *m) { return m->ntowers; }
@@ -154,8 +173,9 @@ static size_t s_round(size_t bytes) {
 }
 
 /* Fill a call record for node n at its run shapes (planned shapes during
- * planning). xs/xshape/dx arrays are the caller's, TP_OP_MAX_INPUTS long. */
-static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
+ * planning), its gradients those of cost `cost`. xs/xshape/dx arrays are
+ * the caller's, TP_OP_MAX_INPUTS long. */
+static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n, int cost,
                         tp_op_call_t *c, const void **xs, tp_shape_t *xshape,
                         float **dx) {
     memset(c, 0, sizeof *c);
@@ -167,7 +187,7 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     for (int i = 0; i < n->ninputs; i++) {
         xs[i] = n->inputs[i]->value;
         xshape[i] = n->inputs[i]->run_shape;
-        dx[i] = (((n->inputs[i]->cost_mask >> t->cur_cost) & 1u) &&
+        dx[i] = (((n->inputs[i]->cost_mask >> cost) & 1u) &&
                  !((n->alias_mask >> i) & 1u))
                     ? n->inputs[i]->grad
                     : NULL;
@@ -175,7 +195,7 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     c->x = xs;
     c->xshape = xshape;
     c->dx = dx;
-    c->dx_acc = n->dx_acc + t->cur_cost * n->ninputs;
+    c->dx_acc = n->dx_acc + cost * n->ninputs;
     c->y = n->value;
     c->yshape = n->run_shape;
     c->dy = n->grad;
@@ -188,8 +208,8 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
     if (n->fold_bias) {
         const tp_node_t *ba = n->fold_bias, *bv = ba->inputs[1];
         c->bias = bv->value;
-        c->dbias = ((bv->cost_mask >> t->cur_cost) & 1u) ? bv->grad : NULL;
-        c->dbias_acc = ba->dx_acc[t->cur_cost * ba->ninputs + 1];
+        c->dbias = ((bv->cost_mask >> cost) & 1u) ? bv->grad : NULL;
+        c->dbias_acc = ba->dx_acc[cost * ba->ninputs + 1];
     }
     c->rng = &t->rng;
     (void)m;
@@ -210,46 +230,94 @@ static int s_cmp_fuse(const void *a, const void *b) {
     return y->fuse_after - x->fuse_after;
 }
 
-/* For updates fused into the backward pass: after which node's backward is
- * each variable's gradient final (its consumer with the lowest id), and
- * which trainable variables the tower never reaches. */
+/* The one walk for the last writer of each variable's gradient: last[v]
+ * is the id of the node whose backward writes variable v's gradient of
+ * cost k last (backward runs from the highest id down: the lowest id among
+ * its consumers that run backward for cost k; a folded node's inputs are
+ * its caller's, whose backward comes later: the caller writes them), or
+ * `never` when no node does. The fused updates and the all-reduce's
+ * buckets both start from it. */
+static void s_last_writers(const tp_model_t *m, const tp_tower_t *t, int k,
+                           int never, int *last) {
+    const unsigned bit = 1u << k;
+    for (int v = 0; v < m->nvars; v++)
+        last[v] = never;
+    for (int i = 0; i < t->nnodes; i++) {
+        const tp_node_t *c = t->nodes[i];
+        if (!(c->cost_mask & bit) || c->kind == TP_OP_VARIABLE)
+            continue;
+        const int by = tp_node_caller_(c)->id;
+        for (int j = 0; j < c->ninputs; j++) {
+            const tp_node_t *in = c->inputs[j];
+            if (in->kind == TP_OP_VARIABLE && (in->cost_mask & bit) &&
+                by < last[in->var])
+                last[in->var] = by;
+        }
+    }
+}
+
+/* For updates fused into the backward pass (a one-cost tower, so its
+ * nodes' backward is cost 0's): after which node's backward is each
+ * variable's gradient final, and which trainable variables the tower
+ * never reaches. */
 static tp_status_t s_plan_fusion(tp_model_t *m, tp_tower_t *t) {
     t->fuse = calloc((size_t)t->nnodes + 1, sizeof *t->fuse);
     t->fuse_rest = calloc((size_t)m->nvars + 1, sizeof *t->fuse_rest);
     unsigned char *covered = calloc((size_t)m->nvars + 1, 1);
-    if (!t->fuse || !t->fuse_rest || !covered) {
+    int *last = malloc(((size_t)m->nvars + 1) * sizeof *last);
+    if (!t->fuse || !t->fuse_rest || !covered || !last) {
         free(covered);
+        free(last);
         return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
     }
-    for (int i = 0; i < t->nnodes; i++)
-        t->nodes[i]->fuse_after = -1;
-    for (int i = 0; i < t->nnodes; i++) {
-        tp_node_t *c = t->nodes[i];
-        if (!c->backward || c->kind == TP_OP_VARIABLE)
-            continue;
-        /* a folded node's inputs are its caller's, whose backward comes
-         * later (a lower id): the last writer is the lowest caller */
-        const int by = tp_node_caller_(c)->id;
-        for (int j = 0; j < c->ninputs; j++) {
-            tp_node_t *v = c->inputs[j];
-            if (v->kind == TP_OP_VARIABLE && v->backward &&
-                (v->fuse_after < 0 || by < v->fuse_after))
-                v->fuse_after = by;
-        }
-    }
+    s_last_writers(m, t, 0, t->nnodes, last);
     for (int i = 0; i < t->nnodes; i++) {
         tp_node_t *v = t->nodes[i];
-        if (v->kind == TP_OP_VARIABLE && v->fuse_after >= 0) {
+        v->fuse_after = -1;
+        if (v->kind == TP_OP_VARIABLE && v->backward && last[v->var] < t->nnodes)
+            v->fuse_after = last[v->var];
+        if (v->fuse_after >= 0) {
             t->fuse[t->nfuse++] = v;
             covered[v->var] = 1;
         }
     }
+    free(last);
     qsort(t->fuse, (size_t)t->nfuse, sizeof *t->fuse, s_cmp_fuse);
     for (int i = 0; i < m->nvars; i++)
         if (m->vars[i].trainable && !covered[i])
             t->fuse_rest[t->nfuse_rest++] = i;
     free(covered);
     return TP_OK;
+}
+
+/* The all-reduce in buckets beside the backward pass (collective.c cuts
+ * them): the trainable variables in arena order, each with the node after
+ * whose backward its main-cost gradient is final. Every tower plans the
+ * same buckets in the same order, as the collective needs. */
+static tp_status_t s_plan_buckets(tp_model_t *m, tp_tower_t *t, size_t floats) {
+    size_t nv = (size_t)m->nvars + 1;
+    int *last = malloc(nv * sizeof *last), *after = malloc(nv * sizeof *after);
+    size_t *offset = malloc(nv * sizeof *offset);
+    tp_status_t rc = TP_OK;
+    if (!last || !after || !offset) {
+        rc = tp_error(TP_ERR_NOMEM, "planning %s's buckets", t->name);
+    } else {
+        s_last_writers(m, t, 0, t->nnodes, last);
+        int n = 0;  /* trainable offsets grow with the variable's index */
+        for (int i = 0; i < m->nvars; i++)
+            if (m->vars[i].trainable) {
+                offset[n] = m->vars[i].offset;
+                after[n++] = last[i];
+            }
+        rc = tp_buckets_plan_(offset, after, n, m->ntrain, t->nnodes, floats,
+                              &t->buckets, &t->nbuckets);
+        if (rc < 0)
+            rc = tp_error_wrap(rc, "planning %s's buckets", t->name);
+    }
+    free(last);
+    free(after);
+    free(offset);
+    return rc;
 }
 
 /* Identity gradients (bias add's x, add's operands, reshape) need no copy:
@@ -401,13 +469,12 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
              * differentiates can differ from cost to cost) */
             tp_op_call_t c;
             n->workspace_bytes = 0;
-            for (t->cur_cost = 0; t->cur_cost < t->ncosts; t->cur_cost++) {
-                s_make_call(m, t, n, &c, xs, xsh, dx);
+            for (int k = 0; k < t->ncosts; k++) {
+                s_make_call(m, t, n, k, &c, xs, xsh, dx);
                 size_t ws = b->ops->op_workspace(b, &c);
                 if (ws > n->workspace_bytes)
                     n->workspace_bytes = ws;
             }
-            t->cur_cost = 0;
             ws_off[i] = total;
             total += s_round(n->workspace_bytes);
         }
@@ -456,10 +523,9 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         if (t->nodes[i]->grad_alias)
             t->nodes[i]->grad = t->nodes[i]->grad_alias->grad;
     free(val_off);
-    t->ran_backward = 0;
     if (train && m->ntowers > 1 && m->config.bucket_bytes > 0 &&
         b->ops->allreduce_begin && b->ops->allreduce_end)
-        TP_TRY(tp_plan_buckets_(m, t, (size_t)m->config.bucket_bytes / sizeof(float)));
+        TP_TRY(s_plan_buckets(m, t, (size_t)m->config.bucket_bytes / sizeof(float)));
     if (train && t->index == 0 && t->ncosts == 1)
         return s_plan_fusion(m, t);
     return TP_OK;
@@ -601,7 +667,8 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
     }
     m->ntowers = c->towers;
     m->towers = calloc((size_t)c->towers + 1, sizeof *m->towers);
-    if (!m->towers)
+    m->step = calloc((size_t)c->towers + 1, sizeof *m->step);
+    if (!m->towers || !m->step)
         return tp_error(TP_ERR_NOMEM, "towers");
     int ntotal = c->towers + (c->infer_batch > 0);
     for (int i = 0; i < ntotal; i++) {
@@ -696,8 +763,7 @@ tp_model_t *tp_model_new(const tp_model_desc_t *desc,
         }
     }
     m->rep[0].backend = m->backend;
-    if (m->config.bucket_bytes < 0)  /* a device overlaps; the CPU cannot */
-        m->config.bucket_bytes = m->backend->device >= 0 ? (int64_t)25 << 20 : 0;
+    s_config_resolve(&m->config, m->backend);
     tp_status_t rc = s_model_init(m, desc);
     if (rc < 0) {
         char msg[1024];
@@ -744,6 +810,7 @@ void tp_model_destroy(tp_model_t **self_p) {
     for (int i = 0; m->towers && i < m->ntowers; i++)
         s_tower_free(&m->towers[i]);
     free(m->towers);
+    free(m->step);
     s_tower_free(&m->infer);
     if (m->comm)
         b->ops->comm_destroy(b, m->comm);
@@ -904,33 +971,11 @@ static void s_prof_collect(tp_tower_t *t) {
     t->prof_ncalls = -1;  /* collected */
 }
 
-static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
-                                   int fused, int reduce, int cost);
+/* ---- the step's calls on one tower: forward, backward ------------------ */
 
-/* The op calls of one run (forward; backward and fused updates when asked)
- * on the tower's stream; no sync. fused: the update inside the pass (one-
- * tower models only: nothing to all-reduce): each variable's right after
- * its gradient is final, or on a device the whole arena's at the end.
- * reduce: all-reduce the gradients in buckets, each begun once its
- * gradients are final, beside the rest of the backward pass. When
- * profiling, the run goes between the timer's marks 0 and 1. */
-static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
-                             int fused, int reduce, int cost) {
-    tp_backend_t *b = tp_tower_backend_(t);
-    int timed = m->profiling && t->prof_timer &&
-                b->ops->timer_mark(b, t->stream, t->prof_timer, 0) == TP_OK;
-    if (timed) {
-        t->prof_ncalls = 0;
-        t->prof_hold_ns = 0;
-    }
-    tp_status_t rc = s_run_op_calls(m, t, backward, fused, reduce, cost);
-    if (timed && rc == TP_OK && b->ops->timer_mark(b, t->stream, t->prof_timer, 1) < 0)
-        t->prof_ncalls = -1;
-    return rc;
-}
-
-static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
-                                   int fused, int reduce, int cost) {
+/* Forward: every op call of the tower (pruned nodes skipped) on its
+ * stream, made for cost `cost`'s gradients (forward reads none); no sync. */
+static tp_status_t s_forward(tp_model_t *m, tp_tower_t *t, int cost) {
     tp_backend_t *b = tp_tower_backend_(t);
     const void *xs[TP_OP_MAX_INPUTS];
     tp_shape_t xsh[TP_OP_MAX_INPUTS];
@@ -948,7 +993,7 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
             n->value = n->inputs[0]->value; /* inputs may be borrowed */
             continue;
         }
-        s_make_call(m, t, n, &c, xs, xsh, dx);
+        s_make_call(m, t, n, cost, &c, xs, xsh, dx);
         uint64_t t0 = 0;
         if (m->profiling) {
             s_prof_mark(t, n, 0, 0);
@@ -963,14 +1008,31 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
         if (rc < 0)
             return tp_error_wrap(rc, "%s: forward of '%s'", t->name, n->name);
     }
+    return TP_OK;
+}
+
+/* Backward: cost `cost`'s gradients of a training tower, in reverse node
+ * order on its stream (the first writer of a gradient overwrites it: no
+ * zero_grad); no sync. fused: the update inside the pass (one-tower
+ * models only: nothing to all-reduce): each variable's right after its
+ * gradient is final, or on a device the whole arena's at the end.
+ * reduce: all-reduce the gradients in buckets, each begun once its
+ * gradients are final, beside the rest of the pass. It writes the tower's
+ * step state: fresh (unless fused, which applied them), of cost `cost`,
+ * reduced when it reduced them. */
+static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
+                              int fused, int reduce) {
     tp_node_t *cn = t->costs[cost];
-    if (!backward || !t->training || !cn || !((cn->cost_mask >> cost) & 1u))
+    if (!t->training || !cn || !((cn->cost_mask >> cost) & 1u))
         return TP_OK; /* gradients untouched */
-    t->ran_backward = 0; /* partial until the pass completes */
-    t->sliced = 0;
-    t->reduced = 0;
-    t->cur_cost = cost;
-    t->ran_cost = cost;
+    tp_backend_t *b = tp_tower_backend_(t);
+    const void *xs[TP_OP_MAX_INPUTS];
+    tp_shape_t xsh[TP_OP_MAX_INPUTS];
+    float *dx[TP_OP_MAX_INPUTS];
+    tp_op_call_t c;
+    tp_grads_state_t *st = &m->step[t->index];
+    /* partial until the pass completes */
+    *st = (tp_grads_state_t){.fresh = 0, .cost = cost, .reduced = 0, .sliced = 0};
     TP_TRY(b->ops->fill(b, t->stream, cn->grad, 1.0f, 1));
     int k = 0, kb = 0;
     /* fused updates: on the CPU each variable's as soon as its gradient is
@@ -980,12 +1042,14 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
      * mostly a few hundred floats) */
     const int whole = fused && b->device >= 0;
     reduce = reduce && cost == 0 && t->nbuckets > 0;
+    const tp_reduce_rank_t rr = {b, m->comm, t->index, t->stream, t->grads,
+                                 m->ntrain, m->config.average, t->name};
     unsigned bit = 1u << cost;
     for (int i = t->nnodes - 1; i >= 0; i--) {
         tp_node_t *n = t->nodes[i];
         if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE || n->folded)
             continue;
-        s_make_call(m, t, n, &c, xs, xsh, dx);
+        s_make_call(m, t, n, cost, &c, xs, xsh, dx);
         uint64_t t0 = 0;
         if (m->profiling) {
             s_prof_mark(t, n, 1, 0);
@@ -1001,12 +1065,12 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
         for (; fused && !whole && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)
             TP_TRY(s_update_var(m, t, t->fuse[k]->var));
         if (reduce)
-            TP_TRY(tp_begin_buckets_(m, t, &kb, i));
+            TP_TRY(tp_buckets_begin_(&rr, t->buckets, t->nbuckets, &kb, i));
     }
     if (reduce) {
-        TP_TRY(tp_begin_buckets_(m, t, &kb, INT_MIN));
-        TP_TRY(b->ops->allreduce_end(b, m->comm, t->index, t->stream));
-        t->reduced = 1;
+        TP_TRY(tp_buckets_begin_(&rr, t->buckets, t->nbuckets, &kb, INT_MIN));
+        TP_TRY(tp_buckets_end_(&rr));
+        st->reduced = 1;
     }
     if (whole) {
         tp_replica_t *rp = &m->rep[t->replica];
@@ -1018,8 +1082,27 @@ static tp_status_t s_run_op_calls(tp_model_t *m, tp_tower_t *t, int backward,
             TP_TRY(s_update_var(m, t, t->fuse_rest[r]));
         tp_optimizer_end_step(m->opt);
     }
-    t->ran_backward = !fused;
+    st->fresh = !fused;
     return TP_OK;
+}
+
+/* The op calls of one pass over the tower: forward, then backward when
+ * asked. When profiling, the pass goes between the timer's marks 0 and 1. */
+static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
+                             int fused, int reduce, int cost) {
+    tp_backend_t *b = tp_tower_backend_(t);
+    int timed = m->profiling && t->prof_timer &&
+                b->ops->timer_mark(b, t->stream, t->prof_timer, 0) == TP_OK;
+    if (timed) {
+        t->prof_ncalls = 0;
+        t->prof_hold_ns = 0;
+    }
+    tp_status_t rc = s_forward(m, t, cost);
+    if (rc == TP_OK && backward)
+        rc = s_backward(m, t, cost, fused, reduce);
+    if (timed && rc == TP_OK && b->ops->timer_mark(b, t->stream, t->prof_timer, 1) < 0)
+        t->prof_ncalls = -1;
+    return rc;
 }
 
 /* A device's scalar float outputs copied behind the run into a third of
@@ -1075,12 +1158,13 @@ static const float *s_mirrored(const tp_model_t *m, const void *data) {
     return NULL;
 }
 
-static tp_status_t s_run_cost(tp_model_t *m, int tower,
-                              const tp_tensor_t *inputs, int backward,
-                              int fused, int reduce, int cost) {
-    tp_tower_t *t = tp_model_tower_(m, tower);
-    if (!t)
-        return s_bad_tower(m, tower);
+/* One pass over tower t: its inputs loaded, forward (and backward, with
+ * the fused update or the buckets' all-reduce when asked: s_backward),
+ * the scalar outputs mirrored, the stream synchronised (or, a step ahead,
+ * the step before's). */
+static tp_status_t s_pass(tp_model_t *m, tp_tower_t *t,
+                          const tp_tensor_t *inputs, int backward,
+                          int fused, int reduce, int cost) {
     tp_backend_t *b = tp_tower_backend_(t);
     /* One step ahead: the fused training step of a one-tower model on a
      * backend that can (see tp_model_config_t.ahead). Any other run waits
@@ -1190,47 +1274,125 @@ static tp_node_t *s_lookup(tp_tower_t *t, const char *name);
 static tp_status_t s_value_node(tp_tower_t *t, const char *name,
                                 const char *what, tp_node_t **out);
 
+/* ---- the step -------------------------------------------------------------
+ *
+ * tp_model_run decodes its arguments once into what the run does
+ * (s_step_t: which towers, which calls, which cost), checks all of it, and
+ * makes the step's named calls in order:
+ *   forward   each tower's ops, its inputs loaded (s_pass: s_forward)
+ *   backward  in the same pass, each training tower's gradients (s_backward;
+ *             a tower joining the collective begins its buckets beside it)
+ *   reduce    the towers' gradients summed (s_reduce: collective.c's
+ *             all-reduce on plain buffers)
+ *   update    the optimizer applies them (s_update)
+ * A one-tower training step of the main cost is one pass: its update is
+ * fused into backward and there is nothing to reduce. What each tower's
+ * gradients are between the calls is the step's state, m->step[tower]
+ * (tp_grads_state_t), which only these calls write. */
+
+/* Which towers a run is for: an explicit scope, where tp_model_run's
+ * `tower` has special values. */
+typedef enum {
+    S_ONE_TOWER,  /* tower `tower`, from its own thread beside the others' */
+    S_ALL_TOWERS, /* every training tower from this thread (TP_ALL_TOWERS;
+                     tower 0 of a one-tower model is every tower) */
+    S_INFER,      /* the inference graph (tower -1) */
+} s_scope_t;
+
+typedef struct {
+    s_scope_t scope;
+    int tower;        /* the tower fetches read: S_ONE_TOWER's (in range once
+                         checked), 0 for every tower, -1 the inference graph */
+    unsigned stages;  /* TP_RUN_* as asked (0: TP_RUN_TRAIN), for errors */
+    int forward, backward, reduce, update;
+    const char *cost_name; /* NULL: the main cost */
+    int cost;         /* its index, once checked */
+    uint64_t *stage_ns;
+} s_step_t;
+
+static s_step_t s_decode(const tp_model_t *m, int tower,
+                         const tp_run_opts_t *opts) {
+    s_step_t s = {.scope = S_ONE_TOWER, .tower = tower};
+    if (tower == TP_ALL_TOWERS || (tower == 0 && m->ntowers == 1)) {
+        s.scope = S_ALL_TOWERS;
+        s.tower = 0;
+    } else if (tower == -1) {
+        s.scope = S_INFER;
+    }
+    s.stages = opts && opts->stages ? opts->stages : (unsigned)TP_RUN_TRAIN;
+    s.forward = (s.stages & TP_RUN_FORWARD) != 0;
+    s.backward = (s.stages & TP_RUN_BACKWARD) != 0;
+    s.reduce = (s.stages & TP_RUN_REDUCE) != 0;
+    s.update = (s.stages & TP_RUN_UPDATE) != 0;
+    s.cost_name = opts ? opts->cost : NULL;
+    s.stage_ns = opts ? opts->stage_ns : NULL;
+    return s;
+}
+
+/* The stages one run may do: a contiguous range of forward, backward,
+ * reduce, update (in that order), with forward whenever backward. */
+static int s_stages_valid(unsigned st) {
+    switch (st) {
+    case TP_RUN_FORWARD:
+    case TP_RUN_FORWARD | TP_RUN_BACKWARD:
+    case TP_RUN_FORWARD | TP_RUN_BACKWARD | TP_RUN_REDUCE:
+    case TP_RUN_FORWARD | TP_RUN_BACKWARD | TP_RUN_REDUCE | TP_RUN_UPDATE:
+    case TP_RUN_REDUCE:
+    case TP_RUN_REDUCE | TP_RUN_UPDATE:
+    case TP_RUN_UPDATE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The model can reduce and update (an optimizer, training towers). */
+static tp_status_t s_check_grads(const tp_model_t *m) {
+    if (!m->opt || m->ntowers == 0)
+        return tp_error(TP_ERR_STATE, "model has no optimizer or no training "
+                                      "towers");
+    return TP_OK;
+}
+
 /* Everything a run is told is checked before anything runs, so that a bad
  * option leaves the model as it was. Cheap: a step with no cost name and no
- * fetches costs a few compares here. */
-static tp_status_t s_check_run(tp_model_t *m, int tower, unsigned st,
+ * fetches costs a few compares here. Sets s->cost. */
+static tp_status_t s_check_run(tp_model_t *m, s_step_t *s,
                                const tp_tensor_t *feeds, int nfeeds,
-                               const tp_fetch_t *fetches,
-                               int nfetches, const char *cost, int *k) {
-    /* a contiguous range: adding the lowest bit carries past the highest */
-    if (st & ~(unsigned)TP_RUN_TRAIN || ((st + (st & (0u - st))) & st) ||
-        ((st & TP_RUN_BACKWARD) && !(st & TP_RUN_FORWARD)))
+                               const tp_fetch_t *fetches, int nfetches) {
+    const unsigned st = s->stages;
+    if (!s_stages_valid(st))
         return tp_error(TP_ERR_INVALID, "run: stages 0x%x: a run does a "
                         "contiguous range of TP_RUN_FORWARD, TP_RUN_BACKWARD, "
                         "TP_RUN_REDUCE, TP_RUN_UPDATE (in that order), with "
                         "forward whenever backward", st);
-    int all = tower == TP_ALL_TOWERS;
-    if (all ? m->ntowers == 0 : !tp_model_tower_(m, tower))
+    int all = s->scope == S_ALL_TOWERS;
+    if (all ? m->ntowers == 0 : !tp_model_tower_(m, s->tower))
         return all ? tp_error(TP_ERR_INVALID, "run: TP_ALL_TOWERS but the "
                               "model has no training towers")
-                   : s_bad_tower(m, tower);
-    if (tower == -1 && st != TP_RUN_FORWARD)
+                   : s_bad_tower(m, s->tower);
+    if (s->scope == S_INFER && st != TP_RUN_FORWARD)
         return tp_error(TP_ERR_INVALID, "infer: stages 0x%x: the inference "
                         "graph only runs forward (TP_RUN_FORWARD)", st);
-    if (st & (TP_RUN_REDUCE | TP_RUN_UPDATE))
-        TP_TRY(tp_check_grads_(m));
-    tp_tower_t *t = all ? m->towers[0] : tp_model_tower_(m, tower);
-    *k = 0;
-    if (cost) {
+    if (s->reduce || s->update)
+        TP_TRY(s_check_grads(m));
+    tp_tower_t *t = tp_model_tower_(m, s->tower);
+    s->cost = 0;
+    if (s->cost_name) {
         if (m->ntowers == 0)
             return tp_error(TP_ERR_NOT_FOUND, "run: no cost named '%s' (the "
-                            "model has no training towers)", cost);
-        *k = s_cost_index(m->towers[0], cost);
-        if (*k < 0)
-            return s_no_cost(m->towers[0], cost);
+                            "model has no training towers)", s->cost_name);
+        s->cost = s_cost_index(m->towers[0], s->cost_name);
+        if (s->cost < 0)
+            return s_no_cost(m->towers[0], s->cost_name);
     }
-    if ((st & TP_RUN_BACKWARD) && *k == 0 && !t->cost && t->ncosts > 1)
+    if (s->backward && s->cost == 0 && !t->cost && t->ncosts > 1)
         return tp_error(TP_ERR_STATE, "%s has only named costs (%s, ...): name "
                         "one in tp_run_opts_t.cost", t->name, t->cost_names[1]);
     const char *who = all && m->ntowers > 1 ? "all towers" : t->name;
-    int want = (st & TP_RUN_FORWARD) ? (all ? m->ntowers : 1) * m->ninputs : 0;
+    int want = s->forward ? (all ? m->ntowers : 1) * m->ninputs : 0;
     if (nfeeds != want) {
-        if (!(st & TP_RUN_FORWARD))
+        if (!s->forward)
             return tp_error(TP_ERR_INVALID, "%s: %d feeds given to a run "
                             "without TP_RUN_FORWARD (it reads none)", who,
                             nfeeds);
@@ -1254,44 +1416,212 @@ static tp_status_t s_check_run(tp_model_t *m, int tower, unsigned st,
     return TP_OK;
 }
 
-static tp_status_t s_run_stages(tp_model_t *m, int tower, const tp_tensor_t *feeds,
-                                int nfeeds, tp_fetch_t *fetches, int nfetches,
-                                unsigned st, const char *cost, uint64_t *stage_ns) {
-    int k = 0;
-    TP_TRY(s_check_run(m, tower, st, feeds, nfeeds, fetches, nfetches, cost, &k));
-    int all = tower == TP_ALL_TOWERS;
-    if (all && st == TP_RUN_TRAIN && k == 0 && m->ntowers == 1 &&
-        m->towers[0]->fuse) {
-        /* nothing to reduce: the updates fused into the pass (each
-         * variable's once its gradient is final on the CPU, the whole
-         * arena's after it on a device: s_run_op_calls) */
-        TP_TRY(s_run_cost(m, 0, feeds, 1, 1, 0, 0));
+/* Reducing or applying gradients that no backward produced (or that were
+ * already applied) is a trainer bug worth a clear error. */
+static tp_status_t s_check_fresh(const tp_model_t *m, int first, int last) {
+    for (int i = first; i <= last; i++)
+        if (!m->step[i].fresh)
+            return tp_error(TP_ERR_STATE,
+                            "%s has no fresh gradients (run TP_RUN_BACKWARD "
+                            "first; gradients are used once)",
+                            m->towers[i]->name);
+    return TP_OK;
+}
+
+/* Tower t's part of an all-reduce on `comm`, as rank `rank`: its whole
+ * gradient arena, on its stream. */
+static tp_reduce_rank_t s_rank_of(tp_model_t *m, tp_tower_t *t, tp_comm_t *comm,
+                                  int rank, int average) {
+    return (tp_reduce_rank_t){tp_tower_backend_(t), comm, rank, t->stream,
+                              t->grads, m->ntrain, average, t->name};
+}
+
+/* Reduce. One thread driving every tower (parameter-server style): the sum
+ * (or mean) lands in tower 0 only, which is all the update reads. One
+ * tower's thread: it contributes its own gradients and gets the sum back
+ * in them. */
+static tp_status_t s_reduce(tp_model_t *m, const s_step_t *s) {
+    if (s->scope == S_ALL_TOWERS) {
+        TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
+        if (m->ntowers == 1)
+            return TP_OK;
+        if (m->nrep > 1)
+            return tp_error(TP_ERR_UNSUPPORTED, "reduce: the towers span %d "
+                            "devices; each joins the all-reduce from its own "
+                            "thread (TP_RUN_REDUCE on its index, as the "
+                            "replicated trainer does), not one thread for "
+                            "all", m->nrep);
+        float *bufs[64];
+        for (int i = 0; i < m->ntowers; i++)
+            bufs[i] = m->towers[i]->grads;
+        return tp_allreduce_root_(m->backend, bufs, m->ntowers, m->ntrain,
+                                  m->config.average);
+    }
+    const int tower = s->tower;
+    TP_TRY(s_check_fresh(m, tower, tower));
+    if (m->step[tower].reduced)
+        return TP_OK;  /* in buckets, during its backward pass */
+    const tp_reduce_rank_t rr = s_rank_of(m, m->towers[tower], m->comm, tower,
+                                          m->config.average);
+    TP_TRY(tp_allreduce_(&rr));
+    m->step[tower].reduced = 1;
+    return TP_OK;
+}
+
+/* Update, one tower's slice. Replicated towers update in parallel: after
+ * the all-reduce (whose slice `tower` this tower's thread just summed, so
+ * it is in this core's cache) the tower applies the optimizer to the same
+ * slice of its device's variables: of the towers on one device, the j-th
+ * of k updates the j-th k-th of them (on one device, tower i the i-th of
+ * ntowers). The update is elementwise and every tower holds the same sum,
+ * so the slices give exactly what one update from tower 0 gives, in every
+ * replica. Every tower's backward is over once the all-reduce has begun,
+ * so no run still reads the variables. */
+static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
+    tp_tower_t *t = m->towers[tower];
+    tp_grads_state_t *st = &m->step[tower];
+    TP_TRY(s_check_fresh(m, tower, tower));
+    if (k != 0 || st->cost != 0)
+        return tp_error(TP_ERR_STATE, "%s: cost '%s' updates only its own "
+                        "variables: update it from one thread (TP_ALL_TOWERS), "
+                        "not in slices", t->name, t->cost_names[k ? k : st->cost]);
+    size_t j = 0, nt = 0;  /* this tower's place among its device's towers */
+    for (int i = 0; i < m->ntowers; i++)
+        if (m->towers[i]->replica == t->replica) {
+            j += i < tower;
+            nt++;
+        }
+    size_t n = m->ntrain;
+    size_t chunk = (n + nt - 1) / nt, lo = chunk * j, hi = lo + chunk;
+    if (lo > n)
+        lo = n;
+    if (hi > n)
+        hi = n;
+    tp_replica_t *rp = &m->rep[t->replica];
+    tp_backend_t *b = rp->backend;
+    if (hi > lo)
+        TP_TRY(tp_optimizer_update(m->opt, b, t->stream, rp->train_arena,
+                                   t->grads, rp->slots, lo, hi - lo));
+    TP_TRY(b->ops->stream_sync(b, t->stream));
+    st->sliced = 1;
+    return TP_OK;
+}
+
+/* Update from one thread: close a step whose slices every tower applied,
+ * or apply tower 0's gradients of cost k (the main cost to every trainable
+ * variable, a named one to its own only: the others' gradients are
+ * stale). */
+static tp_status_t s_update_all(tp_model_t *m, int k) {
+    int sliced = 0;
+    for (int i = 0; i < m->ntowers; i++)
+        sliced += m->step[i].sliced;
+    if (sliced == m->ntowers) {
+        TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
+        tp_optimizer_end_step(m->opt);
+        for (int i = 0; i < m->ntowers; i++)
+            m->step[i].fresh = m->step[i].sliced = 0;
+        return TP_OK;
+    }
+    if (sliced) {
+        for (int i = 0; i < m->ntowers; i++)
+            if (!m->step[i].sliced)
+                return tp_error(TP_ERR_STATE, "%s has not applied its slice "
+                                "of the update (%d of %d towers have)",
+                                m->towers[i]->name, sliced, m->ntowers);
+    }
+    /* Replica r applies the gradients of tower r, its device's first: on
+     * one device tower 0's; on several, each tower's all-reduced sum. */
+    TP_TRY(s_check_fresh(m, 0, m->nrep - 1));
+    for (int r = 0; m->nrep > 1 && r < m->nrep; r++)
+        if (!m->step[r].reduced)
+            return tp_error(TP_ERR_STATE, "%s's gradients were not all-reduced "
+                            "(TP_RUN_REDUCE): the towers span %d devices, and "
+                            "each device's variables are updated from its own "
+                            "towers' sum", m->towers[r]->name, m->nrep);
+    tp_tower_t *t0 = m->towers[0];
+    if (m->step[0].cost != k)
+        return tp_error(TP_ERR_STATE, "updating cost '%s' but the fresh "
+                        "gradients are cost '%s''s", t0->cost_names[k],
+                        t0->cost_names[m->step[0].cost]);
+    for (int r = 0; r < m->nrep; r++) {
+        tp_replica_t *rp = &m->rep[r];
+        const float *g = m->towers[r]->grads;
+        if (k == 0) {  /* the main cost: every trainable variable at once */
+            TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
+                                       rp->train_arena, g, rp->slots, 0,
+                                       m->ntrain));
+            continue;
+        }
+        for (int i = 0; i < m->nvars; i++) {
+            const tp_var_t *v = &m->vars[i];
+            if (!v->trainable ||
+                (t0->cost_vars[k] && fnmatch(t0->cost_vars[k], v->name, 0) != 0))
+                continue;
+            TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
+                                       rp->train_arena, g, rp->slots,
+                                       v->offset, v->count));
+        }
+    }
+    tp_optimizer_end_step(m->opt);
+    for (int i = 0; i < m->ntowers; i++)
+        m->step[i].fresh = 0;
+    for (int r = 0; r < m->nrep; r++)
+        TP_TRY(m->rep[r].backend->ops->stream_sync(m->rep[r].backend,
+                                                   m->rep[r].stream));
+    return TP_OK;
+}
+
+static tp_status_t s_update(tp_model_t *m, const s_step_t *s) {
+    return s->scope == S_ALL_TOWERS ? s_update_all(m, s->cost)
+                                    : s_update_slice(m, s->tower, s->cost);
+}
+
+/* Forward, and backward when asked, of the run's towers: a pass each. */
+static tp_status_t s_passes(tp_model_t *m, const s_step_t *s,
+                            const tp_tensor_t *feeds) {
+    /* one tower joining the collective: in buckets, during its backward
+     * pass (config.bucket_bytes) */
+    const int reduce = s->backward && s->scope == S_ONE_TOWER && s->reduce && m->comm;
+    if (s->scope != S_ALL_TOWERS)
+        return s_pass(m, tp_model_tower_(m, s->tower), feeds, s->backward, 0,
+                      reduce, s->cost);
+    for (int i = 0; i < m->ntowers; i++)
+        TP_TRY(s_pass(m, m->towers[i], feeds ? feeds + i * m->ninputs : NULL,
+                      s->backward, 0, 0, s->cost));
+    return TP_OK;
+}
+
+/* A whole training step of the main cost on a one-tower model that planned
+ * fused updates: forward, backward and update in one pass, each variable's
+ * update once its gradient is final on the CPU, the whole arena's after
+ * the pass on a device (s_backward). */
+static int s_fused(const tp_model_t *m, const s_step_t *s) {
+    return s->scope == S_ALL_TOWERS && s->stages == TP_RUN_TRAIN && s->cost == 0 &&
+           m->ntowers == 1 && m->towers[0]->fuse;
+}
+
+static tp_status_t s_step(tp_model_t *m, const s_step_t *s,
+                          const tp_tensor_t *feeds, tp_fetch_t *fetches,
+                          int nfetches) {
+    if (s_fused(m, s)) {
+        TP_TRY(s_pass(m, m->towers[0], feeds, 1, 1, 0, 0));
     } else {
         TP_TRY(tp_model_drain_(m));  /* no step queued ahead under these */
-        uint64_t t0 = stage_ns ? tp_now_ns() : 0;
-        if (st & TP_RUN_FORWARD) {
-            int backward = (st & TP_RUN_BACKWARD) != 0;
-            /* one tower joining the collective: in buckets, during its
-             * backward pass (config.bucket_bytes) */
-            int reduce = backward && !all && (st & TP_RUN_REDUCE) && m->comm;
-            for (int i = 0; i < (all ? m->ntowers : 1); i++)
-                TP_TRY(s_run_cost(m, all ? i : tower,
-                                  feeds ? feeds + i * m->ninputs : NULL,
-                                  backward, 0, reduce, k));
-        }
-        uint64_t t1 = stage_ns ? tp_now_ns() : 0;
-        if (stage_ns)
-            stage_ns[0] = t1 - t0;
-        if (st & TP_RUN_REDUCE)
-            TP_TRY(all ? tp_reduce_all_(m) : tp_allreduce_tower_(m, tower));
-        if (st & TP_RUN_UPDATE)
-            TP_TRY(all ? tp_update_all_(m, k) : tp_apply_slice_(m, tower, k));
-        if (stage_ns && (st & (TP_RUN_REDUCE | TP_RUN_UPDATE)))
-            stage_ns[1] = tp_now_ns() - t1;
+        uint64_t t0 = s->stage_ns ? tp_now_ns() : 0;
+        if (s->forward)
+            TP_TRY(s_passes(m, s, feeds));
+        uint64_t t1 = s->stage_ns ? tp_now_ns() : 0;
+        if (s->stage_ns)
+            s->stage_ns[0] = t1 - t0;
+        if (s->reduce)
+            TP_TRY(s_reduce(m, s));
+        if (s->update)
+            TP_TRY(s_update(m, s));
+        if (s->stage_ns && (s->reduce || s->update))
+            s->stage_ns[1] = tp_now_ns() - t1;
     }
     for (int i = 0; i < nfetches; i++)
-        TP_TRY(tp_model_fetch(m, all ? 0 : tower, fetches[i].name,
-                              &fetches[i].value));
+        TP_TRY(tp_model_fetch(m, s->tower, fetches[i].name, &fetches[i].value));
     return TP_OK;
 }
 
@@ -1300,19 +1630,63 @@ tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *feeds,
                          const tp_run_opts_t *opts) {
     if (!m)
         return tp_error(TP_ERR_INVALID, "run: no model");
-    unsigned st = opts && opts->stages ? opts->stages : (unsigned)TP_RUN_TRAIN;
-    if (tower == 0 && m->ntowers == 1)
-        tower = TP_ALL_TOWERS; /* one tower: it is every tower */
-    uint64_t *stage_ns = opts ? opts->stage_ns : NULL;
-    if (stage_ns)
-        stage_ns[0] = stage_ns[1] = 0;
-    tp_status_t rc = s_run_stages(m, tower, feeds, nfeeds, fetches, nfetches,
-                                  st, opts ? opts->cost : NULL, stage_ns);
+    s_step_t s = s_decode(m, tower, opts);
+    if (s.stage_ns)
+        s.stage_ns[0] = s.stage_ns[1] = 0;
+    tp_status_t rc = s_check_run(m, &s, feeds, nfeeds, fetches, nfetches);
+    if (rc == TP_OK)
+        rc = s_step(m, &s, feeds, fetches, nfetches);
     /* A tower that joins the collective and fails must not leave the
      * others waiting for its contribution forever. */
-    if (rc < 0 && tower >= 0 && (st & TP_RUN_REDUCE) && m->comm)
+    if (rc < 0 && s.scope == S_ONE_TOWER && s.tower >= 0 && s.reduce && m->comm)
         m->backend->ops->comm_abort(m->backend, m->comm);
     return rc;
+}
+
+/* ---- across processes (declared in graph_dist.h, for dist/ on a device) -- */
+
+static tp_status_t s_ranks_supported(const tp_model_t *m) {
+    tp_backend_t *b = m->backend;
+    if (!b->ops->comm_id || !b->ops->comm_join)
+        return tp_error(TP_ERR_UNSUPPORTED, "the %s backend has no communicator "
+                        "across processes (dist/ all-reduces host memory over "
+                        "MPI for it)", b->ops->name);
+    if (m->nrep > 1)
+        return tp_error(TP_ERR_UNSUPPORTED, "a model on %d devices across "
+                        "processes: one device per process", m->nrep);
+    return TP_OK;
+}
+
+tp_status_t tp_model_comm_id(tp_model_t *m, void *id, size_t *len) {
+    TP_TRY(s_ranks_supported(m));
+    return m->backend->ops->comm_id(m->backend, id, TP_COMM_ID_MAX, len);
+}
+
+tp_status_t tp_model_comm_join(tp_model_t *m, int nranks, int rank,
+                               const void *id, size_t len) {
+    TP_TRY(s_ranks_supported(m));
+    if (m->ranks)
+        return tp_error(TP_ERR_STATE, "the model already joined a communicator "
+                        "across processes");
+    if (!id || len == 0 || len > TP_COMM_ID_MAX)
+        return tp_error(TP_ERR_INVALID, "communicator id of %zu bytes (1..%d)",
+                        len, TP_COMM_ID_MAX);
+    m->ranks = m->backend->ops->comm_join(m->backend, nranks, rank, id, len);
+    return m->ranks ? TP_OK : tp_error_wrap(TP_ERR_PEER, "rank %d of %d: joining "
+                                            "the processes' communicator", rank,
+                                            nranks);
+}
+
+/* Tower 0's gradients, the mean over the processes (this one is rank 0 of
+ * its communicator's all-reduce). */
+tp_status_t tp_model_allreduce_ranks(tp_model_t *m) {
+    if (!m->ranks)
+        return tp_error(TP_ERR_STATE, "all-reduce over processes before "
+                        "tp_model_comm_join");
+    TP_TRY(s_check_fresh(m, 0, 0));
+    TP_TRY(tp_model_drain_(m));
+    const tp_reduce_rank_t rr = s_rank_of(m, m->towers[0], m->ranks, 0, 1);
+    return tp_allreduce_(&rr);
 }
 
 /* ---- reading results ---------------------------------------------------- */

@@ -39,6 +39,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <towerpack/graph_dist.h>  /* the model's calls across processes */
 #include <towerpack/launch.h>
 
 #ifdef __cplusplus

@@ -330,21 +330,6 @@ int tp_model_graphed(const tp_model_t *m, int tower);
  * when the device's work bounds them, near zero when the host's does (or
  * on the CPU, whose steps end done). Read it between runs. */
 uint64_t tp_model_device_wait_ns(const tp_model_t *m);
-/* Data-parallel over processes on devices (dist/ does this for a GPU
- * model under MPI): rank 0 makes a communicator id (at most
- * TP_COMM_ID_MAX bytes), the launcher carries it to every process, and each
- * joins as rank `rank` of `nranks`; tp_model_allreduce_ranks then makes
- * tower 0's gradients their mean over the processes (NCCL on a GPU), on
- * the device, with no host copy. TP_ERR_UNSUPPORTED on a backend without
- * such communicators (the CPU: dist/ all-reduces host memory over MPI
- * itself) or a model on several devices. The communicator is the model's:
- * freed with it. */
-#define TP_COMM_ID_MAX 256
-tp_status_t tp_model_comm_id(tp_model_t *m, void *id, size_t *len);
-tp_status_t tp_model_comm_join(tp_model_t *m, int nranks, int rank,
-                               const void *id, size_t len);
-tp_status_t tp_model_allreduce_ranks(tp_model_t *m);
-
 /* Wait for every step queued ahead (config.ahead) and report a failure
  * found in one (a bad label); TP_OK at once when none is. Reading the
  * model does this itself; a benchmark's clock needs it. */
@@ -491,22 +476,6 @@ tp_optimizer_t *tp_model_optimizer(tp_model_t *m);
 
 /* A tower's dropout generator (checkpoints save and restore it). */
 tp_rng_t *tp_model_tower_rng(tp_model_t *m, int tower);
-
-/* The model's state as the flat buffers it lives in, for code that moves a
- * whole model between processes (distributed training broadcasts rank 0's
- * and all-reduces the gradients in place). The buffers belong to the model;
- * they are host memory only on the CPU backend (tp_backend_device < 0). */
-typedef struct tp_model_arenas {
-    float *train;         /* [ntrain] trainable variables (padded layout) */
-    size_t ntrain;
-    float *model;         /* [nmodel] model-only variables (BN statistics) */
-    size_t nmodel;
-    float *slots[2];      /* [nslots][ntrain] the optimizer's state */
-    int nslots;
-    float *grads;         /* [ntrain] tower 0's gradients, trainable layout */
-    int ntowers;          /* training towers (tp_model_tower_rng's range) */
-} tp_model_arenas_t;
-void tp_model_arenas(tp_model_t *m, tp_model_arenas_t *out);
 
 /* Per-node timing, to find bottlenecks: with profiling on, every op's
  * forward and backward call is timed per node: the host's clock around

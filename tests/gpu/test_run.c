@@ -265,6 +265,35 @@ Test(run, bad_options_are_refused_by_name_before_anything_runs) {
     tp_model_destroy(&m);
 }
 
+/* Of every set of stage bits, exactly the contiguous ranges of forward,
+ * backward, reduce, update with forward whenever backward are runs: F, FB,
+ * FBR, FBRU, R, RU, U. Every other set is refused for its stages (a run
+ * that is a range may still fail for another reason: no fresh gradients). */
+Test(run, exactly_the_contiguous_stage_ranges_are_runs) {
+    tp_model_t *m = s_model(1);  /* one tower: a reduce waits for no other */
+    float x[B * F];
+    int32_t y[B];
+    tp_tensor_t in[2];
+    s_batch(0, 0, x, y, in);
+    const unsigned Fw = TP_RUN_FORWARD, Bw = TP_RUN_BACKWARD, R = TP_RUN_REDUCE,
+                   U = TP_RUN_UPDATE;
+    const unsigned ranges[] = {Fw, Fw | Bw, Fw | Bw | R, Fw | Bw | R | U, R, R | U, U};
+    for (unsigned st = 1; st < 64; st++) {
+        int range = 0;
+        for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++)
+            range |= st == ranges[i];
+        tp_run_opts_t o = {.stages = st};
+        int fwd = (st & Fw) != 0;
+        tp_status_t rc = tp_model_run(m, 0, fwd ? in : NULL, fwd ? 2 : 0, NULL, 0, &o);
+        int refused = rc < 0 && strstr(tp_last_error(), "contiguous range") != NULL;
+        cr_expect_eq(refused, !range, "stages 0x%x: %s (%s)", st, tp_strerror(rc),
+                     rc < 0 ? tp_last_error() : "ran");
+        if (refused)
+            cr_expect_eq(rc, TP_ERR_INVALID);
+    }
+    tp_model_destroy(&m);
+}
+
 /* Towers that apply their slices leave a step only the update run on
  * TP_ALL_TOWERS may close; with some slices missing it says which tower. */
 Test(run, an_unfinished_sliced_step_names_the_missing_tower) {

@@ -1,0 +1,123 @@
+/* towerpack tests: the all-reduce of gradient buffers (gpu/graph/
+ * collective.c) on plain arrays, with no model: buckets cut from variable
+ * offsets and their last writers, begun and ended by ranks on their own
+ * threads, and one thread reducing every buffer onto the first. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <towerpack/towerpack.h>
+#include "gpu/backend_impl.h"
+#include "gpu/graph/collective.h"
+
+/* Four variables of 16 floats in a buffer of 64; their gradients are final
+ * after nodes 5, 3, 9 and 2 (backward runs from the highest node down). */
+static const size_t s_off[4] = {0, 16, 32, 48};
+static const int s_after[4] = {5, 3, 9, 2};
+
+Test(collective, buckets_close_at_their_size_and_begin_after_their_last_writer) {
+    struct tp_bucket *bk = NULL;
+    int nb = -1;
+    cr_assert_eq(tp_buckets_plan_(s_off, s_after, 4, 64, 10, 32, &bk, &nb), TP_OK);
+    /* from the end: [32, 64) closes at 32 floats, its earliest writer node
+     * 2; [0, 32) at the buffer's start, node 3. Begun in backward order:
+     * node 3's first */
+    cr_assert_eq(nb, 2);
+    cr_expect(bk[0].lo == 0 && bk[0].hi == 32 && bk[0].after == 3,
+              "bucket 0: [%zu, %zu) after %d", bk[0].lo, bk[0].hi, bk[0].after);
+    cr_expect(bk[1].lo == 32 && bk[1].hi == 64 && bk[1].after == 2,
+              "bucket 1: [%zu, %zu) after %d", bk[1].lo, bk[1].hi, bk[1].after);
+    free(bk);
+}
+
+Test(collective, one_bucket_per_variable_in_backward_order) {
+    struct tp_bucket *bk = NULL;
+    int nb = -1;
+    cr_assert_eq(tp_buckets_plan_(s_off, s_after, 4, 64, 10, 1, &bk, &nb), TP_OK);
+    const size_t lo[4] = {32, 0, 16, 48};  /* after 9, 5, 3, 2 */
+    cr_assert_eq(nb, 4);
+    for (int k = 0; k < 4; k++)
+        cr_expect_eq(bk[k].lo, lo[k], "bucket %d starts at %zu", k, bk[k].lo);
+    free(bk);
+}
+
+Test(collective, gradients_never_written_are_begun_first) {
+    const int never[4] = {10, 10, 10, 10};
+    struct tp_bucket *bk = NULL;
+    int nb = -1;
+    cr_assert_eq(tp_buckets_plan_(s_off, never, 4, 64, 10, 64, &bk, &nb), TP_OK);
+    cr_assert_eq(nb, 1);
+    cr_expect(bk[0].lo == 0 && bk[0].hi == 64 && bk[0].after == 10);
+    free(bk);
+}
+
+/* Two ranks on threads of their own, each beginning every bucket of its
+ * buffer and ending them: both hold the mean. */
+typedef struct {
+    tp_reduce_rank_t r;
+    const struct tp_bucket *bk;
+    int nb;
+    tp_status_t rc;
+} s_rank_arg_t;
+
+static void *s_rank(void *p) {
+    s_rank_arg_t *a = p;
+    int k = 0;
+    a->rc = tp_buckets_begin_(&a->r, a->bk, a->nb, &k, INT_MIN);
+    if (a->rc == TP_OK && k != a->nb)
+        a->rc = TP_ERR_STATE;
+    if (a->rc == TP_OK)
+        a->rc = tp_buckets_end_(&a->r);
+    return NULL;
+}
+
+Test(collective, ranks_on_their_threads_end_with_the_mean) {
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    tp_comm_t *comm = b->ops->comm_new(b, 2);
+    cr_assert_not_null(comm);
+    float g[2][64];
+    for (int i = 0; i < 64; i++) {
+        g[0][i] = (float)i;
+        g[1][i] = (float)(3 * i);
+    }
+    struct tp_bucket *bk = NULL;
+    int nb = 0;
+    cr_assert_eq(tp_buckets_plan_(s_off, s_after, 4, 64, 10, 16, &bk, &nb), TP_OK);
+    s_rank_arg_t a[2];
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        a[r] = (s_rank_arg_t){{b, comm, r, NULL, g[r], 64, 1, r ? "r1" : "r0"},
+                              bk, nb, TP_OK};
+        cr_assert_eq(pthread_create(&th[r], NULL, s_rank, &a[r]), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        cr_expect_eq(a[r].rc, TP_OK, "rank %d: %s", r, tp_last_error());
+    }
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 64; i++)
+            cr_expect_eq(g[r][i], (float)(2 * i), "rank %d float %d: %f", r, i,
+                         (double)g[r][i]);
+    free(bk);
+    b->ops->comm_destroy(b, comm);
+    tp_backend_destroy(&b);
+}
+
+Test(collective, one_thread_sums_every_buffer_onto_the_first) {
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    float g0[8], g1[8], g2[8];
+    for (int i = 0; i < 8; i++) {
+        g0[i] = 1.0f;
+        g1[i] = 2.0f;
+        g2[i] = (float)i;
+    }
+    float *bufs[3] = {g0, g1, g2};
+    cr_assert_eq(tp_allreduce_root_(b, bufs, 3, 8, 0), TP_OK);
+    for (int i = 0; i < 8; i++) {
+        cr_expect_eq(g0[i], 3.0f + (float)i);
+        cr_expect_eq(g1[i], 2.0f, "the others keep their own");
+    }
+    tp_backend_destroy(&b);
+}
