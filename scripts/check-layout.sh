@@ -73,8 +73,6 @@ declare -A OWNER=(
 # reported as a note, to be deleted. The lead empties this list as the fixes
 # of issue 41 merge; nothing may be added to it.
 KNOWN_CIRCLES=(
-  # issue 41 item 3: the step shared by the model and the collective code
-  "gpu/graph/model.c gpu/graph/collective.c"
   # found by this check, outside issue 41's fixes: df_spec.c's table names
   # the image sources, which parse their arguments with df_spec.c's helpers
   "dataflow/df_spec.c dataflow/image/img_spec.c"
