@@ -389,26 +389,25 @@ static tp_status_t s_add(tp_trainer_t *tr, tp_callback_t *cb) {
  * silent start from scratch over damaged checkpoints). */
 static tp_status_t s_ckpt_state(char *ckpt, size_t size, const char *logdir,
                                 int64_t steps_per_epoch, int64_t *epoch, int64_t *step) {
-    char newest[4096], why[1024] = "";
-    snprintf(newest, sizeof newest, "%s", ckpt);
+    char why[1024] = "";
     for (int tries = 0;; tries++) {
         tp_train_state_t st;
         if (tp_checkpoint_verify(ckpt, steps_per_epoch, &st) == TP_OK) {
             if (tries)
                 TP_WARN("resume: falling back to %s, the newest checkpoint that verifies "
-                        "(%d newer one%s failed, the newest, %s: %s)", ckpt, tries,
-                        tries > 1 ? "s" : "", newest, why);
+                        "(%d newer one%s failed; the newest: %s)", ckpt, tries,
+                        tries > 1 ? "s" : "", why);
             *epoch = st.epoch;
             *step = st.global_step;
             return TP_OK;
         }
         if (!tries)
             snprintf(why, sizeof why, "%s", tp_last_error());
-        TP_WARN("resume: %s fails verification: %s", ckpt, tp_last_error());
+        TP_WARN("resume: %s", tp_last_error());  /* names the file */
         char older[4096];
         if (tp_checkpoint_find_older(logdir, ckpt, older, sizeof older) < 0)
             return tp_error(TP_ERR_FORMAT, "resume: no checkpoint in %s verifies (the "
-                            "newest, %s: %s)", logdir, newest, why);
+                            "newest: %s)", logdir, why);
         snprintf(ckpt, size, "%s", older);
     }
 }
