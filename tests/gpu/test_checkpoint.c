@@ -9,10 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/predict.h>
 #include <towerpack/towerpack.h>
+#include "ckpt_testutil.h"
 
 static char s_dir[256];
 
@@ -333,73 +333,6 @@ Test(checkpoint_trunc, every_truncation_is_a_clear_error) {
  * or a hostile user would, and expects the load refused with the file and
  * the tensor or key named, the model unchanged. */
 
-typedef void (*s_edit_fn)(json_t *root, json_t *meta, unsigned char *data, void *u);
-
-/* Where tensor `name` lies in the data section of header `root`. */
-static void s_span(json_t *root, const char *name, size_t *begin, size_t *end) {
-    json_t *offs = json_object_get(json_object_get(root, name), "data_offsets");
-    cr_assert_not_null(offs, "no tensor %s", name);
-    *begin = (size_t)json_integer_value(json_array_get(offs, 0));
-    *end = (size_t)json_integer_value(json_array_get(offs, 1));
-}
-
-static int s_by_begin(const void *a, const void *b) {
-    const size_t *x = a, *y = b;
-    return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-
-/* Copy checkpoint src to dst with its header and data edited by `edit`;
- * fix_sums: recompute the checksums after the edit (with libxxhash here),
- * so the damage reaches the checks behind them. */
-static void s_edit(const char *src, const char *dst, s_edit_fn edit, void *u, int fix_sums) {
-    size_t n;
-    char *raw = s_slurp(src, &n);
-    uint64_t hl = 0;
-    for (int i = 0; i < 8; i++)
-        hl |= (uint64_t)(unsigned char)raw[i] << (8 * i);
-    json_error_t err;
-    json_t *root = json_loadb(raw + 8, hl, 0, &err);
-    cr_assert_not_null(root, "%s", err.text);
-    json_t *meta = json_object_get(root, "__metadata__");
-    unsigned char *data = (unsigned char *)raw + 8 + hl;
-    edit(root, meta, data, u);
-    if (fix_sums) {
-        size_t spans[256][2], k = 0;
-        const char *key;
-        json_t *v;
-        json_object_foreach(root, key, v) {
-            if (!strcmp(key, "__metadata__"))
-                continue;
-            cr_assert(k < 256);
-            s_span(root, key, &spans[k][0], &spans[k][1]);
-            k++;
-        }
-        qsort(spans, k, sizeof spans[0], s_by_begin);
-        char sums[256 * 17 + 1] = "";
-        size_t at = 0;
-        for (size_t i = 0; i < k; i++)
-            at += (size_t)snprintf(sums + at, sizeof sums - at, "%s%016llx", i ? "," : "",
-                                   (unsigned long long)XXH3_64bits(
-                                       data + spans[i][0], spans[i][1] - spans[i][0]));
-        json_object_set_new(meta, TP_SAFETENSORS_CHECKSUM_KEY, json_string(sums));
-    }
-    char *hdr = json_dumps(root, JSON_COMPACT);
-    size_t len = strlen(hdr), padded = (len + 7) & ~(size_t)7;
-    FILE *f = fopen(dst, "wb");
-    cr_assert_not_null(f, "%s", dst);
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++)
-        len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    fwrite(len8, 1, 8, f);
-    fwrite(hdr, 1, len, f);
-    fwrite("        ", 1, padded - len, f);
-    fwrite(data, 1, n - 8 - hl, f);
-    cr_assert_eq(fclose(f), 0);
-    free(hdr);
-    json_decref(root);
-    free(raw);
-}
-
 /* A trained Adam checkpoint with trainer state (epoch 2 of 3 steps) at
  * s_path("good.safetensors"); the model that wrote it. */
 static tp_model_t *s_good(void) {
@@ -467,7 +400,7 @@ Test(checkpoint_verify, saved_checkpoints_carry_checksums_that_verify) {
 static void s_flip(json_t *root, json_t *meta, unsigned char *data, void *u) {
     (void)meta;
     size_t b, e;
-    s_span(root, (const char *)u, &b, &e);
+    ckpt_span(root, (const char *)u, &b, &e);
     tp_rng_t r;
     tp_rng_init(&r, 48, 0);
     for (int i = 0; i < 20; i++)
@@ -479,7 +412,7 @@ Test(checkpoint_verify, bit_flips_in_tensor_data_are_refused_naming_file_and_ten
     static const char *names[] = {"fc1/W", "fc2/b", "bn1/mean/EMA", "optimizer/fc1/W/m",
                                   "optimizer/step"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        s_edit(s_path("good.safetensors"), s_path("flip.safetensors"), s_flip,
+        ckpt_edit(s_path("good.safetensors"), s_path("flip.safetensors"), s_flip,
                (void *)names[i], 0);
         char quoted[64];
         snprintf(quoted, sizeof quoted, "tensor '%s' fails its checksum", names[i]);
@@ -494,7 +427,7 @@ Test(checkpoint_verify, bit_flips_in_tensor_data_are_refused_naming_file_and_ten
 static void s_nan_bias(json_t *root, json_t *meta, unsigned char *data, void *u) {
     (void)meta;
     size_t b, e;
-    s_span(root, (const char *)u, &b, &e);
+    ckpt_span(root, (const char *)u, &b, &e);
     float v = *(const char *)u == 'o' ? INFINITY : NAN;
     memcpy(data + b + 4, &v, sizeof v); /* element 1 */
 }
@@ -502,11 +435,11 @@ static void s_nan_bias(json_t *root, json_t *meta, unsigned char *data, void *u)
 Test(checkpoint_verify, non_finite_values_are_refused_naming_file_and_tensor) {
     tp_model_t *m = s_good();
     /* the sums fixed up: the value check itself must catch it */
-    s_edit(s_path("good.safetensors"), s_path("nan.safetensors"), s_nan_bias, "fc2/b", 1);
+    ckpt_edit(s_path("good.safetensors"), s_path("nan.safetensors"), s_nan_bias, "fc2/b", 1);
     const char *nan[] = {"tensor 'fc2/b' holds NaN (element 1 of 3)", "non-finite", NULL};
     s_refused(m, s_path("nan.safetensors"), TP_LOAD_WEIGHTS_ONLY, nan);
     s_refused(m, s_path("nan.safetensors"), TP_LOAD_STRICT, nan);
-    s_edit(s_path("good.safetensors"), s_path("inf.safetensors"), s_nan_bias,
+    ckpt_edit(s_path("good.safetensors"), s_path("inf.safetensors"), s_nan_bias,
            "optimizer/fc2/b/v", 1);
     const char *inf[] = {"tensor 'optimizer/fc2/b/v' holds +inf", NULL};
     s_refused(m, s_path("inf.safetensors"), TP_LOAD_STRICT, inf);
@@ -523,8 +456,8 @@ static void s_drop_sums(json_t *root, json_t *meta, unsigned char *data, void *u
 
 Test(checkpoint_verify, a_checkpoint_without_checksums_loads_with_one_warning) {
     tp_model_t *m = s_good();
-    s_edit(s_path("good.safetensors"), s_path("old1.safetensors"), s_drop_sums, NULL, 0);
-    s_edit(s_path("good.safetensors"), s_path("old2.safetensors"), s_drop_sums, NULL, 0);
+    ckpt_edit(s_path("good.safetensors"), s_path("old1.safetensors"), s_drop_sums, NULL, 0);
+    ckpt_edit(s_path("good.safetensors"), s_path("old2.safetensors"), s_drop_sums, NULL, 0);
     tp_log_set_level(TP_LOG_WARN);
     cr_assert_eq(tp_log_set_file(s_path("log")), TP_OK);
     tp_train_state_t st;
@@ -547,7 +480,7 @@ Test(checkpoint_verify, a_checkpoint_without_checksums_loads_with_one_warning) {
 static void s_set_step(json_t *root, json_t *meta, unsigned char *data, void *u) {
     (void)meta;
     size_t b, e;
-    s_span(root, "optimizer/step", &b, &e);
+    ckpt_span(root, "optimizer/step", &b, &e);
     memcpy(data + b, u, sizeof(int64_t));
 }
 
@@ -561,17 +494,17 @@ Test(checkpoint_verify, bad_metadata_is_refused_naming_file_and_key) {
     tp_model_t *m = s_good();
     int64_t steps[2] = {-1, INT64_MAX};
     for (int i = 0; i < 2; i++) {
-        s_edit(s_path("good.safetensors"), s_path("step.safetensors"), s_set_step, &steps[i], 1);
+        ckpt_edit(s_path("good.safetensors"), s_path("step.safetensors"), s_set_step, &steps[i], 1);
         const char *needles[] = {"'optimizer/step'", "outside 0..2^53", NULL};
         s_refused(m, s_path("step.safetensors"), TP_LOAD_STRICT, needles);
     }
     const char *neg[2] = {"epoch", "-3"};
-    s_edit(s_path("good.safetensors"), s_path("ep.safetensors"), s_set_meta, neg, 1);
+    ckpt_edit(s_path("good.safetensors"), s_path("ep.safetensors"), s_set_meta, neg, 1);
     const char *nneg[] = {"metadata 'epoch' is '-3'", NULL};
     s_refused(m, s_path("ep.safetensors"), TP_LOAD_STRICT, nneg);
     /* global_step 7 in epoch 2 at 3 steps per epoch: only a schedule sees it */
     const char *gs[2] = {"global_step", "7"};
-    s_edit(s_path("good.safetensors"), s_path("gs.safetensors"), s_set_meta, gs, 1);
+    ckpt_edit(s_path("good.safetensors"), s_path("gs.safetensors"), s_set_meta, gs, 1);
     cr_expect_eq(tp_checkpoint_verify(s_path("gs.safetensors"), 3, NULL), TP_ERR_FORMAT);
     cr_expect(strstr(tp_last_error(), "gs.safetensors") &&
               strstr(tp_last_error(), "'global_step' 7 disagrees with 'epoch' 2") &&
@@ -579,12 +512,12 @@ Test(checkpoint_verify, bad_metadata_is_refused_naming_file_and_key) {
     cr_expect_eq(tp_checkpoint_verify(s_path("gs.safetensors"), 0, NULL), TP_OK);
     /* within epoch 2 (a checkpoint every k steps) is fine */
     const char *mid[2] = {"global_step", "5"};
-    s_edit(s_path("good.safetensors"), s_path("mid.safetensors"), s_set_meta, mid, 1);
+    ckpt_edit(s_path("good.safetensors"), s_path("mid.safetensors"), s_set_meta, mid, 1);
     cr_expect_eq(tp_checkpoint_verify(s_path("mid.safetensors"), 3, NULL), TP_OK, "%s",
                  tp_last_error());
     /* a malformed checksum entry names the key */
     const char *sum[2] = {TP_SAFETENSORS_CHECKSUM_KEY, "00zz"};
-    s_edit(s_path("good.safetensors"), s_path("sum.safetensors"), s_set_meta, sum, 0);
+    ckpt_edit(s_path("good.safetensors"), s_path("sum.safetensors"), s_set_meta, sum, 0);
     const char *nsum[] = {"metadata '" TP_SAFETENSORS_CHECKSUM_KEY "'", NULL};
     s_refused(m, s_path("sum.safetensors"), TP_LOAD_STRICT, nsum);
     tp_model_destroy(&m);
