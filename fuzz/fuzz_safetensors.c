@@ -37,7 +37,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 static int s_by_begin(const void *a, const void *b) {
     const json_int_t *x = a, *y = b;
-    return x[0] < y[0] ? -1 : x[0] > y[0];
+    if (x[0] != y[0])
+        return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];  /* an empty tensor first */
 }
 
 /* The input (which tp_safetensors_parse accepted) with the checksum key

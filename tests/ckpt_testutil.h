@@ -26,7 +26,9 @@ static inline void ckpt_span(json_t *root, const char *name, size_t *begin, size
 
 static inline int ckpt_by_begin(const void *a, const void *b) {
     const size_t *x = a, *y = b;
-    return x[0] < y[0] ? -1 : x[0] > y[0];
+    if (x[0] != y[0])
+        return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];  /* an empty tensor first */
 }
 
 /* Copy checkpoint src to dst with its header and data edited by `edit`;

@@ -480,8 +480,13 @@ const char *tp_safetensors_meta(const tp_safetensors_t *st, const char *key) {
 
 /* ---- checksums and values ------------------------------------------------ */
 
-static int s_cmp_begin_p(const void *a, const void *b) {
-    return s_cmp_begin(*(const s_entry_t *const *)a, *(const s_entry_t *const *)b);
+/* File order: by start, and an empty tensor before the one that starts
+ * where it lies (the writer's order; two empty ones have the same sum). */
+static int s_cmp_file_order(const void *a, const void *b) {
+    const s_entry_t *x = *(const s_entry_t *const *)a, *y = *(const s_entry_t *const *)b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
 }
 
 /* 16 hex digits at p -> *v; 0 when they are not. */
@@ -517,7 +522,7 @@ tp_status_t tp_safetensors_verify(const tp_safetensors_t *st, const char *what,
                         st->count);
     for (size_t i = 0; i < st->count; i++)
         order[i] = &st->entries[i];
-    qsort(order, st->count, sizeof *order, s_cmp_begin_p);
+    qsort(order, st->count, sizeof *order, s_cmp_file_order);
     const s_entry_t *first = NULL;
     uint64_t want1 = 0, got1 = 0;
     size_t nbad = 0, len = strlen(sums);

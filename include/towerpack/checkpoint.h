@@ -11,7 +11,8 @@
  *
  * Every file written here carries the XXH3-64 of each tensor's bytes in its
  * metadata (TP_SAFETENSORS_CHECKSUM_KEY: 16 hex digits per tensor,
- * comma-separated, in the order the tensors lie in the data section).
+ * comma-separated, in the order the tensors lie in the data section: by
+ * data_offsets, begin then end).
  * Loading a checkpoint verifies them, refuses non-finite values and
  * range-checks the trainer state, naming the file and the tensor or key. */
 #ifndef TOWERPACK_CHECKPOINT_H

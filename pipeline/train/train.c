@@ -381,12 +381,12 @@ static tp_status_t s_add(tp_trainer_t *tr, tp_callback_t *cb) {
     return tp_trainer_add_callback(tr, &cb);
 }
 
-/* The epoch and global step a checkpoint was taken at (its metadata). */
 /* The checkpoint a resume starts from: ckpt (the latest) when it verifies
  * (checksums, finite values, a trainer state that fits the schedule), else
  * the newest older one of logdir that does, said with the file that failed
  * and why; ckpt[size] is replaced by it. None verifies: an error (never a
- * silent start from scratch over damaged checkpoints). */
+ * silent start from scratch over damaged checkpoints). *epoch, *step: the
+ * epoch and global step it was taken at. */
 static tp_status_t s_ckpt_state(char *ckpt, size_t size, const char *logdir,
                                 int64_t steps_per_epoch, int64_t *epoch, int64_t *step) {
     char why[1024] = "";

@@ -395,6 +395,29 @@ Test(checkpoint_verify, saved_checkpoints_carry_checksums_that_verify) {
     tp_model_destroy(&m);
 }
 
+/* Empty tensors share their start with the next one: the sums still
+ * follow the file's order, and a hand-made list in the wrong order fails. */
+Test(checkpoint_verify, empty_tensors_keep_the_sums_in_file_order) {
+    tp_tensor_t t[3];
+    int64_t s0[1] = {0}, s1[1] = {3};
+    tp_tensor_init(&t[0], TP_FLOAT32, 1, s0);
+    tp_tensor_init(&t[1], TP_FLOAT32, 1, s1);
+    tp_tensor_init(&t[2], TP_FLOAT32, 1, s0);
+    float v[3] = {1, 2, 3};
+    memcpy(t[1].data, v, sizeof v);
+    /* "z" (empty) lies where "a" starts; "m" (empty) at the end */
+    tp_named_tensor_t nt[3] = {{"z", &t[0]}, {"a", &t[1]}, {"m", &t[2]}};
+    cr_assert_eq(tp_safetensors_write(s_path("e.safetensors"), nt, 3, NULL, 0), TP_OK);
+    tp_safetensors_t *st = NULL;
+    cr_assert_eq(tp_safetensors_open(s_path("e.safetensors"), &st), TP_OK);
+    int checked = 0;
+    cr_expect_eq(tp_safetensors_verify(st, "e", &checked), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(checked, 1);
+    tp_safetensors_destroy(&st);
+    for (int i = 0; i < 3; i++)
+        tp_tensor_fini(&t[i]);
+}
+
 /* Bit flips in one tensor's bytes: every loader names the file and that
  * tensor (issue 48: 20 flips loaded silently and predicted at 0.42). */
 static void s_flip(json_t *root, json_t *meta, unsigned char *data, void *u) {

@@ -3,7 +3,7 @@
 For every *.safetensors file in the directory given: the XXH3-64 of each
 tensor's bytes by Python's xxhash module (Debian's python3-xxhash) must be
 the sum towerpack wrote in the metadata key "xxh3_64" (one per tensor, in
-the order the tensors lie in the data section), and a numpy reader of the
+the order the tensors lie in the data section: by data_offsets), and a numpy reader of the
 format written from its specification must read every tensor (and, where
 Hugging Face's safetensors package is installed, so must it, with the same
 values). Exit 0 and "xxhash agrees on N tensors"; 1 otherwise; 77 without
@@ -51,7 +51,7 @@ def main(d):
     total = 0
     for path in files:
         head, meta, data, arrays = read(path)
-        order = sorted(head, key=lambda k: head[k]["data_offsets"][0])
+        order = sorted(head, key=lambda k: tuple(head[k]["data_offsets"]))
         ours = [xxhash.xxh3_64_hexdigest(data[head[k]["data_offsets"][0]:head[k]["data_offsets"][1]])
                 for k in order]
         theirs = meta.get("xxh3_64", "").split(",")
