@@ -45,6 +45,8 @@ tp_find_dep(czmq     PC libczmq  DEB libczmq-dev      HEADER czmq.h     LIB czmq
 tp_find_dep(lz4      PC liblz4   DEB liblz4-dev       HEADER lz4.h      LIB lz4)
 tp_find_dep(lmdb     PC lmdb     DEB liblmdb-dev      HEADER lmdb.h     LIB lmdb)
 tp_find_dep(jansson  PC jansson  DEB libjansson-dev   HEADER jansson.h  LIB jansson)
+# checkpoints carry an XXH3-64 checksum of each tensor (gpu/graph/checkpoint.c)
+tp_find_dep(xxhash   PC libxxhash DEB libxxhash-dev   HEADER xxhash.h   LIB xxhash)
 tp_find_dep(zlib     PC zlib     DEB zlib1g-dev       HEADER zlib.h     LIB z)
 tp_find_dep(openblas PC openblas DEB libopenblas-dev  HEADER cblas.h    LIB openblas)
 # tensorpack's msgpack datapoints (dataflow/df_tp_msgpack.c): msgpack-c

@@ -20,6 +20,9 @@ packages=(
   python3-zmq python3-lmdb
   # JSON (safetensors headers, stats.json): jansson, see docs/building.md
   libjansson-dev
+  # checkpoint checksums (XXH3-64 per tensor); Python's xxhash checks them
+  # in tests/gpu/test_checkpoint.c
+  libxxhash-dev python3-xxhash
   # TensorBoard event files: protobuf-c encodes the messages, protoc-c
   # compiles their .proto at build time
   libprotobuf-c-dev protobuf-c-compiler

@@ -5,18 +5,30 @@
  * shapes and offsets that tile the data section exactly (in bounds,
  * contiguous, non-overlapping, shape x dtype size == byte length). Only then
  * are views handed out. Tensor bytes are copied with memcpy, never read
- * through a typed pointer, since safetensors does not align them. */
+ * through a typed pointer, since safetensors does not align them.
+ *
+ * safetensors has no checksum of its own, so the writer adds one: metadata
+ * key "xxh3_64" holds the XXH3-64 (libxxhash) of every tensor's bytes, 16
+ * hex digits each, comma-separated, in the order the tensors lie in the
+ * data section. One sum per tensor names the damaged tensor; any reader
+ * that ignores the key still reads the file. Loaders verify it, refuse
+ * non-finite values and range-check the trainer state before they change
+ * the model. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <towerpack/checkpoint.h>
 #include <towerpack/fileio.h>
+#include <towerpack/log.h>
 #include <towerpack/optim.h>
 
 #include "gpu/graph/graph_internal.h"
@@ -58,17 +70,23 @@ static const char *s_dtype_st(tp_dtype_t d) {
 
 /* ---- writing ------------------------------------------------------------ */
 
+/* The header; `sums` (NULL for none) is the checksum key's value, written
+ * in place of any the caller passed. */
 static char *s_header(const tp_named_tensor_t *ts, size_t n,
-                      const tp_meta_kv_t *meta, size_t nmeta) {
+                      const tp_meta_kv_t *meta, size_t nmeta, const char *sums) {
     json_t *root = json_object();
     size_t off = 0;
     int ok = root != NULL;
-    if (ok && nmeta > 0) {
+    if (ok && (nmeta > 0 || sums)) {
         json_t *m = json_object();
         ok = m && json_object_set_new(root, "__metadata__", m) == 0;
         for (size_t i = 0; ok && i < nmeta; i++)
-            ok = json_object_set_new(m, meta[i].key,
-                                     json_string(meta[i].value)) == 0;
+            if (!sums || strcmp(meta[i].key, TP_SAFETENSORS_CHECKSUM_KEY))
+                ok = json_object_set_new(m, meta[i].key,
+                                         json_string(meta[i].value)) == 0;
+        if (ok && sums)
+            ok = json_object_set_new(m, TP_SAFETENSORS_CHECKSUM_KEY,
+                                     json_string(sums)) == 0;
     }
     for (size_t i = 0; ok && i < n; i++) {
         const tp_tensor_t *t = ts[i].tensor;
@@ -119,7 +137,18 @@ tp_status_t tp_safetensors_write(const char *path,
         if (!meta[i].key || !meta[i].value)
             return tp_error(TP_ERR_INVALID, "safetensors %s: metadata %zu is "
                                             "NULL", path, i);
-    char *hdr = s_header(ts, n, meta, nmeta);
+    /* the tensors' sums, in file order (the order they are written) */
+    char *sums = malloc(n * 17 + 1);
+    if (!sums)
+        return tp_error(TP_ERR_NOMEM, "safetensors %s: checksums", path);
+    size_t at = 0;
+    sums[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)snprintf(sums + at, 18, "%s%016llx", i ? "," : "",
+                               (unsigned long long)XXH3_64bits(
+                                   ts[i].tensor->data, ts[i].tensor->nbytes));
+    char *hdr = s_header(ts, n, meta, nmeta, n ? sums : NULL);
+    free(sums);
     if (!hdr)
         return tp_error(TP_ERR_NOMEM, "safetensors %s: header (names must be "
                                       "UTF-8)", path);
@@ -368,14 +397,26 @@ tp_status_t tp_safetensors_parse(const void *data, size_t size,
 
 tp_status_t tp_safetensors_open(const char *path, tp_safetensors_t **out) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO (or a tty) for reading would otherwise
+     * block until a writer comes, before the regular-file check below could
+     * refuse it. On a regular file it changes nothing. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return tp_error(errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_IO,
                         "open %s: %s", path, strerror(errno));
     struct stat sb;
+    memset(&sb, 0, sizeof sb);
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int err = errno;
         close(fd);
-        return tp_error(TP_ERR_IO, "%s: not a regular file", path);
+        return tp_error(TP_ERR_IO, "%s: not a regular file (%s): refusing to "
+                        "read it", path,
+                        S_ISFIFO(sb.st_mode)  ? "a FIFO"
+                        : S_ISDIR(sb.st_mode) ? "a directory"
+                        : S_ISCHR(sb.st_mode) ? "a character device"
+                        : S_ISBLK(sb.st_mode) ? "a block device"
+                        : S_ISSOCK(sb.st_mode) ? "a socket"
+                                               : strerror(err));
     }
     size_t size = (size_t)sb.st_size;
     tp_safetensors_t *st = calloc(1, sizeof *st);
@@ -437,6 +478,159 @@ const char *tp_safetensors_meta(const tp_safetensors_t *st, const char *key) {
     return NULL;
 }
 
+/* ---- checksums and values ------------------------------------------------ */
+
+/* File order: by start, and an empty tensor before the one that starts
+ * where it lies (the writer's order; two empty ones have the same sum). */
+static int s_cmp_file_order(const void *a, const void *b) {
+    const s_entry_t *x = *(const s_entry_t *const *)a, *y = *(const s_entry_t *const *)b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* 16 hex digits at p -> *v; 0 when they are not. */
+static int s_hex16(const char *p, uint64_t *v) {
+    uint64_t x = 0;
+    for (int k = 0; k < 16; k++) {
+        char c = p[k];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0)
+            return 0;
+        x = x << 4 | (uint64_t)d;
+    }
+    *v = x;
+    return 1;
+}
+
+tp_status_t tp_safetensors_verify(const tp_safetensors_t *st, const char *what,
+                                  int *checked) {
+    tp_status_t rc = TP_OK;
+    if (checked)
+        *checked = 0;
+    what = what ? what : "safetensors";
+    const char *sums = tp_safetensors_meta(st, TP_SAFETENSORS_CHECKSUM_KEY);
+    if (!sums)
+        return TP_OK;
+    /* the sums are in file order: the entries sorted by where they start */
+    const s_entry_t **order = malloc((st->count + 1) * sizeof *order);
+    if (!order)
+        return tp_error(TP_ERR_NOMEM, "%s: checksums of %zu tensors", what,
+                        st->count);
+    for (size_t i = 0; i < st->count; i++)
+        order[i] = &st->entries[i];
+    qsort(order, st->count, sizeof *order, s_cmp_file_order);
+    const s_entry_t *first = NULL;
+    uint64_t want1 = 0, got1 = 0;
+    size_t nbad = 0, len = strlen(sums);
+    if (len != (st->count ? 17 * st->count - 1 : 0))
+        BAD("%s: metadata '%s' holds %zu characters, not the %zu sums of "
+            "16 hex digits (comma-separated) of its %zu tensors", what,
+            TP_SAFETENSORS_CHECKSUM_KEY, len, st->count, st->count);
+    for (size_t i = 0; rc == TP_OK && i < st->count; i++) {
+        uint64_t want;
+        const char *p = sums + 17 * i;
+        if (!s_hex16(p, &want) || (i + 1 < st->count && p[16] != ',')) {
+            BAD("%s: metadata '%s': sum %zu (for tensor '%s') is not 16 hex "
+                "digits", what, TP_SAFETENSORS_CHECKSUM_KEY, i, order[i]->name);
+            break;
+        }
+        uint64_t got = XXH3_64bits(st->data + order[i]->begin,
+                                   order[i]->end - order[i]->begin);
+        if (got != want && !nbad++) {
+            first = order[i];
+            want1 = want;
+            got1 = got;
+        }
+    }
+    if (rc == TP_OK && nbad) {
+        char more[64] = "";
+        if (nbad > 1)
+            snprintf(more, sizeof more, " (and %zu more of its %zu tensors)",
+                     nbad - 1, st->count);
+        BAD("%s: tensor '%s' fails its checksum%s: XXH3-64 %016llx recorded, "
+            "%016llx computed over its %zu bytes: the file is damaged", what,
+            first->name, more, (unsigned long long)want1,
+            (unsigned long long)got1, first->end - first->begin);
+    }
+    free(order);
+    if (rc == TP_OK && checked)
+        *checked = 1;
+    return rc;
+}
+
+/* The checksums of a checkpoint; one without them (written before towerpack
+ * had them) loads, with a warning the first time in a process. */
+static tp_status_t s_verify_sums(const tp_safetensors_t *st, const char *path) {
+    static atomic_int warned;
+    int checked = 0;
+    TP_TRY(tp_safetensors_verify(st, path, &checked));
+    if (!checked && st->count && !atomic_exchange(&warned, 1))
+        TP_WARN("checkpoint %s has no checksum (metadata '%s'; written by an "
+                "older towerpack): its tensor data cannot be verified; saving it "
+                "again adds one (said once per process)", path,
+                TP_SAFETENSORS_CHECKSUM_KEY);
+    return TP_OK;
+}
+
+/* Refuse a float tensor holding NaN or an infinity: loaded, it would
+ * only show up steps later as a NaN loss (or a predictor's constant
+ * answer). Other dtypes pass. */
+static tp_status_t s_check_finite(const tp_safetensors_t *st, const s_entry_t *e,
+                                  const char *path) {
+    size_t width = tp_dtype_size(e->dtype), n = width ? (e->end - e->begin) / width : 0;
+    const unsigned char *p = st->data + e->begin;
+    for (size_t i = 0; i < n; i++) {
+        int kind = 0; /* 1 NaN, 2 +inf, 3 -inf */
+        if (e->dtype == TP_FLOAT32) {
+            float f;
+            memcpy(&f, p + 4 * i, 4);
+            if (!isfinite(f))
+                kind = isnan(f) ? 1 : f > 0 ? 2 : 3;
+        } else if (e->dtype == TP_FLOAT64) {
+            double f;
+            memcpy(&f, p + 8 * i, 8);
+            if (!isfinite(f))
+                kind = isnan(f) ? 1 : f > 0 ? 2 : 3;
+        } else if (e->dtype == TP_FLOAT16 || e->dtype == TP_BFLOAT16) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            uint16_t ex = e->dtype == TP_FLOAT16 ? 0x7c00 : 0x7f80;
+            if ((h & ex) == ex)
+                kind = (h & (uint16_t)(~ex & 0x7fff)) ? 1 : (h & 0x8000) ? 3 : 2;
+        } else {
+            return TP_OK;
+        }
+        if (kind)
+            return tp_error(TP_ERR_FORMAT, "checkpoint %s: tensor '%s' holds %s "
+                            "(element %zu of %zu): refusing non-finite weights",
+                            path, e->name, kind == 1 ? "NaN" : kind == 2 ? "+inf" : "-inf",
+                            i, n);
+    }
+    return TP_OK;
+}
+
+/* Largest optimizer step accepted: a float counts updates exactly up to
+ * 2^53, and Adam's bias correction reads the count as a float. */
+#define S_STEP_MAX ((int64_t)1 << 53)
+
+/* The value of "optimizer/step" (int64 scalar), range-checked. */
+static tp_status_t s_read_opt_step(const tp_safetensors_t *st, const s_entry_t *e,
+                                   const char *path, int64_t *step) {
+    if (e->dtype != TP_INT64 || e->ndim != 0)
+        return tp_error(TP_ERR_FORMAT, "checkpoint %s: tensor 'optimizer/step' "
+                        "is not an int64 scalar", path);
+    memcpy(step, st->data + e->begin, sizeof *step);
+    if (*step < 0 || *step > S_STEP_MAX)
+        return tp_error(TP_ERR_FORMAT, "checkpoint %s: tensor 'optimizer/step' is "
+                        "%lld, outside 0..2^53 (the optimizer's count of updates)",
+                        path, (long long)*step);
+    return TP_OK;
+}
+
 /* ---- model checkpoints -------------------------------------------------- */
 
 static void s_rng_hex(const tp_rng_t *r, char *buf) {
@@ -470,6 +664,80 @@ static int s_parse_i64(const char *s, int64_t *v) {
         return 0;
     *v = x;
     return 1;
+}
+
+/* The trainer state of the metadata into *ts, range-checked: epoch and
+ * global_step integers >= 0, rng 64 hex digits. *have: the file holds
+ * epoch and global_step. steps_per_epoch > 0 (a resume) also needs them
+ * and checks them against the schedule: epoch E ends at step E x
+ * steps_per_epoch, and a checkpoint taken within epoch E (a
+ * PeriodicTrigger of every k steps) lies after the end of E - 1. */
+static tp_status_t s_read_state(const tp_safetensors_t *st, const char *path,
+                                int64_t steps_per_epoch, tp_train_state_t *ts,
+                                int *have) {
+    static const char *keys[2] = {"epoch", "global_step"};
+    int64_t v[2] = {0, 0};
+    memset(ts, 0, sizeof *ts);
+    *have = 1;
+    for (int k = 0; k < 2; k++) {
+        const char *s = tp_safetensors_meta(st, keys[k]);
+        if (!s) {
+            *have = 0;
+            continue;
+        }
+        if (!s_parse_i64(s, &v[k]) || v[k] < 0)
+            return tp_error(TP_ERR_FORMAT, "checkpoint %s: metadata '%s' is '%.40s', "
+                            "not an integer >= 0", path, keys[k], s);
+    }
+    const char *rg = tp_safetensors_meta(st, "rng");
+    if (rg && !s_rng_parse(rg, &ts->rng))
+        return tp_error(TP_ERR_FORMAT, "checkpoint %s: metadata 'rng' is not 64 hex "
+                        "digits", path);
+    ts->epoch = v[0];
+    ts->global_step = v[1];
+    if (steps_per_epoch <= 0)
+        return TP_OK;
+    if (!*have)
+        return tp_error(TP_ERR_FORMAT, "checkpoint %s: no trainer state (metadata "
+                        "'epoch', 'global_step')", path);
+    int64_t hi, lo;
+    if (__builtin_mul_overflow(v[0], steps_per_epoch, &hi))
+        return tp_error(TP_ERR_FORMAT, "checkpoint %s: metadata 'epoch' %lld at %lld "
+                        "steps per epoch overflows the step count", path,
+                        (long long)v[0], (long long)steps_per_epoch);
+    lo = v[0] > 0 ? hi - steps_per_epoch + 1 : 0;
+    if (v[1] < lo || v[1] > hi)
+        return tp_error(TP_ERR_FORMAT, "checkpoint %s: metadata 'global_step' %lld "
+                        "disagrees with 'epoch' %lld at %lld steps per epoch (expected "
+                        "%lld..%lld): the file is damaged, or the run that wrote it "
+                        "had another --steps-per-epoch", path, (long long)v[1],
+                        (long long)v[0], (long long)steps_per_epoch, (long long)lo,
+                        (long long)hi);
+    return TP_OK;
+}
+
+tp_status_t tp_checkpoint_verify(const char *path, int64_t steps_per_epoch,
+                                 tp_train_state_t *state) {
+    tp_safetensors_t *st = NULL;
+    TP_TRY(tp_safetensors_open(path, &st));
+    tp_status_t rc = s_verify_sums(st, path);
+    for (size_t i = 0; rc == TP_OK && i < st->count; i++)
+        rc = s_check_finite(st, &st->entries[i], path);
+    const s_entry_t *step_e = s_find(st, "optimizer/step");
+    int64_t step;
+    if (rc == TP_OK && step_e)
+        rc = s_read_opt_step(st, step_e, path, &step);
+    tp_train_state_t ts;
+    int have = 0;
+    if (rc == TP_OK)
+        rc = s_read_state(st, path, steps_per_epoch, &ts, &have);
+    if (rc == TP_OK && state) {
+        *state = ts;
+        if (!have)
+            state->epoch = state->global_step = -1;
+    }
+    tp_safetensors_destroy(&st);
+    return rc;
 }
 
 /* ---- snapshots: a checkpoint taken now, written later -------------------- */
@@ -751,6 +1019,10 @@ tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
         rc = tp_error(TP_ERR_NOMEM, "checkpoint %s", path);
         goto done;
     }
+    /* Damaged bytes first: a flipped bit is named as such, not as a
+     * misfit or a NaN. */
+    if ((rc = s_verify_sums(st, path)) < 0)
+        goto done;
     /* Pass 1: resolve every expected tensor and check it; change nothing. */
     for (int s = -1; s < nslots; s++)
         for (int i = 0; i < m->nvars; i++) {
@@ -823,21 +1095,21 @@ tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
         rc = tp_error(nbad ? TP_ERR_SHAPE : TP_ERR_NOT_FOUND, "%s", msg);
         goto done;
     }
+    /* Every value that will be loaded is finite, the step in range. */
+    for (size_t k = 0; k < (size_t)m->nvars * (size_t)(1 + nslots); k++)
+        if (src[k] && (rc = s_check_finite(st, src[k], path)) < 0)
+            goto done;
+    int64_t step = 0;
+    if (step_e && (rc = s_read_opt_step(st, step_e, path, &step)) < 0)
+        goto done;
     tp_train_state_t ts;
     memset(&ts, 0, sizeof ts);
     tp_rng_t tower_rng[64];
     int have_tower_rng[64] = {0};
     if (!weights_only) {
-        const char *ep = tp_safetensors_meta(st, "epoch");
-        const char *gs = tp_safetensors_meta(st, "global_step");
-        const char *rg = tp_safetensors_meta(st, "rng");
-        if ((ep && !s_parse_i64(ep, &ts.epoch)) ||
-            (gs && !s_parse_i64(gs, &ts.global_step)) ||
-            (rg && !s_rng_parse(rg, &ts.rng))) {
-            rc = tp_error(TP_ERR_FORMAT, "checkpoint %s: bad trainer state in "
-                                         "the metadata", path);
+        int have;
+        if ((rc = s_read_state(st, path, 0, &ts, &have)) < 0)
             goto done;
-        }
         for (int i = 0; i < m->ntowers && i < 64; i++) {
             char key[40];
             snprintf(key, sizeof key, "tower%d/rng", i);
@@ -870,11 +1142,8 @@ tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
         if (rc == TP_OK)
             rc = b->ops->stream_sync(b, rp->stream);
     }
-    if (rc == TP_OK && step_e) {
-        int64_t step;
-        memcpy(&step, st->data + step_e->begin, sizeof step);
+    if (rc == TP_OK && step_e)
         tp_optimizer_set_step(m->opt, step);
-    }
     if (rc == TP_OK && !weights_only) {
         for (int i = 0; i < m->ntowers && i < 64; i++)
             if (have_tower_rng[i])

@@ -7,7 +7,14 @@
  * "optimizer/<var>/<slot>" plus "optimizer/step", and the trainer state
  * (epoch, global step, RNG states) in the metadata. Files are written
  * atomically: a temporary file, fsync, rename, fsync of the directory. The
- * reader validates the whole header before trusting any of it. */
+ * reader validates the whole header before trusting any of it.
+ *
+ * Every file written here carries the XXH3-64 of each tensor's bytes in its
+ * metadata (TP_SAFETENSORS_CHECKSUM_KEY: 16 hex digits per tensor,
+ * comma-separated, in the order the tensors lie in the data section: by
+ * data_offsets, begin then end).
+ * Loading a checkpoint verifies them, refuses non-finite values and
+ * range-checks the trainer state, naming the file and the tensor or key. */
 #ifndef TOWERPACK_CHECKPOINT_H
 #define TOWERPACK_CHECKPOINT_H
 
@@ -34,8 +41,12 @@ typedef struct tp_meta_kv {
     const char *value;
 } tp_meta_kv_t;
 
+/* The metadata key of the tensors' checksums. */
+#define TP_SAFETENSORS_CHECKSUM_KEY "xxh3_64"
+
 /* Write n tensors (names unique, not "__metadata__") and nmeta metadata
- * strings to `path` atomically. */
+ * strings to `path` atomically, with the checksum of each tensor (a
+ * TP_SAFETENSORS_CHECKSUM_KEY among `meta` is replaced by the true one). */
 tp_status_t tp_safetensors_write(const char *path,
                                  const tp_named_tensor_t *tensors, size_t n,
                                  const tp_meta_kv_t *meta, size_t nmeta);
@@ -44,7 +55,9 @@ typedef struct tp_safetensors tp_safetensors_t;
 
 /* Read and validate a whole file (length prefix, JSON, dtypes, shapes,
  * offsets in bounds, contiguous and non-overlapping). TP_ERR_FORMAT says
- * what is wrong and where. Caller owns *out. */
+ * what is wrong and where; anything but a regular file (a FIFO, a device)
+ * is TP_ERR_IO before a byte is read, without waiting. Checksums are not
+ * checked here (tp_safetensors_verify). Caller owns *out. */
 tp_status_t tp_safetensors_open(const char *path, tp_safetensors_t **out);
 /* The same on a memory buffer (copied). `what` names it in errors. */
 tp_status_t tp_safetensors_parse(const void *data, size_t size,
@@ -58,6 +71,13 @@ tp_status_t tp_safetensors_get(const tp_safetensors_t *st, const char *name,
                                tp_tensor_t *view);
 /* A metadata value, or NULL when the key is absent. */
 const char *tp_safetensors_meta(const tp_safetensors_t *st, const char *key);
+/* Check every tensor's bytes against the checksums in the metadata:
+ * TP_ERR_FORMAT naming `what` (the file) and the first tensor that differs,
+ * or a malformed checksum entry. A file without checksums (an older
+ * towerpack's, another tool's) passes unchecked: *checked (may be NULL) is
+ * 1 only when the sums were there and matched. */
+tp_status_t tp_safetensors_verify(const tp_safetensors_t *st, const char *what,
+                                  int *checked);
 
 /* ---- model checkpoints -------------------------------------------------- */
 
@@ -104,10 +124,23 @@ tp_status_t tp_checkpoint_snapshot_write(const tp_checkpoint_snapshot_t *snap,
 size_t tp_checkpoint_snapshot_bytes(const tp_checkpoint_snapshot_t *snap);
 
 /* Load by name. Strict mode fails on missing, unexpected or mis-shaped
- * tensors, naming them; the model is unchanged on any failure. `state`
- * (may be NULL) receives the trainer state. */
+ * tensors, naming them; also (TP_ERR_FORMAT, naming file and tensor or key)
+ * on a checksum mismatch, a non-finite value in a tensor it loads, an
+ * optimizer/step outside 0..2^53 or a negative epoch or global_step. A file
+ * without checksums loads with a warning (once per process). The model is
+ * unchanged on any failure. `state` (may be NULL) receives the trainer
+ * state. */
 tp_status_t tp_checkpoint_load(tp_model_t *m, const char *path, int flags,
                                tp_train_state_t *state);
+
+/* Check a checkpoint without a model: checksums, every float tensor finite,
+ * optimizer/step in range, the trainer state's metadata in range and, when
+ * steps_per_epoch > 0 (a resume), present and consistent with it: epoch E
+ * ends at global step E x steps_per_epoch (a checkpoint taken within epoch
+ * E lies after the end of E - 1). `state` (may be NULL) receives the state
+ * (epoch and global_step -1 when absent). */
+tp_status_t tp_checkpoint_verify(const char *path, int64_t steps_per_epoch,
+                                 tp_train_state_t *state);
 
 #ifdef __cplusplus
 }

@@ -33,9 +33,15 @@ tp_callback_t *tp_cb_max_saver(const char *stat, const char *filename);
 
 /* The newest checkpoint in `logdir` into out[size]: the one LOGDIR/checkpoint
  * names if it exists, else the model-<N>.safetensors with the largest N.
+ * Only regular files count (a FIFO named like a checkpoint is skipped).
  * TP_ERR_NOT_FOUND when there is none. */
 tp_status_t tp_checkpoint_find_latest(const char *logdir, char *out,
                                       size_t size);
+/* The model-<N>.safetensors of `logdir` with the largest N below the step
+ * of `than` (a checkpoint's path), for falling back from a damaged one.
+ * TP_ERR_NOT_FOUND when there is none. */
+tp_status_t tp_checkpoint_find_older(const char *logdir, const char *than, char *out,
+                                     size_t size);
 
 /* What an InferenceRunner computes over a validation pass. */
 typedef enum {

@@ -23,6 +23,7 @@
  * written. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <czmq.h>
 #include <stdatomic.h>
@@ -52,23 +53,18 @@ static long long s_step_of(const char *name) {
     return -1;
 }
 
-tp_status_t tp_checkpoint_find_latest(const char *logdir, char *out,
-                                      size_t size) {
-    char path[PATH_SIZE];
-    snprintf(path, sizeof path, "%s/checkpoint", logdir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        char name[256] = "";
-        int ok = fgets(name, sizeof name, f) != NULL;
-        fclose(f);
-        name[strcspn(name, "\r\n")] = '\0';
-        if (ok && s_step_of(name) >= 0) {
-            snprintf(out, size, "%s/%s", logdir, name);
-            if (access(out, R_OK) == 0)
-                return TP_OK;
-            TP_WARN("%s names %s, which is missing: looking for another", path, name);
-        }
-    }
+/* 1 when dir/name is a regular file (following a link). A FIFO, socket or
+ * device named like a checkpoint is never offered: opening one to read it
+ * would block or read forever. */
+static int s_regular(int dirfd, const char *name) {
+    struct stat sb;
+    return fstatat(dirfd, name, &sb, 0) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The model-<step>.safetensors of logdir with the largest step below
+ * `below` (-1: any), regular files only, into out. */
+static tp_status_t s_find_newest(const char *logdir, long long below, char *out,
+                                 size_t size) {
     DIR *d = opendir(logdir);
     if (!d)
         return tp_error(TP_ERR_NOT_FOUND, "no checkpoint: cannot open %s: %s",
@@ -78,6 +74,12 @@ tp_status_t tp_checkpoint_find_latest(const char *logdir, char *out,
     struct dirent *e;
     while ((e = readdir(d))) {
         long long s = s_step_of(e->d_name);
+        if (s < 0 || (below >= 0 && s >= below))
+            continue;
+        if (!s_regular(dirfd(d), e->d_name)) {
+            TP_WARN("%s/%s is not a regular file: not a checkpoint", logdir, e->d_name);
+            continue;
+        }
         if (s > best && strlen(e->d_name) < sizeof best_name) {
             best = s;
             snprintf(best_name, sizeof best_name, "%s", e->d_name);
@@ -85,9 +87,49 @@ tp_status_t tp_checkpoint_find_latest(const char *logdir, char *out,
     }
     closedir(d);
     if (best < 0)
-        return tp_error(TP_ERR_NOT_FOUND, "no checkpoint (model-<step>.safetensors) in %s", logdir);
+        return tp_error(TP_ERR_NOT_FOUND, "no %scheckpoint (model-<step>.safetensors) in %s",
+                        below >= 0 ? "older " : "", logdir);
     snprintf(out, size, "%s/%s", logdir, best_name);
     return TP_OK;
+}
+
+tp_status_t tp_checkpoint_find_latest(const char *logdir, char *out,
+                                      size_t size) {
+    char path[PATH_SIZE];
+    snprintf(path, sizeof path, "%s/checkpoint", logdir);
+    /* O_NONBLOCK and the fstat: an index that is a FIFO must not block */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat sb;
+    FILE *f = NULL;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
+        f = fdopen(fd, "r");
+    else if (fd >= 0)
+        TP_WARN("%s is not a regular file: ignored", path);
+    if (!f && fd >= 0)
+        close(fd);
+    if (f) {
+        char name[256] = "";
+        int ok = fgets(name, sizeof name, f) != NULL;
+        fclose(f);
+        name[strcspn(name, "\r\n")] = '\0';
+        if (ok && s_step_of(name) >= 0) {
+            snprintf(out, size, "%s/%s", logdir, name);
+            if (access(out, R_OK) == 0 && stat(out, &sb) == 0 && S_ISREG(sb.st_mode))
+                return TP_OK;
+            TP_WARN("%s names %s, which is missing or not a regular file: looking for "
+                    "another", path, name);
+        }
+    }
+    return s_find_newest(logdir, -1, out, size);
+}
+
+tp_status_t tp_checkpoint_find_older(const char *logdir, const char *than, char *out,
+                                     size_t size) {
+    const char *base = strrchr(than, '/');
+    long long step = s_step_of(base ? base + 1 : than);
+    if (step < 0)
+        return tp_error(TP_ERR_INVALID, "%s is not a model-<step>.safetensors", than);
+    return s_find_newest(logdir, step, out, size);
 }
 
 /* ---- the writer: checkpoint files written off the step path ------------------------

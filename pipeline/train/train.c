@@ -385,26 +385,35 @@ static tp_status_t s_add(tp_trainer_t *tr, tp_callback_t *cb) {
     return tp_trainer_add_callback(tr, &cb);
 }
 
-/* The epoch and global step a checkpoint was taken at (its metadata). */
-static tp_status_t s_ckpt_state(const char *path, int64_t *epoch, int64_t *step) {
-    tp_safetensors_t *st = NULL;
-    TP_TRY(tp_safetensors_open(path, &st));
-    const char *e = tp_safetensors_meta(st, "epoch");
-    const char *g = tp_safetensors_meta(st, "global_step");
-    tp_status_t rc = TP_OK;
-    char *end1 = NULL, *end2 = NULL;
-    if (!e || !g)
-        rc = tp_error(TP_ERR_FORMAT, "%s: no trainer state (epoch, global_step) in "
-                      "its metadata", path);
-    else {
-        *epoch = strtoll(e, &end1, 10);
-        *step = strtoll(g, &end2, 10);
-        if (*end1 || *end2 || *epoch < 0 || *step < 0)
-            rc = tp_error(TP_ERR_FORMAT, "%s: bad trainer state (epoch '%s', "
-                          "global_step '%s')", path, e, g);
+/* The checkpoint a resume starts from: ckpt (the latest) when it verifies
+ * (checksums, finite values, a trainer state that fits the schedule), else
+ * the newest older one of logdir that does, said with the file that failed
+ * and why; ckpt[size] is replaced by it. None verifies: an error (never a
+ * silent start from scratch over damaged checkpoints). *epoch, *step: the
+ * epoch and global step it was taken at. */
+static tp_status_t s_ckpt_state(char *ckpt, size_t size, const char *logdir,
+                                int64_t steps_per_epoch, int64_t *epoch, int64_t *step) {
+    char why[1024] = "";
+    for (int tries = 0;; tries++) {
+        tp_train_state_t st;
+        if (tp_checkpoint_verify(ckpt, steps_per_epoch, &st) == TP_OK) {
+            if (tries)
+                TP_WARN("resume: falling back to %s, the newest checkpoint that verifies "
+                        "(%d newer one%s failed; the newest: %s)", ckpt, tries,
+                        tries > 1 ? "s" : "", why);
+            *epoch = st.epoch;
+            *step = st.global_step;
+            return TP_OK;
+        }
+        if (!tries)
+            snprintf(why, sizeof why, "%s", tp_last_error());
+        TP_WARN("resume: %s", tp_last_error());  /* names the file */
+        char older[4096];
+        if (tp_checkpoint_find_older(logdir, ckpt, older, sizeof older) < 0)
+            return tp_error(TP_ERR_FORMAT, "resume: no checkpoint in %s verifies (the "
+                            "newest: %s)", logdir, why);
+        snprintf(ckpt, size, "%s", older);
     }
-    tp_safetensors_destroy(&st);
-    return rc;
 }
 
 tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
@@ -502,7 +511,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         if (cfg->auto_resume &&
             tp_checkpoint_find_latest(cfg->logdir, ckpt, sizeof ckpt) == TP_OK) {
             int64_t epoch = 0;
-            if ((rc = s_ckpt_state(ckpt, &epoch, &resume_step)) < 0)
+            if ((rc = s_ckpt_state(ckpt, sizeof ckpt, cfg->logdir, cfg->steps_per_epoch,
+                                   &epoch, &resume_step)) < 0)
                 goto out;
             sched.starting_epoch = epoch + 1;
             tp_trainer_set_global_step(tr, resume_step);

@@ -1,11 +1,18 @@
 /* towerpack tests: safetensors checkpoints: bit-exact round trips, resume,
- * strict and relaxed loading, and malformed files. */
+ * strict and relaxed loading, malformed files, and damaged ones (checksums,
+ * non-finite values, bad metadata, FIFOs). */
 #include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <towerpack/model_callbacks.h>
+#include <towerpack/predict.h>
 #include <towerpack/towerpack.h>
+#include "ckpt_testutil.h"
 
 static char s_dir[256];
 
@@ -319,4 +326,255 @@ Test(checkpoint_trunc, every_truncation_is_a_clear_error) {
     }
     free(raw);
     tp_model_destroy(&a);
+}
+
+/* ---- damaged files: checksums, values, metadata, non-regular files --------
+ * (issue 48) Each test damages a real checkpoint the way a disk, an editor
+ * or a hostile user would, and expects the load refused with the file and
+ * the tensor or key named, the model unchanged. */
+
+/* A trained Adam checkpoint with trainer state (epoch 2 of 3 steps) at
+ * s_path("good.safetensors"); the model that wrote it. */
+static tp_model_t *s_good(void) {
+    s_use_sgd = 0;
+    s_extra = 0;
+    s_units = 16;
+    tp_model_t *m = s_model(1);
+    for (int k = 0; k < 6; k++)
+        s_step(m, k);
+    tp_train_state_t st = {.epoch = 2, .global_step = 6};
+    tp_rng_init(&st.rng, 5, 6);
+    cr_assert_eq(tp_checkpoint_save(m, s_path("good.safetensors"), &st), TP_OK, "%s",
+                 tp_last_error());
+    return m;
+}
+
+/* Every loader refuses path with TP_ERR_FORMAT and a message holding each
+ * of the needles (NULL-terminated); the model is unchanged. */
+static void s_refused(tp_model_t *m, const char *path, int flags, const char *const *needles) {
+    tp_tensor_t before;
+    cr_assert_eq(tp_model_var(m, "fc2/b", &before), TP_OK);
+    float keep[3];
+    memcpy(keep, before.data, sizeof keep);
+    tp_status_t rc = tp_checkpoint_load(m, path, flags, NULL);
+    cr_expect_eq(rc, TP_ERR_FORMAT, "load of %s: %d %s", path, rc, tp_last_error());
+    for (int i = 0; needles[i]; i++)
+        cr_expect(strstr(tp_last_error(), needles[i]), "load: no '%s' in: %s", needles[i],
+                  tp_last_error());
+    cr_expect(strstr(tp_last_error(), path), "load: no file in: %s", tp_last_error());
+    tp_tensor_t after;
+    cr_assert_eq(tp_model_var(m, "fc2/b", &after), TP_OK);
+    cr_expect_eq(memcmp(keep, after.data, sizeof keep), 0, "the model changed");
+    rc = tp_checkpoint_verify(path, 3, NULL);
+    cr_expect_eq(rc, TP_ERR_FORMAT, "verify of %s: %d %s", path, rc, tp_last_error());
+    for (int i = 0; needles[i]; i++)
+        cr_expect(strstr(tp_last_error(), needles[i]), "verify: no '%s' in: %s", needles[i],
+                  tp_last_error());
+}
+
+TestSuite(checkpoint_verify, .init = s_setup, .fini = s_teardown);
+
+Test(checkpoint_verify, saved_checkpoints_carry_checksums_that_verify) {
+    tp_model_t *m = s_good();
+    tp_safetensors_t *st = NULL;
+    cr_assert_eq(tp_safetensors_open(s_path("good.safetensors"), &st), TP_OK);
+    const char *sums = tp_safetensors_meta(st, TP_SAFETENSORS_CHECKSUM_KEY);
+    cr_assert_not_null(sums);
+    cr_expect_eq(strlen(sums), 17 * tp_safetensors_count(st) - 1, "%s", sums);
+    int checked = 0;
+    cr_expect_eq(tp_safetensors_verify(st, "good", &checked), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(checked, 1);
+    tp_safetensors_destroy(&st);
+    tp_train_state_t got;
+    cr_expect_eq(tp_checkpoint_verify(s_path("good.safetensors"), 3, &got), TP_OK, "%s",
+                 tp_last_error());
+    cr_expect_eq(got.epoch, 2);
+    cr_expect_eq(got.global_step, 6);
+    cr_expect_eq(tp_checkpoint_load(m, s_path("good.safetensors"), 0, NULL), TP_OK, "%s",
+                 tp_last_error());
+    tp_model_destroy(&m);
+}
+
+/* Empty tensors share their start with the next one: the sums still
+ * follow the file's order, and a hand-made list in the wrong order fails. */
+Test(checkpoint_verify, empty_tensors_keep_the_sums_in_file_order) {
+    tp_tensor_t t[3];
+    int64_t s0[1] = {0}, s1[1] = {3};
+    tp_tensor_init(&t[0], TP_FLOAT32, 1, s0);
+    tp_tensor_init(&t[1], TP_FLOAT32, 1, s1);
+    tp_tensor_init(&t[2], TP_FLOAT32, 1, s0);
+    float v[3] = {1, 2, 3};
+    memcpy(t[1].data, v, sizeof v);
+    /* "z" (empty) lies where "a" starts; "m" (empty) at the end */
+    tp_named_tensor_t nt[3] = {{"z", &t[0]}, {"a", &t[1]}, {"m", &t[2]}};
+    cr_assert_eq(tp_safetensors_write(s_path("e.safetensors"), nt, 3, NULL, 0), TP_OK);
+    tp_safetensors_t *st = NULL;
+    cr_assert_eq(tp_safetensors_open(s_path("e.safetensors"), &st), TP_OK);
+    int checked = 0;
+    cr_expect_eq(tp_safetensors_verify(st, "e", &checked), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(checked, 1);
+    tp_safetensors_destroy(&st);
+    for (int i = 0; i < 3; i++)
+        tp_tensor_fini(&t[i]);
+}
+
+/* Bit flips in one tensor's bytes: every loader names the file and that
+ * tensor (issue 48: 20 flips loaded silently and predicted at 0.42). */
+static void s_flip(json_t *root, json_t *meta, unsigned char *data, void *u) {
+    (void)meta;
+    size_t b, e;
+    ckpt_span(root, (const char *)u, &b, &e);
+    tp_rng_t r;
+    tp_rng_init(&r, 48, 0);
+    for (int i = 0; i < 20; i++)
+        data[b + tp_rng_below(&r, e - b)] ^= (unsigned char)(1u << tp_rng_below(&r, 8));
+}
+
+Test(checkpoint_verify, bit_flips_in_tensor_data_are_refused_naming_file_and_tensor) {
+    tp_model_t *m = s_good();
+    static const char *names[] = {"fc1/W", "fc2/b", "bn1/mean/EMA", "optimizer/fc1/W/m",
+                                  "optimizer/step"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        ckpt_edit(s_path("good.safetensors"), s_path("flip.safetensors"), s_flip,
+               (void *)names[i], 0);
+        char quoted[64];
+        snprintf(quoted, sizeof quoted, "tensor '%s' fails its checksum", names[i]);
+        const char *needles[] = {quoted, "damaged", NULL};
+        s_refused(m, s_path("flip.safetensors"), TP_LOAD_STRICT, needles);
+        if (strncmp(names[i], "optimizer/", 10))  /* weights only reads it too */
+            s_refused(m, s_path("flip.safetensors"), TP_LOAD_WEIGHTS_ONLY, needles);
+    }
+    tp_model_destroy(&m);
+}
+
+static void s_nan_bias(json_t *root, json_t *meta, unsigned char *data, void *u) {
+    (void)meta;
+    size_t b, e;
+    ckpt_span(root, (const char *)u, &b, &e);
+    float v = *(const char *)u == 'o' ? INFINITY : NAN;
+    memcpy(data + b + 4, &v, sizeof v); /* element 1 */
+}
+
+Test(checkpoint_verify, non_finite_values_are_refused_naming_file_and_tensor) {
+    tp_model_t *m = s_good();
+    /* the sums fixed up: the value check itself must catch it */
+    ckpt_edit(s_path("good.safetensors"), s_path("nan.safetensors"), s_nan_bias, "fc2/b", 1);
+    const char *nan[] = {"tensor 'fc2/b' holds NaN (element 1 of 3)", "non-finite", NULL};
+    s_refused(m, s_path("nan.safetensors"), TP_LOAD_WEIGHTS_ONLY, nan);
+    s_refused(m, s_path("nan.safetensors"), TP_LOAD_STRICT, nan);
+    ckpt_edit(s_path("good.safetensors"), s_path("inf.safetensors"), s_nan_bias,
+           "optimizer/fc2/b/v", 1);
+    const char *inf[] = {"tensor 'optimizer/fc2/b/v' holds +inf", NULL};
+    s_refused(m, s_path("inf.safetensors"), TP_LOAD_STRICT, inf);
+    /* weights only never loads the slot: that load goes through */
+    cr_expect_eq(tp_checkpoint_load(m, s_path("inf.safetensors"), TP_LOAD_WEIGHTS_ONLY, NULL),
+                 TP_OK, "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
+
+static void s_drop_sums(json_t *root, json_t *meta, unsigned char *data, void *u) {
+    (void)root, (void)data, (void)u;
+    json_object_del(meta, TP_SAFETENSORS_CHECKSUM_KEY);
+}
+
+Test(checkpoint_verify, a_checkpoint_without_checksums_loads_with_one_warning) {
+    tp_model_t *m = s_good();
+    ckpt_edit(s_path("good.safetensors"), s_path("old1.safetensors"), s_drop_sums, NULL, 0);
+    ckpt_edit(s_path("good.safetensors"), s_path("old2.safetensors"), s_drop_sums, NULL, 0);
+    tp_log_set_level(TP_LOG_WARN);
+    cr_assert_eq(tp_log_set_file(s_path("log")), TP_OK);
+    tp_train_state_t st;
+    cr_expect_eq(tp_checkpoint_load(m, s_path("old1.safetensors"), 0, &st), TP_OK, "%s",
+                 tp_last_error());
+    cr_expect_eq(st.global_step, 6);
+    cr_expect_eq(tp_checkpoint_load(m, s_path("old1.safetensors"), 0, NULL), TP_OK);
+    cr_expect_eq(tp_checkpoint_verify(s_path("old2.safetensors"), 3, NULL), TP_OK, "%s",
+                 tp_last_error());
+    tp_log_set_file(NULL);
+    size_t n;
+    char *log = s_slurp(s_path("log"), &n);
+    log[n] = '\0';  /* s_slurp leaves room for it */
+    char *first = strstr(log, "has no checksum");
+    cr_expect(first && strstr(log, "old1.safetensors"), "%s", log);
+    cr_expect(first && !strstr(first + 1, "has no checksum"), "warned twice:\n%s", log);
+    free(log);
+    tp_model_destroy(&m);
+}
+
+static void s_set_step(json_t *root, json_t *meta, unsigned char *data, void *u) {
+    (void)meta;
+    size_t b, e;
+    ckpt_span(root, "optimizer/step", &b, &e);
+    memcpy(data + b, u, sizeof(int64_t));
+}
+
+static void s_set_meta(json_t *root, json_t *meta, unsigned char *data, void *u) {
+    (void)root, (void)data;
+    const char *const *kv = u;
+    json_object_set_new(meta, kv[0], json_string(kv[1]));
+}
+
+Test(checkpoint_verify, bad_metadata_is_refused_naming_file_and_key) {
+    tp_model_t *m = s_good();
+    int64_t steps[2] = {-1, INT64_MAX};
+    for (int i = 0; i < 2; i++) {
+        ckpt_edit(s_path("good.safetensors"), s_path("step.safetensors"), s_set_step, &steps[i], 1);
+        const char *needles[] = {"'optimizer/step'", "outside 0..2^53", NULL};
+        s_refused(m, s_path("step.safetensors"), TP_LOAD_STRICT, needles);
+    }
+    const char *neg[2] = {"epoch", "-3"};
+    ckpt_edit(s_path("good.safetensors"), s_path("ep.safetensors"), s_set_meta, neg, 1);
+    const char *nneg[] = {"metadata 'epoch' is '-3'", NULL};
+    s_refused(m, s_path("ep.safetensors"), TP_LOAD_STRICT, nneg);
+    /* global_step 7 in epoch 2 at 3 steps per epoch: only a schedule sees it */
+    const char *gs[2] = {"global_step", "7"};
+    ckpt_edit(s_path("good.safetensors"), s_path("gs.safetensors"), s_set_meta, gs, 1);
+    cr_expect_eq(tp_checkpoint_verify(s_path("gs.safetensors"), 3, NULL), TP_ERR_FORMAT);
+    cr_expect(strstr(tp_last_error(), "gs.safetensors") &&
+              strstr(tp_last_error(), "'global_step' 7 disagrees with 'epoch' 2") &&
+              strstr(tp_last_error(), "expected 4..6"), "%s", tp_last_error());
+    cr_expect_eq(tp_checkpoint_verify(s_path("gs.safetensors"), 0, NULL), TP_OK);
+    /* within epoch 2 (a checkpoint every k steps) is fine */
+    const char *mid[2] = {"global_step", "5"};
+    ckpt_edit(s_path("good.safetensors"), s_path("mid.safetensors"), s_set_meta, mid, 1);
+    cr_expect_eq(tp_checkpoint_verify(s_path("mid.safetensors"), 3, NULL), TP_OK, "%s",
+                 tp_last_error());
+    /* a malformed checksum entry names the key */
+    const char *sum[2] = {TP_SAFETENSORS_CHECKSUM_KEY, "00zz"};
+    ckpt_edit(s_path("good.safetensors"), s_path("sum.safetensors"), s_set_meta, sum, 0);
+    const char *nsum[] = {"metadata '" TP_SAFETENSORS_CHECKSUM_KEY "'", NULL};
+    s_refused(m, s_path("sum.safetensors"), TP_LOAD_STRICT, nsum);
+    tp_model_destroy(&m);
+}
+
+/* A FIFO named like a checkpoint: refused at once by every reader (it
+ * blocked in open(2) before), and skipped by the log directory's listing.
+ * alarm(): a hang ends the test as a crash instead of a stuck suite. */
+Test(checkpoint_verify, a_fifo_is_refused_without_hanging) {
+    alarm(20);
+    tp_model_t *m = s_good();
+    cr_assert_eq(mkfifo(s_path("model-9.safetensors"), 0600), 0);
+    tp_safetensors_t *st = NULL;
+    cr_expect_eq(tp_safetensors_open(s_path("model-9.safetensors"), &st), TP_ERR_IO);
+    cr_expect(strstr(tp_last_error(), "model-9.safetensors: not a regular file (a FIFO)"),
+              "%s", tp_last_error());
+    cr_expect_eq(tp_checkpoint_load(m, s_path("model-9.safetensors"), 0, NULL), TP_ERR_IO);
+    cr_expect_eq(tp_checkpoint_verify(s_path("model-9.safetensors"), 0, NULL), TP_ERR_IO);
+    tp_checkpoint_info_t info;
+    cr_expect_eq(tp_checkpoint_info(s_path("model-9.safetensors"), &info), TP_ERR_IO);
+    /* the listing skips it for the newest regular checkpoint */
+    cr_assert_eq(rename(s_path("good.safetensors"), s_path("model-6.safetensors")), 0);
+    char latest[512];
+    cr_expect_eq(tp_checkpoint_find_latest(s_dir, latest, sizeof latest), TP_OK, "%s",
+                 tp_last_error());
+    cr_expect_str_eq(latest, s_path("model-6.safetensors"));
+    /* an index that is a FIFO is ignored, not read */
+    cr_assert_eq(mkfifo(s_path("checkpoint"), 0600), 0);
+    cr_expect_eq(tp_checkpoint_find_latest(s_dir, latest, sizeof latest), TP_OK, "%s",
+                 tp_last_error());
+    cr_expect_str_eq(latest, s_path("model-6.safetensors"));
+    cr_expect_eq(tp_checkpoint_find_older(s_dir, latest, latest, sizeof latest),
+                 TP_ERR_NOT_FOUND);
+    alarm(0);
+    tp_model_destroy(&m);
 }
