@@ -24,6 +24,10 @@ void df_block_release(void *data, void *hint);
 df_block_t *df_block_new(int ncomp, const size_t *nbytes, size_t *offsets,
                          uint8_t **payload);
 
+/* Trim white space from both ends of s, in place (df_spec_args.c, beside
+ * the spec helpers that need it). Returns the trimmed start. */
+char *df_spec_trim(char *s);
+
 /* Make a dataflow from ops and impl, recording an error on failure (the
  * base destroys impl through ops->destroy). */
 tp_dataflow_t *df_make(const tp_dataflow_ops_t *ops, void *impl);

@@ -125,69 +125,6 @@ static void s_known(int source, char *buf, size_t size) {
     pthread_mutex_unlock(&s_mu);
 }
 
-/* ---- helpers for factories ------------------------------------------------ */
-
-tp_status_t tp_spec_int(const char *text, int64_t lo, int64_t hi,
-                        const char *what, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = text ? strtoll(text, &end, 10) : 0;
-    if (!text || !*text || errno || *end || v < lo || v > hi)
-        return tp_error(TP_ERR_INVALID, "%s: '%s' is not an integer in "
-                        "[%" PRId64 ", %" PRId64 "]", what,
-                        text ? text : "", lo, hi);
-    *out = v;
-    return TP_OK;
-}
-
-tp_status_t tp_spec_double(const char *text, const char *what, double *out) {
-    char *end;
-    errno = 0;
-    double v = text ? strtod(text, &end) : 0;
-    if (!text || !*text || errno || *end || !isfinite(v))
-        return tp_error(TP_ERR_INVALID, "%s: '%s' is not a number", what,
-                        text ? text : "");
-    *out = v;
-    return TP_OK;
-}
-
-static char *s_trim(char *s) {
-    while (isspace((unsigned char)*s))
-        s++;
-    char *e = s + strlen(s);
-    while (e > s && isspace((unsigned char)e[-1]))
-        *--e = '\0';
-    return s;
-}
-
-tp_status_t tp_spec_foreach_kv(const char *args,
-                               tp_status_t (*fn)(const char *key,
-                                                 const char *value,
-                                                 void *ctx),
-                               void *ctx) {
-    char *copy = strdup(args ? args : "");
-    if (!copy)
-        return tp_error(TP_ERR_NOMEM, "spec");
-    tp_status_t rc = TP_OK;
-    char *save = NULL;
-    for (char *item = strtok_r(copy, ",", &save); item && rc == TP_OK;
-         item = strtok_r(NULL, ",", &save)) {
-        item = s_trim(item);
-        if (!*item)
-            continue;
-        char *eq = strchr(item, '=');
-        char *value = NULL;
-        if (eq) {
-            *eq = '\0';
-            value = s_trim(eq + 1);
-            item = s_trim(item);
-        }
-        rc = fn(item, value, ctx);
-    }
-    free(copy);
-    return rc;
-}
-
 /* Split args into whitespace/comma separated tokens (up to max). */
 static int s_tokens(char *args, char **tok, int max) {
     int n = 0;
@@ -221,13 +158,13 @@ static tp_status_t s_src_split(const char *who, const char *args, char *buf,
     char *save = NULL;
     for (char *item = strtok_r(buf, ",", &save); item;
          item = strtok_r(NULL, ",", &save)) {
-        item = s_trim(item);
+        item = df_spec_trim(item);
         if (!*item)
             continue;
         char *eq = strchr(item, '=');
         if (eq) {
             *eq = '\0';
-            char *k = s_trim(item), *v = s_trim(eq + 1);
+            char *k = df_spec_trim(item), *v = df_spec_trim(eq + 1);
             if (strcmp(k, "shuffle") != 0)
                 return tp_error(TP_ERR_INVALID, "%s: unknown option '%s' "
                                 "(shuffle=0|1)", who, k);
@@ -660,7 +597,7 @@ static tp_status_t s_map_threads_stage(tp_dataflow_t *inner, const char *args,
             tp_df_map_fn fn;
             void *fu;
             tp_df_free_fn ff;
-            STAGE_TRY(e.map(s_trim(p), e.user, &fn, &fu, &ff));
+            STAGE_TRY(e.map(df_spec_trim(p), e.user, &fn, &fu, &ff));
             return s_done(tp_df_multithread_map(inner, (int)nthreads,
                                                 (int)buffer, strict, fn, fu,
                                                 ff),
@@ -827,7 +764,7 @@ tp_status_t tp_spec_parse(const char *spec, tp_dataflow_t **out) {
             tp_dataflow_destroy(&df);
             return tp_error(TP_ERR_NOMEM, "spec");
         }
-        char *targs = s_trim(args);
+        char *targs = df_spec_trim(args);
         tp_status_t rc;
         tp_dataflow_t *next = NULL;
         tp_clear_error();

@@ -25,8 +25,7 @@
 #      rooms where each names a function defined (not static) in the next:
 #      a.c calls or takes the address of b_fn from b.c while b.c does so
 #      with a_fn from a.c, or a longer ring. The call graph comes from the
-#      .c/.cu files of the rooms (functions in headers are not followed);
-#      circles that are being removed are in KNOWN_CIRCLES below.
+#      .c/.cu files of the rooms (functions in headers are not followed).
 set -u
 if [ $# -gt 0 ]; then cd "$1" || exit 2; else cd "$(dirname "$0")/.." || exit 2; fi
 
@@ -64,22 +63,6 @@ declare -A OWNER=(
   [graph_dist.h]=gpu   # the model's calls only dist/ uses; dist.h includes it
   [models.h]=models
   [towerpack.h]=tools   # the umbrella: for programs, never for the library
-)
-
-# ---- circles that exist today and are being removed: TEMPORARY --------------
-# KNOWN_CIRCLES: one entry per circle of calls, its files separated by
-# spaces. A circle passes while its files are all in one entry (so a circle
-# may shrink, never grow); an entry that matches no circle any more is
-# reported as a note, to be deleted. The lead empties this list as the fixes
-# of issue 41 merge; nothing may be added to it.
-KNOWN_CIRCLES=(
-  # found by this check, outside issue 41's fixes: df_spec.c's table names
-  # the image sources, which parse their arguments with df_spec.c's helpers
-  "dataflow/df_spec.c dataflow/image/img_spec.c"
-  # found by this check: the CUDA module's ops and augmentation use
-  # backend.cu's helpers (tp_cuda_use, tp_cuda_sgemm, the stream), and
-  # backend.cu dispatches to them
-  "gpu/cuda/backend.cu gpu/cuda/ops.cu gpu/cuda/augment.cu"
 )
 
 fail=0
@@ -186,13 +169,11 @@ done < <(cuda_grep '^[[:space:]]*#[[:space:]]*(if|ifdef|ifndef|elif)\b.*(TP_WITH
 # ---- (d) circles of includes and of calls ----------------------------------
 # One awk pass over every source: the include graph of all files, the names
 # each .c/.cu file of a room defines and uses, then the strongly connected
-# parts of both graphs (Tarjan). Prints "circle KIND FILES" and its edges,
-# or "known ENTRY" for a KNOWN_CIRCLES entry that matched nothing.
+# parts of both graphs (Tarjan). Prints "circle KIND FILES" and its edges.
 read -r -d '' CIRCLES_AWK <<'AWK'
 # Input: first the list of the tree's source files (one a line), then the
 # sources. Prints one line per problem: "circle <kind> <files>", then
-# "  <from> -> <to> (<name>)" lines; "known <entry>" for a KNOWN_CIRCLES entry
-# that no longer matches a circle.
+# "  <from> -> <to> (<name>)" lines.
 FNR == NR { exists[$0] = 1; next }
 FNR == 1 {
     incomment = 0; depth = 0; transp = 0; stmt = ""; pp = 0; prev = ""
@@ -344,11 +325,9 @@ END {
         else for (k = 1; k <= ndef[n]; k++) if (dirof(def[n, k]) == dirof(a)) b = def[n, k]
         if (b != "") edge("call", a, b, n)
     }
-    nk = split(known, kn, "|")
     for (i = 1; i <= nn; i++) if (!(node[i] in num)) tarjan(node[i])
-    for (j = 1; j <= nk; j++) if (!(j in knownhit)) print "known " kn[j]
 }
-function tarjan(v,    k, w, n, i, j, m, kind, files, sorted, ok, a) {
+function tarjan(v,    k, w, n, i, j, m, kind, files, sorted, a) {
     num[v] = low[v] = ++idx; stk[++sp] = v; on[v] = 1
     for (k = 1; k <= nadj[v]; k++) {
         w = adj[v, k]
@@ -368,12 +347,6 @@ function tarjan(v,    k, w, n, i, j, m, kind, files, sorted, ok, a) {
     }
     files = ""
     for (i = 1; i <= n; i++) files = files (i > 1 ? " " : "") sorted[i]
-    # a known circle (KNOWN_CIRCLES), or a part of one that is shrinking
-    if (kind == "call") for (j = 1; j <= nk; j++) {
-        ok = 1
-        for (i = 1; i <= n; i++) if ((" " kn[j] " ") !~ (" " sorted[i] " ")) { ok = 0; break }
-        if (ok) { knownhit[j] = 1; return }
-    }
     print "circle " kind " " files
     for (i = 1; i <= n; i++) for (k = 1; k <= nadj[m[i]]; k++) {
         w = adj[m[i], k]
@@ -384,22 +357,19 @@ function tarjan(v,    k, w, n, i, j, m, kind, files, sorted, ok, a) {
     }
 }
 AWK
-known=$(IFS='|'; echo "${KNOWN_CIRCLES[*]}")
 while IFS= read -r out; do
   case $out in
     "circle include "*)
       say "files include each other in a circle (files must depend one way): ${out#circle include }" ;;
     "circle call "*)
       say "files call each other in a circle (files must depend one way; split out what both use): ${out#circle call }" ;;
-    "known "*)
-      echo "check-layout: note: the known circle \"${out#known }\" is gone: delete it from KNOWN_CIRCLES" ;;
     "  "*)
       echo "check-layout:  $out" ;;
   esac
-done < <([ -z "$files" ] || awk -v known="$known" "$CIRCLES_AWK" <(printf '%s\n' "$files") $files)
+done < <([ -z "$files" ] || awk "$CIRCLES_AWK" <(printf '%s\n' "$files") $files)
 
 if [ $fail -ne 0 ]; then
   echo "check-layout: FAILED (rooms, lowest first: $ROOM_ORDER; see docs/architecture.md)"
   exit 1
 fi
-echo "check-layout: OK: $nfiles files, rooms $ROOM_ORDER: no private header crosses a room, no room includes a room above it, no CUDA #if outside gpu/, no circle of includes or calls (${#KNOWN_CIRCLES[@]} known circles allowed for now)"
+echo "check-layout: OK: $nfiles files, rooms $ROOM_ORDER: no private header crosses a room, no room includes a room above it, no CUDA #if outside gpu/, no circle of includes or calls"

@@ -1,6 +1,8 @@
 /* towerpack gpu/cuda: the CUDA backend's private types, shared by the
- * module's translation units (backend.cu: memory, streams, products,
- * optimizers, collectives, staging; ops.cu: the graph ops). C++ only. */
+ * module's translation units (stream.cu: the device, streams, the cuBLAS
+ * product and a step's scalars, used by all the others; backend.cu: the
+ * backend's table: memory, products, optimizers, collectives, staging;
+ * ops.cu: the graph ops; augment.cu: augmentation). C++ only. */
 #ifndef TP_GPU_CUDA_INTERNAL_H
 #define TP_GPU_CUDA_INTERNAL_H
 
