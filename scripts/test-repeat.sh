@@ -9,6 +9,8 @@
 #   bash scripts/test-repeat.sh --rounds 5 --load        beside stress-ng --cpu NPROC
 #   bash scripts/test-repeat.sh --suites "asan" --jobs 4 oversubscribed ctest
 #   bash scripts/test-repeat.sh --no-build               reuse the builds as they are
+#   bash scripts/test-repeat.sh --suites asan --tests 'test_actor|test_supervisor'
+#                                                        only the ctest entries matching
 #
 # Prints one line per round and a summary table (also written, in Markdown,
 # to build/test-repeat/summary.md); exits 1 when any round failed.
@@ -20,7 +22,8 @@ load=0
 suites="normal asan tsan"
 jobs=$(nproc 2>/dev/null || echo 2)
 do_build=1
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+tests=""      # a ctest -R regex: only these entries (empty: all)
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=${2:?--rounds needs a number}; shift 2;;
@@ -28,6 +31,7 @@ while [ $# -gt 0 ]; do
     --suites) suites=${2:?--suites needs a list}; shift 2;;
     --jobs) jobs=${2:?--jobs needs a number}; shift 2;;
     --no-build) do_build=0; shift;;
+    --tests) tests=${2:?--tests needs a ctest regex}; shift 2;;
     -h|--help) usage 0;;
     *) echo "test-repeat.sh: unknown argument '$1'" >&2; usage 2 >&2;;
   esac
@@ -77,7 +81,7 @@ for s in $suites; do
     t0=$(date +%s)
     log=$out/$s-round$r.log
     # shellcheck disable=SC2086
-    (cd "${dir[$s]}" && env ${env[$s]} ctest --output-on-failure -j"$jobs") >"$log" 2>&1 &&
+    (cd "${dir[$s]}" && env ${env[$s]} ctest --output-on-failure -j"$jobs" ${tests:+-R "$tests"}) >"$log" 2>&1 &&
       rc=0 || rc=$?
     dt=$(( $(date +%s) - t0 ))
     secs_total[$s]=$(( ${secs_total[$s]} + dt ))
@@ -111,7 +115,7 @@ stress_pid=""
     echo "| $s | $rounds | ${ntests[$s]} | ${rounds_failed[$s]} | $(( ${secs_total[$s]} / rounds )) s | ${list:-none} |"
   done
   echo
-  echo "ctest -j$jobs, load: $([ $load -eq 1 ] && echo "stress-ng --cpu $(nproc)" || echo none)," \
+  echo "ctest -j$jobs${tests:+ -R '$tests'}, load: $([ $load -eq 1 ] && echo "stress-ng --cpu $(nproc)" || echo none)," \
        "$(nproc) cores, $(( $(date +%s) - start_all )) s in all, $(git rev-parse --short HEAD)$(git diff --quiet || echo +changes)"
 } | tee "$out/summary.md"
 [ $total_fail -eq 0 ]
