@@ -1,9 +1,9 @@
-/* towerpack tests: the language-model monitors that need no model
- * (monitor_text.c): validation_bpb from validation_cost, tokens_per_s, the
- * progress bar's tokens/s, and their wiring in the launch
- * (tp_train_config_t.tokens_per_sample) with a stand-in model on the text
- * source: a next-byte classifier from a window's bytes (one fc), until the
- * GPT's ops exist. */
+/* towerpack tests: training on text. The language-model monitors that
+ * need no model (monitor_text.c): validation_bpb from validation_cost,
+ * tokens_per_s, the progress bar's tokens/s; their wiring in the launch
+ * (tp_train_config_t.tokens_per_sample); and a resumed run on the text
+ * source that ends bit-identical. The model is a stand-in until the GPT's
+ * ops exist: a next-byte classifier from a window's bytes (one fc). */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -14,9 +14,9 @@
 #include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
 
-TestSuite(monitor_text, .timeout = 120);
+TestSuite(train_text, .timeout = 120);
 
-Test(monitor_text, bits_per_byte_arithmetic) {
+Test(train_text, bits_per_byte_arithmetic) {
     cr_assert_float_eq(tp_bits_per_byte(8 * M_LN2, 1), 8.0, 1e-12);
     cr_assert_float_eq(tp_bits_per_byte(log(256.0), 0), 8.0, 1e-12, "0: bytes as tokens");
     cr_assert_float_eq(tp_bits_per_byte(1.0, 1), 1.0 / M_LN2, 1e-12);
@@ -66,7 +66,7 @@ static void s_add(tp_trainer_t *tr, tp_callback_t *cb) {
     cr_assert_eq(tp_trainer_add_callback(tr, &cb), TP_OK, "%s", tp_last_error());
 }
 
-Test(monitor_text, validation_bpb_follows_every_validation_cost) {
+Test(train_text, validation_bpb_follows_every_validation_cost) {
     tp_trainer_t *tr = s_stub(4, 0);
     s_add(tr, tp_callback_new(&s_cost_ops, NULL, 0));
     s_add(tr, tp_cb_bits_per_byte(NULL, NULL, 0));
@@ -89,7 +89,7 @@ Test(monitor_text, validation_bpb_follows_every_validation_cost) {
     cr_assert_null(tp_cb_bits_per_byte("x", "x", 1));
 }
 
-Test(monitor_text, tokens_per_s_is_throughput_times_context) {
+Test(train_text, tokens_per_s_is_throughput_times_context) {
     /* 8 samples a step of 64 tokens, 2 ms a step */
     tp_trainer_t *tr = s_stub(8, 2000);
     s_add(tr, tp_cb_throughput());
@@ -123,7 +123,7 @@ static void s_bar(int64_t tokens, char *out, size_t size) {
     fclose(f);
 }
 
-Test(monitor_text, progress_bar_shows_tokens_per_s_for_text) {
+Test(train_text, progress_bar_shows_tokens_per_s_for_text) {
     char text[8192], plain[8192];
     s_bar(128, text, sizeof text);
     s_bar(0, plain, sizeof plain);
@@ -192,7 +192,7 @@ static const tp_input_desc_t s_inputs[] = {
 };
 static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
 
-Test(monitor_text, launch_puts_tokens_per_s_and_validation_bpb_in_stats_json) {
+Test(train_text, launch_puts_tokens_per_s_and_validation_bpb_in_stats_json) {
     char dir[64] = "/tmp/tp-monitor-text-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     char file[128];
@@ -240,6 +240,80 @@ Test(monitor_text, launch_puts_tokens_per_s_and_validation_bpb_in_stats_json) {
     double bpb = json_number_value(json_object_get(json_array_get(j, 1), "validation_bpb"));
     cr_assert(bpb < 7, "validation_bpb %g", bpb);
     json_decref(j);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* ---- resume: the windows are replayed ------------------------------------------ */
+
+static void s_resume_config(tp_train_config_t *c, const char *file, const char *logdir,
+                            int64_t epochs, uint64_t seed) {
+    tp_train_config_init(c);
+    c->model = &s_model;
+    c->batch = 16;
+    c->dataflow = s_text(file, "train", 16);
+    c->max_epoch = epochs;
+    c->steps_per_epoch = 10;  /* a fifth of a pass: epochs end mid-pass */
+    c->logdir = logdir;
+    c->threads = 1;
+    c->seed = seed;
+    c->tokens_per_sample = T;
+    c->tensorboard = 0;
+    c->curves = 0;
+    c->stats = "off";
+}
+
+/* 1 when every variable of a and b is equal bit for bit. */
+static int s_same(tp_model_t *a, tp_model_t *b) {
+    int same = tp_model_var_count(a) == tp_model_var_count(b);
+    for (int i = 0; same && i < tp_model_var_count(a); i++) {
+        tp_tensor_t va, vb;
+        cr_assert_eq(tp_model_var(a, tp_model_var_name(a, i), &va), TP_OK);
+        cr_assert_eq(tp_model_var(b, tp_model_var_name(a, i), &vb), TP_OK);
+        same = va.nbytes == vb.nbytes && !memcmp(va.data, vb.data, va.nbytes);
+        tp_tensor_fini(&va);
+        tp_tensor_fini(&vb);
+    }
+    return same;
+}
+
+Test(train_text, resumed_run_on_text_ends_bit_identical) {
+    char dir[64] = "/tmp/tp-train-text-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char file[128], straight[128], broken[128], other[128];
+    snprintf(file, sizeof file, "%s/corpus.txt", dir);
+    snprintf(straight, sizeof straight, "%s/straight", dir);
+    snprintf(broken, sizeof broken, "%s/broken", dir);
+    snprintf(other, sizeof other, "%s/other", dir);
+    FILE *f = fopen(file, "wb");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 300; i++)
+        fprintf(f, "%d bottles of beer on the wall, take %d down.\n", 300 - i, i % 7 + 1);
+    fclose(f);
+    tp_train_config_t c;
+    tp_model_t *a = NULL, *b = NULL, *o = NULL;
+    s_resume_config(&c, file, straight, 4, 3);
+    cr_assert_eq(tp_launch_train_with_config(&c, &a), TP_OK, "%s", tp_last_error());
+    s_resume_config(&c, file, broken, 2, 3);
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    s_resume_config(&c, file, broken, 4, 3);
+    c.auto_resume = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, &b), TP_OK, "%s", tp_last_error());
+    cr_assert(s_same(a, b), "the resumed run ends where the unbroken one does");
+    /* and the windows matter: the same run on the text's first half only
+     * (the same seed, so the same initial weights) ends elsewhere */
+    s_resume_config(&c, file, other, 4, 3);
+    tp_dataflow_destroy(&c.dataflow);
+    char spec[256];
+    snprintf(spec, sizeof spec, "text:%s,context=%d,val=0.5", file, T);
+    cr_assert_eq(tp_spec_parse(spec, &c.dataflow), TP_OK, "%s", tp_last_error());
+    c.dataflow = tp_df_batch(tp_df_map(c.dataflow, s_next_byte, NULL, NULL), 16, 0);
+    cr_assert_eq(tp_launch_train_with_config(&c, &o), TP_OK, "%s", tp_last_error());
+    cr_assert_not(s_same(a, o), "other windows, the same weights: the windows did not count");
+    tp_model_destroy(&a);
+    tp_model_destroy(&b);
+    tp_model_destroy(&o);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
