@@ -40,8 +40,12 @@ static tp_status_t stub_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
 
 static int64_t stub_samples(void *impl) { return ((s_stub_t *)impl)->samples; }
 
-static const tp_trainer_ops_t s_stub_ops = {
-    .name = "Stub", .run_step = stub_step, .samples_per_step = stub_samples};
+static void stub_destroy(void *impl) { free(impl); }
+
+static const tp_trainer_ops_t s_stub_ops = {.name = "Stub",
+                                            .run_step = stub_step,
+                                            .samples_per_step = stub_samples,
+                                            .destroy = stub_destroy};
 
 /* Puts validation_cost = 0.5 + epoch at each epoch's end, as the
  * InferenceRunner does. */
