@@ -1,8 +1,9 @@
 /* towerpack tests: the text source against numpy (tests/dataflow/
  * text_ref.py): the batched windows of `text:FILE,... | batch B` are the
  * file's bytes at the offsets the source's generator draws, split where
- * numpy splits. A file of its own because it runs python3. Skips when
- * python3 lacks numpy. */
+ * numpy splits; and in forked workers (`processes N`), which share the
+ * file's mapping. A file of its own because it runs python3 and forks.
+ * The numpy check skips when python3 lacks numpy. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/dataflow_spec.h>
+#include <towerpack/actor_dataflow.h>
 
 #define REF_PY TP_SOURCE_DIR "/tests/dataflow/text_ref.py"
 
@@ -145,4 +147,42 @@ Test(proc_text, windows_match_numpy_over_the_same_bytes_and_offsets) {
     snprintf(spec, sizeof spec, "text:%s,context=%lld | batch %lld", file, (long long)T,
              (long long)B);
     s_check(py, file, spec, T, "train", 0.1, off, nb, B, 1234, 0);
+}
+
+Test(proc_text, forked_workers_read_the_shared_mapping) {
+    char file[320], spec[1024];
+    snprintf(file, sizeof file, "%s/pattern.txt", s_dir);
+    /* byte i is i % 251: a window's first byte and length say it is one */
+    FILE *f = fopen(file, "wb");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 100000; i++)
+        fputc(i % 251, f);
+    fclose(f);
+    snprintf(spec, sizeof spec, "text:%s,context=32", file);
+    tp_dataflow_t *df = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    tp_mp_opts_t o;
+    tp_mp_opts_init(&o);
+    o.allow_threads = 1;  /* Criterion's own thread */
+    o.timeout_s = 20;
+    df = tp_df_batch(tp_df_multiprocess(df, 2, &o), 8, 0);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 11, 0), TP_OK, "%s", tp_last_error());
+    for (int s = 0; s < 50; s++) {
+        tp_datapoint_t *b = NULL;
+        cr_assert_eq(tp_dataflow_next(df, &b), TP_OK, "batch %d: %s", s, tp_last_error());
+        const tp_tensor_t *x = tp_datapoint_cget(b, 0), *y = tp_datapoint_cget(b, 1);
+        cr_assert_eq(x->ndim, 2);
+        cr_assert_eq(x->shape[0], 8);
+        cr_assert_eq(x->shape[1], 32);
+        for (int i = 0; i < 8; i++)
+            for (int t = 0; t < 32; t++) {
+                int32_t a = ((const int32_t *)x->data)[i * 32 + t];
+                int32_t first = ((const int32_t *)x->data)[i * 32];
+                cr_assert_eq(a, (first + t) % 251);
+                cr_assert_eq(((const int32_t *)y->data)[i * 32 + t], (first + t + 1) % 251);
+            }
+        tp_datapoint_destroy(&b);
+    }
+    tp_dataflow_destroy(&df);
 }
