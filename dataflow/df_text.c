@@ -238,7 +238,6 @@ tp_dataflow_t *tp_df_text(const char *path, const tp_df_text_opts_t *opts) {
 
 typedef struct {
     tp_df_text_opts_t o;
-    const char *path;
 } text_args_t;
 
 static tp_status_t s_text_kv(const char *key, const char *value, void *ctx) {
@@ -276,9 +275,10 @@ static tp_status_t s_text_kv(const char *key, const char *value, void *ctx) {
 
 tp_status_t df_text_src(const char *args, void *user, tp_dataflow_t **out) {
     (void)user;
-    text_args_t a = {.path = NULL};
+    text_args_t a;
     tp_df_text_opts_init(&a.o);
-    /* the path points into the copy foreach_kv makes: keep our own */
+    /* FILE is the text up to the first comma (split off here: to
+     * foreach_kv it would be a key without a value), then the options */
     char *copy = strdup(args ? args : "");
     if (!copy)
         return tp_error(TP_ERR_NOMEM, "text");
@@ -286,14 +286,14 @@ tp_status_t df_text_src(const char *args, void *user, tp_dataflow_t **out) {
     char *comma = strchr(copy, ',');
     if (comma)
         *comma = '\0';
-    a.path = df_spec_trim(copy);
-    if (!*a.path)
+    const char *path = df_spec_trim(copy);
+    if (!*path)
         rc = tp_error(TP_ERR_INVALID, "text: give a FILE (text:FILE[,context="
                       "T][,split=train|val|all])");
     if (rc == TP_OK && comma)
         rc = tp_spec_foreach_kv(comma + 1, s_text_kv, &a);
     if (rc == TP_OK) {
-        *out = tp_df_text(a.path, &a.o);
+        *out = tp_df_text(path, &a.o);
         rc = *out ? TP_OK : TP_ERR_INVALID;
     }
     free(copy);
