@@ -119,4 +119,8 @@ tp_status_t df_image_imgaug_map(const char *args, void *user,
                                 tp_df_map_fn *fn, void **fn_user,
                                 tp_df_free_fn *fn_free);
 
+/* The spec source text:FILE[,options] (df_text.c; registered by df_spec.c's
+ * built-ins). */
+tp_status_t df_text_src(const char *args, void *user, tp_dataflow_t **out);
+
 #endif

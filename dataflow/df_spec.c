@@ -621,7 +621,8 @@ static void s_builtins(void) {
                    {"tensorpack-lmdb", df_tpk_lmdb_spec},
                    {"imagefolder", df_image_folder_src},
                    {"imagelist", df_image_list_src},
-                   {"cifar", df_image_cifar_src}};
+                   {"cifar", df_image_cifar_src},
+                   {"text", df_text_src}};
     static const struct {
         const char *name;
         tp_spec_stage_fn fn;

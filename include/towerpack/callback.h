@@ -142,6 +142,28 @@ tp_callback_t *tp_cb_peak_memory(void);
  * once at before_train and puts nothing. */
 tp_callback_t *tp_cb_gpu_utilization(void);
 
+/* ---- language models --------------------------------------------------------- */
+
+/* ProgressBar for a language model: as tp_cb_progress_bar, with tokens/s
+ * (samples/s x tokens_per_sample, the context) instead of samples/s when
+ * tokens_per_sample > 0. */
+tp_callback_t *tp_cb_progress_bar_tokens(const char *names, void *stream,
+                                         int64_t tokens_per_sample);
+/* TokenThroughput: puts "tokens_per_s" (steps x samples per step x
+ * tokens_per_sample over the epoch's step time, as ThroughputTracker counts
+ * it) after each epoch. */
+tp_callback_t *tp_cb_token_throughput(int64_t tokens_per_sample);
+/* BitsPerByte: whenever the scalar `cost` (NULL: "validation_cost", a
+ * cross-entropy in nats per token) is put, puts `out` (NULL:
+ * "validation_bpb") = tp_bits_per_byte(value, bytes_per_token) at once, so
+ * both reach stats.json in the same epoch. bytes_per_token <= 0 means 1
+ * (bytes as tokens). */
+tp_callback_t *tp_cb_bits_per_byte(const char *cost, const char *out,
+                                   double bytes_per_token);
+/* Bits per byte of a cross-entropy of `nats_per_token`:
+ * nats / ln 2 / bytes_per_token (for bytes as tokens, bits per token). */
+double tp_bits_per_byte(double nats_per_token, double bytes_per_token);
+
 /* ---- guards ------------------------------------------------------------------ */
 
 /* Stop training with TP_ERR_STATE and a message naming the value, step and

@@ -110,6 +110,43 @@ const char *tp_df_fashion_mnist_dir(void);
  * uint8 [28,28] image, int32 label. tensorpack's default is shuffle=1. */
 tp_dataflow_t *tp_df_fashion_mnist(const char *split, int shuffle);
 
+/* ---- text: a language model's data ---------------------------------------- */
+
+/* Which part of a text file a text source reads. */
+typedef enum {
+    TP_TEXT_TRAIN = 0,  /* the file but its held-out tail (the default) */
+    TP_TEXT_VAL = 1,    /* the held-out tail: the last val_fraction */
+    TP_TEXT_ALL = 2,    /* the whole file (e.g. a separate validation file) */
+} tp_text_split_t;
+
+typedef struct tp_df_text_opts {
+    int64_t context;      /* T, tokens a datapoint's input holds (64) */
+    tp_text_split_t split;
+    double val_fraction;  /* the held-out tail, in [0, 1) (0.1): the split
+                             point is n - floor(n * val_fraction) */
+    int random;           /* 1: windows at random offsets; 0: consecutive
+                             windows at offsets 0, T, 2T, ...; -1 (default):
+                             random for train and all, consecutive for val
+                             (the same windows at every validation) */
+    int64_t size;         /* windows per pass; 0 (default): (bytes - 1) / T,
+                             about one pass over the split's tokens */
+} tp_df_text_opts_t;
+
+/* Defaults: context 64, TP_TEXT_TRAIN, val_fraction 0.1, random -1, size 0. */
+void tp_df_text_opts_init(tp_df_text_opts_t *opts);
+
+/* A text file as a language model's data: every byte is a token (a
+ * vocabulary of 256). Each datapoint is a window of context + 1 bytes at
+ * offset o of the split: component 0 the input, int32 [T] (bytes o ..
+ * o+T-1), component 1 the targets, int32 [T] (bytes o+1 .. o+T: the input
+ * shifted by one), so a batch is the [B, T] tokens and [B, T] labels of a
+ * sequence cross-entropy. Random offsets are drawn uniformly from
+ * [0, bytes - T - 1] by the dataflow's generator (seeded at reset_state:
+ * the same seed gives the same windows). The file is mapped (mmap), never
+ * read whole. A missing file, a directory, or a split shorter than T + 1
+ * bytes is an error naming the file. opts NULL: the defaults. */
+tp_dataflow_t *tp_df_text(const char *path, const tp_df_text_opts_t *opts);
+
 /* ---- transforms ---------------------------------------------------------- */
 
 /* Stack batch_size datapoints: component i of the batch is [B, ...shape]

@@ -86,6 +86,17 @@ typedef struct tp_train_config {
                                       report, CheckNumerics, JSONWriter,
                                       ScalarPrinter (default 1) */
     const char *progress_names;    /* fetched every step ("cost") */
+    int64_t tokens_per_sample;     /* > 0: the data are text, each sample
+                                      this many tokens (the context T):
+                                      the progress bar shows tokens/s and
+                                      stats.json gets tokens_per_s
+                                      (TokenThroughput) and validation_bpb
+                                      from validation_cost (BitsPerByte).
+                                      Default 0: not text */
+    double bytes_per_token;        /* with tokens_per_sample: the bytes a
+                                      token stands for on average, for
+                                      validation_bpb (default 0: 1, bytes
+                                      as tokens) */
     int tensorboard;               /* with default_callbacks and a logdir:
                                       TFEventWriter next to JSONWriter
                                       (default 1) */

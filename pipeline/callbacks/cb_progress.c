@@ -50,6 +50,7 @@ typedef struct {
     int have[PB_MAX_NAMES];
     uint64_t epoch_t0, last_draw;
     int64_t last_decile;
+    int64_t tokens_per_sample;  /* > 0: a language model's bar (tokens/s) */
 } s_pb_t;
 
 static tp_status_t pb_before_epoch(void *impl, tp_trainer_t *tr) {
@@ -88,7 +89,10 @@ static void pb_draw(s_pb_t *p, tp_trainer_t *tr, int final) {
     int n = snprintf(line, sizeof line, "epoch %lld/%lld [%s] %lld/%lld %s<%s %.1f it/s",
                      (long long)tp_trainer_epoch_num(tr), (long long)s->max_epoch, bar,
                      (long long)done, (long long)s->steps_per_epoch, elapsed, eta, its);
-    if (sps > 0 && n > 0 && (size_t)n < sizeof line)
+    if (sps > 0 && p->tokens_per_sample > 0 && n > 0 && (size_t)n < sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n, " %.0f tokens/s",
+                      sps * (double)p->tokens_per_sample);
+    else if (sps > 0 && n > 0 && (size_t)n < sizeof line)
         n += snprintf(line + n, sizeof line - (size_t)n, " %.0f samples/s", sps);
     for (int i = 0; i < p->nnames && n > 0 && (size_t)n < sizeof line; i++)
         if (p->have[i])
@@ -148,11 +152,17 @@ static const tp_callback_ops_t s_pb_ops = {
 };
 
 tp_callback_t *tp_cb_progress_bar(const char *names, void *stream) {
+    return tp_cb_progress_bar_tokens(names, stream, 0);
+}
+
+tp_callback_t *tp_cb_progress_bar_tokens(const char *names, void *stream,
+                                         int64_t tokens_per_sample) {
     s_pb_t *p = calloc(1, sizeof *p);
     if (!p) {
         tp_error(TP_ERR_NOMEM, "ProgressBar");
         return NULL;
     }
+    p->tokens_per_sample = tokens_per_sample;
     p->out = stream ? stream : stderr;
     p->tty = isatty(fileno(p->out));
     p->nnames = s_split_names(names, p->names, PB_MAX_NAMES);

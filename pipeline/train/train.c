@@ -655,8 +655,10 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     if (cfg->default_callbacks) {
         if ((rc = s_add(tr, tp_cb_epoch_mean(cfg->progress_names))) < 0 ||
             /* what only watches runs on the callback actor */
-            (rc = s_add(tr, tp_cb_observe_latest(tp_cb_progress_bar(cfg->progress_names, NULL),
-                                                 0.1))) < 0 ||
+            (rc = s_add(tr, tp_cb_observe_latest(
+                                tp_cb_progress_bar_tokens(cfg->progress_names, NULL,
+                                                          cfg->tokens_per_sample),
+                                0.1))) < 0 ||
             (rc = s_add(tr, tp_cb_throughput())) < 0 ||
             (rc = s_add(tr, tp_cb_observe(tp_cb_eta()))) < 0 ||
             (rc = s_add(tr, tp_cb_check_numerics(cfg->progress_names, 1))) < 0 ||
@@ -668,6 +670,12 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             (rc = s_add(tr, tp_cb_step_writer(cfg->progress_names))) < 0)
             goto out;
     }
+    /* a language model's data: tokens_per_s, and validation_bpb beside
+     * validation_cost (monitor_text.c) */
+    if (cfg->tokens_per_sample > 0 &&
+        ((rc = s_add(tr, tp_cb_token_throughput(cfg->tokens_per_sample))) < 0 ||
+         (rc = s_add(tr, tp_cb_bits_per_byte(NULL, NULL, cfg->bytes_per_token))) < 0))
+        goto out;
     for (size_t i = 0; i < cfg->nmonitors; i++) {
         tp_callback_t *cb = cfg->monitors[i];
         cfg->monitors[i] = NULL;

@@ -1,0 +1,385 @@
+/* towerpack tests: the text source (tp_df_text, `text:` specs): windows
+ * and their shifted targets, the train / validation split, seeded random
+ * offsets, the batching fast path, sizes, huge (sparse) files, and every
+ * bad input as an error naming the file. The check against numpy is in
+ * test_proc_text.c (it runs python3). */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <towerpack/towerpack.h>
+
+static char s_dir[256];
+
+static void setup(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/tp_df_text_XXXXXX");
+    cr_assert_not_null(mkdtemp(s_dir));
+}
+
+static void teardown(void) {
+    DIR *d = opendir(s_dir);
+    if (d) {
+        struct dirent *e;
+        char p[600];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            snprintf(p, sizeof p, "%s/%s", s_dir, e->d_name);
+            if (unlink(p) != 0)
+                rmdir(p);
+        }
+        closedir(d);
+    }
+    rmdir(s_dir);
+}
+
+TestSuite(dataflow_text, .init = setup, .fini = teardown, .timeout = 60);
+
+static const char *path(const char *name) {
+    static char buf[4][320];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", s_dir, name);
+    return buf[k];
+}
+
+static void write_file(const char *p, const void *data, size_t n) {
+    FILE *f = fopen(p, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* n bytes: byte i is (i * 7 + 3) % 256, so a window's values give away
+ * where it starts. */
+static const char *write_pattern(const char *name, size_t n) {
+    uint8_t *b = malloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)(i * 7 + 3);
+    const char *p = path(name);
+    write_file(p, b, n);
+    free(b);
+    return p;
+}
+
+static tp_dataflow_t *text(const char *p, int64_t T, tp_text_split_t split,
+                           int random) {
+    tp_df_text_opts_t o;
+    tp_df_text_opts_init(&o);
+    o.context = T;
+    o.split = split;
+    o.random = random;
+    return tp_df_text(p, &o);
+}
+
+/* The offset of a window of the pattern file, from its first byte and
+ * checking every byte of input and target against it. */
+static int64_t pattern_offset(const tp_datapoint_t *dp, int64_t T, int64_t n) {
+    const tp_tensor_t *x = tp_datapoint_cget(dp, 0), *y = tp_datapoint_cget(dp, 1);
+    cr_assert_eq(x->dtype, TP_INT32);
+    cr_assert_eq(y->dtype, TP_INT32);
+    cr_assert_eq(x->ndim, 1);
+    cr_assert_eq(x->shape[0], T);
+    cr_assert_eq(y->shape[0], T);
+    const int32_t *xs = x->data, *ys = y->data;
+    /* 7 is invertible mod 256 (7 * 183 = 1281 = 5 * 256 + 1) */
+    int64_t off = (int64_t)(((xs[0] - 3) * 183) & 255);
+    for (int64_t base = off; base < n; base += 256) {
+        int ok = 1;
+        for (int64_t t = 0; t < T && ok; t++)
+            ok = xs[t] == (int32_t)(uint8_t)((base + t) * 7 + 3) &&
+                 ys[t] == (int32_t)(uint8_t)((base + t + 1) * 7 + 3);
+        if (ok)
+            return base;  /* the first candidate (a 256-periodic file) */
+    }
+    cr_assert_fail("a window that is no window of the file");
+    return -1;
+}
+
+Test(dataflow_text, consecutive_windows_are_the_bytes_and_the_targets_shifted_by_one) {
+    const char *p = write_pattern("a.txt", 1000);
+    tp_dataflow_t *df = text(p, 16, TP_TEXT_ALL, 0);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_size(df), (1000 - 1) / 16);
+    for (int pass = 0; pass < 2; pass++) {
+        tp_datapoint_t *dp;
+        int64_t k = 0;
+        while (tp_dataflow_next(df, &dp) == TP_OK) {
+            const int32_t *x = tp_datapoint_get(dp, 0)->data;
+            const int32_t *y = tp_datapoint_get(dp, 1)->data;
+            for (int64_t t = 0; t < 16; t++) {
+                cr_assert_eq(x[t], (uint8_t)((k * 16 + t) * 7 + 3));
+                cr_assert_eq(y[t], (uint8_t)((k * 16 + t + 1) * 7 + 3));
+            }
+            tp_datapoint_destroy(&dp);
+            k++;
+        }
+        cr_assert_eq(k, 62, "every pass gives the same 62 windows (pass %d)", pass);
+    }
+    tp_dataflow_destroy(&df);
+}
+
+Test(dataflow_text, splits_hold_out_the_last_tenth_and_windows_never_cross_it) {
+    /* 1000 bytes: train [0, 900), val [900, 1000); lowercase then upper */
+    char b[1000];
+    for (int i = 0; i < 1000; i++)
+        b[i] = i < 900 ? (char)('a' + i % 26) : (char)('A' + i % 26);
+    const char *p = path("s.txt");
+    write_file(p, b, sizeof b);
+    /* train, random: no byte of the validation tail in any window */
+    tp_df_text_opts_t o;
+    tp_df_text_opts_init(&o);
+    o.context = 8;
+    o.size = 20000;
+    tp_dataflow_t *df = tp_df_text(p, &o);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 7, 0), TP_OK);
+    tp_datapoint_t *dp;
+    int64_t n = 0;
+    while (tp_dataflow_next(df, &dp) == TP_OK) {
+        const int32_t *x = tp_datapoint_get(dp, 0)->data;
+        const int32_t *y = tp_datapoint_get(dp, 1)->data;
+        for (int t = 0; t < 8; t++) {
+            cr_assert(x[t] >= 'a' && x[t] <= 'z', "a validation byte in training");
+            cr_assert(y[t] >= 'a' && y[t] <= 'z', "a validation byte in training");
+        }
+        tp_datapoint_destroy(&dp);
+        n++;
+    }
+    cr_assert_eq(n, 20000);
+    tp_dataflow_destroy(&df);
+
+    /* val: consecutive by default, all uppercase, (100 - 1) / 8 windows */
+    df = text(p, 8, TP_TEXT_VAL, -1);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 7, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_size(df), 12);
+    int64_t k = 0;
+    while (tp_dataflow_next(df, &dp) == TP_OK) {
+        const int32_t *x = tp_datapoint_get(dp, 0)->data;
+        cr_assert_eq(x[0], 'A' + (900 + k * 8) % 26);
+        for (int t = 0; t < 8; t++)
+            cr_assert(x[t] >= 'A' && x[t] <= 'Z');
+        tp_datapoint_destroy(&dp);
+        k++;
+    }
+    cr_assert_eq(k, 12);
+    tp_dataflow_destroy(&df);
+}
+
+/* The windows of one pass as offsets. */
+static void offsets(tp_dataflow_t *df, int64_t T, int64_t n, int64_t *out,
+                    int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        tp_datapoint_t *dp = NULL;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        out[i] = pattern_offset(dp, T, n);
+        tp_datapoint_destroy(&dp);
+    }
+}
+
+Test(dataflow_text, random_offsets_follow_the_seed) {
+    const char *p = write_pattern("r.txt", 200);  /* < 256: offsets unique */
+    int64_t a[50], b[50], c[50], d[50];
+    tp_dataflow_t *df = text(p, 10, TP_TEXT_ALL, 1);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 42, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_size(df), 19);
+    offsets(df, 10, 200, a, 19);
+    tp_datapoint_t *dp = NULL;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_DONE);
+    offsets(df, 10, 200, a + 19, 19);  /* the next pass goes on drawing */
+    tp_dataflow_destroy(&df);
+
+    df = text(p, 10, TP_TEXT_ALL, 1);
+    cr_assert_eq(tp_dataflow_reset_state(df, 42, 0), TP_OK);
+    offsets(df, 10, 200, b, 19);
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_DONE);
+    offsets(df, 10, 200, b + 19, 19);
+    tp_dataflow_destroy(&df);
+    cr_assert_arr_eq(a, b, sizeof(int64_t) * 38, "the same seed, the same windows");
+
+    df = text(p, 10, TP_TEXT_ALL, 1);
+    cr_assert_eq(tp_dataflow_reset_state(df, 43, 0), TP_OK);
+    offsets(df, 10, 200, c, 19);
+    tp_dataflow_destroy(&df);
+    cr_assert(memcmp(a, c, sizeof(int64_t) * 19) != 0, "another seed, other windows");
+
+    /* what the generator draws: below(n - T), after the "text" derivation */
+    tp_rng_t rng;
+    tp_df_rng_derive(&rng, 42, 0, "text");
+    for (int i = 0; i < 38; i++)
+        d[i] = (int64_t)tp_rng_below(&rng, 200 - 10);
+    cr_assert_arr_eq(a, d, sizeof(int64_t) * 38);
+    int distinct_passes = memcmp(a, a + 19, sizeof(int64_t) * 19) != 0;
+    cr_assert(distinct_passes, "each pass draws new windows");
+}
+
+Test(dataflow_text, batch_fast_path_gives_the_windows_of_next) {
+    const char *p = write_pattern("b.txt", 5000);
+    tp_dataflow_t *one = NULL, *batched = NULL;
+    char spec[600];
+    snprintf(spec, sizeof spec, "text:%s,context=32", p);
+    cr_assert_eq(tp_spec_parse(spec, &one), TP_OK, "%s", tp_last_error());
+    snprintf(spec, sizeof spec, "text:%s, context=32 | batch 8", p);
+    cr_assert_eq(tp_spec_parse(spec, &batched), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(one, 5, 3), TP_OK);
+    cr_assert_eq(tp_dataflow_reset_state(batched, 5, 3), TP_OK);
+    /* the training split is 4500 bytes: (4500 - 1) / 32 = 140 windows */
+    cr_assert_eq(tp_dataflow_size(one), 140);
+    cr_assert_eq(tp_dataflow_size(batched), 17);
+    for (int s = 0; s < 17; s++) {
+        tp_datapoint_t *b = NULL;
+        cr_assert_eq(tp_dataflow_next(batched, &b), TP_OK, "%s", tp_last_error());
+        const tp_tensor_t *x = tp_datapoint_cget(b, 0), *y = tp_datapoint_cget(b, 1);
+        cr_assert_eq(x->ndim, 2);
+        cr_assert_eq(x->shape[0], 8);
+        cr_assert_eq(x->shape[1], 32);
+        cr_assert_eq(y->shape[1], 32);
+        for (int i = 0; i < 8; i++) {
+            tp_datapoint_t *dp = NULL;
+            cr_assert_eq(tp_dataflow_next(one, &dp), TP_OK);
+            cr_assert_arr_eq((int32_t *)x->data + i * 32, tp_datapoint_get(dp, 0)->data,
+                             32 * sizeof(int32_t));
+            cr_assert_arr_eq((int32_t *)y->data + i * 32, tp_datapoint_get(dp, 1)->data,
+                             32 * sizeof(int32_t));
+            tp_datapoint_destroy(&dp);
+        }
+        tp_datapoint_destroy(&b);
+    }
+    tp_dataflow_destroy(&one);
+    tp_dataflow_destroy(&batched);
+}
+
+Test(dataflow_text, spec_options) {
+    const char *p = write_pattern("o.txt", 1000);
+    char spec[600];
+    tp_dataflow_t *df = NULL;
+    snprintf(spec, sizeof spec, "text:%s,context=9,split=val,random=1,size=5", p);
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_size(df), 5);
+    int64_t off[5];
+    offsets(df, 9, 1000, off, 5);
+    /* in the file at 900 + [0, 100 - 9]; pattern_offset gives it mod 256 */
+    for (int i = 0; i < 5; i++)
+        cr_assert(off[i] % 256 >= 900 % 256 && off[i] % 256 <= 900 % 256 + 91,
+                  "offset %lld", (long long)off[i]);
+    tp_dataflow_destroy(&df);
+    /* val=0.5: the validation split is [500, 1000) */
+    snprintf(spec, sizeof spec, "text:%s,context=9,split=val,val=0.5", p);
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_size(df), (500 - 1) / 9);
+    tp_datapoint_t *dp = NULL;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK);
+    cr_assert_eq(((int32_t *)tp_datapoint_get(dp, 0)->data)[0], (uint8_t)(500 * 7 + 3));
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&df);
+    /* bad options name themselves */
+    const char *bad[] = {"context=0", "split=test", "val=1", "random=2", "colour=1",
+                         "extra"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(spec, sizeof spec, "text:%s,%s", p, bad[i]);
+        cr_assert_neq(tp_spec_parse(spec, &df), TP_OK, "%s", spec);
+        cr_assert_null(df);
+        char key[32];
+        snprintf(key, sizeof key, "%.*s", (int)strcspn(bad[i], "="), bad[i]);
+        cr_assert_not_null(strstr(tp_last_error(), key), "%s: %s", spec, tp_last_error());
+    }
+    cr_assert_neq(tp_spec_parse("text:", &df), TP_OK);
+    cr_assert_not_null(strstr(tp_last_error(), "FILE"), "%s", tp_last_error());
+}
+
+Test(dataflow_text, bad_files_are_errors_naming_the_file) {
+    tp_dataflow_t *df;
+    /* missing */
+    char missing[320];  /* path()'s buffers rotate: keep a copy */
+    snprintf(missing, sizeof missing, "%s", path("nothing.txt"));
+    df = text(missing, 8, TP_TEXT_TRAIN, -1);
+    cr_assert_null(df);
+    cr_assert_not_null(strstr(tp_last_error(), missing), "%s", tp_last_error());
+    cr_assert_not_null(strstr(tp_last_error(), "No such file"), "%s", tp_last_error());
+    /* a directory */
+    df = text(s_dir, 8, TP_TEXT_TRAIN, -1);
+    cr_assert_null(df);
+    cr_assert_not_null(strstr(tp_last_error(), s_dir), "%s", tp_last_error());
+    cr_assert_not_null(strstr(tp_last_error(), "directory"), "%s", tp_last_error());
+    /* empty, and one byte short of context + 1 */
+    const char *empty = write_pattern("empty.txt", 0);
+    df = text(empty, 8, TP_TEXT_ALL, -1);
+    cr_assert_null(df);
+    cr_assert_not_null(strstr(tp_last_error(), empty), "%s", tp_last_error());
+    cr_assert_not_null(strstr(tp_last_error(), "context + 1 = 9"), "%s", tp_last_error());
+    const char *short8 = write_pattern("short.txt", 8);
+    df = text(short8, 8, TP_TEXT_ALL, -1);
+    cr_assert_null(df, "8 bytes cannot give a window of 9");
+    cr_assert_not_null(strstr(tp_last_error(), "8 bytes"), "%s", tp_last_error());
+    const char *nine = write_pattern("nine.txt", 9);
+    df = text(nine, 8, TP_TEXT_ALL, -1);
+    cr_assert_not_null(df, "exactly context + 1 bytes is one window: %s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_size(df), 1);
+    tp_dataflow_destroy(&df);
+    /* the validation tail of a 50-byte file is 5 bytes: too short for 8 */
+    const char *small = write_pattern("small.txt", 50);
+    df = text(small, 8, TP_TEXT_VAL, -1);
+    cr_assert_null(df);
+    cr_assert_not_null(strstr(tp_last_error(), small), "%s", tp_last_error());
+    cr_assert_not_null(strstr(tp_last_error(), "validation split is 5 bytes"), "%s",
+                       tp_last_error());
+    /* through a spec, the message keeps the file's name */
+    char spec[600];
+    snprintf(spec, sizeof spec, "text:%s,context=8 | batch 2", missing);
+    cr_assert_neq(tp_spec_parse(spec, &df), TP_OK);
+    cr_assert_not_null(strstr(tp_last_error(), missing), "%s", tp_last_error());
+}
+
+Test(dataflow_text, huge_sparse_file_is_mapped_not_read) {
+    /* 6 GiB, sparse: offsets past 4 GiB must work, and nothing is copied
+     * (a copy would need 6 GiB of memory, or 24 as int32) */
+    const char *p = path("huge.txt");
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert_geq(fd, 0);
+    int64_t n = (int64_t)6 << 30;
+    if (ftruncate(fd, n) != 0) {
+        close(fd);
+        cr_skip_test("no sparse 6 GiB file here");
+    }
+    const char tail[] = "the end of a very long text.";
+    int64_t at = n - (int64_t)sizeof tail + 1;  /* the last bytes of the file */
+    cr_assert_eq(pwrite(fd, tail, sizeof tail - 1, at), (ssize_t)(sizeof tail - 1));
+    close(fd);
+    tp_dataflow_t *df = text(p, (int64_t)sizeof tail - 2, TP_TEXT_VAL, 0);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    int64_t T = (int64_t)sizeof tail - 2;
+    int64_t cut = n - (int64_t)((double)n * 0.1);
+    cr_assert_eq(tp_dataflow_size(df), (n - cut - 1) / T);
+    tp_dataflow_destroy(&df);
+    /* a validation split of exactly the tail (T + 1 bytes): its one window
+     * is the file's last bytes, read from past 6 GiB */
+    tp_df_text_opts_t o;
+    tp_df_text_opts_init(&o);
+    o.context = T;
+    o.split = TP_TEXT_VAL;
+    o.val_fraction = ((double)T + 1.5) / (double)n;  /* floor: T + 1 */
+    o.random = 1;
+    o.size = 3;
+    df = tp_df_text(p, &o);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp = NULL;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK);
+    const int32_t *x = tp_datapoint_get(dp, 0)->data, *y = tp_datapoint_get(dp, 1)->data;
+    for (int64_t t = 0; t < T; t++) {
+        cr_assert_eq(x[t], (uint8_t)tail[t]);
+        cr_assert_eq(y[t], (uint8_t)tail[t + 1]);
+    }
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&df);
+}
