@@ -93,6 +93,15 @@ typedef struct tp_train_config {
                                       StepWriter (steps.tsv of
                                       progress_names) and CurvePlotter
                                       (curves.png every epoch) (default 1) */
+    int64_t log_every_n_steps;     /* with default_callbacks: the training
+                                      scalars (progress_names and the
+                                      towers' metrics, smoothed as the
+                                      progress bar shows them) go to the
+                                      monitors (TensorBoard, stats) every
+                                      this many steps, besides the epoch's
+                                      means (default 50, as Lightning's
+                                      log_every_n_steps; 0: once an epoch
+                                      only) */
     const char *hparams;           /* the run's hyper-parameters as text
                                       (key=value lines), written once to
                                       the event file as "hparams"; NULL:
