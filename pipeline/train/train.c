@@ -756,11 +756,6 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         }
     }
 
-    /* Each tower's first batch against the model's inputs, before any
-     * callback writes a file. */
-    if ((rc = s_check_first_batches(mt, cfg->model)) < 0)
-        goto out;
-
     /* Callbacks in tensorpack's order. */
     /* The validation runner first: callbacks that read its results after
      * an epoch (MinSaver, MaxSaver, StatMonitorParamSetter) see this
@@ -792,6 +787,18 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         goto out;
     }
     mt->nactors = cfg->nactors;
+    /* Each tower's first batch against the model's inputs, before any
+     * callback writes a file. After the supervisor has started the run's
+     * actors (one may be what feeds the input), its wait supervised as a
+     * step's is. */
+    {
+        const tp_wait_phase_t waiting = {s_supervise_waiting, mt};
+        const tp_wait_phase_t *outer = tp_actor_wait_begin(&waiting);
+        rc = s_check_first_batches(mt, cfg->model);
+        tp_actor_wait_end(outer);
+        if (rc < 0)
+            goto out;
+    }
     if ((rc = s_add(tr, tp_callback_new(&s_run_statistics_ops, mt, 0))) < 0)
         goto out;
     if (cfg->default_callbacks) {
