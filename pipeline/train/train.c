@@ -810,7 +810,10 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         for (int i = 0; i < tp_model_metric_count(mt->model, 0); i++) {
             const char *mn = tp_model_metric_name(mt->model, 0, i);
             size_t len = strlen(stepnames);
-            if (!strstr(stepnames, mn))
+            char key[160], list[520];  /* ",name," in ",list," */
+            snprintf(key, sizeof key, ",%s,", mn);
+            snprintf(list, sizeof list, ",%s,", stepnames);
+            if (!strstr(list, key))
                 snprintf(stepnames + len, sizeof stepnames - len, "%s%s",
                          len ? "," : "", mn);
         }
