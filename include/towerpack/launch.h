@@ -81,7 +81,8 @@ typedef struct tp_train_config {
     size_t ncallbacks;
     tp_callback_t **monitors;      /* taken; after everything else */
     size_t nmonitors;
-    int default_callbacks;         /* epoch means of progress_names,
+    int default_callbacks;         /* StepScalars (log_every_n_steps),
+                                      epoch means of progress_names,
                                       ProgressBar, throughput, ETA, time
                                       report, CheckNumerics, JSONWriter,
                                       ScalarPrinter (default 1) */
