@@ -34,6 +34,10 @@ void tp_cb_on_scalar(tp_callback_t *cb, tp_trainer_t *tr, const char *name,
 double tp_callback_epoch_end_seconds(const tp_callback_t *self);
 void *tp_callback_impl(tp_callback_t *self);
 const tp_callback_ops_t *tp_callback_ops(const tp_callback_t *self);
+/* The callback a wrapper (PeriodicTrigger, PeriodicCallback,
+ * EnableCallbackIf, nested) runs; cb itself when it is none. Borrowed. The
+ * launch asks it which callbacks are ModelSavers. */
+tp_callback_t *tp_cb_unwrap(tp_callback_t *cb);
 
 /* The watchdog's period in seconds (0: off, the default): launch sets the
  * TrainConfig's; the callback actor names an observer stuck in one hook

@@ -977,7 +977,13 @@ tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
     tp_node_t *y = NULL;
     if (!x) {
         s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
-    } else if (filters < 1 || kernel < 1 || x->shape.ndim != 4) {
+    } else if (x->shape.ndim != 4) {
+        /* the common mistake: images fed as [N,H,W] or flat [N,H*W] */
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, scope, "a conv needs a [N,C,H,W] input (rank 4), "
+               "got %s (rank %d): reshape it first (e.g. tp_reshape to [N,1,H,W])",
+               s_shape_str(&x->shape, a, 96), x->shape.ndim);
+    } else if (filters < 1 || kernel < 1) {
         char a[96];
         s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
                kernel, kernel, s_shape_str(&x->shape, a, 96));

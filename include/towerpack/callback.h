@@ -124,6 +124,11 @@ tp_callback_t *tp_cb_throughput(void);
  * e.g. "cost,accuracy"), put as scalars of the same names after the epoch:
  * the training curves of stats.json. */
 tp_callback_t *tp_cb_epoch_mean(const char *names);
+/* StepScalars: every `every_n_steps` global steps, the mean of each fetched
+ * name (comma-separated) over the steps since its last put, put as scalar
+ * "<name>_step" (TensorBoard's curve between epochs; the launch adds it
+ * with TrainConfig.log_every_n_steps). */
+tp_callback_t *tp_cb_step_scalars(const char *names, int64_t every_n_steps);
 /* EstimatedTimeLeft: logs the time left after each epoch (median epoch
  * time x epochs left). */
 tp_callback_t *tp_cb_eta(void);

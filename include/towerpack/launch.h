@@ -81,7 +81,8 @@ typedef struct tp_train_config {
     size_t ncallbacks;
     tp_callback_t **monitors;      /* taken; after everything else */
     size_t nmonitors;
-    int default_callbacks;         /* epoch means of progress_names,
+    int default_callbacks;         /* StepScalars (log_every_n_steps),
+                                      epoch means of progress_names,
                                       ProgressBar, throughput, ETA, time
                                       report, CheckNumerics, JSONWriter,
                                       ScalarPrinter (default 1) */
@@ -104,6 +105,15 @@ typedef struct tp_train_config {
                                       StepWriter (steps.tsv of
                                       progress_names) and CurvePlotter
                                       (curves.png every epoch) (default 1) */
+    int64_t log_every_n_steps;     /* with default_callbacks: the training
+                                      scalars (progress_names and the
+                                      towers' metrics, smoothed as the
+                                      progress bar shows them) go to the
+                                      monitors (TensorBoard, stats) every
+                                      this many steps, besides the epoch's
+                                      means (default 50, as Lightning's
+                                      log_every_n_steps; 0: once an epoch
+                                      only) */
     const char *hparams;           /* the run's hyper-parameters as text
                                       (key=value lines), written once to
                                       the event file as "hparams"; NULL:

@@ -45,7 +45,8 @@ tp_status_t tp_checkpoint_find_older(const char *logdir, const char *than, char 
 
 /* What an InferenceRunner computes over a validation pass. */
 typedef enum {
-    TP_INFER_SCALAR_STATS = 0,       /* mean of a scalar output, weighted by rows */
+    TP_INFER_SCALAR_STATS = 0,       /* mean of an output over all its elements
+                                        (a scalar or per-row), weighted by rows */
     TP_INFER_CLASSIFICATION_ERROR,   /* sum of a wrong-count output / rows */
     /* test-time augmentation by mirroring: the share of rows whose class
      * (the argmax of a float32 [rows, classes] logits output, summed over

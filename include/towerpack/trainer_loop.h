@@ -99,8 +99,13 @@ typedef struct tp_schedule {
  * from a signal, or TP_OK (also when a callback stopped training). */
 tp_status_t tp_trainer_train(tp_trainer_t *self, const tp_schedule_t *sched);
 
-/* Ask the loop to stop after the current step; after_epoch and trigger_epoch
- * of the current epoch are skipped, after_train runs. `reason` is logged and
+/* Ask the loop to stop. Asked during a step (before_run .. trigger_step,
+ * or a step itself): the loop stops after that step's hooks, after_epoch
+ * and trigger_epoch of the unfinished epoch are skipped. Asked at the
+ * epoch's end (after_epoch, trigger_epoch): that end finishes, every
+ * callback's after_epoch and trigger_epoch of the epoch run (its statistics
+ * written, its checkpoint saved), and no further epoch starts. after_train
+ * runs in both cases. `reason` is logged and
  * kept (tp_trainer_stop_reason). Async-signal-safe when `reason` is a string
  * literal and `interrupted` says it came from a signal. */
 void tp_trainer_request_stop(tp_trainer_t *self, const char *reason,

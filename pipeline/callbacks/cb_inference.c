@@ -61,6 +61,8 @@ typedef struct {
     int nviews;            /* the views the inferencers need: 1, 2 or 6 */
     tp_predictor_t *pred;  /* over the trainer's model, before..after train */
     tp_tensor_t view;      /* input 0 as a view (s_views) */
+    void *host;            /* an output's host copy, hostcap bytes */
+    size_t hostcap;
 } s_runner_t;
 
 static tp_status_t runner_before_train(void *impl, tp_trainer_t *tr) {
@@ -203,17 +205,37 @@ static tp_status_t s_batch(s_runner_t *r, const tp_tensor_t *inputs, int nin, do
             TP_TRY(s_tta_logits(m, &r->infs[i], v, rows, 0));
             continue;
         }
+        /* Every element, as tensorpack's ScalarStats takes np.mean of an
+         * output: a per-row output ([b] or [b, k]) is averaged over all its
+         * elements, then weighted by the batch's rows (issue 46: reading
+         * element [0] alone reported one row's value). ClassificationError
+         * sums its count, a scalar or a per-row 0/1 vector alike. */
+        if (v->dtype != TP_FLOAT32 && v->dtype != TP_INT32)
+            return tp_error(TP_ERR_INVALID, "InferenceRunner: output %s is not "
+                            "float32 or int32", r->infs[i].output);
+        const size_t numel = v->nbytes / 4;
+        if (numel == 0)
+            return tp_error(TP_ERR_SHAPE, "InferenceRunner: output %s is empty",
+                            r->infs[i].output);
+        if (v->nbytes > r->hostcap) {
+            void *h = realloc(r->host, v->nbytes);
+            if (!h)
+                return tp_error(TP_ERR_NOMEM, "InferenceRunner: reading %s",
+                                r->infs[i].output);
+            r->host = h;
+            r->hostcap = v->nbytes;
+        }
         /* through the backend: on a GPU the view is device memory */
-        union { float f; int32_t i; } u;
-        int scalar = v->dtype == TP_FLOAT32 || v->dtype == TP_INT32;
-        const void *p = scalar ? tp_model_view_host(m, v, &u, sizeof u) : NULL;
-        if (scalar && !p)
+        const void *p = tp_model_view_host(m, v, r->host, v->nbytes);
+        if (!p)
             return tp_error_wrap(TP_ERR_DEVICE, "InferenceRunner: reading %s",
                                  r->infs[i].output);
-        double x = v->dtype == TP_FLOAT32 ? ((const float *)p)[0]
-                 : v->dtype == TP_INT32 ? ((const int32_t *)p)[0]
-                 : NAN;
-        r->infs[i].sum += r->infs[i].kind == TP_INFER_SCALAR_STATS ? x * b : x;
+        double total = 0;
+        for (size_t e = 0; e < numel; e++)
+            total += v->dtype == TP_FLOAT32 ? (double)((const float *)p)[e]
+                                            : (double)((const int32_t *)p)[e];
+        r->infs[i].sum += r->infs[i].kind == TP_INFER_SCALAR_STATS
+                              ? total / (double)numel * b : total;
     }
     if (r->nviews < 2)
         return TP_OK;
@@ -282,6 +304,7 @@ static void runner_destroy(void *impl) {
     for (size_t i = 0; i < r->n; i++)
         free(r->infs[i].logits);
     tp_tensor_fini(&r->view);
+    free(r->host);
     free(r->infs);
     free(r);
 }

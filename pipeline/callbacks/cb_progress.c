@@ -465,3 +465,58 @@ tp_callback_t *tp_cb_stop_after(int64_t max_steps) {
     g->max_steps = max_steps;
     return tp_callback_new(&s_stop_ops, g, 0);
 }
+
+/* ---- StepScalars ------------------------------------------------------------------------- */
+
+/* The training curve between epochs (issue 46): one epoch of Fashion-MNIST
+ * gave TensorBoard a single point of the loss. Every `every` global steps
+ * the mean of each fetched name over the steps since the last put goes to
+ * the monitors as "<name>_step" (Lightning's train_loss_step): a window
+ * mean, so a noisy loss reads as a curve. */
+typedef struct {
+    s_mean_t m;
+    int64_t every;
+} s_stepsc_t;
+
+static tp_status_t stepsc_before_run(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    return mean_before_run(&((s_stepsc_t *)impl)->m, tr, f);
+}
+
+static tp_status_t stepsc_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t *f) {
+    return mean_after_run(&((s_stepsc_t *)impl)->m, tr, f);
+}
+
+static tp_status_t stepsc_trigger_step(void *impl, tp_trainer_t *tr) {
+    s_stepsc_t *s = impl;
+    if (tp_trainer_global_step(tr) % s->every != 0)
+        return TP_OK;
+    for (int i = 0; i < s->m.nnames; i++)
+        if (s->m.count[i]) {
+            char name[80];
+            snprintf(name, sizeof name, "%s_step", s->m.names[i]);
+            tp_trainer_put_scalar(tr, name, s->m.sum[i] / (double)s->m.count[i]);
+        }
+    return mean_before_epoch(&s->m, tr);  /* a new window */
+}
+
+static const tp_callback_ops_t s_stepsc_ops = {
+    .name = "StepScalars",
+    .before_run = stepsc_before_run, .after_run = stepsc_after_run,
+    .trigger_step = stepsc_trigger_step, .destroy = pb_destroy,
+};
+
+tp_callback_t *tp_cb_step_scalars(const char *names, int64_t every_n_steps) {
+    if (every_n_steps < 1) {
+        tp_error(TP_ERR_INVALID, "StepScalars: every_n_steps must be >= 1 (got %lld)",
+                 (long long)every_n_steps);
+        return NULL;
+    }
+    s_stepsc_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        tp_error(TP_ERR_NOMEM, "StepScalars");
+        return NULL;
+    }
+    s->m.nnames = s_split_names(names, s->m.names, PB_MAX_NAMES);
+    s->every = every_n_steps;
+    return tp_callback_new(&s_stepsc_ops, s, 0);
+}

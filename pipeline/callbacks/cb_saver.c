@@ -476,8 +476,11 @@ static tp_status_t saver_written(void *owner, const s_job_t *job) {
     return TP_OK;
 }
 
-/* The snapshot now; the file, the index and the pruning on the writer. */
-static tp_status_t saver_trigger_epoch(void *impl, tp_trainer_t *tr) {
+/* The snapshot now; the file, the index and the pruning on the writer.
+ * Its trigger (tensorpack's ModelSaver._trigger), which trigger_epoch runs
+ * when no wrapper says otherwise: PeriodicTrigger(ModelSaver, every k
+ * steps or epochs) saves then (as trigger_epoch it never saved). */
+static tp_status_t saver_trigger(void *impl, tp_trainer_t *tr) {
     s_saver_t *s = impl;
     char path[PATH_SIZE];
     s_path(path, sizeof path, s->dir, tp_trainer_global_step(tr));
@@ -506,7 +509,7 @@ static const tp_callback_ops_t s_saver_ops = {
     .setup_graph = saver_setup,
     .before_train = saver_before_train,
     .trigger_step = saver_trigger_step,
-    .trigger_epoch = saver_trigger_epoch,
+    .trigger = saver_trigger,
     .after_train = saver_after_train,
     .destroy = saver_destroy,
 };

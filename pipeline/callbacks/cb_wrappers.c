@@ -163,3 +163,11 @@ tp_callback_t *tp_cb_enable_if(tp_callback_t *cb, tp_cb_pred_fn pred, void *arg)
     TP_ASSERT(pred);
     return s_new(&s_enable_if_ops, cb, (s_wrap_t){.pred = pred, .arg = arg});
 }
+
+tp_callback_t *tp_cb_unwrap(tp_callback_t *cb) {
+    while (cb && (tp_callback_ops(cb) == &s_periodic_trigger_ops ||
+                  tp_callback_ops(cb) == &s_periodic_callback_ops ||
+                  tp_callback_ops(cb) == &s_enable_if_ops))
+        cb = ((s_wrap_t *)tp_callback_impl(cb))->inner;
+    return cb;
+}

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <towerpack/actor.h>
 #include <towerpack/checkpoint.h>
 #include <towerpack/log.h>
@@ -42,6 +44,10 @@ typedef struct {
     tp_supervisor_t *sup;     /* the run's supervisor (see below) */
     size_t nactors;           /* its children: the run's own actors */
     tp_trainer_t *trainer;    /* set by setup */
+    tp_datapoint_t *first[MAX_TOWERS]; /* each tower's first batch, taken at
+                                          launch to check it, given to the
+                                          first step */
+    int fetch_checked;        /* the fetch names nobody gives were warned of */
     double t_start;           /* the schedule's start (setup) */
 } s_mt_t;
 
@@ -66,6 +72,11 @@ static tp_status_t s_step(s_mt_t *t, tp_trainer_t *tr, tp_fetches_t *f) {
      * input is (its own counters are its business, see tp_input_stats). */
     uint64_t w0 = tp_now_ns();
     for (int i = 0; i < t->towers; i++) {
+        if (t->first[i]) {  /* checked at launch */
+            batches[i] = t->first[i];
+            t->first[i] = NULL;
+            continue;
+        }
         tp_status_t rc = tp_input_next(t->input, i, &batches[i]);
         if (rc < 0) {
             for (int j = 0; j < i; j++)
@@ -139,7 +150,14 @@ static tp_status_t s_step(s_mt_t *t, tp_trainer_t *tr, tp_fetches_t *f) {
         }
         if (got)
             tp_fetches_set(f, name, sum / got);
+        else if (!t->fetch_checked && strncmp(name, "trainer/", 8) != 0)
+            /* once: a name a callback asks for (progress_names, a printer)
+             * that no tower gives is otherwise silently absent */
+            TP_WARN("fetch '%s' asked for by a callback: no tower gives it (the "
+                    "model's outputs, metrics and \"cost\" are fetchable); it is "
+                    "left out", name);
     }
+    t->fetch_checked = 1;
     /* The step's own wait for its batches, for a callback that asks. */
     tp_fetches_set(f, "trainer/input_wait_s", (double)waited * 1e-9);
     tp_clear_error();
@@ -180,6 +198,9 @@ static void mt_destroy(void *impl) {
     /* its children first (upstream of the input); members are not its */
     tp_supervisor_destroy(&t->sup);
     tp_towers_destroy(&t->executors);
+    for (int i = 0; i < MAX_TOWERS; i++)
+        if (t->first[i])
+            tp_input_release(t->input, i, &t->first[i]);
     tp_input_destroy(&t->input);
     tp_model_destroy(&t->model);
     free(t);
@@ -362,6 +383,7 @@ void tp_train_config_init(tp_train_config_t *cfg) {
     cfg->progress_names = "cost";
     cfg->tensorboard = 1;
     cfg->curves = 1;
+    cfg->log_every_n_steps = 50;
     cfg->save_checkpoints = 1;
     cfg->starting_epoch = 1;
     cfg->watchdog_s = 10;
@@ -416,6 +438,112 @@ static tp_status_t s_ckpt_state(char *ckpt, size_t size, const char *logdir,
     }
 }
 
+/* A ModelSaver, also inside a wrapper (PeriodicTrigger(ModelSaver)). */
+static int s_is_model_saver(tp_callback_t *cb) {
+    return strcmp(tp_callback_name(tp_cb_unwrap(cb)), "ModelSaver") == 0;
+}
+
+/* The TrainConfig's rules, checked before anything is made: the first
+ * broken one, named with its value. */
+static tp_status_t s_check_config(const tp_train_config_t *cfg) {
+    if (!cfg->model)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.model is NULL: training needs a "
+                        "model description (tp_model_desc_t)");
+    if (!cfg->model->build)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.model: tp_model_desc_t.build is "
+                        "NULL: the tower function that declares the model is required");
+    if (!cfg->model->optimizer)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.model: tp_model_desc_t.optimizer "
+                        "is NULL: training needs an optimizer (a model without one is "
+                        "inference-only: see predict.h)");
+    if (cfg->model->ninputs < 0 || cfg->model->ninputs > MAX_INPUTS)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.model: tp_model_desc_t.ninputs "
+                        "is %d: at most %d inputs", cfg->model->ninputs, MAX_INPUTS);
+    if (!cfg->dataflow && !cfg->input)
+        return tp_error(TP_ERR_INVALID, "TrainConfig: no dataflow and no input: set "
+                        ".dataflow (the batches to train on) or .input");
+    if (cfg->max_epoch < 1)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.max_epoch: need max_epoch >= 1 "
+                        "(got %lld)", (long long)cfg->max_epoch);
+    if (cfg->towers < 1 || cfg->towers > MAX_TOWERS)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.towers: need 1..%d towers (got %d)",
+                        MAX_TOWERS, cfg->towers);
+    if (cfg->batch < 1)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.batch: need batch >= 1 (got %lld)",
+                        (long long)cfg->batch);
+    if (cfg->steps_per_epoch < 0)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.steps_per_epoch: need >= 0 "
+                        "(0: the input's size) (got %lld)", (long long)cfg->steps_per_epoch);
+    if (cfg->log_every_n_steps < 0)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.log_every_n_steps: need >= 0 (0: "
+                        "once an epoch only) (got %lld)", (long long)cfg->log_every_n_steps);
+    /* Two ModelSavers would write the same LOGDIR/model-STEP.safetensors
+     * through the same temporary file and delete each other's checkpoints
+     * (issue 46). One of the user's own makes the default one step aside
+     * (the launch below); two of the user's are refused. */
+    int savers = 0;
+    for (size_t i = 0; i < cfg->ncallbacks; i++)
+        savers += cfg->callbacks[i] && s_is_model_saver(cfg->callbacks[i]);
+    for (size_t i = 0; i < cfg->nmonitors; i++)
+        savers += cfg->monitors[i] && s_is_model_saver(cfg->monitors[i]);
+    if (savers > 1)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.callbacks: %d ModelSavers: they "
+                        "would write the same model-STEP.safetensors files in the log "
+                        "directory and delete each other's; keep one (MinSaver and "
+                        "MaxSaver write files of their own)", savers);
+    return TP_OK;
+}
+
+/* The first batch of every tower against the model's inputs (count, dtype,
+ * rank, the non-batch dims the description fixes): a mismatch is said at
+ * launch, naming the input, before any callback has written a file. The
+ * batches are kept for the first step (mt->first). */
+static tp_status_t s_check_first_batches(s_mt_t *mt, const tp_model_desc_t *d) {
+    for (int i = 0; i < mt->towers; i++) {
+        tp_status_t rc = tp_input_next(mt->input, i, &mt->first[i]);
+        if (rc < 0)
+            return tp_error_wrap(rc, "the first batch of tower %d from %s", i,
+                                 tp_input_name(mt->input));
+        int nc = tp_datapoint_size(mt->first[i]);
+        if (nc != d->ninputs) {
+            char names[512] = "";
+            for (int k = 0; k < d->ninputs; k++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         k ? ", " : "", d->inputs[k].name);
+            return tp_error(TP_ERR_SHAPE, "the dataflow's first datapoint has %d "
+                            "component%s, the model has %d inputs (%s)", nc,
+                            nc == 1 ? "" : "s", d->ninputs, names);
+        }
+        tp_tensor_t v[MAX_INPUTS];
+        tp_datapoint_views(mt->first[i], v, nc);
+        for (int k = 0; k < nc; k++) {
+            const tp_input_desc_t *in = &d->inputs[k];
+            int bad = v[k].dtype != in->dtype || v[k].ndim != in->ndim;
+            for (int a = 1; !bad && a < in->ndim; a++)
+                bad = in->shape[a] >= 0 && v[k].shape[a] != in->shape[a];
+            if (!bad)
+                continue;
+            char want[128] = "", got[128] = "";
+            for (int a = 0; a < in->ndim; a++) {
+                size_t w = strlen(want);
+                if (in->shape[a] < 0)
+                    snprintf(want + w, sizeof want - w, "%s?", a ? "," : "");
+                else
+                    snprintf(want + w, sizeof want - w, "%s%lld", a ? "," : "",
+                             (long long)in->shape[a]);
+            }
+            for (int a = 0; a < v[k].ndim; a++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld",
+                         a ? "," : "", (long long)v[k].shape[a]);
+            return tp_error(TP_ERR_SHAPE, "input '%s' (input %d): the model takes %s "
+                            "[%s], the dataflow's first datapoint gives %s [%s]",
+                            in->name, k, tp_dtype_name(in->dtype), want,
+                            tp_dtype_name(v[k].dtype), got);
+        }
+    }
+    return TP_OK;
+}
+
 tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                                         tp_model_t **out_model) {
     tp_status_t rc = TP_OK;
@@ -427,18 +555,23 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     char logdir[4096];
     if (out_model)
         *out_model = NULL;
-    if (!cfg->model || cfg->max_epoch < 1 || cfg->towers < 1 ||
-        cfg->towers > MAX_TOWERS || cfg->batch < 1 ||
-        cfg->model->ninputs > MAX_INPUTS || (!cfg->dataflow && !cfg->input)) {
-        rc = tp_error(TP_ERR_INVALID,
-                      "TrainConfig: need a model (at most %d inputs), a dataflow "
-                      "or an input, max_epoch >= 1 (got %lld), 1..%d towers (got "
-                      "%d) and batch >= 1 (got %lld)", MAX_INPUTS,
-                      (long long)cfg->max_epoch, MAX_TOWERS, cfg->towers,
-                      (long long)cfg->batch);
+    /* Everything that can be said about the config is said here, before
+     * the log directory is made: one rule a message, with its value. */
+    if ((rc = s_check_config(cfg)) < 0) {
+        TP_ERROR("%s", tp_last_error());
         tp_train_config_fini(cfg);
         return rc;
     }
+    int own_saver = 0;  /* one of the user's callbacks is a ModelSaver */
+    for (size_t i = 0; i < cfg->ncallbacks; i++)
+        own_saver |= cfg->callbacks[i] && s_is_model_saver(cfg->callbacks[i]);
+    for (size_t i = 0; i < cfg->nmonitors; i++)
+        own_saver |= cfg->monitors[i] && s_is_model_saver(cfg->monitors[i]);
+    /* A directory this launch makes is removed again when the launch fails
+     * before training starts: a mistake leaves no trace on disk. */
+    struct stat dst;
+    const int dir_existed = cfg->logdir && stat(cfg->logdir, &dst) == 0;
+    int training = 0;
     tp_trainer_kind_t kind = cfg->trainer;
     if ((int)kind < 0)
         kind = cfg->towers == 1 ? TP_TRAINER_SIMPLE : TP_TRAINER_REPLICATED;
@@ -449,6 +582,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                       "%d) take one tower each (got %d towers), the replicated "
                       "trainer, and no distributed run", cfg->ndevices,
                       TP_MODEL_DEVICES_MAX, cfg->towers);
+        TP_ERROR("%s", tp_last_error());
         tp_train_config_fini(cfg);
         return rc;
     }
@@ -643,16 +777,49 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         if ((rc = s_add(tr, cb)) < 0)
             goto out;
     }
-    if (cfg->logdir && cfg->save_checkpoints && (rc = s_add(tr, tp_cb_model_saver(10, 0))) < 0)
+    /* the default ModelSaver steps aside for the user's own: two would
+     * write the same files (issue 46; two of the user's are refused) */
+    if (cfg->logdir && cfg->save_checkpoints && !own_saver &&
+        (rc = s_add(tr, tp_cb_model_saver(10, 0))) < 0)
         goto out;
     if (!(mt->sup = s_supervisor_new(mt, cfg))) {
         rc = tp_error_wrap(TP_ERR_IO, "starting the training tree");
         goto out;
     }
     mt->nactors = cfg->nactors;
+    /* Each tower's first batch against the model's inputs, before any
+     * callback writes a file. After the supervisor has started the run's
+     * actors (one may be what feeds the input), its wait supervised as a
+     * step's is. */
+    {
+        const tp_wait_phase_t waiting = {s_supervise_waiting, mt};
+        const tp_wait_phase_t *outer = tp_actor_wait_begin(&waiting);
+        rc = s_check_first_batches(mt, cfg->model);
+        tp_actor_wait_end(outer);
+        if (rc < 0)
+            goto out;
+    }
     if ((rc = s_add(tr, tp_callback_new(&s_run_statistics_ops, mt, 0))) < 0)
         goto out;
     if (cfg->default_callbacks) {
+        /* the training curve every N steps: the progress names and the
+         * towers' metrics */
+        char stepnames[512];
+        snprintf(stepnames, sizeof stepnames, "%s",
+                 cfg->progress_names ? cfg->progress_names : "");
+        for (int i = 0; i < tp_model_metric_count(mt->model, 0); i++) {
+            const char *mn = tp_model_metric_name(mt->model, 0, i);
+            size_t len = strlen(stepnames);
+            char key[160], list[520];  /* ",name," in ",list," */
+            snprintf(key, sizeof key, ",%s,", mn);
+            snprintf(list, sizeof list, ",%s,", stepnames);
+            if (!strstr(list, key))
+                snprintf(stepnames + len, sizeof stepnames - len, "%s%s",
+                         len ? "," : "", mn);
+        }
+        if (cfg->log_every_n_steps > 0 && *stepnames &&
+            (rc = s_add(tr, tp_cb_step_scalars(stepnames, cfg->log_every_n_steps))) < 0)
+            goto out;
         if ((rc = s_add(tr, tp_cb_epoch_mean(cfg->progress_names))) < 0 ||
             /* what only watches runs on the callback actor */
             (rc = s_add(tr, tp_cb_observe_latest(
@@ -698,6 +865,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     /* SIGINT and SIGTERM end training in order: the current step finishes,
      * after_train runs, the last checkpoint stays the latest. */
     tp_signals_install();
+    training = 1;
     rc = tp_trainer_train(tr, &sched);
     tp_signals_restore();
 out: {
@@ -714,11 +882,25 @@ out: {
         tp_train_config_fini(cfg);
         /* after the trainer: its savers have written their last checkpoint */
         tp_logdir_lock_destroy(&dirlock);
+        if (rc < 0 && !training && !dir_existed && cfg->logdir == logdir && !cfg->dist) {
+            /* made by this launch, which wrote nothing there but its lock */
+            char lock[4200];
+            snprintf(lock, sizeof lock, "%s/.lock", logdir);
+            unlink(lock);
+            rmdir(logdir);
+        }
         cfg->logdir = user_logdir;
         /* the batches' blocks kept for reuse are not needed after training */
         tp_alloc_trim();
-        if (rc < 0)
+        if (rc < 0) {
             tp_error(rc, "%s", msg);
+            /* logged as well as returned: a program that ignores the status
+             * still shows why training stopped (a signal is no error) */
+            if (rc == TP_ERR_INTERRUPTED)
+                TP_WARN("training stopped: %s", msg);
+            else
+                TP_ERROR("training failed: %s", msg);
+        }
     }
     return rc;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """towerpack tests: read a run's TensorBoard event file as TensorBoard would.
 
-  check_tfevents.py LOGDIR [--stats] [--hparams] [--partial-tail-ok]
+  check_tfevents.py LOGDIR [--stats] [--hparams] [--partial-tail-ok] [--print=TAG]
 
 Compiles the schema (pipeline/callbacks/proto/*.proto) with protoc into a
 temporary folder, reads every TFRecord of LOGDIR/events.out.tfevents.*,
@@ -188,6 +188,11 @@ def main(argv):
             if extra:
                 problems.append("tags in the event file but not in stats.json: %s"
                                 % ", ".join(extra))
+        for o in sorted(opts):
+            if o.startswith("--print="):  # a tag's points, for a test to read
+                tag = o[len("--print="):]
+                print("check_tfevents: %s %s" % (tag, " ".join(
+                    "%d=%.6g" % (s, v) for s, v in scalars.get(tag, []))))
         for p in problems:
             print("check_tfevents: " + p)
         if problems:

@@ -10,6 +10,7 @@
 #include <towerpack/model_callbacks.h>
 #include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
+#include "tfevents_testutil.h"
 #include "train_testutil.h"
 
 #define NPOINTS 512
@@ -208,7 +209,8 @@ Test(train, dummy_input_and_a_wrong_input_shape) {
     c.dataflow = tp_df_select_component(s_blobs(32, 0, 0), idx, 1);
     c.default_callbacks = 0;
     cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_ERR_SHAPE);
-    cr_assert(strstr(tp_last_error(), "tower0: 1 feeds, the model has 2 inputs"),
+    cr_assert(strstr(tp_last_error(), "the dataflow's first datapoint has 1 component, "
+                                      "the model has 2 inputs (x, label)"),
               "%s", tp_last_error());
 }
 
@@ -270,5 +272,241 @@ Test(train, inference_runner_matches_a_separate_evaluation) {
     cr_assert_eq(st.epoch, best_epoch, "saved after epoch %lld, best was %d",
                  (long long)st.epoch, best_epoch);
     tp_model_destroy(&m);
+    s_rm(dir);
+}
+
+/* The tower of s_model plus a per-row output: the input x itself ([b, 2]). */
+static tp_status_t s_tower_rows(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    tp_tower_add_output(t, "x_copy", tp_scale(t, "x_copy", in[0], 1.0f));
+    return s_tower(t, in, user);
+}
+static const tp_model_desc_t s_model_rows = {s_inputs, 2, s_tower_rows, s_opt, NULL};
+
+/* ScalarStats of a non-scalar output is the mean over all its elements
+ * (tensorpack's np.mean), weighted by rows: not element [0] of each batch
+ * (issue 46 bug 1). */
+Test(train, scalar_stats_average_every_element_of_an_output) {
+    char *dir = s_tmp();
+    tp_train_config_t c;
+    s_config(&c, dir, 1, 32, 1);
+    c.model = &s_model_rows;
+    c.infer_batch = 100;
+    tp_inferencer_t inf = {TP_INFER_SCALAR_STATS, "x_copy", NULL};
+    tp_callback_t *cbs[] = {tp_cb_inference_runner(s_blobs(100, 0, 1), &inf, 1)};
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    /* by hand: every element of every batch, and element [0] alone */
+    tp_dataflow_t *val = s_blobs(100, 0, 1);
+    cr_assert_eq(tp_dataflow_reset_state(val, 0, 0), TP_OK);
+    tp_datapoint_t *dp;
+    double all = 0, first = 0, rows = 0;
+    while (tp_dataflow_next(val, &dp) == TP_OK) {
+        tp_tensor_t in[2];
+        tp_datapoint_views(dp, in, 2);
+        const float *x = in[0].data;
+        for (int64_t k = 0; k < in[0].shape[0] * 2; k++)
+            all += x[k];
+        first += x[0] * (double)in[0].shape[0];
+        rows += (double)in[0].shape[0];
+        tp_datapoint_destroy(&dp);
+    }
+    tp_dataflow_destroy(&val);
+    const double want = all / (rows * 2);
+    cr_assert(fabs(want - first / rows) > 0.05, "the data tells the two apart");
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_not_null(j, "%s", err.text);
+    double got = json_real_value(json_object_get(json_array_get(j, 0), "validation_x_copy"));
+    json_decref(j);
+    cr_assert_float_eq(got, want, 1e-5, "validation_x_copy %g, the mean of every element %g "
+                       "(element [0]'s: %g)", got, want, first / rows);
+    s_rm(dir);
+}
+
+/* ---- a newcomer's mistakes (issue 46): said at launch, before any file ---- */
+
+/* A log directory the launch is to make: it must not exist afterwards. */
+static const char *s_unmade(char *buf, size_t size) {
+    snprintf(buf, size, "%s/run", s_tmp());
+    return buf;
+}
+
+/* The launch fails with `want` in its message and leaves no trace. */
+static void s_refused(tp_train_config_t *c, const char *logdir, tp_status_t rc,
+                      const char *want) {
+    tp_status_t got = tp_launch_train_with_config(c, NULL);
+    cr_assert_eq(got, rc, "status %d, want %d: %s", got, rc, tp_last_error());
+    cr_assert(strstr(tp_last_error(), want), "message: %s\nwant: %s", tp_last_error(), want);
+    cr_assert_neq(access(logdir, F_OK), 0, "the failed launch made %s", logdir);
+}
+
+static const tp_model_desc_t s_model_no_opt = {s_inputs, 2, s_tower, NULL, NULL};
+
+Test(train, a_model_without_optimizer_is_refused_before_the_logdir) {
+    char dir[128];
+    tp_train_config_t c;
+    s_config(&c, s_unmade(dir, sizeof dir), 1, 32, 1);
+    c.model = &s_model_no_opt;
+    s_refused(&c, dir, TP_ERR_INVALID, "tp_model_desc_t.optimizer is NULL");
+}
+
+Test(train, config_errors_name_the_broken_rule) {
+    char dir[128];
+    tp_train_config_t c;
+    s_config(&c, s_unmade(dir, sizeof dir), 1, 32, 1);
+    tp_dataflow_destroy(&c.dataflow);
+    s_refused(&c, dir, TP_ERR_INVALID, "no dataflow and no input");
+    s_config(&c, dir, 0, 32, 1);
+    s_refused(&c, dir, TP_ERR_INVALID, "TrainConfig.towers: need 1..64 towers (got 0)");
+    s_config(&c, dir, 1, 32, 1);
+    c.batch = 0;
+    s_refused(&c, dir, TP_ERR_INVALID, "TrainConfig.batch: need batch >= 1 (got 0)");
+    s_config(&c, dir, 1, 32, 1);
+    c.model = NULL;
+    s_refused(&c, dir, TP_ERR_INVALID, "TrainConfig.model is NULL");
+}
+
+/* The model takes 3 features, the data gives 2. */
+static const tp_input_desc_t s_inputs3[] = {
+    {"x", TP_FLOAT32, 2, {-1, 3}},
+    {"label", TP_INT32, 1, {-1}},
+};
+static const tp_model_desc_t s_model3 = {s_inputs3, 2, s_tower, s_opt, NULL};
+
+Test(train, the_first_datapoint_is_checked_against_the_inputs_at_launch) {
+    char dir[128];
+    tp_train_config_t c;
+    s_config(&c, s_unmade(dir, sizeof dir), 1, 32, 1);
+    c.model = &s_model3;
+    s_refused(&c, dir, TP_ERR_SHAPE, "input 'x' (input 0): the model takes float32 [?,3], "
+                                     "the dataflow's first datapoint gives float32 [32,2]");
+    /* two towers: each one's first batch */
+    s_config(&c, dir, 2, 16, 1);
+    c.model = &s_model3;
+    s_refused(&c, dir, TP_ERR_SHAPE, "input 'x' (input 0)");
+}
+
+/* A conv straight on [N,H*W]-like data. */
+static tp_status_t s_tower_conv(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    tp_node_t *h = tp_conv2d(t, "conv0", in[0], 8, 3, 1, 1, 1);
+    tp_node_t *logits = tp_fc(t, "fc1", h, 4, 1);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+static const tp_model_desc_t s_model_conv = {s_inputs, 2, s_tower_conv, s_opt, NULL};
+
+Test(train, a_conv_on_a_tensor_that_is_not_nchw_says_so) {
+    char dir[128];
+    tp_train_config_t c;
+    s_config(&c, s_unmade(dir, sizeof dir), 1, 32, 1);
+    c.model = &s_model_conv;
+    s_refused(&c, dir, TP_ERR_INVALID, "a conv needs a [N,C,H,W] input (rank 4), got [32,2] (rank 2)");
+}
+
+/* One ModelSaver of one's own and the default save_checkpoints: the default
+ * steps aside (two wrote the same files and training failed at the end);
+ * two of one's own are refused before anything is made. */
+Test(train, an_own_model_saver_replaces_the_default_one) {
+    char *dir = s_tmp();
+    tp_train_config_t c;
+    s_config(&c, dir, 1, 32, 3);
+    c.default_callbacks = 0;
+    tp_callback_t *cbs[] = {tp_cb_periodic_trigger(tp_cb_model_saver(2, 0), 0, 1)};
+    c.callbacks = cbs;
+    c.ncallbacks = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    char path[256];
+    for (int step = 16; step <= 48; step += 16) {
+        snprintf(path, sizeof path, "%s/model-%d.safetensors", dir, step);
+        cr_assert_eq(access(path, F_OK) == 0, step > 16, "%s (max_to_keep 2)", path);
+    }
+    s_rm(dir);
+    /* the issue's case: a plain ModelSaver, the default callbacks on */
+    dir = s_tmp();
+    s_config(&c, dir, 1, 32, 3);
+    tp_callback_t *own[] = {tp_cb_model_saver(3, 0)};
+    c.callbacks = own;
+    c.ncallbacks = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    snprintf(path, sizeof path, "%s/model-48.safetensors", dir);
+    cr_assert_eq(access(path, F_OK), 0, "%s", path);
+    s_rm(dir);
+
+    char unmade[128];
+    s_config(&c, s_unmade(unmade, sizeof unmade), 1, 32, 1);
+    tp_callback_t *two[] = {tp_cb_model_saver(2, 0), tp_cb_model_saver(5, 0)};
+    c.callbacks = two;
+    c.ncallbacks = 2;
+    s_refused(&c, unmade, TP_ERR_INVALID, "2 ModelSavers: they would write the same "
+                                          "model-STEP.safetensors files");
+}
+
+/* A fetch nobody gives: one warning naming it; the launch's failure is
+ * logged as well as returned. */
+Test(train, an_unknown_fetch_is_warned_once_and_a_failure_is_logged) {
+    char *dir = s_tmp(), log[160];
+    snprintf(log, sizeof log, "%s/test.log", dir);
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_train_config_t c;
+    s_config(&c, NULL, 1, 32, 2);
+    c.progress_names = "cost,loss";
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    s_config(&c, NULL, 1, 32, 1);
+    c.model = &s_model_no_opt;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_ERR_INVALID);
+    tp_log_set_file(NULL);
+    char text[65536] = "";
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    const char *w = "fetch 'loss' asked for by a callback: no tower gives it";
+    const char *first = strstr(text, w);
+    cr_assert(first, "no warning about 'loss' in:\n%s", text);
+    cr_assert_null(strstr(first + 1, w), "warned more than once:\n%s", text);
+    cr_assert_null(strstr(text, "fetch 'cost'"), "%s", text);
+    cr_assert(strstr(text, "tp_model_desc_t.optimizer is NULL"), "not logged:\n%s", text);
+    s_rm(dir);
+}
+
+/* TensorBoard gets the cost and the metrics every log_every_n_steps steps,
+ * each the mean of the steps since the last point (issue 46). */
+Test(train, tensorboard_gets_the_cost_every_n_steps) {
+    char why[256], out[8192];
+    const char *py = te_python(why, sizeof why);
+    if (!py)
+        cr_skip_test("%s", why);
+    char *dir = s_tmp();
+    tp_train_config_t c;
+    s_config(&c, dir, 1, 32, 2);   /* 16 steps an epoch */
+    c.log_every_n_steps = 4;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(te_check(py, dir, "--stats --print=cost_step --print=accuracy_step", out,
+                          sizeof out), 0, "%s", out);
+    const char *p = strstr(out, "check_tfevents: cost_step ");
+    cr_assert(p, "%s", out);
+    int steps[16], n = 0;
+    double first = 0, last = 0;
+    p += strlen("check_tfevents: cost_step ");
+    while (n < 16 && *p && *p != '\n') {
+        double v;
+        int k;
+        cr_assert_eq(sscanf(p, "%d=%lf%n", &steps[n], &v, &k), 2, "%s", p);
+        if (n == 0)
+            first = v;
+        last = v;
+        n++;
+        p += k;
+        while (*p == ' ')
+            p++;
+    }
+    cr_assert_eq(n, 8, "8 points in 32 steps: %s", out);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(steps[i], 4 * (i + 1), "%s", out);
+    cr_assert_lt(last, first, "the loss goes down: %s", out);
+    cr_assert(strstr(out, "check_tfevents: accuracy_step 4="), "%s", out);
     s_rm(dir);
 }

@@ -75,6 +75,7 @@ typedef struct {
     const char *tag;
     int stop_at_global_step;
     int fail_trigger_epoch;
+    int stop_trigger_epoch;  /* epoch whose trigger_epoch requests a stop, 0 never */
     double last_loss;
     int got_loss, missing_unasked;
 } s_rec_t;
@@ -100,6 +101,8 @@ static tp_status_t rec_trigger_epoch(void *impl, tp_trainer_t *tr) {
     s_log(r->t, b);
     if (r->fail_trigger_epoch && tp_trainer_epoch_num(tr) == r->fail_trigger_epoch)
         return tp_error(TP_ERR_IO, "injected trigger failure");
+    if (r->stop_trigger_epoch && tp_trainer_epoch_num(tr) == r->stop_trigger_epoch)
+        tp_trainer_request_stop(tr, "stopped at the epoch's end", 0);
     return TP_OK;
 }
 
@@ -252,6 +255,28 @@ Test(trainer, a_callback_can_stop_training) {
     cr_assert_eq(t.steps, 5);
     cr_assert_str_eq(tp_trainer_stop_reason(tr), "test asked");
     cr_assert(strstr(t.log, "A:after_train"));
+    tp_trainer_destroy(&tr);
+}
+
+/* A stop asked for at the epoch's end (EarlyStopping on a metric) lets that
+ * end finish: every later callback's trigger_epoch of the epoch runs (its
+ * statistics written, its checkpoint saved), no further epoch starts, and
+ * after_train runs (docs/callbacks.md, trainer_loop.h). */
+Test(trainer, a_stop_in_trigger_epoch_finishes_that_epoch_end_only) {
+    s_train_t t;
+    tp_trainer_t *tr = s_trainer(&t);
+    s_rec_t a, b;
+    tp_callback_t *ca = s_rec(&a, &t, "A"), *cb = s_rec(&b, &t, "B");
+    a.stop_trigger_epoch = 1;
+    tp_trainer_add_callback(tr, &ca);
+    tp_trainer_add_callback(tr, &cb);
+    tp_schedule_t s = s_sched(1, 3, 2);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_OK);
+    cr_assert_eq(t.steps, 2);
+    const char *p = strstr(t.log, "A:trigger_epoch B:trigger_epoch A:after_train B:after_train");
+    cr_assert(p, "%s", t.log);
+    cr_assert_null(strstr(strstr(t.log, "A:before_epoch") + 1, "A:before_epoch"),
+                   "a second epoch started: %s", t.log);
     tp_trainer_destroy(&tr);
 }
 

@@ -45,6 +45,7 @@ typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
     const char *spec, *test_spec, *stats, *remote, *curve;
     int public_bind, no_tensorboard;
+    int64_t log_every;  /* --log-every: TrainConfig.log_every_n_steps */
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
     int create_logdir; /* --create-logdir: --resume may start in a missing DIR */
     int resident; /* --resident: the training set in the towers' memory */
@@ -148,6 +149,9 @@ static void s_usage(FILE *out) {
 "  --seed N             default 1\n"
 "  --no-tensorboard     write no TensorBoard event file (by default\n"
 "                       LOGDIR/events.out.tfevents.*: tensorboard --logdir DIR)\n"
+"  --log-every N        the cost and the metrics, their mean over the last N\n"
+"                       steps, to TensorBoard and stats as <name>_step every\n"
+"                       N steps (default 50; 0: only the epoch means)\n"
 "  --stats ENDPOINT     statistics for tp-top: ipc (default: LOGDIR/stats.sock),\n"
 "                       tcp (loopback, any port), tcp:PORT, off, or an endpoint\n"
 "  --spec SPEC          the whole training pipeline as a spec (overrides\n"
@@ -385,10 +389,11 @@ int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
-                  .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05};
+                  .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05,
+                  .log_every = 50};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
-           O_LR_END, O_WARMUP, O_CREATE_LOGDIR };
+           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -415,6 +420,7 @@ int main(int argc, char **argv) {
         {"label-smoothing", required_argument, 0, O_SMOOTH},
         {"lr-end", required_argument, 0, O_LR_END},
         {"warmup", required_argument, 0, O_WARMUP},
+        {"log-every", required_argument, 0, O_LOG_EVERY},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -478,6 +484,11 @@ int main(int argc, char **argv) {
         case O_PAD: if (tp_spec_int(optarg, 0, 64, "--pad", &v)) return s_fail("bad flag"); a.pad = (int)v; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
+        case O_LOG_EVERY:
+            if (tp_spec_int(optarg, 0, INT64_MAX, "--log-every", &v))
+                return s_fail("bad flag");
+            a.log_every = v;
+            break;
         case O_TF32: a.tf32 = 1; break;
         case O_BF16: a.bf16 = 1; break;
         case 'h': s_usage(stdout); return 0;
@@ -777,6 +788,7 @@ int main(int argc, char **argv) {
     cfg.progress_names = "cost,accuracy";
     cfg.stats = a.stats;
     cfg.tensorboard = !a.no_tensorboard;
+    cfg.log_every_n_steps = a.log_every;
     /* The hyper-parameters as TensorBoard's text dashboard shows them: it
      * renders markdown, and lines indented by four spaces stay lines. */
     char hparams[4096];
