@@ -46,7 +46,8 @@ tp_status_t tp_plan_memory_(const tp_tower_t *t, size_t total, int failed) {
     const tp_backend_t *b = tp_tower_backend_(t);
     char big[256];
     s_largest(t, big, sizeof big);
-    const char *hint = "lower --batch or --image-size, or use fewer towers";
+    const char *hint = t->index < 0 ? "lower the batch of the validation data or the image size"
+                                    : "lower --batch or --image-size, or use fewer towers";
     if (failed && b->device >= 0)
         return tp_error(TP_ERR_NOMEM, "out of memory: %zu bytes of activations for %s on "
                         "GPU %d (largest: %s); %s", total, t->name, b->device, big, hint);

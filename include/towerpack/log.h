@@ -5,6 +5,7 @@
 #ifndef TOWERPACK_LOG_H
 #define TOWERPACK_LOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <towerpack/status.h>
 
@@ -35,6 +36,11 @@ void tp_log_set_stderr(int enabled);
 
 void tp_log_write(tp_log_level_t level, const char *file, int line,
                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Write `len` bytes of `line` (a whole line, newline included) to stderr
+ * and the log file as they are: no lock, no formatting, async-signal-safe,
+ * for the last words of a process that a signal handler ends. */
+void tp_log_last_words(const char *line, size_t len);
 
 #define tp_log(level, ...)                                                    \
     do {                                                                      \
