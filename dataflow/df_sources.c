@@ -292,8 +292,8 @@ tp_dataflow_t *tp_df_fake(const tp_df_fake_comp_t *comps, int ncomp,
         memcpy(self->shapes[i], comps[i].shape, sizeof comps[i].shape);
         bytes += numel * tp_dtype_size(comps[i].dtype);
         if (o > 0 && (size_t)o < sizeof what)
-            o += snprintf(what + o, sizeof what - (size_t)o, " %s%s",
-                          tp_dtype_name(comps[i].dtype), i + 1 < ncomp ? "," : "");
+            o += snprintf(what + o, sizeof what - (size_t)o, "%s %s", i ? "," : "",
+                          tp_dtype_name(comps[i].dtype));
         for (int d = 0; d < comps[i].ndim && o > 0 && (size_t)o < sizeof what; d++)
             o += snprintf(what + o, sizeof what - (size_t)o, "%s%lld%s", d ? "," : " [",
                           (long long)comps[i].shape[d], d + 1 == comps[i].ndim ? "]" : "");

@@ -74,8 +74,8 @@ tp_datapoint_t *tp_df_datapoint_alloc(int ncomp, const tp_dtype_t *dtypes,
         for (int i = 0; i < ncomp; i++) {
             bytes += nb[i];
             if (o > 0 && (size_t)o < sizeof what)
-                o += snprintf(what + o, sizeof what - (size_t)o, " %s%s",
-                              tp_dtype_name(dtypes[i]), i + 1 < ncomp ? "," : "");
+                o += snprintf(what + o, sizeof what - (size_t)o, "%s %s", i ? "," : "",
+                              tp_dtype_name(dtypes[i]));
             for (int d = 0; d < ndims[i] && o > 0 && (size_t)o < sizeof what; d++)
                 o += snprintf(what + o, sizeof what - (size_t)o, "%s%lld%s", d ? "," : " [",
                               (long long)shapes[i][d], d + 1 == ndims[i] ? "]" : "");

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <towerpack/backend.h>
 #include <towerpack/clock.h>
 #include "gpu/backend_impl.h"
@@ -66,6 +67,7 @@ static pthread_mutex_t s_blas_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int s_blas_callers; /* callers at once whose buffers are mapped */
 static atomic_int s_blas_pool;    /* pool workers whose buffers are mapped */
 static atomic_int s_blas_active;  /* threads inside a BLAS op now */
+static atomic_int s_blas_gate;    /* 1 while the pool is stopped and restarted */
 
 /* One product that every pool thread takes part in (m split by thread):
  * it starts the pool if a fork stopped it, and a worker takes its buffer
@@ -122,6 +124,11 @@ static tp_status_t s_blas_reserve(int callers, int others, const tp_op_call_t *c
                  want_c, want_p, want_p == 1 ? "" : "s", shape);
         const char *hint = "raise the limit, or use fewer BLAS threads (--threads 1) or towers";
         if (!c && others == 0 && blas_thread_shutdown_ && blas_memory_alloc) {
+            /* no thread of another model may be inside a product while the
+             * pool stops: new ones wait at the gate, those inside finish */
+            atomic_store(&s_blas_gate, 1);
+            while (atomic_load(&s_blas_active) > 0)
+                usleep(1000);
             blas_thread_shutdown_();
             stopped = 1;
         }
@@ -155,6 +162,7 @@ static tp_status_t s_blas_reserve(int callers, int others, const tp_op_call_t *c
     /* The pool runs again, its workers on their buffers, before any step. */
     if (rc == TP_OK && stopped && workers > 0)
         s_blas_pool_warm(workers + 1);
+    atomic_store(&s_blas_gate, 0);
     pthread_mutex_unlock(&s_blas_mu);
     return rc;
 }
@@ -162,14 +170,23 @@ static tp_status_t s_blas_reserve(int callers, int others, const tp_op_call_t *c
 /* Around an op that calls BLAS: counts the threads inside, and maps (or
  * refuses) a buffer before a thread more than those mapped goes in. */
 static tp_status_t s_blas_enter(const tp_op_call_t *c) {
-    int n = atomic_fetch_add_explicit(&s_blas_active, 1, memory_order_acq_rel) + 1;
-    if (n <= atomic_load_explicit(&s_blas_callers, memory_order_acquire) &&
-        openblas_get_num_threads() - 1 <= atomic_load_explicit(&s_blas_pool, memory_order_relaxed))
-        return TP_OK;
-    tp_status_t rc = s_blas_reserve(n, n - 1, c, 0);
-    if (rc < 0)
-        atomic_fetch_sub_explicit(&s_blas_active, 1, memory_order_acq_rel);
-    return rc;
+    for (;;) {
+        int n = atomic_fetch_add_explicit(&s_blas_active, 1, memory_order_seq_cst) + 1;
+        int gate = atomic_load_explicit(&s_blas_gate, memory_order_seq_cst);
+        if (!gate && n <= atomic_load_explicit(&s_blas_callers, memory_order_acquire) &&
+            openblas_get_num_threads() - 1 <=
+                atomic_load_explicit(&s_blas_pool, memory_order_relaxed))
+            return TP_OK;
+        /* not counted while it waits: a reservation that stops the pool
+         * waits for the threads inside to leave */
+        atomic_fetch_sub_explicit(&s_blas_active, 1, memory_order_seq_cst);
+        if (gate) {  /* the pool is being stopped and started: wait */
+            pthread_mutex_lock(&s_blas_mu);
+            pthread_mutex_unlock(&s_blas_mu);
+            continue;
+        }
+        TP_TRY(s_blas_reserve(n, n - 1, c, 0));
+    }
 }
 
 static void s_blas_leave(void) {
