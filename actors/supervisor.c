@@ -53,6 +53,9 @@ static void s_on_signal(int sig) {
     }
 }
 
+/* A forked child (a dataflow worker) has no timer: its stop is its own. */
+static void s_deadline_off(void) { s_deadline_on = 0; }
+
 tp_status_t tp_signals_set_deadline(double seconds) {
     static int made;
     s_deadline_on = 0;
@@ -70,6 +73,7 @@ tp_status_t tp_signals_set_deadline(double seconds) {
         if (sigaction(SIGALRM, &sa, NULL) < 0 ||
             timer_create(CLOCK_MONOTONIC, &ev, &s_deadline_timer) < 0)
             return tp_error(TP_ERR_IO, "the stop deadline's timer: %s", strerror(errno));
+        pthread_atfork(NULL, NULL, s_deadline_off);
         made = 1;
     }
     for (int k = 0; k < 2; k++) {

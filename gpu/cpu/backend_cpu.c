@@ -39,10 +39,10 @@ __attribute__((constructor)) static void s_declare_blas_pool(void) {
  * OpenBLAS (Debian's libopenblas0-pthread 0.3.21, driver/others/memory.c)
  * gives every thread inside a product a work buffer of 128 MiB of address
  * space: one per thread that calls it and one per pool worker, mapped on
- * first use and
- * kept for the life of the process. When that mmap fails (ulimit -v, strict
- * overcommit) it retries for ever in a loop, with no error and no way out:
- * issue 48's run under ulimit -v 500000 spun at 190% CPU, deaf to SIGTERM.
+ * first use and kept for the life of the process. When that mmap fails
+ * (ulimit -v, strict overcommit) it retries for ever in a loop, with no
+ * error and no way out:
+ * issue 48's run under ulimit -v 512000 spun at 190% CPU, deaf to SIGTERM.
  * So the buffers are mapped here, under our control, while we can still
  * say no: before the first product (the pool's and one caller's), when
  * the towers of a model will call at once (comm_new), and before any op
@@ -173,9 +173,9 @@ static tp_status_t s_blas_enter(const tp_op_call_t *c) {
     for (;;) {
         int n = atomic_fetch_add_explicit(&s_blas_active, 1, memory_order_seq_cst) + 1;
         int gate = atomic_load_explicit(&s_blas_gate, memory_order_seq_cst);
-        if (!gate && n <= atomic_load_explicit(&s_blas_callers, memory_order_acquire) &&
-            openblas_get_num_threads() - 1 <=
-                atomic_load_explicit(&s_blas_pool, memory_order_relaxed))
+        /* (the pool's size is a backend's setting: reserved when one is
+         * made, not here) */
+        if (!gate && n <= atomic_load_explicit(&s_blas_callers, memory_order_acquire))
             return TP_OK;
         /* not counted while it waits: a reservation that stops the pool
          * waits for the threads inside to leave */
