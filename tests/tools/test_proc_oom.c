@@ -150,8 +150,11 @@ Test(oom, sigterm_inside_a_product_ends_the_run_within_a_second, .init = s_setup
     double took = s_now() - t0;
     s_read(path, out, sizeof out);
     cr_assert_neq(rc, -1, "still running 20 s after SIGTERM:\n%s", out);
-    cr_assert_lt(took, 1.8, "%.2f s from SIGTERM to the end (exit status %d):\n%s", took, rc,
-                 out);
+    /* 1 s of grace, then the kernel tears the process down: a sanitizer's
+     * terabytes of shadow mappings take it about a second more */
+    double bound = TP_SANITIZED ? 4.0 : 1.8;
+    cr_assert_lt(took, bound, "%.2f s from SIGTERM to the end (exit status %d):\n%s", took,
+                 rc, out);
     cr_assert_eq(rc, 143, "exit status %d:\n%s", rc, out);
     /* the last words, also in the log */
     cr_assert(strstr(out, "SIGTERM: the orderly stop did not end within 1.0 s"), "%s", out);
