@@ -117,14 +117,6 @@ void tp_log_write(tp_log_level_t level, const char *file, int line,
     pthread_mutex_unlock(&s_file_lock);
 }
 
-void tp_log_last_words(const char *line, size_t len) {
-    s_write_all(STDERR_FILENO, line, len);
-    /* no lock: the thread that holds it may be the one stopped here */
-    int fd = __atomic_load_n(&s_file_fd, __ATOMIC_RELAXED);
-    if (fd >= 0)
-        s_write_all(fd, line, len);
-}
-
 /* Rate-limited logging: moved here from actors/actor.c so that the
  * dataflows, which log per-message trouble too, need no actor internals. */
 int tp_ratelog_ok(tp_ratelog_t *rl) {
@@ -135,4 +127,12 @@ int tp_ratelog_ok(tp_ratelog_t *rl) {
     }
     rl->suppressed++;
     return 0;
+}
+
+void tp_log_last_words(const char *line, size_t len) {
+    s_write_all(STDERR_FILENO, line, len);
+    /* no lock: the thread that holds it may be the one stopped here */
+    int fd = __atomic_load_n(&s_file_fd, __ATOMIC_RELAXED);
+    if (fd >= 0)
+        s_write_all(fd, line, len);
 }
