@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
@@ -20,9 +22,76 @@ static pthread_mutex_t s_sig_lock = PTHREAD_MUTEX_INITIALIZER;
 static int s_sig_users;
 static struct sigaction s_old_int, s_old_term;
 
+/* The deadline (tp_signals_set_deadline): a timer armed by the first
+ * signal, whose SIGALRM ends the process; the last words are made when it
+ * is set, since a handler may not format. */
+static timer_t s_deadline_timer;
+static volatile sig_atomic_t s_deadline_on;
+static struct itimerspec s_deadline_its;
+static char s_words[2][400];  /* [0] SIGINT, [1] SIGTERM */
+static size_t s_words_len[2];
+
+static void s_end_now(int sig) {
+    int k = sig == SIGTERM;
+    tp_log_last_words(s_words[k], s_words_len[k]);
+    _exit(128 + sig);
+}
+
+static void s_on_deadline(int alarm_sig) {
+    (void)alarm_sig;
+    if (s_deadline_on)
+        s_end_now(s_sig_last ? s_sig_last : SIGTERM);
+}
+
 static void s_on_signal(int sig) {
     s_sig_last = sig;
     s_sig_count = s_sig_count + 1;
+    if (s_deadline_on) {
+        if (s_sig_count > 1)
+            s_end_now(sig);
+        timer_settime(s_deadline_timer, 0, &s_deadline_its, NULL);
+    }
+}
+
+/* A forked child (a dataflow worker) has no timer: its stop is its own. */
+static void s_deadline_off(void) { s_deadline_on = 0; }
+
+tp_status_t tp_signals_set_deadline(double seconds) {
+    static int made;
+    s_deadline_on = 0;
+    if (!(seconds > 0))
+        return TP_OK;
+    if (!made) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = s_on_deadline;
+        sigemptyset(&sa.sa_mask);
+        struct sigevent ev;
+        memset(&ev, 0, sizeof ev);
+        ev.sigev_notify = SIGEV_SIGNAL;
+        ev.sigev_signo = SIGALRM;
+        if (sigaction(SIGALRM, &sa, NULL) < 0 ||
+            timer_create(CLOCK_MONOTONIC, &ev, &s_deadline_timer) < 0)
+            return tp_error(TP_ERR_IO, "the stop deadline's timer: %s", strerror(errno));
+        pthread_atfork(NULL, NULL, s_deadline_off);
+        made = 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        int n = snprintf(s_words[k], sizeof s_words[k],
+                         "error tp: %s: the orderly stop did not end within %.1f s "
+                         "(a thread inside a compute library does not return to it): "
+                         "ending now; checkpoints written before stay\n",
+                         k ? "SIGTERM" : "SIGINT", seconds);
+        s_words_len[k] = n < 0 ? 0 : (size_t)n < sizeof s_words[k] ? (size_t)n
+                                                                    : sizeof s_words[k] - 1;
+    }
+    memset(&s_deadline_its, 0, sizeof s_deadline_its);
+    s_deadline_its.it_value.tv_sec = (time_t)seconds;
+    s_deadline_its.it_value.tv_nsec = (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (!s_deadline_its.it_value.tv_sec && !s_deadline_its.it_value.tv_nsec)
+        s_deadline_its.it_value.tv_nsec = 1;
+    s_deadline_on = 1;
+    return TP_OK;
 }
 
 tp_status_t tp_signals_install(void) {

@@ -171,3 +171,11 @@ int tp_ratelog_ok(tp_ratelog_t *rl) {
     rl->suppressed++;
     return 0;
 }
+
+void tp_log_last_words(const char *line, size_t len) {
+    s_write_all(STDERR_FILENO, line, len);
+    /* no lock: the thread that holds it may be the one stopped here */
+    int fd = __atomic_load_n(&s_file_fd, __ATOMIC_RELAXED);
+    if (fd >= 0)
+        s_write_all(fd, line, len);
+}

@@ -27,11 +27,28 @@ const char *tp_strerror(tp_status_t status) {
     return "unknown status";
 }
 
+/* Memory that is lacking is always named as such (issue 48: "tower0:
+ * 869332574848 bytes of activations" did not say it), whatever the failure
+ * path wrote: "out of memory: " goes in front of a message without it. */
+static void s_name_nomem(tp_status_t status) {
+    static const char nomem[] = "out of memory";
+    if (status != TP_ERR_NOMEM || strstr(s_errmsg, nomem))
+        return;
+    size_t len = strnlen(s_errmsg, sizeof s_errmsg - 1), pre = sizeof nomem + 1;
+    if (len + pre >= sizeof s_errmsg)
+        len = sizeof s_errmsg - pre - 1;
+    memmove(s_errmsg + pre, s_errmsg, len);
+    memcpy(s_errmsg, nomem, sizeof nomem - 1);
+    memcpy(s_errmsg + sizeof nomem - 1, ": ", 2);
+    s_errmsg[pre + len] = '\0';
+}
+
 tp_status_t tp_error(tp_status_t status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(s_errmsg, sizeof s_errmsg, fmt, ap);
     va_end(ap);
+    s_name_nomem(status);
     return status;
 }
 
@@ -52,6 +69,7 @@ tp_status_t tp_error_wrap(tp_status_t status, const char *fmt, ...) {
         memcpy(s_errmsg + len + 2, old, olen);
         s_errmsg[len + 2 + olen] = '\0';
     }
+    s_name_nomem(status);
     return status;
 }
 

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <sys/stat.h>
 #include <zlib.h>
+#include <towerpack/process.h>
 #include "df_internal.h"
 
 /* ---- list ------------------------------------------------------------------ */
@@ -272,6 +273,10 @@ tp_dataflow_t *tp_df_fake(const tp_df_fake_comp_t *comps, int ncomp,
         tp_error(TP_ERR_NOMEM, "fake");
         return NULL;
     }
+    char what[512];
+    uint64_t bytes = 0;
+    int o = snprintf(what, sizeof what, "for one datapoint of %d component%s:", ncomp,
+                     ncomp == 1 ? "" : "s");
     for (int i = 0; i < ncomp; i++) {
         size_t numel;
         if (!tp_dtype_valid((int)comps[i].dtype) ||
@@ -285,6 +290,19 @@ tp_dataflow_t *tp_df_fake(const tp_df_fake_comp_t *comps, int ncomp,
         self->dtypes[i] = comps[i].dtype;
         self->ndims[i] = comps[i].ndim;
         memcpy(self->shapes[i], comps[i].shape, sizeof comps[i].shape);
+        bytes += numel * tp_dtype_size(comps[i].dtype);
+        if (o > 0 && (size_t)o < sizeof what)
+            o += snprintf(what + o, sizeof what - (size_t)o, "%s %s", i ? "," : "",
+                          tp_dtype_name(comps[i].dtype));
+        for (int d = 0; d < comps[i].ndim && o > 0 && (size_t)o < sizeof what; d++)
+            o += snprintf(what + o, sizeof what - (size_t)o, "%s%lld%s", d ? "," : " [",
+                          (long long)comps[i].shape[d], d + 1 == comps[i].ndim ? "]" : "");
+    }
+    /* A datapoint the process can never hold is refused here, shapes named,
+     * not at the first next() as "datapoint of 1 components" (issue 48). */
+    if (tp_mem_check(bytes, "use smaller shapes", "%s", what) < 0) {
+        free(self);
+        return NULL;
     }
     self->ncomp = ncomp;
     self->size = size;

@@ -226,6 +226,17 @@ tp_dataflow_t *tp_df_batch(tp_dataflow_t *inner, int batch_size,
     if (inner && batch_size < 1)
         WRAP_INVALID(inner, "batch: batch size %d (must be >= 1)",
                      batch_size);
+    /* Without a remainder such a batch is never filled: say so now, not as
+     * an empty dataflow at the first step (issue 48). */
+    int64_t have = inner ? tp_dataflow_size(inner) : -1;
+    if (inner && !remainder && have >= 0 && have < batch_size) {
+        char name[128];
+        snprintf(name, sizeof name, "%s", tp_dataflow_name(inner));
+        WRAP_INVALID(inner, "the batch (%d) is larger than the data set (%s: "
+                     "%lld samples), so no batch is ever made: use a batch of at most "
+                     "%lld, or keep the partial batch (batch %d remainder)", batch_size,
+                     name, (long long)have, (long long)have, batch_size);
+    }
     batch_t *self;
     WRAP_ALLOC(self, inner, "batch");
     self->inner = inner;

@@ -1,5 +1,7 @@
 /* towerpack dataflow: helpers shared by the dataflow library (datapoints in
  * one allocation, per-stage RNG seeding, constructor plumbing). */
+#include <stdio.h>
+#include <towerpack/process.h>
 #include "df_internal.h"
 
 void df_block_release(void *data, void *hint) {
@@ -65,7 +67,20 @@ tp_datapoint_t *tp_df_datapoint_alloc(int ncomp, const tp_dtype_t *dtypes,
                                 : NULL;
     if (!dp || (ncomp && !b)) {
         tp_datapoint_destroy(&dp);
-        tp_error(TP_ERR_NOMEM, "datapoint of %d components", ncomp);
+        char what[512];
+        uint64_t bytes = 0;
+        int o = snprintf(what, sizeof what, "for a datapoint of %d component%s:", ncomp,
+                         ncomp == 1 ? "" : "s");
+        for (int i = 0; i < ncomp; i++) {
+            bytes += nb[i];
+            if (o > 0 && (size_t)o < sizeof what)
+                o += snprintf(what + o, sizeof what - (size_t)o, "%s %s", i ? "," : "",
+                              tp_dtype_name(dtypes[i]));
+            for (int d = 0; d < ndims[i] && o > 0 && (size_t)o < sizeof what; d++)
+                o += snprintf(what + o, sizeof what - (size_t)o, "%s%lld%s", d ? "," : " [",
+                              (long long)shapes[i][d], d + 1 == ndims[i] ? "]" : "");
+        }
+        tp_error_nomem(bytes, "%s", what);
         goto done;
     }
     for (int i = 0; i < ncomp; i++) {

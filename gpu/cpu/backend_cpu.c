@@ -11,8 +11,11 @@
 #include <xmmintrin.h>
 #endif
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <towerpack/backend.h>
 #include <towerpack/clock.h>
 #include "gpu/backend_impl.h"
@@ -31,6 +34,168 @@ __attribute__((constructor)) static void s_declare_blas_pool(void) {
 }
 
 #define TP_COMM_MAX 64
+
+/* ---- OpenBLAS's work buffers ---------------------------------------------
+ * OpenBLAS (Debian's libopenblas0-pthread 0.3.21, driver/others/memory.c)
+ * gives every thread inside a product a work buffer of 128 MiB of address
+ * space: one per thread that calls it and one per pool worker, mapped on
+ * first use and kept for the life of the process. When that mmap fails
+ * (ulimit -v, strict overcommit) it retries for ever in a loop, with no
+ * error and no way out:
+ * issue 48's run under ulimit -v 512000 spun at 190% CPU, deaf to SIGTERM.
+ * So the buffers are mapped here, under our control, while we can still
+ * say no: before the first product (the pool's and one caller's), when
+ * the towers of a model will call at once (comm_new), and before any op
+ * that would have more threads inside BLAS at once than are mapped; each
+ * time after checking that the address space has room. Where it has not,
+ * the model or the op fails with out of memory, naming the node and shape.
+ * Another compute library that maps work memory of its own (oneDNN's
+ * scratchpads) goes through the same accounting: s_blas_enter around the
+ * ops that call it, its need added to the reservation. */
+#define BLAS_BUFFER ((uint64_t)128 << 20) /* OpenBLAS x86_64 BUFFER_SIZE (32 << 22) */
+#define BLAS_SLACK ((uint64_t)1 << 20)    /* its page and OpenBLAS's own */
+#define BLAS_STACK ((uint64_t)8 << 20)    /* a pool worker's stack */
+
+/* OpenBLAS's own (exported, not in cblas.h); weak, so that another BLAS
+ * links too (nothing is reserved then). */
+extern void *blas_memory_alloc(int procpos) __attribute__((weak));
+extern void blas_memory_free(void *buffer) __attribute__((weak));
+extern int blas_num_threads __attribute__((weak));   /* the pool's size */
+extern int blas_thread_shutdown_(void) __attribute__((weak)); /* stop the pool */
+
+static pthread_mutex_t s_blas_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int s_blas_callers; /* callers at once whose buffers are mapped */
+static atomic_int s_blas_pool;    /* pool workers whose buffers are mapped */
+static atomic_int s_blas_active;  /* threads inside a BLAS op now */
+static atomic_int s_blas_gate;    /* 1 while the pool is stopped and restarted */
+
+/* One product that every pool thread takes part in (m split by thread):
+ * it starts the pool if a fork stopped it, and a worker takes its buffer
+ * before its first job, so when this returns every worker holds one. */
+static void s_blas_pool_warm(int threads) {
+    const int m = 64 * threads, n = 256, k = 256;
+    float *a = calloc((size_t)m * k + (size_t)k * n + (size_t)m * n, sizeof(float));
+    if (!a)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k,
+                a + (size_t)m * k, n, 0.0f, a + (size_t)m * k + (size_t)k * n, n);
+    free(a);
+}
+
+/* Map buffers for `callers` threads inside BLAS at once, `others` of them
+ * inside already, and (not from an op: `c` NULL) for the pool, resized to
+ * `threads` when > 0; or TP_ERR_NOMEM, naming `c`'s node when an op asked.
+ *
+ * OpenBLAS hands out the lowest free buffer and maps one only when all
+ * mapped ones are in use, so holding N at once leaves N mapped for good.
+ * They are taken one at a time, each only while the address space has
+ * room for a new one: one that is mapped already comes back at once, a new
+ * one cannot fail, and nothing reaches OpenBLAS's endless retry. Which are
+ * mapped already (OpenBLAS maps some as it loads) we cannot see, so the
+ * check is per buffer, not for the sum. The pool's workers hold a buffer
+ * each while they live, and one that has just started takes its own a
+ * moment later: the pool is stopped first (as OpenBLAS does around fork())
+ * and started again on buffers that are there. */
+static tp_status_t s_blas_reserve(int callers, int others, const tp_op_call_t *c,
+                                  int threads) {
+    pthread_mutex_lock(&s_blas_mu);
+    /* the pool's size: workers started once stay, also when fewer are used */
+    int *pool_size = &blas_num_threads;
+    int pool = pool_size ? *pool_size : openblas_get_num_threads();
+    int workers = (threads > pool ? threads : pool) - 1;
+    int have_c = atomic_load(&s_blas_callers), have_p = atomic_load(&s_blas_pool);
+    int want_c = callers > have_c ? callers : have_c;
+    int want_p = !c && workers > have_p ? workers : have_p;
+    tp_status_t rc = TP_OK;
+    int stopped = 0;
+    if (want_c > have_c || want_p > have_p) {
+        char what[512], shape[160] = "";
+        if (c) {
+            int o = snprintf(shape, sizeof shape, "; node %s (%s), shape [",
+                             c->name ? c->name : "?", tp_op_name(c->kind));
+            for (int i = 0; i < c->yshape.ndim && o > 0 && o < (int)sizeof shape; i++)
+                o += snprintf(shape + o, sizeof shape - (size_t)o, "%s%lld", i ? "," : "",
+                              (long long)c->yshape.d[i]);
+            if (o > 0 && o < (int)sizeof shape)
+                snprintf(shape + o, sizeof shape - (size_t)o, "]");
+        }
+        snprintf(what, sizeof what, "of address space for a work buffer of OpenBLAS (one "
+                 "for each thread in a product: %d calling at once and %d pool worker%s%s)",
+                 want_c, want_p, want_p == 1 ? "" : "s", shape);
+        const char *hint = "raise the limit, or use fewer BLAS threads (--threads 1) or towers";
+        if (!c && others == 0 && blas_thread_shutdown_ && blas_memory_alloc) {
+            /* no thread of another model may be inside a product while the
+             * pool stops: new ones wait at the gate, those inside finish */
+            atomic_store(&s_blas_gate, 1);
+            while (atomic_load(&s_blas_active) > 0)
+                usleep(1000);
+            blas_thread_shutdown_();
+            stopped = 1;
+        }
+        int hold = want_c - others + (stopped ? want_p : 0);
+        void **held = hold > 0 ? calloc((size_t)hold, sizeof *held) : NULL;
+        int n = 0;
+        if (hold > 0 && !held)
+            rc = tp_error(TP_ERR_NOMEM, "OpenBLAS's buffers: %d pointers", hold);
+        for (; rc == TP_OK && blas_memory_alloc && n < hold; n++) {
+            rc = tp_mem_check(BLAS_BUFFER + BLAS_SLACK, hint, "%s", what);
+            if (rc == TP_OK)
+                held[n] = blas_memory_alloc(0);
+        }
+        /* given back: OpenBLAS keeps them mapped for the next product */
+        for (int i = 0; i < n; i++)
+            if (held[i])
+                blas_memory_free(held[i]);
+        free(held);
+        if (rc == TP_OK && stopped)  /* the workers' stacks */
+            rc = tp_mem_check((uint64_t)want_p * BLAS_STACK, hint, "%s", what);
+        if (rc == TP_OK) {
+            atomic_store(&s_blas_pool, want_p);
+            atomic_store(&s_blas_callers, want_c);
+        }
+    }
+    /* Only when it changes: OpenBLAS wakes its idle workers on every call,
+     * and a woken worker spins (sched_yield) for ~0.1 s, taking a core from
+     * the input actors of a run that asked for one thread. */
+    if (rc == TP_OK && threads > 0 && openblas_get_num_threads() != threads)
+        openblas_set_num_threads(threads);
+    /* The pool runs again, its workers on their buffers, before any step. */
+    if (rc == TP_OK && stopped && workers > 0)
+        s_blas_pool_warm(workers + 1);
+    atomic_store(&s_blas_gate, 0);
+    pthread_mutex_unlock(&s_blas_mu);
+    return rc;
+}
+
+/* Around an op that calls BLAS: counts the threads inside, and maps (or
+ * refuses) a buffer before a thread more than those mapped goes in. */
+static tp_status_t s_blas_enter(const tp_op_call_t *c) {
+    for (;;) {
+        int n = atomic_fetch_add_explicit(&s_blas_active, 1, memory_order_seq_cst) + 1;
+        int gate = atomic_load_explicit(&s_blas_gate, memory_order_seq_cst);
+        /* (the pool's size is a backend's setting: reserved when one is
+         * made, not here) */
+        if (!gate && n <= atomic_load_explicit(&s_blas_callers, memory_order_acquire))
+            return TP_OK;
+        /* not counted while it waits: a reservation that stops the pool
+         * waits for the threads inside to leave */
+        atomic_fetch_sub_explicit(&s_blas_active, 1, memory_order_seq_cst);
+        if (gate) {  /* the pool is being stopped and started: wait */
+            pthread_mutex_lock(&s_blas_mu);
+            pthread_mutex_unlock(&s_blas_mu);
+            continue;
+        }
+        TP_TRY(s_blas_reserve(n, n - 1, c, 0));
+    }
+}
+
+static void s_blas_leave(void) {
+    atomic_fetch_sub_explicit(&s_blas_active, 1, memory_order_acq_rel);
+}
+
+static int s_uses_blas(const tp_op_call_t *c) {
+    return c->kind == TP_OP_MATMUL || c->kind == TP_OP_CONV2D;
+}
 
 struct tp_stream {
     int unused;
@@ -112,14 +277,24 @@ static tp_status_t s_op_forward(tp_backend_t *b, tp_stream_t *s,
                                 const tp_op_call_t *c) {
     (void)b, (void)s;
     s_ftz();
-    return tp_cpu_op_forward(c);
+    if (!s_uses_blas(c))
+        return tp_cpu_op_forward(c);
+    TP_TRY(s_blas_enter(c));
+    tp_status_t rc = tp_cpu_op_forward(c);
+    s_blas_leave();
+    return rc;
 }
 
 static tp_status_t s_op_backward(tp_backend_t *b, tp_stream_t *s,
                                  const tp_op_call_t *c) {
     (void)b, (void)s;
     s_ftz();
-    return tp_cpu_op_backward(c);
+    if (!s_uses_blas(c))
+        return tp_cpu_op_backward(c);
+    TP_TRY(s_blas_enter(c));
+    tp_status_t rc = tp_cpu_op_backward(c);
+    s_blas_leave();
+    return rc;
 }
 
 static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
@@ -127,9 +302,13 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
                           int lda, const float *bm, int ldb, float beta,
                           float *c, int ldc) {
     (void)b, (void)s;
+    const tp_op_call_t call = {.kind = TP_OP_MATMUL, .name = "gemm",
+                               .yshape = {.ndim = 2, .d = {m, n}}};
+    TP_TRY(s_blas_enter(&call));
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
                 tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, bm,
                 ldb, beta, c, ldc);
+    s_blas_leave();
     return TP_OK;
 }
 
@@ -186,9 +365,16 @@ static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
         return NULL;
     }
     tp_comm_t *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        tp_error(TP_ERR_NOMEM, "CPU communicator of %d ranks", nranks);
         return NULL;
+    }
     c->nranks = nranks;
+    /* the ranks are threads that call BLAS at once */
+    if (s_blas_reserve(nranks, 0, NULL, 0) < 0) {
+        free(c);
+        return NULL;
+    }
     tp_barrier_init(&c->barrier, nranks);
     return c;
 }
@@ -378,12 +564,12 @@ tp_backend_t *tp_backend_cpu_new(int threads) {
     }
     b->ops = &s_cpu_ops;
     b->device = -1;
-    /* Only when it changes: OpenBLAS wakes its idle workers on every call,
-     * and a woken worker spins (sched_yield) for ~0.1 s, taking a core from
-     * the input actors of a run that asked for one thread. */
-    if (threads > 0 && openblas_get_num_threads() != threads)
-        openblas_set_num_threads(threads);
     s_ftz();
+    /* sets the thread count too, after checking there is room for it */
+    if (s_blas_reserve(1, 0, NULL, threads) < 0) {
+        free(b);
+        return NULL;
+    }
     return b;
 }
 

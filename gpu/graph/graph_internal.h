@@ -160,6 +160,12 @@ static inline const tp_node_t *tp_node_caller_(const tp_node_t *n) {
     return n->folded ? n->folded : n;
 }
 
+/* memplan.c: `total` bytes of tower t's arena, said as memory. failed 0:
+ * TP_OK when a host backend's process can get them (tp_mem_check), else
+ * out of memory naming the tower and its largest node; failed 1: the
+ * message for an allocation of them that failed. */
+tp_status_t tp_plan_memory_(const tp_tower_t *t, size_t total, int failed);
+
 /* Wait for every step a training tower queued ahead (config.ahead): what
  * reads the model's memory other than the next step calls it first. */
 tp_status_t tp_model_drain_(tp_model_t *m);

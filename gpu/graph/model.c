@@ -480,11 +480,11 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         }
     }
     t->act_bytes = total;
-    t->act_arena = b->ops->alloc(b, total ? total : TP_ALIGNMENT);
+    tp_status_t mrc = tp_plan_memory_(t, total, 0);  /* refused before it is tried */
+    t->act_arena = mrc < 0 ? NULL : b->ops->alloc(b, total ? total : TP_ALIGNMENT);
     if (!t->act_arena) {
         free(val_off);
-        return tp_error(TP_ERR_NOMEM, "%s: %zu bytes of activations", t->name,
-                        total);
+        return mrc < 0 ? mrc : tp_plan_memory_(t, total, 1);
     }
     m->memory += total;
     if (train) {
@@ -711,7 +711,7 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
     if (m->ntowers > 1) {
         m->comm = m->backend->ops->comm_new(m->backend, m->ntowers);
         if (!m->comm)
-            return tp_error(TP_ERR_NOMEM, "communicator");
+            return tp_error_wrap(TP_ERR_NOMEM, "communicator");
     }
     return TP_OK;
 }

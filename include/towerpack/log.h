@@ -5,6 +5,7 @@
 #ifndef TOWERPACK_LOG_H
 #define TOWERPACK_LOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <towerpack/status.h>
 
@@ -29,6 +30,11 @@ tp_status_t tp_log_level_parse(const char *name, tp_log_level_t *level);
 
 /* Also append records to `path` (NULL closes the file). stderr stays on. */
 tp_status_t tp_log_set_file(const char *path);
+
+/* Write `len` bytes of `line` (a whole line, newline included) to stderr
+ * and the log file as they are: no lock, no formatting, async-signal-safe,
+ * for the last words of a process that a signal handler ends. */
+void tp_log_last_words(const char *line, size_t len);
 
 /* Turn stderr output on or off (the file, if any, is unaffected). */
 void tp_log_set_stderr(int enabled);

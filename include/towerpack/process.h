@@ -9,6 +9,7 @@
 #ifndef TOWERPACK_PROCESS_H
 #define TOWERPACK_PROCESS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <towerpack/status.h>
 
@@ -38,6 +39,32 @@ tp_status_t tp_process_memory(int pid, int64_t *rss_kib, int64_t *peak_kib);
 /* Start a new peak for this process (the kernel's VmHWM drops to the
  * current VmRSS): a peak per epoch. TP_ERR_UNSUPPORTED where refused. */
 tp_status_t tp_process_reset_peak(void);
+
+/* How much more memory this process can get, in bytes (UINT64_MAX where
+ * nothing limits it), and why:
+ *  - space: the address space left under RLIMIT_AS (ulimit -v) and, under
+ *    strict overcommit (vm.overcommit_memory=2), under CommitLimit; a
+ *    mapping larger than this fails at once;
+ *  - machine: RAM (or the cgroup's memory.max when lower) plus swap; more
+ *    than this can never be resident, whatever the kernel promises.
+ * `limit_why` (may be NULL) gets the name of the tighter limit, e.g.
+ * "the address-space limit (ulimit -v) of 524288000 bytes, 499 MB in use". */
+typedef struct {
+    uint64_t space;
+    uint64_t machine;
+} tp_mem_room_t;
+void tp_mem_room(tp_mem_room_t *room, char *limit_why, size_t why_size);
+
+/* TP_OK when `bytes` more fit in tp_mem_room (the smaller of its two);
+ * otherwise TP_ERR_NOMEM with "out of memory: N bytes (X GiB) <what>: more
+ * than <the limit>" and the caller's hint. `what` is printf-formatted. */
+tp_status_t tp_mem_check(uint64_t bytes, const char *hint, const char *what, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* TP_ERR_NOMEM "out of memory: N bytes (X GiB) <what>" with the limit that
+ * applies appended: the message for an allocation that failed. */
+tp_status_t tp_error_nomem(uint64_t bytes, const char *what, ...)
+    __attribute__((format(printf, 2, 3)));
 
 #ifdef __cplusplus
 }

@@ -147,6 +147,16 @@ int tp_signal_pending(void);
 int tp_signal_count(void);
 void tp_signal_clear(void);
 
+/* A deadline on the orderly stop, for a program's main (a library must not
+ * end its host): from the first SIGINT or SIGTERM on, the process has
+ * `seconds` to end in order; past that, or at a second signal, it ends at
+ * once (exit status 128 + the signal), saying so on stderr and in the log
+ * file. The stop may be stuck where no flag is read: a thread inside a
+ * compute library (BLAS, oneDNN, a device wait) never returns to check.
+ * A timer the signal handler arms ends it, on whichever thread is free to
+ * run the handler. 0 turns it off (the default). */
+tp_status_t tp_signals_set_deadline(double seconds);
+
 #ifdef __cplusplus
 }
 #endif

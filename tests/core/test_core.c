@@ -425,3 +425,53 @@ Test(process, memory_now_and_peak_from_the_kernel) {
     cr_assert_eq(tp_process_memory(1 << 30, &rss1, NULL), TP_ERR_NOT_FOUND);
     cr_assert(strstr(tp_last_error(), "memory of process"), "%s", tp_last_error());
 }
+
+/* A message with TP_ERR_NOMEM always says out of memory (issue 48), once,
+ * also when it is wrapped in context; other statuses are left alone. */
+Test(process, out_of_memory_is_always_named) {
+    tp_error(TP_ERR_NOMEM, "tower0: %d bytes of activations", 42);
+    cr_assert_str_eq(tp_last_error(), "out of memory: tower0: 42 bytes of activations");
+    tp_error_wrap(TP_ERR_NOMEM, "building the model");
+    cr_assert_str_eq(tp_last_error(),
+                     "building the model: out of memory: tower0: 42 bytes of activations");
+    tp_error(TP_ERR_NOMEM, "out of memory: said already");
+    cr_assert_str_eq(tp_last_error(), "out of memory: said already");
+    tp_error(TP_ERR_IO, "disk full");
+    cr_assert_str_eq(tp_last_error(), "disk full");
+}
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#include <sys/resource.h>
+/* Under ulimit -v the room left is the limit less what is mapped, and a
+ * plan past it is refused naming the bytes and the limit; a plan past the
+ * machine's RAM and swap is refused without any limit. (Criterion runs
+ * each test in its own process: the limit ends with it.) */
+Test(process, memory_room_under_an_address_space_limit) {
+    tp_mem_room_t room;
+    char why[256];
+    tp_mem_room(&room, why, sizeof why);
+    cr_assert_gt(room.machine, (uint64_t)1 << 20);
+    cr_assert_neq(room.machine, UINT64_MAX, "RAM is read from /proc/meminfo");
+    cr_assert_eq(tp_mem_check((uint64_t)1 << 62, "lower it", "for %s", "a test"), TP_ERR_NOMEM);
+    cr_assert(strstr(tp_last_error(), "out of memory: 4611686018427387904 bytes (4096.0 PiB) "
+                     "for a test: more than"), "%s", tp_last_error());
+    cr_assert(strstr(tp_last_error(), "; lower it"), "%s", tp_last_error());
+
+    char statm[64];
+    FILE *f = fopen("/proc/self/statm", "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(statm, sizeof statm, f));
+    fclose(f);
+    uint64_t mapped = strtoull(statm, NULL, 10) * (uint64_t)sysconf(_SC_PAGESIZE);
+    struct rlimit rl = {mapped + ((uint64_t)256 << 20), RLIM_INFINITY};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &rl), 0);
+    tp_mem_room(&room, why, sizeof why);
+    cr_assert_leq(room.space, (uint64_t)256 << 20);
+    cr_assert_geq(room.space, (uint64_t)200 << 20);
+    cr_assert(strstr(why, "the address-space limit (ulimit -v)"), "%s", why);
+    cr_assert_eq(tp_mem_check((uint64_t)64 << 20, NULL, "for a test"), TP_OK);
+    cr_assert_eq(tp_mem_check((uint64_t)512 << 20, NULL, "for a test"), TP_ERR_NOMEM);
+    cr_assert(strstr(tp_last_error(), "out of memory: 536870912 bytes (512.0 MiB) for a test: "
+                     "more than the address-space limit (ulimit -v)"), "%s", tp_last_error());
+}
+#endif

@@ -716,3 +716,33 @@ Test(dataflow, composed_pipeline_in_one_expression) {
     tp_datapoint_destroy(&dp);
     tp_dataflow_destroy(&df);
 }
+
+/* A fake datapoint larger than the machine is refused when the source is
+ * made, saying it is memory and naming the shape (issue 48: the first
+ * next() said "datapoint of 1 components"). */
+Test(dataflow, fake_data_too_large_for_the_machine_names_memory_and_shape) {
+    tp_df_fake_comp_t huge[2] = {{TP_FLOAT32, 2, {1000000, 1000000}}, {TP_INT32, 0, {0}}};
+    cr_assert_null(tp_df_fake(huge, 2, 3, 1));
+    cr_assert(strstr(tp_last_error(), "out of memory: 4000000000004 bytes (3.6 TiB)"), "%s",
+              tp_last_error());
+    cr_assert(strstr(tp_last_error(), "float32 [1000000,1000000], int32"), "%s",
+              tp_last_error());
+}
+
+/* A batch larger than the data set, with no remainder, never makes a
+ * batch: refused when built, saying so and what to do (issue 48: "the
+ * dataflow batch is empty" at the first step). With a remainder it makes
+ * one partial batch. */
+Test(dataflow, batch_larger_than_the_data_set_is_refused) {
+    cr_assert_null(tp_df_batch(range(5), 8, 0));
+    cr_assert(strstr(tp_last_error(), "the batch (8) is larger than the data set"), "%s",
+              tp_last_error());
+    cr_assert(strstr(tp_last_error(), "5 samples") &&
+              strstr(tp_last_error(), "at most 5") && strstr(tp_last_error(), "remainder"),
+              "%s", tp_last_error());
+    tp_dataflow_t *df = tp_df_batch(range(5), 8, 1);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    reset(df);
+    cr_assert_eq(pass(df, NULL, 0), 1);
+    tp_dataflow_destroy(&df);
+}

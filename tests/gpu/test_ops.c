@@ -459,3 +459,31 @@ Test(ops_fwd, dropout_masks_are_splitmix64_of_one_key_per_call) {
     }
     tp_model_destroy(&m);
 }
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+/* OpenBLAS retries a failed mmap of its 128 MiB work buffer for ever
+ * (issue 48): the CPU backend maps the buffers when it is made, each after
+ * checking the address space, so under a limit that leaves no room for
+ * one it fails at once, saying out of memory and which limit. (Criterion
+ * runs each test in a process of its own, which no backend has used.) */
+Test(ops_cpu, a_backend_under_ulimit_v_without_room_for_blas_fails_saying_so) {
+    char statm[64];
+    FILE *f = fopen("/proc/self/statm", "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(statm, sizeof statm, f));
+    fclose(f);
+    unsigned long long mapped = strtoull(statm, NULL, 10) * (unsigned long long)sysconf(_SC_PAGESIZE);
+    struct rlimit rl = {mapped + (64ull << 20), RLIM_INFINITY};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &rl), 0);
+    tp_backend_t *b = tp_backend_cpu_new(0);
+    cr_assert_null(b, "a CPU backend with 64 MiB of address space to spare");
+    cr_assert(strstr(tp_last_error(), "out of memory: ") &&
+              strstr(tp_last_error(), "for a work buffer of OpenBLAS") &&
+              strstr(tp_last_error(), "the address-space limit (ulimit -v)"), "%s",
+              tp_last_error());
+}
+#endif

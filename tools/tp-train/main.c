@@ -569,6 +569,12 @@ int main(int argc, char **argv) {
      * run in order: the trainer sees it before its next step. */
     if (tp_signals_install() < 0)
         return s_fail("signals");
+    /* ... and the run ends within a second of one (TP_STOP_GRACE seconds),
+     * in order when it can, at once when a thread is stuck in a compute
+     * library (issue 48). */
+    const char *grace = getenv("TP_STOP_GRACE");
+    if (tp_signals_set_deadline(grace ? atof(grace) : 1.0) < 0)
+        return s_fail("signals");
 
     /* Devices: the CPU unless CUDA answers (and a CUDA tower backend).
      * CUDA is asked in a child: this process must not load CUDA before it
