@@ -619,6 +619,40 @@ Test(tp_train, the_batch_follows_the_spec, .init = s_setup, .fini = s_teardown,
     cr_assert(strstr(s_out, "validation_accuracy"), "%s", s_out);
 }
 
+/* --workers N with --spec (issue 47: it was silently ignored): the spec
+ * runs in N forked workers (`processes N` before its batch, each worker's
+ * memory in stats.json), and a spec that cannot take it is refused saying
+ * how. */
+Test(tp_train, workers_with_a_spec_fork_the_spec, .init = s_setup, .fini = s_teardown,
+     .timeout = 180) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/spec-workers", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--towers", "1", "--threads", "1",
+                    "--spec", "fashion-mnist:train | batch 32", "--workers", "2",
+                    "--epochs", "1", "--steps-per-epoch", "5", "--test-spec", TEST_SPEC,
+                    "--logdir", logdir, NULL};
+    int rc = s_run(argv, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "training data: fashion-mnist:train | processes 2 restart=3 | batch 32"),
+              "%s", s_out);
+    json_t *j = s_stats(logdir);
+    json_t *e = json_array_get(j, 0);
+    cr_assert_gt(json_number_value(json_object_get(e, "memory/worker1_rss_mb")), 1,
+                 "no second worker in stats.json");
+    json_decref(j);
+
+    snprintf(logdir, sizeof logdir, "%s/refused", s_dir);
+    char *own[] = {"tp-train", "--spec", "fashion-mnist:train | processes 3 | batch 32",
+                   "--workers", "2", "--logdir", logdir, NULL};
+    cr_assert_neq(s_run(own, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "the spec has its own processes stage; give the number of "
+                            "workers once"), "%s", s_out);
+    char *remote[] = {"tp-train", "--spec", "remote:@ipc:///tmp/nothing.sock | batch 32",
+                      "--workers", "2", "--logdir", logdir, NULL};
+    cr_assert_neq(s_run(remote, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "leave --workers out"), "%s", s_out);
+}
+
 /* Run a tool of bin/ (argv[0] its name), stdout+stderr into s_out. */
 static int s_tool(char **argv) {
     const char *env[] = {"TP_LOG_LEVEL=info", NULL};
