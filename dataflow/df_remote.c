@@ -86,6 +86,13 @@ typedef struct {
     int nsenders;
     uint64_t active_ns;   /* the iterating thread last waited or received */
     void *mon;            /* PAIR: the pull socket's connection events */
+    /* For the watchdog and the statistics, written by the iterating thread:
+     * the connections open (their file descriptors), when the last datapoint came, and the
+     * bytes of every message received (atomic: read from any thread). */
+    int conn_fds[MAX_SENDERS];
+    int nconns;
+    uint64_t data_ns;
+    uint64_t bytes;
 } s_remote_t;
 
 int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
@@ -212,8 +219,21 @@ static void s_drain_monitor(s_remote_t *r) {
             zmq_msg_recv(&addr, r->mon, 0);
             zmq_msg_close(&addr);
         }
+        /* a connection is counted from its accept (bind) or connect, when
+         * the event carries its descriptor, to its close; one whose
+         * handshake fails closes at once */
+        if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
+            if (r->nconns < MAX_SENDERS)
+                r->conn_fds[r->nconns++] = (int)value;
+            continue;
+        }
         if (event != ZMQ_EVENT_DISCONNECTED)
             continue;
+        for (int k = 0; k < r->nconns; k++)
+            if (r->conn_fds[k] == (int)value) {
+                r->conn_fds[k] = r->conn_fds[--r->nconns];
+                break;
+            }
         /* the sender whose reports came on it (a number that a later
          * connection may reuse: that one's sender has another pid) */
         uint64_t now = tp_now_ns();
@@ -227,10 +247,13 @@ static void s_drain_monitor(s_remote_t *r) {
     }
 }
 
-/* The iterating thread is receiving now: silence from a sender counts. */
-static void s_active(s_remote_t *r) {
-    __atomic_store_n(&r->active_ns, tp_now_ns(), __ATOMIC_RELAXED);
+/* The iterating thread is receiving now: silence from a sender counts.
+ * Returns the time. */
+static uint64_t s_active(s_remote_t *r) {
+    uint64_t now = tp_now_ns();
+    __atomic_store_n(&r->active_ns, now, __ATOMIC_RELAXED);
     s_drain_monitor(r);
+    return now;
 }
 
 
@@ -248,7 +271,9 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     /* connection events, to know when a sender's connection closes */
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://tp-remote-monitor-%p", (void *)r);
-    if (zmq_socket_monitor(r->pull, mon_ep, ZMQ_EVENT_DISCONNECTED) == 0 &&
+    if (zmq_socket_monitor(r->pull, mon_ep,
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED |
+                               ZMQ_EVENT_DISCONNECTED) == 0 &&
         (r->mon = zmq_socket(r->zctx, ZMQ_PAIR)) != NULL) {
         int z = 0;
         zmq_setsockopt(r->mon, ZMQ_LINGER, &z, sizeof z);
@@ -302,6 +327,8 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                         tp_signal_pending());
     for (;;) {
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, 0);
+        if (rc == TP_OK)  /* one relaxed add a message: what tp-top's MB/s shows */
+            __atomic_store_n(&r->bytes, r->bytes + tp_wire_msg_bytes(r->msg), __ATOMIC_RELAXED);
         if (rc == TP_OK && tp_wire_msg_frames(r->msg) == 1) {
             int kind;
             uint32_t sender;
@@ -336,6 +363,7 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                 if (rc == TP_OK)
                     rc = tp_tpk_decode(data, size, &r->tpk, release, hint, out);
                 if (rc == TP_OK) {
+                    r->data_ns = tp_now_ns();
                     if (!(r->seen & (1u << fmt))) {
                         r->seen |= 1u << fmt;
                         TP_INFO("remote: receiving tensorpack's %s messages",
@@ -349,9 +377,11 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         if (rc == TP_OK || rc == TP_ERR_PROTOCOL) {
             if (rc == TP_OK)
                 rc = tp_wire_decode(r->msg, &r->wire, out);
-            s_active(r);
-            if (rc == TP_OK)
+            uint64_t now = s_active(r);
+            if (rc == TP_OK) {
+                r->data_ns = now;
                 return TP_OK;
+            }
         bad:
             r->malformed++;
             if (tp_ratelog_ok(&r->ratelog))
@@ -471,6 +501,59 @@ uint64_t tp_df_remote_malformed(tp_dataflow_t *df) {
     if (!df || tp_dataflow_ops(df) != &s_remote_ops)  /* another kind */
         return 0;
     return ((s_remote_t *)tp_dataflow_impl(df))->malformed;
+}
+
+uint64_t tp_df_remote_bytes(tp_dataflow_t *df) {
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops)
+        return 0;
+    return __atomic_load_n(&((s_remote_t *)tp_dataflow_impl(df))->bytes, __ATOMIC_RELAXED);
+}
+
+int tp_df_remote_describe(tp_dataflow_t *df, char *buf, size_t size) {
+    if (size)
+        buf[0] = '\0';
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops || size == 0)
+        return -1;
+    s_remote_t *r = tp_dataflow_impl(df);
+    uint64_t now = tp_now_ns();
+    size_t o = 0;
+#define S_ADD(...)                                                              \
+    do {                                                                        \
+        int n_ = snprintf(buf + o, size - o, __VA_ARGS__);                      \
+        o = n_ < 0 ? o : o + (size_t)n_ >= size ? size - 1 : o + (size_t)n_;   \
+    } while (0)
+    S_ADD("%d sender%s connected", r->nconns, r->nconns == 1 ? "" : "s");
+    if (r->data_ns)
+        S_ADD(", last batch %.1f s ago", (double)(now - r->data_ns) * 1e-9);
+    else
+        S_ADD(", no batch yet");
+    /* the senders that reported (tp-worker, tp_send_dataflow), latest
+     * first; tensorpack's own senders never report */
+    pthread_mutex_lock(&r->mu);
+    int shown[4], nshown = 0;
+    while (nshown < 4) {
+        int best = -1;
+        for (int i = 0; i < r->nsenders; i++) {
+            int taken = 0;
+            for (int j = 0; j < nshown; j++)
+                taken |= shown[j] == i;
+            if (!taken && (best < 0 || r->senders[i].seen_ns > r->senders[best].seen_ns))
+                best = i;
+        }
+        if (best < 0)
+            break;
+        const s_sender_seen_t *e = &r->senders[best];
+        S_ADD("%s %s %.1f s ago%s", nshown ? "," : "; last seen:", e->row.name,
+              (double)(now - e->seen_ns) * 1e-9, e->gone ? " (gone)" : "");
+        shown[nshown++] = best;
+    }
+    if (nshown == 0)
+        S_ADD("; no sender has reported (tensorpack's senders do not)");
+    else if (r->nsenders > nshown)
+        S_ADD(" and %d more", r->nsenders - nshown);
+    pthread_mutex_unlock(&r->mu);
+#undef S_ADD
+    return (int)o;
 }
 
 typedef struct {

@@ -157,6 +157,18 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
 /* Messages a remote dataflow dropped as malformed, or 0 for others. */
 uint64_t tp_df_remote_malformed(tp_dataflow_t *df);
 
+/* Bytes of every message a remote dataflow received (datapoints, malformed
+ * messages and the senders' reports), or 0 for others. Any thread. */
+uint64_t tp_df_remote_bytes(tp_dataflow_t *df);
+
+/* What a watchdog says about a remote dataflow's senders, into buf: the
+ * connections open ("2 senders connected", counted from their accept or
+ * connect to their close), how long ago the last datapoint came, and the
+ * senders that reported, latest first ("last seen: tp-worker 4121@vm
+ * 10.2 s ago (gone)"). Returns the length, -1 for another kind of
+ * dataflow. On the thread that iterates df. */
+int tp_df_remote_describe(tp_dataflow_t *df, char *buf, size_t size);
+
 /* The senders (tp_send_dataflow, tp-worker) feeding the remote dataflows in
  * df (df itself or any it wraps) as statistics rows, "tp-worker PID@HOST",
  * at most `max` into `rows`; returns how many. Each row has the sender's

@@ -209,10 +209,13 @@ double tp_input_staging_waited_s(tp_input_t *input, int tower);
 typedef struct tp_remote_opts tp_remote_opts_t;
 tp_input_t *tp_input_zmq(const char *endpoints, const tp_remote_opts_t *opts);
 /* Batches received, messages dropped as malformed, seconds the trainer
- * waited for data (0 for another kind of input). */
+ * waited for data, wire bytes received (0 for another kind of input). A
+ * wait longer than the step watchdog's period (tp_input_set_watchdog, 10 s
+ * by default) is logged naming the input and its senders. */
 uint64_t tp_input_zmq_received(tp_input_t *input);
 uint64_t tp_input_zmq_malformed(tp_input_t *input);
 double tp_input_zmq_waited_s(tp_input_t *input);
+uint64_t tp_input_zmq_bytes(tp_input_t *input);
 
 /* DummyConstantInput: one random batch per tower, built once from the
  * model's input descriptions and returned again and again (copies): the

@@ -450,6 +450,91 @@ Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
               "went too:\n%s", (int)w[0], last);
 }
 
+/* The whole file at path into out (NUL-terminated; empty when missing). */
+static void s_slurp(const char *path, char *out, size_t size) {
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+/* Issue 47: tp-train --remote whose only tp-worker dies. While it trains,
+ * ZMQInput's row counts its bytes (MB/s > 0). After the SIGKILL, tp-top's
+ * JSON marks ZMQInput as the bottleneck (it was the supervisor, 100% busy,
+ * because a wait counted as starved only once it ended), and within 12 s
+ * the step watchdog names the input, its senders (0 connected) and the
+ * dead worker last seen (ZMQInput had no watchdog: nothing was logged). */
+Test(tp_train, a_stalled_remote_input_is_named_and_marked, .init = s_setup,
+     .fini = s_teardown, .timeout = 180) {
+    char logdir[128], sock[160], ep[170], data[128], bind[140], tlog[160], wlog[160];
+    snprintf(logdir, sizeof logdir, "%s/stall", s_dir);
+    snprintf(sock, sizeof sock, "%s/stats.sock", logdir);
+    snprintf(ep, sizeof ep, "ipc://%s", sock);
+    snprintf(data, sizeof data, "ipc://%s/data.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", data);
+    snprintf(tlog, sizeof tlog, "%s/train.log", s_dir);
+    snprintf(wlog, sizeof wlog, "%s/worker.log", s_dir);
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                    "--steps-per-epoch", "100000", "--batch", "32", "--towers", "1",
+                    "--remote", bind, "--threads", "1", "--test-spec", TEST_SPEC,
+                    "--logdir", logdir, NULL};
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    pu_spawn_opts_t o = {.out = tlog, .env = env};
+    pid_t train = pu_spawn(argv, &o);
+    cr_assert_gt(train, 0);
+    for (int i = 0; i < 600 && access(sock, F_OK) != 0; i++)
+        usleep(50000);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | batch 32", "--connect", data,
+                     "--log-level", "info", NULL};
+    pu_spawn_opts_t wo = {.out = wlog};
+    pid_t w = pu_spawn(wargv, &wo);
+    static char last[1 << 16], log[1 << 16];
+    /* training: ZMQInput receives, and counts bytes */
+    double mb = 0;
+    for (double t0 = tp_now_s(); mb <= 0 && tp_now_s() - t0 < 60;) {
+        json_t *snap = s_top_json(ep, last, sizeof last);
+        json_t *row = snap ? s_top_row(snap, "ZMQInput") : NULL;
+        if (row && json_number_value(json_object_get(row, "msgs_per_s")) > 0)
+            mb = json_number_value(json_object_get(row, "mb_per_s"));
+        json_decref(snap);
+        if (row && mb <= 0 && json_number_value(json_object_get(row, "msgs_per_s")) > 0)
+            break;  /* receiving, yet no bytes: fails below */
+    }
+    kill(w, SIGKILL);
+    double t0 = tp_now_s(), named_s = -1;
+    pu_waitpid(w, 10000);
+    int marked = 0;
+    while (tp_now_s() - t0 < 12.5 && (named_s < 0 || !marked)) {
+        if (!marked) {
+            json_t *snap = s_top_json(ep, last, sizeof last);
+            const char *bn = snap ? json_string_value(json_object_get(snap, "bottleneck")) : NULL;
+            marked = bn && !strcmp(bn, "ZMQInput");
+            json_decref(snap);
+        }
+        s_slurp(tlog, log, sizeof log);
+        if (named_s < 0 && strstr(log, "no batch for"))
+            named_s = tp_now_s() - t0;
+        usleep(100000);
+    }
+    kill(train, SIGTERM);
+    pu_waitpid(train, 30000);
+    s_slurp(tlog, log, sizeof log);
+    cr_assert_gt(mb, 0, "ZMQInput shows no MB/s while it receives:\n%s", last);
+    cr_assert(marked, "tp-top does not mark ZMQInput during the stall; last:\n%s", last);
+    cr_assert(named_s >= 0 && named_s <= 12.5, "no watchdog within 12 s of the stall "
+              "(%.1f s):\n%s", named_s, log);
+    char want[256];
+    snprintf(want, sizeof want, "(ZMQInput %s) has had no batch for", bind);
+    cr_assert(strstr(log, want), "the watchdog names the input (%s):\n%s", want, log);
+    cr_assert(strstr(log, "0 senders connected"), "%s", log);
+    snprintf(want, sizeof want, "last seen: tp-worker %d@", (int)w);
+    cr_assert(strstr(log, want), "the watchdog names the dead sender (%s):\n%s", want, log);
+}
+
 Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *a1[] = {"tp-train", "--model", "transformer", NULL};
     cr_assert_neq(s_run(a1, s_out, sizeof s_out), 0);
