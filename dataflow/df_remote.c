@@ -93,6 +93,7 @@ typedef struct {
     int nconns;
     uint64_t data_ns;
     uint64_t bytes;
+    tp_ratelog_t handshake_log;  /* failed handshakes, at most once a second */
 } s_remote_t;
 
 int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
@@ -227,6 +228,22 @@ static void s_drain_monitor(s_remote_t *r) {
                 r->conn_fds[r->nconns++] = (int)value;
             continue;
         }
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+            event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            /* a sender that cannot get in says so on its side; this one
+             * says it here (a refused CURVE key: the ZAP handler's log) */
+            if (tp_ratelog_ok(&r->handshake_log))
+                TP_WARN("remote: a sender's handshake at %s failed: %s", r->endpoints[0],
+                        value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                            ? (r->curve ? "it has no CURVE keys (tp-worker --curve DIR "
+                                          "with this run's keys)"
+                                        : "it uses CURVE and this receiver does not "
+                                          "(--curve DIR here too)")
+                        : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+                            ? "its CURVE keys are not this run's (server.key)"
+                            : "it closed the connection or spoke another protocol");
+            continue;
+        }
         if (event != ZMQ_EVENT_DISCONNECTED)
             continue;
         for (int k = 0; k < r->nconns; k++)
@@ -273,7 +290,8 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     snprintf(mon_ep, sizeof mon_ep, "inproc://tp-remote-monitor-%p", (void *)r);
     if (zmq_socket_monitor(r->pull, mon_ep,
                            ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED |
-                               ZMQ_EVENT_DISCONNECTED) == 0 &&
+                               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0 &&
         (r->mon = zmq_socket(r->zctx, ZMQ_PAIR)) != NULL) {
         int z = 0;
         zmq_setsockopt(r->mon, ZMQ_LINGER, &z, sizeof z);
@@ -600,6 +618,16 @@ typedef struct {
     tp_stats_pub_t *pub;
     tp_stats_row_t row;
     uint64_t start, blocked, starved;
+    /* the socket's connection events (libzmq's monitor): receivers
+     * connected now, whether one ever was, since when none is, and the
+     * first failed handshake of a connecting sender (an error: it ends) */
+    void *mon;
+    const char *endpoint;
+    int conn_fds[MAX_SENDERS];  /* the connections open (accepted, connected) */
+    int connected, ever, connecting, curve;
+    double peer_gone_s;
+    uint64_t none_since, mon_ns;
+    tp_status_t failed;
     /* the report to the receiver (TP_CTL_REPORT) */
     int report;
     uint64_t reported_ns;
@@ -641,6 +669,99 @@ static void s_sender_publish(s_sender_t *s, int force) {
     tp_stats_pub_publish(s->pub, &copy, 1);
 }
 
+/* What a failed handshake means, for the message that ends the sender. */
+static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        return "the receiver refused this sender's CURVE key: it is not the run's "
+               "client key (tp-keygen DIR on one host, DIR copied to the others)";
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        return curve ? "the receiver does not use CURVE: leave --curve out, or give the "
+                       "receiver the keys too"
+                     : "the receiver requires CURVE: give --curve DIR with the run's keys";
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+        return "the CURVE handshake failed: the keys in --curve DIR are not the "
+               "receiver's (its server.key)";
+    /* the receiver closed the connection in the handshake */
+    return curve ? "the receiver closed the connection in the CURVE handshake: the keys "
+                   "in --curve DIR are not the receiver's (its server.key), or it does "
+                   "not use CURVE"
+                 : "the receiver closed the connection in the handshake: it requires "
+                   "CURVE keys (give --curve DIR with the run's keys), or it is not a "
+                   "towerpack receiver";
+}
+
+/* The socket's connection events, never waited for: the count of connected
+ * receivers, and a connecting sender's failed handshake (s->failed). A
+ * bound sender only warns about a peer that failed: anyone may knock. */
+static void s_sender_events(s_sender_t *s) {
+    for (int i = 0; s->mon && i < 64; i++) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, s->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            break;
+        }
+        int more = zmq_msg_more(&ev);
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        zmq_msg_close(&ev);
+        if (more) {
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, s->mon, 0);
+            zmq_msg_close(&addr);
+        }
+        /* connections are counted by descriptor, from their accept or
+         * connect to their close (the handshake events carry none) */
+        if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
+            if (s->connected < MAX_SENDERS)
+                s->conn_fds[s->connected++] = (int)value;
+        } else if (event == ZMQ_EVENT_DISCONNECTED) {
+            for (int k = 0; k < s->connected; k++)
+                if (s->conn_fds[k] == (int)value) {
+                    s->conn_fds[k] = s->conn_fds[--s->connected];
+                    break;
+                }
+            if (s->connected == 0)
+                s->none_since = tp_now_ns();
+        } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            if (!s->ever)
+                TP_INFO("send: connected to a receiver at %s", s->endpoint);
+            s->ever = 1;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+                   event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                   event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            if (s->connecting && s->failed == TP_OK)
+                s->failed = tp_error(TP_ERR_PEER, "send: the handshake with the receiver "
+                                     "at %s failed: %s", s->endpoint,
+                                     s_handshake_why(event, value, s->curve));
+            else if (!s->connecting)
+                TP_WARN("send: a receiver's handshake at %s failed: %s", s->endpoint,
+                        s_handshake_why(event, value, s->curve));
+        }
+    }
+    s->mon_ns = tp_now_ns();
+}
+
+/* TP_OK while the sender should go on; the failed handshake, or TP_DONE
+ * when its receivers have been gone for peer_gone_s (after one was). */
+static tp_status_t s_sender_check(s_sender_t *s) {
+    if (tp_now_ns() - s->mon_ns >= 100000000ull)  /* at most every 100 ms */
+        s_sender_events(s);
+    if (s->failed < 0)
+        return s->failed;
+    if (s->peer_gone_s > 0 && s->ever && s->connected == 0 &&
+        (double)(tp_now_ns() - s->none_since) * 1e-9 >= s->peer_gone_s) {
+        tp_error(TP_ERR_PEER, "send: the receiver at %s has been gone for %.0f s",
+                 s->endpoint, s->peer_gone_s);
+        return TP_DONE;
+    }
+    return TP_OK;
+}
+
 /* Send msg, waiting (counted as blocked) while the peer is full; publishes
  * and looks for signals while it waits. */
 static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock) {
@@ -663,6 +784,11 @@ static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock
             tp_wire_msg_clear(msg);
             return tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
                             tp_signal_pending());
+        }
+        tp_status_t st = s_sender_check(s);
+        if (st != TP_OK) {  /* a failed handshake; the receivers gone */
+            tp_wire_msg_clear(msg);
+            return st;
         }
         uint64_t b0 = tp_now_ns();
         zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
@@ -738,6 +864,34 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     int linger = (int)(o.linger_s * 1000);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &o.hwm, sizeof o.hwm);
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    /* its connection events: before the connect, so none is missed */
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://tp-send-monitor-%p", (void *)&s);
+    if (zmq_socket_monitor(sock, mon_ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED |
+                                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                             ZMQ_EVENT_DISCONNECTED |
+                                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0 &&
+        (s.mon = zmq_socket(zctx, ZMQ_PAIR)) != NULL) {
+        int z = 0;
+        zmq_setsockopt(s.mon, ZMQ_LINGER, &z, sizeof z);
+        if (zmq_connect(s.mon, mon_ep) < 0) {
+            zmq_close(s.mon);
+            s.mon = NULL;
+        }
+    }
+    s.endpoint = endpoint;
+    s.connecting = !o.bind;
+    s.curve = o.curve_dir != NULL;
+    s.peer_gone_s = o.peer_gone_s;
+    if (!strncmp(endpoint, "tcp://", 6)) {
+        /* ZMTP heartbeats: a receiver whose host died (no close ever
+         * comes) is a closed connection after 10 s */
+        int ivl = 2000, ttl = 10000;
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &ttl, sizeof ttl);
+    }
     if ((o.bind ? zmq_bind(sock, bound) : zmq_connect(sock, endpoint)) < 0) {
         rc = tp_error(TP_ERR_IO, "send: %s %s: %s", o.bind ? "bind" : "connect",
                       endpoint, zmq_strerror(zmq_errno()));
@@ -759,6 +913,8 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
                           tp_signal_pending());
             break;
         }
+        if ((rc = s_sender_check(&s)) != TP_OK)
+            break;  /* a failed handshake; the receivers gone (TP_DONE) */
         tp_datapoint_t *dp = NULL;
         uint64_t t0 = tp_now_ns();
         rc = tp_dataflow_next(df, &dp);
@@ -792,8 +948,8 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
             break;
         }
         size_t bytes = tp_wire_msg_bytes(msg);
-        if ((rc = s_send_blocking(&s, msg, sock)) < 0)
-            break;
+        if ((rc = s_send_blocking(&s, msg, sock)) != TP_OK)
+            break;  /* also TP_DONE: the receivers gone */
         s.row.msgs_out++;
         s.row.bytes_out += bytes;
         s_sender_publish(&s, 0);
@@ -802,6 +958,10 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     }
     /* the receiver hears how it ended (before the padding: that is last) */
     s.row.state = rc < 0 && rc != TP_ERR_INTERRUPTED ? TP_ACTOR_FAILED : TP_ACTOR_DONE;
+    if (rc == TP_DONE) {  /* no receiver left: nothing to tell, nobody to wait for */
+        int zero = 0;
+        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    }
     s_sender_report(&s, sock, 1);
     if (rc == TP_OK && !o.tpk_format) {
         /* Padding after the last datapoint: libzmq may drop the unflushed
@@ -820,13 +980,19 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         *sent = s.row.msgs_out;
 out:
     tp_wire_msg_destroy(&msg);
-    /* An interrupted sender should not linger on a peer that may be gone. */
-    if (sock && rc == TP_ERR_INTERRUPTED) {
+    /* An interrupted sender should not linger on a peer that may be gone,
+     * nor one whose handshake failed on a peer that will never take it. */
+    if (sock && (rc == TP_ERR_INTERRUPTED || rc == TP_ERR_PEER)) {
         int zero = 0;
         zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     }
-    if (sock)
+    if (sock) {
+        if (s.mon)
+            zmq_socket_monitor(sock, NULL, 0);
         zmq_close(sock);
+    }
+    if (s.mon)
+        zmq_close(s.mon);
     if (zctx)
         zmq_ctx_term(zctx);
     tp_curve_destroy(&curve);

@@ -210,14 +210,21 @@ typedef struct tp_send_opts {
                                (default 0: twice a second, so the receiving
                                trainer's statistics show this sender;
                                always off with tpk_format) */
+    double peer_gone_s;     /* > 0: end (TP_DONE) once no receiver has been
+                               connected for this long, after one was (its
+                               trainer ended); 0 (default): send forever */
 } tp_send_opts_t;
 
 void tp_send_opts_init(tp_send_opts_t *opts);
 
 /* send_dataflow_zmq: reset `df` and send it, pass after pass, to `endpoint`
  * until max_count datapoints, an error of df (returned), or a signal
- * recorded by tp_signals_install (TP_ERR_INTERRUPTED). df stays the
- * caller's. *sent (may be NULL) gets the count. */
+ * recorded by tp_signals_install (TP_ERR_INTERRUPTED). A connecting sender
+ * whose handshake with the receiver fails (CURVE keys missing or not the
+ * receiver's) ends with TP_ERR_PEER naming the receiver and the cause;
+ * with opts.peer_gone_s it ends with TP_DONE (and a message, in
+ * tp_last_error) once the receivers have been gone that long. df stays
+ * the caller's. *sent (may be NULL) gets the count queued to the socket. */
 tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
                              const tp_send_opts_t *opts, uint64_t *sent);
 
