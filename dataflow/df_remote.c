@@ -59,7 +59,10 @@ typedef struct {
     int gone;             /* that connection closed: kept a while so that its
                              reports still queued do not bring it back */
     uint64_t gone_ns;
+    uint64_t unfit;       /* its datapoints dropped as not fitting */
 } s_sender_seen_t;
+
+#define MAX_EXPECT 16
 
 /* How long a gone sender's entry stays to absorb its late reports. */
 #define S_TOMBSTONE_NS 30000000000ull
@@ -90,11 +93,25 @@ typedef struct {
      * the connections open (their file descriptors), when the last datapoint came, and the
      * bytes of every message received (atomic: read from any thread). */
     int conn_fds[MAX_SENDERS];
+    int conn_fit[MAX_SENDERS];  /* per connection: 0 nothing yet, 1 its last
+                                   datapoint fitted, 2 it did not */
     int nconns;
     uint64_t data_ns;
     uint64_t bytes;
     tp_ratelog_t handshake_log;  /* failed handshakes, at most once a second */
+    /* tp_df_remote_expect: what every datapoint must be */
+    tp_remote_expect_t expect[MAX_EXPECT];
+    char expect_names[MAX_EXPECT][32];
+    int nexpect;
+    uint64_t unfit;
+    uint64_t unfit_since;   /* since when every open connection sends only
+                               unfit datapoints (0: not so) */
+    tp_ratelog_t unfit_log;
 } s_remote_t;
+
+/* How long every sender connected may send only unfit datapoints before
+ * the stream ends: a fitting sender may still be starting. */
+#define S_UNFIT_GRACE_NS 10000000000ull
 
 int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
     char buf[512];
@@ -224,8 +241,10 @@ static void s_drain_monitor(s_remote_t *r) {
          * the event carries its descriptor, to its close; one whose
          * handshake fails closes at once */
         if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
-            if (r->nconns < MAX_SENDERS)
+            if (r->nconns < MAX_SENDERS) {
+                r->conn_fit[r->nconns] = 0;
                 r->conn_fds[r->nconns++] = (int)value;
+            }
             continue;
         }
         if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
@@ -248,7 +267,9 @@ static void s_drain_monitor(s_remote_t *r) {
             continue;
         for (int k = 0; k < r->nconns; k++)
             if (r->conn_fds[k] == (int)value) {
-                r->conn_fds[k] = r->conn_fds[--r->nconns];
+                r->nconns--;
+                r->conn_fds[k] = r->conn_fds[r->nconns];
+                r->conn_fit[k] = r->conn_fit[r->nconns];
                 break;
             }
         /* the sender whose reports came on it (a number that a later
@@ -273,6 +294,105 @@ static uint64_t s_active(s_remote_t *r) {
     return now;
 }
 
+
+/* 0 when dp has the expected components; else -1 with the first mismatch
+ * in why ("component 0 'image' is uint8[128,32,32], expected
+ * uint8[64,28,28]"). */
+static int s_fits(const s_remote_t *r, const tp_datapoint_t *dp, char *why, size_t size) {
+    int n = tp_datapoint_size(dp);
+    if (n != r->nexpect) {
+        snprintf(why, size, "%d components, expected %d", n, r->nexpect);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const tp_tensor_t *x = tp_datapoint_cget(dp, i);
+        const tp_remote_expect_t *e = &r->expect[i];
+        int ok = x->dtype == e->dtype && x->ndim == e->ndim;
+        for (int k = 0; ok && k < e->ndim; k++)
+            ok = e->shape[k] < 0 || x->shape[k] == e->shape[k];
+        if (ok)
+            continue;
+        char got[128], want[128];
+        tp_tensor_describe(x, got, sizeof got);
+        int w = snprintf(want, sizeof want, "%s[", tp_dtype_name(e->dtype));
+        for (int k = 0; k < e->ndim && w > 0 && (size_t)w < sizeof want; k++)
+            w += e->shape[k] < 0
+                     ? snprintf(want + w, sizeof want - (size_t)w, "%s*", k ? "," : "")
+                     : snprintf(want + w, sizeof want - (size_t)w, "%s%lld", k ? "," : "",
+                                (long long)e->shape[k]);
+        if (w > 0 && (size_t)w < sizeof want)
+            snprintf(want + w, sizeof want - (size_t)w, "]");
+        snprintf(why, size, "component %d '%s' is %s, expected %s", i,
+                 e->name ? e->name : "?", got, want);
+        return -1;
+    }
+    return 0;
+}
+
+/* The name of the sender on connection fd: its report's ("tp-worker
+ * 4121@vm"), or the connection's number for a sender that does not report
+ * (tensorpack's). Counts an unfit datapoint of it when `unfit`. */
+static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t size) {
+    snprintf(out, size, "the sender on connection %d (no report: a tensorpack sender?)", fd);
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->nsenders; i++)
+        if (!r->senders[i].gone && r->senders[i].fd == fd) {
+            r->senders[i].unfit += (uint64_t)unfit;
+            snprintf(out, size, "%s (%llu dropped from it)", r->senders[i].row.name,
+                     (unsigned long long)r->senders[i].unfit);
+            break;
+        }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Record whether connection fd's last datapoint fitted; 1 when every open
+ * connection's last datapoint did not fit (no fitting sender is left). */
+static int s_mark_fit(s_remote_t *r, int fd, int fit) {
+    int k = 0;
+    while (k < r->nconns && r->conn_fds[k] != fd)
+        k++;
+    if (k == r->nconns) {  /* its accept event not read yet */
+        s_drain_monitor(r);
+        k = 0;
+        while (k < r->nconns && r->conn_fds[k] != fd)
+            k++;
+    }
+    if (k < r->nconns)
+        r->conn_fit[k] = fit ? 1 : 2;
+    if (fit)
+        r->unfit_since = 0;
+    if (fit || fd < 0 || k == r->nconns)
+        return 0;
+    for (k = 0; k < r->nconns; k++)
+        if (r->conn_fit[k] != 2)
+            return 0;
+    return r->nconns > 0;
+}
+
+/* A decoded datapoint that does not fit tp_df_remote_expect: dropped and
+ * counted; TP_OK to go on receiving, or the error that ends the stream
+ * when no fitting sender is left: every open connection's last datapoint
+ * did not fit, for S_UNFIT_GRACE_NS. */
+static tp_status_t s_drop_unfit(s_remote_t *r, tp_datapoint_t **dp, int fd, const char *why) {
+    tp_datapoint_destroy(dp);
+    r->unfit++;
+    char who[160];
+    s_sender_name(r, fd, 1, who, sizeof who);
+    uint64_t now = tp_now_ns();
+    if (!s_mark_fit(r, fd, 0))
+        r->unfit_since = 0;
+    else if (!r->unfit_since)
+        r->unfit_since = now;
+    else if (now - r->unfit_since >= S_UNFIT_GRACE_NS)
+        return tp_error(TP_ERR_SHAPE, "remote: no sender left sends datapoints that fit "
+                        "(for %.0f s; %llu dropped): the last, from %s: %s",
+                        (double)(now - r->unfit_since) * 1e-9,
+                        (unsigned long long)r->unfit, who, why);
+    if (tp_ratelog_ok(&r->unfit_log))
+        TP_WARN("remote: dropped a datapoint from %s that does not fit: %s (%llu dropped "
+                "so far)", who, why, (unsigned long long)r->unfit);
+    return TP_OK;
+}
 
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
                                   uint64_t stream) {
@@ -347,6 +467,8 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, 0);
         if (rc == TP_OK)  /* one relaxed add a message: what tp-top's MB/s shows */
             __atomic_store_n(&r->bytes, r->bytes + tp_wire_msg_bytes(r->msg), __ATOMIC_RELAXED);
+        /* the connection it came on, for the checks of tp_df_remote_expect */
+        int fd = rc == TP_OK && r->nexpect ? tp_wire_msg_frame_srcfd(r->msg, 0) : -1;
         if (rc == TP_OK && tp_wire_msg_frames(r->msg) == 1) {
             int kind;
             uint32_t sender;
@@ -380,7 +502,14 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                 tp_wire_msg_clear(r->msg);
                 if (rc == TP_OK)
                     rc = tp_tpk_decode(data, size, &r->tpk, release, hint, out);
+                char why[300];
+                if (rc == TP_OK && r->nexpect && s_fits(r, *out, why, sizeof why) < 0) {
+                    TP_TRY(s_drop_unfit(r, out, fd, why));
+                    continue;
+                }
                 if (rc == TP_OK) {
+                    if (r->nexpect)
+                        s_mark_fit(r, fd, 1);
                     r->data_ns = tp_now_ns();
                     if (!(r->seen & (1u << fmt))) {
                         r->seen |= 1u << fmt;
@@ -396,7 +525,14 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
             if (rc == TP_OK)
                 rc = tp_wire_decode(r->msg, &r->wire, out);
             uint64_t now = s_active(r);
+            char why[300];
+            if (rc == TP_OK && r->nexpect && s_fits(r, *out, why, sizeof why) < 0) {
+                TP_TRY(s_drop_unfit(r, out, fd, why));
+                continue;
+            }
             if (rc == TP_OK) {
+                if (r->nexpect)
+                    s_mark_fit(r, fd, 1);
                 r->data_ns = now;
                 return TP_OK;
             }
@@ -519,6 +655,32 @@ uint64_t tp_df_remote_malformed(tp_dataflow_t *df) {
     if (!df || tp_dataflow_ops(df) != &s_remote_ops)  /* another kind */
         return 0;
     return ((s_remote_t *)tp_dataflow_impl(df))->malformed;
+}
+
+tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *comps, int n) {
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops)
+        return tp_error(TP_ERR_INVALID, "remote expect: not a remote dataflow");
+    if (n < 0 || n > MAX_EXPECT || (n > 0 && !comps))
+        return tp_error(TP_ERR_INVALID, "remote expect: %d components (at most %d)", n,
+                        MAX_EXPECT);
+    s_remote_t *r = tp_dataflow_impl(df);
+    for (int i = 0; i < n; i++) {
+        if (comps[i].ndim < 0 || comps[i].ndim > TP_MAX_DIMS)
+            return tp_error(TP_ERR_INVALID, "remote expect: component %d has %d dims", i,
+                            comps[i].ndim);
+        r->expect[i] = comps[i];
+        snprintf(r->expect_names[i], sizeof r->expect_names[i], "%s",
+                 comps[i].name ? comps[i].name : "");
+        r->expect[i].name = r->expect_names[i];
+    }
+    r->nexpect = n;
+    return TP_OK;
+}
+
+uint64_t tp_df_remote_unfit(tp_dataflow_t *df) {
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops)
+        return 0;
+    return ((s_remote_t *)tp_dataflow_impl(df))->unfit;
 }
 
 uint64_t tp_df_remote_bytes(tp_dataflow_t *df) {

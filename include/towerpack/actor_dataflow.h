@@ -157,6 +157,26 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
 /* Messages a remote dataflow dropped as malformed, or 0 for others. */
 uint64_t tp_df_remote_malformed(tp_dataflow_t *df);
 
+/* A component every datapoint of a remote dataflow must have: its dtype
+ * and shape (shape[k] < 0: any size there), and a name for messages. */
+typedef struct tp_remote_expect {
+    const char *name;
+    tp_dtype_t dtype;
+    int ndim;
+    int64_t shape[TP_MAX_DIMS];
+} tp_remote_expect_t;
+
+/* Check every datapoint `df` (a remote dataflow) receives against n
+ * components (copied). One that does not fit, well-formed as it is, is
+ * dropped and counted (tp_df_remote_unfit) with a warning naming its
+ * sender and the mismatch; when every sender connected has sent only
+ * such datapoints for 10 s, next() fails (TP_ERR_SHAPE) saying so. Before the first
+ * next(). TP_ERR_INVALID for another kind of dataflow or n out of range. */
+tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *comps, int n);
+
+/* Datapoints a remote dataflow dropped as not fitting (0 for others). */
+uint64_t tp_df_remote_unfit(tp_dataflow_t *df);
+
 /* Bytes of every message a remote dataflow received (datapoints, malformed
  * messages and the senders' reports), or 0 for others. Any thread. */
 uint64_t tp_df_remote_bytes(tp_dataflow_t *df);

@@ -130,10 +130,14 @@ static int z_stats(void *impl, tp_stats_row_t *rows, int max) {
 
 static int z_scalars(void *impl, tp_input_scalar_t *out, int max) {
     s_zmq_t *z = impl;
-    (void)max;
+    if (max < 1)
+        return 0;
     out[0] = (tp_input_scalar_t){"ZMQInput/malformed",
                                  (double)tp_df_remote_malformed(z->df)};
-    return 1;
+    if (max < 2)
+        return 1;
+    out[1] = (tp_input_scalar_t){"ZMQInput/unfit", (double)tp_df_remote_unfit(z->df)};
+    return 2;
 }
 
 static const tp_input_ops_t s_zmq_ops = {
@@ -190,6 +194,24 @@ uint64_t tp_input_zmq_malformed(tp_input_t *input) {
 double tp_input_zmq_waited_s(tp_input_t *input) {
     s_zmq_t *z = s_zmq(input);
     return z ? (double)z->waited_ns * 1e-9 : 0;
+}
+
+tp_status_t tp_input_zmq_expect(tp_input_t *input, const tp_input_desc_t *inputs, int n,
+                                int64_t batch) {
+    s_zmq_t *z = s_zmq(input);
+    if (!z)
+        return tp_error(TP_ERR_INVALID, "tp_input_zmq_expect: not a ZMQInput");
+    tp_remote_expect_t e[16];
+    if (n < 0 || n > 16)
+        return tp_error(TP_ERR_INVALID, "ZMQInput: %d inputs (at most 16)", n);
+    for (int i = 0; i < n; i++) {
+        /* the model's description has the batch dimension first */
+        e[i] = (tp_remote_expect_t){.name = inputs[i].name, .dtype = inputs[i].dtype,
+                                    .ndim = inputs[i].ndim};
+        for (int k = 0; k < inputs[i].ndim && k < TP_MAX_DIMS; k++)
+            e[i].shape[k] = k == 0 ? (batch > 0 ? batch : -1) : inputs[i].shape[k];
+    }
+    return tp_df_remote_expect(z->df, e, n);
 }
 
 uint64_t tp_input_zmq_bytes(tp_input_t *input) {

@@ -535,6 +535,69 @@ Test(tp_train, a_stalled_remote_input_is_named_and_marked, .init = s_setup,
     cr_assert(strstr(log, want), "the watchdog names the dead sender (%s):\n%s", want, log);
 }
 
+/* Issue 47: a stray tp-worker sending batches of 16 into a run at batch 32
+ * fed by a correct worker ended the run (or, alone, trained silently on
+ * 16). Its batches are now dropped and counted (ZMQInput/unfit) with a
+ * warning naming it and the mismatch, and the run ends normally; a stray
+ * worker alone ends the run saying no sender sends fitting batches. */
+Test(tp_train, a_sender_whose_batches_do_not_fit_is_dropped_not_the_run, .init = s_setup,
+     .fini = s_teardown, .timeout = 180) {
+    char logdir[128], data[128], bind[140], log[2][160];
+    snprintf(data, sizeof data, "ipc://%s/data.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", data);
+    char *stray_argv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                          "fashion-mnist:train | batch 16", "--connect", data,
+                          "--log-level", "info", NULL};
+    char *good_argv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                         "fashion-mnist:train | batch 32", "--connect", data, NULL};
+    for (int alone = 0; alone < 2; alone++) {
+        snprintf(logdir, sizeof logdir, "%s/unfit%d", s_dir, alone);
+        snprintf(log[alone], sizeof log[alone], "%s/train%d.log", s_dir, alone);
+        char slog[160];
+        snprintf(slog, sizeof slog, "%s/stray%d.log", s_dir, alone);
+        pu_spawn_opts_t so = {.out = slog}, wo = {.out = "/dev/null"};
+        pid_t stray = pu_spawn(stray_argv, &so);
+        /* the stray is making batches (they queue until the trainer binds) */
+        for (int i = 0; i < 600 && !s_file_has(slog, "sending dataflow"); i++)
+            usleep(50000);
+        pid_t good = alone ? 0 : pu_spawn(good_argv, &wo);
+        char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                        "--steps-per-epoch", "20", "--batch", "32", "--towers", "1",
+                        "--remote", bind, "--threads", "1", "--test-spec", TEST_SPEC,
+                        "--logdir", logdir, NULL};
+        const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+        pu_spawn_opts_t o = {.out = log[alone], .env = env};
+        int st = pu_waitpid(pu_spawn(argv, &o), 60000);
+        kill(stray, SIGTERM);
+        pu_waitpid(stray, 10000);
+        if (good) {
+            kill(good, SIGTERM);
+            pu_waitpid(good, 10000);
+        }
+        static char text[1 << 16];
+        s_slurp(log[alone], text, sizeof text);
+        char want[128];
+        snprintf(want, sizeof want, "tp-worker %d@", (int)stray);
+        cr_assert(strstr(text, want) &&
+                  strstr(text, "component 0 'image' is uint8[16,28,28], expected "
+                               "uint8[32,28,28]"),
+                  "the stray sender (%s) and the mismatch are not named:\n%s", want, text);
+        if (!alone) {
+            cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "a stray sender ended the run (status %d):\n%s", st, text);
+            json_t *j = s_stats(logdir);
+            double unfit = json_number_value(json_object_get(json_array_get(j, 0),
+                                                             "ZMQInput/unfit"));
+            json_decref(j);
+            cr_assert_gt(unfit, 0, "stats.json has no ZMQInput/unfit:\n%s", text);
+        } else {
+            cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "status %d:\n%s",
+                      st, text);
+            cr_assert(strstr(text, "no sender left sends datapoints that fit"), "%s", text);
+        }
+    }
+}
+
 Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *a1[] = {"tp-train", "--model", "transformer", NULL};
     cr_assert_neq(s_run(a1, s_out, sizeof s_out), 0);

@@ -781,6 +781,12 @@ int main(int argc, char **argv) {
     }
     if (a.augment || a.resident)
         inputs[0].dtype = TP_FLOAT32;
+    /* a sender whose batches do not fit (another size, batch or dtype) is
+     * dropped and counted, not the end of the run */
+    if (a.remote && tp_input_zmq_expect(remote, inputs, 2, a.batch) != TP_OK) {
+        tp_input_destroy(&remote);
+        return s_fail("--remote");
+    }
     s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, !strcasecmp(a.optimizer, "adam")};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
