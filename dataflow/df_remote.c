@@ -200,9 +200,14 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
         if (old >= 0)
             r->senders[old] = r->senders[--r->nsenders];
     }
+    int joined = k == r->nsenders;
     if (k == r->nsenders && r->nsenders < MAX_SENDERS)
         k = r->nsenders++;
+    if (joined && k < r->nsenders)  /* a new sender: the log says who feeds the run */
+        TP_INFO("remote: %s joined (on %s)", row.name, r->endpoints[0]);
     if (k < r->nsenders) {
+        if (joined)
+            r->senders[k].unfit = 0;
         r->senders[k].row = row;
         r->senders[k].seen_ns = now;
         r->senders[k].fd = fd;
@@ -280,6 +285,7 @@ static void s_drain_monitor(s_remote_t *r) {
             if (!r->senders[k].gone && r->senders[k].fd == (int)value) {
                 r->senders[k].gone = 1;
                 r->senders[k].gone_ns = now;
+                TP_INFO("remote: %s gone (its connection closed)", r->senders[k].row.name);
             }
         pthread_mutex_unlock(&r->mu);
     }
@@ -755,8 +761,11 @@ static void s_add_sender_rows(tp_dataflow_t *df, void *arg) {
     uint64_t now = tp_now_ns();
     for (int i = 0; i < r->nsenders; i++) {
         s_sender_seen_t *s = &r->senders[i];
-        if (!s->gone && active > s->seen_ns && active - s->seen_ns > gone)
+        if (!s->gone && active > s->seen_ns && active - s->seen_ns > gone) {
+            TP_INFO("remote: %s gone (silent for %.0f s)", s->row.name,
+                    TP_REMOTE_SENDER_GONE_S);
             continue;  /* silent too long: dropped */
+        }
         if (s->gone && now - s->gone_ns > S_TOMBSTONE_NS)
             continue;  /* its late reports have long come: dropped */
         r->senders[k++] = *s;

@@ -481,7 +481,7 @@ Test(tp_train, a_stalled_remote_input_is_named_and_marked, .init = s_setup,
                     "--steps-per-epoch", "100000", "--batch", "32", "--towers", "1",
                     "--remote", bind, "--threads", "1", "--test-spec", TEST_SPEC,
                     "--logdir", logdir, NULL};
-    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
     pu_spawn_opts_t o = {.out = tlog, .env = env};
     pid_t train = pu_spawn(argv, &o);
     cr_assert_gt(train, 0);
@@ -492,7 +492,7 @@ Test(tp_train, a_stalled_remote_input_is_named_and_marked, .init = s_setup,
                      "--log-level", "info", NULL};
     pu_spawn_opts_t wo = {.out = wlog};
     pid_t w = pu_spawn(wargv, &wo);
-    static char last[1 << 16], log[1 << 16];
+    static char last[1 << 16], log[1 << 22];  /* info: the progress lines too */
     /* training: ZMQInput receives, and counts bytes */
     double mb = 0;
     for (double t0 = tp_now_s(); mb <= 0 && tp_now_s() - t0 < 60;) {
@@ -533,6 +533,12 @@ Test(tp_train, a_stalled_remote_input_is_named_and_marked, .init = s_setup,
     cr_assert(strstr(log, "0 senders connected"), "%s", log);
     snprintf(want, sizeof want, "last seen: tp-worker %d@", (int)w);
     cr_assert(strstr(log, want), "the watchdog names the dead sender (%s):\n%s", want, log);
+    /* and the log says who joined and left */
+    snprintf(want, sizeof want, "remote: tp-worker %d@", (int)w);
+    const char *j = strstr(log, want);
+    cr_assert(j && strstr(j, "joined"), "no 'joined' line for %s:\n%s", want, log);
+    cr_assert(strstr(j, "gone (its connection closed)"), "no 'gone' line for %s:\n%s", want,
+              log);
 }
 
 /* Issue 47: a stray tp-worker sending batches of 16 into a run at batch 32
