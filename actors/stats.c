@@ -282,7 +282,19 @@ int tp_stats_bottleneck(const tp_stats_snapshot_t *snap) {
             best = i;
         }
     }
-    return best;
+    if (best >= 0)
+        return best;
+    /* Nothing works: every running row waits. The data then stop where the
+     * flow first starves: the first running row (a snapshot lists them
+     * upstream first) that is mostly starved, e.g. a receiver whose
+     * senders are all gone, rather than no mark at all. */
+    for (int i = 0; i < snap->nrows; i++) {
+        const tp_stats_row_t *r = &snap->rows[i];
+        if ((r->state == TP_ACTOR_RUNNING || r->state == TP_ACTOR_STOPPING) &&
+            r->starved_pct >= 50)
+            return i;
+    }
+    return -1;
 }
 
 char *tp_stats_to_json(const tp_stats_snapshot_t *snap) {

@@ -59,7 +59,10 @@ typedef struct {
     int gone;             /* that connection closed: kept a while so that its
                              reports still queued do not bring it back */
     uint64_t gone_ns;
+    uint64_t unfit;       /* its datapoints dropped as not fitting */
 } s_sender_seen_t;
+
+#define MAX_EXPECT 16
 
 /* How long a gone sender's entry stays to absorb its late reports. */
 #define S_TOMBSTONE_NS 30000000000ull
@@ -86,7 +89,29 @@ typedef struct {
     int nsenders;
     uint64_t active_ns;   /* the iterating thread last waited or received */
     void *mon;            /* PAIR: the pull socket's connection events */
+    /* For the watchdog and the statistics, written by the iterating thread:
+     * the connections open (their file descriptors), when the last datapoint came, and the
+     * bytes of every message received (atomic: read from any thread). */
+    int conn_fds[MAX_SENDERS];
+    int conn_fit[MAX_SENDERS];  /* per connection: 0 nothing yet, 1 its last
+                                   datapoint fitted, 2 it did not */
+    int nconns;
+    uint64_t data_ns;
+    uint64_t bytes;
+    tp_ratelog_t handshake_log;  /* failed handshakes, at most once a second */
+    /* tp_df_remote_expect: what every datapoint must be */
+    tp_remote_expect_t expect[MAX_EXPECT];
+    char expect_names[MAX_EXPECT][32];
+    int nexpect;
+    uint64_t unfit;
+    uint64_t unfit_since;   /* since when every open connection sends only
+                               unfit datapoints (0: not so) */
+    tp_ratelog_t unfit_log;
 } s_remote_t;
+
+/* How long every sender connected may send only unfit datapoints before
+ * the stream ends: a fitting sender may still be starting. */
+#define S_UNFIT_GRACE_NS 10000000000ull
 
 int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
     char buf[512];
@@ -175,9 +200,14 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
         if (old >= 0)
             r->senders[old] = r->senders[--r->nsenders];
     }
+    int joined = k == r->nsenders;
     if (k == r->nsenders && r->nsenders < MAX_SENDERS)
         k = r->nsenders++;
+    if (joined && k < r->nsenders)  /* a new sender: the log says who feeds the run */
+        TP_INFO("remote: %s joined (on %s)", row.name, r->endpoints[0]);
     if (k < r->nsenders) {
+        if (joined)
+            r->senders[k].unfit = 0;
         r->senders[k].row = row;
         r->senders[k].seen_ns = now;
         r->senders[k].fd = fd;
@@ -212,8 +242,41 @@ static void s_drain_monitor(s_remote_t *r) {
             zmq_msg_recv(&addr, r->mon, 0);
             zmq_msg_close(&addr);
         }
+        /* a connection is counted from its accept (bind) or connect, when
+         * the event carries its descriptor, to its close; one whose
+         * handshake fails closes at once */
+        if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
+            if (r->nconns < MAX_SENDERS) {
+                r->conn_fit[r->nconns] = 0;
+                r->conn_fds[r->nconns++] = (int)value;
+            }
+            continue;
+        }
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+            event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            /* a sender that cannot get in says so on its side; this one
+             * says it here (a refused CURVE key: the ZAP handler's log) */
+            if (tp_ratelog_ok(&r->handshake_log))
+                TP_WARN("remote: a sender's handshake at %s failed: %s", r->endpoints[0],
+                        value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                            ? (r->curve ? "it has no CURVE keys (tp-worker --curve DIR "
+                                          "with this run's keys)"
+                                        : "it uses CURVE and this receiver does not "
+                                          "(--curve DIR here too)")
+                        : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+                            ? "its CURVE keys are not this run's (server.key)"
+                            : "it closed the connection or spoke another protocol");
+            continue;
+        }
         if (event != ZMQ_EVENT_DISCONNECTED)
             continue;
+        for (int k = 0; k < r->nconns; k++)
+            if (r->conn_fds[k] == (int)value) {
+                r->nconns--;
+                r->conn_fds[k] = r->conn_fds[r->nconns];
+                r->conn_fit[k] = r->conn_fit[r->nconns];
+                break;
+            }
         /* the sender whose reports came on it (a number that a later
          * connection may reuse: that one's sender has another pid) */
         uint64_t now = tp_now_ns();
@@ -222,17 +285,120 @@ static void s_drain_monitor(s_remote_t *r) {
             if (!r->senders[k].gone && r->senders[k].fd == (int)value) {
                 r->senders[k].gone = 1;
                 r->senders[k].gone_ns = now;
+                TP_INFO("remote: %s gone (its connection closed)", r->senders[k].row.name);
             }
         pthread_mutex_unlock(&r->mu);
     }
 }
 
-/* The iterating thread is receiving now: silence from a sender counts. */
-static void s_active(s_remote_t *r) {
-    __atomic_store_n(&r->active_ns, tp_now_ns(), __ATOMIC_RELAXED);
+/* The iterating thread is receiving now: silence from a sender counts.
+ * Returns the time. */
+static uint64_t s_active(s_remote_t *r) {
+    uint64_t now = tp_now_ns();
+    __atomic_store_n(&r->active_ns, now, __ATOMIC_RELAXED);
     s_drain_monitor(r);
+    return now;
 }
 
+
+/* 0 when dp has the expected components; else -1 with the first mismatch
+ * in why ("component 0 'image' is uint8[128,32,32], expected
+ * uint8[64,28,28]"). */
+static int s_fits(const s_remote_t *r, const tp_datapoint_t *dp, char *why, size_t size) {
+    int n = tp_datapoint_size(dp);
+    if (n != r->nexpect) {
+        snprintf(why, size, "%d components, expected %d", n, r->nexpect);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const tp_tensor_t *x = tp_datapoint_cget(dp, i);
+        const tp_remote_expect_t *e = &r->expect[i];
+        int ok = x->dtype == e->dtype && x->ndim == e->ndim;
+        for (int k = 0; ok && k < e->ndim; k++)
+            ok = e->shape[k] < 0 || x->shape[k] == e->shape[k];
+        if (ok)
+            continue;
+        char got[128], want[128];
+        tp_tensor_describe(x, got, sizeof got);
+        int w = snprintf(want, sizeof want, "%s[", tp_dtype_name(e->dtype));
+        for (int k = 0; k < e->ndim && w > 0 && (size_t)w < sizeof want; k++)
+            w += e->shape[k] < 0
+                     ? snprintf(want + w, sizeof want - (size_t)w, "%s*", k ? "," : "")
+                     : snprintf(want + w, sizeof want - (size_t)w, "%s%lld", k ? "," : "",
+                                (long long)e->shape[k]);
+        if (w > 0 && (size_t)w < sizeof want)
+            snprintf(want + w, sizeof want - (size_t)w, "]");
+        snprintf(why, size, "component %d '%s' is %s, expected %s", i,
+                 e->name ? e->name : "?", got, want);
+        return -1;
+    }
+    return 0;
+}
+
+/* The name of the sender on connection fd: its report's ("tp-worker
+ * 4121@vm"), or the connection's number for a sender that does not report
+ * (tensorpack's). Counts an unfit datapoint of it when `unfit`. */
+static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t size) {
+    snprintf(out, size, "the sender on connection %d (no report: a tensorpack sender?)", fd);
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->nsenders; i++)
+        if (!r->senders[i].gone && r->senders[i].fd == fd) {
+            r->senders[i].unfit += (uint64_t)unfit;
+            snprintf(out, size, "%s (%llu dropped from it)", r->senders[i].row.name,
+                     (unsigned long long)r->senders[i].unfit);
+            break;
+        }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Record whether connection fd's last datapoint fitted; 1 when every open
+ * connection's last datapoint did not fit (no fitting sender is left). */
+static int s_mark_fit(s_remote_t *r, int fd, int fit) {
+    int k = 0;
+    while (k < r->nconns && r->conn_fds[k] != fd)
+        k++;
+    if (k == r->nconns) {  /* its accept event not read yet */
+        s_drain_monitor(r);
+        k = 0;
+        while (k < r->nconns && r->conn_fds[k] != fd)
+            k++;
+    }
+    if (k < r->nconns)
+        r->conn_fit[k] = fit ? 1 : 2;
+    if (fit)
+        r->unfit_since = 0;
+    if (fit || fd < 0 || k == r->nconns)
+        return 0;
+    for (k = 0; k < r->nconns; k++)
+        if (r->conn_fit[k] != 2)
+            return 0;
+    return r->nconns > 0;
+}
+
+/* A decoded datapoint that does not fit tp_df_remote_expect: dropped and
+ * counted; TP_OK to go on receiving, or the error that ends the stream
+ * when no fitting sender is left: every open connection's last datapoint
+ * did not fit, for S_UNFIT_GRACE_NS. */
+static tp_status_t s_drop_unfit(s_remote_t *r, tp_datapoint_t **dp, int fd, const char *why) {
+    tp_datapoint_destroy(dp);
+    r->unfit++;
+    char who[160];
+    s_sender_name(r, fd, 1, who, sizeof who);
+    uint64_t now = tp_now_ns();
+    if (!s_mark_fit(r, fd, 0))
+        r->unfit_since = 0;
+    else if (!r->unfit_since)
+        r->unfit_since = now;
+    else if (now - r->unfit_since >= S_UNFIT_GRACE_NS)
+        return tp_error(TP_ERR_SHAPE, "remote: no sender left sends datapoints that fit "
+                        "(for %.0f s; %llu dropped): the last, from %s: %s",
+                        (double)(now - r->unfit_since) * 1e-9,
+                        (unsigned long long)r->unfit, who, why);
+    if (tp_ratelog_ok(&r->unfit_log))
+        TP_WARN("remote: dropped a datapoint from %s that does not fit: %s (%llu dropped "
+                "so far)", who, why, (unsigned long long)r->unfit);
+    return TP_OK;
+}
 
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
                                   uint64_t stream) {
@@ -248,7 +414,10 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     /* connection events, to know when a sender's connection closes */
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://tp-remote-monitor-%p", (void *)r);
-    if (zmq_socket_monitor(r->pull, mon_ep, ZMQ_EVENT_DISCONNECTED) == 0 &&
+    if (zmq_socket_monitor(r->pull, mon_ep,
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED |
+                               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0 &&
         (r->mon = zmq_socket(r->zctx, ZMQ_PAIR)) != NULL) {
         int z = 0;
         zmq_setsockopt(r->mon, ZMQ_LINGER, &z, sizeof z);
@@ -302,6 +471,10 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                         tp_signal_pending());
     for (;;) {
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, 0);
+        if (rc == TP_OK)  /* one relaxed add a message: what tp-top's MB/s shows */
+            __atomic_store_n(&r->bytes, r->bytes + tp_wire_msg_bytes(r->msg), __ATOMIC_RELAXED);
+        /* the connection it came on, for the checks of tp_df_remote_expect */
+        int fd = rc == TP_OK && r->nexpect ? tp_wire_msg_frame_srcfd(r->msg, 0) : -1;
         if (rc == TP_OK && tp_wire_msg_frames(r->msg) == 1) {
             int kind;
             uint32_t sender;
@@ -335,7 +508,15 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                 tp_wire_msg_clear(r->msg);
                 if (rc == TP_OK)
                     rc = tp_tpk_decode(data, size, &r->tpk, release, hint, out);
+                char why[300];
+                if (rc == TP_OK && r->nexpect && s_fits(r, *out, why, sizeof why) < 0) {
+                    TP_TRY(s_drop_unfit(r, out, fd, why));
+                    continue;
+                }
                 if (rc == TP_OK) {
+                    if (r->nexpect)
+                        s_mark_fit(r, fd, 1);
+                    r->data_ns = tp_now_ns();
                     if (!(r->seen & (1u << fmt))) {
                         r->seen |= 1u << fmt;
                         TP_INFO("remote: receiving tensorpack's %s messages",
@@ -349,9 +530,18 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         if (rc == TP_OK || rc == TP_ERR_PROTOCOL) {
             if (rc == TP_OK)
                 rc = tp_wire_decode(r->msg, &r->wire, out);
-            s_active(r);
-            if (rc == TP_OK)
+            uint64_t now = s_active(r);
+            char why[300];
+            if (rc == TP_OK && r->nexpect && s_fits(r, *out, why, sizeof why) < 0) {
+                TP_TRY(s_drop_unfit(r, out, fd, why));
+                continue;
+            }
+            if (rc == TP_OK) {
+                if (r->nexpect)
+                    s_mark_fit(r, fd, 1);
+                r->data_ns = now;
                 return TP_OK;
+            }
         bad:
             r->malformed++;
             if (tp_ratelog_ok(&r->ratelog))
@@ -473,6 +663,85 @@ uint64_t tp_df_remote_malformed(tp_dataflow_t *df) {
     return ((s_remote_t *)tp_dataflow_impl(df))->malformed;
 }
 
+tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *comps, int n) {
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops)
+        return tp_error(TP_ERR_INVALID, "remote expect: not a remote dataflow");
+    if (n < 0 || n > MAX_EXPECT || (n > 0 && !comps))
+        return tp_error(TP_ERR_INVALID, "remote expect: %d components (at most %d)", n,
+                        MAX_EXPECT);
+    s_remote_t *r = tp_dataflow_impl(df);
+    for (int i = 0; i < n; i++) {
+        if (comps[i].ndim < 0 || comps[i].ndim > TP_MAX_DIMS)
+            return tp_error(TP_ERR_INVALID, "remote expect: component %d has %d dims", i,
+                            comps[i].ndim);
+        r->expect[i] = comps[i];
+        snprintf(r->expect_names[i], sizeof r->expect_names[i], "%s",
+                 comps[i].name ? comps[i].name : "");
+        r->expect[i].name = r->expect_names[i];
+    }
+    r->nexpect = n;
+    return TP_OK;
+}
+
+uint64_t tp_df_remote_unfit(tp_dataflow_t *df) {
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops)
+        return 0;
+    return ((s_remote_t *)tp_dataflow_impl(df))->unfit;
+}
+
+uint64_t tp_df_remote_bytes(tp_dataflow_t *df) {
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops)
+        return 0;
+    return __atomic_load_n(&((s_remote_t *)tp_dataflow_impl(df))->bytes, __ATOMIC_RELAXED);
+}
+
+int tp_df_remote_describe(tp_dataflow_t *df, char *buf, size_t size) {
+    if (size)
+        buf[0] = '\0';
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops || size == 0)
+        return -1;
+    s_remote_t *r = tp_dataflow_impl(df);
+    uint64_t now = tp_now_ns();
+    size_t o = 0;
+#define S_ADD(...)                                                              \
+    do {                                                                        \
+        int n_ = snprintf(buf + o, size - o, __VA_ARGS__);                      \
+        o = n_ < 0 ? o : o + (size_t)n_ >= size ? size - 1 : o + (size_t)n_;   \
+    } while (0)
+    S_ADD("%d sender%s connected", r->nconns, r->nconns == 1 ? "" : "s");
+    if (r->data_ns)
+        S_ADD(", last batch %.1f s ago", (double)(now - r->data_ns) * 1e-9);
+    else
+        S_ADD(", no batch yet");
+    /* the senders that reported (tp-worker, tp_send_dataflow), latest
+     * first; tensorpack's own senders never report */
+    pthread_mutex_lock(&r->mu);
+    int shown[4], nshown = 0;
+    while (nshown < 4) {
+        int best = -1;
+        for (int i = 0; i < r->nsenders; i++) {
+            int taken = 0;
+            for (int j = 0; j < nshown; j++)
+                taken |= shown[j] == i;
+            if (!taken && (best < 0 || r->senders[i].seen_ns > r->senders[best].seen_ns))
+                best = i;
+        }
+        if (best < 0)
+            break;
+        const s_sender_seen_t *e = &r->senders[best];
+        S_ADD("%s %s %.1f s ago%s", nshown ? "," : "; last seen:", e->row.name,
+              (double)(now - e->seen_ns) * 1e-9, e->gone ? " (gone)" : "");
+        shown[nshown++] = best;
+    }
+    if (nshown == 0)
+        S_ADD("; no sender has reported (tensorpack's senders do not)");
+    else if (r->nsenders > nshown)
+        S_ADD(" and %d more", r->nsenders - nshown);
+    pthread_mutex_unlock(&r->mu);
+#undef S_ADD
+    return (int)o;
+}
+
 typedef struct {
     tp_stats_row_t *rows;
     int max, n;
@@ -492,8 +761,11 @@ static void s_add_sender_rows(tp_dataflow_t *df, void *arg) {
     uint64_t now = tp_now_ns();
     for (int i = 0; i < r->nsenders; i++) {
         s_sender_seen_t *s = &r->senders[i];
-        if (!s->gone && active > s->seen_ns && active - s->seen_ns > gone)
+        if (!s->gone && active > s->seen_ns && active - s->seen_ns > gone) {
+            TP_INFO("remote: %s gone (silent for %.0f s)", s->row.name,
+                    TP_REMOTE_SENDER_GONE_S);
             continue;  /* silent too long: dropped */
+        }
         if (s->gone && now - s->gone_ns > S_TOMBSTONE_NS)
             continue;  /* its late reports have long come: dropped */
         r->senders[k++] = *s;
@@ -517,6 +789,16 @@ typedef struct {
     tp_stats_pub_t *pub;
     tp_stats_row_t row;
     uint64_t start, blocked, starved;
+    /* the socket's connection events (libzmq's monitor): receivers
+     * connected now, whether one ever was, since when none is, and the
+     * first failed handshake of a connecting sender (an error: it ends) */
+    void *mon;
+    const char *endpoint;
+    int conn_fds[MAX_SENDERS];  /* the connections open (accepted, connected) */
+    int connected, ever, connecting, curve;
+    double peer_gone_s;
+    uint64_t none_since, mon_ns;
+    tp_status_t failed;
     /* the report to the receiver (TP_CTL_REPORT) */
     int report;
     uint64_t reported_ns;
@@ -558,6 +840,99 @@ static void s_sender_publish(s_sender_t *s, int force) {
     tp_stats_pub_publish(s->pub, &copy, 1);
 }
 
+/* What a failed handshake means, for the message that ends the sender. */
+static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        return "the receiver refused this sender's CURVE key: it is not the run's "
+               "client key (tp-keygen DIR on one host, DIR copied to the others)";
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        return curve ? "the receiver does not use CURVE: leave --curve out, or give the "
+                       "receiver the keys too"
+                     : "the receiver requires CURVE: give --curve DIR with the run's keys";
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+        return "the CURVE handshake failed: the keys in --curve DIR are not the "
+               "receiver's (its server.key)";
+    /* the receiver closed the connection in the handshake */
+    return curve ? "the receiver closed the connection in the CURVE handshake: the keys "
+                   "in --curve DIR are not the receiver's (its server.key), or it does "
+                   "not use CURVE"
+                 : "the receiver closed the connection in the handshake: it requires "
+                   "CURVE keys (give --curve DIR with the run's keys), or it is not a "
+                   "towerpack receiver";
+}
+
+/* The socket's connection events, never waited for: the count of connected
+ * receivers, and a connecting sender's failed handshake (s->failed). A
+ * bound sender only warns about a peer that failed: anyone may knock. */
+static void s_sender_events(s_sender_t *s) {
+    for (int i = 0; s->mon && i < 64; i++) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, s->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            break;
+        }
+        int more = zmq_msg_more(&ev);
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        zmq_msg_close(&ev);
+        if (more) {
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, s->mon, 0);
+            zmq_msg_close(&addr);
+        }
+        /* connections are counted by descriptor, from their accept or
+         * connect to their close (the handshake events carry none) */
+        if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
+            if (s->connected < MAX_SENDERS)
+                s->conn_fds[s->connected++] = (int)value;
+        } else if (event == ZMQ_EVENT_DISCONNECTED) {
+            for (int k = 0; k < s->connected; k++)
+                if (s->conn_fds[k] == (int)value) {
+                    s->conn_fds[k] = s->conn_fds[--s->connected];
+                    break;
+                }
+            if (s->connected == 0)
+                s->none_since = tp_now_ns();
+        } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            if (!s->ever)
+                TP_INFO("send: connected to a receiver at %s", s->endpoint);
+            s->ever = 1;
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+                   event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                   event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            if (s->connecting && s->failed == TP_OK)
+                s->failed = tp_error(TP_ERR_PEER, "send: the handshake with the receiver "
+                                     "at %s failed: %s", s->endpoint,
+                                     s_handshake_why(event, value, s->curve));
+            else if (!s->connecting)
+                TP_WARN("send: a receiver's handshake at %s failed: %s", s->endpoint,
+                        s_handshake_why(event, value, s->curve));
+        }
+    }
+    s->mon_ns = tp_now_ns();
+}
+
+/* TP_OK while the sender should go on; the failed handshake, or TP_DONE
+ * when its receivers have been gone for peer_gone_s (after one was). */
+static tp_status_t s_sender_check(s_sender_t *s) {
+    if (tp_now_ns() - s->mon_ns >= 100000000ull)  /* at most every 100 ms */
+        s_sender_events(s);
+    if (s->failed < 0)
+        return s->failed;
+    if (s->peer_gone_s > 0 && s->ever && s->connected == 0 &&
+        (double)(tp_now_ns() - s->none_since) * 1e-9 >= s->peer_gone_s) {
+        tp_error(TP_ERR_PEER, "send: the receiver at %s has been gone for %.0f s",
+                 s->endpoint, s->peer_gone_s);
+        return TP_DONE;
+    }
+    return TP_OK;
+}
+
 /* Send msg, waiting (counted as blocked) while the peer is full; publishes
  * and looks for signals while it waits. */
 static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock) {
@@ -580,6 +955,11 @@ static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock
             tp_wire_msg_clear(msg);
             return tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
                             tp_signal_pending());
+        }
+        tp_status_t st = s_sender_check(s);
+        if (st != TP_OK) {  /* a failed handshake; the receivers gone */
+            tp_wire_msg_clear(msg);
+            return st;
         }
         uint64_t b0 = tp_now_ns();
         zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
@@ -655,6 +1035,34 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     int linger = (int)(o.linger_s * 1000);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &o.hwm, sizeof o.hwm);
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    /* its connection events: before the connect, so none is missed */
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://tp-send-monitor-%p", (void *)&s);
+    if (zmq_socket_monitor(sock, mon_ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED |
+                                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                             ZMQ_EVENT_DISCONNECTED |
+                                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0 &&
+        (s.mon = zmq_socket(zctx, ZMQ_PAIR)) != NULL) {
+        int z = 0;
+        zmq_setsockopt(s.mon, ZMQ_LINGER, &z, sizeof z);
+        if (zmq_connect(s.mon, mon_ep) < 0) {
+            zmq_close(s.mon);
+            s.mon = NULL;
+        }
+    }
+    s.endpoint = endpoint;
+    s.connecting = !o.bind;
+    s.curve = o.curve_dir != NULL;
+    s.peer_gone_s = o.peer_gone_s;
+    if (!strncmp(endpoint, "tcp://", 6)) {
+        /* ZMTP heartbeats: a receiver whose host died (no close ever
+         * comes) is a closed connection after 10 s */
+        int ivl = 2000, ttl = 10000;
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &ttl, sizeof ttl);
+    }
     if ((o.bind ? zmq_bind(sock, bound) : zmq_connect(sock, endpoint)) < 0) {
         rc = tp_error(TP_ERR_IO, "send: %s %s: %s", o.bind ? "bind" : "connect",
                       endpoint, zmq_strerror(zmq_errno()));
@@ -676,6 +1084,8 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
                           tp_signal_pending());
             break;
         }
+        if ((rc = s_sender_check(&s)) != TP_OK)
+            break;  /* a failed handshake; the receivers gone (TP_DONE) */
         tp_datapoint_t *dp = NULL;
         uint64_t t0 = tp_now_ns();
         rc = tp_dataflow_next(df, &dp);
@@ -709,8 +1119,8 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
             break;
         }
         size_t bytes = tp_wire_msg_bytes(msg);
-        if ((rc = s_send_blocking(&s, msg, sock)) < 0)
-            break;
+        if ((rc = s_send_blocking(&s, msg, sock)) != TP_OK)
+            break;  /* also TP_DONE: the receivers gone */
         s.row.msgs_out++;
         s.row.bytes_out += bytes;
         s_sender_publish(&s, 0);
@@ -719,6 +1129,10 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     }
     /* the receiver hears how it ended (before the padding: that is last) */
     s.row.state = rc < 0 && rc != TP_ERR_INTERRUPTED ? TP_ACTOR_FAILED : TP_ACTOR_DONE;
+    if (rc == TP_DONE) {  /* no receiver left: nothing to tell, nobody to wait for */
+        int zero = 0;
+        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    }
     s_sender_report(&s, sock, 1);
     if (rc == TP_OK && !o.tpk_format) {
         /* Padding after the last datapoint: libzmq may drop the unflushed
@@ -737,13 +1151,19 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         *sent = s.row.msgs_out;
 out:
     tp_wire_msg_destroy(&msg);
-    /* An interrupted sender should not linger on a peer that may be gone. */
-    if (sock && rc == TP_ERR_INTERRUPTED) {
+    /* An interrupted sender should not linger on a peer that may be gone,
+     * nor one whose handshake failed on a peer that will never take it. */
+    if (sock && (rc == TP_ERR_INTERRUPTED || rc == TP_ERR_PEER)) {
         int zero = 0;
         zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     }
-    if (sock)
+    if (sock) {
+        if (s.mon)
+            zmq_socket_monitor(sock, NULL, 0);
         zmq_close(sock);
+    }
+    if (s.mon)
+        zmq_close(s.mon);
     if (zctx)
         zmq_ctx_term(zctx);
     tp_curve_destroy(&curve);

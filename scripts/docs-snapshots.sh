@@ -70,7 +70,7 @@ kill "${pids[-1]}"; wait "${pids[-1]}" || true
 
 # remote: the trainer binds, two tp-worker processes connect
 data="ipc://$tmp/data.sock"
-cmd="tp-train --model mlp --batch 64 --threads 1 --remote @ipc://DATA and 2 x tp-worker --spec 'fashion-mnist:train | augment crop=28,pad=2,flip | batch 64' --connect ipc://DATA"
+cmd="tp-train --model mlp --augment --batch 64 --threads 1 --remote @ipc://DATA and 2 x tp-worker --spec 'fashion-mnist:train | augment crop=28,pad=2,flip | batch 64' --connect ipc://DATA"
 "$bin/tp-train" --model mlp --augment --batch 64 --threads 1 --epochs 1 \
   --steps-per-epoch 100000 --remote "@$data" --test-spec "$test_spec" \
   --logdir "$tmp/remote" >/dev/null 2>&1 &

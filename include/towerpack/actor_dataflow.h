@@ -157,6 +157,38 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
 /* Messages a remote dataflow dropped as malformed, or 0 for others. */
 uint64_t tp_df_remote_malformed(tp_dataflow_t *df);
 
+/* A component every datapoint of a remote dataflow must have: its dtype
+ * and shape (shape[k] < 0: any size there), and a name for messages. */
+typedef struct tp_remote_expect {
+    const char *name;
+    tp_dtype_t dtype;
+    int ndim;
+    int64_t shape[TP_MAX_DIMS];
+} tp_remote_expect_t;
+
+/* Check every datapoint `df` (a remote dataflow) receives against n
+ * components (copied). One that does not fit, well-formed as it is, is
+ * dropped and counted (tp_df_remote_unfit) with a warning naming its
+ * sender and the mismatch; when every sender connected has sent only
+ * such datapoints for 10 s, next() fails (TP_ERR_SHAPE) saying so. Before the first
+ * next(). TP_ERR_INVALID for another kind of dataflow or n out of range. */
+tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *comps, int n);
+
+/* Datapoints a remote dataflow dropped as not fitting (0 for others). */
+uint64_t tp_df_remote_unfit(tp_dataflow_t *df);
+
+/* Bytes of every message a remote dataflow received (datapoints, malformed
+ * messages and the senders' reports), or 0 for others. Any thread. */
+uint64_t tp_df_remote_bytes(tp_dataflow_t *df);
+
+/* What a watchdog says about a remote dataflow's senders, into buf: the
+ * connections open ("2 senders connected", counted from their accept or
+ * connect to their close), how long ago the last datapoint came, and the
+ * senders that reported, latest first ("last seen: tp-worker 4121@vm
+ * 10.2 s ago (gone)"). Returns the length, -1 for another kind of
+ * dataflow. On the thread that iterates df. */
+int tp_df_remote_describe(tp_dataflow_t *df, char *buf, size_t size);
+
 /* The senders (tp_send_dataflow, tp-worker) feeding the remote dataflows in
  * df (df itself or any it wraps) as statistics rows, "tp-worker PID@HOST",
  * at most `max` into `rows`; returns how many. Each row has the sender's
@@ -198,14 +230,21 @@ typedef struct tp_send_opts {
                                (default 0: twice a second, so the receiving
                                trainer's statistics show this sender;
                                always off with tpk_format) */
+    double peer_gone_s;     /* > 0: end (TP_DONE) once no receiver has been
+                               connected for this long, after one was (its
+                               trainer ended); 0 (default): send forever */
 } tp_send_opts_t;
 
 void tp_send_opts_init(tp_send_opts_t *opts);
 
 /* send_dataflow_zmq: reset `df` and send it, pass after pass, to `endpoint`
  * until max_count datapoints, an error of df (returned), or a signal
- * recorded by tp_signals_install (TP_ERR_INTERRUPTED). df stays the
- * caller's. *sent (may be NULL) gets the count. */
+ * recorded by tp_signals_install (TP_ERR_INTERRUPTED). A connecting sender
+ * whose handshake with the receiver fails (CURVE keys missing or not the
+ * receiver's) ends with TP_ERR_PEER naming the receiver and the cause;
+ * with opts.peer_gone_s it ends with TP_DONE (and a message, in
+ * tp_last_error) once the receivers have been gone that long. df stays
+ * the caller's. *sent (may be NULL) gets the count queued to the socket. */
 tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
                              const tp_send_opts_t *opts, uint64_t *sent);
 

@@ -209,10 +209,20 @@ double tp_input_staging_waited_s(tp_input_t *input, int tower);
 typedef struct tp_remote_opts tp_remote_opts_t;
 tp_input_t *tp_input_zmq(const char *endpoints, const tp_remote_opts_t *opts);
 /* Batches received, messages dropped as malformed, seconds the trainer
- * waited for data (0 for another kind of input). */
+ * waited for data, wire bytes received (0 for another kind of input). A
+ * wait longer than the step watchdog's period (tp_input_set_watchdog, 10 s
+ * by default) is logged naming the input and its senders. */
 uint64_t tp_input_zmq_received(tp_input_t *input);
 uint64_t tp_input_zmq_malformed(tp_input_t *input);
 double tp_input_zmq_waited_s(tp_input_t *input);
+uint64_t tp_input_zmq_bytes(tp_input_t *input);
+/* Every batch must fit the model's inputs (batch dimension first, as the
+ * model describes them) at `batch` (0: any): one that does not, from any
+ * sender, is dropped and counted (stats.json: ZMQInput/unfit) with a
+ * warning naming the sender and the mismatch; when no sender left sends
+ * fitting batches, training ends saying so. Before the start. */
+tp_status_t tp_input_zmq_expect(tp_input_t *input, const tp_input_desc_t *inputs, int n,
+                                int64_t batch);
 
 /* DummyConstantInput: one random batch per tower, built once from the
  * model's input descriptions and returned again and again (copies): the

@@ -96,7 +96,9 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
 /* The row that limits throughput, or -1: the busiest running actor that
  * is neither mostly starved nor mostly blocked (and busy at least 1% of
  * the interval). Rows of every process in the snapshot compete (forked
- * and remote workers' too). */
+ * and remote workers' too). When no row qualifies because every running
+ * row waits, the first running row that is mostly starved (the most
+ * upstream: a stalled input); -1 when none is. */
 int tp_stats_bottleneck(const tp_stats_snapshot_t *snap);
 
 /* The snapshot as a JSON document (caller frees with free()); NULL on out

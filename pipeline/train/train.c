@@ -40,6 +40,7 @@ typedef struct {
      * waiting for them and for the tower actors, and the one tower's
      * counters when it runs on this thread (no executors). */
     uint64_t taken, input_wait_ns, towers_wait_ns;
+    uint64_t input_wait_t0;   /* the wait for input in progress (0: none) */
     tp_tower_meter_t meter0;
     tp_supervisor_t *sup;     /* the run's supervisor (see below) */
     size_t nactors;           /* its children: the run's own actors */
@@ -71,6 +72,7 @@ static tp_status_t s_step(s_mt_t *t, tp_trainer_t *tr, tp_fetches_t *f) {
     /* Two clock reads a step: the supervisor's wait for input, whatever the
      * input is (its own counters are its business, see tp_input_stats). */
     uint64_t w0 = tp_now_ns();
+    t->input_wait_t0 = w0;  /* the rows, published from inside the wait, count it */
     for (int i = 0; i < t->towers; i++) {
         if (t->first[i]) {  /* checked at launch */
             batches[i] = t->first[i];
@@ -81,6 +83,7 @@ static tp_status_t s_step(s_mt_t *t, tp_trainer_t *tr, tp_fetches_t *f) {
         if (rc < 0) {
             for (int j = 0; j < i; j++)
                 tp_input_release(t->input, j, &batches[j]);
+            t->input_wait_t0 = 0;
             t->input_wait_ns += tp_now_ns() - w0;
             /* a wait ended by the tree's failure: the supervisor's message
              * (which child, how), not the wait's */
@@ -90,6 +93,7 @@ static tp_status_t s_step(s_mt_t *t, tp_trainer_t *tr, tp_fetches_t *f) {
         }
     }
     uint64_t waited = tp_now_ns() - w0;
+    t->input_wait_t0 = 0;
     t->input_wait_ns += waited;
     t->taken += (uint64_t)t->towers;
     if (t->executors) {
@@ -259,7 +263,10 @@ static int s_rows_schedule(void *impl, tp_stats_row_t *rows, int max) {
     snprintf(tr->name, sizeof tr->name, "supervisor");
     tr->state = TP_ACTOR_RUNNING;
     tr->msgs_in = mt->taken;
-    tr->starved_s = (double)mt->input_wait_ns * 1e-9;
+    /* a wait for input in progress is starved time too: a stalled input
+     * must not make the schedule look busy */
+    uint64_t waiting = mt->input_wait_t0 ? tp_now_ns() - mt->input_wait_t0 : 0;
+    tr->starved_s = (double)(mt->input_wait_ns + waiting) * 1e-9;
     tr->blocked_s = (double)mt->towers_wait_ns * 1e-9;  /* waiting for tower actors */
     double alive = tp_now_s() - mt->t_start;
     double idle = tr->starved_s + tr->blocked_s;

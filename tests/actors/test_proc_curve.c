@@ -353,3 +353,42 @@ Test(curve, tp_train_and_tp_worker_with_curve) {
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit %d", st);
     cr_assert(strstr(fu_slurp(wout, buf, sizeof buf), "--public"), "%s", buf);
 }
+
+/* Issue 47: a tp-worker without keys against a CURVE trainer failed with
+ * no message on either side and counted its datapoints as sent. It now
+ * exits non-zero within seconds saying the receiver requires CURVE keys,
+ * and the trainer's log says a sender without keys knocked. */
+Test(curve, a_worker_without_keys_against_a_curve_trainer_exits_saying_so) {
+    if (!tp_curve_available())
+        cr_skip_test("libzmq without CURVE");
+    s_keygen(s_keys);
+    char ep[128], bind[140], logdir[128], out[128], wout[128];
+    s_tcp(ep, sizeof ep);
+    snprintf(bind, sizeof bind, "@%s", ep);
+    snprintf(logdir, sizeof logdir, "%s/nokeys", s_dir);
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    snprintf(wout, sizeof wout, "%s/worker.txt", s_dir);
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                    "--steps-per-epoch", "10", "--batch", "32", "--towers", "1",
+                    "--remote", bind, "--curve", s_keys, "--threads", "1", "--test-spec",
+                    "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 1",
+                    "--logdir", logdir, NULL};
+    int train = fu_spawn(argv, out, NULL, 0);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec", "fashion-mnist:train | batch 32",
+                     "--connect", ep, NULL};
+    int st = fu_wait(fu_spawn(wargv, wout, NULL, 0), 30000);
+    char buf[1 << 16], tbuf[1 << 16];
+    fu_slurp(wout, buf, sizeof buf);
+    /* the trainer logs the refusal when it happens: give it a moment */
+    for (int i = 0; i < 50 && !strstr(fu_slurp(out, tbuf, sizeof tbuf), "no CURVE keys"); i++)
+        usleep(100000);
+    kill(train, SIGTERM);
+    fu_wait(train, 30000);
+    fu_slurp(out, tbuf, sizeof tbuf);
+    cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "tp-worker without keys: status %d (not exit 1 within 30 s):\n%s", st, buf);
+    cr_assert(strstr(buf, "the handshake with the receiver at") &&
+              strstr(buf, "it requires CURVE keys"), "%s", buf);
+    cr_assert(strstr(tbuf, "a sender's handshake at") && strstr(tbuf, "it has no CURVE keys"),
+              "the trainer says nothing of the refused sender:\n%s", tbuf);
+}

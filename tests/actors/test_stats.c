@@ -190,3 +190,30 @@ Test(stats, publisher_on_ephemeral_tcp) {
     cr_assert_null(tp_stats_pub_new("tcp://256.1.1.1:1", "x"));
     cr_assert(strstr(tp_last_error(), "256.1.1.1"), "%s", tp_last_error());
 }
+
+/* A stall (issue 47): every running row waits, the schedule starved while
+ * it waits for the input, the receiver starved with no sender left. The
+ * mark goes to the first starved row (the input), not to nothing; a row
+ * that is not running is never marked. */
+Test(stats, when_every_row_waits_the_first_starved_row_is_the_bottleneck) {
+    tp_stats_row_t rows[4];
+    memset(rows, 0, sizeof rows);
+    const char *names[] = {"tp-worker 1@h", "ZMQInput", "supervisor", "tower0"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(rows[i].name, sizeof rows[i].name, "%s", names[i]);
+        rows[i].state = TP_ACTOR_RUNNING;
+        rows[i].starved_pct = 100;
+    }
+    rows[0].state = TP_ACTOR_FAILED;  /* gone: never the mark */
+    rows[3].starved_pct = 0;          /* idle: nothing at all */
+    tp_stats_snapshot_t s;
+    tp_stats_snapshot_init(&s);
+    s.nrows = 4;
+    s.rows = rows;
+    cr_assert_eq(tp_stats_bottleneck(&s), 1, "the starving input is marked");
+    rows[3].busy_pct = 50;  /* something works: it is the mark, as before */
+    cr_assert_eq(tp_stats_bottleneck(&s), 3);
+    rows[3].busy_pct = 0;
+    rows[1].starved_pct = rows[2].starved_pct = 10;  /* nothing starves: no mark */
+    cr_assert_eq(tp_stats_bottleneck(&s), -1);
+}

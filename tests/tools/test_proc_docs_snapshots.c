@@ -57,3 +57,35 @@ Test(docs_snapshots, every_tp_top_table_in_the_docs_has_the_current_columns) {
     cr_assert_geq(tables, 3, "the docs' tp-top samples were not found");
     cr_assert_geq(marked, 3, "the marked samples (<!-- tp-top:NAME -->) were not found");
 }
+
+/* A caption says which command made its sample, and users copy it: a
+ * trainer fed by workers whose spec augments must say --augment (the
+ * images arrive as augmented floats), or the copied command fails at step 0. */
+Test(docs_snapshots, a_caption_with_augmenting_workers_gives_tp_train_augment) {
+    const char *docs[] = {"actors.md", "observability.md", "tuning.md"};
+    int captions = 0;
+    for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
+        char path[1024], line[2048];
+        snprintf(path, sizeof path, "%s/docs/%s", TP_SOURCE_DIR, docs[i]);
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f, "%s", path);
+        int lineno = 0;
+        while (fgets(line, sizeof line, f)) {
+            lineno++;
+            if (strncmp(line, "(Made by `scripts/docs-snapshots.sh`", 36))
+                continue;
+            const char *w = strstr(line, "tp-worker --spec");
+            if (!w || !strstr(w, "augment"))
+                continue;
+            captions++;
+            char trainer[2048];
+            snprintf(trainer, sizeof trainer, "%.*s", (int)(w - line), line);
+            cr_assert(!strstr(trainer, "tp-train ") || strstr(trainer, "--augment"),
+                      "%s:%d: the caption's tp-train has no --augment while its "
+                      "workers augment: fix scripts/docs-snapshots.sh's cmd",
+                      path, lineno);
+        }
+        fclose(f);
+    }
+    cr_assert_geq(captions, 2, "no caption of a remote sample was found");
+}

@@ -450,6 +450,160 @@ Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
               "went too:\n%s", (int)w[0], last);
 }
 
+/* The whole file at path into out (NUL-terminated; empty when missing). */
+static void s_slurp(const char *path, char *out, size_t size) {
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+/* Issue 47: tp-train --remote whose only tp-worker dies. While it trains,
+ * ZMQInput's row counts its bytes (MB/s > 0). After the SIGKILL, tp-top's
+ * JSON marks ZMQInput as the bottleneck (it was the supervisor, 100% busy,
+ * because a wait counted as starved only once it ended), and within 12 s
+ * the step watchdog names the input, its senders (0 connected) and the
+ * dead worker last seen (ZMQInput had no watchdog: nothing was logged). */
+Test(tp_train, a_stalled_remote_input_is_named_and_marked, .init = s_setup,
+     .fini = s_teardown, .timeout = 180) {
+    char logdir[128], sock[160], ep[170], data[128], bind[140], tlog[160], wlog[160];
+    snprintf(logdir, sizeof logdir, "%s/stall", s_dir);
+    snprintf(sock, sizeof sock, "%s/stats.sock", logdir);
+    snprintf(ep, sizeof ep, "ipc://%s", sock);
+    snprintf(data, sizeof data, "ipc://%s/data.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", data);
+    snprintf(tlog, sizeof tlog, "%s/train.log", s_dir);
+    snprintf(wlog, sizeof wlog, "%s/worker.log", s_dir);
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                    "--steps-per-epoch", "100000", "--batch", "32", "--towers", "1",
+                    "--remote", bind, "--threads", "1", "--test-spec", TEST_SPEC,
+                    "--logdir", logdir, NULL};
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    pu_spawn_opts_t o = {.out = tlog, .env = env};
+    pid_t train = pu_spawn(argv, &o);
+    cr_assert_gt(train, 0);
+    for (int i = 0; i < 600 && access(sock, F_OK) != 0; i++)
+        usleep(50000);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | batch 32", "--connect", data,
+                     "--log-level", "info", NULL};
+    pu_spawn_opts_t wo = {.out = wlog};
+    pid_t w = pu_spawn(wargv, &wo);
+    static char last[1 << 16], log[1 << 22];  /* info: the progress lines too */
+    /* training: ZMQInput receives, and counts bytes */
+    double mb = 0;
+    for (double t0 = tp_now_s(); mb <= 0 && tp_now_s() - t0 < 60;) {
+        json_t *snap = s_top_json(ep, last, sizeof last);
+        json_t *row = snap ? s_top_row(snap, "ZMQInput") : NULL;
+        if (row && json_number_value(json_object_get(row, "msgs_per_s")) > 0)
+            mb = json_number_value(json_object_get(row, "mb_per_s"));
+        json_decref(snap);
+        if (row && mb <= 0 && json_number_value(json_object_get(row, "msgs_per_s")) > 0)
+            break;  /* receiving, yet no bytes: fails below */
+    }
+    kill(w, SIGKILL);
+    double t0 = tp_now_s(), named_s = -1;
+    pu_waitpid(w, 10000);
+    int marked = 0;
+    while (tp_now_s() - t0 < 12.5 && (named_s < 0 || !marked)) {
+        if (!marked) {
+            json_t *snap = s_top_json(ep, last, sizeof last);
+            const char *bn = snap ? json_string_value(json_object_get(snap, "bottleneck")) : NULL;
+            marked = bn && !strcmp(bn, "ZMQInput");
+            json_decref(snap);
+        }
+        s_slurp(tlog, log, sizeof log);
+        if (named_s < 0 && strstr(log, "no batch for"))
+            named_s = tp_now_s() - t0;
+        usleep(100000);
+    }
+    kill(train, SIGTERM);
+    pu_waitpid(train, 30000);
+    s_slurp(tlog, log, sizeof log);
+    cr_assert_gt(mb, 0, "ZMQInput shows no MB/s while it receives:\n%s", last);
+    cr_assert(marked, "tp-top does not mark ZMQInput during the stall; last:\n%s", last);
+    cr_assert(named_s >= 0 && named_s <= 12.5, "no watchdog within 12 s of the stall "
+              "(%.1f s):\n%s", named_s, log);
+    char want[256];
+    snprintf(want, sizeof want, "(ZMQInput %s) has had no batch for", bind);
+    cr_assert(strstr(log, want), "the watchdog names the input (%s):\n%s", want, log);
+    cr_assert(strstr(log, "0 senders connected"), "%s", log);
+    snprintf(want, sizeof want, "last seen: tp-worker %d@", (int)w);
+    cr_assert(strstr(log, want), "the watchdog names the dead sender (%s):\n%s", want, log);
+    /* and the log says who joined and left */
+    snprintf(want, sizeof want, "remote: tp-worker %d@", (int)w);
+    const char *j = strstr(log, want);
+    cr_assert(j && strstr(j, "joined"), "no 'joined' line for %s:\n%s", want, log);
+    cr_assert(strstr(j, "gone (its connection closed)"), "no 'gone' line for %s:\n%s", want,
+              log);
+}
+
+/* Issue 47: a stray tp-worker sending batches of 16 into a run at batch 32
+ * fed by a correct worker ended the run (or, alone, trained silently on
+ * 16). Its batches are now dropped and counted (ZMQInput/unfit) with a
+ * warning naming it and the mismatch, and the run ends normally; a stray
+ * worker alone ends the run saying no sender sends fitting batches. */
+Test(tp_train, a_sender_whose_batches_do_not_fit_is_dropped_not_the_run, .init = s_setup,
+     .fini = s_teardown, .timeout = 180) {
+    char logdir[128], data[128], bind[140], log[2][160];
+    snprintf(data, sizeof data, "ipc://%s/data.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", data);
+    char *stray_argv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                          "fashion-mnist:train | batch 16", "--connect", data,
+                          "--log-level", "info", NULL};
+    char *good_argv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                         "fashion-mnist:train | batch 32", "--connect", data, NULL};
+    for (int alone = 0; alone < 2; alone++) {
+        snprintf(logdir, sizeof logdir, "%s/unfit%d", s_dir, alone);
+        snprintf(log[alone], sizeof log[alone], "%s/train%d.log", s_dir, alone);
+        char slog[160];
+        snprintf(slog, sizeof slog, "%s/stray%d.log", s_dir, alone);
+        pu_spawn_opts_t so = {.out = slog}, wo = {.out = "/dev/null"};
+        pid_t stray = pu_spawn(stray_argv, &so);
+        /* the stray is making batches (they queue until the trainer binds) */
+        for (int i = 0; i < 600 && !s_file_has(slog, "sending dataflow"); i++)
+            usleep(50000);
+        pid_t good = alone ? 0 : pu_spawn(good_argv, &wo);
+        char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                        "--steps-per-epoch", "20", "--batch", "32", "--towers", "1",
+                        "--remote", bind, "--threads", "1", "--test-spec", TEST_SPEC,
+                        "--logdir", logdir, NULL};
+        const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+        pu_spawn_opts_t o = {.out = log[alone], .env = env};
+        int st = pu_waitpid(pu_spawn(argv, &o), 60000);
+        kill(stray, SIGTERM);
+        pu_waitpid(stray, 10000);
+        if (good) {
+            kill(good, SIGTERM);
+            pu_waitpid(good, 10000);
+        }
+        static char text[1 << 16];
+        s_slurp(log[alone], text, sizeof text);
+        char want[128];
+        snprintf(want, sizeof want, "tp-worker %d@", (int)stray);
+        cr_assert(strstr(text, want) &&
+                  strstr(text, "component 0 'image' is uint8[16,28,28], expected "
+                               "uint8[32,28,28]"),
+                  "the stray sender (%s) and the mismatch are not named:\n%s", want, text);
+        if (!alone) {
+            cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "a stray sender ended the run (status %d):\n%s", st, text);
+            json_t *j = s_stats(logdir);
+            double unfit = json_number_value(json_object_get(json_array_get(j, 0),
+                                                             "ZMQInput/unfit"));
+            json_decref(j);
+            cr_assert_gt(unfit, 0, "stats.json has no ZMQInput/unfit:\n%s", text);
+        } else {
+            cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "status %d:\n%s",
+                      st, text);
+            cr_assert(strstr(text, "no sender left sends datapoints that fit"), "%s", text);
+        }
+    }
+}
+
 Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *a1[] = {"tp-train", "--model", "transformer", NULL};
     cr_assert_neq(s_run(a1, s_out, sizeof s_out), 0);
@@ -617,6 +771,40 @@ Test(tp_train, the_batch_follows_the_spec, .init = s_setup, .fini = s_teardown,
     cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
     cr_assert(strstr(s_out, "2 towers x batch 48"), "%s", s_out);
     cr_assert(strstr(s_out, "validation_accuracy"), "%s", s_out);
+}
+
+/* --workers N with --spec (issue 47: it was silently ignored): the spec
+ * runs in N forked workers (`processes N` before its batch, each worker's
+ * memory in stats.json), and a spec that cannot take it is refused saying
+ * how. */
+Test(tp_train, workers_with_a_spec_fork_the_spec, .init = s_setup, .fini = s_teardown,
+     .timeout = 180) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/spec-workers", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--towers", "1", "--threads", "1",
+                    "--spec", "fashion-mnist:train | batch 32", "--workers", "2",
+                    "--epochs", "1", "--steps-per-epoch", "5", "--test-spec", TEST_SPEC,
+                    "--logdir", logdir, NULL};
+    int rc = s_run(argv, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "training data: fashion-mnist:train | processes 2 restart=3 | batch 32"),
+              "%s", s_out);
+    json_t *j = s_stats(logdir);
+    json_t *e = json_array_get(j, 0);
+    cr_assert_gt(json_number_value(json_object_get(e, "memory/worker1_rss_mb")), 1,
+                 "no second worker in stats.json");
+    json_decref(j);
+
+    snprintf(logdir, sizeof logdir, "%s/refused", s_dir);
+    char *own[] = {"tp-train", "--spec", "fashion-mnist:train | processes 3 | batch 32",
+                   "--workers", "2", "--logdir", logdir, NULL};
+    cr_assert_neq(s_run(own, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "the spec has its own processes stage; give the number of "
+                            "workers once"), "%s", s_out);
+    char *remote[] = {"tp-train", "--spec", "remote:@ipc:///tmp/nothing.sock | batch 32",
+                      "--workers", "2", "--logdir", logdir, NULL};
+    cr_assert_neq(s_run(remote, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "leave --workers out"), "%s", s_out);
 }
 
 /* Run a tool of bin/ (argv[0] its name), stdout+stderr into s_out. */

@@ -123,6 +123,54 @@ Test(proc_worker, count_ends_the_worker) {
     tp_dataflow_destroy(&df);
 }
 
+/* Issue 47: a tp-worker outlived its trainer and joined the next run on
+ * the same port. With --exit-with-trainer=1 it ends (exit 0, saying why)
+ * about a second after its receiver closed; with --no-exit-with-trainer
+ * it still runs then. */
+Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[128], out[2][128], buf[8192];
+    snprintf(ep, sizeof ep, "ipc://%s/d3.sock", s_dir);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 10;
+    tp_dataflow_t *df = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    int pid[2];
+    for (int k = 0; k < 2; k++) {
+        char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                         "--plugin-arg", "7", "--connect", ep, "--hwm", "5",
+                         "--log-level", "info",  /* ctest runs at warn */
+                         k ? "--no-exit-with-trainer" : "--exit-with-trainer=1", NULL};
+        snprintf(out[k], sizeof out[k], "%s/w%d.txt", s_dir, k);
+        pu_spawn_opts_t o = {.out = out[k]};
+        pid[k] = pu_spawn(wargv, &o);
+    }
+    for (int i = 0; i < 40; i++) {  /* both connected and sending */
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    usleep(300000);
+    tp_dataflow_destroy(&df);  /* the trainer ends */
+    int st = pu_waitpid(pid[0], 6000);
+    int st1;
+    int alive = waitpid(pid[1], &st1, WNOHANG) == 0;  /* pu_waitpid would kill it */
+    kill(pid[1], SIGTERM);
+    st1 = alive ? pu_waitpid(pid[1], 5000) : st1;
+    FILE *f = fopen(out[0], "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "--exit-with-trainer=1: not ended 6 s after its trainer (status %d):\n%s", st, buf);
+    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
+    cr_assert(alive, "--no-exit-with-trainer ended with its trainer");
+    cr_assert(st1 >= 0 && WIFEXITED(st1) && WEXITSTATUS(st1) == 0, "status %d", st1);
+}
+
 static int run_status(char *const argv[]) {
     char out[128];
     snprintf(out, sizeof out, "%s/out.txt", s_dir);

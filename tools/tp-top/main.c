@@ -33,7 +33,8 @@ static void s_usage(FILE *out) {
         "interval; queue is the input queue's fill (- when not visible); starved\n"
         "is time spent waiting for input, blocked time spent waiting on a full\n"
         "output. The bottleneck (<==) is the busiest actor that neither waits\n"
-        "for input nor for output most of the time.\n");
+        "for input nor for output most of the time; when every actor waits,\n"
+        "the first (most upstream) one that starves (a stalled input).\n");
 }
 
 /* The table's column line (also --columns: the docs' samples are checked

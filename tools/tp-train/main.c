@@ -108,7 +108,8 @@ static void s_usage(FILE *out) {
 "                       one on a GPU; on the CPU one per core, at most 4)\n"
 "  --workers N          run the data pipeline (read, augment) in N forked\n"
 "                       worker processes; a worker that dies is replaced\n"
-"                       (stats.json: dataflow/worker_restarts)\n"
+"                       (stats.json: dataflow/worker_restarts); with --spec,\n"
+"                       'processes N' goes before the spec's first batch\n"
 "  --worker-restarts R  replace up to R dead workers in all (default 3;\n"
 "                       0: the first dead worker ends training)\n"
 "  --remote ENDPOINT    take batches from tp-worker processes instead: e.g.\n"
@@ -275,7 +276,61 @@ static void s_subst_rank(const char *text, int rank, char *out, size_t size) {
     out[o] = '\0';
 }
 
+/* " | processes N[ restart=R]" for --workers (empty without it). */
+static void s_processes_stage(const s_args_t *a, char *buf, size_t size) {
+    buf[0] = '\0';
+    /* augmentation runs in the workers too; a dead one is replaced */
+    if (a->workers > 0 && a->worker_restarts > 0)
+        snprintf(buf, size, " | processes %d restart=%d", a->workers, a->worker_restarts);
+    else if (a->workers > 0)  /* the first dead worker ends training */
+        snprintf(buf, size, " | processes %d", a->workers);
+}
+
+/* --spec with --workers N: the spec with `processes N` inserted before its
+ * first `batch` stage (at the end when it has none), so reading, decoding
+ * and the maps run in N forked copies of the pipeline, as tp-train's own
+ * pipeline does. A spec that cannot be copied is refused, saying how
+ * instead: a remote: source (its batches come from other processes
+ * already) or one with its own `processes` stage. */
+static tp_status_t s_spec_with_workers(const s_args_t *a, char *buf, size_t size) {
+    const char *spec = a->spec, *insert = NULL;
+    int first = 1;
+    for (const char *p = spec; p; p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL, first = 0) {
+        const char *q = p;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        size_t len = strcspn(q, " \t|");
+        if (first && !strncmp(q, "remote:", 7))
+            return tp_error(TP_ERR_INVALID, "--workers %d with --spec '%s': its batches come "
+                            "from other processes already; leave --workers out (start "
+                            "more tp-worker processes instead)", a->workers, spec);
+        if (!first && len == 9 && !strncmp(q, "processes", 9))
+            return tp_error(TP_ERR_INVALID, "--workers %d with --spec '%s': the spec has its "
+                            "own processes stage; give the number of workers once, in the "
+                            "spec or with --workers", a->workers, spec);
+        if (!first && !insert && len == 5 && !strncmp(q, "batch", 5))
+            insert = p - 1;  /* at the '|' before it */
+    }
+    char stage[64];
+    s_processes_stage(a, stage, sizeof stage);
+    int n;
+    if (insert) {
+        /* keep the spec's spacing: cut at the '|', trailing blanks dropped */
+        const char *end = insert;
+        while (end > spec && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        n = snprintf(buf, size, "%.*s%s %s", (int)(end - spec), spec, stage, insert);
+    } else {
+        n = snprintf(buf, size, "%s%s", spec, stage);
+    }
+    if (n < 0 || (size_t)n >= size)
+        return tp_error(TP_ERR_INVALID, "--spec '%s': too long with --workers", spec);
+    return TP_OK;
+}
+
 static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
+    if (a->spec && a->workers > 0)
+        return s_spec_with_workers(a, buf, size);
     if (a->spec) {
         snprintf(buf, size, "%s", a->spec);
         return TP_OK;
@@ -291,13 +346,8 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     if (tp_zoo_source_sized(strcmp(src, "fashion-mnist") ? src : "fashion-mnist:train", 0,
                             n, n, source, sizeof source) != TP_OK)
         return tp_error(TP_ERR_INVALID, "--data: %s", tp_last_error());
-    char workers[64] = "";
-    /* augmentation runs in the workers too; a dead one is replaced */
-    if (a->workers > 0 && a->worker_restarts > 0)
-        snprintf(workers, sizeof workers, " | processes %d restart=%d", a->workers,
-                 a->worker_restarts);
-    else if (a->workers > 0)  /* the first dead worker ends training */
-        snprintf(workers, sizeof workers, " | processes %d", a->workers);
+    char workers[64];
+    s_processes_stage(a, workers, sizeof workers);
     char augment[64] = "";
     if (a->augment)
         snprintf(augment, sizeof augment, " | augment crop=%d,pad=%d,flip", n, a->pad);
@@ -748,6 +798,12 @@ int main(int argc, char **argv) {
     }
     if (a.augment || a.resident)
         inputs[0].dtype = TP_FLOAT32;
+    /* a sender whose batches do not fit (another size, batch or dtype) is
+     * dropped and counted, not the end of the run */
+    if (a.remote && tp_input_zmq_expect(remote, inputs, 2, a.batch) != TP_OK) {
+        tp_input_destroy(&remote);
+        return s_fail("--remote");
+    }
     s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, !strcasecmp(a.optimizer, "adam")};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 

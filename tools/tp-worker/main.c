@@ -3,7 +3,9 @@
  * (--spec) or from a user plugin: a shared library exporting
  *   tp_status_t tp_worker_dataflow(int argc, char **argv, tp_dataflow_t **out)
  * (towerpack/actor_dataflow.h), loaded with dlopen and given the
- * --plugin-arg values. SIGINT and SIGTERM end it cleanly. */
+ * --plugin-arg values. SIGINT and SIGTERM end it cleanly; so does its
+ * trainer's end (--exit-with-trainer), and a failed handshake with the
+ * trainer (CURVE keys) ends it with an error. */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -42,6 +44,10 @@ static void s_usage(FILE *out) {
         "                        encrypt the data (and a tcp stats socket)\n"
         "  --public              allow --bind (or --stats) to every interface\n"
         "                        (tcp://*:P); by default only given addresses\n"
+        "  --exit-with-trainer[=S]  end (exit 0) once the trainer has been gone\n"
+        "                        for S seconds (default on, S = 10): no leftover\n"
+        "                        worker joins the next run on the same port\n"
+        "  --no-exit-with-trainer   keep sending for any later receiver\n"
         "  --log-level LEVEL     debug, info, warn, error (default info)\n"
         "  -h, --help            this text\n",
         TP_WORKER_FACTORY);
@@ -69,6 +75,8 @@ int main(int argc, char **argv) {
         {"curve", required_argument, 0, 'k'},
         {"public", no_argument, 0, 'P'},
         {"format", required_argument, 0, 'F'},
+        {"exit-with-trainer", optional_argument, 0, 'E'},
+        {"no-exit-with-trainer", no_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *spec = NULL, *plugin = NULL, *connect_ep = NULL, *bind_ep = NULL;
@@ -77,6 +85,7 @@ int main(int argc, char **argv) {
     tp_send_opts_t so;
     tp_send_opts_init(&so);
     so.stats_name = "tp-worker";
+    so.peer_gone_s = 10;  /* --exit-with-trainer */
     char cwd[512] = ".";
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -133,6 +142,18 @@ int main(int argc, char **argv) {
         case 't': so.stats = optarg; break;
         case 'r': so.run_dir = optarg; break;
         case 'k': so.curve_dir = optarg; break;
+        case 'E':
+            if (optarg) {
+                so.peer_gone_s = strtod(optarg, &end);
+                if (*end || !(so.peer_gone_s > 0)) {
+                    fprintf(stderr, "tp-worker: --exit-with-trainer=%s: seconds > 0\n", optarg);
+                    return 2;
+                }
+            } else {
+                so.peer_gone_s = 10;
+            }
+            break;
+        case 'N': so.peer_gone_s = 0; break;
         case 'P': so.allow_public = 1; tp_bind_set_public(1); break;
         case 'l': {
             tp_log_level_t lv;
@@ -216,6 +237,9 @@ int main(int argc, char **argv) {
         TP_INFO("tp-worker: stopped by %s after %llu datapoints (%.1f/s)",
                 tp_signal_pending() == 15 ? "SIGTERM" : "SIGINT",
                 (unsigned long long)sent, dt > 0 ? sent / dt : 0.0);
+    } else if (rc == TP_DONE) {  /* --exit-with-trainer */
+        TP_INFO("tp-worker: %s (--exit-with-trainer): ending after %llu datapoints",
+                tp_last_error(), (unsigned long long)sent);
     } else if (rc < 0) {
         fprintf(stderr, "tp-worker: %s\n", tp_last_error());
         code = 1;
