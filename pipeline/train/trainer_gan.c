@@ -24,22 +24,33 @@
 #include <towerpack/log.h>
 #include <towerpack/optim.h>
 #include <towerpack/rng.h>
+#include "pipeline/train/gan_step.h"
 
 #define S_MAX_TOWERS 64
 #define S_MAX_INPUTS 16
 
-typedef struct {
-    tp_model_t *model;
-    tp_input_t *input;
+/* The step (pipeline/train/gan_step.h): what a GAN step needs beside the
+ * model it borrows. */
+struct tp_gan_step {
+    tp_model_t *model;            /* borrowed */
     tp_gan_config_t cfg;
     char g_cost[64], d_cost[64];  /* cfg's names point here */
     int towers, ninputs;
     int64_t zdim;                 /* floats per noise row */
     float *noise;                 /* [towers x batch x zdim] this step's */
     tp_optimizer_t *opt[2];       /* [0] generator, [1] discriminator */
-    tp_datapoint_t *batches[S_MAX_TOWERS];
     tp_tensor_t feeds[S_MAX_TOWERS * S_MAX_INPUTS];
-} s_gan_t;
+};
+typedef tp_gan_step_t s_gan_t;
+
+/* The trainer of tp_gan_trainer_new: the step, the model and the input. */
+typedef struct {
+    tp_gan_step_t *step;
+    tp_model_t *model;
+    tp_input_t *input;
+    int towers;
+    tp_datapoint_t *batches[S_MAX_TOWERS];
+} s_trainer_t;
 
 enum { S_G = 0, S_D = 1 };
 
@@ -117,15 +128,12 @@ static tp_status_t s_load_group(s_gan_t *a, int g, int64_t step) {
 
 /* ---- the step ------------------------------------------------------------------ */
 
-/* Every tower's batch, in tower order (the data order is deterministic),
- * its components the feeds of the inputs that are not the noise. */
-static tp_status_t s_take(s_gan_t *a) {
+/* Every tower's batch, its components the feeds of the inputs that are
+ * not the noise. */
+static tp_status_t s_feeds(s_gan_t *a, tp_datapoint_t *const *batches) {
     const int per = a->ninputs - (a->cfg.noise_input >= 0);
     for (int i = 0; i < a->towers; i++) {
-        tp_status_t rc = tp_input_next(a->input, i, &a->batches[i]);
-        if (rc < 0)
-            return tp_error_wrap(rc, "GAN trainer: tower%d input", i);
-        tp_datapoint_t *dp = a->batches[i];
+        tp_datapoint_t *dp = batches[i];
         if (tp_datapoint_size(dp) != per)
             return tp_error(TP_ERR_SHAPE, "GAN trainer: tower%d's batch has %d "
                             "components, the model %d inputs%s", i,
@@ -208,18 +216,10 @@ static void s_fetch(s_gan_t *a, tp_fetches_t *f) {
     tp_clear_error();  /* a name this model lacks is not an error */
 }
 
-static void s_give_back(s_gan_t *a) {
-    for (int i = 0; i < a->towers; i++)
-        if (a->batches[i])
-            tp_input_release(a->input, i, &a->batches[i]);
-}
-
-static tp_status_t gan_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
-    s_gan_t *a = impl;
-    const int64_t step = tp_trainer_global_step(tr);
-    tp_status_t rc = s_take(a);
-    if (rc >= 0)
-        rc = s_noise(a, step);
+tp_status_t tp_gan_step_run(tp_gan_step_t *a, tp_datapoint_t *const *batches,
+                            int64_t step, tp_fetches_t *f) {
+    TP_TRY(s_feeds(a, batches));
+    TP_TRY(s_noise(a, step));
     /* GANTrainer: g then d. SeparateGANTrainer: d then g, each when due
      * (tensorpack's run_step order). */
     int order[2], n = 0;
@@ -232,29 +232,51 @@ static tp_status_t gan_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
         if (step % a->cfg.g_period == 0)
             order[n++] = S_G;
     }
-    for (int k = 0; rc >= 0 && k < n; k++) {
-        rc = s_update(a, order[k], step);
-        if (rc >= 0 && k == 0)
+    for (int k = 0; k < n; k++) {
+        TP_TRY(s_update(a, order[k], step));
+        if (k == 0 && f)
             s_fetch(a, f);  /* at the step's starting weights */
     }
-    s_give_back(a);
+    return TP_OK;
+}
+
+/* ---- the trainer over a model and an input ----------------------------------- */
+
+static void s_give_back(s_trainer_t *t) {
+    for (int i = 0; i < t->towers; i++)
+        if (t->batches[i])
+            tp_input_release(t->input, i, &t->batches[i]);
+}
+
+/* Every tower's batch, in tower order (the data order is deterministic),
+ * then the step. */
+static tp_status_t gan_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    s_trainer_t *t = impl;
+    tp_status_t rc = TP_OK;
+    for (int i = 0; rc >= 0 && i < t->towers; i++) {
+        rc = tp_input_next(t->input, i, &t->batches[i]);
+        if (rc < 0)
+            rc = tp_error_wrap(rc, "GAN trainer: tower%d input", i);
+    }
+    if (rc >= 0)
+        rc = tp_gan_step_run(t->step, t->batches, tp_trainer_global_step(tr), f);
+    s_give_back(t);
     return rc;
 }
 
 static tp_status_t gan_setup(void *impl, tp_trainer_t *tr) {
-    s_gan_t *a = impl;
+    s_trainer_t *t = impl;
     /* a resumed run's global step is set before training: replay the
      * input to it */
-    tp_status_t rc = tp_input_start(a->input, a->towers, a->cfg.seed,
-                                    tp_trainer_global_step(tr) * a->towers);
+    tp_status_t rc = tp_input_start(t->input, t->towers, t->step->cfg.seed,
+                                    tp_trainer_global_step(tr) * t->towers);
     return rc < 0 ? tp_error_wrap(rc, "GAN trainer: starting %s",
-                                  tp_input_name(a->input))
+                                  tp_input_name(t->input))
                   : TP_OK;
 }
 
 /* "g/NAME", "d/NAME": one group's; "NAME": both (reading: the generator's). */
-static tp_status_t gan_set_hp(void *impl, const char *name, double v) {
-    s_gan_t *a = impl;
+tp_status_t tp_gan_step_set_hparam(tp_gan_step_t *a, const char *name, double v) {
     if (!strncmp(name, "g/", 2))
         return tp_optimizer_set(a->opt[S_G], name + 2, v);
     if (!strncmp(name, "d/", 2))
@@ -263,31 +285,48 @@ static tp_status_t gan_set_hp(void *impl, const char *name, double v) {
     return tp_optimizer_set(a->opt[S_D], name, v);
 }
 
-static tp_status_t gan_get_hp(void *impl, const char *name, double *v) {
-    s_gan_t *a = impl;
+tp_status_t tp_gan_step_get_hparam(const tp_gan_step_t *a, const char *name, double *v) {
     if (!strncmp(name, "d/", 2))
         return tp_optimizer_get(a->opt[S_D], name + 2, v);
     return tp_optimizer_get(a->opt[S_G], !strncmp(name, "g/", 2) ? name + 2 : name, v);
 }
 
-static int64_t gan_samples(void *impl) {
-    s_gan_t *a = impl;
-    return a->cfg.batch * a->towers;
+const char *tp_gan_step_name(const tp_gan_step_t *a) {
+    return s_separate(&a->cfg) ? "SeparateGANTrainer" : "GANTrainer";
 }
 
-static tp_model_t *gan_model(void *impl) { return ((s_gan_t *)impl)->model; }
-
-static void gan_destroy(void *impl) {
-    s_gan_t *a = impl;
-    if (!a)
+void tp_gan_step_destroy(tp_gan_step_t **self_p) {
+    if (!self_p || !*self_p)
         return;
-    s_give_back(a);
-    tp_input_destroy(&a->input);
-    tp_model_destroy(&a->model);
+    s_gan_t *a = *self_p;
     tp_optimizer_destroy(&a->opt[S_G]);
     tp_optimizer_destroy(&a->opt[S_D]);
     free(a->noise);
     free(a);
+    *self_p = NULL;
+}
+
+static tp_status_t gan_set_hp(void *impl, const char *name, double v) {
+    return tp_gan_step_set_hparam(((s_trainer_t *)impl)->step, name, v);
+}
+static tp_status_t gan_get_hp(void *impl, const char *name, double *v) {
+    return tp_gan_step_get_hparam(((s_trainer_t *)impl)->step, name, v);
+}
+static int64_t gan_samples(void *impl) {
+    s_trainer_t *t = impl;
+    return t->step->cfg.batch * t->towers;
+}
+static tp_model_t *gan_model(void *impl) { return ((s_trainer_t *)impl)->model; }
+
+static void gan_destroy(void *impl) {
+    s_trainer_t *t = impl;
+    if (!t)
+        return;
+    s_give_back(t);
+    tp_gan_step_destroy(&t->step);
+    tp_input_destroy(&t->input);
+    tp_model_destroy(&t->model);
+    free(t);
 }
 
 static const tp_trainer_ops_t s_gan_ops = {
@@ -342,8 +381,8 @@ static tp_status_t s_group_optimizer(s_gan_t *a, int g, tp_optimizer_fn fn) {
 
 static tp_status_t s_check(s_gan_t *a) {
     const tp_gan_config_t *c = &a->cfg;
-    if (!a->model || !a->input)
-        return tp_error(TP_ERR_INVALID, "GAN trainer: a model and an input are needed (%s)",
+    if (!a->model)
+        return tp_error(TP_ERR_INVALID, "GAN trainer: a model is needed (%s)",
                         tp_last_error());
     if (!tp_model_optimizer(a->model))
         return tp_error(TP_ERR_INVALID, "GAN trainer: the model has no optimizer");
@@ -380,17 +419,13 @@ static tp_status_t s_check(s_gan_t *a) {
     return TP_OK;
 }
 
-tp_trainer_t *tp_gan_trainer_new(tp_model_t *model, tp_input_t *input,
-                                 const tp_gan_config_t *cfg) {
+tp_gan_step_t *tp_gan_step_new(tp_model_t *model, const tp_gan_config_t *cfg) {
     s_gan_t *a = calloc(1, sizeof *a);
     if (!a) {
-        tp_model_destroy(&model);
-        tp_input_destroy(&input);
         tp_error(TP_ERR_NOMEM, "GAN trainer");
         return NULL;
     }
     a->model = model;
-    a->input = input;
     a->cfg = *cfg;
     a->towers = model ? tp_model_tower_count(model) : 0;
     a->ninputs = model ? tp_model_input_count(model) : 0;
@@ -417,9 +452,37 @@ tp_trainer_t *tp_gan_trainer_new(tp_model_t *model, tp_input_t *input,
     if (rc < 0) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", tp_last_error());
-        gan_destroy(a);
+        tp_gan_step_destroy(&a);
         tp_error(rc, "%s", msg);
         return NULL;
     }
-    return tp_trainer_new(s_separate(cfg) ? &s_separate_ops : &s_gan_ops, a);
+    return a;
+}
+
+tp_trainer_t *tp_gan_trainer_new(tp_model_t *model, tp_input_t *input,
+                                 const tp_gan_config_t *cfg) {
+    s_trainer_t *t = calloc(1, sizeof *t);
+    if (!t || !input) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tp_last_error());
+        free(t);
+        tp_model_destroy(&model);
+        tp_input_destroy(&input);
+        if (t)
+            tp_error(TP_ERR_INVALID, "GAN trainer: no input (%s)", msg);
+        else
+            tp_error(TP_ERR_NOMEM, "GAN trainer");
+        return NULL;
+    }
+    t->model = model;
+    t->input = input;
+    t->towers = model ? tp_model_tower_count(model) : 0;
+    if (!(t->step = tp_gan_step_new(model, cfg))) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tp_last_error());
+        gan_destroy(t);
+        tp_error(TP_ERR_INVALID, "%s", msg);
+        return NULL;
+    }
+    return tp_trainer_new(s_separate(cfg) ? &s_separate_ops : &s_gan_ops, t);
 }
