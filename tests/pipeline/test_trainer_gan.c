@@ -482,3 +482,117 @@ Test(trainer_gan, hyperparameters_per_group) {
     cr_assert_float_eq(d, 0.9, 1e-12);
     tp_trainer_destroy(&tr);
 }
+
+/* ---- through launch_train_with_config ---------------------------------------- */
+
+static char *s_tmpdir(void) {
+    static char dirs[4][64];
+    static int k;
+    char *d = dirs[k++ % 4];
+    snprintf(d, 64, "/tmp/tp-gan-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+static void s_rm(const char *d) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static tp_model_desc_t s_desc = {s_inputs, 4, s_tower, s_adam, NULL};
+
+static void s_launch_config(tp_train_config_t *c, const tp_gan_config_t *gc, const char *dir,
+                            int max_epoch) {
+    tp_train_config_init(c);
+    c->model = &s_desc;
+    c->dataflow = s_points(8);
+    c->gan = gc;
+    c->towers = 2;
+    c->batch = 8;
+    c->seed = 7;  /* the model's initial values: s_model's */
+    c->threads = 1;
+    c->logdir = dir;
+    c->max_epoch = max_epoch;
+    c->steps_per_epoch = 3;
+    c->progress_names = TP_GAN_MONITORS;
+    c->tensorboard = 0;
+    c->curves = 0;
+}
+
+/* The launch trains a GAN as the trainer does (the same numbers, bit for
+ * bit, two towers), writes the GAN's monitors to stats.json each epoch, and
+ * a run stopped after an epoch and resumed from its checkpoint
+ * (auto_resume) ends bit-identical to the unbroken one. */
+Test(trainer_gan, launch_trains_monitors_and_resumes) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.seed = 7;
+    gc.g_optimizer = s_adam;
+    gc.d_optimizer = s_adam_d;
+    char *straight = s_tmpdir(), *broken = s_tmpdir();
+    tp_train_config_t c;
+    tp_model_t *a = NULL, *b = NULL;
+    s_launch_config(&c, &gc, straight, 2);
+    cr_assert_eq(tp_launch_train_with_config(&c, &a), TP_OK, "%s", tp_last_error());
+    s_launch_config(&c, &gc, broken, 1);
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    s_launch_config(&c, &gc, broken, 2);
+    c.auto_resume = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, &b), TP_OK, "%s", tp_last_error());
+    s_snap_t sa, sb, direct;
+    s_snap(a, &sa);
+    s_snap(b, &sb);
+    cr_assert(s_same(&sa, &sb, ""), "resumed differs by %g", s_maxdiff(&sa, &sb));
+    /* the trainer on its own, on the same batches: the same numbers */
+    tp_model_t *m = s_model(2, 8, s_adam);
+    tp_trainer_t *tr = tp_gan_trainer_new(m, tp_input_feed(s_points(8)), &gc);
+    cr_assert_not_null(tr, "%s", tp_last_error());
+    tp_schedule_t sched = {1, 2, 3};
+    cr_assert_eq(tp_trainer_train(tr, &sched), TP_OK, "%s", tp_last_error());
+    s_snap(tp_trainer_model(tr), &direct);
+    tp_trainer_destroy(&tr);
+    cr_assert(s_same(&sa, &direct, ""), "launch and trainer differ by %g",
+              s_maxdiff(&sa, &direct));
+    /* the monitors, each epoch */
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", broken);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    static const char *const names[] = {"\"g_loss\"", "\"d_loss\"", "\"d_accuracy\"",
+                                        "\"d_accuracy_real\"", "\"d_accuracy_fake\"",
+                                        "\"g_accuracy\""};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        cr_assert(strstr(text, names[i]), "stats.json lacks %s: %s", names[i], text);
+    s_snap_free(&sa);
+    s_snap_free(&sb);
+    s_snap_free(&direct);
+    tp_model_destroy(&a);
+    tp_model_destroy(&b);
+    s_rm(straight);
+    s_rm(broken);
+}
+
+/* Towers on several GPUs or over processes are refused for a GAN, naming why. */
+Test(trainer_gan, launch_refuses_what_a_gan_cannot_do) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.noise_input = S_NOISE_INPUT;
+    tp_train_config_t c;
+    s_launch_config(&c, &gc, NULL, 1);
+    c.ndevices = 2;
+    c.devices[0] = 0;
+    c.devices[1] = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_ERR_UNSUPPORTED);
+    cr_assert(strstr(tp_last_error(), "GAN"), "%s", tp_last_error());
+    s_launch_config(&c, &gc, NULL, 1);
+    gc.g_cost = "no_such_cost";
+    cr_assert_neq(tp_launch_train_with_config(&c, NULL), TP_OK);
+    cr_assert(strstr(tp_last_error(), "no_such_cost"), "%s", tp_last_error());
+}
