@@ -2,12 +2,14 @@
  * GANTrainer, SeparateGANTrainer and their data-parallel towers, as
  * tensorpack's examples/GAN/GAN.py trains a GAN.
  *
- * A step is a few named calls on the trainer's thread: take every tower's
- * batch (s_take), draw the step's noise (s_noise), then the updates the
- * trainer's kind makes (s_update: a whole training run of one named cost
- * over every tower, TP_ALL_TOWERS: forward and backward tower by tower,
- * the gradients averaged onto tower 0, its group's update), the fetches
- * read after the first of them (s_fetch), and the batches given back.
+ * A step (tp_gan_step_run, gan_step.h) is a few named calls on the
+ * trainer's thread, on every tower's batch (taken by the trainer that owns
+ * the input: gan_run_step here, the launch's supervised step in train.c):
+ * the feeds from the batches (s_feeds), the step's noise (s_noise), then
+ * the updates the trainer's kind makes (s_update: a whole training run of
+ * one named cost over every tower, TP_ALL_TOWERS: forward and backward
+ * tower by tower, the gradients averaged onto tower 0, its group's
+ * update), the fetches read after the first of them (s_fetch).
  *
  * Per-group optimizers: the model owns one optimizer and its slots (every
  * trainable variable has its Adam moments there, whichever group it is
