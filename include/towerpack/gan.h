@@ -12,14 +12,19 @@
  *
  *   tp_gan_config_t gc;
  *   tp_gan_config_init(&gc);
- *   gc.batch = 64;
- *   gc.noise_input = 1;                      // inputs: image, z
- *   tp_trainer_t *tr = tp_gan_trainer_new(model, tp_input_queue(df, 0), &gc);
- *   ... tp_trainer_add_callback(tr, &cb) ..., tp_trainer_train(tr, &sched);
+ *   gc.noise_input = 1;                    // the inputs: image, z
+ *   cfg.gan = &gc;                         // tp_train_config_t (launch.h)
+ *   cfg.progress_names = TP_GAN_MONITORS;  // the monitors, every epoch
+ *   TP_TRY(tp_launch_train_with_config(&cfg, NULL));
+ *
+ * or, for a loop of your own callbacks, the trainer itself:
+ * tp_gan_trainer_new(model, input, &gc), then tp_trainer_train.
  *
  * A step (docs/training.md, "Writing a GAN"):
  *   GANTrainer (d_period = g_period = 0): one generator update, then one
- *     discriminator update, both on the step's batch and noise;
+ *     discriminator update, both on the step's batch and noise (each
+ *     update its own forward pass: the discriminator's sees the updated
+ *     generator, where tensorpack's reuses the step's one forward pass);
  *   SeparateGANTrainer (d_period, g_period >= 1, one of them 1): at global
  *     step s, a discriminator update when s % d_period == 0, then a
  *     generator update when s % g_period == 0, on the step's batch and noise;
