@@ -176,15 +176,22 @@ static tp_status_t s_noise(s_gan_t *a, int64_t step) {
     return TP_OK;
 }
 
-/* One group's update: a training run of its cost on every tower. */
-static tp_status_t s_update(s_gan_t *a, int g, int64_t step) {
+/* A run over every tower: `stages` of cost `cost` (NULL: none named). */
+static tp_status_t s_run(s_gan_t *a, unsigned stages, const char *cost, const char *what) {
+    tp_run_opts_t o = {.stages = stages, .cost = cost};
+    const int fwd = (stages & TP_RUN_FORWARD) != 0;
+    tp_status_t rc = tp_model_run(a->model, TP_ALL_TOWERS, fwd ? a->feeds : NULL,
+                                  fwd ? a->towers * a->ninputs : 0, NULL, 0, &o);
+    return rc < 0 ? tp_error_wrap(rc, "GAN trainer: %s", what) : TP_OK;
+}
+
+/* Group g's update from its fresh (or held) gradients, with its own
+ * optimizer. `stages`: TP_RUN_UPDATE, or TP_RUN_TRAIN for a whole run of
+ * its cost (forward and backward first). */
+static tp_status_t s_update(s_gan_t *a, int g, int64_t step, unsigned stages) {
     TP_TRY(s_load_group(a, g, step));
-    tp_run_opts_t o = {.stages = TP_RUN_TRAIN, .cost = g == S_G ? a->g_cost : a->d_cost};
-    tp_status_t rc = tp_model_run(a->model, TP_ALL_TOWERS, a->feeds,
-                                  a->towers * a->ninputs, NULL, 0, &o);
-    if (rc < 0)
-        return tp_error_wrap(rc, "GAN trainer: the %s update",
-                             g == S_G ? "generator" : "discriminator");
+    TP_TRY(s_run(a, stages, g == S_G ? a->g_cost : a->d_cost,
+                 g == S_G ? "the generator's update" : "the discriminator's update"));
     /* the group's optimizer keeps what the update changed (its count) */
     tp_optimizer_set_step(a->opt[g], tp_optimizer_step(tp_model_optimizer(a->model)));
     return TP_OK;
@@ -222,20 +229,31 @@ tp_status_t tp_gan_step_run(tp_gan_step_t *a, tp_datapoint_t *const *batches,
                             int64_t step, tp_fetches_t *f) {
     TP_TRY(s_feeds(a, batches));
     TP_TRY(s_noise(a, step));
-    /* GANTrainer: g then d. SeparateGANTrainer: d then g, each when due
-     * (tensorpack's run_step order). */
-    int order[2], n = 0;
     if (!s_separate(&a->cfg)) {
-        order[n++] = S_G;
-        order[n++] = S_D;
-    } else {
-        if (step % a->cfg.d_period == 0)
-            order[n++] = S_D;
-        if (step % a->cfg.g_period == 0)
-            order[n++] = S_G;
+        /* GANTrainer, as tensorpack's graph runs it: both players'
+         * gradients at the step's weights (the discriminator's on the fakes
+         * of the generator before its update: d_min's control dependency
+         * on g_min orders the applies, not the forward pass), the towers'
+         * averaged, then the generator's update, then the discriminator's.
+         * The model holds the first cost's gradients through the second's
+         * backward (their variables are disjoint). */
+        TP_TRY(s_run(a, TP_RUN_GRADIENTS, a->g_cost, "the generator's gradients"));
+        if (f)
+            s_fetch(a, f);
+        TP_TRY(s_run(a, TP_RUN_GRADIENTS, a->d_cost, "the discriminator's gradients"));
+        TP_TRY(s_run(a, TP_RUN_REDUCE, NULL, "the towers' mean gradients"));
+        TP_TRY(s_update(a, S_G, step, TP_RUN_UPDATE));
+        return s_update(a, S_D, step, TP_RUN_UPDATE);
     }
+    /* SeparateGANTrainer: a run of each cost due, d first (tensorpack's
+     * run_step order), each its own forward pass */
+    int order[2], n = 0;
+    if (step % a->cfg.d_period == 0)
+        order[n++] = S_D;
+    if (step % a->cfg.g_period == 0)
+        order[n++] = S_G;
     for (int k = 0; k < n; k++) {
-        TP_TRY(s_update(a, order[k], step));
+        TP_TRY(s_update(a, order[k], step, TP_RUN_TRAIN));
         if (k == 0 && f)
             s_fetch(a, f);  /* at the step's starting weights */
     }

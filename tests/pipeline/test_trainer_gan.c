@@ -163,8 +163,18 @@ static void s_hand_batch(s_hand_t *h, int64_t step) {
     tp_tensor_init_wrap(&h->feeds[3], TP_FLOAT32, 2, zs, h->noise, NULL, NULL);
 }
 
-/* One group's update: the optimizer at that group's update count. */
-static void s_hand_update(s_hand_t *h, const char *cost, int64_t count, tp_optimizer_fn opt) {
+/* A run of `stages` (gradients, reduce: no optimizer involved). */
+static void s_hand_run(s_hand_t *h, unsigned stages, const char *cost) {
+    tp_run_opts_t ro = {.stages = stages, .cost = cost};
+    int fwd = (stages & TP_RUN_FORWARD) != 0;
+    cr_assert_eq(tp_model_run(h->m, 0, fwd ? h->feeds : NULL, fwd ? 4 : 0, NULL, 0, &ro),
+                 TP_OK, "%s", tp_last_error());
+}
+
+/* One group's update (stages: TP_RUN_TRAIN or TP_RUN_UPDATE): the optimizer
+ * at that group's update count. */
+static void s_hand_stages(s_hand_t *h, unsigned stages, const char *cost, int64_t count,
+                          tp_optimizer_fn opt) {
     tp_optimizer_t *mo = tp_model_optimizer(h->m);
     tp_optimizer_t *o = opt(NULL);
     double lr;
@@ -172,8 +182,11 @@ static void s_hand_update(s_hand_t *h, const char *cost, int64_t count, tp_optim
     tp_optimizer_set(mo, "learning_rate", lr);
     tp_optimizer_destroy(&o);
     tp_optimizer_set_step(mo, count);
-    tp_run_opts_t ro = {.stages = TP_RUN_TRAIN, .cost = cost};
-    cr_assert_eq(tp_model_run(h->m, 0, h->feeds, 4, NULL, 0, &ro), TP_OK, "%s", tp_last_error());
+    s_hand_run(h, stages, cost);
+}
+
+static void s_hand_update(s_hand_t *h, const char *cost, int64_t count, tp_optimizer_fn opt) {
+    s_hand_stages(h, TP_RUN_TRAIN, cost, count, opt);
 }
 
 static void s_hand_fini(s_hand_t *h) {
@@ -184,11 +197,15 @@ static void s_hand_fini(s_hand_t *h) {
 
 /* ---- tests -------------------------------------------------------------------- */
 
-/* GANTrainer's step is a generator update, then a discriminator update, on
- * the step's batch and noise, each group with its own Adam (own learning
- * rate, own update count): the same numbers, bit for bit, as those runs by
- * hand; the other order gives other numbers. */
-Test(trainer_gan, gan_trainer_is_g_then_d_bitwise) {
+/* GANTrainer's step, as tensorpack's graph runs it: both players'
+ * gradients at the step's weights (the discriminator's on the fakes of the
+ * generator before its update), then the generator's update, then the
+ * discriminator's, on the step's batch and noise, each group with its own
+ * Adam (own learning rate, own update count): the same numbers, bit for
+ * bit, as those runs by hand. Updating the generator first and then taking
+ * the discriminator's gradient on the new fakes (PyTorch's usual loop)
+ * gives other numbers, and so does the other order. */
+Test(trainer_gan, gan_trainer_is_tensorpacks_step_bitwise) {
     tp_gan_config_t gc;
     tp_gan_config_init(&gc);
     gc.batch = 16;
@@ -196,31 +213,77 @@ Test(trainer_gan, gan_trainer_is_g_then_d_bitwise) {
     gc.g_optimizer = s_adam;
     gc.d_optimizer = s_adam_d;
     const int steps = 4;
-    s_snap_t trained, byhand, swapped;
+    s_snap_t trained, byhand[3];
     s_train(&gc, 1, gc.batch, s_adam, steps, NULL, &trained);
 
-    for (int order = 0; order < 2; order++) {
+    for (int way = 0; way < 3; way++) {
         s_hand_t h;
         s_hand_init(&h, &gc, s_adam);
         for (int64_t s = 0; s < steps; s++) {
             s_hand_batch(&h, s);
-            if (order == 0) {
+            if (way == 0) {  /* tensorpack's */
+                s_hand_run(&h, TP_RUN_GRADIENTS, "g_loss");
+                s_hand_run(&h, TP_RUN_GRADIENTS, "d_loss");
+                s_hand_stages(&h, TP_RUN_UPDATE, "g_loss", s, s_adam);
+                s_hand_stages(&h, TP_RUN_UPDATE, "d_loss", s, s_adam_d);
+            } else if (way == 1) {  /* g, then d on the new fakes */
                 s_hand_update(&h, "g_loss", s, s_adam);
                 s_hand_update(&h, "d_loss", s, s_adam_d);
-            } else {
+            } else {  /* d, then g against the new discriminator */
                 s_hand_update(&h, "d_loss", s, s_adam_d);
                 s_hand_update(&h, "g_loss", s, s_adam);
             }
         }
-        s_snap(h.m, order == 0 ? &byhand : &swapped);
+        s_snap(h.m, &byhand[way]);
         s_hand_fini(&h);
     }
-    cr_assert(s_same(&trained, &byhand, ""), "the trainer's step is not g then d "
-              "(max diff %g)", s_maxdiff(&trained, &byhand));
-    cr_assert(!s_same(&trained, &swapped, "gen/"), "d then g gives the same generator");
+    cr_assert(s_same(&trained, &byhand[0], ""), "the trainer's step is not tensorpack's "
+              "(max diff %g)", s_maxdiff(&trained, &byhand[0]));
+    cr_assert(!s_same(&trained, &byhand[1], "discrim/"), "the discriminator saw the new fakes");
+    cr_assert(!s_same(&trained, &byhand[2], "gen/"), "d then g gives the same generator");
     s_snap_free(&trained);
-    s_snap_free(&byhand);
-    s_snap_free(&swapped);
+    for (int way = 0; way < 3; way++)
+        s_snap_free(&byhand[way]);
+}
+
+/* The model keeps a named cost's gradients through another named cost's
+ * backward over other variables, for one update each: a second update of
+ * the held cost, or of the applied one, is refused (gradients are used
+ * once); a reduce between the two backward passes ends the holding (a
+ * second reduce would sum them twice). */
+Test(trainer_gan, held_gradients_are_used_once) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    s_hand_t h;
+    s_hand_init(&h, &gc, s_sgd);
+    s_hand_batch(&h, 0);
+    s_hand_run(&h, TP_RUN_GRADIENTS, "g_loss");
+    s_hand_run(&h, TP_RUN_GRADIENTS, "d_loss");
+    tp_run_opts_t ug = {.stages = TP_RUN_UPDATE, .cost = "g_loss"};
+    tp_run_opts_t ud = {.stages = TP_RUN_UPDATE, .cost = "d_loss"};
+    cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ug), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ug), TP_ERR_STATE);
+    cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ud), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ud), TP_ERR_STATE);
+    s_hand_fini(&h);
+
+    tp_model_t *m = s_model(2, 8, s_sgd);
+    s_hand_init(&h, &gc, s_sgd);
+    s_hand_batch(&h, 0);
+    tp_tensor_t feeds[8];
+    memcpy(feeds, h.feeds, sizeof h.feeds);
+    memcpy(feeds + 4, h.feeds, sizeof h.feeds);
+    tp_run_opts_t gg = {.stages = TP_RUN_GRADIENTS, .cost = "g_loss"};
+    tp_run_opts_t gd = {.stages = TP_RUN_GRADIENTS, .cost = "d_loss"};
+    tp_run_opts_t red = {.stages = TP_RUN_REDUCE};
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, feeds, 8, NULL, 0, &gg), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &red), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, feeds, 8, NULL, 0, &gd), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &ug), TP_ERR_STATE);
+    tp_model_destroy(&m);
+    s_hand_fini(&h);
 }
 
 /* Each update moves its own group only: after a generator update the

@@ -8,9 +8,10 @@ cross-entropy over the 2 logits stands in for sigmoid cross-entropy (class 1
 Each group has its own Adam (generator lr 0.01, discriminator lr 0.02,
 betas (0.5, 0.999), eps 1e-8).
 
-A step, as towerpack's trainers take it:
-  GANTrainer (periods 0 0): a generator update, then a discriminator update
-    whose forward pass sees the updated generator; the same batch and noise;
+A step, as towerpack's trainers take it (tensorpack's):
+  GANTrainer (periods 0 0): both players' gradients at the step's weights
+    (the discriminator's on the fakes of the generator before its update),
+    then the generator's update, then the discriminator's;
   SeparateGANTrainer (d_period, g_period): at step s a discriminator update
     when s % d_period == 0, then a generator update when s % g_period == 0.
 The losses of a step are those at its starting weights.
@@ -70,11 +71,18 @@ def main(d):
     for s in range(steps):
         xs = torch.tensor(x[s], dtype=torch.float64)
         zs = torch.tensor(z[s], dtype=torch.float64)
-        if d_period == 0:
-            order = ["g", "d"]
+        if d_period == 0:  # one forward pass, both gradients, both applied
+            g_loss, d_loss = losses(xs, zs)
+            gg = torch.autograd.grad(g_loss, gen, retain_graph=True)
+            gd = torch.autograd.grad(d_loss, dis)
+            for params, grads, opt in ((gen, gg, opt_g), (dis, gd, opt_d)):
+                opt.zero_grad()
+                for q, gq in zip(params, grads):
+                    q.grad = gq
+                opt.step()
+            first, order = (float(g_loss), float(d_loss)), []
         else:
             order = (["d"] if s % d_period == 0 else []) + (["g"] if s % g_period == 0 else [])
-        first = None
         for k, which in enumerate(order):
             got = update(which, xs, zs)
             if k == 0:
