@@ -21,10 +21,11 @@
  * tp_gan_trainer_new(model, input, &gc), then tp_trainer_train.
  *
  * A step (docs/training.md, "Writing a GAN"):
- *   GANTrainer (d_period = g_period = 0): one generator update, then one
- *     discriminator update, both on the step's batch and noise (each
- *     update its own forward pass: the discriminator's sees the updated
- *     generator, where tensorpack's reuses the step's one forward pass);
+ *   GANTrainer (d_period = g_period = 0): both players' gradients at the
+ *     step's weights, on its batch and noise (the discriminator's on the
+ *     fakes of the generator before its update, as tensorpack's graph
+ *     computes them), then the generator's update, then the
+ *     discriminator's;
  *   SeparateGANTrainer (d_period, g_period >= 1, one of them 1): at global
  *     step s, a discriminator update when s % d_period == 0, then a
  *     generator update when s % g_period == 0, on the step's batch and noise;
