@@ -29,7 +29,4 @@ tp_status_t tp_gan_step_set_hparam(tp_gan_step_t *self, const char *name, double
 tp_status_t tp_gan_step_get_hparam(const tp_gan_step_t *self, const char *name,
                                    double *v);
 
-/* "GANTrainer" or "SeparateGANTrainer". */
-const char *tp_gan_step_name(const tp_gan_step_t *self);
-
 #endif

@@ -311,10 +311,6 @@ tp_status_t tp_gan_step_get_hparam(const tp_gan_step_t *a, const char *name, dou
     return tp_optimizer_get(a->opt[S_G], !strncmp(name, "g/", 2) ? name + 2 : name, v);
 }
 
-const char *tp_gan_step_name(const tp_gan_step_t *a) {
-    return s_separate(&a->cfg) ? "SeparateGANTrainer" : "GANTrainer";
-}
-
 void tp_gan_step_destroy(tp_gan_step_t **self_p) {
     if (!self_p || !*self_p)
         return;
