@@ -58,7 +58,7 @@ declare -A OWNER=(
   [backend.h]=gpu [device.h]=gpu [graph.h]=gpu [optim.h]=gpu [checkpoint.h]=gpu
   [launch.h]=pipeline [input.h]=pipeline [trainer_loop.h]=pipeline [callback.h]=pipeline
   [model_callbacks.h]=pipeline [logdir.h]=pipeline [plot.h]=pipeline
-  [predict.h]=pipeline
+  [predict.h]=pipeline [gan.h]=pipeline
   [dist.h]=dist
   [graph_dist.h]=gpu   # the model's calls only dist/ uses; dist.h includes it
   [models.h]=models

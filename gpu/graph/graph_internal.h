@@ -180,6 +180,10 @@ typedef struct tp_grads_state {
     int reduced;  /* they are the towers' all-reduced sum */
     int sliced;   /* this tower applied its slice of the update; the update
                      on every tower that closes the step clears it */
+    unsigned held; /* named costs (bit k) whose fresh gradients a later
+                      backward of another named cost over other variables
+                      left intact: still to apply (a GAN's two players'
+                      gradients at one point, each then applied) */
 } tp_grads_state_t;
 
 /* One device's copy of the model's state (towers on several devices,

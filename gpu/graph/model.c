@@ -1011,6 +1011,32 @@ static tp_status_t s_forward(tp_model_t *m, tp_tower_t *t, int cost) {
     return TP_OK;
 }
 
+/* 1 when no trainable variable is in both named costs a and b. */
+static int s_costs_disjoint(const tp_model_t *m, const tp_tower_t *t, int a, int b) {
+    if (!t->cost_vars[a] || !t->cost_vars[b])
+        return 0;  /* NULL: every trainable variable */
+    for (int i = 0; i < m->nvars; i++)
+        if (m->vars[i].trainable && fnmatch(t->cost_vars[a], m->vars[i].name, 0) == 0 &&
+            fnmatch(t->cost_vars[b], m->vars[i].name, 0) == 0)
+            return 0;
+    return 1;
+}
+
+/* The costs whose gradients stay held through a backward of `cost`: the
+ * fresh (or held) gradients of named costs over variables disjoint from
+ * its, on one device, not yet reduced (a reduce after them would sum them
+ * twice). Nothing for the main cost, or once they were applied. */
+static unsigned s_held_after(const tp_model_t *m, const tp_tower_t *t,
+                             const tp_grads_state_t *st, int cost) {
+    unsigned held = st->held | (st->fresh ? 1u << st->cost : 0u), keep = 0;
+    if (cost == 0 || st->reduced || m->nrep > 1)
+        return 0;
+    for (int k = 1; k < t->ncosts; k++)
+        if (((held >> k) & 1u) && k != cost && s_costs_disjoint(m, t, k, cost))
+            keep |= 1u << k;
+    return keep;
+}
+
 /* Backward: cost `cost`'s gradients of a training tower, in reverse node
  * order on its stream (the first writer of a gradient overwrites it: no
  * zero_grad); no sync. fused: the update inside the pass (one-tower
@@ -1031,8 +1057,11 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
     float *dx[TP_OP_MAX_INPUTS];
     tp_op_call_t c;
     tp_grads_state_t *st = &m->step[t->index];
-    /* partial until the pass completes */
-    *st = (tp_grads_state_t){.fresh = 0, .cost = cost, .reduced = 0, .sliced = 0};
+    /* partial until the pass completes; named costs' fresh gradients
+     * whose variables this cost's backward never writes stay applicable */
+    unsigned held = s_held_after(m, t, st, cost);
+    *st = (tp_grads_state_t){.fresh = 0, .cost = cost, .reduced = 0, .sliced = 0,
+                             .held = held};
     TP_TRY(b->ops->fill(b, t->stream, cn->grad, 1.0f, 1));
     int k = 0, kb = 0;
     /* fused updates: on the CPU each variable's as soon as its gradient is
@@ -1454,8 +1483,11 @@ static tp_status_t s_reduce(tp_model_t *m, const s_step_t *s) {
         float *bufs[64];
         for (int i = 0; i < m->ntowers; i++)
             bufs[i] = m->towers[i]->grads;
-        return tp_allreduce_root_(m->backend, bufs, m->ntowers, m->ntrain,
-                                  m->config.average);
+        TP_TRY(tp_allreduce_root_(m->backend, bufs, m->ntowers, m->ntrain,
+                                  m->config.average));
+        for (int i = 0; i < m->ntowers; i++)
+            m->step[i].reduced = 1;  /* held gradients then stay out of a later sum */
+        return TP_OK;
     }
     const int tower = s->tower;
     TP_TRY(s_check_fresh(m, tower, tower));
@@ -1529,9 +1561,15 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
                                 "of the update (%d of %d towers have)",
                                 m->towers[i]->name, sliced, m->ntowers);
     }
+    /* A named cost whose gradients every tower holds (taken before
+     * another cost's, over other variables): applied as if fresh. */
+    int held = k != 0;
+    for (int i = 0; held && i < m->ntowers; i++)
+        held = (m->step[i].held >> k) & 1u;
     /* Replica r applies the gradients of tower r, its device's first: on
      * one device tower 0's; on several, each tower's all-reduced sum. */
-    TP_TRY(s_check_fresh(m, 0, m->nrep - 1));
+    if (!held)
+        TP_TRY(s_check_fresh(m, 0, m->nrep - 1));
     for (int r = 0; m->nrep > 1 && r < m->nrep; r++)
         if (!m->step[r].reduced)
             return tp_error(TP_ERR_STATE, "%s's gradients were not all-reduced "
@@ -1539,7 +1577,7 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
                             "each device's variables are updated from its own "
                             "towers' sum", m->towers[r]->name, m->nrep);
     tp_tower_t *t0 = m->towers[0];
-    if (m->step[0].cost != k)
+    if (!held && m->step[0].cost != k)
         return tp_error(TP_ERR_STATE, "updating cost '%s' but the fresh "
                         "gradients are cost '%s''s", t0->cost_names[k],
                         t0->cost_names[m->step[0].cost]);
@@ -1563,8 +1601,12 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
         }
     }
     tp_optimizer_end_step(m->opt);
-    for (int i = 0; i < m->ntowers; i++)
-        m->step[i].fresh = 0;
+    for (int i = 0; i < m->ntowers; i++) {
+        if (held)
+            m->step[i].held &= ~(1u << k);
+        else
+            m->step[i].fresh = 0;
+    }
     for (int r = 0; r < m->nrep; r++)
         TP_TRY(m->rep[r].backend->ops->stream_sync(m->rep[r].backend,
                                                    m->rep[r].stream));

@@ -167,6 +167,14 @@ typedef struct tp_train_config {
                                       input longer than this, naming the
                                       tower or input (default 10; <= 0: off) */
 
+    const struct tp_gan_config *gan; /* NULL; or a GAN (towerpack/gan.h):
+                                      each step is the GAN trainer's
+                                      (GANTrainer, SeparateGANTrainer) over
+                                      the towers, its noise rows of
+                                      `batch`; its seed is the noise's.
+                                      One device, not distributed. Not
+                                      taken. */
+
     const struct tp_train_dist *dist; /* data-parallel over processes
                                          (tp_dist_configure in dist.h);
                                          NULL: this process alone. Not

@@ -35,6 +35,7 @@
 #include <towerpack/launch.h>
 #include <towerpack/model_callbacks.h>
 #include <towerpack/predict.h>
+#include <towerpack/gan.h>
 #include <towerpack/dist.h>
 #include <towerpack/tensorpack.h>
 

@@ -18,6 +18,7 @@
 #include <towerpack/supervisor.h>
 #include <towerpack/launch.h>
 #include "pipeline/callback_actor.h"
+#include "pipeline/train/gan_step.h"
 #include "pipeline/train/towers.h"
 #include "pipeline/trainer_internal.h"
 
@@ -49,6 +50,7 @@ typedef struct {
                                           launch to check it, given to the
                                           first step */
     int fetch_checked;        /* the fetch names nobody gives were warned of */
+    tp_gan_step_t *gan;       /* a GAN's step (cfg.gan), or NULL */
     double t_start;           /* the schedule's start (setup) */
 } s_mt_t;
 
@@ -96,6 +98,15 @@ static tp_status_t s_step(s_mt_t *t, tp_trainer_t *tr, tp_fetches_t *f) {
     t->input_wait_t0 = 0;
     t->input_wait_ns += waited;
     t->taken += (uint64_t)t->towers;
+    if (t->gan) {  /* a GAN's updates, every tower from this thread (gan_step.h) */
+        tp_status_t rc = tp_gan_step_run(t->gan, batches, tp_trainer_global_step(tr), f);
+        for (int i = 0; i < t->towers; i++)
+            tp_input_release(t->input, i, &batches[i]);
+        TP_TRY(rc);
+        tp_fetches_set(f, "trainer/input_wait_s", (double)waited * 1e-9);
+        tp_clear_error();
+        return TP_OK;
+    }
     if (t->executors) {
         /* The towers compute, the supervisor waits: blocked on them (its
          * wait runs supervision: statistics while a long step runs). */
@@ -186,10 +197,14 @@ static tp_status_t mt_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
 }
 
 static tp_status_t mt_set_hp(void *impl, const char *name, double v) {
-    return tp_model_set_hparam(((s_mt_t *)impl)->model, name, v);
+    s_mt_t *t = impl;
+    return t->gan ? tp_gan_step_set_hparam(t->gan, name, v)
+                  : tp_model_set_hparam(t->model, name, v);
 }
 static tp_status_t mt_get_hp(void *impl, const char *name, double *v) {
-    return tp_model_get_hparam(((s_mt_t *)impl)->model, name, v);
+    s_mt_t *t = impl;
+    return t->gan ? tp_gan_step_get_hparam(t->gan, name, v)
+                  : tp_model_get_hparam(t->model, name, v);
 }
 static int64_t mt_samples(void *impl) {
     s_mt_t *t = impl;
@@ -205,6 +220,7 @@ static void mt_destroy(void *impl) {
     for (int i = 0; i < MAX_TOWERS; i++)
         if (t->first[i])
             tp_input_release(t->input, i, &t->first[i]);
+    tp_gan_step_destroy(&t->gan);
     tp_input_destroy(&t->input);
     tp_model_destroy(&t->model);
     free(t);
@@ -217,6 +233,16 @@ static const tp_trainer_ops_t s_simple_ops = {
 };
 static const tp_trainer_ops_t s_replicated_ops = {
     .name = "SyncMultiGPUTrainerReplicated", .setup = mt_setup, .run_step = mt_run_step,
+    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
+    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
+};
+static const tp_trainer_ops_t s_gan_ops = {
+    .name = "GANTrainer", .setup = mt_setup, .run_step = mt_run_step,
+    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
+    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
+};
+static const tp_trainer_ops_t s_separate_gan_ops = {
+    .name = "SeparateGANTrainer", .setup = mt_setup, .run_step = mt_run_step,
     .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
     .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
 };
@@ -594,6 +620,14 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         return rc;
     }
 
+    if (cfg->gan && (cfg->ndevices > 1 || cfg->dist)) {
+        rc = tp_error(TP_ERR_UNSUPPORTED, "TrainConfig: a GAN's towers run from one "
+                      "thread on one device (not on %d GPUs, not distributed)",
+                      cfg->ndevices);
+        tp_train_config_fini(cfg);
+        return rc;
+    }
+
     s_mt_t *mt = calloc(1, sizeof *mt);
     if (!mt) {
         tp_train_config_fini(cfg);
@@ -615,7 +649,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     mt->towers = cfg->towers;
     mt->batch = cfg->batch;
     mt->dist = cfg->dist;
-    tr = tp_trainer_new(kind == TP_TRAINER_SIMPLE ? &s_simple_ops
+    tr = tp_trainer_new(cfg->gan ? (cfg->gan->d_period > 0 ? &s_separate_gan_ops : &s_gan_ops)
+                        : kind == TP_TRAINER_SIMPLE ? &s_simple_ops
                         : kind == TP_TRAINER_REPLICATED ? &s_replicated_ops
                                                         : &s_ps_ops, mt);
     if (!tr)
@@ -744,7 +779,15 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
                                                  cfg->seed, resume_step)) < 0)
         goto out;
     tp_tower_meter_init(&mt->meter0);  /* the one tower, when it runs here */
-    if (cfg->towers > 1 &&
+    if (cfg->gan) {  /* the noise's rows per tower: TrainConfig's batch */
+        tp_gan_config_t gc = *cfg->gan;
+        gc.batch = cfg->batch;
+        if (!(mt->gan = tp_gan_step_new(mt->model, &gc))) {
+            rc = tp_error_wrap(TP_ERR_INVALID, "TrainConfig.gan");
+            goto out;
+        }
+    }
+    if (cfg->towers > 1 && !cfg->gan &&
         !(mt->executors = tp_towers_new(mt->model, cfg->towers,
                                         kind != TP_TRAINER_REPLICATED ? TP_RUN_GRADIENTS
                                         : cfg->dist ? TP_RUN_FORWARD | TP_RUN_BACKWARD |

@@ -1,0 +1,661 @@
+/* towerpack tests: the GAN trainers (towerpack/gan.h) on a tiny GAN of 2-D
+ * points: a generator gen/ (z[4] -> fc 16 -> tanh -> fc 2) and a
+ * discriminator discrim/ (fc 16 -> tanh -> fc 2) applied to the real and
+ * the fake points with the same variables. Sigmoid cross-entropy is not an
+ * op yet (the op-set issue): softmax cross-entropy over 2 logits stands in
+ * for it (class 1 "real"; it is the sigmoid cross-entropy of l1 - l0), its
+ * labels (all ones, all zeros) coming with the batches.
+ *
+ * Checks: a step is the updates the trainer's kind says, in its order, on
+ * the step's batch and noise (the same numbers, bit for bit, as the runs
+ * made by hand); each update moves its own group only; SeparateGANTrainer's
+ * periods; two towers update as one tower on the concatenated batch; a
+ * stopped and resumed run ends bit-identical to an unbroken one; the GAN's
+ * monitors; and, where /usr/bin/python3 has torch, the same tiny GAN in
+ * PyTorch from the same weights, batches and noise. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <towerpack/towerpack.h>
+#include <towerpack/gan.h>
+
+#include "gan_testutil.h"
+
+/* ---- reading the model ------------------------------------------------------- */
+
+#define S_NVARS 8
+
+typedef struct {
+    int n;
+    char name[S_NVARS][32];
+    float *v[S_NVARS];
+    size_t count[S_NVARS];
+} s_snap_t;
+
+static void s_snap(tp_model_t *m, s_snap_t *s) {
+    s->n = 0;
+    for (int i = 0; i < tp_model_var_count(m); i++) {
+        if (!tp_model_var_trainable(m, i))
+            continue;
+        tp_tensor_t v;
+        cr_assert_eq(tp_model_var(m, tp_model_var_name(m, i), &v), TP_OK);
+        cr_assert_lt(s->n, S_NVARS);
+        snprintf(s->name[s->n], sizeof s->name[0], "%s", tp_model_var_name(m, i));
+        s->count[s->n] = tp_tensor_numel(&v);
+        s->v[s->n] = malloc(v.nbytes);
+        memcpy(s->v[s->n], v.data, v.nbytes);
+        s->n++;
+    }
+}
+
+static void s_snap_free(s_snap_t *s) {
+    for (int i = 0; i < s->n; i++)
+        free(s->v[i]);
+    s->n = 0;
+}
+
+/* 1 when the group's (name prefix) variables are bit-identical in a and b. */
+static int s_same(const s_snap_t *a, const s_snap_t *b, const char *prefix) {
+    for (int i = 0; i < a->n; i++)
+        if (!strncmp(a->name[i], prefix, strlen(prefix)) &&
+            memcmp(a->v[i], b->v[i], a->count[i] * sizeof(float)) != 0)
+            return 0;
+    return 1;
+}
+
+static double s_maxdiff(const s_snap_t *a, const s_snap_t *b) {
+    double worst = 0;
+    for (int i = 0; i < a->n; i++)
+        for (size_t k = 0; k < a->count[i]; k++) {
+            double d = fabs((double)a->v[i][k] - b->v[i][k]);
+            if (d > worst)
+                worst = d;
+        }
+    return worst;
+}
+
+/* ---- training through the trainer ------------------------------------------- */
+
+/* After every step: the trainable variables, and the GAN's monitors. */
+#define S_MAX_STEPS 16
+typedef struct {
+    tp_model_t *m;
+    int nsteps;
+    s_snap_t after[S_MAX_STEPS];
+    double g_loss[S_MAX_STEPS], d_loss[S_MAX_STEPS], d_acc_real[S_MAX_STEPS];
+} s_rec_t;
+
+static tp_status_t rec_before_run(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    (void)impl;
+    (void)tr;
+    TP_TRY(tp_fetches_request(f, "g_loss"));
+    TP_TRY(tp_fetches_request(f, "d_loss"));
+    return tp_fetches_request(f, "d_accuracy_real");
+}
+
+static tp_status_t rec_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t *f) {
+    s_rec_t *r = impl;
+    int i = r->nsteps;
+    cr_assert_lt(i, S_MAX_STEPS);
+    cr_assert_eq(tp_fetches_get(f, "g_loss", &r->g_loss[i]), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_fetches_get(f, "d_loss", &r->d_loss[i]), TP_OK);
+    cr_assert_eq(tp_fetches_get(f, "d_accuracy_real", &r->d_acc_real[i]), TP_OK);
+    s_snap(tp_trainer_model(tr), &r->after[i]);
+    r->nsteps++;
+    return TP_OK;
+}
+
+static const tp_callback_ops_t s_rec_ops = {
+    .name = "Recorder", .before_run = rec_before_run, .after_run = rec_after_run,
+};
+
+static void s_rec_free(s_rec_t *r) {
+    for (int i = 0; i < r->nsteps; i++)
+        s_snap_free(&r->after[i]);
+}
+
+/* Train `steps` steps (one epoch) of a fresh model; rec (may be NULL)
+ * records each step; the trained variables into out. */
+static void s_train(const tp_gan_config_t *gc, int towers, int64_t batch, tp_optimizer_fn opt,
+                    int steps, s_rec_t *rec, s_snap_t *out) {
+    tp_model_t *m = s_model(towers, batch, opt);
+    tp_trainer_t *tr = tp_gan_trainer_new(m, tp_input_feed(s_points((int)batch)), gc);
+    cr_assert_not_null(tr, "%s", tp_last_error());
+    if (rec) {
+        tp_callback_t *cb = tp_callback_new(&s_rec_ops, rec, 0);
+        cr_assert_eq(tp_trainer_add_callback(tr, &cb), TP_OK);
+    }
+    tp_schedule_t sched = {1, 1, steps};
+    cr_assert_eq(tp_trainer_train(tr, &sched), TP_OK, "%s", tp_last_error());
+    s_snap(tp_trainer_model(tr), out);
+    tp_trainer_destroy(&tr);
+}
+
+/* ---- the same updates by hand ------------------------------------------------- */
+
+typedef struct {
+    tp_model_t *m;
+    tp_dataflow_t *df;
+    tp_gan_config_t gc;
+    tp_datapoint_t *dp;
+    float noise[64 * ZDIM];
+    tp_tensor_t feeds[4];
+} s_hand_t;
+
+static void s_hand_init(s_hand_t *h, const tp_gan_config_t *gc, tp_optimizer_fn opt) {
+    memset(h, 0, sizeof *h);
+    h->gc = *gc;
+    h->m = s_model(1, gc->batch, opt);
+    h->df = s_points((int)gc->batch);
+    cr_assert_eq(tp_dataflow_reset_state(h->df, gc->seed, 0), TP_OK);
+}
+
+/* Step `step`'s batch and noise as the feeds. */
+static void s_hand_batch(s_hand_t *h, int64_t step) {
+    tp_datapoint_destroy(&h->dp);
+    cr_assert_eq(tp_dataflow_next(h->df, &h->dp), TP_OK, "%s", tp_last_error());
+    tp_datapoint_views(h->dp, h->feeds, 3);
+    tp_gan_noise_fill(&h->gc, step, 0, h->gc.batch, ZDIM, h->noise);
+    int64_t zs[2] = {h->gc.batch, ZDIM};
+    tp_tensor_init_wrap(&h->feeds[3], TP_FLOAT32, 2, zs, h->noise, NULL, NULL);
+}
+
+/* A run of `stages` (gradients, reduce: no optimizer involved). */
+static void s_hand_run(s_hand_t *h, unsigned stages, const char *cost) {
+    tp_run_opts_t ro = {.stages = stages, .cost = cost};
+    int fwd = (stages & TP_RUN_FORWARD) != 0;
+    cr_assert_eq(tp_model_run(h->m, 0, fwd ? h->feeds : NULL, fwd ? 4 : 0, NULL, 0, &ro),
+                 TP_OK, "%s", tp_last_error());
+}
+
+/* One group's update (stages: TP_RUN_TRAIN or TP_RUN_UPDATE): the optimizer
+ * at that group's update count. */
+static void s_hand_stages(s_hand_t *h, unsigned stages, const char *cost, int64_t count,
+                          tp_optimizer_fn opt) {
+    tp_optimizer_t *mo = tp_model_optimizer(h->m);
+    tp_optimizer_t *o = opt(NULL);
+    double lr;
+    tp_optimizer_get(o, "learning_rate", &lr);
+    tp_optimizer_set(mo, "learning_rate", lr);
+    tp_optimizer_destroy(&o);
+    tp_optimizer_set_step(mo, count);
+    s_hand_run(h, stages, cost);
+}
+
+static void s_hand_update(s_hand_t *h, const char *cost, int64_t count, tp_optimizer_fn opt) {
+    s_hand_stages(h, TP_RUN_TRAIN, cost, count, opt);
+}
+
+static void s_hand_fini(s_hand_t *h) {
+    tp_datapoint_destroy(&h->dp);
+    tp_dataflow_destroy(&h->df);
+    tp_model_destroy(&h->m);
+}
+
+/* ---- tests -------------------------------------------------------------------- */
+
+/* GANTrainer's step, as tensorpack's graph runs it: both players'
+ * gradients at the step's weights (the discriminator's on the fakes of the
+ * generator before its update), then the generator's update, then the
+ * discriminator's, on the step's batch and noise, each group with its own
+ * Adam (own learning rate, own update count): the same numbers, bit for
+ * bit, as those runs by hand. Updating the generator first and then taking
+ * the discriminator's gradient on the new fakes (PyTorch's usual loop)
+ * gives other numbers, and so does the other order. */
+Test(trainer_gan, gan_trainer_is_tensorpacks_step_bitwise) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 16;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.g_optimizer = s_adam;
+    gc.d_optimizer = s_adam_d;
+    const int steps = 4;
+    s_snap_t trained, byhand[3];
+    s_train(&gc, 1, gc.batch, s_adam, steps, NULL, &trained);
+
+    for (int way = 0; way < 3; way++) {
+        s_hand_t h;
+        s_hand_init(&h, &gc, s_adam);
+        for (int64_t s = 0; s < steps; s++) {
+            s_hand_batch(&h, s);
+            if (way == 0) {  /* tensorpack's */
+                s_hand_run(&h, TP_RUN_GRADIENTS, "g_loss");
+                s_hand_run(&h, TP_RUN_GRADIENTS, "d_loss");
+                s_hand_stages(&h, TP_RUN_UPDATE, "g_loss", s, s_adam);
+                s_hand_stages(&h, TP_RUN_UPDATE, "d_loss", s, s_adam_d);
+            } else if (way == 1) {  /* g, then d on the new fakes */
+                s_hand_update(&h, "g_loss", s, s_adam);
+                s_hand_update(&h, "d_loss", s, s_adam_d);
+            } else {  /* d, then g against the new discriminator */
+                s_hand_update(&h, "d_loss", s, s_adam_d);
+                s_hand_update(&h, "g_loss", s, s_adam);
+            }
+        }
+        s_snap(h.m, &byhand[way]);
+        s_hand_fini(&h);
+    }
+    cr_assert(s_same(&trained, &byhand[0], ""), "the trainer's step is not tensorpack's "
+              "(max diff %g)", s_maxdiff(&trained, &byhand[0]));
+    cr_assert(!s_same(&trained, &byhand[1], "discrim/"), "the discriminator saw the new fakes");
+    cr_assert(!s_same(&trained, &byhand[2], "gen/"), "d then g gives the same generator");
+    s_snap_free(&trained);
+    for (int way = 0; way < 3; way++)
+        s_snap_free(&byhand[way]);
+}
+
+/* The model keeps a named cost's gradients through another named cost's
+ * backward over other variables, for one update each: a second update of
+ * the held cost, or of the applied one, is refused (gradients are used
+ * once); a reduce between the two backward passes ends the holding (a
+ * second reduce would sum them twice). */
+Test(trainer_gan, held_gradients_are_used_once) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    s_hand_t h;
+    s_hand_init(&h, &gc, s_sgd);
+    s_hand_batch(&h, 0);
+    s_hand_run(&h, TP_RUN_GRADIENTS, "g_loss");
+    s_hand_run(&h, TP_RUN_GRADIENTS, "d_loss");
+    tp_run_opts_t ug = {.stages = TP_RUN_UPDATE, .cost = "g_loss"};
+    tp_run_opts_t ud = {.stages = TP_RUN_UPDATE, .cost = "d_loss"};
+    cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ug), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ug), TP_ERR_STATE);
+    cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ud), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ud), TP_ERR_STATE);
+    s_hand_fini(&h);
+
+    tp_model_t *m = s_model(2, 8, s_sgd);
+    s_hand_init(&h, &gc, s_sgd);
+    s_hand_batch(&h, 0);
+    tp_tensor_t feeds[8];
+    memcpy(feeds, h.feeds, sizeof h.feeds);
+    memcpy(feeds + 4, h.feeds, sizeof h.feeds);
+    tp_run_opts_t gg = {.stages = TP_RUN_GRADIENTS, .cost = "g_loss"};
+    tp_run_opts_t gd = {.stages = TP_RUN_GRADIENTS, .cost = "d_loss"};
+    tp_run_opts_t red = {.stages = TP_RUN_REDUCE};
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, feeds, 8, NULL, 0, &gg), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &red), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, feeds, 8, NULL, 0, &gd), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &ug), TP_ERR_STATE);
+    tp_model_destroy(&m);
+    s_hand_fini(&h);
+}
+
+/* Each update moves its own group only: after a generator update the
+ * discriminator's variables are bit-identical, and the other way round. */
+Test(trainer_gan, updates_touch_their_own_group) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 16;
+    gc.noise_input = S_NOISE_INPUT;
+    s_hand_t h;
+    s_hand_init(&h, &gc, s_adam);
+    s_snap_t s0, s1, s2;
+    s_hand_batch(&h, 0);
+    s_snap(h.m, &s0);
+    s_hand_update(&h, "g_loss", 0, s_adam);
+    s_snap(h.m, &s1);
+    s_hand_update(&h, "d_loss", 0, s_adam);
+    s_snap(h.m, &s2);
+    cr_assert(!s_same(&s0, &s1, "gen/"), "the generator update moved nothing");
+    cr_assert(s_same(&s0, &s1, "discrim/"), "the generator update moved the discriminator");
+    cr_assert(!s_same(&s1, &s2, "discrim/"), "the discriminator update moved nothing");
+    cr_assert(s_same(&s1, &s2, "gen/"), "the discriminator update moved the generator");
+    s_snap_free(&s0);
+    s_snap_free(&s1);
+    s_snap_free(&s2);
+    s_hand_fini(&h);
+}
+
+/* SeparateGANTrainer: at global step s a discriminator update when
+ * s % d_period == 0, a generator update when s % g_period == 0. */
+static void s_check_periods(int d_period, int g_period) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.d_period = d_period;
+    gc.g_period = g_period;
+    const int steps = 7;
+    s_rec_t rec = {0};
+    s_snap_t start, end;
+    tp_model_t *m0 = s_model(1, gc.batch, s_sgd);
+    s_snap(m0, &start);
+    tp_model_destroy(&m0);
+    s_train(&gc, 1, gc.batch, s_sgd, steps, &rec, &end);
+    cr_assert_eq(rec.nsteps, steps);
+    int gs = 0, ds = 0;
+    for (int s = 0; s < steps; s++) {
+        const s_snap_t *before = s ? &rec.after[s - 1] : &start;
+        int g_moved = !s_same(before, &rec.after[s], "gen/");
+        int d_moved = !s_same(before, &rec.after[s], "discrim/");
+        cr_assert_eq(g_moved, s % g_period == 0, "d_period %d g_period %d step %d: "
+                     "generator moved %d", d_period, g_period, s, g_moved);
+        cr_assert_eq(d_moved, s % d_period == 0, "d_period %d g_period %d step %d: "
+                     "discriminator moved %d", d_period, g_period, s, d_moved);
+        gs += g_moved;
+        ds += d_moved;
+    }
+    cr_assert_eq(gs, tp_gan_g_updates(&gc, steps));
+    cr_assert_eq(ds, tp_gan_d_updates(&gc, steps));
+    s_rec_free(&rec);
+    s_snap_free(&start);
+    s_snap_free(&end);
+}
+
+Test(trainer_gan, separate_periods) {
+    s_check_periods(1, 3);
+    s_check_periods(3, 1);
+    s_check_periods(1, 1);
+}
+
+/* SeparateGANTrainer runs the discriminator first (tensorpack's run_step):
+ * with both due, the numbers of d then g by hand. */
+Test(trainer_gan, separate_is_d_then_g_bitwise) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 16;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.d_period = 1;
+    gc.g_period = 2;
+    gc.noise = TP_GAN_NOISE_NORMAL;
+    const int steps = 5;
+    s_snap_t trained, byhand;
+    s_train(&gc, 1, gc.batch, s_adam, steps, NULL, &trained);
+    s_hand_t h;
+    s_hand_init(&h, &gc, s_adam);
+    for (int64_t s = 0; s < steps; s++) {
+        s_hand_batch(&h, s);
+        s_hand_update(&h, "d_loss", tp_gan_d_updates(&gc, s), s_adam);
+        if (s % 2 == 0)
+            s_hand_update(&h, "g_loss", tp_gan_g_updates(&gc, s), s_adam);
+    }
+    s_snap(h.m, &byhand);
+    s_hand_fini(&h);
+    cr_assert(s_same(&trained, &byhand, ""), "max diff %g", s_maxdiff(&trained, &byhand));
+    s_snap_free(&trained);
+    s_snap_free(&byhand);
+}
+
+/* Two towers of 8 update as one tower of 16 on the two batches one after
+ * the other (each tower its own rows of the step's noise; the gradients,
+ * and so the losses, averaged over the towers), for both trainers. */
+Test(trainer_gan, two_towers_update_as_one_on_the_whole_batch) {
+    for (int sep = 0; sep < 2; sep++) {
+        tp_gan_config_t gc;
+        tp_gan_config_init(&gc);
+        gc.noise_input = S_NOISE_INPUT;
+        if (sep) {
+            gc.d_period = 1;
+            gc.g_period = 2;
+        }
+        s_rec_t r1 = {0}, r2 = {0};
+        s_snap_t one, two;
+        gc.batch = 16;
+        s_train(&gc, 1, 16, s_sgd, 4, &r1, &one);
+        gc.batch = 8;
+        s_train(&gc, 2, 8, s_sgd, 4, &r2, &two);
+        double d = s_maxdiff(&one, &two);
+        cr_assert_lt(d, 1e-5, "trainer %d: two towers differ from one by %g", sep, d);
+        cr_assert_gt(s_maxdiff(&r1.after[0], &one), 1e-3, "nothing trained");
+        for (int s = 0; s < 4; s++) {
+            cr_assert_lt(fabs(r1.g_loss[s] - r2.g_loss[s]), 1e-5, "step %d g_loss %g vs %g",
+                         s, r1.g_loss[s], r2.g_loss[s]);
+            cr_assert_lt(fabs(r1.d_loss[s] - r2.d_loss[s]), 1e-5);
+            cr_assert_lt(fabs(r1.d_acc_real[s] - r2.d_acc_real[s]), 1e-6);
+        }
+        s_rec_free(&r1);
+        s_rec_free(&r2);
+        s_snap_free(&one);
+        s_snap_free(&two);
+    }
+}
+
+/* Stopped after an epoch (a checkpoint), resumed by a new process's worth of
+ * objects: the same variables, bit for bit, as the unbroken run (the batches
+ * replayed by the input, the noise by the global step, each group's Adam
+ * count by the global step). */
+Test(trainer_gan, resume_is_bit_identical) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.d_period = 1;
+    gc.g_period = 2;
+    gc.g_optimizer = s_adam;
+    gc.d_optimizer = s_adam_d;
+    char path[] = "/tmp/tp-gan-resume-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+
+    s_snap_t unbroken, resumed;
+    tp_model_t *m = s_model(2, gc.batch, s_adam);
+    tp_trainer_t *tr = tp_gan_trainer_new(m, tp_input_feed(s_points(8)), &gc);
+    cr_assert_not_null(tr, "%s", tp_last_error());
+    tp_schedule_t all = {1, 2, 3};
+    cr_assert_eq(tp_trainer_train(tr, &all), TP_OK, "%s", tp_last_error());
+    s_snap(tp_trainer_model(tr), &unbroken);
+    tp_trainer_destroy(&tr);
+
+    m = s_model(2, gc.batch, s_adam);
+    tr = tp_gan_trainer_new(m, tp_input_feed(s_points(8)), &gc);
+    tp_schedule_t first = {1, 1, 3};
+    cr_assert_eq(tp_trainer_train(tr, &first), TP_OK, "%s", tp_last_error());
+    tp_train_state_t st = {.epoch = 1, .global_step = tp_trainer_global_step(tr)};
+    cr_assert_eq(st.global_step, 3);
+    cr_assert_eq(tp_checkpoint_save(tp_trainer_model(tr), path, &st), TP_OK, "%s", tp_last_error());
+    tp_trainer_destroy(&tr);
+
+    m = s_model(2, gc.batch, s_adam);
+    cr_assert_eq(tp_checkpoint_load(m, path, TP_LOAD_STRICT, &st), TP_OK, "%s", tp_last_error());
+    tr = tp_gan_trainer_new(m, tp_input_feed(s_points(8)), &gc);
+    tp_trainer_set_global_step(tr, st.global_step);
+    tp_schedule_t rest = {2, 2, 3};
+    cr_assert_eq(tp_trainer_train(tr, &rest), TP_OK, "%s", tp_last_error());
+    s_snap(tp_trainer_model(tr), &resumed);
+    tp_trainer_destroy(&tr);
+    unlink(path);
+    cr_assert(s_same(&unbroken, &resumed, ""), "max diff %g", s_maxdiff(&unbroken, &resumed));
+    s_snap_free(&unbroken);
+    s_snap_free(&resumed);
+}
+
+/* The noise: a function of (seed, step, row), uniform in (-scale, scale) or
+ * normal; steps and seeds differ. */
+Test(trainer_gan, noise_is_seeded_per_step_and_row) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.noise_scale = 0.5f;
+    float a[16 * ZDIM], b[8 * ZDIM], c[16 * ZDIM];
+    tp_gan_noise_fill(&gc, 3, 0, 16, ZDIM, a);
+    tp_gan_noise_fill(&gc, 3, 8, 8, ZDIM, b);
+    cr_assert(!memcmp(a + 8 * ZDIM, b, sizeof b), "row 8 of a step depends on the split");
+    for (int i = 0; i < 16 * ZDIM; i++)
+        cr_assert(a[i] > -0.5f && a[i] < 0.5f);
+    tp_gan_noise_fill(&gc, 4, 0, 16, ZDIM, c);
+    cr_assert(memcmp(a, c, sizeof a), "two steps, one noise");
+    gc.seed = 2;
+    tp_gan_noise_fill(&gc, 3, 0, 16, ZDIM, c);
+    cr_assert(memcmp(a, c, sizeof a), "two seeds, one noise");
+    gc.noise = TP_GAN_NOISE_NORMAL;
+    gc.noise_scale = 1;
+    float n[4096];
+    tp_gan_noise_fill(&gc, 0, 0, 1024, 4, n);
+    double m = 0, v = 0;
+    for (int i = 0; i < 4096; i++)
+        m += n[i];
+    m /= 4096;
+    for (int i = 0; i < 4096; i++)
+        v += (n[i] - m) * (n[i] - m);
+    v /= 4096;
+    cr_assert_lt(fabs(m), 0.06);
+    cr_assert_lt(fabs(v - 1), 0.08);
+}
+
+/* A configuration that does not fit is refused, naming what. */
+Test(trainer_gan, bad_configurations_are_refused) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.d_period = 2;
+    gc.g_period = 3;
+    cr_assert_null(tp_gan_trainer_new(s_model(1, 8, s_sgd), tp_input_feed(s_points(8)), &gc));
+    cr_assert(strstr(tp_last_error(), "one of them 1"), "%s", tp_last_error());
+    tp_gan_config_init(&gc);
+    gc.noise_input = S_NOISE_INPUT;
+    gc.g_cost = "gen_cost";
+    cr_assert_null(tp_gan_trainer_new(s_model(1, 8, s_sgd), tp_input_feed(s_points(8)), &gc));
+    cr_assert(strstr(tp_last_error(), "gen_cost"), "%s", tp_last_error());
+    tp_gan_config_init(&gc);
+    gc.noise_input = S_NOISE_INPUT;
+    gc.g_optimizer = s_adam;  /* the model's is SGD */
+    cr_assert_null(tp_gan_trainer_new(s_model(1, 8, s_sgd), tp_input_feed(s_points(8)), &gc));
+    cr_assert(strstr(tp_last_error(), "kinds must agree"), "%s", tp_last_error());
+}
+
+/* Hyper-parameters per group: "g/NAME", "d/NAME", or both. */
+Test(trainer_gan, hyperparameters_per_group) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.g_optimizer = s_adam;
+    gc.d_optimizer = s_adam_d;
+    tp_trainer_t *tr = tp_gan_trainer_new(s_model(1, 8, s_adam), tp_input_feed(s_points(8)), &gc);
+    cr_assert_not_null(tr, "%s", tp_last_error());
+    double g, d;
+    cr_assert_eq(tp_trainer_get_hyperparam(tr, "g/learning_rate", &g), TP_OK);
+    cr_assert_eq(tp_trainer_get_hyperparam(tr, "d/learning_rate", &d), TP_OK);
+    cr_assert_float_eq(g, 0.01, 1e-12);
+    cr_assert_float_eq(d, 0.02, 1e-12);
+    cr_assert_eq(tp_trainer_set_hyperparam(tr, "learning_rate", 0.005), TP_OK);
+    cr_assert_eq(tp_trainer_set_hyperparam(tr, "d/beta1", 0.9), TP_OK);
+    tp_trainer_get_hyperparam(tr, "d/learning_rate", &d);
+    cr_assert_float_eq(d, 0.005, 1e-12);
+    tp_trainer_get_hyperparam(tr, "g/beta1", &g);
+    tp_trainer_get_hyperparam(tr, "d/beta1", &d);
+    cr_assert_float_eq(g, 0.5, 1e-12);
+    cr_assert_float_eq(d, 0.9, 1e-12);
+    tp_trainer_destroy(&tr);
+}
+
+/* ---- through launch_train_with_config ---------------------------------------- */
+
+static char *s_tmpdir(void) {
+    static char dirs[4][64];
+    static int k;
+    char *d = dirs[k++ % 4];
+    snprintf(d, 64, "/tmp/tp-gan-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+static void s_rm(const char *d) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static tp_model_desc_t s_desc = {s_inputs, 4, s_tower, s_adam, NULL};
+
+static void s_launch_config(tp_train_config_t *c, const tp_gan_config_t *gc, const char *dir,
+                            int max_epoch) {
+    tp_train_config_init(c);
+    c->model = &s_desc;
+    c->dataflow = s_points(8);
+    c->gan = gc;
+    c->towers = 2;
+    c->batch = 8;
+    c->seed = 7;  /* the model's initial values: s_model's */
+    c->threads = 1;
+    c->logdir = dir;
+    c->max_epoch = max_epoch;
+    c->steps_per_epoch = 3;
+    c->progress_names = TP_GAN_MONITORS;
+    c->tensorboard = 0;
+    c->curves = 0;
+}
+
+/* The launch trains a GAN as the trainer does (the same numbers, bit for
+ * bit, two towers), writes the GAN's monitors to stats.json each epoch, and
+ * a run stopped after an epoch and resumed from its checkpoint
+ * (auto_resume) ends bit-identical to the unbroken one. */
+Test(trainer_gan, launch_trains_monitors_and_resumes) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.seed = 7;
+    gc.g_optimizer = s_adam;
+    gc.d_optimizer = s_adam_d;
+    char *straight = s_tmpdir(), *broken = s_tmpdir();
+    tp_train_config_t c;
+    tp_model_t *a = NULL, *b = NULL;
+    s_launch_config(&c, &gc, straight, 2);
+    cr_assert_eq(tp_launch_train_with_config(&c, &a), TP_OK, "%s", tp_last_error());
+    s_launch_config(&c, &gc, broken, 1);
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    s_launch_config(&c, &gc, broken, 2);
+    c.auto_resume = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, &b), TP_OK, "%s", tp_last_error());
+    s_snap_t sa, sb, direct;
+    s_snap(a, &sa);
+    s_snap(b, &sb);
+    cr_assert(s_same(&sa, &sb, ""), "resumed differs by %g", s_maxdiff(&sa, &sb));
+    /* the trainer on its own, on the same batches: the same numbers */
+    tp_model_t *m = s_model(2, 8, s_adam);
+    tp_trainer_t *tr = tp_gan_trainer_new(m, tp_input_feed(s_points(8)), &gc);
+    cr_assert_not_null(tr, "%s", tp_last_error());
+    tp_schedule_t sched = {1, 2, 3};
+    cr_assert_eq(tp_trainer_train(tr, &sched), TP_OK, "%s", tp_last_error());
+    s_snap(tp_trainer_model(tr), &direct);
+    tp_trainer_destroy(&tr);
+    cr_assert(s_same(&sa, &direct, ""), "launch and trainer differ by %g",
+              s_maxdiff(&sa, &direct));
+    /* the monitors, each epoch */
+    char path[256];
+    snprintf(path, sizeof path, "%s/stats.json", broken);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    static const char *const names[] = {"\"g_loss\"", "\"d_loss\"", "\"d_accuracy\"",
+                                        "\"d_accuracy_real\"", "\"d_accuracy_fake\"",
+                                        "\"g_accuracy\""};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        cr_assert(strstr(text, names[i]), "stats.json lacks %s: %s", names[i], text);
+    s_snap_free(&sa);
+    s_snap_free(&sb);
+    s_snap_free(&direct);
+    tp_model_destroy(&a);
+    tp_model_destroy(&b);
+    s_rm(straight);
+    s_rm(broken);
+}
+
+/* Towers on several GPUs or over processes are refused for a GAN, naming why. */
+Test(trainer_gan, launch_refuses_what_a_gan_cannot_do) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.noise_input = S_NOISE_INPUT;
+    tp_train_config_t c;
+    s_launch_config(&c, &gc, NULL, 1);
+    c.ndevices = 2;
+    c.devices[0] = 0;
+    c.devices[1] = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_ERR_UNSUPPORTED);
+    cr_assert(strstr(tp_last_error(), "GAN"), "%s", tp_last_error());
+    s_launch_config(&c, &gc, NULL, 1);
+    gc.g_cost = "no_such_cost";
+    cr_assert_neq(tp_launch_train_with_config(&c, NULL), TP_OK);
+    cr_assert(strstr(tp_last_error(), "no_such_cost"), "%s", tp_last_error());
+}
