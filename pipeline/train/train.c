@@ -530,19 +530,29 @@ static tp_status_t s_check_config(const tp_train_config_t *cfg) {
 /* The first batch of every tower against the model's inputs (count, dtype,
  * rank, the non-batch dims the description fixes): a mismatch is said at
  * launch, naming the input, before any callback has written a file. The
- * batches are kept for the first step (mt->first). */
-static tp_status_t s_check_first_batches(s_mt_t *mt, const tp_model_desc_t *d) {
+ * batches are kept for the first step (mt->first). Input `fed` (-1: none)
+ * is fed by the trainer, not the dataflow (a GAN's noise): the components
+ * are the other inputs, in order. */
+static tp_status_t s_check_first_batches(s_mt_t *mt, const tp_model_desc_t *d,
+                                         int fed) {
+    const int want = d->ninputs - (fed >= 0 && fed < d->ninputs);
     for (int i = 0; i < mt->towers; i++) {
         tp_status_t rc = tp_input_next(mt->input, i, &mt->first[i]);
         if (rc < 0)
             return tp_error_wrap(rc, "the first batch of tower %d from %s", i,
                                  tp_input_name(mt->input));
         int nc = tp_datapoint_size(mt->first[i]);
-        if (nc != d->ninputs) {
+        if (nc != want) {
             char names[512] = "";
-            for (int k = 0; k < d->ninputs; k++)
-                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                         k ? ", " : "", d->inputs[k].name);
+            for (int k = 0, j = 0; k < d->ninputs; k++)
+                if (k != fed)
+                    snprintf(names + strlen(names), sizeof names - strlen(names),
+                             "%s%s", j++ ? ", " : "", d->inputs[k].name);
+            if (want < d->ninputs)
+                return tp_error(TP_ERR_SHAPE, "the dataflow's first datapoint has %d "
+                                "component%s, the model takes %d from it (%s; the "
+                                "trainer feeds '%s')", nc, nc == 1 ? "" : "s", want,
+                                names, d->inputs[fed].name);
             return tp_error(TP_ERR_SHAPE, "the dataflow's first datapoint has %d "
                             "component%s, the model has %d inputs (%s)", nc,
                             nc == 1 ? "" : "s", d->ninputs, names);
@@ -550,19 +560,20 @@ static tp_status_t s_check_first_batches(s_mt_t *mt, const tp_model_desc_t *d) {
         tp_tensor_t v[MAX_INPUTS];
         tp_datapoint_views(mt->first[i], v, nc);
         for (int k = 0; k < nc; k++) {
-            const tp_input_desc_t *in = &d->inputs[k];
+            const int ik = fed >= 0 && k >= fed ? k + 1 : k;  /* the model's input */
+            const tp_input_desc_t *in = &d->inputs[ik];
             int bad = v[k].dtype != in->dtype || v[k].ndim != in->ndim;
             for (int a = 1; !bad && a < in->ndim; a++)
                 bad = in->shape[a] >= 0 && v[k].shape[a] != in->shape[a];
             if (!bad)
                 continue;
-            char want[128] = "", got[128] = "";
+            char shape[128] = "", got[128] = "";
             for (int a = 0; a < in->ndim; a++) {
-                size_t w = strlen(want);
+                size_t w = strlen(shape);
                 if (in->shape[a] < 0)
-                    snprintf(want + w, sizeof want - w, "%s?", a ? "," : "");
+                    snprintf(shape + w, sizeof shape - w, "%s?", a ? "," : "");
                 else
-                    snprintf(want + w, sizeof want - w, "%s%lld", a ? "," : "",
+                    snprintf(shape + w, sizeof shape - w, "%s%lld", a ? "," : "",
                              (long long)in->shape[a]);
             }
             for (int a = 0; a < v[k].ndim; a++)
@@ -570,7 +581,7 @@ static tp_status_t s_check_first_batches(s_mt_t *mt, const tp_model_desc_t *d) {
                          a ? "," : "", (long long)v[k].shape[a]);
             return tp_error(TP_ERR_SHAPE, "input '%s' (input %d): the model takes %s "
                             "[%s], the dataflow's first datapoint gives %s [%s]",
-                            in->name, k, tp_dtype_name(in->dtype), want,
+                            in->name, ik, tp_dtype_name(in->dtype), shape,
                             tp_dtype_name(v[k].dtype), got);
         }
     }
@@ -844,7 +855,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     {
         const tp_wait_phase_t waiting = {s_supervise_waiting, mt};
         const tp_wait_phase_t *outer = tp_actor_wait_begin(&waiting);
-        rc = s_check_first_batches(mt, cfg->model);
+        rc = s_check_first_batches(mt, cfg->model, cfg->gan ? cfg->gan->noise_input : -1);
         tp_actor_wait_end(outer);
         if (rc < 0)
             goto out;
