@@ -488,7 +488,9 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     }
     m->memory += total;
     if (train) {
-        t->grads = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
+        /* past the arena, aligned (ntrain is padded): the global-norm
+         * clip's sum of squares (s_clip_acc) */
+        t->grads = b->ops->alloc(b, m->ntrain * sizeof(float) + 2 * TP_ALIGNMENT);
         if (!t->grads) {
             free(val_off);
             return tp_error(TP_ERR_NOMEM, "%s: gradients", t->name);
@@ -910,6 +912,45 @@ static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
     return TP_OK;
 }
 
+/* ---- gradient processing: the global-norm clip -------------------------
+ *
+ * The optimizer's clip_norm (tensorpack's GlobalNormClip) scales the
+ * step's gradients by min(1, clip / global norm) before the update, the
+ * norm over every gradient the update applies, once they are final (after
+ * the all-reduce). The sum of squares lives on the device, one float past
+ * the tower's gradient arena, and the scale is read there: no host sync,
+ * and a recorded step records both calls. */
+
+static float *s_clip_acc(const tp_model_t *m, const tp_tower_t *t) {
+    return t->grads + m->ntrain;
+}
+
+static double s_clip(const tp_model_t *m) {
+    return m->opt ? tp_optimizer_clip_norm(m->opt) : 0.0;
+}
+
+static tp_status_t s_clip_check(const tp_model_t *m, const tp_backend_t *b) {
+    if (s_clip(m) > 0 && (!b->ops->grad_sumsq || !b->ops->grad_clip))
+        return tp_error(TP_ERR_UNSUPPORTED, "clip_norm %g: the %s backend "
+                        "cannot clip gradients", s_clip(m), b->ops->name);
+    return TP_OK;
+}
+
+/* Tower t's gradients [lo, hi) scaled by the clip of the norm of all of
+ * [0, ntrain): every tower holds the same all-reduced sum, so towers that
+ * each clip their own slice agree with one that clips the whole. */
+static tp_status_t s_clip_range(tp_model_t *m, tp_tower_t *t, tp_stream_t *s,
+                                size_t lo, size_t hi) {
+    const double clip = s_clip(m);
+    if (!(clip > 0) || hi <= lo)
+        return TP_OK;
+    tp_backend_t *b = tp_tower_backend_(t);
+    TP_TRY(s_clip_check(m, b));
+    TP_TRY(b->ops->grad_sumsq(b, s, t->grads, m->ntrain, s_clip_acc(m, t), 0));
+    return b->ops->grad_clip(b, s, t->grads + lo, hi - lo, (float)clip,
+                             s_clip_acc(m, t));
+}
+
 static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
     const tp_var_t *v = &m->vars[vi];
     tp_replica_t *rp = &m->rep[t->replica];
@@ -1039,8 +1080,9 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
      * final (still in cache); on a device one update over the whole arena
      * after the pass (the same arithmetic, element by element: one kernel
      * instead of one per variable, each a launch and a drain for what are
-     * mostly a few hundred floats) */
-    const int whole = fused && b->device >= 0;
+     * mostly a few hundred floats), and so with a global-norm clip, whose
+     * scale needs every gradient first */
+    const int whole = fused && (b->device >= 0 || s_clip(m) > 0);
     reduce = reduce && cost == 0 && t->nbuckets > 0;
     const tp_reduce_rank_t rr = {b, m->comm, t->index, t->stream, t->grads,
                                  m->ntrain, m->config.average, t->name};
@@ -1074,6 +1116,7 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
     }
     if (whole) {
         tp_replica_t *rp = &m->rep[t->replica];
+        TP_TRY(s_clip_range(m, t, t->stream, 0, m->ntrain));
         TP_TRY(tp_optimizer_update(m->opt, rp->backend, t->stream, rp->train_arena,
                                    t->grads, rp->slots, 0, m->ntrain));
         tp_optimizer_end_step(m->opt);
@@ -1499,11 +1542,41 @@ static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
         hi = n;
     tp_replica_t *rp = &m->rep[t->replica];
     tp_backend_t *b = rp->backend;
+    TP_TRY(s_clip_range(m, t, t->stream, lo, hi));
     if (hi > lo)
         TP_TRY(tp_optimizer_update(m->opt, b, t->stream, rp->train_arena,
                                    t->grads, rp->slots, lo, hi - lo));
     TP_TRY(b->ops->stream_sync(b, t->stream));
     st->sliced = 1;
+    return TP_OK;
+}
+
+/* Named cost k updates the trainable variables its pattern matches. */
+static int s_cost_var(const tp_tower_t *t0, int k, const tp_var_t *v) {
+    return v->trainable &&
+           !(t0->cost_vars[k] && fnmatch(t0->cost_vars[k], v->name, 0) != 0);
+}
+
+/* A named cost's clip: the norm over the variables it updates only (the
+ * others' gradients are stale), each of them scaled by it. */
+static tp_status_t s_clip_cost(tp_model_t *m, tp_tower_t *t, tp_stream_t *s,
+                               int k) {
+    const double clip = s_clip(m);
+    if (!(clip > 0))
+        return TP_OK;
+    tp_backend_t *b = tp_tower_backend_(t);
+    const tp_tower_t *t0 = m->towers[0];
+    TP_TRY(s_clip_check(m, b));
+    TP_TRY(b->ops->fill(b, s, s_clip_acc(m, t), 0.0f, 1));
+    for (int i = 0; i < m->nvars; i++)
+        if (s_cost_var(t0, k, &m->vars[i]))
+            TP_TRY(b->ops->grad_sumsq(b, s, t->grads + m->vars[i].offset,
+                                      m->vars[i].count, s_clip_acc(m, t), 1));
+    for (int i = 0; i < m->nvars; i++)
+        if (s_cost_var(t0, k, &m->vars[i]))
+            TP_TRY(b->ops->grad_clip(b, s, t->grads + m->vars[i].offset,
+                                     m->vars[i].count, (float)clip,
+                                     s_clip_acc(m, t)));
     return TP_OK;
 }
 
@@ -1547,15 +1620,16 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
         tp_replica_t *rp = &m->rep[r];
         const float *g = m->towers[r]->grads;
         if (k == 0) {  /* the main cost: every trainable variable at once */
+            TP_TRY(s_clip_range(m, m->towers[r], rp->stream, 0, m->ntrain));
             TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
                                        rp->train_arena, g, rp->slots, 0,
                                        m->ntrain));
             continue;
         }
+        TP_TRY(s_clip_cost(m, m->towers[r], rp->stream, k));
         for (int i = 0; i < m->nvars; i++) {
             const tp_var_t *v = &m->vars[i];
-            if (!v->trainable ||
-                (t0->cost_vars[k] && fnmatch(t0->cost_vars[k], v->name, 0) != 0))
+            if (!s_cost_var(t0, k, v))
                 continue;
             TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
                                        rp->train_arena, g, rp->slots,

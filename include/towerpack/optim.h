@@ -1,10 +1,15 @@
-/* towerpack: optimizers (SGD with momentum, Adam) over flat parameter arenas.
+/* towerpack: optimizers (SGD with momentum, Adam, AdamW) over flat parameter
+ * arenas, and the gradient processing they carry (clipping by global norm).
  *
  * An optimizer updates all trainable variables at once: the model lays them
  * out in one buffer, their gradients in a buffer of the same layout, and the
  * optimizer's slots (momentum; Adam's first and second moments) likewise.
  * Hyper-parameters are read by name at every update, so a schedule sets them
- * between steps. */
+ * between steps.
+ *
+ * Gradient processing belongs to the optimizer, as tensorpack's gradient
+ * processors wrap its optimizer: a model that owns the optimizer reads
+ * "clip_norm" at every update and scales all the step's gradients first. */
 #ifndef TOWERPACK_OPTIM_H
 #define TOWERPACK_OPTIM_H
 
@@ -25,13 +30,23 @@ tp_optimizer_t *tp_optimizer_sgd(double lr, double momentum, int nesterov);
 /* Adam with bias correction. Caller owns. */
 tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
                                   double eps);
+/* AdamW (Loshchilov & Hutter; PyTorch's torch.optim.AdamW): Adam whose
+ * weight decay is decoupled from the gradient: w *= 1 - lr * weight_decay,
+ * then Adam's step. Every trainable variable decays (as torch's with one
+ * parameter group). weight_decay 0 is Adam. Caller owns. */
+tp_optimizer_t *tp_optimizer_adamw(double lr, double beta1, double beta2,
+                                   double eps, double weight_decay);
 void tp_optimizer_destroy(tp_optimizer_t **self_p);
 
-/* "sgd" or "adam". */
+/* "sgd", "adam" or "adamw". */
 const char *tp_optimizer_kind(const tp_optimizer_t *o);
 
-/* Set or read a hyper-parameter: "learning_rate" (both), "momentum" (sgd),
- * "beta1", "beta2", "epsilon" (adam). TP_ERR_NOT_FOUND names the known ones. */
+/* Set or read a hyper-parameter: "learning_rate" (all), "momentum" (sgd),
+ * "beta1", "beta2", "epsilon" (adam, adamw), "weight_decay" (adamw), and
+ * "clip_norm" (all; 0, the default, is off): the model scales all the
+ * step's gradients by min(1, clip_norm / global norm), the norm over every
+ * trainable variable's all-reduced gradient (tensorpack's GlobalNormClip,
+ * torch.nn.utils.clip_grad_norm_). TP_ERR_NOT_FOUND names the known ones. */
 tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v);
 tp_status_t tp_optimizer_get(const tp_optimizer_t *o, const char *name,
                              double *v);
@@ -39,6 +54,9 @@ tp_status_t tp_optimizer_get(const tp_optimizer_t *o, const char *name,
 /* Slots per parameter (0, 1 or 2) and their names ("momentum", "m", "v"). */
 int tp_optimizer_slot_count(const tp_optimizer_t *o);
 const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i);
+
+/* The global-norm clip in force (0: none): tp_optimizer_get's "clip_norm". */
+double tp_optimizer_clip_norm(const tp_optimizer_t *o);
 
 /* Updates applied so far (Adam's bias correction uses it; checkpoints keep
  * it). */

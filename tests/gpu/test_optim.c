@@ -1,5 +1,7 @@
-/* towerpack tests: SGD (plain, momentum, Nesterov) and Adam against
- * reference arithmetic in double, and hyper-parameters by name. */
+/* towerpack tests: SGD (plain, momentum, Nesterov), Adam and AdamW against
+ * reference arithmetic in double, hyper-parameters by name, and the
+ * gradient processing a model applies for its optimizer (the global-norm
+ * clip) on every update path: fused, all towers from one thread, slices. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -97,4 +99,162 @@ Test(optim, hyper_parameters_by_name) {
     tp_optimizer_destroy(&o);
     cr_expect_null(tp_optimizer_sgd(0.1, 1.0, 0));
     cr_expect_null(tp_optimizer_adam(0.1, 0.9, 0.999, 0.0));
+}
+
+Test(optim, adamw_matches_reference) {
+    const double lr = 0.01, wd = 0.1;
+    tp_optimizer_t *o = tp_optimizer_adamw(lr, 0.9, 0.999, 1e-8, wd);
+    cr_assert_not_null(o, "%s", tp_last_error());
+    cr_expect_str_eq(tp_optimizer_kind(o), "adamw");
+    cr_expect_eq(tp_optimizer_slot_count(o), 2);
+    float w[NP] = {1, -1, 0.5f, 0, 2}, m[NP] = {0}, v[NP] = {0};
+    float w0[NP];
+    memcpy(w0, w, sizeof w);
+    s_run(o, w, s_g, 3, m, v);
+    for (int i = 0; i < NP; i++) {
+        /* torch.optim.AdamW: decay first, then Adam's step */
+        double rw = w0[i], rm = 0, rv = 0;
+        for (int s = 0; s < 3; s++) {
+            double g = s_g[s][i];
+            rw *= 1 - lr * wd;
+            rm = 0.9 * rm + 0.1 * g;
+            rv = 0.999 * rv + 0.001 * g * g;
+            double mh = rm / (1 - pow(0.9, s + 1)), vh = rv / (1 - pow(0.999, s + 1));
+            rw -= lr * mh / (sqrt(vh) + 1e-8);
+        }
+        cr_expect(fabs(w[i] - rw) < 1e-6, "w[%d] %.9f vs %.9f", i, w[i], rw);
+    }
+    /* the decay is a hyper-parameter a schedule can set; Adam has none */
+    double d;
+    cr_expect_eq(tp_optimizer_set(o, "weight_decay", 0.3), TP_OK);
+    cr_expect_eq(tp_optimizer_get(o, "weight_decay", &d), TP_OK);
+    cr_expect_float_eq(d, 0.3, 1e-12);
+    cr_expect_eq(tp_optimizer_set(o, "weight_decay", -1), TP_ERR_INVALID);
+    tp_optimizer_destroy(&o);
+    cr_expect_null(tp_optimizer_adamw(0.1, 0.9, 0.999, 1e-8, -0.1));
+    tp_optimizer_t *a = tp_optimizer_adam(0.1, 0.9, 0.999, 1e-8);
+    cr_expect_eq(tp_optimizer_get(a, "weight_decay", &d), TP_ERR_NOT_FOUND);
+    tp_optimizer_destroy(&a);
+}
+
+Test(optim, clip_norm_is_every_optimizers_hyper_parameter) {
+    tp_optimizer_t *o[3] = {tp_optimizer_sgd(0.1, 0.9, 0),
+                            tp_optimizer_adam(0.1, 0.9, 0.999, 1e-8),
+                            tp_optimizer_adamw(0.1, 0.9, 0.999, 1e-8, 0.01)};
+    for (int i = 0; i < 3; i++) {
+        double v = -1;
+        cr_expect_eq(tp_optimizer_clip_norm(o[i]), 0.0, "off by default");
+        cr_expect_eq(tp_optimizer_set(o[i], "clip_norm", 5.0), TP_OK);
+        cr_expect_eq(tp_optimizer_get(o[i], "clip_norm", &v), TP_OK);
+        cr_expect_eq(v, 5.0);
+        cr_expect_eq(tp_optimizer_clip_norm(o[i]), 5.0);
+        cr_expect_eq(tp_optimizer_set(o[i], "clip_norm", -1), TP_ERR_INVALID);
+        tp_optimizer_destroy(&o[i]);
+    }
+}
+
+/* ---- the global-norm clip in a model ------------------------------------
+ * A softmax regression x [4,3] @ W [3,2] with plain SGD (lr 1): a step
+ * moves W by exactly the (processed) gradient. */
+
+#define CB 4
+static const float s_w0[6] = {0.3f, -0.2f, 0.1f, 0.4f, -0.5f, 0.25f};
+
+static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t ws[2] = {3, 2};
+    tp_node_t *w = tp_variable(t, "W", 2, ws, (tp_init_t){TP_INIT_ZEROS, 0},
+                               TP_VAR_TRAINABLE);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "xent", tp_matmul(t, "logits", in[0], w),
+                                                in[1]));
+}
+
+static tp_optimizer_t *s_sgd1(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(1.0, 0.0, 0);
+}
+
+static const tp_input_desc_t s_desc[2] = {{"x", TP_FLOAT32, 2, {-1, 3}},
+                                          {"y", TP_INT32, 1, {-1}}};
+
+static tp_model_t *s_model(int towers, double clip) {
+    tp_model_desc_t md = {s_desc, 2, s_tower, s_sgd1, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = towers;
+    cfg.batch = CB;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_tensor_t w;
+    cr_assert_eq(tp_model_var(m, "W", &w), TP_OK);
+    memcpy(w.data, s_w0, sizeof s_w0); /* CPU backend: host memory */
+    cr_assert_eq(tp_optimizer_set(tp_model_optimizer(m), "clip_norm", clip), TP_OK);
+    return m;
+}
+
+static float s_x[CB * 3];
+static int32_t s_y[CB];
+static void s_feeds(tp_tensor_t in[4]) {
+    for (int i = 0; i < CB * 3; i++)
+        s_x[i] = (float)(3.0 * sin(1.0 + 0.7 * i));
+    for (int i = 0; i < CB; i++)
+        s_y[i] = i % 2;
+    int64_t xs[2] = {CB, 3}, ys[1] = {CB};
+    /* both towers take the same batch: their mean is either's gradient */
+    for (int k = 0; k < 2; k++) {
+        tp_tensor_init_wrap(&in[2 * k], TP_FLOAT32, 2, xs, s_x, NULL, NULL);
+        tp_tensor_init_wrap(&in[2 * k + 1], TP_INT32, 1, ys, s_y, NULL, NULL);
+    }
+}
+
+/* W after one step by `path`: 0 one tower (the fused update), 1 two towers
+ * from one thread (TP_ALL_TOWERS), 2 two towers each applying its slice. */
+static void s_step(int path, double clip, float w_out[6]) {
+    tp_model_t *m = s_model(path == 0 ? 1 : 2, clip);
+    tp_tensor_t in[4];
+    s_feeds(in);
+    if (path < 2) {
+        cr_assert_eq(tp_model_run(m, path ? TP_ALL_TOWERS : 0, in, path ? 4 : 2, NULL,
+                                  0, NULL), TP_OK, "%s", tp_last_error());
+    } else {
+        tp_run_opts_t grads = {.stages = TP_RUN_GRADIENTS};
+        tp_run_opts_t update = {.stages = TP_RUN_UPDATE};
+        for (int k = 0; k < 2; k++)  /* equal gradients: nothing to reduce */
+            cr_assert_eq(tp_model_run(m, k, in, 2, NULL, 0, &grads), TP_OK);
+        for (int k = 0; k < 2; k++)
+            cr_assert_eq(tp_model_run(m, k, NULL, 0, NULL, 0, &update), TP_OK,
+                         "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &update),
+                     TP_OK, "%s", tp_last_error());
+    }
+    tp_tensor_t w;
+    cr_assert_eq(tp_model_var(m, "W", &w), TP_OK);
+    memcpy(w_out, w.data, sizeof s_w0);
+    tp_model_destroy(&m);
+}
+
+Test(optim, clip_norm_scales_the_step_on_every_update_path) {
+    float w1[6];
+    s_step(0, 0.0, w1);
+    double g[6], norm = 0;
+    for (int i = 0; i < 6; i++) {
+        g[i] = (double)s_w0[i] - w1[i];
+        norm += g[i] * g[i];
+    }
+    norm = sqrt(norm);
+    cr_assert(norm > 0.1, "the batch gives a gradient worth clipping (%g)", norm);
+    for (int path = 0; path < 3; path++) {
+        float w[6];
+        /* a quarter of the norm: every gradient scaled by 1/4 */
+        s_step(path, norm / 4, w);
+        for (int i = 0; i < 6; i++)
+            cr_expect(fabs(w[i] - (s_w0[i] - g[i] / 4)) < 1e-6,
+                      "path %d: W[%d] %.8f, want %.8f", path, i, w[i],
+                      s_w0[i] - g[i] / 4);
+        /* above the norm: the step as without a clip, bit for bit */
+        s_step(path, norm * 2, w);
+        float w_plain[6];
+        s_step(path, 0.0, w_plain);
+        cr_expect_eq(memcmp(w, w_plain, sizeof w), 0, "path %d: clip above the norm "
+                     "changed the step", path);
+    }
 }
