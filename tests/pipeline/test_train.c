@@ -36,10 +36,22 @@ static const tp_input_desc_t s_inputs[] = {
 };
 static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
 
+/* AdamW with the global-norm clip: more optimizer state to resume (the
+ * moments, the step count in the bias corrections) */
+static tp_optimizer_t *s_opt_adamw(void *user) {
+    (void)user;
+    tp_optimizer_t *o = tp_optimizer_adamw(0.01, 0.9, 0.999, 1e-8, 0.05);
+    if (o)
+        tp_optimizer_set(o, "clip_norm", 0.5);
+    return o;
+}
+static const tp_model_desc_t s_model_adamw = {s_inputs, 2, s_tower, s_opt_adamw, NULL};
+static const tp_model_desc_t *s_desc = &s_model; /* s_config's */
+
 static void s_config(tp_train_config_t *c, const char *logdir, int towers,
                      int batch, int64_t epochs) {
     tp_train_config_init(c);
-    c->model = &s_model;
+    c->model = s_desc;
     c->towers = towers;
     c->batch = batch;
     c->dataflow = s_blobs(batch, 1, 0);
@@ -147,6 +159,14 @@ Test(train, resume_ends_bit_identical) { s_resume_case(1, 32); }
 /* Two tower actors: the data order and the all-reduce order are fixed, so
  * a resumed run is still bit for bit the unbroken one. */
 Test(train, resume_with_two_towers_ends_bit_identical) { s_resume_case(2, 16); }
+
+/* AdamW's moments and step, under a clip, on one tower (the fused update)
+ * and two (the sliced one) */
+Test(train, resume_with_adamw_and_clip_ends_bit_identical) {
+    s_desc = &s_model_adamw;
+    s_resume_case(1, 32);
+    s_resume_case(2, 16);
+}
 
 Test(train, two_towers_share_the_total_batch) {
     tp_train_config_t c;

@@ -60,6 +60,8 @@ typedef struct {
     double lr;
     double lr_end;  /* --lr-end: the rate at the end, a fraction of lr */
     double warmup;  /* --warmup: epochs of the rate's climb from lr / 10 */
+    double weight_decay; /* --weight-decay: AdamW's decoupled decay; -1 unset */
+    double clip_norm;    /* --clip-norm: the global-norm clip; 0 off */
     int64_t steps_per_epoch, seed;
 } s_args_t;
 
@@ -92,8 +94,16 @@ static void s_usage(FILE *out) {
 "  --warmup E           the rate climbs linearly from a tenth of --lr to it\n"
 "                       over the first E epochs (fractions allowed; default\n"
 "                       0), then decays\n"
-"  --optimizer NAME     sgd (momentum 0.9) or adam (default per model:\n"
-"                       adam for cnn, sgd for the others)\n"
+"  --optimizer NAME     sgd (momentum 0.9), adam, or adamw (Adam with\n"
+"                       decoupled weight decay; default per model: adam\n"
+"                       for cnn, sgd for the others)\n"
+"  --weight-decay W     adamw's decoupled weight decay, W >= 0 (default\n"
+"                       0.01, as torch.optim.AdamW); only with adamw (the\n"
+"                       models' own L2 decay on their weights stays)\n"
+"  --clip-norm C        scale each step's gradients by min(1, C / their\n"
+"                       global norm), the norm over every trainable\n"
+"                       variable after the all-reduce (tensorpack's\n"
+"                       GlobalNormClip); C > 0 (default: no clip)\n"
 "  --devices LIST       auto (default: GPU 0 if CUDA answers, else the CPU),\n"
 "                       cpu, a GPU id like 1, or several like 0,1 (one tower\n"
 "                       on each, gradients all-reduced by NCCL); under MPI\n"
@@ -175,20 +185,28 @@ static long s_spec_batch(const char *spec) {
     return n;
 }
 
-/* The optimizer factory: user = {learning rate, 1 for Adam}. SGD has
- * momentum 0.9. */
 /* The model description's user data: the zoo's options first (what the
  * zoo's build functions read), then the optimizer's. */
 typedef struct {
     tp_zoo_options_t zoo;
     double lr;
-    int adam;
+    const char *kind;     /* "sgd", "adam", "adamw" (checked) */
+    double weight_decay;  /* adamw */
+    double clip_norm;     /* 0: none */
 } s_model_user_t;
 
+/* The optimizer factory: SGD has momentum 0.9; Adam and AdamW torch's
+ * defaults (0.9, 0.999, 1e-8); the global-norm clip when asked. */
 static tp_optimizer_t *s_optimizer(void *user) {
     const s_model_user_t *u = user;
-    return u->adam ? tp_optimizer_adam(u->lr, 0.9, 0.999, 1e-8)
-                   : tp_optimizer_sgd(u->lr, 0.9, 0);
+    tp_optimizer_t *o =
+        !strcasecmp(u->kind, "adam")  ? tp_optimizer_adam(u->lr, 0.9, 0.999, 1e-8)
+        : !strcasecmp(u->kind, "adamw") ? tp_optimizer_adamw(u->lr, 0.9, 0.999, 1e-8,
+                                                             u->weight_decay)
+                                        : tp_optimizer_sgd(u->lr, 0.9, 0);
+    if (o && u->clip_norm > 0 && tp_optimizer_set(o, "clip_norm", u->clip_norm) < 0)
+        tp_optimizer_destroy(&o);
+    return o;
 }
 
 /* --devices 0,1: distinct GPU ids, into ids[] (*n_out of them). */
@@ -385,10 +403,11 @@ int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
-                  .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05};
+                  .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05,
+                  .weight_decay = -1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
-           O_LR_END, O_WARMUP, O_CREATE_LOGDIR };
+           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_WD, O_CLIP };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -415,6 +434,8 @@ int main(int argc, char **argv) {
         {"label-smoothing", required_argument, 0, O_SMOOTH},
         {"lr-end", required_argument, 0, O_LR_END},
         {"warmup", required_argument, 0, O_WARMUP},
+        {"weight-decay", required_argument, 0, O_WD},
+        {"clip-norm", required_argument, 0, O_CLIP},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -475,6 +496,21 @@ int main(int argc, char **argv) {
                 return s_fail("bad flag");
             }
             break;
+        case O_WD:
+            if (tp_spec_double(optarg, "--weight-decay", &a.weight_decay) ||
+                !(a.weight_decay >= 0 && a.weight_decay < 1e30)) {
+                tp_error(TP_ERR_INVALID, "--weight-decay needs a number >= 0, got '%s'",
+                         optarg);
+                return s_fail("bad flag");
+            }
+            break;
+        case O_CLIP:
+            if (tp_spec_double(optarg, "--clip-norm", &a.clip_norm) ||
+                !(a.clip_norm > 0 && a.clip_norm < 1e30)) {
+                tp_error(TP_ERR_INVALID, "--clip-norm needs a norm > 0, got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            break;
         case O_PAD: if (tp_spec_int(optarg, 0, 64, "--pad", &v)) return s_fail("bad flag"); a.pad = (int)v; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
@@ -500,16 +536,25 @@ int main(int argc, char **argv) {
         a.augment = zoo->augment;
     if (!a.optimizer)
         a.optimizer = zoo->optimizer;
-    a.lr = lr > 0 ? lr : zoo->default_lr * (strcasecmp(a.optimizer, "adam") ? 1.0 : 0.02);
+    /* Adam's and AdamW's default rate: the model's SGD rate / 50 */
+    const int adam_like = !strcasecmp(a.optimizer, "adam") || !strcasecmp(a.optimizer, "adamw");
+    a.lr = lr > 0 ? lr : zoo->default_lr * (adam_like ? 0.02 : 1.0);
     if (a.warmup >= a.epochs) {
         tp_error(TP_ERR_INVALID, "--warmup %g: the warm-up must end before the last of "
                  "the %d epochs", a.warmup, a.epochs);
         return s_fail("bad flag");
     }
-    if (strcasecmp(a.optimizer, "sgd") && strcasecmp(a.optimizer, "adam")) {
-        tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd or adam", a.optimizer);
+    if (strcasecmp(a.optimizer, "sgd") && !adam_like) {
+        tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd, adam or adamw", a.optimizer);
         return s_fail("bad flag");
     }
+    if (a.weight_decay >= 0 && strcasecmp(a.optimizer, "adamw")) {
+        tp_error(TP_ERR_INVALID, "--weight-decay is AdamW's decoupled decay: it needs "
+                 "--optimizer adamw (the optimizer is %s)", a.optimizer);
+        return s_fail("bad flag");
+    }
+    if (a.weight_decay < 0)
+        a.weight_decay = 0.01;  /* torch.optim.AdamW's */
     /* Under a launcher: MPI first, before anything starts a thread or forks
      * (and fork after MPI_Init is what Open MPI warns against: no forked
      * dataflow workers, no forked CUDA probe). */
@@ -731,7 +776,8 @@ int main(int argc, char **argv) {
     }
     if (a.augment || a.resident)
         inputs[0].dtype = TP_FLOAT32;
-    s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, !strcasecmp(a.optimizer, "adam")};
+    s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, a.optimizer, a.weight_decay,
+                         a.clip_norm};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
     tp_train_config_t cfg;
@@ -790,10 +836,12 @@ int main(int argc, char **argv) {
                  "    towers = %d\n    ranks = %d\n    lr = %g\n    optimizer = %s\n"
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
                  "    seed = %lld\n    label_smoothing = %g\n    lr_end = %g\n"
-                 "    warmup = %g\n", zoo->name, a.image_size,
+                 "    warmup = %g\n    weight_decay = %g\n    clip_norm = %g\n",
+                 zoo->name, a.image_size,
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
-                 a.lr_end, a.warmup);
+                 a.lr_end, a.warmup,
+                 strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay, a.clip_norm);
     cfg.hparams = hparams;
     /* The rate, step by step: from lr / 10 up to lr over the warm-up, then
      * down to lr x lr_end at the end (a twentieth by default), linearly. */
