@@ -303,6 +303,11 @@ typedef struct tp_backend_ops {
                               size_t n, float *acc, int add);
     tp_status_t (*grad_clip)(tp_backend_t *b, tp_stream_t *s, float *g,
                              size_t n, float clip, const float *acc);
+    /* The weights' moving average after an update (NULL: none):
+     * ema[i] = decay * ema[i] + (1 - decay) * w[i]; decay may change from
+     * step to step (a recorded step reads it as a step scalar). */
+    tp_status_t (*ema_update)(tp_backend_t *b, tp_stream_t *s, float *ema,
+                              const float *w, size_t n, float decay);
 } tp_backend_ops_t;
 
 struct tp_backend {

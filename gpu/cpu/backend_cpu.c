@@ -211,6 +211,17 @@ static tp_status_t s_grad_clip(tp_backend_t *b, tp_stream_t *s,
     return TP_OK;
 }
 
+static tp_status_t s_ema_update(tp_backend_t *b, tp_stream_t *s,
+                                float *restrict ema, const float *restrict w,
+                                size_t n, float decay) {
+    (void)b, (void)s;
+    s_ftz();
+    const float keep = 1.0f - decay;
+    for (size_t i = 0; i < n; i++)
+        ema[i] = decay * ema[i] + keep * w[i];
+    return TP_OK;
+}
+
 /* ---- collectives -------------------------------------------------------- */
 
 static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
@@ -401,6 +412,7 @@ static const tp_backend_ops_t s_cpu_ops = {
     .timer_destroy = s_timer_destroy,
     .grad_sumsq = s_grad_sumsq,
     .grad_clip = s_grad_clip,
+    .ema_update = s_ema_update,
 };
 
 tp_backend_t *tp_backend_cpu_new(int threads) {

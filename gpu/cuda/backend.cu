@@ -453,6 +453,21 @@ __global__ void k_sumsq(const float *g, size_t n, float *acc, int add) {
         acc[0] = add ? acc[0] + part[0] : part[0];
 }
 
+__device__ __forceinline__ void d_ema(float *ema, const float *w, size_t n,
+                                      float decay) {
+    const float keep = 1.0f - decay;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        ema[i] = decay * ema[i] + keep * w[i];
+}
+__global__ void k_ema(float *ema, const float *w, size_t n, float decay) {
+    d_ema(ema, w, n, decay);
+}
+/* p: {decay} */
+__global__ void k_ema_p(float *ema, const float *w, size_t n, const float *p) {
+    d_ema(ema, w, n, p[0]);
+}
+
 __global__ void k_clip(float *g, size_t n, float clip, const float *acc) {
     const float norm = sqrtf(acc[0]);
     if (!(norm > clip))
@@ -567,6 +582,32 @@ static tp_status_t s_grad_clip(tp_backend_t *b, tp_stream_t *s, float *g,
     TP_TRY(tp_cuda_order(cb, s));
     k_clip<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(g, n, clip,
                                                                            acc);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return tp_cuda_def_mark(cb, s);
+}
+
+/* The weights' moving average: as the optimizers, its decay a step
+ * scalar in a recorded step (a schedule may change it between replays). */
+static tp_status_t s_ema_update(tp_backend_t *b, tp_stream_t *s, float *ema,
+                                const float *w, size_t n, float decay) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (n == 0)
+        return TP_OK;
+    if (s && s->mode != TP_CUDA_EAGER) {
+        const float *p;
+        TP_TRY(tp_cuda_step_scalars(s, &decay, 1, &p));
+        if (s->mode == TP_CUDA_REPLAYING)
+            return TP_OK;
+        TP_TRY(tp_cuda_use(cb));
+        TP_TRY(tp_cuda_order(cb, s));
+        k_ema_p<<<tp_cuda_blocks(n, 256), 256, 0, s->cu>>>(ema, w, n, p);
+        TP_CUDA_CHECK(cudaGetLastError());
+        return TP_OK;
+    }
+    TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
+    k_ema<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(ema, w, n,
+                                                                          decay);
     TP_CUDA_CHECK(cudaGetLastError());
     return tp_cuda_def_mark(cb, s);
 }
@@ -1475,6 +1516,7 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .timer_hold = */ s_timer_hold,
     /* .grad_sumsq = */ s_grad_sumsq,
     /* .grad_clip = */ s_grad_clip,
+    /* .ema_update = */ s_ema_update,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

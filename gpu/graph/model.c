@@ -635,6 +635,8 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
     if (!host)
         return tp_error(TP_ERR_NOMEM, "initial values");
     for (int i = 0; i < m->nvars; i++) {
+        if (m->nema && i >= m->ema_first)
+            break;  /* the averages start at the weights: copied below */
         s_init_values(&m->vars[i], m->config.seed, host);
         tp_status_t rc = b->ops->copy(b, rp->stream, tp_var_data_(m, r, i), host,
                                       m->vars[i].count * sizeof(float),
@@ -645,6 +647,9 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
         }
     }
     free(host);
+    if (m->nema)
+        TP_TRY(b->ops->copy(b, rp->stream, rp->model_arena + m->ema_offset,
+                            rp->train_arena, m->ntrain * sizeof(float), TP_COPY_D2D));
     for (int s = 0; s < m->nslots; s++) {
         rp->slots[s] = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
         if (!rp->slots[s])
@@ -653,6 +658,45 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
         m->memory += m->ntrain * sizeof(float);
     }
     return b->ops->stream_sync(b, rp->stream);
+}
+
+/* The weights' average (ema_decay): a shadow model-only variable
+ * "optimizer/<var>/ema" per trainable variable, appended after every
+ * other variable in the trainable ones' order, so that their values lie
+ * in the model arena exactly as the weights lie in the trainable arena
+ * (one update call covers them all). Checkpoints save and load them as
+ * variables; their names make a weights-only load skip them. */
+static tp_status_t s_plan_ema(tp_model_t *m) {
+    int ntr = 0;
+    for (int i = 0; i < m->nvars; i++)
+        ntr += m->vars[i].trainable;
+    if (ntr == 0)
+        return TP_OK;
+    if (m->nvars + ntr > m->cap_vars) {
+        tp_var_t *nv = realloc(m->vars, (size_t)(m->nvars + ntr) * sizeof *nv);
+        if (!nv)
+            return tp_error(TP_ERR_NOMEM, "the weights' average");
+        m->vars = nv;
+        m->cap_vars = m->nvars + ntr;
+    }
+    m->ema_first = m->nvars;
+    for (int i = 0; i < m->ema_first; i++) {
+        const tp_var_t *v = &m->vars[i];
+        if (!v->trainable)
+            continue;
+        size_t len = strlen(v->name) + 16;
+        tp_var_t *e = &m->vars[m->nvars];
+        memset(e, 0, sizeof *e);
+        if (!(e->name = malloc(len)))
+            return tp_error(TP_ERR_NOMEM, "the weights' average");
+        snprintf(e->name, len, "optimizer/%s/ema", v->name);
+        e->shape = v->shape;
+        e->count = v->count;
+        e->init = (tp_init_t){TP_INIT_ZEROS, 0};
+        m->nvars++;
+        m->nema++;
+    }
+    return TP_OK;
 }
 
 static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
@@ -695,6 +739,8 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
             return tp_error_wrap(TP_ERR_NOMEM, "%s: its outputs' host mirror", t->name);
         t->mirror_ready = t->mirror_inflight = -1;
     }
+    if (m->opt && tp_optimizer_ema_decay(m->opt) > 0)
+        TP_TRY(s_plan_ema(m));
     /* Variables: offsets, arenas, initial values. */
     for (int i = 0; i < m->nvars; i++) {
         tp_var_t *v = &m->vars[i];
@@ -702,10 +748,23 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
         v->offset = *used;
         *used += (v->count + FLOAT_ALIGN - 1) / FLOAT_ALIGN * FLOAT_ALIGN;
     }
+    if (m->nema) {
+        m->ema_offset = m->vars[m->ema_first].offset;
+        for (int j = 0, i = 0; i < m->ema_first; i++) {  /* s_ema_range's layout */
+            if (!m->vars[i].trainable)
+                continue;
+            TP_ASSERT(m->vars[m->ema_first + j].offset == m->ema_offset + m->vars[i].offset);
+            j++;
+        }
+    }
     if (m->opt)
         m->nslots = tp_optimizer_slot_count(m->opt);
     for (int r = 0; r < m->nrep; r++)
         TP_TRY(s_replica_init(m, r));
+    if (m->nema && !(m->ema_saved = m->backend->ops->alloc(
+                         m->backend, m->ntrain * sizeof(float) + TP_ALIGNMENT)))
+        return tp_error(TP_ERR_NOMEM, "the weights' average: %zu floats", m->ntrain);
+    m->memory += m->nema ? m->ntrain * sizeof(float) : 0;
     for (int i = 0; i < m->ntowers; i++)
         TP_TRY(s_plan_tower(m, m->towers[i]));
     if (m->infer)
@@ -833,6 +892,8 @@ void tp_model_destroy(tp_model_t **self_p) {
         if (rp->stream)
             rb->ops->stream_destroy(rb, rp->stream);
     }
+    if (m->ema_saved)
+        b->ops->free(b, m->ema_saved);
     for (int i = 0; i < m->nvars; i++)
         free(m->vars[i].name);
     free(m->vars);
@@ -950,6 +1011,54 @@ static tp_status_t s_clip_range(tp_model_t *m, tp_tower_t *t, tp_stream_t *s,
     return b->ops->grad_clip(b, s, t->grads + lo, hi - lo, (float)clip,
                              s_clip_acc(m, t));
 }
+
+/* ---- the weights' average (ema_decay) ---------------------------------- */
+
+/* After replica r's weights [lo, hi) were updated: their average's same
+ * floats, on stream s behind the update. */
+static tp_status_t s_ema_range(tp_model_t *m, int r, tp_stream_t *s, size_t lo,
+                               size_t hi) {
+    if (!m->nema || hi <= lo)
+        return TP_OK;
+    tp_replica_t *rp = &m->rep[r];
+    tp_backend_t *b = rp->backend;
+    if (!b->ops->ema_update)
+        return tp_error(TP_ERR_UNSUPPORTED, "ema_decay: the %s backend keeps no "
+                        "average of the weights", b->ops->name);
+    return b->ops->ema_update(b, s, rp->model_arena + m->ema_offset + lo,
+                              rp->train_arena + lo, hi - lo,
+                              (float)tp_optimizer_ema_decay(m->opt));
+}
+
+tp_status_t tp_model_use_ema(tp_model_t *m, int on) {
+    if (!m)
+        return tp_error(TP_ERR_INVALID, "use_ema: no model");
+    if (!m->nema)
+        return tp_error(TP_ERR_STATE, "use_ema: the model keeps no average of its "
+                        "weights (set the optimizer's ema_decay in its factory, "
+                        "before the model is built)");
+    on = on != 0;
+    if (on == m->ema_in_use)
+        return TP_OK;
+    TP_TRY(tp_model_drain_(m));  /* a step queued ahead reads the weights */
+    tp_replica_t *rp = &m->rep[0];
+    tp_backend_t *b = rp->backend;
+    const size_t bytes = m->ntrain * sizeof(float);
+    if (on) {
+        TP_TRY(b->ops->copy(b, rp->stream, m->ema_saved, rp->train_arena, bytes,
+                            TP_COPY_D2D));
+        TP_TRY(b->ops->copy(b, rp->stream, rp->train_arena,
+                            rp->model_arena + m->ema_offset, bytes, TP_COPY_D2D));
+    } else {
+        TP_TRY(b->ops->copy(b, rp->stream, rp->train_arena, m->ema_saved, bytes,
+                            TP_COPY_D2D));
+    }
+    TP_TRY(b->ops->stream_sync(b, rp->stream));
+    m->ema_in_use = on;
+    return TP_OK;
+}
+
+int tp_model_ema_in_use(const tp_model_t *m) { return m && m->ema_in_use; }
 
 static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
     const tp_var_t *v = &m->vars[vi];
@@ -1119,10 +1228,12 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
         TP_TRY(s_clip_range(m, t, t->stream, 0, m->ntrain));
         TP_TRY(tp_optimizer_update(m->opt, rp->backend, t->stream, rp->train_arena,
                                    t->grads, rp->slots, 0, m->ntrain));
+        TP_TRY(s_ema_range(m, t->replica, t->stream, 0, m->ntrain));
         tp_optimizer_end_step(m->opt);
     } else if (fused) {
         for (int r = 0; r < t->nfuse_rest; r++)
             TP_TRY(s_update_var(m, t, t->fuse_rest[r]));
+        TP_TRY(s_ema_range(m, t->replica, t->stream, 0, m->ntrain));
         tp_optimizer_end_step(m->opt);
     }
     st->fresh = !fused;
@@ -1419,6 +1530,10 @@ static tp_status_t s_check_run(tp_model_t *m, s_step_t *s,
                         "graph only runs forward (TP_RUN_FORWARD)", st);
     if (s->reduce || s->update)
         TP_TRY(s_check_grads(m));
+    if ((s->backward || s->update) && m->ema_in_use)
+        return tp_error(TP_ERR_STATE, "run: the weights' average is in their place "
+                        "(tp_model_use_ema): put the weights back (use_ema 0) "
+                        "before training");
     tp_tower_t *t = tp_model_tower_(m, s->tower);
     s->cost = 0;
     if (s->cost_name) {
@@ -1546,6 +1661,7 @@ static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
     if (hi > lo)
         TP_TRY(tp_optimizer_update(m->opt, b, t->stream, rp->train_arena,
                                    t->grads, rp->slots, lo, hi - lo));
+    TP_TRY(s_ema_range(m, t->replica, t->stream, lo, hi));
     TP_TRY(b->ops->stream_sync(b, t->stream));
     st->sliced = 1;
     return TP_OK;
@@ -1624,6 +1740,7 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
             TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
                                        rp->train_arena, g, rp->slots, 0,
                                        m->ntrain));
+            TP_TRY(s_ema_range(m, r, rp->stream, 0, m->ntrain));
             continue;
         }
         TP_TRY(s_clip_cost(m, m->towers[r], rp->stream, k));
@@ -1635,6 +1752,7 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
                                        rp->train_arena, g, rp->slots,
                                        v->offset, v->count));
         }
+        TP_TRY(s_ema_range(m, r, rp->stream, 0, m->ntrain));
     }
     tp_optimizer_end_step(m->opt);
     for (int i = 0; i < m->ntowers; i++)

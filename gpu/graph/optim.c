@@ -18,6 +18,7 @@ struct tp_optimizer {
     double beta1, beta2, eps; /* adam, adamw */
     double weight_decay;      /* adamw: decoupled */
     double clip_norm;         /* any: 0 off */
+    double ema_decay;         /* any: 0 off */
     int64_t step;
 };
 
@@ -91,6 +92,8 @@ static double *s_param(tp_optimizer_t *o, const char *name) {
         return &o->lr;
     if (!strcmp(name, "clip_norm"))
         return &o->clip_norm;
+    if (!strcmp(name, "ema_decay"))
+        return &o->ema_decay;
     if (o->kind == S_SGD && !strcmp(name, "momentum"))
         return &o->momentum;
     if (o->kind == S_ADAMW && !strcmp(name, "weight_decay"))
@@ -110,11 +113,11 @@ static tp_status_t s_unknown(const tp_optimizer_t *o, const char *name) {
     return tp_error(TP_ERR_NOT_FOUND,
                     "%s optimizer has no hyper-parameter '%s' (it has %s)",
                     tp_optimizer_kind(o), name ? name : "(null)",
-                    o->kind == S_SGD    ? "learning_rate, momentum, clip_norm"
+                    o->kind == S_SGD    ? "learning_rate, momentum, clip_norm, ema_decay"
                     : o->kind == S_ADAM ? "learning_rate, beta1, beta2, epsilon, "
-                                          "clip_norm"
+                                          "clip_norm, ema_decay"
                                         : "learning_rate, beta1, beta2, epsilon, "
-                                          "weight_decay, clip_norm");
+                                          "weight_decay, clip_norm, ema_decay");
 }
 
 tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v) {
@@ -155,6 +158,7 @@ const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i) {
 }
 
 double tp_optimizer_clip_norm(const tp_optimizer_t *o) { return o->clip_norm; }
+double tp_optimizer_ema_decay(const tp_optimizer_t *o) { return o->ema_decay; }
 
 int64_t tp_optimizer_step(const tp_optimizer_t *o) { return o->step; }
 void tp_optimizer_set_step(tp_optimizer_t *o, int64_t step) { o->step = step; }

@@ -43,10 +43,21 @@ const char *tp_optimizer_kind(const tp_optimizer_t *o);
 
 /* Set or read a hyper-parameter: "learning_rate" (all), "momentum" (sgd),
  * "beta1", "beta2", "epsilon" (adam, adamw), "weight_decay" (adamw), and
- * "clip_norm" (all; 0, the default, is off): the model scales all the
- * step's gradients by min(1, clip_norm / global norm), the norm over every
- * trainable variable's all-reduced gradient (tensorpack's GlobalNormClip,
- * torch.nn.utils.clip_grad_norm_). TP_ERR_NOT_FOUND names the known ones. */
+ * for every kind:
+ *  - "clip_norm" (0, the default, is off): the model scales all the step's
+ *    gradients by min(1, clip_norm / global norm), the norm over every
+ *    trainable variable's all-reduced gradient (tensorpack's
+ *    GlobalNormClip, torch.nn.utils.clip_grad_norm_);
+ *  - "ema_decay" d in [0, 1) (0, the default, is off): the model keeps an
+ *    exponential moving average of every trainable variable, ema = d x ema
+ *    + (1 - d) x w after each update, starting from the initial weights
+ *    (timm's ModelEmaV2). It must be set before the model is built (in the
+ *    optimizer factory), which plans the averages' memory: a shadow
+ *    model-only variable "optimizer/<var>/ema" per trainable variable,
+ *    saved and resumed with the checkpoint as the optimizer's slots are
+ *    (and skipped by a weights-only load). tp_model_use_ema puts the
+ *    averages in the weights' place for validation or export.
+ * TP_ERR_NOT_FOUND names the known ones. */
 tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v);
 tp_status_t tp_optimizer_get(const tp_optimizer_t *o, const char *name,
                              double *v);
@@ -57,6 +68,19 @@ const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i);
 
 /* The global-norm clip in force (0: none): tp_optimizer_get's "clip_norm". */
 double tp_optimizer_clip_norm(const tp_optimizer_t *o);
+/* The weights' average's decay (0: none): tp_optimizer_get's "ema_decay". */
+double tp_optimizer_ema_decay(const tp_optimizer_t *o);
+
+/* The model's EMA (ema_decay above) in the place of its trainable
+ * variables (on 1) or its own weights back (on 0), in the model's own
+ * copy (device 0: inference graph, tp_model_var, export, checkpoints):
+ * between two steps, e.g. around validation or before an ONNX export.
+ * Training must not run while it is on (a step then fails, saying so).
+ * TP_ERR_STATE when the model keeps no average; on 1 twice is a no-op. */
+typedef struct tp_model tp_model_t;
+tp_status_t tp_model_use_ema(tp_model_t *m, int on);
+/* 1 while tp_model_use_ema put the average in place. */
+int tp_model_ema_in_use(const tp_model_t *m);
 
 /* Updates applied so far (Adam's bias correction uses it; checkpoints keep
  * it). */

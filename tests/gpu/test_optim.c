@@ -177,8 +177,17 @@ static tp_optimizer_t *s_sgd1(void *u) {
 static const tp_input_desc_t s_desc[2] = {{"x", TP_FLOAT32, 2, {-1, 3}},
                                           {"y", TP_INT32, 1, {-1}}};
 
+static double s_ema_decay; /* s_sgd_ema's, set before building */
+static tp_optimizer_t *s_sgd_ema(void *u) {
+    (void)u;
+    tp_optimizer_t *o = tp_optimizer_sgd(1.0, 0.0, 0);
+    if (o && tp_optimizer_set(o, "ema_decay", s_ema_decay) < 0)
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
 static tp_model_t *s_model(int towers, double clip) {
-    tp_model_desc_t md = {s_desc, 2, s_tower, s_sgd1, NULL};
+    tp_model_desc_t md = {s_desc, 2, s_tower, s_ema_decay > 0 ? s_sgd_ema : s_sgd1, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.towers = towers;
     cfg.batch = CB;
@@ -187,6 +196,9 @@ static tp_model_t *s_model(int towers, double clip) {
     tp_tensor_t w;
     cr_assert_eq(tp_model_var(m, "W", &w), TP_OK);
     memcpy(w.data, s_w0, sizeof s_w0); /* CPU backend: host memory */
+    /* the average starts at the weights the model was built with: these */
+    if (s_ema_decay > 0 && tp_model_var(m, "optimizer/W/ema", &w) == TP_OK)
+        memcpy(w.data, s_w0, sizeof s_w0);
     cr_assert_eq(tp_optimizer_set(tp_model_optimizer(m), "clip_norm", clip), TP_OK);
     return m;
 }
@@ -206,12 +218,9 @@ static void s_feeds(tp_tensor_t in[4]) {
     }
 }
 
-/* W after one step by `path`: 0 one tower (the fused update), 1 two towers
- * from one thread (TP_ALL_TOWERS), 2 two towers each applying its slice. */
-static void s_step(int path, double clip, float w_out[6]) {
-    tp_model_t *m = s_model(path == 0 ? 1 : 2, clip);
-    tp_tensor_t in[4];
-    s_feeds(in);
+/* One step by `path`: 0 one tower (the fused update), 1 two towers from
+ * one thread (TP_ALL_TOWERS), 2 two towers each applying its slice. */
+static void s_run_path(tp_model_t *m, int path, tp_tensor_t in[4]) {
     if (path < 2) {
         cr_assert_eq(tp_model_run(m, path ? TP_ALL_TOWERS : 0, in, path ? 4 : 2, NULL,
                                   0, NULL), TP_OK, "%s", tp_last_error());
@@ -226,6 +235,14 @@ static void s_step(int path, double clip, float w_out[6]) {
         cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &update),
                      TP_OK, "%s", tp_last_error());
     }
+}
+
+/* W after one step by `path` (s_run_path). */
+static void s_step(int path, double clip, float w_out[6]) {
+    tp_model_t *m = s_model(path == 0 ? 1 : 2, clip);
+    tp_tensor_t in[4];
+    s_feeds(in);
+    s_run_path(m, path, in);
     tp_tensor_t w;
     cr_assert_eq(tp_model_var(m, "W", &w), TP_OK);
     memcpy(w_out, w.data, sizeof s_w0);
@@ -257,4 +274,62 @@ Test(optim, clip_norm_scales_the_step_on_every_update_path) {
         cr_expect_eq(memcmp(w, w_plain, sizeof w), 0, "path %d: clip above the norm "
                      "changed the step", path);
     }
+}
+
+/* ---- the weights' average in a model ----------------------------------- */
+
+static void s_read(tp_model_t *m, const char *name, float out[6]) {
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_var(m, name, &v), TP_OK, "%s: %s", name, tp_last_error());
+    cr_assert_eq(v.nbytes, 6 * sizeof(float));
+    memcpy(out, v.data, 6 * sizeof(float));
+    tp_tensor_fini(&v);
+}
+
+Test(optim, ema_follows_every_update_path_and_takes_the_weights_place) {
+    s_ema_decay = 0.75;
+    for (int path = 0; path < 3; path++) {
+        tp_model_t *m = s_model(path == 0 ? 1 : 2, 0.0);
+        tp_tensor_t in[4];
+        s_feeds(in);
+        double ema[6];
+        float w[6], e[6];
+        s_read(m, "optimizer/W/ema", e);
+        for (int i = 0; i < 6; i++) {  /* it starts at the initial weights */
+            cr_expect_eq(e[i], s_w0[i], "path %d: ema[%d] starts at %g", path, i, e[i]);
+            ema[i] = s_w0[i];
+        }
+        for (int step = 0; step < 3; step++) {
+            s_run_path(m, path, in);
+            s_read(m, "W", w);
+            for (int i = 0; i < 6; i++)
+                ema[i] = 0.75 * ema[i] + 0.25 * w[i];
+        }
+        s_read(m, "optimizer/W/ema", e);
+        for (int i = 0; i < 6; i++)
+            cr_expect(fabs(e[i] - ema[i]) < 1e-6, "path %d: ema[%d] %.8f, want %.8f",
+                      path, i, e[i], ema[i]);
+        /* in the weights' place: what the inference graph and export read */
+        cr_assert_eq(tp_model_use_ema(m, 1), TP_OK, "%s", tp_last_error());
+        cr_expect(tp_model_ema_in_use(m));
+        float in_place[6];
+        s_read(m, "W", in_place);
+        cr_expect_eq(memcmp(in_place, e, sizeof e), 0, "path %d: W is not the average", path);
+        cr_expect_eq(tp_model_run(m, path ? TP_ALL_TOWERS : 0, in, path ? 4 : 2, NULL, 0,
+                                  NULL), TP_ERR_STATE, "training with the average in place");
+        cr_expect(strstr(tp_last_error(), "tp_model_use_ema"), "%s", tp_last_error());
+        cr_assert_eq(tp_model_use_ema(m, 0), TP_OK);
+        s_read(m, "W", in_place);
+        cr_expect_eq(memcmp(in_place, w, sizeof w), 0, "path %d: the weights came back "
+                     "changed", path);
+        tp_model_destroy(&m);
+    }
+    /* a model without the average says how to get one */
+    s_ema_decay = 0;
+    tp_model_t *m = s_model(1, 0.0);
+    cr_expect_eq(tp_model_use_ema(m, 1), TP_ERR_STATE);
+    cr_expect(strstr(tp_last_error(), "ema_decay"), "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_expect_eq(tp_model_var(m, "optimizer/W/ema", &v), TP_ERR_NOT_FOUND);
+    tp_model_destroy(&m);
 }
