@@ -148,9 +148,10 @@ Test(torch_step, label_smoothing_is_pytorchs) {
 
 /* ---- optimizers and gradient processing against torch.optim ------------
  * A few steps of a small MLP (fc 12->16, relu, fc 16->10, cross-entropy)
- * with AdamW (or Adam) and the global-norm clip, on one tower (the fused
- * update) and on two from one thread (the update after the all-reduce),
- * against torch.optim.AdamW and clip_grad_norm_ in float64
+ * with AdamW (or Adam), the global-norm clip and the weights' average, on
+ * one tower (the fused update) and on two from one thread (the update
+ * after the all-reduce), against torch.optim.AdamW, clip_grad_norm_ and
+ * timm's ModelEmaV2 arithmetic in float64
  * (tests/models/torch_optim.py, which states the tolerance). */
 
 #define OP_PY TP_SOURCE_DIR "/tests/models/torch_optim.py"
@@ -160,7 +161,7 @@ Test(torch_step, label_smoothing_is_pytorchs) {
 
 typedef struct {
     const char *name, *kind;
-    double lr, wd, clip;
+    double lr, wd, clip, ema;
     int towers;
 } s_op_case_t;
 
@@ -177,7 +178,8 @@ static tp_optimizer_t *s_op_opt(void *user) {
     tp_optimizer_t *o = !strcmp(c->kind, "adamw")
                             ? tp_optimizer_adamw(c->lr, 0.9, 0.999, 1e-8, c->wd)
                             : tp_optimizer_adam(c->lr, 0.9, 0.999, 1e-8);
-    if (o && tp_optimizer_set(o, "clip_norm", c->clip) < 0)
+    if (o && (tp_optimizer_set(o, "clip_norm", c->clip) < 0 ||
+              tp_optimizer_set(o, "ema_decay", c->ema) < 0))
         tp_optimizer_destroy(&o);
     return o;
 }
@@ -231,12 +233,12 @@ static void s_op_case(const char *dir, const s_op_case_t *c, FILE *cases) {
     fclose(fy);
     snprintf(path, sizeof path, "%s/%s_w1.safetensors", dir, c->name);
     cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
-    fprintf(cases, "%s %s %.17g %.17g %.17g %d %d\n", c->name, c->kind, c->lr, c->wd,
-            c->clip, OP_STEPS, c->towers);
+    fprintf(cases, "%s %s %.17g %.17g %.17g %.17g %d %d\n", c->name, c->kind, c->lr,
+            c->wd, c->clip, c->ema, OP_STEPS, c->towers);
     tp_model_destroy(&m);
 }
 
-Test(torch_step, adamw_and_the_global_norm_clip_are_torch_optims) {
+Test(torch_step, adamw_clip_and_ema_are_torch_optims) {
     char dir[64];
     snprintf(dir, sizeof dir, "/tmp/tp-torchopt-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
@@ -245,10 +247,12 @@ Test(torch_step, adamw_and_the_global_norm_clip_are_torch_optims) {
     FILE *cases = fopen(path, "w");
     cr_assert_not_null(cases);
     static const s_op_case_t all[] = {
-        {"adamw", "adamw", 0.01, 0.1, 0, 1},
-        {"adamw_clip", "adamw", 0.01, 0.1, 0.5, 1},
-        {"adamw_clip_2towers", "adamw", 0.01, 0.1, 0.5, 2},
-        {"adam_clip", "adam", 0.02, 0, 0.3, 1},
+        {"adamw", "adamw", 0.01, 0.1, 0, 0, 1},
+        {"adamw_clip", "adamw", 0.01, 0.1, 0.5, 0, 1},
+        {"adamw_clip_2towers", "adamw", 0.01, 0.1, 0.5, 0, 2},
+        {"adam_clip", "adam", 0.02, 0, 0.3, 0, 1},
+        {"adamw_ema", "adamw", 0.01, 0.1, 0, 0.8, 1},
+        {"adamw_clip_ema_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         s_op_case(dir, &all[i], cases);
