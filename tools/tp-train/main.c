@@ -62,6 +62,7 @@ typedef struct {
     double warmup;  /* --warmup: epochs of the rate's climb from lr / 10 */
     double weight_decay; /* --weight-decay: AdamW's decoupled decay; -1 unset */
     double clip_norm;    /* --clip-norm: the global-norm clip; 0 off */
+    double ema;          /* --ema: the weights' average's decay; 0 off */
     int64_t steps_per_epoch, seed;
 } s_args_t;
 
@@ -104,6 +105,10 @@ static void s_usage(FILE *out) {
 "                       global norm), the norm over every trainable\n"
 "                       variable after the all-reduce (tensorpack's\n"
 "                       GlobalNormClip); C > 0 (default: no clip)\n"
+"  --ema D              keep an exponential moving average of the weights,\n"
+"                       avg = D x avg + (1 - D) x w after each update, D in\n"
+"                       (0, 1) (e.g. 0.999); validation runs on it, and the\n"
+"                       checkpoints keep it (optimizer/<var>/ema)\n"
 "  --devices LIST       auto (default: GPU 0 if CUDA answers, else the CPU),\n"
 "                       cpu, a GPU id like 1, or several like 0,1 (one tower\n"
 "                       on each, gradients all-reduced by NCCL); under MPI\n"
@@ -193,6 +198,7 @@ typedef struct {
     const char *kind;     /* "sgd", "adam", "adamw" (checked) */
     double weight_decay;  /* adamw */
     double clip_norm;     /* 0: none */
+    double ema;           /* 0: none */
 } s_model_user_t;
 
 /* The optimizer factory: SGD has momentum 0.9; Adam and AdamW torch's
@@ -204,10 +210,29 @@ static tp_optimizer_t *s_optimizer(void *user) {
         : !strcasecmp(u->kind, "adamw") ? tp_optimizer_adamw(u->lr, 0.9, 0.999, 1e-8,
                                                              u->weight_decay)
                                         : tp_optimizer_sgd(u->lr, 0.9, 0);
-    if (o && u->clip_norm > 0 && tp_optimizer_set(o, "clip_norm", u->clip_norm) < 0)
+    if (o && (tp_optimizer_set(o, "clip_norm", u->clip_norm) < 0 ||
+              tp_optimizer_set(o, "ema_decay", u->ema) < 0))
         tp_optimizer_destroy(&o);
     return o;
 }
+
+/* --ema: validation on the weights' average. The first callback puts it
+ * in the weights' place before the InferenceRunner's trigger_epoch, the
+ * second puts the weights back after it (and after training, whatever
+ * happened), before the ModelSaver, a default callback after these,
+ * snapshots the model. */
+static tp_status_t s_ema_in(void *impl, tp_trainer_t *tr) {
+    (void)impl;
+    return tp_model_use_ema(tp_trainer_model(tr), 1);
+}
+static tp_status_t s_ema_out(void *impl, tp_trainer_t *tr) {
+    (void)impl;
+    return tp_model_use_ema(tp_trainer_model(tr), 0);
+}
+static const tp_callback_ops_t s_ema_in_ops = {.name = "EMAIn", .trigger_epoch = s_ema_in};
+static const tp_callback_ops_t s_ema_out_ops = {.name = "EMAOut",
+                                                .trigger_epoch = s_ema_out,
+                                                .after_train = s_ema_out};
 
 /* --devices 0,1: distinct GPU ids, into ids[] (*n_out of them). */
 static tp_status_t s_parse_device_list(const char *list, int *ids, int *n_out) {
@@ -407,7 +432,7 @@ int main(int argc, char **argv) {
                   .weight_decay = -1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
-           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_WD, O_CLIP };
+           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_WD, O_CLIP, O_EMA };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -436,6 +461,7 @@ int main(int argc, char **argv) {
         {"warmup", required_argument, 0, O_WARMUP},
         {"weight-decay", required_argument, 0, O_WD},
         {"clip-norm", required_argument, 0, O_CLIP},
+        {"ema", required_argument, 0, O_EMA},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -508,6 +534,13 @@ int main(int argc, char **argv) {
             if (tp_spec_double(optarg, "--clip-norm", &a.clip_norm) ||
                 !(a.clip_norm > 0 && a.clip_norm < 1e30)) {
                 tp_error(TP_ERR_INVALID, "--clip-norm needs a norm > 0, got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            break;
+        case O_EMA:
+            if (tp_spec_double(optarg, "--ema", &a.ema) || !(a.ema > 0 && a.ema < 1)) {
+                tp_error(TP_ERR_INVALID, "--ema needs a decay in (0, 1), e.g. 0.999, got "
+                         "'%s'", optarg);
                 return s_fail("bad flag");
             }
             break;
@@ -777,7 +810,7 @@ int main(int argc, char **argv) {
     if (a.augment || a.resident)
         inputs[0].dtype = TP_FLOAT32;
     s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, a.optimizer, a.weight_decay,
-                         a.clip_norm};
+                         a.clip_norm, a.ema};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
     tp_train_config_t cfg;
@@ -836,12 +869,14 @@ int main(int argc, char **argv) {
                  "    towers = %d\n    ranks = %d\n    lr = %g\n    optimizer = %s\n"
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
                  "    seed = %lld\n    label_smoothing = %g\n    lr_end = %g\n"
-                 "    warmup = %g\n    weight_decay = %g\n    clip_norm = %g\n",
+                 "    warmup = %g\n    weight_decay = %g\n    clip_norm = %g\n"
+                 "    ema = %g\n",
                  zoo->name, a.image_size,
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
                  a.lr_end, a.warmup,
-                 strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay, a.clip_norm);
+                 strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay, a.clip_norm,
+                 a.ema);
     cfg.hparams = hparams;
     /* The rate, step by step: from lr / 10 up to lr over the warm-up, then
      * down to lr x lr_end at the end (a twentieth by default), linearly. */
@@ -862,12 +897,17 @@ int main(int argc, char **argv) {
         {TP_INFER_FLIP_ACCURACY, "logits", NULL},  /* --tta */
         {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},  /* --tta-shift */
     };
-    tp_callback_t *cbs[2] = {
-        tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1),
-        rank == 0 ? tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta) : NULL,
-    };
+    /* validation (rank 0), between --ema's two: on the weights' average */
+    tp_callback_t *cbs[4] = {tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)};
+    int ncbs = 1;
+    if (rank == 0 && a.ema > 0)
+        cbs[ncbs++] = tp_callback_new(&s_ema_in_ops, NULL, 1);
+    if (rank == 0)
+        cbs[ncbs++] = tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta);
+    if (rank == 0 && a.ema > 0)
+        cbs[ncbs++] = tp_callback_new(&s_ema_out_ops, NULL, 1);
     cfg.callbacks = cbs;
-    cfg.ncallbacks = rank == 0 ? 2 : 1;
+    cfg.ncallbacks = ncbs;
     /* every rank's own batches: a shard of the common stream, or its own
      * tp-worker processes */
     if (s_dist && tp_dist_configure(s_dist, &cfg, !own_data) != TP_OK) {
