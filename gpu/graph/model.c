@@ -660,6 +660,49 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
     return b->ops->stream_sync(b, rp->stream);
 }
 
+/* Variables whose learning-rate multiplier is 0 are frozen: made
+ * model-only before anything is planned, so that no node computes a
+ * gradient for them (autodiff plans from the trainable flag), and they get
+ * no slots, no update, no average. */
+static void s_freeze(tp_model_t *m) {
+    int n = 0;
+    for (int i = 0; i < m->nvars; i++) {
+        tp_var_t *v = &m->vars[i];
+        if (v->trainable && tp_optimizer_lr_mult(m->opt, v->name) == 0) {
+            v->trainable = 0;
+            n++;
+        }
+    }
+    if (n)
+        TP_INFO("model: %d variable%s frozen (learning-rate multiplier 0)", n,
+                n > 1 ? "s" : "");
+}
+
+/* The update of the trainable floats [lo, hi) of replica rp from grads
+ * [ntrain] on stream s: one call, or with learning-rate multipliers one per
+ * variable in the range, each at its own rate (the padding between
+ * variables, zero in both, needs none). */
+static tp_status_t s_apply(tp_model_t *m, tp_replica_t *rp, tp_stream_t *s,
+                           const float *grads, size_t lo, size_t hi) {
+    if (hi <= lo)
+        return TP_OK;
+    if (tp_optimizer_lr_mult_count(m->opt) == 0)
+        return tp_optimizer_update(m->opt, rp->backend, s, rp->train_arena, grads,
+                                   rp->slots, lo, hi - lo);
+    for (int i = 0; i < m->nvars; i++) {
+        const tp_var_t *v = &m->vars[i];
+        if (!v->trainable)
+            continue;
+        size_t a = v->offset > lo ? v->offset : lo;
+        size_t z = v->offset + v->count < hi ? v->offset + v->count : hi;
+        if (z > a)
+            TP_TRY(tp_optimizer_update_scaled(m->opt, rp->backend, s, rp->train_arena,
+                                              grads, rp->slots, a, z - a,
+                                              tp_optimizer_lr_mult(m->opt, v->name)));
+    }
+    return TP_OK;
+}
+
 /* The weights' average (ema_decay): a shadow model-only variable
  * "optimizer/<var>/ema" per trainable variable, appended after every
  * other variable in the trainable ones' order, so that their values lie
@@ -739,6 +782,8 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
             return tp_error_wrap(TP_ERR_NOMEM, "%s: its outputs' host mirror", t->name);
         t->mirror_ready = t->mirror_inflight = -1;
     }
+    if (m->opt && tp_optimizer_lr_mult_count(m->opt) > 0)
+        s_freeze(m);
     if (m->opt && tp_optimizer_ema_decay(m->opt) > 0)
         TP_TRY(s_plan_ema(m));
     /* Variables: offsets, arenas, initial values. */
@@ -1063,8 +1108,7 @@ int tp_model_ema_in_use(const tp_model_t *m) { return m && m->ema_in_use; }
 static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
     const tp_var_t *v = &m->vars[vi];
     tp_replica_t *rp = &m->rep[t->replica];
-    return tp_optimizer_update(m->opt, rp->backend, t->stream, rp->train_arena,
-                               t->grads, rp->slots, v->offset, v->count);
+    return s_apply(m, rp, t->stream, t->grads, v->offset, v->offset + v->count);
 }
 
 /* Profiling with the device's timer: a mark before and after op call k
@@ -1226,8 +1270,7 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
     if (whole) {
         tp_replica_t *rp = &m->rep[t->replica];
         TP_TRY(s_clip_range(m, t, t->stream, 0, m->ntrain));
-        TP_TRY(tp_optimizer_update(m->opt, rp->backend, t->stream, rp->train_arena,
-                                   t->grads, rp->slots, 0, m->ntrain));
+        TP_TRY(s_apply(m, rp, t->stream, t->grads, 0, m->ntrain));
         TP_TRY(s_ema_range(m, t->replica, t->stream, 0, m->ntrain));
         tp_optimizer_end_step(m->opt);
     } else if (fused) {
@@ -1658,9 +1701,7 @@ static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
     tp_replica_t *rp = &m->rep[t->replica];
     tp_backend_t *b = rp->backend;
     TP_TRY(s_clip_range(m, t, t->stream, lo, hi));
-    if (hi > lo)
-        TP_TRY(tp_optimizer_update(m->opt, b, t->stream, rp->train_arena,
-                                   t->grads, rp->slots, lo, hi - lo));
+    TP_TRY(s_apply(m, rp, t->stream, t->grads, lo, hi));
     TP_TRY(s_ema_range(m, t->replica, t->stream, lo, hi));
     TP_TRY(b->ops->stream_sync(b, t->stream));
     st->sliced = 1;
@@ -1737,9 +1778,7 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
         const float *g = m->towers[r]->grads;
         if (k == 0) {  /* the main cost: every trainable variable at once */
             TP_TRY(s_clip_range(m, m->towers[r], rp->stream, 0, m->ntrain));
-            TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
-                                       rp->train_arena, g, rp->slots, 0,
-                                       m->ntrain));
+            TP_TRY(s_apply(m, rp, rp->stream, g, 0, m->ntrain));
             TP_TRY(s_ema_range(m, r, rp->stream, 0, m->ntrain));
             continue;
         }
@@ -1748,9 +1787,7 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
             const tp_var_t *v = &m->vars[i];
             if (!s_cost_var(t0, k, v))
                 continue;
-            TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
-                                       rp->train_arena, g, rp->slots,
-                                       v->offset, v->count));
+            TP_TRY(s_apply(m, rp, rp->stream, g, v->offset, v->offset + v->count));
         }
         TP_TRY(s_ema_range(m, r, rp->stream, 0, m->ntrain));
     }

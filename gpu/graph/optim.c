@@ -3,12 +3,15 @@
  *
  * An optimizer is only its hyper-parameters and a step counter; the model
  * owns the slot buffers, so the same object serves any backend. */
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/optim.h>
 #include "gpu/backend_impl.h"
 
 typedef enum { S_SGD, S_ADAM, S_ADAMW } s_kind_t;
+
+#define S_MULTS_MAX 16
 
 struct tp_optimizer {
     s_kind_t kind;
@@ -19,6 +22,9 @@ struct tp_optimizer {
     double weight_decay;      /* adamw: decoupled */
     double clip_norm;         /* any: 0 off */
     double ema_decay;         /* any: 0 off */
+    char *mult_pattern[S_MULTS_MAX]; /* learning-rate multipliers, in order */
+    double mult[S_MULTS_MAX];
+    int nmults;
     int64_t step;
 };
 
@@ -77,6 +83,8 @@ tp_optimizer_t *tp_optimizer_adamw(double lr, double beta1, double beta2,
 void tp_optimizer_destroy(tp_optimizer_t **self_p) {
     if (!self_p || !*self_p)
         return;
+    for (int i = 0; i < (*self_p)->nmults; i++)
+        free((*self_p)->mult_pattern[i]);
     free(*self_p);
     *self_p = NULL;
 }
@@ -160,23 +168,57 @@ const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i) {
 double tp_optimizer_clip_norm(const tp_optimizer_t *o) { return o->clip_norm; }
 double tp_optimizer_ema_decay(const tp_optimizer_t *o) { return o->ema_decay; }
 
+tp_status_t tp_optimizer_add_lr_mult(tp_optimizer_t *o, const char *pattern,
+                                     double mult) {
+    if (!pattern || !*pattern)
+        return tp_error(TP_ERR_INVALID, "lr_mult: no pattern");
+    if (!(mult >= 0 && mult < 1e30))
+        return tp_error(TP_ERR_INVALID, "lr_mult '%s': multiplier %g (>= 0; 0 "
+                        "freezes)", pattern, mult);
+    if (o->nmults == S_MULTS_MAX)
+        return tp_error(TP_ERR_INVALID, "lr_mult '%s': more than %d patterns",
+                        pattern, S_MULTS_MAX);
+    if (!(o->mult_pattern[o->nmults] = strdup(pattern)))
+        return tp_error(TP_ERR_NOMEM, "lr_mult '%s'", pattern);
+    o->mult[o->nmults++] = mult;
+    return TP_OK;
+}
+
+double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name) {
+    for (int i = 0; name && i < o->nmults; i++)
+        if (fnmatch(o->mult_pattern[i], name, 0) == 0)
+            return o->mult[i];
+    return 1.0;
+}
+
+int tp_optimizer_lr_mult_count(const tp_optimizer_t *o) { return o->nmults; }
+
 int64_t tp_optimizer_step(const tp_optimizer_t *o) { return o->step; }
 void tp_optimizer_set_step(tp_optimizer_t *o, int64_t step) { o->step = step; }
+
+tp_status_t tp_optimizer_update_scaled(tp_optimizer_t *o, tp_backend_t *b,
+                                       tp_stream_t *s, float *param,
+                                       const float *grad, float *const *slots,
+                                       size_t off, size_t n, double lr_mult) {
+    /* (float)(lr * 1.0) is (float)lr: unscaled updates stay bit for bit */
+    const double lr = o->lr * lr_mult;
+    if (o->kind == S_SGD)
+        return b->ops->sgd_update(b, s, param + off, grad + off,
+                                  o->momentum > 0 ? slots[0] + off : NULL, n,
+                                  (float)lr, (float)o->momentum,
+                                  o->nesterov);
+    return b->ops->adam_update(b, s, param + off, grad + off, slots[0] + off,
+                               slots[1] + off, n, (float)lr,
+                               (float)o->beta1, (float)o->beta2, (float)o->eps,
+                               o->kind == S_ADAMW ? (float)o->weight_decay : 0.0f,
+                               o->step + 1);
+}
 
 tp_status_t tp_optimizer_update(tp_optimizer_t *o, tp_backend_t *b,
                                 tp_stream_t *s, float *param,
                                 const float *grad, float *const *slots,
                                 size_t off, size_t n) {
-    if (o->kind == S_SGD)
-        return b->ops->sgd_update(b, s, param + off, grad + off,
-                                  o->momentum > 0 ? slots[0] + off : NULL, n,
-                                  (float)o->lr, (float)o->momentum,
-                                  o->nesterov);
-    return b->ops->adam_update(b, s, param + off, grad + off, slots[0] + off,
-                               slots[1] + off, n, (float)o->lr,
-                               (float)o->beta1, (float)o->beta2, (float)o->eps,
-                               o->kind == S_ADAMW ? (float)o->weight_decay : 0.0f,
-                               o->step + 1);
+    return tp_optimizer_update_scaled(o, b, s, param, grad, slots, off, n, 1.0);
 }
 
 void tp_optimizer_end_step(tp_optimizer_t *o) { o->step++; }

@@ -82,6 +82,22 @@ tp_status_t tp_model_use_ema(tp_model_t *m, int on);
 /* 1 while tp_model_use_ema put the average in place. */
 int tp_model_ema_in_use(const tp_model_t *m);
 
+/* Per-pattern learning-rate multipliers (PyTorch's parameter groups by
+ * name; tensorpack's ScaleGradient on the update): a trainable variable
+ * whose name matches `pattern` (fnmatch, as tp_l2_decay's patterns) is
+ * updated with learning_rate x mult (AdamW's decay too, as a
+ * torch group's); the first pattern that matches wins, no match is 1.
+ * mult 0 freezes: set it before the model is built (in the optimizer
+ * factory), and the model builds those variables as not trainable: no
+ * gradient is computed for them, they get no slots and no update, and
+ * checkpoints keep them as plain variables. At most 16 patterns. */
+tp_status_t tp_optimizer_add_lr_mult(tp_optimizer_t *o, const char *pattern,
+                                     double mult);
+/* The multiplier of variable `name` (1 when no pattern matches it), and
+ * how many patterns there are. */
+double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name);
+int tp_optimizer_lr_mult_count(const tp_optimizer_t *o);
+
 /* Updates applied so far (Adam's bias correction uses it; checkpoints keep
  * it). */
 int64_t tp_optimizer_step(const tp_optimizer_t *o);
@@ -102,6 +118,12 @@ tp_status_t tp_optimizer_update(tp_optimizer_t *o, tp_backend_t *b,
                                 const float *grad, float *const *slots,
                                 size_t offset, size_t n);
 void tp_optimizer_end_step(tp_optimizer_t *o);
+/* tp_optimizer_update with the learning rate times lr_mult (a variable's
+ * multiplier; 1.0 is tp_optimizer_update exactly). */
+tp_status_t tp_optimizer_update_scaled(tp_optimizer_t *o, tp_backend_t *b,
+                                       tp_stream_t *s, float *param,
+                                       const float *grad, float *const *slots,
+                                       size_t offset, size_t n, double lr_mult);
 
 #ifdef __cplusplus
 }

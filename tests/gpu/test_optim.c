@@ -333,3 +333,89 @@ Test(optim, ema_follows_every_update_path_and_takes_the_weights_place) {
     cr_expect_eq(tp_model_var(m, "optimizer/W/ema", &v), TP_ERR_NOT_FOUND);
     tp_model_destroy(&m);
 }
+
+/* ---- learning-rate multipliers and freezing ----------------------------
+ * fc 3->2 (fc/W, fc/b) and SGD at rate 1: a step moves each variable by
+ * its gradient times its multiplier; a frozen one neither moves nor has a
+ * gradient, and the others' gradients are what they were. */
+
+static double s_mult_w = 1, s_mult_b = 1;
+static tp_status_t s_fc_tower(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "xent", tp_fc(t, "fc", in[0], 2, 1),
+                                                in[1]));
+}
+static tp_optimizer_t *s_sgd_mults(void *u) {
+    (void)u;
+    tp_optimizer_t *o = tp_optimizer_sgd(1.0, 0.0, 0);
+    if (o && (tp_optimizer_add_lr_mult(o, "*/W", s_mult_w) < 0 ||
+              tp_optimizer_add_lr_mult(o, "fc/?", s_mult_b) < 0))
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+/* fc/W (6 floats) and fc/b (2) before and after a step on `towers`. */
+static tp_model_t *s_fc_step(int towers, float w[2][6], float b[2][2]) {
+    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_sgd_mults, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = towers;
+    cfg.batch = CB;
+    cfg.seed = 3;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_tensor_t in[4], v;
+    s_feeds(in);
+    for (int k = 0; k < 2; k++) {
+        if (k == 1)
+            cr_assert_eq(tp_model_run(m, towers > 1 ? TP_ALL_TOWERS : 0, in, 2 * towers,
+                                      NULL, 0, NULL), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_var(m, "fc/W", &v), TP_OK);
+        memcpy(w[k], v.data, sizeof w[k]);
+        tp_tensor_fini(&v);
+        cr_assert_eq(tp_model_var(m, "fc/b", &v), TP_OK);
+        memcpy(b[k], v.data, sizeof b[k]);
+        tp_tensor_fini(&v);
+    }
+    return m;
+}
+
+Test(optim, lr_multipliers_scale_each_variables_step_and_zero_freezes) {
+    tp_optimizer_t *o = tp_optimizer_sgd(0.1, 0, 0);
+    cr_expect_eq(tp_optimizer_add_lr_mult(o, "a/*", 0.5), TP_OK);
+    cr_expect_eq(tp_optimizer_add_lr_mult(o, "*", 2), TP_OK);
+    cr_expect_eq(tp_optimizer_lr_mult(o, "a/W"), 0.5, "the first match wins");
+    cr_expect_eq(tp_optimizer_lr_mult(o, "b/W"), 2.0);
+    cr_expect_eq(tp_optimizer_add_lr_mult(o, "c", -1), TP_ERR_INVALID);
+    tp_optimizer_destroy(&o);
+    for (int towers = 1; towers <= 2; towers++) {
+        float w[2][6], b[2][2], rw[2][6], rb[2][2];
+        s_mult_w = s_mult_b = 1;
+        tp_model_t *ref = s_fc_step(towers, rw, rb);
+        tp_model_destroy(&ref);
+        /* W at a quarter of the rate, b at three times */
+        s_mult_w = 0.25, s_mult_b = 3;
+        tp_model_t *m = s_fc_step(towers, w, b);
+        cr_expect_eq(memcmp(w[0], rw[0], sizeof w[0]), 0, "same initial weights");
+        for (int i = 0; i < 6; i++)
+            cr_expect(fabsf((w[0][i] - w[1][i]) - 0.25f * (rw[0][i] - rw[1][i])) < 1e-7f,
+                      "towers %d: W[%d] moved %g, want %g", towers, i, w[0][i] - w[1][i],
+                      0.25f * (rw[0][i] - rw[1][i]));
+        for (int i = 0; i < 2; i++)
+            cr_expect(fabsf((b[0][i] - b[1][i]) - 3 * (rb[0][i] - rb[1][i])) < 1e-6f,
+                      "towers %d: b[%d] moved %g, want %g", towers, i, b[0][i] - b[1][i],
+                      3 * (rb[0][i] - rb[1][i]));
+        tp_model_destroy(&m);
+        /* W frozen: not trainable, no gradient, never moves; b as before */
+        s_mult_w = 0, s_mult_b = 1;
+        m = s_fc_step(towers, w, b);
+        cr_expect_eq(memcmp(w[0], w[1], sizeof w[0]), 0, "towers %d: frozen W moved", towers);
+        cr_expect_eq(memcmp(b[1], rb[1], sizeof b[1]), 0, "towers %d: b's step changed",
+                     towers);
+        for (int i = 0; i < tp_model_var_count(m); i++)
+            if (!strcmp(tp_model_var_name(m, i), "fc/W"))
+                cr_expect_eq(tp_model_var_trainable(m, i), 0);
+        tp_tensor_t g;
+        cr_expect_eq(tp_model_grad(m, 0, "fc/W", &g), TP_ERR_NOT_FOUND);
+        tp_model_destroy(&m);
+    }
+}
