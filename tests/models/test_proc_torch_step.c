@@ -148,7 +148,8 @@ Test(torch_step, label_smoothing_is_pytorchs) {
 
 /* ---- optimizers and gradient processing against torch.optim ------------
  * A few steps of a small MLP (fc 12->16, relu, fc 16->10, cross-entropy)
- * with AdamW (or Adam), the global-norm clip and the weights' average, on
+ * with AdamW (or Adam), the global-norm clip, the weights' average and
+ * learning-rate multipliers (one of them 0: frozen), on
  * one tower (the fused update) and on two from one thread (the update
  * after the all-reduce), against torch.optim.AdamW, clip_grad_norm_ and
  * timm's ModelEmaV2 arithmetic in float64
@@ -163,6 +164,7 @@ typedef struct {
     const char *name, *kind;
     double lr, wd, clip, ema;
     int towers;
+    const char *mults; /* "-" or "PATTERN=MULT,..." (at most two) */
 } s_op_case_t;
 
 static tp_status_t s_op_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
@@ -181,6 +183,15 @@ static tp_optimizer_t *s_op_opt(void *user) {
     if (o && (tp_optimizer_set(o, "clip_norm", c->clip) < 0 ||
               tp_optimizer_set(o, "ema_decay", c->ema) < 0))
         tp_optimizer_destroy(&o);
+    char rules[128];
+    snprintf(rules, sizeof rules, "%s", c->mults);
+    for (char *save = NULL, *r = strtok_r(rules, ",", &save); o && strcmp(c->mults, "-") && r;
+         r = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(r, '=');
+        *eq = 0;
+        if (tp_optimizer_add_lr_mult(o, r, atof(eq + 1)) < 0)
+            tp_optimizer_destroy(&o);
+    }
     return o;
 }
 
@@ -233,12 +244,12 @@ static void s_op_case(const char *dir, const s_op_case_t *c, FILE *cases) {
     fclose(fy);
     snprintf(path, sizeof path, "%s/%s_w1.safetensors", dir, c->name);
     cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
-    fprintf(cases, "%s %s %.17g %.17g %.17g %.17g %d %d\n", c->name, c->kind, c->lr,
-            c->wd, c->clip, c->ema, OP_STEPS, c->towers);
+    fprintf(cases, "%s %s %.17g %.17g %.17g %.17g %d %d %s\n", c->name, c->kind, c->lr,
+            c->wd, c->clip, c->ema, OP_STEPS, c->towers, c->mults);
     tp_model_destroy(&m);
 }
 
-Test(torch_step, adamw_clip_and_ema_are_torch_optims) {
+Test(torch_step, optimizers_and_gradient_processing_are_torch_optims) {
     char dir[64];
     snprintf(dir, sizeof dir, "/tmp/tp-torchopt-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
@@ -247,12 +258,15 @@ Test(torch_step, adamw_clip_and_ema_are_torch_optims) {
     FILE *cases = fopen(path, "w");
     cr_assert_not_null(cases);
     static const s_op_case_t all[] = {
-        {"adamw", "adamw", 0.01, 0.1, 0, 0, 1},
-        {"adamw_clip", "adamw", 0.01, 0.1, 0.5, 0, 1},
-        {"adamw_clip_2towers", "adamw", 0.01, 0.1, 0.5, 0, 2},
-        {"adam_clip", "adam", 0.02, 0, 0.3, 0, 1},
-        {"adamw_ema", "adamw", 0.01, 0.1, 0, 0.8, 1},
-        {"adamw_clip_ema_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2},
+        {"adamw", "adamw", 0.01, 0.1, 0, 0, 1, "-"},
+        {"adamw_clip", "adamw", 0.01, 0.1, 0.5, 0, 1, "-"},
+        {"adamw_clip_2towers", "adamw", 0.01, 0.1, 0.5, 0, 2, "-"},
+        {"adam_clip", "adam", 0.02, 0, 0.3, 0, 1, "-"},
+        {"adamw_ema", "adamw", 0.01, 0.1, 0, 0.8, 1, "-"},
+        {"adamw_clip_ema_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2, "-"},
+        {"adamw_mults", "adamw", 0.01, 0.1, 0, 0, 1, "fc0/*=0.1,fc1/b=0"},
+        {"adamw_clip_ema_mults_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2,
+         "fc1/W=3,fc0/b=0"},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         s_op_case(dir, &all[i], cases);
