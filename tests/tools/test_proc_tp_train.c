@@ -508,6 +508,10 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *o5[] = {"tp-train", "--ema", "1", NULL};
     cr_assert_neq(s_run(o5, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--ema needs a decay in (0, 1)"), "%s", s_out);
+    char *o6[] = {"tp-train", "--lr-mult", "conv0/*", NULL};
+    cr_assert_neq(s_run(o6, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--lr-mult needs PATTERN=MULTIPLIER with a multiplier >= 0"),
+              "%s", s_out);
     char *a9[] = {"tp-train", "--resident", "--workers", "2", NULL};
     cr_assert_neq(s_run(a9, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--resident reads --data into the towers' memory itself"),

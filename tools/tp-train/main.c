@@ -63,6 +63,9 @@ typedef struct {
     double weight_decay; /* --weight-decay: AdamW's decoupled decay; -1 unset */
     double clip_norm;    /* --clip-norm: the global-norm clip; 0 off */
     double ema;          /* --ema: the weights' average's decay; 0 off */
+    const char *mult_pattern[16]; /* --lr-mult P=M, --freeze P (M 0), in order */
+    double mult[16];
+    int nmults;
     int64_t steps_per_epoch, seed;
 } s_args_t;
 
@@ -109,6 +112,12 @@ static void s_usage(FILE *out) {
 "                       avg = D x avg + (1 - D) x w after each update, D in\n"
 "                       (0, 1) (e.g. 0.999); validation runs on it, and the\n"
 "                       checkpoints keep it (optimizer/<var>/ema)\n"
+"  --lr-mult PAT=M      update the variables whose name matches PAT (a shell\n"
+"                       pattern, e.g. 'conv0/*') at M x the learning rate;\n"
+"                       repeatable, the first match wins (variable names:\n"
+"                       the checkpoint's)\n"
+"  --freeze PAT         never update the variables matching PAT (no gradient\n"
+"                       is computed for them): --lr-mult PAT=0\n"
 "  --devices LIST       auto (default: GPU 0 if CUDA answers, else the CPU),\n"
 "                       cpu, a GPU id like 1, or several like 0,1 (one tower\n"
 "                       on each, gradients all-reduced by NCCL); under MPI\n"
@@ -199,6 +208,7 @@ typedef struct {
     double weight_decay;  /* adamw */
     double clip_norm;     /* 0: none */
     double ema;           /* 0: none */
+    const s_args_t *args; /* the learning-rate multipliers */
 } s_model_user_t;
 
 /* The optimizer factory: SGD has momentum 0.9; Adam and AdamW torch's
@@ -213,6 +223,9 @@ static tp_optimizer_t *s_optimizer(void *user) {
     if (o && (tp_optimizer_set(o, "clip_norm", u->clip_norm) < 0 ||
               tp_optimizer_set(o, "ema_decay", u->ema) < 0))
         tp_optimizer_destroy(&o);
+    for (int i = 0; o && i < u->args->nmults; i++)
+        if (tp_optimizer_add_lr_mult(o, u->args->mult_pattern[i], u->args->mult[i]) < 0)
+            tp_optimizer_destroy(&o);
     return o;
 }
 
@@ -432,7 +445,8 @@ int main(int argc, char **argv) {
                   .weight_decay = -1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
-           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_WD, O_CLIP, O_EMA };
+           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_WD, O_CLIP, O_EMA, O_LR_MULT,
+           O_FREEZE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -462,6 +476,8 @@ int main(int argc, char **argv) {
         {"weight-decay", required_argument, 0, O_WD},
         {"clip-norm", required_argument, 0, O_CLIP},
         {"ema", required_argument, 0, O_EMA},
+        {"lr-mult", required_argument, 0, O_LR_MULT},
+        {"freeze", required_argument, 0, O_FREEZE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -544,6 +560,31 @@ int main(int argc, char **argv) {
                 return s_fail("bad flag");
             }
             break;
+        case O_LR_MULT:
+        case O_FREEZE: {
+            const char *flag = c == O_FREEZE ? "--freeze" : "--lr-mult";
+            char *eq = c == O_FREEZE ? NULL : strrchr(optarg, '=');
+            double mult = 0;
+            if (c == O_LR_MULT &&
+                (!eq || eq == optarg || tp_spec_double(eq + 1, "--lr-mult", &mult) ||
+                 !(mult >= 0))) {
+                tp_error(TP_ERR_INVALID, "--lr-mult needs PATTERN=MULTIPLIER with a "
+                         "multiplier >= 0 (e.g. 'conv0/*=0.1'), got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            if (!*optarg || a.nmults == 16) {
+                tp_error(TP_ERR_INVALID, "%s: %s", flag, *optarg ? "at most 16 patterns "
+                         "in all" : "an empty pattern");
+                return s_fail("bad flag");
+            }
+            /* the pattern: optarg up to the '=' (kept until exit) */
+            const char *pat = eq ? strndup(optarg, (size_t)(eq - optarg)) : optarg;
+            if (!pat)
+                return s_fail("out of memory");
+            a.mult_pattern[a.nmults] = pat;
+            a.mult[a.nmults++] = mult;
+            break;
+        }
         case O_PAD: if (tp_spec_int(optarg, 0, 64, "--pad", &v)) return s_fail("bad flag"); a.pad = (int)v; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
@@ -810,7 +851,7 @@ int main(int argc, char **argv) {
     if (a.augment || a.resident)
         inputs[0].dtype = TP_FLOAT32;
     s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, a.optimizer, a.weight_decay,
-                         a.clip_norm, a.ema};
+                         a.clip_norm, a.ema, &a};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
     tp_train_config_t cfg;
