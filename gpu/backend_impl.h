@@ -308,6 +308,11 @@ typedef struct tp_backend_ops {
      * step to step (a recorded step reads it as a step scalar). */
     tp_status_t (*ema_update)(tp_backend_t *b, tp_stream_t *s, float *ema,
                               const float *w, size_t n, float decay);
+    /* Gradient accumulation (NULL: none): last 0 adds g[0..n) into
+     * sum[0..n); last 1 makes g[i] = (sum[i] + g[i]) * scale (the mean of
+     * the steps' gradients, scale 1/K), leaving sum alone. */
+    tp_status_t (*grad_accumulate)(tp_backend_t *b, tp_stream_t *s, float *sum,
+                                   float *g, size_t n, int last, float scale);
 } tp_backend_ops_t;
 
 struct tp_backend {

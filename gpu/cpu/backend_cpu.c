@@ -222,6 +222,21 @@ static tp_status_t s_ema_update(tp_backend_t *b, tp_stream_t *s,
     return TP_OK;
 }
 
+static tp_status_t s_grad_accumulate(tp_backend_t *b, tp_stream_t *s,
+                                     float *restrict sum, float *restrict g,
+                                     size_t n, int last, float scale) {
+    (void)b, (void)s;
+    s_ftz();
+    if (!last) {
+        for (size_t i = 0; i < n; i++)
+            sum[i] += g[i];
+    } else {
+        for (size_t i = 0; i < n; i++)
+            g[i] = (sum[i] + g[i]) * scale;
+    }
+    return TP_OK;
+}
+
 /* ---- collectives -------------------------------------------------------- */
 
 static tp_comm_t *s_comm_new(tp_backend_t *b, int nranks) {
@@ -413,6 +428,7 @@ static const tp_backend_ops_t s_cpu_ops = {
     .grad_sumsq = s_grad_sumsq,
     .grad_clip = s_grad_clip,
     .ema_update = s_ema_update,
+    .grad_accumulate = s_grad_accumulate,
 };
 
 tp_backend_t *tp_backend_cpu_new(int threads) {

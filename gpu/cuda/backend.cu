@@ -468,6 +468,16 @@ __global__ void k_ema_p(float *ema, const float *w, size_t n, const float *p) {
     d_ema(ema, w, n, p[0]);
 }
 
+__global__ void k_accumulate(float *sum, float *g, size_t n, int last, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (last)
+            g[i] = (sum[i] + g[i]) * scale;
+        else
+            sum[i] += g[i];
+    }
+}
+
 __global__ void k_clip(float *g, size_t n, float clip, const float *acc) {
     const float norm = sqrtf(acc[0]);
     if (!(norm > clip))
@@ -608,6 +618,21 @@ static tp_status_t s_ema_update(tp_backend_t *b, tp_stream_t *s, float *ema,
     TP_TRY(tp_cuda_order(cb, s));
     k_ema<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(ema, w, n,
                                                                           decay);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return tp_cuda_def_mark(cb, s);
+}
+
+/* Gradient accumulation: never in a recorded step (the model runs those
+ * call by call), so its scalars go by value. */
+static tp_status_t s_grad_accumulate(tp_backend_t *b, tp_stream_t *s, float *sum,
+                                     float *g, size_t n, int last, float scale) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (n == 0 || (s && s->mode == TP_CUDA_REPLAYING))
+        return TP_OK;
+    TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
+    k_accumulate<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(
+        sum, g, n, last, scale);
     TP_CUDA_CHECK(cudaGetLastError());
     return tp_cuda_def_mark(cb, s);
 }
@@ -1517,6 +1542,7 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .grad_sumsq = */ s_grad_sumsq,
     /* .grad_clip = */ s_grad_clip,
     /* .ema_update = */ s_ema_update,
+    /* .grad_accumulate = */ s_grad_accumulate,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

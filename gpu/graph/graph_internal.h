@@ -219,6 +219,13 @@ struct tp_model {
     float *ema_saved;  /* [ntrain] on device 0: the weights while the
                           average is in their place (tp_model_use_ema) */
     int ema_in_use;
+    /* gradient accumulation (the optimizer's accumulate > 1 when built):
+     * the sum, nacc shadows from vars[acc_first] on laid out as the EMA's
+     * at acc_offset, and acc_count_var, a [1] model-only variable holding
+     * how many steps' gradients are in it; nreal: the variables before
+     * every shadow (the tower functions') */
+    int acc_first, nacc, acc_count_var, nreal;
+    size_t acc_offset;
     tp_comm_t *comm;   /* the towers' (several towers) */
     tp_comm_t *ranks;  /* the processes' (tp_model_comm_join), or NULL */
     tp_grads_state_t *step; /* [ntowers] the step's state, tower by tower */

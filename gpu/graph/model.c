@@ -635,8 +635,8 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
     if (!host)
         return tp_error(TP_ERR_NOMEM, "initial values");
     for (int i = 0; i < m->nvars; i++) {
-        if (m->nema && i >= m->ema_first)
-            break;  /* the averages start at the weights: copied below */
+        if (i >= m->nreal)
+            break;  /* shadows: zeros, the averages the weights (below) */
         s_init_values(&m->vars[i], m->config.seed, host);
         tp_status_t rc = b->ops->copy(b, rp->stream, tp_var_data_(m, r, i), host,
                                       m->vars[i].count * sizeof(float),
@@ -703,42 +703,73 @@ static tp_status_t s_apply(tp_model_t *m, tp_replica_t *rp, tp_stream_t *s,
     return TP_OK;
 }
 
-/* The weights' average (ema_decay): a shadow model-only variable
- * "optimizer/<var>/ema" per trainable variable, appended after every
- * other variable in the trainable ones' order, so that their values lie
- * in the model arena exactly as the weights lie in the trainable arena
- * (one update call covers them all). Checkpoints save and load them as
- * variables; their names make a weights-only load skip them. */
-static tp_status_t s_plan_ema(tp_model_t *m) {
+/* Shadow model-only variables "optimizer/<var>/<suffix>", one per
+ * trainable variable, appended after every other variable in the
+ * trainable ones' order, so that their values lie in the model arena
+ * exactly as the weights lie in the trainable arena (one call covers them
+ * all; s_shadow_offset checks it): the weights' average (ema_decay) and
+ * the sum of accumulated gradients (accumulate). Checkpoints save and load
+ * them as variables; their names make a weights-only load skip them.
+ * *first: the first one's index; *n: how many. */
+static tp_status_t s_plan_shadows(tp_model_t *m, const char *suffix, int *first,
+                                  int *n) {
     int ntr = 0;
-    for (int i = 0; i < m->nvars; i++)
+    for (int i = 0; i < m->nreal; i++)
         ntr += m->vars[i].trainable;
-    if (ntr == 0)
-        return TP_OK;
-    if (m->nvars + ntr > m->cap_vars) {
-        tp_var_t *nv = realloc(m->vars, (size_t)(m->nvars + ntr) * sizeof *nv);
+    if (m->nvars + ntr + 1 > m->cap_vars) {  /* + 1: accumulate's count */
+        tp_var_t *nv = realloc(m->vars, (size_t)(m->nvars + ntr + 1) * sizeof *nv);
         if (!nv)
-            return tp_error(TP_ERR_NOMEM, "the weights' average");
+            return tp_error(TP_ERR_NOMEM, "the optimizer's %s variables", suffix);
         m->vars = nv;
-        m->cap_vars = m->nvars + ntr;
+        m->cap_vars = m->nvars + ntr + 1;
     }
-    m->ema_first = m->nvars;
-    for (int i = 0; i < m->ema_first; i++) {
+    *first = m->nvars;
+    *n = 0;
+    for (int i = 0; i < m->nreal; i++) {
         const tp_var_t *v = &m->vars[i];
         if (!v->trainable)
             continue;
-        size_t len = strlen(v->name) + 16;
+        size_t len = strlen(v->name) + strlen(suffix) + 13;
         tp_var_t *e = &m->vars[m->nvars];
         memset(e, 0, sizeof *e);
         if (!(e->name = malloc(len)))
-            return tp_error(TP_ERR_NOMEM, "the weights' average");
-        snprintf(e->name, len, "optimizer/%s/ema", v->name);
+            return tp_error(TP_ERR_NOMEM, "the optimizer's %s variables", suffix);
+        snprintf(e->name, len, "optimizer/%s/%s", v->name, suffix);
         e->shape = v->shape;
         e->count = v->count;
         e->init = (tp_init_t){TP_INIT_ZEROS, 0};
         m->nvars++;
-        m->nema++;
+        (*n)++;
     }
+    return TP_OK;
+}
+
+/* Shadows from vars[first] on, once placed: their block's offset in the
+ * model arena, where each lies as its variable does in the trainable one. */
+static size_t s_shadow_offset(const tp_model_t *m, int first) {
+    size_t base = m->vars[first].offset;
+    for (int j = 0, i = 0; i < m->nreal; i++) {
+        if (!m->vars[i].trainable)
+            continue;
+        TP_ASSERT(m->vars[first + j].offset == base + m->vars[i].offset);
+        j++;
+    }
+    return base;
+}
+
+/* Gradient accumulation's sum and its count of steps (a [1] variable, so
+ * that a checkpoint taken mid-sum resumes exactly). */
+static tp_status_t s_plan_accumulation(tp_model_t *m) {
+    TP_TRY(s_plan_shadows(m, "accum", &m->acc_first, &m->nacc));
+    tp_var_t *c = &m->vars[m->nvars];
+    memset(c, 0, sizeof *c);
+    if (!(c->name = strdup("optimizer/accumulated")))
+        return tp_error(TP_ERR_NOMEM, "the optimizer's accumulation count");
+    c->shape.ndim = 1;
+    c->shape.d[0] = 1;
+    c->count = 1;
+    c->init = (tp_init_t){TP_INIT_ZEROS, 0};
+    m->acc_count_var = m->nvars++;
     return TP_OK;
 }
 
@@ -784,8 +815,11 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
     }
     if (m->opt && tp_optimizer_lr_mult_count(m->opt) > 0)
         s_freeze(m);
+    m->nreal = m->nvars;
     if (m->opt && tp_optimizer_ema_decay(m->opt) > 0)
-        TP_TRY(s_plan_ema(m));
+        TP_TRY(s_plan_shadows(m, "ema", &m->ema_first, &m->nema));
+    if (m->opt && tp_optimizer_accumulate(m->opt) > 1 && m->ntowers > 0)
+        TP_TRY(s_plan_accumulation(m));
     /* Variables: offsets, arenas, initial values. */
     for (int i = 0; i < m->nvars; i++) {
         tp_var_t *v = &m->vars[i];
@@ -793,15 +827,10 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
         v->offset = *used;
         *used += (v->count + FLOAT_ALIGN - 1) / FLOAT_ALIGN * FLOAT_ALIGN;
     }
-    if (m->nema) {
-        m->ema_offset = m->vars[m->ema_first].offset;
-        for (int j = 0, i = 0; i < m->ema_first; i++) {  /* s_ema_range's layout */
-            if (!m->vars[i].trainable)
-                continue;
-            TP_ASSERT(m->vars[m->ema_first + j].offset == m->ema_offset + m->vars[i].offset);
-            j++;
-        }
-    }
+    if (m->nema)
+        m->ema_offset = s_shadow_offset(m, m->ema_first);
+    if (m->nacc)
+        m->acc_offset = s_shadow_offset(m, m->acc_first);
     if (m->opt)
         m->nslots = tp_optimizer_slot_count(m->opt);
     for (int r = 0; r < m->nrep; r++)
@@ -1075,6 +1104,69 @@ static tp_status_t s_ema_range(tp_model_t *m, int r, tp_stream_t *s, size_t lo,
                               (float)tp_optimizer_ema_decay(m->opt));
 }
 
+/* ---- gradient accumulation (accumulate) --------------------------------- */
+
+/* Steps per update: the optimizer's accumulate once the model planned its
+ * sum, else 1. */
+static int s_accum(const tp_model_t *m) {
+    return m->nacc ? tp_optimizer_accumulate(m->opt) : 1;
+}
+
+/* How many steps' gradients are in the sum: replica r's count variable,
+ * read on stream s. */
+static tp_status_t s_acc_count(tp_model_t *m, int r, tp_stream_t *s, int *count) {
+    tp_backend_t *b = m->rep[r].backend;
+    float f = 0;
+    TP_TRY(b->ops->copy(b, s, &f, tp_var_data_(m, r, m->acc_count_var), sizeof f,
+                        TP_COPY_D2H));
+    TP_TRY(b->ops->stream_sync(b, s));
+    *count = (int)f;
+    return TP_OK;
+}
+
+/* Every replica's count variable set to `count` (from the thread that
+ * closes the step). */
+static tp_status_t s_acc_set(tp_model_t *m, int count) {
+    const float f = (float)count;
+    for (int r = 0; r < m->nrep; r++) {
+        tp_replica_t *rp = &m->rep[r];
+        TP_TRY(rp->backend->ops->copy(rp->backend, rp->stream,
+                                      tp_var_data_(m, r, m->acc_count_var), &f,
+                                      sizeof f, TP_COPY_H2D));
+        TP_TRY(rp->backend->ops->stream_sync(rp->backend, rp->stream));
+    }
+    return TP_OK;
+}
+
+/* The step's gradients at replica rp's update, `count` steps' already in
+ * the sum: before the K-th step, grads[lo, hi) go into the sum (the first
+ * step's copied) and *apply is 0; at the K-th, all of grads become the
+ * mean of the K steps' (a clip needs every one; the sum is only read) and
+ * *apply is 1. Without accumulation *apply is 1 and nothing is done. */
+static tp_status_t s_accumulate(tp_model_t *m, tp_replica_t *rp, tp_stream_t *s,
+                                float *grads, size_t lo, size_t hi, int count,
+                                int *apply) {
+    const int k = s_accum(m);
+    *apply = 1;
+    if (k <= 1)
+        return TP_OK;
+    tp_backend_t *b = rp->backend;
+    if (!b->ops->grad_accumulate)
+        return tp_error(TP_ERR_UNSUPPORTED, "accumulate %d: the %s backend cannot "
+                        "accumulate gradients", k, b->ops->name);
+    float *sum = rp->model_arena + m->acc_offset;
+    if (count + 1 < k) {
+        *apply = 0;
+        if (hi <= lo)
+            return TP_OK;
+        if (count == 0)
+            return b->ops->copy(b, s, sum + lo, grads + lo, (hi - lo) * sizeof(float),
+                                TP_COPY_D2D);
+        return b->ops->grad_accumulate(b, s, sum + lo, grads + lo, hi - lo, 0, 0.0f);
+    }
+    return b->ops->grad_accumulate(b, s, sum, grads, m->ntrain, 1, (float)(1.0 / k));
+}
+
 tp_status_t tp_model_use_ema(tp_model_t *m, int on) {
     if (!m)
         return tp_error(TP_ERR_INVALID, "use_ema: no model");
@@ -1235,7 +1327,7 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
      * instead of one per variable, each a launch and a drain for what are
      * mostly a few hundred floats), and so with a global-norm clip, whose
      * scale needs every gradient first */
-    const int whole = fused && (b->device >= 0 || s_clip(m) > 0);
+    const int whole = fused && (b->device >= 0 || s_clip(m) > 0 || s_accum(m) > 1);
     reduce = reduce && cost == 0 && t->nbuckets > 0;
     const tp_reduce_rank_t rr = {b, m->comm, t->index, t->stream, t->grads,
                                  m->ntrain, m->config.average, t->name};
@@ -1269,10 +1361,18 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
     }
     if (whole) {
         tp_replica_t *rp = &m->rep[t->replica];
-        TP_TRY(s_clip_range(m, t, t->stream, 0, m->ntrain));
-        TP_TRY(s_apply(m, rp, t->stream, t->grads, 0, m->ntrain));
-        TP_TRY(s_ema_range(m, t->replica, t->stream, 0, m->ntrain));
-        tp_optimizer_end_step(m->opt);
+        int count = 0, apply = 1;
+        if (s_accum(m) > 1)
+            TP_TRY(s_acc_count(m, t->replica, t->stream, &count));
+        TP_TRY(s_accumulate(m, rp, t->stream, t->grads, 0, m->ntrain, count, &apply));
+        if (apply) {
+            TP_TRY(s_clip_range(m, t, t->stream, 0, m->ntrain));
+            TP_TRY(s_apply(m, rp, t->stream, t->grads, 0, m->ntrain));
+            TP_TRY(s_ema_range(m, t->replica, t->stream, 0, m->ntrain));
+            tp_optimizer_end_step(m->opt);
+        }
+        if (s_accum(m) > 1)
+            TP_TRY(s_acc_set(m, (count + 1) % s_accum(m)));
     } else if (fused) {
         for (int r = 0; r < t->nfuse_rest; r++)
             TP_TRY(s_update_var(m, t, t->fuse_rest[r]));
@@ -1367,6 +1467,7 @@ static tp_status_t s_pass(tp_model_t *m, tp_tower_t *t,
      * backend that can (see tp_model_config_t.ahead). Any other run waits
      * for the steps queued ahead first. */
     int ahead = !m->profiling && m->config.ahead && fused && backward && cost == 0 &&
+                s_accum(m) == 1 &&
                 t->training &&
                 m->ntowers == 1 && b->device >= 0 && b->ops->stream_mark &&
                 b->ops->stream_wait_mark;
@@ -1382,6 +1483,7 @@ static tp_status_t s_pass(tp_model_t *m, tp_tower_t *t,
      * other batch runs call by call. */
     /* (profiling times each call: the step runs call by call) */
     int graph = !m->profiling && m->config.graphs && fused && backward && cost == 0 &&
+                s_accum(m) == 1 &&
                 b->ops->graph_begin && t->training &&
                 (t->graph ? t->graph_batch == t->run_batch
                           : t->eager_batch == t->run_batch);
@@ -1573,6 +1675,11 @@ static tp_status_t s_check_run(tp_model_t *m, s_step_t *s,
                         "graph only runs forward (TP_RUN_FORWARD)", st);
     if (s->reduce || s->update)
         TP_TRY(s_check_grads(m));
+    if (s->update && s_accum(m) == 1 && tp_optimizer_accumulate(m->opt) > 1)
+        return tp_error(TP_ERR_STATE, "run: the optimizer's accumulate is %d but the "
+                        "model was built without it (set it in the optimizer "
+                        "factory: the model plans the gradients' sum)",
+                        tp_optimizer_accumulate(m->opt));
     if ((s->backward || s->update) && m->ema_in_use)
         return tp_error(TP_ERR_STATE, "run: the weights' average is in their place "
                         "(tp_model_use_ema): put the weights back (use_ema 0) "
@@ -1700,9 +1807,15 @@ static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
         hi = n;
     tp_replica_t *rp = &m->rep[t->replica];
     tp_backend_t *b = rp->backend;
-    TP_TRY(s_clip_range(m, t, t->stream, lo, hi));
-    TP_TRY(s_apply(m, rp, t->stream, t->grads, lo, hi));
-    TP_TRY(s_ema_range(m, t->replica, t->stream, lo, hi));
+    int count = 0, apply = 1;  /* the count changes only when the step closes */
+    if (s_accum(m) > 1)
+        TP_TRY(s_acc_count(m, t->replica, t->stream, &count));
+    TP_TRY(s_accumulate(m, rp, t->stream, t->grads, lo, hi, count, &apply));
+    if (apply) {
+        TP_TRY(s_clip_range(m, t, t->stream, lo, hi));
+        TP_TRY(s_apply(m, rp, t->stream, t->grads, lo, hi));
+        TP_TRY(s_ema_range(m, t->replica, t->stream, lo, hi));
+    }
     TP_TRY(b->ops->stream_sync(b, t->stream));
     st->sliced = 1;
     return TP_OK;
@@ -1747,7 +1860,13 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
         sliced += m->step[i].sliced;
     if (sliced == m->ntowers) {
         TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
-        tp_optimizer_end_step(m->opt);
+        int count = 0;
+        if (s_accum(m) > 1) {
+            TP_TRY(s_acc_count(m, 0, m->rep[0].stream, &count));
+            TP_TRY(s_acc_set(m, (count + 1) % s_accum(m)));
+        }
+        if (count + 1 >= s_accum(m))  /* the slices updated */
+            tp_optimizer_end_step(m->opt);
         for (int i = 0; i < m->ntowers; i++)
             m->step[i].fresh = m->step[i].sliced = 0;
         return TP_OK;
@@ -1773,10 +1892,21 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
         return tp_error(TP_ERR_STATE, "updating cost '%s' but the fresh "
                         "gradients are cost '%s''s", t0->cost_names[k],
                         t0->cost_names[m->step[0].cost]);
+    if (k != 0 && s_accum(m) > 1)
+        return tp_error(TP_ERR_UNSUPPORTED, "cost '%s': gradient accumulation "
+                        "(accumulate %d) is for the main cost only",
+                        t0->cost_names[k], s_accum(m));
+    int count = 0, apply = 1;
+    if (s_accum(m) > 1)
+        TP_TRY(s_acc_count(m, 0, m->rep[0].stream, &count));
     for (int r = 0; r < m->nrep; r++) {
         tp_replica_t *rp = &m->rep[r];
         const float *g = m->towers[r]->grads;
         if (k == 0) {  /* the main cost: every trainable variable at once */
+            TP_TRY(s_accumulate(m, rp, rp->stream, m->towers[r]->grads, 0, m->ntrain,
+                                count, &apply));
+            if (!apply)
+                continue;
             TP_TRY(s_clip_range(m, m->towers[r], rp->stream, 0, m->ntrain));
             TP_TRY(s_apply(m, rp, rp->stream, g, 0, m->ntrain));
             TP_TRY(s_ema_range(m, r, rp->stream, 0, m->ntrain));
@@ -1791,7 +1921,10 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
         }
         TP_TRY(s_ema_range(m, r, rp->stream, 0, m->ntrain));
     }
-    tp_optimizer_end_step(m->opt);
+    if (apply)
+        tp_optimizer_end_step(m->opt);
+    if (s_accum(m) > 1)
+        TP_TRY(s_acc_set(m, (count + 1) % s_accum(m)));
     for (int i = 0; i < m->ntowers; i++)
         m->step[i].fresh = 0;
     for (int r = 0; r < m->nrep; r++)

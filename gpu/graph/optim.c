@@ -22,6 +22,7 @@ struct tp_optimizer {
     double weight_decay;      /* adamw: decoupled */
     double clip_norm;         /* any: 0 off */
     double ema_decay;         /* any: 0 off */
+    double accumulate;        /* any: steps per update, an integer >= 1 */
     char *mult_pattern[S_MULTS_MAX]; /* learning-rate multipliers, in order */
     double mult[S_MULTS_MAX];
     int nmults;
@@ -38,6 +39,7 @@ tp_optimizer_t *tp_optimizer_sgd(double lr, double momentum, int nesterov) {
     if (!o)
         return NULL;
     o->kind = S_SGD;
+    o->accumulate = 1;
     o->lr = lr;
     o->momentum = momentum;
     o->nesterov = nesterov;
@@ -56,6 +58,7 @@ tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
     if (!o)
         return NULL;
     o->kind = S_ADAM;
+    o->accumulate = 1;
     o->lr = lr;
     o->beta1 = beta1;
     o->beta2 = beta2;
@@ -102,6 +105,8 @@ static double *s_param(tp_optimizer_t *o, const char *name) {
         return &o->clip_norm;
     if (!strcmp(name, "ema_decay"))
         return &o->ema_decay;
+    if (!strcmp(name, "accumulate"))
+        return &o->accumulate;
     if (o->kind == S_SGD && !strcmp(name, "momentum"))
         return &o->momentum;
     if (o->kind == S_ADAMW && !strcmp(name, "weight_decay"))
@@ -121,11 +126,11 @@ static tp_status_t s_unknown(const tp_optimizer_t *o, const char *name) {
     return tp_error(TP_ERR_NOT_FOUND,
                     "%s optimizer has no hyper-parameter '%s' (it has %s)",
                     tp_optimizer_kind(o), name ? name : "(null)",
-                    o->kind == S_SGD    ? "learning_rate, momentum, clip_norm, ema_decay"
+                    o->kind == S_SGD    ? "learning_rate, momentum, clip_norm, ema_decay, accumulate"
                     : o->kind == S_ADAM ? "learning_rate, beta1, beta2, epsilon, "
-                                          "clip_norm, ema_decay"
+                                          "clip_norm, ema_decay, accumulate"
                                         : "learning_rate, beta1, beta2, epsilon, "
-                                          "weight_decay, clip_norm, ema_decay");
+                                          "weight_decay, clip_norm, ema_decay, accumulate");
 }
 
 tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v) {
@@ -133,7 +138,9 @@ tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v) {
     if (!p)
         return s_unknown(o, name);
     int ok = v >= 0 && v < 1e30;
-    if (p != &o->lr && p != &o->clip_norm && p != &o->weight_decay)
+    if (p == &o->accumulate)  /* a count of steps */
+        ok = v >= 1 && v <= 1 << 20 && v == (double)(int)v;
+    else if (p != &o->lr && p != &o->clip_norm && p != &o->weight_decay)
         ok = ok && v < 1.0 && (p != &o->eps || v > 0);
     if (o->kind == S_SGD && p == &o->momentum && v > 0 && o->momentum == 0)
         ok = 0; /* no momentum slot was planned */
@@ -167,6 +174,7 @@ const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i) {
 
 double tp_optimizer_clip_norm(const tp_optimizer_t *o) { return o->clip_norm; }
 double tp_optimizer_ema_decay(const tp_optimizer_t *o) { return o->ema_decay; }
+int tp_optimizer_accumulate(const tp_optimizer_t *o) { return (int)o->accumulate; }
 
 tp_status_t tp_optimizer_add_lr_mult(tp_optimizer_t *o, const char *pattern,
                                      double mult) {

@@ -56,7 +56,16 @@ const char *tp_optimizer_kind(const tp_optimizer_t *o);
  *    model-only variable "optimizer/<var>/ema" per trainable variable,
  *    saved and resumed with the checkpoint as the optimizer's slots are
  *    (and skipped by a weights-only load). tp_model_use_ema puts the
- *    averages in the weights' place for validation or export.
+ *    averages in the weights' place for validation or export;
+ *  - "accumulate" K, an integer >= 1 (1, the default, is off): gradient
+ *    accumulation. A training step (one batch per tower, what a trainer's
+ *    global step counts and a schedule sees) adds its all-reduced
+ *    gradients to a sum; every K-th step updates with their mean (clipped,
+ *    then averaged into the EMA), so the optimizer's step (Adam's bias
+ *    correction) counts updates, one per K steps. Set it in the factory
+ *    (the model plans the sum, "optimizer/<var>/accum", and the count of
+ *    steps in it, "optimizer/accumulated", which checkpoints keep: a
+ *    resume mid-sum is exact). Not with named costs.
  * TP_ERR_NOT_FOUND names the known ones. */
 tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v);
 tp_status_t tp_optimizer_get(const tp_optimizer_t *o, const char *name,
@@ -70,6 +79,8 @@ const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i);
 double tp_optimizer_clip_norm(const tp_optimizer_t *o);
 /* The weights' average's decay (0: none): tp_optimizer_get's "ema_decay". */
 double tp_optimizer_ema_decay(const tp_optimizer_t *o);
+/* Steps per update (1: every step): tp_optimizer_get's "accumulate". */
+int tp_optimizer_accumulate(const tp_optimizer_t *o);
 
 /* The model's EMA (ema_decay above) in the place of its trainable
  * variables (on 1) or its own weights back (on 0), in the model's own
