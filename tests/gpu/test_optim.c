@@ -419,3 +419,80 @@ Test(optim, lr_multipliers_scale_each_variables_step_and_zero_freezes) {
         tp_model_destroy(&m);
     }
 }
+
+/* ---- gradient accumulation ---------------------------------------------
+ * SGD at rate 1 with accumulate 3: the first two steps leave W alone, the
+ * third moves it by the mean of the three steps' gradients (each step a
+ * different batch), on every update path; the optimizer counts one
+ * update. */
+
+static int s_accumulate_k;
+static tp_optimizer_t *s_sgd_acc(void *u) {
+    (void)u;
+    tp_optimizer_t *o = tp_optimizer_sgd(1.0, 0.0, 0);
+    if (o && tp_optimizer_set(o, "accumulate", s_accumulate_k) < 0)
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+/* W (fc/W) before and after each of 3 steps by `path`, the inputs of
+ * step s scaled by scale x s. */
+static void s_acc_steps(int path, int k, double scale, float w[4][6]) {
+    s_accumulate_k = k;
+    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_sgd_acc, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = path == 0 ? 1 : 2;
+    cfg.batch = CB;
+    cfg.seed = 3;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_tensor_t in[4], v;
+    s_feeds(in);
+    float x0[CB * 3];
+    memcpy(x0, s_x, sizeof x0);
+    for (int step = 0; step <= 3; step++) {
+        if (step > 0) {
+            for (int i = 0; i < CB * 3; i++)
+                s_x[i] = x0[i] * (float)(scale * step);
+            s_run_path(m, path, in);
+        }
+        cr_assert_eq(tp_model_var(m, "fc/W", &v), TP_OK);
+        memcpy(w[step], v.data, sizeof w[step]);
+        tp_tensor_fini(&v);
+    }
+    memcpy(s_x, x0, sizeof x0);
+    cr_expect_eq(tp_optimizer_step(tp_model_optimizer(m)), k == 3 ? 1 : 3, "updates");
+    tp_model_destroy(&m);
+}
+
+Test(optim, accumulate_updates_every_kth_step_with_the_mean) {
+    tp_optimizer_t *o = tp_optimizer_adam(0.1, 0.9, 0.999, 1e-8);
+    cr_expect_eq(tp_optimizer_accumulate(o), 1);
+    cr_expect_eq(tp_optimizer_set(o, "accumulate", 0), TP_ERR_INVALID);
+    cr_expect_eq(tp_optimizer_set(o, "accumulate", 2.5), TP_ERR_INVALID);
+    cr_expect_eq(tp_optimizer_set(o, "accumulate", 4), TP_OK);
+    cr_expect_eq(tp_optimizer_accumulate(o), 4);
+    tp_optimizer_destroy(&o);
+    s_mult_w = s_mult_b = 1;
+    for (int path = 0; path < 3; path++) {
+        float w[4][6];
+        s_acc_steps(path, 3, 1.0, w);
+        cr_expect_eq(memcmp(w[1], w[0], sizeof w[0]), 0, "path %d: step 1 updated", path);
+        cr_expect_eq(memcmp(w[2], w[0], sizeof w[0]), 0, "path %d: step 2 updated", path);
+        /* the mean of the three steps' gradients, all at the initial W:
+         * each the first step of a run without accumulation whose inputs
+         * are scaled as that step's */
+        double mean[6] = {0};
+        for (int sc = 1; sc <= 3; sc++) {
+            float one[4][6];
+            s_acc_steps(path, 1, sc, one);
+            cr_expect_eq(memcmp(one[0], w[0], sizeof w[0]), 0, "same initial W");
+            for (int i = 0; i < 6; i++)
+                mean[i] += ((double)one[0][i] - one[1][i]) / 3;
+        }
+        for (int i = 0; i < 6; i++)
+            cr_expect(fabs((w[0][i] - w[3][i]) - mean[i]) < 1e-6,
+                      "path %d: W[%d] moved %.8f, the mean gradient is %.8f", path, i,
+                      w[0][i] - w[3][i], mean[i]);
+    }
+}
