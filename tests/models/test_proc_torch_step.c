@@ -149,7 +149,8 @@ Test(torch_step, label_smoothing_is_pytorchs) {
 /* ---- optimizers and gradient processing against torch.optim ------------
  * A few steps of a small MLP (fc 12->16, relu, fc 16->10, cross-entropy)
  * with AdamW (or Adam), the global-norm clip, the weights' average and
- * learning-rate multipliers (one of them 0: frozen), on
+ * learning-rate multipliers (one of them 0: frozen) and gradient
+ * accumulation, on
  * one tower (the fused update) and on two from one thread (the update
  * after the all-reduce), against torch.optim.AdamW, clip_grad_norm_ and
  * timm's ModelEmaV2 arithmetic in float64
@@ -165,6 +166,7 @@ typedef struct {
     double lr, wd, clip, ema;
     int towers;
     const char *mults; /* "-" or "PATTERN=MULT,..." (at most two) */
+    int accumulate;
 } s_op_case_t;
 
 static tp_status_t s_op_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
@@ -181,7 +183,8 @@ static tp_optimizer_t *s_op_opt(void *user) {
                             ? tp_optimizer_adamw(c->lr, 0.9, 0.999, 1e-8, c->wd)
                             : tp_optimizer_adam(c->lr, 0.9, 0.999, 1e-8);
     if (o && (tp_optimizer_set(o, "clip_norm", c->clip) < 0 ||
-              tp_optimizer_set(o, "ema_decay", c->ema) < 0))
+              tp_optimizer_set(o, "ema_decay", c->ema) < 0 ||
+              tp_optimizer_set(o, "accumulate", c->accumulate ? c->accumulate : 1) < 0))
         tp_optimizer_destroy(&o);
     char rules[128];
     snprintf(rules, sizeof rules, "%s", c->mults);
@@ -244,8 +247,9 @@ static void s_op_case(const char *dir, const s_op_case_t *c, FILE *cases) {
     fclose(fy);
     snprintf(path, sizeof path, "%s/%s_w1.safetensors", dir, c->name);
     cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
-    fprintf(cases, "%s %s %.17g %.17g %.17g %.17g %d %d %s\n", c->name, c->kind, c->lr,
-            c->wd, c->clip, c->ema, OP_STEPS, c->towers, c->mults);
+    fprintf(cases, "%s %s %.17g %.17g %.17g %.17g %d %d %s %d\n", c->name, c->kind,
+            c->lr, c->wd, c->clip, c->ema, OP_STEPS, c->towers, c->mults,
+            c->accumulate ? c->accumulate : 1);
     tp_model_destroy(&m);
 }
 
@@ -258,15 +262,17 @@ Test(torch_step, optimizers_and_gradient_processing_are_torch_optims) {
     FILE *cases = fopen(path, "w");
     cr_assert_not_null(cases);
     static const s_op_case_t all[] = {
-        {"adamw", "adamw", 0.01, 0.1, 0, 0, 1, "-"},
-        {"adamw_clip", "adamw", 0.01, 0.1, 0.5, 0, 1, "-"},
-        {"adamw_clip_2towers", "adamw", 0.01, 0.1, 0.5, 0, 2, "-"},
-        {"adam_clip", "adam", 0.02, 0, 0.3, 0, 1, "-"},
-        {"adamw_ema", "adamw", 0.01, 0.1, 0, 0.8, 1, "-"},
-        {"adamw_clip_ema_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2, "-"},
-        {"adamw_mults", "adamw", 0.01, 0.1, 0, 0, 1, "fc0/*=0.1,fc1/b=0"},
+        {"adamw", "adamw", 0.01, 0.1, 0, 0, 1, "-", 1},
+        {"adamw_clip", "adamw", 0.01, 0.1, 0.5, 0, 1, "-", 1},
+        {"adamw_clip_2towers", "adamw", 0.01, 0.1, 0.5, 0, 2, "-", 1},
+        {"adam_clip", "adam", 0.02, 0, 0.3, 0, 1, "-", 1},
+        {"adamw_ema", "adamw", 0.01, 0.1, 0, 0.8, 1, "-", 1},
+        {"adamw_clip_ema_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2, "-", 1},
+        {"adamw_mults", "adamw", 0.01, 0.1, 0, 0, 1, "fc0/*=0.1,fc1/b=0", 1},
         {"adamw_clip_ema_mults_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2,
-         "fc1/W=3,fc0/b=0"},
+         "fc1/W=3,fc0/b=0", 1},
+        {"adamw_accumulate3", "adamw", 0.01, 0.1, 0, 0, 1, "-", 3},
+        {"adamw_clip_ema_accumulate2_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2, "-", 2},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         s_op_case(dir, &all[i], cases);

@@ -4,7 +4,7 @@ with torch.optim's optimizer and gradient processing, against towerpack's
 (tests/models/test_proc_torch_step.c, torch_step/optim_*).
 
 For every case named in cases.txt (one a line: NAME OPTIMIZER LR WD CLIP
-EMA STEPS TOWERS MULTS, MULTS "-" or PATTERN=MULT,... in order): NAME_w0.safetensors (the weights before), NAME_x.bin (float32
+EMA STEPS TOWERS MULTS ACCUMULATE, MULTS "-" or PATTERN=MULT,... in order): NAME_w0.safetensors (the weights before), NAME_x.bin (float32
 [STEPS, TOWERS*B, 12]) and NAME_y.bin (int32 [STEPS, TOWERS*B]), the batches
 (each step's rows are all towers' batches, one after another: the towers'
 mean gradient is the gradient of the mean over all rows), and
@@ -17,7 +17,10 @@ step, ema = EMA x ema + (1 - EMA) x w from the initial weights (timm's
 ModelEmaV2), against towerpack's optimizer/<var>/ema. Learning-rate
 multipliers are parameter groups (each variable in the group of the first
 pattern it matches, fnmatch, at LR x MULT); a multiplier 0 freezes
-(requires_grad False, in no group). Exit 0 and "pytorch agrees" when every weight is
+(requires_grad False, in no group). ACCUMULATE K > 1: each step's loss
+divided by K goes backward into the accumulated .grad, and every K-th step
+clips, steps the optimizer and the average, and zeroes the gradients.
+Exit 0 and "pytorch agrees" when every weight is
 within 2e-6 + 1e-4 x its total travel of PyTorch's; 1 otherwise (naming the
 worst); 77 without torch. A case with a clip must clip at least one step."""
 import fnmatch
@@ -30,7 +33,7 @@ from torch_testutil import F, load, np, torch, verdict  # noqa: E402  (exits 77 
 NAMES = ["fc0/W", "fc0/b", "fc1/W", "fc1/b"]
 
 
-def run_case(d, name, opt, lr, wd, clip, ema_decay, steps, towers, mults):
+def run_case(d, name, opt, lr, wd, clip, ema_decay, steps, towers, mults, accumulate):
     w0, w1 = load(f"{d}/{name}_w0.safetensors"), load(f"{d}/{name}_w1.safetensors")
     x = np.fromfile(f"{d}/{name}_x.bin", dtype=np.float32).reshape(steps, -1, 12)
     y = np.fromfile(f"{d}/{name}_y.bin", dtype=np.int32).reshape(steps, -1).astype(np.int64)
@@ -46,14 +49,16 @@ def run_case(d, name, opt, lr, wd, clip, ema_decay, steps, towers, mults):
     clipped = 0
     ema = [t.detach().clone() for t in p]
     for s in range(steps):
-        o.zero_grad()
         h = F.relu(torch.tensor(x[s], dtype=torch.float64) @ p[0] + p[1])
-        F.cross_entropy(h @ p[2] + p[3], torch.tensor(y[s])).backward()
+        (F.cross_entropy(h @ p[2] + p[3], torch.tensor(y[s])) / accumulate).backward()
+        if (s + 1) % accumulate:
+            continue  # accumulating
         if clip > 0:
             norm = float(torch.nn.utils.clip_grad_norm_([t for t in p if t.requires_grad],
                                                          clip))
             clipped += norm > clip
         o.step()
+        o.zero_grad()
         with torch.no_grad():
             for e, t in zip(ema, p):
                 e.mul_(ema_decay).add_(t, alpha=1 - ema_decay)
@@ -82,7 +87,7 @@ def run_case(d, name, opt, lr, wd, clip, ema_decay, steps, towers, mults):
         print(f"{name}: the clip {clip} never clipped: the case tests nothing")
         ok = False
     elif clip > 0:
-        print(f"{name}: {clipped} of {steps} steps clipped")
+        print(f"{name}: {clipped} of {steps // accumulate} updates clipped")
     if not ok:
         print(f"worst: {worst_name} ({worst:.2f} x the tolerance)")
     return ok
@@ -94,7 +99,7 @@ def main(d):
         f = line.split()
         if f:
             ok &= run_case(d, f[0], f[1], float(f[2]), float(f[3]), float(f[4]),
-                           float(f[5]), int(f[6]), int(f[7]), f[8])
+                           float(f[5]), int(f[6]), int(f[7]), f[8], int(f[9]))
     return verdict(ok)
 
 
