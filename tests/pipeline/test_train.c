@@ -48,6 +48,18 @@ static tp_optimizer_t *s_opt_adamw(void *user) {
     return o;
 }
 static const tp_model_desc_t s_model_adamw = {s_inputs, 2, s_tower, s_opt_adamw, NULL};
+
+/* Adam accumulating 3 steps' gradients: 16 steps an epoch leave a partial
+ * sum in every epoch's checkpoint */
+static tp_optimizer_t *s_opt_accumulate(void *user) {
+    (void)user;
+    tp_optimizer_t *o = tp_optimizer_adam(0.01, 0.9, 0.999, 1e-8);
+    if (o && tp_optimizer_set(o, "accumulate", 3) < 0)
+        tp_optimizer_destroy(&o);
+    return o;
+}
+static const tp_model_desc_t s_model_accumulate = {s_inputs, 2, s_tower, s_opt_accumulate,
+                                                   NULL};
 static const tp_model_desc_t *s_desc = &s_model; /* s_config's */
 
 static void s_config(tp_train_config_t *c, const char *logdir, int towers,
@@ -167,6 +179,13 @@ Test(train, resume_with_two_towers_ends_bit_identical) { s_resume_case(2, 16); }
  * update) and two (the sliced one) */
 Test(train, resume_with_adamw_clip_and_ema_ends_bit_identical) {
     s_desc = &s_model_adamw;
+    s_resume_case(1, 32);
+    s_resume_case(2, 16);
+}
+
+/* a checkpoint mid-sum (optimizer/<var>/accum, optimizer/accumulated) */
+Test(train, resume_mid_accumulation_ends_bit_identical) {
+    s_desc = &s_model_accumulate;
     s_resume_case(1, 32);
     s_resume_case(2, 16);
 }
