@@ -512,6 +512,9 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     cr_assert_neq(s_run(o6, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--lr-mult needs PATTERN=MULTIPLIER with a multiplier >= 0"),
               "%s", s_out);
+    char *o7[] = {"tp-train", "--accumulate", "0", NULL};
+    cr_assert_neq(s_run(o7, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--accumulate"), "%s", s_out);
     char *a9[] = {"tp-train", "--resident", "--workers", "2", NULL};
     cr_assert_neq(s_run(a9, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--resident reads --data into the towers' memory itself"),

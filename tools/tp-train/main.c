@@ -63,6 +63,7 @@ typedef struct {
     double weight_decay; /* --weight-decay: AdamW's decoupled decay; -1 unset */
     double clip_norm;    /* --clip-norm: the global-norm clip; 0 off */
     double ema;          /* --ema: the weights' average's decay; 0 off */
+    int accumulate;      /* --accumulate: steps per update (1) */
     const char *mult_pattern[16]; /* --lr-mult P=M, --freeze P (M 0), in order */
     double mult[16];
     int nmults;
@@ -112,6 +113,11 @@ static void s_usage(FILE *out) {
 "                       avg = D x avg + (1 - D) x w after each update, D in\n"
 "                       (0, 1) (e.g. 0.999); validation runs on it, and the\n"
 "                       checkpoints keep it (optimizer/<var>/ema)\n"
+"  --accumulate K       update every K steps with the mean of their\n"
+"                       gradients (an effective batch K x the total batch);\n"
+"                       a step is still one batch per tower: --epochs,\n"
+"                       --steps-per-epoch and the rate's schedule count\n"
+"                       steps (default 1)\n"
 "  --lr-mult PAT=M      update the variables whose name matches PAT (a shell\n"
 "                       pattern, e.g. 'conv0/*') at M x the learning rate;\n"
 "                       repeatable, the first match wins (variable names:\n"
@@ -208,6 +214,7 @@ typedef struct {
     double weight_decay;  /* adamw */
     double clip_norm;     /* 0: none */
     double ema;           /* 0: none */
+    int accumulate;       /* steps per update */
     const s_args_t *args; /* the learning-rate multipliers */
 } s_model_user_t;
 
@@ -221,7 +228,8 @@ static tp_optimizer_t *s_optimizer(void *user) {
                                                              u->weight_decay)
                                         : tp_optimizer_sgd(u->lr, 0.9, 0);
     if (o && (tp_optimizer_set(o, "clip_norm", u->clip_norm) < 0 ||
-              tp_optimizer_set(o, "ema_decay", u->ema) < 0))
+              tp_optimizer_set(o, "ema_decay", u->ema) < 0 ||
+              tp_optimizer_set(o, "accumulate", u->accumulate) < 0))
         tp_optimizer_destroy(&o);
     for (int i = 0; o && i < u->args->nmults; i++)
         if (tp_optimizer_add_lr_mult(o, u->args->mult_pattern[i], u->args->mult[i]) < 0)
@@ -442,11 +450,11 @@ int main(int argc, char **argv) {
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
                   .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05,
-                  .weight_decay = -1};
+                  .weight_decay = -1, .accumulate = 1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
            O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_WD, O_CLIP, O_EMA, O_LR_MULT,
-           O_FREEZE };
+           O_FREEZE, O_ACCUMULATE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -478,6 +486,7 @@ int main(int argc, char **argv) {
         {"ema", required_argument, 0, O_EMA},
         {"lr-mult", required_argument, 0, O_LR_MULT},
         {"freeze", required_argument, 0, O_FREEZE},
+        {"accumulate", required_argument, 0, O_ACCUMULATE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -559,6 +568,11 @@ int main(int argc, char **argv) {
                          "'%s'", optarg);
                 return s_fail("bad flag");
             }
+            break;
+        case O_ACCUMULATE:
+            if (tp_spec_int(optarg, 1, 1 << 20, "--accumulate", &v))
+                return s_fail("bad flag");
+            a.accumulate = (int)v;
             break;
         case O_LR_MULT:
         case O_FREEZE: {
@@ -851,7 +865,7 @@ int main(int argc, char **argv) {
     if (a.augment || a.resident)
         inputs[0].dtype = TP_FLOAT32;
     s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, a.optimizer, a.weight_decay,
-                         a.clip_norm, a.ema, &a};
+                         a.clip_norm, a.ema, a.accumulate, &a};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
     tp_train_config_t cfg;
@@ -911,13 +925,13 @@ int main(int argc, char **argv) {
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
                  "    seed = %lld\n    label_smoothing = %g\n    lr_end = %g\n"
                  "    warmup = %g\n    weight_decay = %g\n    clip_norm = %g\n"
-                 "    ema = %g\n",
+                 "    ema = %g\n    accumulate = %d\n",
                  zoo->name, a.image_size,
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
                  a.lr_end, a.warmup,
                  strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay, a.clip_norm,
-                 a.ema);
+                 a.ema, a.accumulate);
     cfg.hparams = hparams;
     /* The rate, step by step: from lr / 10 up to lr over the warm-up, then
      * down to lr x lr_end at the end (a twentieth by default), linearly. */
