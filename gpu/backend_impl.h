@@ -136,7 +136,9 @@ typedef struct tp_backend_ops {
                         const float *a, int lda, const float *bm, int ldb,
                         float beta, float *c, int ldc);
 
-    /* Optimizer updates over flat buffers of n floats. */
+    /* Optimizer updates over flat buffers of n floats. adam_update's
+     * weight_decay is AdamW's decoupled decay (w *= 1 - lr * weight_decay
+     * before the step); 0 is Adam, bit for bit. */
     tp_status_t (*sgd_update)(tp_backend_t *b, tp_stream_t *s, float *param,
                               const float *grad, float *momentum_buf,
                               size_t n, float lr, float momentum,
@@ -144,7 +146,7 @@ typedef struct tp_backend_ops {
     tp_status_t (*adam_update)(tp_backend_t *b, tp_stream_t *s, float *param,
                                const float *grad, float *m, float *v,
                                size_t n, float lr, float beta1, float beta2,
-                               float eps, int64_t step);
+                               float eps, float weight_decay, int64_t step);
 
     /* Collectives. A communicator joins `nranks` participants; each calls
      * allreduce with its rank from its own thread, and every buffer ends
@@ -288,6 +290,29 @@ typedef struct tp_backend_ops {
      * a mark after a hold times the device's work, not the host's
      * launching (NULL: calls end done, as on the CPU) */
     tp_status_t (*timer_hold)(tp_backend_t *b, tp_stream_t *s, uint64_t ns);
+
+    /* ---- gradient processing on the device (appended later; NULL: the
+     * backend cannot clip, and a model asked to says so). acc is one
+     * float of device memory. grad_sumsq sets acc[0] (add 0) or adds to
+     * it (add 1) the sum of g[0..n)'s squares, summed in an order fixed
+     * by n alone (the same result every run); grad_clip scales g[0..n)
+     * by min(1, clip / sqrt(acc[0])) (tensorpack's GlobalNormClip), read
+     * on the device: neither waits for the host, and both record into a
+     * step graph (replays pass no new scalars: clip is fixed). */
+    tp_status_t (*grad_sumsq)(tp_backend_t *b, tp_stream_t *s, const float *g,
+                              size_t n, float *acc, int add);
+    tp_status_t (*grad_clip)(tp_backend_t *b, tp_stream_t *s, float *g,
+                             size_t n, float clip, const float *acc);
+    /* The weights' moving average after an update (NULL: none):
+     * ema[i] = decay * ema[i] + (1 - decay) * w[i]; decay may change from
+     * step to step (a recorded step reads it as a step scalar). */
+    tp_status_t (*ema_update)(tp_backend_t *b, tp_stream_t *s, float *ema,
+                              const float *w, size_t n, float decay);
+    /* Gradient accumulation (NULL: none): last 0 adds g[0..n) into
+     * sum[0..n); last 1 makes g[i] = (sum[i] + g[i]) * scale (the mean of
+     * the steps' gradients, scale 1/K), leaving sum alone. */
+    tp_status_t (*grad_accumulate)(tp_backend_t *b, tp_stream_t *s, float *sum,
+                                   float *g, size_t n, int last, float scale);
 } tp_backend_ops_t;
 
 struct tp_backend {

@@ -338,9 +338,16 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s,
                           float *restrict w, const float *restrict g,
                           float *restrict m, float *restrict v, size_t n,
                           float lr, float b1, float b2, float eps,
-                          int64_t step) {
+                          float wd, int64_t step) {
     (void)b, (void)s;
     s_ftz();
+    /* AdamW's decoupled decay first, as torch.optim.AdamW does (Adam's
+     * loop below is then untouched: wd 0 is Adam bit for bit) */
+    if (wd != 0.0f) {
+        const float keep = 1.0f - lr * wd;
+        for (size_t i = 0; i < n; i++)
+            w[i] *= keep;
+    }
     const double c1 = 1.0 - pow(b1, (double)step);
     const double c2 = 1.0 - pow(b2, (double)step);
     /* Fold the bias corrections into the step size and epsilon. */
@@ -351,6 +358,60 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s,
         m[i] = b1 * m[i] + ob1 * g[i];
         v[i] = b2 * v[i] + ob2 * g[i] * g[i];
         w[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps_t);
+    }
+    return TP_OK;
+}
+
+/* ---- gradient processing ------------------------------------------------ */
+
+/* Sum of squares in double, element by element: the same order every run,
+ * and no rounding worth the name for any arena that fits in memory. */
+static tp_status_t s_grad_sumsq(tp_backend_t *b, tp_stream_t *s,
+                                const float *restrict g, size_t n, float *acc,
+                                int add) {
+    (void)b, (void)s;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += (double)g[i] * g[i];
+    acc[0] = (float)(add ? acc[0] + sum : sum);
+    return TP_OK;
+}
+
+static tp_status_t s_grad_clip(tp_backend_t *b, tp_stream_t *s,
+                               float *restrict g, size_t n, float clip,
+                               const float *acc) {
+    (void)b, (void)s;
+    const float norm = sqrtf(acc[0]);
+    if (!(norm > clip))
+        return TP_OK; /* within the clip (or no gradient at all) */
+    const float scale = clip / norm;
+    for (size_t i = 0; i < n; i++)
+        g[i] *= scale;
+    return TP_OK;
+}
+
+static tp_status_t s_ema_update(tp_backend_t *b, tp_stream_t *s,
+                                float *restrict ema, const float *restrict w,
+                                size_t n, float decay) {
+    (void)b, (void)s;
+    s_ftz();
+    const float keep = 1.0f - decay;
+    for (size_t i = 0; i < n; i++)
+        ema[i] = decay * ema[i] + keep * w[i];
+    return TP_OK;
+}
+
+static tp_status_t s_grad_accumulate(tp_backend_t *b, tp_stream_t *s,
+                                     float *restrict sum, float *restrict g,
+                                     size_t n, int last, float scale) {
+    (void)b, (void)s;
+    s_ftz();
+    if (!last) {
+        for (size_t i = 0; i < n; i++)
+            sum[i] += g[i];
+    } else {
+        for (size_t i = 0; i < n; i++)
+            g[i] = (sum[i] + g[i]) * scale;
     }
     return TP_OK;
 }
@@ -550,6 +611,10 @@ static const tp_backend_ops_t s_cpu_ops = {
     .timer_mark = s_timer_mark,
     .timer_ms = s_timer_ms,
     .timer_destroy = s_timer_destroy,
+    .grad_sumsq = s_grad_sumsq,
+    .grad_clip = s_grad_clip,
+    .ema_update = s_ema_update,
+    .grad_accumulate = s_grad_accumulate,
 };
 
 tp_backend_t *tp_backend_cpu_new(int threads) {

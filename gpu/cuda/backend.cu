@@ -399,6 +399,13 @@ __device__ __forceinline__ void d_adam(float *w, const float *g, float *m,
     }
 }
 
+/* AdamW's decoupled decay, before Adam's step (the CPU backend's order) */
+__device__ __forceinline__ void d_decay(float *w, size_t n, float keep) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        w[i] *= keep;
+}
+
 __global__ void k_sgd(float *w, const float *g, size_t n, float lr) {
     d_sgd(w, g, n, lr);
 }
@@ -410,6 +417,7 @@ __global__ void k_adam(float *w, const float *g, float *m, float *v,
                        size_t n, float lr_t, float b1, float b2, float eps_t) {
     d_adam(w, g, m, v, n, lr_t, b1, b2, eps_t);
 }
+__global__ void k_decay(float *w, size_t n, float keep) { d_decay(w, n, keep); }
 /* p: {lr, mu} and {lr_t, eps_t} in a stream's params */
 __global__ void k_sgd_p(float *w, const float *g, size_t n, const float *p) {
     d_sgd(w, g, n, p[0]);
@@ -421,6 +429,63 @@ __global__ void k_sgd_momentum_p(float *w, const float *g, float *v, size_t n,
 __global__ void k_adam_p(float *w, const float *g, float *m, float *v,
                          size_t n, const float *p, float b1, float b2) {
     d_adam(w, g, m, v, n, p[0], b1, b2, p[1]);
+}
+/* p: {keep} (AdamW's 1 - lr * weight_decay, which a schedule changes) */
+__global__ void k_decay_p(float *w, size_t n, const float *p) { d_decay(w, n, p[0]); }
+
+/* The sum of g's squares by one block in an order fixed by n (each thread
+ * a grid stride, then a tree in shared memory): the same bits every run.
+ * One block reads a whole arena at a few hundred GB/s, a few microseconds
+ * for the models here; more blocks would need a second pass. */
+__global__ void k_sumsq(const float *g, size_t n, float *acc, int add) {
+    __shared__ float part[1024];
+    float sum = 0.0f;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+        sum += g[i] * g[i];
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k)
+            part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        acc[0] = add ? acc[0] + part[0] : part[0];
+}
+
+__device__ __forceinline__ void d_ema(float *ema, const float *w, size_t n,
+                                      float decay) {
+    const float keep = 1.0f - decay;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        ema[i] = decay * ema[i] + keep * w[i];
+}
+__global__ void k_ema(float *ema, const float *w, size_t n, float decay) {
+    d_ema(ema, w, n, decay);
+}
+/* p: {decay} */
+__global__ void k_ema_p(float *ema, const float *w, size_t n, const float *p) {
+    d_ema(ema, w, n, p[0]);
+}
+
+__global__ void k_accumulate(float *sum, float *g, size_t n, int last, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (last)
+            g[i] = (sum[i] + g[i]) * scale;
+        else
+            sum[i] += g[i];
+    }
+}
+
+__global__ void k_clip(float *g, size_t n, float clip, const float *acc) {
+    const float norm = sqrtf(acc[0]);
+    if (!(norm > clip))
+        return;
+    const float scale = clip / norm;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        g[i] *= scale;
 }
 }  // namespace
 
@@ -461,11 +526,12 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
 static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
                           const float *g, float *m, float *v, size_t n,
                           float lr, float b1, float b2, float eps,
-                          int64_t step) {
+                          float wd, int64_t step) {
     tp_cuda_backend_t *cb = tp_cuda_of(b);
     if (n == 0)
         return TP_OK;
     TP_TRY(tp_cuda_use(cb));
+    const float keep = 1.0f - lr * wd;  /* AdamW (wd 0: Adam, no decay kernel) */
     /* the bias corrections folded into the step size and epsilon, computed
      * on the host exactly as the CPU backend does */
     const double c1 = 1.0 - pow(b1, (double)step);
@@ -476,17 +542,97 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w,
         const float sc[2] = {lr_t, eps_t};
         const float *p;
         TP_TRY(tp_cuda_step_scalars(s, sc, 2, &p));
+        const float *pk = NULL;
+        if (wd != 0.0f)
+            TP_TRY(tp_cuda_step_scalars(s, &keep, 1, &pk));
         if (s->mode == TP_CUDA_REPLAYING)
             return TP_OK;
         TP_TRY(tp_cuda_order(cb, s));
+        if (pk) {
+            k_decay_p<<<tp_cuda_blocks(n, 256), 256, 0, s->cu>>>(w, n, pk);
+            TP_CUDA_CHECK(cudaGetLastError());
+        }
         k_adam_p<<<tp_cuda_blocks(n, 256), 256, 0, s->cu>>>(w, g, m, v, n, p,
                                                             b1, b2);
         TP_CUDA_CHECK(cudaGetLastError());
         return TP_OK;
     }
     TP_TRY(tp_cuda_order(cb, s));
+    if (wd != 0.0f) {
+        k_decay<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(
+            w, n, keep);
+        TP_CUDA_CHECK(cudaGetLastError());
+    }
     k_adam<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(
         w, g, m, v, n, lr_t, b1, b2, eps_t);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return tp_cuda_def_mark(cb, s);
+}
+
+/* ---- gradient processing: the global-norm clip, read on the device --- */
+
+static tp_status_t s_grad_sumsq(tp_backend_t *b, tp_stream_t *s, const float *g,
+                                size_t n, float *acc, int add) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (s && s->mode == TP_CUDA_REPLAYING)
+        return TP_OK;  /* no scalars: the recorded kernel does it all */
+    TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
+    k_sumsq<<<1, 1024, 0, tp_cuda_stream(cb, s)->cu>>>(g, n, acc, add);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return tp_cuda_def_mark(cb, s);
+}
+
+static tp_status_t s_grad_clip(tp_backend_t *b, tp_stream_t *s, float *g,
+                               size_t n, float clip, const float *acc) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (n == 0 || (s && s->mode == TP_CUDA_REPLAYING))
+        return TP_OK;
+    TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
+    k_clip<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(g, n, clip,
+                                                                           acc);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return tp_cuda_def_mark(cb, s);
+}
+
+/* The weights' moving average: as the optimizers, its decay a step
+ * scalar in a recorded step (a schedule may change it between replays). */
+static tp_status_t s_ema_update(tp_backend_t *b, tp_stream_t *s, float *ema,
+                                const float *w, size_t n, float decay) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (n == 0)
+        return TP_OK;
+    if (s && s->mode != TP_CUDA_EAGER) {
+        const float *p;
+        TP_TRY(tp_cuda_step_scalars(s, &decay, 1, &p));
+        if (s->mode == TP_CUDA_REPLAYING)
+            return TP_OK;
+        TP_TRY(tp_cuda_use(cb));
+        TP_TRY(tp_cuda_order(cb, s));
+        k_ema_p<<<tp_cuda_blocks(n, 256), 256, 0, s->cu>>>(ema, w, n, p);
+        TP_CUDA_CHECK(cudaGetLastError());
+        return TP_OK;
+    }
+    TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
+    k_ema<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(ema, w, n,
+                                                                          decay);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return tp_cuda_def_mark(cb, s);
+}
+
+/* Gradient accumulation: never in a recorded step (the model runs those
+ * call by call), so its scalars go by value. */
+static tp_status_t s_grad_accumulate(tp_backend_t *b, tp_stream_t *s, float *sum,
+                                     float *g, size_t n, int last, float scale) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (n == 0 || (s && s->mode == TP_CUDA_REPLAYING))
+        return TP_OK;
+    TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
+    k_accumulate<<<tp_cuda_blocks(n, 256), 256, 0, tp_cuda_stream(cb, s)->cu>>>(
+        sum, g, n, last, scale);
     TP_CUDA_CHECK(cudaGetLastError());
     return tp_cuda_def_mark(cb, s);
 }
@@ -1393,6 +1539,10 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .timer_ms = */ s_timer_ms,
     /* .timer_destroy = */ s_timer_destroy,
     /* .timer_hold = */ s_timer_hold,
+    /* .grad_sumsq = */ s_grad_sumsq,
+    /* .grad_clip = */ s_grad_clip,
+    /* .ema_update = */ s_ema_update,
+    /* .grad_accumulate = */ s_grad_accumulate,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

@@ -220,6 +220,22 @@ struct tp_model {
 
     tp_optimizer_t *opt;
     int nslots;
+    /* the EMA of the trainable variables (the optimizer's ema_decay when
+     * built): nema shadow model-only variables from vars[ema_first] on,
+     * their values contiguous at ema_offset floats into the model arena in
+     * the trainable arena's layout ([ntrain]); nema 0: none */
+    int ema_first, nema;
+    size_t ema_offset;
+    float *ema_saved;  /* [ntrain] on device 0: the weights while the
+                          average is in their place (tp_model_use_ema) */
+    int ema_in_use;
+    /* gradient accumulation (the optimizer's accumulate > 1 when built):
+     * the sum, nacc shadows from vars[acc_first] on laid out as the EMA's
+     * at acc_offset, and acc_count_var, a [1] model-only variable holding
+     * how many steps' gradients are in it; nreal: the variables before
+     * every shadow (the tower functions') */
+    int acc_first, nacc, acc_count_var, nreal;
+    size_t acc_offset;
     tp_comm_t *comm;   /* the towers' (several towers) */
     tp_comm_t *ranks;  /* the processes' (tp_model_comm_join), or NULL */
     tp_grads_state_t *step; /* [ntowers] the step's state, tower by tower */

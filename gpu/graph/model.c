@@ -488,7 +488,9 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     }
     m->memory += total;
     if (train) {
-        t->grads = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
+        /* past the arena, aligned (ntrain is padded): the global-norm
+         * clip's sum of squares (s_clip_acc) */
+        t->grads = b->ops->alloc(b, m->ntrain * sizeof(float) + 2 * TP_ALIGNMENT);
         if (!t->grads) {
             free(val_off);
             return tp_error(TP_ERR_NOMEM, "%s: gradients", t->name);
@@ -633,6 +635,8 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
     if (!host)
         return tp_error(TP_ERR_NOMEM, "initial values");
     for (int i = 0; i < m->nvars; i++) {
+        if (i >= m->nreal)
+            break;  /* shadows: zeros, the averages the weights (below) */
         s_init_values(&m->vars[i], m->config.seed, host);
         tp_status_t rc = b->ops->copy(b, rp->stream, tp_var_data_(m, r, i), host,
                                       m->vars[i].count * sizeof(float),
@@ -643,6 +647,9 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
         }
     }
     free(host);
+    if (m->nema)
+        TP_TRY(b->ops->copy(b, rp->stream, rp->model_arena + m->ema_offset,
+                            rp->train_arena, m->ntrain * sizeof(float), TP_COPY_D2D));
     for (int s = 0; s < m->nslots; s++) {
         rp->slots[s] = b->ops->alloc(b, m->ntrain * sizeof(float) + TP_ALIGNMENT);
         if (!rp->slots[s])
@@ -651,6 +658,119 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
         m->memory += m->ntrain * sizeof(float);
     }
     return b->ops->stream_sync(b, rp->stream);
+}
+
+/* Variables whose learning-rate multiplier is 0 are frozen: made
+ * model-only before anything is planned, so that no node computes a
+ * gradient for them (autodiff plans from the trainable flag), and they get
+ * no slots, no update, no average. */
+static void s_freeze(tp_model_t *m) {
+    int n = 0;
+    for (int i = 0; i < m->nvars; i++) {
+        tp_var_t *v = &m->vars[i];
+        if (v->trainable && tp_optimizer_lr_mult(m->opt, v->name) == 0) {
+            v->trainable = 0;
+            n++;
+        }
+    }
+    if (n)
+        TP_INFO("model: %d variable%s frozen (learning-rate multiplier 0)", n,
+                n > 1 ? "s" : "");
+}
+
+/* The update of the trainable floats [lo, hi) of replica rp from grads
+ * [ntrain] on stream s: one call, or with learning-rate multipliers one per
+ * variable in the range, each at its own rate (the padding between
+ * variables, zero in both, needs none). */
+static tp_status_t s_apply(tp_model_t *m, tp_replica_t *rp, tp_stream_t *s,
+                           const float *grads, size_t lo, size_t hi) {
+    if (hi <= lo)
+        return TP_OK;
+    if (tp_optimizer_lr_mult_count(m->opt) == 0)
+        return tp_optimizer_update(m->opt, rp->backend, s, rp->train_arena, grads,
+                                   rp->slots, lo, hi - lo);
+    for (int i = 0; i < m->nvars; i++) {
+        const tp_var_t *v = &m->vars[i];
+        if (!v->trainable)
+            continue;
+        size_t a = v->offset > lo ? v->offset : lo;
+        size_t z = v->offset + v->count < hi ? v->offset + v->count : hi;
+        if (z > a)
+            TP_TRY(tp_optimizer_update_scaled(m->opt, rp->backend, s, rp->train_arena,
+                                              grads, rp->slots, a, z - a,
+                                              tp_optimizer_lr_mult(m->opt, v->name)));
+    }
+    return TP_OK;
+}
+
+/* Shadow model-only variables "optimizer/<var>/<suffix>", one per
+ * trainable variable, appended after every other variable in the
+ * trainable ones' order, so that their values lie in the model arena
+ * exactly as the weights lie in the trainable arena (one call covers them
+ * all; s_shadow_offset checks it): the weights' average (ema_decay) and
+ * the sum of accumulated gradients (accumulate). Checkpoints save and load
+ * them as variables; their names make a weights-only load skip them.
+ * *first: the first one's index; *n: how many. */
+static tp_status_t s_plan_shadows(tp_model_t *m, const char *suffix, int *first,
+                                  int *n) {
+    int ntr = 0;
+    for (int i = 0; i < m->nreal; i++)
+        ntr += m->vars[i].trainable;
+    if (m->nvars + ntr + 1 > m->cap_vars) {  /* + 1: accumulate's count */
+        tp_var_t *nv = realloc(m->vars, (size_t)(m->nvars + ntr + 1) * sizeof *nv);
+        if (!nv)
+            return tp_error(TP_ERR_NOMEM, "the optimizer's %s variables", suffix);
+        m->vars = nv;
+        m->cap_vars = m->nvars + ntr + 1;
+    }
+    *first = m->nvars;
+    *n = 0;
+    for (int i = 0; i < m->nreal; i++) {
+        const tp_var_t *v = &m->vars[i];
+        if (!v->trainable)
+            continue;
+        size_t len = strlen(v->name) + strlen(suffix) + 13;
+        tp_var_t *e = &m->vars[m->nvars];
+        memset(e, 0, sizeof *e);
+        if (!(e->name = malloc(len)))
+            return tp_error(TP_ERR_NOMEM, "the optimizer's %s variables", suffix);
+        snprintf(e->name, len, "optimizer/%s/%s", v->name, suffix);
+        e->shape = v->shape;
+        e->count = v->count;
+        e->init = (tp_init_t){TP_INIT_ZEROS, 0};
+        m->nvars++;
+        (*n)++;
+    }
+    return TP_OK;
+}
+
+/* Shadows from vars[first] on, once placed: their block's offset in the
+ * model arena, where each lies as its variable does in the trainable one. */
+static size_t s_shadow_offset(const tp_model_t *m, int first) {
+    size_t base = m->vars[first].offset;
+    for (int j = 0, i = 0; i < m->nreal; i++) {
+        if (!m->vars[i].trainable)
+            continue;
+        TP_ASSERT(m->vars[first + j].offset == base + m->vars[i].offset);
+        j++;
+    }
+    return base;
+}
+
+/* Gradient accumulation's sum and its count of steps (a [1] variable, so
+ * that a checkpoint taken mid-sum resumes exactly). */
+static tp_status_t s_plan_accumulation(tp_model_t *m) {
+    TP_TRY(s_plan_shadows(m, "accum", &m->acc_first, &m->nacc));
+    tp_var_t *c = &m->vars[m->nvars];
+    memset(c, 0, sizeof *c);
+    if (!(c->name = strdup("optimizer/accumulated")))
+        return tp_error(TP_ERR_NOMEM, "the optimizer's accumulation count");
+    c->shape.ndim = 1;
+    c->shape.d[0] = 1;
+    c->count = 1;
+    c->init = (tp_init_t){TP_INIT_ZEROS, 0};
+    m->acc_count_var = m->nvars++;
+    return TP_OK;
 }
 
 static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
@@ -693,6 +813,13 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
             return tp_error_wrap(TP_ERR_NOMEM, "%s: its outputs' host mirror", t->name);
         t->mirror_ready = t->mirror_inflight = -1;
     }
+    if (m->opt && tp_optimizer_lr_mult_count(m->opt) > 0)
+        s_freeze(m);
+    m->nreal = m->nvars;
+    if (m->opt && tp_optimizer_ema_decay(m->opt) > 0)
+        TP_TRY(s_plan_shadows(m, "ema", &m->ema_first, &m->nema));
+    if (m->opt && tp_optimizer_accumulate(m->opt) > 1 && m->ntowers > 0)
+        TP_TRY(s_plan_accumulation(m));
     /* Variables: offsets, arenas, initial values. */
     for (int i = 0; i < m->nvars; i++) {
         tp_var_t *v = &m->vars[i];
@@ -700,10 +827,18 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
         v->offset = *used;
         *used += (v->count + FLOAT_ALIGN - 1) / FLOAT_ALIGN * FLOAT_ALIGN;
     }
+    if (m->nema)
+        m->ema_offset = s_shadow_offset(m, m->ema_first);
+    if (m->nacc)
+        m->acc_offset = s_shadow_offset(m, m->acc_first);
     if (m->opt)
         m->nslots = tp_optimizer_slot_count(m->opt);
     for (int r = 0; r < m->nrep; r++)
         TP_TRY(s_replica_init(m, r));
+    if (m->nema && !(m->ema_saved = m->backend->ops->alloc(
+                         m->backend, m->ntrain * sizeof(float) + TP_ALIGNMENT)))
+        return tp_error(TP_ERR_NOMEM, "the weights' average: %zu floats", m->ntrain);
+    m->memory += m->nema ? m->ntrain * sizeof(float) : 0;
     for (int i = 0; i < m->ntowers; i++)
         TP_TRY(s_plan_tower(m, m->towers[i]));
     if (m->infer)
@@ -831,6 +966,8 @@ void tp_model_destroy(tp_model_t **self_p) {
         if (rp->stream)
             rb->ops->stream_destroy(rb, rp->stream);
     }
+    if (m->ema_saved)
+        b->ops->free(b, m->ema_saved);
     for (int i = 0; i < m->nvars; i++)
         free(m->vars[i].name);
     free(m->vars);
@@ -910,11 +1047,160 @@ static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
     return TP_OK;
 }
 
+/* ---- gradient processing: the global-norm clip -------------------------
+ *
+ * The optimizer's clip_norm (tensorpack's GlobalNormClip) scales the
+ * step's gradients by min(1, clip / global norm) before the update, the
+ * norm over every gradient the update applies, once they are final (after
+ * the all-reduce). The sum of squares lives on the device, one float past
+ * the tower's gradient arena, and the scale is read there: no host sync,
+ * and a recorded step records both calls. */
+
+static float *s_clip_acc(const tp_model_t *m, const tp_tower_t *t) {
+    return t->grads + m->ntrain;
+}
+
+static double s_clip(const tp_model_t *m) {
+    return m->opt ? tp_optimizer_clip_norm(m->opt) : 0.0;
+}
+
+static tp_status_t s_clip_check(const tp_model_t *m, const tp_backend_t *b) {
+    if (s_clip(m) > 0 && (!b->ops->grad_sumsq || !b->ops->grad_clip))
+        return tp_error(TP_ERR_UNSUPPORTED, "clip_norm %g: the %s backend "
+                        "cannot clip gradients", s_clip(m), b->ops->name);
+    return TP_OK;
+}
+
+/* Tower t's gradients [lo, hi) scaled by the clip of the norm of all of
+ * [0, ntrain): every tower holds the same all-reduced sum, so towers that
+ * each clip their own slice agree with one that clips the whole. */
+static tp_status_t s_clip_range(tp_model_t *m, tp_tower_t *t, tp_stream_t *s,
+                                size_t lo, size_t hi) {
+    const double clip = s_clip(m);
+    if (!(clip > 0) || hi <= lo)
+        return TP_OK;
+    tp_backend_t *b = tp_tower_backend_(t);
+    TP_TRY(s_clip_check(m, b));
+    TP_TRY(b->ops->grad_sumsq(b, s, t->grads, m->ntrain, s_clip_acc(m, t), 0));
+    return b->ops->grad_clip(b, s, t->grads + lo, hi - lo, (float)clip,
+                             s_clip_acc(m, t));
+}
+
+/* ---- the weights' average (ema_decay) ---------------------------------- */
+
+/* After replica r's weights [lo, hi) were updated: their average's same
+ * floats, on stream s behind the update. */
+static tp_status_t s_ema_range(tp_model_t *m, int r, tp_stream_t *s, size_t lo,
+                               size_t hi) {
+    if (!m->nema || hi <= lo)
+        return TP_OK;
+    tp_replica_t *rp = &m->rep[r];
+    tp_backend_t *b = rp->backend;
+    if (!b->ops->ema_update)
+        return tp_error(TP_ERR_UNSUPPORTED, "ema_decay: the %s backend keeps no "
+                        "average of the weights", b->ops->name);
+    return b->ops->ema_update(b, s, rp->model_arena + m->ema_offset + lo,
+                              rp->train_arena + lo, hi - lo,
+                              (float)tp_optimizer_ema_decay(m->opt));
+}
+
+/* ---- gradient accumulation (accumulate) --------------------------------- */
+
+/* Steps per update: the optimizer's accumulate once the model planned its
+ * sum, else 1. */
+static int s_accum(const tp_model_t *m) {
+    return m->nacc ? tp_optimizer_accumulate(m->opt) : 1;
+}
+
+/* How many steps' gradients are in the sum: replica r's count variable,
+ * read on stream s. */
+static tp_status_t s_acc_count(tp_model_t *m, int r, tp_stream_t *s, int *count) {
+    tp_backend_t *b = m->rep[r].backend;
+    float f = 0;
+    TP_TRY(b->ops->copy(b, s, &f, tp_var_data_(m, r, m->acc_count_var), sizeof f,
+                        TP_COPY_D2H));
+    TP_TRY(b->ops->stream_sync(b, s));
+    *count = (int)f;
+    return TP_OK;
+}
+
+/* Every replica's count variable set to `count` (from the thread that
+ * closes the step). */
+static tp_status_t s_acc_set(tp_model_t *m, int count) {
+    const float f = (float)count;
+    for (int r = 0; r < m->nrep; r++) {
+        tp_replica_t *rp = &m->rep[r];
+        TP_TRY(rp->backend->ops->copy(rp->backend, rp->stream,
+                                      tp_var_data_(m, r, m->acc_count_var), &f,
+                                      sizeof f, TP_COPY_H2D));
+        TP_TRY(rp->backend->ops->stream_sync(rp->backend, rp->stream));
+    }
+    return TP_OK;
+}
+
+/* The step's gradients at replica rp's update, `count` steps' already in
+ * the sum: before the K-th step, grads[lo, hi) go into the sum (the first
+ * step's copied) and *apply is 0; at the K-th, all of grads become the
+ * mean of the K steps' (a clip needs every one; the sum is only read) and
+ * *apply is 1. Without accumulation *apply is 1 and nothing is done. */
+static tp_status_t s_accumulate(tp_model_t *m, tp_replica_t *rp, tp_stream_t *s,
+                                float *grads, size_t lo, size_t hi, int count,
+                                int *apply) {
+    const int k = s_accum(m);
+    *apply = 1;
+    if (k <= 1)
+        return TP_OK;
+    tp_backend_t *b = rp->backend;
+    if (!b->ops->grad_accumulate)
+        return tp_error(TP_ERR_UNSUPPORTED, "accumulate %d: the %s backend cannot "
+                        "accumulate gradients", k, b->ops->name);
+    float *sum = rp->model_arena + m->acc_offset;
+    if (count + 1 < k) {
+        *apply = 0;
+        if (hi <= lo)
+            return TP_OK;
+        if (count == 0)
+            return b->ops->copy(b, s, sum + lo, grads + lo, (hi - lo) * sizeof(float),
+                                TP_COPY_D2D);
+        return b->ops->grad_accumulate(b, s, sum + lo, grads + lo, hi - lo, 0, 0.0f);
+    }
+    return b->ops->grad_accumulate(b, s, sum, grads, m->ntrain, 1, (float)(1.0 / k));
+}
+
+tp_status_t tp_model_use_ema(tp_model_t *m, int on) {
+    if (!m)
+        return tp_error(TP_ERR_INVALID, "use_ema: no model");
+    if (!m->nema)
+        return tp_error(TP_ERR_STATE, "use_ema: the model keeps no average of its "
+                        "weights (set the optimizer's ema_decay in its factory, "
+                        "before the model is built)");
+    on = on != 0;
+    if (on == m->ema_in_use)
+        return TP_OK;
+    TP_TRY(tp_model_drain_(m));  /* a step queued ahead reads the weights */
+    tp_replica_t *rp = &m->rep[0];
+    tp_backend_t *b = rp->backend;
+    const size_t bytes = m->ntrain * sizeof(float);
+    if (on) {
+        TP_TRY(b->ops->copy(b, rp->stream, m->ema_saved, rp->train_arena, bytes,
+                            TP_COPY_D2D));
+        TP_TRY(b->ops->copy(b, rp->stream, rp->train_arena,
+                            rp->model_arena + m->ema_offset, bytes, TP_COPY_D2D));
+    } else {
+        TP_TRY(b->ops->copy(b, rp->stream, rp->train_arena, m->ema_saved, bytes,
+                            TP_COPY_D2D));
+    }
+    TP_TRY(b->ops->stream_sync(b, rp->stream));
+    m->ema_in_use = on;
+    return TP_OK;
+}
+
+int tp_model_ema_in_use(const tp_model_t *m) { return m && m->ema_in_use; }
+
 static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
     const tp_var_t *v = &m->vars[vi];
     tp_replica_t *rp = &m->rep[t->replica];
-    return tp_optimizer_update(m->opt, rp->backend, t->stream, rp->train_arena,
-                               t->grads, rp->slots, v->offset, v->count);
+    return s_apply(m, rp, t->stream, t->grads, v->offset, v->offset + v->count);
 }
 
 /* Profiling with the device's timer: a mark before and after op call k
@@ -1068,8 +1354,9 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
      * final (still in cache); on a device one update over the whole arena
      * after the pass (the same arithmetic, element by element: one kernel
      * instead of one per variable, each a launch and a drain for what are
-     * mostly a few hundred floats) */
-    const int whole = fused && b->device >= 0;
+     * mostly a few hundred floats), and so with a global-norm clip, whose
+     * scale needs every gradient first */
+    const int whole = fused && (b->device >= 0 || s_clip(m) > 0 || s_accum(m) > 1);
     reduce = reduce && cost == 0 && t->nbuckets > 0;
     const tp_reduce_rank_t rr = {b, m->comm, t->index, t->stream, t->grads,
                                  m->ntrain, m->config.average, t->name};
@@ -1103,12 +1390,22 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
     }
     if (whole) {
         tp_replica_t *rp = &m->rep[t->replica];
-        TP_TRY(tp_optimizer_update(m->opt, rp->backend, t->stream, rp->train_arena,
-                                   t->grads, rp->slots, 0, m->ntrain));
-        tp_optimizer_end_step(m->opt);
+        int count = 0, apply = 1;
+        if (s_accum(m) > 1)
+            TP_TRY(s_acc_count(m, t->replica, t->stream, &count));
+        TP_TRY(s_accumulate(m, rp, t->stream, t->grads, 0, m->ntrain, count, &apply));
+        if (apply) {
+            TP_TRY(s_clip_range(m, t, t->stream, 0, m->ntrain));
+            TP_TRY(s_apply(m, rp, t->stream, t->grads, 0, m->ntrain));
+            TP_TRY(s_ema_range(m, t->replica, t->stream, 0, m->ntrain));
+            tp_optimizer_end_step(m->opt);
+        }
+        if (s_accum(m) > 1)
+            TP_TRY(s_acc_set(m, (count + 1) % s_accum(m)));
     } else if (fused) {
         for (int r = 0; r < t->nfuse_rest; r++)
             TP_TRY(s_update_var(m, t, t->fuse_rest[r]));
+        TP_TRY(s_ema_range(m, t->replica, t->stream, 0, m->ntrain));
         tp_optimizer_end_step(m->opt);
     }
     st->fresh = !fused;
@@ -1199,6 +1496,7 @@ static tp_status_t s_pass(tp_model_t *m, tp_tower_t *t,
      * backend that can (see tp_model_config_t.ahead). Any other run waits
      * for the steps queued ahead first. */
     int ahead = !m->profiling && m->config.ahead && fused && backward && cost == 0 &&
+                s_accum(m) == 1 &&
                 t->training &&
                 m->ntowers == 1 && b->device >= 0 && b->ops->stream_mark &&
                 b->ops->stream_wait_mark;
@@ -1214,6 +1512,7 @@ static tp_status_t s_pass(tp_model_t *m, tp_tower_t *t,
      * other batch runs call by call. */
     /* (profiling times each call: the step runs call by call) */
     int graph = !m->profiling && m->config.graphs && fused && backward && cost == 0 &&
+                s_accum(m) == 1 &&
                 b->ops->graph_begin && t->training &&
                 (t->graph ? t->graph_batch == t->run_batch
                           : t->eager_batch == t->run_batch);
@@ -1405,6 +1704,15 @@ static tp_status_t s_check_run(tp_model_t *m, s_step_t *s,
                         "graph only runs forward (TP_RUN_FORWARD)", st);
     if (s->reduce || s->update)
         TP_TRY(s_check_grads(m));
+    if (s->update && s_accum(m) == 1 && tp_optimizer_accumulate(m->opt) > 1)
+        return tp_error(TP_ERR_STATE, "run: the optimizer's accumulate is %d but the "
+                        "model was built without it (set it in the optimizer "
+                        "factory: the model plans the gradients' sum)",
+                        tp_optimizer_accumulate(m->opt));
+    if ((s->backward || s->update) && m->ema_in_use)
+        return tp_error(TP_ERR_STATE, "run: the weights' average is in their place "
+                        "(tp_model_use_ema): put the weights back (use_ema 0) "
+                        "before training");
     tp_tower_t *t = tp_model_tower_(m, s->tower);
     s->cost = 0;
     if (s->cost_name) {
@@ -1531,11 +1839,46 @@ static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
         hi = n;
     tp_replica_t *rp = &m->rep[t->replica];
     tp_backend_t *b = rp->backend;
-    if (hi > lo)
-        TP_TRY(tp_optimizer_update(m->opt, b, t->stream, rp->train_arena,
-                                   t->grads, rp->slots, lo, hi - lo));
+    int count = 0, apply = 1;  /* the count changes only when the step closes */
+    if (s_accum(m) > 1)
+        TP_TRY(s_acc_count(m, t->replica, t->stream, &count));
+    TP_TRY(s_accumulate(m, rp, t->stream, t->grads, lo, hi, count, &apply));
+    if (apply) {
+        TP_TRY(s_clip_range(m, t, t->stream, lo, hi));
+        TP_TRY(s_apply(m, rp, t->stream, t->grads, lo, hi));
+        TP_TRY(s_ema_range(m, t->replica, t->stream, lo, hi));
+    }
     TP_TRY(b->ops->stream_sync(b, t->stream));
     st->sliced = 1;
+    return TP_OK;
+}
+
+/* Named cost k updates the trainable variables its pattern matches. */
+static int s_cost_var(const tp_tower_t *t0, int k, const tp_var_t *v) {
+    return v->trainable &&
+           !(t0->cost_vars[k] && fnmatch(t0->cost_vars[k], v->name, 0) != 0);
+}
+
+/* A named cost's clip: the norm over the variables it updates only (the
+ * others' gradients are stale), each of them scaled by it. */
+static tp_status_t s_clip_cost(tp_model_t *m, tp_tower_t *t, tp_stream_t *s,
+                               int k) {
+    const double clip = s_clip(m);
+    if (!(clip > 0))
+        return TP_OK;
+    tp_backend_t *b = tp_tower_backend_(t);
+    const tp_tower_t *t0 = m->towers[0];
+    TP_TRY(s_clip_check(m, b));
+    TP_TRY(b->ops->fill(b, s, s_clip_acc(m, t), 0.0f, 1));
+    for (int i = 0; i < m->nvars; i++)
+        if (s_cost_var(t0, k, &m->vars[i]))
+            TP_TRY(b->ops->grad_sumsq(b, s, t->grads + m->vars[i].offset,
+                                      m->vars[i].count, s_clip_acc(m, t), 1));
+    for (int i = 0; i < m->nvars; i++)
+        if (s_cost_var(t0, k, &m->vars[i]))
+            TP_TRY(b->ops->grad_clip(b, s, t->grads + m->vars[i].offset,
+                                     m->vars[i].count, (float)clip,
+                                     s_clip_acc(m, t)));
     return TP_OK;
 }
 
@@ -1549,7 +1892,13 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
         sliced += m->step[i].sliced;
     if (sliced == m->ntowers) {
         TP_TRY(s_check_fresh(m, 0, m->ntowers - 1));
-        tp_optimizer_end_step(m->opt);
+        int count = 0;
+        if (s_accum(m) > 1) {
+            TP_TRY(s_acc_count(m, 0, m->rep[0].stream, &count));
+            TP_TRY(s_acc_set(m, (count + 1) % s_accum(m)));
+        }
+        if (count + 1 >= s_accum(m))  /* the slices updated */
+            tp_optimizer_end_step(m->opt);
         for (int i = 0; i < m->ntowers; i++)
             m->step[i].fresh = m->step[i].sliced = 0;
         return TP_OK;
@@ -1581,26 +1930,39 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
         return tp_error(TP_ERR_STATE, "updating cost '%s' but the fresh "
                         "gradients are cost '%s''s", t0->cost_names[k],
                         t0->cost_names[m->step[0].cost]);
+    if (k != 0 && s_accum(m) > 1)
+        return tp_error(TP_ERR_UNSUPPORTED, "cost '%s': gradient accumulation "
+                        "(accumulate %d) is for the main cost only",
+                        t0->cost_names[k], s_accum(m));
+    int count = 0, apply = 1;
+    if (s_accum(m) > 1)
+        TP_TRY(s_acc_count(m, 0, m->rep[0].stream, &count));
     for (int r = 0; r < m->nrep; r++) {
         tp_replica_t *rp = &m->rep[r];
         const float *g = m->towers[r]->grads;
         if (k == 0) {  /* the main cost: every trainable variable at once */
-            TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
-                                       rp->train_arena, g, rp->slots, 0,
-                                       m->ntrain));
+            TP_TRY(s_accumulate(m, rp, rp->stream, m->towers[r]->grads, 0, m->ntrain,
+                                count, &apply));
+            if (!apply)
+                continue;
+            TP_TRY(s_clip_range(m, m->towers[r], rp->stream, 0, m->ntrain));
+            TP_TRY(s_apply(m, rp, rp->stream, g, 0, m->ntrain));
+            TP_TRY(s_ema_range(m, r, rp->stream, 0, m->ntrain));
             continue;
         }
+        TP_TRY(s_clip_cost(m, m->towers[r], rp->stream, k));
         for (int i = 0; i < m->nvars; i++) {
             const tp_var_t *v = &m->vars[i];
-            if (!v->trainable ||
-                (t0->cost_vars[k] && fnmatch(t0->cost_vars[k], v->name, 0) != 0))
+            if (!s_cost_var(t0, k, v))
                 continue;
-            TP_TRY(tp_optimizer_update(m->opt, rp->backend, rp->stream,
-                                       rp->train_arena, g, rp->slots,
-                                       v->offset, v->count));
+            TP_TRY(s_apply(m, rp, rp->stream, g, v->offset, v->offset + v->count));
         }
+        TP_TRY(s_ema_range(m, r, rp->stream, 0, m->ntrain));
     }
-    tp_optimizer_end_step(m->opt);
+    if (apply)
+        tp_optimizer_end_step(m->opt);
+    if (s_accum(m) > 1)
+        TP_TRY(s_acc_set(m, (count + 1) % s_accum(m)));
     for (int i = 0; i < m->ntowers; i++) {
         if (held)
             m->step[i].held &= ~(1u << k);

@@ -1,20 +1,31 @@
-/* towerpack gpu: SGD with momentum (optionally Nesterov) and Adam.
+/* towerpack gpu: SGD with momentum (optionally Nesterov), Adam and AdamW,
+ * and the global-norm clip the model applies before their update.
  *
  * An optimizer is only its hyper-parameters and a step counter; the model
  * owns the slot buffers, so the same object serves any backend. */
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/optim.h>
 #include "gpu/backend_impl.h"
 
-typedef enum { S_SGD, S_ADAM } s_kind_t;
+typedef enum { S_SGD, S_ADAM, S_ADAMW } s_kind_t;
+
+#define S_MULTS_MAX 16
 
 struct tp_optimizer {
     s_kind_t kind;
     double lr;
     double momentum; /* sgd */
     int nesterov;
-    double beta1, beta2, eps; /* adam */
+    double beta1, beta2, eps; /* adam, adamw */
+    double weight_decay;      /* adamw: decoupled */
+    double clip_norm;         /* any: 0 off */
+    double ema_decay;         /* any: 0 off */
+    double accumulate;        /* any: steps per update, an integer >= 1 */
+    char *mult_pattern[S_MULTS_MAX]; /* learning-rate multipliers, in order */
+    double mult[S_MULTS_MAX];
+    int nmults;
     int64_t step;
 };
 
@@ -28,6 +39,7 @@ tp_optimizer_t *tp_optimizer_sgd(double lr, double momentum, int nesterov) {
     if (!o)
         return NULL;
     o->kind = S_SGD;
+    o->accumulate = 1;
     o->lr = lr;
     o->momentum = momentum;
     o->nesterov = nesterov;
@@ -46,6 +58,7 @@ tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
     if (!o)
         return NULL;
     o->kind = S_ADAM;
+    o->accumulate = 1;
     o->lr = lr;
     o->beta1 = beta1;
     o->beta2 = beta2;
@@ -53,15 +66,34 @@ tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
     return o;
 }
 
+tp_optimizer_t *tp_optimizer_adamw(double lr, double beta1, double beta2,
+                                   double eps, double weight_decay) {
+    if (!(weight_decay >= 0 && weight_decay < 1e30)) {
+        tp_error(TP_ERR_INVALID, "adamw: weight decay %g (>= 0)", weight_decay);
+        return NULL;
+    }
+    tp_optimizer_t *o = tp_optimizer_adam(lr, beta1, beta2, eps);
+    if (!o) {
+        tp_error(TP_ERR_INVALID, "adamw: lr %g, beta1 %g, beta2 %g, eps %g", lr,
+                 beta1, beta2, eps);
+        return NULL;
+    }
+    o->kind = S_ADAMW;
+    o->weight_decay = weight_decay;
+    return o;
+}
+
 void tp_optimizer_destroy(tp_optimizer_t **self_p) {
     if (!self_p || !*self_p)
         return;
+    for (int i = 0; i < (*self_p)->nmults; i++)
+        free((*self_p)->mult_pattern[i]);
     free(*self_p);
     *self_p = NULL;
 }
 
 const char *tp_optimizer_kind(const tp_optimizer_t *o) {
-    return o->kind == S_SGD ? "sgd" : "adam";
+    return o->kind == S_SGD ? "sgd" : o->kind == S_ADAM ? "adam" : "adamw";
 }
 
 static double *s_param(tp_optimizer_t *o, const char *name) {
@@ -69,9 +101,17 @@ static double *s_param(tp_optimizer_t *o, const char *name) {
         return NULL;
     if (!strcmp(name, "learning_rate") || !strcmp(name, "lr"))
         return &o->lr;
+    if (!strcmp(name, "clip_norm"))
+        return &o->clip_norm;
+    if (!strcmp(name, "ema_decay"))
+        return &o->ema_decay;
+    if (!strcmp(name, "accumulate"))
+        return &o->accumulate;
     if (o->kind == S_SGD && !strcmp(name, "momentum"))
         return &o->momentum;
-    if (o->kind == S_ADAM) {
+    if (o->kind == S_ADAMW && !strcmp(name, "weight_decay"))
+        return &o->weight_decay;
+    if (o->kind != S_SGD) {
         if (!strcmp(name, "beta1"))
             return &o->beta1;
         if (!strcmp(name, "beta2"))
@@ -86,8 +126,11 @@ static tp_status_t s_unknown(const tp_optimizer_t *o, const char *name) {
     return tp_error(TP_ERR_NOT_FOUND,
                     "%s optimizer has no hyper-parameter '%s' (it has %s)",
                     tp_optimizer_kind(o), name ? name : "(null)",
-                    o->kind == S_SGD ? "learning_rate, momentum"
-                                     : "learning_rate, beta1, beta2, epsilon");
+                    o->kind == S_SGD    ? "learning_rate, momentum, clip_norm, ema_decay, accumulate"
+                    : o->kind == S_ADAM ? "learning_rate, beta1, beta2, epsilon, "
+                                          "clip_norm, ema_decay, accumulate"
+                                        : "learning_rate, beta1, beta2, epsilon, "
+                                          "weight_decay, clip_norm, ema_decay, accumulate");
 }
 
 tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v) {
@@ -95,7 +138,9 @@ tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v) {
     if (!p)
         return s_unknown(o, name);
     int ok = v >= 0 && v < 1e30;
-    if (p != &o->lr)
+    if (p == &o->accumulate)  /* a count of steps */
+        ok = v >= 1 && v <= 1 << 20 && v == (double)(int)v;
+    else if (p != &o->lr && p != &o->clip_norm && p != &o->weight_decay)
         ok = ok && v < 1.0 && (p != &o->eps || v > 0);
     if (o->kind == S_SGD && p == &o->momentum && v > 0 && o->momentum == 0)
         ok = 0; /* no momentum slot was planned */
@@ -116,33 +161,72 @@ tp_status_t tp_optimizer_get(const tp_optimizer_t *o, const char *name,
 }
 
 int tp_optimizer_slot_count(const tp_optimizer_t *o) {
-    if (o->kind == S_ADAM)
+    if (o->kind != S_SGD)
         return 2;
     return o->momentum > 0 ? 1 : 0;
 }
 
 const char *tp_optimizer_slot_name(const tp_optimizer_t *o, int i) {
-    if (o->kind == S_ADAM)
+    if (o->kind != S_SGD)
         return i == 0 ? "m" : i == 1 ? "v" : NULL;
     return (i == 0 && o->momentum > 0) ? "momentum" : NULL;
 }
 
+double tp_optimizer_clip_norm(const tp_optimizer_t *o) { return o->clip_norm; }
+double tp_optimizer_ema_decay(const tp_optimizer_t *o) { return o->ema_decay; }
+int tp_optimizer_accumulate(const tp_optimizer_t *o) { return (int)o->accumulate; }
+
+tp_status_t tp_optimizer_add_lr_mult(tp_optimizer_t *o, const char *pattern,
+                                     double mult) {
+    if (!pattern || !*pattern)
+        return tp_error(TP_ERR_INVALID, "lr_mult: no pattern");
+    if (!(mult >= 0 && mult < 1e30))
+        return tp_error(TP_ERR_INVALID, "lr_mult '%s': multiplier %g (>= 0; 0 "
+                        "freezes)", pattern, mult);
+    if (o->nmults == S_MULTS_MAX)
+        return tp_error(TP_ERR_INVALID, "lr_mult '%s': more than %d patterns",
+                        pattern, S_MULTS_MAX);
+    if (!(o->mult_pattern[o->nmults] = strdup(pattern)))
+        return tp_error(TP_ERR_NOMEM, "lr_mult '%s'", pattern);
+    o->mult[o->nmults++] = mult;
+    return TP_OK;
+}
+
+double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name) {
+    for (int i = 0; name && i < o->nmults; i++)
+        if (fnmatch(o->mult_pattern[i], name, 0) == 0)
+            return o->mult[i];
+    return 1.0;
+}
+
+int tp_optimizer_lr_mult_count(const tp_optimizer_t *o) { return o->nmults; }
+
 int64_t tp_optimizer_step(const tp_optimizer_t *o) { return o->step; }
 void tp_optimizer_set_step(tp_optimizer_t *o, int64_t step) { o->step = step; }
+
+tp_status_t tp_optimizer_update_scaled(tp_optimizer_t *o, tp_backend_t *b,
+                                       tp_stream_t *s, float *param,
+                                       const float *grad, float *const *slots,
+                                       size_t off, size_t n, double lr_mult) {
+    /* (float)(lr * 1.0) is (float)lr: unscaled updates stay bit for bit */
+    const double lr = o->lr * lr_mult;
+    if (o->kind == S_SGD)
+        return b->ops->sgd_update(b, s, param + off, grad + off,
+                                  o->momentum > 0 ? slots[0] + off : NULL, n,
+                                  (float)lr, (float)o->momentum,
+                                  o->nesterov);
+    return b->ops->adam_update(b, s, param + off, grad + off, slots[0] + off,
+                               slots[1] + off, n, (float)lr,
+                               (float)o->beta1, (float)o->beta2, (float)o->eps,
+                               o->kind == S_ADAMW ? (float)o->weight_decay : 0.0f,
+                               o->step + 1);
+}
 
 tp_status_t tp_optimizer_update(tp_optimizer_t *o, tp_backend_t *b,
                                 tp_stream_t *s, float *param,
                                 const float *grad, float *const *slots,
                                 size_t off, size_t n) {
-    if (o->kind == S_SGD)
-        return b->ops->sgd_update(b, s, param + off, grad + off,
-                                  o->momentum > 0 ? slots[0] + off : NULL, n,
-                                  (float)o->lr, (float)o->momentum,
-                                  o->nesterov);
-    return b->ops->adam_update(b, s, param + off, grad + off, slots[0] + off,
-                               slots[1] + off, n, (float)o->lr,
-                               (float)o->beta1, (float)o->beta2, (float)o->eps,
-                               o->step + 1);
+    return tp_optimizer_update_scaled(o, b, s, param, grad, slots, off, n, 1.0);
 }
 
 void tp_optimizer_end_step(tp_optimizer_t *o) { o->step++; }

@@ -821,7 +821,7 @@ Test(cuda_ops, optimizer_updates) {
     tp_rng_init(&r, 31, 0);
     enum { N = 5003 };
     static float w[N], gr[N], m1[N], v1[N], out[N];
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 5; variant++) {  /* 3 adam, 4 adamw */
         s_rand(&r, w, N, -1, 1);
         s_rand(&r, gr, N, -1, 1);
         s_rand(&r, m1, N, -0.1f, 0.1f);
@@ -836,19 +836,56 @@ Test(cuda_ops, optimizer_updates) {
                 cr_assert_eq(g->ops->sgd_update(g, NULL, dw, dg, dslot, N, 0.1f,
                                                 0.9f, variant == 2), TP_OK);
             } else {
+                const float wd = variant == 4 ? 0.05f : 0.0f;
                 cpu->ops->adam_update(cpu, NULL, w, gr, m1, v1, N, 1e-3f, 0.9f,
-                                      0.999f, 1e-8f, step);
+                                      0.999f, 1e-8f, wd, step);
                 cr_assert_eq(g->ops->adam_update(g, NULL, dw, dg, dm, dv, N,
                                                  1e-3f, 0.9f, 0.999f, 1e-8f,
-                                                 step), TP_OK);
+                                                 wd, step), TP_OK);
             }
         }
         s_to_host(g, out, dw, sizeof out);
-        s_close(variant == 3 ? "adam" : "sgd", out, w, N, 1e-6f, 1e-5f);
+        s_close(variant == 4 ? "adamw" : variant == 3 ? "adam" : "sgd", out, w, N,
+                1e-6f, 1e-5f);
         g->ops->free(g, dw);
         g->ops->free(g, dg);
         g->ops->free(g, dm);
         g->ops->free(g, dv);
+    }
+    tp_backend_destroy(&cpu);
+    tp_backend_destroy(&g);
+}
+
+/* The global-norm clip (grad_sumsq, grad_clip) on the device against the
+ * CPU: the sum of squares set and added to, a clip that scales and one
+ * that leaves the gradients alone. */
+Test(cuda_ops, gradient_clip_by_global_norm) {
+    tp_backend_t *g = s_gpu();
+    tp_backend_t *cpu = tp_backend_cpu_new(1);
+    tp_rng_t r;
+    tp_rng_init(&r, 37, 0);
+    enum { N = 70001 };
+    static float gr[N], out[N];
+    for (int variant = 0; variant < 2; variant++) {
+        s_rand(&r, gr, N, -1, 1);
+        float *dg = s_to_dev(g, gr, sizeof gr);
+        float acc = 0, dacc_h = 0, *dacc = s_to_dev(g, &dacc_h, sizeof dacc_h);
+        /* two pieces, the second added: as a named cost's variables */
+        cr_assert_eq(cpu->ops->grad_sumsq(cpu, NULL, gr, 1000, &acc, 0), TP_OK);
+        cr_assert_eq(cpu->ops->grad_sumsq(cpu, NULL, gr + 1000, N - 1000, &acc, 1), TP_OK);
+        cr_assert_eq(g->ops->grad_sumsq(g, NULL, dg, 1000, dacc, 0), TP_OK);
+        cr_assert_eq(g->ops->grad_sumsq(g, NULL, dg + 1000, N - 1000, dacc, 1), TP_OK);
+        s_to_host(g, &dacc_h, dacc, sizeof dacc_h);
+        cr_expect(fabsf(dacc_h - acc) <= 1e-5f * acc, "sum of squares %g vs %g",
+                  dacc_h, acc);
+        /* variant 0 clips to a tenth of the norm; 1 to more than it */
+        const float clip = variant == 0 ? 0.1f * sqrtf(acc) : 2.0f * sqrtf(acc);
+        cr_assert_eq(cpu->ops->grad_clip(cpu, NULL, gr, N, clip, &acc), TP_OK);
+        cr_assert_eq(g->ops->grad_clip(g, NULL, dg, N, clip, dacc), TP_OK);
+        s_to_host(g, out, dg, sizeof out);
+        s_close(variant == 0 ? "clipped" : "unclipped", out, gr, N, 1e-6f, 1e-5f);
+        g->ops->free(g, dg);
+        g->ops->free(g, dacc);
     }
     tp_backend_destroy(&cpu);
     tp_backend_destroy(&g);

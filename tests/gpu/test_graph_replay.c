@@ -36,7 +36,7 @@ typedef struct {
     float value;
     size_t count;
     int ta, tb, m, n, k, lda, ldb, ldc, nesterov;
-    float alpha, beta, lr, mu, b1, b2, eps;
+    float alpha, beta, lr, mu, b1, b2, eps, wd;
     const float *a, *bm, *g;
     float *cm, *v, *mm;
     int64_t step;
@@ -244,14 +244,15 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w, const float 
 
 static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
                           float *m, float *v, size_t n, float lr, float b1, float b2,
-                          float eps, int64_t step) {
+                          float eps, float wd, int64_t step) {
     s_fake_t *f = s_of(b);
     if (f->mode == S_EAGER)
-        return f->cpu->ops->adam_update(f->cpu, s, w, g, m, v, n, lr, b1, b2, eps, step);
+        return f->cpu->ops->adam_update(f->cpu, s, w, g, m, v, n, lr, b1, b2, eps, wd,
+                                        step);
     s_rec_t *r = s_next(f, R_ADAM, w);
     if (r && f->mode == S_RECORDING)
         *r = (s_rec_t){.kind = R_ADAM, .s = s, .cm = w, .g = g, .mm = m, .v = v,
-                       .count = n, .b1 = b1, .b2 = b2, .eps = eps};
+                       .count = n, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd};
     if (r) {
         r->lr = lr;
         r->step = step;
@@ -278,7 +279,7 @@ static tp_status_t s_run_graph(s_fake_t *f, tp_graph_t *g) {
             break;
         case R_ADAM:
             rc = c->ops->adam_update(c, r->s, r->cm, r->g, r->mm, r->v, r->count, r->lr,
-                                     r->b1, r->b2, r->eps, r->step);
+                                     r->b1, r->b2, r->eps, r->wd, r->step);
             break;
         case R_COPY:
             memcpy(r->to, r->from, r->count);

@@ -180,11 +180,11 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w, const float 
 
 static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
                           float *m1, float *m2, size_t n, float lr, float b1,
-                          float b2, float eps, int64_t step) {
+                          float b2, float eps, float wd, int64_t step) {
     const void *p[4] = {w, g, m1, m2};
     s_check(b, "adam_update", s, p, 4);
     return s_of(b)->cpu->ops->adam_update(s_of(b)->cpu, s, w, g, m1, m2, n, lr,
-                                          b1, b2, eps, step);
+                                          b1, b2, eps, wd, step);
 }
 
 /* A communicator across "processes" (comm_id, comm_join): models in

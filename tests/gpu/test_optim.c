@@ -1,5 +1,7 @@
-/* towerpack tests: SGD (plain, momentum, Nesterov) and Adam against
- * reference arithmetic in double, and hyper-parameters by name. */
+/* towerpack tests: SGD (plain, momentum, Nesterov), Adam and AdamW against
+ * reference arithmetic in double, hyper-parameters by name, and the
+ * gradient processing a model applies for its optimizer (the global-norm
+ * clip) on every update path: fused, all towers from one thread, slices. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
@@ -97,4 +99,400 @@ Test(optim, hyper_parameters_by_name) {
     tp_optimizer_destroy(&o);
     cr_expect_null(tp_optimizer_sgd(0.1, 1.0, 0));
     cr_expect_null(tp_optimizer_adam(0.1, 0.9, 0.999, 0.0));
+}
+
+Test(optim, adamw_matches_reference) {
+    const double lr = 0.01, wd = 0.1;
+    tp_optimizer_t *o = tp_optimizer_adamw(lr, 0.9, 0.999, 1e-8, wd);
+    cr_assert_not_null(o, "%s", tp_last_error());
+    cr_expect_str_eq(tp_optimizer_kind(o), "adamw");
+    cr_expect_eq(tp_optimizer_slot_count(o), 2);
+    float w[NP] = {1, -1, 0.5f, 0, 2}, m[NP] = {0}, v[NP] = {0};
+    float w0[NP];
+    memcpy(w0, w, sizeof w);
+    s_run(o, w, s_g, 3, m, v);
+    for (int i = 0; i < NP; i++) {
+        /* torch.optim.AdamW: decay first, then Adam's step */
+        double rw = w0[i], rm = 0, rv = 0;
+        for (int s = 0; s < 3; s++) {
+            double g = s_g[s][i];
+            rw *= 1 - lr * wd;
+            rm = 0.9 * rm + 0.1 * g;
+            rv = 0.999 * rv + 0.001 * g * g;
+            double mh = rm / (1 - pow(0.9, s + 1)), vh = rv / (1 - pow(0.999, s + 1));
+            rw -= lr * mh / (sqrt(vh) + 1e-8);
+        }
+        cr_expect(fabs(w[i] - rw) < 1e-6, "w[%d] %.9f vs %.9f", i, w[i], rw);
+    }
+    /* the decay is a hyper-parameter a schedule can set; Adam has none */
+    double d;
+    cr_expect_eq(tp_optimizer_set(o, "weight_decay", 0.3), TP_OK);
+    cr_expect_eq(tp_optimizer_get(o, "weight_decay", &d), TP_OK);
+    cr_expect_float_eq(d, 0.3, 1e-12);
+    cr_expect_eq(tp_optimizer_set(o, "weight_decay", -1), TP_ERR_INVALID);
+    tp_optimizer_destroy(&o);
+    cr_expect_null(tp_optimizer_adamw(0.1, 0.9, 0.999, 1e-8, -0.1));
+    tp_optimizer_t *a = tp_optimizer_adam(0.1, 0.9, 0.999, 1e-8);
+    cr_expect_eq(tp_optimizer_get(a, "weight_decay", &d), TP_ERR_NOT_FOUND);
+    tp_optimizer_destroy(&a);
+}
+
+Test(optim, clip_norm_is_every_optimizers_hyper_parameter) {
+    tp_optimizer_t *o[3] = {tp_optimizer_sgd(0.1, 0.9, 0),
+                            tp_optimizer_adam(0.1, 0.9, 0.999, 1e-8),
+                            tp_optimizer_adamw(0.1, 0.9, 0.999, 1e-8, 0.01)};
+    for (int i = 0; i < 3; i++) {
+        double v = -1;
+        cr_expect_eq(tp_optimizer_clip_norm(o[i]), 0.0, "off by default");
+        cr_expect_eq(tp_optimizer_set(o[i], "clip_norm", 5.0), TP_OK);
+        cr_expect_eq(tp_optimizer_get(o[i], "clip_norm", &v), TP_OK);
+        cr_expect_eq(v, 5.0);
+        cr_expect_eq(tp_optimizer_clip_norm(o[i]), 5.0);
+        cr_expect_eq(tp_optimizer_set(o[i], "clip_norm", -1), TP_ERR_INVALID);
+        tp_optimizer_destroy(&o[i]);
+    }
+}
+
+/* ---- the global-norm clip in a model ------------------------------------
+ * A softmax regression x [4,3] @ W [3,2] with plain SGD (lr 1): a step
+ * moves W by exactly the (processed) gradient. */
+
+#define CB 4
+static const float s_w0[6] = {0.3f, -0.2f, 0.1f, 0.4f, -0.5f, 0.25f};
+
+static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t ws[2] = {3, 2};
+    tp_node_t *w = tp_variable(t, "W", 2, ws, (tp_init_t){TP_INIT_ZEROS, 0},
+                               TP_VAR_TRAINABLE);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "xent", tp_matmul(t, "logits", in[0], w),
+                                                in[1]));
+}
+
+static tp_optimizer_t *s_sgd1(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(1.0, 0.0, 0);
+}
+
+static const tp_input_desc_t s_desc[2] = {{"x", TP_FLOAT32, 2, {-1, 3}},
+                                          {"y", TP_INT32, 1, {-1}}};
+
+static double s_ema_decay; /* s_sgd_ema's, set before building */
+static tp_optimizer_t *s_sgd_ema(void *u) {
+    (void)u;
+    tp_optimizer_t *o = tp_optimizer_sgd(1.0, 0.0, 0);
+    if (o && tp_optimizer_set(o, "ema_decay", s_ema_decay) < 0)
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+static tp_model_t *s_model(int towers, double clip) {
+    tp_model_desc_t md = {s_desc, 2, s_tower, s_ema_decay > 0 ? s_sgd_ema : s_sgd1, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = towers;
+    cfg.batch = CB;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_tensor_t w;
+    cr_assert_eq(tp_model_var(m, "W", &w), TP_OK);
+    memcpy(w.data, s_w0, sizeof s_w0); /* CPU backend: host memory */
+    /* the average starts at the weights the model was built with: these */
+    if (s_ema_decay > 0 && tp_model_var(m, "optimizer/W/ema", &w) == TP_OK)
+        memcpy(w.data, s_w0, sizeof s_w0);
+    cr_assert_eq(tp_optimizer_set(tp_model_optimizer(m), "clip_norm", clip), TP_OK);
+    return m;
+}
+
+static float s_x[CB * 3];
+static int32_t s_y[CB];
+static void s_feeds(tp_tensor_t in[4]) {
+    for (int i = 0; i < CB * 3; i++)
+        s_x[i] = (float)(3.0 * sin(1.0 + 0.7 * i));
+    for (int i = 0; i < CB; i++)
+        s_y[i] = i % 2;
+    int64_t xs[2] = {CB, 3}, ys[1] = {CB};
+    /* both towers take the same batch: their mean is either's gradient */
+    for (int k = 0; k < 2; k++) {
+        tp_tensor_init_wrap(&in[2 * k], TP_FLOAT32, 2, xs, s_x, NULL, NULL);
+        tp_tensor_init_wrap(&in[2 * k + 1], TP_INT32, 1, ys, s_y, NULL, NULL);
+    }
+}
+
+/* One step by `path`: 0 one tower (the fused update), 1 two towers from
+ * one thread (TP_ALL_TOWERS), 2 two towers each applying its slice. */
+static void s_run_path(tp_model_t *m, int path, tp_tensor_t in[4]) {
+    if (path < 2) {
+        cr_assert_eq(tp_model_run(m, path ? TP_ALL_TOWERS : 0, in, path ? 4 : 2, NULL,
+                                  0, NULL), TP_OK, "%s", tp_last_error());
+    } else {
+        tp_run_opts_t grads = {.stages = TP_RUN_GRADIENTS};
+        tp_run_opts_t update = {.stages = TP_RUN_UPDATE};
+        for (int k = 0; k < 2; k++)  /* equal gradients: nothing to reduce */
+            cr_assert_eq(tp_model_run(m, k, in, 2, NULL, 0, &grads), TP_OK);
+        for (int k = 0; k < 2; k++)
+            cr_assert_eq(tp_model_run(m, k, NULL, 0, NULL, 0, &update), TP_OK,
+                         "%s", tp_last_error());
+        cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, NULL, 0, NULL, 0, &update),
+                     TP_OK, "%s", tp_last_error());
+    }
+}
+
+/* W after one step by `path` (s_run_path). */
+static void s_step(int path, double clip, float w_out[6]) {
+    tp_model_t *m = s_model(path == 0 ? 1 : 2, clip);
+    tp_tensor_t in[4];
+    s_feeds(in);
+    s_run_path(m, path, in);
+    tp_tensor_t w;
+    cr_assert_eq(tp_model_var(m, "W", &w), TP_OK);
+    memcpy(w_out, w.data, sizeof s_w0);
+    tp_model_destroy(&m);
+}
+
+Test(optim, clip_norm_scales_the_step_on_every_update_path) {
+    float w1[6];
+    s_step(0, 0.0, w1);
+    double g[6], norm = 0;
+    for (int i = 0; i < 6; i++) {
+        g[i] = (double)s_w0[i] - w1[i];
+        norm += g[i] * g[i];
+    }
+    norm = sqrt(norm);
+    cr_assert(norm > 0.1, "the batch gives a gradient worth clipping (%g)", norm);
+    for (int path = 0; path < 3; path++) {
+        float w[6];
+        /* a quarter of the norm: every gradient scaled by 1/4 */
+        s_step(path, norm / 4, w);
+        for (int i = 0; i < 6; i++)
+            cr_expect(fabs(w[i] - (s_w0[i] - g[i] / 4)) < 1e-6,
+                      "path %d: W[%d] %.8f, want %.8f", path, i, w[i],
+                      s_w0[i] - g[i] / 4);
+        /* above the norm: the step as without a clip, bit for bit */
+        s_step(path, norm * 2, w);
+        float w_plain[6];
+        s_step(path, 0.0, w_plain);
+        cr_expect_eq(memcmp(w, w_plain, sizeof w), 0, "path %d: clip above the norm "
+                     "changed the step", path);
+    }
+}
+
+/* ---- the weights' average in a model ----------------------------------- */
+
+static void s_read(tp_model_t *m, const char *name, float out[6]) {
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_var(m, name, &v), TP_OK, "%s: %s", name, tp_last_error());
+    cr_assert_eq(v.nbytes, 6 * sizeof(float));
+    memcpy(out, v.data, 6 * sizeof(float));
+    tp_tensor_fini(&v);
+}
+
+Test(optim, ema_follows_every_update_path_and_takes_the_weights_place) {
+    s_ema_decay = 0.75;
+    for (int path = 0; path < 3; path++) {
+        tp_model_t *m = s_model(path == 0 ? 1 : 2, 0.0);
+        tp_tensor_t in[4];
+        s_feeds(in);
+        double ema[6];
+        float w[6], e[6];
+        s_read(m, "optimizer/W/ema", e);
+        for (int i = 0; i < 6; i++) {  /* it starts at the initial weights */
+            cr_expect_eq(e[i], s_w0[i], "path %d: ema[%d] starts at %g", path, i, e[i]);
+            ema[i] = s_w0[i];
+        }
+        for (int step = 0; step < 3; step++) {
+            s_run_path(m, path, in);
+            s_read(m, "W", w);
+            for (int i = 0; i < 6; i++)
+                ema[i] = 0.75 * ema[i] + 0.25 * w[i];
+        }
+        s_read(m, "optimizer/W/ema", e);
+        for (int i = 0; i < 6; i++)
+            cr_expect(fabs(e[i] - ema[i]) < 1e-6, "path %d: ema[%d] %.8f, want %.8f",
+                      path, i, e[i], ema[i]);
+        /* in the weights' place: what the inference graph and export read */
+        cr_assert_eq(tp_model_use_ema(m, 1), TP_OK, "%s", tp_last_error());
+        cr_expect(tp_model_ema_in_use(m));
+        float in_place[6];
+        s_read(m, "W", in_place);
+        cr_expect_eq(memcmp(in_place, e, sizeof e), 0, "path %d: W is not the average", path);
+        cr_expect_eq(tp_model_run(m, path ? TP_ALL_TOWERS : 0, in, path ? 4 : 2, NULL, 0,
+                                  NULL), TP_ERR_STATE, "training with the average in place");
+        cr_expect(strstr(tp_last_error(), "tp_model_use_ema"), "%s", tp_last_error());
+        cr_assert_eq(tp_model_use_ema(m, 0), TP_OK);
+        s_read(m, "W", in_place);
+        cr_expect_eq(memcmp(in_place, w, sizeof w), 0, "path %d: the weights came back "
+                     "changed", path);
+        tp_model_destroy(&m);
+    }
+    /* a model without the average says how to get one */
+    s_ema_decay = 0;
+    tp_model_t *m = s_model(1, 0.0);
+    cr_expect_eq(tp_model_use_ema(m, 1), TP_ERR_STATE);
+    cr_expect(strstr(tp_last_error(), "ema_decay"), "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_expect_eq(tp_model_var(m, "optimizer/W/ema", &v), TP_ERR_NOT_FOUND);
+    tp_model_destroy(&m);
+}
+
+/* ---- learning-rate multipliers and freezing ----------------------------
+ * fc 3->2 (fc/W, fc/b) and SGD at rate 1: a step moves each variable by
+ * its gradient times its multiplier; a frozen one neither moves nor has a
+ * gradient, and the others' gradients are what they were. */
+
+static double s_mult_w = 1, s_mult_b = 1;
+static tp_status_t s_fc_tower(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "xent", tp_fc(t, "fc", in[0], 2, 1),
+                                                in[1]));
+}
+static tp_optimizer_t *s_sgd_mults(void *u) {
+    (void)u;
+    tp_optimizer_t *o = tp_optimizer_sgd(1.0, 0.0, 0);
+    if (o && (tp_optimizer_add_lr_mult(o, "*/W", s_mult_w) < 0 ||
+              tp_optimizer_add_lr_mult(o, "fc/?", s_mult_b) < 0))
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+/* fc/W (6 floats) and fc/b (2) before and after a step on `towers`. */
+static tp_model_t *s_fc_step(int towers, float w[2][6], float b[2][2]) {
+    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_sgd_mults, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = towers;
+    cfg.batch = CB;
+    cfg.seed = 3;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_tensor_t in[4], v;
+    s_feeds(in);
+    for (int k = 0; k < 2; k++) {
+        if (k == 1)
+            cr_assert_eq(tp_model_run(m, towers > 1 ? TP_ALL_TOWERS : 0, in, 2 * towers,
+                                      NULL, 0, NULL), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_model_var(m, "fc/W", &v), TP_OK);
+        memcpy(w[k], v.data, sizeof w[k]);
+        tp_tensor_fini(&v);
+        cr_assert_eq(tp_model_var(m, "fc/b", &v), TP_OK);
+        memcpy(b[k], v.data, sizeof b[k]);
+        tp_tensor_fini(&v);
+    }
+    return m;
+}
+
+Test(optim, lr_multipliers_scale_each_variables_step_and_zero_freezes) {
+    tp_optimizer_t *o = tp_optimizer_sgd(0.1, 0, 0);
+    cr_expect_eq(tp_optimizer_add_lr_mult(o, "a/*", 0.5), TP_OK);
+    cr_expect_eq(tp_optimizer_add_lr_mult(o, "*", 2), TP_OK);
+    cr_expect_eq(tp_optimizer_lr_mult(o, "a/W"), 0.5, "the first match wins");
+    cr_expect_eq(tp_optimizer_lr_mult(o, "b/W"), 2.0);
+    cr_expect_eq(tp_optimizer_add_lr_mult(o, "c", -1), TP_ERR_INVALID);
+    tp_optimizer_destroy(&o);
+    for (int towers = 1; towers <= 2; towers++) {
+        float w[2][6], b[2][2], rw[2][6], rb[2][2];
+        s_mult_w = s_mult_b = 1;
+        tp_model_t *ref = s_fc_step(towers, rw, rb);
+        tp_model_destroy(&ref);
+        /* W at a quarter of the rate, b at three times */
+        s_mult_w = 0.25, s_mult_b = 3;
+        tp_model_t *m = s_fc_step(towers, w, b);
+        cr_expect_eq(memcmp(w[0], rw[0], sizeof w[0]), 0, "same initial weights");
+        for (int i = 0; i < 6; i++)
+            cr_expect(fabsf((w[0][i] - w[1][i]) - 0.25f * (rw[0][i] - rw[1][i])) < 1e-7f,
+                      "towers %d: W[%d] moved %g, want %g", towers, i, w[0][i] - w[1][i],
+                      0.25f * (rw[0][i] - rw[1][i]));
+        for (int i = 0; i < 2; i++)
+            cr_expect(fabsf((b[0][i] - b[1][i]) - 3 * (rb[0][i] - rb[1][i])) < 1e-6f,
+                      "towers %d: b[%d] moved %g, want %g", towers, i, b[0][i] - b[1][i],
+                      3 * (rb[0][i] - rb[1][i]));
+        tp_model_destroy(&m);
+        /* W frozen: not trainable, no gradient, never moves; b as before */
+        s_mult_w = 0, s_mult_b = 1;
+        m = s_fc_step(towers, w, b);
+        cr_expect_eq(memcmp(w[0], w[1], sizeof w[0]), 0, "towers %d: frozen W moved", towers);
+        cr_expect_eq(memcmp(b[1], rb[1], sizeof b[1]), 0, "towers %d: b's step changed",
+                     towers);
+        for (int i = 0; i < tp_model_var_count(m); i++)
+            if (!strcmp(tp_model_var_name(m, i), "fc/W"))
+                cr_expect_eq(tp_model_var_trainable(m, i), 0);
+        tp_tensor_t g;
+        cr_expect_eq(tp_model_grad(m, 0, "fc/W", &g), TP_ERR_NOT_FOUND);
+        tp_model_destroy(&m);
+    }
+}
+
+/* ---- gradient accumulation ---------------------------------------------
+ * SGD at rate 1 with accumulate 3: the first two steps leave W alone, the
+ * third moves it by the mean of the three steps' gradients (each step a
+ * different batch), on every update path; the optimizer counts one
+ * update. */
+
+static int s_accumulate_k;
+static tp_optimizer_t *s_sgd_acc(void *u) {
+    (void)u;
+    tp_optimizer_t *o = tp_optimizer_sgd(1.0, 0.0, 0);
+    if (o && tp_optimizer_set(o, "accumulate", s_accumulate_k) < 0)
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+/* W (fc/W) before and after each of 3 steps by `path`, the inputs of
+ * step s scaled by scale x s. */
+static void s_acc_steps(int path, int k, double scale, float w[4][6]) {
+    s_accumulate_k = k;
+    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_sgd_acc, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = path == 0 ? 1 : 2;
+    cfg.batch = CB;
+    cfg.seed = 3;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_tensor_t in[4], v;
+    s_feeds(in);
+    float x0[CB * 3];
+    memcpy(x0, s_x, sizeof x0);
+    for (int step = 0; step <= 3; step++) {
+        if (step > 0) {
+            for (int i = 0; i < CB * 3; i++)
+                s_x[i] = x0[i] * (float)(scale * step);
+            s_run_path(m, path, in);
+        }
+        cr_assert_eq(tp_model_var(m, "fc/W", &v), TP_OK);
+        memcpy(w[step], v.data, sizeof w[step]);
+        tp_tensor_fini(&v);
+    }
+    memcpy(s_x, x0, sizeof x0);
+    cr_expect_eq(tp_optimizer_step(tp_model_optimizer(m)), k == 3 ? 1 : 3, "updates");
+    tp_model_destroy(&m);
+}
+
+Test(optim, accumulate_updates_every_kth_step_with_the_mean) {
+    tp_optimizer_t *o = tp_optimizer_adam(0.1, 0.9, 0.999, 1e-8);
+    cr_expect_eq(tp_optimizer_accumulate(o), 1);
+    cr_expect_eq(tp_optimizer_set(o, "accumulate", 0), TP_ERR_INVALID);
+    cr_expect_eq(tp_optimizer_set(o, "accumulate", 2.5), TP_ERR_INVALID);
+    cr_expect_eq(tp_optimizer_set(o, "accumulate", 4), TP_OK);
+    cr_expect_eq(tp_optimizer_accumulate(o), 4);
+    tp_optimizer_destroy(&o);
+    s_mult_w = s_mult_b = 1;
+    for (int path = 0; path < 3; path++) {
+        float w[4][6];
+        s_acc_steps(path, 3, 1.0, w);
+        cr_expect_eq(memcmp(w[1], w[0], sizeof w[0]), 0, "path %d: step 1 updated", path);
+        cr_expect_eq(memcmp(w[2], w[0], sizeof w[0]), 0, "path %d: step 2 updated", path);
+        /* the mean of the three steps' gradients, all at the initial W:
+         * each the first step of a run without accumulation whose inputs
+         * are scaled as that step's */
+        double mean[6] = {0};
+        for (int sc = 1; sc <= 3; sc++) {
+            float one[4][6];
+            s_acc_steps(path, 1, sc, one);
+            cr_expect_eq(memcmp(one[0], w[0], sizeof w[0]), 0, "same initial W");
+            for (int i = 0; i < 6; i++)
+                mean[i] += ((double)one[0][i] - one[1][i]) / 3;
+        }
+        for (int i = 0; i < 6; i++)
+            cr_expect(fabs((w[0][i] - w[3][i]) - mean[i]) < 1e-6,
+                      "path %d: W[%d] moved %.8f, the mean gradient is %.8f", path, i,
+                      w[0][i] - w[3][i], mean[i]);
+    }
 }

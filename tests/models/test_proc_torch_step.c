@@ -145,3 +145,137 @@ Test(torch_step, label_smoothing_is_pytorchs) {
               tp_last_error());
     PU_PYTHON_EXPECT(LS_PY, dir, "pytorch agrees");
 }
+
+/* ---- optimizers and gradient processing against torch.optim ------------
+ * A few steps of a small MLP (fc 12->16, relu, fc 16->10, cross-entropy)
+ * with AdamW (or Adam), the global-norm clip, the weights' average and
+ * learning-rate multipliers (one of them 0: frozen) and gradient
+ * accumulation, on
+ * one tower (the fused update) and on two from one thread (the update
+ * after the all-reduce), against torch.optim.AdamW, clip_grad_norm_ and
+ * timm's ModelEmaV2 arithmetic in float64
+ * (tests/models/torch_optim.py, which states the tolerance). */
+
+#define OP_PY TP_SOURCE_DIR "/tests/models/torch_optim.py"
+#define OP_B 8
+#define OP_F 12
+#define OP_STEPS 6
+
+typedef struct {
+    const char *name, *kind;
+    double lr, wd, clip, ema;
+    int towers;
+    const char *mults; /* "-" or "PATTERN=MULT,..." (at most two) */
+    int accumulate;
+} s_op_case_t;
+
+static tp_status_t s_op_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    (void)user;
+    tp_node_t *h = tp_relu(t, NULL, tp_fc(t, "fc0", in[0], 16, 1));
+    tp_node_t *cost = tp_softmax_xent(t, "cost", tp_fc(t, "fc1", h, 10, 1), in[1]);
+    TP_TRY(tp_tower_status(t));
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_optimizer_t *s_op_opt(void *user) {
+    const s_op_case_t *c = user;
+    tp_optimizer_t *o = !strcmp(c->kind, "adamw")
+                            ? tp_optimizer_adamw(c->lr, 0.9, 0.999, 1e-8, c->wd)
+                            : tp_optimizer_adam(c->lr, 0.9, 0.999, 1e-8);
+    if (o && (tp_optimizer_set(o, "clip_norm", c->clip) < 0 ||
+              tp_optimizer_set(o, "ema_decay", c->ema) < 0 ||
+              tp_optimizer_set(o, "accumulate", c->accumulate ? c->accumulate : 1) < 0))
+        tp_optimizer_destroy(&o);
+    char rules[128];
+    snprintf(rules, sizeof rules, "%s", c->mults);
+    for (char *save = NULL, *r = strtok_r(rules, ",", &save); o && strcmp(c->mults, "-") && r;
+         r = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(r, '=');
+        *eq = 0;
+        if (tp_optimizer_add_lr_mult(o, r, atof(eq + 1)) < 0)
+            tp_optimizer_destroy(&o);
+    }
+    return o;
+}
+
+static void s_op_case(const char *dir, const s_op_case_t *c, FILE *cases) {
+    const tp_input_desc_t in[2] = {{"x", TP_FLOAT32, 2, {-1, OP_F}},
+                                   {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {in, 2, s_op_build, s_op_opt, (void *)c};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = c->towers;
+    cfg.batch = OP_B;
+    cfg.seed = 9;
+    cfg.threads = 1;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s_w0.safetensors", dir, c->name);
+    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
+    const int rows = OP_B * c->towers;
+    static float x[OP_STEPS][4 * OP_B * OP_F];
+    static int32_t y[OP_STEPS][4 * OP_B];
+    tp_rng_t r;
+    tp_rng_init(&r, 17, 0);
+    for (int s = 0; s < OP_STEPS; s++) {
+        for (int i = 0; i < rows * OP_F; i++)
+            x[s][i] = (float)(tp_rng_double(&r) * 4.0 - 2.0);
+        for (int i = 0; i < rows; i++)
+            y[s][i] = (int32_t)(tp_rng_u64(&r) % 10);
+        int64_t xs[2] = {OP_B, OP_F}, ys[1] = {OP_B};
+        tp_tensor_t feeds[8];
+        for (int k = 0; k < c->towers; k++) {
+            tp_tensor_init_wrap(&feeds[2 * k], TP_FLOAT32, 2, xs, x[s] + k * OP_B * OP_F,
+                                NULL, NULL);
+            tp_tensor_init_wrap(&feeds[2 * k + 1], TP_INT32, 1, ys, y[s] + k * OP_B, NULL,
+                                NULL);
+        }
+        cr_assert_eq(tp_model_run(m, c->towers > 1 ? TP_ALL_TOWERS : 0, feeds,
+                                  2 * c->towers, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
+    }
+    FILE *fx, *fy;
+    snprintf(path, sizeof path, "%s/%s_x.bin", dir, c->name);
+    cr_assert_not_null(fx = fopen(path, "wb"));
+    snprintf(path, sizeof path, "%s/%s_y.bin", dir, c->name);
+    cr_assert_not_null(fy = fopen(path, "wb"));
+    for (int s = 0; s < OP_STEPS; s++) {
+        cr_assert_eq(fwrite(x[s], sizeof(float), (size_t)rows * OP_F, fx), (size_t)rows * OP_F);
+        cr_assert_eq(fwrite(y[s], sizeof(int32_t), (size_t)rows, fy), (size_t)rows);
+    }
+    fclose(fx);
+    fclose(fy);
+    snprintf(path, sizeof path, "%s/%s_w1.safetensors", dir, c->name);
+    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
+    fprintf(cases, "%s %s %.17g %.17g %.17g %.17g %d %d %s %d\n", c->name, c->kind,
+            c->lr, c->wd, c->clip, c->ema, OP_STEPS, c->towers, c->mults,
+            c->accumulate ? c->accumulate : 1);
+    tp_model_destroy(&m);
+}
+
+Test(torch_step, optimizers_and_gradient_processing_are_torch_optims) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/tp-torchopt-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof path, "%s/cases.txt", dir);
+    FILE *cases = fopen(path, "w");
+    cr_assert_not_null(cases);
+    static const s_op_case_t all[] = {
+        {"adamw", "adamw", 0.01, 0.1, 0, 0, 1, "-", 1},
+        {"adamw_clip", "adamw", 0.01, 0.1, 0.5, 0, 1, "-", 1},
+        {"adamw_clip_2towers", "adamw", 0.01, 0.1, 0.5, 0, 2, "-", 1},
+        {"adam_clip", "adam", 0.02, 0, 0.3, 0, 1, "-", 1},
+        {"adamw_ema", "adamw", 0.01, 0.1, 0, 0.8, 1, "-", 1},
+        {"adamw_clip_ema_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2, "-", 1},
+        {"adamw_mults", "adamw", 0.01, 0.1, 0, 0, 1, "fc0/*=0.1,fc1/b=0", 1},
+        {"adamw_clip_ema_mults_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2,
+         "fc1/W=3,fc0/b=0", 1},
+        {"adamw_accumulate3", "adamw", 0.01, 0.1, 0, 0, 1, "-", 3},
+        {"adamw_clip_ema_accumulate2_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2, "-", 2},
+    };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        s_op_case(dir, &all[i], cases);
+    fclose(cases);
+    PU_PYTHON_EXPECT(OP_PY, dir, "pytorch agrees");
+}

@@ -37,10 +37,36 @@ static const tp_input_desc_t s_inputs[] = {
 };
 static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
 
+/* AdamW with the global-norm clip and the weights' average: more
+ * optimizer state to resume (the moments, the step count in the bias
+ * corrections, the average) */
+static tp_optimizer_t *s_opt_adamw(void *user) {
+    (void)user;
+    tp_optimizer_t *o = tp_optimizer_adamw(0.01, 0.9, 0.999, 1e-8, 0.05);
+    if (o && (tp_optimizer_set(o, "clip_norm", 0.5) < 0 ||
+              tp_optimizer_set(o, "ema_decay", 0.9) < 0))
+        tp_optimizer_destroy(&o);
+    return o;
+}
+static const tp_model_desc_t s_model_adamw = {s_inputs, 2, s_tower, s_opt_adamw, NULL};
+
+/* Adam accumulating 3 steps' gradients: 16 steps an epoch leave a partial
+ * sum in every epoch's checkpoint */
+static tp_optimizer_t *s_opt_accumulate(void *user) {
+    (void)user;
+    tp_optimizer_t *o = tp_optimizer_adam(0.01, 0.9, 0.999, 1e-8);
+    if (o && tp_optimizer_set(o, "accumulate", 3) < 0)
+        tp_optimizer_destroy(&o);
+    return o;
+}
+static const tp_model_desc_t s_model_accumulate = {s_inputs, 2, s_tower, s_opt_accumulate,
+                                                   NULL};
+static const tp_model_desc_t *s_desc = &s_model; /* s_config's */
+
 static void s_config(tp_train_config_t *c, const char *logdir, int towers,
                      int batch, int64_t epochs) {
     tp_train_config_init(c);
-    c->model = &s_model;
+    c->model = s_desc;
     c->towers = towers;
     c->batch = batch;
     c->dataflow = s_blobs(batch, 1, 0);
@@ -148,6 +174,22 @@ Test(train, resume_ends_bit_identical) { s_resume_case(1, 32); }
 /* Two tower actors: the data order and the all-reduce order are fixed, so
  * a resumed run is still bit for bit the unbroken one. */
 Test(train, resume_with_two_towers_ends_bit_identical) { s_resume_case(2, 16); }
+
+/* AdamW's moments and step, under a clip, and the weights' average
+ * (s_same_vars compares optimizer/<var>/ema too), on one tower (the fused
+ * update) and two (the sliced one) */
+Test(train, resume_with_adamw_clip_and_ema_ends_bit_identical) {
+    s_desc = &s_model_adamw;
+    s_resume_case(1, 32);
+    s_resume_case(2, 16);
+}
+
+/* a checkpoint mid-sum (optimizer/<var>/accum, optimizer/accumulated) */
+Test(train, resume_mid_accumulation_ends_bit_identical) {
+    s_desc = &s_model_accumulate;
+    s_resume_case(1, 32);
+    s_resume_case(2, 16);
+}
 
 Test(train, two_towers_share_the_total_batch) {
     tp_train_config_t c;

@@ -645,6 +645,30 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *a8b[] = {"tp-train", "--label-smoothing", "1", NULL};
     cr_assert_neq(s_run(a8b, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--label-smoothing needs a number in [0, 1), got '1'"), "%s", s_out);
+    /* the optimizer's flags: each refused with what it needs */
+    char *o1[] = {"tp-train", "--optimizer", "lamb", NULL};
+    cr_assert_neq(s_run(o1, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--optimizer 'lamb': sgd, adam or adamw"), "%s", s_out);
+    char *o2[] = {"tp-train", "--weight-decay", "0.1", NULL};  /* cnn: adam */
+    cr_assert_neq(s_run(o2, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--weight-decay is AdamW's decoupled decay: it needs "
+                            "--optimizer adamw (the optimizer is adam)"), "%s", s_out);
+    char *o3[] = {"tp-train", "--optimizer", "adamw", "--weight-decay", "-1", NULL};
+    cr_assert_neq(s_run(o3, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--weight-decay needs a number >= 0, got '-1'"), "%s", s_out);
+    char *o4[] = {"tp-train", "--clip-norm", "0", NULL};
+    cr_assert_neq(s_run(o4, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--clip-norm needs a norm > 0, got '0'"), "%s", s_out);
+    char *o5[] = {"tp-train", "--ema", "1", NULL};
+    cr_assert_neq(s_run(o5, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--ema needs a decay in (0, 1)"), "%s", s_out);
+    char *o6[] = {"tp-train", "--lr-mult", "conv0/*", NULL};
+    cr_assert_neq(s_run(o6, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--lr-mult needs PATTERN=MULTIPLIER with a multiplier >= 0"),
+              "%s", s_out);
+    char *o7[] = {"tp-train", "--accumulate", "0", NULL};
+    cr_assert_neq(s_run(o7, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--accumulate"), "%s", s_out);
     char *a9[] = {"tp-train", "--resident", "--workers", "2", NULL};
     cr_assert_neq(s_run(a9, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--resident reads --data into the towers' memory itself"),

@@ -61,6 +61,13 @@ typedef struct {
     double lr;
     double lr_end;  /* --lr-end: the rate at the end, a fraction of lr */
     double warmup;  /* --warmup: epochs of the rate's climb from lr / 10 */
+    double weight_decay; /* --weight-decay: AdamW's decoupled decay; -1 unset */
+    double clip_norm;    /* --clip-norm: the global-norm clip; 0 off */
+    double ema;          /* --ema: the weights' average's decay; 0 off */
+    int accumulate;      /* --accumulate: steps per update (1) */
+    const char *mult_pattern[16]; /* --lr-mult P=M, --freeze P (M 0), in order */
+    double mult[16];
+    int nmults;
     int64_t steps_per_epoch, seed;
 } s_args_t;
 
@@ -93,8 +100,31 @@ static void s_usage(FILE *out) {
 "  --warmup E           the rate climbs linearly from a tenth of --lr to it\n"
 "                       over the first E epochs (fractions allowed; default\n"
 "                       0), then decays\n"
-"  --optimizer NAME     sgd (momentum 0.9) or adam (default per model:\n"
-"                       adam for cnn, sgd for the others)\n"
+"  --optimizer NAME     sgd (momentum 0.9), adam, or adamw (Adam with\n"
+"                       decoupled weight decay; default per model: adam\n"
+"                       for cnn, sgd for the others)\n"
+"  --weight-decay W     adamw's decoupled weight decay, W >= 0 (default\n"
+"                       0.01, as torch.optim.AdamW); only with adamw (the\n"
+"                       models' own L2 decay on their weights stays)\n"
+"  --clip-norm C        scale each step's gradients by min(1, C / their\n"
+"                       global norm), the norm over every trainable\n"
+"                       variable after the all-reduce (tensorpack's\n"
+"                       GlobalNormClip); C > 0 (default: no clip)\n"
+"  --ema D              keep an exponential moving average of the weights,\n"
+"                       avg = D x avg + (1 - D) x w after each update, D in\n"
+"                       (0, 1) (e.g. 0.999); validation runs on it, and the\n"
+"                       checkpoints keep it (optimizer/<var>/ema)\n"
+"  --accumulate K       update every K steps with the mean of their\n"
+"                       gradients (an effective batch K x the total batch);\n"
+"                       a step is still one batch per tower: --epochs,\n"
+"                       --steps-per-epoch and the rate's schedule count\n"
+"                       steps (default 1)\n"
+"  --lr-mult PAT=M      update the variables whose name matches PAT (a shell\n"
+"                       pattern, e.g. 'conv0/*') at M x the learning rate;\n"
+"                       repeatable, the first match wins (variable names:\n"
+"                       the checkpoint's)\n"
+"  --freeze PAT         never update the variables matching PAT (no gradient\n"
+"                       is computed for them): --lr-mult PAT=0\n"
 "  --devices LIST       auto (default: GPU 0 if CUDA answers, else the CPU),\n"
 "                       cpu, a GPU id like 1, or several like 0,1 (one tower\n"
 "                       on each, gradients all-reduced by NCCL); under MPI\n"
@@ -180,21 +210,55 @@ static long s_spec_batch(const char *spec) {
     return n;
 }
 
-/* The optimizer factory: user = {learning rate, 1 for Adam}. SGD has
- * momentum 0.9. */
 /* The model description's user data: the zoo's options first (what the
  * zoo's build functions read), then the optimizer's. */
 typedef struct {
     tp_zoo_options_t zoo;
     double lr;
-    int adam;
+    const char *kind;     /* "sgd", "adam", "adamw" (checked) */
+    double weight_decay;  /* adamw */
+    double clip_norm;     /* 0: none */
+    double ema;           /* 0: none */
+    int accumulate;       /* steps per update */
+    const s_args_t *args; /* the learning-rate multipliers */
 } s_model_user_t;
 
+/* The optimizer factory: SGD has momentum 0.9; Adam and AdamW torch's
+ * defaults (0.9, 0.999, 1e-8); the global-norm clip when asked. */
 static tp_optimizer_t *s_optimizer(void *user) {
     const s_model_user_t *u = user;
-    return u->adam ? tp_optimizer_adam(u->lr, 0.9, 0.999, 1e-8)
-                   : tp_optimizer_sgd(u->lr, 0.9, 0);
+    tp_optimizer_t *o =
+        !strcasecmp(u->kind, "adam")  ? tp_optimizer_adam(u->lr, 0.9, 0.999, 1e-8)
+        : !strcasecmp(u->kind, "adamw") ? tp_optimizer_adamw(u->lr, 0.9, 0.999, 1e-8,
+                                                             u->weight_decay)
+                                        : tp_optimizer_sgd(u->lr, 0.9, 0);
+    if (o && (tp_optimizer_set(o, "clip_norm", u->clip_norm) < 0 ||
+              tp_optimizer_set(o, "ema_decay", u->ema) < 0 ||
+              tp_optimizer_set(o, "accumulate", u->accumulate) < 0))
+        tp_optimizer_destroy(&o);
+    for (int i = 0; o && i < u->args->nmults; i++)
+        if (tp_optimizer_add_lr_mult(o, u->args->mult_pattern[i], u->args->mult[i]) < 0)
+            tp_optimizer_destroy(&o);
+    return o;
 }
+
+/* --ema: validation on the weights' average. The first callback puts it
+ * in the weights' place before the InferenceRunner's trigger_epoch, the
+ * second puts the weights back after it (and after training, whatever
+ * happened), before the ModelSaver, a default callback after these,
+ * snapshots the model. */
+static tp_status_t s_ema_in(void *impl, tp_trainer_t *tr) {
+    (void)impl;
+    return tp_model_use_ema(tp_trainer_model(tr), 1);
+}
+static tp_status_t s_ema_out(void *impl, tp_trainer_t *tr) {
+    (void)impl;
+    return tp_model_use_ema(tp_trainer_model(tr), 0);
+}
+static const tp_callback_ops_t s_ema_in_ops = {.name = "EMAIn", .trigger_epoch = s_ema_in};
+static const tp_callback_ops_t s_ema_out_ops = {.name = "EMAOut",
+                                                .trigger_epoch = s_ema_out,
+                                                .after_train = s_ema_out};
 
 /* --devices 0,1: distinct GPU ids, into ids[] (*n_out of them). */
 static tp_status_t s_parse_device_list(const char *list, int *ids, int *n_out) {
@@ -440,10 +504,11 @@ int main(int argc, char **argv) {
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
                   .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05,
-                  .log_every = 50};
+                  .log_every = 50, .weight_decay = -1, .accumulate = 1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
-           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY };
+           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_CLIP, O_EMA, O_LR_MULT,
+           O_FREEZE, O_ACCUMULATE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -471,6 +536,12 @@ int main(int argc, char **argv) {
         {"lr-end", required_argument, 0, O_LR_END},
         {"warmup", required_argument, 0, O_WARMUP},
         {"log-every", required_argument, 0, O_LOG_EVERY},
+        {"weight-decay", required_argument, 0, O_WD},
+        {"clip-norm", required_argument, 0, O_CLIP},
+        {"ema", required_argument, 0, O_EMA},
+        {"lr-mult", required_argument, 0, O_LR_MULT},
+        {"freeze", required_argument, 0, O_FREEZE},
+        {"accumulate", required_argument, 0, O_ACCUMULATE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -531,6 +602,58 @@ int main(int argc, char **argv) {
                 return s_fail("bad flag");
             }
             break;
+        case O_WD:
+            if (tp_spec_double(optarg, "--weight-decay", &a.weight_decay) ||
+                !(a.weight_decay >= 0 && a.weight_decay < 1e30)) {
+                tp_error(TP_ERR_INVALID, "--weight-decay needs a number >= 0, got '%s'",
+                         optarg);
+                return s_fail("bad flag");
+            }
+            break;
+        case O_CLIP:
+            if (tp_spec_double(optarg, "--clip-norm", &a.clip_norm) ||
+                !(a.clip_norm > 0 && a.clip_norm < 1e30)) {
+                tp_error(TP_ERR_INVALID, "--clip-norm needs a norm > 0, got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            break;
+        case O_EMA:
+            if (tp_spec_double(optarg, "--ema", &a.ema) || !(a.ema > 0 && a.ema < 1)) {
+                tp_error(TP_ERR_INVALID, "--ema needs a decay in (0, 1), e.g. 0.999, got "
+                         "'%s'", optarg);
+                return s_fail("bad flag");
+            }
+            break;
+        case O_ACCUMULATE:
+            if (tp_spec_int(optarg, 1, 1 << 20, "--accumulate", &v))
+                return s_fail("bad flag");
+            a.accumulate = (int)v;
+            break;
+        case O_LR_MULT:
+        case O_FREEZE: {
+            const char *flag = c == O_FREEZE ? "--freeze" : "--lr-mult";
+            char *eq = c == O_FREEZE ? NULL : strrchr(optarg, '=');
+            double mult = 0;
+            if (c == O_LR_MULT &&
+                (!eq || eq == optarg || tp_spec_double(eq + 1, "--lr-mult", &mult) ||
+                 !(mult >= 0))) {
+                tp_error(TP_ERR_INVALID, "--lr-mult needs PATTERN=MULTIPLIER with a "
+                         "multiplier >= 0 (e.g. 'conv0/*=0.1'), got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            if (!*optarg || a.nmults == 16) {
+                tp_error(TP_ERR_INVALID, "%s: %s", flag, *optarg ? "at most 16 patterns "
+                         "in all" : "an empty pattern");
+                return s_fail("bad flag");
+            }
+            /* the pattern: optarg up to the '=' (kept until exit) */
+            const char *pat = eq ? strndup(optarg, (size_t)(eq - optarg)) : optarg;
+            if (!pat)
+                return s_fail("out of memory");
+            a.mult_pattern[a.nmults] = pat;
+            a.mult[a.nmults++] = mult;
+            break;
+        }
         case O_PAD: if (tp_spec_int(optarg, 0, 64, "--pad", &v)) return s_fail("bad flag"); a.pad = (int)v; break;
         case O_NOAUG: a.augment = 0; break;
         case O_NOTB: a.no_tensorboard = 1; break;
@@ -561,16 +684,25 @@ int main(int argc, char **argv) {
         a.augment = zoo->augment;
     if (!a.optimizer)
         a.optimizer = zoo->optimizer;
-    a.lr = lr > 0 ? lr : zoo->default_lr * (strcasecmp(a.optimizer, "adam") ? 1.0 : 0.02);
+    /* Adam's and AdamW's default rate: the model's SGD rate / 50 */
+    const int adam_like = !strcasecmp(a.optimizer, "adam") || !strcasecmp(a.optimizer, "adamw");
+    a.lr = lr > 0 ? lr : zoo->default_lr * (adam_like ? 0.02 : 1.0);
     if (a.warmup >= a.epochs) {
         tp_error(TP_ERR_INVALID, "--warmup %g: the warm-up must end before the last of "
                  "the %d epochs", a.warmup, a.epochs);
         return s_fail("bad flag");
     }
-    if (strcasecmp(a.optimizer, "sgd") && strcasecmp(a.optimizer, "adam")) {
-        tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd or adam", a.optimizer);
+    if (strcasecmp(a.optimizer, "sgd") && !adam_like) {
+        tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd, adam or adamw", a.optimizer);
         return s_fail("bad flag");
     }
+    if (a.weight_decay >= 0 && strcasecmp(a.optimizer, "adamw")) {
+        tp_error(TP_ERR_INVALID, "--weight-decay is AdamW's decoupled decay: it needs "
+                 "--optimizer adamw (the optimizer is %s)", a.optimizer);
+        return s_fail("bad flag");
+    }
+    if (a.weight_decay < 0)
+        a.weight_decay = 0.01;  /* torch.optim.AdamW's */
     /* Under a launcher: MPI first, before anything starts a thread or forks
      * (and fork after MPI_Init is what Open MPI warns against: no forked
      * dataflow workers, no forked CUDA probe). */
@@ -804,7 +936,8 @@ int main(int argc, char **argv) {
         tp_input_destroy(&remote);
         return s_fail("--remote");
     }
-    s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, !strcasecmp(a.optimizer, "adam")};
+    s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, a.optimizer, a.weight_decay,
+                         a.clip_norm, a.ema, a.accumulate, &a};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
     tp_train_config_t cfg;
@@ -864,10 +997,14 @@ int main(int argc, char **argv) {
                  "    towers = %d\n    ranks = %d\n    lr = %g\n    optimizer = %s\n"
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
                  "    seed = %lld\n    label_smoothing = %g\n    lr_end = %g\n"
-                 "    warmup = %g\n", zoo->name, a.image_size,
+                 "    warmup = %g\n    weight_decay = %g\n    clip_norm = %g\n"
+                 "    ema = %g\n    accumulate = %d\n",
+                 zoo->name, a.image_size,
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
-                 a.lr_end, a.warmup);
+                 a.lr_end, a.warmup,
+                 strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay, a.clip_norm,
+                 a.ema, a.accumulate);
     cfg.hparams = hparams;
     /* The rate, step by step: from lr / 10 up to lr over the warm-up, then
      * down to lr x lr_end at the end (a twentieth by default), linearly. */
@@ -888,12 +1025,17 @@ int main(int argc, char **argv) {
         {TP_INFER_FLIP_ACCURACY, "logits", NULL},  /* --tta */
         {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},  /* --tta-shift */
     };
-    tp_callback_t *cbs[2] = {
-        tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1),
-        rank == 0 ? tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta) : NULL,
-    };
+    /* validation (rank 0), between --ema's two: on the weights' average */
+    tp_callback_t *cbs[4] = {tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)};
+    int ncbs = 1;
+    if (rank == 0 && a.ema > 0)
+        cbs[ncbs++] = tp_callback_new(&s_ema_in_ops, NULL, 1);
+    if (rank == 0)
+        cbs[ncbs++] = tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta);
+    if (rank == 0 && a.ema > 0)
+        cbs[ncbs++] = tp_callback_new(&s_ema_out_ops, NULL, 1);
     cfg.callbacks = cbs;
-    cfg.ncallbacks = rank == 0 ? 2 : 1;
+    cfg.ncallbacks = ncbs;
     /* every rank's own batches: a shard of the common stream, or its own
      * tp-worker processes */
     if (s_dist && tp_dist_configure(s_dist, &cfg, !own_data) != TP_OK) {
