@@ -165,7 +165,7 @@ static void s_init_values(const tp_var_t *v, uint64_t seed, float *out) {
 
 static int s_differentiable(tp_op_kind_t k) {
     return k != TP_OP_ACCURACY && k != TP_OP_ERROR_COUNT && k != TP_OP_CAST &&
-           k != TP_OP_INPUT;
+           k != TP_OP_INPUT && k != TP_OP_STOP_GRADIENT;
 }
 
 static size_t s_round(size_t bytes) {
@@ -346,7 +346,11 @@ static void s_plan_aliases(tp_tower_t *t) {
                                                                                : 0;
         for (int j = 0; j < nalias; j++) {
             tp_node_t *in = c->inputs[j];
-            if (in->backward && in->kind != TP_OP_VARIABLE && cnt[in->id] == 1) {
+            /* a broadcast operand's gradient is a sum, not dy itself */
+            const int same = in->shape.ndim == c->shape.ndim &&
+                             !memcmp(in->shape.d, c->shape.d,
+                                     sizeof(int64_t) * (size_t)c->shape.ndim);
+            if (same && in->backward && in->kind != TP_OP_VARIABLE && cnt[in->id] == 1) {
                 in->grad_alias = c;
                 c->alias_mask |= 1u << j;
             }
