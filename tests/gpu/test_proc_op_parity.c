@@ -162,3 +162,73 @@ Test(op_parity, a_wrong_gradient_is_reported) {
     cr_assert_eq(rc, 1, "op_parity.py passed a gradient 0.1%% off: %s", s_out);
     cr_assert(strstr(s_out, "MISMATCH") != NULL, "%s", s_out);
 }
+
+/* ---- ONNX export of the elementwise family -------------------------------- */
+
+static tp_status_t s_every_op(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0];
+    int64_t s3[1] = {3}, s21[2] = {2, 1};
+    const float cv[2] = {0.25f, -0.5f};
+    tp_node_t *w = tp_variable(t, "w", 1, s3, (tp_init_t){TP_INIT_UNIFORM, 1.0f},
+                               TP_VAR_TRAINABLE);
+    tp_node_t *c = tp_constant(t, "c", 2, s21, cv);
+    tp_node_t *p = tp_add(t, "pos", tp_square(t, NULL, x), tp_scalar(t, "half", 0.5f));
+    tp_node_t *terms[] = {
+        tp_sub(t, NULL, x, w), tp_mul(t, NULL, x, w), tp_div(t, NULL, x, p),
+        tp_maximum(t, NULL, x, c), tp_minimum(t, NULL, c, x), tp_neg(t, NULL, x),
+        tp_abs(t, NULL, x), tp_sqrt(t, NULL, p), tp_rsqrt(t, NULL, p),
+        tp_exp(t, NULL, x), tp_ln(t, NULL, p), tp_pow(t, NULL, p, 1.5f),
+        tp_clip(t, NULL, x, -0.3f, 0.4f), tp_gelu(t, NULL, x, 0), tp_gelu(t, NULL, x, 1),
+        tp_silu(t, NULL, x), tp_softplus(t, NULL, x), tp_stop_gradient(t, NULL, x)};
+    tp_node_t *y = terms[0];
+    for (size_t i = 1; i < sizeof terms / sizeof terms[0]; i++)
+        y = tp_add(t, NULL, y, terms[i]);
+    tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+Test(op_parity, onnx_export_of_every_elementwise_op_evaluates_the_same) {
+    tp_input_desc_t desc = {"x", TP_FLOAT32, 3, {-1, 2, 3}};
+    tp_model_desc_t md = {&desc, 1, s_every_op, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 4;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    const char *outs[1] = {"y"};
+    pc.output_names = outs;
+    pc.noutput_names = 1;
+    tp_predictor_t *pr = tp_predictor_new_shared(m, &pc);
+    cr_assert_not_null(pr, "%s", tp_last_error());
+    float x[4 * 6];
+    tp_rng_t r;
+    tp_rng_init(&r, 5, 1);
+    for (int i = 0; i < 24; i++)
+        x[i] = (float)(4.0 * tp_rng_double(&r) - 2.0);
+    int64_t xs[3] = {4, 2, 3};
+    tp_tensor_t in, out;
+    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
+    cr_assert_eq(tp_predictor_run(pr, &in, &out), TP_OK, "%s", tp_last_error());
+    s_write("onnx", "x", x, 24);
+    s_write("onnx", "y", out.data, 24);
+    char model[128], xp[128], yp[128];
+    snprintf(model, sizeof model, "%s/every_op.onnx", s_dir);
+    snprintf(xp, sizeof xp, "%s/onnx.x.f32", s_dir);
+    snprintf(yp, sizeof yp, "%s/onnx.y.f32", s_dir);
+    cr_assert_eq(tp_predictor_export_onnx(pr, model), TP_OK, "%s", tp_last_error());
+    tp_tensor_fini(&out);
+    tp_predictor_destroy(&pr);
+    tp_model_destroy(&m);
+    if (access(PY, X_OK) != 0)
+        cr_skip_test("ONNX check skipped: no " PY);
+    char *argv[] = {PY, SCRIPT, "onnx", model, xp, "4,2,3", yp, NULL};
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    int rc = pu_run(argv, env, s_out, sizeof s_out);
+    if (rc == 3)
+        cr_skip_test("ONNX check skipped: %s", s_out);
+    cr_log_info("%s", s_out);
+    cr_assert_eq(rc, 0, "%s", s_out);
+}

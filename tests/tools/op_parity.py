@@ -2,6 +2,12 @@
 """towerpack tests: recompute op rows with PyTorch's autograd and compare.
 
 Usage: op_parity.py DIR
+       op_parity.py onnx MODEL.onnx X.f32 D0,D1,... Y.f32
+
+The second form checks an exported model instead: onnx.checker (full
+check) accepts it, and evaluating its nodes with numpy on the input X gives
+towerpack's output Y within 1e-5 (a small evaluator for the ops the
+elementwise family exports; onnx 1.12 has no reference runtime).
 
 DIR holds manifest.jsonl (one JSON object per row: label, op, alpha, beta,
 atol, rtol, the output shape y and the input shapes) and, per row, raw
@@ -80,7 +86,49 @@ def compare(label, what, got, want, atol, rtol):
     return True
 
 
+def onnx_eval(model_path, x_path, dims, y_path):
+    import math
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError as e:
+        print("python3-onnx missing (%s)" % e)
+        return 3
+    model = onnx.load(model_path)
+    onnx.checker.check_model(model, full_check=True)
+    g = model.graph
+    shape = [int(d) for d in dims.split(",")]
+    env = {g.input[0].name: np.fromfile(x_path, dtype="<f4").reshape(shape)}
+    for t in g.initializer:
+        env[t.name] = numpy_helper.to_array(t)
+    erf = np.vectorize(math.erf, otypes=[np.float32])
+    fns = {
+        "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+        "Max": np.maximum, "Min": np.minimum, "Neg": np.negative, "Abs": np.abs,
+        "Sqrt": np.sqrt, "Reciprocal": np.reciprocal, "Exp": np.exp, "Log": np.log,
+        "Pow": np.power, "Erf": erf, "Tanh": np.tanh, "Identity": lambda v: v,
+        "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+        "Softplus": lambda v: np.log1p(np.exp(v)),
+        "Clip": lambda v, lo, hi: np.clip(v, lo, hi),
+    }
+    for n in g.node:
+        if n.op_type not in fns:
+            print("MISMATCH: the evaluator has no %s" % n.op_type)
+            return 1
+        env[n.output[0]] = np.asarray(fns[n.op_type](*[env[i] for i in n.input]),
+                                      dtype=np.float32)
+    got = env[g.output[0].name]
+    want = np.fromfile(y_path, dtype="<f4").reshape(got.shape)
+    ok = compare("onnx", g.output[0].name, got, want, 1e-5, 1e-5)
+    print("%s: onnx.checker ok, %d nodes (%s), numpy evaluation %s" % (
+        model_path, len(g.node), ",".join(sorted({n.op_type for n in g.node})),
+        "matches" if ok else "differs"))
+    return 0 if ok else 1
+
+
 def main():
+    if len(sys.argv) == 6 and sys.argv[1] == "onnx":
+        return onnx_eval(*sys.argv[2:])
     if len(sys.argv) != 2:
         print(__doc__)
         return 2
