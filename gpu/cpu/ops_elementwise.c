@@ -126,8 +126,13 @@ static void s_binary_fwd(const tp_op_call_t *c) {
     case TP_OP_SUB: BC_LOOP(&bc, y[o] = a[ia] - b[ib]); break;
     case TP_OP_MUL: BC_LOOP(&bc, y[o] = a[ia] * b[ib]); break;
     case TP_OP_DIV: BC_LOOP(&bc, y[o] = a[ia] / b[ib]); break;
-    case TP_OP_MAXIMUM: BC_LOOP(&bc, y[o] = a[ia] >= b[ib] ? a[ia] : b[ib]); break;
-    case TP_OP_MINIMUM: BC_LOOP(&bc, y[o] = a[ia] <= b[ib] ? a[ia] : b[ib]); break;
+    /* a NaN on either side is the result, as torch.maximum/minimum */
+    case TP_OP_MAXIMUM:
+        BC_LOOP(&bc, y[o] = a[ia] >= b[ib] || a[ia] != a[ia] ? a[ia] : b[ib]);
+        break;
+    case TP_OP_MINIMUM:
+        BC_LOOP(&bc, y[o] = a[ia] <= b[ib] || a[ia] != a[ia] ? a[ia] : b[ib]);
+        break;
     default: break;
     }
 }

@@ -79,8 +79,8 @@ __device__ float ew_bin(tp_op_kind_t k, float a, float b) {
     case TP_OP_SUB: return a - b;
     case TP_OP_MUL: return a * b;
     case TP_OP_DIV: return a / b;
-    case TP_OP_MAXIMUM: return a >= b ? a : b;
-    case TP_OP_MINIMUM: return a <= b ? a : b;
+    case TP_OP_MAXIMUM: return a >= b || a != a ? a : b; /* NaN wins */
+    case TP_OP_MINIMUM: return a <= b || a != a ? a : b;
     default: return 0.0f;
     }
 }

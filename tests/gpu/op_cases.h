@@ -21,21 +21,22 @@ typedef struct {
     int64_t d[2][4];       /* input shapes */
     float lo[2], hi[2];    /* inputs drawn from U(lo, hi) */
     float atol, rtol;      /* against PyTorch: |got - want| <= atol + rtol |want| */
+    float step;            /* > 0: inputs rounded to multiples of it (ties) */
 } op_case_t;
 
 
 /* Binary rows: same shapes, trailing broadcast, stretched on both sides,
  * a scalar, batch 1, odd sizes. */
 #define OP_BINARY_ROWS(nm, kind, lo0, hi0, lo1, hi1, atol, rtol)                   \
-    {nm "_same", kind, 0, 0, 2, {2, 2}, {{3, 5}, {3, 5}}, {lo0, lo1}, {hi0, hi1}, atol, rtol}, \
-    {nm "_trailing", kind, 0, 0, 2, {3, 1}, {{4, 3, 5}, {5}}, {lo0, lo1}, {hi0, hi1}, atol, rtol}, \
-    {nm "_both_stretched", kind, 0, 0, 2, {3, 3}, {{3, 1, 5}, {1, 4, 1}}, {lo0, lo1}, {hi0, hi1}, atol, rtol}, \
-    {nm "_scalar_left", kind, 0, 0, 2, {0, 3}, {{0}, {2, 3, 7}}, {lo0, lo1}, {hi0, hi1}, atol, rtol}, \
-    {nm "_batch1", kind, 0, 0, 2, {2, 2}, {{1, 7}, {1, 1}}, {lo0, lo1}, {hi0, hi1}, atol, rtol}, \
-    {nm "_odd", kind, 0, 0, 2, {4, 2}, {{3, 1, 13, 1}, {13, 11}}, {lo0, lo1}, {hi0, hi1}, atol, rtol}
+    {nm "_same", kind, 0, 0, 2, {2, 2}, {{3, 5}, {3, 5}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_trailing", kind, 0, 0, 2, {3, 1}, {{4, 3, 5}, {5}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_both_stretched", kind, 0, 0, 2, {3, 3}, {{3, 1, 5}, {1, 4, 1}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_scalar_left", kind, 0, 0, 2, {0, 3}, {{0}, {2, 3, 7}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_batch1", kind, 0, 0, 2, {2, 2}, {{1, 7}, {1, 1}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_odd", kind, 0, 0, 2, {4, 2}, {{3, 1, 13, 1}, {13, 11}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}
 
 #define OP_UNARY_ROW(nm, kind, a, b, lo, hi, atol, rtol)                     \
-    {nm, kind, a, b, 1, {3, 0}, {{2, 7, 13}, {0}}, {lo, 0}, {hi, 0}, atol, rtol}
+    {nm, kind, a, b, 1, {3, 0}, {{2, 7, 13}, {0}}, {lo, 0}, {hi, 0}, atol, rtol, 0}
 
 static const op_case_t op_cases[] = {
     OP_BINARY_ROWS("add", TP_OP_ADD, -1, 1, -1, 1, 1e-6f, 1e-5f),
@@ -44,6 +45,13 @@ static const op_case_t op_cases[] = {
     OP_BINARY_ROWS("div", TP_OP_DIV, -1, 1, 0.5f, 2, 1e-6f, 1e-5f),
     OP_BINARY_ROWS("maximum", TP_OP_MAXIMUM, -1, 1, -1, 1, 1e-6f, 1e-5f),
     OP_BINARY_ROWS("minimum", TP_OP_MINIMUM, -1, 1, -1, 1, 1e-6f, 1e-5f),
+    /* ties: half the gradient to each side, as torch */
+    {"maximum_ties", TP_OP_MAXIMUM, 0, 0, 2, {2, 1}, {{6, 5}, {5}}, {-1, -1}, {1, 1}, 1e-6f, 1e-5f, 0.5f},
+    {"minimum_ties", TP_OP_MINIMUM, 0, 0, 2, {2, 1}, {{6, 5}, {5}}, {-1, -1}, {1, 1}, 1e-6f, 1e-5f, 0.5f},
+    /* kinks at exactly 0 and at the bounds: torch's one-sided choices */
+    {"relu_at_0", TP_OP_RELU, 0, 0, 1, {1, 0}, {{40}, {0}}, {-1, 0}, {1, 0}, 0, 0, 0.5f},
+    {"abs_at_0", TP_OP_ABS, 0, 0, 1, {1, 0}, {{40}, {0}}, {-1, 0}, {1, 0}, 0, 0, 0.5f},
+    {"clip_at_bounds", TP_OP_CLIP, -0.5f, 0.5f, 1, {1, 0}, {{40}, {0}}, {-1, 0}, {1, 0}, 0, 0, 0.5f},
     OP_UNARY_ROW("relu", TP_OP_RELU, 0, 0, -1, 1, 0, 0),
     OP_UNARY_ROW("leaky_relu", TP_OP_LEAKY_RELU, 0.1f, 0, -1, 1, 1e-7f, 1e-6f),
     OP_UNARY_ROW("tanh", TP_OP_TANH, 0, 0, -3, 3, 1e-6f, 1e-5f),
@@ -66,7 +74,7 @@ static const op_case_t op_cases[] = {
     OP_UNARY_ROW("softplus", TP_OP_SOFTPLUS, 0, 0, -25, 25, 1e-6f, 1e-5f),
     OP_UNARY_ROW("stop_gradient", TP_OP_STOP_GRADIENT, 0, 0, -1, 1, 0, 0),
     /* a size-1 tensor and batch 1 through the unary path */
-    {"exp_single", TP_OP_EXP, 0, 0, 1, {1, 0}, {{1}, {0}}, {-1, 0}, {1, 0}, 1e-6f, 1e-5f},
+    {"exp_single", TP_OP_EXP, 0, 0, 1, {1, 0}, {{1}, {0}}, {-1, 0}, {1, 0}, 1e-6f, 1e-5f, 0},
 };
 
 #define OP_NCASES ((int)(sizeof op_cases / sizeof op_cases[0]))

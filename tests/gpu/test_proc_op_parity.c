@@ -80,8 +80,11 @@ static void s_dump(void) {
             size_t n = tp_shape_count(&xs[p]);
             x[p] = malloc(n * sizeof(float));
             dx[p] = malloc(n * sizeof(float));
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
                 x[p][i] = (float)(k->lo[p] + (k->hi[p] - k->lo[p]) * tp_rng_double(&r));
+                if (k->step > 0)
+                    x[p][i] = k->step * roundf(x[p][i] / k->step);
+            }
             xc[p] = x[p];
         }
         size_t ny = tp_shape_count(&ys);
