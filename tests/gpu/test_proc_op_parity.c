@@ -113,7 +113,7 @@ static void s_dump(void) {
         s_json_shape(m, &ys);
         fprintf(m, ", \"inputs\": [");
         for (int p = 0; p < k->ninputs; p++) {
-            char what[8];
+            char what[16];
             fprintf(m, "%s", p ? ", " : "");
             s_json_shape(m, &xs[p]);
             snprintf(what, sizeof what, "x%d", p);
