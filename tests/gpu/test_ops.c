@@ -224,7 +224,7 @@ static tp_node_t *s_var(tp_tower_t *t, const char *name, int ndim,
 typedef tp_node_t *(*bin_fn)(tp_tower_t *, const char *, tp_node_t *, tp_node_t *);
 static tp_node_t *s_bin3(tp_tower_t *t, tp_node_t *x, bin_fn f, float lo) {
     /* x [N,2,3] against [3] (trailing), [2,1] (stretched inner) and a
-     * scalar, and with x stretched: [1,2,3] batched against x */
+     * scalar on the left */
     int64_t s3[1] = {3}, s21[2] = {2, 1};
     tp_node_t *y = f(t, NULL, x, s_var(t, "b3", 1, s3, lo));
     y = f(t, NULL, y, s_var(t, "b21", 2, s21, lo));
