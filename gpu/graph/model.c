@@ -386,6 +386,8 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
                           (!t->cost_vars[k] || fnmatch(t->cost_vars[k], v->name, 0) == 0);
                 if (k == 0)
                     n->needs_grad = v->trainable;
+            } else if (n->kind == TP_OP_INPUT) {
+                need[i] = n->want_grad; /* tp_tower_input_gradient */
             } else if (s_differentiable(n->kind)) {
                 for (int j = 0; j < n->ninputs; j++) {
                     need[i] |= need[n->inputs[j]->id];
@@ -1051,7 +1053,8 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
     unsigned bit = 1u << cost;
     for (int i = t->nnodes - 1; i >= 0; i--) {
         tp_node_t *n = t->nodes[i];
-        if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE || n->folded)
+        if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE ||
+            n->kind == TP_OP_INPUT || n->folded)
             continue;
         s_make_call(m, t, n, cost, &c, xs, xsh, dx);
         uint64_t t0 = 0;

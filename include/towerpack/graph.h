@@ -221,6 +221,12 @@ tp_node_t *tp_constant(tp_tower_t *t, const char *name, int ndim,
 tp_node_t *tp_scalar(tp_tower_t *t, const char *name, float value);
 /* x unchanged forward; backward, no gradient flows through to x. */
 tp_node_t *tp_stop_gradient(tp_tower_t *t, const char *name, tp_node_t *x);
+/* Ask for the gradient of the tower's costs with respect to a float32
+ * data input (one of the nodes the tower function received): saliency
+ * maps, adversarial inputs. After a run with backward in a training tower,
+ * tp_model_input_grad reads it. TP_ERR_INVALID for a node that is not a
+ * float32 input. */
+tp_status_t tp_tower_input_gradient(tp_tower_t *t, tp_node_t *input);
 tp_node_t *tp_scale(tp_tower_t *t, const char *name, tp_node_t *x,
                     float factor);
 /* Along dim 1 (channels); other dims must agree. */
@@ -518,6 +524,13 @@ int tp_model_var_count(const tp_model_t *m);
 const char *tp_model_var_name(const tp_model_t *m, int i);
 int tp_model_var_trainable(const tp_model_t *m, int i);
 tp_status_t tp_model_var(tp_model_t *m, const char *name, tp_tensor_t *view);
+/* The gradient of the cost with respect to data input `name` in training
+ * tower `tower` after its last run with backward (the step's batch in dim
+ * 0), asked for by tp_tower_input_gradient; a borrowed view valid until
+ * the next step. TP_ERR_NOT_FOUND for an input whose gradient was not
+ * asked for. */
+tp_status_t tp_model_input_grad(tp_model_t *m, int tower, const char *name,
+                                tp_tensor_t *view);
 /* The gradient of trainable variable `name` in `tower` after its last run. */
 tp_status_t tp_model_grad(tp_model_t *m, int tower, const char *name,
                           tp_tensor_t *view);

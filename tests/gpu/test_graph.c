@@ -666,3 +666,65 @@ Test(graph, broadcast_shapes_and_errors_naming_node_and_shapes) {
         tp_model_destroy(&m);
     }
 }
+
+/* ---- gradients with respect to a data input ---------------------------- */
+
+static int s_ask_labels;
+
+static tp_status_t s_saliency(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *h = tp_mul(t, "sq", in[0], tp_tanh(t, NULL, in[0]));
+    tp_node_t *logits = tp_fc(t, "fc", h, 3, 1);
+    TP_TRY(tp_tower_input_gradient(t, in[s_ask_labels ? 1 : 0]));
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+
+Test(graph, gradient_with_respect_to_a_data_input) {
+    tp_input_desc_t d[2] = {{"x", TP_FLOAT32, 2, {-1, 5}}, {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {d, 2, s_saliency, s_adam, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 4;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    enum { B = 3 }; /* fewer rows than planned */
+    float x[B * 5];
+    int32_t y[B] = {0, 2, 1};
+    for (int i = 0; i < B * 5; i++)
+        x[i] = sinf((float)i * 1.3f);
+    int64_t xs[2] = {B, 5}, ys[1] = {B};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    tp_tensor_t g;
+    cr_expect_eq(tp_model_input_grad(m, 0, "y", &g), TP_ERR_NOT_FOUND);
+    cr_assert_eq(s_run(m, 0, in, TP_RUN_GRADIENTS), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_input_grad(m, 0, "x", &g), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(g.ndim, 2);
+    cr_assert_eq(g.shape[0], B);
+    float ana[B * 5];
+    memcpy(ana, g.data, sizeof ana);
+    const double eps = 1e-3;
+    for (int i = 0; i < B * 5; i++) {
+        const float keep = x[i];
+        double c[2];
+        for (int s = 0; s < 2; s++) {
+            x[i] = (float)(keep + (s ? -eps : eps));
+            cr_assert_eq(s_run(m, 0, in, TP_RUN_FORWARD), TP_OK);
+            tp_tensor_t v;
+            cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
+            c[s] = *(float *)v.data;
+        }
+        x[i] = keep;
+        const double num = (c[0] - c[1]) / (2 * eps);
+        cr_expect(fabs(num - ana[i]) <= 2e-3 + 3e-2 * fabs(num),
+                  "d cost / d x[%d]: backward %.6f, finite difference %.6f", i,
+                  (double)ana[i], num);
+    }
+    tp_model_destroy(&m);
+    /* an int32 input has no gradient to give */
+    s_ask_labels = 1;
+    cr_expect_null(tp_model_new(&md, &cfg));
+    cr_expect(strstr(tp_last_error(), "'y'") && strstr(tp_last_error(), "float32 data input"),
+              "%s", tp_last_error());
+    s_ask_labels = 0;
+}
