@@ -864,29 +864,6 @@ tp_status_t tp_tower_input_gradient(tp_tower_t *t, tp_node_t *input) {
     return TP_OK;
 }
 
-tp_status_t tp_model_input_grad(tp_model_t *m, int tower, const char *name,
-                                tp_tensor_t *view) {
-    tp_tensor_init_empty(view);
-    if (tower < 0 || tower >= m->ntowers)
-        return tp_error(TP_ERR_INVALID, "input gradient: tower %d of %d training "
-                        "towers", tower, m->ntowers);
-    TP_TRY(tp_model_drain_(m));
-    tp_tower_t *t = m->towers[tower];
-    for (int i = 0; i < t->nnodes; i++) {
-        tp_node_t *n = t->nodes[i];
-        if (n->kind != TP_OP_INPUT || !name || strcmp(n->name, name) != 0)
-            continue;
-        if (!n->want_grad || !n->grad)
-            return tp_error(TP_ERR_NOT_FOUND, "%s: the gradient of input '%s' was "
-                            "not asked for (tp_tower_input_gradient), or no cost "
-                            "depends on it", t->name, name);
-        return tp_tensor_init_wrap(view, TP_FLOAT32, n->run_shape.ndim,
-                                   n->run_shape.d, n->grad, NULL, NULL);
-    }
-    return tp_error(TP_ERR_NOT_FOUND, "%s: no input named '%s'", t->name,
-                    name ? name : "(null)");
-}
-
 tp_node_t *tp_scalar(tp_tower_t *t, const char *name, float value) {
     return tp_constant(t, name, 0, NULL, &value);
 }

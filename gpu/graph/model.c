@@ -1965,6 +1965,28 @@ tp_status_t tp_model_grad(tp_model_t *m, int tower, const char *name,
                                NULL, NULL);
 }
 
+tp_status_t tp_model_input_grad(tp_model_t *m, int tower, const char *name,
+                                tp_tensor_t *view) {
+    tp_tensor_init_empty(view);
+    if (tower < 0 || tower >= m->ntowers)
+        return s_bad_tower(m, tower);
+    TP_TRY(tp_model_drain_(m));
+    tp_tower_t *t = m->towers[tower];
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *n = t->nodes[i];
+        if (n->kind != TP_OP_INPUT || !name || strcmp(n->name, name) != 0)
+            continue;
+        if (!n->want_grad || !n->grad)
+            return tp_error(TP_ERR_NOT_FOUND, "%s: the gradient of input '%s' was "
+                            "not asked for (tp_tower_input_gradient), or no cost "
+                            "depends on it", t->name, name);
+        return tp_tensor_init_wrap(view, TP_FLOAT32, n->run_shape.ndim,
+                                   n->run_shape.d, n->grad, NULL, NULL);
+    }
+    return tp_error(TP_ERR_NOT_FOUND, "%s: no input named '%s'", t->name,
+                    name ? name : "(null)");
+}
+
 tp_status_t tp_model_set_hparam(tp_model_t *m, const char *name, double value) {
     if (!m->opt)
         return tp_error(TP_ERR_STATE, "model has no optimizer");
