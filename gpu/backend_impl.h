@@ -32,6 +32,9 @@ typedef struct tp_op_attr {
                          batch-norm moving-average momentum, label
                          smoothing (softmax cross-entropy) */
     float eps;        /* batch-norm epsilon */
+    float beta;       /* clip: the upper bound (alpha the lower) */
+    const float *data; /* constant: its values, host memory [count of the
+                          output shape], owned by the graph node */
     int training;     /* 1: training semantics (batch norm, dropout) */
     int update_state; /* batch norm: update the moving averages */
     tp_dtype_t in_dtype; /* cast: the input's dtype */

@@ -15,25 +15,10 @@
 #include "gpu/backend_impl.h"
 
 #include "gpu/cpu/ops_cpu.h"
+#include "gpu/cpu/ops_elementwise.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
-
-/* dst = v (acc 0) or dst += v (acc 1), elementwise over n. */
-#define GRAD_STORE(dst, acc, n, expr)                                        \
-    do {                                                                     \
-        if (acc) {                                                           \
-            for (size_t i_ = 0; i_ < (n); i_++) {                            \
-                size_t i = i_;                                               \
-                (dst)[i] += (expr);                                          \
-            }                                                                \
-        } else {                                                             \
-            for (size_t i_ = 0; i_ < (n); i_++) {                            \
-                size_t i = i_;                                               \
-                (dst)[i] = (expr);                                           \
-            }                                                                \
-        }                                                                    \
-    } while (0)
 
 static size_t s_count(const tp_shape_t *s) { return tp_shape_count(s); }
 
@@ -389,93 +374,6 @@ static void s_bias_bwd(const tp_op_call_t *c) {
             for (size_t k = 0; k < ch; k++)
                 db[k] += s_sum(dy + (i * ch + k) * sp, sp);
     }
-}
-
-static void s_unary_fwd(const tp_op_call_t *c) {
-    const size_t n = s_count(&c->yshape);
-    const float *restrict x = c->x[0];
-    float *restrict y = c->y;
-    const float a = c->attr->alpha;
-    switch (c->kind) {
-    case TP_OP_RELU:
-        for (size_t i = 0; i < n; i++) {
-            const float v = x[i];
-            y[i] = v > 0.0f ? v : 0.0f;
-        }
-        break;
-    case TP_OP_LEAKY_RELU:
-        for (size_t i = 0; i < n; i++) {
-            const float v = x[i], vl = a * v;
-            y[i] = v > 0.0f ? v : vl;
-        }
-        break;
-    case TP_OP_TANH:
-        for (size_t i = 0; i < n; i++)
-            y[i] = tanhf(x[i]);
-        break;
-    case TP_OP_SIGMOID:
-        for (size_t i = 0; i < n; i++)
-            y[i] = 1.0f / (1.0f + expf(-x[i]));
-        break;
-    case TP_OP_SCALE:
-        for (size_t i = 0; i < n; i++)
-            y[i] = a * x[i];
-        break;
-    default:
-        break;
-    }
-}
-
-/* Branch-free forms: relu masks are data-dependent coin flips that a
- * branch predictor cannot learn. */
-static void s_unary_bwd(const tp_op_call_t *c) {
-    const size_t n = s_count(&c->yshape);
-    const float *restrict x = c->x[0], *restrict y = c->y,
-                          *restrict dy = c->dy;
-    float *restrict dx = c->dx[0];
-    const int acc = c->dx_acc[0];
-    const float a = c->attr->alpha;
-    if (!dx)
-        return;
-    switch (c->kind) {
-    case TP_OP_RELU:
-        /* an unconditional load and a select against 0: GCC vectorises
-         * exactly this form */
-        if (acc) {
-            for (size_t i = 0; i < n; i++) {
-                const float g = dy[i];
-                dx[i] += x[i] > 0.0f ? g : 0.0f;
-            }
-        } else {
-            for (size_t i = 0; i < n; i++) {
-                const float g = dy[i];
-                dx[i] = x[i] > 0.0f ? g : 0.0f;
-            }
-        }
-        break;
-    case TP_OP_LEAKY_RELU:
-        GRAD_STORE(dx, acc, n, x[i] > 0.0f ? dy[i] : a * dy[i]);
-        break;
-    case TP_OP_TANH:
-        GRAD_STORE(dx, acc, n, dy[i] * (1.0f - y[i] * y[i]));
-        break;
-    case TP_OP_SIGMOID:
-        GRAD_STORE(dx, acc, n, dy[i] * y[i] * (1.0f - y[i]));
-        break;
-    case TP_OP_SCALE:
-        GRAD_STORE(dx, acc, n, a * dy[i]);
-        break;
-    default:
-        break;
-    }
-}
-
-static void s_add_fwd(const tp_op_call_t *c) {
-    const size_t n = s_count(&c->yshape);
-    const float *restrict a = c->x[0], *restrict b = c->x[1];
-    float *restrict y = c->y;
-    for (size_t i = 0; i < n; i++)
-        y[i] = a[i] + b[i];
 }
 
 static void s_passthrough_bwd(const tp_op_call_t *c) {
@@ -1044,11 +942,6 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     case TP_OP_MATMUL: s_matmul_fwd(c); break;
     case TP_OP_CONV2D: s_conv_fwd(c); break;
     case TP_OP_BIAS_ADD: s_bias_fwd(c); break;
-    case TP_OP_RELU:
-    case TP_OP_LEAKY_RELU:
-    case TP_OP_TANH:
-    case TP_OP_SIGMOID:
-    case TP_OP_SCALE: s_unary_fwd(c); break;
     case TP_OP_MAX_POOL: s_pool_fwd(c, 1); break;
     case TP_OP_AVG_POOL: s_pool_fwd(c, 0); break;
     case TP_OP_GLOBAL_AVG_POOL: s_gap_fwd(c); break;
@@ -1058,16 +951,14 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
         if (c->y != c->x[0])
             memcpy(c->y, c->x[0], s_count(&c->yshape) * sizeof(float));
         break;
-    case TP_OP_ADD: s_add_fwd(c); break;
     case TP_OP_CONCAT: s_concat(c, 0); break;
     case TP_OP_SOFTMAX_XENT: return s_xent_fwd(c);
     case TP_OP_ACCURACY:
     case TP_OP_ERROR_COUNT: return s_correct_fwd(c);
     case TP_OP_L2_DECAY: s_l2_fwd(c); break;
     case TP_OP_CAST: s_cast_fwd(c); break;
-    default:
-        return tp_error(TP_ERR_UNSUPPORTED, "%s: no CPU forward for op %s",
-                        c->name, tp_op_name(c->kind));
+    default: /* the elementwise family: ops_elementwise.c */
+        return tp_cpu_elementwise_forward(c);
     }
     return TP_OK;
 }
@@ -1077,24 +968,17 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
     case TP_OP_MATMUL: s_matmul_bwd(c); break;
     case TP_OP_CONV2D: s_conv_bwd(c); break;
     case TP_OP_BIAS_ADD: s_bias_bwd(c); break;
-    case TP_OP_RELU:
-    case TP_OP_LEAKY_RELU:
-    case TP_OP_TANH:
-    case TP_OP_SIGMOID:
-    case TP_OP_SCALE: s_unary_bwd(c); break;
     case TP_OP_MAX_POOL: s_pool_bwd(c, 1); break;
     case TP_OP_AVG_POOL: s_pool_bwd(c, 0); break;
     case TP_OP_GLOBAL_AVG_POOL: s_gap_bwd(c); break;
     case TP_OP_BATCH_NORM: s_bn_bwd(c); break;
     case TP_OP_DROPOUT: s_dropout_bwd(c); break;
-    case TP_OP_RESHAPE:
-    case TP_OP_ADD: s_passthrough_bwd(c); break;
+    case TP_OP_RESHAPE: s_passthrough_bwd(c); break;
     case TP_OP_CONCAT: s_concat(c, 1); break;
     case TP_OP_SOFTMAX_XENT: s_xent_bwd(c); break;
     case TP_OP_L2_DECAY: s_l2_bwd(c); break;
     default:
-        return tp_error(TP_ERR_UNSUPPORTED, "%s: no CPU backward for op %s",
-                        c->name, tp_op_name(c->kind));
+        return tp_cpu_elementwise_backward(c);
     }
     return TP_OK;
 }

@@ -5,6 +5,23 @@
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+/* The kernels' gradient store: dst = expr (acc 0) or dst += expr (acc
+ * 1), for i over [0, n). */
+#define GRAD_STORE(dst, acc, n, expr)                                        \
+    do {                                                                     \
+        if (acc) {                                                           \
+            for (size_t i_ = 0; i_ < (n); i_++) {                            \
+                size_t i = i_;                                               \
+                (dst)[i] += (expr);                                          \
+            }                                                                \
+        } else {                                                             \
+            for (size_t i_ = 0; i_ < (n); i_++) {                            \
+                size_t i = i_;                                               \
+                (dst)[i] = (expr);                                           \
+            }                                                                \
+        }                                                                    \
+    } while (0)
+
 size_t tp_cpu_op_workspace(const tp_op_call_t *c);
 tp_status_t tp_cpu_op_forward(const tp_op_call_t *c);
 tp_status_t tp_cpu_op_backward(const tp_op_call_t *c);

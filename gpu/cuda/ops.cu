@@ -3,7 +3,7 @@
  * cuBLAS for matrix products; cuDNN (its long-standing descriptor API,
  * still in cuDNN 9) for convolution, pooling, batch norm, relu/tanh/sigmoid
  * and the log-softmax; own kernels for the rest (bias, leaky relu, scale,
- * add, concat, global average pooling, dropout, the cross-entropy loss and
+ * add, concat, the elementwise family in ops_elementwise.cu, global average pooling, dropout, the cross-entropy loss and
  * gradient, accuracy, L2 decay, casts). Semantics are the CPU backend's
  * (gpu/cpu/ops_cpu.c), including dx_acc (overwrite or add) and the workspace
  * contract: what forward leaves there, backward reads.
@@ -23,6 +23,7 @@
 #include <string.h>
 #include <towerpack/log.h>
 #include "gpu/cuda/internal.h"
+#include "gpu/cuda/ops_elementwise.h"
 
 #define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
 #define TP_L2_BLOCKS 64
@@ -1335,6 +1336,9 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                           cudaMemcpyDeviceToDevice, s->cu));
         return TP_OK;
     case TP_OP_ADD:
+        if (!s_same_shape(&c->xshape[0], &c->yshape) ||
+            !s_same_shape(&c->xshape[1], &c->yshape))
+            return tp_cuda_elementwise_forward(s, c); /* broadcasting */
         return s_store(s, y, 0, ny, f_add{x0, (const float *)c->x[1]});
     case TP_OP_CONCAT: {
         size_t n, ctot, sp, off = 0;
@@ -1366,9 +1370,8 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                        s->cu);
         return tp_error(TP_ERR_UNSUPPORTED, "%s: cast from %s", c->name,
                         tp_dtype_name(c->attr->in_dtype));
-    default:
-        return tp_error(TP_ERR_UNSUPPORTED, "%s: no CUDA forward for op %s",
-                        c->name, tp_op_name(c->kind));
+    default: /* the elementwise family: ops_elementwise.cu */
+        return tp_cuda_elementwise_forward(s, c);
     }
 }
 
@@ -1543,8 +1546,12 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
         return dx0 ? s_store(s, dx0, acc0, ny,
                              f_mul{dy, (const float *)c->workspace})
                    : TP_OK;
-    case TP_OP_RESHAPE:
     case TP_OP_ADD:
+        if (!s_same_shape(&c->xshape[0], &c->yshape) ||
+            !s_same_shape(&c->xshape[1], &c->yshape))
+            return tp_cuda_elementwise_backward(s, c); /* broadcasting */
+        [[fallthrough]]; /* the same shapes: the identity */
+    case TP_OP_RESHAPE:
         for (int k = 0; k < c->ninputs; k++)
             if (c->dx[k])
                 TP_TRY(s_store(s, c->dx[k], c->dx_acc[k], ny, f_copy{dy}));
@@ -1583,8 +1590,7 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                f_l2_bwd{(const float *)c->x[k], dy, a}));
         return TP_OK;
     default:
-        return tp_error(TP_ERR_UNSUPPORTED, "%s: no CUDA backward for op %s",
-                        c->name, tp_op_name(c->kind));
+        return tp_cuda_elementwise_backward(s, c);
     }
 }
 

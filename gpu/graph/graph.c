@@ -5,6 +5,7 @@
  * away, so an error names the node the user wrote, not a kernel deep in a
  * step. The first error sticks in the tower; later builders return NULL. */
 #include <fnmatch.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +14,20 @@
 
 #include "gpu/graph/graph_internal.h"
 
-static const char *const s_op_names[TP_OP_COUNT] = {
+static const char *const s_op_names[] = {
     "input",       "variable",   "matmul",     "conv2d",
     "bias_add",    "relu",       "leaky_relu", "tanh",
     "sigmoid",     "max_pool",   "avg_pool",   "global_avg_pool",
     "batch_norm",  "dropout",    "reshape",    "add",
     "concat",      "softmax_xent", "accuracy", "error_count",
-    "l2_decay",    "cast",       "scale"};
+    "l2_decay",    "cast",       "scale",      "sub",
+    "mul",         "div",        "maximum",    "minimum",
+    "neg",         "abs",        "square",     "sqrt",
+    "rsqrt",       "exp",        "log",        "pow",
+    "clip",        "gelu",       "gelu_tanh",  "silu",
+    "softplus",    "constant",   "stop_gradient"};
+_Static_assert(sizeof s_op_names / sizeof s_op_names[0] == TP_OP_COUNT,
+               "one name per op kind");
 
 const char *tp_op_name(tp_op_kind_t kind) {
     return (kind >= 0 && kind < TP_OP_COUNT) ? s_op_names[kind] : "invalid";
@@ -72,6 +80,7 @@ void tp_tower_destroy_(tp_tower_t **t_p) {
         free(t->nodes[i]->name);
         free(t->nodes[i]->inputs);
         free(t->nodes[i]->dx_acc);
+        free((float *)t->nodes[i]->attr.data);
         free(t->nodes[i]);
     }
     free(t->nodes);
@@ -112,6 +121,9 @@ int tp_node_batched(const tp_node_t *n) { return n->batched; }
 tp_node_t *tp_node_state(const tp_node_t *n, int i) {
     return n->kind == TP_OP_BATCH_NORM && (i == 0 || i == 1) ? n->state[i] : NULL;
 }
+const float *tp_node_constant_values(const tp_node_t *n) {
+    return n->kind == TP_OP_CONSTANT ? n->attr.data : NULL;
+}
 int tp_node_input_index(const tp_node_t *n) {
     return n->kind == TP_OP_INPUT ? n->input : -1;
 }
@@ -125,6 +137,7 @@ void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *o) {
     o->pad[1] = n->attr.pw;
     o->alpha = n->attr.alpha;
     o->eps = n->attr.eps;
+    o->beta = n->attr.beta;
     o->training = n->attr.training;
     o->in_dtype = n->attr.in_dtype;
 }
@@ -263,6 +276,7 @@ static tp_node_t *s_node(tp_tower_t *t, const char *name, tp_op_kind_t kind,
 /* Undo the last s_node after a shape error (keeps names reusable). */
 static tp_node_t *s_drop_last(tp_tower_t *t) {
     tp_node_t *n = t->nodes[--t->nnodes];
+    free((float *)n->attr.data);
     free(n->name);
     free(n->inputs);
     free(n->dx_acc);
@@ -672,20 +686,186 @@ tp_node_t *tp_flatten(tp_tower_t *t, const char *name, tp_node_t *x) {
     return tp_reshape(t, name, x, 2, s);
 }
 
-tp_node_t *tp_add(tp_tower_t *t, const char *name, tp_node_t *a,
-                  tp_node_t *b) {
+/* NumPy broadcasting of a and b into n's shape (the shape rule of every
+ * binary elementwise op). Records the error naming both shapes; 0 then. */
+static int s_broadcast(tp_tower_t *t, tp_node_t *n, const tp_node_t *a,
+                       const tp_node_t *b) {
+    char x[96], y[96];
+    const tp_node_t *in[2] = {a, b};
+    const int r = a->shape.ndim > b->shape.ndim ? a->shape.ndim : b->shape.ndim;
+    const int batched = a->batched || b->batched;
+    for (int i = 0; i < 2; i++) {
+        const tp_node_t *p = in[i];
+        /* the batch stays dim 0: a batched operand of lower rank would put
+         * it elsewhere, and an unbatched dim 0 would have to match a batch
+         * that changes from step to step */
+        if (p->batched && p->shape.ndim != r) {
+            s_fail(t, TP_ERR_SHAPE, n->name,
+                   "cannot broadcast %s with %s: the batched input %d ('%s') "
+                   "must have the result's %d dims", s_shape_str(&a->shape, x, 96),
+                   s_shape_str(&b->shape, y, 96), i, p->name, r);
+            return 0;
+        }
+        if (batched && !p->batched && p->shape.ndim == r && p->shape.d[0] != 1) {
+            s_fail(t, TP_ERR_SHAPE, n->name,
+                   "cannot broadcast %s with %s: input %d ('%s') is not batched, "
+                   "so its dim 0 must be 1 against the batch",
+                   s_shape_str(&a->shape, x, 96), s_shape_str(&b->shape, y, 96),
+                   i, p->name);
+            return 0;
+        }
+    }
+    tp_shape_t o = {.ndim = r};
+    for (int d = 0; d < r; d++) {
+        const int ia = d - (r - a->shape.ndim), ib = d - (r - b->shape.ndim);
+        const int64_t da = ia >= 0 ? a->shape.d[ia] : 1;
+        const int64_t db = ib >= 0 ? b->shape.d[ib] : 1;
+        if (da != db && da != 1 && db != 1) {
+            s_fail(t, TP_ERR_SHAPE, n->name,
+                   "cannot broadcast %s with %s: dim %d of the result is %lld "
+                   "in one and %lld in the other (need equal, or 1)",
+                   s_shape_str(&a->shape, x, 96), s_shape_str(&b->shape, y, 96),
+                   d, (long long)da, (long long)db);
+            return 0;
+        }
+        o.d[d] = da == 1 ? db : da;
+    }
+    n->shape = o;
+    n->batched = batched;
+    return 1;
+}
+
+static tp_node_t *s_binary(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                           tp_node_t *a, tp_node_t *b) {
     tp_node_t *in[2] = {a, b};
-    tp_node_t *n = s_node(t, name, TP_OP_ADD, 2, in);
+    tp_node_t *n = s_node(t, name, kind, 2, in);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
+    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1) ||
+        !s_broadcast(t, n, a, b))
         return s_drop_last(t);
-    char x[96], y[96];
-    if (a->shape.ndim != b->shape.ndim || a->batched != b->batched ||
-        memcmp(a->shape.d, b->shape.d, sizeof(int64_t) * (size_t)a->shape.ndim))
-        FAIL(t, n, "shapes differ: %s and %s", s_shape_str(&a->shape, x, 96),
-             s_shape_str(&b->shape, y, 96));
     return n;
+}
+
+tp_node_t *tp_add(tp_tower_t *t, const char *name, tp_node_t *a,
+                  tp_node_t *b) {
+    return s_binary(t, name, TP_OP_ADD, a, b);
+}
+tp_node_t *tp_sub(tp_tower_t *t, const char *name, tp_node_t *a,
+                  tp_node_t *b) {
+    return s_binary(t, name, TP_OP_SUB, a, b);
+}
+tp_node_t *tp_mul(tp_tower_t *t, const char *name, tp_node_t *a,
+                  tp_node_t *b) {
+    return s_binary(t, name, TP_OP_MUL, a, b);
+}
+tp_node_t *tp_div(tp_tower_t *t, const char *name, tp_node_t *a,
+                  tp_node_t *b) {
+    return s_binary(t, name, TP_OP_DIV, a, b);
+}
+tp_node_t *tp_maximum(tp_tower_t *t, const char *name, tp_node_t *a,
+                      tp_node_t *b) {
+    return s_binary(t, name, TP_OP_MAXIMUM, a, b);
+}
+tp_node_t *tp_minimum(tp_tower_t *t, const char *name, tp_node_t *a,
+                      tp_node_t *b) {
+    return s_binary(t, name, TP_OP_MINIMUM, a, b);
+}
+
+tp_node_t *tp_neg(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_NEG, x, 0);
+}
+tp_node_t *tp_abs(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_ABS, x, 0);
+}
+tp_node_t *tp_square(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_SQUARE, x, 0);
+}
+tp_node_t *tp_sqrt(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_SQRT, x, 0);
+}
+tp_node_t *tp_rsqrt(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_RSQRT, x, 0);
+}
+tp_node_t *tp_exp(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_EXP, x, 0);
+}
+tp_node_t *tp_ln(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_LOG, x, 0);
+}
+tp_node_t *tp_pow(tp_tower_t *t, const char *name, tp_node_t *x,
+                  float exponent) {
+    tp_node_t *n = s_unary(t, name, TP_OP_POW, x, exponent);
+    if (n && !isfinite(exponent))
+        FAIL(t, n, "exponent %g is not finite", (double)exponent);
+    return n;
+}
+tp_node_t *tp_clip(tp_tower_t *t, const char *name, tp_node_t *x, float lo,
+                   float hi) {
+    tp_node_t *n = s_unary(t, name, TP_OP_CLIP, x, lo);
+    if (n && !(lo <= hi))
+        FAIL(t, n, "clip bounds [%g, %g]: need lo <= hi", (double)lo, (double)hi);
+    if (n)
+        n->attr.beta = hi;
+    return n;
+}
+tp_node_t *tp_gelu(tp_tower_t *t, const char *name, tp_node_t *x,
+                   int approximate) {
+    return s_unary(t, name, approximate ? TP_OP_GELU_TANH : TP_OP_GELU, x, 0);
+}
+tp_node_t *tp_silu(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_SILU, x, 0);
+}
+tp_node_t *tp_softplus(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_SOFTPLUS, x, 0);
+}
+tp_node_t *tp_stop_gradient(tp_tower_t *t, const char *name, tp_node_t *x) {
+    return s_unary(t, name, TP_OP_STOP_GRADIENT, x, 0);
+}
+
+tp_node_t *tp_constant(tp_tower_t *t, const char *name, int ndim,
+                       const int64_t *shape, const float *values) {
+    if (t->status < 0)
+        return NULL;
+    tp_node_t *n = s_node(t, name, TP_OP_CONSTANT, 0, NULL);
+    if (!n)
+        return NULL;
+    if (ndim < 0 || ndim > TP_MAX_DIMS || (ndim > 0 && !shape) || !values)
+        FAIL(t, n, "constant of %d dims (0..%d) needs a shape and values", ndim,
+             TP_MAX_DIMS);
+    n->shape.ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1)
+            FAIL(t, n, "constant dim %d is %lld", i, (long long)shape[i]);
+        n->shape.d[i] = shape[i];
+    }
+    n->batched = 0;
+    size_t count = tp_shape_count(&n->shape);
+    float *v = malloc(count * sizeof *v);
+    if (!v) {
+        s_fail(t, TP_ERR_NOMEM, n->name, "out of memory");
+        return s_drop_last(t);
+    }
+    memcpy(v, values, count * sizeof *v);
+    n->attr.data = v;
+    return n;
+}
+
+tp_status_t tp_tower_input_gradient(tp_tower_t *t, tp_node_t *input) {
+    if (t->status < 0)
+        return t->status;
+    if (!input || input->kind != TP_OP_INPUT || input->dtype != TP_FLOAT32 ||
+        input->id >= t->nnodes || t->nodes[input->id] != input) {
+        s_fail(t, TP_ERR_INVALID, input ? input->name : "?",
+               "a gradient can be asked for a float32 data input of this tower only");
+        return t->status;
+    }
+    input->want_grad = 1;
+    return TP_OK;
+}
+
+tp_node_t *tp_scalar(tp_tower_t *t, const char *name, float value) {
+    return tp_constant(t, name, 0, NULL, &value);
 }
 
 tp_node_t *tp_concat(tp_tower_t *t, const char *name, int count,

@@ -38,6 +38,8 @@ struct tp_node {
     tp_op_attr_t attr;
     int var;           /* VARIABLE: index into the model's variables */
     int input;         /* INPUT: index into the input descriptions */
+    int want_grad;     /* INPUT: its gradient was asked for
+                          (tp_tower_input_gradient) */
     tp_node_t *state[2]; /* batch norm: moving mean and variance nodes */
 
     /* planned at build */

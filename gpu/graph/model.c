@@ -165,7 +165,7 @@ static void s_init_values(const tp_var_t *v, uint64_t seed, float *out) {
 
 static int s_differentiable(tp_op_kind_t k) {
     return k != TP_OP_ACCURACY && k != TP_OP_ERROR_COUNT && k != TP_OP_CAST &&
-           k != TP_OP_INPUT;
+           k != TP_OP_INPUT && k != TP_OP_STOP_GRADIENT;
 }
 
 static size_t s_round(size_t bytes) {
@@ -346,7 +346,11 @@ static void s_plan_aliases(tp_tower_t *t) {
                                                                                : 0;
         for (int j = 0; j < nalias; j++) {
             tp_node_t *in = c->inputs[j];
-            if (in->backward && in->kind != TP_OP_VARIABLE && cnt[in->id] == 1) {
+            /* a broadcast operand's gradient is a sum, not dy itself */
+            const int same = in->shape.ndim == c->shape.ndim &&
+                             !memcmp(in->shape.d, c->shape.d,
+                                     sizeof(int64_t) * (size_t)c->shape.ndim);
+            if (same && in->backward && in->kind != TP_OP_VARIABLE && cnt[in->id] == 1) {
                 in->grad_alias = c;
                 c->alias_mask |= 1u << j;
             }
@@ -382,6 +386,8 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
                           (!t->cost_vars[k] || fnmatch(t->cost_vars[k], v->name, 0) == 0);
                 if (k == 0)
                     n->needs_grad = v->trainable;
+            } else if (n->kind == TP_OP_INPUT) {
+                need[i] = n->want_grad; /* tp_tower_input_gradient */
             } else if (s_differentiable(n->kind)) {
                 for (int j = 0; j < n->ninputs; j++) {
                     need[i] |= need[n->inputs[j]->id];
@@ -1363,7 +1369,8 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
     unsigned bit = 1u << cost;
     for (int i = t->nnodes - 1; i >= 0; i--) {
         tp_node_t *n = t->nodes[i];
-        if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE || n->folded)
+        if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE ||
+            n->kind == TP_OP_INPUT || n->folded)
             continue;
         s_make_call(m, t, n, cost, &c, xs, xsh, dx);
         uint64_t t0 = 0;
@@ -2360,6 +2367,28 @@ tp_status_t tp_model_grad(tp_model_t *m, int tower, const char *name,
     return tp_tensor_init_wrap(view, TP_FLOAT32, m->vars[i].shape.ndim,
                                m->vars[i].shape.d, t->grads + m->vars[i].offset,
                                NULL, NULL);
+}
+
+tp_status_t tp_model_input_grad(tp_model_t *m, int tower, const char *name,
+                                tp_tensor_t *view) {
+    tp_tensor_init_empty(view);
+    if (tower < 0 || tower >= m->ntowers)
+        return s_bad_tower(m, tower);
+    TP_TRY(tp_model_drain_(m));
+    tp_tower_t *t = m->towers[tower];
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *n = t->nodes[i];
+        if (n->kind != TP_OP_INPUT || !name || strcmp(n->name, name) != 0)
+            continue;
+        if (!n->want_grad || !n->grad)
+            return tp_error(TP_ERR_NOT_FOUND, "%s: the gradient of input '%s' was "
+                            "not asked for (tp_tower_input_gradient), or no cost "
+                            "depends on it", t->name, name);
+        return tp_tensor_init_wrap(view, TP_FLOAT32, n->run_shape.ndim,
+                                   n->run_shape.d, n->grad, NULL, NULL);
+    }
+    return tp_error(TP_ERR_NOT_FOUND, "%s: no input named '%s'", t->name,
+                    name ? name : "(null)");
 }
 
 tp_status_t tp_model_set_hparam(tp_model_t *m, const char *name, double value) {

@@ -36,7 +36,7 @@ typedef enum {
     TP_OP_BATCH_NORM,      /* x, gamma[C], beta[C]; state: mean[C], var[C] */
     TP_OP_DROPOUT,         /* attr.alpha: drop rate */
     TP_OP_RESHAPE,         /* also flatten; the value aliases the input */
-    TP_OP_ADD,             /* a + b, same shape */
+    TP_OP_ADD,             /* a + b, NumPy broadcasting (docs/ops.md) */
     TP_OP_CONCAT,          /* along dim 1 */
     TP_OP_SOFTMAX_XENT,    /* logits[N,K], labels int32[N] -> mean loss []
                               (attr alpha: label smoothing) */
@@ -45,6 +45,28 @@ typedef enum {
     TP_OP_L2_DECAY,        /* vars... -> alpha * sum(w^2) / 2 */
     TP_OP_CAST,            /* uint8 or float32 -> float32 * attr.alpha */
     TP_OP_SCALE,           /* x * attr.alpha */
+    /* the elementwise family (docs/ops.md): binary ops broadcast as NumPy
+     * does, unary ops keep the shape */
+    TP_OP_SUB,             /* a - b */
+    TP_OP_MUL,             /* a * b */
+    TP_OP_DIV,             /* a / b */
+    TP_OP_MAXIMUM,         /* max(a, b); ties split the gradient in halves */
+    TP_OP_MINIMUM,         /* min(a, b); likewise */
+    TP_OP_NEG,             /* -x */
+    TP_OP_ABS,             /* |x| */
+    TP_OP_SQUARE,          /* x^2 */
+    TP_OP_SQRT,            /* sqrt(x) */
+    TP_OP_RSQRT,           /* 1 / sqrt(x) */
+    TP_OP_EXP,             /* e^x */
+    TP_OP_LOG,             /* ln(x) */
+    TP_OP_POW,             /* x^attr.alpha */
+    TP_OP_CLIP,            /* min(max(x, attr.alpha), attr.beta) */
+    TP_OP_GELU,            /* x * Phi(x) (erf) */
+    TP_OP_GELU_TANH,       /* GELU's tanh approximation */
+    TP_OP_SILU,            /* x * sigmoid(x) */
+    TP_OP_SOFTPLUS,        /* ln(1 + e^x); x above 20: x (PyTorch's) */
+    TP_OP_CONSTANT,        /* no inputs: fixed values (attr.data) */
+    TP_OP_STOP_GRADIENT,   /* x forward; no gradient flows back */
     TP_OP_COUNT
 } tp_op_kind_t;
 

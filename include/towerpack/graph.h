@@ -82,6 +82,8 @@ int tp_node_batched(const tp_node_t *n);
 /* Batch norm: the moving mean (i = 0) and variance (1) variable nodes;
  * NULL for other kinds. */
 tp_node_t *tp_node_state(const tp_node_t *n, int i);
+/* CONSTANT: its values (count of its shape, row-major); else NULL. */
+const float *tp_node_constant_values(const tp_node_t *n);
 /* INPUT: the index of its input description; else -1. */
 int tp_node_input_index(const tp_node_t *n);
 
@@ -92,6 +94,7 @@ typedef struct tp_node_attrs {
     int pad[2];        /* each side */
     float alpha;       /* leaky slope, drop rate, scale, BN momentum */
     float eps;         /* batch norm */
+    float beta;        /* clip: the upper bound (alpha: the lower) */
     int training;      /* 1: training semantics (batch norm, dropout) */
     tp_dtype_t in_dtype; /* cast: the input's dtype */
 } tp_node_attrs_t;
@@ -164,8 +167,66 @@ tp_node_t *tp_flatten(tp_tower_t *t, const char *name, tp_node_t *x);
 /* New shape; for a batched x, shape[0] must be -1 (the batch dim). */
 tp_node_t *tp_reshape(tp_tower_t *t, const char *name, tp_node_t *x,
                       int ndim, const int64_t *shape);
+/* ---- the elementwise family (docs/ops.md has one row per op) ----------
+ * Binary ops broadcast as NumPy does: shapes align at their last dims, and
+ * a dim of size 1 (or a missing leading dim) stretches to the other's. A
+ * batched operand keeps the batch in dim 0 of the result, so it must have
+ * the result's rank, and an unbatched operand of that rank must have 1 in
+ * dim 0. The gradient of a stretched operand is summed over the dims it
+ * was stretched along. */
 tp_node_t *tp_add(tp_tower_t *t, const char *name, tp_node_t *a,
                   tp_node_t *b);
+tp_node_t *tp_sub(tp_tower_t *t, const char *name, tp_node_t *a,
+                  tp_node_t *b);
+tp_node_t *tp_mul(tp_tower_t *t, const char *name, tp_node_t *a,
+                  tp_node_t *b);
+tp_node_t *tp_div(tp_tower_t *t, const char *name, tp_node_t *a,
+                  tp_node_t *b);
+/* Where a == b each side gets half the gradient (as PyTorch). */
+tp_node_t *tp_maximum(tp_tower_t *t, const char *name, tp_node_t *a,
+                      tp_node_t *b);
+tp_node_t *tp_minimum(tp_tower_t *t, const char *name, tp_node_t *a,
+                      tp_node_t *b);
+/* Unary ops: the result has x's shape. abs's gradient at 0 is 0. */
+tp_node_t *tp_neg(tp_tower_t *t, const char *name, tp_node_t *x);
+tp_node_t *tp_abs(tp_tower_t *t, const char *name, tp_node_t *x);
+tp_node_t *tp_square(tp_tower_t *t, const char *name, tp_node_t *x);
+tp_node_t *tp_sqrt(tp_tower_t *t, const char *name, tp_node_t *x);
+/* 1 / sqrt(x). */
+tp_node_t *tp_rsqrt(tp_tower_t *t, const char *name, tp_node_t *x);
+tp_node_t *tp_exp(tp_tower_t *t, const char *name, tp_node_t *x);
+/* Natural logarithm (tp_log is the logging macro of log.h). */
+tp_node_t *tp_ln(tp_tower_t *t, const char *name, tp_node_t *x);
+/* x^exponent for a constant exponent. */
+tp_node_t *tp_pow(tp_tower_t *t, const char *name, tp_node_t *x,
+                  float exponent);
+/* min(max(x, lo), hi), lo <= hi; the gradient passes where lo <= x <= hi. */
+tp_node_t *tp_clip(tp_tower_t *t, const char *name, tp_node_t *x, float lo,
+                   float hi);
+/* GELU, x * Phi(x): exact (erf) with approximate 0, the tanh
+ * approximation (PyTorch's approximate='tanh') with 1. */
+tp_node_t *tp_gelu(tp_tower_t *t, const char *name, tp_node_t *x,
+                   int approximate);
+/* x * sigmoid(x). */
+tp_node_t *tp_silu(tp_tower_t *t, const char *name, tp_node_t *x);
+/* ln(1 + e^x), and x itself above 20 (PyTorch's threshold). */
+tp_node_t *tp_softplus(tp_tower_t *t, const char *name, tp_node_t *x);
+
+/* ---- constants and control of gradients ---------------------------------
+ * A constant tensor: `values` (count of the shape, row-major) copied into
+ * the graph; not batched, never trained, not in checkpoints. */
+tp_node_t *tp_constant(tp_tower_t *t, const char *name, int ndim,
+                       const int64_t *shape, const float *values);
+/* A scalar constant (shape []): broadcasts against anything. */
+tp_node_t *tp_scalar(tp_tower_t *t, const char *name, float value);
+/* x unchanged forward; backward, no gradient flows through to x. */
+tp_node_t *tp_stop_gradient(tp_tower_t *t, const char *name, tp_node_t *x);
+/* Ask for the gradient of the tower's costs with respect to a float32
+ * data input (one of the nodes the tower function received): saliency
+ * maps, adversarial inputs. After a run with backward in a training tower,
+ * tp_model_input_grad reads it. TP_ERR_INVALID for a node that is not a
+ * float32 input. */
+tp_status_t tp_tower_input_gradient(tp_tower_t *t, tp_node_t *input);
 tp_node_t *tp_scale(tp_tower_t *t, const char *name, tp_node_t *x,
                     float factor);
 /* Along dim 1 (channels); other dims must agree. */
@@ -463,6 +524,13 @@ int tp_model_var_count(const tp_model_t *m);
 const char *tp_model_var_name(const tp_model_t *m, int i);
 int tp_model_var_trainable(const tp_model_t *m, int i);
 tp_status_t tp_model_var(tp_model_t *m, const char *name, tp_tensor_t *view);
+/* The gradient of the cost with respect to data input `name` in training
+ * tower `tower` after its last run with backward (the step's batch in dim
+ * 0), asked for by tp_tower_input_gradient; a borrowed view valid until
+ * the next step. TP_ERR_NOT_FOUND for an input whose gradient was not
+ * asked for. */
+tp_status_t tp_model_input_grad(tp_model_t *m, int tower, const char *name,
+                                tp_tensor_t *view);
 /* The gradient of trainable variable `name` in `tower` after its last run. */
 tp_status_t tp_model_grad(tp_model_t *m, int tower, const char *name,
                           tp_tensor_t *view);

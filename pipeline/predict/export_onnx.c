@@ -258,6 +258,106 @@ static int s_pool_attrs(s_ex_t *ex, Onnx__NodeProto *n, const tp_node_attrs_t *a
            s_attr_ints(ex, n, "pads", p, 4);
 }
 
+/* A float scalar initializer "<out>/<what>"; its name into buf. */
+static const char *s_scalar(s_ex_t *ex, const char *out, const char *what,
+                            float v, char *buf, size_t size) {
+    snprintf(buf, size, "%s/%s", out, what);
+    int64_t none[1] = {0};
+    return s_init(ex, buf, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, none, &v,
+                  sizeof v) ? buf : NULL;
+}
+
+/* A chain step: op(a[, b]) into "<out>/<step>" (or `out` itself when
+ * step is NULL); the value's name, or NULL. */
+static const char *s_step(s_ex_t *ex, const char *op, const char *out, const char *step,
+                          const char *a, const char *b, char *buf, size_t size) {
+    /* a failed step before (NULL) fails this one; the one-input ops are
+     * the unary ones, b then ignored */
+    const int unary = !strcmp(op, "Erf") || !strcmp(op, "Tanh") || !strcmp(op, "Sigmoid") ||
+                      !strcmp(op, "Sqrt") || !strcmp(op, "Reciprocal");
+    if (!a || (!unary && !b))
+        return NULL;
+    if (unary)
+        b = NULL;
+    if (step)
+        snprintf(buf, size, "%s/%s", out, step);
+    else
+        snprintf(buf, size, "%s", out);
+    const char *in[2] = {a, b};
+    return s_node(ex, op, buf, b ? 2 : 1, in) ? buf : NULL;
+}
+
+/* The elementwise family (docs/ops.md): NumPy broadcasting is ONNX's
+ * multidirectional broadcasting, so binary ops map one to one; opset 13
+ * has no GELU, which becomes its formula. 1 on success. */
+static int s_emit_elementwise(s_ex_t *ex, tp_op_kind_t k, const char *out,
+                              const char *const *in, const tp_node_attrs_t *a) {
+    char c1[700], c2[700], c3[700], t1[700], t2[700], t3[700], t4[700];
+    const char *x = in[0];
+    switch (k) {
+    case TP_OP_SUB: return s_node(ex, "Sub", out, 2, in) != NULL;
+    case TP_OP_MUL: return s_node(ex, "Mul", out, 2, in) != NULL;
+    case TP_OP_DIV: return s_node(ex, "Div", out, 2, in) != NULL;
+    case TP_OP_MAXIMUM: return s_node(ex, "Max", out, 2, in) != NULL;
+    case TP_OP_MINIMUM: return s_node(ex, "Min", out, 2, in) != NULL;
+    case TP_OP_NEG: return s_node(ex, "Neg", out, 1, in) != NULL;
+    case TP_OP_ABS: return s_node(ex, "Abs", out, 1, in) != NULL;
+    case TP_OP_SQUARE: return s_step(ex, "Mul", out, NULL, x, x, t1, sizeof t1) != NULL;
+    case TP_OP_SQRT: return s_node(ex, "Sqrt", out, 1, in) != NULL;
+    case TP_OP_RSQRT:
+        return s_step(ex, "Reciprocal", out, NULL,
+                      s_step(ex, "Sqrt", out, "sqrt", x, NULL, t1, sizeof t1), NULL, t2,
+                      sizeof t2) != NULL;
+    case TP_OP_EXP: return s_node(ex, "Exp", out, 1, in) != NULL;
+    case TP_OP_LOG: return s_node(ex, "Log", out, 1, in) != NULL;
+    case TP_OP_POW:
+        return s_step(ex, "Pow", out, NULL, x, s_scalar(ex, out, "exponent", a->alpha, c1, sizeof c1),
+                      t1, sizeof t1) != NULL;
+    case TP_OP_CLIP: {
+        const char *ci[3] = {x, s_scalar(ex, out, "min", a->alpha, c1, sizeof c1),
+                             s_scalar(ex, out, "max", a->beta, c2, sizeof c2)};
+        return ci[1] && ci[2] && s_node(ex, "Clip", out, 3, ci) != NULL;
+    }
+    case TP_OP_GELU: {
+        /* 0.5 x (1 + erf(x / sqrt 2)) */
+        const char *e = s_step(ex, "Erf", out, "erf",
+                               s_step(ex, "Mul", out, "scaled", x,
+                                      s_scalar(ex, out, "inv_sqrt2", 0.70710678f, c1, sizeof c1),
+                                      t1, sizeof t1), NULL, t2, sizeof t2);
+        const char *p = s_step(ex, "Add", out, "one_plus", e,
+                               s_scalar(ex, out, "one", 1.0f, c2, sizeof c2), t3, sizeof t3);
+        const char *h = s_step(ex, "Mul", out, "x_times", x, p, t4, sizeof t4);
+        return s_step(ex, "Mul", out, NULL, h, s_scalar(ex, out, "half", 0.5f, c3, sizeof c3),
+                      t1, sizeof t1) != NULL;
+    }
+    case TP_OP_GELU_TANH: {
+        /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+        char t5[700], t6[700], c4[700];
+        const char *x2 = s_step(ex, "Mul", out, "x2", x, x, t1, sizeof t1);
+        const char *x3 = s_step(ex, "Mul", out, "x3", x2, x, t2, sizeof t2);
+        const char *cx3 = s_step(ex, "Mul", out, "cx3", x3,
+                                 s_scalar(ex, out, "c", 0.044715f, c1, sizeof c1), t3, sizeof t3);
+        const char *in_ = s_step(ex, "Add", out, "inner", x, cx3, t4, sizeof t4);
+        const char *th = s_step(ex, "Tanh", out, "tanh",
+                                s_step(ex, "Mul", out, "scaled", in_,
+                                       s_scalar(ex, out, "k", 0.7978845608f, c2, sizeof c2),
+                                       t5, sizeof t5), NULL, t6, sizeof t6);
+        const char *p = s_step(ex, "Add", out, "one_plus", th,
+                               s_scalar(ex, out, "one", 1.0f, c3, sizeof c3), t1, sizeof t1);
+        const char *h = s_step(ex, "Mul", out, "x_times", x, p, t2, sizeof t2);
+        return s_step(ex, "Mul", out, NULL, h, s_scalar(ex, out, "half", 0.5f, c4, sizeof c4),
+                      t3, sizeof t3) != NULL;
+    }
+    case TP_OP_SILU:
+        return s_step(ex, "Mul", out, NULL, x,
+                      s_step(ex, "Sigmoid", out, "sigmoid", x, NULL, t1, sizeof t1), t2,
+                      sizeof t2) != NULL;
+    case TP_OP_SOFTPLUS: return s_node(ex, "Softplus", out, 1, in) != NULL;
+    case TP_OP_STOP_GRADIENT: return s_node(ex, "Identity", out, 1, in) != NULL;
+    default: return 0;
+    }
+}
+
 /* One op node into ONNX nodes; *ok 0 on failure (with the error set). */
 static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *uses,
                           const unsigned char *fused, int nnodes) {
@@ -423,6 +523,12 @@ static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *use
         break;
     }
     case TP_OP_ADD: n = s_node(ex, "Add", out, 2, in); break;
+    case TP_OP_SUB: case TP_OP_MUL: case TP_OP_DIV: case TP_OP_MAXIMUM:
+    case TP_OP_MINIMUM: case TP_OP_NEG: case TP_OP_ABS: case TP_OP_SQUARE:
+    case TP_OP_SQRT: case TP_OP_RSQRT: case TP_OP_EXP: case TP_OP_LOG:
+    case TP_OP_POW: case TP_OP_CLIP: case TP_OP_GELU: case TP_OP_GELU_TANH:
+    case TP_OP_SILU: case TP_OP_SOFTPLUS: case TP_OP_STOP_GRADIENT:
+        return s_emit_elementwise(ex, k, out, in, &a) ? TP_OK : NOMEM();
     case TP_OP_CONCAT: {
         const char **ci = s_new(ex, sizeof *ci * (size_t)nin);
         if (!ci)
@@ -506,7 +612,8 @@ static tp_status_t s_build(s_ex_t *ex, tp_predictor_t *p, Onnx__ModelProto *mode
     for (int j = 0; j < nout; j++) {
         int i = out_id[j];
         tp_op_kind_t k = tp_node_kind(tp_model_node(m, -1, i));
-        if (k == TP_OP_DROPOUT || k == TP_OP_INPUT || k == TP_OP_VARIABLE || fused[i])
+        if (k == TP_OP_DROPOUT || k == TP_OP_INPUT || k == TP_OP_VARIABLE ||
+            k == TP_OP_CONSTANT || fused[i])
             return tp_error(TP_ERR_UNSUPPORTED, "ONNX export: output '%s' is a %s "
                             "node; export a computed one", tp_predictor_output_name(p, j),
                             tp_op_name(k));
@@ -546,6 +653,13 @@ static tp_status_t s_build(s_ex_t *ex, tp_predictor_t *p, Onnx__ModelProto *mode
                 continue;
             if (!s_init_var(ex, x, NULL, 0, NULL))
                 return tp_error_wrap(TP_ERR_NOMEM, "ONNX export: variable '%s'",
+                                     tp_node_name(x));
+        } else if (k == TP_OP_CONSTANT) {
+            /* a constant is an initializer under the node's name */
+            const tp_shape_t *s = tp_node_shape(x);
+            if (!s_init(ex, vname[i], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, s->ndim, s->d,
+                        tp_node_constant_values(x), sizeof(float) * tp_shape_count(s)))
+                return tp_error_wrap(TP_ERR_NOMEM, "ONNX export: constant '%s'",
                                      tp_node_name(x));
         } else if (k != TP_OP_DROPOUT) {
             TP_TRY(s_emit(ex, x, vname, uses, fused, nn));

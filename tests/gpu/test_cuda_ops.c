@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
+#include "gpu/op_cases.h"
 #include "gpu/backend_impl.h"  /* a white-box test of the backends' table */
 #include "gpu/graph/graph_internal.h" /* the replicas of a model on two GPUs */
 #include "gpu/step_testutil.h"
@@ -122,6 +123,7 @@ typedef struct {
     float atol, rtol;
     int nostate_check;
     int bias;             /* matmul: a folded bias [ys.d[1]] and its gradient */
+    float lo[8], hi[8];   /* float inputs from U(lo, hi); both 0: U(-1, 1) */
 } s_case_t;
 
 static size_t s_bytes(const s_case_t *c, int i) {
@@ -149,6 +151,8 @@ static void s_check_op(const s_case_t *k, uint64_t seed) {
         } else if (k->dt[i] == TP_UINT8) {
             for (size_t j = 0; j < n; j++)
                 ((uint8_t *)hx[i])[j] = (uint8_t)tp_rng_u64(&r);
+        } else if (k->lo[i] != 0.0f || k->hi[i] != 0.0f) {
+            s_rand(&r, hx[i], n, k->lo[i], k->hi[i]);
         } else {
             s_rand(&r, hx[i], n, -1.0f, 1.0f);
         }
@@ -561,6 +565,40 @@ Test(cuda_ops, add) {
     k.ys = k.xs[0];
     k.grad[0] = k.grad[1] = 1;
     s_check_op(&k, 22);
+}
+
+/* the elementwise family: every row of op_cases.h (the PyTorch parity
+ * suite's), forward and both accumulation modes of every gradient */
+Test(cuda_ops, elementwise_every_op_case) {
+    for (int ci = 0; ci < OP_NCASES; ci++) {
+        const op_case_t *row = &op_cases[ci];
+        s_case_t k = s_base(row->kind);
+        k.attr.alpha = row->alpha;
+        k.attr.beta = row->beta;
+        k.ninputs = row->ninputs;
+        for (int p = 0; p < row->ninputs; p++) {
+            k.xs[p] = op_case_in(row, p);
+            k.lo[p] = row->lo[p];
+            k.hi[p] = row->hi[p];
+            k.grad[p] = row->kind != TP_OP_STOP_GRADIENT;
+        }
+        k.ys = op_case_out(row);
+        cr_log_info("elementwise case %s", row->label);
+        s_check_op(&k, 100 + (uint64_t)ci);
+    }
+}
+
+/* a constant: its values, [5,300] (two launches of the device's chunks) */
+Test(cuda_ops, elementwise_constant) {
+    s_case_t k = s_base(TP_OP_CONSTANT);
+    static float v[1500];
+    for (int i = 0; i < 1500; i++)
+        v[i] = (float)i * 0.25f - 100.0f;
+    k.attr.data = v;
+    k.ninputs = 0;
+    k.ys = SH(5, 300);
+    k.backward = 0;
+    s_check_op(&k, 99);
 }
 
 /* a relu folded into a convolution, a batch norm (towerpack's training

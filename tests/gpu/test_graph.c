@@ -580,3 +580,151 @@ Test(graph, steps_do_not_grow_the_heap) {
     cr_expect_eq(before.hblkhd, after.hblkhd);
     tp_model_destroy(&m);
 }
+
+/* ---- the elementwise family's shape rule (NumPy broadcasting) ------------ */
+
+static int s_bcast_case;
+
+static tp_status_t s_bcast(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* batched [N,3,5] */
+    int64_t s5[1] = {5}, s4[1] = {4}, s315[3] = {1, 3, 1}, s35[2] = {3, 5},
+            s235[3] = {2, 3, 5};
+    tp_init_t one = {TP_INIT_CONST, 1.0f};
+    tp_node_t *y = NULL;
+    switch (s_bcast_case) {
+    case 0: /* fine: [5], [1,3,1], a scalar; the result keeps x's shape */
+        y = tp_mul(t, "ok", x, tp_variable(t, "v5", 1, s5, one, TP_VAR_TRAINABLE));
+        y = tp_add(t, "ok2", tp_variable(t, "v131", 3, s315, one, TP_VAR_TRAINABLE), y);
+        y = tp_div(t, "ok3", y, tp_scalar(t, "two", 2.0f));
+        break;
+    case 1: /* [N,3,5] with [4] */
+        y = tp_sub(t, "bad_dims", x, tp_variable(t, "v4", 1, s4, one, TP_VAR_TRAINABLE));
+        break;
+    case 2: /* an unbatched operand of the result's rank with dim 0 = 2 */
+        y = tp_maximum(t, "bad_batch", x,
+                       tp_variable(t, "v235", 3, s235, one, TP_VAR_TRAINABLE));
+        break;
+    case 3: /* a batched operand of lower rank than the other */
+        y = tp_minimum(t, "bad_rank", tp_variable(t, "v1135", 4, (int64_t[]){1, 1, 3, 5},
+                                                  one, TP_VAR_TRAINABLE), x);
+        break;
+    default: /* clip bounds the wrong way round */
+        y = tp_clip(t, "bad_clip", tp_variable(t, "v35", 2, s35, one, TP_VAR_TRAINABLE),
+                    1.0f, -1.0f);
+        break;
+    }
+    if (y)
+        tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+static tp_model_t *s_bcast_model(int which) {
+    s_bcast_case = which;
+    tp_input_desc_t d = {"x", TP_FLOAT32, 3, {-1, 3, 5}};
+    tp_model_desc_t md = {&d, 1, s_bcast, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 4;
+    return tp_model_new(&md, &cfg);
+}
+
+Test(graph, broadcast_shapes_and_errors_naming_node_and_shapes) {
+    tp_model_t *m = s_bcast_model(0);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    const tp_shape_t *s = tp_node_shape(tp_model_lookup(m, -1, "y"));
+    cr_expect(s->ndim == 3 && s->d[1] == 3 && s->d[2] == 5);
+    cr_expect_eq(tp_node_batched(tp_model_lookup(m, -1, "y")), 1);
+    /* the run's batch (2 of the planned 4) reaches the broadcast */
+    float x[2 * 15];
+    for (int i = 0; i < 30; i++)
+        x[i] = (float)i;
+    int64_t xs[3] = {2, 3, 5};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, -1, "y", &v), TP_OK);
+    cr_expect_eq(v.shape[0], 2);
+    for (int i = 0; i < 30; i++) /* (1 + x * 1) / 2 */
+        cr_expect_float_eq(((float *)v.data)[i], (1.0f + (float)i) / 2.0f, 1e-6);
+    tp_model_destroy(&m);
+
+    const char *want[][3] = {
+        {"'bad_dims'", "[4,3,5] with [4]", "dim 2 of the result is 5 in one and 4"},
+        {"'bad_batch'", "[4,3,5] with [2,3,5]", "not batched, so its dim 0 must be 1"},
+        {"'bad_rank'", "[1,1,3,5] with [4,3,5]", "must have the result's 4 dims"},
+        {"'bad_clip'", "clip bounds [1, -1]", "lo <= hi"},
+    };
+    for (int k = 0; k < 4; k++) {
+        m = s_bcast_model(k + 1);
+        cr_expect_null(m, "case %d built", k + 1);
+        for (int j = 0; j < 3; j++)
+            cr_expect(strstr(tp_last_error(), want[k][j]) != NULL, "case %d: '%s' not in: %s",
+                      k + 1, want[k][j], tp_last_error());
+        tp_model_destroy(&m);
+    }
+}
+
+/* ---- gradients with respect to a data input ---------------------------- */
+
+static int s_ask_labels;
+
+static tp_status_t s_saliency(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *h = tp_mul(t, "sq", in[0], tp_tanh(t, NULL, in[0]));
+    tp_node_t *logits = tp_fc(t, "fc", h, 3, 1);
+    TP_TRY(tp_tower_input_gradient(t, in[s_ask_labels ? 1 : 0]));
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+
+Test(graph, gradient_with_respect_to_a_data_input) {
+    tp_input_desc_t d[2] = {{"x", TP_FLOAT32, 2, {-1, 5}}, {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {d, 2, s_saliency, s_adam, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 4;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    enum { B = 3 }; /* fewer rows than planned */
+    float x[B * 5];
+    int32_t y[B] = {0, 2, 1};
+    for (int i = 0; i < B * 5; i++)
+        x[i] = sinf((float)i * 1.3f);
+    int64_t xs[2] = {B, 5}, ys[1] = {B};
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    tp_tensor_t g;
+    cr_expect_eq(tp_model_input_grad(m, 0, "y", &g), TP_ERR_NOT_FOUND);
+    cr_assert_eq(s_run(m, 0, in, TP_RUN_GRADIENTS), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_input_grad(m, 0, "x", &g), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(g.ndim, 2);
+    cr_assert_eq(g.shape[0], B);
+    float ana[B * 5];
+    memcpy(ana, g.data, sizeof ana);
+    const double eps = 1e-3;
+    for (int i = 0; i < B * 5; i++) {
+        const float keep = x[i];
+        double c[2];
+        for (int s = 0; s < 2; s++) {
+            x[i] = (float)(keep + (s ? -eps : eps));
+            cr_assert_eq(s_run(m, 0, in, TP_RUN_FORWARD), TP_OK);
+            tp_tensor_t v;
+            cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
+            c[s] = *(float *)v.data;
+        }
+        x[i] = keep;
+        const double num = (c[0] - c[1]) / (2 * eps);
+        cr_expect(fabs(num - ana[i]) <= 2e-3 + 3e-2 * fabs(num),
+                  "d cost / d x[%d]: backward %.6f, finite difference %.6f", i,
+                  (double)ana[i], num);
+    }
+    tp_model_destroy(&m);
+    /* an int32 input has no gradient to give */
+    s_ask_labels = 1;
+    cr_expect_null(tp_model_new(&md, &cfg));
+    cr_expect(strstr(tp_last_error(), "'y'") && strstr(tp_last_error(), "float32 data input"),
+              "%s", tp_last_error());
+    s_ask_labels = 0;
+}

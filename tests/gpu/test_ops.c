@@ -26,7 +26,14 @@ typedef struct {
     case_fn fn;
     int ndim;
     int64_t shape[4]; /* x; shape[0] must be N */
+    int expect_bad;   /* the checker must find a wrong gradient (the
+                         deliberate fault of ops_elementwise.h is on) */
+    double fd_scale;  /* x's backward is this times the finite difference
+                         (0: 1); stop_gradient's case blocks half of it */
 } fd_case_t;
+
+/* The elementwise kernels' test-only fault (gpu/cpu/ops_elementwise.h). */
+extern float tp_cpu_elementwise_grad_fault;
 
 static tp_status_t s_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
     fd_case_t *c = user;
@@ -73,7 +80,7 @@ static void s_check(fd_case_t *c, const char *what) {
     tp_rng_t r0 = *tp_model_tower_rng(m, 0);
     cr_assert_eq(s_run(m, 0, &in, 1, TP_RUN_GRADIENTS), TP_OK, "%s: %s", what, tp_last_error());
     const double eps = 1e-3;
-    int checked = 0;
+    int checked = 0, bad = 0;
     for (int vi = 0; vi < tp_model_var_count(m); vi++) {
         if (!tp_model_var_trainable(m, vi))
             continue;
@@ -91,15 +98,21 @@ static void s_check(fd_case_t *c, const char *what) {
             wd[i] = (float)(keep - eps);
             double dn = s_cost(m, &in, &r0);
             wd[i] = keep;
-            double num = (up - dn) / (2 * eps), ana = gd[i];
-            cr_expect(fabs(num - ana) <= 2e-3 + 3e-2 * fabs(num),
-                      "%s: d cost / d %s[%zu]: backward %.6f, finite "
-                      "difference %.6f",
-                      what, name, i, ana, num);
+            double num = (up - dn) / (2 * eps) *
+                         (c->fd_scale && !strcmp(name, "x") ? c->fd_scale : 1.0),
+                   ana = gd[i];
+            const int ok = fabs(num - ana) <= 2e-3 + 3e-2 * fabs(num);
+            bad += !ok;
+            if (!c->expect_bad)
+                cr_expect(ok, "%s: d cost / d %s[%zu]: backward %.6f, finite "
+                          "difference %.6f", what, name, i, ana, num);
             checked++;
         }
     }
     cr_assert_gt(checked, 0);
+    if (c->expect_bad)
+        cr_expect_gt(bad, 0, "%s: a deliberately wrong gradient passed the "
+                     "finite-difference check", what);
     tp_model_destroy(&m);
 }
 
@@ -196,6 +209,109 @@ FD_TEST(add_residual, c_add, X4(2, 3, 3))
 FD_TEST(concat, c_concat, X4(2, 3, 3))
 FD_TEST(l2_decay, c_l2, 2, {N, 4})
 FD_TEST(bias_add_4d, c_bias, X4(3, 2, 2))
+
+/* ---- the elementwise family: every op, broadcasting both ways ------------ */
+
+/* A trainable operand of `ndim` dims for the binary ops' other side. */
+static tp_node_t *s_var(tp_tower_t *t, const char *name, int ndim,
+                        const int64_t *shape, float lo) {
+    tp_node_t *v = tp_variable(t, name, ndim, shape,
+                               (tp_init_t){TP_INIT_UNIFORM, 1.0f}, TP_VAR_TRAINABLE);
+    /* lo > 0: kept away from 0 (a divisor) as v^2 + lo */
+    return lo > 0 ? tp_add(t, NULL, tp_square(t, NULL, v), tp_scalar(t, NULL, lo)) : v;
+}
+
+typedef tp_node_t *(*bin_fn)(tp_tower_t *, const char *, tp_node_t *, tp_node_t *);
+static tp_node_t *s_bin3(tp_tower_t *t, tp_node_t *x, bin_fn f, float lo) {
+    /* x [N,2,3] against [3] (trailing), [2,1] (stretched inner) and a
+     * scalar on the left */
+    int64_t s3[1] = {3}, s21[2] = {2, 1};
+    tp_node_t *y = f(t, NULL, x, s_var(t, "b3", 1, s3, lo));
+    y = f(t, NULL, y, s_var(t, "b21", 2, s21, lo));
+    y = f(t, NULL, s_var(t, "b0", 0, NULL, lo), y);
+    return y;
+}
+static tp_node_t *c_add_bc(tp_tower_t *t, tp_node_t *x) { return s_bin3(t, x, tp_add, 0); }
+static tp_node_t *c_sub_bc(tp_tower_t *t, tp_node_t *x) { return s_bin3(t, x, tp_sub, 0); }
+static tp_node_t *c_mul_bc(tp_tower_t *t, tp_node_t *x) { return s_bin3(t, x, tp_mul, 0); }
+static tp_node_t *c_div_bc(tp_tower_t *t, tp_node_t *x) {
+    int64_t s3[1] = {3};
+    /* x / b and b / (x^2 + 0.5) */
+    tp_node_t *y = tp_div(t, NULL, x, s_var(t, "b3", 1, s3, 0.5f));
+    tp_node_t *d = tp_add(t, NULL, tp_square(t, NULL, x), tp_scalar(t, NULL, 0.5f));
+    return tp_add(t, NULL, y, tp_div(t, NULL, s_var(t, "b", 1, s3, 0), d));
+}
+static tp_node_t *c_max_bc(tp_tower_t *t, tp_node_t *x) { return s_bin3(t, x, tp_maximum, 0); }
+static tp_node_t *c_min_bc(tp_tower_t *t, tp_node_t *x) { return s_bin3(t, x, tp_minimum, 0); }
+static tp_node_t *c_x_twice_stretched(tp_tower_t *t, tp_node_t *x) {
+    /* x as [N,6,1] times x as [N,1,6]: both operands stretched */
+    int64_t a[3] = {N, 6, 1}, b[3] = {N, 1, 6};
+    return tp_mul(t, NULL, tp_reshape(t, NULL, x, 3, a), tp_reshape(t, NULL, x, 3, b));
+}
+/* positive inputs for the ops with a domain: x^2 + 0.5 */
+static tp_node_t *s_pos(tp_tower_t *t, tp_node_t *x) {
+    return tp_add(t, NULL, tp_square(t, NULL, x), tp_scalar(t, NULL, 0.5f));
+}
+static tp_node_t *c_neg(tp_tower_t *t, tp_node_t *x) { return tp_neg(t, NULL, x); }
+static tp_node_t *c_abs(tp_tower_t *t, tp_node_t *x) { return tp_abs(t, NULL, x); }
+static tp_node_t *c_square(tp_tower_t *t, tp_node_t *x) { return tp_square(t, NULL, x); }
+static tp_node_t *c_sqrt(tp_tower_t *t, tp_node_t *x) { return tp_sqrt(t, NULL, s_pos(t, x)); }
+static tp_node_t *c_rsqrt(tp_tower_t *t, tp_node_t *x) { return tp_rsqrt(t, NULL, s_pos(t, x)); }
+static tp_node_t *c_exp(tp_tower_t *t, tp_node_t *x) { return tp_exp(t, NULL, x); }
+static tp_node_t *c_log(tp_tower_t *t, tp_node_t *x) { return tp_ln(t, NULL, s_pos(t, x)); }
+static tp_node_t *c_pow(tp_tower_t *t, tp_node_t *x) { return tp_pow(t, NULL, s_pos(t, x), 2.5f); }
+static tp_node_t *c_pow_neg(tp_tower_t *t, tp_node_t *x) {
+    return tp_pow(t, NULL, s_pos(t, x), -1.5f);
+}
+static tp_node_t *c_clip(tp_tower_t *t, tp_node_t *x) { return tp_clip(t, NULL, x, -0.5f, 0.7f); }
+static tp_node_t *c_gelu(tp_tower_t *t, tp_node_t *x) { return tp_gelu(t, NULL, x, 0); }
+static tp_node_t *c_gelu_tanh(tp_tower_t *t, tp_node_t *x) { return tp_gelu(t, NULL, x, 1); }
+static tp_node_t *c_silu(tp_tower_t *t, tp_node_t *x) { return tp_silu(t, NULL, x); }
+static tp_node_t *c_softplus(tp_tower_t *t, tp_node_t *x) {
+    /* x and 12x: both branches (12x passes the threshold of 20) */
+    return tp_add(t, NULL, tp_softplus(t, NULL, x),
+                  tp_softplus(t, NULL, tp_scale(t, NULL, x, 12.0f)));
+}
+static tp_node_t *c_constant(tp_tower_t *t, tp_node_t *x) {
+    const float v[3] = {0.5f, -2.0f, 3.0f};
+    int64_t s[2] = {1, 3};
+    return tp_mul(t, NULL, x, tp_constant(t, "c", 2, s, v));
+}
+static tp_node_t *c_stop_gradient(tp_tower_t *t, tp_node_t *x) {
+    /* x * stop(x): the backward gives stop(x) alone, half of d(x^2)/dx
+     * that the finite difference sees (fd_scale 0.5) */
+    return tp_mul(t, NULL, x, tp_stop_gradient(t, NULL, x));
+}
+static tp_node_t *c_broken_mul(tp_tower_t *t, tp_node_t *x) {
+    tp_cpu_elementwise_grad_fault = 1.1f; /* this forked test's process only */
+    return c_mul_bc(t, x);
+}
+
+FD_TEST(add_broadcast, c_add_bc, 3, {N, 2, 3})
+FD_TEST(sub_broadcast, c_sub_bc, 3, {N, 2, 3})
+FD_TEST(mul_broadcast, c_mul_bc, 3, {N, 2, 3})
+FD_TEST(div_broadcast, c_div_bc, 3, {N, 2, 3})
+FD_TEST(maximum_broadcast, c_max_bc, 3, {N, 2, 3})
+FD_TEST(minimum_broadcast, c_min_bc, 3, {N, 2, 3})
+FD_TEST(mul_both_stretched, c_x_twice_stretched, 3, {N, 2, 3})
+FD_TEST(neg, c_neg, 2, {N, 5})
+FD_TEST(abs, c_abs, 2, {N, 5})
+FD_TEST(square, c_square, 2, {N, 5})
+FD_TEST(sqrt, c_sqrt, 2, {N, 5})
+FD_TEST(rsqrt, c_rsqrt, 2, {N, 5})
+FD_TEST(exp, c_exp, 2, {N, 5})
+FD_TEST(log, c_log, 2, {N, 5})
+FD_TEST(pow, c_pow, 2, {N, 5})
+FD_TEST(pow_negative, c_pow_neg, 2, {N, 5})
+FD_TEST(clip, c_clip, 2, {N, 5})
+FD_TEST(gelu, c_gelu, 2, {N, 5})
+FD_TEST(gelu_tanh, c_gelu_tanh, 2, {N, 5})
+FD_TEST(silu, c_silu, 2, {N, 5})
+FD_TEST(softplus, c_softplus, 2, {N, 5})
+FD_TEST(constant, c_constant, 2, {N, 3})
+FD_TEST(stop_gradient, c_stop_gradient, 2, {N, 5}, 0, 0.5)
+/* the checker itself: a gradient 10% off must be reported */
+FD_TEST(a_wrong_gradient_fails_the_check, c_broken_mul, 3, {N, 2, 3}, 1)
 
 /* ---- forward values of ops without gradients ------------------------------ */
 

@@ -1,0 +1,106 @@
+/* towerpack tests: op cases described once, run by several checks.
+ *
+ * A row names an op, its attributes, its input shapes and the range its
+ * inputs are drawn from, and the tolerances against PyTorch. The PyTorch
+ * parity suite (test_proc_op_parity.c + tests/tools/op_parity.py) runs every
+ * row on the CPU backend and has torch recompute it; the CUDA harness
+ * (test_cuda_ops.c) runs every row on the device against the CPU. A later
+ * op family adds rows here and one line to op_parity.py's table. */
+#ifndef TOWERPACK_TESTS_OP_CASES_H
+#define TOWERPACK_TESTS_OP_CASES_H
+
+#include <stdint.h>
+#include <towerpack/backend.h>
+
+typedef struct {
+    const char *label;     /* unique: the row's files are named after it */
+    tp_op_kind_t kind;
+    float alpha, beta;     /* attributes (tp_op_attr_t) */
+    int ninputs;
+    int nd[2];             /* input ranks */
+    int64_t d[2][4];       /* input shapes */
+    float lo[2], hi[2];    /* inputs drawn from U(lo, hi) */
+    float atol, rtol;      /* against PyTorch: |got - want| <= atol + rtol |want| */
+    float step;            /* > 0: inputs rounded to multiples of it (ties) */
+} op_case_t;
+
+
+/* Binary rows: same shapes, trailing broadcast, stretched on both sides,
+ * a scalar, batch 1, odd sizes. */
+#define OP_BINARY_ROWS(nm, kind, lo0, hi0, lo1, hi1, atol, rtol)                   \
+    {nm "_same", kind, 0, 0, 2, {2, 2}, {{3, 5}, {3, 5}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_trailing", kind, 0, 0, 2, {3, 1}, {{4, 3, 5}, {5}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_both_stretched", kind, 0, 0, 2, {3, 3}, {{3, 1, 5}, {1, 4, 1}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_scalar_left", kind, 0, 0, 2, {0, 3}, {{0}, {2, 3, 7}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_batch1", kind, 0, 0, 2, {2, 2}, {{1, 7}, {1, 1}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_odd", kind, 0, 0, 2, {4, 2}, {{3, 1, 13, 1}, {13, 11}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}
+
+#define OP_UNARY_ROW(nm, kind, a, b, lo, hi, atol, rtol)                     \
+    {nm, kind, a, b, 1, {3, 0}, {{2, 7, 13}, {0}}, {lo, 0}, {hi, 0}, atol, rtol, 0}
+
+static const op_case_t op_cases[] = {
+    OP_BINARY_ROWS("add", TP_OP_ADD, -1, 1, -1, 1, 1e-6f, 1e-5f),
+    OP_BINARY_ROWS("sub", TP_OP_SUB, -1, 1, -1, 1, 1e-6f, 1e-5f),
+    OP_BINARY_ROWS("mul", TP_OP_MUL, -1, 1, -1, 1, 1e-6f, 1e-5f),
+    OP_BINARY_ROWS("div", TP_OP_DIV, -1, 1, 0.5f, 2, 1e-6f, 1e-5f),
+    OP_BINARY_ROWS("maximum", TP_OP_MAXIMUM, -1, 1, -1, 1, 1e-6f, 1e-5f),
+    OP_BINARY_ROWS("minimum", TP_OP_MINIMUM, -1, 1, -1, 1, 1e-6f, 1e-5f),
+    /* ties: half the gradient to each side, as torch */
+    {"maximum_ties", TP_OP_MAXIMUM, 0, 0, 2, {2, 1}, {{6, 5}, {5}}, {-1, -1}, {1, 1}, 1e-6f, 1e-5f, 0.5f},
+    {"minimum_ties", TP_OP_MINIMUM, 0, 0, 2, {2, 1}, {{6, 5}, {5}}, {-1, -1}, {1, 1}, 1e-6f, 1e-5f, 0.5f},
+    /* kinks at exactly 0 and at the bounds: torch's one-sided choices */
+    {"relu_at_0", TP_OP_RELU, 0, 0, 1, {1, 0}, {{40}, {0}}, {-1, 0}, {1, 0}, 0, 0, 0.5f},
+    {"abs_at_0", TP_OP_ABS, 0, 0, 1, {1, 0}, {{40}, {0}}, {-1, 0}, {1, 0}, 0, 0, 0.5f},
+    {"clip_at_bounds", TP_OP_CLIP, -0.5f, 0.5f, 1, {1, 0}, {{40}, {0}}, {-1, 0}, {1, 0}, 0, 0, 0.5f},
+    OP_UNARY_ROW("relu", TP_OP_RELU, 0, 0, -1, 1, 0, 0),
+    OP_UNARY_ROW("leaky_relu", TP_OP_LEAKY_RELU, 0.1f, 0, -1, 1, 1e-7f, 1e-6f),
+    OP_UNARY_ROW("tanh", TP_OP_TANH, 0, 0, -3, 3, 1e-6f, 1e-5f),
+    OP_UNARY_ROW("sigmoid", TP_OP_SIGMOID, 0, 0, -6, 6, 1e-6f, 1e-5f),
+    OP_UNARY_ROW("scale", TP_OP_SCALE, -0.37f, 0, -1, 1, 1e-7f, 1e-6f),
+    OP_UNARY_ROW("neg", TP_OP_NEG, 0, 0, -1, 1, 0, 0),
+    OP_UNARY_ROW("abs", TP_OP_ABS, 0, 0, -1, 1, 0, 0),
+    OP_UNARY_ROW("square", TP_OP_SQUARE, 0, 0, -2, 2, 1e-7f, 1e-6f),
+    OP_UNARY_ROW("sqrt", TP_OP_SQRT, 0, 0, 0.05f, 4, 1e-6f, 1e-5f),
+    OP_UNARY_ROW("rsqrt", TP_OP_RSQRT, 0, 0, 0.05f, 4, 1e-5f, 1e-5f),
+    OP_UNARY_ROW("exp", TP_OP_EXP, 0, 0, -4, 4, 1e-6f, 1e-5f),
+    OP_UNARY_ROW("log", TP_OP_LOG, 0, 0, 0.05f, 4, 1e-6f, 1e-5f),
+    OP_UNARY_ROW("pow_2.5", TP_OP_POW, 2.5f, 0, 0.05f, 3, 1e-5f, 1e-5f),
+    OP_UNARY_ROW("pow_-1.5", TP_OP_POW, -1.5f, 0, 0.2f, 3, 1e-5f, 1e-5f),
+    OP_UNARY_ROW("pow_3_negative_base", TP_OP_POW, 3.0f, 0, -2, 2, 1e-5f, 1e-5f),
+    OP_UNARY_ROW("clip", TP_OP_CLIP, -0.5f, 0.7f, -1, 1, 0, 0),
+    OP_UNARY_ROW("gelu", TP_OP_GELU, 0, 0, -4, 4, 1e-6f, 1e-5f),
+    OP_UNARY_ROW("gelu_tanh", TP_OP_GELU_TANH, 0, 0, -4, 4, 1e-6f, 1e-5f),
+    OP_UNARY_ROW("silu", TP_OP_SILU, 0, 0, -6, 6, 1e-6f, 1e-5f),
+    OP_UNARY_ROW("softplus", TP_OP_SOFTPLUS, 0, 0, -25, 25, 1e-6f, 1e-5f),
+    OP_UNARY_ROW("stop_gradient", TP_OP_STOP_GRADIENT, 0, 0, -1, 1, 0, 0),
+    /* a size-1 tensor and batch 1 through the unary path */
+    {"exp_single", TP_OP_EXP, 0, 0, 1, {1, 0}, {{1}, {0}}, {-1, 0}, {1, 0}, 1e-6f, 1e-5f, 0},
+};
+
+#define OP_NCASES ((int)(sizeof op_cases / sizeof op_cases[0]))
+
+/* The output shape of a row: its inputs broadcast (NumPy's rule). */
+static inline tp_shape_t op_case_out(const op_case_t *k) {
+    tp_shape_t o = {0};
+    for (int p = 0; p < k->ninputs; p++)
+        if (k->nd[p] > o.ndim)
+            o.ndim = k->nd[p];
+    for (int j = 0; j < o.ndim; j++) {
+        o.d[j] = 1;
+        for (int p = 0; p < k->ninputs; p++) {
+            const int ip = j - (o.ndim - k->nd[p]);
+            if (ip >= 0 && k->d[p][ip] != 1)
+                o.d[j] = k->d[p][ip];
+        }
+    }
+    return o;
+}
+
+static inline tp_shape_t op_case_in(const op_case_t *k, int p) {
+    tp_shape_t s = {.ndim = k->nd[p]};
+    for (int j = 0; j < k->nd[p]; j++)
+        s.d[j] = k->d[p][j];
+    return s;
+}
+
+#endif

@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""towerpack tests: recompute op rows with PyTorch's autograd and compare.
+
+Usage: op_parity.py DIR
+       op_parity.py onnx MODEL.onnx X.f32 D0,D1,... Y.f32
+
+The second form checks an exported model instead: onnx.checker (full
+check) accepts it, and evaluating its nodes with numpy on the input X gives
+towerpack's output Y within 1e-5 (a small evaluator for the ops the
+elementwise family exports; onnx 1.12 has no reference runtime).
+
+DIR holds manifest.jsonl (one JSON object per row: label, op, alpha, beta,
+atol, rtol, the output shape y and the input shapes) and, per row, raw
+little-endian float32 files LABEL.x0.f32, LABEL.dx0.f32, ..., LABEL.y.f32,
+LABEL.dy.f32, written by tests/gpu/test_proc_op_parity.c from towerpack's
+CPU kernels. For each row this script runs the same op in torch (float32)
+on the same inputs, back-propagates the same dy, and checks the output and
+every input's gradient: |towerpack - torch| <= atol + rtol * |torch|.
+
+A new op family adds one entry to OPS (op name -> torch function of the
+inputs and the row). Exit status: 0 all rows close, 1 a mismatch (each one
+printed with MISMATCH), 3 torch or numpy missing.
+"""
+import json
+import os
+import sys
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # pragma: no cover - depends on the machine
+    print("python3-torch/python3-numpy missing (%s)" % e)
+    sys.exit(3)
+
+OPS = {
+    "add": lambda x, r: x[0] + x[1],
+    "sub": lambda x, r: x[0] - x[1],
+    "mul": lambda x, r: x[0] * x[1],
+    "div": lambda x, r: x[0] / x[1],
+    "maximum": lambda x, r: torch.maximum(x[0], x[1]),
+    "minimum": lambda x, r: torch.minimum(x[0], x[1]),
+    "relu": lambda x, r: torch.relu(x[0]),
+    "leaky_relu": lambda x, r: F.leaky_relu(x[0], r["alpha"]),
+    "tanh": lambda x, r: torch.tanh(x[0]),
+    "sigmoid": lambda x, r: torch.sigmoid(x[0]),
+    "scale": lambda x, r: x[0] * r["alpha"],
+    "neg": lambda x, r: -x[0],
+    "abs": lambda x, r: torch.abs(x[0]),
+    "square": lambda x, r: torch.square(x[0]),
+    "sqrt": lambda x, r: torch.sqrt(x[0]),
+    "rsqrt": lambda x, r: torch.rsqrt(x[0]),
+    "exp": lambda x, r: torch.exp(x[0]),
+    "log": lambda x, r: torch.log(x[0]),
+    "pow": lambda x, r: torch.pow(x[0], r["alpha"]),
+    "clip": lambda x, r: torch.clamp(x[0], r["alpha"], r["beta"]),
+    "gelu": lambda x, r: F.gelu(x[0]),
+    "gelu_tanh": lambda x, r: F.gelu(x[0], approximate="tanh"),
+    "silu": lambda x, r: F.silu(x[0]),
+    "softplus": lambda x, r: F.softplus(x[0]),
+    # forward x; backward nothing flows: torch's detach, and a zero
+    # gradient for the input (towerpack's kernel writes none: the graph
+    # never runs it, see the row's note below)
+    "stop_gradient": lambda x, r: x[0].detach(),
+}
+
+
+def load(d, label, what, shape):
+    a = np.fromfile(os.path.join(d, "%s.%s.f32" % (label, what)), dtype="<f4")
+    return a.reshape(shape)
+
+
+def compare(label, what, got, want, atol, rtol):
+    got = np.asarray(got, dtype=np.float32)
+    want = np.asarray(want, dtype=np.float32)
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    bound = atol + rtol * np.abs(want.astype(np.float64))
+    bad = ~(err <= bound)
+    if bad.any():
+        i = int(np.flatnonzero(bad.reshape(-1))[0])
+        print("MISMATCH %s %s: %d of %d elements, first [%d]: towerpack %.9g, "
+              "torch %.9g (atol %g, rtol %g)" % (label, what, int(bad.sum()), bad.size,
+                                                 i, got.reshape(-1)[i], want.reshape(-1)[i],
+                                                 atol, rtol))
+        return False
+    return True
+
+
+def onnx_eval(model_path, x_path, dims, y_path):
+    import math
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError as e:
+        print("python3-onnx missing (%s)" % e)
+        return 3
+    model = onnx.load(model_path)
+    onnx.checker.check_model(model, full_check=True)
+    g = model.graph
+    shape = [int(d) for d in dims.split(",")]
+    env = {g.input[0].name: np.fromfile(x_path, dtype="<f4").reshape(shape)}
+    for t in g.initializer:
+        env[t.name] = numpy_helper.to_array(t)
+    erf = np.vectorize(math.erf, otypes=[np.float32])
+    fns = {
+        "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+        "Max": np.maximum, "Min": np.minimum, "Neg": np.negative, "Abs": np.abs,
+        "Sqrt": np.sqrt, "Reciprocal": np.reciprocal, "Exp": np.exp, "Log": np.log,
+        "Pow": np.power, "Erf": erf, "Tanh": np.tanh, "Identity": lambda v: v,
+        "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+        "Softplus": lambda v: np.log1p(np.exp(v)),
+        "Clip": lambda v, lo, hi: np.clip(v, lo, hi),
+    }
+    for n in g.node:
+        if n.op_type not in fns:
+            print("MISMATCH: the evaluator has no %s" % n.op_type)
+            return 1
+        env[n.output[0]] = np.asarray(fns[n.op_type](*[env[i] for i in n.input]),
+                                      dtype=np.float32)
+    got = env[g.output[0].name]
+    want = np.fromfile(y_path, dtype="<f4").reshape(got.shape)
+    ok = compare("onnx", g.output[0].name, got, want, 1e-5, 1e-5)
+    print("%s: onnx.checker ok, %d nodes (%s), numpy evaluation %s" % (
+        model_path, len(g.node), ",".join(sorted({n.op_type for n in g.node})),
+        "matches" if ok else "differs"))
+    return 0 if ok else 1
+
+
+def main():
+    if len(sys.argv) == 6 and sys.argv[1] == "onnx":
+        return onnx_eval(*sys.argv[2:])
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    d = sys.argv[1]
+    torch.manual_seed(0)
+    ok = True
+    rows = 0
+    worst = {}
+    with open(os.path.join(d, "manifest.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            label, op = r["label"], r["op"]
+            if op not in OPS:
+                print("MISMATCH %s: no torch form for op %s in op_parity.py" % (label, op))
+                ok = False
+                continue
+            xs = [torch.tensor(load(d, label, "x%d" % i, s), requires_grad=True)
+                  for i, s in enumerate(r["inputs"])]
+            y = OPS[op](xs, r)
+            dy = torch.tensor(load(d, label, "dy", r["y"]))
+            atol, rtol = r["atol"], r["rtol"]
+            ok &= compare(label, "forward", load(d, label, "y", r["y"]),
+                          y.detach().numpy(), atol, rtol)
+            if y.requires_grad:
+                y.backward(dy)
+            for i, s in enumerate(r["inputs"]):
+                want = xs[i].grad
+                if op == "stop_gradient":
+                    continue  # no gradient to compare: the graph never asks
+                if want is None:
+                    want = torch.zeros(s)
+                got = load(d, label, "dx%d" % i, s)
+                ok &= compare(label, "grad[%d]" % i, got, want.numpy(), atol, rtol)
+                e = float(np.max(np.abs(got - want.numpy()))) if got.size else 0.0
+                worst[op] = max(worst.get(op, 0.0), e)
+            rows += 1
+    print("%d rows checked against torch %s; largest gradient error per op: %s" % (
+        rows, torch.__version__,
+        ", ".join("%s %.2g" % (k, v) for k, v in sorted(worst.items()))))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
