@@ -12,6 +12,7 @@
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include <towerpack/supervisor.h>
+#include <towerpack/fileio.h>
 #include "actors/actor_internal.h"
 
 /* ---- signals ------------------------------------------------------------------- */
@@ -33,6 +34,7 @@ static size_t s_words_len[2];
 
 static void s_end_now(int sig) {
     int k = sig == SIGTERM;
+    tp_atomic_file_unlink_pending();  /* a write cut short leaves no temporary */
     tp_log_last_words(s_words[k], s_words_len[k]);
     _exit(128 + sig);
 }

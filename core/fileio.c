@@ -4,12 +4,45 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/fileio.h>
+
+/* The temporaries of the writes in progress (their open to their commit or
+ * abort), so a process that must _exit at once can unlink them from a
+ * signal handler: pointers into the callers' tp_atomic_file_t, claimed and
+ * released with compare-and-swap. More writes at once than slots go
+ * unlisted (a later tp_atomic_file_sweep still removes their files). */
+#define S_PENDING_MAX 16
+static _Atomic(const char *) s_pending[S_PENDING_MAX];
+
+static void s_pending_add(const char *tmp) {
+    for (int i = 0; i < S_PENDING_MAX; i++) {
+        const char *none = NULL;
+        if (atomic_compare_exchange_strong(&s_pending[i], &none, tmp))
+            return;
+    }
+}
+
+static void s_pending_drop(const char *tmp) {
+    for (int i = 0; i < S_PENDING_MAX; i++) {
+        const char *mine = tmp;
+        if (atomic_compare_exchange_strong(&s_pending[i], &mine, NULL))
+            return;
+    }
+}
+
+void tp_atomic_file_unlink_pending(void) {
+    for (int i = 0; i < S_PENDING_MAX; i++) {
+        const char *tmp = atomic_load(&s_pending[i]);
+        if (tmp)
+            unlink(tmp);
+    }
+}
 
 static tp_status_t s_write_all(int fd, const void *data, size_t size,
                                const char *path) {
@@ -45,9 +78,12 @@ tp_status_t tp_atomic_file_open(tp_atomic_file_t *f, const char *path) {
     int m = snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%d", path, (int)getpid());
     if (n < 0 || (size_t)n >= sizeof f->path || m < 0 || (size_t)m >= sizeof f->tmp)
         return tp_error(TP_ERR_INVALID, "path too long: %s", path);
+    s_pending_add(f->tmp);  /* before the file exists: no moment unlisted */
     f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (f->fd < 0)
+    if (f->fd < 0) {
+        s_pending_drop(f->tmp);
         return tp_error(TP_ERR_IO, "creating %s: %s", f->tmp, strerror(errno));
+    }
     return TP_OK;
 }
 
@@ -60,6 +96,7 @@ void tp_atomic_file_abort(tp_atomic_file_t *f) {
     if (f->fd >= 0) {
         close(f->fd);
         unlink(f->tmp);
+        s_pending_drop(f->tmp);
         f->fd = -1;
     }
 }
@@ -73,6 +110,7 @@ tp_status_t tp_atomic_file_commit(tp_atomic_file_t *f) {
     if (close(f->fd) != 0) {
         f->fd = -1;
         unlink(f->tmp);
+        s_pending_drop(f->tmp);
         return tp_error(TP_ERR_IO, "closing %s: %s", f->tmp, strerror(errno));
     }
     f->fd = -1;
@@ -80,8 +118,10 @@ tp_status_t tp_atomic_file_commit(tp_atomic_file_t *f) {
         tp_status_t rc = tp_error(TP_ERR_IO, "renaming %s to %s: %s", f->tmp,
                                   f->path, strerror(errno));
         unlink(f->tmp);
+        s_pending_drop(f->tmp);
         return rc;
     }
+    s_pending_drop(f->tmp);
     /* Make the rename itself durable. */
     char dir[sizeof f->path];
     snprintf(dir, sizeof dir, "%s", f->path);

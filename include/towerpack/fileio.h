@@ -35,6 +35,11 @@ void tp_atomic_file_abort(tp_atomic_file_t *f);
  * gone left behind (killed between open and commit); returns how many. */
 int tp_atomic_file_sweep(const char *dir);
 
+/* Unlink the temporaries of the writes in progress in this process, for a
+ * process about to _exit in the middle of one (the stop deadline of
+ * supervisor.h): async-signal-safe, the writes' targets untouched. */
+void tp_atomic_file_unlink_pending(void);
+
 #ifdef __cplusplus
 }
 #endif

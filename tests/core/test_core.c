@@ -475,3 +475,34 @@ Test(process, memory_room_under_an_address_space_limit) {
                      "more than the address-space limit (ulimit -v)"), "%s", tp_last_error());
 }
 #endif
+
+/* A process that must end at once (the stop deadline) unlinks the
+ * temporaries of the writes it is in the middle of, and only those: a
+ * committed file and another process's temporary stay. */
+Test(core, pending_atomic_writes_are_unlinked_and_nothing_else) {
+    char dir[] = "/tmp/tp-fileio-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char done[256], open_[256];
+    snprintf(done, sizeof done, "%s/done.bin", dir);
+    snprintf(open_, sizeof open_, "%s/open.bin", dir);
+    cr_assert_eq(tp_file_write_atomic(done, "old", 3), TP_OK);
+    tp_atomic_file_t f;
+    cr_assert_eq(tp_atomic_file_open(&f, open_), TP_OK);
+    cr_assert_eq(tp_atomic_file_write(&f, "half", 4), TP_OK);
+    cr_assert_eq(access(f.tmp, F_OK), 0, "the temporary exists while writing");
+    tp_atomic_file_unlink_pending();
+    cr_assert_neq(access(f.tmp, F_OK), 0, "the pending temporary %s is left", f.tmp);
+    cr_assert_eq(access(done, F_OK), 0, "a committed file was removed");
+    cr_assert_neq(access(open_, F_OK), 0, "the target of a cut write exists");
+    tp_atomic_file_abort(&f);
+    /* after commit or abort nothing is listed: a new write's file stays */
+    tp_atomic_file_t g;
+    cr_assert_eq(tp_atomic_file_open(&g, open_), TP_OK);
+    cr_assert_eq(tp_atomic_file_write(&g, "x", 1), TP_OK);
+    cr_assert_eq(tp_atomic_file_commit(&g), TP_OK);
+    tp_atomic_file_unlink_pending();
+    cr_assert_eq(access(open_, F_OK), 0);
+    unlink(done);
+    unlink(open_);
+    rmdir(dir);
+}
