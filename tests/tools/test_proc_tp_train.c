@@ -567,8 +567,11 @@ Test(tp_train, a_sender_whose_batches_do_not_fit_is_dropped_not_the_run, .init =
         for (int i = 0; i < 600 && !s_file_has(slog, "sending dataflow"); i++)
             usleep(50000);
         pid_t good = alone ? 0 : pu_spawn(good_argv, &wo);
+        /* 200 steps: long enough (a second or more) that the stray, which
+         * reconnects every 100 ms, is read whichever peer the trainer's
+         * socket hears first (20 steps were over before it, under load) */
         char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
-                        "--steps-per-epoch", "20", "--batch", "32", "--towers", "1",
+                        "--steps-per-epoch", "200", "--batch", "32", "--towers", "1",
                         "--remote", bind, "--threads", "1", "--test-spec", TEST_SPEC,
                         "--logdir", logdir, NULL};
         const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
