@@ -216,6 +216,33 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
     pthread_mutex_unlock(&r->mu);
 }
 
+/* One event of a socket monitor (zmq_socket_monitor), never waited for:
+ * its number and value (a descriptor, an error code); the endpoint's frame
+ * is read and dropped. 0 when none is pending. */
+static int s_monitor_event(void *mon, uint16_t *event, uint32_t *value) {
+    zmq_msg_t ev;
+    zmq_msg_init(&ev);
+    if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&ev);
+        return 0;
+    }
+    int more = zmq_msg_more(&ev);
+    *event = 0;
+    *value = 0;
+    if (zmq_msg_size(&ev) >= 6) {
+        memcpy(event, zmq_msg_data(&ev), 2);
+        memcpy(value, (const char *)zmq_msg_data(&ev) + 2, 4);
+    }
+    zmq_msg_close(&ev);
+    if (more) {  /* the endpoint's frame */
+        zmq_msg_t addr;
+        zmq_msg_init(&addr);
+        zmq_msg_recv(&addr, mon, 0);
+        zmq_msg_close(&addr);
+    }
+    return 1;
+}
+
 /* The pull socket's closed connections (libzmq's monitor events, never
  * waited for): the senders whose reports came on one are gone. A killed
  * worker's connection closes with its process, so its rows go at once;
@@ -223,25 +250,10 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
  * without closing (a host that died). */
 static void s_drain_monitor(s_remote_t *r) {
     for (int i = 0; r->mon && i < 64; i++) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, r->mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
+        uint16_t event;
+        uint32_t value;
+        if (!s_monitor_event(r->mon, &event, &value))
             return;
-        }
-        int more = zmq_msg_more(&ev);
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 6) {
-            memcpy(&event, zmq_msg_data(&ev), 2);
-            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
-        }
-        zmq_msg_close(&ev);
-        if (more) {  /* the endpoint's frame */
-            zmq_msg_init(&addr);
-            zmq_msg_recv(&addr, r->mon, 0);
-            zmq_msg_close(&addr);
-        }
         /* a connection is counted from its accept (bind) or connect, when
          * the event carries its descriptor, to its close; one whose
          * handshake fails closes at once */
@@ -866,25 +878,10 @@ static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
  * bound sender only warns about a peer that failed: anyone may knock. */
 static void s_sender_events(s_sender_t *s) {
     for (int i = 0; s->mon && i < 64; i++) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, s->mon, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
+        uint16_t event;
+        uint32_t value;
+        if (!s_monitor_event(s->mon, &event, &value))
             break;
-        }
-        int more = zmq_msg_more(&ev);
-        uint16_t event = 0;
-        uint32_t value = 0;
-        if (zmq_msg_size(&ev) >= 6) {
-            memcpy(&event, zmq_msg_data(&ev), 2);
-            memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
-        }
-        zmq_msg_close(&ev);
-        if (more) {
-            zmq_msg_init(&addr);
-            zmq_msg_recv(&addr, s->mon, 0);
-            zmq_msg_close(&addr);
-        }
         /* connections are counted by descriptor, from their accept or
          * connect to their close (the handshake events carry none) */
         if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
