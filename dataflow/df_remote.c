@@ -277,6 +277,12 @@ static void s_drain_monitor(s_remote_t *r) {
                                           "(--curve DIR here too)")
                         : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
                             ? "its CURVE keys are not this run's (server.key)"
+                        /* a sender that finds the mismatch first closes the
+                         * connection before this side can name it */
+                        : r->curve
+                            ? "it closed the connection in the CURVE handshake: it has "
+                              "no CURVE keys, or not this run's (tp-worker --curve DIR "
+                              "with this run's keys)"
                             : "it closed the connection or spoke another protocol");
             continue;
         }
@@ -860,7 +866,8 @@ static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
     if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
         return curve ? "the receiver does not use CURVE: leave --curve out, or give the "
                        "receiver the keys too"
-                     : "the receiver requires CURVE: give --curve DIR with the run's keys";
+                     : "the receiver uses CURVE: it requires CURVE keys (give --curve DIR "
+                       "with the run's keys)";
     if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
         return "the CURVE handshake failed: the keys in --curve DIR are not the "
                "receiver's (its server.key)";

@@ -387,6 +387,8 @@ Test(curve, a_worker_without_keys_against_a_curve_trainer_exits_saying_so) {
     fu_slurp(out, tbuf, sizeof tbuf);
     cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "tp-worker without keys: status %d (not exit 1 within 30 s):\n%s", st, buf);
+    /* the sender learns it as a mechanism mismatch or as a connection the
+     * receiver closed, by timing: both say what to do */
     cr_assert(strstr(buf, "the handshake with the receiver at") &&
               strstr(buf, "it requires CURVE keys"), "%s", buf);
     cr_assert(strstr(tbuf, "a sender's handshake at") && strstr(tbuf, "it has no CURVE keys"),
