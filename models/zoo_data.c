@@ -19,55 +19,89 @@ tp_status_t tp_zoo_source_sized(const char *data, int in_order, int height, int 
     return tp_zoo_source_shaped(data, in_order, 1, height, width, buf, size);
 }
 
-tp_status_t tp_zoo_source_shaped(const char *data, int in_order, int channels,
-                                 int height, int width, char *buf, size_t size) {
+/* A source as a spec: resize 0 resizes to height x width; S > 0 (image
+ * sources) resizes the short side to S and centre-crops height x width;
+ * S < 0 (image sources) decodes at the smallest JPEG scale that keeps
+ * min(height, width) on the short side and leaves the size (a random
+ * resized crop follows). */
+static tp_status_t s_source(const char *data, int in_order, int channels, int height,
+                            int width, int rs, char *buf, size_t size) {
     if (!data)
         return tp_error(TP_ERR_INVALID, "no data source");
     if (height < 1 || height > TP_ZOO_MAX_SIZE || width < 1 || width > TP_ZOO_MAX_SIZE)
         return tp_error(TP_ERR_INVALID, "data source '%s': image size %dx%d (height "
                         "and width 1..%d)", data, height, width, TP_ZOO_MAX_SIZE);
-    /* sources whose order is random unless told: keep the file's order */
-    const char *order = in_order && !strstr(data, "shuffle") ? ",shuffle=0" : "";
-    /* the 28x28 records resized in the pipeline (tensorpack's imgaug.Resize
-     * in an AugmentImageComponent): nothing to add at their own size */
-    char resize[64] = "";
-    if (height != 28 || width != 28)
-        snprintf(resize, sizeof resize, " | imgaug resize=%dx%d", height, width);
     if (channels != 1 && channels != 3)
         return tp_error(TP_ERR_INVALID, "data source '%s': %d channels (1 grey or 3 "
                         "colour)", data, channels);
-    int n;
+    /* sources whose order is random unless told: keep the file's order */
+    const char *order = in_order && !strstr(data, "shuffle") ? ",shuffle=0" : "";
     int image_src = s_prefix(data, "imagefolder:") || s_prefix(data, "imagelist:");
-    if (channels == 3 && !image_src && !s_prefix(data, "cifar:"))
+    int cifar = s_prefix(data, "cifar:");
+    if (channels == 3 && !image_src && !cifar)
         return tp_error(TP_ERR_INVALID, "data source '%s' holds grey images: colour "
                         "(3 channels) comes from imagefolder:, imagelist: or cifar:",
                         data);
-    if (s_prefix(data, "cifar:")) {
-        /* CIFAR's 32x32 RGB records: grey when asked (imgaug has no colour
-         * to grey stage that drops the channels: refused) */
-        if (channels != 3)
-            return tp_error(TP_ERR_INVALID, "data source '%s': CIFAR is colour "
-                            "(--channels 3)", data);
-        char rs[64] = "";
-        if (height != 32 || width != 32)
-            snprintf(rs, sizeof rs, " | imgaug resize=%dx%d", height, width);
-        n = snprintf(buf, size, "%s%s%s", data, order, rs);
-    } else if (s_prefix(data, "fashion-mnist:") || s_prefix(data, "idx:"))
+    /* CIFAR's records are RGB: no stage turns them grey */
+    if (cifar && channels != 3)
+        return tp_error(TP_ERR_INVALID, "data source '%s': CIFAR is colour "
+                        "(--channels 3)", data);
+    /* the records resized in the pipeline (tensorpack's imgaug.Resize in an
+     * AugmentImageComponent): nothing to add at their own size (28x28 for
+     * Fashion-MNIST, IDX and LMDB records, 32x32 for CIFAR) */
+    int own = cifar ? 32 : 28;
+    char resize[96] = "";
+    if ((image_src || cifar) && rs > 0)
+        snprintf(resize, sizeof resize, " | imgaug resize-short=%d,center-crop=%dx%d",
+                 rs, height, width);
+    else if (image_src && rs < 0)
+        resize[0] = '\0';
+    else if (image_src || height != own || width != own)
+        snprintf(resize, sizeof resize, " | imgaug resize=%dx%d", height, width);
+    int n;
+    if (cifar)
+        n = snprintf(buf, size, "%s%s%s", data, order, resize);
+    else if (s_prefix(data, "fashion-mnist:") || s_prefix(data, "idx:"))
         n = snprintf(buf, size, "%s%s%s", data, order, resize);
     else if (s_prefix(data, "lmdb:"))  /* record files are read in order */
         n = snprintf(buf, size, "%s%s", data, resize);
     else if (s_prefix(data, "tensorpack-lmdb:"))  /* numpy's int64 labels */
         n = snprintf(buf, size, "%s,int32%s", data, resize);
-    else if (s_prefix(data, "imagefolder:") || s_prefix(data, "imagelist:"))
-        /* grey, decoded at the smallest JPEG scale that keeps the short
-         * side of the model's input, then resized to it */
-        n = snprintf(buf, size, "%s%s,mode=%s,min-short=%d | imgaug resize=%dx%d",
-                     data, order, channels == 3 ? "rgb" : "grey",
-                     height < width ? height : width, height, width);
-    else
+    else if (image_src) {
+        /* grey or RGB, decoded at the smallest JPEG scale that keeps the
+         * short side the resize needs, then resized */
+        int ms = rs > 0 ? rs : height < width ? height : width;
+        n = snprintf(buf, size, "%s%s,mode=%s,min-short=%d%s", data, order,
+                     channels == 3 ? "rgb" : "grey", ms, resize);
+    } else
         return tp_error(TP_ERR_INVALID, "data source '%s': use fashion-mnist:SPLIT, "
                         "idx:IMAGES[,LABELS], lmdb:PATH, tensorpack-lmdb:PATH, "
                         "imagefolder:DIR, imagelist:FILE or cifar:FILE", data);
+    if (n < 0 || (size_t)n >= size)
+        return tp_error(TP_ERR_INVALID, "data source '%.64s...': too long", data);
+    return TP_OK;
+}
+
+tp_status_t tp_zoo_source_shaped(const char *data, int in_order, int channels,
+                                 int height, int width, char *buf, size_t size) {
+    return s_source(data, in_order, channels, height, width, 0, buf, size);
+}
+
+tp_status_t tp_zoo_source_decoded(const char *data, int channels, int height, int width,
+                                  char *buf, size_t size) {
+    if (!data || !(s_prefix(data, "imagefolder:") || s_prefix(data, "imagelist:")))
+        return tp_error(TP_ERR_INVALID, "data source '%s': the random resized crop "
+                        "needs images of their own size (imagefolder: or imagelist:)",
+                        data ? data : "(null)");
+    return s_source(data, 0, channels, height, width, -1, buf, size);
+}
+
+tp_status_t tp_zoo_eval_spec(const char *data, const tp_zoo_data_t *d, int height,
+                             int width, char *buf, size_t size) {
+    char src[3072], norm[256];
+    TP_TRY(s_source(data, 1, d->channels, height, width, d->resize_short, src, sizeof src));
+    TP_TRY(tp_zoo_normalise_spec(d, height, width, norm, sizeof norm));
+    int n = snprintf(buf, size, "%s%s", src, norm);
     if (n < 0 || (size_t)n >= size)
         return tp_error(TP_ERR_INVALID, "data source '%.64s...': too long", data);
     return TP_OK;
@@ -177,6 +211,7 @@ tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir) {
     json_object_set_new(j, "channels", json_integer(d->channels));
     json_object_set_new(j, "layout", json_string(d->channels == 1 ? "HW" : "CHW"));
     json_object_set_new(j, "colour", json_string(d->channels == 1 ? "grey" : "RGB"));
+    json_object_set_new(j, "resize_short", json_integer(d->resize_short));
     json_object_set_new(j, "classes", cl);
     json_object_set_new(j, "mean", mean);
     json_object_set_new(j, "std", std);
@@ -233,6 +268,10 @@ tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found) {
     rc = tp_zoo_data_set_classes(d, (int)nc, names);
     free(names);
     d->channels = (int)json_integer_value(ch);
+    json_t *rs = json_object_get(j, "resize_short");
+    d->resize_short = json_is_integer(rs) && json_integer_value(rs) > 0 &&
+                      json_integer_value(rs) <= TP_ZOO_MAX_SIZE * 2
+                    ? (int)json_integer_value(rs) : 0;
     d->nnorm = (int)nm;
     for (size_t c = 0; c < nm; c++) {
         d->mean[c] = (float)json_number_value(json_array_get(mean, c));

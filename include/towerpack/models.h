@@ -106,6 +106,8 @@ typedef struct tp_zoo_data {
     int nclasses;
     char **classes;      /* [nclasses] owned, or NULL: named "0".."K-1" */
     int nnorm;           /* 1 (every channel) or one per channel */
+    int resize_short;    /* evaluation: 0 resizes to the model's size; S
+                          * resizes the short side to S, then centre-crops */
     float mean[4], std[4];
 } tp_zoo_data_t;
 void tp_zoo_data_init(tp_zoo_data_t *d);
@@ -118,6 +120,17 @@ tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir);
  * directory) into *d; *found 0 (and *d the defaults) when there is none;
  * TP_ERR_FORMAT naming the file when it is malformed. */
 tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found);
+/* An image source decoded for a random resized crop (tp-train --augment
+ * imagenet): RGB or grey at the smallest JPEG scale keeping
+ * min(height, width) on the short side, not resized. Only imagefolder: and
+ * imagelist: (TP_ERR_INVALID for others). */
+tp_status_t tp_zoo_source_decoded(const char *data, int channels, int height, int width,
+                                  char *buf, size_t size);
+/* The whole per-image evaluation chain of a run (tp-train's validation,
+ * tp-predict): `data` in file order, resized as d->resize_short says,
+ * normalised as *d (tp_zoo_normalise_spec); no batch stage. */
+tp_status_t tp_zoo_eval_spec(const char *data, const tp_zoo_data_t *d, int height,
+                             int width, char *buf, size_t size);
 /* The stages that turn a source's uint8 image into the model's float32
  * input (validation, prediction): " | augment crop=HxW,mean=..,std=.." and,
  * for colour, " | imgaug chw". */
