@@ -237,7 +237,7 @@ static tp_node_t *s_bottleneck(tp_tower_t *t, const char *scope, tp_node_t *x,
  * resnet50): a 7x7 stride-2 stem with batch norm and relu, a 3x3 stride-2
  * max pool, four stages (64, 128, 256, 512 filters; the last three start
  * with stride 2), global average pool, fc. 32x smaller at the end: 224 ->
- * 7, 112 -> 4 (rounded up), 64 -> 2. */
+ * 7, 112 -> 4 (rounded up), 64 -> 2; it builds at any size. */
 static tp_status_t s_resnet_imagenet(tp_tower_t *t, tp_node_t *const *in, void *user,
                                      const char *name, const int *blocks, int bottleneck) {
     tp_node_t *x;
@@ -266,8 +266,9 @@ static tp_status_t s_resnet50(tp_tower_t *t, tp_node_t *const *in, void *user) {
     return s_resnet_imagenet(t, in, user, "resnet50", blocks, 1);
 }
 
-/* min_size: the MLP and the ResNet (padded stride-2 convolutions, then a
- * global average pool) build at any size; the CNN's two 2x2 poolings need
+/* min_size: the MLP and the ResNets (padded stride-2 convolutions and
+ * pooling, then a global average pool) build at any size (ResNet-18 and
+ * -50 are meant for 64 px and up: below, the last stages see one pixel); the CNN's two 2x2 poolings need
  * 4 pixels, cnn-bn's three need 8. The fc layer after a flatten takes the
  * size it is built at. */
 static const tp_zoo_model_t s_models[] = {
@@ -278,8 +279,8 @@ static const tp_zoo_model_t s_models[] = {
     {"cnn-bn", "three conv blocks (32, 64, 128) with batch norm, fc 256, dropout, weight decay; augmented", s_cnn_bn, 0.02, 30, 1, "sgd", 8},
     {"resnet", "CIFAR-style ResNet: 3x3 stem, 6 basic blocks (32, 64, 128 channels), weight decay; augmented", s_resnet, 0.05, 40, 1, "sgd", 1},
     /* ImageNet's recipe: SGD 0.1 for batch 256, weight decay 1e-4 */
-    {"resnet18", "ResNet-18, ImageNet layout (7x7 stem, max pool, 4 stages of 2 basic blocks), weight decay 1e-4; augmented", s_resnet18, 0.05, 90, 1, "sgd", 32},
-    {"resnet50", "ResNet-50, ImageNet layout (7x7 stem, max pool, bottleneck blocks 3-4-6-3), weight decay 1e-4; augmented", s_resnet50, 0.05, 90, 1, "sgd", 32},
+    {"resnet18", "ResNet-18, ImageNet layout (7x7 stem, max pool, 4 stages of 2 basic blocks), weight decay 1e-4; augmented", s_resnet18, 0.05, 90, 1, "sgd", 1},
+    {"resnet50", "ResNet-50, ImageNet layout (7x7 stem, max pool, bottleneck blocks 3-4-6-3), weight decay 1e-4; augmented", s_resnet50, 0.05, 90, 1, "sgd", 1},
 };
 static const tp_zoo_model_t *const s_all[] = {&s_models[0], &s_models[1], &s_models[2],
                                               &s_models[3], &s_models[4], &s_models[5], NULL};
