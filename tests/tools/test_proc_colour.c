@@ -158,7 +158,7 @@ Test(colour, a_colour_folder_trains_as_its_classes_in_colour_to_onnx, .init = s_
                      "--no-tensorboard", "--stats", "off", NULL};
     cr_assert_eq(s_run(targv), 0, "%s", s_out);
     /* the classes from the folder, colour (today's tool said 10 and grey) */
-    cr_assert_not_null(strstr(s_out, "32x32 colour images, 3 classes"), "%s", s_out);
+    cr_assert_not_null(strstr(s_out, "32x32 images (colour), 3 classes"), "%s", s_out);
     double acc = s_last_validation(logdir);
     cr_expect_geq(acc, 0.95, "colour test accuracy %.4f", acc);
     char path[256];
@@ -230,7 +230,7 @@ Test(colour, the_same_folder_in_grey_is_chance, .init = s_setup, .fini = s_teard
                      "--model", "cnn-bn", "--epochs", "6", "--channels", "1",
                      "--logdir", logdir, "--no-tensorboard", "--stats", "off", NULL};
     cr_assert_eq(s_run(targv), 0, "%s", s_out);
-    cr_assert_not_null(strstr(s_out, "grey images, 3 classes"), "%s", s_out);
+    cr_assert_not_null(strstr(s_out, "images (grey), 3 classes"), "%s", s_out);
     double acc = s_last_validation(logdir);
     cr_expect_leq(acc, 0.6, "grey accuracy %.4f on hue-only classes", acc);
 }

@@ -303,7 +303,7 @@ static void s_subst_rank(const char *text, int rank, char *out, size_t size) {
  * without augmentation (the model casts its uint8 input). */
 static tp_status_t s_augment_spec(const s_args_t *a, char *buf, size_t size) {
     int n = a->image_size, colour = a->info.channels == 3;
-    char norm[160] = "", mean[80] = "", std[80] = "";
+    char norm[192] = "", mean[80] = "", std[80] = "";
     for (int c = 0, om = 0, os = 0; c < a->info.nnorm; c++) {
         om += snprintf(mean + om, sizeof mean - (size_t)om, "%s%g", c ? "/" : "", a->info.mean[c]);
         os += snprintf(std + os, sizeof std - (size_t)os, "%s%g", c ? "/" : "", a->info.std[c]);
@@ -1087,7 +1087,7 @@ int main(int argc, char **argv) {
     if (s_dist)
         snprintf(ranks_text, sizeof ranks_text, "%d ranks x ", nranks);
     if (rank == 0)
-        printf("tp-train: model %s (%s), %dx%d %s images, %d classes, %s%d tower%s x batch "
+        printf("tp-train: model %s (%s), %dx%d images (%s), %d classes, %s%d tower%s x batch "
                "%d, %d epochs, lr %g (%s), logdir %s\n", zoo->name, zoo->summary, a.image_size,
                a.image_size, a.info.channels == 3 ? "colour" : "grey", a.info.nclasses,
                ranks_text, a.towers,
