@@ -282,6 +282,8 @@ tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found) {
     json_decref(j);
     if (rc == TP_OK)
         *found = 1;
+    else
+        tp_zoo_data_fini(d);  /* the defaults, nothing held */
     return rc;
 }
 
