@@ -933,10 +933,6 @@ int main(int argc, char **argv) {
         char logfile[4200];
         snprintf(logfile, sizeof logfile, "%s/log.log", logdir);
         tp_log_set_file(logfile);
-        /* what the data were, for tp-predict and tp-export: channels, class
-         * names in label order, normalisation (docs/images.md) */
-        if (tp_zoo_data_save(&a.info, logdir) != TP_OK)
-            return s_fail("log directory");
     }
 
     /* Data. */
@@ -1093,6 +1089,14 @@ int main(int argc, char **argv) {
                ranks_text, a.towers,
                a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
     fflush(stdout);
+    /* what the data were, for tp-predict and tp-export: channels, class
+     * names in label order, normalisation (docs/images.md); written once the
+     * data and the model are set up, so a run refused before leaves only
+     * its log (a retry needs no --logdir-action) */
+    if (rank == 0 && tp_zoo_data_save(&a.info, logdir) != TP_OK) {
+        tp_train_config_fini(&cfg);  /* the callbacks (and the test data) with it */
+        return s_fail("log directory");
+    }
     double t0 = tp_now_s();
     tp_status_t rc = tp_launch_train_with_config(&cfg, NULL);
     double wall = tp_now_s() - t0;
