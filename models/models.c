@@ -1,7 +1,9 @@
 /* towerpack models: the model zoo of tp-train (MLP, CNN, CNN with batch
- * norm, a small ResNet) for grey images and 10 classes: 28x28 by default,
- * any height and width from the model's min_size on (each model reads
- * them from its image input). */
+ * norm, a CIFAR-style ResNet, ResNet-18 and ResNet-50 in ImageNet's
+ * layout) for grey or colour images and any number of classes: 28x28 grey
+ * and 10 classes by default, any height and width from the model's
+ * min_size on (each model reads C, H and W from its image input, the
+ * classes from its options). */
 #include <stdio.h>
 #include <string.h>
 #include <towerpack/models.h>
@@ -22,6 +24,32 @@ tp_status_t tp_zoo_inputs_sized(int height, int width, tp_input_desc_t out[2]) {
     out[0].shape[2] = width;
     out[1] = s_inputs[1];
     return TP_OK;
+}
+
+tp_status_t tp_zoo_inputs_shaped(int channels, int height, int width,
+                                 tp_input_desc_t out[2]) {
+    if (channels != 1 && channels != 3)
+        return tp_error(TP_ERR_INVALID, "zoo image channels %d: 1 (grey) or 3 "
+                        "(colour)", channels);
+    tp_input_desc_t o[2];
+    TP_TRY(tp_zoo_inputs_sized(height, width, o));
+    if (channels == 3) {
+        /* colour comes channels first (imgaug chw), normalised: float32 */
+        o[0].dtype = TP_FLOAT32;
+        o[0].ndim = 4;
+        o[0].shape[1] = 3;
+        o[0].shape[2] = height;
+        o[0].shape[3] = width;
+    }
+    out[0] = o[0];
+    out[1] = o[1];
+    return TP_OK;
+}
+
+/* The number of classes a model is built for: its options' (10 when none). */
+static int s_classes(const void *user) {
+    const tp_zoo_options_t *o = user;
+    return o && o->classes > 0 ? o->classes : 10;
 }
 
 tp_status_t tp_zoo_check_size(const tp_zoo_model_t *model, int height, int width) {
@@ -64,28 +92,39 @@ static tp_status_t s_head(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
     return s_head_wd(t, logits, label, 0, user);
 }
 
-/* uint8 [B,H,W] -> float32 [B,1,H,W] in [0,1] (or flattened [B,H*W]);
- * augmented batches come as float32 already (normalised by the augmentor):
- * cast passes them on. H and W are the image input's own; a size the model
- * `name` does not build at fails here, naming it, before any layer. */
+/* uint8 [B,H,W] -> float32 [B,1,H,W] in [0,1], or [B,C,H,W] as it is
+ * (colour, channels first from the pipeline; uint8 scaled to [0,1]), or
+ * flattened [B,C*H*W]; augmented batches come as float32 already
+ * (normalised by the augmentor): cast passes them on. C, H and W are the
+ * image input's own; a size the model `name` does not build at fails here,
+ * naming it, before any layer. */
 static tp_status_t s_image(tp_tower_t *t, tp_node_t *img, int nchw, const char *name,
                            tp_node_t **out) {
     *out = NULL;
     const tp_shape_t *s = img ? tp_node_shape(img) : NULL;
-    if (!s || s->ndim != 3)
+    if (!s || (s->ndim != 3 && s->ndim != 4))
         return tp_error(TP_ERR_SHAPE, "model %s: the image input must be [batch,"
-                        "height,width]%s", name, s ? "" : " (no image input)");
-    if (s->d[1] > TP_ZOO_MAX_SIZE || s->d[2] > TP_ZOO_MAX_SIZE)
+                        "height,width] or [batch,channels,height,width]%s", name,
+                        s ? "" : " (no image input)");
+    int64_t c = s->ndim == 4 ? s->d[1] : 1, h = s->d[s->ndim - 2], w = s->d[s->ndim - 1];
+    if (c < 1 || c > 4)
+        return tp_error(TP_ERR_SHAPE, "model %s: %lld image channels (1..4)", name,
+                        (long long)c);
+    if (h > TP_ZOO_MAX_SIZE || w > TP_ZOO_MAX_SIZE)
         return tp_error(TP_ERR_INVALID, "model %s: image size %lldx%lld is larger "
-                        "than %dx%d", name, (long long)s->d[1], (long long)s->d[2],
+                        "than %dx%d", name, (long long)h, (long long)w,
                         TP_ZOO_MAX_SIZE, TP_ZOO_MAX_SIZE);
-    TP_TRY(tp_zoo_check_size(tp_zoo_find(name), (int)s->d[1], (int)s->d[2]));
+    TP_TRY(tp_zoo_check_size(tp_zoo_find(name), (int)h, (int)w));
     tp_node_t *x = tp_cast(t, "input", img, tp_node_dtype(img) == TP_UINT8 ? 1.0f / 255 : 1.0f);
     if (!nchw) {
         *out = tp_flatten(t, "flat_input", x);
         return TP_OK;
     }
-    int64_t shape[] = {-1, 1, s->d[1], s->d[2]};
+    if (s->ndim == 4) {
+        *out = x;
+        return TP_OK;
+    }
+    int64_t shape[] = {-1, 1, h, w};
     *out = tp_reshape(t, "nchw", x, 4, shape);
     return TP_OK;
 }
@@ -95,7 +134,7 @@ static tp_status_t s_mlp(tp_tower_t *t, tp_node_t *const *in, void *user) {
     TP_TRY(s_image(t, in[0], 0, "mlp", &x));
     x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 512, 1));
     x = tp_relu(t, NULL, tp_fc(t, "fc1", x, 256, 1));
-    return s_head(t, tp_fc(t, "linear", x, 10, 1), in[1], user);
+    return s_head(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], user);
 }
 
 static tp_node_t *s_conv_block(tp_tower_t *t, const char *scope, tp_node_t *x,
@@ -116,7 +155,7 @@ static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *user) {
     x = tp_max_pool(t, "pool1", s_conv_block(t, "conv1", x, 64, 0), 2, 2, 0);
     x = tp_flatten(t, "flat", x);
     x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 128, 1));
-    return s_head(t, tp_fc(t, "linear", x, 10, 1), in[1], user);
+    return s_head(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], user);
 }
 
 /* The longer-run model: three conv blocks with batch norm (32, 64, 128
@@ -133,7 +172,7 @@ static tp_status_t s_cnn_bn(tp_tower_t *t, tp_node_t *const *in, void *user) {
     x = tp_max_pool(t, "pool2", s_conv_block(t, "conv2", x, 128, 1), 2, 2, 0);
     x = tp_flatten(t, "flat", x);
     x = tp_dropout(t, "dropout", tp_relu(t, NULL, tp_fc(t, "fc0", x, 256, 1)), 0.3f);
-    return s_head_wd(t, tp_fc(t, "linear", x, 10, 1), in[1], 5e-4f, user);
+    return s_head_wd(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], 5e-4f, user);
 }
 
 /* A basic residual block: conv-bn-relu-conv-bn (+ projection when the shape
@@ -169,11 +208,67 @@ static tp_status_t s_resnet(tp_tower_t *t, tp_node_t *const *in, void *user) {
     x = s_res_block(t, "stage3/block0", x, 128, 2);
     x = s_res_block(t, "stage3/block1", x, 128, 1);
     x = tp_global_avg_pool(t, "gap", x);
-    return s_head_wd(t, tp_fc(t, "linear", x, 10, 1), in[1], 5e-4f, user);
+    return s_head_wd(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], 5e-4f, user);
 }
 
-/* min_size: the MLP and the ResNet (padded stride-2 convolutions, then a
- * global average pool) build at any size; the CNN's two 2x2 poolings need
+/* A bottleneck block (ResNet-50): 1x1 down to `filters`, 3x3 (the stride
+ * here, as torchvision's v1.5), 1x1 up to 4 x filters, each with batch
+ * norm; a projection when the shape changes; relu after the sum. */
+static tp_node_t *s_bottleneck(tp_tower_t *t, const char *scope, tp_node_t *x,
+                               int filters, int stride) {
+    char n[6][96];
+    static const char *const sfx[6] = {"conv1", "bn1", "conv2", "bn2", "conv3", "bn3"};
+    for (int i = 0; i < 6; i++)
+        snprintf(n[i], sizeof n[i], "%s/%s", scope, sfx[i]);
+    tp_node_t *y = tp_relu(t, NULL, tp_batch_norm(t, n[1], tp_conv2d(t, n[0], x, filters, 1, 1, 0, 0)));
+    y = tp_relu(t, NULL, tp_batch_norm(t, n[3], tp_conv2d(t, n[2], y, filters, 3, stride, 1, 0)));
+    y = tp_batch_norm(t, n[5], tp_conv2d(t, n[4], y, 4 * filters, 1, 1, 0, 0));
+    tp_node_t *shortcut = x;
+    if (stride != 1 || (x && tp_node_shape(x)->d[1] != 4 * filters)) {
+        char p[96], bnp[96];
+        snprintf(p, sizeof p, "%s/shortcut", scope);
+        snprintf(bnp, sizeof bnp, "%s/bn_shortcut", scope);
+        shortcut = tp_batch_norm(t, bnp, tp_conv2d(t, p, x, 4 * filters, 1, stride, 0, 0));
+    }
+    return tp_relu(t, NULL, tp_add(t, NULL, y, shortcut));
+}
+
+/* ResNet in ImageNet's layout (He et al. 2015, torchvision's resnet18 and
+ * resnet50): a 7x7 stride-2 stem with batch norm and relu, a 3x3 stride-2
+ * max pool, four stages (64, 128, 256, 512 filters; the last three start
+ * with stride 2), global average pool, fc. 32x smaller at the end: 224 ->
+ * 7, 112 -> 4 (rounded up), 64 -> 2; it builds at any size. */
+static tp_status_t s_resnet_imagenet(tp_tower_t *t, tp_node_t *const *in, void *user,
+                                     const char *name, const int *blocks, int bottleneck) {
+    tp_node_t *x;
+    TP_TRY(s_image(t, in[0], 1, name, &x));
+    x = tp_relu(t, NULL, tp_batch_norm(t, "stem/bn", tp_conv2d(t, "stem", x, 64, 7, 2, 3, 0)));
+    x = tp_max_pool(t, "stem/pool", x, 3, 2, 1);
+    for (int st = 0; st < 4; st++)
+        for (int b = 0; b < blocks[st]; b++) {
+            char scope[64];
+            snprintf(scope, sizeof scope, "stage%d/block%d", st + 1, b);
+            int stride = st > 0 && b == 0 ? 2 : 1;
+            x = bottleneck ? s_bottleneck(t, scope, x, 64 << st, stride)
+                           : s_res_block(t, scope, x, 64 << st, stride);
+        }
+    x = tp_global_avg_pool(t, "gap", x);
+    return s_head_wd(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], 1e-4f, user);
+}
+
+static tp_status_t s_resnet18(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    static const int blocks[4] = {2, 2, 2, 2};
+    return s_resnet_imagenet(t, in, user, "resnet18", blocks, 0);
+}
+
+static tp_status_t s_resnet50(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    static const int blocks[4] = {3, 4, 6, 3};
+    return s_resnet_imagenet(t, in, user, "resnet50", blocks, 1);
+}
+
+/* min_size: the MLP and the ResNets (padded stride-2 convolutions and
+ * pooling, then a global average pool) build at any size (ResNet-18 and
+ * -50 are meant for 64 px and up: below, the last stages see one pixel); the CNN's two 2x2 poolings need
  * 4 pixels, cnn-bn's three need 8. The fc layer after a flatten takes the
  * size it is built at. */
 static const tp_zoo_model_t s_models[] = {
@@ -182,9 +277,13 @@ static const tp_zoo_model_t s_models[] = {
      * momentum stays at 0.907 after 3 (docs/training.md). */
     {"cnn", "two 3x3 convolutions (32, 64) with pooling, fc 128", s_cnn, 0.1, 4, 0, "adam", 4},
     {"cnn-bn", "three conv blocks (32, 64, 128) with batch norm, fc 256, dropout, weight decay; augmented", s_cnn_bn, 0.02, 30, 1, "sgd", 8},
-    {"resnet", "ResNet with 6 basic blocks (32, 64, 128 channels), weight decay; augmented", s_resnet, 0.05, 40, 1, "sgd", 1},
+    {"resnet", "CIFAR-style ResNet: 3x3 stem, 6 basic blocks (32, 64, 128 channels), weight decay; augmented", s_resnet, 0.05, 40, 1, "sgd", 1},
+    /* ImageNet's recipe: SGD 0.1 for batch 256, weight decay 1e-4 */
+    {"resnet18", "ResNet-18, ImageNet layout (7x7 stem, max pool, 4 stages of 2 basic blocks), weight decay 1e-4; augmented", s_resnet18, 0.05, 90, 1, "sgd", 1},
+    {"resnet50", "ResNet-50, ImageNet layout (7x7 stem, max pool, bottleneck blocks 3-4-6-3), weight decay 1e-4; augmented", s_resnet50, 0.05, 90, 1, "sgd", 1},
 };
-static const tp_zoo_model_t *const s_all[] = {&s_models[0], &s_models[1], &s_models[2], &s_models[3], NULL};
+static const tp_zoo_model_t *const s_all[] = {&s_models[0], &s_models[1], &s_models[2],
+                                              &s_models[3], &s_models[4], &s_models[5], NULL};
 
 const tp_zoo_model_t *const *tp_zoo_all(void) { return s_all; }
 
@@ -192,7 +291,8 @@ const tp_zoo_model_t *tp_zoo_find(const char *name) {
     for (int i = 0; s_all[i]; i++)
         if (name && strcmp(s_all[i]->name, name) == 0)
             return s_all[i];
-    tp_error(TP_ERR_INVALID, "unknown model '%s' (mlp, cnn, cnn-bn, resnet)",
+    tp_error(TP_ERR_INVALID, "unknown model '%s' (mlp, cnn, cnn-bn, resnet, resnet18, "
+             "resnet50)",
              name ? name : "(null)");
     return NULL;
 }

@@ -4,7 +4,11 @@
  * checkpoints (the model a checkpoint records, for tp-predict, tp-export
  * and tp-bench predict). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <jansson.h>
+#include <towerpack/fileio.h>
 #include <towerpack/models.h>
 #include <towerpack/predict.h>
 
@@ -12,34 +16,92 @@ static int s_prefix(const char *s, const char *p) { return !strncmp(s, p, strlen
 
 tp_status_t tp_zoo_source_sized(const char *data, int in_order, int height, int width,
                                 char *buf, size_t size) {
+    return tp_zoo_source_shaped(data, in_order, 1, height, width, buf, size);
+}
+
+/* A source as a spec: resize 0 resizes to height x width; S > 0 (image
+ * sources) resizes the short side to S and centre-crops height x width;
+ * S < 0 (image sources) decodes at the smallest JPEG scale that keeps
+ * min(height, width) on the short side and leaves the size (a random
+ * resized crop follows). */
+static tp_status_t s_source(const char *data, int in_order, int channels, int height,
+                            int width, int rs, char *buf, size_t size) {
     if (!data)
         return tp_error(TP_ERR_INVALID, "no data source");
     if (height < 1 || height > TP_ZOO_MAX_SIZE || width < 1 || width > TP_ZOO_MAX_SIZE)
         return tp_error(TP_ERR_INVALID, "data source '%s': image size %dx%d (height "
                         "and width 1..%d)", data, height, width, TP_ZOO_MAX_SIZE);
+    if (channels != 1 && channels != 3)
+        return tp_error(TP_ERR_INVALID, "data source '%s': %d channels (1 grey or 3 "
+                        "colour)", data, channels);
     /* sources whose order is random unless told: keep the file's order */
     const char *order = in_order && !strstr(data, "shuffle") ? ",shuffle=0" : "";
-    /* the 28x28 records resized in the pipeline (tensorpack's imgaug.Resize
-     * in an AugmentImageComponent): nothing to add at their own size */
-    char resize[64] = "";
-    if (height != 28 || width != 28)
+    int image_src = s_prefix(data, "imagefolder:") || s_prefix(data, "imagelist:");
+    int cifar = s_prefix(data, "cifar:");
+    if (channels == 3 && !image_src && !cifar)
+        return tp_error(TP_ERR_INVALID, "data source '%s' holds grey images: colour "
+                        "(3 channels) comes from imagefolder:, imagelist: or cifar:",
+                        data);
+    /* CIFAR's records are RGB: no stage turns them grey */
+    if (cifar && channels != 3)
+        return tp_error(TP_ERR_INVALID, "data source '%s': CIFAR is colour "
+                        "(--channels 3)", data);
+    /* the records resized in the pipeline (tensorpack's imgaug.Resize in an
+     * AugmentImageComponent): nothing to add at their own size (28x28 for
+     * Fashion-MNIST, IDX and LMDB records, 32x32 for CIFAR) */
+    int own = cifar ? 32 : 28;
+    char resize[96] = "";
+    if ((image_src || cifar) && rs > 0)
+        snprintf(resize, sizeof resize, " | imgaug resize-short=%d,center-crop=%dx%d",
+                 rs, height, width);
+    else if (image_src && rs < 0)
+        resize[0] = '\0';
+    else if (image_src || height != own || width != own)
         snprintf(resize, sizeof resize, " | imgaug resize=%dx%d", height, width);
     int n;
-    if (s_prefix(data, "fashion-mnist:") || s_prefix(data, "idx:"))
+    if (cifar)
+        n = snprintf(buf, size, "%s%s%s", data, order, resize);
+    else if (s_prefix(data, "fashion-mnist:") || s_prefix(data, "idx:"))
         n = snprintf(buf, size, "%s%s%s", data, order, resize);
     else if (s_prefix(data, "lmdb:"))  /* record files are read in order */
         n = snprintf(buf, size, "%s%s", data, resize);
     else if (s_prefix(data, "tensorpack-lmdb:"))  /* numpy's int64 labels */
         n = snprintf(buf, size, "%s,int32%s", data, resize);
-    else if (s_prefix(data, "imagefolder:") || s_prefix(data, "imagelist:"))
-        /* grey, decoded at the smallest JPEG scale that keeps the short
-         * side of the model's input, then resized to it */
-        n = snprintf(buf, size, "%s%s,mode=grey,min-short=%d | imgaug resize=%dx%d",
-                     data, order, height < width ? height : width, height, width);
-    else
+    else if (image_src) {
+        /* grey or RGB, decoded at the smallest JPEG scale that keeps the
+         * short side the resize needs, then resized */
+        int ms = rs > 0 ? rs : height < width ? height : width;
+        n = snprintf(buf, size, "%s%s,mode=%s,min-short=%d%s", data, order,
+                     channels == 3 ? "rgb" : "grey", ms, resize);
+    } else
         return tp_error(TP_ERR_INVALID, "data source '%s': use fashion-mnist:SPLIT, "
                         "idx:IMAGES[,LABELS], lmdb:PATH, tensorpack-lmdb:PATH, "
-                        "imagefolder:DIR or imagelist:FILE", data);
+                        "imagefolder:DIR, imagelist:FILE or cifar:FILE", data);
+    if (n < 0 || (size_t)n >= size)
+        return tp_error(TP_ERR_INVALID, "data source '%.64s...': too long", data);
+    return TP_OK;
+}
+
+tp_status_t tp_zoo_source_shaped(const char *data, int in_order, int channels,
+                                 int height, int width, char *buf, size_t size) {
+    return s_source(data, in_order, channels, height, width, 0, buf, size);
+}
+
+tp_status_t tp_zoo_source_decoded(const char *data, int channels, int height, int width,
+                                  char *buf, size_t size) {
+    if (!data || !(s_prefix(data, "imagefolder:") || s_prefix(data, "imagelist:")))
+        return tp_error(TP_ERR_INVALID, "data source '%s': the random resized crop "
+                        "needs images of their own size (imagefolder: or imagelist:)",
+                        data ? data : "(null)");
+    return s_source(data, 0, channels, height, width, -1, buf, size);
+}
+
+tp_status_t tp_zoo_eval_spec(const char *data, const tp_zoo_data_t *d, int height,
+                             int width, char *buf, size_t size) {
+    char src[3072], norm[256];
+    TP_TRY(s_source(data, 1, d->channels, height, width, d->resize_short, src, sizeof src));
+    TP_TRY(tp_zoo_normalise_spec(d, height, width, norm, sizeof norm));
+    int n = snprintf(buf, size, "%s%s", src, norm);
     if (n < 0 || (size_t)n >= size)
         return tp_error(TP_ERR_INVALID, "data source '%.64s...': too long", data);
     return TP_OK;
@@ -68,17 +130,21 @@ const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model
     const tp_input_desc_t *rec = info.ninputs > 0 && !strcmp(info.inputs[0].name, "image")
                                ? &info.inputs[0] : NULL;
     if (rec) {
-        /* the size it was trained at: [batch,height,width] */
-        if (rec->ndim != 3 || rec->shape[1] > TP_ZOO_MAX_SIZE ||
-            rec->shape[2] > TP_ZOO_MAX_SIZE) {
+        /* the shape it was trained at: [batch,height,width] (grey) or
+         * [batch,3,height,width] (colour, channels first) */
+        int nd = rec->ndim;
+        if ((nd != 3 && !(nd == 4 && rec->shape[1] == 3)) ||
+            rec->shape[nd - 2] > TP_ZOO_MAX_SIZE || rec->shape[nd - 1] > TP_ZOO_MAX_SIZE) {
             tp_error(TP_ERR_FORMAT, "%s: the recorded image input is not [batch,"
-                     "height,width] with sides up to %d", ckpt, TP_ZOO_MAX_SIZE);
+                     "height,width] or [batch,3,height,width] with sides up to %d",
+                     ckpt, TP_ZOO_MAX_SIZE);
             return NULL;
         }
-        inputs[0].shape[1] = rec->shape[1];
-        inputs[0].shape[2] = rec->shape[2];
+        inputs[0].ndim = nd;
+        memcpy(inputs[0].shape, rec->shape, sizeof rec->shape);
     }
-    if (tp_zoo_check_size(zoo, (int)inputs[0].shape[1], (int)inputs[0].shape[2]) != TP_OK) {
+    int nd = inputs[0].ndim;
+    if (tp_zoo_check_size(zoo, (int)inputs[0].shape[nd - 2], (int)inputs[0].shape[nd - 1]) != TP_OK) {
         tp_error_wrap(TP_ERR_INVALID, "%s", ckpt);
         return NULL;
     }
@@ -88,4 +154,152 @@ const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model
     else
         inputs[0].dtype = zoo->augment ? TP_FLOAT32 : TP_UINT8;
     return zoo;
+}
+
+/* ---- what the data were: data.json beside the checkpoints ------------------ */
+
+void tp_zoo_data_init(tp_zoo_data_t *d) {
+    memset(d, 0, sizeof *d);
+    d->channels = 1;
+    d->nclasses = 10;
+    d->nnorm = 1;
+    d->std[0] = 255;  /* grey: [0, 1], as the augmentor has always scaled */
+}
+
+void tp_zoo_data_fini(tp_zoo_data_t *d) {
+    for (int i = 0; d->classes && i < d->nclasses; i++)
+        free(d->classes[i]);
+    free(d->classes);
+    tp_zoo_data_init(d);
+}
+
+tp_status_t tp_zoo_data_set_classes(tp_zoo_data_t *d, int n, const char *const *names) {
+    if (n < 1)
+        return tp_error(TP_ERR_INVALID, "classes: %d (at least 1)", n);
+    char **v = calloc((size_t)n, sizeof *v);
+    if (!v)
+        return tp_error(TP_ERR_NOMEM, "classes");
+    for (int i = 0; i < n; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", i);
+        if (!(v[i] = strdup(names && names[i] ? names[i] : num))) {
+            while (i-- > 0)
+                free(v[i]);
+            free(v);
+            return tp_error(TP_ERR_NOMEM, "classes");
+        }
+    }
+    for (int i = 0; d->classes && i < d->nclasses; i++)
+        free(d->classes[i]);
+    free(d->classes);
+    d->classes = v;
+    d->nclasses = n;
+    return TP_OK;
+}
+
+tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir) {
+    json_t *j = json_object(), *cl = json_array(), *mean = json_array(), *std = json_array();
+    for (int i = 0; i < d->nclasses; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", i);
+        json_array_append_new(cl, json_string(d->classes ? d->classes[i] : num));
+    }
+    for (int c = 0; c < d->nnorm; c++) {
+        json_array_append_new(mean, json_real(d->mean[c]));
+        json_array_append_new(std, json_real(d->std[c]));
+    }
+    json_object_set_new(j, "channels", json_integer(d->channels));
+    json_object_set_new(j, "layout", json_string(d->channels == 1 ? "HW" : "CHW"));
+    json_object_set_new(j, "colour", json_string(d->channels == 1 ? "grey" : "RGB"));
+    json_object_set_new(j, "resize_short", json_integer(d->resize_short));
+    json_object_set_new(j, "classes", cl);
+    json_object_set_new(j, "mean", mean);
+    json_object_set_new(j, "std", std);
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    json_decref(j);
+    if (!text)
+        return tp_error(TP_ERR_NOMEM, "%s/data.json", dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/" TP_ZOO_DATA_FILE, dir);
+    size_t len = strlen(text);
+    text[len] = '\n';  /* the NUL becomes the newline: written by length */
+    tp_status_t rc = tp_file_write_atomic(path, text, len + 1);
+    free(text);
+    if (rc != TP_OK)
+        return tp_error_wrap(rc, "writing the data description");
+    return TP_OK;
+}
+
+tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found) {
+    tp_zoo_data_fini(d);
+    *found = 0;
+    char path[4200];
+    struct stat st;
+    const char *slash = strrchr(ckpt, '/');
+    if (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(path, sizeof path, "%s/" TP_ZOO_DATA_FILE, ckpt);
+    else
+        snprintf(path, sizeof path, "%.*s/" TP_ZOO_DATA_FILE, slash ? (int)(slash - ckpt) : 1,
+                 slash ? ckpt : ".");
+    if (stat(path, &st) != 0)
+        return TP_OK;  /* a run from before data.json: grey, 10 classes */
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j)
+        return tp_error(TP_ERR_FORMAT, "%s:%d: %s", path, err.line, err.text);
+    tp_status_t rc = TP_OK;
+    json_t *ch = json_object_get(j, "channels"), *cl = json_object_get(j, "classes");
+    json_t *mean = json_object_get(j, "mean"), *std = json_object_get(j, "std");
+    size_t nc = json_array_size(cl), nm = json_array_size(mean);
+    if (!json_is_integer(ch) || (json_integer_value(ch) != 1 && json_integer_value(ch) != 3) ||
+        !json_is_array(cl) || nc < 1 || nc > 1000000 || nm < 1 || nm > 4 ||
+        json_array_size(std) != nm) {
+        json_decref(j);
+        return tp_error(TP_ERR_FORMAT, "%s: expected channels 1 or 3, classes (a list "
+                        "of names), mean and std (1 to 4 numbers each)", path);
+    }
+    const char **names = calloc(nc, sizeof *names);
+    if (!names) {
+        json_decref(j);
+        return tp_error(TP_ERR_NOMEM, "%s", path);
+    }
+    for (size_t i = 0; i < nc; i++)
+        names[i] = json_string_value(json_array_get(cl, i));
+    rc = tp_zoo_data_set_classes(d, (int)nc, names);
+    free(names);
+    d->channels = (int)json_integer_value(ch);
+    json_t *rs = json_object_get(j, "resize_short");
+    d->resize_short = json_is_integer(rs) && json_integer_value(rs) > 0 &&
+                      json_integer_value(rs) <= TP_ZOO_MAX_SIZE * 2
+                    ? (int)json_integer_value(rs) : 0;
+    d->nnorm = (int)nm;
+    for (size_t c = 0; c < nm; c++) {
+        d->mean[c] = (float)json_number_value(json_array_get(mean, c));
+        d->std[c] = (float)json_number_value(json_array_get(std, c));
+        if (!(d->std[c] > 0) && rc == TP_OK)
+            rc = tp_error(TP_ERR_FORMAT, "%s: std[%zu] is not positive", path, c);
+    }
+    json_decref(j);
+    if (rc == TP_OK)
+        *found = 1;
+    else
+        tp_zoo_data_fini(d);  /* the defaults, nothing held */
+    return rc;
+}
+
+tp_status_t tp_zoo_normalise_spec(const tp_zoo_data_t *d, int height, int width,
+                                  char *buf, size_t size) {
+    char mean[96] = "", std[96] = "";
+    size_t om = 0, os = 0;
+    for (int c = 0; c < d->nnorm; c++) {
+        om += (size_t)snprintf(mean + om, sizeof mean - om, "%s%g", c ? "/" : "", d->mean[c]);
+        os += (size_t)snprintf(std + os, sizeof std - os, "%s%g", c ? "/" : "", d->std[c]);
+        if (om >= sizeof mean || os >= sizeof std)
+            return tp_error(TP_ERR_INVALID, "normalisation: too many numbers");
+    }
+    int n = snprintf(buf, size, " | augment crop=%dx%d,mean=%s,std=%s%s", height, width,
+                     mean, std, d->channels == 3 ? " | imgaug chw" : "");
+    if (n < 0 || (size_t)n >= size)
+        return tp_error(TP_ERR_INVALID, "normalisation spec: too long");
+    return TP_OK;
 }

@@ -1181,3 +1181,47 @@ tp_status_t tp_augment_add_hue(tp_augment_t *self, double lo, double hi) {
     ia_t a = {.kind = IA_HUE, .a = lo, .b = hi};
     return s_add(self, &a);
 }
+
+/* ---- channels first ------------------------------------------------------------ */
+
+/* HWC -> CHW for any element size (uint8 before normalisation, float32
+ * after): the layout the NCHW convolutions take, so a colour image enters
+ * the model without a transpose op. An HW image has one channel and is
+ * left as it is. Points are not moved (no pixel moves within its plane). */
+static tp_status_t s_to_chw(const void *params, tp_tensor_t *t, float *xy,
+                            size_t npts, tp_rng_t *rng) {
+    (void)params, (void)xy, (void)npts, (void)rng;
+    if (t->ndim == 2)
+        return TP_OK;
+    if (t->ndim != 3 || t->shape[2] < 1 || t->shape[2] > 16) {
+        char d[96];
+        return tp_error(TP_ERR_SHAPE, "imgaug chw: image is %s, expected HWC "
+                        "(C 1..16) or HW", tp_tensor_describe(t, d, sizeof d));
+    }
+    size_t H = (size_t)t->shape[0], W = (size_t)t->shape[1], C = (size_t)t->shape[2];
+    size_t es = tp_dtype_size(t->dtype), npx = H * W;
+    int64_t shape[3] = {(int64_t)C, (int64_t)H, (int64_t)W};
+    tp_tensor_t o;
+    TP_TRY(tp_tensor_init(&o, t->dtype, 3, shape));
+    const uint8_t *s = t->data;
+    uint8_t *d = o.data;
+    if (es == 1)
+        for (size_t i = 0; i < npx; i++)
+            for (size_t c = 0; c < C; c++)
+                d[c * npx + i] = s[i * C + c];
+    else if (es == 4)
+        for (size_t i = 0; i < npx; i++)
+            for (size_t c = 0; c < C; c++)
+                memcpy(d + (c * npx + i) * 4, s + (i * C + c) * 4, 4);
+    else
+        for (size_t i = 0; i < npx; i++)
+            for (size_t c = 0; c < C; c++)
+                memcpy(d + (c * npx + i) * es, s + (i * C + c) * es, es);
+    tp_tensor_fini(t);
+    tp_tensor_move(t, &o);
+    return TP_OK;
+}
+
+tp_status_t tp_augment_add_to_chw(tp_augment_t *self) {
+    return df_augment_add_ext(self, s_to_chw, NULL, NULL);
+}

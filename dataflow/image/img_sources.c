@@ -360,7 +360,13 @@ tp_dataflow_t *tp_df_image_folder(const char *dir,
         }
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        size_t before = self->n;
         rc = s_walk(self, p, ncls, 0);
+        /* torchvision refuses it too ("Found no valid file for the
+         * classes"): a class no image can teach is a mistake in the folder */
+        if (rc == TP_OK && self->n == before)
+            rc = tp_error(TP_ERR_NOT_FOUND, "imagefolder %s: the class folder %s "
+                          "holds no images (.jpg .jpeg .png)", dir, p);
         if (off < sizeof table - 1) {
             int k = snprintf(table + off, sizeof table - off, "%s%d=%s",
                              off ? " " : "", ncls, names[i]);
@@ -379,6 +385,70 @@ tp_dataflow_t *tp_df_image_folder(const char *dir,
     TP_INFO("imagefolder %s: %zu images, %d classes: %s%s", dir, self->n,
             (int)ncls, table, off >= sizeof table - 1 ? " ..." : "");
     return s_files_make(self, &s_folder_ops, dir);
+}
+
+/* The first image file under `dir` (depth first, sorted), into out. */
+static int s_first_image(const char *dir, char *out, size_t size, int depth) {
+    char **names;
+    int *isdir;
+    size_t n;
+    if (depth > 32 || s_list_dir(dir, &names, &isdir, &n) != TP_OK)
+        return 0;
+    int found = 0;
+    for (size_t i = 0; i < n && !found; i++) {
+        char p[4096];
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, names[i]) >= sizeof p)
+            continue;
+        if (isdir[i])
+            found = s_first_image(p, out, size, depth + 1);
+        else if (s_is_image_name(names[i]) && strlen(p) < size) {
+            strcpy(out, p);
+            found = 1;
+        }
+    }
+    s_free_names(names, isdir, n);
+    return found;
+}
+
+tp_status_t tp_image_folder_classes(const char *dir, char ***names_out, int *n_out,
+                                    char *first_image, size_t size) {
+    *names_out = NULL;
+    *n_out = 0;
+    if (first_image && size)
+        first_image[0] = '\0';
+    char **names;
+    int *isdir;
+    size_t n;
+    TP_TRY(s_list_dir(dir, &names, &isdir, &n));
+    /* the same listing and order tp_df_image_folder numbers its labels by */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isdir[i]) {
+            free(names[i]);
+            continue;
+        }
+        names[k++] = names[i];
+    }
+    free(isdir);
+    if (k == 0) {
+        free(names);
+        return tp_error(TP_ERR_NOT_FOUND, "imagefolder %s: no class sub-folders "
+                        "(the layout is DIR/<class>/<image>)", dir);
+    }
+    if (k > INT32_MAX / 2) {
+        for (size_t i = 0; i < k; i++)
+            free(names[i]);
+        free(names);
+        return tp_error(TP_ERR_INVALID, "imagefolder %s: too many classes", dir);
+    }
+    for (size_t i = 0; first_image && size && i < k && !first_image[0]; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        s_first_image(p, first_image, size, 0);
+    }
+    *names_out = names;
+    *n_out = (int)k;
+    return TP_OK;
 }
 
 /* ---- list file ---------------------------------------------------------------- */

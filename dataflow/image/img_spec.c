@@ -11,7 +11,10 @@
  *    groups others: ';' between them, as ',' ends the item)
  *
  * imgaug's items run in the order given (docs/images.md lists them). */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
@@ -150,6 +153,177 @@ tp_status_t df_image_cifar_src(const char *args, void *user,
     TP_TRY(s_src_args("cifar", args, &a));
     *out = tp_df_cifar(a.path, a.cifar100, a.fine, a.o.shuffle);
     return *out ? TP_OK : TP_ERR_INVALID;
+}
+
+/* ---- what a source holds ----------------------------------------------------- */
+
+void tp_image_source_info_init(tp_image_source_info_t *info) {
+    memset(info, 0, sizeof *info);
+}
+
+void tp_image_source_info_fini(tp_image_source_info_t *info) {
+    for (int i = 0; info->classes && i < info->nclasses; i++)
+        free(info->classes[i]);
+    free(info->classes);
+    memset(info, 0, sizeof *info);
+}
+
+/* names "0".."n-1" */
+static tp_status_t s_numbered(tp_image_source_info_t *info, int n) {
+    if (!(info->classes = calloc((size_t)n, sizeof *info->classes)))
+        return tp_error(TP_ERR_NOMEM, "image source classes");
+    info->nclasses = n;
+    for (int i = 0; i < n; i++) {
+        char b[16];
+        snprintf(b, sizeof b, "%d", i);
+        if (!(info->classes[i] = strdup(b)))
+            return tp_error(TP_ERR_NOMEM, "image source classes");
+    }
+    return TP_OK;
+}
+
+/* The channels of the image at `path` as the sources decode it (mode any:
+ * grey stays 1, colour and RGBA are 3). */
+static tp_status_t s_peek_channels(const char *path, int *channels) {
+    tp_image_opts_t o;
+    tp_image_opts_init(&o);
+    o.min_short = 1;  /* the smallest JPEG scale: only its channels matter */
+    tp_tensor_t t;
+    TP_TRY(tp_image_read(path, &o, &t));
+    *channels = t.ndim == 2 ? 1 : 3;
+    tp_tensor_fini(&t);
+    return TP_OK;
+}
+
+/* A list file: the largest label and the first image's path. */
+static tp_status_t s_list_scan(const char *list, const char *root, int *maxlab,
+                               char *first, size_t size) {
+    FILE *f = fopen(list, "r");
+    if (!f)
+        return tp_error(TP_ERR_IO, "imagelist %s: %s", list, strerror(errno));
+    char line[8192];
+    long lineno = 0, max = -1;
+    first[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *s = line;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (*s == '#' || *s == '\n' || *s == '\r' || !*s)
+            continue;
+        char *e = s + strlen(s);
+        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+            *--e = '\0';
+        char *lab = e;
+        while (lab > s && lab[-1] != ' ' && lab[-1] != '\t')
+            lab--;
+        char *end;
+        errno = 0;
+        long v = strtol(lab, &end, 10);
+        if (lab == s || lab == end || *end || errno || v < 0 || v >= 1000000) {
+            fclose(f);
+            return tp_error(TP_ERR_FORMAT, "imagelist %s:%ld: expected 'PATH LABEL' "
+                            "(a label 0..999999), got '%s'", list, lineno, s);
+        }
+        if (v > max)
+            max = v;
+        if (!first[0]) {
+            char *sp = lab;
+            while (sp > s && (sp[-1] == ' ' || sp[-1] == '\t'))
+                *--sp = '\0';
+            const char *slash = strrchr(list, '/');
+            int k = *s == '/' ? snprintf(first, size, "%s", s)
+                  : root ? snprintf(first, size, "%s/%s", root, s)
+                  : snprintf(first, size, "%.*s/%s", slash ? (int)(slash - list) : 1,
+                             slash ? list : ".", s);
+            if (k < 0 || (size_t)k >= size)
+                first[0] = '\0';  /* too long: the list source says so */
+        }
+    }
+    fclose(f);
+    if (max < 0)
+        return tp_error(TP_ERR_FORMAT, "imagelist %s: no 'PATH LABEL' lines", list);
+    *maxlab = (int)max;
+    return TP_OK;
+}
+
+/* CIFAR's names files (batches.meta.txt, fine_label_names.txt,
+ * coarse_label_names.txt: one name a line) beside `path`, when there. */
+static void s_cifar_names(const char *path, const char *file, tp_image_source_info_t *info) {
+    char p[8192];
+    const char *slash = strrchr(path, '/');
+    snprintf(p, sizeof p, "%.*s/%s", slash ? (int)(slash - path) : 1, slash ? path : ".", file);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return;
+    char line[256];
+    int i = 0;
+    while (i < info->nclasses && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!line[0])
+            continue;
+        char *d = strdup(line);
+        if (d) {
+            free(info->classes[i]);
+            info->classes[i] = d;
+        }
+        i++;
+    }
+    fclose(f);
+}
+
+tp_status_t tp_image_source_info(const char *source, tp_image_source_info_t *info) {
+    tp_image_source_info_fini(info);
+    if (!source)
+        return tp_error(TP_ERR_INVALID, "image source info: no source");
+    const char *colon = strchr(source, ':');
+    size_t kl = colon ? (size_t)(colon - source) : 0;
+    src_args_t a;
+    char first[4096];
+    tp_status_t rc;
+    if (kl == 11 && !strncmp(source, "imagefolder", kl)) {
+        TP_TRY(s_src_args("imagefolder", colon + 1, &a));
+        int n;
+        TP_TRY(tp_image_folder_classes(a.path, &info->classes, &n, first, sizeof first));
+        info->nclasses = n;
+        if (!first[0])
+            return tp_error(TP_ERR_NOT_FOUND, "imagefolder %s: no images (.jpg "
+                            ".jpeg .png) in its class folders", a.path);
+        return s_peek_channels(first, &info->channels);
+    }
+    if (kl == 9 && !strncmp(source, "imagelist", kl)) {
+        TP_TRY(s_src_args("imagelist", colon + 1, &a));
+        int max = 0;
+        TP_TRY(s_list_scan(a.path, a.root[0] ? a.root : NULL, &max, first, sizeof first));
+        if ((rc = s_numbered(info, max + 1)) != TP_OK)
+            return rc;
+        return s_peek_channels(first, &info->channels);
+    }
+    if (kl == 5 && !strncmp(source, "cifar", kl)) {
+        TP_TRY(s_src_args("cifar", colon + 1, &a));
+        static const char *const c10[10] = {"airplane", "automobile", "bird", "cat",
+                                            "deer", "dog", "frog", "horse", "ship",
+                                            "truck"};
+        info->channels = 3;
+        if ((rc = s_numbered(info, a.cifar100 ? (a.fine ? 100 : 20) : 10)) != TP_OK)
+            return rc;
+        if (!a.cifar100) {
+            for (int i = 0; i < 10; i++) {
+                char *d = strdup(c10[i]);
+                if (d) {
+                    free(info->classes[i]);
+                    info->classes[i] = d;
+                }
+            }
+            s_cifar_names(a.path, "batches.meta.txt", info);
+        } else {
+            s_cifar_names(a.path, a.fine ? "fine_label_names.txt"
+                                         : "coarse_label_names.txt", info);
+        }
+        return TP_OK;
+    }
+    return tp_error(TP_ERR_UNSUPPORTED, "'%s' is not an image source (imagefolder:, "
+                    "imagelist:, cifar:)", source);
 }
 
 /* ---- decode ------------------------------------------------------------------ */
@@ -477,6 +651,8 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
         double sc[2] = {n[0], n[1]}, f[2] = {n[2], n[3]};
         return tp_augment_add_affine(m->aug, sc, f, n[4], n[5]);
     }
+    if (!strcmp(key, "chw"))
+        return tp_augment_add_to_chw(m->aug);
     if (!strcmp(key, "mean-var"))
         return tp_augment_add_mean_var(m->aug);
     if (!strcmp(key, "mean-var-channels"))
@@ -511,7 +687,7 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
                     "random-order=A;B, random-choice=A;B, random-apply=P;A;B, "
                     "gaussian-blur, motion-blur, "
                     "mean-var, mean-var-channels, min-max-channels, "
-                    "mean= then std=, interp=, component=)", key);
+                    "mean= then std=, chw, interp=, component=)", key);
 }
 
 tp_status_t df_image_imgaug_map(const char *args, void *user,

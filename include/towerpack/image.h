@@ -81,6 +81,33 @@ void tp_image_source_opts_init(tp_image_source_opts_t *opts);
 tp_dataflow_t *tp_df_image_folder(const char *dir,
                                   const tp_image_source_opts_t *opts);
 
+/* The classes of an image folder in label order (the sub-folders' names,
+ * sorted as tp_df_image_folder numbers them: torchvision's ImageFolder
+ * rule) into *names ([*n] malloc'ed strings in a malloc'ed array: free
+ * each, then the array); first_image (may be NULL) gets the path of the
+ * first image of the first class that has one ("" when none). */
+tp_status_t tp_image_folder_classes(const char *dir, char ***names, int *n,
+                                    char *first_image, size_t size);
+
+/* What an image source holds, for a trainer that shapes its model from the
+ * data. Held by value: tp_image_source_info_init / _fini. */
+typedef struct tp_image_source_info {
+    int channels;      /* the first image's: 1 grey, 3 colour (an RGBA image
+                        * counts as 3: the sources decode it as RGB) */
+    int nclasses;      /* imagefolder: its class folders; imagelist: the
+                        * largest label + 1; cifar: 10, 100 or 20 (coarse) */
+    char **classes;    /* [nclasses] names in label order (a list file's
+                        * labels and CIFAR-100 without its names file are
+                        * named by their numbers) */
+} tp_image_source_info_t;
+void tp_image_source_info_init(tp_image_source_info_t *info);
+void tp_image_source_info_fini(tp_image_source_info_t *info);
+/* `source` a spec source: imagefolder:DIR[,..], imagelist:LIST[,root=..]
+ * or cifar:FILE[,cifar100][,fine]. TP_ERR_UNSUPPORTED for another kind of
+ * source; the source's own errors (a missing folder, a bad list line, the
+ * first image not decodable) name the file. */
+tp_status_t tp_image_source_info(const char *source, tp_image_source_info_t *info);
+
 /* A list file as tensorpack's ILSVRC12Files: one "PATH LABEL" a line
  * (whitespace separated, the label a non-negative integer; '#' comments and
  * blank lines ignored), PATH relative to `root` (NULL: the list's folder). */
@@ -212,6 +239,12 @@ tp_status_t tp_augment_add_mean_var(tp_augment_t *self);
 /* The same with each channel's own mean and std (all_channel=False; the
  * floor on the std stays 1/sqrt(all values), as tensorpack's). */
 tp_status_t tp_augment_add_mean_var_channels(tp_augment_t *self);
+
+/* Channels first: an HWC image (uint8, or float32 after normalisation)
+ * becomes CHW, the layout of the NCHW convolutions (tensorpack's models
+ * transpose inside the graph instead); an HW image is left as it is. Put it
+ * last, after the colour steps and the normalisation (they read HWC). */
+tp_status_t tp_augment_add_to_chw(tp_augment_t *self);
 
 /* Apply the chain *sub (taken; *sub nulled) with probability `prob`
  * (RandomApplyAug). */

@@ -1,8 +1,10 @@
-/* towerpack: the models tp-train knows, for single-channel images with 10
- * classes (Fashion-MNIST, MNIST). Each is a tower function with the two
- * inputs image (uint8 [B,H,W]; 28x28 by default, any size from the
- * model's min_size up to TP_ZOO_MAX_SIZE through tp_zoo_inputs_sized) and
- * label (int32 [B]); every model takes H and W from its image input, and
+/* towerpack: the models tp-train knows, for grey or colour images and any
+ * number of classes (10 grey 28x28 by default: Fashion-MNIST). Each is a
+ * tower function with the two inputs image (uint8 or float32 [B,H,W] grey,
+ * or [B,C,H,W] channels first, colour; 28x28 by default, any size from the
+ * model's min_size up to TP_ZOO_MAX_SIZE through tp_zoo_inputs_sized and
+ * tp_zoo_inputs_shaped) and label (int32 [B]); every model takes C, H and
+ * W from its image input, the number of classes from its options, and
  * has the outputs "cost", "logits" and "wrong" (misclassified rows of the
  * batch) and the metric "accuracy". The
  * examples/ folder builds the same models step by step. */
@@ -22,11 +24,13 @@ extern "C" {
  * member. */
 typedef struct tp_zoo_options {
     float label_smoothing;  /* the cost's targets smoothed, [0, 1): 1 - s +
-                               s/10 at the label, s/10 elsewhere (0: none) */
+                               s/K at the label, s/K elsewhere (0: none) */
+    int classes;            /* K, the classifier's outputs (0: 10) */
 } tp_zoo_options_t;
 
 typedef struct tp_zoo_model {
-    const char *name;          /* "mlp", "cnn", "cnn-bn", "resnet" */
+    const char *name;          /* "mlp", "cnn", "cnn-bn", "resnet",
+                                  "resnet18", "resnet50" */
     const char *summary;
     tp_tower_fn build;
     double default_lr;         /* for SGD with momentum 0.9 (Adam: x 0.02) */
@@ -52,6 +56,12 @@ const tp_input_desc_t *tp_zoo_inputs(void);
  * when either is outside 1..TP_ZOO_MAX_SIZE (out untouched). A model may
  * need more: tp_zoo_check_size. */
 tp_status_t tp_zoo_inputs_sized(int height, int width, tp_input_desc_t out[2]);
+/* The same with `channels`: 1 is tp_zoo_inputs_sized; 3 is colour, image
+ * float32 [B,3,height,width] (channels first and normalised, as the
+ * pipeline of tp_zoo_source_shaped gives it). Another count is
+ * TP_ERR_INVALID. */
+tp_status_t tp_zoo_inputs_shaped(int channels, int height, int width,
+                                 tp_input_desc_t out[2]);
 /* TP_OK when `model` builds at height x width; TP_ERR_INVALID naming the
  * model, the size and its min_size (or TP_ZOO_MAX_SIZE) otherwise. The
  * models check it too when they are built (tp_model_new fails with that
@@ -76,12 +86,64 @@ tp_status_t tp_zoo_source(const char *data, int in_order, char *buf, size_t size
 tp_status_t tp_zoo_source_sized(const char *data, int in_order, int height, int width,
                                 char *buf, size_t size);
 
+/* The same with `channels` 1 (grey: tp_zoo_source_sized) or 3 (colour:
+ * image folders and lists decoded as RGB, CIFAR's records as they are;
+ * uint8 [height,width,3], HWC: the normalisation and `imgaug chw` follow,
+ * tp_zoo_normalise_spec). Colour from a grey-only source (Fashion-MNIST,
+ * IDX, LMDB) is TP_ERR_INVALID. */
+tp_status_t tp_zoo_source_shaped(const char *data, int in_order, int channels,
+                                 int height, int width, char *buf, size_t size);
+
+/* What a run's data were, as tp-train records it beside its checkpoints
+ * (LOGDIR/data.json) and tp-predict and tp-export read it back: the image
+ * channels, the class names in label order, the per-channel normalisation
+ * the pipeline applied ((x - mean) / std on the 0..255 scale). Held by
+ * value; init gives a run from before the file: grey, 10 classes named by
+ * number, mean 0, std 255. */
+#define TP_ZOO_DATA_FILE "data.json"
+typedef struct tp_zoo_data {
+    int channels;        /* 1 grey, 3 colour (RGB, channels first) */
+    int nclasses;
+    char **classes;      /* [nclasses] owned, or NULL: named "0".."K-1" */
+    int nnorm;           /* 1 (every channel) or one per channel */
+    int resize_short;    /* evaluation: 0 resizes to the model's size; S
+                          * resizes the short side to S, then centre-crops */
+    float mean[4], std[4];
+} tp_zoo_data_t;
+void tp_zoo_data_init(tp_zoo_data_t *d);
+void tp_zoo_data_fini(tp_zoo_data_t *d);
+/* n classes named names[i] (NULL, or a NULL entry: its number); copied. */
+tp_status_t tp_zoo_data_set_classes(tp_zoo_data_t *d, int n, const char *const *names);
+/* Write dir/data.json (atomically). */
+tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir);
+/* Read data.json from `ckpt`'s folder (or from `ckpt` when it is a log
+ * directory) into *d; *found 0 (and *d the defaults) when there is none;
+ * TP_ERR_FORMAT naming the file when it is malformed. */
+tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found);
+/* An image source decoded for a random resized crop (tp-train --augment
+ * imagenet): RGB or grey at the smallest JPEG scale keeping
+ * min(height, width) on the short side, not resized. Only imagefolder: and
+ * imagelist: (TP_ERR_INVALID for others). */
+tp_status_t tp_zoo_source_decoded(const char *data, int channels, int height, int width,
+                                  char *buf, size_t size);
+/* The whole per-image evaluation chain of a run (tp-train's validation,
+ * tp-predict): `data` in file order, resized as d->resize_short says,
+ * normalised as *d (tp_zoo_normalise_spec); no batch stage. */
+tp_status_t tp_zoo_eval_spec(const char *data, const tp_zoo_data_t *d, int height,
+                             int width, char *buf, size_t size);
+/* The stages that turn a source's uint8 image into the model's float32
+ * input (validation, prediction): " | augment crop=HxW,mean=..,std=.." and,
+ * for colour, " | imgaug chw". */
+tp_status_t tp_zoo_normalise_spec(const tp_zoo_data_t *d, int height, int width,
+                                  char *buf, size_t size);
+
 /* The zoo model a checkpoint holds: `load` a checkpoint or a log directory
  * (its latest checkpoint's path into ckpt[size]); the model its metadata
  * names (tp-train records it), or `model` when not NULL; inputs[2] the
  * inputs it was trained on: the image's dtype (float32 after the
- * augmentor) and its height and width as recorded (28x28 for checkpoints
- * that record no inputs). NULL with tp_last_error() saying which part
+ * augmentor) and its shape as recorded ([B,H,W], or [B,3,H,W] for colour;
+ * 28x28 grey for checkpoints that record no inputs); the classes are in
+ * tp_zoo_data_load's description. NULL with tp_last_error() saying which part
  * failed (also a recorded size the model does not build at). */
 const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model,
                                              char *ckpt, size_t size,

@@ -119,6 +119,22 @@ tp_model_t *tp_predictor_model(tp_predictor_t *p);
  * An op with no ONNX form is TP_ERR_UNSUPPORTED naming the op and node. */
 tp_status_t tp_predictor_export_onnx(tp_predictor_t *p, const char *path);
 
+/* What tp_predictor_export_onnx_opts adds (zeroed: nothing). */
+typedef struct tp_onnx_export_opts {
+    int nmeta;                      /* the model's metadata_props: */
+    const char *const *meta_keys;   /* [nmeta] */
+    const char *const *meta_values; /* [nmeta] */
+    /* The graph input "image" (float32, channels at dim 1) goes through
+     * x * scale[c] + shift[c] first, so the file takes what the model's
+     * pipeline started from (pixels in [0, 1]) and normalises inside:
+     * nnorm 0 for none, else one per channel (or 1 for all). */
+    int nnorm;
+    const float *scale, *shift;
+} tp_onnx_export_opts_t;
+/* tp_predictor_export_onnx with opts (NULL: the same). */
+tp_status_t tp_predictor_export_onnx_opts(tp_predictor_t *p, const char *path,
+                                          const tp_onnx_export_opts_t *opts);
+
 /* ---- several predictors -------------------------------------------------- */
 
 /* A result for the callback of an async request: status, and outputs the

@@ -340,7 +340,11 @@ static void s_draw_panel(cairo_t *cr, s_panel_t *p, double px, double py, double
         ymin = 0;
     if (p->unit_range)
         ymin = fmin(ymin, 0), ymax = fmax(ymax, 1);
-    if (ymax == ymin) {
+    /* equal up to rounding (an accuracy of 1 and 0.99999999999999989)
+     * counts as equal: a range below the doubles' resolution gave a tick
+     * step that t += step could not move past, and the loop below never
+     * ended (a run whose validation cost reached 0 hung at its epoch end) */
+    if (ymax - ymin <= fabs(ymax) * 1e-12) {
         double d = p->log_y ? 0.5 : fmax(1e-9, fabs(ymin) * 0.1);
         ymin -= d, ymax += d;
     }

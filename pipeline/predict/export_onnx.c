@@ -29,6 +29,7 @@ typedef struct {
     Onnx__TensorProto **inits;
     size_t ninits, capinits;
     tp_model_t *m;
+    const tp_onnx_export_opts_t *o;  /* may be NULL */
 } s_ex_t;
 
 static void *s_keep(s_ex_t *ex, void *p) {
@@ -552,6 +553,36 @@ static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *use
     return n && ok ? TP_OK : NOMEM();
 }
 
+/* The per-channel normalisation in front of the input `x` (float32,
+ * channels at dim 1): Mul by scale, Add shift, each a [C,1,..] initializer
+ * broadcast over the batch and the pixels; *name becomes the result's. */
+static tp_status_t s_input_norm(s_ex_t *ex, tp_node_t *x, char **name) {
+    const tp_onnx_export_opts_t *o = ex->o;
+    const tp_shape_t *s = tp_node_shape(x);
+    if (tp_node_dtype(x) != TP_FLOAT32 || s->ndim < 2 ||
+        (o->nnorm != 1 && (s->ndim < 3 || s->d[1] != o->nnorm)))
+        return tp_error(TP_ERR_SHAPE, "ONNX export: the input normalisation has %d "
+                        "channels; input 'image' is not float32 [batch,%d,...]",
+                        o->nnorm, o->nnorm);
+    int64_t dims[TP_MAX_DIMS];
+    int nd = s->ndim - 1;  /* without the batch: [C,1,1] (or [1,..] for one) */
+    for (int k = 0; k < nd; k++)
+        dims[k] = 1;
+    if (o->nnorm > 1)
+        dims[0] = o->nnorm;
+    size_t bytes = sizeof(float) * (size_t)o->nnorm;
+    const char *mi[2] = {"image", "image/scale"}, *ai[2] = {"image/scaled", "image/shift"};
+    if (!s_init(ex, "image/scale", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, nd, dims, o->scale,
+                bytes) ||
+        !s_init(ex, "image/shift", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, nd, dims, o->shift,
+                bytes) ||
+        !s_node(ex, "Mul", "image/scaled", 2, mi) ||
+        !s_node(ex, "Add", "image/normalised", 2, ai) ||
+        !(*name = s_str(ex, "image/normalised")))
+        return NOMEM();
+    return TP_OK;
+}
+
 static tp_status_t s_build(s_ex_t *ex, tp_predictor_t *p, Onnx__ModelProto *model) {
     tp_model_t *m = ex->m;
     int nn = tp_model_node_count(m, -1);
@@ -641,6 +672,8 @@ static tp_status_t s_build(s_ex_t *ex, tp_predictor_t *p, Onnx__ModelProto *mode
             if (!(gin[ngin++] = s_value_info(ex, vname[i], tp_node_dtype(x), s->ndim, s->d,
                                              tp_node_batched(x))))
                 return NOMEM();
+            if (ex->o && ex->o->nnorm > 0 && !strcmp(vname[i], "image"))
+                TP_TRY(s_input_norm(ex, x, &vname[i]));
         } else if (k == TP_OP_VARIABLE) {
             /* a weight only products read is written transposed by them */
             int as_weight = 0;
@@ -710,17 +743,40 @@ static tp_status_t s_build(s_ex_t *ex, tp_predictor_t *p, Onnx__ModelProto *mode
     model->n_opset_import = 1;
     model->opset_import = opsv;
     model->producer_name = s_str(ex, "towerpack");
+    if (ex->o && ex->o->nmeta > 0) {
+        Onnx__StringStringEntryProto **props = s_new(ex, sizeof *props * (size_t)ex->o->nmeta);
+        if (!props)
+            return NOMEM();
+        for (int i = 0; i < ex->o->nmeta; i++) {
+            Onnx__StringStringEntryProto *e = s_new(ex, sizeof *e);
+            if (!e)
+                return NOMEM();
+            onnx__string_string_entry_proto__init(e);
+            if (!(e->key = s_str(ex, ex->o->meta_keys[i])) ||
+                !(e->value = s_str(ex, ex->o->meta_values[i])))
+                return NOMEM();
+            props[i] = e;
+        }
+        model->n_metadata_props = (size_t)ex->o->nmeta;
+        model->metadata_props = props;
+    }
     model->producer_version = s_str(ex, "0.1");
     model->graph = g;
     return g->name && ops->domain && model->producer_name ? TP_OK : NOMEM();
 }
 
 tp_status_t tp_predictor_export_onnx(tp_predictor_t *p, const char *path) {
+    return tp_predictor_export_onnx_opts(p, path, NULL);
+}
+
+tp_status_t tp_predictor_export_onnx_opts(tp_predictor_t *p, const char *path,
+                                          const tp_onnx_export_opts_t *opts) {
     if (!p || !path)
         return tp_error(TP_ERR_INVALID, "ONNX export: NULL argument");
     s_ex_t ex;
     memset(&ex, 0, sizeof ex);
     ex.m = tp_predictor_model(p);
+    ex.o = opts;
     Onnx__ModelProto model;
     onnx__model_proto__init(&model);
     tp_status_t rc = s_build(&ex, p, &model);

@@ -784,3 +784,110 @@ Test(image, random_groups_in_a_spec) {
     cr_assert_eq(tp_spec_parse("fake | imgaug random-apply=0.5", &df),
                  TP_ERR_INVALID);
 }
+
+/* ---- what a source holds, channels first (issue 43) ------------------------- */
+
+/* The classes are the sub-folders in tp_df_image_folder's label order (the
+ * first image's channels say grey or colour); a class folder without an
+ * image is an error naming it. */
+Test(image, folder_classes_and_source_info) {
+    char p[512];
+    static const char *cls[] = {"b", "B", "a_2", "10", "9"};
+    for (int k = 0; k < 5; k++) {
+        snprintf(p, sizeof p, "%s/%s", s_dir, cls[k]);
+        cr_assert_eq(mkdir(p, 0755), 0);
+        snprintf(p, sizeof p, "%s/%s/0.png", s_dir, cls[k]);
+        s_write_png(p, 8, 8, k == 3 ? 1 : 3, k);  /* "10" is first and grey */
+    }
+    char **names, first[512];
+    int n;
+    cr_assert_eq(tp_image_folder_classes(s_dir, &names, &n, first, sizeof first), TP_OK);
+    cr_assert_eq(n, 5);
+    static const char *want[] = {"10", "9", "B", "a_2", "b"};  /* byte order */
+    for (int i = 0; i < n; i++) {
+        cr_expect_str_eq(names[i], want[i]);
+        free(names[i]);
+    }
+    free(names);
+    snprintf(p, sizeof p, "%s/10/0.png", s_dir);
+    cr_expect_str_eq(first, p);
+    tp_image_source_info_t info;
+    tp_image_source_info_init(&info);
+    snprintf(p, sizeof p, "imagefolder:%s,shuffle=0", s_dir);
+    cr_assert_eq(tp_image_source_info(p, &info), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(info.nclasses, 5);
+    cr_expect_eq(info.channels, 1, "the first image is grey");
+    cr_expect_str_eq(info.classes[2], "B");
+    tp_image_source_info_fini(&info);
+    /* a list: the largest label + 1, the first image's channels */
+    snprintf(p, sizeof p, "%s/list.txt", s_dir);
+    FILE *f = fopen(p, "w");
+    fprintf(f, "# comment\nb/0.png 4\n10/0.png 0\n");
+    fclose(f);
+    snprintf(p, sizeof p, "imagelist:%s/list.txt", s_dir);
+    cr_assert_eq(tp_image_source_info(p, &info), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(info.nclasses, 5);
+    cr_expect_eq(info.channels, 3);
+    cr_expect_str_eq(info.classes[4], "4");
+    tp_image_source_info_fini(&info);
+    /* CIFAR-10: its names; another source: unsupported */
+    cr_assert_eq(tp_image_source_info("cifar:/nowhere/data_batch_1.bin", &info), TP_OK);
+    cr_expect_eq(info.nclasses, 10);
+    cr_expect_eq(info.channels, 3);
+    cr_expect_str_eq(info.classes[9], "truck");
+    cr_assert_eq(tp_image_source_info("cifar:/nowhere/train.bin,cifar100,fine", &info), TP_OK);
+    cr_expect_eq(info.nclasses, 100);
+    cr_expect_eq(tp_image_source_info("fashion-mnist:train", &info), TP_ERR_UNSUPPORTED);
+    tp_image_source_info_fini(&info);
+    /* an empty class folder: named when the source is made */
+    snprintf(p, sizeof p, "%s/empty", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    cr_expect_null(tp_df_image_folder(s_dir, NULL));
+    cr_expect(strstr(tp_last_error(), p) && strstr(tp_last_error(), "holds no images"),
+              "%s", tp_last_error());
+}
+
+/* imgaug chw: HWC to CHW for uint8 and float32 (after normalisation); an
+ * HW image stays as it is. */
+Test(image, chw_puts_the_channels_first) {
+    tp_tensor_t t;
+    s_pattern(&t, 2, 3, 3, 1);
+    tp_tensor_t want;
+    cr_assert_eq(tp_tensor_copy(&want, &t), TP_OK);
+    tp_augment_t *a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_to_chw(a), TP_OK);
+    tp_rng_t rng;
+    tp_rng_init(&rng, 1, 0);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(t.ndim, 3);
+    cr_assert(t.shape[0] == 3 && t.shape[1] == 2 && t.shape[2] == 3);
+    const uint8_t *o = t.data, *w = want.data;
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < 6; i++)
+            cr_expect_eq(o[c * 6 + i], w[i * 3 + c]);
+    tp_tensor_fini(&t);
+    /* float32 through the spec: normalise, then chw */
+    tp_augment_destroy(&a);
+    tp_dataflow_t *df = NULL;
+    char spec[256];
+    snprintf(spec, sizeof spec, "fake:shape=4x5x3:uint8,size=2 | augment mean=1/2/3,"
+             "std=2 | imgaug chw");
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    const tp_tensor_t *x = tp_datapoint_cget(dp, 0);
+    cr_expect_eq(x->dtype, TP_FLOAT32);
+    cr_expect(x->ndim == 3 && x->shape[0] == 3 && x->shape[1] == 4 && x->shape[2] == 5);
+    tp_datapoint_destroy(&dp);
+    tp_dataflow_destroy(&df);
+    /* HW: untouched */
+    s_pattern(&t, 2, 3, 1, 1);
+    a = tp_augment_new();
+    cr_assert_eq(tp_augment_add_to_chw(a), TP_OK);
+    cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+    cr_expect(t.ndim == 2 && t.shape[0] == 2 && t.shape[1] == 3);
+    tp_augment_destroy(&a);
+    tp_tensor_fini(&t);
+    tp_tensor_fini(&want);
+}

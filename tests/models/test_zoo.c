@@ -194,7 +194,7 @@ static double s_cost_with(const char *name, const tp_zoo_options_t *opts) {
  * cross-entropy (NULL options), 0.3 another cost (the op itself is held to
  * PyTorch's in test_proc_torch_step). */
 Test(zoo, label_smoothing_reaches_every_models_cost) {
-    const tp_zoo_options_t none = {0.0f}, some = {0.3f};
+    const tp_zoo_options_t none = {0.0f, 0}, some = {0.3f, 0};
     const tp_zoo_model_t *const *all = tp_zoo_all();
     for (int i = 0; all[i]; i++) {
         double plain = s_cost_with(all[i]->name, NULL);
@@ -331,6 +331,175 @@ Test(zoo, a_checkpoint_gives_back_its_image_size) {
     cr_expect(strstr(tp_last_error(), "cnn-bn") && strstr(tp_last_error(), "6x6"),
               "%s", tp_last_error());
     char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* ---- colour and any number of classes (issue 43) --------------------------- */
+
+/* Every model builds for colour (float32 [B,3,H,W], channels first) and K
+ * classes: logits [B,K]; one forward pass is finite. */
+Test(zoo, every_model_takes_colour_and_its_classes) {
+    const tp_zoo_model_t *const *all = tp_zoo_all();
+    for (int i = 0; all[i]; i++) {
+        tp_input_desc_t in[2];
+        cr_assert_eq(tp_zoo_inputs_shaped(3, 32, 32, in), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(in[0].ndim, 4);
+        cr_assert_eq(in[0].dtype, TP_FLOAT32);
+        tp_zoo_options_t o = {0, 3};
+        tp_model_desc_t md = {in, 2, all[i]->build, NULL, &o};
+        tp_model_config_t mc = tp_model_config_default();
+        mc.towers = 0;
+        mc.infer_batch = 2;
+        mc.seed = 5;
+        tp_model_t *m = tp_model_new(&md, &mc);
+        cr_assert_not_null(m, "%s: %s", all[i]->name, tp_last_error());
+        tp_tensor_t feeds[2];
+        int64_t ishape[4] = {2, 3, 32, 32}, lshape[1] = {2};
+        cr_assert_eq(tp_tensor_init(&feeds[0], TP_FLOAT32, 4, ishape), TP_OK);
+        cr_assert_eq(tp_tensor_init(&feeds[1], TP_INT32, 1, lshape), TP_OK);
+        float *x = feeds[0].data;
+        for (size_t k = 0; k < feeds[0].nbytes / 4; k++)
+            x[k] = (float)((k * 7) % 13) / 6.0f - 1.0f;
+        ((int32_t *)feeds[1].data)[0] = 0;
+        ((int32_t *)feeds[1].data)[1] = 2;
+        tp_fetch_t f = {"logits", {0}};
+        tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
+        cr_assert_eq(tp_model_run(m, -1, feeds, 2, &f, 1, &ro), TP_OK, "%s: %s",
+                     all[i]->name, tp_last_error());
+        cr_expect_eq(f.value.ndim, 2);
+        cr_expect_eq(f.value.shape[0], 2, "%s", all[i]->name);
+        cr_expect_eq(f.value.shape[1], 3, "%s: 3 classes", all[i]->name);
+        for (int k = 0; k < 6; k++) {
+            float l = ((const float *)f.value.data)[k];
+            cr_expect(l == l && fabsf(l) < 1e6, "%s: logit %g", all[i]->name, (double)l);
+        }
+        tp_tensor_fini(&f.value);
+        tp_tensor_fini(&feeds[0]);
+        tp_tensor_fini(&feeds[1]);
+        tp_model_destroy(&m);
+    }
+    tp_input_desc_t in[2];
+    cr_expect_eq(tp_zoo_inputs_shaped(2, 32, 32, in), TP_ERR_INVALID);
+}
+
+/* ResNet-18 in ImageNet's layout: the 7x7 stride-2 stem and max pool, four
+ * stages of two basic blocks, 11.2M weights for 1000 classes (torchvision's
+ * resnet18 has 11,689,512 with its biases and batch norm: 11.69M). */
+Test(zoo, resnet18_is_imagenets) {
+    tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_inputs_shaped(3, 64, 64, in), TP_OK);
+    tp_zoo_options_t o = {0, 1000};
+    tp_model_desc_t md = {in, 2, tp_zoo_find("resnet18")->build, NULL, &o};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = 0;
+    mc.infer_batch = 1;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_node_t *stem = tp_model_lookup(m, -1, "stem/W");
+    cr_assert_not_null(stem);
+    const tp_shape_t *s = tp_node_shape(stem);
+    cr_expect(s->ndim == 4 && s->d[0] == 64 && s->d[1] == 3 && s->d[2] == 7 && s->d[3] == 7);
+    cr_expect_not_null(tp_model_lookup(m, -1, "stage4/block1/conv2/W"));
+    cr_expect_null(tp_model_lookup(m, -1, "stage4/block2/conv2/W"));
+    /* every trainable weight and bias: torchvision's count */
+    int64_t total = 0;
+    for (int i = 0; i < tp_model_node_count(m, -1); i++) {
+        tp_node_t *x = tp_model_node(m, -1, i);
+        if (tp_node_kind(x) != TP_OP_VARIABLE || strstr(tp_node_name(x), "/EMA"))
+            continue;
+        int64_t c = 1;
+        for (int k = 0; k < tp_node_shape(x)->ndim; k++)
+            c *= tp_node_shape(x)->d[k];
+        total += c;
+    }
+    cr_expect_eq(total, 11689512, "%lld parameters", (long long)total);
+    tp_model_destroy(&m);
+}
+
+/* Colour sources: image folders and lists decoded as RGB, CIFAR as it is;
+ * grey-only sources refuse colour; the evaluation chain normalises per
+ * channel and puts the channels first. */
+Test(zoo, colour_sources_and_the_evaluation_chain) {
+    char buf[1024];
+    cr_assert_eq(tp_zoo_source_shaped("imagefolder:/x", 1, 3, 64, 64, buf, sizeof buf), TP_OK);
+    cr_expect_str_eq(buf, "imagefolder:/x,shuffle=0,mode=rgb,min-short=64 | imgaug resize=64x64");
+    cr_assert_eq(tp_zoo_source_shaped("cifar:/c/data_batch_1.bin", 0, 3, 32, 32, buf,
+                                      sizeof buf), TP_OK);
+    cr_expect_str_eq(buf, "cifar:/c/data_batch_1.bin");
+    cr_expect_eq(tp_zoo_source_shaped("fashion-mnist:test", 1, 3, 28, 28, buf, sizeof buf),
+                 TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "holds grey images"), "%s", tp_last_error());
+    cr_expect_eq(tp_zoo_source_shaped("cifar:/c/x.bin", 1, 1, 32, 32, buf, sizeof buf),
+                 TP_ERR_INVALID);
+    /* grey is what it was */
+    cr_assert_eq(tp_zoo_source_shaped("imagefolder:/x", 0, 1, 28, 28, buf, sizeof buf), TP_OK);
+    cr_expect_str_eq(buf, "imagefolder:/x,mode=grey,min-short=28 | imgaug resize=28x28");
+    tp_zoo_data_t d;
+    tp_zoo_data_init(&d);
+    d.channels = 3;
+    d.nnorm = 3;
+    d.mean[0] = 1, d.mean[1] = 2, d.mean[2] = 3;
+    d.std[0] = 4, d.std[1] = 5, d.std[2] = 6;
+    cr_assert_eq(tp_zoo_eval_spec("imagefolder:/x", &d, 32, 32, buf, sizeof buf), TP_OK);
+    cr_expect_str_eq(buf, "imagefolder:/x,shuffle=0,mode=rgb,min-short=32 | imgaug "
+                          "resize=32x32 | augment crop=32x32,mean=1/2/3,std=4/5/6 | imgaug chw");
+    d.resize_short = 37;  /* --augment imagenet: short side 256/224, centre crop */
+    cr_assert_eq(tp_zoo_eval_spec("imagefolder:/x", &d, 32, 32, buf, sizeof buf), TP_OK);
+    cr_expect_str_eq(buf, "imagefolder:/x,shuffle=0,mode=rgb,min-short=37 | imgaug "
+                          "resize-short=37,center-crop=32x32 | augment crop=32x32,mean=1/2/3,"
+                          "std=4/5/6 | imgaug chw");
+    tp_zoo_data_fini(&d);
+}
+
+/* data.json: written and read back (class names with spaces and quotes
+ * kept, the normalisation, the centre crop); a folder without one is a run
+ * from before it: grey, 10 classes. */
+Test(zoo, the_data_description_round_trips) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/tp-zoo-data-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    tp_zoo_data_t d, back;
+    tp_zoo_data_init(&d);
+    tp_zoo_data_init(&back);
+    int found = -1;
+    char ckpt[128];
+    snprintf(ckpt, sizeof ckpt, "%s/model-10.safetensors", dir);
+    cr_assert_eq(tp_zoo_data_load(ckpt, &back, &found), TP_OK);
+    cr_expect_eq(found, 0);
+    cr_expect_eq(back.channels, 1);
+    cr_expect_eq(back.nclasses, 10);
+    const char *names[3] = {"golden retriever", "say \"cheese\"", "ünïcode"};
+    cr_assert_eq(tp_zoo_data_set_classes(&d, 3, names), TP_OK);
+    d.channels = 3;
+    d.nnorm = 3;
+    d.mean[2] = 103.53f;
+    d.std[0] = d.std[1] = d.std[2] = 57.5f;
+    d.resize_short = 73;
+    cr_assert_eq(tp_zoo_data_save(&d, dir), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_zoo_data_load(ckpt, &back, &found), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(found, 1);
+    cr_expect_eq(back.channels, 3);
+    cr_assert_eq(back.nclasses, 3);
+    for (int i = 0; i < 3; i++)
+        cr_expect_str_eq(back.classes[i], names[i]);
+    cr_expect_eq(back.nnorm, 3);
+    cr_expect_float_eq(back.mean[2], 103.53f, 1e-4);
+    cr_expect_float_eq(back.std[1], 57.5f, 1e-6);
+    cr_expect_eq(back.resize_short, 73);
+    /* a log directory reads the same file */
+    cr_assert_eq(tp_zoo_data_load(dir, &back, &found), TP_OK);
+    cr_expect_eq(found, 1);
+    /* malformed: named */
+    char path[128], cmd[200];
+    snprintf(path, sizeof path, "%s/data.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"channels\": 2, \"classes\": []}\n", f);
+    fclose(f);
+    cr_expect_eq(tp_zoo_data_load(ckpt, &back, &found), TP_ERR_FORMAT);
+    cr_expect(strstr(tp_last_error(), path), "%s", tp_last_error());
+    tp_zoo_data_fini(&d);
+    tp_zoo_data_fini(&back);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
 }

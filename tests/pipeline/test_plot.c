@@ -158,3 +158,16 @@ Test(plot, bad_input_is_a_clear_error, .init = s_setup, .fini = s_teardown) {
     cr_assert_eq(tp_plot_stats(s_js, s_png), TP_ERR_FORMAT);
     cr_assert(strstr(tp_last_error(), "1 values, the header names 2"), "%s", tp_last_error());
 }
+
+/* A series whose values differ only by rounding (the learning rate 1 and
+ * 0.99999999999999989 here; a validation accuracy of 1 in another run) is
+ * drawn as a flat line: its tick step was below the doubles' resolution
+ * and the tick loop never ended (tp-train hung at an epoch end). */
+Test(plot, values_equal_up_to_rounding_do_not_hang, .init = s_setup, .fini = s_teardown,
+     .timeout = 60) {
+    s_write(s_js, "[{\"epoch_num\":1,\"global_step\":10,\"cost\":0.5,\"learning_rate\":1.0},"
+                  "{\"epoch_num\":2,\"global_step\":20,\"cost\":0.0,"
+                  "\"learning_rate\":0.99999999999999989}]");
+    cr_assert_eq(tp_plot_stats(s_js, s_png), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(access(s_png, R_OK), 0);
+}

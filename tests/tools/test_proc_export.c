@@ -94,11 +94,23 @@ static void s_checkpoint(const char *name, const char *path) {
     s_checkpoint_sized(name, 28, 28, path);
 }
 
+/* The zoo's models but ResNet-50 (100 MB of weights; its ops are
+ * ResNet-18's), NULL-terminated. */
+static void s_models(const tp_zoo_model_t *out[8]) {
+    const tp_zoo_model_t *const *all = tp_zoo_all();
+    int k = 0;
+    for (int i = 0; all[i] && k < 7; i++)
+        if (strcmp(all[i]->name, "resnet50"))
+            out[k++] = all[i];
+    out[k] = NULL;
+}
+
 TestSuite(tp_export, .init = s_setup, .fini = s_teardown);
 
 Test(tp_export, the_onnx_checker_accepts_every_zoo_model) {
     s_need_python();
-    const tp_zoo_model_t *const *all = tp_zoo_all();
+    const tp_zoo_model_t *all[8];
+    s_models(all);
     char onnx[8][128];
     char *check[12] = {PY, CHECK, "check"};
     int n = 0;
@@ -111,7 +123,7 @@ Test(tp_export, the_onnx_checker_accepts_every_zoo_model) {
         cr_assert_eq(s_run(exp), 0, "%s: %s", all[n]->name, s_out);
         check[3 + n] = onnx[n];
     }
-    cr_assert_eq(n, 4);
+    cr_assert_eq(n, 5);
     cr_assert_eq(s_run(check), 0, "%s", s_out);
     /* batch norm in inference form, no dropout, the residual adds */
     cr_expect(strstr(s_out, "cnn-bn.onnx: ok") && strstr(s_out, "BatchNormalization"), "%s", s_out);
@@ -125,7 +137,8 @@ Test(tp_export, the_onnx_checker_accepts_every_zoo_model) {
  * logits as [batch,10]. */
 Test(tp_export, the_input_shape_follows_the_trained_size) {
     s_need_python();
-    const tp_zoo_model_t *const *all = tp_zoo_all();
+    const tp_zoo_model_t *all[8];
+    s_models(all);
     char onnx[8][128];
     char *shape[12] = {PY, CHECK, "shape"};
     int n = 0;
@@ -142,7 +155,7 @@ Test(tp_export, the_input_shape_follows_the_trained_size) {
         cr_expect(strstr(s_out, want), "%s", s_out);
         shape[3 + n] = onnx[n];
     }
-    cr_assert_eq(n, 4);
+    cr_assert_eq(n, 5);
     cr_assert_eq(s_run(shape), 0, "%s", s_out);
     for (int i = 0; i < n; i++) {
         char want[sizeof onnx[0] + 64];

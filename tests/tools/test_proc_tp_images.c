@@ -36,8 +36,9 @@ static int s_run(char *const *argv, char *out, size_t size) {
 
 static char s_out[1 << 18];
 
-/* Two classes of 60x40 RGB JPEGs, dark and bright: tp-train decodes them
- * grey at a DCT scale, resizes to 28x28, trains and validates. */
+/* Two classes of 60x40 RGB JPEGs, dark and bright: with --channels 1
+ * tp-train decodes them grey at a DCT scale (colour by default:
+ * test_proc_colour), resizes to 28x28, trains and validates. */
 Test(tp_images, tp_train_on_an_image_folder, .init = s_setup,
      .fini = s_teardown) {
     static const char *cls[2] = {"bright", "dark"};
@@ -72,7 +73,7 @@ Test(tp_images, tp_train_on_an_image_folder, .init = s_setup,
     snprintf(test, sizeof test, "imagefolder:%s,shuffle=0", img);
     snprintf(logdir, sizeof logdir, "%s/log", s_dir);
     char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp",
-                    "--epochs", "10", "--batch", "16", "--data", data,
+                    "--epochs", "10", "--batch", "16", "--channels", "1", "--data", data,
                     "--test-data", test, "--logdir", logdir,
                     "--no-tensorboard", NULL};
     int rc = s_run(argv, s_out, sizeof s_out);

@@ -193,9 +193,10 @@ Test(tp_train, skipped_files_from_forked_workers, .init = s_setup, .fini = s_tea
     char data[256], logdir[128];
     snprintf(data, sizeof data, "imagefolder:%s/img,skip-bad", s_dir);
     snprintf(logdir, sizeof logdir, "%s/skip", s_dir);
+    /* --classes 10: the folder has 2, the validation spec Fashion-MNIST's 10 */
     char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "2", "--steps-per-epoch", "5",
                     "--workers", "2", "--threads", "1", "--batch", "4", "--data", data, "--test-spec",
-                    TEST_SPEC, "--logdir", logdir, NULL};
+                    TEST_SPEC, "--classes", "10", "--logdir", logdir, NULL};
     int rc = s_run(argv, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, "processes 2"), "%s", s_out);

@@ -9,9 +9,15 @@
  * "image" keeps the dtype and size the model was trained on, as the
  * checkpoint records them (uint8 [batch,28,28] by default, [batch,32,32]
  * after tp-train --image-size 32; float32 for models trained on augmented
- * images) with a symbolic batch dimension. */
+ * images) with a symbolic batch dimension. A colour model's input is
+ * float32 [batch,3,H,W], RGB, pixels in [0, 1]: the per-channel
+ * normalisation the run used (data.json beside the checkpoint) is inside
+ * the file. The class names, in label order, go beside it (FILE.classes.txt,
+ * one a line) and into the model's metadata_props ("classes": one name a
+ * line; also "channels", "colour", "layout", "input_range", "mean", "std"). */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
@@ -19,7 +25,8 @@
 static const char *s_usage =
 "usage: tp-export --load CHECKPOINT|LOGDIR --onnx FILE [options]\n"
 "  --load PATH      a checkpoint, or a log directory (its latest checkpoint)\n"
-"  --model NAME     mlp, cnn, cnn-bn, resnet (default: the one the\n"
+"  --model NAME     mlp, cnn, cnn-bn, resnet, resnet18, resnet50 (default:\n"
+"                   the one the\n"
 "                   checkpoint records)\n"
 "  --onnx FILE      where the ONNX model goes\n"
 "  --output NAME    an output of the graph to export (repeatable;\n"
@@ -69,7 +76,20 @@ int main(int argc, char **argv) {
     if (!zoo)
         return s_fail("--load");
     const char *name = zoo->name;
-    tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, NULL};
+    tp_zoo_data_t info;
+    tp_zoo_data_init(&info);
+    int have_info = 0;
+    if (tp_zoo_data_load(ckpt, &info, &have_info) != TP_OK)
+        return s_fail("--load");
+    int colour = inputs[0].ndim == 4;
+    if (colour && info.channels != 3) {
+        tp_zoo_data_fini(&info);
+        tp_error(TP_ERR_FORMAT, "%s is a colour model but its folder has no data.json "
+                 "(tp-train writes it): the normalisation is unknown", ckpt);
+        return s_fail("--load");
+    }
+    tp_zoo_options_t zo = {0, info.nclasses};
+    tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, &zo};
     tp_predict_config_t pc;
     tp_predict_config_init(&pc);
     pc.model = &desc;
@@ -78,16 +98,60 @@ int main(int argc, char **argv) {
     pc.noutput_names = nout;
     pc.max_batch = 1;  /* only the graph is wanted: the smallest buffers */
     tp_predictor_t *p = tp_predictor_new(&pc);
-    if (!p)
+    if (!p) {
+        tp_zoo_data_fini(&info);
         return s_fail("loading the model");
+    }
     if (!tp_model_name(tp_predictor_model(p)))
         tp_model_set_name(tp_predictor_model(p), name);
-    tp_status_t rc = tp_predictor_export_onnx(p, onnx);
+    /* the metadata: the class names one a line, the input's meaning */
+    size_t cap = 64;
+    for (int i = 0; i < info.nclasses; i++)
+        cap += (info.classes ? strlen(info.classes[i]) : 12) + 1;
+    char *classes = malloc(cap), mean[96] = "", std[96] = "", chans[8];
+    size_t off = 0;
+    for (int i = 0; classes && i < info.nclasses; i++) {
+        if (info.classes)
+            off += (size_t)snprintf(classes + off, cap - off, "%s\n", info.classes[i]);
+        else
+            off += (size_t)snprintf(classes + off, cap - off, "%d\n", i);
+    }
+    if (classes)
+        classes[off] = '\0';
+    float scale[4], shift[4];
+    for (int c = 0, om = 0, os = 0; c < info.nnorm; c++) {
+        om += snprintf(mean + om, sizeof mean - (size_t)om, "%s%g", c ? "," : "", info.mean[c]);
+        os += snprintf(std + os, sizeof std - (size_t)os, "%s%g", c ? "," : "", info.std[c]);
+        /* (255 x - mean) / std for x in [0, 1] */
+        scale[c] = 255.0f / info.std[c];
+        shift[c] = -info.mean[c] / info.std[c];
+    }
+    snprintf(chans, sizeof chans, "%d", colour ? 3 : 1);
+    const char *keys[] = {"classes", "channels", "colour", "layout", "input_range", "mean", "std"};
+    const char *vals[] = {classes ? classes : "", chans, colour ? "RGB" : "grey",
+                          colour ? "NCHW" : "NHW",
+                          colour || inputs[0].dtype == TP_FLOAT32 ? "[0, 1]" : "[0, 255] uint8",
+                          mean, std};
+    tp_onnx_export_opts_t eo = {7, keys, vals, colour ? info.nnorm : 0, scale, shift};
+    tp_status_t rc = tp_predictor_export_onnx_opts(p, onnx, &eo);
     tp_predictor_destroy(&p);
+    if (rc == TP_OK) {
+        /* the names beside the file: FILE.classes.txt */
+        char path[4200];
+        snprintf(path, sizeof path, "%s.classes.txt", onnx);
+        rc = classes ? tp_file_write_atomic(path, classes, off)
+                     : tp_error(TP_ERR_NOMEM, "class names");
+    }
+    free(classes);
+    int nclasses = info.nclasses;
+    tp_zoo_data_fini(&info);
     if (rc < 0)
         return s_fail("--onnx");
-    printf("tp-export: %s (%s) -> %s (ONNX, opset 13, input image %s[batch,%lld,%lld])\n",
-           ckpt, name, onnx, tp_dtype_name(inputs[0].dtype), (long long)inputs[0].shape[1],
-           (long long)inputs[0].shape[2]);
+    int nd = inputs[0].ndim;
+    printf("tp-export: %s (%s) -> %s (ONNX, opset 13, input image %s[batch,%s%lld,%lld]%s; "
+           "%d classes, %s.classes.txt)\n", ckpt, name, onnx, tp_dtype_name(inputs[0].dtype),
+           colour ? "3," : "", (long long)inputs[0].shape[nd - 2],
+           (long long)inputs[0].shape[nd - 1], colour ? " RGB in [0, 1], normalised inside" : "",
+           nclasses, onnx);
     return 0;
 }

@@ -12,9 +12,13 @@
  * checkpoint records (tp-train --image-size). Predictions go
  * to --output (CSV, or JSON lines when the name ends in .jsonl/.json):
  * index, top-k classes and their probabilities, the label when there is
- * one. With labels: accuracy, per-class accuracy and the confusion matrix,
- * printed and drawn (--confusion, default confusion.png next to the
- * checkpoint). --json prints one JSON object instead of the text report. */
+ * one. With labels: accuracy (and top-5 accuracy with more than 5
+ * classes), per-class accuracy and the confusion matrix, printed and drawn
+ * (--confusion, default confusion.png next to the checkpoint). --json
+ * prints one JSON object instead of the text report. The class names,
+ * the image channels and the normalisation come from data.json beside the
+ * checkpoint (tp-train writes it; without it: grey, 10 classes named by
+ * their numbers). */
 #include <cairo.h>
 #include <fontconfig/fontconfig.h>
 #include <getopt.h>
@@ -27,24 +31,29 @@
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
 
-#define MAXK 64
+#define MAXK 64      /* --top-k */
+#define MAXCLS 1000  /* classes a model may give */
 
 static const char *s_usage =
 "usage: tp-predict --load CHECKPOINT|LOGDIR --data SOURCE [options]\n"
 "  --load PATH        a checkpoint, or a log directory (its latest checkpoint)\n"
-"  --model NAME       mlp, cnn, cnn-bn, resnet (default: the one the\n"
+"  --model NAME       mlp, cnn, cnn-bn, resnet, resnet18, resnet50 (default:\n"
+"                     the one the\n"
 "                     checkpoint records)\n"
 "  --data SOURCE      fashion-mnist (its test split), fashion-mnist:train|test,\n"
 "                     idx:IMAGES[,LABELS], lmdb:PATH, tensorpack-lmdb:PATH,\n"
-"                     imagefolder:DIR, imagelist:FILE (as tp-train takes them;\n"
-"                     resized to the image size the checkpoint records)\n"
+"                     imagefolder:DIR, imagelist:FILE, cifar:FILE (as tp-train\n"
+"                     takes them; resized and normalised as the run's\n"
+"                     validation was: the checkpoint's size, data.json)\n"
 "  --spec SPEC        the whole input pipeline as a spec string instead\n"
 "                     (batched; components image[, label] at the model's size)\n"
 "  --output FILE      predictions: CSV, or JSON lines for *.jsonl / *.json\n"
+"                     (these also give the class names)\n"
 "  --top-k K          classes per prediction in --output (default 1)\n"
 "  --logits           also every logit in --output (exact: %.9g)\n"
-"  --json             print one JSON object (accuracy, samples,\n"
-"                     samples_per_s, per_class_accuracy, confusion, ...)\n"
+"  --json             print one JSON object (accuracy, top5_accuracy, samples,\n"
+"                     samples_per_s, classes, per_class_accuracy, confusion,\n"
+"                     ...)\n"
 "  --confusion PNG    the confusion matrix image (default: next to the\n"
 "                     checkpoint, <name>.confusion.png); 'none' for none\n"
 "  --batch N          rows per call (default 256)\n"
@@ -63,8 +72,8 @@ static int s_fail(const char *what) {
 /* tp-train's sources, in file order, as a spec with the size (height x
  * width: resized to it) and the normalisation the model was trained with
  * (augmented models take float images). */
-static tp_status_t s_spec(const s_args_t *a, int float_images, int height, int width,
-                          char *buf, size_t size) {
+static tp_status_t s_spec(const s_args_t *a, const tp_zoo_data_t *info, int float_images,
+                          int height, int width, char *buf, size_t size) {
     char norm[64] = "";
     if (float_images)
         snprintf(norm, sizeof norm, " | augment crop=%dx%d", height, width);
@@ -73,7 +82,14 @@ static tp_status_t s_spec(const s_args_t *a, int float_images, int height, int w
         return TP_OK;
     }
     const char *d = a->data;
-    char src[2048];
+    char src[3584];
+    if (info->channels == 3 || info->resize_short) {
+        /* colour, or a centre crop: the run's validation chain */
+        if (tp_zoo_eval_spec(d, info, height, width, src, sizeof src) != TP_OK)
+            return tp_error(TP_ERR_INVALID, "--data: %s (or --spec)", tp_last_error());
+        snprintf(buf, size, "%s | batch %d remainder", src, a->batch);
+        return TP_OK;
+    }
     /* tp-train's names, read in file order (models.h) */
     if (tp_zoo_source_sized(strcmp(d, "fashion-mnist") ? d : "fashion-mnist:test", 1,
                             height, width, src, sizeof src) != TP_OK)
@@ -84,12 +100,12 @@ static tp_status_t s_spec(const s_args_t *a, int float_images, int height, int w
 
 /* Softmax of one row of logits, then the k best (ties: lower class). */
 static void s_top_k(const float *l, int nk, int k, int *cls, double *prob) {
-    double mx = l[0], sum = 0, p[MAXK];
+    double mx = l[0], sum = 0, p[MAXCLS];
     for (int j = 1; j < nk; j++)
         mx = l[j] > mx ? l[j] : mx;
     for (int j = 0; j < nk; j++)
         sum += p[j] = exp((double)l[j] - mx);
-    unsigned char used[MAXK] = {0};
+    unsigned char used[MAXCLS] = {0};
     for (int t = 0; t < k; t++) {
         int best = -1;
         for (int j = 0; j < nk; j++)
@@ -102,14 +118,16 @@ static void s_top_k(const float *l, int nk, int k, int *cls, double *prob) {
 }
 
 /* The rows of one call: top-k, the tallies, the prediction lines. */
-static tp_status_t s_rows(const s_args_t *a, const tp_tensor_t *logits,
+static tp_status_t s_rows(const s_args_t *a, const tp_zoo_data_t *info,
+                          const tp_tensor_t *logits,
                           const int32_t *labels, int64_t first, FILE *out,
-                          int jsonl, int *nk_p, int64_t **cm_p, int64_t *correct) {
+                          int jsonl, int *nk_p, int64_t **cm_p, int64_t *correct,
+                          int64_t *correct5) {
     int64_t n = logits->shape[0];
     if (!*nk_p) {
         int nk = logits->ndim == 2 ? (int)logits->shape[1] : 0;
-        if (nk < 1 || nk > MAXK)
-            return tp_error(TP_ERR_SHAPE, "the model gives %d classes (1..%d)", nk, MAXK);
+        if (nk < 1 || nk > MAXCLS)
+            return tp_error(TP_ERR_SHAPE, "the model gives %d classes (1..%d)", nk, MAXCLS);
         if (!(*cm_p = calloc((size_t)nk * (size_t)nk, sizeof **cm_p)))
             return tp_error(TP_ERR_NOMEM, "confusion matrix");
         *nk_p = nk;
@@ -117,19 +135,32 @@ static tp_status_t s_rows(const s_args_t *a, const tp_tensor_t *logits,
     int nk = *nk_p;
     int64_t *cm = *cm_p;
     int k = a->top_k < nk ? a->top_k : nk;
+    int k5 = nk < 5 ? nk : 5;
     for (int64_t r = 0; r < n; r++) {
         int cls[MAXK];
         double prob[MAXK];
-        s_top_k((const float *)logits->data + r * nk, nk, k, cls, prob);
+        s_top_k((const float *)logits->data + r * nk, nk, k > k5 ? k : k5, cls, prob);
         int32_t y = labels ? labels[r] : -1;
         if (labels && y >= 0 && y < nk) {
             *correct += cls[0] == y;
+            for (int t = 0; t < k5; t++)
+                *correct5 += cls[t] == y;
             cm[(size_t)y * (size_t)nk + (size_t)cls[0]]++;
         }
         if (out && jsonl) {
             fprintf(out, "{\"index\": %lld, \"classes\": [", (long long)(first + r));
             for (int t = 0; t < k; t++)
                 fprintf(out, "%s%d", t ? ", " : "", cls[t]);
+            if (info->classes && info->nclasses == nk) {
+                fprintf(out, "], \"names\": [");
+                for (int t = 0; t < k; t++) {
+                    json_t *js = json_string(info->classes[cls[t]]);
+                    char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+                    fprintf(out, "%s%s", t ? ", " : "", q ? q : "null");
+                    free(q);
+                    json_decref(js);
+                }
+            }
             fprintf(out, "], \"probs\": [");
             for (int t = 0; t < k; t++)
                 fprintf(out, "%s%.6g", t ? ", " : "", prob[t]);
@@ -287,7 +318,20 @@ int main(int argc, char **argv) {
     if (!zoo)
         return s_fail("--load");
     const char *name = zoo->name;
-    tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, NULL};
+    /* the classes and the normalisation the run recorded (data.json) */
+    tp_zoo_data_t info;
+    tp_zoo_data_init(&info);
+    int have_info = 0;
+    if (tp_zoo_data_load(ckpt, &info, &have_info) != TP_OK)
+        return s_fail("--load");
+    if (inputs[0].ndim == 4 && info.channels != 3) {
+        tp_zoo_data_fini(&info);
+        tp_error(TP_ERR_FORMAT, "%s is a colour model but its folder has no data.json "
+                 "(tp-train writes it): the normalisation is unknown", ckpt);
+        return s_fail("--load");
+    }
+    tp_zoo_options_t zo = {0, info.nclasses};
+    tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, &zo};
     const char *ins[] = {"image"}, *outs[] = {"logits"};
     tp_predict_config_t pc;
     tp_predict_config_init(&pc);
@@ -300,15 +344,19 @@ int main(int argc, char **argv) {
     pc.max_batch = a.batch;
     pc.threads = a.threads;
     tp_predictor_t *pred = tp_predictor_new(&pc);
-    if (!pred)
+    if (!pred) {
+        tp_zoo_data_fini(&info);
         return s_fail("loading the model");
+    }
 
     char spec[4096];
     tp_dataflow_t *df = NULL;
     /* the size the checkpoint records (tp-train --image-size) */
-    if (s_spec(&a, inputs[0].dtype == TP_FLOAT32, (int)inputs[0].shape[1],
-               (int)inputs[0].shape[2], spec, sizeof spec) < 0 ||
+    int nd = inputs[0].ndim;
+    if (s_spec(&a, &info, inputs[0].dtype == TP_FLOAT32, (int)inputs[0].shape[nd - 2],
+               (int)inputs[0].shape[nd - 1], spec, sizeof spec) < 0 ||
         tp_spec_parse(spec, &df) < 0 || tp_dataflow_reset_state(df, 0, 0) < 0) {
+        tp_zoo_data_fini(&info);
         tp_predictor_destroy(&pred);
         tp_dataflow_destroy(&df);
         return s_fail("--data");
@@ -322,6 +370,7 @@ int main(int argc, char **argv) {
         out = fopen(a.output, "w");
         if (!out) {
             tp_error(TP_ERR_IO, "cannot write %s", a.output);
+            tp_zoo_data_fini(&info);
             tp_predictor_destroy(&pred);
             tp_dataflow_destroy(&df);
             return s_fail("--output");
@@ -329,7 +378,7 @@ int main(int argc, char **argv) {
     }
 
     int nk = 0, have_labels = -1;
-    int64_t samples = 0, correct = 0, *cm = NULL, batches = 0;
+    int64_t samples = 0, correct = 0, correct5 = 0, *cm = NULL, batches = 0;
     double busy = 0, t0 = tp_now_s();
     tp_datapoint_t *dp = NULL;
     tp_status_t rc;
@@ -369,8 +418,8 @@ int main(int argc, char **argv) {
                               (long long)(samples + off));
                 break;
             }
-            rc = s_rows(&a, &logits, lab ? (const int32_t *)lab->data + off : NULL,
-                        samples + off, out, jsonl, &nk, &cm, &correct);
+            rc = s_rows(&a, &info, &logits, lab ? (const int32_t *)lab->data + off : NULL,
+                        samples + off, out, jsonl, &nk, &cm, &correct, &correct5);
             tp_tensor_fini(&logits);
         }
         if (rc < 0) {
@@ -388,19 +437,28 @@ int main(int argc, char **argv) {
         rc = tp_error(TP_ERR_IO, "writing %s", a.output);
     if (rc != TP_DONE) {
         free(cm);
+        tp_zoo_data_fini(&info);
         return s_fail("predicting");
     }
     if (samples == 0) {
         free(cm);
+        tp_zoo_data_fini(&info);
         tp_error(TP_ERR_INVALID, "the data (%s) gave no rows", spec);
         return s_fail("--data");
     }
     double accuracy = have_labels ? (double)correct / (double)samples : NAN;
+    double top5 = have_labels && nk > 5 ? (double)correct5 / (double)samples : NAN;
+    /* the names of the model's classes (numbers when the run recorded none,
+     * or recorded another count) */
+    char num[16];
+    #define S_NAME(c) (info.classes && info.nclasses == nk ? info.classes[c] \
+                       : (snprintf(num, sizeof num, "%d", (c)), num))
     double rate = busy > 0 ? (double)samples / busy : 0;
 
     /* the picture */
     char png[4200] = "";
-    if (have_labels && !(a.confusion && !strcmp(a.confusion, "none"))) {
+    /* a picture of more than 64 classes is unreadable: the JSON has it */
+    if (have_labels && nk <= 64 && !(a.confusion && !strcmp(a.confusion, "none"))) {
         if (a.confusion) {
             snprintf(png, sizeof png, "%s", a.confusion);
         } else {
@@ -414,6 +472,7 @@ int main(int argc, char **argv) {
         snprintf(title, sizeof title, "%s, %lld images", name, (long long)samples);
         if (s_draw(png, cm, nk, accuracy, title) < 0) {
             free(cm);
+            tp_zoo_data_fini(&info);
             return s_fail("--confusion");
         }
     }
@@ -426,9 +485,15 @@ int main(int argc, char **argv) {
         json_object_set_new(j, "samples", json_integer(samples));
         json_object_set_new(j, "samples_per_s", json_real(rate));
         json_object_set_new(j, "wall_s", json_real(wall));
+        json_t *names = json_array();
+        for (int c2 = 0; c2 < nk; c2++)
+            json_array_append_new(names, json_string(S_NAME(c2)));
+        json_object_set_new(j, "classes", names);
         if (have_labels) {
             json_object_set_new(j, "accuracy", json_real(accuracy));
             json_object_set_new(j, "correct", json_integer(correct));
+            if (nk > 5)
+                json_object_set_new(j, "top5_accuracy", json_real(top5));
             json_t *pca = json_array(), *conf = json_array();
             for (int r = 0; r < nk; r++) {
                 int64_t row = 0;
@@ -462,6 +527,9 @@ int main(int argc, char **argv) {
         if (have_labels) {
             printf("  accuracy: %.4f (%lld of %lld)\n", accuracy, (long long)correct,
                    (long long)samples);
+            if (nk > 5)
+                printf("  top-5 accuracy: %.4f (%lld of %lld)\n", top5,
+                       (long long)correct5, (long long)samples);
             printf("  per class:");
             for (int r = 0; r < nk; r++) {
                 int64_t row = 0;
@@ -469,6 +537,9 @@ int main(int argc, char **argv) {
                     row += cm[r * nk + c2];
                 printf(" %d:%.3f", r, row ? (double)cm[r * nk + r] / (double)row : 0.0);
             }
+            printf("\n  classes:");
+            for (int r = 0; r < nk; r++)
+                printf(" %d=%s", r, S_NAME(r));
             printf("\n  confusion (rows: true class, columns: predicted):\n        ");
             for (int c2 = 0; c2 < nk; c2++)
                 printf("%6d", c2);
@@ -488,5 +559,6 @@ int main(int argc, char **argv) {
             printf("  predictions: %s\n", a.output);
     }
     free(cm);
+    tp_zoo_data_fini(&info);
     return 0;
 }

@@ -21,6 +21,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -29,6 +30,7 @@
 #include <towerpack/clock.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/device.h>
+#include <towerpack/image.h>
 #include <towerpack/dist.h>
 #include <towerpack/log.h>
 #include <towerpack/logdir.h>
@@ -53,7 +55,14 @@ typedef struct {
                      --tta-shift: and on the shifted ones (2) */
     double label_smoothing; /* --label-smoothing: the cost's targets */
     int pad;      /* --pad: the augmentation's zeros around an image (2) */
-    int image_size;   /* the model's input: image_size x image_size */
+    int image_size;   /* the model's input: image_size x image_size (0 until
+                         set: 28 grey, 32 colour or the model's minimum) */
+    int channels;     /* --channels: 1 or 3; 0: from the data */
+    int classes;      /* --classes: the classifier's outputs; 0: from the data */
+    const char *mean, *std;   /* --mean, --std: M[/M/M] on the 0..255 scale */
+    const char *preset;       /* --augment PRESET: crop, cifar, imagenet, none */
+    tp_zoo_data_t info;       /* what the data are: channels, classes, the
+                                 normalisation (LOGDIR/data.json) */
     int device;   /* the GPU the towers run on; -1: the CPU */
     int gpus[TP_MODEL_DEVICES_MAX], ngpus; /* --devices 0,1: one tower each */
     int tf32;     /* --tf32: 1; default -1 ($TP_CUDA_TF32) */
@@ -74,22 +83,33 @@ typedef struct {
 static void s_usage(FILE *out) {
     fprintf(out,
 "usage: tp-train [options]\n"
-"Train a model on grey images (28x28 by default) with 10 classes\n"
-"(Fashion-MNIST by default).\n\n"
-"  --model NAME         mlp, cnn (default), cnn-bn, resnet\n"
-"  --image-size N       the model's input is N x N (default 28; 1..1024, at\n"
-"                       least 4 for cnn, 8 for cnn-bn); the data are resized\n"
+"Train a model on grey or colour images with as many classes as the data\n"
+"have (Fashion-MNIST by default: grey, 28x28, 10 classes).\n\n"
+"  --model NAME         mlp, cnn (default), cnn-bn, resnet (CIFAR-style),\n"
+"                       resnet18, resnet50 (ImageNet layout, from 32 px)\n"
+"  --image-size N       the model's input is N x N (default 28 grey, 32\n"
+"                       colour; at least 4 for cnn, 8 for cnn-bn; 64 and up\n"
+"                       suit resnet18/50); the data are resized\n"
 "                       to it in the pipeline (imgaug resize=NxN), the crop\n"
 "                       follows it, the checkpoints record it\n"
 "  --data SOURCE        fashion-mnist (default), idx:IMAGES,LABELS, lmdb:PATH,\n"
 "                       tensorpack-lmdb:PATH[,shuffle] (an LMDB written by\n"
 "                       tensorpack's LMDBSerializer.save; docs/tensorpack.md),\n"
-"                       imagefolder:DIR or imagelist:FILE (images of any size\n"
-"                       and colour, decoded as grey and resized to the\n"
-"                       model's input; tp-export-images writes Fashion-MNIST\n"
-"                       as a folder)\n"
+"                       imagefolder:DIR (DIR/<class>/<image>: the classes are\n"
+"                       the sub-folders, sorted by name, as torchvision's\n"
+"                       ImageFolder), imagelist:FILE ('PATH LABEL' lines) or\n"
+"                       cifar:FILE[,cifar100[,fine]] (CIFAR's .bin records);\n"
+"                       images of any size, resized to the model's input\n"
 "  --test-data SOURCE   validation data (default: the test split of --data;\n"
-"                       needed for idx:, lmdb: and tensorpack-lmdb:)\n"
+"                       needed for idx:, lmdb:, tensorpack-lmdb: and the image\n"
+"                       sources; an image folder must have the same classes)\n"
+"  --channels 1|3       grey or colour (default: the data's first image; grey\n"
+"                       stays grey, colour is RGB, channels first)\n"
+"  --classes N          the classifier's outputs (default: the data's classes)\n"
+"  --mean M[/M/M]       per-channel normalisation (x - mean) / std on the\n"
+"  --std S[/S/S]        0..255 scale (default: ImageNet's 123.675/116.28/\n"
+"                       103.53 and 58.395/57.12/57.375 for colour; 0 and 255,\n"
+"                       i.e. [0, 1], for grey); recorded in LOGDIR/data.json\n"
 "  --epochs N           train up to epoch N (max_epoch; default per model)\n"
 "  --batch N            batch per tower (default 128 / towers); total = batch\n"
 "                       x towers\n"
@@ -152,7 +172,14 @@ static void s_usage(FILE *out) {
 "  --public             allow binding --remote or --stats to every interface\n"
 "                       (tcp://*:P); by default only given addresses\n"
 "  --threads N          BLAS threads per tower (default: all cores / towers)\n"
-"  --augment / --no-augment   random crop and flip (default per model)\n"
+"  --augment [PRESET]   crop (the zoo's: random crop after --pad zeros, flip;\n"
+"                       --augment alone), cifar (the same with a pad of N/8),\n"
+"                       imagenet (random-resized crop 0.08-1 area, 3/4-4/3\n"
+"                       aspect, flip, brightness, contrast and saturation\n"
+"                       jitter in random order, lighting noise; validation\n"
+"                       resizes the short side to N*256/224 and centre-crops;\n"
+"                       image sources only) or none (default per model)\n"
+"  --no-augment         --augment none\n"
 "  --pad P              zeros around each image before the random crop\n"
 "                       (default 2)\n"
 "  --resident           keep the training set in the towers' memory (the\n"
@@ -392,6 +419,174 @@ static tp_status_t s_spec_with_workers(const s_args_t *a, char *buf, size_t size
     return TP_OK;
 }
 
+/* The per-image augmentation of --augment PRESET (after the source, before
+ * the workers and the batch): " | ..." into buf, or "" for grey images
+ * without augmentation (the model casts its uint8 input). */
+static tp_status_t s_augment_spec(const s_args_t *a, char *buf, size_t size) {
+    int n = a->image_size, colour = a->info.channels == 3;
+    char norm[192] = "", mean[80] = "", std[80] = "";
+    for (int c = 0, om = 0, os = 0; c < a->info.nnorm; c++) {
+        om += snprintf(mean + om, sizeof mean - (size_t)om, "%s%g", c ? "/" : "", a->info.mean[c]);
+        os += snprintf(std + os, sizeof std - (size_t)os, "%s%g", c ? "/" : "", a->info.std[c]);
+    }
+    snprintf(norm, sizeof norm, "mean=%s,std=%s", mean, std);
+    const char *chw = colour ? " | imgaug chw" : "";
+    int k;
+    if (!strcmp(a->preset, "imagenet"))
+        /* tensorpack's fbresnet augmentation (GoogleNetResize, flip, the
+         * colour jitter in random order, lighting), then normalised */
+        k = snprintf(buf, size, " | imgaug random-resized-crop=%d,flip,random-order="
+                     "brightness-scale=0.6:1.4;contrast=0.6:1.4%s%s,%s%s", n,
+                     colour ? ";saturation=0.4" : "", colour ? ",lighting=0.1" : "",
+                     norm, colour ? ",chw" : "");
+    else if (!strcmp(a->preset, "crop") || !strcmp(a->preset, "cifar"))
+        k = snprintf(buf, size, " | augment crop=%d,pad=%d,flip%s%s%s", n,
+                     !strcmp(a->preset, "cifar") ? (n / 8 > 0 ? n / 8 : 1) : a->pad,
+                     colour ? "," : "", colour ? norm : "", chw);
+    else if (colour)  /* none: still normalised, channels first */
+        k = snprintf(buf, size, " | augment crop=%d,%s%s", n, norm, chw);
+    else
+        k = snprintf(buf, size, "%s", "");
+    if (k < 0 || (size_t)k >= size)
+        return tp_error(TP_ERR_INVALID, "--augment: the spec is too long");
+    return TP_OK;
+}
+
+/* "M[/M/M]" into out[] (1 or `channels` numbers, each > 0 when `positive`). */
+static tp_status_t s_norm_flag(const char *flag, const char *v, int channels, int positive,
+                               float *out, int *n) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", v);
+    *n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+        double d;
+        if (*n == 4 || tp_spec_double(t, flag, &d) != TP_OK || (positive && !(d > 0)))
+            return tp_error(TP_ERR_INVALID, "%s '%s': 1 or %d numbers separated by "
+                            "'/'%s", flag, v, channels, positive ? ", each > 0" : "");
+        out[(*n)++] = (float)d;
+    }
+    if (*n != 1 && *n != channels)
+        return tp_error(TP_ERR_INVALID, "%s '%s': 1 or %d numbers (one per channel)",
+                        flag, v, channels);
+    return TP_OK;
+}
+
+/* What the data are (a->info): channels and classes from the source
+ * (image folders: the sub-folders' names in sorted order; lists: the
+ * largest label + 1; CIFAR: 10, 100 or 20; Fashion-MNIST: its ten), unless
+ * --channels / --classes say; the normalisation from --mean / --std or
+ * the defaults; an image folder for validation must have the same
+ * classes. */
+static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
+    static const char *const fmnist[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
+                                           "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                                           "Ankle boot"};
+    tp_zoo_data_t *d = &a->info;
+    tp_zoo_data_init(d);
+    tp_image_source_info_t si;
+    tp_image_source_info_init(&si);
+    int channels = 1;
+    if (a->spec || a->remote) {
+        TP_TRY(tp_zoo_data_set_classes(d, 10, NULL));  /* the flags say */
+    } else if (!strncmp(a->data, "fashion-mnist", 13)) {
+        TP_TRY(tp_zoo_data_set_classes(d, 10, fmnist));
+    } else {
+        tp_status_t rc = tp_image_source_info(a->data, &si);
+        if (rc == TP_ERR_UNSUPPORTED) {  /* IDX and LMDB records: grey, 10 */
+            TP_TRY(tp_zoo_data_set_classes(d, 10, NULL));
+        } else if (rc != TP_OK) {
+            return tp_error_wrap(rc, "--data");
+        } else {
+            channels = si.channels;
+            rc = tp_zoo_data_set_classes(d, si.nclasses, (const char *const *)si.classes);
+            if (rc == TP_OK && a->test_data && !strncmp(a->data, "imagefolder:", 12) &&
+                !strncmp(a->test_data, "imagefolder:", 12)) {
+                /* the same classes in the same order, or the labels lie */
+                tp_image_source_info_t ti;
+                tp_image_source_info_init(&ti);
+                rc = tp_image_source_info(a->test_data, &ti);
+                for (int i = 0; rc == TP_OK && i < si.nclasses; i++) {
+                    int found = 0;
+                    for (int j = 0; j < ti.nclasses && !found; j++)
+                        found = !strcmp(si.classes[i], ti.classes[j]);
+                    if (!found)
+                        rc = tp_error(TP_ERR_NOT_FOUND, "--test-data %s has no class "
+                                      "folder '%s' (a class of --data %s)", a->test_data,
+                                      si.classes[i], a->data);
+                }
+                for (int j = 0; rc == TP_OK && j < ti.nclasses; j++) {
+                    int found = 0;
+                    for (int i = 0; i < si.nclasses && !found; i++)
+                        found = !strcmp(si.classes[i], ti.classes[j]);
+                    if (!found)
+                        rc = tp_error(TP_ERR_INVALID, "--test-data %s has a class folder "
+                                      "'%s' that --data %s does not have", a->test_data,
+                                      ti.classes[j], a->data);
+                }
+                tp_image_source_info_fini(&ti);
+            }
+            tp_image_source_info_fini(&si);
+            TP_TRY(rc);
+        }
+    }
+    d->channels = a->channels ? a->channels : channels;
+    if (a->classes && a->classes != d->nclasses) {
+        /* the names the data have, numbers for the rest */
+        const char **names = calloc((size_t)a->classes, sizeof *names);
+        if (!names)
+            return tp_error(TP_ERR_NOMEM, "--classes");
+        for (int i = 0; i < a->classes && i < d->nclasses; i++)
+            names[i] = d->classes[i];
+        tp_zoo_data_t tmp;
+        tp_zoo_data_init(&tmp);
+        tp_status_t rc = tp_zoo_data_set_classes(&tmp, a->classes, names);
+        free(names);
+        TP_TRY(rc);
+        tp_zoo_data_fini(d);
+        *d = tmp;
+        d->channels = a->channels ? a->channels : channels;
+    }
+    if (d->channels == 3) {  /* ImageNet's statistics, RGB */
+        static const float m[3] = {123.675f, 116.28f, 103.53f}, sd[3] = {58.395f, 57.12f, 57.375f};
+        d->nnorm = 3;
+        memcpy(d->mean, m, sizeof m);
+        memcpy(d->std, sd, sizeof sd);
+    }
+    if (a->mean || a->std) {
+        float mv[4] = {0}, sv[4] = {255};
+        int nm = 1, ns = 1;
+        if (a->mean)
+            TP_TRY(s_norm_flag("--mean", a->mean, d->channels, 0, mv, &nm));
+        else
+            memcpy(mv, d->mean, sizeof mv), nm = d->nnorm;
+        if (a->std)
+            TP_TRY(s_norm_flag("--std", a->std, d->channels, 1, sv, &ns));
+        else
+            memcpy(sv, d->std, sizeof sv), ns = d->nnorm;
+        d->nnorm = nm > ns ? nm : ns;
+        for (int c = 0; c < d->nnorm; c++) {
+            d->mean[c] = mv[nm == 1 ? 0 : c];
+            d->std[c] = sv[ns == 1 ? 0 : c];
+        }
+    }
+    if (!a->image_size) {
+        a->image_size = d->channels == 3 ? 32 : 28;
+        if (a->image_size < zoo->min_size)
+            a->image_size = zoo->min_size;
+    }
+    if (!strcmp(a->preset, "imagenet"))  /* validation: short side x 256/224 */
+        d->resize_short = (a->image_size * 256 + 112) / 224;
+    return TP_OK;
+}
+
+/* a.info's class names, freed at exit (main returns from many places) */
+static tp_zoo_data_t *s_info;
+static void s_info_free(void) {
+    if (s_info)
+        tp_zoo_data_fini(s_info);
+}
+
 static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     if (a->spec && a->workers > 0)
         return s_spec_with_workers(a, buf, size);
@@ -407,14 +602,15 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     const char *src = a->data;
     char source[2048];
     int n = a->image_size;
-    if (tp_zoo_source_sized(strcmp(src, "fashion-mnist") ? src : "fashion-mnist:train", 0,
-                            n, n, source, sizeof source) != TP_OK)
+    if ((!strcmp(a->preset, "imagenet")
+             ? tp_zoo_source_decoded(src, a->info.channels, n, n, source, sizeof source)
+             : tp_zoo_source_shaped(strcmp(src, "fashion-mnist") ? src : "fashion-mnist:train",
+                                    0, a->info.channels, n, n, source, sizeof source)) != TP_OK)
         return tp_error(TP_ERR_INVALID, "--data: %s", tp_last_error());
     char workers[64];
     s_processes_stage(a, workers, sizeof workers);
-    char augment[64] = "";
-    if (a->augment)
-        snprintf(augment, sizeof augment, " | augment crop=%d,pad=%d,flip", n, a->pad);
+    char augment[512] = "";
+    TP_TRY(s_augment_spec(a, augment, sizeof augment));
     snprintf(buf, size, "%s%s%s | batch %d", source, augment, workers, a->batch);
     return TP_OK;
 }
@@ -426,6 +622,18 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
     }
     const char *src = a->test_data ? a->test_data : a->data;
     int n = a->image_size;
+    if (a->info.channels == 3 || !strcmp(a->preset, "imagenet")) {
+        /* normalised as the training images, resized (or centre-cropped)
+         * as tp-predict will: tp_zoo_eval_spec, from data.json's fields */
+        if (!a->test_data)
+            return tp_error(TP_ERR_INVALID, "--data %s has no test split: give "
+                            "--test-data", src);
+        char chain[3584];
+        if (tp_zoo_eval_spec(src, &a->info, n, n, chain, sizeof chain) != TP_OK)
+            return tp_error(TP_ERR_INVALID, "--test-data: %s", tp_last_error());
+        snprintf(buf, size, "%s | batch 500 remainder", chain);
+        return TP_OK;
+    }
     char norm[64] = "";
     if (a->augment || a->resident)  /* the normalisation the training images had */
         snprintf(norm, sizeof norm, " | augment crop=%d", n);
@@ -503,12 +711,12 @@ int main(int argc, char **argv) {
     s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
-                  .image_size = 28, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05,
+                  .image_size = 0, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05,
                   .log_every = 50, .weight_decay = -1, .accumulate = 1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
            O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_CLIP, O_EMA, O_LR_MULT,
-           O_FREEZE, O_ACCUMULATE };
+           O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -528,7 +736,10 @@ int main(int argc, char **argv) {
         {"curve", required_argument, 0, 'K'}, {"public", no_argument, 0, 'P'},
         {"no-tensorboard", no_argument, 0, O_NOTB}, {"tf32", no_argument, 0, O_TF32},
         {"bf16", no_argument, 0, O_BF16},
-        {"augment", no_argument, 0, O_AUG}, {"no-augment", no_argument, 0, O_NOAUG},
+        {"augment", optional_argument, 0, O_AUG},
+        {"channels", required_argument, 0, O_CHANNELS},
+        {"classes", required_argument, 0, O_CLASSES},
+        {"mean", required_argument, 0, O_MEAN}, {"std", required_argument, 0, O_STD}, {"no-augment", no_argument, 0, O_NOAUG},
         {"resident", no_argument, 0, O_RESIDENT}, {"pad", required_argument, 0, O_PAD},
         {"tta", no_argument, 0, O_TTA},
         {"tta-shift", no_argument, 0, O_TTA_SHIFT},
@@ -577,7 +788,36 @@ int main(int argc, char **argv) {
         case 'R': a.remote = optarg; break;
         case 'K': a.curve = optarg; break;
         case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
-        case O_AUG: a.augment = 1; break;
+        case O_AUG: {
+            /* --augment alone is the zoo's crop and flip; --augment PRESET
+             * (or =PRESET) names one */
+            static const char *const presets[] = {"crop", "cifar", "imagenet", "none"};
+            const char *p = optarg;
+            if (!p && optind < argc)
+                for (int i = 0; i < 4; i++)
+                    if (!strcmp(argv[optind], presets[i]))
+                        p = argv[optind++];
+            int ok = !p;
+            for (int i = 0; p && i < 4; i++)
+                ok |= !strcmp(p, presets[i]);
+            if (!ok) {
+                tp_error(TP_ERR_INVALID, "--augment '%s': crop, cifar, imagenet or none", p);
+                return s_fail("bad flag");
+            }
+            a.preset = p ? p : "crop";
+            a.augment = strcmp(a.preset, "none") != 0;
+            break;
+        }
+        case O_CHANNELS:
+            if (tp_spec_int(optarg, 1, 3, "--channels", &v) || v == 2) {
+                tp_error(TP_ERR_INVALID, "--channels '%s': 1 (grey) or 3 (colour)", optarg);
+                return s_fail("bad flag");
+            }
+            a.channels = (int)v;
+            break;
+        case O_CLASSES: if (tp_spec_int(optarg, 1, 1000000, "--classes", &v)) return s_fail("bad flag"); a.classes = (int)v; break;
+        case O_MEAN: a.mean = optarg; break;
+        case O_STD: a.std = optarg; break;
         case O_RESIDENT: a.resident = 1; break;
         case O_TTA: a.tta = a.tta > 1 ? a.tta : 1; break;
         case O_TTA_SHIFT: a.tta = 2; break;
@@ -655,7 +895,7 @@ int main(int argc, char **argv) {
             break;
         }
         case O_PAD: if (tp_spec_int(optarg, 0, 64, "--pad", &v)) return s_fail("bad flag"); a.pad = (int)v; break;
-        case O_NOAUG: a.augment = 0; break;
+        case O_NOAUG: a.augment = 0; a.preset = "none"; break;
         case O_NOTB: a.no_tensorboard = 1; break;
         case O_LOG_EVERY:
             if (tp_spec_int(optarg, 0, INT64_MAX, "--log-every", &v))
@@ -676,12 +916,23 @@ int main(int argc, char **argv) {
     const tp_zoo_model_t *zoo = tp_zoo_find(a.model);
     if (!zoo)
         return s_fail("--model");
-    if (tp_zoo_check_size(zoo, a.image_size, a.image_size) != TP_OK)
-        return s_fail("--image-size");
     if (a.epochs == 0)
         a.epochs = zoo->default_epochs;
     if (a.augment < 0)
         a.augment = zoo->augment;
+    if (!a.preset)
+        a.preset = a.augment ? "crop" : "none";
+    s_info = &a.info;
+    atexit(s_info_free);
+    if (s_data_info(&a, zoo) != TP_OK)
+        return s_fail("data");
+    if (tp_zoo_check_size(zoo, a.image_size, a.image_size) != TP_OK)
+        return s_fail("--image-size");
+    if (a.info.channels == 3 && (a.resident || a.tta)) {
+        tp_error(TP_ERR_INVALID, "%s: grey images only (the data are colour)",
+                 a.resident ? "--resident" : "--tta");
+        return s_fail("bad flags");
+    }
     if (!a.optimizer)
         a.optimizer = zoo->optimizer;
     /* Adam's and AdamW's default rate: the model's SGD rate / 50 */
@@ -922,7 +1173,7 @@ int main(int argc, char **argv) {
      * checkpoint's metadata), float32 images when the augmentor
      * normalised. */
     tp_input_desc_t inputs[2];
-    if (tp_zoo_inputs_sized(a.image_size, a.image_size, inputs) != TP_OK) {
+    if (tp_zoo_inputs_shaped(a.info.channels, a.image_size, a.image_size, inputs) != TP_OK) {
         tp_dataflow_destroy(&train);
         tp_dataflow_destroy(&test);
         tp_input_destroy(&remote);
@@ -936,8 +1187,8 @@ int main(int argc, char **argv) {
         tp_input_destroy(&remote);
         return s_fail("--remote");
     }
-    s_model_user_t mu = {{(float)a.label_smoothing}, a.lr, a.optimizer, a.weight_decay,
-                         a.clip_norm, a.ema, a.accumulate, &a};
+    s_model_user_t mu = {{(float)a.label_smoothing, a.info.nclasses}, a.lr, a.optimizer,
+                         a.weight_decay, a.clip_norm, a.ema, a.accumulate, &a};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
     tp_train_config_t cfg;
@@ -1047,11 +1298,20 @@ int main(int argc, char **argv) {
     if (s_dist)
         snprintf(ranks_text, sizeof ranks_text, "%d ranks x ", nranks);
     if (rank == 0)
-        printf("tp-train: model %s (%s), %dx%d images, %s%d tower%s x batch %d, %d epochs, "
-               "lr %g (%s), logdir %s\n", zoo->name, zoo->summary, a.image_size,
-               a.image_size, ranks_text, a.towers,
+        printf("tp-train: model %s (%s), %dx%d images (%s), %d classes, %s%d tower%s x batch "
+               "%d, %d epochs, lr %g (%s), logdir %s\n", zoo->name, zoo->summary, a.image_size,
+               a.image_size, a.info.channels == 3 ? "colour" : "grey", a.info.nclasses,
+               ranks_text, a.towers,
                a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
     fflush(stdout);
+    /* what the data were, for tp-predict and tp-export: channels, class
+     * names in label order, normalisation (docs/images.md); written once the
+     * data and the model are set up, so a run refused before leaves only
+     * its log (a retry needs no --logdir-action) */
+    if (rank == 0 && tp_zoo_data_save(&a.info, logdir) != TP_OK) {
+        tp_train_config_fini(&cfg);  /* the callbacks (and the test data) with it */
+        return s_fail("log directory");
+    }
     double t0 = tp_now_s();
     tp_status_t rc = tp_launch_train_with_config(&cfg, NULL);
     double wall = tp_now_s() - t0;
