@@ -708,7 +708,9 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
 }
 
 int main(int argc, char **argv) {
-    s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
+    /* static: a.info is freed by an exit handler (s_info_free), which runs
+     * after main's frame is gone */
+    static s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
                   .image_size = 0, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05,
