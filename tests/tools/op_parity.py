@@ -62,6 +62,11 @@ OPS = {
     # gradient for the input (towerpack's kernel writes none: the graph
     # never runs it, see the row's note below)
     "stop_gradient": lambda x, r: x[0].detach(),
+    # the loss family: reduction='mean', gradients to both inputs
+    "mse": lambda x, r: F.mse_loss(x[0], x[1]),
+    "l1_loss": lambda x, r: F.l1_loss(x[0], x[1]),
+    "huber_loss": lambda x, r: F.huber_loss(x[0], x[1], delta=r["alpha"]),
+    "sigmoid_xent": lambda x, r: F.binary_cross_entropy_with_logits(x[0], x[1]),
 }
 
 
