@@ -936,7 +936,7 @@ static tp_node_t *s_loss(tp_tower_t *t, const char *name, tp_op_kind_t kind,
     char x[96], y[96];
     if (a->shape.ndim != b->shape.ndim || a->batched != b->batched ||
         memcmp(a->shape.d, b->shape.d, sizeof(int64_t) * (size_t)a->shape.ndim))
-        FAIL(t, n, "%s %s ('%s'%s) and %s ('%s'%s): need the same shape", what,
+        FAIL(t, n, "%s %s ('%s'%s) and %s ('%s'%s): need the same shape, batched alike", what,
              s_shape_str(&a->shape, x, 96), a->name, a->batched ? ", batched" : "",
              s_shape_str(&b->shape, y, 96), b->name, b->batched ? ", batched" : "");
     n->shape.ndim = 0;
