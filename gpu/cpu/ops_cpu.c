@@ -16,6 +16,7 @@
 
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
+#include "gpu/cpu/ops_loss.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -957,6 +958,9 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     case TP_OP_ERROR_COUNT: return s_correct_fwd(c);
     case TP_OP_L2_DECAY: s_l2_fwd(c); break;
     case TP_OP_CAST: s_cast_fwd(c); break;
+    case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
+    case TP_OP_SIGMOID_XENT: /* the loss family: ops_loss.c */
+        return tp_cpu_loss_forward(c);
     default: /* the elementwise family: ops_elementwise.c */
         return tp_cpu_elementwise_forward(c);
     }
@@ -977,6 +981,9 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
     case TP_OP_CONCAT: s_concat(c, 1); break;
     case TP_OP_SOFTMAX_XENT: s_xent_bwd(c); break;
     case TP_OP_L2_DECAY: s_l2_bwd(c); break;
+    case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
+    case TP_OP_SIGMOID_XENT:
+        return tp_cpu_loss_backward(c);
     default:
         return tp_cpu_elementwise_backward(c);
     }

@@ -24,6 +24,7 @@
 #include <towerpack/log.h>
 #include "gpu/cuda/internal.h"
 #include "gpu/cuda/ops_elementwise.h"
+#include "gpu/cuda/ops_loss.h"
 
 #define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
 #define TP_L2_BLOCKS 64
@@ -1370,6 +1371,9 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                        s->cu);
         return tp_error(TP_ERR_UNSUPPORTED, "%s: cast from %s", c->name,
                         tp_dtype_name(c->attr->in_dtype));
+    case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
+    case TP_OP_SIGMOID_XENT: /* the loss family: ops_loss.cu */
+        return tp_cuda_loss_forward(s, c);
     default: /* the elementwise family: ops_elementwise.cu */
         return tp_cuda_elementwise_forward(s, c);
     }
@@ -1589,6 +1593,9 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                s_count(&c->xshape[k]),
                                f_l2_bwd{(const float *)c->x[k], dy, a}));
         return TP_OK;
+    case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
+    case TP_OP_SIGMOID_XENT:
+        return tp_cuda_loss_backward(s, c);
     default:
         return tp_cuda_elementwise_backward(s, c);
     }

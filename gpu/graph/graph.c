@@ -25,7 +25,8 @@ static const char *const s_op_names[] = {
     "neg",         "abs",        "square",     "sqrt",
     "rsqrt",       "exp",        "log",        "pow",
     "clip",        "gelu",       "gelu_tanh",  "silu",
-    "softplus",    "constant",   "stop_gradient"};
+    "softplus",    "constant",   "stop_gradient", "mse",
+    "l1_loss",     "huber_loss", "sigmoid_xent"};
 _Static_assert(sizeof s_op_names / sizeof s_op_names[0] == TP_OP_COUNT,
                "one name per op kind");
 
@@ -919,6 +920,52 @@ static tp_node_t *s_labels_op(tp_tower_t *t, const char *name,
     n->shape.ndim = 0;
     n->batched = 0;
     return n;
+}
+
+/* The loss family's shape rule: two float inputs of one shape (batched
+ * alike, no broadcasting, as the losses are meant on matching tensors) ->
+ * a scalar, the mean over every element. */
+static tp_node_t *s_loss(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                         tp_node_t *a, tp_node_t *b, const char *what) {
+    tp_node_t *in[2] = {a, b};
+    tp_node_t *n = s_node(t, name, kind, 2, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
+        return s_drop_last(t);
+    char x[96], y[96];
+    if (a->shape.ndim != b->shape.ndim || a->batched != b->batched ||
+        memcmp(a->shape.d, b->shape.d, sizeof(int64_t) * (size_t)a->shape.ndim))
+        FAIL(t, n, "%s %s ('%s'%s) and %s ('%s'%s): need the same shape, batched alike", what,
+             s_shape_str(&a->shape, x, 96), a->name, a->batched ? ", batched" : "",
+             s_shape_str(&b->shape, y, 96), b->name, b->batched ? ", batched" : "");
+    n->shape.ndim = 0;
+    n->batched = 0;
+    return n;
+}
+
+tp_node_t *tp_mse(tp_tower_t *t, const char *name, tp_node_t *pred,
+                  tp_node_t *target) {
+    return s_loss(t, name, TP_OP_MSE, pred, target, "pred and target:");
+}
+tp_node_t *tp_l1_loss(tp_tower_t *t, const char *name, tp_node_t *pred,
+                      tp_node_t *target) {
+    return s_loss(t, name, TP_OP_L1_LOSS, pred, target, "pred and target:");
+}
+tp_node_t *tp_huber_loss(tp_tower_t *t, const char *name, tp_node_t *pred,
+                         tp_node_t *target, float delta) {
+    tp_node_t *n = s_loss(t, name, TP_OP_HUBER_LOSS, pred, target,
+                          "pred and target:");
+    if (n && !(delta > 0.0f && isfinite(delta)))
+        FAIL(t, n, "huber delta %g: must be finite and > 0", (double)delta);
+    if (n)
+        n->attr.alpha = delta;
+    return n;
+}
+tp_node_t *tp_sigmoid_xent(tp_tower_t *t, const char *name, tp_node_t *logits,
+                           tp_node_t *labels) {
+    return s_loss(t, name, TP_OP_SIGMOID_XENT, logits, labels,
+                  "logits and float labels:");
 }
 
 tp_node_t *tp_softmax_xent(tp_tower_t *t, const char *name, tp_node_t *logits,

@@ -67,6 +67,13 @@ typedef enum {
     TP_OP_SOFTPLUS,        /* ln(1 + e^x); x above 20: x (PyTorch's) */
     TP_OP_CONSTANT,        /* no inputs: fixed values (attr.data) */
     TP_OP_STOP_GRADIENT,   /* x forward; no gradient flows back */
+    /* the loss family (docs/ops.md): two inputs of one shape -> the mean
+     * over every element, a scalar [] (PyTorch's reduction='mean') */
+    TP_OP_MSE,             /* mean (pred - target)^2 */
+    TP_OP_L1_LOSS,         /* mean |pred - target| */
+    TP_OP_HUBER_LOSS,      /* mean Huber of pred - target (attr.alpha: delta) */
+    TP_OP_SIGMOID_XENT,    /* mean of max(x,0) - x z + ln(1 + e^-|x|),
+                              logits x, float labels z */
     TP_OP_COUNT
 } tp_op_kind_t;
 

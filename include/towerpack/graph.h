@@ -242,6 +242,26 @@ tp_node_t *tp_softmax_xent(tp_tower_t *t, const char *name,
 tp_node_t *tp_softmax_xent_smoothed(tp_tower_t *t, const char *name,
                                     tp_node_t *logits, tp_node_t *labels,
                                     float smoothing);
+/* ---- the loss family (docs/ops.md) --------------------------------------
+ * Two float32 inputs of the same shape (no broadcasting) -> a scalar [],
+ * the mean over every element (PyTorch's reduction='mean'). Gradients flow
+ * to both inputs where the graph asks (a data-input target gets none). */
+/* Mean squared error: mean (pred - target)^2 (PyTorch's mse_loss). */
+tp_node_t *tp_mse(tp_tower_t *t, const char *name, tp_node_t *pred,
+                  tp_node_t *target);
+/* Mean absolute error: mean |pred - target| (l1_loss); gradient 0 where
+ * they are equal. */
+tp_node_t *tp_l1_loss(tp_tower_t *t, const char *name, tp_node_t *pred,
+                      tp_node_t *target);
+/* Huber (huber_loss): with d = pred - target, d^2/2 where |d| <= delta,
+ * else delta (|d| - delta/2); delta > 0. */
+tp_node_t *tp_huber_loss(tp_tower_t *t, const char *name, tp_node_t *pred,
+                         tp_node_t *target, float delta);
+/* Sigmoid cross-entropy with logits (binary_cross_entropy_with_logits),
+ * binary or multi-label: labels are floats in [0,1] of the logits' shape.
+ * Computed as max(x,0) - x z + ln(1 + e^-|x|), stable for any logit. */
+tp_node_t *tp_sigmoid_xent(tp_tower_t *t, const char *name, tp_node_t *logits,
+                           tp_node_t *labels);
 /* Fraction of rows whose argmax equals the label (a scalar, no gradient). */
 tp_node_t *tp_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
                        tp_node_t *labels);

@@ -275,7 +275,8 @@ static const char *s_step(s_ex_t *ex, const char *op, const char *out, const cha
     /* a failed step before (NULL) fails this one; the one-input ops are
      * the unary ones, b then ignored */
     const int unary = !strcmp(op, "Erf") || !strcmp(op, "Tanh") || !strcmp(op, "Sigmoid") ||
-                      !strcmp(op, "Sqrt") || !strcmp(op, "Reciprocal");
+                      !strcmp(op, "Sqrt") || !strcmp(op, "Reciprocal") || !strcmp(op, "Abs") ||
+                      !strcmp(op, "Neg") || !strcmp(op, "Exp") || !strcmp(op, "Log");
     if (!a || (!unary && !b))
         return NULL;
     if (unary)
@@ -286,6 +287,76 @@ static const char *s_step(s_ex_t *ex, const char *op, const char *out, const cha
         snprintf(buf, size, "%s", out);
     const char *in[2] = {a, b};
     return s_node(ex, op, buf, b ? 2 : 1, in) ? buf : NULL;
+}
+
+/* The loss family (docs/ops.md) composed from opset-13 ops: the per-element
+ * term, then ReduceMean over every axis (keepdims 0: a scalar). Huber is
+ * c (|d| - c/2) with c = min(|d|, delta), which is d^2/2 inside delta and
+ * delta (|d| - delta/2) outside, with no Where; sigmoid cross-entropy is
+ * the stable max(x,0) - x z + log(1 + exp(-|x|)). 1 on success. */
+static int s_emit_loss(s_ex_t *ex, tp_op_kind_t k, const char *out,
+                       const char *const *in, const tp_node_attrs_t *a) {
+    char c1[700], t1[700], t2[700], t3[700], t4[700], t5[700], t6[700], t7[700];
+    const char *x = in[0], *z = in[1], *term = NULL;
+    switch (k) {
+    case TP_OP_MSE: {
+        const char *d = s_step(ex, "Sub", out, "diff", x, z, t1, sizeof t1);
+        term = s_step(ex, "Mul", out, "term", d, d, t2, sizeof t2);
+        break;
+    }
+    case TP_OP_L1_LOSS:
+        term = s_step(ex, "Abs", out, "term",
+                      s_step(ex, "Sub", out, "diff", x, z, t1, sizeof t1), NULL, t2,
+                      sizeof t2);
+        break;
+    case TP_OP_HUBER_LOSS: {
+        const char *m = s_step(ex, "Abs", out, "absdiff",
+                               s_step(ex, "Sub", out, "diff", x, z, t1, sizeof t1), NULL,
+                               t2, sizeof t2);
+        const char *c = s_step(ex, "Min", out, "clipped", m,
+                               s_scalar(ex, out, "delta", a->alpha, c1, sizeof c1), t3,
+                               sizeof t3);
+        char h[700];
+        const char *hc = s_step(ex, "Mul", out, "half_c", c,
+                                s_scalar(ex, out, "half", 0.5f, h, sizeof h), t4, sizeof t4);
+        term = s_step(ex, "Mul", out, "term", c,
+                      s_step(ex, "Sub", out, "rest", m, hc, t5, sizeof t5), t6, sizeof t6);
+        break;
+    }
+    case TP_OP_SIGMOID_XENT: {
+        char zero[700], one[700];
+        const char *relu = s_step(ex, "Max", out, "relu", x,
+                                  s_scalar(ex, out, "zero", 0.0f, zero, sizeof zero), t1,
+                                  sizeof t1);
+        const char *lin = s_step(ex, "Sub", out, "lin", relu,
+                                 s_step(ex, "Mul", out, "xz", x, z, t2, sizeof t2), t3,
+                                 sizeof t3);
+        const char *e = s_step(ex, "Exp", out, "exp",
+                               s_step(ex, "Neg", out, "negabs",
+                                      s_step(ex, "Abs", out, "abs", x, NULL, t4, sizeof t4),
+                                      NULL, t5, sizeof t5),
+                               NULL, t6, sizeof t6);
+        const char *l = s_step(ex, "Log", out, "log1p",
+                               s_step(ex, "Add", out, "one_plus", e,
+                                      s_scalar(ex, out, "one", 1.0f, one, sizeof one), t7,
+                                      sizeof t7),
+                               NULL, c1, sizeof c1);
+        char t8[700];
+        term = s_step(ex, "Add", out, "term", lin, l, t8, sizeof t8);
+        /* term names t8, which must live until the ReduceMean below */
+        const char *ri[1] = {term};
+        if (!term)
+            return 0;
+        Onnx__NodeProto *n = s_node(ex, "ReduceMean", out, 1, ri);
+        return n && s_attr_i(ex, n, "keepdims", 0);
+    }
+    default: return 0;
+    }
+    if (!term)
+        return 0;
+    const char *ri[1] = {term};
+    Onnx__NodeProto *n = s_node(ex, "ReduceMean", out, 1, ri);
+    return n && s_attr_i(ex, n, "keepdims", 0);
 }
 
 /* The elementwise family (docs/ops.md): NumPy broadcasting is ONNX's
@@ -530,6 +601,9 @@ static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *use
     case TP_OP_POW: case TP_OP_CLIP: case TP_OP_GELU: case TP_OP_GELU_TANH:
     case TP_OP_SILU: case TP_OP_SOFTPLUS: case TP_OP_STOP_GRADIENT:
         return s_emit_elementwise(ex, k, out, in, &a) ? TP_OK : NOMEM();
+    case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
+    case TP_OP_SIGMOID_XENT:
+        return s_emit_loss(ex, k, out, in, &a) ? TP_OK : NOMEM();
     case TP_OP_CONCAT: {
         const char **ci = s_new(ex, sizeof *ci * (size_t)nin);
         if (!ci)

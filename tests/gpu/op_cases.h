@@ -35,6 +35,14 @@ typedef struct {
     {nm "_batch1", kind, 0, 0, 2, {2, 2}, {{1, 7}, {1, 1}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
     {nm "_odd", kind, 0, 0, 2, {4, 2}, {{3, 1, 13, 1}, {13, 11}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}
 
+/* Loss rows (attribute a: Huber's delta): a batch of rows, a multi-dim
+ * shape with odd sizes, batch 1, a single element. */
+#define OP_LOSS_ROWS(nm, kind, a, lo0, hi0, lo1, hi1, atol, rtol)             \
+    {nm "_rows", kind, a, 0, 2, {2, 2}, {{8, 5}, {8, 5}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_odd", kind, a, 0, 2, {4, 4}, {{3, 1, 7, 5}, {3, 1, 7, 5}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_batch1", kind, a, 0, 2, {2, 2}, {{1, 13}, {1, 13}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
+    {nm "_single", kind, a, 0, 2, {1, 1}, {{1}, {1}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}
+
 #define OP_UNARY_ROW(nm, kind, a, b, lo, hi, atol, rtol)                     \
     {nm, kind, a, b, 1, {3, 0}, {{2, 7, 13}, {0}}, {lo, 0}, {hi, 0}, atol, rtol, 0}
 
@@ -75,13 +83,27 @@ static const op_case_t op_cases[] = {
     OP_UNARY_ROW("stop_gradient", TP_OP_STOP_GRADIENT, 0, 0, -1, 1, 0, 0),
     /* a size-1 tensor and batch 1 through the unary path */
     {"exp_single", TP_OP_EXP, 0, 0, 1, {1, 0}, {{1}, {0}}, {-1, 0}, {1, 0}, 1e-6f, 1e-5f, 0},
+    /* the loss family: two same-shape inputs -> their mean, a scalar */
+    OP_LOSS_ROWS("mse", TP_OP_MSE, 0, -1, 1, -1, 1, 1e-6f, 1e-5f),
+    OP_LOSS_ROWS("l1_loss", TP_OP_L1_LOSS, 0, -1, 1, -1, 1, 1e-6f, 1e-5f),
+    OP_LOSS_ROWS("huber_loss", TP_OP_HUBER_LOSS, 1.0f, -2, 2, -1, 1, 1e-6f, 1e-5f),
+    OP_LOSS_ROWS("huber_loss_d0.3", TP_OP_HUBER_LOSS, 0.3f, -1, 1, -1, 1, 1e-6f, 1e-5f),
+    OP_LOSS_ROWS("sigmoid_xent", TP_OP_SIGMOID_XENT, 0, -6, 6, 0, 1, 1e-6f, 1e-5f),
+    /* logits far past where e^x overflows float: the stable form stays finite */
+    {"sigmoid_xent_large", TP_OP_SIGMOID_XENT, 0, 0, 2, {2, 2}, {{4, 9}, {4, 9}}, {-200, 0}, {200, 1}, 1e-5f, 1e-5f, 0},
+    /* equal elements (the kink of l1 at 0: gradient 0, torch's sign) */
+    {"l1_loss_ties", TP_OP_L1_LOSS, 0, 0, 2, {1, 1}, {{40}, {40}}, {-1, -1}, {1, 1}, 1e-6f, 1e-5f, 0.5f},
 };
 
 #define OP_NCASES ((int)(sizeof op_cases / sizeof op_cases[0]))
 
-/* The output shape of a row: its inputs broadcast (NumPy's rule). */
+/* The output shape of a row: its inputs broadcast (NumPy's rule); a
+ * loss's is a scalar. */
 static inline tp_shape_t op_case_out(const op_case_t *k) {
     tp_shape_t o = {0};
+    if (k->kind == TP_OP_MSE || k->kind == TP_OP_L1_LOSS ||
+        k->kind == TP_OP_HUBER_LOSS || k->kind == TP_OP_SIGMOID_XENT)
+        return o;
     for (int p = 0; p < k->ninputs; p++)
         if (k->nd[p] > o.ndim)
             o.ndim = k->nd[p];

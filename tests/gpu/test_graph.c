@@ -667,6 +667,86 @@ Test(graph, broadcast_shapes_and_errors_naming_node_and_shapes) {
     }
 }
 
+/* ---- the loss family's shape rule: same shapes -> a scalar -------------- */
+
+static int s_loss_case;
+
+static tp_status_t s_losses(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* batched [N,3,5] */
+    tp_init_t one = {TP_INIT_CONST, 1.0f};
+    tp_node_t *y = NULL;
+    switch (s_loss_case) {
+    case 0: /* fine: mse(x, 0.5 x) = mean (x/2)^2 */
+        y = tp_mse(t, "ok", x, tp_mul(t, NULL, x, tp_scalar(t, "half", 0.5f)));
+        break;
+    case 1: /* the other side's dims differ */
+        y = tp_l1_loss(t, "bad_shape", x,
+                       tp_reshape(t, "r", x, 3, (int64_t[]){-1, 5, 3}));
+        break;
+    case 2: /* an unbatched target of the planned batch's shape */
+        y = tp_sigmoid_xent(t, "bad_batched", x,
+                            tp_variable(t, "v435", 3, (int64_t[]){4, 3, 5}, one,
+                                        TP_VAR_TRAINABLE));
+        break;
+    default: /* Huber's delta must be > 0 */
+        y = tp_huber_loss(t, "bad_delta", x, x, 0.0f);
+        break;
+    }
+    if (y)
+        tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+static tp_model_t *s_loss_model(int which) {
+    s_loss_case = which;
+    tp_input_desc_t d = {"x", TP_FLOAT32, 3, {-1, 3, 5}};
+    tp_model_desc_t md = {&d, 1, s_losses, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 4;
+    return tp_model_new(&md, &cfg);
+}
+
+Test(graph, loss_shapes_and_errors_naming_node_and_shapes) {
+    tp_model_t *m = s_loss_model(0);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    const tp_node_t *y = tp_model_lookup(m, -1, "y");
+    cr_expect_eq(tp_node_shape(y)->ndim, 0, "a loss is a scalar");
+    cr_expect_eq(tp_node_batched(y), 0);
+    /* the run's batch (2 of the planned 4): the mean over its 30 elements */
+    float x[2 * 15];
+    double want = 0.0;
+    for (int i = 0; i < 30; i++) {
+        x[i] = (float)i * 0.1f;
+        want += 0.25 * (double)x[i] * x[i] / 30.0;
+    }
+    int64_t xs[3] = {2, 3, 5};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, -1, "y", &v), TP_OK);
+    cr_expect_float_eq(*(float *)v.data, (float)want, 1e-5, "mse %g, want %g",
+                       (double)*(float *)v.data, want);
+    tp_model_destroy(&m);
+
+    const char *want_err[][3] = {
+        {"'bad_shape'", "[4,3,5] ('x', batched)", "[4,5,3] ('r', batched)"},
+        {"'bad_batched'", "logits and float labels", "[4,3,5] ('v435')"},
+        {"'bad_delta'", "huber delta 0", "> 0"},
+    };
+    for (int k = 0; k < 3; k++) {
+        m = s_loss_model(k + 1);
+        cr_expect_null(m, "case %d built", k + 1);
+        for (int j = 0; j < 3; j++)
+            cr_expect(strstr(tp_last_error(), want_err[k][j]) != NULL,
+                      "case %d: '%s' not in: %s", k + 1, want_err[k][j], tp_last_error());
+        tp_model_destroy(&m);
+    }
+}
+
 /* ---- gradients with respect to a data input ---------------------------- */
 
 static int s_ask_labels;

@@ -313,6 +313,36 @@ FD_TEST(stop_gradient, c_stop_gradient, 2, {N, 5}, 0, 0.5)
 /* the checker itself: a gradient 10% off must be reported */
 FD_TEST(a_wrong_gradient_fails_the_check, c_broken_mul, 3, {N, 2, 3}, 1)
 
+/* ---- the loss family: both inputs trainable, so both gradients are checked */
+
+/* A second operand of x's shape [N,5], trainable ("target"). */
+static tp_node_t *s_target(tp_tower_t *t) {
+    int64_t s[2] = {N, 5};
+    return tp_variable(t, "target", 2, s, (tp_init_t){TP_INIT_NORMAL, 1.0f},
+                       TP_VAR_TRAINABLE);
+}
+static tp_node_t *c_mse(tp_tower_t *t, tp_node_t *x) { return tp_mse(t, NULL, x, s_target(t)); }
+static tp_node_t *c_l1(tp_tower_t *t, tp_node_t *x) { return tp_l1_loss(t, NULL, x, s_target(t)); }
+static tp_node_t *c_huber(tp_tower_t *t, tp_node_t *x) {
+    /* delta 0.5 against differences of N(0, 2): both branches */
+    return tp_huber_loss(t, NULL, x, s_target(t), 0.5f);
+}
+static tp_node_t *c_sigmoid_xent(tp_tower_t *t, tp_node_t *x) {
+    /* labels in (0,1) as sigmoid(target); logits 6x reach the tails */
+    return tp_sigmoid_xent(t, NULL, tp_scale(t, NULL, x, 6.0f),
+                           tp_sigmoid(t, NULL, s_target(t)));
+}
+static tp_node_t *c_broken_mse(tp_tower_t *t, tp_node_t *x) {
+    tp_cpu_elementwise_grad_fault = 1.1f; /* this forked test's process only */
+    return c_mse(t, x);
+}
+
+FD_TEST(mse, c_mse, 2, {N, 5})
+FD_TEST(l1_loss, c_l1, 2, {N, 5})
+FD_TEST(huber_loss, c_huber, 2, {N, 5})
+FD_TEST(sigmoid_xent, c_sigmoid_xent, 2, {N, 5})
+FD_TEST(a_wrong_loss_gradient_fails_the_check, c_broken_mse, 2, {N, 5}, 1)
+
 /* ---- forward values of ops without gradients ------------------------------ */
 
 static tp_status_t s_metrics(tp_tower_t *t, tp_node_t *const *in, void *u) {

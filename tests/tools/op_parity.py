@@ -7,7 +7,7 @@ Usage: op_parity.py DIR
 The second form checks an exported model instead: onnx.checker (full
 check) accepts it, and evaluating its nodes with numpy on the input X gives
 towerpack's output Y within 1e-5 (a small evaluator for the ops the
-elementwise family exports; onnx 1.12 has no reference runtime).
+elementwise and loss families export; onnx 1.12 has no reference runtime).
 
 DIR holds manifest.jsonl (one JSON object per row: label, op, alpha, beta,
 atol, rtol, the output shape y and the input shapes) and, per row, raw
@@ -62,6 +62,11 @@ OPS = {
     # gradient for the input (towerpack's kernel writes none: the graph
     # never runs it, see the row's note below)
     "stop_gradient": lambda x, r: x[0].detach(),
+    # the loss family: reduction='mean', gradients to both inputs
+    "mse": lambda x, r: F.mse_loss(x[0], x[1]),
+    "l1_loss": lambda x, r: F.l1_loss(x[0], x[1]),
+    "huber_loss": lambda x, r: F.huber_loss(x[0], x[1], delta=r["alpha"]),
+    "sigmoid_xent": lambda x, r: F.binary_cross_entropy_with_logits(x[0], x[1]),
 }
 
 
@@ -110,6 +115,8 @@ def onnx_eval(model_path, x_path, dims, y_path):
         "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
         "Softplus": lambda v: np.log1p(np.exp(v)),
         "Clip": lambda v, lo, hi: np.clip(v, lo, hi),
+        # the losses' mean: every axis, keepdims 0 (all the exporter writes)
+        "ReduceMean": lambda v: np.mean(v.astype(np.float64)),
     }
     for n in g.node:
         if n.op_type not in fns:
