@@ -237,7 +237,9 @@ Test(train_text, launch_puts_tokens_per_s_and_validation_bpb_in_stats_json) {
         double tokens = json_number_value(json_object_get(r, "tokens_per_s"));
         cr_assert(cost > 0 && isfinite(cost), "validation_cost %g", cost);
         cr_assert_float_eq(bpb, cost / M_LN2, 1e-9, "bpb %g, cost %g", bpb, cost);
-        cr_assert(tput > 0 && fabs(tokens / (tput * T) - 1) < 0.05,
+        /* two trackers timing a sub-second epoch on their own clocks: the
+         * same rate within 25% (a wrong factor, e.g. not x T, is 16x off) */
+        cr_assert(tput > 0 && fabs(tokens / (tput * T) - 1) < 0.25,
                   "tokens_per_s %g, throughput %g", tokens, tput);
     }
     /* it learns the next byte a little: under 8 bits of a uniform guess */
