@@ -35,6 +35,7 @@ static size_t s_words_len[2];
 static void s_end_now(int sig) {
     int k = sig == SIGTERM;
     tp_atomic_file_unlink_pending();  /* a write cut short leaves no temporary */
+    tp_run_dirs_remove_now();         /* nor the sockets of a run */
     tp_log_last_words(s_words[k], s_words_len[k]);
     _exit(128 + sig);
 }
@@ -214,12 +215,9 @@ tp_supervisor_t *tp_supervisor_new(const tp_supervisor_opts_t *opts) {
     if (o->run_dir) {
         snprintf(self->run_dir, sizeof self->run_dir, "%s", o->run_dir);
     } else {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(self->run_dir, sizeof self->run_dir, "%s/tp-run-XXXXXX",
-                 tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(self->run_dir)) {
-            tp_error(TP_ERR_IO, "supervisor: mkdtemp %s: %s", self->run_dir,
-                     strerror(errno));
+        tp_status_t rc = tp_run_dir_make(self->run_dir, sizeof self->run_dir, "tp-run");
+        if (rc < 0) {
+            tp_error_wrap(rc, "supervisor '%s'", self->name);
             free(self);
             return NULL;
         }
@@ -236,7 +234,7 @@ tp_supervisor_t *tp_supervisor_new(const tp_supervisor_opts_t *opts) {
         if (rc < 0) {
             tp_error_wrap(rc, "supervisor '%s'", self->name);
             if (self->own_run_dir)
-                rmdir(self->run_dir);
+                tp_run_dir_remove(self->run_dir);
             free(self);
             return NULL;
         }
@@ -276,7 +274,7 @@ void tp_supervisor_destroy(tp_supervisor_t **self_p) {
     free(self->rows);
     tp_stats_pub_destroy(&self->pub);
     if (self->own_run_dir)
-        rmdir(self->run_dir);
+        tp_run_dir_remove(self->run_dir);
     if (self->signals)
         tp_signals_restore();
     free(self);

@@ -1,6 +1,9 @@
 /* towerpack core: writing a file atomically (temporary file in the same
- * directory, fsync, rename, fsync of the directory). A crash or a full disk
- * leaves either the old file or the new one, never a torn one. */
+ * directory, fsync, rename, fsync of the directory), and what a process must
+ * not leave behind when it has to _exit at once: the temporaries of the
+ * writes in progress and its private run directories. A crash or a full
+ * disk leaves either the old file or the new one, never a torn one. */
+#define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -9,38 +12,107 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <towerpack/fileio.h>
+#include <towerpack/status.h>
 
-/* The temporaries of the writes in progress (their open to their commit or
- * abort), so a process that must _exit at once can unlink them from a
- * signal handler: pointers into the callers' tp_atomic_file_t, claimed and
- * released with compare-and-swap. More writes at once than slots go
- * unlisted (a later tp_atomic_file_sweep still removes their files). */
-#define S_PENDING_MAX 16
-static _Atomic(const char *) s_pending[S_PENDING_MAX];
+/* Paths a signal handler may have to remove: pointers into the callers'
+ * objects (a tp_atomic_file_t's temporary name, a supervisor's or a worker
+ * pool's run directory), claimed and released with compare-and-swap. More
+ * at once than slots go unlisted (a later tp_atomic_file_sweep still
+ * removes stale temporaries; an unlisted run directory is only removed by
+ * the orderly stop). */
+#define S_LIST_MAX 16
+typedef _Atomic(const char *) s_list_t[S_LIST_MAX];
+static s_list_t s_pending;   /* temporaries, open to commit or abort */
+static s_list_t s_run_dirs;  /* run directories, made to removed */
 
-static void s_pending_add(const char *tmp) {
-    for (int i = 0; i < S_PENDING_MAX; i++) {
+static void s_list_add(s_list_t list, const char *path) {
+    for (int i = 0; i < S_LIST_MAX; i++) {
         const char *none = NULL;
-        if (atomic_compare_exchange_strong(&s_pending[i], &none, tmp))
+        if (atomic_compare_exchange_strong(&list[i], &none, path))
             return;
     }
 }
 
-static void s_pending_drop(const char *tmp) {
-    for (int i = 0; i < S_PENDING_MAX; i++) {
-        const char *mine = tmp;
-        if (atomic_compare_exchange_strong(&s_pending[i], &mine, NULL))
+static void s_list_drop(s_list_t list, const char *path) {
+    for (int i = 0; i < S_LIST_MAX; i++) {
+        const char *mine = path;
+        if (atomic_compare_exchange_strong(&list[i], &mine, NULL))
             return;
     }
 }
+
+static void s_pending_add(const char *tmp) { s_list_add(s_pending, tmp); }
+static void s_pending_drop(const char *tmp) { s_list_drop(s_pending, tmp); }
 
 void tp_atomic_file_unlink_pending(void) {
-    for (int i = 0; i < S_PENDING_MAX; i++) {
+    for (int i = 0; i < S_LIST_MAX; i++) {
         const char *tmp = atomic_load(&s_pending[i]);
         if (tmp)
             unlink(tmp);
+    }
+}
+
+tp_status_t tp_run_dir_make(char *dir, size_t size, const char *prefix) {
+    const char *tmp = getenv("TMPDIR");
+    int n = snprintf(dir, size, "%s/%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+    if (n < 0 || (size_t)n >= size)
+        return tp_error(TP_ERR_INVALID, "run directory %s/%s-XXXXXX: longer than %zu bytes",
+                        tmp && *tmp ? tmp : "/tmp", prefix, size - 1);
+    if (!mkdtemp(dir))
+        return tp_error(TP_ERR_IO, "mkdtemp %s: %s", dir, strerror(errno));
+    s_list_add(s_run_dirs, dir);
+    return TP_OK;
+}
+
+void tp_run_dir_remove(const char *dir) {
+    s_list_drop(s_run_dirs, dir);
+    rmdir(dir);
+}
+
+/* Only system calls (no opendir: it allocates). Entries are unlinked while
+ * the directory is read, so it is read again from the start until a pass
+ * finds nothing; a run directory holds a few sockets. */
+static void s_remove_dir_now(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        for (int pass = 0; pass < 8; pass++) {
+            char buf[4096] __attribute__((aligned(8)));
+            int removed = 0;
+            long n;
+            if (lseek(fd, 0, SEEK_SET) < 0)
+                break;
+            while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+                for (long off = 0; off < n;) {
+                    struct {
+                        unsigned long long ino;
+                        long long off;
+                        unsigned short reclen;
+                        unsigned char type;
+                        char name[];
+                    } *e = (void *)(buf + off);
+                    const char *nm = e->name;
+                    int dot = nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2]));
+                    if (!dot && unlinkat(fd, nm, 0) == 0)
+                        removed++;
+                    off += e->reclen;
+                }
+            }
+            if (!removed)
+                break;
+        }
+        close(fd);
+    }
+    rmdir(dir);
+}
+
+void tp_run_dirs_remove_now(void) {
+    for (int i = 0; i < S_LIST_MAX; i++) {
+        const char *dir = atomic_load(&s_run_dirs[i]);
+        if (dir)
+            s_remove_dir_now(dir);
     }
 }
 

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include "df_internal.h"
 #include "df_zygote.h"
+#include <towerpack/fileio.h>
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/process.h>
 #include <towerpack/clock.h>
@@ -244,12 +245,9 @@ static tp_status_t s_pool_prepare(s_pool_t *p) {
     if (p->opts.run_dir) {
         snprintf(p->run_dir, sizeof p->run_dir, "%s", p->opts.run_dir);
     } else {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(p->run_dir, sizeof p->run_dir, "%s/tp-mp-XXXXXX",
-                 tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(p->run_dir))
-            return tp_error(TP_ERR_IO, "%s: mkdtemp %s: %s", p->what,
-                            p->run_dir, strerror(errno));
+        tp_status_t rc = tp_run_dir_make(p->run_dir, sizeof p->run_dir, "tp-mp");
+        if (rc < 0)
+            return tp_error_wrap(rc, "%s", p->what);
         p->own_run_dir = 1;
     }
     p->opts.run_dir = NULL;
@@ -413,7 +411,7 @@ static void s_pool_fini(s_pool_t *p) {
     free(p->workers);
     p->workers = NULL;
     if (p->own_run_dir)
-        rmdir(p->run_dir);
+        tp_run_dir_remove(p->run_dir);
 }
 
 /* One poll slice of the parent: wait up to 100 ms; TP_ERR_INTERRUPTED on a

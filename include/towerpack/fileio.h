@@ -40,6 +40,16 @@ int tp_atomic_file_sweep(const char *dir);
  * supervisor.h): async-signal-safe, the writes' targets untouched. */
 void tp_atomic_file_unlink_pending(void);
 
+/* A process's private directory for its ipc sockets (a supervisor's, a
+ * worker pool's): made as TMPDIR/PREFIX-XXXXXX (mode 0700) and listed, so a
+ * process that must _exit at once can remove it with what is in it. */
+tp_status_t tp_run_dir_make(char *dir, size_t size, const char *prefix);
+/* Unlist and rmdir (the sockets in it are closed and unlinked by then). */
+void tp_run_dir_remove(const char *dir);
+/* Remove every listed run directory and its entries: async-signal-safe, for
+ * the same _exit as tp_atomic_file_unlink_pending. */
+void tp_run_dirs_remove_now(void);
+
 #ifdef __cplusplus
 }
 #endif

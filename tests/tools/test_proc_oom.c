@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include "proc_testutil.h"
 
@@ -127,11 +128,18 @@ Test(oom, sigterm_inside_a_product_ends_the_run_within_a_second, .init = s_setup
     snprintf(log, sizeof log, "%s/log.log", logdir);
     snprintf(path, sizeof path, "%s/out.txt", s_dir);
     char *argv[] = {TP_TRAIN, "--model", "resnet", "--image-size", "128", "--batch", "8",
-                    "--towers", "1", "--threads", "1", "--epochs", "5",
+                    "--towers", "1", "--threads", "1", "--workers", "2", "--epochs", "5",
                     "--steps-per-epoch", "10", "--test-spec",
                     "fashion-mnist:test,shuffle=0 | imgaug resize=128x128 | batch 8",
                     "--logdir", logdir, NULL};
-    pu_spawn_opts_t o = {.out = path};
+    /* its own TMPDIR: the worker pool's run directory (ipc sockets) is looked
+     * for after */
+    char tmp[128], tmpenv[160];
+    snprintf(tmp, sizeof tmp, "%s/tmp", s_dir);
+    cr_assert_eq(mkdir(tmp, 0700), 0);
+    snprintf(tmpenv, sizeof tmpenv, "TMPDIR=%s", tmp);
+    const char *env[] = {tmpenv, NULL};
+    pu_spawn_opts_t o = {.out = path, .env = env};
     pid_t pid = pu_spawn(argv, &o);
     cr_assert_gt(pid, 0);
     /* the first step's progress line (a line per tenth of an epoch): the
@@ -167,6 +175,8 @@ Test(oom, sigterm_inside_a_product_ends_the_run_within_a_second, .init = s_setup
     cr_assert(strstr(out, "SIGTERM: the orderly stop did not end within 1.0 s"), "%s", out);
     s_read(log, out, sizeof out);
     cr_assert(strstr(out, "SIGTERM: the orderly stop did not end"), "log:\n%s", out);
+    /* the _exit removed the run's private directories and their sockets */
+    cr_assert_eq(pu_dir_entries(tmp), 0, "%s still holds a run directory", tmp);
 }
 
 Test(oom, a_huge_activation_is_named_as_memory, .init = s_setup, .fini = s_teardown,
