@@ -49,10 +49,12 @@
 static const char *s_names[] = {"ask", "keep", "delete", "backup", "new"};
 
 /* The lock file, and what a run leaves when it stopped before it made
- * anything of value: the log of the failure (its retry appends to it) and
- * the statistics socket of a killed run. */
+ * anything of value: the log of the failure (its retry appends to it), the
+ * statistics socket of a killed run, and tp-train's record of its data
+ * (models.h's TP_ZOO_DATA_FILE, written before the launch and rewritten by
+ * every run, so a directory holding only it is a new run's). */
 #define S_LOCK_FILE ".lock"
-static const char *s_disposable[] = {S_LOCK_FILE, "log.log", "stats.sock"};
+static const char *s_disposable[] = {S_LOCK_FILE, "log.log", "stats.sock", "data.json"};
 
 tp_status_t tp_logdir_action_parse(const char *s, tp_logdir_action_t *action) {
     for (int i = 0; i < 5; i++)

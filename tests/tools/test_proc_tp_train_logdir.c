@@ -246,3 +246,27 @@ Test(tp_train_logdir, the_fatal_error_is_in_log_log_and_the_retry_needs_no_actio
     text = s_slurp(path);
     cr_assert_null(strstr(text, "is not empty"), "a refused run writes nothing there");
 }
+
+/* Must hold: a run into a new directory, or one emptied by
+ * --logdir-action delete, does not warn that an old run is kept beside it
+ * (tp-train's own data.json, written before the launch, is this run's). */
+Test(tp_train_logdir, a_new_run_does_not_warn_of_an_old_one) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/run", s_dir);
+    for (int k = 0; k < 2; k++) {  /* missing, then holding the first run */
+        char *a[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "3",
+                     "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir,
+                     "--logdir-action", "delete", NULL};
+        int rc = s_run(a, s_out, sizeof s_out);
+        cr_assert_eq(rc, 0, "run %d: exit %d:\n%s", k, rc, s_out);
+        cr_assert_not(strstr(s_out, "is kept and this run does not resume it"),
+                      "run %d: a warning of an old run:\n%s", k, s_out);
+    }
+    /* kept on purpose: the warning stays */
+    char *b[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "3",
+                 "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir,
+                 "--logdir-action", "keep", NULL};
+    int rc = s_run(b, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "is kept and this run does not resume it"), "%s", s_out);
+}
