@@ -26,6 +26,8 @@ tp_status_t tp_cb_after_epoch(tp_callback_t *cb, tp_trainer_t *tr);
 tp_status_t tp_cb_trigger_epoch(tp_callback_t *cb, tp_trainer_t *tr);
 tp_status_t tp_cb_trigger(tp_callback_t *cb, tp_trainer_t *tr);
 tp_status_t tp_cb_after_train(tp_callback_t *cb, tp_trainer_t *tr);
+void tp_cb_on_image(tp_callback_t *cb, tp_trainer_t *tr, const char *tag,
+                    const tp_tensor_t *image);
 void tp_cb_on_scalar(tp_callback_t *cb, tp_trainer_t *tr, const char *name,
                      double value);
 

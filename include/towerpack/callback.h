@@ -30,6 +30,10 @@ typedef struct tp_callback_ops {
     /* Monitors: every tp_trainer_put_scalar. */
     void (*on_scalar)(void *impl, tp_trainer_t *tr, const char *name,
                       double value);
+    /* Monitors: every tp_trainer_put_image (uint8 [H, W, C], C 1 or 3;
+     * valid during the call). */
+    void (*on_image)(void *impl, tp_trainer_t *tr, const char *tag,
+                     const tp_tensor_t *image);
     void (*destroy)(void *impl);
 } tp_callback_ops_t;
 

@@ -60,6 +60,14 @@ tp_status_t tp_image_encode_jpeg(const tp_tensor_t *img, int quality,
 tp_status_t tp_image_encode_png(const tp_tensor_t *img, void **data,
                                 size_t *size);
 
+/* Tile a batch of float32 images into one uint8 grid image [rows x (H +
+ * pad) + pad, columns x (W + pad) + pad, C] (HWC, black between tiles):
+ * the batch is [N, C, H, W] with C 1 or 3, or [N, H, W]; values in
+ * [lo, hi] map to 0..255 (clamped; a NaN is 0). columns <= 0: the
+ * smallest square that holds N. *grid is made (owned by the caller). */
+tp_status_t tp_image_grid(const tp_tensor_t *batch, float lo, float hi, int columns,
+                          int pad, tp_tensor_t *grid);
+
 /* ---- sources ---------------------------------------------------------------- */
 
 typedef struct tp_image_source_opts {

@@ -31,6 +31,30 @@ tp_callback_t *tp_cb_model_saver(int max_to_keep, double keep_every_n_hours);
 tp_callback_t *tp_cb_min_saver(const char *stat, const char *filename);
 tp_callback_t *tp_cb_max_saver(const char *stat, const char *filename);
 
+/* SampleGrid: after every epoch, the model's output `output` on a fixed
+ * batch of inputs (a generator's noise, a few test images) as one grid
+ * image (tp_image_grid), written to LOGDIR/<prefix>-<epoch>.png and shown
+ * to the monitors as image `tag` (TensorBoard's Images tab, through
+ * tp_trainer_put_image). The output is float32 [N, C, H, W] (C 1 or 3) or
+ * [N, H, W]; values in [lo, hi] become 0..255. It runs the model's
+ * inference graph with the weights as they are: a model built with one
+ * (validation data, or tp_train_config_t.infer_batch >= N). Chief only. */
+typedef struct tp_sample_grid_opts {
+    const char *output;              /* required: an output or node name */
+    const char *const *input_names;  /* the inputs the output needs */
+    const tp_tensor_t *inputs;       /* their fixed values, [N, ...]: copied */
+    int ninputs;
+    float lo, hi;                    /* default 0, 1 (a tanh output: -1, 1) */
+    int columns;                     /* default 0: a square */
+    const char *prefix;              /* default "samples"; "": no file */
+    const char *tag;                 /* default: output */
+} tp_sample_grid_opts_t;
+
+void tp_sample_grid_opts_init(tp_sample_grid_opts_t *opts);
+/* NULL with tp_last_error() when the options are wrong (no output, no
+ * inputs, inputs of different row counts). */
+tp_callback_t *tp_cb_sample_grid(const tp_sample_grid_opts_t *opts);
+
 /* The newest checkpoint in `logdir` into out[size]: the one LOGDIR/checkpoint
  * names if it exists, else the model-<N>.safetensors with the largest N.
  * Only regular files count (a FIFO named like a checkpoint is skipped).

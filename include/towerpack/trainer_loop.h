@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <towerpack/status.h>
+#include <towerpack/tensor.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -148,6 +149,14 @@ tp_model_t *tp_trainer_model(tp_trainer_t *self);
  * history per name for callbacks that react to statistics. */
 void tp_trainer_put_scalar(tp_trainer_t *self, const char *name,
                            double value);
+/* Show an image (a sample grid, a reconstruction) to every monitor that
+ * takes images (TFEventWriter: TensorBoard's Images tab, at the current
+ * global step): uint8 [H, W, C] with C 1 (grey) or 3 (RGB), HWC order.
+ * Not kept by the trainer. An image put by an observing callback reaches
+ * only the observers. TP_ERR_INVALID for another dtype or shape. */
+tp_status_t tp_trainer_put_image(tp_trainer_t *self, const char *tag,
+                                 const tp_tensor_t *image);
+
 /* The latest value of `name`: TP_ERR_NOT_FOUND when none was put. */
 tp_status_t tp_trainer_get_scalar(const tp_trainer_t *self, const char *name,
                                   double *value);

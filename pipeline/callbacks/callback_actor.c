@@ -65,7 +65,7 @@
 /* How often a trainer waiting for the actor to end says what it waits on. */
 #define S_SAY_NS 5000000000ull
 
-enum { EV_HOOK = 1, EV_SCALAR, EV_EPOCH_END, EV_FINISH };
+enum { EV_HOOK = 1, EV_SCALAR, EV_EPOCH_END, EV_FINISH, EV_IMAGE };
 enum {
     H_BEFORE_TRAIN = 1, H_BEFORE_EPOCH, H_AFTER_RUN, H_TRIGGER_STEP,
     H_AFTER_EPOCH, H_TRIGGER_EPOCH, H_TRIGGER, H_AFTER_TRAIN,
@@ -100,7 +100,7 @@ struct tp_cb_actor {
     /* ---- the trainer's side (its thread only) ---- */
     s_obs_t **obs;           /* the wrappers, by index */
     int nobs, capobs;
-    s_obs_t *forwarder;      /* the observer whose on_scalar sends scalars */
+    s_obs_t *forwarder;      /* the observer whose on_scalar sends scalars (and images) */
     zactor_t *actor;         /* NULL until started, and once stopped */
     void *pipe;              /* the trainer's end */
     int started;             /* once: a trainer with observers trains once */
@@ -292,6 +292,35 @@ static void s_take_scalar(tp_cb_actor_t *a, const s_event_t *ev, const char *nam
     s_pass_stop(a);  /* an on_scalar may ask */
 }
 
+/* An image the trainer's side put: the frame is s_image_head_t, the tag,
+ * then H x W x C bytes (sizes checked against the frame's). */
+typedef struct {
+    uint32_t tag_len;
+    int32_t h, w, c;
+} s_image_head_t;
+
+static void s_take_image(tp_cb_actor_t *a, const s_event_t *ev, const void *x, size_t xs) {
+    s_image_head_t hd;
+    if (xs < sizeof hd)
+        return;
+    memcpy(&hd, x, sizeof hd);
+    size_t pixels = (size_t)hd.h * (size_t)hd.w * (size_t)hd.c;
+    if (hd.tag_len == 0 || hd.tag_len > S_NAME_MAX || hd.h < 1 || hd.w < 1 ||
+        (hd.c != 1 && hd.c != 3) || xs != sizeof hd + hd.tag_len + pixels)
+        return;
+    char tag[S_NAME_MAX + 1];
+    memcpy(tag, (const char *)x + sizeof hd, hd.tag_len);
+    tag[hd.tag_len] = '\0';
+    int64_t shape[3] = {hd.h, hd.w, hd.c};
+    tp_tensor_t img;
+    if (tp_tensor_init_wrap(&img, TP_UINT8, 3, shape,
+                            (char *)x + sizeof hd + hd.tag_len, NULL, NULL) != TP_OK)
+        return;
+    tp_trainer_follow_at(a->mirror, ev->epoch, ev->local_step, ev->global_step, ev->t_ns);
+    tp_trainer_put_image(a->mirror, tag, &img);
+    s_pass_stop(a);
+}
+
 static void s_actor(zsock_t *pipe, void *arg) {
     tp_cb_actor_t *a = arg;
     a->sock = zsock_resolve(pipe);
@@ -336,6 +365,9 @@ static void s_actor(zsock_t *pipe, void *arg) {
                     name[xs] = '\0';
                     s_take_scalar(a, &ev, name);
                 }
+                break;
+            case EV_IMAGE:
+                s_take_image(a, &ev, x, xs);
                 break;
             case EV_EPOCH_END:
                 tp_trainer_follow_epoch_end(a->mirror);
@@ -843,6 +875,35 @@ static void w_on_scalar(void *impl, tp_trainer_t *tr, const char *name, double v
         TP_WARN("scalar %s not sent to the observing callbacks: %s", name, tp_last_error());
 }
 
+/* Every image the trainer's side puts goes over once, like a scalar. */
+static void w_on_image(void *impl, tp_trainer_t *tr, const char *tag, const tp_tensor_t *image) {
+    s_obs_t *w = impl;
+    if (!w->a || w->a->forwarder != w || !w->a->actor)
+        return;
+    size_t n = strlen(tag), pixels = image->nbytes;
+    if (n > S_NAME_MAX) {
+        TP_WARN("image %s: tag longer than %d characters, not sent to the observing "
+                "callbacks", tag, S_NAME_MAX);
+        return;
+    }
+    s_image_head_t hd = {(uint32_t)n, (int32_t)image->shape[0], (int32_t)image->shape[1],
+                         (int32_t)image->shape[2]};
+    char *frame = malloc(sizeof hd + n + pixels);
+    if (!frame) {
+        TP_WARN("image %s not sent to the observing callbacks: out of memory", tag);
+        return;
+    }
+    memcpy(frame, &hd, sizeof hd);
+    memcpy(frame + sizeof hd, tag, n);
+    memcpy(frame + sizeof hd + n, image->data, pixels);
+    s_event_t ev = {.kind = EV_IMAGE, .epoch = tp_trainer_epoch_num(tr),
+                    .local_step = tp_trainer_local_step(tr),
+                    .global_step = tp_trainer_global_step(tr), .t_ns = tp_now_ns()};
+    if (s_send(w->a, tr, &ev, frame, sizeof hd + n + pixels) < 0)
+        TP_WARN("image %s not sent to the observing callbacks: %s", tag, tp_last_error());
+    free(frame);
+}
+
 static void w_destroy(void *impl) {
     s_obs_t *w = impl;
     tp_callback_destroy(&w->inner);  /* when the actor never took it */
@@ -882,6 +943,7 @@ static tp_callback_t *s_observe(tp_callback_t *cb, int latest, double interval_s
         .trigger = in->trigger ? w_trigger : NULL,
         .after_train = in->after_train ? w_after_train : NULL,
         .on_scalar = w_on_scalar,
+        .on_image = w_on_image,
         .destroy = w_destroy,
     };
     return tp_callback_new(&w->ops, w, tp_callback_chief_only(cb));

@@ -45,6 +45,7 @@ static tp_status_t f_before_run(void *i, tp_trainer_t *tr, tp_fetches_t *f) { re
 static tp_status_t f_after_run(void *i, tp_trainer_t *tr, const tp_fetches_t *f) { return tp_cb_after_run(((s_wrap_t *)i)->inner, tr, f); }
 static tp_status_t f_trigger_step(void *i, tp_trainer_t *tr) { return tp_cb_trigger_step(((s_wrap_t *)i)->inner, tr); }
 static void f_on_scalar(void *i, tp_trainer_t *tr, const char *n, double v) { tp_cb_on_scalar(((s_wrap_t *)i)->inner, tr, n, v); }
+static void f_on_image(void *i, tp_trainer_t *tr, const char *g, const tp_tensor_t *m) { tp_cb_on_image(((s_wrap_t *)i)->inner, tr, g, m); }
 
 /* ---- PeriodicTrigger ---------------------------------------------------------- */
 
@@ -69,7 +70,7 @@ static const tp_callback_ops_t s_periodic_trigger_ops = {
     .before_epoch = f_before_epoch, .before_run = f_before_run,
     .after_run = f_after_run, .trigger_step = pt_trigger_step,
     .after_epoch = f_after_epoch, .trigger_epoch = pt_trigger_epoch,
-    .after_train = f_after_train, .on_scalar = f_on_scalar, .destroy = s_destroy,
+    .after_train = f_after_train, .on_scalar = f_on_scalar, .on_image = f_on_image, .destroy = s_destroy,
 };
 
 tp_callback_t *tp_cb_periodic_trigger(tp_callback_t *cb, int64_t every_k_steps,
@@ -120,7 +121,7 @@ static const tp_callback_ops_t s_periodic_callback_ops = {
     .before_epoch = pc_before_epoch, .before_run = pc_before_run,
     .after_run = pc_after_run, .trigger_step = pc_trigger_step,
     .after_epoch = pc_after_epoch, .trigger_epoch = pc_trigger_epoch,
-    .after_train = f_after_train, .on_scalar = f_on_scalar, .destroy = s_destroy,
+    .after_train = f_after_train, .on_scalar = f_on_scalar, .on_image = f_on_image, .destroy = s_destroy,
 };
 
 tp_callback_t *tp_cb_periodic_callback(tp_callback_t *cb, int64_t every_k_epochs) {
@@ -156,7 +157,7 @@ static const tp_callback_ops_t s_enable_if_ops = {
     .before_epoch = ei_before_epoch, .before_run = ei_before_run,
     .after_run = pc_after_run, .trigger_step = ei_trigger_step,
     .after_epoch = ei_after_epoch, .trigger_epoch = ei_trigger_epoch,
-    .after_train = ei_after_train, .on_scalar = f_on_scalar, .destroy = s_destroy,
+    .after_train = ei_after_train, .on_scalar = f_on_scalar, .on_image = f_on_image, .destroy = s_destroy,
 };
 
 tp_callback_t *tp_cb_enable_if(tp_callback_t *cb, tp_cb_pred_fn pred, void *arg) {

@@ -4,7 +4,8 @@
  * tensorflow.Event messages (pipeline/callbacks/proto/, TensorFlow's field
  * numbers, encoded by protobuf-c): first an Event with file_version
  * "brain.Event:2", then one Event per scalar put (tp_trainer_put_scalar) with
- * the global step it was put at, and the run's hyper-parameters once as a
+ * the global step it was put at, one per image put (tp_trainer_put_image,
+ * PNG-encoded image summaries), and the run's hyper-parameters once as a
  * text summary. Each record is
  *
  *   uint64 length (little endian) | uint32 masked crc32c(length bytes)
@@ -24,6 +25,7 @@
 #include <unistd.h>
 #include <towerpack/callback.h>
 #include <towerpack/clock.h>
+#include <towerpack/image.h>
 #include <towerpack/log.h>
 
 #include "event.pb-c.h"
@@ -258,6 +260,46 @@ static void tfe_on_scalar(void *impl, tp_trainer_t *tr, const char *name,
         s_flush(t);
 }
 
+/* Every image as it is put, encoded as PNG (TensorBoard decodes PNG or
+ * JPEG; PNG keeps a sample grid exact). Written with the next flush. */
+static void tfe_on_image(void *impl, tp_trainer_t *tr, const char *tag,
+                         const tp_tensor_t *image) {
+    s_tfe_t *t = impl;
+    s_open(t, tr);
+    if (t->err < 0)
+        return;
+    tp_tensor_t view = *image;  /* grey: the encoder takes [H, W] */
+    view.free_fn = NULL;
+    if (view.shape[2] == 1)
+        view.ndim = 2;
+    void *png = NULL;
+    size_t size = 0;
+    if (tp_image_encode_png(&view, &png, &size) != TP_OK) {
+        TP_WARN("TFEventWriter: image %s not written: %s", tag, tp_last_error());
+        return;
+    }
+    Tensorflow__Summary__Image im = TENSORFLOW__SUMMARY__IMAGE__INIT;
+    im.height = (int32_t)image->shape[0];
+    im.width = (int32_t)image->shape[1];
+    im.colorspace = (int32_t)image->shape[2];
+    im.encoded_image_string = (ProtobufCBinaryData){size, png};
+    Tensorflow__Summary__Value v = TENSORFLOW__SUMMARY__VALUE__INIT;
+    v.tag = (char *)tag;
+    v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_IMAGE;
+    v.image = &im;
+    Tensorflow__Summary__Value *vs[1] = {&v};
+    Tensorflow__Summary sum = TENSORFLOW__SUMMARY__INIT;
+    sum.n_value = 1;
+    sum.value = vs;
+    Tensorflow__Event ev = TENSORFLOW__EVENT__INIT;
+    ev.wall_time = tp_wall_s();
+    ev.step = tp_trainer_global_step(tr);
+    ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
+    ev.summary = &sum;
+    s_append_event(t, &ev);
+    free(png);
+}
+
 static tp_status_t tfe_trigger_epoch(void *impl, tp_trainer_t *tr) {
     s_tfe_t *t = impl;
     s_flush(t);
@@ -289,6 +331,7 @@ static const tp_callback_ops_t s_tfe_ops = {
     .trigger_epoch = tfe_trigger_epoch,
     .after_train = tfe_after_train,
     .on_scalar = tfe_on_scalar,
+    .on_image = tfe_on_image,
     .destroy = tfe_destroy,
 };
 

@@ -259,6 +259,12 @@ void tp_cb_on_scalar(tp_callback_t *cb, tp_trainer_t *tr, const char *name,
         cb->ops->on_scalar(cb->impl, tr, name, value);
 }
 
+void tp_cb_on_image(tp_callback_t *cb, tp_trainer_t *tr, const char *tag,
+                    const tp_tensor_t *image) {
+    if (cb->ops->on_image)
+        cb->ops->on_image(cb->impl, tr, tag, image);
+}
+
 /* ---- the trainer ------------------------------------------------------------------ */
 
 typedef struct {
@@ -489,6 +495,23 @@ void tp_trainer_put_scalar(tp_trainer_t *self, const char *name, double value) {
     s_scalar_store(self, name, value);
     for (size_t i = 0; i < self->ncbs; i++)
         tp_cb_on_scalar(self->cbs[i], self, name, value);
+}
+
+tp_status_t tp_trainer_put_image(tp_trainer_t *self, const char *tag,
+                                 const tp_tensor_t *image) {
+    if (!tag || !*tag)
+        return tp_error(TP_ERR_INVALID, "put_image: no tag");
+    if (!image || image->dtype != TP_UINT8 || image->ndim != 3 ||
+        (image->shape[2] != 1 && image->shape[2] != 3) || image->shape[0] < 1 ||
+        image->shape[1] < 1 || !image->data)
+        return tp_error(TP_ERR_INVALID, "put_image '%s': an image is uint8 [H, W, 1 or 3] "
+                        "(got %s of rank %d, last dim %lld)", tag,
+                        image ? tp_dtype_name(image->dtype) : "nothing",
+                        image ? image->ndim : 0,
+                        image && image->ndim ? (long long)image->shape[image->ndim - 1] : 0LL);
+    for (size_t i = 0; i < self->ncbs; i++)
+        tp_cb_on_image(self->cbs[i], self, tag, image);
+    return TP_OK;
 }
 
 tp_status_t tp_trainer_get_scalar(const tp_trainer_t *self, const char *name,

@@ -891,3 +891,66 @@ Test(image, chw_puts_the_channels_first) {
     tp_tensor_fini(&t);
     tp_tensor_fini(&want);
 }
+
+/* Must hold: a grid puts image i at row i / columns, column i % columns,
+ * after `pad` black pixels and pad between tiles; [lo, hi] maps to 0..255
+ * (clamped, NaN 0); colour stays HWC; a bad batch is refused naming it. */
+Test(image, grid_tiles_and_scales) {
+    /* 5 grey 2x3 images, values -1 .. 1 (a tanh output), 3 columns, pad 1 */
+    int64_t shape[4] = {5, 1, 2, 3};
+    tp_tensor_t b, g;
+    cr_assert_eq(tp_tensor_init(&b, TP_FLOAT32, 4, shape), TP_OK);
+    float *v = b.data;
+    for (int i = 0; i < 5 * 6; i++)
+        v[i] = -1.f + (float)(i % 6) / 2.5f;  /* -1, -0.6, ..., 1 */
+    v[6] = NAN;
+    v[7] = 7.f;
+    cr_assert_eq(tp_image_grid(&b, -1.f, 1.f, 3, 1, &g), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(g.dtype, TP_UINT8);
+    cr_assert_eq(g.ndim, 3);
+    cr_assert_eq(g.shape[0], 2 * 3 + 1);  /* 2 rows of 2 + pad */
+    cr_assert_eq(g.shape[1], 3 * 4 + 1);
+    cr_assert_eq(g.shape[2], 1);
+    const uint8_t *p = g.data;
+    int64_t W = g.shape[1];
+    cr_assert_eq(p[0], 0, "padding is black");
+    cr_assert_eq(p[1 * W + 1], 0, "image 0 pixel (0,0) = -1 -> 0");
+    cr_assert_eq(p[2 * W + 3], 255, "image 0 pixel (1,2) = 1 -> 255");
+    cr_assert_eq(p[1 * W + 2], 51, "-0.6 -> 51 (%d)", p[1 * W + 2]);
+    cr_assert_eq(p[1 * W + 5], 0, "image 1 pixel (0,0): NaN -> 0");
+    cr_assert_eq(p[1 * W + 6], 255, "image 1 pixel (0,1): 7 clamps to 255");
+    cr_assert_eq(p[4 * W + 1], 0, "image 3 starts the second row (at y 4): -1");
+    cr_assert_eq(p[5 * W + 3], 255, "image 3 (1,2)");
+    cr_assert_eq(p[5 * W + 11], 0, "no image 5: black");
+    tp_tensor_fini(&g);
+    tp_tensor_fini(&b);
+    /* colour: [2, 3, 1, 1], red and blue */
+    int64_t cs[4] = {2, 3, 1, 1};
+    cr_assert_eq(tp_tensor_init_zero(&b, TP_FLOAT32, 4, cs), TP_OK);
+    v = b.data;
+    v[0] = 1.f;  /* image 0, R */
+    v[5] = 1.f;  /* image 1, B */
+    cr_assert_eq(tp_image_grid(&b, 0.f, 1.f, 0, 0, &g), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(g.shape[0], 1);  /* 2 images: a 2-column square of 1 row */
+    cr_assert_eq(g.shape[1], 2);
+    cr_assert_eq(g.shape[2], 3);
+    p = g.data;
+    cr_assert(p[0] == 255 && p[1] == 0 && p[2] == 0 && p[3] == 0 && p[4] == 0 && p[5] == 255,
+              "%d %d %d | %d %d %d", p[0], p[1], p[2], p[3], p[4], p[5]);
+    tp_tensor_fini(&g);
+    tp_tensor_fini(&b);
+    /* refused: 2 channels, an integer batch, an empty range */
+    int64_t bad[4] = {1, 2, 2, 2};
+    cr_assert_eq(tp_tensor_init_zero(&b, TP_FLOAT32, 4, bad), TP_OK);
+    cr_assert_eq(tp_image_grid(&b, 0.f, 1.f, 0, 0, &g), TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "1 or 3 channels"), "%s", tp_last_error());
+    tp_tensor_fini(&b);
+    int64_t ok[3] = {1, 2, 2};
+    cr_assert_eq(tp_tensor_init_zero(&b, TP_INT32, 3, ok), TP_OK);
+    cr_assert_eq(tp_image_grid(&b, 0.f, 1.f, 0, 0, &g), TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "float32"), "%s", tp_last_error());
+    tp_tensor_fini(&b);
+    cr_assert_eq(tp_tensor_init_zero(&b, TP_FLOAT32, 3, ok), TP_OK);
+    cr_assert_eq(tp_image_grid(&b, 1.f, 1.f, 0, 0, &g), TP_ERR_INVALID);
+    tp_tensor_fini(&b);
+}

@@ -2,6 +2,7 @@
 """towerpack tests: read a run's TensorBoard event file as TensorBoard would.
 
   check_tfevents.py LOGDIR [--stats] [--hparams] [--partial-tail-ok] [--print=TAG]
+                    [--images=TAG:N:PREFIX]
 
 Compiles the schema (pipeline/callbacks/proto/*.proto) with protoc into a
 temporary folder, reads every TFRecord of LOGDIR/events.out.tfevents.*,
@@ -13,6 +14,10 @@ record's global_step (1e-6 relative: events hold float32), and the event
 file has no tag stats.json lacks. With --hparams, a text summary "hparams"
 is present. --partial-tail-ok: a file may end in one incomplete record (a
 killed writer); a complete record with a bad CRC is an error all the same.
+Every image summary must decode (PIL, not towerpack's codec) to its
+stated height, width and colour space. With --images=TAG:N:PREFIX, tag TAG
+has exactly N images, at increasing steps, and the k-th (from 1) has the
+pixels of LOGDIR/PREFIX-k.png.
 
 Exit status: 0 good, 1 bad (one line per problem), 77 cannot check here
 (python3-protobuf, python3-crcmod or protoc missing).
@@ -121,6 +126,7 @@ def main(argv):
         problems = []
         scalars = {}  # tag -> [(step, value)] in file order
         hparams = None
+        images = {}  # tag -> [(step, PIL image)]
         nrec = 0
         for path in files:
             recs = read_records(path, "--partial-tail-ok" in opts, problems)
@@ -147,6 +153,24 @@ def main(argv):
                     kind = v.WhichOneof("value")
                     if kind == "simple_value":
                         scalars.setdefault(v.tag, []).append((ev.step, v.simple_value))
+                    elif kind == "image":
+                        im = v.image
+                        try:
+                            from PIL import Image
+                            import io
+                            pic = Image.open(io.BytesIO(im.encoded_image_string))
+                            pic.load()
+                        except Exception as e:
+                            problems.append("%s: image %s does not decode: %s"
+                                            % (path, v.tag, e))
+                            continue
+                        mode = {1: "L", 3: "RGB"}.get(im.colorspace)
+                        if pic.size != (im.width, im.height) or pic.mode != mode:
+                            problems.append("%s: image %s: %s %s, the summary says %dx%d "
+                                            "colorspace %d" % (path, v.tag, pic.size, pic.mode,
+                                                               im.width, im.height,
+                                                               im.colorspace))
+                        images.setdefault(v.tag, []).append((ev.step, pic))
                     elif kind == "tensor" and v.metadata.plugin_data.plugin_name == "text":
                         if v.tensor.dtype != 7 or len(v.tensor.string_val) != 1:
                             problems.append("%s: text summary %s is not one string"
@@ -189,6 +213,21 @@ def main(argv):
                 problems.append("tags in the event file but not in stats.json: %s"
                                 % ", ".join(extra))
         for o in sorted(opts):
+            if o.startswith("--images="):
+                tag, n, prefix = o[len("--images="):].split(":")
+                got = images.get(tag, [])
+                if len(got) != int(n):
+                    problems.append("tag %s: %d images, expected %s" % (tag, len(got), n))
+                if [s for s, _ in got] != sorted(s for s, _ in got):
+                    problems.append("tag %s: image steps go backwards" % tag)
+                from PIL import Image
+                for k, (step, pic) in enumerate(got, 1):
+                    f = os.path.join(logdir, "%s-%d.png" % (prefix, k))
+                    if not os.path.exists(f):
+                        problems.append("tag %s: image %d: no %s" % (tag, k, f))
+                    elif Image.open(f).tobytes() != pic.tobytes():
+                        problems.append("tag %s: image %d (step %d) differs from %s"
+                                        % (tag, k, step, f))
             if o.startswith("--print="):  # a tag's points, for a test to read
                 tag = o[len("--print="):]
                 print("check_tfevents: %s %s" % (tag, " ".join(

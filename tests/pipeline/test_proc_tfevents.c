@@ -113,3 +113,114 @@ Test(proc_tfevents, sigkill_mid_run_leaves_whole_records, .timeout = 240) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* ---- image summaries: SampleGrid through the TFEventWriter ---------------- */
+
+#include <towerpack/towerpack.h>
+
+/* A generator in miniature: z [N, 8] -> fc 36 -> [N, 1, 6, 6] -> sigmoid,
+ * trained by mean squared error towards a fixed picture. */
+static const tp_input_desc_t s_gen_inputs[] = {
+    {"z", TP_FLOAT32, 2, {-1, 8}},
+    {"target", TP_FLOAT32, 4, {-1, 1, 6, 6}},
+};
+
+static tp_status_t s_gen_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    (void)user;
+    int64_t shape[4] = {-1, 1, 6, 6};
+    tp_node_t *g = tp_sigmoid(t, "gen", tp_reshape(t, "img", tp_fc(t, "fc", in[0], 36, 1),
+                                                   4, shape));
+    tp_tower_add_output(t, "gen", g);
+    tp_node_t *cost = tp_mse(t, "cost", g, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    return tp_tower_set_cost(t, cost);
+}
+
+static tp_optimizer_t *s_gen_opt(void *user) {
+    (void)user;
+    return tp_optimizer_adam(1e-2, 0.9, 0.999, 1e-8);
+}
+
+static tp_dataflow_t *s_gen_data(void) {
+    tp_datapoint_t *dps[64];
+    tp_rng_t rng;
+    tp_rng_init(&rng, 7, 0);
+    for (int i = 0; i < 64; i++) {
+        tp_tensor_t z, y;
+        int64_t zs[1] = {8}, ys[3] = {1, 6, 6};
+        cr_assert_eq(tp_tensor_init(&z, TP_FLOAT32, 1, zs), TP_OK);
+        cr_assert_eq(tp_tensor_init(&y, TP_FLOAT32, 3, ys), TP_OK);
+        for (int k = 0; k < 8; k++)
+            ((float *)z.data)[k] = (float)tp_rng_normal(&rng);
+        for (int k = 0; k < 36; k++)  /* a diagonal stripe */
+            ((float *)y.data)[k] = (k / 6 == k % 6) ? 1.f : 0.f;
+        dps[i] = tp_datapoint_new(0);
+        tp_datapoint_append(dps[i], &z);
+        tp_datapoint_append(dps[i], &y);
+    }
+    return tp_df_batch(tp_df_from_list(dps, 64, 1), 16, 0);
+}
+
+/* Must hold: a SampleGrid's image reaches TensorBoard's event file (the
+ * TFEventWriter runs on the callback actor: the image crosses it) once an
+ * epoch, PNG that PIL decodes to the grid's size, with the very pixels of
+ * LOGDIR/samples-EPOCH.png; the grid is 4 x 4 tiles of 6 x 6 with 2 px
+ * between them. */
+Test(proc_tfevents, sample_grids_reach_the_event_file_and_the_logdir, .timeout = 240) {
+    char why[256];
+    const char *py = te_python(why, sizeof why);
+    if (!py)
+        cr_skip_test("cannot read event files here: %s", why);
+    char dir[] = "/tmp/tp-tfimg-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/run", dir);
+    tp_model_desc_t model = {s_gen_inputs, 2, s_gen_tower, s_gen_opt, NULL};
+    /* the fixed noise: 16 rows */
+    tp_tensor_t z;
+    int64_t zs[2] = {16, 8};
+    cr_assert_eq(tp_tensor_init(&z, TP_FLOAT32, 2, zs), TP_OK);
+    tp_rng_t rng;
+    tp_rng_init(&rng, 99, 0);
+    for (int k = 0; k < 16 * 8; k++)
+        ((float *)z.data)[k] = (float)tp_rng_normal(&rng);
+    const char *names[] = {"z"};
+    tp_sample_grid_opts_t go;
+    tp_sample_grid_opts_init(&go);
+    go.output = "gen";
+    go.input_names = names;
+    go.inputs = &z;
+    go.ninputs = 1;
+    tp_callback_t *cbs[] = {tp_cb_sample_grid(&go)};
+    cr_assert_not_null(cbs[0], "%s", tp_last_error());
+    tp_tensor_fini(&z);  /* copied */
+    tp_train_config_t cfg;
+    tp_train_config_init(&cfg);
+    cfg.model = &model;
+    cfg.dataflow = s_gen_data();
+    cfg.batch = 16;
+    cfg.towers = 1;
+    cfg.infer_batch = 16;
+    cfg.max_epoch = 3;
+    cfg.steps_per_epoch = 4;
+    cfg.callbacks = cbs;
+    cfg.ncallbacks = 1;
+    cfg.logdir = logdir;
+    cfg.logdir_action = TP_LOGDIR_DELETE;
+    cr_assert_eq(tp_launch_train_with_config(&cfg, NULL), TP_OK, "%s", tp_last_error());
+    char png[256];
+    for (int e = 1; e <= 3; e++) {
+        snprintf(png, sizeof png, "%s/samples-%d.png", logdir, e);
+        tp_tensor_t img;
+        cr_assert_eq(tp_image_read(png, NULL, &img), TP_OK, "%s: %s", png, tp_last_error());
+        cr_assert_eq(img.shape[0], 34, "%s: height %lld", png, (long long)img.shape[0]);
+        cr_assert_eq(img.shape[1], 34, "%s: width %lld", png, (long long)img.shape[1]);
+        tp_tensor_fini(&img);
+    }
+    char out[8192];
+    int rc = te_check(py, logdir, "--images=gen:3:samples", out, sizeof out);
+    cr_assert_eq(rc, 0, "check_tfevents:\n%s", out);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
