@@ -72,21 +72,37 @@ static void s_dump(void) {
         tp_op_attr_t attr = {0};
         attr.alpha = k->alpha;
         attr.beta = k->beta;
+        /* the shape family's attributes */
+        attr.axis = k->axis;
+        memcpy(attr.dims_a, k->a, sizeof k->a);
+        memcpy(attr.dims_b, k->b, sizeof k->b);
         tp_shape_t xs[2], ys = op_case_out(k);
         float *x[2] = {NULL, NULL}, *dx[2] = {NULL, NULL};
+        int32_t *xi[2] = {NULL, NULL}; /* int32 inputs (the files hold floats) */
         const void *xc[2];
         for (int p = 0; p < k->ninputs; p++) {
             xs[p] = op_case_in(k, p);
             size_t n = tp_shape_count(&xs[p]);
-            x[p] = malloc(n * sizeof(float));
-            dx[p] = malloc(n * sizeof(float));
+            x[p] = malloc(n * sizeof(float) + 4);
+            dx[p] = malloc(n * sizeof(float) + 4);
+            xi[p] = malloc(n * sizeof(int32_t) + 4);
             for (size_t i = 0; i < n; i++) {
                 x[p][i] = (float)(k->lo[p] + (k->hi[p] - k->lo[p]) * tp_rng_double(&r));
                 if (k->step > 0)
                     x[p][i] = k->step * roundf(x[p][i] / k->step);
+                if ((k->ints >> p) & 1) {
+                    xi[p][i] = (int32_t)floorf(x[p][i]);
+                    x[p][i] = (float)xi[p][i];
+                }
             }
-            xc[p] = x[p];
+            xc[p] = (k->ints >> p) & 1 ? (const void *)xi[p] : (const void *)x[p];
         }
+        float *dxc[2] = {dx[0], dx[1]};
+        for (int p = 0; p < k->ninputs; p++)
+            if (((k->ints >> p) & 1) || k->kind == TP_OP_ONE_HOT) { /* no gradient */
+                memset(dx[p], 0, tp_shape_count(&xs[p]) * sizeof(float));
+                dxc[p] = NULL;
+            }
         size_t ny = tp_shape_count(&ys);
         float *y = malloc(ny * sizeof(float)), *dy = malloc(ny * sizeof(float));
         for (size_t i = 0; i < ny; i++)
@@ -101,15 +117,20 @@ static void s_dump(void) {
         c.xshape = xs;
         c.y = y;
         c.yshape = ys;
-        c.dx = dx;
+        c.dx = dxc;
         c.dx_acc = acc;
         c.dy = dy;
         cr_assert_eq(b->ops->op_forward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         cr_assert_eq(b->ops->op_backward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         fprintf(m, "{\"label\": \"%s\", \"op\": \"%s\", \"alpha\": %.9g, \"beta\": %.9g, "
-                   "\"atol\": %.9g, \"rtol\": %.9g, \"y\": ",
+                   "\"atol\": %.9g, \"rtol\": %.9g, ",
                 k->label, tp_op_name(k->kind), (double)k->alpha, (double)k->beta,
                 (double)k->atol, (double)k->rtol);
+        fprintf(m, "\"axis\": %d, \"ints\": %d, \"a\": [%lld,%lld,%lld,%lld], "
+                   "\"b\": [%lld,%lld,%lld,%lld], \"y\": ", k->axis, k->ints,
+                (long long)k->a[0], (long long)k->a[1], (long long)k->a[2],
+                (long long)k->a[3], (long long)k->b[0], (long long)k->b[1],
+                (long long)k->b[2], (long long)k->b[3]);
         s_json_shape(m, &ys);
         fprintf(m, ", \"inputs\": [");
         for (int p = 0; p < k->ninputs; p++) {
@@ -127,6 +148,7 @@ static void s_dump(void) {
         for (int p = 0; p < k->ninputs; p++) {
             free(x[p]);
             free(dx[p]);
+            free(xi[p]);
         }
         free(y);
         free(dy);

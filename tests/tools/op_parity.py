@@ -67,7 +67,28 @@ OPS = {
     "l1_loss": lambda x, r: F.l1_loss(x[0], x[1]),
     "huber_loss": lambda x, r: F.huber_loss(x[0], x[1], delta=r["alpha"]),
     "sigmoid_xent": lambda x, r: F.binary_cross_entropy_with_logits(x[0], x[1]),
+    # the shape family: attributes a (perm, start, pads before), b (step,
+    # pads after), axis; integer inputs arrive as int64 tensors
+    "transpose": lambda x, r: x[0].permute(*r["a"][:x[0].dim()]),
+    "slice": lambda x, r: shape_slice(x[0], r),
+    "concat": lambda x, r: torch.cat([x[0], x[1]], dim=r["axis"]),
+    "pad": lambda x, r: F.pad(x[0], [p for i in reversed(range(x[0].dim()))
+                                     for p in (r["a"][i], r["b"][i])], value=r["alpha"]),
+    "broadcast_to": lambda x, r: torch.broadcast_to(x[0], r["y"]),
+    # F.embedding for a [V, D] table; a table of more dims by indexing
+    "gather": lambda x, r: (F.embedding(x[1], x[0]) if x[0].dim() == 2
+                            else x[0][x[1]]),
+    "one_hot": lambda x, r: F.one_hot(x[0], r["y"][-1]).float(),
 }
+
+
+def shape_slice(x, r):
+    """x[start::step] per axis for count = the output's dim: index_select
+    with the element indices, so negative steps need no flip."""
+    for i in range(x.dim()):
+        idx = r["a"][i] + r["b"][i] * torch.arange(r["y"][i])
+        x = x.index_select(i, idx)
+    return x
 
 
 def load(d, label, what, shape):
@@ -152,7 +173,9 @@ def main():
                 print("MISMATCH %s: no torch form for op %s in op_parity.py" % (label, op))
                 ok = False
                 continue
-            xs = [torch.tensor(load(d, label, "x%d" % i, s), requires_grad=True)
+            ints = r.get("ints", 0)
+            xs = [torch.tensor(load(d, label, "x%d" % i, s)).long() if (ints >> i) & 1
+                  else torch.tensor(load(d, label, "x%d" % i, s), requires_grad=True)
                   for i, s in enumerate(r["inputs"])]
             y = OPS[op](xs, r)
             dy = torch.tensor(load(d, label, "dy", r["y"]))
@@ -163,7 +186,7 @@ def main():
                 y.backward(dy)
             for i, s in enumerate(r["inputs"]):
                 want = xs[i].grad
-                if op == "stop_gradient":
+                if op == "stop_gradient" or op == "one_hot" or (ints >> i) & 1:
                     continue  # no gradient to compare: the graph never asks
                 if want is None:
                     want = torch.zeros(s)
