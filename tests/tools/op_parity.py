@@ -125,6 +125,8 @@ def onnx_eval(model_path, x_path, dims, y_path):
     g = model.graph
     shape = [int(d) for d in dims.split(",")]
     env = {g.input[0].name: np.fromfile(x_path, dtype="<f4").reshape(shape)}
+    if g.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT32:
+        env[g.input[0].name] = env[g.input[0].name].astype(np.int32)  # ids as floats
     for t in g.initializer:
         env[t.name] = numpy_helper.to_array(t)
     erf = np.vectorize(math.erf, otypes=[np.float32])
@@ -139,7 +141,49 @@ def onnx_eval(model_path, x_path, dims, y_path):
         # the losses' mean: every axis, keepdims 0 (all the exporter writes)
         "ReduceMean": lambda v: np.mean(v.astype(np.float64)),
     }
+    # the shape family: ops whose attributes matter (the node comes first)
+    def attr(n, name, default=None):
+        for a in n.attribute:
+            if a.name == name:
+                return onnx.helper.get_attribute_value(a)
+        return default
+
+    def np_slice(n, v, starts, ends, axes, steps):
+        idx = [slice(None)] * v.ndim
+        for s0, e0, a0, st in zip(starts, ends, axes, steps):
+            # ONNX's clamping (numpy's slice does the same for these)
+            stop = int(e0)
+            if e0 < -v.shape[a0]:  # before element 0
+                stop = None if st < 0 else 0
+            idx[int(a0)] = slice(int(s0), stop, int(st))
+        return v[tuple(idx)]
+
+    def np_pad(n, v, pads, value):
+        r = v.ndim
+        return np.pad(v, [(int(pads[i]), int(pads[r + i])) for i in range(r)],
+                      constant_values=value)
+
+    def np_one_hot(n, idx, depth, values):
+        d = int(np.asarray(depth).reshape(-1)[0])
+        out = np.full(idx.shape + (d,), values[0], dtype=np.float32)
+        np.put_along_axis(out, idx[..., None].astype(np.int64), values[1], axis=-1)
+        return out
+
+    afns = {
+        "Transpose": lambda n, v: np.transpose(v, attr(n, "perm")),
+        "Slice": np_slice,
+        "Concat": lambda n, *vs: np.concatenate(vs, axis=attr(n, "axis")),
+        "Pad": np_pad,
+        "Expand": lambda n, v, shp: v * np.ones(tuple(int(d) for d in shp), dtype=v.dtype),
+        "Gather": lambda n, v, i: np.take(v, i, axis=attr(n, "axis", 0)),
+        "OneHot": np_one_hot,
+    }
     for n in g.node:
+        if n.op_type in afns:
+            out = afns[n.op_type](n, *[env[i] for i in n.input])
+            env[n.output[0]] = np.asarray(out, dtype=out.dtype if out.dtype == np.int32
+                                          else np.float32)
+            continue
         if n.op_type not in fns:
             print("MISMATCH: the evaluator has no %s" % n.op_type)
             return 1
