@@ -41,6 +41,11 @@ typedef struct tp_op_attr {
     int act;          /* an activation folded into the op (gpu/graph/fold.c):
                          TP_ACT_RELU applies relu to its output, and the
                          backward masks dy by y > 0 before its own work */
+    /* the shape family (docs/ops.md) */
+    int axis;                    /* concat: the axis */
+    int64_t dims_a[TP_MAX_DIMS]; /* transpose: the permutation; slice:
+                                    start; pad: before (per axis) */
+    int64_t dims_b[TP_MAX_DIMS]; /* slice: step; pad: after */
 } tp_op_attr_t;
 
 #define TP_ACT_NONE 0

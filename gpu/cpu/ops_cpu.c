@@ -17,6 +17,7 @@
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_loss.h"
+#include "gpu/cpu/ops_shape.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -679,30 +680,6 @@ static void s_dropout_bwd(const tp_op_call_t *c) {
         GRAD_STORE(c->dx[0], c->dx_acc[0], n, dy[i] * mask[i]);
 }
 
-/* ---- concat ------------------------------------------------------------- */
-
-static void s_concat(const tp_op_call_t *c, int backward) {
-    size_t n, ctot, sp;
-    s_ncs(&c->yshape, &n, &ctot, &sp);
-    size_t off = 0;
-    for (int k = 0; k < c->ninputs; k++) {
-        const size_t ck = (size_t)c->xshape[k].d[1];
-        for (size_t i = 0; i < n; i++) {
-            const size_t blk = ck * sp;
-            const size_t yo = (i * ctot + off) * sp, xo = i * blk;
-            if (!backward) {
-                memcpy((float *)c->y + yo, (const float *)c->x[k] + xo,
-                       blk * sizeof(float));
-            } else if (c->dx[k]) {
-                float *d = c->dx[k] + xo;
-                const float *g = c->dy + yo;
-                GRAD_STORE(d, c->dx_acc[k], blk, g[i]);
-            }
-        }
-        off += ck;
-    }
-}
-
 /* ---- losses and metrics ------------------------------------------------- */
 
 static tp_status_t s_check_labels(const tp_op_call_t *c) {
@@ -952,7 +929,6 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
         if (c->y != c->x[0])
             memcpy(c->y, c->x[0], s_count(&c->yshape) * sizeof(float));
         break;
-    case TP_OP_CONCAT: s_concat(c, 0); break;
     case TP_OP_SOFTMAX_XENT: return s_xent_fwd(c);
     case TP_OP_ACCURACY:
     case TP_OP_ERROR_COUNT: return s_correct_fwd(c);
@@ -961,6 +937,10 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT: /* the loss family: ops_loss.c */
         return tp_cpu_loss_forward(c);
+    case TP_OP_TRANSPOSE: case TP_OP_SLICE: case TP_OP_CONCAT: case TP_OP_PAD:
+    case TP_OP_BROADCAST_TO: case TP_OP_GATHER:
+    case TP_OP_ONE_HOT: /* the shape family: ops_shape.c */
+        return tp_cpu_shape_forward(c);
     default: /* the elementwise family: ops_elementwise.c */
         return tp_cpu_elementwise_forward(c);
     }
@@ -978,12 +958,14 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
     case TP_OP_BATCH_NORM: s_bn_bwd(c); break;
     case TP_OP_DROPOUT: s_dropout_bwd(c); break;
     case TP_OP_RESHAPE: s_passthrough_bwd(c); break;
-    case TP_OP_CONCAT: s_concat(c, 1); break;
     case TP_OP_SOFTMAX_XENT: s_xent_bwd(c); break;
     case TP_OP_L2_DECAY: s_l2_bwd(c); break;
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT:
         return tp_cpu_loss_backward(c);
+    case TP_OP_TRANSPOSE: case TP_OP_SLICE: case TP_OP_CONCAT: case TP_OP_PAD:
+    case TP_OP_BROADCAST_TO: case TP_OP_GATHER: case TP_OP_ONE_HOT:
+        return tp_cpu_shape_backward(c);
     default:
         return tp_cpu_elementwise_backward(c);
     }

@@ -3,7 +3,8 @@
  * cuBLAS for matrix products; cuDNN (its long-standing descriptor API,
  * still in cuDNN 9) for convolution, pooling, batch norm, relu/tanh/sigmoid
  * and the log-softmax; own kernels for the rest (bias, leaky relu, scale,
- * add, concat, the elementwise family in ops_elementwise.cu, global average pooling, dropout, the cross-entropy loss and
+ * add, the elementwise family in ops_elementwise.cu, the shape family
+ * (concat among them) in ops_shape.cu, global average pooling, dropout, the cross-entropy loss and
  * gradient, accuracy, L2 decay, casts). Semantics are the CPU backend's
  * (gpu/cpu/ops_cpu.c), including dx_acc (overwrite or add) and the workspace
  * contract: what forward leaves there, backward reads.
@@ -25,6 +26,7 @@
 #include "gpu/cuda/internal.h"
 #include "gpu/cuda/ops_elementwise.h"
 #include "gpu/cuda/ops_loss.h"
+#include "gpu/cuda/ops_shape.h"
 
 #define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
 #define TP_L2_BLOCKS 64
@@ -779,20 +781,6 @@ __global__ void k_row_mean(const float *x, size_t rows, size_t sp, float *y) {
     }
 }
 
-/* Concat along dim 1: input k's [n, blk] block sits at element `off` of
- * each [n, ytot] row of y. Forward copies; backward stores dy into dx. */
-__global__ void k_concat(float *y, const float *x, size_t n, size_t blk,
-                         size_t ytot, size_t off, int backward, float *dx,
-                         const float *dy, int acc) {
-    TP_GRID_LOOP(j, n * blk) {
-        size_t i = j / blk, r = j % blk, yo = i * ytot + off + r;
-        if (!backward)
-            y[yo] = x[j];
-        else
-            dx[j] = acc ? dx[j] + dy[yo] : dy[yo];
-    }
-}
-
 /* mask[i] = dropped ? 0 : keep; y = x * mask. The key: `key`, or, in a
  * recorded step, the two floats' bits at pkey (the step's params). */
 __global__ void k_dropout(const float *x, float *y, float *mask, size_t n,
@@ -1267,6 +1255,8 @@ tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c) {
                             (long long)c->xshape[1].d[0]);
         s_check_slot(s, c, (size_t)c->xshape[0].d[1]);
         return TP_OK;
+    case TP_OP_GATHER: case TP_OP_ONE_HOT: /* the shape family's index checks */
+        return tp_cuda_shape_forward_host(s, c);
     default:
         return TP_OK;
     }
@@ -1341,21 +1331,6 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
             !s_same_shape(&c->xshape[1], &c->yshape))
             return tp_cuda_elementwise_forward(s, c); /* broadcasting */
         return s_store(s, y, 0, ny, f_add{x0, (const float *)c->x[1]});
-    case TP_OP_CONCAT: {
-        size_t n, ctot, sp, off = 0;
-        s_ncs(&c->yshape, &n, &ctot, &sp);
-        for (int k = 0; k < c->ninputs; k++) {
-            size_t blk = (size_t)c->xshape[k].d[1] * sp;
-            if (n * blk) {
-                k_concat<<<tp_cuda_blocks(n * blk, 256), 256, 0, s->cu>>>(
-                    y, (const float *)c->x[k], n, blk, ctot * sp, off, 0, NULL,
-                    NULL, 0);
-                TP_LAUNCHED();
-            }
-            off += blk;
-        }
-        return TP_OK;
-    }
     case TP_OP_SOFTMAX_XENT:
         return s_xent_fwd(cb, s, c);
     case TP_OP_ACCURACY:
@@ -1374,6 +1349,10 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT: /* the loss family: ops_loss.cu */
         return tp_cuda_loss_forward(s, c);
+    case TP_OP_TRANSPOSE: case TP_OP_SLICE: case TP_OP_CONCAT: case TP_OP_PAD:
+    case TP_OP_BROADCAST_TO: case TP_OP_GATHER:
+    case TP_OP_ONE_HOT: /* the shape family: ops_shape.cu */
+        return tp_cuda_shape_forward(s, c);
     default: /* the elementwise family: ops_elementwise.cu */
         return tp_cuda_elementwise_forward(s, c);
     }
@@ -1560,21 +1539,6 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
             if (c->dx[k])
                 TP_TRY(s_store(s, c->dx[k], c->dx_acc[k], ny, f_copy{dy}));
         return TP_OK;
-    case TP_OP_CONCAT: {
-        size_t n, ctot, sp, off = 0;
-        s_ncs(&c->yshape, &n, &ctot, &sp);
-        for (int k = 0; k < c->ninputs; k++) {
-            size_t blk = (size_t)c->xshape[k].d[1] * sp;
-            if (c->dx[k] && n * blk) {
-                k_concat<<<tp_cuda_blocks(n * blk, 256), 256, 0, s->cu>>>(
-                    NULL, NULL, n, blk, ctot * sp, off, 1, c->dx[k], dy,
-                    c->dx_acc[k]);
-                TP_LAUNCHED();
-            }
-            off += blk;
-        }
-        return TP_OK;
-    }
     case TP_OP_SOFTMAX_XENT: {
         if (!dx0)
             return TP_OK;
@@ -1596,6 +1560,9 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT:
         return tp_cuda_loss_backward(s, c);
+    case TP_OP_TRANSPOSE: case TP_OP_SLICE: case TP_OP_CONCAT: case TP_OP_PAD:
+    case TP_OP_BROADCAST_TO: case TP_OP_GATHER: case TP_OP_ONE_HOT:
+        return tp_cuda_shape_backward(s, c);
     default:
         return tp_cuda_elementwise_backward(s, c);
     }

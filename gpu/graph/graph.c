@@ -26,7 +26,10 @@ static const char *const s_op_names[] = {
     "rsqrt",       "exp",        "log",        "pow",
     "clip",        "gelu",       "gelu_tanh",  "silu",
     "softplus",    "constant",   "stop_gradient", "mse",
-    "l1_loss",     "huber_loss", "sigmoid_xent"};
+    "l1_loss",     "huber_loss", "sigmoid_xent",
+    /* the shape family */
+    "transpose",   "slice",      "pad",        "broadcast_to",
+    "gather",      "one_hot"};
 _Static_assert(sizeof s_op_names / sizeof s_op_names[0] == TP_OP_COUNT,
                "one name per op kind");
 
@@ -141,6 +144,9 @@ void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *o) {
     o->beta = n->attr.beta;
     o->training = n->attr.training;
     o->in_dtype = n->attr.in_dtype;
+    o->axis = n->attr.axis;
+    memcpy(o->dims_a, n->attr.dims_a, sizeof o->dims_a);
+    memcpy(o->dims_b, n->attr.dims_b, sizeof o->dims_b);
 }
 
 /* Record the tower's first error, naming the tower and node. */
@@ -660,9 +666,29 @@ tp_node_t *tp_reshape(tp_tower_t *t, const char *name, tp_node_t *x,
                  s_shape_str(&x->shape, a, 96));
         s.d[0] = x->shape.d[0];
     }
-    for (int i = 0; i < ndim; i++)
+    /* one -1 (past a batched x's dim 0) is inferred from the count */
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = x->batched ? 1 : 0; i < ndim; i++) {
+        if (s.d[i] == -1 && infer < 0) {
+            infer = i;
+            continue;
+        }
+        if (s.d[i] == -1)
+            FAIL(t, n, "dims %d and %d are both -1: at most one is inferred", infer, i);
         if (s.d[i] < 0)
             FAIL(t, n, "dim %d is %lld", i, (long long)s.d[i]);
+        known *= s.d[i];
+    }
+    if (infer >= 0) {
+        const int64_t total = (int64_t)tp_shape_count(&x->shape);
+        const int64_t rest = x->batched ? known * s.d[0] : known;
+        if (rest == 0 || total % rest)
+            FAIL(t, n, "cannot infer dim %d: %s has %lld elements, not a multiple "
+                 "of the other dims' %lld", infer, s_shape_str(&x->shape, a, 96),
+                 (long long)total, (long long)rest);
+        s.d[infer] = total / rest;
+    }
     if (tp_shape_count(&s) != tp_shape_count(&x->shape)) {
         char b[96];
         FAIL(t, n, "cannot reshape %s to %s", s_shape_str(&x->shape, a, 96),
@@ -871,34 +897,8 @@ tp_node_t *tp_scalar(tp_tower_t *t, const char *name, float value) {
 
 tp_node_t *tp_concat(tp_tower_t *t, const char *name, int count,
                      tp_node_t *const *xs) {
-    if (t->status < 0)
-        return NULL;
-    if (count < 1 || count > TP_OP_MAX_INPUTS) {
-        s_fail(t, TP_ERR_INVALID, name, "concat of %d inputs (1..%d)", count,
-               TP_OP_MAX_INPUTS);
-        return NULL;
-    }
-    tp_node_t *n = s_node(t, name, TP_OP_CONCAT, count, xs);
-    if (!n)
-        return NULL;
-    char a[96], b[96];
-    int64_t c = 0;
-    for (int i = 0; i < count; i++) {
-        if (!s_check_float(t, n, i))
-            return s_drop_last(t);
-        const tp_shape_t *s = &xs[i]->shape;
-        int ok = s->ndim >= 2 && s->ndim == xs[0]->shape.ndim &&
-                 xs[i]->batched == xs[0]->batched;
-        for (int d = 0; ok && d < s->ndim; d++)
-            if (d != 1 && s->d[d] != xs[0]->shape.d[d])
-                ok = 0;
-        if (!ok)
-            FAIL(t, n, "input %d is %s, input 0 is %s: only dim 1 may differ",
-                 i, s_shape_str(s, a, 96), s_shape_str(&xs[0]->shape, b, 96));
-        c += s->d[1];
-    }
-    n->shape.d[1] = c;
-    return n;
+    /* dim 1, as it always was: the concat of the shape family at axis 1 */
+    return tp_concat_axis(t, name, 1, count, xs);
 }
 
 static tp_node_t *s_labels_op(tp_tower_t *t, const char *name,
@@ -966,6 +966,286 @@ tp_node_t *tp_sigmoid_xent(tp_tower_t *t, const char *name, tp_node_t *logits,
                            tp_node_t *labels) {
     return s_loss(t, name, TP_OP_SIGMOID_XENT, logits, labels,
                   "logits and float labels:");
+}
+
+/* ---- the shape family (docs/ops.md) --------------------------------------
+ * Shape rules checked here, naming the node and the shapes; the kernels
+ * (gpu/cpu/ops_shape.c, gpu/cuda/ops_shape.cu) read attr.dims_a/dims_b/axis
+ * and the run shapes. A batched input's dim 0 is the step's batch, which
+ * may be smaller than planned, so these ops leave dim 0 whole and in place. */
+
+/* Values these ops move: float32, or int32 (token ids, labels). */
+static int s_check_movable(tp_tower_t *t, tp_node_t *n, int i) {
+    const tp_dtype_t d = n->inputs[i]->dtype;
+    if (d != TP_FLOAT32 && d != TP_INT32) {
+        s_fail(t, TP_ERR_SHAPE, n->name, "input %d ('%s') is %s: %s moves float32 "
+               "or int32", i, n->inputs[i]->name, tp_dtype_name(d), tp_op_name(n->kind));
+        return 0;
+    }
+    n->dtype = d;
+    n->attr.in_dtype = d;
+    return 1;
+}
+
+/* axis in [-ndim, ndim) -> [0, ndim); -1 when out of range. */
+static int s_axis(int axis, int ndim) {
+    if (axis < -ndim || axis >= ndim)
+        return -1;
+    return axis < 0 ? axis + ndim : axis;
+}
+
+tp_node_t *tp_transpose(tp_tower_t *t, const char *name, tp_node_t *x,
+                        const int *perm) {
+    tp_node_t *n = s_node(t, name, TP_OP_TRANSPOSE, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_movable(t, n, 0))
+        return s_drop_last(t);
+    char a[96];
+    const int r = x->shape.ndim;
+    if (!perm && r > 0)
+        FAIL(t, n, "no permutation for x %s", s_shape_str(&x->shape, a, 96));
+    int seen[TP_MAX_DIMS] = {0};
+    for (int i = 0; i < r; i++) {
+        const int p = s_axis(perm[i], r);
+        if (p < 0 || seen[p]++)
+            FAIL(t, n, "perm[%d] = %d: x %s needs each axis of 0..%d once", i, perm[i],
+                 s_shape_str(&x->shape, a, 96), r - 1);
+        n->attr.dims_a[i] = p;
+        n->shape.d[i] = x->shape.d[p];
+    }
+    if (x->batched && r > 0 && n->attr.dims_a[0] != 0)
+        FAIL(t, n, "x %s is batched: perm[0] must be 0 (the batch stays dim 0), "
+             "not %d", s_shape_str(&x->shape, a, 96), perm[0]);
+    return n;
+}
+
+tp_node_t *tp_slice(tp_tower_t *t, const char *name, tp_node_t *x,
+                    const int64_t *start, const int64_t *stop,
+                    const int64_t *step) {
+    tp_node_t *n = s_node(t, name, TP_OP_SLICE, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_movable(t, n, 0))
+        return s_drop_last(t);
+    char a[96];
+    const int r = x->shape.ndim;
+    if (r > 0 && (!start || !stop))
+        FAIL(t, n, "x %s: start and stop need %d entries", s_shape_str(&x->shape, a, 96), r);
+    for (int i = 0; i < r; i++) {
+        const int64_t len = x->shape.d[i], st = step ? step[i] : 1;
+        if (st == 0)
+            FAIL(t, n, "step of axis %d is 0 (x %s)", i, s_shape_str(&x->shape, a, 96));
+        /* Python's slice.indices(len) */
+        int64_t b = start[i], e = stop[i], cnt;
+        const int64_t lo = st > 0 ? 0 : -1, hi = st > 0 ? len : len - 1;
+        if (b < 0)
+            b = b < -len ? lo : b + len;
+        else if (b > hi)
+            b = hi;
+        if (e < 0)
+            e = e < -len ? lo : e + len;
+        else if (e > hi)
+            e = hi;
+        if (st > 0)
+            cnt = e > b ? (e - b + st - 1) / st : 0;
+        else
+            cnt = b > e ? (b - e - st - 1) / -st : 0;
+        if (x->batched && i == 0 && !(b == 0 && st == 1 && cnt == len))
+            FAIL(t, n, "x %s is batched: axis 0 (the batch) must be taken whole "
+                 "(start 0, stop TP_SLICE_END, step 1), not %lld:%lld:%lld",
+                 s_shape_str(&x->shape, a, 96), (long long)start[0],
+                 (long long)stop[0], (long long)st);
+        /* an empty slice reads nothing: its start is never used */
+        n->attr.dims_a[i] = cnt ? b : 0;
+        n->attr.dims_b[i] = st;
+        n->shape.d[i] = cnt;
+    }
+    return n;
+}
+
+tp_node_t *tp_concat_axis(tp_tower_t *t, const char *name, int axis, int count,
+                          tp_node_t *const *xs) {
+    if (t->status < 0)
+        return NULL;
+    if (count < 1 || count > TP_OP_MAX_INPUTS) {
+        s_fail(t, TP_ERR_INVALID, name, "concat of %d inputs (1..%d)", count,
+               TP_OP_MAX_INPUTS);
+        return NULL;
+    }
+    tp_node_t *n = s_node(t, name, TP_OP_CONCAT, count, xs);
+    if (!n)
+        return NULL;
+    char a[96], b[96];
+    const int r = xs[0]->shape.ndim, ax = s_axis(axis, r);
+    if (ax < 0)
+        FAIL(t, n, "axis %d outside input 0's %d dims (%s)", axis, r,
+             s_shape_str(&xs[0]->shape, a, 96));
+    if (xs[0]->batched && ax == 0)
+        FAIL(t, n, "input 0 %s is batched: a concat along axis 0 (the batch) would "
+             "change the batch", s_shape_str(&xs[0]->shape, a, 96));
+    int64_t c = 0;
+    for (int i = 0; i < count; i++) {
+        if (!s_check_movable(t, n, i))
+            return s_drop_last(t);
+        if (xs[i]->dtype != xs[0]->dtype)
+            FAIL(t, n, "input %d ('%s') is %s, input 0 is %s: one dtype", i,
+                 xs[i]->name, tp_dtype_name(xs[i]->dtype), tp_dtype_name(xs[0]->dtype));
+        const tp_shape_t *s = &xs[i]->shape;
+        int ok = s->ndim == r && xs[i]->batched == xs[0]->batched;
+        for (int d = 0; ok && d < s->ndim; d++)
+            if (d != ax && s->d[d] != xs[0]->shape.d[d])
+                ok = 0;
+        if (!ok)
+            FAIL(t, n, "input %d is %s%s, input 0 is %s%s: only dim %d may differ", i,
+                 s_shape_str(s, a, 96), xs[i]->batched ? " (batched)" : "",
+                 s_shape_str(&xs[0]->shape, b, 96), xs[0]->batched ? " (batched)" : "",
+                 ax);
+        c += s->d[ax];
+    }
+    n->attr.axis = ax;
+    n->shape.d[ax] = c;
+    return n;
+}
+
+tp_status_t tp_split(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
+                     int count, const int64_t *sizes, tp_node_t **out) {
+    if (t->status < 0)
+        return t->status;
+    char base[TP_NAME_MAX], a[96];
+    snprintf(base, sizeof base, "%s", name ? name : "split");
+    if (!x || !out || !sizes || count < 1) {
+        s_fail(t, TP_ERR_INVALID, base, "split needs x, %d > 0 sizes and room for "
+               "the pieces", count);
+        return t->status;
+    }
+    const int r = x->shape.ndim, ax = s_axis(axis, r);
+    int64_t sum = 0;
+    for (int i = 0; i < count; i++)
+        sum += sizes[i] < 0 ? -1 : sizes[i];
+    if (ax < 0 || (x->batched && ax == 0) || sum != x->shape.d[ax]) {
+        s_fail(t, TP_ERR_SHAPE, base, "cannot split x %s%s along axis %d into %d "
+               "pieces summing to %lld (each >= 0, summing to the dim; not the batch)",
+               s_shape_str(&x->shape, a, 96), x->batched ? " (batched)" : "", axis,
+               count, (long long)sum);
+        return t->status;
+    }
+    int64_t start[TP_MAX_DIMS] = {0}, stop[TP_MAX_DIMS];
+    for (int i = 0; i < r; i++)
+        stop[i] = TP_SLICE_END;
+    for (int i = 0; i < count; i++) {
+        char piece[TP_NAME_MAX + 16];
+        snprintf(piece, sizeof piece, "%s_%d", base, i);
+        stop[ax] = start[ax] + sizes[i];
+        out[i] = tp_slice(t, piece, x, start, stop, NULL);
+        if (!out[i])
+            return t->status;
+        start[ax] = stop[ax];
+    }
+    return TP_OK;
+}
+
+tp_node_t *tp_pad(tp_tower_t *t, const char *name, tp_node_t *x,
+                  const int64_t *before, const int64_t *after, float value) {
+    tp_node_t *n = s_node(t, name, TP_OP_PAD, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_movable(t, n, 0))
+        return s_drop_last(t);
+    char a[96];
+    const int r = x->shape.ndim;
+    if (r > 0 && (!before || !after))
+        FAIL(t, n, "x %s: before and after need %d entries", s_shape_str(&x->shape, a, 96), r);
+    if (!isfinite(value))
+        FAIL(t, n, "pad value %g is not finite", (double)value);
+    for (int i = 0; i < r; i++) {
+        if (before[i] < 0 || after[i] < 0)
+            FAIL(t, n, "axis %d: pads %lld before, %lld after (need >= 0)", i,
+                 (long long)before[i], (long long)after[i]);
+        if (x->batched && i == 0 && (before[0] || after[0]))
+            FAIL(t, n, "x %s is batched: axis 0 (the batch) cannot be padded",
+                 s_shape_str(&x->shape, a, 96));
+        n->attr.dims_a[i] = before[i];
+        n->attr.dims_b[i] = after[i];
+        n->shape.d[i] = x->shape.d[i] + before[i] + after[i];
+    }
+    n->attr.alpha = value;
+    return n;
+}
+
+tp_node_t *tp_broadcast_to(tp_tower_t *t, const char *name, tp_node_t *x,
+                           int ndim, const int64_t *shape) {
+    tp_node_t *n = s_node(t, name, TP_OP_BROADCAST_TO, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_movable(t, n, 0))
+        return s_drop_last(t);
+    char a[96], b[96];
+    const int r = x->shape.ndim;
+    if (ndim < r || ndim > TP_MAX_DIMS || (ndim > 0 && !shape))
+        FAIL(t, n, "x %s has %d dims: the target needs %d..%d", s_shape_str(&x->shape, a, 96),
+             r, r, TP_MAX_DIMS);
+    tp_shape_t o = {.ndim = ndim};
+    for (int i = 0; i < ndim; i++)
+        o.d[i] = shape[i];
+    if (x->batched) {
+        if (ndim != r || shape[0] != -1)
+            FAIL(t, n, "x %s is batched: the target keeps its %d dims and its dim 0 "
+                 "is -1 (the batch)", s_shape_str(&x->shape, a, 96), r);
+        o.d[0] = x->shape.d[0];
+    }
+    for (int i = 0; i < ndim; i++) {
+        const int ix = i - (ndim - r);
+        const int64_t dx = ix >= 0 ? x->shape.d[ix] : 1;
+        if (o.d[i] < 0 || (dx != 1 && dx != o.d[i]))
+            FAIL(t, n, "cannot broadcast %s to %s: dim %d is %lld in x (need equal, or 1)",
+                 s_shape_str(&x->shape, a, 96), s_shape_str(&o, b, 96), i, (long long)dx);
+    }
+    n->shape = o;
+    return n;
+}
+
+tp_node_t *tp_gather_rows(tp_tower_t *t, const char *name, tp_node_t *table,
+                          tp_node_t *indices) {
+    tp_node_t *in[2] = {table, indices};
+    tp_node_t *n = s_node(t, name, TP_OP_GATHER, 2, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    char a[96], b[96];
+    const tp_shape_t *ts = &table->shape, *is = &indices->shape;
+    if (indices->dtype != TP_INT32)
+        FAIL(t, n, "indices '%s' are %s: need int32", indices->name,
+             tp_dtype_name(indices->dtype));
+    if (ts->ndim < 1 || table->batched || ts->d[0] < 1 || is->ndim + ts->ndim - 1 > TP_MAX_DIMS)
+        FAIL(t, n, "table %s%s, indices %s: need an unbatched table [V>=1, ...] and at "
+             "most %d dims out", s_shape_str(ts, a, 96), table->batched ? " (batched)" : "",
+             s_shape_str(is, b, 96), TP_MAX_DIMS);
+    n->shape.ndim = is->ndim + ts->ndim - 1;
+    for (int i = 0; i < is->ndim; i++)
+        n->shape.d[i] = is->d[i];
+    for (int i = 1; i < ts->ndim; i++)
+        n->shape.d[is->ndim + i - 1] = ts->d[i];
+    n->batched = indices->batched;
+    return n;
+}
+
+tp_node_t *tp_one_hot(tp_tower_t *t, const char *name, tp_node_t *indices,
+                      int depth) {
+    tp_node_t *n = s_node(t, name, TP_OP_ONE_HOT, 1, &indices);
+    if (!n)
+        return NULL;
+    char a[96];
+    if (indices->dtype != TP_INT32)
+        FAIL(t, n, "indices '%s' are %s: need int32", indices->name,
+             tp_dtype_name(indices->dtype));
+    if (depth < 1 || indices->shape.ndim >= TP_MAX_DIMS)
+        FAIL(t, n, "depth %d on indices %s: need depth >= 1 and fewer than %d dims",
+             depth, s_shape_str(&indices->shape, a, 96), TP_MAX_DIMS);
+    n->dtype = TP_FLOAT32;
+    n->shape.d[n->shape.ndim++] = depth;
+    return n;
 }
 
 tp_node_t *tp_softmax_xent(tp_tower_t *t, const char *name, tp_node_t *logits,

@@ -37,7 +37,7 @@ typedef enum {
     TP_OP_DROPOUT,         /* attr.alpha: drop rate */
     TP_OP_RESHAPE,         /* also flatten; the value aliases the input */
     TP_OP_ADD,             /* a + b, NumPy broadcasting (docs/ops.md) */
-    TP_OP_CONCAT,          /* along dim 1 */
+    TP_OP_CONCAT,          /* along attr.axis (tp_concat: dim 1) */
     TP_OP_SOFTMAX_XENT,    /* logits[N,K], labels int32[N] -> mean loss []
                               (attr alpha: label smoothing) */
     TP_OP_ACCURACY,        /* logits[N,K], labels int32[N] -> fraction [] */
@@ -74,6 +74,17 @@ typedef enum {
     TP_OP_HUBER_LOSS,      /* mean Huber of pred - target (attr.alpha: delta) */
     TP_OP_SIGMOID_XENT,    /* mean of max(x,0) - x z + ln(1 + e^-|x|),
                               logits x, float labels z */
+    /* the shape family (docs/ops.md): float32 or int32 values moved, a
+     * batched input's batch kept at dim 0 */
+    TP_OP_TRANSPOSE,       /* y.d[i] = x.d[perm[i]] (attr.dims_a: perm) */
+    TP_OP_SLICE,           /* x[start::step] per axis (attr.dims_a: start,
+                              dims_b: step; y's shape the counts) */
+    TP_OP_PAD,             /* constant attr.alpha around x (attr.dims_a:
+                              before, dims_b: after, per axis) */
+    TP_OP_BROADCAST_TO,    /* x stretched to y's shape (NumPy's rule) */
+    TP_OP_GATHER,          /* table[V,...], int32 indices[...] ->
+                              [..., table dims 1..] (embedding lookup) */
+    TP_OP_ONE_HOT,         /* int32 [...] -> float32 [..., depth]; no gradient */
     TP_OP_COUNT
 } tp_op_kind_t;
 

@@ -97,6 +97,10 @@ typedef struct tp_node_attrs {
     float beta;        /* clip: the upper bound (alpha: the lower) */
     int training;      /* 1: training semantics (batch norm, dropout) */
     tp_dtype_t in_dtype; /* cast: the input's dtype */
+    /* the shape family */
+    int axis;                    /* concat */
+    int64_t dims_a[TP_MAX_DIMS]; /* transpose: perm; slice: start; pad: before */
+    int64_t dims_b[TP_MAX_DIMS]; /* slice: step; pad: after */
 } tp_node_attrs_t;
 void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *out);
 
@@ -164,7 +168,9 @@ tp_node_t *tp_dropout(tp_tower_t *t, const char *name, tp_node_t *x,
                       float rate);
 /* [N, ...] -> [N, prod(...)]. */
 tp_node_t *tp_flatten(tp_tower_t *t, const char *name, tp_node_t *x);
-/* New shape; for a batched x, shape[0] must be -1 (the batch dim). */
+/* New shape; for a batched x, shape[0] must be -1 (the batch dim). One
+ * other entry may be -1: it is inferred from the element count (as
+ * PyTorch's view), and must divide it. */
 tp_node_t *tp_reshape(tp_tower_t *t, const char *name, tp_node_t *x,
                       int ndim, const int64_t *shape);
 /* ---- the elementwise family (docs/ops.md has one row per op) ----------
@@ -262,6 +268,55 @@ tp_node_t *tp_huber_loss(tp_tower_t *t, const char *name, tp_node_t *pred,
  * Computed as max(x,0) - x z + ln(1 + e^-|x|), stable for any logit. */
 tp_node_t *tp_sigmoid_xent(tp_tower_t *t, const char *name, tp_node_t *logits,
                            tp_node_t *labels);
+/* ---- the shape family (docs/ops.md) -------------------------------------
+ * transpose, slice, concat, split, pad and broadcast_to move float32 or
+ * int32 values (token ids slice like activations); gradients flow for
+ * float32. Axes may be negative (counted from the end, as Python's). A
+ * batched input keeps its batch at dim 0: these ops never move, cut, pad
+ * or stretch it, and say so naming the node when asked to. */
+/* y.d[i] = x.d[perm[i]] (torch's permute); perm: x's rank entries, each
+ * axis once; a batched x needs perm[0] = 0. */
+tp_node_t *tp_transpose(tp_tower_t *t, const char *name, tp_node_t *x,
+                        const int *perm);
+/* stop past the end of an axis (TP_SLICE_END for "to the end"). */
+#define TP_SLICE_END INT64_MAX
+/* x[start[0]:stop[0]:step[0], ...] with Python's rules per axis: negative
+ * start/stop count from the end, out-of-range ones clamp, step != 0 (a
+ * negative step walks backwards; NULL: every step 1). start/stop/step have
+ * x's rank entries. A batched x's dim 0 must be taken whole (0, END, 1). */
+tp_node_t *tp_slice(tp_tower_t *t, const char *name, tp_node_t *x,
+                    const int64_t *start, const int64_t *stop,
+                    const int64_t *step);
+/* Concatenation along `axis`; every other dim must agree, and the inputs
+ * share a dtype and batching (a batched concat cannot be along dim 0).
+ * tp_concat is this with axis 1. */
+tp_node_t *tp_concat_axis(tp_tower_t *t, const char *name, int axis, int n,
+                          tp_node_t *const *xs);
+/* x cut along `axis` into `n` pieces of sizes[0..n-1] (summing to that
+ * dim) written to out[0..n-1]: each piece is a slice node named
+ * "<name>_<i>" (the graph's nodes have one output each). The tower's
+ * status: TP_OK, or the error (named after the node). */
+tp_status_t tp_split(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
+                     int n, const int64_t *sizes, tp_node_t **out);
+/* x with before[i] and after[i] elements of `value` around each axis i
+ * (both >= 0; x's rank entries; a batched x's dim 0 gets none). */
+tp_node_t *tp_pad(tp_tower_t *t, const char *name, tp_node_t *x,
+                  const int64_t *before, const int64_t *after, float value);
+/* x stretched to `shape` by NumPy's rule (x's dims align at the end, each
+ * equal or 1); the gradient sums over the stretched dims. A batched x
+ * keeps its rank and shape[0] is -1 (the batch). */
+tp_node_t *tp_broadcast_to(tp_tower_t *t, const char *name, tp_node_t *x,
+                           int ndim, const int64_t *shape);
+/* Rows of table (float32 [V, ...], not batched) picked by int32 indices of
+ * any shape: [idx dims..., table dims 1..] (an embedding lookup). The
+ * gradient scatter-adds into the table; an index outside [0, V) fails the
+ * step naming the node, the index and V. */
+tp_node_t *tp_gather_rows(tp_tower_t *t, const char *name, tp_node_t *table,
+                          tp_node_t *indices);
+/* int32 [...] -> float32 [..., depth]: 1 at the index, 0 elsewhere (no
+ * gradient). An index outside [0, depth) fails the step naming the node. */
+tp_node_t *tp_one_hot(tp_tower_t *t, const char *name, tp_node_t *indices,
+                      int depth);
 /* Fraction of rows whose argmax equals the label (a scalar, no gradient). */
 tp_node_t *tp_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
                        tp_node_t *labels);

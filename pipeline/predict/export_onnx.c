@@ -430,6 +430,101 @@ static int s_emit_elementwise(s_ex_t *ex, tp_op_kind_t k, const char *out,
     }
 }
 
+/* An int64 [n] initializer "<out>/<what>"; its name into buf. */
+static const char *s_ints(s_ex_t *ex, const char *out, const char *what,
+                          const int64_t *v, int n, char *buf, size_t size) {
+    snprintf(buf, size, "%s/%s", out, what);
+    int64_t dims[1] = {n};
+    return s_init(ex, buf, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, dims, v,
+                  sizeof(int64_t) * (size_t)n) ? buf : NULL;
+}
+
+/* The shape family (docs/ops.md) at opset 13: Transpose, Slice with
+ * int64 starts/ends/axes/steps inputs (a batched dim 0, always whole, left
+ * out of axes), Pad (mode constant) with its pads and value as inputs,
+ * Expand (a batched dim 0 as 1, which broadcasts to the batch), Gather
+ * (axis 0) and OneHot (depth 1-element int64, values [0, 1], axis -1). 1 on
+ * success. */
+static int s_emit_shape(s_ex_t *ex, tp_node_t *x, const char *out,
+                        const char *const *in, const tp_node_attrs_t *a) {
+    char b1[700], b2[700], b3[700], b4[700];
+    const tp_node_t *x0 = tp_node_input(x, 0);
+    const tp_shape_t *xs = tp_node_shape(x0), *ys = tp_node_shape(x);
+    const int r = ys->ndim;
+    switch (tp_node_kind(x)) {
+    case TP_OP_TRANSPOSE: {
+        Onnx__NodeProto *n = s_node(ex, "Transpose", out, 1, in);
+        return n && s_attr_ints(ex, n, "perm", a->dims_a, r);
+    }
+    case TP_OP_SLICE: {
+        int64_t st[TP_MAX_DIMS], en[TP_MAX_DIMS], ax[TP_MAX_DIMS], sp[TP_MAX_DIMS];
+        int k = 0;
+        for (int i = tp_node_batched(x0) ? 1 : 0; i < r; i++) {
+            const int64_t cnt = ys->d[i], step = a->dims_b[i];
+            st[k] = a->dims_a[i];
+            en[k] = st[k] + cnt * step;
+            /* walking back past element 0: an end of -1 would mean the
+             * last element, so below -dim (ONNX clamps it to before 0) */
+            if (step < 0 && en[k] < 0)
+                en[k] = -xs->d[i] - 1;
+            ax[k] = i;
+            sp[k++] = step;
+        }
+        if (k == 0)
+            return s_node(ex, "Identity", out, 1, in) != NULL;
+        const char *si[5] = {in[0], s_ints(ex, out, "starts", st, k, b1, sizeof b1),
+                             s_ints(ex, out, "ends", en, k, b2, sizeof b2),
+                             s_ints(ex, out, "axes", ax, k, b3, sizeof b3),
+                             s_ints(ex, out, "steps", sp, k, b4, sizeof b4)};
+        return si[1] && si[2] && si[3] && si[4] && s_node(ex, "Slice", out, 5, si);
+    }
+    case TP_OP_PAD: {
+        int64_t pads[2 * TP_MAX_DIMS];
+        for (int i = 0; i < r; i++) {
+            pads[i] = a->dims_a[i];
+            pads[r + i] = a->dims_b[i];
+        }
+        int64_t none[1] = {0};
+        const int32_t iv = (int32_t)a->alpha;
+        const int is_int = tp_node_dtype(x0) == TP_INT32;
+        snprintf(b2, sizeof b2, "%s/value", out);
+        const int vok = s_init(ex, b2, is_int ? ONNX__TENSOR_PROTO__DATA_TYPE__INT32
+                                              : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT,
+                               0, none, is_int ? (const void *)&iv : (const void *)&a->alpha, 4);
+        const char *pi[3] = {in[0], s_ints(ex, out, "pads", pads, 2 * r, b1, sizeof b1),
+                             vok ? b2 : NULL};
+        Onnx__NodeProto *n = pi[1] && pi[2] ? s_node(ex, "Pad", out, 3, pi) : NULL;
+        return n != NULL;
+    }
+    case TP_OP_BROADCAST_TO: {
+        int64_t shape[TP_MAX_DIMS];
+        memcpy(shape, ys->d, sizeof shape);
+        if (tp_node_batched(x))
+            shape[0] = 1;
+        const char *ei[2] = {in[0], s_ints(ex, out, "shape", shape, r, b1, sizeof b1)};
+        return ei[1] && s_node(ex, "Expand", out, 2, ei);
+    }
+    case TP_OP_GATHER: {
+        Onnx__NodeProto *n = s_node(ex, "Gather", out, 2, in);
+        return n && s_attr_i(ex, n, "axis", 0);
+    }
+    case TP_OP_ONE_HOT: {
+        const int64_t depth = ys->d[r - 1];
+        const float vals[2] = {0.0f, 1.0f};
+        int64_t two[1] = {2};
+        snprintf(b2, sizeof b2, "%s/values", out);
+        const int vok = s_init(ex, b2, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, two, vals,
+                               sizeof vals);
+        const char *oi[3] = {in[0], s_ints(ex, out, "depth", &depth, 1, b1, sizeof b1),
+                             vok ? b2 : NULL};
+        Onnx__NodeProto *n = oi[1] && oi[2] ? s_node(ex, "OneHot", out, 3, oi) : NULL;
+        return n && s_attr_i(ex, n, "axis", -1);
+    }
+    default:
+        return 0;
+    }
+}
+
 /* One op node into ONNX nodes; *ok 0 on failure (with the error set). */
 static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *uses,
                           const unsigned char *fused, int nnodes) {
@@ -615,9 +710,12 @@ static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *use
                     ci[i] = vname[j];
         }
         n = s_node(ex, "Concat", out, nin, ci);
-        ok = s_attr_i(ex, n, "axis", 1);
+        ok = s_attr_i(ex, n, "axis", a.axis);
         break;
     }
+    case TP_OP_TRANSPOSE: case TP_OP_SLICE: case TP_OP_PAD: case TP_OP_BROADCAST_TO:
+    case TP_OP_GATHER: case TP_OP_ONE_HOT: /* the shape family */
+        return s_emit_shape(ex, x, out, in, &a) ? TP_OK : NOMEM();
     default:
         return tp_error(TP_ERR_UNSUPPORTED, "ONNX export: op '%s' (node '%s') has no "
                         "ONNX form; export outputs that do not need it (the "
@@ -775,7 +873,7 @@ static tp_status_t s_build(s_ex_t *ex, tp_predictor_t *p, Onnx__ModelProto *mode
     for (int j = 0; j < nout; j++) {
         tp_node_t *x = tp_model_node(m, -1, out_id[j]);
         const tp_shape_t *s = tp_node_shape(x);
-        if (!(gout[ngout++] = s_value_info(ex, vname[out_id[j]], TP_FLOAT32, s->ndim, s->d,
+        if (!(gout[ngout++] = s_value_info(ex, vname[out_id[j]], tp_node_dtype(x), s->ndim, s->d,
                                            tp_node_batched(x))))
             return NOMEM();
     }

@@ -22,7 +22,23 @@ typedef struct {
     float lo[2], hi[2];    /* inputs drawn from U(lo, hi) */
     float atol, rtol;      /* against PyTorch: |got - want| <= atol + rtol |want| */
     float step;            /* > 0: inputs rounded to multiples of it (ties) */
+    /* the shape family: attributes, the output shape, integer inputs */
+    int axis;              /* attr.axis (concat) */
+    int64_t a[4], b[4];    /* attr.dims_a, dims_b (perm, start/step, pads) */
+    int ynd;               /* > 0: the output shape is yd[0..ynd) */
+    int64_t yd[4];
+    int ints;              /* bit p: input p is int32, drawn from [lo, hi) */
 } op_case_t;
+
+/* Gradients that are sums (broadcast, repeated gather rows): torch adds
+ * in another order, 1e-6; the rest move values exactly, 0. */
+#define S_SUMS(k) ((k) == TP_OP_BROADCAST_TO || (k) == TP_OP_GATHER ? 1e-6f : 0.0f)
+/* A shape row: one or two inputs, attributes a/b/axis, output shape y. */
+#define OP_SHAPE_ROW(nm, k, n, nd0, d0, nd1, d1, ax, a_, b_, ynd_, y_, alpha_, ints_, lo1, hi1) \
+    {.label = nm, .kind = k, .alpha = alpha_, .ninputs = n, .nd = {nd0, nd1},           \
+     .d = {d0, d1}, .lo = {-1, lo1}, .hi = {1, hi1}, .atol = S_SUMS(k), .rtol = S_SUMS(k), .axis = ax, \
+     .a = a_, .b = b_, .ynd = ynd_, .yd = y_, .ints = ints_}
+#define OPV(...) {__VA_ARGS__}
 
 
 /* Binary rows: same shapes, trailing broadcast, stretched on both sides,
@@ -46,6 +62,10 @@ typedef struct {
 #define OP_UNARY_ROW(nm, kind, a, b, lo, hi, atol, rtol)                     \
     {nm, kind, a, b, 1, {3, 0}, {{2, 7, 13}, {0}}, {lo, 0}, {hi, 0}, atol, rtol, 0}
 
+/* Rows written positionally leave the later families' fields (axis,
+ * a, b, ynd, yd, ints) zero, which is what they mean there. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const op_case_t op_cases[] = {
     OP_BINARY_ROWS("add", TP_OP_ADD, -1, 1, -1, 1, 1e-6f, 1e-5f),
     OP_BINARY_ROWS("sub", TP_OP_SUB, -1, 1, -1, 1, 1e-6f, 1e-5f),
@@ -93,7 +113,38 @@ static const op_case_t op_cases[] = {
     {"sigmoid_xent_large", TP_OP_SIGMOID_XENT, 0, 0, 2, {2, 2}, {{4, 9}, {4, 9}}, {-200, 0}, {200, 1}, 1e-5f, 1e-5f, 0},
     /* equal elements (the kink of l1 at 0: gradient 0, torch's sign) */
     {"l1_loss_ties", TP_OP_L1_LOSS, 0, 0, 2, {1, 1}, {{40}, {40}}, {-1, -1}, {1, 1}, 1e-6f, 1e-5f, 0.5f},
+    /* the shape family: values move exactly (tolerance 0), gradients are
+     * sums of dy only where several outputs share an input (broadcast,
+     * gather's repeated rows), exact for the sizes here up to rounding */
+    OP_SHAPE_ROW("transpose_021", TP_OP_TRANSPOSE, 1, 3, OPV(2, 3, 5), 0, OPV(0), 0, OPV(0, 2, 1), OPV(0), 3, OPV(2, 5, 3), 0, 0, 0, 0),
+    OP_SHAPE_ROW("transpose_2d", TP_OP_TRANSPOSE, 1, 2, OPV(7, 4), 0, OPV(0), 0, OPV(1, 0), OPV(0), 2, OPV(4, 7), 0, 0, 0, 0),
+    OP_SHAPE_ROW("transpose_4d", TP_OP_TRANSPOSE, 1, 4, OPV(2, 3, 4, 5), 0, OPV(0), 0, OPV(3, 1, 0, 2), OPV(0), 4, OPV(5, 3, 2, 4), 0, 0, 0, 0),
+    OP_SHAPE_ROW("transpose_batch1", TP_OP_TRANSPOSE, 1, 3, OPV(1, 6, 1), 0, OPV(0), 0, OPV(2, 0, 1), OPV(0), 3, OPV(1, 1, 6), 0, 0, 0, 0),
+    OP_SHAPE_ROW("slice_rows_every_other_col", TP_OP_SLICE, 1, 2, OPV(5, 7), 0, OPV(0), 0, OPV(1, 0), OPV(1, 2), 2, OPV(3, 4), 0, 0, 0, 0),
+    OP_SHAPE_ROW("slice_negative_steps", TP_OP_SLICE, 1, 2, OPV(6, 5), 0, OPV(0), 0, OPV(5, 4), OPV(-2, -1), 2, OPV(3, 5), 0, 0, 0, 0),
+    OP_SHAPE_ROW("slice_4d", TP_OP_SLICE, 1, 4, OPV(3, 4, 5, 6), 0, OPV(0), 0, OPV(0, 1, 2, 3), OPV(1, 2, 1, 2), 4, OPV(3, 2, 3, 2), 0, 0, 0, 0),
+    OP_SHAPE_ROW("slice_batch1", TP_OP_SLICE, 1, 2, OPV(1, 9), 0, OPV(0), 0, OPV(0, 8), OPV(1, -3), 2, OPV(1, 3), 0, 0, 0, 0),
+    OP_SHAPE_ROW("concat_axis0", TP_OP_CONCAT, 2, 2, OPV(2, 3), 2, OPV(4, 3), 0, OPV(0), OPV(0), 2, OPV(6, 3), 0, 0, -1, 1),
+    OP_SHAPE_ROW("concat_axis1", TP_OP_CONCAT, 2, 3, OPV(3, 2, 4), 3, OPV(3, 5, 4), 1, OPV(0), OPV(0), 3, OPV(3, 7, 4), 0, 0, -1, 1),
+    OP_SHAPE_ROW("concat_axis2", TP_OP_CONCAT, 2, 3, OPV(2, 3, 4), 3, OPV(2, 3, 1), 2, OPV(0), OPV(0), 3, OPV(2, 3, 5), 0, 0, -1, 1),
+    OP_SHAPE_ROW("concat_last_4d", TP_OP_CONCAT, 2, 4, OPV(2, 1, 3, 2), 4, OPV(2, 1, 3, 5), 3, OPV(0), OPV(0), 4, OPV(2, 1, 3, 7), 0, 0, -1, 1),
+    OP_SHAPE_ROW("pad_2d", TP_OP_PAD, 1, 2, OPV(3, 4), 0, OPV(0), 0, OPV(1, 0), OPV(2, 3), 2, OPV(6, 7), 0.5f, 0, 0, 0),
+    OP_SHAPE_ROW("pad_4d_spatial", TP_OP_PAD, 1, 4, OPV(2, 3, 4, 5), 0, OPV(0), 0, OPV(0, 0, 1, 2), OPV(0, 0, 2, 1), 4, OPV(2, 3, 7, 8), 0, 0, 0, 0),
+    OP_SHAPE_ROW("pad_1d", TP_OP_PAD, 1, 1, OPV(5), 0, OPV(0), 0, OPV(3), OPV(0), 1, OPV(8), -1.0f, 0, 0, 0),
+    OP_SHAPE_ROW("broadcast_to_trailing", TP_OP_BROADCAST_TO, 1, 1, OPV(3), 0, OPV(0), 0, OPV(0), OPV(0), 3, OPV(4, 2, 3), 0, 0, 0, 0),
+    OP_SHAPE_ROW("broadcast_to_inner", TP_OP_BROADCAST_TO, 1, 3, OPV(3, 1, 5), 0, OPV(0), 0, OPV(0), OPV(0), 3, OPV(3, 4, 5), 0, 0, 0, 0),
+    OP_SHAPE_ROW("broadcast_to_both", TP_OP_BROADCAST_TO, 1, 3, OPV(1, 4, 1), 0, OPV(0), 0, OPV(0), OPV(0), 4, OPV(2, 5, 4, 3), 0, 0, 0, 0),
+    OP_SHAPE_ROW("broadcast_to_scalar", TP_OP_BROADCAST_TO, 1, 0, OPV(0), 0, OPV(0), 0, OPV(0), OPV(0), 2, OPV(2, 3), 0, 0, 0, 0),
+    OP_SHAPE_ROW("gather_rows_2d_indices", TP_OP_GATHER, 2, 2, OPV(10, 4), 2, OPV(3, 5), 0, OPV(0), OPV(0), 3, OPV(3, 5, 4), 0, 2, 0, 10),
+    OP_SHAPE_ROW("gather_rows_repeated", TP_OP_GATHER, 2, 2, OPV(3, 6), 1, OPV(9), 0, OPV(0), OPV(0), 2, OPV(9, 6), 0, 2, 0, 3),
+    OP_SHAPE_ROW("gather_rows_3d_table", TP_OP_GATHER, 2, 3, OPV(5, 2, 3), 1, OPV(4), 0, OPV(0), OPV(0), 3, OPV(4, 2, 3), 0, 2, 0, 5),
+    OP_SHAPE_ROW("gather_rows_batch1", TP_OP_GATHER, 2, 2, OPV(3, 8), 2, OPV(1, 1), 0, OPV(0), OPV(0), 3, OPV(1, 1, 8), 0, 2, 0, 3),
+    {.label = "one_hot_2d", .kind = TP_OP_ONE_HOT, .ninputs = 1, .nd = {2}, .d = {{2, 5}},
+     .lo = {0}, .hi = {6}, .ynd = 3, .yd = {2, 5, 6}, .ints = 1},
+    {.label = "one_hot_1d", .kind = TP_OP_ONE_HOT, .ninputs = 1, .nd = {1}, .d = {{7}},
+     .lo = {0}, .hi = {3}, .ynd = 2, .yd = {7, 3}, .ints = 1},
 };
+#pragma GCC diagnostic pop
 
 #define OP_NCASES ((int)(sizeof op_cases / sizeof op_cases[0]))
 
@@ -101,6 +152,12 @@ static const op_case_t op_cases[] = {
  * loss's is a scalar. */
 static inline tp_shape_t op_case_out(const op_case_t *k) {
     tp_shape_t o = {0};
+    if (k->ynd > 0) { /* the shape family's rows say it */
+        o.ndim = k->ynd;
+        for (int j = 0; j < k->ynd; j++)
+            o.d[j] = k->yd[j];
+        return o;
+    }
     if (k->kind == TP_OP_MSE || k->kind == TP_OP_L1_LOSS ||
         k->kind == TP_OP_HUBER_LOSS || k->kind == TP_OP_SIGMOID_XENT)
         return o;

@@ -575,12 +575,21 @@ Test(cuda_ops, elementwise_every_op_case) {
         s_case_t k = s_base(row->kind);
         k.attr.alpha = row->alpha;
         k.attr.beta = row->beta;
+        /* the shape family's attributes and int32 inputs */
+        k.attr.axis = row->axis;
+        memcpy(k.attr.dims_a, row->a, sizeof row->a);
+        memcpy(k.attr.dims_b, row->b, sizeof row->b);
         k.ninputs = row->ninputs;
         for (int p = 0; p < row->ninputs; p++) {
             k.xs[p] = op_case_in(row, p);
             k.lo[p] = row->lo[p];
             k.hi[p] = row->hi[p];
             k.grad[p] = row->kind != TP_OP_STOP_GRADIENT;
+            if ((row->ints >> p) & 1) { /* indices in [0, hi) */
+                k.dt[p] = TP_INT32;
+                k.label_k = (int)row->hi[p];
+                k.grad[p] = 0;
+            }
         }
         k.ys = op_case_out(row);
         cr_log_info("elementwise case %s", row->label);
@@ -639,6 +648,7 @@ Test(cuda_ops, folded_relu_after_conv_batch_norm_add_and_bias_add) {
 
 Test(cuda_ops, concat) {
     s_case_t k = s_base(TP_OP_CONCAT);
+    k.attr.axis = 1;
     k.ninputs = 3;
     k.xs[0] = SH(3, 2, 4, 5);
     k.xs[1] = SH(3, 5, 4, 5);

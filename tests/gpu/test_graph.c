@@ -808,3 +808,218 @@ Test(graph, gradient_with_respect_to_a_data_input) {
               "%s", tp_last_error());
     s_ask_labels = 0;
 }
+
+/* ---- the shape family's rules: Python's slices, the batch kept whole ---- */
+
+static int s_shape_case;
+
+static tp_status_t s_shapes(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* batched [N,3,5] */
+    tp_init_t one = {TP_INIT_CONST, 1.0f};
+    const int64_t E = TP_SLICE_END;
+    tp_node_t *y = NULL, *xs[2] = {x, x};
+    switch (s_shape_case) {
+    case 0: { /* every op fine on a batched x */
+        tp_tower_add_output(t, "tr", tp_transpose(t, "tr", x, (const int[]){0, -1, 1}));
+        tp_tower_add_output(t, "sl", tp_slice(t, "sl", x, (const int64_t[]){0, 1, 0},
+                                               (const int64_t[]){E, 3, E},
+                                               (const int64_t[]){1, 1, 2}));
+        tp_tower_add_output(t, "cat", tp_concat_axis(t, "cat", -1, 2, xs));
+        tp_node_t *p[2];
+        tp_split(t, "sp", x, 2, 2, (const int64_t[]){2, 3}, p);
+        tp_tower_add_output(t, "sp1", p[1]);
+        tp_tower_add_output(t, "pad", tp_pad(t, "pad", x, (const int64_t[]){0, 1, 0},
+                                             (const int64_t[]){0, 0, 2}, 0.0f));
+        tp_node_t *col = tp_slice(t, "col", x, (const int64_t[]){0, 0, 4},
+                                  (const int64_t[]){E, E, E}, NULL);
+        tp_tower_add_output(t, "bc", tp_broadcast_to(t, "bc", col, 3,
+                                                     (const int64_t[]){-1, 3, 4}));
+        y = tp_reshape(t, "flat", x, 2, (const int64_t[]){-1, -1});
+        break;
+    }
+    case 1:
+        y = tp_transpose(t, "bad_perm", x, (const int[]){1, 0, 2});
+        break;
+    case 2:
+        y = tp_transpose(t, "bad_axes", x, (const int[]){0, 2, 2});
+        break;
+    case 3:
+        y = tp_slice(t, "bad_slice", x, (const int64_t[]){1, 0, 0},
+                     (const int64_t[]){E, E, E}, NULL);
+        break;
+    case 4:
+        y = tp_slice(t, "bad_step", x, (const int64_t[]){0, 0, 0},
+                     (const int64_t[]){E, E, E}, (const int64_t[]){1, 0, 1});
+        break;
+    case 5: {
+        tp_node_t *two[2] = {x, tp_slice(t, "r2", x, (const int64_t[]){0, 0, 0},
+                                         (const int64_t[]){E, 2, E}, NULL)};
+        y = tp_concat_axis(t, "bad_cat", 2, 2, two);
+        break;
+    }
+    case 6:
+        y = tp_concat_axis(t, "bad_cat0", 0, 2, xs);
+        break;
+    case 7:
+        y = tp_pad(t, "bad_pad", x, (const int64_t[]){0, -1, 0}, (const int64_t[]){0, 0, 0}, 0);
+        break;
+    case 8:
+        y = tp_pad(t, "bad_pad0", x, (const int64_t[]){0, 0, 0}, (const int64_t[]){1, 0, 0}, 0);
+        break;
+    case 9:
+        y = tp_broadcast_to(t, "bad_bc", x, 3, (const int64_t[]){-1, 2, 5});
+        break;
+    case 10:
+        y = tp_gather_rows(t, "bad_idx", tp_variable(t, "tab", 2, (const int64_t[]){4, 2}, one,
+                                                     TP_VAR_TRAINABLE), x);
+        break;
+    case 11:
+        y = tp_one_hot(t, "bad_hot", in[1], 0);
+        break;
+    case 12: {
+        tp_node_t *p[2];
+        tp_split(t, "bad_split", x, 1, 2, (const int64_t[]){2, 2}, p);
+        break;
+    }
+    case 13:
+        y = tp_reshape(t, "bad_infer", x, 3, (const int64_t[]){-1, -1, -1});
+        break;
+    default:
+        y = tp_reshape(t, "bad_infer2", x, 3, (const int64_t[]){-1, 4, -1});
+        break;
+    }
+    if (y)
+        tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+static tp_model_t *s_shape_model(int which) {
+    s_shape_case = which;
+    tp_input_desc_t d[2] = {{"x", TP_FLOAT32, 3, {-1, 3, 5}}, {"tok", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {d, 2, s_shapes, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 4;
+    return tp_model_new(&md, &cfg);
+}
+
+static void s_expect_shape(tp_model_t *m, const char *name, int ndim, const int64_t *d) {
+    const tp_node_t *n = tp_model_lookup(m, -1, name);
+    cr_assert_not_null(n, "%s", name);
+    const tp_shape_t *s = tp_node_shape(n);
+    cr_expect_eq(s->ndim, ndim, "%s: %d dims", name, s->ndim);
+    for (int i = 0; i < ndim && i < s->ndim; i++)
+        cr_expect_eq(s->d[i], d[i], "%s: dim %d is %lld, want %lld", name, i,
+                     (long long)s->d[i], (long long)d[i]);
+    cr_expect_eq(tp_node_batched(n), 1, "%s keeps the batch", name);
+}
+
+Test(graph, shape_family_rules_and_errors_naming_node_and_shapes) {
+    tp_model_t *m = s_shape_model(0);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    s_expect_shape(m, "tr", 3, (const int64_t[]){4, 5, 3});
+    s_expect_shape(m, "sl", 3, (const int64_t[]){4, 2, 3});
+    s_expect_shape(m, "cat", 3, (const int64_t[]){4, 3, 10});
+    s_expect_shape(m, "sp_1", 3, (const int64_t[]){4, 3, 3});
+    s_expect_shape(m, "pad", 3, (const int64_t[]){4, 4, 7});
+    s_expect_shape(m, "bc", 3, (const int64_t[]){4, 3, 4});
+    s_expect_shape(m, "flat", 2, (const int64_t[]){4, 15});
+    /* a run at batch 2 of the planned 4: values at the run's shapes */
+    float x[2 * 15];
+    int32_t tok[2] = {0, 1};
+    for (int i = 0; i < 30; i++)
+        x[i] = (float)i;
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_FLOAT32, 3, (int64_t[]){2, 3, 5}, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, (int64_t[]){2}, tok, NULL, NULL);
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, in, 2, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, -1, "tr", &v), TP_OK);
+    cr_expect_eq(v.shape[0], 2);
+    for (int b = 0; b < 2; b++) /* tr[b][j][i] = x[b][i][j] */
+        for (int j = 0; j < 5; j++)
+            for (int i = 0; i < 3; i++)
+                cr_expect_eq(((float *)v.data)[b * 15 + j * 3 + i], x[b * 15 + i * 5 + j]);
+    cr_assert_eq(tp_model_fetch(m, -1, "bc", &v), TP_OK);
+    for (int k = 0; k < 24; k++) /* column 4 of each row, stretched */
+        cr_expect_eq(((float *)v.data)[k], x[(k / 12) * 15 + ((k / 4) % 3) * 5 + 4]);
+    cr_assert_eq(tp_model_fetch(m, -1, "pad", &v), TP_OK);
+    cr_expect_eq(((float *)v.data)[0], 0.0f);      /* the padded row */
+    cr_expect_eq(((float *)v.data)[7], x[0]);      /* x[0][0][0] at [0][1][0] */
+    cr_expect_eq(((float *)v.data)[28 + 7 + 4], x[15 + 4]);
+    tp_model_destroy(&m);
+
+    const char *want[][3] = {
+        {"'bad_perm'", "x [4,3,5] is batched", "perm[0] must be 0"},
+        {"'bad_axes'", "perm[2] = 2", "each axis of 0..2 once"},
+        {"'bad_slice'", "x [4,3,5] is batched", "axis 0 (the batch) must be taken whole"},
+        {"'bad_step'", "step of axis 1 is 0", "[4,3,5]"},
+        {"'bad_cat'", "input 1 is [4,2,5] (batched), input 0 is [4,3,5] (batched)",
+         "only dim 2 may differ"},
+        {"'bad_cat0'", "[4,3,5] is batched", "along axis 0 (the batch)"},
+        {"'bad_pad'", "axis 1", "pads -1 before"},
+        {"'bad_pad0'", "x [4,3,5] is batched", "cannot be padded"},
+        {"'bad_bc'", "cannot broadcast [4,3,5] to [4,2,5]", "dim 1 is 3 in x"},
+        {"'bad_idx'", "indices 'x' are float32", "need int32"},
+        {"'bad_hot'", "depth 0 on indices [4]", "depth >= 1"},
+        {"bad_split", "cannot split x [4,3,5] (batched) along axis 1",
+         "2 pieces summing to 4"},
+        {"'bad_infer'", "dims 1 and 2 are both -1", "at most one"},
+        {"'bad_infer2'", "cannot infer dim 2", "60 elements"},
+    };
+    for (int k = 0; k < 14; k++) {
+        m = s_shape_model(k + 1);
+        cr_expect_null(m, "case %d built", k + 1);
+        for (int j = 0; j < 3; j++)
+            cr_expect(strstr(tp_last_error(), want[k][j]) != NULL, "case %d: '%s' not in: %s",
+                      k + 1, want[k][j], tp_last_error());
+        tp_model_destroy(&m);
+    }
+}
+
+/* Python's slice.indices on one axis: (len, start, stop, step) -> the
+ * count and the first index, as python3 gives them ("None" written as
+ * 0/TP_SLICE_END for a positive step, TP_SLICE_END/-TP_SLICE_END for a
+ * negative one). */
+static int64_t s_py[][6] = {
+    {10, -3, TP_SLICE_END, 1, 3, 7},    {10, TP_SLICE_END, -TP_SLICE_END, -1, 10, 9},
+    {10, 8, 2, -3, 2, 8},               {10, -100, 100, 2, 5, 0},
+    {10, 5, -100, -2, 3, 5},            {10, 3, 3, 1, 0, 0},
+    {10, 7, 2, 1, 0, 0},                {5, -1, -6, -1, 5, 4},
+    {7, 2, -2, 3, 1, 2},
+};
+static int s_py_case;
+
+static tp_status_t s_py_slice(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    (void)in;
+    const int64_t *c = s_py[s_py_case];
+    tp_node_t *v = tp_variable(t, "v", 1, &c[0], (tp_init_t){TP_INIT_ZEROS, 0},
+                               TP_VAR_TRAINABLE);
+    tp_tower_add_output(t, "y", tp_slice(t, "y", v, &c[1], &c[2], &c[3]));
+    return tp_tower_status(t);
+}
+
+Test(graph, slice_follows_python_slice_indices) {
+    for (s_py_case = 0; s_py_case < (int)(sizeof s_py / sizeof s_py[0]); s_py_case++) {
+        tp_input_desc_t d = {"x", TP_FLOAT32, 2, {-1, 1}};
+        tp_model_desc_t md = {&d, 1, s_py_slice, NULL, NULL};
+        tp_model_config_t cfg = tp_model_config_default();
+        cfg.towers = 0;
+        cfg.infer_batch = 1;
+        tp_model_t *m = tp_model_new(&md, &cfg);
+        cr_assert_not_null(m, "%s", tp_last_error());
+        const tp_node_t *y = tp_model_lookup(m, -1, "y");
+        tp_node_attrs_t a;
+        tp_node_attrs(y, &a);
+        const int64_t *c = s_py[s_py_case];
+        cr_expect_eq(tp_node_shape(y)->d[0], c[4], "case %d: %lld elements, python %lld",
+                     s_py_case, (long long)tp_node_shape(y)->d[0], (long long)c[4]);
+        if (c[4])
+            cr_expect_eq(a.dims_a[0], c[5], "case %d: starts at %lld, python %lld", s_py_case,
+                         (long long)a.dims_a[0], (long long)c[5]);
+        tp_model_destroy(&m);
+    }
+}

@@ -35,8 +35,13 @@ typedef struct {
 /* The elementwise kernels' test-only fault (gpu/cpu/ops_elementwise.h). */
 extern float tp_cpu_elementwise_grad_fault;
 
+/* The labels input (int32 [N]) of the tower being built: the shape
+ * family's cases use it as indices. */
+static tp_node_t *s_fd_labels;
+
 static tp_status_t s_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
     fd_case_t *c = user;
+    s_fd_labels = in[0];
     tp_node_t *x = tp_variable(t, "x", c->ndim, c->shape,
                                (tp_init_t){TP_INIT_NORMAL, 1.0f},
                                TP_VAR_TRAINABLE);
@@ -343,7 +348,176 @@ FD_TEST(huber_loss, c_huber, 2, {N, 5})
 FD_TEST(sigmoid_xent, c_sigmoid_xent, 2, {N, 5})
 FD_TEST(a_wrong_loss_gradient_fails_the_check, c_broken_mse, 2, {N, 5}, 1)
 
+/* ---- the shape family: every op, its axes both ways ---------------------- */
+
+static tp_node_t *c_transpose(tp_tower_t *t, tp_node_t *x) {
+    /* [N,2,3] -> [3,N,2] (dim 0 moved) -> [N,3,2] */
+    const int p1[3] = {2, 0, 1}, p2[3] = {1, 0, -1};
+    return tp_transpose(t, NULL, tp_transpose(t, NULL, x, p1), p2);
+}
+static tp_node_t *c_slice(tp_tower_t *t, tp_node_t *x) {
+    /* [N,5,6][:, 1:-1, ::-2] -> [N,3,3], then every other row of dim 0
+     * twice over (x[0::2] and x[-3::2] overlap nowhere: [N/2] each) */
+    const int64_t b[3] = {0, 1, -1}, e[3] = {TP_SLICE_END, -1, -TP_SLICE_END},
+                  st[3] = {1, 1, -2};
+    tp_node_t *y = tp_slice(t, NULL, x, b, e, st);
+    const int64_t b2[3] = {0, 0, 0}, b3[3] = {-3, 0, 0},
+                  e2[3] = {TP_SLICE_END, TP_SLICE_END, TP_SLICE_END}, s2[3] = {2, 1, 1};
+    tp_node_t *parts[2] = {tp_slice(t, NULL, y, b2, e2, s2), tp_slice(t, NULL, y, b3, e2, s2)};
+    return tp_concat_axis(t, NULL, 0, 2, parts);
+}
+static tp_node_t *c_split_concat(tp_tower_t *t, tp_node_t *x) {
+    /* [N,7] split into 2 + 5 along -1, concatenated the other way round */
+    tp_node_t *p[2];
+    const int64_t sizes[2] = {2, 5};
+    if (tp_split(t, "sp", x, -1, 2, sizes, p) < 0)
+        return NULL;
+    tp_node_t *q[2] = {tp_tanh(t, NULL, p[1]), p[0]};
+    return tp_concat_axis(t, NULL, 1, 2, q);
+}
+static tp_node_t *c_concat_last(tp_tower_t *t, tp_node_t *x) {
+    tp_node_t *xs[3] = {x, tp_sigmoid(t, NULL, x), x}; /* x twice: adds */
+    return tp_concat_axis(t, NULL, -1, 3, xs);
+}
+static tp_node_t *c_pad(tp_tower_t *t, tp_node_t *x) {
+    /* [N,2,3] -> [N+1,3,6] -> its last N rows (dim 0's pad cut off) */
+    const int64_t b[3] = {1, 1, 2}, a[3] = {0, 0, 1};
+    tp_node_t *y = tp_pad(t, NULL, tp_tanh(t, NULL, x), b, a, 0.5f);
+    const int64_t s[3] = {1, 0, 0}, e[3] = {TP_SLICE_END, TP_SLICE_END, TP_SLICE_END};
+    return tp_slice(t, NULL, y, s, e, NULL);
+}
+static tp_node_t *c_broadcast(tp_tower_t *t, tp_node_t *x) {
+    /* [N,1,3] -> [2,N,4,3] -> [N,2,4,3] */
+    const int64_t s[4] = {2, N, 4, 3};
+    const int p[4] = {1, 0, 2, 3};
+    return tp_transpose(t, NULL, tp_broadcast_to(t, NULL, x, 4, s), p);
+}
+static tp_node_t *c_gather(tp_tower_t *t, tp_node_t *x) {
+    /* table x [3,5] by the labels {0,2,1,2} (row 2 twice: its gradient
+     * adds) and by [N,2] indices made of them (an int32 concat) */
+    tp_node_t *y = tp_gather_rows(t, NULL, x, s_fd_labels);
+    const int64_t s2[2] = {-1, 1};
+    tp_node_t *l2 = tp_reshape(t, NULL, s_fd_labels, 2, s2);
+    tp_node_t *ls[2] = {l2, l2};
+    tp_node_t *z = tp_gather_rows(t, NULL, x, tp_concat_axis(t, NULL, 1, 2, ls));
+    const int64_t flat[2] = {-1, 10};
+    tp_node_t *ys[2] = {y, tp_reshape(t, NULL, z, 2, flat)};
+    return tp_concat_axis(t, NULL, 1, 2, ys);
+}
+static tp_node_t *c_one_hot(tp_tower_t *t, tp_node_t *x) {
+    /* one_hot(labels) [N,5] @ x [5,3]: x's gradient is one_hot^T dy */
+    return tp_matmul(t, NULL, tp_one_hot(t, NULL, s_fd_labels, 5), x);
+}
+static tp_node_t *c_reshape_infer(tp_tower_t *t, tp_node_t *x) {
+    const int64_t s[3] = {N, -1, 2};
+    return tp_tanh(t, NULL, tp_reshape(t, NULL, x, 3, s)); /* [N,3,2] */
+}
+static tp_node_t *c_broken_gather(tp_tower_t *t, tp_node_t *x) {
+    tp_cpu_elementwise_grad_fault = 1.1f; /* this forked test's process only */
+    return tp_gather_rows(t, NULL, x, s_fd_labels);
+}
+
+FD_TEST(transpose, c_transpose, 3, {N, 2, 3})
+FD_TEST(slice_negative_and_stepped, c_slice, 3, {N, 5, 6})
+FD_TEST(split_then_concat, c_split_concat, 2, {N, 7})
+FD_TEST(concat_last_axis, c_concat_last, 3, {N, 2, 3})
+FD_TEST(pad, c_pad, 3, {N, 2, 3})
+FD_TEST(broadcast_to, c_broadcast, 3, {N, 1, 3})
+FD_TEST(gather_rows, c_gather, 2, {3, 5})
+FD_TEST(one_hot_matmul, c_one_hot, 2, {5, 3})
+FD_TEST(reshape_infers_minus_one, c_reshape_infer, 3, {N, 2, 3})
+FD_TEST(a_wrong_gather_gradient_fails_the_check, c_broken_gather, 2, {3, 5}, 1)
+
 /* ---- forward values of ops without gradients ------------------------------ */
+
+/* int32 tokens through the shape family: one-hot, a slice of the ids
+ * (language models' inputs and targets), a gather; a bad id fails the
+ * step naming the node, the id and the bound. */
+static tp_status_t s_tokens(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    const int64_t b[2] = {0, 1}, e[2] = {TP_SLICE_END, TP_SLICE_END};
+    const int64_t ts[2] = {6, 2};
+    tp_node_t *tab = tp_variable(t, "table", 2, ts, (tp_init_t){TP_INIT_UNIFORM, 1.0f},
+                                 TP_VAR_TRAINABLE);
+    tp_tower_add_output(t, "hot", tp_one_hot(t, "hot", in[0], 4));
+    tp_tower_add_output(t, "next", tp_slice(t, "next", in[0], b, e, NULL));
+    tp_tower_add_output(t, "emb", tp_gather_rows(t, "emb", tab, in[0]));
+    return tp_tower_status(t);
+}
+
+Test(ops_fwd, one_hot_int_slice_gather_and_bad_indices) {
+    tp_input_desc_t desc = {"tok", TP_INT32, 2, {-1, 3}};
+    tp_model_desc_t md = {&desc, 1, s_tokens, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 4;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    int32_t tok[6] = {0, 3, 1, /**/ 2, 2, 0};
+    int64_t ts[2] = {2, 3};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_INT32, 2, ts, tok, NULL, NULL);
+    cr_assert_eq(s_run(m, -1, &in, 1, TP_RUN_FORWARD), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v, tab;
+    cr_assert_eq(tp_model_fetch(m, -1, "hot", &v), TP_OK);
+    cr_assert_eq(v.ndim, 3);
+    cr_expect_eq(v.shape[0], 2); /* the step's batch */
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 4; j++)
+            cr_expect_eq(((float *)v.data)[i * 4 + j], j == tok[i] ? 1.0f : 0.0f);
+    cr_assert_eq(tp_model_fetch(m, -1, "next", &v), TP_OK);
+    cr_assert_eq(v.dtype, TP_INT32);
+    cr_assert_eq(v.shape[1], 2);
+    const int32_t want[4] = {3, 1, 2, 0};
+    cr_expect_eq(memcmp(v.data, want, sizeof want), 0);
+    cr_assert_eq(tp_model_fetch(m, -1, "emb", &v), TP_OK);
+    cr_assert_eq(tp_model_var(m, "table", &tab), TP_OK);
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 2; j++)
+            cr_expect_eq(((float *)v.data)[i * 2 + j], ((float *)tab.data)[tok[i] * 2 + j]);
+    /* 5 is a row of the table (V = 6) but not a class of the one-hot */
+    tok[4] = 5;
+    cr_expect_eq(s_run(m, -1, &in, 1, TP_RUN_FORWARD), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "'hot'") && strstr(tp_last_error(), "index 5") &&
+              strstr(tp_last_error(), "[0, 4)"), "%s", tp_last_error());
+    tok[4] = 7;
+    cr_expect_eq(s_run(m, -1, &in, 1, TP_RUN_FORWARD), TP_ERR_INVALID);
+    tok[4] = 1;
+    tok[1] = -1; /* not Python's wrap-around: an error */
+    cr_expect_eq(s_run(m, -1, &in, 1, TP_RUN_FORWARD), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "index -1") != NULL, "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
+
+static tp_status_t s_gather_only(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    const int64_t ts[2] = {6, 2};
+    tp_node_t *tab = tp_variable(t, "table", 2, ts, (tp_init_t){TP_INIT_UNIFORM, 1.0f},
+                                 TP_VAR_TRAINABLE);
+    tp_tower_add_output(t, "emb", tp_gather_rows(t, "emb", tab, in[0]));
+    return tp_tower_status(t);
+}
+
+Test(ops_fwd, gather_index_out_of_range_names_node_index_and_v) {
+    tp_input_desc_t desc = {"tok", TP_INT32, 1, {-1}};
+    tp_model_desc_t md = {&desc, 1, s_gather_only, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 3;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    int32_t tok[3] = {5, 6, 0};
+    int64_t ts[1] = {3};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_INT32, 1, ts, tok, NULL, NULL);
+    cr_expect_eq(s_run(m, -1, &in, 1, TP_RUN_FORWARD), TP_ERR_INVALID);
+    const char *e = tp_last_error();
+    cr_expect(strstr(e, "'emb'") && strstr(e, "index 6") && strstr(e, "element 1") &&
+              strstr(e, "V = 6"), "%s", e);
+    tp_model_destroy(&m);
+}
+
+
 
 static tp_status_t s_metrics(tp_tower_t *t, tp_node_t *const *in, void *u) {
     (void)u;

@@ -72,21 +72,37 @@ static void s_dump(void) {
         tp_op_attr_t attr = {0};
         attr.alpha = k->alpha;
         attr.beta = k->beta;
+        /* the shape family's attributes */
+        attr.axis = k->axis;
+        memcpy(attr.dims_a, k->a, sizeof k->a);
+        memcpy(attr.dims_b, k->b, sizeof k->b);
         tp_shape_t xs[2], ys = op_case_out(k);
         float *x[2] = {NULL, NULL}, *dx[2] = {NULL, NULL};
+        int32_t *xi[2] = {NULL, NULL}; /* int32 inputs (the files hold floats) */
         const void *xc[2];
         for (int p = 0; p < k->ninputs; p++) {
             xs[p] = op_case_in(k, p);
             size_t n = tp_shape_count(&xs[p]);
-            x[p] = malloc(n * sizeof(float));
-            dx[p] = malloc(n * sizeof(float));
+            x[p] = malloc(n * sizeof(float) + 4);
+            dx[p] = malloc(n * sizeof(float) + 4);
+            xi[p] = malloc(n * sizeof(int32_t) + 4);
             for (size_t i = 0; i < n; i++) {
                 x[p][i] = (float)(k->lo[p] + (k->hi[p] - k->lo[p]) * tp_rng_double(&r));
                 if (k->step > 0)
                     x[p][i] = k->step * roundf(x[p][i] / k->step);
+                if ((k->ints >> p) & 1) {
+                    xi[p][i] = (int32_t)floorf(x[p][i]);
+                    x[p][i] = (float)xi[p][i];
+                }
             }
-            xc[p] = x[p];
+            xc[p] = (k->ints >> p) & 1 ? (const void *)xi[p] : (const void *)x[p];
         }
+        float *dxc[2] = {dx[0], dx[1]};
+        for (int p = 0; p < k->ninputs; p++)
+            if (((k->ints >> p) & 1) || k->kind == TP_OP_ONE_HOT) { /* no gradient */
+                memset(dx[p], 0, tp_shape_count(&xs[p]) * sizeof(float));
+                dxc[p] = NULL;
+            }
         size_t ny = tp_shape_count(&ys);
         float *y = malloc(ny * sizeof(float)), *dy = malloc(ny * sizeof(float));
         for (size_t i = 0; i < ny; i++)
@@ -101,15 +117,20 @@ static void s_dump(void) {
         c.xshape = xs;
         c.y = y;
         c.yshape = ys;
-        c.dx = dx;
+        c.dx = dxc;
         c.dx_acc = acc;
         c.dy = dy;
         cr_assert_eq(b->ops->op_forward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         cr_assert_eq(b->ops->op_backward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         fprintf(m, "{\"label\": \"%s\", \"op\": \"%s\", \"alpha\": %.9g, \"beta\": %.9g, "
-                   "\"atol\": %.9g, \"rtol\": %.9g, \"y\": ",
+                   "\"atol\": %.9g, \"rtol\": %.9g, ",
                 k->label, tp_op_name(k->kind), (double)k->alpha, (double)k->beta,
                 (double)k->atol, (double)k->rtol);
+        fprintf(m, "\"axis\": %d, \"ints\": %d, \"a\": [%lld,%lld,%lld,%lld], "
+                   "\"b\": [%lld,%lld,%lld,%lld], \"y\": ", k->axis, k->ints,
+                (long long)k->a[0], (long long)k->a[1], (long long)k->a[2],
+                (long long)k->a[3], (long long)k->b[0], (long long)k->b[1],
+                (long long)k->b[2], (long long)k->b[3]);
         s_json_shape(m, &ys);
         fprintf(m, ", \"inputs\": [");
         for (int p = 0; p < k->ninputs; p++) {
@@ -127,6 +148,7 @@ static void s_dump(void) {
         for (int p = 0; p < k->ninputs; p++) {
             free(x[p]);
             free(dx[p]);
+            free(xi[p]);
         }
         free(y);
         free(dy);
@@ -263,4 +285,90 @@ static tp_status_t s_every_loss(tp_tower_t *t, tp_node_t *const *in, void *u) {
 
 Test(op_parity, onnx_export_of_every_loss_evaluates_the_same) {
     s_onnx_round_trip(s_every_loss, "onnx_loss", 6, 1);  /* the losses' sum: one scalar */
+}
+
+/* ---- ONNX export of the shape family --------------------------------------- */
+
+/* Transpose, Slice (a negative step past element 0 among them), Concat
+ * along the last axis, Pad, a split's two Slices and Expand, on the
+ * [4,2,3] input: one [4,4,6] output. */
+static tp_status_t s_every_shape(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    const int64_t E = TP_SLICE_END;
+    tp_node_t *tr = tp_transpose(t, "tr", in[0], (const int[]){0, 2, 1}); /* [B,3,2] */
+    tp_node_t *rev = tp_slice(t, "rev", tr, (const int64_t[]){0, 2, 0},
+                              (const int64_t[]){E, -E, E}, (const int64_t[]){1, -1, 1});
+    tp_node_t *two[2] = {rev, tr};
+    tp_node_t *cat = tp_concat_axis(t, "cat", -1, 2, two);                 /* [B,3,4] */
+    tp_node_t *pad = tp_pad(t, "pad", cat, (const int64_t[]){0, 1, 0},
+                            (const int64_t[]){0, 0, 2}, 0.25f);            /* [B,4,6] */
+    tp_node_t *p[2];
+    tp_split(t, "sp", pad, 2, 2, (const int64_t[]){4, 2}, p);
+    tp_node_t *col = tp_slice(t, "col", in[0], (const int64_t[]){0, 1, 1},
+                              (const int64_t[]){E, 2, E}, (const int64_t[]){1, 1, 2}); /* [B,1,1] */
+    tp_node_t *e = tp_broadcast_to(t, "e", col, 3, (const int64_t[]){-1, 4, 2});
+    tp_node_t *parts[2] = {p[0], tp_add(t, "p1e", p[1], e)};
+    tp_tower_add_output(t, "y", tp_concat_axis(t, "y", 2, 2, parts));
+    return tp_tower_status(t);
+}
+
+Test(op_parity, onnx_export_of_every_shape_op_evaluates_the_same) {
+    s_onnx_round_trip(s_every_shape, "onnx_shape", 7, 4 * 4 * 6);
+}
+
+/* Gather rows and one-hot on int32 ids [4,3] in [0,5): one [4,3,7]
+ * output, the ids read by the evaluator as the graph's int32 input. */
+static tp_status_t s_ids(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *tab = tp_variable(t, "table", 2, (const int64_t[]){5, 2},
+                                 (tp_init_t){TP_INIT_UNIFORM, 1.0f}, TP_VAR_TRAINABLE);
+    tp_node_t *two[2] = {tp_gather_rows(t, "emb", tab, in[0]), tp_one_hot(t, "hot", in[0], 5)};
+    tp_tower_add_output(t, "y", tp_concat_axis(t, "y", -1, 2, two));
+    return tp_tower_status(t);
+}
+
+Test(op_parity, onnx_export_of_gather_and_one_hot_evaluates_the_same) {
+    tp_input_desc_t desc = {"ids", TP_INT32, 2, {-1, 3}};
+    tp_model_desc_t md = {&desc, 1, s_ids, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 4;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    const char *outs[1] = {"y"};
+    pc.output_names = outs;
+    pc.noutput_names = 1;
+    tp_predictor_t *pr = tp_predictor_new_shared(m, &pc);
+    cr_assert_not_null(pr, "%s", tp_last_error());
+    int32_t ids[12];
+    float idf[12];
+    for (int i = 0; i < 12; i++) {
+        ids[i] = (i * 7 + 3) % 5;
+        idf[i] = (float)ids[i];
+    }
+    tp_tensor_t in, out;
+    tp_tensor_init_wrap(&in, TP_INT32, 2, (int64_t[]){4, 3}, ids, NULL, NULL);
+    cr_assert_eq(tp_predictor_run(pr, &in, &out), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_tensor_numel(&out), 4 * 3 * 7);
+    s_write("onnx_ids", "x", idf, 12);
+    s_write("onnx_ids", "y", out.data, 4 * 3 * 7);
+    char model[128], xp[128], yp[128];
+    snprintf(model, sizeof model, "%s/onnx_ids.onnx", s_dir);
+    snprintf(xp, sizeof xp, "%s/onnx_ids.x.f32", s_dir);
+    snprintf(yp, sizeof yp, "%s/onnx_ids.y.f32", s_dir);
+    cr_assert_eq(tp_predictor_export_onnx(pr, model), TP_OK, "%s", tp_last_error());
+    tp_tensor_fini(&out);
+    tp_predictor_destroy(&pr);
+    tp_model_destroy(&m);
+    if (access(PY, X_OK) != 0)
+        cr_skip_test("ONNX check skipped: no " PY);
+    char *argv[] = {PY, SCRIPT, "onnx", model, xp, "4,3", yp, NULL};
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    int rc = pu_run(argv, env, s_out, sizeof s_out);
+    if (rc == 3)
+        cr_skip_test("ONNX check skipped: %s", s_out);
+    cr_log_info("%s", s_out);
+    cr_assert_eq(rc, 0, "%s", s_out);
 }

@@ -67,7 +67,28 @@ OPS = {
     "l1_loss": lambda x, r: F.l1_loss(x[0], x[1]),
     "huber_loss": lambda x, r: F.huber_loss(x[0], x[1], delta=r["alpha"]),
     "sigmoid_xent": lambda x, r: F.binary_cross_entropy_with_logits(x[0], x[1]),
+    # the shape family: attributes a (perm, start, pads before), b (step,
+    # pads after), axis; integer inputs arrive as int64 tensors
+    "transpose": lambda x, r: x[0].permute(*r["a"][:x[0].dim()]),
+    "slice": lambda x, r: shape_slice(x[0], r),
+    "concat": lambda x, r: torch.cat([x[0], x[1]], dim=r["axis"]),
+    "pad": lambda x, r: F.pad(x[0], [p for i in reversed(range(x[0].dim()))
+                                     for p in (r["a"][i], r["b"][i])], value=r["alpha"]),
+    "broadcast_to": lambda x, r: torch.broadcast_to(x[0], r["y"]),
+    # F.embedding for a [V, D] table; a table of more dims by indexing
+    "gather": lambda x, r: (F.embedding(x[1], x[0]) if x[0].dim() == 2
+                            else x[0][x[1]]),
+    "one_hot": lambda x, r: F.one_hot(x[0], r["y"][-1]).float(),
 }
+
+
+def shape_slice(x, r):
+    """x[start::step] per axis for count = the output's dim: index_select
+    with the element indices, so negative steps need no flip."""
+    for i in range(x.dim()):
+        idx = r["a"][i] + r["b"][i] * torch.arange(r["y"][i])
+        x = x.index_select(i, idx)
+    return x
 
 
 def load(d, label, what, shape):
@@ -104,6 +125,8 @@ def onnx_eval(model_path, x_path, dims, y_path):
     g = model.graph
     shape = [int(d) for d in dims.split(",")]
     env = {g.input[0].name: np.fromfile(x_path, dtype="<f4").reshape(shape)}
+    if g.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT32:
+        env[g.input[0].name] = env[g.input[0].name].astype(np.int32)  # ids as floats
     for t in g.initializer:
         env[t.name] = numpy_helper.to_array(t)
     erf = np.vectorize(math.erf, otypes=[np.float32])
@@ -118,7 +141,49 @@ def onnx_eval(model_path, x_path, dims, y_path):
         # the losses' mean: every axis, keepdims 0 (all the exporter writes)
         "ReduceMean": lambda v: np.mean(v.astype(np.float64)),
     }
+    # the shape family: ops whose attributes matter (the node comes first)
+    def attr(n, name, default=None):
+        for a in n.attribute:
+            if a.name == name:
+                return onnx.helper.get_attribute_value(a)
+        return default
+
+    def np_slice(n, v, starts, ends, axes, steps):
+        idx = [slice(None)] * v.ndim
+        for s0, e0, a0, st in zip(starts, ends, axes, steps):
+            # ONNX's clamping (numpy's slice does the same for these)
+            stop = int(e0)
+            if e0 < -v.shape[a0]:  # before element 0
+                stop = None if st < 0 else 0
+            idx[int(a0)] = slice(int(s0), stop, int(st))
+        return v[tuple(idx)]
+
+    def np_pad(n, v, pads, value):
+        r = v.ndim
+        return np.pad(v, [(int(pads[i]), int(pads[r + i])) for i in range(r)],
+                      constant_values=value)
+
+    def np_one_hot(n, idx, depth, values):
+        d = int(np.asarray(depth).reshape(-1)[0])
+        out = np.full(idx.shape + (d,), values[0], dtype=np.float32)
+        np.put_along_axis(out, idx[..., None].astype(np.int64), values[1], axis=-1)
+        return out
+
+    afns = {
+        "Transpose": lambda n, v: np.transpose(v, attr(n, "perm")),
+        "Slice": np_slice,
+        "Concat": lambda n, *vs: np.concatenate(vs, axis=attr(n, "axis")),
+        "Pad": np_pad,
+        "Expand": lambda n, v, shp: v * np.ones(tuple(int(d) for d in shp), dtype=v.dtype),
+        "Gather": lambda n, v, i: np.take(v, i, axis=attr(n, "axis", 0)),
+        "OneHot": np_one_hot,
+    }
     for n in g.node:
+        if n.op_type in afns:
+            out = afns[n.op_type](n, *[env[i] for i in n.input])
+            env[n.output[0]] = np.asarray(out, dtype=out.dtype if out.dtype == np.int32
+                                          else np.float32)
+            continue
         if n.op_type not in fns:
             print("MISMATCH: the evaluator has no %s" % n.op_type)
             return 1
@@ -152,7 +217,9 @@ def main():
                 print("MISMATCH %s: no torch form for op %s in op_parity.py" % (label, op))
                 ok = False
                 continue
-            xs = [torch.tensor(load(d, label, "x%d" % i, s), requires_grad=True)
+            ints = r.get("ints", 0)
+            xs = [torch.tensor(load(d, label, "x%d" % i, s)).long() if (ints >> i) & 1
+                  else torch.tensor(load(d, label, "x%d" % i, s), requires_grad=True)
                   for i, s in enumerate(r["inputs"])]
             y = OPS[op](xs, r)
             dy = torch.tensor(load(d, label, "dy", r["y"]))
@@ -163,7 +230,7 @@ def main():
                 y.backward(dy)
             for i, s in enumerate(r["inputs"]):
                 want = xs[i].grad
-                if op == "stop_gradient":
+                if op == "stop_gradient" or op == "one_hot" or (ints >> i) & 1:
                     continue  # no gradient to compare: the graph never asks
                 if want is None:
                     want = torch.zeros(s)

@@ -1,0 +1,323 @@
+/* towerpack gpu: the CPU kernels of the shape family (docs/ops.md).
+ *
+ * Transpose, slice, concat, pad and broadcast_to are one primitive: a
+ * walk over a contiguous tensor in row-major order, paired with a strided
+ * view of another buffer (an offset plus one stride per dim; 0 repeats a
+ * value, a negative one walks backwards). Forward copies values one way,
+ * backward moves gradients the other: a transpose's view is the input read
+ * in the output's order, a slice's the input at start with strides times
+ * the steps, a concat's or a pad's the output at the piece's corner, a
+ * broadcast's the input with stride 0 on every stretched dim. The walk
+ * copies whole rows with memcpy where the inner stride is 1. Values move
+ * as 4-byte words, so float32 and int32 take the same path.
+ *
+ * Gradients that several output elements share (a broadcast's stretched
+ * dims) are added in the walk's fixed order: deterministic. Gather and
+ * one-hot check every index before writing anything, so a bad index
+ * leaves the output as it was and the message names it. */
+#include <string.h>
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+#include "gpu/cpu/ops_elementwise.h"
+#include "gpu/cpu/ops_shape.h"
+
+int tp_cpu_shape_kind(tp_op_kind_t k) {
+    return k == TP_OP_TRANSPOSE || k == TP_OP_SLICE || k == TP_OP_CONCAT ||
+           k == TP_OP_PAD || k == TP_OP_BROADCAST_TO || k == TP_OP_GATHER ||
+           k == TP_OP_ONE_HOT;
+}
+
+/* The strided side of a walk: the contiguous side has shape n[0..nd). */
+typedef struct {
+    int nd;
+    int64_t n[TP_MAX_DIMS];  /* the contiguous tensor's shape */
+    int64_t st[TP_MAX_DIMS]; /* the strided buffer's step per dim, elements */
+    int64_t base;            /* the strided buffer's offset of element 0 */
+} s_view_t;
+
+/* What a walk does per element: contiguous c[j], strided s[off]. */
+enum {
+    S_GATHER,       /* c = s (words) */
+    S_SCATTER,      /* s = c (words) */
+    S_GATHER_GRAD,  /* c = (acc ? c : 0) + f s */
+    S_SCATTER_GRAD, /* s = (acc ? s : 0) + f c (each s written once) */
+    S_SCATTER_ADD,  /* s += f c (s zeroed before where not acc) */
+};
+
+static void s_strides(const tp_shape_t *s, int64_t *st) {
+    int64_t m = 1;
+    for (int i = s->ndim - 1; i >= 0; i--) {
+        st[i] = m;
+        m *= s->d[i];
+    }
+}
+
+static void s_walk(const s_view_t *view, int mode, void *sp, void *cp, int acc, float f) {
+    size_t total = 1;
+    for (int q = 0; q < view->nd; q++)
+        total *= (size_t)view->n[q];
+    if (!total)
+        return;
+    /* merge dims the strided side also holds in row-major order (a
+     * concat's or pad's [C,H,W] block, a slice's whole inner rows) and
+     * drop size-1 dims: fewer, longer runs, and memcpy where they are
+     * unit-stride */
+    s_view_t m = *view;
+    int nd = 0;
+    for (int q = 0; q < view->nd; q++) {
+        if (view->n[q] == 1)
+            continue;
+        if (nd > 0 && m.st[nd - 1] == view->st[q] * view->n[q]) {
+            m.n[nd - 1] *= view->n[q];
+            m.st[nd - 1] = view->st[q];
+        } else {
+            m.n[nd] = view->n[q];
+            m.st[nd] = view->st[q];
+            nd++;
+        }
+    }
+    m.nd = nd;
+    const s_view_t *v = &m;
+    const int64_t in_n = nd ? v->n[nd - 1] : 1, in_st = nd ? v->st[nd - 1] : 0;
+    int64_t idx[TP_MAX_DIMS] = {0}, off = v->base;
+    size_t j = 0;
+    uint32_t *su = sp, *cu = cp;
+    float *sf = sp, *cf = cp;
+    for (;;) {
+        switch (mode) {
+        case S_GATHER:
+            if (in_st == 1)
+                memcpy(cu + j, su + off, (size_t)in_n * 4);
+            else
+                for (int64_t e = 0; e < in_n; e++)
+                    cu[j + (size_t)e] = su[off + e * in_st];
+            break;
+        case S_SCATTER:
+            if (in_st == 1)
+                memcpy(su + off, cu + j, (size_t)in_n * 4);
+            else
+                for (int64_t e = 0; e < in_n; e++)
+                    su[off + e * in_st] = cu[j + (size_t)e];
+            break;
+        case S_GATHER_GRAD:
+            for (int64_t e = 0; e < in_n; e++) {
+                float *d = cf + j + (size_t)e;
+                *d = (acc ? *d : 0.0f) + f * sf[off + e * in_st];
+            }
+            break;
+        case S_SCATTER_GRAD:
+            for (int64_t e = 0; e < in_n; e++) {
+                float *d = sf + off + e * in_st;
+                *d = (acc ? *d : 0.0f) + f * cf[j + (size_t)e];
+            }
+            break;
+        default: /* S_SCATTER_ADD */
+            for (int64_t e = 0; e < in_n; e++)
+                sf[off + e * in_st] += f * cf[j + (size_t)e];
+            break;
+        }
+        j += (size_t)in_n;
+        int q = nd - 2;
+        for (; q >= 0; q--) {
+            off += v->st[q];
+            if (++idx[q] < v->n[q])
+                break;
+            off -= v->st[q] * v->n[q];
+            idx[q] = 0;
+        }
+        if (q < 0)
+            return;
+    }
+}
+
+/* The view each op walks (see the banner); `k` the concat input. */
+static void s_view(const tp_op_call_t *c, int k, int64_t concat_off, s_view_t *v) {
+    const tp_op_attr_t *a = c->attr;
+    const tp_shape_t *x = &c->xshape[k], *y = &c->yshape;
+    int64_t xst[TP_MAX_DIMS], yst[TP_MAX_DIMS];
+    s_strides(x, xst);
+    s_strides(y, yst);
+    memset(v, 0, sizeof *v);
+    switch (c->kind) {
+    case TP_OP_TRANSPOSE: /* contiguous y, strided x */
+        v->nd = y->ndim;
+        for (int i = 0; i < y->ndim; i++) {
+            v->n[i] = y->d[i];
+            v->st[i] = xst[a->dims_a[i]];
+        }
+        break;
+    case TP_OP_SLICE: /* contiguous y, strided x */
+        v->nd = y->ndim;
+        for (int i = 0; i < y->ndim; i++) {
+            v->n[i] = y->d[i];
+            v->st[i] = xst[i] * a->dims_b[i];
+            v->base += a->dims_a[i] * xst[i];
+        }
+        break;
+    case TP_OP_BROADCAST_TO: /* contiguous y, strided x (0: stretched) */
+        v->nd = y->ndim;
+        for (int i = 0; i < y->ndim; i++) {
+            const int ix = i - (y->ndim - x->ndim);
+            v->n[i] = y->d[i];
+            v->st[i] = ix >= 0 && x->d[ix] != 1 ? xst[ix] : 0;
+        }
+        break;
+    case TP_OP_CONCAT: /* contiguous x_k, strided y */
+        v->nd = x->ndim;
+        for (int i = 0; i < x->ndim; i++) {
+            v->n[i] = x->d[i];
+            v->st[i] = yst[i];
+        }
+        v->base = concat_off * yst[a->axis];
+        break;
+    default: /* TP_OP_PAD: contiguous x, strided y */
+        v->nd = x->ndim;
+        for (int i = 0; i < x->ndim; i++) {
+            v->n[i] = x->d[i];
+            v->st[i] = yst[i];
+            v->base += a->dims_a[i] * yst[i];
+        }
+        break;
+    }
+}
+
+/* An index out of [0, bound): the node, the index, where, and the bound. */
+static tp_status_t s_check_index(const tp_op_call_t *c, const int32_t *idx, size_t n,
+                                 int64_t bound, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= bound)
+            return tp_error(TP_ERR_INVALID, "node '%s': %s index %d (element %zu of "
+                            "the indices) outside [0, %lld): %s %lld", c->name,
+                            tp_op_name(c->kind), idx[i], i, (long long)bound, what,
+                            (long long)bound);
+    return TP_OK;
+}
+
+tp_status_t tp_cpu_shape_forward(const tp_op_call_t *c) {
+    s_view_t v;
+    switch (c->kind) {
+    case TP_OP_TRANSPOSE:
+    case TP_OP_SLICE:
+    case TP_OP_BROADCAST_TO:
+        s_view(c, 0, 0, &v);
+        s_walk(&v, S_GATHER, (void *)c->x[0], c->y, 0, 1.0f);
+        return TP_OK;
+    case TP_OP_CONCAT: {
+        int64_t off = 0;
+        for (int k = 0; k < c->ninputs; k++) {
+            s_view(c, k, off, &v);
+            s_walk(&v, S_SCATTER, c->y, (void *)c->x[k], 0, 1.0f);
+            off += c->xshape[k].d[c->attr->axis];
+        }
+        return TP_OK;
+    }
+    case TP_OP_PAD: {
+        const size_t ny = tp_shape_count(&c->yshape);
+        const float value = c->attr->alpha;
+        if (c->attr->in_dtype == TP_INT32) {
+            int32_t *y = c->y;
+            for (size_t i = 0; i < ny; i++)
+                y[i] = (int32_t)value;
+        } else {
+            float *y = c->y;
+            for (size_t i = 0; i < ny; i++)
+                y[i] = value;
+        }
+        s_view(c, 0, 0, &v);
+        s_walk(&v, S_SCATTER, c->y, (void *)c->x[0], 0, 1.0f);
+        return TP_OK;
+    }
+    case TP_OP_GATHER: {
+        const int64_t vrows = c->xshape[0].d[0];
+        const size_t d = tp_shape_count(&c->xshape[0]) / (size_t)vrows;
+        const size_t n = tp_shape_count(&c->xshape[1]);
+        const int32_t *idx = c->x[1];
+        TP_TRY(s_check_index(c, idx, n, vrows, "the table's rows V ="));
+        const float *tab = c->x[0];
+        float *y = c->y;
+        for (size_t i = 0; i < n; i++)
+            memcpy(y + i * d, tab + (size_t)idx[i] * d, d * sizeof(float));
+        return TP_OK;
+    }
+    case TP_OP_ONE_HOT: {
+        const int64_t depth = c->yshape.d[c->yshape.ndim - 1];
+        const size_t n = tp_shape_count(&c->xshape[0]);
+        const int32_t *idx = c->x[0];
+        TP_TRY(s_check_index(c, idx, n, depth, "depth"));
+        float *y = c->y;
+        memset(y, 0, n * (size_t)depth * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            y[i * (size_t)depth + (size_t)idx[i]] = 1.0f;
+        return TP_OK;
+    }
+    default:
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: op %s is not of the shape family",
+                        c->name, tp_op_name(c->kind));
+    }
+}
+
+tp_status_t tp_cpu_shape_backward(const tp_op_call_t *c) {
+    /* the gradient checks' deliberate fault (ops_elementwise.h; exactly 1
+     * outside them) */
+    const float f = tp_cpu_elementwise_grad_fault;
+    float *dx = c->dx[0];
+    const int acc = dx && c->dx_acc[0];
+    s_view_t v;
+    switch (c->kind) {
+    case TP_OP_TRANSPOSE: /* a permutation: every dx element written once */
+        if (!dx)
+            return TP_OK;
+        s_view(c, 0, 0, &v);
+        s_walk(&v, S_SCATTER_GRAD, dx, (void *)c->dy, acc, f);
+        return TP_OK;
+    case TP_OP_SLICE:        /* elements outside the slice get 0 */
+    case TP_OP_BROADCAST_TO: /* stretched dims sum */
+        if (!dx)
+            return TP_OK;
+        if (!acc)
+            memset(dx, 0, tp_shape_count(&c->xshape[0]) * sizeof(float));
+        s_view(c, 0, 0, &v);
+        s_walk(&v, S_SCATTER_ADD, dx, (void *)c->dy, 1, f);
+        return TP_OK;
+    case TP_OP_CONCAT: {
+        int64_t off = 0;
+        for (int k = 0; k < c->ninputs; k++) {
+            if (c->dx[k]) {
+                s_view(c, k, off, &v);
+                s_walk(&v, S_GATHER_GRAD, (void *)c->dy, c->dx[k], c->dx_acc[k], f);
+            }
+            off += c->xshape[k].d[c->attr->axis];
+        }
+        return TP_OK;
+    }
+    case TP_OP_PAD: /* the padding's gradient goes nowhere */
+        if (!dx)
+            return TP_OK;
+        s_view(c, 0, 0, &v);
+        s_walk(&v, S_GATHER_GRAD, (void *)c->dy, dx, acc, f);
+        return TP_OK;
+    case TP_OP_GATHER: { /* rows of dy added into the rows they came from */
+        if (!dx)
+            return TP_OK;
+        const int64_t vrows = c->xshape[0].d[0];
+        const size_t d = tp_shape_count(&c->xshape[0]) / (size_t)vrows;
+        const size_t n = tp_shape_count(&c->xshape[1]);
+        const int32_t *idx = c->x[1];
+        if (!acc)
+            memset(dx, 0, (size_t)vrows * d * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            float *row = dx + (size_t)idx[i] * d;
+            const float *g = c->dy + i * d;
+            for (size_t e = 0; e < d; e++)
+                row[e] += f * g[e];
+        }
+        return TP_OK;
+    }
+    case TP_OP_ONE_HOT: /* no gradient: the indices are integers */
+        return TP_OK;
+    default:
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: op %s is not of the shape family",
+                        c->name, tp_op_name(c->kind));
+    }
+}
