@@ -1,25 +1,27 @@
 #!/usr/bin/python3
 """towerpack peer benchmark: each op's forward+backward in PyTorch, for
-`tp-bench ops` (tools/tp-bench/bench_ops.c), which runs it and puts its
-times beside towerpack's in one table.
+`tp-bench ops` (tools/tp-bench/bench_ops.c), which runs it once for the
+whole table and puts its times beside towerpack's.
 
-Usage: torch_ops.py ROWS.json
+Usage: torch_ops.py --serve
 
-ROWS.json (written by tp-bench ops): {"seconds": S, "min_iters": N,
-"threads": [1, 2], "rows": [{"name", "op", "attr": [6 numbers],
-"inputs": [{"kind", "shape"}]}]}. Input kinds as bench_ops.c draws them:
-'x' uniform in [-1,1] with requires_grad, 'p' in [0.5,1.5] with
-requires_grad, 't' in [0,1] without (a loss's target), 'l' int64 labels
-below the last dim of input 0, 'w' a parameter (uniform in [-0.1,0.1],
-requires_grad).
+It prints {"torch": VERSION} first, then reads one request per line on
+stdin: {"seconds": S, "min_iters": N, "threads": T, "name", "op",
+"attr": [6 numbers], "inputs": [{"kind", "shape"}]}, and answers each with
+one line {"name", "threads", "median_us", "iters"} (median_us -1 and an
+"error" for an op not in OPS). It ends at the end of its input. tp-bench
+alternates its side and this one round by round, so both see the same load.
 
-For each thread count (torch.set_num_threads) and row it times, after two
-warm-up steps, `y = OPS[op](inputs, attr); y.backward(g)` (g fixed, rand
-of y's shape; a scalar y takes none), the gradients set to None between
-steps as optimizer.zero_grad() does, for about S seconds and at least N
-steps. Output, one JSON line each: {"torch": version, "threads": [...]},
-then {"name", "threads", "median_us", "iters"} per row and thread count.
-Exit status 3 when torch is missing, 2 for an op not in OPS.
+Input kinds as bench_ops.c draws them: 'x' uniform in [-1,1] with
+requires_grad, 'p' in [0.5,1.5] with requires_grad, 't' in [0,1] without
+(a loss's target), 'l' int64 labels below the last dim of input 0, 'w' a
+parameter (uniform in [-0.1,0.1], requires_grad).
+
+A request sets torch.set_num_threads(T) and times, after two warm-up steps,
+`y = OPS[op](inputs, attr); y.backward(g)` (g fixed, rand of y's shape; a
+scalar y takes none), the gradients set to None between steps as
+optimizer.zero_grad() does, for about S seconds and at least N steps.
+Exit status 3 when torch is missing.
 
 A new op is one entry in OPS (the key bench_ops.c's row names in `op`).
 """
@@ -120,14 +122,19 @@ def make_inputs(row, gen):
     return xs
 
 
+_cache = {}
+
+
 def time_row(row, seconds, min_iters):
     fn = OPS[row["op"]]
-    gen = torch.Generator().manual_seed(7)
-    xs = make_inputs(row, gen)
-    st = {}
-    attr = row["attr"]
+    # the inputs (and an op's own tensors) once per row, kept while the
+    # requests are about it (tp-bench asks for a row's rounds in a row)
+    if _cache.get("name") != row["name"]:
+        _cache.clear()
+        gen = torch.Generator().manual_seed(7)
+        _cache.update(name=row["name"], gen=gen, xs=make_inputs(row, gen), st={}, g=None)
+    xs, st, attr = _cache["xs"], _cache["st"], row["attr"]
     leaves = None
-    g = None
     times = []
     start = None
     it = 0
@@ -140,9 +147,9 @@ def time_row(row, seconds, min_iters):
         if y.dim() == 0:
             y.backward()
         else:
-            if g is None:
-                g = torch.rand(y.shape, generator=gen)
-            y.backward(g)
+            if _cache["g"] is None:
+                _cache["g"] = torch.rand(y.shape, generator=_cache["gen"])
+            y.backward(_cache["g"])
         t1 = time.perf_counter_ns()
         if leaves is None:
             leaves = [t for t in xs if t.requires_grad] + _params(st)
@@ -160,25 +167,25 @@ def time_row(row, seconds, min_iters):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if sys.argv[1:] != ["--serve"]:
         print(__doc__, file=sys.stderr)
         return 2
-    spec = json.load(open(sys.argv[1]))
-    for row in spec["rows"]:
+    print(json.dumps({"torch": torch.__version__}, separators=SEP), flush=True)
+    torch.manual_seed(0)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        out = {"name": row["name"], "threads": row["threads"]}
         if row["op"] not in OPS:
+            out.update(median_us=-1, iters=0, error="no op %r in OPS" % row["op"])
             print("torch_ops.py: no op %r in OPS (row %s)" % (row["op"], row["name"]),
                   file=sys.stderr)
-            return 2
-    threads = spec.get("threads", [1, 2])
-    print(json.dumps({"torch": torch.__version__, "threads": threads}, separators=SEP), flush=True)
-    torch.manual_seed(0)
-    for n in threads:
-        torch.set_num_threads(n)
-        for row in spec["rows"]:
-            med, iters = time_row(row, spec["seconds"], spec["min_iters"])
-            print(json.dumps({"name": row["name"], "threads": n,
-                              "median_us": round(med, 2), "iters": iters}, separators=SEP),
-                  flush=True)
+        else:
+            torch.set_num_threads(row["threads"])
+            med, iters = time_row(row, row["seconds"], row["min_iters"])
+            out.update(median_us=round(med, 2), iters=iters)
+        print(json.dumps(out, separators=SEP), flush=True)
     return 0
 
 

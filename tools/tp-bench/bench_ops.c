@@ -1,9 +1,9 @@
 /* tp-bench ops: each graph op's forward+backward time against PyTorch's,
  * in the same run, on shapes from the example models.
  *
- *   tp-bench ops [--op PATTERN[,PATTERN...]] [--seconds S] [--quick]
- *                [--threads T] [--no-torch] [--python PY] [--peer SCRIPT]
- *                [--list] [--json]
+ *   tp-bench ops [--op PATTERN[,PATTERN...]] [--seconds S] [--rounds R]
+ *                [--quick] [--threads T] [--no-torch] [--python PY]
+ *                [--peer SCRIPT] [--list] [--json]
  *
  * The benchmark is a table of rows (s_rows below): an op, a builder that
  * applies it to the row's inputs, the inputs' kinds and shapes, up to six
@@ -19,21 +19,26 @@
  * node's forward plus backward from the model's profiler, per step: the
  * head, the update and the engine around the op are not in it.
  *
- * PyTorch's side: the peer builds the same inputs (requires_grad as here),
- * and times `y = op(inputs); y.backward(g)` (g fixed; a scalar's backward
- * takes none) in eager mode, with torch.set_num_threads(1) and (2); the
- * table's torch column is the better of the two medians. Its time holds
- * eager mode's dispatch and autograd bookkeeping, which are PyTorch's real
- * cost per op, a few microseconds: for the smallest ops that is part of the
- * difference.
+ * PyTorch's side: the peer (one python3 process for the whole run, on two
+ * pipes) builds the same inputs (requires_grad as here), and times
+ * `y = op(inputs); y.backward(g)` (g fixed; a scalar's backward takes
+ * none) in eager mode, with torch.set_num_threads(1) and (2); the table's
+ * torch column is the better of the two. Its time holds eager mode's
+ * dispatch and autograd bookkeeping, which are PyTorch's real cost per op,
+ * a few microseconds: for the smallest ops that is part of the difference.
  *
- * Each side runs a row for about S seconds (--seconds, default 1; --quick:
- * 0.05, for a smoke test) after two warm-up steps, one op per step, and
- * reports the median step. The ratio is towerpack over torch: below 1 is
+ * Each side runs a row for about S seconds (--seconds, default 1) in R
+ * rounds (--rounds, default 3) that alternate the sides (towerpack, torch
+ * at 1 thread, at 2), so that both see the same load on a shared machine;
+ * a round is two warm-up steps, then one op per step for S/R seconds (at
+ * least 10 steps), and gives its median step; each side's figure is the
+ * median of its rounds'. --quick is one round of 0.05 s (at least 3 steps),
+ * a smoke test. The ratio is towerpack over torch: below 1 is
  * faster than PyTorch. The exit status is 0 whatever the ratios (a
  * benchmark, not a test); 1 when a row fails to build or run. */
 #include <fnmatch.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +49,7 @@
 #define MAX_IN 4
 #define MAX_ATTR 6
 #define MAX_ROWS 128
+#define MAX_ROUNDS 16
 
 /* One input of a row. Kinds: 'x' data input, values in [-1,1], gradient
  * asked; 'p' the same in [0.5,1.5] (sqrt, log, a divisor); 't' a data
@@ -311,101 +317,115 @@ static double s_op_ns(tp_model_t *m, const char *name) {
     return -1;
 }
 
-/* Median microseconds of the row's op per step over about `seconds`
- * (at least `min_iters` steps), or -1 with the error printed. */
-static double s_time_towerpack(const bench_row_t *r, int threads, double seconds,
-                               int min_iters) {
-    tp_input_desc_t desc[MAX_IN];
+/* One row's model and its inputs' values, built once and timed in rounds. */
+typedef struct {
+    const bench_row_t *row;
+    tower_arg_t arg;
+    tp_model_t *model;
+    int nfeeds;
+    tp_tensor_t feeds[MAX_IN];
+    void *bufs[MAX_IN];
+    double prev; /* the op's profile sum after the last step */
+} tp_side_t;
+
+static void s_tp_fini(tp_side_t *s) {
+    for (int i = 0; i < s->nfeeds; i++)
+        tp_free(s->bufs[i]);
+    tp_model_destroy(&s->model);
+}
+
+/* Builds the row's model (CPU backend, fold off) and draws its inputs'
+ * values; -1 with the error printed. */
+static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
+    memset(s, 0, sizeof *s);
+    s->row = r;
+    s->arg.row = r;
+    static tp_input_desc_t desc[MAX_IN];
+    static char names[MAX_IN][8];
     int nd = 0;
     int64_t batch = 0;
     for (int i = 0; i < r->nin; i++) {
         const bench_in_t *b = &r->in[i];
         if (b->kind == 'w')
             continue;
-        desc[nd] = (tp_input_desc_t){"", b->kind == 'l' ? TP_INT32 : TP_FLOAT32, b->ndim, {0}};
-        static char names[MAX_IN][8];
         snprintf(names[nd], sizeof names[nd], "in%d", i);
-        desc[nd].name = names[nd];
+        desc[nd] = (tp_input_desc_t){names[nd], b->kind == 'l' ? TP_INT32 : TP_FLOAT32,
+                                     b->ndim, {0}};
         memcpy(desc[nd].shape, b->shape, sizeof b->shape);
         desc[nd].shape[0] = -1;
         batch = b->shape[0];
         nd++;
     }
-    tower_arg_t arg = {r, ""};
-    tp_model_desc_t md = {desc, nd, s_tower, s_sgd, &arg};
+    tp_model_desc_t md = {desc, nd, s_tower, s_sgd, &s->arg};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = batch;
     cfg.threads = threads;
     cfg.fold = 0; /* the op in its own call: its time is its own */
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    if (!m) {
+    s->model = tp_model_new(&md, &cfg);
+    if (!s->model) {
         fprintf(stderr, "tp-bench ops: %s: %s\n", r->name, tp_last_error());
         return -1;
     }
-    /* the inputs' values, drawn once */
-    tp_tensor_t feeds[MAX_IN];
-    void *bufs[MAX_IN] = {0};
     tp_rng_t rng;
     tp_rng_init(&rng, 7, 0);
-    nd = 0;
-    for (int i = 0; i < r->nin; i++) {
+    for (int i = 0, k = 0; i < r->nin; i++) {
         const bench_in_t *b = &r->in[i];
         if (b->kind == 'w')
             continue;
         size_t n = 1;
-        for (int k = 0; k < b->ndim; k++)
-            n *= (size_t)b->shape[k];
-        bufs[nd] = tp_alloc(n * 4);
+        for (int d = 0; d < b->ndim; d++)
+            n *= (size_t)b->shape[d];
+        s->bufs[k] = tp_alloc(n * 4);
+        s->nfeeds = k + 1;
         if (b->kind == 'l') {
             int64_t classes = r->in[0].shape[r->in[0].ndim - 1];
-            for (size_t k = 0; k < n; k++)
-                ((int32_t *)bufs[nd])[k] = (int32_t)tp_rng_below(&rng, (uint64_t)classes);
+            for (size_t e = 0; e < n; e++)
+                ((int32_t *)s->bufs[k])[e] = (int32_t)tp_rng_below(&rng, (uint64_t)classes);
         } else {
-            float lo = b->kind == 'x' ? -1 : b->kind == 'p' ? 0.5f : 0, span = b->kind == 'x' ? 2 : 1;
-            for (size_t k = 0; k < n; k++)
-                ((float *)bufs[nd])[k] = lo + span * tp_rng_float(&rng);
+            float lo = b->kind == 'x' ? -1 : b->kind == 'p' ? 0.5f : 0;
+            float span = b->kind == 'x' ? 2 : 1;
+            for (size_t e = 0; e < n; e++)
+                ((float *)s->bufs[k])[e] = lo + span * tp_rng_float(&rng);
         }
-        tp_tensor_init_wrap(&feeds[nd], desc[nd].dtype, b->ndim, b->shape, bufs[nd], NULL, NULL);
-        nd++;
+        tp_tensor_init_wrap(&s->feeds[k], desc[k].dtype, b->ndim, b->shape, s->bufs[k], NULL,
+                            NULL);
+        k++;
     }
-    double med = -1;
-    tp_model_set_profiling(m, 1);
+    tp_model_set_profiling(s->model, 1);
+    return 0;
+}
+
+/* Median microseconds of the op per step over about `seconds` (at least
+ * `min_iters` steps, after two warm-up steps), or -1 with the error
+ * printed. */
+static double s_tp_time(tp_side_t *s, double seconds, int min_iters) {
     static double t[100000];
     int n = 0;
-    double prev = 0;
     uint64_t start = 0;
     for (int it = 0;; it++) {
-        if (tp_model_run(m, 0, feeds, nd, NULL, 0, NULL) < 0) {
-            fprintf(stderr, "tp-bench ops: %s: %s\n", r->name, tp_last_error());
-            goto done;
+        if (tp_model_run(s->model, 0, s->feeds, s->nfeeds, NULL, 0, NULL) < 0) {
+            fprintf(stderr, "tp-bench ops: %s: %s\n", s->row->name, tp_last_error());
+            return -1;
         }
-        double now = s_op_ns(m, arg.timed);
+        double now = s_op_ns(s->model, s->arg.timed);
         if (now < 0) {
-            fprintf(stderr, "tp-bench ops: %s: no profile of node '%s'\n", r->name, arg.timed);
-            goto done;
+            fprintf(stderr, "tp-bench ops: %s: no profile of node '%s'\n", s->row->name,
+                    s->arg.timed);
+            return -1;
         }
         if (it == 1)
-            start = tp_now_ns(); /* after two warm-up steps */
+            start = tp_now_ns();
         if (it >= 2)
-            t[n++] = (now - prev) / 1e3;
-        prev = now;
+            t[n++] = (now - s->prev) / 1e3;
+        s->prev = now;
         if (n >= (int)(sizeof t / sizeof t[0]) ||
             (n >= min_iters && (double)(tp_now_ns() - start) / 1e9 >= seconds))
             break;
     }
-    med = s_median(t, n);
-done:
-    for (int i = 0; i < nd; i++)
-        tp_free(bufs[i]);
-    tp_model_destroy(&m);
-    return med;
+    return s_median(t, n);
 }
 
-/* ---- PyTorch's side: the peer script ------------------------------------- */
-
-typedef struct {
-    double us[3];   /* [1], [2]: median microseconds at 1 and 2 threads; 0: none */
-} torch_row_t;
+/* ---- PyTorch's side: the peer script, one process for the whole run ------- */
 
 /* The peer script: --peer, else bench/peers/torch_ops.py under the current
  * directory, else beside the build tree (build/bin/tp-bench -> ../../). */
@@ -429,89 +449,111 @@ static const char *s_find_peer(const char *peer, char *buf, size_t cap) {
     return NULL;
 }
 
-/* Writes the selected rows as JSON for the peer, runs it, and fills
- * `out` from its lines ({"name":...,"threads":N,"median_us":X}). Returns
- * the peer's torch version in `version`, or 0 (with the reason printed)
- * when it could not run. */
-static int s_run_torch(const char *python, const char *peer, const int *sel, int nsel,
-                       double seconds, int min_iters, torch_row_t *out, char *version,
-                       size_t vcap) {
-    char path[] = "/tmp/tp-bench-ops-XXXXXX";
-    int fd = mkstemp(path);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (!f) {
-        fprintf(stderr, "tp-bench ops: cannot write the peer's rows in /tmp\n");
-        return 0;
+typedef struct {
+    pid_t pid;
+    FILE *to;   /* its stdin: one request line per chunk */
+    FILE *from; /* its stdout: one answer line per request */
+    char version[64];
+} peer_t;
+
+/* Starts `python script --serve` on two pipes and reads its first line,
+ * {"torch":VERSION}. Called before any model exists, so the fork happens
+ * before OpenBLAS's threads start. 0, or -1 with the reason printed. */
+static int s_peer_start(peer_t *p, const char *python, const char *script) {
+    memset(p, 0, sizeof *p);
+    int in[2], out[2];
+    if (pipe(in) != 0)
+        return -1;
+    if (pipe(out) != 0) {
+        close(in[0]);
+        close(in[1]);
+        return -1;
     }
-    fprintf(f, "{\"seconds\":%g,\"min_iters\":%d,\"threads\":[1,2],\"rows\":[", seconds,
-            min_iters);
-    for (int s = 0; s < nsel; s++) {
-        const bench_row_t *r = &s_rows[sel[s]];
-        fprintf(f, "%s{\"name\":\"%s\",\"op\":\"%s\",\"attr\":[", s ? "," : "", r->name, r->op);
-        for (int k = 0; k < MAX_ATTR; k++)
-            fprintf(f, "%s%g", k ? "," : "", r->attr[k]);
-        fprintf(f, "],\"inputs\":[");
-        for (int i = 0; i < r->nin; i++) {
-            fprintf(f, "%s{\"kind\":\"%c\",\"shape\":[", i ? "," : "", r->in[i].kind);
-            for (int k = 0; k < r->in[i].ndim; k++)
-                fprintf(f, "%s%lld", k ? "," : "", (long long)r->in[i].shape[k]);
-            fprintf(f, "]}");
-        }
-        fprintf(f, "]}");
+    fflush(NULL);
+    signal(SIGPIPE, SIG_IGN); /* a peer that died is an error, not our end */
+    p->pid = fork();
+    if (p->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        execl(python, python, script, "--serve", (char *)NULL);
+        _exit(127);
     }
-    fprintf(f, "]}\n");
-    fclose(f);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s'", python, peer, path);
-    FILE *pp = popen(cmd, "r");
-    char line[1024];
-    int ok = 0;
-    while (pp && fgets(line, sizeof line, pp)) {
+    close(in[0]);
+    close(out[1]);
+    if (p->pid < 0) {
+        close(in[1]);
+        close(out[0]);
+        return -1;
+    }
+    p->to = fdopen(in[1], "w");
+    p->from = fdopen(out[0], "r");
+    char line[512];
+    if (p->to && p->from && fgets(line, sizeof line, p->from)) {
         const char *v = strstr(line, "\"torch\":\"");
         if (v) {
             v += strlen("\"torch\":\"");
-            size_t k = strcspn(v, "\"");
-            snprintf(version, vcap, "%.*s", (int)(k < vcap ? k : vcap - 1), v);
-            ok = 1;
-            continue;
+            snprintf(p->version, sizeof p->version, "%.*s", (int)strcspn(v, "\""), v);
+            return 0;
         }
-        const char *nm = strstr(line, "\"name\":\"");
-        const char *th = strstr(line, "\"threads\":");
-        const char *us = strstr(line, "\"median_us\":");
-        if (!nm || !th || !us)
-            continue;
-        nm += strlen("\"name\":\"");
-        size_t len = strcspn(nm, "\"");
-        int threads = atoi(th + strlen("\"threads\":"));
-        for (int s = 0; s < nsel; s++)
-            if (strlen(s_rows[sel[s]].name) == len && !strncmp(s_rows[sel[s]].name, nm, len) &&
-                threads >= 1 && threads <= 2)
-                out[s].us[threads] = atof(us + strlen("\"median_us\":"));
     }
-    int rc = pp ? pclose(pp) : -1;
-    unlink(path);
-    if (rc != 0) {
-        fprintf(stderr, "tp-bench ops: the PyTorch peer failed (%s; exit %d): %s\n", cmd,
-                WIFEXITED(rc) ? WEXITSTATUS(rc) : -1,
-                WIFEXITED(rc) && WEXITSTATUS(rc) == 3
-                    ? "python3-torch missing (apt-get install python3-torch)"
-                    : "see its message above");
-        return 0;
+    return -1;
+}
+
+/* Closes its stdin (it exits at the end of its input) and waits for it;
+ * its exit status (3: torch missing), or -1. */
+static int s_peer_stop(peer_t *p) {
+    if (p->to)
+        fclose(p->to);
+    if (p->from)
+        fclose(p->from);
+    int st = 0;
+    if (p->pid <= 0 || waitpid(p->pid, &st, 0) != p->pid)
+        return -1;
+    p->pid = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* One chunk of the row on the peer at `threads`: its median microseconds,
+ * or -1 (the peer's complaint, on its stderr, says why). */
+static double s_peer_time(peer_t *p, const bench_row_t *r, int threads, double seconds,
+                          int min_iters) {
+    FILE *f = p->to;
+    fprintf(f, "{\"seconds\":%g,\"min_iters\":%d,\"threads\":%d,\"name\":\"%s\",\"op\":\"%s\","
+               "\"attr\":[", seconds, min_iters, threads, r->name, r->op);
+    for (int k = 0; k < MAX_ATTR; k++)
+        fprintf(f, "%s%g", k ? "," : "", r->attr[k]);
+    fprintf(f, "],\"inputs\":[");
+    for (int i = 0; i < r->nin; i++) {
+        fprintf(f, "%s{\"kind\":\"%c\",\"shape\":[", i ? "," : "", r->in[i].kind);
+        for (int k = 0; k < r->in[i].ndim; k++)
+            fprintf(f, "%s%lld", k ? "," : "", (long long)r->in[i].shape[k]);
+        fprintf(f, "]}");
     }
-    return ok;
+    fprintf(f, "]}\n");
+    char line[512];
+    if (fflush(f) != 0 || !fgets(line, sizeof line, p->from))
+        return -1;
+    const char *us = strstr(line, "\"median_us\":");
+    return us ? atof(us + strlen("\"median_us\":")) : -1;
 }
 
 /* ---- the command -------------------------------------------------------- */
 
 static void s_usage(FILE *o) {
     fprintf(o,
-            "usage: tp-bench ops [--op PATTERN[,PATTERN...]] [--seconds S] [--quick]\n"
+            "usage: tp-bench ops [--op PATTERN[,PATTERN...]] [--seconds S] [--rounds R] [--quick]\n"
             "                    [--threads T] [--no-torch] [--python PY] [--peer SCRIPT]\n"
             "                    [--list] [--json]\n"
             "  each op's forward+backward median time against PyTorch's (best of 1 and 2\n"
             "  threads) on shapes from the example models; ratio = towerpack / torch.\n"
             "  --op: rows whose name matches a shell pattern (\"conv2d/*\", \"relu\")\n"
-            "  --seconds: per row and side (default 1); --quick: 0.05 (a smoke run)\n"
+            "  --seconds: per row and side (default 1), in --rounds (default 3) that\n"
+            "  alternate the sides; the median of the rounds' medians; --quick: 0.05 s\n"
+            "  in 1 round (a smoke run)\n"
             "  --threads: towerpack's OpenBLAS threads (default 0: OpenBLAS's own)\n"
             "  --python: default /usr/bin/python3; --peer: bench/peers/torch_ops.py\n");
 }
@@ -541,12 +583,14 @@ static void s_shapes(const bench_row_t *r, char *buf, size_t cap) {
 int tp_bench_ops(int argc, char **argv) {
     const char *patterns = NULL, *python = "/usr/bin/python3", *peer = NULL;
     double seconds = 1.0;
-    int threads = 0, torch = 1, json = 0, list = 0, quick = 0;
+    int threads = 0, torch = 1, json = 0, list = 0, quick = 0, rounds = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--op") && i + 1 < argc)
             patterns = argv[++i];
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -570,10 +614,13 @@ int tp_bench_ops(int argc, char **argv) {
             return 2;
         }
     }
-    if (quick)
+    if (quick) {
         seconds = 0.05;
-    if (!(seconds > 0) || threads < 0) {
-        fprintf(stderr, "tp-bench ops: --seconds > 0 and --threads >= 0\n");
+        rounds = 1;
+    }
+    if (!(seconds > 0) || threads < 0 || rounds < 1 || rounds > MAX_ROUNDS) {
+        fprintf(stderr, "tp-bench ops: --seconds > 0, --threads >= 0, --rounds 1..%d\n",
+                MAX_ROUNDS);
         return 2;
     }
     int sel[MAX_ROWS], nsel = 0;
@@ -592,17 +639,8 @@ int tp_bench_ops(int argc, char **argv) {
         fprintf(stderr, "tp-bench ops: no row matches '%s' (--list names them)\n", patterns);
         return 2;
     }
-    tp_log_set_level(TP_LOG_WARN);
-    const int min_iters = quick ? 3 : 10;
-    double tp_us[MAX_ROWS];
-    int failed = 0;
-    for (int s = 0; s < nsel; s++) {
-        tp_us[s] = s_time_towerpack(&s_rows[sel[s]], threads, seconds, min_iters);
-        failed += tp_us[s] < 0;
-    }
-    int tp_threads = tp_backend_cpu_threads();
-    static torch_row_t tr[MAX_ROWS];
-    char version[64] = "";
+    /* the peer first: its fork happens before any model's threads */
+    peer_t pr = {0};
     int have_torch = 0;
     if (torch) {
         char buf[4096];
@@ -610,10 +648,51 @@ int tp_bench_ops(int argc, char **argv) {
         if (!script)
             fprintf(stderr, "tp-bench ops: bench/peers/torch_ops.py not found (run from the "
                             "source tree or give --peer)\n");
-        else
-            have_torch = s_run_torch(python, script, sel, nsel, seconds, min_iters, tr,
-                                     version, sizeof version);
+        else if (s_peer_start(&pr, python, script) == 0)
+            have_torch = 1;
+        else {
+            int rc = s_peer_stop(&pr);
+            fprintf(stderr, "tp-bench ops: the PyTorch peer (%s %s) did not start%s\n", python,
+                    script, rc == 3 ? ": python3-torch missing (apt-get install python3-torch)"
+                                    : "");
+        }
     }
+    tp_log_set_level(TP_LOG_WARN);
+    const int min_iters = quick ? 3 : 10;
+    const double chunk = seconds / rounds;
+    static double tp_us[MAX_ROWS], tr[MAX_ROWS][3];
+    int failed = 0;
+    for (int s = 0; s < nsel; s++) {
+        const bench_row_t *r = &s_rows[sel[s]];
+        tp_side_t side;
+        double rt[3][MAX_ROUNDS]; /* [0] towerpack, [1], [2] torch at 1, 2 threads */
+        int ok = s_tp_init(&side, r, threads) == 0;
+        /* the sides alternate round by round, so that both see the same
+         * load from whatever else the machine runs */
+        for (int k = 0; k < rounds && ok; k++) {
+            rt[0][k] = s_tp_time(&side, chunk, min_iters);
+            ok = rt[0][k] >= 0;
+            for (int th = 1; th <= 2 && ok && have_torch; th++) {
+                rt[th][k] = s_peer_time(&pr, r, th, chunk, min_iters);
+                if (rt[th][k] < 0) {
+                    fprintf(stderr, "tp-bench ops: %s: the PyTorch peer gave no time; it "
+                                    "stops here\n", r->name);
+                    have_torch = 0;
+                    s_peer_stop(&pr);
+                }
+            }
+        }
+        s_tp_fini(&side);
+        tp_us[s] = ok ? s_median(rt[0], rounds) : -1;
+        failed += !ok;
+        for (int th = 1; th <= 2; th++)
+            tr[s][th] = ok && have_torch ? s_median(rt[th], rounds) : 0;
+    }
+    int tp_threads = tp_backend_cpu_threads();
+    char version[64];
+    snprintf(version, sizeof version, "%s", pr.version);
+    if (have_torch && s_peer_stop(&pr) != 0)
+        fprintf(stderr, "tp-bench ops: the PyTorch peer failed at its end\n");
     int slower = 0, compared = 0;
     char slow_names[1024] = "";
     if (json)
@@ -633,9 +712,9 @@ int tp_bench_ops(int argc, char **argv) {
     }
     for (int s = 0; s < nsel; s++) {
         const bench_row_t *r = &s_rows[sel[s]];
-        double t1 = tr[s].us[1], t2 = tr[s].us[2];
+        double t1 = tr[s][1], t2 = tr[s][2];
         int best = t1 > 0 && (t2 <= 0 || t1 <= t2) ? 1 : t2 > 0 ? 2 : 0;
-        double ref = best ? tr[s].us[best] : 0;
+        double ref = best ? tr[s][best] : 0;
         double ratio = ref > 0 && tp_us[s] > 0 ? tp_us[s] / ref : 0;
         if (ratio > 0) {
             compared++;
