@@ -14,7 +14,7 @@ alternates its side and this one round by round, so both see the same load.
 
 Input kinds as bench_ops.c draws them: 'x' uniform in [-1,1] with
 requires_grad, 'p' in [0.5,1.5] with requires_grad, 't' in [0,1] without
-(a loss's target), 'l' int64 labels below the last dim of input 0, 'w' a
+(a loss's target), 'l' int64 labels below attr[5] if set, else the last dim of input 0, 'w' a
 parameter (uniform in [-0.1,0.1], requires_grad).
 
 A request sets torch.set_num_threads(T) and times, after two warm-up steps,
@@ -22,6 +22,10 @@ A request sets torch.set_num_threads(T) and times, after two warm-up steps,
 scalar y takes none), the gradients set to None between steps as
 optimizer.zero_grad() does, for about S seconds and at least N steps.
 Exit status 3 when torch is missing.
+
+A request with "step": 1 is a whole model's training step: after the
+backward pass, an SGD update (no momentum) of every tensor that asked for a
+gradient is inside the timed step too, as in tp-bench's model.
 
 A new op is one entry in OPS (the key bench_ops.c's row names in `op`).
 """
@@ -91,7 +95,13 @@ OPS = {
     "avg_pool": lambda x, a, st: F.avg_pool2d(x[0], int(a[0]), int(a[1]), int(a[2]),
                                               count_include_pad=False),
     "global_avg_pool": lambda x, a, st: x[0].mean(dim=(2, 3)),
+    # whole models (step rows): x, labels, then weights and biases
+    "mlp_step": lambda x, a, st: F.cross_entropy(
+        torch.relu(torch.relu(x[0] @ x[2] + x[3]) @ x[4] + x[5]) @ x[6] + x[7], x[1]),
 }
+
+# the step rows' update: SGD without momentum, as tp-bench's models
+STEP_LR = 1e-6
 
 
 # compact JSON: tp-bench reads "key":value without spaces
@@ -103,7 +113,7 @@ def make_inputs(row, gen):
     for i in row["inputs"]:
         k, shape = i["kind"], i["shape"]
         if k == "l":
-            classes = row["inputs"][0]["shape"][-1]
+            classes = int(row["attr"][5]) or row["inputs"][0]["shape"][-1]
             xs.append(torch.randint(0, classes, shape, generator=gen))
             continue
         if k == "x":
@@ -150,9 +160,13 @@ def time_row(row, seconds, min_iters):
             if _cache["g"] is None:
                 _cache["g"] = torch.rand(y.shape, generator=_cache["gen"])
             y.backward(_cache["g"])
-        t1 = time.perf_counter_ns()
         if leaves is None:
             leaves = [t for t in xs if t.requires_grad] + _params(st)
+        if row.get("step"):
+            with torch.no_grad():
+                for t in leaves:
+                    t.add_(t.grad, alpha=-STEP_LR)
+        t1 = time.perf_counter_ns()
         if it == 1:
             start = time.perf_counter()
         if it >= 2:

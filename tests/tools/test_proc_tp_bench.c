@@ -57,11 +57,11 @@ Test(tp_bench, profile_prints_the_host_and_device_time_per_op) {
 }
 
 /* tp-bench ops --quick (the smoke run): the rows asked for are timed from
- * the profiler (one per op family on main), each a positive time; a
- * pattern no row matches is refused, naming --list. */
+ * the profiler (one per op family on main, and a whole step), each a
+ * positive time; a pattern no row matches is refused, naming --list. */
 static const char *s_ops_rows = "relu,add_bcast,mse,softmax_xent,matmul/mlp1,conv2d/enc1,"
-                                "batch_norm,max_pool";
-#define OPS_ROWS 8
+                                "batch_norm,max_pool,mlp_step";
+#define OPS_ROWS 9
 
 /* Every row of the JSON line has a positive `key`; returns how many rows. */
 static int s_rows_positive(const char *j, const char *key) {
@@ -107,5 +107,5 @@ Test(tp_bench, ops_quick_compares_each_row_with_pytorch) {
     cr_assert_eq(s_rows_positive(j, "\"torch1_us\":"), OPS_ROWS, "%s", j);
     cr_assert_eq(s_rows_positive(j, "\"torch2_us\":"), OPS_ROWS, "%s", j);
     cr_assert_eq(s_rows_positive(j, "\"ratio\":"), OPS_ROWS, "%s", j);
-    cr_assert(strstr(j, "\"compared\":8,"), "%s", j);
+    cr_assert(strstr(j, "\"compared\":9,"), "%s", j);
 }

@@ -46,7 +46,7 @@
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 
-#define MAX_IN 4
+#define MAX_IN 8
 #define MAX_ATTR 6
 #define MAX_ROWS 128
 #define MAX_ROUNDS 16
@@ -54,7 +54,8 @@
 /* One input of a row. Kinds: 'x' data input, values in [-1,1], gradient
  * asked; 'p' the same in [0.5,1.5] (sqrt, log, a divisor); 't' a data
  * input in [0,1] without gradient (a loss's target); 'l' int32 labels in
- * [0, last dim of input 0); 'w' a trainable variable (no batch dim: its
+ * [0, K), K the row's attr[5] if set, else the last dim of input 0; 'w' a
+ * trainable variable (no batch dim: its
  * shape is whole). Data inputs share dim 0, the batch. */
 typedef struct {
     char kind;
@@ -77,6 +78,15 @@ struct bench_row {
     int nin;
     bench_in_t in[MAX_IN];
 };
+
+/* A row named "*_step" is a whole model: its builder returns the model's
+ * cost, and the figure is its whole training step (forward, backward, SGD
+ * update, folds as by default) against PyTorch's forward, backward and the
+ * same update. */
+static int s_is_step(const bench_row_t *r) {
+    size_t n = strlen(r->name);
+    return n > 5 && !strcmp(r->name + n - 5, "_step");
+}
 
 /* ---- builders: one per op, reading the row's attributes -------------------- */
 
@@ -166,6 +176,17 @@ static tp_node_t *s_concat(tp_tower_t *t, tp_node_t *const *in, const bench_row_
     return tp_concat(t, "op", r->nin, in);
 }
 
+/* A whole model for a step row: examples/mlp.c's MLP 784-512-256-10 on
+ * inputs x [B,784], labels [B], and its weights and biases as 'w' inputs
+ * 2..7, to softmax cross-entropy. */
+static tp_node_t *s_mlp_step(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    tp_node_t *h = tp_relu(t, NULL, tp_bias_add(t, NULL, tp_matmul(t, NULL, in[0], in[2]), in[3]));
+    h = tp_relu(t, NULL, tp_bias_add(t, NULL, tp_matmul(t, NULL, h, in[4]), in[5]));
+    tp_node_t *logits = tp_bias_add(t, NULL, tp_matmul(t, NULL, h, in[6]), in[7]);
+    return tp_softmax_xent(t, "op", logits, in[1]);
+}
+
 /* ---- the rows ----------------------------------------------------------- */
 
 /* Shapes (batch 128, as the examples train):
@@ -243,12 +264,16 @@ static const bench_row_t s_rows[] = {
     {"avg_pool", "avg_pool", "cnn-bn", s_avg_pool, {2, 2, 0}, 1, {CNN32}},
     {"global_avg_pool", "global_avg_pool", "resnet", s_global_avg_pool, {0}, 1,
      {{'x', 4, {128, 128, 7, 7}}}},
+    /* a whole training step (a "*_step" row): the MLP of examples/mlp.c; the
+     * autoencoder's step (issue 42: at most 0.5x PyTorch's) is one more
+     * such row once examples/autoencoder.c exists */
+    {"mlp_step", "mlp_step", "mlp", s_mlp_step, {0, 0, 0, 0, 0, 10}, 8,
+     {{'t', 2, {128, 784}}, {'l', 1, {128}}, {'w', 2, {784, 512}}, {'w', 1, {512}},
+      {'w', 2, {512, 256}}, {'w', 1, {256}}, {'w', 2, {256, 10}}, {'w', 1, {10}}}},
     /* Rows to add with their families (issue 42): reductions (sum, mean,
      * max, softmax, log-softmax), shape ops (transpose, slice, pad, gather),
      * batched matmul, layer/group/instance norm, conv2d transpose and
-     * upsampling (the autoencoder's decoder shapes), and a whole training
-     * step of the autoencoder against PyTorch's once examples/autoencoder.c
-     * exists. */
+     * upsampling (the autoencoder's decoder shapes). */
 };
 #undef U
 #undef B
@@ -283,7 +308,7 @@ static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *data, void *user) {
     TP_TRY(tp_tower_status(t));
     snprintf(a->timed, sizeof a->timed, "%s", tp_node_name(y));
     tp_node_t *cost = y;
-    if (tp_node_shape(y)->ndim > 0) {
+    if (!s_is_step(r) && tp_node_shape(y)->ndim > 0) {
         tp_node_t *half = tp_stop_gradient(t, "head/target",
                                            tp_scale(t, "head/half", y, 0.5f));
         cost = tp_mse(t, "head/mse", y, half);
@@ -360,7 +385,8 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = batch;
     cfg.threads = threads;
-    cfg.fold = 0; /* the op in its own call: its time is its own */
+    if (!s_is_step(r))
+        cfg.fold = 0; /* the op in its own call: its time is its own */
     s->model = tp_model_new(&md, &cfg);
     if (!s->model) {
         fprintf(stderr, "tp-bench ops: %s: %s\n", r->name, tp_last_error());
@@ -378,7 +404,8 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
         s->bufs[k] = tp_alloc(n * 4);
         s->nfeeds = k + 1;
         if (b->kind == 'l') {
-            int64_t classes = r->in[0].shape[r->in[0].ndim - 1];
+            int64_t classes = r->attr[5] > 0 ? (int64_t)r->attr[5]
+                                             : r->in[0].shape[r->in[0].ndim - 1];
             for (size_t e = 0; e < n; e++)
                 ((int32_t *)s->bufs[k])[e] = (int32_t)tp_rng_below(&rng, (uint64_t)classes);
         } else {
@@ -391,7 +418,8 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
                             NULL);
         k++;
     }
-    tp_model_set_profiling(s->model, 1);
+    if (!s_is_step(r))
+        tp_model_set_profiling(s->model, 1);
     return 0;
 }
 
@@ -403,11 +431,14 @@ static double s_tp_time(tp_side_t *s, double seconds, int min_iters) {
     int n = 0;
     uint64_t start = 0;
     for (int it = 0;; it++) {
+        uint64_t t0 = tp_now_ns();
         if (tp_model_run(s->model, 0, s->feeds, s->nfeeds, NULL, 0, NULL) < 0) {
             fprintf(stderr, "tp-bench ops: %s: %s\n", s->row->name, tp_last_error());
             return -1;
         }
-        double now = s_op_ns(s->model, s->arg.timed);
+        /* a step row: the step's wall time; an op row: its node's time */
+        double now = s_is_step(s->row) ? s->prev + (double)(tp_now_ns() - t0)
+                                  : s_op_ns(s->model, s->arg.timed);
         if (now < 0) {
             fprintf(stderr, "tp-bench ops: %s: no profile of node '%s'\n", s->row->name,
                     s->arg.timed);
@@ -523,7 +554,7 @@ static double s_peer_time(peer_t *p, const bench_row_t *r, int threads, double s
                           int min_iters) {
     FILE *f = p->to;
     fprintf(f, "{\"seconds\":%g,\"min_iters\":%d,\"threads\":%d,\"name\":\"%s\",\"op\":\"%s\","
-               "\"attr\":[", seconds, min_iters, threads, r->name, r->op);
+               "\"step\":%d,\"attr\":[", seconds, min_iters, threads, r->name, r->op, s_is_step(r));
     for (int k = 0; k < MAX_ATTR; k++)
         fprintf(f, "%s%g", k ? "," : "", r->attr[k]);
     fprintf(f, "],\"inputs\":[");
@@ -696,12 +727,13 @@ int tp_bench_ops(int argc, char **argv) {
     int slower = 0, compared = 0;
     char slow_names[1024] = "";
     if (json)
-        printf("{\"bench\":\"ops\",\"threads\":%d,\"fold\":0,\"seconds\":%g,\"torch\":\"%s\","
-               "\"rows\":[",
-               tp_threads, seconds, have_torch ? version : "");
+        printf("{\"bench\":\"ops\",\"threads\":%d,\"fold\":0,\"seconds\":%g,\"rounds\":%d,"
+               "\"torch\":\"%s\",\"rows\":[",
+               tp_threads, seconds, rounds, have_torch ? version : "");
     else {
         printf("tp-bench ops: forward+backward of each op, median per step (us); towerpack on "
-               "%d OpenBLAS thread(s), fold off;\n", tp_threads);
+               "%d OpenBLAS thread(s), fold off\n(*_step rows: a whole training step with "
+               "its SGD update, folds on);\n", tp_threads);
         if (have_torch)
             printf("PyTorch %s eager, best of 1 and 2 threads (torch.set_num_threads); ratio = "
                    "towerpack / torch\n", version);
