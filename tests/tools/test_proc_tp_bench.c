@@ -2,7 +2,7 @@
  * (scripts/gpu-check.sh bench), here on the CPU backend (--cpu): the
  * replicated towers on their threads with the all-reduce in buckets, and
  * its refusals, and --profile. A functional check of the benchmark, not a
- * timing. */
+ * timing. tp-bench ops --quick, the op table against PyTorch. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,4 +54,58 @@ Test(tp_bench, profile_prints_the_host_and_device_time_per_op) {
     cr_assert_eq(pu_run(steps, env, s_out, sizeof s_out), 0, "%s", s_out);
     cr_assert(strstr(s_out, "device time: "), "%s", s_out);
     cr_assert(strstr(s_out, "the host waited for the device"), "%s", s_out);
+}
+
+/* tp-bench ops --quick (the smoke run): the rows asked for are timed from
+ * the profiler (one per op family on main, and a whole step), each a
+ * positive time; a pattern no row matches is refused, naming --list. */
+static const char *s_ops_rows = "relu,add_bcast,mse,softmax_xent,matmul/mlp1,conv2d/enc1,"
+                                "batch_norm,max_pool,mlp_step";
+#define OPS_ROWS 9
+
+/* Every row of the JSON line has a positive `key`; returns how many rows. */
+static int s_rows_positive(const char *j, const char *key) {
+    int n = 0;
+    for (const char *p = strstr(j, "{\"name\":"); p; p = strstr(p + 1, "{\"name\":")) {
+        const char *v = strstr(p, key);
+        cr_assert_not_null(v, "%s", p);
+        cr_assert_gt(atof(v + strlen(key)), 0.0, "%s in %.200s", key, p);
+        n++;
+    }
+    return n;
+}
+
+Test(tp_bench, ops_quick_times_each_row_from_the_profiler) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", "OPENBLAS_NUM_THREADS=1", NULL};
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-bench", "ops", "--quick", "--no-torch", "--op",
+                    (char *)s_ops_rows, "--json", NULL};
+    cr_assert_eq(pu_run(argv, env, s_out, sizeof s_out), 0, "%s", s_out);
+    const char *j = strstr(s_out, "{\"bench\":\"ops\",\"threads\":1,\"fold\":0");
+    cr_assert_not_null(j, "%s", s_out);
+    cr_assert_eq(s_rows_positive(j, "\"towerpack_us\":"), OPS_ROWS, "%s", j);
+    cr_assert(strstr(j, "\"compared\":0,\"slower\":0}"), "%s", j);
+    char *none[] = {TP_BINARY_DIR "/bin/tp-bench", "ops", "--op", "no-such-op", NULL};
+    cr_assert_eq(pu_run(none, env, s_out, sizeof s_out), 2, "%s", s_out);
+    cr_assert(strstr(s_out, "no row matches 'no-such-op' (--list names them)"), "%s", s_out);
+}
+
+/* The same rows against PyTorch (its peer, bench/peers/torch_ops.py): a
+ * time at 1 and 2 threads and a ratio for every row. Skipped where
+ * /usr/bin/python3 lacks torch. */
+Test(tp_bench, ops_quick_compares_each_row_with_pytorch) {
+    char *probe[] = {"/usr/bin/python3", "-c", "import torch", NULL};
+    if (pu_run(probe, NULL, s_out, sizeof s_out) != 0)
+        cr_skip_test("/usr/bin/python3 lacks torch (python3-torch): %s", s_out);
+    const char *env[] = {"TP_LOG_LEVEL=warn", "OPENBLAS_NUM_THREADS=1", NULL};
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-bench", "ops", "--quick", "--op",
+                    (char *)s_ops_rows, "--peer", TP_SOURCE_DIR "/bench/peers/torch_ops.py",
+                    "--json", NULL};
+    cr_assert_eq(pu_run(argv, env, s_out, sizeof s_out), 0, "%s", s_out);
+    const char *j = strstr(s_out, "{\"bench\":\"ops\"");
+    cr_assert_not_null(j, "%s", s_out);
+    cr_assert(!strstr(j, "\"torch\":\"\""), "the peer did not run: %s", s_out);
+    cr_assert_eq(s_rows_positive(j, "\"torch1_us\":"), OPS_ROWS, "%s", j);
+    cr_assert_eq(s_rows_positive(j, "\"torch2_us\":"), OPS_ROWS, "%s", j);
+    cr_assert_eq(s_rows_positive(j, "\"ratio\":"), OPS_ROWS, "%s", j);
+    cr_assert(strstr(j, "\"compared\":9,"), "%s", j);
 }

@@ -9,6 +9,7 @@
  *   tp-bench saver      [--json] ...   ModelSaver's epoch-end wait, sync and its writer
  *   tp-bench predict    --load CKPT ... a trained model's inference latency and throughput
  *   tp-bench tensorpack [--json] ...   tensorpack's formats against the wire format
+ *   tp-bench ops        [--json] ...   each op's forward+backward against PyTorch
  *
  * Each subcommand lives in its own file of this folder and defines
  * `int tp_bench_<name>(int argc, char **argv)` (argv[0] is the subcommand).
@@ -30,6 +31,7 @@ BENCH(saver)
 BENCH(cuda)
 BENCH(predict)
 BENCH(tensorpack)
+BENCH(ops)
 #undef BENCH
 
 static const struct {
@@ -48,6 +50,8 @@ static const struct {
     {"predict", tp_bench_predict, "a trained model's batch-1 latency and batch throughput"},
     {"tensorpack", tp_bench_tensorpack, "tensorpack's formats: receiving against the wire "
      "format, decoding against Python; tensorpack LMDB writer"},
+    {"ops", tp_bench_ops, "each op's forward+backward against PyTorch's, on the example "
+     "models' shapes"},
 };
 #define NBENCH (sizeof s_benches / sizeof s_benches[0])
 

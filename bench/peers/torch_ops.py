@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""towerpack peer benchmark: each op's forward+backward in PyTorch, for
+`tp-bench ops` (tools/tp-bench/bench_ops.c), which runs it once for the
+whole table and puts its times beside towerpack's.
+
+Usage: torch_ops.py --serve
+
+It prints {"torch": VERSION} first, then reads one request per line on
+stdin: {"seconds": S, "min_iters": N, "threads": T, "name", "op",
+"attr": [6 numbers], "inputs": [{"kind", "shape"}]}, and answers each with
+one line {"name", "threads", "median_us", "iters"} (median_us -1 and an
+"error" for an op not in OPS). It ends at the end of its input. tp-bench
+alternates its side and this one round by round, so both see the same load.
+
+Input kinds as bench_ops.c draws them: 'x' uniform in [-1,1] with
+requires_grad, 'p' in [0.5,1.5] with requires_grad, 't' in [0,1] without
+(a loss's target), 'l' int64 labels below attr[5] if set, else the last dim of input 0, 'w' a
+parameter (uniform in [-0.1,0.1], requires_grad).
+
+A request sets torch.set_num_threads(T) and times, after two warm-up steps,
+`y = OPS[op](inputs, attr); y.backward(g)` (g fixed, rand of y's shape; a
+scalar y takes none), the gradients set to None between steps as
+optimizer.zero_grad() does, for about S seconds and at least N steps.
+Exit status 3 when torch is missing.
+
+A request with "step": 1 is a whole model's training step: after the
+backward pass, an SGD update (no momentum) of every tensor that asked for a
+gradient is inside the timed step too, as in tp-bench's model.
+
+A new op is one entry in OPS (the key bench_ops.c's row names in `op`).
+"""
+import json
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # pragma: no cover - depends on the machine
+    print("python3-torch missing (%s)" % e, file=sys.stderr)
+    sys.exit(3)
+
+
+def _batch_norm(x, a, st):
+    # training mode, PyTorch's momentum 0.1 (towerpack's 0.9 the other way
+    # round), eps 1e-5; gamma and beta trainable, as the layer's
+    c = x[0].shape[1]
+    if "bn" not in st:
+        st["bn"] = (torch.zeros(c), torch.ones(c),
+                    torch.ones(c, requires_grad=True), torch.zeros(c, requires_grad=True))
+    rm, rv, g, b = st["bn"]
+    return F.batch_norm(x[0], rm, rv, g, b, training=True, momentum=0.1, eps=1e-5)
+
+
+def _params(st):
+    """The tensors a row's op owns (batch norm's gamma and beta)."""
+    return [t for t in st.get("bn", ())[2:]]
+
+
+OPS = {
+    "add": lambda x, a, st: x[0] + x[1],
+    "sub": lambda x, a, st: x[0] - x[1],
+    "mul": lambda x, a, st: x[0] * x[1],
+    "div": lambda x, a, st: x[0] / x[1],
+    "maximum": lambda x, a, st: torch.maximum(x[0], x[1]),
+    "minimum": lambda x, a, st: torch.minimum(x[0], x[1]),
+    "bias_add": lambda x, a, st: x[0] + x[1].view(1, -1, *([1] * (x[0].dim() - 2))),
+    "neg": lambda x, a, st: -x[0],
+    "abs": lambda x, a, st: torch.abs(x[0]),
+    "square": lambda x, a, st: torch.square(x[0]),
+    "sqrt": lambda x, a, st: torch.sqrt(x[0]),
+    "rsqrt": lambda x, a, st: torch.rsqrt(x[0]),
+    "exp": lambda x, a, st: torch.exp(x[0]),
+    "log": lambda x, a, st: torch.log(x[0]),
+    "pow": lambda x, a, st: torch.pow(x[0], a[0]),
+    "clip": lambda x, a, st: torch.clamp(x[0], a[0], a[1]),
+    "scale": lambda x, a, st: x[0] * a[0],
+    "relu": lambda x, a, st: torch.relu(x[0]),
+    "leaky_relu": lambda x, a, st: F.leaky_relu(x[0], a[0]),
+    "sigmoid": lambda x, a, st: torch.sigmoid(x[0]),
+    "tanh": lambda x, a, st: torch.tanh(x[0]),
+    "gelu": lambda x, a, st: F.gelu(x[0], approximate="tanh" if a[0] else "none"),
+    "silu": lambda x, a, st: F.silu(x[0]),
+    "softplus": lambda x, a, st: F.softplus(x[0]),
+    "concat": lambda x, a, st: torch.cat(x, dim=1),
+    "mse": lambda x, a, st: F.mse_loss(x[0], x[1]),
+    "l1_loss": lambda x, a, st: F.l1_loss(x[0], x[1]),
+    "huber_loss": lambda x, a, st: F.huber_loss(x[0], x[1], delta=a[0]),
+    "sigmoid_xent": lambda x, a, st: F.binary_cross_entropy_with_logits(x[0], x[1]),
+    "softmax_xent": lambda x, a, st: F.cross_entropy(x[0], x[1]),
+    "matmul": lambda x, a, st: x[0] @ x[1],
+    "conv2d": lambda x, a, st: F.conv2d(x[0], x[1], None, int(a[0]), int(a[1])),
+    "batch_norm": _batch_norm,
+    "max_pool": lambda x, a, st: F.max_pool2d(x[0], int(a[0]), int(a[1]), int(a[2])),
+    "avg_pool": lambda x, a, st: F.avg_pool2d(x[0], int(a[0]), int(a[1]), int(a[2]),
+                                              count_include_pad=False),
+    "global_avg_pool": lambda x, a, st: x[0].mean(dim=(2, 3)),
+    # whole models (step rows): x, labels, then weights and biases
+    "mlp_step": lambda x, a, st: F.cross_entropy(
+        torch.relu(torch.relu(x[0] @ x[2] + x[3]) @ x[4] + x[5]) @ x[6] + x[7], x[1]),
+}
+
+# the step rows' update: SGD without momentum, as tp-bench's models
+STEP_LR = 1e-6
+
+
+# compact JSON: tp-bench reads "key":value without spaces
+SEP = (",", ":")
+
+
+def make_inputs(row, gen):
+    xs = []
+    for i in row["inputs"]:
+        k, shape = i["kind"], i["shape"]
+        if k == "l":
+            classes = int(row["attr"][5]) or row["inputs"][0]["shape"][-1]
+            xs.append(torch.randint(0, classes, shape, generator=gen))
+            continue
+        if k == "x":
+            t = torch.rand(shape, generator=gen) * 2 - 1
+        elif k == "p":
+            t = torch.rand(shape, generator=gen) + 0.5
+        elif k == "t":
+            t = torch.rand(shape, generator=gen)
+        elif k == "w":
+            t = (torch.rand(shape, generator=gen) * 2 - 1) * 0.1
+        else:
+            raise ValueError("input kind %r" % k)
+        if k != "t":
+            t.requires_grad_(True)
+        xs.append(t)
+    return xs
+
+
+_cache = {}
+
+
+def time_row(row, seconds, min_iters):
+    fn = OPS[row["op"]]
+    # the inputs (and an op's own tensors) once per row, kept while the
+    # requests are about it (tp-bench asks for a row's rounds in a row)
+    if _cache.get("name") != row["name"]:
+        _cache.clear()
+        gen = torch.Generator().manual_seed(7)
+        _cache.update(name=row["name"], gen=gen, xs=make_inputs(row, gen), st={}, g=None)
+    xs, st, attr = _cache["xs"], _cache["st"], row["attr"]
+    leaves = None
+    times = []
+    start = None
+    it = 0
+    while True:
+        if leaves is not None:
+            for t in leaves:
+                t.grad = None
+        t0 = time.perf_counter_ns()
+        y = fn(xs, attr, st)
+        if y.dim() == 0:
+            y.backward()
+        else:
+            if _cache["g"] is None:
+                _cache["g"] = torch.rand(y.shape, generator=_cache["gen"])
+            y.backward(_cache["g"])
+        if leaves is None:
+            leaves = [t for t in xs if t.requires_grad] + _params(st)
+        if row.get("step"):
+            with torch.no_grad():
+                for t in leaves:
+                    t.add_(t.grad, alpha=-STEP_LR)
+        t1 = time.perf_counter_ns()
+        if it == 1:
+            start = time.perf_counter()
+        if it >= 2:
+            times.append((t1 - t0) / 1e3)
+        it += 1
+        if len(times) >= min_iters and time.perf_counter() - start >= seconds:
+            break
+    times.sort()
+    n = len(times)
+    med = times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2
+    return med, n
+
+
+def main():
+    if sys.argv[1:] != ["--serve"]:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(json.dumps({"torch": torch.__version__}, separators=SEP), flush=True)
+    torch.manual_seed(0)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        out = {"name": row["name"], "threads": row["threads"]}
+        if row["op"] not in OPS:
+            out.update(median_us=-1, iters=0, error="no op %r in OPS" % row["op"])
+            print("torch_ops.py: no op %r in OPS (row %s)" % (row["op"], row["name"]),
+                  file=sys.stderr)
+        else:
+            torch.set_num_threads(row["threads"])
+            med, iters = time_row(row, row["seconds"], row["min_iters"])
+            out.update(median_us=round(med, 2), iters=iters)
+        print(json.dumps(out, separators=SEP), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
