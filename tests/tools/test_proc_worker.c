@@ -171,6 +171,69 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     cr_assert(st1 >= 0 && WIFEXITED(st1) && WEXITSTATUS(st1) == 0, "status %d", st1);
 }
 
+static void slurp(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Issue 47: a worker left from an earlier run joined the next run on the
+ * same port. With job ids, the trainer of job B refuses the worker of job A
+ * (its datapoints dropped and counted, a warning naming the worker and both
+ * ids) and the worker ends (exit 1) naming both ids. */
+Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[128], out[128], log[128], buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/job.sock", s_dir);
+    snprintf(out, sizeof out, "%s/worker.txt", s_dir);
+    snprintf(log, sizeof log, "%s/trainer.log", s_dir);
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 5;
+    ro.job = "job-A";
+    tp_dataflow_t *a = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(a, 0, 0), TP_OK, "%s", tp_last_error());
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--hwm", "5",
+                     "--job", "job-A", NULL};
+    pu_spawn_opts_t o = {.out = out};
+    int pid = pu_spawn(wargv, &o);
+    for (int i = 0; i < 20; i++) {  /* its own job's trainer takes it */
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(a, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(tp_df_remote_refused(a), 0);
+    tp_dataflow_destroy(&a);  /* the run ends; the next binds the port */
+    ro.job = "job-B";
+    ro.timeout_s = 3;
+    tp_dataflow_t *b = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(b, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = tp_dataflow_next(b, &dp);
+    cr_assert_eq(rc, TP_ERR_TIMEOUT, "job B took a datapoint of job A's worker (%d)", rc);
+    int st = pu_waitpid(pid, 5000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "the worker of job A did not end with 1 (status %d):\n%s", st, buf);
+    cr_assert(strstr(buf, "it is job 'job-B', this sender was started for job 'job-A'"),
+              "%s", buf);
+    char desc[512];
+    tp_df_remote_describe(b, desc, sizeof desc);
+    tp_dataflow_destroy(&b);
+    tp_log_set_file(NULL);
+    slurp(log, buf, sizeof buf);
+    cr_assert(strstr(buf, "it was started for job 'job-A', this run is job 'job-B'"),
+              "%s", buf);
+    char who[64];
+    snprintf(who, sizeof who, "refused tp-worker %d@", pid);
+    cr_assert(strstr(buf, who), "the trainer's log names the worker:\n%s", buf);
+}
+
 static int run_status(char *const argv[]) {
     char out[128];
     snprintf(out, sizeof out, "%s/out.txt", s_dir);

@@ -46,6 +46,7 @@
 typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
     const char *spec, *test_spec, *stats, *remote, *curve;
+    const char *job;  /* --job: the remote workers' job id (issue 47) */
     int public_bind, no_tensorboard;
     int64_t log_every;  /* --log-every: TrainConfig.log_every_n_steps */
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
@@ -167,6 +168,8 @@ static void s_usage(FILE *out) {
 "                       ipc:///path (connect); several separated by commas;\n"
 "                       under mpirun '{rank}' becomes the rank's number and\n"
 "                       '{N+rank}' N + rank (e.g. @tcp://127.0.0.1:{5550+rank})\n"
+"  --job ID             with --remote: this run's job id (default $TP_JOB);\n"
+"                       tp-workers of another --job are refused, both named\n"
 "  --curve DIR          CURVE keys made by tp-keygen DIR: --remote and a tcp\n"
 "                       --stats socket authenticate and encrypt\n"
 "  --public             allow binding --remote or --stats to every interface\n"
@@ -718,7 +721,8 @@ int main(int argc, char **argv) {
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
            O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_CLIP, O_EMA, O_LR_MULT,
-           O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD };
+           O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD,
+           O_JOB /* issue 47 */ };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -755,6 +759,7 @@ int main(int argc, char **argv) {
         {"lr-mult", required_argument, 0, O_LR_MULT},
         {"freeze", required_argument, 0, O_FREEZE},
         {"accumulate", required_argument, 0, O_ACCUMULATE},
+        {"job", required_argument, 0, O_JOB},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -789,6 +794,7 @@ int main(int argc, char **argv) {
         case 'S': a.stats = optarg; break;
         case 'R': a.remote = optarg; break;
         case 'K': a.curve = optarg; break;
+        case O_JOB: a.job = optarg; break;
         case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
         case O_AUG: {
             /* --augment alone is the zoo's crop and flip; --augment PRESET
@@ -1150,6 +1156,7 @@ int main(int argc, char **argv) {
         tp_remote_opts_init(&ro);
         ro.curve_dir = a.curve;
         ro.allow_public = a.public_bind;
+        ro.job = a.job ? a.job : getenv("TP_JOB") && *getenv("TP_JOB") ? getenv("TP_JOB") : NULL;
         ro.int32_labels = 1;  /* tensorpack senders' int64 labels: the zoo takes int32 */
         snprintf(spec, sizeof spec, "ZMQInput %s", a.remote);
         if (!(remote = tp_input_zmq(a.remote, &ro)))
