@@ -234,6 +234,50 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     cr_assert(strstr(buf, who), "the trainer's log names the worker:\n%s", buf);
 }
 
+/* Issue 47: a Python sender that needs no tensorpack (tools/tp-worker/
+ * tp_send.py: numpy and pyzmq) feeds tp-train --remote in the wire format;
+ * the trainer's log names it as it names a tp-worker, and five steps train.
+ * Skipped without Debian's python3-numpy and python3-zmq or the data. */
+Test(proc_worker, a_python_sender_trains_tp_train) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char ep[128], bind[140], logdir[128], out[128], pyout[128], buf[65536];
+    snprintf(ep, sizeof ep, "ipc://%s/py.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", ep);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    snprintf(pyout, sizeof pyout, "%s/py.txt", s_dir);
+    char *pargv[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
+                     "--connect", ep, "--batch", "64", "--count", "20", "--job", "run-py",
+                     NULL};
+    pu_spawn_opts_t po = {.out = pyout};
+    int py = pu_spawn(pargv, &po);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                     "--steps-per-epoch", "5", "--batch", "64", "--remote", bind,
+                     "--job", "run-py", "--threads", "1", "--towers", "1", "--test-spec",
+                     "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 1",
+                     "--logdir", logdir, "--no-tensorboard", NULL};
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    pu_spawn_opts_t to = {.out = out, .env = env};
+    int tr = pu_spawn(targv, &to);
+    int st = pu_waitpid(tr, 120000);
+    int pst = pu_waitpid(py, 10000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s",
+              st, buf);
+    char who[64];
+    snprintf(who, sizeof who, "remote: tp_send.py %d@", py);
+    cr_assert(strstr(buf, who), "the trainer's log names the Python sender:\n%s", buf);
+    cr_assert(strstr(buf, "ZMQInput/unfit: 0"), "%s", buf);
+    cr_assert(!strstr(buf, "dropped a malformed"), "%s", buf);
+    cr_assert(strstr(buf, "test accuracy"), "%s", buf);
+    slurp(pyout, buf, sizeof buf);
+    cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 0, "tp_send.py status %d:\n%s",
+              pst, buf);
+}
+
 static int run_status(char *const argv[]) {
     char out[128];
     snprintf(out, sizeof out, "%s/out.txt", s_dir);
