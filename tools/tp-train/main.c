@@ -290,6 +290,22 @@ static const tp_callback_ops_t s_ema_out_ops = {.name = "EMAOut",
                                                 .trigger_epoch = s_ema_out,
                                                 .after_train = s_ema_out};
 
+/* The global step at the start and the end of training (a rank > 0's own
+ * summary line: it has no stats.json). */
+static int64_t s_rank_steps[2];
+static tp_status_t s_rank_steps_begin(void *impl, tp_trainer_t *tr) {
+    (void)impl;
+    s_rank_steps[0] = s_rank_steps[1] = tp_trainer_global_step(tr);
+    return TP_OK;
+}
+static tp_status_t s_rank_steps_end(void *impl, tp_trainer_t *tr) {
+    (void)impl;
+    s_rank_steps[1] = tp_trainer_global_step(tr);
+    return TP_OK;
+}
+static const tp_callback_ops_t s_rank_steps_ops = {
+    .name = "RankSteps", .before_train = s_rank_steps_begin, .after_train = s_rank_steps_end};
+
 /* --devices 0,1: distinct GPU ids, into ids[] (*n_out of them). */
 static tp_status_t s_parse_device_list(const char *list, int *ids, int *n_out) {
     int n = 0;
@@ -967,7 +983,7 @@ int main(int argc, char **argv) {
      * dataflow workers, no forked CUDA probe). */
     int rank = 0, nranks = 1;
     const char *launcher = NULL;
-    char remote_buf[2048], spec_buf[2048];
+    char remote_buf[2048], spec_buf[2048], stats_buf[2048];
     int own_data = 0;   /* each rank reads its own data: no sharding */
     if (tp_dist_env(&rank, &nranks, &launcher)) {
         if (a.workers > 0) {
@@ -990,6 +1006,10 @@ int main(int argc, char **argv) {
             s_subst_rank(a.remote, rank, remote_buf, sizeof remote_buf);
             a.remote = remote_buf;
             own_data = 1;
+        }
+        if (a.stats && strstr(a.stats, "rank}")) {  /* a socket per rank (issue 47) */
+            s_subst_rank(a.stats, rank, stats_buf, sizeof stats_buf);
+            a.stats = stats_buf;
         }
         if (a.spec && strstr(a.spec, "rank}")) {  /* e.g. lmdb:part{rank}.lmdb */
             s_subst_rank(a.spec, rank, spec_buf, sizeof spec_buf);
@@ -1242,6 +1262,15 @@ int main(int argc, char **argv) {
     }
     cfg.progress_names = "cost,accuracy";
     cfg.stats = a.stats;
+    /* issue 47: the other ranks publish beside rank 0's socket (tp-top
+     * merges every stats-rank*.sock of the directory), where it is on
+     * their host */
+    char rank_stats[4200];
+    if (rank > 0 && !a.stats) {
+        snprintf(rank_stats, sizeof rank_stats, "ipc://%s/stats-rank%d.sock",
+                 a.logdir ? a.logdir : defdir, rank);  /* rank 0's, as asked */
+        cfg.stats = rank_stats;
+    }
     cfg.tensorboard = !a.no_tensorboard;
     cfg.log_every_n_steps = a.log_every;
     /* The hyper-parameters as TensorBoard's text dashboard shows them: it
@@ -1286,7 +1315,7 @@ int main(int argc, char **argv) {
         {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},  /* --tta-shift */
     };
     /* validation (rank 0), between --ema's two: on the weights' average */
-    tp_callback_t *cbs[4] = {tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)};
+    tp_callback_t *cbs[5] = {tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)};
     int ncbs = 1;
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_in_ops, NULL, 1);
@@ -1294,6 +1323,8 @@ int main(int argc, char **argv) {
         cbs[ncbs++] = tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta);
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_out_ops, NULL, 1);
+    if (rank > 0)
+        cbs[ncbs++] = tp_callback_new(&s_rank_steps_ops, NULL, 0);
     cfg.callbacks = cbs;
     cfg.ncallbacks = ncbs;
     /* every rank's own batches: a shard of the common stream, or its own
@@ -1312,6 +1343,18 @@ int main(int argc, char **argv) {
                a.image_size, a.info.channels == 3 ? "colour" : "grey", a.info.nclasses,
                ranks_text, a.towers,
                a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
+    if (rank == 0 && s_dist) {  /* issue 47: what one step of the job is */
+        int group = nranks * a.towers;
+        printf("tp-train: total batch %d = %d ranks x %d tower%s x batch %d; data: %s", group *
+               a.batch, nranks, a.towers, a.towers > 1 ? "s" : "", a.batch,
+               own_data ? "each rank reads its own (--remote or a {rank} spec), no sharding\n"
+                        : "one stream, sharded: of every ");
+        if (!own_data && a.towers == 1)
+            printf("%d consecutive batches rank r trains the r-th (from 0)\n", group);
+        else if (!own_data)
+            printf("%d consecutive batches rank r trains those from r x %d to r x %d + %d\n",
+                   group, a.towers, a.towers, a.towers - 1);
+    }
     fflush(stdout);
     /* what the data were, for tp-predict and tp-export: channels, class
      * names in label order, normalisation (docs/images.md); written once the
@@ -1334,7 +1377,13 @@ int main(int argc, char **argv) {
         tp_error(rc, "interrupted");
         return s_fail("training");
     }
-    if (rank != 0) {
+    if (rank != 0) {  /* issue 47: every rank says how it ended */
+        int64_t steps = s_rank_steps[1] - s_rank_steps[0];
+        printf("tp-train rank %d: %lld steps | wall time %.1f s | %.0f samples/s of its own "
+               "(%d tower%s x batch %d; the job's result is rank 0's)\n", rank,
+               (long long)steps, wall, wall > 0 ? (double)steps * a.batch * a.towers / wall : 0.0,
+               a.towers, a.towers > 1 ? "s" : "", a.batch);
+        fflush(stdout);
         tp_dist_close(&s_dist);
         return 0;
     }
