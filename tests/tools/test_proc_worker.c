@@ -237,6 +237,7 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
 /* Issue 47: a Python sender that needs no tensorpack (tools/tp-worker/
  * tp_send.py: numpy and pyzmq) feeds tp-train --remote in the wire format;
  * the trainer's log names it as it names a tp-worker, and five steps train.
+ * Against a receiver of another job it ends (exit 1) naming both ids.
  * Skipped without Debian's python3-numpy and python3-zmq or the data. */
 Test(proc_worker, a_python_sender_trains_tp_train) {
     if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
@@ -253,7 +254,24 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
                      "--connect", ep, "--batch", "64", "--count", "20", "--job", "run-py",
                      NULL};
     pu_spawn_opts_t po = {.out = pyout};
-    int py = pu_spawn(pargv, &po);
+    /* first a receiver of another job: the sender reads its id and ends */
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.job = "run-other";
+    tp_dataflow_t *other = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(other, 0, 0), TP_OK, "%s", tp_last_error());
+    char *endless[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
+                       "--connect", ep, "--batch", "64", "--job", "run-py", NULL};
+    int py = pu_spawn(endless, &po);
+    int pst = pu_waitpid(py, 20000);
+    tp_dataflow_destroy(&other);
+    slurp(pyout, buf, sizeof buf);
+    cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1,
+              "tp_send.py against another job: status %d:\n%s", pst, buf);
+    cr_assert(strstr(buf, "it is job 'run-other', this sender was started for job 'run-py'"),
+              "%s", buf);
+    unlink(pyout);
+    py = pu_spawn(pargv, &po);
     char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
                      "--steps-per-epoch", "5", "--batch", "64", "--remote", bind,
                      "--job", "run-py", "--threads", "1", "--towers", "1", "--test-spec",
@@ -263,7 +281,7 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     pu_spawn_opts_t to = {.out = out, .env = env};
     int tr = pu_spawn(targv, &to);
     int st = pu_waitpid(tr, 120000);
-    int pst = pu_waitpid(py, 10000);
+    pst = pu_waitpid(py, 10000);
     slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s",
               st, buf);

@@ -66,16 +66,83 @@ def encode(arrays):
     return [b"".join(hdr)] + frames
 
 
+def probe_job(endpoint, timeout=2.0):
+    """The job id of the receiver bound at endpoint (tcp://HOST:PORT or
+    ipc://PATH), "" when it has none: a ZMTP 3.0 handshake as a PUSH with
+    the NULL mechanism, the receiver's READY read, the connection closed
+    (tp_wire_probe_job in C; a PUSH socket never sees the peer's
+    properties). None when it cannot tell (another mechanism, no answer)."""
+    try:
+        if endpoint.startswith("ipc://"):
+            path = endpoint[6:]
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            addr = "\0" + path[1:] if path.startswith("@") else path
+        elif endpoint.startswith("tcp://"):
+            host, _, port = endpoint[6:].rpartition(":")
+            host = host.strip("[]")
+            fam, kind, proto, _, addr = socket.getaddrinfo(host, int(port),
+                                                           type=socket.SOCK_STREAM)[0]
+            s = socket.socket(fam, kind, proto)
+        else:
+            return None
+        s.settimeout(timeout)
+        with s:
+            s.connect(addr)
+            s.sendall(b"\xff" + bytes(7) + b"\x01\x7f\x03\x00" + b"NULL".ljust(20, b"\0") +
+                      bytes(32))
+            greeting = _recv_all(s, 64)
+            if greeting[0] != 0xFF or greeting[9] != 0x7F or greeting[12:17] != b"NULL\0":
+                return None
+            ready = b"\x05READY\x0bSocket-Type" + struct.pack(">I", 4) + b"PUSH"
+            s.sendall(bytes([0x04, len(ready)]) + ready)
+            for _ in range(4):
+                flags, size = _recv_all(s, 2)
+                if flags & 0x02:
+                    size = struct.unpack(">Q", bytes([size]) + _recv_all(s, 7))[0]
+                body = _recv_all(s, size) if size <= 8192 else None
+                if body is None:
+                    return None
+                if flags & 0x04 and body[:6] == b"\x05READY":
+                    p = 6
+                    while p < len(body):
+                        nl = body[p]
+                        name = body[p + 1:p + 1 + nl]
+                        vl = struct.unpack(">I", body[p + 1 + nl:p + 5 + nl])[0]
+                        value = body[p + 5 + nl:p + 5 + nl + vl]
+                        if name.lower() == JOB_PROPERTY.lower():
+                            return value.decode("ascii", "replace")
+                        p += 5 + nl + vl
+                    return ""
+    except (OSError, ValueError, IndexError, struct.error):
+        return None
+    return None
+
+
+def _recv_all(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise OSError("closed in the handshake")
+        buf += chunk
+    return buf
+
+
 def _host():
     h = "".join(c for c in socket.gethostname() if 0x21 <= ord(c) <= 0x7e) or "localhost"
     return h[:31]
+
+
+class RefusedError(RuntimeError):
+    """The receiver belongs to another job (the job handshake)."""
 
 
 class Sender:
     """A PUSH socket to `endpoint` that sends datapoints in the wire format.
     send() waits while the receiver is full; it raises TimeoutError once no
     receiver has been connected for `exit_with_trainer` seconds (after one
-    was; 0: never), and KeyboardInterrupt on SIGINT as usual."""
+    was; 0: never), RefusedError when a connecting sender with a job finds
+    a receiver of another job, and KeyboardInterrupt on SIGINT as usual."""
 
     def __init__(self, endpoint, bind=False, hwm=50, job=None, name="tp_send.py",
                  exit_with_trainer=10.0):
@@ -89,6 +156,7 @@ class Sender:
             zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         (self.sock.bind if bind else self.sock.connect)(endpoint)
         self.endpoint = endpoint
+        self.job, self.bind = job, bind
         self.gone_s = exit_with_trainer
         self.connected, self.ever, self.none_since = 0, False, time.monotonic()
         self.pid, self.host = os.getpid(), _host()
@@ -104,6 +172,12 @@ class Sender:
                 self.connected += 1
                 self.ever = True
                 self.reported = 0  # a new receiver hears who this is soon
+                theirs = probe_job(self.endpoint) if self.job and not self.bind else None
+                if theirs and theirs != self.job:
+                    raise RefusedError(
+                        "tp_send: refused by the receiver at %s: it is job '%s', this "
+                        "sender was started for job '%s' (a sender of another job, or one "
+                        "left from an earlier run)" % (self.endpoint, theirs, self.job))
             elif ev == zmq.EVENT_DISCONNECTED:
                 self.connected = max(0, self.connected - 1)
                 if self.connected == 0:
@@ -210,6 +284,10 @@ def main(argv=None):
     except TimeoutError as e:
         print("%s (--exit-with-trainer): ending after %d batches" % (e, s.msgs),
               file=sys.stderr)
+    except RefusedError as e:
+        print(e, file=sys.stderr)
+        s.sock.setsockopt(zmq.LINGER, 500)  # its report still tells the receiver
+        code = 1
     except KeyboardInterrupt:
         code = 0
     finally:
