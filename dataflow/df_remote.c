@@ -902,6 +902,7 @@ typedef struct {
     int conn_fds[MAX_SENDERS];  /* the connections open (accepted, connected) */
     int connected, ever, connecting, curve;
     const char *job;  /* the job handshake: this sender's id, or NULL */
+    const tp_curve_t *curve_keys;  /* its CURVE keys (a client's), or NULL */
     int job_refused;  /* a receiver of another job ended it */
     double peer_gone_s;
     uint64_t none_since, mon_ns;
@@ -971,15 +972,23 @@ static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
 
 /* The job handshake on a connection just made: the receiver's id, read
  * with a probe of its own (a PUSH socket never sees the receiver's
- * properties), must be this sender's. A receiver of another job, say one
+ * properties; with CURVE, the handshake made with this run's client
+ * keys), must be this sender's. A receiver of another job, say one
  * started on the port after this worker's trainer ended, ends the sender
- * (s->failed). Only a connecting sender without CURVE can ask: the
- * receiver still refuses the others itself. */
+ * (s->failed). Only a connecting sender can ask: a bound one is refused
+ * by the receiver alone. */
 static void s_sender_check_job(s_sender_t *s) {
-    if (!s->job || !s->connecting || s->curve || s->failed < 0)
+    if (!s->job || !s->connecting || s->failed < 0)
         return;
     char theirs[TP_WIRE_JOB_MAX];
-    tp_status_t st = tp_wire_probe_job(s->endpoint, 2000, theirs, sizeof theirs);
+    uint8_t keys[96];
+    tp_status_t st;
+    if (!s->curve)
+        st = tp_wire_probe_job(s->endpoint, 2000, theirs, sizeof theirs);
+    else if ((st = tp_curve_client_keys(s->curve_keys, keys)) == TP_OK)
+        st = tp_wire_probe_job_curve(s->endpoint, 2000, keys, theirs, sizeof theirs);
+    if (s->curve)
+        memset(keys, 0, sizeof keys);
     if (st < 0) {  /* the data connection is up: a probe that failed proves nothing */
         TP_DEBUG("send: %s", tp_last_error());
         return;
@@ -1176,6 +1185,7 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     s.endpoint = endpoint;
     s.connecting = !o.bind;
     s.curve = o.curve_dir != NULL;
+    s.curve_keys = curve;
     s.job = o.job;
     s.peer_gone_s = o.peer_gone_s;
     if (!strncmp(endpoint, "tcp://", 6)) {

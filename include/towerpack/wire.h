@@ -153,11 +153,17 @@ const char *tp_wire_msg_frame_job(tp_wire_msg_t *self, int i);
  * for its job id: a ZMTP 3 handshake as a PUSH socket with the NULL
  * mechanism, the receiver's READY read, the connection closed. TP_OK with
  * its id in job (an empty string when it has none); TP_ERR_UNSUPPORTED
- * for other endpoints and for a receiver with another mechanism (CURVE:
- * its READY is encrypted); TP_ERR_TIMEOUT, TP_ERR_IO or TP_ERR_PROTOCOL
+ * for other endpoints and for a receiver with another mechanism (with
+ * CURVE, tp_wire_probe_job_curve below); TP_ERR_TIMEOUT, TP_ERR_IO or TP_ERR_PROTOCOL
  * with a message otherwise. Waits at most timeout_ms in all. */
 tp_status_t tp_wire_probe_job(const char *endpoint, int timeout_ms, char *job,
                               size_t size);
+
+/* The same with CURVE (a receiver with keys): the handshake as the run's
+ * client, keys = its public key, its secret key and the server's public
+ * key (32 bytes each; tp_curve_client_keys of towerpack/security.h). */
+tp_status_t tp_wire_probe_job_curve(const char *endpoint, int timeout_ms,
+                                    const uint8_t keys[96], char *job, size_t size);
 
 #ifdef __cplusplus
 }

@@ -440,3 +440,47 @@ Test(wire, job_ids_travel_both_ways) {
     cr_assert(strstr(tp_last_error(), anon_ep), "%s", tp_last_error());
     cr_assert_eq(tp_wire_probe_job("inproc://x", 500, job, sizeof job), TP_ERR_UNSUPPORTED);
 }
+
+/* The probe of a CURVE receiver: the CurveZMQ handshake made by hand with
+ * the run's client keys reads its job id; with another client key the
+ * receiver's ZAP handler refuses it. */
+Test(wire, job_id_of_a_curve_receiver) {
+    if (!tp_curve_available())
+        cr_skip_test("this libzmq has no CURVE");
+    char dir[64], other[64];
+    snprintf(dir, sizeof dir, "/tmp/tp-wire-keys-%d", (int)getpid());
+    snprintf(other, sizeof other, "/tmp/tp-wire-keys2-%d", (int)getpid());
+    cr_assert_eq(tp_curve_keygen(dir), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_curve_keygen(other), TP_OK, "%s", tp_last_error());
+    tp_curve_t *server = tp_curve_load(dir, 1), *client = tp_curve_load(dir, 0),
+               *stranger = tp_curve_load(other, 0);
+    cr_assert(server && client && stranger, "%s", tp_last_error());
+    void *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    cr_assert_eq(tp_curve_apply(server, ctx, pull), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_wire_set_job(pull, "job-C"), TP_OK);
+    cr_assert_eq(zmq_bind(pull, "tcp://127.0.0.1:*"), 0);
+    char ep[128];
+    size_t el = sizeof ep;
+    zmq_getsockopt(pull, ZMQ_LAST_ENDPOINT, ep, &el);
+    uint8_t keys[96];
+    cr_assert_eq(tp_curve_client_keys(server, keys), TP_ERR_INVALID);
+    cr_assert_eq(tp_curve_client_keys(client, keys), TP_OK);
+    char job[TP_WIRE_JOB_MAX];
+    cr_assert_eq(tp_wire_probe_job_curve(ep, 3000, keys, job, sizeof job), TP_OK, "%s",
+                 tp_last_error());
+    cr_assert_str_eq(job, "job-C");
+    /* the NULL probe cannot ask it */
+    cr_assert_lt(tp_wire_probe_job(ep, 3000, job, sizeof job), 0);
+    /* another run's keys: the server key does not open its WELCOME */
+    cr_assert_eq(tp_curve_client_keys(stranger, keys), TP_OK);
+    cr_assert_lt(tp_wire_probe_job_curve(ep, 3000, keys, job, sizeof job), 0);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+    tp_curve_destroy(&server);
+    tp_curve_destroy(&client);
+    tp_curve_destroy(&stranger);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, other);
+    cr_assert_eq(system(cmd), 0);
+}

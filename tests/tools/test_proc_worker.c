@@ -234,6 +234,39 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     cr_assert(strstr(buf, who), "the trainer's log names the worker:\n%s", buf);
 }
 
+/* The same with CURVE (the docs' advice off a trusted network): the worker
+ * reads the trainer's job id with a CURVE handshake of its own, made with
+ * the run's client keys, and ends naming both ids. */
+Test(proc_worker, a_curve_worker_of_another_job_ends_naming_both) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    if (!tp_curve_available())
+        cr_skip_test("this libzmq has no CURVE");
+    char ep[128], keys[128], out[128], buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/curvejob.sock", s_dir);
+    snprintf(keys, sizeof keys, "%s/keys", s_dir);
+    snprintf(out, sizeof out, "%s/cworker.txt", s_dir);
+    cr_assert_eq(tp_curve_keygen(keys), TP_OK, "%s", tp_last_error());
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.curve_dir = keys;
+    ro.job = "job-B";
+    tp_dataflow_t *b = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(b, 0, 0), TP_OK, "%s", tp_last_error());
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--curve", keys,
+                     "--job", "job-A", NULL};
+    pu_spawn_opts_t o = {.out = out};
+    int pid = pu_spawn(wargv, &o);
+    int st = pu_waitpid(pid, 10000);
+    slurp(out, buf, sizeof buf);
+    tp_dataflow_destroy(&b);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "the CURVE worker of job A did not end with 1 (status %d):\n%s", st, buf);
+    cr_assert(strstr(buf, "it is job 'job-B', this sender was started for job 'job-A'"),
+              "%s", buf);
+}
+
 /* Issue 47: a Python sender that needs no tensorpack (tools/tp-worker/
  * tp_send.py: numpy and pyzmq) feeds tp-train --remote in the wire format;
  * the trainer's log names it as it names a tp-worker, and five steps train.
