@@ -983,21 +983,23 @@ static void s_sender_check_job(s_sender_t *s) {
     char theirs[TP_WIRE_JOB_MAX];
     uint8_t keys[96];
     tp_status_t st;
-    if (!s->curve)
+    if (!s->curve) {
         st = tp_wire_probe_job(s->endpoint, 2000, theirs, sizeof theirs);
-    else if ((st = tp_curve_client_keys(s->curve_keys, keys)) == TP_OK)
-        st = tp_wire_probe_job_curve(s->endpoint, 2000, keys, theirs, sizeof theirs);
-    if (s->curve)
+    } else {
+        if ((st = tp_curve_client_keys(s->curve_keys, keys)) == TP_OK)
+            st = tp_wire_probe_job_curve(s->endpoint, 2000, keys, theirs, sizeof theirs);
         memset(keys, 0, sizeof keys);
+    }
     if (st < 0) {  /* the data connection is up: a probe that failed proves nothing */
         TP_DEBUG("send: %s", tp_last_error());
         return;
     }
-    if (theirs[0] && strcmp(theirs, s->job) && (s->job_refused = 1))
-        s->failed = tp_error(TP_ERR_PEER, "send: refused by the receiver at %s: it is job "
-                             "'%s', this sender was started for job '%s' (a worker of "
-                             "another job, or one left from an earlier run)", s->endpoint,
-                             theirs, s->job);
+    if (!theirs[0] || !strcmp(theirs, s->job))
+        return;  /* this job's receiver, or one that checks nothing */
+    s->job_refused = 1;
+    s->failed = tp_error(TP_ERR_PEER, "send: refused by the receiver at %s: it is job '%s', "
+                         "this sender was started for job '%s' (a worker of another job, "
+                         "or one left from an earlier run)", s->endpoint, theirs, s->job);
 }
 
 /* The socket's connection events, never waited for: the count of connected
@@ -1265,11 +1267,12 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         int zero = 0;
         zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     }
+    uint64_t before = s.reported_ns;
     s_sender_report(&s, sock, 1);
     /* refused for its job: the receiver drains what was queued before the
      * verdict; the report follows it there, so that the receiver's log
      * names this sender (half a second at most) */
-    for (uint64_t t0 = tp_now_ns(), before = s.reported_ns;
+    for (uint64_t t0 = tp_now_ns();
          s.job_refused && s.reported_ns == before && tp_now_ns() - t0 < 500000000ull;) {
         zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
         zmq_poll(&it, 1, 50);
