@@ -44,6 +44,15 @@ int tp_curve_available(void) { return zmq_has("curve"); }
 
 /* ---- keys ------------------------------------------------------------------ */
 
+tp_status_t tp_curve_client_keys(const tp_curve_t *c, uint8_t keys[96]) {
+    if (!c || c->server)
+        return tp_error(TP_ERR_INVALID, "CURVE keys: not a client's");
+    if (!zmq_z85_decode(keys, c->public_txt) || !zmq_z85_decode(keys + 32, c->secret_txt) ||
+        !zmq_z85_decode(keys + 64, c->server_public))
+        return tp_error(TP_ERR_FORMAT, "CURVE keys: not z85");
+    return TP_OK;
+}
+
 static tp_status_t s_write_cert(const char *dir, const char *name) {
     char pub[41], sec[41], path[4096];
     if (zmq_curve_keypair(pub, sec) != 0)

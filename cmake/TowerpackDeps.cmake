@@ -48,6 +48,9 @@ tp_find_dep(jansson  PC jansson  DEB libjansson-dev   HEADER jansson.h  LIB jans
 # checkpoints carry an XXH3-64 checksum of each tensor (gpu/graph/checkpoint.c)
 tp_find_dep(xxhash   PC libxxhash DEB libxxhash-dev   HEADER xxhash.h   LIB xxhash)
 tp_find_dep(zlib     PC zlib     DEB zlib1g-dev       HEADER zlib.h     LIB z)
+# the job handshake's probe of a CURVE receiver (core/wire_job.c): libzmq's
+# own crypto library, for the CurveZMQ handshake made by hand
+tp_find_dep(sodium   PC libsodium DEB libsodium-dev   HEADER sodium.h   LIB sodium)
 tp_find_dep(openblas PC openblas DEB libopenblas-dev  HEADER cblas.h    LIB openblas)
 # tensorpack's msgpack datapoints (dataflow/df_tp_msgpack.c): msgpack-c
 tp_find_dep(msgpack  PC msgpack  DEB libmsgpack-dev   HEADER msgpack.h  LIB msgpackc)

@@ -107,6 +107,14 @@ typedef struct {
     uint64_t unfit_since;   /* since when every open connection sends only
                                unfit datapoints (0: not so) */
     tp_ratelog_t unfit_log;
+    /* the job handshake: this run's id ("" for none), the connections of
+     * refused senders (each named once in the log) and the messages of
+     * theirs dropped */
+    char job[TP_WIRE_JOB_MAX];
+    int refused_fds[MAX_SENDERS];
+    int refused_named[MAX_SENDERS];  /* its log line had the report's name */
+    int nrefused;
+    uint64_t refused;
 } s_remote_t;
 
 /* How long every sender connected may send only unfit datapoints before
@@ -295,6 +303,13 @@ static void s_drain_monitor(s_remote_t *r) {
                 r->conn_fit[k] = r->conn_fit[r->nconns];
                 break;
             }
+        for (int k = 0; k < r->nrefused; k++)
+            if (r->refused_fds[k] == (int)value) {
+                r->nrefused--;
+                r->refused_fds[k] = r->refused_fds[r->nrefused];
+                r->refused_named[k] = r->refused_named[r->nrefused];
+                break;
+            }
         /* the sender whose reports came on it (a number that a later
          * connection may reuse: that one's sender has another pid) */
         uint64_t now = tp_now_ns();
@@ -393,6 +408,47 @@ static int s_mark_fit(s_remote_t *r, int fd, int fit) {
     return r->nconns > 0;
 }
 
+/* A message (in r->msg) from a sender of another job (its connection's
+ * job id `theirs`): dropped and counted; the first from each connection
+ * names the sender and both ids in the log. Its report, if it is one,
+ * stays out of the senders' table: a refused worker feeds nothing. */
+static void s_refuse(s_remote_t *r, const char *theirs) {
+    int fd = tp_wire_msg_frame_srcfd(r->msg, 0);
+    char name[TP_STATS_NAME_MAX + 64];
+    snprintf(name, sizeof name, "the sender on connection %d", fd);
+    int kind = 0;
+    uint32_t sender;
+    const char *text;
+    size_t tl;
+    tp_stats_row_t row;
+    int named = 0;
+    if (tp_wire_msg_frames(r->msg) == 1 &&
+        tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0), tp_wire_msg_frame_size(r->msg, 0),
+                     &kind, &sender, &text, &tl) &&
+        kind == TP_CTL_REPORT && df_remote_report_parse(text, tl, &row) == 0) {
+        snprintf(name, sizeof name, "%s", row.name);
+        named = 1;
+    }
+    if (!kind)  /* a datapoint or a malformed message, not a control frame */
+        r->refused++;
+    s_drain_monitor(r);  /* an earlier connection with this number closed? */
+    int k = 0;
+    while (k < r->nrefused && r->refused_fds[k] != fd)
+        k++;
+    /* once a connection, and again when its report names a sender that
+     * its datapoints (queued before it reconnected here) could not */
+    if (k == r->nrefused || (named && !r->refused_named[k])) {
+        if (k == r->nrefused && r->nrefused < MAX_SENDERS)
+            r->refused_fds[r->nrefused++] = fd;
+        if (k < r->nrefused)
+            r->refused_named[k] = named;
+        TP_WARN("remote: refused %s at %s: it was started for job '%.63s', this run is "
+                "job '%s' (a worker of another job, or one left from an earlier run); its "
+                "datapoints are dropped", name, r->endpoints[0], theirs, r->job);
+    }
+    tp_wire_msg_clear(r->msg);
+}
+
 /* A decoded datapoint that does not fit tp_df_remote_expect: dropped and
  * counted; TP_OK to go on receiving, or the error that ends the stream
  * when no fitting sender is left: every open connection's last datapoint
@@ -444,6 +500,8 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
             r->mon = NULL;
         }
     }
+    if (r->job[0])  /* before any bind or connect: every connection carries it */
+        TP_TRY(tp_wire_set_job(r->pull, r->job));
     int hwm = r->opts.hwm, zero = 0, timeo = 100;
     zmq_setsockopt(r->pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(r->pull, ZMQ_LINGER, &zero, sizeof zero);
@@ -491,6 +549,15 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         tp_status_t rc = tp_wire_msg_recv(r->msg, sock, 0);
         if (rc == TP_OK)  /* one relaxed add a message: what tp-top's MB/s shows */
             __atomic_store_n(&r->bytes, r->bytes + tp_wire_msg_bytes(r->msg), __ATOMIC_RELAXED);
+        if (rc == TP_OK && r->job[0]) {
+            /* the job handshake: the sender's id rode in on its connection */
+            const char *theirs = tp_wire_msg_frame_job(r->msg, 0);
+            if (theirs && strcmp(theirs, r->job)) {
+                s_refuse(r, theirs);
+                s_active(r);
+                continue;
+            }
+        }
         /* the connection it came on, for the checks of tp_df_remote_expect */
         int fd = rc == TP_OK && r->nexpect ? tp_wire_msg_frame_srcfd(r->msg, 0) : -1;
         if (rc == TP_OK && tp_wire_msg_frames(r->msg) == 1) {
@@ -630,6 +697,18 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
         tp_error(TP_ERR_NOMEM, "remote");
         return NULL;
     }
+    if (r->opts.job) {
+        if (!tp_wire_job_ok(r->opts.job)) {
+            tp_error(TP_ERR_INVALID, "remote: job id '%s': 1 to %d printable characters, "
+                     "no space or ':'", r->opts.job, TP_WIRE_JOB_MAX - 1);
+            free(r->curve_dir);
+            pthread_mutex_destroy(&r->mu);
+            free(r);
+            return NULL;
+        }
+        snprintf(r->job, sizeof r->job, "%s", r->opts.job);
+        r->opts.job = r->job;
+    }
     tp_wire_opts_init(&r->wire);
     if (r->opts.max_bytes)
         r->wire.max_bytes = r->opts.max_bytes;
@@ -701,6 +780,12 @@ tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *com
     return TP_OK;
 }
 
+uint64_t tp_df_remote_refused(tp_dataflow_t *df) {
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops)
+        return 0;
+    return ((s_remote_t *)tp_dataflow_impl(df))->refused;
+}
+
 uint64_t tp_df_remote_unfit(tp_dataflow_t *df) {
     if (!df || tp_dataflow_ops(df) != &s_remote_ops)
         return 0;
@@ -727,6 +812,8 @@ int tp_df_remote_describe(tp_dataflow_t *df, char *buf, size_t size) {
         o = n_ < 0 ? o : o + (size_t)n_ >= size ? size - 1 : o + (size_t)n_;   \
     } while (0)
     S_ADD("%d sender%s connected", r->nconns, r->nconns == 1 ? "" : "s");
+    if (r->nrefused)
+        S_ADD(" (%d refused: another job than '%s')", r->nrefused, r->job);
     if (r->data_ns)
         S_ADD(", last batch %.1f s ago", (double)(now - r->data_ns) * 1e-9);
     else
@@ -814,6 +901,9 @@ typedef struct {
     const char *endpoint;
     int conn_fds[MAX_SENDERS];  /* the connections open (accepted, connected) */
     int connected, ever, connecting, curve;
+    const char *job;  /* the job handshake: this sender's id, or NULL */
+    const tp_curve_t *curve_keys;  /* its CURVE keys (a client's), or NULL */
+    int job_refused;  /* a receiver of another job ended it */
     double peer_gone_s;
     uint64_t none_since, mon_ns;
     tp_status_t failed;
@@ -880,6 +970,38 @@ static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
                    "towerpack receiver";
 }
 
+/* The job handshake on a connection just made: the receiver's id, read
+ * with a probe of its own (a PUSH socket never sees the receiver's
+ * properties; with CURVE, the handshake made with this run's client
+ * keys), must be this sender's. A receiver of another job, say one
+ * started on the port after this worker's trainer ended, ends the sender
+ * (s->failed). Only a connecting sender can ask: a bound one is refused
+ * by the receiver alone. */
+static void s_sender_check_job(s_sender_t *s) {
+    if (!s->job || !s->connecting || s->failed < 0)
+        return;
+    char theirs[TP_WIRE_JOB_MAX];
+    uint8_t keys[96];
+    tp_status_t st;
+    if (!s->curve) {
+        st = tp_wire_probe_job(s->endpoint, 2000, theirs, sizeof theirs);
+    } else {
+        if ((st = tp_curve_client_keys(s->curve_keys, keys)) == TP_OK)
+            st = tp_wire_probe_job_curve(s->endpoint, 2000, keys, theirs, sizeof theirs);
+        memset(keys, 0, sizeof keys);
+    }
+    if (st < 0) {  /* the data connection is up: a probe that failed proves nothing */
+        TP_DEBUG("send: %s", tp_last_error());
+        return;
+    }
+    if (!theirs[0] || !strcmp(theirs, s->job))
+        return;  /* this job's receiver, or one that checks nothing */
+    s->job_refused = 1;
+    s->failed = tp_error(TP_ERR_PEER, "send: refused by the receiver at %s: it is job '%s', "
+                         "this sender was started for job '%s' (a worker of another job, "
+                         "or one left from an earlier run)", s->endpoint, theirs, s->job);
+}
+
 /* The socket's connection events, never waited for: the count of connected
  * receivers, and a connecting sender's failed handshake (s->failed). A
  * bound sender only warns about a peer that failed: anyone may knock. */
@@ -906,6 +1028,8 @@ static void s_sender_events(s_sender_t *s) {
             if (!s->ever)
                 TP_INFO("send: connected to a receiver at %s", s->endpoint);
             s->ever = 1;
+            s->reported_ns = 0;  /* a new receiver hears who this is soon */
+            s_sender_check_job(s);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
@@ -1036,6 +1160,10 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         if ((rc = tp_curve_apply(curve, zctx, sock)) < 0)
             goto out;
     }
+    if (o.job && (rc = tp_wire_set_job(sock, o.job)) < 0) {
+        tp_error_wrap(rc, "send");
+        goto out;
+    }
     int linger = (int)(o.linger_s * 1000);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &o.hwm, sizeof o.hwm);
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
@@ -1059,6 +1187,8 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     s.endpoint = endpoint;
     s.connecting = !o.bind;
     s.curve = o.curve_dir != NULL;
+    s.curve_keys = curve;
+    s.job = o.job;
     s.peer_gone_s = o.peer_gone_s;
     if (!strncmp(endpoint, "tcp://", 6)) {
         /* ZMTP heartbeats: a receiver whose host died (no close ever
@@ -1137,7 +1267,17 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         int zero = 0;
         zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     }
+    uint64_t before = s.reported_ns;
     s_sender_report(&s, sock, 1);
+    /* refused for its job: the receiver drains what was queued before the
+     * verdict; the report follows it there, so that the receiver's log
+     * names this sender (half a second at most) */
+    for (uint64_t t0 = tp_now_ns();
+         s.job_refused && s.reported_ns == before && tp_now_ns() - t0 < 500000000ull;) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
+        zmq_poll(&it, 1, 50);
+        s_sender_report(&s, sock, 1);
+    }
     if (rc == TP_OK && !o.tpk_format) {
         /* Padding after the last datapoint: libzmq may drop the unflushed
          * tail of a closing connection (tp_ctl_send_pad). */
@@ -1158,8 +1298,10 @@ out:
     /* An interrupted sender should not linger on a peer that may be gone,
      * nor one whose handshake failed on a peer that will never take it. */
     if (sock && (rc == TP_ERR_INTERRUPTED || rc == TP_ERR_PEER)) {
-        int zero = 0;
-        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+        /* a receiver of another job: its report goes on, so that the
+         * receiver's log names this sender too, but nothing waits long */
+        int ms = s.job_refused ? 500 : 0;
+        zmq_setsockopt(sock, ZMQ_LINGER, &ms, sizeof ms);
     }
     if (sock) {
         if (s.mon)
@@ -1181,13 +1323,14 @@ out:
 
 #ifdef TP_HAVE_SPEC
 /* Besides endpoints, the list may hold "public" (allow a bind to every
- * interface), "curve=DIR" (CURVE keys) and "int32" (tensorpack's int64
- * components as int32). */
+ * interface), "curve=DIR" (CURVE keys), "job=ID" (this run's job id: other
+ * jobs' senders are refused) and "int32" (tensorpack's int64 components
+ * as int32). */
 static tp_status_t s_spec_remote(const char *args, void *user, tp_dataflow_t **out) {
     (void)user;
     tp_remote_opts_t o;
     tp_remote_opts_init(&o);
-    char eps[4096] = "", curve[1024] = "";
+    char eps[4096] = "", curve[1024] = "", job[TP_WIRE_JOB_MAX + 1] = "";
     size_t used = 0;
     const char *p = args;
     while (*p) {
@@ -1197,6 +1340,10 @@ static tp_status_t s_spec_remote(const char *args, void *user, tp_dataflow_t **o
             o.allow_public = 1;
         } else if (len == 5 && !strncmp(p, "int32", 5)) {
             o.int32_labels = 1;  /* tensorpack's int64 labels as int32 */
+        } else if (len > 4 && !strncmp(p, "job=", 4) && len - 4 < sizeof job) {
+            memcpy(job, p + 4, len - 4);
+            job[len - 4] = '\0';
+            o.job = job;
         } else if (len > 6 && !strncmp(p, "curve=", 6) && len - 6 < sizeof curve) {
             memcpy(curve, p + 6, len - 6);
             curve[len - 6] = '\0';

@@ -6,10 +6,13 @@
 # which commit it was made). NAME is
 #   forked  tp-train with two towers fed by two forked dataflow workers
 #   remote  tp-train --remote fed by two tp-worker processes
+#   mpi     mpirun -np 2 tp-train: tp-top merging both ranks (skipped, the
+#           sample kept, without mpirun or the MPI module)
 # tests/tools/test_proc_docs_snapshots.c checks that every marked sample has
 # tp-top's current columns (tp-top --columns).
 #
-#   scripts/docs-snapshots.sh              rewrite the samples (about 30 s)
+#   scripts/docs-snapshots.sh              rewrite the samples (about 45 s)
+#   scripts/docs-snapshots.sh mpi          only those named
 #   TP_BUILD=build-release scripts/docs-snapshots.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +22,9 @@ for t in tp-train tp-top tp-worker; do
   [ -x "$bin/$t" ] || { echo "docs-snapshots.sh: $bin/$t is missing:" \
     "cmake --build $build --target tp-train tp-top tp-worker" >&2; exit 1; }
 done
-docs=(docs/actors.md docs/tuning.md docs/observability.md)
+docs=(docs/actors.md docs/tuning.md docs/observability.md docs/distributed.md)
+want=" ${*:-forked remote mpi} "
+wanted() { [[ $want == *" $1 "* ]]; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tp-docs-XXXXXX")
 pids=()
 cleanup() {
@@ -60,6 +65,7 @@ snapshot() {
 }
 
 # forked: two towers, two forked readers
+if wanted forked; then
 cmd="tp-train --model cnn --towers 2 --workers 2 --batch 64 --threads 1 --epochs 1 --steps-per-epoch 300"
 "$bin/tp-train" --model cnn --towers 2 --workers 2 --batch 64 --threads 1 --epochs 1 \
   --steps-per-epoch 300 --test-spec "$test_spec" --logdir "$tmp/forked" >/dev/null 2>&1 &
@@ -67,8 +73,10 @@ pids+=($!)
 wait_for "$tmp/forked/stats.sock"
 snapshot forked 6 "$cmd" "^(dataflow worker|tower)" 4
 kill "${pids[-1]}"; wait "${pids[-1]}" || true
+fi
 
 # remote: the trainer binds, two tp-worker processes connect
+if wanted remote; then
 data="ipc://$tmp/data.sock"
 cmd="tp-train --model mlp --augment --batch 64 --threads 1 --remote @ipc://DATA and 2 x tp-worker --spec 'fashion-mnist:train | augment crop=28,pad=2,flip | batch 64' --connect ipc://DATA"
 "$bin/tp-train" --model mlp --augment --batch 64 --threads 1 --epochs 1 \
@@ -82,6 +90,21 @@ for _ in 1 2; do
   pids+=($!)
 done
 snapshot remote 4 "$cmd" "^(tp-worker|tower)" 4
+fi
+
+# mpi: two ranks of one host, tp-top over rank 0's socket merging rank 1's
+if wanted mpi && command -v mpirun >/dev/null && [ -e "$build/lib/libtowerpack_mpi.so" ]; then
+  mpirun=(mpirun --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
+  [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
+  cmd="mpirun -np 2 tp-train --model mlp --towers 1 --batch 64 --threads 1"
+  "${mpirun[@]}" -np 2 "$bin/tp-train" --model mlp --towers 1 --batch 64 --threads 1 \
+    --epochs 1 --steps-per-epoch 1000000 --test-spec "$test_spec" \
+    --logdir "$tmp/mpi" >/dev/null 2>&1 &
+  pids+=($!)
+  wait_for "$tmp/mpi/stats.sock"
+  wait_for "$tmp/mpi/stats-rank1.sock"
+  snapshot mpi 4 "$cmd" "^[01] +(tower|all-reduce)" 4
+fi
 
 # replace each marked block in the docs
 for f in "${docs[@]}"; do
@@ -90,6 +113,9 @@ for f in "${docs[@]}"; do
     match($0, /^<!-- tp-top:[a-z]+ -->$/) {
       name = substr($0, 13, RLENGTH - 16)
       print
+      if ((getline line < (dir "/" name ".block")) <= 0)
+        next  # not made this time: the sample stays
+      print line
       while ((getline line < (dir "/" name ".block")) > 0) print line
       close(dir "/" name ".block")
       skipping = 1

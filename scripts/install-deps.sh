@@ -11,7 +11,7 @@ packages=(
   # toolchain
   build-essential cmake pkg-config
   # actors and transport
-  libzmq3-dev libczmq-dev
+  libzmq3-dev libczmq-dev libsodium-dev
   # wire format compression, record files
   liblz4-dev liblmdb-dev
   # tensorpack's msgpack datapoints (msgpack-c); the tensorpack tests'

@@ -140,6 +140,10 @@ typedef struct tp_remote_opts {
     int allow_public;   /* allow a tcp bind to every interface (default 0) */
     int int32_labels;   /* tensorpack messages: int64 components become int32
                            (range-checked; tp_tpk_opts_t, towerpack/tensorpack.h) */
+    const char *job;    /* this run's job id (towerpack/wire.h, copied): a
+                           sender that gives another is refused, its
+                           datapoints dropped and counted, with a warning
+                           naming both ids; NULL (default): no check */
 } tp_remote_opts_t;
 
 void tp_remote_opts_init(tp_remote_opts_t *opts);
@@ -173,6 +177,10 @@ typedef struct tp_remote_expect {
  * such datapoints for 10 s, next() fails (TP_ERR_SHAPE) saying so. Before the first
  * next(). TP_ERR_INVALID for another kind of dataflow or n out of range. */
 tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *comps, int n);
+
+/* Messages a remote dataflow dropped because their sender gave another
+ * job id than opts.job (0 for others). */
+uint64_t tp_df_remote_refused(tp_dataflow_t *df);
 
 /* Datapoints a remote dataflow dropped as not fitting (0 for others). */
 uint64_t tp_df_remote_unfit(tp_dataflow_t *df);
@@ -233,6 +241,12 @@ typedef struct tp_send_opts {
     double peer_gone_s;     /* > 0: end (TP_DONE) once no receiver has been
                                connected for this long, after one was (its
                                trainer ended); 0 (default): send forever */
+    const char *job;        /* the job id this sender is for (towerpack/
+                               wire.h): carried by its connections, and a
+                               connecting sender without CURVE asks each
+                               receiver it reaches for its id; one of
+                               another job ends it (TP_ERR_PEER naming both
+                               ids). NULL (default): none */
 } tp_send_opts_t;
 
 void tp_send_opts_init(tp_send_opts_t *opts);
@@ -241,7 +255,8 @@ void tp_send_opts_init(tp_send_opts_t *opts);
  * until max_count datapoints, an error of df (returned), or a signal
  * recorded by tp_signals_install (TP_ERR_INTERRUPTED). A connecting sender
  * whose handshake with the receiver fails (CURVE keys missing or not the
- * receiver's) ends with TP_ERR_PEER naming the receiver and the cause;
+ * receiver's), or whose receiver is of another job (opts.job), ends with
+ * TP_ERR_PEER naming the receiver and the cause;
  * with opts.peer_gone_s it ends with TP_DONE (and a message, in
  * tp_last_error) once the receivers have been gone that long. df stays
  * the caller's. *sent (may be NULL) gets the count queued to the socket. */

@@ -22,6 +22,7 @@
 #define TOWERPACK_SECURITY_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <towerpack/status.h>
 
 #ifdef __cplusplus
@@ -48,6 +49,12 @@ tp_curve_t *tp_curve_load(const char *dir, int server);
  * handler of zctx is started on the first call (one per context, bound to
  * inproc://zeromq.zap.01); it ends when zctx is terminated. */
 tp_status_t tp_curve_apply(tp_curve_t *c, void *zctx, void *sock);
+
+/* A client's keys (tp_curve_load(dir, 0)) as binaries: its public key,
+ * its secret key and the server's public key, 32 bytes each, for a CURVE
+ * handshake made by hand (tp_wire_probe_job_curve, towerpack/wire.h).
+ * TP_ERR_INVALID for a server's. */
+tp_status_t tp_curve_client_keys(const tp_curve_t *c, uint8_t keys[96]);
 
 /* Free c; after zmq_ctx_term of the contexts it served (joins their ZAP
  * thread). NULL-safe; nulls *c. */

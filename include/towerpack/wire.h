@@ -126,6 +126,45 @@ int tp_ctl_send(void *sock, int kind, uint32_t sender, const char *text,
 int tp_ctl_parse(const void *data, size_t size, int *kind, uint32_t *sender,
                  const char **text, size_t *text_len);
 
+/* ---- the job handshake (core/wire_job.c) ---------------------------------
+ * A sender and a receiver of one training job carry the same job id: a ZMTP
+ * property of their sockets ("X-Tp-Job", sent by libzmq in the handshake of
+ * every connection, reconnections included), so a receiver reads the
+ * sender's id on each message it gets, and a connecting sender reads the
+ * receiver's with a probe (one short connection of its own: a PUSH socket
+ * never receives). A side without an id accepts every peer (tensorpack's
+ * senders have none). docs/wire-format.md. */
+#define TP_WIRE_JOB_PROPERTY "X-Tp-Job"
+#define TP_WIRE_JOB_MAX 64  /* an id is 1..63 printable ASCII, no space */
+
+/* 1 when `job` is a usable id (1..63 bytes of 0x21..0x7e, no ':'). */
+int tp_wire_job_ok(const char *job);
+
+/* Give `socket` (raw libzmq, before its bind or connect) the job id that
+ * its connections carry. TP_ERR_INVALID for a bad id, TP_ERR_UNSUPPORTED
+ * when this libzmq has no ZMQ_METADATA. */
+tp_status_t tp_wire_set_job(void *socket, const char *job);
+
+/* The job id of the sender of frame i (its connection's property), or
+ * NULL when it gave none. Valid while the frame is. */
+const char *tp_wire_msg_frame_job(tp_wire_msg_t *self, int i);
+
+/* Ask the receiver bound at `endpoint` (tcp://HOST:PORT or ipc://PATH)
+ * for its job id: a ZMTP 3 handshake as a PUSH socket with the NULL
+ * mechanism, the receiver's READY read, the connection closed. TP_OK with
+ * its id in job (an empty string when it has none); TP_ERR_UNSUPPORTED
+ * for other endpoints and for a receiver with another mechanism (with
+ * CURVE, tp_wire_probe_job_curve below); TP_ERR_TIMEOUT, TP_ERR_IO or TP_ERR_PROTOCOL
+ * with a message otherwise. Waits at most timeout_ms in all. */
+tp_status_t tp_wire_probe_job(const char *endpoint, int timeout_ms, char *job,
+                              size_t size);
+
+/* The same with CURVE (a receiver with keys): the handshake as the run's
+ * client, keys = its public key, its secret key and the server's public
+ * key (32 bytes each; tp_curve_client_keys of towerpack/security.h). */
+tp_status_t tp_wire_probe_job_curve(const char *endpoint, int timeout_ms,
+                                    const uint8_t keys[96], char *job, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -137,7 +137,11 @@ static int z_scalars(void *impl, tp_input_scalar_t *out, int max) {
     if (max < 2)
         return 1;
     out[1] = (tp_input_scalar_t){"ZMQInput/unfit", (double)tp_df_remote_unfit(z->df)};
-    return 2;
+    if (max < 3)
+        return 2;
+    /* issue 47: messages of senders of another job (the job handshake) */
+    out[2] = (tp_input_scalar_t){"ZMQInput/refused", (double)tp_df_remote_refused(z->df)};
+    return 3;
 }
 
 static const tp_input_ops_t s_zmq_ops = {

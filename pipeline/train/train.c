@@ -52,6 +52,9 @@ typedef struct {
     int fetch_checked;        /* the fetch names nobody gives were warned of */
     tp_gan_step_t *gan;       /* a GAN's step (cfg.gan), or NULL */
     double t_start;           /* the schedule's start (setup) */
+    /* issue 47: the ranks' all-reduce of each step, on this thread: its
+     * own row, and waiting time for the supervisor's */
+    uint64_t allreduce_ns, allreduces;
 } s_mt_t;
 
 static tp_status_t s_supervise(s_mt_t *mt);
@@ -138,9 +141,14 @@ static tp_status_t s_step(s_mt_t *t, tp_trainer_t *tr, tp_fetches_t *f) {
             tp_run_opts_t r = {.stages = TP_RUN_REDUCE};
             TP_TRY(tp_model_run(t->model, TP_ALL_TOWERS, NULL, 0, NULL, 0, &r));
         }
-        if (t->dist)  /* data-parallel over processes: the ranks' mean */
-            TP_TRY(t->dist->allreduce_grads(t->dist->ctx, t->model,
-                                            tp_trainer_global_step(tr)));
+        if (t->dist) {  /* data-parallel over processes: the ranks' mean */
+            uint64_t a0 = tp_now_ns();
+            tp_status_t rc = t->dist->allreduce_grads(t->dist->ctx, t->model,
+                                                      tp_trainer_global_step(tr));
+            t->allreduce_ns += tp_now_ns() - a0;
+            t->allreduces++;
+            TP_TRY(rc);
+        }
         TP_TRY(tp_model_run(t->model, TP_ALL_TOWERS, NULL, 0, NULL, 0, &o));
     }
     /* Fetched scalars: the mean over the towers. */
@@ -293,7 +301,9 @@ static int s_rows_schedule(void *impl, tp_stats_row_t *rows, int max) {
      * must not make the schedule look busy */
     uint64_t waiting = mt->input_wait_t0 ? tp_now_ns() - mt->input_wait_t0 : 0;
     tr->starved_s = (double)(mt->input_wait_ns + waiting) * 1e-9;
-    tr->blocked_s = (double)mt->towers_wait_ns * 1e-9;  /* waiting for tower actors */
+    /* waiting for tower actors, and for the other ranks in the all-reduce
+     * (its own row's busy time: the bottleneck mark may land there) */
+    tr->blocked_s = (double)(mt->towers_wait_ns + mt->allreduce_ns) * 1e-9;
     double alive = tp_now_s() - mt->t_start;
     double idle = tr->starved_s + tr->blocked_s;
     tr->busy_s = alive > idle ? alive - idle : 0;
@@ -312,6 +322,23 @@ static int s_rows_towers(void *impl, tp_stats_row_t *rows, int max) {
     return 1;
 }
 
+/* Under MPI, the all-reduce of the ranks' gradients: busy for as long as
+ * a step waits in it (the slowest rank's compute and the transfer). */
+static int s_rows_allreduce(void *impl, tp_stats_row_t *rows, int max) {
+    s_mt_t *mt = impl;
+    if (!mt->dist || max < 1 || mt->t_start <= 0)
+        return 0;
+    tp_stats_row_t *r = &rows[0];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "all-reduce (%d ranks)", mt->dist->size);
+    r->state = TP_ACTOR_RUNNING;
+    r->msgs_in = r->msgs_out = mt->allreduces;
+    r->busy_s = (double)mt->allreduce_ns * 1e-9;
+    r->alive_s = tp_now_s() - mt->t_start;
+    r->queue_fill = -1;
+    return 1;
+}
+
 static int s_rows_callbacks(void *impl, tp_stats_row_t *rows, int max) {
     s_mt_t *mt = impl;
     tp_cb_actor_t *cba = mt->trainer ? tp_cb_actor_of(mt->trainer) : NULL;
@@ -325,6 +352,7 @@ static const tp_supervised_ops_t s_members[] = {
     {"input", s_rows_input, NULL},
     {"schedule", s_rows_schedule, NULL},
     {"towers", s_rows_towers, NULL},
+    {"allreduce", s_rows_allreduce, NULL},
     {"callbacks", s_rows_callbacks, NULL},
 };
 
@@ -337,6 +365,28 @@ static tp_supervisor_t *s_supervisor_new(s_mt_t *mt, const tp_train_config_t *cf
     o.name = "tp-train";  /* the stats source tp-top shows */
     o.run_dir = cfg->logdir;
     o.stats = cfg->logdir || cfg->stats ? cfg->stats : "off";
+    char source[64];
+    if (cfg->dist) {
+        /* tp-top merges the ranks' snapshots by this name (docs/distributed.md) */
+        snprintf(source, sizeof source, "tp-train/r%d", cfg->dist->rank);
+        o.name = source;
+        /* another rank's socket beside rank 0's (tp-train), in a directory
+         * that is on rank 0's host only: none on the other hosts */
+        const char *slash = cfg->dist->rank > 0 && cfg->stats &&
+                                    !strncmp(cfg->stats, "ipc://", 6)
+                                ? strrchr(cfg->stats, '/') : NULL;
+        char dir[4096];
+        if (slash && (size_t)(slash - cfg->stats - 6) < sizeof dir) {
+            memcpy(dir, cfg->stats + 6, (size_t)(slash - cfg->stats - 6));
+            dir[slash - cfg->stats - 6] = '\0';
+            if (dir[0] && access(dir, F_OK) != 0) {
+                TP_INFO("rank %d: no statistics socket (%s is not on this host; tp-train "
+                        "--stats 'tcp://HOST:{PORT+rank}' gives every rank one)",
+                        cfg->dist->rank, dir);
+                o.stats = "off";
+            }
+        }
+    }
     tp_supervisor_t *sup = tp_supervisor_new(&o);
     if (!sup) {
         tp_error_wrap(TP_ERR_IO, "the training's supervisor");

@@ -372,3 +372,115 @@ Test(wire, over_ipc_with_lz4) {
     s_socket_round_trip(ep, 1);
     unlink(ep + strlen("ipc://"));
 }
+
+/* Issue 47, the job handshake: a PULL socket's job id reaches the sender
+ * of each message (zmq_msg_gets), and tp_wire_probe_job reads the
+ * receiver's over tcp and ipc, "" from one without; a closed port and an
+ * inproc endpoint are clear errors, a bad id is refused. */
+Test(wire, job_ids_travel_both_ways) {
+    cr_assert(tp_wire_job_ok("run-2026.11.28_a"));
+    cr_assert(!tp_wire_job_ok(""));
+    cr_assert(!tp_wire_job_ok("a b"));
+    cr_assert(!tp_wire_job_ok("a:b"));
+    void *ctx = zmq_ctx_new();
+    char ipc[128];
+    snprintf(ipc, sizeof ipc, "ipc:///tmp/tp-wire-job-%d", (int)getpid());
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    cr_assert_eq(tp_wire_set_job(pull, "a b"), TP_ERR_INVALID);
+    cr_assert_eq(tp_wire_set_job(pull, "job-B"), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(zmq_bind(pull, "tcp://127.0.0.1:*"), 0);
+    cr_assert_eq(zmq_bind(pull, ipc), 0);
+    char tcp[128];
+    size_t tl = sizeof tcp;
+    zmq_getsockopt(pull, ZMQ_LAST_ENDPOINT, tcp, &tl);
+    char job[TP_WIRE_JOB_MAX];
+    cr_assert_eq(tp_wire_probe_job(tcp, 2000, job, sizeof job), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(job, "job-B");
+    cr_assert_eq(tp_wire_probe_job(ipc, 2000, job, sizeof job), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(job, "job-B");
+    /* the sender's id on each message it sends; none from a plain sender */
+    void *push = zmq_socket(ctx, ZMQ_PUSH), *plain = zmq_socket(ctx, ZMQ_PUSH);
+    cr_assert_eq(tp_wire_set_job(push, "job-A"), TP_OK);
+    cr_assert_eq(zmq_connect(push, tcp), 0);
+    cr_assert_eq(zmq_connect(plain, ipc), 0);
+    zmq_send(push, "x", 1, 0);
+    zmq_send(plain, "y", 1, 0);
+    int timeout = 5000;
+    zmq_setsockopt(pull, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    tp_wire_msg_t *m = tp_wire_msg_new();
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(tp_wire_msg_recv(m, pull, 0), TP_OK);
+        const char *who = tp_wire_msg_frame_job(m, 0);
+        if (*(const char *)tp_wire_msg_frame_data(m, 0) == 'x')
+            cr_assert(who && !strcmp(who, "job-A"), "%s", who ? who : "(none)");
+        else
+            cr_assert_null(who);
+    }
+    tp_wire_msg_destroy(&m);
+    /* a receiver without an id */
+    void *anon = zmq_socket(ctx, ZMQ_PULL);
+    cr_assert_eq(zmq_bind(anon, "tcp://127.0.0.1:*"), 0);
+    char anon_ep[128];
+    tl = sizeof anon_ep;
+    zmq_getsockopt(anon, ZMQ_LAST_ENDPOINT, anon_ep, &tl);
+    strcpy(job, "stale");
+    cr_assert_eq(tp_wire_probe_job(anon_ep, 2000, job, sizeof job), TP_OK, "%s",
+                 tp_last_error());
+    cr_assert_str_eq(job, "");
+    int linger = 0;
+    void *socks[] = {push, plain, pull, anon};
+    for (int i = 0; i < 4; i++) {
+        zmq_setsockopt(socks[i], ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(socks[i]);
+    }
+    zmq_ctx_term(ctx);
+    unlink(ipc + strlen("ipc://"));
+    /* nobody there, or not a socket it can reach */
+    cr_assert_eq(tp_wire_probe_job(anon_ep, 500, job, sizeof job), TP_ERR_IO);
+    cr_assert(strstr(tp_last_error(), anon_ep), "%s", tp_last_error());
+    cr_assert_eq(tp_wire_probe_job("inproc://x", 500, job, sizeof job), TP_ERR_UNSUPPORTED);
+}
+
+/* The probe of a CURVE receiver: the CurveZMQ handshake made by hand with
+ * the run's client keys reads its job id; with another client key the
+ * receiver's ZAP handler refuses it. */
+Test(wire, job_id_of_a_curve_receiver) {
+    if (!tp_curve_available())
+        cr_skip_test("this libzmq has no CURVE");
+    char dir[64], other[64];
+    snprintf(dir, sizeof dir, "/tmp/tp-wire-keys-%d", (int)getpid());
+    snprintf(other, sizeof other, "/tmp/tp-wire-keys2-%d", (int)getpid());
+    cr_assert_eq(tp_curve_keygen(dir), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_curve_keygen(other), TP_OK, "%s", tp_last_error());
+    tp_curve_t *server = tp_curve_load(dir, 1), *client = tp_curve_load(dir, 0),
+               *stranger = tp_curve_load(other, 0);
+    cr_assert(server && client && stranger, "%s", tp_last_error());
+    void *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    cr_assert_eq(tp_curve_apply(server, ctx, pull), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_wire_set_job(pull, "job-C"), TP_OK);
+    cr_assert_eq(zmq_bind(pull, "tcp://127.0.0.1:*"), 0);
+    char ep[128];
+    size_t el = sizeof ep;
+    zmq_getsockopt(pull, ZMQ_LAST_ENDPOINT, ep, &el);
+    uint8_t keys[96];
+    cr_assert_eq(tp_curve_client_keys(server, keys), TP_ERR_INVALID);
+    cr_assert_eq(tp_curve_client_keys(client, keys), TP_OK);
+    char job[TP_WIRE_JOB_MAX];
+    cr_assert_eq(tp_wire_probe_job_curve(ep, 3000, keys, job, sizeof job), TP_OK, "%s",
+                 tp_last_error());
+    cr_assert_str_eq(job, "job-C");
+    /* the NULL probe cannot ask it */
+    cr_assert_lt(tp_wire_probe_job(ep, 3000, job, sizeof job), 0);
+    /* another run's keys: the server key does not open its WELCOME */
+    cr_assert_eq(tp_curve_client_keys(stranger, keys), TP_OK);
+    cr_assert_lt(tp_wire_probe_job_curve(ep, 3000, keys, job, sizeof job), 0);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+    tp_curve_destroy(&server);
+    tp_curve_destroy(&client);
+    tp_curve_destroy(&stranger);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, other);
+    cr_assert_eq(system(cmd), 0);
+}

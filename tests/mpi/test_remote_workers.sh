@@ -17,7 +17,7 @@ for r in 0 1; do
       --connect "ipc://$work/r$r" --log-level warn &
   pids+=($!)
 done
-trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 TP_LOG_LEVEL=info "${MPIRUN[@]}" -np 2 "$TP_TRAIN" "${TRAIN_ARGS[@]}" --towers 1 \
     --epochs 1 --steps-per-epoch 20 --remote "@ipc://$work/r{rank}" \
     --logdir "$work/log" >"$work/out" 2>&1 || { cat "$work/out"; exit 1; }

@@ -198,11 +198,13 @@ Test(input_stats, zmq_input_gives_its_receivers_row, .init = s_setup, .fini = s_
     pthread_join(th, NULL);
     cr_assert_eq(s.rc, TP_OK, "%s", tp_last_error());
     tp_input_scalar_t v[4];
-    cr_assert_eq(tp_input_scalars(in, v, 4), 2);
+    cr_assert_eq(tp_input_scalars(in, v, 4), 3);
     cr_assert_str_eq(v[0].name, "ZMQInput/malformed");
     cr_assert_float_eq(v[0].value, 1, 1e-9);
     cr_assert_str_eq(v[1].name, "ZMQInput/unfit");  /* nothing expected: none */
     cr_assert_float_eq(v[1].value, 0, 1e-9);
+    cr_assert_str_eq(v[2].name, "ZMQInput/refused");  /* no job id: none refused */
+    cr_assert_float_eq(v[2].value, 0, 1e-9);
     tp_dataflow_destroy(&s.df);
     tp_input_destroy(&in);
 }

@@ -43,10 +43,13 @@ Test(docs_snapshots, every_tp_top_table_in_the_docs_has_the_current_columns) {
                              "scripts/docs-snapshots.sh", path, lineno);
                 in_marked = 0;
             }
-            if (!strncmp(line, "ACTOR ", 6)) {
+            /* tp-top merging several publishers (the ranks of an mpirun)
+             * puts RANK before the same columns */
+            const char *cols = !strncmp(line, "RANK ACTOR ", 11) ? line + 5 : line;
+            if (!strncmp(cols, "ACTOR ", 6)) {
                 tables++;
                 marked_rows += in_marked;
-                cr_assert_str_eq(line, want, "%s:%d: a tp-top table with old columns: "
+                cr_assert_str_eq(cols, want, "%s:%d: a tp-top table with old columns: "
                                  "run scripts/docs-snapshots.sh (or fix the hand-written "
                                  "one)", path, lineno);
             }

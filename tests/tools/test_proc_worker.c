@@ -171,6 +171,164 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     cr_assert(st1 >= 0 && WIFEXITED(st1) && WEXITSTATUS(st1) == 0, "status %d", st1);
 }
 
+static void slurp(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Issue 47: a worker left from an earlier run joined the next run on the
+ * same port. With job ids, the trainer of job B refuses the worker of job A
+ * (its datapoints dropped and counted, a warning naming the worker and both
+ * ids) and the worker ends (exit 1) naming both ids. */
+Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[128], out[128], log[128], buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/job.sock", s_dir);
+    snprintf(out, sizeof out, "%s/worker.txt", s_dir);
+    snprintf(log, sizeof log, "%s/trainer.log", s_dir);
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 5;
+    ro.job = "job-A";
+    tp_dataflow_t *a = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(a, 0, 0), TP_OK, "%s", tp_last_error());
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--hwm", "5",
+                     "--job", "job-A", NULL};
+    pu_spawn_opts_t o = {.out = out};
+    int pid = pu_spawn(wargv, &o);
+    for (int i = 0; i < 20; i++) {  /* its own job's trainer takes it */
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(a, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(tp_df_remote_refused(a), 0);
+    tp_dataflow_destroy(&a);  /* the run ends; the next binds the port */
+    ro.job = "job-B";
+    ro.timeout_s = 3;
+    tp_dataflow_t *b = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(b, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = tp_dataflow_next(b, &dp);
+    cr_assert_eq(rc, TP_ERR_TIMEOUT, "job B took a datapoint of job A's worker (%d)", rc);
+    int st = pu_waitpid(pid, 5000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "the worker of job A did not end with 1 (status %d):\n%s", st, buf);
+    cr_assert(strstr(buf, "it is job 'job-B', this sender was started for job 'job-A'"),
+              "%s", buf);
+    char desc[512];
+    tp_df_remote_describe(b, desc, sizeof desc);
+    tp_dataflow_destroy(&b);
+    tp_log_set_file(NULL);
+    slurp(log, buf, sizeof buf);
+    cr_assert(strstr(buf, "it was started for job 'job-A', this run is job 'job-B'"),
+              "%s", buf);
+    char who[64];
+    snprintf(who, sizeof who, "refused tp-worker %d@", pid);
+    cr_assert(strstr(buf, who), "the trainer's log names the worker:\n%s", buf);
+}
+
+/* The same with CURVE (the docs' advice off a trusted network): the worker
+ * reads the trainer's job id with a CURVE handshake of its own, made with
+ * the run's client keys, and ends naming both ids. */
+Test(proc_worker, a_curve_worker_of_another_job_ends_naming_both) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    if (!tp_curve_available())
+        cr_skip_test("this libzmq has no CURVE");
+    char ep[128], keys[128], out[128], buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/curvejob.sock", s_dir);
+    snprintf(keys, sizeof keys, "%s/keys", s_dir);
+    snprintf(out, sizeof out, "%s/cworker.txt", s_dir);
+    cr_assert_eq(tp_curve_keygen(keys), TP_OK, "%s", tp_last_error());
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.curve_dir = keys;
+    ro.job = "job-B";
+    tp_dataflow_t *b = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(b, 0, 0), TP_OK, "%s", tp_last_error());
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--curve", keys,
+                     "--job", "job-A", NULL};
+    pu_spawn_opts_t o = {.out = out};
+    int pid = pu_spawn(wargv, &o);
+    int st = pu_waitpid(pid, 10000);
+    slurp(out, buf, sizeof buf);
+    tp_dataflow_destroy(&b);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "the CURVE worker of job A did not end with 1 (status %d):\n%s", st, buf);
+    cr_assert(strstr(buf, "it is job 'job-B', this sender was started for job 'job-A'"),
+              "%s", buf);
+}
+
+/* Issue 47: a Python sender that needs no tensorpack (tools/tp-worker/
+ * tp_send.py: numpy and pyzmq) feeds tp-train --remote in the wire format;
+ * the trainer's log names it as it names a tp-worker, and five steps train.
+ * Against a receiver of another job it ends (exit 1) naming both ids.
+ * Skipped without Debian's python3-numpy and python3-zmq or the data. */
+Test(proc_worker, a_python_sender_trains_tp_train) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char ep[128], bind[140], logdir[128], out[128], pyout[128], buf[65536];
+    snprintf(ep, sizeof ep, "ipc://%s/py.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", ep);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    snprintf(pyout, sizeof pyout, "%s/py.txt", s_dir);
+    char *pargv[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
+                     "--connect", ep, "--batch", "64", "--count", "20", "--job", "run-py",
+                     NULL};
+    pu_spawn_opts_t po = {.out = pyout};
+    /* first a receiver of another job: the sender reads its id and ends */
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.job = "run-other";
+    tp_dataflow_t *other = tp_df_remote(ep, &ro);
+    cr_assert_eq(tp_dataflow_reset_state(other, 0, 0), TP_OK, "%s", tp_last_error());
+    char *endless[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
+                       "--connect", ep, "--batch", "64", "--job", "run-py", NULL};
+    int py = pu_spawn(endless, &po);
+    int pst = pu_waitpid(py, 20000);
+    tp_dataflow_destroy(&other);
+    slurp(pyout, buf, sizeof buf);
+    cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1,
+              "tp_send.py against another job: status %d:\n%s", pst, buf);
+    cr_assert(strstr(buf, "it is job 'run-other', this sender was started for job 'run-py'"),
+              "%s", buf);
+    unlink(pyout);
+    py = pu_spawn(pargv, &po);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                     "--steps-per-epoch", "5", "--batch", "64", "--remote", bind,
+                     "--job", "run-py", "--threads", "1", "--towers", "1", "--test-spec",
+                     "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 1",
+                     "--logdir", logdir, "--no-tensorboard", NULL};
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    pu_spawn_opts_t to = {.out = out, .env = env};
+    int tr = pu_spawn(targv, &to);
+    int st = pu_waitpid(tr, 120000);
+    pst = pu_waitpid(py, 10000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s",
+              st, buf);
+    char who[64];
+    snprintf(who, sizeof who, "remote: tp_send.py %d@", py);
+    cr_assert(strstr(buf, who), "the trainer's log names the Python sender:\n%s", buf);
+    cr_assert(strstr(buf, "ZMQInput/unfit: 0"), "%s", buf);
+    cr_assert(!strstr(buf, "dropped a malformed"), "%s", buf);
+    cr_assert(strstr(buf, "test accuracy"), "%s", buf);
+    slurp(pyout, buf, sizeof buf);
+    cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 0, "tp_send.py status %d:\n%s",
+              pst, buf);
+}
+
 static int run_status(char *const argv[]) {
     char out[128];
     snprintf(out, sizeof out, "%s/out.txt", s_dir);

@@ -46,6 +46,7 @@
 typedef struct {
     const char *model, *data, *test_data, *devices, *logdir, *action, *optimizer;
     const char *spec, *test_spec, *stats, *remote, *curve;
+    const char *job;  /* --job: the remote workers' job id (issue 47) */
     int public_bind, no_tensorboard;
     int64_t log_every;  /* --log-every: TrainConfig.log_every_n_steps */
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
@@ -167,6 +168,8 @@ static void s_usage(FILE *out) {
 "                       ipc:///path (connect); several separated by commas;\n"
 "                       under mpirun '{rank}' becomes the rank's number and\n"
 "                       '{N+rank}' N + rank (e.g. @tcp://127.0.0.1:{5550+rank})\n"
+"  --job ID             with --remote: this run's job id (default $TP_JOB);\n"
+"                       tp-workers of another --job are refused, both named\n"
 "  --curve DIR          CURVE keys made by tp-keygen DIR: --remote and a tcp\n"
 "                       --stats socket authenticate and encrypt\n"
 "  --public             allow binding --remote or --stats to every interface\n"
@@ -286,6 +289,22 @@ static const tp_callback_ops_t s_ema_in_ops = {.name = "EMAIn", .trigger_epoch =
 static const tp_callback_ops_t s_ema_out_ops = {.name = "EMAOut",
                                                 .trigger_epoch = s_ema_out,
                                                 .after_train = s_ema_out};
+
+/* The global step at the start and the end of training (a rank > 0's own
+ * summary line: it has no stats.json). */
+static int64_t s_rank_steps[2];
+static tp_status_t s_rank_steps_begin(void *impl, tp_trainer_t *tr) {
+    (void)impl;
+    s_rank_steps[0] = s_rank_steps[1] = tp_trainer_global_step(tr);
+    return TP_OK;
+}
+static tp_status_t s_rank_steps_end(void *impl, tp_trainer_t *tr) {
+    (void)impl;
+    s_rank_steps[1] = tp_trainer_global_step(tr);
+    return TP_OK;
+}
+static const tp_callback_ops_t s_rank_steps_ops = {
+    .name = "RankSteps", .before_train = s_rank_steps_begin, .after_train = s_rank_steps_end};
 
 /* --devices 0,1: distinct GPU ids, into ids[] (*n_out of them). */
 static tp_status_t s_parse_device_list(const char *list, int *ids, int *n_out) {
@@ -718,7 +737,8 @@ int main(int argc, char **argv) {
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
            O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_CLIP, O_EMA, O_LR_MULT,
-           O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD };
+           O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD,
+           O_JOB /* issue 47 */ };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -755,6 +775,7 @@ int main(int argc, char **argv) {
         {"lr-mult", required_argument, 0, O_LR_MULT},
         {"freeze", required_argument, 0, O_FREEZE},
         {"accumulate", required_argument, 0, O_ACCUMULATE},
+        {"job", required_argument, 0, O_JOB},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -789,6 +810,7 @@ int main(int argc, char **argv) {
         case 'S': a.stats = optarg; break;
         case 'R': a.remote = optarg; break;
         case 'K': a.curve = optarg; break;
+        case O_JOB: a.job = optarg; break;
         case 'P': a.public_bind = 1; tp_bind_set_public(1); break;
         case O_AUG: {
             /* --augment alone is the zoo's crop and flip; --augment PRESET
@@ -961,7 +983,7 @@ int main(int argc, char **argv) {
      * dataflow workers, no forked CUDA probe). */
     int rank = 0, nranks = 1;
     const char *launcher = NULL;
-    char remote_buf[2048], spec_buf[2048];
+    char remote_buf[2048], spec_buf[2048], stats_buf[2048];
     int own_data = 0;   /* each rank reads its own data: no sharding */
     if (tp_dist_env(&rank, &nranks, &launcher)) {
         if (a.workers > 0) {
@@ -984,6 +1006,10 @@ int main(int argc, char **argv) {
             s_subst_rank(a.remote, rank, remote_buf, sizeof remote_buf);
             a.remote = remote_buf;
             own_data = 1;
+        }
+        if (a.stats && strstr(a.stats, "rank}")) {  /* a socket per rank (issue 47) */
+            s_subst_rank(a.stats, rank, stats_buf, sizeof stats_buf);
+            a.stats = stats_buf;
         }
         if (a.spec && strstr(a.spec, "rank}")) {  /* e.g. lmdb:part{rank}.lmdb */
             s_subst_rank(a.spec, rank, spec_buf, sizeof spec_buf);
@@ -1150,6 +1176,7 @@ int main(int argc, char **argv) {
         tp_remote_opts_init(&ro);
         ro.curve_dir = a.curve;
         ro.allow_public = a.public_bind;
+        ro.job = a.job ? a.job : getenv("TP_JOB") && *getenv("TP_JOB") ? getenv("TP_JOB") : NULL;
         ro.int32_labels = 1;  /* tensorpack senders' int64 labels: the zoo takes int32 */
         snprintf(spec, sizeof spec, "ZMQInput %s", a.remote);
         if (!(remote = tp_input_zmq(a.remote, &ro)))
@@ -1235,6 +1262,15 @@ int main(int argc, char **argv) {
     }
     cfg.progress_names = "cost,accuracy";
     cfg.stats = a.stats;
+    /* issue 47: the other ranks publish beside rank 0's socket (tp-top
+     * merges every stats-rank*.sock of the directory), where it is on
+     * their host */
+    char rank_stats[4200];
+    if (rank > 0 && !a.stats) {
+        snprintf(rank_stats, sizeof rank_stats, "ipc://%s/stats-rank%d.sock",
+                 a.logdir ? a.logdir : defdir, rank);  /* rank 0's, as asked */
+        cfg.stats = rank_stats;
+    }
     cfg.tensorboard = !a.no_tensorboard;
     cfg.log_every_n_steps = a.log_every;
     /* The hyper-parameters as TensorBoard's text dashboard shows them: it
@@ -1279,7 +1315,7 @@ int main(int argc, char **argv) {
         {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},  /* --tta-shift */
     };
     /* validation (rank 0), between --ema's two: on the weights' average */
-    tp_callback_t *cbs[4] = {tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)};
+    tp_callback_t *cbs[5] = {tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)};
     int ncbs = 1;
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_in_ops, NULL, 1);
@@ -1287,6 +1323,8 @@ int main(int argc, char **argv) {
         cbs[ncbs++] = tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta);
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_out_ops, NULL, 1);
+    if (rank > 0)
+        cbs[ncbs++] = tp_callback_new(&s_rank_steps_ops, NULL, 0);
     cfg.callbacks = cbs;
     cfg.ncallbacks = ncbs;
     /* every rank's own batches: a shard of the common stream, or its own
@@ -1305,6 +1343,18 @@ int main(int argc, char **argv) {
                a.image_size, a.info.channels == 3 ? "colour" : "grey", a.info.nclasses,
                ranks_text, a.towers,
                a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
+    if (rank == 0 && s_dist) {  /* issue 47: what one step of the job is */
+        int group = nranks * a.towers;
+        printf("tp-train: total batch %d = %d ranks x %d tower%s x batch %d; data: %s", group *
+               a.batch, nranks, a.towers, a.towers > 1 ? "s" : "", a.batch,
+               own_data ? "each rank reads its own (--remote or a {rank} spec), no sharding\n"
+                        : "one stream, sharded: of every ");
+        if (!own_data && a.towers == 1)
+            printf("%d consecutive batches rank r trains the r-th (from 0)\n", group);
+        else if (!own_data)
+            printf("%d consecutive batches rank r trains those from r x %d to r x %d + %d\n",
+                   group, a.towers, a.towers, a.towers - 1);
+    }
     fflush(stdout);
     /* what the data were, for tp-predict and tp-export: channels, class
      * names in label order, normalisation (docs/images.md); written once the
@@ -1327,7 +1377,13 @@ int main(int argc, char **argv) {
         tp_error(rc, "interrupted");
         return s_fail("training");
     }
-    if (rank != 0) {
+    if (rank != 0) {  /* issue 47: every rank says how it ended */
+        int64_t steps = s_rank_steps[1] - s_rank_steps[0];
+        printf("tp-train rank %d: %lld steps | wall time %.1f s | %.0f samples/s of its own "
+               "(%d tower%s x batch %d; the job's result is rank 0's)\n", rank,
+               (long long)steps, wall, wall > 0 ? (double)steps * a.batch * a.towers / wall : 0.0,
+               a.towers, a.towers > 1 ? "s" : "", a.batch);
+        fflush(stdout);
         tp_dist_close(&s_dist);
         return 0;
     }

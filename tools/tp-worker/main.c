@@ -5,7 +5,7 @@
  * (towerpack/actor_dataflow.h), loaded with dlopen and given the
  * --plugin-arg values. SIGINT and SIGTERM end it cleanly; so does its
  * trainer's end (--exit-with-trainer), and a failed handshake with the
- * trainer (CURVE keys) ends it with an error. */
+ * trainer (CURVE keys, a trainer of another --job) ends it with an error. */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -48,6 +48,9 @@ static void s_usage(FILE *out) {
         "                        for S seconds (default on, S = 10): no leftover\n"
         "                        worker joins the next run on the same port\n"
         "  --no-exit-with-trainer   keep sending for any later receiver\n"
+        "  --job ID              the job this worker is for (default: $TP_JOB): a\n"
+        "                        trainer of another job refuses it, and it ends\n"
+        "                        (exit 1) naming both ids\n"
         "  --log-level LEVEL     debug, info, warn, error (default info)\n"
         "  -h, --help            this text\n",
         TP_WORKER_FACTORY);
@@ -77,6 +80,7 @@ int main(int argc, char **argv) {
         {"format", required_argument, 0, 'F'},
         {"exit-with-trainer", optional_argument, 0, 'E'},
         {"no-exit-with-trainer", no_argument, 0, 'N'},
+        {"job", required_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *spec = NULL, *plugin = NULL, *connect_ep = NULL, *bind_ep = NULL;
@@ -154,6 +158,7 @@ int main(int argc, char **argv) {
             }
             break;
         case 'N': so.peer_gone_s = 0; break;
+        case 'j': so.job = optarg; break;
         case 'P': so.allow_public = 1; tp_bind_set_public(1); break;
         case 'l': {
             tp_log_level_t lv;
@@ -185,6 +190,13 @@ int main(int argc, char **argv) {
     }
     if (!plugin && pargc > 1) {
         fprintf(stderr, "tp-worker: --plugin-arg needs --plugin\n");
+        return 2;
+    }
+    if (!so.job && getenv("TP_JOB") && *getenv("TP_JOB"))
+        so.job = getenv("TP_JOB");
+    if (so.job && !tp_wire_job_ok(so.job)) {
+        fprintf(stderr, "tp-worker: --job '%s': 1 to %d printable characters, no space "
+                "or ':'\n", so.job, TP_WIRE_JOB_MAX - 1);
         return 2;
     }
     if (so.stats && !so.run_dir && getcwd(cwd, sizeof cwd))
@@ -226,8 +238,8 @@ int main(int argc, char **argv) {
         return s_fail(tp_last_error());
     so.bind = bind_ep != NULL;
     const char *ep = bind_ep ? bind_ep : connect_ep;
-    TP_INFO("tp-worker: sending dataflow '%s' to %s (%s)", tp_dataflow_name(df), ep,
-            so.bind ? "bind" : "connect");
+    TP_INFO("tp-worker: sending dataflow '%s' to %s (%s)%s%s", tp_dataflow_name(df), ep,
+            so.bind ? "bind" : "connect", so.job ? " for job " : "", so.job ? so.job : "");
     uint64_t sent = 0;
     double t0 = tp_now_s();
     tp_status_t rc = tp_send_dataflow(df, ep, &so, &sent);
