@@ -41,6 +41,12 @@ typedef struct tp_op_attr {
     int act;          /* an activation folded into the op (gpu/graph/fold.c):
                          TP_ACT_RELU applies relu to its output, and the
                          backward masks dy by y > 0 before its own work */
+    /* the convolution family: 0 reads as the default (1), so attributes
+     * made before these fields existed keep their meaning */
+    int dh, dw;       /* dilation (conv2d, conv2d_transpose) */
+    int groups;       /* channel groups (conv2d, conv2d_transpose) */
+    int oph, opw;     /* conv2d_transpose: output padding (bottom, right) */
+    int align_corners; /* upsample_bilinear: PyTorch's align_corners */
 } tp_op_attr_t;
 
 #define TP_ACT_NONE 0

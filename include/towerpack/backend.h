@@ -74,6 +74,12 @@ typedef enum {
     TP_OP_HUBER_LOSS,      /* mean Huber of pred - target (attr.alpha: delta) */
     TP_OP_SIGMOID_XENT,    /* mean of max(x,0) - x z + ln(1 + e^-|x|),
                               logits x, float labels z */
+    /* the convolution family (docs/ops.md); CONV2D above takes the
+     * family's dilation and groups too */
+    TP_OP_CONV_TRANSPOSE,  /* x[N,C,H,W] W[C,O/g,KH,KW] (+ b[O]) -> [N,O,OH,OW],
+                              OH = (H-1) s - 2 p + d (KH-1) + op + 1 */
+    TP_OP_UPSAMPLE_NEAREST,  /* [N,C,H,W] -> [N,C,H f,W f] (f: attr sh, sw) */
+    TP_OP_UPSAMPLE_BILINEAR, /* likewise, bilinear (attr align_corners) */
     TP_OP_COUNT
 } tp_op_kind_t;
 
