@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 #include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
 
 typedef struct {
     const char *label;     /* unique: the row's files are named after it */
@@ -22,6 +23,9 @@ typedef struct {
     float lo[2], hi[2];    /* inputs drawn from U(lo, hi) */
     float atol, rtol;      /* against PyTorch: |got - want| <= atol + rtol |want| */
     float step;            /* > 0: inputs rounded to multiples of it (ties) */
+    /* the convolution family (0: the default); upsampling's factor is
+     * `stride`, bilinear's align_corners `align` */
+    int stride, pad, dilation, groups, out_pad, align;
 } op_case_t;
 
 
@@ -46,6 +50,20 @@ typedef struct {
 #define OP_UNARY_ROW(nm, kind, a, b, lo, hi, atol, rtol)                     \
     {nm, kind, a, b, 1, {3, 0}, {{2, 7, 13}, {0}}, {lo, 0}, {hi, 0}, atol, rtol, 0}
 
+/* Convolution-family rows: x [n,c,h,w] and W [a,b,kh,kw] (conv2d: [O,C/g,
+ * KH,KW]; transpose: [C,O/g,KH,KW]); stride, pad, dilation, groups, output
+ * padding. Upsampling: x only, the factor and align_corners. */
+#define OP_CONV_ROW(nm, kind, n, c, h, w, a, b, kh, kw, s, p, dl, g, op, atol, rtol) \
+    {nm, kind, 0, 0, 2, {4, 4}, {{n, c, h, w}, {a, b, kh, kw}}, {-1, -1}, {1, 1}, atol, rtol, 0, \
+     s, p, dl, g, op, 0}
+#define OP_UPSAMPLE_ROW(nm, kind, n, c, h, w, f, al, atol, rtol)                 \
+    {nm, kind, 0, 0, 1, {4, 0}, {{n, c, h, w}, {0}}, {-1, 0}, {1, 0}, atol, rtol, 0, \
+     f, 0, 0, 0, 0, al}
+
+/* rows written before the convolution family's fields (and other
+ * families' rows) leave those fields out: zero, as meant */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const op_case_t op_cases[] = {
     OP_BINARY_ROWS("add", TP_OP_ADD, -1, 1, -1, 1, 1e-6f, 1e-5f),
     OP_BINARY_ROWS("sub", TP_OP_SUB, -1, 1, -1, 1, 1e-6f, 1e-5f),
@@ -93,14 +111,63 @@ static const op_case_t op_cases[] = {
     {"sigmoid_xent_large", TP_OP_SIGMOID_XENT, 0, 0, 2, {2, 2}, {{4, 9}, {4, 9}}, {-200, 0}, {200, 1}, 1e-5f, 1e-5f, 0},
     /* equal elements (the kink of l1 at 0: gradient 0, torch's sign) */
     {"l1_loss_ties", TP_OP_L1_LOSS, 0, 0, 2, {1, 1}, {{40}, {40}}, {-1, -1}, {1, 1}, 1e-6f, 1e-5f, 0.5f},
+    /* the convolution family: sums of up to a few hundred products */
+    OP_CONV_ROW("conv2d_plain", TP_OP_CONV2D, 2, 3, 7, 6, 4, 3, 3, 3, 1, 1, 1, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_dilated", TP_OP_CONV2D, 2, 3, 9, 8, 4, 3, 3, 3, 1, 2, 2, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_dilated_strided", TP_OP_CONV2D, 3, 2, 11, 10, 3, 2, 3, 2, 2, 1, 3, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_groups", TP_OP_CONV2D, 2, 6, 5, 7, 4, 3, 3, 3, 2, 1, 1, 2, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_depthwise", TP_OP_CONV2D, 2, 4, 6, 6, 8, 1, 3, 3, 1, 1, 1, 4, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_1x1_groups", TP_OP_CONV2D, 2, 4, 3, 5, 6, 2, 1, 1, 1, 0, 1, 2, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_batch1", TP_OP_CONV2D, 1, 1, 5, 5, 2, 1, 2, 2, 2, 0, 1, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose", TP_OP_CONV_TRANSPOSE, 2, 4, 4, 4, 4, 3, 4, 4, 2, 1, 1, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_outpad", TP_OP_CONV_TRANSPOSE, 2, 3, 3, 5, 3, 2, 3, 3, 2, 1, 1, 1, 1, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_odd", TP_OP_CONV_TRANSPOSE, 3, 2, 3, 2, 2, 3, 3, 2, 3, 0, 1, 1, 2, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_dilated", TP_OP_CONV_TRANSPOSE, 2, 3, 4, 3, 3, 2, 3, 3, 2, 2, 2, 1, 1, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_groups", TP_OP_CONV_TRANSPOSE, 2, 4, 3, 3, 4, 3, 2, 3, 1, 0, 1, 2, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_depthwise", TP_OP_CONV_TRANSPOSE, 2, 3, 4, 4, 3, 1, 3, 3, 2, 1, 1, 3, 1, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_1x1_batch1", TP_OP_CONV_TRANSPOSE, 1, 3, 4, 5, 3, 2, 1, 1, 1, 0, 1, 1, 0, 1e-5f, 1e-4f),
+    OP_UPSAMPLE_ROW("upsample_nearest_2", TP_OP_UPSAMPLE_NEAREST, 2, 3, 4, 5, 2, 0, 1e-6f, 1e-6f),
+    OP_UPSAMPLE_ROW("upsample_nearest_3_batch1", TP_OP_UPSAMPLE_NEAREST, 1, 2, 3, 1, 3, 0, 1e-6f, 1e-6f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_2", TP_OP_UPSAMPLE_BILINEAR, 2, 3, 4, 5, 2, 0, 1e-6f, 1e-5f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_3_odd", TP_OP_UPSAMPLE_BILINEAR, 1, 2, 3, 7, 3, 0, 1e-6f, 1e-5f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_align_corners", TP_OP_UPSAMPLE_BILINEAR, 2, 2, 4, 3, 2, 1, 1e-6f, 1e-5f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_align_corners_1px", TP_OP_UPSAMPLE_BILINEAR, 1, 2, 1, 3, 4, 1, 1e-6f, 1e-5f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_factor1", TP_OP_UPSAMPLE_BILINEAR, 1, 2, 3, 3, 1, 0, 1e-6f, 1e-5f),
 };
+#pragma GCC diagnostic pop
 
 #define OP_NCASES ((int)(sizeof op_cases / sizeof op_cases[0]))
 
+/* 1 for the convolution family's rows. */
+static inline int op_case_conv(const op_case_t *k) {
+    return k->kind == TP_OP_CONV2D || k->kind == TP_OP_CONV_TRANSPOSE ||
+           k->kind == TP_OP_UPSAMPLE_NEAREST || k->kind == TP_OP_UPSAMPLE_BILINEAR;
+}
+
 /* The output shape of a row: its inputs broadcast (NumPy's rule); a
- * loss's is a scalar. */
+ * loss's is a scalar; the convolution family's as its builders say. */
 static inline tp_shape_t op_case_out(const op_case_t *k) {
     tp_shape_t o = {0};
+    if (op_case_conv(k)) {
+        const int64_t *x = k->d[0], *w = k->d[1];
+        const int64_t s = k->stride, p = k->pad, dl = k->dilation;
+        o.ndim = 4;
+        o.d[0] = x[0];
+        if (k->kind == TP_OP_CONV2D) {
+            o.d[1] = w[0];
+            o.d[2] = (x[2] + 2 * p - dl * (w[2] - 1) - 1) / s + 1;
+            o.d[3] = (x[3] + 2 * p - dl * (w[3] - 1) - 1) / s + 1;
+        } else if (k->kind == TP_OP_CONV_TRANSPOSE) {
+            o.d[1] = w[1] * k->groups;
+            o.d[2] = (x[2] - 1) * s - 2 * p + dl * (w[2] - 1) + k->out_pad + 1;
+            o.d[3] = (x[3] - 1) * s - 2 * p + dl * (w[3] - 1) + k->out_pad + 1;
+        } else {
+            o.d[1] = x[1];
+            o.d[2] = x[2] * s;
+            o.d[3] = x[3] * s;
+        }
+        return o;
+    }
     if (k->kind == TP_OP_MSE || k->kind == TP_OP_L1_LOSS ||
         k->kind == TP_OP_HUBER_LOSS || k->kind == TP_OP_SIGMOID_XENT)
         return o;
@@ -123,6 +190,23 @@ static inline tp_shape_t op_case_in(const op_case_t *k, int p) {
     for (int j = 0; j < k->nd[p]; j++)
         s.d[j] = k->d[p][j];
     return s;
+}
+
+/* A row's attributes as its builder would set them (the convolution
+ * family's; alpha and beta for the rest). */
+static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
+    a->alpha = k->alpha;
+    a->beta = k->beta;
+    if (!op_case_conv(k))
+        return;
+    a->kh = (int)k->d[1][2];
+    a->kw = (int)k->d[1][3];
+    a->sh = a->sw = k->stride;
+    a->ph = a->pw = k->pad;
+    a->dh = a->dw = k->dilation;
+    a->groups = k->groups;
+    a->oph = a->opw = k->out_pad;
+    a->align_corners = k->align;
 }
 
 #endif

@@ -70,8 +70,7 @@ static void s_dump(void) {
     for (int ci = 0; ci < OP_NCASES; ci++) {
         const op_case_t *k = &op_cases[ci];
         tp_op_attr_t attr = {0};
-        attr.alpha = k->alpha;
-        attr.beta = k->beta;
+        op_case_attr(k, &attr);
         tp_shape_t xs[2], ys = op_case_out(k);
         float *x[2] = {NULL, NULL}, *dx[2] = {NULL, NULL};
         const void *xc[2];
@@ -104,6 +103,12 @@ static void s_dump(void) {
         c.dx = dx;
         c.dx_acc = acc;
         c.dy = dy;
+        float *ws = NULL; /* the convolution family's scratch */
+        c.workspace_bytes = b->ops->op_workspace(b, &c);
+        if (c.workspace_bytes) {
+            ws = malloc(c.workspace_bytes);
+            c.workspace = ws;
+        }
         cr_assert_eq(b->ops->op_forward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         cr_assert_eq(b->ops->op_backward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         fprintf(m, "{\"label\": \"%s\", \"op\": \"%s\", \"alpha\": %.9g, \"beta\": %.9g, "
@@ -121,7 +126,10 @@ static void s_dump(void) {
             snprintf(what, sizeof what, "dx%d", p);
             s_write(k->label, what, dx[p], tp_shape_count(&xs[p]));
         }
-        fprintf(m, "]}\n");
+        fprintf(m, "], \"stride\": %d, \"pad\": %d, \"dilation\": %d, \"groups\": %d, "
+                   "\"out_pad\": %d, \"align\": %d}\n", k->stride, k->pad, k->dilation,
+                k->groups, k->out_pad, k->align);
+        free(ws);
         s_write(k->label, "y", y, ny);
         s_write(k->label, "dy", dy, ny);
         for (int p = 0; p < k->ninputs; p++) {

@@ -67,6 +67,18 @@ OPS = {
     "l1_loss": lambda x, r: F.l1_loss(x[0], x[1]),
     "huber_loss": lambda x, r: F.huber_loss(x[0], x[1], delta=r["alpha"]),
     "sigmoid_xent": lambda x, r: F.binary_cross_entropy_with_logits(x[0], x[1]),
+    # the convolution family: NCHW, W as torch lays it out (conv [O,C/g,..],
+    # transpose [C,O/g,..]); upsampling by the row's integer factor
+    "conv2d": lambda x, r: F.conv2d(x[0], x[1], stride=r["stride"], padding=r["pad"],
+                                    dilation=r["dilation"], groups=r["groups"]),
+    "conv2d_transpose": lambda x, r: F.conv_transpose2d(
+        x[0], x[1], stride=r["stride"], padding=r["pad"], output_padding=r["out_pad"],
+        groups=r["groups"], dilation=r["dilation"]),
+    "upsample_nearest": lambda x, r: F.interpolate(x[0], scale_factor=r["stride"],
+                                                   mode="nearest"),
+    "upsample_bilinear": lambda x, r: F.interpolate(x[0], scale_factor=r["stride"],
+                                                    mode="bilinear",
+                                                    align_corners=bool(r["align"])),
 }
 
 
