@@ -10,7 +10,7 @@ The same model, data and schedule: encoder conv 1->16 (3x3, stride 2, pad 1)
 (4x4, s2, p1) + relu, ConvTranspose2d 16->1 (4x4, s2, p1) + sigmoid; MSE
 against the pixels in [0,1]; Adam 1e-3 (betas 0.9/0.999, eps 1e-8), batch
 128, the training split reshuffled every epoch, the last partial batch
-kept. --init he draws the weights as towerpack does (He normal over the
+dropped (468 steps an epoch, as towerpack's `batch 128`). --init he draws the weights as towerpack does (He normal over the
 fan-in, biases zero; a transposed conv's fan-in is W's dim 1 x KH x KW, as
 PyTorch counts it); torch (the default) keeps PyTorch's own initialisation.
 Prints one JSON line with test_mse over the whole test split (10000 images)
@@ -88,7 +88,7 @@ def main():
     for _ in range(a.epochs):
         t0 = time.time()
         perm = torch.randperm(train.shape[0])
-        for i in range(0, train.shape[0], 128):
+        for i in range(0, train.shape[0] - 127, 128):
             x = train[perm[i:i + 128]]
             loss = F.mse_loss(model(x), x)
             opt.zero_grad()
