@@ -9,14 +9,17 @@
  *            Adam 1e-3, batch 128.
  *
  *   build/bin/example-autoencoder [--epochs N] [--json] [--onnx FILE]
- *                                 [--device N] [--threads N] [--tiny]
- *                                 [--logdir DIR]
+ *                                 [--recon FILE] [--device N] [--threads N]
+ *                                 [--tiny] [--logdir DIR]
  *
  * Trains with the stock launcher, then runs the trained model's inference
  * graph over the whole test split: prints the test MSE (with --json, one
  * JSON line on stdout and nothing else there), writes LOGDIR/reconstructions.png
  * (16 test images, originals above their reconstructions) and, with
- * --onnx, exports the reconstruction as an ONNX model. tests/tools/
+ * --onnx, exports the reconstruction as an ONNX model (--recon FILE: the
+ * PNG's 16 reconstructions as raw float32 [16,1,28,28], which
+ * tests/tools/autoencoder_check.py compares with OpenCV's DNN module
+ * running the ONNX file). tests/tools/
  * autoencoder_torch.py is the same model in PyTorch; docs/performance.md
  * has both test MSEs. --tiny: 3 steps, two test batches (the ctest). */
 #include <towerpack/towerpack.h>
@@ -59,17 +62,17 @@ static tp_optimizer_t *optimizer(void *user) {
 
 typedef struct {
     int tiny, json, epochs, device, threads;
-    const char *logdir, *onnx;
+    const char *logdir, *onnx, *recon;
 } args_t;
 
 static void usage(const char *prog) {
-    fprintf(stderr, "usage: %s [--epochs N] [--json] [--onnx FILE] [--device N] "
-                    "[--threads N] [--tiny] [--logdir DIR]\n", prog);
+    fprintf(stderr, "usage: %s [--epochs N] [--json] [--onnx FILE] [--recon FILE] "
+                    "[--device N] [--threads N] [--tiny] [--logdir DIR]\n", prog);
     exit(2);
 }
 
 static args_t parse(int argc, char **argv) {
-    args_t a = {0, 0, 5, -1, 0, "train_log/example-autoencoder", NULL};
+    args_t a = {0, 0, 5, -1, 0, "train_log/example-autoencoder", NULL, NULL};
     int epochs_given = 0;
     for (int i = 1; i < argc; i++) {
         const int more = i + 1 < argc;
@@ -81,6 +84,8 @@ static args_t parse(int argc, char **argv) {
             a.logdir = argv[++i];
         else if (!strcmp(argv[i], "--onnx") && more)
             a.onnx = argv[++i];
+        else if (!strcmp(argv[i], "--recon") && more)
+            a.recon = argv[++i];
         else if (!strcmp(argv[i], "--epochs") && more && (a.epochs = atoi(argv[++i])) > 0)
             epochs_given = 1;
         else if (!strcmp(argv[i], "--device") && more)
@@ -102,7 +107,10 @@ static int fail(const char *what) {
 
 /* Originals (top row) above their reconstructions: a [56, 28 SHOWN] grey
  * PNG in the log directory. */
-static tp_status_t write_png(const char *logdir, const uint8_t *img, const float *rec) {
+static tp_status_t write_png(const char *logdir, const uint8_t *img, const float *rec,
+                             const char *recon) {
+    if (recon) /* the same reconstructions as raw float32, for the ONNX check */
+        TP_TRY(tp_file_write_atomic(recon, rec, sizeof(float) * SHOWN * 784));
     enum { W = 28 * SHOWN, H = 56 };
     static uint8_t pix[H * W];
     for (int k = 0; k < SHOWN; k++)
@@ -130,7 +138,7 @@ static tp_status_t write_png(const char *logdir, const uint8_t *img, const float
  * its first `limit` batches), summed in double; the first SHOWN images and
  * reconstructions go to the PNG. */
 static tp_status_t evaluate(tp_predictor_t *pr, int limit, const char *logdir,
-                            double *mse, int64_t *images) {
+                            const char *recon, double *mse, int64_t *images) {
     tp_dataflow_t *test = NULL;
     TP_TRY(tp_spec_parse("fashion-mnist:test,shuffle=0 | batch 500 remainder", &test));
     tp_status_t rc = tp_dataflow_reset_state(test, 1, 0);
@@ -157,7 +165,7 @@ static tp_status_t evaluate(tp_predictor_t *pr, int limit, const char *logdir,
                 sum += d * d;
             }
             if (n == 0 && views[0].shape[0] >= SHOWN && logdir)
-                rc = write_png(logdir, img, rec);
+                rc = write_png(logdir, img, rec, recon);
             n += views[0].shape[0];
             tp_tensor_fini(&out);
         }
@@ -207,7 +215,7 @@ int main(int argc, char **argv) {
     }
     double mse = 0;
     int64_t images = 0;
-    tp_status_t rc = evaluate(pr, a.tiny ? 2 : 0, a.logdir, &mse, &images);
+    tp_status_t rc = evaluate(pr, a.tiny ? 2 : 0, a.logdir, a.recon, &mse, &images);
     if (rc >= 0 && a.onnx)
         rc = tp_predictor_export_onnx(pr, a.onnx);
     tp_predictor_destroy(&pr);
