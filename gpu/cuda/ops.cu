@@ -313,6 +313,12 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
      * its output to its input (xd its y, yd its x; W [C,O/g,KH,KW] is that
      * conv's filter as it stands), run backward-data first */
     const int tr = c->kind == TP_OP_CONV_TRANSPOSE;
+    if (tr && (a->oph >= a->sh || a->opw >= a->sw))
+        /* the conv from y back to x would make x one row larger */
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: output padding %d not below the "
+                        "stride %d (allowed by dilation %d): cuDNN's transposed "
+                        "convolution needs it below the stride", c->name, a->oph,
+                        a->sh, a->dh);
     TP_TRY(s_nchw_desc(e->xd, tr ? &c->yshape : &c->xshape[0]));
     TP_TRY(s_nchw_desc(e->yd, tr ? &c->xshape[0] : &c->yshape));
     const tp_shape_t *w = &c->xshape[1];

@@ -53,12 +53,14 @@ typedef struct {
 /* Convolution-family rows: x [n,c,h,w] and W [a,b,kh,kw] (conv2d: [O,C/g,
  * KH,KW]; transpose: [C,O/g,KH,KW]); stride, pad, dilation, groups, output
  * padding. Upsampling: x only, the factor and align_corners. */
-#define OP_CONV_ROW(nm, kind, n, c, h, w, a, b, kh, kw, s, p, dl, g, op, atol, rtol) \
-    {nm, kind, 0, 0, 2, {4, 4}, {{n, c, h, w}, {a, b, kh, kw}}, {-1, -1}, {1, 1}, atol, rtol, 0, \
-     s, p, dl, g, op, 0}
-#define OP_UPSAMPLE_ROW(nm, kind, n, c, h, w, f, al, atol, rtol)                 \
-    {nm, kind, 0, 0, 1, {4, 0}, {{n, c, h, w}, {0}}, {-1, 0}, {1, 0}, atol, rtol, 0, \
-     f, 0, 0, 0, 0, al}
+#define OP_CONV_ROW(nm, k, n, c, h, w, a, b, kh, kw, s, p, dl, g, op, at, rt)  \
+    {.label = nm, .kind = k, .ninputs = 2, .nd = {4, 4},                       \
+     .d = {{n, c, h, w}, {a, b, kh, kw}}, .lo = {-1, -1}, .hi = {1, 1},         \
+     .atol = at, .rtol = rt, .stride = s, .pad = p, .dilation = dl, .groups = g, \
+     .out_pad = op}
+#define OP_UPSAMPLE_ROW(nm, k, n, c, h, w, f, al, at, rt)                     \
+    {.label = nm, .kind = k, .ninputs = 1, .nd = {4}, .d = {{n, c, h, w}},      \
+     .lo = {-1}, .hi = {1}, .atol = at, .rtol = rt, .stride = f, .align = al}
 
 /* rows written before the convolution family's fields (and other
  * families' rows) leave those fields out: zero, as meant */
@@ -192,11 +194,9 @@ static inline tp_shape_t op_case_in(const op_case_t *k, int p) {
     return s;
 }
 
-/* A row's attributes as its builder would set them (the convolution
- * family's; alpha and beta for the rest). */
+/* A convolution-family row's attributes as its builder would set them
+ * (other rows: nothing). */
 static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
-    a->alpha = k->alpha;
-    a->beta = k->beta;
     if (!op_case_conv(k))
         return;
     a->kh = (int)k->d[1][2];

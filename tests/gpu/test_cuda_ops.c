@@ -573,7 +573,8 @@ Test(cuda_ops, elementwise_every_op_case) {
     for (int ci = 0; ci < OP_NCASES; ci++) {
         const op_case_t *row = &op_cases[ci];
         s_case_t k = s_base(row->kind);
-        op_case_attr(row, &k.attr); /* alpha, beta; the conv family's too */
+        k.attr.alpha = row->alpha;
+        k.attr.beta = row->beta;
         k.ninputs = row->ninputs;
         for (int p = 0; p < row->ninputs; p++) {
             k.xs[p] = op_case_in(row, p);
@@ -581,6 +582,7 @@ Test(cuda_ops, elementwise_every_op_case) {
             k.hi[p] = row->hi[p];
             k.grad[p] = row->kind != TP_OP_STOP_GRADIENT;
         }
+        op_case_attr(row, &k.attr); /* the convolution family's attributes */
         k.ys = op_case_out(row);
         cr_log_info("elementwise case %s", row->label);
         s_check_op(&k, 100 + (uint64_t)ci);

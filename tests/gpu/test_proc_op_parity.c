@@ -70,7 +70,8 @@ static void s_dump(void) {
     for (int ci = 0; ci < OP_NCASES; ci++) {
         const op_case_t *k = &op_cases[ci];
         tp_op_attr_t attr = {0};
-        op_case_attr(k, &attr);
+        attr.alpha = k->alpha;
+        attr.beta = k->beta;
         tp_shape_t xs[2], ys = op_case_out(k);
         float *x[2] = {NULL, NULL}, *dx[2] = {NULL, NULL};
         const void *xc[2];
@@ -103,7 +104,8 @@ static void s_dump(void) {
         c.dx = dx;
         c.dx_acc = acc;
         c.dy = dy;
-        float *ws = NULL; /* the convolution family's scratch */
+        op_case_attr(k, &attr); /* the convolution family's attributes */
+        float *ws = NULL;       /* and its scratch */
         c.workspace_bytes = b->ops->op_workspace(b, &c);
         if (c.workspace_bytes) {
             ws = malloc(c.workspace_bytes);
