@@ -10,7 +10,7 @@
  *
  *   build/bin/example-autoencoder [--epochs N] [--json] [--onnx FILE]
  *                                 [--recon FILE] [--device N] [--threads N]
- *                                 [--tiny] [--logdir DIR]
+ *                                 [--seed S] [--tiny] [--logdir DIR]
  *
  * Trains with the stock launcher, then runs the trained model's inference
  * graph over the whole test split: prints the test MSE (with --json, one
@@ -62,17 +62,18 @@ static tp_optimizer_t *optimizer(void *user) {
 
 typedef struct {
     int tiny, json, epochs, device, threads;
+    uint64_t seed; /* initial weights and the data's order (default 1) */
     const char *logdir, *onnx, *recon;
 } args_t;
 
 static void usage(const char *prog) {
     fprintf(stderr, "usage: %s [--epochs N] [--json] [--onnx FILE] [--recon FILE] "
-                    "[--device N] [--threads N] [--tiny] [--logdir DIR]\n", prog);
+                    "[--device N] [--threads N] [--seed S] [--tiny] [--logdir DIR]\n", prog);
     exit(2);
 }
 
 static args_t parse(int argc, char **argv) {
-    args_t a = {0, 0, 5, -1, 0, "train_log/example-autoencoder", NULL, NULL};
+    args_t a = {0, 0, 5, -1, 0, 1, "train_log/example-autoencoder", NULL, NULL};
     int epochs_given = 0;
     for (int i = 1; i < argc; i++) {
         const int more = i + 1 < argc;
@@ -92,6 +93,8 @@ static args_t parse(int argc, char **argv) {
             a.device = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && more)
             a.threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && more)
+            a.seed = strtoull(argv[++i], NULL, 10);
         else
             usage(argv[0]);
     }
@@ -194,6 +197,7 @@ int main(int argc, char **argv) {
     cfg.infer_batch = 500; /* the inference graph the test pass runs */
     cfg.device = a.device;
     cfg.threads = a.threads;
+    cfg.seed = a.seed;
     cfg.max_epoch = a.epochs;
     cfg.steps_per_epoch = a.tiny ? 3 : 0;
     cfg.logdir = a.logdir;
@@ -224,8 +228,8 @@ int main(int argc, char **argv) {
         return fail(a.onnx ? "test pass or ONNX export" : "test pass");
     if (a.json)
         printf("{\"model\": \"autoencoder\", \"epochs\": %d, \"test_mse\": %.6f, "
-               "\"test_images\": %lld, \"device\": %d}\n",
-               a.epochs, mse, (long long)images, a.device);
+               "\"test_images\": %lld, \"device\": %d, \"seed\": %llu}\n",
+               a.epochs, mse, (long long)images, a.device, (unsigned long long)a.seed);
     else
         printf("test MSE %.6f over %lld test images; %s/reconstructions.png%s%s\n", mse,
                (long long)images, a.logdir, a.onnx ? "; ONNX: " : "", a.onnx ? a.onnx : "");
