@@ -46,6 +46,12 @@ typedef struct tp_op_attr {
     int64_t dims_a[TP_MAX_DIMS]; /* transpose: the permutation; slice:
                                     start; pad: before (per axis) */
     int64_t dims_b[TP_MAX_DIMS]; /* slice: step; pad: after */
+    /* the convolution family: 0 reads as the default (1), so attributes
+     * made before these fields existed keep their meaning */
+    int dh, dw;       /* dilation (conv2d, conv2d_transpose) */
+    int groups;       /* channel groups (conv2d, conv2d_transpose) */
+    int oph, opw;     /* conv2d_transpose: output padding (bottom, right) */
+    int align_corners; /* upsample_bilinear: PyTorch's align_corners */
 } tp_op_attr_t;
 
 #define TP_ACT_NONE 0

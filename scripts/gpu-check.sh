@@ -80,12 +80,15 @@ prepare() {
         grep -qxF "$p" "$excl" 2>/dev/null || echo "$p" >>"$excl"
     done
     cmake -S . -B "$build" -DTP_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DTP_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+        -DTP_BUILD_EXAMPLES=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    # example-autoencoder: the convolution family's model on the GPU (exec
+    # .gpu/bin/example-autoencoder --device 0 --epochs 1 --json --logdir DIR)
     make -C "$build" -j"${JOBS:-1}" tp-bench tp-train test_cuda_ops \
-        test_cuda_probe test_cuda_predict test_gpu_tracker towerpack_cuda
+        test_cuda_probe test_cuda_predict test_gpu_tracker towerpack_cuda \
+        example-autoencoder
     rm -rf .gpu .gpu-pack .gpu-data
     mkdir -p .gpu/bin .gpu/lib .gpu-pack .gpu-data
-    cp "$build"/bin/{tp-bench,tp-train,test_cuda_ops,test_cuda_probe,test_cuda_predict,test_gpu_tracker} .gpu/bin/
+    cp "$build"/bin/{tp-bench,tp-train,test_cuda_ops,test_cuda_probe,test_cuda_predict,test_gpu_tracker,example-autoencoder} .gpu/bin/
     cp -a "$build"/lib/libtowerpack.so* "$build"/lib/libtowerpack_cuda.so .gpu/lib/
     # every library the programs load, except glibc's own and CUDA's
     local skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart|libcublas|libcublasLt|libcudnn|libnccl|libtowerpack)'

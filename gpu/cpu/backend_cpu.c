@@ -194,7 +194,8 @@ static void s_blas_leave(void) {
 }
 
 static int s_uses_blas(const tp_op_call_t *c) {
-    return c->kind == TP_OP_MATMUL || c->kind == TP_OP_CONV2D;
+    return c->kind == TP_OP_MATMUL || c->kind == TP_OP_CONV2D ||
+           c->kind == TP_OP_CONV_TRANSPOSE; /* the convolution family */
 }
 
 struct tp_stream {

@@ -18,6 +18,7 @@
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_loss.h"
 #include "gpu/cpu/ops_shape.h"
+#include "gpu/cpu/ops_conv.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -90,8 +91,6 @@ static void s_matmul_bwd(const tp_op_call_t *c) {
                     k);
 }
 
-/* ---- conv2d ------------------------------------------------------------- */
-
 /* Sum of n floats in 8 interleaved lanes (vectorisable, fixed order). */
 static float s_sum(const float *restrict r, size_t n) {
     float lane[8] = {0};
@@ -108,232 +107,7 @@ static float s_sum(const float *restrict r, size_t n) {
 }
 
 
-typedef struct {
-    int c, h, w, o, kh, kw, sh, sw, ph, pw, oh, ow;
-} s_conv_t;
-
-static s_conv_t s_conv_dims(const tp_op_call_t *c) {
-    s_conv_t d;
-    d.c = (int)c->xshape[0].d[1];
-    d.h = (int)c->xshape[0].d[2];
-    d.w = (int)c->xshape[0].d[3];
-    d.o = (int)c->xshape[1].d[0];
-    d.kh = c->attr->kh;
-    d.kw = c->attr->kw;
-    d.sh = c->attr->sh;
-    d.sw = c->attr->sw;
-    d.ph = c->attr->ph;
-    d.pw = c->attr->pw;
-    d.oh = (int)c->yshape.d[2];
-    d.ow = (int)c->yshape.d[3];
-    return d;
-}
-
-static int s_conv_direct(const s_conv_t *d) {
-    return d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 &&
-           d->ph == 0 && d->pw == 0;
-}
-
-/* col[(c*KH+i)*KW+j][oy*OW+ox] = x[c][oy*SH-PH+i][ox*SW-PW+j] or 0; rows
- * of col are `ld` floats apart (several samples side by side). */
-static void s_im2col(const s_conv_t *d, const float *x, float *col,
-                     size_t ld) {
-    const size_t p = ld;
-    for (int ch = 0; ch < d->c; ch++) {
-        const float *xc = x + (size_t)ch * d->h * d->w;
-        for (int i = 0; i < d->kh; i++)
-            for (int j = 0; j < d->kw; j++) {
-                float *row = col + ((size_t)(ch * d->kh + i) * d->kw + j) * p;
-                for (int oy = 0; oy < d->oh; oy++) {
-                    int iy = oy * d->sh - d->ph + i;
-                    float *r = row + (size_t)oy * d->ow;
-                    if (iy < 0 || iy >= d->h) {
-                        memset(r, 0, sizeof(float) * (size_t)d->ow);
-                        continue;
-                    }
-                    const float *xr = xc + (size_t)iy * d->w;
-                    if (d->sw == 1) {
-                        /* the in-bounds run: 0 <= ox - PW + j < W */
-                        int lo = d->pw - j, hi = d->w + d->pw - j;
-                        lo = lo < 0 ? 0 : (lo > d->ow ? d->ow : lo);
-                        hi = hi > d->ow ? d->ow : (hi < lo ? lo : hi);
-                        for (int ox = 0; ox < lo; ox++)
-                            r[ox] = 0.0f;
-                        if (hi > lo)
-                            memcpy(r + lo, xr + lo - d->pw + j,
-                                   sizeof(float) * (size_t)(hi - lo));
-                        for (int ox = hi; ox < d->ow; ox++)
-                            r[ox] = 0.0f;
-                    } else {
-                        for (int ox = 0; ox < d->ow; ox++) {
-                            int ix = ox * d->sw - d->pw + j;
-                            r[ox] = (ix >= 0 && ix < d->w) ? xr[ix] : 0.0f;
-                        }
-                    }
-                }
-            }
-    }
-}
-
-/* The adjoint of s_im2col: dx += scatter(col). */
-static void s_col2im(const s_conv_t *d, const float *col, float *dx,
-                     size_t ld) {
-    const size_t p = ld;
-    for (int ch = 0; ch < d->c; ch++) {
-        float *xc = dx + (size_t)ch * d->h * d->w;
-        for (int i = 0; i < d->kh; i++)
-            for (int j = 0; j < d->kw; j++) {
-                const float *row =
-                    col + ((size_t)(ch * d->kh + i) * d->kw + j) * p;
-                for (int oy = 0; oy < d->oh; oy++) {
-                    int iy = oy * d->sh - d->ph + i;
-                    if (iy < 0 || iy >= d->h)
-                        continue;
-                    const float *r = row + (size_t)oy * d->ow;
-                    float *xr = xc + (size_t)iy * d->w;
-                    if (d->sw == 1) {
-                        int lo = d->pw - j, hi = d->w + d->pw - j;
-                        lo = lo < 0 ? 0 : lo;
-                        hi = hi > d->ow ? d->ow : hi;
-                        float *restrict dst = xr - d->pw + j;
-                        const float *restrict src = r;
-                        for (int ox = lo; ox < hi; ox++)
-                            dst[ox] += src[ox];
-                        continue;
-                    }
-                    for (int ox = 0; ox < d->ow; ox++) {
-                        int ix = ox * d->sw - d->pw + j;
-                        if (ix >= 0 && ix < d->w)
-                            xr[ix] += r[ox];
-                    }
-                }
-            }
-    }
-}
-
-/* Samples per GEMM: several samples' columns side by side make the product
- * wide enough to run near peak; bounded so the buffers stay cache-sized. */
-static int s_conv_group(const s_conv_t *d) {
-    const size_t ckk = (size_t)d->c * d->kh * d->kw, p = (size_t)d->oh * d->ow;
-    const size_t rows = ckk > (size_t)d->o ? ckk : (size_t)d->o;
-    size_t g = ((size_t)1 << 19) / (rows * p);
-    return (int)(g < 1 ? 1 : g > 64 ? 64 : g);
-}
-
-static size_t s_conv_ws(const tp_op_call_t *c) {
-    s_conv_t d = s_conv_dims(c);
-    size_t ckk = (size_t)d.c * d.kh * d.kw, p = (size_t)d.oh * d.ow;
-    size_t g = (size_t)s_conv_group(&d);
-    if (g > (size_t)c->xshape[0].d[0])
-        g = (size_t)c->xshape[0].d[0];
-    /* col (or dcol) [CKK, g*P] and the O-major output [O, g*P] */
-    return (ckk + (size_t)d.o) * g * p * sizeof(float);
-}
-
-static void s_conv_fwd(const tp_op_call_t *c) {
-    s_conv_t d = s_conv_dims(c);
-    const int n = (int)c->xshape[0].d[0];
-    const int ckk = d.c * d.kh * d.kw, p = d.oh * d.ow;
-    const size_t xsz = (size_t)d.c * d.h * d.w;
-    const float *x = c->x[0], *w = c->x[1];
-    const float *bias = c->ninputs > 2 ? c->x[2] : NULL;
-    float *y = c->y;
-    if (s_conv_direct(&d)) {
-        for (int b = 0; b < n; b++) {
-            float *yb = y + (size_t)b * d.o * p;
-            if (bias)
-                for (int o = 0; o < d.o; o++)
-                    for (int k = 0; k < p; k++)
-                        yb[(size_t)o * p + k] = bias[o];
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.o, p, ckk,
-                        1.0f, w, ckk, x + (size_t)b * xsz, p,
-                        bias ? 1.0f : 0.0f, yb, p);
-        }
-        return;
-    }
-    const int group = s_conv_group(&d);
-    for (int b0 = 0; b0 < n; b0 += group) {
-        const int g = n - b0 < group ? n - b0 : group;
-        const size_t ld = (size_t)g * p;
-        float *col = c->workspace, *out = col + (size_t)ckk * ld;
-        for (int s = 0; s < g; s++)
-            s_im2col(&d, x + (size_t)(b0 + s) * xsz, col + (size_t)s * p, ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.o, (int)ld,
-                    ckk, 1.0f, w, ckk, col, (int)ld, 0.0f, out, (int)ld);
-        /* back to NCHW, adding the bias on the way (no extra pass) */
-        for (int s = 0; s < g; s++)
-            for (int o = 0; o < d.o; o++) {
-                float *restrict dst = y + ((size_t)(b0 + s) * d.o + o) * p;
-                const float *restrict src = out + (size_t)o * ld + (size_t)s * p;
-                const float bo = bias ? bias[o] : 0.0f;
-                for (int k = 0; k < p; k++)
-                    dst[k] = src[k] + bo;
-            }
-    }
-}
-
-/* db[o] (+)= sum of dy over batch and pixels; `first` overwrites. */
-static void s_conv_bias_grad(const s_conv_t *d, const float *dy, int n,
-                             float *db, int acc) {
-    const size_t p = (size_t)d->oh * d->ow;
-    if (!acc)
-        memset(db, 0, sizeof(float) * (size_t)d->o);
-    for (int b = 0; b < n; b++)
-        for (int o = 0; o < d->o; o++)
-            db[o] += s_sum(dy + ((size_t)b * d->o + o) * p, p);
-}
-
-static void s_conv_bwd(const tp_op_call_t *c) {
-    s_conv_t d = s_conv_dims(c);
-    const int n = (int)c->xshape[0].d[0];
-    const int ckk = d.c * d.kh * d.kw, p = d.oh * d.ow;
-    const size_t xsz = (size_t)d.c * d.h * d.w;
-    const float *x = c->x[0], *w = c->x[1], *dy = c->dy;
-    float *dx = c->dx[0], *dw = c->dx[1];
-    if (c->ninputs > 2 && c->dx[2])
-        s_conv_bias_grad(&d, dy, n, c->dx[2], c->dx_acc[2]);
-    if (s_conv_direct(&d)) {
-        for (int b = 0; b < n; b++) {
-            const float *dyb = dy + (size_t)b * d.o * p;
-            if (dw)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.o, ckk, p,
-                            1.0f, dyb, p, x + (size_t)b * xsz, p,
-                            (b == 0 && !c->dx_acc[1]) ? 0.0f : 1.0f, dw, ckk);
-            if (dx)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, p,
-                            d.o, 1.0f, w, ckk, dyb, p,
-                            c->dx_acc[0] ? 1.0f : 0.0f, dx + (size_t)b * xsz, p);
-        }
-        return;
-    }
-    const int group = s_conv_group(&d);
-    for (int b0 = 0; b0 < n; b0 += group) {
-        const int g = n - b0 < group ? n - b0 : group;
-        const size_t ld = (size_t)g * p;
-        float *col = c->workspace, *gdy = col + (size_t)ckk * ld;
-        for (int s = 0; s < g; s++)
-            for (int o = 0; o < d.o; o++)
-                memcpy(gdy + (size_t)o * ld + (size_t)s * p,
-                       dy + ((size_t)(b0 + s) * d.o + o) * p, sizeof(float) * p);
-        if (dw) {
-            for (int s = 0; s < g; s++)
-                s_im2col(&d, x + (size_t)(b0 + s) * xsz, col + (size_t)s * p, ld);
-            float beta = (b0 == 0 && !c->dx_acc[1]) ? 0.0f : 1.0f;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.o, ckk,
-                        (int)ld, 1.0f, gdy, (int)ld, col, (int)ld, beta, dw, ckk);
-        }
-        if (dx) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)ld,
-                        d.o, 1.0f, w, ckk, gdy, (int)ld, 0.0f, col, (int)ld);
-            for (int s = 0; s < g; s++) {
-                float *dxb = dx + (size_t)(b0 + s) * xsz;
-                if (!c->dx_acc[0])
-                    memset(dxb, 0, xsz * sizeof(float));
-                s_col2im(&d, col + (size_t)s * p, dxb, ld);
-            }
-        }
-    }
-}
+/* conv2d itself: the convolution family's file, ops_conv.c */
 
 /* ---- bias, activations, scale, add -------------------------------------- */
 
@@ -900,8 +674,6 @@ static void s_cast_fwd(const tp_op_call_t *c) {
 
 static size_t s_workspace(const tp_op_call_t *c) {
     switch (c->kind) {
-    case TP_OP_CONV2D:
-        return s_conv_ws(c);
     case TP_OP_MAX_POOL:
         return s_count(&c->yshape) * sizeof(int32_t);
     case TP_OP_BATCH_NORM:
@@ -910,6 +682,9 @@ static size_t s_workspace(const tp_op_call_t *c) {
         return s_count(&c->yshape) * sizeof(float);
     case TP_OP_SOFTMAX_XENT:
         return s_count(&c->xshape[0]) * sizeof(float);
+    case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
+    case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family: ops_conv.c */
+        return tp_cpu_conv_workspace(c);
     default:
         return 0;
     }
@@ -918,7 +693,6 @@ static size_t s_workspace(const tp_op_call_t *c) {
 static tp_status_t s_forward(const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_MATMUL: s_matmul_fwd(c); break;
-    case TP_OP_CONV2D: s_conv_fwd(c); break;
     case TP_OP_BIAS_ADD: s_bias_fwd(c); break;
     case TP_OP_MAX_POOL: s_pool_fwd(c, 1); break;
     case TP_OP_AVG_POOL: s_pool_fwd(c, 0); break;
@@ -941,6 +715,9 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     case TP_OP_BROADCAST_TO: case TP_OP_GATHER:
     case TP_OP_ONE_HOT: /* the shape family: ops_shape.c */
         return tp_cpu_shape_forward(c);
+    case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
+    case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family: ops_conv.c */
+        return tp_cpu_conv_forward(c);
     default: /* the elementwise family: ops_elementwise.c */
         return tp_cpu_elementwise_forward(c);
     }
@@ -950,7 +727,6 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
 static tp_status_t s_backward(const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_MATMUL: s_matmul_bwd(c); break;
-    case TP_OP_CONV2D: s_conv_bwd(c); break;
     case TP_OP_BIAS_ADD: s_bias_bwd(c); break;
     case TP_OP_MAX_POOL: s_pool_bwd(c, 1); break;
     case TP_OP_AVG_POOL: s_pool_bwd(c, 0); break;
@@ -966,6 +742,9 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
     case TP_OP_TRANSPOSE: case TP_OP_SLICE: case TP_OP_CONCAT: case TP_OP_PAD:
     case TP_OP_BROADCAST_TO: case TP_OP_GATHER: case TP_OP_ONE_HOT:
         return tp_cpu_shape_backward(c);
+    case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
+    case TP_OP_UPSAMPLE_BILINEAR:
+        return tp_cpu_conv_backward(c);
     default:
         return tp_cpu_elementwise_backward(c);
     }

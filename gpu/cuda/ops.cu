@@ -27,6 +27,7 @@
 #include "gpu/cuda/ops_elementwise.h"
 #include "gpu/cuda/ops_loss.h"
 #include "gpu/cuda/ops_shape.h"
+#include "gpu/cuda/ops_conv.h"
 
 #define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
 #define TP_L2_BLOCKS 64
@@ -310,8 +311,18 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
                                 const tp_op_call_t *c, size_t budget,
                                 int planning) {
     const tp_op_attr_t *a = c->attr;
-    TP_TRY(s_nchw_desc(e->xd, &c->xshape[0]));
-    TP_TRY(s_nchw_desc(e->yd, &c->yshape));
+    /* the convolution family: a transposed convolution is the conv from
+     * its output to its input (xd its y, yd its x; W [C,O/g,KH,KW] is that
+     * conv's filter as it stands), run backward-data first */
+    const int tr = c->kind == TP_OP_CONV_TRANSPOSE;
+    if (tr && (a->oph >= a->sh || a->opw >= a->sw))
+        /* the conv from y back to x would make x one row larger */
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: output padding %d not below the "
+                        "stride %d (allowed by dilation %d): cuDNN's transposed "
+                        "convolution needs it below the stride", c->name, a->oph,
+                        a->sh, a->dh);
+    TP_TRY(s_nchw_desc(e->xd, tr ? &c->yshape : &c->xshape[0]));
+    TP_TRY(s_nchw_desc(e->yd, tr ? &c->xshape[0] : &c->yshape));
     const tp_shape_t *w = &c->xshape[1];
     TP_CUDA_CHECK(cudnnSetFilter4dDescriptor(e->wd, CUDNN_DATA_FLOAT,
                                              CUDNN_TENSOR_NCHW, s_dim(w->d[0]),
@@ -319,13 +330,15 @@ static tp_status_t s_conv_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
                                              s_dim(w->d[3])));
     TP_CUDA_CHECK(cudnnSetTensor4dDescriptor(e->bd, CUDNN_TENSOR_NCHW,
                                              CUDNN_DATA_FLOAT, 1,
-                                             s_dim(w->d[0]), 1, 1));
+                                             s_dim(c->yshape.d[1]), 1, 1));
     s_conv_choice ch[S_CONV_DIRS];
     size_t ws = 0;
     for (int d = 0; d < S_CONV_DIRS; d++) {
         TP_CUDA_CHECK(cudnnSetConvolution2dDescriptor(
-            e->cd[d], a->ph, a->pw, a->sh, a->sw, 1, 1,
-            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+            e->cd[d], a->ph, a->pw, a->sh, a->sw, a->dh > 0 ? a->dh : 1,
+            a->dw > 0 ? a->dw : 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        if (a->groups > 1)
+            TP_CUDA_CHECK(cudnnSetConvolutionGroupCount(e->cd[d], a->groups));
         /* the math the search may rank in; s_conv_pick then sets the
          * chosen algorithm's own */
         TP_CUDA_CHECK(cudnnSetConvolutionMathType(
@@ -350,6 +363,7 @@ static tp_status_t s_entry_setup(tp_cuda_backend_t *cb, cudnnHandle_t h,
     TP_CUDA_CHECK(cudnnCreateTensorDescriptor(&e->bd));
     switch (c->kind) {
     case TP_OP_CONV2D:
+    case TP_OP_CONV_TRANSPOSE: /* the convolution family */
         TP_CUDA_CHECK(cudnnCreateFilterDescriptor(&e->wd));
         for (int d = 0; d < S_CONV_DIRS; d++)
             TP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&e->cd[d]));
@@ -1051,7 +1065,8 @@ tp_status_t tp_cuda_snaps_read(tp_stream_t *s, int which) {
 
 static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
     switch (c->kind) {
-    case TP_OP_CONV2D: {
+    case TP_OP_CONV2D:
+    case TP_OP_CONV_TRANSPOSE: {
         struct tp_cuda_entry *e = NULL;
         if (tp_cuda_use(cb) < 0 || s_entry(cb, cb->def->dnn, c, 1, &e) < 0) {
             /* planning goes on; the step reports the failure */
@@ -1099,6 +1114,21 @@ static tp_status_t s_conv_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
     if (c->ninputs > 2)
         TP_CUDA_CHECK(cudnnAddTensor(s->dnn, &s_one, e->bd, c->x[2], &s_one,
                                      e->yd, c->y));
+    return TP_OK;
+}
+
+/* The transposed convolution: cuDNN's backward-data pass of the conv
+ * from y to x, then the bias per output channel. */
+static tp_status_t s_deconv_fwd(tp_cuda_backend_t *cb, tp_stream_t *s,
+                                const tp_op_call_t *c) {
+    struct tp_cuda_entry *e;
+    TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+    TP_CUDA_CHECK(cudnnConvolutionBackwardData(
+        s->dnn, &s_one, e->wd, c->x[1], e->yd, c->x[0], e->cd[S_CONV_BWD_DATA],
+        e->bwd_data, c->workspace, e->ws, &s_zero, e->xd, c->y));
+    if (c->ninputs > 2)
+        TP_CUDA_CHECK(cudnnAddTensor(s->dnn, &s_one, e->bd, c->x[2], &s_one,
+                                     e->xd, c->y));
     return TP_OK;
 }
 
@@ -1353,6 +1383,10 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_BROADCAST_TO: case TP_OP_GATHER:
     case TP_OP_ONE_HOT: /* the shape family: ops_shape.cu */
         return tp_cuda_shape_forward(s, c);
+    case TP_OP_CONV_TRANSPOSE: /* the convolution family (ops_conv.cu) */
+        return s_deconv_fwd(cb, s, c);
+    case TP_OP_UPSAMPLE_NEAREST: case TP_OP_UPSAMPLE_BILINEAR:
+        return tp_cuda_upsample_forward(s, c);
     default: /* the elementwise family: ops_elementwise.cu */
         return tp_cuda_elementwise_forward(s, c);
     }
@@ -1382,6 +1416,34 @@ static tp_status_t s_conv_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
             s->dnn, &s_one, e->wd, c->x[1], e->yd, c->dy,
             e->cd[S_CONV_BWD_DATA], e->bwd_data, c->workspace, e->ws, &beta,
             e->xd, c->dx[0]));
+    }
+    return TP_OK;
+}
+
+/* Its gradients: dx is the conv's forward of dy, dW the conv's filter
+ * gradient with dy as the image and x as the output gradient, db the
+ * channel sums of dy. */
+static tp_status_t s_deconv_bwd(tp_cuda_backend_t *cb, tp_stream_t *s,
+                                const tp_op_call_t *c) {
+    struct tp_cuda_entry *e;
+    TP_TRY(s_entry(cb, s->dnn, c, 0, &e));
+    if (c->ninputs > 2 && c->dx[2]) {
+        const float beta = c->dx_acc[2] ? 1.0f : 0.0f;
+        TP_CUDA_CHECK(cudnnConvolutionBackwardBias(s->dnn, &s_one, e->xd, c->dy,
+                                                   &beta, e->bd, c->dx[2]));
+    }
+    if (c->dx[1]) {
+        const float beta = c->dx_acc[1] ? 1.0f : 0.0f;
+        TP_CUDA_CHECK(cudnnConvolutionBackwardFilter(
+            s->dnn, &s_one, e->xd, c->dy, e->yd, c->x[0],
+            e->cd[S_CONV_BWD_FILTER], e->bwd_filter, c->workspace, e->ws,
+            &beta, e->wd, c->dx[1]));
+    }
+    if (c->dx[0]) {
+        const float beta = c->dx_acc[0] ? 1.0f : 0.0f;
+        TP_CUDA_CHECK(cudnnConvolutionForward(
+            s->dnn, &s_one, e->xd, c->dy, e->wd, c->x[1], e->cd[S_CONV_FWD],
+            e->fwd, c->workspace, e->ws, &beta, e->yd, c->dx[0]));
     }
     return TP_OK;
 }
@@ -1563,6 +1625,10 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_TRANSPOSE: case TP_OP_SLICE: case TP_OP_CONCAT: case TP_OP_PAD:
     case TP_OP_BROADCAST_TO: case TP_OP_GATHER: case TP_OP_ONE_HOT:
         return tp_cuda_shape_backward(s, c);
+    case TP_OP_CONV_TRANSPOSE: /* the convolution family */
+        return s_deconv_bwd(cb, s, c);
+    case TP_OP_UPSAMPLE_NEAREST: case TP_OP_UPSAMPLE_BILINEAR:
+        return tp_cuda_upsample_backward(s, c);
     default:
         return tp_cuda_elementwise_backward(s, c);
     }

@@ -29,7 +29,9 @@ static const char *const s_op_names[] = {
     "l1_loss",     "huber_loss", "sigmoid_xent",
     /* the shape family */
     "transpose",   "slice",      "pad",        "broadcast_to",
-    "gather",      "one_hot"};
+    "gather",      "one_hot",
+    /* the convolution family */
+    "conv2d_transpose", "upsample_nearest", "upsample_bilinear"};
 _Static_assert(sizeof s_op_names / sizeof s_op_names[0] == TP_OP_COUNT,
                "one name per op kind");
 
@@ -147,6 +149,13 @@ void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *o) {
     o->axis = n->attr.axis;
     memcpy(o->dims_a, n->attr.dims_a, sizeof o->dims_a);
     memcpy(o->dims_b, n->attr.dims_b, sizeof o->dims_b);
+    /* the convolution family: the attributes' 0 means 1 */
+    o->dilation[0] = n->attr.dh > 0 ? n->attr.dh : 1;
+    o->dilation[1] = n->attr.dw > 0 ? n->attr.dw : 1;
+    o->groups = n->attr.groups > 0 ? n->attr.groups : 1;
+    o->output_pad[0] = n->attr.oph;
+    o->output_pad[1] = n->attr.opw;
+    o->align_corners = n->attr.align_corners;
 }
 
 /* Record the tower's first error, naming the tower and node. */
@@ -472,9 +481,11 @@ tp_node_t *tp_matmul(tp_tower_t *t, const char *name, tp_node_t *x,
     return n;
 }
 
-/* conv2d with an optional fused bias b[O] (input 2). */
+/* conv2d with an optional fused bias b[O] (input 2), dilation and groups
+ * (1 and 1: the plain convolution, whose attributes leave both 0). */
 static tp_node_t *s_conv(tp_tower_t *t, const char *name, tp_node_t *x,
-                         tp_node_t *w, tp_node_t *bias, int stride, int pad) {
+                         tp_node_t *w, tp_node_t *bias, int stride, int pad,
+                         int dilation, int groups) {
     tp_node_t *in[3] = {x, w, bias};
     tp_node_t *n = s_node(t, name, TP_OP_CONV2D, bias ? 3 : 2, in);
     if (!n)
@@ -487,22 +498,37 @@ static tp_node_t *s_conv(tp_tower_t *t, const char *name, tp_node_t *x,
                  w->shape.ndim != 4 || bias->shape.d[0] != w->shape.d[0]))
         FAIL(t, n, "bias is %s, W is %s: bias must be [O]",
              s_shape_str(&bias->shape, a, 96), s_shape_str(&w->shape, b, 96));
-    if (x->shape.ndim != 4 || w->shape.ndim != 4 || w->batched ||
-        x->shape.d[1] != w->shape.d[1])
+    if (groups < 1 || dilation < 1)
+        FAIL(t, n, "dilation %d, groups %d: both must be >= 1", dilation, groups);
+    if (groups == 1 && (x->shape.ndim != 4 || w->shape.ndim != 4 || w->batched ||
+                        x->shape.d[1] != w->shape.d[1]))
         FAIL(t, n, "x is %s, W is %s: need x [N,C,H,W] and W [O,C,KH,KW]",
              s_shape_str(&x->shape, a, 96), s_shape_str(&w->shape, b, 96));
+    if (groups > 1 && (x->shape.ndim != 4 || w->shape.ndim != 4 || w->batched ||
+                       x->shape.d[1] % groups || w->shape.d[0] % groups ||
+                       x->shape.d[1] / groups != w->shape.d[1]))
+        FAIL(t, n, "x is %s, W is %s, %d groups: need x [N,C,H,W] and W "
+             "[O,C/groups,KH,KW] with C and O multiples of the groups",
+             s_shape_str(&x->shape, a, 96), s_shape_str(&w->shape, b, 96), groups);
     if (stride < 1 || pad < 0)
         FAIL(t, n, "stride %d, pad %d", stride, pad);
-    int64_t oh = (x->shape.d[2] + 2 * pad - w->shape.d[2]) / stride + 1;
-    int64_t ow = (x->shape.d[3] + 2 * pad - w->shape.d[3]) / stride + 1;
-    if (x->shape.d[2] + 2 * pad < w->shape.d[2] ||
-        x->shape.d[3] + 2 * pad < w->shape.d[3] || oh < 1 || ow < 1)
-        FAIL(t, n, "kernel %s larger than the padded input %s",
-             s_shape_str(&w->shape, b, 96), s_shape_str(&x->shape, a, 96));
+    const int64_t ekh = (int64_t)dilation * (w->shape.d[2] - 1) + 1,
+                  ekw = (int64_t)dilation * (w->shape.d[3] - 1) + 1;
+    int64_t oh = (x->shape.d[2] + 2 * pad - ekh) / stride + 1;
+    int64_t ow = (x->shape.d[3] + 2 * pad - ekw) / stride + 1;
+    if (x->shape.d[2] + 2 * pad < ekh || x->shape.d[3] + 2 * pad < ekw ||
+        oh < 1 || ow < 1)
+        FAIL(t, n, "kernel %s%s larger than the padded input %s",
+             s_shape_str(&w->shape, b, 96), dilation > 1 ? " (dilated)" : "",
+             s_shape_str(&x->shape, a, 96));
     n->attr.kh = (int)w->shape.d[2];
     n->attr.kw = (int)w->shape.d[3];
     n->attr.sh = n->attr.sw = stride;
     n->attr.ph = n->attr.pw = pad;
+    /* defaults stay 0 (backend_impl.h): a plain conv's attributes, and so
+     * its descriptor cache keys and fold, are what they always were */
+    n->attr.dh = n->attr.dw = dilation > 1 ? dilation : 0;
+    n->attr.groups = groups > 1 ? groups : 0;
     n->shape.d[1] = w->shape.d[0];
     n->shape.d[2] = oh;
     n->shape.d[3] = ow;
@@ -511,7 +537,94 @@ static tp_node_t *s_conv(tp_tower_t *t, const char *name, tp_node_t *x,
 
 tp_node_t *tp_conv2d_op(tp_tower_t *t, const char *name, tp_node_t *x,
                         tp_node_t *w, int stride, int pad) {
-    return s_conv(t, name, x, w, NULL, stride, pad);
+    return s_conv(t, name, x, w, NULL, stride, pad, 1, 1);
+}
+
+/* ---- the convolution family --------------------------------------------- */
+
+tp_node_t *tp_conv2d_ex(tp_tower_t *t, const char *name, tp_node_t *x,
+                        tp_node_t *w, tp_node_t *b, int stride, int pad,
+                        int dilation, int groups) {
+    return s_conv(t, name, x, w, b, stride, pad, dilation, groups);
+}
+
+tp_node_t *tp_conv2d_transpose_op(tp_tower_t *t, const char *name,
+                                  tp_node_t *x, tp_node_t *w, tp_node_t *bias,
+                                  int stride, int pad, int output_pad,
+                                  int dilation, int groups) {
+    tp_node_t *in[3] = {x, w, bias};
+    tp_node_t *n = s_node(t, name, TP_OP_CONV_TRANSPOSE, bias ? 3 : 2, in);
+    if (!n)
+        return NULL;
+    for (int i = 0; i < n->ninputs; i++)
+        if (!s_check_float(t, n, i))
+            return s_drop_last(t);
+    char a[96], b[96];
+    if (groups < 1 || dilation < 1 || stride < 1 || pad < 0)
+        FAIL(t, n, "stride %d, pad %d, dilation %d, groups %d: need stride, "
+             "dilation, groups >= 1 and pad >= 0", stride, pad, dilation, groups);
+    if (x->shape.ndim != 4 || w->shape.ndim != 4 || w->batched ||
+        x->shape.d[1] != w->shape.d[0] || x->shape.d[1] % groups)
+        FAIL(t, n, "x is %s, W is %s, %d group%s: need x [N,C,H,W] and W "
+             "[C,O/groups,KH,KW] (input channels first), C a multiple of the groups",
+             s_shape_str(&x->shape, a, 96), s_shape_str(&w->shape, b, 96), groups,
+             groups > 1 ? "s" : "");
+    const int64_t o = w->shape.d[1] * groups;
+    if (bias && (bias->batched || bias->shape.ndim != 1 || bias->shape.d[0] != o))
+        FAIL(t, n, "bias is %s, W is %s, %d group%s: bias must be [O] = [%lld]",
+             s_shape_str(&bias->shape, a, 96), s_shape_str(&w->shape, b, 96),
+             groups, groups > 1 ? "s" : "", (long long)o);
+    if (output_pad < 0 || (output_pad >= stride && output_pad >= dilation))
+        FAIL(t, n, "output padding %d with stride %d, dilation %d: must be "
+             "below the stride or the dilation", output_pad, stride, dilation);
+    const int64_t oh = (x->shape.d[2] - 1) * stride - 2 * pad +
+                       (int64_t)dilation * (w->shape.d[2] - 1) + output_pad + 1;
+    const int64_t ow = (x->shape.d[3] - 1) * stride - 2 * pad +
+                       (int64_t)dilation * (w->shape.d[3] - 1) + output_pad + 1;
+    if (oh < 1 || ow < 1)
+        FAIL(t, n, "x %s, W %s, stride %d, pad %d: the output would be %lldx%lld",
+             s_shape_str(&x->shape, a, 96), s_shape_str(&w->shape, b, 96), stride,
+             pad, (long long)oh, (long long)ow);
+    n->attr.kh = (int)w->shape.d[2];
+    n->attr.kw = (int)w->shape.d[3];
+    n->attr.sh = n->attr.sw = stride;
+    n->attr.ph = n->attr.pw = pad;
+    n->attr.dh = n->attr.dw = dilation;
+    n->attr.groups = groups;
+    n->attr.oph = n->attr.opw = output_pad;
+    n->shape.d[1] = o;
+    n->shape.d[2] = oh;
+    n->shape.d[3] = ow;
+    return n;
+}
+
+static tp_node_t *s_upsample(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                             tp_node_t *x, int factor, int align) {
+    tp_node_t *in[1] = {x};
+    tp_node_t *n = s_node(t, name, kind, 1, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    char a[96];
+    if (x->shape.ndim != 4 || factor < 1)
+        FAIL(t, n, "x is %s, factor %d: need x [N,C,H,W] and a factor >= 1",
+             s_shape_str(&x->shape, a, 96), factor);
+    n->attr.sh = n->attr.sw = factor;
+    n->attr.align_corners = align ? 1 : 0;
+    n->shape.d[2] = x->shape.d[2] * factor;
+    n->shape.d[3] = x->shape.d[3] * factor;
+    return n;
+}
+
+tp_node_t *tp_upsample_nearest(tp_tower_t *t, const char *name, tp_node_t *x,
+                               int factor) {
+    return s_upsample(t, name, TP_OP_UPSAMPLE_NEAREST, x, factor, 0);
+}
+
+tp_node_t *tp_upsample_bilinear(tp_tower_t *t, const char *name, tp_node_t *x,
+                                int factor, int align_corners) {
+    return s_upsample(t, name, TP_OP_UPSAMPLE_BILINEAR, x, factor, align_corners);
 }
 
 tp_node_t *tp_bias_add(tp_tower_t *t, const char *name, tp_node_t *x,
@@ -1505,7 +1618,42 @@ tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
             b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
                             TP_VAR_TRAINABLE);
         if (!bias || b)
-            y = s_conv(t, "output", x, w, b, stride, pad < 0 ? kernel / 2 : pad);
+            y = s_conv(t, "output", x, w, b, stride, pad < 0 ? kernel / 2 : pad, 1, 1);
+    }
+    tp_tower_pop_scope(t);
+    return y;
+}
+
+tp_node_t *tp_conv2d_transpose(tp_tower_t *t, const char *scope, tp_node_t *x,
+                               int filters, int kernel, int stride, int pad,
+                               int output_pad, int bias) {
+    if (!s_scope(t, scope))
+        return NULL;
+    tp_node_t *y = NULL;
+    if (!x) {
+        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
+    } else if (x->shape.ndim != 4) {
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, scope, "a transposed conv needs a [N,C,H,W] "
+               "input (rank 4), got %s (rank %d)", s_shape_str(&x->shape, a, 96),
+               x->shape.ndim);
+    } else if (filters < 1 || kernel < 1) {
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
+               kernel, kernel, s_shape_str(&x->shape, a, 96));
+    } else {
+        int64_t ws[4] = {x->shape.d[1], filters, kernel, kernel},
+                bs[1] = {filters};
+        tp_node_t *w = tp_variable(t, "W", 4, ws,
+                                   (tp_init_t){TP_INIT_HE_NORMAL, 0},
+                                   TP_VAR_TRAINABLE);
+        tp_node_t *b = NULL;
+        if (bias) /* added inside the op: no pass of its own */
+            b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
+                            TP_VAR_TRAINABLE);
+        if (w && (!bias || b))
+            y = tp_conv2d_transpose_op(t, "output", x, w, b, stride, pad,
+                                       output_pad, 1, 1);
     }
     tp_tower_pop_scope(t);
     return y;

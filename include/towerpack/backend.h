@@ -85,6 +85,12 @@ typedef enum {
     TP_OP_GATHER,          /* table[V,...], int32 indices[...] ->
                               [..., table dims 1..] (embedding lookup) */
     TP_OP_ONE_HOT,         /* int32 [...] -> float32 [..., depth]; no gradient */
+    /* the convolution family (docs/ops.md); CONV2D above takes the
+     * family's dilation and groups too */
+    TP_OP_CONV_TRANSPOSE,  /* x[N,C,H,W] W[C,O/g,KH,KW] (+ b[O]) -> [N,O,OH,OW],
+                              OH = (H-1) s - 2 p + d (KH-1) + op + 1 */
+    TP_OP_UPSAMPLE_NEAREST,  /* [N,C,H,W] -> [N,C,H f,W f] (f: attr sh, sw) */
+    TP_OP_UPSAMPLE_BILINEAR, /* likewise, bilinear (attr align_corners) */
     TP_OP_COUNT
 } tp_op_kind_t;
 

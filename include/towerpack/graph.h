@@ -101,6 +101,11 @@ typedef struct tp_node_attrs {
     int axis;                    /* concat */
     int64_t dims_a[TP_MAX_DIMS]; /* transpose: perm; slice: start; pad: before */
     int64_t dims_b[TP_MAX_DIMS]; /* slice: step; pad: after */
+    /* the convolution family */
+    int dilation[2];   /* conv2d, conv2d_transpose (h, w); 1: none */
+    int groups;        /* conv2d, conv2d_transpose; 1: none */
+    int output_pad[2]; /* conv2d_transpose (h, w) */
+    int align_corners; /* upsample_bilinear */
 } tp_node_attrs_t;
 void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *out);
 
@@ -317,6 +322,31 @@ tp_node_t *tp_gather_rows(tp_tower_t *t, const char *name, tp_node_t *table,
  * gradient). An index outside [0, depth) fails the step naming the node. */
 tp_node_t *tp_one_hot(tp_tower_t *t, const char *name, tp_node_t *indices,
                       int depth);
+/* ---- the convolution family (docs/ops.md) ------------------------------
+ * NCHW throughout. conv2d with dilation d (the kernel's taps d apart) and
+ * g groups (input and output channels in g blocks, block i of the output
+ * seeing block i of the input; g = C is depthwise): x [N,C,H,W], W
+ * [O,C/g,KH,KW], b [O] or NULL -> [N,O,OH,OW], OH = (H + 2p - d(KH-1) - 1)
+ * / s + 1, as PyTorch's Conv2d. tp_conv2d_op is this with d = g = 1. */
+tp_node_t *tp_conv2d_ex(tp_tower_t *t, const char *name, tp_node_t *x,
+                        tp_node_t *w, tp_node_t *b, int stride, int pad,
+                        int dilation, int groups);
+/* The transposed convolution (deconvolution), PyTorch's ConvTranspose2d:
+ * the gradient of conv2d with respect to its input, as an op. x [N,C,H,W],
+ * W [C,O/g,KH,KW] (input channels first), b [O] or NULL -> [N,O,OH,OW],
+ * OH = (H-1) s - 2p + d(KH-1) + output_pad + 1; 0 <= output_pad < max(s, d). */
+tp_node_t *tp_conv2d_transpose_op(tp_tower_t *t, const char *name,
+                                  tp_node_t *x, tp_node_t *w, tp_node_t *b,
+                                  int stride, int pad, int output_pad,
+                                  int dilation, int groups);
+/* Upsampling of [N,C,H,W] by an integer factor >= 1 -> [N,C,fH,fW].
+ * Nearest: out[y][x] = in[y/f][x/f] (PyTorch's mode='nearest'). Bilinear
+ * (mode='bilinear'): with align_corners 0, source coordinate (o + 0.5)/f -
+ * 0.5 clamped at 0 (the half-pixel rule); with 1, o (H-1)/(fH-1). */
+tp_node_t *tp_upsample_nearest(tp_tower_t *t, const char *name, tp_node_t *x,
+                               int factor);
+tp_node_t *tp_upsample_bilinear(tp_tower_t *t, const char *name, tp_node_t *x,
+                                int factor, int align_corners);
 /* Fraction of rows whose argmax equals the label (a scalar, no gradient). */
 tp_node_t *tp_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
                        tp_node_t *labels);
@@ -341,6 +371,12 @@ tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
  * node "scope/output". pad < 0 means "same" (k/2). */
 tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
                      int filters, int kernel, int stride, int pad, int bias);
+/* Transposed convolution layer, square kernel: scope/W [C,filters,k,k] (He
+ * normal over fan-in filters*k*k, PyTorch's convention for this layout),
+ * scope/b [filters] (zeros) when `bias`, one node "scope/output". */
+tp_node_t *tp_conv2d_transpose(tp_tower_t *t, const char *scope, tp_node_t *x,
+                               int filters, int kernel, int stride, int pad,
+                               int output_pad, int bias);
 /* scope/gamma (ones), scope/beta (zeros): trainable; scope/mean/EMA (zeros),
  * scope/variance/EMA (ones): model-only. Momentum 0.9, eps 1e-5. */
 tp_node_t *tp_batch_norm(tp_tower_t *t, const char *scope, tp_node_t *x);

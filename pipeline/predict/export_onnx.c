@@ -526,6 +526,61 @@ static int s_emit_shape(s_ex_t *ex, tp_node_t *x, const char *out,
 }
 
 /* One op node into ONNX nodes; *ok 0 on failure (with the error set). */
+/* ---- the convolution family ------------------------------------------------ */
+
+static int s_attr_str(s_ex_t *ex, Onnx__NodeProto *n, const char *name, const char *v) {
+    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    char *sv = s_str(ex, v);
+    if (!a || !sv)
+        return 0;
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    a->has_s = 1;
+    a->s.data = (uint8_t *)sv;
+    a->s.len = strlen(sv);
+    return 1;
+}
+
+/* Conv (dilations and group written only when not 1, so a plain conv's
+ * node is what it always was), ConvTranspose (W [C,O/g,KH,KW] is ONNX's
+ * layout; output_padding), and Resize for the upsampling: scales [1,1,f,f];
+ * nearest as asymmetric + floor (out[o] = in[floor(o / f)]), bilinear as
+ * linear with pytorch_half_pixel, or align_corners. 1 on success. */
+static int s_emit_conv(s_ex_t *ex, tp_op_kind_t k, const char *out, int nin,
+                       const char *const *in, const tp_node_attrs_t *a) {
+    const int64_t dil[2] = {a->dilation[0], a->dilation[1]};
+    if (k == TP_OP_CONV2D || k == TP_OP_CONV_TRANSPOSE) {
+        Onnx__NodeProto *n =
+            s_node(ex, k == TP_OP_CONV2D ? "Conv" : "ConvTranspose", out, nin, in);
+        if (!n || !s_pool_attrs(ex, n, a))
+            return 0;
+        if ((dil[0] != 1 || dil[1] != 1) && !s_attr_ints(ex, n, "dilations", dil, 2))
+            return 0;
+        if (a->groups != 1 && !s_attr_i(ex, n, "group", a->groups))
+            return 0;
+        const int64_t op[2] = {a->output_pad[0], a->output_pad[1]};
+        if (k == TP_OP_CONV_TRANSPOSE && (op[0] || op[1]) &&
+            !s_attr_ints(ex, n, "output_padding", op, 2))
+            return 0;
+        return 1;
+    }
+    char scales[640];
+    snprintf(scales, sizeof scales, "%s/scales", out);
+    const float sv[4] = {1.0f, 1.0f, (float)a->stride[0], (float)a->stride[1]};
+    const int64_t four[1] = {4};
+    if (!s_init(ex, scales, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, four, sv, sizeof sv))
+        return 0;
+    const char *ri[3] = {in[0], "", scales}; /* no roi */
+    Onnx__NodeProto *n = s_node(ex, "Resize", out, 3, ri);
+    if (k == TP_OP_UPSAMPLE_NEAREST)
+        return s_attr_str(ex, n, "mode", "nearest") &&
+               s_attr_str(ex, n, "coordinate_transformation_mode", "asymmetric") &&
+               s_attr_str(ex, n, "nearest_mode", "floor");
+    return s_attr_str(ex, n, "mode", "linear") &&
+           s_attr_str(ex, n, "coordinate_transformation_mode",
+                      a->align_corners ? "align_corners" : "pytorch_half_pixel");
+}
+
 static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *uses,
                           const unsigned char *fused, int nnodes) {
     tp_op_kind_t k = tp_node_kind(x);
@@ -652,11 +707,9 @@ static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *use
         n = ok ? s_node(ex, "Add", out, 2, in) : NULL;
         break;
     }
-    case TP_OP_CONV2D: {
-        n = s_node(ex, "Conv", out, nin, in);
-        ok = n && s_pool_attrs(ex, n, &a);
-        break;
-    }
+    case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
+    case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family */
+        return s_emit_conv(ex, k, out, nin, in, &a) ? TP_OK : NOMEM();
     case TP_OP_RELU: n = s_node(ex, "Relu", out, 1, in); break;
     case TP_OP_TANH: n = s_node(ex, "Tanh", out, 1, in); break;
     case TP_OP_SIGMOID: n = s_node(ex, "Sigmoid", out, 1, in); break;

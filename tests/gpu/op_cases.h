@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 #include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
 
 typedef struct {
     const char *label;     /* unique: the row's files are named after it */
@@ -28,6 +29,9 @@ typedef struct {
     int ynd;               /* > 0: the output shape is yd[0..ynd) */
     int64_t yd[4];
     int ints;              /* bit p: input p is int32, drawn from [lo, hi) */
+    /* the convolution family (0: the default); upsampling's factor is
+     * `stride`, bilinear's align_corners `align` */
+    int stride, pad, dilation, groups, out_pad, align;
 } op_case_t;
 
 /* Gradients that are sums (broadcast, repeated gather rows): torch adds
@@ -62,8 +66,21 @@ typedef struct {
 #define OP_UNARY_ROW(nm, kind, a, b, lo, hi, atol, rtol)                     \
     {nm, kind, a, b, 1, {3, 0}, {{2, 7, 13}, {0}}, {lo, 0}, {hi, 0}, atol, rtol, 0}
 
-/* Rows written positionally leave the later families' fields (axis,
- * a, b, ynd, yd, ints) zero, which is what they mean there. */
+/* Convolution-family rows: x [n,c,h,w] and W [a,b,kh,kw] (conv2d: [O,C/g,
+ * KH,KW]; transpose: [C,O/g,KH,KW]); stride, pad, dilation, groups, output
+ * padding. Upsampling: x only, the factor and align_corners. */
+#define OP_CONV_ROW(nm, k, n, c, h, w, a, b, kh, kw, s, p, dl, g, op, at, rt)  \
+    {.label = nm, .kind = k, .ninputs = 2, .nd = {4, 4},                       \
+     .d = {{n, c, h, w}, {a, b, kh, kw}}, .lo = {-1, -1}, .hi = {1, 1},         \
+     .atol = at, .rtol = rt, .stride = s, .pad = p, .dilation = dl, .groups = g, \
+     .out_pad = op}
+#define OP_UPSAMPLE_ROW(nm, k, n, c, h, w, f, al, at, rt)                     \
+    {.label = nm, .kind = k, .ninputs = 1, .nd = {4}, .d = {{n, c, h, w}},      \
+     .lo = {-1}, .hi = {1}, .atol = at, .rtol = rt, .stride = f, .align = al}
+
+/* Rows written positionally (and other families' rows) leave the later
+ * families' fields (axis, a, b, ynd, yd, ints; stride .. align) zero,
+ * which is what they mean there. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const op_case_t op_cases[] = {
@@ -143,19 +160,67 @@ static const op_case_t op_cases[] = {
      .lo = {0}, .hi = {6}, .ynd = 3, .yd = {2, 5, 6}, .ints = 1},
     {.label = "one_hot_1d", .kind = TP_OP_ONE_HOT, .ninputs = 1, .nd = {1}, .d = {{7}},
      .lo = {0}, .hi = {3}, .ynd = 2, .yd = {7, 3}, .ints = 1},
+    /* the convolution family: sums of up to a few hundred products */
+    OP_CONV_ROW("conv2d_plain", TP_OP_CONV2D, 2, 3, 7, 6, 4, 3, 3, 3, 1, 1, 1, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_dilated", TP_OP_CONV2D, 2, 3, 9, 8, 4, 3, 3, 3, 1, 2, 2, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_dilated_strided", TP_OP_CONV2D, 3, 2, 11, 10, 3, 2, 3, 2, 2, 1, 3, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_groups", TP_OP_CONV2D, 2, 6, 5, 7, 4, 3, 3, 3, 2, 1, 1, 2, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_depthwise", TP_OP_CONV2D, 2, 4, 6, 6, 8, 1, 3, 3, 1, 1, 1, 4, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_1x1_groups", TP_OP_CONV2D, 2, 4, 3, 5, 6, 2, 1, 1, 1, 0, 1, 2, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_batch1", TP_OP_CONV2D, 1, 1, 5, 5, 2, 1, 2, 2, 2, 0, 1, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose", TP_OP_CONV_TRANSPOSE, 2, 4, 4, 4, 4, 3, 4, 4, 2, 1, 1, 1, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_outpad", TP_OP_CONV_TRANSPOSE, 2, 3, 3, 5, 3, 2, 3, 3, 2, 1, 1, 1, 1, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_odd", TP_OP_CONV_TRANSPOSE, 3, 2, 3, 2, 2, 3, 3, 2, 3, 0, 1, 1, 2, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_dilated", TP_OP_CONV_TRANSPOSE, 2, 3, 4, 3, 3, 2, 3, 3, 2, 2, 2, 1, 1, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_groups", TP_OP_CONV_TRANSPOSE, 2, 4, 3, 3, 4, 3, 2, 3, 1, 0, 1, 2, 0, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_depthwise", TP_OP_CONV_TRANSPOSE, 2, 3, 4, 4, 3, 1, 3, 3, 2, 1, 1, 3, 1, 1e-5f, 1e-4f),
+    OP_CONV_ROW("conv2d_transpose_1x1_batch1", TP_OP_CONV_TRANSPOSE, 1, 3, 4, 5, 3, 2, 1, 1, 1, 0, 1, 1, 0, 1e-5f, 1e-4f),
+    OP_UPSAMPLE_ROW("upsample_nearest_2", TP_OP_UPSAMPLE_NEAREST, 2, 3, 4, 5, 2, 0, 1e-6f, 1e-6f),
+    OP_UPSAMPLE_ROW("upsample_nearest_3_batch1", TP_OP_UPSAMPLE_NEAREST, 1, 2, 3, 1, 3, 0, 1e-6f, 1e-6f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_2", TP_OP_UPSAMPLE_BILINEAR, 2, 3, 4, 5, 2, 0, 1e-6f, 1e-5f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_3_odd", TP_OP_UPSAMPLE_BILINEAR, 1, 2, 3, 7, 3, 0, 1e-6f, 1e-5f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_align_corners", TP_OP_UPSAMPLE_BILINEAR, 2, 2, 4, 3, 2, 1, 1e-6f, 1e-5f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_align_corners_1px", TP_OP_UPSAMPLE_BILINEAR, 1, 2, 1, 3, 4, 1, 1e-6f, 1e-5f),
+    OP_UPSAMPLE_ROW("upsample_bilinear_factor1", TP_OP_UPSAMPLE_BILINEAR, 1, 2, 3, 3, 1, 0, 1e-6f, 1e-5f),
 };
 #pragma GCC diagnostic pop
 
 #define OP_NCASES ((int)(sizeof op_cases / sizeof op_cases[0]))
 
+/* 1 for the convolution family's rows. */
+static inline int op_case_conv(const op_case_t *k) {
+    return k->kind == TP_OP_CONV2D || k->kind == TP_OP_CONV_TRANSPOSE ||
+           k->kind == TP_OP_UPSAMPLE_NEAREST || k->kind == TP_OP_UPSAMPLE_BILINEAR;
+}
+
 /* The output shape of a row: its inputs broadcast (NumPy's rule); a
- * loss's is a scalar. */
+ * loss's is a scalar; the convolution family's as its builders say. */
 static inline tp_shape_t op_case_out(const op_case_t *k) {
     tp_shape_t o = {0};
     if (k->ynd > 0) { /* the shape family's rows say it */
         o.ndim = k->ynd;
         for (int j = 0; j < k->ynd; j++)
             o.d[j] = k->yd[j];
+        return o;
+    }
+    if (op_case_conv(k)) {
+        const int64_t *x = k->d[0], *w = k->d[1];
+        const int64_t s = k->stride, p = k->pad, dl = k->dilation;
+        o.ndim = 4;
+        o.d[0] = x[0];
+        if (k->kind == TP_OP_CONV2D) {
+            o.d[1] = w[0];
+            o.d[2] = (x[2] + 2 * p - dl * (w[2] - 1) - 1) / s + 1;
+            o.d[3] = (x[3] + 2 * p - dl * (w[3] - 1) - 1) / s + 1;
+        } else if (k->kind == TP_OP_CONV_TRANSPOSE) {
+            o.d[1] = w[1] * k->groups;
+            o.d[2] = (x[2] - 1) * s - 2 * p + dl * (w[2] - 1) + k->out_pad + 1;
+            o.d[3] = (x[3] - 1) * s - 2 * p + dl * (w[3] - 1) + k->out_pad + 1;
+        } else {
+            o.d[1] = x[1];
+            o.d[2] = x[2] * s;
+            o.d[3] = x[3] * s;
+        }
         return o;
     }
     if (k->kind == TP_OP_MSE || k->kind == TP_OP_L1_LOSS ||
@@ -180,6 +245,21 @@ static inline tp_shape_t op_case_in(const op_case_t *k, int p) {
     for (int j = 0; j < k->nd[p]; j++)
         s.d[j] = k->d[p][j];
     return s;
+}
+
+/* A convolution-family row's attributes as its builder would set them
+ * (other rows: nothing). */
+static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
+    if (!op_case_conv(k))
+        return;
+    a->kh = (int)k->d[1][2];
+    a->kw = (int)k->d[1][3];
+    a->sh = a->sw = k->stride;
+    a->ph = a->pw = k->pad;
+    a->dh = a->dw = k->dilation;
+    a->groups = k->groups;
+    a->oph = a->opw = k->out_pad;
+    a->align_corners = k->align;
 }
 
 #endif

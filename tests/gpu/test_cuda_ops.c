@@ -591,6 +591,7 @@ Test(cuda_ops, elementwise_every_op_case) {
                 k.grad[p] = 0;
             }
         }
+        op_case_attr(row, &k.attr); /* the convolution family's attributes */
         k.ys = op_case_out(row);
         cr_log_info("elementwise case %s", row->label);
         s_check_op(&k, 100 + (uint64_t)ci);

@@ -1023,3 +1023,95 @@ Test(graph, slice_follows_python_slice_indices) {
         tp_model_destroy(&m);
     }
 }
+
+/* ---- the convolution family's shape rules ------------------------------ */
+
+static int s_conv_case;
+
+static tp_node_t *s_w(tp_tower_t *t, const char *name, int64_t a, int64_t b,
+                      int64_t kh, int64_t kw) {
+    int64_t s[4] = {a, b, kh, kw};
+    return tp_variable(t, name, 4, s, (tp_init_t){TP_INIT_NORMAL, 0.1f}, TP_VAR_TRAINABLE);
+}
+
+static tp_status_t s_convs(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* [B,4,6,6] */
+    switch (s_conv_case) {
+    case 0: {
+        /* dilation 2, 2 groups, pad 2: 6 + 4 - 4 - 1 = 5, +1 -> [B,6,6,6] */
+        tp_node_t *a = tp_conv2d_ex(t, "dil", x, s_w(t, "w0", 6, 2, 3, 3), NULL, 1, 2, 2, 2);
+        /* (6-1) 2 - 2 + 2 + 1 + 1 = 12 -> [B,3,12,12] */
+        tp_node_t *b = tp_conv2d_transpose_op(t, "deconv", a, s_w(t, "w1", 6, 3, 3, 3),
+                                              NULL, 2, 1, 1, 1, 1);
+        tp_node_t *c = tp_upsample_bilinear(t, "up", b, 3, 1); /* [B,3,36,36] */
+        tp_node_t *d = tp_conv2d_transpose(t, "layer", x, 5, 4, 2, 1, 0, 1); /* [B,5,12,12] */
+        tp_tower_add_output(t, "b", b);
+        tp_tower_add_output(t, "d", d);
+        return tp_tower_add_output(t, "c", c);
+    }
+    case 1: /* 4 channels in 3 groups */
+        tp_conv2d_ex(t, "bad_groups", x, s_w(t, "w", 6, 1, 3, 3), NULL, 1, 1, 1, 3);
+        break;
+    case 2: /* a transposed conv's W has the input channels first */
+        tp_conv2d_transpose_op(t, "bad_deconv_w", x, s_w(t, "w", 3, 4, 3, 3), NULL, 2, 1, 0, 1, 1);
+        break;
+    case 3:
+        tp_conv2d_transpose_op(t, "bad_outpad", x, s_w(t, "w", 4, 2, 3, 3), NULL, 2, 1, 2, 1, 1);
+        break;
+    case 4:
+        tp_upsample_nearest(t, "bad_factor", x, 0);
+        break;
+    case 5: /* a 3x3 kernel dilated 4 spans 9 pixels: more than 6 */
+        tp_conv2d_ex(t, "bad_dilation", x, s_w(t, "w", 2, 4, 3, 3), NULL, 1, 1, 4, 1);
+        break;
+    }
+    return tp_tower_status(t);
+}
+
+static tp_model_t *s_conv_model(int which) {
+    s_conv_case = which;
+    tp_input_desc_t d = {"x", TP_FLOAT32, 4, {-1, 4, 6, 6}};
+    tp_model_desc_t md = {&d, 1, s_convs, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 2;
+    return tp_model_new(&md, &cfg);
+}
+
+Test(graph, convolution_family_shapes_and_errors_naming_node_and_shapes) {
+    tp_model_t *m = s_conv_model(0);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    const int64_t want[3][4] = {{2, 3, 12, 12}, {2, 5, 12, 12}, {2, 3, 36, 36}};
+    const char *names[3] = {"b", "d", "c"};
+    for (int k = 0; k < 3; k++) {
+        const tp_shape_t *s = tp_node_shape(tp_model_lookup(m, -1, names[k]));
+        cr_assert_eq(s->ndim, 4);
+        for (int j = 0; j < 4; j++)
+            cr_expect_eq(s->d[j], want[k][j], "%s dim %d: %lld, want %lld", names[k], j,
+                         (long long)s->d[j], (long long)want[k][j]);
+    }
+    tp_node_attrs_t a;
+    tp_node_attrs(tp_model_lookup(m, -1, "dil"), &a);
+    cr_expect(a.dilation[0] == 2 && a.groups == 2, "dilation %d, groups %d", a.dilation[0],
+              a.groups);
+    tp_node_attrs(tp_model_lookup(m, -1, "deconv"), &a);
+    cr_expect(a.output_pad[0] == 1 && a.stride[0] == 2 && a.dilation[0] == 1);
+    tp_model_destroy(&m);
+
+    const char *want_err[][3] = {
+        {"'bad_groups'", "x is [2,4,6,6], W is [6,1,3,3], 3 groups", "multiples"},
+        {"'bad_deconv_w'", "x is [2,4,6,6], W is [3,4,3,3]", "input channels first"},
+        {"'bad_outpad'", "output padding 2 with stride 2", "below the stride"},
+        {"'bad_factor'", "x is [2,4,6,6], factor 0", ">= 1"},
+        {"'bad_dilation'", "kernel [2,4,3,3] (dilated)", "padded input [2,4,6,6]"},
+    };
+    for (int k = 0; k < 5; k++) {
+        m = s_conv_model(k + 1);
+        cr_expect_null(m, "case %d built", k + 1);
+        for (int j = 0; j < 3; j++)
+            cr_expect(strstr(tp_last_error(), want_err[k][j]) != NULL,
+                      "case %d: '%s' not in: %s", k + 1, want_err[k][j], tp_last_error());
+        tp_model_destroy(&m);
+    }
+}

@@ -427,6 +427,72 @@ FD_TEST(gather_rows, c_gather, 2, {3, 5})
 FD_TEST(one_hot_matmul, c_one_hot, 2, {5, 3})
 FD_TEST(reshape_infers_minus_one, c_reshape_infer, 3, {N, 2, 3})
 FD_TEST(a_wrong_gather_gradient_fails_the_check, c_broken_gather, 2, {3, 5}, 1)
+/* ---- the convolution family: W and b trainable, so every input's gradient */
+
+static tp_node_t *s_wvar(tp_tower_t *t, const char *name, int64_t a, int64_t b,
+                         int64_t kh, int64_t kw) {
+    int64_t s[4] = {a, b, kh, kw};
+    return tp_variable(t, name, 4, s, (tp_init_t){TP_INIT_NORMAL, 0.5f}, TP_VAR_TRAINABLE);
+}
+static tp_node_t *s_bvar(tp_tower_t *t, int64_t n) {
+    int64_t s[1] = {n};
+    return tp_variable(t, "b", 1, s, (tp_init_t){TP_INIT_NORMAL, 0.5f}, TP_VAR_TRAINABLE);
+}
+static tp_node_t *c_conv_dilated(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,2,7,6]: 3x3 taps 2 apart, stride 1, pad 1 */
+    return tp_conv2d_ex(t, NULL, x, s_wvar(t, "W", 3, 2, 3, 3), s_bvar(t, 3), 1, 1, 2, 1);
+}
+static tp_node_t *c_conv_grouped(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,4,5,5]: 2 groups of 2 -> 6 channels (3 per group), stride 2 */
+    return tp_conv2d_ex(t, NULL, x, s_wvar(t, "W", 6, 2, 3, 3), s_bvar(t, 6), 2, 1, 1, 2);
+}
+static tp_node_t *c_conv_depthwise(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,3,5,5]: one group per channel, two filters each, dilated */
+    return tp_conv2d_ex(t, NULL, x, s_wvar(t, "W", 6, 1, 2, 2), NULL, 1, 1, 2, 3);
+}
+static tp_node_t *c_deconv(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,3,3,3] -> [N,2,6,6]: the autoencoder's 4x4 stride 2 pad 1 */
+    return tp_conv2d_transpose_op(t, NULL, x, s_wvar(t, "W", 3, 2, 4, 4), s_bvar(t, 2),
+                                  2, 1, 0, 1, 1);
+}
+static tp_node_t *c_deconv_odd(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,4,3,2]: 3x2 kernel, stride 3, pad 1, output padding 2, 2 groups
+     * (W [4,1,3,2] -> 2 channels), dilation 1 */
+    return tp_conv2d_transpose_op(t, NULL, x, s_wvar(t, "W", 4, 1, 3, 2), s_bvar(t, 2),
+                                  3, 1, 2, 1, 2);
+}
+static tp_node_t *c_deconv_dilated(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,2,3,3]: dilation 2, stride 2, output padding 1, no bias */
+    return tp_conv2d_transpose_op(t, NULL, x, s_wvar(t, "W", 2, 3, 3, 3), NULL, 2, 1, 1, 2, 1);
+}
+static tp_node_t *c_deconv_layer(tp_tower_t *t, tp_node_t *x) {
+    return tp_sigmoid(t, NULL, tp_conv2d_transpose(t, "deconv", x, 2, 4, 2, 1, 0, 1));
+}
+static tp_node_t *c_up_nearest(tp_tower_t *t, tp_node_t *x) {
+    return tp_upsample_nearest(t, NULL, x, 3);
+}
+static tp_node_t *c_up_bilinear(tp_tower_t *t, tp_node_t *x) {
+    return tp_upsample_bilinear(t, NULL, x, 2, 0);
+}
+static tp_node_t *c_up_bilinear_ac(tp_tower_t *t, tp_node_t *x) {
+    return tp_upsample_bilinear(t, NULL, x, 3, 1);
+}
+static tp_node_t *c_broken_deconv(tp_tower_t *t, tp_node_t *x) {
+    tp_cpu_elementwise_grad_fault = 1.1f; /* this forked test's process only */
+    return c_deconv(t, x);
+}
+
+FD_TEST(conv2d_dilated, c_conv_dilated, X4(2, 7, 6))
+FD_TEST(conv2d_grouped, c_conv_grouped, X4(4, 5, 5))
+FD_TEST(conv2d_depthwise, c_conv_depthwise, X4(3, 5, 5))
+FD_TEST(conv2d_transpose, c_deconv, X4(3, 3, 3))
+FD_TEST(conv2d_transpose_odd_grouped, c_deconv_odd, X4(4, 3, 2))
+FD_TEST(conv2d_transpose_dilated, c_deconv_dilated, X4(2, 3, 3))
+FD_TEST(conv2d_transpose_layer, c_deconv_layer, X4(3, 2, 3))
+FD_TEST(upsample_nearest, c_up_nearest, X4(2, 2, 3))
+FD_TEST(upsample_bilinear, c_up_bilinear, X4(2, 3, 2))
+FD_TEST(upsample_bilinear_align_corners, c_up_bilinear_ac, X4(2, 2, 3))
+FD_TEST(a_wrong_deconv_gradient_fails_the_check, c_broken_deconv, X4(3, 3, 3), 1)
 
 /* ---- forward values of ops without gradients ------------------------------ */
 

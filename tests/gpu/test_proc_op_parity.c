@@ -120,6 +120,13 @@ static void s_dump(void) {
         c.dx = dxc;
         c.dx_acc = acc;
         c.dy = dy;
+        op_case_attr(k, &attr); /* the convolution family's attributes */
+        float *ws = NULL;       /* and its scratch */
+        c.workspace_bytes = b->ops->op_workspace(b, &c);
+        if (c.workspace_bytes) {
+            ws = malloc(c.workspace_bytes);
+            c.workspace = ws;
+        }
         cr_assert_eq(b->ops->op_forward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         cr_assert_eq(b->ops->op_backward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         fprintf(m, "{\"label\": \"%s\", \"op\": \"%s\", \"alpha\": %.9g, \"beta\": %.9g, "
@@ -142,7 +149,10 @@ static void s_dump(void) {
             snprintf(what, sizeof what, "dx%d", p);
             s_write(k->label, what, dx[p], tp_shape_count(&xs[p]));
         }
-        fprintf(m, "]}\n");
+        fprintf(m, "], \"stride\": %d, \"pad\": %d, \"dilation\": %d, \"groups\": %d, "
+                   "\"out_pad\": %d, \"align\": %d}\n", k->stride, k->pad, k->dilation,
+                k->groups, k->out_pad, k->align);
+        free(ws);
         s_write(k->label, "y", y, ny);
         s_write(k->label, "dy", dy, ny);
         for (int p = 0; p < k->ninputs; p++) {
@@ -371,4 +381,85 @@ Test(op_parity, onnx_export_of_gather_and_one_hot_evaluates_the_same) {
         cr_skip_test("ONNX check skipped: %s", s_out);
     cr_log_info("%s", s_out);
     cr_assert_eq(rc, 0, "%s", s_out);
+}
+
+/* ---- ONNX export of the convolution family --------------------------------
+ * Conv with dilation and groups (and a depthwise one), ConvTranspose with
+ * output padding, Resize nearest and bilinear (half-pixel and
+ * align_corners), summed into one [4,3,10,8] output that the evaluator
+ * (Conv/ConvTranspose as ONNX defines them, Resize from its formulas) must
+ * reproduce from a [4,2,5,4] input. */
+static tp_node_t *s_w4(tp_tower_t *t, const char *name, int64_t a, int64_t b, int64_t k) {
+    int64_t s[4] = {a, b, k, k};
+    return tp_variable(t, name, 4, s, (tp_init_t){TP_INIT_UNIFORM, 0.5f}, TP_VAR_TRAINABLE);
+}
+static tp_node_t *s_b1(tp_tower_t *t, const char *name, int64_t n) {
+    int64_t s[1] = {n};
+    return tp_variable(t, name, 1, s, (tp_init_t){TP_INIT_UNIFORM, 0.5f}, TP_VAR_TRAINABLE);
+}
+static tp_status_t s_every_conv(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0];
+    /* [4,2,5,4] -> [4,4,5,4] (dilation 2, 2 groups) -> [4,3,10,8] */
+    tp_node_t *h = tp_relu(t, NULL, tp_conv2d_ex(t, "dil", x, s_w4(t, "w1", 4, 1, 3),
+                                                 s_b1(t, "b1", 4), 1, 2, 2, 2));
+    tp_node_t *y = tp_conv2d_transpose_op(t, "deconv", h, s_w4(t, "w2", 4, 3, 3),
+                                          s_b1(t, "b2", 3), 2, 1, 1, 1, 1);
+    tp_node_t *up = tp_upsample_bilinear(t, "bil", x, 2, 0);
+    y = tp_add(t, NULL, y, tp_conv2d_ex(t, "mix1", up, s_w4(t, "w3", 3, 2, 1), NULL, 1, 0, 1, 1));
+    tp_node_t *dw = tp_conv2d_ex(t, "dw", x, s_w4(t, "w4", 2, 1, 3), NULL, 1, 1, 1, 2);
+    up = tp_upsample_bilinear(t, "bil_ac", dw, 2, 1);
+    y = tp_add(t, NULL, y, tp_conv2d_ex(t, "mix2", up, s_w4(t, "w5", 3, 2, 1), NULL, 1, 0, 1, 1));
+    up = tp_upsample_nearest(t, "near", tp_sigmoid(t, NULL, x), 2);
+    y = tp_add(t, "y", y, tp_conv2d_ex(t, "mix3", up, s_w4(t, "w6", 3, 2, 1), NULL, 1, 0, 1, 1));
+    tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+Test(op_parity, onnx_export_of_the_convolution_family_evaluates_the_same) {
+    tp_input_desc_t desc = {"x", TP_FLOAT32, 4, {-1, 2, 5, 4}};
+    tp_model_desc_t md = {&desc, 1, s_every_conv, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 4;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    const char *outs[1] = {"y"};
+    pc.output_names = outs;
+    pc.noutput_names = 1;
+    tp_predictor_t *pr = tp_predictor_new_shared(m, &pc);
+    cr_assert_not_null(pr, "%s", tp_last_error());
+    enum { NX = 4 * 2 * 5 * 4, NY = 4 * 3 * 10 * 8 };
+    static float x[NX];
+    tp_rng_t r;
+    tp_rng_init(&r, 7, 1);
+    for (int i = 0; i < NX; i++)
+        x[i] = (float)(4.0 * tp_rng_double(&r) - 2.0);
+    int64_t xs[4] = {4, 2, 5, 4};
+    tp_tensor_t tin, out;
+    tp_tensor_init_wrap(&tin, TP_FLOAT32, 4, xs, x, NULL, NULL);
+    cr_assert_eq(tp_predictor_run(pr, &tin, &out), TP_OK, "%s", tp_last_error());
+    cr_assert_eq((size_t)tp_tensor_numel(&out), (size_t)NY);
+    s_write("onnx_conv", "x", x, NX);
+    s_write("onnx_conv", "y", out.data, NY);
+    char model[128], xp[128], yp[128];
+    snprintf(model, sizeof model, "%s/onnx_conv.onnx", s_dir);
+    snprintf(xp, sizeof xp, "%s/onnx_conv.x.f32", s_dir);
+    snprintf(yp, sizeof yp, "%s/onnx_conv.y.f32", s_dir);
+    cr_assert_eq(tp_predictor_export_onnx(pr, model), TP_OK, "%s", tp_last_error());
+    tp_tensor_fini(&out);
+    tp_predictor_destroy(&pr);
+    tp_model_destroy(&m);
+    if (access(PY, X_OK) != 0)
+        cr_skip_test("ONNX check skipped: no " PY);
+    char *argv[] = {PY, SCRIPT, "onnx", model, xp, "4,2,5,4", yp, NULL};
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    int rc = pu_run(argv, env, s_out, sizeof s_out);
+    if (rc == 3)
+        cr_skip_test("ONNX check skipped: %s", s_out);
+    cr_log_info("%s", s_out);
+    cr_assert_eq(rc, 0, "%s", s_out);
+    cr_assert(strstr(s_out, "ConvTranspose") && strstr(s_out, "Resize"), "%s", s_out);
 }

@@ -79,6 +79,18 @@ OPS = {
     "gather": lambda x, r: (F.embedding(x[1], x[0]) if x[0].dim() == 2
                             else x[0][x[1]]),
     "one_hot": lambda x, r: F.one_hot(x[0], r["y"][-1]).float(),
+    # the convolution family: NCHW, W as torch lays it out (conv [O,C/g,..],
+    # transpose [C,O/g,..]); upsampling by the row's integer factor
+    "conv2d": lambda x, r: F.conv2d(x[0], x[1], stride=r["stride"], padding=r["pad"],
+                                    dilation=r["dilation"], groups=r["groups"]),
+    "conv2d_transpose": lambda x, r: F.conv_transpose2d(
+        x[0], x[1], stride=r["stride"], padding=r["pad"], output_padding=r["out_pad"],
+        groups=r["groups"], dilation=r["dilation"]),
+    "upsample_nearest": lambda x, r: F.interpolate(x[0], scale_factor=r["stride"],
+                                                   mode="nearest"),
+    "upsample_bilinear": lambda x, r: F.interpolate(x[0], scale_factor=r["stride"],
+                                                    mode="bilinear",
+                                                    align_corners=bool(r["align"])),
 }
 
 
@@ -110,6 +122,70 @@ def compare(label, what, got, want, atol, rtol):
                                                  atol, rtol))
         return False
     return True
+
+
+# ---- the convolution family's ONNX nodes: Conv and ConvTranspose as the
+# ONNX operators define them (evaluated by torch in float64 from the node's
+# own attributes), Resize from the ONNX formulas in numpy
+def _attrs(node):
+    from onnx import helper
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _conv_node(node, x, w, b=None, transpose=False):
+    a = _attrs(node)
+    p = list(a.get("pads", [0, 0, 0, 0]))
+    assert p[0] == p[2] and p[1] == p[3], "asymmetric pads"
+    kw = dict(stride=tuple(a.get("strides", [1, 1])), padding=(p[0], p[1]),
+              dilation=tuple(a.get("dilations", [1, 1])), groups=int(a.get("group", 1)))
+    t = lambda v: None if v is None else torch.tensor(v, dtype=torch.float64)
+    if transpose:
+        y = F.conv_transpose2d(t(x), t(w), t(b), output_padding=tuple(
+            a.get("output_padding", [0, 0])), **kw)
+    else:
+        y = F.conv2d(t(x), t(w), t(b), **kw)
+    return y.numpy()
+
+
+def _resize_axis(n_in, n_out, scale, ctm, mode):
+    """Source indices and weights along one axis (ONNX Resize, opset 13)."""
+    o = np.arange(n_out, dtype=np.float64)
+    if ctm == "asymmetric":
+        src = o / scale
+    elif ctm == "align_corners":
+        src = o * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(o)
+    elif ctm == "pytorch_half_pixel":
+        src = (o + 0.5) / scale - 0.5 if n_out > 1 else np.zeros_like(o)
+    else:
+        src = (o + 0.5) / scale - 0.5
+    if mode == "nearest":  # nearest_mode floor
+        i0 = np.clip(np.floor(src), 0, n_in - 1).astype(int)
+        return i0, i0, np.ones_like(src), np.zeros_like(src)
+    src = np.clip(src, 0, n_in - 1)
+    i0 = np.floor(src).astype(int)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    l1 = src - i0
+    return i0, i1, 1 - l1, l1
+
+
+def _resize_node(node, x, roi, scales):
+    a = _attrs(node)
+    mode = a.get("mode", b"nearest").decode()
+    ctm = a.get("coordinate_transformation_mode", b"half_pixel").decode()
+    assert list(scales[:2]) == [1, 1]
+    x = x.astype(np.float64)
+    hs = _resize_axis(x.shape[2], int(x.shape[2] * scales[2]), float(scales[2]), ctm, mode)
+    ws = _resize_axis(x.shape[3], int(x.shape[3] * scales[3]), float(scales[3]), ctm, mode)
+    rows = (x[:, :, hs[0], :] * hs[2][:, None] + x[:, :, hs[1], :] * hs[3][:, None])
+    return rows[:, :, :, ws[0]] * ws[2] + rows[:, :, :, ws[1]] * ws[3]
+
+
+CONV_NODE_FNS = {
+    "Conv": _conv_node,
+    "ConvTranspose": lambda n, x, w, b=None: _conv_node(n, x, w, b, transpose=True),
+    "Resize": _resize_node,
+    "Relu": lambda n, x: np.maximum(x, 0),
+}
 
 
 def onnx_eval(model_path, x_path, dims, y_path):
@@ -183,6 +259,11 @@ def onnx_eval(model_path, x_path, dims, y_path):
             out = afns[n.op_type](n, *[env[i] for i in n.input])
             env[n.output[0]] = np.asarray(out, dtype=out.dtype if out.dtype == np.int32
                                           else np.float32)
+            continue
+        if n.op_type in CONV_NODE_FNS:  # the convolution family reads attributes
+            env[n.output[0]] = np.asarray(
+                CONV_NODE_FNS[n.op_type](n, *[env[i] if i else None for i in n.input]),
+                dtype=np.float32)
             continue
         if n.op_type not in fns:
             print("MISMATCH: the evaluator has no %s" % n.op_type)

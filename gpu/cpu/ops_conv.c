@@ -1,0 +1,546 @@
+/* towerpack gpu: the CPU kernels of the convolution family (docs/ops.md):
+ * conv2d (with dilation and groups), the transposed convolution, and
+ * nearest and bilinear upsampling by an integer factor.
+ *
+ * A convolution is im2col + one OpenBLAS sgemm per group over several
+ * samples side by side (wide enough products to run near peak). Its three
+ * passes (forward, backward-data, backward-filter) are written once, on a
+ * geometry whose "input" side is the large image and whose "output" side
+ * the small one; the transposed convolution runs the same passes with the
+ * roles of its input and output swapped: its forward is the conv's
+ * backward-data pass, its input gradient the conv's forward, its filter
+ * gradient the conv's filter pass with the two images exchanged. A plain
+ * conv (dilation 1, groups 1) runs exactly the loops and products it ran
+ * before the family existed, so its numbers are unchanged. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+#include "gpu/cpu/ops_conv.h"
+#include "gpu/cpu/ops_cpu.h"
+#include "gpu/cpu/ops_elementwise.h"
+
+/* Sum of n floats in 8 interleaved lanes (vectorisable, fixed order). */
+static float s_sum(const float *restrict r, size_t n) {
+    float lane[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++)
+            lane[l] += r[j + (size_t)l];
+    float s = 0.0f;
+    for (; j < n; j++)
+        s += r[j];
+    for (int l = 0; l < 8; l++)
+        s += lane[l];
+    return s;
+}
+
+/* The geometry of one convolution: an image [c, h, w] ("input" side) and
+ * its convolution [o, oh, ow] ("output" side) by a kernel [o, c/g, kh, kw]
+ * with strides, zero padding and dilation. */
+typedef struct {
+    int c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, g, oh, ow;
+} s_conv_t;
+
+static s_conv_t s_conv_dims(const tp_op_call_t *c) {
+    s_conv_t d;
+    const tp_shape_t *big = &c->xshape[0], *small = &c->yshape;
+    if (c->kind == TP_OP_CONV_TRANSPOSE) { /* the conv from y to x */
+        big = &c->yshape;
+        small = &c->xshape[0];
+    }
+    d.c = (int)big->d[1];
+    d.h = (int)big->d[2];
+    d.w = (int)big->d[3];
+    d.o = (int)small->d[1];
+    d.oh = (int)small->d[2];
+    d.ow = (int)small->d[3];
+    d.kh = c->attr->kh;
+    d.kw = c->attr->kw;
+    d.sh = c->attr->sh;
+    d.sw = c->attr->sw;
+    d.ph = c->attr->ph;
+    d.pw = c->attr->pw;
+    d.dh = c->attr->dh > 0 ? c->attr->dh : 1;
+    d.dw = c->attr->dw > 0 ? c->attr->dw : 1;
+    d.g = c->attr->groups > 0 ? c->attr->groups : 1;
+    return d;
+}
+
+/* 1x1, stride 1, no padding, one group: x itself is the column matrix. */
+static int s_conv_direct(const s_conv_t *d) {
+    return d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 &&
+           d->ph == 0 && d->pw == 0 && d->g == 1;
+}
+
+/* col[(c*KH+i)*KW+j][oy*OW+ox] = x[c][oy*SH-PH+i*DH][ox*SW-PW+j*DW] or 0;
+ * rows of col are `ld` floats apart (several samples side by side). A
+ * group's rows are one block (its channels are consecutive). */
+static void s_im2col(const s_conv_t *d, const float *x, float *col,
+                     size_t ld) {
+    const size_t p = ld;
+    for (int ch = 0; ch < d->c; ch++) {
+        const float *xc = x + (size_t)ch * d->h * d->w;
+        for (int i = 0; i < d->kh; i++)
+            for (int j = 0; j < d->kw; j++) {
+                float *row = col + ((size_t)(ch * d->kh + i) * d->kw + j) * p;
+                const int oj = j * d->dw;
+                for (int oy = 0; oy < d->oh; oy++) {
+                    int iy = oy * d->sh - d->ph + i * d->dh;
+                    float *r = row + (size_t)oy * d->ow;
+                    if (iy < 0 || iy >= d->h) {
+                        memset(r, 0, sizeof(float) * (size_t)d->ow);
+                        continue;
+                    }
+                    const float *xr = xc + (size_t)iy * d->w;
+                    if (d->sw == 1) {
+                        /* the in-bounds run: 0 <= ox - PW + j DW < W */
+                        int lo = d->pw - oj, hi = d->w + d->pw - oj;
+                        lo = lo < 0 ? 0 : (lo > d->ow ? d->ow : lo);
+                        hi = hi > d->ow ? d->ow : (hi < lo ? lo : hi);
+                        for (int ox = 0; ox < lo; ox++)
+                            r[ox] = 0.0f;
+                        if (hi > lo)
+                            memcpy(r + lo, xr + lo - d->pw + oj,
+                                   sizeof(float) * (size_t)(hi - lo));
+                        for (int ox = hi; ox < d->ow; ox++)
+                            r[ox] = 0.0f;
+                    } else {
+                        for (int ox = 0; ox < d->ow; ox++) {
+                            int ix = ox * d->sw - d->pw + oj;
+                            r[ox] = (ix >= 0 && ix < d->w) ? xr[ix] : 0.0f;
+                        }
+                    }
+                }
+            }
+    }
+}
+
+/* The adjoint of s_im2col: dx += scatter(col). */
+static void s_col2im(const s_conv_t *d, const float *col, float *dx,
+                     size_t ld) {
+    const size_t p = ld;
+    for (int ch = 0; ch < d->c; ch++) {
+        float *xc = dx + (size_t)ch * d->h * d->w;
+        for (int i = 0; i < d->kh; i++)
+            for (int j = 0; j < d->kw; j++) {
+                const float *row =
+                    col + ((size_t)(ch * d->kh + i) * d->kw + j) * p;
+                const int oj = j * d->dw;
+                for (int oy = 0; oy < d->oh; oy++) {
+                    int iy = oy * d->sh - d->ph + i * d->dh;
+                    if (iy < 0 || iy >= d->h)
+                        continue;
+                    const float *r = row + (size_t)oy * d->ow;
+                    float *xr = xc + (size_t)iy * d->w;
+                    if (d->sw == 1) {
+                        int lo = d->pw - oj, hi = d->w + d->pw - oj;
+                        lo = lo < 0 ? 0 : lo;
+                        hi = hi > d->ow ? d->ow : hi;
+                        float *restrict dst = xr - d->pw + oj;
+                        const float *restrict src = r;
+                        for (int ox = lo; ox < hi; ox++)
+                            dst[ox] += src[ox];
+                        continue;
+                    }
+                    for (int ox = 0; ox < d->ow; ox++) {
+                        int ix = ox * d->sw - d->pw + oj;
+                        if (ix >= 0 && ix < d->w)
+                            xr[ix] += r[ox];
+                    }
+                }
+            }
+    }
+}
+
+/* Samples per GEMM: several samples' columns side by side make the product
+ * wide enough to run near peak; bounded so the buffers stay cache-sized. */
+static int s_conv_batch(const s_conv_t *d) {
+    const size_t ckk = (size_t)d->c * d->kh * d->kw, p = (size_t)d->oh * d->ow;
+    const size_t rows = ckk > (size_t)d->o ? ckk : (size_t)d->o;
+    size_t g = ((size_t)1 << 19) / (rows * p);
+    return (int)(g < 1 ? 1 : g > 64 ? 64 : g);
+}
+
+/* col (or dcol) [CKK, b*P] and the O-major output [O, b*P], b samples. */
+static size_t s_conv_ws_dims(const s_conv_t *d, int64_t n) {
+    size_t ckk = (size_t)d->c * d->kh * d->kw, p = (size_t)d->oh * d->ow;
+    size_t g = (size_t)s_conv_batch(d);
+    if (g > (size_t)n)
+        g = (size_t)n;
+    return (ckk + (size_t)d->o) * g * p * sizeof(float);
+}
+
+/* out[O, ld] = W @ col, group by group: group k's W rows [k O/g, (k+1)
+ * O/g) of C/g KK columns take col's rows [k CKK/g, (k+1) CKK/g). */
+static void s_gemm_fwd(const s_conv_t *d, const float *w, const float *col,
+                       float *out, size_t ld) {
+    const int og = d->o / d->g, kg = d->c / d->g * d->kh * d->kw;
+    for (int k = 0; k < d->g; k++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, og, (int)ld, kg,
+                    1.0f, w + (size_t)k * og * kg, kg, col + (size_t)k * kg * ld,
+                    (int)ld, 0.0f, out + (size_t)k * og * ld, (int)ld);
+}
+
+/* dW (beta 0: =, 1: +=) gdy @ col^T, group by group. */
+static void s_gemm_filter(const s_conv_t *d, const float *gdy, const float *col,
+                          float *dw, size_t ld, float beta) {
+    const int og = d->o / d->g, kg = d->c / d->g * d->kh * d->kw;
+    for (int k = 0; k < d->g; k++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, og, kg, (int)ld,
+                    1.0f, gdy + (size_t)k * og * ld, (int)ld,
+                    col + (size_t)k * kg * ld, (int)ld, beta,
+                    dw + (size_t)k * og * kg, kg);
+}
+
+/* col = W^T @ gdy, group by group. */
+static void s_gemm_data(const s_conv_t *d, const float *w, const float *gdy,
+                        float *col, size_t ld) {
+    const int og = d->o / d->g, kg = d->c / d->g * d->kh * d->kw;
+    for (int k = 0; k < d->g; k++)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kg, (int)ld, og,
+                    1.0f, w + (size_t)k * og * kg, kg, gdy + (size_t)k * og * ld,
+                    (int)ld, 0.0f, col + (size_t)k * kg * ld, (int)ld);
+}
+
+/* The forward pass: y[n, O, P] (acc 0: =, 1: +=) conv(x) (+ bias[O]). */
+static void s_pass_fwd(const s_conv_t *d, int n, const float *x,
+                       const float *w, const float *bias, float *y, int acc,
+                       float *ws) {
+    const int ckk = d->c * d->kh * d->kw, p = d->oh * d->ow;
+    const size_t xsz = (size_t)d->c * d->h * d->w;
+    if (s_conv_direct(d)) {
+        for (int b = 0; b < n; b++) {
+            float *yb = y + (size_t)b * d->o * p;
+            if (bias && !acc)
+                for (int o = 0; o < d->o; o++)
+                    for (int k = 0; k < p; k++)
+                        yb[(size_t)o * p + k] = bias[o];
+            else if (bias)
+                for (int o = 0; o < d->o; o++)
+                    for (int k = 0; k < p; k++)
+                        yb[(size_t)o * p + k] += bias[o];
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->o, p, ckk,
+                        1.0f, w, ckk, x + (size_t)b * xsz, p,
+                        (bias || acc) ? 1.0f : 0.0f, yb, p);
+        }
+        return;
+    }
+    const int group = s_conv_batch(d);
+    for (int b0 = 0; b0 < n; b0 += group) {
+        const int g = n - b0 < group ? n - b0 : group;
+        const size_t ld = (size_t)g * p;
+        float *col = ws, *out = col + (size_t)ckk * ld;
+        for (int s = 0; s < g; s++)
+            s_im2col(d, x + (size_t)(b0 + s) * xsz, col + (size_t)s * p, ld);
+        s_gemm_fwd(d, w, col, out, ld);
+        /* back to NCHW, adding the bias on the way (no extra pass) */
+        for (int s = 0; s < g; s++)
+            for (int o = 0; o < d->o; o++) {
+                float *restrict dst = y + ((size_t)(b0 + s) * d->o + o) * p;
+                const float *restrict src = out + (size_t)o * ld + (size_t)s * p;
+                const float bo = bias ? bias[o] : 0.0f;
+                if (acc)
+                    for (int k = 0; k < p; k++)
+                        dst[k] += src[k] + bo;
+                else
+                    for (int k = 0; k < p; k++)
+                        dst[k] = src[k] + bo;
+            }
+    }
+}
+
+/* db[ch] (+)= sum of dy[n, ch, p] over batch and pixels. */
+static void s_bias_grad(int ch, size_t p, const float *dy, int n, float *db,
+                        int acc) {
+    if (!acc)
+        memset(db, 0, sizeof(float) * (size_t)ch);
+    for (int b = 0; b < n; b++)
+        for (int o = 0; o < ch; o++)
+            db[o] += s_sum(dy + ((size_t)b * ch + o) * p, p);
+}
+
+/* The backward passes from dy [n, O, P]: the filter gradient dw (NULL:
+ * none; needs x) and the data gradient dx [n, C, H, W] (NULL: none), each
+ * stored or added as its acc flag says. */
+static void s_pass_bwd(const s_conv_t *d, int n, const float *x,
+                       const float *w, const float *dy, float *dx, int dx_acc,
+                       float *dw, int dw_acc, float *ws) {
+    const int ckk = d->c * d->kh * d->kw, p = d->oh * d->ow;
+    const size_t xsz = (size_t)d->c * d->h * d->w;
+    if (s_conv_direct(d)) {
+        for (int b = 0; b < n; b++) {
+            const float *dyb = dy + (size_t)b * d->o * p;
+            if (dw)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->o, ckk, p,
+                            1.0f, dyb, p, x + (size_t)b * xsz, p,
+                            (b == 0 && !dw_acc) ? 0.0f : 1.0f, dw, ckk);
+            if (dx)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, p,
+                            d->o, 1.0f, w, ckk, dyb, p,
+                            dx_acc ? 1.0f : 0.0f, dx + (size_t)b * xsz, p);
+        }
+        return;
+    }
+    const int group = s_conv_batch(d);
+    for (int b0 = 0; b0 < n; b0 += group) {
+        const int g = n - b0 < group ? n - b0 : group;
+        const size_t ld = (size_t)g * p;
+        float *col = ws, *gdy = col + (size_t)ckk * ld;
+        for (int s = 0; s < g; s++)
+            for (int o = 0; o < d->o; o++)
+                memcpy(gdy + (size_t)o * ld + (size_t)s * p,
+                       dy + ((size_t)(b0 + s) * d->o + o) * p, sizeof(float) * p);
+        if (dw) {
+            for (int s = 0; s < g; s++)
+                s_im2col(d, x + (size_t)(b0 + s) * xsz, col + (size_t)s * p, ld);
+            s_gemm_filter(d, gdy, col, dw, ld,
+                          (b0 == 0 && !dw_acc) ? 0.0f : 1.0f);
+        }
+        if (dx) {
+            s_gemm_data(d, w, gdy, col, ld);
+            for (int s = 0; s < g; s++) {
+                float *dxb = dx + (size_t)(b0 + s) * xsz;
+                if (!dx_acc)
+                    memset(dxb, 0, xsz * sizeof(float));
+                s_col2im(d, col + (size_t)s * p, dxb, ld);
+            }
+        }
+    }
+}
+
+/* The deliberate fault of the parity and finite-difference tests
+ * (ops_elementwise.h): 1 in every real run, so this is a compare. */
+static void s_fault(float *g, size_t n) {
+    if (g && tp_cpu_elementwise_grad_fault != 1.0f)
+        for (size_t i = 0; i < n; i++)
+            g[i] *= tp_cpu_elementwise_grad_fault;
+}
+
+/* ---- upsampling ----------------------------------------------------------- */
+
+/* Bilinear source taps of output index o along an axis of `in` elements
+ * upsampled by f: PyTorch's area_pixel_compute_source_index in float (the
+ * scale 1/f, or (in-1)/(out-1) with align_corners), clamped at 0. */
+static void s_taps(int o, int in, int f, int align, int *i0, int *i1,
+                   float *l0, float *l1) {
+    const int out = in * f;
+    float src;
+    if (align) {
+        const float scale = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
+        src = scale * (float)o;
+    } else {
+        const float scale = 1.0f / (float)f;
+        src = scale * ((float)o + 0.5f) - 0.5f;
+        if (src < 0.0f)
+            src = 0.0f;
+    }
+    int a = (int)src;
+    if (a > in - 1)
+        a = in - 1;
+    *i0 = a;
+    *i1 = a + (a < in - 1 ? 1 : 0);
+    *l1 = src - (float)a;
+    *l0 = 1.0f - *l1;
+}
+
+static void s_up_fwd(const tp_op_call_t *c) {
+    const tp_shape_t *xs = &c->xshape[0];
+    const int h = (int)xs->d[2], w = (int)xs->d[3], f = c->attr->sh;
+    const int oh = h * f, ow = w * f;
+    const size_t planes = (size_t)xs->d[0] * (size_t)xs->d[1];
+    const float *x = c->x[0];
+    float *y = c->y;
+    if (c->kind == TP_OP_UPSAMPLE_NEAREST) {
+        for (size_t pl = 0; pl < planes; pl++) {
+            const float *xp = x + pl * (size_t)h * w;
+            float *yp = y + pl * (size_t)oh * ow;
+            for (int oy = 0; oy < oh; oy++) {
+                const float *xr = xp + (size_t)(oy / f) * w;
+                float *yr = yp + (size_t)oy * ow;
+                for (int ix = 0; ix < w; ix++)
+                    for (int k = 0; k < f; k++)
+                        yr[ix * f + k] = xr[ix];
+            }
+        }
+        return;
+    }
+    const int align = c->attr->align_corners;
+    for (size_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * (size_t)h * w;
+        float *yp = y + pl * (size_t)oh * ow;
+        for (int oy = 0; oy < oh; oy++) {
+            int h0, h1;
+            float lh0, lh1;
+            s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
+            const float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
+            for (int ox = 0; ox < ow; ox++) {
+                int w0, w1;
+                float lw0, lw1;
+                s_taps(ox, w, f, align, &w0, &w1, &lw0, &lw1);
+                yp[(size_t)oy * ow + ox] = lh0 * (lw0 * r0[w0] + lw1 * r0[w1]) +
+                                           lh1 * (lw0 * r1[w0] + lw1 * r1[w1]);
+            }
+        }
+    }
+}
+
+/* The adjoint: every output element's gradient back to the input taps it
+ * read, with the weights it read them with. */
+static void s_up_bwd(const tp_op_call_t *c) {
+    float *dx = c->dx[0];
+    if (!dx)
+        return;
+    const tp_shape_t *xs = &c->xshape[0];
+    const int h = (int)xs->d[2], w = (int)xs->d[3], f = c->attr->sh;
+    const int oh = h * f, ow = w * f;
+    const size_t planes = (size_t)xs->d[0] * (size_t)xs->d[1];
+    const size_t nx = planes * (size_t)h * w;
+    const float *dy = c->dy;
+    float *tmp = c->workspace; /* the sums before a dx_acc add (and fault) */
+    memset(tmp, 0, nx * sizeof(float));
+    if (c->kind == TP_OP_UPSAMPLE_NEAREST) {
+        for (size_t pl = 0; pl < planes; pl++) {
+            float *xp = tmp + pl * (size_t)h * w;
+            const float *yp = dy + pl * (size_t)oh * ow;
+            for (int oy = 0; oy < oh; oy++) {
+                float *xr = xp + (size_t)(oy / f) * w;
+                const float *yr = yp + (size_t)oy * ow;
+                for (int ix = 0; ix < w; ix++) {
+                    float s = 0.0f;
+                    for (int k = 0; k < f; k++)
+                        s += yr[ix * f + k];
+                    xr[ix] += s;
+                }
+            }
+        }
+    } else {
+        const int align = c->attr->align_corners;
+        for (size_t pl = 0; pl < planes; pl++) {
+            float *xp = tmp + pl * (size_t)h * w;
+            const float *yp = dy + pl * (size_t)oh * ow;
+            for (int oy = 0; oy < oh; oy++) {
+                int h0, h1;
+                float lh0, lh1;
+                s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
+                float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
+                for (int ox = 0; ox < ow; ox++) {
+                    int w0, w1;
+                    float lw0, lw1;
+                    s_taps(ox, w, f, align, &w0, &w1, &lw0, &lw1);
+                    const float g = yp[(size_t)oy * ow + ox];
+                    r0[w0] += lh0 * lw0 * g;
+                    r0[w1] += lh0 * lw1 * g;
+                    r1[w0] += lh1 * lw0 * g;
+                    r1[w1] += lh1 * lw1 * g;
+                }
+            }
+        }
+    }
+    s_fault(tmp, nx);
+    GRAD_STORE(dx, c->dx_acc[0], nx, tmp[i]);
+}
+
+/* ---- dispatch --------------------------------------------------------------- */
+
+int tp_cpu_conv_kind(tp_op_kind_t k) {
+    return k == TP_OP_CONV2D || k == TP_OP_CONV_TRANSPOSE ||
+           k == TP_OP_UPSAMPLE_NEAREST || k == TP_OP_UPSAMPLE_BILINEAR;
+}
+
+size_t tp_cpu_conv_workspace(const tp_op_call_t *c) {
+    switch (c->kind) {
+    case TP_OP_CONV2D:
+    case TP_OP_CONV_TRANSPOSE: {
+        const s_conv_t d = s_conv_dims(c);
+        return s_conv_ws_dims(&d, c->xshape[0].d[0]);
+    }
+    case TP_OP_UPSAMPLE_NEAREST:
+    case TP_OP_UPSAMPLE_BILINEAR:
+        return tp_shape_count(&c->xshape[0]) * sizeof(float);
+    default:
+        return 0;
+    }
+}
+
+tp_status_t tp_cpu_conv_forward(const tp_op_call_t *c) {
+    const int n = (int)c->xshape[0].d[0];
+    const float *bias = c->ninputs > 2 ? c->x[2] : NULL;
+    switch (c->kind) {
+    case TP_OP_CONV2D: {
+        const s_conv_t d = s_conv_dims(c);
+        s_pass_fwd(&d, n, c->x[0], c->x[1], bias, c->y, 0, c->workspace);
+        break;
+    }
+    case TP_OP_CONV_TRANSPOSE: {
+        /* the conv's backward-data pass from x, then the bias per channel */
+        const s_conv_t d = s_conv_dims(c);
+        s_pass_bwd(&d, n, NULL, c->x[1], c->x[0], c->y, 0, NULL, 0, c->workspace);
+        if (bias) {
+            const size_t p = (size_t)d.h * d.w;
+            float *y = c->y;
+            for (int b = 0; b < n; b++)
+                for (int ch = 0; ch < d.c; ch++) {
+                    float *restrict r = y + ((size_t)b * d.c + ch) * p;
+                    const float bc = bias[ch];
+                    for (size_t k = 0; k < p; k++)
+                        r[k] += bc;
+                }
+        }
+        break;
+    }
+    case TP_OP_UPSAMPLE_NEAREST:
+    case TP_OP_UPSAMPLE_BILINEAR:
+        s_up_fwd(c);
+        break;
+    default:
+        return tp_error(TP_ERR_INVALID, "%s: %s is not a convolution-family op",
+                        c->name, tp_op_name(c->kind));
+    }
+    return TP_OK;
+}
+
+tp_status_t tp_cpu_conv_backward(const tp_op_call_t *c) {
+    const int n = (int)c->xshape[0].d[0];
+    switch (c->kind) {
+    case TP_OP_CONV2D: {
+        const s_conv_t d = s_conv_dims(c);
+        if (c->ninputs > 2 && c->dx[2])
+            s_bias_grad(d.o, (size_t)d.oh * d.ow, c->dy, n, c->dx[2], c->dx_acc[2]);
+        s_pass_bwd(&d, n, c->x[0], c->x[1], c->dy, c->dx[0], c->dx_acc[0],
+                   c->dx[1], c->dx_acc[1], c->workspace);
+        break;
+    }
+    case TP_OP_CONV_TRANSPOSE: {
+        /* y = A^T x for the conv A from y's side to x's: dx = A dy (the
+         * conv's forward of dy), dW = the conv's filter gradient with dy
+         * as its image and x as its output gradient */
+        const s_conv_t d = s_conv_dims(c);
+        if (c->ninputs > 2 && c->dx[2]) {
+            s_bias_grad(d.c, (size_t)d.h * d.w, c->dy, n, c->dx[2], c->dx_acc[2]);
+            s_fault(c->dx[2], (size_t)d.c);
+        }
+        if (c->dx[1]) {
+            s_pass_bwd(&d, n, c->dy, c->x[1], c->x[0], NULL, 0, c->dx[1],
+                       c->dx_acc[1], c->workspace);
+            s_fault(c->dx[1], tp_shape_count(&c->xshape[1]));
+        }
+        if (c->dx[0]) {
+            s_pass_fwd(&d, n, c->dy, c->x[1], NULL, c->dx[0], c->dx_acc[0],
+                       c->workspace);
+            s_fault(c->dx[0], tp_shape_count(&c->xshape[0]));
+        }
+        break;
+    }
+    case TP_OP_UPSAMPLE_NEAREST:
+    case TP_OP_UPSAMPLE_BILINEAR:
+        s_up_bwd(c);
+        break;
+    default:
+        return tp_error(TP_ERR_INVALID, "%s: %s is not a convolution-family op",
+                        c->name, tp_op_name(c->kind));
+    }
+    return TP_OK;
+}
