@@ -287,6 +287,18 @@ static const tp_callback_ops_t s_ema_out_ops = {.name = "EMAOut",
                                                 .trigger_epoch = s_ema_out,
                                                 .after_train = s_ema_out};
 
+/* What the data were, in every checkpoint's metadata too (channels, size,
+ * classes, class names, normalisation): a checkpoint copied without its
+ * log directory's data.json still says them to tp-predict and tp-export.
+ * Set before the first step, so the first checkpoint has them. */
+static tp_status_t s_data_meta(void *impl, tp_trainer_t *tr) {
+    const s_args_t *a = impl;
+    return tp_zoo_data_to_checkpoints(&a->info, a->image_size, a->image_size,
+                                      tp_trainer_model(tr));
+}
+static const tp_callback_ops_t s_data_meta_ops = {.name = "DataMetadata",
+                                                  .before_train = s_data_meta};
+
 /* --devices 0,1: distinct GPU ids, into ids[] (*n_out of them). */
 static tp_status_t s_parse_device_list(const char *list, int *ids, int *n_out) {
     int n = 0;
@@ -1279,8 +1291,9 @@ int main(int argc, char **argv) {
         {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},  /* --tta-shift */
     };
     /* validation (rank 0), between --ema's two: on the weights' average */
-    tp_callback_t *cbs[4] = {tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)};
-    int ncbs = 1;
+    tp_callback_t *cbs[5] = {tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1),
+                             tp_callback_new(&s_data_meta_ops, &a, 1)};
+    int ncbs = 2;
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_in_ops, NULL, 1);
     if (rank == 0)
