@@ -188,6 +188,7 @@ Test(checkpoint, file_is_plain_safetensors) {
  * the data) is in every checkpoint, of any length, as it was at the take;
  * keys the checkpoint writes itself are refused; the file loads as ever. */
 Test(checkpoint, the_models_own_metadata_is_in_every_checkpoint) {
+    s_use_sgd = 0;  /* Adam (an in-process runner keeps the last test's) */
     tp_model_t *a = s_model(1);
     s_step(a, 0);
     /* 1000 class names: far past the fixed metadata slots */
