@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <jansson.h>
+#include <towerpack/checkpoint.h>
 #include <towerpack/fileio.h>
 #include <towerpack/models.h>
 #include <towerpack/predict.h>
@@ -230,39 +231,21 @@ tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir) {
     return TP_OK;
 }
 
-tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found) {
-    tp_zoo_data_fini(d);
-    *found = 0;
-    char path[4200];
-    struct stat st;
-    const char *slash = strrchr(ckpt, '/');
-    if (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(path, sizeof path, "%s/" TP_ZOO_DATA_FILE, ckpt);
-    else
-        snprintf(path, sizeof path, "%.*s/" TP_ZOO_DATA_FILE, slash ? (int)(slash - ckpt) : 1,
-                 slash ? ckpt : ".");
-    if (stat(path, &st) != 0)
-        return TP_OK;  /* a run from before data.json: grey, 10 classes */
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    if (!j)
-        return tp_error(TP_ERR_FORMAT, "%s:%d: %s", path, err.line, err.text);
+/* *d from a data description (data.json's object, or the one a
+ * checkpoint's metadata makes); `what` names it in errors. */
+static tp_status_t s_data_from_json(json_t *j, const char *what, tp_zoo_data_t *d) {
     tp_status_t rc = TP_OK;
     json_t *ch = json_object_get(j, "channels"), *cl = json_object_get(j, "classes");
     json_t *mean = json_object_get(j, "mean"), *std = json_object_get(j, "std");
     size_t nc = json_array_size(cl), nm = json_array_size(mean);
     if (!json_is_integer(ch) || (json_integer_value(ch) != 1 && json_integer_value(ch) != 3) ||
         !json_is_array(cl) || nc < 1 || nc > 1000000 || nm < 1 || nm > 4 ||
-        json_array_size(std) != nm) {
-        json_decref(j);
+        json_array_size(std) != nm)
         return tp_error(TP_ERR_FORMAT, "%s: expected channels 1 or 3, classes (a list "
-                        "of names), mean and std (1 to 4 numbers each)", path);
-    }
+                        "of names), mean and std (1 to 4 numbers each)", what);
     const char **names = calloc(nc, sizeof *names);
-    if (!names) {
-        json_decref(j);
-        return tp_error(TP_ERR_NOMEM, "%s", path);
-    }
+    if (!names)
+        return tp_error(TP_ERR_NOMEM, "%s", what);
     for (size_t i = 0; i < nc; i++)
         names[i] = json_string_value(json_array_get(cl, i));
     rc = tp_zoo_data_set_classes(d, (int)nc, names);
@@ -277,13 +260,120 @@ tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found) {
         d->mean[c] = (float)json_number_value(json_array_get(mean, c));
         d->std[c] = (float)json_number_value(json_array_get(std, c));
         if (!(d->std[c] > 0) && rc == TP_OK)
-            rc = tp_error(TP_ERR_FORMAT, "%s: std[%zu] is not positive", path, c);
+            rc = tp_error(TP_ERR_FORMAT, "%s: std[%zu] is not positive", what, c);
     }
+    if (rc != TP_OK)
+        tp_zoo_data_fini(d);  /* the defaults, nothing held */
+    return rc;
+}
+
+/* The metadata keys a checkpoint records the data in (each value JSON). */
+static const char *const s_meta_keys[] = {"channels", "class_names", "mean", "std",
+                                          "resize_short"};
+
+tp_status_t tp_zoo_data_to_checkpoints(const tp_zoo_data_t *d, int height, int width,
+                                       tp_model_t *m) {
+    json_t *cl = json_array(), *mean = json_array(), *std = json_array();
+    for (int i = 0; i < d->nclasses; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", i);
+        json_array_append_new(cl, json_string(d->classes ? d->classes[i] : num));
+    }
+    for (int c = 0; c < d->nnorm; c++) {
+        json_array_append_new(mean, json_real(d->mean[c]));
+        json_array_append_new(std, json_real(d->std[c]));
+    }
+    char *names = json_dumps(cl, JSON_COMPACT | JSON_ENSURE_ASCII);
+    char *means = json_dumps(mean, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    char *stds = json_dumps(std, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(cl);
+    json_decref(mean);
+    json_decref(std);
+    char ch[16], size[48], ncl[16], rs[16];
+    snprintf(ch, sizeof ch, "%d", d->channels);
+    snprintf(size, sizeof size, "%dx%d", height, width);
+    snprintf(ncl, sizeof ncl, "%d", d->nclasses);
+    snprintf(rs, sizeof rs, "%d", d->resize_short);
+    tp_status_t rc = names && means && stds ? TP_OK
+                   : tp_error(TP_ERR_NOMEM, "the data description's metadata");
+    const char *kv[][2] = {{"channels", ch}, {"size", size}, {"classes", ncl},
+                           {"class_names", names}, {"mean", means}, {"std", stds},
+                           {"resize_short", rs},
+                           {"colour", d->channels == 1 ? "grey" : "RGB"}};
+    for (size_t i = 0; rc == TP_OK && i < sizeof kv / sizeof *kv; i++)
+        rc = tp_checkpoint_set_meta(m, kv[i][0], kv[i][1]);
+    free(names);
+    free(means);
+    free(stds);
+    return rc;
+}
+
+/* *d from the metadata of checkpoint `path` (tp_zoo_data_to_checkpoints);
+ * *found 0 for one that records no data (an older tp-train's). */
+static tp_status_t s_data_from_checkpoint(const char *path, tp_zoo_data_t *d, int *found) {
+    tp_safetensors_t *st = NULL;
+    TP_TRY(tp_safetensors_open(path, &st));
+    tp_status_t rc = TP_OK;
+    json_t *j = json_object();
+    for (size_t i = 0; i < sizeof s_meta_keys / sizeof *s_meta_keys && j; i++) {
+        const char *v = tp_safetensors_meta(st, s_meta_keys[i]);
+        if (!v)
+            continue;
+        json_error_t err;
+        json_t *x = json_loads(v, JSON_DECODE_ANY, &err);
+        if (!x) {
+            rc = tp_error(TP_ERR_FORMAT, "checkpoint %s: metadata '%s' is not JSON (%s)",
+                          path, s_meta_keys[i], err.text);
+            break;
+        }
+        /* data.json's names for them */
+        json_object_set_new(j, !strcmp(s_meta_keys[i], "class_names") ? "classes"
+                               : s_meta_keys[i], x);
+    }
+    const char *ncl = tp_safetensors_meta(st, "classes");
+    if (rc == TP_OK && j && json_object_get(j, "channels") && json_object_get(j, "classes")) {
+        char what[4200];
+        snprintf(what, sizeof what, "checkpoint %s: metadata", path);
+        if (ncl && strtol(ncl, NULL, 10) != (long)json_array_size(json_object_get(j, "classes")))
+            rc = tp_error(TP_ERR_FORMAT, "%s 'classes' is %s but 'class_names' has %zu names",
+                          what, ncl, json_array_size(json_object_get(j, "classes")));
+        else if ((rc = s_data_from_json(j, what, d)) == TP_OK)
+            *found = 1;
+    }
+    json_decref(j);
+    tp_safetensors_destroy(&st);
+    return rc;
+}
+
+tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found) {
+    tp_zoo_data_fini(d);
+    *found = 0;
+    char path[4200];
+    struct stat st;
+    const char *slash = strrchr(ckpt, '/');
+    int is_dir = stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode);
+    if (is_dir)
+        snprintf(path, sizeof path, "%s/" TP_ZOO_DATA_FILE, ckpt);
+    else
+        snprintf(path, sizeof path, "%.*s/" TP_ZOO_DATA_FILE, slash ? (int)(slash - ckpt) : 1,
+                 slash ? ckpt : ".");
+    if (stat(path, &st) != 0) {
+        /* no data.json (a checkpoint copied alone): its own metadata, or
+         * a run from before either (grey, 10 classes) */
+        char file[4096];
+        if (is_dir ? tp_checkpoint_resolve(ckpt, file, sizeof file) != TP_OK
+                   : stat(ckpt, &st) != 0)
+            return TP_OK;  /* no checkpoint either: the caller says so */
+        return s_data_from_checkpoint(is_dir ? file : ckpt, d, found);
+    }
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j)
+        return tp_error(TP_ERR_FORMAT, "%s:%d: %s", path, err.line, err.text);
+    tp_status_t rc = s_data_from_json(j, path, d);
     json_decref(j);
     if (rc == TP_OK)
         *found = 1;
-    else
-        tp_zoo_data_fini(d);  /* the defaults, nothing held */
     return rc;
 }
 

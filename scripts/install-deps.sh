@@ -45,6 +45,10 @@ packages=(
   # the cnn-bn training step checked against PyTorch (tests/models/
   # test_proc_torch_step.c)
   python3-torch
+  # torchvision: the class order of an image folder (tests/tools/
+  # colour_check.py) and the ResNet-18 image benchmark's PyTorch side
+  # (bench/images/resnet18.py)
+  python3-torchvision
   # distributed training (optional: without it the MPI module is not built)
   openmpi-bin libopenmpi-dev
   # hardening (scripts/fuzz.sh, scripts/valgrind.sh): libFuzzer needs clang

@@ -742,7 +742,73 @@ tp_status_t tp_checkpoint_verify(const char *path, int64_t steps_per_epoch,
 
 /* ---- snapshots: a checkpoint taken now, written later -------------------- */
 
-enum { S_MAXMETA = 80, S_KEY = 40, S_VAL = 256 };
+enum { S_MAXMETA = 80 + TP_CHECKPOINT_MAX_META, S_KEY = 40, S_VAL = 256 };
+
+/* ---- the model's own metadata (tp_checkpoint_set_meta) ------------------- */
+
+/* Keys the snapshot writes itself: a user's would be a second, ambiguous
+ * value (safetensors metadata is a JSON object: one value per key). */
+static int s_reserved_key(const char *key) {
+    static const char *const exact[] = {"format", "model", "inputs", "epoch",
+                                        "global_step", "rng",
+                                        TP_SAFETENSORS_CHECKSUM_KEY,
+                                        "__metadata__"};
+    for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+        if (!strcmp(key, exact[i]))
+            return 1;
+    return !strncmp(key, "optimizer", 9) || !strncmp(key, "tower", 5);
+}
+
+const char *tp_checkpoint_get_meta(const tp_model_t *m, const char *key) {
+    for (int i = 0; m && key && i < m->nmeta; i++)
+        if (!strcmp(m->meta[2 * i], key))
+            return m->meta[2 * i + 1];
+    return NULL;
+}
+
+tp_status_t tp_checkpoint_set_meta(tp_model_t *m, const char *key, const char *value) {
+    if (!key || !*key || s_reserved_key(key))
+        return tp_error(TP_ERR_INVALID, "checkpoint metadata '%s': %s", key ? key : "(null)",
+                        key && *key ? "the checkpoint writes that key itself" : "an empty key");
+    int at = 0;
+    while (at < m->nmeta && strcmp(m->meta[2 * at], key))
+        at++;
+    if (!value) {  /* removed: the last pair takes its place */
+        if (at == m->nmeta)
+            return TP_OK;
+        free(m->meta[2 * at]);
+        free(m->meta[2 * at + 1]);
+        m->nmeta--;
+        m->meta[2 * at] = m->meta[2 * m->nmeta];
+        m->meta[2 * at + 1] = m->meta[2 * m->nmeta + 1];
+        return TP_OK;
+    }
+    char *v = strdup(value);
+    if (!v)
+        return tp_error(TP_ERR_NOMEM, "checkpoint metadata '%s'", key);
+    if (at < m->nmeta) {
+        free(m->meta[2 * at + 1]);
+        m->meta[2 * at + 1] = v;
+        return TP_OK;
+    }
+    if (m->nmeta == TP_CHECKPOINT_MAX_META) {
+        free(v);
+        return tp_error(TP_ERR_INVALID, "checkpoint metadata '%s': at most %d keys of "
+                        "the model's own", key, TP_CHECKPOINT_MAX_META);
+    }
+    char *k = strdup(key);
+    char **grown = k ? realloc(m->meta, (size_t)(m->nmeta + 1) * 2 * sizeof *grown) : NULL;
+    if (!grown) {
+        free(k);
+        free(v);
+        return tp_error(TP_ERR_NOMEM, "checkpoint metadata '%s'", key);
+    }
+    m->meta = grown;
+    m->meta[2 * m->nmeta] = k;
+    m->meta[2 * m->nmeta + 1] = v;
+    m->nmeta++;
+    return TP_OK;
+}
 
 /* Everything tp_checkpoint_save writes, copied out of the model: the file
  * can then be written on another thread while the model trains on. Every
@@ -761,6 +827,9 @@ struct tp_checkpoint_snapshot {
     tp_meta_kv_t meta[S_MAXMETA];
     char keys[S_MAXMETA][S_KEY], vals[S_MAXMETA][S_VAL];
     size_t nmeta;
+    char *extra;            /* [capextra] the model's own metadata (keys and
+                               values of any length), NUL-separated */
+    size_t capextra;
     size_t bytes;           /* tensor bytes of the last take */
 };
 
@@ -779,6 +848,7 @@ void tp_checkpoint_snapshot_destroy(tp_checkpoint_snapshot_t **self_p) {
     free(s->ts);
     free(s->views);
     free(s->text);
+    free(s->extra);
     free(s);
     *self_p = NULL;
 }
@@ -959,6 +1029,28 @@ tp_status_t tp_checkpoint_snapshot_take(tp_checkpoint_snapshot_t *s,
         }
     }
 #undef META
+    /* The model's own (tp_checkpoint_set_meta), copied: the model may
+     * change them while another thread writes this snapshot. */
+    size_t nextra = 0;
+    for (int i = 0; i < 2 * m->nmeta; i++)
+        nextra += strlen(m->meta[i]) + 1;
+    if (nextra > s->capextra) {
+        char *e = malloc(nextra);
+        if (!e)
+            return tp_error(TP_ERR_NOMEM, "checkpoint snapshot: metadata");
+        free(s->extra);
+        s->extra = e;
+        s->capextra = nextra;
+    }
+    size_t eo = 0;
+    for (int i = 0; i < m->nmeta && nm < S_MAXMETA; i++, nm++) {
+        size_t kl = strlen(m->meta[2 * i]) + 1, vl = strlen(m->meta[2 * i + 1]) + 1;
+        memcpy(s->extra + eo, m->meta[2 * i], kl);
+        memcpy(s->extra + eo + kl, m->meta[2 * i + 1], vl);
+        s->meta[nm].key = s->extra + eo;
+        s->meta[nm].value = s->extra + eo + kl;
+        eo += kl + vl;
+    }
     s->nt = n;
     s->nmeta = nm;
     for (size_t i = 0; i < n; i++)

@@ -208,6 +208,9 @@ struct tp_model {
     tp_input_desc_t *inputs;
     int ninputs;
     char *name;        /* the description's name, or NULL */
+    char **meta;       /* [2 * nmeta] key, value, ...: what every checkpoint's
+                          metadata adds (tp_checkpoint_set_meta) */
+    int nmeta;
 
     tp_var_t *vars;
     int nvars, cap_vars;

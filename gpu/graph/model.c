@@ -979,6 +979,9 @@ void tp_model_destroy(tp_model_t **self_p) {
     free(m->vars);
     free(m->inputs);
     free(m->name);
+    for (int i = 0; i < 2 * m->nmeta; i++)
+        free(m->meta[i]);
+    free(m->meta);
     tp_optimizer_destroy(&m->opt);
     if (m->own_backend)
         for (int r = m->nrep - 1; r >= 0; r--)

@@ -206,6 +206,44 @@ tp_callback_t *tp_cb_hp_stat_monitor(const char *param, const char *stat,
                                      tp_hp_fn fn, void *arg, double threshold,
                                      int last_k, int reverse);
 
+/* ---- learning-rate schedules, as the common recipes ------------------------
+ * A linear warm-up from base x warmup_from to base over the first `warmup`
+ * steps (PyTorch's LinearLR(start_factor=warmup_from, total_iters=warmup)),
+ * then:
+ *   TP_LR_LINEAR  base down to base x end at step `total`, linearly
+ *                 (LinearLR(1, end, total - warmup) after the warm-up);
+ *   TP_LR_COSINE  base x end + base (1 - end) (1 + cos(pi (t - warmup) /
+ *                 (total - warmup))) / 2 (CosineAnnealingLR(T_max = total -
+ *                 warmup, eta_min = base x end) after the warm-up, as
+ *                 SequentialLR chains them); base x end from `total` on;
+ *   TP_LR_STEP    x gamma at each milestone (global steps, increasing),
+ *                 counted from step 0, the warm-up's factor times it
+ *                 (MultiStepLR(milestones, gamma) and the warm-up's LinearLR
+ *                 in a ChainedScheduler).
+ * Step t is the t-th step from 0 (its rate is the value at t); epochs are
+ * steps_per_epoch steps each (an epoch schedule: 1 step per epoch). */
+#define TP_LR_MAX_MILESTONES 16
+typedef enum { TP_LR_LINEAR = 0, TP_LR_COSINE = 1, TP_LR_STEP = 2 } tp_lr_kind_t;
+typedef struct tp_lr_schedule {
+    tp_lr_kind_t kind;
+    double base;         /* the rate after the warm-up (> 0) */
+    double warmup_from;  /* the warm-up's first rate / base, in (0, 1] */
+    double end;          /* linear, cosine: the rate at `total` / base, [0, 1] */
+    double gamma;        /* step: the factor at each milestone, in (0, 1] */
+    int64_t warmup;      /* steps of the warm-up (0: none); < total */
+    int64_t total;       /* the schedule's length in steps (linear, cosine) */
+    int64_t milestones[TP_LR_MAX_MILESTONES]; /* step: [nmilestones] */
+    int nmilestones;
+} tp_lr_schedule_t;
+/* TP_ERR_INVALID naming the field when *s is not a schedule as above. */
+tp_status_t tp_lr_schedule_check(const tp_lr_schedule_t *s);
+/* The rate at step t (t >= 0) of a checked schedule. */
+double tp_lr_schedule_at(const tp_lr_schedule_t *s, int64_t step);
+/* A callback setting `param` to tp_lr_schedule_at(s, global step) before
+ * every step (and before training, also on resume). *s is copied; NULL
+ * with tp_last_error() for a schedule tp_lr_schedule_check refuses. */
+tp_callback_t *tp_cb_lr_schedule(const char *param, const tp_lr_schedule_t *s);
+
 #ifdef __cplusplus
 }
 #endif

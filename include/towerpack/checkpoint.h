@@ -94,8 +94,21 @@ typedef enum {
     TP_LOAD_WEIGHTS_ONLY = 2, /* skip optimizer slots and trainer state */
 } tp_load_flags_t;
 
+/* What every later checkpoint of m adds to its metadata (tp-train: what
+ * the data were, "channels", "size", "classes", "class_names", so a
+ * checkpoint copied alone still says them). `value` replaces an earlier
+ * value of `key`; NULL removes it. Both copied. TP_ERR_INVALID for a key the
+ * checkpoint writes itself ("format", "model", "inputs", "epoch",
+ * "global_step", "rng", "tower..", "optimizer..", the checksums') or an
+ * empty one, and past TP_CHECKPOINT_MAX_META keys. */
+#define TP_CHECKPOINT_MAX_META 16
+tp_status_t tp_checkpoint_set_meta(tp_model_t *m, const char *key, const char *value);
+/* The value tp_checkpoint_set_meta gave `key`, or NULL. */
+const char *tp_checkpoint_get_meta(const tp_model_t *m, const char *key);
+
 /* Save every variable, the optimizer slots and `state` (may be NULL), plus
- * every tower's dropout generator. */
+ * every tower's dropout generator and the metadata tp_checkpoint_set_meta
+ * gave. */
 tp_status_t tp_checkpoint_save(tp_model_t *m, const char *path,
                                const tp_train_state_t *state);
 /* ---- snapshots: a checkpoint taken now, written later --------------------

@@ -116,9 +116,17 @@ void tp_zoo_data_fini(tp_zoo_data_t *d);
 tp_status_t tp_zoo_data_set_classes(tp_zoo_data_t *d, int n, const char *const *names);
 /* Write dir/data.json (atomically). */
 tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir);
+/* Record *d and the input size (height x width) in every later
+ * checkpoint of m (tp_checkpoint_set_meta: "channels", "size", "classes",
+ * "class_names", "mean", "std", "resize_short", "colour"; lists as JSON),
+ * so a checkpoint copied without its data.json still says them. */
+tp_status_t tp_zoo_data_to_checkpoints(const tp_zoo_data_t *d, int height, int width,
+                                       tp_model_t *m);
 /* Read data.json from `ckpt`'s folder (or from `ckpt` when it is a log
- * directory) into *d; *found 0 (and *d the defaults) when there is none;
- * TP_ERR_FORMAT naming the file when it is malformed. */
+ * directory) into *d; without one, the checkpoint's own metadata
+ * (tp_zoo_data_to_checkpoints; a log directory's latest checkpoint); *found
+ * 0 (and *d the defaults) when neither says; TP_ERR_FORMAT naming the file
+ * when it is malformed. */
 tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found);
 /* An image source decoded for a random resized crop (tp-train --augment
  * imagenet): RGB or grey at the smallest JPEG scale keeping

@@ -1,7 +1,10 @@
 /* towerpack pipeline: hyper-parameter setters (ScheduledHyperParamSetter,
  * HyperParamSetterWithFunc, StatMonitorParamSetter), with tensorpack's
- * semantics: a schedule point (ep, v) takes effect after epoch ep. */
+ * semantics: a schedule point (ep, v) takes effect after epoch ep; and the
+ * common recipes' learning-rate schedules (linear, cosine, step, each with
+ * a linear warm-up) in PyTorch's closed forms, set step by step. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <towerpack/callback.h>
 #include <towerpack/log.h>
@@ -246,4 +249,109 @@ tp_callback_t *tp_cb_hp_stat_monitor(const char *param, const char *stat,
     h->reverse = reverse;
     h->last_changed_epoch = 0;
     return tp_callback_new(&s_stat_ops, h, 0);
+}
+
+/* ---- learning-rate schedules (tp_lr_schedule_t) --------------------------------- */
+
+tp_status_t tp_lr_schedule_check(const tp_lr_schedule_t *s) {
+    const char *kind = s->kind == TP_LR_LINEAR ? "linear" : s->kind == TP_LR_COSINE
+                     ? "cosine" : s->kind == TP_LR_STEP ? "step" : NULL;
+    if (!kind)
+        return tp_error(TP_ERR_INVALID, "learning-rate schedule: kind %d (linear, cosine "
+                        "or step)", (int)s->kind);
+    if (!(s->base > 0 && isfinite(s->base)))
+        return tp_error(TP_ERR_INVALID, "%s schedule: base rate %g (> 0)", kind, s->base);
+    if (s->warmup > 0 && !(s->warmup_from > 0 && s->warmup_from <= 1))
+        return tp_error(TP_ERR_INVALID, "%s schedule: warm-up start %g (a fraction of the "
+                        "base rate in (0, 1], as PyTorch's LinearLR start_factor)", kind,
+                        s->warmup_from);
+    if (s->warmup < 0 || (s->kind != TP_LR_STEP && s->warmup >= s->total))
+        return tp_error(TP_ERR_INVALID, "%s schedule: warm-up of %lld steps (at least 0%s%lld)",
+                        kind, (long long)s->warmup, s->kind != TP_LR_STEP
+                        ? ", and the schedule's length in steps must exceed it: " : "",
+                        (long long)(s->kind != TP_LR_STEP ? s->total : 0));
+    if (s->kind != TP_LR_STEP && !(s->end >= 0 && s->end <= 1))
+        return tp_error(TP_ERR_INVALID, "%s schedule: end %g (a fraction of the base rate "
+                        "in [0, 1])", kind, s->end);
+    if (s->kind == TP_LR_STEP) {
+        if (!(s->gamma > 0 && s->gamma <= 1))
+            return tp_error(TP_ERR_INVALID, "step schedule: gamma %g (in (0, 1])", s->gamma);
+        if (s->nmilestones < 1 || s->nmilestones > TP_LR_MAX_MILESTONES)
+            return tp_error(TP_ERR_INVALID, "step schedule: %d milestones (1 to %d)",
+                            s->nmilestones, TP_LR_MAX_MILESTONES);
+        for (int i = 0; i < s->nmilestones; i++)
+            if (s->milestones[i] < 1 || (i && s->milestones[i] <= s->milestones[i - 1]))
+                return tp_error(TP_ERR_INVALID, "step schedule: milestone %d at step %lld "
+                                "(milestones are positive and increasing)", i,
+                                (long long)s->milestones[i]);
+    }
+    return TP_OK;
+}
+
+double tp_lr_schedule_at(const tp_lr_schedule_t *s, int64_t step) {
+    double t = (double)(step < 0 ? 0 : step), w = (double)s->warmup;
+    /* the warm-up's factor: LinearLR's closed form */
+    double warm = t < w ? s->warmup_from + (1 - s->warmup_from) * t / w : 1.0;
+    if (s->kind == TP_LR_STEP) {
+        double f = 1.0;
+        for (int i = 0; i < s->nmilestones && s->milestones[i] <= step; i++)
+            f *= s->gamma;
+        return s->base * warm * f;
+    }
+    if (t < w)
+        return s->base * warm;
+    double span = (double)s->total - w, x = t >= (double)s->total ? 1.0 : (t - w) / span;
+    if (s->kind == TP_LR_LINEAR)
+        return s->base * (1 + (s->end - 1) * x);
+    /* cosine, down to base x end at `total` and staying there (PyTorch's
+     * CosineAnnealingLR climbs again past T_max: no recipe wants that) */
+    double eta = s->base * s->end;
+    return eta + (s->base - eta) * (1 + cos(3.14159265358979323846 * x)) / 2;
+}
+
+typedef struct {
+    char *param;
+    tp_lr_schedule_t s;
+} s_lr_t;
+
+static void s_lr_destroy(void *impl) {
+    s_lr_t *l = impl;
+    free(l->param);
+    free(l);
+}
+
+/* The rate of the coming step, global step g: set after step g - 1 ends
+ * (trigger_step) and before the first (before_train, also on resume). */
+static tp_status_t lr_set(void *impl, tp_trainer_t *tr) {
+    s_lr_t *l = impl;
+    int64_t g = tp_trainer_global_step(tr);
+    double v = tp_lr_schedule_at(&l->s, g);
+    double old = NAN;
+    tp_trainer_get_hyperparam(tr, l->param, &old);
+    TP_TRY(tp_trainer_set_hyperparam(tr, l->param, v));
+    /* it changes every step: the debug log (stats.json has each epoch's) */
+    if (old != v)
+        TP_DEBUG("[LRSchedule] at global_step %lld, %s changes from %g to %g",
+                 (long long)g, l->param, old, v);
+    return TP_OK;
+}
+
+static const tp_callback_ops_t s_lr_ops = {
+    .name = "LRSchedule",
+    .before_train = lr_set,
+    .trigger_step = lr_set,
+    .destroy = s_lr_destroy,
+};
+
+tp_callback_t *tp_cb_lr_schedule(const char *param, const tp_lr_schedule_t *s) {
+    if (tp_lr_schedule_check(s) != TP_OK)
+        return NULL;
+    s_lr_t *l = calloc(1, sizeof *l);
+    if (!l || !(l->param = strdup(param))) {
+        free(l);
+        tp_error(TP_ERR_NOMEM, "learning-rate schedule");
+        return NULL;
+    }
+    l->s = *s;
+    return tp_callback_new(&s_lr_ops, l, 0);
 }

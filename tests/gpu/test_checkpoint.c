@@ -184,6 +184,71 @@ Test(checkpoint, file_is_plain_safetensors) {
     tp_model_destroy(&a);
 }
 
+/* The model's own metadata (tp_checkpoint_set_meta: tp-train's record of
+ * the data) is in every checkpoint, of any length, as it was at the take;
+ * keys the checkpoint writes itself are refused; the file loads as ever. */
+Test(checkpoint, the_models_own_metadata_is_in_every_checkpoint) {
+    s_use_sgd = 0;  /* Adam (an in-process runner keeps the last test's) */
+    tp_model_t *a = s_model(1);
+    s_step(a, 0);
+    /* 1000 class names: far past the fixed metadata slots */
+    size_t cap = 1000 * 16 + 3, o = 0;
+    char *names = malloc(cap);
+    o += (size_t)snprintf(names + o, cap - o, "[");
+    for (int i = 0; i < 1000; i++)
+        o += (size_t)snprintf(names + o, cap - o, "%s\"class %d\"", i ? "," : "", i);
+    snprintf(names + o, cap - o, "]");
+    cr_assert_eq(tp_checkpoint_set_meta(a, "class_names", names), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_checkpoint_set_meta(a, "channels", "1"), TP_OK);
+    cr_assert_eq(tp_checkpoint_set_meta(a, "channels", "3"), TP_OK);  /* replaced */
+    cr_assert_eq(tp_checkpoint_set_meta(a, "gone", "x"), TP_OK);
+    cr_assert_eq(tp_checkpoint_set_meta(a, "gone", NULL), TP_OK);     /* removed */
+    cr_expect_str_eq(tp_checkpoint_get_meta(a, "channels"), "3");
+    cr_expect_null(tp_checkpoint_get_meta(a, "gone"));
+    static const char *const reserved[] = {"model", "epoch", "rng", "tower0/rng",
+                                           "optimizer/learning_rate",
+                                           TP_SAFETENSORS_CHECKSUM_KEY, ""};
+    for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
+        cr_expect_eq(tp_checkpoint_set_meta(a, reserved[i], "x"), TP_ERR_INVALID, "%s",
+                     reserved[i]);
+        cr_expect_null(tp_checkpoint_get_meta(a, reserved[i]));
+    }
+    /* taken now, changed after the take, written later: the take's value */
+    tp_checkpoint_snapshot_t *snap = tp_checkpoint_snapshot_new();
+    cr_assert_eq(tp_checkpoint_snapshot_take(snap, a, NULL), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_checkpoint_set_meta(a, "channels", "1"), TP_OK);
+    cr_assert_eq(tp_checkpoint_snapshot_write(snap, s_path("m.safetensors")), TP_OK);
+    tp_checkpoint_snapshot_destroy(&snap);
+    tp_safetensors_t *st = NULL;
+    cr_assert_eq(tp_safetensors_open(s_path("m.safetensors"), &st), TP_OK, "%s",
+                 tp_last_error());
+    cr_expect_str_eq(tp_safetensors_meta(st, "class_names"), names);
+    cr_expect_str_eq(tp_safetensors_meta(st, "channels"), "3");
+    cr_expect_null(tp_safetensors_meta(st, "gone"));
+    cr_expect_str_eq(tp_safetensors_meta(st, "optimizer"), "adam");  /* its own still */
+    int checked = 0;
+    cr_expect_eq(tp_safetensors_verify(st, "m", &checked), TP_OK, "%s", tp_last_error());
+    cr_expect(checked);
+    tp_safetensors_destroy(&st);
+    /* and a model without the keys loads it strictly, as any checkpoint */
+    tp_model_t *b = s_model(2);
+    cr_expect_eq(tp_checkpoint_load(b, s_path("m.safetensors"), TP_LOAD_STRICT, NULL), TP_OK,
+                 "%s", tp_last_error());
+    cr_expect_null(tp_checkpoint_get_meta(b, "channels"));
+    /* at most TP_CHECKPOINT_MAX_META keys of the model's own */
+    char key[32];
+    int n = 2;  /* class_names and channels */
+    for (; n < TP_CHECKPOINT_MAX_META; n++) {
+        snprintf(key, sizeof key, "k%d", n);
+        cr_assert_eq(tp_checkpoint_set_meta(a, key, "v"), TP_OK);
+    }
+    cr_expect_eq(tp_checkpoint_set_meta(a, "one-too-many", "v"), TP_ERR_INVALID);
+    cr_expect_eq(tp_checkpoint_set_meta(a, "k2", "w"), TP_OK);  /* replacing still works */
+    free(names);
+    tp_model_destroy(&b);
+    tp_model_destroy(&a);
+}
+
 Test(checkpoint, strict_errors_and_relaxed_mode) {
     s_use_sgd = 1;
     s_extra = 0;

@@ -21,6 +21,7 @@ typedef struct {
     int fail_at_step;      /* global step (1-based) whose run_step fails, 0 never */
     int nan_at_step;
     int64_t steps;
+    double step_lr[64];    /* [steps] the rate each step ran at (the first 64) */
 } s_train_t;
 
 static void s_log(s_train_t *t, const char *what) {
@@ -30,6 +31,8 @@ static void s_log(s_train_t *t, const char *what) {
 
 static tp_status_t s_run_step(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
     s_train_t *t = impl;
+    if (t->steps < 64)
+        t->step_lr[t->steps] = t->lr;
     t->steps++;
     s_log(t, "step");
     if (t->fail_at_step && tp_trainer_global_step(tr) + 1 == t->fail_at_step)
@@ -410,6 +413,70 @@ Test(trainer, scheduled_hyperparam_interpolates) {
     tp_hp_point_t bad[] = {{2, 1.0}, {1, 0.0}};
     cr_assert_null(tp_cb_hp_schedule("learning_rate", bad, 2, 0, 0));
     cr_assert(strstr(tp_last_error(), "strictly increasing"));
+}
+
+/* The common recipes' schedules (tp_cb_lr_schedule): each step runs at
+ * tp_lr_schedule_at(its global step), also after a resume; bad schedules
+ * are refused naming the field. (Against PyTorch: test_proc_lr_schedule.) */
+Test(trainer, lr_schedule_sets_each_steps_rate) {
+    tp_lr_schedule_t cos = {.kind = TP_LR_COSINE, .base = 0.1, .warmup_from = 0.1,
+                            .end = 0.01, .warmup = 3, .total = 10};
+    cr_assert_eq(tp_lr_schedule_check(&cos), TP_OK, "%s", tp_last_error());
+    cr_expect_float_eq(tp_lr_schedule_at(&cos, 0), 0.01, 1e-15, "the warm-up's start");
+    cr_expect_float_eq(tp_lr_schedule_at(&cos, 3), 0.1, 1e-15, "the peak after it");
+    cr_expect_float_eq(tp_lr_schedule_at(&cos, 10), 0.001, 1e-15, "base x end at total");
+    cr_expect_float_eq(tp_lr_schedule_at(&cos, 99), 0.001, 1e-15, "and after it");
+    s_train_t t;
+    tp_trainer_t *tr = s_trainer(&t);
+    tp_callback_t *cb = tp_cb_lr_schedule("learning_rate", &cos);
+    cr_assert_not_null(cb, "%s", tp_last_error());
+    tp_trainer_add_callback(tr, &cb);
+    tp_schedule_t s = s_sched(1, 2, 5);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(t.steps, 10);
+    for (int k = 0; k < 10; k++)
+        cr_expect_float_eq(t.step_lr[k], tp_lr_schedule_at(&cos, k), 1e-15, "step %d", k);
+    tp_trainer_destroy(&tr);
+
+    /* resumed at epoch 2: global step 5 on, at the rates of steps 5..9 */
+    tr = s_trainer(&t);
+    cb = tp_cb_lr_schedule("learning_rate", &cos);
+    tp_trainer_add_callback(tr, &cb);
+    s = s_sched(2, 2, 5);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(t.steps, 5);
+    for (int k = 0; k < 5; k++)
+        cr_expect_float_eq(t.step_lr[k], tp_lr_schedule_at(&cos, 5 + k), 1e-15, "step %d", k);
+    tp_trainer_destroy(&tr);
+    s = s_sched(1, 2, 5);
+
+    /* step decay: x 0.5 at steps 4 and 8, after a 2-step warm-up */
+    tp_lr_schedule_t st = {.kind = TP_LR_STEP, .base = 1, .warmup_from = 0.5, .gamma = 0.5,
+                           .warmup = 2, .milestones = {4, 8}, .nmilestones = 2};
+    const double want[10] = {0.5, 0.75, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25};
+    tr = s_trainer(&t);
+    cb = tp_cb_lr_schedule("learning_rate", &st);
+    tp_trainer_add_callback(tr, &cb);
+    cr_assert_eq(tp_trainer_train(tr, &s), TP_OK, "%s", tp_last_error());
+    for (int k = 0; k < 10; k++)
+        cr_expect_float_eq(t.step_lr[k], want[k], 1e-15, "step %d", k);
+    tp_trainer_destroy(&tr);
+
+    /* bad schedules, named */
+    tp_lr_schedule_t bad = cos;
+    bad.warmup = 10;
+    cr_expect_null(tp_cb_lr_schedule("learning_rate", &bad));
+    cr_expect(strstr(tp_last_error(), "warm-up of 10 steps"), "%s", tp_last_error());
+    bad = st;
+    bad.milestones[1] = 4;
+    cr_expect_null(tp_cb_lr_schedule("learning_rate", &bad));
+    cr_expect(strstr(tp_last_error(), "increasing"), "%s", tp_last_error());
+    bad = cos;
+    bad.warmup_from = 0;
+    cr_expect_eq(tp_lr_schedule_check(&bad), TP_ERR_INVALID);
+    bad = cos;
+    bad.end = 1.5;
+    cr_expect_eq(tp_lr_schedule_check(&bad), TP_ERR_INVALID);
 }
 
 static double s_halve(int64_t epoch, double cur, void *arg) { return cur / 2; }

@@ -11,6 +11,11 @@ numpy), and an exported ONNX model run by OpenCV's DNN module.
                                               from towerpack) with PIL + numpy
   colour_check.py onnx MODEL DIR JSONL H W    OpenCV's top-1 against
                                               tp-predict's (--output JSONL)
+  colour_check.py meta CKPT H W NAMES         the safetensors header read by
+                                              hand (the format's spec): the
+                                              metadata says 3 channels, size
+                                              HxW, the class names NAMES
+                                              (comma-separated, label order)
 """
 import json
 import os
@@ -97,7 +102,28 @@ def onnx_agree(model, d, jsonl, h, w):
     return same >= 0.99 * len(fl)
 
 
+def meta(ckpt, h, w, names):
+    """The checkpoint's own record of its data, read as any safetensors
+    reader would: an 8-byte little-endian length, a JSON header whose
+    "__metadata__" maps strings to strings."""
+    import struct
+    with open(ckpt, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        m = json.loads(f.read(n)).get("__metadata__", {})
+    names = names.split(",")
+    got = {k: m.get(k) for k in ("channels", "size", "classes", "class_names", "colour")}
+    print("metadata: %s" % json.dumps(got))
+    ok = (m.get("channels") == "3" and m.get("size") == "%dx%d" % (h, w) and
+          m.get("classes") == str(len(names)) and m.get("colour") == "RGB" and
+          json.loads(m.get("class_names", "null")) == names and
+          len(json.loads(m.get("mean", "[]"))) == 3 and len(json.loads(m.get("std", "[]"))) == 3)
+    return ok
+
+
 def main():
+    if sys.argv[1:2] == ["meta"]:  # the standard library only
+        ckpt, h, w, names = sys.argv[2:6]
+        return 0 if meta(ckpt, int(h), int(w), names) else 1
     need()
     cmd = sys.argv[1]
     if cmd == "check":

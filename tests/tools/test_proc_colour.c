@@ -326,3 +326,65 @@ Test(colour, bad_folders_are_named, .init = s_setup, .fini = s_teardown) {
     cr_expect_not_null(strstr(s_out, empty), "%s", s_out);
     cr_expect_not_null(strstr(s_out, "holds no images"), "%s", s_out);
 }
+
+/* A checkpoint copied without its log directory (no data.json beside it)
+ * still knows its data: its safetensors metadata records channels, size,
+ * classes and class names (read here by hand, as any safetensors reader
+ * would), and tp-predict and tp-export take them from there. */
+Test(colour, a_checkpoint_copied_alone_keeps_its_classes, .init = s_setup,
+     .fini = s_teardown) {
+    char train[128], test[128], tr[160], te[160], logdir[128], alone[160], ckpt[192];
+    snprintf(train, sizeof train, "%s/train", s_dir);
+    snprintf(test, sizeof test, "%s/test", s_dir);
+    s_make_set(train, 6, 1);
+    s_make_set(test, 3, 2);
+    snprintf(tr, sizeof tr, "imagefolder:%s", train);
+    snprintf(te, sizeof te, "imagefolder:%s", test);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", te,
+                     "--model", "cnn", "--epochs", "1", "--batch", "4", "--logdir", logdir,
+                     "--no-tensorboard", "--stats", "off", NULL};
+    cr_assert_eq(s_run(targv), 0, "%s", s_out);
+    snprintf(alone, sizeof alone, "%s/alone", s_dir);
+    cr_assert_eq(mkdir(alone, 0755), 0);
+    snprintf(ckpt, sizeof ckpt, "%s/copy.safetensors", alone);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cp %s/model-*.safetensors %s", logdir, ckpt);  /* one epoch: one */
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+
+    char side[8];
+    snprintf(side, sizeof side, "%d", SIDE);
+    if (access(PY, X_OK) == 0) {  /* the standard library's json and struct only */
+        char *margv[] = {PY, CHECK, "meta", ckpt, side, side, "Green,blue,red", NULL};
+        cr_expect_eq(s_run(margv), 0, "%s", s_out);
+        cr_log_info("%s", s_out);
+    } else {
+        cr_log_warn("the metadata read by Python skipped: no " PY);
+    }
+
+    char *pargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", ckpt, "--data", te,
+                     "--json", "--confusion", "none", NULL};
+    cr_assert_eq(s_run(pargv), 0, "%s", s_out);
+    json_t *j = s_json_out();
+    json_t *cl = json_object_get(j, "classes");
+    cr_assert_eq(json_array_size(cl), 3, "%s", s_out);
+    cr_expect_str_eq(json_string_value(json_array_get(cl, 0)), "Green");
+    cr_expect_str_eq(json_string_value(json_array_get(cl, 1)), "blue");
+    cr_expect_str_eq(json_string_value(json_array_get(cl, 2)), "red");
+    cr_expect_eq(json_integer_value(json_object_get(j, "samples")), 9);
+    json_decref(j);
+
+    char onnx[192], path[256];
+    snprintf(onnx, sizeof onnx, "%s/model.onnx", alone);
+    char *eargv[] = {TP_BINARY_DIR "/bin/tp-export", "--load", ckpt, "--onnx", onnx, NULL};
+    cr_assert_eq(s_run(eargv), 0, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "float32[batch,3,32,32] RGB in [0, 1]"), "%s", s_out);
+    snprintf(path, sizeof path, "%s.classes.txt", onnx);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    char names[64] = "";
+    size_t got = fread(names, 1, sizeof names - 1, f);
+    fclose(f);
+    names[got] = '\0';
+    cr_expect_str_eq(names, "Green\nblue\nred\n");
+}

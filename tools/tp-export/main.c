@@ -11,7 +11,8 @@
  * after tp-train --image-size 32; float32 for models trained on augmented
  * images) with a symbolic batch dimension. A colour model's input is
  * float32 [batch,3,H,W], RGB, pixels in [0, 1]: the per-channel
- * normalisation the run used (data.json beside the checkpoint) is inside
+ * normalisation the run used (data.json beside the checkpoint, or the
+ * checkpoint's metadata) is inside
  * the file. The class names, in label order, go beside it (FILE.classes.txt,
  * one a line) and into the model's metadata_props ("classes": one name a
  * line; also "channels", "colour", "layout", "input_range", "mean", "std"). */
@@ -84,8 +85,9 @@ int main(int argc, char **argv) {
     int colour = inputs[0].ndim == 4;
     if (colour && info.channels != 3) {
         tp_zoo_data_fini(&info);
-        tp_error(TP_ERR_FORMAT, "%s is a colour model but its folder has no data.json "
-                 "(tp-train writes it): the normalisation is unknown", ckpt);
+        tp_error(TP_ERR_FORMAT, "%s is a colour model but neither a data.json beside it "
+                 "nor its metadata records the normalisation (tp-train writes "
+                 "both)", ckpt);
         return s_fail("--load");
     }
     tp_zoo_options_t zo = {0, info.nclasses};

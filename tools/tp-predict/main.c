@@ -17,8 +17,8 @@
  * (--confusion, default confusion.png next to the checkpoint). --json
  * prints one JSON object instead of the text report. The class names,
  * the image channels and the normalisation come from data.json beside the
- * checkpoint (tp-train writes it; without it: grey, 10 classes named by
- * their numbers). */
+ * checkpoint, or without one from the checkpoint's own metadata (tp-train
+ * writes both; without either: grey, 10 classes named by their numbers). */
 #include <cairo.h>
 #include <fontconfig/fontconfig.h>
 #include <getopt.h>
@@ -44,7 +44,8 @@ static const char *s_usage =
 "                     idx:IMAGES[,LABELS], lmdb:PATH, tensorpack-lmdb:PATH,\n"
 "                     imagefolder:DIR, imagelist:FILE, cifar:FILE (as tp-train\n"
 "                     takes them; resized and normalised as the run's\n"
-"                     validation was: the checkpoint's size, data.json)\n"
+"                     validation was: the checkpoint's size, data.json or\n"
+"                     the checkpoint's metadata)\n"
 "  --spec SPEC        the whole input pipeline as a spec string instead\n"
 "                     (batched; components image[, label] at the model's size)\n"
 "  --output FILE      predictions: CSV, or JSON lines for *.jsonl / *.json\n"
@@ -318,7 +319,8 @@ int main(int argc, char **argv) {
     if (!zoo)
         return s_fail("--load");
     const char *name = zoo->name;
-    /* the classes and the normalisation the run recorded (data.json) */
+    /* the classes and the normalisation the run recorded (data.json, or the
+     * checkpoint's metadata) */
     tp_zoo_data_t info;
     tp_zoo_data_init(&info);
     int have_info = 0;
@@ -326,8 +328,9 @@ int main(int argc, char **argv) {
         return s_fail("--load");
     if (inputs[0].ndim == 4 && info.channels != 3) {
         tp_zoo_data_fini(&info);
-        tp_error(TP_ERR_FORMAT, "%s is a colour model but its folder has no data.json "
-                 "(tp-train writes it): the normalisation is unknown", ckpt);
+        tp_error(TP_ERR_FORMAT, "%s is a colour model but neither a data.json beside it "
+                 "nor its metadata records the normalisation (tp-train writes "
+                 "both)", ckpt);
         return s_fail("--load");
     }
     tp_zoo_options_t zo = {0, info.nclasses};

@@ -69,8 +69,12 @@ typedef struct {
     int tf32;     /* --tf32: 1; default -1 ($TP_CUDA_TF32) */
     int bf16;     /* --bf16: 1; default -1 ($TP_CUDA_BF16) */
     double lr;
-    double lr_end;  /* --lr-end: the rate at the end, a fraction of lr */
-    double warmup;  /* --warmup: epochs of the rate's climb from lr / 10 */
+    double lr_end;  /* --lr-end: the rate at the end, a fraction of lr; -1
+                       unset (linear 0.05, cosine 0) */
+    double warmup;  /* --warmup, --warmup-epochs: epochs of the rate's climb
+                       from lr / 10 */
+    const char *lr_schedule; /* --lr-schedule linear|cosine|step:E1,E2.. */
+    double lr_gamma;         /* --lr-gamma: step's factor (0.1) */
     double weight_decay; /* --weight-decay: AdamW's decoupled decay; -1 unset */
     double clip_norm;    /* --clip-norm: the global-norm clip; 0 off */
     double ema;          /* --ema: the weights' average's decay; 0 off */
@@ -114,13 +118,19 @@ static void s_usage(FILE *out) {
 "  --epochs N           train up to epoch N (max_epoch; default per model)\n"
 "  --batch N            batch per tower (default 128 / towers); total = batch\n"
 "                       x towers\n"
-"  --lr X               learning rate (default per model); it decays\n"
-"                       linearly, step by step, to X times --lr-end\n"
+"  --lr X               learning rate (default per model); it follows\n"
+"                       --lr-schedule, step by step\n"
+"  --lr-schedule S      linear (default: down to --lr-end linearly), cosine\n"
+"                       (down to --lr-end along a half cosine, PyTorch's\n"
+"                       CosineAnnealingLR) or step:E1,E2,.. (times --lr-gamma\n"
+"                       after epochs E1, E2, ..: MultiStepLR)\n"
+"  --lr-gamma G         step's factor at each milestone, in (0, 1] (0.1)\n"
 "  --lr-end F           the rate at the end as a fraction of --lr, in [0, 1]\n"
-"                       (default 0.05: a twentieth)\n"
+"                       (default 0.05 for linear, 0 for cosine)\n"
 "  --warmup E           the rate climbs linearly from a tenth of --lr to it\n"
-"                       over the first E epochs (fractions allowed; default\n"
-"                       0), then decays\n"
+"  --warmup-epochs E    over the first E epochs (fractions allowed; default\n"
+"                       0), then follows the schedule (PyTorch's LinearLR\n"
+"                       with start_factor 0.1)\n"
 "  --optimizer NAME     sgd (momentum 0.9), adam, or adamw (Adam with\n"
 "                       decoupled weight decay; default per model: adam\n"
 "                       for cnn, sgd for the others)\n"
@@ -189,7 +199,7 @@ static void s_usage(FILE *out) {
 "                       GPU's with --devices): crop, pad and flip run there,\n"
 "                       the host only draws them each step (ResidentInput)\n"
 "  --label-smoothing S  train against targets smoothed by S in [0, 1): 1 - S +\n"
-"                       S/10 at the label, S/10 elsewhere (default 0)\n"
+"                       S/K at the label, S/K elsewhere, K classes (default 0)\n"
 "  --tta                validate also with test-time augmentation: the logits\n"
 "                       of each image and its mirror image summed\n"
 "                       (validation_flip_accuracy; the images are run twice)\n"
@@ -305,6 +315,49 @@ static tp_status_t s_rank_steps_end(void *impl, tp_trainer_t *tr) {
 }
 static const tp_callback_ops_t s_rank_steps_ops = {
     .name = "RankSteps", .before_train = s_rank_steps_begin, .after_train = s_rank_steps_end};
+/* What the data were, in every checkpoint's metadata too (channels, size,
+ * classes, class names, normalisation): a checkpoint copied without its
+ * log directory's data.json still says them to tp-predict and tp-export.
+ * Set before the first step, so the first checkpoint has them. */
+static tp_status_t s_data_meta(void *impl, tp_trainer_t *tr) {
+    const s_args_t *a = impl;
+    return tp_zoo_data_to_checkpoints(&a->info, a->image_size, a->image_size,
+                                      tp_trainer_model(tr));
+}
+static const tp_callback_ops_t s_data_meta_ops = {.name = "DataMetadata",
+                                                  .before_train = s_data_meta};
+
+/* --lr-schedule: linear (the default), cosine, or step:E1,E2,.. (the epochs,
+ * fractions allowed, after which the rate is multiplied by --lr-gamma;
+ * increasing, inside the run's `epochs`) into *kind and miles[*n]. */
+static tp_status_t s_parse_lr_schedule(const char *text, int epochs, tp_lr_kind_t *kind,
+                                       double *miles, int *n) {
+    *n = 0;
+    if (!strcmp(text, "linear") || !strcmp(text, "cosine")) {
+        *kind = text[0] == 'l' ? TP_LR_LINEAR : TP_LR_COSINE;
+        return TP_OK;
+    }
+    if (strncmp(text, "step:", 5) || !text[5])
+        return tp_error(TP_ERR_INVALID, "--lr-schedule '%s': linear, cosine or step:E1,E2,.. "
+                        "(the epochs after which the rate is multiplied by --lr-gamma)", text);
+    *kind = TP_LR_STEP;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", text + 5);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        double e;
+        if (*n == TP_LR_MAX_MILESTONES)
+            return tp_error(TP_ERR_INVALID, "--lr-schedule '%s': at most %d milestones",
+                            text, TP_LR_MAX_MILESTONES);
+        if (tp_spec_double(tok, "--lr-schedule step", &e) || !(e > 0 && e < epochs) ||
+            (*n && e <= miles[*n - 1]))
+            return tp_error(TP_ERR_INVALID, "--lr-schedule '%s': milestone '%s' must be an "
+                            "epoch after 0 and the one before it, and before the last of "
+                            "the %d epochs", text, tok, epochs);
+        miles[(*n)++] = e;
+    }
+    return TP_OK;
+}
 
 /* --devices 0,1: distinct GPU ids, into ids[] (*n_out of them). */
 static tp_status_t s_parse_device_list(const char *list, int *ids, int *n_out) {
@@ -732,13 +785,14 @@ int main(int argc, char **argv) {
     static s_args_t a = {.model = "cnn", .data = "fashion-mnist", .devices = "auto",
                   .action = NULL, .optimizer = NULL, .batch = 0, .towers = 0,
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
-                  .image_size = 0, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = 0.05,
+                  .image_size = 0, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = -1,
+                  .lr_schedule = "linear", .lr_gamma = 0.1,
                   .log_every = 50, .weight_decay = -1, .accumulate = 1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
            O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_CLIP, O_EMA, O_LR_MULT,
-           O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD,
-           O_JOB /* issue 47 */ };
+           O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD, O_LR_SCHEDULE,
+           O_LR_GAMMA, O_JOB };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -768,6 +822,9 @@ int main(int argc, char **argv) {
         {"label-smoothing", required_argument, 0, O_SMOOTH},
         {"lr-end", required_argument, 0, O_LR_END},
         {"warmup", required_argument, 0, O_WARMUP},
+        {"warmup-epochs", required_argument, 0, O_WARMUP},
+        {"lr-schedule", required_argument, 0, O_LR_SCHEDULE},
+        {"lr-gamma", required_argument, 0, O_LR_GAMMA},
         {"log-every", required_argument, 0, O_LOG_EVERY},
         {"weight-decay", required_argument, 0, O_WD},
         {"clip-norm", required_argument, 0, O_CLIP},
@@ -856,6 +913,15 @@ int main(int argc, char **argv) {
         case O_LR_END:
             if (tp_spec_double(optarg, "--lr-end", &a.lr_end) || !(a.lr_end >= 0 && a.lr_end <= 1)) {
                 tp_error(TP_ERR_INVALID, "--lr-end needs a fraction in [0, 1], got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            break;
+        case O_LR_SCHEDULE: a.lr_schedule = optarg; break;
+        case O_LR_GAMMA:
+            if (tp_spec_double(optarg, "--lr-gamma", &a.lr_gamma) ||
+                !(a.lr_gamma > 0 && a.lr_gamma <= 1)) {
+                tp_error(TP_ERR_INVALID, "--lr-gamma needs a factor in (0, 1], got '%s'",
+                         optarg);
                 return s_fail("bad flag");
             }
             break;
@@ -967,6 +1033,18 @@ int main(int argc, char **argv) {
                  "the %d epochs", a.warmup, a.epochs);
         return s_fail("bad flag");
     }
+    tp_lr_kind_t lr_kind;
+    double miles[TP_LR_MAX_MILESTONES];
+    int nmiles = 0;
+    if (s_parse_lr_schedule(a.lr_schedule, a.epochs, &lr_kind, miles, &nmiles) != TP_OK)
+        return s_fail("bad flag");
+    if (lr_kind == TP_LR_STEP && a.lr_end >= 0) {
+        tp_error(TP_ERR_INVALID, "--lr-end is where the linear and cosine schedules end; "
+                 "the step schedule ends where its milestones leave it (--lr-gamma)");
+        return s_fail("bad flags");
+    }
+    if (a.lr_end < 0)  /* cosine to 0 as torch's CosineAnnealingLR; linear to a twentieth */
+        a.lr_end = lr_kind == TP_LR_COSINE ? 0.0 : 0.05;
     if (strcasecmp(a.optimizer, "sgd") && !adam_like) {
         tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd, adam or adamw", a.optimizer);
         return s_fail("bad flag");
@@ -1285,13 +1363,13 @@ int main(int argc, char **argv) {
                  "\n    model = %s\n    image_size = %d\n    epochs = %d\n    batch = %d\n"
                  "    towers = %d\n    ranks = %d\n    lr = %g\n    optimizer = %s\n"
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
-                 "    seed = %lld\n    label_smoothing = %g\n    lr_end = %g\n"
-                 "    warmup = %g\n    weight_decay = %g\n    clip_norm = %g\n"
+                 "    seed = %lld\n    label_smoothing = %g\n    lr_schedule = %s\n"
+                 "    lr_gamma = %g\n    lr_end = %g\n    warmup = %g\n    weight_decay = %g\n    clip_norm = %g\n"
                  "    ema = %g\n    accumulate = %d\n",
                  zoo->name, a.image_size,
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
-                 a.lr_end, a.warmup,
+                 a.lr_schedule, a.lr_gamma, a.lr_end, a.warmup,
                  strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay, a.clip_norm,
                  a.ema, a.accumulate);
     cfg.hparams = hparams;
@@ -1315,8 +1393,26 @@ int main(int argc, char **argv) {
         {TP_INFER_FLIP_SHIFT_ACCURACY, "logits", NULL},  /* --tta-shift */
     };
     /* validation (rank 0), between --ema's two: on the weights' average */
-    tp_callback_t *cbs[5] = {tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)};
-    int ncbs = 1;
+    /* --lr-schedule cosine or step: the same warm-up (from lr / 10), then
+     * PyTorch's CosineAnnealingLR or MultiStepLR, step by step */
+    tp_lr_schedule_t ls = {.kind = lr_kind, .base = a.lr, .warmup_from = 0.1,
+                           .end = a.lr_end, .gamma = a.lr_gamma,
+                           .warmup = llround(warm_steps), .total = (int64_t)total_steps,
+                           .nmilestones = nmiles};
+    for (int i = 0; i < nmiles; i++)
+        ls.milestones[i] = llround(miles[i] * (double)cfg.steps_per_epoch);
+    tp_callback_t *cbs[6] = {lr_kind == TP_LR_LINEAR
+                             ? tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)
+                             : tp_cb_lr_schedule("learning_rate", &ls),
+                             tp_callback_new(&s_data_meta_ops, &a, 1)};
+    int ncbs = 2;
+    if (!cbs[0] || !cbs[1]) {
+        tp_callback_destroy(&cbs[0]);
+        tp_callback_destroy(&cbs[1]);
+        tp_train_config_fini(&cfg);
+        tp_dataflow_destroy(&test);
+        return s_fail("the learning-rate schedule");
+    }
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_in_ops, NULL, 1);
     if (rank == 0)
