@@ -41,6 +41,12 @@ typedef struct tp_op_attr {
     int act;          /* an activation folded into the op (gpu/graph/fold.c):
                          TP_ACT_RELU applies relu to its output, and the
                          backward masks dy by y > 0 before its own work */
+    /* the linalg family: batch_matmul's operands stored transposed (a as
+     * [...,K,M], b as [...,N,K]); layer norm's count of trailing axes, group
+     * norm's groups (instance norm: C); eps above is the norms' epsilon */
+    int trans_a, trans_b;
+    int norm_axes;
+    int norm_groups;
 } tp_op_attr_t;
 
 #define TP_ACT_NONE 0

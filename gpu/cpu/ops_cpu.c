@@ -17,6 +17,9 @@
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_loss.h"
+/* the linalg family */
+#include "gpu/cpu/ops_linalg.h"
+#include "gpu/cpu/ops_norm.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -961,6 +964,10 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT: /* the loss family: ops_loss.c */
         return tp_cpu_loss_forward(c);
+    /* the linalg family: ops_linalg.c, ops_norm.c */
+    case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_forward(c);
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cpu_norm_forward(c);
     default: /* the elementwise family: ops_elementwise.c */
         return tp_cpu_elementwise_forward(c);
     }
@@ -984,6 +991,10 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT:
         return tp_cpu_loss_backward(c);
+    /* the linalg family */
+    case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_backward(c);
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cpu_norm_backward(c);
     default:
         return tp_cpu_elementwise_backward(c);
     }

@@ -74,6 +74,12 @@ typedef enum {
     TP_OP_HUBER_LOSS,      /* mean Huber of pred - target (attr.alpha: delta) */
     TP_OP_SIGMOID_XENT,    /* mean of max(x,0) - x z + ln(1 + e^-|x|),
                               logits x, float labels z */
+    /* the linalg family (docs/ops.md): batched matmul and the norms */
+    TP_OP_BATCH_MATMUL,    /* a[...,M,K] @ b[...,K,N], batch dims broadcast
+                              (attr.trans_a, trans_b: stored transposed) */
+    TP_OP_LAYER_NORM,      /* x, gamma, beta [the last attr.norm_axes dims] */
+    TP_OP_GROUP_NORM,      /* x[N,C,...], gamma[C], beta[C]; norm_groups */
+    TP_OP_INSTANCE_NORM,   /* group norm with C groups (x rank >= 3) */
     TP_OP_COUNT
 } tp_op_kind_t;
 

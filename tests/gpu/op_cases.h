@@ -10,16 +10,18 @@
 #define TOWERPACK_TESTS_OP_CASES_H
 
 #include <stdint.h>
+#include <string.h>
 #include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
 
 typedef struct {
     const char *label;     /* unique: the row's files are named after it */
     tp_op_kind_t kind;
     float alpha, beta;     /* attributes (tp_op_attr_t) */
     int ninputs;
-    int nd[2];             /* input ranks */
-    int64_t d[2][4];       /* input shapes */
-    float lo[2], hi[2];    /* inputs drawn from U(lo, hi) */
+    int nd[3];             /* input ranks */
+    int64_t d[3][4];       /* input shapes */
+    float lo[3], hi[3];    /* inputs drawn from U(lo, hi) */
     float atol, rtol;      /* against PyTorch: |got - want| <= atol + rtol |want| */
     float step;            /* > 0: inputs rounded to multiples of it (ties) */
 } op_case_t;
@@ -45,6 +47,16 @@ typedef struct {
 
 #define OP_UNARY_ROW(nm, kind, a, b, lo, hi, atol, rtol)                     \
     {nm, kind, a, b, 1, {3, 0}, {{2, 7, 13}, {0}}, {lo, 0}, {hi, 0}, atol, rtol, 0}
+
+/* The linalg family's rows: a shape as an initializer; a batched matmul
+ * (inputs U(-1, 1)); a norm of x U(-2, 3), gamma U(0.5, 1.5), beta
+ * U(-1, 1) of the parameters' shape. Sums of K or of a row's length
+ * order differently from torch's: 1e-5 + 1e-4 relative. */
+#define OP_D(...) {__VA_ARGS__}
+#define OP_BMM_ROW(nm, ta, tb, na, nb, da, db)                                \
+    {nm, TP_OP_BATCH_MATMUL, ta, tb, 2, {na, nb}, {da, db}, {-1, -1}, {1, 1}, 1e-5f, 1e-4f, 0}
+#define OP_NORM_ROW(nm, kind, eps, n, nx, np, dx, dp)                          \
+    {nm, kind, eps, n, 3, {nx, np, np}, {dx, dp, dp}, {-2, 0.5f, -1}, {3, 1.5f, 1}, 1e-5f, 1e-4f, 0}
 
 static const op_case_t op_cases[] = {
     OP_BINARY_ROWS("add", TP_OP_ADD, -1, 1, -1, 1, 1e-6f, 1e-5f),
@@ -93,6 +105,31 @@ static const op_case_t op_cases[] = {
     {"sigmoid_xent_large", TP_OP_SIGMOID_XENT, 0, 0, 2, {2, 2}, {{4, 9}, {4, 9}}, {-200, 0}, {200, 1}, 1e-5f, 1e-5f, 0},
     /* equal elements (the kink of l1 at 0: gradient 0, torch's sign) */
     {"l1_loss_ties", TP_OP_L1_LOSS, 0, 0, 2, {1, 1}, {{40}, {40}}, {-1, -1}, {1, 1}, 1e-6f, 1e-5f, 0.5f},
+    /* the linalg family. batch_matmul: alpha trans_a, beta trans_b; plain,
+     * either or both transposed, b shared by every batch (one stacked
+     * product), a shared, both stretched, rank 2, batch 1, odd sizes */
+    OP_BMM_ROW("bmm_plain", 0, 0, 3, 3, OP_D(2, 3, 5), OP_D(2, 5, 4)),
+    OP_BMM_ROW("bmm_trans_a", 1, 0, 3, 3, OP_D(2, 5, 3), OP_D(2, 5, 4)),
+    OP_BMM_ROW("bmm_trans_b", 0, 1, 3, 3, OP_D(2, 3, 5), OP_D(2, 4, 5)),
+    OP_BMM_ROW("bmm_trans_both", 1, 1, 3, 3, OP_D(2, 5, 3), OP_D(2, 4, 5)),
+    OP_BMM_ROW("bmm_b_shared", 0, 0, 4, 2, OP_D(3, 2, 7, 5), OP_D(5, 6)),
+    OP_BMM_ROW("bmm_b_shared_trans", 1, 1, 3, 2, OP_D(2, 5, 3), OP_D(6, 5)),
+    OP_BMM_ROW("bmm_a_shared", 0, 0, 2, 3, OP_D(3, 5), OP_D(4, 5, 2)),
+    OP_BMM_ROW("bmm_both_stretched", 0, 1, 4, 4, OP_D(2, 1, 3, 5), OP_D(1, 3, 4, 5)),
+    OP_BMM_ROW("bmm_rank2_odd", 0, 0, 2, 2, OP_D(7, 13), OP_D(13, 3)),
+    OP_BMM_ROW("bmm_batch1_vectors", 0, 0, 3, 3, OP_D(1, 1, 6), OP_D(1, 6, 1)),
+    /* the norms: alpha eps, beta layer norm's axes or group norm's groups
+     * (instance norm: C); gamma around 1, beta around 0 */
+    OP_NORM_ROW("layer_norm_last", TP_OP_LAYER_NORM, 1e-5f, 1, 2, 1, OP_D(4, 7), OP_D(7)),
+    OP_NORM_ROW("layer_norm_2_axes", TP_OP_LAYER_NORM, 1e-5f, 2, 3, 2, OP_D(3, 4, 5), OP_D(4, 5)),
+    OP_NORM_ROW("layer_norm_batch1_eps", TP_OP_LAYER_NORM, 0.1f, 1, 3, 1, OP_D(1, 1, 9), OP_D(9)),
+    OP_NORM_ROW("group_norm_4d", TP_OP_GROUP_NORM, 1e-5f, 3, 4, 1, OP_D(2, 6, 3, 3), OP_D(6)),
+    OP_NORM_ROW("group_norm_2d", TP_OP_GROUP_NORM, 1e-5f, 2, 2, 1, OP_D(3, 4), OP_D(4)),
+    OP_NORM_ROW("group_norm_1_group", TP_OP_GROUP_NORM, 1e-5f, 1, 3, 1, OP_D(2, 4, 5), OP_D(4)),
+    OP_NORM_ROW("group_norm_batch1_odd", TP_OP_GROUP_NORM, 1e-3f, 2, 4, 1, OP_D(1, 6, 5, 3), OP_D(6)),
+    OP_NORM_ROW("instance_norm_4d", TP_OP_INSTANCE_NORM, 1e-5f, 0, 4, 1, OP_D(2, 3, 4, 5), OP_D(3)),
+    OP_NORM_ROW("instance_norm_3d", TP_OP_INSTANCE_NORM, 1e-5f, 0, 3, 1, OP_D(3, 2, 7), OP_D(2)),
+    OP_NORM_ROW("instance_norm_batch1", TP_OP_INSTANCE_NORM, 1e-5f, 0, 4, 1, OP_D(1, 4, 3, 3), OP_D(4)),
 };
 
 #define OP_NCASES ((int)(sizeof op_cases / sizeof op_cases[0]))
@@ -104,6 +141,27 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
     if (k->kind == TP_OP_MSE || k->kind == TP_OP_L1_LOSS ||
         k->kind == TP_OP_HUBER_LOSS || k->kind == TP_OP_SIGMOID_XENT)
         return o;
+    /* the linalg family: a norm keeps x's shape; a batched matmul
+     * broadcasts the batch dims and ends in [M, N] */
+    if (k->kind == TP_OP_LAYER_NORM || k->kind == TP_OP_GROUP_NORM ||
+        k->kind == TP_OP_INSTANCE_NORM) {
+        o.ndim = k->nd[0];
+        for (int j = 0; j < o.ndim; j++)
+            o.d[j] = k->d[0][j];
+        return o;
+    }
+    if (k->kind == TP_OP_BATCH_MATMUL) {
+        const int ra = k->nd[0], rb = k->nd[1];
+        o.ndim = ra > rb ? ra : rb;
+        for (int j = 0; j < o.ndim - 2; j++) {
+            const int ia = j - (o.ndim - ra), ib = j - (o.ndim - rb);
+            const int64_t da = ia >= 0 ? k->d[0][ia] : 1, db = ib >= 0 ? k->d[1][ib] : 1;
+            o.d[j] = da == 1 ? db : da;
+        }
+        o.d[o.ndim - 2] = k->d[0][ra - 2 + (k->alpha != 0)];
+        o.d[o.ndim - 1] = k->d[1][rb - 1 - (k->beta != 0)];
+        return o;
+    }
     for (int p = 0; p < k->ninputs; p++)
         if (k->nd[p] > o.ndim)
             o.ndim = k->nd[p];
@@ -116,6 +174,31 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
         }
     }
     return o;
+}
+
+/* The attributes of a row: alpha and beta, and the linalg family's from
+ * them (batch_matmul's transposes, the norms' eps, axes and groups). */
+static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
+    memset(a, 0, sizeof *a);
+    a->alpha = k->alpha;
+    a->beta = k->beta;
+    switch (k->kind) {
+    case TP_OP_BATCH_MATMUL:
+        a->trans_a = k->alpha != 0;
+        a->trans_b = k->beta != 0;
+        break;
+    case TP_OP_LAYER_NORM:
+        a->eps = k->alpha;
+        a->norm_axes = (int)k->beta;
+        break;
+    case TP_OP_GROUP_NORM:
+    case TP_OP_INSTANCE_NORM:
+        a->eps = k->alpha;
+        a->norm_groups = k->kind == TP_OP_GROUP_NORM ? (int)k->beta : (int)k->d[0][1];
+        break;
+    default:
+        break;
+    }
 }
 
 static inline tp_shape_t op_case_in(const op_case_t *k, int p) {

@@ -573,8 +573,7 @@ Test(cuda_ops, elementwise_every_op_case) {
     for (int ci = 0; ci < OP_NCASES; ci++) {
         const op_case_t *row = &op_cases[ci];
         s_case_t k = s_base(row->kind);
-        k.attr.alpha = row->alpha;
-        k.attr.beta = row->beta;
+        op_case_attr(row, &k.attr);
         k.ninputs = row->ninputs;
         for (int p = 0; p < row->ninputs; p++) {
             k.xs[p] = op_case_in(row, p);

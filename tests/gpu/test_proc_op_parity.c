@@ -69,12 +69,11 @@ static void s_dump(void) {
     tp_rng_init(&r, 42, 1);
     for (int ci = 0; ci < OP_NCASES; ci++) {
         const op_case_t *k = &op_cases[ci];
-        tp_op_attr_t attr = {0};
-        attr.alpha = k->alpha;
-        attr.beta = k->beta;
-        tp_shape_t xs[2], ys = op_case_out(k);
-        float *x[2] = {NULL, NULL}, *dx[2] = {NULL, NULL};
-        const void *xc[2];
+        tp_op_attr_t attr;
+        op_case_attr(k, &attr);
+        tp_shape_t xs[3], ys = op_case_out(k);
+        float *x[3] = {NULL, NULL, NULL}, *dx[3] = {NULL, NULL, NULL};
+        const void *xc[3];
         for (int p = 0; p < k->ninputs; p++) {
             xs[p] = op_case_in(k, p);
             size_t n = tp_shape_count(&xs[p]);
@@ -91,7 +90,7 @@ static void s_dump(void) {
         float *y = malloc(ny * sizeof(float)), *dy = malloc(ny * sizeof(float));
         for (size_t i = 0; i < ny; i++)
             dy[i] = (float)(2.0 * tp_rng_double(&r) - 1.0);
-        int acc[2] = {0, 0};
+        int acc[3] = {0, 0, 0};
         tp_op_call_t c = {0};
         c.kind = k->kind;
         c.attr = &attr;

@@ -67,6 +67,17 @@ OPS = {
     "l1_loss": lambda x, r: F.l1_loss(x[0], x[1]),
     "huber_loss": lambda x, r: F.huber_loss(x[0], x[1], delta=r["alpha"]),
     "sigmoid_xent": lambda x, r: F.binary_cross_entropy_with_logits(x[0], x[1]),
+    # the linalg family: alpha/beta are batch_matmul's transposes, the
+    # norms' eps and layer norm's axes / group norm's groups
+    "batch_matmul": lambda x, r: torch.matmul(
+        x[0].transpose(-1, -2) if r["alpha"] else x[0],
+        x[1].transpose(-1, -2) if r["beta"] else x[1]),
+    "layer_norm": lambda x, r: F.layer_norm(x[0], tuple(x[1].shape), x[1], x[2],
+                                            eps=r["alpha"]),
+    "group_norm": lambda x, r: F.group_norm(x[0], int(r["beta"]), x[1], x[2],
+                                            eps=r["alpha"]),
+    "instance_norm": lambda x, r: F.instance_norm(x[0], weight=x[1], bias=x[2],
+                                                  eps=r["alpha"]),
 }
 
 
