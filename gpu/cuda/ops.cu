@@ -25,6 +25,9 @@
 #include "gpu/cuda/internal.h"
 #include "gpu/cuda/ops_elementwise.h"
 #include "gpu/cuda/ops_loss.h"
+/* the linalg family */
+#include "gpu/cuda/ops_linalg.h"
+#include "gpu/cuda/ops_norm.h"
 
 #define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
 #define TP_L2_BLOCKS 64
@@ -1094,6 +1097,9 @@ static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
         return s_count(&c->xshape[0]) * sizeof(float); /* log-probabilities */
     case TP_OP_L2_DECAY:
         return (size_t)c->ninputs * TP_L2_BLOCKS * sizeof(double);
+    /* the linalg family: the norms' row statistics for the backward */
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cuda_norm_workspace(c);
     default:
         return 0;
     }
@@ -1374,6 +1380,10 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT: /* the loss family: ops_loss.cu */
         return tp_cuda_loss_forward(s, c);
+    /* the linalg family: ops_linalg.cu, ops_norm.cu */
+    case TP_OP_BATCH_MATMUL: return tp_cuda_batch_matmul_forward(s, c);
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cuda_norm_forward(s, c);
     default: /* the elementwise family: ops_elementwise.cu */
         return tp_cuda_elementwise_forward(s, c);
     }
@@ -1596,6 +1606,10 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT:
         return tp_cuda_loss_backward(s, c);
+    /* the linalg family */
+    case TP_OP_BATCH_MATMUL: return tp_cuda_batch_matmul_backward(s, c);
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cuda_norm_backward(s, c);
     default:
         return tp_cuda_elementwise_backward(s, c);
     }
