@@ -263,3 +263,33 @@ static tp_status_t s_every_loss(tp_tower_t *t, tp_node_t *const *in, void *u) {
 Test(op_parity, onnx_export_of_every_loss_evaluates_the_same) {
     s_onnx_round_trip(s_every_loss, "onnx_loss", 6, 1);  /* the losses' sum: one scalar */
 }
+
+/* The linalg family's ONNX forms (MatMul with Transposes; layer and group
+ * norm decomposed at opset 13; InstanceNormalization), each [N,2,3],
+ * summed into one output the numpy evaluator must reproduce. */
+static tp_status_t s_every_linalg(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* [N,2,3] */
+    tp_init_t ui = {TP_INIT_UNIFORM, 1.0f};
+#define LA_VAR(nm, ...) tp_variable(t, nm, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), \
+                                    (int64_t[]){__VA_ARGS__}, ui, TP_VAR_TRAINABLE)
+    tp_node_t *terms[] = {
+        tp_batch_matmul(t, "xxt_x", tp_batch_matmul(t, "xxt", x, x, 0, 1), x, 0, 0),
+        tp_batch_matmul(t, "x_xtx", x, tp_batch_matmul(t, "xtx", x, x, 1, 0), 0, 0),
+        tp_batch_matmul(t, "xw", x, LA_VAR("w33", 3, 3), 0, 0),
+        tp_batch_matmul(t, "wx", LA_VAR("w22", 2, 2), x, 1, 0),
+        tp_layer_norm_op(t, "ln", x, LA_VAR("ln_g", 2, 3), LA_VAR("ln_b", 2, 3), 2, 1e-5f),
+        tp_layer_norm_op(t, "ln1", x, LA_VAR("ln1_g", 3), LA_VAR("ln1_b", 3), 1, 0.1f),
+        tp_group_norm_op(t, "gn", x, LA_VAR("gn_g", 2), LA_VAR("gn_b", 2), 1, 1e-5f),
+        tp_instance_norm_op(t, "in", x, LA_VAR("in_g", 2), LA_VAR("in_b", 2), 1e-5f)};
+#undef LA_VAR
+    tp_node_t *y = terms[0];
+    for (size_t i = 1; i < sizeof terms / sizeof terms[0]; i++)
+        y = tp_add(t, i + 1 < sizeof terms / sizeof terms[0] ? NULL : "y", y, terms[i]);
+    tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+Test(op_parity, onnx_export_of_every_linalg_op_evaluates_the_same) {
+    s_onnx_round_trip(s_every_linalg, "onnx_linalg", 7, 24);
+}

@@ -7,7 +7,8 @@ Usage: op_parity.py DIR
 The second form checks an exported model instead: onnx.checker (full
 check) accepts it, and evaluating its nodes with numpy on the input X gives
 towerpack's output Y within 1e-5 (a small evaluator for the ops the
-elementwise and loss families export; onnx 1.12 has no reference runtime).
+elementwise, loss and linalg families export; onnx 1.12 has no reference
+runtime).
 
 DIR holds manifest.jsonl (one JSON object per row: label, op, alpha, beta,
 atol, rtol, the output shape y and the input shapes) and, per row, raw
@@ -126,15 +127,43 @@ def onnx_eval(model_path, x_path, dims, y_path):
         "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
         "Softplus": lambda v: np.log1p(np.exp(v)),
         "Clip": lambda v, lo, hi: np.clip(v, lo, hi),
-        # the losses' mean: every axis, keepdims 0 (all the exporter writes)
-        "ReduceMean": lambda v: np.mean(v.astype(np.float64)),
+        "MatMul": np.matmul,
+    }
+
+    def instance_norm(a, v, scale, bias):
+        ax = tuple(range(2, v.ndim))
+        v64 = v.astype(np.float64)
+        mu = v64.mean(axis=ax, keepdims=True)
+        var = ((v64 - mu) ** 2).mean(axis=ax, keepdims=True)
+        cs = (1, -1) + (1,) * (v.ndim - 2)
+        return (v64 - mu) / np.sqrt(var + a["epsilon"]) * scale.reshape(cs) + bias.reshape(cs)
+
+    # ops with attributes (a: the node's, by name)
+    afns = {
+        # the losses' mean (no axes: every axis) and the norms' (axes,
+        # keepdims 1)
+        "ReduceMean": lambda a, v: np.mean(
+            v.astype(np.float64), axis=tuple(a["axes"]) if "axes" in a else None,
+            keepdims=bool(a.get("keepdims", 1))),
+        "Transpose": lambda a, v: np.transpose(v, a["perm"]),
+        "Reshape": lambda a, v, s: v.reshape([v.shape[i] if d == 0 else d
+                                              for i, d in enumerate(s.tolist())]),
+        "InstanceNormalization": instance_norm,
     }
     for n in g.node:
-        if n.op_type not in fns:
+        ins = [env[i] for i in n.input]
+        if n.op_type == "Shape":  # int64, not float
+            env[n.output[0]] = np.array(ins[0].shape, dtype=np.int64)
+            continue
+        if n.op_type in afns:
+            a = {at.name: onnx.helper.get_attribute_value(at) for at in n.attribute}
+            v = afns[n.op_type](a, *ins)
+        elif n.op_type in fns:
+            v = fns[n.op_type](*ins)
+        else:
             print("MISMATCH: the evaluator has no %s" % n.op_type)
             return 1
-        env[n.output[0]] = np.asarray(fns[n.op_type](*[env[i] for i in n.input]),
-                                      dtype=np.float32)
+        env[n.output[0]] = np.asarray(v, dtype=np.float32)
     got = env[g.output[0].name]
     want = np.fromfile(y_path, dtype="<f4").reshape(got.shape)
     ok = compare("onnx", g.output[0].name, got, want, 1e-5, 1e-5)
