@@ -936,6 +936,9 @@ static size_t s_workspace(const tp_op_call_t *c) {
         return s_count(&c->yshape) * sizeof(float);
     case TP_OP_SOFTMAX_XENT:
         return s_count(&c->xshape[0]) * sizeof(float);
+    /* the linalg family: the norms' row statistics */
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cpu_norm_workspace(c);
     default:
         return 0;
     }
