@@ -192,16 +192,26 @@ tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
         /* dx = rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)) */
         const float mg = (float)(sg / (double)r.len), mgx = (float)(sgx / (double)r.len);
         float *restrict dxr = dx + i * r.len;
-        for (size_t ch = 0; ch < r.len / r.sp; ch++) {
-            const size_t lo = ch * r.sp, hi = r.sp == 1 ? r.len : lo + r.sp;
-            for (size_t j = lo; j < hi; j++) {
-                const float gj = g[r.sp == 1 ? j : ch];
-                const float xh = (xr[j] - mean) * rstd;
-                const float v = fault * rstd * (dyr[j] * gj - mg - xh * mgx);
-                dxr[j] = acc0 ? dxr[j] + v : v;
+        /* one straight loop per case, so that each vectorises */
+        const float k = fault * rstd;
+        if (r.sp == 1 && acc0) {
+            for (size_t j = 0; j < r.len; j++)
+                dxr[j] += k * (dyr[j] * g[j] - mg - (xr[j] - mean) * rstd * mgx);
+        } else if (r.sp == 1) {
+            for (size_t j = 0; j < r.len; j++)
+                dxr[j] = k * (dyr[j] * g[j] - mg - (xr[j] - mean) * rstd * mgx);
+        } else {
+            for (size_t ch = 0; ch < r.len / r.sp; ch++) {
+                const float gc = g[ch];
+                float *restrict dc = dxr + ch * r.sp;
+                const float *restrict xc = xr + ch * r.sp, *restrict yc = dyr + ch * r.sp;
+                if (acc0)
+                    for (size_t j = 0; j < r.sp; j++)
+                        dc[j] += k * (yc[j] * gc - mg - (xc[j] - mean) * rstd * mgx);
+                else
+                    for (size_t j = 0; j < r.sp; j++)
+                        dc[j] = k * (yc[j] * gc - mg - (xc[j] - mean) * rstd * mgx);
             }
-            if (r.sp == 1)
-                break;
         }
     }
     return TP_OK;
