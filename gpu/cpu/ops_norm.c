@@ -136,12 +136,18 @@ static void s_row_sums(const float *restrict xr, const float *restrict dyr,
     if (sp == 1) { /* layer norm: a parameter per element */
         LANE_SUM(sg, len, dyr[j] * g[j]);
         LANE_SUM(sgx, len, dyr[j] * g[j] * ((xr[j] - mean) * rstd));
-        if (dg)
+        if (dg && db) {
+            for (size_t j = 0; j < len; j++) {
+                dg[j] += fault * (dyr[j] * ((xr[j] - mean) * rstd));
+                db[j] += fault * dyr[j];
+            }
+        } else if (dg) {
             for (size_t j = 0; j < len; j++)
                 dg[j] += fault * (dyr[j] * ((xr[j] - mean) * rstd));
-        if (db)
+        } else if (db) {
             for (size_t j = 0; j < len; j++)
                 db[j] += fault * dyr[j];
+        }
     } else { /* group norm: a parameter per channel of sp positions */
         for (size_t ch = 0; ch < len / sp; ch++) {
             const float *restrict xc = xr + ch * sp, *restrict dc = dyr + ch * sp;
