@@ -10,7 +10,6 @@
 #define TOWERPACK_TESTS_OP_CASES_H
 
 #include <stdint.h>
-#include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
@@ -176,10 +175,10 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
     return o;
 }
 
-/* The attributes of a row: alpha and beta, and the linalg family's from
- * them (batch_matmul's transposes, the norms' eps, axes and groups). */
+/* The attributes of a row into a (zeroed by the caller): alpha and beta,
+ * and the linalg family's from them (batch_matmul's transposes, the norms'
+ * eps, axes and groups); other fields are left as they are. */
 static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
-    memset(a, 0, sizeof *a);
     a->alpha = k->alpha;
     a->beta = k->beta;
     switch (k->kind) {

@@ -69,7 +69,7 @@ static void s_dump(void) {
     tp_rng_init(&r, 42, 1);
     for (int ci = 0; ci < OP_NCASES; ci++) {
         const op_case_t *k = &op_cases[ci];
-        tp_op_attr_t attr;
+        tp_op_attr_t attr = {0};
         op_case_attr(k, &attr);
         tp_shape_t xs[3], ys = op_case_out(k);
         float *x[3] = {NULL, NULL, NULL}, *dx[3] = {NULL, NULL, NULL};
