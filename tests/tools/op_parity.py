@@ -130,34 +130,43 @@ def onnx_eval(model_path, x_path, dims, y_path):
         "MatMul": np.matmul,
     }
 
-    def instance_norm(a, v, scale, bias):
+    # ops whose attributes matter (the node comes first)
+    def attr(n, name, default=None):
+        for a in n.attribute:
+            if a.name == name:
+                return onnx.helper.get_attribute_value(a)
+        return default
+
+    def instance_norm(n, v, scale, bias):
         ax = tuple(range(2, v.ndim))
         v64 = v.astype(np.float64)
         mu = v64.mean(axis=ax, keepdims=True)
         var = ((v64 - mu) ** 2).mean(axis=ax, keepdims=True)
         cs = (1, -1) + (1,) * (v.ndim - 2)
-        return (v64 - mu) / np.sqrt(var + a["epsilon"]) * scale.reshape(cs) + bias.reshape(cs)
+        return (v64 - mu) / np.sqrt(var + attr(n, "epsilon")) * scale.reshape(cs) + \
+            bias.reshape(cs)
 
-    # ops with attributes (a: the node's, by name)
+    def reduce_mean(n, v):
+        # the losses' mean (no axes: every axis, keepdims 0) and the norms'
+        # (axes, keepdims 1)
+        axes = attr(n, "axes")
+        return np.mean(v.astype(np.float64), axis=tuple(axes) if axes else None,
+                       keepdims=bool(attr(n, "keepdims", 1)))
+
     afns = {
-        # the losses' mean (no axes: every axis) and the norms' (axes,
-        # keepdims 1)
-        "ReduceMean": lambda a, v: np.mean(
-            v.astype(np.float64), axis=tuple(a["axes"]) if "axes" in a else None,
-            keepdims=bool(a.get("keepdims", 1))),
-        "Transpose": lambda a, v: np.transpose(v, a["perm"]),
-        "Reshape": lambda a, v, s: v.reshape([v.shape[i] if d == 0 else d
+        # the linalg family
+        "ReduceMean": reduce_mean,
+        "Transpose": lambda n, v: np.transpose(v, attr(n, "perm")),
+        "Reshape": lambda n, v, s: v.reshape([v.shape[i] if int(d) == 0 else int(d)
                                               for i, d in enumerate(s.tolist())]),
         "InstanceNormalization": instance_norm,
+        # a shape travels as floats here, Reshape reads it back as ints
+        "Shape": lambda n, v: np.array(v.shape, dtype=np.float32),
     }
     for n in g.node:
         ins = [env[i] for i in n.input]
-        if n.op_type == "Shape":  # int64, not float
-            env[n.output[0]] = np.array(ins[0].shape, dtype=np.int64)
-            continue
         if n.op_type in afns:
-            a = {at.name: onnx.helper.get_attribute_value(at) for at in n.attribute}
-            v = afns[n.op_type](a, *ins)
+            v = afns[n.op_type](n, *ins)
         elif n.op_type in fns:
             v = fns[n.op_type](*ins)
         else:
