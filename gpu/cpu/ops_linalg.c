@@ -91,6 +91,8 @@ tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
     const float *a = c->x[0], *b = c->x[1];
     float *y = c->y;
     const size_t my = (size_t)g.m * (size_t)g.n;
+    if (!my || !g.nbat) /* nothing to write (and sgemm refuses a 0 leading dim) */
+        return TP_OK;
     if (g.k == 0) { /* an empty sum: zeros, as torch (sgemm may leave y) */
         memset(y, 0, g.nbat * my * sizeof(float));
         return TP_OK;
