@@ -52,6 +52,12 @@ typedef struct tp_op_attr {
     int groups;       /* channel groups (conv2d, conv2d_transpose) */
     int oph, opw;     /* conv2d_transpose: output padding (bottom, right) */
     int align_corners; /* upsample_bilinear: PyTorch's align_corners */
+    /* the linalg family: batch_matmul's operands stored transposed (a as
+     * [...,K,M], b as [...,N,K]); layer norm's count of trailing axes, group
+     * norm's groups (instance norm: C); eps above is the norms' epsilon */
+    int trans_a, trans_b;
+    int norm_axes;
+    int norm_groups;
 } tp_op_attr_t;
 
 #define TP_ACT_NONE 0

@@ -19,6 +19,9 @@
 #include "gpu/cpu/ops_loss.h"
 #include "gpu/cpu/ops_shape.h"
 #include "gpu/cpu/ops_conv.h"
+/* the linalg family */
+#include "gpu/cpu/ops_linalg.h"
+#include "gpu/cpu/ops_norm.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -685,6 +688,9 @@ static size_t s_workspace(const tp_op_call_t *c) {
     case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
     case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family: ops_conv.c */
         return tp_cpu_conv_workspace(c);
+    /* the linalg family: the norms' row statistics */
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cpu_norm_workspace(c);
     default:
         return 0;
     }
@@ -718,6 +724,10 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
     case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family: ops_conv.c */
         return tp_cpu_conv_forward(c);
+    /* the linalg family: ops_linalg.c, ops_norm.c */
+    case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_forward(c);
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cpu_norm_forward(c);
     default: /* the elementwise family: ops_elementwise.c */
         return tp_cpu_elementwise_forward(c);
     }
@@ -745,6 +755,10 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
     case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
     case TP_OP_UPSAMPLE_BILINEAR:
         return tp_cpu_conv_backward(c);
+    /* the linalg family */
+    case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_backward(c);
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cpu_norm_backward(c);
     default:
         return tp_cpu_elementwise_backward(c);
     }

@@ -28,6 +28,9 @@
 #include "gpu/cuda/ops_loss.h"
 #include "gpu/cuda/ops_shape.h"
 #include "gpu/cuda/ops_conv.h"
+/* the linalg family */
+#include "gpu/cuda/ops_linalg.h"
+#include "gpu/cuda/ops_norm.h"
 
 #define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
 #define TP_L2_BLOCKS 64
@@ -1097,6 +1100,9 @@ static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
         return s_count(&c->xshape[0]) * sizeof(float); /* log-probabilities */
     case TP_OP_L2_DECAY:
         return (size_t)c->ninputs * TP_L2_BLOCKS * sizeof(double);
+    /* the linalg family: the norms' row statistics for the backward */
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cuda_norm_workspace(c);
     default:
         return 0;
     }
@@ -1387,6 +1393,10 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
         return s_deconv_fwd(cb, s, c);
     case TP_OP_UPSAMPLE_NEAREST: case TP_OP_UPSAMPLE_BILINEAR:
         return tp_cuda_upsample_forward(s, c);
+    /* the linalg family: ops_linalg.cu, ops_norm.cu */
+    case TP_OP_BATCH_MATMUL: return tp_cuda_batch_matmul_forward(s, c);
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cuda_norm_forward(s, c);
     default: /* the elementwise family: ops_elementwise.cu */
         return tp_cuda_elementwise_forward(s, c);
     }
@@ -1629,6 +1639,10 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
         return s_deconv_bwd(cb, s, c);
     case TP_OP_UPSAMPLE_NEAREST: case TP_OP_UPSAMPLE_BILINEAR:
         return tp_cuda_upsample_backward(s, c);
+    /* the linalg family */
+    case TP_OP_BATCH_MATMUL: return tp_cuda_batch_matmul_backward(s, c);
+    case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
+        return tp_cuda_norm_backward(s, c);
     default:
         return tp_cuda_elementwise_backward(s, c);
     }

@@ -31,7 +31,9 @@ static const char *const s_op_names[] = {
     "transpose",   "slice",      "pad",        "broadcast_to",
     "gather",      "one_hot",
     /* the convolution family */
-    "conv2d_transpose", "upsample_nearest", "upsample_bilinear"};
+    "conv2d_transpose", "upsample_nearest", "upsample_bilinear",
+    /* the linalg family */
+    "batch_matmul", "layer_norm", "group_norm", "instance_norm"};
 _Static_assert(sizeof s_op_names / sizeof s_op_names[0] == TP_OP_COUNT,
                "one name per op kind");
 
@@ -156,6 +158,11 @@ void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *o) {
     o->output_pad[0] = n->attr.oph;
     o->output_pad[1] = n->attr.opw;
     o->align_corners = n->attr.align_corners;
+    /* the linalg family */
+    o->trans_a = n->attr.trans_a;
+    o->trans_b = n->attr.trans_b;
+    o->norm_axes = n->attr.norm_axes;
+    o->norm_groups = n->attr.norm_groups;
 }
 
 /* Record the tower's first error, naming the tower and node. */
@@ -1685,4 +1692,218 @@ tp_node_t *tp_batch_norm(tp_tower_t *t, const char *scope, tp_node_t *x) {
     }
     tp_tower_pop_scope(t);
     return y;
+}
+
+/* ---- the linalg family (docs/ops.md): batched matmul and the norms ------- */
+
+/* Where a batched operand's batch (its dim 0) goes in a batched matmul. */
+enum { S_BM_NONE, S_BM_BATCH, S_BM_ROW, S_BM_K, S_BM_COL };
+
+tp_node_t *tp_batch_matmul(tp_tower_t *t, const char *name, tp_node_t *a,
+                           tp_node_t *b, int trans_a, int trans_b) {
+    tp_node_t *in[2] = {a, b};
+    tp_node_t *n = s_node(t, name, TP_OP_BATCH_MATMUL, 2, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
+        return s_drop_last(t);
+    char x[96], y[96];
+    const char *ta = trans_a ? " (transposed)" : "", *tb = trans_b ? " (transposed)" : "";
+    s_shape_str(&a->shape, x, 96);
+    s_shape_str(&b->shape, y, 96);
+    const int ra = a->shape.ndim, rb = b->shape.ndim, r = ra > rb ? ra : rb;
+    if (ra < 2 || rb < 2)
+        FAIL(t, n, "a %s and b %s: both operands need rank >= 2 ([...,M,K] and "
+             "[...,K,N])", x, y);
+    const int64_t m = a->shape.d[ra - 2 + !!trans_a], ka = a->shape.d[ra - 1 - !!trans_a];
+    const int64_t kb = b->shape.d[rb - 2 + !!trans_b], nn = b->shape.d[rb - 1 - !!trans_b];
+    if (ka != kb)
+        FAIL(t, n, "a %s%s and b %s%s: K is %lld in a and %lld in b", x, ta, y, tb,
+             (long long)ka, (long long)kb);
+    /* the batch of a batched operand: a batch dim (rank > 2), or a row,
+     * column or K of a rank-2 operand */
+    const int role_a = !a->batched ? S_BM_NONE : ra > 2 ? S_BM_BATCH
+                       : trans_a ? S_BM_K : S_BM_ROW;
+    const int role_b = !b->batched ? S_BM_NONE : rb > 2 ? S_BM_BATCH
+                       : trans_b ? S_BM_COL : S_BM_K;
+    if ((role_a == S_BM_BATCH && ra != r) || (role_b == S_BM_BATCH && rb != r))
+        FAIL(t, n, "a %s and b %s: the batched operand ('%s') must have the "
+             "result's %d dims (the batch stays dim 0)", x, y,
+             role_a == S_BM_BATCH && ra != r ? a->name : b->name, r);
+    if (role_a == S_BM_ROW && r != 2)
+        FAIL(t, n, "a %s and b %s: the batch of a ('%s') is its rows M, which "
+             "land in dim %d of the result, not dim 0", x, y, a->name, r - 2);
+    if (role_b == S_BM_COL)
+        FAIL(t, n, "a %s and b %s%s: the batch of b ('%s') would be the result's "
+             "last dim (transpose the product instead)", x, y, tb, b->name);
+    if ((role_a == S_BM_K) != (role_b == S_BM_K))
+        FAIL(t, n, "a %s%s and b %s%s: K is the batch in %s ('%s') but a fixed "
+             "%lld in the other", x, ta, y, tb, role_a == S_BM_K ? "a" : "b",
+             role_a == S_BM_K ? a->name : b->name, (long long)ka);
+    const int batched = role_a == S_BM_BATCH || role_a == S_BM_ROW ||
+                        role_b == S_BM_BATCH;
+    tp_shape_t o = {.ndim = r};
+    for (int d = 0; d < r - 2; d++) {
+        const int ia = d - (r - ra), ib = d - (r - rb);
+        const int64_t da = ia >= 0 ? a->shape.d[ia] : 1;
+        const int64_t db = ib >= 0 ? b->shape.d[ib] : 1;
+        /* an unbatched operand's dim 0 against the batch, which changes
+         * from step to step: only 1 broadcasts */
+        if (d == 0 && batched && ((ia == 0 && !a->batched && da != 1) ||
+                                  (ib == 0 && !b->batched && db != 1)))
+            FAIL(t, n, "a %s and b %s: '%s' is not batched, so its dim 0 must be "
+                 "1 against the batch", x, y, ia == 0 && !a->batched && da != 1
+                 ? a->name : b->name);
+        if (da != db && da != 1 && db != 1)
+            FAIL(t, n, "a %s and b %s: batch dim %d is %lld in one and %lld in "
+                 "the other (need equal, or 1)", x, y, d, (long long)da, (long long)db);
+        o.d[d] = da == 1 ? db : da;
+    }
+    o.d[r - 2] = m;
+    o.d[r - 1] = nn;
+    n->shape = o;
+    n->batched = batched;
+    n->attr.trans_a = !!trans_a;
+    n->attr.trans_b = !!trans_b;
+    return n;
+}
+
+/* x, gamma, beta as floats, gamma and beta unbatched of shape `ps`, eps
+ * positive: the norms' common checks. 0 after recording the error. */
+static int s_norm_params(tp_tower_t *t, tp_node_t *n, const tp_shape_t *ps,
+                         float eps, const char *what) {
+    for (int i = 0; i < 3; i++)
+        if (!s_check_float(t, n, i))
+            return 0;
+    char a[96], b[96], c[96];
+    for (int i = 1; i < 3; i++) {
+        const tp_node_t *p = n->inputs[i];
+        if (p->batched || p->shape.ndim != ps->ndim ||
+            memcmp(p->shape.d, ps->d, sizeof(int64_t) * (size_t)ps->ndim)) {
+            s_fail(t, TP_ERR_SHAPE, n->name, "x %s: %s ('%s') is %s%s, must be %s (%s)",
+                   s_shape_str(&n->inputs[0]->shape, a, 96), i == 1 ? "gamma" : "beta",
+                   p->name, s_shape_str(&p->shape, b, 96), p->batched ? ", batched" : "",
+                   s_shape_str(ps, c, 96), what);
+            return 0;
+        }
+    }
+    if (!(eps > 0.0f && isfinite(eps))) {
+        s_fail(t, TP_ERR_SHAPE, n->name, "eps %g: must be finite and > 0", (double)eps);
+        return 0;
+    }
+    n->attr.eps = eps;
+    return 1;
+}
+
+tp_node_t *tp_layer_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                            tp_node_t *gamma, tp_node_t *beta, int axes,
+                            float eps) {
+    tp_node_t *in[3] = {x, gamma, beta};
+    tp_node_t *n = s_node(t, name, TP_OP_LAYER_NORM, 3, in);
+    if (!n)
+        return NULL;
+    char a[96];
+    const int lo = x->batched ? 1 : 0;
+    if (axes < 1 || axes > x->shape.ndim - lo)
+        FAIL(t, n, "x %s%s: cannot normalise over its last %d axes (1 to %d%s)",
+             s_shape_str(&x->shape, a, 96), x->batched ? ", batched" : "", axes,
+             x->shape.ndim - lo, lo ? ": never the batch" : "");
+    tp_shape_t ps = {.ndim = axes};
+    for (int i = 0; i < axes; i++)
+        ps.d[i] = x->shape.d[x->shape.ndim - axes + i];
+    if (!s_norm_params(t, n, &ps, eps, "x's last axes"))
+        return s_drop_last(t);
+    n->attr.norm_axes = axes;
+    return n;
+}
+
+/* Group norm with `groups` groups (instance norm: C, kind INSTANCE_NORM). */
+static tp_node_t *s_group_norm(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                               tp_node_t *x, tp_node_t *gamma, tp_node_t *beta,
+                               int groups, float eps) {
+    tp_node_t *in[3] = {x, gamma, beta};
+    tp_node_t *n = s_node(t, name, kind, 3, in);
+    if (!n)
+        return NULL;
+    char a[96];
+    const int rmin = kind == TP_OP_INSTANCE_NORM ? 3 : 2;
+    if (x->shape.ndim < rmin)
+        FAIL(t, n, "x is %s: needs [N,C%s...] (rank >= %d)",
+             s_shape_str(&x->shape, a, 96), rmin == 3 ? ",D1" : "", rmin);
+    const int64_t c = x->shape.d[1];
+    if (kind == TP_OP_INSTANCE_NORM)
+        groups = (int)c;
+    if (groups < 1 || c % groups)
+        FAIL(t, n, "x %s: %d groups do not divide its %lld channels",
+             s_shape_str(&x->shape, a, 96), groups, (long long)c);
+    tp_shape_t ps = {.ndim = 1, .d = {c}};
+    if (!s_norm_params(t, n, &ps, eps, "one per channel"))
+        return s_drop_last(t);
+    n->attr.norm_groups = groups;
+    return n;
+}
+
+tp_node_t *tp_group_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                            tp_node_t *gamma, tp_node_t *beta, int groups,
+                            float eps) {
+    return s_group_norm(t, name, TP_OP_GROUP_NORM, x, gamma, beta, groups, eps);
+}
+
+tp_node_t *tp_instance_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                               tp_node_t *gamma, tp_node_t *beta, float eps) {
+    return s_group_norm(t, name, TP_OP_INSTANCE_NORM, x, gamma, beta, 0, eps);
+}
+
+/* A norm layer: gamma (ones) and beta (zeros) in `scope`, of the shape
+ * the op wants (count: layer norm's axes, group norm's groups). */
+static tp_node_t *s_norm_layer(tp_tower_t *t, const char *scope, tp_node_t *x,
+                               tp_op_kind_t kind, int count) {
+    if (!s_scope(t, scope))
+        return NULL;
+    tp_node_t *y = NULL;
+    int64_t ps[TP_MAX_DIMS];
+    int nd = 1;
+    if (!x) {
+        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
+    } else if (kind == TP_OP_LAYER_NORM && (count < 1 || count > x->shape.ndim)) {
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, scope, "layer norm of x %s over its last %d axes",
+               s_shape_str(&x->shape, a, 96), count);
+    } else if (kind != TP_OP_LAYER_NORM && x->shape.ndim < 2) {
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, scope, "%s of x %s: needs [N,C,...]",
+               tp_op_name(kind), s_shape_str(&x->shape, a, 96));
+    } else {
+        if (kind == TP_OP_LAYER_NORM) {
+            nd = count;
+            for (int i = 0; i < nd; i++)
+                ps[i] = x->shape.d[x->shape.ndim - nd + i];
+        } else {
+            ps[0] = x->shape.d[1];
+        }
+        tp_node_t *g = tp_variable(t, "gamma", nd, ps,
+                                   (tp_init_t){TP_INIT_CONST, 1.0f}, TP_VAR_TRAINABLE);
+        tp_node_t *b = tp_variable(t, "beta", nd, ps, (tp_init_t){TP_INIT_ZEROS, 0},
+                                   TP_VAR_TRAINABLE);
+        if (kind == TP_OP_LAYER_NORM)
+            y = tp_layer_norm_op(t, "output", x, g, b, count, 1e-5f);
+        else if (kind == TP_OP_GROUP_NORM)
+            y = tp_group_norm_op(t, "output", x, g, b, count, 1e-5f);
+        else
+            y = tp_instance_norm_op(t, "output", x, g, b, 1e-5f);
+    }
+    tp_tower_pop_scope(t);
+    return y;
+}
+
+tp_node_t *tp_layer_norm(tp_tower_t *t, const char *scope, tp_node_t *x,
+                         int axes) {
+    return s_norm_layer(t, scope, x, TP_OP_LAYER_NORM, axes);
+}
+tp_node_t *tp_group_norm(tp_tower_t *t, const char *scope, tp_node_t *x,
+                         int groups) {
+    return s_norm_layer(t, scope, x, TP_OP_GROUP_NORM, groups);
+}
+tp_node_t *tp_instance_norm(tp_tower_t *t, const char *scope, tp_node_t *x) {
+    return s_norm_layer(t, scope, x, TP_OP_INSTANCE_NORM, 0);
 }

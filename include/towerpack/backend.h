@@ -91,6 +91,12 @@ typedef enum {
                               OH = (H-1) s - 2 p + d (KH-1) + op + 1 */
     TP_OP_UPSAMPLE_NEAREST,  /* [N,C,H,W] -> [N,C,H f,W f] (f: attr sh, sw) */
     TP_OP_UPSAMPLE_BILINEAR, /* likewise, bilinear (attr align_corners) */
+    /* the linalg family (docs/ops.md): batched matmul and the norms */
+    TP_OP_BATCH_MATMUL,    /* a[...,M,K] @ b[...,K,N], batch dims broadcast
+                              (attr.trans_a, trans_b: stored transposed) */
+    TP_OP_LAYER_NORM,      /* x, gamma, beta [the last attr.norm_axes dims] */
+    TP_OP_GROUP_NORM,      /* x[N,C,...], gamma[C], beta[C]; norm_groups */
+    TP_OP_INSTANCE_NORM,   /* group norm with C groups (x rank >= 3) */
     TP_OP_COUNT
 } tp_op_kind_t;
 

@@ -106,6 +106,11 @@ typedef struct tp_node_attrs {
     int groups;        /* conv2d, conv2d_transpose; 1: none */
     int output_pad[2]; /* conv2d_transpose (h, w) */
     int align_corners; /* upsample_bilinear */
+    /* the linalg family: batch_matmul's transposed operands; layer norm's
+     * trailing axes; group (and instance) norm's groups. eps above. */
+    int trans_a, trans_b;
+    int norm_axes;
+    int norm_groups;
 } tp_node_attrs_t;
 void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *out);
 
@@ -380,6 +385,41 @@ tp_node_t *tp_conv2d_transpose(tp_tower_t *t, const char *scope, tp_node_t *x,
 /* scope/gamma (ones), scope/beta (zeros): trainable; scope/mean/EMA (zeros),
  * scope/variance/EMA (ones): model-only. Momentum 0.9, eps 1e-5. */
 tp_node_t *tp_batch_norm(tp_tower_t *t, const char *scope, tp_node_t *x);
+
+/* ---- the linalg family (docs/ops.md) -------------------------------------
+ * Batched matrix products and the normalisations beside batch norm. */
+/* a [...,M,K] @ b [...,K,N] -> [...,M,N] (torch.matmul of rank >= 2
+ * operands): the leading (batch) dims broadcast as NumPy's; trans_a 1
+ * reads a stored as [...,K,M], trans_b 1 reads b stored as [...,N,K]. A
+ * batched operand's batch lands in dim 0 of the result (or is summed over
+ * when it is the contracted K of a rank-2 operand). */
+tp_node_t *tp_batch_matmul(tp_tower_t *t, const char *name, tp_node_t *a,
+                           tp_node_t *b, int trans_a, int trans_b);
+/* Layer norm over the last `axes` dims of x (F.layer_norm): each slice
+ * (x - mean) / sqrt(var + eps) * gamma + beta, biased variance; gamma and
+ * beta have the shape of those dims. The batch (dim 0) is never one of
+ * them. */
+tp_node_t *tp_layer_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                            tp_node_t *gamma, tp_node_t *beta, int axes,
+                            float eps);
+/* Group norm (F.group_norm): x [N,C,...], C split in `groups` groups, each
+ * (sample, group) normalised over its channels and positions; gamma, beta
+ * [C]. */
+tp_node_t *tp_group_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                            tp_node_t *gamma, tp_node_t *beta, int groups,
+                            float eps);
+/* Instance norm (F.instance_norm with the input's statistics): x
+ * [N,C,D1,...] (rank >= 3), each (sample, channel) normalised over its
+ * positions; gamma, beta [C]. Group norm with C groups. */
+tp_node_t *tp_instance_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
+                               tp_node_t *gamma, tp_node_t *beta, float eps);
+/* The layers: scope/gamma (ones) and scope/beta (zeros), trainable, of the
+ * shape the op wants; eps 1e-5 (PyTorch's default). */
+tp_node_t *tp_layer_norm(tp_tower_t *t, const char *scope, tp_node_t *x,
+                         int axes);
+tp_node_t *tp_group_norm(tp_tower_t *t, const char *scope, tp_node_t *x,
+                         int groups);
+tp_node_t *tp_instance_norm(tp_tower_t *t, const char *scope, tp_node_t *x);
 
 /* ---- models ------------------------------------------------------------- */
 

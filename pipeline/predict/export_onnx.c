@@ -525,6 +525,106 @@ static int s_emit_shape(s_ex_t *ex, tp_node_t *x, const char *out,
     }
 }
 
+/* The linalg family (docs/ops.md) at opset 13. batch_matmul is MatMul
+ * (NumPy's matmul broadcasting, as ours), a transposed operand first
+ * through a Transpose of its last two axes. Layer norm (LayerNormalization
+ * is opset 17) is ReduceMean over its axes, Sub, the mean square, Add eps,
+ * Sqrt, Div, then Mul gamma and Add beta; group norm (GroupNormalization
+ * is opset 18) the same over x reshaped to [N, G, -1], reshaped back to
+ * x's shape, with gamma and beta as [C,1,...] initializers; instance norm
+ * is InstanceNormalization (opset 6). 1 on success. */
+static int s_emit_linalg(s_ex_t *ex, tp_node_t *x, const char *out,
+                         const char *const *in, const tp_node_attrs_t *a) {
+    char t1[700], t2[700], t3[700], t4[700], t5[700], t6[700], t7[700], t8[700];
+    char t9[700];
+    const tp_op_kind_t k = tp_node_kind(x);
+    if (k == TP_OP_BATCH_MATMUL) {
+        const char *mi[2] = {in[0], in[1]};
+        char *tn[2] = {t1, t2};
+        const int tr[2] = {a->trans_a, a->trans_b};
+        for (int i = 0; i < 2; i++) {
+            if (!tr[i])
+                continue;
+            const int r = tp_node_shape(tp_node_input(x, i))->ndim;
+            int64_t perm[TP_MAX_DIMS];
+            for (int d = 0; d < r; d++)
+                perm[d] = d;
+            perm[r - 2] = r - 1;
+            perm[r - 1] = r - 2;
+            snprintf(tn[i], 700, "%s/%s_t", out, i ? "b" : "a");
+            Onnx__NodeProto *n = s_node(ex, "Transpose", tn[i], 1, &in[i]);
+            if (!s_attr_ints(ex, n, "perm", perm, r))
+                return 0;
+            mi[i] = tn[i];
+        }
+        return s_node(ex, "MatMul", out, 2, mi) != NULL;
+    }
+    if (k == TP_OP_INSTANCE_NORM) {
+        Onnx__NodeProto *n = s_node(ex, "InstanceNormalization", out, 3, in);
+        return s_attr_f(ex, n, "epsilon", a->eps);
+    }
+    const tp_shape_t *xs = tp_node_shape(x);
+    const char *src = in[0], *gamma = in[1], *beta = in[2];
+    int64_t axes[TP_MAX_DIMS];
+    int naxes;
+    if (k == TP_OP_LAYER_NORM) {
+        naxes = a->norm_axes;
+        for (int i = 0; i < naxes; i++)
+            axes[i] = xs->ndim - naxes + i;
+    } else { /* group norm: over [N, G, -1]'s last axis */
+        int64_t shape[3] = {0, a->norm_groups, -1}, d1[1] = {3};
+        snprintf(t8, sizeof t8, "%s/groups_shape", out);
+        const char *ri[2] = {in[0], t8};
+        snprintf(t1, sizeof t1, "%s/groups", out);
+        if (!s_init(ex, t8, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, d1, shape,
+                    sizeof shape) || !s_node(ex, "Reshape", t1, 2, ri))
+            return 0;
+        src = t1;
+        naxes = 1;
+        axes[0] = 2;
+    }
+    snprintf(t2, sizeof t2, "%s/mean", out);
+    Onnx__NodeProto *n = s_node(ex, "ReduceMean", t2, 1, &src);
+    if (!s_attr_ints(ex, n, "axes", axes, naxes) || !s_attr_i(ex, n, "keepdims", 1))
+        return 0;
+    const char *d = s_step(ex, "Sub", out, "centred", src, t2, t3, sizeof t3);
+    const char *sq = s_step(ex, "Mul", out, "square", d, d, t4, sizeof t4);
+    snprintf(t5, sizeof t5, "%s/var", out);
+    n = sq ? s_node(ex, "ReduceMean", t5, 1, &sq) : NULL;
+    if (!s_attr_ints(ex, n, "axes", axes, naxes) || !s_attr_i(ex, n, "keepdims", 1))
+        return 0;
+    char eps[700];
+    const char *e = s_scalar(ex, out, "eps", a->eps, eps, sizeof eps);
+    const char *v = s_step(ex, "Add", out, "var_eps", t5, e, t6, sizeof t6);
+    const char *sd = s_step(ex, "Sqrt", out, "std", v, NULL, t7, sizeof t7);
+    const char *xh = s_step(ex, "Div", out, "normed", d, sd, t9, sizeof t9);
+    if (!xh)
+        return 0;
+    if (k == TP_OP_GROUP_NORM) {
+        /* back to x's shape; gamma and beta as [C,1,...] to broadcast */
+        char shp[700], back[700];
+        snprintf(shp, sizeof shp, "%s/x_shape", out);
+        snprintf(back, sizeof back, "%s/normed_x", out);
+        const char *ri[2] = {xh, shp};
+        if (!s_node(ex, "Shape", shp, 1, &in[0]) || !s_node(ex, "Reshape", back, 2, ri))
+            return 0;
+        snprintf(t9, sizeof t9, "%s", back);
+        int64_t dims[TP_MAX_DIMS];
+        dims[0] = xs->d[1];
+        for (int i = 1; i < xs->ndim - 1; i++)
+            dims[i] = 1;
+        snprintf(t2, sizeof t2, "%s/gamma_c", out);
+        snprintf(t8, sizeof t8, "%s/beta_c", out);
+        if (!s_init_var(ex, tp_node_input(x, 1), t2, xs->ndim - 1, dims) ||
+            !s_init_var(ex, tp_node_input(x, 2), t8, xs->ndim - 1, dims))
+            return 0;
+        gamma = t2;
+        beta = t8;
+    }
+    const char *sc = s_step(ex, "Mul", out, "scaled", t9, gamma, t3, sizeof t3);
+    return s_step(ex, "Add", out, NULL, sc, beta, t4, sizeof t4) != NULL;
+}
+
 /* One op node into ONNX nodes; *ok 0 on failure (with the error set). */
 /* ---- the convolution family ------------------------------------------------ */
 
@@ -752,6 +852,10 @@ static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *use
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT:
         return s_emit_loss(ex, k, out, in, &a) ? TP_OK : NOMEM();
+    /* the linalg family */
+    case TP_OP_BATCH_MATMUL: case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM:
+    case TP_OP_INSTANCE_NORM:
+        return s_emit_linalg(ex, x, out, in, &a) ? TP_OK : NOMEM();
     case TP_OP_CONCAT: {
         const char **ci = s_new(ex, sizeof *ci * (size_t)nin);
         if (!ci)

@@ -10,6 +10,7 @@
 #define TOWERPACK_TESTS_OP_CASES_H
 
 #include <stdint.h>
+#include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
@@ -18,9 +19,9 @@ typedef struct {
     tp_op_kind_t kind;
     float alpha, beta;     /* attributes (tp_op_attr_t) */
     int ninputs;
-    int nd[2];             /* input ranks */
-    int64_t d[2][4];       /* input shapes */
-    float lo[2], hi[2];    /* inputs drawn from U(lo, hi) */
+    int nd[3];             /* input ranks */
+    int64_t d[3][4];       /* input shapes */
+    float lo[3], hi[3];    /* inputs drawn from U(lo, hi) */
     float atol, rtol;      /* against PyTorch: |got - want| <= atol + rtol |want| */
     float step;            /* > 0: inputs rounded to multiples of it (ties) */
     /* the shape family: attributes, the output shape, integer inputs */
@@ -83,6 +84,16 @@ typedef struct {
  * which is what they mean there. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+/* The linalg family's rows: a shape as an initializer; a batched matmul
+ * (inputs U(-1, 1)); a norm of x U(-2, 3), gamma U(0.5, 1.5), beta
+ * U(-1, 1) of the parameters' shape. Sums of K or of a row's length
+ * order differently from torch's: 1e-5 + 1e-4 relative. */
+#define OP_D(...) {__VA_ARGS__}
+#define OP_BMM_ROW(nm, ta, tb, na, nb, da, db)                                \
+    {nm, TP_OP_BATCH_MATMUL, ta, tb, 2, {na, nb}, {da, db}, {-1, -1}, {1, 1}, 1e-5f, 1e-4f, 0}
+#define OP_NORM_ROW(nm, kind, eps, n, nx, np, dx, dp)                          \
+    {nm, kind, eps, n, 3, {nx, np, np}, {dx, dp, dp}, {-2, 0.5f, -1}, {3, 1.5f, 1}, 1e-5f, 1e-4f, 0}
+
 static const op_case_t op_cases[] = {
     OP_BINARY_ROWS("add", TP_OP_ADD, -1, 1, -1, 1, 1e-6f, 1e-5f),
     OP_BINARY_ROWS("sub", TP_OP_SUB, -1, 1, -1, 1, 1e-6f, 1e-5f),
@@ -182,6 +193,31 @@ static const op_case_t op_cases[] = {
     OP_UPSAMPLE_ROW("upsample_bilinear_align_corners", TP_OP_UPSAMPLE_BILINEAR, 2, 2, 4, 3, 2, 1, 1e-6f, 1e-5f),
     OP_UPSAMPLE_ROW("upsample_bilinear_align_corners_1px", TP_OP_UPSAMPLE_BILINEAR, 1, 2, 1, 3, 4, 1, 1e-6f, 1e-5f),
     OP_UPSAMPLE_ROW("upsample_bilinear_factor1", TP_OP_UPSAMPLE_BILINEAR, 1, 2, 3, 3, 1, 0, 1e-6f, 1e-5f),
+    /* the linalg family. batch_matmul: alpha trans_a, beta trans_b; plain,
+     * either or both transposed, b shared by every batch (one stacked
+     * product), a shared, both stretched, rank 2, batch 1, odd sizes */
+    OP_BMM_ROW("bmm_plain", 0, 0, 3, 3, OP_D(2, 3, 5), OP_D(2, 5, 4)),
+    OP_BMM_ROW("bmm_trans_a", 1, 0, 3, 3, OP_D(2, 5, 3), OP_D(2, 5, 4)),
+    OP_BMM_ROW("bmm_trans_b", 0, 1, 3, 3, OP_D(2, 3, 5), OP_D(2, 4, 5)),
+    OP_BMM_ROW("bmm_trans_both", 1, 1, 3, 3, OP_D(2, 5, 3), OP_D(2, 4, 5)),
+    OP_BMM_ROW("bmm_b_shared", 0, 0, 4, 2, OP_D(3, 2, 7, 5), OP_D(5, 6)),
+    OP_BMM_ROW("bmm_b_shared_trans", 1, 1, 3, 2, OP_D(2, 5, 3), OP_D(6, 5)),
+    OP_BMM_ROW("bmm_a_shared", 0, 0, 2, 3, OP_D(3, 5), OP_D(4, 5, 2)),
+    OP_BMM_ROW("bmm_both_stretched", 0, 1, 4, 4, OP_D(2, 1, 3, 5), OP_D(1, 3, 4, 5)),
+    OP_BMM_ROW("bmm_rank2_odd", 0, 0, 2, 2, OP_D(7, 13), OP_D(13, 3)),
+    OP_BMM_ROW("bmm_batch1_vectors", 0, 0, 3, 3, OP_D(1, 1, 6), OP_D(1, 6, 1)),
+    /* the norms: alpha eps, beta layer norm's axes or group norm's groups
+     * (instance norm: C); gamma around 1, beta around 0 */
+    OP_NORM_ROW("layer_norm_last", TP_OP_LAYER_NORM, 1e-5f, 1, 2, 1, OP_D(4, 7), OP_D(7)),
+    OP_NORM_ROW("layer_norm_2_axes", TP_OP_LAYER_NORM, 1e-5f, 2, 3, 2, OP_D(3, 4, 5), OP_D(4, 5)),
+    OP_NORM_ROW("layer_norm_batch1_eps", TP_OP_LAYER_NORM, 0.1f, 1, 3, 1, OP_D(1, 1, 9), OP_D(9)),
+    OP_NORM_ROW("group_norm_4d", TP_OP_GROUP_NORM, 1e-5f, 3, 4, 1, OP_D(2, 6, 3, 3), OP_D(6)),
+    OP_NORM_ROW("group_norm_2d", TP_OP_GROUP_NORM, 1e-5f, 2, 2, 1, OP_D(3, 4), OP_D(4)),
+    OP_NORM_ROW("group_norm_1_group", TP_OP_GROUP_NORM, 1e-5f, 1, 3, 1, OP_D(2, 4, 5), OP_D(4)),
+    OP_NORM_ROW("group_norm_batch1_odd", TP_OP_GROUP_NORM, 1e-3f, 2, 4, 1, OP_D(1, 6, 5, 3), OP_D(6)),
+    OP_NORM_ROW("instance_norm_4d", TP_OP_INSTANCE_NORM, 1e-5f, 0, 4, 1, OP_D(2, 3, 4, 5), OP_D(3)),
+    OP_NORM_ROW("instance_norm_3d", TP_OP_INSTANCE_NORM, 1e-5f, 0, 3, 1, OP_D(3, 2, 7), OP_D(2)),
+    OP_NORM_ROW("instance_norm_batch1", TP_OP_INSTANCE_NORM, 1e-5f, 0, 4, 1, OP_D(1, 4, 3, 3), OP_D(4)),
 };
 #pragma GCC diagnostic pop
 
@@ -226,6 +262,27 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
     if (k->kind == TP_OP_MSE || k->kind == TP_OP_L1_LOSS ||
         k->kind == TP_OP_HUBER_LOSS || k->kind == TP_OP_SIGMOID_XENT)
         return o;
+    /* the linalg family: a norm keeps x's shape; a batched matmul
+     * broadcasts the batch dims and ends in [M, N] */
+    if (k->kind == TP_OP_LAYER_NORM || k->kind == TP_OP_GROUP_NORM ||
+        k->kind == TP_OP_INSTANCE_NORM) {
+        o.ndim = k->nd[0];
+        for (int j = 0; j < o.ndim; j++)
+            o.d[j] = k->d[0][j];
+        return o;
+    }
+    if (k->kind == TP_OP_BATCH_MATMUL) {
+        const int ra = k->nd[0], rb = k->nd[1];
+        o.ndim = ra > rb ? ra : rb;
+        for (int j = 0; j < o.ndim - 2; j++) {
+            const int ia = j - (o.ndim - ra), ib = j - (o.ndim - rb);
+            const int64_t da = ia >= 0 ? k->d[0][ia] : 1, db = ib >= 0 ? k->d[1][ib] : 1;
+            o.d[j] = da == 1 ? db : da;
+        }
+        o.d[o.ndim - 2] = k->d[0][ra - 2 + (k->alpha != 0)];
+        o.d[o.ndim - 1] = k->d[1][rb - 1 - (k->beta != 0)];
+        return o;
+    }
     for (int p = 0; p < k->ninputs; p++)
         if (k->nd[p] > o.ndim)
             o.ndim = k->nd[p];
@@ -240,26 +297,51 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
     return o;
 }
 
+/* The attributes of a row into a (zeroed by the caller), as its builder
+ * would set them: alpha and beta, the linalg family's from them
+ * (batch_matmul's transposes, the norms' eps, axes and groups), the shape
+ * family's axis and dims, the convolution family's window. */
+static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
+    a->alpha = k->alpha;
+    a->beta = k->beta;
+    switch (k->kind) {
+    case TP_OP_BATCH_MATMUL:
+        a->trans_a = k->alpha != 0;
+        a->trans_b = k->beta != 0;
+        break;
+    case TP_OP_LAYER_NORM:
+        a->eps = k->alpha;
+        a->norm_axes = (int)k->beta;
+        break;
+    case TP_OP_GROUP_NORM:
+    case TP_OP_INSTANCE_NORM:
+        a->eps = k->alpha;
+        a->norm_groups = k->kind == TP_OP_GROUP_NORM ? (int)k->beta : (int)k->d[0][1];
+        break;
+    default:
+        break;
+    }
+    /* the shape family */
+    a->axis = k->axis;
+    memcpy(a->dims_a, k->a, sizeof k->a);
+    memcpy(a->dims_b, k->b, sizeof k->b);
+    if (op_case_conv(k)) { /* the convolution family */
+        a->kh = (int)k->d[1][2];
+        a->kw = (int)k->d[1][3];
+        a->sh = a->sw = k->stride;
+        a->ph = a->pw = k->pad;
+        a->dh = a->dw = k->dilation;
+        a->groups = k->groups;
+        a->oph = a->opw = k->out_pad;
+        a->align_corners = k->align;
+    }
+}
+
 static inline tp_shape_t op_case_in(const op_case_t *k, int p) {
     tp_shape_t s = {.ndim = k->nd[p]};
     for (int j = 0; j < k->nd[p]; j++)
         s.d[j] = k->d[p][j];
     return s;
-}
-
-/* A convolution-family row's attributes as its builder would set them
- * (other rows: nothing). */
-static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
-    if (!op_case_conv(k))
-        return;
-    a->kh = (int)k->d[1][2];
-    a->kw = (int)k->d[1][3];
-    a->sh = a->sw = k->stride;
-    a->ph = a->pw = k->pad;
-    a->dh = a->dw = k->dilation;
-    a->groups = k->groups;
-    a->oph = a->opw = k->out_pad;
-    a->align_corners = k->align;
 }
 
 #endif

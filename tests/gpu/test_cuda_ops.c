@@ -573,12 +573,7 @@ Test(cuda_ops, elementwise_every_op_case) {
     for (int ci = 0; ci < OP_NCASES; ci++) {
         const op_case_t *row = &op_cases[ci];
         s_case_t k = s_base(row->kind);
-        k.attr.alpha = row->alpha;
-        k.attr.beta = row->beta;
-        /* the shape family's attributes and int32 inputs */
-        k.attr.axis = row->axis;
-        memcpy(k.attr.dims_a, row->a, sizeof row->a);
-        memcpy(k.attr.dims_b, row->b, sizeof row->b);
+        op_case_attr(row, &k.attr);
         k.ninputs = row->ninputs;
         for (int p = 0; p < row->ninputs; p++) {
             k.xs[p] = op_case_in(row, p);
@@ -591,11 +586,57 @@ Test(cuda_ops, elementwise_every_op_case) {
                 k.grad[p] = 0;
             }
         }
-        op_case_attr(row, &k.attr); /* the convolution family's attributes */
         k.ys = op_case_out(row);
         cr_log_info("elementwise case %s", row->label);
         s_check_op(&k, 100 + (uint64_t)ci);
     }
+}
+
+/* the linalg family at sizes past the parity rows': attention-sized
+ * products (each path: strided batched, stacked, shared a, both sides
+ * stretched, per batch), norm rows longer than a block's 256 threads and
+ * parameters summed over many rows */
+static void s_bmm_case(const tp_shape_t a, const tp_shape_t b, int ta, int tb,
+                       const tp_shape_t y, uint64_t seed) {
+    s_case_t k = s_base(TP_OP_BATCH_MATMUL);
+    k.ninputs = 2;
+    k.xs[0] = a;
+    k.xs[1] = b;
+    k.attr.trans_a = ta;
+    k.attr.trans_b = tb;
+    k.ys = y;
+    k.grad[0] = k.grad[1] = 1;
+    s_check_op(&k, seed);
+}
+
+static void s_norm_case(tp_op_kind_t kind, const tp_shape_t x, const tp_shape_t p,
+                        int n, uint64_t seed) {
+    s_case_t k = s_base(kind);
+    k.ninputs = 3;
+    k.xs[0] = x;
+    k.xs[1] = k.xs[2] = p;
+    k.attr.eps = 1e-5f;
+    k.attr.norm_axes = kind == TP_OP_LAYER_NORM ? n : 0;
+    k.attr.norm_groups = kind == TP_OP_LAYER_NORM ? 0 : n;
+    k.ys = x;
+    k.grad[0] = k.grad[1] = k.grad[2] = 1;
+    k.lo[0] = -2.0f;
+    k.hi[0] = 3.0f;
+    k.lo[1] = 0.5f;
+    k.hi[1] = 1.5f;
+    s_check_op(&k, seed);
+}
+
+Test(cuda_ops, linalg_large_shapes) {
+    s_bmm_case(SH(8, 64, 32), SH(8, 64, 32), 0, 1, SH(8, 64, 64), 300);
+    s_bmm_case(SH(4, 50, 96), SH(96, 40), 0, 0, SH(4, 50, 40), 301);
+    s_bmm_case(SH(24, 16), SH(6, 16, 10), 0, 0, SH(6, 24, 10), 302);
+    s_bmm_case(SH(3, 1, 20, 16), SH(1, 5, 10, 16), 0, 1, SH(3, 5, 20, 10), 303);
+    s_bmm_case(SH(6, 16, 20), SH(6, 10, 16), 1, 1, SH(6, 20, 10), 304);
+    s_norm_case(TP_OP_LAYER_NORM, SH(64, 300), SH(300), 1, 310);
+    s_norm_case(TP_OP_LAYER_NORM, SH(4, 16, 6, 50), SH(6, 50), 2, 311);
+    s_norm_case(TP_OP_GROUP_NORM, SH(8, 32, 9, 9), SH(32), 8, 312);
+    s_norm_case(TP_OP_INSTANCE_NORM, SH(4, 6, 20, 20), SH(6), 6, 313);
 }
 
 /* a constant: its values, [5,300] (two launches of the device's chunks) */

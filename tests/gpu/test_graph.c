@@ -747,6 +747,111 @@ Test(graph, loss_shapes_and_errors_naming_node_and_shapes) {
     }
 }
 
+/* ---- the linalg family's shape rules ------------------------------------- */
+
+static int s_la_case;
+
+static tp_status_t s_linalg(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* batched [N,3,5] */
+    tp_init_t one = {TP_INIT_CONST, 1.0f};
+#define LA_VAR(nm, ...) tp_variable(t, nm, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), \
+                                    (int64_t[]){__VA_ARGS__}, one, TP_VAR_TRAINABLE)
+    tp_node_t *xf = tp_flatten(t, "xf", x);
+    switch (s_la_case) {
+    case 0: /* fine: x @ w, x^T x per sample, the gram over the batch, norms */
+        tp_tower_add_output(t, "xw", tp_batch_matmul(t, "xw", x, LA_VAR("w52", 5, 2), 0, 0));
+        tp_tower_add_output(t, "xtx", tp_batch_matmul(t, "xtx", x, x, 1, 0));
+        tp_tower_add_output(t, "gram", tp_batch_matmul(t, "gram", xf, xf, 1, 0));
+        tp_tower_add_output(t, "ln", tp_layer_norm(t, "ln", x, 2));
+        tp_tower_add_output(t, "gn", tp_group_norm(t, "gn", x, 3));
+        break;
+    case 1: /* K differs */
+        tp_batch_matmul(t, "bad_k", x, LA_VAR("w42", 4, 2), 0, 0);
+        break;
+    case 2: /* an unbatched dim 0 of 7 against the batch */
+        tp_batch_matmul(t, "bad_batch", LA_VAR("v743", 7, 4, 3), x, 0, 0);
+        break;
+    case 3: /* the batch would be the result's last dim */
+        tp_batch_matmul(t, "bad_col", LA_VAR("w34", 3, 15), xf, 0, 1);
+        break;
+    case 4: /* the batch is never a normalised axis */
+        tp_layer_norm_op(t, "bad_axes", x, LA_VAR("g", 4, 3, 5), LA_VAR("b", 4, 3, 5), 3,
+                         1e-5f);
+        break;
+    case 5: /* 2 groups of 3 channels */
+        tp_group_norm_op(t, "bad_groups", x, LA_VAR("g", 3), LA_VAR("b", 3), 2, 1e-5f);
+        break;
+    default: /* gamma of the wrong shape */
+        tp_layer_norm_op(t, "bad_gamma", x, LA_VAR("g3", 3), LA_VAR("b", 5), 1, 1e-5f);
+        break;
+    }
+#undef LA_VAR
+    return tp_tower_status(t);
+}
+
+static tp_model_t *s_la_model(int which) {
+    s_la_case = which;
+    tp_input_desc_t d = {"x", TP_FLOAT32, 3, {-1, 3, 5}};
+    tp_model_desc_t md = {&d, 1, s_linalg, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 4;
+    return tp_model_new(&md, &cfg);
+}
+
+Test(graph, linalg_shapes_and_errors_naming_node_and_shapes) {
+    tp_model_t *m = s_la_model(0);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    const struct { const char *name; int batched, ndim; int64_t d[3]; } want[] = {
+        {"xw", 1, 3, {4, 3, 2}}, {"xtx", 1, 3, {4, 5, 5}}, {"gram", 0, 2, {15, 15}},
+        {"ln/output", 1, 3, {4, 3, 5}}, {"gn/output", 1, 3, {4, 3, 5}}};
+    for (int i = 0; i < 5; i++) {
+        const tp_node_t *n = tp_model_lookup(m, -1, want[i].name);
+        cr_assert_not_null(n, "%s", want[i].name);
+        cr_expect_eq(tp_node_batched(n), want[i].batched, "%s batched", want[i].name);
+        cr_expect_eq(tp_node_shape(n)->ndim, want[i].ndim, "%s rank", want[i].name);
+        for (int j = 0; j < want[i].ndim; j++)
+            cr_expect_eq(tp_node_shape(n)->d[j], want[i].d[j], "%s dim %d", want[i].name, j);
+    }
+    /* the run's batch (2 of the planned 4): the gram sums over those 2 */
+    float x[2 * 15];
+    for (int i = 0; i < 30; i++)
+        x[i] = (float)(i % 7) * 0.25f - 0.5f;
+    int64_t xs[3] = {2, 3, 5};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, -1, "gram", &v), TP_OK);
+    for (int i = 0; i < 15; i++)
+        for (int j = 0; j < 15; j++) {
+            const float g = x[i] * x[j] + x[15 + i] * x[15 + j];
+            cr_expect_float_eq(((float *)v.data)[i * 15 + j], g, 1e-5, "gram[%d,%d]", i, j);
+        }
+    cr_assert_eq(tp_model_fetch(m, -1, "xw", &v), TP_OK);
+    cr_expect_eq(v.shape[0], 2, "xw at the run's batch");
+    tp_model_destroy(&m);
+
+    const char *want_err[][3] = {
+        {"'bad_k'", "a [4,3,5] and b [4,2]", "K is 5 in a and 4 in b"},
+        {"'bad_batch'", "'v743' is not batched", "dim 0 must be 1"},
+        {"'bad_col'", "b [4,15] (transposed)", "the result's last dim"},
+        {"'bad_axes'", "x [4,3,5], batched", "last 3 axes"},
+        {"'bad_groups'", "x [4,3,5]", "2 groups do not divide its 3 channels"},
+        {"'bad_gamma'", "gamma ('g3') is [3]", "must be [5]"},
+    };
+    for (int k = 0; k < 6; k++) {
+        m = s_la_model(k + 1);
+        cr_expect_null(m, "case %d built", k + 1);
+        for (int j = 0; j < 3; j++)
+            cr_expect(strstr(tp_last_error(), want_err[k][j]) != NULL,
+                      "case %d: '%s' not in: %s", k + 1, want_err[k][j], tp_last_error());
+        tp_model_destroy(&m);
+    }
+}
+
 /* ---- gradients with respect to a data input ---------------------------- */
 
 static int s_ask_labels;

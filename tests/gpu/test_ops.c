@@ -493,6 +493,80 @@ FD_TEST(upsample_nearest, c_up_nearest, X4(2, 2, 3))
 FD_TEST(upsample_bilinear, c_up_bilinear, X4(2, 3, 2))
 FD_TEST(upsample_bilinear_align_corners, c_up_bilinear_ac, X4(2, 2, 3))
 FD_TEST(a_wrong_deconv_gradient_fails_the_check, c_broken_deconv, X4(3, 3, 3), 1)
+/* ---- the linalg family: batched matmul and the norms --------------------- */
+
+/* A trainable operand N(0, 1) of the given shape. */
+static tp_node_t *s_param(tp_tower_t *t, const char *name, int ndim,
+                          const int64_t *shape) {
+    return tp_variable(t, name, ndim, shape, (tp_init_t){TP_INIT_NORMAL, 1.0f},
+                       TP_VAR_TRAINABLE);
+}
+static tp_node_t *c_bmm_shared_b(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,3,5] @ w [5,4]: w shared by the batches (one stacked product) */
+    int64_t s[2] = {5, 4};
+    return tp_batch_matmul(t, NULL, x, s_param(t, "w", 2, s), 0, 0);
+}
+static tp_node_t *c_bmm_trans_both(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,2,3] read as [N,3,2] times w [N,4,2] read as [N,2,4] */
+    int64_t s[3] = {N, 4, 2};
+    return tp_batch_matmul(t, NULL, x, s_param(t, "w", 3, s), 1, 1);
+}
+static tp_node_t *c_bmm_shared_a(tp_tower_t *t, tp_node_t *x) {
+    /* w [2,3,5] @ x as [N,1,5,2] -> [N,2,3,2]: w shared over x's batches,
+     * x over w's (both gradients summed back) */
+    int64_t s[3] = {2, 3, 5}, xs[4] = {N, 1, 5, 2};
+    return tp_batch_matmul(t, NULL, s_param(t, "w", 3, s),
+                           tp_reshape(t, NULL, x, 4, xs), 0, 0);
+}
+static tp_node_t *c_bmm_self(tp_tower_t *t, tp_node_t *x) {
+    /* x x^T (attention scores): both gradients reach x */
+    return tp_batch_matmul(t, NULL, x, x, 0, 1);
+}
+/* gamma N(0,1) and beta N(0,1) of the shape the norm wants */
+static tp_node_t *c_layer_norm(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[1] = {5};
+    return tp_layer_norm_op(t, NULL, x, s_param(t, "g", 1, s), s_param(t, "b", 1, s),
+                            1, 1e-5f);
+}
+static tp_node_t *c_layer_norm_2(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[2] = {2, 3};
+    return tp_layer_norm_op(t, NULL, x, s_param(t, "g", 2, s), s_param(t, "b", 2, s),
+                            2, 1e-5f);
+}
+static tp_node_t *c_group_norm(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[1] = {4};
+    return tp_group_norm_op(t, NULL, x, s_param(t, "g", 1, s), s_param(t, "b", 1, s),
+                            2, 1e-5f);
+}
+static tp_node_t *c_instance_norm(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[1] = {3};
+    return tp_instance_norm_op(t, NULL, x, s_param(t, "g", 1, s),
+                               s_param(t, "b", 1, s), 1e-5f);
+}
+static tp_node_t *c_norm_layers(tp_tower_t *t, tp_node_t *x) {
+    /* the layer builders (gamma 1, beta 0) chained */
+    return tp_layer_norm(t, "ln", tp_group_norm(t, "gn", tp_instance_norm(t, "in", x), 3), 2);
+}
+static tp_node_t *c_broken_group_norm(tp_tower_t *t, tp_node_t *x) {
+    tp_cpu_elementwise_grad_fault = 1.1f; /* this forked test's process only */
+    return c_group_norm(t, x);
+}
+static tp_node_t *c_broken_bmm(tp_tower_t *t, tp_node_t *x) {
+    tp_cpu_elementwise_grad_fault = 1.1f;
+    return c_bmm_trans_both(t, x);
+}
+
+FD_TEST(batch_matmul_shared_b, c_bmm_shared_b, 3, {N, 3, 5})
+FD_TEST(batch_matmul_trans_both, c_bmm_trans_both, 3, {N, 2, 3})
+FD_TEST(batch_matmul_shared_a, c_bmm_shared_a, 3, {N, 5, 2})
+FD_TEST(batch_matmul_x_xt, c_bmm_self, 3, {N, 3, 4})
+FD_TEST(layer_norm, c_layer_norm, 2, {N, 5})
+FD_TEST(layer_norm_2_axes, c_layer_norm_2, 3, {N, 2, 3})
+FD_TEST(group_norm, c_group_norm, X4(4, 2, 3))
+FD_TEST(instance_norm, c_instance_norm, X4(3, 3, 2))
+FD_TEST(norm_layers, c_norm_layers, X4(3, 2, 2))
+FD_TEST(a_wrong_norm_gradient_fails_the_check, c_broken_group_norm, X4(4, 2, 3), 1)
+FD_TEST(a_wrong_matmul_gradient_fails_the_check, c_broken_bmm, 3, {N, 2, 3}, 1)
 
 /* ---- forward values of ops without gradients ------------------------------ */
 

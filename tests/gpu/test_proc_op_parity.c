@@ -70,16 +70,11 @@ static void s_dump(void) {
     for (int ci = 0; ci < OP_NCASES; ci++) {
         const op_case_t *k = &op_cases[ci];
         tp_op_attr_t attr = {0};
-        attr.alpha = k->alpha;
-        attr.beta = k->beta;
-        /* the shape family's attributes */
-        attr.axis = k->axis;
-        memcpy(attr.dims_a, k->a, sizeof k->a);
-        memcpy(attr.dims_b, k->b, sizeof k->b);
-        tp_shape_t xs[2], ys = op_case_out(k);
-        float *x[2] = {NULL, NULL}, *dx[2] = {NULL, NULL};
-        int32_t *xi[2] = {NULL, NULL}; /* int32 inputs (the files hold floats) */
-        const void *xc[2];
+        op_case_attr(k, &attr);
+        tp_shape_t xs[3], ys = op_case_out(k);
+        float *x[3] = {NULL, NULL, NULL}, *dx[3] = {NULL, NULL, NULL};
+        int32_t *xi[3] = {NULL, NULL, NULL}; /* int32 inputs (the files hold floats) */
+        const void *xc[3];
         for (int p = 0; p < k->ninputs; p++) {
             xs[p] = op_case_in(k, p);
             size_t n = tp_shape_count(&xs[p]);
@@ -97,7 +92,7 @@ static void s_dump(void) {
             }
             xc[p] = (k->ints >> p) & 1 ? (const void *)xi[p] : (const void *)x[p];
         }
-        float *dxc[2] = {dx[0], dx[1]};
+        float *dxc[3] = {dx[0], dx[1], dx[2]};
         for (int p = 0; p < k->ninputs; p++)
             if (((k->ints >> p) & 1) || k->kind == TP_OP_ONE_HOT) { /* no gradient */
                 memset(dx[p], 0, tp_shape_count(&xs[p]) * sizeof(float));
@@ -107,7 +102,7 @@ static void s_dump(void) {
         float *y = malloc(ny * sizeof(float)), *dy = malloc(ny * sizeof(float));
         for (size_t i = 0; i < ny; i++)
             dy[i] = (float)(2.0 * tp_rng_double(&r) - 1.0);
-        int acc[2] = {0, 0};
+        int acc[3] = {0, 0, 0};
         tp_op_call_t c = {0};
         c.kind = k->kind;
         c.attr = &attr;
@@ -120,8 +115,7 @@ static void s_dump(void) {
         c.dx = dxc;
         c.dx_acc = acc;
         c.dy = dy;
-        op_case_attr(k, &attr); /* the convolution family's attributes */
-        float *ws = NULL;       /* and its scratch */
+        float *ws = NULL; /* the op's scratch */
         c.workspace_bytes = b->ops->op_workspace(b, &c);
         if (c.workspace_bytes) {
             ws = malloc(c.workspace_bytes);
@@ -462,4 +456,35 @@ Test(op_parity, onnx_export_of_the_convolution_family_evaluates_the_same) {
     cr_log_info("%s", s_out);
     cr_assert_eq(rc, 0, "%s", s_out);
     cr_assert(strstr(s_out, "ConvTranspose") && strstr(s_out, "Resize"), "%s", s_out);
+}
+
+
+/* The linalg family's ONNX forms (MatMul with Transposes; layer and group
+ * norm decomposed at opset 13; InstanceNormalization), each [N,2,3],
+ * summed into one output the numpy evaluator must reproduce. */
+static tp_status_t s_every_linalg(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* [N,2,3] */
+    tp_init_t ui = {TP_INIT_UNIFORM, 1.0f};
+#define LA_VAR(nm, ...) tp_variable(t, nm, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), \
+                                    (int64_t[]){__VA_ARGS__}, ui, TP_VAR_TRAINABLE)
+    tp_node_t *terms[] = {
+        tp_batch_matmul(t, "xxt_x", tp_batch_matmul(t, "xxt", x, x, 0, 1), x, 0, 0),
+        tp_batch_matmul(t, "x_xtx", x, tp_batch_matmul(t, "xtx", x, x, 1, 0), 0, 0),
+        tp_batch_matmul(t, "xw", x, LA_VAR("w33", 3, 3), 0, 0),
+        tp_batch_matmul(t, "wx", LA_VAR("w22", 2, 2), x, 1, 0),
+        tp_layer_norm_op(t, "ln", x, LA_VAR("ln_g", 2, 3), LA_VAR("ln_b", 2, 3), 2, 1e-5f),
+        tp_layer_norm_op(t, "ln1", x, LA_VAR("ln1_g", 3), LA_VAR("ln1_b", 3), 1, 0.1f),
+        tp_group_norm_op(t, "gn", x, LA_VAR("gn_g", 2), LA_VAR("gn_b", 2), 1, 1e-5f),
+        tp_instance_norm_op(t, "in", x, LA_VAR("in_g", 2), LA_VAR("in_b", 2), 1e-5f)};
+#undef LA_VAR
+    tp_node_t *y = terms[0];
+    for (size_t i = 1; i < sizeof terms / sizeof terms[0]; i++)
+        y = tp_add(t, i + 1 < sizeof terms / sizeof terms[0] ? NULL : "y", y, terms[i]);
+    tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+Test(op_parity, onnx_export_of_every_linalg_op_evaluates_the_same) {
+    s_onnx_round_trip(s_every_linalg, "onnx_linalg", 7, 24);
 }

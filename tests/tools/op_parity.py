@@ -7,7 +7,8 @@ Usage: op_parity.py DIR
 The second form checks an exported model instead: onnx.checker (full
 check) accepts it, and evaluating its nodes with numpy on the input X gives
 towerpack's output Y within 1e-5 (a small evaluator for the ops the
-elementwise and loss families export; onnx 1.12 has no reference runtime).
+elementwise, loss and linalg families export; onnx 1.12 has no reference
+runtime).
 
 DIR holds manifest.jsonl (one JSON object per row: label, op, alpha, beta,
 atol, rtol, the output shape y and the input shapes) and, per row, raw
@@ -91,6 +92,17 @@ OPS = {
     "upsample_bilinear": lambda x, r: F.interpolate(x[0], scale_factor=r["stride"],
                                                     mode="bilinear",
                                                     align_corners=bool(r["align"])),
+    # the linalg family: alpha/beta are batch_matmul's transposes, the
+    # norms' eps and layer norm's axes / group norm's groups
+    "batch_matmul": lambda x, r: torch.matmul(
+        x[0].transpose(-1, -2) if r["alpha"] else x[0],
+        x[1].transpose(-1, -2) if r["beta"] else x[1]),
+    "layer_norm": lambda x, r: F.layer_norm(x[0], tuple(x[1].shape), x[1], x[2],
+                                            eps=r["alpha"]),
+    "group_norm": lambda x, r: F.group_norm(x[0], int(r["beta"]), x[1], x[2],
+                                            eps=r["alpha"]),
+    "instance_norm": lambda x, r: F.instance_norm(x[0], weight=x[1], bias=x[2],
+                                                  eps=r["alpha"]),
 }
 
 
@@ -214,15 +226,43 @@ def onnx_eval(model_path, x_path, dims, y_path):
         "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
         "Softplus": lambda v: np.log1p(np.exp(v)),
         "Clip": lambda v, lo, hi: np.clip(v, lo, hi),
-        # the losses' mean: every axis, keepdims 0 (all the exporter writes)
-        "ReduceMean": lambda v: np.mean(v.astype(np.float64)),
+        "MatMul": np.matmul,
     }
-    # the shape family: ops whose attributes matter (the node comes first)
+
+    # ops whose attributes matter (the node comes first)
     def attr(n, name, default=None):
         for a in n.attribute:
             if a.name == name:
                 return onnx.helper.get_attribute_value(a)
         return default
+
+    def instance_norm(n, v, scale, bias):
+        ax = tuple(range(2, v.ndim))
+        v64 = v.astype(np.float64)
+        mu = v64.mean(axis=ax, keepdims=True)
+        var = ((v64 - mu) ** 2).mean(axis=ax, keepdims=True)
+        cs = (1, -1) + (1,) * (v.ndim - 2)
+        return (v64 - mu) / np.sqrt(var + attr(n, "epsilon")) * scale.reshape(cs) + \
+            bias.reshape(cs)
+
+    def reduce_mean(n, v):
+        # the losses' mean (no axes: every axis, keepdims 0) and the norms'
+        # (axes, keepdims 1)
+        axes = attr(n, "axes")
+        return np.mean(v.astype(np.float64), axis=tuple(axes) if axes else None,
+                       keepdims=bool(attr(n, "keepdims", 1)))
+
+    afns = {
+        # the linalg family
+        "ReduceMean": reduce_mean,
+        "Transpose": lambda n, v: np.transpose(v, attr(n, "perm")),
+        "Reshape": lambda n, v, s: v.reshape([v.shape[i] if int(d) == 0 else int(d)
+                                              for i, d in enumerate(s.tolist())]),
+        "InstanceNormalization": instance_norm,
+        # a shape travels as floats here, Reshape reads it back as ints
+        "Shape": lambda n, v: np.array(v.shape, dtype=np.float32),
+    }
+    # the shape family: ops whose attributes matter (the node comes first)
 
     def np_slice(n, v, starts, ends, axes, steps):
         idx = [slice(None)] * v.ndim
@@ -245,15 +285,14 @@ def onnx_eval(model_path, x_path, dims, y_path):
         np.put_along_axis(out, idx[..., None].astype(np.int64), values[1], axis=-1)
         return out
 
-    afns = {
-        "Transpose": lambda n, v: np.transpose(v, attr(n, "perm")),
+    afns.update({
         "Slice": np_slice,
         "Concat": lambda n, *vs: np.concatenate(vs, axis=attr(n, "axis")),
         "Pad": np_pad,
         "Expand": lambda n, v, shp: v * np.ones(tuple(int(d) for d in shp), dtype=v.dtype),
         "Gather": lambda n, v, i: np.take(v, i, axis=attr(n, "axis", 0)),
         "OneHot": np_one_hot,
-    }
+    })
     for n in g.node:
         if n.op_type in afns:
             out = afns[n.op_type](n, *[env[i] for i in n.input])

@@ -1,0 +1,154 @@
+/* towerpack gpu: batched matmul on the CPU (docs/ops.md, the linalg family).
+ *
+ * One OpenBLAS sgemm per output batch, each operand addressed through its
+ * broadcast batch strides (0 along a dim it is stretched over). When b has
+ * no batch of its own and a is not transposed, every batch shares b: the
+ * batches of a then stack into one [B*M, K] matrix and the whole product,
+ * and both gradients, are one sgemm each (the common x[B,T,K] @ W[K,N]).
+ * A broadcast operand's gradient is the sum over the batches that read it:
+ * its sgemms accumulate (beta 1) in batch order, after one clear when the
+ * call overwrites, so the sums are deterministic. */
+#include <cblas.h>
+#include <string.h>
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+#include "gpu/cpu/ops_cpu.h"
+#include "gpu/cpu/ops_elementwise.h"
+#include "gpu/cpu/ops_linalg.h"
+
+/* The batch geometry of a call. */
+typedef struct {
+    int m, n, k;              /* the product's sizes */
+    int nd;                   /* batch dims of the output */
+    int64_t od[TP_MAX_DIMS];  /* [nd] the output's batch dims */
+    size_t sa[TP_MAX_DIMS], sb[TP_MAX_DIMS]; /* [nd] element strides of a's and
+                                                b's batches (0: broadcast) */
+    size_t nbat;              /* output batches */
+    size_t na, nb;            /* a's and b's own batch counts */
+} s_geom_t;
+
+static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
+    const tp_shape_t *a = &c->xshape[0], *b = &c->xshape[1];
+    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
+    const int ra = a->ndim, rb = b->ndim;
+    g->m = (int)a->d[ra - 2 + ta];
+    g->k = (int)a->d[ra - 1 - ta];
+    g->n = (int)b->d[rb - 1 - tb];
+    g->nd = c->yshape.ndim - 2;
+    size_t stride_a = (size_t)a->d[ra - 2] * (size_t)a->d[ra - 1];
+    size_t stride_b = (size_t)b->d[rb - 2] * (size_t)b->d[rb - 1];
+    g->nbat = g->na = g->nb = 1;
+    for (int d = g->nd - 1; d >= 0; d--) {
+        const int ia = d - (g->nd - (ra - 2)), ib = d - (g->nd - (rb - 2));
+        const int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
+        g->od[d] = c->yshape.d[d];
+        g->sa[d] = da == 1 ? 0 : stride_a;
+        g->sb[d] = db == 1 ? 0 : stride_b;
+        stride_a *= (size_t)da;
+        stride_b *= (size_t)db;
+        g->nbat *= (size_t)g->od[d];
+        g->na *= (size_t)da;
+        g->nb *= (size_t)db;
+    }
+}
+
+/* Offsets of a's and b's matrices in output batch o. */
+static void s_offsets(const s_geom_t *g, size_t o, size_t *oa, size_t *ob) {
+    *oa = *ob = 0;
+    for (int d = g->nd - 1; d >= 0; d--) {
+        const size_t i = o % (size_t)g->od[d];
+        o /= (size_t)g->od[d];
+        *oa += i * g->sa[d];
+        *ob += i * g->sb[d];
+    }
+}
+
+/* Row-major C = alpha op(A) op(B) + beta C. */
+static void s_gemm(int ta, int tb, int m, int n, int k, float alpha,
+                   const float *a, int lda, const float *b, int ldb, float beta,
+                   float *c, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb,
+                beta, c, ldc);
+}
+
+/* b shared by every batch and a not transposed: the batches of a stack
+ * into one matrix (the product is then one sgemm). */
+static void s_stack(s_geom_t *g, int ta) {
+    if (!ta && g->nb == 1 && g->na == g->nbat && g->nbat > 1) {
+        g->m *= (int)g->nbat;
+        g->nbat = g->na = 1;
+        g->nd = 0;
+    }
+}
+
+tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
+    s_geom_t g;
+    s_geom(c, &g);
+    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
+    s_stack(&g, ta);
+    const float *a = c->x[0], *b = c->x[1];
+    float *y = c->y;
+    const size_t my = (size_t)g.m * (size_t)g.n;
+    if (!my || !g.nbat) /* nothing to write (and sgemm refuses a 0 leading dim) */
+        return TP_OK;
+    if (g.k == 0) { /* an empty sum: zeros, as torch (sgemm may leave y) */
+        memset(y, 0, g.nbat * my * sizeof(float));
+        return TP_OK;
+    }
+    for (size_t o = 0; o < g.nbat; o++) {
+        size_t oa, ob;
+        s_offsets(&g, o, &oa, &ob);
+        s_gemm(ta, tb, g.m, g.n, g.k, 1.0f, a + oa, ta ? g.m : g.k, b + ob,
+               tb ? g.k : g.n, 0.0f, y + o * my, g.n);
+    }
+    return TP_OK;
+}
+
+tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c) {
+    s_geom_t g;
+    s_geom(c, &g);
+    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
+    s_stack(&g, ta);
+    const float *a = c->x[0], *b = c->x[1], *dy = c->dy;
+    float *da = c->dx[0], *db = c->dx[1];
+    const size_t my = (size_t)g.m * (size_t)g.n;
+    const size_t ma = (size_t)g.m * (size_t)g.k, mb = (size_t)g.k * (size_t)g.n;
+    /* the gradient checks' deliberate fault (ops_elementwise.h; 1 outside them) */
+    const float alpha = tp_cpu_elementwise_grad_fault;
+    /* a broadcast operand sums over batches: clear once, then add */
+    const int sum_a = g.na < g.nbat, sum_b = g.nb < g.nbat;
+    float beta_a = c->dx_acc && c->dx_acc[0] ? 1.0f : 0.0f;
+    float beta_b = c->dx_acc && c->dx_acc[1] ? 1.0f : 0.0f;
+    if (da && (sum_a || g.n == 0) && beta_a == 0.0f) {
+        memset(da, 0, g.na * ma * sizeof(float));
+        beta_a = 1.0f;
+    }
+    if (db && (sum_b || g.m == 0) && beta_b == 0.0f) {
+        memset(db, 0, g.nb * mb * sizeof(float));
+        beta_b = 1.0f;
+    }
+    for (size_t o = 0; o < g.nbat; o++) {
+        size_t oa, ob;
+        s_offsets(&g, o, &oa, &ob);
+        const float *dyo = dy + o * my;
+        if (da && ma && g.n) {
+            if (!ta) /* dA[M,K] = dY op(B)^T */
+                s_gemm(0, !tb, g.m, g.k, g.n, alpha, dyo, g.n, b + ob,
+                       tb ? g.k : g.n, beta_a, da + oa, g.k);
+            else /* dA[K,M] = op(B) dY^T */
+                s_gemm(tb, 1, g.k, g.m, g.n, alpha, b + ob, tb ? g.k : g.n, dyo,
+                       g.n, beta_a, da + oa, g.m);
+        }
+        if (db && mb && g.m) {
+            if (!tb) /* dB[K,N] = op(A)^T dY */
+                s_gemm(!ta, 0, g.k, g.n, g.m, alpha, a + oa, ta ? g.m : g.k, dyo,
+                       g.n, beta_b, db + ob, g.n);
+            else /* dB[N,K] = dY^T op(A) */
+                s_gemm(1, ta, g.n, g.k, g.m, alpha, dyo, g.n, a + oa,
+                       ta ? g.m : g.k, beta_b, db + ob, g.k);
+        }
+    }
+    return TP_OK;
+}

@@ -1,0 +1,224 @@
+/* towerpack gpu: layer, group and instance norm on the CPU (docs/ops.md,
+ * the linalg family).
+ *
+ * All three normalise contiguous rows of x: layer norm a row per slice of
+ * its last axes (length D), group norm a row per (sample, group) of
+ * C/G channels times the positions S (instance norm: G = C). gamma and
+ * beta index the same way for both: element j of row r reads parameter
+ * ((r mod G) L + j) / S, with G = S = 1 for layer norm. Statistics are
+ * summed in double in fixed lanes (LANE_SUM: the mean first, then the
+ * squared deviations, as torch's two-pass variance), so that the loops
+ * vectorise.
+ * The forward leaves each row's mean and 1/std in the workspace for the
+ * backward; a call without one (the parity harness's) recomputes them.
+ * The parameters' gradients add each row's per-parameter sums in row
+ * order: deterministic. */
+#include <math.h>
+#include <string.h>
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+#include "gpu/cpu/ops_cpu.h"
+#include "gpu/cpu/ops_elementwise.h"
+#include "gpu/cpu/ops_norm.h"
+
+int tp_cpu_norm_kind(tp_op_kind_t k) {
+    return k == TP_OP_LAYER_NORM || k == TP_OP_GROUP_NORM || k == TP_OP_INSTANCE_NORM;
+}
+
+/* Rows, their length, groups per sample and positions per channel. */
+typedef struct {
+    size_t rows, len, groups, sp;
+} s_rows_t;
+
+static s_rows_t s_rows(const tp_op_call_t *c) {
+    const tp_shape_t *x = &c->xshape[0];
+    const size_t n = tp_shape_count(x);
+    s_rows_t r = {0, 1, 1, 1};
+    if (c->kind == TP_OP_LAYER_NORM) {
+        for (int i = x->ndim - c->attr->norm_axes; i < x->ndim; i++)
+            r.len *= (size_t)x->d[i];
+    } else {
+        for (int i = 2; i < x->ndim; i++)
+            r.sp *= (size_t)x->d[i];
+        r.groups = (size_t)c->attr->norm_groups;
+        r.len = (size_t)x->d[1] / r.groups * r.sp;
+    }
+    r.rows = r.len ? n / r.len : 0;
+    return r;
+}
+
+/* Sums run in LANES independent double accumulators, added in a fixed
+ * order at the end: the loops vectorise (one accumulator would be one long
+ * chain of dependent adds, twice as slow here; float lanes measured slower
+ * still) and the result does not depend on the machine. */
+#define LANES 8
+
+/* sum f(j) for j in [0, n), f an expression of j. */
+#define LANE_SUM(out, n, f)                                                  \
+    do {                                                                     \
+        double l_[LANES] = {0};                                              \
+        size_t j0_ = 0;                                                      \
+        for (; j0_ + LANES <= (n); j0_ += LANES)                             \
+            for (int i_ = 0; i_ < LANES; i_++) {                             \
+                const size_t j = j0_ + (size_t)i_;                           \
+                l_[i_] += (double)(f);                                       \
+            }                                                                \
+        for (size_t j = j0_; j < (n); j++)                                   \
+            l_[j % LANES] += (double)(f);                                    \
+        double t_ = 0.0;                                                     \
+        for (int i_ = 0; i_ < LANES; i_++)                                   \
+            t_ += l_[i_];                                                    \
+        (out) = t_;                                                          \
+    } while (0)
+
+/* A row's mean and 1 / sqrt(var + eps), biased variance (two passes). */
+static void s_stats(const float *restrict x, size_t len, float eps, float *mean,
+                    float *rstd) {
+    double s, q;
+    LANE_SUM(s, len, x[j]);
+    const double mu = s / (double)len;
+    LANE_SUM(q, len, (x[j] - mu) * (x[j] - mu));
+    *mean = (float)mu;
+    *rstd = (float)(1.0 / sqrt(q / (double)len + (double)eps));
+}
+
+/* The workspace (when the call has one): each row's mean and 1/std, from
+ * the forward to the backward; without one the backward recomputes them. */
+size_t tp_cpu_norm_workspace(const tp_op_call_t *c) {
+    return 2 * s_rows(c).rows * sizeof(float);
+}
+
+static float *s_saved(const tp_op_call_t *c, size_t rows) {
+    if (!c->workspace || (c->workspace_bytes && c->workspace_bytes < 2 * rows * sizeof(float)))
+        return NULL;
+    return c->workspace;
+}
+
+tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c) {
+    const s_rows_t r = s_rows(c);
+    const float *x = c->x[0], *gamma = c->x[1], *beta = c->x[2];
+    float *y = c->y, *saved = s_saved(c, r.rows);
+    for (size_t i = 0; i < r.rows; i++) {
+        const float *restrict xr = x + i * r.len;
+        float *restrict yr = y + i * r.len;
+        float mean, rstd;
+        s_stats(xr, r.len, c->attr->eps, &mean, &rstd);
+        if (saved) {
+            saved[2 * i] = mean;
+            saved[2 * i + 1] = rstd;
+        }
+        /* the row's parameters: p0 + j / sp */
+        const float *restrict g = gamma + (i % r.groups) * r.len / r.sp;
+        const float *restrict b = beta + (i % r.groups) * r.len / r.sp;
+        if (r.sp == 1) {
+            for (size_t j = 0; j < r.len; j++)
+                yr[j] = (xr[j] - mean) * rstd * g[j] + b[j];
+        } else {
+            for (size_t ch = 0; ch < r.len / r.sp; ch++) {
+                const float sc = rstd * g[ch], sh = b[ch] - mean * sc;
+                for (size_t j = ch * r.sp; j < (ch + 1) * r.sp; j++)
+                    yr[j] = xr[j] * sc + sh;
+            }
+        }
+    }
+    return TP_OK;
+}
+
+/* One row's backward sums: over the row, sg = sum dy gamma and sgx = sum
+ * dy gamma xhat; per parameter, dy xhat into dg and dy into db (each
+ * added in float, rows in order). */
+static void s_row_sums(const float *restrict xr, const float *restrict dyr,
+                       const float *restrict g, size_t len, size_t sp, float mean,
+                       float rstd, float *restrict dg, float *restrict db, float fault,
+                       double *sg_out, double *sgx_out) {
+    double sg = 0.0, sgx = 0.0;
+    if (sp == 1) { /* layer norm: a parameter per element */
+        LANE_SUM(sg, len, dyr[j] * g[j]);
+        LANE_SUM(sgx, len, dyr[j] * g[j] * ((xr[j] - mean) * rstd));
+        if (dg && db) {
+            for (size_t j = 0; j < len; j++) {
+                dg[j] += fault * (dyr[j] * ((xr[j] - mean) * rstd));
+                db[j] += fault * dyr[j];
+            }
+        } else if (dg) {
+            for (size_t j = 0; j < len; j++)
+                dg[j] += fault * (dyr[j] * ((xr[j] - mean) * rstd));
+        } else if (db) {
+            for (size_t j = 0; j < len; j++)
+                db[j] += fault * dyr[j];
+        }
+    } else { /* group norm: a parameter per channel of sp positions */
+        for (size_t ch = 0; ch < len / sp; ch++) {
+            const float *restrict xc = xr + ch * sp, *restrict dc = dyr + ch * sp;
+            double tg, tb;
+            LANE_SUM(tg, sp, dc[j] * ((xc[j] - mean) * rstd));
+            LANE_SUM(tb, sp, dc[j]);
+            sg += tb * g[ch];
+            sgx += tg * g[ch];
+            if (dg)
+                dg[ch] += fault * (float)tg;
+            if (db)
+                db[ch] += fault * (float)tb;
+        }
+    }
+    *sg_out = sg;
+    *sgx_out = sgx;
+}
+
+tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
+    const s_rows_t r = s_rows(c);
+    const float *x = c->x[0], *gamma = c->x[1], *dy = c->dy;
+    float *dx = c->dx[0], *dg = c->dx[1], *db = c->dx[2];
+    const float *saved = s_saved(c, r.rows);
+    const int acc0 = dx && c->dx_acc[0];
+    const size_t np = r.groups * r.len / r.sp;
+    /* the gradient checks' deliberate fault (ops_elementwise.h; 1 outside them) */
+    const float fault = tp_cpu_elementwise_grad_fault;
+    if (dg && !c->dx_acc[1])
+        memset(dg, 0, np * sizeof(float));
+    if (db && !c->dx_acc[2])
+        memset(db, 0, np * sizeof(float));
+    for (size_t i = 0; i < r.rows; i++) {
+        const float *restrict xr = x + i * r.len, *restrict dyr = dy + i * r.len;
+        const size_t p0 = (i % r.groups) * r.len / r.sp;
+        const float *restrict g = gamma + p0;
+        float mean, rstd;
+        if (saved) {
+            mean = saved[2 * i];
+            rstd = saved[2 * i + 1];
+        } else {
+            s_stats(xr, r.len, c->attr->eps, &mean, &rstd);
+        }
+        double sg, sgx;
+        s_row_sums(xr, dyr, g, r.len, r.sp, mean, rstd, dg ? dg + p0 : NULL,
+                   db ? db + p0 : NULL, fault, &sg, &sgx);
+        if (!dx)
+            continue;
+        /* dx = rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)) */
+        const float mg = (float)(sg / (double)r.len), mgx = (float)(sgx / (double)r.len);
+        float *restrict dxr = dx + i * r.len;
+        /* one straight loop per case, so that each vectorises */
+        const float k = fault * rstd;
+        if (r.sp == 1 && acc0) {
+            for (size_t j = 0; j < r.len; j++)
+                dxr[j] += k * (dyr[j] * g[j] - mg - (xr[j] - mean) * rstd * mgx);
+        } else if (r.sp == 1) {
+            for (size_t j = 0; j < r.len; j++)
+                dxr[j] = k * (dyr[j] * g[j] - mg - (xr[j] - mean) * rstd * mgx);
+        } else {
+            for (size_t ch = 0; ch < r.len / r.sp; ch++) {
+                const float gc = g[ch];
+                float *restrict dc = dxr + ch * r.sp;
+                const float *restrict xc = xr + ch * r.sp, *restrict yc = dyr + ch * r.sp;
+                if (acc0)
+                    for (size_t j = 0; j < r.sp; j++)
+                        dc[j] += k * (yc[j] * gc - mg - (xc[j] - mean) * rstd * mgx);
+                else
+                    for (size_t j = 0; j < r.sp; j++)
+                        dc[j] = k * (yc[j] * gc - mg - (xc[j] - mean) * rstd * mgx);
+            }
+        }
+    }
+    return TP_OK;
+}

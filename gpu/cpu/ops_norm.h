@@ -1,0 +1,21 @@
+/* towerpack gpu: the CPU kernels of layer, group and instance norm
+ * (docs/ops.md, the linalg family). ops_cpu.c's dispatch calls these for
+ * the kinds tp_cpu_norm_kind accepts. */
+#ifndef TOWERPACK_GPU_OPS_NORM_H
+#define TOWERPACK_GPU_OPS_NORM_H
+
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+/* 1 when `kind` is layer, group or instance norm. */
+int tp_cpu_norm_kind(tp_op_kind_t kind);
+/* Workspace bytes: each row's mean and 1/std, written by the forward for
+ * the backward (optional: without a workspace the backward recomputes
+ * them from x). */
+size_t tp_cpu_norm_workspace(const tp_op_call_t *c);
+/* Forward, and backward of x, gamma and beta where asked (dx_acc
+ * honoured). */
+tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c);
+tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c);
+
+#endif
