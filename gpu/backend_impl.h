@@ -41,6 +41,7 @@ typedef struct tp_op_attr {
     int act;          /* an activation folded into the op (gpu/graph/fold.c):
                          TP_ACT_RELU applies relu to its output, and the
                          backward masks dy by y > 0 before its own work */
+    int axes;         /* the reduce family: bit i set = input axis i */
 } tp_op_attr_t;
 
 #define TP_ACT_NONE 0

@@ -17,6 +17,7 @@
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_loss.h"
+#include "gpu/cpu/ops_reduce.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -933,6 +934,9 @@ static size_t s_workspace(const tp_op_call_t *c) {
         return s_count(&c->yshape) * sizeof(float);
     case TP_OP_SOFTMAX_XENT:
         return s_count(&c->xshape[0]) * sizeof(float);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX: /* the reduce family */
+        return tp_cpu_reduce_workspace(c);
     default:
         return 0;
     }
@@ -961,6 +965,10 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT: /* the loss family: ops_loss.c */
         return tp_cpu_loss_forward(c);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY: /* the reduce family: ops_reduce.c */
+        return tp_cpu_reduce_forward(c);
     default: /* the elementwise family: ops_elementwise.c */
         return tp_cpu_elementwise_forward(c);
     }
@@ -984,6 +992,10 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT:
         return tp_cpu_loss_backward(c);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY:
+        return tp_cpu_reduce_backward(c);
     default:
         return tp_cpu_elementwise_backward(c);
     }

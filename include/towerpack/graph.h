@@ -97,6 +97,7 @@ typedef struct tp_node_attrs {
     float beta;        /* clip: the upper bound (alpha: the lower) */
     int training;      /* 1: training semantics (batch norm, dropout) */
     tp_dtype_t in_dtype; /* cast: the input's dtype */
+    int axes;          /* the reduce family: bit i set = input axis i */
 } tp_node_attrs_t;
 void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *out);
 
@@ -262,6 +263,42 @@ tp_node_t *tp_huber_loss(tp_tower_t *t, const char *name, tp_node_t *pred,
  * Computed as max(x,0) - x z + ln(1 + e^-|x|), stable for any logit. */
 tp_node_t *tp_sigmoid_xent(tp_tower_t *t, const char *name, tp_node_t *logits,
                            tp_node_t *labels);
+/* ---- the reduce family (docs/ops.md) ------------------------------------
+ * Axes count from 0, or from the end when negative (-1: the last);
+ * naxes 0 (axes NULL) means every axis. keepdims 1 keeps reduced axes as
+ * size 1, 0 drops them. The result is batched when x is and its axis 0 is
+ * not reduced. */
+/* Sum over the axes (torch.sum(x, dims, keepdim)). */
+tp_node_t *tp_reduce_sum(tp_tower_t *t, const char *name, tp_node_t *x,
+                         int naxes, const int *axes, int keepdims);
+/* Mean over the axes (torch.mean). */
+tp_node_t *tp_reduce_mean(tp_tower_t *t, const char *name, tp_node_t *x,
+                          int naxes, const int *axes, int keepdims);
+/* Max over the axes (torch.amax): tied maxima share the gradient evenly. */
+tp_node_t *tp_reduce_max(tp_tower_t *t, const char *name, tp_node_t *x,
+                         int naxes, const int *axes, int keepdims);
+/* Index of the first maximum along one axis, an int32 tensor (torch.argmax;
+ * NaN counts as the maximum). No gradient. */
+tp_node_t *tp_argmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
+                     int keepdims);
+/* Softmax and log-softmax along one axis (any, not only the last). */
+tp_node_t *tp_softmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis);
+tp_node_t *tp_log_softmax(tp_tower_t *t, const char *name, tp_node_t *x,
+                          int axis);
+/* Softmax cross-entropy over a sequence (or any leading dims): logits
+ * float32 [..., V], labels int32 [...] -> the mean loss over the labels
+ * that are not ignore_label (F.cross_entropy with ignore_index: -100 is
+ * PyTorch's default; a class such as a padding token may be ignored too,
+ * |ignore_label| <= 2^24). No label counted: NaN, as torch. A label
+ * outside [0, V) and not ignored fails the run. */
+tp_node_t *tp_softmax_xent_seq(tp_tower_t *t, const char *name,
+                               tp_node_t *logits, tp_node_t *labels,
+                               int ignore_label);
+/* Fraction of rows of logits [N,K] whose int32 label [N] is among the k
+ * largest logits: fewer than k logits strictly above the label's (a scalar,
+ * no gradient; k = 1 is tp_accuracy but for ties, which count as hits). */
+tp_node_t *tp_top_k_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
+                             tp_node_t *labels, int k);
 /* Fraction of rows whose argmax equals the label (a scalar, no gradient). */
 tp_node_t *tp_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
                        tp_node_t *labels);

@@ -72,21 +72,32 @@ static void s_dump(void) {
         tp_op_attr_t attr = {0};
         attr.alpha = k->alpha;
         attr.beta = k->beta;
+        attr.axes = op_case_axes(k);
         tp_shape_t xs[2], ys = op_case_out(k);
         float *x[2] = {NULL, NULL}, *dx[2] = {NULL, NULL};
         const void *xc[2];
+        int32_t *lab = NULL; /* the reduce family's int32 labels (input 1) */
         for (int p = 0; p < k->ninputs; p++) {
             xs[p] = op_case_in(k, p);
             size_t n = tp_shape_count(&xs[p]);
             x[p] = malloc(n * sizeof(float));
-            dx[p] = malloc(n * sizeof(float));
+            dx[p] = calloc(n, sizeof(float)); /* stays 0 where no gradient flows */
             for (size_t i = 0; i < n; i++) {
                 x[p][i] = (float)(k->lo[p] + (k->hi[p] - k->lo[p]) * tp_rng_double(&r));
                 if (k->step > 0)
                     x[p][i] = k->step * roundf(x[p][i] / k->step);
             }
             xc[p] = x[p];
+            if (p == 1 && op_case_labels(k->kind)) { /* the files hold them as floats */
+                lab = malloc(n * sizeof(int32_t));
+                for (size_t i = 0; i < n; i++) {
+                    lab[i] = (int32_t)(tp_rng_u64(&r) % (uint64_t)xs[0].d[xs[0].ndim - 1]);
+                    x[p][i] = (float)lab[i];
+                }
+                xc[p] = lab;
+            }
         }
+        float *dxc[2] = {dx[0], lab ? NULL : dx[1]};
         size_t ny = tp_shape_count(&ys);
         float *y = malloc(ny * sizeof(float)), *dy = malloc(ny * sizeof(float));
         for (size_t i = 0; i < ny; i++)
@@ -101,15 +112,27 @@ static void s_dump(void) {
         c.xshape = xs;
         c.y = y;
         c.yshape = ys;
-        c.dx = dx;
+        c.dx = dxc;
         c.dx_acc = acc;
         c.dy = dy;
+        /* softmax_xent's probabilities, the reductions' sums */
+        c.workspace_bytes = b->ops->op_workspace(b, &c);
+        c.workspace = calloc(1, c.workspace_bytes + 64);
         cr_assert_eq(b->ops->op_forward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         cr_assert_eq(b->ops->op_backward(b, NULL, &c), TP_OK, "%s", tp_last_error());
+        if (k->kind == TP_OP_ARGMAX) /* int32 indices, written as floats */
+            for (size_t i = 0; i < ny; i++)
+                y[i] = (float)((int32_t *)y)[i];
         fprintf(m, "{\"label\": \"%s\", \"op\": \"%s\", \"alpha\": %.9g, \"beta\": %.9g, "
-                   "\"atol\": %.9g, \"rtol\": %.9g, \"y\": ",
+                   "\"atol\": %.9g, \"rtol\": %.9g, \"keepdims\": %d, \"axes\": [",
                 k->label, tp_op_name(k->kind), (double)k->alpha, (double)k->beta,
-                (double)k->atol, (double)k->rtol);
+                (double)k->atol, (double)k->rtol, k->beta != 0);
+        for (int j = 0, first = 1; j < 8; j++)
+            if (op_case_axes(k) & (1 << j)) {
+                fprintf(m, "%s%d", first ? "" : ",", j);
+                first = 0;
+            }
+        fprintf(m, "], \"y\": ");
         s_json_shape(m, &ys);
         fprintf(m, ", \"inputs\": [");
         for (int p = 0; p < k->ninputs; p++) {
@@ -130,6 +153,8 @@ static void s_dump(void) {
         }
         free(y);
         free(dy);
+        free(lab);
+        free(c.workspace);
     }
     fclose(m);
     tp_backend_destroy(&b);

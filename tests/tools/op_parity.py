@@ -67,6 +67,19 @@ OPS = {
     "l1_loss": lambda x, r: F.l1_loss(x[0], x[1]),
     "huber_loss": lambda x, r: F.huber_loss(x[0], x[1], delta=r["alpha"]),
     "sigmoid_xent": lambda x, r: F.binary_cross_entropy_with_logits(x[0], x[1]),
+    # the reduce family: r["axes"] the reduced (or softmax) axes; labels
+    # (input 1) arrive as floats of integer value
+    "reduce_sum": lambda x, r: torch.sum(x[0], dim=tuple(r["axes"]), keepdim=bool(r["keepdims"])),
+    "reduce_mean": lambda x, r: torch.mean(x[0], dim=tuple(r["axes"]), keepdim=bool(r["keepdims"])),
+    "reduce_max": lambda x, r: torch.amax(x[0], dim=tuple(r["axes"]), keepdim=bool(r["keepdims"])),
+    "argmax": lambda x, r: torch.argmax(x[0], dim=r["axes"][0], keepdim=bool(r["keepdims"])).float(),
+    "softmax": lambda x, r: torch.softmax(x[0], dim=r["axes"][0]),
+    "log_softmax": lambda x, r: torch.log_softmax(x[0], dim=r["axes"][0]),
+    "softmax_xent_seq": lambda x, r: F.cross_entropy(
+        x[0].reshape(-1, x[0].shape[-1]), x[1].long().reshape(-1), ignore_index=int(r["alpha"])),
+    "softmax_xent": lambda x, r: F.cross_entropy(x[0], x[1].long(), label_smoothing=r["alpha"]),
+    "top_k_accuracy": lambda x, r: (x[0].topk(int(r["alpha"]), dim=1).indices
+                                    == x[1].long()[:, None]).any(1).float().mean(),
 }
 
 
