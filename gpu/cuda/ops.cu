@@ -25,6 +25,7 @@
 #include "gpu/cuda/internal.h"
 #include "gpu/cuda/ops_elementwise.h"
 #include "gpu/cuda/ops_loss.h"
+#include "gpu/cuda/ops_reduce.h"
 
 #define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
 #define TP_L2_BLOCKS 64
@@ -1094,6 +1095,8 @@ static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
         return s_count(&c->xshape[0]) * sizeof(float); /* log-probabilities */
     case TP_OP_L2_DECAY:
         return (size_t)c->ninputs * TP_L2_BLOCKS * sizeof(double);
+    case TP_OP_REDUCE_MAX: case TP_OP_SOFTMAX_XENT_SEQ: /* the reduce family */
+        return tp_cuda_reduce_workspace(c);
     default:
         return 0;
     }
@@ -1267,6 +1270,8 @@ tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c) {
                             (long long)c->xshape[1].d[0]);
         s_check_slot(s, c, (size_t)c->xshape[0].d[1]);
         return TP_OK;
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY: /* the reduce family */
+        return tp_cuda_reduce_forward_host(s, c);
     default:
         return TP_OK;
     }
@@ -1374,6 +1379,10 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT: /* the loss family: ops_loss.cu */
         return tp_cuda_loss_forward(s, c);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY: /* the reduce family: ops_reduce.cu */
+        return tp_cuda_reduce_forward(s, c);
     default: /* the elementwise family: ops_elementwise.cu */
         return tp_cuda_elementwise_forward(s, c);
     }
@@ -1596,6 +1605,10 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT:
         return tp_cuda_loss_backward(s, c);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY:
+        return tp_cuda_reduce_backward(s, c);
     default:
         return tp_cuda_elementwise_backward(s, c);
     }
