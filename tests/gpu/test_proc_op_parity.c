@@ -289,3 +289,33 @@ static tp_status_t s_every_loss(tp_tower_t *t, tp_node_t *const *in, void *u) {
 Test(op_parity, onnx_export_of_every_loss_evaluates_the_same) {
     s_onnx_round_trip(s_every_loss, "onnx_loss", 6, 1);  /* the losses' sum: one scalar */
 }
+
+/* The reduce family's ONNX forms (ReduceSum/ReduceMean/ReduceMax with axes
+ * and keepdims, ArgMax + Cast, Softmax/LogSoftmax along an axis, the
+ * sequence cross-entropy as SoftmaxCrossEntropyLoss behind a Transpose,
+ * top-k accuracy from TopK), argmax feeding the label ops, all added into
+ * the [4,2,3] output the numpy evaluator must reproduce. */
+static tp_status_t s_every_reduce(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* batched [4,2,3] */
+    const int a1[1] = {1}, a02[2] = {0, 2}, alast[1] = {-1};
+    tp_node_t *y = tp_add(t, NULL, tp_softmax(t, "sm", x, 1), tp_log_softmax(t, "lsm", x, 0));
+    y = tp_add(t, NULL, y, tp_reduce_sum(t, "sum1", x, 1, a1, 1));
+    y = tp_add(t, NULL, y, tp_reduce_mean(t, "mean02", x, 2, a02, 1));
+    y = tp_add(t, NULL, y, tp_reduce_max(t, "maxlast", x, 1, alast, 1));
+    y = tp_add(t, NULL, y, tp_reduce_sum(t, "sumall", tp_square(t, NULL, x), 0, NULL, 0));
+    /* labels [4,2] from another tensor; class 0 ignored */
+    tp_node_t *lab = tp_argmax(t, "lab", tp_neg(t, NULL, x), -1, 0);
+    y = tp_add(t, NULL, y, tp_softmax_xent_seq(t, "seq_xent", x, lab, 0));
+    const int64_t s46[2] = {-1, 6};
+    tp_node_t *flat = tp_reshape(t, "flat", x, 2, s46);
+    tp_node_t *lab2 = tp_argmax(t, "lab2", tp_reshape(t, NULL, tp_square(t, NULL, tp_add(t, NULL, x, tp_scalar(t, "shift", 0.3f))), 2, s46), 1, 0);
+    y = tp_add(t, "y", y, tp_top_k_accuracy(t, "top2", flat, lab2, 2));
+    tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+Test(op_parity, onnx_export_of_every_reduce_op_evaluates_the_same) {
+    s_onnx_round_trip(s_every_reduce, "onnx_reduce", 7, 24);
+}
+

@@ -7,7 +7,8 @@ Usage: op_parity.py DIR
 The second form checks an exported model instead: onnx.checker (full
 check) accepts it, and evaluating its nodes with numpy on the input X gives
 towerpack's output Y within 1e-5 (a small evaluator for the ops the
-elementwise and loss families export; onnx 1.12 has no reference runtime).
+elementwise, loss and reduce families export; onnx 1.12 has no reference
+runtime).
 
 DIR holds manifest.jsonl (one JSON object per row: label, op, alpha, beta,
 atol, rtol, the output shape y and the input shapes) and, per row, raw
@@ -128,15 +129,66 @@ def onnx_eval(model_path, x_path, dims, y_path):
         "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
         "Softplus": lambda v: np.log1p(np.exp(v)),
         "Clip": lambda v, lo, hi: np.clip(v, lo, hi),
-        # the losses' mean: every axis, keepdims 0 (all the exporter writes)
-        "ReduceMean": lambda v: np.mean(v.astype(np.float64)),
+    }
+    # ops that read their attributes (a: name -> value): the reduce family's,
+    # and the losses' ReduceMean (every axis, keepdims 0)
+    def axes_of(a, axes=None):
+        axes = a.get("axes") if axes is None else axes
+        return None if axes is None or len(axes) == 0 else tuple(int(v) for v in axes)
+
+    def softmax(v, axis):
+        e = np.exp(v - np.max(v, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+    def log_softmax(v, axis):
+        m = v - np.max(v, axis=axis, keepdims=True)
+        return m - np.log(np.sum(np.exp(m), axis=axis, keepdims=True))
+
+    def xent(a, scores, labels):
+        lp = log_softmax(scores.astype(np.float64), 1)
+        keep = labels != a.get("ignore_index", -100)
+        safe = np.where(keep, labels, 0).astype(np.int64)
+        picked = np.take_along_axis(lp, np.expand_dims(safe, 1), axis=1).squeeze(1)
+        return -np.sum(picked[keep]) / np.sum(keep)
+
+    def topk(a, v, k):
+        axis = a.get("axis", -1)
+        idx = np.take(np.argsort(-v, axis=axis, kind="stable"), np.arange(int(k[0])), axis=axis)
+        return np.take_along_axis(v, idx, axis=axis), idx
+
+    casts = {1: np.float32, 6: np.int32, 7: np.int64}
+    afns = {
+        "ReduceMean": lambda a, v: np.mean(v.astype(np.float64), axis=axes_of(a),
+                                           keepdims=bool(a.get("keepdims", 1))),
+        "ReduceSum": lambda a, v, axes=None: np.sum(v.astype(np.float64), axis=axes_of(a, axes),
+                                                    keepdims=bool(a.get("keepdims", 1))),
+        "ReduceMax": lambda a, v: np.max(v, axis=axes_of(a), keepdims=bool(a.get("keepdims", 1))),
+        "ArgMax": lambda a, v: (np.expand_dims(np.argmax(v, axis=a.get("axis", 0)), a.get("axis", 0))
+                                if a.get("keepdims", 1) else np.argmax(v, axis=a.get("axis", 0))),
+        "Cast": lambda a, v: v.astype(casts[a["to"]]),
+        "Softmax": lambda a, v: softmax(v.astype(np.float64), a.get("axis", -1)),
+        "LogSoftmax": lambda a, v: log_softmax(v.astype(np.float64), a.get("axis", -1)),
+        "Transpose": lambda a, v: np.transpose(v, a["perm"]),
+        "SoftmaxCrossEntropyLoss": xent,
+        "TopK": topk,
+        "Unsqueeze": lambda a, v, axes: np.expand_dims(v, tuple(int(x) for x in axes)),
+        "Equal": lambda a, x, y: np.equal(x, y),
+        "Flatten": lambda a, v: v.reshape(int(np.prod(v.shape[:a.get("axis", 1)])), -1),
+        "Reshape": lambda a, v, shape: v.reshape([int(d) for d in shape]),
     }
     for n in g.node:
-        if n.op_type not in fns:
+        ins = [env[i] for i in n.input]
+        if n.op_type in afns:
+            r = afns[n.op_type]({t.name: onnx.helper.get_attribute_value(t)
+                                 for t in n.attribute}, *ins)
+        elif n.op_type in fns:
+            r = fns[n.op_type](*ins)
+        else:
             print("MISMATCH: the evaluator has no %s" % n.op_type)
             return 1
-        env[n.output[0]] = np.asarray(fns[n.op_type](*[env[i] for i in n.input]),
-                                      dtype=np.float32)
+        for name, v in zip(n.output, r if isinstance(r, tuple) else (r,)):
+            v = np.asarray(v)
+            env[name] = v.astype(np.float32) if v.dtype.kind == "f" else v
     got = env[g.output[0].name]
     want = np.fromfile(y_path, dtype="<f4").reshape(got.shape)
     ok = compare("onnx", g.output[0].name, got, want, 1e-5, 1e-5)
