@@ -18,7 +18,11 @@
  * rather than keeping [N, V] probabilities: a language model's logits are
  * the largest tensor of its step. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
@@ -55,28 +59,37 @@ static void s_map(const tp_shape_t *x, int axes, s_map_t *m) {
     m->ny = st;
 }
 
-/* Run BODY for every input element i with o its output element, i in
- * memory order; the last axis is the inner loop. */
-#define S_WALK(m, ...)                                                        \
+/* Run the body for every run of x's last axis: i0 the run's first
+ * element, o0 the output element of i0, len the run's length, os 0 (the
+ * last axis reduced: the whole run folds into o0) or 1 (kept: element
+ * i0 + j into o0 + j). */
+#define S_RUNS(m, ...)                                                        \
     do {                                                                      \
-        const size_t in_ = (m)->nd ? (m)->dim[(m)->nd - 1] : 1;               \
-        const size_t is_ = (m)->nd ? (m)->ost[(m)->nd - 1] : 0;               \
-        size_t idx_[TP_MAX_DIMS] = {0}, o0_ = 0;                              \
-        for (size_t i0_ = 0; in_ && i0_ < (m)->nx; i0_ += in_) {              \
-            for (size_t j_ = 0; j_ < in_; j_++) {                             \
-                const size_t i = i0_ + j_, o = o0_ + j_ * is_;                \
-                __VA_ARGS__;                                                  \
-            }                                                                 \
+        const size_t len = (m)->nd ? (m)->dim[(m)->nd - 1] : 1;               \
+        const size_t os = (m)->nd ? (m)->ost[(m)->nd - 1] : 0;                \
+        size_t idx_[TP_MAX_DIMS] = {0}, o0 = 0;                               \
+        for (size_t i0 = 0; len && i0 < (m)->nx; i0 += len) {                 \
+            __VA_ARGS__;                                                      \
             for (int d_ = (m)->nd - 2; d_ >= 0; d_--) {                       \
                 if (++idx_[d_] < (m)->dim[d_]) {                              \
-                    o0_ += (m)->ost[d_];                                      \
+                    o0 += (m)->ost[d_];                                       \
                     break;                                                    \
                 }                                                             \
-                o0_ -= (m)->ost[d_] * ((m)->dim[d_] - 1);                     \
+                o0 -= (m)->ost[d_] * ((m)->dim[d_] - 1);                      \
                 idx_[d_] = 0;                                                 \
             }                                                                 \
         }                                                                     \
     } while (0)
+
+/* Run the body for every input element i with o its output element. */
+#define S_WALK(m, ...)                                                        \
+    S_RUNS(m, for (size_t j_ = 0; j_ < len; j_++) {                           \
+        const size_t i = i0 + j_, o = o0 + j_ * os;                           \
+        __VA_ARGS__;                                                          \
+    })
+
+/* max that keeps NaN, as torch.amax */
+static inline float s_nan_max(float v, float e) { return (e > v || isnan(e)) ? e : v; }
 
 /* Elements folded into each output element: nx / ny (0 when empty). */
 static double s_per_out(const s_map_t *m) {
@@ -91,13 +104,41 @@ static void s_reduce_fwd(const tp_op_call_t *c) {
     if (c->kind == TP_OP_REDUCE_MAX) {
         for (size_t o = 0; o < m.ny; o++)
             y[o] = -INFINITY;
-        /* NaN wins and stays, as torch.amax */
-        S_WALK(&m, { if (x[i] > y[o] || isnan(x[i])) y[o] = x[i]; });
+        S_RUNS(&m, {
+            if (os == 0) {
+                float v = y[o0];
+                for (size_t j = 0; j < len; j++)
+                    v = s_nan_max(v, x[i0 + j]);
+                y[o0] = v;
+            } else {
+                for (size_t j = 0; j < len; j++)
+                    y[o0 + j] = s_nan_max(y[o0 + j], x[i0 + j]);
+            }
+        });
         return;
     }
     double *restrict acc = c->workspace;
     memset(acc, 0, m.ny * sizeof(double));
-    S_WALK(&m, acc[o] += (double)x[i]);
+    /* a reduced last axis: four chains, not one (the add's latency bound
+     * the loop); a kept one: independent outputs, vectorised */
+    S_RUNS(&m, {
+        if (os == 0) {
+            double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+            size_t j = 0;
+            for (; j + 4 <= len; j += 4) {
+                s0 += (double)x[i0 + j];
+                s1 += (double)x[i0 + j + 1];
+                s2 += (double)x[i0 + j + 2];
+                s3 += (double)x[i0 + j + 3];
+            }
+            for (; j < len; j++)
+                s0 += (double)x[i0 + j];
+            acc[o0] += (s0 + s1) + (s2 + s3);
+        } else {
+            for (size_t j = 0; j < len; j++)
+                acc[o0 + j] += (double)x[i0 + j];
+        }
+    });
     /* the mean of no elements is NaN (0/0), as torch's */
     const double scale = c->kind == TP_OP_REDUCE_MEAN ? 1.0 / s_per_out(&m) : 1.0;
     for (size_t o = 0; o < m.ny; o++)
@@ -118,7 +159,17 @@ static void s_reduce_bwd(const tp_op_call_t *c) {
         const float *restrict x = c->x[0], *restrict y = c->y;
         float *restrict cnt = c->workspace;
         memset(cnt, 0, m.ny * sizeof(float));
-        S_WALK(&m, cnt[o] += (float)(x[i] == y[o]));
+        S_RUNS(&m, {
+            if (os == 0) { /* a reduced last axis: the run's count in a register */
+                float k = 0.0f;
+                for (size_t j = 0; j < len; j++)
+                    k += (float)(x[i0 + j] == y[o0]);
+                cnt[o0] += k;
+            } else {
+                for (size_t j = 0; j < len; j++)
+                    cnt[o0 + j] += (float)(x[i0 + j] == y[o0 + j]);
+            }
+        });
         S_WALK(&m, {
             const float g = x[i] == y[o] ? dy[o] / cnt[o] * fault : 0.0f;
             dx[i] = acc ? dx[i] + g : g;
@@ -168,10 +219,141 @@ static void s_argmax_fwd(const tp_op_call_t *c) {
         }
 }
 
+/* e^x for x <= 0 (every exponent here is a value minus its row's max, or
+ * a log-probability): Cephes' expf, a degree-6 polynomial on x - n ln2
+ * times 2^n, four lanes at a time in SSE2 (libm's expf is a call per
+ * element: ten times PyTorch's vectorised softmax). The scalar form does
+ * the same operations in the same order, so a tail element gets the bits
+ * a lane would. Within 1 ulp of e^x (8e-8 relative, measured over
+ * [-87, 0]); below -87.3 exactly 0 (a logit masked with -inf); NaN stays
+ * NaN. */
+#define S_LOG2E 1.44269504088896341f
+#define S_LN2_HI 0.693359375f
+#define S_LN2_LO 2.12194440e-4f
+#define S_P0 1.9875691500e-4f
+#define S_P1 1.3981999507e-3f
+#define S_P2 8.3334519073e-3f
+#define S_P3 4.1665795894e-2f
+#define S_P4 1.6666665459e-1f
+#define S_P5 5.0000001201e-1f
+
+static inline float s_exp(float x) {
+    float xc = x < -87.3f ? -87.3f : x;
+    xc = xc > 0.0f ? 0.0f : xc;
+    /* n = round(x log2 e), by truncating a non-positive number */
+    const int n = (int)(xc * S_LOG2E - 0.5f);
+    const float fn = (float)n;
+    const float r = (xc - fn * S_LN2_HI) + fn * S_LN2_LO;
+    float p = S_P0;
+    p = p * r + S_P1;
+    p = p * r + S_P2;
+    p = p * r + S_P3;
+    p = p * r + S_P4;
+    p = p * r + S_P5;
+    const float e = (p * (r * r) + r) + 1.0f;
+    const uint32_t bits = (uint32_t)(n + 127) << 23;
+    float two;
+    memcpy(&two, &bits, sizeof two);
+    return x < -87.3f ? 0.0f : x == x ? e * two : x;
+}
+
+#if defined(__SSE2__)
+static inline __m128 s_exp4(__m128 x) {
+    __m128 xc = _mm_max_ps(x, _mm_set1_ps(-87.3f)); /* NaN -> -87.3, fixed below */
+    xc = _mm_min_ps(xc, _mm_setzero_ps());
+    const __m128i n = _mm_cvttps_epi32(_mm_sub_ps(_mm_mul_ps(xc, _mm_set1_ps(S_LOG2E)),
+                                                  _mm_set1_ps(0.5f)));
+    const __m128 fn = _mm_cvtepi32_ps(n);
+    const __m128 r = _mm_add_ps(_mm_sub_ps(xc, _mm_mul_ps(fn, _mm_set1_ps(S_LN2_HI))),
+                                _mm_mul_ps(fn, _mm_set1_ps(S_LN2_LO)));
+    __m128 p = _mm_set1_ps(S_P0);
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(S_P1));
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(S_P2));
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(S_P3));
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(S_P4));
+    p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(S_P5));
+    const __m128 e = _mm_add_ps(_mm_add_ps(_mm_mul_ps(p, _mm_mul_ps(r, r)), r), _mm_set1_ps(1.0f));
+    const __m128 two = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(n, _mm_set1_epi32(127)), 23));
+    /* below -87.3: 0 (a masked logit, -inf, gives exactly 0) */
+    const __m128 v = _mm_andnot_ps(_mm_cmplt_ps(x, _mm_set1_ps(-87.3f)), _mm_mul_ps(e, two));
+    const __m128 ok = _mm_cmpord_ps(x, x);
+    return _mm_or_ps(_mm_and_ps(ok, v), _mm_andnot_ps(ok, x));
+}
+#endif
+
+/* out[j] = e^(x[j] - sub), sub one value (vec 0) or sub[j] (vec 1); out
+ * may be NULL. Returns the sum of the exponentials (four lane sums, then
+ * the tail: a fixed order). */
+static float s_exp_sub(const float *restrict x, const float *restrict sub, int vec,
+                       float *restrict out, size_t n) {
+    size_t j = 0;
+    float sum = 0.0f;
+#if defined(__SSE2__)
+    __m128 acc = _mm_setzero_ps();
+    const __m128 s0 = _mm_set1_ps(sub[0]);
+    for (; j + 4 <= n; j += 4) {
+        const __m128 e = s_exp4(_mm_sub_ps(_mm_loadu_ps(x + j), vec ? _mm_loadu_ps(sub + j) : s0));
+        if (out)
+            _mm_storeu_ps(out + j, e);
+        acc = _mm_add_ps(acc, e);
+    }
+    float lanes[4];
+    _mm_storeu_ps(lanes, acc);
+    sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+    for (; j < n; j++) {
+        const float e = s_exp(x[j] - (vec ? sub[j] : sub[0]));
+        if (out)
+            out[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+/* The largest of x[0..n) (n >= 1). */
+static float s_row_max(const float *x, size_t n) {
+    size_t j = 0;
+    float mx = x[0];
+#if defined(__SSE2__)
+    if (n >= 4) {
+        __m128 m = _mm_loadu_ps(x);
+        for (j = 4; j + 4 <= n; j += 4)
+            m = _mm_max_ps(m, _mm_loadu_ps(x + j));
+        float lanes[4];
+        _mm_storeu_ps(lanes, m);
+        mx = lanes[0];
+        for (int l = 1; l < 4; l++)
+            mx = lanes[l] > mx ? lanes[l] : mx;
+    }
+#endif
+    for (; j < n; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+#define S_CHUNK 256 /* floats of e^x the backward keeps on the stack at a time */
+
 static void s_softmax_fwd(const tp_op_call_t *c) {
     size_t outer, n, inner;
     s_split(&c->xshape[0], c->attr->axes, &outer, &n, &inner);
     const int lg = c->kind == TP_OP_LOG_SOFTMAX;
+    if (inner == 1) { /* rows: max, e^(x - max) and its sum, then the scale or the log */
+        for (size_t o = 0; o < outer; o++) {
+            const float *restrict x = (const float *)c->x[0] + o * n;
+            float *restrict y = (float *)c->y + o * n;
+            const float mx = s_row_max(x, n);
+            if (lg) {
+                const float l = mx + logf(s_exp_sub(x, &mx, 0, NULL, n));
+                for (size_t j = 0; j < n; j++)
+                    y[j] = x[j] - l;
+            } else {
+                const float is = 1.0f / s_exp_sub(x, &mx, 0, y, n);
+                for (size_t j = 0; j < n; j++)
+                    y[j] *= is;
+            }
+        }
+        return;
+    }
     float *restrict mx = c->workspace, *restrict sum = mx + inner;
     for (size_t o = 0; o < outer; o++) {
         const float *restrict x = (const float *)c->x[0] + o * n * inner;
@@ -181,12 +363,11 @@ static void s_softmax_fwd(const tp_op_call_t *c) {
             for (size_t i = 0; i < inner; i++)
                 mx[i] = x[j * inner + i] > mx[i] ? x[j * inner + i] : mx[i];
         memset(sum, 0, inner * sizeof(float));
-        for (size_t j = 0; j < n; j++)
-            for (size_t i = 0; i < inner; i++) {
-                const float e = expf(x[j * inner + i] - mx[i]);
-                sum[i] += e;
-                y[j * inner + i] = e;
-            }
+        for (size_t j = 0; j < n; j++) {
+            s_exp_sub(x + j * inner, mx, 1, y + j * inner, inner);
+            for (size_t i = 0; i < inner; i++)
+                sum[i] += y[j * inner + i];
+        }
         if (lg) {
             for (size_t i = 0; i < inner; i++)
                 sum[i] = mx[i] + logf(sum[i]);
@@ -203,6 +384,22 @@ static void s_softmax_fwd(const tp_op_call_t *c) {
     }
 }
 
+/* dx[e] (+)= (dy[e] - e^y[e] d[e or 0]) f over n elements: the
+ * log-softmax backward, e^y in stack chunks. */
+static void s_lsm_grad(const float *restrict y, const float *restrict dy, const float *d,
+                       int vec, float f, int acc, float *restrict dx, size_t n) {
+    float ey[S_CHUNK];
+    const float zero = 0.0f;
+    for (size_t j0 = 0; j0 < n; j0 += S_CHUNK) {
+        const size_t m = n - j0 < S_CHUNK ? n - j0 : S_CHUNK;
+        s_exp_sub(y + j0, &zero, 0, ey, m);
+        for (size_t j = 0; j < m; j++) {
+            const float g = (dy[j0 + j] - ey[j] * (vec ? d[j0 + j] : d[0])) * f;
+            dx[j0 + j] = acc ? dx[j0 + j] + g : g;
+        }
+    }
+}
+
 static void s_softmax_bwd(const tp_op_call_t *c) {
     if (!c->dx[0])
         return;
@@ -215,18 +412,38 @@ static void s_softmax_bwd(const tp_op_call_t *c) {
         const size_t base = o * n * inner;
         const float *restrict y = (const float *)c->y + base, *restrict dy = c->dy + base;
         float *restrict dx = c->dx[0] + base;
+        if (inner == 1) { /* a row: the dot product in a register */
+            float d = 0.0f;
+            if (lg) {
+                for (size_t j = 0; j < n; j++)
+                    d += dy[j];
+                s_lsm_grad(y, dy, &d, 0, fault, acc, dx, n);
+            } else {
+                for (size_t j = 0; j < n; j++)
+                    d += dy[j] * y[j];
+                for (size_t j = 0; j < n; j++) {
+                    const float g = y[j] * (dy[j] - d) * fault;
+                    dx[j] = acc ? dx[j] + g : g;
+                }
+            }
+            continue;
+        }
         memset(dot, 0, inner * sizeof(float));
         /* softmax: sum dy y; log-softmax: sum dy */
         for (size_t j = 0; j < n; j++)
             for (size_t i = 0; i < inner; i++)
                 dot[i] += lg ? dy[j * inner + i] : dy[j * inner + i] * y[j * inner + i];
-        for (size_t j = 0; j < n; j++)
-            for (size_t i = 0; i < inner; i++) {
-                const size_t e = j * inner + i;
-                const float g = (lg ? dy[e] - expf(y[e]) * dot[i] : y[e] * (dy[e] - dot[i])) *
-                                fault;
-                dx[e] = acc ? dx[e] + g : g;
+        for (size_t j = 0; j < n; j++) {
+            const size_t e0 = j * inner;
+            if (lg) {
+                s_lsm_grad(y + e0, dy + e0, dot, 1, fault, acc, dx + e0, inner);
+                continue;
             }
+            for (size_t i = 0; i < inner; i++) {
+                const float g = y[e0 + i] * (dy[e0 + i] - dot[i]) * fault;
+                dx[e0 + i] = acc ? dx[e0 + i] + g : g;
+            }
+        }
     }
 }
 
@@ -245,16 +462,10 @@ static tp_status_t s_bad_label(const tp_op_call_t *c, size_t row, int32_t l, siz
                     c->kind == TP_OP_SOFTMAX_XENT_SEQ ? " and not the ignore label" : "");
 }
 
-/* log sum_j e^r_j, and r's max. */
-static float s_logsumexp(const float *r, size_t v, float *mx_out) {
-    float mx = r[0];
-    for (size_t j = 1; j < v; j++)
-        mx = r[j] > mx ? r[j] : mx;
-    float s = 0.0f;
-    for (size_t j = 0; j < v; j++)
-        s += expf(r[j] - mx);
-    *mx_out = mx;
-    return mx + logf(s);
+/* log sum_j e^r_j. */
+static float s_logsumexp(const float *r, size_t v) {
+    const float mx = s_row_max(r, v);
+    return mx + logf(s_exp_sub(r, &mx, 0, NULL, v));
 }
 
 static tp_status_t s_xent_seq_fwd(const tp_op_call_t *c) {
@@ -273,8 +484,7 @@ static tp_status_t s_xent_seq_fwd(const tp_op_call_t *c) {
             continue;
         if (lab[r] < 0 || (size_t)lab[r] >= v)
             return s_bad_label(c, r, lab[r], v);
-        float mx;
-        loss += (double)s_logsumexp(x + r * v, v, &mx) - x[r * v + (size_t)lab[r]];
+        loss += (double)s_logsumexp(x + r * v, v) - x[r * v + (size_t)lab[r]];
         counted++;
     }
     /* nothing counted: 0/0, NaN, as F.cross_entropy */
@@ -304,12 +514,15 @@ static void s_xent_seq_bwd(const tp_op_call_t *c) {
             continue;
         }
         const float *row = x + r * v;
-        float mx;
-        const float lse = s_logsumexp(row, v, &mx);
-        for (size_t j = 0; j < v; j++) {
-            const float p = expf(row[j] - lse);
-            const float gj = g * (j == (size_t)lab[r] ? p - 1.0f : p);
-            d[j] = acc ? d[j] + gj : gj;
+        const float lse = s_logsumexp(row, v);
+        float p[S_CHUNK]; /* the probabilities, in stack chunks */
+        for (size_t j0 = 0; j0 < v; j0 += S_CHUNK) {
+            const size_t m = v - j0 < S_CHUNK ? v - j0 : S_CHUNK;
+            s_exp_sub(row + j0, &lse, 0, p, m);
+            for (size_t j = 0; j < m; j++) {
+                const float gj = g * (j0 + j == (size_t)lab[r] ? p[j] - 1.0f : p[j]);
+                d[j0 + j] = acc ? d[j0 + j] + gj : gj;
+            }
         }
     }
 }
