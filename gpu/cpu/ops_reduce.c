@@ -20,7 +20,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__)
+#include <stdatomic.h>
+#include <stdlib.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 #include <towerpack/backend.h>
@@ -282,23 +286,38 @@ static inline __m128 s_exp4(__m128 x) {
 #endif
 
 /* out[j] = e^(x[j] - sub), sub one value (vec 0) or sub[j] (vec 1); out
- * may be NULL. Returns the sum of the exponentials (four lane sums, then
- * the tail: a fixed order). */
-static float s_exp_sub(const float *restrict x, const float *restrict sub, int vec,
-                       float *restrict out, size_t n) {
+ * may be NULL. Returns the sum of the exponentials in one fixed order
+ * whatever the ISA: blocks of 8 into two four-lane sums (elements 8k + l
+ * and 8k + 4 + l), a block of 4 into the first, the two added lane by
+ * lane, the four lanes pairwise, then the tail in order. The AVX2 form
+ * (one eight-lane sum, no FMA) gives the same bits as the SSE2 form. */
+static float s_exp_sub_sse2(const float *restrict x, const float *restrict sub, int vec,
+                            float *restrict out, size_t n) {
     size_t j = 0;
     float sum = 0.0f;
 #if defined(__SSE2__)
-    __m128 acc = _mm_setzero_ps();
+    __m128 a0 = _mm_setzero_ps(), a1 = _mm_setzero_ps();
     const __m128 s0 = _mm_set1_ps(sub[0]);
-    for (; j + 4 <= n; j += 4) {
-        const __m128 e = s_exp4(_mm_sub_ps(_mm_loadu_ps(x + j), vec ? _mm_loadu_ps(sub + j) : s0));
+    for (; j + 8 <= n; j += 8) {
+        const __m128 e0 = s_exp4(_mm_sub_ps(_mm_loadu_ps(x + j), vec ? _mm_loadu_ps(sub + j) : s0));
+        const __m128 e1 =
+            s_exp4(_mm_sub_ps(_mm_loadu_ps(x + j + 4), vec ? _mm_loadu_ps(sub + j + 4) : s0));
+        if (out) {
+            _mm_storeu_ps(out + j, e0);
+            _mm_storeu_ps(out + j + 4, e1);
+        }
+        a0 = _mm_add_ps(a0, e0);
+        a1 = _mm_add_ps(a1, e1);
+    }
+    if (j + 4 <= n) {
+        const __m128 e0 = s_exp4(_mm_sub_ps(_mm_loadu_ps(x + j), vec ? _mm_loadu_ps(sub + j) : s0));
         if (out)
-            _mm_storeu_ps(out + j, e);
-        acc = _mm_add_ps(acc, e);
+            _mm_storeu_ps(out + j, e0);
+        a0 = _mm_add_ps(a0, e0);
+        j += 4;
     }
     float lanes[4];
-    _mm_storeu_ps(lanes, acc);
+    _mm_storeu_ps(lanes, _mm_add_ps(a0, a1));
     sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 #endif
     for (; j < n; j++) {
@@ -308,6 +327,92 @@ static float s_exp_sub(const float *restrict x, const float *restrict sub, int v
         sum += e;
     }
     return sum;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* s_exp4's operations on eight lanes (no FMA: the same roundings) */
+__attribute__((target("avx2"))) static inline __m256 s_exp8(__m256 x) {
+    __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    xc = _mm256_min_ps(xc, _mm256_setzero_ps());
+    const __m256i n = _mm256_cvttps_epi32(
+        _mm256_sub_ps(_mm256_mul_ps(xc, _mm256_set1_ps(S_LOG2E)), _mm256_set1_ps(0.5f)));
+    const __m256 fn = _mm256_cvtepi32_ps(n);
+    const __m256 r = _mm256_add_ps(_mm256_sub_ps(xc, _mm256_mul_ps(fn, _mm256_set1_ps(S_LN2_HI))),
+                                   _mm256_mul_ps(fn, _mm256_set1_ps(S_LN2_LO)));
+    __m256 p = _mm256_set1_ps(S_P0);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(S_P1));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(S_P2));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(S_P3));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(S_P4));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(S_P5));
+    const __m256 e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r),
+                                   _mm256_set1_ps(1.0f));
+    const __m256 two =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+    const __m256 v = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ),
+                                      _mm256_mul_ps(e, two));
+    const __m256 ok = _mm256_cmp_ps(x, x, _CMP_ORD_Q);
+    return _mm256_or_ps(_mm256_and_ps(ok, v), _mm256_andnot_ps(ok, x));
+}
+
+__attribute__((target("avx2"))) static float s_exp_sub_avx2(const float *restrict x,
+                                                            const float *restrict sub, int vec,
+                                                            float *restrict out, size_t n) {
+    size_t j = 0;
+    __m256 a = _mm256_setzero_ps();
+    const __m256 s8 = _mm256_set1_ps(sub[0]);
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e =
+            s_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vec ? _mm256_loadu_ps(sub + j) : s8));
+        if (out)
+            _mm256_storeu_ps(out + j, e);
+        a = _mm256_add_ps(a, e);
+    }
+    __m128 a0 = _mm256_castps256_ps128(a);
+    const __m128 a1 = _mm256_extractf128_ps(a, 1);
+    if (j + 4 <= n) {
+        const __m128 e0 = s_exp4(_mm_sub_ps(_mm_loadu_ps(x + j),
+                                            vec ? _mm_loadu_ps(sub + j) : _mm_set1_ps(sub[0])));
+        if (out)
+            _mm_storeu_ps(out + j, e0);
+        a0 = _mm_add_ps(a0, e0);
+        j += 4;
+    }
+    float lanes[4];
+    _mm_storeu_ps(lanes, _mm_add_ps(a0, a1));
+    float sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for (; j < n; j++) {
+        const float e = s_exp(x[j] - (vec ? sub[j] : sub[0]));
+        if (out)
+            out[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+#endif
+
+typedef float (*s_exp_sub_fn)(const float *, const float *, int, float *, size_t);
+
+/* AVX2 where the CPU has it; TP_ISA=plain keeps SSE2 (to compare). */
+static s_exp_sub_fn s_exp_sub_pick(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char *cap = getenv("TP_ISA");
+    __builtin_cpu_init();
+    if ((!cap || strcmp(cap, "plain")) && __builtin_cpu_supports("avx2"))
+        return s_exp_sub_avx2;
+#endif
+    return s_exp_sub_sse2;
+}
+
+static float s_exp_sub(const float *restrict x, const float *restrict sub, int vec,
+                       float *restrict out, size_t n) {
+    static _Atomic(s_exp_sub_fn) fn; /* racing first calls store the same pointer */
+    s_exp_sub_fn f = atomic_load_explicit(&fn, memory_order_relaxed);
+    if (!f) {
+        f = s_exp_sub_pick();
+        atomic_store_explicit(&fn, f, memory_order_relaxed);
+    }
+    return f(x, sub, vec, out, n);
 }
 
 /* The largest of x[0..n) (n >= 1). */
