@@ -95,6 +95,32 @@ static void s_map(const tp_shape_t *x, int axes, s_map_t *m) {
 /* max that keeps NaN, as torch.amax */
 static inline float s_nan_max(float v, float e) { return (e > v || isnan(e)) ? e : v; }
 
+/* The max of x[0..n) that keeps NaN: four lanes of maxps, any NaN seen
+ * flagged on the side (maxps alone would drop one). -inf for n 0. */
+static float s_run_max(const float *x, size_t n) {
+    float mx = -INFINITY;
+    size_t j = 0;
+#if defined(__SSE2__)
+    if (n >= 4) {
+        __m128 m = _mm_loadu_ps(x), nan = _mm_cmpunord_ps(m, m);
+        for (j = 4; j + 4 <= n; j += 4) {
+            const __m128 v = _mm_loadu_ps(x + j);
+            m = _mm_max_ps(m, v);
+            nan = _mm_or_ps(nan, _mm_cmpunord_ps(v, v));
+        }
+        if (_mm_movemask_ps(nan))
+            return NAN;
+        float lanes[4];
+        _mm_storeu_ps(lanes, m);
+        for (int l = 0; l < 4; l++)
+            mx = s_nan_max(mx, lanes[l]);
+    }
+#endif
+    for (; j < n; j++)
+        mx = s_nan_max(mx, x[j]);
+    return mx;
+}
+
 /* Elements folded into each output element: nx / ny (0 when empty). */
 static double s_per_out(const s_map_t *m) {
     return m->ny ? (double)m->nx / (double)m->ny : 0.0;
@@ -110,10 +136,7 @@ static void s_reduce_fwd(const tp_op_call_t *c) {
             y[o] = -INFINITY;
         S_RUNS(&m, {
             if (os == 0) {
-                float v = y[o0];
-                for (size_t j = 0; j < len; j++)
-                    v = s_nan_max(v, x[i0 + j]);
-                y[o0] = v;
+                y[o0] = s_nan_max(y[o0], s_run_max(x + i0, len));
             } else {
                 for (size_t j = 0; j < len; j++)
                     y[o0 + j] = s_nan_max(y[o0 + j], x[i0 + j]);
@@ -164,25 +187,54 @@ static void s_reduce_bwd(const tp_op_call_t *c) {
         float *restrict cnt = c->workspace;
         memset(cnt, 0, m.ny * sizeof(float));
         S_RUNS(&m, {
-            if (os == 0) { /* a reduced last axis: the run's count in a register */
-                float k = 0.0f;
+            if (os == 0) { /* a reduced last axis: an integer count, vectorised */
+                const float m0 = y[o0];
+                uint32_t k = 0;
                 for (size_t j = 0; j < len; j++)
-                    k += (float)(x[i0 + j] == y[o0]);
-                cnt[o0] += k;
+                    k += x[i0 + j] == m0;
+                cnt[o0] += (float)k;
             } else {
                 for (size_t j = 0; j < len; j++)
                     cnt[o0 + j] += (float)(x[i0 + j] == y[o0 + j]);
             }
         });
-        S_WALK(&m, {
-            const float g = x[i] == y[o] ? dy[o] / cnt[o] * fault : 0.0f;
-            dx[i] = acc ? dx[i] + g : g;
+        S_RUNS(&m, {
+            if (os == 0) {
+                const float m0 = y[o0], g0 = dy[o0] / cnt[o0] * fault;
+                for (size_t j = 0; j < len; j++) {
+                    const float g = x[i0 + j] == m0 ? g0 : 0.0f;
+                    dx[i0 + j] = acc ? dx[i0 + j] + g : g;
+                }
+            } else {
+                for (size_t j = 0; j < len; j++) {
+                    const float g =
+                        x[i0 + j] == y[o0 + j] ? dy[o0 + j] / cnt[o0 + j] * fault : 0.0f;
+                    dx[i0 + j] = acc ? dx[i0 + j] + g : g;
+                }
+            }
         });
         return;
     }
     const float scale =
         (c->kind == TP_OP_REDUCE_MEAN ? (float)(1.0 / s_per_out(&m)) : 1.0f) * fault;
-    S_WALK(&m, dx[i] = acc ? dx[i] + dy[o] * scale : dy[o] * scale);
+    /* by runs, the run's dy in a register where the last axis is reduced */
+    S_RUNS(&m, {
+        if (os == 0) {
+            const float g = dy[o0] * scale;
+            if (acc)
+                for (size_t j = 0; j < len; j++)
+                    dx[i0 + j] += g;
+            else
+                for (size_t j = 0; j < len; j++)
+                    dx[i0 + j] = g;
+        } else if (acc) {
+            for (size_t j = 0; j < len; j++)
+                dx[i0 + j] += dy[o0 + j] * scale;
+        } else {
+            for (size_t j = 0; j < len; j++)
+                dx[i0 + j] = dy[o0 + j] * scale;
+        }
+    });
 }
 
 /* ---- along one axis: x as [outer, n, inner] -------------------------------- */
