@@ -798,7 +798,7 @@ static tp_model_t *s_red_model(int which) {
     return tp_model_new(&md, &cfg);
 }
 
-static void s_expect_shape(tp_model_t *m, const char *name, int ndim, const int64_t *d,
+static void s_red_expect_shape(tp_model_t *m, const char *name, int ndim, const int64_t *d,
                            int batched, tp_dtype_t dt) {
     const tp_node_t *n = tp_model_lookup(m, -1, name);
     cr_assert_not_null(n, "%s", name);
@@ -812,13 +812,13 @@ static void s_expect_shape(tp_model_t *m, const char *name, int ndim, const int6
 Test(graph, reduce_family_shapes_and_errors_naming_node_and_shapes) {
     tp_model_t *m = s_red_model(0);
     cr_assert_not_null(m, "%s", tp_last_error());
-    s_expect_shape(m, "sum_last", 2, (int64_t[]){4, 3}, 1, TP_FLOAT32);
-    s_expect_shape(m, "max_keep", 3, (int64_t[]){4, 3, 1}, 1, TP_FLOAT32);
-    s_expect_shape(m, "mean_batch", 2, (int64_t[]){3, 5}, 0, TP_FLOAT32);
-    s_expect_shape(m, "all", 0, NULL, 0, TP_FLOAT32);
-    s_expect_shape(m, "am", 2, (int64_t[]){4, 5}, 1, TP_INT32);
-    s_expect_shape(m, "sm", 3, (int64_t[]){4, 3, 5}, 1, TP_FLOAT32);
-    s_expect_shape(m, "seq", 0, NULL, 0, TP_FLOAT32);
+    s_red_expect_shape(m, "sum_last", 2, (int64_t[]){4, 3}, 1, TP_FLOAT32);
+    s_red_expect_shape(m, "max_keep", 3, (int64_t[]){4, 3, 1}, 1, TP_FLOAT32);
+    s_red_expect_shape(m, "mean_batch", 2, (int64_t[]){3, 5}, 0, TP_FLOAT32);
+    s_red_expect_shape(m, "all", 0, NULL, 0, TP_FLOAT32);
+    s_red_expect_shape(m, "am", 2, (int64_t[]){4, 5}, 1, TP_INT32);
+    s_red_expect_shape(m, "sm", 3, (int64_t[]){4, 3, 5}, 1, TP_FLOAT32);
+    s_red_expect_shape(m, "seq", 0, NULL, 0, TP_FLOAT32);
     /* the run's batch (2 of the planned 4): the mean over axis 0 divides by 2 */
     float x[2 * 15];
     for (int i = 0; i < 30; i++)
