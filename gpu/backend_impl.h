@@ -41,6 +41,7 @@ typedef struct tp_op_attr {
     int act;          /* an activation folded into the op (gpu/graph/fold.c):
                          TP_ACT_RELU applies relu to its output, and the
                          backward masks dy by y > 0 before its own work */
+    int axes;         /* the reduce family: bit i set = input axis i */
     /* the shape family (docs/ops.md) */
     int axis;                    /* concat: the axis */
     int64_t dims_a[TP_MAX_DIMS]; /* transpose: the permutation; slice:

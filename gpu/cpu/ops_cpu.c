@@ -17,6 +17,7 @@
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_loss.h"
+#include "gpu/cpu/ops_reduce.h"
 #include "gpu/cpu/ops_shape.h"
 #include "gpu/cpu/ops_conv.h"
 /* the linalg family */
@@ -691,6 +692,9 @@ static size_t s_workspace(const tp_op_call_t *c) {
     /* the linalg family: the norms' row statistics */
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
         return tp_cpu_norm_workspace(c);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX: /* the reduce family */
+        return tp_cpu_reduce_workspace(c);
     default:
         return 0;
     }
@@ -728,6 +732,10 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_forward(c);
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
         return tp_cpu_norm_forward(c);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY: /* the reduce family: ops_reduce.c */
+        return tp_cpu_reduce_forward(c);
     default: /* the elementwise family: ops_elementwise.c */
         return tp_cpu_elementwise_forward(c);
     }
@@ -759,6 +767,10 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
     case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_backward(c);
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
         return tp_cpu_norm_backward(c);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY:
+        return tp_cpu_reduce_backward(c);
     default:
         return tp_cpu_elementwise_backward(c);
     }

@@ -26,6 +26,7 @@
 #include "gpu/cuda/internal.h"
 #include "gpu/cuda/ops_elementwise.h"
 #include "gpu/cuda/ops_loss.h"
+#include "gpu/cuda/ops_reduce.h"
 #include "gpu/cuda/ops_shape.h"
 #include "gpu/cuda/ops_conv.h"
 /* the linalg family */
@@ -1103,6 +1104,8 @@ static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
     /* the linalg family: the norms' row statistics for the backward */
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
         return tp_cuda_norm_workspace(c);
+    case TP_OP_REDUCE_MAX: case TP_OP_SOFTMAX_XENT_SEQ: /* the reduce family */
+        return tp_cuda_reduce_workspace(c);
     default:
         return 0;
     }
@@ -1293,6 +1296,8 @@ tp_status_t tp_cuda_op_forward_host(tp_stream_t *s, const tp_op_call_t *c) {
         return TP_OK;
     case TP_OP_GATHER: case TP_OP_ONE_HOT: /* the shape family's index checks */
         return tp_cuda_shape_forward_host(s, c);
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY: /* the reduce family */
+        return tp_cuda_reduce_forward_host(s, c);
     default:
         return TP_OK;
     }
@@ -1397,6 +1402,10 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_BATCH_MATMUL: return tp_cuda_batch_matmul_forward(s, c);
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
         return tp_cuda_norm_forward(s, c);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY: /* the reduce family: ops_reduce.cu */
+        return tp_cuda_reduce_forward(s, c);
     default: /* the elementwise family: ops_elementwise.cu */
         return tp_cuda_elementwise_forward(s, c);
     }
@@ -1643,6 +1652,10 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_BATCH_MATMUL: return tp_cuda_batch_matmul_backward(s, c);
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
         return tp_cuda_norm_backward(s, c);
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY:
+        return tp_cuda_reduce_backward(s, c);
     default:
         return tp_cuda_elementwise_backward(s, c);
     }

@@ -33,7 +33,10 @@ static const char *const s_op_names[] = {
     /* the convolution family */
     "conv2d_transpose", "upsample_nearest", "upsample_bilinear",
     /* the linalg family */
-    "batch_matmul", "layer_norm", "group_norm", "instance_norm"};
+    "batch_matmul", "layer_norm", "group_norm", "instance_norm",
+    /* the reduce family */
+    "reduce_sum",  "reduce_mean", "reduce_max", "argmax",
+    "softmax",     "log_softmax", "softmax_xent_seq", "top_k_accuracy"};
 _Static_assert(sizeof s_op_names / sizeof s_op_names[0] == TP_OP_COUNT,
                "one name per op kind");
 
@@ -141,6 +144,7 @@ void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *o) {
     o->kernel[1] = n->attr.kw;
     o->stride[0] = n->attr.sh;
     o->stride[1] = n->attr.sw;
+    o->axes = n->attr.axes;
     o->pad[0] = n->attr.ph;
     o->pad[1] = n->attr.pw;
     o->alpha = n->attr.alpha;
@@ -1365,6 +1369,186 @@ tp_node_t *tp_one_hot(tp_tower_t *t, const char *name, tp_node_t *indices,
              depth, s_shape_str(&indices->shape, a, 96), TP_MAX_DIMS);
     n->dtype = TP_FLOAT32;
     n->shape.d[n->shape.ndim++] = depth;
+    return n;
+}
+
+/* ---- the reduce family (docs/ops.md) ------------------------------------ */
+
+/* Axes as the user wrote them (negative from the end; none: every axis)
+ * -> a bit set of x's axes, or -1 after recording the error on n. */
+static int s_axes(tp_tower_t *t, tp_node_t *n, const tp_node_t *x, int naxes,
+                  const int *axes) {
+    char a[96];
+    const int nd = x->shape.ndim;
+    if (naxes < 0 || (naxes > 0 && !axes)) {
+        s_fail(t, TP_ERR_INVALID, n->name, "%d axes%s", naxes,
+               axes ? "" : " and no axis array");
+        return -1;
+    }
+    if (naxes == 0)
+        return nd ? (1 << nd) - 1 : 0;
+    int mask = 0;
+    for (int i = 0; i < naxes; i++) {
+        const int ax = axes[i] < 0 ? axes[i] + nd : axes[i];
+        if (ax < 0 || ax >= nd) {
+            s_fail(t, TP_ERR_SHAPE, n->name, "axis %d out of range for x %s ('%s', %d dims)",
+                   axes[i], s_shape_str(&x->shape, a, 96), x->name, nd);
+            return -1;
+        }
+        if (mask & (1 << ax)) {
+            s_fail(t, TP_ERR_SHAPE, n->name, "axis %d named twice for x %s ('%s')",
+                   axes[i], s_shape_str(&x->shape, a, 96), x->name);
+            return -1;
+        }
+        mask |= 1 << ax;
+    }
+    return mask;
+}
+
+/* The output shape of reducing x over `mask`: those dims become 1 or go.
+ * Batched when x is and its batch axis stays. */
+static void s_reduced_shape(tp_node_t *n, const tp_node_t *x, int mask,
+                            int keepdims) {
+    int o = 0;
+    for (int d = 0; d < x->shape.ndim; d++) {
+        if (!(mask & (1 << d)))
+            n->shape.d[o++] = x->shape.d[d];
+        else if (keepdims)
+            n->shape.d[o++] = 1;
+    }
+    n->shape.ndim = o;
+    n->batched = x->batched && !(mask & 1);
+}
+
+static tp_node_t *s_reduce(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                           tp_node_t *x, int naxes, const int *axes,
+                           int keepdims) {
+    tp_node_t *n = s_node(t, name, kind, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    const int mask = s_axes(t, n, x, naxes, axes);
+    if (mask < 0)
+        return s_drop_last(t);
+    char a[96];
+    for (int d = 0; d < x->shape.ndim; d++)
+        if ((mask & (1 << d)) && x->shape.d[d] == 0 && kind == TP_OP_REDUCE_MAX)
+            FAIL(t, n, "max over axis %d of x %s ('%s'): the axis is empty", d,
+                 s_shape_str(&x->shape, a, 96), x->name);
+    n->attr.axes = mask;
+    s_reduced_shape(n, x, mask, keepdims);
+    return n;
+}
+
+tp_node_t *tp_reduce_sum(tp_tower_t *t, const char *name, tp_node_t *x,
+                         int naxes, const int *axes, int keepdims) {
+    return s_reduce(t, name, TP_OP_REDUCE_SUM, x, naxes, axes, keepdims);
+}
+tp_node_t *tp_reduce_mean(tp_tower_t *t, const char *name, tp_node_t *x,
+                          int naxes, const int *axes, int keepdims) {
+    return s_reduce(t, name, TP_OP_REDUCE_MEAN, x, naxes, axes, keepdims);
+}
+tp_node_t *tp_reduce_max(tp_tower_t *t, const char *name, tp_node_t *x,
+                         int naxes, const int *axes, int keepdims) {
+    return s_reduce(t, name, TP_OP_REDUCE_MAX, x, naxes, axes, keepdims);
+}
+
+/* One axis of x, not empty, for argmax and the softmaxes. */
+static int s_one_axis(tp_tower_t *t, tp_node_t *n, tp_node_t *x, int axis) {
+    const int mask = s_axes(t, n, x, 1, &axis);
+    if (mask < 0)
+        return -1;
+    const int ax = axis < 0 ? axis + x->shape.ndim : axis;
+    if (x->shape.d[ax] < 1) {
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, n->name, "axis %d of x %s ('%s') is empty", axis,
+               s_shape_str(&x->shape, a, 96), x->name);
+        return -1;
+    }
+    return mask;
+}
+
+tp_node_t *tp_argmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
+                     int keepdims) {
+    tp_node_t *n = s_node(t, name, TP_OP_ARGMAX, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    const int mask = s_one_axis(t, n, x, axis);
+    if (mask < 0)
+        return s_drop_last(t);
+    n->attr.axes = mask;
+    n->dtype = TP_INT32;
+    s_reduced_shape(n, x, mask, keepdims);
+    return n;
+}
+
+static tp_node_t *s_softmax(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                            tp_node_t *x, int axis) {
+    tp_node_t *n = s_node(t, name, kind, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    const int mask = s_one_axis(t, n, x, axis);
+    if (mask < 0)
+        return s_drop_last(t);
+    n->attr.axes = mask;
+    return n;
+}
+
+tp_node_t *tp_softmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis) {
+    return s_softmax(t, name, TP_OP_SOFTMAX, x, axis);
+}
+tp_node_t *tp_log_softmax(tp_tower_t *t, const char *name, tp_node_t *x,
+                          int axis) {
+    return s_softmax(t, name, TP_OP_LOG_SOFTMAX, x, axis);
+}
+
+tp_node_t *tp_softmax_xent_seq(tp_tower_t *t, const char *name,
+                               tp_node_t *logits, tp_node_t *labels,
+                               int ignore_label) {
+    tp_node_t *in[2] = {logits, labels};
+    tp_node_t *n = s_node(t, name, TP_OP_SOFTMAX_XENT_SEQ, 2, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    char a[96], b[96];
+    const tp_shape_t *ls = &logits->shape, *ys = &labels->shape;
+    int ok = ls->ndim >= 2 && ys->ndim == ls->ndim - 1 && labels->dtype == TP_INT32 &&
+             ls->d[ls->ndim - 1] >= 1;
+    for (int d = 0; ok && d < ys->ndim; d++)
+        ok = ys->d[d] == ls->d[d];
+    if (!ok)
+        FAIL(t, n, "logits %s ('%s'%s) and labels %s %s ('%s'%s): need float32 "
+             "[...,V] and int32 [...] of the same leading dims",
+             s_shape_str(ls, a, 96), logits->name, logits->batched ? ", batched" : "",
+             tp_dtype_name(labels->dtype), s_shape_str(ys, b, 96), labels->name,
+             labels->batched ? ", batched" : "");
+    /* any value, a class too (a padding token, as ignore_index allows);
+     * held in a float, exact within 2^24 */
+    if (ignore_label < -(1 << 24) || ignore_label > (1 << 24))
+        FAIL(t, n, "ignore label %d: outside [-2^24, 2^24]", ignore_label);
+    n->attr.alpha = (float)ignore_label;
+    n->shape.ndim = 0;
+    n->batched = 0;
+    return n;
+}
+
+tp_node_t *tp_top_k_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
+                             tp_node_t *labels, int k) {
+    tp_node_t *n = s_labels_op(t, name, TP_OP_TOP_K_ACCURACY, logits, labels);
+    if (!n)
+        return NULL;
+    char a[96];
+    if (k < 1 || k > logits->shape.d[1])
+        FAIL(t, n, "k %d for logits %s ('%s'): need 1 <= k <= %lld classes", k,
+             s_shape_str(&logits->shape, a, 96), logits->name,
+             (long long)logits->shape.d[1]);
+    n->attr.alpha = (float)k;
     return n;
 }
 

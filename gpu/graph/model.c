@@ -165,7 +165,8 @@ static void s_init_values(const tp_var_t *v, uint64_t seed, float *out) {
 
 static int s_differentiable(tp_op_kind_t k) {
     return k != TP_OP_ACCURACY && k != TP_OP_ERROR_COUNT && k != TP_OP_CAST &&
-           k != TP_OP_INPUT && k != TP_OP_STOP_GRADIENT;
+           k != TP_OP_INPUT && k != TP_OP_STOP_GRADIENT &&
+           k != TP_OP_ARGMAX && k != TP_OP_TOP_K_ACCURACY; /* the reduce family's */
 }
 
 static size_t s_round(size_t bytes) {

@@ -97,6 +97,21 @@ typedef enum {
     TP_OP_LAYER_NORM,      /* x, gamma, beta [the last attr.norm_axes dims] */
     TP_OP_GROUP_NORM,      /* x[N,C,...], gamma[C], beta[C]; norm_groups */
     TP_OP_INSTANCE_NORM,   /* group norm with C groups (x rank >= 3) */
+    /* the reduce family (docs/ops.md): attr.axes is a bit set of input
+     * axes (bit i: axis i); kept dims are size 1 or dropped by the builder */
+    TP_OP_REDUCE_SUM,      /* sum over attr.axes */
+    TP_OP_REDUCE_MEAN,     /* mean over attr.axes */
+    TP_OP_REDUCE_MAX,      /* max over attr.axes; tied maxima share the
+                              gradient evenly (torch.amax's) */
+    TP_OP_ARGMAX,          /* int32 index of the first max along the one
+                              axis of attr.axes; no gradient */
+    TP_OP_SOFTMAX,         /* softmax along the one axis of attr.axes */
+    TP_OP_LOG_SOFTMAX,     /* log-softmax along the one axis of attr.axes */
+    TP_OP_SOFTMAX_XENT_SEQ, /* logits [..., V], labels int32 [...] -> mean
+                              loss over the labels != attr.alpha (the
+                              ignore label) [] */
+    TP_OP_TOP_K_ACCURACY,  /* logits[N,K], labels int32[N] -> fraction whose
+                              label is among the attr.alpha largest [] */
     TP_OP_COUNT
 } tp_op_kind_t;
 

@@ -97,6 +97,7 @@ typedef struct tp_node_attrs {
     float beta;        /* clip: the upper bound (alpha: the lower) */
     int training;      /* 1: training semantics (batch norm, dropout) */
     tp_dtype_t in_dtype; /* cast: the input's dtype */
+    int axes;          /* the reduce family: bit i set = input axis i */
     /* the shape family */
     int axis;                    /* concat */
     int64_t dims_a[TP_MAX_DIMS]; /* transpose: perm; slice: start; pad: before */
@@ -258,6 +259,42 @@ tp_node_t *tp_softmax_xent(tp_tower_t *t, const char *name,
 tp_node_t *tp_softmax_xent_smoothed(tp_tower_t *t, const char *name,
                                     tp_node_t *logits, tp_node_t *labels,
                                     float smoothing);
+/* ---- the reduce family (docs/ops.md) ------------------------------------
+ * Axes count from 0, or from the end when negative (-1: the last);
+ * naxes 0 (axes NULL) means every axis. keepdims 1 keeps reduced axes as
+ * size 1, 0 drops them. The result is batched when x is and its axis 0 is
+ * not reduced. */
+/* Sum over the axes (torch.sum(x, dims, keepdim)). */
+tp_node_t *tp_reduce_sum(tp_tower_t *t, const char *name, tp_node_t *x,
+                         int naxes, const int *axes, int keepdims);
+/* Mean over the axes (torch.mean). */
+tp_node_t *tp_reduce_mean(tp_tower_t *t, const char *name, tp_node_t *x,
+                          int naxes, const int *axes, int keepdims);
+/* Max over the axes (torch.amax): tied maxima share the gradient evenly. */
+tp_node_t *tp_reduce_max(tp_tower_t *t, const char *name, tp_node_t *x,
+                         int naxes, const int *axes, int keepdims);
+/* Index of the first maximum along one axis, an int32 tensor (torch.argmax;
+ * NaN counts as the maximum). No gradient. */
+tp_node_t *tp_argmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
+                     int keepdims);
+/* Softmax and log-softmax along one axis (any, not only the last). */
+tp_node_t *tp_softmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis);
+tp_node_t *tp_log_softmax(tp_tower_t *t, const char *name, tp_node_t *x,
+                          int axis);
+/* Softmax cross-entropy over a sequence (or any leading dims): logits
+ * float32 [..., V], labels int32 [...] -> the mean loss over the labels
+ * that are not ignore_label (F.cross_entropy with ignore_index: -100 is
+ * PyTorch's default; a class such as a padding token may be ignored too,
+ * |ignore_label| <= 2^24). No label counted: NaN, as torch. A label
+ * outside [0, V) and not ignored fails the run. */
+tp_node_t *tp_softmax_xent_seq(tp_tower_t *t, const char *name,
+                               tp_node_t *logits, tp_node_t *labels,
+                               int ignore_label);
+/* Fraction of rows of logits [N,K] whose int32 label [N] is among the k
+ * largest logits: fewer than k logits strictly above the label's (a scalar,
+ * no gradient; k = 1 is tp_accuracy but for ties, which count as hits). */
+tp_node_t *tp_top_k_accuracy(tp_tower_t *t, const char *name, tp_node_t *logits,
+                             tp_node_t *labels, int k);
 /* ---- the loss family (docs/ops.md) --------------------------------------
  * Two float32 inputs of the same shape (no broadcasting) -> a scalar [],
  * the mean over every element (PyTorch's reduction='mean'). Gradients flow

@@ -625,6 +625,130 @@ static int s_emit_linalg(s_ex_t *ex, tp_node_t *x, const char *out,
     return s_step(ex, "Add", out, NULL, sc, beta, t4, sizeof t4) != NULL;
 }
 
+/* The reduce family (docs/ops.md) at opset 13: ReduceSum (axes an int64
+ * input), ReduceMean/ReduceMax (axes an attribute), keepdims when the node
+ * kept its rank; ArgMax then Cast to int32 (ArgMax gives int64); Softmax and
+ * LogSoftmax along the axis (opset 13's one-axis form); the sequence
+ * cross-entropy as SoftmaxCrossEntropyLoss (mean, ignore_index), its class
+ * axis moved to 1 by a Transpose when the logits have more than 2 dims;
+ * top-k accuracy as TopK, Equal against the labels, ReduceMax over k and
+ * ReduceMean (ties: TopK keeps the lower index, towerpack counts a tie as a
+ * hit). 1 on success. */
+static int s_emit_reduce(s_ex_t *ex, tp_node_t *x, const char *out, const char *const *in,
+                         const tp_node_attrs_t *a) {
+    const tp_op_kind_t k = tp_node_kind(x);
+    const tp_shape_t *xs = tp_node_shape(tp_node_input(x, 0));
+    int64_t axes[TP_MAX_DIMS];
+    int nax = 0;
+    for (int d = 0; d < xs->ndim; d++)
+        if (a->axes & (1 << d))
+            axes[nax++] = d;
+    const int keep = tp_node_shape(x)->ndim == xs->ndim;
+    char t1[700], t2[700], t3[700], t4[700], t5[700], t6[700];
+    Onnx__NodeProto *n;
+    switch (k) {
+    case TP_OP_REDUCE_SUM: {
+        const char *ri[2] = {in[0], t1};
+        snprintf(t1, sizeof t1, "%s/axes", out);
+        int64_t d1[1] = {nax};
+        if (nax && !s_init(ex, t1, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, d1, axes,
+                           sizeof(int64_t) * (size_t)nax))
+            return 0;
+        n = s_node(ex, "ReduceSum", out, nax ? 2 : 1, ri);
+        return s_attr_i(ex, n, "keepdims", keep);
+    }
+    case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+        n = s_node(ex, k == TP_OP_REDUCE_MEAN ? "ReduceMean" : "ReduceMax", out, 1, in);
+        return s_attr_i(ex, n, "keepdims", keep) && (!nax || s_attr_ints(ex, n, "axes", axes, nax));
+    case TP_OP_ARGMAX:
+        snprintf(t1, sizeof t1, "%s/int64", out);
+        n = s_node(ex, "ArgMax", t1, 1, in);
+        if (!s_attr_i(ex, n, "axis", axes[0]) || !s_attr_i(ex, n, "keepdims", keep))
+            return 0;
+        {
+            const char *ci[1] = {t1};
+            n = s_node(ex, "Cast", out, 1, ci);
+        }
+        return s_attr_i(ex, n, "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT32);
+    case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+        n = s_node(ex, k == TP_OP_SOFTMAX ? "Softmax" : "LogSoftmax", out, 1, in);
+        return s_attr_i(ex, n, "axis", axes[0]);
+    case TP_OP_SOFTMAX_XENT_SEQ: {
+        const char *li[2] = {in[0], in[1]};
+        if (xs->ndim > 2) { /* [B, T.., V] -> [B, V, T..] */
+            int64_t perm[TP_MAX_DIMS];
+            perm[0] = 0;
+            perm[1] = xs->ndim - 1;
+            for (int d = 2; d < xs->ndim; d++)
+                perm[d] = d - 1;
+            snprintf(t1, sizeof t1, "%s/classes_at_1", out);
+            n = s_node(ex, "Transpose", t1, 1, in);
+            if (!s_attr_ints(ex, n, "perm", perm, xs->ndim))
+                return 0;
+            li[0] = t1;
+        }
+        n = s_node(ex, "SoftmaxCrossEntropyLoss", out, 2, li);
+        Onnx__AttributeProto *r = n ? s_attr(ex, n, "reduction") : NULL;
+        if (!r || !(r->s.data = (uint8_t *)s_str(ex, "mean")))
+            return 0;
+        r->has_type = 1;
+        r->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+        r->has_s = 1;
+        r->s.len = 4;
+        return s_attr_i(ex, n, "ignore_index", (int64_t)a->alpha);
+    }
+    case TP_OP_TOP_K_ACCURACY: {
+        int64_t kk[1] = {(int64_t)a->alpha}, d1[1] = {1}, one[1] = {1};
+        snprintf(t1, sizeof t1, "%s/k", out);
+        if (!s_init(ex, t1, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, d1, kk, sizeof kk))
+            return 0;
+        const char *ti[2] = {in[0], t1};
+        snprintf(t2, sizeof t2, "%s/topk", out);
+        n = s_node(ex, "TopK", t2, 2, ti);
+        if (!n || !s_attr_i(ex, n, "axis", 1))
+            return 0;
+        /* TopK's second output: the indices [N, k] (int64) */
+        char **o2 = s_new(ex, sizeof(char *) * 2);
+        snprintf(t3, sizeof t3, "%s/topk_index", out);
+        if (!o2 || !(o2[0] = s_str(ex, t2)) || !(o2[1] = s_str(ex, t3)))
+            return 0;
+        n->output = o2;
+        n->n_output = 2;
+        snprintf(t4, sizeof t4, "%s/label64", out);
+        const char *ci[1] = {in[1]};
+        n = s_node(ex, "Cast", t4, 1, ci);
+        if (!s_attr_i(ex, n, "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT64))
+            return 0;
+        snprintf(t5, sizeof t5, "%s/axis1", out);
+        if (!s_init(ex, t5, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, d1, one, sizeof one))
+            return 0;
+        const char *ui[2] = {t4, t5};
+        snprintf(t6, sizeof t6, "%s/label_n1", out);
+        if (!s_node(ex, "Unsqueeze", t6, 2, ui))
+            return 0;
+        const char *ei[2] = {t3, t6};
+        snprintf(t1, sizeof t1, "%s/equal", out);
+        if (!s_node(ex, "Equal", t1, 2, ei))
+            return 0;
+        const char *fi[1] = {t1};
+        snprintf(t2, sizeof t2, "%s/hit_float", out);
+        n = s_node(ex, "Cast", t2, 1, fi);
+        if (!s_attr_i(ex, n, "to", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT))
+            return 0;
+        const char *hi[1] = {t2};
+        snprintf(t3, sizeof t3, "%s/hit", out);
+        n = s_node(ex, "ReduceMax", t3, 1, hi);
+        if (!s_attr_i(ex, n, "keepdims", 0) || !s_attr_ints(ex, n, "axes", one, 1))
+            return 0;
+        const char *mi[1] = {t3};
+        n = s_node(ex, "ReduceMean", out, 1, mi);
+        return s_attr_i(ex, n, "keepdims", 0);
+    }
+    default:
+        return 0;
+    }
+}
+
 /* One op node into ONNX nodes; *ok 0 on failure (with the error set). */
 /* ---- the convolution family ------------------------------------------------ */
 
@@ -852,6 +976,10 @@ static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *use
     case TP_OP_MSE: case TP_OP_L1_LOSS: case TP_OP_HUBER_LOSS:
     case TP_OP_SIGMOID_XENT:
         return s_emit_loss(ex, k, out, in, &a) ? TP_OK : NOMEM();
+    case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
+    case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
+    case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY: /* the reduce family */
+        return s_emit_reduce(ex, x, out, in, &a) ? TP_OK : NOMEM();
     /* the linalg family */
     case TP_OP_BATCH_MATMUL: case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM:
     case TP_OP_INSTANCE_NORM:

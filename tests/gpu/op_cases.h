@@ -64,6 +64,22 @@ typedef struct {
     {nm "_batch1", kind, a, 0, 2, {2, 2}, {{1, 13}, {1, 13}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}, \
     {nm "_single", kind, a, 0, 2, {1, 1}, {{1}, {1}}, {lo0, lo1}, {hi0, hi1}, atol, rtol, 0}
 
+/* Reduce-family rows. Reductions, argmax and the softmaxes carry their
+ * axes' bit set (attr.axes; bit i = input axis i) in alpha and keepdims in
+ * beta (op_case_axes). The label ops (op_case_labels) take logits [.., V]
+ * and int32 labels of the leading dims, drawn in [0, V). */
+#define OP_REDUCE_ROW(nm, kind, nd, d0, d1, d2, d3, ax, keep, lo, hi, atol, rtol, step) \
+    {nm, kind, ax, keep, 1, {nd, 0}, {{d0, d1, d2, d3}, {0}}, {lo, 0}, {hi, 0}, atol, rtol, step}
+#define OP_REDUCE_ROWS(nm, kind, atol, rtol)                                  \
+    OP_REDUCE_ROW(nm "_last", kind, 3, 3, 5, 7, 0, 4, 0, -2, 2, atol, rtol, 0),        \
+    OP_REDUCE_ROW(nm "_first_keep", kind, 3, 4, 3, 5, 0, 1, 1, -2, 2, atol, rtol, 0),  \
+    OP_REDUCE_ROW(nm "_axes_1_3", kind, 4, 2, 3, 4, 5, 10, 0, -2, 2, atol, rtol, 0),   \
+    OP_REDUCE_ROW(nm "_axes_0_2_keep", kind, 3, 3, 1, 13, 0, 5, 1, -2, 2, atol, rtol, 0), \
+    OP_REDUCE_ROW(nm "_all", kind, 3, 3, 1, 13, 0, 7, 0, -2, 2, atol, rtol, 0),         \
+    OP_REDUCE_ROW(nm "_batch1", kind, 2, 1, 7, 0, 0, 2, 1, -2, 2, atol, rtol, 0)
+#define OP_LABEL_ROW(nm, kind, a, nd, d0, d1, d2, d3, lo, hi, atol, rtol) \
+    {nm, kind, a, 0, 2, {nd, nd - 1}, {{d0, d1, d2, d3}, {d0, d1, d2, 0}}, {lo, 0}, {hi, 0}, atol, rtol, 0}
+
 #define OP_UNARY_ROW(nm, kind, a, b, lo, hi, atol, rtol)                     \
     {nm, kind, a, b, 1, {3, 0}, {{2, 7, 13}, {0}}, {lo, 0}, {hi, 0}, atol, rtol, 0}
 
@@ -218,10 +234,71 @@ static const op_case_t op_cases[] = {
     OP_NORM_ROW("instance_norm_4d", TP_OP_INSTANCE_NORM, 1e-5f, 0, 4, 1, OP_D(2, 3, 4, 5), OP_D(3)),
     OP_NORM_ROW("instance_norm_3d", TP_OP_INSTANCE_NORM, 1e-5f, 0, 3, 1, OP_D(3, 2, 7), OP_D(2)),
     OP_NORM_ROW("instance_norm_batch1", TP_OP_INSTANCE_NORM, 1e-5f, 0, 4, 1, OP_D(1, 4, 3, 3), OP_D(4)),
+    /* the reduce family: over the last, the first (kept), two apart, two
+     * around a size-1 axis, every axis, batch 1 */
+    OP_REDUCE_ROWS("reduce_sum", TP_OP_REDUCE_SUM, 1e-6f, 1e-5f),
+    OP_REDUCE_ROWS("reduce_mean", TP_OP_REDUCE_MEAN, 1e-6f, 1e-5f),
+    OP_REDUCE_ROWS("reduce_max", TP_OP_REDUCE_MAX, 0, 1e-6f),
+    /* inputs on a grid of 0.5 in [-1,1]: tied maxima share the gradient */
+    OP_REDUCE_ROW("reduce_max_ties", TP_OP_REDUCE_MAX, 2, 6, 8, 0, 0, 2, 0, -1, 1, 0, 1e-6f, 0.5f),
+    OP_REDUCE_ROW("reduce_max_ties_all", TP_OP_REDUCE_MAX, 2, 5, 3, 0, 0, 3, 1, -1, 1, 0, 1e-6f, 0.5f),
+    /* argmax: an int32 index, exact (tolerance 0); ties take the first */
+    OP_REDUCE_ROW("argmax_mid", TP_OP_ARGMAX, 3, 3, 5, 7, 0, 2, 0, -2, 2, 0, 0, 0),
+    OP_REDUCE_ROW("argmax_last_keep", TP_OP_ARGMAX, 2, 4, 9, 0, 0, 2, 1, -2, 2, 0, 0, 0),
+    OP_REDUCE_ROW("argmax_first", TP_OP_ARGMAX, 2, 6, 5, 0, 0, 1, 0, -2, 2, 0, 0, 0),
+    OP_REDUCE_ROW("argmax_ties", TP_OP_ARGMAX, 2, 8, 6, 0, 0, 2, 0, -1, 1, 0, 0, 0.5f),
+    /* softmax and log-softmax along the last, a middle and the first axis,
+     * batch 1, a single element, logits far past e^x's range */
+    OP_REDUCE_ROW("softmax_last", TP_OP_SOFTMAX, 2, 4, 9, 0, 0, 2, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("softmax_mid", TP_OP_SOFTMAX, 3, 3, 5, 7, 0, 2, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("softmax_first", TP_OP_SOFTMAX, 4, 3, 2, 4, 5, 1, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("softmax_batch1", TP_OP_SOFTMAX, 2, 1, 13, 0, 0, 2, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("softmax_single", TP_OP_SOFTMAX, 1, 1, 0, 0, 0, 1, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("softmax_large", TP_OP_SOFTMAX, 2, 4, 9, 0, 0, 2, 0, -200, 200, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("log_softmax_last", TP_OP_LOG_SOFTMAX, 2, 4, 9, 0, 0, 2, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("log_softmax_mid", TP_OP_LOG_SOFTMAX, 3, 3, 5, 7, 0, 2, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("log_softmax_first", TP_OP_LOG_SOFTMAX, 4, 3, 2, 4, 5, 1, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("log_softmax_batch1", TP_OP_LOG_SOFTMAX, 2, 1, 13, 0, 0, 2, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("log_softmax_single", TP_OP_LOG_SOFTMAX, 1, 1, 0, 0, 0, 1, 0, -3, 3, 1e-6f, 1e-5f, 0),
+    OP_REDUCE_ROW("log_softmax_large", TP_OP_LOG_SOFTMAX, 2, 4, 9, 0, 0, 2, 0, -200, 200, 1e-5f, 1e-5f, 0),
+    /* the sequence cross-entropy (alpha: the ignore label): [B,T,V]; class
+     * 2 ignored (a padding token); rows [N,V] with V = 1000; [B,T,U,V];
+     * batch 1 */
+    OP_LABEL_ROW("softmax_xent_seq", TP_OP_SOFTMAX_XENT_SEQ, -100, 3, 2, 5, 7, 0, -3, 3, 1e-6f, 1e-5f),
+    OP_LABEL_ROW("softmax_xent_seq_ignore", TP_OP_SOFTMAX_XENT_SEQ, 2, 3, 3, 6, 5, 0, -3, 3, 1e-6f, 1e-5f),
+    OP_LABEL_ROW("softmax_xent_seq_v1000", TP_OP_SOFTMAX_XENT_SEQ, -100, 2, 6, 1000, 0, 0, -3, 3, 1e-6f, 1e-5f),
+    OP_LABEL_ROW("softmax_xent_seq_4d", TP_OP_SOFTMAX_XENT_SEQ, -100, 4, 2, 3, 2, 5, -3, 3, 1e-6f, 1e-5f),
+    OP_LABEL_ROW("softmax_xent_seq_batch1", TP_OP_SOFTMAX_XENT_SEQ, -1, 3, 1, 1, 11, 0, -3, 3, 1e-6f, 1e-5f),
+    /* the existing softmax_xent at class counts other than 10 (alpha:
+     * label smoothing), K = 1 included */
+    OP_LABEL_ROW("softmax_xent_k3", TP_OP_SOFTMAX_XENT, 0, 2, 8, 3, 0, 0, -3, 3, 1e-6f, 1e-5f),
+    OP_LABEL_ROW("softmax_xent_k1000", TP_OP_SOFTMAX_XENT, 0, 2, 5, 1000, 0, 0, -3, 3, 1e-6f, 1e-5f),
+    OP_LABEL_ROW("softmax_xent_k1", TP_OP_SOFTMAX_XENT, 0, 2, 4, 1, 0, 0, -3, 3, 1e-6f, 1e-5f),
+    OP_LABEL_ROW("softmax_xent_k37_smoothed", TP_OP_SOFTMAX_XENT, 0.1f, 2, 9, 37, 0, 0, -3, 3, 1e-6f, 1e-5f),
+    /* top-k accuracy (alpha: k): forward only, exact */
+    OP_LABEL_ROW("top_k_accuracy_k3", TP_OP_TOP_K_ACCURACY, 3, 2, 40, 10, 0, 0, -2, 2, 0, 0),
+    OP_LABEL_ROW("top_k_accuracy_k1", TP_OP_TOP_K_ACCURACY, 1, 2, 17, 5, 0, 0, -2, 2, 0, 0),
+    OP_LABEL_ROW("top_k_accuracy_all", TP_OP_TOP_K_ACCURACY, 4, 2, 9, 4, 0, 0, -2, 2, 0, 0),
+    OP_LABEL_ROW("top_k_accuracy_batch1", TP_OP_TOP_K_ACCURACY, 2, 2, 1, 6, 0, 0, -2, 2, 0, 0),
 };
 #pragma GCC diagnostic pop
 
 #define OP_NCASES ((int)(sizeof op_cases / sizeof op_cases[0]))
+
+/* The reduce family: 1 for the ops whose input 1 is int32 labels in
+ * [0, V), V input 0's last dim. */
+static inline int op_case_labels(tp_op_kind_t k) {
+    return k == TP_OP_SOFTMAX_XENT || k == TP_OP_SOFTMAX_XENT_SEQ ||
+           k == TP_OP_TOP_K_ACCURACY;
+}
+/* The row's attr.axes: alpha for reductions, argmax and the softmaxes. */
+static inline int op_case_axes(const op_case_t *k) {
+    return k->kind == TP_OP_REDUCE_SUM || k->kind == TP_OP_REDUCE_MEAN ||
+                   k->kind == TP_OP_REDUCE_MAX || k->kind == TP_OP_ARGMAX ||
+                   k->kind == TP_OP_SOFTMAX || k->kind == TP_OP_LOG_SOFTMAX
+               ? (int)k->alpha
+               : 0;
+}
 
 /* 1 for the convolution family's rows. */
 static inline int op_case_conv(const op_case_t *k) {
@@ -262,6 +339,19 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
     if (k->kind == TP_OP_MSE || k->kind == TP_OP_L1_LOSS ||
         k->kind == TP_OP_HUBER_LOSS || k->kind == TP_OP_SIGMOID_XENT)
         return o;
+    /* the reduce family: label ops give a scalar, reductions drop or keep
+     * their axes, the softmaxes keep the shape */
+    if (op_case_labels(k->kind))
+        return o;
+    if (k->kind == TP_OP_REDUCE_SUM || k->kind == TP_OP_REDUCE_MEAN ||
+        k->kind == TP_OP_REDUCE_MAX || k->kind == TP_OP_ARGMAX) {
+        for (int j = 0; j < k->nd[0]; j++)
+            if (!(op_case_axes(k) & (1 << j)))
+                o.d[o.ndim++] = k->d[0][j];
+            else if (k->beta != 0)
+                o.d[o.ndim++] = 1;
+        return o;
+    }
     /* the linalg family: a norm keeps x's shape; a batched matmul
      * broadcasts the batch dims and ends in [M, N] */
     if (k->kind == TP_OP_LAYER_NORM || k->kind == TP_OP_GROUP_NORM ||
@@ -304,6 +394,7 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
 static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
     a->alpha = k->alpha;
     a->beta = k->beta;
+    a->axes = op_case_axes(k); /* the reduce family */
     switch (k->kind) {
     case TP_OP_BATCH_MATMUL:
         a->trans_a = k->alpha != 0;

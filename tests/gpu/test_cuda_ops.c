@@ -587,6 +587,17 @@ Test(cuda_ops, elementwise_every_op_case) {
             }
         }
         k.ys = op_case_out(row);
+        /* the reduce family: axes; int32 labels in [0, V), no gradient for
+         * them; argmax and top-k have none at all (argmax's int32 output
+         * compares bit for bit at tolerance 0) */
+        k.attr.axes = op_case_axes(row);
+        if (op_case_labels(row->kind)) {
+            k.dt[1] = TP_INT32;
+            k.label_k = (int)row->d[0][row->nd[0] - 1];
+            k.grad[1] = 0;
+        }
+        if (row->kind == TP_OP_ARGMAX || row->kind == TP_OP_TOP_K_ACCURACY)
+            k.backward = 0;
         cr_log_info("elementwise case %s", row->label);
         s_check_op(&k, 100 + (uint64_t)ci);
     }

@@ -852,6 +852,153 @@ Test(graph, linalg_shapes_and_errors_naming_node_and_shapes) {
     }
 }
 
+/* ---- the reduce family's shape rules and errors --------------------------- */
+
+static int s_red_case;
+
+static tp_status_t s_reduces(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* batched [N,3,5] */
+    const int last[1] = {-1}, batch[1] = {0}, twice[2] = {1, -2}, far[1] = {3};
+    switch (s_red_case) {
+    case 0: /* fine: every rule's shapes; the batch's mean at the run's batch */
+        tp_tower_add_output(t, "sum_last", tp_reduce_sum(t, "sum_last", x, 1, last, 0));
+        tp_tower_add_output(t, "max_keep", tp_reduce_max(t, "max_keep", x, 1, last, 1));
+        tp_tower_add_output(t, "mean_batch", tp_reduce_mean(t, "mean_batch", x, 1, batch, 0));
+        tp_tower_add_output(t, "all", tp_reduce_sum(t, "all", x, 0, NULL, 0));
+        tp_tower_add_output(t, "am", tp_argmax(t, "am", x, 1, 0));
+        tp_tower_add_output(t, "sm", tp_softmax(t, "sm", x, 1));
+        tp_tower_add_output(t, "seq", tp_softmax_xent_seq(t, "seq", x,
+                                                          tp_argmax(t, NULL, x, 2, 0), -100));
+        break;
+    case 1:
+        tp_reduce_sum(t, "bad_axis", x, 1, far, 0);
+        break;
+    case 2:
+        tp_reduce_mean(t, "twice", x, 2, twice, 1);
+        break;
+    case 3: /* labels [N,5] for logits [N,3,5] */
+        tp_softmax_xent_seq(t, "bad_labels", x, tp_argmax(t, "lab", x, 1, 0), -100);
+        break;
+    case 4: {
+        const int64_t s2[2] = {-1, 15};
+        tp_node_t *l2 = tp_reshape(t, "l2", x, 2, s2);
+        tp_top_k_accuracy(t, "bad_k", l2, tp_argmax(t, "lab", l2, 1, 0), 16);
+        break;
+    }
+    default:
+        tp_log_softmax(t, "bad_softmax_axis", x, -4);
+        break;
+    }
+    return tp_tower_status(t);
+}
+
+static tp_model_t *s_red_model(int which) {
+    s_red_case = which;
+    tp_input_desc_t d = {"x", TP_FLOAT32, 3, {-1, 3, 5}};
+    tp_model_desc_t md = {&d, 1, s_reduces, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 4;
+    return tp_model_new(&md, &cfg);
+}
+
+static void s_red_expect_shape(tp_model_t *m, const char *name, int ndim, const int64_t *d,
+                           int batched, tp_dtype_t dt) {
+    const tp_node_t *n = tp_model_lookup(m, -1, name);
+    cr_assert_not_null(n, "%s", name);
+    cr_expect_eq(tp_node_shape(n)->ndim, ndim, "%s: %d dims", name, tp_node_shape(n)->ndim);
+    for (int i = 0; i < ndim; i++)
+        cr_expect_eq(tp_node_shape(n)->d[i], d[i], "%s dim %d", name, i);
+    cr_expect_eq(tp_node_batched(n), batched, "%s batched", name);
+    cr_expect_eq(tp_node_dtype(n), dt, "%s dtype", name);
+}
+
+Test(graph, reduce_family_shapes_and_errors_naming_node_and_shapes) {
+    tp_model_t *m = s_red_model(0);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    s_red_expect_shape(m, "sum_last", 2, (int64_t[]){4, 3}, 1, TP_FLOAT32);
+    s_red_expect_shape(m, "max_keep", 3, (int64_t[]){4, 3, 1}, 1, TP_FLOAT32);
+    s_red_expect_shape(m, "mean_batch", 2, (int64_t[]){3, 5}, 0, TP_FLOAT32);
+    s_red_expect_shape(m, "all", 0, NULL, 0, TP_FLOAT32);
+    s_red_expect_shape(m, "am", 2, (int64_t[]){4, 5}, 1, TP_INT32);
+    s_red_expect_shape(m, "sm", 3, (int64_t[]){4, 3, 5}, 1, TP_FLOAT32);
+    s_red_expect_shape(m, "seq", 0, NULL, 0, TP_FLOAT32);
+    /* the run's batch (2 of the planned 4): the mean over axis 0 divides by 2 */
+    float x[2 * 15];
+    for (int i = 0; i < 30; i++)
+        x[i] = (float)i;
+    int64_t xs[3] = {2, 3, 5};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, -1, "mean_batch", &v), TP_OK);
+    cr_expect_eq(tp_tensor_numel(&v), 15);
+    for (int i = 0; i < 15; i++)
+        cr_expect_float_eq(((float *)v.data)[i], (float)i + 7.5f, 1e-6, "mean[%d]", i);
+    cr_assert_eq(tp_model_fetch(m, -1, "am", &v), TP_OK);
+    cr_expect_eq(tp_tensor_numel(&v), 10);
+    for (int i = 0; i < 10; i++) /* increasing values: the last of 3 rows */
+        cr_expect_eq(((int32_t *)v.data)[i], 2, "argmax[%d]", i);
+    cr_assert_eq(tp_model_fetch(m, -1, "all", &v), TP_OK);
+    cr_expect_float_eq(*(float *)v.data, 435.0f, 1e-6);
+    tp_model_destroy(&m);
+
+    const char *want_err[][3] = {
+        {"'bad_axis'", "axis 3 out of range", "[4,3,5] ('x', 3 dims)"},
+        {"'twice'", "axis -2 named twice", "[4,3,5]"},
+        {"'bad_labels'", "logits [4,3,5] ('x', batched)", "int32 [4,5] ('lab', batched)"},
+        {"'bad_k'", "k 16 for logits [4,15] ('l2')", "<= 15 classes"},
+        {"'bad_softmax_axis'", "axis -4 out of range", "[4,3,5]"},
+    };
+    for (int k = 0; k < 5; k++) {
+        m = s_red_model(k + 1);
+        cr_expect_null(m, "case %d built", k + 1);
+        for (int j = 0; j < 3; j++)
+            cr_expect(strstr(tp_last_error(), want_err[k][j]) != NULL,
+                      "case %d: '%s' not in: %s", k + 1, want_err[k][j], tp_last_error());
+        tp_model_destroy(&m);
+    }
+}
+
+/* A label outside [0, V) that is not the ignore label fails the run,
+ * naming the node, the row and the label. */
+static tp_status_t s_seq_labels(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    const int64_t s[3] = {2, 2, 3};
+    tp_node_t *logits = tp_variable(t, "logits", 3, s, (tp_init_t){TP_INIT_CONST, 0.5f},
+                                    TP_VAR_TRAINABLE);
+    tp_node_t *y = tp_softmax_xent_seq(t, "seq_xent", logits, in[0], -1);
+    tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+Test(graph, softmax_xent_seq_ignores_its_label_and_names_a_bad_one) {
+    tp_input_desc_t d = {"labels", TP_INT32, 2, {2, 2}};
+    tp_model_desc_t md = {&d, 1, s_seq_labels, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = 2;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    int32_t lab[4] = {0, -1, 2, -1};
+    int64_t ls[2] = {2, 2};
+    tp_tensor_t in, v;
+    tp_tensor_init_wrap(&in, TP_INT32, 2, ls, lab, NULL, NULL);
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_fetch(m, -1, "y", &v), TP_OK);
+    /* equal logits: ln 3 for each of the 2 counted labels */
+    cr_expect_float_eq(*(float *)v.data, logf(3.0f), 1e-6);
+    lab[3] = 3;
+    cr_expect_neq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK);
+    cr_expect(strstr(tp_last_error(), "seq_xent") && strstr(tp_last_error(), "label 3 at row 3"),
+              "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
+
 /* ---- gradients with respect to a data input ---------------------------- */
 
 static int s_ask_labels;

@@ -568,6 +568,73 @@ FD_TEST(norm_layers, c_norm_layers, X4(3, 2, 2))
 FD_TEST(a_wrong_norm_gradient_fails_the_check, c_broken_group_norm, X4(4, 2, 3), 1)
 FD_TEST(a_wrong_matmul_gradient_fails_the_check, c_broken_bmm, 3, {N, 2, 3}, 1)
 
+/* ---- the reduce family ------------------------------------------------------ */
+
+static tp_node_t *c_reduce_sum(tp_tower_t *t, tp_node_t *x) {
+    const int ax[1] = {-1};
+    return tp_reduce_sum(t, NULL, x, 1, ax, 0);
+}
+/* over the batch axis and the last, kept, scaling x: x * sum(x) reaches
+ * every element by two paths */
+static tp_node_t *c_reduce_sum_02(tp_tower_t *t, tp_node_t *x) {
+    const int ax[2] = {0, 2};
+    return tp_mul(t, NULL, x, tp_reduce_sum(t, NULL, x, 2, ax, 1));
+}
+static tp_node_t *c_reduce_mean(tp_tower_t *t, tp_node_t *x) {
+    const int ax[2] = {2, 0};
+    tp_node_t *m = tp_mul(t, NULL, x, tp_reduce_mean(t, NULL, x, 2, ax, 1));
+    const int one[1] = {1};
+    return tp_reduce_mean(t, NULL, m, 1, one, 0);
+}
+static tp_node_t *c_reduce_mean_all(tp_tower_t *t, tp_node_t *x) {
+    return tp_reduce_mean(t, NULL, tp_square(t, NULL, x), 0, NULL, 0); /* a scalar */
+}
+static tp_node_t *c_reduce_max(tp_tower_t *t, tp_node_t *x) {
+    const int ax[1] = {2};
+    return tp_reduce_max(t, NULL, x, 1, ax, 0);
+}
+static tp_node_t *c_reduce_max_01(tp_tower_t *t, tp_node_t *x) {
+    const int ax[2] = {0, 1};
+    return tp_mul(t, NULL, x, tp_reduce_max(t, NULL, x, 2, ax, 1));
+}
+static tp_node_t *c_softmax_mid(tp_tower_t *t, tp_node_t *x) {
+    return tp_softmax(t, NULL, tp_scale(t, NULL, x, 2.0f), 1);
+}
+static tp_node_t *c_softmax_first(tp_tower_t *t, tp_node_t *x) {
+    return tp_softmax(t, NULL, x, 0);
+}
+static tp_node_t *c_log_softmax_last(tp_tower_t *t, tp_node_t *x) {
+    return tp_log_softmax(t, NULL, x, -1);
+}
+static tp_node_t *c_log_softmax_first(tp_tower_t *t, tp_node_t *x) {
+    return tp_log_softmax(t, NULL, x, 0);
+}
+/* logits x [N,3,5] against labels [N,3] made by argmax over a fixed
+ * (model, untrained) tensor; class 1 is the ignore label */
+static tp_node_t *c_xent_seq(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[3] = {N, 3, 5};
+    tp_node_t *src = tp_variable(t, "label_src", 3, s, (tp_init_t){TP_INIT_NORMAL, 1.0f},
+                                 TP_VAR_MODEL);
+    return tp_softmax_xent_seq(t, NULL, x, tp_argmax(t, NULL, src, 2, 0), 1);
+}
+static tp_node_t *c_broken_log_softmax(tp_tower_t *t, tp_node_t *x) {
+    tp_cpu_elementwise_grad_fault = 1.1f; /* this forked test's process only */
+    return c_log_softmax_last(t, x);
+}
+
+FD_TEST(reduce_sum_last, c_reduce_sum, 3, {N, 2, 3})
+FD_TEST(reduce_sum_batch_and_last_kept, c_reduce_sum_02, 3, {N, 2, 3})
+FD_TEST(reduce_mean, c_reduce_mean, 3, {N, 2, 3})
+FD_TEST(reduce_mean_all, c_reduce_mean_all, 3, {N, 2, 3})
+FD_TEST(reduce_max_last, c_reduce_max, 3, {N, 2, 3})
+FD_TEST(reduce_max_batch_and_mid_kept, c_reduce_max_01, 3, {N, 2, 3})
+FD_TEST(softmax_mid_axis, c_softmax_mid, 3, {N, 2, 3})
+FD_TEST(softmax_batch_axis, c_softmax_first, 3, {N, 2, 3})
+FD_TEST(log_softmax_last_axis, c_log_softmax_last, 3, {N, 2, 3})
+FD_TEST(log_softmax_batch_axis, c_log_softmax_first, 3, {N, 2, 3})
+FD_TEST(softmax_xent_seq_with_ignored_labels, c_xent_seq, 3, {N, 3, 5})
+FD_TEST(a_wrong_reduce_family_gradient_fails_the_check, c_broken_log_softmax, 3, {N, 2, 3}, 1)
+
 /* ---- forward values of ops without gradients ------------------------------ */
 
 /* int32 tokens through the shape family: one-hot, a slice of the ids

@@ -79,7 +79,7 @@ static void s_dump(void) {
             xs[p] = op_case_in(k, p);
             size_t n = tp_shape_count(&xs[p]);
             x[p] = malloc(n * sizeof(float) + 4);
-            dx[p] = malloc(n * sizeof(float) + 4);
+            dx[p] = calloc(n + 1, sizeof(float)); /* stays 0 where no gradient flows */
             xi[p] = malloc(n * sizeof(int32_t) + 4);
             for (size_t i = 0; i < n; i++) {
                 x[p][i] = (float)(k->lo[p] + (k->hi[p] - k->lo[p]) * tp_rng_double(&r));
@@ -91,10 +91,18 @@ static void s_dump(void) {
                 }
             }
             xc[p] = (k->ints >> p) & 1 ? (const void *)xi[p] : (const void *)x[p];
+            if (p == 1 && op_case_labels(k->kind)) { /* the reduce family's labels */
+                for (size_t i = 0; i < n; i++) {  /* in [0, V); the files hold floats */
+                    xi[p][i] = (int32_t)(tp_rng_u64(&r) % (uint64_t)xs[0].d[xs[0].ndim - 1]);
+                    x[p][i] = (float)xi[p][i];
+                }
+                xc[p] = xi[p];
+            }
         }
         float *dxc[3] = {dx[0], dx[1], dx[2]};
         for (int p = 0; p < k->ninputs; p++)
-            if (((k->ints >> p) & 1) || k->kind == TP_OP_ONE_HOT) { /* no gradient */
+            if (((k->ints >> p) & 1) || k->kind == TP_OP_ONE_HOT ||
+                (p == 1 && op_case_labels(k->kind))) { /* no gradient */
                 memset(dx[p], 0, tp_shape_count(&xs[p]) * sizeof(float));
                 dxc[p] = NULL;
             }
@@ -118,15 +126,24 @@ static void s_dump(void) {
         float *ws = NULL; /* the op's scratch */
         c.workspace_bytes = b->ops->op_workspace(b, &c);
         if (c.workspace_bytes) {
-            ws = malloc(c.workspace_bytes);
+            ws = calloc(1, c.workspace_bytes + 64);
             c.workspace = ws;
         }
         cr_assert_eq(b->ops->op_forward(b, NULL, &c), TP_OK, "%s", tp_last_error());
         cr_assert_eq(b->ops->op_backward(b, NULL, &c), TP_OK, "%s", tp_last_error());
+        if (k->kind == TP_OP_ARGMAX) /* int32 indices, written as floats */
+            for (size_t i = 0; i < ny; i++)
+                y[i] = (float)((int32_t *)y)[i];
         fprintf(m, "{\"label\": \"%s\", \"op\": \"%s\", \"alpha\": %.9g, \"beta\": %.9g, "
-                   "\"atol\": %.9g, \"rtol\": %.9g, ",
+                   "\"atol\": %.9g, \"rtol\": %.9g, \"keepdims\": %d, \"axes\": [",
                 k->label, tp_op_name(k->kind), (double)k->alpha, (double)k->beta,
-                (double)k->atol, (double)k->rtol);
+                (double)k->atol, (double)k->rtol, k->beta != 0);
+        for (int j = 0, first = 1; j < 8; j++)
+            if (op_case_axes(k) & (1 << j)) {
+                fprintf(m, "%s%d", first ? "" : ",", j);
+                first = 0;
+            }
+        fprintf(m, "], ");
         fprintf(m, "\"axis\": %d, \"ints\": %d, \"a\": [%lld,%lld,%lld,%lld], "
                    "\"b\": [%lld,%lld,%lld,%lld], \"y\": ", k->axis, k->ints,
                 (long long)k->a[0], (long long)k->a[1], (long long)k->a[2],
@@ -488,3 +505,34 @@ static tp_status_t s_every_linalg(tp_tower_t *t, tp_node_t *const *in, void *u) 
 Test(op_parity, onnx_export_of_every_linalg_op_evaluates_the_same) {
     s_onnx_round_trip(s_every_linalg, "onnx_linalg", 7, 24);
 }
+
+
+/* The reduce family's ONNX forms (ReduceSum/ReduceMean/ReduceMax with axes
+ * and keepdims, ArgMax + Cast, Softmax/LogSoftmax along an axis, the
+ * sequence cross-entropy as SoftmaxCrossEntropyLoss behind a Transpose,
+ * top-k accuracy from TopK), argmax feeding the label ops, all added into
+ * the [4,2,3] output the numpy evaluator must reproduce. */
+static tp_status_t s_every_reduce(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0]; /* batched [4,2,3] */
+    const int a1[1] = {1}, a02[2] = {0, 2}, alast[1] = {-1};
+    tp_node_t *y = tp_add(t, NULL, tp_softmax(t, "sm", x, 1), tp_log_softmax(t, "lsm", x, 0));
+    y = tp_add(t, NULL, y, tp_reduce_sum(t, "sum1", x, 1, a1, 1));
+    y = tp_add(t, NULL, y, tp_reduce_mean(t, "mean02", x, 2, a02, 1));
+    y = tp_add(t, NULL, y, tp_reduce_max(t, "maxlast", x, 1, alast, 1));
+    y = tp_add(t, NULL, y, tp_reduce_sum(t, "sumall", tp_square(t, NULL, x), 0, NULL, 0));
+    /* labels [4,2] from another tensor; class 0 ignored */
+    tp_node_t *lab = tp_argmax(t, "lab", tp_neg(t, NULL, x), -1, 0);
+    y = tp_add(t, NULL, y, tp_softmax_xent_seq(t, "seq_xent", x, lab, 0));
+    const int64_t s46[2] = {-1, 6};
+    tp_node_t *flat = tp_reshape(t, "flat", x, 2, s46);
+    tp_node_t *lab2 = tp_argmax(t, "lab2", tp_reshape(t, NULL, tp_square(t, NULL, tp_add(t, NULL, x, tp_scalar(t, "shift", 0.3f))), 2, s46), 1, 0);
+    y = tp_add(t, "y", y, tp_top_k_accuracy(t, "top2", flat, lab2, 2));
+    tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+Test(op_parity, onnx_export_of_every_reduce_op_evaluates_the_same) {
+    s_onnx_round_trip(s_every_reduce, "onnx_reduce", 7, 24);
+}
+

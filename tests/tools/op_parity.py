@@ -7,7 +7,7 @@ Usage: op_parity.py DIR
 The second form checks an exported model instead: onnx.checker (full
 check) accepts it, and evaluating its nodes with numpy on the input X gives
 towerpack's output Y within 1e-5 (a small evaluator for the ops the
-elementwise, loss and linalg families export; onnx 1.12 has no reference
+elementwise, loss, linalg and reduce families export; onnx 1.12 has no reference
 runtime).
 
 DIR holds manifest.jsonl (one JSON object per row: label, op, alpha, beta,
@@ -103,6 +103,19 @@ OPS = {
                                             eps=r["alpha"]),
     "instance_norm": lambda x, r: F.instance_norm(x[0], weight=x[1], bias=x[2],
                                                   eps=r["alpha"]),
+    # the reduce family: r["axes"] the reduced (or softmax) axes; labels
+    # (input 1) arrive as floats of integer value
+    "reduce_sum": lambda x, r: torch.sum(x[0], dim=tuple(r["axes"]), keepdim=bool(r["keepdims"])),
+    "reduce_mean": lambda x, r: torch.mean(x[0], dim=tuple(r["axes"]), keepdim=bool(r["keepdims"])),
+    "reduce_max": lambda x, r: torch.amax(x[0], dim=tuple(r["axes"]), keepdim=bool(r["keepdims"])),
+    "argmax": lambda x, r: torch.argmax(x[0], dim=r["axes"][0], keepdim=bool(r["keepdims"])).float(),
+    "softmax": lambda x, r: torch.softmax(x[0], dim=r["axes"][0]),
+    "log_softmax": lambda x, r: torch.log_softmax(x[0], dim=r["axes"][0]),
+    "softmax_xent_seq": lambda x, r: F.cross_entropy(
+        x[0].reshape(-1, x[0].shape[-1]), x[1].long().reshape(-1), ignore_index=int(r["alpha"])),
+    "softmax_xent": lambda x, r: F.cross_entropy(x[0], x[1].long(), label_smoothing=r["alpha"]),
+    "top_k_accuracy": lambda x, r: (x[0].topk(int(r["alpha"]), dim=1).indices
+                                    == x[1].long()[:, None]).any(1).float().mean(),
 }
 
 
@@ -228,6 +241,52 @@ def onnx_eval(model_path, x_path, dims, y_path):
         "Clip": lambda v, lo, hi: np.clip(v, lo, hi),
         "MatMul": np.matmul,
     }
+    # ops that read their attributes (a: name -> value): the reduce family's,
+    # and the losses' ReduceMean (every axis, keepdims 0)
+    def axes_of(a, axes=None):
+        axes = a.get("axes") if axes is None else axes
+        return None if axes is None or len(axes) == 0 else tuple(int(v) for v in axes)
+
+    def softmax(v, axis):
+        e = np.exp(v - np.max(v, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+    def log_softmax(v, axis):
+        m = v - np.max(v, axis=axis, keepdims=True)
+        return m - np.log(np.sum(np.exp(m), axis=axis, keepdims=True))
+
+    def xent(a, scores, labels):
+        lp = log_softmax(scores.astype(np.float64), 1)
+        keep = labels != a.get("ignore_index", -100)
+        safe = np.where(keep, labels, 0).astype(np.int64)
+        picked = np.take_along_axis(lp, np.expand_dims(safe, 1), axis=1).squeeze(1)
+        return -np.sum(picked[keep]) / np.sum(keep)
+
+    def topk(a, v, k):
+        axis = a.get("axis", -1)
+        idx = np.take(np.argsort(-v, axis=axis, kind="stable"), np.arange(int(k[0])), axis=axis)
+        return np.take_along_axis(v, idx, axis=axis), idx
+
+    casts = {1: np.float32, 6: np.int32, 7: np.int64}
+    rfns = {  # looked up after afns (the node-style table below)
+        "ReduceMean": lambda a, v: np.mean(v.astype(np.float64), axis=axes_of(a),
+                                           keepdims=bool(a.get("keepdims", 1))),
+        "ReduceSum": lambda a, v, axes=None: np.sum(v.astype(np.float64), axis=axes_of(a, axes),
+                                                    keepdims=bool(a.get("keepdims", 1))),
+        "ReduceMax": lambda a, v: np.max(v, axis=axes_of(a), keepdims=bool(a.get("keepdims", 1))),
+        "ArgMax": lambda a, v: (np.expand_dims(np.argmax(v, axis=a.get("axis", 0)), a.get("axis", 0))
+                                if a.get("keepdims", 1) else np.argmax(v, axis=a.get("axis", 0))),
+        "Cast": lambda a, v: v.astype(casts[a["to"]]),
+        "Softmax": lambda a, v: softmax(v.astype(np.float64), a.get("axis", -1)),
+        "LogSoftmax": lambda a, v: log_softmax(v.astype(np.float64), a.get("axis", -1)),
+        "Transpose": lambda a, v: np.transpose(v, a["perm"]),
+        "SoftmaxCrossEntropyLoss": xent,
+        "TopK": topk,
+        "Unsqueeze": lambda a, v, axes: np.expand_dims(v, tuple(int(x) for x in axes)),
+        "Equal": lambda a, x, y: np.equal(x, y),
+        "Flatten": lambda a, v: v.reshape(int(np.prod(v.shape[:a.get("axis", 1)])), -1),
+        "Reshape": lambda a, v, shape: v.reshape([int(d) for d in shape]),
+    }
 
     # ops whose attributes matter (the node comes first)
     def attr(n, name, default=None):
@@ -294,21 +353,22 @@ def onnx_eval(model_path, x_path, dims, y_path):
         "OneHot": np_one_hot,
     })
     for n in g.node:
+        ins = [env[i] if i else None for i in n.input]
         if n.op_type in afns:
-            out = afns[n.op_type](n, *[env[i] for i in n.input])
-            env[n.output[0]] = np.asarray(out, dtype=out.dtype if out.dtype == np.int32
-                                          else np.float32)
-            continue
-        if n.op_type in CONV_NODE_FNS:  # the convolution family reads attributes
-            env[n.output[0]] = np.asarray(
-                CONV_NODE_FNS[n.op_type](n, *[env[i] if i else None for i in n.input]),
-                dtype=np.float32)
-            continue
-        if n.op_type not in fns:
+            r = afns[n.op_type](n, *ins)
+        elif n.op_type in rfns:  # the reduce family reads an attribute dict
+            r = rfns[n.op_type]({t.name: onnx.helper.get_attribute_value(t)
+                                 for t in n.attribute}, *ins)
+        elif n.op_type in CONV_NODE_FNS:  # the convolution family reads attributes
+            r = CONV_NODE_FNS[n.op_type](n, *ins)
+        elif n.op_type in fns:
+            r = fns[n.op_type](*ins)
+        else:
             print("MISMATCH: the evaluator has no %s" % n.op_type)
             return 1
-        env[n.output[0]] = np.asarray(fns[n.op_type](*[env[i] for i in n.input]),
-                                      dtype=np.float32)
+        for name, v in zip(n.output, r if isinstance(r, tuple) else (r,)):
+            v = np.asarray(v)
+            env[name] = v.astype(np.float32) if v.dtype.kind == "f" else v
     got = env[g.output[0].name]
     want = np.fromfile(y_path, dtype="<f4").reshape(got.shape)
     ok = compare("onnx", g.output[0].name, got, want, 1e-5, 1e-5)
