@@ -183,7 +183,17 @@ Test(actor, slow_consumer_blocks_producer_memory_bounded) {
     }
     tp_stats_row_t ra, rc;
     tp_actor_stats(a, &ra);
-    tp_actor_stats(c, &rc);
+    /* The consumer's fill is more than half as long as the producer keeps
+     * up: libzmq lets the writer on each time its reader has read 8 (half
+     * the link), so the queue holds 9 to 16 while the consumer sleeps over
+     * one. On a loaded host the producer may refill late, and a request
+     * answered right then sees 8 of 16 (0.50) or fewer: 1 to 2 answers in
+     * 300 did beside the hunt. So ask until one is more than half full
+     * (each answer takes one 20 ms datapoint; 10 s guards a broken fill). */
+    double until = tp_now_s() + 10;
+    do
+        tp_actor_stats(c, &rc);
+    while (!(rc.queue_fill > 0.5) && tp_now_s() < until);
     /* 2 x hwm in the link, one in the sink's hands, one being made. */
     cr_assert_leq(peak, 2 * 8 + 3, "live datapoints %ld", peak);
     cr_assert_gt(ra.blocked_s, 0.3, "producer blocked %.3f s", ra.blocked_s);
@@ -225,8 +235,19 @@ Test(actor, recent_stats_never_wait_for_a_blocked_producer) {
     cr_assert_geq(first.msgs_out, 8, "published msgs_out %llu",
                   (unsigned long long)first.msgs_out);
     cr_assert_gt(first.blocked_s, 0.05, "published blocked_s %.3f", first.blocked_s);
-    usleep(100000);
-    cr_assert_eq(tp_actor_stats_recent(a, &row), TP_OK);
+    /* The counters move on, without asking. Wait for that event too: the
+     * producer's msgs_out moves only when libzmq lets it write again, after
+     * the consumer has read half the link (4 datapoints, 20 ms each), and
+     * is published at its next look at the pipe (10 ms later at most). A
+     * fixed look 100 ms after `first` failed when the consumer's sleeps
+     * ran 30 ms late each (5 runs of 5; none at 10 ms late), which a loaded
+     * ASan host does: beside the hunt a 20 ms sleep of an actor's thread
+     * came back up to 200 ms late. */
+    until = tp_now_s() + 10;
+    do {
+        usleep(10000);
+        cr_assert_eq(tp_actor_stats_recent(a, &row), TP_OK);
+    } while (row.msgs_out <= first.msgs_out && tp_now_s() < until);
     cr_assert_gt(row.msgs_out, first.msgs_out, "the counters move on");
     cr_assert_gt(row.alive_s, first.alive_s);
     /* never ahead of the actor's own answer */
