@@ -45,11 +45,31 @@ static void s_asym_register(void) {
 #endif
 }
 
+/* czmq caps a process at 1024 ZeroMQ sockets, and libzmq frees a closed
+ * socket only later, on its reaper thread: actors made and destroyed quickly
+ * on a loaded host left closed sockets waiting by the hundreds (392 seen),
+ * and past the cap czmq's socket constructor aborts the process. Raise the
+ * cap to libzmq's own limit (the open-file limit stays the real bound),
+ * unless the application set ZSYS_MAX_SOCKETS. The context reads it when
+ * its first socket starts it: towerpack's socket makers call
+ * tp_actors_init first. Creating czmq's context starts no thread. */
+static void s_raise_socket_cap(void) {
+    if (getenv("ZSYS_MAX_SOCKETS"))
+        return;
+    void *zctx = zsys_init();
+    if (!zctx)
+        return;
+    int limit = zmq_ctx_get(zctx, ZMQ_SOCKET_LIMIT);
+    if (limit > zmq_ctx_get(zctx, ZMQ_MAX_SOCKETS))
+        zmq_ctx_set(zctx, ZMQ_MAX_SOCKETS, limit);
+}
+
 static pthread_once_t s_init_once = PTHREAD_ONCE_INIT;
 static void s_init(void) {
     /* Unless the application set ZSYS_SIGHANDLER itself, keep czmq's signal
      * handler out: it would swallow SIGINT without ending anything. */
     zsys_handler_set(NULL);
+    s_raise_socket_cap();
     s_asym_register();
     pthread_atfork(NULL, NULL, s_asym_register);  /* a child registers anew */
 }

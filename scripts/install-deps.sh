@@ -54,6 +54,8 @@ packages=(
   # hardening (scripts/fuzz.sh, scripts/valgrind.sh): libFuzzer needs clang
   # and its runtime library; memcheck
   clang libclang-rt-dev valgrind
+  # the flake hunt's CPU load (scripts/test-repeat.sh --load)
+  stress-ng
   # the main job's data: Fashion-MNIST IDX files under /usr/share/datasets
   dataset-fashion-mnist
   # tp-predict's confusion matrix image (cairo; fontconfig for its fonts)
