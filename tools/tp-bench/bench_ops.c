@@ -176,6 +176,71 @@ static tp_node_t *s_concat(tp_tower_t *t, tp_node_t *const *in, const bench_row_
     return tp_concat(t, "op", r->nin, in);
 }
 
+/* ---- the op families that landed after the first table ----------------- */
+
+/* attr[0], attr[1]: stride, pad (no bias, output padding 0) */
+static tp_node_t *s_deconv(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    return tp_conv2d_transpose_op(t, "op", in[0], in[1], NULL, (int)r->attr[0],
+                                  (int)r->attr[1], 0, 1, 1);
+}
+/* attr[0]: the factor */
+static tp_node_t *s_up_nearest(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    return tp_upsample_nearest(t, "op", in[0], (int)r->attr[0]);
+}
+static tp_node_t *s_up_bilinear(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    return tp_upsample_bilinear(t, "op", in[0], (int)r->attr[0], 0);
+}
+/* NCHW -> NHWC */
+static tp_node_t *s_to_nhwc(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    static const int perm[4] = {0, 2, 3, 1};
+    return tp_transpose(t, "op", in[0], perm);
+}
+/* over the spatial axes (2, 3), dropped */
+static tp_node_t *s_sum_hw(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    static const int axes[2] = {2, 3};
+    return tp_reduce_sum(t, "op", in[0], 2, axes, 0);
+}
+static tp_node_t *s_mean_hw(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    static const int axes[2] = {2, 3};
+    return tp_reduce_mean(t, "op", in[0], 2, axes, 0);
+}
+/* along the last axis */
+static tp_node_t *s_softmax(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    return tp_softmax(t, "op", in[0], -1);
+}
+static tp_node_t *s_log_softmax(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    return tp_log_softmax(t, "op", in[0], -1);
+}
+/* q k^T: both [B,T,D], the second read transposed */
+static tp_node_t *s_qk(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    return tp_batch_matmul(t, "op", in[0], in[1], 0, 1);
+}
+/* over the last axis; gamma, beta variables; eps 1e-5 */
+static tp_node_t *s_layer_norm(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    return tp_layer_norm_op(t, "op", in[0], in[1], in[2], 1, 1e-5f);
+}
+/* attr[0]: groups */
+static tp_node_t *s_group_norm(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    return tp_group_norm_op(t, "op", in[0], in[1], in[2], (int)r->attr[0], 1e-5f);
+}
+/* a table [V, D] (variable) by int32 ids [B, T] */
+static tp_node_t *s_gather(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    return tp_gather_rows(t, "op", in[1], in[0]);
+}
+/* logits [B,T,V], labels [B,T]; nothing ignored */
+static tp_node_t *s_xent_seq(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    return tp_softmax_xent_seq(t, "op", in[0], in[1], -100);
+}
+
 /* A whole model for a step row: examples/mlp.c's MLP 784-512-256-10 on
  * inputs x [B,784], labels [B], and its weights and biases as 'w' inputs
  * 2..7, to softmax cross-entropy. */
@@ -196,7 +261,10 @@ static tp_node_t *s_mlp_step(tp_tower_t *t, tp_node_t *const *in, const bench_ro
  *   cnn-bn (examples/cnn_bn.c): conv0's [128,32,28,28] before its pool,
  *     conv1 32->64 on [128,32,14,14];
  *   resnet (examples/resnet.c): [128,128,7,7] into global average pooling;
- *   classifiers: [128,10] logits. */
+ *   classifiers: [128,10] logits, [128,1000] for ImageNet's classes;
+ *   transformer (issue 45's small GPT): [16,64,128] activations, 64
+ *     tokens of 256 byte values, 4 heads' scores as [32,64,32] products,
+ *     an embedding table of 10000 rows. */
 #define AE16 {'x', 4, {128, 16, 14, 14}}
 #define AE16P {'p', 4, {128, 16, 14, 14}}
 #define IMG {'x', 4, {128, 1, 28, 28}}
@@ -267,6 +335,33 @@ static const bench_row_t s_rows[] = {
     /* a whole training step (a "*_step" row): the MLP of examples/mlp.c; the
      * autoencoder's step (issue 42: at most 0.5x PyTorch's) is one more
      * such row once examples/autoencoder.c exists */
+    /* the convolution family: the autoencoder's decoder */
+    {"conv2d_transpose/dec1", "conv2d_transpose", AE, s_deconv, {2, 1}, 2,
+     {{'x', 4, {128, 32, 7, 7}}, {'w', 4, {32, 16, 4, 4}}}},
+    {"conv2d_transpose/dec2", "conv2d_transpose", AE, s_deconv, {2, 1}, 2,
+     {AE16, {'w', 4, {16, 1, 4, 4}}}},
+    {"upsample_nearest", "upsample_nearest", AE, s_up_nearest, {2}, 1, {AE16}},
+    {"upsample_bilinear", "upsample_bilinear", AE, s_up_bilinear, {2}, 1, {AE16}},
+    /* the shape family */
+    {"transpose/nhwc", "transpose_nhwc", AE, s_to_nhwc, {0}, 1, {AE16}},
+    {"gather/embedding", "gather", "transformer", s_gather, {0, 0, 0, 0, 0, 10000}, 2,
+     {{'l', 2, {128, 32}}, {'w', 2, {10000, 128}}}},
+    /* the reduce family */
+    {"reduce_sum/hw", "reduce_sum_hw", AE, s_sum_hw, {0}, 1, {AE16}},
+    {"reduce_mean/hw", "reduce_mean_hw", AE, s_mean_hw, {0}, 1, {AE16}},
+    {"softmax/1000", "softmax", "classifier", s_softmax, {0}, 1, {{'x', 2, {128, 1000}}}},
+    {"log_softmax/1000", "log_softmax", "classifier", s_log_softmax, {0}, 1,
+     {{'x', 2, {128, 1000}}}},
+    {"softmax_xent_seq", "softmax_xent_seq", "transformer", s_xent_seq, {0}, 2,
+     {{'x', 3, {16, 64, 256}}, {'l', 2, {16, 64}}}},
+    /* the linalg family: attention's scores, a Transformer's norm, a
+     * GroupNorm on the autoencoder's activations */
+    {"batch_matmul/qk", "batch_matmul_qk", "transformer", s_qk, {0}, 2,
+     {{'x', 3, {32, 64, 32}}, {'x', 3, {32, 64, 32}}}},
+    {"layer_norm", "layer_norm", "transformer", s_layer_norm, {0}, 3,
+     {{'x', 3, {16, 64, 128}}, {'w', 1, {128}}, {'w', 1, {128}}}},
+    {"group_norm", "group_norm", AE, s_group_norm, {4}, 3,
+     {AE16, {'w', 1, {16}}, {'w', 1, {16}}}},
     {"mlp_step", "mlp_step", "mlp", s_mlp_step, {0, 0, 0, 0, 0, 10}, 8,
      {{'t', 2, {128, 784}}, {'l', 1, {128}}, {'w', 2, {784, 512}}, {'w', 1, {512}},
       {'w', 2, {512, 256}}, {'w', 1, {256}}, {'w', 2, {256, 10}}, {'w', 1, {10}}}},
