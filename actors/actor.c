@@ -50,18 +50,25 @@ static void s_asym_register(void) {
  * on a loaded host left closed sockets waiting by the hundreds (392 seen),
  * and past the cap czmq's socket constructor aborts the process. Raise the
  * cap to libzmq's own limit (the open-file limit stays the real bound),
- * unless the application set ZSYS_MAX_SOCKETS. The context reads it when
- * its first socket starts it: towerpack's socket makers call
- * tp_actors_init first. Creating czmq's context starts no thread. */
+ * unless the application set ZSYS_MAX_SOCKETS: through that variable, which
+ * czmq reads when its context starts (at the first socket), so that no
+ * context is made here. One made this early would be inherited by every
+ * forked child (the CUDA probe, dataflow workers), where czmq forgets it:
+ * memory the child can no longer reach. libzmq's limit is read from a
+ * context of its own, made and ended at once (no thread, no socket). */
 static void s_raise_socket_cap(void) {
     if (getenv("ZSYS_MAX_SOCKETS"))
         return;
-    void *zctx = zsys_init();
-    if (!zctx)
+    void *ctx = zmq_ctx_new();
+    if (!ctx)
         return;
-    int limit = zmq_ctx_get(zctx, ZMQ_SOCKET_LIMIT);
-    if (limit > zmq_ctx_get(zctx, ZMQ_MAX_SOCKETS))
-        zmq_ctx_set(zctx, ZMQ_MAX_SOCKETS, limit);
+    int limit = zmq_ctx_get(ctx, ZMQ_SOCKET_LIMIT);
+    zmq_ctx_term(ctx);
+    if (limit > 1024) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", limit);
+        setenv("ZSYS_MAX_SOCKETS", v, 0);
+    }
 }
 
 static pthread_once_t s_init_once = PTHREAD_ONCE_INIT;
