@@ -1,7 +1,8 @@
 /* towerpack tests: the zoo's GAN through tp-train, run as a user runs it
  * (tp-train --model dcgan on Fashion-MNIST, a few steps): the GAN
- * trainer's losses and the sample grids SampleGrid writes each epoch. Own
- * executable: it forks and execs. */
+ * trainer's losses, the sample grids SampleGrid writes each epoch, and
+ * tp-generate's samples of the trained generator (read back by NumPy,
+ * generate_check.py). Own executable: it forks and execs. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,19 +44,25 @@ static int s_column(const char *path, const char *name, double *v, int max) {
  * finite at every step, and moving: the two updates change the weights
  * each step), and each epoch's grid of 64 samples is an 8 x 8 grid of 28 x
  * 28 tiles with 2 px between and around them (242 x 242, grey). */
-Test(dcgan, tp_train_trains_it_and_writes_sample_grids, .timeout = 180) {
+/* A short run of tp-train --model dcgan (2 epochs of 3 steps, batch 16)
+ * into dir/run (logdir[size]); skips without Fashion-MNIST. */
+static void s_train(const char *dir, char *logdir, size_t size) {
     if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK))
         cr_skip_test("Fashion-MNIST is not installed (dataset-fashion-mnist)");
-    char dir[] = "/tmp/tp-dcgan-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    char logdir[128];
-    snprintf(logdir, sizeof logdir, "%s/run", dir);
+    snprintf(logdir, size, "%s/run", dir);
     char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "dcgan", "--epochs", "2",
                     "--steps-per-epoch", "3", "--batch", "16", "--threads", "1",
                     "--logdir", logdir, "--no-tensorboard", NULL};
     const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
     int rc = pu_run(argv, env, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "tp-train --model dcgan failed:\n%s", s_out);
+}
+
+Test(dcgan, tp_train_trains_it_and_writes_sample_grids, .timeout = 180) {
+    char dir[] = "/tmp/tp-dcgan-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char logdir[128];
+    s_train(dir, logdir, sizeof logdir);
 
     char path[256];
     snprintf(path, sizeof path, "%s/steps.tsv", logdir);
@@ -85,4 +92,52 @@ Test(dcgan, tp_train_trains_it_and_writes_sample_grids, .timeout = 180) {
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* The whole file into *data (malloc'ed); its size. */
+static size_t s_slurp(const char *path, char **data) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    *data = malloc((size_t)n);
+    cr_assert(*data && fread(*data, 1, (size_t)n, f) == (size_t)n, "%s", path);
+    fclose(f);
+    return (size_t)n;
+}
+
+/* Must hold: tp-generate draws from the run's generator (its latest
+ * checkpoint, through the log directory) uint8 [N, 28, 28] .npy files that
+ * NumPy reads; 300 samples (two predictor calls) start with the 64 of
+ * --count 64, and those, with the run's seed, are the tiles of the run's
+ * last sample grid: --png writes that very PNG, byte for byte. */
+Test(dcgan, tp_generate_samples_the_trained_generator, .timeout = 180) {
+    char dir[] = "/tmp/tp-dcgan-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char logdir[128], npy[160], npy64[160], png[160];
+    s_train(dir, logdir, sizeof logdir);
+    snprintf(npy, sizeof npy, "%s/g.npy", dir);
+    snprintf(npy64, sizeof npy64, "%s/g64.npy", dir);
+    snprintf(png, sizeof png, "%s/g64.png", dir);
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    char *a300[] = {TP_BINARY_DIR "/bin/tp-generate", "--load", logdir, "--count", "300",
+                    "--output", npy, NULL};
+    cr_assert_eq(pu_run(a300, env, s_out, sizeof s_out), 0, "tp-generate:\n%s", s_out);
+    char *a64[] = {TP_BINARY_DIR "/bin/tp-generate", "--load", logdir, "--count", "64",
+                   "--output", npy64, "--png", png, "--seed", "1", NULL};
+    cr_assert_eq(pu_run(a64, env, s_out, sizeof s_out), 0, "tp-generate:\n%s", s_out);
+    char grid[160], *x, *y;
+    snprintf(grid, sizeof grid, "%s/samples-2.png", logdir);
+    size_t nx = s_slurp(png, &x), ny = s_slurp(grid, &y);
+    cr_assert(nx == ny && !memcmp(x, y, nx), "%s (%zu bytes) is not %s (%zu bytes)", png, nx,
+              grid, ny);
+    free(x);
+    free(y);
+    /* a checkpoint of another model is refused, naming it */
+    char *bad[] = {TP_BINARY_DIR "/bin/tp-generate", "--load", logdir, "--model", "cnn",
+                   "--count", "4", "--output", npy, NULL};
+    cr_assert_neq(pu_run(bad, env, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "not a generator"), "%s", s_out);
+    PU_PYTHON_EXPECT(TP_SOURCE_DIR "/tests/tools/generate_check.py", dir, "numpy agrees");
 }
