@@ -3,7 +3,8 @@
  * layout) for grey or colour images and any number of classes: 28x28 grey
  * and 10 classes by default, any height and width from the model's
  * min_size on (each model reads C, H and W from its image input, the
- * classes from its options). */
+ * classes from its options); and the zoo's GAN, DCGAN for 28x28 grey
+ * images (tp_zoo_find_gan). */
 #include <stdio.h>
 #include <string.h>
 #include <towerpack/models.h>
