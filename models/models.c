@@ -3,7 +3,8 @@
  * layout) for grey or colour images and any number of classes: 28x28 grey
  * and 10 classes by default, any height and width from the model's
  * min_size on (each model reads C, H and W from its image input, the
- * classes from its options). */
+ * classes from its options); and the zoo's GAN, DCGAN for 28x28 grey
+ * images (tp_zoo_find_gan). */
 #include <stdio.h>
 #include <string.h>
 #include <towerpack/models.h>
@@ -294,5 +295,134 @@ const tp_zoo_model_t *tp_zoo_find(const char *name) {
     tp_error(TP_ERR_INVALID, "unknown model '%s' (mlp, cnn, cnn-bn, resnet, resnet18, "
              "resnet50)",
              name ? name : "(null)");
+    return NULL;
+}
+
+/* ---- DCGAN (models.h: tp_zoo_find_gan) ---------------------------------- */
+
+static const tp_input_desc_t s_dcgan_inputs[3] = {
+    {"image", TP_UINT8, 3, {-1, 28, 28}},
+    {"label", TP_INT32, 1, {-1}},
+    {"z", TP_FLOAT32, 2, {-1, TP_ZOO_DCGAN_Z}},
+};
+
+/* Every weight's initial std (Radford et al.; tensorpack's DCGAN.py
+ * draws its kernels from a normal of 0.02 too): with the layers' He
+ * initialisation the discriminator won at once (d_loss 0.002 after 200
+ * steps, the samples noise). */
+#define S_DCGAN_STD 0.02f
+
+/* The discriminator's variables, made once and applied to the real and
+ * the fake images (tensorpack's variable_scope reuse). */
+typedef struct {
+    tp_node_t *w0, *b0, *w1, *gamma, *beta, *mean, *var, *wf, *bf;
+} s_discrim_t;
+
+static tp_node_t *s_var(tp_tower_t *t, const char *name, int ndim, const int64_t *shape,
+                        tp_init_kind_t kind, float value, tp_var_collection_t c) {
+    return tp_variable(t, name, ndim, shape, (tp_init_t){kind, value}, c);
+}
+
+static s_discrim_t s_discrim_vars(tp_tower_t *t) {
+    s_discrim_t d;
+    int64_t w0[4] = {64, 1, 4, 4}, c64[1] = {64}, w1[4] = {128, 64, 4, 4}, c128[1] = {128};
+    int64_t wf[2] = {128 * 7 * 7, 1}, one[1] = {1};
+    d.w0 = s_var(t, "discrim/conv0/W", 4, w0, TP_INIT_NORMAL, S_DCGAN_STD, TP_VAR_TRAINABLE);
+    d.b0 = s_var(t, "discrim/conv0/b", 1, c64, TP_INIT_ZEROS, 0, TP_VAR_TRAINABLE);
+    /* no bias before the batch norm: its beta is the bias */
+    d.w1 = s_var(t, "discrim/conv1/W", 4, w1, TP_INIT_NORMAL, S_DCGAN_STD, TP_VAR_TRAINABLE);
+    d.gamma = s_var(t, "discrim/bn1/gamma", 1, c128, TP_INIT_CONST, 1, TP_VAR_TRAINABLE);
+    d.beta = s_var(t, "discrim/bn1/beta", 1, c128, TP_INIT_ZEROS, 0, TP_VAR_TRAINABLE);
+    d.mean = s_var(t, "discrim/bn1/mean/EMA", 1, c128, TP_INIT_ZEROS, 0, TP_VAR_MODEL);
+    d.var = s_var(t, "discrim/bn1/variance/EMA", 1, c128, TP_INIT_CONST, 1, TP_VAR_MODEL);
+    d.wf = s_var(t, "discrim/fc/W", 2, wf, TP_INIT_NORMAL, S_DCGAN_STD, TP_VAR_TRAINABLE);
+    d.bf = s_var(t, "discrim/fc/b", 1, one, TP_INIT_ZEROS, 0, TP_VAR_TRAINABLE);
+    return d;
+}
+
+/* x [B,1,28,28] in [-1,1] -> logits [B,1]; each application has its own
+ * batch statistics (as two calls of tensorpack's discriminator). */
+static tp_node_t *s_discrim(tp_tower_t *t, const s_discrim_t *d, tp_node_t *x) {
+    x = tp_leaky_relu(t, NULL, tp_conv2d_ex(t, NULL, x, d->w0, d->b0, 2, 1, 1, 1), 0.2f);
+    x = tp_conv2d_ex(t, NULL, x, d->w1, NULL, 2, 1, 1, 1);
+    x = tp_batch_norm_op(t, NULL, x, d->gamma, d->beta, d->mean, d->var, 0.9f, 1e-5f);
+    x = tp_flatten(t, NULL, tp_leaky_relu(t, NULL, x, 0.2f));
+    return tp_bias_add(t, NULL, tp_matmul(t, NULL, x, d->wf), d->bf);
+}
+
+/* A constant tensor of x's shape (ones or zeros: the labels of the sigmoid
+ * cross-entropy), made from x so it is batched as x is. */
+static tp_node_t *s_fill_like(tp_tower_t *t, tp_node_t *x, float v) {
+    return tp_clip(t, NULL, tp_stop_gradient(t, NULL, x), v, v);
+}
+
+/* mean(sign * logit > 0): the share of rows the discriminator calls real
+ * (sign 1) or fake (sign -1), sigmoid(logit) against 0.5 as tensorpack's
+ * build_losses; the clip turns any positive product into 1. */
+static tp_node_t *s_share(tp_tower_t *t, const char *name, tp_node_t *logits, float sign) {
+    tp_node_t *s = tp_clip(t, NULL, tp_scale(t, NULL, tp_stop_gradient(t, NULL, logits),
+                                             sign * 1e30f), 0, 1);
+    return tp_reduce_mean(t, name, s, 0, NULL, 0);
+}
+
+static tp_status_t s_dcgan(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    (void)user;
+    /* the generator (its variables made here, N(0, 0.02) as the others) */
+    int64_t chw[4] = {-1, 128, 7, 7}, one_chw[4] = {-1, 1, 28, 28};
+    int64_t wfc[2] = {TP_ZOO_DCGAN_Z, 128 * 7 * 7}, wd1[4] = {128, 64, 4, 4},
+            wd2[4] = {64, 1, 4, 4}, one[1] = {1};
+    tp_node_t *g = tp_matmul(t, "gen/fc0/output", in[2],
+                             s_var(t, "gen/fc0/W", 2, wfc, TP_INIT_NORMAL, S_DCGAN_STD,
+                                   TP_VAR_TRAINABLE));
+    g = tp_relu(t, NULL, tp_batch_norm(t, "gen/bn0", tp_reshape(t, NULL, g, 4, chw)));
+    g = tp_conv2d_transpose_op(t, "gen/deconv1/output", g,
+                               s_var(t, "gen/deconv1/W", 4, wd1, TP_INIT_NORMAL, S_DCGAN_STD,
+                                     TP_VAR_TRAINABLE), NULL, 2, 1, 0, 1, 1);
+    g = tp_relu(t, NULL, tp_batch_norm(t, "gen/bn1", g));
+    g = tp_conv2d_transpose_op(t, "gen/deconv2/output", g,
+                               s_var(t, "gen/deconv2/W", 4, wd2, TP_INIT_NORMAL, S_DCGAN_STD,
+                                     TP_VAR_TRAINABLE),
+                               s_var(t, "gen/deconv2/b", 1, one, TP_INIT_ZEROS, 0,
+                                     TP_VAR_TRAINABLE), 2, 1, 0, 1, 1);
+    tp_node_t *fake = tp_tanh(t, "gen", g);
+    tp_tower_add_output(t, "gen", fake);
+    /* the real images, uint8 [B,28,28] -> [B,1,28,28] in [-1,1] */
+    tp_node_t *real = tp_cast(t, NULL, in[0], 2.0f / 255);
+    real = tp_add(t, NULL, real, tp_scalar(t, NULL, -1.0f));
+    real = tp_reshape(t, "real", real, 4, one_chw);
+    /* the discriminator on both */
+    const s_discrim_t d = s_discrim_vars(t);
+    tp_node_t *lr = s_discrim(t, &d, real), *lf = s_discrim(t, &d, fake);
+    /* GANModelDesc.build_losses */
+    tp_node_t *loss_real = tp_sigmoid_xent(t, "d_loss_real", lr, s_fill_like(t, lr, 1));
+    tp_node_t *loss_fake = tp_sigmoid_xent(t, "d_loss_fake", lf, s_fill_like(t, lf, 0));
+    tp_node_t *d_loss = tp_add(t, "d_loss", tp_scale(t, NULL, loss_real, 0.5f),
+                               tp_scale(t, NULL, loss_fake, 0.5f));
+    tp_node_t *g_loss = tp_sigmoid_xent(t, "g_loss", lf, s_fill_like(t, lf, 1));
+    tp_node_t *acc_r = s_share(t, "d_accuracy_real", lr, 1);
+    tp_node_t *acc_f = s_share(t, "d_accuracy_fake", lf, -1);
+    tp_tower_add_output(t, "g_loss", g_loss);
+    tp_tower_add_output(t, "d_loss", d_loss);
+    tp_tower_add_output(t, "d_accuracy_real", acc_r);
+    tp_tower_add_output(t, "d_accuracy_fake", acc_f);
+    tp_tower_add_output(t, "d_accuracy", tp_add(t, "d_accuracy", tp_scale(t, NULL, acc_r, 0.5f),
+                                                tp_scale(t, NULL, acc_f, 0.5f)));
+    tp_tower_add_output(t, "g_accuracy", s_share(t, "g_accuracy", lf, 1));
+    TP_TRY(tp_tower_status(t));
+    TP_TRY(tp_tower_add_cost(t, "g_loss", g_loss, "gen/*"));
+    return tp_tower_add_cost(t, "d_loss", d_loss, "discrim/*");
+}
+
+/* Adam 2e-4, beta1 0.5 (Radford et al.; tensorpack's DCGAN.py). */
+static const tp_zoo_gan_t s_gans[] = {
+    {"dcgan", "DCGAN (Radford et al.) for 28x28 grey: fc + 2 conv-transposes against 2 "
+     "convolutions + fc, batch norm", s_dcgan, s_dcgan_inputs, 3, 2, TP_ZOO_DCGAN_Z, "gen",
+     2e-4, 0.5, 20},
+};
+
+const tp_zoo_gan_t *tp_zoo_find_gan(const char *name) {
+    for (size_t i = 0; i < sizeof s_gans / sizeof s_gans[0]; i++)
+        if (name && !strcmp(s_gans[i].name, name))
+            return &s_gans[i];
     return NULL;
 }

@@ -157,6 +157,36 @@ const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model
                                              char *ckpt, size_t size,
                                              tp_input_desc_t inputs[2]);
 
+/* The zoo's GAN, DCGAN for 28x28 grey images (tp-train --model dcgan,
+ * trained by the GAN trainer of gan.h): generator z [B,100] -> fc 6272 ->
+ * reshape [B,128,7,7] -> BN -> relu -> conv-transpose 64 (4x4 s2 p1) ->
+ * BN -> relu -> conv-transpose 1 (4x4 s2 p1) -> tanh, the output "gen"
+ * [B,1,28,28] in [-1,1]; discriminator conv 64 (4x4 s2 p1) -> leaky relu
+ * 0.2 -> conv 128 (4x4 s2 p1) -> BN -> leaky relu 0.2 -> fc 1, applied to
+ * the real images (uint8 scaled to [-1,1]) and the fakes with the same
+ * variables. Variables under gen/ and discrim/; the costs "g_loss" and
+ * "d_loss" (sigmoid cross-entropy, GANModelDesc.build_losses) and the
+ * outputs of TP_GAN_MONITORS. Inputs: image uint8 [B,28,28], label int32
+ * [B] (unused: the zoo's sources yield it), z float32 [B,100] (input 2,
+ * the trainer's noise). */
+#define TP_ZOO_DCGAN_Z 100
+typedef struct tp_zoo_gan {
+    const char *name;             /* "dcgan" */
+    const char *summary;
+    tp_tower_fn build;
+    const tp_input_desc_t *inputs;
+    int ninputs;
+    int noise_input;              /* the input the trainer feeds the noise */
+    int zdim;                     /* the noise's width */
+    const char *sample_output;    /* the generator's output, in [-1, 1] */
+    double lr, beta1;             /* Adam's, per group */
+    int default_epochs;
+} tp_zoo_gan_t;
+
+/* The GAN named `name`, or NULL (no error set: tp_zoo_find names the
+ * classifiers). */
+const tp_zoo_gan_t *tp_zoo_find_gan(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

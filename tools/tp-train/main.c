@@ -32,6 +32,7 @@
 #include <towerpack/device.h>
 #include <towerpack/image.h>
 #include <towerpack/dist.h>
+#include <towerpack/gan.h>
 #include <towerpack/log.h>
 #include <towerpack/logdir.h>
 #include <towerpack/model_callbacks.h>
@@ -91,7 +92,9 @@ static void s_usage(FILE *out) {
 "Train a model on grey or colour images with as many classes as the data\n"
 "have (Fashion-MNIST by default: grey, 28x28, 10 classes).\n\n"
 "  --model NAME         mlp, cnn (default), cnn-bn, resnet (CIFAR-style),\n"
-"                       resnet18, resnet50 (ImageNet layout, from 32 px)\n"
+"                       resnet18, resnet50 (ImageNet layout, from 32 px),\n"
+"                       dcgan (a GAN on 28x28 grey images: GANTrainer,\n"
+"                       samples LOGDIR/samples-EPOCH.png each epoch)\n"
 "  --image-size N       the model's input is N x N (default 28 grey, 32\n"
 "                       colour; at least 4 for cnn, 8 for cnn-bn; 64 and up\n"
 "                       suit resnet18/50); the data are resized\n"
@@ -779,6 +782,154 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
                acc, wall, wall > 0 ? (double)samples / wall : 0.0);
 }
 
+/* ---- --model dcgan: the GAN trainer (gan.h) ----------------------------- */
+
+/* Adam per group at the zoo GAN's rate (or --lr) and beta1. */
+static tp_optimizer_t *s_gan_optimizer(void *user) {
+    const double *hp = user;  /* {lr, beta1} */
+    return tp_optimizer_adam(hp[0], hp[1], 0.999, 1e-8);
+}
+
+/* tp-train --model dcgan: the zoo's GAN on the training images (their
+ * labels unused), trained by GANTrainer with the noise drawn each step
+ * (uniform in [-1, 1], seeded by --seed), the monitors of TP_GAN_MONITORS,
+ * and SampleGrid: 64 samples from a fixed noise batch each epoch to
+ * LOGDIR/samples-EPOCH.png and TensorBoard's Images tab. Takes --data,
+ * --epochs, --batch, --lr, --steps-per-epoch, --towers, --threads, --seed,
+ * --logdir, --logdir-action, --resume, --no-tensorboard, --log-every,
+ * --devices (cpu, auto: the CPU; a GPU id). */
+static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
+    enum { SAMPLES = 64 };
+    if (a->epochs == 0)
+        a->epochs = gz->default_epochs;
+    if (a->batch == 0)
+        a->batch = 64;
+    if (a->towers == 0)
+        a->towers = 1;
+    if (strcmp(a->devices, "auto") && strcmp(a->devices, "cpu")) {
+        char *end;
+        long id = strtol(a->devices, &end, 10);
+        if (*end || id < 0 || id > 1023) {
+            tp_error(TP_ERR_INVALID, "--devices %s: --model %s trains on the CPU or one "
+                     "GPU (an id)", a->devices, gz->name);
+            return s_fail("bad flag");
+        }
+        a->device = (int)id;
+    }
+    if (tp_signals_install() < 0)
+        return s_fail("signals");
+    char logdir[4096], defdir[512];
+    snprintf(defdir, sizeof defdir, "train_log/%s", gz->name);
+    tp_logdir_action_t action = a->resume ? TP_LOGDIR_KEEP : TP_LOGDIR_ASK;
+    if (a->action && tp_logdir_action_parse(a->action, &action) != TP_OK)
+        return s_fail("--logdir-action");
+    if (tp_logdir_prepare(a->logdir ? a->logdir : defdir, action, logdir, sizeof logdir,
+                          NULL) != TP_OK)
+        return s_fail("log directory");
+    char logfile[4200];
+    snprintf(logfile, sizeof logfile, "%s/log.log", logdir);
+    tp_log_set_file(logfile);
+
+    char source[2048], spec[2200];
+    tp_dataflow_t *train = NULL;
+    if (tp_zoo_source(strcmp(a->data, "fashion-mnist") ? a->data : "fashion-mnist:train", 0,
+                      source, sizeof source) != TP_OK)
+        return s_fail("--data");
+    snprintf(spec, sizeof spec, "%s | batch %d", source, a->batch);
+    if (tp_spec_parse(spec, &train) != TP_OK)
+        return s_fail("training data");
+    TP_INFO("training data: %s", spec);
+
+    double hp[2] = {lr > 0 ? lr : gz->lr, gz->beta1};
+    tp_model_desc_t desc = {gz->inputs, gz->ninputs, gz->build, s_gan_optimizer, hp};
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.noise_input = gz->noise_input;
+    gc.seed = (uint64_t)a->seed;
+    gc.g_optimizer = s_gan_optimizer;
+    gc.d_optimizer = s_gan_optimizer;
+    gc.optimizer_user = hp;
+
+    /* The fixed noise of the sample grids: a step no run trains (-1). */
+    tp_tensor_t z;
+    int64_t zs[2] = {SAMPLES, gz->zdim};
+    if (tp_tensor_init(&z, TP_FLOAT32, 2, zs) != TP_OK) {
+        tp_dataflow_destroy(&train);
+        return s_fail("sample noise");
+    }
+    tp_gan_noise_fill(&gc, -1, 0, SAMPLES, gz->zdim, z.data);
+    const char *znames[1] = {gz->inputs[gz->noise_input].name};
+    tp_sample_grid_opts_t go;
+    tp_sample_grid_opts_init(&go);
+    go.output = gz->sample_output;
+    go.input_names = znames;
+    go.inputs = &z;
+    go.ninputs = 1;
+    go.lo = -1;
+    go.hi = 1;
+    go.tag = "samples";
+    tp_callback_t *cbs[1] = {tp_cb_sample_grid(&go)};
+    tp_tensor_fini(&z);  /* copied */
+    if (!cbs[0]) {
+        tp_dataflow_destroy(&train);
+        return s_fail("SampleGrid");
+    }
+
+    tp_train_config_t cfg;
+    tp_train_config_init(&cfg);
+    cfg.model = &desc;
+    cfg.model_name = gz->name;
+    cfg.dataflow = train;
+    cfg.gan = &gc;
+    cfg.infer_batch = SAMPLES;  /* the graph SampleGrid runs */
+    cfg.towers = a->towers;
+    cfg.batch = a->batch;
+    cfg.seed = (uint64_t)a->seed;
+    cfg.threads = a->threads;
+    cfg.device = a->device;
+    cfg.logdir = logdir;
+    cfg.logdir_action = TP_LOGDIR_KEEP;  /* prepared above */
+    cfg.auto_resume = a->resume;
+    cfg.max_epoch = a->epochs;
+    int64_t batches = tp_dataflow_size(train);
+    int64_t group = a->towers;
+    cfg.steps_per_epoch = a->steps_per_epoch ? a->steps_per_epoch
+                        : batches > 0 ? (batches + group - 1) / group : 0;
+    if (cfg.steps_per_epoch <= 0) {
+        tp_error(TP_ERR_INVALID, "the training data's size is not known before it is read "
+                 "(%s): give --steps-per-epoch", spec);
+        tp_callback_destroy(&cbs[0]);
+        tp_train_config_fini(&cfg);
+        return s_fail("steps per epoch");
+    }
+    cfg.progress_names = TP_GAN_MONITORS;
+    cfg.stats = a->stats;
+    cfg.tensorboard = !a->no_tensorboard;
+    cfg.log_every_n_steps = a->log_every;
+    cfg.callbacks = cbs;
+    cfg.ncallbacks = 1;
+    printf("tp-train: model %s (%s), %d tower%s x batch %d, %d epochs x %lld steps, Adam "
+           "lr %g beta1 %g per player, logdir %s\n", gz->name, gz->summary, a->towers,
+           a->towers > 1 ? "s" : "", a->batch, a->epochs, (long long)cfg.steps_per_epoch,
+           hp[0], hp[1], logdir);
+    fflush(stdout);
+    double t0 = tp_now_s();
+    tp_status_t rc = tp_launch_train_with_config(&cfg, NULL);
+    double wall = tp_now_s() - t0;
+    if (rc < 0 && rc != TP_ERR_INTERRUPTED)
+        return s_fail("training");
+    char stats[4200], png[4200];
+    snprintf(stats, sizeof stats, "%s/stats.json", logdir);
+    snprintf(png, sizeof png, "%s/curves.png", logdir);
+    if (access(stats, F_OK) == 0 && tp_plot_stats(stats, png) != TP_OK)
+        fprintf(stderr, "tp-train: plotting: %s\n", tp_last_error());
+    printf("tp-train: wall time %.1f s | samples %s/samples-*.png, checkpoints "
+           "%s/model-*.safetensors, stats %s, plots %s\n", wall, logdir, logdir, stats, png);
+    fflush(stdout);
+    return rc == TP_ERR_INTERRUPTED ? 128 + (tp_signal_pending() ? tp_signal_pending() : 2)
+                                    : 0;
+}
+
 int main(int argc, char **argv) {
     /* static: a.info is freed by an exit handler (s_info_free), which runs
      * after main's frame is gone */
@@ -1003,6 +1154,9 @@ int main(int argc, char **argv) {
         s_usage(stderr);
         return 2;
     }
+    const tp_zoo_gan_t *gz = tp_zoo_find_gan(a.model);
+    if (gz)
+        return s_train_gan(&a, gz, lr);
     const tp_zoo_model_t *zoo = tp_zoo_find(a.model);
     if (!zoo)
         return s_fail("--model");

@@ -1,0 +1,143 @@
+/* towerpack tests: the zoo's GAN through tp-train, run as a user runs it
+ * (tp-train --model dcgan on Fashion-MNIST, a few steps): the GAN
+ * trainer's losses, the sample grids SampleGrid writes each epoch, and
+ * tp-generate's samples of the trained generator (read back by NumPy,
+ * generate_check.py). Own executable: it forks and execs. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <towerpack/image.h>
+#include <towerpack/models.h>
+#include "proc_testutil.h"
+
+static char s_out[1 << 18];
+
+/* The column `name` of steps.tsv, one value per step, into v[max]; the
+ * number of rows read. */
+static int s_column(const char *path, const char *name, double *v, int max) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    char line[4096];
+    cr_assert_not_null(fgets(line, sizeof line, f), "%s: empty", path);
+    int col = -1, c = 0;
+    for (char *save = NULL, *tok = strtok_r(line, "\t\n", &save); tok;
+         tok = strtok_r(NULL, "\t\n", &save), c++)
+        if (!strcmp(tok, name))
+            col = c;
+    cr_assert_geq(col, 0, "%s: no column %s", path, name);
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        c = 0;
+        for (char *save = NULL, *tok = strtok_r(line, "\t\n", &save); tok;
+             tok = strtok_r(NULL, "\t\n", &save), c++)
+            if (c == col)
+                v[n++] = strtod(tok, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+/* Must hold: DCGAN trains under the GAN trainer (both players' losses
+ * finite at every step, and moving: the two updates change the weights
+ * each step), and each epoch's grid of 64 samples is an 8 x 8 grid of 28 x
+ * 28 tiles with 2 px between and around them (242 x 242, grey). */
+/* A short run of tp-train --model dcgan (2 epochs of 3 steps, batch 16)
+ * into dir/run (logdir[size]); skips without Fashion-MNIST. */
+static void s_train(const char *dir, char *logdir, size_t size) {
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK))
+        cr_skip_test("Fashion-MNIST is not installed (dataset-fashion-mnist)");
+    snprintf(logdir, size, "%s/run", dir);
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "dcgan", "--epochs", "2",
+                    "--steps-per-epoch", "3", "--batch", "16", "--threads", "1",
+                    "--logdir", logdir, "--no-tensorboard", NULL};
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    int rc = pu_run(argv, env, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "tp-train --model dcgan failed:\n%s", s_out);
+}
+
+Test(dcgan, tp_train_trains_it_and_writes_sample_grids, .timeout = 180) {
+    char dir[] = "/tmp/tp-dcgan-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char logdir[128];
+    s_train(dir, logdir, sizeof logdir);
+
+    char path[256];
+    snprintf(path, sizeof path, "%s/steps.tsv", logdir);
+    static const char *const losses[2] = {"g_loss", "d_loss"};
+    for (int k = 0; k < 2; k++) {
+        double v[16];
+        int n = s_column(path, losses[k], v, 16);
+        cr_assert_eq(n, 6, "%s: %d steps of %s (6 trained)", path, n, losses[k]);
+        int moved = 0;
+        for (int i = 0; i < n; i++) {
+            cr_assert(isfinite(v[i]) && v[i] > 0, "%s at step %d: %g", losses[k], i + 1, v[i]);
+            moved |= fabs(v[i] - v[0]) > 1e-4;
+        }
+        cr_assert(moved, "%s stayed at %g for %d steps", losses[k], v[0], n);
+    }
+    for (int e = 1; e <= 2; e++) {
+        snprintf(path, sizeof path, "%s/samples-%d.png", logdir, e);
+        tp_tensor_t img;
+        cr_assert_eq(tp_image_read(path, NULL, &img), TP_OK, "%s: %s", path, tp_last_error());
+        cr_assert_eq(img.shape[0], 8 * 28 + 9 * 2, "%s: height %lld", path,
+                     (long long)img.shape[0]);
+        cr_assert_eq(img.shape[1], 8 * 28 + 9 * 2, "%s: width %lld", path,
+                     (long long)img.shape[1]);
+        cr_assert(img.ndim == 2 || img.shape[2] == 1, "%s: not grey", path);
+        tp_tensor_fini(&img);
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The whole file into *data (malloc'ed); its size. */
+static size_t s_slurp(const char *path, char **data) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    *data = malloc((size_t)n);
+    cr_assert(*data && fread(*data, 1, (size_t)n, f) == (size_t)n, "%s", path);
+    fclose(f);
+    return (size_t)n;
+}
+
+/* Must hold: tp-generate draws from the run's generator (its latest
+ * checkpoint, through the log directory) uint8 [N, 28, 28] .npy files that
+ * NumPy reads; 300 samples (two predictor calls) start with the 64 of
+ * --count 64, and those, with the run's seed, are the tiles of the run's
+ * last sample grid: --png writes that very PNG, byte for byte. */
+Test(dcgan, tp_generate_samples_the_trained_generator, .timeout = 180) {
+    char dir[] = "/tmp/tp-dcgan-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char logdir[128], npy[160], npy64[160], png[160];
+    s_train(dir, logdir, sizeof logdir);
+    snprintf(npy, sizeof npy, "%s/g.npy", dir);
+    snprintf(npy64, sizeof npy64, "%s/g64.npy", dir);
+    snprintf(png, sizeof png, "%s/g64.png", dir);
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    char *a300[] = {TP_BINARY_DIR "/bin/tp-generate", "--load", logdir, "--count", "300",
+                    "--output", npy, NULL};
+    cr_assert_eq(pu_run(a300, env, s_out, sizeof s_out), 0, "tp-generate:\n%s", s_out);
+    char *a64[] = {TP_BINARY_DIR "/bin/tp-generate", "--load", logdir, "--count", "64",
+                   "--output", npy64, "--png", png, "--seed", "1", NULL};
+    cr_assert_eq(pu_run(a64, env, s_out, sizeof s_out), 0, "tp-generate:\n%s", s_out);
+    char grid[160], *x, *y;
+    snprintf(grid, sizeof grid, "%s/samples-2.png", logdir);
+    size_t nx = s_slurp(png, &x), ny = s_slurp(grid, &y);
+    cr_assert(nx == ny && !memcmp(x, y, nx), "%s (%zu bytes) is not %s (%zu bytes)", png, nx,
+              grid, ny);
+    free(x);
+    free(y);
+    /* a checkpoint of another model is refused, naming it */
+    char *bad[] = {TP_BINARY_DIR "/bin/tp-generate", "--load", logdir, "--model", "cnn",
+                   "--count", "4", "--output", npy, NULL};
+    cr_assert_neq(pu_run(bad, env, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "not a generator"), "%s", s_out);
+    PU_PYTHON_EXPECT(TP_SOURCE_DIR "/tests/tools/generate_check.py", dir, "numpy agrees");
+}

@@ -1,0 +1,215 @@
+/* tp-generate: samples from a trained generator (a GAN of the zoo,
+ * tp-train --model dcgan), the way tp-predict runs a predictor:
+ *
+ *   tp-generate --load train_log/dcgan --count 1000 --output samples.npy
+ *   tp-generate --load model-9380.safetensors --count 64 --output s.npy --png grid.png
+ *
+ * The noise is the GAN trainer's (tp_gan_noise_fill, uniform in [-1, 1],
+ * of the step -1 no run trains, seeded by --seed): with --seed the run's
+ * seed and --count 64 it is the batch tp-train's sample grids draw, so
+ * --png reproduces the run's last LOGDIR/samples-EPOCH.png. The samples
+ * (the generator's tanh output in [-1, 1]) are written as uint8 0..255,
+ * NumPy's .npy of shape [N, H, W] (grey). */
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/fileio.h>
+#include <towerpack/gan.h>
+#include <towerpack/image.h>
+#include <towerpack/log.h>
+#include <towerpack/models.h>
+#include <towerpack/predict.h>
+
+static void s_usage(FILE *out) {
+    fprintf(out,
+"usage: tp-generate --load LOGDIR|CKPT --count N --output FILE.npy [options]\n"
+"Draw N samples from a generator trained by tp-train (--model dcgan).\n\n"
+"  --load PATH      a checkpoint, or a log directory (its latest checkpoint)\n"
+"  --count N        samples to draw (1..1000000)\n"
+"  --output FILE    a NumPy .npy file: uint8 [N, H, W], 0..255\n"
+"  --png FILE       also the samples as one grid image (PNG), as tp-train's\n"
+"                   LOGDIR/samples-EPOCH.png\n"
+"  --seed S         the noise's seed (default 1, tp-train's default --seed)\n"
+"  --model NAME     the generator (default: what the checkpoint records)\n"
+"  -h, --help\n");
+}
+
+static int s_fail(const char *what) {
+    fprintf(stderr, "tp-generate: %s: %s\n", what, tp_last_error());
+    return 1;
+}
+
+/* img uint8 [N*H, W, 1] (the images stacked) as a .npy file of shape
+ * [n, h, w] (format 1.0: the header padded to 64 bytes with spaces). */
+static tp_status_t s_write_npy(const char *path, const uint8_t *data, int64_t n, int64_t h,
+                               int64_t w) {
+    char head[128];
+    int len = snprintf(head + 10, sizeof head - 10,
+                       "{'descr': '|u1', 'fortran_order': False, 'shape': (%lld, %lld, %lld), }",
+                       (long long)n, (long long)h, (long long)w);
+    size_t total = 10 + (size_t)len + 1, padded = (total + 63) / 64 * 64;
+    memcpy(head, "\x93NUMPY\x01\x00", 8);
+    size_t hlen = padded - 10;
+    head[8] = (char)(hlen & 0xff);
+    head[9] = (char)(hlen >> 8);
+    memset(head + 10 + len, ' ', padded - 10 - (size_t)len - 1);
+    head[padded - 1] = '\n';
+    size_t body = (size_t)(n * h * w);
+    uint8_t *buf = malloc(padded + body);
+    if (!buf)
+        return tp_error(TP_ERR_NOMEM, "%s: %zu bytes", path, padded + body);
+    memcpy(buf, head, padded);
+    memcpy(buf + padded, data, body);
+    tp_status_t rc = tp_file_write_atomic(path, buf, padded + body);
+    free(buf);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *load = NULL, *output = NULL, *png = NULL, *model = NULL;
+    long long count = 0, seed = 1;
+    enum { O_LOAD = 256, O_COUNT, O_OUTPUT, O_PNG, O_SEED, O_MODEL };
+    static const struct option opts[] = {
+        {"load", required_argument, 0, O_LOAD},     {"count", required_argument, 0, O_COUNT},
+        {"output", required_argument, 0, O_OUTPUT}, {"png", required_argument, 0, O_PNG},
+        {"seed", required_argument, 0, O_SEED},     {"model", required_argument, 0, O_MODEL},
+        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case O_LOAD: load = optarg; break;
+        case O_OUTPUT: output = optarg; break;
+        case O_PNG: png = optarg; break;
+        case O_MODEL: model = optarg; break;
+        case O_COUNT:
+            count = strtoll(optarg, &end, 10);
+            if (*end || count < 1 || count > 1000000) {
+                fprintf(stderr, "tp-generate: --count '%s': 1..1000000\n", optarg);
+                return 2;
+            }
+            break;
+        case O_SEED:
+            seed = strtoll(optarg, &end, 10);
+            if (*end || !*optarg) {
+                fprintf(stderr, "tp-generate: --seed '%s': an integer\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h': s_usage(stdout); return 0;
+        default: s_usage(stderr); return 2;
+        }
+    }
+    if (optind < argc || !load || !count || !output) {
+        if (optind < argc)
+            fprintf(stderr, "tp-generate: unexpected argument '%s'\n", argv[optind]);
+        else
+            fprintf(stderr, "tp-generate: --load, --count and --output are required\n");
+        s_usage(stderr);
+        return 2;
+    }
+    char ckpt[4096];
+    if (tp_checkpoint_resolve(load, ckpt, sizeof ckpt) != TP_OK)
+        return s_fail("--load");
+    tp_checkpoint_info_t info;
+    if (tp_checkpoint_info(ckpt, &info) != TP_OK)
+        return s_fail(ckpt);
+    const char *name = model ? model : info.model[0] ? info.model : "dcgan";
+    const tp_zoo_gan_t *gz = tp_zoo_find_gan(name);
+    if (!gz) {
+        tp_error(TP_ERR_INVALID, "%s holds model '%s', not a generator (dcgan)", ckpt, name);
+        return s_fail("--load");
+    }
+
+    /* the generator's inference graph, pruned to its output: reads z only */
+    tp_model_desc_t desc = {gz->inputs, gz->ninputs, gz->build, NULL, NULL};
+    const char *in_names[1] = {gz->inputs[gz->noise_input].name};
+    const char *out_names[1] = {gz->sample_output};
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    pc.model = &desc;
+    pc.checkpoint = ckpt;
+    pc.input_names = in_names;
+    pc.ninput_names = 1;
+    pc.output_names = out_names;
+    pc.noutput_names = 1;
+    pc.max_batch = count < 256 ? count : 256;
+    tp_predictor_t *p = tp_predictor_new(&pc);
+    if (!p)
+        return s_fail(ckpt);
+
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.seed = (uint64_t)seed;
+    int64_t zshape[2] = {count, gz->zdim}, oshape[4] = {count, 1, 0, 0};
+    tp_tensor_t z, all;
+    tp_tensor_init_empty(&all);
+    if (tp_tensor_init(&z, TP_FLOAT32, 2, zshape) != TP_OK) {
+        tp_predictor_destroy(&p);
+        return s_fail("noise");
+    }
+    /* the noise of all N rows at once: row i's is the same however the
+     * calls split them */
+    tp_gan_noise_fill(&gc, -1, 0, count, gz->zdim, z.data);
+    tp_status_t rc = TP_OK;
+    for (int64_t r0 = 0; rc == TP_OK && r0 < count; r0 += pc.max_batch) {
+        int64_t rows = count - r0 < pc.max_batch ? count - r0 : pc.max_batch;
+        int64_t s[2] = {rows, gz->zdim};
+        tp_tensor_t zi, out;
+        rc = tp_tensor_init_wrap(&zi, TP_FLOAT32, 2, s, (float *)z.data + r0 * gz->zdim, NULL,
+                                 NULL);
+        if (rc == TP_OK)
+            rc = tp_predictor_run(p, &zi, &out);
+        if (rc != TP_OK)
+            break;
+        if (r0 == 0) {  /* [N, 1, H, W] once the first call says H and W */
+            oshape[2] = out.shape[out.ndim - 2];
+            oshape[3] = out.shape[out.ndim - 1];
+            rc = tp_tensor_init(&all, TP_FLOAT32, 4, oshape);
+        }
+        if (rc == TP_OK)
+            memcpy((float *)all.data + r0 * oshape[2] * oshape[3], out.data, out.nbytes);
+        tp_tensor_fini(&out);
+    }
+    tp_tensor_fini(&z);
+    tp_predictor_destroy(&p);
+    if (rc != TP_OK) {
+        tp_tensor_fini(&all);
+        return s_fail("generating");
+    }
+    /* uint8 as the sample grids map them: one column, no padding, is the
+     * images stacked [N*H, W, 1] */
+    tp_tensor_t stack;
+    if (tp_image_grid(&all, -1, 1, 1, 0, &stack) != TP_OK ||
+        s_write_npy(output, stack.data, count, oshape[2], oshape[3]) != TP_OK) {
+        tp_tensor_fini(&all);
+        return s_fail(output);
+    }
+    tp_tensor_fini(&stack);
+    if (png) {
+        tp_tensor_t grid;
+        void *data = NULL;
+        size_t size = 0;
+        rc = tp_image_grid(&all, -1, 1, 0, 2, &grid);
+        if (rc == TP_OK) {
+            tp_tensor_t view = grid;  /* grey: the encoder takes [H, W] */
+            view.ndim = 2;
+            rc = tp_image_encode_png(&view, &data, &size);
+            tp_tensor_fini(&grid);
+        }
+        if (rc == TP_OK)
+            rc = tp_file_write_atomic(png, data, size);
+        free(data);
+        if (rc != TP_OK) {
+            tp_tensor_fini(&all);
+            return s_fail(png);
+        }
+    }
+    tp_tensor_fini(&all);
+    printf("tp-generate: %lld samples of %s (%s) as uint8 [%lld, %lld, %lld] in %s%s%s\n",
+           count, gz->name, ckpt, count, (long long)oshape[2], (long long)oshape[3], output,
+           png ? ", grid " : "", png ? png : "");
+    return 0;
+}
