@@ -26,7 +26,24 @@ typedef struct tp_zoo_options {
     float label_smoothing;  /* the cost's targets smoothed, [0, 1): 1 - s +
                                s/K at the label, s/K elsewhere (0: none) */
     int classes;            /* K, the classifier's outputs (0: 10) */
+    /* gpt only (0: the defaults below) */
+    int gpt_layers;         /* Transformer blocks */
+    int gpt_heads;          /* attention heads; gpt_embed a multiple of it */
+    int gpt_embed;          /* the width C of the residual stream */
 } tp_zoo_options_t;
+
+/* The zoo's GPT (`gpt`, models/zoo_gpt.c): a byte-level decoder-only
+ * Transformer on the text: source's windows. Its defaults train on 2 CPU
+ * cores; the context is its inputs' T (tp_zoo_gpt_inputs). */
+#define TP_ZOO_GPT_LAYERS 2
+#define TP_ZOO_GPT_HEADS 4
+#define TP_ZOO_GPT_EMBED 128
+#define TP_ZOO_GPT_CONTEXT 64
+#define TP_ZOO_GPT_MAX_CONTEXT 4096
+/* Its inputs at context T: "tokens" and "targets", int32 [B,T]. */
+tp_status_t tp_zoo_gpt_inputs(int context, tp_input_desc_t out[2]);
+/* Its tower function (user: a tp_zoo_options_t * or NULL). */
+tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user);
 
 typedef struct tp_zoo_model {
     const char *name;          /* "mlp", "cnn", "cnn-bn", "resnet",
@@ -46,7 +63,7 @@ typedef struct tp_zoo_model {
 
 /* The model named `name`, or NULL (tp_last_error lists the names). */
 const tp_zoo_model_t *tp_zoo_find(const char *name);
-/* Every model, NULL-terminated. */
+/* Every image model, NULL-terminated (not gpt: tp_zoo_find names it). */
 const tp_zoo_model_t *const *tp_zoo_all(void);
 /* The two input descriptions (image, label) all zoo models take at the
  * default size: image uint8 [B,28,28]. */
