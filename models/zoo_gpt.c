@@ -93,10 +93,10 @@ static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mas
 }
 
 tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    const tp_zoo_options_t *o = user;
-    const int nlayers = o && o->gpt_layers > 0 ? o->gpt_layers : TP_ZOO_GPT_LAYERS;
-    const int64_t H = o && o->gpt_heads > 0 ? o->gpt_heads : TP_ZOO_GPT_HEADS;
-    const int64_t C = o && o->gpt_embed > 0 ? o->gpt_embed : TP_ZOO_GPT_EMBED;
+    const tp_zoo_gpt_options_t *o = user;
+    const int nlayers = o && o->layers > 0 ? o->layers : TP_ZOO_GPT_LAYERS;
+    const int64_t H = o && o->heads > 0 ? o->heads : TP_ZOO_GPT_HEADS;
+    const int64_t C = o && o->embed > 0 ? o->embed : TP_ZOO_GPT_EMBED;
     const tp_shape_t *s = in[0] ? tp_node_shape(in[0]) : NULL;
     if (!s || s->ndim != 2 || tp_node_dtype(in[0]) != TP_INT32 || !in[1] ||
         tp_node_dtype(in[1]) != TP_INT32)

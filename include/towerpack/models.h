@@ -26,10 +26,6 @@ typedef struct tp_zoo_options {
     float label_smoothing;  /* the cost's targets smoothed, [0, 1): 1 - s +
                                s/K at the label, s/K elsewhere (0: none) */
     int classes;            /* K, the classifier's outputs (0: 10) */
-    /* gpt only (0: the defaults below) */
-    int gpt_layers;         /* Transformer blocks */
-    int gpt_heads;          /* attention heads; gpt_embed a multiple of it */
-    int gpt_embed;          /* the width C of the residual stream */
 } tp_zoo_options_t;
 
 /* The zoo's GPT (`gpt`, models/zoo_gpt.c): a byte-level decoder-only
@@ -40,9 +36,18 @@ typedef struct tp_zoo_options {
 #define TP_ZOO_GPT_EMBED 128
 #define TP_ZOO_GPT_CONTEXT 64
 #define TP_ZOO_GPT_MAX_CONTEXT 4096
+/* The gpt's user data: the zoo's options first (so a caller may give
+ * one struct to every zoo model), then its shape; 0 (or a NULL user) means
+ * the defaults above. */
+typedef struct tp_zoo_gpt_options {
+    tp_zoo_options_t zoo;
+    int layers;             /* Transformer blocks */
+    int heads;              /* attention heads; embed a multiple of it */
+    int embed;              /* the width C of the residual stream */
+} tp_zoo_gpt_options_t;
 /* Its inputs at context T: "tokens" and "targets", int32 [B,T]. */
 tp_status_t tp_zoo_gpt_inputs(int context, tp_input_desc_t out[2]);
-/* Its tower function (user: a tp_zoo_options_t * or NULL). */
+/* Its tower function (user: a tp_zoo_gpt_options_t * or NULL). */
 tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user);
 
 typedef struct tp_zoo_model {

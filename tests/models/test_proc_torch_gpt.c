@@ -33,7 +33,7 @@ Test(torch_gpt, pytorch_gets_the_same_loss_and_gradients, .timeout = 120) {
     tp_input_desc_t in[2];
     cr_assert_eq(tp_zoo_gpt_inputs(T, in), TP_OK, "%s", tp_last_error());
     /* 2 layers, 2 heads of 16: every kind of variable, twice */
-    tp_zoo_options_t o = {.gpt_layers = 2, .gpt_heads = 2, .gpt_embed = 32};
+    tp_zoo_gpt_options_t o = {.layers = 2, .heads = 2, .embed = 32};
     tp_model_desc_t md = {in, 2, tp_zoo_find("gpt")->build, s_adamw, &o};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = B;

@@ -262,7 +262,7 @@ static long s_spec_batch(const char *spec) {
 /* The model description's user data: the zoo's options first (what the
  * zoo's build functions read), then the optimizer's. */
 typedef struct {
-    tp_zoo_options_t zoo;
+    tp_zoo_gpt_options_t zoo;  /* the image models read its first member */
     double lr;
     const char *kind;     /* "sgd", "adam", "adamw" (checked) */
     double weight_decay;  /* adamw */
@@ -1404,7 +1404,7 @@ int main(int argc, char **argv) {
         tp_input_destroy(&remote);
         return s_fail("--remote");
     }
-    s_model_user_t mu = {{(float)a.label_smoothing, a.info.nclasses, a.layers, a.heads,
+    s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses}, a.layers, a.heads,
                           a.embed}, a.lr, a.optimizer,
                          a.weight_decay, a.clip_norm, a.ema, a.accumulate, &a};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
