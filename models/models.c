@@ -1,6 +1,6 @@
 /* towerpack models: the model zoo of tp-train (MLP, CNN, CNN with batch
  * norm, a CIFAR-style ResNet, ResNet-18 and ResNet-50 in ImageNet's
- * layout) for grey or colour images and any number of classes: 28x28 grey
+ * layout; and a byte-level GPT for text, models/zoo_gpt.c) for grey or colour images and any number of classes: 28x28 grey
  * and 10 classes by default, any height and width from the model's
  * min_size on (each model reads C, H and W from its image input, the
  * classes from its options); and the zoo's GAN, DCGAN for 28x28 grey
@@ -283,6 +283,13 @@ static const tp_zoo_model_t s_models[] = {
     {"resnet18", "ResNet-18, ImageNet layout (7x7 stem, max pool, 4 stages of 2 basic blocks), weight decay 1e-4; augmented", s_resnet18, 0.05, 90, 1, "sgd", 1},
     {"resnet50", "ResNet-50, ImageNet layout (7x7 stem, max pool, bottleneck blocks 3-4-6-3), weight decay 1e-4; augmented", s_resnet50, 0.05, 90, 1, "sgd", 1},
 };
+/* Text, not images (models/zoo_gpt.c): tp_zoo_find knows it, tp_zoo_all
+ * (the image models every image tool and test walks) does not. AdamW at
+ * 0.05 x 0.02 = 1e-3. */
+static const tp_zoo_model_t s_gpt = {
+    "gpt", "GPT on bytes: token and position embeddings, pre-norm causal self-attention "
+    "and GELU MLP blocks, tied output (text: data)", tp_zoo_gpt_build, 0.05, 4, 0,
+    "adamw", 1};
 static const tp_zoo_model_t *const s_all[] = {&s_models[0], &s_models[1], &s_models[2],
                                               &s_models[3], &s_models[4], &s_models[5], NULL};
 
@@ -292,8 +299,10 @@ const tp_zoo_model_t *tp_zoo_find(const char *name) {
     for (int i = 0; s_all[i]; i++)
         if (name && strcmp(s_all[i]->name, name) == 0)
             return s_all[i];
+    if (name && !strcmp(name, s_gpt.name))
+        return &s_gpt;
     tp_error(TP_ERR_INVALID, "unknown model '%s' (mlp, cnn, cnn-bn, resnet, resnet18, "
-             "resnet50)",
+             "resnet50, gpt)",
              name ? name : "(null)");
     return NULL;
 }

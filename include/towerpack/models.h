@@ -28,6 +28,28 @@ typedef struct tp_zoo_options {
     int classes;            /* K, the classifier's outputs (0: 10) */
 } tp_zoo_options_t;
 
+/* The zoo's GPT (`gpt`, models/zoo_gpt.c): a byte-level decoder-only
+ * Transformer on the text: source's windows. Its defaults train on 2 CPU
+ * cores; the context is its inputs' T (tp_zoo_gpt_inputs). */
+#define TP_ZOO_GPT_LAYERS 2
+#define TP_ZOO_GPT_HEADS 4
+#define TP_ZOO_GPT_EMBED 128
+#define TP_ZOO_GPT_CONTEXT 64
+#define TP_ZOO_GPT_MAX_CONTEXT 4096
+/* The gpt's user data: the zoo's options first (so a caller may give
+ * one struct to every zoo model), then its shape; 0 (or a NULL user) means
+ * the defaults above. */
+typedef struct tp_zoo_gpt_options {
+    tp_zoo_options_t zoo;
+    int layers;             /* Transformer blocks */
+    int heads;              /* attention heads; embed a multiple of it */
+    int embed;              /* the width C of the residual stream */
+} tp_zoo_gpt_options_t;
+/* Its inputs at context T: "tokens" and "targets", int32 [B,T]. */
+tp_status_t tp_zoo_gpt_inputs(int context, tp_input_desc_t out[2]);
+/* Its tower function (user: a tp_zoo_gpt_options_t * or NULL). */
+tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user);
+
 typedef struct tp_zoo_model {
     const char *name;          /* "mlp", "cnn", "cnn-bn", "resnet",
                                   "resnet18", "resnet50" */
@@ -46,7 +68,7 @@ typedef struct tp_zoo_model {
 
 /* The model named `name`, or NULL (tp_last_error lists the names). */
 const tp_zoo_model_t *tp_zoo_find(const char *name);
-/* Every model, NULL-terminated. */
+/* Every image model, NULL-terminated (not gpt: tp_zoo_find names it). */
 const tp_zoo_model_t *const *tp_zoo_all(void);
 /* The two input descriptions (image, label) all zoo models take at the
  * default size: image uint8 [B,28,28]. */

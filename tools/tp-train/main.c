@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <jansson.h>
+#include <towerpack/checkpoint.h>
 #include <towerpack/clock.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/device.h>
@@ -84,6 +85,8 @@ typedef struct {
     double mult[16];
     int nmults;
     int64_t steps_per_epoch, seed;
+    int text;     /* --model gpt: text: data, bytes as tokens */
+    int context, layers, heads, embed;  /* --context, --layers, --heads, --embed */
 } s_args_t;
 
 static void s_usage(FILE *out) {
@@ -95,6 +98,12 @@ static void s_usage(FILE *out) {
 "                       resnet18, resnet50 (ImageNet layout, from 32 px),\n"
 "                       dcgan (a GAN on 28x28 grey images: GANTrainer,\n"
 "                       samples LOGDIR/samples-EPOCH.png each epoch)\n"
+"                       or gpt (a byte-level Transformer language model on\n"
+"                       --data text:FILE; docs/training.md, \"Text\")\n"
+"  --context T          gpt: tokens (bytes) per window (default 64)\n"
+"  --layers N           gpt: Transformer blocks (default 2)\n"
+"  --heads H            gpt: attention heads (default 4)\n"
+"  --embed C            gpt: the width, a multiple of --heads (default 128)\n"
 "  --image-size N       the model's input is N x N (default 28 grey, 32\n"
 "                       colour; at least 4 for cnn, 8 for cnn-bn; 64 and up\n"
 "                       suit resnet18/50); the data are resized\n"
@@ -108,7 +117,9 @@ static void s_usage(FILE *out) {
 "                       ImageFolder), imagelist:FILE ('PATH LABEL' lines) or\n"
 "                       cifar:FILE[,cifar100[,fine]] (CIFAR's .bin records);\n"
 "                       images of any size, resized to the model's input\n"
-"  --test-data SOURCE   validation data (default: the test split of --data;\n"
+"                       (--model gpt: text:FILE, bytes as tokens)\n"
+"  --test-data SOURCE   validation data (default: the test split of --data,\n"
+"                       the last tenth of a text: file;\n"
 "                       needed for idx:, lmdb:, tensorpack-lmdb: and the image\n"
 "                       sources; an image folder must have the same classes)\n"
 "  --channels 1|3       grey or colour (default: the data's first image; grey\n"
@@ -256,7 +267,7 @@ static long s_spec_batch(const char *spec) {
 /* The model description's user data: the zoo's options first (what the
  * zoo's build functions read), then the optimizer's. */
 typedef struct {
-    tp_zoo_options_t zoo;
+    tp_zoo_gpt_options_t zoo;  /* the image models read its first member */
     double lr;
     const char *kind;     /* "sgd", "adam", "adamw" (checked) */
     double weight_decay;  /* adamw */
@@ -329,6 +340,23 @@ static tp_status_t s_data_meta(void *impl, tp_trainer_t *tr) {
 }
 static const tp_callback_ops_t s_data_meta_ops = {.name = "DataMetadata",
                                                   .before_train = s_data_meta};
+/* --model gpt: the shape of the model and of its tokens, in every
+ * checkpoint's metadata instead (no images, no classes). */
+static tp_status_t s_text_meta(void *impl, tp_trainer_t *tr) {
+    const s_args_t *a = impl;
+    char v[4][16];
+    snprintf(v[0], sizeof v[0], "%d", a->context);
+    snprintf(v[1], sizeof v[1], "%d", a->layers);
+    snprintf(v[2], sizeof v[2], "%d", a->heads);
+    snprintf(v[3], sizeof v[3], "%d", a->embed);
+    const char *kv[][2] = {{"context", v[0]}, {"layers", v[1]}, {"heads", v[2]},
+                           {"embed", v[3]}, {"tokens", "bytes"}};
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        TP_TRY(tp_checkpoint_set_meta(tp_trainer_model(tr), kv[i][0], kv[i][1]));
+    return TP_OK;
+}
+static const tp_callback_ops_t s_text_meta_ops = {.name = "TextMetadata",
+                                                  .before_train = s_text_meta};
 
 /* --lr-schedule: linear (the default), cosine, or step:E1,E2,.. (the epochs,
  * fractions allowed, after which the rate is multiplied by --lr-gamma;
@@ -677,6 +705,14 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
     const char *src = a->data;
     char source[2048];
     int n = a->image_size;
+    if (a->text) {
+        /* windows of context + 1 bytes; the source's own held-out tail is
+         * the validation split (s_test_spec) */
+        char workers[64];
+        s_processes_stage(a, workers, sizeof workers);
+        snprintf(buf, size, "%s,context=%d%s | batch %d", src, a->context, workers, a->batch);
+        return TP_OK;
+    }
     if ((!strcmp(a->preset, "imagenet")
              ? tp_zoo_source_decoded(src, a->info.channels, n, n, source, sizeof source)
              : tp_zoo_source_shaped(strcmp(src, "fashion-mnist") ? src : "fashion-mnist:train",
@@ -697,6 +733,12 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
     }
     const char *src = a->test_data ? a->test_data : a->data;
     int n = a->image_size;
+    if (a->text) {
+        /* --test-data: a whole other file; else --data's last tenth */
+        snprintf(buf, size, "%s,context=%d,split=%s | batch %d remainder", src, a->context,
+                 a->test_data ? "all" : "val", a->batch);
+        return TP_OK;
+    }
     if (a->info.channels == 3 || !strcmp(a->preset, "imagenet")) {
         /* normalised as the training images, resized (or centre-cropped)
          * as tp-predict will: tp_zoo_eval_spec, from data.json's fields */
@@ -750,7 +792,7 @@ static tp_input_t *s_resident_input(const s_args_t *a, char *what, size_t size) 
 }
 
 /* The last validation accuracy and the run's samples/s from stats.json. */
-static void s_summary(const char *logdir, double wall, int64_t samples) {
+static void s_summary(const char *logdir, double wall, int64_t samples, int text) {
     char path[4200];
     snprintf(path, sizeof path, "%s/stats.json", logdir);
     json_error_t err;
@@ -767,6 +809,19 @@ static void s_summary(const char *logdir, double wall, int64_t samples) {
         v = json_object_get(last, "validation_flip_shift_accuracy");
         if (json_is_number(v))
             shift = json_number_value(v);
+    }
+    if (text) {  /* a language model: bits per byte and tokens/s */
+        json_t *last = json_array_size(j) ? json_array_get(j, json_array_size(j) - 1) : NULL;
+        json_t *bpb = json_object_get(last, "validation_bpb");
+        json_t *tok = json_object_get(last, "tokens_per_s");
+        if (json_is_number(bpb))
+            printf("tp-train: validation %.4f bits per byte", json_number_value(bpb));
+        else
+            printf("tp-train: validation - (no validation ran)");
+        printf(" | wall time %.1f s | %.0f tokens/s (last epoch)\n", wall,
+               json_is_number(tok) ? json_number_value(tok) : 0.0);
+        json_decref(j);
+        return;
     }
     json_decref(j);
     if (!isnan(flip))
@@ -943,7 +998,7 @@ int main(int argc, char **argv) {
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
            O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_CLIP, O_EMA, O_LR_MULT,
            O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD, O_LR_SCHEDULE,
-           O_LR_GAMMA, O_JOB };
+           O_LR_GAMMA, O_JOB, O_CONTEXT, O_LAYERS, O_HEADS, O_EMBED };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -984,6 +1039,10 @@ int main(int argc, char **argv) {
         {"freeze", required_argument, 0, O_FREEZE},
         {"accumulate", required_argument, 0, O_ACCUMULATE},
         {"job", required_argument, 0, O_JOB},
+        {"context", required_argument, 0, O_CONTEXT},
+        {"layers", required_argument, 0, O_LAYERS},
+        {"heads", required_argument, 0, O_HEADS},
+        {"embed", required_argument, 0, O_EMBED},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -1143,6 +1202,10 @@ int main(int argc, char **argv) {
                 return s_fail("bad flag");
             a.log_every = v;
             break;
+        case O_CONTEXT: if (tp_spec_int(optarg, 1, TP_ZOO_GPT_MAX_CONTEXT, "--context", &v)) return s_fail("bad flag"); a.context = (int)v; break;
+        case O_LAYERS: if (tp_spec_int(optarg, 1, 256, "--layers", &v)) return s_fail("bad flag"); a.layers = (int)v; break;
+        case O_HEADS: if (tp_spec_int(optarg, 1, 256, "--heads", &v)) return s_fail("bad flag"); a.heads = (int)v; break;
+        case O_EMBED: if (tp_spec_int(optarg, 1, 65536, "--embed", &v)) return s_fail("bad flag"); a.embed = (int)v; break;
         case O_TF32: a.tf32 = 1; break;
         case O_BF16: a.bf16 = 1; break;
         case 'h': s_usage(stdout); return 0;
@@ -1168,10 +1231,57 @@ int main(int argc, char **argv) {
         a.preset = a.augment ? "crop" : "none";
     s_info = &a.info;
     atexit(s_info_free);
-    if (s_data_info(&a, zoo) != TP_OK)
-        return s_fail("data");
-    if (tp_zoo_check_size(zoo, a.image_size, a.image_size) != TP_OK)
-        return s_fail("--image-size");
+    a.text = !strcmp(zoo->name, "gpt");
+    if (!a.text && (a.context || a.layers || a.heads || a.embed)) {
+        tp_error(TP_ERR_INVALID, "--context, --layers, --heads and --embed shape "
+                 "--model gpt (the model is %s)", zoo->name);
+        return s_fail("bad flags");
+    }
+    if (a.text) {
+        /* text: bytes as tokens, no images, no classes */
+        if (!a.context)
+            a.context = TP_ZOO_GPT_CONTEXT;
+        a.layers = a.layers ? a.layers : TP_ZOO_GPT_LAYERS;
+        a.heads = a.heads ? a.heads : TP_ZOO_GPT_HEADS;
+        a.embed = a.embed ? a.embed : TP_ZOO_GPT_EMBED;
+        if (a.embed % a.heads) {
+            tp_error(TP_ERR_INVALID, "--embed %d is not a multiple of --heads %d", a.embed,
+                     a.heads);
+            return s_fail("bad flags");
+        }
+        if (!a.spec && strncmp(a.data, "text:", 5)) {
+            tp_error(TP_ERR_INVALID, "--model gpt trains on text: give --data text:FILE "
+                     "(bytes as tokens; docs/dataflow.md, \"Text\"), not '%s'", a.data);
+            return s_fail("bad flags");
+        }
+        if ((a.data && strstr(a.data, "context=")) ||
+            (a.test_data && strstr(a.test_data, "context="))) {
+            tp_error(TP_ERR_INVALID, "--model gpt: give the context as --context T, not "
+                     "in the text: source (it is the model's too)");
+            return s_fail("bad flags");
+        }
+        if (a.test_data && strncmp(a.test_data, "text:", 5)) {
+            tp_error(TP_ERR_INVALID, "--test-data '%s': --model gpt validates on text: "
+                     "(default: the last tenth of --data)", a.test_data);
+            return s_fail("bad flags");
+        }
+        if (a.augment > 0 || a.resident || a.tta || a.remote || a.label_smoothing > 0 ||
+            a.channels || a.classes || a.image_size || a.mean || a.std) {
+            tp_error(TP_ERR_INVALID, "--model gpt: --augment, --resident, --tta, --remote, "
+                     "--label-smoothing, --channels, --classes, --image-size, --mean and "
+                     "--std are for the image models");
+            return s_fail("bad flags");
+        }
+        a.augment = 0;
+        a.preset = "none";
+        tp_zoo_data_init(&a.info);
+        a.image_size = 1;  /* unused: no images */
+    } else {
+        if (s_data_info(&a, zoo) != TP_OK)
+            return s_fail("data");
+        if (tp_zoo_check_size(zoo, a.image_size, a.image_size) != TP_OK)
+            return s_fail("--image-size");
+    }
     if (a.info.channels == 3 && (a.resident || a.tta)) {
         tp_error(TP_ERR_INVALID, "%s: grey images only (the data are colour)",
                  a.resident ? "--resident" : "--tta");
@@ -1434,7 +1544,9 @@ int main(int argc, char **argv) {
      * checkpoint's metadata), float32 images when the augmentor
      * normalised. */
     tp_input_desc_t inputs[2];
-    if (tp_zoo_inputs_shaped(a.info.channels, a.image_size, a.image_size, inputs) != TP_OK) {
+    if ((a.text ? tp_zoo_gpt_inputs(a.context, inputs)
+                : tp_zoo_inputs_shaped(a.info.channels, a.image_size, a.image_size, inputs))
+        != TP_OK) {
         tp_dataflow_destroy(&train);
         tp_dataflow_destroy(&test);
         tp_input_destroy(&remote);
@@ -1448,7 +1560,8 @@ int main(int argc, char **argv) {
         tp_input_destroy(&remote);
         return s_fail("--remote");
     }
-    s_model_user_t mu = {{(float)a.label_smoothing, a.info.nclasses}, a.lr, a.optimizer,
+    s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses}, a.layers, a.heads,
+                          a.embed}, a.lr, a.optimizer,
                          a.weight_decay, a.clip_norm, a.ema, a.accumulate, &a};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
@@ -1492,7 +1605,14 @@ int main(int argc, char **argv) {
         tp_dataflow_destroy(&test);
         return s_fail("steps per epoch");
     }
-    cfg.progress_names = "cost,accuracy";
+    cfg.progress_names = a.text ? "cost" : "cost,accuracy";
+    if (a.text) {
+        /* tokens_per_s and validation_bpb in stats.json, tokens/s in the
+         * progress bar (bytes as tokens: one byte a token) */
+        cfg.tokens_per_sample = a.context;
+        cfg.bytes_per_token = 1;
+        cfg.infer_batch = rank != 0 ? 0 : test_batch > 0 ? test_batch : a.batch;
+    }
     cfg.stats = a.stats;
     /* issue 47: the other ranks publish beside rank 0's socket (tp-top
      * merges every stats-rank*.sock of the directory), where it is on
@@ -1519,13 +1639,14 @@ int main(int argc, char **argv) {
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
                  "    seed = %lld\n    label_smoothing = %g\n    lr_schedule = %s\n"
                  "    lr_gamma = %g\n    lr_end = %g\n    warmup = %g\n    weight_decay = %g\n    clip_norm = %g\n"
-                 "    ema = %g\n    accumulate = %d\n",
+                 "    ema = %g\n    accumulate = %d\n    context = %d\n    layers = %d\n"
+                 "    heads = %d\n    embed = %d\n",
                  zoo->name, a.image_size,
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
                  a.lr_schedule, a.lr_gamma, a.lr_end, a.warmup,
                  strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay, a.clip_norm,
-                 a.ema, a.accumulate);
+                 a.ema, a.accumulate, a.context, a.layers, a.heads, a.embed);
     cfg.hparams = hparams;
     /* The rate, step by step: from lr / 10 up to lr over the warm-up, then
      * down to lr x lr_end at the end (a twentieth by default), linearly. */
@@ -1558,7 +1679,8 @@ int main(int argc, char **argv) {
     tp_callback_t *cbs[6] = {lr_kind == TP_LR_LINEAR
                              ? tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)
                              : tp_cb_lr_schedule("learning_rate", &ls),
-                             tp_callback_new(&s_data_meta_ops, &a, 1)};
+                             tp_callback_new(a.text ? &s_text_meta_ops : &s_data_meta_ops,
+                                             &a, 1)};
     int ncbs = 2;
     if (!cbs[0] || !cbs[1]) {
         tp_callback_destroy(&cbs[0]);
@@ -1570,7 +1692,8 @@ int main(int argc, char **argv) {
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_in_ops, NULL, 1);
     if (rank == 0)
-        cbs[ncbs++] = tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta);
+        cbs[ncbs++] = a.text ? tp_cb_inference_runner(test, &infs[1], 1)  /* cost */
+                             : tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta);
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_out_ops, NULL, 1);
     if (rank > 0)
@@ -1587,7 +1710,12 @@ int main(int argc, char **argv) {
     char ranks_text[64] = "";
     if (s_dist)
         snprintf(ranks_text, sizeof ranks_text, "%d ranks x ", nranks);
-    if (rank == 0)
+    if (rank == 0 && a.text)
+        printf("tp-train: model %s, %d layers, %d heads, width %d, context %d (bytes as "
+               "tokens), %s%d tower%s x batch %d, %d epochs, lr %g (%s), logdir %s\n",
+               zoo->name, a.layers, a.heads, a.embed, a.context, ranks_text, a.towers,
+               a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
+    else if (rank == 0)
         printf("tp-train: model %s (%s), %dx%d images (%s), %d classes, %s%d tower%s x batch "
                "%d, %d epochs, lr %g (%s), logdir %s\n", zoo->name, zoo->summary, a.image_size,
                a.image_size, a.info.channels == 3 ? "colour" : "grey", a.info.nclasses,
@@ -1610,7 +1738,7 @@ int main(int argc, char **argv) {
      * names in label order, normalisation (docs/images.md); written once the
      * data and the model are set up, so a run refused before leaves only
      * its log (a retry needs no --logdir-action) */
-    if (rank == 0 && tp_zoo_data_save(&a.info, logdir) != TP_OK) {
+    if (rank == 0 && !a.text && tp_zoo_data_save(&a.info, logdir) != TP_OK) {
         tp_train_config_fini(&cfg);  /* the callbacks (and the test data) with it */
         return s_fail("log directory");
     }
@@ -1654,7 +1782,7 @@ int main(int argc, char **argv) {
         samples = json_integer_value(gs) * a.batch * a.towers * nranks;
     }
     json_decref(j);
-    s_summary(logdir, wall, samples);
+    s_summary(logdir, wall, samples, a.text);
     printf("tp-train: log %s/log.log, checkpoints %s/model-*.safetensors, "
            "stats %s, plots %s\n", logdir, logdir, stats, png);
     fflush(stdout);

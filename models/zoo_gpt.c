@@ -1,0 +1,136 @@
+/* towerpack models: the zoo's GPT, a decoder-only Transformer language
+ * model on bytes (GPT-2's architecture at a small size): learned token and
+ * position embeddings, pre-norm blocks of causal multi-head self-attention
+ * and a GELU MLP of 4x width, a final layer norm, and the output tied to the
+ * token embedding. It takes the `text:` source's windows (int32 [B,T]
+ * tokens, int32 [B,T] next-byte targets) and reports the sequence
+ * cross-entropy in nats per token as the metric `cost`.
+ *
+ * Built only from the graph's ops: gather_rows (embedding), layer_norm,
+ * batch_matmul (projections against unbatched [C,N] weights, q k^T and
+ * attention x v), reshape/transpose (heads), a constant causal mask added
+ * before softmax along the last axis, gelu, add (residuals) and
+ * softmax_xent_seq. The T x T scores are materialised per head: fine at
+ * the zoo's contexts (64..a few hundred), not a fused kernel. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/models.h>
+
+/* The inputs at context T: tokens and targets, int32 [B,T]. */
+tp_status_t tp_zoo_gpt_inputs(int context, tp_input_desc_t out[2]) {
+    if (context < 1 || context > TP_ZOO_GPT_MAX_CONTEXT)
+        return tp_error(TP_ERR_INVALID, "gpt context %d: 1..%d", context,
+                        TP_ZOO_GPT_MAX_CONTEXT);
+    out[0] = (tp_input_desc_t){"tokens", TP_INT32, 2, {-1, context}};
+    out[1] = (tp_input_desc_t){"targets", TP_INT32, 2, {-1, context}};
+    return TP_OK;
+}
+
+/* x [B,T,K] @ scope/W [K,N] + scope/b [N] -> [B,T,N]; W drawn from
+ * N(0, std^2) as GPT-2 does (0.02; the projections into the residual
+ * stream 0.02 / sqrt(2 L)), b zeros. */
+static tp_node_t *s_linear(tp_tower_t *t, const char *scope, tp_node_t *x, int64_t k,
+                           int64_t n, float std) {
+    if (tp_tower_push_scope(t, scope) != TP_OK)
+        return NULL;
+    int64_t ws[2] = {k, n}, bs[1] = {n};
+    tp_node_t *w = tp_variable(t, "W", 2, ws, (tp_init_t){TP_INIT_NORMAL, std},
+                               TP_VAR_TRAINABLE);
+    tp_node_t *b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
+                               TP_VAR_TRAINABLE);
+    tp_node_t *y = tp_add(t, "output", tp_batch_matmul(t, "matmul", x, w, 0, 0), b);
+    tp_tower_pop_scope(t);
+    return y;
+}
+
+/* [B,T,C] -> [B,H,T,D] */
+static tp_node_t *s_heads(tp_tower_t *t, const char *name, tp_node_t *x, int64_t T,
+                          int64_t H, int64_t D) {
+    char n[64];
+    snprintf(n, sizeof n, "%s_split", name);
+    int64_t shape[4] = {-1, T, H, D};
+    static const int perm[4] = {0, 2, 1, 3};
+    return tp_transpose(t, name, tp_reshape(t, n, x, 4, shape), perm);
+}
+
+/* One pre-norm block: x + attn(ln1(x)), then + mlp(ln2(x)). */
+static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mask,
+                          int64_t T, int64_t C, int64_t H, int nlayers) {
+    char scope[32];
+    snprintf(scope, sizeof scope, "h%d", layer);
+    if (tp_tower_push_scope(t, scope) != TP_OK)
+        return NULL;
+    const float proj_std = 0.02f / sqrtf(2.0f * (float)nlayers);
+    const int64_t D = C / H;
+    tp_node_t *h = tp_layer_norm(t, "ln1", x, 1);
+    tp_node_t *qkv = s_linear(t, "attn/qkv", h, C, 3 * C, 0.02f);
+    tp_node_t *p[3] = {NULL, NULL, NULL};
+    int64_t sizes[3] = {C, C, C};
+    if (tp_split(t, "attn/qkv_parts", qkv, 2, 3, sizes, p) != TP_OK) {
+        tp_tower_pop_scope(t);
+        return NULL;
+    }
+    tp_node_t *q = s_heads(t, "attn/q", p[0], T, H, D);
+    tp_node_t *k = s_heads(t, "attn/k", p[1], T, H, D);
+    tp_node_t *v = s_heads(t, "attn/v", p[2], T, H, D);
+    /* softmax(q k^T / sqrt(D) + mask) v: the mask is 0 on and below the
+     * diagonal, -1e9 above (a position sees itself and the past) */
+    tp_node_t *s = tp_scale(t, "attn/scores", tp_batch_matmul(t, "attn/qk", q, k, 0, 1),
+                            1.0f / sqrtf((float)D));
+    tp_node_t *att = tp_softmax(t, "attn/softmax", tp_add(t, "attn/masked", s, mask), -1);
+    tp_node_t *y = tp_batch_matmul(t, "attn/av", att, v, 0, 0);  /* [B,H,T,D] */
+    static const int back[4] = {0, 2, 1, 3};
+    int64_t merged[3] = {-1, T, C};
+    y = tp_reshape(t, "attn/merge", tp_transpose(t, "attn/unheads", y, back), 3, merged);
+    x = tp_add(t, "res1", x, s_linear(t, "attn/proj", y, C, C, proj_std));
+    h = tp_layer_norm(t, "ln2", x, 1);
+    h = tp_gelu(t, "mlp/gelu", s_linear(t, "mlp/fc", h, C, 4 * C, 0.02f), 1);
+    x = tp_add(t, "res2", x, s_linear(t, "mlp/proj", h, 4 * C, C, proj_std));
+    tp_tower_pop_scope(t);
+    return x;
+}
+
+tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    const tp_zoo_gpt_options_t *o = user;
+    const int nlayers = o && o->layers > 0 ? o->layers : TP_ZOO_GPT_LAYERS;
+    const int64_t H = o && o->heads > 0 ? o->heads : TP_ZOO_GPT_HEADS;
+    const int64_t C = o && o->embed > 0 ? o->embed : TP_ZOO_GPT_EMBED;
+    const tp_shape_t *s = in[0] ? tp_node_shape(in[0]) : NULL;
+    if (!s || s->ndim != 2 || tp_node_dtype(in[0]) != TP_INT32 || !in[1] ||
+        tp_node_dtype(in[1]) != TP_INT32)
+        return tp_error(TP_ERR_SHAPE, "model gpt: the inputs must be int32 [batch,context] "
+                        "tokens and targets (the text: source's windows)");
+    if (C % H)
+        return tp_error(TP_ERR_INVALID, "model gpt: the width %lld is not a multiple of "
+                        "the %lld heads", (long long)C, (long long)H);
+    const int64_t T = s->d[1];
+    /* the causal mask, [T,T]: broadcast over the batch and the heads */
+    float *m = malloc((size_t)(T * T) * sizeof *m);
+    if (!m)
+        return tp_error(TP_ERR_NOMEM, "model gpt: the %lldx%lld mask", (long long)T,
+                        (long long)T);
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++)
+            m[i * T + j] = j <= i ? 0.0f : -1e9f;
+    int64_t ms[2] = {T, T};
+    tp_node_t *mask = tp_constant(t, "causal_mask", 2, ms, m);
+    free(m);
+    int64_t es[2] = {256, C}, ps[2] = {T, C};
+    tp_node_t *wte = tp_variable(t, "wte", 2, es, (tp_init_t){TP_INIT_NORMAL, 0.02f},
+                                 TP_VAR_TRAINABLE);
+    tp_node_t *wpe = tp_variable(t, "wpe", 2, ps, (tp_init_t){TP_INIT_NORMAL, 0.01f},
+                                 TP_VAR_TRAINABLE);
+    tp_node_t *x = tp_add(t, "embed", tp_gather_rows(t, "tok_embed", wte, in[0]), wpe);
+    for (int l = 0; l < nlayers; l++)
+        x = s_block(t, l, x, mask, T, C, H, nlayers);
+    x = tp_layer_norm(t, "ln_f", x, 1);
+    /* the output tied to the token embedding: x wte^T, [B,T,256] */
+    tp_node_t *logits = tp_batch_matmul(t, "logits", x, wte, 0, 1);
+    tp_node_t *cost = tp_softmax_xent_seq(t, "cost", logits, in[1], -100);
+    tp_tower_add_output(t, "logits", logits);
+    tp_tower_add_metric(t, "cost", cost);  /* validation_cost, nats per token */
+    TP_TRY(tp_tower_status(t));
+    return tp_tower_set_cost(t, cost);
+}
