@@ -75,6 +75,18 @@ static int s_conv_direct(const s_conv_t *d) {
            d->ph == 0 && d->pw == 0 && d->g == 1;
 }
 
+/* The output columns [lo, hi) whose input column ox*SW - PW + oj lies in
+ * [0, W): the rest read the zero padding. */
+static void s_span(const s_conv_t *d, int oj, int *lo, int *hi) {
+    const int a = d->pw - oj, b = d->w - 1 + d->pw - oj;
+    int l = a > 0 ? (a + d->sw - 1) / d->sw : 0;
+    int h = b >= 0 ? b / d->sw + 1 : 0;
+    l = l > d->ow ? d->ow : l;
+    h = h > d->ow ? d->ow : (h < l ? l : h);
+    *lo = l;
+    *hi = h;
+}
+
 /* col[(c*KH+i)*KW+j][oy*OW+ox] = x[c][oy*SH-PH+i*DH][ox*SW-PW+j*DW] or 0;
  * rows of col are `ld` floats apart (several samples side by side). A
  * group's rows are one block (its channels are consecutive). */
@@ -108,10 +120,18 @@ static void s_im2col(const s_conv_t *d, const float *x, float *col,
                         for (int ox = hi; ox < d->ow; ox++)
                             r[ox] = 0.0f;
                     } else {
-                        for (int ox = 0; ox < d->ow; ox++) {
-                            int ix = ox * d->sw - d->pw + oj;
-                            r[ox] = (ix >= 0 && ix < d->w) ? xr[ix] : 0.0f;
-                        }
+                        /* zeros, a strided run with no per-element test
+                         * (the stride-2 encoder and deconv columns), zeros */
+                        int lo, hi;
+                        s_span(d, oj, &lo, &hi);
+                        const float *restrict src = xr - d->pw + oj;
+                        const int sw = d->sw;
+                        for (int ox = 0; ox < lo; ox++)
+                            r[ox] = 0.0f;
+                        for (int ox = lo; ox < hi; ox++)
+                            r[ox] = src[ox * sw];
+                        for (int ox = hi; ox < d->ow; ox++)
+                            r[ox] = 0.0f;
                     }
                 }
             }
@@ -145,11 +165,13 @@ static void s_col2im(const s_conv_t *d, const float *col, float *dx,
                             dst[ox] += src[ox];
                         continue;
                     }
-                    for (int ox = 0; ox < d->ow; ox++) {
-                        int ix = ox * d->sw - d->pw + oj;
-                        if (ix >= 0 && ix < d->w)
-                            xr[ix] += r[ox];
-                    }
+                    int lo, hi;
+                    s_span(d, oj, &lo, &hi);
+                    float *restrict dst = xr - d->pw + oj;
+                    const float *restrict src = r;
+                    const int sw = d->sw;
+                    for (int ox = lo; ox < hi; ox++)
+                        dst[ox * sw] += src[ox];
                 }
             }
     }
@@ -307,6 +329,48 @@ static void s_pass_bwd(const s_conv_t *d, int n, const float *x,
                     memset(dxb, 0, xsz * sizeof(float));
                 s_col2im(d, col + (size_t)s * p, dxb, ld);
             }
+        }
+    }
+}
+
+/* The transposed convolution's two weight-side gradients in one pass over
+ * the batch: both read the columns of dy (the conv's large image), so dy is
+ * unfolded once per group of samples, not once per gradient. dw (+)= x @
+ * col^T, then dx (+)= W @ col, written into the buffer that held x's
+ * O-major copy (no longer needed once dw has its product). x and dx are
+ * [n, O, P], dy [n, C, H, W]; dw or dx NULL: that gradient is not wanted. */
+static void s_pass_tbwd(const s_conv_t *d, int n, const float *dy,
+                        const float *x, const float *w, float *dx, int dx_acc,
+                        float *dw, int dw_acc, float *ws) {
+    const int ckk = d->c * d->kh * d->kw, p = d->oh * d->ow;
+    const size_t ysz = (size_t)d->c * d->h * d->w;
+    const int group = s_conv_batch(d);
+    for (int b0 = 0; b0 < n; b0 += group) {
+        const int g = n - b0 < group ? n - b0 : group;
+        const size_t ld = (size_t)g * p;
+        float *col = ws, *gx = col + (size_t)ckk * ld;
+        for (int s = 0; s < g; s++)
+            s_im2col(d, dy + (size_t)(b0 + s) * ysz, col + (size_t)s * p, ld);
+        if (dw) {
+            for (int s = 0; s < g; s++)
+                for (int o = 0; o < d->o; o++)
+                    memcpy(gx + (size_t)o * ld + (size_t)s * p,
+                           x + ((size_t)(b0 + s) * d->o + o) * p,
+                           sizeof(float) * p);
+            s_gemm_filter(d, gx, col, dw, ld, (b0 == 0 && !dw_acc) ? 0.0f : 1.0f);
+        }
+        if (dx) {
+            s_gemm_fwd(d, w, col, gx, ld);
+            for (int s = 0; s < g; s++)
+                for (int o = 0; o < d->o; o++) {
+                    float *restrict dst = dx + ((size_t)(b0 + s) * d->o + o) * p;
+                    const float *restrict src = gx + (size_t)o * ld + (size_t)s * p;
+                    if (dx_acc)
+                        for (int k = 0; k < p; k++)
+                            dst[k] += src[k];
+                    else
+                        memcpy(dst, src, sizeof(float) * p);
+                }
         }
     }
 }
@@ -522,16 +586,21 @@ tp_status_t tp_cpu_conv_backward(const tp_op_call_t *c) {
             s_bias_grad(d.c, (size_t)d.h * d.w, c->dy, n, c->dx[2], c->dx_acc[2]);
             s_fault(c->dx[2], (size_t)d.c);
         }
-        if (c->dx[1]) {
-            s_pass_bwd(&d, n, c->dy, c->x[1], c->x[0], NULL, 0, c->dx[1],
-                       c->dx_acc[1], c->workspace);
+        if (s_conv_direct(&d)) {
+            if (c->dx[1])
+                s_pass_bwd(&d, n, c->dy, c->x[1], c->x[0], NULL, 0, c->dx[1],
+                           c->dx_acc[1], c->workspace);
+            if (c->dx[0])
+                s_pass_fwd(&d, n, c->dy, c->x[1], NULL, c->dx[0], c->dx_acc[0],
+                           c->workspace);
+        } else if (c->dx[0] || c->dx[1]) {
+            s_pass_tbwd(&d, n, c->dy, c->x[0], c->x[1], c->dx[0], c->dx_acc[0],
+                        c->dx[1], c->dx_acc[1], c->workspace);
+        }
+        if (c->dx[1])
             s_fault(c->dx[1], tp_shape_count(&c->xshape[1]));
-        }
-        if (c->dx[0]) {
-            s_pass_fwd(&d, n, c->dy, c->x[1], NULL, c->dx[0], c->dx_acc[0],
-                       c->workspace);
+        if (c->dx[0])
             s_fault(c->dx[0], tp_shape_count(&c->xshape[0]));
-        }
         break;
     }
     case TP_OP_UPSAMPLE_NEAREST:
