@@ -75,105 +75,96 @@ static int s_conv_direct(const s_conv_t *d) {
            d->ph == 0 && d->pw == 0 && d->g == 1;
 }
 
-/* The output columns [lo, hi) whose input column ox*SW - PW + oj lies in
- * [0, W): the rest read the zero padding. */
-static void s_span(const s_conv_t *d, int oj, int *lo, int *hi) {
-    const int a = d->pw - oj, b = d->w - 1 + d->pw - oj;
-    int l = a > 0 ? (a + d->sw - 1) / d->sw : 0;
-    int h = b >= 0 ? b / d->sw + 1 : 0;
-    l = l > d->ow ? d->ow : l;
-    h = h > d->ow ? d->ow : (h < l ? l : h);
+/* The outputs [lo, hi) of n_out whose input o*s + off lies in [0, n_in):
+ * the rest read the zero padding. */
+static void s_range(int off, int s, int n_in, int n_out, int *lo, int *hi) {
+    const int a = -off, b = n_in - 1 - off;
+    int l = a > 0 ? (a + s - 1) / s : 0;
+    int h = b >= 0 ? b / s + 1 : 0;
+    l = l > n_out ? n_out : l;
+    h = h > n_out ? n_out : (h < l ? l : h);
     *lo = l;
     *hi = h;
 }
 
 /* col[(c*KH+i)*KW+j][oy*OW+ox] = x[c][oy*SH-PH+i*DH][ox*SW-PW+j*DW] or 0;
  * rows of col are `ld` floats apart (several samples side by side). A
- * group's rows are one block (its channels are consecutive). */
+ * group's rows are one block (its channels are consecutive). The rows and
+ * columns that read padding are found once per tap (i, j), so the copy
+ * loops carry no bounds tests: the rows are short (7 or 14 floats in the
+ * autoencoder), and per-element tests cost more than the copy. */
 static void s_im2col(const s_conv_t *d, const float *x, float *col,
                      size_t ld) {
-    const size_t p = ld;
+    const int ow = d->ow, sw = d->sw;
     for (int ch = 0; ch < d->c; ch++) {
         const float *xc = x + (size_t)ch * d->h * d->w;
-        for (int i = 0; i < d->kh; i++)
+        for (int i = 0; i < d->kh; i++) {
+            const int offy = i * d->dh - d->ph;
+            int ylo, yhi;
+            s_range(offy, d->sh, d->h, d->oh, &ylo, &yhi);
             for (int j = 0; j < d->kw; j++) {
-                float *row = col + ((size_t)(ch * d->kh + i) * d->kw + j) * p;
-                const int oj = j * d->dw;
-                for (int oy = 0; oy < d->oh; oy++) {
-                    int iy = oy * d->sh - d->ph + i * d->dh;
-                    float *r = row + (size_t)oy * d->ow;
-                    if (iy < 0 || iy >= d->h) {
-                        memset(r, 0, sizeof(float) * (size_t)d->ow);
-                        continue;
-                    }
-                    const float *xr = xc + (size_t)iy * d->w;
-                    if (d->sw == 1) {
-                        /* the in-bounds run: 0 <= ox - PW + j DW < W */
-                        int lo = d->pw - oj, hi = d->w + d->pw - oj;
-                        lo = lo < 0 ? 0 : (lo > d->ow ? d->ow : lo);
-                        hi = hi > d->ow ? d->ow : (hi < lo ? lo : hi);
-                        for (int ox = 0; ox < lo; ox++)
-                            r[ox] = 0.0f;
-                        if (hi > lo)
-                            memcpy(r + lo, xr + lo - d->pw + oj,
-                                   sizeof(float) * (size_t)(hi - lo));
-                        for (int ox = hi; ox < d->ow; ox++)
-                            r[ox] = 0.0f;
-                    } else {
-                        /* zeros, a strided run with no per-element test
-                         * (the stride-2 encoder and deconv columns), zeros */
-                        int lo, hi;
-                        s_span(d, oj, &lo, &hi);
-                        const float *restrict src = xr - d->pw + oj;
-                        const int sw = d->sw;
-                        for (int ox = 0; ox < lo; ox++)
-                            r[ox] = 0.0f;
+                float *row = col + ((size_t)(ch * d->kh + i) * d->kw + j) * ld;
+                const int offx = j * d->dw - d->pw;
+                int lo, hi;
+                s_range(offx, sw, d->w, ow, &lo, &hi);
+                memset(row, 0, sizeof(float) * (size_t)ylo * ow);
+                memset(row + (size_t)yhi * ow, 0,
+                       sizeof(float) * (size_t)(d->oh - yhi) * ow);
+                for (int oy = ylo; oy < yhi; oy++) {
+                    float *restrict r = row + (size_t)oy * ow;
+                    const float *restrict src =
+                        xc + (size_t)(oy * d->sh + offy) * d->w + offx;
+                    for (int ox = 0; ox < lo; ox++)
+                        r[ox] = 0.0f;
+                    if (sw == 1)
+                        memcpy(r + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+                    else if (sw == 2)
+                        for (int ox = lo; ox < hi; ox++)
+                            r[ox] = src[2 * ox];
+                    else
                         for (int ox = lo; ox < hi; ox++)
                             r[ox] = src[ox * sw];
-                        for (int ox = hi; ox < d->ow; ox++)
-                            r[ox] = 0.0f;
-                    }
+                    for (int ox = hi; ox < ow; ox++)
+                        r[ox] = 0.0f;
                 }
             }
+        }
     }
 }
 
-/* The adjoint of s_im2col: dx += scatter(col). */
+/* The adjoint of s_im2col: dx += scatter(col), with the same per-tap
+ * ranges (padding positions have nowhere to go). */
 static void s_col2im(const s_conv_t *d, const float *col, float *dx,
                      size_t ld) {
-    const size_t p = ld;
+    const int ow = d->ow, sw = d->sw;
     for (int ch = 0; ch < d->c; ch++) {
         float *xc = dx + (size_t)ch * d->h * d->w;
-        for (int i = 0; i < d->kh; i++)
+        for (int i = 0; i < d->kh; i++) {
+            const int offy = i * d->dh - d->ph;
+            int ylo, yhi;
+            s_range(offy, d->sh, d->h, d->oh, &ylo, &yhi);
             for (int j = 0; j < d->kw; j++) {
                 const float *row =
-                    col + ((size_t)(ch * d->kh + i) * d->kw + j) * p;
-                const int oj = j * d->dw;
-                for (int oy = 0; oy < d->oh; oy++) {
-                    int iy = oy * d->sh - d->ph + i * d->dh;
-                    if (iy < 0 || iy >= d->h)
-                        continue;
-                    const float *r = row + (size_t)oy * d->ow;
-                    float *xr = xc + (size_t)iy * d->w;
-                    if (d->sw == 1) {
-                        int lo = d->pw - oj, hi = d->w + d->pw - oj;
-                        lo = lo < 0 ? 0 : lo;
-                        hi = hi > d->ow ? d->ow : hi;
-                        float *restrict dst = xr - d->pw + oj;
-                        const float *restrict src = r;
+                    col + ((size_t)(ch * d->kh + i) * d->kw + j) * ld;
+                const int offx = j * d->dw - d->pw;
+                int lo, hi;
+                s_range(offx, sw, d->w, ow, &lo, &hi);
+                for (int oy = ylo; oy < yhi; oy++) {
+                    const float *restrict r = row + (size_t)oy * ow;
+                    float *restrict dst =
+                        xc + (size_t)(oy * d->sh + offy) * d->w + offx;
+                    if (sw == 1)
                         for (int ox = lo; ox < hi; ox++)
-                            dst[ox] += src[ox];
-                        continue;
-                    }
-                    int lo, hi;
-                    s_span(d, oj, &lo, &hi);
-                    float *restrict dst = xr - d->pw + oj;
-                    const float *restrict src = r;
-                    const int sw = d->sw;
-                    for (int ox = lo; ox < hi; ox++)
-                        dst[ox * sw] += src[ox];
+                            dst[ox] += r[ox];
+                    else if (sw == 2)
+                        for (int ox = lo; ox < hi; ox++)
+                            dst[2 * ox] += r[ox];
+                    else
+                        for (int ox = lo; ox < hi; ox++)
+                            dst[ox * sw] += r[ox];
                 }
             }
+        }
     }
 }
 
