@@ -107,9 +107,11 @@ static void s_im2col(const s_conv_t *d, const float *x, float *col,
                 const int offx = j * d->dw - d->pw;
                 int lo, hi;
                 s_range(offx, sw, d->w, ow, &lo, &hi);
-                memset(row, 0, sizeof(float) * (size_t)ylo * ow);
-                memset(row + (size_t)yhi * ow, 0,
-                       sizeof(float) * (size_t)(d->oh - yhi) * ow);
+                if (ylo > 0) /* (most taps have no padded rows: no call) */
+                    memset(row, 0, sizeof(float) * (size_t)ylo * ow);
+                if (yhi < d->oh)
+                    memset(row + (size_t)yhi * ow, 0,
+                           sizeof(float) * (size_t)(d->oh - yhi) * ow);
                 for (int oy = ylo; oy < yhi; oy++) {
                     float *restrict r = row + (size_t)oy * ow;
                     const float *restrict src =
