@@ -403,6 +403,23 @@ static void s_taps(int o, int in, int f, int align, int *i0, int *i1,
     *l0 = 1.0f - *l1;
 }
 
+/* The horizontal taps of output columns [c0, c1), c1 = min(c0 + S_TAPS,
+ * ow): found once per chunk of columns, not once per row of every plane
+ * (s_taps divides and branches; the rows reuse the same columns). */
+enum { S_TAPS = 256 };
+typedef struct {
+    int i0[S_TAPS], i1[S_TAPS];
+    float l0[S_TAPS], l1[S_TAPS];
+} s_htaps_t;
+
+static int s_htaps(s_htaps_t *t, int c0, int ow, int w, int f, int align) {
+    const int c1 = c0 + S_TAPS < ow ? c0 + S_TAPS : ow;
+    for (int o = c0; o < c1; o++)
+        s_taps(o, w, f, align, &t->i0[o - c0], &t->i1[o - c0], &t->l0[o - c0],
+               &t->l1[o - c0]);
+    return c1;
+}
+
 static void s_up_fwd(const tp_op_call_t *c) {
     const tp_shape_t *xs = &c->xshape[0];
     const int h = (int)xs->d[2], w = (int)xs->d[3], f = c->attr->sh;
@@ -425,20 +442,24 @@ static void s_up_fwd(const tp_op_call_t *c) {
         return;
     }
     const int align = c->attr->align_corners;
-    for (size_t pl = 0; pl < planes; pl++) {
-        const float *xp = x + pl * (size_t)h * w;
-        float *yp = y + pl * (size_t)oh * ow;
-        for (int oy = 0; oy < oh; oy++) {
-            int h0, h1;
-            float lh0, lh1;
-            s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
-            const float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
-            for (int ox = 0; ox < ow; ox++) {
-                int w0, w1;
-                float lw0, lw1;
-                s_taps(ox, w, f, align, &w0, &w1, &lw0, &lw1);
-                yp[(size_t)oy * ow + ox] = lh0 * (lw0 * r0[w0] + lw1 * r0[w1]) +
-                                           lh1 * (lw0 * r1[w0] + lw1 * r1[w1]);
+    s_htaps_t ht;
+    for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
+        const int c1 = s_htaps(&ht, c0, ow, w, f, align);
+        for (size_t pl = 0; pl < planes; pl++) {
+            const float *xp = x + pl * (size_t)h * w;
+            float *yp = y + pl * (size_t)oh * ow;
+            for (int oy = 0; oy < oh; oy++) {
+                int h0, h1;
+                float lh0, lh1;
+                s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
+                const float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
+                float *yr = yp + (size_t)oy * ow + c0;
+                for (int k = 0; k < c1 - c0; k++) {
+                    const int w0 = ht.i0[k], w1 = ht.i1[k];
+                    const float lw0 = ht.l0[k], lw1 = ht.l1[k];
+                    yr[k] = lh0 * (lw0 * r0[w0] + lw1 * r0[w1]) +
+                            lh1 * (lw0 * r1[w0] + lw1 * r1[w1]);
+                }
             }
         }
     }
@@ -475,23 +496,27 @@ static void s_up_bwd(const tp_op_call_t *c) {
         }
     } else {
         const int align = c->attr->align_corners;
-        for (size_t pl = 0; pl < planes; pl++) {
-            float *xp = tmp + pl * (size_t)h * w;
-            const float *yp = dy + pl * (size_t)oh * ow;
-            for (int oy = 0; oy < oh; oy++) {
-                int h0, h1;
-                float lh0, lh1;
-                s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
-                float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
-                for (int ox = 0; ox < ow; ox++) {
-                    int w0, w1;
-                    float lw0, lw1;
-                    s_taps(ox, w, f, align, &w0, &w1, &lw0, &lw1);
-                    const float g = yp[(size_t)oy * ow + ox];
-                    r0[w0] += lh0 * lw0 * g;
-                    r0[w1] += lh0 * lw1 * g;
-                    r1[w0] += lh1 * lw0 * g;
-                    r1[w1] += lh1 * lw1 * g;
+        s_htaps_t ht;
+        for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
+            const int c1 = s_htaps(&ht, c0, ow, w, f, align);
+            for (size_t pl = 0; pl < planes; pl++) {
+                float *xp = tmp + pl * (size_t)h * w;
+                const float *yp = dy + pl * (size_t)oh * ow;
+                for (int oy = 0; oy < oh; oy++) {
+                    int h0, h1;
+                    float lh0, lh1;
+                    s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
+                    float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
+                    const float *yr = yp + (size_t)oy * ow + c0;
+                    for (int k = 0; k < c1 - c0; k++) {
+                        const int w0 = ht.i0[k], w1 = ht.i1[k];
+                        const float lw0 = ht.l0[k], lw1 = ht.l1[k];
+                        const float g = yr[k];
+                        r0[w0] += lh0 * lw0 * g;
+                        r0[w1] += lh0 * lw1 * g;
+                        r1[w0] += lh1 * lw0 * g;
+                        r1[w1] += lh1 * lw1 * g;
+                    }
                 }
             }
         }
