@@ -8,8 +8,9 @@
  * in the output's order, a slice's the input at start with strides times
  * the steps, a concat's or a pad's the output at the piece's corner, a
  * broadcast's the input with stride 0 on every stretched dim. The walk
- * copies whole rows with memcpy where the inner stride is 1. Values move
- * as 4-byte words, so float32 and int32 take the same path.
+ * copies whole rows with memcpy where the inner stride is 1, and walks
+ * inner two dims that swap (NCHW <-> NHWC) as a 2-D transpose in tiles.
+ * Values move as 4-byte words, so float32 and int32 take the same path.
  *
  * Gradients that several output elements share (a broadcast's stretched
  * dims) are added in the walk's fixed order: deterministic. Gather and
