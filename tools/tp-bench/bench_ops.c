@@ -481,7 +481,7 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
     s->row = r;
     s->arg.row = r;
     static tp_input_desc_t desc[MAX_IN];
-    static char names[MAX_IN][8];
+    static char names[MAX_IN][16]; /* "in%d" for any int i (-Wformat-truncation) */
     int nd = 0;
     int64_t batch = 0;
     for (int i = 0; i < r->nin; i++) {
