@@ -116,6 +116,12 @@ OPS = {
     # whole models (step rows): x, labels, then weights and biases
     "mlp_step": lambda x, a, st: F.cross_entropy(
         torch.relu(torch.relu(x[0] @ x[2] + x[3]) @ x[4] + x[5]) @ x[6] + x[7], x[1]),
+    # examples/autoencoder.c: image, then enc0, enc1, dec0, dec1 weights and biases
+    "autoencoder_step": lambda x, a, st: F.mse_loss(torch.sigmoid(F.conv_transpose2d(
+        torch.relu(F.conv_transpose2d(
+            torch.relu(F.conv2d(torch.relu(F.conv2d(x[0], x[1], x[2], 2, 1)),
+                                x[3], x[4], 2, 1)),
+            x[5], x[6], 2, 1)), x[7], x[8], 2, 1)), x[0]),
 }
 
 # the step rows' update: SGD without momentum, as tp-bench's models

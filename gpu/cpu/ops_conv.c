@@ -75,83 +75,98 @@ static int s_conv_direct(const s_conv_t *d) {
            d->ph == 0 && d->pw == 0 && d->g == 1;
 }
 
+/* The outputs [lo, hi) of n_out whose input o*s + off lies in [0, n_in):
+ * the rest read the zero padding. */
+static void s_range(int off, int s, int n_in, int n_out, int *lo, int *hi) {
+    const int a = -off, b = n_in - 1 - off;
+    int l = a > 0 ? (a + s - 1) / s : 0;
+    int h = b >= 0 ? b / s + 1 : 0;
+    l = l > n_out ? n_out : l;
+    h = h > n_out ? n_out : (h < l ? l : h);
+    *lo = l;
+    *hi = h;
+}
+
 /* col[(c*KH+i)*KW+j][oy*OW+ox] = x[c][oy*SH-PH+i*DH][ox*SW-PW+j*DW] or 0;
  * rows of col are `ld` floats apart (several samples side by side). A
- * group's rows are one block (its channels are consecutive). */
+ * group's rows are one block (its channels are consecutive). The rows and
+ * columns that read padding are found once per tap (i, j), so the copy
+ * loops carry no bounds tests: the rows are short (7 or 14 floats in the
+ * autoencoder), and per-element tests cost more than the copy. */
 static void s_im2col(const s_conv_t *d, const float *x, float *col,
                      size_t ld) {
-    const size_t p = ld;
+    const int ow = d->ow, sw = d->sw;
     for (int ch = 0; ch < d->c; ch++) {
         const float *xc = x + (size_t)ch * d->h * d->w;
-        for (int i = 0; i < d->kh; i++)
+        for (int i = 0; i < d->kh; i++) {
+            const int offy = i * d->dh - d->ph;
+            int ylo, yhi;
+            s_range(offy, d->sh, d->h, d->oh, &ylo, &yhi);
             for (int j = 0; j < d->kw; j++) {
-                float *row = col + ((size_t)(ch * d->kh + i) * d->kw + j) * p;
-                const int oj = j * d->dw;
-                for (int oy = 0; oy < d->oh; oy++) {
-                    int iy = oy * d->sh - d->ph + i * d->dh;
-                    float *r = row + (size_t)oy * d->ow;
-                    if (iy < 0 || iy >= d->h) {
-                        memset(r, 0, sizeof(float) * (size_t)d->ow);
-                        continue;
-                    }
-                    const float *xr = xc + (size_t)iy * d->w;
-                    if (d->sw == 1) {
-                        /* the in-bounds run: 0 <= ox - PW + j DW < W */
-                        int lo = d->pw - oj, hi = d->w + d->pw - oj;
-                        lo = lo < 0 ? 0 : (lo > d->ow ? d->ow : lo);
-                        hi = hi > d->ow ? d->ow : (hi < lo ? lo : hi);
-                        for (int ox = 0; ox < lo; ox++)
-                            r[ox] = 0.0f;
-                        if (hi > lo)
-                            memcpy(r + lo, xr + lo - d->pw + oj,
-                                   sizeof(float) * (size_t)(hi - lo));
-                        for (int ox = hi; ox < d->ow; ox++)
-                            r[ox] = 0.0f;
-                    } else {
-                        for (int ox = 0; ox < d->ow; ox++) {
-                            int ix = ox * d->sw - d->pw + oj;
-                            r[ox] = (ix >= 0 && ix < d->w) ? xr[ix] : 0.0f;
-                        }
-                    }
+                float *row = col + ((size_t)(ch * d->kh + i) * d->kw + j) * ld;
+                const int offx = j * d->dw - d->pw;
+                int lo, hi;
+                s_range(offx, sw, d->w, ow, &lo, &hi);
+                if (ylo > 0) /* (most taps have no padded rows: no call) */
+                    memset(row, 0, sizeof(float) * (size_t)ylo * ow);
+                if (yhi < d->oh)
+                    memset(row + (size_t)yhi * ow, 0,
+                           sizeof(float) * (size_t)(d->oh - yhi) * ow);
+                for (int oy = ylo; oy < yhi; oy++) {
+                    float *restrict r = row + (size_t)oy * ow;
+                    const float *restrict src =
+                        xc + (size_t)(oy * d->sh + offy) * d->w + offx;
+                    for (int ox = 0; ox < lo; ox++)
+                        r[ox] = 0.0f;
+                    if (sw == 1)
+                        memcpy(r + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+                    else if (sw == 2)
+                        for (int ox = lo; ox < hi; ox++)
+                            r[ox] = src[2 * ox];
+                    else
+                        for (int ox = lo; ox < hi; ox++)
+                            r[ox] = src[ox * sw];
+                    for (int ox = hi; ox < ow; ox++)
+                        r[ox] = 0.0f;
                 }
             }
+        }
     }
 }
 
-/* The adjoint of s_im2col: dx += scatter(col). */
+/* The adjoint of s_im2col: dx += scatter(col), with the same per-tap
+ * ranges (padding positions have nowhere to go). */
 static void s_col2im(const s_conv_t *d, const float *col, float *dx,
                      size_t ld) {
-    const size_t p = ld;
+    const int ow = d->ow, sw = d->sw;
     for (int ch = 0; ch < d->c; ch++) {
         float *xc = dx + (size_t)ch * d->h * d->w;
-        for (int i = 0; i < d->kh; i++)
+        for (int i = 0; i < d->kh; i++) {
+            const int offy = i * d->dh - d->ph;
+            int ylo, yhi;
+            s_range(offy, d->sh, d->h, d->oh, &ylo, &yhi);
             for (int j = 0; j < d->kw; j++) {
                 const float *row =
-                    col + ((size_t)(ch * d->kh + i) * d->kw + j) * p;
-                const int oj = j * d->dw;
-                for (int oy = 0; oy < d->oh; oy++) {
-                    int iy = oy * d->sh - d->ph + i * d->dh;
-                    if (iy < 0 || iy >= d->h)
-                        continue;
-                    const float *r = row + (size_t)oy * d->ow;
-                    float *xr = xc + (size_t)iy * d->w;
-                    if (d->sw == 1) {
-                        int lo = d->pw - oj, hi = d->w + d->pw - oj;
-                        lo = lo < 0 ? 0 : lo;
-                        hi = hi > d->ow ? d->ow : hi;
-                        float *restrict dst = xr - d->pw + oj;
-                        const float *restrict src = r;
+                    col + ((size_t)(ch * d->kh + i) * d->kw + j) * ld;
+                const int offx = j * d->dw - d->pw;
+                int lo, hi;
+                s_range(offx, sw, d->w, ow, &lo, &hi);
+                for (int oy = ylo; oy < yhi; oy++) {
+                    const float *restrict r = row + (size_t)oy * ow;
+                    float *restrict dst =
+                        xc + (size_t)(oy * d->sh + offy) * d->w + offx;
+                    if (sw == 1)
                         for (int ox = lo; ox < hi; ox++)
-                            dst[ox] += src[ox];
-                        continue;
-                    }
-                    for (int ox = 0; ox < d->ow; ox++) {
-                        int ix = ox * d->sw - d->pw + oj;
-                        if (ix >= 0 && ix < d->w)
-                            xr[ix] += r[ox];
-                    }
+                            dst[ox] += r[ox];
+                    else if (sw == 2)
+                        for (int ox = lo; ox < hi; ox++)
+                            dst[2 * ox] += r[ox];
+                    else
+                        for (int ox = lo; ox < hi; ox++)
+                            dst[ox * sw] += r[ox];
                 }
             }
+        }
     }
 }
 
@@ -311,6 +326,48 @@ static void s_pass_bwd(const s_conv_t *d, int n, const float *x,
     }
 }
 
+/* The transposed convolution's two weight-side gradients in one pass over
+ * the batch: both read the columns of dy (the conv's large image), so dy is
+ * unfolded once per group of samples, not once per gradient. dw (+)= x @
+ * col^T, then dx (+)= W @ col, written into the buffer that held x's
+ * O-major copy (no longer needed once dw has its product). x and dx are
+ * [n, O, P], dy [n, C, H, W]; dw or dx NULL: that gradient is not wanted. */
+static void s_pass_tbwd(const s_conv_t *d, int n, const float *dy,
+                        const float *x, const float *w, float *dx, int dx_acc,
+                        float *dw, int dw_acc, float *ws) {
+    const int ckk = d->c * d->kh * d->kw, p = d->oh * d->ow;
+    const size_t ysz = (size_t)d->c * d->h * d->w;
+    const int group = s_conv_batch(d);
+    for (int b0 = 0; b0 < n; b0 += group) {
+        const int g = n - b0 < group ? n - b0 : group;
+        const size_t ld = (size_t)g * p;
+        float *col = ws, *gx = col + (size_t)ckk * ld;
+        for (int s = 0; s < g; s++)
+            s_im2col(d, dy + (size_t)(b0 + s) * ysz, col + (size_t)s * p, ld);
+        if (dw) {
+            for (int s = 0; s < g; s++)
+                for (int o = 0; o < d->o; o++)
+                    memcpy(gx + (size_t)o * ld + (size_t)s * p,
+                           x + ((size_t)(b0 + s) * d->o + o) * p,
+                           sizeof(float) * p);
+            s_gemm_filter(d, gx, col, dw, ld, (b0 == 0 && !dw_acc) ? 0.0f : 1.0f);
+        }
+        if (dx) {
+            s_gemm_fwd(d, w, col, gx, ld);
+            for (int s = 0; s < g; s++)
+                for (int o = 0; o < d->o; o++) {
+                    float *restrict dst = dx + ((size_t)(b0 + s) * d->o + o) * p;
+                    const float *restrict src = gx + (size_t)o * ld + (size_t)s * p;
+                    if (dx_acc)
+                        for (int k = 0; k < p; k++)
+                            dst[k] += src[k];
+                    else
+                        memcpy(dst, src, sizeof(float) * p);
+                }
+        }
+    }
+}
+
 /* The deliberate fault of the parity and finite-difference tests
  * (ops_elementwise.h): 1 in every real run, so this is a compare. */
 static void s_fault(float *g, size_t n) {
@@ -346,6 +403,23 @@ static void s_taps(int o, int in, int f, int align, int *i0, int *i1,
     *l0 = 1.0f - *l1;
 }
 
+/* The horizontal taps of output columns [c0, c1), c1 = min(c0 + S_TAPS,
+ * ow): found once per chunk of columns, not once per row of every plane
+ * (s_taps divides and branches; the rows reuse the same columns). */
+enum { S_TAPS = 256 };
+typedef struct {
+    int i0[S_TAPS], i1[S_TAPS];
+    float l0[S_TAPS], l1[S_TAPS];
+} s_htaps_t;
+
+static int s_htaps(s_htaps_t *t, int c0, int ow, int w, int f, int align) {
+    const int c1 = c0 + S_TAPS < ow ? c0 + S_TAPS : ow;
+    for (int o = c0; o < c1; o++)
+        s_taps(o, w, f, align, &t->i0[o - c0], &t->i1[o - c0], &t->l0[o - c0],
+               &t->l1[o - c0]);
+    return c1;
+}
+
 static void s_up_fwd(const tp_op_call_t *c) {
     const tp_shape_t *xs = &c->xshape[0];
     const int h = (int)xs->d[2], w = (int)xs->d[3], f = c->attr->sh;
@@ -357,31 +431,42 @@ static void s_up_fwd(const tp_op_call_t *c) {
         for (size_t pl = 0; pl < planes; pl++) {
             const float *xp = x + pl * (size_t)h * w;
             float *yp = y + pl * (size_t)oh * ow;
-            for (int oy = 0; oy < oh; oy++) {
-                const float *xr = xp + (size_t)(oy / f) * w;
-                float *yr = yp + (size_t)oy * ow;
-                for (int ix = 0; ix < w; ix++)
-                    for (int k = 0; k < f; k++)
-                        yr[ix * f + k] = xr[ix];
+            for (int iy = 0; iy < h; iy++) {
+                const float *xr = xp + (size_t)iy * w;
+                float *yr = yp + (size_t)iy * f * ow;
+                if (f == 2) /* the common factor: a loop the compiler unrolls */
+                    for (int ix = 0; ix < w; ix++)
+                        yr[2 * ix] = yr[2 * ix + 1] = xr[ix];
+                else
+                    for (int ix = 0; ix < w; ix++)
+                        for (int k = 0; k < f; k++)
+                            yr[ix * f + k] = xr[ix];
+                /* the f output rows of one input row are equal: copies */
+                for (int k = 1; k < f; k++)
+                    memcpy(yr + (size_t)k * ow, yr, sizeof(float) * (size_t)ow);
             }
         }
         return;
     }
     const int align = c->attr->align_corners;
-    for (size_t pl = 0; pl < planes; pl++) {
-        const float *xp = x + pl * (size_t)h * w;
-        float *yp = y + pl * (size_t)oh * ow;
-        for (int oy = 0; oy < oh; oy++) {
-            int h0, h1;
-            float lh0, lh1;
-            s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
-            const float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
-            for (int ox = 0; ox < ow; ox++) {
-                int w0, w1;
-                float lw0, lw1;
-                s_taps(ox, w, f, align, &w0, &w1, &lw0, &lw1);
-                yp[(size_t)oy * ow + ox] = lh0 * (lw0 * r0[w0] + lw1 * r0[w1]) +
-                                           lh1 * (lw0 * r1[w0] + lw1 * r1[w1]);
+    s_htaps_t ht;
+    for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
+        const int c1 = s_htaps(&ht, c0, ow, w, f, align);
+        for (size_t pl = 0; pl < planes; pl++) {
+            const float *xp = x + pl * (size_t)h * w;
+            float *yp = y + pl * (size_t)oh * ow;
+            for (int oy = 0; oy < oh; oy++) {
+                int h0, h1;
+                float lh0, lh1;
+                s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
+                const float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
+                float *yr = yp + (size_t)oy * ow + c0;
+                for (int k = 0; k < c1 - c0; k++) {
+                    const int w0 = ht.i0[k], w1 = ht.i1[k];
+                    const float lw0 = ht.l0[k], lw1 = ht.l1[k];
+                    yr[k] = lh0 * (lw0 * r0[w0] + lw1 * r0[w1]) +
+                            lh1 * (lw0 * r1[w0] + lw1 * r1[w1]);
+                }
             }
         }
     }
@@ -418,23 +503,27 @@ static void s_up_bwd(const tp_op_call_t *c) {
         }
     } else {
         const int align = c->attr->align_corners;
-        for (size_t pl = 0; pl < planes; pl++) {
-            float *xp = tmp + pl * (size_t)h * w;
-            const float *yp = dy + pl * (size_t)oh * ow;
-            for (int oy = 0; oy < oh; oy++) {
-                int h0, h1;
-                float lh0, lh1;
-                s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
-                float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
-                for (int ox = 0; ox < ow; ox++) {
-                    int w0, w1;
-                    float lw0, lw1;
-                    s_taps(ox, w, f, align, &w0, &w1, &lw0, &lw1);
-                    const float g = yp[(size_t)oy * ow + ox];
-                    r0[w0] += lh0 * lw0 * g;
-                    r0[w1] += lh0 * lw1 * g;
-                    r1[w0] += lh1 * lw0 * g;
-                    r1[w1] += lh1 * lw1 * g;
+        s_htaps_t ht;
+        for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
+            const int c1 = s_htaps(&ht, c0, ow, w, f, align);
+            for (size_t pl = 0; pl < planes; pl++) {
+                float *xp = tmp + pl * (size_t)h * w;
+                const float *yp = dy + pl * (size_t)oh * ow;
+                for (int oy = 0; oy < oh; oy++) {
+                    int h0, h1;
+                    float lh0, lh1;
+                    s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
+                    float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
+                    const float *yr = yp + (size_t)oy * ow + c0;
+                    for (int k = 0; k < c1 - c0; k++) {
+                        const int w0 = ht.i0[k], w1 = ht.i1[k];
+                        const float lw0 = ht.l0[k], lw1 = ht.l1[k];
+                        const float g = yr[k];
+                        r0[w0] += lh0 * lw0 * g;
+                        r0[w1] += lh0 * lw1 * g;
+                        r1[w0] += lh1 * lw0 * g;
+                        r1[w1] += lh1 * lw1 * g;
+                    }
                 }
             }
         }
@@ -522,16 +611,21 @@ tp_status_t tp_cpu_conv_backward(const tp_op_call_t *c) {
             s_bias_grad(d.c, (size_t)d.h * d.w, c->dy, n, c->dx[2], c->dx_acc[2]);
             s_fault(c->dx[2], (size_t)d.c);
         }
-        if (c->dx[1]) {
-            s_pass_bwd(&d, n, c->dy, c->x[1], c->x[0], NULL, 0, c->dx[1],
-                       c->dx_acc[1], c->workspace);
+        if (s_conv_direct(&d)) {
+            if (c->dx[1])
+                s_pass_bwd(&d, n, c->dy, c->x[1], c->x[0], NULL, 0, c->dx[1],
+                           c->dx_acc[1], c->workspace);
+            if (c->dx[0])
+                s_pass_fwd(&d, n, c->dy, c->x[1], NULL, c->dx[0], c->dx_acc[0],
+                           c->workspace);
+        } else if (c->dx[0] || c->dx[1]) {
+            s_pass_tbwd(&d, n, c->dy, c->x[0], c->x[1], c->dx[0], c->dx_acc[0],
+                        c->dx[1], c->dx_acc[1], c->workspace);
+        }
+        if (c->dx[1])
             s_fault(c->dx[1], tp_shape_count(&c->xshape[1]));
-        }
-        if (c->dx[0]) {
-            s_pass_fwd(&d, n, c->dy, c->x[1], NULL, c->dx[0], c->dx_acc[0],
-                       c->workspace);
+        if (c->dx[0])
             s_fault(c->dx[0], tp_shape_count(&c->xshape[0]));
-        }
         break;
     }
     case TP_OP_UPSAMPLE_NEAREST:

@@ -8,14 +8,18 @@
  * in the output's order, a slice's the input at start with strides times
  * the steps, a concat's or a pad's the output at the piece's corner, a
  * broadcast's the input with stride 0 on every stretched dim. The walk
- * copies whole rows with memcpy where the inner stride is 1. Values move
- * as 4-byte words, so float32 and int32 take the same path.
+ * copies whole rows with memcpy where the inner stride is 1, and walks
+ * inner two dims that swap (NCHW <-> NHWC) as a 2-D transpose in tiles.
+ * Values move as 4-byte words, so float32 and int32 take the same path.
  *
  * Gradients that several output elements share (a broadcast's stretched
  * dims) are added in the walk's fixed order: deterministic. Gather and
  * one-hot check every index before writing anything, so a bad index
  * leaves the output as it was and the message names it. */
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
@@ -53,6 +57,105 @@ static void s_strides(const tp_shape_t *s, int64_t *st) {
     }
 }
 
+/* A 2-D block of the walk whose strided side is the transpose of the
+ * contiguous one: c[j + a nb + b] against s[off + a + b sst] (a < na, b <
+ * nb; the NHWC transpose's [HW, C] against [C, HW]). Walked in 16x16 tiles
+ * so both sides' cache lines stay in L1 while a tile moves, instead of one
+ * short strided run per row. Every s element is touched once (sst >= na). */
+static void s_tile2d(int mode, void *sp, void *cp, int64_t na, int64_t nb, int64_t sst,
+                     int64_t off, size_t j, int acc, float f) {
+    enum { T = 16 };
+    uint32_t *restrict su = (uint32_t *)sp + off, *restrict cu = (uint32_t *)cp + j;
+    float *restrict sf = (float *)sp + off, *restrict cf = (float *)cp + j;
+    /* one loop nest per mode (no switch in the inner loop) */
+#define S_TILES(stmt)                                                          \
+    for (int64_t a0 = 0; a0 < na; a0 += T) {                                   \
+        const int64_t a1 = a0 + T < na ? a0 + T : na;                          \
+        for (int64_t b0 = 0; b0 < nb; b0 += T) {                               \
+            const int64_t b1 = b0 + T < nb ? b0 + T : nb;                      \
+            for (int64_t a = a0; a < a1; a++)                                  \
+                for (int64_t b = b0; b < b1; b++) {                            \
+                    const int64_t ci = a * nb + b, si = a + b * sst;           \
+                    stmt;                                                      \
+                }                                                              \
+        }                                                                      \
+    }
+#if defined(__SSE2__)
+    /* 4x4 blocks transposed in registers (x86-64's baseline SSE): the moves
+     * are bit copies, so int32 words go the same way; the grads scale by f
+     * as the scalar loops do */
+    if (na % 4 == 0 && nb % 4 == 0 && mode != S_SCATTER_ADD) {
+        const __m128 vf = _mm_set1_ps(f);
+        for (int64_t a0 = 0; a0 < na; a0 += T) {
+            const int64_t a1 = a0 + T < na ? a0 + T : na;
+            for (int64_t b0 = 0; b0 < nb; b0 += T) {
+                const int64_t b1 = b0 + T < nb ? b0 + T : nb;
+                for (int64_t a = a0; a < a1; a += 4)
+                    for (int64_t b = b0; b < b1; b += 4) {
+                        float *cq = cf + a * nb + b, *sq = sf + a + b * sst;
+                        __m128 r0, r1, r2, r3;
+                        if (mode == S_GATHER || mode == S_GATHER_GRAD) {
+                            r0 = _mm_loadu_ps(sq);
+                            r1 = _mm_loadu_ps(sq + sst);
+                            r2 = _mm_loadu_ps(sq + 2 * sst);
+                            r3 = _mm_loadu_ps(sq + 3 * sst);
+                        } else {
+                            r0 = _mm_loadu_ps(cq);
+                            r1 = _mm_loadu_ps(cq + nb);
+                            r2 = _mm_loadu_ps(cq + 2 * nb);
+                            r3 = _mm_loadu_ps(cq + 3 * nb);
+                        }
+                        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                        float *dq = (mode == S_GATHER || mode == S_GATHER_GRAD) ? cq : sq;
+                        const int64_t dl = (mode == S_GATHER || mode == S_GATHER_GRAD) ? nb : sst;
+                        if (mode == S_GATHER_GRAD || mode == S_SCATTER_GRAD) {
+                            r0 = _mm_mul_ps(r0, vf);
+                            r1 = _mm_mul_ps(r1, vf);
+                            r2 = _mm_mul_ps(r2, vf);
+                            r3 = _mm_mul_ps(r3, vf);
+                            if (acc) {
+                                r0 = _mm_add_ps(_mm_loadu_ps(dq), r0);
+                                r1 = _mm_add_ps(_mm_loadu_ps(dq + dl), r1);
+                                r2 = _mm_add_ps(_mm_loadu_ps(dq + 2 * dl), r2);
+                                r3 = _mm_add_ps(_mm_loadu_ps(dq + 3 * dl), r3);
+                            }
+                        }
+                        _mm_storeu_ps(dq, r0);
+                        _mm_storeu_ps(dq + dl, r1);
+                        _mm_storeu_ps(dq + 2 * dl, r2);
+                        _mm_storeu_ps(dq + 3 * dl, r3);
+                    }
+            }
+        }
+        return;
+    }
+#endif
+    switch (mode) {
+    case S_GATHER:
+        S_TILES(cu[ci] = su[si]);
+        break;
+    case S_SCATTER:
+        S_TILES(su[si] = cu[ci]);
+        break;
+    case S_GATHER_GRAD:
+        if (acc)
+            S_TILES(cf[ci] += f * sf[si])
+        else
+            S_TILES(cf[ci] = f * sf[si])
+        break;
+    case S_SCATTER_GRAD:
+        if (acc)
+            S_TILES(sf[si] += f * cf[ci])
+        else
+            S_TILES(sf[si] = f * cf[ci])
+        break;
+    default: /* S_SCATTER_ADD */
+        S_TILES(sf[si] += f * cf[ci]);
+        break;
+    }
+#undef S_TILES
+}
+
 static void s_walk(const s_view_t *view, int mode, void *sp, void *cp, int acc, float f) {
     size_t total = 1;
     for (int q = 0; q < view->nd; q++)
@@ -79,6 +182,28 @@ static void s_walk(const s_view_t *view, int mode, void *sp, void *cp, int acc, 
     }
     m.nd = nd;
     const s_view_t *v = &m;
+    /* the inner two dims a transpose of each other (and long enough for the
+     * tiles to pay): walk them as one 2-D block per step of the outer dims */
+    if (nd >= 2 && m.st[nd - 2] == 1 && m.st[nd - 1] >= m.n[nd - 2] &&
+        m.n[nd - 2] >= 8 && m.n[nd - 1] >= 8) {
+        const int64_t na = m.n[nd - 2], nb = m.n[nd - 1], sst = m.st[nd - 1];
+        int64_t idx[TP_MAX_DIMS] = {0}, off = v->base;
+        size_t j = 0;
+        for (;;) {
+            s_tile2d(mode, sp, cp, na, nb, sst, off, j, acc, f);
+            j += (size_t)(na * nb);
+            int q = nd - 3;
+            for (; q >= 0; q--) {
+                off += v->st[q];
+                if (++idx[q] < v->n[q])
+                    break;
+                off -= v->st[q] * v->n[q];
+                idx[q] = 0;
+            }
+            if (q < 0)
+                return;
+        }
+    }
     const int64_t in_n = nd ? v->n[nd - 1] : 1, in_st = nd ? v->st[nd - 1] : 0;
     int64_t idx[TP_MAX_DIMS] = {0}, off = v->base;
     size_t j = 0;

@@ -164,6 +164,10 @@ static const op_case_t op_cases[] = {
     OP_SHAPE_ROW("transpose_2d", TP_OP_TRANSPOSE, 1, 2, OPV(7, 4), 0, OPV(0), 0, OPV(1, 0), OPV(0), 2, OPV(4, 7), 0, 0, 0, 0),
     OP_SHAPE_ROW("transpose_4d", TP_OP_TRANSPOSE, 1, 4, OPV(2, 3, 4, 5), 0, OPV(0), 0, OPV(3, 1, 0, 2), OPV(0), 4, OPV(5, 3, 2, 4), 0, 0, 0, 0),
     OP_SHAPE_ROW("transpose_batch1", TP_OP_TRANSPOSE, 1, 3, OPV(1, 6, 1), 0, OPV(0), 0, OPV(2, 0, 1), OPV(0), 3, OPV(1, 1, 6), 0, 0, 0, 0),
+    /* NCHW -> NHWC with [HW, C] blocks of at least 8x8: the CPU's tiled
+     * walk, its 4x4 register blocks (12x8) and its scalar tiles (9x9) */
+    OP_SHAPE_ROW("transpose_nhwc_blocks", TP_OP_TRANSPOSE, 1, 4, OPV(2, 8, 3, 4), 0, OPV(0), 0, OPV(0, 2, 3, 1), OPV(0), 4, OPV(2, 3, 4, 8), 0, 0, 0, 0),
+    OP_SHAPE_ROW("transpose_nhwc_odd_tiles", TP_OP_TRANSPOSE, 1, 4, OPV(2, 9, 3, 3), 0, OPV(0), 0, OPV(0, 2, 3, 1), OPV(0), 4, OPV(2, 3, 3, 9), 0, 0, 0, 0),
     OP_SHAPE_ROW("slice_rows_every_other_col", TP_OP_SLICE, 1, 2, OPV(5, 7), 0, OPV(0), 0, OPV(1, 0), OPV(1, 2), 2, OPV(3, 4), 0, 0, 0, 0),
     OP_SHAPE_ROW("slice_negative_steps", TP_OP_SLICE, 1, 2, OPV(6, 5), 0, OPV(0), 0, OPV(5, 4), OPV(-2, -1), 2, OPV(3, 5), 0, 0, 0, 0),
     OP_SHAPE_ROW("slice_4d", TP_OP_SLICE, 1, 4, OPV(3, 4, 5, 6), 0, OPV(0), 0, OPV(0, 1, 2, 3), OPV(1, 2, 1, 2), 4, OPV(3, 2, 3, 2), 0, 0, 0, 0),

@@ -46,7 +46,7 @@
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 
-#define MAX_IN 8
+#define MAX_IN 9 /* the autoencoder's step: images and 8 weights */
 #define MAX_ATTR 6
 #define MAX_ROWS 128
 #define MAX_ROUNDS 16
@@ -252,6 +252,21 @@ static tp_node_t *s_mlp_step(tp_tower_t *t, tp_node_t *const *in, const bench_ro
     return tp_softmax_xent(t, "op", logits, in[1]);
 }
 
+/* examples/autoencoder.c's model on images x [B,1,28,28] in [0,1], its
+ * weights and biases as 'w' inputs 1..8 (enc0, enc1 convs 3x3 stride 2 pad
+ * 1; dec0, dec1 conv-transposes 4x4 stride 2 pad 1, biases inside the
+ * kernels as the example's layers add them), to the MSE of its sigmoid
+ * reconstruction against x. */
+static tp_node_t *s_ae_step(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    tp_node_t *h = tp_relu(t, NULL, tp_conv2d_ex(t, NULL, in[0], in[1], in[2], 2, 1, 1, 1));
+    h = tp_relu(t, NULL, tp_conv2d_ex(t, NULL, h, in[3], in[4], 2, 1, 1, 1));
+    h = tp_relu(t, NULL, tp_conv2d_transpose_op(t, NULL, h, in[5], in[6], 2, 1, 0, 1, 1));
+    tp_node_t *y = tp_sigmoid(t, NULL, tp_conv2d_transpose_op(t, NULL, h, in[7], in[8],
+                                                              2, 1, 0, 1, 1));
+    return tp_mse(t, "op", y, in[0]);
+}
+
 /* ---- the rows ----------------------------------------------------------- */
 
 /* Shapes (batch 128, as the examples train):
@@ -332,9 +347,8 @@ static const bench_row_t s_rows[] = {
     {"avg_pool", "avg_pool", "cnn-bn", s_avg_pool, {2, 2, 0}, 1, {CNN32}},
     {"global_avg_pool", "global_avg_pool", "resnet", s_global_avg_pool, {0}, 1,
      {{'x', 4, {128, 128, 7, 7}}}},
-    /* a whole training step (a "*_step" row): the MLP of examples/mlp.c; the
-     * autoencoder's step (issue 42: at most 0.5x PyTorch's) is one more
-     * such row once examples/autoencoder.c exists */
+    /* whole training steps ("*_step" rows): mlp_step and autoencoder_step
+     * below */
     /* the convolution family: the autoencoder's decoder */
     {"conv2d_transpose/dec1", "conv2d_transpose", AE, s_deconv, {2, 1}, 2,
      {{'x', 4, {128, 32, 7, 7}}, {'w', 4, {32, 16, 4, 4}}}},
@@ -365,6 +379,12 @@ static const bench_row_t s_rows[] = {
     {"mlp_step", "mlp_step", "mlp", s_mlp_step, {0, 0, 0, 0, 0, 10}, 8,
      {{'t', 2, {128, 784}}, {'l', 1, {128}}, {'w', 2, {784, 512}}, {'w', 1, {512}},
       {'w', 2, {512, 256}}, {'w', 1, {256}}, {'w', 2, {256, 10}}, {'w', 1, {10}}}},
+    /* the autoencoder of examples/autoencoder.c (issue 42: its step at most
+     * 0.5x PyTorch's) */
+    {"autoencoder_step", "autoencoder_step", AE, s_ae_step, {0}, 9,
+     {IMGT, {'w', 4, {16, 1, 3, 3}}, {'w', 1, {16}}, {'w', 4, {32, 16, 3, 3}},
+      {'w', 1, {32}}, {'w', 4, {32, 16, 4, 4}}, {'w', 1, {16}}, {'w', 4, {16, 1, 4, 4}},
+      {'w', 1, {1}}}},
     /* Rows to add with their families (issue 42): reductions (sum, mean,
      * max, softmax, log-softmax), shape ops (transpose, slice, pad, gather),
      * batched matmul, layer/group/instance norm, conv2d transpose and
@@ -461,7 +481,7 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
     s->row = r;
     s->arg.row = r;
     static tp_input_desc_t desc[MAX_IN];
-    static char names[MAX_IN][16];
+    static char names[MAX_IN][16]; /* "in%d" for any int i (-Wformat-truncation) */
     int nd = 0;
     int64_t batch = 0;
     for (int i = 0; i < r->nin; i++) {
