@@ -137,6 +137,20 @@ static void s_append_event(s_tfe_t *t, const Tensorflow__Event *ev) {
 
 /* Everything buffered to the file in one write() (more only when the kernel
  * takes part of it, e.g. a full disk, which the next write() reports). */
+/* One summary value as an Event at the trainer's global step. */
+static void s_append_value(s_tfe_t *t, tp_trainer_t *tr, Tensorflow__Summary__Value *v) {
+    Tensorflow__Summary__Value *vs[1] = {v};
+    Tensorflow__Summary sum = TENSORFLOW__SUMMARY__INIT;
+    sum.n_value = 1;
+    sum.value = vs;
+    Tensorflow__Event ev = TENSORFLOW__EVENT__INIT;
+    ev.wall_time = tp_wall_s();
+    ev.step = tp_trainer_global_step(tr);
+    ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
+    ev.summary = &sum;
+    s_append_event(t, &ev);
+}
+
 static void s_flush(s_tfe_t *t) {
     t->last_flush = tp_now_s();
     if (t->fd < 0 || t->err < 0)
@@ -219,16 +233,7 @@ static tp_status_t tfe_before_train(void *impl, tp_trainer_t *tr) {
         v.metadata = &md;
         v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_TENSOR;
         v.tensor = &tensor;
-        Tensorflow__Summary__Value *vs[1] = {&v};
-        Tensorflow__Summary sum = TENSORFLOW__SUMMARY__INIT;
-        sum.n_value = 1;
-        sum.value = vs;
-        Tensorflow__Event ev = TENSORFLOW__EVENT__INIT;
-        ev.wall_time = tp_wall_s();
-        ev.step = tp_trainer_global_step(tr);
-        ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
-        ev.summary = &sum;
-        s_append_event(t, &ev);
+        s_append_value(t, tr, &v);
     }
     s_flush(t);
     return s_status(t);
@@ -246,16 +251,7 @@ static void tfe_on_scalar(void *impl, tp_trainer_t *tr, const char *name,
     v.tag = (char *)name;
     v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
     v.simple_value = (float)value;
-    Tensorflow__Summary__Value *vs[1] = {&v};
-    Tensorflow__Summary sum = TENSORFLOW__SUMMARY__INIT;
-    sum.n_value = 1;
-    sum.value = vs;
-    Tensorflow__Event ev = TENSORFLOW__EVENT__INIT;
-    ev.wall_time = tp_wall_s();
-    ev.step = tp_trainer_global_step(tr);
-    ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
-    ev.summary = &sum;
-    s_append_event(t, &ev);
+    s_append_value(t, tr, &v);
     if (tp_now_s() - t->last_flush >= FLUSH_S)
         s_flush(t);
 }
@@ -287,16 +283,7 @@ static void tfe_on_image(void *impl, tp_trainer_t *tr, const char *tag,
     v.tag = (char *)tag;
     v.value_case = TENSORFLOW__SUMMARY__VALUE__VALUE_IMAGE;
     v.image = &im;
-    Tensorflow__Summary__Value *vs[1] = {&v};
-    Tensorflow__Summary sum = TENSORFLOW__SUMMARY__INIT;
-    sum.n_value = 1;
-    sum.value = vs;
-    Tensorflow__Event ev = TENSORFLOW__EVENT__INIT;
-    ev.wall_time = tp_wall_s();
-    ev.step = tp_trainer_global_step(tr);
-    ev.what_case = TENSORFLOW__EVENT__WHAT_SUMMARY;
-    ev.summary = &sum;
-    s_append_event(t, &ev);
+    s_append_value(t, tr, &v);
     free(png);
 }
 
