@@ -16,45 +16,11 @@
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_linalg.h"
+#include "gpu/op_geometry.h"
 
-/* The batch geometry of a call. */
-typedef struct {
-    int m, n, k;              /* the product's sizes */
-    int nd;                   /* batch dims of the output */
-    int64_t od[TP_MAX_DIMS];  /* [nd] the output's batch dims */
-    size_t sa[TP_MAX_DIMS], sb[TP_MAX_DIMS]; /* [nd] element strides of a's and
-                                                b's batches (0: broadcast) */
-    size_t nbat;              /* output batches */
-    size_t na, nb;            /* a's and b's own batch counts */
-} s_geom_t;
-
-static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
-    const tp_shape_t *a = &c->xshape[0], *b = &c->xshape[1];
-    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
-    const int ra = a->ndim, rb = b->ndim;
-    g->m = (int)a->d[ra - 2 + ta];
-    g->k = (int)a->d[ra - 1 - ta];
-    g->n = (int)b->d[rb - 1 - tb];
-    g->nd = c->yshape.ndim - 2;
-    size_t stride_a = (size_t)a->d[ra - 2] * (size_t)a->d[ra - 1];
-    size_t stride_b = (size_t)b->d[rb - 2] * (size_t)b->d[rb - 1];
-    g->nbat = g->na = g->nb = 1;
-    for (int d = g->nd - 1; d >= 0; d--) {
-        const int ia = d - (g->nd - (ra - 2)), ib = d - (g->nd - (rb - 2));
-        const int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
-        g->od[d] = c->yshape.d[d];
-        g->sa[d] = da == 1 ? 0 : stride_a;
-        g->sb[d] = db == 1 ? 0 : stride_b;
-        stride_a *= (size_t)da;
-        stride_b *= (size_t)db;
-        g->nbat *= (size_t)g->od[d];
-        g->na *= (size_t)da;
-        g->nb *= (size_t)db;
-    }
-}
 
 /* Offsets of a's and b's matrices in output batch o. */
-static void s_offsets(const s_geom_t *g, size_t o, size_t *oa, size_t *ob) {
+static void s_offsets(const tp_bmm_geom_t *g, size_t o, size_t *oa, size_t *ob) {
     *oa = *ob = 0;
     for (int d = g->nd - 1; d >= 0; d--) {
         const size_t i = o % (size_t)g->od[d];
@@ -75,7 +41,7 @@ static void s_gemm(int ta, int tb, int m, int n, int k, float alpha,
 
 /* b shared by every batch and a not transposed: the batches of a stack
  * into one matrix (the product is then one sgemm). */
-static void s_stack(s_geom_t *g, int ta) {
+static void s_stack(tp_bmm_geom_t *g, int ta) {
     if (!ta && g->nb == 1 && g->na == g->nbat && g->nbat > 1) {
         g->m *= (int)g->nbat;
         g->nbat = g->na = 1;
@@ -84,8 +50,8 @@ static void s_stack(s_geom_t *g, int ta) {
 }
 
 tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
-    s_geom_t g;
-    s_geom(c, &g);
+    tp_bmm_geom_t g;
+    tp_bmm_geometry(c, &g);
     const int ta = c->attr->trans_a, tb = c->attr->trans_b;
     s_stack(&g, ta);
     const float *a = c->x[0], *b = c->x[1];
@@ -107,8 +73,8 @@ tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
 }
 
 tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c) {
-    s_geom_t g;
-    s_geom(c, &g);
+    tp_bmm_geom_t g;
+    tp_bmm_geometry(c, &g);
     const int ta = c->attr->trans_a, tb = c->attr->trans_b;
     s_stack(&g, ta);
     const float *a = c->x[0], *b = c->x[1], *dy = c->dy;

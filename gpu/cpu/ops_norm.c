@@ -21,32 +21,12 @@
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_norm.h"
+#include "gpu/op_geometry.h"
 
 int tp_cpu_norm_kind(tp_op_kind_t k) {
     return k == TP_OP_LAYER_NORM || k == TP_OP_GROUP_NORM || k == TP_OP_INSTANCE_NORM;
 }
 
-/* Rows, their length, groups per sample and positions per channel. */
-typedef struct {
-    size_t rows, len, groups, sp;
-} s_rows_t;
-
-static s_rows_t s_rows(const tp_op_call_t *c) {
-    const tp_shape_t *x = &c->xshape[0];
-    const size_t n = tp_shape_count(x);
-    s_rows_t r = {0, 1, 1, 1};
-    if (c->kind == TP_OP_LAYER_NORM) {
-        for (int i = x->ndim - c->attr->norm_axes; i < x->ndim; i++)
-            r.len *= (size_t)x->d[i];
-    } else {
-        for (int i = 2; i < x->ndim; i++)
-            r.sp *= (size_t)x->d[i];
-        r.groups = (size_t)c->attr->norm_groups;
-        r.len = (size_t)x->d[1] / r.groups * r.sp;
-    }
-    r.rows = r.len ? n / r.len : 0;
-    return r;
-}
 
 /* Sums run in LANES independent double accumulators, added in a fixed
  * order at the end: the loops vectorise (one accumulator would be one long
@@ -86,7 +66,7 @@ static void s_stats(const float *restrict x, size_t len, float eps, float *mean,
 /* The workspace (when the call has one): each row's mean and 1/std, from
  * the forward to the backward; without one the backward recomputes them. */
 size_t tp_cpu_norm_workspace(const tp_op_call_t *c) {
-    return 2 * s_rows(c).rows * sizeof(float);
+    return 2 * tp_norm_rows(c).rows * sizeof(float);
 }
 
 static float *s_saved(const tp_op_call_t *c, size_t rows) {
@@ -96,7 +76,7 @@ static float *s_saved(const tp_op_call_t *c, size_t rows) {
 }
 
 tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c) {
-    const s_rows_t r = s_rows(c);
+    const tp_norm_rows_t r = tp_norm_rows(c);
     const float *x = c->x[0], *gamma = c->x[1], *beta = c->x[2];
     float *y = c->y, *saved = s_saved(c, r.rows);
     for (size_t i = 0; i < r.rows; i++) {
@@ -167,7 +147,7 @@ static void s_row_sums(const float *restrict xr, const float *restrict dyr,
 }
 
 tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
-    const s_rows_t r = s_rows(c);
+    const tp_norm_rows_t r = tp_norm_rows(c);
     const float *x = c->x[0], *gamma = c->x[1], *dy = c->dy;
     float *dx = c->dx[0], *dg = c->dx[1], *db = c->dx[2];
     const float *saved = s_saved(c, r.rows);

@@ -15,40 +15,17 @@
  * cores). */
 #include <string.h>
 #include "gpu/cuda/ops_linalg.h"
+#include "gpu/op_geometry.h"
 
 namespace {
 
-struct bm_geom {
-    int m, n, k;
-    int nd;
-    int64_t od[TP_MAX_DIMS];
-    size_t sa[TP_MAX_DIMS], sb[TP_MAX_DIMS];
-    size_t nbat, na, nb;
-};
+typedef tp_bmm_geom_t bm_geom;
 
+/* The shared geometry (gpu/op_geometry.h), then a stack of a's batches
+ * against one b as one product. */
 void bm_geometry(const tp_op_call_t *c, bm_geom *g) {
-    const tp_shape_t *a = &c->xshape[0], *b = &c->xshape[1];
-    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
-    const int ra = a->ndim, rb = b->ndim;
-    g->m = (int)a->d[ra - 2 + ta];
-    g->k = (int)a->d[ra - 1 - ta];
-    g->n = (int)b->d[rb - 1 - tb];
-    g->nd = c->yshape.ndim - 2;
-    size_t stride_a = (size_t)a->d[ra - 2] * (size_t)a->d[ra - 1];
-    size_t stride_b = (size_t)b->d[rb - 2] * (size_t)b->d[rb - 1];
-    g->nbat = g->na = g->nb = 1;
-    for (int d = g->nd - 1; d >= 0; d--) {
-        const int ia = d - (g->nd - (ra - 2)), ib = d - (g->nd - (rb - 2));
-        const int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
-        g->od[d] = c->yshape.d[d];
-        g->sa[d] = da == 1 ? 0 : stride_a;
-        g->sb[d] = db == 1 ? 0 : stride_b;
-        stride_a *= (size_t)da;
-        stride_b *= (size_t)db;
-        g->nbat *= (size_t)g->od[d];
-        g->na *= (size_t)da;
-        g->nb *= (size_t)db;
-    }
+    tp_bmm_geometry(c, g);
+    const int ta = c->attr->trans_a;
     if (!ta && g->nb == 1 && g->na == g->nbat && g->nbat > 1) { /* stack */
         g->m *= (int)g->nbat;
         g->nbat = g->na = 1;

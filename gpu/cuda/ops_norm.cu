@@ -15,32 +15,13 @@
  * is deterministic. */
 #include <math.h>
 #include "gpu/cuda/ops_norm.h"
+#include "gpu/op_geometry.h"
 
 #define NORM_THREADS 256
 #define TP_NORM_LAUNCHED() TP_CUDA_CHECK(cudaGetLastError())
 
 namespace {
 
-struct norm_rows {
-    size_t rows, len, groups, sp;
-};
-
-norm_rows rows_of(const tp_op_call_t *c) {
-    const tp_shape_t *x = &c->xshape[0];
-    const size_t n = tp_shape_count(x);
-    norm_rows r = {0, 1, 1, 1};
-    if (c->kind == TP_OP_LAYER_NORM) {
-        for (int i = x->ndim - c->attr->norm_axes; i < x->ndim; i++)
-            r.len *= (size_t)x->d[i];
-    } else {
-        for (int i = 2; i < x->ndim; i++)
-            r.sp *= (size_t)x->d[i];
-        r.groups = (size_t)c->attr->norm_groups;
-        r.len = (size_t)x->d[1] / r.groups * r.sp;
-    }
-    r.rows = r.len ? n / r.len : 0;
-    return r;
-}
 
 /* The block's sum of v (all threads get it), in a fixed order. */
 __device__ double block_sum(double v, double *sh) {
@@ -154,11 +135,11 @@ int tp_cuda_norm_kind(tp_op_kind_t k) {
 }
 
 size_t tp_cuda_norm_workspace(const tp_op_call_t *c) {
-    return 2 * rows_of(c).rows * sizeof(float);
+    return 2 * tp_norm_rows(c).rows * sizeof(float);
 }
 
 tp_status_t tp_cuda_norm_forward(tp_stream_t *s, const tp_op_call_t *c) {
-    const norm_rows r = rows_of(c);
+    const tp_norm_rows_t r = tp_norm_rows(c);
     if (!r.rows || !r.len)
         return TP_OK;
     if (r.rows > 0x7fffffffu)
@@ -172,7 +153,7 @@ tp_status_t tp_cuda_norm_forward(tp_stream_t *s, const tp_op_call_t *c) {
 }
 
 tp_status_t tp_cuda_norm_backward(tp_stream_t *s, const tp_op_call_t *c) {
-    const norm_rows r = rows_of(c);
+    const tp_norm_rows_t r = tp_norm_rows(c);
     const size_t np = r.groups * r.len / r.sp;
     float *dg = c->dx[1], *db = c->dx[2];
     if (!r.rows || !r.len) { /* no elements: the parameters' sums are 0 */

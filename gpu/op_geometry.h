@@ -1,0 +1,71 @@
+/* towerpack gpu: the geometry of an op call that the CPU and the CUDA
+ * kernels of a family both need, written once (private to gpu/). */
+#ifndef TP_GPU_OP_GEOMETRY_H
+#define TP_GPU_OP_GEOMETRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+/* batch_matmul: the product's sizes and how the output's batches map onto
+ * a's and b's (torch.matmul's broadcasting; a stride 0 is a broadcast). */
+typedef struct {
+    int m, n, k;              /* the product's sizes */
+    int nd;                   /* batch dims of the output */
+    int64_t od[TP_MAX_DIMS];  /* [nd] the output's batch dims */
+    size_t sa[TP_MAX_DIMS], sb[TP_MAX_DIMS]; /* [nd] element strides of a's and
+                                                b's batches (0: broadcast) */
+    size_t nbat;              /* output batches */
+    size_t na, nb;            /* a's and b's own batch counts */
+} tp_bmm_geom_t;
+
+static inline void tp_bmm_geometry(const tp_op_call_t *c, tp_bmm_geom_t *g) {
+    const tp_shape_t *a = &c->xshape[0], *b = &c->xshape[1];
+    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
+    const int ra = a->ndim, rb = b->ndim;
+    g->m = (int)a->d[ra - 2 + ta];
+    g->k = (int)a->d[ra - 1 - ta];
+    g->n = (int)b->d[rb - 1 - tb];
+    g->nd = c->yshape.ndim - 2;
+    size_t stride_a = (size_t)a->d[ra - 2] * (size_t)a->d[ra - 1];
+    size_t stride_b = (size_t)b->d[rb - 2] * (size_t)b->d[rb - 1];
+    g->nbat = g->na = g->nb = 1;
+    for (int d = g->nd - 1; d >= 0; d--) {
+        const int ia = d - (g->nd - (ra - 2)), ib = d - (g->nd - (rb - 2));
+        const int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
+        g->od[d] = c->yshape.d[d];
+        g->sa[d] = da == 1 ? 0 : stride_a;
+        g->sb[d] = db == 1 ? 0 : stride_b;
+        stride_a *= (size_t)da;
+        stride_b *= (size_t)db;
+        g->nbat *= (size_t)g->od[d];
+        g->na *= (size_t)da;
+        g->nb *= (size_t)db;
+    }
+}
+
+/* layer, group and instance norm: rows normalised, their length, groups
+ * per sample and positions per channel. */
+typedef struct {
+    size_t rows, len, groups, sp;
+} tp_norm_rows_t;
+
+static inline tp_norm_rows_t tp_norm_rows(const tp_op_call_t *c) {
+    const tp_shape_t *x = &c->xshape[0];
+    const size_t n = tp_shape_count(x);
+    tp_norm_rows_t r = {0, 1, 1, 1};
+    if (c->kind == TP_OP_LAYER_NORM) {
+        for (int i = x->ndim - c->attr->norm_axes; i < x->ndim; i++)
+            r.len *= (size_t)x->d[i];
+    } else {
+        for (int i = 2; i < x->ndim; i++)
+            r.sp *= (size_t)x->d[i];
+        r.groups = (size_t)c->attr->norm_groups;
+        r.len = (size_t)x->d[1] / r.groups * r.sp;
+    }
+    r.rows = r.len ? n / r.len : 0;
+    return r;
+}
+
+#endif
