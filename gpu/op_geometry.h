@@ -68,4 +68,37 @@ static inline tp_norm_rows_t tp_norm_rows(const tp_op_call_t *c) {
     return r;
 }
 
+/* Callable from a CUDA kernel too. */
+#ifdef __CUDACC__
+#define TP_GEOM_FN static inline __host__ __device__
+#else
+#define TP_GEOM_FN static inline
+#endif
+
+/* Bilinear upsampling: the two source taps of output index o along an
+ * axis of `in` elements upsampled by f, and their weights: PyTorch's
+ * area_pixel_compute_source_index in float (the scale 1/f, or
+ * (in-1)/(out-1) with align_corners), clamped at 0. */
+TP_GEOM_FN void tp_bilinear_taps(int o, int in, int f, int align, int *i0, int *i1,
+                                 float *l0, float *l1) {
+    const int out = in * f;
+    float src;
+    if (align) {
+        const float scale = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
+        src = scale * (float)o;
+    } else {
+        const float scale = 1.0f / (float)f;
+        src = scale * ((float)o + 0.5f) - 0.5f;
+        if (src < 0.0f)
+            src = 0.0f;
+    }
+    int a = (int)src;
+    if (a > in - 1)
+        a = in - 1;
+    *i0 = a;
+    *i1 = a + (a < in - 1 ? 1 : 0);
+    *l1 = src - (float)a;
+    *l0 = 1.0f - *l1;
+}
+
 #endif

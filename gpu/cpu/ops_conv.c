@@ -21,6 +21,7 @@
 #include "gpu/cpu/ops_conv.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
+#include "gpu/op_geometry.h"
 
 /* Sum of n floats in 8 interleaved lanes (vectorisable, fixed order). */
 static float s_sum(const float *restrict r, size_t n) {
@@ -378,30 +379,6 @@ static void s_fault(float *g, size_t n) {
 
 /* ---- upsampling ----------------------------------------------------------- */
 
-/* Bilinear source taps of output index o along an axis of `in` elements
- * upsampled by f: PyTorch's area_pixel_compute_source_index in float (the
- * scale 1/f, or (in-1)/(out-1) with align_corners), clamped at 0. */
-static void s_taps(int o, int in, int f, int align, int *i0, int *i1,
-                   float *l0, float *l1) {
-    const int out = in * f;
-    float src;
-    if (align) {
-        const float scale = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
-        src = scale * (float)o;
-    } else {
-        const float scale = 1.0f / (float)f;
-        src = scale * ((float)o + 0.5f) - 0.5f;
-        if (src < 0.0f)
-            src = 0.0f;
-    }
-    int a = (int)src;
-    if (a > in - 1)
-        a = in - 1;
-    *i0 = a;
-    *i1 = a + (a < in - 1 ? 1 : 0);
-    *l1 = src - (float)a;
-    *l0 = 1.0f - *l1;
-}
 
 /* The horizontal taps of output columns [c0, c1), c1 = min(c0 + S_TAPS,
  * ow): found once per chunk of columns, not once per row of every plane
@@ -415,7 +392,7 @@ typedef struct {
 static int s_htaps(s_htaps_t *t, int c0, int ow, int w, int f, int align) {
     const int c1 = c0 + S_TAPS < ow ? c0 + S_TAPS : ow;
     for (int o = c0; o < c1; o++)
-        s_taps(o, w, f, align, &t->i0[o - c0], &t->i1[o - c0], &t->l0[o - c0],
+        tp_bilinear_taps(o, w, f, align, &t->i0[o - c0], &t->i1[o - c0], &t->l0[o - c0],
                &t->l1[o - c0]);
     return c1;
 }
@@ -458,7 +435,7 @@ static void s_up_fwd(const tp_op_call_t *c) {
             for (int oy = 0; oy < oh; oy++) {
                 int h0, h1;
                 float lh0, lh1;
-                s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
+                tp_bilinear_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
                 const float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
                 float *yr = yp + (size_t)oy * ow + c0;
                 for (int k = 0; k < c1 - c0; k++) {
@@ -512,7 +489,7 @@ static void s_up_bwd(const tp_op_call_t *c) {
                 for (int oy = 0; oy < oh; oy++) {
                     int h0, h1;
                     float lh0, lh1;
-                    s_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
+                    tp_bilinear_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
                     float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
                     const float *yr = yp + (size_t)oy * ow + c0;
                     for (int k = 0; k < c1 - c0; k++) {

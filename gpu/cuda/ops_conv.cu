@@ -11,41 +11,20 @@
  * backends read the same pixels with the same weights. */
 #include <math.h>
 #include "gpu/cuda/ops_conv.h"
+#include "gpu/op_geometry.h"
 
 #define UP_THREADS 256
 #define TP_UP_LAUNCHED() TP_CUDA_CHECK(cudaGetLastError())
 
 namespace {
 
-/* ops_conv.c's s_taps: PyTorch's source index in float, clamped at 0. */
-__device__ void up_taps(int o, int in, int f, int align, int *i0, int *i1,
-                        float *l0, float *l1) {
-    const int out = in * f;
-    float src;
-    if (align) {
-        const float scale = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
-        src = scale * (float)o;
-    } else {
-        const float scale = 1.0f / (float)f;
-        src = scale * ((float)o + 0.5f) - 0.5f;
-        if (src < 0.0f)
-            src = 0.0f;
-    }
-    int a = (int)src;
-    if (a > in - 1)
-        a = in - 1;
-    *i0 = a;
-    *i1 = a + (a < in - 1 ? 1 : 0);
-    *l1 = src - (float)a;
-    *l0 = 1.0f - *l1;
-}
 
 /* The weight output o gives input i along one axis (0 when it reads it
  * not at all). */
 __device__ float up_weight(int i, int o, int in, int f, int align) {
     int i0, i1;
     float l0, l1;
-    up_taps(o, in, f, align, &i0, &i1, &l0, &l1);
+    tp_bilinear_taps(o, in, f, align, &i0, &i1, &l0, &l1);
     return (i0 == i ? l0 : 0.0f) + (i1 == i ? l1 : 0.0f);
 }
 
@@ -82,8 +61,8 @@ __global__ void k_up_fwd(const float *x, float *y, size_t planes, int h, int w,
         }
         int h0, h1, w0, w1;
         float lh0, lh1, lw0, lw1;
-        up_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
-        up_taps(ox, w, f, align, &w0, &w1, &lw0, &lw1);
+        tp_bilinear_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
+        tp_bilinear_taps(ox, w, f, align, &w0, &w1, &lw0, &lw1);
         const float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
         y[i] = lh0 * (lw0 * r0[w0] + lw1 * r0[w1]) + lh1 * (lw0 * r1[w0] + lw1 * r1[w1]);
     }
