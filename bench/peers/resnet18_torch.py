@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -41,14 +42,18 @@ def main():
     dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, drop_last=True,
                                      num_workers=a.workers,
                                      persistent_workers=a.workers > 0)
-    model = torchvision.models.resnet18(num_classes=len(ds.classes))
+    dev = torch.device(a.device)
+    model = torchvision.models.resnet18(num_classes=len(ds.classes)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     lossf = nn.CrossEntropyLoss()
     model.train()
     done, t0 = 0, None
     while done < a.warmup + a.steps:
         for x, y in dl:
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             if done == a.warmup:
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
                 t0 = time.perf_counter()
             opt.zero_grad()
             loss = lossf(model(x), y)
@@ -57,10 +62,12 @@ def main():
             done += 1
             if done == a.warmup + a.steps:
                 break
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(json.dumps({"peer": "pytorch", "workers": a.workers, "threads": a.threads,
-                      "batch": a.batch, "size": a.size, "steps": a.steps,
-                      "images_per_s": a.steps * a.batch / dt, "loss": float(loss),
+                      "batch": a.batch, "device": a.device, "size": a.size, "steps": a.steps,
+                      "images_per_s": a.steps * a.batch / dt, "loss": loss.item(),
                       "torch": torch.__version__, "torchvision": torchvision.__version__}))
 
 

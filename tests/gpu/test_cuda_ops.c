@@ -567,6 +567,29 @@ Test(cuda_ops, add) {
     s_check_op(&k, 22);
 }
 
+/* Broadcast operands whose gradient sums many positions (a bias under
+ * [B,T,C], a scalar under a whole tensor, a middle axis): a block of
+ * threads sums each element there (k_binary_grad_rows), not one thread. */
+Test(cuda_ops, broadcast_gradients_summed_by_blocks) {
+    const struct { tp_op_kind_t kind; tp_shape_t a, b; } rows[] = {
+        {TP_OP_ADD, SH(32, 64, 96), SH(96)},
+        {TP_OP_MUL, SH(16, 32, 48), SH(1)},
+        {TP_OP_DIV, SH(8, 128, 16), SH(8, 1, 16)},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        s_case_t k = s_base(rows[i].kind);
+        k.ninputs = 2;
+        k.xs[0] = k.ys = rows[i].a;
+        k.xs[1] = rows[i].b;
+        k.lo[1] = 0.5f; /* away from zero for div */
+        k.hi[1] = 2.0f;
+        k.grad[0] = k.grad[1] = 1;
+        k.atol = 1e-3f; /* sums of up to 24576 terms in another order */
+        k.rtol = 1e-3f;
+        s_check_op(&k, 40 + (uint64_t)i);
+    }
+}
+
 /* the elementwise family: every row of op_cases.h (the PyTorch parity
  * suite's), forward and both accumulation modes of every gradient */
 Test(cuda_ops, elementwise_every_op_case) {
