@@ -139,6 +139,58 @@ Test(tp_train_gpt, validates_on_test_data) {
     json_decref(j);
 }
 
+/* nanoGPT's AdamW: one step at rate 0.1 with --weight-decay 9 multiplies
+ * every decayed weight by 1 - 0.1 x 9 = 0.1, then Adam's first step moves
+ * each weight by the rate, 0.1, against its gradient's sign (m / sqrt(v)
+ * is +-1). So a decayed wte (tied to the output: every row has a
+ * gradient) ends with |w| = 0.1 +- 0.1 |w0|, |w0| ~ 0.016 on average (it
+ * would be 0.1 +- |w0| undecayed), and the exempt layer norms' gains,
+ * 1 at the start, end at 1 +- 0.1 (0.1 +- 0.1 if decayed). */
+Test(tp_train_gpt, weight_decay_spares_biases_and_layer_norms) {
+    char logdir[128], data[160];
+    snprintf(logdir, sizeof logdir, "%s/decay", s_dir);
+    snprintf(data, sizeof data, "text:%s", s_file);
+    char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                    "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "4",
+                    "--towers", "1", "--threads", "1", "--epochs", "1",
+                    "--steps-per-epoch", "1", "--lr", "0.1", "--weight-decay", "9",
+                    "--beta2", "0.99", "--stats", "off", "--no-tensorboard",
+                    "--logdir", logdir, NULL};
+    int rc = s_run(argv);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    char path[256];
+    snprintf(path, sizeof path, "%s/model-1.safetensors", logdir);
+    tp_safetensors_t *st = NULL;
+    cr_assert_eq(tp_safetensors_open(path, &st), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_safetensors_get(st, "wte", &v), TP_OK);
+    const float *wte = v.data;  /* [256, 32], N(0, 0.02) at the start */
+    double dev = 0;
+    for (int j = 0; j < 256 * 32; j++)
+        dev += fabs(fabsf(wte[j]) - 0.1);
+    dev /= 256 * 32;
+    cr_expect(dev < 0.005, "wte did not decay: mean ||w| - 0.1| = %g (0.0016 decayed, "
+              "0.016 not)", dev);
+    static const char *const gains[] = {"h0/ln1/gamma", "h0/ln2/gamma", "ln_f/gamma"};
+    for (size_t i = 0; i < 3; i++) {
+        cr_assert_eq(tp_safetensors_get(st, gains[i], &v), TP_OK, "%s", gains[i]);
+        const float *g = v.data;
+        for (int j = 0; j < 32; j++)
+            cr_expect(g[j] > 0.8f && g[j] < 1.2f, "%s[%d] = %g: decayed", gains[i], j, g[j]);
+    }
+    /* biases start at 0: decay cannot show there; Adam moved them */
+    tp_safetensors_destroy(&st);
+    /* the betas are refused out of [0, 1) and with SGD */
+    char *bad[] = {"tp-train", "--model", "gpt", "--data", data, "--beta2", "1",
+                   "--logdir", logdir, NULL};
+    cr_assert_neq(s_run(bad), 0);
+    cr_assert(strstr(s_out, "--beta2 needs a number in [0, 1)"), "%s", s_out);
+    char *sgd[] = {"tp-train", "--model", "gpt", "--data", data, "--optimizer", "sgd",
+                   "--beta1", "0.8", "--logdir", logdir, NULL};
+    cr_assert_neq(s_run(sgd), 0);
+    cr_assert(strstr(s_out, "--beta1 and --beta2 are Adam's"), "%s", s_out);
+}
+
 Test(tp_train_gpt, bad_flags_are_refused_saying_why) {
     char logdir[128], data[160];
     snprintf(logdir, sizeof logdir, "%s/bad", s_dir);
