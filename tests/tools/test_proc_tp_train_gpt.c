@@ -2,8 +2,9 @@
  * byte-level GPT learns a repeated sentence from a text: file (the
  * training cost far under ln 256 = 5.545 nats, a uniform guess), stats.json
  * has validation_bpb and tokens_per_s, the checkpoints record the model's
- * shape; --test-data validates on another file; bad flags are refused,
- * saying why. Own executable: it forks and execs tp-train. */
+ * shape; --test-data validates on another file; AdamW decays the matrices
+ * only; tp-generate continues a learned pattern; bad flags are refused,
+ * saying why. Own executable: it forks and execs tp-train and tp-generate. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -189,6 +190,75 @@ Test(tp_train_gpt, weight_decay_spares_biases_and_layer_norms) {
                    "--beta1", "0.8", "--logdir", logdir, NULL};
     cr_assert_neq(s_run(sgd), 0);
     cr_assert(strstr(s_out, "--beta1 and --beta2 are Adam's"), "%s", s_out);
+}
+
+static int s_generate(char *const *argv) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    char *full[32] = {TP_BINARY_DIR "/bin/tp-generate"};
+    for (int i = 1; i < 31 && (full[i] = argv[i]); i++) {}
+    return pu_run(full, env, s_out, sizeof s_out);
+}
+
+static size_t s_read_file(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    size_t n = fread(buf, 1, size - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return n;
+}
+
+/* tp-generate on a gpt log directory: a tiny GPT trained 200 steps on
+ * "abc" repeated continues a prompt with the pattern when greedy
+ * (temperature 0, or top-k 1: the same bytes); a seeded draw is the same
+ * twice and another seed may differ; the image flags are refused. */
+Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
+    char logdir[128], data[160], corpus[128], out[160];
+    snprintf(logdir, sizeof logdir, "%s/abc", s_dir);
+    snprintf(corpus, sizeof corpus, "%s/abc.txt", s_dir);
+    snprintf(out, sizeof out, "%s/sample.txt", s_dir);
+    FILE *f = fopen(corpus, "wb");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 3000; i++)
+        fputs("abc", f);
+    fclose(f);
+    snprintf(data, sizeof data, "text:%s", corpus);
+    char *train[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                     "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
+                     "--towers", "1", "--threads", "1", "--epochs", "2",
+                     "--steps-per-epoch", "100", "--lr", "3e-3", "--stats", "off",
+                     "--no-tensorboard", "--logdir", logdir, NULL};
+    int rc = s_run(train);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    /* 40 bytes after "bcab": more than the context of 16, so the window
+     * slides */
+    static const char want[] = "bcabcabcabcabcabcabcabcabcabcabcabcabcabcabc";
+    char got[256];
+    char *greedy[] = {"tp-generate", "--load", logdir, "--prompt", "bcab", "--tokens", "40",
+                      "--temperature", "0", "--output", out, NULL};
+    rc = s_generate(greedy);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, want), "stdout has no %s:\n%s", want, s_out);
+    cr_assert_eq(s_read_file(out, got, sizeof got), 44);
+    cr_assert_str_eq(got, want);
+    char *top1[] = {"tp-generate", "--load", logdir, "--prompt", "bcab", "--tokens", "40",
+                    "--top-k", "1", "--seed", "5", NULL};
+    rc = s_generate(top1);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, want), "top-k 1: %s", s_out);
+    /* a draw at temperature 1.5 among all 256 bytes: the same for a seed */
+    char first[256];
+    char *draw[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--tokens", "60",
+                    "--temperature", "1.5", "--seed", "9", "--output", out, NULL};
+    cr_assert_eq(s_generate(draw), 0, "%s", s_out);
+    s_read_file(out, first, sizeof first);
+    cr_assert_eq(s_generate(draw), 0, "%s", s_out);
+    s_read_file(out, got, sizeof got);
+    cr_assert_str_eq(got, first, "seed 9 drew differently twice");
+    cr_assert(strstr(s_out, "60 bytes after a 1-byte prompt"), "%s", s_out);
+    char *count[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--count", "4", NULL};
+    cr_assert_eq(s_generate(count), 2, "%s", s_out);
+    cr_assert(strstr(s_out, "a gpt takes --prompt and --tokens"), "%s", s_out);
 }
 
 Test(tp_train_gpt, bad_flags_are_refused_saying_why) {
