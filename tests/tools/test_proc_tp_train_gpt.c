@@ -11,6 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "proc_testutil.h"
 #include <towerpack/checkpoint.h>
@@ -259,6 +263,85 @@ Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     char *count[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--count", "4", NULL};
     cr_assert_eq(s_generate(count), 2, "%s", s_out);
     cr_assert(strstr(s_out, "a gpt takes --prompt and --tokens"), "%s", s_out);
+}
+
+/* Every tensor of checkpoint a (weights, AdamW's slots, optimizer/step)
+ * is in b with the same bytes, and b has no other: the runs that wrote
+ * them ended in the same state. */
+static void s_expect_same_tensors(const char *a, const char *b) {
+    tp_safetensors_t *sa = NULL, *sb = NULL;
+    cr_assert_eq(tp_safetensors_open(a, &sa), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_safetensors_open(b, &sb), TP_OK, "%s", tp_last_error());
+    size_t n = tp_safetensors_count(sa), slots = 0;
+    cr_assert_eq(n, tp_safetensors_count(sb), "%s and %s hold different tensors", a, b);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = tp_safetensors_name(sa, i);
+        tp_tensor_t va, vb;
+        cr_assert_eq(tp_safetensors_get(sa, name, &va), TP_OK);
+        cr_assert_eq(tp_safetensors_get(sb, name, &vb), TP_OK, "%s lacks %s", b, name);
+        cr_assert(va.nbytes == vb.nbytes && !memcmp(va.data, vb.data, va.nbytes),
+                  "%s differs between the unbroken run and the resumed one", name);
+        slots += !strncmp(name, "optimizer/", 10);
+    }
+    cr_assert(slots > 0, "no optimizer state compared");
+    tp_safetensors_destroy(&sa);
+    tp_safetensors_destroy(&sb);
+}
+
+/* Resume after kill -9: a run of 2 epochs killed as soon as its epoch-1
+ * checkpoint exists (within epoch 2), then run again with --resume, ends
+ * with the same bytes in every variable and optimizer slot as a run that
+ * never stopped (nanoGPT's recipe: AdamW's groups, cosine with warm-up,
+ * the global-norm clip; the text windows replayed to the step). */
+Test(tp_train_gpt, resume_after_kill_ends_bit_identical) {
+    char whole[128], broken[128], data[160], ckpt[192], last[2][192];
+    snprintf(whole, sizeof whole, "%s/whole", s_dir);
+    snprintf(broken, sizeof broken, "%s/broken", s_dir);
+    snprintf(data, sizeof data, "text:%s", s_file);
+    char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                    "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
+                    "--towers", "1", "--threads", "1", "--epochs", "2",
+                    "--steps-per-epoch", "150", "--lr", "3e-3", "--lr-schedule", "cosine",
+                    "--warmup-epochs", "0.5", "--clip-norm", "1", "--stats", "off",
+                    "--no-tensorboard", "--logdir", whole, NULL, NULL};
+    int rc = s_run(argv);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    snprintf(last[0], sizeof last[0], "%s/model-300.safetensors", whole);
+    /* the same run, killed (SIGKILL: no orderly stop) within epoch 2 */
+    argv[sizeof argv / sizeof *argv - 3] = broken;
+    char *full[64] = {TP_BINARY_DIR "/bin/tp-train"};
+    for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
+    char log[192];
+    snprintf(log, sizeof log, "%s/broken.out", s_dir);
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    pu_spawn_opts_t so = {.out = log, .env = env};
+    pid_t pid = pu_spawn(full, &so);
+    cr_assert(pid > 0);
+    snprintf(ckpt, sizeof ckpt, "%s/model-150.safetensors", broken);
+    snprintf(last[1], sizeof last[1], "%s/model-300.safetensors", broken);
+    struct stat st;
+    int exited = 0;
+    for (int i = 0; i < 60000 && stat(ckpt, &st) != 0; i++) {  /* up to 60 s */
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            exited = 1;
+            break;
+        }
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    cr_assert(!exited, "tp-train ended before its first checkpoint (see %s)", log);
+    kill(pid, SIGKILL);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status), "tp-train ended before the kill");
+    cr_assert_neq(stat(last[1], &st), 0, "the run finished before the kill: nothing to "
+                  "resume (epoch 2 took less than the kill)");
+    /* --resume: from model-150 (or a later one) to the end */
+    argv[sizeof argv / sizeof *argv - 2] = "--resume";
+    rc = s_run(argv);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "model-150.safetensors: epoch 1 done, global step 150"),
+              "not resumed from epoch 1:\n%s", s_out);
+    s_expect_same_tensors(last[0], last[1]);
 }
 
 Test(tp_train_gpt, bad_flags_are_refused_saying_why) {
