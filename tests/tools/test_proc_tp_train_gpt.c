@@ -292,18 +292,21 @@ static void s_expect_same_tensors(const char *a, const char *b) {
  * checkpoint exists (within epoch 2), then run again with --resume, ends
  * with the same bytes in every variable and optimizer slot as a run that
  * never stopped (nanoGPT's recipe: AdamW's groups, cosine with warm-up,
- * the global-norm clip; the text windows replayed to the step). */
-Test(tp_train_gpt, resume_after_kill_ends_bit_identical) {
+ * the global-norm clip; the text windows replayed to the step); without
+ * dropout and with it (the tower's dropout generator is in the
+ * checkpoint). */
+static void s_resume_after_kill(const char *dropout) {
     char whole[128], broken[128], data[160], ckpt[192], last[2][192];
-    snprintf(whole, sizeof whole, "%s/whole", s_dir);
-    snprintf(broken, sizeof broken, "%s/broken", s_dir);
+    snprintf(whole, sizeof whole, "%s/whole-%s", s_dir, dropout);
+    snprintf(broken, sizeof broken, "%s/broken-%s", s_dir, dropout);
     snprintf(data, sizeof data, "text:%s", s_file);
     char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
                     "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
                     "--towers", "1", "--threads", "1", "--epochs", "2",
                     "--steps-per-epoch", "150", "--lr", "3e-3", "--lr-schedule", "cosine",
-                    "--warmup-epochs", "0.5", "--clip-norm", "1", "--stats", "off",
-                    "--no-tensorboard", "--logdir", whole, NULL, NULL};
+                    "--warmup-epochs", "0.5", "--clip-norm", "1", "--dropout",
+                    (char *)dropout, "--stats", "off", "--no-tensorboard", "--logdir", whole,
+                    NULL, NULL};
     int rc = s_run(argv);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     snprintf(last[0], sizeof last[0], "%s/model-300.safetensors", whole);
@@ -312,7 +315,7 @@ Test(tp_train_gpt, resume_after_kill_ends_bit_identical) {
     char *full[64] = {TP_BINARY_DIR "/bin/tp-train"};
     for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
     char log[192];
-    snprintf(log, sizeof log, "%s/broken.out", s_dir);
+    snprintf(log, sizeof log, "%s/broken-%s.out", s_dir, dropout);
     const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
     pu_spawn_opts_t so = {.out = log, .env = env};
     pid_t pid = pu_spawn(full, &so);
@@ -335,13 +338,49 @@ Test(tp_train_gpt, resume_after_kill_ends_bit_identical) {
     cr_assert(WIFSIGNALED(status), "tp-train ended before the kill");
     cr_assert_neq(stat(last[1], &st), 0, "the run finished before the kill: nothing to "
                   "resume (epoch 2 took less than the kill)");
-    /* --resume: from model-150 (or a later one) to the end */
+    /* --resume: from model-150 to the end */
     argv[sizeof argv / sizeof *argv - 2] = "--resume";
     rc = s_run(argv);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, "model-150.safetensors: epoch 1 done, global step 150"),
               "not resumed from epoch 1:\n%s", s_out);
     s_expect_same_tensors(last[0], last[1]);
+}
+
+Test(tp_train_gpt, resume_after_kill_ends_bit_identical) {
+    s_resume_after_kill("0");
+    s_resume_after_kill("0.1");
+}
+
+/* --dropout: the runs with it differ from those without (same seed), and
+ * a rate outside [0, 1), or with an image model, is refused. */
+Test(tp_train_gpt, dropout_changes_training_and_bad_rates_are_refused) {
+    char logdir[2][128], data[160];
+    snprintf(data, sizeof data, "text:%s", s_file);
+    double cost[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(logdir[k], sizeof logdir[k], "%s/dropout-%d", s_dir, k);
+        char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                        "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
+                        "--towers", "1", "--threads", "1", "--epochs", "1",
+                        "--steps-per-epoch", "20", "--dropout", k ? "0.2" : "0",
+                        "--stats", "off", "--no-tensorboard", "--logdir", logdir[k], NULL};
+        int rc = s_run(argv);
+        cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+        cr_assert(strstr(s_out, k ? "dropout 0.2," : "dropout 0,"), "%s", s_out);
+        json_t *j = s_stats(logdir[k]);
+        cost[k] = s_num(json_array_get(j, 0), "cost");
+        json_decref(j);
+    }
+    cr_assert(cost[0] != cost[1], "dropout 0.2 trained as 0: cost %g", cost[0]);
+    char *bad[] = {"tp-train", "--model", "gpt", "--data", data, "--dropout", "1",
+                   "--logdir", logdir[0], NULL};
+    cr_assert_neq(s_run(bad), 0);
+    cr_assert(strstr(s_out, "--dropout needs a rate in [0, 1), got '1'"), "%s", s_out);
+    char *mlp[] = {"tp-train", "--model", "mlp", "--dropout", "0.1", "--logdir", logdir[0],
+                   NULL};
+    cr_assert_neq(s_run(mlp), 0);
+    cr_assert(strstr(s_out, "--dropout is --model gpt's"), "%s", s_out);
 }
 
 Test(tp_train_gpt, bad_flags_are_refused_saying_why) {

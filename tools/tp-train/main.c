@@ -88,6 +88,7 @@ typedef struct {
     int64_t steps_per_epoch, seed;
     int text;     /* --model gpt: text: data, bytes as tokens */
     int context, layers, heads, embed;  /* --context, --layers, --heads, --embed */
+    double dropout;  /* --dropout: the gpt's, [0, 1); 0 none */
 } s_args_t;
 
 static void s_usage(FILE *out) {
@@ -105,6 +106,9 @@ static void s_usage(FILE *out) {
 "  --layers N           gpt: Transformer blocks (default 2)\n"
 "  --heads H            gpt: attention heads (default 4)\n"
 "  --embed C            gpt: the width, a multiple of --heads (default 128)\n"
+"  --dropout P          gpt: nanoGPT's dropout on the embeddings, the\n"
+"                       attention weights and the residual branches, in\n"
+"                       training only; P in [0, 1) (default 0: none)\n"
 "  --image-size N       the model's input is N x N (default 28 grey, 32\n"
 "                       colour; at least 4 for cnn, 8 for cnn-bn; 64 and up\n"
 "                       suit resnet18/50); the data are resized\n"
@@ -1013,7 +1017,8 @@ int main(int argc, char **argv) {
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
            O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_BETA1, O_BETA2, O_CLIP, O_EMA, O_LR_MULT,
            O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD, O_LR_SCHEDULE,
-           O_LR_GAMMA, O_JOB, O_CONTEXT, O_LAYERS, O_HEADS, O_EMBED };
+           O_LR_GAMMA, O_JOB, O_CONTEXT, O_LAYERS, O_HEADS, O_EMBED,
+           O_DROPOUT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -1060,6 +1065,7 @@ int main(int argc, char **argv) {
         {"layers", required_argument, 0, O_LAYERS},
         {"heads", required_argument, 0, O_HEADS},
         {"embed", required_argument, 0, O_EMBED},
+        {"dropout", required_argument, 0, O_DROPOUT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -1233,6 +1239,13 @@ int main(int argc, char **argv) {
         case O_CONTEXT: if (tp_spec_int(optarg, 1, TP_ZOO_GPT_MAX_CONTEXT, "--context", &v)) return s_fail("bad flag"); a.context = (int)v; break;
         case O_LAYERS: if (tp_spec_int(optarg, 1, 256, "--layers", &v)) return s_fail("bad flag"); a.layers = (int)v; break;
         case O_HEADS: if (tp_spec_int(optarg, 1, 256, "--heads", &v)) return s_fail("bad flag"); a.heads = (int)v; break;
+        case O_DROPOUT:
+            if (tp_spec_double(optarg, "--dropout", &a.dropout) ||
+                !(a.dropout >= 0 && a.dropout < 1)) {
+                tp_error(TP_ERR_INVALID, "--dropout needs a rate in [0, 1), got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            break;
         case O_EMBED: if (tp_spec_int(optarg, 1, 65536, "--embed", &v)) return s_fail("bad flag"); a.embed = (int)v; break;
         case O_TF32: a.tf32 = 1; break;
         case O_BF16: a.bf16 = 1; break;
@@ -1263,6 +1276,11 @@ int main(int argc, char **argv) {
     if (!a.text && (a.context || a.layers || a.heads || a.embed)) {
         tp_error(TP_ERR_INVALID, "--context, --layers, --heads and --embed shape "
                  "--model gpt (the model is %s)", zoo->name);
+        return s_fail("bad flags");
+    }
+    if (!a.text && a.dropout > 0) {
+        tp_error(TP_ERR_INVALID, "--dropout is --model gpt's (the image models have their "
+                 "own; the model is %s)", zoo->name);
         return s_fail("bad flags");
     }
     if (a.text) {
@@ -1599,7 +1617,7 @@ int main(int argc, char **argv) {
         return s_fail("--remote");
     }
     s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses}, a.layers, a.heads,
-                          a.embed}, a.lr, a.optimizer,
+                          a.embed, (float)a.dropout}, a.lr, a.optimizer,
                          a.weight_decay, a.beta1, a.beta2, a.clip_norm, a.ema,
                          a.accumulate, &a};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
@@ -1679,14 +1697,14 @@ int main(int argc, char **argv) {
                  "    seed = %lld\n    label_smoothing = %g\n    lr_schedule = %s\n"
                  "    lr_gamma = %g\n    lr_end = %g\n    warmup = %g\n    weight_decay = %g\n    beta1 = %g\n    beta2 = %g\n    clip_norm = %g\n"
                  "    ema = %g\n    accumulate = %d\n    context = %d\n    layers = %d\n"
-                 "    heads = %d\n    embed = %d\n",
+                 "    heads = %d\n    embed = %d\n    dropout = %g\n",
                  zoo->name, a.image_size,
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
                  a.lr_schedule, a.lr_gamma, a.lr_end, a.warmup,
                  strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay,
                  adam_like ? a.beta1 : 0.0, adam_like ? a.beta2 : 0.0, a.clip_norm,
-                 a.ema, a.accumulate, a.context, a.layers, a.heads, a.embed);
+                 a.ema, a.accumulate, a.context, a.layers, a.heads, a.embed, a.dropout);
     cfg.hparams = hparams;
     /* The rate, step by step: from lr / 10 up to lr over the warm-up, then
      * down to lr x lr_end at the end (a twentieth by default), linearly. */
@@ -1752,9 +1770,10 @@ int main(int argc, char **argv) {
         snprintf(ranks_text, sizeof ranks_text, "%d ranks x ", nranks);
     if (rank == 0 && a.text)
         printf("tp-train: model %s, %d layers, %d heads, width %d, context %d (bytes as "
-               "tokens), %s%d tower%s x batch %d, %d epochs, lr %g (%s), logdir %s\n",
-               zoo->name, a.layers, a.heads, a.embed, a.context, ranks_text, a.towers,
-               a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
+               "tokens), dropout %g, %s%d tower%s x batch %d, %d epochs, lr %g (%s), "
+               "logdir %s\n", zoo->name, a.layers, a.heads, a.embed, a.context, a.dropout,
+               ranks_text, a.towers, a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr,
+               a.optimizer, logdir);
     else if (rank == 0)
         printf("tp-train: model %s (%s), %dx%d images (%s), %d classes, %s%d tower%s x batch "
                "%d, %d epochs, lr %g (%s), logdir %s\n", zoo->name, zoo->summary, a.image_size,
