@@ -260,6 +260,10 @@ Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     s_read_file(out, got, sizeof got);
     cr_assert_str_eq(got, first, "seed 9 drew differently twice");
     cr_assert(strstr(s_out, "60 bytes after a 1-byte prompt"), "%s", s_out);
+    /* a gpt log directory alone: the text path, with its defaults */
+    char *plain[] = {"tp-generate", "--load", logdir, NULL};
+    cr_assert_eq(s_generate(plain), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "200 bytes after a 1-byte prompt"), "%s", s_out);
     char *count[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--count", "4", NULL};
     cr_assert_eq(s_generate(count), 2, "%s", s_out);
     cr_assert(strstr(s_out, "a gpt takes --prompt and --tokens"), "%s", s_out);

@@ -188,7 +188,6 @@ int main(int argc, char **argv) {
     if (tp_checkpoint_info(ckpt, &info) != TP_OK)
         return s_fail(ckpt);
     const char *name = model ? model : info.model[0] ? info.model : "dcgan";
-
     const tp_zoo_gan_t *gz = tp_zoo_find_gan(name);
     if (!gz) {
         tp_error(TP_ERR_INVALID, "%s holds model '%s', not a generator (dcgan)", ckpt, name);
