@@ -11,7 +11,10 @@
  * attention x v), reshape/transpose (heads), a constant causal mask added
  * before softmax along the last axis, gelu, add (residuals) and
  * softmax_xent_seq. The T x T scores are materialised per head: fine at
- * the zoo's contexts (64..a few hundred), not a fused kernel. */
+ * the zoo's contexts (64..a few hundred), not a fused kernel. Dropout
+ * (off by default) where nanoGPT has it: the embeddings' sum, the
+ * attention weights, and the output of each residual branch before it is
+ * added. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +48,12 @@ static tp_node_t *s_linear(tp_tower_t *t, const char *scope, tp_node_t *x, int64
     return y;
 }
 
+/* x through dropout at `rate` (training only), or x itself at 0: a model
+ * without dropout has no dropout nodes, the same graph as before. */
+static tp_node_t *s_drop(tp_tower_t *t, const char *name, tp_node_t *x, float rate) {
+    return rate > 0 ? tp_dropout(t, name, x, rate) : x;
+}
+
 /* [B,T,C] -> [B,H,T,D] */
 static tp_node_t *s_heads(tp_tower_t *t, const char *name, tp_node_t *x, int64_t T,
                           int64_t H, int64_t D) {
@@ -57,7 +66,7 @@ static tp_node_t *s_heads(tp_tower_t *t, const char *name, tp_node_t *x, int64_t
 
 /* One pre-norm block: x + attn(ln1(x)), then + mlp(ln2(x)). */
 static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mask,
-                          int64_t T, int64_t C, int64_t H, int nlayers) {
+                          int64_t T, int64_t C, int64_t H, int nlayers, float drop) {
     char scope[32];
     snprintf(scope, sizeof scope, "h%d", layer);
     if (tp_tower_push_scope(t, scope) != TP_OK)
@@ -80,14 +89,17 @@ static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mas
     tp_node_t *s = tp_scale(t, "attn/scores", tp_batch_matmul(t, "attn/qk", q, k, 0, 1),
                             1.0f / sqrtf((float)D));
     tp_node_t *att = tp_softmax(t, "attn/softmax", tp_add(t, "attn/masked", s, mask), -1);
+    att = s_drop(t, "attn/drop", att, drop);
     tp_node_t *y = tp_batch_matmul(t, "attn/av", att, v, 0, 0);  /* [B,H,T,D] */
     static const int back[4] = {0, 2, 1, 3};
     int64_t merged[3] = {-1, T, C};
     y = tp_reshape(t, "attn/merge", tp_transpose(t, "attn/unheads", y, back), 3, merged);
-    x = tp_add(t, "res1", x, s_linear(t, "attn/proj", y, C, C, proj_std));
+    x = tp_add(t, "res1", x,
+               s_drop(t, "attn/resid_drop", s_linear(t, "attn/proj", y, C, C, proj_std), drop));
     h = tp_layer_norm(t, "ln2", x, 1);
     h = tp_gelu(t, "mlp/gelu", s_linear(t, "mlp/fc", h, C, 4 * C, 0.02f), 1);
-    x = tp_add(t, "res2", x, s_linear(t, "mlp/proj", h, 4 * C, C, proj_std));
+    x = tp_add(t, "res2", x,
+               s_drop(t, "mlp/drop", s_linear(t, "mlp/proj", h, 4 * C, C, proj_std), drop));
     tp_tower_pop_scope(t);
     return x;
 }
@@ -97,11 +109,14 @@ tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
     const int nlayers = o && o->layers > 0 ? o->layers : TP_ZOO_GPT_LAYERS;
     const int64_t H = o && o->heads > 0 ? o->heads : TP_ZOO_GPT_HEADS;
     const int64_t C = o && o->embed > 0 ? o->embed : TP_ZOO_GPT_EMBED;
+    const float drop = o ? o->dropout : 0.0f;
     const tp_shape_t *s = in[0] ? tp_node_shape(in[0]) : NULL;
     if (!s || s->ndim != 2 || tp_node_dtype(in[0]) != TP_INT32 || !in[1] ||
         tp_node_dtype(in[1]) != TP_INT32)
         return tp_error(TP_ERR_SHAPE, "model gpt: the inputs must be int32 [batch,context] "
                         "tokens and targets (the text: source's windows)");
+    if (!(drop >= 0.0f && drop < 1.0f))
+        return tp_error(TP_ERR_INVALID, "model gpt: dropout %g outside [0, 1)", (double)drop);
     if (C % H)
         return tp_error(TP_ERR_INVALID, "model gpt: the width %lld is not a multiple of "
                         "the %lld heads", (long long)C, (long long)H);
@@ -123,8 +138,9 @@ tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *wpe = tp_variable(t, "wpe", 2, ps, (tp_init_t){TP_INIT_NORMAL, 0.01f},
                                  TP_VAR_TRAINABLE);
     tp_node_t *x = tp_add(t, "embed", tp_gather_rows(t, "tok_embed", wte, in[0]), wpe);
+    x = s_drop(t, "drop", x, drop);
     for (int l = 0; l < nlayers; l++)
-        x = s_block(t, l, x, mask, T, C, H, nlayers);
+        x = s_block(t, l, x, mask, T, C, H, nlayers, drop);
     x = tp_layer_norm(t, "ln_f", x, 1);
     /* the output tied to the token embedding: x wte^T, [B,T,256] */
     tp_node_t *logits = tp_batch_matmul(t, "logits", x, wte, 0, 1);

@@ -686,14 +686,14 @@ static void s_freeze(tp_model_t *m) {
 }
 
 /* The update of the trainable floats [lo, hi) of replica rp from grads
- * [ntrain] on stream s: one call, or with learning-rate multipliers one per
- * variable in the range, each at its own rate (the padding between
- * variables, zero in both, needs none). */
+ * [ntrain] on stream s: one call, or with learning-rate or weight-decay
+ * multipliers one per variable in the range, each at its own rate and
+ * decay (the padding between variables, zero in both, needs none). */
 static tp_status_t s_apply(tp_model_t *m, tp_replica_t *rp, tp_stream_t *s,
                            const float *grads, size_t lo, size_t hi) {
     if (hi <= lo)
         return TP_OK;
-    if (tp_optimizer_lr_mult_count(m->opt) == 0)
+    if (tp_optimizer_lr_mult_count(m->opt) == 0 && tp_optimizer_decay_mult_count(m->opt) == 0)
         return tp_optimizer_update(m->opt, rp->backend, s, rp->train_arena, grads,
                                    rp->slots, lo, hi - lo);
     for (int i = 0; i < m->nvars; i++) {
@@ -703,9 +703,10 @@ static tp_status_t s_apply(tp_model_t *m, tp_replica_t *rp, tp_stream_t *s,
         size_t a = v->offset > lo ? v->offset : lo;
         size_t z = v->offset + v->count < hi ? v->offset + v->count : hi;
         if (z > a)
-            TP_TRY(tp_optimizer_update_scaled(m->opt, rp->backend, s, rp->train_arena,
-                                              grads, rp->slots, a, z - a,
-                                              tp_optimizer_lr_mult(m->opt, v->name)));
+            TP_TRY(tp_optimizer_update_group(m->opt, rp->backend, s, rp->train_arena,
+                                             grads, rp->slots, a, z - a,
+                                             tp_optimizer_lr_mult(m->opt, v->name),
+                                             tp_optimizer_decay_mult(m->opt, v->name)));
     }
     return TP_OK;
 }

@@ -26,6 +26,9 @@ struct tp_optimizer {
     char *mult_pattern[S_MULTS_MAX]; /* learning-rate multipliers, in order */
     double mult[S_MULTS_MAX];
     int nmults;
+    char *decay_pattern[S_MULTS_MAX]; /* weight-decay multipliers, in order */
+    double decay_mult[S_MULTS_MAX];
+    int ndecay;
     int64_t step;
 };
 
@@ -88,6 +91,8 @@ void tp_optimizer_destroy(tp_optimizer_t **self_p) {
         return;
     for (int i = 0; i < (*self_p)->nmults; i++)
         free((*self_p)->mult_pattern[i]);
+    for (int i = 0; i < (*self_p)->ndecay; i++)
+        free((*self_p)->decay_pattern[i]);
     free(*self_p);
     *self_p = NULL;
 }
@@ -201,13 +206,42 @@ double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name) {
 
 int tp_optimizer_lr_mult_count(const tp_optimizer_t *o) { return o->nmults; }
 
+tp_status_t tp_optimizer_add_decay_mult(tp_optimizer_t *o, const char *pattern,
+                                        double mult) {
+    if (!pattern || !*pattern)
+        return tp_error(TP_ERR_INVALID, "decay_mult: no pattern");
+    if (o->kind != S_ADAMW)
+        return tp_error(TP_ERR_INVALID, "decay_mult '%s': only adamw decays weights "
+                        "(the optimizer is %s)", pattern, tp_optimizer_kind(o));
+    if (!(mult >= 0 && mult < 1e30))
+        return tp_error(TP_ERR_INVALID, "decay_mult '%s': multiplier %g (>= 0; 0 "
+                        "exempts)", pattern, mult);
+    if (o->ndecay == S_MULTS_MAX)
+        return tp_error(TP_ERR_INVALID, "decay_mult '%s': more than %d patterns",
+                        pattern, S_MULTS_MAX);
+    if (!(o->decay_pattern[o->ndecay] = strdup(pattern)))
+        return tp_error(TP_ERR_NOMEM, "decay_mult '%s'", pattern);
+    o->decay_mult[o->ndecay++] = mult;
+    return TP_OK;
+}
+
+double tp_optimizer_decay_mult(const tp_optimizer_t *o, const char *name) {
+    for (int i = 0; name && i < o->ndecay; i++)
+        if (fnmatch(o->decay_pattern[i], name, 0) == 0)
+            return o->decay_mult[i];
+    return 1.0;
+}
+
+int tp_optimizer_decay_mult_count(const tp_optimizer_t *o) { return o->ndecay; }
+
 int64_t tp_optimizer_step(const tp_optimizer_t *o) { return o->step; }
 void tp_optimizer_set_step(tp_optimizer_t *o, int64_t step) { o->step = step; }
 
-tp_status_t tp_optimizer_update_scaled(tp_optimizer_t *o, tp_backend_t *b,
-                                       tp_stream_t *s, float *param,
-                                       const float *grad, float *const *slots,
-                                       size_t off, size_t n, double lr_mult) {
+tp_status_t tp_optimizer_update_group(tp_optimizer_t *o, tp_backend_t *b,
+                                      tp_stream_t *s, float *param,
+                                      const float *grad, float *const *slots,
+                                      size_t off, size_t n, double lr_mult,
+                                      double decay_mult) {
     /* (float)(lr * 1.0) is (float)lr: unscaled updates stay bit for bit */
     const double lr = o->lr * lr_mult;
     if (o->kind == S_SGD)
@@ -218,8 +252,15 @@ tp_status_t tp_optimizer_update_scaled(tp_optimizer_t *o, tp_backend_t *b,
     return b->ops->adam_update(b, s, param + off, grad + off, slots[0] + off,
                                slots[1] + off, n, (float)lr,
                                (float)o->beta1, (float)o->beta2, (float)o->eps,
-                               o->kind == S_ADAMW ? (float)o->weight_decay : 0.0f,
+                               o->kind == S_ADAMW ? (float)(o->weight_decay * decay_mult) : 0.0f,
                                o->step + 1);
+}
+
+tp_status_t tp_optimizer_update_scaled(tp_optimizer_t *o, tp_backend_t *b,
+                                       tp_stream_t *s, float *param,
+                                       const float *grad, float *const *slots,
+                                       size_t off, size_t n, double lr_mult) {
+    return tp_optimizer_update_group(o, b, s, param, grad, slots, off, n, lr_mult, 1.0);
 }
 
 tp_status_t tp_optimizer_update(tp_optimizer_t *o, tp_backend_t *b,

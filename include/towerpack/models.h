@@ -44,6 +44,10 @@ typedef struct tp_zoo_gpt_options {
     int layers;             /* Transformer blocks */
     int heads;              /* attention heads; embed a multiple of it */
     int embed;              /* the width C of the residual stream */
+    float dropout;          /* nanoGPT's dropout rate in [0, 1) on the
+                               embeddings, the attention weights and each
+                               block's two residual branches, in training
+                               only; 0: none, no dropout nodes */
 } tp_zoo_gpt_options_t;
 /* Its inputs at context T: "tokens" and "targets", int32 [B,T]. */
 tp_status_t tp_zoo_gpt_inputs(int context, tp_input_desc_t out[2]);

@@ -109,6 +109,20 @@ tp_status_t tp_optimizer_add_lr_mult(tp_optimizer_t *o, const char *pattern,
 double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name);
 int tp_optimizer_lr_mult_count(const tp_optimizer_t *o);
 
+/* Per-pattern weight-decay multipliers, AdamW only (torch's parameter
+ * groups with their own weight_decay; nanoGPT decays matrices and
+ * embeddings, not biases or layer norms: "*\/b" 0): a trainable variable
+ * whose name matches `pattern` (fnmatch) decays at weight_decay x mult
+ * (times its learning-rate multiplier's rate); the first pattern that
+ * matches wins, no match is 1. At most 16 patterns. TP_ERR_INVALID on
+ * another kind of optimizer. */
+tp_status_t tp_optimizer_add_decay_mult(tp_optimizer_t *o, const char *pattern,
+                                        double mult);
+/* The decay multiplier of variable `name` (1 when no pattern matches),
+ * and how many patterns there are. */
+double tp_optimizer_decay_mult(const tp_optimizer_t *o, const char *name);
+int tp_optimizer_decay_mult_count(const tp_optimizer_t *o);
+
 /* Updates applied so far (Adam's bias correction uses it; checkpoints keep
  * it). */
 int64_t tp_optimizer_step(const tp_optimizer_t *o);
@@ -135,6 +149,13 @@ tp_status_t tp_optimizer_update_scaled(tp_optimizer_t *o, tp_backend_t *b,
                                        tp_stream_t *s, float *param,
                                        const float *grad, float *const *slots,
                                        size_t offset, size_t n, double lr_mult);
+/* The same with the weight decay times decay_mult too (a variable's
+ * tp_optimizer_decay_mult; 1.0 is tp_optimizer_update_scaled exactly). */
+tp_status_t tp_optimizer_update_group(tp_optimizer_t *o, tp_backend_t *b,
+                                      tp_stream_t *s, float *param,
+                                      const float *grad, float *const *slots,
+                                      size_t offset, size_t n, double lr_mult,
+                                      double decay_mult);
 
 #ifdef __cplusplus
 }

@@ -420,6 +420,68 @@ Test(optim, lr_multipliers_scale_each_variables_step_and_zero_freezes) {
     }
 }
 
+/* ---- weight-decay multipliers (nanoGPT's no-decay group) ---------------
+ * AdamW at rate 0.1, decay 0.5, with fc/b exempt: fc/W takes exactly the
+ * step of AdamW with no patterns, fc/b exactly Adam's (decay 0). */
+
+static double s_decay_wd, s_decay_b;
+static tp_optimizer_t *s_adamw_decay(void *u) {
+    (void)u;
+    tp_optimizer_t *o = tp_optimizer_adamw(0.1, 0.9, 0.95, 1e-8, s_decay_wd);
+    if (o && s_decay_b != 1 && tp_optimizer_add_decay_mult(o, "fc/b", s_decay_b) < 0)
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+static void s_decay_step(int towers, float w[6], float b[2]) {
+    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_adamw_decay, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = towers;
+    cfg.batch = CB;
+    cfg.seed = 3;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_tensor_t in[4], v;
+    s_feeds(in);
+    cr_assert_eq(tp_model_run(m, towers > 1 ? TP_ALL_TOWERS : 0, in, 2 * towers, NULL, 0,
+                              NULL), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_var(m, "fc/W", &v), TP_OK);
+    memcpy(w, v.data, 6 * sizeof *w);
+    tp_tensor_fini(&v);
+    cr_assert_eq(tp_model_var(m, "fc/b", &v), TP_OK);
+    memcpy(b, v.data, 2 * sizeof *b);
+    tp_tensor_fini(&v);
+    tp_model_destroy(&m);
+}
+
+Test(optim, decay_multipliers_exempt_matching_variables_from_adamw_decay) {
+    tp_optimizer_t *o = tp_optimizer_adamw(0.1, 0.9, 0.999, 1e-8, 0.1);
+    cr_expect_eq(tp_optimizer_add_decay_mult(o, "*/b", 0), TP_OK);
+    cr_expect_eq(tp_optimizer_add_decay_mult(o, "*", 2), TP_OK);
+    cr_expect_eq(tp_optimizer_decay_mult(o, "fc/b"), 0.0, "the first match wins");
+    cr_expect_eq(tp_optimizer_decay_mult(o, "fc/W"), 2.0);
+    cr_expect_eq(tp_optimizer_decay_mult_count(o), 2);
+    cr_expect_eq(tp_optimizer_add_decay_mult(o, "c", -1), TP_ERR_INVALID);
+    tp_optimizer_destroy(&o);
+    o = tp_optimizer_adam(0.1, 0.9, 0.999, 1e-8);
+    cr_expect_eq(tp_optimizer_add_decay_mult(o, "*/b", 0), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "only adamw"), "%s", tp_last_error());
+    tp_optimizer_destroy(&o);
+    for (int towers = 1; towers <= 2; towers++) {
+        float w[3][6], b[3][2];
+        s_decay_wd = 0.5, s_decay_b = 1;  /* everything decays */
+        s_decay_step(towers, w[0], b[0]);
+        s_decay_wd = 0, s_decay_b = 1;    /* nothing decays */
+        s_decay_step(towers, w[1], b[1]);
+        s_decay_wd = 0.5, s_decay_b = 0;  /* fc/b exempt */
+        s_decay_step(towers, w[2], b[2]);
+        cr_expect_eq(memcmp(w[2], w[0], sizeof w[0]), 0, "towers %d: fc/W did not decay "
+                     "as with no pattern", towers);
+        cr_expect_eq(memcmp(b[2], b[1], sizeof b[1]), 0, "towers %d: fc/b decayed", towers);
+        cr_expect_neq(memcmp(w[0], w[1], sizeof w[0]), 0, "the decay changed nothing");
+    }
+}
+
 /* ---- gradient accumulation ---------------------------------------------
  * SGD at rate 1 with accumulate 3: the first two steps leave W alone, the
  * third moves it by the mean of the three steps' gradients (each step a

@@ -4,7 +4,11 @@
  * gradient of every variable (embeddings, layer norms, the attention's and
  * the MLP's projections) agree within 1e-4. This pins the architecture the
  * model claims: GPT-2's pre-norm blocks, causal attention, tanh GELU, the
- * output tied to the token embedding. Skips when python3 lacks torch. */
+ * output tied to the token embedding. Then 20 training steps of nanoGPT's
+ * AdamW (betas 0.9/0.95, weight decay 0.1 on the matrices and embeddings
+ * only, global-norm clip 1) on 20 batches of text: the loss of every step
+ * agrees with torch.optim.AdamW's run from the same weights on the same
+ * batches. Skips when python3 lacks torch. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,7 @@
 #define REF_PY TP_SOURCE_DIR "/tests/models/torch_gpt.py"
 #define B 4
 #define T 16
+#define STEPS 20
 
 static tp_optimizer_t *s_adamw(void *u) {
     (void)u;
@@ -82,4 +87,78 @@ Test(torch_gpt, pytorch_gets_the_same_loss_and_gradients, .timeout = 120) {
     cr_assert_eq(written, 2 + 2 + 2 * 12, "%d gradients", written);
     tp_model_destroy(&m);
     PU_PYTHON_EXPECT(REF_PY, dir, "pytorch agrees");  /* and removes dir */
+}
+
+/* nanoGPT's optimizer as tp-train --model gpt builds it: the biases and
+ * the layer norms do not decay. A rate of 5e-3 moves the loss well away
+ * from its start within the 20 steps, so a wrong update would show. */
+static tp_optimizer_t *s_nanogpt_adamw(void *u) {
+    (void)u;
+    tp_optimizer_t *o = tp_optimizer_adamw(5e-3, 0.9, 0.95, 1e-8, 0.1);
+    static const char *const no_decay[] = {"*/b", "*/gamma", "*/beta"};
+    for (int i = 0; o && i < 3; i++)
+        if (tp_optimizer_add_decay_mult(o, no_decay[i], 0.0) != TP_OK)
+            tp_optimizer_destroy(&o);
+    if (o && tp_optimizer_set(o, "clip_norm", 1.0) != TP_OK)
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+Test(torch_gpt, twenty_adamw_steps_follow_pytorchs_loss, .timeout = 120) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/tp-torchgpt-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_gpt_inputs(T, in), TP_OK, "%s", tp_last_error());
+    tp_zoo_gpt_options_t o = {.layers = 2, .heads = 2, .embed = 32};
+    tp_model_desc_t md = {in, 2, tp_zoo_find("gpt")->build, s_nanogpt_adamw, &o};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = B;
+    cfg.seed = 11;
+    cfg.threads = 1;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    char path[512];
+    snprintf(path, sizeof path, "%s/w0.safetensors", dir);
+    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
+    /* STEPS batches of windows of a sentence at random offsets: text, so
+     * the loss falls (random bytes would leave it near ln 256) */
+    static const char text[] = "the quick brown fox jumps over the lazy dog. "
+                               "pack my box with five dozen liquor jugs. ";
+    const int len = (int)sizeof text - 1;
+    static int32_t x[STEPS][B * T], y[STEPS][B * T];
+    float losses[STEPS];
+    tp_rng_t r;
+    tp_rng_init(&r, 23, 0);
+    for (int s = 0; s < STEPS; s++)
+        for (int b = 0; b < B; b++) {
+            int off = (int)tp_rng_below(&r, (uint64_t)len);
+            for (int t = 0; t < T; t++) {
+                x[s][b * T + t] = (unsigned char)text[(off + t) % len];
+                y[s][b * T + t] = (unsigned char)text[(off + t + 1) % len];
+            }
+        }
+    s_write(dir, "x20.bin", x, sizeof x);
+    s_write(dir, "y20.bin", y, sizeof y);
+    int64_t sh[2] = {B, T};
+    for (int s = 0; s < STEPS; s++) {
+        tp_tensor_t feeds[2];
+        tp_tensor_init_wrap(&feeds[0], TP_INT32, 2, sh, x[s], NULL, NULL);
+        tp_tensor_init_wrap(&feeds[1], TP_INT32, 2, sh, y[s], NULL, NULL);
+        tp_fetch_t f = {.name = "cost"};
+        cr_assert_eq(tp_model_run(m, 0, feeds, 2, &f, 1, NULL), TP_OK, "step %d: %s", s,
+                     tp_last_error());
+        losses[s] = *(const float *)f.value.data;  /* before this step's update */
+    }
+    s_write(dir, "losses.bin", losses, sizeof losses);
+    cr_assert(losses[STEPS - 1] < losses[0] - 1.0f, "the loss did not fall: %g -> %g",
+              losses[0], losses[STEPS - 1]);
+    tp_model_destroy(&m);
+    /* losses.bin there: the script runs the 20 steps */
+    char out[8192];
+    int rc = pu_python_check(REF_PY, dir, out, sizeof out);
+    if (rc == 77)
+        cr_skip_test("%s", out);
+    cr_assert(rc == 0 && strstr(out, "pytorch agrees"), "exit %d:\n%s", rc, out);
+    cr_log_info("%s", out);
 }

@@ -1,6 +1,8 @@
 /* towerpack tests: the model zoo's data sources (tp_zoo_source), the names
  * tp-train and tp-predict both take: each becomes a spec that parses and
- * yields what the zoo's models take; anything else names the valid forms. */
+ * yields what the zoo's models take; anything else names the valid forms.
+ * And the models themselves: sizes, colour, weight decay, the GPT's
+ * dropout. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -502,4 +504,79 @@ Test(zoo, the_data_description_round_trips) {
     tp_zoo_data_fini(&back);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
+}
+
+/* ---- the GPT's dropout (issue 45) -----------------------------------------
+ * The gpt with dropout 0.3 and without, from the same seed (dropout adds no
+ * variable: the same weights): in inference both give the same cost bit for
+ * bit (dropout is the identity there); in training the model without it
+ * gives that cost too, the one with it another, and another on the next
+ * forward (new masks); a training step runs. */
+
+static tp_optimizer_t *s_sgd_opt(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.01, 0.9, 0);
+}
+
+static float s_gpt_cost(tp_model_t *m, int tower, tp_tensor_t feeds[2]) {
+    tp_fetch_t f = {.name = "cost"};
+    tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, tower, feeds, 2, &f, 1, &ro), TP_OK, "%s", tp_last_error());
+    return *(const float *)f.value.data;
+}
+
+Test(zoo, gpt_dropout_acts_in_training_only) {
+    enum { B = 2, T = 8 };
+    tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_gpt_inputs(T, in), TP_OK);
+    int32_t x[B * T], y[B * T];
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (i * 37) % 256;
+        y[i] = (i * 91 + 5) % 256;
+    }
+    int64_t sh[2] = {B, T};
+    tp_tensor_t feeds[2];
+    tp_tensor_init_wrap(&feeds[0], TP_INT32, 2, sh, x, NULL, NULL);
+    tp_tensor_init_wrap(&feeds[1], TP_INT32, 2, sh, y, NULL, NULL);
+    float infer[2], train[2][2];
+    int drops[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        tp_zoo_gpt_options_t o = {.layers = 2, .heads = 2, .embed = 16,
+                                  .dropout = k ? 0.3f : 0.0f};
+        tp_model_desc_t md = {in, 2, tp_zoo_gpt_build, s_sgd_opt, &o};
+        tp_model_config_t mc = tp_model_config_default();
+        mc.batch = B;
+        mc.infer_batch = B;
+        mc.seed = 5;
+        mc.threads = 1;
+        tp_model_t *m = tp_model_new(&md, &mc);
+        cr_assert_not_null(m, "%s", tp_last_error());
+        for (int i = 0; i < tp_model_node_count(m, 0); i++)
+            drops[k] += strstr(tp_node_name(tp_model_node(m, 0, i)), "drop") != NULL;
+        infer[k] = s_gpt_cost(m, -1, feeds);
+        train[k][0] = s_gpt_cost(m, 0, feeds);
+        train[k][1] = s_gpt_cost(m, 0, feeds);
+        cr_assert_eq(tp_model_run(m, 0, feeds, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
+        tp_model_destroy(&m);
+    }
+    /* nanoGPT's places: the embeddings, and per block the attention
+     * weights and the two residual branches */
+    cr_expect_eq(drops[0], 0, "dropout nodes at rate 0");
+    cr_expect_eq(drops[1], 1 + 3 * 2, "dropout nodes at rate 0.3");
+    cr_expect_eq(infer[1], infer[0], "inference with dropout: %g, without: %g", infer[1],
+                 infer[0]);
+    cr_expect_eq(train[0][0], infer[0], "training without dropout: %g, inference %g",
+                 train[0][0], infer[0]);
+    cr_expect_eq(train[0][1], train[0][0]);
+    cr_expect_neq(train[1][0], infer[0], "dropout changed nothing in training");
+    cr_expect_neq(train[1][1], train[1][0], "the same masks twice");
+    tp_zoo_gpt_options_t bad = {.dropout = 1.0f};
+    tp_model_desc_t md = {in, 2, tp_zoo_gpt_build, s_sgd_opt, &bad};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.batch = B;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_expect_null(m);
+    cr_expect(strstr(tp_last_error(), "dropout 1 outside [0, 1)"), "%s", tp_last_error());
+    tp_model_destroy(&m);
 }

@@ -2,14 +2,19 @@
  * byte-level GPT learns a repeated sentence from a text: file (the
  * training cost far under ln 256 = 5.545 nats, a uniform guess), stats.json
  * has validation_bpb and tokens_per_s, the checkpoints record the model's
- * shape; --test-data validates on another file; bad flags are refused,
- * saying why. Own executable: it forks and execs tp-train. */
+ * shape; --test-data validates on another file; AdamW decays the matrices
+ * only; tp-generate continues a learned pattern; bad flags are refused,
+ * saying why. Own executable: it forks and execs tp-train and tp-generate. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "proc_testutil.h"
 #include <towerpack/checkpoint.h>
@@ -137,6 +142,249 @@ Test(tp_train_gpt, validates_on_test_data) {
     /* 5 steps: still near a uniform guess (8 bits), finite */
     cr_assert(isfinite(bpb) && bpb > 1 && bpb < 12, "validation_bpb %g", bpb);
     json_decref(j);
+}
+
+/* nanoGPT's AdamW: one step at rate 0.1 with --weight-decay 9 multiplies
+ * every decayed weight by 1 - 0.1 x 9 = 0.1, then Adam's first step moves
+ * each weight by the rate, 0.1, against its gradient's sign (m / sqrt(v)
+ * is +-1). So a decayed wte (tied to the output: every row has a
+ * gradient) ends with |w| = 0.1 +- 0.1 |w0|, |w0| ~ 0.016 on average (it
+ * would be 0.1 +- |w0| undecayed), and the exempt layer norms' gains,
+ * 1 at the start, end at 1 +- 0.1 (0.1 +- 0.1 if decayed). */
+Test(tp_train_gpt, weight_decay_spares_biases_and_layer_norms) {
+    char logdir[128], data[160];
+    snprintf(logdir, sizeof logdir, "%s/decay", s_dir);
+    snprintf(data, sizeof data, "text:%s", s_file);
+    char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                    "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "4",
+                    "--towers", "1", "--threads", "1", "--epochs", "1",
+                    "--steps-per-epoch", "1", "--lr", "0.1", "--weight-decay", "9",
+                    "--beta2", "0.99", "--stats", "off", "--no-tensorboard",
+                    "--logdir", logdir, NULL};
+    int rc = s_run(argv);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    char path[256];
+    snprintf(path, sizeof path, "%s/model-1.safetensors", logdir);
+    tp_safetensors_t *st = NULL;
+    cr_assert_eq(tp_safetensors_open(path, &st), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_safetensors_get(st, "wte", &v), TP_OK);
+    const float *wte = v.data;  /* [256, 32], N(0, 0.02) at the start */
+    double dev = 0;
+    for (int j = 0; j < 256 * 32; j++)
+        dev += fabs(fabsf(wte[j]) - 0.1);
+    dev /= 256 * 32;
+    cr_expect(dev < 0.005, "wte did not decay: mean ||w| - 0.1| = %g (0.0016 decayed, "
+              "0.016 not)", dev);
+    static const char *const gains[] = {"h0/ln1/gamma", "h0/ln2/gamma", "ln_f/gamma"};
+    for (size_t i = 0; i < 3; i++) {
+        cr_assert_eq(tp_safetensors_get(st, gains[i], &v), TP_OK, "%s", gains[i]);
+        const float *g = v.data;
+        for (int j = 0; j < 32; j++)
+            cr_expect(g[j] > 0.8f && g[j] < 1.2f, "%s[%d] = %g: decayed", gains[i], j, g[j]);
+    }
+    /* biases start at 0: decay cannot show there; Adam moved them */
+    tp_safetensors_destroy(&st);
+    /* the betas are refused out of [0, 1) and with SGD */
+    char *bad[] = {"tp-train", "--model", "gpt", "--data", data, "--beta2", "1",
+                   "--logdir", logdir, NULL};
+    cr_assert_neq(s_run(bad), 0);
+    cr_assert(strstr(s_out, "--beta2 needs a number in [0, 1)"), "%s", s_out);
+    char *sgd[] = {"tp-train", "--model", "gpt", "--data", data, "--optimizer", "sgd",
+                   "--beta1", "0.8", "--logdir", logdir, NULL};
+    cr_assert_neq(s_run(sgd), 0);
+    cr_assert(strstr(s_out, "--beta1 and --beta2 are Adam's"), "%s", s_out);
+}
+
+static int s_generate(char *const *argv) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    char *full[32] = {TP_BINARY_DIR "/bin/tp-generate"};
+    for (int i = 1; i < 31 && (full[i] = argv[i]); i++) {}
+    return pu_run(full, env, s_out, sizeof s_out);
+}
+
+static size_t s_read_file(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    size_t n = fread(buf, 1, size - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return n;
+}
+
+/* tp-generate on a gpt log directory: a tiny GPT trained 200 steps on
+ * "abc" repeated continues a prompt with the pattern when greedy
+ * (temperature 0, or top-k 1: the same bytes); a seeded draw is the same
+ * twice and another seed may differ; the image flags are refused. */
+Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
+    char logdir[128], data[160], corpus[128], out[160];
+    snprintf(logdir, sizeof logdir, "%s/abc", s_dir);
+    snprintf(corpus, sizeof corpus, "%s/abc.txt", s_dir);
+    snprintf(out, sizeof out, "%s/sample.txt", s_dir);
+    FILE *f = fopen(corpus, "wb");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 3000; i++)
+        fputs("abc", f);
+    fclose(f);
+    snprintf(data, sizeof data, "text:%s", corpus);
+    char *train[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                     "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
+                     "--towers", "1", "--threads", "1", "--epochs", "2",
+                     "--steps-per-epoch", "100", "--lr", "3e-3", "--stats", "off",
+                     "--no-tensorboard", "--logdir", logdir, NULL};
+    int rc = s_run(train);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    /* 40 bytes after "bcab": more than the context of 16, so the window
+     * slides */
+    static const char want[] = "bcabcabcabcabcabcabcabcabcabcabcabcabcabcabc";
+    char got[256];
+    char *greedy[] = {"tp-generate", "--load", logdir, "--prompt", "bcab", "--tokens", "40",
+                      "--temperature", "0", "--output", out, NULL};
+    rc = s_generate(greedy);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, want), "stdout has no %s:\n%s", want, s_out);
+    cr_assert_eq(s_read_file(out, got, sizeof got), 44);
+    cr_assert_str_eq(got, want);
+    char *top1[] = {"tp-generate", "--load", logdir, "--prompt", "bcab", "--tokens", "40",
+                    "--top-k", "1", "--seed", "5", NULL};
+    rc = s_generate(top1);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, want), "top-k 1: %s", s_out);
+    /* a draw at temperature 1.5 among all 256 bytes: the same for a seed */
+    char first[256];
+    char *draw[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--tokens", "60",
+                    "--temperature", "1.5", "--seed", "9", "--output", out, NULL};
+    cr_assert_eq(s_generate(draw), 0, "%s", s_out);
+    s_read_file(out, first, sizeof first);
+    cr_assert_eq(s_generate(draw), 0, "%s", s_out);
+    s_read_file(out, got, sizeof got);
+    cr_assert_str_eq(got, first, "seed 9 drew differently twice");
+    cr_assert(strstr(s_out, "60 bytes after a 1-byte prompt"), "%s", s_out);
+    /* a gpt log directory alone: the text path, with its defaults */
+    char *plain[] = {"tp-generate", "--load", logdir, NULL};
+    cr_assert_eq(s_generate(plain), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "200 bytes after a 1-byte prompt"), "%s", s_out);
+    char *count[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--count", "4", NULL};
+    cr_assert_eq(s_generate(count), 2, "%s", s_out);
+    cr_assert(strstr(s_out, "a gpt takes --prompt and --tokens"), "%s", s_out);
+}
+
+/* Every tensor of checkpoint a (weights, AdamW's slots, optimizer/step)
+ * is in b with the same bytes, and b has no other: the runs that wrote
+ * them ended in the same state. */
+static void s_expect_same_tensors(const char *a, const char *b) {
+    tp_safetensors_t *sa = NULL, *sb = NULL;
+    cr_assert_eq(tp_safetensors_open(a, &sa), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_safetensors_open(b, &sb), TP_OK, "%s", tp_last_error());
+    size_t n = tp_safetensors_count(sa), slots = 0;
+    cr_assert_eq(n, tp_safetensors_count(sb), "%s and %s hold different tensors", a, b);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = tp_safetensors_name(sa, i);
+        tp_tensor_t va, vb;
+        cr_assert_eq(tp_safetensors_get(sa, name, &va), TP_OK);
+        cr_assert_eq(tp_safetensors_get(sb, name, &vb), TP_OK, "%s lacks %s", b, name);
+        cr_assert(va.nbytes == vb.nbytes && !memcmp(va.data, vb.data, va.nbytes),
+                  "%s differs between the unbroken run and the resumed one", name);
+        slots += !strncmp(name, "optimizer/", 10);
+    }
+    cr_assert(slots > 0, "no optimizer state compared");
+    tp_safetensors_destroy(&sa);
+    tp_safetensors_destroy(&sb);
+}
+
+/* Resume after kill -9: a run of 2 epochs killed as soon as its epoch-1
+ * checkpoint exists (within epoch 2), then run again with --resume, ends
+ * with the same bytes in every variable and optimizer slot as a run that
+ * never stopped (nanoGPT's recipe: AdamW's groups, cosine with warm-up,
+ * the global-norm clip; the text windows replayed to the step); without
+ * dropout and with it (the tower's dropout generator is in the
+ * checkpoint). */
+static void s_resume_after_kill(const char *dropout) {
+    char whole[128], broken[128], data[160], ckpt[192], last[2][192];
+    snprintf(whole, sizeof whole, "%s/whole-%s", s_dir, dropout);
+    snprintf(broken, sizeof broken, "%s/broken-%s", s_dir, dropout);
+    snprintf(data, sizeof data, "text:%s", s_file);
+    char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                    "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
+                    "--towers", "1", "--threads", "1", "--epochs", "2",
+                    "--steps-per-epoch", "150", "--lr", "3e-3", "--lr-schedule", "cosine",
+                    "--warmup-epochs", "0.5", "--clip-norm", "1", "--dropout",
+                    (char *)dropout, "--stats", "off", "--no-tensorboard", "--logdir", whole,
+                    NULL, NULL};
+    int rc = s_run(argv);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    snprintf(last[0], sizeof last[0], "%s/model-300.safetensors", whole);
+    /* the same run, killed (SIGKILL: no orderly stop) within epoch 2 */
+    argv[sizeof argv / sizeof *argv - 3] = broken;
+    char *full[64] = {TP_BINARY_DIR "/bin/tp-train"};
+    for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
+    char log[192];
+    snprintf(log, sizeof log, "%s/broken-%s.out", s_dir, dropout);
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    pu_spawn_opts_t so = {.out = log, .env = env};
+    pid_t pid = pu_spawn(full, &so);
+    cr_assert(pid > 0);
+    snprintf(ckpt, sizeof ckpt, "%s/model-150.safetensors", broken);
+    snprintf(last[1], sizeof last[1], "%s/model-300.safetensors", broken);
+    struct stat st;
+    int exited = 0;
+    for (int i = 0; i < 60000 && stat(ckpt, &st) != 0; i++) {  /* up to 60 s */
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            exited = 1;
+            break;
+        }
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    cr_assert(!exited, "tp-train ended before its first checkpoint (see %s)", log);
+    kill(pid, SIGKILL);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFSIGNALED(status), "tp-train ended before the kill");
+    cr_assert_neq(stat(last[1], &st), 0, "the run finished before the kill: nothing to "
+                  "resume (epoch 2 took less than the kill)");
+    /* --resume: from model-150 to the end */
+    argv[sizeof argv / sizeof *argv - 2] = "--resume";
+    rc = s_run(argv);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "model-150.safetensors: epoch 1 done, global step 150"),
+              "not resumed from epoch 1:\n%s", s_out);
+    s_expect_same_tensors(last[0], last[1]);
+}
+
+Test(tp_train_gpt, resume_after_kill_ends_bit_identical) {
+    s_resume_after_kill("0");
+    s_resume_after_kill("0.1");
+}
+
+/* --dropout: the runs with it differ from those without (same seed), and
+ * a rate outside [0, 1), or with an image model, is refused. */
+Test(tp_train_gpt, dropout_changes_training_and_bad_rates_are_refused) {
+    char logdir[2][128], data[160];
+    snprintf(data, sizeof data, "text:%s", s_file);
+    double cost[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(logdir[k], sizeof logdir[k], "%s/dropout-%d", s_dir, k);
+        char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                        "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
+                        "--towers", "1", "--threads", "1", "--epochs", "1",
+                        "--steps-per-epoch", "20", "--dropout", k ? "0.2" : "0",
+                        "--stats", "off", "--no-tensorboard", "--logdir", logdir[k], NULL};
+        int rc = s_run(argv);
+        cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+        cr_assert(strstr(s_out, k ? "dropout 0.2," : "dropout 0,"), "%s", s_out);
+        json_t *j = s_stats(logdir[k]);
+        cost[k] = s_num(json_array_get(j, 0), "cost");
+        json_decref(j);
+    }
+    cr_assert(cost[0] != cost[1], "dropout 0.2 trained as 0: cost %g", cost[0]);
+    char *bad[] = {"tp-train", "--model", "gpt", "--data", data, "--dropout", "1",
+                   "--logdir", logdir[0], NULL};
+    cr_assert_neq(s_run(bad), 0);
+    cr_assert(strstr(s_out, "--dropout needs a rate in [0, 1), got '1'"), "%s", s_out);
+    char *mlp[] = {"tp-train", "--model", "mlp", "--dropout", "0.1", "--logdir", logdir[0],
+                   NULL};
+    cr_assert_neq(s_run(mlp), 0);
+    cr_assert(strstr(s_out, "--dropout is --model gpt's"), "%s", s_out);
 }
 
 Test(tp_train_gpt, bad_flags_are_refused_saying_why) {

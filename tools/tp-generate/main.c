@@ -9,7 +9,12 @@
  * seed and --count 64 it is the batch tp-train's sample grids draw, so
  * --png reproduces the run's last LOGDIR/samples-EPOCH.png. The samples
  * (the generator's tanh output in [-1, 1]) are written as uint8 0..255,
- * NumPy's .npy of shape [N, H, W] (grey). */
+ * NumPy's .npy of shape [N, H, W] (grey).
+ *
+ * A GPT checkpoint (tp-train --model gpt) continues a prompt instead
+ * (tools/tp-generate/text.c):
+ *
+ *   tp-generate --load train_log/gpt --prompt "Once upon" --tokens 200 --top-k 40 */
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +26,7 @@
 #include <towerpack/log.h>
 #include <towerpack/models.h>
 #include <towerpack/predict.h>
+#include "tools/tp-generate/text.h"
 
 static void s_usage(FILE *out) {
     fprintf(out,
@@ -33,7 +39,18 @@ static void s_usage(FILE *out) {
 "                   LOGDIR/samples-EPOCH.png\n"
 "  --seed S         the noise's seed (default 1, tp-train's default --seed)\n"
 "  --model NAME     the generator (default: what the checkpoint records)\n"
-"  -h, --help\n");
+"  -h, --help\n\n"
+"usage: tp-generate --load LOGDIR|CKPT --prompt TEXT --tokens N [options]\n"
+"Continue TEXT by N bytes with a GPT trained by tp-train --model gpt; print\n"
+"the prompt and the continuation.\n\n"
+"  --prompt TEXT    the bytes to continue (default: a newline)\n"
+"  --tokens N       bytes to generate (1..1000000; default 200)\n"
+"  --temperature T  divide the logits by T >= 0 before sampling (default 1;\n"
+"                   0: always the likeliest byte)\n"
+"  --top-k K        sample among the K likeliest bytes only (1..256; default\n"
+"                   all)\n"
+"  --seed S         the sampler's seed (default 1)\n"
+"  --output FILE    also write the prompt and the continuation to FILE\n");
 }
 
 static int s_fail(const char *what) {
@@ -70,11 +87,18 @@ static tp_status_t s_write_npy(const char *path, const uint8_t *data, int64_t n,
 int main(int argc, char **argv) {
     const char *load = NULL, *output = NULL, *png = NULL, *model = NULL;
     long long count = 0, seed = 1;
-    enum { O_LOAD = 256, O_COUNT, O_OUTPUT, O_PNG, O_SEED, O_MODEL };
+    enum { O_LOAD = 256, O_COUNT, O_OUTPUT, O_PNG, O_SEED, O_MODEL, O_PROMPT, O_TOKENS,
+           O_TEMPERATURE, O_TOP_K };
+    /* a GPT's text (text.c): any of these flags, or a gpt checkpoint */
+    tp_gen_text_t text = {.tokens = 200, .temperature = 1.0};
+    int text_flags = 0;
     static const struct option opts[] = {
         {"load", required_argument, 0, O_LOAD},     {"count", required_argument, 0, O_COUNT},
         {"output", required_argument, 0, O_OUTPUT}, {"png", required_argument, 0, O_PNG},
         {"seed", required_argument, 0, O_SEED},     {"model", required_argument, 0, O_MODEL},
+        {"prompt", required_argument, 0, O_PROMPT}, {"tokens", required_argument, 0, O_TOKENS},
+        {"temperature", required_argument, 0, O_TEMPERATURE},
+        {"top-k", required_argument, 0, O_TOP_K},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -98,9 +122,56 @@ int main(int argc, char **argv) {
                 return 2;
             }
             break;
+        case O_PROMPT: text.prompt = optarg; text_flags = 1; break;
+        case O_TOKENS:
+            text.tokens = strtol(optarg, &end, 10);
+            if (*end || !*optarg || text.tokens < 1 || text.tokens > 1000000) {
+                fprintf(stderr, "tp-generate: --tokens '%s': 1..1000000\n", optarg);
+                return 2;
+            }
+            text_flags = 1;
+            break;
+        case O_TEMPERATURE:
+            text.temperature = strtod(optarg, &end);
+            if (*end || !*optarg || !(text.temperature >= 0 && text.temperature < 1e6)) {
+                fprintf(stderr, "tp-generate: --temperature '%s': a number >= 0\n", optarg);
+                return 2;
+            }
+            text_flags = 1;
+            break;
+        case O_TOP_K:
+            text.top_k = (int)strtol(optarg, &end, 10);
+            if (*end || !*optarg || text.top_k < 1 || text.top_k > 256) {
+                fprintf(stderr, "tp-generate: --top-k '%s': 1..256\n", optarg);
+                return 2;
+            }
+            text_flags = 1;
+            break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
+    }
+    char path[4096];
+    tp_checkpoint_info_t ti;
+    int gpt = text_flags || (model && !strcmp(model, "gpt"));
+    /* a gpt checkpoint takes the text path with no text flag too (its
+     * failures to resolve or read are the image path's to report) */
+    if (!gpt && !model && optind == argc && load &&
+        tp_checkpoint_resolve(load, path, sizeof path) == TP_OK &&
+        tp_checkpoint_info(path, &ti) == TP_OK && !strcmp(ti.model, "gpt"))
+        gpt = 1;
+    if (optind == argc && load && gpt) {
+        /* a GPT's text; --count and --png are the images' */
+        if (count || png) {
+            fprintf(stderr, "tp-generate: --count and --png draw images (dcgan); a gpt "
+                    "takes --prompt and --tokens\n");
+            return 2;
+        }
+        if (tp_checkpoint_resolve(load, path, sizeof path) != TP_OK)
+            return s_fail("--load");
+        text.seed = (uint64_t)seed;
+        text.output = output;
+        return tp_generate_text(path, &text);
     }
     if (optind < argc || !load || !count || !output) {
         if (optind < argc)

@@ -78,6 +78,7 @@ typedef struct {
     const char *lr_schedule; /* --lr-schedule linear|cosine|step:E1,E2.. */
     double lr_gamma;         /* --lr-gamma: step's factor (0.1) */
     double weight_decay; /* --weight-decay: AdamW's decoupled decay; -1 unset */
+    double beta1, beta2; /* --beta1, --beta2: Adam's and AdamW's; -1 unset */
     double clip_norm;    /* --clip-norm: the global-norm clip; 0 off */
     double ema;          /* --ema: the weights' average's decay; 0 off */
     int accumulate;      /* --accumulate: steps per update (1) */
@@ -87,6 +88,7 @@ typedef struct {
     int64_t steps_per_epoch, seed;
     int text;     /* --model gpt: text: data, bytes as tokens */
     int context, layers, heads, embed;  /* --context, --layers, --heads, --embed */
+    double dropout;  /* --dropout: the gpt's, [0, 1); 0 none */
 } s_args_t;
 
 static void s_usage(FILE *out) {
@@ -104,6 +106,9 @@ static void s_usage(FILE *out) {
 "  --layers N           gpt: Transformer blocks (default 2)\n"
 "  --heads H            gpt: attention heads (default 4)\n"
 "  --embed C            gpt: the width, a multiple of --heads (default 128)\n"
+"  --dropout P          gpt: nanoGPT's dropout on the embeddings, the\n"
+"                       attention weights and the residual branches, in\n"
+"                       training only; P in [0, 1) (default 0: none)\n"
 "  --image-size N       the model's input is N x N (default 28 grey, 32\n"
 "                       colour; at least 4 for cnn, 8 for cnn-bn; 64 and up\n"
 "                       suit resnet18/50); the data are resized\n"
@@ -149,8 +154,11 @@ static void s_usage(FILE *out) {
 "                       decoupled weight decay; default per model: adam\n"
 "                       for cnn, sgd for the others)\n"
 "  --weight-decay W     adamw's decoupled weight decay, W >= 0 (default\n"
-"                       0.01, as torch.optim.AdamW); only with adamw (the\n"
-"                       models' own L2 decay on their weights stays)\n"
+"                       0.01, as torch.optim.AdamW; gpt: 0.1 on its matrices\n"
+"                       and embeddings only, as nanoGPT); only with adamw\n"
+"                       (the models' own L2 decay on their weights stays)\n"
+"  --beta1 B, --beta2 B Adam's and AdamW's moment decays, in [0, 1)\n"
+"                       (default 0.9 and 0.999, torch's; gpt: 0.9 and 0.95)\n"
 "  --clip-norm C        scale each step's gradients by min(1, C / their\n"
 "                       global norm), the norm over every trainable\n"
 "                       variable after the all-reduce (tensorpack's\n"
@@ -271,21 +279,31 @@ typedef struct {
     double lr;
     const char *kind;     /* "sgd", "adam", "adamw" (checked) */
     double weight_decay;  /* adamw */
+    double beta1, beta2;  /* adam, adamw */
     double clip_norm;     /* 0: none */
     double ema;           /* 0: none */
     int accumulate;       /* steps per update */
     const s_args_t *args; /* the learning-rate multipliers */
 } s_model_user_t;
 
-/* The optimizer factory: SGD has momentum 0.9; Adam and AdamW torch's
- * defaults (0.9, 0.999, 1e-8); the global-norm clip when asked. */
+/* The optimizer factory: SGD has momentum 0.9; Adam and AdamW the betas
+ * of --beta1 and --beta2 (torch's 0.9, 0.999; the gpt's 0.9, 0.95) and
+ * eps 1e-8; the global-norm clip when asked. */
 static tp_optimizer_t *s_optimizer(void *user) {
     const s_model_user_t *u = user;
     tp_optimizer_t *o =
-        !strcasecmp(u->kind, "adam")  ? tp_optimizer_adam(u->lr, 0.9, 0.999, 1e-8)
-        : !strcasecmp(u->kind, "adamw") ? tp_optimizer_adamw(u->lr, 0.9, 0.999, 1e-8,
+        !strcasecmp(u->kind, "adam")  ? tp_optimizer_adam(u->lr, u->beta1, u->beta2, 1e-8)
+        : !strcasecmp(u->kind, "adamw") ? tp_optimizer_adamw(u->lr, u->beta1, u->beta2, 1e-8,
                                                              u->weight_decay)
                                         : tp_optimizer_sgd(u->lr, 0.9, 0);
+    /* --model gpt: nanoGPT's groups, AdamW's decay on the matrices and the
+     * embeddings (dim >= 2) only; the biases and the layer norms' gains
+     * and shifts (the zoo's only vectors) keep their size */
+    static const char *const s_no_decay[] = {"*/b", "*/gamma", "*/beta"};
+    for (size_t i = 0; o && u->args->text && !strcasecmp(u->kind, "adamw") &&
+                       i < sizeof s_no_decay / sizeof *s_no_decay; i++)
+        if (tp_optimizer_add_decay_mult(o, s_no_decay[i], 0.0) < 0)
+            tp_optimizer_destroy(&o);
     if (o && (tp_optimizer_set(o, "clip_norm", u->clip_norm) < 0 ||
               tp_optimizer_set(o, "ema_decay", u->ema) < 0 ||
               tp_optimizer_set(o, "accumulate", u->accumulate) < 0))
@@ -993,12 +1011,14 @@ int main(int argc, char **argv) {
                   .seed = 1, .augment = -1, .worker_restarts = 3, .device = -1,
                   .image_size = 0, .tf32 = -1, .bf16 = -1, .pad = 2, .lr_end = -1,
                   .lr_schedule = "linear", .lr_gamma = 0.1,
-                  .log_every = 50, .weight_decay = -1, .accumulate = 1};
+                  .log_every = 50, .weight_decay = -1, .beta1 = -1, .beta2 = -1,
+                  .accumulate = 1};
     enum { O_TEST = 256, O_ACTION, O_STEPS, O_SPEC, O_TEST_SPEC, O_AUG, O_NOAUG, O_OPT, O_NOTB,
            O_RESTARTS, O_SIZE, O_TF32, O_BF16, O_RESIDENT, O_PAD, O_TTA, O_TTA_SHIFT, O_SMOOTH,
-           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_CLIP, O_EMA, O_LR_MULT,
+           O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_BETA1, O_BETA2, O_CLIP, O_EMA, O_LR_MULT,
            O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD, O_LR_SCHEDULE,
-           O_LR_GAMMA, O_JOB, O_CONTEXT, O_LAYERS, O_HEADS, O_EMBED };
+           O_LR_GAMMA, O_JOB, O_CONTEXT, O_LAYERS, O_HEADS, O_EMBED,
+           O_DROPOUT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -1033,6 +1053,8 @@ int main(int argc, char **argv) {
         {"lr-gamma", required_argument, 0, O_LR_GAMMA},
         {"log-every", required_argument, 0, O_LOG_EVERY},
         {"weight-decay", required_argument, 0, O_WD},
+        {"beta1", required_argument, 0, O_BETA1},
+        {"beta2", required_argument, 0, O_BETA2},
         {"clip-norm", required_argument, 0, O_CLIP},
         {"ema", required_argument, 0, O_EMA},
         {"lr-mult", required_argument, 0, O_LR_MULT},
@@ -1043,6 +1065,7 @@ int main(int argc, char **argv) {
         {"layers", required_argument, 0, O_LAYERS},
         {"heads", required_argument, 0, O_HEADS},
         {"embed", required_argument, 0, O_EMBED},
+        {"dropout", required_argument, 0, O_DROPOUT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -1150,6 +1173,17 @@ int main(int argc, char **argv) {
                 return s_fail("bad flag");
             }
             break;
+        case O_BETA1:
+        case O_BETA2: {
+            double *beta = c == O_BETA1 ? &a.beta1 : &a.beta2;
+            if (tp_spec_double(optarg, c == O_BETA1 ? "--beta1" : "--beta2", beta) ||
+                !(*beta >= 0 && *beta < 1)) {
+                tp_error(TP_ERR_INVALID, "%s needs a number in [0, 1), got '%s'",
+                         c == O_BETA1 ? "--beta1" : "--beta2", optarg);
+                return s_fail("bad flag");
+            }
+            break;
+        }
         case O_CLIP:
             if (tp_spec_double(optarg, "--clip-norm", &a.clip_norm) ||
                 !(a.clip_norm > 0 && a.clip_norm < 1e30)) {
@@ -1205,6 +1239,13 @@ int main(int argc, char **argv) {
         case O_CONTEXT: if (tp_spec_int(optarg, 1, TP_ZOO_GPT_MAX_CONTEXT, "--context", &v)) return s_fail("bad flag"); a.context = (int)v; break;
         case O_LAYERS: if (tp_spec_int(optarg, 1, 256, "--layers", &v)) return s_fail("bad flag"); a.layers = (int)v; break;
         case O_HEADS: if (tp_spec_int(optarg, 1, 256, "--heads", &v)) return s_fail("bad flag"); a.heads = (int)v; break;
+        case O_DROPOUT:
+            if (tp_spec_double(optarg, "--dropout", &a.dropout) ||
+                !(a.dropout >= 0 && a.dropout < 1)) {
+                tp_error(TP_ERR_INVALID, "--dropout needs a rate in [0, 1), got '%s'", optarg);
+                return s_fail("bad flag");
+            }
+            break;
         case O_EMBED: if (tp_spec_int(optarg, 1, 65536, "--embed", &v)) return s_fail("bad flag"); a.embed = (int)v; break;
         case O_TF32: a.tf32 = 1; break;
         case O_BF16: a.bf16 = 1; break;
@@ -1235,6 +1276,11 @@ int main(int argc, char **argv) {
     if (!a.text && (a.context || a.layers || a.heads || a.embed)) {
         tp_error(TP_ERR_INVALID, "--context, --layers, --heads and --embed shape "
                  "--model gpt (the model is %s)", zoo->name);
+        return s_fail("bad flags");
+    }
+    if (!a.text && a.dropout > 0) {
+        tp_error(TP_ERR_INVALID, "--dropout is --model gpt's (the image models have their "
+                 "own; the model is %s)", zoo->name);
         return s_fail("bad flags");
     }
     if (a.text) {
@@ -1318,8 +1364,18 @@ int main(int argc, char **argv) {
                  "--optimizer adamw (the optimizer is %s)", a.optimizer);
         return s_fail("bad flag");
     }
+    if ((a.beta1 >= 0 || a.beta2 >= 0) && !adam_like) {
+        tp_error(TP_ERR_INVALID, "--beta1 and --beta2 are Adam's: they need --optimizer "
+                 "adam or adamw (the optimizer is %s)", a.optimizer);
+        return s_fail("bad flag");
+    }
+    /* torch.optim.AdamW's defaults; the gpt's are nanoGPT's (and GPT-2's) */
     if (a.weight_decay < 0)
-        a.weight_decay = 0.01;  /* torch.optim.AdamW's */
+        a.weight_decay = a.text ? 0.1 : 0.01;
+    if (a.beta1 < 0)
+        a.beta1 = 0.9;
+    if (a.beta2 < 0)
+        a.beta2 = a.text ? 0.95 : 0.999;
     /* Under a launcher: MPI first, before anything starts a thread or forks
      * (and fork after MPI_Init is what Open MPI warns against: no forked
      * dataflow workers, no forked CUDA probe). */
@@ -1561,8 +1617,9 @@ int main(int argc, char **argv) {
         return s_fail("--remote");
     }
     s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses}, a.layers, a.heads,
-                          a.embed}, a.lr, a.optimizer,
-                         a.weight_decay, a.clip_norm, a.ema, a.accumulate, &a};
+                          a.embed, (float)a.dropout}, a.lr, a.optimizer,
+                         a.weight_decay, a.beta1, a.beta2, a.clip_norm, a.ema,
+                         a.accumulate, &a};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
 
     tp_train_config_t cfg;
@@ -1638,15 +1695,16 @@ int main(int argc, char **argv) {
                  "    towers = %d\n    ranks = %d\n    lr = %g\n    optimizer = %s\n"
                  "    augment = %d\n    workers = %d\n    steps_per_epoch = %lld\n"
                  "    seed = %lld\n    label_smoothing = %g\n    lr_schedule = %s\n"
-                 "    lr_gamma = %g\n    lr_end = %g\n    warmup = %g\n    weight_decay = %g\n    clip_norm = %g\n"
+                 "    lr_gamma = %g\n    lr_end = %g\n    warmup = %g\n    weight_decay = %g\n    beta1 = %g\n    beta2 = %g\n    clip_norm = %g\n"
                  "    ema = %g\n    accumulate = %d\n    context = %d\n    layers = %d\n"
-                 "    heads = %d\n    embed = %d\n",
+                 "    heads = %d\n    embed = %d\n    dropout = %g\n",
                  zoo->name, a.image_size,
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
                  a.lr_schedule, a.lr_gamma, a.lr_end, a.warmup,
-                 strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay, a.clip_norm,
-                 a.ema, a.accumulate, a.context, a.layers, a.heads, a.embed);
+                 strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay,
+                 adam_like ? a.beta1 : 0.0, adam_like ? a.beta2 : 0.0, a.clip_norm,
+                 a.ema, a.accumulate, a.context, a.layers, a.heads, a.embed, a.dropout);
     cfg.hparams = hparams;
     /* The rate, step by step: from lr / 10 up to lr over the warm-up, then
      * down to lr x lr_end at the end (a twentieth by default), linearly. */
@@ -1712,9 +1770,10 @@ int main(int argc, char **argv) {
         snprintf(ranks_text, sizeof ranks_text, "%d ranks x ", nranks);
     if (rank == 0 && a.text)
         printf("tp-train: model %s, %d layers, %d heads, width %d, context %d (bytes as "
-               "tokens), %s%d tower%s x batch %d, %d epochs, lr %g (%s), logdir %s\n",
-               zoo->name, a.layers, a.heads, a.embed, a.context, ranks_text, a.towers,
-               a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
+               "tokens), dropout %g, %s%d tower%s x batch %d, %d epochs, lr %g (%s), "
+               "logdir %s\n", zoo->name, a.layers, a.heads, a.embed, a.context, a.dropout,
+               ranks_text, a.towers, a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr,
+               a.optimizer, logdir);
     else if (rank == 0)
         printf("tp-train: model %s (%s), %dx%d images (%s), %d classes, %s%d tower%s x batch "
                "%d, %d epochs, lr %g (%s), logdir %s\n", zoo->name, zoo->summary, a.image_size,

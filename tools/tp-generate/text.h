@@ -1,0 +1,24 @@
+/* tp-generate: text from a GPT checkpoint (tp-train --model gpt), the
+ * byte-level language model's path beside the GAN's images. */
+#ifndef TP_GENERATE_TEXT_H
+#define TP_GENERATE_TEXT_H
+
+#include <stdint.h>
+
+/* What a continuation is drawn with (tp-generate's flags). */
+typedef struct tp_gen_text {
+    const char *prompt;   /* the bytes to continue; NULL or "": "\n" */
+    long tokens;          /* bytes to generate, >= 1 */
+    double temperature;   /* logits / T before the softmax; 0: greedy */
+    int top_k;            /* sample among the K likeliest only; 0: all 256 */
+    uint64_t seed;        /* the sampler's generator */
+    const char *output;   /* also write prompt + continuation here; NULL: not */
+} tp_gen_text_t;
+
+/* Load the GPT in checkpoint `ckpt` (its shape from the metadata tp-train
+ * wrote: context, layers, heads, embed), continue the prompt by g->tokens
+ * bytes and print prompt + continuation to stdout (and g->output). 0 on
+ * success; 1 with a message on stderr. */
+int tp_generate_text(const char *ckpt, const tp_gen_text_t *g);
+
+#endif
