@@ -112,6 +112,7 @@ typedef struct tp_node_attrs {
     int trans_a, trans_b;
     int norm_axes;
     int norm_groups;
+    int norm_absent;   /* the norms: bit 0 gamma NULL, bit 1 beta NULL */
 } tp_node_attrs_t;
 void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *out);
 

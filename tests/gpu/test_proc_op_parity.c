@@ -161,8 +161,8 @@ static void s_dump(void) {
             s_write(k->label, what, dx[p], tp_shape_count(&xs[p]));
         }
         fprintf(m, "], \"stride\": %d, \"pad\": %d, \"dilation\": %d, \"groups\": %d, "
-                   "\"out_pad\": %d, \"align\": %d}\n", k->stride, k->pad, k->dilation,
-                k->groups, k->out_pad, k->align);
+                   "\"out_pad\": %d, \"align\": %d, \"absent\": %d}\n", k->stride, k->pad,
+                k->dilation, k->groups, k->out_pad, k->align, k->absent);
         free(ws);
         s_write(k->label, "y", y, ny);
         s_write(k->label, "dy", dy, ny);
@@ -493,7 +493,14 @@ static tp_status_t s_every_linalg(tp_tower_t *t, tp_node_t *const *in, void *u) 
         tp_layer_norm_op(t, "ln", x, LA_VAR("ln_g", 2, 3), LA_VAR("ln_b", 2, 3), 2, 1e-5f),
         tp_layer_norm_op(t, "ln1", x, LA_VAR("ln1_g", 3), LA_VAR("ln1_b", 3), 1, 0.1f),
         tp_group_norm_op(t, "gn", x, LA_VAR("gn_g", 2), LA_VAR("gn_b", 2), 1, 1e-5f),
-        tp_instance_norm_op(t, "in", x, LA_VAR("in_g", 2), LA_VAR("in_b", 2), 1e-5f)};
+        tp_instance_norm_op(t, "in", x, LA_VAR("in_g", 2), LA_VAR("in_b", 2), 1e-5f),
+        /* gamma and beta left out, or one of them */
+        tp_layer_norm_op(t, "ln_plain", x, NULL, NULL, 2, 1e-5f),
+        tp_layer_norm_op(t, "ln_b_only", x, NULL, LA_VAR("lnb_b", 3), 1, 1e-5f),
+        tp_group_norm_op(t, "gn_g_only", x, LA_VAR("gng_g", 2), NULL, 2, 1e-5f),
+        tp_group_norm_op(t, "gn_plain", x, NULL, NULL, 1, 1e-5f),
+        tp_instance_norm_op(t, "in_plain", x, NULL, NULL, 1e-5f),
+        tp_instance_norm_op(t, "in_b_only", x, NULL, LA_VAR("inb_b", 2), 1e-5f)};
 #undef LA_VAR
     tp_node_t *y = terms[0];
     for (size_t i = 1; i < sizeof terms / sizeof terms[0]; i++)

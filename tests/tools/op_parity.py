@@ -97,11 +97,13 @@ OPS = {
     "batch_matmul": lambda x, r: torch.matmul(
         x[0].transpose(-1, -2) if r["alpha"] else x[0],
         x[1].transpose(-1, -2) if r["beta"] else x[1]),
-    "layer_norm": lambda x, r: F.layer_norm(x[0], tuple(x[1].shape), x[1], x[2],
+    # (norm_params: the weight and bias the row has, None for those left out)
+    "layer_norm": lambda x, r: F.layer_norm(x[0], tuple(x[0].shape[-int(r["beta"]):]),
+                                            *norm_params(x, r), eps=r["alpha"]),
+    "group_norm": lambda x, r: F.group_norm(x[0], int(r["beta"]),
+                                            *norm_params(x, r, x[0].shape[1]),
                                             eps=r["alpha"]),
-    "group_norm": lambda x, r: F.group_norm(x[0], int(r["beta"]), x[1], x[2],
-                                            eps=r["alpha"]),
-    "instance_norm": lambda x, r: F.instance_norm(x[0], weight=x[1], bias=x[2],
+    "instance_norm": lambda x, r: F.instance_norm(x[0], *((None, None) + norm_params(x, r)),
                                                   eps=r["alpha"]),
     # the reduce family: r["axes"] the reduced (or softmax) axes; labels
     # (input 1) arrive as floats of integer value
@@ -117,6 +119,21 @@ OPS = {
     "top_k_accuracy": lambda x, r: (x[0].topk(int(r["alpha"]), dim=1).indices
                                     == x[1].long()[:, None]).any(1).float().mean(),
 }
+
+
+def norm_params(x, r, ones_with_bias=0):
+    """(weight, bias) of a norm row: inputs 1 and 2, or None for the one
+    towerpack's row leaves out ("absent": bit 0 gamma, bit 1 beta).
+    ones_with_bias C: a weight of C ones (no gradient) in place of None
+    when there is a bias: torch 1.13's group_norm backward fails with a
+    bias and no weight ("tensor does not have a device")."""
+    ab = r.get("absent", 0)
+    rest = list(x[1:])
+    w = None if ab & 1 else rest.pop(0)
+    b = None if ab & 2 else rest.pop(0)
+    if w is None and b is not None and ones_with_bias:
+        w = torch.ones(ones_with_bias)
+    return (w, b)
 
 
 def shape_slice(x, r):
