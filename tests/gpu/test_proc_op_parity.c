@@ -500,7 +500,13 @@ static tp_status_t s_every_linalg(tp_tower_t *t, tp_node_t *const *in, void *u) 
         tp_group_norm_op(t, "gn_g_only", x, LA_VAR("gng_g", 2), NULL, 2, 1e-5f),
         tp_group_norm_op(t, "gn_plain", x, NULL, NULL, 1, 1e-5f),
         tp_instance_norm_op(t, "in_plain", x, NULL, NULL, 1e-5f),
-        tp_instance_norm_op(t, "in_b_only", x, NULL, LA_VAR("inb_b", 2), 1e-5f)};
+        tp_instance_norm_op(t, "in_b_only", x, NULL, LA_VAR("inb_b", 2), 1e-5f),
+        /* 1-d operands: [N,2,3] @ [3] -> [N,2] and [2] @ [N,2,3] -> [N,3],
+         * reshaped to broadcast against [N,2,3] */
+        tp_reshape(t, NULL, tp_batch_matmul(t, "xv", x, LA_VAR("v3", 3), 0, 0), 3,
+                   (const int64_t[]){-1, 2, 1}),
+        tp_reshape(t, NULL, tp_batch_matmul(t, "vx", LA_VAR("v2", 2), x, 0, 0), 3,
+                   (const int64_t[]){-1, 1, 3})};
 #undef LA_VAR
     tp_node_t *y = terms[0];
     for (size_t i = 1; i < sizeof terms / sizeof terms[0]; i++)
