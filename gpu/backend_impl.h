@@ -59,6 +59,11 @@ typedef struct tp_op_attr {
     int trans_a, trans_b;
     int norm_axes;
     int norm_groups;
+    /* the norms' parameters left out (elementwise_affine=False): bit 0 no
+     * gamma, bit 1 no beta; the inputs are then x and the parameters
+     * present, in that order (tp_norm_params). 0 (both present) is what
+     * attributes made before this field meant. */
+    int norm_absent;
 } tp_op_attr_t;
 
 #define TP_ACT_NONE 0

@@ -20,19 +20,31 @@ typedef struct {
     size_t na, nb;            /* a's and b's own batch counts */
 } tp_bmm_geom_t;
 
+/* The transposes as the kernels read them: a 1-d operand's is ignored. */
+static inline int tp_bmm_trans_a(const tp_op_call_t *c) {
+    return c->xshape[0].ndim > 1 && c->attr->trans_a;
+}
+static inline int tp_bmm_trans_b(const tp_op_call_t *c) {
+    return c->xshape[1].ndim > 1 && c->attr->trans_b;
+}
+
 static inline void tp_bmm_geometry(const tp_op_call_t *c, tp_bmm_geom_t *g) {
     const tp_shape_t *a = &c->xshape[0], *b = &c->xshape[1];
-    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
+    /* a 1-d operand (torch.matmul's promotion): a [K] is [1,K], b [K] is
+     * [K,1] (never transposed: the builder clears that flag), with no
+     * batch dims, and the output lacks that dim of size 1 */
     const int ra = a->ndim, rb = b->ndim;
-    g->m = (int)a->d[ra - 2 + ta];
-    g->k = (int)a->d[ra - 1 - ta];
-    g->n = (int)b->d[rb - 1 - tb];
-    g->nd = c->yshape.ndim - 2;
-    size_t stride_a = (size_t)a->d[ra - 2] * (size_t)a->d[ra - 1];
-    size_t stride_b = (size_t)b->d[rb - 2] * (size_t)b->d[rb - 1];
+    const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
+    const int ea = ra < 2 ? 2 : ra, eb = rb < 2 ? 2 : rb;
+    g->m = ra == 1 ? 1 : (int)a->d[ra - 2 + ta];
+    g->k = ra == 1 ? (int)a->d[0] : (int)a->d[ra - 1 - ta];
+    g->n = rb == 1 ? 1 : (int)b->d[rb - 1 - tb];
+    g->nd = c->yshape.ndim - 2 + (ra == 1) + (rb == 1);
+    size_t stride_a = ra == 1 ? (size_t)a->d[0] : (size_t)a->d[ra - 2] * (size_t)a->d[ra - 1];
+    size_t stride_b = rb == 1 ? (size_t)b->d[0] : (size_t)b->d[rb - 2] * (size_t)b->d[rb - 1];
     g->nbat = g->na = g->nb = 1;
     for (int d = g->nd - 1; d >= 0; d--) {
-        const int ia = d - (g->nd - (ra - 2)), ib = d - (g->nd - (rb - 2));
+        const int ia = d - (g->nd - (ea - 2)), ib = d - (g->nd - (eb - 2));
         const int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
         g->od[d] = c->yshape.d[d];
         g->sa[d] = da == 1 ? 0 : stride_a;
@@ -66,6 +78,13 @@ static inline tp_norm_rows_t tp_norm_rows(const tp_op_call_t *c) {
     }
     r.rows = r.len ? n / r.len : 0;
     return r;
+}
+
+/* The norms' parameters: gamma's and beta's input indices, -1 for one
+ * left out (attr.norm_absent; the inputs are x, then those present). */
+static inline void tp_norm_params(const tp_op_attr_t *a, int *gi, int *bi) {
+    *gi = a->norm_absent & 1 ? -1 : 1;
+    *bi = a->norm_absent & 2 ? -1 : (a->norm_absent & 1 ? 1 : 2);
 }
 
 /* Callable from a CUDA kernel too. */

@@ -103,6 +103,10 @@ OPS = {
     "upsample_bilinear": lambda x, a, st: F.interpolate(x[0], scale_factor=int(a[0]),
                                                         mode="bilinear", align_corners=False),
     "transpose_nhwc": lambda x, a, st: x[0].permute(0, 2, 3, 1).contiguous(),
+    "transpose_nchw": lambda x, a, st: x[0].permute(0, 3, 1, 2).contiguous(),
+    # an NHWC input: torch reads the permuted view as channels_last
+    "conv2d_nhwc": lambda x, a, st: F.conv2d(x[0].permute(0, 3, 1, 2), x[1], None,
+                                             int(a[0]), int(a[1])),
     "gather": lambda x, a, st: F.embedding(x[0], x[1]),
     "reduce_sum_hw": lambda x, a, st: x[0].sum(dim=(2, 3)),
     "reduce_mean_hw": lambda x, a, st: x[0].mean(dim=(2, 3)),

@@ -52,7 +52,7 @@ static void s_stack(tp_bmm_geom_t *g, int ta) {
 tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
     tp_bmm_geom_t g;
     tp_bmm_geometry(c, &g);
-    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
+    const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
     s_stack(&g, ta);
     const float *a = c->x[0], *b = c->x[1];
     float *y = c->y;
@@ -75,7 +75,7 @@ tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
 tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c) {
     tp_bmm_geom_t g;
     tp_bmm_geometry(c, &g);
-    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
+    const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
     s_stack(&g, ta);
     const float *a = c->x[0], *b = c->x[1], *dy = c->dy;
     float *da = c->dx[0], *db = c->dx[1];

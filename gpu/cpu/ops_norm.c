@@ -12,7 +12,9 @@
  * The forward leaves each row's mean and 1/std in the workspace for the
  * backward; a call without one (the parity harness's) recomputes them.
  * The parameters' gradients add each row's per-parameter sums in row
- * order: deterministic. */
+ * order: deterministic. A gamma left out reads as 1 and a beta as 0
+ * (attr.norm_absent, elementwise_affine=False); the loops then take
+ * their own branches rather than reading a ones vector. */
 #include <math.h>
 #include <string.h>
 #include <towerpack/backend.h>
@@ -77,7 +79,10 @@ static float *s_saved(const tp_op_call_t *c, size_t rows) {
 
 tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c) {
     const tp_norm_rows_t r = tp_norm_rows(c);
-    const float *x = c->x[0], *gamma = c->x[1], *beta = c->x[2];
+    int gi, bi;
+    tp_norm_params(c->attr, &gi, &bi);
+    const float *x = c->x[0];
+    const float *gamma = gi < 0 ? NULL : c->x[gi], *beta = bi < 0 ? NULL : c->x[bi];
     float *y = c->y, *saved = s_saved(c, r.rows);
     for (size_t i = 0; i < r.rows; i++) {
         const float *restrict xr = x + i * r.len;
@@ -89,9 +94,14 @@ tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c) {
             saved[2 * i + 1] = rstd;
         }
         /* the row's parameters: p0 + j / sp */
-        const float *restrict g = gamma + (i % r.groups) * r.len / r.sp;
-        const float *restrict b = beta + (i % r.groups) * r.len / r.sp;
-        if (r.sp == 1) {
+        const size_t p0 = (i % r.groups) * r.len / r.sp;
+        const float *restrict g = gamma ? gamma + p0 : NULL;
+        const float *restrict b = beta ? beta + p0 : NULL;
+        if (!g || !b) { /* a parameter left out: 1 for gamma, 0 for beta */
+            for (size_t j = 0; j < r.len; j++)
+                yr[j] = (xr[j] - mean) * rstd * (g ? g[j / r.sp] : 1.0f) +
+                        (b ? b[j / r.sp] : 0.0f);
+        } else if (r.sp == 1) {
             for (size_t j = 0; j < r.len; j++)
                 yr[j] = (xr[j] - mean) * rstd * g[j] + b[j];
         } else {
@@ -113,7 +123,16 @@ static void s_row_sums(const float *restrict xr, const float *restrict dyr,
                        float rstd, float *restrict dg, float *restrict db, float fault,
                        double *sg_out, double *sgx_out) {
     double sg = 0.0, sgx = 0.0;
-    if (sp == 1) { /* layer norm: a parameter per element */
+    if (!g) { /* no gamma: dy itself (the parameter sums as group norm's) */
+        LANE_SUM(sg, len, dyr[j]);
+        LANE_SUM(sgx, len, dyr[j] * ((xr[j] - mean) * rstd));
+        if (db)
+            for (size_t ch = 0; ch < len / sp; ch++) {
+                double tb;
+                LANE_SUM(tb, sp, dyr[ch * sp + j]);
+                db[ch] += fault * (float)tb;
+            }
+    } else if (sp == 1) { /* layer norm: a parameter per element */
         LANE_SUM(sg, len, dyr[j] * g[j]);
         LANE_SUM(sgx, len, dyr[j] * g[j] * ((xr[j] - mean) * rstd));
         if (dg && db) {
@@ -148,21 +167,24 @@ static void s_row_sums(const float *restrict xr, const float *restrict dyr,
 
 tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
     const tp_norm_rows_t r = tp_norm_rows(c);
-    const float *x = c->x[0], *gamma = c->x[1], *dy = c->dy;
-    float *dx = c->dx[0], *dg = c->dx[1], *db = c->dx[2];
+    int gi, bi;
+    tp_norm_params(c->attr, &gi, &bi);
+    const float *x = c->x[0], *gamma = gi < 0 ? NULL : c->x[gi], *dy = c->dy;
+    float *dx = c->dx[0], *dg = gi < 0 ? NULL : c->dx[gi], *db = bi < 0 ? NULL : c->dx[bi];
+    const int acc_g = gi < 0 ? 0 : c->dx_acc[gi], acc_b = bi < 0 ? 0 : c->dx_acc[bi];
     const float *saved = s_saved(c, r.rows);
     const int acc0 = dx && c->dx_acc[0];
     const size_t np = r.groups * r.len / r.sp;
     /* the gradient checks' deliberate fault (ops_elementwise.h; 1 outside them) */
     const float fault = tp_cpu_elementwise_grad_fault;
-    if (dg && !c->dx_acc[1])
+    if (dg && !acc_g)
         memset(dg, 0, np * sizeof(float));
-    if (db && !c->dx_acc[2])
+    if (db && !acc_b)
         memset(db, 0, np * sizeof(float));
     for (size_t i = 0; i < r.rows; i++) {
         const float *restrict xr = x + i * r.len, *restrict dyr = dy + i * r.len;
         const size_t p0 = (i % r.groups) * r.len / r.sp;
-        const float *restrict g = gamma + p0;
+        const float *restrict g = gamma ? gamma + p0 : NULL;
         float mean, rstd;
         if (saved) {
             mean = saved[2 * i];
@@ -180,7 +202,12 @@ tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
         float *restrict dxr = dx + i * r.len;
         /* one straight loop per case, so that each vectorises */
         const float k = fault * rstd;
-        if (r.sp == 1 && acc0) {
+        if (!g) { /* no gamma: dy in its place */
+            for (size_t j = 0; j < r.len; j++) {
+                const float v = k * (dyr[j] - mg - (xr[j] - mean) * rstd * mgx);
+                dxr[j] = acc0 ? dxr[j] + v : v;
+            }
+        } else if (r.sp == 1 && acc0) {
             for (size_t j = 0; j < r.len; j++)
                 dxr[j] += k * (dyr[j] * g[j] - mg - (xr[j] - mean) * rstd * mgx);
         } else if (r.sp == 1) {

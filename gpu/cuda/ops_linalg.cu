@@ -25,7 +25,7 @@ typedef tp_bmm_geom_t bm_geom;
  * against one b as one product. */
 void bm_geometry(const tp_op_call_t *c, bm_geom *g) {
     tp_bmm_geometry(c, g);
-    const int ta = c->attr->trans_a;
+    const int ta = tp_bmm_trans_a(c);
     if (!ta && g->nb == 1 && g->na == g->nbat && g->nbat > 1) { /* stack */
         g->m *= (int)g->nbat;
         g->nbat = g->na = 1;
@@ -85,7 +85,7 @@ int bm_uniform(const bm_geom *g, size_t ma, size_t mb, long long *sa, long long 
 tp_status_t tp_cuda_batch_matmul_forward(tp_stream_t *s, const tp_op_call_t *c) {
     bm_geom g;
     bm_geometry(c, &g);
-    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
+    const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
     const float *a = (const float *)c->x[0], *b = (const float *)c->x[1];
     float *y = (float *)c->y;
     const size_t my = (size_t)g.m * g.n, ma = (size_t)g.m * g.k, mb = (size_t)g.k * g.n;
@@ -113,7 +113,7 @@ tp_status_t tp_cuda_batch_matmul_forward(tp_stream_t *s, const tp_op_call_t *c) 
  * summed into a shared operand one GEMM at a time. which 0: dA, 1: dB. */
 static tp_status_t bm_grad(tp_stream_t *s, const tp_op_call_t *c, const bm_geom *g,
                            int which) {
-    const int ta = c->attr->trans_a, tb = c->attr->trans_b;
+    const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
     const float *a = (const float *)c->x[0], *b = (const float *)c->x[1], *dy = c->dy;
     float *d = c->dx[which];
     const size_t my = (size_t)g->m * g->n, ma = (size_t)g->m * g->k,

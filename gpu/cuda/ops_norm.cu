@@ -12,7 +12,8 @@
  * block a parameter, which sums dy xhat and dy over the parameter's
  * elements (every row of layer norm; every sample's positions of a
  * channel for group norm) into dgamma and dbeta: no atomics, so every sum
- * is deterministic. */
+ * is deterministic. A gamma left out (attr.norm_absent) reads as 1 and a
+ * beta as 0: the kernels take NULL for them. */
 #include <math.h>
 #include "gpu/cuda/ops_norm.h"
 #include "gpu/op_geometry.h"
@@ -65,8 +66,9 @@ __global__ void k_norm_fwd(const float *x, const float *gamma, const float *beta
     const size_t p0 = (r % groups) * len / sp;
     for (size_t j = threadIdx.x; j < len; j += NORM_THREADS) {
         const size_t p = p0 + j / sp;
-        yr[j] = sp == 1 ? (xr[j] - mean) * rstd * gamma[p] + beta[p]
-                        : xr[j] * (rstd * gamma[p]) + (beta[p] - mean * (rstd * gamma[p]));
+        const float g = gamma ? gamma[p] : 1.0f, b = beta ? beta[p] : 0.0f;
+        yr[j] = sp == 1 ? (xr[j] - mean) * rstd * g + b
+                        : xr[j] * (rstd * g) + (b - mean * (rstd * g));
     }
 }
 
@@ -87,7 +89,7 @@ __global__ void k_norm_bwd_x(const float *x, const float *gamma, const float *dy
     const size_t p0 = (r % groups) * len / sp;
     double sg = 0.0, sgx = 0.0;
     for (size_t j = threadIdx.x; j < len; j += NORM_THREADS) {
-        const float g = dyr[j] * gamma[p0 + j / sp];
+        const float g = gamma ? dyr[j] * gamma[p0 + j / sp] : dyr[j];
         sg += g;
         sgx += (double)g * ((xr[j] - mean) * rstd);
     }
@@ -96,7 +98,8 @@ __global__ void k_norm_bwd_x(const float *x, const float *gamma, const float *dy
     float *dxr = dx + r * len;
     for (size_t j = threadIdx.x; j < len; j += NORM_THREADS) {
         const float xh = (xr[j] - mean) * rstd;
-        const float v = rstd * (dyr[j] * gamma[p0 + j / sp] - mg - xh * mgx);
+        const float dg = gamma ? dyr[j] * gamma[p0 + j / sp] : dyr[j];
+        const float v = rstd * (dg - mg - xh * mgx);
         dxr[j] = acc ? dxr[j] + v : v;
     }
 }
@@ -145,9 +148,12 @@ tp_status_t tp_cuda_norm_forward(tp_stream_t *s, const tp_op_call_t *c) {
     if (r.rows > 0x7fffffffu)
         return tp_error(TP_ERR_UNSUPPORTED, "%s: %zu rows (at most 2^31 - 1 blocks)",
                         c->name, r.rows);
+    int gi, bi;
+    tp_norm_params(c->attr, &gi, &bi);
     k_norm_fwd<<<(unsigned)r.rows, NORM_THREADS, 0, s->cu>>>(
-        (const float *)c->x[0], (const float *)c->x[1], (const float *)c->x[2],
-        (float *)c->y, r.len, r.groups, r.sp, c->attr->eps);
+        (const float *)c->x[0], gi < 0 ? NULL : (const float *)c->x[gi],
+        bi < 0 ? NULL : (const float *)c->x[bi], (float *)c->y, r.len, r.groups, r.sp,
+        c->attr->eps);
     TP_NORM_LAUNCHED();
     return TP_OK;
 }
@@ -155,11 +161,15 @@ tp_status_t tp_cuda_norm_forward(tp_stream_t *s, const tp_op_call_t *c) {
 tp_status_t tp_cuda_norm_backward(tp_stream_t *s, const tp_op_call_t *c) {
     const tp_norm_rows_t r = tp_norm_rows(c);
     const size_t np = r.groups * r.len / r.sp;
-    float *dg = c->dx[1], *db = c->dx[2];
+    int gi, bi;
+    tp_norm_params(c->attr, &gi, &bi);
+    float *dg = gi < 0 ? NULL : c->dx[gi], *db = bi < 0 ? NULL : c->dx[bi];
+    const int acc_g = gi < 0 ? 0 : c->dx_acc[gi], acc_b = bi < 0 ? 0 : c->dx_acc[bi];
+    const float *gamma = gi < 0 ? NULL : (const float *)c->x[gi];
     if (!r.rows || !r.len) { /* no elements: the parameters' sums are 0 */
-        if (dg && !c->dx_acc[1])
+        if (dg && !acc_g)
             TP_CUDA_CHECK(cudaMemsetAsync(dg, 0, np * sizeof(float), s->cu));
-        if (db && !c->dx_acc[2])
+        if (db && !acc_b)
             TP_CUDA_CHECK(cudaMemsetAsync(db, 0, np * sizeof(float), s->cu));
         return TP_OK;
     }
@@ -173,13 +183,13 @@ tp_status_t tp_cuda_norm_backward(tp_stream_t *s, const tp_op_call_t *c) {
     if (!c->dx[0] && !stats)
         return TP_OK;
     k_norm_bwd_x<<<(unsigned)r.rows, NORM_THREADS, 0, s->cu>>>(
-        (const float *)c->x[0], (const float *)c->x[1], c->dy, c->dx[0],
+        (const float *)c->x[0], gamma, c->dy, c->dx[0],
         c->dx[0] ? c->dx_acc[0] : 0, stats, r.len, r.groups, r.sp, c->attr->eps);
     TP_NORM_LAUNCHED();
     if (stats) {
         k_norm_bwd_params<<<(unsigned)np, NORM_THREADS, 0, s->cu>>>(
-            (const float *)c->x[0], c->dy, stats, dg, dg ? c->dx_acc[1] : 0, db,
-            db ? c->dx_acc[2] : 0, r.rows, r.len, r.groups, r.sp);
+            (const float *)c->x[0], c->dy, stats, dg, acc_g, db, acc_b, r.rows, r.len,
+            r.groups, r.sp);
         TP_NORM_LAUNCHED();
     }
     return TP_OK;

@@ -167,6 +167,7 @@ void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *o) {
     o->trans_b = n->attr.trans_b;
     o->norm_axes = n->attr.norm_axes;
     o->norm_groups = n->attr.norm_groups;
+    o->norm_absent = n->attr.norm_absent;
 }
 
 /* Record the tower's first error, naming the tower and node. */
@@ -1892,15 +1893,28 @@ tp_node_t *tp_batch_matmul(tp_tower_t *t, const char *name, tp_node_t *a,
     if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
         return s_drop_last(t);
     char x[96], y[96];
+    const int ra = a->shape.ndim, rb = b->shape.ndim;
+    /* a 1-d operand (torch.matmul's promotion): a [K] reads as [1,K] and b
+     * [K] as [K,1], that dim then dropped from the result; a vector's
+     * transpose is itself */
+    if (ra == 1)
+        trans_a = 0;
+    if (rb == 1)
+        trans_b = 0;
     const char *ta = trans_a ? " (transposed)" : "", *tb = trans_b ? " (transposed)" : "";
     s_shape_str(&a->shape, x, 96);
     s_shape_str(&b->shape, y, 96);
-    const int ra = a->shape.ndim, rb = b->shape.ndim, r = ra > rb ? ra : rb;
-    if (ra < 2 || rb < 2)
-        FAIL(t, n, "a %s and b %s: both operands need rank >= 2 ([...,M,K] and "
-             "[...,K,N])", x, y);
-    const int64_t m = a->shape.d[ra - 2 + !!trans_a], ka = a->shape.d[ra - 1 - !!trans_a];
-    const int64_t kb = b->shape.d[rb - 2 + !!trans_b], nn = b->shape.d[rb - 1 - !!trans_b];
+    const int ea = ra < 2 ? 2 : ra, eb = rb < 2 ? 2 : rb, r = ea > eb ? ea : eb;
+    if (ra < 1 || rb < 1)
+        FAIL(t, n, "a %s and b %s: a scalar operand has no product (use tp_mul)", x, y);
+    if ((ra == 1 && a->batched) || (rb == 1 && b->batched))
+        FAIL(t, n, "a %s and b %s: '%s' is a batched vector (its one dim is the batch); "
+             "reshape it to [N,1] or [N,K,1] first", x, y,
+             ra == 1 && a->batched ? a->name : b->name);
+    const int64_t m = ra == 1 ? 1 : a->shape.d[ra - 2 + !!trans_a];
+    const int64_t ka = ra == 1 ? a->shape.d[0] : a->shape.d[ra - 1 - !!trans_a];
+    const int64_t kb = rb == 1 ? b->shape.d[0] : b->shape.d[rb - 2 + !!trans_b];
+    const int64_t nn = rb == 1 ? 1 : b->shape.d[rb - 1 - !!trans_b];
     if (ka != kb)
         FAIL(t, n, "a %s%s and b %s%s: K is %lld in a and %lld in b", x, ta, y, tb,
              (long long)ka, (long long)kb);
@@ -1926,9 +1940,9 @@ tp_node_t *tp_batch_matmul(tp_tower_t *t, const char *name, tp_node_t *a,
              role_a == S_BM_K ? a->name : b->name, (long long)ka);
     const int batched = role_a == S_BM_BATCH || role_a == S_BM_ROW ||
                         role_b == S_BM_BATCH;
-    tp_shape_t o = {.ndim = r};
+    tp_shape_t o = {.ndim = r - (ra == 1) - (rb == 1)};
     for (int d = 0; d < r - 2; d++) {
-        const int ia = d - (r - ra), ib = d - (r - rb);
+        const int ia = d - (r - ea), ib = d - (r - eb);
         const int64_t da = ia >= 0 ? a->shape.d[ia] : 1;
         const int64_t db = ib >= 0 ? b->shape.d[ib] : 1;
         /* an unbatched operand's dim 0 against the batch, which changes
@@ -1943,8 +1957,11 @@ tp_node_t *tp_batch_matmul(tp_tower_t *t, const char *name, tp_node_t *a,
                  "the other (need equal, or 1)", x, y, d, (long long)da, (long long)db);
         o.d[d] = da == 1 ? db : da;
     }
-    o.d[r - 2] = m;
-    o.d[r - 1] = nn;
+    int od = r - 2;
+    if (ra > 1)
+        o.d[od++] = m;
+    if (rb > 1)
+        o.d[od++] = nn;
     n->shape = o;
     n->batched = batched;
     n->attr.trans_a = !!trans_a;
@@ -1952,20 +1969,39 @@ tp_node_t *tp_batch_matmul(tp_tower_t *t, const char *name, tp_node_t *a,
     return n;
 }
 
-/* x, gamma, beta as floats, gamma and beta unbatched of shape `ps`, eps
- * positive: the norms' common checks. 0 after recording the error. */
+/* A norm node on x and the parameters given: gamma and beta each may be
+ * NULL (elementwise_affine=False, or one of them alone, as F.layer_norm's
+ * weight and bias), the node's inputs then x and those present, in order,
+ * and attr.norm_absent says which are left out (tp_norm_params). */
+static tp_node_t *s_norm_node(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                              tp_node_t *x, tp_node_t *gamma, tp_node_t *beta) {
+    tp_node_t *in[3] = {x, NULL, NULL};
+    int n_in = 1;
+    if (gamma)
+        in[n_in++] = gamma;
+    if (beta)
+        in[n_in++] = beta;
+    tp_node_t *n = s_node(t, name, kind, n_in, in);
+    if (n)
+        n->attr.norm_absent = (gamma ? 0 : 1) | (beta ? 0 : 2);
+    return n;
+}
+
+/* x and the parameters present as floats, those unbatched of shape `ps`,
+ * eps positive: the norms' common checks. 0 after recording the error. */
 static int s_norm_params(tp_tower_t *t, tp_node_t *n, const tp_shape_t *ps,
                          float eps, const char *what) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < n->ninputs; i++)
         if (!s_check_float(t, n, i))
             return 0;
     char a[96], b[96], c[96];
-    for (int i = 1; i < 3; i++) {
+    const int gi = n->attr.norm_absent & 1 ? -1 : 1; /* gamma's input, if any */
+    for (int i = 1; i < n->ninputs; i++) {
         const tp_node_t *p = n->inputs[i];
         if (p->batched || p->shape.ndim != ps->ndim ||
             memcmp(p->shape.d, ps->d, sizeof(int64_t) * (size_t)ps->ndim)) {
             s_fail(t, TP_ERR_SHAPE, n->name, "x %s: %s ('%s') is %s%s, must be %s (%s)",
-                   s_shape_str(&n->inputs[0]->shape, a, 96), i == 1 ? "gamma" : "beta",
+                   s_shape_str(&n->inputs[0]->shape, a, 96), i == gi ? "gamma" : "beta",
                    p->name, s_shape_str(&p->shape, b, 96), p->batched ? ", batched" : "",
                    s_shape_str(ps, c, 96), what);
             return 0;
@@ -1982,8 +2018,7 @@ static int s_norm_params(tp_tower_t *t, tp_node_t *n, const tp_shape_t *ps,
 tp_node_t *tp_layer_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
                             tp_node_t *gamma, tp_node_t *beta, int axes,
                             float eps) {
-    tp_node_t *in[3] = {x, gamma, beta};
-    tp_node_t *n = s_node(t, name, TP_OP_LAYER_NORM, 3, in);
+    tp_node_t *n = s_norm_node(t, name, TP_OP_LAYER_NORM, x, gamma, beta);
     if (!n)
         return NULL;
     char a[96];
@@ -2005,8 +2040,7 @@ tp_node_t *tp_layer_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
 static tp_node_t *s_group_norm(tp_tower_t *t, const char *name, tp_op_kind_t kind,
                                tp_node_t *x, tp_node_t *gamma, tp_node_t *beta,
                                int groups, float eps) {
-    tp_node_t *in[3] = {x, gamma, beta};
-    tp_node_t *n = s_node(t, name, kind, 3, in);
+    tp_node_t *n = s_norm_node(t, name, kind, x, gamma, beta);
     if (!n)
         return NULL;
     char a[96];

@@ -112,6 +112,7 @@ typedef struct tp_node_attrs {
     int trans_a, trans_b;
     int norm_axes;
     int norm_groups;
+    int norm_absent;   /* the norms: bit 0 gamma NULL, bit 1 beta NULL */
 } tp_node_attrs_t;
 void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *out);
 
@@ -425,17 +426,21 @@ tp_node_t *tp_batch_norm(tp_tower_t *t, const char *scope, tp_node_t *x);
 
 /* ---- the linalg family (docs/ops.md) -------------------------------------
  * Batched matrix products and the normalisations beside batch norm. */
-/* a [...,M,K] @ b [...,K,N] -> [...,M,N] (torch.matmul of rank >= 2
- * operands): the leading (batch) dims broadcast as NumPy's; trans_a 1
- * reads a stored as [...,K,M], trans_b 1 reads b stored as [...,N,K]. A
- * batched operand's batch lands in dim 0 of the result (or is summed over
- * when it is the contracted K of a rank-2 operand). */
+/* a [...,M,K] @ b [...,K,N] -> [...,M,N] (torch.matmul): the leading
+ * (batch) dims broadcast as NumPy's; trans_a 1 reads a stored as
+ * [...,K,M], trans_b 1 reads b stored as [...,N,K]. A 1-d operand is
+ * promoted as torch.matmul does: a [K] as [1,K], b [K] as [K,1], that dim
+ * then dropped from the result ([K] @ [K] is a scalar); its transpose flag
+ * is ignored, and it cannot be batched. A batched operand's batch lands in
+ * dim 0 of the result (or is summed over when it is the contracted K of a
+ * rank-2 operand). */
 tp_node_t *tp_batch_matmul(tp_tower_t *t, const char *name, tp_node_t *a,
                            tp_node_t *b, int trans_a, int trans_b);
 /* Layer norm over the last `axes` dims of x (F.layer_norm): each slice
  * (x - mean) / sqrt(var + eps) * gamma + beta, biased variance; gamma and
  * beta have the shape of those dims. The batch (dim 0) is never one of
- * them. */
+ * them. In all three norms gamma, beta or both may be NULL (PyTorch's
+ * elementwise_affine=False): no scale (1), no shift (0). */
 tp_node_t *tp_layer_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
                             tp_node_t *gamma, tp_node_t *beta, int axes,
                             float eps);

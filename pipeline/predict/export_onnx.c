@@ -165,6 +165,17 @@ static int s_init(s_ex_t *ex, const char *name, int32_t type, int ndim,
     return t->name && s_push(ex, (void ***)&ex->inits, &ex->ninits, &ex->capinits, t);
 }
 
+/* A float initializer [n] of one value (the norms' left-out parameters). */
+static int s_fill(s_ex_t *ex, const char *name, int64_t n, float v) {
+    float *f = s_new(ex, sizeof *f * (size_t)(n ? n : 1));
+    if (!f)
+        return 0;
+    for (int64_t i = 0; i < n; i++)
+        f[i] = v;
+    return s_init(ex, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, &n, f,
+                  sizeof *f * (size_t)n);
+}
+
 static int s_init_var(s_ex_t *ex, tp_node_t *v, const char *as, int ndim,
                       const int64_t *dims) {
     tp_tensor_t view;
@@ -532,7 +543,9 @@ static int s_emit_shape(s_ex_t *ex, tp_node_t *x, const char *out,
  * Sqrt, Div, then Mul gamma and Add beta; group norm (GroupNormalization
  * is opset 18) the same over x reshaped to [N, G, -1], reshaped back to
  * x's shape, with gamma and beta as [C,1,...] initializers; instance norm
- * is InstanceNormalization (opset 6). 1 on success. */
+ * is InstanceNormalization (opset 6). A gamma or beta left out
+ * (elementwise_affine=False) drops its Mul or Add (InstanceNormalization,
+ * whose scale and B are required, gets 1s and 0s). 1 on success. */
 static int s_emit_linalg(s_ex_t *ex, tp_node_t *x, const char *out,
                          const char *const *in, const tp_node_attrs_t *a) {
     char t1[700], t2[700], t3[700], t4[700], t5[700], t6[700], t7[700], t8[700];
@@ -559,12 +572,21 @@ static int s_emit_linalg(s_ex_t *ex, tp_node_t *x, const char *out,
         }
         return s_node(ex, "MatMul", out, 2, mi) != NULL;
     }
-    if (k == TP_OP_INSTANCE_NORM) {
-        Onnx__NodeProto *n = s_node(ex, "InstanceNormalization", out, 3, in);
+    /* the parameters present (gi, bi: their inputs; -1 left out) */
+    const int gi = a->norm_absent & 1 ? -1 : 1;
+    const int bi = a->norm_absent & 2 ? -1 : (a->norm_absent & 1 ? 1 : 2);
+    const tp_shape_t *xs = tp_node_shape(x);
+    if (k == TP_OP_INSTANCE_NORM) { /* scale and B are required: 1s and 0s */
+        const char *ii[3] = {in[0], gi < 0 ? t1 : in[gi], bi < 0 ? t2 : in[bi]};
+        snprintf(t1, sizeof t1, "%s/scale_ones", out);
+        snprintf(t2, sizeof t2, "%s/bias_zeros", out);
+        if ((gi < 0 && !s_fill(ex, t1, xs->d[1], 1.0f)) ||
+            (bi < 0 && !s_fill(ex, t2, xs->d[1], 0.0f)))
+            return 0;
+        Onnx__NodeProto *n = s_node(ex, "InstanceNormalization", out, 3, ii);
         return s_attr_f(ex, n, "epsilon", a->eps);
     }
-    const tp_shape_t *xs = tp_node_shape(x);
-    const char *src = in[0], *gamma = in[1], *beta = in[2];
+    const char *src = in[0], *gamma = gi < 0 ? NULL : in[gi], *beta = bi < 0 ? NULL : in[bi];
     int64_t axes[TP_MAX_DIMS];
     int naxes;
     if (k == TP_OP_LAYER_NORM) {
@@ -615,14 +637,22 @@ static int s_emit_linalg(s_ex_t *ex, tp_node_t *x, const char *out,
             dims[i] = 1;
         snprintf(t2, sizeof t2, "%s/gamma_c", out);
         snprintf(t8, sizeof t8, "%s/beta_c", out);
-        if (!s_init_var(ex, tp_node_input(x, 1), t2, xs->ndim - 1, dims) ||
-            !s_init_var(ex, tp_node_input(x, 2), t8, xs->ndim - 1, dims))
+        if ((gamma && !s_init_var(ex, tp_node_input(x, gi), t2, xs->ndim - 1, dims)) ||
+            (beta && !s_init_var(ex, tp_node_input(x, bi), t8, xs->ndim - 1, dims)))
             return 0;
-        gamma = t2;
-        beta = t8;
+        gamma = gamma ? t2 : NULL;
+        beta = beta ? t8 : NULL;
     }
-    const char *sc = s_step(ex, "Mul", out, "scaled", t9, gamma, t3, sizeof t3);
-    return s_step(ex, "Add", out, NULL, sc, beta, t4, sizeof t4) != NULL;
+    /* then Mul gamma and Add beta, each only when present (the last step
+     * writes `out`; with neither, an Identity does) */
+    const char *v9 = t9;
+    if (gamma)
+        v9 = s_step(ex, "Mul", out, beta ? "scaled" : NULL, v9, gamma, t3, sizeof t3);
+    if (beta)
+        return s_step(ex, "Add", out, NULL, v9, beta, t4, sizeof t4) != NULL;
+    if (gamma)
+        return v9 != NULL;
+    return s_node(ex, "Identity", out, 1, &v9) != NULL;
 }
 
 /* The reduce family (docs/ops.md) at opset 13: ReduceSum (axes an int64

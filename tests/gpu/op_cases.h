@@ -33,6 +33,9 @@ typedef struct {
     /* the convolution family (0: the default); upsampling's factor is
      * `stride`, bilinear's align_corners `align` */
     int stride, pad, dilation, groups, out_pad, align;
+    /* the norms: attr.norm_absent (bit 0 no gamma, bit 1 no beta); the
+     * inputs are then x and the parameters present */
+    int absent;
 } op_case_t;
 
 /* Gradients that are sums (broadcast, repeated gather rows): torch adds
@@ -109,6 +112,12 @@ typedef struct {
     {nm, TP_OP_BATCH_MATMUL, ta, tb, 2, {na, nb}, {da, db}, {-1, -1}, {1, 1}, 1e-5f, 1e-4f, 0}
 #define OP_NORM_ROW(nm, kind, eps, n, nx, np, dx, dp)                          \
     {nm, kind, eps, n, 3, {nx, np, np}, {dx, dp, dp}, {-2, 0.5f, -1}, {3, 1.5f, 1}, 1e-5f, 1e-4f, 0}
+/* A norm without gamma (ab 1), without beta (2) or without both (3): x
+ * and the one parameter left (U(0.5, 1.5) for gamma, U(-1, 1) for beta) */
+#define OP_NORM_ROW_NO(nm, kd, eps, n, nx, np, dx, dp, ab)                     \
+    {.label = nm, .kind = kd, .alpha = eps, .beta = n, .ninputs = (ab) == 3 ? 1 : 2, \
+     .nd = {nx, np}, .d = {dx, dp}, .lo = {-2, (ab) == 2 ? 0.5f : -1},          \
+     .hi = {3, (ab) == 2 ? 1.5f : 1}, .atol = 1e-5f, .rtol = 1e-4f, .absent = ab}
 
 static const op_case_t op_cases[] = {
     OP_BINARY_ROWS("add", TP_OP_ADD, -1, 1, -1, 1, 1e-6f, 1e-5f),
@@ -226,6 +235,14 @@ static const op_case_t op_cases[] = {
     OP_BMM_ROW("bmm_both_stretched", 0, 1, 4, 4, OP_D(2, 1, 3, 5), OP_D(1, 3, 4, 5)),
     OP_BMM_ROW("bmm_rank2_odd", 0, 0, 2, 2, OP_D(7, 13), OP_D(13, 3)),
     OP_BMM_ROW("bmm_batch1_vectors", 0, 0, 3, 3, OP_D(1, 1, 6), OP_D(1, 6, 1)),
+    /* 1-d operands (torch.matmul's promotion; the vector never transposed) */
+    OP_BMM_ROW("bmm_1d_left", 0, 0, 1, 3, OP_D(5), OP_D(2, 5, 4)),
+    OP_BMM_ROW("bmm_1d_left_trans_b", 0, 1, 1, 3, OP_D(5), OP_D(3, 4, 5)),
+    OP_BMM_ROW("bmm_1d_right", 0, 0, 3, 1, OP_D(2, 3, 5), OP_D(5)),
+    OP_BMM_ROW("bmm_1d_right_trans_a", 1, 0, 4, 1, OP_D(2, 1, 5, 3), OP_D(5)),
+    OP_BMM_ROW("bmm_1d_matrix", 0, 0, 1, 2, OP_D(13), OP_D(13, 3)),
+    OP_BMM_ROW("bmm_1d_dot", 0, 0, 1, 1, OP_D(7), OP_D(7)),
+    OP_BMM_ROW("bmm_1d_batch1", 0, 0, 3, 1, OP_D(1, 1, 6), OP_D(6)),
     /* the norms: alpha eps, beta layer norm's axes or group norm's groups
      * (instance norm: C); gamma around 1, beta around 0 */
     OP_NORM_ROW("layer_norm_last", TP_OP_LAYER_NORM, 1e-5f, 1, 2, 1, OP_D(4, 7), OP_D(7)),
@@ -238,6 +255,15 @@ static const op_case_t op_cases[] = {
     OP_NORM_ROW("instance_norm_4d", TP_OP_INSTANCE_NORM, 1e-5f, 0, 4, 1, OP_D(2, 3, 4, 5), OP_D(3)),
     OP_NORM_ROW("instance_norm_3d", TP_OP_INSTANCE_NORM, 1e-5f, 0, 3, 1, OP_D(3, 2, 7), OP_D(2)),
     OP_NORM_ROW("instance_norm_batch1", TP_OP_INSTANCE_NORM, 1e-5f, 0, 4, 1, OP_D(1, 4, 3, 3), OP_D(4)),
+    /* elementwise_affine=False, and one parameter alone */
+    OP_NORM_ROW_NO("layer_norm_plain", TP_OP_LAYER_NORM, 1e-5f, 2, 3, 2, OP_D(3, 4, 5), OP_D(4, 5), 3),
+    OP_NORM_ROW_NO("layer_norm_gamma_only", TP_OP_LAYER_NORM, 1e-5f, 1, 2, 1, OP_D(4, 7), OP_D(7), 2),
+    OP_NORM_ROW_NO("layer_norm_beta_only", TP_OP_LAYER_NORM, 1e-5f, 1, 2, 1, OP_D(4, 7), OP_D(7), 1),
+    OP_NORM_ROW_NO("group_norm_plain", TP_OP_GROUP_NORM, 1e-5f, 3, 4, 1, OP_D(2, 6, 3, 3), OP_D(6), 3),
+    OP_NORM_ROW_NO("group_norm_beta_only", TP_OP_GROUP_NORM, 1e-5f, 2, 3, 1, OP_D(3, 4, 5), OP_D(4), 1),
+    OP_NORM_ROW_NO("group_norm_gamma_only", TP_OP_GROUP_NORM, 1e-5f, 2, 4, 1, OP_D(1, 6, 5, 3), OP_D(6), 2),
+    OP_NORM_ROW_NO("instance_norm_plain", TP_OP_INSTANCE_NORM, 1e-5f, 0, 4, 1, OP_D(2, 3, 4, 5), OP_D(3), 3),
+    OP_NORM_ROW_NO("instance_norm_gamma_only", TP_OP_INSTANCE_NORM, 1e-5f, 0, 3, 1, OP_D(3, 2, 7), OP_D(2), 2),
     /* the reduce family: over the last, the first (kept), two apart, two
      * around a size-1 axis, every axis, batch 1 */
     OP_REDUCE_ROWS("reduce_sum", TP_OP_REDUCE_SUM, 1e-6f, 1e-5f),
@@ -366,15 +392,19 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
         return o;
     }
     if (k->kind == TP_OP_BATCH_MATMUL) {
+        /* a 1-d operand counts as rank 2 and its dim of 1 is dropped */
         const int ra = k->nd[0], rb = k->nd[1];
-        o.ndim = ra > rb ? ra : rb;
-        for (int j = 0; j < o.ndim - 2; j++) {
-            const int ia = j - (o.ndim - ra), ib = j - (o.ndim - rb);
+        const int ea = ra < 2 ? 2 : ra, eb = rb < 2 ? 2 : rb, r = ea > eb ? ea : eb;
+        for (int j = 0; j < r - 2; j++) {
+            const int ia = j - (r - ea), ib = j - (r - eb);
             const int64_t da = ia >= 0 ? k->d[0][ia] : 1, db = ib >= 0 ? k->d[1][ib] : 1;
             o.d[j] = da == 1 ? db : da;
         }
-        o.d[o.ndim - 2] = k->d[0][ra - 2 + (k->alpha != 0)];
-        o.d[o.ndim - 1] = k->d[1][rb - 1 - (k->beta != 0)];
+        o.ndim = r - 2;
+        if (ra > 1)
+            o.d[o.ndim++] = k->d[0][ra - 2 + (k->alpha != 0)];
+        if (rb > 1)
+            o.d[o.ndim++] = k->d[1][rb - 1 - (k->beta != 0)];
         return o;
     }
     for (int p = 0; p < k->ninputs; p++)
@@ -407,10 +437,12 @@ static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
     case TP_OP_LAYER_NORM:
         a->eps = k->alpha;
         a->norm_axes = (int)k->beta;
+        a->norm_absent = k->absent;
         break;
     case TP_OP_GROUP_NORM:
     case TP_OP_INSTANCE_NORM:
         a->eps = k->alpha;
+        a->norm_absent = k->absent;
         a->norm_groups = k->kind == TP_OP_GROUP_NORM ? (int)k->beta : (int)k->d[0][1];
         break;
     default:

@@ -782,8 +782,27 @@ static tp_status_t s_linalg(tp_tower_t *t, tp_node_t *const *in, void *u) {
     case 5: /* 2 groups of 3 channels */
         tp_group_norm_op(t, "bad_groups", x, LA_VAR("g", 3), LA_VAR("b", 3), 2, 1e-5f);
         break;
-    default: /* gamma of the wrong shape */
+    case 6: /* gamma of the wrong shape */
         tp_layer_norm_op(t, "bad_gamma", x, LA_VAR("g3", 3), LA_VAR("b", 5), 1, 1e-5f);
+        break;
+    case 7: /* no gamma, and beta of the wrong shape */
+        tp_layer_norm_op(t, "bad_beta", x, NULL, LA_VAR("b4", 4), 1, 1e-5f);
+        break;
+    case 8: /* a vector against a matrix of another K */
+        tp_batch_matmul(t, "bad_vec", LA_VAR("v4", 4), x, 0, 0);
+        break;
+    case 9: /* the batch as a vector */
+        tp_batch_matmul(t, "bad_bvec", x, tp_reduce_sum(t, "xs", xf, 1, (const int[]){1}, 0),
+                        0, 0);
+        break;
+    default: /* vectors: [N,3,5] @ [5] and [3] @ [N,3,5]; norms without parameters */
+        tp_tower_add_output(t, "xv", tp_batch_matmul(t, "xv", x, LA_VAR("v5", 5), 0, 0));
+        tp_tower_add_output(t, "vx", tp_batch_matmul(t, "vx", LA_VAR("v3", 3), x, 1, 0));
+        tp_tower_add_output(t, "dot", tp_batch_matmul(t, "dot", LA_VAR("u3", 3),
+                                                      LA_VAR("w3", 3), 0, 0));
+        tp_tower_add_output(t, "ln0", tp_layer_norm_op(t, "ln0", x, NULL, NULL, 2, 1e-5f));
+        tp_tower_add_output(t, "gn0", tp_group_norm_op(t, "gn0", x, NULL, LA_VAR("b3", 3),
+                                                       3, 1e-5f));
         break;
     }
 #undef LA_VAR
@@ -834,6 +853,38 @@ Test(graph, linalg_shapes_and_errors_naming_node_and_shapes) {
     cr_expect_eq(v.shape[0], 2, "xw at the run's batch");
     tp_model_destroy(&m);
 
+    /* 1-d operands drop their dim of 1; norms without gamma and beta */
+    m = s_la_model(10);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    const struct { const char *name; int batched, ndim; int64_t d[3]; } vec[] = {
+        {"xv", 1, 2, {4, 3}}, {"vx", 1, 2, {4, 5}}, {"dot", 0, 0, {0}},
+        {"ln0", 1, 3, {4, 3, 5}}, {"gn0", 1, 3, {4, 3, 5}}};
+    for (int i = 0; i < 5; i++) {
+        const tp_node_t *n = tp_model_lookup(m, -1, vec[i].name);
+        cr_assert_not_null(n, "%s", vec[i].name);
+        cr_expect_eq(tp_node_batched(n), vec[i].batched, "%s batched", vec[i].name);
+        cr_expect_eq(tp_node_shape(n)->ndim, vec[i].ndim, "%s rank", vec[i].name);
+        for (int j = 0; j < vec[i].ndim; j++)
+            cr_expect_eq(tp_node_shape(n)->d[j], vec[i].d[j], "%s dim %d", vec[i].name, j);
+    }
+    tp_node_attrs_t at;
+    tp_node_attrs(tp_model_lookup(m, -1, "gn0"), &at);
+    cr_expect_eq(at.norm_absent, 1, "gn0: gamma left out, beta given");
+    cr_expect_eq(tp_node_input_count(tp_model_lookup(m, -1, "gn0")), 2, "gn0: x and beta");
+    tp_node_attrs(tp_model_lookup(m, -1, "ln0"), &at);
+    cr_expect_eq(at.norm_absent, 3, "ln0: both left out");
+    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_fetch(m, -1, "dot", &v), TP_OK);
+    cr_expect_float_eq(((float *)v.data)[0], 3.0f, 1e-6, "[1,1,1] . [1,1,1]");
+    cr_assert_eq(tp_model_fetch(m, -1, "xv", &v), TP_OK);
+    for (int i = 0; i < 6; i++) { /* row sums of x (v is ones) */
+        float want = 0;
+        for (int j = 0; j < 5; j++)
+            want += x[i * 5 + j];
+        cr_expect_float_eq(((float *)v.data)[i], want, 1e-5, "xv[%d]", i);
+    }
+    tp_model_destroy(&m);
+
     const char *want_err[][3] = {
         {"'bad_k'", "a [4,3,5] and b [4,2]", "K is 5 in a and 4 in b"},
         {"'bad_batch'", "'v743' is not batched", "dim 0 must be 1"},
@@ -841,8 +892,11 @@ Test(graph, linalg_shapes_and_errors_naming_node_and_shapes) {
         {"'bad_axes'", "x [4,3,5], batched", "last 3 axes"},
         {"'bad_groups'", "x [4,3,5]", "2 groups do not divide its 3 channels"},
         {"'bad_gamma'", "gamma ('g3') is [3]", "must be [5]"},
+        {"'bad_beta'", "beta ('b4') is [4]", "must be [5]"},
+        {"'bad_vec'", "a [4] and b [4,3,5]", "K is 4 in a and 3 in b"},
+        {"'bad_bvec'", "'xs' is a batched vector", "reshape it"},
     };
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 9; k++) {
         m = s_la_model(k + 1);
         cr_expect_null(m, "case %d built", k + 1);
         for (int j = 0; j < 3; j++)

@@ -522,6 +522,26 @@ static tp_node_t *c_bmm_self(tp_tower_t *t, tp_node_t *x) {
     /* x x^T (attention scores): both gradients reach x */
     return tp_batch_matmul(t, NULL, x, x, 0, 1);
 }
+/* 1-d operands (torch.matmul's promotion): a vector on either side */
+static tp_node_t *c_bmm_vec_right(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,5,3] read as [N,3,5] @ v [5] -> [N,3] */
+    int64_t s[1] = {5};
+    return tp_batch_matmul(t, NULL, x, s_param(t, "v", 1, s), 1, 0);
+}
+static tp_node_t *c_bmm_vec_left(tp_tower_t *t, tp_node_t *x) {
+    /* v [5] @ x [N,5,2] -> [N,2] (v's transpose flag ignored) */
+    int64_t s[1] = {5};
+    return tp_batch_matmul(t, NULL, s_param(t, "v", 1, s), x, 1, 0);
+}
+static tp_node_t *c_bmm_rows_vec(tp_tower_t *t, tp_node_t *x) {
+    /* x [N,5] @ v [5] -> [N]: the batch is the rows */
+    int64_t s[1] = {5};
+    return tp_batch_matmul(t, NULL, x, s_param(t, "v", 1, s), 0, 0);
+}
+static tp_node_t *c_broken_bmm_vec(tp_tower_t *t, tp_node_t *x) {
+    tp_cpu_elementwise_grad_fault = 1.1f;
+    return c_bmm_vec_left(t, x);
+}
 /* gamma N(0,1) and beta N(0,1) of the shape the norm wants */
 static tp_node_t *c_layer_norm(tp_tower_t *t, tp_node_t *x) {
     int64_t s[1] = {5};
@@ -542,6 +562,25 @@ static tp_node_t *c_instance_norm(tp_tower_t *t, tp_node_t *x) {
     int64_t s[1] = {3};
     return tp_instance_norm_op(t, NULL, x, s_param(t, "g", 1, s),
                                s_param(t, "b", 1, s), 1e-5f);
+}
+/* gamma and beta left out (elementwise_affine=False), or one of them */
+static tp_node_t *c_layer_norm_plain(tp_tower_t *t, tp_node_t *x) {
+    return tp_layer_norm_op(t, NULL, x, NULL, NULL, 2, 1e-5f);
+}
+static tp_node_t *c_layer_norm_beta_only(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[1] = {5};
+    return tp_layer_norm_op(t, NULL, x, NULL, s_param(t, "b", 1, s), 1, 1e-5f);
+}
+static tp_node_t *c_group_norm_gamma_only(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[1] = {4};
+    return tp_group_norm_op(t, NULL, x, s_param(t, "g", 1, s), NULL, 2, 1e-5f);
+}
+static tp_node_t *c_instance_norm_plain(tp_tower_t *t, tp_node_t *x) {
+    return tp_instance_norm_op(t, NULL, x, NULL, NULL, 1e-5f);
+}
+static tp_node_t *c_broken_plain_norm(tp_tower_t *t, tp_node_t *x) {
+    tp_cpu_elementwise_grad_fault = 1.1f;
+    return c_layer_norm_plain(t, x);
 }
 static tp_node_t *c_norm_layers(tp_tower_t *t, tp_node_t *x) {
     /* the layer builders (gamma 1, beta 0) chained */
@@ -565,8 +604,17 @@ FD_TEST(layer_norm_2_axes, c_layer_norm_2, 3, {N, 2, 3})
 FD_TEST(group_norm, c_group_norm, X4(4, 2, 3))
 FD_TEST(instance_norm, c_instance_norm, X4(3, 3, 2))
 FD_TEST(norm_layers, c_norm_layers, X4(3, 2, 2))
+FD_TEST(layer_norm_without_gamma_and_beta, c_layer_norm_plain, 3, {N, 2, 3})
+FD_TEST(layer_norm_beta_only, c_layer_norm_beta_only, 2, {N, 5})
+FD_TEST(group_norm_gamma_only, c_group_norm_gamma_only, X4(4, 2, 3))
+FD_TEST(instance_norm_without_gamma_and_beta, c_instance_norm_plain, X4(3, 3, 2))
+FD_TEST(a_wrong_plain_norm_gradient_fails_the_check, c_broken_plain_norm, 3, {N, 2, 3}, 1)
 FD_TEST(a_wrong_norm_gradient_fails_the_check, c_broken_group_norm, X4(4, 2, 3), 1)
 FD_TEST(a_wrong_matmul_gradient_fails_the_check, c_broken_bmm, 3, {N, 2, 3}, 1)
+FD_TEST(batch_matmul_vector_right, c_bmm_vec_right, 3, {N, 5, 3})
+FD_TEST(batch_matmul_vector_left, c_bmm_vec_left, 3, {N, 5, 2})
+FD_TEST(batch_matmul_rows_times_vector, c_bmm_rows_vec, 2, {N, 5})
+FD_TEST(a_wrong_vector_matmul_gradient_fails_the_check, c_broken_bmm_vec, 3, {N, 5, 2}, 1)
 
 /* ---- the reduce family ------------------------------------------------------ */
 

@@ -161,8 +161,8 @@ static void s_dump(void) {
             s_write(k->label, what, dx[p], tp_shape_count(&xs[p]));
         }
         fprintf(m, "], \"stride\": %d, \"pad\": %d, \"dilation\": %d, \"groups\": %d, "
-                   "\"out_pad\": %d, \"align\": %d}\n", k->stride, k->pad, k->dilation,
-                k->groups, k->out_pad, k->align);
+                   "\"out_pad\": %d, \"align\": %d, \"absent\": %d}\n", k->stride, k->pad,
+                k->dilation, k->groups, k->out_pad, k->align, k->absent);
         free(ws);
         s_write(k->label, "y", y, ny);
         s_write(k->label, "dy", dy, ny);
@@ -493,7 +493,20 @@ static tp_status_t s_every_linalg(tp_tower_t *t, tp_node_t *const *in, void *u) 
         tp_layer_norm_op(t, "ln", x, LA_VAR("ln_g", 2, 3), LA_VAR("ln_b", 2, 3), 2, 1e-5f),
         tp_layer_norm_op(t, "ln1", x, LA_VAR("ln1_g", 3), LA_VAR("ln1_b", 3), 1, 0.1f),
         tp_group_norm_op(t, "gn", x, LA_VAR("gn_g", 2), LA_VAR("gn_b", 2), 1, 1e-5f),
-        tp_instance_norm_op(t, "in", x, LA_VAR("in_g", 2), LA_VAR("in_b", 2), 1e-5f)};
+        tp_instance_norm_op(t, "in", x, LA_VAR("in_g", 2), LA_VAR("in_b", 2), 1e-5f),
+        /* gamma and beta left out, or one of them */
+        tp_layer_norm_op(t, "ln_plain", x, NULL, NULL, 2, 1e-5f),
+        tp_layer_norm_op(t, "ln_b_only", x, NULL, LA_VAR("lnb_b", 3), 1, 1e-5f),
+        tp_group_norm_op(t, "gn_g_only", x, LA_VAR("gng_g", 2), NULL, 2, 1e-5f),
+        tp_group_norm_op(t, "gn_plain", x, NULL, NULL, 1, 1e-5f),
+        tp_instance_norm_op(t, "in_plain", x, NULL, NULL, 1e-5f),
+        tp_instance_norm_op(t, "in_b_only", x, NULL, LA_VAR("inb_b", 2), 1e-5f),
+        /* 1-d operands: [N,2,3] @ [3] -> [N,2] and [2] @ [N,2,3] -> [N,3],
+         * reshaped to broadcast against [N,2,3] */
+        tp_reshape(t, NULL, tp_batch_matmul(t, "xv", x, LA_VAR("v3", 3), 0, 0), 3,
+                   (const int64_t[]){-1, 2, 1}),
+        tp_reshape(t, NULL, tp_batch_matmul(t, "vx", LA_VAR("v2", 2), x, 0, 0), 3,
+                   (const int64_t[]){-1, 1, 3})};
 #undef LA_VAR
     tp_node_t *y = terms[0];
     for (size_t i = 1; i < sizeof terms / sizeof terms[0]; i++)
@@ -536,3 +549,225 @@ Test(op_parity, onnx_export_of_every_reduce_op_evaluates_the_same) {
     s_onnx_round_trip(s_every_reduce, "onnx_reduce", 7, 24);
 }
 
+
+/* ---- OpenCV's DNN importer on the shape, linalg and reduce exports --------
+ * One graph per op (or per form of an op's export), each on x float32
+ * [2,3,4,5] (or int32 ids [2,3] for gather and one-hot), exported and run
+ * by OpenCV 4.6's cv2.dnn.readNetFromONNX (op_parity.py opencv). `cv` says
+ * what OpenCV does with it: 1 reads it and agrees within 1e-5, 0 cannot
+ * read it or differs (docs/ops.md lists those); a row whose outcome moves
+ * fails the test, so that the list in the docs stays true. */
+typedef struct {
+    const char *tag;
+    int ids;   /* 1: the int32 ids input */
+    int cv;    /* 1: OpenCV reads it and agrees */
+    int batch; /* 0: 2 */
+} s_cv_row_t;
+
+/* What OpenCV 4.6 (Debian's python3-opencv) does, as found: the reasons
+ * are in docs/ops.md. */
+static const s_cv_row_t s_cv_rows[] = {
+    /* the shape family */
+    {"cv_transpose", 0, 1, 0}, {"cv_slice", 0, 1, 0},
+    {"cv_slice_reversed", 0, 0, 0}, /* Slice with a negative step */
+    {"cv_concat", 0, 1, 0}, {"cv_pad", 0, 1, 0}, {"cv_split", 0, 1, 0},
+    {"cv_broadcast_to", 0, 1, 0}, {"cv_reshape", 0, 1, 0},
+    {"cv_gather", 1, 0, 0}, /* Gather of a table by the input's ids */
+    {"cv_one_hot", 1, 0, 0}, /* OneHot */
+    /* the linalg family */
+    {"cv_matmul_w", 0, 1, 0}, {"cv_matmul_x_xt", 0, 1, 0}, {"cv_matmul_trans_a", 0, 1, 0},
+    {"cv_matmul_vector", 0, 1, 0},
+    /* the norms' centring x - mean: a Sub of two computed tensors that
+     * broadcasts, which OpenCV 4.6 cannot shape */
+    {"cv_layer_norm", 0, 0, 0}, {"cv_layer_norm_plain", 0, 0, 0},
+    {"cv_group_norm", 0, 0, 0}, {"cv_group_norm_plain", 0, 0, 0},
+    /* InstanceNormalization: OpenCV 4.6 applies scale and B to the first
+     * sample of the batch only, so a batch of 2 differs and batch 1 agrees */
+    {"cv_instance_norm", 0, 0, 0}, {"cv_instance_norm_batch1", 0, 1, 1},
+    {"cv_instance_norm_plain", 0, 1, 0},
+    /* the reduce family */
+    {"cv_reduce_sum", 0, 0, 0}, {"cv_reduce_sum_keep", 0, 0, 0}, /* opset 13's axes input */
+    {"cv_reduce_mean", 0, 1, 0}, {"cv_reduce_max", 0, 1, 0}, {"cv_argmax", 0, 1, 0},
+    {"cv_softmax_axis1", 0, 1, 0}, {"cv_softmax_last", 0, 1, 0}, {"cv_log_softmax", 0, 1, 0},
+    {"cv_softmax_xent_seq", 0, 0, 0}, /* SoftmaxCrossEntropyLoss */
+    {"cv_top_k_accuracy", 0, 0, 0},   /* TopK */
+};
+#define S_NCV ((int)(sizeof s_cv_rows / sizeof s_cv_rows[0]))
+
+static tp_status_t s_cv_graph(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    const char *tag = s_cv_rows[*(const int *)u].tag + 3;
+    tp_node_t *x = in[0], *y = NULL;
+    const int64_t E = TP_SLICE_END;
+    tp_init_t ui = {TP_INIT_UNIFORM, 1.0f};
+#define CV_VAR(nm, ...) tp_variable(t, nm, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), \
+                                    (int64_t[]){__VA_ARGS__}, ui, TP_VAR_TRAINABLE)
+    if (!strcmp(tag, "transpose")) {
+        y = tp_transpose(t, "y", x, (const int[]){0, 2, 3, 1});
+    } else if (!strcmp(tag, "slice")) {
+        y = tp_slice(t, "y", x, (const int64_t[]){0, 1, 0, 1}, (const int64_t[]){E, 3, E, E},
+                     (const int64_t[]){1, 1, 1, 2});
+    } else if (!strcmp(tag, "slice_reversed")) {
+        y = tp_slice(t, "y", x, (const int64_t[]){0, 0, 0, 4}, (const int64_t[]){E, E, E, -E},
+                     (const int64_t[]){1, 1, 1, -1});
+    } else if (!strcmp(tag, "concat")) {
+        tp_node_t *two[2] = {x, x};
+        y = tp_concat_axis(t, "y", 2, 2, two);
+    } else if (!strcmp(tag, "pad")) {
+        y = tp_pad(t, "y", x, (const int64_t[]){0, 0, 1, 2}, (const int64_t[]){0, 0, 0, 1},
+                   0.5f);
+    } else if (!strcmp(tag, "split")) {
+        tp_node_t *p[2];
+        tp_split(t, "sp", x, 3, 2, (const int64_t[]){2, 3}, p);
+        y = p[1];
+    } else if (!strcmp(tag, "broadcast_to")) {
+        tp_node_t *col = tp_slice(t, "col", x, (const int64_t[]){0, 1, 0, 0},
+                                  (const int64_t[]){E, 2, E, E}, (const int64_t[]){1, 1, 1, 1});
+        y = tp_broadcast_to(t, "y", col, 4, (const int64_t[]){-1, 3, 4, 5});
+    } else if (!strcmp(tag, "reshape")) {
+        y = tp_reshape(t, "y", x, 3, (const int64_t[]){-1, 12, 5});
+    } else if (!strcmp(tag, "gather")) {
+        y = tp_gather_rows(t, "y", CV_VAR("table", 5, 4), x);
+    } else if (!strcmp(tag, "one_hot")) {
+        y = tp_one_hot(t, "y", x, 5);
+    } else if (!strcmp(tag, "matmul_w")) {
+        y = tp_batch_matmul(t, "y", x, CV_VAR("w", 5, 6), 0, 0);
+    } else if (!strcmp(tag, "matmul_x_xt")) {
+        y = tp_batch_matmul(t, "y", x, x, 0, 1);
+    } else if (!strcmp(tag, "matmul_trans_a")) {
+        y = tp_batch_matmul(t, "y", x, CV_VAR("w", 4, 2), 1, 0);
+    } else if (!strcmp(tag, "matmul_vector")) {
+        y = tp_batch_matmul(t, "y", x, CV_VAR("v", 5), 0, 0);
+    } else if (!strcmp(tag, "layer_norm")) {
+        y = tp_layer_norm_op(t, "y", x, CV_VAR("g", 4, 5), CV_VAR("b", 4, 5), 2, 1e-5f);
+    } else if (!strcmp(tag, "layer_norm_plain")) {
+        y = tp_layer_norm_op(t, "y", x, NULL, NULL, 1, 1e-5f);
+    } else if (!strcmp(tag, "group_norm")) {
+        y = tp_group_norm_op(t, "y", x, CV_VAR("g", 3), CV_VAR("b", 3), 3, 1e-5f);
+    } else if (!strcmp(tag, "group_norm_plain")) {
+        y = tp_group_norm_op(t, "y", x, NULL, NULL, 1, 1e-5f);
+    } else if (!strcmp(tag, "instance_norm") || !strcmp(tag, "instance_norm_batch1")) {
+        y = tp_instance_norm_op(t, "y", x, CV_VAR("g", 3), CV_VAR("b", 3), 1e-5f);
+    } else if (!strcmp(tag, "instance_norm_plain")) {
+        y = tp_instance_norm_op(t, "y", x, NULL, NULL, 1e-5f);
+    } else if (!strcmp(tag, "reduce_sum")) {
+        y = tp_reduce_sum(t, "y", x, 1, (const int[]){3}, 0);
+    } else if (!strcmp(tag, "reduce_sum_keep")) {
+        y = tp_reduce_sum(t, "y", x, 2, (const int[]){1, 3}, 1);
+    } else if (!strcmp(tag, "reduce_mean")) {
+        y = tp_reduce_mean(t, "y", x, 2, (const int[]){2, 3}, 1);
+    } else if (!strcmp(tag, "reduce_max")) {
+        y = tp_reduce_max(t, "y", x, 1, (const int[]){1}, 0);
+    } else if (!strcmp(tag, "argmax")) {
+        y = tp_argmax(t, "y", x, 3, 0);
+    } else if (!strcmp(tag, "softmax_axis1")) {
+        y = tp_softmax(t, "y", x, 1);
+    } else if (!strcmp(tag, "softmax_last")) {
+        y = tp_softmax(t, "y", x, -1);
+    } else if (!strcmp(tag, "log_softmax")) {
+        y = tp_log_softmax(t, "y", x, -1);
+    } else if (!strcmp(tag, "softmax_xent_seq")) {
+        y = tp_softmax_xent_seq(t, "y", x, tp_argmax(t, "lab", tp_neg(t, NULL, x), -1, 0),
+                                -100);
+    } else if (!strcmp(tag, "top_k_accuracy")) {
+        tp_node_t *flat = tp_reshape(t, "flat", x, 2, (const int64_t[]){-1, 60});
+        y = tp_top_k_accuracy(t, "y", flat, tp_argmax(t, "lab", tp_neg(t, NULL, flat), 1, 0),
+                              2);
+    }
+#undef CV_VAR
+    if (y)
+        tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+/* Export row i's graph, its input and towerpack's output into s_dir, and
+ * add its "MODEL X DIMS Y" to argv (4 strings, kept in `keep`). */
+static void s_cv_row(int i, char **argv, char (*keep)[128]) {
+    const s_cv_row_t *r = &s_cv_rows[i];
+    tp_input_desc_t desc = r->ids ? (tp_input_desc_t){"x", TP_INT32, 2, {-1, 3}}
+                                  : (tp_input_desc_t){"x", TP_FLOAT32, 4, {-1, 3, 4, 5}};
+    tp_model_desc_t md = {&desc, 1, s_cv_graph, NULL, &i};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    const int nb = r->batch ? r->batch : 2;
+    cfg.infer_batch = nb;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s: %s", r->tag, tp_last_error());
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    const char *outs[1] = {"y"};
+    pc.output_names = outs;
+    pc.noutput_names = 1;
+    tp_predictor_t *pr = tp_predictor_new_shared(m, &pc);
+    cr_assert_not_null(pr, "%s: %s", r->tag, tp_last_error());
+    enum { NX = 2 * 3 * 4 * 5 }; /* at most 2 samples */
+    float x[NX];
+    int32_t ids[6];
+    tp_rng_t g;
+    tp_rng_init(&g, 11 + (uint64_t)i, 1);
+    for (int j = 0; j < NX; j++)
+        x[j] = (float)(4.0 * tp_rng_double(&g) - 2.0);
+    for (int j = 0; j < 6; j++) {
+        ids[j] = (int32_t)(tp_rng_u64(&g) % 5);
+        x[j] = r->ids ? (float)ids[j] : x[j];
+    }
+    tp_tensor_t in, out;
+    if (r->ids)
+        tp_tensor_init_wrap(&in, TP_INT32, 2, (int64_t[]){2, 3}, ids, NULL, NULL);
+    else
+        tp_tensor_init_wrap(&in, TP_FLOAT32, 4, (int64_t[]){nb, 3, 4, 5}, x, NULL, NULL);
+    cr_assert_eq(tp_predictor_run(pr, &in, &out), TP_OK, "%s: %s", r->tag, tp_last_error());
+    const size_t ny = (size_t)tp_tensor_numel(&out);
+    float *y = malloc((ny ? ny : 1) * sizeof(float));
+    cr_assert_not_null(y);
+    for (size_t j = 0; j < ny; j++) /* argmax gives int32 */
+        y[j] = out.dtype == TP_INT32 ? (float)((int32_t *)out.data)[j] : ((float *)out.data)[j];
+    s_write(r->tag, "x", x, r->ids ? 6 : (size_t)nb * NX / 2);
+    s_write(r->tag, "y", y, ny);
+    free(y);
+    char model[128], xp[128], yp[128];
+    snprintf(model, sizeof model, "%s/%s.onnx", s_dir, r->tag);
+    snprintf(xp, sizeof xp, "%s/%s.x.f32", s_dir, r->tag);
+    snprintf(yp, sizeof yp, "%s/%s.y.f32", s_dir, r->tag);
+    cr_assert_eq(tp_predictor_export_onnx(pr, model), TP_OK, "%s: %s", r->tag, tp_last_error());
+    tp_tensor_fini(&out);
+    tp_predictor_destroy(&pr);
+    tp_model_destroy(&m);
+    snprintf(keep[0], 128, "%s", model);
+    snprintf(keep[1], 128, "%s", xp);
+    snprintf(keep[2], 128, r->ids ? "%d,3" : "%d,3,4,5", nb);
+    snprintf(keep[3], 128, "%s", yp);
+    for (int j = 0; j < 4; j++)
+        argv[j] = keep[j];
+}
+
+Test(op_parity, opencv_reads_the_shape_linalg_and_reduce_exports_it_supports) {
+    if (access(PY, X_OK) != 0)
+        cr_skip_test("OpenCV check skipped: no " PY);
+    static char keep[S_NCV * 4][128];
+    char *argv[3 + S_NCV * 4 + 1] = {PY, SCRIPT, "opencv"};
+    for (int i = 0; i < S_NCV; i++)
+        s_cv_row(i, argv + 3 + 4 * i, keep + 4 * i);
+    argv[3 + S_NCV * 4] = NULL;
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    const int rc = pu_run(argv, env, s_out, sizeof s_out);
+    if (rc == 3)
+        cr_skip_test("OpenCV check skipped: %s", s_out);
+    cr_log_info("%s", s_out);
+    int moved = 0;
+    for (int i = 0; i < S_NCV; i++) { /* its line: "TAG.onnx (OPS): OpenCV V WHAT" */
+        char head[64];
+        snprintf(head, sizeof head, "\n%s.onnx (", s_cv_rows[i].tag);
+        const char *l = strstr(s_out, head + 1) == s_out ? s_out : strstr(s_out, head);
+        cr_assert_not_null(l, "%s: no line in:\n%s", s_cv_rows[i].tag, s_out);
+        const char *end = strchr(l + 1, '\n');
+        const char *ag = strstr(l, ": max |diff|");
+        const int agrees = ag && (!end || ag < end) && ag - l > 7 && !strncmp(ag - 7, " agrees", 7);
+        if (agrees != (s_cv_rows[i].cv == 1)) {
+            cr_log_error("%s: OpenCV %s, the table says it %s (update docs/ops.md)",
+                         s_cv_rows[i].tag, agrees ? "agrees" : "fails",
+                         s_cv_rows[i].cv ? "agrees" : "fails");
+            moved++;
+        }
+    }
+    cr_assert_eq(moved, 0, "%d rows moved:\n%s", moved, s_out);
+}

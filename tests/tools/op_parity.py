@@ -3,12 +3,20 @@
 
 Usage: op_parity.py DIR
        op_parity.py onnx MODEL.onnx X.f32 D0,D1,... Y.f32
+       op_parity.py opencv MODEL.onnx X.f32 D0,D1,... Y.f32 [MODEL X DIMS Y]...
 
 The second form checks an exported model instead: onnx.checker (full
 check) accepts it, and evaluating its nodes with numpy on the input X gives
 towerpack's output Y within 1e-5 (a small evaluator for the ops the
 elementwise, loss, linalg and reduce families export; onnx 1.12 has no reference
 runtime).
+
+The third form has OpenCV's DNN module (Debian's python3-opencv,
+cv2.dnn.readNetFromONNX) import and run each model on its X and prints
+one line per model: "agrees" (max |diff| within 1e-5 + 1e-5 |y|),
+"differs" or "cannot read" with OpenCV's first error line, so that a
+test can say which exports OpenCV supports (one process for all: cv2's
+import costs seconds). Exit 0 when every model agrees, else 1.
 
 DIR holds manifest.jsonl (one JSON object per row: label, op, alpha, beta,
 atol, rtol, the output shape y and the input shapes) and, per row, raw
@@ -97,11 +105,13 @@ OPS = {
     "batch_matmul": lambda x, r: torch.matmul(
         x[0].transpose(-1, -2) if r["alpha"] else x[0],
         x[1].transpose(-1, -2) if r["beta"] else x[1]),
-    "layer_norm": lambda x, r: F.layer_norm(x[0], tuple(x[1].shape), x[1], x[2],
+    # (norm_params: the weight and bias the row has, None for those left out)
+    "layer_norm": lambda x, r: F.layer_norm(x[0], tuple(x[0].shape[-int(r["beta"]):]),
+                                            *norm_params(x, r), eps=r["alpha"]),
+    "group_norm": lambda x, r: F.group_norm(x[0], int(r["beta"]),
+                                            *norm_params(x, r, x[0].shape[1]),
                                             eps=r["alpha"]),
-    "group_norm": lambda x, r: F.group_norm(x[0], int(r["beta"]), x[1], x[2],
-                                            eps=r["alpha"]),
-    "instance_norm": lambda x, r: F.instance_norm(x[0], weight=x[1], bias=x[2],
+    "instance_norm": lambda x, r: F.instance_norm(x[0], *((None, None) + norm_params(x, r)),
                                                   eps=r["alpha"]),
     # the reduce family: r["axes"] the reduced (or softmax) axes; labels
     # (input 1) arrive as floats of integer value
@@ -117,6 +127,21 @@ OPS = {
     "top_k_accuracy": lambda x, r: (x[0].topk(int(r["alpha"]), dim=1).indices
                                     == x[1].long()[:, None]).any(1).float().mean(),
 }
+
+
+def norm_params(x, r, ones_with_bias=0):
+    """(weight, bias) of a norm row: inputs 1 and 2, or None for the one
+    towerpack's row leaves out ("absent": bit 0 gamma, bit 1 beta).
+    ones_with_bias C: a weight of C ones (no gradient) in place of None
+    when there is a bias: torch 1.13's group_norm backward fails with a
+    bias and no weight ("tensor does not have a device")."""
+    ab = r.get("absent", 0)
+    rest = list(x[1:])
+    w = None if ab & 1 else rest.pop(0)
+    b = None if ab & 2 else rest.pop(0)
+    if w is None and b is not None and ones_with_bias:
+        w = torch.ones(ones_with_bias)
+    return (w, b)
 
 
 def shape_slice(x, r):
@@ -378,9 +403,51 @@ def onnx_eval(model_path, x_path, dims, y_path):
     return 0 if ok else 1
 
 
+def opencv_eval(model_path, x_path, dims, y_path):
+    """OpenCV's DNN importer and forward pass on X against towerpack's Y."""
+    try:
+        import cv2
+        import onnx
+    except ImportError as e:
+        print("python3-opencv or python3-onnx missing (%s)" % e)
+        return 3
+    model = onnx.load(model_path)
+    ops = ",".join(sorted({n.op_type for n in model.graph.node}))
+    shape = [int(d) for d in dims.split(",")]
+    x = np.fromfile(x_path, dtype="<f4").reshape(shape)
+    if model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT32:
+        x = x.astype(np.int32)
+    want = np.fromfile(y_path, dtype="<f4")
+    try:
+        net = cv2.dnn.readNetFromONNX(model_path)
+        # a 4-d array goes in as a blob (cv2 reads a 3-d one as an image
+        # with channels, so the callers' inputs are 2-d or 4-d)
+        net.setInput(np.ascontiguousarray(x))
+        got = np.asarray(net.forward(), dtype=np.float64).reshape(-1)
+    except cv2.error as e:
+        msg = [l for l in str(e).splitlines() if "error:" in l]
+        print("%s (%s): OpenCV %s cannot read it: %s" % (
+            os.path.basename(model_path), ops, cv2.__version__,
+            (msg[0] if msg else str(e)).strip()[:300]))
+        return 4
+    if got.size != want.size:
+        print("%s (%s): OpenCV %s differs: %d outputs, towerpack %d" % (
+            os.path.basename(model_path), ops, cv2.__version__, got.size, want.size))
+        return 1
+    err = np.abs(got - want)
+    ok = bool(np.all(err <= 1e-5 + 1e-5 * np.abs(want)))
+    print("%s (%s): OpenCV %s %s: max |diff| %.3g over %d values" % (
+        os.path.basename(model_path), ops, cv2.__version__,
+        "agrees" if ok else "differs", float(err.max()) if err.size else 0.0, got.size))
+    return 0 if ok else 1
+
+
 def main():
     if len(sys.argv) == 6 and sys.argv[1] == "onnx":
         return onnx_eval(*sys.argv[2:])
+    if len(sys.argv) >= 6 and (len(sys.argv) - 2) % 4 == 0 and sys.argv[1] == "opencv":
+        rcs = [opencv_eval(*sys.argv[i:i + 4]) for i in range(2, len(sys.argv), 4)]
+        return 3 if 3 in rcs else (0 if not any(rcs) else 1)
     if len(sys.argv) != 2:
         print(__doc__)
         return 2

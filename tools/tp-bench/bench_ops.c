@@ -196,6 +196,19 @@ static tp_node_t *s_to_nhwc(tp_tower_t *t, tp_node_t *const *in, const bench_row
     static const int perm[4] = {0, 2, 3, 1};
     return tp_transpose(t, "op", in[0], perm);
 }
+/* NHWC -> NCHW: an NHWC input as a convolution reads it */
+static tp_node_t *s_to_nchw(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    static const int perm[4] = {0, 3, 1, 2};
+    return tp_transpose(t, "op", in[0], perm);
+}
+/* conv2d on an NHWC input: the transpose to NCHW runs as its own op (the
+ * graph does not fold it into the convolution; docs/ops.md) */
+static tp_node_t *s_conv2d_nhwc(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    static const int perm[4] = {0, 3, 1, 2};
+    tp_node_t *x = tp_transpose(t, "nchw", in[0], perm);
+    return tp_conv2d_op(t, "op", x, in[1], (int)r->attr[0], (int)r->attr[1]);
+}
 /* over the spatial axes (2, 3), dropped */
 static tp_node_t *s_sum_hw(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
     (void)r;
@@ -358,6 +371,12 @@ static const bench_row_t s_rows[] = {
     {"upsample_bilinear", "upsample_bilinear", AE, s_up_bilinear, {2}, 1, {AE16}},
     /* the shape family */
     {"transpose/nhwc", "transpose_nhwc", AE, s_to_nhwc, {0}, 1, {AE16}},
+    /* an NHWC input: its transpose to NCHW alone, and the autoencoder's
+     * enc2 convolution behind it (against conv2d/enc2 on NCHW) */
+    {"transpose/nchw", "transpose_nchw", AE, s_to_nchw, {0}, 1,
+     {{'x', 4, {128, 14, 14, 16}}}},
+    {"conv2d/enc2_nhwc", "conv2d_nhwc", AE, s_conv2d_nhwc, {2, 1}, 2,
+     {{'x', 4, {128, 14, 14, 16}}, {'w', 4, {32, 16, 3, 3}}}},
     {"gather/embedding", "gather", "transformer", s_gather, {0, 0, 0, 0, 0, 10000}, 2,
      {{'l', 2, {128, 32}}, {'w', 2, {10000, 128}}}},
     /* the reduce family */
