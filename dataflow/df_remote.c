@@ -7,11 +7,16 @@
  * (pickle, msgpack, zmq_ops: a Python send_dataflow_zmq), by tensorpack's
  * decoders (df_tp_*.c); one that fails is counted, logged at most once a
  * second, and dropped; the stream goes on. */
+#define _GNU_SOURCE 1 /* struct ucred (SO_PEERCRED) */
 #include <czmq.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <netdb.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/clock.h>
@@ -33,6 +38,7 @@ void tp_remote_opts_init(tp_remote_opts_t *opts) {
     opts->bind = 1;
     opts->hwm = 50;
     opts->max_bytes = (size_t)1 << 30;
+    opts->unfit_grace_s = 10;
 }
 
 void tp_send_opts_init(tp_send_opts_t *opts) {
@@ -62,7 +68,7 @@ typedef struct {
     uint64_t unfit;       /* its datapoints dropped as not fitting */
 } s_sender_seen_t;
 
-#define MAX_EXPECT 16
+#define MAX_EXPECT TP_WIRE_COMPS_N
 
 /* How long a gone sender's entry stays to absorb its late reports. */
 #define S_TOMBSTONE_NS 30000000000ull
@@ -100,12 +106,12 @@ typedef struct {
     uint64_t bytes;
     tp_ratelog_t handshake_log;  /* failed handshakes, at most once a second */
     /* tp_df_remote_expect: what every datapoint must be */
-    tp_remote_expect_t expect[MAX_EXPECT];
-    char expect_names[MAX_EXPECT][32];
+    tp_wire_comp_t expect[MAX_EXPECT];
     int nexpect;
     uint64_t unfit;
-    uint64_t unfit_since;   /* since when every open connection sends only
-                               unfit datapoints (0: not so) */
+    uint64_t unfit_since;   /* since when no datapoint fitted, after one did
+                               not (0: the last one fitted, or none came) */
+    char last_unfit[400];   /* the last sender that did not fit, and why */
     tp_ratelog_t unfit_log;
     /* the job handshake: this run's id ("" for none), the connections of
      * refused senders (each named once in the log) and the messages of
@@ -117,9 +123,6 @@ typedef struct {
     uint64_t refused;
 } s_remote_t;
 
-/* How long every sender connected may send only unfit datapoints before
- * the stream ends: a fitting sender may still be starting. */
-#define S_UNFIT_GRACE_NS 10000000000ull
 
 int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
     char buf[512];
@@ -336,57 +339,61 @@ static uint64_t s_active(s_remote_t *r) {
 
 /* 0 when dp has the expected components; else -1 with the first mismatch
  * in why ("component 0 'image' is uint8[128,32,32], expected
- * uint8[64,28,28]"). */
+ * uint8[64,28,28]"): the same words a tp-worker reads at its end. */
 static int s_fits(const s_remote_t *r, const tp_datapoint_t *dp, char *why, size_t size) {
-    int n = tp_datapoint_size(dp);
-    if (n != r->nexpect) {
-        snprintf(why, size, "%d components, expected %d", n, r->nexpect);
-        return -1;
+    return tp_wire_comps_check(r->expect, r->nexpect, dp, why, size);
+}
+
+/* Where connection fd comes from, for a sender that does not report: its
+ * peer's address (tcp) or process (ipc), and the address it reached. */
+static void s_conn_where(int fd, char *out, size_t size) {
+    struct sockaddr_storage a, l;
+    socklen_t al = sizeof a, ll = sizeof l;
+    char peer[80] = "?", local[300] = "";
+    snprintf(out, size, "on connection %d", fd);
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &al) != 0 ||
+        getsockname(fd, (struct sockaddr *)&l, &ll) != 0)
+        return;
+    if (a.ss_family == AF_UNIX) {
+        struct ucred cr;
+        socklen_t cl = sizeof cr;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+            snprintf(peer, sizeof peer, "process %d", (int)cr.pid);
+        const struct sockaddr_un *u = (const struct sockaddr_un *)&l;
+        if (ll > offsetof(struct sockaddr_un, sun_path) && u->sun_path[0])
+            snprintf(local, sizeof local, " at ipc://%.200s", u->sun_path);
+    } else if (a.ss_family == AF_INET || a.ss_family == AF_INET6) {
+        char h[64], pt[16], lh[64], lp[16];
+        if (getnameinfo((struct sockaddr *)&a, al, h, sizeof h, pt, sizeof pt,
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+            snprintf(peer, sizeof peer, "%s:%s", h, pt);
+        if (getnameinfo((struct sockaddr *)&l, ll, lh, sizeof lh, lp, sizeof lp,
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+            snprintf(local, sizeof local, " at tcp://%s:%s", lh, lp);
     }
-    for (int i = 0; i < n; i++) {
-        const tp_tensor_t *x = tp_datapoint_cget(dp, i);
-        const tp_remote_expect_t *e = &r->expect[i];
-        int ok = x->dtype == e->dtype && x->ndim == e->ndim;
-        for (int k = 0; ok && k < e->ndim; k++)
-            ok = e->shape[k] < 0 || x->shape[k] == e->shape[k];
-        if (ok)
-            continue;
-        char got[128], want[128];
-        tp_tensor_describe(x, got, sizeof got);
-        int w = snprintf(want, sizeof want, "%s[", tp_dtype_name(e->dtype));
-        for (int k = 0; k < e->ndim && w > 0 && (size_t)w < sizeof want; k++)
-            w += e->shape[k] < 0
-                     ? snprintf(want + w, sizeof want - (size_t)w, "%s*", k ? "," : "")
-                     : snprintf(want + w, sizeof want - (size_t)w, "%s%lld", k ? "," : "",
-                                (long long)e->shape[k]);
-        if (w > 0 && (size_t)w < sizeof want)
-            snprintf(want + w, sizeof want - (size_t)w, "]");
-        snprintf(why, size, "component %d '%s' is %s, expected %s", i,
-                 e->name ? e->name : "?", got, want);
-        return -1;
-    }
-    return 0;
+    snprintf(out, size, "from %s%s", peer, local);
 }
 
 /* The name of the sender on connection fd: its report's ("tp-worker
  * 4121@vm"), or the connection's number for a sender that does not report
  * (tensorpack's). Counts an unfit datapoint of it when `unfit`. */
 static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t size) {
-    snprintf(out, size, "the sender on connection %d (no report: a tensorpack sender?)", fd);
+    char where[400];
+    s_conn_where(fd, where, sizeof where);
+    snprintf(out, size, "the sender %.200s (no report: a tensorpack sender?)", where);
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->nsenders; i++)
         if (!r->senders[i].gone && r->senders[i].fd == fd) {
             r->senders[i].unfit += (uint64_t)unfit;
-            snprintf(out, size, "%s (%llu dropped from it)", r->senders[i].row.name,
-                     (unsigned long long)r->senders[i].unfit);
+            snprintf(out, size, "%s %.200s (%llu dropped from it)", r->senders[i].row.name,
+                     where, (unsigned long long)r->senders[i].unfit);
             break;
         }
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Record whether connection fd's last datapoint fitted; 1 when every open
- * connection's last datapoint did not fit (no fitting sender is left). */
-static int s_mark_fit(s_remote_t *r, int fd, int fit) {
+/* Record whether connection fd's last datapoint fitted. */
+static void s_mark_fit(s_remote_t *r, int fd, int fit) {
     int k = 0;
     while (k < r->nconns && r->conn_fds[k] != fd)
         k++;
@@ -400,12 +407,26 @@ static int s_mark_fit(s_remote_t *r, int fd, int fit) {
         r->conn_fit[k] = fit ? 1 : 2;
     if (fit)
         r->unfit_since = 0;
-    if (fit || fd < 0 || k == r->nconns)
-        return 0;
-    for (k = 0; k < r->nconns; k++)
+    else if (!r->unfit_since)
+        r->unfit_since = tp_now_ns();
+}
+
+/* The error that ends the stream when no fitting sender is left: since a
+ * sender did not fit, nothing fitted for opts.unfit_grace_s, and every
+ * connection open sent only unfit datapoints (none that fitted, none that
+ * has yet to send: a fitting sender may still be starting), or none is
+ * open (the unfit senders ended). TP_OK to go on. */
+static tp_status_t s_unfit_end(s_remote_t *r, uint64_t now) {
+    double grace = r->opts.unfit_grace_s > 0 ? r->opts.unfit_grace_s : 10;
+    if (!r->unfit_since || (double)(now - r->unfit_since) * 1e-9 < grace)
+        return TP_OK;
+    for (int k = 0; k < r->nconns; k++)
         if (r->conn_fit[k] != 2)
-            return 0;
-    return r->nconns > 0;
+            return TP_OK;
+    return tp_error(TP_ERR_SHAPE, "remote: no sender left sends datapoints that fit "
+                    "(for %.0f s; %llu dropped, %d sender%s connected): the last, %s",
+                    (double)(now - r->unfit_since) * 1e-9, (unsigned long long)r->unfit,
+                    r->nconns, r->nconns == 1 ? "" : "s", r->last_unfit);
 }
 
 /* A message (in r->msg) from a sender of another job (its connection's
@@ -451,27 +472,37 @@ static void s_refuse(s_remote_t *r, const char *theirs) {
 
 /* A decoded datapoint that does not fit tp_df_remote_expect: dropped and
  * counted; TP_OK to go on receiving, or the error that ends the stream
- * when no fitting sender is left: every open connection's last datapoint
- * did not fit, for S_UNFIT_GRACE_NS. */
+ * (s_unfit_end). */
 static tp_status_t s_drop_unfit(s_remote_t *r, tp_datapoint_t **dp, int fd, const char *why) {
     tp_datapoint_destroy(dp);
     r->unfit++;
-    char who[160];
+    char who[300];
     s_sender_name(r, fd, 1, who, sizeof who);
-    uint64_t now = tp_now_ns();
-    if (!s_mark_fit(r, fd, 0))
-        r->unfit_since = 0;
-    else if (!r->unfit_since)
-        r->unfit_since = now;
-    else if (now - r->unfit_since >= S_UNFIT_GRACE_NS)
-        return tp_error(TP_ERR_SHAPE, "remote: no sender left sends datapoints that fit "
-                        "(for %.0f s; %llu dropped): the last, from %s: %s",
-                        (double)(now - r->unfit_since) * 1e-9,
-                        (unsigned long long)r->unfit, who, why);
+    snprintf(r->last_unfit, sizeof r->last_unfit, "from %.200s: %.190s", who, why);
+    s_mark_fit(r, fd, 0);
+    TP_TRY(s_unfit_end(r, tp_now_ns()));
     if (tp_ratelog_ok(&r->unfit_log))
         TP_WARN("remote: dropped a datapoint from %s that does not fit: %s (%llu dropped "
                 "so far)", who, why, (unsigned long long)r->unfit);
     return TP_OK;
+}
+
+/* A sender's TP_CTL_ERROR (text: why it ends): a tp-worker that read this
+ * receiver's components in the handshake and found that its datapoints do
+ * not fit says so before it goes. Logged naming it (the text is the
+ * peer's: only its printable bytes, cut); its connection counts as unfit. */
+static void s_sender_ended(s_remote_t *r, int fd, const char *text, size_t len) {
+    char why[300], who[300];
+    size_t n = 0;
+    for (size_t i = 0; i < len && n < sizeof why - 1; i++)
+        why[n++] = (unsigned char)text[i] >= 0x20 && (unsigned char)text[i] < 0x7f ? text[i]
+                                                                                   : '?';
+    why[n] = '\0';
+    s_sender_name(r, fd, 0, who, sizeof who);
+    snprintf(r->last_unfit, sizeof r->last_unfit, "%.200s, ended: %.190s", who, why);
+    if (r->nexpect)
+        s_mark_fit(r, fd, 0);
+    TP_WARN("remote: %s ends: its datapoints do not fit this run: %s", who, why);
 }
 
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
@@ -502,6 +533,11 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     }
     if (r->job[0])  /* before any bind or connect: every connection carries it */
         TP_TRY(tp_wire_set_job(r->pull, r->job));
+    if (r->nexpect > 0) {  /* the component handshake: what this receiver takes */
+        char comps[TP_WIRE_COMPS_MAX];
+        if (tp_wire_comps_format(r->expect, r->nexpect, comps, sizeof comps) > 0)
+            TP_TRY(tp_wire_set_comps(r->pull, comps));
+    }
     int hwm = r->opts.hwm, zero = 0, timeo = 100;
     zmq_setsockopt(r->pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(r->pull, ZMQ_LINGER, &zero, sizeof zero);
@@ -574,6 +610,9 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                      * before this connection's data */
                     s_drain_monitor(r);
                     s_take_sender_report(r, text, tl, tp_wire_msg_frame_srcfd(r->msg, 0));
+                } else if (kind == TP_CTL_ERROR) {
+                    s_drain_monitor(r);
+                    s_sender_ended(r, tp_wire_msg_frame_srcfd(r->msg, 0), text, tl);
                 }
                 tp_wire_msg_clear(r->msg);  /* padding or end of a sender */
                 s_active(r);
@@ -636,7 +675,9 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         }
         if (rc != TP_ERR_TIMEOUT)
             return tp_error_wrap(rc, "remote: receive");
-        s_active(r);  /* waited 100 ms for anything */
+        uint64_t now = s_active(r);  /* waited 100 ms for anything */
+        if (r->nexpect)  /* the unfit senders may have ended: none left? */
+            TP_TRY(s_unfit_end(r, now));
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "remote: interrupted by signal %d",
                             tp_signal_pending());
@@ -771,12 +812,17 @@ tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *com
         if (comps[i].ndim < 0 || comps[i].ndim > TP_MAX_DIMS)
             return tp_error(TP_ERR_INVALID, "remote expect: component %d has %d dims", i,
                             comps[i].ndim);
-        r->expect[i] = comps[i];
-        snprintf(r->expect_names[i], sizeof r->expect_names[i], "%s",
-                 comps[i].name ? comps[i].name : "");
-        r->expect[i].name = r->expect_names[i];
+        tp_wire_comp_t *e = &r->expect[i];
+        memset(e, 0, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", comps[i].name ? comps[i].name : "");
+        e->dtype = comps[i].dtype;
+        e->ndim = comps[i].ndim;
+        memcpy(e->shape, comps[i].shape, sizeof e->shape);
     }
     r->nexpect = n;
+    if (r->pull && n > 0)  /* its connections' properties were fixed at bind */
+        TP_DEBUG("remote expect: after reset_state the handshake does not carry the "
+                 "components; every datapoint is still checked");
     return TP_OK;
 }
 
@@ -904,6 +950,11 @@ typedef struct {
     const char *job;  /* the job handshake: this sender's id, or NULL */
     const tp_curve_t *curve_keys;  /* its CURVE keys (a client's), or NULL */
     int job_refused;  /* a receiver of another job ended it */
+    /* the component handshake: what the receiver last probed takes
+     * (nwant 0: it said nothing; every datapoint goes) */
+    tp_wire_comp_t want[TP_WIRE_COMPS_N];
+    int nwant;
+    char want_text[TP_WIRE_COMPS_MAX];
     double peer_gone_s;
     uint64_t none_since, mon_ns;
     tp_status_t failed;
@@ -970,36 +1021,62 @@ static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
                    "towerpack receiver";
 }
 
-/* The job handshake on a connection just made: the receiver's id, read
- * with a probe of its own (a PUSH socket never sees the receiver's
- * properties; with CURVE, the handshake made with this run's client
- * keys), must be this sender's. A receiver of another job, say one
- * started on the port after this worker's trainer ended, ends the sender
- * (s->failed). Only a connecting sender can ask: a bound one is refused
- * by the receiver alone. */
-static void s_sender_check_job(s_sender_t *s) {
-    if (!s->job || !s->connecting || s->failed < 0)
+/* The handshake on a connection just made: the receiver's properties,
+ * read with a probe of its own (a PUSH socket never sees them; with CURVE,
+ * the handshake made with this run's client keys). Its job id must be this
+ * sender's: a receiver of another job, say one started on the port after
+ * this worker's trainer ended, ends the sender (s->failed). Its components
+ * (a trainer's model inputs) are kept: the send loop checks every
+ * datapoint against them. Only a connecting sender can ask: a bound one is
+ * refused or dropped by the receiver alone. */
+static void s_sender_check_peer(s_sender_t *s) {
+    if (!s->connecting || s->failed < 0)
         return;
-    char theirs[TP_WIRE_JOB_MAX];
+    tp_wire_peer_t peer;
     uint8_t keys[96];
     tp_status_t st;
     if (!s->curve) {
-        st = tp_wire_probe_job(s->endpoint, 2000, theirs, sizeof theirs);
+        st = tp_wire_probe_peer(s->endpoint, 2000, NULL, &peer);
     } else {
         if ((st = tp_curve_client_keys(s->curve_keys, keys)) == TP_OK)
-            st = tp_wire_probe_job_curve(s->endpoint, 2000, keys, theirs, sizeof theirs);
+            st = tp_wire_probe_peer(s->endpoint, 2000, keys, &peer);
         memset(keys, 0, sizeof keys);
     }
     if (st < 0) {  /* the data connection is up: a probe that failed proves nothing */
         TP_DEBUG("send: %s", tp_last_error());
         return;
     }
-    if (!theirs[0] || !strcmp(theirs, s->job))
+    int n = peer.comps[0] ? tp_wire_comps_parse(peer.comps, s->want, TP_WIRE_COMPS_N) : 0;
+    s->nwant = n > 0 ? n : 0;
+    snprintf(s->want_text, sizeof s->want_text, "%s", n > 0 ? peer.comps : "");
+    if (s->nwant)
+        TP_DEBUG("send: the receiver at %s takes %s", s->endpoint, s->want_text);
+    if (!s->job || !peer.job[0] || !strcmp(peer.job, s->job))
         return;  /* this job's receiver, or one that checks nothing */
     s->job_refused = 1;
     s->failed = tp_error(TP_ERR_PEER, "send: refused by the receiver at %s: it is job '%s', "
                          "this sender was started for job '%s' (a worker of another job, "
-                         "or one left from an earlier run)", s->endpoint, theirs, s->job);
+                         "or one left from an earlier run)", s->endpoint, peer.job, s->job);
+}
+
+/* A datapoint about to go: TP_OK when the receiver takes it (or said
+ * nothing of what it takes); else TP_ERR_SHAPE naming the receiver, the
+ * component, what it takes and what this sender has, after telling the
+ * receiver why this sender ends (a TP_CTL_ERROR frame after the datapoints
+ * already queued, so that its log names this sender too). */
+static tp_status_t s_sender_check_fit(s_sender_t *s, void *sock, const tp_datapoint_t *dp) {
+    char why[400];
+    if (!s->nwant || tp_wire_comps_check(s->want, s->nwant, dp, why, sizeof why) == 0)
+        return TP_OK;
+    /* the frame waits (counted blocked) behind the queue, at most a second */
+    for (uint64_t t0 = tp_now_ns(); tp_ctl_send(sock, TP_CTL_ERROR, 0, why, ZMQ_DONTWAIT) < 0 &&
+                                    zmq_errno() == EAGAIN && tp_now_ns() - t0 < 1000000000ull;) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
+        zmq_poll(&it, 1, 50);
+    }
+    return tp_error(TP_ERR_SHAPE, "send: the receiver at %s does not take this sender's "
+                    "datapoints: %s (it takes %s: its model's inputs; this sender's "
+                    "dataflow must make those)", s->endpoint, why, s->want_text);
 }
 
 /* The socket's connection events, never waited for: the count of connected
@@ -1029,7 +1106,7 @@ static void s_sender_events(s_sender_t *s) {
                 TP_INFO("send: connected to a receiver at %s", s->endpoint);
             s->ever = 1;
             s->reported_ns = 0;  /* a new receiver hears who this is soon */
-            s_sender_check_job(s);
+            s_sender_check_peer(s);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
@@ -1238,6 +1315,13 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         if (rc < 0)
             break;
         in_pass++;
+        /* the component handshake: a datapoint the receiver does not take
+         * ends this sender now, naming both sides (tensorpack's formats
+         * are converted there: not checked here) */
+        if (!o.tpk_format && (rc = s_sender_check_fit(&s, sock, dp)) < 0) {
+            tp_datapoint_destroy(&dp);
+            break;
+        }
         if (o.tpk_format) {
             void *buf = NULL;
             size_t len = 0;
