@@ -344,13 +344,13 @@ static int s_fits(const s_remote_t *r, const tp_datapoint_t *dp, char *why, size
     return tp_wire_comps_check(r->expect, r->nexpect, dp, why, size);
 }
 
-/* Where connection fd comes from, for a sender that does not report: its
- * peer's address (tcp) or process (ipc), and the address it reached. */
-static void s_conn_where(int fd, char *out, size_t size) {
+/* Where connection fd comes from: its peer's address (tcp) or process
+ * (ipc) into peer, and the address it reached into local ("" each when
+ * unknown: a connection already closed). */
+static void s_conn_where(int fd, char *peer, size_t psize, char *local, size_t lsize) {
     struct sockaddr_storage a, l;
     socklen_t al = sizeof a, ll = sizeof l;
-    char peer[80] = "?", local[300] = "";
-    snprintf(out, size, "on connection %d", fd);
+    peer[0] = local[0] = '\0';
     if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &al) != 0 ||
         getsockname(fd, (struct sockaddr *)&l, &ll) != 0)
         return;
@@ -358,37 +358,51 @@ static void s_conn_where(int fd, char *out, size_t size) {
         struct ucred cr;
         socklen_t cl = sizeof cr;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
-            snprintf(peer, sizeof peer, "process %d", (int)cr.pid);
+            snprintf(peer, psize, "process %d", (int)cr.pid);
         const struct sockaddr_un *u = (const struct sockaddr_un *)&l;
         if (ll > offsetof(struct sockaddr_un, sun_path) && u->sun_path[0])
-            snprintf(local, sizeof local, " at ipc://%.200s", u->sun_path);
+            snprintf(local, lsize, "ipc://%.200s", u->sun_path);
     } else if (a.ss_family == AF_INET || a.ss_family == AF_INET6) {
         char h[64], pt[16], lh[64], lp[16];
         if (getnameinfo((struct sockaddr *)&a, al, h, sizeof h, pt, sizeof pt,
                         NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-            snprintf(peer, sizeof peer, "%s:%s", h, pt);
+            snprintf(peer, psize, "%s:%s", h, pt);
         if (getnameinfo((struct sockaddr *)&l, ll, lh, sizeof lh, lp, sizeof lp,
                         NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-            snprintf(local, sizeof local, " at tcp://%s:%s", lh, lp);
+            snprintf(local, lsize, "tcp://%s:%s", lh, lp);
     }
-    snprintf(out, size, "from %s%s", peer, local);
 }
 
 /* The name of the sender on connection fd: its report's ("tp-worker
  * 4121@vm"), or the connection's number for a sender that does not report
  * (tensorpack's). Counts an unfit datapoint of it when `unfit`. */
 static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t size) {
-    char where[400];
-    s_conn_where(fd, where, sizeof where);
-    snprintf(out, size, "the sender %.200s (no report: a tensorpack sender?)", where);
+    char peer[96], local[256];
+    s_conn_where(fd, peer, sizeof peer, local, sizeof local);
+    if (!local[0])
+        snprintf(local, sizeof local, "%.200s", r->endpoints[0]);
+    snprintf(out, size, "the sender %s%s at %s (no report: a tensorpack sender?)",
+             peer[0] ? "from " : "", peer[0] ? peer : "on a closed connection", local);
     pthread_mutex_lock(&r->mu);
+    /* the live sender on fd; else the last one gone from it (its messages
+     * still queued when its close was read) */
+    int k = -1;
     for (int i = 0; i < r->nsenders; i++)
-        if (!r->senders[i].gone && r->senders[i].fd == fd) {
-            r->senders[i].unfit += (uint64_t)unfit;
-            snprintf(out, size, "%s %.200s (%llu dropped from it)", r->senders[i].row.name,
-                     where, (unsigned long long)r->senders[i].unfit);
-            break;
-        }
+        if (r->senders[i].fd == fd &&
+            (k < 0 || (r->senders[k].gone && (!r->senders[i].gone ||
+                                              r->senders[i].gone_ns > r->senders[k].gone_ns))))
+            k = i;
+    if (k >= 0) {
+        s_sender_seen_t *e = &r->senders[k];
+        e->unfit += (uint64_t)unfit;
+        /* its pid is in its name: the peer's address only for tcp */
+        char dropped[48] = "";
+        if (e->unfit)
+            snprintf(dropped, sizeof dropped, " (%llu dropped from it)",
+                     (unsigned long long)e->unfit);
+        snprintf(out, size, "%s%s%s%s at %s%s", e->row.name, strchr(peer, ':') ? " (" : "",
+                 strchr(peer, ':') ? peer : "", strchr(peer, ':') ? ")" : "", local, dropped);
+    }
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -1138,6 +1152,28 @@ static tp_status_t s_sender_check(s_sender_t *s) {
     return TP_OK;
 }
 
+/* A connecting sender's first datapoint waits (counted as blocked) for the
+ * first handshake with its receiver: its probe says what the receiver
+ * takes, so that no datapoint it does not take goes. TP_OK once connected;
+ * the failed handshake, or TP_ERR_INTERRUPTED on a signal. */
+static tp_status_t s_sender_await_receiver(s_sender_t *s) {
+    for (;;) {
+        s_sender_events(s);
+        if (s->failed < 0)
+            return s->failed;
+        if (s->ever || !s->mon)
+            return TP_OK;
+        if (tp_signal_pending())
+            return tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
+                            tp_signal_pending());
+        uint64_t b0 = tp_now_ns();
+        zmq_pollitem_t it = {s->mon, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, 100);
+        s->blocked += tp_now_ns() - b0;
+        s_sender_publish(s, 0);
+    }
+}
+
 /* Send msg, waiting (counted as blocked) while the peer is full; publishes
  * and looks for signals while it waits. */
 static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock) {
@@ -1318,6 +1354,11 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         /* the component handshake: a datapoint the receiver does not take
          * ends this sender now, naming both sides (tensorpack's formats
          * are converted there: not checked here) */
+        if (s.connecting && !s.ever && strncmp(endpoint, "inproc://", 9) &&
+            (rc = s_sender_await_receiver(&s)) < 0) {
+            tp_datapoint_destroy(&dp);
+            break;
+        }
         if (!o.tpk_format && (rc = s_sender_check_fit(&s, sock, dp)) < 0) {
             tp_datapoint_destroy(&dp);
             break;
