@@ -66,6 +66,9 @@ typedef struct {
                              reports still queued do not bring it back */
     uint64_t gone_ns;
     uint64_t unfit;       /* its datapoints dropped as not fitting */
+    char peer[96];        /* its address (tcp) or process (ipc), and the */
+    char local[256];      /* address it reached: read while its connection
+                             is open, for messages after it closed */
 } s_sender_seen_t;
 
 #define MAX_EXPECT TP_WIRE_COMPS_N
@@ -111,7 +114,7 @@ typedef struct {
     uint64_t unfit;
     uint64_t unfit_since;   /* since when no datapoint fitted, after one did
                                not (0: the last one fitted, or none came) */
-    char last_unfit[400];   /* the last sender that did not fit, and why */
+    char last_unfit[512];   /* the last sender that did not fit, and why */
     tp_ratelog_t unfit_log;
     /* the job handshake: this run's id ("" for none), the connections of
      * refused senders (each named once in the log) and the messages of
@@ -185,6 +188,35 @@ int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
     return 0;
 }
 
+/* Where connection fd comes from: its peer's address (tcp) or process
+ * (ipc) into peer, and the address it reached into local ("" each when
+ * unknown: a connection already closed). */
+static void s_conn_where(int fd, char *peer, size_t psize, char *local, size_t lsize) {
+    struct sockaddr_storage a, l;
+    socklen_t al = sizeof a, ll = sizeof l;
+    peer[0] = local[0] = '\0';
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &al) != 0 ||
+        getsockname(fd, (struct sockaddr *)&l, &ll) != 0)
+        return;
+    if (a.ss_family == AF_UNIX) {
+        struct ucred cr;
+        socklen_t cl = sizeof cr;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+            snprintf(peer, psize, "process %d", (int)cr.pid);
+        const struct sockaddr_un *u = (const struct sockaddr_un *)&l;
+        if (ll > offsetof(struct sockaddr_un, sun_path) && u->sun_path[0])
+            snprintf(local, lsize, "ipc://%.200s", u->sun_path);
+    } else if (a.ss_family == AF_INET || a.ss_family == AF_INET6) {
+        char h[64], pt[16], lh[64], lp[16];
+        if (getnameinfo((struct sockaddr *)&a, al, h, sizeof h, pt, sizeof pt,
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+            snprintf(peer, psize, "%s:%s", h, pt);
+        if (getnameinfo((struct sockaddr *)&l, ll, lh, sizeof lh, lp, sizeof lp,
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+            snprintf(local, lsize, "tcp://%s:%s", lh, lp);
+    }
+}
+
 /* One report (text of a TP_CTL_REPORT frame): into the senders' table,
  * replacing the same sender's last, or dropped when malformed (the data
  * socket may carry anything: every field is checked). */
@@ -192,6 +224,8 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
     tp_stats_row_t row;
     if (df_remote_report_parse(text, len, &row) < 0)
         return;
+    char peer[96], local[256];
+    s_conn_where(fd, peer, sizeof peer, local, sizeof local);
     uint64_t now = tp_now_ns();
     pthread_mutex_lock(&r->mu);
     int k = 0;
@@ -223,6 +257,10 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
         r->senders[k].seen_ns = now;
         r->senders[k].fd = fd;
         r->senders[k].gone = 0;
+        if (peer[0])
+            snprintf(r->senders[k].peer, sizeof r->senders[k].peer, "%s", peer);
+        if (local[0])
+            snprintf(r->senders[k].local, sizeof r->senders[k].local, "%s", local);
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -344,35 +382,6 @@ static int s_fits(const s_remote_t *r, const tp_datapoint_t *dp, char *why, size
     return tp_wire_comps_check(r->expect, r->nexpect, dp, why, size);
 }
 
-/* Where connection fd comes from: its peer's address (tcp) or process
- * (ipc) into peer, and the address it reached into local ("" each when
- * unknown: a connection already closed). */
-static void s_conn_where(int fd, char *peer, size_t psize, char *local, size_t lsize) {
-    struct sockaddr_storage a, l;
-    socklen_t al = sizeof a, ll = sizeof l;
-    peer[0] = local[0] = '\0';
-    if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &al) != 0 ||
-        getsockname(fd, (struct sockaddr *)&l, &ll) != 0)
-        return;
-    if (a.ss_family == AF_UNIX) {
-        struct ucred cr;
-        socklen_t cl = sizeof cr;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
-            snprintf(peer, psize, "process %d", (int)cr.pid);
-        const struct sockaddr_un *u = (const struct sockaddr_un *)&l;
-        if (ll > offsetof(struct sockaddr_un, sun_path) && u->sun_path[0])
-            snprintf(local, lsize, "ipc://%.200s", u->sun_path);
-    } else if (a.ss_family == AF_INET || a.ss_family == AF_INET6) {
-        char h[64], pt[16], lh[64], lp[16];
-        if (getnameinfo((struct sockaddr *)&a, al, h, sizeof h, pt, sizeof pt,
-                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-            snprintf(peer, psize, "%s:%s", h, pt);
-        if (getnameinfo((struct sockaddr *)&l, ll, lh, sizeof lh, lp, sizeof lp,
-                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-            snprintf(local, lsize, "tcp://%s:%s", lh, lp);
-    }
-}
-
 /* The name of the sender on connection fd: its report's ("tp-worker
  * 4121@vm"), or the connection's number for a sender that does not report
  * (tensorpack's). Counts an unfit datapoint of it when `unfit`. */
@@ -381,7 +390,7 @@ static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t si
     s_conn_where(fd, peer, sizeof peer, local, sizeof local);
     if (!local[0])
         snprintf(local, sizeof local, "%.200s", r->endpoints[0]);
-    snprintf(out, size, "the sender %s%s at %s (no report: a tensorpack sender?)",
+    snprintf(out, size, "the sender %s%.90s at %.200s (no report: a tensorpack sender?)",
              peer[0] ? "from " : "", peer[0] ? peer : "on a closed connection", local);
     pthread_mutex_lock(&r->mu);
     /* the live sender on fd; else the last one gone from it (its messages
@@ -395,12 +404,16 @@ static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t si
     if (k >= 0) {
         s_sender_seen_t *e = &r->senders[k];
         e->unfit += (uint64_t)unfit;
+        if (!peer[0])  /* its connection closed: where it was */
+            snprintf(peer, sizeof peer, "%s", e->peer);
+        if (e->local[0])
+            snprintf(local, sizeof local, "%s", e->local);
         /* its pid is in its name: the peer's address only for tcp */
         char dropped[48] = "";
         if (e->unfit)
             snprintf(dropped, sizeof dropped, " (%llu dropped from it)",
                      (unsigned long long)e->unfit);
-        snprintf(out, size, "%s%s%s%s at %s%s", e->row.name, strchr(peer, ':') ? " (" : "",
+        snprintf(out, size, "%s%s%.90s%s at %.200s%s", e->row.name, strchr(peer, ':') ? " (" : "",
                  strchr(peer, ':') ? peer : "", strchr(peer, ':') ? ")" : "", local, dropped);
     }
     pthread_mutex_unlock(&r->mu);
@@ -490,9 +503,9 @@ static void s_refuse(s_remote_t *r, const char *theirs) {
 static tp_status_t s_drop_unfit(s_remote_t *r, tp_datapoint_t **dp, int fd, const char *why) {
     tp_datapoint_destroy(dp);
     r->unfit++;
-    char who[300];
+    char who[512];
     s_sender_name(r, fd, 1, who, sizeof who);
-    snprintf(r->last_unfit, sizeof r->last_unfit, "from %.200s: %.190s", who, why);
+    snprintf(r->last_unfit, sizeof r->last_unfit, "from %.250s: %.240s", who, why);
     s_mark_fit(r, fd, 0);
     TP_TRY(s_unfit_end(r, tp_now_ns()));
     if (tp_ratelog_ok(&r->unfit_log))
@@ -506,14 +519,14 @@ static tp_status_t s_drop_unfit(s_remote_t *r, tp_datapoint_t **dp, int fd, cons
  * not fit says so before it goes. Logged naming it (the text is the
  * peer's: only its printable bytes, cut); its connection counts as unfit. */
 static void s_sender_ended(s_remote_t *r, int fd, const char *text, size_t len) {
-    char why[300], who[300];
+    char why[300], who[512];
     size_t n = 0;
     for (size_t i = 0; i < len && n < sizeof why - 1; i++)
         why[n++] = (unsigned char)text[i] >= 0x20 && (unsigned char)text[i] < 0x7f ? text[i]
                                                                                    : '?';
     why[n] = '\0';
     s_sender_name(r, fd, 0, who, sizeof who);
-    snprintf(r->last_unfit, sizeof r->last_unfit, "%.200s, ended: %.190s", who, why);
+    snprintf(r->last_unfit, sizeof r->last_unfit, "%.250s, ended: %.240s", who, why);
     if (r->nexpect)
         s_mark_fit(r, fd, 0);
     TP_WARN("remote: %s ends: its datapoints do not fit this run: %s", who, why);
