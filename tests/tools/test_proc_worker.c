@@ -329,6 +329,52 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
               pst, buf);
 }
 
+/* The component handshake in the Python sender: tp_send.py of batch 32
+ * against a receiver that takes batches of 64 ends (exit 1) before sending
+ * any, naming both sides, and the receiver's log names it. */
+Test(proc_worker, a_python_sender_of_another_batch_ends_naming_both_sides) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char ep[128], pyout[128], log[128], buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/pycomps.sock", s_dir);
+    snprintf(pyout, sizeof pyout, "%s/pycomps.txt", s_dir);
+    snprintf(log, sizeof log, "%s/pycomps.log", s_dir);
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 30;
+    ro.unfit_grace_s = 1;
+    tp_dataflow_t *r = tp_df_remote(ep, &ro);
+    tp_remote_expect_t want[2] = {{"image", TP_UINT8, 3, {64, 28, 28}},
+                                  {"label", TP_INT32, 1, {64}}};
+    cr_assert_eq(tp_df_remote_expect(r, want, 2), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(r, 0, 0), TP_OK, "%s", tp_last_error());
+    char *pargv[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
+                     "--connect", ep, "--batch", "32", NULL};
+    pu_spawn_opts_t po = {.out = pyout};
+    int py = pu_spawn(pargv, &po);
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = tp_dataflow_next(r, &dp);
+    int pst = pu_waitpid(py, 20000);
+    uint64_t unfit = tp_df_remote_unfit(r);
+    tp_dataflow_destroy(&r);
+    tp_log_set_file(NULL);
+    const char *why = "component 0 'image' is uint8[32,28,28], expected uint8[64,28,28]";
+    slurp(pyout, buf, sizeof buf);
+    cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1 && strstr(buf, why) &&
+                  strstr(buf, "does not take this sender's datapoints"),
+              "tp_send.py (status %d):\n%s", pst, buf);
+    cr_assert_eq(rc, TP_ERR_SHAPE, "%d %s", rc, tp_last_error());
+    cr_assert_eq(unfit, 0, "the sender sent %llu batches that do not fit",
+                 (unsigned long long)unfit);
+    slurp(log, buf, sizeof buf);
+    char who[64];
+    snprintf(who, sizeof who, "tp_send.py %d@", py);
+    cr_assert(strstr(buf, who) && strstr(buf, why), "the receiver's log (%s):\n%s", who, buf);
+}
+
 /* Issue 47, the component handshake: a tp-worker whose datapoints do not
  * fit what the receiver takes (its components, given by the trainer's
  * model and carried in the handshake) ends at once (exit 1) naming the
