@@ -7,16 +7,11 @@
  * (pickle, msgpack, zmq_ops: a Python send_dataflow_zmq), by tensorpack's
  * decoders (df_tp_*.c); one that fails is counted, logged at most once a
  * second, and dropped; the stream goes on. */
-#define _GNU_SOURCE 1 /* struct ucred (SO_PEERCRED) */
 #include <czmq.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <netdb.h>
-#include <stddef.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/clock.h>
@@ -66,9 +61,7 @@ typedef struct {
                              reports still queued do not bring it back */
     uint64_t gone_ns;
     uint64_t unfit;       /* its datapoints dropped as not fitting */
-    char peer[96];        /* its address (tcp) or process (ipc), and the */
-    char local[256];      /* address it reached: read while its connection
-                             is open, for messages after it closed */
+    char peer[96];        /* its address (tcp) or process (ipc) */
 } s_sender_seen_t;
 
 #define MAX_EXPECT TP_WIRE_COMPS_N
@@ -115,6 +108,8 @@ typedef struct {
     uint64_t unfit_since;   /* since when no datapoint fitted, after one did
                                not (0: the last one fitted, or none came) */
     char last_unfit[512];   /* the last sender that did not fit, and why */
+    char peer[96];          /* the last message's sender's address (s_msg_peer),
+                               read when there are components to check */
     tp_ratelog_t unfit_log;
     /* the job handshake: this run's id ("" for none), the connections of
      * refused senders (each named once in the log) and the messages of
@@ -188,33 +183,20 @@ int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
     return 0;
 }
 
-/* Where connection fd comes from: its peer's address (tcp) or process
- * (ipc) into peer, and the address it reached into local ("" each when
- * unknown: a connection already closed). */
-static void s_conn_where(int fd, char *peer, size_t psize, char *local, size_t lsize) {
-    struct sockaddr_storage a, l;
-    socklen_t al = sizeof a, ll = sizeof l;
-    peer[0] = local[0] = '\0';
-    if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &al) != 0 ||
-        getsockname(fd, (struct sockaddr *)&l, &ll) != 0)
+/* Where the sender of the message in msg is, for messages: its IP
+ * address (tcp) or "process PID" (ipc), from the connection's properties
+ * as libzmq read them at connect (right after a close too, and never a
+ * later connection's: file descriptors are reused); "" when unknown. */
+static void s_msg_peer(tp_wire_msg_t *msg, char *out, size_t size) {
+    const char *pa = tp_wire_msg_frames(msg) > 0 ? tp_wire_msg_frame_peer(msg, 0) : NULL;
+    out[0] = '\0';
+    if (!pa || !*pa)
         return;
-    if (a.ss_family == AF_UNIX) {
-        struct ucred cr;
-        socklen_t cl = sizeof cr;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
-            snprintf(peer, psize, "process %d", (int)cr.pid);
-        const struct sockaddr_un *u = (const struct sockaddr_un *)&l;
-        if (ll > offsetof(struct sockaddr_un, sun_path) && u->sun_path[0])
-            snprintf(local, lsize, "ipc://%.200s", u->sun_path);
-    } else if (a.ss_family == AF_INET || a.ss_family == AF_INET6) {
-        char h[64], pt[16], lh[64], lp[16];
-        if (getnameinfo((struct sockaddr *)&a, al, h, sizeof h, pt, sizeof pt,
-                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-            snprintf(peer, psize, "%s:%s", h, pt);
-        if (getnameinfo((struct sockaddr *)&l, ll, lh, sizeof lh, lp, sizeof lp,
-                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-            snprintf(local, lsize, "tcp://%s:%s", lh, lp);
-    }
+    const char *colon = strchr(pa, ':'), *last = strrchr(pa, ':');
+    if (colon && colon != last && strspn(last + 1, "0123456789") == strlen(last + 1))
+        snprintf(out, size, "process %.20s", last + 1);  /* ipc: HOST:UID:GID:PID */
+    else
+        snprintf(out, size, "%.60s", pa);
 }
 
 /* One report (text of a TP_CTL_REPORT frame): into the senders' table,
@@ -224,8 +206,6 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
     tp_stats_row_t row;
     if (df_remote_report_parse(text, len, &row) < 0)
         return;
-    char peer[96], local[256];
-    s_conn_where(fd, peer, sizeof peer, local, sizeof local);
     uint64_t now = tp_now_ns();
     pthread_mutex_lock(&r->mu);
     int k = 0;
@@ -257,10 +237,8 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
         r->senders[k].seen_ns = now;
         r->senders[k].fd = fd;
         r->senders[k].gone = 0;
-        if (peer[0])
-            snprintf(r->senders[k].peer, sizeof r->senders[k].peer, "%s", peer);
-        if (local[0])
-            snprintf(r->senders[k].local, sizeof r->senders[k].local, "%s", local);
+        if (r->peer[0])  /* the report's own connection (s_remote_next) */
+            snprintf(r->senders[k].peer, sizeof r->senders[k].peer, "%s", r->peer);
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -386,12 +364,15 @@ static int s_fits(const s_remote_t *r, const tp_datapoint_t *dp, char *why, size
  * 4121@vm"), or the connection's number for a sender that does not report
  * (tensorpack's). Counts an unfit datapoint of it when `unfit`. */
 static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t size) {
-    char peer[96], local[256];
-    s_conn_where(fd, peer, sizeof peer, local, sizeof local);
-    if (!local[0])
-        snprintf(local, sizeof local, "%.200s", r->endpoints[0]);
-    snprintf(out, size, "the sender %s%.90s at %.200s (no report: a tensorpack sender?)",
-             peer[0] ? "from " : "", peer[0] ? peer : "on a closed connection", local);
+    /* the endpoint: under MPI it names the rank ({5550+rank}) */
+    char at[256];
+    snprintf(at, sizeof at, "%.200s%s", r->endpoints[0], r->nendpoints > 1 ? ", ..." : "");
+    if (r->peer[0])
+        snprintf(out, size, "the sender from %.90s at %s (no report: a tensorpack sender?)",
+                 r->peer, at);
+    else
+        snprintf(out, size, "the sender on connection %d at %s (no report: a tensorpack "
+                 "sender?)", fd, at);
     pthread_mutex_lock(&r->mu);
     /* the live sender on fd; else the last one gone from it (its messages
      * still queued when its close was read) */
@@ -404,17 +385,15 @@ static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t si
     if (k >= 0) {
         s_sender_seen_t *e = &r->senders[k];
         e->unfit += (uint64_t)unfit;
-        if (!peer[0])  /* its connection closed: where it was */
-            snprintf(peer, sizeof peer, "%s", e->peer);
-        if (e->local[0])
-            snprintf(local, sizeof local, "%s", e->local);
-        /* its pid is in its name: the peer's address only for tcp */
+        const char *peer = r->peer[0] ? r->peer : e->peer;
         char dropped[48] = "";
         if (e->unfit)
             snprintf(dropped, sizeof dropped, " (%llu dropped from it)",
                      (unsigned long long)e->unfit);
-        snprintf(out, size, "%s%s%.90s%s at %.200s%s", e->row.name, strchr(peer, ':') ? " (" : "",
-                 strchr(peer, ':') ? peer : "", strchr(peer, ':') ? ")" : "", local, dropped);
+        /* its pid is in its name: the peer's address only for tcp */
+        int tcp = peer[0] && strncmp(peer, "process ", 8) != 0;
+        snprintf(out, size, "%s%s%.90s%s at %s%s", e->row.name, tcp ? " (" : "",
+                 tcp ? peer : "", tcp ? ")" : "", at, dropped);
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -621,8 +600,11 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                 continue;
             }
         }
-        /* the connection it came on, for the checks of tp_df_remote_expect */
+        /* the connection it came on and its sender's address, for the
+         * checks of tp_df_remote_expect (a map look-up in libzmq: only then) */
         int fd = rc == TP_OK && r->nexpect ? tp_wire_msg_frame_srcfd(r->msg, 0) : -1;
+        if (fd >= 0)
+            s_msg_peer(r->msg, r->peer, sizeof r->peer);
         if (rc == TP_OK && tp_wire_msg_frames(r->msg) == 1) {
             int kind;
             uint32_t sender;
@@ -631,6 +613,8 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
             if (tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0),
                              tp_wire_msg_frame_size(r->msg, 0), &kind, &sender,
                              &text, &tl)) {
+                if (fd < 0)  /* control frames are rare: always named */
+                    s_msg_peer(r->msg, r->peer, sizeof r->peer);
                 if (kind == TP_CTL_REPORT) {
                     /* the connection events first: the one that closed a
                      * connection whose number this report's may reuse came

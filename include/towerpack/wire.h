@@ -52,6 +52,11 @@ size_t tp_wire_msg_frame_size(tp_wire_msg_t *self, int i);
 /* The connection (its file descriptor) frame i came in on, for ipc and tcp
  * (libzmq's ZMQ_SRCFD); -1 for inproc or when unknown. */
 int tp_wire_msg_frame_srcfd(tp_wire_msg_t *self, int i);
+/* Where frame i's sender is, as libzmq read it when the connection was
+ * made (so still right after it closed): its IP address for tcp
+ * ("10.0.0.2"), "HOST:UID:GID:PID" for ipc; NULL for inproc or when
+ * unknown. Valid while the frame is. */
+const char *tp_wire_msg_frame_peer(tp_wire_msg_t *self, int i);
 /* Total bytes over all frames. */
 size_t tp_wire_msg_bytes(tp_wire_msg_t *self);
 /* Move frame i out of the message (it is left empty there): *data and

@@ -411,10 +411,22 @@ Test(wire, job_ids_travel_both_ways) {
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(tp_wire_msg_recv(m, pull, 0), TP_OK);
         const char *who = tp_wire_msg_frame_job(m, 0);
-        if (*(const char *)tp_wire_msg_frame_data(m, 0) == 'x')
+        /* where the sender is: tcp its address, ipc its process */
+        const char *peer = tp_wire_msg_frame_peer(m, 0);
+        char pid[32];
+        snprintf(pid, sizeof pid, ":%d", (int)getpid());
+        cr_assert(peer, "no Peer-Address");
+        int x = *(const char *)tp_wire_msg_frame_data(m, 0) == 'x';
+        if (x)
             cr_assert(who && !strcmp(who, "job-A"), "%s", who ? who : "(none)");
         else
             cr_assert_null(who);
+        /* 'x' came on the last endpoint bound (LAST_ENDPOINT), 'y' on ipc */
+        if (x && !strncmp(tcp, "tcp://", 6))
+            cr_assert_str_eq(peer, "127.0.0.1");
+        else
+            cr_assert(strlen(peer) > strlen(pid) &&
+                      !strcmp(peer + strlen(peer) - strlen(pid), pid), "%s", peer);
     }
     tp_wire_msg_destroy(&m);
     /* a receiver without an id */
@@ -563,6 +575,17 @@ Test(wire, components_of_a_receiver_travel_in_the_probe) {
     cr_assert_eq(tp_wire_probe_peer(ep, 2000, NULL, &peer), TP_OK, "%s", tp_last_error());
     cr_assert_str_eq(peer.job, "job-D");
     cr_assert_str_eq(peer.comps, "image:uint8[64,28,28];label:int32[64]");
+    /* a tcp sender's address, as the receiver names it */
+    void *push = zmq_socket(ctx, ZMQ_PUSH);
+    cr_assert_eq(zmq_connect(push, ep), 0);
+    zmq_send(push, "x", 1, 0);
+    int timeout = 5000;
+    zmq_setsockopt(pull, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    tp_wire_msg_t *m = tp_wire_msg_new();
+    cr_assert_eq(tp_wire_msg_recv(m, pull, 0), TP_OK);
+    cr_assert_str_eq(tp_wire_msg_frame_peer(m, 0), "127.0.0.1");
+    tp_wire_msg_destroy(&m);
+    zmq_close(push);
     void *anon = zmq_socket(ctx, ZMQ_PULL);
     cr_assert_eq(zmq_bind(anon, "tcp://127.0.0.1:*"), 0);
     el = sizeof ep;
