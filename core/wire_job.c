@@ -1,4 +1,5 @@
-/* towerpack core: the job handshake of remote senders and receivers.
+/* towerpack core: the job handshake of remote senders and receivers, and
+ * the components a receiver takes (X-Tp-Comps, read in the same probe).
  *
  * The job id rides in the ZMTP handshake as a socket property
  * (ZMQ_METADATA "X-Tp-Job:ID"): libzmq sends it on every connection, and
@@ -10,6 +11,7 @@
  * INITIATE, READY, with the run's client keys), on a connection of its own
  * that it closes at once. */
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -262,16 +264,23 @@ static tp_status_t s_read_command(int fd, uint8_t *body, size_t size, size_t *le
     return tp_error(TP_ERR_PROTOCOL, "job probe: no command from %s", ep);
 }
 
-/* The job id in a READY command's properties (p, n bytes) into job. */
-static tp_status_t s_ready_job(const uint8_t *p, size_t n, char *job, size_t size,
-                               const char *ep) {
-    int f = s_find_property(p, n, TP_WIRE_JOB_PROPERTY, job, size);
+/* The job id and the components in a READY command's properties (p, n
+ * bytes) into peer. */
+static tp_status_t s_ready_props(const uint8_t *p, size_t n, tp_wire_peer_t *peer,
+                                 const char *ep) {
+    int f = s_find_property(p, n, TP_WIRE_JOB_PROPERTY, peer->job, sizeof peer->job);
     if (f == -2)
         return tp_error(TP_ERR_PROTOCOL, "job probe: %s sent a malformed READY", ep);
-    if (f == 0 && !tp_wire_job_ok(job))
+    if (f == 0 && !tp_wire_job_ok(peer->job))
         return tp_error(TP_ERR_PROTOCOL, "job probe: %s gave a malformed job id", ep);
-    if (f == -1 && size)
-        job[0] = '\0';
+    if (f == -1)
+        peer->job[0] = '\0';
+    tp_wire_comp_t c[TP_WIRE_COMPS_N];
+    f = s_find_property(p, n, TP_WIRE_COMPS_PROPERTY, peer->comps, sizeof peer->comps);
+    if (f == -2 || (f == 0 && tp_wire_comps_parse(peer->comps, c, TP_WIRE_COMPS_N) < 0))
+        return tp_error(TP_ERR_PROTOCOL, "job probe: %s gave malformed components", ep);
+    if (f == -1)
+        peer->comps[0] = '\0';
     return TP_OK;
 }
 
@@ -285,12 +294,13 @@ static void s_put_u64(uint8_t *p, uint64_t v) {
  * socket type), READY (the receiver's properties). */
 static tp_status_t s_curve(int fd, const uint8_t pub[32], const uint8_t sec[32],
                            const uint8_t server[32], uint64_t deadline, const char *ep,
-                           char *job, size_t size) {
+                           tp_wire_peer_t *peer) {
     uint8_t cn_pub[32], cn_sec[32];
     crypto_box_keypair(cn_pub, cn_sec);
     tp_status_t st = TP_OK;
     /* HELLO: version 1.0, 72 bytes of padding, C', nonce 1, Box[64 zeros](C'->S) */
-    uint8_t nonce[24], plain[32 + 256], box[32 + 256], msg[512];
+    /* READY's properties may hold the components' text (about 1 KiB) */
+    uint8_t nonce[24], plain[32 + 2048], box[32 + 2048], msg[2048 + 64];
     memcpy(nonce, "CurveZMQHELLO---", 16);
     s_put_u64(nonce + 16, 1);
     memset(plain, 0, 32 + 64);
@@ -353,15 +363,14 @@ static tp_status_t s_curve(int fd, const uint8_t pub[32], const uint8_t sec[32],
     memcpy(box + 16, msg + 14, len - 14);
     if (crypto_box_open(plain, box, 16 + len - 14, nonce, cn_server, cn_sec) != 0)
         return tp_error(TP_ERR_PROTOCOL, "job probe: the CURVE READY of %s does not open", ep);
-    st = s_ready_job(plain + 32, 16 + len - 14 - 32, job, size, ep);
+    st = s_ready_props(plain + 32, 16 + len - 14 - 32, peer, ep);
     sodium_memzero(cn_sec, sizeof cn_sec);
     return st;
 }
 
 static tp_status_t s_probe(const char *endpoint, int timeout_ms, const uint8_t *keys,
-                           char *job, size_t size) {
-    if (size)
-        job[0] = '\0';
+                           tp_wire_peer_t *peer) {
+    peer->job[0] = peer->comps[0] = '\0';
     if (!endpoint || (strncmp(endpoint, "tcp://", 6) && strncmp(endpoint, "ipc://", 6)))
         return tp_error(TP_ERR_UNSUPPORTED, "job probe: endpoint %s is not tcp:// or "
                         "ipc://", endpoint ? endpoint : "(null)");
@@ -381,24 +390,24 @@ static tp_status_t s_probe(const char *endpoint, int timeout_ms, const uint8_t *
     g[9] = 0x7f;
     g[10] = 3;
     memcpy(g + 12, mech, strlen(mech));
-    uint8_t peer[64];
+    uint8_t greet[64];
     if ((st = s_write_all(fd, g, sizeof g, deadline, endpoint)) < 0 ||
-        (st = s_read_all(fd, peer, sizeof peer, deadline, endpoint)) < 0)
+        (st = s_read_all(fd, greet, sizeof greet, deadline, endpoint)) < 0)
         goto out;
-    if (peer[0] != 0xff || peer[9] != 0x7f || peer[10] < 3) {
+    if (greet[0] != 0xff || greet[9] != 0x7f || greet[10] < 3) {
         st = tp_error(TP_ERR_PROTOCOL, "job probe: %s does not speak ZMTP 3", endpoint);
         goto out;
     }
-    if (memcmp(peer + 12, mech, strlen(mech) + 1) != 0) {
+    if (memcmp(greet + 12, mech, strlen(mech) + 1) != 0) {
         char theirs[21];
-        memcpy(theirs, peer + 12, 20);
+        memcpy(theirs, greet + 12, 20);
         theirs[20] = '\0';
         st = tp_error(TP_ERR_UNSUPPORTED, "job probe: the receiver at %s uses %s", endpoint,
                       theirs);
         goto out;
     }
     if (keys) {
-        st = s_curve(fd, keys, keys + 32, keys + 64, deadline, endpoint, job, size);
+        st = s_curve(fd, keys, keys + 32, keys + 64, deadline, endpoint, peer);
         goto out;
     }
     /* NULL: READY with the one property libzmq checks, the socket type */
@@ -412,24 +421,200 @@ static tp_status_t s_probe(const char *endpoint, int timeout_ms, const uint8_t *
         if ((st = s_read_command(fd, body, sizeof body, &len, deadline, endpoint)) < 0)
             goto out;
         if (body[0] == 5 && !memcmp(body + 1, "READY", 5)) {
-            st = s_ready_job(body + 6, len - 6, job, size, endpoint);
+            st = s_ready_props(body + 6, len - 6, peer, endpoint);
             goto out;
         }
     }
     st = tp_error(TP_ERR_PROTOCOL, "job probe: no READY from %s", endpoint);
 out:
     close(fd);
-    if (st < 0 && size)
-        job[0] = '\0';
+    if (st < 0)
+        peer->job[0] = peer->comps[0] = '\0';
+    return st;
+}
+
+tp_status_t tp_wire_probe_peer(const char *endpoint, int timeout_ms, const uint8_t *keys,
+                               tp_wire_peer_t *peer) {
+    return s_probe(endpoint, timeout_ms, keys, peer);
+}
+
+static tp_status_t s_probe_job(const char *endpoint, int timeout_ms, const uint8_t *keys,
+                               char *job, size_t size) {
+    tp_wire_peer_t peer;
+    tp_status_t st = s_probe(endpoint, timeout_ms, keys, &peer);
+    if (size)
+        snprintf(job, size, "%s", peer.job);
     return st;
 }
 
 tp_status_t tp_wire_probe_job(const char *endpoint, int timeout_ms, char *job,
                               size_t size) {
-    return s_probe(endpoint, timeout_ms, NULL, job, size);
+    return s_probe_job(endpoint, timeout_ms, NULL, job, size);
 }
 
 tp_status_t tp_wire_probe_job_curve(const char *endpoint, int timeout_ms,
                                     const uint8_t keys[96], char *job, size_t size) {
-    return s_probe(endpoint, timeout_ms, keys, job, size);
+    return s_probe_job(endpoint, timeout_ms, keys, job, size);
+}
+
+/* ---- the components ---------------------------------------------------------- */
+
+static int s_name_char(int c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '.' || c == '-';
+}
+
+/* "dtype[d0,d1,...]" of a component ('*' for any size) into out. */
+static void s_comp_shape(const tp_wire_comp_t *c, char *out, size_t size) {
+    size_t o = 0;
+    int n = snprintf(out, size, "%s[", tp_dtype_name(c->dtype));
+    o = n > 0 && (size_t)n < size ? (size_t)n : size - 1;
+    for (int k = 0; k < c->ndim && o < size - 1; k++) {
+        n = c->shape[k] < 0 ? snprintf(out + o, size - o, "%s*", k ? "," : "")
+                            : snprintf(out + o, size - o, "%s%lld", k ? "," : "",
+                                       (long long)c->shape[k]);
+        o = n > 0 && o + (size_t)n < size ? o + (size_t)n : size - 1;
+    }
+    if (o < size - 1)
+        snprintf(out + o, size - o, "]");
+}
+
+int tp_wire_comps_format(const tp_wire_comp_t *comps, int n, char *out, size_t size) {
+    if (!size || n < 0 || n > TP_WIRE_COMPS_N)
+        return -1;
+    size_t o = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        char name[sizeof comps[i].name], shape[160];
+        size_t k = 0;
+        for (; k < sizeof name - 1 && comps[i].name[k]; k++)
+            name[k] = s_name_char((unsigned char)comps[i].name[k]) ? comps[i].name[k] : '_';
+        name[k] = '\0';
+        s_comp_shape(&comps[i], shape, sizeof shape);
+        int w = snprintf(out + o, size - o, "%s%s:%s", i ? ";" : "", name, shape);
+        if (w < 0 || o + (size_t)w >= size) {
+            out[0] = '\0';
+            return -1;
+        }
+        o += (size_t)w;
+    }
+    return (int)o;
+}
+
+int tp_wire_comps_parse(const char *text, tp_wire_comp_t *comps, int max) {
+    if (!text)
+        return -1;
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        if (n == max || n == TP_WIRE_COMPS_N)
+            return -1;
+        tp_wire_comp_t *c = &comps[n];
+        memset(c, 0, sizeof *c);
+        size_t k = 0;
+        for (; s_name_char((unsigned char)*p); p++) {
+            if (k == sizeof c->name - 1)
+                return -1;
+            c->name[k++] = *p;
+        }
+        if (*p++ != ':')
+            return -1;
+        char dt[16];
+        k = 0;
+        while (*p && *p != '[') {
+            if (k == sizeof dt - 1)
+                return -1;
+            dt[k++] = *p++;
+        }
+        dt[k] = '\0';
+        if (*p++ != '[' || tp_dtype_parse(dt, &c->dtype) != TP_OK)
+            return -1;
+        while (*p != ']') {
+            if (c->ndim == TP_MAX_DIMS)
+                return -1;
+            if (c->ndim && *p++ != ',')
+                return -1;
+            if (*p == '*') {
+                c->shape[c->ndim++] = -1;
+                p++;
+                continue;
+            }
+            if (*p < '0' || *p > '9')
+                return -1;
+            int64_t v = 0;
+            for (; *p >= '0' && *p <= '9'; p++) {
+                if (v > (INT64_MAX - 9) / 10)
+                    return -1;
+                v = v * 10 + (*p - '0');
+            }
+            c->shape[c->ndim++] = v;
+        }
+        p++;
+        n++;
+        if (*p == ';' && p[1])
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return n;
+}
+
+int tp_wire_comps_check(const tp_wire_comp_t *want, int n, const tp_datapoint_t *dp,
+                        char *why, size_t size) {
+    int have = tp_datapoint_size(dp);
+    if (have != n) {
+        /* name both lists: which one is missing (or extra) shows at once */
+        size_t o = 0;
+#define S_ADD(...)                                                                  \
+    do {                                                                            \
+        int w_ = snprintf(why + o, size - o, __VA_ARGS__);                          \
+        o = w_ < 0 ? o : o + (size_t)w_ >= size ? size - 1 : o + (size_t)w_;       \
+    } while (0)
+        S_ADD("%d component%s (", have, have == 1 ? "" : "s");
+        for (int i = 0; i < have; i++) {
+            char d[128];
+            S_ADD("%s%s", i ? ", " : "", tp_tensor_describe(tp_datapoint_cget(dp, i), d,
+                                                            sizeof d));
+        }
+        S_ADD("), expected %d:", n);
+        for (int i = 0; i < n; i++) {
+            char d[160];
+            s_comp_shape(&want[i], d, sizeof d);
+            S_ADD("%s %s %s", i ? "," : "", want[i].name[0] ? want[i].name : "?", d);
+        }
+#undef S_ADD
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const tp_tensor_t *x = tp_datapoint_cget(dp, i);
+        const tp_wire_comp_t *e = &want[i];
+        int ok = x->dtype == e->dtype && x->ndim == e->ndim;
+        for (int k = 0; ok && k < e->ndim; k++)
+            ok = e->shape[k] < 0 || x->shape[k] == e->shape[k];
+        if (ok)
+            continue;
+        char got[128], exp[160];
+        tp_tensor_describe(x, got, sizeof got);
+        s_comp_shape(e, exp, sizeof exp);
+        snprintf(why, size, "component %d '%s' is %s, expected %s", i,
+                 e->name[0] ? e->name : "?", got, exp);
+        return -1;
+    }
+    return 0;
+}
+
+tp_status_t tp_wire_set_comps(void *socket, const char *text) {
+    tp_wire_comp_t c[TP_WIRE_COMPS_N];
+    /* libzmq takes no empty property value: a receiver without components
+     * sets none */
+    if (!text || tp_wire_comps_parse(text, c, TP_WIRE_COMPS_N) < 1 ||
+        strlen(text) >= TP_WIRE_COMPS_MAX)
+        return tp_error(TP_ERR_INVALID, "components '%.80s' do not parse (NAME:DTYPE[D,...];...)",
+                        text ? text : "(null)");
+    char prop[TP_WIRE_COMPS_MAX + 16];
+    snprintf(prop, sizeof prop, "%s:%s", TP_WIRE_COMPS_PROPERTY, text);
+    if (zmq_setsockopt(socket, ZMQ_METADATA, prop, strlen(prop)) != 0)
+        return tp_error(TP_ERR_UNSUPPORTED, "components: this libzmq cannot send socket "
+                        "properties (ZMQ_METADATA): %s", zmq_strerror(zmq_errno()));
+    return TP_OK;
 }

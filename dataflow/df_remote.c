@@ -33,6 +33,7 @@ void tp_remote_opts_init(tp_remote_opts_t *opts) {
     opts->bind = 1;
     opts->hwm = 50;
     opts->max_bytes = (size_t)1 << 30;
+    opts->unfit_grace_s = 10;
 }
 
 void tp_send_opts_init(tp_send_opts_t *opts) {
@@ -60,9 +61,10 @@ typedef struct {
                              reports still queued do not bring it back */
     uint64_t gone_ns;
     uint64_t unfit;       /* its datapoints dropped as not fitting */
+    char peer[96];        /* its address (tcp) or process (ipc) */
 } s_sender_seen_t;
 
-#define MAX_EXPECT 16
+#define MAX_EXPECT TP_WIRE_COMPS_N
 
 /* How long a gone sender's entry stays to absorb its late reports. */
 #define S_TOMBSTONE_NS 30000000000ull
@@ -100,12 +102,14 @@ typedef struct {
     uint64_t bytes;
     tp_ratelog_t handshake_log;  /* failed handshakes, at most once a second */
     /* tp_df_remote_expect: what every datapoint must be */
-    tp_remote_expect_t expect[MAX_EXPECT];
-    char expect_names[MAX_EXPECT][32];
+    tp_wire_comp_t expect[MAX_EXPECT];
     int nexpect;
     uint64_t unfit;
-    uint64_t unfit_since;   /* since when every open connection sends only
-                               unfit datapoints (0: not so) */
+    uint64_t unfit_since;   /* since when no datapoint fitted, after one did
+                               not (0: the last one fitted, or none came) */
+    char last_unfit[512];   /* the last sender that did not fit, and why */
+    char peer[96];          /* the last message's sender's address (s_msg_peer),
+                               read when there are components to check */
     tp_ratelog_t unfit_log;
     /* the job handshake: this run's id ("" for none), the connections of
      * refused senders (each named once in the log) and the messages of
@@ -117,9 +121,6 @@ typedef struct {
     uint64_t refused;
 } s_remote_t;
 
-/* How long every sender connected may send only unfit datapoints before
- * the stream ends: a fitting sender may still be starting. */
-#define S_UNFIT_GRACE_NS 10000000000ull
 
 int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
     char buf[512];
@@ -182,6 +183,22 @@ int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
     return 0;
 }
 
+/* Where the sender of the message in msg is, for messages: its IP
+ * address (tcp) or "process PID" (ipc), from the connection's properties
+ * as libzmq read them at connect (right after a close too, and never a
+ * later connection's: file descriptors are reused); "" when unknown. */
+static void s_msg_peer(tp_wire_msg_t *msg, char *out, size_t size) {
+    const char *pa = tp_wire_msg_frames(msg) > 0 ? tp_wire_msg_frame_peer(msg, 0) : NULL;
+    out[0] = '\0';
+    if (!pa || !*pa)
+        return;
+    const char *colon = strchr(pa, ':'), *last = strrchr(pa, ':');
+    if (colon && colon != last && strspn(last + 1, "0123456789") == strlen(last + 1))
+        snprintf(out, size, "process %.20s", last + 1);  /* ipc: HOST:UID:GID:PID */
+    else
+        snprintf(out, size, "%.60s", pa);
+}
+
 /* One report (text of a TP_CTL_REPORT frame): into the senders' table,
  * replacing the same sender's last, or dropped when malformed (the data
  * socket may carry anything: every field is checked). */
@@ -220,6 +237,8 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
         r->senders[k].seen_ns = now;
         r->senders[k].fd = fd;
         r->senders[k].gone = 0;
+        if (r->peer[0])  /* the report's own connection (s_remote_next) */
+            snprintf(r->senders[k].peer, sizeof r->senders[k].peer, "%s", r->peer);
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -336,57 +355,51 @@ static uint64_t s_active(s_remote_t *r) {
 
 /* 0 when dp has the expected components; else -1 with the first mismatch
  * in why ("component 0 'image' is uint8[128,32,32], expected
- * uint8[64,28,28]"). */
+ * uint8[64,28,28]"): the same words a tp-worker reads at its end. */
 static int s_fits(const s_remote_t *r, const tp_datapoint_t *dp, char *why, size_t size) {
-    int n = tp_datapoint_size(dp);
-    if (n != r->nexpect) {
-        snprintf(why, size, "%d components, expected %d", n, r->nexpect);
-        return -1;
-    }
-    for (int i = 0; i < n; i++) {
-        const tp_tensor_t *x = tp_datapoint_cget(dp, i);
-        const tp_remote_expect_t *e = &r->expect[i];
-        int ok = x->dtype == e->dtype && x->ndim == e->ndim;
-        for (int k = 0; ok && k < e->ndim; k++)
-            ok = e->shape[k] < 0 || x->shape[k] == e->shape[k];
-        if (ok)
-            continue;
-        char got[128], want[128];
-        tp_tensor_describe(x, got, sizeof got);
-        int w = snprintf(want, sizeof want, "%s[", tp_dtype_name(e->dtype));
-        for (int k = 0; k < e->ndim && w > 0 && (size_t)w < sizeof want; k++)
-            w += e->shape[k] < 0
-                     ? snprintf(want + w, sizeof want - (size_t)w, "%s*", k ? "," : "")
-                     : snprintf(want + w, sizeof want - (size_t)w, "%s%lld", k ? "," : "",
-                                (long long)e->shape[k]);
-        if (w > 0 && (size_t)w < sizeof want)
-            snprintf(want + w, sizeof want - (size_t)w, "]");
-        snprintf(why, size, "component %d '%s' is %s, expected %s", i,
-                 e->name ? e->name : "?", got, want);
-        return -1;
-    }
-    return 0;
+    return tp_wire_comps_check(r->expect, r->nexpect, dp, why, size);
 }
 
 /* The name of the sender on connection fd: its report's ("tp-worker
  * 4121@vm"), or the connection's number for a sender that does not report
  * (tensorpack's). Counts an unfit datapoint of it when `unfit`. */
 static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t size) {
-    snprintf(out, size, "the sender on connection %d (no report: a tensorpack sender?)", fd);
+    /* the endpoint: under MPI it names the rank ({5550+rank}) */
+    char at[256];
+    snprintf(at, sizeof at, "%.200s%s", r->endpoints[0], r->nendpoints > 1 ? ", ..." : "");
+    if (r->peer[0])
+        snprintf(out, size, "the sender from %.90s at %s (no report: a tensorpack sender?)",
+                 r->peer, at);
+    else
+        snprintf(out, size, "the sender on connection %d at %s (no report: a tensorpack "
+                 "sender?)", fd, at);
     pthread_mutex_lock(&r->mu);
+    /* the live sender on fd; else the last one gone from it (its messages
+     * still queued when its close was read) */
+    int k = -1;
     for (int i = 0; i < r->nsenders; i++)
-        if (!r->senders[i].gone && r->senders[i].fd == fd) {
-            r->senders[i].unfit += (uint64_t)unfit;
-            snprintf(out, size, "%s (%llu dropped from it)", r->senders[i].row.name,
-                     (unsigned long long)r->senders[i].unfit);
-            break;
-        }
+        if (r->senders[i].fd == fd &&
+            (k < 0 || (r->senders[k].gone && (!r->senders[i].gone ||
+                                              r->senders[i].gone_ns > r->senders[k].gone_ns))))
+            k = i;
+    if (k >= 0) {
+        s_sender_seen_t *e = &r->senders[k];
+        e->unfit += (uint64_t)unfit;
+        const char *peer = r->peer[0] ? r->peer : e->peer;
+        char dropped[48] = "";
+        if (e->unfit)
+            snprintf(dropped, sizeof dropped, " (%llu dropped from it)",
+                     (unsigned long long)e->unfit);
+        /* its pid is in its name: the peer's address only for tcp */
+        int tcp = peer[0] && strncmp(peer, "process ", 8) != 0;
+        snprintf(out, size, "%s%s%.90s%s at %s%s", e->row.name, tcp ? " (" : "",
+                 tcp ? peer : "", tcp ? ")" : "", at, dropped);
+    }
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Record whether connection fd's last datapoint fitted; 1 when every open
- * connection's last datapoint did not fit (no fitting sender is left). */
-static int s_mark_fit(s_remote_t *r, int fd, int fit) {
+/* Record whether connection fd's last datapoint fitted. */
+static void s_mark_fit(s_remote_t *r, int fd, int fit) {
     int k = 0;
     while (k < r->nconns && r->conn_fds[k] != fd)
         k++;
@@ -400,12 +413,26 @@ static int s_mark_fit(s_remote_t *r, int fd, int fit) {
         r->conn_fit[k] = fit ? 1 : 2;
     if (fit)
         r->unfit_since = 0;
-    if (fit || fd < 0 || k == r->nconns)
-        return 0;
-    for (k = 0; k < r->nconns; k++)
+    else if (!r->unfit_since)
+        r->unfit_since = tp_now_ns();
+}
+
+/* The error that ends the stream when no fitting sender is left: since a
+ * sender did not fit, nothing fitted for opts.unfit_grace_s, and every
+ * connection open sent only unfit datapoints (none that fitted, none that
+ * has yet to send: a fitting sender may still be starting), or none is
+ * open (the unfit senders ended). TP_OK to go on. */
+static tp_status_t s_unfit_end(s_remote_t *r, uint64_t now) {
+    double grace = r->opts.unfit_grace_s > 0 ? r->opts.unfit_grace_s : 10;
+    if (!r->unfit_since || (double)(now - r->unfit_since) * 1e-9 < grace)
+        return TP_OK;
+    for (int k = 0; k < r->nconns; k++)
         if (r->conn_fit[k] != 2)
-            return 0;
-    return r->nconns > 0;
+            return TP_OK;
+    return tp_error(TP_ERR_SHAPE, "remote: no sender left sends datapoints that fit "
+                    "(for %.0f s; %llu dropped, %d sender%s connected): the last, %s",
+                    (double)(now - r->unfit_since) * 1e-9, (unsigned long long)r->unfit,
+                    r->nconns, r->nconns == 1 ? "" : "s", r->last_unfit);
 }
 
 /* A message (in r->msg) from a sender of another job (its connection's
@@ -451,27 +478,37 @@ static void s_refuse(s_remote_t *r, const char *theirs) {
 
 /* A decoded datapoint that does not fit tp_df_remote_expect: dropped and
  * counted; TP_OK to go on receiving, or the error that ends the stream
- * when no fitting sender is left: every open connection's last datapoint
- * did not fit, for S_UNFIT_GRACE_NS. */
+ * (s_unfit_end). */
 static tp_status_t s_drop_unfit(s_remote_t *r, tp_datapoint_t **dp, int fd, const char *why) {
     tp_datapoint_destroy(dp);
     r->unfit++;
-    char who[160];
+    char who[512];
     s_sender_name(r, fd, 1, who, sizeof who);
-    uint64_t now = tp_now_ns();
-    if (!s_mark_fit(r, fd, 0))
-        r->unfit_since = 0;
-    else if (!r->unfit_since)
-        r->unfit_since = now;
-    else if (now - r->unfit_since >= S_UNFIT_GRACE_NS)
-        return tp_error(TP_ERR_SHAPE, "remote: no sender left sends datapoints that fit "
-                        "(for %.0f s; %llu dropped): the last, from %s: %s",
-                        (double)(now - r->unfit_since) * 1e-9,
-                        (unsigned long long)r->unfit, who, why);
+    snprintf(r->last_unfit, sizeof r->last_unfit, "from %.250s: %.240s", who, why);
+    s_mark_fit(r, fd, 0);
+    TP_TRY(s_unfit_end(r, tp_now_ns()));
     if (tp_ratelog_ok(&r->unfit_log))
         TP_WARN("remote: dropped a datapoint from %s that does not fit: %s (%llu dropped "
                 "so far)", who, why, (unsigned long long)r->unfit);
     return TP_OK;
+}
+
+/* A sender's TP_CTL_ERROR (text: why it ends): a tp-worker that read this
+ * receiver's components in the handshake and found that its datapoints do
+ * not fit says so before it goes. Logged naming it (the text is the
+ * peer's: only its printable bytes, cut); its connection counts as unfit. */
+static void s_sender_ended(s_remote_t *r, int fd, const char *text, size_t len) {
+    char why[300], who[512];
+    size_t n = 0;
+    for (size_t i = 0; i < len && n < sizeof why - 1; i++)
+        why[n++] = (unsigned char)text[i] >= 0x20 && (unsigned char)text[i] < 0x7f ? text[i]
+                                                                                   : '?';
+    why[n] = '\0';
+    s_sender_name(r, fd, 0, who, sizeof who);
+    snprintf(r->last_unfit, sizeof r->last_unfit, "%.250s, ended: %.240s", who, why);
+    if (r->nexpect)
+        s_mark_fit(r, fd, 0);
+    TP_WARN("remote: %s ends: its datapoints do not fit this run: %s", who, why);
 }
 
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
@@ -502,6 +539,11 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     }
     if (r->job[0])  /* before any bind or connect: every connection carries it */
         TP_TRY(tp_wire_set_job(r->pull, r->job));
+    if (r->nexpect > 0) {  /* the component handshake: what this receiver takes */
+        char comps[TP_WIRE_COMPS_MAX];
+        if (tp_wire_comps_format(r->expect, r->nexpect, comps, sizeof comps) > 0)
+            TP_TRY(tp_wire_set_comps(r->pull, comps));
+    }
     int hwm = r->opts.hwm, zero = 0, timeo = 100;
     zmq_setsockopt(r->pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(r->pull, ZMQ_LINGER, &zero, sizeof zero);
@@ -558,8 +600,11 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
                 continue;
             }
         }
-        /* the connection it came on, for the checks of tp_df_remote_expect */
+        /* the connection it came on and its sender's address, for the
+         * checks of tp_df_remote_expect (a map look-up in libzmq: only then) */
         int fd = rc == TP_OK && r->nexpect ? tp_wire_msg_frame_srcfd(r->msg, 0) : -1;
+        if (fd >= 0)
+            s_msg_peer(r->msg, r->peer, sizeof r->peer);
         if (rc == TP_OK && tp_wire_msg_frames(r->msg) == 1) {
             int kind;
             uint32_t sender;
@@ -568,12 +613,17 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
             if (tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0),
                              tp_wire_msg_frame_size(r->msg, 0), &kind, &sender,
                              &text, &tl)) {
+                if (fd < 0)  /* control frames are rare: always named */
+                    s_msg_peer(r->msg, r->peer, sizeof r->peer);
                 if (kind == TP_CTL_REPORT) {
                     /* the connection events first: the one that closed a
                      * connection whose number this report's may reuse came
                      * before this connection's data */
                     s_drain_monitor(r);
                     s_take_sender_report(r, text, tl, tp_wire_msg_frame_srcfd(r->msg, 0));
+                } else if (kind == TP_CTL_ERROR) {
+                    s_drain_monitor(r);
+                    s_sender_ended(r, tp_wire_msg_frame_srcfd(r->msg, 0), text, tl);
                 }
                 tp_wire_msg_clear(r->msg);  /* padding or end of a sender */
                 s_active(r);
@@ -636,7 +686,9 @@ static tp_status_t s_remote_next(void *impl, tp_datapoint_t **out) {
         }
         if (rc != TP_ERR_TIMEOUT)
             return tp_error_wrap(rc, "remote: receive");
-        s_active(r);  /* waited 100 ms for anything */
+        uint64_t now = s_active(r);  /* waited 100 ms for anything */
+        if (r->nexpect)  /* the unfit senders may have ended: none left? */
+            TP_TRY(s_unfit_end(r, now));
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "remote: interrupted by signal %d",
                             tp_signal_pending());
@@ -771,12 +823,17 @@ tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *com
         if (comps[i].ndim < 0 || comps[i].ndim > TP_MAX_DIMS)
             return tp_error(TP_ERR_INVALID, "remote expect: component %d has %d dims", i,
                             comps[i].ndim);
-        r->expect[i] = comps[i];
-        snprintf(r->expect_names[i], sizeof r->expect_names[i], "%s",
-                 comps[i].name ? comps[i].name : "");
-        r->expect[i].name = r->expect_names[i];
+        tp_wire_comp_t *e = &r->expect[i];
+        memset(e, 0, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", comps[i].name ? comps[i].name : "");
+        e->dtype = comps[i].dtype;
+        e->ndim = comps[i].ndim;
+        memcpy(e->shape, comps[i].shape, sizeof e->shape);
     }
     r->nexpect = n;
+    if (r->pull && n > 0)  /* its connections' properties were fixed at bind */
+        TP_DEBUG("remote expect: after reset_state the handshake does not carry the "
+                 "components; every datapoint is still checked");
     return TP_OK;
 }
 
@@ -904,6 +961,11 @@ typedef struct {
     const char *job;  /* the job handshake: this sender's id, or NULL */
     const tp_curve_t *curve_keys;  /* its CURVE keys (a client's), or NULL */
     int job_refused;  /* a receiver of another job ended it */
+    /* the component handshake: what the receiver last probed takes
+     * (nwant 0: it said nothing; every datapoint goes) */
+    tp_wire_comp_t want[TP_WIRE_COMPS_N];
+    int nwant;
+    char want_text[TP_WIRE_COMPS_MAX];
     double peer_gone_s;
     uint64_t none_since, mon_ns;
     tp_status_t failed;
@@ -970,36 +1032,62 @@ static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
                    "towerpack receiver";
 }
 
-/* The job handshake on a connection just made: the receiver's id, read
- * with a probe of its own (a PUSH socket never sees the receiver's
- * properties; with CURVE, the handshake made with this run's client
- * keys), must be this sender's. A receiver of another job, say one
- * started on the port after this worker's trainer ended, ends the sender
- * (s->failed). Only a connecting sender can ask: a bound one is refused
- * by the receiver alone. */
-static void s_sender_check_job(s_sender_t *s) {
-    if (!s->job || !s->connecting || s->failed < 0)
+/* The handshake on a connection just made: the receiver's properties,
+ * read with a probe of its own (a PUSH socket never sees them; with CURVE,
+ * the handshake made with this run's client keys). Its job id must be this
+ * sender's: a receiver of another job, say one started on the port after
+ * this worker's trainer ended, ends the sender (s->failed). Its components
+ * (a trainer's model inputs) are kept: the send loop checks every
+ * datapoint against them. Only a connecting sender can ask: a bound one is
+ * refused or dropped by the receiver alone. */
+static void s_sender_check_peer(s_sender_t *s) {
+    if (!s->connecting || s->failed < 0)
         return;
-    char theirs[TP_WIRE_JOB_MAX];
+    tp_wire_peer_t peer;
     uint8_t keys[96];
     tp_status_t st;
     if (!s->curve) {
-        st = tp_wire_probe_job(s->endpoint, 2000, theirs, sizeof theirs);
+        st = tp_wire_probe_peer(s->endpoint, 2000, NULL, &peer);
     } else {
         if ((st = tp_curve_client_keys(s->curve_keys, keys)) == TP_OK)
-            st = tp_wire_probe_job_curve(s->endpoint, 2000, keys, theirs, sizeof theirs);
+            st = tp_wire_probe_peer(s->endpoint, 2000, keys, &peer);
         memset(keys, 0, sizeof keys);
     }
     if (st < 0) {  /* the data connection is up: a probe that failed proves nothing */
         TP_DEBUG("send: %s", tp_last_error());
         return;
     }
-    if (!theirs[0] || !strcmp(theirs, s->job))
+    int n = peer.comps[0] ? tp_wire_comps_parse(peer.comps, s->want, TP_WIRE_COMPS_N) : 0;
+    s->nwant = n > 0 ? n : 0;
+    snprintf(s->want_text, sizeof s->want_text, "%s", n > 0 ? peer.comps : "");
+    if (s->nwant)
+        TP_DEBUG("send: the receiver at %s takes %s", s->endpoint, s->want_text);
+    if (!s->job || !peer.job[0] || !strcmp(peer.job, s->job))
         return;  /* this job's receiver, or one that checks nothing */
     s->job_refused = 1;
     s->failed = tp_error(TP_ERR_PEER, "send: refused by the receiver at %s: it is job '%s', "
                          "this sender was started for job '%s' (a worker of another job, "
-                         "or one left from an earlier run)", s->endpoint, theirs, s->job);
+                         "or one left from an earlier run)", s->endpoint, peer.job, s->job);
+}
+
+/* A datapoint about to go: TP_OK when the receiver takes it (or said
+ * nothing of what it takes); else TP_ERR_SHAPE naming the receiver, the
+ * component, what it takes and what this sender has, after telling the
+ * receiver why this sender ends (a TP_CTL_ERROR frame after the datapoints
+ * already queued, so that its log names this sender too). */
+static tp_status_t s_sender_check_fit(s_sender_t *s, void *sock, const tp_datapoint_t *dp) {
+    char why[400];
+    if (!s->nwant || tp_wire_comps_check(s->want, s->nwant, dp, why, sizeof why) == 0)
+        return TP_OK;
+    /* the frame waits (counted blocked) behind the queue, at most a second */
+    for (uint64_t t0 = tp_now_ns(); tp_ctl_send(sock, TP_CTL_ERROR, 0, why, ZMQ_DONTWAIT) < 0 &&
+                                    zmq_errno() == EAGAIN && tp_now_ns() - t0 < 1000000000ull;) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};
+        zmq_poll(&it, 1, 50);
+    }
+    return tp_error(TP_ERR_SHAPE, "send: the receiver at %s does not take this sender's "
+                    "datapoints: %s (it takes %s: its model's inputs; this sender's "
+                    "dataflow must make those)", s->endpoint, why, s->want_text);
 }
 
 /* The socket's connection events, never waited for: the count of connected
@@ -1029,7 +1117,7 @@ static void s_sender_events(s_sender_t *s) {
                 TP_INFO("send: connected to a receiver at %s", s->endpoint);
             s->ever = 1;
             s->reported_ns = 0;  /* a new receiver hears who this is soon */
-            s_sender_check_job(s);
+            s_sender_check_peer(s);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
@@ -1059,6 +1147,28 @@ static tp_status_t s_sender_check(s_sender_t *s) {
         return TP_DONE;
     }
     return TP_OK;
+}
+
+/* A connecting sender's first datapoint waits (counted as blocked) for the
+ * first handshake with its receiver: its probe says what the receiver
+ * takes, so that no datapoint it does not take goes. TP_OK once connected;
+ * the failed handshake, or TP_ERR_INTERRUPTED on a signal. */
+static tp_status_t s_sender_await_receiver(s_sender_t *s) {
+    for (;;) {
+        s_sender_events(s);
+        if (s->failed < 0)
+            return s->failed;
+        if (s->ever || !s->mon)
+            return TP_OK;
+        if (tp_signal_pending())
+            return tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
+                            tp_signal_pending());
+        uint64_t b0 = tp_now_ns();
+        zmq_pollitem_t it = {s->mon, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, 100);
+        s->blocked += tp_now_ns() - b0;
+        s_sender_publish(s, 0);
+    }
 }
 
 /* Send msg, waiting (counted as blocked) while the peer is full; publishes
@@ -1238,6 +1348,18 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         if (rc < 0)
             break;
         in_pass++;
+        /* the component handshake: a datapoint the receiver does not take
+         * ends this sender now, naming both sides (tensorpack's formats
+         * are converted there: not checked here) */
+        if (s.connecting && !s.ever && strncmp(endpoint, "inproc://", 9) &&
+            (rc = s_sender_await_receiver(&s)) < 0) {
+            tp_datapoint_destroy(&dp);
+            break;
+        }
+        if (!o.tpk_format && (rc = s_sender_check_fit(&s, sock, dp)) < 0) {
+            tp_datapoint_destroy(&dp);
+            break;
+        }
         if (o.tpk_format) {
             void *buf = NULL;
             size_t len = 0;

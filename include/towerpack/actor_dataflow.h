@@ -144,6 +144,10 @@ typedef struct tp_remote_opts {
                            sender that gives another is refused, its
                            datapoints dropped and counted, with a warning
                            naming both ids; NULL (default): no check */
+    double unfit_grace_s;  /* with tp_df_remote_expect: how long no sender
+                              may send fitting datapoints, after one sent
+                              one that does not fit, before next() fails
+                              (default 10: a fitting sender may be starting) */
 } tp_remote_opts_t;
 
 void tp_remote_opts_init(tp_remote_opts_t *opts);
@@ -173,9 +177,14 @@ typedef struct tp_remote_expect {
 /* Check every datapoint `df` (a remote dataflow) receives against n
  * components (copied). One that does not fit, well-formed as it is, is
  * dropped and counted (tp_df_remote_unfit) with a warning naming its
- * sender and the mismatch; when every sender connected has sent only
- * such datapoints for 10 s, next() fails (TP_ERR_SHAPE) saying so. Before the first
- * next(). TP_ERR_INVALID for another kind of dataflow or n out of range. */
+ * sender and the mismatch. Called before reset_state, the components also
+ * ride in the handshake (X-Tp-Comps, towerpack/wire.h): a connecting
+ * tp-worker reads them and ends at its first datapoint that does not fit,
+ * naming both sides here and there. Once a sender sent (or said it has)
+ * datapoints that do not fit, and no fitting datapoint came since, next()
+ * fails (TP_ERR_SHAPE) saying so when for opts.unfit_grace_s no sender
+ * connected may still fit (every one sent only unfit ones, or none is
+ * left). TP_ERR_INVALID for another kind of dataflow or n out of range. */
 tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *comps, int n);
 
 /* Messages a remote dataflow dropped because their sender gave another

@@ -52,6 +52,11 @@ size_t tp_wire_msg_frame_size(tp_wire_msg_t *self, int i);
 /* The connection (its file descriptor) frame i came in on, for ipc and tcp
  * (libzmq's ZMQ_SRCFD); -1 for inproc or when unknown. */
 int tp_wire_msg_frame_srcfd(tp_wire_msg_t *self, int i);
+/* Where frame i's sender is, as libzmq read it when the connection was
+ * made (so still right after it closed): its IP address for tcp
+ * ("10.0.0.2"), "HOST:UID:GID:PID" for ipc; NULL for inproc or when
+ * unknown. Valid while the frame is. */
+const char *tp_wire_msg_frame_peer(tp_wire_msg_t *self, int i);
 /* Total bytes over all frames. */
 size_t tp_wire_msg_bytes(tp_wire_msg_t *self);
 /* Move frame i out of the message (it is left empty there): *data and
@@ -164,6 +169,60 @@ tp_status_t tp_wire_probe_job(const char *endpoint, int timeout_ms, char *job,
  * key (32 bytes each; tp_curve_client_keys of towerpack/security.h). */
 tp_status_t tp_wire_probe_job_curve(const char *endpoint, int timeout_ms,
                                     const uint8_t keys[96], char *job, size_t size);
+
+/* ---- the component handshake (core/wire_job.c) ----------------------------
+ * A receiver that knows what it takes (a trainer: its model's inputs)
+ * carries it as a second property of the same handshake, "X-Tp-Comps":
+ * "NAME:DTYPE[D0,D1,...];..." in order, '*' for a size it does not fix
+ * ("image:uint8[64,28,28];label:int32[64]"; a scalar is "NAME:DTYPE[]").
+ * A connecting sender reads it with the probe and checks every datapoint
+ * before it sends it: one that does not fit ends the sender at once with a
+ * message naming the receiver, the component, what the receiver takes and
+ * what the sender has, and the sender tells the receiver why it ends (a
+ * TP_CTL_ERROR frame), so that both logs name both sides. */
+#define TP_WIRE_COMPS_PROPERTY "X-Tp-Comps"
+#define TP_WIRE_COMPS_MAX 1024   /* the property's text, NUL included */
+#define TP_WIRE_COMPS_N 16       /* components at most */
+
+typedef struct tp_wire_comp {
+    char name[32];               /* for messages: [A-Za-z0-9_.-] (others '_') */
+    tp_dtype_t dtype;
+    int ndim;                    /* 0..TP_MAX_DIMS */
+    int64_t shape[TP_MAX_DIMS];  /* shape[0..ndim-1]; < 0: any size there */
+} tp_wire_comp_t;
+
+/* The text of n components into out (size bytes); its length, or -1 when
+ * it does not fit (TP_WIRE_COMPS_MAX always does for TP_WIRE_COMPS_N). */
+int tp_wire_comps_format(const tp_wire_comp_t *comps, int n, char *out, size_t size);
+
+/* Components from text (a peer's: every field checked); their number
+ * (0..max), or -1 when malformed. */
+int tp_wire_comps_parse(const char *text, tp_wire_comp_t *comps, int max);
+
+/* 0 when dp has the n components `want` (dtype, rank and every fixed
+ * size); else -1 with the first mismatch in why: "component 0 'image' is
+ * float32[64,28,28], expected uint8[64,28,28]", or for a missing or extra
+ * component "1 component (uint8[64,28,28]), expected 2: image
+ * uint8[64,28,28], label int32[64]". */
+int tp_wire_comps_check(const tp_wire_comp_t *want, int n, const tp_datapoint_t *dp,
+                        char *why, size_t size);
+
+/* Give `socket` (raw libzmq, before its bind or connect) the components
+ * text its connections carry. TP_ERR_INVALID for a text that does not
+ * parse, TP_ERR_UNSUPPORTED as tp_wire_set_job. */
+tp_status_t tp_wire_set_comps(void *socket, const char *text);
+
+/* What the probe reads of a receiver: its job id and its components
+ * (empty strings where it gives none). */
+typedef struct tp_wire_peer {
+    char job[TP_WIRE_JOB_MAX];
+    char comps[TP_WIRE_COMPS_MAX];
+} tp_wire_peer_t;
+
+/* tp_wire_probe_job and tp_wire_probe_job_curve in one (keys NULL: the
+ * NULL mechanism), with every property this handshake carries. */
+tp_status_t tp_wire_probe_peer(const char *endpoint, int timeout_ms, const uint8_t *keys,
+                               tp_wire_peer_t *peer);
 
 #ifdef __cplusplus
 }

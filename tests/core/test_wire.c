@@ -411,10 +411,22 @@ Test(wire, job_ids_travel_both_ways) {
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(tp_wire_msg_recv(m, pull, 0), TP_OK);
         const char *who = tp_wire_msg_frame_job(m, 0);
-        if (*(const char *)tp_wire_msg_frame_data(m, 0) == 'x')
+        /* where the sender is: tcp its address, ipc its process */
+        const char *peer = tp_wire_msg_frame_peer(m, 0);
+        char pid[32];
+        snprintf(pid, sizeof pid, ":%d", (int)getpid());
+        cr_assert(peer, "no Peer-Address");
+        int x = *(const char *)tp_wire_msg_frame_data(m, 0) == 'x';
+        if (x)
             cr_assert(who && !strcmp(who, "job-A"), "%s", who ? who : "(none)");
         else
             cr_assert_null(who);
+        /* 'x' came on the last endpoint bound (LAST_ENDPOINT), 'y' on ipc */
+        if (x && !strncmp(tcp, "tcp://", 6))
+            cr_assert_str_eq(peer, "127.0.0.1");
+        else
+            cr_assert(strlen(peer) > strlen(pid) &&
+                      !strcmp(peer + strlen(peer) - strlen(pid), pid), "%s", peer);
     }
     tp_wire_msg_destroy(&m);
     /* a receiver without an id */
@@ -441,6 +453,17 @@ Test(wire, job_ids_travel_both_ways) {
     cr_assert_eq(tp_wire_probe_job("inproc://x", 500, job, sizeof job), TP_ERR_UNSUPPORTED);
 }
 
+/* Sixteen components with long names: near the longest text a receiver sends. */
+static const char s_long_comps[] =
+    "component_number_00:float32[*,3,224,224];component_number_01:float32[*,3,224,224];"
+    "component_number_02:float32[*,3,224,224];component_number_03:float32[*,3,224,224];"
+    "component_number_04:float32[*,3,224,224];component_number_05:float32[*,3,224,224];"
+    "component_number_06:float32[*,3,224,224];component_number_07:float32[*,3,224,224];"
+    "component_number_08:float32[*,3,224,224];component_number_09:float32[*,3,224,224];"
+    "component_number_10:float32[*,3,224,224];component_number_11:float32[*,3,224,224];"
+    "component_number_12:float32[*,3,224,224];component_number_13:float32[*,3,224,224];"
+    "component_number_14:float32[*,3,224,224];component_number_15:int64[*,1000]";
+
 /* The probe of a CURVE receiver: the CurveZMQ handshake made by hand with
  * the run's client keys reads its job id; with another client key the
  * receiver's ZAP handler refuses it. */
@@ -459,6 +482,7 @@ Test(wire, job_id_of_a_curve_receiver) {
     void *pull = zmq_socket(ctx, ZMQ_PULL);
     cr_assert_eq(tp_curve_apply(server, ctx, pull), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_wire_set_job(pull, "job-C"), TP_OK);
+    cr_assert_eq(tp_wire_set_comps(pull, s_long_comps), TP_OK, "%s", tp_last_error());
     cr_assert_eq(zmq_bind(pull, "tcp://127.0.0.1:*"), 0);
     char ep[128];
     size_t el = sizeof ep;
@@ -470,6 +494,10 @@ Test(wire, job_id_of_a_curve_receiver) {
     cr_assert_eq(tp_wire_probe_job_curve(ep, 3000, keys, job, sizeof job), TP_OK, "%s",
                  tp_last_error());
     cr_assert_str_eq(job, "job-C");
+    /* its components come through the CURVE READY too (about 1 KiB there) */
+    tp_wire_peer_t peer;
+    cr_assert_eq(tp_wire_probe_peer(ep, 3000, keys, &peer), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(peer.comps, s_long_comps);
     /* the NULL probe cannot ask it */
     cr_assert_lt(tp_wire_probe_job(ep, 3000, job, sizeof job), 0);
     /* another run's keys: the server key does not open its WELCOME */
@@ -483,4 +511,89 @@ Test(wire, job_id_of_a_curve_receiver) {
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, other);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* Issue 47, the component handshake: a receiver's components as text
+ * (X-Tp-Comps) round-trip, a peer's malformed text is refused, and the
+ * check names the component, what is expected and what came. */
+Test(wire, components_round_trip_and_name_the_mismatch) {
+    tp_wire_comp_t want[2] = {{"image", TP_UINT8, 3, {64, 28, 28}},
+                              {"label", TP_INT32, 1, {-1}}};
+    char text[TP_WIRE_COMPS_MAX];
+    cr_assert_gt(tp_wire_comps_format(want, 2, text, sizeof text), 0);
+    cr_assert_str_eq(text, "image:uint8[64,28,28];label:int32[*]");
+    tp_wire_comp_t back[TP_WIRE_COMPS_N];
+    cr_assert_eq(tp_wire_comps_parse(text, back, TP_WIRE_COMPS_N), 2);
+    cr_assert_eq(memcmp(back, want, sizeof want), 0);
+    cr_assert_eq(tp_wire_comps_parse("x:float32[]", back, 4), 1);
+    cr_assert_eq(back[0].ndim, 0);
+    const char *bad[] = {"image", "image:uint8", "image:uint9[2]", "a:uint8[2,]",
+                         "a:uint8[2];", "a b:uint8[2]", "a:uint8[99999999999999999999]",
+                         "a:uint8[1,2,3,4,5,6,7,8,9]", "a:uint8[2]x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert_lt(tp_wire_comps_parse(bad[i], back, TP_WIRE_COMPS_N), 0, "%s", bad[i]);
+    cr_assert_lt(tp_wire_comps_parse("a:uint8[2];b:uint8[2]", back, 1), 0);
+    /* what tp-worker and the trainer say */
+    tp_datapoint_t *dp = tp_datapoint_new(0);
+    tp_tensor_t t;
+    int64_t img[3] = {64, 28, 28}, lab[1] = {64};
+    cr_assert_eq(tp_tensor_init_zero(&t, TP_FLOAT32, 3, img), TP_OK);
+    tp_datapoint_append(dp, &t);
+    char why[400];
+    cr_assert_eq(tp_wire_comps_check(want, 2, dp, why, sizeof why), -1);
+    cr_assert_str_eq(why, "1 component (float32[64,28,28]), expected 2: image "
+                          "uint8[64,28,28], label int32[*]");
+    cr_assert_eq(tp_tensor_init_zero(&t, TP_INT32, 1, lab), TP_OK);
+    tp_datapoint_append(dp, &t);
+    cr_assert_eq(tp_wire_comps_check(want, 2, dp, why, sizeof why), -1);
+    cr_assert_str_eq(why, "component 0 'image' is float32[64,28,28], expected "
+                          "uint8[64,28,28]");
+    want[0].dtype = TP_FLOAT32;
+    cr_assert_eq(tp_wire_comps_check(want, 2, dp, why, sizeof why), 0);
+    want[0].shape[1] = 32;
+    cr_assert_eq(tp_wire_comps_check(want, 2, dp, why, sizeof why), -1);
+    cr_assert_str_eq(why, "component 0 'image' is float32[64,28,28], expected "
+                          "float32[64,32,28]");
+    tp_datapoint_destroy(&dp);
+}
+
+/* The probe reads a receiver's components with its job id, from a NULL
+ * receiver; a receiver without components gives none. */
+Test(wire, components_of_a_receiver_travel_in_the_probe) {
+    void *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    cr_assert_eq(tp_wire_set_comps(pull, "not components"), TP_ERR_INVALID);
+    cr_assert_eq(tp_wire_set_comps(pull, ""), TP_ERR_INVALID);
+    cr_assert_eq(tp_wire_set_job(pull, "job-D"), TP_OK);
+    cr_assert_eq(tp_wire_set_comps(pull, "image:uint8[64,28,28];label:int32[64]"), TP_OK,
+                 "%s", tp_last_error());
+    cr_assert_eq(zmq_bind(pull, "tcp://127.0.0.1:*"), 0);
+    char ep[128];
+    size_t el = sizeof ep;
+    zmq_getsockopt(pull, ZMQ_LAST_ENDPOINT, ep, &el);
+    tp_wire_peer_t peer;
+    cr_assert_eq(tp_wire_probe_peer(ep, 2000, NULL, &peer), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(peer.job, "job-D");
+    cr_assert_str_eq(peer.comps, "image:uint8[64,28,28];label:int32[64]");
+    /* a tcp sender's address, as the receiver names it */
+    void *push = zmq_socket(ctx, ZMQ_PUSH);
+    cr_assert_eq(zmq_connect(push, ep), 0);
+    zmq_send(push, "x", 1, 0);
+    int timeout = 5000;
+    zmq_setsockopt(pull, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    tp_wire_msg_t *m = tp_wire_msg_new();
+    cr_assert_eq(tp_wire_msg_recv(m, pull, 0), TP_OK);
+    cr_assert_str_eq(tp_wire_msg_frame_peer(m, 0), "127.0.0.1");
+    tp_wire_msg_destroy(&m);
+    zmq_close(push);
+    void *anon = zmq_socket(ctx, ZMQ_PULL);
+    cr_assert_eq(zmq_bind(anon, "tcp://127.0.0.1:*"), 0);
+    el = sizeof ep;
+    zmq_getsockopt(anon, ZMQ_LAST_ENDPOINT, ep, &el);
+    cr_assert_eq(tp_wire_probe_peer(ep, 2000, NULL, &peer), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(peer.comps, "");
+    cr_assert_str_eq(peer.job, "");
+    zmq_close(pull);
+    zmq_close(anon);
+    zmq_ctx_term(ctx);
 }

@@ -549,16 +549,24 @@ Test(tp_train, a_stalled_remote_input_is_named_and_marked, .init = s_setup,
 /* Issue 47: a stray tp-worker sending batches of 16 into a run at batch 32
  * fed by a correct worker ended the run (or, alone, trained silently on
  * 16). Its batches are now dropped and counted (ZMQInput/unfit) with a
- * warning naming it and the mismatch, and the run ends normally; a stray
- * worker alone ends the run saying no sender sends fitting batches. */
+ * warning naming it and the mismatch, and the run ends normally (a stray
+ * that binds: it cannot read the trainer's components, the trainer checks
+ * alone); a stray that connects reads them in the handshake and ends
+ * itself (exit 1) naming the mismatch, and alone it leaves the run to end
+ * saying no sender sends fitting batches. */
 Test(tp_train, a_sender_whose_batches_do_not_fit_is_dropped_not_the_run, .init = s_setup,
      .fini = s_teardown, .timeout = 180) {
     char logdir[128], data[128], bind[140], log[2][160];
     snprintf(data, sizeof data, "ipc://%s/data.sock", s_dir);
     snprintf(bind, sizeof bind, "@%s", data);
+    char stray_ep[128], remote[300];
+    snprintf(stray_ep, sizeof stray_ep, "ipc://%s/stray.sock", s_dir);
     char *stray_argv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
                           "fashion-mnist:train | batch 16", "--connect", data,
                           "--log-level", "info", NULL};
+    char *bound_stray_argv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                                "fashion-mnist:train | batch 16", "--bind", stray_ep,
+                                "--log-level", "info", NULL};
     char *good_argv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
                          "fashion-mnist:train | batch 32", "--connect", data, NULL};
     for (int alone = 0; alone < 2; alone++) {
@@ -567,7 +575,10 @@ Test(tp_train, a_sender_whose_batches_do_not_fit_is_dropped_not_the_run, .init =
         char slog[160];
         snprintf(slog, sizeof slog, "%s/stray%d.log", s_dir, alone);
         pu_spawn_opts_t so = {.out = slog}, wo = {.out = "/dev/null"};
-        pid_t stray = pu_spawn(stray_argv, &so);
+        pid_t stray = pu_spawn(alone ? stray_argv : bound_stray_argv, &so);
+        /* the trainer binds its endpoint and connects to a bound stray */
+        snprintf(remote, sizeof remote, "%s%s%s", bind, alone ? "" : ",>",
+                 alone ? "" : stray_ep);
         /* the stray is making batches (they queue until the trainer binds) */
         for (int i = 0; i < 600 && !s_file_has(slog, "sending dataflow"); i++)
             usleep(50000);
@@ -577,13 +588,14 @@ Test(tp_train, a_sender_whose_batches_do_not_fit_is_dropped_not_the_run, .init =
          * socket hears first (20 steps were over before it, under load) */
         char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
                         "--steps-per-epoch", "200", "--batch", "32", "--towers", "1",
-                        "--remote", bind, "--threads", "1", "--test-spec", TEST_SPEC,
+                        "--remote", remote, "--threads", "1", "--test-spec", TEST_SPEC,
                         "--logdir", logdir, NULL};
         const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
         pu_spawn_opts_t o = {.out = log[alone], .env = env};
         int st = pu_waitpid(pu_spawn(argv, &o), 60000);
-        kill(stray, SIGTERM);
-        pu_waitpid(stray, 10000);
+        if (!alone)
+            kill(stray, SIGTERM);
+        int sst = pu_waitpid(stray, 10000);
         if (good) {
             kill(good, SIGTERM);
             pu_waitpid(good, 10000);
@@ -608,6 +620,12 @@ Test(tp_train, a_sender_whose_batches_do_not_fit_is_dropped_not_the_run, .init =
             cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "status %d:\n%s",
                       st, text);
             cr_assert(strstr(text, "no sender left sends datapoints that fit"), "%s", text);
+            s_slurp(slog, text, sizeof text);
+            cr_assert(sst >= 0 && WIFEXITED(sst) && WEXITSTATUS(sst) == 1 &&
+                          strstr(text, "does not take this sender's datapoints: component 0 "
+                                       "'image' is uint8[16,28,28], expected uint8[32,28,28]"),
+                      "the connecting stray did not end naming the mismatch (status %d):\n%s",
+                      sst, text);
         }
     }
 }

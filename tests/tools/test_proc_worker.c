@@ -329,6 +329,163 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
               pst, buf);
 }
 
+/* The component handshake in the Python sender: tp_send.py of batch 32
+ * against a receiver that takes batches of 64 ends (exit 1) before sending
+ * any, naming both sides, and the receiver's log names it. */
+Test(proc_worker, a_python_sender_of_another_batch_ends_naming_both_sides) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char ep[128], pyout[128], log[128], buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/pycomps.sock", s_dir);
+    snprintf(pyout, sizeof pyout, "%s/pycomps.txt", s_dir);
+    snprintf(log, sizeof log, "%s/pycomps.log", s_dir);
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 30;
+    ro.unfit_grace_s = 1;
+    tp_dataflow_t *r = tp_df_remote(ep, &ro);
+    tp_remote_expect_t want[2] = {{"image", TP_UINT8, 3, {64, 28, 28}},
+                                  {"label", TP_INT32, 1, {64}}};
+    cr_assert_eq(tp_df_remote_expect(r, want, 2), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(r, 0, 0), TP_OK, "%s", tp_last_error());
+    char *pargv[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
+                     "--connect", ep, "--batch", "32", NULL};
+    pu_spawn_opts_t po = {.out = pyout};
+    int py = pu_spawn(pargv, &po);
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = tp_dataflow_next(r, &dp);
+    int pst = pu_waitpid(py, 20000);
+    uint64_t unfit = tp_df_remote_unfit(r);
+    tp_dataflow_destroy(&r);
+    tp_log_set_file(NULL);
+    const char *why = "component 0 'image' is uint8[32,28,28], expected uint8[64,28,28]";
+    slurp(pyout, buf, sizeof buf);
+    cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1 && strstr(buf, why) &&
+                  strstr(buf, "does not take this sender's datapoints"),
+              "tp_send.py (status %d):\n%s", pst, buf);
+    cr_assert_eq(rc, TP_ERR_SHAPE, "%d %s", rc, tp_last_error());
+    cr_assert_eq(unfit, 0, "the sender sent %llu batches that do not fit",
+                 (unsigned long long)unfit);
+    slurp(log, buf, sizeof buf);
+    char who[64];
+    snprintf(who, sizeof who, "tp_send.py %d@", py);
+    cr_assert(strstr(buf, who) && strstr(buf, why), "the receiver's log (%s):\n%s", who, buf);
+}
+
+/* Issue 47, the component handshake: a tp-worker whose datapoints do not
+ * fit what the receiver takes (its components, given by the trainer's
+ * model and carried in the handshake) ends at once (exit 1) naming the
+ * receiver, the component, what is expected and what it sends; the
+ * receiver's log names the worker and the same mismatch, and its next()
+ * ends (TP_ERR_SHAPE) once no fitting sender is left, nothing hangs. One
+ * case each: the wrong dtype, the wrong shape, a missing component. */
+static void s_unfit_case(const char *spec, const char *why) {
+    char ep[128], out[128], log[128], buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/comps.sock", s_dir);
+    snprintf(out, sizeof out, "%s/cworker.txt", s_dir);
+    snprintf(log, sizeof log, "%s/ctrainer.log", s_dir);
+    unlink(out);
+    unlink(log);
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 30;
+    ro.unfit_grace_s = 1;
+    tp_dataflow_t *r = tp_df_remote(ep, &ro);
+    tp_remote_expect_t want[2] = {{"image", TP_UINT8, 3, {8, 28, 28}},
+                                  {"label", TP_INT32, 1, {8}}};
+    cr_assert_eq(tp_df_remote_expect(r, want, 2), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(r, 0, 0), TP_OK, "%s", tp_last_error());
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec", (char *)spec, "--connect", ep,
+                     NULL};
+    pu_spawn_opts_t o = {.out = out};
+    int pid = pu_spawn(wargv, &o);
+    double t0 = tp_now_s();
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = tp_dataflow_next(r, &dp);
+    double waited = tp_now_s() - t0;
+    char err[1024];
+    snprintf(err, sizeof err, "%s", tp_last_error());
+    int st = pu_waitpid(pid, 10000);
+    tp_dataflow_destroy(&r);
+    tp_log_set_file(NULL);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "the worker did not end with 1 (status %d):\n%s", st, buf);
+    char want_worker[512];
+    snprintf(want_worker, sizeof want_worker, "the receiver at %s does not take this "
+             "sender's datapoints: %s (it takes image:uint8[8,28,28];label:int32[8]", ep, why);
+    cr_assert(strstr(buf, want_worker), "the worker's message (%s):\n%s", want_worker, buf);
+    cr_assert_eq(rc, TP_ERR_SHAPE, "the receiver's next(): %d %s", rc, err);
+    cr_assert_lt(waited, 10.0, "the receiver took %.1f s to end", waited);
+    cr_assert(strstr(err, "no sender left sends datapoints that fit") && strstr(err, why),
+              "%s", err);
+    slurp(log, buf, sizeof buf);
+    char who[128];
+    snprintf(who, sizeof who, "tp-worker %d@", pid);
+    cr_assert(strstr(buf, who) && strstr(buf, why),
+              "the receiver's log names the worker (%s) and the mismatch:\n%s", who, buf);
+}
+
+Test(proc_worker, a_worker_of_the_wrong_dtype_ends_naming_both_sides) {
+    s_unfit_case("fake:shape=28x28:float32,shape=scalar:int32,size=64 | batch 8",
+                 "component 0 'image' is float32[8,28,28], expected uint8[8,28,28]");
+}
+
+Test(proc_worker, a_worker_of_the_wrong_shape_ends_naming_both_sides) {
+    s_unfit_case("fake:shape=32x32:uint8,shape=scalar:int32,size=64 | batch 8",
+                 "component 0 'image' is uint8[8,32,32], expected uint8[8,28,28]");
+}
+
+Test(proc_worker, a_worker_missing_a_component_ends_naming_both_sides) {
+    s_unfit_case("fake:shape=28x28:uint8,size=64 | batch 8",
+                 "1 component (uint8[8,28,28]), expected 2: image uint8[8,28,28], "
+                 "label int32[8]");
+}
+
+/* The same through tp-train --remote: its model's inputs are what it
+ * takes; a worker of the wrong batch size ends at once naming both, and the
+ * run ends (non-zero, saying no fitting sender is left) instead of hanging
+ * or training on the wrong batch. */
+Test(proc_worker, tp_train_and_a_worker_of_another_batch_both_name_the_mismatch) {
+    char ep[128], bind[140], logdir[128], out[128], wout[128], buf[65536];
+    snprintf(ep, sizeof ep, "ipc://%s/train.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", ep);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    snprintf(wout, sizeof wout, "%s/w.txt", s_dir);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                     "--steps-per-epoch", "5", "--batch", "32", "--remote", bind,
+                     "--threads", "1", "--towers", "1", "--test-spec",
+                     "fake:size=500 | batch 500", "--logdir", logdir, "--no-tensorboard",
+                     NULL};
+    pu_spawn_opts_t to = {.out = out};
+    int tr = pu_spawn(targv, &to);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fake:size=1000 | batch 16", "--connect", ep, NULL};
+    pu_spawn_opts_t wo = {.out = wout};
+    int w = pu_spawn(wargv, &wo);
+    double t0 = tp_now_s();
+    int wst = pu_waitpid(w, 30000);
+    double wdt = tp_now_s() - t0;
+    int st = pu_waitpid(tr, 60000);
+    const char *why = "component 0 'image' is uint8[16,28,28], expected uint8[32,28,28]";
+    slurp(wout, buf, sizeof buf);
+    cr_assert(wst >= 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 1 && strstr(buf, why),
+              "the worker (status %d after %.1f s):\n%s", wst, wdt, buf);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
+              st, buf);
+    char who[64];
+    snprintf(who, sizeof who, "tp-worker %d@", w);
+    cr_assert(strstr(buf, "no sender left sends datapoints that fit") && strstr(buf, why) &&
+                  strstr(buf, who),
+              "tp-train's log names the worker (%s) and the mismatch:\n%s", who, buf);
+}
+
 static int run_status(char *const argv[]) {
     char out[128];
     snprintf(out, sizeof out, "%s/out.txt", s_dir);

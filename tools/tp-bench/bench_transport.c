@@ -11,6 +11,11 @@
  *           against 1
  *   stats   the inproc hop under a supervisor publishing statistics every
  *           second, against the same hop without reports
+ *   tcp     the remote path: a tp-worker program (fake batches of 64
+ *           Fashion-MNIST images, 50 KiB, and 1 MiB datapoints) over tcp
+ *           on 127.0.0.1 into a remote dataflow, against raw libzmq
+ *           PUSH/PULL over tcp of the same frames (the wire header and
+ *           each component), datapoints/s and MB/s
  *   sizes   (only with --only sizes; bench/run.sh) datapoints of 64 B,
  *           64 KiB and 1 MiB over inproc (two actors) and ipc (two
  *           processes), each against raw libzmq moving the same payload
@@ -25,6 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
@@ -575,6 +583,207 @@ static int s_sizes(const s_cfg_t *c, const char *ep, double scale) {
     return 0;
 }
 
+/* ---- tcp: a tp-worker on localhost ----------------------------------------------- */
+
+/* The two payloads of the tcp rows: a training batch as tp-train --remote
+ * takes it, and a large datapoint. Each spec repeats one datapoint drawn
+ * at reset (the worker's dataflow costs one copy a datapoint). */
+static const struct {
+    const char *name, *spec;
+    int ncomp;
+    tp_dtype_t dtype[2];
+    int ndim[2];
+    int64_t shape[2][3];
+    int64_t count;  /* datapoints a run at --tcp-count 1 (scaled) */
+} s_tcp_cases[] = {
+    {"batch 64 x 28x28 uint8 + int32 labels",
+     "fake:shape=64x28x28:uint8,shape=64:int32,random=0,size=1000000000", 2,
+     {TP_UINT8, TP_INT32}, {3, 1}, {{64, 28, 28}, {64}}, 20000},
+    {"1 MiB datapoint", "fake:shape=1048576:uint8,random=0,size=1000000000", 1,
+     {TP_UINT8}, {1}, {{MIB}}, 2000}};
+
+/* A free tcp port on 127.0.0.1 (the kernel's pick; released at once, so
+ * another program could take it first: a bench, not a service). */
+static int s_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &al) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* The frame sizes of case k's datapoint in the wire format (header first). */
+static int s_tcp_frames(int k, size_t *sizes, int max) {
+    tp_datapoint_t *dp = tp_datapoint_new(0);
+    for (int i = 0; i < s_tcp_cases[k].ncomp; i++) {
+        tp_tensor_t t;
+        tp_tensor_init_zero(&t, s_tcp_cases[k].dtype[i], s_tcp_cases[k].ndim[i],
+                            s_tcp_cases[k].shape[i]);
+        tp_datapoint_append(dp, &t);
+    }
+    tp_wire_msg_t *m = tp_wire_msg_new();
+    tp_wire_opts_t o;
+    tp_wire_opts_init(&o);
+    int n = 0;
+    if (tp_wire_encode(&dp, &o, m) == TP_OK)
+        for (; n < tp_wire_msg_frames(m) && n < max; n++)
+            sizes[n] = tp_wire_msg_frame_size(m, n);
+    tp_wire_msg_destroy(&m);
+    return n;
+}
+
+/* Raw libzmq: a forked child PUSHes n messages of the case's frames (zero
+ * copy from one buffer) over tcp; this process PULLs them. Datapoints/s
+ * from the first arrival to the last; bytes of one message in *bytes. */
+static double s_tcp_raw(int k, int64_t n, double *bytes) {
+    size_t sizes[8];
+    int nf = s_tcp_frames(k, sizes, 8);
+    *bytes = 0;
+    for (int i = 0; i < nf; i++)
+        *bytes += (double)sizes[i];
+    int port = s_free_port(), hwm = 50;
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    int done[2];
+    if (nf < 1 || port <= 0 || pipe(done) != 0)
+        return 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(done[1]);
+        void *cx = zmq_ctx_new();
+        void *push = zmq_socket(cx, ZMQ_PUSH);
+        zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_connect(push, ep);  /* retried until the parent has bound */
+        for (int64_t i = 0; i < n; i++)
+            for (int f = 0; f < nf; f++) {
+                zmq_msg_t m;
+                zmq_msg_init_data(&m, s_big, sizes[f], s_noop_free, NULL);
+                zmq_msg_send(&m, push, f + 1 < nf ? ZMQ_SNDMORE : 0);
+            }
+        char b;  /* stay until the parent has every message (see s_sz_raw_ipc) */
+        while (read(done[0], &b, 1) < 0 && errno == EINTR)
+            ;
+        int linger = 0;
+        zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(push);
+        zmq_ctx_term(cx);
+        _exit(0);
+    }
+    close(done[0]);
+    void *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    int tmo = 20000;
+    zmq_setsockopt(pull, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    zmq_bind(pull, ep);
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    double t0 = 0;
+    int64_t got = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int ok = 1;
+        for (int f = 0; f < nf && ok; f++)
+            ok = zmq_msg_recv(&m, pull, 0) >= 0;
+        if (!ok)
+            break;
+        if (i == 0)
+            t0 = tp_now_s();
+        got++;
+    }
+    double dt = tp_now_s() - t0;
+    if (got < n)
+        fprintf(stderr, "tp-bench transport: raw tcp: %lld of %lld messages (%s)\n",
+                (long long)got, (long long)n, zmq_strerror(zmq_errno()));
+    close(done[1]);
+    zmq_msg_close(&m);
+    waitpid(pid, NULL, 0);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+    return got == n && got > 1 ? (double)(got - 1) / dt : 0;
+}
+
+/* The tp-worker program beside this one (the same build's bin/). */
+static int s_tp_worker_path(char *out, size_t size) {
+    char self[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return -1;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    snprintf(out, size, "%s/tp-worker", self);
+    return access(out, X_OK);
+}
+
+/* towerpack: a tp-worker process (--spec, --count n, --connect) sends to a
+ * remote dataflow bound here on tcp. Datapoints/s from the first arrival
+ * to the last; wire bytes a datapoint in *bytes. */
+static double s_tcp_tp(int k, int64_t n, double *bytes) {
+    char worker[1100];
+    *bytes = 0;
+    if (s_tp_worker_path(worker, sizeof worker) != 0) {
+        fprintf(stderr, "tp-bench transport: no tp-worker beside tp-bench (%s)\n", worker);
+        return 0;
+    }
+    int port = s_free_port();
+    char ep[64], count[32];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    snprintf(count, sizeof count, "%lld", (long long)n);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 20;
+    tp_dataflow_t *df = tp_df_remote(ep, &ro);
+    if (!df || tp_dataflow_reset_state(df, 0, 0) != TP_OK) {
+        fprintf(stderr, "tp-bench transport: tcp: %s\n", tp_last_error());
+        tp_dataflow_destroy(&df);
+        return 0;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char *argv[] = {worker, "--spec", (char *)s_tcp_cases[k].spec, "--connect", ep,
+                        "--count", count, "--log-level", "warn", NULL};
+        execv(worker, argv);
+        _exit(127);
+    }
+    tp_datapoint_t *dp;
+    double t0 = 0;
+    int64_t got = 0;
+    uint64_t b0 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (tp_dataflow_next(df, &dp) != TP_OK)
+            break;
+        if (i == 0) {
+            t0 = tp_now_s();
+            b0 = tp_df_remote_bytes(df);
+        }
+        got++;
+        tp_datapoint_destroy(&dp);
+    }
+    double dt = tp_now_s() - t0;
+    uint64_t b1 = tp_df_remote_bytes(df);
+    waitpid(pid, NULL, 0);
+    tp_dataflow_destroy(&df);
+    if (got < n || got < 2) {
+        fprintf(stderr, "tp-bench transport: tp-worker over tcp: %lld of %lld datapoints\n",
+                (long long)got, (long long)n);
+        return 0;
+    }
+    *bytes = (double)(b1 - b0) / (double)(got - 1);
+    return (double)(got - 1) / dt;
+}
+
 /* ---- driver ------------------------------------------------------------------------ */
 
 static int s_want(const s_cfg_t *c, const char *name) {
@@ -583,25 +792,31 @@ static int s_want(const s_cfg_t *c, const char *name) {
 
 static void s_usage(FILE *out) {
     fprintf(out,
-        "usage: tp-bench transport [--only ipc|inproc|mp|stats|sizes] [--repeat N]\n"
+        "usage: tp-bench transport [--only ipc|inproc|mp|stats|tcp|sizes] [--repeat N]\n"
         "                          [--ipc-count N] [--inproc-count N] [--mp-count N]\n"
+        "                          [--tcp-scale X]\n"
         "                          [--scale X] [--stats ENDPOINT] [--json]\n"
         "Actors and process/remote dataflows against raw libzmq in the same run.\n"
         "--only sizes: 64 B, 64 KiB and 1 MiB datapoints over inproc and ipc\n"
         "against raw libzmq (median of --repeat per-round ratios; --scale\n"
         "multiplies its message counts, default 1).\n"
+        "tcp: a tp-worker over tcp on 127.0.0.1 (batches of 64 28x28 images and\n"
+        "1 MiB datapoints) against raw PUSH/PULL of the same frames; --tcp-scale\n"
+        "multiplies its counts (20000 and 2000; default 1).\n"
         "--stats publishes the stats benchmark's statistics at ENDPOINT (for\n"
         "tp-top; ipc, tcp, tcp:PORT or a full address).\n");
 }
 
 int tp_bench_transport(int argc, char **argv) {
     s_cfg_t c = {2000, 2000000, 1000, 3, 0, NULL, NULL, "", 1.0};
+    double tcp_scale = 1.0;
     static const struct option longopts[] = {
         {"only", required_argument, 0, 'o'},   {"repeat", required_argument, 0, 'r'},
         {"ipc-count", required_argument, 0, 'i'}, {"inproc-count", required_argument, 0, 'n'},
         {"mp-count", required_argument, 0, 'm'}, {"stats", required_argument, 0, 's'},
         {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
         {"scale", required_argument, 0, 'x'},
+        {"tcp-scale", required_argument, 0, 't'},
         {0, 0, 0, 0}};
     int ch;
     optind = 1;
@@ -615,19 +830,21 @@ int tp_bench_transport(int argc, char **argv) {
         case 's': c.stats = optarg; break;
         case 'j': c.json = 1; break;
         case 'x': c.scale = atof(optarg); break;
+        case 't': tcp_scale = atof(optarg); break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
     }
     if (c.repeat < 1 || c.ipc_count < 2 || c.inproc_count < 1 || c.mp_count < 1 ||
-        !(c.scale > 0 && c.scale <= 1000)) {
+        !(c.scale > 0 && c.scale <= 1000) || !(tcp_scale > 0 && tcp_scale <= 1000)) {
         fprintf(stderr, "tp-bench transport: counts and --repeat must be positive\n");
         return 2;
     }
     if (c.only && strcmp(c.only, "ipc") && strcmp(c.only, "inproc") &&
-        strcmp(c.only, "mp") && strcmp(c.only, "stats") && strcmp(c.only, "sizes")) {
-        fprintf(stderr, "tp-bench transport: --only '%s' is not ipc, inproc, mp, stats "
-                "or sizes\n",
+        strcmp(c.only, "mp") && strcmp(c.only, "stats") && strcmp(c.only, "sizes") &&
+        strcmp(c.only, "tcp")) {
+        fprintf(stderr, "tp-bench transport: --only '%s' is not ipc, inproc, mp, stats, "
+                "tcp or sizes\n",
                 c.only);
         return 2;
     }
@@ -656,7 +873,8 @@ int tp_bench_transport(int argc, char **argv) {
     /* Each comparison runs its two sides back to back in every round; the
      * ratio reported is the median of the per-round ratios (robust to a
      * shared machine's drift), the rates the best of each side. */
-    s_pair_t ipc = {0}, in = {0}, mp = {0}, st = {0};
+    s_pair_t ipc = {0}, in = {0}, mp = {0}, st = {0}, tcp[2] = {{0}};
+    double tcp_bytes[2] = {0, 0};
     double raw_bare = 0;
     /* The fork-based runs go first, while the process has no actor threads. */
     for (int r = 0; r < c.repeat && r < S_MAXR; r++) {
@@ -664,6 +882,19 @@ int tp_bench_transport(int argc, char **argv) {
             s_pair_add(&mp, s_mp(&c, 1), s_mp(&c, 2));
         /* Odd rounds run towerpack's side first (as in sizes). */
         int tp_first = r & 1;
+        if (s_want(&c, "tcp"))
+            for (int k = 0; k < 2; k++) {
+                int64_t n = (int64_t)((double)s_tcp_cases[k].count * tcp_scale);
+                if (n < 10)
+                    n = 10;
+                double rb = 0, tb = 0;
+                double b = tp_first ? s_tcp_tp(k, n, &tb) : 0, a = s_tcp_raw(k, n, &rb);
+                if (!tp_first)
+                    b = s_tcp_tp(k, n, &tb);
+                s_pair_add(&tcp[k], a, b);
+                tcp_bytes[k] = rb;
+                (void)tb;
+            }
         if (s_want(&c, "ipc")) {
             double b = tp_first ? s_tp_ipc(&c, ep) : 0, a = s_raw_ipc(&c, ep);
             if (!tp_first)
@@ -697,8 +928,18 @@ int tp_bench_transport(int argc, char **argv) {
                s_pair_extreme(&in, 1));
         printf("  \"mp_cpu\": {\"workers1_dp_s\": %.1f, \"workers2_dp_s\": %.1f, \"ratio\": %.3f},\n",
                mp1, mp2, s_pair_ratio(&mp));
-        printf("  \"stats\": {\"off_msgs_s\": %.0f, \"on_msgs_s\": %.0f, \"ratio\": %.3f}\n}\n",
+        printf("  \"stats\": {\"off_msgs_s\": %.0f, \"on_msgs_s\": %.0f, \"ratio\": %.3f},\n",
                st_off, st_on, s_pair_ratio(&st));
+        printf("  \"tcp_tp_worker\": [");
+        for (int k = 0; k < 2; k++)
+            printf("%s{\"case\": \"%s\", \"bytes\": %.0f, \"raw_dp_s\": %.1f, "
+                   "\"raw_mb_s\": %.1f, \"towerpack_dp_s\": %.1f, \"towerpack_mb_s\": %.1f, "
+                   "\"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f}",
+                   k ? ", " : "", s_tcp_cases[k].name, tcp_bytes[k], tcp[k].a,
+                   tcp[k].a * tcp_bytes[k] / 1e6, tcp[k].b, tcp[k].b * tcp_bytes[k] / 1e6,
+                   s_pair_ratio(&tcp[k]), s_pair_extreme(&tcp[k], 0),
+                   s_pair_extreme(&tcp[k], 1));
+        printf("]\n}\n");
     } else {
         printf("%-34s %14s %14s %8s\n", "benchmark", "reference", "towerpack", "ratio");
         if (s_want(&c, "ipc"))
@@ -719,6 +960,17 @@ int tp_bench_transport(int argc, char **argv) {
             printf("%-34s %9.0f msg/s %9.0f msg/s %8.3f   (goal >= 0.99)\n",
                    "stats publishing on vs off", st_off, st_on,
                    st_off > 0 ? st_on / st_off : 0);
+        if (s_want(&c, "tcp"))
+            for (int k = 0; k < 2; k++) {
+                char name[64];
+                snprintf(name, sizeof name, "tcp tp-worker, %s", k ? "1 MiB datapoint"
+                                                                   : "batch 64x28x28");
+                printf("%-34s %10.0f dp/s %10.0f dp/s %8.3f   (raw PUSH/PULL, same frames)\n",
+                       name, tcp[k].a, tcp[k].b, s_pair_ratio(&tcp[k]));
+                printf("%-34s %11.1f MB/s %9.1f MB/s           (%.0f bytes a datapoint)\n",
+                       "", tcp[k].a * tcp_bytes[k] / 1e6, tcp[k].b * tcp_bytes[k] / 1e6,
+                       tcp_bytes[k]);
+            }
     }
     tp_free(s_big);
     char cmd[128];

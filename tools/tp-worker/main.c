@@ -5,7 +5,9 @@
  * (towerpack/actor_dataflow.h), loaded with dlopen and given the
  * --plugin-arg values. SIGINT and SIGTERM end it cleanly; so does its
  * trainer's end (--exit-with-trainer), and a failed handshake with the
- * trainer (CURVE keys, a trainer of another --job) ends it with an error. */
+ * trainer (CURVE keys, a trainer of another --job) ends it with an error,
+ * as does a datapoint that the trainer it connects to does not take (the
+ * component handshake: the trainer's model inputs, read at connect). */
 #include <dlfcn.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -22,7 +24,9 @@ static void s_usage(FILE *out) {
         "Run a dataflow and PUSH its datapoints (wire format) to ENDPOINT\n"
         "(tcp://HOST:PORT or ipc://PATH), pass after pass, until --count or a\n"
         "signal. A receiver reads them with the spec source remote:ENDPOINT or\n"
-        "tp_df_remote().\n"
+        "tp_df_remote(). Connecting, it reads what the receiver takes (a\n"
+        "trainer's model inputs) before its first datapoint goes, and ends\n"
+        "(exit 1) at one that does not fit, naming both sides.\n"
         "\n"
         "  --spec SPEC           a pipeline spec (see docs/dataflow.md)\n"
         "  --plugin LIB.so       a shared library exporting %s\n"

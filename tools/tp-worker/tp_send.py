@@ -8,8 +8,10 @@ frame per array (docs/wire-format.md), PUSHed to a receiver that binds
 (`tp-train --remote @tcp://...`, ZMQInput, the spec source `remote:`).
 Like tp-worker it reports its row twice a second, so tp-top and the
 trainer's log show it (`tp_send.py 4121@host`), carries the job id of
-the job handshake (--job, $TP_JOB), and ends when its trainer has been
-gone for --exit-with-trainer seconds.
+the job handshake (--job, $TP_JOB), reads what the trainer takes (the
+component handshake: a datapoint that does not fit ends it, naming both
+sides, before it is sent), and ends when its trainer has been gone for
+--exit-with-trainer seconds.
 
 As a program it sends Fashion-MNIST batches as tp-train's zoo models take
 them ([uint8 (B,28,28), int32 (B,)]):
@@ -40,9 +42,52 @@ from zmq.utils.monitor import recv_monitor_message
 DTYPES = {np.dtype(np.uint8): 0, np.dtype(np.int32): 1, np.dtype(np.int64): 2,
           np.dtype(np.float16): 3, np.dtype(np.float32): 5, np.dtype(np.float64): 6}
 WIRE_MAGIC, WIRE_VERSION = 0x31575054, 1     # "TPW1"
-CTL_MAGIC, CTL_PAD, CTL_REPORT = 0x314C4354, 4, 6   # "TCL1", control frames
+CTL_MAGIC, CTL_ERROR, CTL_PAD, CTL_REPORT = 0x314C4354, 2, 4, 6   # "TCL1", control frames
 RUNNING, DONE = 1, 3                         # tp_actor_state_t
 JOB_PROPERTY = b"X-Tp-Job"
+COMPS_PROPERTY = b"X-Tp-Comps"
+DTYPE_NAMES = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+
+
+def parse_comps(text):
+    """The receiver's components ("image:uint8[64,28,28];label:int32[*]",
+    docs/wire-format.md) as [(name, dtype name, shape with None for '*')];
+    None when malformed."""
+    out = []
+    try:
+        for part in text.split(";") if text else []:
+            name, _, rest = part.partition(":")
+            dt, _, dims = rest.partition("[")
+            if dt not in DTYPE_NAMES or not dims.endswith("]"):
+                return None
+            dims = dims[:-1]
+            shape = [None if d == "*" else int(d) for d in dims.split(",")] if dims else []
+            out.append((name, dt, shape))
+    except ValueError:
+        return None
+    return out
+
+
+def _describe(dt, shape):
+    return "%s[%s]" % (dt, ",".join("*" if d is None else str(d) for d in shape))
+
+
+def check_comps(want, arrays):
+    """None when the arrays fit the receiver's components `want`; else the
+    mismatch in the words tp_wire_comps_check uses."""
+    have = [(np.dtype(a.dtype.str.replace(">", "<")), tuple(a.shape)) for a in arrays]
+    names = [DTYPE_NAMES[DTYPES[d]] if d in DTYPES else str(d) for d, _ in have]
+    if len(have) != len(want):
+        return "%d component%s (%s), expected %d: %s" % (
+            len(have), "" if len(have) == 1 else "s",
+            ", ".join(_describe(n, s) for n, (_, s) in zip(names, have)), len(want),
+            ", ".join("%s %s" % (w[0] or "?", _describe(w[1], w[2])) for w in want))
+    for i, ((name, dt, shape), n, (_, s)) in enumerate(zip(want, names, have)):
+        if n != dt or len(s) != len(shape) or any(
+                d is not None and d != x for d, x in zip(shape, s)):
+            return "component %d '%s' is %s, expected %s" % (
+                i, name or "?", _describe(n, s), _describe(dt, shape))
+    return None
 
 
 def encode(arrays):
@@ -67,10 +112,18 @@ def encode(arrays):
 
 
 def probe_job(endpoint, timeout=2.0):
-    """The job id of the receiver bound at endpoint (tcp://HOST:PORT or
-    ipc://PATH), "" when it has none: a ZMTP 3.0 handshake as a PUSH with
-    the NULL mechanism, the receiver's READY read, the connection closed
-    (tp_wire_probe_job in C; a PUSH socket never sees the peer's
+    """The job id of the receiver bound at endpoint, "" when it has none,
+    None when it cannot tell (probe below)."""
+    props = probe(endpoint, timeout)
+    return None if props is None else props.get(JOB_PROPERTY.lower(), b"").decode(
+        "ascii", "replace")
+
+
+def probe(endpoint, timeout=2.0):
+    """The properties of the receiver bound at endpoint (tcp://HOST:PORT or
+    ipc://PATH) as {lower-case name: value bytes}: a ZMTP 3.0 handshake as a
+    PUSH with the NULL mechanism, the receiver's READY read, the connection
+    closed (tp_wire_probe_peer in C; a PUSH socket never sees the peer's
     properties). None when it cannot tell (another mechanism, no answer)."""
     try:
         if endpoint.startswith("ipc://"):
@@ -103,16 +156,14 @@ def probe_job(endpoint, timeout=2.0):
                 if body is None:
                     return None
                 if flags & 0x04 and body[:6] == b"\x05READY":
-                    p = 6
+                    p, props = 6, {}
                     while p < len(body):
                         nl = body[p]
                         name = body[p + 1:p + 1 + nl]
                         vl = struct.unpack(">I", body[p + 1 + nl:p + 5 + nl])[0]
-                        value = body[p + 5 + nl:p + 5 + nl + vl]
-                        if name.lower() == JOB_PROPERTY.lower():
-                            return value.decode("ascii", "replace")
+                        props[name.lower()] = body[p + 5 + nl:p + 5 + nl + vl]
                         p += 5 + nl + vl
-                    return ""
+                    return props
     except (OSError, ValueError, IndexError, struct.error):
         return None
     return None
@@ -134,7 +185,8 @@ def _host():
 
 
 class RefusedError(RuntimeError):
-    """The receiver belongs to another job (the job handshake)."""
+    """The receiver belongs to another job (the job handshake), or does not
+    take these datapoints (the component handshake)."""
 
 
 class Sender:
@@ -142,7 +194,9 @@ class Sender:
     send() waits while the receiver is full; it raises TimeoutError once no
     receiver has been connected for `exit_with_trainer` seconds (after one
     was; 0: never), RefusedError when a connecting sender with a job finds
-    a receiver of another job, and KeyboardInterrupt on SIGINT as usual."""
+    a receiver of another job, or a datapoint that its receiver does not
+    take (nothing of it sent), and KeyboardInterrupt on SIGINT as usual. A
+    connecting sender's first datapoint waits for the first handshake."""
 
     def __init__(self, endpoint, bind=False, hwm=50, job=None, name="tp_send.py",
                  exit_with_trainer=10.0):
@@ -159,6 +213,7 @@ class Sender:
         self.job, self.bind = job, bind
         self.gone_s = exit_with_trainer
         self.connected, self.ever, self.none_since = 0, False, time.monotonic()
+        self.want, self.want_text = None, ""  # the receiver's components
         self.pid, self.host = os.getpid(), _host()
         self.name = ("%.24s %d@%s" % (name, self.pid, self.host))[:47]
         self.start = time.monotonic_ns()
@@ -172,8 +227,14 @@ class Sender:
                 self.connected += 1
                 self.ever = True
                 self.reported = 0  # a new receiver hears who this is soon
-                theirs = probe_job(self.endpoint) if self.job and not self.bind else None
-                if theirs and theirs != self.job:
+                props = probe(self.endpoint) if not self.bind else None
+                theirs = props.get(JOB_PROPERTY.lower(), b"").decode("ascii", "replace") \
+                    if props is not None else None
+                text = props.get(COMPS_PROPERTY.lower(), b"").decode("ascii", "replace") \
+                    if props is not None else ""
+                self.want = parse_comps(text) or None
+                self.want_text = text if self.want else ""
+                if self.job and theirs and theirs != self.job:
                     raise RefusedError(
                         "tp_send: refused by the receiver at %s: it is job '%s', this "
                         "sender was started for job '%s' (a sender of another job, or one "
@@ -202,6 +263,22 @@ class Sender:
     def send(self, arrays):
         frames = encode(arrays)
         size = sum(len(f) for f in frames)
+        while not self.bind and not self.ever:  # what the receiver takes, first
+            self._events()
+            if not self.ever:
+                t0 = time.monotonic_ns()
+                self.mon.poll(100)
+                self.blocked_ns += time.monotonic_ns() - t0
+        why = check_comps(self.want, [np.asarray(a) for a in arrays]) if self.want else None
+        if why:
+            try:  # the receiver's log names this sender and why it ends
+                self.sock.send(struct.pack("<IB3xI", CTL_MAGIC, CTL_ERROR, 0) + why.encode(),
+                               zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+            raise RefusedError(
+                "tp_send: the receiver at %s does not take this sender's datapoints: %s "
+                "(it takes %s: its model's inputs)" % (self.endpoint, why, self.want_text))
         while True:
             self._events()
             if (self.gone_s > 0 and self.ever and self.connected == 0 and

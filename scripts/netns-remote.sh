@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# towerpack: docs/distributed.md's two-host recipe (tp-train on one host,
+# tp-workers on another, over tcp with CURVE and a job id), checked on one
+# machine with two network namespaces joined by a veth pair: the trainer's
+# namespace has 10.231.0.1, the workers' 10.231.0.2, and nothing else
+# connects them (each has only its loopback besides). It checks that
+#   - two tp-workers in the workers' namespace feed tp-train in the
+#     trainer's, which trains and tests (exit 0), naming them as they join;
+#   - a worker without the keys ends non-zero saying the trainer requires
+#     CURVE keys;
+#   - a worker of another batch size ends (exit 1) at its handshake naming
+#     the mismatch, and the trainer's log names it by its address in the
+#     other namespace (10.231.0.2);
+#   - the good workers end by themselves once the trainer is gone
+#     (--exit-with-trainer).
+# Needs root (ip netns) and Fashion-MNIST; where network namespaces are not
+# permitted (a container without CAP_SYS_ADMIN, no iproute2) it says so and
+# exits 0 (SKIP). About 10 s. ctest runs it as netns_remote.
+#
+#   scripts/netns-remote.sh
+#   TP_BUILD=build-release scripts/netns-remote.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${TP_BUILD:-build}
+bin=$(cd "$build/bin" 2>/dev/null && pwd) || bin=$build/bin
+# a skip exits 0, or $TP_NETNS_SKIP_STATUS (ctest's netns_remote: 77, shown Skipped)
+skip() { echo "netns-remote.sh: SKIP: $*"; exit "${TP_NETNS_SKIP_STATUS:-0}"; }
+fail() { echo "netns-remote.sh: FAIL: $*" >&2; exit 1; }
+for t in tp-train tp-worker tp-keygen; do
+  [ -x "$bin/$t" ] || fail "$bin/$t is missing: cmake --build $build --target tp-train tp-worker tp-keygen"
+done
+[ "$(id -u)" = 0 ] || skip "needs root to make network namespaces (ip netns)"
+command -v ip >/dev/null || skip "no ip command (iproute2)"
+[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+  skip "no Fashion-MNIST (dataset-fashion-mnist)"
+
+ns_t=tp-trainer-$$ ns_w=tp-workers-$$
+veth_t=tpt$$ veth_w=tpw$$   # interface names: at most 15 characters
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tp-netns-XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  ip netns del "$ns_t" 2>/dev/null || true   # takes its end of the veth pair
+  ip netns del "$ns_w" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add "$ns_t" 2>"$tmp/err" ||
+  skip "network namespaces are not permitted here: $(cat "$tmp/err")"
+ip netns add "$ns_w"
+ip link add "$veth_t" type veth peer name "$veth_w" ||
+  skip "cannot make a veth pair here"
+ip link set "$veth_t" netns "$ns_t"
+ip link set "$veth_w" netns "$ns_w"
+ip -n "$ns_t" addr add 10.231.0.1/24 dev "$veth_t"
+ip -n "$ns_w" addr add 10.231.0.2/24 dev "$veth_w"
+for ns in "$ns_t" "$ns_w"; do ip -n "$ns" link set lo up; done
+ip -n "$ns_t" link set "$veth_t" up
+ip -n "$ns_w" link set "$veth_w" up
+# (ip netns exec execs the program: $! of "in_w ... &" is the program's pid)
+in_t() { exec ip netns exec "$ns_t" "$@"; }
+in_w() { exec ip netns exec "$ns_w" "$@"; }
+
+# the recipe: keys made once and copied to every host (here: one file
+# system), one job id for the run
+"$bin/tp-keygen" "$tmp/keys" >/dev/null
+export TP_JOB=netns-$$
+ep=tcp://10.231.0.1:5550
+echo "netns-remote.sh: trainer in $ns_t (10.231.0.1), workers in $ns_w (10.231.0.2), job $TP_JOB"
+TP_LOG_LEVEL=info in_t "$bin/tp-train" --model mlp --remote "@$ep" --curve "$tmp/keys" \
+  --towers 1 --batch 64 --epochs 1 --steps-per-epoch 300 --threads 1 \
+  --logdir "$tmp/log" --no-tensorboard >"$tmp/train.log" 2>&1 &
+trainer=$!
+pids+=("$trainer")
+workers=()
+for seed in 0 1; do
+  in_w "$bin/tp-worker" --spec 'fashion-mnist:train | shuffle 2000 | batch 64' --seed "$seed" \
+    --connect "$ep" --curve "$tmp/keys" --exit-with-trainer=3 >"$tmp/worker$seed.log" 2>&1 &
+  workers+=("$!")
+  pids+=("$!")
+done
+# a worker without the keys, and one of another batch size
+in_w "$bin/tp-worker" --spec 'fashion-mnist:train | batch 64' --connect "$ep" \
+  >"$tmp/nokeys.log" 2>&1 &
+nokeys=$!
+pids+=("$nokeys")
+in_w "$bin/tp-worker" --spec 'fashion-mnist:train | batch 32' --connect "$ep" \
+  --curve "$tmp/keys" >"$tmp/batch32.log" 2>&1 &
+batch32=$!
+pids+=("$batch32")
+
+# waits for pid at most $2 s; its exit status, 124 when it did not end
+wait_for() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$1" 2>/dev/null || { wait "$1" && return 0 || return $?; }
+    sleep 0.1
+  done
+  return 124
+}
+st=0; wait_for "$trainer" 180 || st=$?
+[ "$st" = 0 ] || { cat "$tmp/train.log" >&2; fail "tp-train ended with $st"; }
+grep -q "test accuracy" "$tmp/train.log" || fail "tp-train did not test: $(cat "$tmp/train.log")"
+n=$(grep -c "remote: tp-worker .* joined (on $ep)" "$tmp/train.log" || true)
+[ "$n" -ge 2 ] || fail "tp-train's log names $n joined workers, not 2: $(cat "$tmp/train.log")"
+grep "test accuracy" "$tmp/train.log" | sed 's/^/  trainer: /'
+
+st=0; wait_for "$nokeys" 20 || st=$?
+[ "$st" != 0 ] && [ "$st" != 124 ] && grep -q "it requires CURVE keys" "$tmp/nokeys.log" ||
+  fail "the worker without keys (status $st): $(cat "$tmp/nokeys.log")"
+sed -n 's/^\(tp-worker: .*\)$/  no keys: \1/p' "$tmp/nokeys.log" | head -1
+
+st=0; wait_for "$batch32" 20 || st=$?
+want="component 0 'image' is uint8\[32,28,28\], expected uint8\[64,28,28\]"
+[ "$st" = 1 ] && grep -q "$want" "$tmp/batch32.log" ||
+  fail "the worker of batch 32 (status $st): $(cat "$tmp/batch32.log")"
+grep -q "tp-worker $batch32@[^ ]* (10.231.0.2) at $ep ends: its datapoints do not fit this run: $want" \
+  "$tmp/train.log" ||
+  fail "tp-train's log does not name the batch-32 worker by its address: $(cat "$tmp/train.log")"
+grep "ends: its datapoints do not fit" "$tmp/train.log" | head -1 | sed 's/^.*remote: /  trainer: /'
+
+for w in "${workers[@]}"; do
+  st=0; wait_for "$w" 20 || st=$?
+  [ "$st" = 0 ] || fail "worker $w did not end with its trainer (status $st)"
+done
+echo "netns-remote.sh: OK: 2 workers in $ns_w trained tp-train in $ns_t over $ep (CURVE, job $TP_JOB);" \
+  "a worker without keys and one of batch 32 were refused, both named"
