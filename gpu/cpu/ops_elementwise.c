@@ -28,6 +28,15 @@
  * memory-bound op (an add, relu) moves 12 bytes an item, a transcendental
  * one computes some 40 operations. Below twice that, one thread. Parts
  * start at multiples of S_ALIGN items (whole vectors). */
+/* The transcendental loops twice: AVX2 (eight lanes) where the CPU has it
+ * and the baseline SSE2, picked once at load (an ifunc). No FMA in
+ * either, so both give the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define S_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define S_CLONES
+#endif
+
 #define S_MIN_CHEAP 16384
 #define S_MIN_MATH 4096
 #define S_ALIGN 16
@@ -344,7 +353,7 @@ static void s_binary_bwd(const tp_op_call_t *c) {
 /* ---- the image models' activations ------------------------------------- */
 
 /* Items [lo, hi) of the call (the pool's range functions). */
-static void s_unary_fwd(void *arg, size_t lo, size_t hi) {
+S_CLONES static void s_unary_fwd(void *arg, size_t lo, size_t hi) {
     const tp_op_call_t *c = arg;
     const size_t n = hi - lo;
     const float *restrict x = (const float *)c->x[0] + lo;
@@ -382,7 +391,7 @@ static void s_unary_fwd(void *arg, size_t lo, size_t hi) {
 
 /* Branch-free forms: relu masks are data-dependent coin flips that a
  * branch predictor cannot learn. */
-static void s_unary_bwd(void *arg, size_t lo, size_t hi) {
+S_CLONES static void s_unary_bwd(void *arg, size_t lo, size_t hi) {
     const tp_op_call_t *c = arg;
     const size_t n = hi - lo;
     const float *restrict x = (const float *)c->x[0] + lo,
@@ -431,7 +440,7 @@ static void s_unary_bwd(void *arg, size_t lo, size_t hi) {
 #define S_GELU_C 0.044715f
 #define S_INV_SQRT_2PI 0.3989422804014327f
 
-static void s_math_fwd(void *arg, size_t lo, size_t end) {
+S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
     const tp_op_call_t *c = arg;
     const size_t n = end - lo;
     const float *restrict x = (const float *)c->x[0] + lo;
@@ -499,7 +508,7 @@ static inline float s_silu_grad(float v) {
     return s * (1.0f + v * (1.0f - s));
 }
 
-static void s_math_bwd(void *arg, size_t lo, size_t end) {
+S_CLONES static void s_math_bwd(void *arg, size_t lo, size_t end) {
     const tp_op_call_t *c = arg;
     const size_t n = end - lo;
     const float *restrict x = (const float *)c->x[0] + lo,
@@ -510,8 +519,8 @@ static void s_math_bwd(void *arg, size_t lo, size_t end) {
     const float p = c->attr->alpha, hi = c->attr->beta;
     switch (c->kind) {
     case TP_OP_NEG: GRAD_STORE(dx, acc, n, -dy[i]); break;
-    case TP_OP_ABS: /* dy, -dy or 0 as two masks (a nested select stays a branch) */
-        GRAD_STORE(dx, acc, n, (x[i] > 0.0f ? dy[i] : 0.0f) - (x[i] < 0.0f ? dy[i] : 0.0f));
+    case TP_OP_ABS: /* dy times the sign as a number (selects stay branches here) */
+        GRAD_STORE(dx, acc, n, dy[i] * ((float)(x[i] > 0.0f) - (float)(x[i] < 0.0f)));
         break;
     case TP_OP_SQUARE: GRAD_STORE(dx, acc, n, 2.0f * x[i] * dy[i]); break;
     case TP_OP_SQRT: GRAD_STORE(dx, acc, n, dy[i] / (2.0f * y[i])); break;
