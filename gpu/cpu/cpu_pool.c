@@ -77,9 +77,10 @@ static size_t s_run_parts(tp_cpu_range_fn fn, void *arg, size_t n, size_t part,
 
 static void *s_worker(void *unused) {
     (void)unused;
-    uint64_t mine = 0; /* the last generation this worker looked at */
+    /* the last generation this worker looked at: none yet (ranges start at
+     * 1), so a worker started for an open range joins it */
+    uint64_t mine = 0;
     pthread_mutex_lock(&s_pool.mu);
-    mine = s_pool.gen;
     for (;;) {
         if (!(s_pool.open && s_pool.gen != mine)) {
             /* spin outside the lock on the published generation first */
