@@ -23,7 +23,6 @@
 #include <stdint.h>
 #include <string.h>
 #include <sched.h>
-#include <towerpack/backend.h>
 #include <towerpack/process.h>
 
 #include "gpu/cpu/cpu_pool.h"
@@ -151,7 +150,9 @@ void tp_cpu_pool_threads_override(int threads) {
 void tp_cpu_parallel(size_t n, size_t align, size_t min_items, tp_cpu_range_fn fn,
                      void *arg) {
     const int ov = atomic_load_explicit(&s_pool.override, memory_order_relaxed);
-    const int threads = ov > 0 ? ov : tp_backend_cpu_threads();
+    /* the backend's thread count is OpenBLAS's (tp_backend_cpu_threads,
+     * read here directly: backend_cpu.c calls the kernels that call us) */
+    const int threads = ov > 0 ? ov : openblas_get_num_threads();
     if (align == 0)
         align = 1;
     if (min_items < align)
