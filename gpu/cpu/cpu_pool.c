@@ -18,11 +18,12 @@
  * the handlers below hold the mutex across fork() and give the child an
  * empty pool (its workers are not copied), so the workers are declared
  * fork-safe as OpenBLAS's are. */
+#include <cblas.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <sched.h>
 #include <towerpack/process.h>
 
 #include "gpu/cpu/cpu_pool.h"
