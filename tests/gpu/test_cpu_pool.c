@@ -25,9 +25,8 @@ extern atomic_size_t tp_cpu_pool_worker_parts;
 typedef struct {
     atomic_int hits[RANGE];
     atomic_int calls, bad_align;
-    atomic_int other_thread; /* a part ran on a thread other than the first's */
-    pthread_t first;
-    atomic_int have_first;
+    atomic_int other_thread; /* a part started while the first one ran */
+    atomic_int have_first;   /* 1 while the first part runs, then 2 */
     size_t align;
 } cover_t;
 
@@ -38,13 +37,14 @@ static void s_cover(void *arg, size_t lo, size_t hi) {
         atomic_fetch_add(&cv->bad_align, 1);
     int expect = 0;
     if (atomic_compare_exchange_strong(&cv->have_first, &expect, 1)) {
-        cv->first = pthread_self();
-        /* hold this part until another thread has run one (or 5 s), so the
-         * test sees the pool share a range even on a loaded machine */
+        /* hold the first part until another part has started while it runs
+         * (so on another thread) or 5 s pass: the test sees the pool share
+         * a range even on a loaded machine */
         for (int i = 0; i < 5000 && !atomic_load(&cv->other_thread); i++)
             nanosleep(&(struct timespec){0, 1000000}, NULL);
-    } else if (!pthread_equal(cv->first, pthread_self())) {
-        atomic_store(&cv->other_thread, 1);
+        atomic_store(&cv->have_first, 2);
+    } else if (atomic_load(&cv->have_first) == 1) {
+        atomic_store(&cv->other_thread, 1); /* the first part's thread is busy */
     }
     for (size_t i = lo; i < hi; i++)
         atomic_fetch_add(&cv->hits[i], 1);
