@@ -28,10 +28,12 @@
  * memory-bound op (an add, relu) moves 12 bytes an item, a transcendental
  * one computes some 40 operations. Below twice that, one thread. Parts
  * start at multiples of S_ALIGN items (whole vectors). */
-/* The transcendental loops twice: AVX2 (eight lanes) where the CPU has it
- * and the baseline SSE2, picked once at load (an ifunc). No FMA in
- * either, so both give the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* The unary loops twice: AVX2 (eight lanes) where the CPU has it and the
+ * baseline SSE2, picked once at load (an ifunc). No FMA in either, so both
+ * give the same bits. Not under the sanitizers: their runtime is not up
+ * yet when the loader runs an ifunc's (instrumented) resolver. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define S_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define S_CLONES
