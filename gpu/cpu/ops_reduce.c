@@ -54,17 +54,32 @@ typedef struct {
     size_t nx, ny; /* element counts of x and of the output */
 } s_map_t;
 
+/* Neighbouring axes that are both reduced, or both kept, are merged into
+ * one (the walk visits the elements in the same order): a sum over h and
+ * w of [N,C,H,W] walks runs of H*W, not of W. */
 static void s_map(const tp_shape_t *x, int axes, s_map_t *m) {
-    size_t st = 1;
-    m->nd = x->ndim;
+    size_t st = 1, dim[TP_MAX_DIMS], ost[TP_MAX_DIMS];
     m->nx = tp_shape_count(x);
     for (int d = x->ndim - 1; d >= 0; d--) {
-        m->dim[d] = (size_t)x->d[d];
-        m->ost[d] = (axes & (1 << d)) ? 0 : st;
+        dim[d] = (size_t)x->d[d];
+        ost[d] = (axes & (1 << d)) ? 0 : st;
         if (!(axes & (1 << d)))
             st *= (size_t)x->d[d];
     }
     m->ny = st;
+    int nd = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (nd > 0 && (m->ost[nd - 1] == 0) == (ost[d] == 0) &&
+            m->ost[nd - 1] == ost[d] * dim[d]) {
+            m->dim[nd - 1] *= dim[d];
+            m->ost[nd - 1] = ost[d];
+            continue;
+        }
+        m->dim[nd] = dim[d];
+        m->ost[nd] = ost[d];
+        nd++;
+    }
+    m->nd = nd;
 }
 
 /* Run the body for every run of x's last axis: i0 the run's first
