@@ -232,21 +232,20 @@ static void s_reduce_fwd_part(void *arg, size_t lo, size_t hi) {
         });
         return;
     }
-    /* a reduced last axis: four chains, not one (the add's latency bound
-     * the loop); a kept one: independent outputs, vectorised */
+    /* a reduced last axis: eight lanes (element j into lane j mod 8,
+     * vectorised), added pairwise, then the tail in order; a kept one:
+     * independent outputs, vectorised */
     S_RUNS_PART(mp, rd->k, lo, hi, {
         if (os == 0) {
-            double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+            double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             size_t j = 0;
-            for (; j + 4 <= len; j += 4) {
-                s0 += (double)x[i0 + j];
-                s1 += (double)x[i0 + j + 1];
-                s2 += (double)x[i0 + j + 2];
-                s3 += (double)x[i0 + j + 3];
-            }
+            for (; j + 8 <= len; j += 8)
+                for (int t = 0; t < 8; t++)
+                    l[t] += (double)x[i0 + j + t];
+            double s0 = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
             for (; j < len; j++)
                 s0 += (double)x[i0 + j];
-            acc[o0] += (s0 + s1) + (s2 + s3);
+            acc[o0] += s0;
         } else {
             for (size_t j = 0; j < len; j++)
                 acc[o0 + j] += (double)x[i0 + j];
