@@ -795,24 +795,54 @@ static float s_logsumexp(const float *r, size_t v) {
     return mx + logf(s_exp_sub(r, &mx, 0, NULL, v));
 }
 
+/* Each row's -log p(label) (0 for an ignored row), rows [lo, hi), into
+ * the workspace's doubles. */
+static void s_xent_seq_terms(void *arg, size_t lo, size_t hi) {
+    const tp_op_call_t *c = arg;
+    const size_t v = (size_t)c->xshape[0].d[c->xshape[0].ndim - 1];
+    const float *x = c->x[0];
+    const int32_t *lab = c->x[1];
+    const int32_t ignore = (int32_t)c->attr->alpha;
+    double *term = c->workspace;
+    for (size_t r = lo; r < hi; r++)
+        term[r] = lab[r] == ignore
+                      ? 0.0
+                      : (double)s_logsumexp(x + r * v, v) - x[r * v + (size_t)lab[r]];
+}
+
+/* The labels checked first (an error names the row), the rows' terms on
+ * the backend's threads, then their sum in row order, in double: the bits
+ * of one thread. */
 static tp_status_t s_xent_seq_fwd(const tp_op_call_t *c) {
     size_t rows, v;
     s_rows(c, &rows, &v);
     if (tp_shape_count(&c->xshape[1]) != rows) /* batched on one side only */
         return tp_error(TP_ERR_SHAPE, "%s: %zu rows of logits but %zu labels", c->name,
                         rows, tp_shape_count(&c->xshape[1]));
-    const float *x = c->x[0];
     const int32_t *lab = c->x[1];
     const int32_t ignore = (int32_t)c->attr->alpha;
+    for (size_t r = 0; r < rows; r++)
+        if (lab[r] != ignore && (lab[r] < 0 || (size_t)lab[r] >= v))
+            return s_bad_label(c, r, lab[r], v);
     double loss = 0.0;
     size_t counted = 0;
-    for (size_t r = 0; r < rows; r++) {
-        if (lab[r] == ignore)
-            continue;
-        if (lab[r] < 0 || (size_t)lab[r] >= v)
-            return s_bad_label(c, r, lab[r], v);
-        loss += (double)s_logsumexp(x + r * v, v) - x[r * v + (size_t)lab[r]];
-        counted++;
+    if (c->workspace && rows) {
+        tp_cpu_parallel(rows, 1, v ? (S_MIN_ITEMS + v - 1) / v : rows, s_xent_seq_terms,
+                        (void *)c);
+        const double *term = c->workspace;
+        for (size_t r = 0; r < rows; r++)
+            if (lab[r] != ignore) {
+                loss += term[r];
+                counted++;
+            }
+    } else { /* no workspace planned: the same terms, one by one */
+        const float *x = c->x[0];
+        for (size_t r = 0; r < rows; r++) {
+            if (lab[r] == ignore)
+                continue;
+            loss += (double)s_logsumexp(x + r * v, v) - x[r * v + (size_t)lab[r]];
+            counted++;
+        }
     }
     /* nothing counted: 0/0, NaN, as F.cross_entropy */
     *(float *)c->y = (float)(loss / (double)counted);
@@ -906,6 +936,8 @@ size_t tp_cpu_reduce_workspace(const tp_op_call_t *c) {
         s_split(&c->xshape[0], c->attr->axes, &outer, &n, &inner);
         return 2 * inner * sizeof(float); /* a max and a sum per inner position */
     }
+    case TP_OP_SOFTMAX_XENT_SEQ: /* each row's term, summed in row order */
+        return tp_shape_count(&c->xshape[1]) * sizeof(double);
     default:
         return 0;
     }

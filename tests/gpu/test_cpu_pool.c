@@ -213,6 +213,59 @@ static void s_free_out(kout_t *o) {
     free(o->dx[1]);
 }
 
+/* The sequence cross-entropy (logits [1024, 257], int32 labels, some
+ * ignored): its loss and gradient, 1 thread against 2. */
+static void s_xent_seq(int threads, float *loss, float *dx) {
+    enum { R = 1024, V = 257 };
+    tp_shape_t xs[2] = {{.ndim = 2, .d = {R, V}}, {.ndim = 1, .d = {R}}}, ys = {.ndim = 0};
+    float *x = malloc(R * V * sizeof(float));
+    int32_t *lab = malloc(R * sizeof(int32_t));
+    cr_assert(x && lab);
+    uint64_t seed = 7;
+    for (size_t j = 0; j < (size_t)R * V; j++)
+        x[j] = s_rand(&seed);
+    for (int r = 0; r < R; r++)
+        lab[r] = r % 5 == 0 ? -100 : (int32_t)((uint32_t)(x[(size_t)r * V] * 1e4f + 4e4f) % V);
+    tp_op_attr_t at = {.alpha = -100.0f};
+    const void *xin[2] = {x, lab};
+    float *dxs[2] = {dx, NULL};
+    const int acc[2] = {0, 0};
+    const float dy = 1.0f;
+    tp_op_call_t c = {.kind = TP_OP_SOFTMAX_XENT_SEQ, .attr = &at, .name = "xent_seq",
+                      .ninputs = 2, .x = xin, .xshape = xs, .y = loss, .yshape = ys,
+                      .dx = dxs, .dx_acc = acc, .dy = &dy};
+    const size_t ws = tp_cpu_op_workspace(&c);
+    cr_assert_gt(ws, 0, "the sequence loss plans its rows' terms");
+    c.workspace = malloc(ws);
+    c.workspace_bytes = ws;
+    tp_cpu_pool_threads_override(threads);
+    cr_assert_eq(tp_cpu_op_forward(&c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(&c), TP_OK, "%s", tp_last_error());
+    tp_cpu_pool_threads_override(0);
+    free(c.workspace);
+    free(x);
+    free(lab);
+}
+
+Test(cpu_pool, the_sequence_loss_gives_the_same_bits_on_one_and_two_threads) {
+    enum { N = 1024 * 257 };
+    float l1, l2, *d1 = malloc(N * sizeof(float)), *d2 = malloc(N * sizeof(float));
+    cr_assert(d1 && d2);
+    s_xent_seq(1, &l1, d1);
+    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+    for (int r = 0; r < 50; r++) {
+        s_xent_seq(2, &l2, d2);
+        cr_assert_eq(memcmp(&l1, &l2, sizeof l1), 0, "loss %.9g on 1 thread, %.9g on 2", l1, l2);
+        cr_assert_eq(memcmp(d1, d2, N * sizeof(float)), 0, "the gradients differ");
+        if (atomic_load(&tp_cpu_pool_worker_parts) > before)
+            break;
+    }
+    cr_expect(isfinite(l1) && l1 > 0.0f, "loss %g", l1);
+    cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before, "no part ran on a worker");
+    free(d1);
+    free(d2);
+}
+
 Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120) {
     for (size_t i = 0; i < sizeof s_cases / sizeof s_cases[0]; i++) {
         const kcase_t *k = &s_cases[i];
