@@ -33,7 +33,7 @@
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t wake; /* a range was published (or the pool stops) */
+    pthread_cond_t wake; /* a range was published */
     pthread_cond_t idle; /* the last worker inside a range left */
     pthread_once_t once;
     int nworkers;
