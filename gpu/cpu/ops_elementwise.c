@@ -23,7 +23,9 @@
  * below would otherwise do): every clone rounds each operation alike.
  * After the includes, so that what they inline keeps the command line's
  * options. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=off")
+#endif
 #include "gpu/cpu/cpu_math.h"
 
 /* Items of a range worth a thread of their own (gpu/cpu/cpu_pool.h): a
@@ -547,7 +549,7 @@ S_CLONES static void s_math_bwd(void *arg, size_t lo, size_t end) {
         GRAD_STORE(dx, acc, n, p == 0.0f ? 0.0f : dy[i] * p * powf(x[i], p - 1.0f));
         break;
     case TP_OP_CLIP:
-        GRAD_STORE(dx, acc, n, (x[i] >= p) & (x[i] <= hi) ? dy[i] : 0.0f);
+        GRAD_STORE(dx, acc, n, ((x[i] >= p) & (x[i] <= hi)) ? dy[i] : 0.0f);
         break;
     case TP_OP_GELU: GRAD_STORE(dx, acc, n, dy[i] * s_gelu_grad(x[i])); break;
     case TP_OP_GELU_TANH: GRAD_STORE(dx, acc, n, dy[i] * s_gelu_tanh_grad(x[i])); break;
