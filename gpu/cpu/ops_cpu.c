@@ -694,6 +694,7 @@ static size_t s_workspace(const tp_op_call_t *c) {
         return tp_cpu_norm_workspace(c);
     case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
     case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX: /* the reduce family */
+    case TP_OP_SOFTMAX_XENT_SEQ:
         return tp_cpu_reduce_workspace(c);
     default:
         return 0;

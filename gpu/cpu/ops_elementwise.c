@@ -13,8 +13,40 @@
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
+
+/* Selects become masks, not branches (gpu/cpu/cpu_math.h), and sqrtf
+ * one instruction without the errno check: values are unchanged, and the
+ * loops below vectorise. No contraction into FMA (which the AVX-512 clone
+ * below would otherwise do): every clone rounds each operation alike.
+ * After the includes, so that what they inline keeps the command line's
+ * options. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=off")
+#endif
+#include "gpu/cpu/cpu_math.h"
+
+/* Items of a range worth a thread of their own (gpu/cpu/cpu_pool.h): a
+ * memory-bound op (an add, relu) moves 12 bytes an item, a transcendental
+ * one computes some 40 operations. Below twice that, one thread. Parts
+ * start at multiples of S_ALIGN items (whole vectors). */
+/* The unary loops three times: AVX-512 (sixteen lanes) or AVX2 (eight)
+ * where the CPU has it, else the baseline SSE2, picked once at load (an
+ * ifunc). No FMA in any (fp-contract off above), so all give the same
+ * bits. Not under the sanitizers: their runtime is not up yet when the
+ * loader runs an ifunc's (instrumented) resolver. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define S_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define S_CLONES
+#endif
+
+#define S_MIN_CHEAP 16384
+#define S_MIN_MATH 4096
+#define S_ALIGN 16
 
 float tp_cpu_elementwise_grad_fault = 1.0f;
 
@@ -75,137 +107,264 @@ static void s_bc_init(s_bc_t *bc, const tp_shape_t *y, const tp_shape_t *const *
     bc->nd = nd;
 }
 
-/* Runs BODY for every output element o, with ia and ib the operands'
- * elements; the inner loop is the last coalesced dim. */
-#define BC_LOOP(bc, BODY)                                                    \
+/* Runs BODY for every output element o of a part, with ia and ib the
+ * operands' elements: coalesced dim K's index over [LO, HI), every other
+ * dim over all of it, in the order of the whole walk (so an element that
+ * several outputs add into sees them in the same order, whatever the
+ * cut). The inner loop is the last coalesced dim, with constant strides
+ * where they are 1 and 0 (GCC vectorises those). */
+#define BC_INNER(SA, SB, BODY)                                               \
+    for (int64_t j_ = jlo_; j_ < jhi_; j_++) {                               \
+        const size_t o = o0_ + (size_t)j_;                                   \
+        const size_t ia = a0_ + (size_t)(j_ * (SA));                         \
+        const size_t ib = b0_ + (size_t)(j_ * (SB));                         \
+        (void)ia;                                                            \
+        (void)ib;                                                            \
+        BODY;                                                                \
+    }
+#define BC_PART(bc, K, LO, HI, ROW)                                          \
     do {                                                                     \
         const s_bc_t *bc_ = (bc);                                            \
-        const int nd_ = bc_->nd;                                             \
-        const int64_t in_ = bc_->d[nd_ - 1], sa_ = bc_->s[0][nd_ - 1],       \
-                      sb_ = bc_->s[1][nd_ - 1];                              \
-        int64_t outer_ = 1, idx_[TP_MAX_DIMS] = {0};                         \
-        for (int k_ = 0; k_ < nd_ - 1; k_++)                                 \
-            outer_ *= bc_->d[k_];                                            \
-        size_t o = 0, a0_ = 0, b0_ = 0;                                      \
-        for (int64_t q_ = 0; q_ < outer_; q_++) {                            \
-            for (int64_t j_ = 0; j_ < in_; j_++, o++) {                      \
-                const size_t ia = a0_ + (size_t)(j_ * sa_);                  \
-                const size_t ib = b0_ + (size_t)(j_ * sb_);                  \
-                (void)ia;                                                    \
-                (void)ib;                                                    \
-                BODY;                                                        \
+        const int nd_ = bc_->nd, k_split_ = (K);                             \
+        const int64_t sa_ = bc_->s[0][nd_ - 1], sb_ = bc_->s[1][nd_ - 1];    \
+        int64_t os_[TP_MAX_DIMS], idx_[TP_MAX_DIMS] = {0},                   \
+            lim_[TP_MAX_DIMS] = {0}, st_[TP_MAX_DIMS] = {0};                 \
+        os_[nd_ - 1] = 1;                                                    \
+        for (int k_ = nd_ - 2; k_ >= 0; k_--)                                \
+            os_[k_] = os_[k_ + 1] * bc_->d[k_ + 1];                          \
+        size_t o0_ = 0, a0_ = 0, b0_ = 0;                                    \
+        int64_t outer_ = 1;                                                  \
+        for (int k_ = 0; k_ < nd_; k_++) {                                   \
+            st_[k_] = k_ == k_split_ ? (int64_t)(LO) : 0;                    \
+            lim_[k_] = k_ == k_split_ ? (int64_t)(HI) : bc_->d[k_];          \
+            idx_[k_] = st_[k_];                                              \
+            if (k_ < nd_ - 1) {                                              \
+                outer_ *= lim_[k_] - st_[k_];                                \
+                o0_ += (size_t)(st_[k_] * os_[k_]);                          \
+                a0_ += (size_t)(st_[k_] * bc_->s[0][k_]);                    \
+                b0_ += (size_t)(st_[k_] * bc_->s[1][k_]);                    \
             }                                                                \
+        }                                                                    \
+        const int64_t jlo_ = st_[nd_ - 1], jhi_ = lim_[nd_ - 1];             \
+        for (int64_t q_ = 0; q_ < outer_; q_++) {                            \
+            ROW;                                                             \
             for (int k_ = nd_ - 2; k_ >= 0; k_--) {                          \
+                o0_ += (size_t)os_[k_];                                      \
                 a0_ += (size_t)bc_->s[0][k_];                                \
                 b0_ += (size_t)bc_->s[1][k_];                                \
-                if (++idx_[k_] < bc_->d[k_])                                 \
+                if (++idx_[k_] < lim_[k_])                                   \
                     break;                                                   \
-                a0_ -= (size_t)(bc_->s[0][k_] * bc_->d[k_]);                 \
-                b0_ -= (size_t)(bc_->s[1][k_] * bc_->d[k_]);                 \
-                idx_[k_] = 0;                                                \
+                const int64_t back_ = lim_[k_] - st_[k_];                    \
+                o0_ -= (size_t)(os_[k_] * back_);                            \
+                a0_ -= (size_t)(bc_->s[0][k_] * back_);                      \
+                b0_ -= (size_t)(bc_->s[1][k_] * back_);                      \
+                idx_[k_] = st_[k_];                                          \
             }                                                                \
         }                                                                    \
     } while (0)
 
-static void s_binary_fwd(const tp_op_call_t *c) {
-    const float *restrict a = c->x[0], *restrict b = c->x[1];
-    float *restrict y = c->y;
-    if (c->kind == TP_OP_ADD && s_same(&c->xshape[0], &c->yshape) &&
-        s_same(&c->xshape[1], &c->yshape)) {
-        /* the image models' residual add: as it always ran */
-        const size_t n = s_count(&c->yshape);
-        for (size_t i = 0; i < n; i++)
-            y[i] = a[i] + b[i];
+/* A row of BODY with the inner strides as constants where they can be. */
+#define BC_ROW(BODY)                                                         \
+    do {                                                                     \
+        if (sa_ == 1 && sb_ == 1) {                                          \
+            BC_INNER(1, 1, BODY)                                             \
+        } else if (sa_ == 1 && sb_ == 0) {                                   \
+            BC_INNER(1, 0, BODY)                                             \
+        } else if (sa_ == 0 && sb_ == 1) {                                   \
+            BC_INNER(0, 1, BODY)                                             \
+        } else {                                                             \
+            BC_INNER(sa_, sb_, BODY)                                         \
+        }                                                                    \
+    } while (0)
+
+/* One binary call and the part of it a thread runs. */
+typedef struct {
+    const tp_op_call_t *c;
+    s_bc_t bc;
+    int k;    /* the coalesced dim the parts cut (-1: none) */
+    int p;    /* the backward's operand */
+} s_bin_t;
+
+/* The dim to cut for the forward (p -1) or for operand p's gradient: the
+ * outermost dim the operand is not stretched along, so that two parts
+ * never add into one element of its gradient (-1 when it is stretched
+ * along all: one part). */
+static int s_bc_cut(const s_bc_t *bc, int p) {
+    for (int k = 0; k < bc->nd; k++)
+        if (bc->d[k] > 1 && (p < 0 || bc->s[p][k] != 0))
+            return k;
+    return -1;
+}
+
+/* Runs fn over the parts of dim b->k (one part when it is -1). */
+static void s_bin_par(s_bin_t *b, tp_cpu_range_fn fn) {
+    if (b->k < 0) {
+        b->k = 0;
+        fn(b, 0, (size_t)b->bc.d[0]);
         return;
     }
-    const tp_shape_t *xs[2] = {&c->xshape[0], &c->xshape[1]};
-    s_bc_t bc;
-    s_bc_init(&bc, &c->yshape, xs);
+    size_t per = 1; /* output elements per index of dim k */
+    for (int k = b->k + 1; k < b->bc.nd; k++)
+        per *= (size_t)b->bc.d[k];
+    const size_t min = (S_MIN_CHEAP + per - 1) / per;
+    tp_cpu_parallel((size_t)b->bc.d[b->k], b->k == b->bc.nd - 1 ? S_ALIGN : 1, min, fn, b);
+}
+
+static void s_binary_fwd_part(void *arg, size_t lo, size_t hi) {
+    const s_bin_t *bn = arg;
+    const tp_op_call_t *c = bn->c;
+    const float *restrict a = c->x[0], *restrict b = c->x[1];
+    float *restrict y = c->y;
     switch (c->kind) {
-    case TP_OP_ADD: BC_LOOP(&bc, y[o] = a[ia] + b[ib]); break;
-    case TP_OP_SUB: BC_LOOP(&bc, y[o] = a[ia] - b[ib]); break;
-    case TP_OP_MUL: BC_LOOP(&bc, y[o] = a[ia] * b[ib]); break;
-    case TP_OP_DIV: BC_LOOP(&bc, y[o] = a[ia] / b[ib]); break;
+    case TP_OP_ADD: BC_PART(&bn->bc, bn->k, lo, hi, BC_ROW(y[o] = a[ia] + b[ib])); break;
+    case TP_OP_SUB: BC_PART(&bn->bc, bn->k, lo, hi, BC_ROW(y[o] = a[ia] - b[ib])); break;
+    case TP_OP_MUL: BC_PART(&bn->bc, bn->k, lo, hi, BC_ROW(y[o] = a[ia] * b[ib])); break;
+    case TP_OP_DIV: BC_PART(&bn->bc, bn->k, lo, hi, BC_ROW(y[o] = a[ia] / b[ib])); break;
     /* a NaN on either side is the result, as torch.maximum/minimum */
     case TP_OP_MAXIMUM:
-        BC_LOOP(&bc, y[o] = a[ia] >= b[ib] || a[ia] != a[ia] ? a[ia] : b[ib]);
+        BC_PART(&bn->bc, bn->k, lo, hi,
+                BC_ROW(y[o] = a[ia] >= b[ib] || a[ia] != a[ia] ? a[ia] : b[ib]));
         break;
     case TP_OP_MINIMUM:
-        BC_LOOP(&bc, y[o] = a[ia] <= b[ib] || a[ia] != a[ia] ? a[ia] : b[ib]);
+        BC_PART(&bn->bc, bn->k, lo, hi,
+                BC_ROW(y[o] = a[ia] <= b[ib] || a[ia] != a[ia] ? a[ia] : b[ib]));
         break;
     default: break;
     }
 }
 
-/* dx[p] of a binary op: GA (operand 0) or GB (operand 1) of dy[o], a[ia],
- * b[ib], summed into dx[p] at the operand's own index (its stretched dims
- * add up); overwritten first unless dx_acc. */
-#define BINARY_GRAD(p, EXPR)                                                 \
-    do {                                                                     \
-        float *restrict g_ = c->dx[p];                                       \
-        if (!g_)                                                             \
-            break;                                                           \
-        if (!c->dx_acc[p])                                                   \
-            memset(g_, 0, s_count(&c->xshape[p]) * sizeof(float));           \
-        if ((p) == 0)                                                        \
-            BC_LOOP(&bc, g_[ia] += (EXPR));                                  \
-        else                                                                 \
-            BC_LOOP(&bc, g_[ib] += (EXPR));                                  \
-    } while (0)
+/* The same-shape add, items [lo, hi). */
+static void s_add_same(void *arg, size_t lo, size_t hi) {
+    const tp_op_call_t *c = arg;
+    const float *restrict a = (const float *)c->x[0] + lo, *restrict b = (const float *)c->x[1] + lo;
+    float *restrict y = (float *)c->y + lo;
+    for (size_t i = 0; i < hi - lo; i++)
+        y[i] = a[i] + b[i];
+}
 
-static void s_binary_bwd(const tp_op_call_t *c) {
-    const float *restrict a = c->x[0], *restrict b = c->x[1],
-                          *restrict dy = c->dy;
+static void s_binary_fwd(const tp_op_call_t *c) {
     if (c->kind == TP_OP_ADD && s_same(&c->xshape[0], &c->yshape) &&
         s_same(&c->xshape[1], &c->yshape)) {
-        const size_t n = s_count(&c->yshape);
-        for (int k = 0; k < 2; k++)
-            if (c->dx[k]) {
-                float *restrict dx = c->dx[k];
-                GRAD_STORE(dx, c->dx_acc[k], n, dy[i]);
-            }
+        /* the image models' residual add: as it always ran */
+        tp_cpu_parallel(s_count(&c->yshape), S_ALIGN, S_MIN_CHEAP, s_add_same, (void *)c);
         return;
     }
     const tp_shape_t *xs[2] = {&c->xshape[0], &c->xshape[1]};
-    s_bc_t bc;
-    s_bc_init(&bc, &c->yshape, xs);
+    s_bin_t b = {.c = c, .p = -1};
+    s_bc_init(&b.bc, &c->yshape, xs);
+    b.k = s_bc_cut(&b.bc, -1);
+    s_bin_par(&b, s_binary_fwd_part);
+}
+
+/* dx[p] of a binary op: GA (operand 0) or GB (operand 1) of dy[o], a[ia],
+ * b[ib], summed into dx[p] at the operand's own index (its stretched dims
+ * add up). Where the operand is stretched along the inner dim, a row adds
+ * into one element: in eight lanes (element j into lane j mod 8), added
+ * pairwise, then into the element, so the row is not one chain of adds
+ * each waiting for the last. */
+#define BINARY_GRAD_ROW(IDX, BASE, SP, EXPR)                                    \
+    do {                                                                     \
+        if (SP == 0) {                                                       \
+            float l_[8] = {0, 0, 0, 0, 0, 0, 0, 0};                          \
+            int64_t j8_ = jlo_;                                              \
+            for (; j8_ + 8 <= jhi_; j8_ += 8)                                \
+                for (int t_ = 0; t_ < 8; t_++) {                             \
+                    const int64_t j_ = j8_ + t_;                             \
+                    const size_t o = o0_ + (size_t)j_;                       \
+                    const size_t ia = a0_ + (size_t)(j_ * sa_);              \
+                    const size_t ib = b0_ + (size_t)(j_ * sb_);              \
+                    (void)ia;                                                \
+                    (void)ib;                                                \
+                    l_[t_] += (EXPR);                                        \
+                }                                                            \
+            for (int64_t j_ = j8_; j_ < jhi_; j_++) {                        \
+                const size_t o = o0_ + (size_t)j_;                           \
+                const size_t ia = a0_ + (size_t)(j_ * sa_);                  \
+                const size_t ib = b0_ + (size_t)(j_ * sb_);                  \
+                (void)ia;                                                    \
+                (void)ib;                                                    \
+                l_[0] += (EXPR);                                             \
+            }                                                                \
+            g_[BASE] += ((l_[0] + l_[1]) + (l_[2] + l_[3])) +             \
+                           ((l_[4] + l_[5]) + (l_[6] + l_[7]));              \
+        } else {                                                             \
+            BC_ROW(g_[IDX] += (EXPR));                                       \
+        }                                                                    \
+    } while (0)
+
+static void s_binary_grad_part(void *arg, size_t lo, size_t hi) {
+    const s_bin_t *bn = arg;
+    const tp_op_call_t *c = bn->c;
+    const float *restrict a = c->x[0], *restrict b = c->x[1], *restrict dy = c->dy;
+    float *restrict g_ = c->dx[bn->p];
+    const int p = bn->p;
+#define GRAD(GA, GB)                                                          \
+    do {                                                                      \
+        if (p == 0)                                                           \
+            BC_PART(&bn->bc, bn->k, lo, hi, BINARY_GRAD_ROW(ia, a0_, sa_, GA));    \
+        else                                                                  \
+            BC_PART(&bn->bc, bn->k, lo, hi, BINARY_GRAD_ROW(ib, b0_, sb_, GB));    \
+    } while (0)
     switch (c->kind) {
-    case TP_OP_ADD:
-        BINARY_GRAD(0, dy[o]);
-        BINARY_GRAD(1, dy[o]);
-        break;
-    case TP_OP_SUB:
-        BINARY_GRAD(0, dy[o]);
-        BINARY_GRAD(1, -dy[o]);
-        break;
-    case TP_OP_MUL:
-        BINARY_GRAD(0, dy[o] * b[ib]);
-        BINARY_GRAD(1, dy[o] * a[ia]);
-        break;
-    case TP_OP_DIV:
-        BINARY_GRAD(0, dy[o] / b[ib]);
-        BINARY_GRAD(1, -dy[o] * a[ia] / (b[ib] * b[ib]));
-        break;
+    case TP_OP_ADD: GRAD(dy[o], dy[o]); break;
+    case TP_OP_SUB: GRAD(dy[o], -dy[o]); break;
+    case TP_OP_MUL: GRAD(dy[o] * b[ib], dy[o] * a[ia]); break;
+    case TP_OP_DIV: GRAD(dy[o] / b[ib], -dy[o] * a[ia] / (b[ib] * b[ib])); break;
     /* ties: half to each side, as PyTorch */
     case TP_OP_MAXIMUM:
-        BINARY_GRAD(0, a[ia] > b[ib] ? dy[o] : a[ia] == b[ib] ? 0.5f * dy[o] : 0.0f);
-        BINARY_GRAD(1, b[ib] > a[ia] ? dy[o] : a[ia] == b[ib] ? 0.5f * dy[o] : 0.0f);
+        GRAD(a[ia] > b[ib] ? dy[o] : a[ia] == b[ib] ? 0.5f * dy[o] : 0.0f,
+             b[ib] > a[ia] ? dy[o] : a[ia] == b[ib] ? 0.5f * dy[o] : 0.0f);
         break;
     case TP_OP_MINIMUM:
-        BINARY_GRAD(0, a[ia] < b[ib] ? dy[o] : a[ia] == b[ib] ? 0.5f * dy[o] : 0.0f);
-        BINARY_GRAD(1, b[ib] < a[ia] ? dy[o] : a[ia] == b[ib] ? 0.5f * dy[o] : 0.0f);
+        GRAD(a[ia] < b[ib] ? dy[o] : a[ia] == b[ib] ? 0.5f * dy[o] : 0.0f,
+             b[ib] < a[ia] ? dy[o] : a[ia] == b[ib] ? 0.5f * dy[o] : 0.0f);
         break;
     default:
         break;
     }
+#undef GRAD
 }
 
-/* ---- the image models' activations (loops unchanged) -------------------- */
+/* The same-shape add's gradients, items [lo, hi). */
+static void s_add_same_bwd(void *arg, size_t lo, size_t hi) {
+    const tp_op_call_t *c = arg;
+    const float *restrict dy = c->dy + lo;
+    const size_t n = hi - lo;
+    for (int k = 0; k < 2; k++)
+        if (c->dx[k]) {
+            float *restrict dx = c->dx[k] + lo;
+            GRAD_STORE(dx, c->dx_acc[k], n, dy[i]);
+        }
+}
 
-static void s_unary_fwd(const tp_op_call_t *c) {
-    const size_t n = s_count(&c->yshape);
-    const float *restrict x = c->x[0];
-    float *restrict y = c->y;
+static void s_binary_bwd(const tp_op_call_t *c) {
+    if (c->kind == TP_OP_ADD && s_same(&c->xshape[0], &c->yshape) &&
+        s_same(&c->xshape[1], &c->yshape)) {
+        tp_cpu_parallel(s_count(&c->yshape), S_ALIGN, S_MIN_CHEAP, s_add_same_bwd, (void *)c);
+        return;
+    }
+    const tp_shape_t *xs[2] = {&c->xshape[0], &c->xshape[1]};
+    s_bin_t b = {.c = c};
+    s_bc_init(&b.bc, &c->yshape, xs);
+    for (int p = 0; p < 2; p++) {
+        if (!c->dx[p])
+            continue;
+        if (!c->dx_acc[p])
+            memset(c->dx[p], 0, s_count(&c->xshape[p]) * sizeof(float));
+        b.p = p;
+        b.k = s_bc_cut(&b.bc, p);
+        s_bin_par(&b, s_binary_grad_part);
+    }
+}
+
+/* ---- the image models' activations ------------------------------------- */
+
+/* Items [lo, hi) of the call (the pool's range functions). */
+S_CLONES static void s_unary_fwd(void *arg, size_t lo, size_t hi) {
+    const tp_op_call_t *c = arg;
+    const size_t n = hi - lo;
+    const float *restrict x = (const float *)c->x[0] + lo;
+    float *restrict y = (float *)c->y + lo;
     const float a = c->attr->alpha;
     switch (c->kind) {
     case TP_OP_RELU:
@@ -214,7 +373,7 @@ static void s_unary_fwd(const tp_op_call_t *c) {
             y[i] = v > 0.0f ? v : 0.0f;
         }
         break;
-    case TP_OP_LEAKY_RELU:
+    case TP_OP_LEAKY_RELU: /* v or a v, as before, as a mask */
         for (size_t i = 0; i < n; i++) {
             const float v = x[i], vl = a * v;
             y[i] = v > 0.0f ? v : vl;
@@ -222,11 +381,11 @@ static void s_unary_fwd(const tp_op_call_t *c) {
         break;
     case TP_OP_TANH:
         for (size_t i = 0; i < n; i++)
-            y[i] = tanhf(x[i]);
+            y[i] = s_vtanh(x[i]);
         break;
     case TP_OP_SIGMOID:
         for (size_t i = 0; i < n; i++)
-            y[i] = 1.0f / (1.0f + expf(-x[i]));
+            y[i] = s_vsigmoid(x[i]);
         break;
     case TP_OP_SCALE:
         for (size_t i = 0; i < n; i++)
@@ -239,15 +398,15 @@ static void s_unary_fwd(const tp_op_call_t *c) {
 
 /* Branch-free forms: relu masks are data-dependent coin flips that a
  * branch predictor cannot learn. */
-static void s_unary_bwd(const tp_op_call_t *c) {
-    const size_t n = s_count(&c->yshape);
-    const float *restrict x = c->x[0], *restrict y = c->y,
-                          *restrict dy = c->dy;
-    float *restrict dx = c->dx[0];
+S_CLONES static void s_unary_bwd(void *arg, size_t lo, size_t hi) {
+    const tp_op_call_t *c = arg;
+    const size_t n = hi - lo;
+    const float *restrict x = (const float *)c->x[0] + lo,
+                          *restrict y = (const float *)c->y + lo,
+                          *restrict dy = c->dy + lo;
+    float *restrict dx = c->dx[0] + lo;
     const int acc = c->dx_acc[0];
     const float a = c->attr->alpha;
-    if (!dx)
-        return;
     switch (c->kind) {
     case TP_OP_RELU:
         /* an unconditional load and a select against 0: GCC vectorises
@@ -288,10 +447,11 @@ static void s_unary_bwd(const tp_op_call_t *c) {
 #define S_GELU_C 0.044715f
 #define S_INV_SQRT_2PI 0.3989422804014327f
 
-static void s_math_fwd(const tp_op_call_t *c) {
-    const size_t n = s_count(&c->yshape);
-    const float *restrict x = c->x[0];
-    float *restrict y = c->y;
+S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
+    const tp_op_call_t *c = arg;
+    const size_t n = end - lo;
+    const float *restrict x = (const float *)c->x[0] + lo;
+    float *restrict y = (float *)c->y + lo;
     const float p = c->attr->alpha, hi = c->attr->beta;
     switch (c->kind) {
     case TP_OP_NEG: for (size_t i = 0; i < n; i++) y[i] = -x[i]; break;
@@ -299,7 +459,7 @@ static void s_math_fwd(const tp_op_call_t *c) {
     case TP_OP_SQUARE: for (size_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
     case TP_OP_SQRT: for (size_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
     case TP_OP_RSQRT: for (size_t i = 0; i < n; i++) y[i] = 1.0f / sqrtf(x[i]); break;
-    case TP_OP_EXP: for (size_t i = 0; i < n; i++) y[i] = expf(x[i]); break;
+    case TP_OP_EXP: for (size_t i = 0; i < n; i++) y[i] = s_vexp(x[i]); break;
     case TP_OP_LOG: for (size_t i = 0; i < n; i++) y[i] = logf(x[i]); break;
     case TP_OP_POW: for (size_t i = 0; i < n; i++) y[i] = powf(x[i], p); break;
     case TP_OP_CLIP:
@@ -310,64 +470,75 @@ static void s_math_fwd(const tp_op_call_t *c) {
         break;
     case TP_OP_GELU:
         for (size_t i = 0; i < n; i++)
-            y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+            y[i] = 0.5f * x[i] * (1.0f + s_verf(x[i] * (float)M_SQRT1_2));
         break;
     case TP_OP_GELU_TANH:
         for (size_t i = 0; i < n; i++) {
             const float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(S_SQRT_2_OVER_PI * (v + S_GELU_C * v * v * v)));
+            y[i] = 0.5f * v * (1.0f + s_vtanh(S_SQRT_2_OVER_PI * (v + S_GELU_C * v * v * v)));
         }
         break;
     case TP_OP_SILU:
         for (size_t i = 0; i < n; i++)
-            y[i] = x[i] / (1.0f + expf(-x[i]));
+            y[i] = x[i] / (1.0f + s_vexp(-x[i]));
         break;
     case TP_OP_SOFTPLUS:
         for (size_t i = 0; i < n; i++)
-            y[i] = x[i] > 20.0f ? x[i] : log1pf(expf(x[i]));
+            y[i] = s_vsoftplus(x[i]);
         break;
     case TP_OP_STOP_GRADIENT:
         if (y != x)
             memcpy(y, x, n * sizeof(float));
         break;
     case TP_OP_CONSTANT:
-        memcpy(y, c->attr->data, n * sizeof(float));
+        memcpy(y, (const float *)c->attr->data + lo, n * sizeof(float));
         break;
     default:
         break;
     }
 }
 
-static float s_gelu_grad(float v) {
-    const float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
-    return cdf + v * S_INV_SQRT_2PI * expf(-0.5f * v * v);
+/* Phi(v) + v phi(v): erf's e^-z^2 (z = v / sqrt 2) is phi's e^(-v^2 / 2),
+ * computed once (s_verf's steps). */
+static inline float s_gelu_grad(float v) {
+    const float z = v * (float)M_SQRT1_2, az = fabsf(z);
+    const float e = s_vexp(-az * az);
+    const float t = 1.0f / (1.0f + 0.3275911f * az);
+    float p = 1.061405429f;
+    p = p * t - 1.453152027f;
+    p = p * t + 1.421413741f;
+    p = p * t - 0.284496736f;
+    p = p * t + 0.254829592f;
+    const float r = 1.0f - p * t * e;
+    const float cdf = 0.5f * (1.0f + (z < 0.0f ? -r : r));
+    return cdf + v * S_INV_SQRT_2PI * e;
 }
 
-static float s_gelu_tanh_grad(float v) {
+static inline float s_gelu_tanh_grad(float v) {
     const float u = S_SQRT_2_OVER_PI * (v + S_GELU_C * v * v * v);
-    const float t = tanhf(u);
+    const float t = s_vtanh(u);
     const float du = S_SQRT_2_OVER_PI * (1.0f + 3.0f * S_GELU_C * v * v);
     return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
 }
 
-static float s_silu_grad(float v) {
-    const float s = 1.0f / (1.0f + expf(-v));
+static inline float s_silu_grad(float v) {
+    const float s = 1.0f / (1.0f + s_vexp(-v));
     return s * (1.0f + v * (1.0f - s));
 }
 
-static void s_math_bwd(const tp_op_call_t *c) {
-    const size_t n = s_count(&c->yshape);
-    const float *restrict x = c->x[0], *restrict y = c->y,
-                          *restrict dy = c->dy;
-    float *restrict dx = c->dx[0];
+S_CLONES static void s_math_bwd(void *arg, size_t lo, size_t end) {
+    const tp_op_call_t *c = arg;
+    const size_t n = end - lo;
+    const float *restrict x = (const float *)c->x[0] + lo,
+                          *restrict y = (const float *)c->y + lo,
+                          *restrict dy = c->dy + lo;
+    float *restrict dx = c->dx[0] + lo;
     const int acc = c->dx_acc[0];
     const float p = c->attr->alpha, hi = c->attr->beta;
-    if (!dx)
-        return;
     switch (c->kind) {
     case TP_OP_NEG: GRAD_STORE(dx, acc, n, -dy[i]); break;
-    case TP_OP_ABS:
-        GRAD_STORE(dx, acc, n, x[i] > 0.0f ? dy[i] : x[i] < 0.0f ? -dy[i] : 0.0f);
+    case TP_OP_ABS: /* dy times the sign as a number (selects stay branches here) */
+        GRAD_STORE(dx, acc, n, dy[i] * ((float)(x[i] > 0.0f) - (float)(x[i] < 0.0f)));
         break;
     case TP_OP_SQUARE: GRAD_STORE(dx, acc, n, 2.0f * x[i] * dy[i]); break;
     case TP_OP_SQRT: GRAD_STORE(dx, acc, n, dy[i] / (2.0f * y[i])); break;
@@ -378,13 +549,13 @@ static void s_math_bwd(const tp_op_call_t *c) {
         GRAD_STORE(dx, acc, n, p == 0.0f ? 0.0f : dy[i] * p * powf(x[i], p - 1.0f));
         break;
     case TP_OP_CLIP:
-        GRAD_STORE(dx, acc, n, x[i] >= p && x[i] <= hi ? dy[i] : 0.0f);
+        GRAD_STORE(dx, acc, n, ((x[i] >= p) & (x[i] <= hi)) ? dy[i] : 0.0f);
         break;
     case TP_OP_GELU: GRAD_STORE(dx, acc, n, dy[i] * s_gelu_grad(x[i])); break;
     case TP_OP_GELU_TANH: GRAD_STORE(dx, acc, n, dy[i] * s_gelu_tanh_grad(x[i])); break;
     case TP_OP_SILU: GRAD_STORE(dx, acc, n, dy[i] * s_silu_grad(x[i])); break;
     case TP_OP_SOFTPLUS:
-        GRAD_STORE(dx, acc, n, x[i] > 20.0f ? dy[i] : dy[i] / (1.0f + expf(-x[i])));
+        GRAD_STORE(dx, acc, n, x[i] > 20.0f ? dy[i] : dy[i] / (1.0f + s_vexp(-x[i])));
         break;
     default: /* constants and stop_gradient: nothing flows back */
         break;
@@ -392,6 +563,22 @@ static void s_math_bwd(const tp_op_call_t *c) {
 }
 
 /* ---- dispatch ----------------------------------------------------------- */
+
+/* Items of `k` worth a thread (S_MIN_*). */
+static size_t s_min_items(tp_op_kind_t k) {
+    switch (k) {
+    case TP_OP_TANH: case TP_OP_SIGMOID: case TP_OP_EXP: case TP_OP_LOG: case TP_OP_POW:
+    case TP_OP_GELU: case TP_OP_GELU_TANH: case TP_OP_SILU: case TP_OP_SOFTPLUS:
+        return S_MIN_MATH;
+    default:
+        return S_MIN_CHEAP;
+    }
+}
+
+/* fn over the call's output items, on the backend's threads. */
+static void s_par(const tp_op_call_t *c, tp_cpu_range_fn fn) {
+    tp_cpu_parallel(s_count(&c->yshape), S_ALIGN, s_min_items(c->kind), fn, (void *)c);
+}
 
 int tp_cpu_elementwise_kind(tp_op_kind_t k) {
     switch (k) {
@@ -412,7 +599,7 @@ tp_status_t tp_cpu_elementwise_forward(const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_RELU: case TP_OP_LEAKY_RELU: case TP_OP_TANH: case TP_OP_SIGMOID:
     case TP_OP_SCALE:
-        s_unary_fwd(c);
+        s_par(c, s_unary_fwd);
         return TP_OK;
     case TP_OP_ADD: case TP_OP_SUB: case TP_OP_MUL: case TP_OP_DIV:
     case TP_OP_MAXIMUM: case TP_OP_MINIMUM:
@@ -422,7 +609,7 @@ tp_status_t tp_cpu_elementwise_forward(const tp_op_call_t *c) {
         if (!tp_cpu_elementwise_kind(c->kind))
             return tp_error(TP_ERR_UNSUPPORTED, "%s: no CPU forward for op %s",
                             c->name, tp_op_name(c->kind));
-        s_math_fwd(c);
+        s_par(c, s_math_fwd);
         return TP_OK;
     }
 }
@@ -431,7 +618,8 @@ tp_status_t tp_cpu_elementwise_backward(const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_RELU: case TP_OP_LEAKY_RELU: case TP_OP_TANH: case TP_OP_SIGMOID:
     case TP_OP_SCALE:
-        s_unary_bwd(c);
+        if (c->dx[0])
+            s_par(c, s_unary_bwd);
         break;
     case TP_OP_ADD: case TP_OP_SUB: case TP_OP_MUL: case TP_OP_DIV:
     case TP_OP_MAXIMUM: case TP_OP_MINIMUM:
@@ -441,7 +629,8 @@ tp_status_t tp_cpu_elementwise_backward(const tp_op_call_t *c) {
         if (!tp_cpu_elementwise_kind(c->kind))
             return tp_error(TP_ERR_UNSUPPORTED, "%s: no CPU backward for op %s",
                             c->name, tp_op_name(c->kind));
-        s_math_bwd(c);
+        if (c->dx[0])
+            s_par(c, s_math_bwd);
         break;
     }
     /* the gradient checks' deliberate fault (ops_elementwise.h); a multiply

@@ -30,9 +30,13 @@
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_reduce.h"
+
+/* Elements of input worth a thread of their own (gpu/cpu/cpu_pool.h). */
+#define S_MIN_ITEMS 16384
 
 int tp_cpu_reduce_kind(tp_op_kind_t k) {
     return k == TP_OP_REDUCE_SUM || k == TP_OP_REDUCE_MEAN || k == TP_OP_REDUCE_MAX ||
@@ -50,17 +54,32 @@ typedef struct {
     size_t nx, ny; /* element counts of x and of the output */
 } s_map_t;
 
+/* Neighbouring axes that are both reduced, or both kept, are merged into
+ * one (the walk visits the elements in the same order): a sum over h and
+ * w of [N,C,H,W] walks runs of H*W, not of W. */
 static void s_map(const tp_shape_t *x, int axes, s_map_t *m) {
-    size_t st = 1;
-    m->nd = x->ndim;
+    size_t st = 1, dim[TP_MAX_DIMS], ost[TP_MAX_DIMS];
     m->nx = tp_shape_count(x);
     for (int d = x->ndim - 1; d >= 0; d--) {
-        m->dim[d] = (size_t)x->d[d];
-        m->ost[d] = (axes & (1 << d)) ? 0 : st;
+        dim[d] = (size_t)x->d[d];
+        ost[d] = (axes & (1 << d)) ? 0 : st;
         if (!(axes & (1 << d)))
             st *= (size_t)x->d[d];
     }
     m->ny = st;
+    int nd = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (nd > 0 && (m->ost[nd - 1] == 0) == (ost[d] == 0) &&
+            m->ost[nd - 1] == ost[d] * dim[d]) {
+            m->dim[nd - 1] *= dim[d];
+            m->ost[nd - 1] = ost[d];
+            continue;
+        }
+        m->dim[nd] = dim[d];
+        m->ost[nd] = ost[d];
+        nd++;
+    }
+    m->nd = nd;
 }
 
 /* Run the body for every run of x's last axis: i0 the run's first
@@ -84,6 +103,75 @@ static void s_map(const tp_shape_t *x, int axes, s_map_t *m) {
             }                                                                 \
         }                                                                     \
     } while (0)
+
+/* S_RUNS over a part: axis K's index over [LO, HI), every other axis over
+ * all of it, in the order of the whole walk (K the last axis: the runs are
+ * [LO, HI) of each). An output element's inputs all lie in one part when
+ * K is a kept axis, and fold in the same order as in the whole walk. */
+#define S_RUNS_PART(m, K, LO, HI, ...)                                        \
+    do {                                                                      \
+        const int nd_ = (m)->nd, k_ = (K);                                    \
+        size_t xst_[TP_MAX_DIMS], st_[TP_MAX_DIMS] = {0}, lim_[TP_MAX_DIMS] = {0}, \
+            idx_[TP_MAX_DIMS] = {0};                                          \
+        size_t i0 = 0, o0 = 0, runs_ = 1;                                     \
+        for (int d_ = nd_ - 1; d_ >= 0; d_--)                                 \
+            xst_[d_] = d_ == nd_ - 1 ? 1 : xst_[d_ + 1] * (m)->dim[d_ + 1];    \
+        for (int d_ = 0; d_ < nd_; d_++) {                                    \
+            st_[d_] = d_ == k_ ? (size_t)(LO) : 0;                            \
+            lim_[d_] = d_ == k_ ? (size_t)(HI) : (m)->dim[d_];                \
+            idx_[d_] = st_[d_];                                               \
+            i0 += st_[d_] * xst_[d_];                                         \
+            o0 += st_[d_] * (m)->ost[d_];                                     \
+            if (d_ < nd_ - 1)                                                 \
+                runs_ *= lim_[d_] - st_[d_];                                  \
+        }                                                                     \
+        const size_t len = nd_ ? lim_[nd_ - 1] - st_[nd_ - 1] : 1;            \
+        const size_t os = nd_ ? (m)->ost[nd_ - 1] : 0;                        \
+        for (size_t r_ = 0; len && r_ < runs_; r_++) {                        \
+            __VA_ARGS__;                                                      \
+            for (int d_ = nd_ - 2; d_ >= 0; d_--) {                           \
+                i0 += xst_[d_];                                               \
+                o0 += (m)->ost[d_];                                           \
+                if (++idx_[d_] < lim_[d_])                                    \
+                    break;                                                    \
+                i0 -= xst_[d_] * (lim_[d_] - st_[d_]);                        \
+                o0 -= (m)->ost[d_] * (lim_[d_] - st_[d_]);                    \
+                idx_[d_] = st_[d_];                                           \
+            }                                                                 \
+        }                                                                     \
+    } while (0)
+
+/* A reduction call and the axis its parts cut. */
+typedef struct {
+    const tp_op_call_t *c;
+    s_map_t m;
+    int k;
+} s_red_t;
+
+/* The outermost kept axis longer than 1 (-1: none, the reduction of
+ * everything into one element: one part). */
+static int s_red_cut(const s_map_t *m) {
+    for (int d = 0; d < m->nd; d++)
+        if (m->ost[d] != 0 && m->dim[d] > 1)
+            return d;
+    return -1;
+}
+
+/* fn over the parts of r->k (one part, the whole walk, when -1). */
+static void s_red_par(s_red_t *r, tp_cpu_range_fn fn) {
+    if (r->m.nd == 0) { /* a 0-d input: the walk is its one element */
+        fn(r, 0, 1);
+        return;
+    }
+    if (r->k < 0) {
+        r->k = 0;
+        fn(r, 0, r->m.dim[0]);
+        return;
+    }
+    const size_t per = r->m.nx / r->m.dim[r->k]; /* inputs per index of k */
+    const size_t min = (S_MIN_ITEMS + per - 1) / per;
+    tp_cpu_parallel(r->m.dim[r->k], r->k == r->m.nd - 1 ? 16 : 1, min, fn, r);
+}
 
 /* Run the body for every input element i with o its output element. */
 #define S_WALK(m, ...)                                                        \
@@ -126,15 +214,15 @@ static double s_per_out(const s_map_t *m) {
     return m->ny ? (double)m->nx / (double)m->ny : 0.0;
 }
 
-static void s_reduce_fwd(const tp_op_call_t *c) {
-    s_map_t m;
-    s_map(&c->xshape[0], c->attr->axes, &m);
+static void s_reduce_fwd_part(void *arg, size_t lo, size_t hi) {
+    const s_red_t *rd = arg;
+    const tp_op_call_t *c = rd->c;
+    const s_map_t *mp = &rd->m;
     const float *restrict x = c->x[0];
     float *restrict y = c->y;
+    double *restrict acc = c->workspace;
     if (c->kind == TP_OP_REDUCE_MAX) {
-        for (size_t o = 0; o < m.ny; o++)
-            y[o] = -INFINITY;
-        S_RUNS(&m, {
+        S_RUNS_PART(mp, rd->k, lo, hi, {
             if (os == 0) {
                 y[o0] = s_nan_max(y[o0], s_run_max(x + i0, len));
             } else {
@@ -144,40 +232,56 @@ static void s_reduce_fwd(const tp_op_call_t *c) {
         });
         return;
     }
-    double *restrict acc = c->workspace;
-    memset(acc, 0, m.ny * sizeof(double));
-    /* a reduced last axis: four chains, not one (the add's latency bound
-     * the loop); a kept one: independent outputs, vectorised */
-    S_RUNS(&m, {
+    /* a reduced last axis: eight lanes (element j into lane j mod 8,
+     * vectorised), added pairwise, then the tail in order; a kept one:
+     * independent outputs, vectorised */
+    S_RUNS_PART(mp, rd->k, lo, hi, {
         if (os == 0) {
-            double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+            double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             size_t j = 0;
-            for (; j + 4 <= len; j += 4) {
-                s0 += (double)x[i0 + j];
-                s1 += (double)x[i0 + j + 1];
-                s2 += (double)x[i0 + j + 2];
-                s3 += (double)x[i0 + j + 3];
-            }
+            for (; j + 8 <= len; j += 8)
+                for (int t = 0; t < 8; t++)
+                    l[t] += (double)x[i0 + j + t];
+            double s0 = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
             for (; j < len; j++)
                 s0 += (double)x[i0 + j];
-            acc[o0] += (s0 + s1) + (s2 + s3);
+            acc[o0] += s0;
         } else {
             for (size_t j = 0; j < len; j++)
                 acc[o0 + j] += (double)x[i0 + j];
         }
     });
+}
+
+/* Parts cut along a kept axis (s_red_cut): each output's inputs fold in
+ * one part, in the order of the single-threaded walk, so the sums are the
+ * same bits whatever the thread count. A reduction of everything to one
+ * element is one part. */
+static void s_reduce_fwd(const tp_op_call_t *c) {
+    s_red_t rd = {.c = c};
+    s_map(&c->xshape[0], c->attr->axes, &rd.m);
+    rd.k = s_red_cut(&rd.m);
+    float *restrict y = c->y;
+    if (c->kind == TP_OP_REDUCE_MAX) {
+        for (size_t o = 0; o < rd.m.ny; o++)
+            y[o] = -INFINITY;
+        s_red_par(&rd, s_reduce_fwd_part);
+        return;
+    }
+    double *restrict acc = c->workspace;
+    memset(acc, 0, rd.m.ny * sizeof(double));
+    s_red_par(&rd, s_reduce_fwd_part);
     /* the mean of no elements is NaN (0/0), as torch's */
-    const double scale = c->kind == TP_OP_REDUCE_MEAN ? 1.0 / s_per_out(&m) : 1.0;
-    for (size_t o = 0; o < m.ny; o++)
+    const double scale = c->kind == TP_OP_REDUCE_MEAN ? 1.0 / s_per_out(&rd.m) : 1.0;
+    for (size_t o = 0; o < rd.m.ny; o++)
         y[o] = (float)(acc[o] * scale);
 }
 
-static void s_reduce_bwd(const tp_op_call_t *c) {
+static void s_reduce_bwd_part(void *arg, size_t lo, size_t hi) {
+    const s_red_t *rd = arg;
+    const tp_op_call_t *c = rd->c;
+    const s_map_t *mp = &rd->m;
     float *restrict dx = c->dx[0];
-    if (!dx)
-        return;
-    s_map_t m;
-    s_map(&c->xshape[0], c->attr->axes, &m);
     const float *restrict dy = c->dy;
     const int acc = c->dx_acc[0];
     const float fault = tp_cpu_elementwise_grad_fault; /* 1 outside the checks */
@@ -185,8 +289,7 @@ static void s_reduce_bwd(const tp_op_call_t *c) {
         /* the gradient splits evenly over the elements equal to the max */
         const float *restrict x = c->x[0], *restrict y = c->y;
         float *restrict cnt = c->workspace;
-        memset(cnt, 0, m.ny * sizeof(float));
-        S_RUNS(&m, {
+        S_RUNS_PART(mp, rd->k, lo, hi, {
             if (os == 0) { /* a reduced last axis: an integer count, vectorised */
                 const float m0 = y[o0];
                 uint32_t k = 0;
@@ -198,7 +301,7 @@ static void s_reduce_bwd(const tp_op_call_t *c) {
                     cnt[o0 + j] += (float)(x[i0 + j] == y[o0 + j]);
             }
         });
-        S_RUNS(&m, {
+        S_RUNS_PART(mp, rd->k, lo, hi, {
             if (os == 0) {
                 const float m0 = y[o0], g0 = dy[o0] / cnt[o0] * fault;
                 for (size_t j = 0; j < len; j++) {
@@ -216,9 +319,9 @@ static void s_reduce_bwd(const tp_op_call_t *c) {
         return;
     }
     const float scale =
-        (c->kind == TP_OP_REDUCE_MEAN ? (float)(1.0 / s_per_out(&m)) : 1.0f) * fault;
+        (c->kind == TP_OP_REDUCE_MEAN ? (float)(1.0 / s_per_out(mp)) : 1.0f) * fault;
     /* by runs, the run's dy in a register where the last axis is reduced */
-    S_RUNS(&m, {
+    S_RUNS_PART(mp, rd->k, lo, hi, {
         if (os == 0) {
             const float g = dy[o0] * scale;
             if (acc)
@@ -235,6 +338,17 @@ static void s_reduce_bwd(const tp_op_call_t *c) {
                 dx[i0 + j] = dy[o0 + j] * scale;
         }
     });
+}
+
+static void s_reduce_bwd(const tp_op_call_t *c) {
+    if (!c->dx[0])
+        return;
+    s_red_t rd = {.c = c};
+    s_map(&c->xshape[0], c->attr->axes, &rd.m);
+    rd.k = s_red_cut(&rd.m);
+    if (c->kind == TP_OP_REDUCE_MAX)
+        memset(c->workspace, 0, rd.m.ny * sizeof(float));
+    s_red_par(&rd, s_reduce_bwd_part);
 }
 
 /* ---- along one axis: x as [outer, n, inner] -------------------------------- */
@@ -516,12 +630,31 @@ static float s_dot(const float *restrict a, const float *restrict b, size_t n) {
 
 #define S_CHUNK 256 /* floats of e^x the backward keeps on the stack at a time */
 
-static void s_softmax_fwd(const tp_op_call_t *c) {
+/* A softmax call as [outer, n, inner], cut into parts: rows (inner 1)
+ * or ranges of the inner positions (each with its own slice of the
+ * workspace's maxima and sums), so every element is computed as the
+ * whole call computes it, whatever the cut. */
+typedef struct {
+    const tp_op_call_t *c;
     size_t outer, n, inner;
-    s_split(&c->xshape[0], c->attr->axes, &outer, &n, &inner);
+} s_sm_t;
+
+static void s_sm_par(const tp_op_call_t *c, tp_cpu_range_fn fn) {
+    s_sm_t sm = {.c = c};
+    s_split(&c->xshape[0], c->attr->axes, &sm.outer, &sm.n, &sm.inner);
+    const size_t items = sm.inner == 1 ? sm.outer : sm.inner;
+    const size_t per = sm.n * (sm.inner == 1 ? 1 : sm.outer); /* elements per item */
+    tp_cpu_parallel(items, sm.inner == 1 ? 1 : 16, (S_MIN_ITEMS + per - 1) / (per ? per : 1),
+                    fn, &sm);
+}
+
+static void s_softmax_fwd_part(void *arg, size_t lo, size_t hi) {
+    const s_sm_t *sm = arg;
+    const tp_op_call_t *c = sm->c;
+    const size_t n = sm->n, inner = sm->inner;
     const int lg = c->kind == TP_OP_LOG_SOFTMAX;
     if (inner == 1) { /* rows: max, e^(x - max) and its sum, then the scale or the log */
-        for (size_t o = 0; o < outer; o++) {
+        for (size_t o = lo; o < hi; o++) {
             const float *restrict x = (const float *)c->x[0] + o * n;
             float *restrict y = (float *)c->y + o * n;
             const float mx = s_row_max(x, n);
@@ -537,35 +670,39 @@ static void s_softmax_fwd(const tp_op_call_t *c) {
         }
         return;
     }
-    float *restrict mx = c->workspace, *restrict sum = mx + inner;
-    for (size_t o = 0; o < outer; o++) {
-        const float *restrict x = (const float *)c->x[0] + o * n * inner;
-        float *restrict y = (float *)c->y + o * n * inner;
-        memcpy(mx, x, inner * sizeof(float));
+    /* inner positions [lo, hi) of every slab */
+    const size_t w = hi - lo;
+    float *restrict mx = (float *)c->workspace + lo, *restrict sum = (float *)c->workspace + inner + lo;
+    for (size_t o = 0; o < sm->outer; o++) {
+        const float *restrict x = (const float *)c->x[0] + o * n * inner + lo;
+        float *restrict y = (float *)c->y + o * n * inner + lo;
+        memcpy(mx, x, w * sizeof(float));
         for (size_t j = 1; j < n; j++)
-            for (size_t i = 0; i < inner; i++)
+            for (size_t i = 0; i < w; i++)
                 mx[i] = x[j * inner + i] > mx[i] ? x[j * inner + i] : mx[i];
-        memset(sum, 0, inner * sizeof(float));
+        memset(sum, 0, w * sizeof(float));
         for (size_t j = 0; j < n; j++) {
-            s_exp_sub(x + j * inner, mx, 1, y + j * inner, inner);
-            for (size_t i = 0; i < inner; i++)
+            s_exp_sub(x + j * inner, mx, 1, y + j * inner, w);
+            for (size_t i = 0; i < w; i++)
                 sum[i] += y[j * inner + i];
         }
         if (lg) {
-            for (size_t i = 0; i < inner; i++)
+            for (size_t i = 0; i < w; i++)
                 sum[i] = mx[i] + logf(sum[i]);
             for (size_t j = 0; j < n; j++)
-                for (size_t i = 0; i < inner; i++)
+                for (size_t i = 0; i < w; i++)
                     y[j * inner + i] = x[j * inner + i] - sum[i];
         } else {
-            for (size_t i = 0; i < inner; i++)
+            for (size_t i = 0; i < w; i++)
                 sum[i] = 1.0f / sum[i];
             for (size_t j = 0; j < n; j++)
-                for (size_t i = 0; i < inner; i++)
+                for (size_t i = 0; i < w; i++)
                     y[j * inner + i] *= sum[i];
         }
     }
 }
+
+static void s_softmax_fwd(const tp_op_call_t *c) { s_sm_par(c, s_softmax_fwd_part); }
 
 /* dx[e] (+)= (dy[e] - e^y[e] d[e or 0]) f over n elements: the
  * log-softmax backward, e^y in stack chunks. */
@@ -583,19 +720,17 @@ static void s_lsm_grad(const float *restrict y, const float *restrict dy, const 
     }
 }
 
-static void s_softmax_bwd(const tp_op_call_t *c) {
-    if (!c->dx[0])
-        return;
-    size_t outer, n, inner;
-    s_split(&c->xshape[0], c->attr->axes, &outer, &n, &inner);
+static void s_softmax_bwd_part(void *arg, size_t lo, size_t hi) {
+    const s_sm_t *sm = arg;
+    const tp_op_call_t *c = sm->c;
+    const size_t n = sm->n, inner = sm->inner;
     const int lg = c->kind == TP_OP_LOG_SOFTMAX, acc = c->dx_acc[0];
     const float fault = tp_cpu_elementwise_grad_fault;
-    float *restrict dot = c->workspace;
-    for (size_t o = 0; o < outer; o++) {
-        const size_t base = o * n * inner;
-        const float *restrict y = (const float *)c->y + base, *restrict dy = c->dy + base;
-        float *restrict dx = c->dx[0] + base;
-        if (inner == 1) { /* a row: the dot product in a register */
+    if (inner == 1) { /* rows: the dot product in a register */
+        for (size_t o = lo; o < hi; o++) {
+            const size_t base = o * n;
+            const float *restrict y = (const float *)c->y + base, *restrict dy = c->dy + base;
+            float *restrict dx = c->dx[0] + base;
             if (lg) {
                 const float d = s_dot(dy, NULL, n);
                 s_lsm_grad(y, dy, &d, 0, fault, acc, dx, n);
@@ -606,25 +741,37 @@ static void s_softmax_bwd(const tp_op_call_t *c) {
                     dx[j] = acc ? dx[j] + g : g;
                 }
             }
-            continue;
         }
-        memset(dot, 0, inner * sizeof(float));
+        return;
+    }
+    const size_t w = hi - lo;
+    float *restrict dot = (float *)c->workspace + lo;
+    for (size_t o = 0; o < sm->outer; o++) {
+        const size_t base = o * n * inner + lo;
+        const float *restrict y = (const float *)c->y + base, *restrict dy = c->dy + base;
+        float *restrict dx = c->dx[0] + base;
+        memset(dot, 0, w * sizeof(float));
         /* softmax: sum dy y; log-softmax: sum dy */
         for (size_t j = 0; j < n; j++)
-            for (size_t i = 0; i < inner; i++)
+            for (size_t i = 0; i < w; i++)
                 dot[i] += lg ? dy[j * inner + i] : dy[j * inner + i] * y[j * inner + i];
         for (size_t j = 0; j < n; j++) {
             const size_t e0 = j * inner;
             if (lg) {
-                s_lsm_grad(y + e0, dy + e0, dot, 1, fault, acc, dx + e0, inner);
+                s_lsm_grad(y + e0, dy + e0, dot, 1, fault, acc, dx + e0, w);
                 continue;
             }
-            for (size_t i = 0; i < inner; i++) {
+            for (size_t i = 0; i < w; i++) {
                 const float g = y[e0 + i] * (dy[e0 + i] - dot[i]) * fault;
                 dx[e0 + i] = acc ? dx[e0 + i] + g : g;
             }
         }
     }
+}
+
+static void s_softmax_bwd(const tp_op_call_t *c) {
+    if (c->dx[0])
+        s_sm_par(c, s_softmax_bwd_part);
 }
 
 /* ---- labels: the sequence cross-entropy and top-k accuracy ------------------ */
@@ -648,45 +795,79 @@ static float s_logsumexp(const float *r, size_t v) {
     return mx + logf(s_exp_sub(r, &mx, 0, NULL, v));
 }
 
+/* Each row's -log p(label) (0 for an ignored row), rows [lo, hi), into
+ * the workspace's doubles. */
+static void s_xent_seq_terms(void *arg, size_t lo, size_t hi) {
+    const tp_op_call_t *c = arg;
+    const size_t v = (size_t)c->xshape[0].d[c->xshape[0].ndim - 1];
+    const float *x = c->x[0];
+    const int32_t *lab = c->x[1];
+    const int32_t ignore = (int32_t)c->attr->alpha;
+    double *term = c->workspace;
+    for (size_t r = lo; r < hi; r++)
+        term[r] = lab[r] == ignore
+                      ? 0.0
+                      : (double)s_logsumexp(x + r * v, v) - x[r * v + (size_t)lab[r]];
+}
+
+/* The labels checked first (an error names the row), the rows' terms on
+ * the backend's threads, then their sum in row order, in double: the bits
+ * of one thread. */
 static tp_status_t s_xent_seq_fwd(const tp_op_call_t *c) {
     size_t rows, v;
     s_rows(c, &rows, &v);
     if (tp_shape_count(&c->xshape[1]) != rows) /* batched on one side only */
         return tp_error(TP_ERR_SHAPE, "%s: %zu rows of logits but %zu labels", c->name,
                         rows, tp_shape_count(&c->xshape[1]));
-    const float *x = c->x[0];
     const int32_t *lab = c->x[1];
     const int32_t ignore = (int32_t)c->attr->alpha;
+    for (size_t r = 0; r < rows; r++)
+        if (lab[r] != ignore && (lab[r] < 0 || (size_t)lab[r] >= v))
+            return s_bad_label(c, r, lab[r], v);
     double loss = 0.0;
     size_t counted = 0;
-    for (size_t r = 0; r < rows; r++) {
-        if (lab[r] == ignore)
-            continue;
-        if (lab[r] < 0 || (size_t)lab[r] >= v)
-            return s_bad_label(c, r, lab[r], v);
-        loss += (double)s_logsumexp(x + r * v, v) - x[r * v + (size_t)lab[r]];
-        counted++;
+    if (c->workspace && rows) {
+        tp_cpu_parallel(rows, 1, v ? (S_MIN_ITEMS + v - 1) / v : rows, s_xent_seq_terms,
+                        (void *)c);
+        const double *term = c->workspace;
+        for (size_t r = 0; r < rows; r++)
+            if (lab[r] != ignore) {
+                loss += term[r];
+                counted++;
+            }
+    } else { /* no workspace planned: the same terms, one by one */
+        const float *x = c->x[0];
+        for (size_t r = 0; r < rows; r++) {
+            if (lab[r] == ignore)
+                continue;
+            loss += (double)s_logsumexp(x + r * v, v) - x[r * v + (size_t)lab[r]];
+            counted++;
+        }
     }
     /* nothing counted: 0/0, NaN, as F.cross_entropy */
     *(float *)c->y = (float)(loss / (double)counted);
     return TP_OK;
 }
 
-static void s_xent_seq_bwd(const tp_op_call_t *c) {
+/* The sequence cross-entropy's backward for rows [lo, hi) (each row
+ * writes only its own gradient row). */
+typedef struct {
+    const tp_op_call_t *c;
+    size_t v;
+    float g;
+} s_xs_t;
+
+static void s_xent_seq_bwd_part(void *arg, size_t lo, size_t hi) {
+    const s_xs_t *xs = arg;
+    const tp_op_call_t *c = xs->c;
+    const size_t v = xs->v;
+    const float g = xs->g;
     float *dx = c->dx[0];
-    if (!dx)
-        return;
-    size_t rows, v;
-    s_rows(c, &rows, &v);
     const float *x = c->x[0];
     const int32_t *lab = c->x[1];
     const int32_t ignore = (int32_t)c->attr->alpha;
     const int acc = c->dx_acc[0];
-    size_t counted = 0;
-    for (size_t r = 0; r < rows; r++)
-        counted += lab[r] != ignore; /* in range: checked in forward */
-    const float g = c->dy[0] / (float)counted * tp_cpu_elementwise_grad_fault;
-    for (size_t r = 0; r < rows; r++) {
+    for (size_t r = lo; r < hi; r++) {
         float *d = dx + r * v;
         if (lab[r] == ignore) {
             if (!acc)
@@ -705,6 +886,21 @@ static void s_xent_seq_bwd(const tp_op_call_t *c) {
             }
         }
     }
+}
+
+static void s_xent_seq_bwd(const tp_op_call_t *c) {
+    if (!c->dx[0])
+        return;
+    size_t rows, v;
+    s_rows(c, &rows, &v);
+    const int32_t *lab = c->x[1];
+    const int32_t ignore = (int32_t)c->attr->alpha;
+    size_t counted = 0;
+    for (size_t r = 0; r < rows; r++)
+        counted += lab[r] != ignore; /* in range: checked in forward */
+    s_xs_t xs = {.c = c, .v = v,
+                 .g = c->dy[0] / (float)counted * tp_cpu_elementwise_grad_fault};
+    tp_cpu_parallel(rows, 1, v ? (S_MIN_ITEMS + v - 1) / v : rows, s_xent_seq_bwd_part, &xs);
 }
 
 static tp_status_t s_top_k_fwd(const tp_op_call_t *c) {
@@ -740,6 +936,8 @@ size_t tp_cpu_reduce_workspace(const tp_op_call_t *c) {
         s_split(&c->xshape[0], c->attr->axes, &outer, &n, &inner);
         return 2 * inner * sizeof(float); /* a max and a sum per inner position */
     }
+    case TP_OP_SOFTMAX_XENT_SEQ: /* each row's term, summed in row order */
+        return tp_shape_count(&c->xshape[1]) * sizeof(double);
     default:
         return 0;
     }

@@ -1,0 +1,136 @@
+/* towerpack gpu: e^x, log, tanh and erf for the CPU kernels' loops, in a
+ * form GCC vectorises (libm's are a call per element).
+ *
+ * Each is straight-line float arithmetic and selects, inlined into the
+ * caller's loop; the file that uses them is compiled without trapping
+ * math (`#pragma GCC optimize("no-trapping-math")` after its includes),
+ * which lets GCC turn the selects into masks instead of branches. That
+ * changes no value: it only allows computing both sides of a select. A
+ * vector lane and the scalar tail do the same operations in the same
+ * order (no FMA in the baseline ISA), so an element's bits do not depend
+ * on where a loop, or a thread's part of it, starts.
+ *
+ * Accuracy, measured against double-precision libm on every float of the
+ * range: s_vexp within 2.5e-7 relative over [-87, 88.7], exactly 0 below
+ * -87.3 (where the result is denormal, flushed anyway by the backend's
+ * FTZ), inf above, NaN kept; over [-30, 30] s_vtanh within 1.5e-7
+ * relative, s_vsigmoid 1.5e-7, s_vsoftplus 2.3e-7 (2e-6 absolute near 20),
+ * s_verf 6.6e-7 absolute near 0 (Abramowitz & Stegun 7.1.26, the form
+ * PyTorch's vectorised erf uses; 1.5e-7 in theory, float rounding adds).
+ * The PyTorch parity tolerances of these ops (tests/gpu/op_cases.h) are
+ * 1e-6 absolute plus 1e-5 relative. */
+#ifndef TOWERPACK_GPU_CPU_MATH_H
+#define TOWERPACK_GPU_CPU_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float s_vbits_f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t s_vf_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* e^x: Cephes' expf (a degree-5 polynomial on r = x - n ln2, n rounded
+ * to nearest, times 2^n built in the exponent bits). */
+static inline float s_vexp(float x) {
+    float xc = x > 88.72283935546875f ? 88.72283935546875f : x;
+    xc = xc > -87.3f ? xc : -87.3f; /* NaN -> -87.3, restored below */
+    const float t = xc * 1.44269504088896341f;
+    float fn = (t + 12582912.0f) - 12582912.0f; /* round to nearest (|t| < 2^22) */
+    fn = fn > 127.0f ? 127.0f : fn;              /* 2^128 is not a float */
+    const float r = (xc - fn * 0.693359375f) - fn * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float e = (p * (r * r) + r) + 1.0f;
+    float v = e * s_vbits_f((uint32_t)((int32_t)fn + 127) << 23);
+    v = x < -87.3f ? 0.0f : v;
+    v = x > 88.72283935546875f ? INFINITY : v;
+    return x == x ? v : x;
+}
+
+/* log(u) for u a positive normal float (or +inf): Cephes' logf. */
+static inline float s_vlog(float u) {
+    const uint32_t b = s_vf_bits(u);
+    float e = (float)((int32_t)(b >> 23) - 126);
+    float m = s_vbits_f((b & 0x007fffffu) | 0x3f000000u); /* [0.5, 1) */
+    const int lo = m < 0.707106781186547524f;
+    e = lo ? e - 1.0f : e;
+    m = lo ? m + m - 1.0f : m - 1.0f;
+    const float z = m * m;
+    float y = 7.0376836292e-2f;
+    y = y * m - 1.1514610310e-1f;
+    y = y * m + 1.1676998740e-1f;
+    y = y * m - 1.2420140846e-1f;
+    y = y * m + 1.4249322787e-1f;
+    y = y * m - 1.6668057665e-1f;
+    y = y * m + 2.0000714765e-1f;
+    y = y * m - 2.4999993993e-1f;
+    y = y * m + 3.3333331174e-1f;
+    y = y * m * z;
+    y += -2.12194440e-4f * e;
+    y += -0.5f * z;
+    float r = m + y;
+    r += 0.693359375f * e;
+    return u == INFINITY ? u : r;
+}
+
+/* log(1 + e^x), the softplus, for any x: x itself above 20 (as torch's
+ * threshold), else log1p(e^x) as log(u) e^x / (u - 1), u = 1 + e^x (exact
+ * where u rounds to 1: then e^x itself). */
+static inline float s_vsoftplus(float x) {
+    const float ex = s_vexp(x > 20.0f ? 20.0f : x);
+    const float u = 1.0f + ex, d = u - 1.0f;
+    const float q = ex / (d == 0.0f ? 1.0f : d);
+    float r = s_vlog(u) * q;
+    r = d == 0.0f ? ex : r;
+    return x > 20.0f ? x : r;
+}
+
+/* 1 / (1 + e^-x). */
+static inline float s_vsigmoid(float x) { return 1.0f / (1.0f + s_vexp(-x)); }
+
+/* tanh: Cephes' tanhf, an odd polynomial below |x| 0.625, else
+ * 1 - 2 / (e^2|x| + 1) with the sign of x (1 from |x| 9 on). */
+static inline float s_vtanh(float x) {
+    const float z = fabsf(x);
+    const float zc = z > 9.0f ? 9.0f : z;
+    const float s = s_vexp(zc + zc);
+    float big = 1.0f - 2.0f / (s + 1.0f);
+    big = x < 0.0f ? -big : big;
+    const float w = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * w + 2.06390887954e-2f;
+    p = p * w - 5.37397155531e-2f;
+    p = p * w + 1.33314422036e-1f;
+    p = p * w - 3.33332819422e-1f;
+    const float small = p * w * x + x;
+    return z < 0.625f ? small : big; /* NaN: big, which is NaN */
+}
+
+/* erf: Abramowitz & Stegun 7.1.26, 1 - (a1 t + ... + a5 t^5) e^-x^2 with
+ * t = 1 / (1 + p |x|), the sign of x. */
+static inline float s_verf(float x) {
+    const float z = fabsf(x);
+    const float t = 1.0f / (1.0f + 0.3275911f * z);
+    float p = 1.061405429f;
+    p = p * t - 1.453152027f;
+    p = p * t + 1.421413741f;
+    p = p * t - 0.284496736f;
+    p = p * t + 0.254829592f;
+    const float r = 1.0f - p * t * s_vexp(-z * z);
+    return x < 0.0f ? -r : r;
+}
+
+#endif

@@ -1,0 +1,294 @@
+/* towerpack tests: the CPU backend's pool of threads (gpu/cpu/cpu_pool.c)
+ * and the kernels that use it: every item of a range runs exactly once,
+ * small ranges stay on the caller, two callers at once both finish, and
+ * the elementwise, reduce, softmax and loss kernels give the same bits on
+ * 1 and 2 threads (white-box: the kernels are called directly). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <towerpack/towerpack.h>
+#include "gpu/backend_impl.h"
+#include "gpu/cpu/cpu_pool.h"
+#include "gpu/cpu/ops_cpu.h"
+
+extern atomic_size_t tp_cpu_pool_worker_parts;
+
+/* ---- the pool --------------------------------------------------------- */
+
+#define RANGE 100003 /* odd, so the last part is short */
+
+typedef struct {
+    atomic_int hits[RANGE];
+    atomic_int calls, bad_align;
+    atomic_int other_thread; /* a part started while the first one ran */
+    atomic_int have_first;   /* 1 while the first part runs, then 2 */
+    size_t align;
+} cover_t;
+
+static void s_cover(void *arg, size_t lo, size_t hi) {
+    cover_t *cv = arg;
+    atomic_fetch_add(&cv->calls, 1);
+    if (lo % cv->align)
+        atomic_fetch_add(&cv->bad_align, 1);
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&cv->have_first, &expect, 1)) {
+        /* hold the first part until another part has started while it runs
+         * (so on another thread) or 5 s pass: the test sees the pool share
+         * a range even on a loaded machine */
+        for (int i = 0; i < 5000 && !atomic_load(&cv->other_thread); i++)
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+        atomic_store(&cv->have_first, 2);
+    } else if (atomic_load(&cv->have_first) == 1) {
+        atomic_store(&cv->other_thread, 1); /* the first part's thread is busy */
+    }
+    for (size_t i = lo; i < hi; i++)
+        atomic_fetch_add(&cv->hits[i], 1);
+}
+
+Test(cpu_pool, every_item_runs_once_in_aligned_parts_on_two_threads) {
+    cover_t *cv = calloc(1, sizeof *cv);
+    cr_assert(cv);
+    cv->align = 16;
+    tp_cpu_pool_threads_override(2);
+    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+    tp_cpu_parallel(RANGE, 16, 1000, s_cover, cv);
+    tp_cpu_pool_threads_override(0);
+    for (size_t i = 0; i < RANGE; i++)
+        cr_assert_eq(atomic_load(&cv->hits[i]), 1, "item %zu ran %d times", i,
+                     atomic_load(&cv->hits[i]));
+    cr_expect_eq(atomic_load(&cv->bad_align), 0, "a part started off a multiple of 16");
+    cr_expect_gt(atomic_load(&cv->calls), 1, "the range was not cut");
+    cr_expect(atomic_load(&cv->other_thread), "no part ran on a second thread");
+    cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before, "no part ran on a worker");
+    free(cv);
+}
+
+static void s_count_calls(void *arg, size_t lo, size_t hi) {
+    size_t *seen = arg;
+    seen[0]++;
+    seen[1] = lo;
+    seen[2] = hi;
+}
+
+Test(cpu_pool, a_small_range_or_one_thread_is_one_call_on_the_caller) {
+    size_t seen[3] = {0};
+    tp_cpu_pool_threads_override(2);
+    tp_cpu_parallel(1999, 16, 1000, s_count_calls, seen); /* < 2 x 1000 */
+    cr_expect_eq(seen[0], 1);
+    cr_expect_eq(seen[1], 0);
+    cr_expect_eq(seen[2], 1999);
+    tp_cpu_pool_threads_override(1);
+    memset(seen, 0, sizeof seen);
+    tp_cpu_parallel(1000000, 16, 1000, s_count_calls, seen);
+    tp_cpu_pool_threads_override(0);
+    cr_expect_eq(seen[0], 1, "one thread: one call");
+    cr_expect_eq(seen[2], 1000000);
+}
+
+/* Two towers' threads asking at once: one gets the pool, the other runs
+ * its range alone; both cover their ranges. */
+static void s_plain_cover(void *arg, size_t lo, size_t hi) {
+    cover_t *cv = arg;
+    for (size_t i = lo; i < hi; i++)
+        atomic_fetch_add(&cv->hits[i], 1);
+}
+
+static void *s_plain_caller(void *arg) {
+    for (int r = 0; r < 20; r++)
+        tp_cpu_parallel(RANGE, 16, 1000, s_plain_cover, arg);
+    return NULL;
+}
+
+Test(cpu_pool, two_callers_at_once_both_cover_their_ranges) {
+    cover_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    cr_assert(a && b);
+    tp_cpu_pool_threads_override(2);
+    pthread_t ta, tb;
+    cr_assert_eq(pthread_create(&ta, NULL, s_plain_caller, a), 0);
+    cr_assert_eq(pthread_create(&tb, NULL, s_plain_caller, b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    tp_cpu_pool_threads_override(0);
+    for (size_t i = 0; i < RANGE; i++) {
+        cr_assert_eq(atomic_load(&a->hits[i]), 20, "caller a, item %zu", i);
+        cr_assert_eq(atomic_load(&b->hits[i]), 20, "caller b, item %zu", i);
+    }
+    free(a);
+    free(b);
+}
+
+/* ---- the kernels: the same bits on 1 and 2 threads ----------------------- */
+
+typedef struct {
+    const char *name;
+    tp_op_kind_t kind;
+    int axes;
+    int nd0, nd1;
+    int64_t d0[4], d1[4];
+    int64_t yd[4];
+    int ynd;
+} kcase_t;
+
+/* The autoencoder's activations (128x16x14x14, 401,408 elements): large
+ * enough to be cut in every kernel. */
+static const kcase_t s_cases[] = {
+    {"sigmoid", TP_OP_SIGMOID, 0, 4, 0, {128, 16, 14, 14}, {0}, {128, 16, 14, 14}, 4},
+    {"gelu", TP_OP_GELU, 0, 4, 0, {128, 16, 14, 14}, {0}, {128, 16, 14, 14}, 4},
+    {"tanh", TP_OP_TANH, 0, 4, 0, {128, 16, 14, 14}, {0}, {128, 16, 14, 14}, 4},
+    {"leaky_relu", TP_OP_LEAKY_RELU, 0, 4, 0, {128, 16, 14, 14}, {0}, {128, 16, 14, 14}, 4},
+    {"add_same", TP_OP_ADD, 0, 4, 4, {128, 16, 14, 14}, {128, 16, 14, 14}, {128, 16, 14, 14}, 4},
+    {"add_bcast", TP_OP_ADD, 0, 4, 4, {128, 16, 14, 14}, {1, 16, 1, 1}, {128, 16, 14, 14}, 4},
+    {"mul_bcast_rows", TP_OP_MUL, 0, 2, 2, {1, 2048}, {512, 1}, {512, 2048}, 2},
+    {"reduce_sum_hw", TP_OP_REDUCE_SUM, 12, 4, 0, {128, 16, 14, 14}, {0}, {128, 16, 1, 1}, 4},
+    {"reduce_mean_batch", TP_OP_REDUCE_MEAN, 1, 4, 0, {128, 16, 14, 14}, {0}, {1, 16, 14, 14}, 4},
+    {"reduce_max_c", TP_OP_REDUCE_MAX, 2, 4, 0, {128, 16, 14, 14}, {0}, {128, 1, 14, 14}, 4},
+    {"softmax_rows", TP_OP_SOFTMAX, 2, 2, 0, {512, 1000}, {0}, {512, 1000}, 2},
+    {"log_softmax_c", TP_OP_LOG_SOFTMAX, 2, 4, 0, {128, 16, 14, 14}, {0}, {128, 16, 14, 14}, 4},
+    {"mse", TP_OP_MSE, 0, 4, 4, {128, 16, 14, 14}, {128, 16, 14, 14}, {0}, 0},
+};
+
+static float s_rand(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((*s >> 40) & 0xffffff) / (float)0x1000000 * 8.0f - 4.0f;
+}
+
+typedef struct {
+    float *y, *dx[2];
+    size_t ny, nx[2];
+} kout_t;
+
+/* Forward and backward of one case (gradients accumulated onto a
+ * non-zero start for input 0, stored for input 1). */
+static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
+    tp_shape_t xs[2] = {{.ndim = k->nd0}, {.ndim = k->nd1}}, ys = {.ndim = k->ynd};
+    memcpy(xs[0].d, k->d0, sizeof k->d0);
+    memcpy(xs[1].d, k->d1, sizeof k->d1);
+    memcpy(ys.d, k->yd, sizeof k->yd);
+    const int nin = k->nd1 ? 2 : 1;
+    size_t nx[2] = {tp_shape_count(&xs[0]), nin > 1 ? tp_shape_count(&xs[1]) : 0};
+    const size_t ny = tp_shape_count(&ys);
+    uint64_t seed = 42;
+    float *x[2], *dx[2] = {NULL, NULL};
+    for (int i = 0; i < nin; i++) {
+        x[i] = malloc(nx[i] * sizeof(float));
+        dx[i] = malloc(nx[i] * sizeof(float));
+        cr_assert(x[i] && dx[i]);
+        for (size_t j = 0; j < nx[i]; j++) {
+            x[i][j] = s_rand(&seed);
+            dx[i][j] = 0.25f;
+        }
+    }
+    float *y = malloc(ny * sizeof(float)), *dy = malloc(ny * sizeof(float));
+    cr_assert(y && dy);
+    for (size_t j = 0; j < ny; j++)
+        dy[j] = s_rand(&seed);
+    tp_op_attr_t at = {.alpha = 0.1f, .axes = k->axes};
+    const void *xin[2] = {x[0], nin > 1 ? x[1] : NULL};
+    const int acc[2] = {1, 0};
+    tp_op_call_t c = {.kind = k->kind, .attr = &at, .name = k->name, .ninputs = nin,
+                      .x = xin, .xshape = xs, .y = y, .yshape = ys, .dx = dx,
+                      .dx_acc = acc, .dy = dy};
+    const size_t ws = tp_cpu_op_workspace(&c);
+    c.workspace = ws ? malloc(ws) : NULL;
+    c.workspace_bytes = ws;
+    tp_cpu_pool_threads_override(threads);
+    cr_assert_eq(tp_cpu_op_forward(&c), TP_OK, "%s: %s", k->name, tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(&c), TP_OK, "%s: %s", k->name, tp_last_error());
+    tp_cpu_pool_threads_override(0);
+    free(c.workspace);
+    free(dy);
+    for (int i = 0; i < nin; i++)
+        free(x[i]);
+    *out = (kout_t){.y = y, .dx = {dx[0], dx[1]}, .ny = ny, .nx = {nx[0], nx[1]}};
+}
+
+static void s_free_out(kout_t *o) {
+    free(o->y);
+    free(o->dx[0]);
+    free(o->dx[1]);
+}
+
+/* The sequence cross-entropy (logits [1024, 257], int32 labels, some
+ * ignored): its loss and gradient, 1 thread against 2. */
+static void s_xent_seq(int threads, float *loss, float *dx) {
+    enum { R = 1024, V = 257 };
+    tp_shape_t xs[2] = {{.ndim = 2, .d = {R, V}}, {.ndim = 1, .d = {R}}}, ys = {.ndim = 0};
+    float *x = malloc(R * V * sizeof(float));
+    int32_t *lab = malloc(R * sizeof(int32_t));
+    cr_assert(x && lab);
+    uint64_t seed = 7;
+    for (size_t j = 0; j < (size_t)R * V; j++)
+        x[j] = s_rand(&seed);
+    for (int r = 0; r < R; r++)
+        lab[r] = r % 5 == 0 ? -100 : (int32_t)((uint32_t)(x[(size_t)r * V] * 1e4f + 4e4f) % V);
+    tp_op_attr_t at = {.alpha = -100.0f};
+    const void *xin[2] = {x, lab};
+    float *dxs[2] = {dx, NULL};
+    const int acc[2] = {0, 0};
+    const float dy = 1.0f;
+    tp_op_call_t c = {.kind = TP_OP_SOFTMAX_XENT_SEQ, .attr = &at, .name = "xent_seq",
+                      .ninputs = 2, .x = xin, .xshape = xs, .y = loss, .yshape = ys,
+                      .dx = dxs, .dx_acc = acc, .dy = &dy};
+    const size_t ws = tp_cpu_op_workspace(&c);
+    cr_assert_gt(ws, 0, "the sequence loss plans its rows' terms");
+    c.workspace = malloc(ws);
+    c.workspace_bytes = ws;
+    tp_cpu_pool_threads_override(threads);
+    cr_assert_eq(tp_cpu_op_forward(&c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(&c), TP_OK, "%s", tp_last_error());
+    tp_cpu_pool_threads_override(0);
+    free(c.workspace);
+    free(x);
+    free(lab);
+}
+
+Test(cpu_pool, the_sequence_loss_gives_the_same_bits_on_one_and_two_threads) {
+    enum { N = 1024 * 257 };
+    float l1, l2, *d1 = malloc(N * sizeof(float)), *d2 = malloc(N * sizeof(float));
+    cr_assert(d1 && d2);
+    s_xent_seq(1, &l1, d1);
+    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+    for (int r = 0; r < 50; r++) {
+        s_xent_seq(2, &l2, d2);
+        cr_assert_eq(memcmp(&l1, &l2, sizeof l1), 0, "loss %.9g on 1 thread, %.9g on 2", l1, l2);
+        cr_assert_eq(memcmp(d1, d2, N * sizeof(float)), 0, "the gradients differ");
+        if (atomic_load(&tp_cpu_pool_worker_parts) > before)
+            break;
+    }
+    cr_expect(isfinite(l1) && l1 > 0.0f, "loss %g", l1);
+    cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before, "no part ran on a worker");
+    free(d1);
+    free(d2);
+}
+
+Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120) {
+    for (size_t i = 0; i < sizeof s_cases / sizeof s_cases[0]; i++) {
+        const kcase_t *k = &s_cases[i];
+        kout_t one, two;
+        s_run_case(k, 1, &one);
+        /* until a worker has taken part (a loaded machine may leave the
+         * caller alone for a whole op), comparing the bits every time */
+        const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+        for (int r = 0; r < 50; r++) {
+            s_run_case(k, 2, &two);
+            cr_assert_eq(memcmp(one.y, two.y, one.ny * sizeof(float)), 0,
+                         "%s: the outputs differ between 1 and 2 threads", k->name);
+            for (int j = 0; j < 2; j++)
+                if (one.nx[j])
+                    cr_assert_eq(memcmp(one.dx[j], two.dx[j], one.nx[j] * sizeof(float)), 0,
+                                 "%s: input %d's gradients differ between 1 and 2 threads",
+                                 k->name, j);
+            s_free_out(&two);
+            if (atomic_load(&tp_cpu_pool_worker_parts) > before)
+                break;
+        }
+        cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
+                     "%s: no part ran on a worker in 50 runs", k->name);
+        s_free_out(&one);
+    }
+}
