@@ -560,10 +560,11 @@ static tp_status_t s_augment_spec(const s_args_t *a, char *buf, size_t size) {
     const char *chw = colour ? " | imgaug chw" : "";
     int k;
     if (!strcmp(a->preset, "imagenet"))
-        /* tensorpack's fbresnet augmentation (GoogleNetResize, flip, the
-         * colour jitter in random order, lighting), then normalised */
-        k = snprintf(buf, size, " | imgaug random-resized-crop=%d,flip,random-order="
-                     "brightness-scale=0.6:1.4;contrast=0.6:1.4%s%s,%s%s", n,
+        /* tensorpack's fbresnet augmentation (GoogleNetResize, drawn by
+         * the source so that only the crop is decoded: s_train_spec; flip,
+         * the colour jitter in random order, lighting), then normalised */
+        k = snprintf(buf, size, " | imgaug flip,random-order="
+                     "brightness-scale=0.6:1.4;contrast=0.6:1.4%s%s,%s%s",
                      colour ? ";saturation=0.4" : "", colour ? ",lighting=0.1" : "",
                      norm, colour ? ",chw" : "");
     else if (!strcmp(a->preset, "crop") || !strcmp(a->preset, "cifar"))
@@ -742,6 +743,14 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
              : tp_zoo_source_shaped(strcmp(src, "fashion-mnist") ? src : "fashion-mnist:train",
                                     0, a->info.channels, n, n, source, sizeof source)) != TP_OK)
         return tp_error(TP_ERR_INVALID, "--data: %s", tp_last_error());
+    if (!strcmp(a->preset, "imagenet")) {
+        /* the random resized crop drawn before the decode: only the
+         * crop's rows and columns of a JPEG are decoded */
+        size_t len = strlen(source);
+        if (snprintf(source + len, sizeof source - len, ",random-resized-crop=%d", n) >=
+            (int)(sizeof source - len))
+            return tp_error(TP_ERR_INVALID, "--data: too long");
+    }
     char workers[64];
     s_processes_stage(a, workers, sizeof workers);
     char augment[512] = "";
