@@ -322,7 +322,12 @@ static tp_status_t s_jpeg(const uint8_t *p, size_t n, const tp_image_opts_t *o,
         /* the smallest scale whose short side still reaches min_short */
         int best = -1;
         for (int i = 0; sf && i < nsf; i++) {
-            if (sf[i].num > sf[i].denom)
+            /* 1/2, 1/4, 1/8 only (PIL's draft scales): the other eighths
+             * (3/8, 5/8, 7/8) run libjpeg-turbo's generic scaled IDCT and
+             * plain upsampling, slower than the whole image's SIMD decode
+             * (docs/performance.md, issue 43) */
+            if (sf[i].num != 1 || (sf[i].denom != 1 && sf[i].denom != 2 &&
+                                   sf[i].denom != 4 && sf[i].denom != 8))
                 continue;
             int tw = TJSCALED(w, sf[i]), th = TJSCALED(hh, sf[i]);
             int s = tw < th ? tw : th;

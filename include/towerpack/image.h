@@ -28,9 +28,11 @@ typedef enum tp_image_mode {
 
 typedef struct tp_image_opts {
     tp_image_mode_t mode;  /* TP_IMAGE_ANY */
-    /* JPEG only: decode at the smallest DCT scale (1/8 .. 1) whose result is
-     * still at least min_short pixels on its short side (0: full size). A
-     * later resize to that size then reads 4 to 64 times fewer pixels. */
+    /* JPEG only: decode at the smallest DCT scale (1/8, 1/4, 1/2 or 1, as
+     * PIL's draft mode) whose result is still at least min_short pixels on
+     * its short side (0: full size). A later resize to that size then reads
+     * 4 to 64 times fewer pixels. (libjpeg-turbo's other eighths are slower
+     * than the whole decode: not used.) */
     int min_short;
     int exif;              /* 1: apply a JPEG's EXIF orientation (default) */
     int64_t max_pixels;    /* larger images are an error (default 1 << 26) */

@@ -1122,3 +1122,30 @@ Test(image, a_source_decodes_only_its_random_resized_crop) {
     cr_assert_neq(tp_spec_parse(drawn, &c), TP_OK);
     cr_assert_not_null(strstr(tp_last_error(), "raw"), "%s", tp_last_error());
 }
+
+/* min_short picks among the DCT scales 1, 1/2, 1/4, 1/8 only: libjpeg-
+ * turbo's other eighths (7/8 for a 256-pixel side and 224, say) run its
+ * generic scaled IDCT, slower than decoding the whole image. */
+Test(image, min_short_takes_only_the_fast_scales) {
+    tp_tensor_t img;
+    s_noisy(&img, 200, 256, 3, 5);
+    void *jpg;
+    size_t n;
+    cr_assert_eq(tp_image_encode_jpeg(&img, 90, &jpg, &n), TP_OK);
+    static const struct { int min_short, h, w; } cases[] = {
+        {170, 200, 256}, {101, 200, 256}, {100, 100, 128}, {26, 50, 64}, {25, 25, 32},
+        {1, 25, 32}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        tp_image_opts_t o;
+        tp_image_opts_init(&o);
+        o.min_short = cases[k].min_short;
+        tp_tensor_t t;
+        cr_assert_eq(tp_image_decode(jpg, n, &o, "x.jpg", &t), TP_OK, "%s", tp_last_error());
+        cr_expect(t.shape[0] == cases[k].h && t.shape[1] == cases[k].w,
+                  "min_short %d: %lldx%lld, want %dx%d", cases[k].min_short,
+                  (long long)t.shape[0], (long long)t.shape[1], cases[k].h, cases[k].w);
+        tp_tensor_fini(&t);
+    }
+    free(jpg);
+    tp_tensor_fini(&img);
+}
