@@ -1039,6 +1039,12 @@ Test(image, a_region_decodes_as_the_whole_image_cut) {
         cr_assert_eq(tp_image_decode_region(jpg, n, &o, "bad.jpg", s_fixed_pick, &bad, &part),
                      TP_ERR_INVALID);
         cr_assert_not_null(strstr(tp_last_error(), "bad.jpg"), "%s", tp_last_error());
+        /* the file cut in half: a region in its lost rows is an error naming
+         * it (libjpeg's warning stops the decode, as TurboJPEG's does) */
+        fixed_pick_t low = {{H - 10, 0, 10, W}, 0, 0};
+        cr_assert_eq(tp_image_decode_region(jpg, n / 2, &o, "cut.jpg", s_fixed_pick, &low,
+                                            &part), TP_ERR_FORMAT, "case %zu", k);
+        cr_assert_not_null(strstr(tp_last_error(), "cut.jpg"), "%s", tp_last_error());
         tp_tensor_fini(&whole);
         free(jpg);
     }
