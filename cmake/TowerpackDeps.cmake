@@ -63,6 +63,9 @@ tp_find_dep(protobufc PC libprotobuf-c DEB libprotobuf-c-dev
 # cairo draws them, with a real font found through fontconfig; libpng encodes
 # the PNG.
 tp_find_dep(turbojpeg PC libturbojpeg DEB libturbojpeg0-dev HEADER turbojpeg.h LIB turbojpeg)
+# the libjpeg API of the same libjpeg-turbo: decoding only a region's band
+# (jpeg_crop_scanline, jpeg_skip_scanlines), which TurboJPEG 2 lacks
+tp_find_dep(jpeg     PC libjpeg  DEB libjpeg62-turbo-dev HEADER jpeglib.h LIB jpeg)
 tp_find_dep(png      PC libpng   DEB libpng-dev       HEADER png.h      LIB png)
 tp_find_dep(exif     PC libexif  DEB libexif-dev      HEADER libexif/exif-data.h LIB exif)
 tp_find_dep(cairo    PC cairo    DEB libcairo2-dev    HEADER cairo.h    LIB cairo)

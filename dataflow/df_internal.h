@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <towerpack/dataflow_lib.h>
+#include <towerpack/image.h>
 #include <towerpack/log.h>
 
 /* The shared allocation behind tp_df_datapoint_alloc: a reference count in
@@ -102,6 +103,17 @@ tp_status_t df_augment_apply_pts(const tp_augment_t *self, tp_tensor_t *t,
                                  float *xy, size_t n, tp_rng_t *rng);
 tp_status_t df_augment_add_ext(tp_augment_t *self, df_aug_fn fn, void *params,
                                void (*params_free)(void *params));
+
+/* GoogleNetRandomCropAndResize (imgaug random-resized-crop) in two halves,
+ * so a source can decode only the crop (tp_image_read_region): the draw
+ * (10 tries of an area in [area_lo, area_hi] of H x W and an aspect in
+ * [ratio_lo, ratio_hi], sides swapped half the time) sets rect = {y, x, h,
+ * w} and returns 1, or returns 0 with rect the whole image; the finish
+ * resizes the crop (drawn) to size x size, or the whole image as the
+ * fallback does (short side to size, centre crop). */
+int df_rrc_draw(tp_rng_t *rng, int H, int W, double area_lo, double area_hi,
+                double ratio_lo, double ratio_hi, int rect[4]);
+tp_status_t df_rrc_finish(tp_tensor_t *t, int drawn, int size, tp_interp_t interp);
 
 /* Spec factories of dataflow/image/ (registered by df_spec.c's built-ins):
  * the sources imagefolder:, imagelist:, cifar: and the map stages decode

@@ -34,7 +34,7 @@ packages=(
   zlib1g-dev
   # images (dataflow/image/): JPEG, PNG, EXIF; the decoders' tests compare
   # with PIL and OpenCV, the augmentors' with numpy
-  libturbojpeg0-dev libpng-dev libexif-dev python3-pil python3-opencv python3-numpy
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libexif-dev python3-pil python3-opencv python3-numpy
   # CPU backend
   libopenblas-dev
   # tests; the API reference (scripts/api-docs.sh, checked by a test)

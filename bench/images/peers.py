@@ -15,7 +15,8 @@ worker processes, written the way each library's users write it:
                "Efficient DataFlow" tutorial do.
 
 Prints one JSON line: images/s over --batches batches after --warmup.
-usage: peers.py torchvision|tensorpack DIR [--batches N] [--warmup N]"""
+usage: peers.py torchvision|tensorpack DIR [--batches N] [--warmup N] [--workers N]
+(--workers 0: torchvision's loading on the calling process, one core)"""
 import argparse
 import json
 import os
@@ -42,7 +43,7 @@ def torchvision_loader(d, workers):
     ])
     ds = datasets.ImageFolder(d, transform=tf)
     dl = DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers,
-                    persistent_workers=True, drop_last=True)
+                    persistent_workers=workers > 0, drop_last=True)
 
     def forever():
         while True:

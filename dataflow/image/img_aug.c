@@ -423,6 +423,47 @@ static tp_status_t s_lut_apply(tp_tensor_t *t, const uint8_t *lut) {
     return TP_OK;
 }
 
+int df_rrc_draw(tp_rng_t *rng, int H, int W, double area_lo, double area_hi,
+                double ratio_lo, double ratio_hi, int rect[4]) {
+    double area = (double)H * W;
+    for (int i = 0; i < 10; i++) {
+        double ta = (area_lo + (area_hi - area_lo) * tp_rng_double(rng)) * area;
+        double ar = ratio_lo + (ratio_hi - ratio_lo) * tp_rng_double(rng);
+        int ww = (int)(sqrt(ta * ar) + 0.5), hh = (int)(sqrt(ta / ar) + 0.5);
+        if (tp_rng_double(rng) < 0.5) {
+            int k = ww;
+            ww = hh;
+            hh = k;
+        }
+        if (hh <= H && ww <= W && hh >= 1 && ww >= 1) {
+            rect[1] = (int)tp_rng_below(rng, (uint64_t)(W - ww) + 1);
+            rect[0] = (int)tp_rng_below(rng, (uint64_t)(H - hh) + 1);
+            rect[2] = hh;
+            rect[3] = ww;
+            return 1;
+        }
+    }
+    rect[0] = rect[1] = 0;
+    rect[2] = H;
+    rect[3] = W;
+    return 0;
+}
+
+static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
+                           size_t npts, tp_rng_t *rng);
+
+tp_status_t df_rrc_finish(tp_tensor_t *t, int drawn, int size, tp_interp_t interp) {
+    int H = 0, W = 0, C = 0;
+    TP_TRY(s_geom(t, "random-resized-crop", &H, &W, &C));
+    if (drawn)
+        return s_resize_rect(t, 0, 0, H, W, size, size, interp, NULL, 0);
+    int oh, ow;  /* IA_RRC's fallback */
+    s_short_size(H, W, size, &oh, &ow);
+    TP_TRY(s_resize_rect(t, 0, 0, H, W, oh, ow, interp, NULL, 0));
+    ia_t cc = {.kind = IA_CENTER_CROP, .h = size, .w = size};
+    return s_apply(&cc, t, NULL, 0, NULL);
+}
+
 static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
                            size_t npts, tp_rng_t *rng) {
     const ia_t *a = params;
@@ -470,23 +511,10 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         return TP_OK;
     }
     case IA_RRC: {  /* GoogleNetRandomCropAndResize */
-        double area = (double)H * W;
-        for (int i = 0; i < 10; i++) {
-            double ta = (a->a + (a->b - a->a) * tp_rng_double(rng)) * area;
-            double ar = a->c + (a->d - a->c) * tp_rng_double(rng);
-            int ww = (int)(sqrt(ta * ar) + 0.5), hh = (int)(sqrt(ta / ar) + 0.5);
-            if (tp_rng_double(rng) < 0.5) {
-                int k = ww;
-                ww = hh;
-                hh = k;
-            }
-            if (hh <= H && ww <= W && hh >= 1 && ww >= 1) {
-                int x1 = (int)tp_rng_below(rng, (uint64_t)(W - ww) + 1);
-                int y1 = (int)tp_rng_below(rng, (uint64_t)(H - hh) + 1);
-                return s_resize_rect(t, y1, x1, hh, ww, a->h, a->h, a->interp,
-                                     xy, npts);
-            }
-        }
+        int r[4];
+        if (df_rrc_draw(rng, H, W, a->a, a->b, a->c, a->d, r))
+            return s_resize_rect(t, r[0], r[1], r[2], r[3], a->h, a->h, a->interp,
+                                 xy, npts);
         /* resize the short side, then the center (as one rectangle of the
          * source when the sizes allow, else in two steps) */
         int oh, ow;

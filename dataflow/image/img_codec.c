@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
+#include <jpeglib.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
 
@@ -167,8 +168,133 @@ static tp_status_t s_orient(tp_tensor_t *t, int o) {
 
 /* ---- JPEG -------------------------------------------------------------------------- */
 
+/* ---- a rectangle of a decoded image ------------------------------------------------ */
+
+/* The rectangle pick chooses in an image of height x width, checked. */
+static tp_status_t s_pick(tp_image_pick_fn pick, void *user, int height, int width,
+                          const char *name, int r[4]) {
+    r[0] = r[1] = 0;
+    r[2] = height;
+    r[3] = width;
+    pick(user, height, width, r);
+    if (r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] + r[2] > height ||
+        r[1] + r[3] > width)
+        return tp_error(TP_ERR_INVALID, "image %s: region %dx%d at (%d, %d) is not "
+                        "inside the %dx%d image", s_nm(name), r[2], r[3], r[0], r[1],
+                        height, width);
+    return TP_OK;
+}
+
+/* *t (uint8 [H, W(, C)]) cut to the rectangle pick chooses. */
+static tp_status_t s_cut(tp_tensor_t *t, tp_image_pick_fn pick, void *user,
+                         const char *name) {
+    int H = (int)t->shape[0], W = (int)t->shape[1];
+    size_t C = t->ndim == 3 ? (size_t)t->shape[2] : 1;
+    int r[4];
+    TP_TRY(s_pick(pick, user, H, W, name, r));
+    if (r[2] == H && r[3] == W)
+        return TP_OK;
+    int64_t shape[3] = {r[2], r[3], (int64_t)C};
+    tp_tensor_t o;
+    TP_TRY(tp_tensor_init(&o, TP_UINT8, t->ndim, shape));
+    for (int y = 0; y < r[2]; y++)
+        memcpy((uint8_t *)o.data + (size_t)y * r[3] * C,
+               (const uint8_t *)t->data + ((size_t)(r[0] + y) * W + r[1]) * C, (size_t)r[3] * C);
+    tp_tensor_fini(t);
+    tp_tensor_move(t, &o);
+    return TP_OK;
+}
+
+/* libjpeg's errors and warnings end the decode (as TJFLAG_STOPONWARNING):
+ * back to the setjmp with the message. */
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+} s_jerr_t;
+
+static void s_jerr_exit(j_common_ptr c) {
+    s_jerr_t *e = (s_jerr_t *)c->err;
+    c->err->format_message(c, e->msg);
+    longjmp(e->jb, 1);
+}
+
+static void s_jerr_emit(j_common_ptr c, int level) {
+    if (level < 0)  /* a warning: corrupt data */
+        s_jerr_exit(c);
+}
+
+/* The rows and columns of rectangle r (of the image decoded at scale
+ * num/den, sw x sh, dch channels) and no more than a margin around them:
+ * libjpeg-turbo's jpeg_crop_scanline (whole iMCU columns) and
+ * jpeg_skip_scanlines (no IDCT or colour conversion above), and nothing
+ * below. The margin (32 pixels, two iMCUs at the largest sampling) keeps
+ * the edges of the decoded band, where the upsampling has no neighbours,
+ * out of the rectangle: its pixels are the whole decode's, byte for byte
+ * (test image::a_region_decodes_as_the_whole_image_cut). */
+static tp_status_t s_jpeg_band(const uint8_t *p, size_t n, int num, int den, int dch,
+                               const int r[4], const char *name, tp_tensor_t *out) {
+    enum { MARGIN = 32 };
+    struct jpeg_decompress_struct d;
+    s_jerr_t e;
+    memset(&d, 0, sizeof d);
+    d.err = jpeg_std_error(&e.pub);
+    e.pub.error_exit = s_jerr_exit;
+    e.pub.emit_message = s_jerr_emit;
+    e.msg[0] = '\0';
+    /* Set before setjmp and read after a longjmp: volatile. */
+    uint8_t *volatile row = NULL;
+    volatile int made = 0;
+    if (setjmp(e.jb)) {
+        jpeg_destroy_decompress(&d);
+        free(row);
+        if (made)
+            tp_tensor_fini(out);
+        return tp_error(TP_ERR_FORMAT, "image %s: corrupt or truncated JPEG: %s",
+                        s_nm(name), e.msg);
+    }
+    jpeg_create_decompress(&d);
+    jpeg_mem_src(&d, p, (unsigned long)n);
+    jpeg_read_header(&d, TRUE);
+    d.scale_num = (unsigned)num;
+    d.scale_denom = (unsigned)den;
+    d.out_color_space = dch == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(&d);
+    int W = (int)d.output_width;
+    int x0 = r[1] - MARGIN > 0 ? r[1] - MARGIN : 0;
+    int x1 = r[1] + r[3] + MARGIN < W ? r[1] + r[3] + MARGIN : W;
+    JDIMENSION cx = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
+    if (cw < (JDIMENSION)W)
+        jpeg_crop_scanline(&d, &cx, &cw);
+    row = malloc((size_t)cw * (size_t)dch);
+    int64_t shape[3] = {r[2], r[3], dch};
+    if (!row || tp_tensor_init(out, TP_UINT8, dch == 1 ? 2 : 3, shape) != TP_OK) {
+        jpeg_destroy_decompress(&d);
+        free(row);
+        return tp_error(TP_ERR_NOMEM, "image %s: %dx%d region", s_nm(name), r[2], r[3]);
+    }
+    made = 1;
+    int y0 = r[0] - MARGIN > 0 ? r[0] - MARGIN : 0;
+    if (y0 > 0)
+        jpeg_skip_scanlines(&d, (JDIMENSION)y0);
+    size_t off = (size_t)(r[1] - (int)cx) * (size_t)dch, len = (size_t)r[3] * (size_t)dch;
+    while ((int)d.output_scanline < r[0] + r[2]) {
+        int y = (int)d.output_scanline;
+        JSAMPROW rp = row;
+        if (jpeg_read_scanlines(&d, &rp, 1) != 1)
+            s_jerr_exit((j_common_ptr)&d);  /* no row: the data ran out */
+        if (y >= r[0])
+            memcpy((uint8_t *)out->data + (size_t)(y - r[0]) * len, row + off, len);
+    }
+    jpeg_abort_decompress(&d);  /* the rows below are not wanted */
+    jpeg_destroy_decompress(&d);
+    free(row);
+    return TP_OK;
+}
+
 static tp_status_t s_jpeg(const uint8_t *p, size_t n, const tp_image_opts_t *o,
-                          const char *name, tp_tensor_t *out) {
+                          const char *name, tp_image_pick_fn pick, void *user,
+                          tp_tensor_t *out) {
     if (n > 0xFFFFFFFFu)
         return tp_error(TP_ERR_SHAPE, "image %s: %zu bytes is too large",
                         s_nm(name), n);
@@ -189,14 +315,19 @@ static tp_status_t s_jpeg(const uint8_t *p, size_t n, const tp_image_opts_t *o,
     /* Luma straight from the decoder for grey output (as OpenCV's
      * IMREAD_GRAYSCALE): no colour conversion at all. */
     int dch = want == 1 ? 1 : 3;
-    int sw = w, sh = hh;
+    int sw = w, sh = hh, num = 1, den = 1;
     if (o->min_short > 0) {
         int nsf = 0;
         tjscalingfactor *sf = tjGetScalingFactors(&nsf);
         /* the smallest scale whose short side still reaches min_short */
         int best = -1;
         for (int i = 0; sf && i < nsf; i++) {
-            if (sf[i].num > sf[i].denom)
+            /* 1/2, 1/4, 1/8 only (PIL's draft scales): the other eighths
+             * (3/8, 5/8, 7/8) run libjpeg-turbo's generic scaled IDCT and
+             * plain upsampling, slower than the whole image's SIMD decode
+             * (docs/performance.md, issue 43) */
+            if (sf[i].num != 1 || (sf[i].denom != 1 && sf[i].denom != 2 &&
+                                   sf[i].denom != 4 && sf[i].denom != 8))
                 continue;
             int tw = TJSCALED(w, sf[i]), th = TJSCALED(hh, sf[i]);
             int s = tw < th ? tw : th;
@@ -204,12 +335,27 @@ static tp_status_t s_jpeg(const uint8_t *p, size_t n, const tp_image_opts_t *o,
                 best = i;
                 sw = tw;
                 sh = th;
+                num = sf[i].num;
+                den = sf[i].denom;
             }
         }
         if (best < 0) {
             sw = w;
             sh = hh;
+            num = den = 1;
         }
+    }
+    /* A region of a colour or grey JPEG that needs no rotation: decode
+     * only its band; else decode whole, then cut (below). */
+    if (pick && (cs == TJCS_RGB || cs == TJCS_YCbCr || cs == TJCS_GRAY) &&
+        !(o->exif && s_exif_orientation(p, n) > 1)) {
+        int r[4];
+        TP_TRY(s_pick(pick, user, sh, sw, name, r));
+        TP_TRY(s_jpeg_band(p, n, num, den, dch, r, name, out));
+        tp_status_t rc = s_convert(out, dch, want);
+        if (rc != TP_OK)
+            tp_tensor_fini(out);
+        return rc;
     }
     int64_t shape[3] = {sh, sw, dch};
     TP_TRY(tp_tensor_init(out, TP_UINT8, dch == 1 ? 2 : 3, shape));
@@ -227,6 +373,8 @@ static tp_status_t s_jpeg(const uint8_t *p, size_t n, const tp_image_opts_t *o,
         rc = s_orient(out, s_exif_orientation(p, n));
     if (rc == TP_OK)
         rc = s_convert(out, dch, want);
+    if (rc == TP_OK && pick)
+        rc = s_cut(out, pick, user, name);
     if (rc != TP_OK)
         tp_tensor_fini(out);
     return rc;
@@ -334,9 +482,9 @@ static tp_status_t s_png(const uint8_t *p, size_t n, const tp_image_opts_t *o,
 
 /* ---- entry points ------------------------------------------------------------- */
 
-tp_status_t tp_image_decode(const void *data, size_t size,
-                            const tp_image_opts_t *opts, const char *name,
-                            tp_tensor_t *out) {
+static tp_status_t s_decode(const void *data, size_t size, const tp_image_opts_t *opts,
+                           const char *name, tp_image_pick_fn pick, void *user,
+                           tp_tensor_t *out) {
     tp_image_opts_t def;
     if (!opts) {
         tp_image_opts_init(&def);
@@ -352,15 +500,37 @@ tp_status_t tp_image_decode(const void *data, size_t size,
         return tp_error(TP_ERR_FORMAT, "image %s: empty file (0 bytes)",
                         s_nm(name));
     if (size >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF)
-        return s_jpeg(p, size, opts, name, out);
-    if (size >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8))
-        return s_png(p, size, opts, name, out);
+        return s_jpeg(p, size, opts, name, pick, user, out);
+    if (size >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8)) {
+        TP_TRY(s_png(p, size, opts, name, out));
+        tp_status_t rc = pick ? s_cut(out, pick, user, name) : TP_OK;
+        if (rc != TP_OK)
+            tp_tensor_fini(out);
+        return rc;
+    }
     return tp_error(TP_ERR_FORMAT, "image %s: not a JPEG or PNG file (the "
                     "first bytes are neither format's signature)", s_nm(name));
 }
 
+tp_status_t tp_image_decode(const void *data, size_t size,
+                            const tp_image_opts_t *opts, const char *name,
+                            tp_tensor_t *out) {
+    return s_decode(data, size, opts, name, NULL, NULL, out);
+}
+
+tp_status_t tp_image_decode_region(const void *data, size_t size,
+                                   const tp_image_opts_t *opts, const char *name,
+                                   tp_image_pick_fn pick, void *user, tp_tensor_t *out) {
+    return s_decode(data, size, opts, name, pick, user, out);
+}
+
 tp_status_t tp_image_read(const char *path, const tp_image_opts_t *opts,
                           tp_tensor_t *out) {
+    return tp_image_read_region(path, opts, NULL, NULL, out);
+}
+
+tp_status_t tp_image_read_region(const char *path, const tp_image_opts_t *opts,
+                                 tp_image_pick_fn pick, void *user, tp_tensor_t *out) {
     tp_tensor_init_empty(out);
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -395,7 +565,7 @@ tp_status_t tp_image_read(const char *path, const tp_image_opts_t *opts,
         free(buf);
         return tp_error(TP_ERR_IO, "image %s: read error", path);
     }
-    tp_status_t rc = tp_image_decode(buf, n, opts, path, out);
+    tp_status_t rc = s_decode(buf, n, opts, path, pick, user, out);
     free(buf);
     return rc;
 }

@@ -22,6 +22,10 @@ void tp_image_source_opts_init(tp_image_source_opts_t *opts) {
     memset(opts, 0, sizeof *opts);
     tp_image_opts_init(&opts->decode);
     opts->shuffle = 1;
+    opts->crop_area[0] = 0.08;
+    opts->crop_area[1] = 1.0;
+    opts->crop_ratio[0] = 0.75;
+    opts->crop_ratio[1] = 1.333;
 }
 
 typedef struct {
@@ -33,6 +37,7 @@ typedef struct {
     size_t pos;
     tp_image_source_opts_t o;
     tp_rng_t rng;
+    tp_rng_t crop_rng;         /* the random resized crops (crop_size) */
     int64_t skipped;           /* distinct files found bad */
     uint8_t *bad;              /* [n] or NULL: 1 = found bad, not read again */
     tp_ratelog_t rl;
@@ -86,7 +91,37 @@ static tp_status_t s_files_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     files_t *self = impl;
     atomic_store_explicit(&s_process_sources, 1, memory_order_relaxed);
     tp_df_rng_derive(&self->rng, seed, stream, self->name);
+    tp_df_rng_derive(&self->crop_rng, seed, stream, "random-resized-crop");
     return TP_OK;
+}
+
+static tp_status_t s_read_raw(const char *what, const char *path, tp_tensor_t *out);
+
+/* tp_image_pick_fn of the random resized crop: drawn on the decoded size */
+typedef struct {
+    files_t *self;
+    int drawn;
+} crop_pick_t;
+
+static void s_crop_pick(void *user, int height, int width, int rect[4]) {
+    crop_pick_t *c = user;
+    const tp_image_source_opts_t *o = &c->self->o;
+    c->drawn = df_rrc_draw(&c->self->crop_rng, height, width, o->crop_area[0],
+                           o->crop_area[1], o->crop_ratio[0], o->crop_ratio[1], rect);
+}
+
+/* The image at path, decoded (only the crop's band with crop_size). */
+static tp_status_t s_files_image(files_t *self, const char *path, tp_tensor_t *img) {
+    if (self->o.raw)
+        return s_read_raw("image", path, img);
+    if (self->o.crop_size <= 0)
+        return tp_image_read(path, &self->o.decode, img);
+    crop_pick_t c = {self, 0};
+    TP_TRY(tp_image_read_region(path, &self->o.decode, s_crop_pick, &c, img));
+    tp_status_t rc = df_rrc_finish(img, c.drawn, self->o.crop_size, TP_INTERP_LINEAR);
+    if (rc != TP_OK)
+        tp_tensor_fini(img);
+    return rc;
 }
 
 static tp_status_t s_files_begin(void *impl) {
@@ -134,10 +169,7 @@ static tp_status_t s_files_next(void *impl, tp_datapoint_t **out) {
         if (self->bad && self->bad[k])
             continue;  /* found bad in an earlier pass: not read again */
         tp_tensor_t img;
-        tp_status_t rc = self->o.raw
-                             ? s_read_raw("image", self->paths[k], &img)
-                             : tp_image_read(self->paths[k], &self->o.decode,
-                                             &img);
+        tp_status_t rc = s_files_image(self, self->paths[k], &img);
         if (rc == TP_ERR_NOMEM)
             return rc;
         if (rc != TP_OK) {

@@ -2,7 +2,7 @@
  * stages (registered among df_spec.c's built-ins):
  *
  *   imagefolder:DIR[,mode=grey|rgb|rgba|any][,shuffle=0][,raw][,skip-bad]
- *               [,min-short=N][,exif=0]
+ *               [,min-short=N][,exif=0][,random-resized-crop=SIZE[:A:A:R:R]]
  *   imagelist:LIST[,root=DIR][, the same options]
  *   cifar:FILE[,cifar100][,fine][,shuffle=0]
  *   decode [mode=..][,min-short=N][,exif=0][,component=I]   (a map stage)
@@ -67,6 +67,9 @@ static tp_status_t s_decode_kv(const char *who, const char *key,
     return TP_OK;
 }
 
+static tp_status_t s_nums(const char *who, const char *v, double *out, int max,
+                          int *n);
+
 typedef struct {
     const char *who;
     char path[4096], root[4096];
@@ -99,6 +102,26 @@ static tp_status_t s_src_kv(const char *key, const char *value, void *ctx) {
         a->o.skip_bad = s_flag(value);
         return TP_OK;
     }
+    if (!strcmp(key, "random-resized-crop") && strcmp(a->who, "cifar")) {
+        /* imgaug random-resized-crop's, drawn before the decode */
+        double n[5];
+        int k;
+        TP_TRY(s_nums("random-resized-crop", value, n, 5, &k));
+        if ((k != 1 && k != 5) || !(n[0] >= 1 && n[0] <= 65535) ||
+            (k == 5 && !(n[1] > 0 && n[1] <= n[2] && n[2] <= 1 && n[3] > 0 &&
+                         n[3] <= n[4] && n[4] < 100)))
+            return tp_error(TP_ERR_INVALID, "%s: random-resized-crop=SIZE[:AREA_LO:"
+                            "AREA_HI:RATIO_LO:RATIO_HI] (SIZE 1..65535, areas in (0,1], "
+                            "ratios > 0)", a->who);
+        a->o.crop_size = (int)n[0];
+        if (k == 5) {
+            a->o.crop_area[0] = n[1];
+            a->o.crop_area[1] = n[2];
+            a->o.crop_ratio[0] = n[3];
+            a->o.crop_ratio[1] = n[4];
+        }
+        return TP_OK;
+    }
     if (!strcmp(key, "root") && value && strlen(value) < sizeof a->root) {
         strcpy(a->root, value);
         return TP_OK;
@@ -112,7 +135,8 @@ static tp_status_t s_src_kv(const char *key, const char *value, void *ctx) {
         return TP_OK;
     }
     return tp_error(TP_ERR_INVALID, "%s: unknown option '%s' (mode=, "
-                    "min-short=, exif=, max-pixels=, shuffle=, raw, skip-bad%s)",
+                    "min-short=, exif=, max-pixels=, shuffle=, raw, skip-bad, "
+                    "random-resized-crop=%s)",
                     a->who, key, !strcmp(a->who, "imagelist") ? ", root=" : "");
 }
 
@@ -125,6 +149,9 @@ static tp_status_t s_src_args(const char *who, const char *args,
     if (!a->npos)
         return tp_error(TP_ERR_INVALID, "%s: give a path (%s:PATH[,options])",
                         who, who);
+    if (a->o.raw && a->o.crop_size)
+        return tp_error(TP_ERR_INVALID, "%s: raw yields the files undecoded: no "
+                        "random-resized-crop with it", who);
     return TP_OK;
 }
 

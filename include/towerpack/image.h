@@ -28,9 +28,11 @@ typedef enum tp_image_mode {
 
 typedef struct tp_image_opts {
     tp_image_mode_t mode;  /* TP_IMAGE_ANY */
-    /* JPEG only: decode at the smallest DCT scale (1/8 .. 1) whose result is
-     * still at least min_short pixels on its short side (0: full size). A
-     * later resize to that size then reads 4 to 64 times fewer pixels. */
+    /* JPEG only: decode at the smallest DCT scale (1/8, 1/4, 1/2 or 1, as
+     * PIL's draft mode) whose result is still at least min_short pixels on
+     * its short side (0: full size). A later resize to that size then reads
+     * 4 to 64 times fewer pixels. (libjpeg-turbo's other eighths are slower
+     * than the whole decode: not used.) */
     int min_short;
     int exif;              /* 1: apply a JPEG's EXIF orientation (default) */
     int64_t max_pixels;    /* larger images are an error (default 1 << 26) */
@@ -50,6 +52,24 @@ tp_status_t tp_image_decode(const void *data, size_t size,
 /* Read and decode the file at `path` (TP_ERR_IO when it cannot be read). */
 tp_status_t tp_image_read(const char *path, const tp_image_opts_t *opts,
                           tp_tensor_t *out);
+
+/* A rectangle of an image, chosen once its decoded size (height x width,
+ * after min_short's scaling and the EXIF rotation) is known: rect = {y, x,
+ * h, w} (set to the whole image before the call). */
+typedef void (*tp_image_pick_fn)(void *user, int height, int width, int rect[4]);
+
+/* tp_image_decode / tp_image_read, but *out is only the rectangle `pick`
+ * chooses: the pixels a whole decode has there, byte for byte. A JPEG is
+ * decoded only over the rectangle's rows and columns and a margin of 32
+ * pixels (libjpeg-turbo's cropping and skipping: what DALI's fused decode
+ * and random crop saves); CMYK, EXIF-rotated JPEGs and PNGs are decoded
+ * whole, then cut. Damage in a JPEG's rows below the band goes unseen. A
+ * rectangle outside the image is TP_ERR_INVALID. */
+tp_status_t tp_image_decode_region(const void *data, size_t size,
+                                   const tp_image_opts_t *opts, const char *name,
+                                   tp_image_pick_fn pick, void *user, tp_tensor_t *out);
+tp_status_t tp_image_read_region(const char *path, const tp_image_opts_t *opts,
+                                 tp_image_pick_fn pick, void *user, tp_tensor_t *out);
 
 /* Encode a uint8 [H,W] or [H,W,3] image as JPEG of `quality` (1..100) into a
  * malloc'ed buffer the caller frees (the JPEG re-encode augmentor uses it). */
@@ -77,6 +97,13 @@ typedef struct tp_image_source_opts {
                               * for records decoded later by `decode` */
     int skip_bad;            /* 1: skip (and count) files that fail to
                               * decode instead of failing the pass */
+    /* crop_size > 0: a random resized crop to crop_size x crop_size as
+     * imgaug random-resized-crop draws it (area crop_area[0..1] of the
+     * image, aspect crop_ratio[0..1]; defaults 0.08-1, 0.75-1.333),
+     * bilinear, drawn before decoding so only the crop is decoded
+     * (tp_image_read_region). */
+    int crop_size;
+    double crop_area[2], crop_ratio[2];
 } tp_image_source_opts_t;
 
 void tp_image_source_opts_init(tp_image_source_opts_t *opts);

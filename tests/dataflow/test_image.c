@@ -954,3 +954,204 @@ Test(image, grid_tiles_and_scales) {
     cr_assert_eq(tp_image_grid(&b, 1.f, 1.f, 0, 0, &g), TP_ERR_INVALID);
     tp_tensor_fini(&b);
 }
+
+/* A picture with detail everywhere (noise on a gradient): JPEG's blocks and
+ * its chroma upsampling differ from place to place. */
+static void s_noisy(tp_tensor_t *t, int h, int w, int c, uint32_t seed) {
+    s_pattern(t, h, w, c, (int)seed);
+    uint8_t *p = t->data;
+    for (size_t i = 0; i < t->nbytes; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(p[i] / 2 + (seed >> 25));
+    }
+}
+
+typedef struct {
+    int rect[4];
+    int h, w;  /* the size pick was shown */
+} fixed_pick_t;
+
+static void s_fixed_pick(void *user, int height, int width, int rect[4]) {
+    fixed_pick_t *f = user;
+    f->h = height;
+    f->w = width;
+    memcpy(rect, f->rect, sizeof f->rect);
+}
+
+/* tp_image_decode_region decodes only a JPEG's band around the rectangle
+ * (libjpeg-turbo's crop and skip): the result must be the whole decode's
+ * pixels there, byte for byte, for 4:2:0 colour, grey, decoded to RGB from
+ * grey, and at a reduced DCT scale (min_short), at the edges and inside.
+ * (Without the margin around the band, the upsampling's edge differs.) */
+Test(image, a_region_decodes_as_the_whole_image_cut) {
+    static const struct { int c, mode, min_short; } cases[] = {
+        {3, TP_IMAGE_RGB, 0}, {1, TP_IMAGE_GREY, 0}, {1, TP_IMAGE_RGB, 0},
+        {3, TP_IMAGE_RGB, 100}, {3, TP_IMAGE_GREY, 0}};
+    uint32_t r = 7;
+#define RND(k) ((r = r * 1664525u + 1013904223u), (int)((r >> 8) % (uint32_t)(k)))
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        tp_tensor_t img;
+        s_noisy(&img, 237, 311, cases[k].c, (uint32_t)k + 1);
+        void *jpg;
+        size_t n;
+        cr_assert_eq(tp_image_encode_jpeg(&img, 90, &jpg, &n), TP_OK, "%s", tp_last_error());
+        tp_tensor_fini(&img);
+        tp_image_opts_t o;
+        tp_image_opts_init(&o);
+        o.mode = (tp_image_mode_t)cases[k].mode;
+        o.min_short = cases[k].min_short;
+        tp_tensor_t whole;
+        cr_assert_eq(tp_image_decode(jpg, n, &o, "whole", &whole), TP_OK, "%s", tp_last_error());
+        int H = (int)whole.shape[0], W = (int)whole.shape[1];
+        size_t C = whole.ndim == 3 ? (size_t)whole.shape[2] : 1;
+        if (cases[k].min_short)
+            cr_assert_lt(H, 237, "min_short %d decodes smaller", cases[k].min_short);
+        for (int t = 0; t < 40; t++) {
+            fixed_pick_t f;
+            f.rect[2] = 1 + RND(H);
+            f.rect[3] = 1 + RND(W);
+            f.rect[0] = RND(H - f.rect[2] + 1);
+            f.rect[1] = RND(W - f.rect[3] + 1);
+            if (t == 0)  /* the whole image */
+                f.rect[0] = f.rect[1] = 0, f.rect[2] = H, f.rect[3] = W;
+            if (t == 1)  /* the bottom-right corner */
+                f.rect[2] = 9, f.rect[3] = 13, f.rect[0] = H - 9, f.rect[1] = W - 13;
+            tp_tensor_t part;
+            cr_assert_eq(tp_image_decode_region(jpg, n, &o, "part", s_fixed_pick, &f, &part),
+                         TP_OK, "%s", tp_last_error());
+            cr_assert_eq(f.h, H);
+            cr_assert_eq(f.w, W);
+            cr_assert_eq(part.ndim, whole.ndim);
+            cr_assert_eq(part.shape[0], f.rect[2]);
+            cr_assert_eq(part.shape[1], f.rect[3]);
+            for (int y = 0; y < f.rect[2]; y++)
+                cr_assert_eq(memcmp((uint8_t *)part.data + (size_t)y * f.rect[3] * C,
+                                    (uint8_t *)whole.data +
+                                        ((size_t)(f.rect[0] + y) * W + f.rect[1]) * C,
+                                    (size_t)f.rect[3] * C), 0,
+                             "case %zu: row %d of %dx%d at (%d, %d) differs", k, y,
+                             f.rect[2], f.rect[3], f.rect[0], f.rect[1]);
+            tp_tensor_fini(&part);
+        }
+        /* a rectangle outside the image is refused, naming it */
+        fixed_pick_t bad = {{H - 4, 0, 8, 8}, 0, 0};
+        tp_tensor_t part;
+        cr_assert_eq(tp_image_decode_region(jpg, n, &o, "bad.jpg", s_fixed_pick, &bad, &part),
+                     TP_ERR_INVALID);
+        cr_assert_not_null(strstr(tp_last_error(), "bad.jpg"), "%s", tp_last_error());
+        /* the file cut in half: a region in its lost rows is an error naming
+         * it (libjpeg's warning stops the decode, as TurboJPEG's does) */
+        fixed_pick_t low = {{H - 10, 0, 10, W}, 0, 0};
+        cr_assert_eq(tp_image_decode_region(jpg, n / 2, &o, "cut.jpg", s_fixed_pick, &low,
+                                            &part), TP_ERR_FORMAT, "case %zu", k);
+        cr_assert_not_null(strstr(tp_last_error(), "cut.jpg"), "%s", tp_last_error());
+        tp_tensor_fini(&whole);
+        free(jpg);
+    }
+    /* a PNG is decoded whole and cut */
+    tp_tensor_t img;
+    s_noisy(&img, 40, 50, 3, 3);
+    void *png;
+    size_t n;
+    cr_assert_eq(tp_image_encode_png(&img, &png, &n), TP_OK);
+    fixed_pick_t f = {{5, 7, 20, 30}, 0, 0};
+    tp_tensor_t part;
+    cr_assert_eq(tp_image_decode_region(png, n, NULL, "p.png", s_fixed_pick, &f, &part), TP_OK);
+    for (int y = 0; y < 20; y++)
+        cr_assert_eq(memcmp((uint8_t *)part.data + (size_t)y * 30 * 3,
+                            (uint8_t *)img.data + ((size_t)(5 + y) * 50 + 7) * 3, 30 * 3), 0);
+    tp_tensor_fini(&part);
+    tp_tensor_fini(&img);
+    free(png);
+#undef RND
+}
+
+/* The sources' random-resized-crop= draws the crop before decoding and
+ * decodes only its band: with the crop's area and aspect pinned to the
+ * whole square image it is imgaug's resize of the whole image, byte for
+ * byte; drawn, every image is SIZE x SIZE and the crops vary; with raw it
+ * is refused. */
+Test(image, a_source_decodes_only_its_random_resized_crop) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/c", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    for (int i = 0; i < 4; i++) {
+        tp_tensor_t img;
+        s_noisy(&img, 120, 120, 3, (uint32_t)i + 10);
+        void *jpg;
+        size_t n;
+        cr_assert_eq(tp_image_encode_jpeg(&img, 90, &jpg, &n), TP_OK);
+        snprintf(p, sizeof p, "%s/c/%d.jpg", s_dir, i);
+        s_write(p, jpg, n);
+        free(jpg);
+        tp_tensor_fini(&img);
+    }
+    char fused[600], two[600], drawn[600];
+    snprintf(fused, sizeof fused, "imagefolder:%s,mode=rgb,shuffle=0,"
+             "random-resized-crop=48:1:1:1:1", s_dir);
+    snprintf(two, sizeof two, "imagefolder:%s,mode=rgb,shuffle=0 | imgaug resize=48x48", s_dir);
+    snprintf(drawn, sizeof drawn, "imagefolder:%s,mode=rgb,shuffle=0,random-resized-crop=48",
+             s_dir);
+    tp_dataflow_t *a, *b, *c;
+    cr_assert_eq(tp_spec_parse(fused, &a), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_spec_parse(two, &b), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_spec_parse(drawn, &c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(a, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_reset_state(b, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_reset_state(c, 1, 0), TP_OK);
+    int differ = 0;
+    for (int i = 0; i < 4; i++) {
+        tp_datapoint_t *x, *y, *z;
+        cr_assert_eq(tp_dataflow_next(a, &x), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_dataflow_next(b, &y), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_dataflow_next(c, &z), TP_OK, "%s", tp_last_error());
+        const tp_tensor_t *tx = tp_datapoint_cget(x, 0), *ty = tp_datapoint_cget(y, 0),
+                          *tz = tp_datapoint_cget(z, 0);
+        cr_assert_eq(tx->shape[0], 48);
+        cr_assert_eq(tx->shape[1], 48);
+        cr_assert_eq(tx->nbytes, ty->nbytes);
+        cr_assert_eq(memcmp(tx->data, ty->data, tx->nbytes), 0, "image %d", i);
+        cr_assert_eq(tz->ndim, 3);
+        cr_assert_eq(tz->shape[0], 48);
+        cr_assert_eq(tz->shape[1], 48);
+        cr_assert_eq(tz->shape[2], 3);
+        differ += memcmp(tz->data, ty->data, tz->nbytes) != 0;
+        tp_datapoint_destroy(&x);
+        tp_datapoint_destroy(&y);
+        tp_datapoint_destroy(&z);
+    }
+    cr_expect_geq(differ, 3, "the drawn crops are the whole image %d times of 4", 4 - differ);
+    tp_dataflow_destroy(&a);
+    tp_dataflow_destroy(&b);
+    tp_dataflow_destroy(&c);
+    snprintf(drawn, sizeof drawn, "imagefolder:%s,raw,random-resized-crop=48", s_dir);
+    cr_assert_neq(tp_spec_parse(drawn, &c), TP_OK);
+    cr_assert_not_null(strstr(tp_last_error(), "raw"), "%s", tp_last_error());
+}
+
+/* min_short picks among the DCT scales 1, 1/2, 1/4, 1/8 only: libjpeg-
+ * turbo's other eighths (7/8 for a 256-pixel side and 224, say) run its
+ * generic scaled IDCT, slower than decoding the whole image. */
+Test(image, min_short_takes_only_the_fast_scales) {
+    tp_tensor_t img;
+    s_noisy(&img, 200, 256, 3, 5);
+    void *jpg;
+    size_t n;
+    cr_assert_eq(tp_image_encode_jpeg(&img, 90, &jpg, &n), TP_OK);
+    static const struct { int min_short, h, w; } cases[] = {
+        {170, 200, 256}, {101, 200, 256}, {100, 100, 128}, {26, 50, 64}, {25, 25, 32},
+        {1, 25, 32}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        tp_image_opts_t o;
+        tp_image_opts_init(&o);
+        o.min_short = cases[k].min_short;
+        tp_tensor_t t;
+        cr_assert_eq(tp_image_decode(jpg, n, &o, "x.jpg", &t), TP_OK, "%s", tp_last_error());
+        cr_expect(t.shape[0] == cases[k].h && t.shape[1] == cases[k].w,
+                  "min_short %d: %lldx%lld, want %dx%d", cases[k].min_short,
+                  (long long)t.shape[0], (long long)t.shape[1], cases[k].h, cases[k].w);
+        tp_tensor_fini(&t);
+    }
+    free(jpg);
+    tp_tensor_fini(&img);
+}

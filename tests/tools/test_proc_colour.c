@@ -9,6 +9,7 @@
  * when there) check the class order, the decoded and normalised pixels and
  * the exported model; those parts skip, saying what is missing, without
  * them. Own executable: it forks and execs the tools. */
+#define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -387,4 +388,43 @@ Test(colour, a_checkpoint_copied_alone_keeps_its_classes, .init = s_setup,
     fclose(f);
     names[got] = '\0';
     cr_expect_str_eq(names, "Green\nblue\nred\n");
+}
+
+/* --workers auto: the decoding and augmentation in one forked worker per
+ * core (one core left to the trainer above 2), which is also the default
+ * for image files when the model runs on a GPU; on the CPU the default
+ * stays 0 (the towers take the cores), and a number given wins. */
+Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s_teardown) {
+    char train[128], tr[160], logdir[128];
+    snprintf(train, sizeof train, "%s/train", s_dir);
+    s_make_set(train, 12, 1);
+    snprintf(tr, sizeof tr, "imagefolder:%s", train);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = cores <= 2 ? cores : cores - 1;
+    n = n < 1 ? 1 : n > 32 ? 32 : n;
+    char want[64];
+    snprintf(want, sizeof want, "| processes %ld restart=3 | batch", n);
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    const char *modes[3] = {"auto", NULL, "1"};
+    for (int m = 0; m < 3; m++) {
+        char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", tr,
+                         "--model", "cnn-bn", "--epochs", "1", "--steps-per-epoch", "2",
+                         "--batch", "4", "--towers", "1", "--devices", "cpu",
+                         "--logdir", logdir, "--logdir-action", "delete",
+                         "--no-tensorboard", "--stats", "off",
+                         modes[m] ? "--workers" : NULL, (char *)modes[m], NULL};
+        cr_assert_eq(pu_run(targv, env, s_out, sizeof s_out), 0, "%s", s_out);
+        const char *line = strstr(s_out, "training data: ");
+        cr_assert_not_null(line, "%s", s_out);
+        size_t len = strcspn(line, "\n");
+        if (m == 0)
+            cr_expect_not_null(memmem(line, len, want, strlen(want)), "want '%s' in %.*s",
+                               want, (int)len, line);
+        else if (m == 1)  /* the CPU's default: the pipeline on one thread */
+            cr_expect_null(memmem(line, len, "processes", 9), "%.*s", (int)len, line);
+        else
+            cr_expect_not_null(memmem(line, len, "| processes 1 restart=3 |", 25), "%.*s",
+                               (int)len, line);
+    }
 }

@@ -53,6 +53,8 @@ typedef struct {
     int64_t log_every;  /* --log-every: TrainConfig.log_every_n_steps */
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
     int create_logdir; /* --create-logdir: --resume may start in a missing DIR */
+    int workers_mode;  /* --workers: 0 not given (s_default_workers decides),
+                          1 a number, 2 auto (one per core) */
     int resident; /* --resident: the training set in the towers' memory */
     int tta;      /* --tta: validation also on the mirrored images (1);
                      --tta-shift: and on the shifted ones (2) */
@@ -189,10 +191,14 @@ static void s_usage(FILE *out) {
 "                       layers' products (default: off, or $TP_CUDA_BF16)\n"
 "  --towers N|auto      towers, data parallel in one process (default auto:\n"
 "                       one on a GPU; on the CPU one per core, at most 4)\n"
-"  --workers N          run the data pipeline (read, augment) in N forked\n"
+"  --workers N|auto     run the data pipeline (read, augment) in N forked\n"
 "                       worker processes; a worker that dies is replaced\n"
 "                       (stats.json: dataflow/worker_restarts); with --spec,\n"
-"                       'processes N' goes before the spec's first batch\n"
+"                       'processes N' goes before the spec's first batch;\n"
+"                       auto: one per core (one core left to the trainer\n"
+"                       above 2 cores; at most 32). Default: auto for\n"
+"                       imagefolder:/imagelist: data when the model runs on\n"
+"                       a GPU, else 0 (the pipeline on one thread)\n"
 "  --worker-restarts R  replace up to R dead workers in all (default 3;\n"
 "                       0: the first dead worker ends training)\n"
 "  --remote ENDPOINT    take batches from tp-worker processes instead: e.g.\n"
@@ -498,6 +504,24 @@ static void s_processes_stage(const s_args_t *a, char *buf, size_t size) {
         snprintf(buf, size, " | processes %d", a->workers);
 }
 
+/* --workers' count: the number given; auto: one worker process per core,
+ * leaving one core to the trainer's own threads above 2 cores (PyTorch's
+ * DataLoader(num_workers=cores) habit); not given: auto where decoding
+ * files is the work and the towers do not use the cores, i.e. image files
+ * (imagefolder:, imagelist:) with the model on a GPU, else 0 (the
+ * pipeline runs on the prefetch thread; on the CPU the towers take the
+ * cores). Never under an MPI launcher (no fork there). */
+static int s_default_workers(const s_args_t *a, long cores) {
+    if (a->workers_mode == 1)
+        return a->workers;
+    int images = a->data && !a->spec && !a->remote && !a->resident &&
+                 (!strncmp(a->data, "imagefolder:", 12) || !strncmp(a->data, "imagelist:", 10));
+    if (s_dist || (a->workers_mode == 0 && !(images && a->device >= 0)))
+        return 0;
+    long n = cores <= 2 ? cores : cores - 1;
+    return n < 1 ? 1 : n > 32 ? 32 : (int)n;
+}
+
 /* --spec with --workers N: the spec with `processes N` inserted before its
  * first `batch` stage (at the end when it has none), so reading, decoding
  * and the maps run in N forked copies of the pipeline, as tp-train's own
@@ -554,10 +578,11 @@ static tp_status_t s_augment_spec(const s_args_t *a, char *buf, size_t size) {
     const char *chw = colour ? " | imgaug chw" : "";
     int k;
     if (!strcmp(a->preset, "imagenet"))
-        /* tensorpack's fbresnet augmentation (GoogleNetResize, flip, the
-         * colour jitter in random order, lighting), then normalised */
-        k = snprintf(buf, size, " | imgaug random-resized-crop=%d,flip,random-order="
-                     "brightness-scale=0.6:1.4;contrast=0.6:1.4%s%s,%s%s", n,
+        /* tensorpack's fbresnet augmentation (GoogleNetResize, drawn by
+         * the source so that only the crop is decoded: s_train_spec; flip,
+         * the colour jitter in random order, lighting), then normalised */
+        k = snprintf(buf, size, " | imgaug flip,random-order="
+                     "brightness-scale=0.6:1.4;contrast=0.6:1.4%s%s,%s%s",
                      colour ? ";saturation=0.4" : "", colour ? ",lighting=0.1" : "",
                      norm, colour ? ",chw" : "");
     else if (!strcmp(a->preset, "crop") || !strcmp(a->preset, "cifar"))
@@ -736,6 +761,14 @@ static tp_status_t s_train_spec(const s_args_t *a, char *buf, size_t size) {
              : tp_zoo_source_shaped(strcmp(src, "fashion-mnist") ? src : "fashion-mnist:train",
                                     0, a->info.channels, n, n, source, sizeof source)) != TP_OK)
         return tp_error(TP_ERR_INVALID, "--data: %s", tp_last_error());
+    if (!strcmp(a->preset, "imagenet")) {
+        /* the random resized crop drawn before the decode: only the
+         * crop's rows and columns of a JPEG are decoded */
+        size_t len = strlen(source);
+        if (snprintf(source + len, sizeof source - len, ",random-resized-crop=%d", n) >=
+            (int)(sizeof source - len))
+            return tp_error(TP_ERR_INVALID, "--data: too long");
+    }
     char workers[64];
     s_processes_stage(a, workers, sizeof workers);
     char augment[512] = "";
@@ -1086,7 +1119,12 @@ int main(int argc, char **argv) {
             if (tp_spec_int(optarg, 1, 64, "--towers", &v)) return s_fail("bad flag");
             a.towers = (int)v;
             break;
-        case 'w': if (tp_spec_int(optarg, 0, 256, "--workers", &v)) return s_fail("bad flag"); a.workers = (int)v; break;
+        case 'w':
+            if (!strcmp(optarg, "auto")) { a.workers = 0; a.workers_mode = 2; break; }
+            if (tp_spec_int(optarg, 0, 256, "--workers", &v)) return s_fail("bad flag");
+            a.workers = (int)v;
+            a.workers_mode = 1;
+            break;
         case O_RESTARTS: if (tp_spec_int(optarg, 0, 1000000, "--worker-restarts", &v)) return s_fail("bad flag"); a.worker_restarts = (int)v; break;
         case 'j': if (tp_spec_int(optarg, 0, 1024, "--threads", &v)) return s_fail("bad flag"); a.threads = (int)v; break;
         case 'o': a.logdir = optarg; break;
@@ -1417,7 +1455,7 @@ int main(int argc, char **argv) {
         TP_INFO("distributed: rank %d of %d on %s (%s)", rank, nranks,
                 tp_dist_host(s_dist), launcher);
     }
-    if (a.remote && (a.workers || a.spec)) {
+    if (a.remote && (a.workers || a.workers_mode == 2 || a.spec)) {
         tp_error(TP_ERR_INVALID, "--remote takes its batches from tp-worker "
                  "processes: it does not go with --workers or --spec");
         return s_fail("bad flags");
@@ -1514,6 +1552,10 @@ int main(int argc, char **argv) {
         a.batch = (int)spec_batch;
     if (a.batch == 0)
         a.batch = 128 / a.towers > 0 ? 128 / a.towers : 1;
+    a.workers = s_default_workers(&a, cores);
+    if (a.workers_mode != 1 && a.workers > 0)
+        TP_INFO("--workers %s: %d worker processes decode and augment (%ld cores)",
+                a.workers_mode == 2 ? "auto" : "default", a.workers, cores);
     if (a.resident && (a.spec || a.remote || a.workers > 0 || nranks > 1)) {
         tp_error(TP_ERR_INVALID, "--resident reads --data into the towers' memory "
                  "itself: not with --spec, --remote, --workers or under a launcher");
