@@ -503,3 +503,13 @@ Test(zoo, the_data_description_round_trips) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
 }
+
+/* Must hold: a mistyped model's error lists every model tp-train takes,
+ * the GANs (tp_zoo_find_gan's) too. */
+Test(zoo, an_unknown_model_is_told_the_gans_too) {
+    cr_assert_null(tp_zoo_find("dcgna"));
+    cr_assert(strstr(tp_last_error(), "'dcgna'") && strstr(tp_last_error(), "dcgan"), "%s",
+              tp_last_error());
+    cr_assert_null(tp_zoo_find_gan("dcgna"));
+    cr_assert_not_null(tp_zoo_find_gan("dcgan"));
+}
