@@ -42,7 +42,7 @@ script trains the same steps twice, float64 (the reference) and float32
   - over all steps, no further from float64 than SPREAD times PyTorch
     float32's distance (plus FLOOR): the losses, and each variable (the
     players' weights and the batch norms' moving averages) by its largest
-    element difference. Measured, towerpack is at 0.4-1.1 times PyTorch
+    element difference. Measured, towerpack is at 0.2-0.95 times PyTorch
     float32's distance on every variable; a moving average updated once too
     often per step lands at 8x.
 
