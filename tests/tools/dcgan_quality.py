@@ -26,7 +26,12 @@ test images: mean top-1 0.869, entropy 2.29): after 100 steps of batch 64
 after one step 0.91 / 0.00 (every sample "bag"). Mean top-1 alone does not
 tell blobs from garments (the judge is sure of its one class); with the
 entropy it does. Prints the scores; "pytorch agrees" (exit 0) or "pytorch
-disagrees" (1); 77 without torch or without the data set."""
+disagrees" (1); 77 without torch or without the data set.
+
+By hand, `dcgan_quality.py DIR --peer STEPS` also trains PyTorch's own
+DCGAN (the same model, initialisation, Adam and uniform noise, GANTrainer's
+step, batch 64 of shuffled training images) for STEPS steps and scores 500
+of its samples beside towerpack's: the issue's yardstick."""
 import gzip
 import os
 import sys
@@ -84,7 +89,43 @@ def score(net, images):
     return float(p.max(1).mean()), float(-(nz * np.log(nz)).sum()), hist
 
 
-def main(d):
+def peer(steps, batch=64, count=500):
+    """PyTorch's DCGAN after `steps` GANTrainer steps: uint8 [count, 28, 28]."""
+    nn = torch.nn
+    torch.manual_seed(1)
+    g = nn.Sequential(nn.Linear(100, 128 * 7 * 7, bias=False), nn.Unflatten(1, (128, 7, 7)),
+                      nn.BatchNorm2d(128), nn.ReLU(), nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False),
+                      nn.BatchNorm2d(64), nn.ReLU(), nn.ConvTranspose2d(64, 1, 4, 2, 1), nn.Tanh())
+    d = nn.Sequential(nn.Conv2d(1, 64, 4, 2, 1), nn.LeakyReLU(0.2),
+                      nn.Conv2d(64, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128),
+                      nn.LeakyReLU(0.2), nn.Flatten(), nn.Linear(128 * 7 * 7, 1))
+    for m in list(g.modules()) + list(d.modules()):
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
+            nn.init.normal_(m.weight, std=0.02)
+    og = torch.optim.Adam(g.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    od = torch.optim.Adam(d.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    x = torch.tensor(idx("train-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28))
+    order = torch.randperm(len(x))
+    bce = F.binary_cross_entropy_with_logits
+    for s in range(steps):
+        real = x[order[s * batch % len(x):][:batch]].float() * (2 / 255) - 1
+        fake = g(torch.rand(batch, 100) * 2 - 1)
+        lr_, lf = d(real), d(fake)
+        d_loss = 0.5 * (bce(lr_, torch.ones_like(lr_)) + bce(lf, torch.zeros_like(lf)))
+        g_loss = bce(lf, torch.ones_like(lf))
+        gg = torch.autograd.grad(g_loss, list(g.parameters()), retain_graph=True)
+        gd = torch.autograd.grad(d_loss, list(d.parameters()))
+        for net, grads, opt in ((g, gg, og), (d, gd, od)):
+            for q, gq in zip(net.parameters(), grads):
+                q.grad = gq
+            opt.step()
+    g.eval()  # the moving averages, as tp-generate runs the generator
+    with torch.no_grad():
+        out = g(torch.rand(count, 100) * 2 - 1)
+    return ((out.reshape(-1, 28, 28).numpy() + 1) * 127.5).round().clip(0, 255).astype(np.uint8)
+
+
+def main(d, peer_steps=0):
     if not os.path.exists(os.path.join(FMNIST, "train-images-idx3-ubyte.gz")):
         print("Fashion-MNIST is not installed (dataset-fashion-mnist)")
         return 77
@@ -95,7 +136,9 @@ def main(d):
     got = {}
     for name, images in (("real test images", tx[:1000]),
                          ("trained", np.load(os.path.join(d, "trained.npy"))),
-                         ("untrained", np.load(os.path.join(d, "untrained.npy")))):
+                         ("untrained", np.load(os.path.join(d, "untrained.npy")))) + (
+                             ((f"PyTorch's DCGAN, {peer_steps} steps", peer(peer_steps)),)
+                             if peer_steps else ()):
         conf, ent, hist = score(net, images)
         got[name] = conf, ent
         print(f"{name} ({len(images)}): mean top-1 {conf:.3f}, class histogram entropy "
@@ -110,4 +153,4 @@ def main(d):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], int(sys.argv[3]) if sys.argv[2:3] == ["--peer"] else 0))
