@@ -301,8 +301,10 @@ const tp_zoo_model_t *tp_zoo_find(const char *name) {
             return s_all[i];
     if (name && !strcmp(name, s_gpt.name))
         return &s_gpt;
+    /* the GANs are tp_zoo_find_gan's, but a user who mistyped one reads
+     * this list: name them too */
     tp_error(TP_ERR_INVALID, "unknown model '%s' (mlp, cnn, cnn-bn, resnet, resnet18, "
-             "resnet50, gpt)",
+             "resnet50, gpt; GANs: dcgan)",
              name ? name : "(null)");
     return NULL;
 }

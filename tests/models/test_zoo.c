@@ -580,3 +580,13 @@ Test(zoo, gpt_dropout_acts_in_training_only) {
     cr_expect(strstr(tp_last_error(), "dropout 1 outside [0, 1)"), "%s", tp_last_error());
     tp_model_destroy(&m);
 }
+
+/* Must hold: a mistyped model's error lists every model tp-train takes,
+ * the GANs (tp_zoo_find_gan's) too. */
+Test(zoo, an_unknown_model_is_told_the_gans_too) {
+    cr_assert_null(tp_zoo_find("dcgna"));
+    cr_assert(strstr(tp_last_error(), "'dcgna'") && strstr(tp_last_error(), "dcgan"), "%s",
+              tp_last_error());
+    cr_assert_null(tp_zoo_find_gan("dcgna"));
+    cr_assert_not_null(tp_zoo_find_gan("dcgan"));
+}

@@ -1,8 +1,12 @@
 /* towerpack tests: the zoo's GAN through tp-train, run as a user runs it
  * (tp-train --model dcgan on Fashion-MNIST, a few steps): the GAN
- * trainer's losses, the sample grids SampleGrid writes each epoch, and
+ * trainer's losses, the sample grids SampleGrid writes each epoch,
  * tp-generate's samples of the trained generator (read back by NumPy,
- * generate_check.py). Own executable: it forks and execs. */
+ * generate_check.py), and a run killed with SIGKILL and resumed, which
+ * must end bit for bit where an unbroken run ends. Own executable: it
+ * forks and execs. */
+#include <signal.h>
+#include <sys/wait.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -140,4 +144,83 @@ Test(dcgan, tp_generate_samples_the_trained_generator, .timeout = 180) {
     cr_assert_neq(pu_run(bad, env, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "not a generator"), "%s", s_out);
     PU_PYTHON_EXPECT(TP_SOURCE_DIR "/tests/tools/generate_check.py", dir, "numpy agrees");
+}
+
+/* tp-train --model dcgan into logdir (--resume when `resume`), 2 epochs of
+ * 8 steps, batch 16, seed 5, its output appended to `log`: its pid. */
+static pid_t s_start_run(const char *logdir, const char *log, int resume) {
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "dcgan", "--epochs", "2",
+                    "--steps-per-epoch", "8", "--batch", "16", "--threads", "1", "--seed",
+                    "5", "--logdir", (char *)logdir, "--no-tensorboard",
+                    resume ? "--resume" : NULL, NULL};
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    pu_spawn_opts_t o = {.out = log, .env = env};
+    pid_t pid = pu_spawn(argv, &o);
+    cr_assert_gt(pid, 0, "tp-train did not start");
+    return pid;
+}
+
+static int s_exists(const char *dir, const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* 1 when dir_a/name and dir_b/name hold the same bytes. */
+static int s_same_file(const char *dir_a, const char *dir_b, const char *name) {
+    char pa[256], pb[256], *x, *y;
+    snprintf(pa, sizeof pa, "%s/%s", dir_a, name);
+    snprintf(pb, sizeof pb, "%s/%s", dir_b, name);
+    size_t nx = s_slurp(pa, &x), ny = s_slurp(pb, &y);
+    int same = nx == ny && !memcmp(x, y, nx);
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Must hold (issue 44): a DCGAN run killed with SIGKILL once its epoch-1
+ * checkpoint is written, then resumed (--resume), ends with a checkpoint
+ * byte-identical to an unbroken run's: both players' weights and Adam
+ * moments, the batch norms' moving averages, the generators' states; its
+ * noise (a function of the seed and the global step), its batches
+ * (replayed to the step) and each player's Adam update count (a function
+ * of the global step) are those of the unbroken run, and so is the
+ * resumed run's sample grid. */
+Test(dcgan, sigkill_after_epoch_1_then_resume_ends_bit_for_bit, .timeout = 180) {
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK))
+        cr_skip_test("Fashion-MNIST is not installed (dataset-fashion-mnist)");
+    char dir[] = "/tmp/tp-dcgan-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char whole[128], broken[128], log[160];
+    snprintf(whole, sizeof whole, "%s/whole", dir);
+    snprintf(broken, sizeof broken, "%s/broken", dir);
+    snprintf(log, sizeof log, "%s/log.txt", dir);
+    int st = pu_waitpid(s_start_run(whole, log, 0), 150000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the unbroken run failed (%d)", st);
+
+    /* the second run dies the moment its epoch-1 checkpoint is there
+     * (written by rename: whole once it exists), inside epoch 2 */
+    pid_t pid = s_start_run(broken, log, 0);
+    int i = 0;
+    for (; i < 120000 && !s_exists(broken, "model-8.safetensors"); i++) {
+        usleep(1000);
+        cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "the run ended before its checkpoint");
+    }
+    cr_assert_lt(i, 120000, "no epoch-1 checkpoint in 120 s");
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    cr_assert(!s_exists(broken, "model-16.safetensors"),
+              "the run finished before the kill: nothing is resumed (a slower step is needed)");
+
+    st = pu_waitpid(s_start_run(broken, log, 1), 150000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the resumed run failed (%d)", st);
+    cr_assert(s_same_file(whole, broken, "model-8.safetensors"), "epoch 1 differs");
+    cr_assert(s_same_file(whole, broken, "model-16.safetensors"),
+              "the resumed run's last checkpoint is not the unbroken run's");
+    cr_assert(s_same_file(whole, broken, "samples-2.png"),
+              "the resumed run's epoch-2 sample grid is not the unbroken run's");
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
 }

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""towerpack tests: the zoo's DCGAN trained by GANTrainer, in PyTorch
+(float64), for test_proc_torch_dcgan.c.
+
+The model (models/models.c, s_dcgan): generator z [B,100] -> fc 6272 (no
+bias) -> [B,128,7,7] -> batch norm -> relu -> conv-transpose 64 (4x4, stride
+2, pad 1, no bias) -> batch norm -> relu -> conv-transpose 1 (4x4, stride 2,
+pad 1) -> tanh; discriminator conv 64 (4x4 s2 p1) -> leaky relu 0.2 -> conv
+128 (4x4 s2 p1, no bias) -> batch norm -> leaky relu 0.2 -> flatten -> fc 1,
+applied to the real images (uint8 x 2/255 - 1) and to the fakes with the
+same variables, each call with its own batch statistics. Batch norm:
+momentum 0.9 (PyTorch's 0.1), eps 1e-5, moving variance unbiased.
+Losses (tensorpack's GANModelDesc.build_losses): d_loss = (BCE(D(x), 1) +
+BCE(D(G(z)), 0)) / 2, g_loss = BCE(D(G(z)), 1), on logits.
+
+The step (tensorpack's GANTrainer: g_min, then d_min under a control
+dependency on g_min): at the step's weights, on one batch and its noise, the
+generator's gradient of g_loss and the discriminator's gradient of d_loss
+(the discriminator's on the fakes of the generator before its update), then
+the generator's Adam update, then the discriminator's (each player its own
+Adam, lr and beta1 from the recipe, beta2 0.999, eps 1e-8). A forward pass
+moves each batch norm's moving averages once per call: the generator's
+once, the discriminator's twice (its real call, then its fake call).
+
+Reads DIR/recipe.txt ("steps batch lr beta1 forwards": forwards, the
+forward passes towerpack's step makes, see below), w0.safetensors, x.bin
+uint8 [steps, batch, 28, 28], z.bin float32 [steps, batch, 100], losses.bin
+float32 [steps, 2] (towerpack's g_loss, d_loss) and w1.safetensors.
+
+Tolerances. The GAN's training amplifies rounding: PyTorch's own float32
+run of these 50 steps leaves its float64 run by about 3e-2 in the losses
+and 2e-3 in the weights (measured: the losses agree to 1e-6 for a few steps,
+then the two players' game turns float32 rounding in near-zero gradients,
+which Adam scales to full lr-sized steps, into differences that grow step
+after step). So the bounds are measured in each run, not guessed: this
+script trains the same steps twice, float64 (the reference) and float32
+(PyTorch's own rounding), and towerpack must be
+  - within 1e-4 of float64 in both losses over the first EARLY steps,
+    before rounding has grown (towerpack measured 1e-6; a reference whose
+    discriminator sees the updated generator's fakes is 0.45-0.93 off);
+  - over all steps, no further from float64 than SPREAD times PyTorch
+    float32's distance (plus FLOOR): the losses, and each variable (the
+    players' weights and the batch norms' moving averages) by its largest
+    element difference. Measured, towerpack is at 0.2-0.95 times PyTorch
+    float32's distance on every variable; a reference that moves the
+    moving averages once a step, not twice, fails at 283x.
+
+towerpack's GANTrainer makes two forward passes a step (one for each
+player's gradients, gan.h): the outputs and gradients are those of one
+(both at the step's weights on the same batch and noise), but every batch
+norm's moving averages move in each. `forwards` in the recipe says how
+many there are; the reference moves its moving averages as often (a pass of
+the generator and both discriminator calls without gradients), so the test
+pins the trainer's passes, and fails when they change without it.
+Prints the measures; "pytorch agrees" or "pytorch disagrees" (exit 1); 77
+without torch."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_testutil import F, load, np, torch, verdict  # noqa: E402  (exits 77 without torch)
+
+Z = 100
+EARLY, EARLY_TOL = 5, 1e-4
+SPREAD, FLOOR = 3.0, 1e-5
+
+
+def train(d, dtype, steps, batch, lr, beta1, forwards):
+    """The steps in `dtype` from w0: the losses [steps, 2] and the variables."""
+    w0 = load(f"{d}/w0.safetensors")
+    x = np.fromfile(f"{d}/x.bin", dtype=np.uint8).reshape(steps, batch, 1, 28, 28)
+    z = np.fromfile(f"{d}/z.bin", dtype=np.float32).reshape(steps, batch, Z)
+    ema = {k for k in w0 if k.endswith("/EMA")}
+    p = {k: torch.tensor(v.copy(), dtype=dtype, requires_grad=k not in ema)
+         for k, v in w0.items() if not k.startswith("optimizer/")}
+    gen = [v for k, v in p.items() if k.startswith("gen/") and k not in ema]
+    dis = [v for k, v in p.items() if k.startswith("discrim/") and k not in ema]
+    opt_g = torch.optim.Adam(gen, lr=lr, betas=(beta1, 0.999), eps=1e-8)
+    opt_d = torch.optim.Adam(dis, lr=lr, betas=(beta1, 0.999), eps=1e-8)
+
+    def bn(h, scope):
+        # updates the moving averages in place (momentum 0.1 = towerpack's 0.9)
+        return F.batch_norm(h, p[f"{scope}/mean/EMA"], p[f"{scope}/variance/EMA"],
+                            p[f"{scope}/gamma"], p[f"{scope}/beta"], training=True,
+                            momentum=0.1, eps=1e-5)
+
+    def generator(zs):
+        h = (zs @ p["gen/fc0/W"]).reshape(-1, 128, 7, 7)
+        h = F.relu(bn(h, "gen/bn0"))
+        h = F.conv_transpose2d(h, p["gen/deconv1/W"], stride=2, padding=1)
+        h = F.relu(bn(h, "gen/bn1"))
+        h = F.conv_transpose2d(h, p["gen/deconv2/W"], p["gen/deconv2/b"], stride=2, padding=1)
+        return torch.tanh(h)
+
+    def discriminator(img):
+        h = F.leaky_relu(F.conv2d(img, p["discrim/conv0/W"], p["discrim/conv0/b"], stride=2,
+                                  padding=1), 0.2)
+        h = F.conv2d(h, p["discrim/conv1/W"], stride=2, padding=1)
+        h = F.leaky_relu(bn(h, "discrim/bn1"), 0.2).flatten(1)
+        return h @ p["discrim/fc/W"] + p["discrim/fc/b"]
+
+    bce = F.binary_cross_entropy_with_logits
+    losses = np.zeros((steps, 2))
+    for s in range(steps):
+        real = torch.tensor(x[s], dtype=dtype) * (2.0 / 255) - 1
+        zs = torch.tensor(z[s], dtype=dtype)
+        fake = generator(zs)
+        lr_, lf = discriminator(real), discriminator(fake)
+        for _ in range(forwards - 1):  # the trainer's further passes: moving averages only
+            with torch.no_grad():
+                discriminator(real), discriminator(generator(zs))
+        d_loss = 0.5 * bce(lr_, torch.ones_like(lr_)) + 0.5 * bce(lf, torch.zeros_like(lf))
+        g_loss = bce(lf, torch.ones_like(lf))
+        gg = torch.autograd.grad(g_loss, gen, retain_graph=True)
+        gd = torch.autograd.grad(d_loss, dis)
+        for params, grads, opt in ((gen, gg, opt_g), (dis, gd, opt_d)):
+            opt.zero_grad()
+            for q, gq in zip(params, grads):
+                q.grad = gq
+            opt.step()
+        losses[s] = float(g_loss), float(d_loss)
+    return losses, {k: v.detach().double().numpy() for k, v in p.items()}
+
+
+def main(d):
+    words = open(f"{d}/recipe.txt").read().split()
+    steps, batch, forwards = int(words[0]), int(words[1]), int(words[4])
+    lr, beta1 = float(words[2]), float(words[3])
+    w1 = load(f"{d}/w1.safetensors")
+    tp_losses = np.fromfile(f"{d}/losses.bin", dtype=np.float32).reshape(steps, 2)
+    ref, ref_w = train(d, torch.float64, steps, batch, lr, beta1, forwards)
+    f32, f32_w = train(d, torch.float32, steps, batch, lr, beta1, forwards)
+    ok = True
+    early = float(np.max(np.abs(tp_losses[:EARLY] - ref[:EARLY])))
+    print(f"losses, steps 0-{EARLY - 1}: towerpack within {early:.3g} of float64 "
+          f"(bound {EARLY_TOL})")
+    ok &= early <= EARLY_TOL
+    dl = np.abs(tp_losses - ref)
+    s, c = np.unravel_index(np.argmax(dl), dl.shape)
+    spread = float(np.max(np.abs(f32 - ref)))
+    print(f"losses, {steps} steps: towerpack within {dl[s, c]:.3g} of float64 (step {s} "
+          f"{('g_loss', 'd_loss')[c]}: {tp_losses[s, c]:.6f} against {ref[s, c]:.6f}), PyTorch "
+          f"float32 within {spread:.3g}; step {steps - 1}: g_loss {ref[-1, 0]:.4f}, d_loss "
+          f"{ref[-1, 1]:.4f}")
+    ok &= dl[s, c] <= SPREAD * spread + FLOOR
+    worst = (0.0, "")
+    for k in ref_w:
+        tp = float(np.max(np.abs(w1[k] - ref_w[k])))
+        pt = float(np.max(np.abs(f32_w[k] - ref_w[k])))
+        r = tp / (pt + FLOOR)
+        worst = max(worst, (r, f"{k}: towerpack {tp:.3g}, PyTorch float32 {pt:.3g} from float64"))
+        ok &= tp <= SPREAD * pt + FLOOR
+    print(f"variables: worst {worst[1]} ({worst[0]:.2f}x, bound {SPREAD}x)")
+    return verdict(ok)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
