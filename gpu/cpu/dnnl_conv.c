@@ -1,0 +1,647 @@
+/* towerpack gpu: conv2d on oneDNN (Debian's libdnnl 2.6) for the CPU
+ * backend: forward (with its bias), backward-data, backward-weights (with
+ * the bias gradient), any stride, padding, dilation and group count.
+ *
+ * Each geometry (batch, channels, image, kernel, stride, padding, dilation,
+ * groups, bias or not) gets its three primitives once, when the model plans
+ * its workspaces, and keeps them in the backend's cache until the backend
+ * is destroyed. The primitives run on the op's plain NCHW / OIHW buffers:
+ * with TP_CPU_CONV=dnnl (the default) oneDNN chooses the layouts it runs
+ * fastest on (blocked, nChw16c on AVX-512) and every argument is reordered
+ * at the op's edges, in and out, into room of the op's workspace; with
+ * TP_CPU_CONV=dnnl-plain the primitives themselves take plain layouts. A
+ * gradient that is added to (dx_acc) goes through a reorder with oneDNN's
+ * sum post-op. The scratchpad is the user's (the op's workspace too), so a
+ * step allocates no compute memory and two towers can run one primitive at
+ * once (a primitive is safe to execute from several threads; what each run
+ * writes is in its own node's workspace).
+ *
+ * Debian builds libdnnl on OpenMP (DNNL_CPU_RUNTIME_OMP, libgomp): a
+ * primitive runs on the OpenMP team of the calling thread, whose size is
+ * that thread's omp_set_num_threads. Each call sets it to the backend's
+ * thread count (tp_backend_cpu_threads, OpenBLAS's), so that oneDNN and
+ * OpenBLAS use the same number of cores. */
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+#include "gpu/cpu/dnnl_conv.h"
+#include "gpu/cpu/ops_conv.h"
+
+/* OpenMP's own (libgomp; declared here so that no OpenMP compiler flag is
+ * needed for one call) */
+extern void omp_set_num_threads(int n);
+extern int omp_get_max_threads(void);
+
+enum { S_FWD, S_BWD_DATA, S_BWD_WEIGHTS, S_PASSES };
+enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
+
+/* The cache key: everything a primitive depends on (zeroed, then set, so
+ * that memcmp compares it). */
+typedef struct {
+    int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, g, bias;
+} s_geom_t;
+
+/* One argument of a primitive: the op's plain layout and the primitive's;
+ * a reorder between them where they differ, and room in the workspace
+ * for the primitive's copy (inputs reordered in; outputs written there and
+ * reordered out, or kept there when the op wants no such gradient). */
+typedef struct {
+    int arg;                       /* DNNL_ARG_* */
+    int out;                       /* written by the primitive */
+    int same;                      /* the primitive runs on the plain layout */
+    int room;                      /* has a buffer in the workspace */
+    dnnl_memory_desc_t user, md;   /* plain layout; the primitive's */
+    dnnl_primitive_t in;           /* user -> md (inputs, layouts differ) */
+    dnnl_primitive_t put[2];       /* md -> user: [0] store, [1] add (sum) */
+    size_t off;                    /* its room, bytes into the workspace */
+} s_arg_t;
+
+typedef struct {
+    dnnl_primitive_t prim;
+    int nargs;
+    s_arg_t args[S_MAX_ARGS];
+    dnnl_memory_desc_t scratch;    /* user scratchpad (size 0: none) */
+    size_t scratch_bytes;
+    size_t bytes;                  /* the whole pass's workspace */
+} s_pass_t;
+
+typedef struct s_entry {
+    s_geom_t key;
+    int ok;                        /* oneDNN implements all three passes */
+    s_pass_t pass[S_PASSES];
+    struct s_entry *next;
+} s_entry_t;
+
+struct tp_dnnl_conv {
+    dnnl_engine_t engine;
+    tp_cpu_conv_path_t path;
+    pthread_mutex_t mu;            /* guards the list; entries never change
+                                      once listed */
+    s_entry_t *entries;
+    int count;
+};
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* oneDNN's status as towerpack's, naming the call, the node and the place. */
+static tp_status_t s_fail(dnnl_status_t st, const char *expr, const char *node,
+                          const char *file, int line) {
+    tp_status_t rc = st == dnnl_out_of_memory      ? TP_ERR_NOMEM
+                     : st == dnnl_invalid_arguments ? TP_ERR_INVALID
+                     : st == dnnl_unimplemented     ? TP_ERR_UNSUPPORTED
+                                                    : TP_ERR_DEVICE;
+    return tp_error(rc, "%s: oneDNN %s failed: %s (%s:%d)", node ? node : "conv2d",
+                    expr, dnnl_status2str(st), file, line);
+}
+#define S_DNNL(expr)                                                           \
+    do {                                                                       \
+        dnnl_status_t st_ = (expr);                                            \
+        if (st_ != dnnl_success)                                               \
+            return s_fail(st_, #expr, name, __FILE__, __LINE__);               \
+    } while (0)
+
+static size_t s_round(size_t b) { return (b + S_ALIGN - 1) & ~(size_t)(S_ALIGN - 1); }
+
+/* ---- the path ------------------------------------------------------------ */
+
+tp_status_t tp_cpu_conv_path_from_env(tp_cpu_conv_path_t *path) {
+    const char *e = getenv("TP_CPU_CONV");
+    if (!e || !*e || !strcmp(e, "dnnl"))
+        *path = TP_CPU_CONV_DNNL;
+    else if (!strcmp(e, "dnnl-plain"))
+        *path = TP_CPU_CONV_DNNL_PLAIN;
+    else if (!strcmp(e, "im2col"))
+        *path = TP_CPU_CONV_IM2COL;
+    else
+        return tp_error(TP_ERR_INVALID,
+                        "TP_CPU_CONV=%s: expected dnnl, dnnl-plain or im2col", e);
+    return TP_OK;
+}
+
+/* ---- geometry ------------------------------------------------------------ */
+
+static s_geom_t s_geom(const tp_op_call_t *c) {
+    s_geom_t k;
+    memset(&k, 0, sizeof k);
+    const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
+    k.n = x->d[0];
+    k.c = x->d[1];
+    k.h = x->d[2];
+    k.w = x->d[3];
+    k.o = y->d[1];
+    k.oh = y->d[2];
+    k.ow = y->d[3];
+    k.kh = c->attr->kh;
+    k.kw = c->attr->kw;
+    k.sh = c->attr->sh;
+    k.sw = c->attr->sw;
+    k.ph = c->attr->ph;
+    k.pw = c->attr->pw;
+    k.dh = c->attr->dh > 0 ? c->attr->dh : 1;
+    k.dw = c->attr->dw > 0 ? c->attr->dw : 1;
+    k.g = c->attr->groups > 0 ? c->attr->groups : 1;
+    k.bias = c->ninputs > 2;
+    return k;
+}
+
+/* The plain descriptions of x, w, b and y, and the primitive's (any, or
+ * the same plain ones); oneDNN's dilation counts the gaps (ours - 1), and
+ * its right padding is what makes the output size exact (it may be
+ * negative: a stride that skips the last columns). */
+typedef struct {
+    dnnl_memory_desc_t x, w, b, y, xa, wa, ya;
+    dnnl_dims_t strides, dil, pl, pr;
+} s_mds_t;
+
+static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
+                         const char *name, s_mds_t *m) {
+    dnnl_dims_t xd = {k->n, k->c, k->h, k->w}, yd = {k->n, k->o, k->oh, k->ow};
+    dnnl_dims_t bd = {k->o};
+    S_DNNL(dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32, dnnl_nchw));
+    S_DNNL(dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32, dnnl_nchw));
+    S_DNNL(dnnl_memory_desc_init_by_tag(&m->b, 1, bd, dnnl_f32, dnnl_a));
+    if (k->g > 1) {
+        dnnl_dims_t wd = {k->g, k->o / k->g, k->c / k->g, k->kh, k->kw};
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 5, wd, dnnl_f32, dnnl_goihw));
+    } else {
+        dnnl_dims_t wd = {k->o, k->c, k->kh, k->kw};
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 4, wd, dnnl_f32, dnnl_oihw));
+    }
+    if (self->path == TP_CPU_CONV_DNNL_PLAIN) {
+        m->xa = m->x;
+        m->wa = m->w;
+        m->ya = m->y;
+    } else {
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->xa, 4, xd, dnnl_f32, dnnl_format_tag_any));
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->ya, 4, yd, dnnl_f32, dnnl_format_tag_any));
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->wa, m->w.ndims, m->w.dims, dnnl_f32,
+                                            dnnl_format_tag_any));
+    }
+    m->strides[0] = k->sh;
+    m->strides[1] = k->sw;
+    m->dil[0] = k->dh - 1;
+    m->dil[1] = k->dw - 1;
+    m->pl[0] = k->ph;
+    m->pl[1] = k->pw;
+    m->pr[0] = (k->oh - 1) * k->sh + (k->kh - 1) * k->dh + 1 - k->h - k->ph;
+    m->pr[1] = (k->ow - 1) * k->sw + (k->kw - 1) * k->dw + 1 - k->w - k->pw;
+    return TP_OK;
+}
+
+/* ---- building a pass ------------------------------------------------------ */
+
+static void s_pass_free(s_pass_t *p) {
+    for (int i = 0; i < p->nargs; i++) {
+        s_arg_t *a = &p->args[i];
+        if (a->in)
+            dnnl_primitive_destroy(a->in);
+        for (int j = 0; j < 2; j++)
+            if (a->put[j])
+                dnnl_primitive_destroy(a->put[j]);
+    }
+    if (p->prim)
+        dnnl_primitive_destroy(p->prim);
+    memset(p, 0, sizeof *p);
+}
+
+static void s_entry_free(s_entry_t *e) {
+    if (!e)
+        return;
+    for (int i = 0; i < S_PASSES; i++)
+        s_pass_free(&e->pass[i]);
+    free(e);
+}
+
+/* A reorder from `src` to `dst`, adding to dst when `sum`. */
+static tp_status_t s_reorder(const tp_dnnl_conv_t *self, const dnnl_memory_desc_t *src,
+                             const dnnl_memory_desc_t *dst, int sum, const char *name,
+                             dnnl_primitive_t *out) {
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+    if (st == dnnl_success && sum) {
+        st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success)
+            st = dnnl_post_ops_append_sum(po, 1.0f);
+        if (st == dnnl_success)
+            st = dnnl_primitive_attr_set_post_ops(attr, po);
+    }
+    if (st == dnnl_success)
+        st = dnnl_reorder_primitive_desc_create(&pd, src, self->engine, dst,
+                                                self->engine, attr);
+    if (st == dnnl_success)
+        st = dnnl_primitive_create(out, pd);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success)
+        return s_fail(st, "reorder", name, __FILE__, __LINE__);
+    return TP_OK;
+}
+
+/* Argument `arg` of the pass: its plain layout `user` and the primitive's
+ * (queried from pd); `addable` outputs always get room (they may be added
+ * to, or not wanted at all). */
+static tp_status_t s_arg(const tp_dnnl_conv_t *self, s_pass_t *p,
+                         const_dnnl_primitive_desc_t pd, int arg, int out,
+                         int addable, const dnnl_memory_desc_t *user, const char *name) {
+    TP_ASSERT(p->nargs < S_MAX_ARGS);
+    s_arg_t *a = &p->args[p->nargs++];
+    a->arg = arg;
+    a->out = out;
+    a->user = *user;
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+    if (!md)
+        return tp_error(TP_ERR_DEVICE, "%s: oneDNN gave no layout for argument %d", name, arg);
+    a->md = *md;
+    const int same = dnnl_memory_desc_equal(&a->md, &a->user);
+    a->same = same;
+    a->room = !same || addable;
+    if (!same && !out)
+        TP_TRY(s_reorder(self, &a->user, &a->md, 0, name, &a->in));
+    if (out && (!same || addable)) {
+        TP_TRY(s_reorder(self, &a->md, &a->user, 0, name, &a->put[0]));
+        TP_TRY(s_reorder(self, &a->md, &a->user, 1, name, &a->put[1]));
+    }
+    return TP_OK;
+}
+
+/* The primitive of a pass from its descriptor; *ok 0 when oneDNN has no
+ * implementation (not an error: the im2col code runs that geometry). */
+static tp_status_t s_pd(const tp_dnnl_conv_t *self, const void *op_desc,
+                        const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd,
+                        int *ok, const char *name) {
+    dnnl_primitive_attr_t attr;
+    S_DNNL(dnnl_primitive_attr_create(&attr));
+    dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(pd, op_desc, attr, self->engine, hint);
+    dnnl_primitive_attr_destroy(attr);
+    *ok = st == dnnl_success;
+    if (st == dnnl_unimplemented) {
+        *pd = NULL;
+        return TP_OK;
+    }
+    if (st != dnnl_success)
+        return s_fail(st, "dnnl_primitive_desc_create", name, __FILE__, __LINE__);
+    return TP_OK;
+}
+
+/* The primitive, its scratchpad and the workspace layout of the pass. */
+static tp_status_t s_finish(s_pass_t *p, const_dnnl_primitive_desc_t pd, const char *name) {
+    S_DNNL(dnnl_primitive_create(&p->prim, pd));
+    const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t off = 0;
+    if (sm) {
+        p->scratch = *sm;
+        p->scratch_bytes = dnnl_memory_desc_get_size(sm);
+        off = s_round(p->scratch_bytes);
+    }
+    for (int i = 0; i < p->nargs; i++)
+        if (p->args[i].room) {
+            p->args[i].off = off;
+            off += s_round(dnnl_memory_desc_get_size(&p->args[i].md));
+        }
+    p->bytes = off + S_ALIGN; /* and room to align the workspace's start */
+    return TP_OK;
+}
+
+/* The three passes of geometry k into e (e->ok 0: some pass unimplemented). */
+static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e, const char *name) {
+    const s_geom_t *k = &e->key;
+    s_mds_t m;
+    TP_TRY(s_mds(self, k, name, &m));
+    dnnl_convolution_desc_t fd, dd, wd;
+    S_DNNL(dnnl_dilated_convolution_forward_desc_init(
+        &fd, dnnl_forward_training, dnnl_convolution_auto, &m.xa, &m.wa,
+        k->bias ? &m.b : NULL, &m.ya, m.strides, m.dil, m.pl, m.pr));
+    S_DNNL(dnnl_dilated_convolution_backward_data_desc_init(
+        &dd, dnnl_convolution_auto, &m.xa, &m.wa, &m.ya, m.strides, m.dil, m.pl, m.pr));
+    S_DNNL(dnnl_dilated_convolution_backward_weights_desc_init(
+        &wd, dnnl_convolution_auto, &m.xa, &m.wa, k->bias ? &m.b : NULL, &m.ya,
+        m.strides, m.dil, m.pl, m.pr));
+    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
+    int ok = 0;
+    tp_status_t rc = s_pd(self, &fd, NULL, &fpd, &ok, name);
+    if (rc == TP_OK && ok)
+        rc = s_pd(self, &dd, fpd, &dpd, &ok, name);
+    if (rc == TP_OK && ok)
+        rc = s_pd(self, &wd, fpd, &wpd, &ok, name);
+    e->ok = rc == TP_OK && ok;
+    if (e->ok) {
+        s_pass_t *p = &e->pass[S_FWD];
+        rc = s_arg(self, p, fpd, DNNL_ARG_SRC, 0, 0, &m.x, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, fpd, DNNL_ARG_WEIGHTS, 0, 0, &m.w, name);
+        if (rc == TP_OK && k->bias)
+            rc = s_arg(self, p, fpd, DNNL_ARG_BIAS, 0, 0, &m.b, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, fpd, DNNL_ARG_DST, 1, 0, &m.y, name);
+        if (rc == TP_OK)
+            rc = s_finish(p, fpd, name);
+        p = &e->pass[S_BWD_DATA];
+        if (rc == TP_OK)
+            rc = s_arg(self, p, dpd, DNNL_ARG_DIFF_DST, 0, 0, &m.y, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, dpd, DNNL_ARG_WEIGHTS, 0, 0, &m.w, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, dpd, DNNL_ARG_DIFF_SRC, 1, 1, &m.x, name);
+        if (rc == TP_OK)
+            rc = s_finish(p, dpd, name);
+        p = &e->pass[S_BWD_WEIGHTS];
+        if (rc == TP_OK)
+            rc = s_arg(self, p, wpd, DNNL_ARG_SRC, 0, 0, &m.x, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_DST, 0, 0, &m.y, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_WEIGHTS, 1, 1, &m.w, name);
+        if (rc == TP_OK && k->bias)
+            rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_BIAS, 1, 1, &m.b, name);
+        if (rc == TP_OK)
+            rc = s_finish(p, wpd, name);
+    }
+    if (fpd)
+        dnnl_primitive_desc_destroy(fpd);
+    if (dpd)
+        dnnl_primitive_desc_destroy(dpd);
+    if (wpd)
+        dnnl_primitive_desc_destroy(wpd);
+    return rc;
+}
+
+/* The entry of c's geometry, made and listed when new. *owned 1: the cache
+ * is full and the caller frees the entry after its call (a model with more
+ * geometries than S_MAX_ENTRIES runs, only slower). */
+static tp_status_t s_lookup(tp_dnnl_conv_t *self, const tp_op_call_t *c,
+                            s_entry_t **out, int *owned) {
+    const s_geom_t k = s_geom(c);
+    *owned = 0;
+    pthread_mutex_lock(&self->mu);
+    for (s_entry_t *e = self->entries; e; e = e->next)
+        if (!memcmp(&e->key, &k, sizeof k)) {
+            pthread_mutex_unlock(&self->mu);
+            *out = e;
+            return TP_OK;
+        }
+    s_entry_t *e = calloc(1, sizeof *e);
+    tp_status_t rc = TP_OK;
+    if (!e) {
+        rc = tp_error(TP_ERR_NOMEM, "%s: oneDNN convolution cache entry", c->name);
+    } else {
+        e->key = k;
+        rc = s_entry_build(self, e, c->name);
+    }
+    if (rc == TP_OK && self->count < S_MAX_ENTRIES) {
+        e->next = self->entries;
+        self->entries = e;
+        self->count++;
+    } else if (rc == TP_OK) {
+        *owned = 1;
+    }
+    pthread_mutex_unlock(&self->mu);
+    if (rc != TP_OK) {
+        s_entry_free(e);
+        return rc;
+    }
+    *out = e;
+    return TP_OK;
+}
+
+/* ---- running a pass -------------------------------------------------------- */
+
+/* The calling thread's OpenMP team: the backend's thread count. */
+static void s_threads(void) {
+    int n = tp_backend_cpu_threads();
+    if (n > 0 && omp_get_max_threads() != n)
+        omp_set_num_threads(n);
+}
+
+/* Runs pass p: user[i] is argument i's buffer in the op's plain layout
+ * (an output's NULL: not wanted), acc[i] 1 adds an output into it. The
+ * workspace is the call's when large enough, else one made for this call
+ * (a shape the plan did not see). */
+static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p,
+                         void *const user[], const int acc[], const tp_op_call_t *c) {
+    const char *name = c->name;
+    char *ws = c->workspace, *own = NULL;
+    if (!ws || c->workspace_bytes < p->bytes) {
+        own = malloc(p->bytes);
+        if (!own)
+            return tp_error(TP_ERR_NOMEM, "%s: %zu bytes of oneDNN workspace", name, p->bytes);
+        ws = own;
+    }
+    ws = (char *)(((uintptr_t)ws + S_ALIGN - 1) & ~(uintptr_t)(S_ALIGN - 1));
+    s_threads();
+    dnnl_stream_t stream = NULL;
+    dnnl_memory_t mem[2 * S_MAX_ARGS + 1] = {0};
+    int nmem = 0;
+    dnnl_exec_arg_t args[S_MAX_ARGS + 1];
+    int nargs = 0;
+    tp_status_t rc = TP_OK;
+    dnnl_status_t st = dnnl_stream_create(&stream, self->engine, dnnl_stream_default_flags);
+#define S_CALL(expr)                                                           \
+    do {                                                                       \
+        if (st == dnnl_success) {                                              \
+            st = (expr);                                                       \
+            if (st != dnnl_success && rc == TP_OK)                             \
+                rc = s_fail(st, #expr, name, __FILE__, __LINE__);              \
+        }                                                                      \
+    } while (0)
+    if (st != dnnl_success)
+        rc = s_fail(st, "dnnl_stream_create", name, __FILE__, __LINE__);
+    /* the primitive's memory: the user's buffer, or its room (reordered in) */
+    for (int i = 0; i < p->nargs && st == dnnl_success; i++) {
+        const s_arg_t *a = &p->args[i];
+        /* an output goes straight to the user's buffer when it is wanted,
+         * stored (not added) and in the primitive's layout */
+        const int direct = a->out ? user[i] && a->same && !acc[i] : a->same;
+        dnnl_memory_t m = NULL;
+        S_CALL(dnnl_memory_create(&m, &a->md, self->engine, direct ? user[i] : ws + a->off));
+        if (st != dnnl_success)
+            break;
+        mem[nmem++] = m;
+        args[nargs++] = (dnnl_exec_arg_t){a->arg, m};
+        if (!a->out && a->in) {
+            dnnl_memory_t u = NULL;
+            S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
+            if (st != dnnl_success)
+                break;
+            mem[nmem++] = u;
+            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, u}, {DNNL_ARG_TO, m}};
+            S_CALL(dnnl_primitive_execute(a->in, stream, 2, ra));
+        }
+    }
+    if (p->scratch_bytes) {
+        dnnl_memory_t m = NULL;
+        S_CALL(dnnl_memory_create(&m, &p->scratch, self->engine, ws));
+        if (m) {
+            mem[nmem++] = m;
+            args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m};
+        }
+    }
+    S_CALL(dnnl_primitive_execute(p->prim, stream, nargs, args));
+    /* outputs kept in their room go out to the user's buffer */
+    /* (args[i] is argument i's memory: the scratchpad comes last) */
+    for (int i = 0; i < p->nargs && st == dnnl_success; i++) {
+        const s_arg_t *a = &p->args[i];
+        if (!a->out || !user[i] || (a->same && !acc[i]))
+            continue;
+        dnnl_memory_t u = NULL;
+        S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
+        if (st != dnnl_success)
+            break;
+        mem[nmem++] = u;
+        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, args[i].memory}, {DNNL_ARG_TO, u}};
+        S_CALL(dnnl_primitive_execute(a->put[acc[i] ? 1 : 0], stream, 2, ra));
+    }
+    if (stream) {
+        S_CALL(dnnl_stream_wait(stream));
+        dnnl_stream_destroy(stream);
+    }
+#undef S_CALL
+    for (int i = 0; i < nmem; i++)
+        dnnl_memory_destroy(mem[i]);
+    free(own);
+    return rc;
+}
+
+/* db[o] (+)= the sum of dy over batch and pixels: the bias gradient when
+ * the filter's is not wanted (the backward-weights primitive makes both). */
+static void s_bias_grad(const s_geom_t *k, const float *dy, float *db, int acc) {
+    const size_t p = (size_t)(k->oh * k->ow);
+    for (int64_t o = 0; o < k->o; o++) {
+        double s = 0.0;
+        for (int64_t b = 0; b < k->n; b++) {
+            const float *r = dy + ((size_t)b * (size_t)k->o + (size_t)o) * p;
+            for (size_t i = 0; i < p; i++)
+                s += r[i];
+        }
+        db[o] = acc ? db[o] + (float)s : (float)s;
+    }
+}
+
+/* ---- the cache's interface ---------------------------------------------------- */
+
+tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path) {
+    tp_dnnl_conv_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        tp_error(TP_ERR_NOMEM, "oneDNN convolution cache");
+        return NULL;
+    }
+    self->path = path;
+    dnnl_status_t st = dnnl_engine_create(&self->engine, dnnl_cpu, 0);
+    if (st != dnnl_success) {
+        s_fail(st, "dnnl_engine_create(cpu)", "CPU backend", __FILE__, __LINE__);
+        free(self);
+        return NULL;
+    }
+    pthread_mutex_init(&self->mu, NULL);
+    return self;
+}
+
+void tp_dnnl_conv_destroy(tp_dnnl_conv_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    tp_dnnl_conv_t *self = *self_p;
+    for (s_entry_t *e = self->entries, *next; e; e = next) {
+        next = e->next;
+        s_entry_free(e);
+    }
+    dnnl_engine_destroy(self->engine);
+    pthread_mutex_destroy(&self->mu);
+    free(self);
+    *self_p = NULL;
+}
+
+int tp_dnnl_conv_cached(tp_dnnl_conv_t *self) {
+    pthread_mutex_lock(&self->mu);
+    int n = self->count;
+    pthread_mutex_unlock(&self->mu);
+    return n;
+}
+
+size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D)
+        return tp_cpu_conv_workspace(c);
+    s_entry_t *e;
+    int owned;
+    if (s_lookup(self, c, &e, &owned) != TP_OK) {
+        /* planning cannot fail here: the run's own call reports it */
+        tp_clear_error();
+        return tp_cpu_conv_workspace(c);
+    }
+    size_t bytes = 0;
+    if (!e->ok)
+        bytes = tp_cpu_conv_workspace(c);
+    else
+        for (int i = 0; i < S_PASSES; i++)
+            if (e->pass[i].bytes > bytes)
+                bytes = e->pass[i].bytes;
+    if (owned)
+        s_entry_free(e);
+    return bytes;
+}
+
+tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D)
+        return tp_cpu_conv_forward(c);
+    s_entry_t *e;
+    int owned;
+    TP_TRY(s_lookup(self, c, &e, &owned));
+    tp_status_t rc;
+    if (!e->ok) {
+        rc = tp_cpu_conv_forward(c);
+    } else {
+        void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->x[1]};
+        int acc[S_MAX_ARGS] = {0};
+        if (e->key.bias) {
+            user[2] = (void *)c->x[2];
+            user[3] = c->y;
+        } else {
+            user[2] = c->y;
+        }
+        rc = s_run(self, &e->pass[S_FWD], user, acc, c);
+    }
+    if (owned)
+        s_entry_free(e);
+    return rc;
+}
+
+tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D)
+        return tp_cpu_conv_backward(c);
+    s_entry_t *e;
+    int owned;
+    TP_TRY(s_lookup(self, c, &e, &owned));
+    tp_status_t rc = TP_OK;
+    if (!e->ok) {
+        rc = tp_cpu_conv_backward(c);
+        goto done;
+    }
+    float *db = c->ninputs > 2 ? c->dx[2] : NULL;
+    if (c->dx[1]) {
+        void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->dy, c->dx[1], db};
+        int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[1], db ? c->dx_acc[2] : 0};
+        rc = s_run(self, &e->pass[S_BWD_WEIGHTS], user, acc, c);
+    } else if (db) {
+        s_bias_grad(&e->key, c->dy, db, c->dx_acc[2]);
+    }
+    if (rc == TP_OK && c->dx[0]) {
+        void *user[S_MAX_ARGS] = {(void *)c->dy, (void *)c->x[1], c->dx[0]};
+        int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[0]};
+        rc = s_run(self, &e->pass[S_BWD_DATA], user, acc, c);
+    }
+done:
+    if (owned)
+        s_entry_free(e);
+    return rc;
+}
