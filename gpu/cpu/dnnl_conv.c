@@ -44,6 +44,7 @@ enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
  * that memcmp compares it). */
 typedef struct {
     int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, g, bias;
+    int64_t threads; /* the OpenMP team it was made for (below) */
 } s_geom_t;
 
 /* One argument of a primitive: the op's plain layout and the primitive's;
@@ -67,13 +68,23 @@ typedef struct {
     s_arg_t args[S_MAX_ARGS];
     dnnl_memory_desc_t scratch;    /* user scratchpad (size 0: none) */
     size_t scratch_bytes;
-    size_t bytes;                  /* the whole pass's workspace */
+    size_t bytes;                  /* the pass's rooms */
 } s_pass_t;
 
+/* A geometry's passes and its workspace: [keep][dd][the running pass's
+ * rooms]. keep: x in the layout of the forward's and the backward-weights'
+ * source, written by the forward and read by the backward of the same step
+ * (an op's workspace lasts from one to the other), so x is reordered once
+ * a step, not twice; dd: dy in the backward passes' layout, reordered once
+ * for both. */
 typedef struct s_entry {
     s_geom_t key;
     int ok;                        /* oneDNN implements all three passes */
     s_pass_t pass[S_PASSES];
+    int data_im2col;               /* backward-data by ops_conv.c (below) */
+    size_t keep_bytes, dd_bytes;   /* 0: not shared */
+    size_t rooms;                  /* where the passes' rooms start */
+    size_t bytes;                  /* the whole workspace, with alignment */
     struct s_entry *next;
 } s_entry_t;
 
@@ -123,6 +134,21 @@ tp_status_t tp_cpu_conv_path_from_env(tp_cpu_conv_path_t *path) {
     return TP_OK;
 }
 
+/* ---- threads ------------------------------------------------------------- */
+
+/* The calling thread's OpenMP team: the backend's thread count. Set before
+ * a primitive is made too, not only before it runs: oneDNN splits the work
+ * when it makes the primitive, for the team it sees then, and runs with
+ * that many threads (num_threads) whatever the team is later; a primitive
+ * made for 2 threads run by a tower that should use 1 oversubscribes the
+ * cores, and its threads spin at barriers waiting for each other. So the
+ * team is part of the cache key. */
+static void s_threads(void) {
+    int n = tp_backend_cpu_threads();
+    if (n > 0 && omp_get_max_threads() != n)
+        omp_set_num_threads(n);
+}
+
 /* ---- geometry ------------------------------------------------------------ */
 
 static s_geom_t s_geom(const tp_op_call_t *c) {
@@ -146,6 +172,7 @@ static s_geom_t s_geom(const tp_op_call_t *c) {
     k.dw = c->attr->dw > 0 ? c->attr->dw : 1;
     k.g = c->attr->groups > 0 ? c->attr->groups : 1;
     k.bias = c->ninputs > 2;
+    k.threads = omp_get_max_threads();
     return k;
 }
 
@@ -311,23 +338,25 @@ static tp_status_t s_finish(s_pass_t *p, const_dnnl_primitive_desc_t pd, const c
             p->args[i].off = off;
             off += s_round(dnnl_memory_desc_get_size(&p->args[i].md));
         }
-    p->bytes = off + S_ALIGN; /* and room to align the workspace's start */
+    p->bytes = off;
     return TP_OK;
 }
 
 /* The three passes of geometry k into e (e->ok 0: some pass unimplemented). */
-static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e, const char *name) {
+static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
+                                 const tp_op_call_t *c) {
+    const char *name = c->name;
     const s_geom_t *k = &e->key;
     s_mds_t m;
     TP_TRY(s_mds(self, k, name, &m));
     dnnl_convolution_desc_t fd, dd, wd;
     S_DNNL(dnnl_dilated_convolution_forward_desc_init(
-        &fd, dnnl_forward_training, dnnl_convolution_auto, &m.xa, &m.wa,
+        &fd, dnnl_forward_training, dnnl_convolution_direct, &m.xa, &m.wa,
         k->bias ? &m.b : NULL, &m.ya, m.strides, m.dil, m.pl, m.pr));
     S_DNNL(dnnl_dilated_convolution_backward_data_desc_init(
-        &dd, dnnl_convolution_auto, &m.xa, &m.wa, &m.ya, m.strides, m.dil, m.pl, m.pr));
+        &dd, dnnl_convolution_direct, &m.xa, &m.wa, &m.ya, m.strides, m.dil, m.pl, m.pr));
     S_DNNL(dnnl_dilated_convolution_backward_weights_desc_init(
-        &wd, dnnl_convolution_auto, &m.xa, &m.wa, k->bias ? &m.b : NULL, &m.ya,
+        &wd, dnnl_convolution_direct, &m.xa, &m.wa, k->bias ? &m.b : NULL, &m.ya,
         m.strides, m.dil, m.pl, m.pr));
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     int ok = 0;
@@ -369,6 +398,31 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e, const
         if (rc == TP_OK)
             rc = s_finish(p, wpd, name);
     }
+    if (rc == TP_OK && e->ok) {
+        const s_arg_t *fx = &e->pass[S_FWD].args[0], *wx = &e->pass[S_BWD_WEIGHTS].args[0];
+        const s_arg_t *wdd = &e->pass[S_BWD_WEIGHTS].args[1], *ddd = &e->pass[S_BWD_DATA].args[0];
+        if (!fx->same && dnnl_memory_desc_equal(&fx->md, &wx->md))
+            e->keep_bytes = s_round(dnnl_memory_desc_get_size(&fx->md));
+        if (!wdd->same && dnnl_memory_desc_equal(&wdd->md, &ddd->md))
+            e->dd_bytes = s_round(dnnl_memory_desc_get_size(&wdd->md));
+        /* oneDNN's backward-data for a handful of input channels (the
+         * first layer's image: 1 or 3) pads them to a block of 16 and ran
+         * 20x slower than im2col in the measurements of docs/performance.md;
+         * the first layer seldom needs it (its input is the data) */
+        e->data_im2col = k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
+        if (e->data_im2col)
+            e->dd_bytes = 0;
+        e->rooms = e->keep_bytes + e->dd_bytes;
+        size_t most = 0;
+        for (int i = 0; i < S_PASSES; i++)
+            most = e->pass[i].bytes > most ? e->pass[i].bytes : most;
+        e->bytes = e->rooms + most;
+        if (e->data_im2col && tp_cpu_conv_workspace(c) > e->bytes)
+            e->bytes = tp_cpu_conv_workspace(c);
+        e->bytes += S_ALIGN; /* room to align the workspace's start */
+    } else if (rc == TP_OK) {
+        e->bytes = tp_cpu_conv_workspace(c); /* ops_conv.c runs it */
+    }
     if (fpd)
         dnnl_primitive_desc_destroy(fpd);
     if (dpd)
@@ -383,6 +437,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e, const
  * geometries than S_MAX_ENTRIES runs, only slower). */
 static tp_status_t s_lookup(tp_dnnl_conv_t *self, const tp_op_call_t *c,
                             s_entry_t **out, int *owned) {
+    s_threads();
     const s_geom_t k = s_geom(c);
     *owned = 0;
     pthread_mutex_lock(&self->mu);
@@ -398,7 +453,7 @@ static tp_status_t s_lookup(tp_dnnl_conv_t *self, const tp_op_call_t *c,
         rc = tp_error(TP_ERR_NOMEM, "%s: oneDNN convolution cache entry", c->name);
     } else {
         e->key = k;
-        rc = s_entry_build(self, e, c->name);
+        rc = s_entry_build(self, e, c);
     }
     if (rc == TP_OK && self->count < S_MAX_ENTRIES) {
         e->next = self->entries;
@@ -418,29 +473,14 @@ static tp_status_t s_lookup(tp_dnnl_conv_t *self, const tp_op_call_t *c,
 
 /* ---- running a pass -------------------------------------------------------- */
 
-/* The calling thread's OpenMP team: the backend's thread count. */
-static void s_threads(void) {
-    int n = tp_backend_cpu_threads();
-    if (n > 0 && omp_get_max_threads() != n)
-        omp_set_num_threads(n);
-}
-
-/* Runs pass p: user[i] is argument i's buffer in the op's plain layout
- * (an output's NULL: not wanted), acc[i] 1 adds an output into it. The
- * workspace is the call's when large enough, else one made for this call
- * (a shape the plan did not see). */
-static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p,
-                         void *const user[], const int acc[], const tp_op_call_t *c) {
-    const char *name = c->name;
-    char *ws = c->workspace, *own = NULL;
-    if (!ws || c->workspace_bytes < p->bytes) {
-        own = malloc(p->bytes);
-        if (!own)
-            return tp_error(TP_ERR_NOMEM, "%s: %zu bytes of oneDNN workspace", name, p->bytes);
-        ws = own;
-    }
-    ws = (char *)(((uintptr_t)ws + S_ALIGN - 1) & ~(uintptr_t)(S_ALIGN - 1));
-    s_threads();
+/* Runs pass p with its rooms at `rooms`: user[i] is argument i's buffer in
+ * the op's plain layout (an output's NULL: not wanted), acc[i] 1 adds an
+ * output into it. An input whose blk[i] is set runs from that buffer in the
+ * primitive's layout: filled by the reorder first, unless ready[i] says it
+ * holds the data already. */
+static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *rooms,
+                         void *const user[], void *const blk[], const int ready[],
+                         const int acc[], const char *name) {
     dnnl_stream_t stream = NULL;
     dnnl_memory_t mem[2 * S_MAX_ARGS + 1] = {0};
     int nmem = 0;
@@ -458,19 +498,20 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p,
     } while (0)
     if (st != dnnl_success)
         rc = s_fail(st, "dnnl_stream_create", name, __FILE__, __LINE__);
-    /* the primitive's memory: the user's buffer, or its room (reordered in) */
+    /* the primitive's memory: the user's buffer, or a room (reordered in) */
     for (int i = 0; i < p->nargs && st == dnnl_success; i++) {
         const s_arg_t *a = &p->args[i];
         /* an output goes straight to the user's buffer when it is wanted,
          * stored (not added) and in the primitive's layout */
         const int direct = a->out ? user[i] && a->same && !acc[i] : a->same;
+        void *at = direct ? user[i] : (!a->out && blk[i]) ? blk[i] : rooms + a->off;
         dnnl_memory_t m = NULL;
-        S_CALL(dnnl_memory_create(&m, &a->md, self->engine, direct ? user[i] : ws + a->off));
+        S_CALL(dnnl_memory_create(&m, &a->md, self->engine, at));
         if (st != dnnl_success)
             break;
         mem[nmem++] = m;
         args[nargs++] = (dnnl_exec_arg_t){a->arg, m};
-        if (!a->out && a->in) {
+        if (!a->out && a->in && !(blk[i] && ready[i])) {
             dnnl_memory_t u = NULL;
             S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
             if (st != dnnl_success)
@@ -480,17 +521,17 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p,
             S_CALL(dnnl_primitive_execute(a->in, stream, 2, ra));
         }
     }
-    if (p->scratch_bytes) {
+    if (p->scratch_bytes && st == dnnl_success) {
         dnnl_memory_t m = NULL;
-        S_CALL(dnnl_memory_create(&m, &p->scratch, self->engine, ws));
+        S_CALL(dnnl_memory_create(&m, &p->scratch, self->engine, rooms));
         if (m) {
             mem[nmem++] = m;
             args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m};
         }
     }
     S_CALL(dnnl_primitive_execute(p->prim, stream, nargs, args));
-    /* outputs kept in their room go out to the user's buffer */
-    /* (args[i] is argument i's memory: the scratchpad comes last) */
+    /* outputs kept in their room go out to the user's buffer (args[i] is
+     * argument i's memory: the scratchpad comes last) */
     for (int i = 0; i < p->nargs && st == dnnl_success; i++) {
         const s_arg_t *a = &p->args[i];
         if (!a->out || !user[i] || (a->same && !acc[i]))
@@ -510,8 +551,24 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p,
 #undef S_CALL
     for (int i = 0; i < nmem; i++)
         dnnl_memory_destroy(mem[i]);
-    free(own);
     return rc;
+}
+
+/* The call's workspace, aligned, when it has the entry's bytes; else one
+ * made for this call (*own: the caller frees it), for a shape the plan did
+ * not see; a forward's kept x does not outlive it then. */
+static tp_status_t s_ws(const s_entry_t *e, const tp_op_call_t *c, char **base, char **own) {
+    char *ws = c->workspace;
+    *own = NULL;
+    if (!ws || c->workspace_bytes < e->bytes) {
+        *own = malloc(e->bytes);
+        if (!*own)
+            return tp_error(TP_ERR_NOMEM, "%s: %zu bytes of oneDNN workspace", c->name,
+                            e->bytes);
+        ws = *own;
+    }
+    *base = (char *)(((uintptr_t)ws + S_ALIGN - 1) & ~(uintptr_t)(S_ALIGN - 1));
+    return TP_OK;
 }
 
 /* db[o] (+)= the sum of dy over batch and pixels: the bias gradient when
@@ -579,13 +636,7 @@ size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
         tp_clear_error();
         return tp_cpu_conv_workspace(c);
     }
-    size_t bytes = 0;
-    if (!e->ok)
-        bytes = tp_cpu_conv_workspace(c);
-    else
-        for (int i = 0; i < S_PASSES; i++)
-            if (e->pass[i].bytes > bytes)
-                bytes = e->pass[i].bytes;
+    const size_t bytes = e->bytes;
     if (owned)
         s_entry_free(e);
     return bytes;
@@ -598,19 +649,19 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     int owned;
     TP_TRY(s_lookup(self, c, &e, &owned));
     tp_status_t rc;
+    char *base = NULL, *own = NULL;
     if (!e->ok) {
         rc = tp_cpu_conv_forward(c);
-    } else {
+    } else if ((rc = s_ws(e, c, &base, &own)) == TP_OK) {
         void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->x[1]};
-        int acc[S_MAX_ARGS] = {0};
-        if (e->key.bias) {
+        void *blk[S_MAX_ARGS] = {e->keep_bytes ? base : NULL};
+        int ready[S_MAX_ARGS] = {0}, acc[S_MAX_ARGS] = {0};
+        user[e->key.bias ? 3 : 2] = c->y;
+        if (e->key.bias)
             user[2] = (void *)c->x[2];
-            user[3] = c->y;
-        } else {
-            user[2] = c->y;
-        }
-        rc = s_run(self, &e->pass[S_FWD], user, acc, c);
+        rc = s_run(self, &e->pass[S_FWD], base + e->rooms, user, blk, ready, acc, c->name);
     }
+    free(own);
     if (owned)
         s_entry_free(e);
     return rc;
@@ -623,24 +674,48 @@ tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     int owned;
     TP_TRY(s_lookup(self, c, &e, &owned));
     tp_status_t rc = TP_OK;
+    char *base = NULL, *own = NULL;
     if (!e->ok) {
         rc = tp_cpu_conv_backward(c);
         goto done;
     }
+    if ((rc = s_ws(e, c, &base, &own)) != TP_OK)
+        goto done;
     float *db = c->ninputs > 2 ? c->dx[2] : NULL;
+    const int data = c->dx[0] && !e->data_im2col;
+    /* dy reordered once for both passes when both run on oneDNN */
+    const int share = e->dd_bytes && c->dx[1] && data;
+    char *dd = share ? base + e->keep_bytes : NULL;
     if (c->dx[1]) {
+        /* the forward's x (kept) is valid only in the planned workspace */
+        const int kept = e->keep_bytes && !own;
         void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->dy, c->dx[1], db};
+        void *blk[S_MAX_ARGS] = {kept ? base : NULL, dd};
+        int ready[S_MAX_ARGS] = {kept, 0};
         int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[1], db ? c->dx_acc[2] : 0};
-        rc = s_run(self, &e->pass[S_BWD_WEIGHTS], user, acc, c);
+        rc = s_run(self, &e->pass[S_BWD_WEIGHTS], base + e->rooms, user, blk, ready, acc,
+                   c->name);
     } else if (db) {
         s_bias_grad(&e->key, c->dy, db, c->dx_acc[2]);
     }
-    if (rc == TP_OK && c->dx[0]) {
+    if (rc == TP_OK && data) {
         void *user[S_MAX_ARGS] = {(void *)c->dy, (void *)c->x[1], c->dx[0]};
+        void *blk[S_MAX_ARGS] = {dd};
+        int ready[S_MAX_ARGS] = {share && c->dx[1]};
         int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[0]};
-        rc = s_run(self, &e->pass[S_BWD_DATA], user, acc, c);
+        rc = s_run(self, &e->pass[S_BWD_DATA], base + e->rooms, user, blk, ready, acc,
+                   c->name);
+    } else if (rc == TP_OK && c->dx[0]) {
+        /* ops_conv.c's backward-data alone, in the same workspace (the
+         * filter's pass is done) */
+        float *dxs[3] = {c->dx[0], NULL, NULL};
+        tp_op_call_t in = *c;
+        in.dx = dxs;
+        in.workspace = base;
+        rc = tp_cpu_conv_backward(&in);
     }
 done:
+    free(own);
     if (owned)
         s_entry_free(e);
     return rc;
