@@ -19,8 +19,9 @@
  * Debian builds libdnnl on OpenMP (DNNL_CPU_RUNTIME_OMP, libgomp): a
  * primitive runs on the OpenMP team of the calling thread, whose size is
  * that thread's omp_set_num_threads. Each call sets it to the backend's
- * thread count (tp_backend_cpu_threads, OpenBLAS's), so that oneDNN and
+ * thread count (tp_backend_cpu_threads: OpenBLAS's), so that oneDNN and
  * OpenBLAS use the same number of cores. */
+#include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
@@ -144,7 +145,7 @@ tp_status_t tp_cpu_conv_path_from_env(tp_cpu_conv_path_t *path) {
  * cores, and its threads spin at barriers waiting for each other. So the
  * team is part of the cache key. */
 static void s_threads(void) {
-    int n = tp_backend_cpu_threads();
+    int n = openblas_get_num_threads(); /* what tp_backend_cpu_threads says */
     if (n > 0 && omp_get_max_threads() != n)
         omp_set_num_threads(n);
 }
