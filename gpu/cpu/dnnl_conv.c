@@ -1,6 +1,8 @@
-/* towerpack gpu: conv2d on oneDNN (Debian's libdnnl 2.6) for the CPU
- * backend: forward (with its bias), backward-data, backward-weights (with
- * the bias gradient), any stride, padding, dilation and group count.
+/* towerpack gpu: conv2d and conv2d_transpose on oneDNN (Debian's libdnnl
+ * 2.6) for the CPU backend: forward (with its bias), backward-data,
+ * backward-weights (with the bias gradient), any stride, padding, dilation,
+ * group count (and output padding: the transposed conv is oneDNN's
+ * deconvolution, W in PyTorch's [C_in, C_out/g, KH, KW], oneDNN's iohw).
  *
  * Each geometry (batch, channels, image, kernel, stride, padding, dilation,
  * groups, bias or not) gets its three primitives once, when the model plans
@@ -32,6 +34,7 @@
 
 #include "gpu/cpu/dnnl_conv.h"
 #include "gpu/cpu/ops_conv.h"
+#include "gpu/cpu/ops_elementwise.h"
 
 /* OpenMP's own (libgomp; declared here so that no OpenMP compiler flag is
  * needed for one call) */
@@ -44,6 +47,7 @@ enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
 /* The cache key: everything a primitive depends on (zeroed, then set, so
  * that memcmp compares it). */
 typedef struct {
+    int64_t deconv; /* conv2d_transpose: x is the small image, y the large */
     int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, g, bias;
     int64_t threads; /* the OpenMP team it was made for (below) */
 } s_geom_t;
@@ -156,6 +160,7 @@ static s_geom_t s_geom(const tp_op_call_t *c) {
     s_geom_t k;
     memset(&k, 0, sizeof k);
     const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
+    k.deconv = c->kind == TP_OP_CONV_TRANSPOSE;
     k.n = x->d[0];
     k.c = x->d[1];
     k.h = x->d[2];
@@ -193,12 +198,16 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32, dnnl_nchw));
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32, dnnl_nchw));
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->b, 1, bd, dnnl_f32, dnnl_a));
+    /* conv2d's W is [O, C/g, KH, KW]; conv2d_transpose's (PyTorch's) is
+     * [C, O/g, KH, KW], oneDNN's iohw of the same logical weights */
     if (k->g > 1) {
         dnnl_dims_t wd = {k->g, k->o / k->g, k->c / k->g, k->kh, k->kw};
-        S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 5, wd, dnnl_f32, dnnl_goihw));
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 5, wd, dnnl_f32,
+                                            k->deconv ? dnnl_giohw : dnnl_goihw));
     } else {
         dnnl_dims_t wd = {k->o, k->c, k->kh, k->kw};
-        S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 4, wd, dnnl_f32, dnnl_oihw));
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 4, wd, dnnl_f32,
+                                            k->deconv ? dnnl_iohw : dnnl_oihw));
     }
     if (self->path == TP_CPU_CONV_DNNL_PLAIN) {
         m->xa = m->x;
@@ -216,8 +225,12 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     m->dil[1] = k->dw - 1;
     m->pl[0] = k->ph;
     m->pl[1] = k->pw;
-    m->pr[0] = (k->oh - 1) * k->sh + (k->kh - 1) * k->dh + 1 - k->h - k->ph;
-    m->pr[1] = (k->ow - 1) * k->sw + (k->kw - 1) * k->dw + 1 - k->w - k->pw;
+    /* a transposed conv's padding is that of the conv from y to x (its
+     * output padding is the right padding's shortfall) */
+    const int64_t bh = k->deconv ? k->oh : k->h, bw = k->deconv ? k->ow : k->w;
+    const int64_t sh_ = k->deconv ? k->h : k->oh, sw_ = k->deconv ? k->w : k->ow;
+    m->pr[0] = (sh_ - 1) * k->sh + (k->kh - 1) * k->dh + 1 - bh - k->ph;
+    m->pr[1] = (sw_ - 1) * k->sw + (k->kw - 1) * k->dw + 1 - bw - k->pw;
     return TP_OK;
 }
 
@@ -350,15 +363,44 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
     const s_geom_t *k = &e->key;
     s_mds_t m;
     TP_TRY(s_mds(self, k, name, &m));
+    /* (a deconvolution's descriptor is a convolution's, dnnl_types.h) */
     dnnl_convolution_desc_t fd, dd, wd;
-    S_DNNL(dnnl_dilated_convolution_forward_desc_init(
-        &fd, dnnl_forward_training, dnnl_convolution_direct, &m.xa, &m.wa,
-        k->bias ? &m.b : NULL, &m.ya, m.strides, m.dil, m.pl, m.pr));
-    S_DNNL(dnnl_dilated_convolution_backward_data_desc_init(
-        &dd, dnnl_convolution_direct, &m.xa, &m.wa, &m.ya, m.strides, m.dil, m.pl, m.pr));
-    S_DNNL(dnnl_dilated_convolution_backward_weights_desc_init(
-        &wd, dnnl_convolution_direct, &m.xa, &m.wa, k->bias ? &m.b : NULL, &m.ya,
-        m.strides, m.dil, m.pl, m.pr));
+    const dnnl_memory_desc_t *bias = k->bias ? &m.b : NULL;
+    dnnl_status_t st;
+    if (!k->deconv) {
+        st = dnnl_dilated_convolution_forward_desc_init(
+            &fd, dnnl_forward_training, dnnl_convolution_direct, &m.xa, &m.wa, bias, &m.ya,
+            m.strides, m.dil, m.pl, m.pr);
+        if (st == dnnl_success)
+            st = dnnl_dilated_convolution_backward_data_desc_init(
+                &dd, dnnl_convolution_direct, &m.xa, &m.wa, &m.ya, m.strides, m.dil, m.pl,
+                m.pr);
+        if (st == dnnl_success)
+            st = dnnl_dilated_convolution_backward_weights_desc_init(
+                &wd, dnnl_convolution_direct, &m.xa, &m.wa, bias, &m.ya, m.strides, m.dil,
+                m.pl, m.pr);
+    } else if (k->c / k->g < 8 || k->o / k->g < 8) {
+        /* a transposed conv to or from a few-channel image: oneDNN pads the
+         * channels to 16 (the slow case of conv2d's backward-data below) */
+        st = dnnl_unimplemented;
+    } else {
+        st = dnnl_dilated_deconvolution_forward_desc_init(
+            &fd, dnnl_forward_training, dnnl_deconvolution_direct, &m.xa, &m.wa, bias,
+            &m.ya, m.strides, m.dil, m.pl, m.pr);
+        if (st == dnnl_success)
+            st = dnnl_dilated_deconvolution_backward_data_desc_init(
+                &dd, dnnl_deconvolution_direct, &m.xa, &m.wa, &m.ya, m.strides, m.dil,
+                m.pl, m.pr);
+        if (st == dnnl_success)
+            st = dnnl_dilated_deconvolution_backward_weights_desc_init(
+                &wd, dnnl_deconvolution_direct, &m.xa, &m.wa, bias, &m.ya, m.strides,
+                m.dil, m.pl, m.pr);
+    }
+    if (st != dnnl_success) { /* a geometry oneDNN does not take: im2col's */
+        e->ok = 0;
+        e->bytes = tp_cpu_conv_workspace(c);
+        return TP_OK;
+    }
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     int ok = 0;
     tp_status_t rc = s_pd(self, &fd, NULL, &fpd, &ok, name);
@@ -410,7 +452,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
          * first layer's image: 1 or 3) pads them to a block of 16 and ran
          * 20x slower than im2col in the measurements of docs/performance.md;
          * the first layer seldom needs it (its input is the data) */
-        e->data_im2col = k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
+        e->data_im2col = !k->deconv && k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
         if (e->data_im2col)
             e->dd_bytes = 0;
         e->rooms = e->keep_bytes + e->dd_bytes;
@@ -628,7 +670,7 @@ int tp_dnnl_conv_cached(tp_dnnl_conv_t *self) {
 }
 
 size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
-    if (c->kind != TP_OP_CONV2D)
+    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
         return tp_cpu_conv_workspace(c);
     s_entry_t *e;
     int owned;
@@ -644,7 +686,7 @@ size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
 }
 
 tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
-    if (c->kind != TP_OP_CONV2D)
+    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
         return tp_cpu_conv_forward(c);
     s_entry_t *e;
     int owned;
@@ -669,7 +711,7 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
 }
 
 tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
-    if (c->kind != TP_OP_CONV2D)
+    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
         return tp_cpu_conv_backward(c);
     s_entry_t *e;
     int owned;
@@ -715,6 +757,13 @@ tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
         in.workspace = base;
         rc = tp_cpu_conv_backward(&in);
     }
+    /* the transposed conv's gradients carry the tests' deliberate fault
+     * (ops_elementwise.h) as ops_conv.c's do: 1 in every real run */
+    if (rc == TP_OK && e->key.deconv && tp_cpu_elementwise_grad_fault != 1.0f)
+        for (int i = 0; i < c->ninputs && i < 3; i++)
+            if (c->dx[i])
+                for (size_t j = 0, n = tp_shape_count(&c->xshape[i]); j < n; j++)
+                    c->dx[i][j] *= tp_cpu_elementwise_grad_fault;
 done:
     free(own);
     if (owned)

@@ -1,6 +1,7 @@
 /* towerpack gpu: the CPU backend's convolutions on oneDNN (Debian's
- * libdnnl 2.6): conv2d's forward, backward-data and backward-weights (with
- * the bias and its gradient), stride, padding, dilation and groups.
+ * libdnnl 2.6): conv2d's and conv2d_transpose's forward, backward-data
+ * and backward-weights (with the bias and its gradient), stride, padding,
+ * dilation, groups.
  * Primitives are made once per geometry and kept in a cache the backend
  * owns; a geometry oneDNN has no implementation for, and every other op of
  * the family, runs the im2col + OpenBLAS code of ops_conv.c. */
@@ -25,7 +26,7 @@ tp_status_t tp_cpu_conv_path_from_env(tp_cpu_conv_path_t *path);
 tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path);
 void tp_dnnl_conv_destroy(tp_dnnl_conv_t **self_p);
 
-/* Scratch bytes of a conv2d call (the primitives of its geometry are made
+/* Scratch bytes of a conv2d or conv2d_transpose call (the primitives of its geometry are made
  * here, at planning, when they are not cached yet); falls back to ops_conv.c
  * for the other ops of the family and for geometries oneDNN lacks. */
 size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c);

@@ -5,6 +5,7 @@
  * many channels (the suites' small ones mostly take other paths: a 1- to
  * 7-channel image's backward-data is im2col's), strides, padding that a
  * stride skips, dilation, groups, depthwise, 1x1, with and without bias;
+ * the transposed convolution likewise (dilation, groups, output padding);
  * both oneDNN layouts (TP_CPU_CONV=dnnl, dnnl-plain). Then the cache (one
  * entry per geometry), a call with no planned workspace, the thread count
  * oneDNN runs on, and an unknown TP_CPU_CONV. */
@@ -20,17 +21,23 @@ extern int omp_get_max_threads(void);
 
 typedef struct {
     int n, c, h, w, o, k, s, p, d, g, bias;
+    int t, op; /* conv2d_transpose, its output padding */
 } geom_t;
 
 static const geom_t s_geoms[] = {
-    {4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1},  /* the CNN's kind, odd image */
-    {3, 32, 8, 7, 16, 3, 2, 1, 1, 1, 0},  /* stride 2, odd width */
-    {2, 16, 8, 8, 16, 3, 2, 0, 1, 1, 1},  /* stride skips the last column */
-    {2, 16, 10, 10, 16, 3, 1, 2, 2, 1, 0},/* dilation 2 */
-    {2, 32, 6, 6, 32, 3, 1, 1, 1, 4, 1},  /* 4 groups */
-    {2, 16, 6, 6, 16, 3, 1, 1, 1, 16, 0}, /* depthwise */
-    {2, 24, 5, 5, 48, 1, 1, 0, 1, 1, 1},  /* 1x1 */
-    {2, 1, 12, 12, 8, 5, 2, 0, 1, 1, 1},  /* an image: backward-data by im2col */
+    {4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},  /* the CNN's kind, odd image */
+    {3, 32, 8, 7, 16, 3, 2, 1, 1, 1, 0, 0, 0},  /* stride 2, odd width */
+    {2, 16, 8, 8, 16, 3, 2, 0, 1, 1, 1, 0, 0},  /* stride skips the last column */
+    {2, 16, 10, 10, 16, 3, 1, 2, 2, 1, 0, 0, 0},/* dilation 2 */
+    {2, 32, 6, 6, 32, 3, 1, 1, 1, 4, 1, 0, 0},  /* 4 groups */
+    {2, 16, 6, 6, 16, 3, 1, 1, 1, 16, 0, 0, 0}, /* depthwise */
+    {2, 24, 5, 5, 48, 1, 1, 0, 1, 1, 1, 0, 0},  /* 1x1 */
+    {2, 1, 12, 12, 8, 5, 2, 0, 1, 1, 1, 0, 0},  /* an image: backward-data by im2col */
+    /* conv2d_transpose: x [n, c, h, w] to y [n, o, ...], W [c, o/g, k, k] */
+    {2, 32, 7, 7, 16, 4, 2, 1, 1, 1, 1, 1, 0},  /* the autoencoder's dec1 */
+    {2, 16, 5, 6, 16, 3, 2, 1, 1, 1, 0, 1, 1},  /* output padding */
+    {2, 16, 4, 4, 32, 3, 1, 1, 2, 2, 1, 1, 0},  /* dilation 2, 2 groups */
+    {2, 16, 6, 6, 1, 4, 2, 1, 1, 1, 1, 1, 0},   /* to an image: im2col's */
 };
 
 /* One conv2d call's buffers. */
@@ -59,10 +66,16 @@ static void s_conv(conv_t *t, const geom_t *g) {
     t->attr.ph = t->attr.pw = g->p;
     t->attr.dh = t->attr.dw = g->d;
     t->attr.groups = g->g;
-    const int oh = (g->h + 2 * g->p - g->d * (g->k - 1) - 1) / g->s + 1;
-    const int ow = (g->w + 2 * g->p - g->d * (g->k - 1) - 1) / g->s + 1;
+    t->attr.oph = t->attr.opw = g->op;
+    int oh = (g->h + 2 * g->p - g->d * (g->k - 1) - 1) / g->s + 1;
+    int ow = (g->w + 2 * g->p - g->d * (g->k - 1) - 1) / g->s + 1;
+    if (g->t) {
+        oh = (g->h - 1) * g->s - 2 * g->p + g->d * (g->k - 1) + 1 + g->op;
+        ow = (g->w - 1) * g->s - 2 * g->p + g->d * (g->k - 1) + 1 + g->op;
+    }
     t->xs[0] = (tp_shape_t){4, {g->n, g->c, g->h, g->w}};
-    t->xs[1] = (tp_shape_t){4, {g->o, g->c / g->g, g->k, g->k}};
+    t->xs[1] = g->t ? (tp_shape_t){4, {g->c, g->o / g->g, g->k, g->k}}
+                    : (tp_shape_t){4, {g->o, g->c / g->g, g->k, g->k}};
     t->xs[2] = (tp_shape_t){1, {g->o}};
     t->ys = (tp_shape_t){4, {g->n, g->o, oh, ow}};
     t->nx = tp_shape_count(&t->xs[0]);
@@ -86,7 +99,7 @@ static void s_conv(conv_t *t, const geom_t *g) {
     t->grads[0] = t->dx;
     t->grads[1] = t->dw;
     t->grads[2] = t->db;
-    t->c.kind = TP_OP_CONV2D;
+    t->c.kind = g->t ? TP_OP_CONV_TRANSPOSE : TP_OP_CONV2D;
     t->c.attr = &t->attr;
     t->c.name = "conv";
     t->c.ninputs = g->bias ? 3 : 2;
