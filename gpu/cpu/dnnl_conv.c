@@ -27,9 +27,11 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
+#include <towerpack/log.h>
 #include "gpu/backend_impl.h"
 
 #include "gpu/cpu/dnnl_conv.h"
@@ -645,6 +647,19 @@ tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path) {
         return NULL;
     }
     pthread_mutex_init(&self->mu, NULL);
+    /* libgomp's idle threads spin (OMP_WAIT_POLICY unset: up to 300,000
+     * rounds) after each parallel region, taking a core from the tower's
+     * own thread and OpenBLAS's; libgomp reads the policy when it loads,
+     * before any code of ours runs, so it can only be said here */
+    if (openblas_get_num_threads() > 1 && !getenv("OMP_WAIT_POLICY") &&
+        !getenv("GOMP_SPINCOUNT")) {
+        static atomic_int said;
+        if (!atomic_exchange(&said, 1))
+            TP_INFO("CPU backend: %d threads; oneDNN's OpenMP threads spin between "
+                    "convolutions: OMP_WAIT_POLICY=passive in the environment lets "
+                    "the other ops have the cores (docs/compute.md#threads)",
+                    openblas_get_num_threads());
+    }
     return self;
 }
 
