@@ -640,10 +640,10 @@ tp_backend_t *tp_backend_cpu_new(int threads) {
         free(b);
         return NULL;
     }
-    /* the convolutions' path (TP_CPU_CONV; docs/compute.md): oneDNN's cache,
-     * or none for im2col + OpenBLAS */
+    /* the convolutions' path (TP_CPU_CONV, else by the thread count just
+     * set; docs/compute.md): oneDNN's cache, or none for im2col + OpenBLAS */
     tp_cpu_conv_path_t path;
-    if (tp_cpu_conv_path_from_env(&path) != TP_OK) {
+    if (tp_cpu_conv_path_from_env(openblas_get_num_threads(), &path) != TP_OK) {
         free(b);
         return NULL;
     }

@@ -127,9 +127,11 @@ static size_t s_round(size_t b) { return (b + S_ALIGN - 1) & ~(size_t)(S_ALIGN -
 
 /* ---- the path ------------------------------------------------------------ */
 
-tp_status_t tp_cpu_conv_path_from_env(tp_cpu_conv_path_t *path) {
+tp_status_t tp_cpu_conv_path_from_env(int threads, tp_cpu_conv_path_t *path) {
     const char *e = getenv("TP_CPU_CONV");
-    if (!e || !*e || !strcmp(e, "dnnl"))
+    if (!e || !*e)
+        *path = threads <= 1 ? TP_CPU_CONV_DNNL : TP_CPU_CONV_IM2COL;
+    else if (!strcmp(e, "dnnl"))
         *path = TP_CPU_CONV_DNNL;
     else if (!strcmp(e, "dnnl-plain"))
         *path = TP_CPU_CONV_DNNL_PLAIN;

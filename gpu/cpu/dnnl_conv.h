@@ -16,10 +16,12 @@ typedef struct tp_dnnl_conv tp_dnnl_conv_t;
 
 /* The convolution path TP_CPU_CONV names: "dnnl" (oneDNN, the layouts it
  * chooses, reordered at the edges), "dnnl-plain" (oneDNN on NCHW/OIHW
- * memory, no reorders), "im2col" (ops_conv.c). Unset or empty: the
- * default, "dnnl". Anything else: TP_ERR_INVALID. */
+ * memory, no reorders), "im2col" (ops_conv.c). Unset or empty: the faster
+ * one measured for a backend of `threads` threads: "dnnl" for one,
+ * "im2col" for more (oneDNN's OpenMP team and OpenBLAS's pool then share
+ * the cores: docs/performance.md, issue 49). Anything else: TP_ERR_INVALID. */
 typedef enum { TP_CPU_CONV_IM2COL = 0, TP_CPU_CONV_DNNL, TP_CPU_CONV_DNNL_PLAIN } tp_cpu_conv_path_t;
-tp_status_t tp_cpu_conv_path_from_env(tp_cpu_conv_path_t *path);
+tp_status_t tp_cpu_conv_path_from_env(int threads, tp_cpu_conv_path_t *path);
 
 /* A cache for `path` (not im2col). Caller owns; NULL with tp_error when
  * oneDNN's CPU engine cannot be made. */

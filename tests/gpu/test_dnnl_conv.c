@@ -278,6 +278,24 @@ Test(dnnl_conv, runs_on_the_backends_thread_count) {
     tp_backend_destroy(&b);
 }
 
+Test(dnnl_conv, the_default_path_follows_the_thread_count) {
+    /* oneDNN for a one-thread backend (one tower per core), im2col +
+     * OpenBLAS for more (one pool then: docs/performance.md) */
+    unsetenv("TP_CPU_CONV");
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    cr_assert_not_null(b->impl, "one thread: oneDNN");
+    tp_backend_destroy(&b);
+    b = tp_backend_cpu_new(2);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    cr_assert_null(b->impl, "two threads: im2col");
+    tp_backend_destroy(&b);
+    setenv("TP_CPU_CONV", "dnnl", 1);
+    b = tp_backend_cpu_new(2);
+    cr_assert_not_null(b->impl, "asked for by name");
+    tp_backend_destroy(&b);
+}
+
 Test(dnnl_conv, an_unknown_path_is_refused_by_name) {
     setenv("TP_CPU_CONV", "fast", 1);
     tp_backend_t *b = tp_backend_cpu_new(1);
