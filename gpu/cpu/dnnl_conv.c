@@ -7,11 +7,13 @@
  * Each geometry (batch, channels, image, kernel, stride, padding, dilation,
  * groups, bias or not) gets its three primitives once, when the model plans
  * its workspaces, and keeps them in the backend's cache until the backend
- * is destroyed. The primitives run on the op's plain NCHW / OIHW buffers:
- * with TP_CPU_CONV=dnnl (the default) oneDNN chooses the layouts it runs
- * fastest on (blocked, nChw16c on AVX-512) and every argument is reordered
- * at the op's edges, in and out, into room of the op's workspace; with
- * TP_CPU_CONV=dnnl-plain the primitives themselves take plain layouts. A
+ * is destroyed (the thread count too: oneDNN splits the work for it). The
+ * primitives run on the op's plain NCHW / OIHW buffers: with
+ * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
+ * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every
+ * argument is reordered at the op's edges, in and out, into room of the
+ * op's workspace; with TP_CPU_CONV=dnnl-plain the primitives themselves
+ * take plain layouts. A
  * gradient that is added to (dx_acc) goes through a reorder with oneDNN's
  * sum post-op. The scratchpad is the user's (the op's workspace too), so a
  * step allocates no compute memory and two towers can run one primitive at
@@ -22,7 +24,8 @@
  * primitive runs on the OpenMP team of the calling thread, whose size is
  * that thread's omp_set_num_threads. Each call sets it to the backend's
  * thread count (tp_backend_cpu_threads: OpenBLAS's), so that oneDNN and
- * OpenBLAS use the same number of cores. */
+ * OpenBLAS use the same number of cores. A few-channel image's passes run
+ * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels). */
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
