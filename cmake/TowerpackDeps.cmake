@@ -52,6 +52,19 @@ tp_find_dep(zlib     PC zlib     DEB zlib1g-dev       HEADER zlib.h     LIB z)
 # own crypto library, for the CurveZMQ handshake made by hand
 tp_find_dep(sodium   PC libsodium DEB libsodium-dev   HEADER sodium.h   LIB sodium)
 tp_find_dep(openblas PC openblas DEB libopenblas-dev  HEADER cblas.h    LIB openblas)
+# the CPU backend's convolutions (gpu/cpu/dnnl_conv.c): oneDNN (Debian's
+# libdnnl-dev 2.6, no pkg-config file). Required: a build without it would
+# hide the speed behind a silent fallback. Debian builds it on OpenMP
+# (DNNL_CPU_RUNTIME_OMP, libgomp); dnnl_conv.c sets the OpenMP thread count
+# of the calling thread, so libgomp is linked by name too.
+tp_find_dep(dnnl     DEB libdnnl-dev      HEADER oneapi/dnnl/dnnl.h LIB dnnl)
+find_library(TP_GOMP_LIBRARY NAMES gomp libgomp.so.1)
+if(NOT TP_GOMP_LIBRARY)
+  message(FATAL_ERROR "towerpack needs libgomp (the OpenMP runtime oneDNN "
+    "runs on). Install the Debian package 'libgomp1' (it comes with gcc), or "
+    "run scripts/install-deps.sh.")
+endif()
+set_property(TARGET tp::dnnl APPEND PROPERTY INTERFACE_LINK_LIBRARIES ${TP_GOMP_LIBRARY})
 # tensorpack's msgpack datapoints (dataflow/df_tp_msgpack.c): msgpack-c
 tp_find_dep(msgpack  PC msgpack  DEB libmsgpack-dev   HEADER msgpack.h  LIB msgpackc)
 # TensorBoard event files (pipeline/callbacks/monitor_tfevents.c): the

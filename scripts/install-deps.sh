@@ -35,8 +35,8 @@ packages=(
   # images (dataflow/image/): JPEG, PNG, EXIF; the decoders' tests compare
   # with PIL and OpenCV, the augmentors' with numpy
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libexif-dev python3-pil python3-opencv python3-numpy
-  # CPU backend
-  libopenblas-dev
+  # CPU backend: OpenBLAS products, oneDNN convolutions (gpu/cpu/dnnl_conv.c)
+  libopenblas-dev libdnnl-dev
   # tests; the API reference (scripts/api-docs.sh, checked by a test)
   libcriterion-dev doxygen
   # the event-file test's reader: Python's protobuf with the schema compiled

@@ -1,7 +1,8 @@
 /* towerpack gpu: the CPU backend: host memory, synchronous streams, OpenBLAS
  * products, optimizer updates and an in-process all-reduce across threads.
  *
- * The thread count is OpenBLAS's (openblas_set_num_threads). OpenBLAS
+ * The thread count is OpenBLAS's (openblas_set_num_threads), and oneDNN's
+ * (dnnl_conv.c sets the calling thread's OpenMP team to it). OpenBLAS
  * splits a product the same way for the same sizes and thread count, so a
  * run is reproducible at a fixed setting; results may differ in the last
  * bits between different thread counts. */
@@ -269,31 +270,38 @@ static tp_status_t s_stream_sync(tp_backend_t *b, tp_stream_t *s) {
     return TP_OK;
 }
 
+/* The backend's oneDNN cache; NULL (im2col) for a backend that only
+ * borrows this table (the tests' stand-in devices copy it and keep their
+ * own state in impl). */
+static const tp_backend_ops_t s_cpu_ops;
+static tp_dnnl_conv_t *s_dnnl(tp_backend_t *b) {
+    return b->ops == &s_cpu_ops ? b->impl : NULL;
+}
+
 static size_t s_op_workspace(tp_backend_t *b, const tp_op_call_t *c) {
-    (void)b;
-    return tp_cpu_op_workspace(c);
+    return tp_cpu_op_workspace(s_dnnl(b), c);
 }
 
 static tp_status_t s_op_forward(tp_backend_t *b, tp_stream_t *s,
                                 const tp_op_call_t *c) {
-    (void)b, (void)s;
+    (void)s;
     s_ftz();
     if (!s_uses_blas(c))
-        return tp_cpu_op_forward(c);
+        return tp_cpu_op_forward(s_dnnl(b), c);
     TP_TRY(s_blas_enter(c));
-    tp_status_t rc = tp_cpu_op_forward(c);
+    tp_status_t rc = tp_cpu_op_forward(s_dnnl(b), c);
     s_blas_leave();
     return rc;
 }
 
 static tp_status_t s_op_backward(tp_backend_t *b, tp_stream_t *s,
                                  const tp_op_call_t *c) {
-    (void)b, (void)s;
+    (void)s;
     s_ftz();
     if (!s_uses_blas(c))
-        return tp_cpu_op_backward(c);
+        return tp_cpu_op_backward(s_dnnl(b), c);
     TP_TRY(s_blas_enter(c));
-    tp_status_t rc = tp_cpu_op_backward(c);
+    tp_status_t rc = tp_cpu_op_backward(s_dnnl(b), c);
     s_blas_leave();
     return rc;
 }
@@ -545,7 +553,11 @@ static tp_status_t s_allreduce_local(tp_backend_t *b, float *const *bufs,
     return TP_OK;
 }
 
-static void s_destroy(tp_backend_t *b) { free(b); }
+static void s_destroy(tp_backend_t *b) {
+    tp_dnnl_conv_t *dnnl = s_dnnl(b);
+    tp_dnnl_conv_destroy(&dnnl);
+    free(b);
+}
 
 /* Timing marks: the CPU's calls end done, so a mark is the host's clock
  * when it is recorded. */
@@ -633,6 +645,17 @@ tp_backend_t *tp_backend_cpu_new(int threads) {
     s_ftz();
     /* sets the thread count too, after checking there is room for it */
     if (s_blas_reserve(1, 0, NULL, threads) < 0) {
+        free(b);
+        return NULL;
+    }
+    /* the convolutions' path (TP_CPU_CONV, else by the thread count just
+     * set; docs/compute.md): oneDNN's cache, or none for im2col + OpenBLAS */
+    tp_cpu_conv_path_t path;
+    if (tp_cpu_conv_path_from_env(openblas_get_num_threads(), &path) != TP_OK) {
+        free(b);
+        return NULL;
+    }
+    if (path != TP_CPU_CONV_IM2COL && !(b->impl = tp_dnnl_conv_new(path))) {
         free(b);
         return NULL;
     }

@@ -1,7 +1,7 @@
 /* towerpack gpu: the CPU kernels of every graph op (forward and backward).
  *
- * Matrix products go to OpenBLAS (convolution as im2col + sgemm per
- * sample); everything else is plain C written so the compiler vectorises
+ * Matrix products go to OpenBLAS; convolutions to oneDNN (dnnl_conv.c) or,
+ * with TP_CPU_CONV=im2col, im2col + OpenBLAS (ops_conv.c); everything else is plain C written so the compiler vectorises
  * the inner loops, except the uint8 cast (AVX-512 or AVX2 when the CPU has
  * them, chosen at run time: the build itself targets any x86-64). Gradients follow the call's dx_acc flags: overwrite for
  * the first consumer, add for later ones, so nothing is zeroed per step. */
@@ -676,7 +676,7 @@ static void s_cast_fwd(const tp_op_call_t *c) {
 
 /* ---- dispatch ----------------------------------------------------------- */
 
-static size_t s_workspace(const tp_op_call_t *c) {
+static size_t s_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_MAX_POOL:
         return s_count(&c->yshape) * sizeof(int32_t);
@@ -687,8 +687,9 @@ static size_t s_workspace(const tp_op_call_t *c) {
     case TP_OP_SOFTMAX_XENT:
         return s_count(&c->xshape[0]) * sizeof(float);
     case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
-    case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family: ops_conv.c */
-        return tp_cpu_conv_workspace(c);
+    case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family: oneDNN
+                                   * (dnnl_conv.c) or im2col (ops_conv.c) */
+        return dnnl ? tp_dnnl_conv_workspace(dnnl, c) : tp_cpu_conv_workspace(c);
     /* the linalg family: the norms' row statistics */
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
         return tp_cpu_norm_workspace(c);
@@ -701,7 +702,7 @@ static size_t s_workspace(const tp_op_call_t *c) {
     }
 }
 
-static tp_status_t s_forward(const tp_op_call_t *c) {
+static tp_status_t s_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_MATMUL: s_matmul_fwd(c); break;
     case TP_OP_BIAS_ADD: s_bias_fwd(c); break;
@@ -727,8 +728,8 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     case TP_OP_ONE_HOT: /* the shape family: ops_shape.c */
         return tp_cpu_shape_forward(c);
     case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
-    case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family: ops_conv.c */
-        return tp_cpu_conv_forward(c);
+    case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family */
+        return dnnl ? tp_dnnl_conv_forward(dnnl, c) : tp_cpu_conv_forward(c);
     /* the linalg family: ops_linalg.c, ops_norm.c */
     case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_forward(c);
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
@@ -743,7 +744,7 @@ static tp_status_t s_forward(const tp_op_call_t *c) {
     return TP_OK;
 }
 
-static tp_status_t s_backward(const tp_op_call_t *c) {
+static tp_status_t s_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_MATMUL: s_matmul_bwd(c); break;
     case TP_OP_BIAS_ADD: s_bias_bwd(c); break;
@@ -763,7 +764,7 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
         return tp_cpu_shape_backward(c);
     case TP_OP_CONV2D: case TP_OP_CONV_TRANSPOSE: case TP_OP_UPSAMPLE_NEAREST:
     case TP_OP_UPSAMPLE_BILINEAR:
-        return tp_cpu_conv_backward(c);
+        return dnnl ? tp_dnnl_conv_backward(dnnl, c) : tp_cpu_conv_backward(c);
     /* the linalg family */
     case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_backward(c);
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
@@ -783,16 +784,16 @@ static tp_status_t s_backward(const tp_op_call_t *c) {
  * forward (the matmul's pass does it with the bias), and the backward
  * runs on dy masked by y > 0, the relu's own backward. The same numbers
  * as the op and a relu node after it. */
-size_t tp_cpu_op_workspace(const tp_op_call_t *c) {
+size_t tp_cpu_op_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     const tp_op_call_t in = tp_act_inner(c, NULL);
-    return tp_act_room(c) + s_workspace(&in);
+    return tp_act_room(c) + s_workspace(dnnl, &in);
 }
 
-tp_status_t tp_cpu_op_forward(const tp_op_call_t *c) {
+tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     if (c->attr->act == TP_ACT_NONE)
-        return s_forward(c);
+        return s_forward(dnnl, c);
     const tp_op_call_t in = tp_act_inner(c, NULL);
-    TP_TRY(s_forward(&in));
+    TP_TRY(s_forward(dnnl, &in));
     if (c->kind != TP_OP_MATMUL) {
         const size_t n = s_count(&c->yshape);
         float *restrict y = c->y;
@@ -802,9 +803,9 @@ tp_status_t tp_cpu_op_forward(const tp_op_call_t *c) {
     return TP_OK;
 }
 
-tp_status_t tp_cpu_op_backward(const tp_op_call_t *c) {
+tp_status_t tp_cpu_op_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     if (c->attr->act == TP_ACT_NONE)
-        return s_backward(c);
+        return s_backward(dnnl, c);
     const size_t n = s_count(&c->yshape);
     const float *restrict y = c->y, *restrict dy = c->dy;
     float *restrict masked = c->workspace;
@@ -813,5 +814,5 @@ tp_status_t tp_cpu_op_backward(const tp_op_call_t *c) {
         masked[i] = y[i] > 0.0f ? g : 0.0f;
     }
     const tp_op_call_t in = tp_act_inner(c, masked);
-    return s_backward(&in);
+    return s_backward(dnnl, &in);
 }

@@ -4,6 +4,7 @@
 
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
+#include "gpu/cpu/dnnl_conv.h"
 
 /* The kernels' gradient store: dst = expr (acc 0) or dst += expr (acc
  * 1), for i over [0, n). */
@@ -22,8 +23,10 @@
         }                                                                    \
     } while (0)
 
-size_t tp_cpu_op_workspace(const tp_op_call_t *c);
-tp_status_t tp_cpu_op_forward(const tp_op_call_t *c);
-tp_status_t tp_cpu_op_backward(const tp_op_call_t *c);
+/* `dnnl`: the backend's oneDNN convolutions (dnnl_conv.h), NULL for the
+ * im2col path (TP_CPU_CONV=im2col). */
+size_t tp_cpu_op_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c);
+tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c);
+tp_status_t tp_cpu_op_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c);
 
 #endif

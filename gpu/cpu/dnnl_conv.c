@@ -1,0 +1,792 @@
+/* towerpack gpu: conv2d and conv2d_transpose on oneDNN (Debian's libdnnl
+ * 2.6) for the CPU backend: forward (with its bias), backward-data,
+ * backward-weights (with the bias gradient), any stride, padding, dilation,
+ * group count (and output padding: the transposed conv is oneDNN's
+ * deconvolution, W in PyTorch's [C_in, C_out/g, KH, KW], oneDNN's iohw).
+ *
+ * Each geometry (batch, channels, image, kernel, stride, padding, dilation,
+ * groups, bias or not) gets its three primitives once, when the model plans
+ * its workspaces, and keeps them in the backend's cache until the backend
+ * is destroyed (the thread count too: oneDNN splits the work for it). The
+ * primitives run on the op's plain NCHW / OIHW buffers: with
+ * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
+ * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every
+ * argument is reordered at the op's edges, in and out, into room of the
+ * op's workspace; with TP_CPU_CONV=dnnl-plain the primitives themselves
+ * take plain layouts. A
+ * gradient that is added to (dx_acc) goes through a reorder with oneDNN's
+ * sum post-op. The scratchpad is the user's (the op's workspace too), so a
+ * step allocates no compute memory and two towers can run one primitive at
+ * once (a primitive is safe to execute from several threads; what each run
+ * writes is in its own node's workspace).
+ *
+ * Debian builds libdnnl on OpenMP (DNNL_CPU_RUNTIME_OMP, libgomp): a
+ * primitive runs on the OpenMP team of the calling thread, whose size is
+ * that thread's omp_set_num_threads. Each call sets it to the backend's
+ * thread count (tp_backend_cpu_threads: OpenBLAS's), so that oneDNN and
+ * OpenBLAS use the same number of cores. A few-channel image's passes run
+ * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels). */
+#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/backend.h>
+#include <towerpack/log.h>
+#include "gpu/backend_impl.h"
+
+#include "gpu/cpu/dnnl_conv.h"
+#include "gpu/cpu/ops_conv.h"
+#include "gpu/cpu/ops_elementwise.h"
+
+/* OpenMP's own (libgomp; declared here so that no OpenMP compiler flag is
+ * needed for one call) */
+extern void omp_set_num_threads(int n);
+extern int omp_get_max_threads(void);
+
+enum { S_FWD, S_BWD_DATA, S_BWD_WEIGHTS, S_PASSES };
+enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
+
+/* The cache key: everything a primitive depends on (zeroed, then set, so
+ * that memcmp compares it). */
+typedef struct {
+    int64_t deconv; /* conv2d_transpose: x is the small image, y the large */
+    int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, g, bias;
+    int64_t threads; /* the OpenMP team it was made for (below) */
+} s_geom_t;
+
+/* One argument of a primitive: the op's plain layout and the primitive's;
+ * a reorder between them where they differ, and room in the workspace
+ * for the primitive's copy (inputs reordered in; outputs written there and
+ * reordered out, or kept there when the op wants no such gradient). */
+typedef struct {
+    int arg;                       /* DNNL_ARG_* */
+    int out;                       /* written by the primitive */
+    int same;                      /* the primitive runs on the plain layout */
+    int room;                      /* has a buffer in the workspace */
+    dnnl_memory_desc_t user, md;   /* plain layout; the primitive's */
+    dnnl_primitive_t in;           /* user -> md (inputs, layouts differ) */
+    dnnl_primitive_t put[2];       /* md -> user: [0] store, [1] add (sum) */
+    size_t off;                    /* its room, bytes into the workspace */
+} s_arg_t;
+
+typedef struct {
+    dnnl_primitive_t prim;
+    int nargs;
+    s_arg_t args[S_MAX_ARGS];
+    dnnl_memory_desc_t scratch;    /* user scratchpad (size 0: none) */
+    size_t scratch_bytes;
+    size_t bytes;                  /* the pass's rooms */
+} s_pass_t;
+
+/* A geometry's passes and its workspace: [keep][dd][the running pass's
+ * rooms]. keep: x in the layout of the forward's and the backward-weights'
+ * source, written by the forward and read by the backward of the same step
+ * (an op's workspace lasts from one to the other), so x is reordered once
+ * a step, not twice; dd: dy in the backward passes' layout, reordered once
+ * for both. */
+typedef struct s_entry {
+    s_geom_t key;
+    int ok;                        /* oneDNN implements all three passes */
+    s_pass_t pass[S_PASSES];
+    int data_im2col;               /* backward-data by ops_conv.c (below) */
+    size_t keep_bytes, dd_bytes;   /* 0: not shared */
+    size_t rooms;                  /* where the passes' rooms start */
+    size_t bytes;                  /* the whole workspace, with alignment */
+    struct s_entry *next;
+} s_entry_t;
+
+struct tp_dnnl_conv {
+    dnnl_engine_t engine;
+    tp_cpu_conv_path_t path;
+    pthread_mutex_t mu;            /* guards the list; entries never change
+                                      once listed */
+    s_entry_t *entries;
+    int count;
+};
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* oneDNN's status as towerpack's, naming the call, the node and the place. */
+static tp_status_t s_fail(dnnl_status_t st, const char *expr, const char *node,
+                          const char *file, int line) {
+    tp_status_t rc = st == dnnl_out_of_memory      ? TP_ERR_NOMEM
+                     : st == dnnl_invalid_arguments ? TP_ERR_INVALID
+                     : st == dnnl_unimplemented     ? TP_ERR_UNSUPPORTED
+                                                    : TP_ERR_DEVICE;
+    return tp_error(rc, "%s: oneDNN %s failed: %s (%s:%d)", node ? node : "conv2d",
+                    expr, dnnl_status2str(st), file, line);
+}
+#define S_DNNL(expr)                                                           \
+    do {                                                                       \
+        dnnl_status_t st_ = (expr);                                            \
+        if (st_ != dnnl_success)                                               \
+            return s_fail(st_, #expr, name, __FILE__, __LINE__);               \
+    } while (0)
+
+static size_t s_round(size_t b) { return (b + S_ALIGN - 1) & ~(size_t)(S_ALIGN - 1); }
+
+/* ---- the path ------------------------------------------------------------ */
+
+tp_status_t tp_cpu_conv_path_from_env(int threads, tp_cpu_conv_path_t *path) {
+    const char *e = getenv("TP_CPU_CONV");
+    if (!e || !*e)
+        *path = threads <= 1 ? TP_CPU_CONV_DNNL : TP_CPU_CONV_IM2COL;
+    else if (!strcmp(e, "dnnl"))
+        *path = TP_CPU_CONV_DNNL;
+    else if (!strcmp(e, "dnnl-plain"))
+        *path = TP_CPU_CONV_DNNL_PLAIN;
+    else if (!strcmp(e, "im2col"))
+        *path = TP_CPU_CONV_IM2COL;
+    else
+        return tp_error(TP_ERR_INVALID,
+                        "TP_CPU_CONV=%s: expected dnnl, dnnl-plain or im2col", e);
+    return TP_OK;
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+/* The calling thread's OpenMP team: the backend's thread count. Set before
+ * a primitive is made too, not only before it runs: oneDNN splits the work
+ * when it makes the primitive, for the team it sees then, and runs with
+ * that many threads (num_threads) whatever the team is later; a primitive
+ * made for 2 threads run by a tower that should use 1 oversubscribes the
+ * cores, and its threads spin at barriers waiting for each other. So the
+ * team is part of the cache key. */
+static void s_threads(void) {
+    int n = openblas_get_num_threads(); /* what tp_backend_cpu_threads says */
+    if (n > 0 && omp_get_max_threads() != n)
+        omp_set_num_threads(n);
+}
+
+/* ---- geometry ------------------------------------------------------------ */
+
+static s_geom_t s_geom(const tp_op_call_t *c) {
+    s_geom_t k;
+    memset(&k, 0, sizeof k);
+    const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
+    k.deconv = c->kind == TP_OP_CONV_TRANSPOSE;
+    k.n = x->d[0];
+    k.c = x->d[1];
+    k.h = x->d[2];
+    k.w = x->d[3];
+    k.o = y->d[1];
+    k.oh = y->d[2];
+    k.ow = y->d[3];
+    k.kh = c->attr->kh;
+    k.kw = c->attr->kw;
+    k.sh = c->attr->sh;
+    k.sw = c->attr->sw;
+    k.ph = c->attr->ph;
+    k.pw = c->attr->pw;
+    k.dh = c->attr->dh > 0 ? c->attr->dh : 1;
+    k.dw = c->attr->dw > 0 ? c->attr->dw : 1;
+    k.g = c->attr->groups > 0 ? c->attr->groups : 1;
+    k.bias = c->ninputs > 2;
+    k.threads = omp_get_max_threads();
+    return k;
+}
+
+/* The plain descriptions of x, w, b and y, and the primitive's (any, or
+ * the same plain ones); oneDNN's dilation counts the gaps (ours - 1), and
+ * its right padding is what makes the output size exact (it may be
+ * negative: a stride that skips the last columns). */
+typedef struct {
+    dnnl_memory_desc_t x, w, b, y, xa, wa, ya;
+    dnnl_dims_t strides, dil, pl, pr;
+} s_mds_t;
+
+static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
+                         const char *name, s_mds_t *m) {
+    dnnl_dims_t xd = {k->n, k->c, k->h, k->w}, yd = {k->n, k->o, k->oh, k->ow};
+    dnnl_dims_t bd = {k->o};
+    S_DNNL(dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32, dnnl_nchw));
+    S_DNNL(dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32, dnnl_nchw));
+    S_DNNL(dnnl_memory_desc_init_by_tag(&m->b, 1, bd, dnnl_f32, dnnl_a));
+    /* conv2d's W is [O, C/g, KH, KW]; conv2d_transpose's (PyTorch's) is
+     * [C, O/g, KH, KW], oneDNN's iohw of the same logical weights */
+    if (k->g > 1) {
+        dnnl_dims_t wd = {k->g, k->o / k->g, k->c / k->g, k->kh, k->kw};
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 5, wd, dnnl_f32,
+                                            k->deconv ? dnnl_giohw : dnnl_goihw));
+    } else {
+        dnnl_dims_t wd = {k->o, k->c, k->kh, k->kw};
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 4, wd, dnnl_f32,
+                                            k->deconv ? dnnl_iohw : dnnl_oihw));
+    }
+    if (self->path == TP_CPU_CONV_DNNL_PLAIN) {
+        m->xa = m->x;
+        m->wa = m->w;
+        m->ya = m->y;
+    } else {
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->xa, 4, xd, dnnl_f32, dnnl_format_tag_any));
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->ya, 4, yd, dnnl_f32, dnnl_format_tag_any));
+        S_DNNL(dnnl_memory_desc_init_by_tag(&m->wa, m->w.ndims, m->w.dims, dnnl_f32,
+                                            dnnl_format_tag_any));
+    }
+    m->strides[0] = k->sh;
+    m->strides[1] = k->sw;
+    m->dil[0] = k->dh - 1;
+    m->dil[1] = k->dw - 1;
+    m->pl[0] = k->ph;
+    m->pl[1] = k->pw;
+    /* a transposed conv's padding is that of the conv from y to x (its
+     * output padding is the right padding's shortfall) */
+    const int64_t bh = k->deconv ? k->oh : k->h, bw = k->deconv ? k->ow : k->w;
+    const int64_t sh_ = k->deconv ? k->h : k->oh, sw_ = k->deconv ? k->w : k->ow;
+    m->pr[0] = (sh_ - 1) * k->sh + (k->kh - 1) * k->dh + 1 - bh - k->ph;
+    m->pr[1] = (sw_ - 1) * k->sw + (k->kw - 1) * k->dw + 1 - bw - k->pw;
+    return TP_OK;
+}
+
+/* ---- building a pass ------------------------------------------------------ */
+
+static void s_pass_free(s_pass_t *p) {
+    for (int i = 0; i < p->nargs; i++) {
+        s_arg_t *a = &p->args[i];
+        if (a->in)
+            dnnl_primitive_destroy(a->in);
+        for (int j = 0; j < 2; j++)
+            if (a->put[j])
+                dnnl_primitive_destroy(a->put[j]);
+    }
+    if (p->prim)
+        dnnl_primitive_destroy(p->prim);
+    memset(p, 0, sizeof *p);
+}
+
+static void s_entry_free(s_entry_t *e) {
+    if (!e)
+        return;
+    for (int i = 0; i < S_PASSES; i++)
+        s_pass_free(&e->pass[i]);
+    free(e);
+}
+
+/* A reorder from `src` to `dst`, adding to dst when `sum`. */
+static tp_status_t s_reorder(const tp_dnnl_conv_t *self, const dnnl_memory_desc_t *src,
+                             const dnnl_memory_desc_t *dst, int sum, const char *name,
+                             dnnl_primitive_t *out) {
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+    if (st == dnnl_success && sum) {
+        st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success)
+            st = dnnl_post_ops_append_sum(po, 1.0f);
+        if (st == dnnl_success)
+            st = dnnl_primitive_attr_set_post_ops(attr, po);
+    }
+    if (st == dnnl_success)
+        st = dnnl_reorder_primitive_desc_create(&pd, src, self->engine, dst,
+                                                self->engine, attr);
+    if (st == dnnl_success)
+        st = dnnl_primitive_create(out, pd);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success)
+        return s_fail(st, "reorder", name, __FILE__, __LINE__);
+    return TP_OK;
+}
+
+/* Argument `arg` of the pass: its plain layout `user` and the primitive's
+ * (queried from pd); `addable` outputs always get room (they may be added
+ * to, or not wanted at all). */
+static tp_status_t s_arg(const tp_dnnl_conv_t *self, s_pass_t *p,
+                         const_dnnl_primitive_desc_t pd, int arg, int out,
+                         int addable, const dnnl_memory_desc_t *user, const char *name) {
+    TP_ASSERT(p->nargs < S_MAX_ARGS);
+    s_arg_t *a = &p->args[p->nargs++];
+    a->arg = arg;
+    a->out = out;
+    a->user = *user;
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+    if (!md)
+        return tp_error(TP_ERR_DEVICE, "%s: oneDNN gave no layout for argument %d", name, arg);
+    a->md = *md;
+    const int same = dnnl_memory_desc_equal(&a->md, &a->user);
+    a->same = same;
+    a->room = !same || addable;
+    if (!same && !out)
+        TP_TRY(s_reorder(self, &a->user, &a->md, 0, name, &a->in));
+    if (out && (!same || addable)) {
+        TP_TRY(s_reorder(self, &a->md, &a->user, 0, name, &a->put[0]));
+        TP_TRY(s_reorder(self, &a->md, &a->user, 1, name, &a->put[1]));
+    }
+    return TP_OK;
+}
+
+/* The primitive of a pass from its descriptor; *ok 0 when oneDNN has no
+ * implementation (not an error: the im2col code runs that geometry). */
+static tp_status_t s_pd(const tp_dnnl_conv_t *self, const void *op_desc,
+                        const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd,
+                        int *ok, const char *name) {
+    dnnl_primitive_attr_t attr;
+    S_DNNL(dnnl_primitive_attr_create(&attr));
+    dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(pd, op_desc, attr, self->engine, hint);
+    dnnl_primitive_attr_destroy(attr);
+    *ok = st == dnnl_success;
+    if (st == dnnl_unimplemented) {
+        *pd = NULL;
+        return TP_OK;
+    }
+    if (st != dnnl_success)
+        return s_fail(st, "dnnl_primitive_desc_create", name, __FILE__, __LINE__);
+    return TP_OK;
+}
+
+/* The primitive, its scratchpad and the workspace layout of the pass. */
+static tp_status_t s_finish(s_pass_t *p, const_dnnl_primitive_desc_t pd, const char *name) {
+    S_DNNL(dnnl_primitive_create(&p->prim, pd));
+    const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t off = 0;
+    if (sm) {
+        p->scratch = *sm;
+        p->scratch_bytes = dnnl_memory_desc_get_size(sm);
+        off = s_round(p->scratch_bytes);
+    }
+    for (int i = 0; i < p->nargs; i++)
+        if (p->args[i].room) {
+            p->args[i].off = off;
+            off += s_round(dnnl_memory_desc_get_size(&p->args[i].md));
+        }
+    p->bytes = off;
+    return TP_OK;
+}
+
+/* The three passes of geometry k into e (e->ok 0: some pass unimplemented). */
+static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
+                                 const tp_op_call_t *c) {
+    const char *name = c->name;
+    const s_geom_t *k = &e->key;
+    s_mds_t m;
+    TP_TRY(s_mds(self, k, name, &m));
+    /* (a deconvolution's descriptor is a convolution's, dnnl_types.h) */
+    dnnl_convolution_desc_t fd, dd, wd;
+    const dnnl_memory_desc_t *bias = k->bias ? &m.b : NULL;
+    dnnl_status_t st;
+    if (!k->deconv) {
+        st = dnnl_dilated_convolution_forward_desc_init(
+            &fd, dnnl_forward_training, dnnl_convolution_direct, &m.xa, &m.wa, bias, &m.ya,
+            m.strides, m.dil, m.pl, m.pr);
+        if (st == dnnl_success)
+            st = dnnl_dilated_convolution_backward_data_desc_init(
+                &dd, dnnl_convolution_direct, &m.xa, &m.wa, &m.ya, m.strides, m.dil, m.pl,
+                m.pr);
+        if (st == dnnl_success)
+            st = dnnl_dilated_convolution_backward_weights_desc_init(
+                &wd, dnnl_convolution_direct, &m.xa, &m.wa, bias, &m.ya, m.strides, m.dil,
+                m.pl, m.pr);
+    } else if (k->c / k->g < 8 || k->o / k->g < 8) {
+        /* a transposed conv to or from a few-channel image: oneDNN pads the
+         * channels to 16 (the slow case of conv2d's backward-data below) */
+        st = dnnl_unimplemented;
+    } else {
+        st = dnnl_dilated_deconvolution_forward_desc_init(
+            &fd, dnnl_forward_training, dnnl_deconvolution_direct, &m.xa, &m.wa, bias,
+            &m.ya, m.strides, m.dil, m.pl, m.pr);
+        if (st == dnnl_success)
+            st = dnnl_dilated_deconvolution_backward_data_desc_init(
+                &dd, dnnl_deconvolution_direct, &m.xa, &m.wa, &m.ya, m.strides, m.dil,
+                m.pl, m.pr);
+        if (st == dnnl_success)
+            st = dnnl_dilated_deconvolution_backward_weights_desc_init(
+                &wd, dnnl_deconvolution_direct, &m.xa, &m.wa, bias, &m.ya, m.strides,
+                m.dil, m.pl, m.pr);
+    }
+    if (st != dnnl_success) { /* a geometry oneDNN does not take: im2col's */
+        e->ok = 0;
+        e->bytes = tp_cpu_conv_workspace(c);
+        return TP_OK;
+    }
+    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
+    int ok = 0;
+    tp_status_t rc = s_pd(self, &fd, NULL, &fpd, &ok, name);
+    if (rc == TP_OK && ok)
+        rc = s_pd(self, &dd, fpd, &dpd, &ok, name);
+    if (rc == TP_OK && ok)
+        rc = s_pd(self, &wd, fpd, &wpd, &ok, name);
+    e->ok = rc == TP_OK && ok;
+    if (e->ok) {
+        s_pass_t *p = &e->pass[S_FWD];
+        rc = s_arg(self, p, fpd, DNNL_ARG_SRC, 0, 0, &m.x, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, fpd, DNNL_ARG_WEIGHTS, 0, 0, &m.w, name);
+        if (rc == TP_OK && k->bias)
+            rc = s_arg(self, p, fpd, DNNL_ARG_BIAS, 0, 0, &m.b, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, fpd, DNNL_ARG_DST, 1, 0, &m.y, name);
+        if (rc == TP_OK)
+            rc = s_finish(p, fpd, name);
+        p = &e->pass[S_BWD_DATA];
+        if (rc == TP_OK)
+            rc = s_arg(self, p, dpd, DNNL_ARG_DIFF_DST, 0, 0, &m.y, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, dpd, DNNL_ARG_WEIGHTS, 0, 0, &m.w, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, dpd, DNNL_ARG_DIFF_SRC, 1, 1, &m.x, name);
+        if (rc == TP_OK)
+            rc = s_finish(p, dpd, name);
+        p = &e->pass[S_BWD_WEIGHTS];
+        if (rc == TP_OK)
+            rc = s_arg(self, p, wpd, DNNL_ARG_SRC, 0, 0, &m.x, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_DST, 0, 0, &m.y, name);
+        if (rc == TP_OK)
+            rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_WEIGHTS, 1, 1, &m.w, name);
+        if (rc == TP_OK && k->bias)
+            rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_BIAS, 1, 1, &m.b, name);
+        if (rc == TP_OK)
+            rc = s_finish(p, wpd, name);
+    }
+    if (rc == TP_OK && e->ok) {
+        const s_arg_t *fx = &e->pass[S_FWD].args[0], *wx = &e->pass[S_BWD_WEIGHTS].args[0];
+        const s_arg_t *wdd = &e->pass[S_BWD_WEIGHTS].args[1], *ddd = &e->pass[S_BWD_DATA].args[0];
+        if (!fx->same && dnnl_memory_desc_equal(&fx->md, &wx->md))
+            e->keep_bytes = s_round(dnnl_memory_desc_get_size(&fx->md));
+        if (!wdd->same && dnnl_memory_desc_equal(&wdd->md, &ddd->md))
+            e->dd_bytes = s_round(dnnl_memory_desc_get_size(&wdd->md));
+        /* oneDNN's backward-data for a handful of input channels (the
+         * first layer's image: 1 or 3) pads them to a block of 16 and ran
+         * 20x slower than im2col in the measurements of docs/performance.md;
+         * the first layer seldom needs it (its input is the data) */
+        e->data_im2col = !k->deconv && k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
+        if (e->data_im2col)
+            e->dd_bytes = 0;
+        e->rooms = e->keep_bytes + e->dd_bytes;
+        size_t most = 0;
+        for (int i = 0; i < S_PASSES; i++)
+            most = e->pass[i].bytes > most ? e->pass[i].bytes : most;
+        e->bytes = e->rooms + most;
+        if (e->data_im2col && tp_cpu_conv_workspace(c) > e->bytes)
+            e->bytes = tp_cpu_conv_workspace(c);
+        e->bytes += S_ALIGN; /* room to align the workspace's start */
+    } else if (rc == TP_OK) {
+        e->bytes = tp_cpu_conv_workspace(c); /* ops_conv.c runs it */
+    }
+    if (fpd)
+        dnnl_primitive_desc_destroy(fpd);
+    if (dpd)
+        dnnl_primitive_desc_destroy(dpd);
+    if (wpd)
+        dnnl_primitive_desc_destroy(wpd);
+    return rc;
+}
+
+/* The entry of c's geometry, made and listed when new. *owned 1: the cache
+ * is full and the caller frees the entry after its call (a model with more
+ * geometries than S_MAX_ENTRIES runs, only slower). */
+static tp_status_t s_lookup(tp_dnnl_conv_t *self, const tp_op_call_t *c,
+                            s_entry_t **out, int *owned) {
+    s_threads();
+    const s_geom_t k = s_geom(c);
+    *owned = 0;
+    pthread_mutex_lock(&self->mu);
+    for (s_entry_t *e = self->entries; e; e = e->next)
+        if (!memcmp(&e->key, &k, sizeof k)) {
+            pthread_mutex_unlock(&self->mu);
+            *out = e;
+            return TP_OK;
+        }
+    s_entry_t *e = calloc(1, sizeof *e);
+    tp_status_t rc = TP_OK;
+    if (!e) {
+        rc = tp_error(TP_ERR_NOMEM, "%s: oneDNN convolution cache entry", c->name);
+    } else {
+        e->key = k;
+        rc = s_entry_build(self, e, c);
+    }
+    if (rc == TP_OK && self->count < S_MAX_ENTRIES) {
+        e->next = self->entries;
+        self->entries = e;
+        self->count++;
+    } else if (rc == TP_OK) {
+        *owned = 1;
+    }
+    pthread_mutex_unlock(&self->mu);
+    if (rc != TP_OK) {
+        s_entry_free(e);
+        return rc;
+    }
+    *out = e;
+    return TP_OK;
+}
+
+/* ---- running a pass -------------------------------------------------------- */
+
+/* Runs pass p with its rooms at `rooms`: user[i] is argument i's buffer in
+ * the op's plain layout (an output's NULL: not wanted), acc[i] 1 adds an
+ * output into it. An input whose blk[i] is set runs from that buffer in the
+ * primitive's layout: filled by the reorder first, unless ready[i] says it
+ * holds the data already. */
+static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *rooms,
+                         void *const user[], void *const blk[], const int ready[],
+                         const int acc[], const char *name) {
+    dnnl_stream_t stream = NULL;
+    dnnl_memory_t mem[2 * S_MAX_ARGS + 1] = {0};
+    int nmem = 0;
+    dnnl_exec_arg_t args[S_MAX_ARGS + 1];
+    int nargs = 0;
+    tp_status_t rc = TP_OK;
+    dnnl_status_t st = dnnl_stream_create(&stream, self->engine, dnnl_stream_default_flags);
+#define S_CALL(expr)                                                           \
+    do {                                                                       \
+        if (st == dnnl_success) {                                              \
+            st = (expr);                                                       \
+            if (st != dnnl_success && rc == TP_OK)                             \
+                rc = s_fail(st, #expr, name, __FILE__, __LINE__);              \
+        }                                                                      \
+    } while (0)
+    if (st != dnnl_success)
+        rc = s_fail(st, "dnnl_stream_create", name, __FILE__, __LINE__);
+    /* the primitive's memory: the user's buffer, or a room (reordered in) */
+    for (int i = 0; i < p->nargs && st == dnnl_success; i++) {
+        const s_arg_t *a = &p->args[i];
+        /* an output goes straight to the user's buffer when it is wanted,
+         * stored (not added) and in the primitive's layout */
+        const int direct = a->out ? user[i] && a->same && !acc[i] : a->same;
+        void *at = direct ? user[i] : (!a->out && blk[i]) ? blk[i] : rooms + a->off;
+        dnnl_memory_t m = NULL;
+        S_CALL(dnnl_memory_create(&m, &a->md, self->engine, at));
+        if (st != dnnl_success)
+            break;
+        mem[nmem++] = m;
+        args[nargs++] = (dnnl_exec_arg_t){a->arg, m};
+        if (!a->out && a->in && !(blk[i] && ready[i])) {
+            dnnl_memory_t u = NULL;
+            S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
+            if (st != dnnl_success)
+                break;
+            mem[nmem++] = u;
+            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, u}, {DNNL_ARG_TO, m}};
+            S_CALL(dnnl_primitive_execute(a->in, stream, 2, ra));
+        }
+    }
+    if (p->scratch_bytes && st == dnnl_success) {
+        dnnl_memory_t m = NULL;
+        S_CALL(dnnl_memory_create(&m, &p->scratch, self->engine, rooms));
+        if (m) {
+            mem[nmem++] = m;
+            args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m};
+        }
+    }
+    S_CALL(dnnl_primitive_execute(p->prim, stream, nargs, args));
+    /* outputs kept in their room go out to the user's buffer (args[i] is
+     * argument i's memory: the scratchpad comes last) */
+    for (int i = 0; i < p->nargs && st == dnnl_success; i++) {
+        const s_arg_t *a = &p->args[i];
+        if (!a->out || !user[i] || (a->same && !acc[i]))
+            continue;
+        dnnl_memory_t u = NULL;
+        S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
+        if (st != dnnl_success)
+            break;
+        mem[nmem++] = u;
+        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, args[i].memory}, {DNNL_ARG_TO, u}};
+        S_CALL(dnnl_primitive_execute(a->put[acc[i] ? 1 : 0], stream, 2, ra));
+    }
+    if (stream) {
+        S_CALL(dnnl_stream_wait(stream));
+        dnnl_stream_destroy(stream);
+    }
+#undef S_CALL
+    for (int i = 0; i < nmem; i++)
+        dnnl_memory_destroy(mem[i]);
+    return rc;
+}
+
+/* The call's workspace, aligned, when it has the entry's bytes; else one
+ * made for this call (*own: the caller frees it), for a shape the plan did
+ * not see; a forward's kept x does not outlive it then. */
+static tp_status_t s_ws(const s_entry_t *e, const tp_op_call_t *c, char **base, char **own) {
+    char *ws = c->workspace;
+    *own = NULL;
+    if (!ws || c->workspace_bytes < e->bytes) {
+        *own = malloc(e->bytes);
+        if (!*own)
+            return tp_error(TP_ERR_NOMEM, "%s: %zu bytes of oneDNN workspace", c->name,
+                            e->bytes);
+        ws = *own;
+    }
+    *base = (char *)(((uintptr_t)ws + S_ALIGN - 1) & ~(uintptr_t)(S_ALIGN - 1));
+    return TP_OK;
+}
+
+/* db[o] (+)= the sum of dy over batch and pixels: the bias gradient when
+ * the filter's is not wanted (the backward-weights primitive makes both). */
+static void s_bias_grad(const s_geom_t *k, const float *dy, float *db, int acc) {
+    const size_t p = (size_t)(k->oh * k->ow);
+    for (int64_t o = 0; o < k->o; o++) {
+        double s = 0.0;
+        for (int64_t b = 0; b < k->n; b++) {
+            const float *r = dy + ((size_t)b * (size_t)k->o + (size_t)o) * p;
+            for (size_t i = 0; i < p; i++)
+                s += r[i];
+        }
+        db[o] = acc ? db[o] + (float)s : (float)s;
+    }
+}
+
+/* ---- the cache's interface ---------------------------------------------------- */
+
+tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path) {
+    tp_dnnl_conv_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        tp_error(TP_ERR_NOMEM, "oneDNN convolution cache");
+        return NULL;
+    }
+    self->path = path;
+    dnnl_status_t st = dnnl_engine_create(&self->engine, dnnl_cpu, 0);
+    if (st != dnnl_success) {
+        s_fail(st, "dnnl_engine_create(cpu)", "CPU backend", __FILE__, __LINE__);
+        free(self);
+        return NULL;
+    }
+    pthread_mutex_init(&self->mu, NULL);
+    /* libgomp's idle threads spin (OMP_WAIT_POLICY unset: up to 300,000
+     * rounds) after each parallel region, taking a core from the tower's
+     * own thread and OpenBLAS's; libgomp reads the policy when it loads,
+     * before any code of ours runs, so it can only be said here */
+    if (openblas_get_num_threads() > 1 && !getenv("OMP_WAIT_POLICY") &&
+        !getenv("GOMP_SPINCOUNT")) {
+        static atomic_int said;
+        if (!atomic_exchange(&said, 1))
+            TP_INFO("CPU backend: %d threads; oneDNN's OpenMP threads spin between "
+                    "convolutions: OMP_WAIT_POLICY=passive in the environment lets "
+                    "the other ops have the cores (docs/compute.md#threads)",
+                    openblas_get_num_threads());
+    }
+    return self;
+}
+
+void tp_dnnl_conv_destroy(tp_dnnl_conv_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    tp_dnnl_conv_t *self = *self_p;
+    for (s_entry_t *e = self->entries, *next; e; e = next) {
+        next = e->next;
+        s_entry_free(e);
+    }
+    dnnl_engine_destroy(self->engine);
+    pthread_mutex_destroy(&self->mu);
+    free(self);
+    *self_p = NULL;
+}
+
+int tp_dnnl_conv_cached(tp_dnnl_conv_t *self) {
+    pthread_mutex_lock(&self->mu);
+    int n = self->count;
+    pthread_mutex_unlock(&self->mu);
+    return n;
+}
+
+size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
+        return tp_cpu_conv_workspace(c);
+    s_entry_t *e;
+    int owned;
+    if (s_lookup(self, c, &e, &owned) != TP_OK) {
+        /* planning cannot fail here: the run's own call reports it */
+        tp_clear_error();
+        return tp_cpu_conv_workspace(c);
+    }
+    const size_t bytes = e->bytes;
+    if (owned)
+        s_entry_free(e);
+    return bytes;
+}
+
+tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
+        return tp_cpu_conv_forward(c);
+    s_entry_t *e;
+    int owned;
+    TP_TRY(s_lookup(self, c, &e, &owned));
+    tp_status_t rc;
+    char *base = NULL, *own = NULL;
+    if (!e->ok) {
+        rc = tp_cpu_conv_forward(c);
+    } else if ((rc = s_ws(e, c, &base, &own)) == TP_OK) {
+        void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->x[1]};
+        void *blk[S_MAX_ARGS] = {e->keep_bytes ? base : NULL};
+        int ready[S_MAX_ARGS] = {0}, acc[S_MAX_ARGS] = {0};
+        user[e->key.bias ? 3 : 2] = c->y;
+        if (e->key.bias)
+            user[2] = (void *)c->x[2];
+        rc = s_run(self, &e->pass[S_FWD], base + e->rooms, user, blk, ready, acc, c->name);
+    }
+    free(own);
+    if (owned)
+        s_entry_free(e);
+    return rc;
+}
+
+tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
+        return tp_cpu_conv_backward(c);
+    s_entry_t *e;
+    int owned;
+    TP_TRY(s_lookup(self, c, &e, &owned));
+    tp_status_t rc = TP_OK;
+    char *base = NULL, *own = NULL;
+    if (!e->ok) {
+        rc = tp_cpu_conv_backward(c);
+        goto done;
+    }
+    if ((rc = s_ws(e, c, &base, &own)) != TP_OK)
+        goto done;
+    float *db = c->ninputs > 2 ? c->dx[2] : NULL;
+    const int data = c->dx[0] && !e->data_im2col;
+    /* dy reordered once for both passes when both run on oneDNN */
+    const int share = e->dd_bytes && c->dx[1] && data;
+    char *dd = share ? base + e->keep_bytes : NULL;
+    if (c->dx[1]) {
+        /* the forward's x (kept) is valid only in the planned workspace */
+        const int kept = e->keep_bytes && !own;
+        void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->dy, c->dx[1], db};
+        void *blk[S_MAX_ARGS] = {kept ? base : NULL, dd};
+        int ready[S_MAX_ARGS] = {kept, 0};
+        int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[1], db ? c->dx_acc[2] : 0};
+        rc = s_run(self, &e->pass[S_BWD_WEIGHTS], base + e->rooms, user, blk, ready, acc,
+                   c->name);
+    } else if (db) {
+        s_bias_grad(&e->key, c->dy, db, c->dx_acc[2]);
+    }
+    if (rc == TP_OK && data) {
+        void *user[S_MAX_ARGS] = {(void *)c->dy, (void *)c->x[1], c->dx[0]};
+        void *blk[S_MAX_ARGS] = {dd};
+        int ready[S_MAX_ARGS] = {share && c->dx[1]};
+        int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[0]};
+        rc = s_run(self, &e->pass[S_BWD_DATA], base + e->rooms, user, blk, ready, acc,
+                   c->name);
+    } else if (rc == TP_OK && c->dx[0]) {
+        /* ops_conv.c's backward-data alone, in the same workspace (the
+         * filter's pass is done) */
+        float *dxs[3] = {c->dx[0], NULL, NULL};
+        tp_op_call_t in = *c;
+        in.dx = dxs;
+        in.workspace = base;
+        rc = tp_cpu_conv_backward(&in);
+    }
+    /* the transposed conv's gradients carry the tests' deliberate fault
+     * (ops_elementwise.h) as ops_conv.c's do: 1 in every real run */
+    if (rc == TP_OK && e->key.deconv && tp_cpu_elementwise_grad_fault != 1.0f)
+        for (int i = 0; i < c->ninputs && i < 3; i++)
+            if (c->dx[i])
+                for (size_t j = 0, n = tp_shape_count(&c->xshape[i]); j < n; j++)
+                    c->dx[i][j] *= tp_cpu_elementwise_grad_fault;
+done:
+    free(own);
+    if (owned)
+        s_entry_free(e);
+    return rc;
+}

@@ -1,0 +1,43 @@
+/* towerpack gpu: the CPU backend's convolutions on oneDNN (Debian's
+ * libdnnl 2.6): conv2d's and conv2d_transpose's forward, backward-data
+ * and backward-weights (with the bias and its gradient), stride, padding,
+ * dilation, groups.
+ * Primitives are made once per geometry and kept in a cache the backend
+ * owns; a geometry oneDNN has no implementation for, and every other op of
+ * the family, runs the im2col + OpenBLAS code of ops_conv.c. */
+#ifndef TOWERPACK_GPU_DNNL_CONV_H
+#define TOWERPACK_GPU_DNNL_CONV_H
+
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+/* The engine and the primitive cache of one CPU backend. */
+typedef struct tp_dnnl_conv tp_dnnl_conv_t;
+
+/* The convolution path TP_CPU_CONV names: "dnnl" (oneDNN, the layouts it
+ * chooses, reordered at the edges), "dnnl-plain" (oneDNN on NCHW/OIHW
+ * memory, no reorders), "im2col" (ops_conv.c). Unset or empty: the faster
+ * one measured for a backend of `threads` threads: "dnnl" for one,
+ * "im2col" for more (oneDNN's OpenMP team and OpenBLAS's pool then share
+ * the cores: docs/performance.md, issue 49). Anything else: TP_ERR_INVALID. */
+typedef enum { TP_CPU_CONV_IM2COL = 0, TP_CPU_CONV_DNNL, TP_CPU_CONV_DNNL_PLAIN } tp_cpu_conv_path_t;
+tp_status_t tp_cpu_conv_path_from_env(int threads, tp_cpu_conv_path_t *path);
+
+/* A cache for `path` (not im2col). Caller owns; NULL with tp_error when
+ * oneDNN's CPU engine cannot be made. */
+tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path);
+void tp_dnnl_conv_destroy(tp_dnnl_conv_t **self_p);
+
+/* Scratch bytes of a conv2d or conv2d_transpose call (the primitives of its geometry are made
+ * here, at planning, when they are not cached yet); falls back to ops_conv.c
+ * for the other ops of the family and for geometries oneDNN lacks. */
+size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c);
+/* Forward and backward of the convolution family through the cache (same
+ * contract as tp_cpu_conv_forward/backward: dx_acc honoured). */
+tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c);
+tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c);
+
+/* Geometries cached (each with its three passes), for the tests. */
+int tp_dnnl_conv_cached(tp_dnnl_conv_t *self);
+
+#endif

@@ -1,0 +1,305 @@
+/* towerpack tests: the CPU backend's oneDNN convolutions (gpu/cpu/
+ * dnnl_conv.c) against its im2col + OpenBLAS code (ops_conv.c), the
+ * reference the finite-difference and PyTorch parity suites check: the
+ * output and every gradient, stored and added (dx_acc), on geometries with
+ * many channels (the suites' small ones mostly take other paths: a 1- to
+ * 7-channel image's backward-data is im2col's), strides, padding that a
+ * stride skips, dilation, groups, depthwise, 1x1, with and without bias;
+ * the transposed convolution likewise (dilation, groups, output padding);
+ * both oneDNN layouts (TP_CPU_CONV=dnnl, dnnl-plain). Then the cache (one
+ * entry per geometry), a call with no planned workspace, the thread count
+ * oneDNN runs on, and an unknown TP_CPU_CONV. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+#include "gpu/backend_impl.h"
+#include "gpu/cpu/dnnl_conv.h"
+
+extern int omp_get_max_threads(void);
+
+typedef struct {
+    int n, c, h, w, o, k, s, p, d, g, bias;
+    int t, op; /* conv2d_transpose, its output padding */
+} geom_t;
+
+static const geom_t s_geoms[] = {
+    {4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},  /* the CNN's kind, odd image */
+    {3, 32, 8, 7, 16, 3, 2, 1, 1, 1, 0, 0, 0},  /* stride 2, odd width */
+    {2, 16, 8, 8, 16, 3, 2, 0, 1, 1, 1, 0, 0},  /* stride skips the last column */
+    {2, 16, 10, 10, 16, 3, 1, 2, 2, 1, 0, 0, 0},/* dilation 2 */
+    {2, 32, 6, 6, 32, 3, 1, 1, 1, 4, 1, 0, 0},  /* 4 groups */
+    {2, 16, 6, 6, 16, 3, 1, 1, 1, 16, 0, 0, 0}, /* depthwise */
+    {2, 24, 5, 5, 48, 1, 1, 0, 1, 1, 1, 0, 0},  /* 1x1 */
+    {2, 1, 12, 12, 8, 5, 2, 0, 1, 1, 1, 0, 0},  /* an image: backward-data by im2col */
+    /* conv2d_transpose: x [n, c, h, w] to y [n, o, ...], W [c, o/g, k, k] */
+    {2, 32, 7, 7, 16, 4, 2, 1, 1, 1, 1, 1, 0},  /* the autoencoder's dec1 */
+    {2, 16, 5, 6, 16, 3, 2, 1, 1, 1, 0, 1, 1},  /* output padding */
+    {2, 16, 4, 4, 32, 3, 1, 1, 2, 2, 1, 1, 0},  /* dilation 2, 2 groups */
+    {2, 16, 6, 6, 1, 4, 2, 1, 1, 1, 1, 1, 0},   /* to an image: im2col's */
+};
+
+/* One conv2d call's buffers. */
+typedef struct {
+    tp_op_attr_t attr;
+    tp_shape_t xs[3], ys;
+    float *x, *w, *b, *y, *dy, *dx, *dw, *db, *ws;
+    const void *in[3];
+    float *grads[3];
+    int acc[3];
+    tp_op_call_t c;
+    size_t nx, nw, ny;
+} conv_t;
+
+static void s_fill(float *v, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        v[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
+    }
+}
+
+static void s_conv(conv_t *t, const geom_t *g) {
+    memset(t, 0, sizeof *t);
+    t->attr.kh = t->attr.kw = g->k;
+    t->attr.sh = t->attr.sw = g->s;
+    t->attr.ph = t->attr.pw = g->p;
+    t->attr.dh = t->attr.dw = g->d;
+    t->attr.groups = g->g;
+    t->attr.oph = t->attr.opw = g->op;
+    int oh = (g->h + 2 * g->p - g->d * (g->k - 1) - 1) / g->s + 1;
+    int ow = (g->w + 2 * g->p - g->d * (g->k - 1) - 1) / g->s + 1;
+    if (g->t) {
+        oh = (g->h - 1) * g->s - 2 * g->p + g->d * (g->k - 1) + 1 + g->op;
+        ow = (g->w - 1) * g->s - 2 * g->p + g->d * (g->k - 1) + 1 + g->op;
+    }
+    t->xs[0] = (tp_shape_t){4, {g->n, g->c, g->h, g->w}};
+    t->xs[1] = g->t ? (tp_shape_t){4, {g->c, g->o / g->g, g->k, g->k}}
+                    : (tp_shape_t){4, {g->o, g->c / g->g, g->k, g->k}};
+    t->xs[2] = (tp_shape_t){1, {g->o}};
+    t->ys = (tp_shape_t){4, {g->n, g->o, oh, ow}};
+    t->nx = tp_shape_count(&t->xs[0]);
+    t->nw = tp_shape_count(&t->xs[1]);
+    t->ny = tp_shape_count(&t->ys);
+    t->x = malloc(t->nx * sizeof(float));
+    t->dx = malloc(t->nx * sizeof(float));
+    t->w = malloc(t->nw * sizeof(float));
+    t->dw = malloc(t->nw * sizeof(float));
+    t->b = malloc((size_t)g->o * sizeof(float));
+    t->db = malloc((size_t)g->o * sizeof(float));
+    t->y = malloc(t->ny * sizeof(float));
+    t->dy = malloc(t->ny * sizeof(float));
+    s_fill(t->x, t->nx, 1);
+    s_fill(t->w, t->nw, 2);
+    s_fill(t->b, (size_t)g->o, 3);
+    s_fill(t->dy, t->ny, 4);
+    t->in[0] = t->x;
+    t->in[1] = t->w;
+    t->in[2] = t->b;
+    t->grads[0] = t->dx;
+    t->grads[1] = t->dw;
+    t->grads[2] = t->db;
+    t->c.kind = g->t ? TP_OP_CONV_TRANSPOSE : TP_OP_CONV2D;
+    t->c.attr = &t->attr;
+    t->c.name = "conv";
+    t->c.ninputs = g->bias ? 3 : 2;
+    t->c.x = t->in;
+    t->c.xshape = t->xs;
+    t->c.y = t->y;
+    t->c.yshape = t->ys;
+    t->c.dx = t->grads;
+    t->c.dx_acc = t->acc;
+    t->c.dy = t->dy;
+}
+
+static void s_free(conv_t *t) {
+    free(t->x), free(t->dx), free(t->w), free(t->dw), free(t->b), free(t->db);
+    free(t->y), free(t->dy), free(t->ws);
+}
+
+/* Plans the call's workspace on b, as a model does. */
+static void s_plan(tp_backend_t *b, conv_t *t) {
+    free(t->ws);
+    t->c.workspace = NULL;
+    t->c.workspace_bytes = b->ops->op_workspace(b, &t->c);
+    t->ws = calloc(1, t->c.workspace_bytes + 64);
+    t->c.workspace = t->ws;
+}
+
+/* Forward, then backward with every gradient stored (acc 0) or added to
+ * ones (acc 1). */
+static void s_step(tp_backend_t *b, conv_t *t, int acc) {
+    cr_assert_eq(b->ops->op_forward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
+    for (int i = 0; i < 3; i++)
+        t->acc[i] = acc;
+    const float fill = acc ? 1.0f : NAN; /* a stored gradient overwrites NaN */
+    for (size_t i = 0; i < t->nx; i++)
+        t->dx[i] = fill;
+    for (size_t i = 0; i < t->nw; i++)
+        t->dw[i] = fill;
+    for (int64_t i = 0; i < t->xs[2].d[0]; i++)
+        t->db[i] = fill;
+    cr_assert_eq(b->ops->op_backward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
+}
+
+static tp_backend_t *s_backend(const char *path) {
+    setenv("TP_CPU_CONV", path, 1);
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    return b;
+}
+
+/* |a - r| within 1e-4 of r's largest magnitude (sums of up to a few
+ * thousand products, in a different order) */
+static void s_close(const char *what, const char *path, int gi, const float *a,
+                    const float *r, size_t n) {
+    float big = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        big = fmaxf(big, fabsf(r[i]));
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabsf(a[i] - r[i]) <= 1e-4f * (big + 1.0f),
+                  "geometry %d, %s, %s[%zu]: %g against im2col's %g", gi, path, what, i,
+                  (double)a[i], (double)r[i]);
+}
+
+Test(dnnl_conv, matches_im2col_on_every_geometry_stored_and_added) {
+    tp_backend_t *ref = s_backend("im2col");
+    const char *paths[] = {"dnnl", "dnnl-plain"};
+    tp_backend_t *bs[2] = {s_backend(paths[0]), s_backend(paths[1])};
+    for (int gi = 0; gi < (int)(sizeof s_geoms / sizeof s_geoms[0]); gi++) {
+        const geom_t *g = &s_geoms[gi];
+        for (int acc = 0; acc < 2; acc++) {
+            conv_t r, t;
+            s_conv(&r, g);
+            s_plan(ref, &r);
+            s_step(ref, &r, acc);
+            for (int pi = 0; pi < 2; pi++) {
+                s_conv(&t, g);
+                s_plan(bs[pi], &t);
+                s_step(bs[pi], &t, acc);
+                s_close("y", paths[pi], gi, t.y, r.y, t.ny);
+                s_close("dx", paths[pi], gi, t.dx, r.dx, t.nx);
+                s_close("dw", paths[pi], gi, t.dw, r.dw, t.nw);
+                if (g->bias)
+                    s_close("db", paths[pi], gi, t.db, r.db, (size_t)g->o);
+                s_free(&t);
+            }
+            s_free(&r);
+        }
+    }
+    for (int pi = 0; pi < 2; pi++)
+        tp_backend_destroy(&bs[pi]);
+    tp_backend_destroy(&ref);
+}
+
+Test(dnnl_conv, only_the_wanted_gradients_are_written) {
+    /* dx only, then dw and db only: the others stay as they were */
+    tp_backend_t *ref = s_backend("im2col"), *b = s_backend("dnnl");
+    conv_t r, t;
+    s_conv(&r, &s_geoms[0]);
+    s_plan(ref, &r);
+    s_step(ref, &r, 0);
+    s_conv(&t, &s_geoms[0]);
+    s_plan(b, &t);
+    cr_assert_eq(b->ops->op_forward(b, NULL, &t.c), TP_OK);
+    for (size_t i = 0; i < t.nw; i++)
+        t.dw[i] = 7.0f;
+    t.grads[1] = t.grads[2] = NULL;
+    cr_assert_eq(b->ops->op_backward(b, NULL, &t.c), TP_OK, "%s", tp_last_error());
+    s_close("dx", "dnnl", 0, t.dx, r.dx, t.nx);
+    cr_assert_eq(t.dw[0], 7.0f);
+    for (size_t i = 0; i < t.nx; i++)
+        t.dx[i] = 7.0f;
+    t.grads[0] = NULL;
+    t.grads[1] = t.dw;
+    cr_assert_eq(b->ops->op_backward(b, NULL, &t.c), TP_OK, "%s", tp_last_error());
+    s_close("dw", "dnnl", 0, t.dw, r.dw, t.nw);
+    cr_assert_eq(t.dx[0], 7.0f);
+    t.grads[1] = NULL; /* the bias's gradient alone */
+    t.grads[2] = t.db;
+    memset(t.db, 0, (size_t)s_geoms[0].o * sizeof(float));
+    cr_assert_eq(b->ops->op_backward(b, NULL, &t.c), TP_OK, "%s", tp_last_error());
+    s_close("db", "dnnl", 0, t.db, r.db, (size_t)s_geoms[0].o);
+    s_free(&t);
+    s_free(&r);
+    tp_backend_destroy(&b);
+    tp_backend_destroy(&ref);
+}
+
+Test(dnnl_conv, primitives_are_made_once_per_geometry) {
+    tp_backend_t *b = s_backend("dnnl");
+    cr_assert_eq(tp_dnnl_conv_cached(b->impl), 0);
+    conv_t t, u;
+    s_conv(&t, &s_geoms[0]);
+    s_plan(b, &t); /* planning makes them */
+    cr_assert_eq(tp_dnnl_conv_cached(b->impl), 1);
+    for (int i = 0; i < 3; i++)
+        s_step(b, &t, 0);
+    s_plan(b, &t);
+    cr_assert_eq(tp_dnnl_conv_cached(b->impl), 1, "one geometry, one entry");
+    s_conv(&u, &s_geoms[1]);
+    s_plan(b, &u);
+    s_step(b, &u, 0);
+    cr_assert_eq(tp_dnnl_conv_cached(b->impl), 2);
+    s_free(&t);
+    s_free(&u);
+    tp_backend_destroy(&b); /* frees them (ASan's leak check) */
+}
+
+Test(dnnl_conv, a_call_without_its_planned_workspace_still_runs) {
+    /* a batch the plan did not see: the call makes its own room */
+    tp_backend_t *ref = s_backend("im2col"), *b = s_backend("dnnl");
+    conv_t r, t;
+    s_conv(&r, &s_geoms[1]);
+    s_plan(ref, &r);
+    s_step(ref, &r, 1);
+    s_conv(&t, &s_geoms[1]);
+    s_step(b, &t, 1); /* workspace NULL, 0 bytes */
+    s_close("y", "dnnl", 1, t.y, r.y, t.ny);
+    s_close("dx", "dnnl", 1, t.dx, r.dx, t.nx);
+    s_close("dw", "dnnl", 1, t.dw, r.dw, t.nw);
+    s_free(&t);
+    s_free(&r);
+    tp_backend_destroy(&b);
+    tp_backend_destroy(&ref);
+}
+
+Test(dnnl_conv, runs_on_the_backends_thread_count) {
+    /* Debian's oneDNN runs on the calling thread's OpenMP team: the call
+     * sets it to the backend's threads (OpenBLAS's) */
+    tp_backend_t *b = s_backend("dnnl");
+    cr_assert_eq(tp_backend_cpu_threads(), 1);
+    conv_t t;
+    s_conv(&t, &s_geoms[0]);
+    s_plan(b, &t);
+    s_step(b, &t, 0);
+    cr_assert_eq(omp_get_max_threads(), 1);
+    s_free(&t);
+    tp_backend_destroy(&b);
+}
+
+Test(dnnl_conv, the_default_path_follows_the_thread_count) {
+    /* oneDNN for a one-thread backend (one tower per core), im2col +
+     * OpenBLAS for more (one pool then: docs/performance.md) */
+    unsetenv("TP_CPU_CONV");
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    cr_assert_not_null(b->impl, "one thread: oneDNN");
+    tp_backend_destroy(&b);
+    b = tp_backend_cpu_new(2);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    cr_assert_null(b->impl, "two threads: im2col");
+    tp_backend_destroy(&b);
+    setenv("TP_CPU_CONV", "dnnl", 1);
+    b = tp_backend_cpu_new(2);
+    cr_assert_not_null(b->impl, "asked for by name");
+    tp_backend_destroy(&b);
+}
+
+Test(dnnl_conv, an_unknown_path_is_refused_by_name) {
+    setenv("TP_CPU_CONV", "fast", 1);
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_null(b);
+    cr_assert(strstr(tp_last_error(), "TP_CPU_CONV=fast"), "%s", tp_last_error());
+    unsetenv("TP_CPU_CONV");
+}
