@@ -193,12 +193,12 @@ static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
     tp_op_call_t c = {.kind = k->kind, .attr = &at, .name = k->name, .ninputs = nin,
                       .x = xin, .xshape = xs, .y = y, .yshape = ys, .dx = dx,
                       .dx_acc = acc, .dy = dy};
-    const size_t ws = tp_cpu_op_workspace(&c);
+    const size_t ws = tp_cpu_op_workspace(NULL, &c);
     c.workspace = ws ? malloc(ws) : NULL;
     c.workspace_bytes = ws;
     tp_cpu_pool_threads_override(threads);
-    cr_assert_eq(tp_cpu_op_forward(&c), TP_OK, "%s: %s", k->name, tp_last_error());
-    cr_assert_eq(tp_cpu_op_backward(&c), TP_OK, "%s: %s", k->name, tp_last_error());
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s: %s", k->name, tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s: %s", k->name, tp_last_error());
     tp_cpu_pool_threads_override(0);
     free(c.workspace);
     free(dy);
@@ -234,13 +234,13 @@ static void s_xent_seq(int threads, float *loss, float *dx) {
     tp_op_call_t c = {.kind = TP_OP_SOFTMAX_XENT_SEQ, .attr = &at, .name = "xent_seq",
                       .ninputs = 2, .x = xin, .xshape = xs, .y = loss, .yshape = ys,
                       .dx = dxs, .dx_acc = acc, .dy = &dy};
-    const size_t ws = tp_cpu_op_workspace(&c);
+    const size_t ws = tp_cpu_op_workspace(NULL, &c);
     cr_assert_gt(ws, 0, "the sequence loss plans its rows' terms");
     c.workspace = malloc(ws);
     c.workspace_bytes = ws;
     tp_cpu_pool_threads_override(threads);
-    cr_assert_eq(tp_cpu_op_forward(&c), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(tp_cpu_op_backward(&c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
     tp_cpu_pool_threads_override(0);
     free(c.workspace);
     free(x);
