@@ -35,9 +35,12 @@ which Adam scales to full lr-sized steps, into differences that grow step
 after step). So the bounds are measured in each run, not guessed: this
 script trains the same steps twice, float64 (the reference) and float32
 (PyTorch's own rounding), and towerpack must be
-  - within 1e-4 of float64 in both losses over the first EARLY steps,
-    before rounding has grown (towerpack measured 1e-6; a reference whose
-    discriminator sees the updated generator's fakes is 0.45-0.93 off);
+  - within 1e-4 of float64 in both losses over the first EARLY steps
+    (or SPREAD times PyTorch float32's distance there, if larger), before
+    rounding has grown (towerpack measured 1e-6 with im2col's
+    convolutions, 3.7e-4 with oneDNN's, as PyTorch float32's 3.7e-4; a
+    reference whose discriminator sees the updated generator's fakes is
+    0.45-0.93 off);
   - over all steps, no further from float64 than SPREAD times PyTorch
     float32's distance (plus FLOOR): the losses, and each variable (the
     players' weights and the batch norms' moving averages) by its largest
@@ -132,9 +135,14 @@ def main(d):
     f32, f32_w = train(d, torch.float32, steps, batch, lr, beta1, forwards)
     ok = True
     early = float(np.max(np.abs(tp_losses[:EARLY] - ref[:EARLY])))
+    early32 = float(np.max(np.abs(f32[:EARLY] - ref[:EARLY])))
+    # PyTorch's own float32 run sets the bound where it strays further
+    # (its convolutions are oneDNN's, as towerpack's are by default on one
+    # thread: both 3.7e-4 here, where im2col's order gave 1e-6)
+    bound = max(EARLY_TOL, SPREAD * early32)
     print(f"losses, steps 0-{EARLY - 1}: towerpack within {early:.3g} of float64 "
-          f"(bound {EARLY_TOL})")
-    ok &= early <= EARLY_TOL
+          f"(bound {bound:.3g}: {EARLY_TOL} or {SPREAD}x PyTorch float32's {early32:.3g})")
+    ok &= early <= bound
     dl = np.abs(tp_losses - ref)
     s, c = np.unravel_index(np.argmax(dl), dl.shape)
     spread = float(np.max(np.abs(f32 - ref)))
