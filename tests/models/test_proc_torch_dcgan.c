@@ -98,18 +98,11 @@ Test(torch_dcgan, fifty_gan_trainer_steps_agree_with_pytorch, .timeout = 600) {
     mc.threads = 1;
     tp_model_t *m = tp_model_new(&desc, &mc);
     cr_assert_not_null(m, "%s", tp_last_error());
-    char path[512];
-    snprintf(path, sizeof path, "%s/w0.safetensors", dir);
-    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
-
-    tp_input_t *in = tp_input_feed(tp_df_from_list(dps, STEPS, 0));
-    tp_trainer_t *tr = tp_gan_trainer_new(m, in, &gc);
-    cr_assert_not_null(tr, "%s", tp_last_error());
     static float losses[STEPS][2];
     int seen = 0;
-    snprintf(path, sizeof path, "%s/w1.safetensors", dir);
-    cr_assert_eq(tu_gan_train_losses(&tr, STEPS, losses, &seen, path), TP_OK, "%s",
-                 tp_last_error());
+    cr_assert_eq(tu_gan_train_losses(m, tp_input_feed(tp_df_from_list(dps, STEPS, 0)), &gc, dir,
+                                     STEPS, losses, &seen),
+                 TP_OK, "%s", tp_last_error());
     cr_assert_eq(seen, STEPS);
     s_write(dir, "losses.bin", losses, sizeof losses);
     PU_PYTHON_EXPECT(REF_PY, dir, "pytorch agrees");
