@@ -108,6 +108,18 @@ static tp_status_t s_big_next(void *impl, tp_datapoint_t **out) {
 }
 static const tp_dataflow_ops_t s_big_ops = {.name = "big", .next = s_big_next};
 
+/* Datapoints per second of a towerpack run that received `got` of n in
+ * dt seconds from the first arrival to the last; 0 (and a message naming
+ * `what`) when some did not arrive. */
+static double s_dp_rate(const char *what, int64_t got, int64_t n, double dt) {
+    if (got < n || got < 2) {
+        fprintf(stderr, "tp-bench transport: %s: %lld of %lld datapoints\n", what,
+                (long long)got, (long long)n);
+        return 0;
+    }
+    return (double)(got - 1) / dt;
+}
+
 /* A forked child sends n datapoints of `ops` with tp_send_dataflow; this
  * process receives them with tp_df_remote. Datapoints per second from the
  * first arrival to the last; 0 (and a message) when some did not arrive. */
@@ -142,12 +154,7 @@ static double s_tp_ipc_rate(const tp_dataflow_ops_t *ops, int64_t n, const char 
     double dt = tp_now_s() - t0;
     waitpid(pid, NULL, 0);
     tp_dataflow_destroy(&df);
-    if (got < n || got < 2) {
-        fprintf(stderr, "tp-bench transport: towerpack ipc: %lld of %lld datapoints\n",
-                (long long)got, (long long)n);
-        return 0;
-    }
-    return (double)(got - 1) / dt;
+    return s_dp_rate("towerpack ipc", got, n, dt);
 }
 
 static double s_tp_ipc(const s_cfg_t *c, const char *ep) {
@@ -785,13 +792,10 @@ static double s_tcp_tp(int k, int64_t n, double *bytes) {
     uint64_t b1 = tp_df_remote_bytes(df);
     waitpid(pid, NULL, 0);
     tp_dataflow_destroy(&df);
-    if (got < n || got < 2) {
-        fprintf(stderr, "tp-bench transport: tp-worker over tcp: %lld of %lld datapoints\n",
-                (long long)got, (long long)n);
-        return 0;
-    }
-    *bytes = (double)(b1 - b0) / (double)(got - 1);
-    return (double)(got - 1) / dt;
+    double rate = s_dp_rate("tp-worker over tcp", got, n, dt);
+    if (rate > 0)
+        *bytes = (double)(b1 - b0) / (double)(got - 1);
+    return rate;
 }
 
 /* ---- driver ------------------------------------------------------------------------ */
