@@ -1,8 +1,11 @@
-/* towerpack tests: small dataflows shared by the training and input tests. */
+/* towerpack tests: small dataflows shared by the training and input tests,
+ * and the loss recorder of the GAN trainers' PyTorch checks. */
 #ifndef TP_TRAIN_TESTUTIL_H
 #define TP_TRAIN_TESTUTIL_H
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <towerpack/gan.h>
 #include <towerpack/towerpack.h>
 
 /* The training tests' easy problem: `npoints` Gaussian blobs in 2-D of
@@ -47,6 +50,72 @@ static inline tp_dataflow_t *tu_counting(int n) {
     tp_dataflow_t *df = tp_df_from_list(dps, (size_t)n, 0);
     free(dps);
     return df;
+}
+
+/* ---- the losses of every step (the GAN trainers' PyTorch checks) -------- */
+
+typedef struct {
+    int n, cap;
+    float (*losses)[2];
+} tu_gan_losses_t;
+
+static inline tp_status_t tu_gl_before_run(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
+    (void)impl, (void)tr;
+    TP_TRY(tp_fetches_request(f, "g_loss"));
+    return tp_fetches_request(f, "d_loss");
+}
+
+static inline tp_status_t tu_gl_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t *f) {
+    (void)tr;
+    tu_gan_losses_t *l = impl;
+    double g, d;
+    TP_TRY(tp_fetches_get(f, "g_loss", &g));
+    TP_TRY(tp_fetches_get(f, "d_loss", &d));
+    if (l->n < l->cap) {
+        l->losses[l->n][0] = (float)g;
+        l->losses[l->n][1] = (float)d;
+    }
+    l->n++;
+    return TP_OK;
+}
+
+/* A GAN trainer's run for a PyTorch check: saves m's initial weights to
+ * dir/w0.safetensors, trains m by a GANTrainer (gc) on `in` for `steps`
+ * steps (one epoch), recording g_loss and d_loss as read at each step's
+ * starting weights in losses[step][0] and [1], saves the weights after the
+ * last step to dir/w1.safetensors and destroys the trainer (the recorder has
+ * no destroy of its own, so it must outlive the trainer). *seen: the steps
+ * the recorder saw, for the caller to compare with steps. */
+static inline tp_status_t tu_gan_train_losses(tp_model_t *m, tp_input_t *in,
+                                              const tp_gan_config_t *gc, const char *dir,
+                                              int steps, float (*losses)[2], int *seen) {
+    static const tp_callback_ops_t ops = {
+        .name = "Losses", .before_run = tu_gl_before_run, .after_run = tu_gl_after_run,
+    };
+    char path[512];
+    snprintf(path, sizeof path, "%s/w0.safetensors", dir);
+    tp_status_t st = tp_checkpoint_save(m, path, NULL);
+    if (st != TP_OK) {
+        tp_model_destroy(&m);
+        tp_input_destroy(&in);
+        return st;
+    }
+    tp_trainer_t *tr = tp_gan_trainer_new(m, in, gc);  /* NULL: m and in destroyed */
+    if (!tr)
+        return TP_ERR_INVALID;  /* tp_last_error() says why */
+    tu_gan_losses_t l = {0, steps, losses};
+    tp_callback_t *cb = tp_callback_new(&ops, &l, 0);
+    st = tp_trainer_add_callback(tr, &cb);
+    if (st == TP_OK) {
+        tp_schedule_t sched = {1, 1, steps};
+        st = tp_trainer_train(tr, &sched);
+    }
+    snprintf(path, sizeof path, "%s/w1.safetensors", dir);
+    if (st == TP_OK)
+        st = tp_checkpoint_save(tp_trainer_model(tr), path, NULL);
+    tp_trainer_destroy(&tr);
+    *seen = l.n;
+    return st;
 }
 
 #endif

@@ -47,6 +47,16 @@ static void s_write(const char *path, const void *data, size_t n) {
     fclose(f);
 }
 
+/* Encode t as a JPEG of quality 90 to path, then release t. */
+static void s_write_jpeg(const char *path, tp_tensor_t *t) {
+    void *d;
+    size_t n;
+    cr_assert_eq(tp_image_encode_jpeg(t, 90, &d, &n), TP_OK, "%s: %s", path, tp_last_error());
+    s_write(path, d, n);
+    free(d);
+    tp_tensor_fini(t);
+}
+
 static void s_write_png(const char *path, int h, int w, int c, int seed) {
     tp_tensor_t t;
     s_pattern(&t, h, w, c, seed);
@@ -385,13 +395,8 @@ Test(image, imgaug_chain_is_reproducible) {
     for (int i = 0; i < 4; i++) {
         tp_tensor_t t;
         s_pattern(&t, 75, 100, 3, i);
-        void *d;
-        size_t n;
-        cr_assert_eq(tp_image_encode_jpeg(&t, 90, &d, &n), TP_OK);
         snprintf(p, sizeof p, "%s/k/%d.jpg", s_dir, i);
-        s_write(p, d, n);
-        free(d);
-        tp_tensor_fini(&t);
+        s_write_jpeg(p, &t);
     }
     char spec[1024];
     snprintf(spec, sizeof spec,
@@ -468,13 +473,8 @@ Test(image, encoded_records_decode_later) {
     for (int i = 0; i < 5; i++) {
         tp_tensor_t t;
         s_pattern(&t, 20 + i, 30, 3, i);
-        void *d;
-        size_t n;
-        cr_assert_eq(tp_image_encode_jpeg(&t, 90, &d, &n), TP_OK);
         snprintf(p, sizeof p, "%s/k/%d.jpg", s_dir, i);
-        s_write(p, d, n);
-        free(d);
-        tp_tensor_fini(&t);
+        s_write_jpeg(p, &t);
     }
     char spec[1024];
     snprintf(spec, sizeof spec, "imagefolder:%s,shuffle=0,raw", s_dir);
@@ -1078,13 +1078,8 @@ Test(image, a_source_decodes_only_its_random_resized_crop) {
     for (int i = 0; i < 4; i++) {
         tp_tensor_t img;
         s_noisy(&img, 120, 120, 3, (uint32_t)i + 10);
-        void *jpg;
-        size_t n;
-        cr_assert_eq(tp_image_encode_jpeg(&img, 90, &jpg, &n), TP_OK);
         snprintf(p, sizeof p, "%s/c/%d.jpg", s_dir, i);
-        s_write(p, jpg, n);
-        free(jpg);
-        tp_tensor_fini(&img);
+        s_write_jpeg(p, &img);
     }
     char fused[600], two[600], drawn[600];
     snprintf(fused, sizeof fused, "imagefolder:%s,mode=rgb,shuffle=0,"

@@ -354,27 +354,40 @@ static tp_optimizer_t *s_sgd_mults(void *u) {
     return o;
 }
 
-/* fc/W (6 floats) and fc/b (2) before and after a step on `towers`. */
-static tp_model_t *s_fc_step(int towers, float w[2][6], float b[2][2]) {
-    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_sgd_mults, NULL};
+/* The fc model of s_fc_tower on `towers` (batch CB, seed 3), trained by
+ * `opt`. */
+static tp_model_t *s_fc_model(int towers, tp_optimizer_fn opt) {
+    tp_model_desc_t md = {s_desc, 2, s_fc_tower, opt, NULL};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.towers = towers;
     cfg.batch = CB;
     cfg.seed = 3;
     tp_model_t *m = tp_model_new(&md, &cfg);
     cr_assert_not_null(m, "%s", tp_last_error());
-    tp_tensor_t in[4], v;
+    return m;
+}
+
+/* m's fc/W (6 floats) into w and fc/b (2) into b. */
+static void s_fc_vars(tp_model_t *m, float w[6], float b[2]) {
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_var(m, "fc/W", &v), TP_OK);
+    memcpy(w, v.data, 6 * sizeof *w);
+    tp_tensor_fini(&v);
+    cr_assert_eq(tp_model_var(m, "fc/b", &v), TP_OK);
+    memcpy(b, v.data, 2 * sizeof *b);
+    tp_tensor_fini(&v);
+}
+
+/* fc/W (6 floats) and fc/b (2) before and after a step on `towers`. */
+static tp_model_t *s_fc_step(int towers, float w[2][6], float b[2][2]) {
+    tp_model_t *m = s_fc_model(towers, s_sgd_mults);
+    tp_tensor_t in[4];
     s_feeds(in);
     for (int k = 0; k < 2; k++) {
         if (k == 1)
             cr_assert_eq(tp_model_run(m, towers > 1 ? TP_ALL_TOWERS : 0, in, 2 * towers,
                                       NULL, 0, NULL), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_model_var(m, "fc/W", &v), TP_OK);
-        memcpy(w[k], v.data, sizeof w[k]);
-        tp_tensor_fini(&v);
-        cr_assert_eq(tp_model_var(m, "fc/b", &v), TP_OK);
-        memcpy(b[k], v.data, sizeof b[k]);
-        tp_tensor_fini(&v);
+        s_fc_vars(m, w[k], b[k]);
     }
     return m;
 }
@@ -434,23 +447,12 @@ static tp_optimizer_t *s_adamw_decay(void *u) {
 }
 
 static void s_decay_step(int towers, float w[6], float b[2]) {
-    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_adamw_decay, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = towers;
-    cfg.batch = CB;
-    cfg.seed = 3;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m, "%s", tp_last_error());
-    tp_tensor_t in[4], v;
+    tp_model_t *m = s_fc_model(towers, s_adamw_decay);
+    tp_tensor_t in[4];
     s_feeds(in);
     cr_assert_eq(tp_model_run(m, towers > 1 ? TP_ALL_TOWERS : 0, in, 2 * towers, NULL, 0,
                               NULL), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(tp_model_var(m, "fc/W", &v), TP_OK);
-    memcpy(w, v.data, 6 * sizeof *w);
-    tp_tensor_fini(&v);
-    cr_assert_eq(tp_model_var(m, "fc/b", &v), TP_OK);
-    memcpy(b, v.data, 2 * sizeof *b);
-    tp_tensor_fini(&v);
+    s_fc_vars(m, w, b);
     tp_model_destroy(&m);
 }
 
@@ -501,13 +503,7 @@ static tp_optimizer_t *s_sgd_acc(void *u) {
  * step s scaled by scale x s. */
 static void s_acc_steps(int path, int k, double scale, float w[4][6]) {
     s_accumulate_k = k;
-    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_sgd_acc, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = path == 0 ? 1 : 2;
-    cfg.batch = CB;
-    cfg.seed = 3;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_model_t *m = s_fc_model(path == 0 ? 1 : 2, s_sgd_acc);
     tp_tensor_t in[4], v;
     s_feeds(in);
     float x0[CB * 3];

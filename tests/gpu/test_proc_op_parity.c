@@ -237,22 +237,32 @@ static tp_status_t s_every_op(tp_tower_t *t, tp_node_t *const *in, void *u) {
 /* Build `fn`'s inference graph on a [4,2,3] input of seeded values in
  * [-2, 2), run it, export it as `tag`.onnx, and have the numpy evaluator
  * of the ONNX file reproduce the output (`numel` floats). */
+/* An inference-only model of the tower `fn` (user `user`) over the one
+ * input `desc`, batch `batch`, in *m, and a predictor sharing it that
+ * fetches its output "y". `tag` names the case in a failure. */
+static tp_predictor_t *s_y_predictor(const tp_input_desc_t *desc, tp_tower_fn fn, void *user,
+                                     int batch, const char *tag, tp_model_t **m) {
+    static const char *outs[1] = {"y"};
+    tp_model_desc_t md = {desc, 1, fn, NULL, user};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = batch;
+    *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(*m, "%s: %s", tag, tp_last_error());
+    tp_predict_config_t pc;
+    tp_predict_config_init(&pc);
+    pc.output_names = outs;
+    pc.noutput_names = 1;
+    tp_predictor_t *pr = tp_predictor_new_shared(*m, &pc);
+    cr_assert_not_null(pr, "%s: %s", tag, tp_last_error());
+    return pr;
+}
+
 static void s_onnx_round_trip(tp_tower_fn fn, const char *tag, uint64_t seed,
                               size_t numel) {
     tp_input_desc_t desc = {"x", TP_FLOAT32, 3, {-1, 2, 3}};
-    tp_model_desc_t md = {&desc, 1, fn, NULL, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
-    cfg.infer_batch = 4;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m, "%s", tp_last_error());
-    tp_predict_config_t pc;
-    tp_predict_config_init(&pc);
-    const char *outs[1] = {"y"};
-    pc.output_names = outs;
-    pc.noutput_names = 1;
-    tp_predictor_t *pr = tp_predictor_new_shared(m, &pc);
-    cr_assert_not_null(pr, "%s", tp_last_error());
+    tp_model_t *m;
+    tp_predictor_t *pr = s_y_predictor(&desc, fn, NULL, 4, tag, &m);
     float x[4 * 6];
     tp_rng_t r;
     tp_rng_init(&r, seed, 1);
@@ -350,19 +360,8 @@ static tp_status_t s_ids(tp_tower_t *t, tp_node_t *const *in, void *u) {
 
 Test(op_parity, onnx_export_of_gather_and_one_hot_evaluates_the_same) {
     tp_input_desc_t desc = {"ids", TP_INT32, 2, {-1, 3}};
-    tp_model_desc_t md = {&desc, 1, s_ids, NULL, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
-    cfg.infer_batch = 4;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m, "%s", tp_last_error());
-    tp_predict_config_t pc;
-    tp_predict_config_init(&pc);
-    const char *outs[1] = {"y"};
-    pc.output_names = outs;
-    pc.noutput_names = 1;
-    tp_predictor_t *pr = tp_predictor_new_shared(m, &pc);
-    cr_assert_not_null(pr, "%s", tp_last_error());
+    tp_model_t *m;
+    tp_predictor_t *pr = s_y_predictor(&desc, s_ids, NULL, 4, "s_ids", &m);
     int32_t ids[12];
     float idf[12];
     for (int i = 0; i < 12; i++) {
@@ -429,19 +428,8 @@ static tp_status_t s_every_conv(tp_tower_t *t, tp_node_t *const *in, void *u) {
 
 Test(op_parity, onnx_export_of_the_convolution_family_evaluates_the_same) {
     tp_input_desc_t desc = {"x", TP_FLOAT32, 4, {-1, 2, 5, 4}};
-    tp_model_desc_t md = {&desc, 1, s_every_conv, NULL, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
-    cfg.infer_batch = 4;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m, "%s", tp_last_error());
-    tp_predict_config_t pc;
-    tp_predict_config_init(&pc);
-    const char *outs[1] = {"y"};
-    pc.output_names = outs;
-    pc.noutput_names = 1;
-    tp_predictor_t *pr = tp_predictor_new_shared(m, &pc);
-    cr_assert_not_null(pr, "%s", tp_last_error());
+    tp_model_t *m;
+    tp_predictor_t *pr = s_y_predictor(&desc, s_every_conv, NULL, 4, "s_every_conv", &m);
     enum { NX = 4 * 2 * 5 * 4, NY = 4 * 3 * 10 * 8 };
     static float x[NX];
     tp_rng_t r;
@@ -685,20 +673,9 @@ static void s_cv_row(int i, char **argv, char (*keep)[128]) {
     const s_cv_row_t *r = &s_cv_rows[i];
     tp_input_desc_t desc = r->ids ? (tp_input_desc_t){"x", TP_INT32, 2, {-1, 3}}
                                   : (tp_input_desc_t){"x", TP_FLOAT32, 4, {-1, 3, 4, 5}};
-    tp_model_desc_t md = {&desc, 1, s_cv_graph, NULL, &i};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
     const int nb = r->batch ? r->batch : 2;
-    cfg.infer_batch = nb;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m, "%s: %s", r->tag, tp_last_error());
-    tp_predict_config_t pc;
-    tp_predict_config_init(&pc);
-    const char *outs[1] = {"y"};
-    pc.output_names = outs;
-    pc.noutput_names = 1;
-    tp_predictor_t *pr = tp_predictor_new_shared(m, &pc);
-    cr_assert_not_null(pr, "%s: %s", r->tag, tp_last_error());
+    tp_model_t *m;
+    tp_predictor_t *pr = s_y_predictor(&desc, s_cv_graph, &i, nb, r->tag, &m);
     enum { NX = 2 * 3 * 4 * 5 }; /* at most 2 samples */
     float x[NX];
     int32_t ids[6];

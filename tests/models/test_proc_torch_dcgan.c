@@ -18,6 +18,7 @@
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
 #include "proc_testutil.h"
+#include "train_testutil.h"
 
 #define REF_PY TP_SOURCE_DIR "/tests/models/torch_dcgan.py"
 #define FMNIST "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
@@ -34,35 +35,6 @@ static tp_optimizer_t *s_adam(void *user) {
     const double *hp = user;
     return tp_optimizer_adam(hp[0], hp[1], 0.999, 1e-8);
 }
-
-typedef struct {
-    int n;
-    float losses[STEPS][2]; /* g_loss, d_loss at each step's starting weights */
-} s_losses_t;
-
-static tp_status_t l_before_run(void *impl, tp_trainer_t *tr, tp_fetches_t *f) {
-    (void)impl, (void)tr;
-    TP_TRY(tp_fetches_request(f, "g_loss"));
-    return tp_fetches_request(f, "d_loss");
-}
-
-static tp_status_t l_after_run(void *impl, tp_trainer_t *tr, const tp_fetches_t *f) {
-    (void)tr;
-    s_losses_t *l = impl;
-    double g, d;
-    TP_TRY(tp_fetches_get(f, "g_loss", &g));
-    TP_TRY(tp_fetches_get(f, "d_loss", &d));
-    if (l->n < STEPS) {
-        l->losses[l->n][0] = (float)g;
-        l->losses[l->n][1] = (float)d;
-    }
-    l->n++;
-    return TP_OK;
-}
-
-static const tp_callback_ops_t s_losses_ops = {
-    .name = "Losses", .before_run = l_before_run, .after_run = l_after_run,
-};
 
 static void s_write(const char *dir, const char *name, const void *data, size_t bytes) {
     cr_assert_eq(pu_write_file(dir, name, data, bytes), 0, "%s/%s", dir, name);
@@ -126,25 +98,13 @@ Test(torch_dcgan, fifty_gan_trainer_steps_agree_with_pytorch, .timeout = 600) {
     mc.threads = 1;
     tp_model_t *m = tp_model_new(&desc, &mc);
     cr_assert_not_null(m, "%s", tp_last_error());
-    char path[512];
-    snprintf(path, sizeof path, "%s/w0.safetensors", dir);
-    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
-
-    tp_input_t *in = tp_input_feed(tp_df_from_list(dps, STEPS, 0));
-    tp_trainer_t *tr = tp_gan_trainer_new(m, in, &gc);
-    cr_assert_not_null(tr, "%s", tp_last_error());
-    s_losses_t *l = calloc(1, sizeof *l);
-    tp_callback_t *cb = tp_callback_new(&s_losses_ops, l, 0);
-    cr_assert_eq(tp_trainer_add_callback(tr, &cb), TP_OK);
-    tp_schedule_t sched = {1, 1, STEPS};
-    cr_assert_eq(tp_trainer_train(tr, &sched), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(l->n, STEPS);
-    s_write(dir, "losses.bin", l->losses, sizeof l->losses);
-    snprintf(path, sizeof path, "%s/w1.safetensors", dir);
-    cr_assert_eq(tp_checkpoint_save(tp_trainer_model(tr), path, NULL), TP_OK, "%s",
-                 tp_last_error());
-    tp_trainer_destroy(&tr); /* the callback has no destroy: l is ours */
-    free(l);
+    static float losses[STEPS][2];
+    int seen = 0;
+    cr_assert_eq(tu_gan_train_losses(m, tp_input_feed(tp_df_from_list(dps, STEPS, 0)), &gc, dir,
+                                     STEPS, losses, &seen),
+                 TP_OK, "%s", tp_last_error());
+    cr_assert_eq(seen, STEPS);
+    s_write(dir, "losses.bin", losses, sizeof losses);
     PU_PYTHON_EXPECT(REF_PY, dir, "pytorch agrees");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -31,24 +31,33 @@ static void s_write(const char *dir, const char *name, const void *data, size_t 
     cr_assert_eq(pu_write_file(dir, name, data, bytes), 0, "%s/%s", dir, name);
 }
 
-Test(torch_gpt, pytorch_gets_the_same_loss_and_gradients, .timeout = 120) {
-    char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/tp-torchgpt-XXXXXX");
+/* The GPT both tests check (2 layers, 2 heads of 16: every kind of
+ * variable, twice) from `seed`, trained by `opt`; its initial weights
+ * saved to dir/w0.safetensors, PyTorch's start, in a new temporary dir
+ * (its name into dir[size]). The inputs and options are static: the
+ * model's description points at them. */
+static tp_model_t *s_gpt(char *dir, size_t size, tp_optimizer_fn opt, uint64_t seed) {
+    snprintf(dir, size, "/tmp/tp-torchgpt-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
-    tp_input_desc_t in[2];
+    static tp_input_desc_t in[2];
+    static tp_zoo_gpt_options_t o = {.layers = 2, .heads = 2, .embed = 32};
     cr_assert_eq(tp_zoo_gpt_inputs(T, in), TP_OK, "%s", tp_last_error());
-    /* 2 layers, 2 heads of 16: every kind of variable, twice */
-    tp_zoo_gpt_options_t o = {.layers = 2, .heads = 2, .embed = 32};
-    tp_model_desc_t md = {in, 2, tp_zoo_find("gpt")->build, s_adamw, &o};
+    tp_model_desc_t md = {in, 2, tp_zoo_find("gpt")->build, opt, &o};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = B;
-    cfg.seed = 7;
+    cfg.seed = seed;
     cfg.threads = 1;
     tp_model_t *m = tp_model_new(&md, &cfg);
     cr_assert_not_null(m, "%s", tp_last_error());
     char path[512];
     snprintf(path, sizeof path, "%s/w0.safetensors", dir);
     cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
+    return m;
+}
+
+Test(torch_gpt, pytorch_gets_the_same_loss_and_gradients, .timeout = 120) {
+    char dir[64];
+    tp_model_t *m = s_gpt(dir, sizeof dir, s_adamw, 7);
     int32_t x[B * T], y[B * T];
     tp_rng_t r;
     tp_rng_init(&r, 17, 0);
@@ -106,21 +115,7 @@ static tp_optimizer_t *s_nanogpt_adamw(void *u) {
 
 Test(torch_gpt, twenty_adamw_steps_follow_pytorchs_loss, .timeout = 120) {
     char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/tp-torchgpt-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    tp_input_desc_t in[2];
-    cr_assert_eq(tp_zoo_gpt_inputs(T, in), TP_OK, "%s", tp_last_error());
-    tp_zoo_gpt_options_t o = {.layers = 2, .heads = 2, .embed = 32};
-    tp_model_desc_t md = {in, 2, tp_zoo_find("gpt")->build, s_nanogpt_adamw, &o};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.batch = B;
-    cfg.seed = 11;
-    cfg.threads = 1;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m, "%s", tp_last_error());
-    char path[512];
-    snprintf(path, sizeof path, "%s/w0.safetensors", dir);
-    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
+    tp_model_t *m = s_gpt(dir, sizeof dir, s_nanogpt_adamw, 11);
     /* STEPS batches of windows of a sentence at random offsets: text, so
      * the loss falls (random bytes would leave it near ln 256) */
     static const char text[] = "the quick brown fox jumps over the lazy dog. "

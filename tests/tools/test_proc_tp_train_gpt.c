@@ -23,17 +23,22 @@ static char s_dir[64];
 static char s_file[128];
 static char s_out[1 << 20];
 
+/* Write `text` n times over to path: a corpus a tiny model can learn. */
+static void s_write_repeated(const char *path, const char *text, int n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    for (int i = 0; i < n; i++)
+        fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "%s", path);
+}
+
 /* A repeated sentence, 36 kB: a tiny model can learn it in a few hundred
  * steps. */
 static void s_setup(void) {
     snprintf(s_dir, sizeof s_dir, "/tmp/tp-train-gpt-XXXXXX");
     cr_assert_not_null(mkdtemp(s_dir));
     snprintf(s_file, sizeof s_file, "%s/corpus.txt", s_dir);
-    FILE *f = fopen(s_file, "wb");
-    cr_assert_not_null(f);
-    for (int i = 0; i < 800; i++)
-        fputs("the quick brown fox jumps over the lazy dog. ", f);
-    fclose(f);
+    s_write_repeated(s_file, "the quick brown fox jumps over the lazy dog. ", 800);
 }
 
 static void s_teardown(void) {
@@ -122,11 +127,7 @@ Test(tp_train_gpt, validates_on_test_data) {
     char logdir[128], data[160], test[160], other[128];
     snprintf(logdir, sizeof logdir, "%s/test-data", s_dir);
     snprintf(other, sizeof other, "%s/other.txt", s_dir);
-    FILE *f = fopen(other, "wb");
-    cr_assert_not_null(f);
-    for (int i = 0; i < 20; i++)
-        fputs("a lazy dog sleeps under the brown tree. ", f);
-    fclose(f);
+    s_write_repeated(other, "a lazy dog sleeps under the brown tree. ", 20);
     snprintf(data, sizeof data, "text:%s", s_file);
     snprintf(test, sizeof test, "text:%s", other);
     char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--test-data", test,
@@ -221,11 +222,7 @@ Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     snprintf(logdir, sizeof logdir, "%s/abc", s_dir);
     snprintf(corpus, sizeof corpus, "%s/abc.txt", s_dir);
     snprintf(out, sizeof out, "%s/sample.txt", s_dir);
-    FILE *f = fopen(corpus, "wb");
-    cr_assert_not_null(f);
-    for (int i = 0; i < 3000; i++)
-        fputs("abc", f);
-    fclose(f);
+    s_write_repeated(corpus, "abc", 3000);
     snprintf(data, sizeof data, "text:%s", corpus);
     char *train[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
                      "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",

@@ -329,6 +329,24 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
               pst, buf);
 }
 
+/* A remote dataflow bound at ep that takes Fashion-MNIST batches of
+ * `batch` (image uint8[batch,28,28], label int32[batch]) and gives unfit
+ * senders a grace of 1 s; this process logs to `log` (the caller sets
+ * tp_log_set_file(NULL) back). */
+static tp_dataflow_t *s_fmnist_receiver(const char *ep, const char *log, int64_t batch) {
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 30;
+    ro.unfit_grace_s = 1;
+    tp_dataflow_t *r = tp_df_remote(ep, &ro);
+    tp_remote_expect_t want[2] = {{"image", TP_UINT8, 3, {batch, 28, 28}},
+                                  {"label", TP_INT32, 1, {batch}}};
+    cr_assert_eq(tp_df_remote_expect(r, want, 2), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(r, 0, 0), TP_OK, "%s", tp_last_error());
+    return r;
+}
+
 /* The component handshake in the Python sender: tp_send.py of batch 32
  * against a receiver that takes batches of 64 ends (exit 1) before sending
  * any, naming both sides, and the receiver's log names it. */
@@ -341,16 +359,7 @@ Test(proc_worker, a_python_sender_of_another_batch_ends_naming_both_sides) {
     snprintf(ep, sizeof ep, "ipc://%s/pycomps.sock", s_dir);
     snprintf(pyout, sizeof pyout, "%s/pycomps.txt", s_dir);
     snprintf(log, sizeof log, "%s/pycomps.log", s_dir);
-    cr_assert_eq(tp_log_set_file(log), TP_OK);
-    tp_remote_opts_t ro;
-    tp_remote_opts_init(&ro);
-    ro.timeout_s = 30;
-    ro.unfit_grace_s = 1;
-    tp_dataflow_t *r = tp_df_remote(ep, &ro);
-    tp_remote_expect_t want[2] = {{"image", TP_UINT8, 3, {64, 28, 28}},
-                                  {"label", TP_INT32, 1, {64}}};
-    cr_assert_eq(tp_df_remote_expect(r, want, 2), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(tp_dataflow_reset_state(r, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *r = s_fmnist_receiver(ep, log, 64);
     char *pargv[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
                      "--connect", ep, "--batch", "32", NULL};
     pu_spawn_opts_t po = {.out = pyout};
@@ -389,16 +398,7 @@ static void s_unfit_case(const char *spec, const char *why) {
     snprintf(log, sizeof log, "%s/ctrainer.log", s_dir);
     unlink(out);
     unlink(log);
-    cr_assert_eq(tp_log_set_file(log), TP_OK);
-    tp_remote_opts_t ro;
-    tp_remote_opts_init(&ro);
-    ro.timeout_s = 30;
-    ro.unfit_grace_s = 1;
-    tp_dataflow_t *r = tp_df_remote(ep, &ro);
-    tp_remote_expect_t want[2] = {{"image", TP_UINT8, 3, {8, 28, 28}},
-                                  {"label", TP_INT32, 1, {8}}};
-    cr_assert_eq(tp_df_remote_expect(r, want, 2), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(tp_dataflow_reset_state(r, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *r = s_fmnist_receiver(ep, log, 8);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec", (char *)spec, "--connect", ep,
                      NULL};
     pu_spawn_opts_t o = {.out = out};

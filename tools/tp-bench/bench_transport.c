@@ -108,6 +108,18 @@ static tp_status_t s_big_next(void *impl, tp_datapoint_t **out) {
 }
 static const tp_dataflow_ops_t s_big_ops = {.name = "big", .next = s_big_next};
 
+/* Datapoints per second of a towerpack run that received `got` of n in
+ * dt seconds from the first arrival to the last; 0 (and a message naming
+ * `what`) when some did not arrive. */
+static double s_dp_rate(const char *what, int64_t got, int64_t n, double dt) {
+    if (got < n || got < 2) {
+        fprintf(stderr, "tp-bench transport: %s: %lld of %lld datapoints\n", what,
+                (long long)got, (long long)n);
+        return 0;
+    }
+    return (double)(got - 1) / dt;
+}
+
 /* A forked child sends n datapoints of `ops` with tp_send_dataflow; this
  * process receives them with tp_df_remote. Datapoints per second from the
  * first arrival to the last; 0 (and a message) when some did not arrive. */
@@ -142,12 +154,7 @@ static double s_tp_ipc_rate(const tp_dataflow_ops_t *ops, int64_t n, const char 
     double dt = tp_now_s() - t0;
     waitpid(pid, NULL, 0);
     tp_dataflow_destroy(&df);
-    if (got < n || got < 2) {
-        fprintf(stderr, "tp-bench transport: towerpack ipc: %lld of %lld datapoints\n",
-                (long long)got, (long long)n);
-        return 0;
-    }
-    return (double)(got - 1) / dt;
+    return s_dp_rate("towerpack ipc", got, n, dt);
 }
 
 static double s_tp_ipc(const s_cfg_t *c, const char *ep) {
@@ -458,6 +465,54 @@ static double s_sz_tp_inproc(int64_t n) {
     return got == n ? (double)n / dt : 0;
 }
 
+/* ---- the two ends of a raw libzmq run (a forked child PUSHes, this
+ * process PULLs), shared by the ipc and the tcp cases ---- */
+
+/* The child's end: a PUSH of high-water mark hwm, in a context of its own,
+ * connected to ep (retried until the parent has bound). */
+static void *s_raw_push(const char *ep, int hwm, void **cx) {
+    *cx = zmq_ctx_new();
+    void *push = zmq_socket(*cx, ZMQ_PUSH);
+    zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_connect(push, ep);
+    return push;
+}
+
+/* The child's exit: it stays until the parent, having every message,
+ * closes its end of the pipe (see s_sz_raw_ipc), then goes without
+ * lingering. */
+static void s_raw_push_exit(int done, void *push, void *cx) {
+    char b;
+    while (read(done, &b, 1) < 0 && errno == EINTR)
+        ;
+    int linger = 0;
+    zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(push);
+    zmq_ctx_term(cx);
+    _exit(0);
+}
+
+/* This process's end: a PULL bound to ep whose receive times out, so a
+ * lost peer ends the run instead of hanging it. */
+static void *s_raw_pull(const char *ep, int hwm, void **ctx) {
+    *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(*ctx, ZMQ_PULL);
+    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    int tmo = 20000;
+    zmq_setsockopt(pull, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    zmq_bind(pull, ep);
+    return pull;
+}
+
+/* The end of a run: lets the child go (closing `done`) and reaps it. */
+static void s_raw_pull_close(int done, pid_t pid, zmq_msg_t *m, void *pull, void *ctx) {
+    close(done);
+    zmq_msg_close(m);
+    waitpid(pid, NULL, 0);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+}
+
 /* Raw PUSH in a forked child -> PULL here over ipc: messages/s. */
 static double s_sz_raw_ipc(int64_t n, const char *ep) {
     int hwm = 50, done[2];
@@ -473,28 +528,13 @@ static double s_sz_raw_ipc(int64_t n, const char *ep) {
     pid_t pid = fork();
     if (pid == 0) {
         close(done[1]);
-        void *cx = zmq_ctx_new();
-        void *push = zmq_socket(cx, ZMQ_PUSH);
-        zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
-        zmq_connect(push, ep);  /* retried until the parent has bound */
+        void *cx, *push = s_raw_push(ep, hwm, &cx);
         for (int64_t i = 0; i < n; i++)
             s_raw_send(push, s_sz);
-        char b;
-        while (read(done[0], &b, 1) < 0 && errno == EINTR)
-            ;
-        int linger = 0;
-        zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
-        zmq_close(push);
-        zmq_ctx_term(cx);
-        _exit(0);
+        s_raw_push_exit(done[0], push, cx);
     }
     close(done[0]);
-    void *ctx = zmq_ctx_new();
-    void *pull = zmq_socket(ctx, ZMQ_PULL);
-    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    int tmo = 20000;  /* a lost peer ends the run instead of hanging it */
-    zmq_setsockopt(pull, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
-    zmq_bind(pull, ep);
+    void *ctx, *pull = s_raw_pull(ep, hwm, &ctx);
     zmq_msg_t m;
     zmq_msg_init(&m);
     int64_t got = zmq_msg_recv(&m, pull, 0) >= 0;  /* the clock starts here */
@@ -505,11 +545,7 @@ static double s_sz_raw_ipc(int64_t n, const char *ep) {
     if (got < n)
         fprintf(stderr, "tp-bench transport: raw ipc: %lld of %lld messages (%s)\n",
                 (long long)got, (long long)n, zmq_strerror(zmq_errno()));
-    close(done[1]);  /* the child may go */
-    zmq_msg_close(&m);
-    waitpid(pid, NULL, 0);
-    zmq_close(pull);
-    zmq_ctx_term(ctx);
+    s_raw_pull_close(done[1], pid, &m, pull, ctx);
     unlink(ep + 6);
     return got == n ? (double)(n - 1) / dt : 0;
 }
@@ -659,32 +695,17 @@ static double s_tcp_raw(int k, int64_t n, double *bytes) {
     pid_t pid = fork();
     if (pid == 0) {
         close(done[1]);
-        void *cx = zmq_ctx_new();
-        void *push = zmq_socket(cx, ZMQ_PUSH);
-        zmq_setsockopt(push, ZMQ_SNDHWM, &hwm, sizeof hwm);
-        zmq_connect(push, ep);  /* retried until the parent has bound */
+        void *cx, *push = s_raw_push(ep, hwm, &cx);
         for (int64_t i = 0; i < n; i++)
             for (int f = 0; f < nf; f++) {
                 zmq_msg_t m;
                 zmq_msg_init_data(&m, s_big, sizes[f], s_noop_free, NULL);
                 zmq_msg_send(&m, push, f + 1 < nf ? ZMQ_SNDMORE : 0);
             }
-        char b;  /* stay until the parent has every message (see s_sz_raw_ipc) */
-        while (read(done[0], &b, 1) < 0 && errno == EINTR)
-            ;
-        int linger = 0;
-        zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
-        zmq_close(push);
-        zmq_ctx_term(cx);
-        _exit(0);
+        s_raw_push_exit(done[0], push, cx);
     }
     close(done[0]);
-    void *ctx = zmq_ctx_new();
-    void *pull = zmq_socket(ctx, ZMQ_PULL);
-    zmq_setsockopt(pull, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    int tmo = 20000;
-    zmq_setsockopt(pull, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
-    zmq_bind(pull, ep);
+    void *ctx, *pull = s_raw_pull(ep, hwm, &ctx);
     zmq_msg_t m;
     zmq_msg_init(&m);
     double t0 = 0;
@@ -703,11 +724,7 @@ static double s_tcp_raw(int k, int64_t n, double *bytes) {
     if (got < n)
         fprintf(stderr, "tp-bench transport: raw tcp: %lld of %lld messages (%s)\n",
                 (long long)got, (long long)n, zmq_strerror(zmq_errno()));
-    close(done[1]);
-    zmq_msg_close(&m);
-    waitpid(pid, NULL, 0);
-    zmq_close(pull);
-    zmq_ctx_term(ctx);
+    s_raw_pull_close(done[1], pid, &m, pull, ctx);
     return got == n && got > 1 ? (double)(got - 1) / dt : 0;
 }
 
@@ -775,13 +792,10 @@ static double s_tcp_tp(int k, int64_t n, double *bytes) {
     uint64_t b1 = tp_df_remote_bytes(df);
     waitpid(pid, NULL, 0);
     tp_dataflow_destroy(&df);
-    if (got < n || got < 2) {
-        fprintf(stderr, "tp-bench transport: tp-worker over tcp: %lld of %lld datapoints\n",
-                (long long)got, (long long)n);
-        return 0;
-    }
-    *bytes = (double)(b1 - b0) / (double)(got - 1);
-    return (double)(got - 1) / dt;
+    double rate = s_dp_rate("tp-worker over tcp", got, n, dt);
+    if (rate > 0)
+        *bytes = (double)(b1 - b0) / (double)(got - 1);
+    return rate;
 }
 
 /* ---- driver ------------------------------------------------------------------------ */
