@@ -18,7 +18,8 @@
  * s_verf 6.6e-7 absolute near 0 (Abramowitz & Stegun 7.1.26, the form
  * PyTorch's vectorised erf uses; 1.5e-7 in theory, float rounding adds).
  * The PyTorch parity tolerances of these ops (tests/gpu/op_cases.h) are
- * 1e-6 absolute plus 1e-5 relative. */
+ * 1e-6 absolute plus 1e-5 relative. tp_cpu_sum8, last, is the lane sum
+ * several kernels share. */
 #ifndef TOWERPACK_GPU_CPU_MATH_H
 #define TOWERPACK_GPU_CPU_MATH_H
 
@@ -131,6 +132,23 @@ static inline float s_verf(float x) {
     p = p * t + 0.254829592f;
     const float r = 1.0f - p * t * s_vexp(-z * z);
     return x < 0.0f ? -r : r;
+}
+
+/* Sum of n floats in 8 interleaved lanes: GCC vectorises it, and the
+ * order is fixed (the same bits wherever it runs). The bias gradients and
+ * the pooling means of ops_cpu.c and ops_conv.c. */
+static inline float tp_cpu_sum8(const float *restrict r, size_t n) {
+    float lane[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++)
+            lane[l] += r[j + (size_t)l];
+    float s = 0.0f;
+    for (; j < n; j++)
+        s += r[j];
+    for (int l = 0; l < 8; l++)
+        s += lane[l];
+    return s;
 }
 
 #endif

@@ -18,25 +18,12 @@
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_math.h"
 #include "gpu/cpu/ops_conv.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/op_geometry.h"
 
-/* Sum of n floats in 8 interleaved lanes (vectorisable, fixed order). */
-static float s_sum(const float *restrict r, size_t n) {
-    float lane[8] = {0};
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++)
-            lane[l] += r[j + (size_t)l];
-    float s = 0.0f;
-    for (; j < n; j++)
-        s += r[j];
-    for (int l = 0; l < 8; l++)
-        s += lane[l];
-    return s;
-}
 
 /* The geometry of one convolution: an image [c, h, w] ("input" side) and
  * its convolution [o, oh, ow] ("output" side) by a kernel [o, c/g, kh, kw]
@@ -275,7 +262,7 @@ static void s_bias_grad(int ch, size_t p, const float *dy, int n, float *db,
         memset(db, 0, sizeof(float) * (size_t)ch);
     for (int b = 0; b < n; b++)
         for (int o = 0; o < ch; o++)
-            db[o] += s_sum(dy + ((size_t)b * ch + o) * p, p);
+            db[o] += tp_cpu_sum8(dy + ((size_t)b * ch + o) * p, p);
 }
 
 /* The backward passes from dy [n, O, P]: the filter gradient dw (NULL:

@@ -14,6 +14,7 @@
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_math.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_loss.h"
@@ -95,20 +96,6 @@ static void s_matmul_bwd(const tp_op_call_t *c) {
                     k);
 }
 
-/* Sum of n floats in 8 interleaved lanes (vectorisable, fixed order). */
-static float s_sum(const float *restrict r, size_t n) {
-    float lane[8] = {0};
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++)
-            lane[l] += r[j + (size_t)l];
-    float s = 0.0f;
-    for (; j < n; j++)
-        s += r[j];
-    for (int l = 0; l < 8; l++)
-        s += lane[l];
-    return s;
-}
 
 
 /* conv2d itself: the convolution family's file, ops_conv.c */
@@ -152,7 +139,7 @@ static void s_bias_bwd(const tp_op_call_t *c) {
             memset(db, 0, ch * sizeof(float));
         for (size_t i = 0; i < n; i++)
             for (size_t k = 0; k < ch; k++)
-                db[k] += s_sum(dy + (i * ch + k) * sp, sp);
+                db[k] += tp_cpu_sum8(dy + (i * ch + k) * sp, sp);
     }
 }
 
@@ -296,7 +283,7 @@ static void s_gap_fwd(const tp_op_call_t *c) {
     const float *x = c->x[0];
     float *y = c->y;
     for (size_t p = 0; p < n * ch; p++)
-        y[p] = s_sum(x + p * sp, sp) / (float)sp;
+        y[p] = tp_cpu_sum8(x + p * sp, sp) / (float)sp;
 }
 
 static void s_gap_bwd(const tp_op_call_t *c) {
@@ -360,7 +347,7 @@ static void s_bn_fwd(const tp_op_call_t *c) {
              * samples: fast and accurate enough for 1e5-element channels */
             double s = 0.0;
             for (size_t i = 0; i < n; i++)
-                s += s_sum(x + (i * ch + k) * sp, sp);
+                s += tp_cpu_sum8(x + (i * ch + k) * sp, sp);
             double mu_d = s / m, v = 0.0;
             for (size_t i = 0; i < n; i++)
                 v += s_sqdev(x + (i * ch + k) * sp, sp, (float)mu_d);
@@ -401,7 +388,7 @@ static void s_bn_bwd(const tp_op_call_t *c) {
         for (size_t i = 0; i < n; i++) {
             const float *r = x + (i * ch + k) * sp;
             const float *d = dy + (i * ch + k) * sp;
-            sdy += s_sum(d, sp);
+            sdy += tp_cpu_sum8(d, sp);
             sdyx += s_dot_dev(d, r, sp, mu);
         }
         const float dbeta = (float)sdy, dgamma = (float)(sdyx * is);

@@ -40,6 +40,19 @@ typedef struct {
     int64_t base;            /* the strided buffer's offset of element 0 */
 } s_view_t;
 
+/* The next index of the view's dims 0..top (the last fastest), its strided
+ * offset moved along: 0 when every index has wrapped (the walk is done). */
+static int s_view_step(const s_view_t *v, int top, int64_t *idx, int64_t *off) {
+    for (int q = top; q >= 0; q--) {
+        *off += v->st[q];
+        if (++idx[q] < v->n[q])
+            return 1;
+        *off -= v->st[q] * v->n[q];
+        idx[q] = 0;
+    }
+    return 0;
+}
+
 /* What a walk does per element: contiguous c[j], strided s[off]. */
 enum {
     S_GATHER,       /* c = s (words) */
@@ -192,15 +205,7 @@ static void s_walk(const s_view_t *view, int mode, void *sp, void *cp, int acc, 
         for (;;) {
             s_tile2d(mode, sp, cp, na, nb, sst, off, j, acc, f);
             j += (size_t)(na * nb);
-            int q = nd - 3;
-            for (; q >= 0; q--) {
-                off += v->st[q];
-                if (++idx[q] < v->n[q])
-                    break;
-                off -= v->st[q] * v->n[q];
-                idx[q] = 0;
-            }
-            if (q < 0)
+            if (!s_view_step(v, nd - 3, idx, &off))
                 return;
         }
     }
@@ -243,15 +248,7 @@ static void s_walk(const s_view_t *view, int mode, void *sp, void *cp, int acc, 
             break;
         }
         j += (size_t)in_n;
-        int q = nd - 2;
-        for (; q >= 0; q--) {
-            off += v->st[q];
-            if (++idx[q] < v->n[q])
-                break;
-            off -= v->st[q] * v->n[q];
-            idx[q] = 0;
-        }
-        if (q < 0)
+        if (!s_view_step(v, nd - 2, idx, &off))
             return;
     }
 }
