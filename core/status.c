@@ -43,22 +43,29 @@ static void s_name_nomem(tp_status_t status) {
     s_errmsg[pre + len] = '\0';
 }
 
+/* The message is formatted into a local buffer first: callers pass the
+ * last error itself as an argument (`tp_error(st, "--data: %s",
+ * tp_last_error())`), and vsnprintf into the buffer it reads from garbled
+ * it ("--data: --data: rce 'x'"). */
 tp_status_t tp_error(tp_status_t status, const char *fmt, ...) {
+    char msg[TP_ERRMSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s_errmsg, sizeof s_errmsg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(s_errmsg, msg, sizeof msg);
     s_name_nomem(status);
     return status;
 }
 
 tp_status_t tp_error_wrap(tp_status_t status, const char *fmt, ...) {
-    char old[TP_ERRMSG_SIZE];
+    char old[TP_ERRMSG_SIZE], msg[TP_ERRMSG_SIZE];
     memcpy(old, s_errmsg, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(s_errmsg, sizeof s_errmsg, fmt, ap);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(s_errmsg, msg, sizeof msg);
     /* Append ": <old>", truncating quietly: context matters more than the
      * tail of a very long message. */
     size_t len = n < 0 ? 0 : (size_t)n;

@@ -25,6 +25,18 @@ Test(core, last_error_is_per_thread_and_wrappable) {
     cr_assert_str_eq(tp_last_error(), "reading 3: open x.bin");
 }
 
+/* tools prefix the last error with where it happened by passing it back
+ * in: the message must read as written, not overwritten while formatted */
+Test(core, last_error_can_be_an_argument_of_the_next) {
+    tp_error(TP_ERR_INVALID, "data source '%s': use fashion-mnist:SPLIT", "nosuch:x");
+    cr_assert_eq(tp_error(TP_ERR_INVALID, "--data: %s", tp_last_error()), TP_ERR_INVALID);
+    cr_assert_str_eq(tp_last_error(),
+                     "--data: data source 'nosuch:x': use fashion-mnist:SPLIT");
+    tp_error_wrap(TP_ERR_INVALID, "in %s", tp_last_error());
+    cr_assert(!strncmp(tp_last_error(), "in --data: data source 'nosuch:x'", 33),
+              "%s", tp_last_error());
+}
+
 static void *s_thread_err(void *arg) {
     (void)arg;
     tp_error(TP_ERR_PEER, "other thread");
