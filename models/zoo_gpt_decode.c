@@ -473,3 +473,31 @@ tp_status_t tp_zoo_gpt_gen_run(tp_zoo_gpt_gen_t *g, const uint8_t *prompt, size_
     }
     return rc;
 }
+
+/* ---- tp-train's per-epoch sample (pipeline's TextSample) ----------------- */
+
+static tp_status_t s_cb_generate(void *gen, tp_model_t *model, const tp_text_sample_opts_t *o,
+                            uint8_t *text) {
+    tp_zoo_gpt_gen_t *g = gen;
+    TP_TRY(tp_zoo_gpt_gen_load(g, model));
+    tp_zoo_gpt_sampling_t s = {o->temperature, o->top_k, o->seed};
+    return tp_zoo_gpt_gen_run(g, (const uint8_t *)o->prompt, strlen(o->prompt), text,
+                              o->tokens, &s, NULL, NULL);
+}
+
+static void s_sample_free(void *gen) {
+    tp_zoo_gpt_gen_t *g = gen;
+    tp_zoo_gpt_gen_destroy(&g);
+}
+
+tp_callback_t *tp_zoo_gpt_cb_sample(int context, const tp_zoo_gpt_options_t *o,
+                                    const tp_text_sample_opts_t *opts) {
+    tp_zoo_gpt_gen_t *g = tp_zoo_gpt_gen_new(NULL, context, o, 1);
+    if (!g)
+        return NULL;
+    tp_text_sample_opts_t so = *opts;
+    so.generate = s_cb_generate;
+    so.gen = g;
+    so.gen_destroy = s_sample_free;
+    return tp_cb_text_sample(&so);
+}

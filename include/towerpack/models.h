@@ -12,6 +12,7 @@
 #define TOWERPACK_MODELS_H
 
 #include <towerpack/graph.h>
+#include <towerpack/model_callbacks.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -109,6 +110,12 @@ tp_status_t tp_zoo_gpt_gen_set_keep(tp_zoo_gpt_gen_t *g, int keep);
 tp_status_t tp_zoo_gpt_gen_run(tp_zoo_gpt_gen_t *g, const uint8_t *prompt, size_t plen,
                                uint8_t *text, long ntokens, const tp_zoo_gpt_sampling_t *s,
                                tp_zoo_gpt_emit_fn emit, void *user);
+/* tp-train's per-epoch sample: a TextSample callback (model_callbacks.h)
+ * whose generator copies the trained model's weights (a gpt of shape *o at
+ * `context`) into a CPU generator with the cache and draws opts->tokens
+ * bytes after opts->prompt (opts' generate, gen, gen_destroy are set here). */
+tp_callback_t *tp_zoo_gpt_cb_sample(int context, const tp_zoo_gpt_options_t *o,
+                                    const tp_text_sample_opts_t *opts);
 
 typedef struct tp_zoo_model {
     const char *name;          /* "mlp", "cnn", "cnn-bn", "resnet",
