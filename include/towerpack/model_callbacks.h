@@ -58,8 +58,8 @@ tp_callback_t *tp_cb_sample_grid(const tp_sample_grid_opts_t *opts);
 
 /* TextSample: after every epoch, a short continuation of a fixed prompt
  * drawn from the model as it is then, printed to the log (info) as one
- * line, "[TextSample] epoch E: <prompt and continuation>" (newlines, tabs
- * and bytes outside printable ASCII escaped as \n, \t, \xNN), so a user
+ * line, "[TextSample] epoch E: <prompt and continuation>" (newlines, tabs,
+ * backslashes and bytes outside printable ASCII escaped as in C), so a user
  * sees a language model learn. The drawing is the caller's: `generate`
  * (a GPT's, models/zoo_gpt_decode.c for tp-train --model gpt) writes the
  * prompt and `tokens` bytes after it into text; the same seed every epoch,
@@ -69,7 +69,7 @@ typedef tp_status_t (*tp_text_sample_fn)(void *gen, tp_model_t *model,
                                          const tp_text_sample_opts_t *o,
                                          uint8_t *text);
 struct tp_text_sample_opts {
-    const char *prompt;       /* copied; NULL or "": "\n" (the generator's) */
+    const char *prompt;       /* copied; NULL or "": a newline (the generator's) */
     long tokens;              /* bytes drawn after it, >= 1 */
     double temperature;       /* 0: the likeliest byte each time */
     int top_k;                /* 0: all */

@@ -103,7 +103,7 @@ tp_status_t tp_zoo_gpt_gen_load(tp_zoo_gpt_gen_t *g, tp_model_t *live);
  * again at positions 0..keep-1 (1..T; default T/2). keep = T gives what
  * the cacheless path gives, at T steps a byte. */
 tp_status_t tp_zoo_gpt_gen_set_keep(tp_zoo_gpt_gen_t *g, int keep);
-/* text[0..plen) = prompt (plen 0: "\n", one byte), then ntokens bytes
+/* text[0..plen) = prompt (plen 0: a newline, one byte), then ntokens bytes
  * drawn after it: text holds plen + ntokens (or 1 + ntokens). Only the
  * last T bytes of the prompt are read. emit (may be NULL) sees each byte
  * as it comes. */
