@@ -12,7 +12,8 @@
  * NumPy's .npy of shape [N, H, W] (grey).
  *
  * A GPT checkpoint (tp-train --model gpt) continues a prompt instead
- * (tools/tp-generate/text.c):
+ * (tools/tp-generate/text.c, each byte one position of a cache of keys and
+ * values: models/zoo_gpt_decode.c; --no-cache for the whole-window path):
  *
  *   tp-generate --load train_log/gpt --prompt "Once upon" --tokens 200 --top-k 40 */
 #include <getopt.h>
