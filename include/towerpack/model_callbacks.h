@@ -6,6 +6,7 @@
 #define TOWERPACK_MODEL_CALLBACKS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <towerpack/callback.h>
 #include <towerpack/dataflow.h>
 
@@ -54,6 +55,33 @@ void tp_sample_grid_opts_init(tp_sample_grid_opts_t *opts);
 /* NULL with tp_last_error() when the options are wrong (no output, no
  * inputs, inputs of different row counts). */
 tp_callback_t *tp_cb_sample_grid(const tp_sample_grid_opts_t *opts);
+
+/* TextSample: after every epoch, a short continuation of a fixed prompt
+ * drawn from the model as it is then, printed to the log (info) as one
+ * line, "[TextSample] epoch E: <prompt and continuation>" (newlines, tabs,
+ * backslashes and bytes outside printable ASCII escaped as in C), so a user
+ * sees a language model learn. The drawing is the caller's: `generate`
+ * (a GPT's, models/zoo_gpt_decode.c for tp-train --model gpt) writes the
+ * prompt and `tokens` bytes after it into text; the same seed every epoch,
+ * so two epochs' samples differ by the weights only. Chief only. */
+typedef struct tp_text_sample_opts tp_text_sample_opts_t;
+typedef tp_status_t (*tp_text_sample_fn)(void *gen, tp_model_t *model,
+                                         const tp_text_sample_opts_t *o,
+                                         uint8_t *text);
+struct tp_text_sample_opts {
+    const char *prompt;       /* copied; NULL or "": a newline (the generator's) */
+    long tokens;              /* bytes drawn after it, >= 1 */
+    double temperature;       /* 0: the likeliest byte each time */
+    int top_k;                /* 0: all */
+    uint64_t seed;
+    tp_text_sample_fn generate;       /* required; text holds
+                                         max(1, strlen(prompt)) + tokens */
+    void *gen;                        /* its state: taken */
+    void (*gen_destroy)(void *gen);   /* frees gen (NULL: not freed) */
+};
+/* NULL with tp_last_error() when the options are wrong (no generate, tokens
+ * < 1, temperature < 0, top_k < 0); gen is freed then too. */
+tp_callback_t *tp_cb_text_sample(const tp_text_sample_opts_t *opts);
 
 /* The newest checkpoint in `logdir` into out[size]: the one LOGDIR/checkpoint
  * names if it exists, else the model-<N>.safetensors with the largest N.

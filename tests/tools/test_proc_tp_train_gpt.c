@@ -403,3 +403,59 @@ Test(tp_train_gpt, bad_flags_are_refused_saying_why) {
     cr_assert_neq(s_run(mlp), 0);
     cr_assert(strstr(s_out, "shape --model gpt (the model is mlp)"), "%s", s_out);
 }
+
+/* The per-epoch sample (TextSample): the log shows a continuation of
+ * --sample-prompt after every epoch, greedy here, and the second epoch's
+ * has learned the sentence; tp-generate continues it the same with the
+ * cache of keys and values and without (--no-cache), far past the
+ * context; --sample-tokens 0 prints none; an image model refuses the
+ * flags. */
+Test(tp_train_gpt, each_epoch_logs_a_sample_and_the_cache_draws_the_cacheless_bytes) {
+    char logdir[128], data[160];
+    snprintf(logdir, sizeof logdir, "%s/sample", s_dir);
+    snprintf(data, sizeof data, "text:%s", s_file);
+    char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "32",
+                    "--layers", "1", "--heads", "4", "--embed", "64", "--batch", "16",
+                    "--towers", "1", "--threads", "1", "--epochs", "2",
+                    "--steps-per-epoch", "100", "--lr", "3e-3", "--sample-prompt", "the quick",
+                    "--sample-tokens", "40", "--sample-temperature", "0", "--stats", "off",
+                    "--no-tensorboard", "--logdir", logdir, NULL};
+    int rc = s_run(argv);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "[TextSample] epoch 1: the quick"), "no sample:\n%s", s_out);
+    const char *second = strstr(s_out, "[TextSample] epoch 2: the quick");
+    cr_assert(second, "no second sample:\n%s", s_out);
+    cr_expect(!strncmp(second + 22, "the quick brown fox jumps over the lazy dog.", 44),
+              "the second epoch's sample has not learned the sentence: %.80s", second);
+    /* also in LOGDIR/log.log */
+    char path[256], log[1 << 16];
+    snprintf(path, sizeof path, "%s/log.log", logdir);
+    s_read_file(path, log, sizeof log);
+    cr_expect(strstr(log, "[TextSample] epoch 2: the quick"), "not in %s", path);
+    /* 300 bytes, nearly 10 contexts: the cache slides (keep T/2), the
+     * cacheless path moves its window; a learned sentence reads the same */
+    char with[4096], without[4096];
+    char *gen[] = {"tp-generate", "--load", logdir, "--prompt", "the quick", "--tokens", "300",
+                   "--temperature", "0", NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        gen[9] = k ? "--no-cache" : NULL;
+        rc = s_generate(gen);
+        cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+        snprintf(k ? without : with, sizeof with, "%.309s", s_out);
+    }
+    cr_expect_str_eq(with, without, "with the cache:\n%s\nwithout:\n%s", with, without);
+    cr_expect(strstr(with, "the lazy dog. the quick brown fox"), "%s", with);
+    char *none[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                    "--layers", "1", "--embed", "32", "--batch", "4", "--towers", "1",
+                    "--threads", "1", "--epochs", "1", "--steps-per-epoch", "2",
+                    "--sample-tokens", "0", "--stats", "off", "--no-tensorboard",
+                    "--logdir", path, NULL};
+    snprintf(path, sizeof path, "%s/no-sample", s_dir);
+    rc = s_run(none);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_expect(!strstr(s_out, "[TextSample]"), "--sample-tokens 0 sampled:\n%s", s_out);
+    char *mlp[] = {"tp-train", "--model", "mlp", "--sample-top-k", "5", "--logdir", logdir,
+                   NULL};
+    cr_assert_neq(s_run(mlp), 0);
+    cr_assert(strstr(s_out, "are --model gpt's (the model is mlp)"), "%s", s_out);
+}

@@ -12,7 +12,8 @@
  * NumPy's .npy of shape [N, H, W] (grey).
  *
  * A GPT checkpoint (tp-train --model gpt) continues a prompt instead
- * (tools/tp-generate/text.c):
+ * (tools/tp-generate/text.c, each byte one position of a cache of keys and
+ * values: models/zoo_gpt_decode.c; --no-cache for the whole-window path):
  *
  *   tp-generate --load train_log/gpt --prompt "Once upon" --tokens 200 --top-k 40 */
 #include <getopt.h>
@@ -50,7 +51,11 @@ static void s_usage(FILE *out) {
 "  --top-k K        sample among the K likeliest bytes only (1..256; default\n"
 "                   all)\n"
 "  --seed S         the sampler's seed (default 1)\n"
-"  --output FILE    also write the prompt and the continuation to FILE\n");
+"  --output FILE    also write the prompt and the continuation to FILE\n"
+"  --no-cache       run the whole model over the last T bytes for every byte\n"
+"                   (the reference; by default a cache of keys and values\n"
+"                   makes each byte cost one position, and past the context\n"
+"                   T the cache is refilled from the last T/2 bytes)\n");
 }
 
 static int s_fail(const char *what) {
@@ -88,7 +93,7 @@ int main(int argc, char **argv) {
     const char *load = NULL, *output = NULL, *png = NULL, *model = NULL;
     long long count = 0, seed = 1;
     enum { O_LOAD = 256, O_COUNT, O_OUTPUT, O_PNG, O_SEED, O_MODEL, O_PROMPT, O_TOKENS,
-           O_TEMPERATURE, O_TOP_K };
+           O_TEMPERATURE, O_TOP_K, O_NO_CACHE };
     /* a GPT's text (text.c): any of these flags, or a gpt checkpoint */
     tp_gen_text_t text = {.tokens = 200, .temperature = 1.0};
     int text_flags = 0;
@@ -99,6 +104,7 @@ int main(int argc, char **argv) {
         {"prompt", required_argument, 0, O_PROMPT}, {"tokens", required_argument, 0, O_TOKENS},
         {"temperature", required_argument, 0, O_TEMPERATURE},
         {"top-k", required_argument, 0, O_TOP_K},
+        {"no-cache", no_argument, 0, O_NO_CACHE},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -147,6 +153,7 @@ int main(int argc, char **argv) {
             }
             text_flags = 1;
             break;
+        case O_NO_CACHE: text.no_cache = 1; text_flags = 1; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }

@@ -13,6 +13,8 @@ typedef struct tp_gen_text {
     int top_k;            /* sample among the K likeliest only; 0: all 256 */
     uint64_t seed;        /* the sampler's generator */
     const char *output;   /* also write prompt + continuation here; NULL: not */
+    int no_cache;         /* 1: the whole model over the last T bytes for
+                             every byte (no cache of keys and values) */
 } tp_gen_text_t;
 
 /* Load the GPT in checkpoint `ckpt` (its shape from the metadata tp-train

@@ -111,6 +111,12 @@ static void s_usage(FILE *out) {
 "  --dropout P          gpt: nanoGPT's dropout on the embeddings, the\n"
 "                       attention weights and the residual branches, in\n"
 "                       training only; P in [0, 1) (default 0: none)\n"
+"  --sample-prompt TEXT gpt: after every epoch the log shows TEXT and\n"
+"                       --sample-tokens bytes the model draws after it\n"
+"                       (default \"The \", 64 bytes; 0: no sample), at\n"
+"                       --sample-temperature T (default 0.8; 0: greedy)\n"
+"                       among the --sample-top-k K likeliest (default 40;\n"
+"                       0: all), seeded by --seed\n"
 "  --image-size N       the model's input is N x N (default 28 grey, 32\n"
 "                       colour; at least 4 for cnn, 8 for cnn-bn; 64 and up\n"
 "                       suit resnet18/50); the data are resized\n"
@@ -381,6 +387,33 @@ static tp_status_t s_text_meta(void *impl, tp_trainer_t *tr) {
 }
 static const tp_callback_ops_t s_text_meta_ops = {.name = "TextMetadata",
                                                   .before_train = s_text_meta};
+
+/* --model gpt: the sample printed to the log after every epoch
+ * (TextSample, models/zoo_gpt_decode.c's generator): --sample-prompt,
+ * --sample-tokens (0: none), --sample-temperature, --sample-top-k. */
+static struct {
+    const char *prompt;
+    int64_t tokens, top_k;
+    double temperature;
+    int given;  /* a flag was given: refused for the image models */
+} s_sample = {"The ", 64, 40, 0.8, 0};
+/* Flag i of the four above (in that order) from `arg`: 0, or 1 with the
+ * error set. */
+static int s_sample_flag(int i, const char *arg) {
+    s_sample.given = 1;
+    if (i == 0)
+        s_sample.prompt = arg;
+    else if (i == 1)
+        return tp_spec_int(arg, 0, 100000, "--sample-tokens", &s_sample.tokens) != TP_OK;
+    else if (i == 3)
+        return tp_spec_int(arg, 0, 256, "--sample-top-k", &s_sample.top_k) != TP_OK;
+    else if (tp_spec_double(arg, "--sample-temperature", &s_sample.temperature) ||
+             !(s_sample.temperature >= 0)) {
+        tp_error(TP_ERR_INVALID, "--sample-temperature needs a number >= 0, got '%s'", arg);
+        return 1;
+    }
+    return 0;
+}
 
 /* --lr-schedule: linear (the default), cosine, or step:E1,E2,.. (the epochs,
  * fractions allowed, after which the rate is multiplied by --lr-gamma;
@@ -1051,7 +1084,8 @@ int main(int argc, char **argv) {
            O_LR_END, O_WARMUP, O_CREATE_LOGDIR, O_LOG_EVERY, O_WD, O_BETA1, O_BETA2, O_CLIP, O_EMA, O_LR_MULT,
            O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD, O_LR_SCHEDULE,
            O_LR_GAMMA, O_JOB, O_CONTEXT, O_LAYERS, O_HEADS, O_EMBED,
-           O_DROPOUT };
+           O_DROPOUT, O_SAMPLE_PROMPT, O_SAMPLE_TOKENS, O_SAMPLE_TEMPERATURE,
+           O_SAMPLE_TOP_K };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -1099,6 +1133,10 @@ int main(int argc, char **argv) {
         {"heads", required_argument, 0, O_HEADS},
         {"embed", required_argument, 0, O_EMBED},
         {"dropout", required_argument, 0, O_DROPOUT},
+        {"sample-prompt", required_argument, 0, O_SAMPLE_PROMPT},
+        {"sample-tokens", required_argument, 0, O_SAMPLE_TOKENS},
+        {"sample-temperature", required_argument, 0, O_SAMPLE_TEMPERATURE},
+        {"sample-top-k", required_argument, 0, O_SAMPLE_TOP_K},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -1285,6 +1323,11 @@ int main(int argc, char **argv) {
             }
             break;
         case O_EMBED: if (tp_spec_int(optarg, 1, 65536, "--embed", &v)) return s_fail("bad flag"); a.embed = (int)v; break;
+        case O_SAMPLE_PROMPT: case O_SAMPLE_TOKENS: case O_SAMPLE_TEMPERATURE:
+        case O_SAMPLE_TOP_K:
+            if (s_sample_flag(c - O_SAMPLE_PROMPT, optarg))
+                return s_fail("bad flag");
+            break;
         case O_TF32: a.tf32 = 1; break;
         case O_BF16: a.bf16 = 1; break;
         case 'h': s_usage(stdout); return 0;
@@ -1314,6 +1357,11 @@ int main(int argc, char **argv) {
     if (!a.text && (a.context || a.layers || a.heads || a.embed)) {
         tp_error(TP_ERR_INVALID, "--context, --layers, --heads and --embed shape "
                  "--model gpt (the model is %s)", zoo->name);
+        return s_fail("bad flags");
+    }
+    if (!a.text && s_sample.given) {
+        tp_error(TP_ERR_INVALID, "--sample-prompt, --sample-tokens, --sample-temperature "
+                 "and --sample-top-k are --model gpt's (the model is %s)", zoo->name);
         return s_fail("bad flags");
     }
     if (!a.text && a.dropout > 0) {
@@ -1776,7 +1824,7 @@ int main(int argc, char **argv) {
                            .nmilestones = nmiles};
     for (int i = 0; i < nmiles; i++)
         ls.milestones[i] = llround(miles[i] * (double)cfg.steps_per_epoch);
-    tp_callback_t *cbs[6] = {lr_kind == TP_LR_LINEAR
+    tp_callback_t *cbs[7] = {lr_kind == TP_LR_LINEAR
                              ? tp_cb_hp_schedule("learning_rate", pts, npts, 1, 1)
                              : tp_cb_lr_schedule("learning_rate", &ls),
                              tp_callback_new(a.text ? &s_text_meta_ops : &s_data_meta_ops,
@@ -1796,6 +1844,20 @@ int main(int argc, char **argv) {
                              : tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta);
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_out_ops, NULL, 1);
+    if (rank == 0 && a.text && s_sample.tokens > 0) {  /* after validation */
+        tp_zoo_gpt_options_t so = {.layers = a.layers, .heads = a.heads, .embed = a.embed};
+        tp_text_sample_opts_t to = {.prompt = s_sample.prompt, .tokens = s_sample.tokens,
+                                    .temperature = s_sample.temperature,
+                                    .top_k = (int)s_sample.top_k, .seed = (uint64_t)a.seed};
+        if (!(cbs[ncbs] = tp_zoo_gpt_cb_sample(a.context, &so, &to))) {
+            cfg.callbacks = cbs;  /* freed with the config (the validation data
+                                     with its runner) */
+            cfg.ncallbacks = ncbs;
+            tp_train_config_fini(&cfg);
+            return s_fail("the per-epoch sample");
+        }
+        ncbs++;
+    }
     if (rank > 0)
         cbs[ncbs++] = tp_callback_new(&s_rank_steps_ops, NULL, 0);
     cfg.callbacks = cbs;
