@@ -2,7 +2,9 @@
  * guard, pass bookkeeping, the tree of nested dataflows) around an
  * implementation's ops. */
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <towerpack/dataflow.h>
+#include <towerpack/wire.h>
 #include "df_internal.h"
 
 struct tp_dataflow {
@@ -16,6 +18,9 @@ struct tp_dataflow {
      * wrapper resets what it wraps from its own reset_state (the ops
      * contract), so every wrapper takes part with no code of its own. */
     tp_dataflow_t *outer, *first_inner, *next_sibling;
+    /* what its output must be (tp_df_expect; NULL: nothing said) */
+    tp_wire_comp_t *expect;
+    int nexpect;
 };
 
 /* The dataflow whose reset_state runs on this thread (NULL: none). */
@@ -55,6 +60,7 @@ void tp_dataflow_destroy(tp_dataflow_t **self_p) {
     while (self->first_inner)  /* inner ones it did not own live on */
         s_unlink(self->first_inner);
     s_unlink(self);
+    free(self->expect);
     free(self);
     *self_p = NULL;
 }
@@ -168,4 +174,23 @@ void df_visit(tp_dataflow_t *df, void (*fn)(tp_dataflow_t *df, void *arg), void 
     fn(df, arg);
     for (tp_dataflow_t *in = df->first_inner; in; in = in->next_sibling)
         df_visit(in, fn, arg);
+}
+
+tp_dataflow_t *df_outer(const tp_dataflow_t *df) { return df ? df->outer : NULL; }
+
+const tp_wire_comp_t *df_expect_get(const tp_dataflow_t *df, int *n) {
+    *n = df ? df->nexpect : 0;
+    return df ? df->expect : NULL;
+}
+
+tp_status_t df_expect_set(tp_dataflow_t *df, const tp_wire_comp_t *comps, int n) {
+    tp_wire_comp_t *copy = NULL;
+    if (n > 0 && !(copy = malloc((size_t)n * sizeof *copy)))
+        return tp_error(TP_ERR_NOMEM, "%s: expectations", df->ops->name);
+    if (n > 0)
+        memcpy(copy, comps, (size_t)n * sizeof *copy);
+    free(df->expect);
+    df->expect = copy;
+    df->nexpect = n > 0 ? n : 0;
+    return TP_OK;
 }
