@@ -512,7 +512,7 @@ static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t pare
             tp_wire_comps_format(r->expect, r->nexpect, want, sizeof want);
             char buf[1800];
             snprintf(buf, sizeof buf, "%s (the model takes %.900s%s%.120s)", why, want,
-                     r->expect_via[0] ? " before " : "", r->expect_via);
+                     r->expect_via[0] ? " through " : "", r->expect_via);
             int n = (int)strlen(buf);
             if (write(err_w, buf, (size_t)n) < 0) {
                 /* the exit status still tells */

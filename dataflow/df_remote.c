@@ -550,7 +550,7 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
             char comps[TP_WIRE_COMPS_MAX];
             tp_wire_comps_format(r->expect, n, comps, sizeof comps);
             TP_INFO("remote: senders to %s must send %s (the model's inputs%s%s)",
-                    r->endpoints[0], comps, via[0] ? " before " : "", via);
+                    r->endpoints[0], comps, via[0] ? " through " : "", via);
         }
     }
     if (r->nexpect > 0) {  /* the component handshake: what this receiver takes */
