@@ -54,7 +54,7 @@ const struct tp_wire_comp *df_expect_get(const tp_dataflow_t *df, int *n);
  * datapoints as they are (shuffle, repeat, cache, ...) changes nothing,
  * any other leaves nothing known. Their number into out (at most max), 0
  * when nothing is known; `via` gets the stages' names for messages
- * ("batch"). (df_remote.c, for it and df_process.c.) */
+ * ("batch"). */
 int df_expect_for(tp_dataflow_t *df, struct tp_wire_comp *out, int max, char *via,
                   size_t via_size);
 

@@ -875,58 +875,6 @@ tp_status_t tp_df_expect(tp_dataflow_t *pipeline, const tp_remote_expect_t *comp
     return df_expect_set(pipeline, c, n);
 }
 
-/* Stages whose datapoints are their inner dataflow's, as they are. */
-static int s_keeps_datapoints(const char *name) {
-    static const char *const keep[] = {"locally-shuffle", "repeat", "repeat-datapoint",
-                                       "fixed-size", "cache", "print", "multiprocess"};
-    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
-        if (!strcmp(name, keep[i]))
-            return 1;
-    return 0;
-}
-
-int df_expect_for(tp_dataflow_t *df, tp_wire_comp_t *out, int max, char *via,
-                  size_t via_size) {
-    if (via_size)
-        via[0] = '\0';
-    /* the nearest dataflow above (or df itself) that was told */
-    tp_dataflow_t *holder = df;
-    int n = 0;
-    const tp_wire_comp_t *e = NULL;
-    while (holder && !(e = df_expect_get(holder, &n)))
-        holder = df_outer(holder);
-    if (!e || n < 1 || n > max)
-        return 0;
-    memcpy(out, e, (size_t)n * sizeof *out);
-    /* from it down to df, every stage's input from its output */
-    int batched = 1;
-    for (tp_dataflow_t *s = holder; s && s != df; ) {
-        const char *name = tp_dataflow_name(s);
-        if (!strcmp(name, "batch") && batched) {
-            for (int i = 0; i < n; i++) {  /* [B, ...] -> [...] */
-                if (out[i].ndim < 1)
-                    return 0;
-                memmove(out[i].shape, out[i].shape + 1,
-                        (size_t)(out[i].ndim - 1) * sizeof out[i].shape[0]);
-                out[i].shape[--out[i].ndim] = 0;
-            }
-            batched = 0;
-        } else if (!s_keeps_datapoints(name)) {
-            return 0;  /* a map, a select, another batch: what comes in is unknown */
-        }
-        if (via_size) {
-            size_t o = strlen(via);
-            snprintf(via + o, via_size - o, "%s%s", o ? ", " : "", name);
-        }
-        /* the next one down: the one whose outer is s on the path to df */
-        tp_dataflow_t *t = df;
-        while (t && df_outer(t) != s)
-            t = df_outer(t);
-        s = t;
-    }
-    return n;
-}
-
 uint64_t tp_df_remote_refused(tp_dataflow_t *df) {
     if (!df || tp_dataflow_ops(df) != &s_remote_ops)
         return 0;
