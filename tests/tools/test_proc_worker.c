@@ -573,6 +573,51 @@ Test(proc_worker, labels_out_of_range_are_dropped_and_counted_per_sender) {
     cr_assert(!strstr(buf, good_who), "the fitting sender was named:\n%s", buf);
 }
 
+/* Issue 47, end to end: tp-train --remote connected to two bound
+ * tp-workers, one of them with labels out of the model's classes (fake's
+ * 0..255): the run trains to the end on the fitting one (it ended at step 0
+ * before), its log names the other, the value and the range, and counts
+ * the dropped batches (ZMQInput/unfit). */
+Test(proc_worker, tp_train_drops_a_senders_labels_out_of_range_and_trains) {
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char bad_ep[128], good_ep[128], eps[300], logdir[128], out[128], buf[65536];
+    snprintf(bad_ep, sizeof bad_ep, "ipc://%s/tbad.sock", s_dir);
+    snprintf(good_ep, sizeof good_ep, "ipc://%s/tgood.sock", s_dir);
+    snprintf(eps, sizeof eps, ">%s,>%s", bad_ep, good_ep);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    char *bargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec", "fake:size=64 | batch 16",
+                     "--bind", bad_ep, NULL};
+    char *gargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | batch 16", "--bind", good_ep, NULL};
+    pu_spawn_opts_t wo = {.out = "/dev/null"};
+    int bad = pu_spawn(bargv, &wo);
+    int good = pu_spawn(gargv, &wo);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                     "--steps-per-epoch", "20", "--batch", "16", "--remote", eps,
+                     "--threads", "1", "--towers", "1", "--test-spec",
+                     "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 1", "--logdir",
+                     logdir, "--no-tensorboard", NULL};
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    pu_spawn_opts_t to = {.out = out, .env = env};
+    int tr = pu_spawn(targv, &to);
+    int st = pu_waitpid(tr, 120000);
+    kill(bad, SIGTERM);
+    kill(good, SIGTERM);
+    pu_waitpid(bad, 5000);
+    pu_waitpid(good, 5000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train: status %d:\n%s",
+              st, buf);
+    char who[80];
+    snprintf(who, sizeof who, "dropped a datapoint from tp-worker %d@", bad);
+    cr_assert(strstr(buf, who) && strstr(buf, "component 1 'label' has value ") &&
+                  strstr(buf, ", expected 0..9") && strstr(buf, "test accuracy") &&
+                  !strstr(buf, "ZMQInput/unfit: 0\n") && strstr(buf, "ZMQInput/unfit: "),
+              "tp-train's log (%s):\n%s", who, buf);
+}
+
 /* Issue 47: `tp-train --spec 'remote:...'` takes what --remote takes (its
  * model's inputs, here per datapoint before the spec's batch stage), in
  * the handshake too: a worker of another image size ends at once naming
