@@ -9,7 +9,10 @@
  * error message there and exits with status 2; the zygote reaps it and
  * sends its wait status and message to the parent. Workers use a fresh
  * ZeroMQ context of their own (never the parent's) and leave with _exit,
- * so no inherited atexit handler or socket is touched. */
+ * so no inherited atexit handler or socket is touched. Inside a pipeline
+ * told what it must give (tp_df_expect: a trainer's model inputs), each
+ * worker of a runner checks its first datapoint with the check a remote
+ * receiver makes (tp_wire_comps_check) and ends the run naming a mismatch. */
 #include <czmq.h>
 #include <dirent.h>
 #include <errno.h>

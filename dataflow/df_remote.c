@@ -6,7 +6,10 @@
  * wire decoder, or, when it is one frame in one of tensorpack's formats
  * (pickle, msgpack, zmq_ops: a Python send_dataflow_zmq), by tensorpack's
  * decoders (df_tp_*.c); one that fails is counted, logged at most once a
- * second, and dropped; the stream goes on. */
+ * second, and dropped; the stream goes on. So is a well-formed datapoint
+ * that does not fit what the receiver expects (tp_df_remote_expect, or
+ * derived at reset_state from a pipeline's tp_df_expect): its shapes, or a
+ * label out of the model's classes, counted per sender. */
 #include <czmq.h>
 #include <errno.h>
 #include <pthread.h>
