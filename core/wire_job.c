@@ -475,8 +475,35 @@ static void s_comp_shape(const tp_wire_comp_t *c, char *out, size_t size) {
                                        (long long)c->shape[k]);
         o = n > 0 && o + (size_t)n < size ? o + (size_t)n : size - 1;
     }
-    if (o < size - 1)
-        snprintf(out + o, size - o, "]");
+    if (o < size - 1) {
+        n = snprintf(out + o, size - o, "]");
+        o = n > 0 && o + (size_t)n < size ? o + (size_t)n : size - 1;
+    }
+    if (c->ranged && o < size - 1)
+        snprintf(out + o, size - o, "{%lld..%lld}", (long long)c->lo, (long long)c->hi);
+}
+
+/* A decimal integer at *p ('-' allowed), advancing *p: 0, or -1 when
+ * there is none or it overflows. */
+static int s_parse_i64(const char **p, int64_t *out) {
+    const char *q = *p;
+    int neg = *q == '-';
+    q += neg;
+    if (*q < '0' || *q > '9')
+        return -1;
+    int64_t v = 0;
+    for (; *q >= '0' && *q <= '9'; q++) {
+        if (v > (INT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (*q - '0');
+    }
+    *out = neg ? -v : v;
+    *p = q;
+    return 0;
+}
+
+static int s_int_dtype(tp_dtype_t d) {
+    return d == TP_UINT8 || d == TP_INT32 || d == TP_INT64;
 }
 
 int tp_wire_comps_format(const tp_wire_comp_t *comps, int n, char *out, size_t size) {
@@ -550,6 +577,13 @@ int tp_wire_comps_parse(const char *text, tp_wire_comp_t *comps, int max) {
             c->shape[c->ndim++] = v;
         }
         p++;
+        if (*p == '{') {  /* the values an integer component takes */
+            p++;
+            if (!s_int_dtype(c->dtype) || s_parse_i64(&p, &c->lo) < 0 || *p++ != '.' ||
+                *p++ != '.' || s_parse_i64(&p, &c->hi) < 0 || *p++ != '}' || c->hi < c->lo)
+                return -1;
+            c->ranged = 1;
+        }
         n++;
         if (*p == ';' && p[1])
             p++;
@@ -598,6 +632,44 @@ int tp_wire_comps_check(const tp_wire_comp_t *want, int n, const tp_datapoint_t 
         s_comp_shape(e, exp, sizeof exp);
         snprintf(why, size, "component %d '%s' is %s, expected %s", i,
                  e->name[0] ? e->name : "?", got, exp);
+        return -1;
+    }
+    /* then the values, once every shape fits: a label out of the model's
+     * classes (a few ints a batch to read) */
+    for (int i = 0; i < n; i++) {
+        const tp_tensor_t *x = tp_datapoint_cget(dp, i);
+        const tp_wire_comp_t *e = &want[i];
+        if (!e->ranged || !s_int_dtype(x->dtype))
+            continue;
+        size_t count = tp_tensor_numel(x), k = 0;
+        int64_t v = 0;
+        for (; k < count; k++) {
+            v = x->dtype == TP_INT32   ? ((const int32_t *)x->data)[k]
+                : x->dtype == TP_INT64 ? ((const int64_t *)x->data)[k]
+                                       : ((const uint8_t *)x->data)[k];
+            if (v < e->lo || v > e->hi)
+                break;
+        }
+        if (k == count)
+            continue;
+        /* where: the element's index in every dimension */
+        char at[160] = "";
+        size_t o = 0;
+        int64_t idx[TP_MAX_DIMS], rest = (int64_t)k;
+        for (int d = x->ndim - 1; d >= 0; d--) {
+            idx[d] = x->shape[d] > 0 ? rest % x->shape[d] : 0;
+            rest = x->shape[d] > 0 ? rest / x->shape[d] : 0;
+        }
+        for (int d = 0; d < x->ndim && o < sizeof at - 1; d++) {
+            int w = snprintf(at + o, sizeof at - o, "%s%lld", d ? "," : " at [",
+                             (long long)idx[d]);
+            o = w > 0 && o + (size_t)w < sizeof at ? o + (size_t)w : sizeof at - 1;
+        }
+        if (x->ndim && o < sizeof at - 1)
+            snprintf(at + o, sizeof at - o, "]");
+        snprintf(why, size, "component %d '%s' has value %lld%s, expected %lld..%lld", i,
+                 e->name[0] ? e->name : "?", (long long)v, at, (long long)e->lo,
+                 (long long)e->hi);
         return -1;
     }
     return 0;

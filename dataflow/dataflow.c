@@ -2,7 +2,10 @@
  * guard, pass bookkeeping, the tree of nested dataflows) around an
  * implementation's ops. */
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 #include <towerpack/dataflow.h>
+#include <towerpack/wire.h>
 #include "df_internal.h"
 
 struct tp_dataflow {
@@ -16,6 +19,9 @@ struct tp_dataflow {
      * wrapper resets what it wraps from its own reset_state (the ops
      * contract), so every wrapper takes part with no code of its own. */
     tp_dataflow_t *outer, *first_inner, *next_sibling;
+    /* what its output must be (tp_df_expect; NULL: nothing said) */
+    tp_wire_comp_t *expect;
+    int nexpect;
 };
 
 /* The dataflow whose reset_state runs on this thread (NULL: none). */
@@ -55,6 +61,7 @@ void tp_dataflow_destroy(tp_dataflow_t **self_p) {
     while (self->first_inner)  /* inner ones it did not own live on */
         s_unlink(self->first_inner);
     s_unlink(self);
+    free(self->expect);
     free(self);
     *self_p = NULL;
 }
@@ -168,4 +175,75 @@ void df_visit(tp_dataflow_t *df, void (*fn)(tp_dataflow_t *df, void *arg), void 
     fn(df, arg);
     for (tp_dataflow_t *in = df->first_inner; in; in = in->next_sibling)
         df_visit(in, fn, arg);
+}
+
+tp_dataflow_t *df_outer(const tp_dataflow_t *df) { return df ? df->outer : NULL; }
+
+const tp_wire_comp_t *df_expect_get(const tp_dataflow_t *df, int *n) {
+    *n = df ? df->nexpect : 0;
+    return df ? df->expect : NULL;
+}
+
+tp_status_t df_expect_set(tp_dataflow_t *df, const tp_wire_comp_t *comps, int n) {
+    tp_wire_comp_t *copy = NULL;
+    if (n > 0 && !(copy = malloc((size_t)n * sizeof *copy)))
+        return tp_error(TP_ERR_NOMEM, "%s: expectations", df->ops->name);
+    if (n > 0)
+        memcpy(copy, comps, (size_t)n * sizeof *copy);
+    free(df->expect);
+    df->expect = copy;
+    df->nexpect = n > 0 ? n : 0;
+    return TP_OK;
+}
+
+/* Stages whose datapoints are their inner dataflow's, as they are. */
+static int s_keeps_datapoints(const char *name) {
+    static const char *const keep[] = {"locally-shuffle", "repeat", "repeat-datapoint",
+                                       "fixed-size", "cache", "print", "multiprocess"};
+    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
+        if (!strcmp(name, keep[i]))
+            return 1;
+    return 0;
+}
+
+int df_expect_for(tp_dataflow_t *df, tp_wire_comp_t *out, int max, char *via,
+                  size_t via_size) {
+    if (via_size)
+        via[0] = '\0';
+    /* the nearest dataflow above (or df itself) that was told */
+    tp_dataflow_t *holder = df;
+    int n = 0;
+    const tp_wire_comp_t *e = NULL;
+    while (holder && !(e = df_expect_get(holder, &n)))
+        holder = df_outer(holder);
+    if (!e || n < 1 || n > max)
+        return 0;
+    memcpy(out, e, (size_t)n * sizeof *out);
+    /* from it down to df, every stage's input from its output */
+    int batched = 1;
+    for (tp_dataflow_t *s = holder; s && s != df; ) {
+        const char *name = tp_dataflow_name(s);
+        if (!strcmp(name, "batch") && batched) {
+            for (int i = 0; i < n; i++) {  /* [B, ...] -> [...] */
+                if (out[i].ndim < 1)
+                    return 0;
+                memmove(out[i].shape, out[i].shape + 1,
+                        (size_t)(out[i].ndim - 1) * sizeof out[i].shape[0]);
+                out[i].shape[--out[i].ndim] = 0;
+            }
+            batched = 0;
+        } else if (!s_keeps_datapoints(name)) {
+            return 0;  /* a map, a select, another batch: what comes in is unknown */
+        }
+        if (via_size) {
+            size_t o = strlen(via);
+            snprintf(via + o, via_size - o, "%s%s", o ? ", " : "", name);
+        }
+        /* the next one down: the one whose outer is s on the path to df */
+        tp_dataflow_t *t = df;
+        while (t && df_outer(t) != s)
+            t = df_outer(t);
+        s = t;
+    }
+    return n;
 }

@@ -38,6 +38,26 @@ tp_dataflow_t *df_make(const tp_dataflow_ops_t *ops, void *impl);
  * does with what it wraps), so the tree is known once df was reset. */
 void df_visit(tp_dataflow_t *df, void (*fn)(tp_dataflow_t *df, void *arg), void *arg);
 
+/* The dataflow that reset df (its wrapper), NULL when none or before its
+ * reset_state: while df's reset_state runs, every one above it is known. */
+tp_dataflow_t *df_outer(const tp_dataflow_t *df);
+
+/* What df's output must be (tp_df_expect): a copy is kept (set), borrowed
+ * with its count (get; NULL and 0 when nothing was said). */
+struct tp_wire_comp;
+tp_status_t df_expect_set(tp_dataflow_t *df, const struct tp_wire_comp *comps, int n);
+const struct tp_wire_comp *df_expect_get(const tp_dataflow_t *df, int *n);
+
+/* From inside df's reset_state: what df's own output must be, derived from
+ * the nearest expectations above it (tp_df_expect) through the stages in
+ * between: a `batch` drops the batch dimension, a stage that keeps its
+ * datapoints as they are (shuffle, repeat, cache, ...) changes nothing,
+ * any other leaves nothing known. Their number into out (at most max), 0
+ * when nothing is known; `via` gets the stages' names for messages
+ * ("batch"). */
+int df_expect_for(tp_dataflow_t *df, struct tp_wire_comp *out, int max, char *via,
+                  size_t via_size);
+
 /* A remote sender's report (the text of a TP_CTL_REPORT control frame,
  * `len` bytes, not terminated; docs/wire-format.md) into *row: 0, or -1
  * for anything malformed (every field checked; an accepted row encodes

@@ -9,7 +9,10 @@
  * error message there and exits with status 2; the zygote reaps it and
  * sends its wait status and message to the parent. Workers use a fresh
  * ZeroMQ context of their own (never the parent's) and leave with _exit,
- * so no inherited atexit handler or socket is touched. */
+ * so no inherited atexit handler or socket is touched. Inside a pipeline
+ * told what it must give (tp_df_expect: a trainer's model inputs), each
+ * worker of a runner checks its first datapoint with the check a remote
+ * receiver makes (tp_wire_comps_check) and ends the run naming a mismatch. */
 #include <czmq.h>
 #include <dirent.h>
 #include <errno.h>
@@ -36,6 +39,10 @@
 #endif
 
 #define WORKER_ERR_EXIT 2
+/* A worker whose first datapoint does not fit what the pipeline must give
+ * (tp_df_expect): every worker runs the same pipeline, so none is
+ * restarted; the run ends naming the mismatch. */
+#define WORKER_UNFIT_EXIT 3
 
 void tp_mp_opts_init(tp_mp_opts_t *opts) {
     memset(opts, 0, sizeof *opts);
@@ -353,6 +360,8 @@ static void s_describe(int status, const char *msg, char *buf, size_t size) {
                  strsignal(WTERMSIG(status)));
     else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_ERR_EXIT && msg[0])
         snprintf(buf, size, "failed: %s", msg);
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_UNFIT_EXIT && msg[0])
+        snprintf(buf, size, "made a first datapoint that does not fit: %s", msg);
     else if (WIFEXITED(status))
         snprintf(buf, size, "exited with status %d%s%s", WEXITSTATUS(status),
                  msg[0] ? ": " : "", msg);
@@ -382,6 +391,10 @@ static tp_status_t s_check_workers(s_pool_t *p, int force, s_on_dead_fn pre_spaw
         __atomic_store_n(&p->workers[i].pid, 0, __ATOMIC_RELAXED);
         s_fold_counters(&p->workers[i]);
         int used = atomic_load(&p->restarts);
+        if (WIFEXITED(e.status) && WEXITSTATUS(e.status) == WORKER_UNFIT_EXIT)
+            return tp_error(TP_ERR_SHAPE, "%s: worker %d (pid %d) %s (every worker runs "
+                            "this pipeline: it makes datapoints the model does not take; "
+                            "not restarted)", p->what, i, (int)e.pid, how);
         if (p->opts.policy == TP_WORKER_RESTART && used < p->opts.max_restarts) {
             atomic_store(&p->restarts, ++used);
             atomic_fetch_add(&p->workers[i].restarts, 1);
@@ -451,6 +464,12 @@ typedef struct {
     zsock_t *pull;
     tp_wire_msg_t *msg;
     int64_t size, in_pass;
+    tp_dataflow_t *self;  /* its own dataflow: the stages above it */
+    /* what its datapoints must be (df_expect_for at reset_state; nexpect
+     * 0: nothing known): each worker checks its first one */
+    tp_wire_comp_t expect[TP_WIRE_COMPS_N];
+    int nexpect;
+    char expect_via[128];
 } s_runner_t;
 
 static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t parent) {
@@ -487,6 +506,22 @@ static void s_runner_child(void *impl, int index, int gen, int err_w, pid_t pare
         }
         if (rc < 0)
             s_child_fail(err_w, "%s", tp_last_error());
+        char why[400];
+        if (time.made == 0 && in_pass == 0 && r->nexpect &&
+            tp_wire_comps_check(r->expect, r->nexpect, dp, why, sizeof why) < 0) {
+            /* the same check a remote receiver makes, once: the pipeline
+             * is the trainer's own, so a mismatch is a bug, named here */
+            char want[TP_WIRE_COMPS_MAX];
+            tp_wire_comps_format(r->expect, r->nexpect, want, sizeof want);
+            char buf[1800];
+            snprintf(buf, sizeof buf, "%s (the model takes %.900s%s%.120s)", why, want,
+                     r->expect_via[0] ? " through " : "", r->expect_via);
+            int n = (int)strlen(buf);
+            if (write(err_w, buf, (size_t)n) < 0) {
+                /* the exit status still tells */
+            }
+            _exit(WORKER_UNFIT_EXIT);
+        }
         in_pass++;
         rc = tp_wire_encode(&dp, &p->wire, msg);
         if (rc < 0)
@@ -510,6 +545,10 @@ static tp_status_t s_runner_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     TP_TRY(s_endpoint(p, r->endpoint, sizeof r->endpoint, "mp"));
     p->seed = seed;
     p->stream = stream;
+    /* before the fork: the workers check their first datapoint */
+    if (r->self)
+        r->nexpect = df_expect_for(r->self, r->expect, TP_WIRE_COMPS_N, r->expect_via,
+                                   sizeof r->expect_via);
     /* Fork first, while the process is still single-threaded; the workers
      * connect and wait for the bind below (ipc connects retry). */
     TP_TRY(s_pool_start(p, s_runner_child, r));
@@ -609,7 +648,10 @@ tp_dataflow_t *tp_df_multiprocess(tp_dataflow_t *inner, int nworkers,
         tp_error(TP_ERR_INVALID, "%s", msg);
         return NULL;
     }
-    return tp_dataflow_new(&s_runner_ops, r);
+    tp_dataflow_t *df = tp_dataflow_new(&s_runner_ops, r);
+    if (df)  /* (on failure the base destroyed r) */
+        r->self = df;
+    return df;
 }
 
 /* ---- MultiProcessMapDataZMQ ---------------------------------------------------------- */

@@ -6,7 +6,10 @@
  * wire decoder, or, when it is one frame in one of tensorpack's formats
  * (pickle, msgpack, zmq_ops: a Python send_dataflow_zmq), by tensorpack's
  * decoders (df_tp_*.c); one that fails is counted, logged at most once a
- * second, and dropped; the stream goes on. */
+ * second, and dropped; the stream goes on. So is a well-formed datapoint
+ * that does not fit what the receiver expects (tp_df_remote_expect, or
+ * derived at reset_state from a pipeline's tp_df_expect): its shapes, or a
+ * label out of the model's classes, counted per sender. */
 #include <czmq.h>
 #include <errno.h>
 #include <pthread.h>
@@ -115,6 +118,7 @@ typedef struct {
      * refused senders (each named once in the log) and the messages of
      * theirs dropped */
     char job[TP_WIRE_JOB_MAX];
+    tp_dataflow_t *self;    /* its own dataflow: the stages above it (tp_df_expect) */
     int refused_fds[MAX_SENDERS];
     int refused_named[MAX_SENDERS];  /* its log line had the report's name */
     int nrefused;
@@ -539,6 +543,19 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     }
     if (r->job[0])  /* before any bind or connect: every connection carries it */
         TP_TRY(tp_wire_set_job(r->pull, r->job));
+    if (r->nexpect == 0 && r->self) {
+        /* inside a pipeline that was told its output (tp_df_expect: a
+         * trainer's spec), what comes here follows from it */
+        char via[128];
+        int n = df_expect_for(r->self, r->expect, MAX_EXPECT, via, sizeof via);
+        if (n > 0) {
+            r->nexpect = n;
+            char comps[TP_WIRE_COMPS_MAX];
+            tp_wire_comps_format(r->expect, n, comps, sizeof comps);
+            TP_INFO("remote: senders to %s must send %s (the model's inputs%s%s)",
+                    r->endpoints[0], comps, via[0] ? " through " : "", via);
+        }
+    }
     if (r->nexpect > 0) {  /* the component handshake: what this receiver takes */
         char comps[TP_WIRE_COMPS_MAX];
         if (tp_wire_comps_format(r->expect, r->nexpect, comps, sizeof comps) > 0)
@@ -803,7 +820,10 @@ tp_dataflow_t *tp_df_remote(const char *endpoints, const tp_remote_opts_t *opts)
         tp_error(TP_ERR_INVALID, "remote: no endpoint given");
         return NULL;
     }
-    return tp_dataflow_new(&s_remote_ops, r);
+    tp_dataflow_t *df = tp_dataflow_new(&s_remote_ops, r);
+    if (df)  /* (on failure the base destroyed r) */
+        r->self = df;
+    return df;
 }
 
 uint64_t tp_df_remote_malformed(tp_dataflow_t *df) {
@@ -812,29 +832,50 @@ uint64_t tp_df_remote_malformed(tp_dataflow_t *df) {
     return ((s_remote_t *)tp_dataflow_impl(df))->malformed;
 }
 
-tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *comps, int n) {
-    if (!df || tp_dataflow_ops(df) != &s_remote_ops)
-        return tp_error(TP_ERR_INVALID, "remote expect: not a remote dataflow");
+/* comps[n] (the caller's) as the wire's components into out[n]. */
+static tp_status_t s_expect_convert(const tp_remote_expect_t *comps, int n,
+                                    tp_wire_comp_t *out) {
     if (n < 0 || n > MAX_EXPECT || (n > 0 && !comps))
         return tp_error(TP_ERR_INVALID, "remote expect: %d components (at most %d)", n,
                         MAX_EXPECT);
-    s_remote_t *r = tp_dataflow_impl(df);
     for (int i = 0; i < n; i++) {
         if (comps[i].ndim < 0 || comps[i].ndim > TP_MAX_DIMS)
             return tp_error(TP_ERR_INVALID, "remote expect: component %d has %d dims", i,
                             comps[i].ndim);
-        tp_wire_comp_t *e = &r->expect[i];
+        if (comps[i].bound < 0 || (comps[i].bound > 0 && comps[i].dtype != TP_UINT8 &&
+                                   comps[i].dtype != TP_INT32 && comps[i].dtype != TP_INT64))
+            return tp_error(TP_ERR_INVALID, "remote expect: component %d: a bound of %lld "
+                            "(integer components only, >= 0)", i, (long long)comps[i].bound);
+        tp_wire_comp_t *e = &out[i];
         memset(e, 0, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", comps[i].name ? comps[i].name : "");
         e->dtype = comps[i].dtype;
         e->ndim = comps[i].ndim;
         memcpy(e->shape, comps[i].shape, sizeof e->shape);
+        e->ranged = comps[i].bound > 0;
+        e->hi = comps[i].bound - 1;
     }
+    return TP_OK;
+}
+
+tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *comps, int n) {
+    if (!df || tp_dataflow_ops(df) != &s_remote_ops)
+        return tp_error(TP_ERR_INVALID, "remote expect: not a remote dataflow");
+    s_remote_t *r = tp_dataflow_impl(df);
+    TP_TRY(s_expect_convert(comps, n, r->expect));
     r->nexpect = n;
     if (r->pull && n > 0)  /* its connections' properties were fixed at bind */
         TP_DEBUG("remote expect: after reset_state the handshake does not carry the "
                  "components; every datapoint is still checked");
     return TP_OK;
+}
+
+tp_status_t tp_df_expect(tp_dataflow_t *pipeline, const tp_remote_expect_t *comps, int n) {
+    if (!pipeline)
+        return tp_error(TP_ERR_INVALID, "expect: no dataflow");
+    tp_wire_comp_t c[MAX_EXPECT];
+    TP_TRY(s_expect_convert(comps, n, c));
+    return df_expect_set(pipeline, c, n);
 }
 
 uint64_t tp_df_remote_refused(tp_dataflow_t *df) {

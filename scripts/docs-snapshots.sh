@@ -1,29 +1,78 @@
 #!/usr/bin/env bash
-# towerpack: the tp-top samples in the docs, regenerated from real runs so
+# towerpack: the output samples in the docs, regenerated from real runs so
 # they cannot go stale. Each sample sits between two markers,
-#   <!-- tp-top:NAME -->  ...  <!-- /tp-top:NAME -->
-# and is replaced whole (the fenced output and a line that says how and at
-# which commit it was made). NAME is
-#   forked  tp-train with two towers fed by two forked dataflow workers
-#   remote  tp-train --remote fed by two tp-worker processes
-#   mpi     mpirun -np 2 tp-train: tp-top merging both ranks (skipped, the
-#           sample kept, without mpirun or the MPI module)
-# tests/tools/test_proc_docs_snapshots.c checks that every marked sample has
-# tp-top's current columns (tp-top --columns).
+#   <!-- tp-top:NAME -->  ...  <!-- /tp-top:NAME -->    a tp-top table
+#   <!-- output:NAME -->  ...  <!-- /output:NAME -->    lines a program prints
+# and is replaced whole (the fenced output, and for tp-top a line that says
+# how and at which commit it was made). NAME is
+#   forked      tp-train with two towers fed by two forked dataflow workers
+#   remote      tp-train --remote fed by two tp-worker processes
+#   mpi         mpirun -np 2 tp-train: tp-top merging both ranks
+#   mpi-plan    the same run's plan line (rank 0) ...
+#   mpi-rank1   ... and rank 1's summary line (all three skipped, the samples
+#               kept, without mpirun or the MPI module)
+#   unfit       a tp-worker whose datapoints do not fit tp-train --remote:
+#               what each side says
+#   steps       the first lines of a run's steps.tsv
+#   netns       scripts/netns-remote.sh's report (skipped, the sample kept,
+#               where it skips: not root, no network namespaces)
+# tests/tools/test_proc_docs_snapshots.c checks that every marked tp-top
+# sample has tp-top's current columns (tp-top --columns), and with --check
+# that every output block of the four docs below is marked with a NAME
+# made here.
 #
-#   scripts/docs-snapshots.sh              rewrite the samples (about 45 s)
-#   scripts/docs-snapshots.sh mpi          only those named
+#   scripts/docs-snapshots.sh              rewrite the samples (about 90 s)
+#   scripts/docs-snapshots.sh mpi steps    only those named
+#   scripts/docs-snapshots.sh --check      list the docs' output blocks and
+#                                          their markers; exit 1 when one
+#                                          has none, or a marker no NAME
 #   TP_BUILD=build-release scripts/docs-snapshots.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${TP_BUILD:-build}
 bin=$build/bin
+# (TP_DOCS: other files, for the test of --check)
+read -r -a docs <<< "${TP_DOCS:-docs/actors.md docs/tuning.md docs/observability.md docs/distributed.md}"
+names=" forked remote mpi mpi-plan mpi-rank1 unfit steps netns "
+
+# --check: every fenced block that shows what a program printed (its first
+# line is a tp-top header or table, "PROGRAM: ..." or "PROGRAM rank N: ...",
+# or steps.tsv's header) must sit between the markers of a NAME above
+if [ "${1:-}" = --check ]; then
+  awk -v names="$names" '
+    FNR == 1 { fence = 0; marker = "" }
+    match($0, /^<!-- (tp-top|output):[a-z0-9-]+ -->$/) {
+      marker = substr($0, 6, RLENGTH - 9)
+      sub(/^[a-z-]+:/, "", marker)
+      if (index(names, " " marker " ") == 0) {
+        printf "%s:%d: marker %s: no such NAME in scripts/docs-snapshots.sh\n", FILENAME, FNR, marker
+        bad++
+      }
+      next
+    }
+    /^<!-- \/(tp-top|output):[a-z0-9-]+ -->$/ { marker = ""; next }
+    /^```/ { if (!fence) { fence = 1; first = 1 } else fence = 0; next }
+    fence && first {
+      first = 0
+      if ($0 ~ /^(towerpack |RANK ACTOR |ACTOR |global_step\t)/ ||
+          $0 ~ /^[A-Za-z][A-Za-z0-9_.-]*( rank [0-9]+)?: /) {
+        printf "%s:%d: %-10s %s\n", FILENAME, FNR, marker == "" ? "MISSING" : marker, substr($0, 1, 70)
+        if (marker == "") bad++
+      }
+    }
+    END {
+      if (bad) print "docs-snapshots.sh: " bad " output block(s) without a snapshot entry (mark them and make them here)"
+      exit bad ? 1 : 0
+    }
+  ' "${docs[@]}"
+  exit
+fi
+
 for t in tp-train tp-top tp-worker; do
   [ -x "$bin/$t" ] || { echo "docs-snapshots.sh: $bin/$t is missing:" \
     "cmake --build $build --target tp-train tp-top tp-worker" >&2; exit 1; }
 done
-docs=(docs/actors.md docs/tuning.md docs/observability.md docs/distributed.md)
-want=" ${*:-forked remote mpi} "
+want=" ${*:-$names} "
 wanted() { [[ $want == *" $1 "* ]]; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tp-docs-XXXXXX")
 pids=()
@@ -106,12 +155,71 @@ if wanted mpi && command -v mpirun >/dev/null && [ -e "$build/lib/libtowerpack_m
   snapshot mpi 4 "$cmd" "^[01] +(tower|all-reduce)" 4
 fi
 
+# block NAME FILE: FILE's lines as the fenced sample NAME (no caption)
+block() {
+  { echo '```'; cat "$2"; echo '```'; } > "$tmp/$1.block"
+}
+
+# mpi-plan, mpi-rank1: a short run of two ranks, its two summary lines
+if { wanted mpi-plan || wanted mpi-rank1; } && command -v mpirun >/dev/null &&
+   [ -e "$build/lib/libtowerpack_mpi.so" ]; then
+  mpirun=(mpirun --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
+  [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
+  "${mpirun[@]}" -np 2 "$bin/tp-train" --model mlp --towers 1 --batch 32 --threads 1 \
+    --epochs 1 --steps-per-epoch 20 --test-spec "$test_spec" --logdir "$tmp/mpi2" \
+    > "$tmp/mpi2.txt" 2>&1 || true
+  grep -m1 '^tp-train: total batch' "$tmp/mpi2.txt" > "$tmp/mpi-plan.txt" &&
+    block mpi-plan "$tmp/mpi-plan.txt"
+  grep -m1 '^tp-train rank 1:' "$tmp/mpi2.txt" > "$tmp/mpi-rank1.txt" &&
+    block mpi-rank1 "$tmp/mpi-rank1.txt"
+fi
+
+# unfit: a tp-worker of float32 images against tp-train --remote (uint8):
+# the worker's last line, and the trainer's log line that names it
+if wanted unfit; then
+  data="ipc://$tmp/unfit.sock"
+  TP_LOG_LEVEL=info "$bin/tp-train" --model mlp --batch 8 --threads 1 --epochs 1 \
+    --steps-per-epoch 5 --remote "@$data" --test-spec "$test_spec" \
+    --logdir "$tmp/unfit" > "$tmp/unfit-train.txt" 2>&1 &
+  pids+=($!)
+  wait_for "$tmp/unfit/stats.sock"
+  "$bin/tp-worker" --spec 'fake:shape=28x28:float32,shape=scalar:int32,size=64 | batch 8' \
+    --connect "$data" > "$tmp/unfit-worker.txt" 2>&1 || true
+  for _ in $(seq 50); do grep -q 'ends: its datapoints' "$tmp/unfit-train.txt" && break; sleep 0.1; done
+  kill "${pids[-1]}" 2>/dev/null || true; wait "${pids[-1]}" 2>/dev/null || true
+  # the paths of this run's directory as the docs write them, the log's
+  # time, level and source dropped
+  { grep -m1 '^tp-worker: send: the receiver' "$tmp/unfit-worker.txt"
+    grep -m1 'ends: its datapoints' "$tmp/unfit-train.txt" | sed 's/^.* [a-z_]*\.c:[0-9]* //'
+  } | sed "s#$tmp/unfit.sock#/tmp/data.sock#g" > "$tmp/unfit.txt"
+  [ "$(wc -l < "$tmp/unfit.txt")" = 2 ] && block unfit "$tmp/unfit.txt"
+fi
+
+# steps: a run of 600 steps (points of 3 steps each, as tp-train's 469)
+if wanted steps; then
+  "$bin/tp-train" --model mlp --batch 64 --threads 1 --epochs 1 --steps-per-epoch 600 \
+    --test-spec "$test_spec" --logdir "$tmp/steps" > /dev/null 2>&1
+  { head -3 "$tmp/steps/steps.tsv"; echo '...'; } > "$tmp/steps.txt"
+  block steps "$tmp/steps.txt"
+fi
+
+# netns: the two-host recipe on one host (root and network namespaces)
+if wanted netns && [ -x "$bin/tp-keygen" ]; then
+  if TP_BUILD=$build scripts/netns-remote.sh > "$tmp/netns.txt" 2>&1 &&
+     ! grep -q '^netns-remote.sh: SKIP' "$tmp/netns.txt"; then
+    block netns "$tmp/netns.txt"
+  else
+    echo "docs-snapshots.sh: netns kept: $(tail -1 "$tmp/netns.txt")" >&2
+  fi
+fi
+
 # replace each marked block in the docs
 for f in "${docs[@]}"; do
   [ -f "$f" ] || continue
   awk -v dir="$tmp" '
-    match($0, /^<!-- tp-top:[a-z]+ -->$/) {
-      name = substr($0, 13, RLENGTH - 16)
+    match($0, /^<!-- (tp-top|output):[a-z0-9-]+ -->$/) {
+      name = substr($0, 6, RLENGTH - 9)
+      sub(/^[a-z-]+:/, "", name)
       print
       if ((getline line < (dir "/" name ".block")) <= 0)
         next  # not made this time: the sample stays
@@ -121,7 +229,7 @@ for f in "${docs[@]}"; do
       skipping = 1
       next
     }
-    skipping && $0 ~ /^<!-- \/tp-top:[a-z]+ -->$/ { skipping = 0 }
+    skipping && $0 ~ /^<!-- \/(tp-top|output):[a-z0-9-]+ -->$/ { skipping = 0 }
     !skipping { print }
   ' "$f" > "$tmp/out.md"
   if ! cmp -s "$f" "$tmp/out.md"; then

@@ -172,6 +172,8 @@ typedef struct tp_remote_expect {
     tp_dtype_t dtype;
     int ndim;
     int64_t shape[TP_MAX_DIMS];
+    int64_t bound;  /* > 0 (integer dtypes): every value lies in 0..bound-1 (a
+                       label's classes); 0: values unchecked */
 } tp_remote_expect_t;
 
 /* Check every datapoint `df` (a remote dataflow) receives against n
@@ -186,6 +188,18 @@ typedef struct tp_remote_expect {
  * connected may still fit (every one sent only unfit ones, or none is
  * left). TP_ERR_INVALID for another kind of dataflow or n out of range. */
 tp_status_t tp_df_remote_expect(tp_dataflow_t *df, const tp_remote_expect_t *comps, int n);
+
+/* What the datapoints of `pipeline` (a spec's dataflow, say) must be: n
+ * components (copied), as for tp_df_remote_expect (a trainer's model
+ * inputs, batch first). Before reset_state. At reset_state a remote
+ * dataflow and a multiprocess runner inside it derive their own from them
+ * through the stages in between (a `batch` drops the batch dimension;
+ * shuffle, repeat, cache and fixed-size keep them; after any other stage
+ * nothing is known and nothing is checked): the remote one checks (and its
+ * handshake carries) them as tp_df_remote_expect's; every worker of the
+ * runner checks its first datapoint and ends, naming the mismatch, when
+ * it does not fit. TP_ERR_INVALID for n out of range. */
+tp_status_t tp_df_expect(tp_dataflow_t *pipeline, const tp_remote_expect_t *comps, int n);
 
 /* Messages a remote dataflow dropped because their sender gave another
  * job id than opts.job (0 for others). */

@@ -217,12 +217,20 @@ uint64_t tp_input_zmq_malformed(tp_input_t *input);
 double tp_input_zmq_waited_s(tp_input_t *input);
 uint64_t tp_input_zmq_bytes(tp_input_t *input);
 /* Every batch must fit the model's inputs (batch dimension first, as the
- * model describes them) at `batch` (0: any): one that does not, from any
- * sender, is dropped and counted (stats.json: ZMQInput/unfit) with a
- * warning naming the sender and the mismatch; when no sender left sends
- * fitting batches, training ends saying so. Before the start. */
+ * model describes them) at `batch` (0: any), and with classes > 0 every
+ * value of an integer input must lie in 0..classes-1 (a label): one that
+ * does not, from any sender, is dropped and counted (stats.json:
+ * ZMQInput/unfit) with a warning naming the sender and the mismatch; when
+ * no sender left sends fitting batches, training ends saying so. Before
+ * the start. */
 tp_status_t tp_input_zmq_expect(tp_input_t *input, const tp_input_desc_t *inputs, int n,
-                                int64_t batch);
+                                int64_t batch, int64_t classes);
+/* The same expectations for a dataflow that feeds the model (a spec's,
+ * tp_df_expect of towerpack/actor_dataflow.h): a remote: source in it
+ * checks and drops as ZMQInput does, the workers of a processes stage
+ * check their first datapoint. Before its reset_state. */
+tp_status_t tp_input_expect_dataflow(tp_dataflow_t *df, const tp_input_desc_t *inputs,
+                                     int n, int64_t batch, int64_t classes);
 
 /* DummyConstantInput: one random batch per tower, built once from the
  * model's input descriptions and returned again and again (copies): the

@@ -174,7 +174,9 @@ tp_status_t tp_wire_probe_job_curve(const char *endpoint, int timeout_ms,
  * A receiver that knows what it takes (a trainer: its model's inputs)
  * carries it as a second property of the same handshake, "X-Tp-Comps":
  * "NAME:DTYPE[D0,D1,...];..." in order, '*' for a size it does not fix
- * ("image:uint8[64,28,28];label:int32[64]"; a scalar is "NAME:DTYPE[]").
+ * ("image:uint8[64,28,28];label:int32[64]"; a scalar is "NAME:DTYPE[]"),
+ * and after an integer component's shape the values it takes, "{LO..HI}"
+ * ("label:int32[64]{0..9}": a model's 10 classes).
  * A connecting sender reads it with the probe and checks every datapoint
  * before it sends it: one that does not fit ends the sender at once with a
  * message naming the receiver, the component, what the receiver takes and
@@ -189,6 +191,8 @@ typedef struct tp_wire_comp {
     tp_dtype_t dtype;
     int ndim;                    /* 0..TP_MAX_DIMS */
     int64_t shape[TP_MAX_DIMS];  /* shape[0..ndim-1]; < 0: any size there */
+    int ranged;                  /* 1: every value lies in lo..hi (integer dtypes) */
+    int64_t lo, hi;
 } tp_wire_comp_t;
 
 /* The text of n components into out (size bytes); its length, or -1 when
@@ -200,10 +204,12 @@ int tp_wire_comps_format(const tp_wire_comp_t *comps, int n, char *out, size_t s
 int tp_wire_comps_parse(const char *text, tp_wire_comp_t *comps, int max);
 
 /* 0 when dp has the n components `want` (dtype, rank and every fixed
- * size); else -1 with the first mismatch in why: "component 0 'image' is
- * float32[64,28,28], expected uint8[64,28,28]", or for a missing or extra
- * component "1 component (uint8[64,28,28]), expected 2: image
- * uint8[64,28,28], label int32[64]". */
+ * size, then the values of the ranged ones); else -1 with the first
+ * mismatch in why: "component 0 'image' is float32[64,28,28], expected
+ * uint8[64,28,28]", for a missing or extra component "1 component
+ * (uint8[64,28,28]), expected 2: image uint8[64,28,28], label int32[64]",
+ * for a value out of range "component 1 'label' has value 12 at [3],
+ * expected 0..9". */
 int tp_wire_comps_check(const tp_wire_comp_t *want, int n, const tp_datapoint_t *dp,
                         char *why, size_t size);
 

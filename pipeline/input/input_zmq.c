@@ -200,22 +200,44 @@ double tp_input_zmq_waited_s(tp_input_t *input) {
     return z ? (double)z->waited_ns * 1e-9 : 0;
 }
 
+/* The model's inputs (batch first) as a remote dataflow's expectations:
+ * the batch dimension `batch` (<= 0: any), integer inputs in
+ * 0..classes-1 when classes > 0. */
+static tp_status_t s_expect_of(const tp_input_desc_t *inputs, int n, int64_t batch,
+                               int64_t classes, tp_remote_expect_t *e) {
+    if (n < 0 || n > 16)
+        return tp_error(TP_ERR_INVALID, "expect: %d inputs (at most 16)", n);
+    for (int i = 0; i < n; i++) {
+        /* the model's description has the batch dimension first */
+        tp_dtype_t dt = inputs[i].dtype;
+        int integer = dt == TP_UINT8 || dt == TP_INT32 || dt == TP_INT64;
+        /* uint8 is an image's (its values are pixels); int32 and int64
+         * inputs are labels or tokens */
+        e[i] = (tp_remote_expect_t){.name = inputs[i].name, .dtype = dt,
+                                    .ndim = inputs[i].ndim,
+                                    .bound = integer && dt != TP_UINT8 && classes > 0
+                                                 ? classes : 0};
+        for (int k = 0; k < inputs[i].ndim && k < TP_MAX_DIMS; k++)
+            e[i].shape[k] = k == 0 ? (batch > 0 ? batch : -1) : inputs[i].shape[k];
+    }
+    return TP_OK;
+}
+
 tp_status_t tp_input_zmq_expect(tp_input_t *input, const tp_input_desc_t *inputs, int n,
-                                int64_t batch) {
+                                int64_t batch, int64_t classes) {
     s_zmq_t *z = s_zmq(input);
     if (!z)
         return tp_error(TP_ERR_INVALID, "tp_input_zmq_expect: not a ZMQInput");
     tp_remote_expect_t e[16];
-    if (n < 0 || n > 16)
-        return tp_error(TP_ERR_INVALID, "ZMQInput: %d inputs (at most 16)", n);
-    for (int i = 0; i < n; i++) {
-        /* the model's description has the batch dimension first */
-        e[i] = (tp_remote_expect_t){.name = inputs[i].name, .dtype = inputs[i].dtype,
-                                    .ndim = inputs[i].ndim};
-        for (int k = 0; k < inputs[i].ndim && k < TP_MAX_DIMS; k++)
-            e[i].shape[k] = k == 0 ? (batch > 0 ? batch : -1) : inputs[i].shape[k];
-    }
+    TP_TRY(s_expect_of(inputs, n, batch, classes, e));
     return tp_df_remote_expect(z->df, e, n);
+}
+
+tp_status_t tp_input_expect_dataflow(tp_dataflow_t *df, const tp_input_desc_t *inputs,
+                                     int n, int64_t batch, int64_t classes) {
+    tp_remote_expect_t e[16];
+    TP_TRY(s_expect_of(inputs, n, batch, classes, e));
+    return tp_df_expect(df, e, n);
 }
 
 uint64_t tp_input_zmq_bytes(tp_input_t *input) {

@@ -517,8 +517,8 @@ Test(wire, job_id_of_a_curve_receiver) {
  * (X-Tp-Comps) round-trip, a peer's malformed text is refused, and the
  * check names the component, what is expected and what came. */
 Test(wire, components_round_trip_and_name_the_mismatch) {
-    tp_wire_comp_t want[2] = {{"image", TP_UINT8, 3, {64, 28, 28}},
-                              {"label", TP_INT32, 1, {-1}}};
+    tp_wire_comp_t want[2] = {{"image", TP_UINT8, 3, {64, 28, 28}, 0, 0, 0},
+                              {"label", TP_INT32, 1, {-1}, 0, 0, 0}};
     char text[TP_WIRE_COMPS_MAX];
     cr_assert_gt(tp_wire_comps_format(want, 2, text, sizeof text), 0);
     cr_assert_str_eq(text, "image:uint8[64,28,28];label:int32[*]");
@@ -554,6 +554,53 @@ Test(wire, components_round_trip_and_name_the_mismatch) {
     cr_assert_eq(tp_wire_comps_check(want, 2, dp, why, sizeof why), -1);
     cr_assert_str_eq(why, "component 0 'image' is float32[64,28,28], expected "
                           "float32[64,32,28]");
+    tp_datapoint_destroy(&dp);
+}
+
+/* Issue 47: an integer component's values travel with it ("{0..9}": a
+ * model's classes); a datapoint whose shapes fit but whose label is out of
+ * range is named with the value, where it is and the range; a range on a
+ * float component or an empty one does not parse. */
+Test(wire, a_value_out_of_range_is_named) {
+    tp_wire_comp_t want[2] = {{"image", TP_UINT8, 2, {28, 28}, 0, 0, 0},
+                              {"label", TP_INT32, 1, {4}, 1, 0, 9}};
+    char text[TP_WIRE_COMPS_MAX];
+    cr_assert_gt(tp_wire_comps_format(want, 2, text, sizeof text), 0);
+    cr_assert_str_eq(text, "image:uint8[28,28];label:int32[4]{0..9}");
+    tp_wire_comp_t back[TP_WIRE_COMPS_N];
+    cr_assert_eq(tp_wire_comps_parse(text, back, TP_WIRE_COMPS_N), 2);
+    cr_assert_eq(memcmp(back, want, sizeof want), 0);
+    cr_assert_eq(tp_wire_comps_parse("t:int64[*,8]{-1..255}", back, 4), 1);
+    cr_assert(back[0].ranged && back[0].lo == -1 && back[0].hi == 255);
+    const char *bad[] = {"x:float32[2]{0..9}", "x:int32[2]{3..1}", "x:int32[2]{0..}",
+                         "x:int32[2]{..9}", "x:int32[2]{0.9}", "x:int32[2]{0..9",
+                         "x:int32[2]{0..9}y"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert_lt(tp_wire_comps_parse(bad[i], back, TP_WIRE_COMPS_N), 0, "%s", bad[i]);
+    tp_datapoint_t *dp = tp_datapoint_new(0);
+    tp_tensor_t t;
+    int64_t img[2] = {28, 28}, lab[1] = {4};
+    cr_assert_eq(tp_tensor_init_zero(&t, TP_UINT8, 2, img), TP_OK);
+    memset(t.data, 200, 28 * 28);  /* pixels: not ranged */
+    tp_datapoint_append(dp, &t);
+    cr_assert_eq(tp_tensor_init_zero(&t, TP_INT32, 1, lab), TP_OK);
+    int32_t *y = t.data;
+    y[0] = 3, y[1] = 9, y[2] = 12, y[3] = -1;
+    tp_datapoint_append(dp, &t);
+    char why[400];
+    cr_assert_eq(tp_wire_comps_check(want, 2, dp, why, sizeof why), -1);
+    cr_assert_str_eq(why, "component 1 'label' has value 12 at [2], expected 0..9");
+    y = tp_datapoint_get(dp, 1)->data;
+    y[2] = 0;
+    cr_assert_eq(tp_wire_comps_check(want, 2, dp, why, sizeof why), -1);
+    cr_assert_str_eq(why, "component 1 'label' has value -1 at [3], expected 0..9");
+    y[3] = 5;
+    cr_assert_eq(tp_wire_comps_check(want, 2, dp, why, sizeof why), 0, "%s", why);
+    /* a shape mismatch is named first, values after */
+    y[0] = 50;
+    want[0].shape[0] = 32;
+    cr_assert_eq(tp_wire_comps_check(want, 2, dp, why, sizeof why), -1);
+    cr_assert_str_eq(why, "component 0 'image' is uint8[28,28], expected uint8[32,28]");
     tp_datapoint_destroy(&dp);
 }
 

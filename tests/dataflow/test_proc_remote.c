@@ -234,3 +234,40 @@ Test(proc_remote, bad_endpoint_lists) {
     cr_assert_eq(tp_send_dataflow(df, "nope", NULL, NULL), TP_ERR_INVALID);
     tp_dataflow_destroy(&df);
 }
+
+/* Issue 47: a remote: source inside a spec takes what the pipeline was told
+ * it must give (tp_df_expect: a trainer's model inputs), through the
+ * stages between, and its handshake carries it: per datapoint under a
+ * `batch` stage, whole batches without one, nothing after a stage that
+ * changes the datapoints (select). */
+static void s_spec_comps(const char *dir, const char *name, const char *stages,
+                         const char *want) {
+    char ep[128], spec[300];
+    snprintf(ep, sizeof ep, "ipc://%s/%s.sock", dir, name);
+    snprintf(spec, sizeof spec, "remote:@%s%s", ep, stages);
+    tp_dataflow_t *df = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    tp_remote_expect_t e[2] = {{.name = "image", .dtype = TP_UINT8, .ndim = 3,
+                                .shape = {4, 28, 28}},
+                               {.name = "label", .dtype = TP_INT32, .ndim = 1,
+                                .shape = {4}, .bound = 10}};
+    cr_assert_eq(tp_df_expect(df, e, 2), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_wire_peer_t peer;
+    cr_assert_eq(tp_wire_probe_peer(ep, 3000, NULL, &peer), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(peer.comps, want, "%s: '%s'", spec, peer.comps);
+    tp_dataflow_destroy(&df);
+}
+
+Test(proc_remote, a_spec_remote_takes_the_pipelines_expectations) {
+    tp_actor_spec_register();
+    char dir[64];
+    tu_tmpdir(dir, sizeof dir);
+    s_spec_comps(dir, "a", " | batch 4", "image:uint8[28,28];label:int32[]{0..9}");
+    s_spec_comps(dir, "b", " | shuffle 10 | batch 4 | fixed-size 3",
+                 "image:uint8[28,28];label:int32[]{0..9}");
+    s_spec_comps(dir, "c", "", "image:uint8[4,28,28];label:int32[4]{0..9}");
+    s_spec_comps(dir, "d", " | select 0,1 | batch 4", "");
+    cr_assert_eq(pu_dir_entries(dir), 0, "socket files removed");
+    rmdir(dir);
+}

@@ -333,15 +333,16 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
  * `batch` (image uint8[batch,28,28], label int32[batch]) and gives unfit
  * senders a grace of 1 s; this process logs to `log` (the caller sets
  * tp_log_set_file(NULL) back). */
-static tp_dataflow_t *s_fmnist_receiver(const char *ep, const char *log, int64_t batch) {
+static tp_dataflow_t *s_fmnist_receiver(const char *ep, const char *log, int64_t batch,
+                                        int64_t classes) {
     cr_assert_eq(tp_log_set_file(log), TP_OK);
     tp_remote_opts_t ro;
     tp_remote_opts_init(&ro);
     ro.timeout_s = 30;
     ro.unfit_grace_s = 1;
     tp_dataflow_t *r = tp_df_remote(ep, &ro);
-    tp_remote_expect_t want[2] = {{"image", TP_UINT8, 3, {batch, 28, 28}},
-                                  {"label", TP_INT32, 1, {batch}}};
+    tp_remote_expect_t want[2] = {{"image", TP_UINT8, 3, {batch, 28, 28}, 0},
+                                  {"label", TP_INT32, 1, {batch}, classes}};
     cr_assert_eq(tp_df_remote_expect(r, want, 2), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_dataflow_reset_state(r, 0, 0), TP_OK, "%s", tp_last_error());
     return r;
@@ -359,7 +360,7 @@ Test(proc_worker, a_python_sender_of_another_batch_ends_naming_both_sides) {
     snprintf(ep, sizeof ep, "ipc://%s/pycomps.sock", s_dir);
     snprintf(pyout, sizeof pyout, "%s/pycomps.txt", s_dir);
     snprintf(log, sizeof log, "%s/pycomps.log", s_dir);
-    tp_dataflow_t *r = s_fmnist_receiver(ep, log, 64);
+    tp_dataflow_t *r = s_fmnist_receiver(ep, log, 64, 0);
     char *pargv[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
                      "--connect", ep, "--batch", "32", NULL};
     pu_spawn_opts_t po = {.out = pyout};
@@ -391,14 +392,15 @@ Test(proc_worker, a_python_sender_of_another_batch_ends_naming_both_sides) {
  * receiver's log names the worker and the same mismatch, and its next()
  * ends (TP_ERR_SHAPE) once no fitting sender is left, nothing hangs. One
  * case each: the wrong dtype, the wrong shape, a missing component. */
-static void s_unfit_case(const char *spec, const char *why) {
+static void s_unfit_case(const char *spec, const char *why, int64_t classes,
+                         const char *tail) {
     char ep[128], out[128], log[128], buf[16384];
     snprintf(ep, sizeof ep, "ipc://%s/comps.sock", s_dir);
     snprintf(out, sizeof out, "%s/cworker.txt", s_dir);
     snprintf(log, sizeof log, "%s/ctrainer.log", s_dir);
     unlink(out);
     unlink(log);
-    tp_dataflow_t *r = s_fmnist_receiver(ep, log, 8);
+    tp_dataflow_t *r = s_fmnist_receiver(ep, log, 8, classes);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec", (char *)spec, "--connect", ep,
                      NULL};
     pu_spawn_opts_t o = {.out = out};
@@ -417,33 +419,275 @@ static void s_unfit_case(const char *spec, const char *why) {
               "the worker did not end with 1 (status %d):\n%s", st, buf);
     char want_worker[512];
     snprintf(want_worker, sizeof want_worker, "the receiver at %s does not take this "
-             "sender's datapoints: %s (it takes image:uint8[8,28,28];label:int32[8]", ep, why);
+             "sender's datapoints: %s", ep, why);
     cr_assert(strstr(buf, want_worker), "the worker's message (%s):\n%s", want_worker, buf);
+    cr_assert(strstr(buf, "(it takes image:uint8[8,28,28];label:int32[8]") &&
+                  (!tail || strstr(buf, tail)),
+              "the worker's message (%s):\n%s", tail ? tail : "", buf);
     cr_assert_eq(rc, TP_ERR_SHAPE, "the receiver's next(): %d %s", rc, err);
     cr_assert_lt(waited, 10.0, "the receiver took %.1f s to end", waited);
-    cr_assert(strstr(err, "no sender left sends datapoints that fit") && strstr(err, why),
+    cr_assert(strstr(err, "no sender left sends datapoints that fit") && strstr(err, why) &&
+                  (!tail || strstr(err, tail)),
               "%s", err);
     slurp(log, buf, sizeof buf);
     char who[128];
     snprintf(who, sizeof who, "tp-worker %d@", pid);
-    cr_assert(strstr(buf, who) && strstr(buf, why),
+    cr_assert(strstr(buf, who) && strstr(buf, why) && (!tail || strstr(buf, tail)),
               "the receiver's log names the worker (%s) and the mismatch:\n%s", who, buf);
 }
 
 Test(proc_worker, a_worker_of_the_wrong_dtype_ends_naming_both_sides) {
     s_unfit_case("fake:shape=28x28:float32,shape=scalar:int32,size=64 | batch 8",
-                 "component 0 'image' is float32[8,28,28], expected uint8[8,28,28]");
+                 "component 0 'image' is float32[8,28,28], expected uint8[8,28,28]", 0, NULL);
 }
 
 Test(proc_worker, a_worker_of_the_wrong_shape_ends_naming_both_sides) {
     s_unfit_case("fake:shape=32x32:uint8,shape=scalar:int32,size=64 | batch 8",
-                 "component 0 'image' is uint8[8,32,32], expected uint8[8,28,28]");
+                 "component 0 'image' is uint8[8,32,32], expected uint8[8,28,28]", 0, NULL);
 }
 
 Test(proc_worker, a_worker_missing_a_component_ends_naming_both_sides) {
     s_unfit_case("fake:shape=28x28:uint8,size=64 | batch 8",
                  "1 component (uint8[8,28,28]), expected 2: image uint8[8,28,28], "
-                 "label int32[8]");
+                 "label int32[8]", 0, NULL);
+}
+
+/* Issue 47: a label out of the model's classes (fake's ints are 0..255,
+ * the receiver takes 0..9) is a misfit like the others: the worker ends
+ * naming the component, the value and the range, the receiver names the
+ * worker and the same, and ends once no fitting sender is left (not at
+ * step 0 of a trainer). */
+Test(proc_worker, a_worker_of_labels_out_of_range_ends_naming_both_sides) {
+    s_unfit_case("fake:size=64 | batch 8", "component 1 'label' has value ", 10,
+                 ", expected 0..9");
+}
+
+/* Issue 47, the Python sender: tp_send.py (as a module) sending a batch
+ * whose label 12 is out of the receiver's classes ends before sending it
+ * (exit 1), naming the component, the value and the range; the receiver's
+ * log names tp_send.py and the same, and nothing of it was taken. */
+Test(proc_worker, a_python_sender_of_labels_out_of_range_ends_naming_both_sides) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    char ep[128], pyout[128], log[128], buf[16384], code[1024];
+    snprintf(ep, sizeof ep, "ipc://%s/pylabel.sock", s_dir);
+    snprintf(pyout, sizeof pyout, "%s/pylabel.txt", s_dir);
+    snprintf(log, sizeof log, "%s/pylabel.log", s_dir);
+    tp_dataflow_t *r = s_fmnist_receiver(ep, log, 8, 10);
+    snprintf(code, sizeof code,
+             "import sys; sys.path.insert(0, '%s/tools/tp-worker')\n"
+             "import numpy as np, zmq, tp_send\n"
+             "s = tp_send.Sender('%s')\n"
+             "try:\n"
+             "    s.send([np.zeros((8, 28, 28), np.uint8), np.array([0, 1, 2, 12, 3, 4, 5, 6], "
+             "np.int32)])\n"
+             "except tp_send.RefusedError as e:\n"
+             "    print(e, file=sys.stderr); s.sock.setsockopt(zmq.LINGER, 500); s.close(); "
+             "sys.exit(1)\n"
+             "s.close()\n", TP_SOURCE_DIR, ep);
+    char *pargv[] = {"/usr/bin/python3", "-c", code, NULL};
+    pu_spawn_opts_t po = {.out = pyout};
+    int py = pu_spawn(pargv, &po);
+    tp_datapoint_t *dp = NULL;
+    tp_status_t rc = tp_dataflow_next(r, &dp);
+    int pst = pu_waitpid(py, 20000);
+    uint64_t unfit = tp_df_remote_unfit(r);
+    tp_dataflow_destroy(&r);
+    tp_log_set_file(NULL);
+    const char *why = "component 1 'label' has value 12 at [3], expected 0..9";
+    slurp(pyout, buf, sizeof buf);
+    cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1 && strstr(buf, why) &&
+                  strstr(buf, "does not take this sender's datapoints") &&
+                  strstr(buf, "label:int32[8]{0..9}"),
+              "tp_send.py (status %d):\n%s", pst, buf);
+    cr_assert_eq(rc, TP_ERR_SHAPE, "%d %s", rc, tp_last_error());
+    cr_assert_eq(unfit, 0, "the sender sent %llu batches that do not fit",
+                 (unsigned long long)unfit);
+    slurp(log, buf, sizeof buf);
+    char who[64];
+    snprintf(who, sizeof who, "tp_send.py %d@", py);
+    cr_assert(strstr(buf, who) && strstr(buf, why), "the receiver's log (%s):\n%s", who, buf);
+}
+
+/* Issue 47: senders that cannot check (a bound tp-worker never probes its
+ * receiver, like tensorpack's senders) have their batches with a label out
+ * of range dropped and counted at the receiver, with a warning naming the
+ * sender, the component, the value and the range, while a fitting sender
+ * goes on feeding it. */
+Test(proc_worker, labels_out_of_range_are_dropped_and_counted_per_sender) {
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char bad_ep[128], good_ep[128], eps[300], log[128], bout[128], gout[128],
+        buf[65536];
+    snprintf(bad_ep, sizeof bad_ep, "ipc://%s/bad.sock", s_dir);
+    snprintf(good_ep, sizeof good_ep, "ipc://%s/good.sock", s_dir);
+    snprintf(eps, sizeof eps, ">%s,>%s", bad_ep, good_ep);
+    snprintf(log, sizeof log, "%s/drop.log", s_dir);
+    snprintf(bout, sizeof bout, "%s/bad.txt", s_dir);
+    snprintf(gout, sizeof gout, "%s/good.txt", s_dir);
+    char *bargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec", "fake:size=64 | batch 8",
+                     "--bind", bad_ep, NULL};
+    char *gargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | batch 8", "--bind", good_ep, NULL};
+    pu_spawn_opts_t bo = {.out = bout}, go = {.out = gout};
+    int bad = pu_spawn(bargv, &bo);
+    int good = pu_spawn(gargv, &go);
+    cr_assert_eq(tp_log_set_file(log), TP_OK);
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 30;
+    tp_dataflow_t *r = tp_df_remote(eps, &ro);
+    tp_remote_expect_t want[2] = {{"image", TP_UINT8, 3, {8, 28, 28}, 0},
+                                  {"label", TP_INT32, 1, {8}, 10}};
+    cr_assert_eq(tp_df_remote_expect(r, want, 2), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(r, 0, 0), TP_OK, "%s", tp_last_error());
+    /* until the bad sender's batches were seen (and dropped) */
+    int took = 0;
+    for (double t0 = tp_now_s(); took < 20 || (tp_df_remote_unfit(r) < 2 &&
+                                               tp_now_s() - t0 < 20); took++) {
+        tp_datapoint_t *dp = NULL;
+        cr_assert_eq(tp_dataflow_next(r, &dp), TP_OK, "%s", tp_last_error());
+        const int32_t *y = tp_datapoint_cget(dp, 1)->data;
+        for (int k = 0; k < 8; k++)
+            cr_assert(y[k] >= 0 && y[k] <= 9, "a label %d came through", y[k]);
+        tp_datapoint_destroy(&dp);
+    }
+    uint64_t unfit = tp_df_remote_unfit(r);
+    tp_dataflow_destroy(&r);
+    tp_log_set_file(NULL);
+    kill(bad, SIGTERM);
+    kill(good, SIGTERM);
+    pu_waitpid(bad, 5000);
+    pu_waitpid(good, 5000);
+    cr_assert_geq(unfit, 2, "dropped %llu", (unsigned long long)unfit);
+    slurp(log, buf, sizeof buf);
+    char who[64];
+    snprintf(who, sizeof who, "dropped a datapoint from tp-worker %d@", bad);
+    cr_assert(strstr(buf, who) && strstr(buf, "that does not fit: component 1 'label' has "
+                                             "value ") &&
+                  strstr(buf, ", expected 0..9"),
+              "the receiver's log names the sender (%s), the value and the range:\n%s", who,
+              buf);
+    char good_who[64];
+    snprintf(good_who, sizeof good_who, "from tp-worker %d@", good);
+    cr_assert(!strstr(buf, good_who), "the fitting sender was named:\n%s", buf);
+}
+
+/* Issue 47, end to end: tp-train --remote connected to two bound
+ * tp-workers, one of them with labels out of the model's classes (fake's
+ * 0..255): the run trains to the end on the fitting one (it ended at step 0
+ * before), its log names the other, the value and the range, and counts
+ * the dropped batches (ZMQInput/unfit). */
+Test(proc_worker, tp_train_drops_a_senders_labels_out_of_range_and_trains) {
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char bad_ep[128], good_ep[128], eps[300], logdir[128], out[128], buf[65536];
+    snprintf(bad_ep, sizeof bad_ep, "ipc://%s/tbad.sock", s_dir);
+    snprintf(good_ep, sizeof good_ep, "ipc://%s/tgood.sock", s_dir);
+    snprintf(eps, sizeof eps, ">%s,>%s", bad_ep, good_ep);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    char *bargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec", "fake:size=64 | batch 16",
+                     "--bind", bad_ep, NULL};
+    char *gargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | batch 16", "--bind", good_ep, NULL};
+    pu_spawn_opts_t wo = {.out = "/dev/null"};
+    int bad = pu_spawn(bargv, &wo);
+    int good = pu_spawn(gargv, &wo);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                     "--steps-per-epoch", "20", "--batch", "16", "--remote", eps,
+                     "--threads", "1", "--towers", "1", "--test-spec",
+                     "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 1", "--logdir",
+                     logdir, "--no-tensorboard", NULL};
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    pu_spawn_opts_t to = {.out = out, .env = env};
+    int tr = pu_spawn(targv, &to);
+    int st = pu_waitpid(tr, 120000);
+    kill(bad, SIGTERM);
+    kill(good, SIGTERM);
+    pu_waitpid(bad, 5000);
+    pu_waitpid(good, 5000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train: status %d:\n%s",
+              st, buf);
+    char who[80];
+    snprintf(who, sizeof who, "dropped a datapoint from tp-worker %d@", bad);
+    cr_assert(strstr(buf, who) && strstr(buf, "component 1 'label' has value ") &&
+                  strstr(buf, ", expected 0..9") && strstr(buf, "test accuracy") &&
+                  !strstr(buf, "ZMQInput/unfit: 0\n") && strstr(buf, "ZMQInput/unfit: "),
+              "tp-train's log (%s):\n%s", who, buf);
+}
+
+/* Issue 47: `tp-train --spec 'remote:...'` takes what --remote takes (its
+ * model's inputs, here per datapoint before the spec's batch stage), in
+ * the handshake too: a worker of another image size ends at once naming
+ * both sides, and the run ends saying no fitting sender is left. */
+Test(proc_worker, tp_train_spec_remote_and_a_worker_of_another_size_both_name_it) {
+    char ep[128], spec[200], logdir[128], out[128], wout[128], buf[65536];
+    snprintf(ep, sizeof ep, "ipc://%s/spec.sock", s_dir);
+    snprintf(spec, sizeof spec, "remote:@%s | batch 16", ep);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    snprintf(wout, sizeof wout, "%s/w.txt", s_dir);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                     "--steps-per-epoch", "5", "--batch", "16", "--spec", spec,
+                     "--threads", "1", "--towers", "1", "--test-spec",
+                     "fake:size=500 | batch 500", "--logdir", logdir, "--no-tensorboard",
+                     NULL};
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    pu_spawn_opts_t to = {.out = out, .env = env};
+    int tr = pu_spawn(targv, &to);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fake:shape=32x32:uint8,shape=scalar:int32,size=1000", "--connect", ep,
+                     NULL};
+    pu_spawn_opts_t wo = {.out = wout};
+    int w = pu_spawn(wargv, &wo);
+    int wst = pu_waitpid(w, 30000);
+    int st = pu_waitpid(tr, 60000);
+    const char *why = "component 0 'image' is uint8[32,32], expected uint8[28,28]";
+    slurp(wout, buf, sizeof buf);
+    cr_assert(wst >= 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 1 && strstr(buf, why) &&
+                  strstr(buf, "image:uint8[28,28];label:int32[]{0..9}"),
+              "the worker (status %d):\n%s", wst, buf);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
+              st, buf);
+    char who[64];
+    snprintf(who, sizeof who, "tp-worker %d@", w);
+    cr_assert(strstr(buf, "must send image:uint8[28,28];label:int32[]{0..9}") &&
+                  strstr(buf, "no sender left sends datapoints that fit") &&
+                  strstr(buf, why) && strstr(buf, who),
+              "tp-train's log names the worker (%s) and the mismatch:\n%s", who, buf);
+}
+
+/* Issue 47: forked workers (--workers with --spec: a processes stage) run
+ * the trainer's own spec, so they have no handshake; their first datapoint
+ * is checked against the model's inputs all the same, and a mismatch (here
+ * fake's labels, 0..255, against 10 classes) ends the run at once naming
+ * the worker, the component, the value and the range, without restarts. */
+Test(proc_worker, forked_workers_check_their_first_datapoint) {
+    char logdir[128], out[128], buf[65536];
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
+                     "--steps-per-epoch", "5", "--batch", "16", "--spec",
+                     "fake:size=640 | batch 16", "--workers", "2", "--threads", "1",
+                     "--towers", "1", "--test-spec", "fake:size=500 | batch 500",
+                     "--logdir", logdir, "--no-tensorboard", NULL};
+    pu_spawn_opts_t to = {.out = out};
+    int tr = pu_spawn(targv, &to);
+    int st = pu_waitpid(tr, 60000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
+              st, buf);
+    cr_assert(strstr(buf, "multiprocess: worker ") &&
+                  strstr(buf, "made a first datapoint that does not fit: component 1 "
+                              "'label' has value ") &&
+                  strstr(buf, ", expected 0..9 (the model takes "
+                              "image:uint8[28,28];label:int32[]{0..9} through batch)") &&
+                  strstr(buf, "not restarted") && !strstr(buf, "restarting it") &&
+                  !strstr(buf, "step 0"),
+              "tp-train's log:\n%s", buf);
 }
 
 /* The same through tp-train --remote: its model's inputs are what it

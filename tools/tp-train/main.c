@@ -1702,9 +1702,18 @@ int main(int argc, char **argv) {
         inputs[0].dtype = TP_FLOAT32;
     /* a sender whose batches do not fit (another size, batch or dtype) is
      * dropped and counted, not the end of the run */
-    if (a.remote && tp_input_zmq_expect(remote, inputs, 2, a.batch) != TP_OK) {
+    /* ... and a label out of the classes (text: tokens, unchecked here) */
+    int64_t classes = a.text ? 0 : a.info.nclasses;
+    if (a.remote && tp_input_zmq_expect(remote, inputs, 2, a.batch, classes) != TP_OK) {
         tp_input_destroy(&remote);
         return s_fail("--remote");
+    }
+    /* issue 47: a spec's remote: source checks the same; the workers of a
+     * processes stage (--workers) check their first datapoint */
+    if (train && tp_input_expect_dataflow(train, inputs, 2, a.batch, classes) != TP_OK) {
+        tp_dataflow_destroy(&train);
+        tp_dataflow_destroy(&test);
+        return s_fail("training data");
     }
     s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses}, a.layers, a.heads,
                           a.embed, (float)a.dropout}, a.lr, a.optimizer,

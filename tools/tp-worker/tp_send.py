@@ -50,26 +50,36 @@ DTYPE_NAMES = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "flo
 
 
 def parse_comps(text):
-    """The receiver's components ("image:uint8[64,28,28];label:int32[*]",
-    docs/wire-format.md) as [(name, dtype name, shape with None for '*')];
-    None when malformed."""
+    """The receiver's components ("image:uint8[64,28,28];label:int32[*]{0..9}",
+    docs/wire-format.md) as [(name, dtype name, shape with None for '*',
+    (lo, hi) or None)]; None when malformed."""
     out = []
     try:
         for part in text.split(";") if text else []:
             name, _, rest = part.partition(":")
             dt, _, dims = rest.partition("[")
-            if dt not in DTYPE_NAMES or not dims.endswith("]"):
+            dims, close, values = dims.partition("]")
+            if dt not in DTYPE_NAMES or not close:
                 return None
-            dims = dims[:-1]
+            rng = None
+            if values:  # the values an integer component takes, "{LO..HI}"
+                if not (values.startswith("{") and values.endswith("}")) or \
+                        dt not in ("uint8", "int32", "int64"):
+                    return None
+                lo, sep, hi = values[1:-1].partition("..")
+                rng = (int(lo), int(hi))
+                if not sep or rng[1] < rng[0]:
+                    return None
             shape = [None if d == "*" else int(d) for d in dims.split(",")] if dims else []
-            out.append((name, dt, shape))
+            out.append((name, dt, shape, rng))
     except ValueError:
         return None
     return out
 
 
-def _describe(dt, shape):
-    return "%s[%s]" % (dt, ",".join("*" if d is None else str(d) for d in shape))
+def _describe(dt, shape, rng=None):
+    return "%s[%s]%s" % (dt, ",".join("*" if d is None else str(d) for d in shape),
+                         "{%d..%d}" % rng if rng else "")
 
 
 def check_comps(want, arrays):
@@ -81,12 +91,22 @@ def check_comps(want, arrays):
         return "%d component%s (%s), expected %d: %s" % (
             len(have), "" if len(have) == 1 else "s",
             ", ".join(_describe(n, s) for n, (_, s) in zip(names, have)), len(want),
-            ", ".join("%s %s" % (w[0] or "?", _describe(w[1], w[2])) for w in want))
-    for i, ((name, dt, shape), n, (_, s)) in enumerate(zip(want, names, have)):
+            ", ".join("%s %s" % (w[0] or "?", _describe(w[1], w[2], w[3])) for w in want))
+    for i, ((name, dt, shape, rng), n, (_, s)) in enumerate(zip(want, names, have)):
         if n != dt or len(s) != len(shape) or any(
                 d is not None and d != x for d, x in zip(shape, s)):
             return "component %d '%s' is %s, expected %s" % (
-                i, name or "?", _describe(n, s), _describe(dt, shape))
+                i, name or "?", _describe(n, s), _describe(dt, shape, rng))
+    # then the values, once every shape fits (a label out of the classes)
+    for i, ((name, dt, shape, rng), a) in enumerate(zip(want, arrays)):
+        if rng is None or a.size == 0:
+            continue
+        bad = np.flatnonzero((a < rng[0]) | (a > rng[1]))
+        if bad.size:
+            at = np.unravel_index(bad[0], a.shape)
+            return "component %d '%s' has value %d%s, expected %d..%d" % (
+                i, name or "?", a.flat[bad[0]],
+                " at [%s]" % ",".join(map(str, at)) if a.ndim else "", rng[0], rng[1])
     return None
 
 
