@@ -435,6 +435,19 @@ static void s_image(void) {
     }
 }
 
+/* ---- comps: the component handshake's text ------------------------------ */
+static void s_comps(void) {
+    static const struct { const char *name, *text; } seeds[] = {
+        {"fmnist", "image:uint8[64,28,28];label:int32[64]{0..9}"},
+        {"any_batch", "image:float32[*,3,224,224];label:int32[*]{0..999}"},
+        {"scalar", "x:int64[]"},
+        {"text", "tokens:int32[8,257]{0..255};mask:uint8[8,257]"},
+    };
+    s_mkdir("comps");
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++)
+        s_put("comps", seeds[i].name, seeds[i].text, strlen(seeds[i].text));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: gen_corpus DIR (writes DIR/<target>/...)\n");
@@ -453,5 +466,6 @@ int main(int argc, char **argv) {
     s_stats();
     s_tensorpack();
     s_image();
+    s_comps();
     return 0;
 }

@@ -12,13 +12,13 @@
 #
 # Environment: TP_FUZZ_BUILD (build dir, default build-fuzz), TP_FUZZ_ARGS
 # (extra libFuzzer flags). Targets: wire idx safetensors spec stats lmdb
-# pickle msgpack zmq_ops image report.
+# pickle msgpack zmq_ops image report comps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${TP_FUZZ_BUILD:-build-fuzz}
 jobs=$(nproc 2>/dev/null || echo 2)
-all_targets=(wire idx safetensors spec stats lmdb pickle msgpack zmq_ops image report)
+all_targets=(wire idx safetensors spec stats lmdb pickle msgpack zmq_ops image report comps)
 
 regen=0
 if [ "${1:-}" = "--regen" ]; then regen=1; shift; fi
