@@ -10,9 +10,11 @@
  * the step's batch and noise (the same numbers, bit for bit, as the runs
  * made by hand); GANTrainer's step is one forward pass (the zoo's DCGAN:
  * batch norm's moving averages moved once, the weights those of a fresh
- * forward for each player); each update moves its own group only; SeparateGANTrainer's
- * periods; two towers update as one tower on the concatenated batch; a
- * stopped and resumed run ends bit-identical to an unbroken one; the GAN's
+ * forward for each player); each update moves its own group only;
+ * SeparateGANTrainer's periods; two towers update as one tower on the
+ * concatenated batch; a backward-only run over a held forward gives a
+ * fresh forward's gradients; a stopped and resumed run ends bit-identical
+ * to an unbroken one; the GAN's
  * monitors; and, where /usr/bin/python3 has torch, the same tiny GAN in
  * PyTorch from the same weights, batches and noise. */
 #include <criterion/criterion.h>
