@@ -467,8 +467,9 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         for (int i = 0; i < S_PASSES; i++)
             most = e->pass[i].bytes > most ? e->pass[i].bytes : most;
         e->bytes = e->rooms + most;
-        if (e->data_im2col && tp_cpu_conv_workspace(c) > e->bytes)
-            e->bytes = tp_cpu_conv_workspace(c);
+        /* im2col's backward-data runs past keep (tp_dnnl_conv_backward) */
+        if (e->data_im2col && e->keep_bytes + tp_cpu_conv_workspace(c) > e->bytes)
+            e->bytes = e->keep_bytes + tp_cpu_conv_workspace(c);
         e->bytes += S_ALIGN; /* room to align the workspace's start */
     } else if (rc == TP_OK) {
         e->bytes = tp_cpu_conv_workspace(c); /* ops_conv.c runs it */
@@ -769,12 +770,14 @@ tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
         rc = s_run(self, &e->pass[S_BWD_DATA], base + e->rooms, user, blk, ready, acc,
                    c->name);
     } else if (rc == TP_OK && c->dx[0]) {
-        /* ops_conv.c's backward-data alone, in the same workspace (the
-         * filter's pass is done) */
+        /* ops_conv.c's backward-data alone, in the same workspace past
+         * the forward's kept x: a second backward over the same forward
+         * (a GAN step's other player, tp_model_run's backward-only run)
+         * reads it again */
         float *dxs[3] = {c->dx[0], NULL, NULL};
         tp_op_call_t in = *c;
         in.dx = dxs;
-        in.workspace = base;
+        in.workspace = base + e->keep_bytes;
         rc = tp_cpu_conv_backward(&in);
     }
     /* the transposed conv's gradients carry the tests' deliberate fault

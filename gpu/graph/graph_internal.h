@@ -186,6 +186,10 @@ typedef struct tp_grads_state {
                       backward of another named cost over other variables
                       left intact: still to apply (a GAN's two players'
                       gradients at one point, each then applied) */
+    int forward;  /* the tower's activations are its last forward's, at
+                     the variables as they still are: a backward-only run
+                     (TP_RUN_BACKWARD without TP_RUN_FORWARD) may
+                     differentiate them; an update ends it */
 } tp_grads_state_t;
 
 /* One device's copy of the model's state (towers on several devices,

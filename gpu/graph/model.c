@@ -1203,6 +1203,8 @@ tp_status_t tp_model_use_ema(tp_model_t *m, int on) {
     }
     TP_TRY(b->ops->stream_sync(b, rp->stream));
     m->ema_in_use = on;
+    for (int i = 0; i < m->ntowers; i++)
+        m->step[i].forward = 0;  /* other weights than the held forward's */
     return TP_OK;
 }
 
@@ -1357,8 +1359,9 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
     /* partial until the pass completes; named costs' fresh gradients
      * whose variables this cost's backward never writes stay applicable */
     unsigned held = s_held_after(m, t, st, cost);
+    const int forward = st->forward;  /* backward reads the activations only */
     *st = (tp_grads_state_t){.fresh = 0, .cost = cost, .reduced = 0, .sliced = 0,
-                             .held = held};
+                             .held = held, .forward = forward};
     TP_TRY(b->ops->fill(b, t->stream, cn->grad, 1.0f, 1));
     int k = 0, kb = 0;
     /* fused updates: on the CPU each variable's as soon as its gradient is
@@ -1421,12 +1424,16 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
         tp_optimizer_end_step(m->opt);
     }
     st->fresh = !fused;
+    if (fused)
+        st->forward = 0;  /* the variables moved under the activations */
     return TP_OK;
 }
 
-/* The op calls of one pass over the tower: forward, then backward when
- * asked. When profiling, the pass goes between the timer's marks 0 and 1. */
-static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
+/* The op calls of one pass over the tower: forward (unless the pass is
+ * backward-only, over the activations the last forward left), then
+ * backward when asked. When profiling, the pass goes between the timer's
+ * marks 0 and 1. */
+static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int forward, int backward,
                              int fused, int reduce, int cost) {
     tp_backend_t *b = tp_tower_backend_(t);
     int timed = m->profiling && t->prof_timer &&
@@ -1435,7 +1442,7 @@ static tp_status_t s_run_ops(tp_model_t *m, tp_tower_t *t, int backward,
         t->prof_ncalls = 0;
         t->prof_hold_ns = 0;
     }
-    tp_status_t rc = s_forward(m, t, cost);
+    tp_status_t rc = forward ? s_forward(m, t, cost) : TP_OK;
     if (rc == TP_OK && backward)
         rc = s_backward(m, t, cost, fused, reduce);
     if (timed && rc == TP_OK && b->ops->timer_mark(b, t->stream, t->prof_timer, 1) < 0)
@@ -1517,6 +1524,12 @@ static tp_status_t s_pass(tp_model_t *m, tp_tower_t *t,
     int third = 0;  /* the mirror third neither read nor still written */
     while (third == t->mirror_ready || third == t->mirror_inflight)
         third++;
+    /* the activations are this pass's from here on; held for a
+     * backward-only run once it succeeds, unless its update moved the
+     * variables (fused) */
+    tp_grads_state_t *held = t->training && t->index >= 0 ? &m->step[t->index] : NULL;
+    if (held)
+        held->forward = 0;
     TP_TRY(s_load_inputs(m, t, inputs));
     /* The fused training step (one tower, the main cost) as a graph:
      * recorded once a step at this batch ran call by call (the backend's
@@ -1533,12 +1546,12 @@ static tp_status_t s_pass(tp_model_t *m, tp_tower_t *t,
         /* ahead: the mark after the inputs (graph_end marks a graph's) */
         rc = ahead ? b->ops->stream_mark(b, t->stream) : TP_OK;
         if (rc == TP_OK)
-            rc = s_run_ops(m, t, backward, fused, reduce, cost);
+            rc = s_run_ops(m, t, 1, backward, fused, reduce, cost);
         if (rc == TP_OK && fused && backward)
             t->eager_batch = t->run_batch;  /* a whole step ran at it */
     } else {
         TP_TRY(b->ops->graph_begin(b, t->stream, t->graph));
-        rc = s_run_ops(m, t, backward, fused, 0, cost);
+        rc = s_run_ops(m, t, 1, backward, fused, 0, cost);
         if (rc < 0) {
             b->ops->graph_abort(b, t->stream);
             return rc;
@@ -1554,12 +1567,16 @@ static tp_status_t s_pass(tp_model_t *m, tp_tower_t *t,
      * they go to changes from step to step) */
     if (rc == TP_OK)
         rc = s_mirror_outputs(t, third);
+    if (held)
+        held->forward = rc == TP_OK && !fused;
     if (!ahead) {
         uint64_t w0 = tp_now_ns();
         tp_status_t sc = b->ops->stream_sync(b, t->stream);
         t->device_wait_ns += tp_now_ns() - w0;
         if (rc == TP_OK && sc == TP_OK)
             t->mirror_ready = third;
+        if (held && sc != TP_OK)
+            held->forward = 0;
         if (sc == TP_OK && m->profiling)
             s_prof_collect(t);
         return rc < 0 ? rc : sc;
@@ -1578,6 +1595,24 @@ static tp_status_t s_pass(tp_model_t *m, tp_tower_t *t,
         t->mirror_ready = t->mirror_inflight;
     t->mirror_inflight = third;
     return rc;
+}
+
+/* A backward-only pass over tower t: cost `cost`'s gradients from the
+ * activations its last forward left (tp_grads_state_t.forward; checked by
+ * the run), no input loaded and no op run forward, so nothing a forward
+ * moves (batch norm's moving averages, the tower's generator) moves; the
+ * stream synchronised. The outputs stay the forward's. reduce: as
+ * s_pass's. */
+static tp_status_t s_pass_backward(tp_model_t *m, tp_tower_t *t, int reduce, int cost) {
+    tp_backend_t *b = tp_tower_backend_(t);
+    TP_TRY(tp_model_drain_(m));
+    tp_status_t rc = s_run_ops(m, t, 0, 1, 0, reduce, cost);
+    uint64_t w0 = tp_now_ns();
+    tp_status_t sc = b->ops->stream_sync(b, t->stream);
+    t->device_wait_ns += tp_now_ns() - w0;
+    if (sc == TP_OK && m->profiling)
+        s_prof_collect(t);
+    return rc < 0 ? rc : sc;
 }
 
 static int s_cost_index(const tp_tower_t *t, const char *name) {
@@ -1621,7 +1656,10 @@ static tp_status_t s_value_node(tp_tower_t *t, const char *name,
  * makes the step's named calls in order:
  *   forward   each tower's ops, its inputs loaded (s_pass: s_forward)
  *   backward  in the same pass, each training tower's gradients (s_backward;
- *             a tower joining the collective begins its buckets beside it)
+ *             a tower joining the collective begins its buckets beside it);
+ *             or, in a run without forward, a pass of its own over the
+ *             activations the tower's last forward left (s_pass_backward:
+ *             a second cost's gradients from one forward, a GAN step's)
  *   reduce    the towers' gradients summed (s_reduce: collective.c's
  *             all-reduce on plain buffers)
  *   update    the optimizer applies them (s_update)
@@ -1670,13 +1708,17 @@ static s_step_t s_decode(const tp_model_t *m, int tower,
 }
 
 /* The stages one run may do: a contiguous range of forward, backward,
- * reduce, update (in that order), with forward whenever backward. */
+ * reduce, update (in that order); one that begins with backward
+ * differentiates the held forward (checked in s_check_run). */
 static int s_stages_valid(unsigned st) {
     switch (st) {
     case TP_RUN_FORWARD:
     case TP_RUN_FORWARD | TP_RUN_BACKWARD:
     case TP_RUN_FORWARD | TP_RUN_BACKWARD | TP_RUN_REDUCE:
     case TP_RUN_FORWARD | TP_RUN_BACKWARD | TP_RUN_REDUCE | TP_RUN_UPDATE:
+    case TP_RUN_BACKWARD:
+    case TP_RUN_BACKWARD | TP_RUN_REDUCE:
+    case TP_RUN_BACKWARD | TP_RUN_REDUCE | TP_RUN_UPDATE:
     case TP_RUN_REDUCE:
     case TP_RUN_REDUCE | TP_RUN_UPDATE:
     case TP_RUN_UPDATE:
@@ -1704,8 +1746,7 @@ static tp_status_t s_check_run(tp_model_t *m, s_step_t *s,
     if (!s_stages_valid(st))
         return tp_error(TP_ERR_INVALID, "run: stages 0x%x: a run does a "
                         "contiguous range of TP_RUN_FORWARD, TP_RUN_BACKWARD, "
-                        "TP_RUN_REDUCE, TP_RUN_UPDATE (in that order), with "
-                        "forward whenever backward", st);
+                        "TP_RUN_REDUCE, TP_RUN_UPDATE (in that order)", st);
     int all = s->scope == S_ALL_TOWERS;
     if (all ? m->ntowers == 0 : !tp_model_tower_(m, s->tower))
         return all ? tp_error(TP_ERR_INVALID, "run: TP_ALL_TOWERS but the "
@@ -1738,6 +1779,13 @@ static tp_status_t s_check_run(tp_model_t *m, s_step_t *s,
     if (s->backward && s->cost == 0 && !t->cost && t->ncosts > 1)
         return tp_error(TP_ERR_STATE, "%s has only named costs (%s, ...): name "
                         "one in tp_run_opts_t.cost", t->name, t->cost_names[1]);
+    const int first = all ? 0 : s->tower, last = all ? m->ntowers - 1 : s->tower;
+    for (int i = first; s->backward && !s->forward && i <= last; i++)
+        if (!m->step[i].forward)
+            return tp_error(TP_ERR_STATE, "%s holds no forward pass to differentiate "
+                            "(a run of TP_RUN_BACKWARD without TP_RUN_FORWARD reads "
+                            "the activations of the tower's last forward: run one "
+                            "first, with no update since)", m->towers[i]->name);
     const char *who = all && m->ntowers > 1 ? "all towers" : t->name;
     int want = s->forward ? (all ? m->ntowers : 1) * m->ninputs : 0;
     if (nfeeds != want) {
@@ -1862,6 +1910,8 @@ static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
     }
     TP_TRY(b->ops->stream_sync(b, t->stream));
     st->sliced = 1;
+    st->forward = 0;  /* the variables moved under its activations (its own
+                         flag only: the other towers' threads own theirs) */
     return TP_OK;
 }
 
@@ -1912,7 +1962,7 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
         if (count + 1 >= s_accum(m))  /* the slices updated */
             tp_optimizer_end_step(m->opt);
         for (int i = 0; i < m->ntowers; i++)
-            m->step[i].fresh = m->step[i].sliced = 0;
+            m->step[i].fresh = m->step[i].sliced = m->step[i].forward = 0;
         return TP_OK;
     }
     if (sliced) {
@@ -1980,6 +2030,7 @@ static tp_status_t s_update_all(tp_model_t *m, int k) {
             m->step[i].held &= ~(1u << k);
         else
             m->step[i].fresh = 0;
+        m->step[i].forward = 0;  /* no backward over the old variables' */
     }
     for (int r = 0; r < m->nrep; r++)
         TP_TRY(m->rep[r].backend->ops->stream_sync(m->rep[r].backend,
@@ -1992,12 +2043,20 @@ static tp_status_t s_update(tp_model_t *m, const s_step_t *s) {
                                     : s_update_slice(m, s->tower, s->cost);
 }
 
-/* Forward, and backward when asked, of the run's towers: a pass each. */
+/* Forward, and backward when asked, of the run's towers: a pass each;
+ * or backward alone over each one's held forward. */
 static tp_status_t s_passes(tp_model_t *m, const s_step_t *s,
                             const tp_tensor_t *feeds) {
     /* one tower joining the collective: in buckets, during its backward
      * pass (config.bucket_bytes) */
     const int reduce = s->backward && s->scope == S_ONE_TOWER && s->reduce && m->comm;
+    if (!s->forward) {  /* backward only, over the held forward */
+        if (s->scope != S_ALL_TOWERS)
+            return s_pass_backward(m, tp_model_tower_(m, s->tower), reduce, s->cost);
+        for (int i = 0; i < m->ntowers; i++)
+            TP_TRY(s_pass_backward(m, m->towers[i], 0, s->cost));
+        return TP_OK;
+    }
     if (s->scope != S_ALL_TOWERS)
         return s_pass(m, tp_model_tower_(m, s->tower), feeds, s->backward, 0,
                       reduce, s->cost);
@@ -2024,7 +2083,7 @@ static tp_status_t s_step(tp_model_t *m, const s_step_t *s,
     } else {
         TP_TRY(tp_model_drain_(m));  /* no step queued ahead under these */
         uint64_t t0 = s->stage_ns ? tp_now_ns() : 0;
-        if (s->forward)
+        if (s->forward || s->backward)
             TP_TRY(s_passes(m, s, feeds));
         uint64_t t1 = s->stage_ns ? tp_now_ns() : 0;
         if (s->stage_ns)

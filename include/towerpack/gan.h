@@ -21,11 +21,12 @@
  * tp_gan_trainer_new(model, input, &gc), then tp_trainer_train.
  *
  * A step (docs/training.md, "Writing a GAN"):
- *   GANTrainer (d_period = g_period = 0): both players' gradients at the
- *     step's weights, on its batch and noise (the discriminator's on the
- *     fakes of the generator before its update, as tensorpack's graph
- *     computes them), then the generator's update, then the
- *     discriminator's;
+ *   GANTrainer (d_period = g_period = 0): one forward pass at the step's
+ *     weights, on its batch and noise, and both players' gradients from
+ *     it (the discriminator's on the fakes of the generator before its
+ *     update, as tensorpack's graph computes them), then the generator's
+ *     update, then the discriminator's; batch norm's moving averages move
+ *     once a step, as in tensorpack;
  *   SeparateGANTrainer (d_period, g_period >= 1, one of them 1): at global
  *     step s, a discriminator update when s % d_period == 0, then a
  *     generator update when s % g_period == 0, on the step's batch and noise;
@@ -34,8 +35,8 @@
  *     gradient of the towers' mean loss, as MultiGPUGANTrainer averages
  *     the costs).
  * The fetches callbacks ask for (the model's named outputs: TP_GAN_MONITORS)
- * are read after the step's first update run, at the weights the step
- * started from, and averaged over the towers. */
+ * are read after the step's first run (its forward pass), at the weights
+ * the step started from, and averaged over the towers. */
 #ifndef TOWERPACK_GAN_H
 #define TOWERPACK_GAN_H
 

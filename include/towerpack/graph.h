@@ -591,11 +591,13 @@ tp_status_t tp_model_wait(tp_model_t *m);
 
 /* ---- running a step ----------------------------------------------------- */
 
-/* The stages of a step, in order. One run does a contiguous range of them,
- * forward first whenever it includes backward: TP_RUN_FORWARD to evaluate,
- * TP_RUN_TRAIN for a whole training step, and the shorter ranges for a
- * trainer that runs towers on threads of their own (compute.md, "Running a
- * step"). */
+/* The stages of a step, in order. One run does a contiguous range of them:
+ * TP_RUN_FORWARD to evaluate, TP_RUN_TRAIN for a whole training step, and
+ * the shorter ranges for a trainer that runs towers on threads of their
+ * own (compute.md, "Running a step"). A range that begins with
+ * TP_RUN_BACKWARD differentiates the activations of the tower's last
+ * forward (a second cost's gradients from one forward, as a GAN step);
+ * TP_ERR_STATE when an update (or none) came after that forward. */
 enum {
     TP_RUN_FORWARD = 1u << 0,  /* outputs and metrics, in the tower's mode */
     TP_RUN_BACKWARD = 1u << 1, /* gradients of opts->cost (training towers) */

@@ -6,10 +6,12 @@
  * trainer's thread, on every tower's batch (taken by the trainer that owns
  * the input: gan_run_step here, the launch's supervised step in train.c):
  * the feeds from the batches (s_feeds), the step's noise (s_noise), then
- * the updates the trainer's kind makes (s_update: a whole training run of
- * one named cost over every tower, TP_ALL_TOWERS: forward and backward
- * tower by tower, the gradients averaged onto tower 0, its group's
- * update), the fetches read after the first of them (s_fetch).
+ * the runs the trainer's kind makes over every tower (TP_ALL_TOWERS):
+ * GANTrainer one forward with the generator's backward, the
+ * discriminator's backward over the same forward, the gradients averaged
+ * onto tower 0, each group's update (s_update); SeparateGANTrainer a
+ * whole training run of each named cost due; the fetches read after the
+ * first run (s_fetch).
  *
  * Per-group optimizers: the model owns one optimizer and its slots (every
  * trainable variable has its Adam moments there, whichever group it is
@@ -230,17 +232,20 @@ tp_status_t tp_gan_step_run(tp_gan_step_t *a, tp_datapoint_t *const *batches,
     TP_TRY(s_feeds(a, batches));
     TP_TRY(s_noise(a, step));
     if (!s_separate(&a->cfg)) {
-        /* GANTrainer, as tensorpack's graph runs it: both players'
-         * gradients at the step's weights (the discriminator's on the fakes
-         * of the generator before its update: d_min's control dependency
-         * on g_min orders the applies, not the forward pass), the towers'
-         * averaged, then the generator's update, then the discriminator's.
-         * The model holds the first cost's gradients through the second's
-         * backward (their variables are disjoint). */
+        /* GANTrainer, as tensorpack's graph runs it: one forward pass at
+         * the step's weights (batch norm's moving averages move once),
+         * both players' gradients from it (the discriminator's on the
+         * fakes of the generator before its update: d_min's control
+         * dependency on g_min orders the applies, not the forward pass),
+         * the towers' averaged, then the generator's update, then the
+         * discriminator's. The discriminator's backward runs over the
+         * activations the first run left (a backward-only run), and the
+         * model holds the generator's gradients through it (their
+         * variables are disjoint). */
         TP_TRY(s_run(a, TP_RUN_GRADIENTS, a->g_cost, "the generator's gradients"));
         if (f)
             s_fetch(a, f);
-        TP_TRY(s_run(a, TP_RUN_GRADIENTS, a->d_cost, "the discriminator's gradients"));
+        TP_TRY(s_run(a, TP_RUN_BACKWARD, a->d_cost, "the discriminator's gradients"));
         TP_TRY(s_run(a, TP_RUN_REDUCE, NULL, "the towers' mean gradients"));
         TP_TRY(s_update(a, S_G, step, TP_RUN_UPDATE));
         return s_update(a, S_D, step, TP_RUN_UPDATE);

@@ -239,11 +239,12 @@ Test(run, bad_options_are_refused_by_name_before_anything_runs) {
     s_batch(0, 0, x, y, in);
     tp_fetch_t ok = {.name = "logits"}, bad[2] = {{.name = "logits"}, {.name = "logitz"}};
     const unsigned T = TP_RUN_TRAIN;
-    /* stages: not a contiguous range, backward without forward, unknown bits */
+    /* stages: not a contiguous range, backward without a forward held,
+     * unknown bits */
     s_expect_error(m, 0, in, 2, NULL, 0, TP_RUN_FORWARD | TP_RUN_UPDATE, NULL,
                    TP_ERR_INVALID, "stages 0x9");
-    s_expect_error(m, 0, in, 2, NULL, 0, TP_RUN_BACKWARD, NULL, TP_ERR_INVALID,
-                   "stages 0x2");
+    s_expect_error(m, 0, NULL, 0, NULL, 0, TP_RUN_BACKWARD, NULL, TP_ERR_STATE,
+                   "holds no forward");
     s_expect_error(m, 0, in, 2, NULL, 0, 0x10, NULL, TP_ERR_INVALID, "stages 0x10");
     /* the inference graph has no backward */
     s_expect_error(m, -1, in, 2, NULL, 0, TP_RUN_GRADIENTS, NULL, TP_ERR_INVALID,
@@ -266,9 +267,10 @@ Test(run, bad_options_are_refused_by_name_before_anything_runs) {
 }
 
 /* Of every set of stage bits, exactly the contiguous ranges of forward,
- * backward, reduce, update with forward whenever backward are runs: F, FB,
- * FBR, FBRU, R, RU, U. Every other set is refused for its stages (a run
- * that is a range may still fail for another reason: no fresh gradients). */
+ * backward, reduce, update are runs: F, FB, FBR, FBRU, B, BR, BRU (over the
+ * held forward), R, RU, U. Every other set is refused for its stages (a run
+ * that is a range may still fail for another reason: no fresh gradients,
+ * no forward held). */
 Test(run, exactly_the_contiguous_stage_ranges_are_runs) {
     tp_model_t *m = s_model(1);  /* one tower: a reduce waits for no other */
     float x[B * F];
@@ -277,7 +279,8 @@ Test(run, exactly_the_contiguous_stage_ranges_are_runs) {
     s_batch(0, 0, x, y, in);
     const unsigned Fw = TP_RUN_FORWARD, Bw = TP_RUN_BACKWARD, R = TP_RUN_REDUCE,
                    U = TP_RUN_UPDATE;
-    const unsigned ranges[] = {Fw, Fw | Bw, Fw | Bw | R, Fw | Bw | R | U, R, R | U, U};
+    const unsigned ranges[] = {Fw, Fw | Bw, Fw | Bw | R, Fw | Bw | R | U, Bw, Bw | R,
+                               Bw | R | U, R, R | U, U};
     for (unsigned st = 1; st < 64; st++) {
         int range = 0;
         for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++)

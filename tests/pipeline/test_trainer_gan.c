@@ -8,9 +8,13 @@
  *
  * Checks: a step is the updates the trainer's kind says, in its order, on
  * the step's batch and noise (the same numbers, bit for bit, as the runs
- * made by hand); each update moves its own group only; SeparateGANTrainer's
- * periods; two towers update as one tower on the concatenated batch; a
- * stopped and resumed run ends bit-identical to an unbroken one; the GAN's
+ * made by hand); GANTrainer's step is one forward pass (the zoo's DCGAN:
+ * batch norm's moving averages moved once, the weights those of a fresh
+ * forward for each player); each update moves its own group only;
+ * SeparateGANTrainer's periods; two towers update as one tower on the
+ * concatenated batch; a backward-only run over a held forward gives a
+ * fresh forward's gradients; a stopped and resumed run ends bit-identical
+ * to an unbroken one; the GAN's
  * monitors; and, where /usr/bin/python3 has torch, the same tiny GAN in
  * PyTorch from the same weights, batches and noise. */
 #include <criterion/criterion.h>
@@ -21,6 +25,7 @@
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/gan.h>
+#include <towerpack/models.h>
 
 #include "gan_testutil.h"
 
@@ -197,14 +202,15 @@ static void s_hand_fini(s_hand_t *h) {
 
 /* ---- tests -------------------------------------------------------------------- */
 
-/* GANTrainer's step, as tensorpack's graph runs it: both players'
- * gradients at the step's weights (the discriminator's on the fakes of the
- * generator before its update), then the generator's update, then the
- * discriminator's, on the step's batch and noise, each group with its own
- * Adam (own learning rate, own update count): the same numbers, bit for
- * bit, as those runs by hand. Updating the generator first and then taking
- * the discriminator's gradient on the new fakes (PyTorch's usual loop)
- * gives other numbers, and so does the other order. */
+/* GANTrainer's step, as tensorpack's graph runs it: one forward pass and
+ * both players' gradients from it at the step's weights (the
+ * discriminator's on the fakes of the generator before its update), then
+ * the generator's update, then the discriminator's, on the step's batch
+ * and noise, each group with its own Adam (own learning rate, own update
+ * count): the same numbers, bit for bit, as those runs by hand. Updating
+ * the generator first and then taking the discriminator's gradient on the
+ * new fakes (PyTorch's usual loop) gives other numbers, and so does the
+ * other order. */
 Test(trainer_gan, gan_trainer_is_tensorpacks_step_bitwise) {
     tp_gan_config_t gc;
     tp_gan_config_init(&gc);
@@ -221,9 +227,9 @@ Test(trainer_gan, gan_trainer_is_tensorpacks_step_bitwise) {
         s_hand_init(&h, &gc, s_adam);
         for (int64_t s = 0; s < steps; s++) {
             s_hand_batch(&h, s);
-            if (way == 0) {  /* tensorpack's */
+            if (way == 0) {  /* tensorpack's: one forward, both backwards */
                 s_hand_run(&h, TP_RUN_GRADIENTS, "g_loss");
-                s_hand_run(&h, TP_RUN_GRADIENTS, "d_loss");
+                s_hand_run(&h, TP_RUN_BACKWARD, "d_loss");
                 s_hand_stages(&h, TP_RUN_UPDATE, "g_loss", s, s_adam);
                 s_hand_stages(&h, TP_RUN_UPDATE, "d_loss", s, s_adam_d);
             } else if (way == 1) {  /* g, then d on the new fakes */
@@ -250,7 +256,9 @@ Test(trainer_gan, gan_trainer_is_tensorpacks_step_bitwise) {
  * backward over other variables, for one update each: a second update of
  * the held cost, or of the applied one, is refused (gradients are used
  * once); a reduce between the two backward passes ends the holding (a
- * second reduce would sum them twice). */
+ * second reduce would sum them twice). A backward-only run needs the
+ * forward it differentiates: after an update (the variables moved under
+ * the activations) it is refused until the next forward. */
 Test(trainer_gan, held_gradients_are_used_once) {
     tp_gan_config_t gc;
     tp_gan_config_init(&gc);
@@ -260,13 +268,18 @@ Test(trainer_gan, held_gradients_are_used_once) {
     s_hand_init(&h, &gc, s_sgd);
     s_hand_batch(&h, 0);
     s_hand_run(&h, TP_RUN_GRADIENTS, "g_loss");
-    s_hand_run(&h, TP_RUN_GRADIENTS, "d_loss");
+    s_hand_run(&h, TP_RUN_BACKWARD, "d_loss");
     tp_run_opts_t ug = {.stages = TP_RUN_UPDATE, .cost = "g_loss"};
     tp_run_opts_t ud = {.stages = TP_RUN_UPDATE, .cost = "d_loss"};
+    tp_run_opts_t bd = {.stages = TP_RUN_BACKWARD, .cost = "d_loss"};
     cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ug), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ug), TP_ERR_STATE);
+    cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &bd), TP_ERR_STATE);
+    cr_assert(strstr(tp_last_error(), "holds no forward"), "%s", tp_last_error());
     cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ud), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_model_run(h.m, 0, NULL, 0, NULL, 0, &ud), TP_ERR_STATE);
+    s_hand_run(&h, TP_RUN_FORWARD, NULL);
+    s_hand_run(&h, TP_RUN_BACKWARD, "d_loss");
     s_hand_fini(&h);
 
     tp_model_t *m = s_model(2, 8, s_sgd);
@@ -414,6 +427,216 @@ Test(trainer_gan, two_towers_update_as_one_on_the_whole_batch) {
         s_snap_free(&one);
         s_snap_free(&two);
     }
+}
+
+/* ---- batch norm: the zoo's DCGAN ------------------------------------------------ */
+
+#define S_DC_B 8
+#define S_DC_PIX (28 * 28)
+
+/* The DCGAN's batches: (image uint8 [28, 28], label) datapoints of random
+ * pixels, one batch of S_DC_B; its pixels into pix [S_DC_B x 784]. */
+static tp_dataflow_t *s_dc_images(uint8_t *pix) {
+    tp_datapoint_t *dps[S_DC_B];
+    tp_rng_t r;
+    tp_rng_init(&r, 5, 0);
+    for (int i = 0; i < S_DC_B; i++) {
+        int64_t hw[2] = {28, 28};
+        dps[i] = tp_datapoint_new(2);
+        tp_tensor_init(tp_datapoint_get(dps[i], 0), TP_UINT8, 2, hw);
+        uint8_t *p = tp_datapoint_get(dps[i], 0)->data;
+        for (int k = 0; k < S_DC_PIX; k++)
+            p[k] = pix[i * S_DC_PIX + k] = (uint8_t)(tp_rng_u64(&r) & 0xff);
+        tp_tensor_init(tp_datapoint_get(dps[i], 1), TP_INT32, 0, NULL);
+        *(int32_t *)tp_datapoint_get(dps[i], 1)->data = 0;
+    }
+    return tp_df_batch(tp_df_from_list(dps, S_DC_B, 0), S_DC_B, 0);
+}
+
+/* The zoo's DCGAN at batch S_DC_B, one thread (oneDNN's convolutions). */
+static tp_model_t *s_dc_model(void) {
+    const tp_zoo_gan_t *gz = tp_zoo_find_gan("dcgan");
+    cr_assert_not_null(gz);
+    tp_model_desc_t d = {gz->inputs, gz->ninputs, gz->build, s_adam, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.batch = S_DC_B;
+    mc.seed = 7;
+    mc.threads = 1;
+    tp_model_t *m = tp_model_new(&d, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    return m;
+}
+
+/* Every variable (ema 1: the moving averages, "/EMA"; 0: the others) of
+ * m, one after another, into a new buffer; *n its floats. */
+static float *s_dc_vars(tp_model_t *m, int ema, size_t *n) {
+    float *out = NULL;
+    *n = 0;
+    for (int i = 0; i < tp_model_var_count(m); i++) {
+        const char *name = tp_model_var_name(m, i);
+        size_t len = strlen(name);
+        if ((len > 4 && !strcmp(name + len - 4, "/EMA")) != ema)
+            continue;
+        tp_tensor_t v;
+        cr_assert_eq(tp_model_var(m, name, &v), TP_OK);
+        size_t k = tp_tensor_numel(&v);
+        out = realloc(out, (*n + k) * sizeof(float));
+        memcpy(out + *n, v.data, k * sizeof(float));
+        *n += k;
+    }
+    cr_assert_gt(*n, 0);
+    return out;
+}
+
+/* One group's update by hand: its optimizer's learning rate, count 0. */
+static void s_dc_update(tp_model_t *m, const char *cost, tp_optimizer_fn opt) {
+    tp_optimizer_t *o = opt(NULL);
+    double lr;
+    tp_optimizer_get(o, "learning_rate", &lr);
+    tp_optimizer_destroy(&o);
+    tp_optimizer_set(tp_model_optimizer(m), "learning_rate", lr);
+    tp_optimizer_set_step(tp_model_optimizer(m), 0);
+    tp_run_opts_t u = {.stages = TP_RUN_UPDATE, .cost = cost};
+    cr_assert_eq(tp_model_run(m, 0, NULL, 0, NULL, 0, &u), TP_OK, "%s", tp_last_error());
+}
+
+/* A GANTrainer step makes one forward pass, as tensorpack's graph: the
+ * zoo's DCGAN (batch norm in both players, oneDNN's convolutions) after
+ * one trainer step has the moving averages of one forward pass, bit for
+ * bit (the generator's, which SampleGrid and tp-generate read, moved
+ * once; two passes, the step this replaced, leave others), and the
+ * weights of the two-pass step by hand: the discriminator's gradients
+ * from the held forward are those of a fresh one. */
+Test(trainer_gan, one_forward_a_step_moves_batch_norm_once) {
+    const tp_zoo_gan_t *gz = tp_zoo_find_gan("dcgan");
+    cr_assert_not_null(gz);
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = S_DC_B;
+    gc.noise_input = gz->noise_input;
+    gc.g_optimizer = s_adam;
+    gc.d_optimizer = s_adam_d;
+    static uint8_t pix[S_DC_B * S_DC_PIX];
+    tp_trainer_t *tr = tp_gan_trainer_new(s_dc_model(), tp_input_feed(s_dc_images(pix)), &gc);
+    cr_assert_not_null(tr, "%s", tp_last_error());
+    tp_schedule_t one = {1, 1, 1};
+    cr_assert_eq(tp_trainer_train(tr, &one), TP_OK, "%s", tp_last_error());
+    size_t nw, ne;
+    float *w = s_dc_vars(tp_trainer_model(tr), 0, &nw);
+    float *ema = s_dc_vars(tp_trainer_model(tr), 1, &ne);
+    tp_trainer_destroy(&tr);
+
+    /* the step's feeds by hand: the batch, label 0, the noise of step 0 */
+    static float z[S_DC_B * TP_ZOO_DCGAN_Z];
+    int32_t label[S_DC_B] = {0};
+    tp_gan_noise_fill(&gc, 0, 0, S_DC_B, TP_ZOO_DCGAN_Z, z);
+    tp_tensor_t feeds[3];
+    int64_t ish[3] = {S_DC_B, 28, 28}, lsh[1] = {S_DC_B}, zsh[2] = {S_DC_B, TP_ZOO_DCGAN_Z};
+    tp_tensor_init_wrap(&feeds[0], TP_UINT8, 3, ish, pix, NULL, NULL);
+    tp_tensor_init_wrap(&feeds[1], TP_INT32, 1, lsh, label, NULL, NULL);
+    tp_tensor_init_wrap(&feeds[2 == gz->noise_input ? 2 : 0], TP_FLOAT32, 2, zsh, z, NULL, NULL);
+    cr_assert_eq(gz->noise_input, 2);
+
+    /* one forward pass: the moving averages */
+    tp_model_t *m = s_dc_model();
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, 0, feeds, 3, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    size_t n1;
+    float *ema1 = s_dc_vars(m, 1, &n1);
+    tp_model_destroy(&m);
+    cr_assert_eq(n1, ne);
+    cr_assert(!memcmp(ema, ema1, ne * sizeof(float)),
+              "the moving averages are not those of one forward pass");
+
+    /* the two-pass step: a fresh forward for the discriminator's gradients */
+    m = s_dc_model();
+    tp_run_opts_t gg = {.stages = TP_RUN_GRADIENTS, .cost = "g_loss"};
+    tp_run_opts_t gd = {.stages = TP_RUN_GRADIENTS, .cost = "d_loss"};
+    tp_run_opts_t red = {.stages = TP_RUN_REDUCE};
+    cr_assert_eq(tp_model_run(m, 0, feeds, 3, NULL, 0, &gg), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, 0, feeds, 3, NULL, 0, &gd), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_run(m, 0, NULL, 0, NULL, 0, &red), TP_OK, "%s", tp_last_error());
+    s_dc_update(m, "g_loss", s_adam);
+    s_dc_update(m, "d_loss", s_adam_d);
+    size_t n2, n3;
+    float *w2 = s_dc_vars(m, 0, &n2), *ema2 = s_dc_vars(m, 1, &n3);
+    tp_model_destroy(&m);
+    cr_assert_eq(n2, nw);
+    double worst = 0;
+    for (size_t k = 0; k < nw; k++)
+        worst = fmax(worst, fabs((double)w[k] - w2[k]));
+    cr_assert(!memcmp(w, w2, nw * sizeof(float)), "the held forward's gradients are not a "
+              "fresh forward's: the weights differ by up to %g", worst);
+    cr_assert(memcmp(ema, ema2, ne * sizeof(float)) != 0, "two passes moved the moving "
+              "averages as one does: the check above tells nothing");
+    free(w);
+    free(ema);
+    free(ema1);
+    free(w2);
+    free(ema2);
+}
+
+/* ---- a backward-only run over convolutions ------------------------------------- */
+
+/* Two costs over one grouped convolution (4 input channels a group: on
+ * oneDNN its backward-data is im2col's, in the op's workspace beside what
+ * the forward kept for the filter's pass): cost "b" over a scale before
+ * it (the convolution's data gradient only), cost "a" over its filter
+ * (the filter gradient only). */
+static const tp_input_desc_t s_conv_inputs[] = {{"x", TP_FLOAT32, 4, {-1, 16, 8, 8}}};
+
+static tp_status_t s_conv_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    (void)user;
+    int64_t ss[3] = {16, 8, 8}, ws[4] = {16, 4, 3, 3};
+    tp_node_t *s = tp_variable(t, "b/s", 3, ss, (tp_init_t){TP_INIT_UNIFORM, 1}, TP_VAR_TRAINABLE);
+    tp_node_t *w = tp_variable(t, "a/W", 4, ws, (tp_init_t){TP_INIT_NORMAL, 0.2f},
+                               TP_VAR_TRAINABLE);
+    tp_node_t *y = tp_conv2d_ex(t, NULL, tp_mul(t, NULL, in[0], s), w, NULL, 1, 1, 1, 4);
+    tp_node_t *c = tp_reduce_mean(t, "c", tp_mul(t, NULL, y, y), 0, NULL, 0);
+    TP_TRY(tp_tower_status(t));
+    TP_TRY(tp_tower_add_cost(t, "b", c, "b/*"));
+    return tp_tower_add_cost(t, "a", c, "a/*");
+}
+
+/* A backward-only run reads what its forward left, whatever a backward
+ * of another cost over the same forward did first: the filter's gradient
+ * after the data's is that of a fresh forward, bit for bit. */
+Test(trainer_gan, a_second_backward_over_one_forward_is_a_fresh_forwards) {
+    tp_model_desc_t d = {s_conv_inputs, 1, s_conv_tower, s_sgd, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.batch = 4;
+    mc.seed = 3;
+    mc.threads = 1;
+    static float x[4 * 16 * 8 * 8];
+    tp_rng_t r;
+    tp_rng_init(&r, 9, 0);
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++)
+        x[i] = (float)tp_rng_normal(&r);
+    int64_t xs[4] = {4, 16, 8, 8};
+    tp_tensor_t feed;
+    tp_tensor_init_wrap(&feed, TP_FLOAT32, 4, xs, x, NULL, NULL);
+    float g[2][16 * 4 * 3 * 3];
+    for (int way = 0; way < 2; way++) {
+        tp_model_t *m = tp_model_new(&d, &mc);
+        cr_assert_not_null(m, "%s", tp_last_error());
+        tp_run_opts_t gb = {.stages = TP_RUN_GRADIENTS, .cost = "b"};
+        tp_run_opts_t ga = {.stages = way ? TP_RUN_BACKWARD : TP_RUN_GRADIENTS, .cost = "a"};
+        if (way)
+            cr_assert_eq(tp_model_run(m, 0, &feed, 1, NULL, 0, &gb), TP_OK, "%s",
+                         tp_last_error());
+        cr_assert_eq(tp_model_run(m, 0, way ? NULL : &feed, way ? 0 : 1, NULL, 0, &ga), TP_OK,
+                     "%s", tp_last_error());
+        tp_tensor_t v;
+        cr_assert_eq(tp_model_grad(m, 0, "a/W", &v), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(v.nbytes, sizeof g[way]);
+        memcpy(g[way], v.data, sizeof g[way]);
+        tp_model_destroy(&m);
+    }
+    double worst = 0;
+    for (size_t k = 0; k < sizeof g[0] / sizeof g[0][0]; k++)
+        worst = fmax(worst, fabs((double)g[0][k] - g[1][k]));
+    cr_assert(!memcmp(g[0], g[1], sizeof g[0]), "the filter's gradient after the data's "
+              "differs from a fresh forward's by up to %g", worst);
 }
 
 /* Stopped after an epoch (a checkpoint), resumed by a new process's worth of
