@@ -14,7 +14,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -317,6 +319,14 @@ tp_status_t tp_df_text_info(const char *path, const tp_df_text_opts_t *opts, int
     out->bytes = self->nbytes;
     out->tokens = self->len;
     out->bytes_per_token = self->len ? (double)self->nbytes / (double)self->len : 0;
+    /* absolute, so a checkpoint's metadata finds them from anywhere */
+    char abs[PATH_MAX];  /* PATH_MAX is the 4096 of the fields */
+    if (opts && opts->vocab)
+        snprintf(out->vocab_file, sizeof out->vocab_file, "%s",
+                 realpath(opts->vocab, abs) ? abs : opts->vocab);
+    if (opts && opts->merges)
+        snprintf(out->merges_file, sizeof out->merges_file, "%s",
+                 realpath(opts->merges, abs) ? abs : opts->merges);
     s_text_destroy(self);
     return TP_OK;
 }

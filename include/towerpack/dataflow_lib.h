@@ -165,6 +165,8 @@ typedef struct tp_text_info {
     double bytes_per_token;  /* bytes / tokens (1 for bytes; 0 when not
                                 measured): bits per byte = nats per token
                                 / ln 2 / bytes_per_token */
+    char vocab_file[4096];   /* the tokenizer's files, absolute ("" for */
+    char merges_file[4096];  /* bytes; merges "" for a .tiktoken file) */
 } tp_text_info_t;
 
 /* The vocabulary of the source tp_df_text(path, opts) would make, and with
