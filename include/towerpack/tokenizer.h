@@ -3,12 +3,14 @@
  * for tools that turn tokens back into text (tp-generate).
  *
  * Text is cut into pre-tokens by GPT-2's pattern
- *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * (written by hand over UTF-8; \p{L}, \p{N} and \s are ICU's general
- * categories L and N and the White_Space property), and each pre-token's
- * bytes are merged pair by pair in the merges' rank order (the lowest rank
- * first, every occurrence of that pair left to right), as GPT-2's encoder.py
- * does. Bytes that are not valid UTF-8 are one character each of the class
+ * \verbatim
+   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+   \endverbatim
+ * (written by hand over UTF-8; its letters, numbers and spaces are ICU's
+ * general categories L and N and the White_Space property), and each
+ * pre-token's bytes are merged pair by pair in the merges' rank order (the
+ * lowest rank first, every occurrence of that pair left to right), as
+ * GPT-2's encoder.py does. Bytes that are not valid UTF-8 are one character each of the class
  * "neither letter, number nor space". A token is a byte string: decoding
  * concatenates them, so decode(encode(text)) == text for any bytes.
  *
