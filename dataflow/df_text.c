@@ -204,7 +204,7 @@ static tp_status_t s_text_open(const char *path, const tp_df_text_opts_t *opts,
     if (o.split == TP_TEXT_VAL && o.val_fraction == 0)
         return tp_error(TP_ERR_INVALID, "text %s: the validation split is empty "
                         "(val_fraction 0)", path);
-    const char *unit = o.vocab ? "tokens" : "bytes";
+    const char *unit = "bytes";
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return tp_error(errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_IO,
@@ -236,8 +236,9 @@ static tp_status_t s_text_open(const char *path, const tp_df_text_opts_t *opts,
     self->context = o.context;
     self->random = o.random >= 0 ? o.random : o.split != TP_TEXT_VAL;
     tp_status_t rc = TP_OK;
-    /* bytes: too short is known before anything is read */
-    if (!o.vocab && end - start < o.context + 1)
+    /* too short is known before anything is read for bytes, and for BPE
+     * when the bytes are too few already (a token is at least a byte) */
+    if (end - start < o.context + 1)
         goto too_short;
     if (o.vocab && !encode) {
         close(fd);
@@ -272,6 +273,7 @@ static tp_status_t s_text_open(const char *path, const tp_df_text_opts_t *opts,
             s_text_destroy(self);
             return rc;
         }
+        unit = "tokens";
         if (self->len < o.context + 1)
             goto too_short;
     } else {
