@@ -1849,12 +1849,15 @@ int main(int argc, char **argv) {
     char ranks_text[64] = "";
     if (s_dist)
         snprintf(ranks_text, sizeof ranks_text, "%d ranks x ", nranks);
+    char tokens_text[64] = "bytes as tokens";
+    if (a.tokens.vocab_file[0])
+        snprintf(tokens_text, sizeof tokens_text, "GPT-2 BPE tokens, vocabulary %d",
+                 (int)a.tokens.vocab);
     if (rank == 0 && a.text)
-        printf("tp-train: model %s, %d layers, %d heads, width %d, context %d (%s, "
-               "vocabulary %d), dropout %g, %s%d tower%s x batch %d, %d epochs, lr %g (%s), "
+        printf("tp-train: model %s, %d layers, %d heads, width %d, context %d (%s), "
+               "dropout %g, %s%d tower%s x batch %d, %d epochs, lr %g (%s), "
                "logdir %s\n", zoo->name, a.layers, a.heads, a.embed, a.context,
-               a.tokens.vocab_file[0] ? "GPT-2 BPE tokens" : "bytes as tokens",
-               (int)a.tokens.vocab, a.dropout,
+               tokens_text, a.dropout,
                ranks_text, a.towers, a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr,
                a.optimizer, logdir);
     else if (rank == 0)
