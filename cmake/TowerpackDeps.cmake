@@ -82,6 +82,9 @@ tp_find_dep(jpeg     PC libjpeg  DEB libjpeg62-turbo-dev HEADER jpeglib.h LIB jp
 tp_find_dep(png      PC libpng   DEB libpng-dev       HEADER png.h      LIB png)
 tp_find_dep(exif     PC libexif  DEB libexif-dev      HEADER libexif/exif-data.h LIB exif)
 tp_find_dep(cairo    PC cairo    DEB libcairo2-dev    HEADER cairo.h    LIB cairo)
+# GPT-2's BPE pre-tokeniser (dataflow/tokenizer.c): ICU's Unicode character
+# classes (general categories L and N, White_Space)
+tp_find_dep(icu      PC icu-uc   DEB libicu-dev       HEADER unicode/uchar.h LIB icuuc)
 if(TP_BUILD_TESTS)
   tp_find_dep(criterion PC criterion DEB libcriterion-dev
               HEADER criterion/criterion.h LIB criterion)

@@ -110,6 +110,7 @@ tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
     const int64_t H = o && o->heads > 0 ? o->heads : TP_ZOO_GPT_HEADS;
     const int64_t C = o && o->embed > 0 ? o->embed : TP_ZOO_GPT_EMBED;
     const float drop = o ? o->dropout : 0.0f;
+    const int64_t V = o && o->vocab > 0 ? o->vocab : 256;  /* bytes, or BPE's */
     const tp_shape_t *s = in[0] ? tp_node_shape(in[0]) : NULL;
     if (!s || s->ndim != 2 || tp_node_dtype(in[0]) != TP_INT32 || !in[1] ||
         tp_node_dtype(in[1]) != TP_INT32)
@@ -132,7 +133,7 @@ tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
     int64_t ms[2] = {T, T};
     tp_node_t *mask = tp_constant(t, "causal_mask", 2, ms, m);
     free(m);
-    int64_t es[2] = {256, C}, ps[2] = {T, C};
+    int64_t es[2] = {V, C}, ps[2] = {T, C};
     tp_node_t *wte = tp_variable(t, "wte", 2, es, (tp_init_t){TP_INIT_NORMAL, 0.02f},
                                  TP_VAR_TRAINABLE);
     tp_node_t *wpe = tp_variable(t, "wpe", 2, ps, (tp_init_t){TP_INIT_NORMAL, 0.01f},
@@ -142,7 +143,7 @@ tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
     for (int l = 0; l < nlayers; l++)
         x = s_block(t, l, x, mask, T, C, H, nlayers, drop);
     x = tp_layer_norm(t, "ln_f", x, 1);
-    /* the output tied to the token embedding: x wte^T, [B,T,256] */
+    /* the output tied to the token embedding: x wte^T, [B,T,V] */
     tp_node_t *logits = tp_batch_matmul(t, "logits", x, wte, 0, 1);
     tp_node_t *cost = tp_softmax_xent_seq(t, "cost", logits, in[1], -100);
     tp_tower_add_output(t, "logits", logits);

@@ -54,7 +54,7 @@ declare -A OWNER=(
   [actor.h]=actors [stats.h]=actors [supervisor.h]=actors [security.h]=actors
   [dataflow.h]=dataflow [dataflow_lib.h]=dataflow [dataflow_spec.h]=dataflow
   [image.h]=dataflow   # dataflow/image/, a sub-room: decoders, image sources, imgaug
-  [actor_dataflow.h]=dataflow [tensorpack.h]=dataflow
+  [actor_dataflow.h]=dataflow [tensorpack.h]=dataflow [tokenizer.h]=dataflow
   [backend.h]=gpu [device.h]=gpu [graph.h]=gpu [optim.h]=gpu [checkpoint.h]=gpu
   [launch.h]=pipeline [input.h]=pipeline [trainer_loop.h]=pipeline [callback.h]=pipeline
   [model_callbacks.h]=pipeline [logdir.h]=pipeline [plot.h]=pipeline

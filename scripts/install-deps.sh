@@ -28,6 +28,9 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler
   # training curves: cairo draws, DejaVu is its font, libpng encodes
   libcairo2-dev fonts-dejavu-core libpng-dev
+  # GPT-2's BPE (dataflow/tokenizer.c): ICU's Unicode classes; Python's
+  # regex module checks the pre-tokeniser (tests/dataflow/test_proc_tokenizer.c)
+  libicu-dev python3-regex
   # the curves test's outside PNG decoder
   python3-pil
   # gzip'd IDX files, checksums

@@ -128,24 +128,57 @@ typedef struct tp_df_text_opts {
                              windows at offsets 0, T, 2T, ...; -1 (default):
                              random for train and all, consecutive for val
                              (the same windows at every validation) */
-    int64_t size;         /* windows per pass; 0 (default): (bytes - 1) / T,
+    int64_t size;         /* windows per pass; 0 (default): (tokens - 1) / T,
                              about one pass over the split's tokens */
+    const char *vocab;    /* NULL (default): bytes are the tokens. Else
+                             GPT-2's BPE (include/towerpack/tokenizer.h):
+                             encoder.json with merges = vocab.bpe, or a
+                             .tiktoken file with merges NULL */
+    const char *merges;
 } tp_df_text_opts_t;
 
-/* Defaults: context 64, TP_TEXT_TRAIN, val_fraction 0.1, random -1, size 0. */
+/* Defaults: context 64, TP_TEXT_TRAIN, val_fraction 0.1, random -1, size 0,
+ * bytes as tokens. */
 void tp_df_text_opts_init(tp_df_text_opts_t *opts);
 
 /* A text file as a language model's data: every byte is a token (a
- * vocabulary of 256). Each datapoint is a window of context + 1 bytes at
- * offset o of the split: component 0 the input, int32 [T] (bytes o ..
- * o+T-1), component 1 the targets, int32 [T] (bytes o+1 .. o+T: the input
- * shifted by one), so a batch is the [B, T] tokens and [B, T] labels of a
- * sequence cross-entropy. Random offsets are drawn uniformly from
- * [0, bytes - T - 1] by the dataflow's generator (seeded at reset_state:
- * the same seed gives the same windows). The file is mapped (mmap), never
- * read whole. A missing file, a directory, or a split shorter than T + 1
- * bytes is an error naming the file. opts NULL: the defaults. */
+ * vocabulary of 256), or with opts->vocab GPT-2's BPE tokens. Each
+ * datapoint is a window of context + 1 tokens at offset o of the split:
+ * component 0 the input, int32 [T] (tokens o .. o+T-1), component 1 the
+ * targets, int32 [T] (tokens o+1 .. o+T: the input shifted by one), so a
+ * batch is the [B, T] tokens and [B, T] labels of a sequence
+ * cross-entropy. Random offsets are drawn uniformly from [0, tokens - T - 1]
+ * by the dataflow's generator (seeded at reset_state: the same seed gives
+ * the same windows). The split is a byte range of the file either way. As
+ * bytes the file is mapped (mmap), never read whole; with BPE the split's
+ * bytes are encoded once here, into int32 ids held in memory (4 bytes a
+ * token; forked workers share them). A missing file, a directory, a bad
+ * vocabulary, or a split shorter than T + 1 tokens is an error naming the
+ * file. opts NULL: the defaults. */
 tp_dataflow_t *tp_df_text(const char *path, const tp_df_text_opts_t *opts);
+
+/* What a text source's tokens are. */
+typedef struct tp_text_info {
+    int32_t vocab;           /* the ids are in [0, vocab): 256 for bytes */
+    int64_t bytes;           /* the split's bytes */
+    int64_t tokens;          /* and its tokens (0 when not measured) */
+    double bytes_per_token;  /* bytes / tokens (1 for bytes; 0 when not
+                                measured): bits per byte = nats per token
+                                / ln 2 / bytes_per_token */
+    char vocab_file[4096];   /* the tokenizer's files, absolute ("" for */
+    char merges_file[4096];  /* bytes; merges "" for a .tiktoken file) */
+} tp_text_info_t;
+
+/* The vocabulary of the source tp_df_text(path, opts) would make, and with
+ * measure its split's bytes per token (BPE: the split encoded, as the
+ * source does). */
+tp_status_t tp_df_text_info(const char *path, const tp_df_text_opts_t *opts, int measure,
+                            tp_text_info_t *out);
+
+/* The same from a spec whose first stage is a text: source
+ * ("text:FILE,vocab=..,merges=.. | batch 32"); TP_ERR_INVALID for other
+ * sources. */
+tp_status_t tp_df_text_spec_info(const char *spec, int measure, tp_text_info_t *out);
 
 /* ---- transforms ---------------------------------------------------------- */
 

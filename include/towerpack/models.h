@@ -49,6 +49,9 @@ typedef struct tp_zoo_gpt_options {
                                embeddings, the attention weights and each
                                block's two residual branches, in training
                                only; 0: none, no dropout nodes */
+    int vocab;              /* the token embedding's rows V: 0 for 256
+                               (bytes), else the BPE tokenizer's
+                               (tp_df_text_info) */
 } tp_zoo_gpt_options_t;
 /* Its inputs at context T: "tokens" and "targets", int32 [B,T]. */
 tp_status_t tp_zoo_gpt_inputs(int context, tp_input_desc_t out[2]);

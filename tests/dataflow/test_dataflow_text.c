@@ -10,7 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <math.h>
 #include <towerpack/towerpack.h>
+#include <towerpack/tokenizer.h>
 
 static char s_dir[256];
 
@@ -382,4 +384,221 @@ Test(dataflow_text, huge_sparse_file_is_mapped_not_read) {
     }
     tp_datapoint_destroy(&dp);
     tp_dataflow_destroy(&df);
+}
+
+/* ---- GPT-2's BPE tokens (vocab=, merges=) -------------------------------- */
+
+/* A hand vocabulary in GPT-2's files: byte b is id b ("Ġ" is GPT-2's
+ * space), merges by rank are ids 256..264; 265 tokens. */
+static void write_bpe_vocab(void) {
+    static const char *const merges[][2] = {
+        {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {"Ġ", "w"},
+        {"o", "r"}, {"Ġw", "or"}, {"l", "d"}, {"Ġwor", "ld"}};
+    FILE *e = fopen(path("encoder.json"), "wb"), *m = fopen(path("vocab.bpe"), "wb");
+    cr_assert(e && m);
+    fputs("{", e);
+    for (int b = 0, n = 0; b < 256; b++) {
+        /* GPT-2's byte-to-unicode map: printable Latin-1 is itself, the
+         * other 68 bytes U+0100.. in order */
+        int pr = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        int cp = pr ? b : 256 + n++;
+        if (cp < 0x80)
+            fprintf(e, b == '"' || b == '\\' ? "\"\\%c\": %d, " : "\"%c\": %d, ", cp, b);
+        else
+            fprintf(e, "\"%c%c\": %d, ", 0xC0 | (cp >> 6), 0x80 | (cp & 0x3F), b);
+    }
+    fputs("#version: 0.2\n", m);
+    for (int r = 0; r < 9; r++) {
+        fprintf(e, "%s\"%s%s\": %d", r ? ", " : "", merges[r][0], merges[r][1], 256 + r);
+        fprintf(m, "%s %s\n", merges[r][0], merges[r][1]);
+    }
+    fputs("}", e);
+    fclose(e);
+    fclose(m);
+}
+
+/* n copies of a line the vocabulary merges well, and one it does not */
+static const char *write_words(const char *name, int n) {
+    static char p[320];  /* path()'s buffers turn over */
+    snprintf(p, sizeof p, "%s", path(name));
+    FILE *f = fopen(p, "wb");
+    cr_assert_not_null(f);
+    for (int i = 0; i < n; i++)
+        fprintf(f, i % 3 ? "hello world, orl %d\n" : "Zebra quiz %d\n", i);
+    fclose(f);
+    return p;
+}
+
+/* The ids of bytes [start, end) of file p, by the tokenizer itself. */
+static int32_t *encode_range(const char *p, int64_t start, int64_t end, int64_t *n) {
+    tp_tokenizer_t *tk = tp_tokenizer_load(path("encoder.json"), path("vocab.bpe"));
+    cr_assert_not_null(tk, "%s", tp_last_error());
+    FILE *f = fopen(p, "rb");
+    cr_assert_not_null(f);
+    char *buf = malloc((size_t)(end - start));
+    fseek(f, (long)start, SEEK_SET);
+    cr_assert_eq(fread(buf, 1, (size_t)(end - start), f), (size_t)(end - start));
+    fclose(f);
+    int32_t *ids = NULL;
+    cr_assert_eq(tp_tokenizer_encode(tk, buf, (size_t)(end - start), &ids, n), TP_OK);
+    free(buf);
+    tp_tokenizer_destroy(&tk);
+    return ids;
+}
+
+static tp_dataflow_t *bpe_text(const char *p, int64_t T, tp_text_split_t split,
+                               int random, int64_t size) {
+    tp_df_text_opts_t o;
+    tp_df_text_opts_init(&o);
+    o.context = T;
+    o.split = split;
+    o.random = random;
+    o.size = size;
+    o.vocab = path("encoder.json");
+    o.merges = path("vocab.bpe");
+    return tp_df_text(p, &o);
+}
+
+static int64_t file_size(const char *p) {
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0);
+    return st.st_size;
+}
+
+Test(dataflow_text, bpe_windows_are_the_encoded_file_and_targets_shifted_by_one) {
+    write_bpe_vocab();
+    const char *p = write_words("w.txt", 300);
+    int64_t nbytes = file_size(p), ntok = 0;
+    int32_t *ids = encode_range(p, 0, nbytes, &ntok);
+    cr_assert_lt(ntok * 3, nbytes * 2, "merges happened: %lld tokens of %lld bytes",
+                 (long long)ntok, (long long)nbytes);
+    tp_dataflow_t *df = bpe_text(p, 8, TP_TEXT_ALL, 0, 0);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_size(df), (ntok - 1) / 8, "a pass is the tokens, not bytes");
+    tp_datapoint_t *dp;
+    int64_t k = 0;
+    while (tp_dataflow_next(df, &dp) == TP_OK) {
+        const int32_t *x = tp_datapoint_get(dp, 0)->data;
+        const int32_t *y = tp_datapoint_get(dp, 1)->data;
+        for (int64_t t = 0; t < 8; t++) {
+            cr_assert_eq(x[t], ids[k * 8 + t], "window %lld token %lld", (long long)k,
+                         (long long)t);
+            cr_assert_eq(y[t], ids[k * 8 + t + 1]);
+        }
+        tp_datapoint_destroy(&dp);
+        k++;
+    }
+    cr_assert_eq(k, (ntok - 1) / 8);
+    free(ids);
+    tp_dataflow_destroy(&df);
+}
+
+Test(dataflow_text, bpe_splits_encode_their_own_bytes_and_follow_the_seed) {
+    write_bpe_vocab();
+    const char *p = write_words("w.txt", 400);
+    int64_t n = file_size(p), cut = n - (int64_t)floor((double)n * 0.1);
+    int64_t ntrain, nval;
+    int32_t *train = encode_range(p, 0, cut, &ntrain);
+    int32_t *val = encode_range(p, cut, n, &nval);
+    /* validation: consecutive windows of the tail's own tokens */
+    tp_dataflow_t *df = bpe_text(p, 6, TP_TEXT_VAL, -1, 0);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_size(df), (nval - 1) / 6);
+    tp_datapoint_t *dp;
+    for (int64_t k = 0; tp_dataflow_next(df, &dp) == TP_OK; k++) {
+        const int32_t *x = tp_datapoint_get(dp, 0)->data;
+        cr_assert_eq(memcmp(x, val + k * 6, 6 * sizeof *x), 0, "validation window %lld",
+                     (long long)k);
+        tp_datapoint_destroy(&dp);
+    }
+    tp_dataflow_destroy(&df);
+    /* training: random windows of the head's tokens, the same for the
+     * same seed (a resumed run replays them) */
+    tp_dataflow_t *a = bpe_text(p, 6, TP_TEXT_TRAIN, -1, 200);
+    tp_dataflow_t *b = bpe_text(p, 6, TP_TEXT_TRAIN, -1, 200);
+    cr_assert(a && b, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(a, 42, 0), TP_OK);
+    cr_assert_eq(tp_dataflow_reset_state(b, 42, 0), TP_OK);
+    int64_t distinct = 0, last = -1;
+    tp_datapoint_t *da, *db;
+    while (tp_dataflow_next(a, &da) == TP_OK) {
+        cr_assert_eq(tp_dataflow_next(b, &db), TP_OK);
+        const int32_t *x = tp_datapoint_get(da, 0)->data;
+        const int32_t *y = tp_datapoint_get(da, 1)->data;
+        cr_assert_eq(memcmp(x, tp_datapoint_get(db, 0)->data, 6 * sizeof *x), 0);
+        int64_t off = -1;
+        for (int64_t o = 0; o + 6 < ntrain && off < 0; o++)
+            if (!memcmp(train + o, x, 6 * sizeof *x) && !memcmp(train + o + 1, y, 6 * sizeof *y))
+                off = o;
+        cr_assert_geq(off, 0, "a training window that is no window of the head's tokens");
+        distinct += off != last;
+        last = off;
+        tp_datapoint_destroy(&da);
+        tp_datapoint_destroy(&db);
+    }
+    cr_assert_gt(distinct, 100);
+    tp_dataflow_destroy(&a);
+    tp_dataflow_destroy(&b);
+    free(train);
+    free(val);
+}
+
+Test(dataflow_text, bpe_spec_info_gives_the_vocabulary_and_bytes_per_token) {
+    write_bpe_vocab();
+    const char *p = write_words("w.txt", 200);
+    char spec[1200];
+    snprintf(spec, sizeof spec, "text:%s,context=4,vocab=%s,merges=%s,split=val | batch 3",
+             p, path("encoder.json"), path("vocab.bpe"));
+    tp_dataflow_t *df = NULL;
+    cr_assert_eq(tp_spec_parse(spec, &df), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *b = NULL;
+    cr_assert_eq(tp_dataflow_next(df, &b), TP_OK);
+    const tp_tensor_t *x = tp_datapoint_cget(b, 0);
+    cr_assert(x->ndim == 2 && x->shape[0] == 3 && x->shape[1] == 4);
+    tp_datapoint_destroy(&b);
+    tp_dataflow_destroy(&df);
+
+    int64_t n = file_size(p), cut = n - (int64_t)floor((double)n * 0.1), nval;
+    free(encode_range(p, cut, n, &nval));
+    tp_text_info_t info;
+    cr_assert_eq(tp_df_text_spec_info(spec, 1, &info), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(info.vocab, 265);
+    cr_assert_eq(info.bytes, n - cut);
+    cr_assert_eq(info.tokens, nval);
+    cr_assert_float_eq(info.bytes_per_token, (double)(n - cut) / (double)nval, 1e-12);
+    cr_assert_gt(info.bytes_per_token, 1.3);
+    /* the vocabulary alone: nothing encoded */
+    cr_assert_eq(tp_df_text_spec_info(spec, 0, &info), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(info.vocab, 265);
+    cr_assert_eq(info.tokens, 0);
+    /* bytes: 256, one byte a token */
+    snprintf(spec, sizeof spec, "text:%s,context=4 | batch 3", p);
+    cr_assert_eq(tp_df_text_spec_info(spec, 1, &info), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(info.vocab, 256);
+    cr_assert_float_eq(info.bytes_per_token, 1.0, 0);
+    cr_assert_neq(tp_df_text_spec_info("fashion-mnist | batch 3", 0, &info), TP_OK);
+}
+
+Test(dataflow_text, bpe_bad_options_are_errors_naming_the_file) {
+    write_bpe_vocab();
+    const char *p = write_words("w.txt", 3);
+    tp_dataflow_t *df = NULL;
+    char spec[1200];
+    snprintf(spec, sizeof spec, "text:%s,merges=%s", p, path("vocab.bpe"));
+    cr_assert_neq(tp_spec_parse(spec, &df), TP_OK);
+    cr_assert(strstr(tp_last_error(), "without vocab="), "%s", tp_last_error());
+    snprintf(spec, sizeof spec, "text:%s,vocab=%s,merges=%s", p, path("nope.json"),
+             path("vocab.bpe"));
+    cr_assert_neq(tp_spec_parse(spec, &df), TP_OK);
+    cr_assert(strstr(tp_last_error(), "nope.json") && strstr(tp_last_error(), p), "%s",
+              tp_last_error());
+    /* 3 lines are ~50 bytes but ~25 tokens: too short for context 40 in
+     * tokens, though not in bytes */
+    df = bpe_text(p, 40, TP_TEXT_ALL, 0, 0);
+    cr_assert_null(df);
+    cr_assert(strstr(tp_last_error(), "tokens") && strstr(tp_last_error(), p), "%s",
+              tp_last_error());
 }

@@ -89,6 +89,7 @@ typedef struct {
     int nmults;
     int64_t steps_per_epoch, seed;
     int text;     /* --model gpt: text: data, bytes as tokens */
+    tp_text_info_t tokens;  /* --model gpt: its vocabulary (256, or BPE's) */
     int context, layers, heads, embed;  /* --context, --layers, --heads, --embed */
     double dropout;  /* --dropout: the gpt's, [0, 1); 0 none */
 } s_args_t;
@@ -130,7 +131,9 @@ static void s_usage(FILE *out) {
 "                       ImageFolder), imagelist:FILE ('PATH LABEL' lines) or\n"
 "                       cifar:FILE[,cifar100[,fine]] (CIFAR's .bin records);\n"
 "                       images of any size, resized to the model's input\n"
-"                       (--model gpt: text:FILE, bytes as tokens)\n"
+"                       (--model gpt: text:FILE, bytes as tokens, or\n"
+"                       text:FILE,vocab=encoder.json,merges=vocab.bpe for\n"
+"                       GPT-2's BPE; docs/training.md)\n"
 "  --test-data SOURCE   validation data (default: the test split of --data,\n"
 "                       the last tenth of a text: file;\n"
 "                       needed for idx:, lmdb:, tensorpack-lmdb: and the image\n"
@@ -380,9 +383,19 @@ static tp_status_t s_text_meta(void *impl, tp_trainer_t *tr) {
     snprintf(v[2], sizeof v[2], "%d", a->heads);
     snprintf(v[3], sizeof v[3], "%d", a->embed);
     const char *kv[][2] = {{"context", v[0]}, {"layers", v[1]}, {"heads", v[2]},
-                           {"embed", v[3]}, {"tokens", "bytes"}};
+                           {"embed", v[3]},
+                           {"tokens", a->tokens.vocab_file[0] ? "gpt2-bpe" : "bytes"}};
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
         TP_TRY(tp_checkpoint_set_meta(tp_trainer_model(tr), kv[i][0], kv[i][1]));
+    if (a->tokens.vocab_file[0]) {  /* BPE: what tp-generate needs to decode */
+        char vs[16];
+        snprintf(vs, sizeof vs, "%d", (int)a->tokens.vocab);
+        TP_TRY(tp_checkpoint_set_meta(tp_trainer_model(tr), "vocab_size", vs));
+        TP_TRY(tp_checkpoint_set_meta(tp_trainer_model(tr), "vocab", a->tokens.vocab_file));
+        if (a->tokens.merges_file[0])
+            TP_TRY(tp_checkpoint_set_meta(tp_trainer_model(tr), "merges",
+                                          a->tokens.merges_file));
+    }
     return TP_OK;
 }
 static const tp_callback_ops_t s_text_meta_ops = {.name = "TextMetadata",
@@ -1404,6 +1417,12 @@ int main(int argc, char **argv) {
                      "--std are for the image models");
             return s_fail("bad flags");
         }
+        /* the embedding's rows: 256 bytes, or the BPE vocabulary's */
+        const char *tsrc = a.data && !strncmp(a.data, "text:", 5) ? a.data : a.spec;
+        a.tokens.vocab = 256;
+        if (tsrc && !strncmp(tsrc, "text:", 5) &&
+            tp_df_text_spec_info(tsrc, 0, &a.tokens) != TP_OK)
+            return s_fail("--data");
         a.augment = 0;
         a.preset = "none";
         tp_zoo_data_init(&a.info);
@@ -1716,7 +1735,8 @@ int main(int argc, char **argv) {
         return s_fail("training data");
     }
     s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses}, a.layers, a.heads,
-                          a.embed, (float)a.dropout}, a.lr, a.optimizer,
+                          a.embed, (float)a.dropout, a.text ? (int)a.tokens.vocab : 0},
+                         a.lr, a.optimizer,
                          a.weight_decay, a.beta1, a.beta2, a.clip_norm, a.ema,
                          a.accumulate, &a};
     tp_model_desc_t desc = {inputs, 2, zoo->build, s_optimizer, &mu};
@@ -1767,6 +1787,25 @@ int main(int argc, char **argv) {
          * progress bar (bytes as tokens: one byte a token) */
         cfg.tokens_per_sample = a.context;
         cfg.bytes_per_token = 1;
+        /* BPE: validation_bpb stays bits per byte, through the validation
+         * split's bytes per token (its tokens encoded once more here) */
+        tp_text_info_t vi;
+        if (rank == 0 && a.tokens.vocab_file[0] && !strncmp(test_spec, "text:", 5)) {
+            if (tp_df_text_spec_info(test_spec, 1, &vi) != TP_OK) {
+                tp_train_config_fini(&cfg);
+                tp_dataflow_destroy(&test);
+                return s_fail("validation data");
+            }
+            if (vi.vocab != a.tokens.vocab) {
+                tp_error(TP_ERR_INVALID, "--test-data: its tokens (vocabulary %d) are not "
+                         "--data's (%d): give it the same vocab= and merges=",
+                         (int)vi.vocab, (int)a.tokens.vocab);
+                tp_train_config_fini(&cfg);
+                tp_dataflow_destroy(&test);
+                return s_fail("validation data");
+            }
+            cfg.bytes_per_token = vi.bytes_per_token;
+        }
         cfg.infer_batch = rank != 0 ? 0 : test_batch > 0 ? test_batch : a.batch;
     }
     cfg.stats = a.stats;
@@ -1853,7 +1892,7 @@ int main(int argc, char **argv) {
                              : tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta);
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_out_ops, NULL, 1);
-    if (rank == 0 && a.text && s_sample.tokens > 0) {  /* after validation */
+    if (rank == 0 && a.text && s_sample.tokens > 0 && !a.tokens.vocab_file[0]) {  /* after validation */
         tp_zoo_gpt_options_t so = {.layers = a.layers, .heads = a.heads, .embed = a.embed};
         tp_text_sample_opts_t to = {.prompt = s_sample.prompt, .tokens = s_sample.tokens,
                                     .temperature = s_sample.temperature,
@@ -1881,10 +1920,15 @@ int main(int argc, char **argv) {
     char ranks_text[64] = "";
     if (s_dist)
         snprintf(ranks_text, sizeof ranks_text, "%d ranks x ", nranks);
+    char tokens_text[64] = "bytes as tokens";
+    if (a.tokens.vocab_file[0])
+        snprintf(tokens_text, sizeof tokens_text, "GPT-2 BPE tokens, vocabulary %d",
+                 (int)a.tokens.vocab);
     if (rank == 0 && a.text)
-        printf("tp-train: model %s, %d layers, %d heads, width %d, context %d (bytes as "
-               "tokens), dropout %g, %s%d tower%s x batch %d, %d epochs, lr %g (%s), "
-               "logdir %s\n", zoo->name, a.layers, a.heads, a.embed, a.context, a.dropout,
+        printf("tp-train: model %s, %d layers, %d heads, width %d, context %d (%s), "
+               "dropout %g, %s%d tower%s x batch %d, %d epochs, lr %g (%s), "
+               "logdir %s\n", zoo->name, a.layers, a.heads, a.embed, a.context,
+               tokens_text, a.dropout,
                ranks_text, a.towers, a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr,
                a.optimizer, logdir);
     else if (rank == 0)
