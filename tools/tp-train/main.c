@@ -566,31 +566,27 @@ static tp_status_t s_spec_with_workers(const s_args_t *a, char *buf, size_t size
 
 /* The per-image augmentation of --augment PRESET (after the source, before
  * the workers and the batch): " | ..." into buf, or "" for grey images
- * without augmentation (the model casts its uint8 input). */
+ * without augmentation. The images stay uint8 (a quarter of float32's
+ * bytes through the workers' sockets): the model casts and normalises
+ * (a->info.in_model, tp_zoo_options_t.data). */
 static tp_status_t s_augment_spec(const s_args_t *a, char *buf, size_t size) {
     int n = a->image_size, colour = a->info.channels == 3;
-    char norm[192] = "", mean[80] = "", std[80] = "";
-    for (int c = 0, om = 0, os = 0; c < a->info.nnorm; c++) {
-        om += snprintf(mean + om, sizeof mean - (size_t)om, "%s%g", c ? "/" : "", a->info.mean[c]);
-        os += snprintf(std + os, sizeof std - (size_t)os, "%s%g", c ? "/" : "", a->info.std[c]);
-    }
-    snprintf(norm, sizeof norm, "mean=%s,std=%s", mean, std);
-    const char *chw = colour ? " | imgaug chw" : "";
+    const char *chw = colour ? ",chw" : "";
     int k;
     if (!strcmp(a->preset, "imagenet"))
         /* tensorpack's fbresnet augmentation (GoogleNetResize, drawn by
          * the source so that only the crop is decoded: s_train_spec; flip,
-         * the colour jitter in random order, lighting), then normalised */
+         * the colour jitter in random order, lighting) */
         k = snprintf(buf, size, " | imgaug flip,random-order="
-                     "brightness-scale=0.6:1.4;contrast=0.6:1.4%s%s,%s%s",
-                     colour ? ";saturation=0.4" : "", colour ? ",lighting=0.1" : "",
-                     norm, colour ? ",chw" : "");
+                     "brightness-scale=0.6:1.4;contrast=0.6:1.4%s%s%s",
+                     colour ? ";saturation=0.4" : "", colour ? ",lighting=0.1" : "", chw);
     else if (!strcmp(a->preset, "crop") || !strcmp(a->preset, "cifar"))
-        k = snprintf(buf, size, " | augment crop=%d,pad=%d,flip%s%s%s", n,
-                     !strcmp(a->preset, "cifar") ? (n / 8 > 0 ? n / 8 : 1) : a->pad,
-                     colour ? "," : "", colour ? norm : "", chw);
-    else if (colour)  /* none: still normalised, channels first */
-        k = snprintf(buf, size, " | augment crop=%d,%s%s", n, norm, chw);
+        /* the random crop after zero padding, then the flip: the same
+         * draws as `augment crop=N,pad=P,flip` made when it normalised */
+        k = snprintf(buf, size, " | imgaug random-crop=%dx%d:%d,flip%s", n, n,
+                     !strcmp(a->preset, "cifar") ? (n / 8 > 0 ? n / 8 : 1) : a->pad, chw);
+    else if (colour)  /* none: channels first */
+        k = snprintf(buf, size, " | imgaug random-crop=%dx%d%s", n, n, chw);
     else
         k = snprintf(buf, size, "%s", "");
     if (k < 0 || (size_t)k >= size)
@@ -723,6 +719,9 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     }
     if (!strcmp(a->preset, "imagenet"))  /* validation: short side x 256/224 */
         d->resize_short = (a->image_size * 256 + 112) / 224;
+    /* the zoo's pipelines send uint8 and the model normalises; a --spec,
+     * --remote or --resident input brings its own (float32) images */
+    d->in_model = !a->spec && !a->remote && !a->resident;
     return TP_OK;
 }
 
@@ -803,7 +802,7 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
         return TP_OK;
     }
     char norm[64] = "";
-    if (a->augment || a->resident)  /* the normalisation the training images had */
+    if (a->resident)  /* float32 in [0, 1], as the resident input's */
         snprintf(norm, sizeof norm, " | augment crop=%d", n);
     if (strcmp(src, "fashion-mnist") && !a->test_data)
         return tp_error(TP_ERR_INVALID, "--data %s has no test split: give "
@@ -1650,7 +1649,10 @@ int main(int argc, char **argv) {
         tp_input_destroy(&remote);
         return s_fail("--image-size");
     }
-    if (a.augment || a.resident)
+    /* uint8 images from the zoo's pipeline (the model normalises:
+     * a.info.in_model); float32 from the resident input, and from a
+     * --spec or --remote one that augments (their own normalisation) */
+    if (a.resident || (a.augment && !a.info.in_model))
         inputs[0].dtype = TP_FLOAT32;
     /* a sender whose batches do not fit (another size, batch or dtype) is
      * dropped and counted, not the end of the run */
@@ -1658,7 +1660,7 @@ int main(int argc, char **argv) {
         tp_input_destroy(&remote);
         return s_fail("--remote");
     }
-    s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses}, a.layers, a.heads,
+    s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses, &a.info}, a.layers, a.heads,
                           a.embed, (float)a.dropout}, a.lr, a.optimizer,
                          a.weight_decay, a.beta1, a.beta2, a.clip_norm, a.ema,
                          a.accumulate, &a};
