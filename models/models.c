@@ -78,7 +78,7 @@ static tp_status_t s_head_wd(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
     /* The reported cost stays the cross-entropy; the one minimised adds the
      * L2 penalty on every weight matrix and kernel (not biases, not BN). */
     tp_node_t *minimised = cost;
-    if (weight_decay > 0)
+    if (weight_decay > 0 && !(o && o->no_l2))
         minimised = tp_add(t, "total_cost", cost,
                            tp_l2_decay(t, "weight_decay", "*/W", weight_decay));
     tp_tower_add_output(t, "logits", logits);

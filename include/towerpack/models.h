@@ -34,6 +34,10 @@ typedef struct tp_zoo_options {
      * 0: uint8 is scaled to [0, 1] and float32 taken as it comes (a
      * pipeline that normalised). Read at build time only. */
     const struct tp_zoo_data *data;
+    /* 1: no L2 term in the cost (models with weight decay add
+     * C sum(w^2) / 2 over their "*\/W"): the optimizer decays instead
+     * (tp-train --weight-decay with SGD). */
+    int no_l2;
 } tp_zoo_options_t;
 
 /* The zoo's GPT (`gpt`, models/zoo_gpt.c): a byte-level decoder-only

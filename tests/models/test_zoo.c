@@ -169,6 +169,12 @@ Test(zoo, weight_decay_is_where_the_summary_says) {
         cr_expect_eq(built, said, "%s: the summary %s weight decay, the graph %s it",
                      all[i]->name, said ? "says" : "does not say", built ? "has" : "lacks");
         tp_model_destroy(&m);
+        /* no_l2 (tp-train --weight-decay with SGD: the optimizer decays) */
+        const tp_zoo_options_t off = {.no_l2 = 1};
+        m = s_model_with(all[i]->name, 28, 28, 3, &off, in);
+        cr_assert_not_null(m, "%s: %s", all[i]->name, tp_last_error());
+        cr_expect_null(tp_model_lookup(m, -1, "weight_decay"), "%s: no_l2", all[i]->name);
+        tp_model_destroy(&m);
     }
     cr_expect(strstr(tp_zoo_find("resnet")->summary, "weight decay"));
 }
@@ -196,7 +202,7 @@ static double s_cost_with(const char *name, const tp_zoo_options_t *opts) {
  * cross-entropy (NULL options), 0.3 another cost (the op itself is held to
  * PyTorch's in test_proc_torch_step). */
 Test(zoo, label_smoothing_reaches_every_models_cost) {
-    const tp_zoo_options_t none = {0.0f, 0, NULL}, some = {0.3f, 0, NULL};
+    const tp_zoo_options_t none = {.label_smoothing = 0.0f}, some = {.label_smoothing = 0.3f};
     const tp_zoo_model_t *const *all = tp_zoo_all();
     for (int i = 0; all[i]; i++) {
         double plain = s_cost_with(all[i]->name, NULL);
@@ -363,7 +369,7 @@ Test(zoo, every_model_takes_colour_and_its_classes) {
         cr_assert_eq(tp_zoo_inputs_shaped(3, 32, 32, in), TP_OK, "%s", tp_last_error());
         cr_assert_eq(in[0].ndim, 4);
         cr_assert_eq(in[0].dtype, TP_UINT8);
-        tp_zoo_options_t o = {0, 3, &d};
+        tp_zoo_options_t o = {.classes = 3, .data = &d};
         tp_model_desc_t md = {in, 2, all[i]->build, NULL, &o};
         tp_model_config_t mc = tp_model_config_default();
         mc.towers = 0;
@@ -412,7 +418,7 @@ static void s_colour_logits(const char *name, const tp_zoo_data_t *data, int in_
     tp_zoo_data_t d = *data;
     d.in_model = in_model;
     d.classes = NULL;
-    tp_zoo_options_t o = {0, 3, &d};
+    tp_zoo_options_t o = {.classes = 3, .data = &d};
     tp_model_desc_t md = {in, 2, tp_zoo_find(name)->build, NULL, &o};
     tp_model_config_t mc = tp_model_config_default();
     mc.towers = 0;
@@ -479,7 +485,7 @@ Test(zoo, the_models_normalisation_is_the_pipelines) {
 Test(zoo, resnet18_is_imagenets) {
     tp_input_desc_t in[2];
     cr_assert_eq(tp_zoo_inputs_shaped(3, 64, 64, in), TP_OK);
-    tp_zoo_options_t o = {0, 1000, NULL};
+    tp_zoo_options_t o = {.classes = 1000};
     tp_model_desc_t md = {in, 2, tp_zoo_find("resnet18")->build, NULL, &o};
     tp_model_config_t mc = tp_model_config_default();
     mc.towers = 0;

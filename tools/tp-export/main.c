@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
         info.in_model = 1;
         inputs[0].dtype = TP_FLOAT32;
     }
-    tp_zoo_options_t zo = {0, info.nclasses, &info};
+    tp_zoo_options_t zo = {.classes = info.nclasses, .data = &info};
     tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, &zo};
     tp_predict_config_t pc;
     tp_predict_config_init(&pc);

@@ -157,8 +157,11 @@ static void s_usage(FILE *out) {
 "                       for cnn, sgd for the others)\n"
 "  --weight-decay W     adamw's decoupled weight decay, W >= 0 (default\n"
 "                       0.01, as torch.optim.AdamW; gpt: 0.1 on its matrices\n"
-"                       and embeddings only, as nanoGPT); only with adamw\n"
-"                       (the models' own L2 decay on their weights stays)\n"
+"                       and embeddings only, as nanoGPT; the models' own L2\n"
+"                       decay stays); with sgd, torch.optim.SGD's coupled\n"
+"                       decay on the weight matrices and kernels only, in\n"
+"                       place of the model's own (default: the model's,\n"
+"                       5e-4 cnn-bn and resnet, 1e-4 resnet18/50, 0 others)\n"
 "  --beta1 B, --beta2 B Adam's and AdamW's moment decays, in [0, 1)\n"
 "                       (default 0.9 and 0.999, torch's; gpt: 0.9 and 0.95)\n"
 "  --clip-norm C        scale each step's gradients by min(1, C / their\n"
@@ -284,7 +287,7 @@ typedef struct {
     tp_zoo_gpt_options_t zoo;  /* the image models read its first member */
     double lr;
     const char *kind;     /* "sgd", "adam", "adamw" (checked) */
-    double weight_decay;  /* adamw */
+    double weight_decay;  /* adamw: decoupled; sgd: coupled (0: the zoo's L2) */
     double beta1, beta2;  /* adam, adamw */
     double clip_norm;     /* 0: none */
     double ema;           /* 0: none */
@@ -302,11 +305,18 @@ static tp_optimizer_t *s_optimizer(void *user) {
         : !strcasecmp(u->kind, "adamw") ? tp_optimizer_adamw(u->lr, u->beta1, u->beta2, 1e-8,
                                                              u->weight_decay)
                                         : tp_optimizer_sgd(u->lr, 0.9, 0);
+    /* SGD's --weight-decay: torch.optim.SGD's coupled decay */
+    int sgd = !strcasecmp(u->kind, "sgd");
+    if (o && sgd && tp_optimizer_set(o, "weight_decay", u->weight_decay) < 0)
+        tp_optimizer_destroy(&o);
     /* --model gpt: nanoGPT's groups, AdamW's decay on the matrices and the
      * embeddings (dim >= 2) only; the biases and the layer norms' gains
-     * and shifts (the zoo's only vectors) keep their size */
+     * and shifts (the zoo's only vectors) keep their size. SGD's decay: on
+     * the weight matrices and kernels only, as the zoo's L2 term it
+     * replaces and the common ResNet recipes */
     static const char *const s_no_decay[] = {"*/b", "*/gamma", "*/beta"};
-    for (size_t i = 0; o && u->args->text && !strcasecmp(u->kind, "adamw") &&
+    for (size_t i = 0; o && ((u->args->text && !strcasecmp(u->kind, "adamw")) ||
+                             (sgd && u->weight_decay > 0)) &&
                        i < sizeof s_no_decay / sizeof *s_no_decay; i++)
         if (tp_optimizer_add_decay_mult(o, s_no_decay[i], 0.0) < 0)
             tp_optimizer_destroy(&o);
@@ -1396,11 +1406,14 @@ int main(int argc, char **argv) {
         tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd, adam or adamw", a.optimizer);
         return s_fail("bad flag");
     }
-    if (a.weight_decay >= 0 && strcasecmp(a.optimizer, "adamw")) {
-        tp_error(TP_ERR_INVALID, "--weight-decay is AdamW's decoupled decay: it needs "
-                 "--optimizer adamw (the optimizer is %s)", a.optimizer);
+    if (a.weight_decay >= 0 && !strcasecmp(a.optimizer, "adam")) {
+        tp_error(TP_ERR_INVALID, "--weight-decay is AdamW's decoupled decay or SGD's "
+                 "coupled one: it needs --optimizer adamw or sgd (the optimizer is adam)");
         return s_fail("bad flag");
     }
+    /* SGD's --weight-decay C replaces the zoo models' own L2 term (its C
+     * in the cost's gradient): the same arithmetic, torch.optim.SGD's */
+    int sgd_decay = a.weight_decay >= 0 && !strcasecmp(a.optimizer, "sgd");
     if ((a.beta1 >= 0 || a.beta2 >= 0) && !adam_like) {
         tp_error(TP_ERR_INVALID, "--beta1 and --beta2 are Adam's: they need --optimizer "
                  "adam or adamw (the optimizer is %s)", a.optimizer);
@@ -1408,7 +1421,7 @@ int main(int argc, char **argv) {
     }
     /* torch.optim.AdamW's defaults; the gpt's are nanoGPT's (and GPT-2's) */
     if (a.weight_decay < 0)
-        a.weight_decay = a.text ? 0.1 : 0.01;
+        a.weight_decay = strcasecmp(a.optimizer, "adamw") ? 0.0 : a.text ? 0.1 : 0.01;
     if (a.beta1 < 0)
         a.beta1 = 0.9;
     if (a.beta2 < 0)
@@ -1660,7 +1673,7 @@ int main(int argc, char **argv) {
         tp_input_destroy(&remote);
         return s_fail("--remote");
     }
-    s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses, &a.info}, a.layers, a.heads,
+    s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses, &a.info, sgd_decay}, a.layers, a.heads,
                           a.embed, (float)a.dropout}, a.lr, a.optimizer,
                          a.weight_decay, a.beta1, a.beta2, a.clip_norm, a.ema,
                          a.accumulate, &a};
@@ -1746,7 +1759,7 @@ int main(int argc, char **argv) {
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
                  a.lr_schedule, a.lr_gamma, a.lr_end, a.warmup,
-                 strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay,
+                 a.weight_decay,
                  adam_like ? a.beta1 : 0.0, adam_like ? a.beta2 : 0.0, a.clip_norm,
                  a.ema, a.accumulate, a.context, a.layers, a.heads, a.embed, a.dropout);
     cfg.hparams = hparams;
