@@ -90,10 +90,11 @@ int main(int argc, char **argv) {
                  "both)", ckpt);
         return s_fail("--load");
     }
-    /* colour: the file takes float32 in [0, 1] and the graph's own first
-     * ops normalise (the model's, tp_zoo_options_t.data), whether the run
-     * normalised in the model (uint8 images) or in its pipeline */
-    if (colour) {
+    /* colour, and grey trained through the augmentor: the file takes
+     * float32 in [0, 1] and the graph's own first ops normalise (the
+     * model's, tp_zoo_options_t.data), whether the run normalised in the
+     * model (uint8 images) or in its pipeline (float32 images) */
+    if (colour || info.in_model) {
         info.in_model = 1;
         inputs[0].dtype = TP_FLOAT32;
     }

@@ -729,9 +729,11 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     }
     if (!strcmp(a->preset, "imagenet"))  /* validation: short side x 256/224 */
         d->resize_short = (a->image_size * 256 + 112) / 224;
-    /* the zoo's pipelines send uint8 and the model normalises; a --spec,
-     * --remote or --resident input brings its own (float32) images */
-    d->in_model = !a->spec && !a->remote && !a->resident;
+    /* the zoo's pipelines send uint8 and the model normalises, where the
+     * augmentor made float32 before (colour, or --augment: tp-export keeps
+     * their float32 [0, 1] input); a --spec, --remote or --resident input
+     * brings its own images. Grey without augmentation was uint8 always. */
+    d->in_model = !a->spec && !a->remote && !a->resident && (d->channels == 3 || a->augment);
     return TP_OK;
 }
 
