@@ -1666,8 +1666,9 @@ int main(int argc, char **argv) {
     }
     /* uint8 images from the zoo's pipeline (the model normalises:
      * a.info.in_model); float32 from the resident input, and from a
-     * --spec or --remote one that augments (their own normalisation) */
-    if (a.resident || (a.augment && !a.info.in_model))
+     * --spec or --remote one that augments or is colour (their own
+     * normalisation, as before the model did it) */
+    if (a.resident || (!a.info.in_model && (a.augment || a.info.channels == 3)))
         inputs[0].dtype = TP_FLOAT32;
     /* a sender whose batches do not fit (another size, batch or dtype) is
      * dropped and counted, not the end of the run */
