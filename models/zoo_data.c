@@ -149,7 +149,8 @@ const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model
         tp_error_wrap(TP_ERR_INVALID, "%s", ckpt);
         return NULL;
     }
-    /* the image dtype it was trained on: float32 after the augmentor */
+    /* the image dtype it was trained on: uint8, or float32 where an older
+     * run's augmentor normalised */
     if (rec)
         inputs[0].dtype = rec->dtype;
     else

@@ -95,9 +95,9 @@ const tp_input_desc_t *tp_zoo_inputs(void);
  * need more: tp_zoo_check_size. */
 tp_status_t tp_zoo_inputs_sized(int height, int width, tp_input_desc_t out[2]);
 /* The same with `channels`: 1 is tp_zoo_inputs_sized; 3 is colour, image
- * float32 [B,3,height,width] (channels first and normalised, as the
- * pipeline of tp_zoo_source_shaped gives it). Another count is
- * TP_ERR_INVALID. */
+ * uint8 [B,3,height,width] (channels first, as the pipeline of
+ * tp_zoo_source_shaped and tp_zoo_normalise_spec gives it; the model
+ * normalises, tp_zoo_options_t.data). Another count is TP_ERR_INVALID. */
 tp_status_t tp_zoo_inputs_shaped(int channels, int height, int width,
                                  tp_input_desc_t out[2]);
 /* TP_OK when `model` builds at height x width; TP_ERR_INVALID naming the
@@ -196,8 +196,8 @@ tp_status_t tp_zoo_normalise_spec(const tp_zoo_data_t *d, int height, int width,
 /* The zoo model a checkpoint holds: `load` a checkpoint or a log directory
  * (its latest checkpoint's path into ckpt[size]); the model its metadata
  * names (tp-train records it), or `model` when not NULL; inputs[2] the
- * inputs it was trained on: the image's dtype (float32 after the
- * augmentor) and its shape as recorded ([B,H,W], or [B,3,H,W] for colour;
+ * inputs it was trained on: the image's dtype (uint8; float32 for runs
+ * whose augmentor normalised) and its shape as recorded ([B,H,W], or [B,3,H,W] for colour;
  * 28x28 grey for checkpoints that record no inputs); the classes are in
  * tp_zoo_data_load's description. NULL with tp_last_error() saying which part
  * failed (also a recorded size the model does not build at). */
