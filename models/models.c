@@ -35,8 +35,8 @@ tp_status_t tp_zoo_inputs_shaped(int channels, int height, int width,
     tp_input_desc_t o[2];
     TP_TRY(tp_zoo_inputs_sized(height, width, o));
     if (channels == 3) {
-        /* colour comes channels first (imgaug chw), normalised: float32 */
-        o[0].dtype = TP_FLOAT32;
+        /* colour comes channels first (imgaug chw), uint8 as decoded: the
+         * model normalises (tp_zoo_options_t.data) */
         o[0].ndim = 4;
         o[0].shape[1] = 3;
         o[0].shape[2] = height;
@@ -78,7 +78,7 @@ static tp_status_t s_head_wd(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
     /* The reported cost stays the cross-entropy; the one minimised adds the
      * L2 penalty on every weight matrix and kernel (not biases, not BN). */
     tp_node_t *minimised = cost;
-    if (weight_decay > 0)
+    if (weight_decay > 0 && !(o && o->no_l2))
         minimised = tp_add(t, "total_cost", cost,
                            tp_l2_decay(t, "weight_decay", "*/W", weight_decay));
     tp_tower_add_output(t, "logits", logits);
@@ -93,14 +93,44 @@ static tp_status_t s_head(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
     return s_head_wd(t, logits, label, 0, user);
 }
 
+/* The normalisation of options->data (when it says in_model) as the
+ * graph's first ops after the cast: x * scale[c] + shift[c], each a
+ * constant [1,C,1,1] ([1,1,1] for grey [B,H,W]) broadcast over the batch
+ * and the pixels; nothing when it is the identity. ONNX export writes these
+ * two ops as Mul and Add, so the file normalises as training did. */
+static tp_status_t s_normalise(tp_tower_t *t, tp_node_t *x, const void *user,
+                               const char *name, tp_node_t **out) {
+    const tp_zoo_options_t *o = user;
+    *out = x;
+    if (!o || !o->data || !o->data->in_model)
+        return TP_OK;
+    float scale[4], shift[4];
+    if (tp_zoo_data_affine(o->data, scale, shift))
+        return TP_OK;
+    const tp_shape_t *s = tp_node_shape(x);
+    int64_t c = s->ndim == 4 ? s->d[1] : 1;
+    int n = o->data->nnorm;
+    if (n != 1 && n != c)
+        return tp_error(TP_ERR_SHAPE, "model %s: a normalisation of %d channels for "
+                        "an image of %lld", name, n, (long long)c);
+    int64_t shape[4] = {1, n, 1, 1};
+    if (s->ndim == 3)
+        shape[1] = 1;
+    tp_node_t *sc = tp_constant(t, "input/scale", s->ndim, shape, scale);
+    tp_node_t *sh = tp_constant(t, "input/shift", s->ndim, shape, shift);
+    *out = tp_add(t, "input/normalised", tp_mul(t, "input/scaled", x, sc), sh);
+    return TP_OK;
+}
+
 /* uint8 [B,H,W] -> float32 [B,1,H,W] in [0,1], or [B,C,H,W] as it is
  * (colour, channels first from the pipeline; uint8 scaled to [0,1]), or
- * flattened [B,C*H*W]; augmented batches come as float32 already
- * (normalised by the augmentor): cast passes them on. C, H and W are the
- * image input's own; a size the model `name` does not build at fails here,
- * naming it, before any layer. */
+ * flattened [B,C*H*W]; then normalised per channel when the options'
+ * data say so (s_normalise). Without, float32 batches pass as they come
+ * (a pipeline that normalised). C, H and W are the image input's own; a
+ * size the model `name` does not build at fails here, naming it, before
+ * any layer. */
 static tp_status_t s_image(tp_tower_t *t, tp_node_t *img, int nchw, const char *name,
-                           tp_node_t **out) {
+                           const void *user, tp_node_t **out) {
     *out = NULL;
     const tp_shape_t *s = img ? tp_node_shape(img) : NULL;
     if (!s || (s->ndim != 3 && s->ndim != 4))
@@ -117,6 +147,7 @@ static tp_status_t s_image(tp_tower_t *t, tp_node_t *img, int nchw, const char *
                         TP_ZOO_MAX_SIZE, TP_ZOO_MAX_SIZE);
     TP_TRY(tp_zoo_check_size(tp_zoo_find(name), (int)h, (int)w));
     tp_node_t *x = tp_cast(t, "input", img, tp_node_dtype(img) == TP_UINT8 ? 1.0f / 255 : 1.0f);
+    TP_TRY(s_normalise(t, x, user, name, &x));
     if (!nchw) {
         *out = tp_flatten(t, "flat_input", x);
         return TP_OK;
@@ -132,7 +163,7 @@ static tp_status_t s_image(tp_tower_t *t, tp_node_t *img, int nchw, const char *
 
 static tp_status_t s_mlp(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x;
-    TP_TRY(s_image(t, in[0], 0, "mlp", &x));
+    TP_TRY(s_image(t, in[0], 0, "mlp", user, &x));
     x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 512, 1));
     x = tp_relu(t, NULL, tp_fc(t, "fc1", x, 256, 1));
     return s_head(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], user);
@@ -151,7 +182,7 @@ static tp_node_t *s_conv_block(tp_tower_t *t, const char *scope, tp_node_t *x,
 
 static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x;
-    TP_TRY(s_image(t, in[0], 1, "cnn", &x));
+    TP_TRY(s_image(t, in[0], 1, "cnn", user, &x));
     x = tp_max_pool(t, "pool0", s_conv_block(t, "conv0", x, 32, 0), 2, 2, 0);
     x = tp_max_pool(t, "pool1", s_conv_block(t, "conv1", x, 64, 0), 2, 2, 0);
     x = tp_flatten(t, "flat", x);
@@ -167,7 +198,7 @@ static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *user) {
  * epochs with a 1-pixel crop and flip (docs/training.md has the runs). */
 static tp_status_t s_cnn_bn(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x;
-    TP_TRY(s_image(t, in[0], 1, "cnn-bn", &x));
+    TP_TRY(s_image(t, in[0], 1, "cnn-bn", user, &x));
     x = tp_max_pool(t, "pool0", s_conv_block(t, "conv0", x, 32, 1), 2, 2, 0);
     x = tp_max_pool(t, "pool1", s_conv_block(t, "conv1", x, 64, 1), 2, 2, 0);
     x = tp_max_pool(t, "pool2", s_conv_block(t, "conv2", x, 128, 1), 2, 2, 0);
@@ -200,7 +231,7 @@ static tp_node_t *s_res_block(tp_tower_t *t, const char *scope, tp_node_t *x,
  * at 0.942-0.943 whatever the length (docs/history.md, the third GPU run). */
 static tp_status_t s_resnet(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x;
-    TP_TRY(s_image(t, in[0], 1, "resnet", &x));
+    TP_TRY(s_image(t, in[0], 1, "resnet", user, &x));
     x = tp_relu(t, NULL, tp_batch_norm(t, "stem/bn", tp_conv2d(t, "stem", x, 32, 3, 1, 1, 0)));
     x = s_res_block(t, "stage1/block0", x, 32, 1);
     x = s_res_block(t, "stage1/block1", x, 32, 1);
@@ -242,7 +273,7 @@ static tp_node_t *s_bottleneck(tp_tower_t *t, const char *scope, tp_node_t *x,
 static tp_status_t s_resnet_imagenet(tp_tower_t *t, tp_node_t *const *in, void *user,
                                      const char *name, const int *blocks, int bottleneck) {
     tp_node_t *x;
-    TP_TRY(s_image(t, in[0], 1, name, &x));
+    TP_TRY(s_image(t, in[0], 1, name, user, &x));
     x = tp_relu(t, NULL, tp_batch_norm(t, "stem/bn", tp_conv2d(t, "stem", x, 64, 7, 2, 3, 0)));
     x = tp_max_pool(t, "stem/pool", x, 3, 2, 1);
     for (int st = 0; st < 4; st++)

@@ -149,7 +149,8 @@ const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model
         tp_error_wrap(TP_ERR_INVALID, "%s", ckpt);
         return NULL;
     }
-    /* the image dtype it was trained on: float32 after the augmentor */
+    /* the image dtype it was trained on: uint8, or float32 where an older
+     * run's augmentor normalised */
     if (rec)
         inputs[0].dtype = rec->dtype;
     else
@@ -198,6 +199,17 @@ tp_status_t tp_zoo_data_set_classes(tp_zoo_data_t *d, int n, const char *const *
     return TP_OK;
 }
 
+int tp_zoo_data_affine(const tp_zoo_data_t *d, float scale[4], float shift[4]) {
+    int identity = 1;
+    for (int c = 0; c < d->nnorm && c < 4; c++) {
+        /* (255 x - mean) / std for x in [0, 1] */
+        scale[c] = 255.0f / d->std[c];
+        shift[c] = -d->mean[c] / d->std[c];
+        identity &= scale[c] == 1.0f && shift[c] == 0.0f;
+    }
+    return identity;
+}
+
 tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir) {
     json_t *j = json_object(), *cl = json_array(), *mean = json_array(), *std = json_array();
     for (int i = 0; i < d->nclasses; i++) {
@@ -213,6 +225,9 @@ tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir) {
     json_object_set_new(j, "layout", json_string(d->channels == 1 ? "HW" : "CHW"));
     json_object_set_new(j, "colour", json_string(d->channels == 1 ? "grey" : "RGB"));
     json_object_set_new(j, "resize_short", json_integer(d->resize_short));
+    /* where the normalisation runs: "model" (uint8 images, the model's
+     * first ops) or "pipeline" (float32 images; runs from before) */
+    json_object_set_new(j, "normalise", json_string(d->in_model ? "model" : "pipeline"));
     json_object_set_new(j, "classes", cl);
     json_object_set_new(j, "mean", mean);
     json_object_set_new(j, "std", std);
@@ -255,6 +270,8 @@ static tp_status_t s_data_from_json(json_t *j, const char *what, tp_zoo_data_t *
     d->resize_short = json_is_integer(rs) && json_integer_value(rs) > 0 &&
                       json_integer_value(rs) <= TP_ZOO_MAX_SIZE * 2
                     ? (int)json_integer_value(rs) : 0;
+    json_t *where = json_object_get(j, "normalise");
+    d->in_model = json_is_string(where) && !strcmp(json_string_value(where), "model");
     d->nnorm = (int)nm;
     for (size_t c = 0; c < nm; c++) {
         d->mean[c] = (float)json_number_value(json_array_get(mean, c));
@@ -269,7 +286,7 @@ static tp_status_t s_data_from_json(json_t *j, const char *what, tp_zoo_data_t *
 
 /* The metadata keys a checkpoint records the data in (each value JSON). */
 static const char *const s_meta_keys[] = {"channels", "class_names", "mean", "std",
-                                          "resize_short"};
+                                          "resize_short", "normalise"};
 
 tp_status_t tp_zoo_data_to_checkpoints(const tp_zoo_data_t *d, int height, int width,
                                        tp_model_t *m) {
@@ -290,6 +307,7 @@ tp_status_t tp_zoo_data_to_checkpoints(const tp_zoo_data_t *d, int height, int w
     json_decref(mean);
     json_decref(std);
     char ch[16], size[48], ncl[16], rs[16];
+    const char *where = d->in_model ? "\"model\"" : "\"pipeline\"";  /* JSON, as the others */
     snprintf(ch, sizeof ch, "%d", d->channels);
     snprintf(size, sizeof size, "%dx%d", height, width);
     snprintf(ncl, sizeof ncl, "%d", d->nclasses);
@@ -298,7 +316,7 @@ tp_status_t tp_zoo_data_to_checkpoints(const tp_zoo_data_t *d, int height, int w
                    : tp_error(TP_ERR_NOMEM, "the data description's metadata");
     const char *kv[][2] = {{"channels", ch}, {"size", size}, {"classes", ncl},
                            {"class_names", names}, {"mean", means}, {"std", stds},
-                           {"resize_short", rs},
+                           {"resize_short", rs}, {"normalise", where},
                            {"colour", d->channels == 1 ? "grey" : "RGB"}};
     for (size_t i = 0; rc == TP_OK && i < sizeof kv / sizeof *kv; i++)
         rc = tp_checkpoint_set_meta(m, kv[i][0], kv[i][1]);
@@ -379,6 +397,16 @@ tp_status_t tp_zoo_data_load(const char *ckpt, tp_zoo_data_t *d, int *found) {
 
 tp_status_t tp_zoo_normalise_spec(const tp_zoo_data_t *d, int height, int width,
                                   char *buf, size_t size) {
+    int n;
+    if (d->in_model) {
+        /* uint8 to the model, which normalises: the crop (the identity at
+         * the model's size) and, for colour, the channels first */
+        n = snprintf(buf, size, " | imgaug random-crop=%dx%d%s", height, width,
+                     d->channels == 3 ? ",chw" : "");
+        if (n < 0 || (size_t)n >= size)
+            return tp_error(TP_ERR_INVALID, "normalisation spec: too long");
+        return TP_OK;
+    }
     char mean[96] = "", std[96] = "";
     size_t om = 0, os = 0;
     for (int c = 0; c < d->nnorm; c++) {
@@ -387,8 +415,8 @@ tp_status_t tp_zoo_normalise_spec(const tp_zoo_data_t *d, int height, int width,
         if (om >= sizeof mean || os >= sizeof std)
             return tp_error(TP_ERR_INVALID, "normalisation: too many numbers");
     }
-    int n = snprintf(buf, size, " | augment crop=%dx%d,mean=%s,std=%s%s", height, width,
-                     mean, std, d->channels == 3 ? " | imgaug chw" : "");
+    n = snprintf(buf, size, " | augment crop=%dx%d,mean=%s,std=%s%s", height, width,
+                 mean, std, d->channels == 3 ? " | imgaug chw" : "");
     if (n < 0 || (size_t)n >= size)
         return tp_error(TP_ERR_INVALID, "normalisation spec: too long");
     return TP_OK;

@@ -559,8 +559,18 @@ static tp_status_t s_imgaug_kv(const char *key, const char *value, void *ctx) {
         return tp_augment_add_center_crop(m->aug, h, w);
     }
     if (!strcmp(key, "random-crop")) {
-        TP_TRY(s_size2("imgaug: random-crop", value, &h, &w));
-        return tp_augment_add_crop(m->aug, h, w, 0);
+        /* HxW[:PAD]: PAD zeros around the image first (tp-train's crop and
+         * cifar presets, on uint8; `augment crop=,pad=` normalises too) */
+        char sz[64];
+        snprintf(sz, sizeof sz, "%s", value ? value : "");
+        char *colon = strchr(sz, ':');
+        int64_t pad = 0;
+        if (colon) {
+            *colon = '\0';
+            TP_TRY(tp_spec_int(colon + 1, 0, 65536, "imgaug: random-crop padding", &pad));
+        }
+        TP_TRY(s_size2("imgaug: random-crop", sz, &h, &w));
+        return tp_augment_add_crop(m->aug, h, w, (int)pad);
     }
     if (!strcmp(key, "random-resized-crop")) {
         TP_TRY(s_nums("random-resized-crop", value, n, 5, &k));

@@ -1,5 +1,6 @@
-/* towerpack gpu: SGD with momentum (optionally Nesterov), Adam and AdamW,
- * and the global-norm clip the model applies before their update.
+/* towerpack gpu: SGD with momentum (optionally Nesterov; optionally
+ * torch's coupled weight decay), Adam and AdamW, and the global-norm clip
+ * the model applies before their update.
  *
  * An optimizer is only its hyper-parameters and a step counter; the model
  * owns the slot buffers, so the same object serves any backend. */
@@ -19,7 +20,7 @@ struct tp_optimizer {
     double momentum; /* sgd */
     int nesterov;
     double beta1, beta2, eps; /* adam, adamw */
-    double weight_decay;      /* adamw: decoupled */
+    double weight_decay;      /* adamw: decoupled; sgd: coupled (L2, torch's) */
     double clip_norm;         /* any: 0 off */
     double ema_decay;         /* any: 0 off */
     double accumulate;        /* any: steps per update, an integer >= 1 */
@@ -114,7 +115,7 @@ static double *s_param(tp_optimizer_t *o, const char *name) {
         return &o->accumulate;
     if (o->kind == S_SGD && !strcmp(name, "momentum"))
         return &o->momentum;
-    if (o->kind == S_ADAMW && !strcmp(name, "weight_decay"))
+    if (o->kind != S_ADAM && !strcmp(name, "weight_decay"))
         return &o->weight_decay;
     if (o->kind != S_SGD) {
         if (!strcmp(name, "beta1"))
@@ -131,7 +132,8 @@ static tp_status_t s_unknown(const tp_optimizer_t *o, const char *name) {
     return tp_error(TP_ERR_NOT_FOUND,
                     "%s optimizer has no hyper-parameter '%s' (it has %s)",
                     tp_optimizer_kind(o), name ? name : "(null)",
-                    o->kind == S_SGD    ? "learning_rate, momentum, clip_norm, ema_decay, accumulate"
+                    o->kind == S_SGD    ? "learning_rate, momentum, weight_decay, clip_norm, "
+                                          "ema_decay, accumulate"
                     : o->kind == S_ADAM ? "learning_rate, beta1, beta2, epsilon, "
                                           "clip_norm, ema_decay, accumulate"
                                         : "learning_rate, beta1, beta2, epsilon, "
@@ -149,6 +151,12 @@ tp_status_t tp_optimizer_set(tp_optimizer_t *o, const char *name, double v) {
         ok = ok && v < 1.0 && (p != &o->eps || v > 0);
     if (o->kind == S_SGD && p == &o->momentum && v > 0 && o->momentum == 0)
         ok = 0; /* no momentum slot was planned */
+    if (o->kind == S_SGD && ok &&
+        ((p == &o->weight_decay && v > 0 && (o->momentum == 0 || o->nesterov)) ||
+         (p == &o->momentum && o->weight_decay > 0 && v == 0)))
+        return tp_error(TP_ERR_INVALID, "sgd: weight_decay needs momentum > 0 and "
+                        "no Nesterov (the decayed gradient goes through the momentum "
+                        "slot; momentum %g%s)", o->momentum, o->nesterov ? ", nesterov" : "");
     if (!ok)
         return tp_error(TP_ERR_INVALID, "%s: '%s' = %g is out of range",
                         tp_optimizer_kind(o), name, v);
@@ -210,9 +218,9 @@ tp_status_t tp_optimizer_add_decay_mult(tp_optimizer_t *o, const char *pattern,
                                         double mult) {
     if (!pattern || !*pattern)
         return tp_error(TP_ERR_INVALID, "decay_mult: no pattern");
-    if (o->kind != S_ADAMW)
-        return tp_error(TP_ERR_INVALID, "decay_mult '%s': only adamw decays weights "
-                        "(the optimizer is %s)", pattern, tp_optimizer_kind(o));
+    if (o->kind == S_ADAM)
+        return tp_error(TP_ERR_INVALID, "decay_mult '%s': adam decays no weights (adamw "
+                        "and sgd do)", pattern);
     if (!(mult >= 0 && mult < 1e30))
         return tp_error(TP_ERR_INVALID, "decay_mult '%s': multiplier %g (>= 0; 0 "
                         "exempts)", pattern, mult);
@@ -244,6 +252,21 @@ tp_status_t tp_optimizer_update_group(tp_optimizer_t *o, tp_backend_t *b,
                                       double decay_mult) {
     /* (float)(lr * 1.0) is (float)lr: unscaled updates stay bit for bit */
     const double lr = o->lr * lr_mult;
+    const double wd = o->weight_decay * decay_mult;
+    if (o->kind == S_SGD && wd > 0) {
+        /* torch.optim.SGD's coupled decay: d = g + wd w, v = mu v + d,
+         * w -= lr v. First v += (wd / mu) w (sgd_update's w -= lr g with
+         * the slot in w's place, the weights in g's, rate -wd / mu), then
+         * the plain momentum step makes mu v + g = mu v_old + wd w + g.
+         * Two calls of every backend's sgd kernel (already run on a GPU),
+         * no new kernel per backend; the weight_decay setter keeps mu > 0
+         * and Nesterov off. */
+        if (!(o->momentum > 0) || o->nesterov || !slots[0])
+            return tp_error(TP_ERR_INVALID, "sgd: weight_decay %g needs momentum > 0 "
+                            "and no Nesterov", o->weight_decay);
+        TP_TRY(b->ops->sgd_update(b, s, slots[0] + off, param + off, NULL, n,
+                                  (float)(-wd / o->momentum), 0.0f, 0));
+    }
     if (o->kind == S_SGD)
         return b->ops->sgd_update(b, s, param + off, grad + off,
                                   o->momentum > 0 ? slots[0] + off : NULL, n,
@@ -252,7 +275,7 @@ tp_status_t tp_optimizer_update_group(tp_optimizer_t *o, tp_backend_t *b,
     return b->ops->adam_update(b, s, param + off, grad + off, slots[0] + off,
                                slots[1] + off, n, (float)lr,
                                (float)o->beta1, (float)o->beta2, (float)o->eps,
-                               o->kind == S_ADAMW ? (float)(o->weight_decay * decay_mult) : 0.0f,
+                               o->kind == S_ADAMW ? (float)wd : 0.0f,
                                o->step + 1);
 }
 

@@ -23,10 +23,22 @@ extern "C" {
  * description's `user`; NULL: every default). A caller whose optimizer
  * function needs its own data puts it after this struct, as its first
  * member. */
+struct tp_zoo_data;
 typedef struct tp_zoo_options {
     float label_smoothing;  /* the cost's targets smoothed, [0, 1): 1 - s +
                                s/K at the label, s/K elsewhere (0: none) */
     int classes;            /* K, the classifier's outputs (0: 10) */
+    /* The input normalisation inside the model, when data->in_model: the
+     * image (uint8 0..255, or float32 already in [0, 1]) goes to [0, 1],
+     * then (255 x - mean[c]) / std[c] per channel, as the model's first
+     * ops (tp_zoo_data_affine), on the tower's device. NULL, or in_model
+     * 0: uint8 is scaled to [0, 1] and float32 taken as it comes (a
+     * pipeline that normalised). Read at build time only. */
+    const struct tp_zoo_data *data;
+    /* 1: no L2 term in the cost (models with weight decay add
+     * C sum(w^2) / 2 over their "*\/W"): the optimizer decays instead
+     * (tp-train --weight-decay with SGD). */
+    int no_l2;
 } tp_zoo_options_t;
 
 /* The zoo's GPT (`gpt`, models/zoo_gpt.c): a byte-level decoder-only
@@ -149,9 +161,9 @@ const tp_input_desc_t *tp_zoo_inputs(void);
  * need more: tp_zoo_check_size. */
 tp_status_t tp_zoo_inputs_sized(int height, int width, tp_input_desc_t out[2]);
 /* The same with `channels`: 1 is tp_zoo_inputs_sized; 3 is colour, image
- * float32 [B,3,height,width] (channels first and normalised, as the
- * pipeline of tp_zoo_source_shaped gives it). Another count is
- * TP_ERR_INVALID. */
+ * uint8 [B,3,height,width] (channels first, as the pipeline of
+ * tp_zoo_source_shaped and tp_zoo_normalise_spec gives it; the model
+ * normalises, tp_zoo_options_t.data). Another count is TP_ERR_INVALID. */
 tp_status_t tp_zoo_inputs_shaped(int channels, int height, int width,
                                  tp_input_desc_t out[2]);
 /* TP_OK when `model` builds at height x width; TP_ERR_INVALID naming the
@@ -201,11 +213,19 @@ typedef struct tp_zoo_data {
     int resize_short;    /* evaluation: 0 resizes to the model's size; S
                           * resizes the short side to S, then centre-crops */
     float mean[4], std[4];
+    int in_model;        /* 1: the images cross the pipeline as uint8 and
+                          * the model normalises (tp_zoo_options_t.data);
+                          * 0: the pipeline normalised to float32 (runs
+                          * from before; data.json's "normalise") */
 } tp_zoo_data_t;
 void tp_zoo_data_init(tp_zoo_data_t *d);
 void tp_zoo_data_fini(tp_zoo_data_t *d);
 /* n classes named names[i] (NULL, or a NULL entry: its number); copied. */
 tp_status_t tp_zoo_data_set_classes(tp_zoo_data_t *d, int n, const char *const *names);
+/* The normalisation as an affine map of pixels in [0, 1], the one place
+ * its formula lives: (255 x - mean[c]) / std[c] = x * scale[c] + shift[c]
+ * for c < d->nnorm; 1 when it is the identity (grey's mean 0, std 255). */
+int tp_zoo_data_affine(const tp_zoo_data_t *d, float scale[4], float shift[4]);
 /* Write dir/data.json (atomically). */
 tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir);
 /* Record *d and the input size (height x width) in every later
@@ -231,17 +251,19 @@ tp_status_t tp_zoo_source_decoded(const char *data, int channels, int height, in
  * normalised as *d (tp_zoo_normalise_spec); no batch stage. */
 tp_status_t tp_zoo_eval_spec(const char *data, const tp_zoo_data_t *d, int height,
                              int width, char *buf, size_t size);
-/* The stages that turn a source's uint8 image into the model's float32
- * input (validation, prediction): " | augment crop=HxW,mean=..,std=.." and,
- * for colour, " | imgaug chw". */
+/* The stages that turn a source's uint8 image into the model's input
+ * (validation, prediction): with d->in_model, uint8 through
+ * " | imgaug random-crop=HxW" (and ",chw" for colour); else float32
+ * through " | augment crop=HxW,mean=..,std=.." and, for colour,
+ * " | imgaug chw". */
 tp_status_t tp_zoo_normalise_spec(const tp_zoo_data_t *d, int height, int width,
                                   char *buf, size_t size);
 
 /* The zoo model a checkpoint holds: `load` a checkpoint or a log directory
  * (its latest checkpoint's path into ckpt[size]); the model its metadata
  * names (tp-train records it), or `model` when not NULL; inputs[2] the
- * inputs it was trained on: the image's dtype (float32 after the
- * augmentor) and its shape as recorded ([B,H,W], or [B,3,H,W] for colour;
+ * inputs it was trained on: the image's dtype (uint8; float32 for runs
+ * whose augmentor normalised) and its shape as recorded ([B,H,W], or [B,3,H,W] for colour;
  * 28x28 grey for checkpoints that record no inputs); the classes are in
  * tp_zoo_data_load's description. NULL with tp_last_error() saying which part
  * failed (also a recorded size the model does not build at). */

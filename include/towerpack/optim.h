@@ -25,7 +25,10 @@ extern "C" {
 typedef struct tp_optimizer tp_optimizer_t;
 
 /* SGD: v = momentum * v + g; w -= lr * v (Nesterov: w -= lr * (g +
- * momentum * v)). momentum 0 keeps no slot. Caller owns. */
+ * momentum * v)). momentum 0 keeps no slot. With "weight_decay" C > 0
+ * (tp_optimizer_set; momentum > 0, no Nesterov) g is g + C w first:
+ * torch.optim.SGD's coupled L2 decay, per variable times its decay
+ * multiplier (tp_optimizer_add_decay_mult). Caller owns. */
 tp_optimizer_t *tp_optimizer_sgd(double lr, double momentum, int nesterov);
 /* Adam with bias correction. Caller owns. */
 tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
@@ -42,7 +45,8 @@ void tp_optimizer_destroy(tp_optimizer_t **self_p);
 const char *tp_optimizer_kind(const tp_optimizer_t *o);
 
 /* Set or read a hyper-parameter: "learning_rate" (all), "momentum" (sgd),
- * "beta1", "beta2", "epsilon" (adam, adamw), "weight_decay" (adamw), and
+ * "beta1", "beta2", "epsilon" (adam, adamw), "weight_decay" (adamw; sgd:
+ * coupled, needs momentum > 0 and no Nesterov), and
  * for every kind:
  *  - "clip_norm" (0, the default, is off): the model scales all the step's
  *    gradients by min(1, clip_norm / global norm), the norm over every
@@ -109,13 +113,13 @@ tp_status_t tp_optimizer_add_lr_mult(tp_optimizer_t *o, const char *pattern,
 double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name);
 int tp_optimizer_lr_mult_count(const tp_optimizer_t *o);
 
-/* Per-pattern weight-decay multipliers, AdamW only (torch's parameter
+/* Per-pattern weight-decay multipliers, AdamW and SGD (torch's parameter
  * groups with their own weight_decay; nanoGPT decays matrices and
  * embeddings, not biases or layer norms: "*\/b" 0): a trainable variable
  * whose name matches `pattern` (fnmatch) decays at weight_decay x mult
  * (times its learning-rate multiplier's rate); the first pattern that
  * matches wins, no match is 1. At most 16 patterns. TP_ERR_INVALID on
- * another kind of optimizer. */
+ * Adam. */
 tp_status_t tp_optimizer_add_decay_mult(tp_optimizer_t *o, const char *pattern,
                                         double mult);
 /* The decay multiplier of variable `name` (1 when no pattern matches),

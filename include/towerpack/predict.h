@@ -124,12 +124,8 @@ typedef struct tp_onnx_export_opts {
     int nmeta;                      /* the model's metadata_props: */
     const char *const *meta_keys;   /* [nmeta] */
     const char *const *meta_values; /* [nmeta] */
-    /* The graph input "image" (float32, channels at dim 1) goes through
-     * x * scale[c] + shift[c] first, so the file takes what the model's
-     * pipeline started from (pixels in [0, 1]) and normalises inside:
-     * nnorm 0 for none, else one per channel (or 1 for all). */
-    int nnorm;
-    const float *scale, *shift;
+    /* (An input normalisation is the model's own ops: the zoo's models
+     * build it from tp_zoo_options_t.data, and it is exported with them.) */
 } tp_onnx_export_opts_t;
 /* tp_predictor_export_onnx with opts (NULL: the same). */
 tp_status_t tp_predictor_export_onnx_opts(tp_predictor_t *p, const char *path,

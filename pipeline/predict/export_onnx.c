@@ -1040,36 +1040,6 @@ static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *use
     return n && ok ? TP_OK : NOMEM();
 }
 
-/* The per-channel normalisation in front of the input `x` (float32,
- * channels at dim 1): Mul by scale, Add shift, each a [C,1,..] initializer
- * broadcast over the batch and the pixels; *name becomes the result's. */
-static tp_status_t s_input_norm(s_ex_t *ex, tp_node_t *x, char **name) {
-    const tp_onnx_export_opts_t *o = ex->o;
-    const tp_shape_t *s = tp_node_shape(x);
-    if (tp_node_dtype(x) != TP_FLOAT32 || s->ndim < 2 ||
-        (o->nnorm != 1 && (s->ndim < 3 || s->d[1] != o->nnorm)))
-        return tp_error(TP_ERR_SHAPE, "ONNX export: the input normalisation has %d "
-                        "channels; input 'image' is not float32 [batch,%d,...]",
-                        o->nnorm, o->nnorm);
-    int64_t dims[TP_MAX_DIMS];
-    int nd = s->ndim - 1;  /* without the batch: [C,1,1] (or [1,..] for one) */
-    for (int k = 0; k < nd; k++)
-        dims[k] = 1;
-    if (o->nnorm > 1)
-        dims[0] = o->nnorm;
-    size_t bytes = sizeof(float) * (size_t)o->nnorm;
-    const char *mi[2] = {"image", "image/scale"}, *ai[2] = {"image/scaled", "image/shift"};
-    if (!s_init(ex, "image/scale", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, nd, dims, o->scale,
-                bytes) ||
-        !s_init(ex, "image/shift", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, nd, dims, o->shift,
-                bytes) ||
-        !s_node(ex, "Mul", "image/scaled", 2, mi) ||
-        !s_node(ex, "Add", "image/normalised", 2, ai) ||
-        !(*name = s_str(ex, "image/normalised")))
-        return NOMEM();
-    return TP_OK;
-}
-
 static tp_status_t s_build(s_ex_t *ex, tp_predictor_t *p, Onnx__ModelProto *model) {
     tp_model_t *m = ex->m;
     int nn = tp_model_node_count(m, -1);
@@ -1159,8 +1129,6 @@ static tp_status_t s_build(s_ex_t *ex, tp_predictor_t *p, Onnx__ModelProto *mode
             if (!(gin[ngin++] = s_value_info(ex, vname[i], tp_node_dtype(x), s->ndim, s->d,
                                              tp_node_batched(x))))
                 return NOMEM();
-            if (ex->o && ex->o->nnorm > 0 && !strcmp(vname[i], "image"))
-                TP_TRY(s_input_norm(ex, x, &vname[i]));
         } else if (k == TP_OP_VARIABLE) {
             /* a weight only products read is written transposed by them */
             int as_weight = 0;

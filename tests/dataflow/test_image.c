@@ -892,6 +892,54 @@ Test(image, chw_puts_the_channels_first) {
     tp_tensor_fini(&want);
 }
 
+/* tp-train's crop and cifar presets send uint8 (the model normalises):
+ * `imgaug random-crop=HxW:PAD,flip` draws the crops and flips that
+ * `augment crop=H,pad=PAD,flip` drew when it normalised to float32, so the
+ * model sees the same pictures (grey and colour, channels first). */
+Test(image, the_uint8_crop_draws_what_the_normalising_one_drew) {
+    const char *shapes[2] = {"28x28:uint8", "20x24x3:uint8"};
+    const char *chw[2] = {"", " | imgaug chw"}, *chw2[2] = {"", ",chw"};
+    const char *mean[2] = {"0", "10/20/30"}, *std[2] = {"255", "50/60/70"};
+    for (int k = 0; k < 2; k++) {
+        char a[512], b[512];
+        snprintf(a, sizeof a, "fake:shape=%s,size=16 | augment crop=18,pad=3,flip,mean=%s,"
+                 "std=%s%s | batch 16", shapes[k], mean[k], std[k], chw[k]);
+        snprintf(b, sizeof b, "fake:shape=%s,size=16 | imgaug random-crop=18x18:3,flip%s "
+                 "| batch 16", shapes[k], chw2[k]);
+        tp_dataflow_t *fa = NULL, *fb = NULL;
+        cr_assert_eq(tp_spec_parse(a, &fa), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_spec_parse(b, &fb), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_dataflow_reset_state(fa, 7, 0), TP_OK);
+        cr_assert_eq(tp_dataflow_reset_state(fb, 7, 0), TP_OK);
+        tp_datapoint_t *da, *db;
+        cr_assert_eq(tp_dataflow_next(fa, &da), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_dataflow_next(fb, &db), TP_OK, "%s", tp_last_error());
+        const tp_tensor_t *x = tp_datapoint_cget(da, 0), *y = tp_datapoint_cget(db, 0);
+        cr_assert_eq(x->dtype, TP_FLOAT32);
+        cr_assert_eq(y->dtype, TP_UINT8);
+        cr_assert_eq(x->ndim, y->ndim);
+        for (int d = 0; d < x->ndim; d++)
+            cr_assert_eq(x->shape[d], y->shape[d], "%s: dim %d", shapes[k], d);
+        const float *xf = x->data;
+        const uint8_t *yu = y->data;
+        size_t n = (size_t)tp_tensor_numel(y), plane = 18 * 18, bad = 0;
+        float m[3] = {0, 10, 20}, sd[3] = {255, 50, 60};
+        if (k == 1)
+            m[0] = 10, m[1] = 20, m[2] = 30, sd[0] = 50, sd[1] = 60, sd[2] = 70;
+        for (size_t i = 0; i < n; i++) {
+            int c = k ? (int)(i / plane % 3) : 0;
+            bad += fabsf(xf[i] - ((float)yu[i] - m[c]) / sd[c]) > 1e-5f;
+        }
+        cr_expect_eq(bad, 0, "%s: %zu of %zu pixels differ", shapes[k], bad, n);
+        tp_datapoint_destroy(&da);
+        tp_datapoint_destroy(&db);
+        tp_dataflow_destroy(&fa);
+        tp_dataflow_destroy(&fb);
+    }
+    tp_dataflow_t *df = NULL;
+    cr_expect_eq(tp_spec_parse("fake | imgaug random-crop=8x8:-1", &df), TP_ERR_INVALID);
+}
+
 /* Must hold: a grid puts image i at row i / columns, column i % columns,
  * after `pad` black pixels and pad between tiles; [lo, hi] maps to 0..255
  * (clamped, NaN 0); colour stays HWC; a bad batch is refused naming it. */

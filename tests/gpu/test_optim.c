@@ -47,6 +47,41 @@ Test(optim, sgd_momentum_and_nesterov_match_reference) {
     }
 }
 
+/* SGD's coupled weight decay (torch.optim.SGD's weight_decay): g + C w
+ * goes through the momentum, per variable times its decay multiplier;
+ * it needs the momentum slot and no Nesterov, and says so. (20 steps of
+ * an MLP against torch: test_proc_torch_step.) */
+Test(optim, sgd_weight_decay_is_coupled_as_torchs) {
+    tp_optimizer_t *o = tp_optimizer_sgd(0.1, 0.9, 0);
+    cr_assert_eq(tp_optimizer_set(o, "weight_decay", 0.5), TP_OK, "%s", tp_last_error());
+    double v;
+    cr_expect_eq(tp_optimizer_get(o, "weight_decay", &v), TP_OK);
+    cr_expect_float_eq(v, 0.5, 1e-12);
+    float w[NP] = {1, 2, 3, 4, 5}, m[NP] = {0};
+    s_run(o, w, s_g, 3, m, NULL);
+    for (int i = 0; i < NP; i++) {
+        double rw = i + 1, rv = 0;
+        for (int s = 0; s < 3; s++) {
+            rv = 0.9 * rv + s_g[s][i] + 0.5 * rw;
+            rw -= 0.1 * rv;
+        }
+        cr_expect(fabs(w[i] - rw) < 1e-5, "w[%d] %f vs %f", i, w[i], rw);
+    }
+    /* the momentum cannot go to 0 under it */
+    cr_expect_eq(tp_optimizer_set(o, "momentum", 0), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "momentum > 0"), "%s", tp_last_error());
+    cr_expect_eq(tp_optimizer_add_decay_mult(o, "*/b", 0), TP_OK);
+    tp_optimizer_destroy(&o);
+    o = tp_optimizer_sgd(0.1, 0, 0);
+    cr_expect_eq(tp_optimizer_set(o, "weight_decay", 0.5), TP_ERR_INVALID);
+    cr_expect_eq(tp_optimizer_set(o, "weight_decay", 0), TP_OK);
+    tp_optimizer_destroy(&o);
+    o = tp_optimizer_sgd(0.1, 0.9, 1);
+    cr_expect_eq(tp_optimizer_set(o, "weight_decay", 0.5), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "Nesterov"), "%s", tp_last_error());
+    tp_optimizer_destroy(&o);
+}
+
 Test(optim, plain_sgd_keeps_no_slot) {
     tp_optimizer_t *o = tp_optimizer_sgd(0.5, 0.0, 0);
     cr_expect_eq(tp_optimizer_slot_count(o), 0);
@@ -467,7 +502,7 @@ Test(optim, decay_multipliers_exempt_matching_variables_from_adamw_decay) {
     tp_optimizer_destroy(&o);
     o = tp_optimizer_adam(0.1, 0.9, 0.999, 1e-8);
     cr_expect_eq(tp_optimizer_add_decay_mult(o, "*/b", 0), TP_ERR_INVALID);
-    cr_expect(strstr(tp_last_error(), "only adamw"), "%s", tp_last_error());
+    cr_expect(strstr(tp_last_error(), "adam decays no weights"), "%s", tp_last_error());
     tp_optimizer_destroy(&o);
     for (int towers = 1; towers <= 2; towers++) {
         float w[3][6], b[3][2];

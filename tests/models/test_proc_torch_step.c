@@ -160,6 +160,7 @@ Test(torch_step, label_smoothing_is_pytorchs) {
 #define OP_B 8
 #define OP_F 12
 #define OP_STEPS 6
+#define OP_SGD_STEPS 20 /* the SGD cases' (momentum 0.9, coupled decay) */
 
 typedef struct {
     const char *name, *kind;
@@ -177,11 +178,21 @@ static tp_status_t s_op_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
     return tp_tower_set_cost(t, cost);
 }
 
+/* "sgd": momentum 0.9 and the coupled decay on the matrices only (the
+ * biases' multiplier 0, as tp-train's --weight-decay with SGD); "sgd-all":
+ * on every weight (torch.optim.SGD's one group). */
+static int s_op_sgd(const s_op_case_t *c) { return !strncmp(c->kind, "sgd", 3); }
+
 static tp_optimizer_t *s_op_opt(void *user) {
     const s_op_case_t *c = user;
-    tp_optimizer_t *o = !strcmp(c->kind, "adamw")
+    tp_optimizer_t *o = s_op_sgd(c) ? tp_optimizer_sgd(c->lr, 0.9, 0)
+                        : !strcmp(c->kind, "adamw")
                             ? tp_optimizer_adamw(c->lr, 0.9, 0.999, 1e-8, c->wd)
                             : tp_optimizer_adam(c->lr, 0.9, 0.999, 1e-8);
+    if (o && s_op_sgd(c) && (tp_optimizer_set(o, "weight_decay", c->wd) < 0 ||
+                             (!strcmp(c->kind, "sgd") &&
+                              tp_optimizer_add_decay_mult(o, "*/b", 0.0) < 0)))
+        tp_optimizer_destroy(&o);
     if (o && (tp_optimizer_set(o, "clip_norm", c->clip) < 0 ||
               tp_optimizer_set(o, "ema_decay", c->ema) < 0 ||
               tp_optimizer_set(o, "accumulate", c->accumulate ? c->accumulate : 1) < 0))
@@ -212,12 +223,12 @@ static void s_op_case(const char *dir, const s_op_case_t *c, FILE *cases) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s_w0.safetensors", dir, c->name);
     cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
-    const int rows = OP_B * c->towers;
-    static float x[OP_STEPS][4 * OP_B * OP_F];
-    static int32_t y[OP_STEPS][4 * OP_B];
+    const int rows = OP_B * c->towers, steps = s_op_sgd(c) ? OP_SGD_STEPS : OP_STEPS;
+    static float x[OP_SGD_STEPS][4 * OP_B * OP_F];
+    static int32_t y[OP_SGD_STEPS][4 * OP_B];
     tp_rng_t r;
     tp_rng_init(&r, 17, 0);
-    for (int s = 0; s < OP_STEPS; s++) {
+    for (int s = 0; s < steps; s++) {
         for (int i = 0; i < rows * OP_F; i++)
             x[s][i] = (float)(tp_rng_double(&r) * 4.0 - 2.0);
         for (int i = 0; i < rows; i++)
@@ -239,7 +250,7 @@ static void s_op_case(const char *dir, const s_op_case_t *c, FILE *cases) {
     cr_assert_not_null(fx = fopen(path, "wb"));
     snprintf(path, sizeof path, "%s/%s_y.bin", dir, c->name);
     cr_assert_not_null(fy = fopen(path, "wb"));
-    for (int s = 0; s < OP_STEPS; s++) {
+    for (int s = 0; s < steps; s++) {
         cr_assert_eq(fwrite(x[s], sizeof(float), (size_t)rows * OP_F, fx), (size_t)rows * OP_F);
         cr_assert_eq(fwrite(y[s], sizeof(int32_t), (size_t)rows, fy), (size_t)rows);
     }
@@ -248,7 +259,7 @@ static void s_op_case(const char *dir, const s_op_case_t *c, FILE *cases) {
     snprintf(path, sizeof path, "%s/%s_w1.safetensors", dir, c->name);
     cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
     fprintf(cases, "%s %s %.17g %.17g %.17g %.17g %d %d %s %d\n", c->name, c->kind,
-            c->lr, c->wd, c->clip, c->ema, OP_STEPS, c->towers, c->mults,
+            c->lr, c->wd, c->clip, c->ema, steps, c->towers, c->mults,
             c->accumulate ? c->accumulate : 1);
     tp_model_destroy(&m);
 }
@@ -273,6 +284,13 @@ Test(torch_step, optimizers_and_gradient_processing_are_torch_optims) {
          "fc1/W=3,fc0/b=0", 1},
         {"adamw_accumulate3", "adamw", 0.01, 0.1, 0, 0, 1, "-", 3},
         {"adamw_clip_ema_accumulate2_2towers", "adamw", 0.01, 0.1, 0.5, 0.8, 2, "-", 2},
+        /* SGD's coupled decay (tp-train --weight-decay with SGD), 20 steps:
+         * the matrices only (per-variable updates), every weight on two
+         * towers (the one call after the all-reduce), with the lr
+         * multipliers, with the clip */
+        {"sgd_wd", "sgd", 0.05, 0.05, 0, 0, 1, "-", 1},
+        {"sgd_all_wd_2towers", "sgd-all", 0.05, 0.05, 0, 0, 2, "-", 1},
+        {"sgd_wd_mults_clip", "sgd", 0.05, 0.05, 0.5, 0, 1, "fc0/*=0.5", 1},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         s_op_case(dir, &all[i], cases);

@@ -169,6 +169,12 @@ Test(zoo, weight_decay_is_where_the_summary_says) {
         cr_expect_eq(built, said, "%s: the summary %s weight decay, the graph %s it",
                      all[i]->name, said ? "says" : "does not say", built ? "has" : "lacks");
         tp_model_destroy(&m);
+        /* no_l2 (tp-train --weight-decay with SGD: the optimizer decays) */
+        const tp_zoo_options_t off = {.no_l2 = 1};
+        m = s_model_with(all[i]->name, 28, 28, 3, &off, in);
+        cr_assert_not_null(m, "%s: %s", all[i]->name, tp_last_error());
+        cr_expect_null(tp_model_lookup(m, -1, "weight_decay"), "%s: no_l2", all[i]->name);
+        tp_model_destroy(&m);
     }
     cr_expect(strstr(tp_zoo_find("resnet")->summary, "weight decay"));
 }
@@ -196,7 +202,7 @@ static double s_cost_with(const char *name, const tp_zoo_options_t *opts) {
  * cross-entropy (NULL options), 0.3 another cost (the op itself is held to
  * PyTorch's in test_proc_torch_step). */
 Test(zoo, label_smoothing_reaches_every_models_cost) {
-    const tp_zoo_options_t none = {0.0f, 0}, some = {0.3f, 0};
+    const tp_zoo_options_t none = {.label_smoothing = 0.0f}, some = {.label_smoothing = 0.3f};
     const tp_zoo_model_t *const *all = tp_zoo_all();
     for (int i = 0; all[i]; i++) {
         double plain = s_cost_with(all[i]->name, NULL);
@@ -339,16 +345,31 @@ Test(zoo, a_checkpoint_gives_back_its_image_size) {
 
 /* ---- colour and any number of classes (issue 43) --------------------------- */
 
-/* Every model builds for colour (float32 [B,3,H,W], channels first) and K
- * classes: logits [B,K]; one forward pass is finite. */
+/* ImageNet's statistics, as tp-train's default for colour, normalised in
+ * the model. */
+static void s_imagenet_data(tp_zoo_data_t *d) {
+    static const float m[3] = {123.675f, 116.28f, 103.53f}, sd[3] = {58.395f, 57.12f, 57.375f};
+    tp_zoo_data_init(d);
+    d->channels = 3;
+    d->nnorm = 3;
+    memcpy(d->mean, m, sizeof m);
+    memcpy(d->std, sd, sizeof sd);
+    d->in_model = 1;
+}
+
+/* Every model builds for colour (uint8 [B,3,H,W], channels first, the
+ * model normalising) and K classes: logits [B,K]; one forward pass is
+ * finite. */
 Test(zoo, every_model_takes_colour_and_its_classes) {
     const tp_zoo_model_t *const *all = tp_zoo_all();
+    tp_zoo_data_t d;
+    s_imagenet_data(&d);
     for (int i = 0; all[i]; i++) {
         tp_input_desc_t in[2];
         cr_assert_eq(tp_zoo_inputs_shaped(3, 32, 32, in), TP_OK, "%s", tp_last_error());
         cr_assert_eq(in[0].ndim, 4);
-        cr_assert_eq(in[0].dtype, TP_FLOAT32);
-        tp_zoo_options_t o = {0, 3};
+        cr_assert_eq(in[0].dtype, TP_UINT8);
+        tp_zoo_options_t o = {.classes = 3, .data = &d};
         tp_model_desc_t md = {in, 2, all[i]->build, NULL, &o};
         tp_model_config_t mc = tp_model_config_default();
         mc.towers = 0;
@@ -358,11 +379,11 @@ Test(zoo, every_model_takes_colour_and_its_classes) {
         cr_assert_not_null(m, "%s: %s", all[i]->name, tp_last_error());
         tp_tensor_t feeds[2];
         int64_t ishape[4] = {2, 3, 32, 32}, lshape[1] = {2};
-        cr_assert_eq(tp_tensor_init(&feeds[0], TP_FLOAT32, 4, ishape), TP_OK);
+        cr_assert_eq(tp_tensor_init(&feeds[0], TP_UINT8, 4, ishape), TP_OK);
         cr_assert_eq(tp_tensor_init(&feeds[1], TP_INT32, 1, lshape), TP_OK);
-        float *x = feeds[0].data;
-        for (size_t k = 0; k < feeds[0].nbytes / 4; k++)
-            x[k] = (float)((k * 7) % 13) / 6.0f - 1.0f;
+        uint8_t *x = feeds[0].data;
+        for (size_t k = 0; k < feeds[0].nbytes; k++)
+            x[k] = (uint8_t)((k * 37) % 256);
         ((int32_t *)feeds[1].data)[0] = 0;
         ((int32_t *)feeds[1].data)[1] = 2;
         tp_fetch_t f = {"logits", {0}};
@@ -383,6 +404,79 @@ Test(zoo, every_model_takes_colour_and_its_classes) {
     }
     tp_input_desc_t in[2];
     cr_expect_eq(tp_zoo_inputs_shaped(2, 32, 32, in), TP_ERR_INVALID);
+    tp_zoo_data_fini(&d);
+}
+
+/* The logits of `name` (3 classes, seed 5) for 2 colour images 16x16:
+ * uint8 pixels with the normalisation in the model (data), or the same
+ * pixels normalised here as the pipeline did before, as float32. */
+static void s_colour_logits(const char *name, const tp_zoo_data_t *data, int in_model,
+                            float out[6]) {
+    tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_inputs_shaped(3, 16, 16, in), TP_OK);
+    in[0].dtype = in_model ? TP_UINT8 : TP_FLOAT32;
+    tp_zoo_data_t d = *data;
+    d.in_model = in_model;
+    d.classes = NULL;
+    tp_zoo_options_t o = {.classes = 3, .data = &d};
+    tp_model_desc_t md = {in, 2, tp_zoo_find(name)->build, NULL, &o};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = 0;
+    mc.infer_batch = 2;
+    mc.seed = 5;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_assert_not_null(m, "%s: %s", name, tp_last_error());
+    tp_tensor_t feeds[2];
+    int64_t ishape[4] = {2, 3, 16, 16}, lshape[1] = {2};
+    cr_assert_eq(tp_tensor_init(&feeds[0], in[0].dtype, 4, ishape), TP_OK);
+    cr_assert_eq(tp_tensor_init(&feeds[1], TP_INT32, 1, lshape), TP_OK);
+    size_t n = (size_t)tp_tensor_numel(&feeds[0]);
+    for (size_t k = 0; k < n; k++) {
+        uint8_t v = (uint8_t)((k * 37 + k / 7) % 256);
+        int c = (int)(k / 256 % 3);  /* [B,3,16,16]: the channel of element k */
+        if (in_model)
+            ((uint8_t *)feeds[0].data)[k] = v;
+        else  /* torchvision's ToTensor then Normalize */
+            ((float *)feeds[0].data)[k] = ((float)v / 255.0f - data->mean[c] / 255.0f) /
+                                          (data->std[c] / 255.0f);
+    }
+    ((int32_t *)feeds[1].data)[0] = 0;
+    ((int32_t *)feeds[1].data)[1] = 2;
+    tp_fetch_t f = {"logits", {0}};
+    tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, feeds, 2, &f, 1, &ro), TP_OK, "%s", tp_last_error());
+    memcpy(out, f.value.data, 6 * sizeof *out);
+    tp_tensor_fini(&f.value);
+    tp_tensor_fini(&feeds[0]);
+    tp_tensor_fini(&feeds[1]);
+    tp_model_destroy(&m);
+}
+
+/* uint8 images normalised by the model's first ops give the logits that
+ * float32 images normalised before the model gave (torchvision's
+ * Normalize): the pipeline may ship a quarter of the bytes. */
+Test(zoo, the_models_normalisation_is_the_pipelines) {
+    tp_zoo_data_t d;
+    s_imagenet_data(&d);
+    const char *names[] = {"mlp", "cnn-bn", "resnet"};
+    for (int i = 0; i < 3; i++) {
+        float a[6], b[6];
+        s_colour_logits(names[i], &d, 1, a);
+        s_colour_logits(names[i], &d, 0, b);
+        for (int k = 0; k < 6; k++)
+            cr_expect(fabsf(a[k] - b[k]) <= 1e-4f * (1 + fabsf(b[k])),
+                      "%s: logit %d %g in the model, %g before it", names[i], k,
+                      (double)a[k], (double)b[k]);
+    }
+    /* grey's [0, 1] is the identity: no ops added */
+    tp_zoo_data_t g;
+    tp_zoo_data_init(&g);
+    float sc[4], sh[4];
+    cr_expect_eq(tp_zoo_data_affine(&g, sc, sh), 1);
+    cr_expect_eq(tp_zoo_data_affine(&d, sc, sh), 0);
+    cr_expect_float_eq(sc[0], 255.0f / 58.395f, 1e-6);
+    cr_expect_float_eq(sh[2], -103.53f / 57.375f, 1e-6);
+    tp_zoo_data_fini(&d);
 }
 
 /* ResNet-18 in ImageNet's layout: the 7x7 stride-2 stem and max pool, four
@@ -391,7 +485,7 @@ Test(zoo, every_model_takes_colour_and_its_classes) {
 Test(zoo, resnet18_is_imagenets) {
     tp_input_desc_t in[2];
     cr_assert_eq(tp_zoo_inputs_shaped(3, 64, 64, in), TP_OK);
-    tp_zoo_options_t o = {0, 1000};
+    tp_zoo_options_t o = {.classes = 1000};
     tp_model_desc_t md = {in, 2, tp_zoo_find("resnet18")->build, NULL, &o};
     tp_model_config_t mc = tp_model_config_default();
     mc.towers = 0;
@@ -451,6 +545,12 @@ Test(zoo, colour_sources_and_the_evaluation_chain) {
     cr_expect_str_eq(buf, "imagefolder:/x,shuffle=0,mode=rgb,min-short=37 | imgaug "
                           "resize-short=37,center-crop=32x32 | augment crop=32x32,mean=1/2/3,"
                           "std=4/5/6 | imgaug chw");
+    /* normalised in the model: uint8 through, channels first */
+    d.in_model = 1;
+    d.resize_short = 0;
+    cr_assert_eq(tp_zoo_eval_spec("imagefolder:/x", &d, 32, 32, buf, sizeof buf), TP_OK);
+    cr_expect_str_eq(buf, "imagefolder:/x,shuffle=0,mode=rgb,min-short=32 | imgaug "
+                          "resize=32x32 | imgaug random-crop=32x32,chw");
     tp_zoo_data_fini(&d);
 }
 
@@ -478,6 +578,7 @@ Test(zoo, the_data_description_round_trips) {
     d.mean[2] = 103.53f;
     d.std[0] = d.std[1] = d.std[2] = 57.5f;
     d.resize_short = 73;
+    d.in_model = 1;
     cr_assert_eq(tp_zoo_data_save(&d, dir), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_zoo_data_load(ckpt, &back, &found), TP_OK, "%s", tp_last_error());
     cr_expect_eq(found, 1);
@@ -489,6 +590,7 @@ Test(zoo, the_data_description_round_trips) {
     cr_expect_float_eq(back.mean[2], 103.53f, 1e-4);
     cr_expect_float_eq(back.std[1], 57.5f, 1e-6);
     cr_expect_eq(back.resize_short, 73);
+    cr_expect_eq(back.in_model, 1);
     /* a log directory reads the same file */
     cr_assert_eq(tp_zoo_data_load(dir, &back, &found), TP_OK);
     cr_expect_eq(found, 1);

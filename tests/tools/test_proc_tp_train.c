@@ -5,6 +5,7 @@
  * and bad flags. Own executable: it forks and execs. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "proc_testutil.h"
+#include <towerpack/checkpoint.h>
 #include <towerpack/clock.h>
 #include <towerpack/image.h>
 #include <towerpack/predict.h>
@@ -677,8 +679,9 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     cr_assert(strstr(s_out, "--optimizer 'lamb': sgd, adam or adamw"), "%s", s_out);
     char *o2[] = {"tp-train", "--weight-decay", "0.1", NULL};  /* cnn: adam */
     cr_assert_neq(s_run(o2, s_out, sizeof s_out), 0);
-    cr_assert(strstr(s_out, "--weight-decay is AdamW's decoupled decay: it needs "
-                            "--optimizer adamw (the optimizer is adam)"), "%s", s_out);
+    cr_assert(strstr(s_out, "--weight-decay is AdamW's decoupled decay or SGD's coupled "
+                            "one: it needs --optimizer adamw or sgd (the optimizer is adam)"),
+              "%s", s_out);
     char *o3[] = {"tp-train", "--optimizer", "adamw", "--weight-decay", "-1", NULL};
     cr_assert_neq(s_run(o3, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--weight-decay needs a number >= 0, got '-1'"), "%s", s_out);
@@ -867,6 +870,71 @@ static int s_tool(char **argv) {
     return pu_run(full, env, s_out, sizeof s_out);
 }
 
+/* One SGD step of cnn-bn at --weight-decay `wd` (seed 1, one tower, batch
+ * 8, no augmentation, the same dropout draws); its checkpoint's path. */
+static void s_wd_step(const char *wd, char *ckpt, size_t size) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/wd%s", s_dir, wd);
+    char *argv[] = {"tp-train", "--model", "cnn-bn", "--optimizer", "sgd", "--lr", "0.01",
+                    "--weight-decay", (char *)wd, "--no-augment", "--epochs", "1",
+                    "--steps-per-epoch", "1", "--batch", "8", "--towers", "1", "--threads",
+                    "1", "--test-spec", TEST_SPEC, "--logdir", logdir, "--stats", "off",
+                    "--no-tensorboard", NULL};
+    int rc = s_run(argv, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    snprintf(ckpt, size, "%s/model-1.safetensors", logdir);
+}
+
+/* --weight-decay with SGD: torch.optim.SGD's coupled decay on the weight
+ * matrices and kernels only. After one step from the same weights (the
+ * momentum slot starts at 0, so w1 = w0 - lr (g + wd w0), g the same in
+ * every run), the runs at 10 and 20 differ from the run at 0 by
+ * -lr x 10 x w0 and twice that on every "*\/W", and not at all on the
+ * biases and batch norm's gamma and beta. */
+Test(tp_train, sgd_weight_decay_decays_the_kernels_only, .init = s_setup,
+     .fini = s_teardown, .timeout = 180) {
+    char c[3][256];
+    const char *wd[3] = {"0", "10", "20"};
+    tp_safetensors_t *st[3] = {NULL, NULL, NULL};
+    for (int r = 0; r < 3; r++) {
+        s_wd_step(wd[r], c[r], sizeof c[r]);
+        cr_assert_eq(tp_safetensors_open(c[r], &st[r]), TP_OK, "%s", tp_last_error());
+    }
+    int kernels = 0, spared = 0;
+    for (size_t i = 0; i < tp_safetensors_count(st[0]); i++) {
+        const char *name = tp_safetensors_name(st[0], i);
+        const char *last = strrchr(name, '/');
+        if (!last || strncmp(name, "optimizer/", 10) == 0 || strstr(name, "/EMA"))
+            continue;
+        tp_tensor_t x[3];
+        for (int r = 0; r < 3; r++)
+            cr_assert_eq(tp_safetensors_get(st[r], name, &x[r]), TP_OK, "%s", name);
+        const float *p = x[0].data, *q = x[1].data, *u = x[2].data;
+        size_t n = tp_tensor_numel(&x[0]);
+        if (!strcmp(last, "/W")) {
+            /* d10 = -0.1 w0 (not 0 anywhere it matters), d20 = 2 d10 */
+            double worst = 0, scale = 0;
+            for (size_t k = 0; k < n; k++) {
+                double d10 = (double)q[k] - p[k], d20 = (double)u[k] - p[k];
+                worst = fmax(worst, fabs(d20 - 2 * d10));
+                scale = fmax(scale, fabs(d10));
+            }
+            cr_expect_gt(scale, 1e-4, "%s: not decayed", name);
+            cr_expect(worst <= 1e-3 * scale + 1e-7, "%s: the decay at 20 is %g off "
+                      "twice the decay at 10 (%g)", name, worst, scale);
+            kernels++;
+        } else {
+            cr_expect_eq(memcmp(p, q, n * sizeof *p), 0, "%s decayed", name);
+            cr_expect_eq(memcmp(p, u, n * sizeof *p), 0, "%s decayed", name);
+            spared++;
+        }
+    }
+    cr_expect_eq(kernels, 5, "conv0-2, fc0, linear");
+    cr_expect_geq(spared, 8, "biases, gamma and beta");
+    for (int r = 0; r < 3; r++)
+        tp_safetensors_destroy(&st[r]);
+}
+
 /* --image-size 32 (issue 28): a folder of 40x40 PNGs is resized to 32x32,
  * cropped at 32 (augmented CNN), and the checkpoints record 32x32; then
  * tp-predict and tp-export take the size from the checkpoint, no flag. */
@@ -883,19 +951,21 @@ Test(tp_train, image_size_32_trains_predicts_and_exports, .init = s_setup,
     int rc = s_tool(train);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_expect(strstr(s_out, "32x32 images"), "%s", s_out);
-    cr_expect(strstr(s_out, "min-short=32 | imgaug resize=32x32 | augment crop=32,pad=2,flip"),
-              "%s", s_out);
-    cr_expect(strstr(s_out, "imgaug resize=32x32 | augment crop=32 | batch 500"), "%s", s_out);
+    /* uint8 through the pipeline: the model normalises */
+    cr_expect(strstr(s_out, "min-short=32 | imgaug resize=32x32 | imgaug "
+                            "random-crop=32x32:2,flip"), "%s", s_out);
+    cr_expect(strstr(s_out, "imgaug resize=32x32 | batch 500"), "%s", s_out);
     cr_expect(strstr(s_out, "tp-train: test accuracy 0.") ||
               strstr(s_out, "tp-train: test accuracy 1."), "%s", s_out);
-    /* the checkpoint records the size (and the augmentor's float32) */
+    /* the checkpoint records the size (and uint8: the augmentor no longer
+     * makes float32) */
     char ckpt[256];
     snprintf(ckpt, sizeof ckpt, "%s/model-3.safetensors", logdir);
     tp_checkpoint_info_t info;
     cr_assert_eq(tp_checkpoint_info(ckpt, &info), TP_OK, "%s", tp_last_error());
     cr_assert_eq(info.ninputs, 2);
     cr_expect_str_eq(info.inputs[0].name, "image");
-    cr_expect_eq(info.inputs[0].dtype, TP_FLOAT32);
+    cr_expect_eq(info.inputs[0].dtype, TP_UINT8);
     cr_expect_eq(info.inputs[0].ndim, 3);
     cr_expect_eq(info.inputs[0].shape[1], 32);
     cr_expect_eq(info.inputs[0].shape[2], 32);
@@ -909,10 +979,11 @@ Test(tp_train, image_size_32_trains_predicts_and_exports, .init = s_setup,
     cr_assert_not_null(j, "%s", s_out);
     cr_expect_eq(json_integer_value(json_object_get(j, "samples")), 12, "%s", s_out);
     const char *spec = json_string_value(json_object_get(j, "data"));
-    cr_expect(spec && strstr(spec, "imgaug resize=32x32 | augment crop=32x32"), "%s", s_out);
+    cr_expect(spec && strstr(spec, "imgaug resize=32x32 | batch"), "%s", s_out);
     json_decref(j);
-    /* tp-export: the ONNX input is [batch,32,32] (test_proc_export checks
-     * the file with onnx itself) */
+    /* tp-export: the ONNX input is [batch,32,32], float32 in [0, 1] as an
+     * augmented model's always was (test_proc_export checks the file with
+     * onnx itself) */
     char onnx[256];
     snprintf(onnx, sizeof onnx, "%s/cnn32.onnx", s_dir);
     char *exp[] = {"tp-export", "--load", logdir, "--onnx", onnx, NULL};

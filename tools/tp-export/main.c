@@ -90,7 +90,15 @@ int main(int argc, char **argv) {
                  "both)", ckpt);
         return s_fail("--load");
     }
-    tp_zoo_options_t zo = {0, info.nclasses};
+    /* colour, and grey trained through the augmentor: the file takes
+     * float32 in [0, 1] and the graph's own first ops normalise (the
+     * model's, tp_zoo_options_t.data), whether the run normalised in the
+     * model (uint8 images) or in its pipeline (float32 images) */
+    if (colour || info.in_model) {
+        info.in_model = 1;
+        inputs[0].dtype = TP_FLOAT32;
+    }
+    tp_zoo_options_t zo = {.classes = info.nclasses, .data = &info};
     tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, &zo};
     tp_predict_config_t pc;
     tp_predict_config_init(&pc);
@@ -120,13 +128,9 @@ int main(int argc, char **argv) {
     }
     if (classes)
         classes[off] = '\0';
-    float scale[4], shift[4];
     for (int c = 0, om = 0, os = 0; c < info.nnorm; c++) {
         om += snprintf(mean + om, sizeof mean - (size_t)om, "%s%g", c ? "," : "", info.mean[c]);
         os += snprintf(std + os, sizeof std - (size_t)os, "%s%g", c ? "," : "", info.std[c]);
-        /* (255 x - mean) / std for x in [0, 1] */
-        scale[c] = 255.0f / info.std[c];
-        shift[c] = -info.mean[c] / info.std[c];
     }
     snprintf(chans, sizeof chans, "%d", colour ? 3 : 1);
     const char *keys[] = {"classes", "channels", "colour", "layout", "input_range", "mean", "std"};
@@ -134,7 +138,7 @@ int main(int argc, char **argv) {
                           colour ? "NCHW" : "NHW",
                           colour || inputs[0].dtype == TP_FLOAT32 ? "[0, 1]" : "[0, 255] uint8",
                           mean, std};
-    tp_onnx_export_opts_t eo = {7, keys, vals, colour ? info.nnorm : 0, scale, shift};
+    tp_onnx_export_opts_t eo = {7, keys, vals};
     tp_status_t rc = tp_predictor_export_onnx_opts(p, onnx, &eo);
     tp_predictor_destroy(&p);
     if (rc == TP_OK) {

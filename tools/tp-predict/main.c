@@ -333,7 +333,7 @@ int main(int argc, char **argv) {
                  "both)", ckpt);
         return s_fail("--load");
     }
-    tp_zoo_options_t zo = {0, info.nclasses};
+    tp_zoo_options_t zo = {.classes = info.nclasses, .data = &info};  /* normalises if the run did in-model */
     tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, &zo};
     const char *ins[] = {"image"}, *outs[] = {"logits"};
     tp_predict_config_t pc;

@@ -166,8 +166,11 @@ static void s_usage(FILE *out) {
 "                       for cnn, sgd for the others)\n"
 "  --weight-decay W     adamw's decoupled weight decay, W >= 0 (default\n"
 "                       0.01, as torch.optim.AdamW; gpt: 0.1 on its matrices\n"
-"                       and embeddings only, as nanoGPT); only with adamw\n"
-"                       (the models' own L2 decay on their weights stays)\n"
+"                       and embeddings only, as nanoGPT; the models' own L2\n"
+"                       decay stays); with sgd, torch.optim.SGD's coupled\n"
+"                       decay on the weight matrices and kernels only, in\n"
+"                       place of the model's own (default: the model's,\n"
+"                       5e-4 cnn-bn and resnet, 1e-4 resnet18/50, 0 others)\n"
 "  --beta1 B, --beta2 B Adam's and AdamW's moment decays, in [0, 1)\n"
 "                       (default 0.9 and 0.999, torch's; gpt: 0.9 and 0.95)\n"
 "  --clip-norm C        scale each step's gradients by min(1, C / their\n"
@@ -293,7 +296,7 @@ typedef struct {
     tp_zoo_gpt_options_t zoo;  /* the image models read its first member */
     double lr;
     const char *kind;     /* "sgd", "adam", "adamw" (checked) */
-    double weight_decay;  /* adamw */
+    double weight_decay;  /* adamw: decoupled; sgd: coupled (0: the zoo's L2) */
     double beta1, beta2;  /* adam, adamw */
     double clip_norm;     /* 0: none */
     double ema;           /* 0: none */
@@ -311,11 +314,18 @@ static tp_optimizer_t *s_optimizer(void *user) {
         : !strcasecmp(u->kind, "adamw") ? tp_optimizer_adamw(u->lr, u->beta1, u->beta2, 1e-8,
                                                              u->weight_decay)
                                         : tp_optimizer_sgd(u->lr, 0.9, 0);
+    /* SGD's --weight-decay: torch.optim.SGD's coupled decay */
+    int sgd = !strcasecmp(u->kind, "sgd");
+    if (o && sgd && tp_optimizer_set(o, "weight_decay", u->weight_decay) < 0)
+        tp_optimizer_destroy(&o);
     /* --model gpt: nanoGPT's groups, AdamW's decay on the matrices and the
      * embeddings (dim >= 2) only; the biases and the layer norms' gains
-     * and shifts (the zoo's only vectors) keep their size */
+     * and shifts (the zoo's only vectors) keep their size. SGD's decay: on
+     * the weight matrices and kernels only, as the zoo's L2 term it
+     * replaces and the common ResNet recipes */
     static const char *const s_no_decay[] = {"*/b", "*/gamma", "*/beta"};
-    for (size_t i = 0; o && u->args->text && !strcasecmp(u->kind, "adamw") &&
+    for (size_t i = 0; o && ((u->args->text && !strcasecmp(u->kind, "adamw")) ||
+                             (sgd && u->weight_decay > 0)) &&
                        i < sizeof s_no_decay / sizeof *s_no_decay; i++)
         if (tp_optimizer_add_decay_mult(o, s_no_decay[i], 0.0) < 0)
             tp_optimizer_destroy(&o);
@@ -612,31 +622,27 @@ static tp_status_t s_spec_with_workers(const s_args_t *a, char *buf, size_t size
 
 /* The per-image augmentation of --augment PRESET (after the source, before
  * the workers and the batch): " | ..." into buf, or "" for grey images
- * without augmentation (the model casts its uint8 input). */
+ * without augmentation. The images stay uint8 (a quarter of float32's
+ * bytes through the workers' sockets): the model casts and normalises
+ * (a->info.in_model, tp_zoo_options_t.data). */
 static tp_status_t s_augment_spec(const s_args_t *a, char *buf, size_t size) {
     int n = a->image_size, colour = a->info.channels == 3;
-    char norm[192] = "", mean[80] = "", std[80] = "";
-    for (int c = 0, om = 0, os = 0; c < a->info.nnorm; c++) {
-        om += snprintf(mean + om, sizeof mean - (size_t)om, "%s%g", c ? "/" : "", a->info.mean[c]);
-        os += snprintf(std + os, sizeof std - (size_t)os, "%s%g", c ? "/" : "", a->info.std[c]);
-    }
-    snprintf(norm, sizeof norm, "mean=%s,std=%s", mean, std);
-    const char *chw = colour ? " | imgaug chw" : "";
+    const char *chw = colour ? ",chw" : "";
     int k;
     if (!strcmp(a->preset, "imagenet"))
         /* tensorpack's fbresnet augmentation (GoogleNetResize, drawn by
          * the source so that only the crop is decoded: s_train_spec; flip,
-         * the colour jitter in random order, lighting), then normalised */
+         * the colour jitter in random order, lighting) */
         k = snprintf(buf, size, " | imgaug flip,random-order="
-                     "brightness-scale=0.6:1.4;contrast=0.6:1.4%s%s,%s%s",
-                     colour ? ";saturation=0.4" : "", colour ? ",lighting=0.1" : "",
-                     norm, colour ? ",chw" : "");
+                     "brightness-scale=0.6:1.4;contrast=0.6:1.4%s%s%s",
+                     colour ? ";saturation=0.4" : "", colour ? ",lighting=0.1" : "", chw);
     else if (!strcmp(a->preset, "crop") || !strcmp(a->preset, "cifar"))
-        k = snprintf(buf, size, " | augment crop=%d,pad=%d,flip%s%s%s", n,
-                     !strcmp(a->preset, "cifar") ? (n / 8 > 0 ? n / 8 : 1) : a->pad,
-                     colour ? "," : "", colour ? norm : "", chw);
-    else if (colour)  /* none: still normalised, channels first */
-        k = snprintf(buf, size, " | augment crop=%d,%s%s", n, norm, chw);
+        /* the random crop after zero padding, then the flip: the same
+         * draws as `augment crop=N,pad=P,flip` made when it normalised */
+        k = snprintf(buf, size, " | imgaug random-crop=%dx%d:%d,flip%s", n, n,
+                     !strcmp(a->preset, "cifar") ? (n / 8 > 0 ? n / 8 : 1) : a->pad, chw);
+    else if (colour)  /* none: channels first */
+        k = snprintf(buf, size, " | imgaug random-crop=%dx%d%s", n, n, chw);
     else
         k = snprintf(buf, size, "%s", "");
     if (k < 0 || (size_t)k >= size)
@@ -769,6 +775,11 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     }
     if (!strcmp(a->preset, "imagenet"))  /* validation: short side x 256/224 */
         d->resize_short = (a->image_size * 256 + 112) / 224;
+    /* the zoo's pipelines send uint8 and the model normalises, where the
+     * augmentor made float32 before (colour, or --augment: tp-export keeps
+     * their float32 [0, 1] input); a --spec, --remote or --resident input
+     * brings its own images. Grey without augmentation was uint8 always. */
+    d->in_model = !a->spec && !a->remote && !a->resident && (d->channels == 3 || a->augment);
     return TP_OK;
 }
 
@@ -849,7 +860,7 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
         return TP_OK;
     }
     char norm[64] = "";
-    if (a->augment || a->resident)  /* the normalisation the training images had */
+    if (a->resident)  /* float32 in [0, 1], as the resident input's */
         snprintf(norm, sizeof norm, " | augment crop=%d", n);
     if (strcmp(src, "fashion-mnist") && !a->test_data)
         return tp_error(TP_ERR_INVALID, "--data %s has no test split: give "
@@ -1464,11 +1475,14 @@ int main(int argc, char **argv) {
         tp_error(TP_ERR_INVALID, "--optimizer '%s': sgd, adam or adamw", a.optimizer);
         return s_fail("bad flag");
     }
-    if (a.weight_decay >= 0 && strcasecmp(a.optimizer, "adamw")) {
-        tp_error(TP_ERR_INVALID, "--weight-decay is AdamW's decoupled decay: it needs "
-                 "--optimizer adamw (the optimizer is %s)", a.optimizer);
+    if (a.weight_decay >= 0 && !strcasecmp(a.optimizer, "adam")) {
+        tp_error(TP_ERR_INVALID, "--weight-decay is AdamW's decoupled decay or SGD's "
+                 "coupled one: it needs --optimizer adamw or sgd (the optimizer is adam)");
         return s_fail("bad flag");
     }
+    /* SGD's --weight-decay C replaces the zoo models' own L2 term (its C
+     * in the cost's gradient): the same arithmetic, torch.optim.SGD's */
+    int sgd_decay = a.weight_decay >= 0 && !strcasecmp(a.optimizer, "sgd");
     if ((a.beta1 >= 0 || a.beta2 >= 0) && !adam_like) {
         tp_error(TP_ERR_INVALID, "--beta1 and --beta2 are Adam's: they need --optimizer "
                  "adam or adamw (the optimizer is %s)", a.optimizer);
@@ -1476,7 +1490,7 @@ int main(int argc, char **argv) {
     }
     /* torch.optim.AdamW's defaults; the gpt's are nanoGPT's (and GPT-2's) */
     if (a.weight_decay < 0)
-        a.weight_decay = a.text ? 0.1 : 0.01;
+        a.weight_decay = strcasecmp(a.optimizer, "adamw") ? 0.0 : a.text ? 0.1 : 0.01;
     if (a.beta1 < 0)
         a.beta1 = 0.9;
     if (a.beta2 < 0)
@@ -1717,7 +1731,11 @@ int main(int argc, char **argv) {
         tp_input_destroy(&remote);
         return s_fail("--image-size");
     }
-    if (a.augment || a.resident)
+    /* uint8 images from the zoo's pipeline (the model normalises:
+     * a.info.in_model); float32 from the resident input, and from a
+     * --spec or --remote one that augments or is colour (their own
+     * normalisation, as before the model did it) */
+    if (a.resident || (!a.info.in_model && (a.augment || a.info.channels == 3)))
         inputs[0].dtype = TP_FLOAT32;
     /* a sender whose batches do not fit (another size, batch or dtype) is
      * dropped and counted, not the end of the run */
@@ -1734,7 +1752,7 @@ int main(int argc, char **argv) {
         tp_dataflow_destroy(&test);
         return s_fail("training data");
     }
-    s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses}, a.layers, a.heads,
+    s_model_user_t mu = {{{(float)a.label_smoothing, a.info.nclasses, &a.info, sgd_decay}, a.layers, a.heads,
                           a.embed, (float)a.dropout, a.text ? (int)a.tokens.vocab : 0},
                          a.lr, a.optimizer,
                          a.weight_decay, a.beta1, a.beta2, a.clip_norm, a.ema,
@@ -1840,7 +1858,7 @@ int main(int argc, char **argv) {
                  a.epochs, a.batch, a.towers, nranks, a.lr, a.optimizer, a.augment, a.workers,
                  (long long)cfg.steps_per_epoch, (long long)a.seed, a.label_smoothing,
                  a.lr_schedule, a.lr_gamma, a.lr_end, a.warmup,
-                 strcasecmp(a.optimizer, "adamw") ? 0.0 : a.weight_decay,
+                 a.weight_decay,
                  adam_like ? a.beta1 : 0.0, adam_like ? a.beta2 : 0.0, a.clip_norm,
                  a.ema, a.accumulate, a.context, a.layers, a.heads, a.embed, a.dropout);
     cfg.hparams = hparams;
