@@ -812,7 +812,11 @@ tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
         return s_forward(dnnl, c);
     const tp_op_call_t in = tp_act_inner(c, NULL);
     TP_TRY(s_forward(dnnl, &in));
-    if (c->kind != TP_OP_MATMUL) {
+    /* the matmul's pass and oneDNN's convolutions (its eltwise post-op,
+     * dnnl_conv.c) apply the relu themselves */
+    const int conv = c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE ||
+                     c->kind == TP_OP_UPSAMPLE_NEAREST || c->kind == TP_OP_UPSAMPLE_BILINEAR;
+    if (c->kind != TP_OP_MATMUL && !(conv && dnnl)) {
         const size_t n = s_count(&c->yshape);
         float *restrict y = c->y;
         for (size_t i = 0; i < n; i++)
