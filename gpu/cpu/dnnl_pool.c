@@ -104,10 +104,12 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     return rc;
 }
 
-/* The call's entry when oneDNN runs it (NULL: ops_cpu.c's); `planning`:
- * any workspace will do (it is being sized). */
-static tp_status_t s_entry(const tp_op_call_t *c, int planning, tp_dnnl_prim_t **out,
-                           int *owned) {
+/* The call's entry when oneDNN runs it (NULL: ops_cpu.c's), whatever the
+ * workspace: a call whose workspace was sized for ops_cpu.c (a backend
+ * that borrows this one's op table plans without oneDNN) runs on a
+ * workspace of its own (s_ws), so that a model gives the same numbers
+ * whoever planned it. */
+static tp_status_t s_entry(const tp_op_call_t *c, tp_dnnl_prim_t **out, int *owned) {
     *out = NULL;
     *owned = 0;
     const tp_op_attr_t *a = c->attr;
@@ -121,7 +123,7 @@ static tp_status_t s_entry(const tp_op_call_t *c, int planning, tp_dnnl_prim_t *
     s_key(c, key);
     tp_dnnl_prim_t *e;
     TP_TRY(tp_dnnl_lookup(key, s_build, c, &e, owned));
-    if (!e->ok || (!planning && c->workspace_bytes < e->extra[1])) {
+    if (!e->ok) {
         if (*owned)
             tp_dnnl_prim_free(e);
         *owned = 0;
@@ -134,7 +136,7 @@ static tp_status_t s_entry(const tp_op_call_t *c, int planning, tp_dnnl_prim_t *
 size_t tp_dnnl_pool_workspace(const tp_op_call_t *c, size_t own) {
     tp_dnnl_prim_t *e;
     int owned;
-    if (s_entry(c, 1, &e, &owned) != TP_OK) {
+    if (s_entry(c, &e, &owned) != TP_OK) {
         tp_clear_error(); /* the run's own call reports it */
         return own;
     }
@@ -146,17 +148,25 @@ size_t tp_dnnl_pool_workspace(const tp_op_call_t *c, size_t own) {
     return bytes;
 }
 
-tp_status_t tp_dnnl_pool_forward(const tp_op_call_t *c, int *done) {
-    tp_dnnl_prim_t *e;
-    int owned;
-    *done = 0;
-    TP_TRY(s_entry(c, 0, &e, &owned));
-    if (!e)
+/* A workspace of the call's own (*own, the caller frees it) when the
+ * planned one is smaller than e needs, with `extra` bytes more; NULL when
+ * the planned one will do. */
+static tp_status_t s_ws(const tp_op_call_t *c, const tp_dnnl_prim_t *e, size_t extra,
+                        char **own) {
+    *own = NULL;
+    if (c->workspace && c->workspace_bytes >= e->extra[1] && !extra)
         return TP_OK;
-    char *ws = c->workspace;
+    if (!(*own = malloc(e->extra[1] + extra + 1)))
+        return tp_error(TP_ERR_NOMEM, "%s: %zu bytes of oneDNN pooling workspace", c->name,
+                        e->extra[1] + extra);
+    return TP_OK;
+}
+
+/* The forward of e into `out` with the workspace at ws. */
+static tp_status_t s_fwd(const tp_op_call_t *c, const tp_dnnl_prim_t *e, char *ws, void *out) {
     int args[4] = {DNNL_ARG_SRC, DNNL_ARG_DST}, n = 2;
     const dnnl_memory_desc_t *mds[4];
-    void *ptrs[4] = {(void *)c->x[0], c->y};
+    void *ptrs[4] = {(void *)c->x[0], out};
     dnnl_memory_desc_t xm, ym;
     const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
     dnnl_dims_t xd = {x->d[0], x->d[1], x->d[2], x->d[3]};
@@ -175,7 +185,21 @@ tp_status_t tp_dnnl_pool_forward(const tp_op_call_t *c, int *done) {
         mds[n] = &e->fwd_scratch;
         ptrs[n++] = ws + e->extra[0];
     }
-    tp_status_t rc = tp_dnnl_exec(e->fwd, n, args, mds, ptrs, c->name);
+    return tp_dnnl_exec(e->fwd, n, args, mds, ptrs, c->name);
+}
+
+tp_status_t tp_dnnl_pool_forward(const tp_op_call_t *c, int *done) {
+    tp_dnnl_prim_t *e;
+    int owned;
+    *done = 0;
+    TP_TRY(s_entry(c, &e, &owned));
+    if (!e)
+        return TP_OK;
+    char *own = NULL;
+    tp_status_t rc = s_ws(c, e, 0, &own);
+    if (rc == TP_OK)
+        rc = s_fwd(c, e, own ? own : c->workspace, c->y);
+    free(own);
     if (owned)
         tp_dnnl_prim_free(e);
     *done = 1;
@@ -186,7 +210,7 @@ tp_status_t tp_dnnl_pool_backward(const tp_op_call_t *c, int *done) {
     tp_dnnl_prim_t *e;
     int owned;
     *done = 0;
-    TP_TRY(s_entry(c, 0, &e, &owned));
+    TP_TRY(s_entry(c, &e, &owned));
     if (!e)
         return TP_OK;
     *done = 1;
@@ -197,8 +221,19 @@ tp_status_t tp_dnnl_pool_backward(const tp_op_call_t *c, int *done) {
      * so into a buffer of this call's, then added */
     if (dx && c->dx_acc[0] && !(tmp = malloc(nx * sizeof(float))))
         rc = tp_error(TP_ERR_NOMEM, "%s: %zu floats for the pooling's gradient", c->name, nx);
+    /* a workspace the plan did not size: the max's argmax is gone with the
+     * forward's, so the forward runs again here, into this call's room */
+    char *own = NULL, *ws = c->workspace;
+    if (dx && rc == TP_OK && (!ws || c->workspace_bytes < e->extra[1])) {
+        const size_t ny = e->ws_bytes ? s_round(tp_shape_count(&c->yshape) * sizeof(float)) : 0;
+        rc = s_ws(c, e, ny + 1, &own);
+        if (rc == TP_OK) {
+            ws = own + ny;
+            if (e->ws_bytes)
+                rc = s_fwd(c, e, ws, own);
+        }
+    }
     if (dx && rc == TP_OK) {
-        char *ws = c->workspace;
         const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
         dnnl_dims_t xd = {x->d[0], x->d[1], x->d[2], x->d[3]};
         dnnl_dims_t yd = {y->d[0], y->d[1], y->d[2], y->d[3]};
@@ -224,6 +259,7 @@ tp_status_t tp_dnnl_pool_backward(const tp_op_call_t *c, int *done) {
                 dx[i] += tmp[i];
     }
     free(tmp);
+    free(own);
     if (owned)
         tp_dnnl_prim_free(e);
     return rc;

@@ -160,6 +160,37 @@ Test(dnnl_ops, batch_norm_matches_the_own_kernels) {
         }
 }
 
+/* A workspace the plan did not size (a backend that borrows the CPU's op
+ * table plans without oneDNN): oneDNN's pooling still runs, on room of
+ * its own, the max's backward running the forward again for its argmax;
+ * the same numbers as a planned call. */
+Test(dnnl_ops, pooling_without_its_planned_workspace_gives_the_same_numbers) {
+    setenv("TP_CPU_POOL", "dnnl", 1);
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    for (int k = 0; k < 2; k++) {
+        const tp_op_kind_t kind = k ? TP_OP_AVG_POOL : TP_OP_MAX_POOL;
+        tp_shape_t xs = {4, {2, 16, 9, 11}}, ys = s_pool_out(xs, 3, 2, 1);
+        call_t t[2];
+        for (int p = 0; p < 2; p++) {
+            s_call(&t[p], b, kind, xs, ys, 0);
+            t[p].attr.kh = t[p].attr.kw = 3;
+            t[p].attr.sh = t[p].attr.sw = 2;
+            t[p].attr.ph = t[p].attr.pw = 1;
+        }
+        s_run(&t[0], b);
+        /* no workspace at all: as if planned for a kernel that needs none */
+        cr_assert_eq(b->ops->op_forward(b, NULL, &t[1].c), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(b->ops->op_backward(b, NULL, &t[1].c), TP_OK, "%s", tp_last_error());
+        cr_expect_eq(memcmp(t[0].y, t[1].y, tp_shape_count(&ys) * sizeof(float)), 0);
+        cr_expect_eq(memcmp(t[0].dx[0], t[1].dx[0], tp_shape_count(&xs) * sizeof(float)), 0);
+        s_free(&t[0]);
+        s_free(&t[1]);
+    }
+    tp_backend_destroy(&b);
+    unsetenv("TP_CPU_POOL");
+}
+
 /* Which path runs: oneDNN's max pooling keeps its argmax in a workspace of
  * its own layout, so the planned bytes differ from ops_cpu.c's int32 per
  * output; the default runs ops_cpu.c's 2x2 stride 2 max pooling and
