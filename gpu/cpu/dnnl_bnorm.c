@@ -191,6 +191,11 @@ tp_status_t tp_dnnl_bnorm_forward(const tp_op_call_t *c, int *done) {
             inv[i] = 1.0f / sqrtf(mv[i] + a->eps);
         }
     }
+    if (rc == TP_OK && a->act == TP_ACT_RELU) { /* a folded relu, as ops_cpu.c's */
+        float *restrict y = c->y;
+        for (size_t i = 0, ny = tp_shape_count(&c->yshape); i < ny; i++)
+            y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    }
     if (owned)
         tp_dnnl_prim_free(e);
     return rc;

@@ -340,6 +340,7 @@ static void s_bn_fwd(const tp_op_call_t *c) {
     float *y = c->y, *mean = c->workspace, *inv = mean + ch;
     float *mm = c->state[0], *mv = c->state[1];
     const tp_op_attr_t *a = c->attr;
+    const int relu = a->act == TP_ACT_RELU;
     const double m = (double)(n * sp);
     for (size_t k = 0; k < ch; k++) {
         float mu, is;
@@ -372,6 +373,9 @@ static void s_bn_fwd(const tp_op_call_t *c) {
             float *restrict yr = y + (i * ch + k) * sp;
             for (size_t j = 0; j < sp; j++)
                 yr[j] = r[j] * sc + sh;
+            if (relu) /* a folded relu while the row is in cache */
+                for (size_t j = 0; j < sp; j++)
+                    yr[j] = yr[j] > 0.0f ? yr[j] : 0.0f;
         }
     }
 }
@@ -812,11 +816,12 @@ tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
         return s_forward(dnnl, c);
     const tp_op_call_t in = tp_act_inner(c, NULL);
     TP_TRY(s_forward(dnnl, &in));
-    /* the matmul's pass and oneDNN's convolutions (its eltwise post-op,
-     * dnnl_conv.c) apply the relu themselves */
+    /* the matmul's pass, the batch norm's (either path) and oneDNN's
+     * convolutions (its eltwise post-op, dnnl_conv.c) apply the relu
+     * themselves */
     const int conv = c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE ||
                      c->kind == TP_OP_UPSAMPLE_NEAREST || c->kind == TP_OP_UPSAMPLE_BILINEAR;
-    if (c->kind != TP_OP_MATMUL && !(conv && dnnl)) {
+    if (c->kind != TP_OP_MATMUL && c->kind != TP_OP_BATCH_NORM && !(conv && dnnl)) {
         const size_t n = s_count(&c->yshape);
         float *restrict y = c->y;
         for (size_t i = 0; i < n; i++)
