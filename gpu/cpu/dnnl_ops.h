@@ -91,8 +91,9 @@ int tp_dnnl_ops_path(const char *env);
  * or `own` (ops_cpu.c's bytes) where it runs there. */
 size_t tp_dnnl_pool_workspace(const tp_op_call_t *c, size_t own);
 /* The call on oneDNN, *done 1; *done 0: ops_cpu.c runs it (TP_CPU_POOL=own,
- * a geometry oneDNN lacks, a workspace planned for ops_cpu.c). The forward
- * and the backward of one call decide alike. */
+ * the default's 2x2 stride 2 max pooling, a geometry oneDNN lacks). The
+ * forward and the backward of one call decide alike; a workspace smaller
+ * than planned here (planned for ops_cpu.c) gets room of the call's own. */
 tp_status_t tp_dnnl_pool_forward(const tp_op_call_t *c, int *done);
 tp_status_t tp_dnnl_pool_backward(const tp_op_call_t *c, int *done);
 
@@ -103,7 +104,10 @@ tp_status_t tp_dnnl_pool_backward(const tp_op_call_t *c, int *done);
  * follow either forward ---------------------------------------------------- */
 
 size_t tp_dnnl_bnorm_workspace(const tp_op_call_t *c, size_t own);
-/* As the pooling's; an inference-mode backward is ops_cpu.c's (*done 0). */
+/* As the pooling's, except that a workspace smaller than planned here runs
+ * ops_cpu.c's (the forward's statistics must reach the backward); an
+ * inference-mode backward is ops_cpu.c's (*done 0). A folded relu
+ * (attr.act) is applied by the forward. */
 tp_status_t tp_dnnl_bnorm_forward(const tp_op_call_t *c, int *done);
 tp_status_t tp_dnnl_bnorm_backward(const tp_op_call_t *c, int *done);
 
