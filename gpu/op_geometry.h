@@ -87,6 +87,56 @@ static inline void tp_norm_params(const tp_op_attr_t *a, int *gi, int *bi) {
     *bi = a->norm_absent & 2 ? -1 : (a->norm_absent & 1 ? 1 : 2);
 }
 
+/* The floating-point operations of one call, for the profile's GFLOPS (a
+ * multiply-add counts 2, as a peak's FMA does): the forward's, and the
+ * backward's per input gradient (bwd[0] the data's, bwd[1] the weights' or
+ * the second operand's; a conv's bias is in the forward and in bwd[1]).
+ * 0 for an op whose cost is its memory traffic, not arithmetic (the
+ * elementwise, shape, pooling and norm families). */
+typedef struct {
+    double fwd;
+    double bwd[2];
+} tp_op_flops_t;
+
+static inline tp_op_flops_t tp_op_flops(const tp_op_call_t *c) {
+    tp_op_flops_t f = {0, {0, 0}};
+    const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
+    switch (c->kind) {
+    case TP_OP_CONV2D:
+    case TP_OP_CONV_TRANSPOSE: {
+        /* every (output pixel, filter tap, input channel of its group) is
+         * one multiply-add; a transposed conv's pixels are its input's */
+        const double g = c->attr->groups > 0 ? c->attr->groups : 1;
+        const tp_shape_t *px = c->kind == TP_OP_CONV2D ? y : x;
+        const double cin = (double)(c->kind == TP_OP_CONV2D ? x->d[1] : y->d[1]);
+        const double macs = (double)tp_shape_count(px) * (cin / g) *
+                            (double)c->attr->kh * (double)c->attr->kw;
+        const double bias = c->ninputs > 2 ? (double)tp_shape_count(y) : 0.0;
+        f.fwd = 2.0 * macs + bias;
+        f.bwd[0] = 2.0 * macs;
+        f.bwd[1] = 2.0 * macs + bias;
+        break;
+    }
+    case TP_OP_MATMUL: {
+        /* x[N, K] (trailing dims flattened) @ W[K, M] */
+        const double n = (double)x->d[0];
+        const double k = (double)tp_shape_count(x) / (n > 0 ? n : 1.0);
+        const double m = (double)c->xshape[1].d[1];
+        f.fwd = f.bwd[0] = f.bwd[1] = 2.0 * n * k * m;
+        break;
+    }
+    case TP_OP_BATCH_MATMUL: {
+        tp_bmm_geom_t g;
+        tp_bmm_geometry(c, &g);
+        f.fwd = f.bwd[0] = f.bwd[1] = 2.0 * (double)g.nbat * g.m * g.n * g.k;
+        break;
+    }
+    default:
+        break;
+    }
+    return f;
+}
+
 /* Callable from a CUDA kernel too. */
 #ifdef __CUDACC__
 #define TP_GEOM_FN static inline __host__ __device__

@@ -55,6 +55,7 @@ typedef struct {
     int64_t deconv; /* conv2d_transpose: x is the small image, y the large */
     int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, g, bias;
     int64_t threads; /* the OpenMP team it was made for (below) */
+    int64_t relu;    /* a folded relu (attr.act): the forward's eltwise post-op */
 } s_geom_t;
 
 /* One argument of a primitive: the op's plain layout and the primitive's;
@@ -186,6 +187,7 @@ static s_geom_t s_geom(const tp_op_call_t *c) {
     k.g = c->attr->groups > 0 ? c->attr->groups : 1;
     k.bias = c->ninputs > 2;
     k.threads = omp_get_max_threads();
+    k.relu = c->attr->act == TP_ACT_RELU;
     return k;
 }
 
@@ -324,15 +326,27 @@ static tp_status_t s_arg(const tp_dnnl_conv_t *self, s_pass_t *p,
 }
 
 /* The primitive of a pass from its descriptor; *ok 0 when oneDNN has no
- * implementation (not an error: the im2col code runs that geometry). */
+ * implementation (not an error: the im2col code runs that geometry).
+ * `relu`: a relu on the output as the primitive's eltwise post-op (the
+ * forward of a conv a relu is folded into: one pass over y, not two). */
 static tp_status_t s_pd(const tp_dnnl_conv_t *self, const void *op_desc,
                         const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd,
-                        int *ok, const char *name) {
+                        int *ok, int relu, const char *name) {
     dnnl_primitive_attr_t attr;
+    dnnl_post_ops_t po = NULL;
     S_DNNL(dnnl_primitive_attr_create(&attr));
     dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success && relu) {
+        st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success)
+            st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        if (st == dnnl_success)
+            st = dnnl_primitive_attr_set_post_ops(attr, po);
+    }
     if (st == dnnl_success)
         st = dnnl_primitive_desc_create(pd, op_desc, attr, self->engine, hint);
+    if (po)
+        dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
     *ok = st == dnnl_success;
     if (st == dnnl_unimplemented) {
@@ -410,11 +424,11 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
     }
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     int ok = 0;
-    tp_status_t rc = s_pd(self, &fd, NULL, &fpd, &ok, name);
+    tp_status_t rc = s_pd(self, &fd, NULL, &fpd, &ok, (int)k->relu, name);
     if (rc == TP_OK && ok)
-        rc = s_pd(self, &dd, fpd, &dpd, &ok, name);
+        rc = s_pd(self, &dd, fpd, &dpd, &ok, 0, name);
     if (rc == TP_OK && ok)
-        rc = s_pd(self, &wd, fpd, &wpd, &ok, name);
+        rc = s_pd(self, &wd, fpd, &wpd, &ok, 0, name);
     e->ok = rc == TP_OK && ok;
     if (e->ok) {
         s_pass_t *p = &e->pass[S_FWD];
@@ -706,9 +720,21 @@ size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     return bytes;
 }
 
+/* y = max(y, 0): a folded relu that the primitive did not apply. */
+static void s_relu(const tp_op_call_t *c) {
+    float *restrict y = c->y;
+    for (size_t i = 0, n = tp_shape_count(&c->yshape); i < n; i++)
+        y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+}
+
 tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
-    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
-        return tp_cpu_conv_forward(c);
+    const int relu = c->attr->act == TP_ACT_RELU;
+    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE) {
+        TP_TRY(tp_cpu_conv_forward(c));
+        if (relu)
+            s_relu(c);
+        return TP_OK;
+    }
     s_entry_t *e;
     int owned;
     TP_TRY(s_lookup(self, c, &e, &owned));
@@ -716,6 +742,8 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     char *base = NULL, *own = NULL;
     if (!e->ok) {
         rc = tp_cpu_conv_forward(c);
+        if (rc == TP_OK && relu)
+            s_relu(c);
     } else if ((rc = s_ws(e, c, &base, &own)) == TP_OK) {
         void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->x[1]};
         void *blk[S_MAX_ARGS] = {e->keep_bytes ? base : NULL};

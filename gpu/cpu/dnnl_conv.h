@@ -33,7 +33,10 @@ void tp_dnnl_conv_destroy(tp_dnnl_conv_t **self_p);
  * for the other ops of the family and for geometries oneDNN lacks. */
 size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c);
 /* Forward and backward of the convolution family through the cache (same
- * contract as tp_cpu_conv_forward/backward: dx_acc honoured). */
+ * contract as tp_cpu_conv_forward/backward: dx_acc honoured). The forward
+ * applies a folded relu (attr.act, gpu/graph/fold.c) itself, as the
+ * primitive's eltwise post-op where oneDNN runs the call; the backward
+ * takes dy masked already (ops_cpu.c). */
 tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c);
 tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c);
 

@@ -15,6 +15,7 @@
 #include "gpu/backend_impl.h"
 
 #include "gpu/cpu/cpu_math.h"
+#include "gpu/cpu/dnnl_ops.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_loss.h"
@@ -339,6 +340,7 @@ static void s_bn_fwd(const tp_op_call_t *c) {
     float *y = c->y, *mean = c->workspace, *inv = mean + ch;
     float *mm = c->state[0], *mv = c->state[1];
     const tp_op_attr_t *a = c->attr;
+    const int relu = a->act == TP_ACT_RELU;
     const double m = (double)(n * sp);
     for (size_t k = 0; k < ch; k++) {
         float mu, is;
@@ -371,6 +373,9 @@ static void s_bn_fwd(const tp_op_call_t *c) {
             float *restrict yr = y + (i * ch + k) * sp;
             for (size_t j = 0; j < sp; j++)
                 yr[j] = r[j] * sc + sh;
+            if (relu) /* a folded relu while the row is in cache */
+                for (size_t j = 0; j < sp; j++)
+                    yr[j] = yr[j] > 0.0f ? yr[j] : 0.0f;
         }
     }
 }
@@ -665,10 +670,14 @@ static void s_cast_fwd(const tp_op_call_t *c) {
 
 static size_t s_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     switch (c->kind) {
-    case TP_OP_MAX_POOL:
-        return s_count(&c->yshape) * sizeof(int32_t);
-    case TP_OP_BATCH_NORM:
-        return 2 * (size_t)c->xshape[0].d[1] * sizeof(float);
+    case TP_OP_MAX_POOL: case TP_OP_AVG_POOL: { /* oneDNN's (dnnl_pool.c) or ours */
+        const size_t own = c->kind == TP_OP_MAX_POOL ? s_count(&c->yshape) * sizeof(int32_t) : 0;
+        return dnnl ? tp_dnnl_pool_workspace(c, own) : own;
+    }
+    case TP_OP_BATCH_NORM: {
+        const size_t own = 2 * (size_t)c->xshape[0].d[1] * sizeof(float);
+        return dnnl ? tp_dnnl_bnorm_workspace(c, own) : own;
+    }
     case TP_OP_DROPOUT:
         return s_count(&c->yshape) * sizeof(float);
     case TP_OP_SOFTMAX_XENT:
@@ -693,10 +702,23 @@ static tp_status_t s_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_MATMUL: s_matmul_fwd(c); break;
     case TP_OP_BIAS_ADD: s_bias_fwd(c); break;
-    case TP_OP_MAX_POOL: s_pool_fwd(c, 1); break;
-    case TP_OP_AVG_POOL: s_pool_fwd(c, 0); break;
+    case TP_OP_MAX_POOL: case TP_OP_AVG_POOL: { /* oneDNN where it takes the call */
+        int done = 0;
+        if (dnnl)
+            TP_TRY(tp_dnnl_pool_forward(c, &done));
+        if (!done)
+            s_pool_fwd(c, c->kind == TP_OP_MAX_POOL);
+        break;
+    }
     case TP_OP_GLOBAL_AVG_POOL: s_gap_fwd(c); break;
-    case TP_OP_BATCH_NORM: s_bn_fwd(c); break;
+    case TP_OP_BATCH_NORM: {
+        int done = 0;
+        if (dnnl)
+            TP_TRY(tp_dnnl_bnorm_forward(c, &done));
+        if (!done)
+            s_bn_fwd(c);
+        break;
+    }
     case TP_OP_DROPOUT: s_dropout_fwd(c); break;
     case TP_OP_RESHAPE:
         if (c->y != c->x[0])
@@ -735,10 +757,23 @@ static tp_status_t s_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     switch (c->kind) {
     case TP_OP_MATMUL: s_matmul_bwd(c); break;
     case TP_OP_BIAS_ADD: s_bias_bwd(c); break;
-    case TP_OP_MAX_POOL: s_pool_bwd(c, 1); break;
-    case TP_OP_AVG_POOL: s_pool_bwd(c, 0); break;
+    case TP_OP_MAX_POOL: case TP_OP_AVG_POOL: {
+        int done = 0;
+        if (dnnl)
+            TP_TRY(tp_dnnl_pool_backward(c, &done));
+        if (!done)
+            s_pool_bwd(c, c->kind == TP_OP_MAX_POOL);
+        break;
+    }
     case TP_OP_GLOBAL_AVG_POOL: s_gap_bwd(c); break;
-    case TP_OP_BATCH_NORM: s_bn_bwd(c); break;
+    case TP_OP_BATCH_NORM: {
+        int done = 0;
+        if (dnnl)
+            TP_TRY(tp_dnnl_bnorm_backward(c, &done));
+        if (!done)
+            s_bn_bwd(c);
+        break;
+    }
     case TP_OP_DROPOUT: s_dropout_bwd(c); break;
     case TP_OP_RESHAPE: s_passthrough_bwd(c); break;
     case TP_OP_SOFTMAX_XENT: s_xent_bwd(c); break;
@@ -781,7 +816,12 @@ tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
         return s_forward(dnnl, c);
     const tp_op_call_t in = tp_act_inner(c, NULL);
     TP_TRY(s_forward(dnnl, &in));
-    if (c->kind != TP_OP_MATMUL) {
+    /* the matmul's pass, the batch norm's (either path) and oneDNN's
+     * convolutions (its eltwise post-op, dnnl_conv.c) apply the relu
+     * themselves */
+    const int conv = c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE ||
+                     c->kind == TP_OP_UPSAMPLE_NEAREST || c->kind == TP_OP_UPSAMPLE_BILINEAR;
+    if (c->kind != TP_OP_MATMUL && c->kind != TP_OP_BATCH_NORM && !(conv && dnnl)) {
         const size_t n = s_count(&c->yshape);
         float *restrict y = c->y;
         for (size_t i = 0; i < n; i++)

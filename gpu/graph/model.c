@@ -25,6 +25,7 @@
 
 #include "gpu/graph/collective.h"
 #include "gpu/graph/graph_internal.h"
+#include "gpu/op_geometry.h"
 
 #define FLOAT_ALIGN (TP_ALIGNMENT / sizeof(float))
 
@@ -2535,6 +2536,27 @@ uint64_t tp_model_profile_device_ns(const tp_model_t *m, int tower) {
     return t && t->prof_timer ? t->prof_run_dev_ns : 0;
 }
 
+/* The FLOPs of node n's forward and backward calls at its run shapes
+ * (gpu/op_geometry.h); the backward counts the gradients cost 0 wants. */
+static void s_node_flops(const tp_node_t *n, double *fwd, double *bwd) {
+    tp_shape_t xshape[3];
+    tp_op_call_t c;
+    memset(&c, 0, sizeof c);
+    c.kind = n->kind;
+    c.attr = &n->attr;
+    c.ninputs = n->ninputs < 3 ? n->ninputs : 3;
+    for (int i = 0; i < c.ninputs; i++)
+        xshape[i] = n->inputs[i]->run_shape;
+    c.xshape = xshape;
+    c.yshape = n->run_shape;
+    const tp_op_flops_t f = c.ninputs ? tp_op_flops(&c) : (tp_op_flops_t){0, {0, 0}};
+    *fwd = f.fwd;
+    *bwd = 0;
+    for (int i = 0; i < 2 && i < c.ninputs && n->backward; i++)
+        if (n->inputs[i]->cost_mask & 1u)
+            *bwd += f.bwd[i];
+}
+
 int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
                      int max) {
     tp_tower_t *t = tp_model_tower_((tp_model_t *)m, tower);
@@ -2546,11 +2568,13 @@ int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
         int folds = 0;
         for (int j = i + 1; j < t->nnodes; j++)
             folds += t->nodes[j]->folded == n;
-        if (out && k < max)
+        if (out && k < max) {
             out[k] = (tp_op_profile_t){n->name, n->kind, n->prof_fwd_ns,
                                        n->prof_bwd_ns, n->prof_calls,
                                        n->prof_fwd_dev_ns, n->prof_bwd_dev_ns,
-                                       folds};
+                                       folds, 0, 0};
+            s_node_flops(n, &out[k].flops_forward, &out[k].flops_backward);
+        }
         k++;
     }
     return k;

@@ -756,6 +756,11 @@ typedef struct tp_op_profile {
     int folds;             /* nodes folded into this op's calls (config
                               fold): their time is in this row, and they
                               have none of their own */
+    double flops_forward;  /* floating-point operations of one forward call
+                              at the last run's shapes (a multiply-add is
+                              2); 0 for an op bound by memory, not
+                              arithmetic (elementwise, shape, pool, norm) */
+    double flops_backward; /* of one backward call: the gradients it makes */
 } tp_op_profile_t;
 
 /* Switch profiling on (1) or off (0); switching on clears the sums. While

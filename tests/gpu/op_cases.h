@@ -98,6 +98,14 @@ typedef struct {
     {.label = nm, .kind = k, .ninputs = 1, .nd = {4}, .d = {{n, c, h, w}},      \
      .lo = {-1}, .hi = {1}, .atol = at, .rtol = rt, .stride = f, .align = al}
 
+/* Pooling rows: x [n,c,h,w], the window (alpha), stride and padding
+ * (max: padding never wins; average: it is not counted, PyTorch's
+ * count_include_pad=False). */
+#define OP_POOL_ROW(nm, k, n, c, h, w, win, s, p, at, rt)                     \
+    {.label = nm, .kind = k, .alpha = win, .ninputs = 1, .nd = {4},             \
+     .d = {{n, c, h, w}}, .lo = {-1}, .hi = {1}, .atol = at, .rtol = rt,        \
+     .stride = s, .pad = p}
+
 /* Rows written positionally (and other families' rows) leave the later
  * families' fields (axis, a, b, ynd, yd, ints; stride .. align) zero,
  * which is what they mean there. */
@@ -200,6 +208,14 @@ static const op_case_t op_cases[] = {
      .lo = {0}, .hi = {6}, .ynd = 3, .yd = {2, 5, 6}, .ints = 1},
     {.label = "one_hot_1d", .kind = TP_OP_ONE_HOT, .ninputs = 1, .nd = {1}, .d = {{7}},
      .lo = {0}, .hi = {3}, .ynd = 2, .yd = {7, 3}, .ints = 1},
+    /* pooling (oneDNN's or ops_cpu.c's, dnnl_ops.h): max moves values
+     * (its gradient sums where windows overlap), average sums a window */
+    OP_POOL_ROW("max_pool_2x2", TP_OP_MAX_POOL, 2, 3, 6, 8, 2, 2, 0, 1e-6f, 1e-6f),
+    OP_POOL_ROW("max_pool_3s2p1", TP_OP_MAX_POOL, 2, 3, 7, 6, 3, 2, 1, 1e-6f, 1e-6f),
+    OP_POOL_ROW("max_pool_odd", TP_OP_MAX_POOL, 1, 2, 5, 7, 2, 2, 0, 1e-6f, 1e-6f),
+    OP_POOL_ROW("avg_pool_2x2", TP_OP_AVG_POOL, 2, 3, 6, 8, 2, 2, 0, 1e-6f, 1e-5f),
+    OP_POOL_ROW("avg_pool_3s2p1", TP_OP_AVG_POOL, 2, 3, 7, 6, 3, 2, 1, 1e-6f, 1e-5f),
+    OP_POOL_ROW("avg_pool_3s1p1", TP_OP_AVG_POOL, 2, 2, 5, 5, 3, 1, 1, 1e-6f, 1e-5f),
     /* the convolution family: sums of up to a few hundred products */
     OP_CONV_ROW("conv2d_plain", TP_OP_CONV2D, 2, 3, 7, 6, 4, 3, 3, 3, 1, 1, 1, 1, 0, 1e-5f, 1e-4f),
     OP_CONV_ROW("conv2d_dilated", TP_OP_CONV2D, 2, 3, 9, 8, 4, 3, 3, 3, 1, 2, 2, 1, 0, 1e-5f, 1e-4f),
@@ -346,6 +362,15 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
             o.d[j] = k->yd[j];
         return o;
     }
+    if (k->kind == TP_OP_MAX_POOL || k->kind == TP_OP_AVG_POOL) { /* as tp_max_pool's */
+        const int64_t *x = k->d[0], win = (int64_t)k->alpha, s = k->stride, p = k->pad;
+        o.ndim = 4;
+        o.d[0] = x[0];
+        o.d[1] = x[1];
+        o.d[2] = (x[2] + 2 * p - win) / s + 1;
+        o.d[3] = (x[3] + 2 * p - win) / s + 1;
+        return o;
+    }
     if (op_case_conv(k)) {
         const int64_t *x = k->d[0], *w = k->d[1];
         const int64_t s = k->stride, p = k->pad, dl = k->dilation;
@@ -452,6 +477,11 @@ static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
     a->axis = k->axis;
     memcpy(a->dims_a, k->a, sizeof k->a);
     memcpy(a->dims_b, k->b, sizeof k->b);
+    if (k->kind == TP_OP_MAX_POOL || k->kind == TP_OP_AVG_POOL) { /* the window */
+        a->kh = a->kw = (int)k->alpha;
+        a->sh = a->sw = k->stride;
+        a->ph = a->pw = k->pad;
+    }
     if (op_case_conv(k)) { /* the convolution family */
         a->kh = (int)k->d[1][2];
         a->kw = (int)k->d[1][3];

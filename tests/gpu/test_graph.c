@@ -529,6 +529,55 @@ Test(graph, per_op_profile) {
     tp_model_destroy(&m);
 }
 
+/* conv 3x3 (1 -> 4 channels, same padding, bias) on 8x8 images, then an
+ * fc to 5 classes: the profile's FLOPs per call by hand. */
+static tp_status_t s_conv_fc(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t shape[4] = {-1, 1, 8, 8};
+    tp_node_t *x = tp_reshape(t, "img", in[0], 4, shape);
+    tp_node_t *h = tp_relu(t, NULL, tp_conv2d(t, "conv", x, 4, 3, 1, -1, 1));
+    tp_node_t *logits = tp_fc(t, "fc", h, 5, 1);
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
+}
+
+Test(graph, profile_counts_the_flops_of_a_conv_and_an_fc) {
+    tp_input_desc_t desc[2] = {{"x", TP_FLOAT32, 2, {-1, 64}}, {"y", TP_INT32, 1, {-1}}};
+    tp_model_desc_t md = {desc, 2, s_conv_fc, s_adam, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 6;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    float x[3 * 64] = {0};
+    int32_t y[3] = {0, 1, 2};
+    int64_t xs[2] = {3, 64}, ys[1] = {3}; /* a smaller batch than planned */
+    tp_tensor_t in[2];
+    tp_tensor_init_wrap(&in[0], TP_FLOAT32, 2, xs, x, NULL, NULL);
+    tp_tensor_init_wrap(&in[1], TP_INT32, 1, ys, y, NULL, NULL);
+    tp_model_set_profiling(m, 1);
+    cr_assert_eq(s_run(m, 0, in, TP_RUN_TRAIN), TP_OK, "%s", tp_last_error());
+    tp_op_profile_t pr[16];
+    int n = tp_model_profile(m, 0, pr, 16), seen = 0;
+    for (int i = 0; i < n && i < 16; i++) {
+        if (!strcmp(pr[i].name, "conv/output")) {
+            /* 3 images x 4 filters x 64 pixels x 9 taps x 1 channel
+             * multiply-adds, 2 FLOPs each, + the bias's 3 x 4 x 64 adds;
+             * the backward makes only dW and db (x is the data) */
+            cr_expect_float_eq(pr[i].flops_forward, 2.0 * 3 * 4 * 64 * 9 + 3 * 4 * 64, 1e-9);
+            cr_expect_float_eq(pr[i].flops_backward, 2.0 * 3 * 4 * 64 * 9 + 3 * 4 * 64, 1e-9);
+            seen++;
+        } else if (!strcmp(pr[i].name, "fc/matmul")) {
+            /* [3, 256] @ [256, 5]; backward: dW and dx (the conv's) */
+            cr_expect_float_eq(pr[i].flops_forward, 2.0 * 3 * 256 * 5, 1e-9);
+            cr_expect_float_eq(pr[i].flops_backward, 2 * 2.0 * 3 * 256 * 5, 1e-9);
+            seen++;
+        } else {
+            cr_expect_eq(pr[i].flops_forward + pr[i].flops_backward, 0, "%s", pr[i].name);
+        }
+    }
+    cr_expect_eq(seen, 2);
+    tp_model_destroy(&m);
+}
+
 /* The fused update (one tower's TP_RUN_TRAIN) is the same arithmetic as
  * gradients, then an update run. */
 Test(graph, fused_update_equals_run_then_apply) {

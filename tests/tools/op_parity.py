@@ -90,6 +90,11 @@ OPS = {
     "one_hot": lambda x, r: F.one_hot(x[0], r["y"][-1]).float(),
     # the convolution family: NCHW, W as torch lays it out (conv [O,C/g,..],
     # transpose [C,O/g,..]); upsampling by the row's integer factor
+    # pooling: alpha the window; padding never counted in an average
+    "max_pool": lambda x, r: F.max_pool2d(x[0], int(r["alpha"]), stride=r["stride"],
+                                          padding=r["pad"]),
+    "avg_pool": lambda x, r: F.avg_pool2d(x[0], int(r["alpha"]), stride=r["stride"],
+                                          padding=r["pad"], count_include_pad=False),
     "conv2d": lambda x, r: F.conv2d(x[0], x[1], stride=r["stride"], padding=r["pad"],
                                     dilation=r["dilation"], groups=r["groups"]),
     "conv2d_transpose": lambda x, r: F.conv_transpose2d(

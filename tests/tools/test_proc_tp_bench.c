@@ -56,6 +56,37 @@ Test(tp_bench, profile_prints_the_host_and_device_time_per_op) {
     cr_assert(strstr(s_out, "the host waited for the device"), "%s", s_out);
 }
 
+/* tp-bench step --profile: the machine's FP32 peak measured in the run
+ * (a plausible figure for one thread: more than 1 GFLOPS, less than any
+ * core makes), and each convolution's and fc's FLOPs, GFLOPS and fraction
+ * of that peak. */
+Test(tp_bench, step_profile_prints_gflops_against_the_measured_peak) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", "OPENBLAS_NUM_THREADS=1", NULL};
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-bench", "step", "--profile", "--rounds", "1",
+                    "--iters", "1", "--batch", "8", NULL};
+    const int rc = pu_run(argv, env, s_out, sizeof s_out);
+    cr_assert(rc == 0 || rc == 3, "rc %d: %s", rc, s_out); /* 3: the MLP's ratio */
+    const char *p = strstr(s_out, "FP32 peak ");
+    cr_assert_not_null(p, "%s", s_out);
+    const double peak = atof(p + strlen("FP32 peak "));
+    cr_assert(peak > 1.0 && peak < 1000.0, "peak %f GFLOPS: %s", peak, s_out);
+    cr_assert(strstr(p, "FMA, 1 thread(s)"), "%s", p);
+    /* conv2: 8 x 64 x 14 x 14 x 32 x 9 multiply-adds + the bias, in MFLOPs */
+    const char *c = strstr(s_out, "conv2/output");
+    cr_assert_not_null(c, "%s", s_out);
+    char name[32], kind[32];
+    double fms, bms, mf, fgf, fpc, bgf, bpc;
+    cr_assert_eq(sscanf(c, "%31s %31s %lf %lf %lf %lf %lf%% %lf %lf%%", name, kind, &fms, &bms,
+                        &mf, &fgf, &fpc, &bgf, &bpc),
+                 9, "%.200s", c);
+    cr_expect_float_eq(mf, (2.0 * 8 * 64 * 14 * 14 * 32 * 9 + 8 * 64 * 14 * 14) / 1e6, 0.06);
+    cr_expect_gt(fgf, 0.0);
+    cr_expect_gt(bgf, 0.0);
+    cr_expect_float_eq(fpc, 100.0 * fgf / peak, 1.0, "%.200s", c);
+    cr_assert(strstr(s_out, "fc1/matmul"), "%s", s_out);
+    cr_assert(strstr(s_out, "convolutions"), "%s", s_out);
+}
+
 /* tp-bench ops --quick (the smoke run): the rows asked for are timed from
  * the profiler (one per op family on main, and a whole step), each a
  * positive time; a pattern no row matches is refused, naming --list. */

@@ -1,0 +1,229 @@
+/* towerpack tests: the CPU backend's pooling and batch norm on oneDNN
+ * (gpu/cpu/dnnl_pool.c, dnnl_bnorm.c) against ops_cpu.c's kernels, the
+ * reference the finite-difference and PyTorch parity suites check, through
+ * the backend's op entries (a one-thread backend: the one that runs
+ * oneDNN): outputs and every gradient, stored and added (dx_acc), many
+ * channels; batch norm's moving averages and its inference forward;
+ * a geometry oneDNN does not take (ops_cpu.c's, forward and backward);
+ * TP_CPU_POOL / TP_CPU_BNORM choosing the path. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+#include "gpu/backend_impl.h"
+
+typedef struct {
+    tp_op_attr_t attr;
+    tp_shape_t xs[3], ys;
+    float *x[3], *y, *dy, *dx[3], *state[2], *ws;
+    const void *in[3];
+    int acc[3];
+    tp_op_call_t c;
+} call_t;
+
+static void s_fill(float *v, size_t n, unsigned seed, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        v[i] = lo + (hi - lo) * (float)(seed >> 8) / 16777216.0f;
+    }
+}
+
+/* A call of `kind` on x [xs], inputs and dy from fixed seeds, gradients
+ * preset to 1 (so that an added gradient shows), workspace as planned. */
+static void s_call(call_t *t, tp_backend_t *b, tp_op_kind_t kind, tp_shape_t xs,
+                   tp_shape_t ys, int acc) {
+    memset(t, 0, sizeof *t);
+    const int n = kind == TP_OP_BATCH_NORM ? 3 : 1;
+    t->xs[0] = xs;
+    t->xs[1] = t->xs[2] = (tp_shape_t){1, {xs.d[1]}};
+    t->ys = ys;
+    for (int i = 0; i < n; i++) {
+        const size_t cnt = tp_shape_count(&t->xs[i]);
+        t->x[i] = malloc(cnt * sizeof(float));
+        t->dx[i] = malloc(cnt * sizeof(float));
+        s_fill(t->x[i], cnt, 7u + (unsigned)i, i == 1 ? 0.5f : -1.0f, i == 1 ? 1.5f : 2.0f);
+        for (size_t j = 0; j < cnt; j++)
+            t->dx[i][j] = 1.0f;
+        t->in[i] = t->x[i];
+        t->acc[i] = acc;
+    }
+    const size_t ny = tp_shape_count(&ys);
+    t->y = malloc(ny * sizeof(float));
+    t->dy = malloc(ny * sizeof(float));
+    s_fill(t->dy, ny, 99u, -1.0f, 1.0f);
+    for (int i = 0; i < 2; i++) {
+        t->state[i] = malloc((size_t)xs.d[1] * sizeof(float));
+        for (int64_t j = 0; j < xs.d[1]; j++)
+            t->state[i][j] = i ? 1.5f : 0.25f;
+    }
+    t->c.kind = kind;
+    t->c.attr = &t->attr;
+    t->c.name = "op";
+    t->c.ninputs = n;
+    t->c.x = t->in;
+    t->c.xshape = t->xs;
+    t->c.y = t->y;
+    t->c.yshape = ys;
+    t->c.dx = t->dx;
+    t->c.dx_acc = t->acc;
+    t->c.dy = t->dy;
+    t->c.state[0] = t->state[0];
+    t->c.state[1] = t->state[1];
+    (void)b;
+}
+
+static void s_run(call_t *t, tp_backend_t *b) {
+    t->c.workspace_bytes = b->ops->op_workspace(b, &t->c);
+    t->ws = calloc(1, t->c.workspace_bytes + 64);
+    t->c.workspace = t->ws;
+    cr_assert_eq(b->ops->op_forward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(b->ops->op_backward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
+}
+
+static void s_free(call_t *t) {
+    for (int i = 0; i < 3; i++) {
+        free(t->x[i]);
+        free(t->dx[i]);
+    }
+    free(t->y);
+    free(t->dy);
+    free(t->state[0]);
+    free(t->state[1]);
+    free(t->ws);
+}
+
+static void s_close(const float *a, const float *b, size_t n, float tol, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabsf(a[i] - b[i]) <= tol * (1.0f + fabsf(b[i])), "%s[%zu]: %g, want %g",
+                  what, i, (double)a[i], (double)b[i]);
+}
+
+/* The same call on each path (env = "dnnl" and "own"), compared. */
+static void s_compare(const char *env, tp_op_kind_t kind, const tp_op_attr_t *attr,
+                      tp_shape_t xs, tp_shape_t ys, int acc, float tol) {
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    call_t t[2];
+    for (int p = 0; p < 2; p++) {
+        setenv(env, p ? "own" : "dnnl", 1);
+        s_call(&t[p], b, kind, xs, ys, acc);
+        t[p].attr = *attr;
+        s_run(&t[p], b);
+    }
+    s_close(t[0].y, t[1].y, tp_shape_count(&ys), tol, "y");
+    for (int i = 0; i < t[0].c.ninputs; i++)
+        s_close(t[0].dx[i], t[1].dx[i], tp_shape_count(&t[0].xs[i]), tol, "dx");
+    for (int i = 0; i < 2 && kind == TP_OP_BATCH_NORM; i++)
+        s_close(t[0].state[i], t[1].state[i], (size_t)xs.d[1], tol, "moving average");
+    s_free(&t[0]);
+    s_free(&t[1]);
+    unsetenv(env);
+    tp_backend_destroy(&b);
+}
+
+static tp_shape_t s_pool_out(tp_shape_t x, int k, int s, int p) {
+    return (tp_shape_t){4, {x.d[0], x.d[1], (x.d[2] + 2 * p - k) / s + 1,
+                            (x.d[3] + 2 * p - k) / s + 1}};
+}
+
+Test(dnnl_ops, pooling_matches_the_own_kernels_stored_and_added) {
+    const struct { tp_op_kind_t kind; int k, s, p, h, w; } g[] = {
+        {TP_OP_MAX_POOL, 2, 2, 0, 12, 10}, {TP_OP_MAX_POOL, 3, 2, 1, 11, 9},
+        {TP_OP_MAX_POOL, 3, 1, 1, 7, 8},   {TP_OP_AVG_POOL, 2, 2, 0, 12, 10},
+        {TP_OP_AVG_POOL, 3, 2, 1, 11, 9},  {TP_OP_AVG_POOL, 3, 1, 1, 7, 8},
+        {TP_OP_MAX_POOL, 2, 2, 0, 5, 7},   /* a stride skips the last row: own */
+    };
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        for (int acc = 0; acc < 2; acc++) {
+            tp_op_attr_t a = {0};
+            a.kh = a.kw = g[i].k;
+            a.sh = a.sw = g[i].s;
+            a.ph = a.pw = g[i].p;
+            tp_shape_t xs = {4, {3, 20, g[i].h, g[i].w}};
+            s_compare("TP_CPU_POOL", g[i].kind, &a, xs, s_pool_out(xs, g[i].k, g[i].s, g[i].p),
+                      acc, 1e-6f);
+        }
+}
+
+Test(dnnl_ops, batch_norm_matches_the_own_kernels) {
+    const tp_shape_t shapes[] = {{4, {4, 24, 7, 9}}, {2, {16, 40}}, {3, {3, 8, 11}}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int mode = 0; mode < 3; mode++) {
+            tp_op_attr_t a = {0};
+            a.eps = 1e-5f;
+            a.alpha = 0.9f;
+            a.training = mode < 2;    /* 2: the moving averages (inference) */
+            a.update_state = mode == 0;
+            s_compare("TP_CPU_BNORM", TP_OP_BATCH_NORM, &a, shapes[i], shapes[i], mode == 1,
+                      2e-5f);
+        }
+}
+
+/* A workspace the plan did not size (a backend that borrows the CPU's op
+ * table plans without oneDNN): oneDNN's pooling still runs, on room of
+ * its own, the max's backward running the forward again for its argmax;
+ * the same numbers as a planned call. */
+Test(dnnl_ops, pooling_without_its_planned_workspace_gives_the_same_numbers) {
+    setenv("TP_CPU_POOL", "dnnl", 1);
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    for (int k = 0; k < 2; k++) {
+        const tp_op_kind_t kind = k ? TP_OP_AVG_POOL : TP_OP_MAX_POOL;
+        tp_shape_t xs = {4, {2, 16, 9, 11}}, ys = s_pool_out(xs, 3, 2, 1);
+        call_t t[2];
+        for (int p = 0; p < 2; p++) {
+            s_call(&t[p], b, kind, xs, ys, 0);
+            t[p].attr.kh = t[p].attr.kw = 3;
+            t[p].attr.sh = t[p].attr.sw = 2;
+            t[p].attr.ph = t[p].attr.pw = 1;
+        }
+        s_run(&t[0], b);
+        /* no workspace at all: as if planned for a kernel that needs none */
+        cr_assert_eq(b->ops->op_forward(b, NULL, &t[1].c), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(b->ops->op_backward(b, NULL, &t[1].c), TP_OK, "%s", tp_last_error());
+        cr_expect_eq(memcmp(t[0].y, t[1].y, tp_shape_count(&ys) * sizeof(float)), 0);
+        cr_expect_eq(memcmp(t[0].dx[0], t[1].dx[0], tp_shape_count(&xs) * sizeof(float)), 0);
+        s_free(&t[0]);
+        s_free(&t[1]);
+    }
+    tp_backend_destroy(&b);
+    unsetenv("TP_CPU_POOL");
+}
+
+/* Which path runs: oneDNN's max pooling keeps its argmax in a workspace of
+ * its own layout, so the planned bytes differ from ops_cpu.c's int32 per
+ * output; the default runs ops_cpu.c's 2x2 stride 2 max pooling and
+ * oneDNN's 3x3, and ops_cpu.c's batch norm. */
+Test(dnnl_ops, the_environment_and_the_default_choose_the_path) {
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    call_t t;
+    tp_shape_t xs = {4, {8, 32, 16, 16}};
+    tp_op_attr_t a = {0};
+    a.kh = a.kw = a.sh = a.sw = 2;
+    s_call(&t, b, TP_OP_MAX_POOL, xs, s_pool_out(xs, 2, 2, 0), 0);
+    t.attr = a;
+    const size_t own = tp_shape_count(&t.ys) * sizeof(int32_t);
+    unsetenv("TP_CPU_POOL");
+    cr_expect_eq(b->ops->op_workspace(b, &t.c), own);
+    setenv("TP_CPU_POOL", "dnnl", 1);
+    cr_expect_neq(b->ops->op_workspace(b, &t.c), own);
+    setenv("TP_CPU_POOL", "own", 1);
+    cr_expect_eq(b->ops->op_workspace(b, &t.c), own);
+    unsetenv("TP_CPU_POOL");
+    t.attr.kh = t.attr.kw = 3;
+    t.attr.ph = t.attr.pw = 1;
+    t.ys = t.c.yshape = s_pool_out(xs, 3, 2, 1);
+    cr_expect_neq(b->ops->op_workspace(b, &t.c), tp_shape_count(&t.ys) * sizeof(int32_t));
+    s_free(&t);
+    s_call(&t, b, TP_OP_BATCH_NORM, xs, xs, 0);
+    t.attr.training = 1;
+    t.attr.eps = 1e-5f;
+    cr_expect_eq(b->ops->op_workspace(b, &t.c), 2 * 32 * sizeof(float));
+    setenv("TP_CPU_BNORM", "dnnl", 1);
+    cr_expect_gt(b->ops->op_workspace(b, &t.c), 2 * 32 * sizeof(float));
+    unsetenv("TP_CPU_BNORM");
+    s_free(&t);
+    tp_backend_destroy(&b);
+}
