@@ -93,6 +93,19 @@ static tp_status_t s_head(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
     return s_head_wd(t, logits, label, 0, user);
 }
 
+/* The data's normalisation as one affine map a channel (models.h); here,
+ * not in zoo_data.c, because zoo_data.c already calls into this file. */
+int tp_zoo_data_affine(const tp_zoo_data_t *d, float scale[4], float shift[4]) {
+    int identity = 1;
+    for (int c = 0; c < d->nnorm && c < 4; c++) {
+        /* (255 x - mean) / std for x in [0, 1] */
+        scale[c] = 255.0f / d->std[c];
+        shift[c] = -d->mean[c] / d->std[c];
+        identity &= scale[c] == 1.0f && shift[c] == 0.0f;
+    }
+    return identity;
+}
+
 /* The normalisation of options->data (when it says in_model) as the
  * graph's first ops after the cast: x * scale[c] + shift[c], each a
  * constant [1,C,1,1] ([1,1,1] for grey [B,H,W]) broadcast over the batch

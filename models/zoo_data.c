@@ -199,17 +199,6 @@ tp_status_t tp_zoo_data_set_classes(tp_zoo_data_t *d, int n, const char *const *
     return TP_OK;
 }
 
-int tp_zoo_data_affine(const tp_zoo_data_t *d, float scale[4], float shift[4]) {
-    int identity = 1;
-    for (int c = 0; c < d->nnorm && c < 4; c++) {
-        /* (255 x - mean) / std for x in [0, 1] */
-        scale[c] = 255.0f / d->std[c];
-        shift[c] = -d->mean[c] / d->std[c];
-        identity &= scale[c] == 1.0f && shift[c] == 0.0f;
-    }
-    return identity;
-}
-
 tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir) {
     json_t *j = json_object(), *cl = json_array(), *mean = json_array(), *std = json_array();
     for (int i = 0; i < d->nclasses; i++) {

@@ -224,7 +224,8 @@ void tp_zoo_data_fini(tp_zoo_data_t *d);
 tp_status_t tp_zoo_data_set_classes(tp_zoo_data_t *d, int n, const char *const *names);
 /* The normalisation as an affine map of pixels in [0, 1], the one place
  * its formula lives: (255 x - mean[c]) / std[c] = x * scale[c] + shift[c]
- * for c < d->nnorm; 1 when it is the identity (grey's mean 0, std 255). */
+ * for c < d->nnorm; 1 when it is the identity (grey's mean 0, std 255).
+ * In models.c (the model applies it). */
 int tp_zoo_data_affine(const tp_zoo_data_t *d, float scale[4], float shift[4]);
 /* Write dir/data.json (atomically). */
 tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir);
