@@ -151,19 +151,22 @@ int tp_generate_text(const char *ckpt, const tp_gen_text_t *g) {
         free(text);
     }
     free(ids);
+    const char *unit = tk ? "token" : "byte";
     tp_tokenizer_destroy(&tk);
     if (rc != TP_OK)
         return s_fail(g->output ? g->output : "generating");
     fputc('\n', stdout);
+    fflush(stdout);  /* before the summary on stderr */
     char k[16] = "all";
     if (g->top_k > 0 && g->top_k < vocab)
         snprintf(k, sizeof k, "%d", g->top_k);
     char tokens[64] = "bytes";
     if (vocab != 256)
         snprintf(tokens, sizeof tokens, "GPT-2 BPE tokens, vocabulary %d", vocab);
-    fprintf(stderr, "tp-generate: %ld tokens after a %lld-token prompt from %s (gpt, %s, "
+    fprintf(stderr, "tp-generate: %ld %ss after a %lld-%s prompt from %s (gpt, %s, "
             "context %d, %d layers, width %d; temperature %g, top-k %s, seed %llu) in %.2f s, "
-            "%.1f tokens/s (%s)%s%s\n", g->tokens, (long long)np, ckpt, tokens, context,
+            "%.1f tokens/s (%s)%s%s\n", g->tokens, unit, (long long)np, unit, ckpt, tokens,
+            context,
             shape.layers, shape.embed, g->temperature, k, (unsigned long long)g->seed, secs,
             secs > 0 ? (double)g->tokens / secs : 0.0,
             g->no_cache ? "no cache: the whole window a token" : "cache of keys and values",
