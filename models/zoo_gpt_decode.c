@@ -22,7 +22,13 @@
  * T/2 steps every T/2 tokens: two steps a token on average). The cacheless
  * path (zoo_gpt.c's whole graph over the last T tokens for every token)
  * is kept beside it: the reference the cache is tested against, and what
- * keep = T reproduces exactly. */
+ * keep = T reproduces exactly.
+ *
+ * The generator works on token ids in 0..V-1, V the token embedding's
+ * rows (256 for bytes; a BPE run's tokenizer's, which a checkpoint's wte
+ * gives): the logits are V wide and the sampler reads all of them. This
+ * room has no tokenizer: its callers (tp-generate, TextSample) encode the
+ * prompt and turn the ids back into bytes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
