@@ -22,7 +22,13 @@
  * T/2 steps every T/2 tokens: two steps a token on average). The cacheless
  * path (zoo_gpt.c's whole graph over the last T tokens for every token)
  * is kept beside it: the reference the cache is tested against, and what
- * keep = T reproduces exactly. */
+ * keep = T reproduces exactly.
+ *
+ * The generator works on token ids in 0..V-1, V the token embedding's
+ * rows (256 for bytes; a BPE run's tokenizer's, which a checkpoint's wte
+ * gives): the logits are V wide and the sampler reads all of them. This
+ * room has no tokenizer: its callers (tp-generate, TextSample) encode the
+ * prompt and turn the ids back into bytes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +40,7 @@
 #include <towerpack/predict.h>
 #include <towerpack/rng.h>
 
-#define S_VOCAB 256
+#define S_BYTES 256  /* a byte-level GPT's vocabulary */
 
 /* ---- the decoding graph -------------------------------------------------- */
 
@@ -127,7 +133,9 @@ tp_status_t tp_zoo_gpt_decode_build(tp_tower_t *t, tp_node_t *const *in, void *u
         return tp_error(TP_ERR_SHAPE, "gpt decoding: the inputs must be token, pos, mask "
                         "and cache [B,2L,H,T,D] (tp_zoo_gpt_decode_inputs)");
     const int64_t H = cs->d[2], T = cs->d[3], D = cs->d[4], C = H * D;
-    int64_t ps[2] = {T, C}, es[2] = {S_VOCAB, C};
+    /* the token embedding's rows V, tied to the logits: zoo_gpt.c's rule */
+    const int64_t V = o && o->vocab > 0 ? o->vocab : S_BYTES;
+    int64_t ps[2] = {T, C}, es[2] = {V, C};
     tp_node_t *wte = tp_variable(t, "wte", 2, es, (tp_init_t){TP_INIT_NORMAL, 0.02f},
                                  TP_VAR_TRAINABLE);
     tp_node_t *wpe = tp_variable(t, "wpe", 2, ps, (tp_init_t){TP_INIT_NORMAL, 0.01f},
@@ -164,7 +172,7 @@ tp_status_t tp_zoo_gpt_decode_build(tp_tower_t *t, tp_node_t *const *in, void *u
         x = tp_layer_norm(t, "ln_f", x, 1);
         tp_tower_add_output(t, "logits", tp_batch_matmul(t, "logits", x, wte, 0, 1));
         tp_tower_add_output(t, "kv", tp_concat_axis(t, "kv", 1, 2 * L, news));
-        rc = tp_tower_status(t);  /* [B,1,256] and [B,2L,H,1,D] */
+        rc = tp_tower_status(t);  /* [B,1,V] and [B,2L,H,1,D] */
     }
     free(parts);
     free(ones);
@@ -177,13 +185,18 @@ struct tp_zoo_gpt_gen {
     tp_predictor_t *p;
     tp_zoo_gpt_options_t o;
     int context, cache, keep;
+    int V;           /* the vocabulary: o.vocab, or 256 */
     int64_t H, D;
     float *kv;       /* [2L,H,T,D] the cache (cache mode) */
     float *mask;     /* [T+1] */
     float *row;      /* [2L,H,1,D] a step's new keys and values, read back */
     int32_t *window; /* [T] the cacheless path's input */
     int pos;         /* filled cache slots */
-    float logits[S_VOCAB];
+    float *logits;   /* [V] the next token's */
+    float *sorted;   /* [V] the sampler's top-k selection */
+    double *weights; /* [V] the sampler's weights */
+    int32_t *ids;    /* the byte wrapper's and the sample's tokens */
+    size_t nids;     /* their room */
 };
 
 void tp_zoo_gpt_gen_destroy(tp_zoo_gpt_gen_t **self_p) {
@@ -195,6 +208,10 @@ void tp_zoo_gpt_gen_destroy(tp_zoo_gpt_gen_t **self_p) {
     free(g->mask);
     free(g->row);
     free(g->window);
+    free(g->logits);
+    free(g->sorted);
+    free(g->weights);
+    free(g->ids);
     free(g);
     *self_p = NULL;
 }
@@ -212,6 +229,8 @@ tp_zoo_gpt_gen_t *tp_zoo_gpt_gen_new(const char *ckpt, int context,
     g->o.heads = g->o.heads > 0 ? g->o.heads : TP_ZOO_GPT_HEADS;
     g->o.embed = g->o.embed > 0 ? g->o.embed : TP_ZOO_GPT_EMBED;
     g->o.dropout = 0;
+    g->V = g->o.vocab > 0 ? g->o.vocab : S_BYTES;
+    g->o.vocab = g->V;
     g->context = context;
     g->cache = cache;
     g->keep = context / 2 > 0 ? context / 2 : 1;
@@ -247,6 +266,10 @@ tp_zoo_gpt_gen_t *tp_zoo_gpt_gen_new(const char *ckpt, int context,
             rc = tp_error(TP_ERR_NOMEM, "gpt generator: a cache of %zu floats", n);
         if (!cache && !(g->window = calloc((size_t)context, sizeof *g->window)))
             rc = tp_error(TP_ERR_NOMEM, "gpt generator: a window of %d", context);
+        if (rc == TP_OK && (!(g->logits = calloc((size_t)g->V, sizeof *g->logits)) ||
+                            !(g->sorted = calloc((size_t)g->V, sizeof *g->sorted)) ||
+                            !(g->weights = calloc((size_t)g->V, sizeof *g->weights))))
+            rc = tp_error(TP_ERR_NOMEM, "gpt generator: logits of %d tokens", g->V);
     }
     if (rc != TP_OK)
         tp_zoo_gpt_gen_destroy(&g);
@@ -275,9 +298,30 @@ tp_zoo_gpt_gen_t *tp_zoo_gpt_gen_open(const char *ckpt, int cache) {
     tp_zoo_gpt_options_t o = {0};
     const char *tokens = tp_safetensors_meta(st, "tokens");
     tp_status_t rc = TP_OK;
-    if (tokens && strcmp(tokens, "bytes"))
-        rc = tp_error(TP_ERR_FORMAT, "%s: tokens '%s': the generator reads byte-level "
-                      "GPTs only", ckpt, tokens);
+    if (tokens && strcmp(tokens, "bytes") && strcmp(tokens, "gpt2-bpe"))
+        rc = tp_error(TP_ERR_FORMAT, "%s: tokens '%s': the generator knows 'bytes' and "
+                      "'gpt2-bpe'", ckpt, tokens);
+    /* the vocabulary: wte's rows (the logits are tied to it), which a BPE
+     * checkpoint's vocab_size must agree with */
+    tp_tensor_t wte;
+    if (rc == TP_OK && tp_safetensors_get(st, "wte", &wte) != TP_OK)
+        rc = tp_error(TP_ERR_FORMAT, "%s: no 'wte' (a checkpoint of tp-train --model gpt "
+                      "has the token embedding)", ckpt);
+    if (rc == TP_OK && (wte.ndim != 2 || wte.shape[0] < 1 ||
+                        wte.shape[0] > INT32_MAX))
+        rc = tp_error(TP_ERR_FORMAT, "%s: 'wte' is not a [V, C] embedding", ckpt);
+    if (rc == TP_OK) {
+        o.vocab = (int)wte.shape[0];
+        int vs = 0;
+        if (tokens && !strcmp(tokens, "gpt2-bpe"))
+            rc = s_meta_int(st, ckpt, "vocab_size", INT32_MAX, &vs);
+        else if (o.vocab != S_BYTES)
+            rc = tp_error(TP_ERR_FORMAT, "%s: 'wte' has %d rows, a byte-level GPT's 256",
+                          ckpt, o.vocab);
+        if (rc == TP_OK && vs && vs != o.vocab)
+            rc = tp_error(TP_ERR_FORMAT, "%s: metadata vocab_size %d, but 'wte' has %d "
+                          "rows", ckpt, vs, o.vocab);
+    }
     if (rc == TP_OK)
         rc = s_meta_int(st, ckpt, "context", TP_ZOO_GPT_MAX_CONTEXT, &context);
     if (rc == TP_OK)
@@ -291,6 +335,7 @@ tp_zoo_gpt_gen_t *tp_zoo_gpt_gen_open(const char *ckpt, int cache) {
 }
 
 int tp_zoo_gpt_gen_context(const tp_zoo_gpt_gen_t *g) { return g->context; }
+int tp_zoo_gpt_gen_vocab(const tp_zoo_gpt_gen_t *g) { return g->V; }
 const tp_zoo_gpt_options_t *tp_zoo_gpt_gen_shape(const tp_zoo_gpt_gen_t *g) { return &g->o; }
 
 tp_status_t tp_zoo_gpt_gen_set_keep(tp_zoo_gpt_gen_t *g, int keep) {
@@ -336,23 +381,26 @@ tp_status_t tp_zoo_gpt_gen_load(tp_zoo_gpt_gen_t *g, tp_model_t *live) {
     return rc;
 }
 
-/* The next byte from logits [256]: argmax when greedy, else a draw from
- * softmax(logits / temperature) over the top_k likeliest (0: all). */
-static int s_sample(const float *logits, double temperature, int top_k, tp_rng_t *r) {
+/* The next token from g->logits [V]: argmax when greedy, else a draw
+ * from softmax(logits / temperature) over the top_k likeliest (0, or K >=
+ * V: all). */
+static int s_sample(tp_zoo_gpt_gen_t *g, double temperature, int top_k, tp_rng_t *r) {
+    const int V = g->V;
+    const float *logits = g->logits;
     int best = 0;
-    for (int i = 1; i < S_VOCAB; i++)
+    for (int i = 1; i < V; i++)
         if (logits[i] > logits[best])
             best = i;
     if (temperature <= 0 || top_k == 1)
         return best;
     /* the K-th largest logit: those below it are out */
     float cut = -INFINITY;
-    if (top_k > 0 && top_k < S_VOCAB) {
-        float sorted[S_VOCAB];
-        memcpy(sorted, logits, sizeof sorted);
-        for (int k = 0; k < top_k; k++) {  /* partial selection, K small */
+    if (top_k > 0 && top_k < V) {
+        float *sorted = g->sorted;
+        memcpy(sorted, logits, (size_t)V * sizeof *sorted);
+        for (int k = 0; k < top_k; k++) {  /* partial selection: K V, K small */
             int m = k;
-            for (int i = k + 1; i < S_VOCAB; i++)
+            for (int i = k + 1; i < V; i++)
                 if (sorted[i] > sorted[m])
                     m = i;
             float t = sorted[k];
@@ -361,13 +409,13 @@ static int s_sample(const float *logits, double temperature, int top_k, tp_rng_t
         }
         cut = sorted[top_k - 1];
     }
-    double p[S_VOCAB], sum = 0;
-    for (int i = 0; i < S_VOCAB; i++) {
+    double *p = g->weights, sum = 0;
+    for (int i = 0; i < V; i++) {
         p[i] = logits[i] >= cut ? exp((logits[i] - logits[best]) / temperature) : 0.0;
         sum += p[i];
     }
     double u = tp_rng_double(r) * sum;
-    for (int i = 0; i < S_VOCAB; i++) {
+    for (int i = 0; i < V; i++) {
         if (u < p[i])
             return i;
         u -= p[i];
@@ -377,9 +425,10 @@ static int s_sample(const float *logits, double temperature, int top_k, tp_rng_t
 
 /* Cache mode: feed `token` at position g->pos, write its keys and values
  * into slot pos, and keep the logits of what follows it. */
-static tp_status_t s_feed(tp_zoo_gpt_gen_t *g, int token) {
+static tp_status_t s_feed(tp_zoo_gpt_gen_t *g, int32_t token) {
     const int T = g->context, L2 = 2 * g->o.layers;
     const int64_t HD = g->H * g->D;
+    const size_t lbytes = (size_t)g->V * sizeof *g->logits;
     for (int j = 0; j < T; j++)
         g->mask[j] = j < g->pos ? 0.0f : -1e9f;
     g->mask[T] = 0.0f;  /* its own key */
@@ -392,13 +441,13 @@ static tp_status_t s_feed(tp_zoo_gpt_gen_t *g, int token) {
     TP_TRY(tp_tensor_init_wrap(&in[3], TP_FLOAT32, 5, s5, g->kv, NULL, NULL));
     TP_TRY(tp_predictor_run_views(g->p, in, out));
     tp_model_t *m = tp_predictor_model(g->p);
-    const float *lg = tp_model_view_host(m, &out[0], g->logits, sizeof g->logits);
+    const float *lg = tp_model_view_host(m, &out[0], g->logits, lbytes);
     const float *kv = tp_model_view_host(m, &out[1], g->row,
                                          (size_t)(L2 * HD) * sizeof *g->row);
     if (!lg || !kv)
         return tp_error_wrap(TP_ERR_DEVICE, "gpt generator: reading the outputs");
     if (lg != g->logits)
-        memcpy(g->logits, lg, sizeof g->logits);
+        memcpy(g->logits, lg, lbytes);
     /* kv [2L,H,1,D] -> slot pos of the cache [2L,H,T,D] */
     for (int64_t r = 0; r < L2 * g->H; r++)
         memcpy(g->kv + (r * T + g->pos) * g->D, kv + r * g->D, (size_t)g->D * sizeof *kv);
@@ -406,33 +455,97 @@ static tp_status_t s_feed(tp_zoo_gpt_gen_t *g, int token) {
     return TP_OK;
 }
 
-/* Cache mode: an empty cache, then text[0..n) at positions 0..n-1. */
-static tp_status_t s_prefill(tp_zoo_gpt_gen_t *g, const uint8_t *text, size_t n) {
+/* Cache mode: an empty cache, then ids[0..n) at positions 0..n-1. */
+static tp_status_t s_prefill(tp_zoo_gpt_gen_t *g, const int32_t *ids, size_t n) {
     g->pos = 0;
     for (size_t i = 0; i < n; i++)
-        TP_TRY(s_feed(g, text[i]));
+        TP_TRY(s_feed(g, ids[i]));
     return TP_OK;
 }
 
-/* Cacheless: the whole graph over the last T bytes of text[0..len),
+/* Cacheless: the whole graph over the last T tokens of ids[0..len),
  * left-aligned (fewer are padded with zeros after them, which the causal
  * mask keeps from the positions read); the logits at the last real one. */
-static tp_status_t s_forward(tp_zoo_gpt_gen_t *g, const uint8_t *text, size_t len) {
-    const size_t T = (size_t)g->context, n = len < T ? len : T;
+static tp_status_t s_forward(tp_zoo_gpt_gen_t *g, const int32_t *ids, size_t len) {
+    const size_t T = (size_t)g->context, n = len < T ? len : T, V = (size_t)g->V;
     for (size_t i = 0; i < T; i++)
-        g->window[i] = i < n ? text[len - n + i] : 0;
+        g->window[i] = i < n ? ids[len - n + i] : 0;
     int64_t shape[2] = {1, (int64_t)T};
     tp_tensor_t x, logits;
     TP_TRY(tp_tensor_init_wrap(&x, TP_INT32, 2, shape, g->window, NULL, NULL));
     TP_TRY(tp_predictor_run_views(g->p, &x, &logits));
-    size_t bytes = n * S_VOCAB * sizeof(float);
+    size_t bytes = n * V * sizeof(float);
     float *host = malloc(bytes);
     const float *all = host ? tp_model_view_host(tp_predictor_model(g->p), &logits, host,
                                                  bytes) : NULL;
-    if (all)
-        memcpy(g->logits, all + (n - 1) * S_VOCAB, sizeof g->logits);
+    if (all)  /* rows of V: the logits' stride is the vocabulary */
+        memcpy(g->logits, all + (n - 1) * V, V * sizeof *g->logits);
     free(host);
     return all ? TP_OK : tp_error(TP_ERR_NOMEM, "gpt generator: the logits");
+}
+
+tp_status_t tp_zoo_gpt_gen_run_ids(tp_zoo_gpt_gen_t *g, const int32_t *prompt, size_t plen,
+                                   int32_t *ids, long ntokens,
+                                   const tp_zoo_gpt_sampling_t *s,
+                                   tp_zoo_gpt_emit_ids_fn emit, void *user) {
+    if (!g || !ids || ntokens < 0 || !plen || !prompt)
+        return tp_error(TP_ERR_INVALID, "gpt generator: bad arguments (a prompt of at "
+                        "least one token, room for it and the tokens)");
+    for (size_t i = 0; i < plen; i++)
+        if (prompt[i] < 0 || prompt[i] >= g->V)
+            return tp_error(TP_ERR_INVALID, "gpt generator: prompt token %zu is %d, outside "
+                            "the vocabulary 0..%d", i, (int)prompt[i], g->V - 1);
+    memmove(ids, prompt, plen * sizeof *ids);
+    tp_rng_t r;
+    tp_rng_init(&r, s ? s->seed : 0, 0);
+    const size_t T = (size_t)g->context, total = plen + (size_t)ntokens;
+    size_t len = plen;
+    tp_status_t rc = TP_OK;
+    if (g->cache && ntokens > 0) {
+        size_t n = len < T ? len : T;  /* the last T tokens of the prompt */
+        rc = s_prefill(g, ids + len - n, n);
+    }
+    for (; rc == TP_OK && len < total; len++) {
+        if (!g->cache)
+            rc = s_forward(g, ids, len);
+        if (rc != TP_OK)
+            break;
+        ids[len] = s_sample(g, s ? s->temperature : 0, s ? s->top_k : 0, &r);
+        if (emit)
+            emit(ids + len, 1, user);
+        if (!g->cache || len + 1 == total)
+            continue;
+        if ((size_t)g->pos < T)
+            rc = s_feed(g, ids[len]);
+        else  /* the cache is full: slide, the last `keep` tokens again */
+            rc = s_prefill(g, ids + len + 1 - (size_t)g->keep, (size_t)g->keep);
+    }
+    return rc;
+}
+
+/* Room for n tokens in g->ids. */
+static tp_status_t s_ids(tp_zoo_gpt_gen_t *g, size_t n) {
+    if (n <= g->nids)
+        return TP_OK;
+    int32_t *ids = realloc(g->ids, n * sizeof *ids);
+    if (!ids)
+        return tp_error(TP_ERR_NOMEM, "gpt generator: %zu tokens", n);
+    g->ids = ids;
+    g->nids = n;
+    return TP_OK;
+}
+
+typedef struct {
+    tp_zoo_gpt_emit_fn emit;
+    void *user;
+} s_bytes_emit_t;
+
+static void s_emit_bytes(const int32_t *ids, size_t n, void *user) {
+    s_bytes_emit_t *e = user;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b = (uint8_t)ids[i];
+        e->emit(&b, 1, e->user);
+    }
 }
 
 tp_status_t tp_zoo_gpt_gen_run(tp_zoo_gpt_gen_t *g, const uint8_t *prompt, size_t plen,
@@ -440,49 +553,34 @@ tp_status_t tp_zoo_gpt_gen_run(tp_zoo_gpt_gen_t *g, const uint8_t *prompt, size_
                                tp_zoo_gpt_emit_fn emit, void *user) {
     if (!g || !text || ntokens < 0 || (plen && !prompt))
         return tp_error(TP_ERR_INVALID, "gpt generator: bad arguments");
+    if (g->V != S_BYTES)
+        return tp_error(TP_ERR_INVALID, "gpt generator: a vocabulary of %d tokens: its "
+                        "tokens are not bytes (tp_zoo_gpt_gen_run_ids)", g->V);
     static const uint8_t s_newline = '\n';
     if (!plen) {  /* nothing to continue: a line's start */
         prompt = &s_newline;
         plen = 1;
     }
-    memmove(text, prompt, plen);
-    tp_rng_t r;
-    tp_rng_init(&r, s ? s->seed : 0, 0);
-    const size_t T = (size_t)g->context, total = plen + (size_t)ntokens;
-    size_t len = plen;
-    tp_status_t rc = TP_OK;
-    if (g->cache && ntokens > 0) {
-        size_t n = len < T ? len : T;  /* the last T bytes of the prompt */
-        rc = s_prefill(g, text + len - n, n);
-    }
-    for (; rc == TP_OK && len < total; len++) {
-        if (!g->cache)
-            rc = s_forward(g, text, len);
-        if (rc != TP_OK)
-            break;
-        text[len] = (uint8_t)s_sample(g->logits, s ? s->temperature : 0, s ? s->top_k : 0,
-                                      &r);
-        if (emit)
-            emit(text + len, 1, user);
-        if (!g->cache || len + 1 == total)
-            continue;
-        if ((size_t)g->pos < T)
-            rc = s_feed(g, text[len]);
-        else  /* the cache is full: slide, the last `keep` bytes again */
-            rc = s_prefill(g, text + len + 1 - (size_t)g->keep, (size_t)g->keep);
-    }
+    const size_t total = plen + (size_t)ntokens;
+    TP_TRY(s_ids(g, total));
+    for (size_t i = 0; i < plen; i++)
+        g->ids[i] = prompt[i];
+    s_bytes_emit_t e = {emit, user};
+    tp_status_t rc = tp_zoo_gpt_gen_run_ids(g, g->ids, plen, g->ids, ntokens, s,
+                                            emit ? s_emit_bytes : NULL, &e);
+    for (size_t i = 0; rc == TP_OK && i < total; i++)
+        text[i] = (uint8_t)g->ids[i];
     return rc;
 }
 
 /* ---- tp-train's per-epoch sample (pipeline's TextSample) ----------------- */
 
 static tp_status_t s_cb_generate(void *gen, tp_model_t *model, const tp_text_sample_opts_t *o,
-                            uint8_t *text) {
+                                 const int32_t *prompt, size_t plen, int32_t *ids) {
     tp_zoo_gpt_gen_t *g = gen;
     TP_TRY(tp_zoo_gpt_gen_load(g, model));
     tp_zoo_gpt_sampling_t s = {o->temperature, o->top_k, o->seed};
-    return tp_zoo_gpt_gen_run(g, (const uint8_t *)o->prompt, strlen(o->prompt), text,
-                              o->tokens, &s, NULL, NULL);
+    return tp_zoo_gpt_gen_run_ids(g, prompt, plen, ids, o->tokens, &s, NULL, NULL);
 }
 
 static void s_sample_free(void *gen) {

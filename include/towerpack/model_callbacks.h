@@ -65,17 +65,23 @@ tp_callback_t *tp_cb_sample_grid(const tp_sample_grid_opts_t *opts);
  * prompt and `tokens` bytes after it into text; the same seed every epoch,
  * so two epochs' samples differ by the weights only. Chief only. */
 typedef struct tp_text_sample_opts tp_text_sample_opts_t;
+/* prompt[plen] the prompt's tokens (plen >= 1); ids holds plen + tokens:
+ * the prompt, then the tokens drawn. */
 typedef tp_status_t (*tp_text_sample_fn)(void *gen, tp_model_t *model,
                                          const tp_text_sample_opts_t *o,
-                                         uint8_t *text);
+                                         const int32_t *prompt, size_t plen, int32_t *ids);
 struct tp_text_sample_opts {
-    const char *prompt;       /* copied; NULL or "": a newline (the generator's) */
-    long tokens;              /* bytes drawn after it, >= 1 */
-    double temperature;       /* 0: the likeliest byte each time */
+    const char *prompt;       /* copied; NULL or "": a newline */
+    long tokens;              /* tokens drawn after it, >= 1 */
+    double temperature;       /* 0: the likeliest token each time */
     int top_k;                /* 0: all */
     uint64_t seed;
-    tp_text_sample_fn generate;       /* required; text holds
-                                         max(1, strlen(prompt)) + tokens */
+    /* the tokens: vocab NULL or "": bytes (id b is byte b); else GPT-2's
+     * BPE, loaded here as tp_tokenizer_load(vocab, merges) does (merges
+     * NULL or "": a .tiktoken vocab), which encodes the prompt and turns
+     * the tokens drawn back into bytes for the log */
+    const char *vocab, *merges;
+    tp_text_sample_fn generate;       /* required */
     void *gen;                        /* its state: taken */
     void (*gen_destroy)(void *gen);   /* frees gen (NULL: not freed) */
 };

@@ -199,3 +199,88 @@ Test(zoo_gpt_decode, an_empty_prompt_and_a_checkpoint_without_a_shape) {
     cr_expect(strstr(tp_last_error(), "metadata 'context' is missing"), "%s", tp_last_error());
     unlink(bare);
 }
+
+/* A GPT of V = 300 tokens (a BPE vocabulary's embedding, past the bytes)
+ * saved as tp-train saves a BPE run's: the decoding graph's logits are V
+ * wide and the sampler reads all of them, so the cache draws the very
+ * tokens the cacheless path draws, greedy and sampled with a top-k, and
+ * ids past 255 come out. */
+Test(zoo_gpt_decode, a_bpe_vocabulary_draws_the_same_tokens_with_and_without_the_cache) {
+    enum { V = 300, N = 40 };
+    tp_zoo_gpt_options_t bpe = s_shape;
+    bpe.vocab = V;
+    static tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_gpt_inputs(T, in), TP_OK);
+    tp_model_desc_t md = {in, 2, tp_zoo_gpt_build, s_sgd, &bpe};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.batch = 1;
+    mc.seed = 5;
+    mc.threads = 1;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_rng_t r;
+    tp_rng_init(&r, 5, 7);
+    for (int i = 0; i < tp_model_var_count(m); i++) {
+        tp_tensor_t v;
+        cr_assert_eq(tp_model_var(m, tp_model_var_name(m, i), &v), TP_OK);
+        float *x = v.data;
+        for (size_t j = 0; j < tp_tensor_numel(&v); j++)
+            x[j] += 0.3f * (float)tp_rng_normal(&r);
+    }
+    /* the rows past the bytes longer, so that greedy picks them too (the
+     * logits are tied to wte): a sampler reading 256 wide would not */
+    tp_tensor_t wte;
+    cr_assert_eq(tp_model_var(m, "wte", &wte), TP_OK);
+    for (size_t j = 256 * C; j < (size_t)V * C; j++)
+        ((float *)wte.data)[j] *= 4.0f;
+    char path[80];
+    snprintf(path, sizeof path, "%s.bpe", s_path);
+    static const char *const kv[][2] = {{"context", "16"}, {"layers", "2"}, {"heads", "2"},
+                                        {"embed", "16"}, {"tokens", "gpt2-bpe"},
+                                        {"vocab_size", "300"}};
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        cr_assert_eq(tp_checkpoint_set_meta(m, kv[i][0], kv[i][1]), TP_OK);
+    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
+    tp_zoo_gpt_gen_t *full = tp_zoo_gpt_gen_open(path, 0);
+    tp_zoo_gpt_gen_t *kvg = tp_zoo_gpt_gen_open(path, 1);
+    cr_assert(full && kvg, "%s", tp_last_error());
+    cr_expect_eq(tp_zoo_gpt_gen_vocab(kvg), V);
+    const int32_t prompt[3] = {290, 7, 261};
+    int32_t a[3 + N], b[3 + N];
+    /* greedy, then a top-k draw; past the context T with keep = T too */
+    tp_zoo_gpt_sampling_t ss[2] = {{.temperature = 0}, {.temperature = 1, .top_k = 50,
+                                                        .seed = 9}};
+    cr_assert_eq(tp_zoo_gpt_gen_set_keep(kvg, T), TP_OK);
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(tp_zoo_gpt_gen_run_ids(full, prompt, 3, a, N, &ss[k], NULL, NULL), TP_OK,
+                     "%s", tp_last_error());
+        cr_assert_eq(tp_zoo_gpt_gen_run_ids(kvg, prompt, 3, b, N, &ss[k], NULL, NULL), TP_OK,
+                     "%s", tp_last_error());
+        cr_expect_arr_eq(a, b, sizeof a, "sampling %d: the cache drew other tokens", k);
+        int past = 0;
+        for (int i = 3; i < 3 + N; i++) {
+            cr_assert(a[i] >= 0 && a[i] < V, "token %d", a[i]);
+            past += a[i] >= 256;
+        }
+        cr_expect_gt(past, 0, "sampling %d drew no token past the bytes", k);
+    }
+    /* the byte wrapper refuses a vocabulary that is not bytes; a prompt
+     * token outside it is refused */
+    uint8_t text[8];
+    cr_expect_eq(tp_zoo_gpt_gen_run(kvg, (const uint8_t *)"a", 1, text, 2, &ss[0], NULL,
+                                    NULL), TP_ERR_INVALID);
+    const int32_t bad = V;
+    cr_expect_eq(tp_zoo_gpt_gen_run_ids(kvg, &bad, 1, a, 2, &ss[0], NULL, NULL),
+                 TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "outside the vocabulary 0..299"), "%s", tp_last_error());
+    tp_zoo_gpt_gen_destroy(&full);
+    tp_zoo_gpt_gen_destroy(&kvg);
+    /* a vocab_size that is not wte's rows is refused */
+    cr_assert_eq(tp_checkpoint_set_meta(m, "vocab_size", "50257"), TP_OK);
+    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK);
+    cr_expect_null(tp_zoo_gpt_gen_open(path, 1));
+    cr_expect(strstr(tp_last_error(), "vocab_size 50257, but 'wte' has 300 rows"), "%s",
+              tp_last_error());
+    tp_model_destroy(&m);
+    unlink(path);
+}

@@ -3,7 +3,9 @@
  * runs it: the token embedding takes the tokenizer's rows, validation_bpb
  * is bits per byte through the validation split's bytes per token, the
  * checkpoints name the tokenizer's files, and validation data of other
- * tokens are refused. Own executable: it forks and execs tp-train. */
+ * tokens are refused; the per-epoch sample and tp-generate read BPE
+ * checkpoints through the tokenizer they name. Own executable: it forks
+ * and execs tp-train and tp-generate. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -149,4 +151,85 @@ Test(tp_train_bpe, embedding_bits_per_byte_and_metadata) {
                      "--epochs", "1", "--steps-per-epoch", "2", "--logdir", logdir, NULL};
     cr_assert_neq(s_run(mixed), 0);
     cr_assert(strstr(s_out, "not --data's (262)"), "%s", s_out);
+}
+
+static int s_generate(char *const *argv) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    char *full[32] = {TP_BINARY_DIR "/bin/tp-generate"};
+    for (int i = 1; i < 31 && (full[i] = argv[i]); i++) {}
+    return pu_run(full, env, s_out, sizeof s_out);
+}
+
+static size_t s_read_file(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    size_t n = fread(buf, 1, size - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return n;
+}
+
+/* A BPE run logs its per-epoch sample (the prompt encoded, the tokens
+ * drawn decoded); tp-generate on its checkpoint draws the same text with
+ * the cache and without it (greedy, past the context), the learned
+ * sentence; a vocabulary file that is gone is refused naming it, and
+ * --vocab/--merges give it back. */
+Test(tp_train_bpe, samples_and_tp_generate_read_the_tokenizer) {
+    char enc[128], bpe[128], logdir[128], data[512], out[2][160];
+    snprintf(enc, sizeof enc, "%s/encoder.json", s_dir);
+    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", s_dir);
+    snprintf(logdir, sizeof logdir, "%s/gen", s_dir);
+    s_write_bpe_vocab(enc, bpe);
+    snprintf(data, sizeof data, "text:%s,vocab=%s,merges=%s", s_file, enc, bpe);
+    char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                    "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
+                    "--towers", "1", "--threads", "1", "--epochs", "1", "--lr", "0.01",
+                    "--steps-per-epoch", "150", "--stats", "off", "--no-tensorboard",
+                    "--sample-prompt", "the quick", "--sample-tokens", "12",
+                    "--sample-temperature", "0", "--logdir", logdir, NULL};
+    int rc = s_run(argv);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    /* the prompt, then 12 tokens decoded: more than 12 bytes (a byte-level
+     * sampler would print 12), the words of the sentence */
+    const char *line = strstr(s_out, "[TextSample] epoch 1: the quick ");
+    cr_assert_not_null(line, "no sample:\n%s", s_out);
+    line += strlen("[TextSample] epoch 1: the quick");
+    size_t n = strcspn(line, "\n");
+    cr_assert_gt(n, 12, "'%.*s': 12 tokens of one byte each", (int)n, line);
+    char sample[256];
+    snprintf(sample, sizeof sample, "%.*s", (int)n, line);
+    cr_assert(strstr(sample, "the"), "'%s'", sample);
+    /* greedy, 40 tokens (past the context of 16) with and without the cache */
+    char got[2][1024];
+    for (int k = 0; k < 2; k++) {
+        snprintf(out[k], sizeof out[k], "%s/sample%d.txt", s_dir, k);
+        char *gen[] = {"tp-generate", "--load", logdir, "--prompt", "the lazy", "--tokens",
+                       "40", "--temperature", "0", "--output", out[k],
+                       k ? "--no-cache" : NULL, NULL};
+        rc = s_generate(gen);
+        cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+        cr_assert(strstr(s_out, "40 tokens after a 6-token prompt"), "%s", s_out);
+        cr_assert(strstr(s_out, "GPT-2 BPE tokens, vocabulary 262"), "%s", s_out);
+        s_read_file(out[k], got[k], sizeof got[k]);
+        cr_assert(!strncmp(got[k], "the lazy dog. the quick brown fox jumps over", 44),
+                  "not the sentence: '%s'", got[k]);
+        cr_assert(strstr(s_out, got[k]), "stdout is not the file's '%s':\n%s", got[k], s_out);
+    }
+    cr_expect_str_eq(got[0], got[1], "the cache drew other tokens");
+    /* the tokenizer's file gone: refused, naming it; the flags give it back */
+    char moved[160];
+    snprintf(moved, sizeof moved, "%s/moved.json", s_dir);
+    cr_assert_eq(rename(enc, moved), 0);
+    char *gone[] = {"tp-generate", "--load", logdir, "--prompt", "the lazy", "--tokens", "40",
+                    "--temperature", "0", NULL};
+    rc = s_generate(gone);
+    cr_assert_neq(rc, 0, "%s", s_out);
+    cr_assert(strstr(s_out, enc) && strstr(s_out, "--vocab"), "%s", s_out);
+    char *flags[] = {"tp-generate", "--load", logdir, "--prompt", "the lazy", "--tokens",
+                     "40", "--temperature", "0", "--vocab", moved, "--merges", bpe,
+                     "--output", out[1], NULL};
+    rc = s_generate(flags);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    s_read_file(out[1], got[1], sizeof got[1]);
+    cr_expect_str_eq(got[0], got[1]);
 }

@@ -12,8 +12,9 @@
  * NumPy's .npy of shape [N, H, W] (grey).
  *
  * A GPT checkpoint (tp-train --model gpt) continues a prompt instead
- * (tools/tp-generate/text.c, each byte one position of a cache of keys and
- * values: models/zoo_gpt_decode.c; --no-cache for the whole-window path):
+ * (tools/tp-generate/text.c, each token one position of a cache of keys and
+ * values: models/zoo_gpt_decode.c; --no-cache for the whole-window path;
+ * bytes, or GPT-2 BPE through the tokenizer the checkpoint names):
  *
  *   tp-generate --load train_log/gpt --prompt "Once upon" --tokens 200 --top-k 40 */
 #include <getopt.h>
@@ -42,20 +43,25 @@ static void s_usage(FILE *out) {
 "  --model NAME     the generator (default: what the checkpoint records)\n"
 "  -h, --help\n\n"
 "usage: tp-generate --load LOGDIR|CKPT --prompt TEXT --tokens N [options]\n"
-"Continue TEXT by N bytes with a GPT trained by tp-train --model gpt; print\n"
-"the prompt and the continuation.\n\n"
-"  --prompt TEXT    the bytes to continue (default: a newline)\n"
-"  --tokens N       bytes to generate (1..1000000; default 200)\n"
+"Continue TEXT by N tokens with a GPT trained by tp-train --model gpt; print\n"
+"the prompt and the continuation. Tokens are bytes, or GPT-2 BPE tokens for a\n"
+"checkpoint trained on text:FILE,vocab=...,merges=... (the tokenizer is read\n"
+"from the files its metadata names).\n\n"
+"  --prompt TEXT    the text to continue (default: a newline)\n"
+"  --tokens N       tokens to generate (1..1000000; default 200)\n"
 "  --temperature T  divide the logits by T >= 0 before sampling (default 1;\n"
-"                   0: always the likeliest byte)\n"
-"  --top-k K        sample among the K likeliest bytes only (1..256; default\n"
-"                   all)\n"
+"                   0: always the likeliest token)\n"
+"  --top-k K        sample among the K likeliest tokens only (1..1000000;\n"
+"                   default all)\n"
+"  --vocab FILE     a BPE checkpoint's tokenizer: encoder.json (or a\n"
+"                   .tiktoken file alone) instead of the file it names\n"
+"  --merges FILE    and vocab.bpe instead of the one it names\n"
 "  --seed S         the sampler's seed (default 1)\n"
 "  --output FILE    also write the prompt and the continuation to FILE\n"
-"  --no-cache       run the whole model over the last T bytes for every byte\n"
-"                   (the reference; by default a cache of keys and values\n"
-"                   makes each byte cost one position, and past the context\n"
-"                   T the cache is refilled from the last T/2 bytes)\n");
+"  --no-cache       run the whole model over the last T tokens for every\n"
+"                   token (the reference; by default a cache of keys and\n"
+"                   values makes each token cost one position, and past the\n"
+"                   context T the cache is refilled from the last T/2)\n");
 }
 
 static int s_fail(const char *what) {
@@ -93,7 +99,7 @@ int main(int argc, char **argv) {
     const char *load = NULL, *output = NULL, *png = NULL, *model = NULL;
     long long count = 0, seed = 1;
     enum { O_LOAD = 256, O_COUNT, O_OUTPUT, O_PNG, O_SEED, O_MODEL, O_PROMPT, O_TOKENS,
-           O_TEMPERATURE, O_TOP_K, O_NO_CACHE };
+           O_TEMPERATURE, O_TOP_K, O_NO_CACHE, O_VOCAB, O_MERGES };
     /* a GPT's text (text.c): any of these flags, or a gpt checkpoint */
     tp_gen_text_t text = {.tokens = 200, .temperature = 1.0};
     int text_flags = 0;
@@ -105,6 +111,7 @@ int main(int argc, char **argv) {
         {"temperature", required_argument, 0, O_TEMPERATURE},
         {"top-k", required_argument, 0, O_TOP_K},
         {"no-cache", no_argument, 0, O_NO_CACHE},
+        {"vocab", required_argument, 0, O_VOCAB},   {"merges", required_argument, 0, O_MERGES},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -147,13 +154,15 @@ int main(int argc, char **argv) {
             break;
         case O_TOP_K:
             text.top_k = (int)strtol(optarg, &end, 10);
-            if (*end || !*optarg || text.top_k < 1 || text.top_k > 256) {
-                fprintf(stderr, "tp-generate: --top-k '%s': 1..256\n", optarg);
+            if (*end || !*optarg || text.top_k < 1 || text.top_k > 1000000) {
+                fprintf(stderr, "tp-generate: --top-k '%s': 1..1000000\n", optarg);
                 return 2;
             }
             text_flags = 1;
             break;
         case O_NO_CACHE: text.no_cache = 1; text_flags = 1; break;
+        case O_VOCAB: text.vocab = optarg; text_flags = 1; break;
+        case O_MERGES: text.merges = optarg; text_flags = 1; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }

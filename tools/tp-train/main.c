@@ -1910,11 +1910,16 @@ int main(int argc, char **argv) {
                              : tp_cb_inference_runner(test, infs, 3 + (size_t)a.tta);
     if (rank == 0 && a.ema > 0)
         cbs[ncbs++] = tp_callback_new(&s_ema_out_ops, NULL, 1);
-    if (rank == 0 && a.text && s_sample.tokens > 0 && !a.tokens.vocab_file[0]) {  /* after validation */
-        tp_zoo_gpt_options_t so = {.layers = a.layers, .heads = a.heads, .embed = a.embed};
+    if (rank == 0 && a.text && s_sample.tokens > 0) {  /* after validation */
+        /* the run's vocabulary: 256 bytes, or its BPE files (TextSample
+         * loads the tokenizer from them) */
+        tp_zoo_gpt_options_t so = {.layers = a.layers, .heads = a.heads, .embed = a.embed,
+                                   .vocab = (int)a.tokens.vocab};
         tp_text_sample_opts_t to = {.prompt = s_sample.prompt, .tokens = s_sample.tokens,
                                     .temperature = s_sample.temperature,
-                                    .top_k = (int)s_sample.top_k, .seed = (uint64_t)a.seed};
+                                    .top_k = (int)s_sample.top_k, .seed = (uint64_t)a.seed,
+                                    .vocab = a.tokens.vocab_file,
+                                    .merges = a.tokens.merges_file};
         if (!(cbs[ncbs] = tp_zoo_gpt_cb_sample(a.context, &so, &to))) {
             cfg.callbacks = cbs;  /* freed with the config (the validation data
                                      with its runner) */
