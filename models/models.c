@@ -4,7 +4,8 @@
  * and 10 classes by default, any height and width from the model's
  * min_size on (each model reads C, H and W from its image input, the
  * classes from its options); and the zoo's GAN, DCGAN for 28x28 grey
- * images (tp_zoo_find_gan). */
+ * images by default, colour and other sizes from its image input
+ * (tp_zoo_find_gan, tp_zoo_gan_inputs_shaped). */
 #include <stdio.h>
 #include <string.h>
 #include <towerpack/models.h>
@@ -367,10 +368,47 @@ static const tp_input_desc_t s_dcgan_inputs[3] = {
  * steps, the samples noise). */
 #define S_DCGAN_STD 0.02f
 
+/* The shape of a DCGAN at an image size: the generator's fc makes
+ * [64 2^(n-1), base, base] and n conv-transposes double it to size x size
+ * (halving the width, the last to the image's channels); the
+ * discriminator mirrors it (n convolutions, 64 doubling, batch norm after
+ * all but the first, then fc 1). 28 px is base 7, n 2 (the Fashion-MNIST
+ * model, its variables and shapes pinned by the PyTorch parity test); a
+ * power of two 16..128 is base 4, n = log2(size / 4) (Radford et al.'s
+ * 64 px model at 64; 32 px, CIFAR's: fc 256x4x4 -> 128x8x8 -> 64x16x16 ->
+ * 3x32x32). */
+typedef struct {
+    int channels, size, base, n;
+} s_gan_shape_t;
+
+static tp_status_t s_gan_shape(int channels, int size, s_gan_shape_t *g) {
+    if (channels != 1 && channels != 3)
+        return tp_error(TP_ERR_INVALID, "dcgan: %d image channels (1 grey or 3 colour)",
+                        channels);
+    g->channels = channels;
+    g->size = size;
+    if (size == 28) {
+        g->base = 7;
+        g->n = 2;
+        return TP_OK;
+    }
+    for (g->n = 2; g->n <= 5; g->n++)
+        if (size == 4 << g->n) {
+            g->base = 4;
+            return TP_OK;
+        }
+    return tp_error(TP_ERR_INVALID, "dcgan: image size %d (28, or a power of two from 16 "
+                    "to 128)", size);
+}
+
+#define S_DCGAN_MAX_N 5
+
 /* The discriminator's variables, made once and applied to the real and
  * the fake images (tensorpack's variable_scope reuse). */
 typedef struct {
-    tp_node_t *w0, *b0, *w1, *gamma, *beta, *mean, *var, *wf, *bf;
+    int n;
+    tp_node_t *w[S_DCGAN_MAX_N], *b0, *gamma[S_DCGAN_MAX_N], *beta[S_DCGAN_MAX_N],
+        *mean[S_DCGAN_MAX_N], *var[S_DCGAN_MAX_N], *wf, *bf;
 } s_discrim_t;
 
 static tp_node_t *s_var(tp_tower_t *t, const char *name, int ndim, const int64_t *shape,
@@ -378,30 +416,47 @@ static tp_node_t *s_var(tp_tower_t *t, const char *name, int ndim, const int64_t
     return tp_variable(t, name, ndim, shape, (tp_init_t){kind, value}, c);
 }
 
-static s_discrim_t s_discrim_vars(tp_tower_t *t) {
+static s_discrim_t s_discrim_vars(tp_tower_t *t, const s_gan_shape_t *g) {
     s_discrim_t d;
-    int64_t w0[4] = {64, 1, 4, 4}, c64[1] = {64}, w1[4] = {128, 64, 4, 4}, c128[1] = {128};
-    int64_t wf[2] = {128 * 7 * 7, 1}, one[1] = {1};
-    d.w0 = s_var(t, "discrim/conv0/W", 4, w0, TP_INIT_NORMAL, S_DCGAN_STD, TP_VAR_TRAINABLE);
-    d.b0 = s_var(t, "discrim/conv0/b", 1, c64, TP_INIT_ZEROS, 0, TP_VAR_TRAINABLE);
-    /* no bias before the batch norm: its beta is the bias */
-    d.w1 = s_var(t, "discrim/conv1/W", 4, w1, TP_INIT_NORMAL, S_DCGAN_STD, TP_VAR_TRAINABLE);
-    d.gamma = s_var(t, "discrim/bn1/gamma", 1, c128, TP_INIT_CONST, 1, TP_VAR_TRAINABLE);
-    d.beta = s_var(t, "discrim/bn1/beta", 1, c128, TP_INIT_ZEROS, 0, TP_VAR_TRAINABLE);
-    d.mean = s_var(t, "discrim/bn1/mean/EMA", 1, c128, TP_INIT_ZEROS, 0, TP_VAR_MODEL);
-    d.var = s_var(t, "discrim/bn1/variance/EMA", 1, c128, TP_INIT_CONST, 1, TP_VAR_MODEL);
+    memset(&d, 0, sizeof d);
+    d.n = g->n;
+    char name[64];
+    int64_t cin = g->channels, one[1] = {1};
+    for (int i = 0; i < g->n; i++) {
+        int64_t cout = (int64_t)64 << i, w[4] = {cout, cin, 4, 4}, c[1] = {cout};
+        snprintf(name, sizeof name, "discrim/conv%d/W", i);
+        d.w[i] = s_var(t, name, 4, w, TP_INIT_NORMAL, S_DCGAN_STD, TP_VAR_TRAINABLE);
+        if (i == 0) {
+            d.b0 = s_var(t, "discrim/conv0/b", 1, c, TP_INIT_ZEROS, 0, TP_VAR_TRAINABLE);
+        } else {  /* no bias before the batch norm: its beta is the bias */
+            snprintf(name, sizeof name, "discrim/bn%d/gamma", i);
+            d.gamma[i] = s_var(t, name, 1, c, TP_INIT_CONST, 1, TP_VAR_TRAINABLE);
+            snprintf(name, sizeof name, "discrim/bn%d/beta", i);
+            d.beta[i] = s_var(t, name, 1, c, TP_INIT_ZEROS, 0, TP_VAR_TRAINABLE);
+            snprintf(name, sizeof name, "discrim/bn%d/mean/EMA", i);
+            d.mean[i] = s_var(t, name, 1, c, TP_INIT_ZEROS, 0, TP_VAR_MODEL);
+            snprintf(name, sizeof name, "discrim/bn%d/variance/EMA", i);
+            d.var[i] = s_var(t, name, 1, c, TP_INIT_CONST, 1, TP_VAR_MODEL);
+        }
+        cin = cout;
+    }
+    int64_t wf[2] = {cin * g->base * g->base, 1};
     d.wf = s_var(t, "discrim/fc/W", 2, wf, TP_INIT_NORMAL, S_DCGAN_STD, TP_VAR_TRAINABLE);
     d.bf = s_var(t, "discrim/fc/b", 1, one, TP_INIT_ZEROS, 0, TP_VAR_TRAINABLE);
     return d;
 }
 
-/* x [B,1,28,28] in [-1,1] -> logits [B,1]; each application has its own
+/* x [B,C,S,S] in [-1,1] -> logits [B,1]; each application has its own
  * batch statistics (as two calls of tensorpack's discriminator). */
 static tp_node_t *s_discrim(tp_tower_t *t, const s_discrim_t *d, tp_node_t *x) {
-    x = tp_leaky_relu(t, NULL, tp_conv2d_ex(t, NULL, x, d->w0, d->b0, 2, 1, 1, 1), 0.2f);
-    x = tp_conv2d_ex(t, NULL, x, d->w1, NULL, 2, 1, 1, 1);
-    x = tp_batch_norm_op(t, NULL, x, d->gamma, d->beta, d->mean, d->var, 0.9f, 1e-5f);
-    x = tp_flatten(t, NULL, tp_leaky_relu(t, NULL, x, 0.2f));
+    x = tp_leaky_relu(t, NULL, tp_conv2d_ex(t, NULL, x, d->w[0], d->b0, 2, 1, 1, 1), 0.2f);
+    for (int i = 1; i < d->n; i++) {
+        x = tp_conv2d_ex(t, NULL, x, d->w[i], NULL, 2, 1, 1, 1);
+        x = tp_batch_norm_op(t, NULL, x, d->gamma[i], d->beta[i], d->mean[i], d->var[i], 0.9f,
+                             1e-5f);
+        x = tp_leaky_relu(t, NULL, x, 0.2f);
+    }
+    x = tp_flatten(t, NULL, x);
     return tp_bias_add(t, NULL, tp_matmul(t, NULL, x, d->wf), d->bf);
 }
 
@@ -422,31 +477,52 @@ static tp_node_t *s_share(tp_tower_t *t, const char *name, tp_node_t *logits, fl
 
 static tp_status_t s_dcgan(tp_tower_t *t, tp_node_t *const *in, void *user) {
     (void)user;
+    /* the shape from the image input: [B,S,S] grey, [B,C,S,S] colour */
+    const tp_shape_t *is = tp_node_shape(in[0]);
+    if (!is || (is->ndim != 3 && is->ndim != 4))
+        return tp_error(TP_ERR_INVALID, "dcgan: the image input is not [B,H,W] or [B,C,H,W]");
+    int ch = is->ndim == 4 ? (int)is->d[1] : 1, size = (int)is->d[is->ndim - 1];
+    if (is->d[is->ndim - 2] != size)
+        return tp_error(TP_ERR_INVALID, "dcgan: %lldx%lld images (square ones only)",
+                        (long long)is->d[is->ndim - 2], (long long)size);
+    s_gan_shape_t gs = {0, 0, 0, 0};
+    TP_TRY(s_gan_shape(ch, size, &gs));
     /* the generator (its variables made here, N(0, 0.02) as the others) */
-    int64_t chw[4] = {-1, 128, 7, 7}, one_chw[4] = {-1, 1, 28, 28};
-    int64_t wfc[2] = {TP_ZOO_DCGAN_Z, 128 * 7 * 7}, wd1[4] = {128, 64, 4, 4},
-            wd2[4] = {64, 1, 4, 4}, one[1] = {1};
+    int64_t width = (int64_t)64 << (gs.n - 1);
+    int64_t chw[4] = {-1, width, gs.base, gs.base}, img[4] = {-1, ch, size, size};
+    int64_t wfc[2] = {TP_ZOO_DCGAN_Z, width * gs.base * gs.base}, cb[1] = {ch};
     tp_node_t *g = tp_matmul(t, "gen/fc0/output", in[2],
                              s_var(t, "gen/fc0/W", 2, wfc, TP_INIT_NORMAL, S_DCGAN_STD,
                                    TP_VAR_TRAINABLE));
     g = tp_relu(t, NULL, tp_batch_norm(t, "gen/bn0", tp_reshape(t, NULL, g, 4, chw)));
-    g = tp_conv2d_transpose_op(t, "gen/deconv1/output", g,
-                               s_var(t, "gen/deconv1/W", 4, wd1, TP_INIT_NORMAL, S_DCGAN_STD,
-                                     TP_VAR_TRAINABLE), NULL, 2, 1, 0, 1, 1);
-    g = tp_relu(t, NULL, tp_batch_norm(t, "gen/bn1", g));
-    g = tp_conv2d_transpose_op(t, "gen/deconv2/output", g,
-                               s_var(t, "gen/deconv2/W", 4, wd2, TP_INIT_NORMAL, S_DCGAN_STD,
-                                     TP_VAR_TRAINABLE),
-                               s_var(t, "gen/deconv2/b", 1, one, TP_INIT_ZEROS, 0,
-                                     TP_VAR_TRAINABLE), 2, 1, 0, 1, 1);
+    char name[64], wname[64], bname[64];
+    for (int i = 1; i <= gs.n; i++) {
+        int last = i == gs.n;
+        int64_t out = last ? ch : width / 2, wd[4] = {width, out, 4, 4};
+        snprintf(name, sizeof name, "gen/deconv%d/output", i);
+        snprintf(wname, sizeof wname, "gen/deconv%d/W", i);
+        snprintf(bname, sizeof bname, "gen/deconv%d/b", i);
+        g = tp_conv2d_transpose_op(t, name, g,
+                                   s_var(t, wname, 4, wd, TP_INIT_NORMAL, S_DCGAN_STD,
+                                         TP_VAR_TRAINABLE),
+                                   last ? s_var(t, bname, 1, cb, TP_INIT_ZEROS, 0,
+                                                TP_VAR_TRAINABLE) : NULL,
+                                   2, 1, 0, 1, 1);
+        if (!last) {
+            snprintf(name, sizeof name, "gen/bn%d", i);
+            g = tp_relu(t, NULL, tp_batch_norm(t, name, g));
+        }
+        width = out;
+    }
     tp_node_t *fake = tp_tanh(t, "gen", g);
     tp_tower_add_output(t, "gen", fake);
-    /* the real images, uint8 [B,28,28] -> [B,1,28,28] in [-1,1] */
+    /* the real images, uint8 [B,S,S] or [B,C,S,S] -> [B,C,S,S], each
+     * channel's 0..255 to [-1,1] */
     tp_node_t *real = tp_cast(t, NULL, in[0], 2.0f / 255);
     real = tp_add(t, NULL, real, tp_scalar(t, NULL, -1.0f));
-    real = tp_reshape(t, "real", real, 4, one_chw);
+    real = tp_reshape(t, "real", real, 4, img);
     /* the discriminator on both */
-    const s_discrim_t d = s_discrim_vars(t);
+    const s_discrim_t d = s_discrim_vars(t, &gs);
     tp_node_t *lr = s_discrim(t, &d, real), *lf = s_discrim(t, &d, fake);
     /* GANModelDesc.build_losses */
     tp_node_t *loss_real = tp_sigmoid_xent(t, "d_loss_real", lr, s_fill_like(t, lr, 1));
@@ -470,8 +546,8 @@ static tp_status_t s_dcgan(tp_tower_t *t, tp_node_t *const *in, void *user) {
 
 /* Adam 2e-4, beta1 0.5 (Radford et al.; tensorpack's DCGAN.py). */
 static const tp_zoo_gan_t s_gans[] = {
-    {"dcgan", "DCGAN (Radford et al.) for 28x28 grey: fc + 2 conv-transposes against 2 "
-     "convolutions + fc, batch norm", s_dcgan, s_dcgan_inputs, 3, 2, TP_ZOO_DCGAN_Z, "gen",
+    {"dcgan", "DCGAN (Radford et al.), 28x28 grey or the data's size and colour: fc + "
+     "conv-transposes against convolutions + fc, batch norm", s_dcgan, s_dcgan_inputs, 3, 2, TP_ZOO_DCGAN_Z, "gen",
      2e-4, 0.5, 20},
 };
 
@@ -480,4 +556,23 @@ const tp_zoo_gan_t *tp_zoo_find_gan(const char *name) {
         if (name && !strcmp(s_gans[i].name, name))
             return &s_gans[i];
     return NULL;
+}
+
+tp_status_t tp_zoo_gan_inputs_shaped(const tp_zoo_gan_t *gz, int channels, int size,
+                                     tp_input_desc_t *out) {
+    if (!gz || !out)
+        return tp_error(TP_ERR_INVALID, "tp_zoo_gan_inputs_shaped: no GAN or no output");
+    s_gan_shape_t gs = {0, 0, 0, 0};
+    TP_TRY(s_gan_shape(channels, size, &gs));
+    memcpy(out, gz->inputs, (size_t)gz->ninputs * sizeof *out);
+    /* grey stays [B,S,S] (the 28 px model's input, as Fashion-MNIST's
+     * pipeline yields it); colour is channels first [B,3,S,S] */
+    out[0].ndim = channels == 1 ? 3 : 4;
+    out[0].shape[0] = -1;
+    int k = 1;
+    if (channels != 1)
+        out[0].shape[k++] = channels;
+    out[0].shape[k++] = size;
+    out[0].shape[k] = size;
+    return TP_OK;
 }

@@ -290,7 +290,7 @@ const tp_zoo_model_t *tp_zoo_from_checkpoint(const char *load, const char *model
                                              char *ckpt, size_t size,
                                              tp_input_desc_t inputs[2]);
 
-/* The zoo's GAN, DCGAN for 28x28 grey images (tp-train --model dcgan,
+/* The zoo's GAN, DCGAN for 28x28 grey images by default (tp-train --model dcgan,
  * trained by the GAN trainer of gan.h): generator z [B,100] -> fc 6272 ->
  * reshape [B,128,7,7] -> BN -> relu -> conv-transpose 64 (4x4 s2 p1) ->
  * BN -> relu -> conv-transpose 1 (4x4 s2 p1) -> tanh, the output "gen"
@@ -319,6 +319,17 @@ typedef struct tp_zoo_gan {
 /* The GAN named `name`, or NULL (no error set: tp_zoo_find names the
  * classifiers). */
 const tp_zoo_gan_t *tp_zoo_find_gan(const char *name);
+/* Its inputs (out[gz->ninputs]) for images of `channels` (1 grey, 3
+ * colour) at size x size: the image input uint8 [B,size,size] grey or
+ * [B,3,size,size] colour (channels first), the others as gz->inputs. The
+ * DCGAN builds its shape from that input: 28 is the model above (any
+ * channels); a power of two 16..128 starts its generator at 4x4 and
+ * doubles n = log2(size/4) times, 64 2^(n-1) channels halving each time
+ * (32 px: fc 256x4x4 -> 128x8x8 -> 64x16x16 -> 3x32x32), the
+ * discriminator mirrored. TP_ERR_INVALID naming the size or channels
+ * otherwise. */
+tp_status_t tp_zoo_gan_inputs_shaped(const tp_zoo_gan_t *gz, int channels, int size,
+                                     tp_input_desc_t *out);
 
 #ifdef __cplusplus
 }

@@ -692,3 +692,73 @@ Test(zoo, an_unknown_model_is_told_the_gans_too) {
     cr_assert_null(tp_zoo_find_gan("dcgna"));
     cr_assert_not_null(tp_zoo_find_gan("dcgan"));
 }
+
+/* Adam for the DCGAN's shapes test (tp_model_new wants an optimizer). */
+static tp_optimizer_t *s_gan_adam(void *user) {
+    (void)user;
+    return tp_optimizer_adam(2e-4, 0.5, 0.999, 1e-8);
+}
+
+/* The DCGAN at channels x size x size: nvars variables, names[i]'s shape
+ * want[i] (its dims until a 0). */
+static void s_gan_shapes(int channels, int size, const char *const *names,
+                         const int64_t (*want)[4], int n, int nvars) {
+    const tp_zoo_gan_t *gz = tp_zoo_find_gan("dcgan");
+    tp_input_desc_t in[4];
+    cr_assert_eq(tp_zoo_gan_inputs_shaped(gz, channels, size, in), TP_OK, "%s",
+                 tp_last_error());
+    tp_model_desc_t md = {in, gz->ninputs, gz->build, s_gan_adam, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.batch = 2;
+    mc.threads = 1;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_assert_not_null(m, "dcgan %dx%dx%d: %s", channels, size, size, tp_last_error());
+    cr_assert_eq(tp_model_var_count(m), nvars, "dcgan %dx%dx%d: %d variables", channels, size,
+                 size, tp_model_var_count(m));
+    for (int i = 0; i < n; i++) {
+        tp_tensor_t v;
+        cr_assert_eq(tp_model_var(m, names[i], &v), TP_OK, "%s: %s", names[i], tp_last_error());
+        for (int k = 0; k < 4 && want[i][k]; k++)
+            cr_assert_eq(v.shape[k], want[i][k], "%s dim %d: %lld, not %lld", names[i], k,
+                         (long long)v.shape[k], (long long)want[i][k]);
+    }
+    tp_model_destroy(&m);
+}
+
+/* Must hold: the DCGAN's shape is its image input's. Grey 28 px is the
+ * Fashion-MNIST model as it was (21 variables, fc 128x7x7, two
+ * conv-transposes; its inputs gz->inputs); colour 32 px is the usual
+ * CIFAR DCGAN (fc 256x4x4 -> 128x8x8 -> 64x16x16 -> 3x32x32, the
+ * discriminator mirrored: 3 convolutions, fc from 256x4x4); other sizes
+ * are refused naming them. */
+Test(zoo, dcgan_takes_its_shape_from_the_image_input) {
+    const tp_zoo_gan_t *gz = tp_zoo_find_gan("dcgan");
+    cr_assert_not_null(gz);
+    tp_input_desc_t in[4];
+    cr_assert_eq(tp_zoo_gan_inputs_shaped(gz, 1, 28, in), TP_OK);
+    cr_assert(in[0].ndim == 3 && in[0].shape[1] == 28 && in[0].shape[2] == 28 &&
+              in[0].dtype == TP_UINT8 && !strcmp(in[0].name, gz->inputs[0].name));
+    cr_assert_eq(memcmp(&in[0], &gz->inputs[0], sizeof in[0]), 0, "grey 28 is the zoo's input");
+    static const char *const grey[] = {"gen/fc0/W", "gen/deconv1/W", "gen/deconv2/W",
+                                       "gen/deconv2/b", "discrim/conv0/W", "discrim/conv1/W",
+                                       "discrim/fc/W"};
+    static const int64_t gw[][4] = {{100, 6272}, {128, 64, 4, 4}, {64, 1, 4, 4}, {1},
+                                    {64, 1, 4, 4}, {128, 64, 4, 4}, {6272, 1}};
+    s_gan_shapes(1, 28, grey, gw, 7, 21);
+    cr_assert_eq(tp_zoo_gan_inputs_shaped(gz, 3, 32, in), TP_OK);
+    cr_assert(in[0].ndim == 4 && in[0].shape[1] == 3 && in[0].shape[2] == 32 &&
+              in[0].shape[3] == 32);
+    static const char *const colour[] = {"gen/fc0/W", "gen/deconv1/W", "gen/deconv2/W",
+                                         "gen/deconv3/W", "gen/deconv3/b", "discrim/conv0/W",
+                                         "discrim/conv1/W", "discrim/conv2/W",
+                                         "discrim/bn2/gamma", "discrim/fc/W"};
+    static const int64_t cw[][4] = {{100, 4096}, {256, 128, 4, 4}, {128, 64, 4, 4},
+                                    {64, 3, 4, 4}, {3}, {64, 3, 4, 4}, {128, 64, 4, 4},
+                                    {256, 128, 4, 4}, {256}, {4096, 1}};
+    /* 21 + a stage each: gen's deconv + bn (5), discrim's conv + bn (5) */
+    s_gan_shapes(3, 32, colour, cw, 10, 31);
+    cr_assert_eq(tp_zoo_gan_inputs_shaped(gz, 3, 30, in), TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "image size 30"), "%s", tp_last_error());
+    cr_assert_eq(tp_zoo_gan_inputs_shaped(gz, 2, 32, in), TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "2 image channels"), "%s", tp_last_error());
+}

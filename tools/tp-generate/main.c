@@ -9,7 +9,10 @@
  * seed and --count 64 it is the batch tp-train's sample grids draw, so
  * --png reproduces the run's last LOGDIR/samples-EPOCH.png. The samples
  * (the generator's tanh output in [-1, 1]) are written as uint8 0..255,
- * NumPy's .npy of shape [N, H, W] (grey).
+ * NumPy's .npy of shape [N, H, W] (grey) or [N, H, W, 3] (colour: a run on
+ * cifar: or a colour imagefolder:, RGB, channels last as image files
+ * have them); the generator's channels and size are the image input the
+ * checkpoint records.
  *
  * A GPT checkpoint (tp-train --model gpt) continues a prompt instead
  * (tools/tp-generate/text.c, each token one position of a cache of keys and
@@ -36,9 +39,10 @@ static void s_usage(FILE *out) {
 "Draw N samples from a generator trained by tp-train (--model dcgan).\n\n"
 "  --load PATH      a checkpoint, or a log directory (its latest checkpoint)\n"
 "  --count N        samples to draw (1..1000000)\n"
-"  --output FILE    a NumPy .npy file: uint8 [N, H, W], 0..255\n"
-"  --png FILE       also the samples as one grid image (PNG), as tp-train's\n"
-"                   LOGDIR/samples-EPOCH.png\n"
+"  --output FILE    a NumPy .npy file: uint8 [N, H, W] (grey) or\n"
+"                   [N, H, W, 3] (colour, RGB), 0..255\n"
+"  --png FILE       also the samples as one grid image (PNG, grey or RGB),\n"
+"                   as tp-train's LOGDIR/samples-EPOCH.png\n"
 "  --seed S         the noise's seed (default 1, tp-train's default --seed)\n"
 "  --model NAME     the generator (default: what the checkpoint records)\n"
 "  -h, --help\n\n"
@@ -69,14 +73,20 @@ static int s_fail(const char *what) {
     return 1;
 }
 
-/* img uint8 [N*H, W, 1] (the images stacked) as a .npy file of shape
- * [n, h, w] (format 1.0: the header padded to 64 bytes with spaces). */
+/* img uint8 [N*H, W, C] (the images stacked) as a .npy file of shape
+ * [n, h, w] (c 1: grey) or [n, h, w, c] (format 1.0: the header padded to
+ * 64 bytes with spaces). */
 static tp_status_t s_write_npy(const char *path, const uint8_t *data, int64_t n, int64_t h,
-                               int64_t w) {
-    char head[128];
+                               int64_t w, int64_t c) {
+    char head[256], dims[96];  /* the header is at most 192 bytes */
+    if (c == 1)
+        snprintf(dims, sizeof dims, "%lld, %lld, %lld", (long long)n, (long long)h,
+                 (long long)w);
+    else
+        snprintf(dims, sizeof dims, "%lld, %lld, %lld, %lld", (long long)n, (long long)h,
+                 (long long)w, (long long)c);
     int len = snprintf(head + 10, sizeof head - 10,
-                       "{'descr': '|u1', 'fortran_order': False, 'shape': (%lld, %lld, %lld), }",
-                       (long long)n, (long long)h, (long long)w);
+                       "{'descr': '|u1', 'fortran_order': False, 'shape': (%s), }", dims);
     size_t total = 10 + (size_t)len + 1, padded = (total + 63) / 64 * 64;
     memcpy(head, "\x93NUMPY\x01\x00", 8);
     size_t hlen = padded - 10;
@@ -84,7 +94,7 @@ static tp_status_t s_write_npy(const char *path, const uint8_t *data, int64_t n,
     head[9] = (char)(hlen >> 8);
     memset(head + 10 + len, ' ', padded - 10 - (size_t)len - 1);
     head[padded - 1] = '\n';
-    size_t body = (size_t)(n * h * w);
+    size_t body = (size_t)(n * h * w * c);
     uint8_t *buf = malloc(padded + body);
     if (!buf)
         return tp_error(TP_ERR_NOMEM, "%s: %zu bytes", path, padded + body);
@@ -210,8 +220,20 @@ int main(int argc, char **argv) {
         return s_fail("--load");
     }
 
+    /* the generator's channels and size: the image input the run recorded
+     * ([B,S,S] grey, [B,3,S,S] colour; none recorded: 28 px grey) */
+    int channels = 1, size = 28;
+    for (int i = 0; i < info.ninputs; i++)
+        if (!strcmp(info.inputs[i].name, gz->inputs[0].name) &&
+            (info.inputs[i].ndim == 3 || info.inputs[i].ndim == 4)) {
+            channels = info.inputs[i].ndim == 4 ? (int)info.inputs[i].shape[1] : 1;
+            size = (int)info.inputs[i].shape[info.inputs[i].ndim - 1];
+        }
+    tp_input_desc_t inputs[4];
+    if (tp_zoo_gan_inputs_shaped(gz, channels, size, inputs) != TP_OK)
+        return s_fail(ckpt);
     /* the generator's inference graph, pruned to its output: reads z only */
-    tp_model_desc_t desc = {gz->inputs, gz->ninputs, gz->build, NULL, NULL};
+    tp_model_desc_t desc = {inputs, gz->ninputs, gz->build, NULL, NULL};
     const char *in_names[1] = {gz->inputs[gz->noise_input].name};
     const char *out_names[1] = {gz->sample_output};
     tp_predict_config_t pc;
@@ -230,7 +252,7 @@ int main(int argc, char **argv) {
     tp_gan_config_t gc;
     tp_gan_config_init(&gc);
     gc.seed = (uint64_t)seed;
-    int64_t zshape[2] = {count, gz->zdim}, oshape[4] = {count, 1, 0, 0};
+    int64_t zshape[2] = {count, gz->zdim}, oshape[4] = {count, channels, 0, 0};
     tp_tensor_t z, all;
     tp_tensor_init_empty(&all);
     if (tp_tensor_init(&z, TP_FLOAT32, 2, zshape) != TP_OK) {
@@ -251,13 +273,14 @@ int main(int argc, char **argv) {
             rc = tp_predictor_run(p, &zi, &out);
         if (rc != TP_OK)
             break;
-        if (r0 == 0) {  /* [N, 1, H, W] once the first call says H and W */
+        if (r0 == 0) {  /* [N, C, H, W] once the first call says H and W */
             oshape[2] = out.shape[out.ndim - 2];
             oshape[3] = out.shape[out.ndim - 1];
             rc = tp_tensor_init(&all, TP_FLOAT32, 4, oshape);
         }
         if (rc == TP_OK)
-            memcpy((float *)all.data + r0 * oshape[2] * oshape[3], out.data, out.nbytes);
+            memcpy((float *)all.data + r0 * channels * oshape[2] * oshape[3], out.data,
+                   out.nbytes);
         tp_tensor_fini(&out);
     }
     tp_tensor_fini(&z);
@@ -267,10 +290,10 @@ int main(int argc, char **argv) {
         return s_fail("generating");
     }
     /* uint8 as the sample grids map them: one column, no padding, is the
-     * images stacked [N*H, W, 1] */
+     * images stacked [N*H, W, C] */
     tp_tensor_t stack;
     if (tp_image_grid(&all, -1, 1, 1, 0, &stack) != TP_OK ||
-        s_write_npy(output, stack.data, count, oshape[2], oshape[3]) != TP_OK) {
+        s_write_npy(output, stack.data, count, oshape[2], oshape[3], channels) != TP_OK) {
         tp_tensor_fini(&all);
         return s_fail(output);
     }
@@ -282,7 +305,8 @@ int main(int argc, char **argv) {
         rc = tp_image_grid(&all, -1, 1, 0, 2, &grid);
         if (rc == TP_OK) {
             tp_tensor_t view = grid;  /* grey: the encoder takes [H, W] */
-            view.ndim = 2;
+            if (channels == 1)
+                view.ndim = 2;
             rc = tp_image_encode_png(&view, &data, &size);
             tp_tensor_fini(&grid);
         }
@@ -295,8 +319,11 @@ int main(int argc, char **argv) {
         }
     }
     tp_tensor_fini(&all);
-    printf("tp-generate: %lld samples of %s (%s) as uint8 [%lld, %lld, %lld] in %s%s%s\n",
-           count, gz->name, ckpt, count, (long long)oshape[2], (long long)oshape[3], output,
-           png ? ", grid " : "", png ? png : "");
+    char cdim[32] = "";
+    if (channels != 1)
+        snprintf(cdim, sizeof cdim, ", %d", channels);
+    printf("tp-generate: %lld samples of %s (%s) as uint8 [%lld, %lld, %lld%s] in %s%s%s\n",
+           count, gz->name, ckpt, count, (long long)oshape[2], (long long)oshape[3], cdim,
+           output, png ? ", grid " : "", png ? png : "");
     return 0;
 }

@@ -101,8 +101,10 @@ static void s_usage(FILE *out) {
 "have (Fashion-MNIST by default: grey, 28x28, 10 classes).\n\n"
 "  --model NAME         mlp, cnn (default), cnn-bn, resnet (CIFAR-style),\n"
 "                       resnet18, resnet50 (ImageNet layout, from 32 px),\n"
-"                       dcgan (a GAN on 28x28 grey images: GANTrainer,\n"
-"                       samples LOGDIR/samples-EPOCH.png each epoch)\n"
+"                       dcgan (a GAN: GANTrainer, samples\n"
+"                       LOGDIR/samples-EPOCH.png each epoch; 28x28 grey,\n"
+"                       or colour at 32 px: --data cifar:FILE or\n"
+"                       imagefolder:DIR, --image-size 16..128, a power of 2)\n"
 "                       or gpt (a byte-level Transformer language model on\n"
 "                       --data text:FILE; docs/training.md, \"Text\")\n"
 "  --context T          gpt: tokens (bytes) per window (default 64)\n"
@@ -958,6 +960,8 @@ static tp_optimizer_t *s_gan_optimizer(void *user) {
  * (uniform in [-1, 1], seeded by --seed), the monitors of TP_GAN_MONITORS,
  * and SampleGrid: 64 samples from a fixed noise batch each epoch to
  * LOGDIR/samples-EPOCH.png and TensorBoard's Images tab. Takes --data,
+ * --channels, --image-size (tp_zoo_gan_inputs_shaped: the generator's
+ * channels and size are the data's),
  * --epochs, --batch, --lr, --steps-per-epoch, --towers, --threads, --seed,
  * --logdir, --logdir-action, --resume, --no-tensorboard, --log-every,
  * --devices (cpu, auto: the CPU; a GPU id). */
@@ -993,18 +997,41 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     snprintf(logfile, sizeof logfile, "%s/log.log", logdir);
     tp_log_set_file(logfile);
 
+    /* the images' channels from the data (Fashion-MNIST, IDX, LMDB: grey;
+     * CIFAR: colour; image folders and lists: their first image) unless
+     * --channels says; the size --image-size, else 28 grey (the
+     * Fashion-MNIST model) or 32 colour (CIFAR's); colour crosses the
+     * pipeline uint8 channels first, [3,S,S] */
+    const char *data = strcmp(a->data, "fashion-mnist") ? a->data : "fashion-mnist:train";
+    int channels = 1;
+    if (strncmp(data, "fashion-mnist", 13)) {
+        tp_image_source_info_t si;
+        tp_image_source_info_init(&si);
+        tp_status_t irc = tp_image_source_info(data, &si);
+        if (irc == TP_OK)
+            channels = si.channels;
+        tp_image_source_info_fini(&si);
+        if (irc != TP_OK && irc != TP_ERR_UNSUPPORTED)
+            return s_fail("--data");
+    }
+    if (a->channels)
+        channels = a->channels;
+    int size = a->image_size ? a->image_size : channels == 3 ? 32 : 28;
+    tp_input_desc_t inputs[4];
+    if (tp_zoo_gan_inputs_shaped(gz, channels, size, inputs) != TP_OK)
+        return s_fail(a->image_size ? "--image-size" : "--data");
     char source[2048], spec[2200];
     tp_dataflow_t *train = NULL;
-    if (tp_zoo_source(strcmp(a->data, "fashion-mnist") ? a->data : "fashion-mnist:train", 0,
-                      source, sizeof source) != TP_OK)
+    if (tp_zoo_source_shaped(data, 0, channels, size, size, source, sizeof source) != TP_OK)
         return s_fail("--data");
-    snprintf(spec, sizeof spec, "%s | batch %d", source, a->batch);
+    snprintf(spec, sizeof spec, "%s%s | batch %d", source,
+             channels == 3 ? " | imgaug chw" : "", a->batch);
     if (tp_spec_parse(spec, &train) != TP_OK)
         return s_fail("training data");
     TP_INFO("training data: %s", spec);
 
     double hp[2] = {lr > 0 ? lr : gz->lr, gz->beta1};
-    tp_model_desc_t desc = {gz->inputs, gz->ninputs, gz->build, s_gan_optimizer, hp};
+    tp_model_desc_t desc = {inputs, gz->ninputs, gz->build, s_gan_optimizer, hp};
     tp_gan_config_t gc;
     tp_gan_config_init(&gc);
     gc.noise_input = gz->noise_input;
@@ -1071,10 +1098,10 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     cfg.log_every_n_steps = a->log_every;
     cfg.callbacks = cbs;
     cfg.ncallbacks = 1;
-    printf("tp-train: model %s (%s), %d tower%s x batch %d, %d epochs x %lld steps, Adam "
-           "lr %g beta1 %g per player, logdir %s\n", gz->name, gz->summary, a->towers,
-           a->towers > 1 ? "s" : "", a->batch, a->epochs, (long long)cfg.steps_per_epoch,
-           hp[0], hp[1], logdir);
+    printf("tp-train: model %s (%s) on %s %dx%d images, %d tower%s x batch %d, %d epochs "
+           "x %lld steps, Adam lr %g beta1 %g per player, logdir %s\n", gz->name, gz->summary,
+           channels == 3 ? "colour" : "grey", size, size, a->towers, a->towers > 1 ? "s" : "",
+           a->batch, a->epochs, (long long)cfg.steps_per_epoch, hp[0], hp[1], logdir);
     fflush(stdout);
     double t0 = tp_now_s();
     tp_status_t rc = tp_launch_train_with_config(&cfg, NULL);
