@@ -431,7 +431,7 @@ static int s_sample_flag(int i, const char *arg) {
     else if (i == 1)
         return tp_spec_int(arg, 0, 100000, "--sample-tokens", &s_sample.tokens) != TP_OK;
     else if (i == 3)
-        return tp_spec_int(arg, 0, 256, "--sample-top-k", &s_sample.top_k) != TP_OK;
+        return tp_spec_int(arg, 0, 1000000, "--sample-top-k", &s_sample.top_k) != TP_OK;
     else if (tp_spec_double(arg, "--sample-temperature", &s_sample.temperature) ||
              !(s_sample.temperature >= 0)) {
         tp_error(TP_ERR_INVALID, "--sample-temperature needs a number >= 0, got '%s'", arg);
