@@ -60,7 +60,11 @@ typedef struct {
     size_t per;
 } s_geom_t;
 
-static size_t s_per(int64_t d) { return S_ROUND((size_t)(2 * d * S_BK + 2 * S_BK + 2 * S_BQ)); }
+/* an item's scratch: two transposed key tiles (k, v), two query x key
+ * tiles (P, dS; the forward uses one row of P and the row statistics) */
+static size_t s_per(int64_t d) {
+    return S_ROUND((size_t)(2 * d * S_BK + 2 * S_BQ * S_BK + 2 * S_BQ));
+}
 
 static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
     const tp_shape_t *qs = &c->xshape[0];
@@ -96,18 +100,56 @@ static inline void s_transpose(const float *restrict k, int64_t d, int64_t nk,
             kt[e * S_BK + j] = k[j * d + e];
 }
 
-/* srow[j] = scale q . k_j for j < nk, from the transposed tile: the same
- * operations in the forward and the backward, so the backward's
- * probabilities are the forward's. */
+/* srow[j] = scale q . k_j for j < nk, from the transposed tile, 16 keys
+ * at a time in registers; every element sums over D in the same order
+ * (the tail's too), and the forward and the backward call this same code,
+ * so the backward's probabilities are the forward's bit for bit. */
 static inline void s_scores(const float *restrict q, const float *restrict kt, int64_t d,
                             int64_t nk, float scale, float *restrict srow) {
-    for (int64_t j = 0; j < nk; j++)
-        srow[j] = 0.0f;
-    for (int64_t e = 0; e < d; e++) {
-        const float qe = q[e] * scale;
-        const float *restrict kte = kt + e * S_BK;
-        for (int64_t j = 0; j < nk; j++)
-            srow[j] += qe * kte[j];
+    int64_t j0 = 0;
+    for (; j0 + 16 <= nk; j0 += 16) {
+        float acc[16] = {0};
+        for (int64_t e = 0; e < d; e++) {
+            const float qe = q[e] * scale;
+            const float *restrict kte = kt + e * S_BK + j0;
+            for (int jj = 0; jj < 16; jj++)
+                acc[jj] += qe * kte[jj];
+        }
+        for (int jj = 0; jj < 16; jj++)
+            srow[j0 + jj] = acc[jj];
+    }
+    for (; j0 < nk; j0++) {
+        float acc = 0.0f;
+        for (int64_t e = 0; e < d; e++)
+            acc += q[e] * scale * kt[e * S_BK + j0];
+        srow[j0] = acc;
+    }
+}
+
+/* out[e] += sum over j < n of c[j cs] rows[j d + e], for e < d: 16 columns
+ * at a time in registers, j ascending for every element (the tail's too).
+ * The P v, dS k, P^T dO and dS^T q products of a tile. */
+static inline void s_rows_axpy(float *restrict out, const float *restrict c, int64_t cs,
+                               const float *restrict rows, int64_t d, int64_t n) {
+    int64_t e0 = 0;
+    for (; e0 + 16 <= d; e0 += 16) {
+        float acc[16];
+        for (int ee = 0; ee < 16; ee++)
+            acc[ee] = out[e0 + ee];
+        for (int64_t j = 0; j < n; j++) {
+            const float cj = c[j * cs];
+            const float *restrict r = rows + j * d + e0;
+            for (int ee = 0; ee < 16; ee++)
+                acc[ee] += cj * r[ee];
+        }
+        for (int ee = 0; ee < 16; ee++)
+            out[e0 + ee] = acc[ee];
+    }
+    for (; e0 < d; e0++) {
+        float acc = out[e0];
+        for (int64_t j = 0; j < n; j++)
+            acc += c[j * cs] * rows[j * d + e0];
+        out[e0] = acc;
     }
 }
 
@@ -157,12 +199,7 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
                 if (alpha != 1.0f)
                     for (int64_t e = 0; e < d; e++)
                         orow[e] *= alpha;
-                for (int64_t j = 0; j < lim; j++) {
-                    const float p = srow[j];
-                    const float *restrict vrow = v + (j0 + j) * d;
-                    for (int64_t e = 0; e < d; e++)
-                        orow[e] += p * vrow[e];
-                }
+                s_rows_axpy(orow, srow, 1, v + j0 * d, d, lim);
             }
         }
         for (int64_t r = 0; r < nq; r++) {
@@ -207,7 +244,8 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
     float *dq = c->dx[0] ? c->dx[0] + oq : NULL;
     float *dk = c->dx[1] ? c->dx[1] + ok : NULL;
     float *dv = c->dx[2] ? c->dx[2] + ok : NULL;
-    float *kt = scratch, *vt = kt + d * S_BK, *prow = vt + d * S_BK, *dsrow = prow + S_BK;
+    /* the key tile and v's, transposed; the query tile's P and dS */
+    float *kt = scratch, *vt = kt + d * S_BK, *pt = vt + d * S_BK, *dst = pt + S_BQ * S_BK;
     /* every clear before any sum: two inputs may be one node (q = k), the
      * second then adding into the first's buffer */
     if (dq && !c->dx_acc[0])
@@ -228,46 +266,41 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
         s_transpose(k + j0 * d, d, nk, kt);
         if (need_ds)
             s_transpose(v + j0 * d, d, nk, vt);
-        /* causal: only the queries at or past the tile's first key */
-        for (int64_t i = g->causal ? j0 : 0; i < tq; i++) {
-            const int64_t lim = s_visible(g, i, j0, nk);
-            if (lim == 0)
-                continue;
-            const float *restrict qrow = q + i * d, *restrict dorow = dout + i * d;
-            s_scores(qrow, kt, d, lim, g->scale, prow);
-            const float li = lse[i];
-            for (int64_t j = 0; j < lim; j++)
-                prow[j] = s_vexp(prow[j] - li);
-            if (dv)
-                for (int64_t j = 0; j < lim; j++) {
-                    const float p = prow[j];
-                    float *restrict dvrow = dv + (j0 + j) * d;
-                    for (int64_t e = 0; e < d; e++)
-                        dvrow[e] += p * dorow[e];
-                }
-            if (!need_ds)
-                continue;
-            /* dP = dO v^T, then dS = P (dP - rowsum(dO O)) scale */
-            s_scores(dorow, vt, d, lim, 1.0f, dsrow);
-            const float di = dot[i];
-            for (int64_t j = 0; j < lim; j++)
-                dsrow[j] = prow[j] * (dsrow[j] - di) * g->scale;
-            if (dq) {
-                float *restrict dqrow = dq + i * d;
-                for (int64_t j = 0; j < lim; j++) {
-                    const float s = dsrow[j];
-                    const float *restrict krow = k + (j0 + j) * d;
-                    for (int64_t e = 0; e < d; e++)
-                        dqrow[e] += s * krow[e];
-                }
+        /* causal: the query tiles that reach this key tile */
+        for (int64_t i0 = g->causal ? j0 / S_BQ * S_BQ : 0; i0 < tq; i0 += S_BQ) {
+            const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
+            for (int64_t r = 0; r < nq; r++) {
+                const int64_t i = i0 + r, lim = s_visible(g, i, j0, nk);
+                if (lim == 0)
+                    continue;
+                float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
+                s_scores(q + i * d, kt, d, lim, g->scale, prow);
+                const float li = lse[i];
+                for (int64_t j = 0; j < lim; j++)
+                    prow[j] = s_vexp(prow[j] - li);
+                if (!need_ds)
+                    continue;
+                /* dP = dO v^T, then dS = P (dP - rowsum(dO O)) scale */
+                s_scores(dout + i * d, vt, d, lim, 1.0f, dsrow);
+                const float di = dot[i];
+                for (int64_t j = 0; j < lim; j++)
+                    dsrow[j] = prow[j] * (dsrow[j] - di) * g->scale;
+                if (dq)
+                    s_rows_axpy(dq + i * d, dsrow, 1, k + j0 * d, d, lim);
             }
-            if (dk)
-                for (int64_t j = 0; j < lim; j++) {
-                    const float s = dsrow[j];
-                    float *restrict dkrow = dk + (j0 + j) * d;
-                    for (int64_t e = 0; e < d; e++)
-                        dkrow[e] += s * qrow[e];
-                }
+            /* key j's column: the tile's rows that see it (causal: i >= j) */
+            for (int64_t j = 0; j < nk; j++) {
+                int64_t r0 = g->causal ? j0 + j - i0 : 0;
+                r0 = r0 < 0 ? 0 : r0;
+                if (r0 >= nq)
+                    continue;
+                if (dv)
+                    s_rows_axpy(dv + (j0 + j) * d, pt + r0 * S_BK + j, S_BK,
+                                dout + (i0 + r0) * d, d, nq - r0);
+                if (dk)
+                    s_rows_axpy(dk + (j0 + j) * d, dst + r0 * S_BK + j, S_BK,
+                                q + (i0 + r0) * d, d, nq - r0);
+            }
         }
     }
 }

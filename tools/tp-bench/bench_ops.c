@@ -254,6 +254,12 @@ static tp_node_t *s_xent_seq(tp_tower_t *t, tp_node_t *const *in, const bench_ro
     return tp_softmax_xent_seq(t, "op", in[0], in[1], -100);
 }
 
+/* fused causal attention, q, k, v [B,H,T,D], scale 1/sqrt(D) */
+static tp_node_t *s_attention(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    return tp_attention(t, "op", in[0], in[1], in[2], 1, 0.0f);
+}
+
 /* A whole model for a step row: examples/mlp.c's MLP 784-512-256-10 on
  * inputs x [B,784], labels [B], and its weights and biases as 'w' inputs
  * 2..7, to softmax cross-entropy. */
@@ -395,6 +401,12 @@ static const bench_row_t s_rows[] = {
      {{'x', 3, {16, 64, 128}}, {'w', 1, {128}}, {'w', 1, {128}}}},
     {"group_norm", "group_norm", AE, s_group_norm, {4}, 3,
      {AE16, {'w', 1, {16}}, {'w', 1, {16}}}},
+    /* fused causal attention: the small GPT's 4 heads of 32 at context 64
+     * (batch 16), and at context 512 (batch 4) */
+    {"attention/t64", "attention_causal", "transformer", s_attention, {0}, 3,
+     {{'x', 4, {16, 4, 64, 32}}, {'x', 4, {16, 4, 64, 32}}, {'x', 4, {16, 4, 64, 32}}}},
+    {"attention/t512", "attention_causal", "transformer", s_attention, {0}, 3,
+     {{'x', 4, {4, 4, 512, 32}}, {'x', 4, {4, 4, 512, 32}}, {'x', 4, {4, 4, 512, 32}}}},
     {"mlp_step", "mlp_step", "mlp", s_mlp_step, {0, 0, 0, 0, 0, 10}, 8,
      {{'t', 2, {128, 784}}, {'l', 1, {128}}, {'w', 2, {784, 512}}, {'w', 1, {512}},
       {'w', 2, {512, 256}}, {'w', 1, {256}}, {'w', 2, {256, 10}}, {'w', 1, {10}}}},
