@@ -92,84 +92,134 @@ size_t tp_cpu_attention_workspace(const tp_op_call_t *c) {
     return (2 * S_ROUND(g.items * (size_t)g.tq) + g.items * g.per) * sizeof(float);
 }
 
-/* kt[d][j] = k[j0 + j][d] for j < nk: a key tile with the keys contiguous. */
+/* kt[d][j] = k[j0 + j][d] for j < nk: a key tile with the keys
+ * contiguous, zeros after them up to a multiple of 16 keys (the scores'
+ * blocks of 16 then need no scalar edge). */
 static inline void s_transpose(const float *restrict k, int64_t d, int64_t nk,
                                float *restrict kt) {
+    const int64_t pad = (nk + 15) & ~(int64_t)15;
     for (int64_t j = 0; j < nk; j++)
         for (int64_t e = 0; e < d; e++)
             kt[e * S_BK + j] = k[j * d + e];
+    for (int64_t e = 0; e < d && pad > nk; e++)
+        for (int64_t j = nk; j < pad; j++)
+            kt[e * S_BK + j] = 0.0f;
 }
 
-/* srow[j] = scale q . k_j for j < nk, from the transposed tile, 16 keys
- * at a time in registers; every element sums over D in the same order
- * (the tail's too), and the forward and the backward call this same code,
- * so the backward's probabilities are the forward's bit for bit. */
-static inline void s_scores(const float *restrict q, const float *restrict kt, int64_t d,
-                            int64_t nk, float scale, float *restrict srow) {
-    int64_t j0 = 0;
-    for (; j0 + 16 <= nk; j0 += 16) {
-        float acc[16] = {0};
-        for (int64_t e = 0; e < d; e++) {
-            const float qe = q[e] * scale;
-            const float *restrict kte = kt + e * S_BK + j0;
-            for (int jj = 0; jj < 16; jj++)
-                acc[jj] += qe * kte[jj];
+/* The one product of every tile: C[r][c] (+)= sum over k in [k0, k1) of
+ * A[r lda + k ak] B[k ldb + c], for rows <= 4 and cols <= 16 (a 4 x 16
+ * block of C, kept in registers while k runs; A's stride ak lets it be a
+ * transposed tile). Every element starts from C (acc) or 0 and adds its
+ * terms in k order, in the full block and at the edges alike: the bits of
+ * an element do not depend on the blocking, so the forward's scores and
+ * the backward's recomputed ones are the same. */
+static inline void s_block(float *restrict cm, int64_t ldc, const float *restrict am,
+                           int64_t lda, int64_t ak, const float *restrict bm, int64_t ldb,
+                           int64_t k0, int64_t k1, int acc, int64_t rows, int64_t cols) {
+    if (rows == 4 && cols == 16) {
+        float r0[16], r1[16], r2[16], r3[16];
+        for (int c = 0; c < 16; c++) {
+            r0[c] = acc ? cm[c] : 0.0f;
+            r1[c] = acc ? cm[ldc + c] : 0.0f;
+            r2[c] = acc ? cm[2 * ldc + c] : 0.0f;
+            r3[c] = acc ? cm[3 * ldc + c] : 0.0f;
         }
-        for (int jj = 0; jj < 16; jj++)
-            srow[j0 + jj] = acc[jj];
-    }
-    for (; j0 < nk; j0++) {
-        float acc = 0.0f;
-        for (int64_t e = 0; e < d; e++)
-            acc += q[e] * scale * kt[e * S_BK + j0];
-        srow[j0] = acc;
-    }
-}
-
-/* out[e] += sum over j < n of c[j cs] rows[j d + e], for e < d: 16 columns
- * at a time in registers, j ascending for every element (the tail's too).
- * The P v, dS k, P^T dO and dS^T q products of a tile. */
-static inline void s_rows_axpy(float *restrict out, const float *restrict c, int64_t cs,
-                               const float *restrict rows, int64_t d, int64_t n) {
-    int64_t e0 = 0;
-    for (; e0 + 16 <= d; e0 += 16) {
-        float acc[16];
-        for (int ee = 0; ee < 16; ee++)
-            acc[ee] = out[e0 + ee];
-        for (int64_t j = 0; j < n; j++) {
-            const float cj = c[j * cs];
-            const float *restrict r = rows + j * d + e0;
-            for (int ee = 0; ee < 16; ee++)
-                acc[ee] += cj * r[ee];
+        for (int64_t k = k0; k < k1; k++) {
+            const float *restrict b = bm + k * ldb;
+            const float a0 = am[k * ak], a1 = am[lda + k * ak];
+            const float a2 = am[2 * lda + k * ak], a3 = am[3 * lda + k * ak];
+            for (int c = 0; c < 16; c++) {
+                r0[c] += a0 * b[c];
+                r1[c] += a1 * b[c];
+                r2[c] += a2 * b[c];
+                r3[c] += a3 * b[c];
+            }
         }
-        for (int ee = 0; ee < 16; ee++)
-            out[e0 + ee] = acc[ee];
+        for (int c = 0; c < 16; c++) {
+            cm[c] = r0[c];
+            cm[ldc + c] = r1[c];
+            cm[2 * ldc + c] = r2[c];
+            cm[3 * ldc + c] = r3[c];
+        }
+        return;
     }
-    for (; e0 < d; e0++) {
-        float acc = out[e0];
-        for (int64_t j = 0; j < n; j++)
-            acc += c[j * cs] * rows[j * d + e0];
-        out[e0] = acc;
-    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float v = acc ? cm[r * ldc + c] : 0.0f;
+            for (int64_t k = k0; k < k1; k++)
+                v += am[r * lda + k * ak] * bm[k * ldb + c];
+            cm[r * ldc + c] = v;
+        }
 }
 
 /* The keys query i sees in the tile at j0 of nk keys: all, or up to i. */
-static inline int64_t s_visible(const s_geom_t *g, int64_t i, int64_t j0, int64_t nk) {
-    if (!g->causal)
+static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
+    if (!causal)
         return nk;
     const int64_t lim = i - j0 + 1;
     return lim < 0 ? 0 : lim < nk ? lim : nk;
 }
 
+/* scores[r][j] = a_r . k_j of a query tile's nq rows (a: q or dO, [nq,
+ * d]) against the transposed key tile bt (k or v, s_transpose's), in
+ * blocks of 16 columns up to the last some row of a 4-row block sees; the
+ * others are left as they were. The scale
+ * comes after, in the softmax's pass, the same in the forward and the
+ * backward. */
+static inline void s_tile_scores(const float *restrict a, const float *restrict bt,
+                                 int64_t d, int64_t nq, int64_t nk, int64_t i0,
+                                 int64_t j0, int causal, float *restrict scores) {
+    for (int64_t rb = 0; rb < nq; rb += 4) {
+        const int64_t rows = nq - rb < 4 ? nq - rb : 4;
+        /* whole blocks of 16: the columns past the keys are zeros in bt */
+        const int64_t ncols = s_visible(causal, i0 + rb + rows - 1, j0, nk);
+        for (int64_t cb = 0; cb < ncols; cb += 16)
+            s_block(scores + rb * S_BK + cb, S_BK, a + rb * d, d, 1, bt + cb, S_BK, 0, d, 0,
+                    rows, 16);
+    }
+}
+
+/* out[nq][d] += w[nq][nk] rows[nk][d]: each 4-row block only over the keys
+ * it sees (w is 0 past a row's own). */
+static inline void s_tile_rows(float *restrict out, const float *restrict w,
+                               const float *restrict rows_, int64_t d, int64_t nq,
+                               int64_t nk, int64_t i0, int64_t j0, int causal) {
+    for (int64_t rb = 0; rb < nq; rb += 4) {
+        const int64_t rows = nq - rb < 4 ? nq - rb : 4;
+        const int64_t kh = s_visible(causal, i0 + rb + rows - 1, j0, nk);
+        for (int64_t cb = 0; cb < d; cb += 16)
+            s_block(out + rb * d + cb, d, w + rb * S_BK, S_BK, 1, rows_ + cb, d, 0, kh, 1, rows,
+                    d - cb < 16 ? d - cb : 16);
+    }
+}
+
+/* out[nk][d] += w^T[nk][nq] rows[nq][d] (dV from P and dO, dK from dS and
+ * q): each 4-key block only over the queries that see it. */
+static inline void s_tile_cols(float *restrict out, const float *restrict w,
+                               const float *restrict rows_, int64_t d, int64_t nq,
+                               int64_t nk, int64_t i0, int64_t j0, int causal) {
+    for (int64_t kb = 0; kb < nk; kb += 4) {
+        const int64_t keys = nk - kb < 4 ? nk - kb : 4;
+        int64_t lo = causal ? j0 + kb - i0 : 0;
+        lo = lo < 0 ? 0 : lo;
+        if (lo >= nq)
+            continue;
+        for (int64_t cb = 0; cb < d; cb += 16)
+            s_block(out + kb * d + cb, d, w + kb, 1, S_BK, rows_ + cb, d, lo, nq, 1, keys,
+                    d - cb < 16 ? d - cb : 16);
+    }
+}
+
 S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch) {
     const tp_op_call_t *c = g->c;
     const int64_t tq = g->tq, tk = g->tk, d = g->d;
+    const int causal = g->causal;
     const float *q = (const float *)c->x[0] + it * (size_t)(tq * d);
     const float *k = (const float *)c->x[1] + it * (size_t)(tk * d);
     const float *v = (const float *)c->x[2] + it * (size_t)(tk * d);
     float *o = (float *)c->y + it * (size_t)(tq * d);
     float *lse = g->lse + it * (size_t)tq;
-    float *kt = scratch, *srow = kt + 2 * d * S_BK, *m = srow + 2 * S_BK, *l = m + S_BQ;
+    float *kt = scratch, *pt = kt + 2 * d * S_BK, *m = pt + 2 * S_BQ * S_BK, *l = m + S_BQ;
     for (int64_t i0 = 0; i0 < tq; i0 += S_BQ) {
         const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
         for (int64_t r = 0; r < nq; r++) {
@@ -177,30 +227,37 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
             l[r] = 0.0f;
         }
         memset(o + i0 * d, 0, (size_t)(nq * d) * sizeof(float));
-        const int64_t kend = g->causal ? i0 + nq : tk;
+        const int64_t kend = causal ? i0 + nq : tk;
         for (int64_t j0 = 0; j0 < kend; j0 += S_BK) {
             const int64_t nk = kend - j0 < S_BK ? kend - j0 : S_BK;
             s_transpose(k + j0 * d, d, nk, kt);
+            s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            /* each row's online softmax: P = e^(s - max), 0 past its keys,
+             * its output row rescaled when the max grows */
             for (int64_t r = 0; r < nq; r++) {
-                const int64_t i = i0 + r, lim = s_visible(g, i, j0, nk);
-                if (lim == 0)
-                    continue;
-                s_scores(q + i * d, kt, d, lim, g->scale, srow);
+                float *restrict prow = pt + r * S_BK;
+                const int64_t lim = s_visible(causal, i0 + r, j0, nk);
+                for (int64_t j = 0; j < lim; j++)
+                    prow[j] *= g->scale;
                 float mx = m[r];
                 for (int64_t j = 0; j < lim; j++)
-                    mx = srow[j] > mx ? srow[j] : mx;
-                /* the row's first visible tile: m was -inf, alpha 0 */
-                const float alpha = s_vexp(m[r] - mx);
-                for (int64_t j = 0; j < lim; j++)
-                    srow[j] = s_vexp(srow[j] - mx);
-                l[r] = l[r] * alpha + tp_cpu_sum8(srow, (size_t)lim);
-                m[r] = mx;
-                float *restrict orow = o + i * d;
-                if (alpha != 1.0f)
-                    for (int64_t e = 0; e < d; e++)
-                        orow[e] *= alpha;
-                s_rows_axpy(orow, srow, 1, v + j0 * d, d, lim);
+                    mx = prow[j] > mx ? prow[j] : mx;
+                if (lim > 0) {
+                    /* the row's first visible tile: m was -inf, alpha 0 */
+                    const float alpha = s_vexp(m[r] - mx);
+                    for (int64_t j = 0; j < lim; j++)
+                        prow[j] = s_vexp(prow[j] - mx);
+                    l[r] = l[r] * alpha + tp_cpu_sum8(prow, (size_t)lim);
+                    m[r] = mx;
+                    float *restrict orow = o + (i0 + r) * d;
+                    if (alpha != 1.0f)
+                        for (int64_t e = 0; e < d; e++)
+                            orow[e] *= alpha;
+                }
+                for (int64_t j = lim; j < nk; j++)
+                    prow[j] = 0.0f;
             }
+            s_tile_rows(o + i0 * d, pt, v + j0 * d, d, nq, nk, i0, j0, causal);
         }
         for (int64_t r = 0; r < nq; r++) {
             float *restrict orow = o + (i0 + r) * d;
@@ -234,6 +291,7 @@ tp_status_t tp_cpu_attention_forward(const tp_op_call_t *c) {
 S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratch) {
     const tp_op_call_t *c = g->c;
     const int64_t tq = g->tq, tk = g->tk, d = g->d;
+    const int causal = g->causal;
     const size_t oq = it * (size_t)(tq * d), ok = it * (size_t)(tk * d);
     const float *q = (const float *)c->x[0] + oq;
     const float *k = (const float *)c->x[1] + ok;
@@ -267,40 +325,34 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
         if (need_ds)
             s_transpose(v + j0 * d, d, nk, vt);
         /* causal: the query tiles that reach this key tile */
-        for (int64_t i0 = g->causal ? j0 / S_BQ * S_BQ : 0; i0 < tq; i0 += S_BQ) {
+        for (int64_t i0 = causal ? j0 / S_BQ * S_BQ : 0; i0 < tq; i0 += S_BQ) {
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
+            /* P from the saved log-sum-exps; dS = P (dO v^T - rowsum(dO O))
+             * scale; both 0 past a row's keys */
+            s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            if (need_ds)
+                s_tile_scores(dout + i0 * d, vt, d, nq, nk, i0, j0, causal, dst);
             for (int64_t r = 0; r < nq; r++) {
-                const int64_t i = i0 + r, lim = s_visible(g, i, j0, nk);
-                if (lim == 0)
-                    continue;
+                const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
                 float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
-                s_scores(q + i * d, kt, d, lim, g->scale, prow);
-                const float li = lse[i];
+                const float li = lse[i], di = dot[i];
                 for (int64_t j = 0; j < lim; j++)
-                    prow[j] = s_vexp(prow[j] - li);
+                    prow[j] = s_vexp(prow[j] * g->scale - li);
+                for (int64_t j = lim; j < nk; j++)
+                    prow[j] = 0.0f;
                 if (!need_ds)
                     continue;
-                /* dP = dO v^T, then dS = P (dP - rowsum(dO O)) scale */
-                s_scores(dout + i * d, vt, d, lim, 1.0f, dsrow);
-                const float di = dot[i];
                 for (int64_t j = 0; j < lim; j++)
                     dsrow[j] = prow[j] * (dsrow[j] - di) * g->scale;
-                if (dq)
-                    s_rows_axpy(dq + i * d, dsrow, 1, k + j0 * d, d, lim);
+                for (int64_t j = lim; j < nk; j++)
+                    dsrow[j] = 0.0f;
             }
-            /* key j's column: the tile's rows that see it (causal: i >= j) */
-            for (int64_t j = 0; j < nk; j++) {
-                int64_t r0 = g->causal ? j0 + j - i0 : 0;
-                r0 = r0 < 0 ? 0 : r0;
-                if (r0 >= nq)
-                    continue;
-                if (dv)
-                    s_rows_axpy(dv + (j0 + j) * d, pt + r0 * S_BK + j, S_BK,
-                                dout + (i0 + r0) * d, d, nq - r0);
-                if (dk)
-                    s_rows_axpy(dk + (j0 + j) * d, dst + r0 * S_BK + j, S_BK,
-                                q + (i0 + r0) * d, d, nq - r0);
-            }
+            if (dv)
+                s_tile_cols(dv + j0 * d, pt, dout + i0 * d, d, nq, nk, i0, j0, causal);
+            if (dk)
+                s_tile_cols(dk + j0 * d, dst, q + i0 * d, d, nq, nk, i0, j0, causal);
+            if (dq)
+                s_tile_rows(dq + i0 * d, dst, k + j0 * d, d, nq, nk, i0, j0, causal);
         }
     }
 }
