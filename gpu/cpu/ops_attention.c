@@ -98,12 +98,13 @@ size_t tp_cpu_attention_workspace(const tp_op_call_t *c) {
 static inline void s_transpose(const float *restrict k, int64_t d, int64_t nk,
                                float *restrict kt) {
     const int64_t pad = (nk + 15) & ~(int64_t)15;
-    for (int64_t j = 0; j < nk; j++)
-        for (int64_t e = 0; e < d; e++)
-            kt[e * S_BK + j] = k[j * d + e];
-    for (int64_t e = 0; e < d && pad > nk; e++)
+    for (int64_t e = 0; e < d; e++) { /* written in rows: the reads stride */
+        float *restrict row = kt + e * S_BK;
+        for (int64_t j = 0; j < nk; j++)
+            row[j] = k[j * d + e];
         for (int64_t j = nk; j < pad; j++)
-            kt[e * S_BK + j] = 0.0f;
+            row[j] = 0.0f;
+    }
 }
 
 /* The one product of every tile: C[r][c] (+)= sum over k in [k0, k1) of
