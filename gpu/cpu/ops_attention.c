@@ -211,6 +211,17 @@ static inline void s_tile_cols(float *restrict out, const float *restrict w,
     }
 }
 
+/* The workspace is there and, when its size is known (0: not said),
+ * large enough. */
+static tp_status_t s_check_workspace(const tp_op_call_t *c) {
+    const size_t need = tp_cpu_attention_workspace(c);
+    if (!c->workspace || (c->workspace_bytes && c->workspace_bytes < need))
+        return tp_error(TP_ERR_INVALID, "attention '%s': workspace of %zu bytes at %p, "
+                        "needs %zu", c->name ? c->name : "?", c->workspace_bytes,
+                        c->workspace, need);
+    return TP_OK;
+}
+
 S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch) {
     const tp_op_call_t *c = g->c;
     const int64_t tq = g->tq, tk = g->tk, d = g->d;
@@ -281,10 +292,7 @@ static void s_forward_range(void *arg, size_t lo, size_t hi) {
 tp_status_t tp_cpu_attention_forward(const tp_op_call_t *c) {
     s_geom_t g;
     s_geom(c, &g);
-    if (!c->workspace || c->workspace_bytes < tp_cpu_attention_workspace(c))
-        return tp_error(TP_ERR_INVALID, "attention '%s': workspace of %zu bytes, "
-                        "needs %zu", c->name ? c->name : "?", c->workspace_bytes,
-                        tp_cpu_attention_workspace(c));
+    TP_TRY(s_check_workspace(c));
     tp_cpu_parallel(g.items, 1, 1, s_forward_range, &g);
     return TP_OK;
 }
@@ -368,10 +376,7 @@ static void s_backward_range(void *arg, size_t lo, size_t hi) {
 tp_status_t tp_cpu_attention_backward(const tp_op_call_t *c) {
     s_geom_t g;
     s_geom(c, &g);
-    if (!c->workspace || c->workspace_bytes < tp_cpu_attention_workspace(c))
-        return tp_error(TP_ERR_INVALID, "attention '%s': workspace of %zu bytes, "
-                        "needs %zu", c->name ? c->name : "?", c->workspace_bytes,
-                        tp_cpu_attention_workspace(c));
+    TP_TRY(s_check_workspace(c));
     if (!c->dx[0] && !c->dx[1] && !c->dx[2])
         return TP_OK;
     tp_cpu_parallel(g.items, 1, 1, s_backward_range, &g);
