@@ -132,6 +132,8 @@ OPS = {
     "batch_matmul_qk": lambda x, a, st: x[0] @ x[1].transpose(-1, -2),
     "layer_norm": lambda x, a, st: F.layer_norm(x[0], x[1].shape, x[1], x[2], 1e-5),
     "attention_causal": lambda x, a, st: _attention(x[0], x[1], x[2], st),
+    # a whole step around it: the mean square of the output
+    "attention_sq_step": lambda x, a, st: _attention(x[0], x[1], x[2], st).square().mean(),
     "group_norm": lambda x, a, st: F.group_norm(x[0], int(a[0]), x[1], x[2], 1e-5),
     # whole models (step rows): x, labels, then weights and biases
     "mlp_step": lambda x, a, st: F.cross_entropy(
