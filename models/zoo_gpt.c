@@ -7,14 +7,16 @@
  * cross-entropy in nats per token as the metric `cost`.
  *
  * Built only from the graph's ops: gather_rows (embedding), layer_norm,
- * batch_matmul (projections against unbatched [C,N] weights, q k^T and
- * attention x v), reshape/transpose (heads), a constant causal mask added
- * before softmax along the last axis, gelu, add (residuals) and
- * softmax_xent_seq. The T x T scores are materialised per head: fine at
- * the zoo's contexts (64..a few hundred), not a fused kernel. Dropout
- * (off by default) where nanoGPT has it: the embeddings' sum, the
- * attention weights, and the output of each residual branch before it is
- * added. */
+ * batch_matmul (projections against unbatched [C,N] weights),
+ * reshape/transpose (heads), the fused causal attention (tp_attention:
+ * tiles with an online softmax, the T x T scores never stored whole),
+ * gelu, add (residuals) and softmax_xent_seq. Dropout (off by default)
+ * where nanoGPT has it: the embeddings' sum, the attention weights, and
+ * the output of each residual branch before it is added; the fused op has
+ * no dropout of its weights, so a model with dropout builds its training
+ * towers' attention from the parts instead (q k^T, a constant causal
+ * mask, softmax, dropout, x v), which materialises the scores per head.
+ * The parameters' names are the same either way. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +66,8 @@ static tp_node_t *s_heads(tp_tower_t *t, const char *name, tp_node_t *x, int64_t
     return tp_transpose(t, name, tp_reshape(t, n, x, 4, shape), perm);
 }
 
-/* One pre-norm block: x + attn(ln1(x)), then + mlp(ln2(x)). */
+/* One pre-norm block: x + attn(ln1(x)), then + mlp(ln2(x)). mask NULL:
+ * the fused attention (no dropout), else the decomposed one with it. */
 static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mask,
                           int64_t T, int64_t C, int64_t H, int nlayers, float drop) {
     char scope[32];
@@ -84,13 +87,18 @@ static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mas
     tp_node_t *q = s_heads(t, "attn/q", p[0], T, H, D);
     tp_node_t *k = s_heads(t, "attn/k", p[1], T, H, D);
     tp_node_t *v = s_heads(t, "attn/v", p[2], T, H, D);
-    /* softmax(q k^T / sqrt(D) + mask) v: the mask is 0 on and below the
-     * diagonal, -1e9 above (a position sees itself and the past) */
-    tp_node_t *s = tp_scale(t, "attn/scores", tp_batch_matmul(t, "attn/qk", q, k, 0, 1),
-                            1.0f / sqrtf((float)D));
-    tp_node_t *att = tp_softmax(t, "attn/softmax", tp_add(t, "attn/masked", s, mask), -1);
-    att = s_drop(t, "attn/drop", att, drop);
-    tp_node_t *y = tp_batch_matmul(t, "attn/av", att, v, 0, 0);  /* [B,H,T,D] */
+    tp_node_t *y;  /* [B,H,T,D] */
+    if (!mask) {   /* no dropout: the fused op */
+        y = tp_attention(t, "attn/attention", q, k, v, 1, 1.0f / sqrtf((float)D));
+    } else {
+        /* softmax(q k^T / sqrt(D) + mask) v: the mask is 0 on and below the
+         * diagonal, -1e9 above (a position sees itself and the past) */
+        tp_node_t *s = tp_scale(t, "attn/scores", tp_batch_matmul(t, "attn/qk", q, k, 0, 1),
+                                1.0f / sqrtf((float)D));
+        tp_node_t *att = tp_softmax(t, "attn/softmax", tp_add(t, "attn/masked", s, mask), -1);
+        att = s_drop(t, "attn/drop", att, drop);
+        y = tp_batch_matmul(t, "attn/av", att, v, 0, 0);
+    }
     static const int back[4] = {0, 2, 1, 3};
     int64_t merged[3] = {-1, T, C};
     y = tp_reshape(t, "attn/merge", tp_transpose(t, "attn/unheads", y, back), 3, merged);
@@ -122,17 +130,22 @@ tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
         return tp_error(TP_ERR_INVALID, "model gpt: the width %lld is not a multiple of "
                         "the %lld heads", (long long)C, (long long)H);
     const int64_t T = s->d[1];
-    /* the causal mask, [T,T]: broadcast over the batch and the heads */
-    float *m = malloc((size_t)(T * T) * sizeof *m);
-    if (!m)
-        return tp_error(TP_ERR_NOMEM, "model gpt: the %lldx%lld mask", (long long)T,
-                        (long long)T);
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < T; j++)
-            m[i * T + j] = j <= i ? 0.0f : -1e9f;
-    int64_t ms[2] = {T, T};
-    tp_node_t *mask = tp_constant(t, "causal_mask", 2, ms, m);
-    free(m);
+    /* with dropout in training only (the decomposed attention; inference
+     * runs the fused op, dropout being the identity there): the causal
+     * mask, [T,T], broadcast over the batch and the heads */
+    tp_node_t *mask = NULL;
+    if (drop > 0.0f && tp_tower_is_training(t)) {
+        float *m = malloc((size_t)(T * T) * sizeof *m);
+        if (!m)
+            return tp_error(TP_ERR_NOMEM, "model gpt: the %lldx%lld mask", (long long)T,
+                            (long long)T);
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < T; j++)
+                m[i * T + j] = j <= i ? 0.0f : -1e9f;
+        int64_t ms[2] = {T, T};
+        mask = tp_constant(t, "causal_mask", 2, ms, m);
+        free(m);
+    }
     int64_t es[2] = {V, C}, ps[2] = {T, C};
     tp_node_t *wte = tp_variable(t, "wte", 2, es, (tp_init_t){TP_INIT_NORMAL, 0.02f},
                                  TP_VAR_TRAINABLE);

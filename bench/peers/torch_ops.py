@@ -52,6 +52,21 @@ def _batch_norm(x, a, st):
     return F.batch_norm(x[0], rm, rv, g, b, training=True, momentum=0.1, eps=1e-5)
 
 
+def _attention(q, k, v, st):
+    """Causal attention as PyTorch runs it: F.scaled_dot_product_attention
+    (its fused kernels) where torch has it (2.0+), else eager's matmul,
+    mask, softmax, matmul, the mask made once."""
+    f = getattr(F, "scaled_dot_product_attention", None)
+    if f is not None:
+        return f(q, k, v, is_causal=True)
+    t = q.shape[-2]
+    if st.get("mask_t") != t:
+        st["mask_t"] = t
+        st["mask"] = torch.ones(t, t, dtype=torch.bool).triu(1)
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    return torch.softmax(s.masked_fill(st["mask"], float("-inf")), dim=-1) @ v
+
+
 def _params(st):
     """The tensors a row's op owns (batch norm's gamma and beta)."""
     return [t for t in st.get("bn", ())[2:]]
@@ -116,6 +131,9 @@ OPS = {
                                                          x[1].reshape(-1)),
     "batch_matmul_qk": lambda x, a, st: x[0] @ x[1].transpose(-1, -2),
     "layer_norm": lambda x, a, st: F.layer_norm(x[0], x[1].shape, x[1], x[2], 1e-5),
+    "attention_causal": lambda x, a, st: _attention(x[0], x[1], x[2], st),
+    # a whole step around it: the mean square of the output
+    "attention_sq_step": lambda x, a, st: _attention(x[0], x[1], x[2], st).square().mean(),
     "group_norm": lambda x, a, st: F.group_norm(x[0], int(a[0]), x[1], x[2], 1e-5),
     # whole models (step rows): x, labels, then weights and biases
     "mlp_step": lambda x, a, st: F.cross_entropy(

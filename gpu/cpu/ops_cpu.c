@@ -25,6 +25,7 @@
 /* the linalg family */
 #include "gpu/cpu/ops_linalg.h"
 #include "gpu/cpu/ops_norm.h"
+#include "gpu/cpu/ops_attention.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -693,6 +694,8 @@ static size_t s_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX: /* the reduce family */
     case TP_OP_SOFTMAX_XENT_SEQ:
         return tp_cpu_reduce_workspace(c);
+    case TP_OP_ATTENTION: /* fused attention: ops_attention.c */
+        return tp_cpu_attention_workspace(c);
     default:
         return 0;
     }
@@ -747,6 +750,7 @@ static tp_status_t s_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
     case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY: /* the reduce family: ops_reduce.c */
         return tp_cpu_reduce_forward(c);
+    case TP_OP_ATTENTION: return tp_cpu_attention_forward(c); /* ops_attention.c */
     default: /* the elementwise family: ops_elementwise.c */
         return tp_cpu_elementwise_forward(c);
     }
@@ -795,6 +799,7 @@ static tp_status_t s_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
     case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY:
         return tp_cpu_reduce_backward(c);
+    case TP_OP_ATTENTION: return tp_cpu_attention_backward(c);
     default:
         return tp_cpu_elementwise_backward(c);
     }

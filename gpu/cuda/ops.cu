@@ -32,6 +32,7 @@
 /* the linalg family */
 #include "gpu/cuda/ops_linalg.h"
 #include "gpu/cuda/ops_norm.h"
+#include "gpu/cuda/ops_attention.h"
 
 #define TP_CONV_WS_MAX ((size_t)64 << 20) /* cuDNN workspace per conv node */
 #define TP_L2_BLOCKS 64
@@ -1106,6 +1107,8 @@ static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
         return tp_cuda_norm_workspace(c);
     case TP_OP_REDUCE_MAX: case TP_OP_SOFTMAX_XENT_SEQ: /* the reduce family */
         return tp_cuda_reduce_workspace(c);
+    case TP_OP_ATTENTION: /* fused attention: ops_attention.cu */
+        return tp_cuda_attention_workspace(c);
     default:
         return 0;
     }
@@ -1406,6 +1409,7 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
     case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY: /* the reduce family: ops_reduce.cu */
         return tp_cuda_reduce_forward(s, c);
+    case TP_OP_ATTENTION: return tp_cuda_attention_forward(s, c); /* ops_attention.cu */
     default: /* the elementwise family: ops_elementwise.cu */
         return tp_cuda_elementwise_forward(s, c);
     }
@@ -1656,6 +1660,7 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
     case TP_OP_ARGMAX: case TP_OP_SOFTMAX: case TP_OP_LOG_SOFTMAX:
     case TP_OP_SOFTMAX_XENT_SEQ: case TP_OP_TOP_K_ACCURACY:
         return tp_cuda_reduce_backward(s, c);
+    case TP_OP_ATTENTION: return tp_cuda_attention_backward(s, c);
     default:
         return tp_cuda_elementwise_backward(s, c);
     }

@@ -36,7 +36,9 @@ static const char *const s_op_names[] = {
     "batch_matmul", "layer_norm", "group_norm", "instance_norm",
     /* the reduce family */
     "reduce_sum",  "reduce_mean", "reduce_max", "argmax",
-    "softmax",     "log_softmax", "softmax_xent_seq", "top_k_accuracy"};
+    "softmax",     "log_softmax", "softmax_xent_seq", "top_k_accuracy",
+    /* fused attention */
+    "attention"};
 _Static_assert(sizeof s_op_names / sizeof s_op_names[0] == TP_OP_COUNT,
                "one name per op kind");
 
@@ -2124,4 +2126,46 @@ tp_node_t *tp_group_norm(tp_tower_t *t, const char *scope, tp_node_t *x,
 }
 tp_node_t *tp_instance_norm(tp_tower_t *t, const char *scope, tp_node_t *x) {
     return s_norm_layer(t, scope, x, TP_OP_INSTANCE_NORM, 0);
+}
+
+/* ---- fused attention (docs/ops.md) ---------------------------------------- */
+
+tp_node_t *tp_attention(tp_tower_t *t, const char *name, tp_node_t *q,
+                        tp_node_t *k, tp_node_t *v, int causal, float scale) {
+    tp_node_t *in[3] = {q, k, v};
+    tp_node_t *n = s_node(t, name, TP_OP_ATTENTION, 3, in);
+    if (!n)
+        return NULL;
+    for (int i = 0; i < 3; i++)
+        if (!s_check_float(t, n, i))
+            return s_drop_last(t);
+    char a[96], b[96], c[96];
+    const tp_shape_t *qs = &q->shape, *ks = &k->shape, *vs = &v->shape;
+    s_shape_str(qs, a, 96);
+    s_shape_str(ks, b, 96);
+    s_shape_str(vs, c, 96);
+    const int r = qs->ndim;
+    int ok = r >= 2 && ks->ndim == r && vs->ndim == r &&
+             !memcmp(ks->d, vs->d, sizeof(int64_t) * (size_t)r) &&
+             qs->d[r - 1] == ks->d[r - 1] && qs->d[r - 1] >= 1 && qs->d[r - 2] >= 1 &&
+             ks->d[r - 2] >= 1;
+    for (int d = 0; ok && d < r - 2; d++)
+        ok = qs->d[d] == ks->d[d];
+    if (!ok)
+        FAIL(t, n, "q %s ('%s'), k %s ('%s'), v %s ('%s'): need q [...,Tq,D] and k, v "
+             "[...,Tk,D] of one shape, the leading dims equal", a, q->name, b, k->name,
+             c, v->name);
+    if (q->batched != k->batched || q->batched != v->batched)
+        FAIL(t, n, "q %s ('%s'%s), k %s ('%s'%s), v %s ('%s'%s): all batched or none",
+             a, q->name, q->batched ? ", batched" : "", b, k->name,
+             k->batched ? ", batched" : "", c, v->name, v->batched ? ", batched" : "");
+    if (causal && qs->d[r - 2] != ks->d[r - 2])
+        FAIL(t, n, "q %s ('%s') and k %s ('%s'): causal attention needs as many "
+             "queries as keys (Tq %lld, Tk %lld)", a, q->name, b, k->name,
+             (long long)qs->d[r - 2], (long long)ks->d[r - 2]);
+    if (!(scale >= 0.0f && isfinite(scale)))
+        FAIL(t, n, "scale %g: must be finite and >= 0 (0: 1/sqrt(D))", (double)scale);
+    n->attr.alpha = scale > 0.0f ? scale : 1.0f / sqrtf((float)qs->d[r - 1]);
+    n->attr.beta = causal ? 1.0f : 0.0f;
+    return n;
 }

@@ -112,6 +112,10 @@ typedef enum {
                               ignore label) [] */
     TP_OP_TOP_K_ACCURACY,  /* logits[N,K], labels int32[N] -> fraction whose
                               label is among the attr.alpha largest [] */
+    /* fused attention (docs/ops.md): q [...,Tq,D], k and v [...,Tk,D] ->
+     * softmax(attr.alpha q k^T (+ the causal mask when attr.beta != 0)) v,
+     * [...,Tq,D], the T x T scores never stored whole */
+    TP_OP_ATTENTION,
     TP_OP_COUNT
 } tp_op_kind_t;
 

@@ -463,6 +463,17 @@ tp_node_t *tp_group_norm(tp_tower_t *t, const char *scope, tp_node_t *x,
                          int groups);
 tp_node_t *tp_instance_norm(tp_tower_t *t, const char *scope, tp_node_t *x);
 
+/* ---- fused attention (docs/ops.md) ---------------------------------------
+ * softmax(scale q k^T + mask) v in one op (F.scaled_dot_product_attention):
+ * q [...,Tq,D], k and v [...,Tk,D] with the same leading dims (e.g.
+ * [B,H,T,D]) -> [...,Tq,D]. causal 1 masks key j from query i when j > i
+ * (needs Tq == Tk; is_causal=True). scale 0 means 1/sqrt(D). The kernels
+ * work in tiles of queries x keys with an online softmax, keeping only each
+ * row's log-sum-exp for the backward: the [Tq,Tk] scores are never stored
+ * whole. */
+tp_node_t *tp_attention(tp_tower_t *t, const char *name, tp_node_t *q,
+                        tp_node_t *k, tp_node_t *v, int causal, float scale);
+
 /* ---- models ------------------------------------------------------------- */
 
 /* One model input. shape[0] is the batch dimension (its value is ignored);

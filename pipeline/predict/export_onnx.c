@@ -779,6 +779,54 @@ static int s_emit_reduce(s_ex_t *ex, tp_node_t *x, const char *out, const char *
     }
 }
 
+/* Fused attention (TP_OP_ATTENTION) as the decomposed graph ONNX has:
+ * MatMul(q, Transpose(k)), Mul by the scale, Add a [Tq,Tk] mask of 0 and
+ * -1e9 above the diagonal when causal, Softmax over the last axis, MatMul
+ * by v. (ONNX's Attention operator is opset 23.) 1 on success. */
+static int s_emit_attention(s_ex_t *ex, tp_node_t *x, const char *out,
+                            const char *const *in, const tp_node_attrs_t *a) {
+    char t1[700], t2[700], t3[700], t4[700], t5[700], c1[700];
+    const tp_shape_t *qs = tp_node_shape(tp_node_input(x, 0));
+    const tp_shape_t *ks = tp_node_shape(tp_node_input(x, 1));
+    const int r = qs->ndim;
+    int64_t perm[TP_MAX_DIMS];
+    for (int d = 0; d < r; d++)
+        perm[d] = d;
+    perm[r - 2] = r - 1;
+    perm[r - 1] = r - 2;
+    snprintf(t1, sizeof t1, "%s/k_t", out);
+    const char *ti[1] = {in[1]};
+    Onnx__NodeProto *n = s_node(ex, "Transpose", t1, 1, ti);
+    if (!s_attr_ints(ex, n, "perm", perm, r))
+        return 0;
+    const char *s = s_step(ex, "Mul", out, "scores",
+                           s_step(ex, "MatMul", out, "qk", in[0], t1, t2, sizeof t2),
+                           s_scalar(ex, out, "scale", a->alpha, c1, sizeof c1), t3, sizeof t3);
+    if (s && a->beta != 0.0f) {
+        const int64_t tq = qs->d[r - 2], tk = ks->d[r - 2], dims[2] = {tq, tk};
+        float *m = s_new(ex, sizeof *m * (size_t)(tq * tk));
+        if (!m)
+            return 0;
+        for (int64_t i = 0; i < tq; i++)
+            for (int64_t j = 0; j < tk; j++)
+                m[i * tk + j] = j > i ? -1e9f : 0.0f;
+        snprintf(t4, sizeof t4, "%s/causal_mask", out);
+        if (!s_init(ex, t4, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, dims, m,
+                    sizeof *m * (size_t)(tq * tk)))
+            return 0;
+        s = s_step(ex, "Add", out, "masked", s, t4, t5, sizeof t5);
+    }
+    if (!s)
+        return 0;
+    snprintf(t4, sizeof t4, "%s/weights", out);
+    const char *si[1] = {s};
+    n = s_node(ex, "Softmax", t4, 1, si);
+    if (!s_attr_i(ex, n, "axis", -1))
+        return 0;
+    const char *mi[2] = {t4, in[2]};
+    return s_node(ex, "MatMul", out, 2, mi) != NULL;
+}
+
 /* One op node into ONNX nodes; *ok 0 on failure (with the error set). */
 /* ---- the convolution family ------------------------------------------------ */
 
@@ -1014,6 +1062,8 @@ static tp_status_t s_emit(s_ex_t *ex, tp_node_t *x, char **vname, const int *use
     case TP_OP_BATCH_MATMUL: case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM:
     case TP_OP_INSTANCE_NORM:
         return s_emit_linalg(ex, x, out, in, &a) ? TP_OK : NOMEM();
+    case TP_OP_ATTENTION: /* fused attention, decomposed */
+        return s_emit_attention(ex, x, out, in, &a) ? TP_OK : NOMEM();
     case TP_OP_CONCAT: {
         const char **ci = s_new(ex, sizeof *ci * (size_t)nin);
         if (!ci)

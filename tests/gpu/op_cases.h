@@ -127,6 +127,12 @@ typedef struct {
      .nd = {nx, np}, .d = {dx, dp}, .lo = {-2, (ab) == 2 ? 0.5f : -1},          \
      .hi = {3, (ab) == 2 ? 1.5f : 1}, .atol = 1e-5f, .rtol = 1e-4f, .absent = ab}
 
+/* Fused attention: q of shape dq, k and v of shape dk, inputs U(-2, 2)
+ * (scores of a few units: a peaked softmax) */
+#define OP_ATTN_ROW(nm, scale, causal, nd_, dq, dk)                             \
+    {nm, TP_OP_ATTENTION, scale, causal, 3, {nd_, nd_, nd_}, {dq, dk, dk}, {-2, -2, -2}, \
+     {2, 2, 2}, 1e-5f, 1e-4f, 0}
+
 static const op_case_t op_cases[] = {
     OP_BINARY_ROWS("add", TP_OP_ADD, -1, 1, -1, 1, 1e-6f, 1e-5f),
     OP_BINARY_ROWS("sub", TP_OP_SUB, -1, 1, -1, 1, 1e-6f, 1e-5f),
@@ -326,6 +332,16 @@ static const op_case_t op_cases[] = {
     OP_LABEL_ROW("top_k_accuracy_k1", TP_OP_TOP_K_ACCURACY, 1, 2, 17, 5, 0, 0, -2, 2, 0, 0),
     OP_LABEL_ROW("top_k_accuracy_all", TP_OP_TOP_K_ACCURACY, 4, 2, 9, 4, 0, 0, -2, 2, 0, 0),
     OP_LABEL_ROW("top_k_accuracy_batch1", TP_OP_TOP_K_ACCURACY, 2, 2, 1, 6, 0, 0, -2, 2, 0, 0),
+    /* fused attention (alpha: the scale, beta: causal): q [...,Tq,D], k and v
+     * [...,Tk,D]; one tile (T 17), several tiles with a causal diagonal
+     * that is not a tile edge (T 150, tiles of 64), non-causal with its own
+     * scale, more keys than queries, rank 3. Sums of D and of Tk order
+     * differently from torch's: 1e-5 + 1e-4 relative. */
+    OP_ATTN_ROW("attention_causal", 0.35355339f, 1, 4, OPV(2, 3, 17, 8), OPV(2, 3, 17, 8)),
+    OP_ATTN_ROW("attention_causal_tiles", 0.25f, 1, 4, OPV(1, 2, 150, 16), OPV(1, 2, 150, 16)),
+    OP_ATTN_ROW("attention_full", 0.5f, 0, 4, OPV(2, 2, 9, 8), OPV(2, 2, 9, 8)),
+    OP_ATTN_ROW("attention_cross", 0.35355339f, 0, 4, OPV(2, 1, 5, 8), OPV(2, 1, 70, 8)),
+    OP_ATTN_ROW("attention_rank3_causal", 0.5f, 1, 3, OPV(3, 20, 4), OPV(3, 20, 4)),
 };
 #pragma GCC diagnostic pop
 
@@ -351,6 +367,8 @@ static inline int op_case_conv(const op_case_t *k) {
     return k->kind == TP_OP_CONV2D || k->kind == TP_OP_CONV_TRANSPOSE ||
            k->kind == TP_OP_UPSAMPLE_NEAREST || k->kind == TP_OP_UPSAMPLE_BILINEAR;
 }
+
+static inline tp_shape_t op_case_in(const op_case_t *k, int p);
 
 /* The output shape of a row: its inputs broadcast (NumPy's rule); a
  * loss's is a scalar; the convolution family's as its builders say. */
@@ -416,6 +434,8 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
             o.d[j] = k->d[0][j];
         return o;
     }
+    if (k->kind == TP_OP_ATTENTION) /* q's shape */
+        return op_case_in(k, 0);
     if (k->kind == TP_OP_BATCH_MATMUL) {
         /* a 1-d operand counts as rank 2 and its dim of 1 is dropped */
         const int ra = k->nd[0], rb = k->nd[1];

@@ -508,6 +508,28 @@ Test(op_parity, onnx_export_of_every_linalg_op_evaluates_the_same) {
 }
 
 
+/* Fused attention's ONNX form (MatMul, Mul by the scale, Add the causal
+ * mask, Softmax, MatMul): x [N,T=2,D=3] as q, k and v (rank 3: N the
+ * leading dim), causal and not, with k and v from products so that they
+ * differ from q; summed into the [4,2,3] output. */
+static tp_status_t s_every_attention(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    tp_node_t *x = in[0];
+    tp_init_t ui = {TP_INIT_UNIFORM, 1.0f};
+    tp_node_t *k = tp_batch_matmul(t, "k", x, tp_variable(t, "wk", 2, (int64_t[]){3, 3}, ui,
+                                                          TP_VAR_TRAINABLE), 0, 0);
+    tp_node_t *v = tp_batch_matmul(t, "v", x, tp_variable(t, "wv", 2, (int64_t[]){3, 3}, ui,
+                                                          TP_VAR_TRAINABLE), 0, 0);
+    tp_node_t *y = tp_add(t, "y", tp_attention(t, "causal", x, k, v, 1, 0.0f),
+                          tp_attention(t, "full", x, v, k, 0, 0.7f));
+    tp_tower_add_output(t, "y", y);
+    return tp_tower_status(t);
+}
+
+Test(op_parity, onnx_export_of_attention_evaluates_the_same) {
+    s_onnx_round_trip(s_every_attention, "onnx_attention", 9, 24);
+}
+
 /* The reduce family's ONNX forms (ReduceSum/ReduceMean/ReduceMax with axes
  * and keepdims, ArgMax + Cast, Softmax/LogSoftmax along an axis, the
  * sequence cross-entropy as SoftmaxCrossEntropyLoss behind a Transpose,

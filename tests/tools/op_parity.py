@@ -129,9 +129,28 @@ OPS = {
     "softmax_xent_seq": lambda x, r: F.cross_entropy(
         x[0].reshape(-1, x[0].shape[-1]), x[1].long().reshape(-1), ignore_index=int(r["alpha"])),
     "softmax_xent": lambda x, r: F.cross_entropy(x[0], x[1].long(), label_smoothing=r["alpha"]),
+    # fused attention: alpha the scale, beta causal
+    "attention": lambda x, r: sdpa(x[0], x[1], x[2], bool(r["beta"]), r["alpha"]),
     "top_k_accuracy": lambda x, r: (x[0].topk(int(r["alpha"]), dim=1).indices
                                     == x[1].long()[:, None]).any(1).float().mean(),
 }
+
+
+def sdpa(q, k, v, causal, scale):
+    """F.scaled_dot_product_attention (is_causal, scale) where torch has it
+    (2.1+), else its definition: softmax(scale q k^T, -inf above the
+    diagonal when causal) v."""
+    f = getattr(F, "scaled_dot_product_attention", None)
+    if f is not None:
+        try:
+            return f(q, k, v, is_causal=causal, scale=scale)
+        except TypeError:  # torch 2.0: no scale argument
+            pass
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if causal:
+        tq, tk = s.shape[-2], s.shape[-1]
+        s = s.masked_fill(torch.ones(tq, tk, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), v)
 
 
 def norm_params(x, r, ones_with_bias=0):

@@ -254,6 +254,43 @@ static tp_node_t *s_xent_seq(tp_tower_t *t, tp_node_t *const *in, const bench_ro
     return tp_softmax_xent_seq(t, "op", in[0], in[1], -100);
 }
 
+/* fused causal attention, q, k, v [B,H,T,D], scale 1/sqrt(D) */
+static tp_node_t *s_attention(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    return tp_attention(t, "op", in[0], in[1], in[2], 1, 0.0f);
+}
+
+/* Step rows around attention: the mean square of its output, with the
+ * fused op, or with the decomposed form the GPT used before it (q k^T,
+ * scale, a constant causal mask of -1e9 above the diagonal, softmax,
+ * x v), to compare the two in the same run. */
+static tp_node_t *s_att_cost(tp_tower_t *t, tp_node_t *y) {
+    return tp_reduce_mean(t, "op", tp_square(t, NULL, y), 0, NULL, 0);
+}
+static tp_node_t *s_attention_step(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
+    (void)r;
+    return s_att_cost(t, tp_attention(t, NULL, in[0], in[1], in[2], 1, 0.0f));
+}
+static tp_node_t *s_attention_decomposed_step(tp_tower_t *t, tp_node_t *const *in,
+                                              const bench_row_t *r) {
+    (void)r;
+    const tp_shape_t *qs = tp_node_shape(in[0]);
+    const int64_t T = qs->d[2], D = qs->d[3];
+    float *m = malloc((size_t)(T * T) * sizeof *m);
+    if (!m)
+        return NULL;
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++)
+            m[i * T + j] = j > i ? -1e9f : 0.0f;
+    const int64_t ms[2] = {T, T};
+    tp_node_t *mask = tp_constant(t, "mask", 2, ms, m);
+    free(m);
+    tp_node_t *s = tp_scale(t, NULL, tp_batch_matmul(t, NULL, in[0], in[1], 0, 1),
+                            1.0f / sqrtf((float)D));
+    tp_node_t *p = tp_softmax(t, NULL, tp_add(t, NULL, s, mask), -1);
+    return s_att_cost(t, tp_batch_matmul(t, NULL, p, in[2], 0, 0));
+}
+
 /* A whole model for a step row: examples/mlp.c's MLP 784-512-256-10 on
  * inputs x [B,784], labels [B], and its weights and biases as 'w' inputs
  * 2..7, to softmax cross-entropy. */
@@ -395,6 +432,24 @@ static const bench_row_t s_rows[] = {
      {{'x', 3, {16, 64, 128}}, {'w', 1, {128}}, {'w', 1, {128}}}},
     {"group_norm", "group_norm", AE, s_group_norm, {4}, 3,
      {AE16, {'w', 1, {16}}, {'w', 1, {16}}}},
+    /* fused causal attention: the small GPT's 4 heads of 32 at context 64
+     * (batch 16), and at context 512 (batch 4) */
+    {"attention/t64", "attention_causal", "transformer", s_attention, {0}, 3,
+     {{'x', 4, {16, 4, 64, 32}}, {'x', 4, {16, 4, 64, 32}}, {'x', 4, {16, 4, 64, 32}}}},
+    {"attention/t512", "attention_causal", "transformer", s_attention, {0}, 3,
+     {{'x', 4, {4, 4, 512, 32}}, {'x', 4, {4, 4, 512, 32}}, {'x', 4, {4, 4, 512, 32}}}},
+    /* whole steps around it (the mean square of the output), fused and
+     * decomposed, against the same PyTorch step */
+#define ATT64 {{'x', 4, {16, 4, 64, 32}}, {'x', 4, {16, 4, 64, 32}}, {'x', 4, {16, 4, 64, 32}}}
+#define ATT512 {{'x', 4, {4, 4, 512, 32}}, {'x', 4, {4, 4, 512, 32}}, {'x', 4, {4, 4, 512, 32}}}
+    {"attention_t64_step", "attention_sq_step", "transformer", s_attention_step, {0}, 3, ATT64},
+    {"attention_decomposed_t64_step", "attention_sq_step", "transformer",
+     s_attention_decomposed_step, {0}, 3, ATT64},
+    {"attention_t512_step", "attention_sq_step", "transformer", s_attention_step, {0}, 3, ATT512},
+    {"attention_decomposed_t512_step", "attention_sq_step", "transformer",
+     s_attention_decomposed_step, {0}, 3, ATT512},
+#undef ATT64
+#undef ATT512
     {"mlp_step", "mlp_step", "mlp", s_mlp_step, {0, 0, 0, 0, 0, 10}, 8,
      {{'t', 2, {128, 784}}, {'l', 1, {128}}, {'w', 2, {784, 512}}, {'w', 1, {512}},
       {'w', 2, {512, 256}}, {'w', 1, {256}}, {'w', 2, {256, 10}}, {'w', 1, {10}}}},

@@ -1,0 +1,384 @@
+/* towerpack gpu: fused attention on the CPU (docs/ops.md, TP_OP_ATTENTION).
+ *
+ * y = softmax(scale q k^T + mask) v for q [...,Tq,D], k and v [...,Tk,D],
+ * one (batch, head) slice (an "item") at a time, the items spread over the
+ * backend's pool (cpu_pool.h). Within an item the work goes in tiles of
+ * S_BQ queries x S_BK keys, FlashAttention's way: the forward keeps each
+ * query row's running max and sum (the online softmax) and rescales its
+ * output row when the max grows, so no more than one row of a tile's
+ * scores exists at a time; it saves only each row's log-sum-exp. The
+ * backward (FlashAttention-2's) walks key tiles, recomputes each row's
+ * probabilities from q, k and the saved log-sum-exp, and accumulates dV,
+ * dK (into the key tile's rows) and dQ (into the query row) in a fixed
+ * order. A causal mask is applied by not visiting the keys past the query
+ * (key tiles past the diagonal are skipped whole).
+ *
+ * Determinism: every item is computed by one thread from its own inputs
+ * in one fixed order, so the bits do not depend on the thread count. The
+ * loops are written for GCC's vectoriser (inner loops over contiguous
+ * keys of a transposed tile, or over D), compiled for AVX-512, AVX2 and
+ * SSE2 and picked at load, without FMA contraction; measured faster here
+ * than OpenBLAS sgemm on tiles this small (docs/performance.md). */
+#include <math.h>
+#include <string.h>
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+#include "gpu/cpu/cpu_pool.h"
+#include "gpu/cpu/ops_attention.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=off")
+#endif
+#include "gpu/cpu/cpu_math.h"
+
+/* As ops_elementwise.c: clones per ISA, not under the sanitizers (their
+ * runtime is not up when the loader runs an ifunc's resolver). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define S_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define S_CLONES
+#endif
+
+/* queries x keys of a tile: a key tile transposed is D x S_BK floats (8
+ * KiB at D 32), cache-resident while the query rows stream past it */
+#define S_BQ 64
+#define S_BK 64
+/* a region of the workspace starts on 64 bytes */
+#define S_ROUND(n) (((n) + 15) & ~(size_t)15)
+
+typedef struct {
+    const tp_op_call_t *c;
+    size_t items;          /* the product of the leading dims */
+    int64_t tq, tk, d;
+    float scale;
+    int causal;
+    float *lse;            /* [items, Tq] log-sum-exp of each query row */
+    float *dot;            /* [items, Tq] rowsum(dO * O) (backward) */
+    float *scratch;        /* [items, per] tile scratch, per item */
+    size_t per;
+} s_geom_t;
+
+/* an item's scratch: two transposed key tiles (k, v), two query x key
+ * tiles (P, dS; the forward uses one row of P and the row statistics) */
+static size_t s_per(int64_t d) {
+    return S_ROUND((size_t)(2 * d * S_BK + 2 * S_BQ * S_BK + 2 * S_BQ));
+}
+
+static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
+    const tp_shape_t *qs = &c->xshape[0];
+    const int r = qs->ndim;
+    g->c = c;
+    g->items = 1;
+    for (int i = 0; i < r - 2; i++)
+        g->items *= (size_t)qs->d[i];
+    g->tq = qs->d[r - 2];
+    g->tk = c->xshape[1].d[r - 2];
+    g->d = qs->d[r - 1];
+    g->scale = c->attr->alpha;
+    g->causal = c->attr->beta != 0.0f;
+    g->per = s_per(g->d);
+    float *ws = c->workspace;
+    const size_t rows = S_ROUND(g->items * (size_t)g->tq);
+    g->lse = ws;
+    g->dot = ws ? ws + rows : NULL;
+    g->scratch = ws ? ws + 2 * rows : NULL;
+}
+
+size_t tp_cpu_attention_workspace(const tp_op_call_t *c) {
+    s_geom_t g;
+    s_geom(c, &g);
+    return (2 * S_ROUND(g.items * (size_t)g.tq) + g.items * g.per) * sizeof(float);
+}
+
+/* kt[d][j] = k[j0 + j][d] for j < nk: a key tile with the keys
+ * contiguous, zeros after them up to a multiple of 16 keys (the scores'
+ * blocks of 16 then need no scalar edge). */
+static inline void s_transpose(const float *restrict k, int64_t d, int64_t nk,
+                               float *restrict kt) {
+    const int64_t pad = (nk + 15) & ~(int64_t)15;
+    for (int64_t e = 0; e < d; e++) { /* written in rows: the reads stride */
+        float *restrict row = kt + e * S_BK;
+        for (int64_t j = 0; j < nk; j++)
+            row[j] = k[j * d + e];
+        for (int64_t j = nk; j < pad; j++)
+            row[j] = 0.0f;
+    }
+}
+
+/* The one product of every tile: C[r][c] (+)= sum over k in [k0, k1) of
+ * A[r lda + k ak] B[k ldb + c], for rows <= 4 and cols <= 16 (a 4 x 16
+ * block of C, kept in registers while k runs; A's stride ak lets it be a
+ * transposed tile). Every element starts from C (acc) or 0 and adds its
+ * terms in k order, in the full block and at the edges alike: the bits of
+ * an element do not depend on the blocking, so the forward's scores and
+ * the backward's recomputed ones are the same. */
+static inline void s_block(float *restrict cm, int64_t ldc, const float *restrict am,
+                           int64_t lda, int64_t ak, const float *restrict bm, int64_t ldb,
+                           int64_t k0, int64_t k1, int acc, int64_t rows, int64_t cols) {
+    if (rows == 4 && cols == 16) {
+        float r0[16], r1[16], r2[16], r3[16];
+        for (int c = 0; c < 16; c++) {
+            r0[c] = acc ? cm[c] : 0.0f;
+            r1[c] = acc ? cm[ldc + c] : 0.0f;
+            r2[c] = acc ? cm[2 * ldc + c] : 0.0f;
+            r3[c] = acc ? cm[3 * ldc + c] : 0.0f;
+        }
+        for (int64_t k = k0; k < k1; k++) {
+            const float *restrict b = bm + k * ldb;
+            const float a0 = am[k * ak], a1 = am[lda + k * ak];
+            const float a2 = am[2 * lda + k * ak], a3 = am[3 * lda + k * ak];
+            for (int c = 0; c < 16; c++) {
+                r0[c] += a0 * b[c];
+                r1[c] += a1 * b[c];
+                r2[c] += a2 * b[c];
+                r3[c] += a3 * b[c];
+            }
+        }
+        for (int c = 0; c < 16; c++) {
+            cm[c] = r0[c];
+            cm[ldc + c] = r1[c];
+            cm[2 * ldc + c] = r2[c];
+            cm[3 * ldc + c] = r3[c];
+        }
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float v = acc ? cm[r * ldc + c] : 0.0f;
+            for (int64_t k = k0; k < k1; k++)
+                v += am[r * lda + k * ak] * bm[k * ldb + c];
+            cm[r * ldc + c] = v;
+        }
+}
+
+/* The keys query i sees in the tile at j0 of nk keys: all, or up to i. */
+static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
+    if (!causal)
+        return nk;
+    const int64_t lim = i - j0 + 1;
+    return lim < 0 ? 0 : lim < nk ? lim : nk;
+}
+
+/* scores[r][j] = a_r . k_j of a query tile's nq rows (a: q or dO, [nq,
+ * d]) against the transposed key tile bt (k or v, s_transpose's), in
+ * blocks of 16 columns up to the last some row of a 4-row block sees; the
+ * others are left as they were. The scale
+ * comes after, in the softmax's pass, the same in the forward and the
+ * backward. */
+static inline void s_tile_scores(const float *restrict a, const float *restrict bt,
+                                 int64_t d, int64_t nq, int64_t nk, int64_t i0,
+                                 int64_t j0, int causal, float *restrict scores) {
+    for (int64_t rb = 0; rb < nq; rb += 4) {
+        const int64_t rows = nq - rb < 4 ? nq - rb : 4;
+        /* whole blocks of 16: the columns past the keys are zeros in bt */
+        const int64_t ncols = s_visible(causal, i0 + rb + rows - 1, j0, nk);
+        for (int64_t cb = 0; cb < ncols; cb += 16)
+            s_block(scores + rb * S_BK + cb, S_BK, a + rb * d, d, 1, bt + cb, S_BK, 0, d, 0,
+                    rows, 16);
+    }
+}
+
+/* out[nq][d] += w[nq][nk] rows[nk][d]: each 4-row block only over the keys
+ * it sees (w is 0 past a row's own). */
+static inline void s_tile_rows(float *restrict out, const float *restrict w,
+                               const float *restrict rows_, int64_t d, int64_t nq,
+                               int64_t nk, int64_t i0, int64_t j0, int causal) {
+    for (int64_t rb = 0; rb < nq; rb += 4) {
+        const int64_t rows = nq - rb < 4 ? nq - rb : 4;
+        const int64_t kh = s_visible(causal, i0 + rb + rows - 1, j0, nk);
+        for (int64_t cb = 0; cb < d; cb += 16)
+            s_block(out + rb * d + cb, d, w + rb * S_BK, S_BK, 1, rows_ + cb, d, 0, kh, 1, rows,
+                    d - cb < 16 ? d - cb : 16);
+    }
+}
+
+/* out[nk][d] += w^T[nk][nq] rows[nq][d] (dV from P and dO, dK from dS and
+ * q): each 4-key block only over the queries that see it. */
+static inline void s_tile_cols(float *restrict out, const float *restrict w,
+                               const float *restrict rows_, int64_t d, int64_t nq,
+                               int64_t nk, int64_t i0, int64_t j0, int causal) {
+    for (int64_t kb = 0; kb < nk; kb += 4) {
+        const int64_t keys = nk - kb < 4 ? nk - kb : 4;
+        int64_t lo = causal ? j0 + kb - i0 : 0;
+        lo = lo < 0 ? 0 : lo;
+        if (lo >= nq)
+            continue;
+        for (int64_t cb = 0; cb < d; cb += 16)
+            s_block(out + kb * d + cb, d, w + kb, 1, S_BK, rows_ + cb, d, lo, nq, 1, keys,
+                    d - cb < 16 ? d - cb : 16);
+    }
+}
+
+/* The workspace is there and, when its size is known (0: not said),
+ * large enough. */
+static tp_status_t s_check_workspace(const tp_op_call_t *c) {
+    const size_t need = tp_cpu_attention_workspace(c);
+    if (!c->workspace || (c->workspace_bytes && c->workspace_bytes < need))
+        return tp_error(TP_ERR_INVALID, "attention '%s': workspace of %zu bytes at %p, "
+                        "needs %zu", c->name ? c->name : "?", c->workspace_bytes,
+                        c->workspace, need);
+    return TP_OK;
+}
+
+S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch) {
+    const tp_op_call_t *c = g->c;
+    const int64_t tq = g->tq, tk = g->tk, d = g->d;
+    const int causal = g->causal;
+    const float *q = (const float *)c->x[0] + it * (size_t)(tq * d);
+    const float *k = (const float *)c->x[1] + it * (size_t)(tk * d);
+    const float *v = (const float *)c->x[2] + it * (size_t)(tk * d);
+    float *o = (float *)c->y + it * (size_t)(tq * d);
+    float *lse = g->lse + it * (size_t)tq;
+    float *kt = scratch, *pt = kt + 2 * d * S_BK, *m = pt + 2 * S_BQ * S_BK, *l = m + S_BQ;
+    for (int64_t i0 = 0; i0 < tq; i0 += S_BQ) {
+        const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
+        for (int64_t r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
+        memset(o + i0 * d, 0, (size_t)(nq * d) * sizeof(float));
+        const int64_t kend = causal ? i0 + nq : tk;
+        for (int64_t j0 = 0; j0 < kend; j0 += S_BK) {
+            const int64_t nk = kend - j0 < S_BK ? kend - j0 : S_BK;
+            s_transpose(k + j0 * d, d, nk, kt);
+            s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            /* each row's online softmax: P = e^(s - max), 0 past its keys,
+             * its output row rescaled when the max grows */
+            for (int64_t r = 0; r < nq; r++) {
+                float *restrict prow = pt + r * S_BK;
+                const int64_t lim = s_visible(causal, i0 + r, j0, nk);
+                for (int64_t j = 0; j < lim; j++)
+                    prow[j] *= g->scale;
+                float mx = m[r];
+                for (int64_t j = 0; j < lim; j++)
+                    mx = prow[j] > mx ? prow[j] : mx;
+                if (lim > 0) {
+                    /* the row's first visible tile: m was -inf, alpha 0 */
+                    const float alpha = s_vexp(m[r] - mx);
+                    for (int64_t j = 0; j < lim; j++)
+                        prow[j] = s_vexp(prow[j] - mx);
+                    l[r] = l[r] * alpha + tp_cpu_sum8(prow, (size_t)lim);
+                    m[r] = mx;
+                    float *restrict orow = o + (i0 + r) * d;
+                    if (alpha != 1.0f)
+                        for (int64_t e = 0; e < d; e++)
+                            orow[e] *= alpha;
+                }
+                for (int64_t j = lim; j < nk; j++)
+                    prow[j] = 0.0f;
+            }
+            s_tile_rows(o + i0 * d, pt, v + j0 * d, d, nq, nk, i0, j0, causal);
+        }
+        for (int64_t r = 0; r < nq; r++) {
+            float *restrict orow = o + (i0 + r) * d;
+            const float inv = 1.0f / l[r];
+            for (int64_t e = 0; e < d; e++)
+                orow[e] *= inv;
+            lse[i0 + r] = m[r] + logf(l[r]);
+        }
+    }
+}
+
+static void s_forward_range(void *arg, size_t lo, size_t hi) {
+    const s_geom_t *g = arg;
+    /* the part's scratch: its first item's slot (parts never share one) */
+    float *scratch = g->scratch + lo * g->per;
+    for (size_t it = lo; it < hi; it++)
+        s_forward_item(g, it, scratch);
+}
+
+tp_status_t tp_cpu_attention_forward(const tp_op_call_t *c) {
+    s_geom_t g;
+    s_geom(c, &g);
+    TP_TRY(s_check_workspace(c));
+    tp_cpu_parallel(g.items, 1, 1, s_forward_range, &g);
+    return TP_OK;
+}
+
+S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratch) {
+    const tp_op_call_t *c = g->c;
+    const int64_t tq = g->tq, tk = g->tk, d = g->d;
+    const int causal = g->causal;
+    const size_t oq = it * (size_t)(tq * d), ok = it * (size_t)(tk * d);
+    const float *q = (const float *)c->x[0] + oq;
+    const float *k = (const float *)c->x[1] + ok;
+    const float *v = (const float *)c->x[2] + ok;
+    const float *o = (const float *)c->y + oq, *dout = c->dy + oq;
+    const float *lse = g->lse + it * (size_t)tq;
+    float *dot = g->dot + it * (size_t)tq;
+    float *dq = c->dx[0] ? c->dx[0] + oq : NULL;
+    float *dk = c->dx[1] ? c->dx[1] + ok : NULL;
+    float *dv = c->dx[2] ? c->dx[2] + ok : NULL;
+    /* the key tile and v's, transposed; the query tile's P and dS */
+    float *kt = scratch, *vt = kt + d * S_BK, *pt = vt + d * S_BK, *dst = pt + S_BQ * S_BK;
+    /* every clear before any sum: two inputs may be one node (q = k), the
+     * second then adding into the first's buffer */
+    if (dq && !c->dx_acc[0])
+        memset(dq, 0, (size_t)(tq * d) * sizeof(float));
+    if (dk && !c->dx_acc[1])
+        memset(dk, 0, (size_t)(tk * d) * sizeof(float));
+    if (dv && !c->dx_acc[2])
+        memset(dv, 0, (size_t)(tk * d) * sizeof(float));
+    for (int64_t i = 0; i < tq; i++) {
+        float acc = 0.0f;
+        for (int64_t e = 0; e < d; e++)
+            acc += dout[i * d + e] * o[i * d + e];
+        dot[i] = acc;
+    }
+    const int need_ds = dq || dk;
+    for (int64_t j0 = 0; j0 < tk; j0 += S_BK) {
+        const int64_t nk = tk - j0 < S_BK ? tk - j0 : S_BK;
+        s_transpose(k + j0 * d, d, nk, kt);
+        if (need_ds)
+            s_transpose(v + j0 * d, d, nk, vt);
+        /* causal: the query tiles that reach this key tile */
+        for (int64_t i0 = causal ? j0 / S_BQ * S_BQ : 0; i0 < tq; i0 += S_BQ) {
+            const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
+            /* P from the saved log-sum-exps; dS = P (dO v^T - rowsum(dO O))
+             * scale; both 0 past a row's keys */
+            s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            if (need_ds)
+                s_tile_scores(dout + i0 * d, vt, d, nq, nk, i0, j0, causal, dst);
+            for (int64_t r = 0; r < nq; r++) {
+                const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
+                float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
+                const float li = lse[i], di = dot[i];
+                for (int64_t j = 0; j < lim; j++)
+                    prow[j] = s_vexp(prow[j] * g->scale - li);
+                for (int64_t j = lim; j < nk; j++)
+                    prow[j] = 0.0f;
+                if (!need_ds)
+                    continue;
+                for (int64_t j = 0; j < lim; j++)
+                    dsrow[j] = prow[j] * (dsrow[j] - di) * g->scale;
+                for (int64_t j = lim; j < nk; j++)
+                    dsrow[j] = 0.0f;
+            }
+            if (dv)
+                s_tile_cols(dv + j0 * d, pt, dout + i0 * d, d, nq, nk, i0, j0, causal);
+            if (dk)
+                s_tile_cols(dk + j0 * d, dst, q + i0 * d, d, nq, nk, i0, j0, causal);
+            if (dq)
+                s_tile_rows(dq + i0 * d, dst, k + j0 * d, d, nq, nk, i0, j0, causal);
+        }
+    }
+}
+
+static void s_backward_range(void *arg, size_t lo, size_t hi) {
+    const s_geom_t *g = arg;
+    float *scratch = g->scratch + lo * g->per;
+    for (size_t it = lo; it < hi; it++)
+        s_backward_item(g, it, scratch);
+}
+
+tp_status_t tp_cpu_attention_backward(const tp_op_call_t *c) {
+    s_geom_t g;
+    s_geom(c, &g);
+    TP_TRY(s_check_workspace(c));
+    if (!c->dx[0] && !c->dx[1] && !c->dx[2])
+        return TP_OK;
+    tp_cpu_parallel(g.items, 1, 1, s_backward_range, &g);
+    return TP_OK;
+}

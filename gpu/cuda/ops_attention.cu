@@ -1,0 +1,264 @@
+/* towerpack gpu/cuda: fused attention (docs/ops.md, TP_OP_ATTENTION), a
+ * straightforward kernel: one warp a query row (forward, dQ) or a key row
+ * (dK, dV), the row's D values spread over the lanes in registers (D up to
+ * 256), every dot product a fixed-order warp reduction. The forward is the
+ * online softmax key by key (running max and sum, the output rescaled as
+ * the max grows) and saves each row's log-sum-exp; the backward recomputes
+ * the probabilities from it (FlashAttention-2's equations) in two kernels,
+ * one over query rows for dQ and one over key rows for dK and dV, so no
+ * atomics and deterministic sums. The [Tq,Tk] scores are never stored.
+ * Not tuned (no shared-memory tiles, no tensor cores): a reference the
+ * graph can run on the device; not yet run on a GPU (docs/cuda.md). */
+#include <math.h>
+#include "gpu/cuda/ops_attention.h"
+
+#define ATT_WARPS 4 /* warps (rows) per block */
+#define TP_ATT_LAUNCHED() TP_CUDA_CHECK(cudaGetLastError())
+
+namespace {
+
+struct att_geom {
+    size_t items;   /* the product of the leading dims */
+    int tq, tk, d;
+    float scale;
+    int causal;
+};
+
+att_geom geom(const tp_op_call_t *c) {
+    const tp_shape_t *qs = &c->xshape[0];
+    const int r = qs->ndim;
+    att_geom g;
+    g.items = 1;
+    for (int i = 0; i < r - 2; i++)
+        g.items *= (size_t)qs->d[i];
+    g.tq = (int)qs->d[r - 2];
+    g.tk = (int)c->xshape[1].d[r - 2];
+    g.d = (int)qs->d[r - 1];
+    g.scale = c->attr->alpha;
+    g.causal = c->attr->beta != 0.0f;
+    return g;
+}
+
+/* The warp's sum of v, every lane gets it, in one fixed order. */
+__device__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* a row's lane-strided values: element lane + 32 e of the row */
+template <int NPL>
+__device__ void load_row(float (&r)[NPL], const float *p, int d) {
+    for (int e = 0; e < NPL; e++) {
+        const int i = threadIdx.x % 32 + 32 * e;
+        r[e] = i < d ? p[i] : 0.0f;
+    }
+}
+
+template <int NPL>
+__device__ float dot_row(const float (&r)[NPL], const float *p, int d) {
+    float s = 0.0f;
+    for (int e = 0; e < NPL; e++) {
+        const int i = threadIdx.x % 32 + 32 * e;
+        s += i < d ? r[e] * p[i] : 0.0f;
+    }
+    return warp_sum(s);
+}
+
+/* One warp a query row: y, lse. */
+template <int NPL>
+__global__ void k_att_fwd(const float *q, const float *k, const float *v, float *y,
+                          float *lse, att_geom g) {
+    const size_t row = (size_t)blockIdx.x * ATT_WARPS + threadIdx.x / 32;
+    if (row >= g.items * (size_t)g.tq)
+        return;
+    const size_t it = row / (size_t)g.tq;
+    const int i = (int)(row % (size_t)g.tq), d = g.d;
+    const float *kb = k + it * (size_t)g.tk * d, *vb = v + it * (size_t)g.tk * d;
+    float qr[NPL], acc[NPL];
+    load_row(qr, q + row * d, d);
+    for (int e = 0; e < NPL; e++)
+        acc[e] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int kend = g.causal ? i + 1 : g.tk;
+    for (int j = 0; j < kend; j++) {
+        const float s = dot_row(qr, kb + (size_t)j * d, d) * g.scale;
+        const float mx = fmaxf(m, s);
+        const float alpha = expf(m - mx), p = expf(s - mx);
+        l = l * alpha + p;
+        m = mx;
+        for (int e = 0; e < NPL; e++) {
+            const int c = threadIdx.x % 32 + 32 * e;
+            acc[e] = acc[e] * alpha + (c < d ? p * vb[(size_t)j * d + c] : 0.0f);
+        }
+    }
+    const float inv = 1.0f / l;
+    for (int e = 0; e < NPL; e++) {
+        const int c = threadIdx.x % 32 + 32 * e;
+        if (c < d)
+            y[row * d + c] = acc[e] * inv;
+    }
+    if (threadIdx.x % 32 == 0)
+        lse[row] = m + logf(l);
+}
+
+/* One warp a query row: dot = rowsum(dO * O), then dQ (added: the caller
+ * cleared it when the call overwrites). */
+template <int NPL>
+__global__ void k_att_bwd_q(const float *q, const float *k, const float *v, const float *y,
+                            const float *dy, const float *lse, float *dot, float *dq,
+                            att_geom g) {
+    const size_t row = (size_t)blockIdx.x * ATT_WARPS + threadIdx.x / 32;
+    if (row >= g.items * (size_t)g.tq)
+        return;
+    const size_t it = row / (size_t)g.tq;
+    const int i = (int)(row % (size_t)g.tq), d = g.d;
+    const float *kb = k + it * (size_t)g.tk * d, *vb = v + it * (size_t)g.tk * d;
+    float dor[NPL], qr[NPL], acc[NPL];
+    load_row(dor, dy + row * d, d);
+    const float di = dot_row(dor, y + row * d, d);
+    if (threadIdx.x % 32 == 0)
+        dot[row] = di;
+    if (!dq)
+        return;
+    load_row(qr, q + row * d, d);
+    for (int e = 0; e < NPL; e++)
+        acc[e] = 0.0f;
+    const float li = lse[row];
+    const int kend = g.causal ? i + 1 : g.tk;
+    for (int j = 0; j < kend; j++) {
+        const float p = expf(dot_row(qr, kb + (size_t)j * d, d) * g.scale - li);
+        const float ds = p * (dot_row(dor, vb + (size_t)j * d, d) - di) * g.scale;
+        for (int e = 0; e < NPL; e++) {
+            const int c = threadIdx.x % 32 + 32 * e;
+            acc[e] += c < d ? ds * kb[(size_t)j * d + c] : 0.0f;
+        }
+    }
+    for (int e = 0; e < NPL; e++) {
+        const int c = threadIdx.x % 32 + 32 * e;
+        if (c < d)
+            dq[row * d + c] += acc[e];
+    }
+}
+
+/* One warp a key row: dK and dV (added), over the queries that see it. */
+template <int NPL>
+__global__ void k_att_bwd_kv(const float *q, const float *k, const float *v, const float *dy,
+                             const float *lse, const float *dot, float *dk, float *dv,
+                             att_geom g) {
+    const size_t row = (size_t)blockIdx.x * ATT_WARPS + threadIdx.x / 32;
+    if (row >= g.items * (size_t)g.tk)
+        return;
+    const size_t it = row / (size_t)g.tk;
+    const int j = (int)(row % (size_t)g.tk), d = g.d;
+    const size_t qrow0 = it * (size_t)g.tq;
+    float kr[NPL], vr[NPL], ak[NPL], av[NPL];
+    load_row(kr, k + row * d, d);
+    load_row(vr, v + row * d, d);
+    for (int e = 0; e < NPL; e++)
+        ak[e] = av[e] = 0.0f;
+    for (int i = g.causal ? j : 0; i < g.tq; i++) {
+        const float *qi = q + (qrow0 + i) * d, *doi = dy + (qrow0 + i) * d;
+        const float p = expf(dot_row(kr, qi, d) * g.scale - lse[qrow0 + i]);
+        const float ds = p * (dot_row(vr, doi, d) - dot[qrow0 + i]) * g.scale;
+        for (int e = 0; e < NPL; e++) {
+            const int c = threadIdx.x % 32 + 32 * e;
+            if (c < d) {
+                av[e] += p * doi[c];
+                ak[e] += ds * qi[c];
+            }
+        }
+    }
+    for (int e = 0; e < NPL; e++) {
+        const int c = threadIdx.x % 32 + 32 * e;
+        if (c < d) {
+            if (dk)
+                dk[row * d + c] += ak[e];
+            if (dv)
+                dv[row * d + c] += av[e];
+        }
+    }
+}
+
+unsigned blocks(size_t rows) { return (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS); }
+
+/* D up to 256 in registers: NPL values a lane. */
+int npl(int d) { return d <= 32 ? 1 : d <= 64 ? 2 : d <= 128 ? 4 : d <= 256 ? 8 : 0; }
+
+template <int NPL>
+void launch_fwd(tp_stream_t *s, const tp_op_call_t *c, const att_geom &g, float *lse) {
+    k_att_fwd<NPL><<<blocks(g.items * g.tq), 32 * ATT_WARPS, 0, s->cu>>>(
+        (const float *)c->x[0], (const float *)c->x[1], (const float *)c->x[2],
+        (float *)c->y, lse, g);
+}
+
+template <int NPL>
+void launch_bwd(tp_stream_t *s, const tp_op_call_t *c, const att_geom &g, const float *lse,
+                float *dot) {
+    const float *q = (const float *)c->x[0], *k = (const float *)c->x[1],
+                *v = (const float *)c->x[2];
+    k_att_bwd_q<NPL><<<blocks(g.items * g.tq), 32 * ATT_WARPS, 0, s->cu>>>(
+        q, k, v, (const float *)c->y, c->dy, lse, dot, c->dx[0], g);
+    if (c->dx[1] || c->dx[2])
+        k_att_bwd_kv<NPL><<<blocks(g.items * g.tk), 32 * ATT_WARPS, 0, s->cu>>>(
+            q, k, v, c->dy, lse, dot, c->dx[1], c->dx[2], g);
+}
+
+tp_status_t check(const tp_op_call_t *c, const att_geom &g) {
+    if (!npl(g.d))
+        return tp_error(TP_ERR_UNSUPPORTED, "attention '%s': D %d on the GPU (at most 256 "
+                        "a head)", c->name, g.d);
+    if (g.items * (size_t)(g.tq > g.tk ? g.tq : g.tk) / ATT_WARPS > 0x7fffffffu)
+        return tp_error(TP_ERR_UNSUPPORTED, "attention '%s': too many rows for one grid",
+                        c->name);
+    if (!c->workspace || (c->workspace_bytes &&
+                          c->workspace_bytes < tp_cuda_attention_workspace(c)))
+        return tp_error(TP_ERR_INVALID, "attention '%s': workspace of %zu bytes, needs %zu",
+                        c->name, c->workspace_bytes, tp_cuda_attention_workspace(c));
+    return TP_OK;
+}
+
+} // namespace
+
+size_t tp_cuda_attention_workspace(const tp_op_call_t *c) {
+    const att_geom g = geom(c);
+    return 2 * g.items * (size_t)g.tq * sizeof(float);
+}
+
+tp_status_t tp_cuda_attention_forward(tp_stream_t *s, const tp_op_call_t *c) {
+    const att_geom g = geom(c);
+    if (!g.items || !g.tq)
+        return TP_OK;
+    TP_TRY(check(c, g));
+    float *lse = (float *)c->workspace;
+    switch (npl(g.d)) {
+    case 1: launch_fwd<1>(s, c, g, lse); break;
+    case 2: launch_fwd<2>(s, c, g, lse); break;
+    case 4: launch_fwd<4>(s, c, g, lse); break;
+    default: launch_fwd<8>(s, c, g, lse); break;
+    }
+    TP_ATT_LAUNCHED();
+    return TP_OK;
+}
+
+tp_status_t tp_cuda_attention_backward(tp_stream_t *s, const tp_op_call_t *c) {
+    const att_geom g = geom(c);
+    if (!g.items || !g.tq || (!c->dx[0] && !c->dx[1] && !c->dx[2]))
+        return TP_OK;
+    TP_TRY(check(c, g));
+    /* every clear first, then the kernels add: two inputs may be one node
+     * (q = k), the second then adding into the first's buffer */
+    const size_t nq = g.items * (size_t)g.tq * g.d, nk = g.items * (size_t)g.tk * g.d;
+    for (int i = 0; i < 3; i++)
+        if (c->dx[i] && !c->dx_acc[i])
+            TP_CUDA_CHECK(cudaMemsetAsync(c->dx[i], 0, (i ? nk : nq) * sizeof(float), s->cu));
+    float *lse = (float *)c->workspace, *dot = lse + g.items * (size_t)g.tq;
+    switch (npl(g.d)) {
+    case 1: launch_bwd<1>(s, c, g, lse, dot); break;
+    case 2: launch_bwd<2>(s, c, g, lse, dot); break;
+    case 4: launch_bwd<4>(s, c, g, lse, dot); break;
+    default: launch_bwd<8>(s, c, g, lse, dot); break;
+    }
+    TP_ATT_LAUNCHED();
+    return TP_OK;
+}

@@ -1,0 +1,273 @@
+/* towerpack tests: the fused attention op (tp_attention, gpu/cpu/
+ * ops_attention.c). Through the graph it gives what the decomposed form
+ * (batch_matmul, scale, the causal mask, softmax, batch_matmul) gives,
+ * forward and gradients, over several tiles and with q and k one node; the
+ * kernel gives the same bits on 1, 2 and 3 threads; its workspace grows
+ * linearly in T (no T x T scores); the builder's errors name the node and
+ * the shapes. PyTorch parity is in op_cases.h's rows. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/towerpack.h>
+#include "gpu/backend_impl.h"
+#include "gpu/cpu/cpu_pool.h"
+#include "gpu/cpu/ops_cpu.h"
+
+TestSuite(attention, .timeout = 120);
+
+static float s_rand(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((*s >> 40) & 0xffffff) / (float)0x1000000 * 4.0f - 2.0f;
+}
+
+/* ---- through the graph: fused against decomposed ------------------------- */
+
+enum { GB = 2, GH = 2, GT = 150, GD = 8 }; /* T 150: three query and key tiles */
+
+typedef struct {
+    int fused, causal, self; /* self: k is q's node */
+} g_case_t;
+
+static tp_status_t s_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    const g_case_t *c = user;
+    (void)in;
+    int64_t s[4] = {GB, GH, GT, GD};
+    tp_init_t init = {TP_INIT_NORMAL, 1.0f};
+    tp_node_t *q = tp_variable(t, "q", 4, s, init, TP_VAR_TRAINABLE);
+    tp_node_t *k = c->self ? q : tp_variable(t, "k", 4, s, init, TP_VAR_TRAINABLE);
+    tp_node_t *v = tp_variable(t, "v", 4, s, init, TP_VAR_TRAINABLE);
+    const float scale = 1.0f / sqrtf((float)GD);
+    tp_node_t *y;
+    if (c->fused) {
+        y = tp_attention(t, "att", q, k, v, c->causal, 0.0f); /* 0: 1/sqrt(D) */
+    } else {
+        float *m = malloc(GT * GT * sizeof *m);
+        cr_assert_not_null(m);
+        for (int i = 0; i < GT; i++)
+            for (int j = 0; j < GT; j++)
+                m[i * GT + j] = c->causal && j > i ? -1e9f : 0.0f;
+        int64_t ms[2] = {GT, GT};
+        tp_node_t *mask = tp_constant(t, "mask", 2, ms, m);
+        free(m);
+        tp_node_t *sc = tp_scale(t, "scores", tp_batch_matmul(t, "qk", q, k, 0, 1), scale);
+        y = tp_batch_matmul(t, "av", tp_softmax(t, "p", tp_add(t, "masked", sc, mask), -1),
+                            v, 0, 0);
+    }
+    /* a cost that weighs every output differently: sum(y * w) */
+    float *w = malloc(GB * GH * GT * GD * sizeof *w);
+    cr_assert_not_null(w);
+    uint64_t seed = 3;
+    for (int i = 0; i < GB * GH * GT * GD; i++)
+        w[i] = s_rand(&seed);
+    tp_node_t *wc = tp_constant(t, "w", 4, s, w);
+    free(w);
+    return tp_tower_set_cost(t, tp_reduce_sum(t, "cost", tp_mul(t, "weighted", y, wc), 0,
+                                              NULL, 0));
+}
+
+static tp_optimizer_t *s_opt(void *u) {
+    (void)u;
+    return tp_optimizer_sgd(0.1, 0.0, 0);
+}
+
+/* The cost and the gradients of q, k, v (k's absent when self) of one
+ * form; the caller frees *grads. */
+static float s_graph_run(g_case_t c, float **grads, size_t *n) {
+    tp_input_desc_t desc = {"unused", TP_FLOAT32, 2, {-1, 1}};
+    tp_model_desc_t md = {&desc, 1, s_build, s_opt, &c};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 1;
+    cfg.seed = 11; /* the same q, k, v in both forms */
+    cfg.threads = 2;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    float x = 0.0f;
+    int64_t xs[2] = {1, 1};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_FLOAT32, 2, xs, &x, NULL, NULL);
+    tp_run_opts_t ro = {.stages = TP_RUN_GRADIENTS};
+    cr_assert_eq(tp_model_run(m, 0, &in, 1, NULL, 0, &ro), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
+    const float cost = *(const float *)v.data;
+    const char *names[3] = {"q", "k", "v"};
+    *n = (size_t)GB * GH * GT * GD;
+    *grads = calloc(3 * *n, sizeof(float));
+    cr_assert_not_null(*grads);
+    for (int i = 0; i < 3; i++) {
+        if (c.self && i == 1)
+            continue;
+        tp_tensor_t g;
+        cr_assert_eq(tp_model_grad(m, 0, names[i], &g), TP_OK, "%s", tp_last_error());
+        memcpy(*grads + (size_t)i * *n, g.data, *n * sizeof(float));
+    }
+    tp_model_destroy(&m);
+    return cost;
+}
+
+static void s_graph_case(int causal, int self) {
+    float *gf, *gd;
+    size_t n;
+    const float cf = s_graph_run((g_case_t){1, causal, self}, &gf, &n);
+    const float cd = s_graph_run((g_case_t){0, causal, self}, &gd, &n);
+    cr_expect(fabsf(cf - cd) <= 1e-4f + 1e-5f * fabsf(cd), "cost: fused %.7g, decomposed %.7g",
+              (double)cf, (double)cd);
+    double worst = 0;
+    for (size_t i = 0; i < 3 * n; i++) {
+        const double err = fabs((double)gf[i] - gd[i]);
+        const double tol = 1e-5 + 1e-4 * fabs(gd[i]);
+        if (err > tol)
+            cr_assert_fail("gradient of %c[%zu]: fused %.7g, decomposed %.7g", "qkv"[i / n],
+                           i % n, (double)gf[i], (double)gd[i]);
+        worst = err > worst ? err : worst;
+    }
+    double mag = 0;
+    for (size_t i = 0; i < 3 * n; i++)
+        mag += fabs(gd[i]);
+    cr_assert_gt(mag, 1.0, "the gradients are not all zero");
+    cr_log_info("causal %d self %d: largest gradient difference %.3g", causal, self, worst);
+    free(gf);
+    free(gd);
+}
+
+Test(attention, causal_through_the_graph_matches_the_decomposed_form) { s_graph_case(1, 0); }
+Test(attention, full_through_the_graph_matches_the_decomposed_form) { s_graph_case(0, 0); }
+/* q and k one node: its gradient is the sum of both roles' */
+Test(attention, q_and_k_one_node_sums_both_gradients) { s_graph_case(1, 1); }
+
+/* ---- the kernel: the same bits at any thread count ----------------------- */
+
+enum { KB = 3, KH = 4, KT = 130, KD = 24 };
+
+typedef struct {
+    float *y, *dx[3];
+} k_out_t;
+
+/* Forward and backward on `threads` threads: dq accumulated onto 0.25s,
+ * dk and dv stored. */
+static k_out_t s_kernel(int threads, int causal) {
+    tp_shape_t xs[3], ys = {.ndim = 4, .d = {KB, KH, KT, KD}};
+    const size_t n = (size_t)KB * KH * KT * KD;
+    uint64_t seed = 42;
+    float *x[3];
+    k_out_t o;
+    for (int i = 0; i < 3; i++) {
+        xs[i] = ys;
+        x[i] = malloc(n * sizeof(float));
+        o.dx[i] = malloc(n * sizeof(float));
+        cr_assert(x[i] && o.dx[i]);
+        for (size_t j = 0; j < n; j++) {
+            x[i][j] = s_rand(&seed);
+            o.dx[i][j] = 0.25f;
+        }
+    }
+    o.y = malloc(n * sizeof(float));
+    float *dy = malloc(n * sizeof(float));
+    cr_assert(o.y && dy);
+    for (size_t j = 0; j < n; j++)
+        dy[j] = s_rand(&seed);
+    tp_op_attr_t at = {.alpha = 0.2f, .beta = causal ? 1.0f : 0.0f};
+    const void *xin[3] = {x[0], x[1], x[2]};
+    const int acc[3] = {1, 0, 0};
+    tp_op_call_t c = {.kind = TP_OP_ATTENTION, .attr = &at, .name = "att", .ninputs = 3,
+                      .x = xin, .xshape = xs, .y = o.y, .yshape = ys, .dx = o.dx,
+                      .dx_acc = acc, .dy = dy};
+    c.workspace_bytes = tp_cpu_op_workspace(NULL, &c);
+    c.workspace = malloc(c.workspace_bytes);
+    cr_assert_not_null(c.workspace);
+    tp_cpu_pool_threads_override(threads);
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+    tp_cpu_pool_threads_override(0);
+    free(c.workspace);
+    free(dy);
+    for (int i = 0; i < 3; i++)
+        free(x[i]);
+    return o;
+}
+
+static void s_free(k_out_t *o) {
+    free(o->y);
+    for (int i = 0; i < 3; i++)
+        free(o->dx[i]);
+}
+
+Test(attention, same_bits_on_one_two_and_three_threads) {
+    const size_t n = (size_t)KB * KH * KT * KD;
+    for (int causal = 0; causal < 2; causal++) {
+        k_out_t one = s_kernel(1, causal);
+        for (int th = 2; th <= 3; th++) {
+            k_out_t many = s_kernel(th, causal);
+            cr_expect_eq(memcmp(one.y, many.y, n * sizeof(float)), 0,
+                         "y differs on %d threads (causal %d)", th, causal);
+            for (int i = 0; i < 3; i++)
+                cr_expect_eq(memcmp(one.dx[i], many.dx[i], n * sizeof(float)), 0,
+                             "d%c differs on %d threads (causal %d)", "qkv"[i], th, causal);
+            s_free(&many);
+        }
+        s_free(&one);
+    }
+}
+
+/* ---- no T x T scores ------------------------------------------------------ */
+
+static size_t s_workspace(int64_t t) {
+    tp_shape_t xs[3];
+    for (int i = 0; i < 3; i++)
+        xs[i] = (tp_shape_t){.ndim = 4, .d = {2, 4, t, 64}};
+    tp_op_attr_t at = {.alpha = 0.125f, .beta = 1.0f};
+    tp_op_call_t c = {.kind = TP_OP_ATTENTION, .attr = &at, .ninputs = 3, .xshape = xs,
+                      .yshape = xs[0]};
+    return tp_cpu_op_workspace(NULL, &c);
+}
+
+Test(attention, workspace_grows_linearly_in_the_context) {
+    /* 8 heads: two floats per query row (log-sum-exp, dO.O) and a fixed
+     * tile scratch per head, nothing of T x T */
+    const size_t w1 = s_workspace(1024), w2 = s_workspace(2048), w4 = s_workspace(4096);
+    cr_expect_eq(w2 - w1, (size_t)8 * 1024 * 2 * sizeof(float), "%zu -> %zu", w1, w2);
+    cr_expect_eq(w4 - w2, (size_t)8 * 2048 * 2 * sizeof(float), "%zu -> %zu", w2, w4);
+    cr_expect_lt(w4, (size_t)4096 * 4096 * sizeof(float) / 8,
+                 "%zu bytes at T 4096: less than one head's scores", w4);
+}
+
+/* ---- the builder's checks --------------------------------------------- */
+
+typedef struct {
+    int64_t q[4], k[4];
+    int causal;
+} bad_case_t;
+
+static tp_status_t s_build_bad(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    const bad_case_t *c = user;
+    (void)in;
+    tp_init_t init = {TP_INIT_NORMAL, 1.0f};
+    tp_node_t *q = tp_variable(t, "q", 4, c->q, init, TP_VAR_TRAINABLE);
+    tp_node_t *k = tp_variable(t, "k", 4, c->k, init, TP_VAR_TRAINABLE);
+    tp_node_t *v = tp_variable(t, "v", 4, c->k, init, TP_VAR_TRAINABLE);
+    tp_node_t *y = tp_attention(t, "my_attention", q, k, v, c->causal, 0.0f);
+    return tp_tower_set_cost(t, tp_reduce_sum(t, "cost", y, 0, NULL, 0));
+}
+
+static void s_expect_error(bad_case_t c, const char *const *parts) {
+    tp_input_desc_t desc = {"unused", TP_FLOAT32, 2, {-1, 1}};
+    tp_model_desc_t md = {&desc, 1, s_build_bad, s_opt, &c};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 1;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_null(m);
+    for (int i = 0; parts[i]; i++)
+        cr_expect(strstr(tp_last_error(), parts[i]), "'%s' not in: %s", parts[i],
+                  tp_last_error());
+}
+
+Test(attention, shape_errors_name_the_node_and_the_shapes) {
+    const char *d[] = {"my_attention", "[1,2,5,8]", "[1,2,5,4]", NULL};
+    s_expect_error((bad_case_t){{1, 2, 5, 8}, {1, 2, 5, 4}, 0}, d);
+    const char *heads[] = {"my_attention", "[1,2,5,8]", "[1,3,5,8]", NULL};
+    s_expect_error((bad_case_t){{1, 2, 5, 8}, {1, 3, 5, 8}, 0}, heads);
+    const char *causal[] = {"my_attention", "causal", "Tq 5, Tk 7", NULL};
+    s_expect_error((bad_case_t){{1, 2, 5, 8}, {1, 2, 7, 8}, 1}, causal);
+}
