@@ -10,8 +10,8 @@
 # LAYERS 4, EMBED 256, HEADS 4, CONTEXT 256, total batch BATCH 4 (env vars
 # override them), float32, the text being docs/*.md concatenated. Each
 # round runs, in turn (reversed every other round):
-#   llm.c    train_gpt2.c, gcc -O3 -march=native -fopenmp, OMP_NUM_THREADS=2
-#            (bench/peers/llmc_gpt.sh; weights from llmc_gpt_files.py)
+#   llm.c    train_gpt2.c, gcc -O3 -march=native -fopenmp, OMP_NUM_THREADS
+#            1 and 2 (bench/peers/llmc_gpt.sh; weights from llmc_gpt_files.py)
 #   pytorch  scripts/gpu/pytorch_gpt.py --device cpu, 1 and 2 threads
 #   towerpack tp-train --model gpt, 1 tower x 2 threads and 2 towers x 1
 #            thread (the same total batch), tokens_per_s of the last epoch
@@ -41,10 +41,10 @@ res=$OUT/results.jsonl
 : > "$res"
 N="nice -n $NICE"
 
-run_llmc() {
+run_llmc() {  # run_llmc ROUND THREADS
     LLMC_SRC=$LLMC_SRC $N bash "$repo/bench/peers/llmc_gpt.sh" "$OUT/llmc" \
-        "$BATCH" "$CONTEXT" "$((STEPS + 1))" 2 > "$OUT/llmc.log" 2>&1
-    tail -1 "$OUT/llmc.log" | sed "s/^{/{\"round\": $1, /" | tee -a "$res"
+        "$BATCH" "$CONTEXT" "$((STEPS + 1))" "$2" > "$OUT/llmc-$1-$2.log" 2>&1
+    tail -1 "$OUT/llmc-$1-$2.log" | sed "s/^{/{\"round\": $1, /" | tee -a "$res"
 }
 run_torch() {
     $N "$py" "$repo/scripts/gpu/pytorch_gpt.py" --device cpu --threads "$2" \
@@ -75,7 +75,7 @@ for r in $(seq 1 "$ROUNDS"); do
     [ $((r % 2)) -eq 0 ] && order="tp torch llmc"
     for p in $order; do
         case $p in
-            llmc) run_llmc "$r" ;;
+            llmc) run_llmc "$r" 1; run_llmc "$r" 2 ;;
             torch) run_torch "$r" 1; run_torch "$r" 2 ;;
             tp) run_tp "$r" 1 2; run_tp "$r" 2 1 ;;
         esac
