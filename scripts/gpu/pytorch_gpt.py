@@ -8,12 +8,16 @@ does today), float32 with TF32 off unless --tf32.
 
   pytorch_gpt.py --data FILE [--context 256 --layers 6 --heads 6 --embed 384
                  --batch 32 --steps 100 --warmup 10] [--attention math|sdpa]
-                 [--compile] [--tf32]
+                 [--compile] [--tf32] [--device cuda|cpu] [--threads N]
 
 --attention math writes attention as towerpack's graph does (scores, a
 causal mask added, softmax, x v); sdpa is PyTorch's fused
 scaled_dot_product_attention (flash attention where it applies). Prints one
-JSON line with tokens/s over --steps timed steps (after --warmup)."""
+JSON line with tokens/s over --steps timed steps (after --warmup).
+--device cpu runs the same on the CPU (PyTorch eager's CPU training, the
+peer of docs/performance.md's "GPT on the CPU against llm.c and PyTorch",
+bench/peers/gpt_cpu.sh) with --threads N intra-op threads (0: PyTorch's
+default)."""
 import argparse
 import json
 import time
@@ -77,11 +81,20 @@ def main():
     ap.add_argument("--attention", choices=["math", "sdpa"], default="math")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.backends.cudnn.allow_tf32 = a.tf32
     torch.manual_seed(1)
-    dev = torch.device("cuda")
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    dev = torch.device(a.device)
+    cuda = a.device == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
     text = torch.tensor(np.frombuffer(open(a.data, "rb").read(), np.uint8).astype(np.int64),
                         device=dev)
     model = GPT(a.context, a.layers, a.heads, a.embed, a.attention).to(dev)
@@ -90,7 +103,7 @@ def main():
     offs = torch.arange(a.context, device=dev)
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
         start = torch.randint(0, text.numel() - a.context - 1, (a.batch, 1), device=dev)
         x, y = text[start + offs], text[start + offs + 1]
@@ -98,14 +111,15 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    torch.cuda.synchronize()
+    sync()
     dt = time.perf_counter() - t0
     print(json.dumps({"peer": "pytorch", "attention": a.attention, "compile": a.compile,
                       "tf32": a.tf32, "context": a.context, "layers": a.layers,
                       "embed": a.embed, "batch": a.batch, "steps": a.steps,
                       "tokens_per_s": round(a.steps * a.batch * a.context / dt),
                       "loss": round(loss.item(), 4), "torch": torch.__version__,
-                      "gpu": torch.cuda.get_device_name()}))
+                      "device": torch.cuda.get_device_name() if cuda else "cpu",
+                      "threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# GPT training speed on the CPU: towerpack against llm.c's CPU trainer and
+# PyTorch eager, in one sitting (issue 45, "Speed on the CPU";
+# docs/performance.md, "GPT on the CPU against llm.c and PyTorch").
+#
+#   git clone https://github.com/karpathy/llm.c /path/to/llm.c
+#   LLMC_SRC=/path/to/llm.c bash bench/peers/gpt_cpu.sh [ROUNDS]
+#
+# The same model everywhere: GPT-2's layout on bytes (vocabulary 256),
+# LAYERS 4, EMBED 256, HEADS 4, CONTEXT 256, total batch BATCH 4 (env vars
+# override them), float32, the text being docs/*.md concatenated. Each
+# round runs, in turn (reversed every other round):
+#   llm.c    train_gpt2.c, gcc -O3 -march=native -fopenmp, OMP_NUM_THREADS
+#            1 and 2 (bench/peers/llmc_gpt.sh; weights from llmc_gpt_files.py)
+#   pytorch  scripts/gpu/pytorch_gpt.py --device cpu, 1 and 2 threads
+#   towerpack tp-train --model gpt, 1 tower x 2 threads and 2 towers x 1
+#            thread (the same total batch), tokens_per_s of the last epoch
+#            in stats.json (the first epoch warms up)
+# each under `nice -n NICE` (default 10), each timing STEPS steps after a
+# warm-up. Prints one JSON line per run (kept in OUT/results.jsonl) and,
+# at the end, each round's best tokens/s of each program and the ratios
+# towerpack/llm.c and towerpack/PyTorch, with `uptime` around every round.
+# Needs a Release tp-train (TP_TRAIN, default build-release/bin/tp-train)
+# and /usr/bin/python3 with numpy and torch.
+set -euo pipefail
+ROUNDS=${1:-2}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+LAYERS=${LAYERS:-4} EMBED=${EMBED:-256} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-256}
+BATCH=${BATCH:-4} STEPS=${STEPS:-6} NICE=${NICE:-10}
+TP_TRAIN=${TP_TRAIN:-$repo/build-release/bin/tp-train}
+OUT=${OUT:-$(mktemp -d /tmp/gpt_cpu.XXXXXX)}
+: "${LLMC_SRC:?set LLMC_SRC to a clone of https://github.com/karpathy/llm.c}"
+[ -x "$TP_TRAIN" ] || { echo "gpt_cpu.sh: no tp-train at $TP_TRAIN (set TP_TRAIN)" >&2; exit 1; }
+py=/usr/bin/python3
+mkdir -p "$OUT"
+cat "$repo"/docs/*.md > "$OUT/text.txt"
+head -c 2000 "$OUT/text.txt" > "$OUT/val.txt"  # a small validation: cheap epoch ends
+"$py" "$repo/bench/peers/llmc_gpt_files.py" --out "$OUT/llmc" --text "$OUT/text.txt" \
+    --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" --context "$CONTEXT"
+res=$OUT/results.jsonl
+: > "$res"
+N="nice -n $NICE"
+
+run_llmc() {  # run_llmc ROUND THREADS
+    LLMC_SRC=$LLMC_SRC $N bash "$repo/bench/peers/llmc_gpt.sh" "$OUT/llmc" \
+        "$BATCH" "$CONTEXT" "$((STEPS + 1))" "$2" > "$OUT/llmc-$1-$2.log" 2>&1
+    tail -1 "$OUT/llmc-$1-$2.log" | sed "s/^{/{\"round\": $1, /" | tee -a "$res"
+}
+run_torch() {
+    $N "$py" "$repo/scripts/gpu/pytorch_gpt.py" --device cpu --threads "$2" \
+        --data "$OUT/text.txt" --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" \
+        --context "$CONTEXT" --batch "$BATCH" --steps "$STEPS" --warmup 1 2>/dev/null |
+        sed "s/^{/{\"round\": $1, /" | tee -a "$res"
+}
+run_tp() {  # run_tp ROUND TOWERS THREADS
+    local d=$OUT/tp-$1-$2x$3
+    rm -rf "$d"
+    $N "$TP_TRAIN" --model gpt --data "text:$OUT/text.txt" --test-data "text:$OUT/val.txt" \
+        --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" --context "$CONTEXT" \
+        --batch "$((BATCH / $2))" --towers "$2" --threads "$3" \
+        --epochs 2 --steps-per-epoch "$STEPS" --logdir "$d" > "$d.log" 2>&1
+    "$py" - "$d/stats.json" "$1" "$2" "$3" "$BATCH" "$CONTEXT" <<'PY' | tee -a "$res"
+import json, sys
+s = json.load(open(sys.argv[1]))[-1]
+print(json.dumps({"round": int(sys.argv[2]), "peer": "towerpack", "towers": int(sys.argv[3]),
+                  "threads": int(sys.argv[4]), "batch": int(sys.argv[5]),
+                  "context": int(sys.argv[6]), "tokens_per_s": round(s["tokens_per_s"]),
+                  "loss": round(s["cost"], 4)}))
+PY
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+    echo "round $r: $(uptime)" | tee -a "$OUT/uptime.txt"
+    order="llmc torch tp"
+    [ $((r % 2)) -eq 0 ] && order="tp torch llmc"
+    for p in $order; do
+        case $p in
+            llmc) run_llmc "$r" 1; run_llmc "$r" 2 ;;
+            torch) run_torch "$r" 1; run_torch "$r" 2 ;;
+            tp) run_tp "$r" 1 2; run_tp "$r" 2 1 ;;
+        esac
+    done
+done
+echo "end: $(uptime)" | tee -a "$OUT/uptime.txt"
+"$py" - "$res" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in sorted({x["round"] for x in rows}):
+    best = {}
+    for x in rows:
+        if x["round"] == r:
+            best[x["peer"]] = max(best.get(x["peer"], 0), x["tokens_per_s"])
+    t, l, p = best.get("towerpack", 0), best.get("llm.c", 0), best.get("pytorch", 0)
+    print(f"round {r}: towerpack {t} tokens/s, llm.c {l}, pytorch {p}: "
+          f"towerpack/llm.c {t / l:.2f}x, towerpack/pytorch {t / p:.2f}x")
+PY
+echo "gpt_cpu.sh: results in $res"
