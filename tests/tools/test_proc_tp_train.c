@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "proc_testutil.h"
+#include "tools/tp_train_testutil.h"
 #include <towerpack/checkpoint.h>
 #include <towerpack/clock.h>
 #include <towerpack/image.h>
@@ -29,30 +30,7 @@ static void s_setup(void) {
     cr_assert_not_null(mkdtemp(s_dir));
 }
 
-static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
-}
-
-/* Run tp-train with argv (NULL-terminated), stdout+stderr into out[size];
- * returns the exit status (or -1 when killed after 120 s). */
-static int s_run(char *const *argv, char *out, size_t size) {
-    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
-    char *full[64] = {TP_BINARY_DIR "/bin/tp-train"};
-    for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
-    return pu_run(full, env, out, size);
-}
-
-static json_t *s_stats(const char *logdir) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/stats.json", logdir);
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    cr_assert_not_null(j, "%s: %s", path, err.text);
-    return j;
-}
+static void s_teardown(void) { tpt_remove_dir(s_dir); }
 
 static char s_out[1 << 20];
 
@@ -82,11 +60,11 @@ Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown
     snprintf(logdir, sizeof logdir, "%s/run", s_dir);
     char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "2", "--steps-per-epoch", "10",
                     "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};
-    int rc = s_run(argv, s_out, sizeof s_out);
+    int rc = tpt_run(argv, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, "tp-train: test accuracy 0."), "%s", s_out);
     cr_assert(strstr(s_out, "samples/s"));
-    json_t *j = s_stats(logdir);
+    json_t *j = tpt_stats(logdir);
     cr_assert_eq(json_array_size(j), 2);
     json_t *last = json_array_get(j, 1);
     cr_assert(json_is_number(json_object_get(last, "validation_accuracy")));
@@ -101,16 +79,16 @@ Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown
     /* Resume to epoch 3: continues at global step 20. */
     char *again[] = {"tp-train", "--model", "mlp", "--epochs", "3", "--steps-per-epoch", "10",
                      "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir, "--resume", NULL};
-    rc = s_run(again, s_out, sizeof s_out);
+    rc = tpt_run(again, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
-    j = s_stats(logdir);
+    j = tpt_stats(logdir);
     cr_assert_eq(json_array_size(j), 3);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 2), "global_step")), 30);
     json_decref(j);
     s_check_steps(logdir, 30);  /* steps 1..20 kept, 21..30 appended */
     /* The directory exists now: without an action, no prompt, an error. */
     char *exists[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--logdir", logdir, NULL};
-    rc = s_run(exists, s_out, sizeof s_out);
+    rc = tpt_run(exists, s_out, sizeof s_out);
     cr_assert_neq(rc, 0);
     cr_assert(strstr(s_out, "keep (resume), delete, backup or new"), "%s", s_out);
 }
@@ -121,13 +99,13 @@ Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 1
     char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "10",
                     "--workers", "2", "--threads", "1", "--test-spec", TEST_SPEC,
                     "--logdir", logdir, NULL};
-    int rc = s_run(argv, s_out, sizeof s_out);
+    int rc = tpt_run(argv, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, "processes 2"), "%s", s_out);
     /* Memory, every epoch: the trainer's (PeakMemoryTracker) and each
      * worker's, against what the kernel says is plausible for a process
      * that holds Fashion-MNIST (47 MB of images) or part of it. */
-    json_t *j = s_stats(logdir);
+    json_t *j = tpt_stats(logdir);
     json_t *e = json_array_get(j, 0);
     static const char *const keys[] = {"memory/rss_mb", "memory/peak_rss_mb",
                                        "memory/worker0_rss_mb", "memory/worker1_rss_mb",
@@ -199,10 +177,10 @@ Test(tp_train, skipped_files_from_forked_workers, .init = s_setup, .fini = s_tea
     char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "2", "--steps-per-epoch", "5",
                     "--workers", "2", "--threads", "1", "--batch", "4", "--data", data, "--test-spec",
                     TEST_SPEC, "--classes", "10", "--logdir", logdir, NULL};
-    int rc = s_run(argv, s_out, sizeof s_out);
+    int rc = tpt_run(argv, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, "processes 2"), "%s", s_out);
-    json_t *j = s_stats(logdir);
+    json_t *j = tpt_stats(logdir);
     cr_assert_eq(json_array_size(j), 2);
     for (size_t e = 0; e < 2; e++) {
         json_t *v = json_object_get(json_array_get(j, e), "dataflow/skipped_files");
@@ -332,12 +310,12 @@ Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .t
     char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "10",
                     "--batch", "64", "--remote", bind, "--threads", "1",
                     "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};
-    int rc = s_run(argv, s_out, sizeof s_out);
+    int rc = tpt_run(argv, s_out, sizeof s_out);
     kill(worker, SIGTERM);
     int st;
     waitpid(worker, &st, 0);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
-    json_t *j = s_stats(logdir);
+    json_t *j = tpt_stats(logdir);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 0), "global_step")), 10);
     json_decref(j);
 }
@@ -613,7 +591,7 @@ Test(tp_train, a_sender_whose_batches_do_not_fit_is_dropped_not_the_run, .init =
         if (!alone) {
             cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
                       "a stray sender ended the run (status %d):\n%s", st, text);
-            json_t *j = s_stats(logdir);
+            json_t *j = tpt_stats(logdir);
             double unfit = json_number_value(json_object_get(json_array_get(j, 0),
                                                              "ZMQInput/unfit"));
             json_decref(j);
@@ -634,72 +612,72 @@ Test(tp_train, a_sender_whose_batches_do_not_fit_is_dropped_not_the_run, .init =
 
 Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *a1[] = {"tp-train", "--model", "transformer", NULL};
-    cr_assert_neq(s_run(a1, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a1, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "unknown model 'transformer'"), "%s", s_out);
     char *a2[] = {"tp-train", "--epochs", "zero", NULL};
-    cr_assert_neq(s_run(a2, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a2, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--epochs"), "%s", s_out);
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/bad", s_dir);
     char *a4[] = {"tp-train", "--spec", "fashion-mnist:train | bogus 3", "--logdir", logdir, NULL};
-    cr_assert_neq(s_run(a4, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a4, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "bogus"), "%s", s_out);
     /* A list of two GPUs: without a GPU (CI) the refusal names CUDA's
      * answer; with one GPU there is no GPU 1 (two would train). A tower
      * count other than one per GPU is refused before CUDA is asked. */
     char *a5[] = {"tp-train", "--devices", "0,1", NULL};
-    cr_assert_neq(s_run(a5, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a5, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--devices 0,1") &&
               (strstr(s_out, "no CUDA devices") || strstr(s_out, "there is no GPU 1")),
               "%s", s_out);
     char *a5b[] = {"tp-train", "--devices", "0,1", "--towers", "3", NULL};
-    cr_assert_neq(s_run(a5b, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a5b, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--towers 3 on --devices 0,1: one tower per GPU"), "%s", s_out);
     char *a5c[] = {"tp-train", "--devices", "local", NULL};
-    cr_assert_neq(s_run(a5c, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a5c, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--devices local: one GPU per rank under an MPI launcher"),
               "%s", s_out);
     char *a6[] = {"tp-train", "--devices", "0,0", NULL};
-    cr_assert_neq(s_run(a6, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a6, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "GPU 0 is listed twice"), "%s", s_out);
     char *a7[] = {"tp-train", "--devices", "gpu", NULL};
-    cr_assert_neq(s_run(a7, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a7, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "auto, cpu, or GPU ids"), "%s", s_out);
     /* --spec makes the batches: a --batch that disagrees is refused */
     char *a8[] = {"tp-train", "--batch", "64", "--spec", "fashion-mnist:train | batch 100",
                   NULL};
-    cr_assert_neq(s_run(a8, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a8, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--batch 64, but --spec makes batches of 100"), "%s", s_out);
     char *a8b[] = {"tp-train", "--label-smoothing", "1", NULL};
-    cr_assert_neq(s_run(a8b, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a8b, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--label-smoothing needs a number in [0, 1), got '1'"), "%s", s_out);
     /* the optimizer's flags: each refused with what it needs */
     char *o1[] = {"tp-train", "--optimizer", "lamb", NULL};
-    cr_assert_neq(s_run(o1, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(o1, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--optimizer 'lamb': sgd, adam or adamw"), "%s", s_out);
     char *o2[] = {"tp-train", "--weight-decay", "0.1", NULL};  /* cnn: adam */
-    cr_assert_neq(s_run(o2, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(o2, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--weight-decay is AdamW's decoupled decay or SGD's coupled "
                             "one: it needs --optimizer adamw or sgd (the optimizer is adam)"),
               "%s", s_out);
     char *o3[] = {"tp-train", "--optimizer", "adamw", "--weight-decay", "-1", NULL};
-    cr_assert_neq(s_run(o3, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(o3, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--weight-decay needs a number >= 0, got '-1'"), "%s", s_out);
     char *o4[] = {"tp-train", "--clip-norm", "0", NULL};
-    cr_assert_neq(s_run(o4, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(o4, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--clip-norm needs a norm > 0, got '0'"), "%s", s_out);
     char *o5[] = {"tp-train", "--ema", "1", NULL};
-    cr_assert_neq(s_run(o5, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(o5, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--ema needs a decay in (0, 1)"), "%s", s_out);
     char *o6[] = {"tp-train", "--lr-mult", "conv0/*", NULL};
-    cr_assert_neq(s_run(o6, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(o6, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--lr-mult needs PATTERN=MULTIPLIER with a multiplier >= 0"),
               "%s", s_out);
     char *o7[] = {"tp-train", "--accumulate", "0", NULL};
-    cr_assert_neq(s_run(o7, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(o7, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--accumulate"), "%s", s_out);
     char *a9[] = {"tp-train", "--resident", "--workers", "2", NULL};
-    cr_assert_neq(s_run(a9, s_out, sizeof s_out), 0);
+    cr_assert_neq(tpt_run(a9, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--resident reads --data into the towers' memory itself"),
               "%s", s_out);
 }
@@ -714,7 +692,7 @@ Test(tp_train, resident_data_trains, .init = s_setup, .fini = s_teardown,
     char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--augment", "--pad", "1",
                     "--towers", "2", "--threads", "1", "--epochs", "2", "--steps-per-epoch", "40",
                     "--tta", "--logdir", logdir, NULL};
-    cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_eq(tpt_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
     cr_assert(strstr(s_out, "ResidentInput over fashion-mnist:train (crop 28, pad 1, flip, "
                             "batch 64)"), "%s", s_out);
     double flip = 0;
@@ -742,7 +720,7 @@ Test(tp_train, tta_accuracy_is_pytorchs, .init = s_setup, .fini = s_teardown,
     char *argv[] = {"tp-train", "--model", "mlp", "--augment", "--pad", "1", "--tta-shift",
                     "--towers", "1", "--threads", "1", "--epochs", "1", "--steps-per-epoch",
                     "60", "--no-tensorboard", "--logdir", logdir, NULL};
-    cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_eq(tpt_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
     PU_PYTHON_EXPECT(TP_SOURCE_DIR "/tests/tools/torch_tta.py", logdir, "pytorch agrees");
 }
 
@@ -757,7 +735,7 @@ Test(tp_train, warmup_and_lr_end_shape_the_rate, .init = s_setup, .fini = s_tear
     char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--no-augment",
                     "--towers", "1", "--threads", "1", "--batch", "600", "--epochs", "3",
                     "--lr", "0.05", "--warmup", "1", "--lr-end", "0", "--logdir", logdir, NULL};
-    cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_eq(tpt_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
     const double want[3] = {0.05, 0.025, 0.0};
     const char *v = s_out;
     for (int e = 0; e < 3; e++) {
@@ -770,12 +748,12 @@ Test(tp_train, warmup_and_lr_end_shape_the_rate, .init = s_setup, .fini = s_tear
     }
     char *a2[] = {"tp-train", "--model", "mlp", "--epochs", "3", "--warmup", "3",
                   "--logdir", logdir, "--logdir-action", "delete", NULL};
-    cr_assert_neq(s_run(a2, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_neq(tpt_run(a2, s_out, sizeof s_out), 0, "%s", s_out);
     cr_expect(strstr(s_out, "--warmup 3: the warm-up must end before the last of the 3 "
                      "epochs"), "%s", s_out);
     char *a3[] = {"tp-train", "--model", "mlp", "--lr-end", "1.5", "--logdir", logdir,
                   "--logdir-action", "delete", NULL};
-    cr_assert_neq(s_run(a3, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_neq(tpt_run(a3, s_out, sizeof s_out), 0, "%s", s_out);
     cr_expect(strstr(s_out, "--lr-end needs a fraction in [0, 1], got '1.5'"), "%s", s_out);
 }
 
@@ -792,7 +770,7 @@ Test(tp_train, resident_epochs_are_a_pass_and_the_rate_decays_over_them,
     char *argv[] = {"tp-train", "--model", "mlp", "--resident", "--no-augment",
                     "--towers", "1", "--threads", "1", "--batch", "600", "--epochs", "2",
                     "--logdir", logdir, NULL};
-    cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_eq(tpt_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
     const char *v = strstr(s_out, "learning_rate: ");
     cr_assert(v, "%s", s_out);
     double lr = 0;
@@ -803,7 +781,7 @@ Test(tp_train, resident_epochs_are_a_pass_and_the_rate_decays_over_them,
     char *a2[] = {"tp-train", "--model", "mlp", "--spec",
                   "fashion-mnist:train | batch 64 | repeat forever", "--logdir", logdir,
                   "--logdir-action", "delete", NULL};
-    cr_assert_neq(s_run(a2, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_neq(tpt_run(a2, s_out, sizeof s_out), 0, "%s", s_out);
     cr_assert(strstr(s_out, "the training data's size is not known before it is read "
                             "(fashion-mnist:train | batch 64 | repeat forever): give "
                             "--steps-per-epoch"), "%s", s_out);
@@ -821,7 +799,7 @@ Test(tp_train, the_batch_follows_the_spec, .init = s_setup, .fini = s_teardown,
                     "--steps-per-epoch", "3", "--logdir", logdir,
                     /* the validation graph follows its own spec's batch */
                     "--test-spec", "fashion-mnist:test | batch 1000 remainder", NULL};
-    cr_assert_eq(s_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_eq(tpt_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
     cr_assert(strstr(s_out, "2 towers x batch 48"), "%s", s_out);
     cr_assert(strstr(s_out, "validation_accuracy"), "%s", s_out);
 }
@@ -838,11 +816,11 @@ Test(tp_train, workers_with_a_spec_fork_the_spec, .init = s_setup, .fini = s_tea
                     "--spec", "fashion-mnist:train | batch 32", "--workers", "2",
                     "--epochs", "1", "--steps-per-epoch", "5", "--test-spec", TEST_SPEC,
                     "--logdir", logdir, NULL};
-    int rc = s_run(argv, s_out, sizeof s_out);
+    int rc = tpt_run(argv, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, "training data: fashion-mnist:train | processes 2 restart=3 | batch 32"),
               "%s", s_out);
-    json_t *j = s_stats(logdir);
+    json_t *j = tpt_stats(logdir);
     json_t *e = json_array_get(j, 0);
     cr_assert_gt(json_number_value(json_object_get(e, "memory/worker1_rss_mb")), 1,
                  "no second worker in stats.json");
@@ -851,12 +829,12 @@ Test(tp_train, workers_with_a_spec_fork_the_spec, .init = s_setup, .fini = s_tea
     snprintf(logdir, sizeof logdir, "%s/refused", s_dir);
     char *own[] = {"tp-train", "--spec", "fashion-mnist:train | processes 3 | batch 32",
                    "--workers", "2", "--logdir", logdir, NULL};
-    cr_assert_neq(s_run(own, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_neq(tpt_run(own, s_out, sizeof s_out), 0, "%s", s_out);
     cr_assert(strstr(s_out, "the spec has its own processes stage; give the number of "
                             "workers once"), "%s", s_out);
     char *remote[] = {"tp-train", "--spec", "remote:@ipc:///tmp/nothing.sock | batch 32",
                       "--workers", "2", "--logdir", logdir, NULL};
-    cr_assert_neq(s_run(remote, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert_neq(tpt_run(remote, s_out, sizeof s_out), 0, "%s", s_out);
     cr_assert(strstr(s_out, "leave --workers out"), "%s", s_out);
 }
 
@@ -880,7 +858,7 @@ static void s_wd_step(const char *wd, char *ckpt, size_t size) {
                     "--steps-per-epoch", "1", "--batch", "8", "--towers", "1", "--threads",
                     "1", "--test-spec", TEST_SPEC, "--logdir", logdir, "--stats", "off",
                     "--no-tensorboard", NULL};
-    int rc = s_run(argv, s_out, sizeof s_out);
+    int rc = tpt_run(argv, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     snprintf(ckpt, size, "%s/model-1.safetensors", logdir);
 }
@@ -1000,7 +978,7 @@ Test(tp_train, bad_image_sizes_say_what, .init = s_setup, .fini = s_teardown) {
     static const char *const bad[] = {"0", "abc", "100000", "-5", "32x32", ""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *a[] = {"tp-train", "--image-size", (char *)bad[i], "--logdir", logdir, NULL};
-        int rc = s_run(a, s_out, sizeof s_out);
+        int rc = tpt_run(a, s_out, sizeof s_out);
         cr_expect_eq(rc, 1, "--image-size '%s': exit %d\n%s", bad[i], rc, s_out);
         char want[64];
         snprintf(want, sizeof want, "--image-size: '%s' is not an integer in [1, 1024]",
@@ -1009,7 +987,7 @@ Test(tp_train, bad_image_sizes_say_what, .init = s_setup, .fini = s_teardown) {
     }
     char *small[] = {"tp-train", "--model", "cnn-bn", "--image-size", "7", "--logdir",
                      logdir, NULL};
-    int rc = s_run(small, s_out, sizeof s_out);
+    int rc = tpt_run(small, s_out, sizeof s_out);
     cr_expect_eq(rc, 1, "exit %d\n%s", rc, s_out);
     cr_expect(strstr(s_out, "--image-size: model cnn-bn: image size 7x7 is too small "
                      "(it needs at least 8x8)"), "%s", s_out);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "proc_testutil.h"
+#include "tools/tp_train_testutil.h"
 #include <towerpack/dataflow_lib.h>
 
 static char s_dir[64];
@@ -32,34 +33,9 @@ static void s_setup(void) {
     cr_assert_eq(fclose(f), 0, "%s", s_file);
 }
 
-static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
-}
+static void s_teardown(void) { tpt_remove_dir(s_dir); }
 
-static int s_run(char *const *argv) {
-    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
-    char *full[64] = {TP_BINARY_DIR "/bin/tp-train"};
-    for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
-    return pu_run(full, env, s_out, sizeof s_out);
-}
-
-static json_t *s_stats(const char *logdir) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/stats.json", logdir);
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    cr_assert_not_null(j, "%s: %s", path, err.text);
-    return j;
-}
-
-static double s_num(json_t *rec, const char *key) {
-    json_t *v = json_object_get(rec, key);
-    cr_assert(json_is_number(v), "stats.json has no number '%s'", key);
-    return json_number_value(v);
-}
+static int s_run(char *const *argv) { return tpt_run(argv, s_out, sizeof s_out); }
 
 TestSuite(tp_train_bpe, .init = s_setup, .fini = s_teardown, .timeout = 180);
 
@@ -114,9 +90,9 @@ Test(tp_train_bpe, embedding_bits_per_byte_and_metadata) {
     snprintf(val, sizeof val, "%s,context=16,split=val", data);
     cr_assert_eq(tp_df_text_spec_info(val, 1, &vi), TP_OK, "%s", tp_last_error());
     cr_assert_gt(vi.bytes_per_token, 1.2, "the merges shorten the text");
-    json_t *j = s_stats(logdir);
+    json_t *j = tpt_stats(logdir);
     json_t *last = json_array_get(j, json_array_size(j) - 1);
-    double vcost = s_num(last, "validation_cost"), bpb = s_num(last, "validation_bpb");
+    double vcost = tpt_num(last, "validation_cost"), bpb = tpt_num(last, "validation_bpb");
     cr_assert_float_eq(bpb, vcost / log(2.0) / vi.bytes_per_token, 1e-9 * (1 + bpb),
                        "bpb %g, cost %g nats a token, %g bytes a token", bpb, vcost,
                        vi.bytes_per_token);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "proc_testutil.h"
+#include "tools/tp_train_testutil.h"
 #include <towerpack/checkpoint.h>
 
 static char s_dir[64];
@@ -41,34 +42,9 @@ static void s_setup(void) {
     s_write_repeated(s_file, "the quick brown fox jumps over the lazy dog. ", 800);
 }
 
-static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
-}
+static void s_teardown(void) { tpt_remove_dir(s_dir); }
 
-static int s_run(char *const *argv) {
-    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
-    char *full[64] = {TP_BINARY_DIR "/bin/tp-train"};
-    for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
-    return pu_run(full, env, s_out, sizeof s_out);
-}
-
-static json_t *s_stats(const char *logdir) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/stats.json", logdir);
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    cr_assert_not_null(j, "%s: %s", path, err.text);
-    return j;
-}
-
-static double s_num(json_t *rec, const char *key) {
-    json_t *v = json_object_get(rec, key);
-    cr_assert(json_is_number(v), "stats.json has no number '%s'", key);
-    return json_number_value(v);
-}
+static int s_run(char *const *argv) { return tpt_run(argv, s_out, sizeof s_out); }
 
 TestSuite(tp_train_gpt, .init = s_setup, .fini = s_teardown, .timeout = 180);
 
@@ -93,14 +69,14 @@ Test(tp_train_gpt, learns_a_repeated_sentence_and_reports_bits_per_byte) {
     cr_assert(strstr(s_out, "context 32 (bytes as tokens)"), "%s", s_out);
     cr_assert(strstr(s_out, "bits per byte"), "%s", s_out);
     cr_assert(strstr(s_out, "tokens/s"), "%s", s_out);
-    json_t *j = s_stats(logdir);
+    json_t *j = tpt_stats(logdir);
     cr_assert_eq(json_array_size(j), 2);
     json_t *first = json_array_get(j, 0), *last = json_array_get(j, 1);
-    double cost = s_num(last, "cost"), bpb = s_num(last, "validation_bpb");
-    double vcost = s_num(last, "validation_cost"), tokens = s_num(last, "tokens_per_s");
+    double cost = tpt_num(last, "cost"), bpb = tpt_num(last, "validation_bpb");
+    double vcost = tpt_num(last, "validation_cost"), tokens = tpt_num(last, "tokens_per_s");
     cr_assert(cost < 1.0, "training cost %g nats after 200 steps (ln 256 = 5.545)", cost);
-    cr_assert(cost < s_num(first, "cost"), "the cost did not fall: %g then %g",
-              s_num(first, "cost"), cost);
+    cr_assert(cost < tpt_num(first, "cost"), "the cost did not fall: %g then %g",
+              tpt_num(first, "cost"), cost);
     cr_assert(bpb > 0 && bpb < 1.5, "validation_bpb %g", bpb);
     cr_assert_float_eq(bpb, vcost / M_LN2, 1e-9, "bpb %g, validation_cost %g", bpb, vcost);
     cr_assert(tokens > 0, "tokens_per_s %g", tokens);
@@ -138,8 +114,8 @@ Test(tp_train_gpt, validates_on_test_data) {
     int rc = s_run(argv);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, "split=all"), "the validation spec:\n%s", s_out);
-    json_t *j = s_stats(logdir);
-    double bpb = s_num(json_array_get(j, 0), "validation_bpb");
+    json_t *j = tpt_stats(logdir);
+    double bpb = tpt_num(json_array_get(j, 0), "validation_bpb");
     /* 5 steps: still near a uniform guess (8 bits), finite */
     cr_assert(isfinite(bpb) && bpb > 1 && bpb < 12, "validation_bpb %g", bpb);
     json_decref(j);
@@ -369,8 +345,8 @@ Test(tp_train_gpt, dropout_changes_training_and_bad_rates_are_refused) {
         int rc = s_run(argv);
         cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
         cr_assert(strstr(s_out, k ? "dropout 0.2," : "dropout 0,"), "%s", s_out);
-        json_t *j = s_stats(logdir[k]);
-        cost[k] = s_num(json_array_get(j, 0), "cost");
+        json_t *j = tpt_stats(logdir[k]);
+        cost[k] = tpt_num(json_array_get(j, 0), "cost");
         json_decref(j);
     }
     cr_assert(cost[0] != cost[1], "dropout 0.2 trained as 0: cost %g", cost[0]);

@@ -1,0 +1,42 @@
+/* towerpack tests: what the tp-train suites (test_proc_tp_train*.c) share:
+ * running the tool with info logging, reading its stats.json, removing the
+ * suite's directory. Include after proc_testutil.h, Criterion and jansson. */
+#ifndef TP_TESTS_TP_TRAIN_TESTUTIL_H
+#define TP_TESTS_TP_TRAIN_TESTUTIL_H
+
+/* Run tp-train with argv (NULL-terminated, argv[0] ignored), stdout+stderr
+ * into out[size]; the exit status (or -1 when killed after 120 s). */
+static inline int tpt_run(char *const *argv, char *out, size_t size) {
+    const char *env[] = {"TP_LOG_LEVEL=info", NULL};
+    char *full[64] = {TP_BINARY_DIR "/bin/tp-train"};
+    for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
+    return pu_run(full, env, out, size);
+}
+
+/* LOGDIR/stats.json, parsed (the test fails when it is not there). */
+static inline json_t *tpt_stats(const char *logdir) {
+    char path[512];
+    int n = snprintf(path, sizeof path, "%s/stats.json", logdir);
+    cr_assert(n > 0 && (size_t)n < sizeof path, "%s: too long", logdir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_not_null(j, "%s: %s", path, err.text);
+    return j;
+}
+
+/* The number `key` of a stats.json record (the test fails without it). */
+static inline double tpt_num(json_t *rec, const char *key) {
+    json_t *v = json_object_get(rec, key);
+    cr_assert(json_is_number(v), "stats.json has no number '%s'", key);
+    return json_number_value(v);
+}
+
+/* rm -rf dir, a warning when it cannot. */
+static inline void tpt_remove_dir(const char *dir) {
+    char cmd[512];
+    int n = snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (n < 0 || (size_t)n >= sizeof cmd || system(cmd) != 0)
+        cr_log_warn("could not remove %s", dir);
+}
+
+#endif
