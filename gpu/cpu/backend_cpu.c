@@ -28,11 +28,6 @@
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 
-/* The CPU backends' thread count (a tower's team): the last backend's
- * --threads, at first OpenBLAS's default (OPENBLAS_NUM_THREADS,
- * OMP_NUM_THREADS, else the cores). Process-wide as OpenBLAS's was. */
-static atomic_int s_cpu_threads = 1;
-
 /* OpenBLAS's pthread build starts its thread pool (threads - 1 idle
  * workers) when it is loaded and shuts it down around fork() itself:
  * declare those threads fork-safe, so that dataflow workers can still be
@@ -41,7 +36,9 @@ static atomic_int s_cpu_threads = 1;
  * by cpu_pool.c.) */
 __attribute__((constructor)) static void s_declare_blas_pool(void) {
     int n = openblas_get_num_threads();
-    atomic_store(&s_cpu_threads, n > 0 ? n : 1);
+    /* the backends' thread count until one is made: OpenBLAS's default
+     * (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, else the cores) */
+    tp_cpu_threads_set(n);
     if (n > 1 && openblas_get_parallel() == 1)
         tp_forksafe_threads_add(n - 1);
 }
@@ -299,7 +296,7 @@ static tp_status_t s_op_forward(tp_backend_t *b, tp_stream_t *s,
                                 const tp_op_call_t *c) {
     (void)s;
     s_ftz();
-    tp_cpu_team(tp_backend_cpu_threads());
+    tp_cpu_team(tp_cpu_threads());
     if (!s_uses_blas(c))
         return tp_cpu_op_forward(s_dnnl(b), c);
     TP_TRY(s_blas_enter(c));
@@ -312,7 +309,7 @@ static tp_status_t s_op_backward(tp_backend_t *b, tp_stream_t *s,
                                  const tp_op_call_t *c) {
     (void)s;
     s_ftz();
-    tp_cpu_team(tp_backend_cpu_threads());
+    tp_cpu_team(tp_cpu_threads());
     if (!s_uses_blas(c))
         return tp_cpu_op_backward(s_dnnl(b), c);
     TP_TRY(s_blas_enter(c));
@@ -328,7 +325,7 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
     (void)b, (void)s;
     const tp_op_call_t call = {.kind = TP_OP_MATMUL, .name = "gemm",
                                .yshape = {.ndim = 2, .d = {m, n}}};
-    tp_cpu_team(tp_backend_cpu_threads());
+    tp_cpu_team(tp_cpu_threads());
     TP_TRY(s_blas_enter(&call));
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
                 tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, bm,
@@ -686,7 +683,7 @@ tp_backend_t *tp_backend_cpu_new(int threads) {
         return NULL;
     }
     if (threads > 0)
-        atomic_store(&s_cpu_threads, threads);
+        tp_cpu_threads_set(threads);
     s_check_blas_build(tp_backend_cpu_threads());
     /* the convolutions' path (TP_CPU_CONV, else by the thread count just
      * set; docs/compute.md): oneDNN's cache, or none for im2col + OpenBLAS */
@@ -702,6 +699,4 @@ tp_backend_t *tp_backend_cpu_new(int threads) {
     return b;
 }
 
-int tp_backend_cpu_threads(void) {
-    return tp_cpu_team_forked() ? 1 : atomic_load_explicit(&s_cpu_threads, memory_order_relaxed);
-}
+int tp_backend_cpu_threads(void) { return tp_cpu_threads(); }

@@ -31,7 +31,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <towerpack/backend.h>
 #include <towerpack/process.h>
 
 #include "gpu/cpu/cpu_pool.h"
@@ -53,6 +52,7 @@ typedef struct {
     atomic_int finished; /* released by each thread of the team at its end */
 } s_range_t;
 
+static atomic_int s_threads = 1;                /* tp_cpu_threads */
 static atomic_flag s_busy = ATOMIC_FLAG_INIT; /* one range at a time in the process */
 static atomic_int s_override;                 /* test-only thread count (0: the backend's) */
 static atomic_int s_team_ran;                 /* a team of > 1 thread may have started */
@@ -72,6 +72,12 @@ static void s_postfork_child(void) {
 static void s_atfork(void) { pthread_atfork(NULL, NULL, s_postfork_child); }
 
 int tp_cpu_team_forked(void) { return atomic_load_explicit(&s_forked, memory_order_relaxed); }
+
+void tp_cpu_threads_set(int threads) { atomic_store(&s_threads, threads > 0 ? threads : 1); }
+
+int tp_cpu_threads(void) {
+    return tp_cpu_team_forked() ? 1 : atomic_load_explicit(&s_threads, memory_order_relaxed);
+}
 
 void tp_cpu_team(int threads) {
     if (threads < 1 || tp_cpu_team_forked())
@@ -117,9 +123,7 @@ static void s_team_body(void *p) {
 void tp_cpu_parallel(size_t n, size_t align, size_t min_items, tp_cpu_range_fn fn,
                      void *arg) {
     const int ov = atomic_load_explicit(&s_override, memory_order_relaxed);
-    int threads = ov > 0 ? ov : tp_backend_cpu_threads();
-    if (tp_cpu_team_forked())
-        threads = 1;
+    int threads = ov > 0 && !tp_cpu_team_forked() ? ov : tp_cpu_threads();
     if (align == 0)
         align = 1;
     if (min_items < align)

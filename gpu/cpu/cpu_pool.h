@@ -34,6 +34,13 @@ void tp_cpu_parallel(size_t n, size_t align, size_t min_items, tp_cpu_range_fn f
  * the backend's again). The determinism tests compare 1 and 2 threads. */
 void tp_cpu_pool_threads_override(int threads);
 
+/* The CPU backends' thread count (a tower's team, --threads): set by the
+ * backend (tp_backend_cpu_new; at load, OpenBLAS's default), read by the
+ * ranges, oneDNN's calls and tp_backend_cpu_threads; 1 in a child forked
+ * after a team ran. Process-wide, as OpenBLAS's setting was. */
+void tp_cpu_threads_set(int threads);
+int tp_cpu_threads(void);
+
 /* The calling thread's OpenMP team set to `threads` (the backend's count;
  * 1 in a child forked after a team ran: see cpu_pool.c): called at every
  * op entry of the CPU backend, before OpenBLAS, oneDNN or a range runs. */

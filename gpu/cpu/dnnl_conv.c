@@ -23,7 +23,7 @@
  * Debian builds libdnnl on OpenMP (DNNL_CPU_RUNTIME_OMP, libgomp): a
  * primitive runs on the OpenMP team of the calling thread, whose size is
  * that thread's omp_set_num_threads. Each call sets it to the backend's
- * thread count (tp_backend_cpu_threads, cpu_pool.h's tp_cpu_team), the
+ * thread count (cpu_pool.h's tp_cpu_threads and tp_cpu_team), the
  * team OpenBLAS's OpenMP build and the elementwise ranges use too. A few-channel image's passes run
  * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels). */
 #include <cblas.h>
@@ -156,7 +156,7 @@ tp_status_t tp_cpu_conv_path_from_env(int threads, tp_cpu_conv_path_t *path) {
  * made for 2 threads run by a tower that should use 1 oversubscribes the
  * cores, and its threads spin at barriers waiting for each other. So the
  * team is part of the cache key. */
-static void s_threads(void) { tp_cpu_team(tp_backend_cpu_threads()); }
+static void s_threads(void) { tp_cpu_team(tp_cpu_threads()); }
 
 /* ---- geometry ------------------------------------------------------------ */
 
@@ -653,14 +653,14 @@ tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path) {
      * rounds) after each parallel region, taking a core from the tower's
      * own thread and OpenBLAS's; libgomp reads the policy when it loads,
      * before any code of ours runs, so it can only be said here */
-    if (tp_backend_cpu_threads() > 1 && !getenv("OMP_WAIT_POLICY") &&
+    if (tp_cpu_threads() > 1 && !getenv("OMP_WAIT_POLICY") &&
         !getenv("GOMP_SPINCOUNT")) {
         static atomic_int said;
         if (!atomic_exchange(&said, 1))
             TP_INFO("CPU backend: %d threads; oneDNN's OpenMP threads spin between "
                     "convolutions: OMP_WAIT_POLICY=passive in the environment lets "
                     "the other ops have the cores (docs/compute.md#threads)",
-                    tp_backend_cpu_threads());
+                    tp_cpu_threads());
     }
     return self;
 }
