@@ -134,7 +134,10 @@ static size_t s_round(size_t b) { return (b + S_ALIGN - 1) & ~(size_t)(S_ALIGN -
 tp_status_t tp_cpu_conv_path_from_env(int threads, tp_cpu_conv_path_t *path) {
     const char *e = getenv("TP_CPU_CONV");
     if (!e || !*e)
-        *path = threads <= 1 ? TP_CPU_CONV_DNNL : TP_CPU_CONV_IM2COL;
+        /* one team for the step (OpenBLAS's OpenMP build): oneDNN at any
+         * thread count; beside OpenBLAS's pthread pool, im2col above one */
+        *path = threads <= 1 || openblas_get_parallel() == 2 ? TP_CPU_CONV_DNNL
+                                                             : TP_CPU_CONV_IM2COL;
     else if (!strcmp(e, "dnnl"))
         *path = TP_CPU_CONV_DNNL;
     else if (!strcmp(e, "dnnl-plain"))
@@ -657,9 +660,9 @@ tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path) {
         !getenv("GOMP_SPINCOUNT")) {
         static atomic_int said;
         if (!atomic_exchange(&said, 1))
-            TP_INFO("CPU backend: %d threads; oneDNN's OpenMP threads spin between "
-                    "convolutions: OMP_WAIT_POLICY=passive in the environment lets "
-                    "the other ops have the cores (docs/compute.md#threads)",
+            TP_INFO("CPU backend: %d threads; the OpenMP team's idle threads spin "
+                    "between ops: on a loaded machine OMP_WAIT_POLICY=passive in the "
+                    "environment gives the cores back at once (docs/tuning.md)",
                     tp_cpu_threads());
     }
     return self;
