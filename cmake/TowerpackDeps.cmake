@@ -71,6 +71,11 @@ if(TP_OPENBLAS_OPENMP_LIBRARY)
   else()
     set_target_properties(tp::openblas PROPERTIES IMPORTED_LOCATION "${TP_OPENBLAS_OPENMP_LIBRARY}")
   endif()
+  # installed tools find it too (not Debian's pthread alternative)
+  if(PROJECT_NAME STREQUAL "towerpack")
+    get_filename_component(_tp_blas_dir "${TP_OPENBLAS_OPENMP_LIBRARY}" DIRECTORY)
+    list(APPEND CMAKE_INSTALL_RPATH "${_tp_blas_dir}")
+  endif()
 else()
   message(WARNING "OpenBLAS's OpenMP build not found: linking its pthread "
     "build, whose threads compete with oneDNN's for the cores at --threads > 1. "
