@@ -52,6 +52,35 @@ tp_find_dep(zlib     PC zlib     DEB zlib1g-dev       HEADER zlib.h     LIB z)
 # own crypto library, for the CurveZMQ handshake made by hand
 tp_find_dep(sodium   PC libsodium DEB libsodium-dev   HEADER sodium.h   LIB sodium)
 tp_find_dep(openblas PC openblas DEB libopenblas-dev  HEADER cblas.h    LIB openblas)
+# OpenBLAS's OpenMP build (libopenblas-openmp-dev): its threads are then
+# libgomp's, the one team that oneDNN and the elementwise ranges run on
+# (gpu/cpu/cpu_pool.h), instead of a pthread pool of its own competing with
+# it for the cores. Debian's default alternative is the pthread build, so
+# the OpenMP library is linked by its path (the build's RPATH finds it
+# before the alternative); the headers of the two builds are the same
+# files, so the include directory stays the one found above.
+find_library(TP_OPENBLAS_OPENMP_LIBRARY openblas NO_DEFAULT_PATH
+  PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp)
+if(TP_OPENBLAS_OPENMP_LIBRARY)
+  get_target_property(_tp_blas_type tp::openblas TYPE)
+  if(_tp_blas_type STREQUAL "INTERFACE_LIBRARY")
+    get_target_property(_tp_blas_inc PkgConfig::TPDEP_openblas INTERFACE_INCLUDE_DIRECTORIES)
+    set_target_properties(tp::openblas PROPERTIES
+      INTERFACE_LINK_LIBRARIES "${TP_OPENBLAS_OPENMP_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${_tp_blas_inc}")
+  else()
+    set_target_properties(tp::openblas PROPERTIES IMPORTED_LOCATION "${TP_OPENBLAS_OPENMP_LIBRARY}")
+  endif()
+  # installed tools find it too (not Debian's pthread alternative)
+  if(PROJECT_NAME STREQUAL "towerpack")
+    get_filename_component(_tp_blas_dir "${TP_OPENBLAS_OPENMP_LIBRARY}" DIRECTORY)
+    list(APPEND CMAKE_INSTALL_RPATH "${_tp_blas_dir}")
+  endif()
+else()
+  message(WARNING "OpenBLAS's OpenMP build not found: linking its pthread "
+    "build, whose threads compete with oneDNN's for the cores at --threads > 1. "
+    "Install the Debian package 'libopenblas-openmp-dev' (scripts/install-deps.sh).")
+endif()
 # the CPU backend's convolutions (gpu/cpu/dnnl_conv.c): oneDNN (Debian's
 # libdnnl-dev 2.6, no pkg-config file). Required: a build without it would
 # hide the speed behind a silent fallback. Debian builds it on OpenMP

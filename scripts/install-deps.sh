@@ -40,6 +40,9 @@ packages=(
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libexif-dev python3-pil python3-opencv python3-numpy
   # CPU backend: OpenBLAS products, oneDNN convolutions (gpu/cpu/dnnl_conv.c)
   libopenblas-dev libdnnl-dev
+  # OpenBLAS's OpenMP build: its threads are the OpenMP team oneDNN and the
+  # elementwise ops run on (gpu/cpu/cpu_pool.h), linked when present
+  libopenblas-openmp-dev
   # tests; the API reference (scripts/api-docs.sh, checked by a test)
   libcriterion-dev doxygen
   # the event-file test's reader: Python's protobuf with the schema compiled

@@ -1,11 +1,13 @@
 /* towerpack gpu: the CPU backend: host memory, synchronous streams, OpenBLAS
  * products, optimizer updates and an in-process all-reduce across threads.
  *
- * The thread count is OpenBLAS's (openblas_set_num_threads), and oneDNN's
- * (dnnl_conv.c sets the calling thread's OpenMP team to it). OpenBLAS
- * splits a product the same way for the same sizes and thread count, so a
- * run is reproducible at a fixed setting; results may differ in the last
- * bits between different thread counts. */
+ * The thread count (--threads, per tower) is the size of the calling
+ * thread's OpenMP team, set at every op entry (cpu_pool.c's tp_cpu_team):
+ * oneDNN, OpenBLAS's OpenMP build and the elementwise ranges all run on
+ * that one team (docs/tuning.md). OpenBLAS splits a product the same way
+ * for the same sizes and thread count, so a run is reproducible at a fixed
+ * setting; results may differ in the last bits between different thread
+ * counts. */
 #include <cblas.h>
 #include <math.h>
 #if defined(__SSE__)
@@ -19,18 +21,25 @@
 #include <unistd.h>
 #include <towerpack/backend.h>
 #include <towerpack/clock.h>
+#include <towerpack/log.h>
 #include "gpu/backend_impl.h"
 #include <towerpack/process.h>
 
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 
-/* OpenBLAS starts its thread pool (threads - 1 idle workers) when it is
- * loaded and shuts it down around fork() itself: declare those threads
- * fork-safe, so that dataflow workers can still be forked before towerpack
- * starts threads of its own. */
+/* OpenBLAS's pthread build starts its thread pool (threads - 1 idle
+ * workers) when it is loaded and shuts it down around fork() itself:
+ * declare those threads fork-safe, so that dataflow workers can still be
+ * forked before towerpack starts threads of its own. (Its OpenMP build
+ * starts no thread until a product runs; libgomp's threads are declared
+ * by cpu_pool.c.) */
 __attribute__((constructor)) static void s_declare_blas_pool(void) {
     int n = openblas_get_num_threads();
-    if (n > 1)
+    /* the backends' thread count until one is made: OpenBLAS's default
+     * (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, else the cores) */
+    tp_cpu_threads_set(n);
+    if (n > 1 && openblas_get_parallel() == 1)
         tp_forksafe_threads_add(n - 1);
 }
 
@@ -74,6 +83,7 @@ static atomic_int s_blas_gate;    /* 1 while the pool is stopped and restarted *
  * it starts the pool if a fork stopped it, and a worker takes its buffer
  * before its first job, so when this returns every worker holds one. */
 static void s_blas_pool_warm(int threads) {
+    tp_cpu_team(threads);
     const int m = 64 * threads, n = 256, k = 256;
     float *a = calloc((size_t)m * k + (size_t)k * n + (size_t)m * n, sizeof(float));
     if (!a)
@@ -286,6 +296,7 @@ static tp_status_t s_op_forward(tp_backend_t *b, tp_stream_t *s,
                                 const tp_op_call_t *c) {
     (void)s;
     s_ftz();
+    tp_cpu_team(tp_cpu_threads());
     if (!s_uses_blas(c))
         return tp_cpu_op_forward(s_dnnl(b), c);
     TP_TRY(s_blas_enter(c));
@@ -298,6 +309,7 @@ static tp_status_t s_op_backward(tp_backend_t *b, tp_stream_t *s,
                                  const tp_op_call_t *c) {
     (void)s;
     s_ftz();
+    tp_cpu_team(tp_cpu_threads());
     if (!s_uses_blas(c))
         return tp_cpu_op_backward(s_dnnl(b), c);
     TP_TRY(s_blas_enter(c));
@@ -313,6 +325,7 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
     (void)b, (void)s;
     const tp_op_call_t call = {.kind = TP_OP_MATMUL, .name = "gemm",
                                .yshape = {.ndim = 2, .d = {m, n}}};
+    tp_cpu_team(tp_cpu_threads());
     TP_TRY(s_blas_enter(&call));
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
                 tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, bm,
@@ -630,6 +643,20 @@ static const tp_backend_ops_t s_cpu_ops = {
     .grad_accumulate = s_grad_accumulate,
 };
 
+/* OpenBLAS's pthread build runs its own pool beside the OpenMP team of
+ * oneDNN and the elementwise ops: said once, when more than one thread
+ * asks (the build links the OpenMP build when libopenblas-openmp-dev is
+ * there; a pthread one is Debian's default alternative, e.g. for an
+ * installed binary without the build's RPATH). */
+static void s_check_blas_build(int threads) {
+    static atomic_int said;
+    if (threads > 1 && openblas_get_parallel() != 2 && !atomic_exchange(&said, 1))
+        TP_WARN("CPU backend: %d threads, but the OpenBLAS loaded (%s) is not its "
+                "OpenMP build: its threads compete with oneDNN's for the cores "
+                "(install libopenblas0-openmp; docs/tuning.md)", threads,
+                openblas_get_config());
+}
+
 tp_backend_t *tp_backend_cpu_new(int threads) {
     if (threads < 0 || threads > 256) {
         tp_error(TP_ERR_INVALID, "CPU backend: %d threads (0..256)", threads);
@@ -643,15 +670,25 @@ tp_backend_t *tp_backend_cpu_new(int threads) {
     b->ops = &s_cpu_ops;
     b->device = -1;
     s_ftz();
+    /* a child forked after a team ran has one thread (cpu_pool.h) */
+    if (threads > 1 && tp_cpu_team_forked()) {
+        TP_WARN("CPU backend: %d threads asked in a process forked after OpenMP "
+                "threads ran (libgomp cannot start them again there): 1 thread",
+                threads);
+        threads = 1;
+    }
     /* sets the thread count too, after checking there is room for it */
     if (s_blas_reserve(1, 0, NULL, threads) < 0) {
         free(b);
         return NULL;
     }
+    if (threads > 0)
+        tp_cpu_threads_set(threads);
+    s_check_blas_build(tp_backend_cpu_threads());
     /* the convolutions' path (TP_CPU_CONV, else by the thread count just
      * set; docs/compute.md): oneDNN's cache, or none for im2col + OpenBLAS */
     tp_cpu_conv_path_t path;
-    if (tp_cpu_conv_path_from_env(openblas_get_num_threads(), &path) != TP_OK) {
+    if (tp_cpu_conv_path_from_env(tp_backend_cpu_threads(), &path) != TP_OK) {
         free(b);
         return NULL;
     }
@@ -662,4 +699,4 @@ tp_backend_t *tp_backend_cpu_new(int threads) {
     return b;
 }
 
-int tp_backend_cpu_threads(void) { return openblas_get_num_threads(); }
+int tp_backend_cpu_threads(void) { return tp_cpu_threads(); }

@@ -1,169 +1,142 @@
-/* towerpack gpu: the CPU backend's pool of threads for its own kernels
- * (gpu/cpu/cpu_pool.h).
+/* towerpack gpu: the CPU backend's parallel ranges on the calling thread's
+ * OpenMP team (gpu/cpu/cpu_pool.h).
  *
- * One process-wide pool, started on the first parallel range, grown when
- * the backend's thread count grows (never shrunk: an idle worker sleeps on
- * a condition variable and costs nothing). A range is published under the
- * mutex with a generation number; the caller and every worker that wakes
- * take parts through an atomic counter until none is left (a part is a
- * fixed slice of the range, so which thread runs it changes nothing), and
- * the caller waits under the mutex until every worker that joined has left
- * before it returns and before the next range can be published. A worker
- * that wakes late joins only a range still open, so it never runs a part
- * of one range with another's function.
+ * A range runs as one libgomp parallel region (GOMP_parallel, libgomp's
+ * ABI since GCC 4.9, called directly so that no OpenMP compiler flag is
+ * needed: clang's -fopenmp would emit LLVM libomp's calls instead). Its
+ * threads are the ones oneDNN's primitives and OpenBLAS's OpenMP build use
+ * for the same tower thread: one team, no second pool waiting for a core.
+ * The threads of the team take parts through an atomic counter until none
+ * is left (a part is a fixed slice of the range, so which thread runs it
+ * changes nothing); the region's end is the join.
  *
- * Workers poll a short while (POOL_SPIN yields, tens of microseconds)
- * before sleeping, so that the next op of the same step finds them awake;
- * the poll only reads, and yields the core at every turn. Fork:
- * the handlers below hold the mutex across fork() and give the child an
- * empty pool (its workers are not copied), so the workers are declared
- * fork-safe as OpenBLAS's are. */
-#include <cblas.h>
+ * Between regions libgomp's idle threads spin a while, then sleep
+ * (OMP_WAIT_POLICY, GOMP_SPINCOUNT; docs/tuning.md): the next op of the
+ * same step finds them awake.
+ *
+ * ThreadSanitizer: libgomp is not instrumented, so the hand-over of a
+ * range to the team and back is also said with atomics TSan sees (a
+ * release before the region and an acquire in it; a release at each
+ * thread's end and an acquire after the region). They cost two atomic
+ * operations a thread per range, and keep the TSan build free of
+ * suppressions for our own code.
+ *
+ * fork(): a child gets none of libgomp's threads, but the forking thread's
+ * pool still lists them, and its next region of more than one thread
+ * waits on them for ever (GCC's libgomp has no fork handler; PyTorch
+ * makes its child single-threaded for the same reason). So once a team of
+ * more than one thread has run, a forked child runs every team with one
+ * thread (tp_cpu_team_forked), and the team's threads are declared
+ * fork-safe: the parent's are idle, and the child never waits on them. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <string.h>
 #include <towerpack/process.h>
 
 #include "gpu/cpu/cpu_pool.h"
 
-#define POOL_MAX 64        /* workers at most (the backend allows 256 threads) */
-#define POOL_SPIN 64       /* polls of the generation before a worker sleeps */
+/* libgomp's own (no OpenMP compiler flag needed for them) */
+extern void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads,
+                          unsigned flags);
+extern int omp_get_thread_num(void);
+extern int omp_get_max_threads(void);
+extern void omp_set_num_threads(int n);
 
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t wake; /* a range was published */
-    pthread_cond_t idle; /* the last worker inside a range left */
-    pthread_once_t once;
-    int nworkers;
-    /* the open range (valid while open; written under mu) */
-    uint64_t gen;
-    int open;
-    int inside; /* workers that joined the open range and have not left */
+/* One range handed to a team. */
+typedef struct {
     tp_cpu_range_fn fn;
     void *arg;
     size_t n, part, nparts;
-    atomic_size_t next;        /* the next part to take */
-    atomic_uint_fast64_t seen; /* gen, for the spinning workers (reads only) */
-    atomic_flag busy;          /* one range at a time in the process */
-    atomic_int override;       /* test-only thread count (0: the backend's) */
-} s_pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
-            .wake = PTHREAD_COND_INITIALIZER,
-            .idle = PTHREAD_COND_INITIALIZER,
-            .once = PTHREAD_ONCE_INIT,
-            .busy = ATOMIC_FLAG_INIT};
+    atomic_size_t next;  /* the next part to take */
+    atomic_int start;    /* released by the caller before the region */
+    atomic_int finished; /* released by each thread of the team at its end */
+} s_range_t;
 
-/* Parts of the open range run by a worker, not the caller (the tests read
- * it to see that the pool really ran). */
+static atomic_int s_threads = 1;                /* tp_cpu_threads */
+static atomic_flag s_busy = ATOMIC_FLAG_INIT; /* one range at a time in the process */
+static atomic_int s_override;                 /* test-only thread count (0: the backend's) */
+static atomic_int s_team_ran;                 /* a team of > 1 thread may have started */
+static atomic_int s_forked;                   /* forked after that: 1 thread a team */
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+
+/* Parts of a range run by a team thread, not the caller (the tests read
+ * it to see that the team really ran). */
 atomic_size_t tp_cpu_pool_worker_parts;
 
-/* A poll that gives the core away: OpenBLAS's idle workers poll the
- * same way (sched_yield), so on a core that both pools share, the one
- * that has work runs. */
-static inline void s_relax(void) { sched_yield(); }
-
-/* Take parts of the range until none is left. */
-static size_t s_run_parts(tp_cpu_range_fn fn, void *arg, size_t n, size_t part,
-                          size_t nparts) {
-    size_t done = 0, k;
-    while ((k = atomic_fetch_add_explicit(&s_pool.next, 1, memory_order_relaxed)) < nparts) {
-        const size_t lo = k * part, hi = lo + part < n ? lo + part : n;
-        fn(arg, lo, hi);
-        done++;
-    }
-    return done;
-}
-
-static void *s_worker(void *unused) {
-    (void)unused;
-    /* the last generation this worker looked at: none yet (ranges start at
-     * 1), so a worker started for an open range joins it */
-    uint64_t mine = 0;
-    pthread_mutex_lock(&s_pool.mu);
-    for (;;) {
-        if (!(s_pool.open && s_pool.gen != mine)) {
-            /* spin outside the lock on the published generation first */
-            pthread_mutex_unlock(&s_pool.mu);
-            for (int i = 0; i < POOL_SPIN; i++) {
-                if (atomic_load_explicit(&s_pool.seen, memory_order_relaxed) != mine)
-                    break;
-                s_relax();
-            }
-            pthread_mutex_lock(&s_pool.mu);
-            while (!(s_pool.open && s_pool.gen != mine))
-                pthread_cond_wait(&s_pool.wake, &s_pool.mu);
-        }
-        mine = s_pool.gen;
-        s_pool.inside++;
-        const tp_cpu_range_fn fn = s_pool.fn;
-        void *arg = s_pool.arg;
-        const size_t n = s_pool.n, part = s_pool.part, nparts = s_pool.nparts;
-        pthread_mutex_unlock(&s_pool.mu);
-        const size_t done = s_run_parts(fn, arg, n, part, nparts);
-        atomic_fetch_add_explicit(&tp_cpu_pool_worker_parts, done, memory_order_relaxed);
-        pthread_mutex_lock(&s_pool.mu);
-        if (--s_pool.inside == 0)
-            pthread_cond_signal(&s_pool.idle);
-    }
-    return NULL;
-}
-
-/* fork(): no range is half published in the child, and its pool is empty
- * (fork copies only the calling thread). */
-static void s_prefork(void) { pthread_mutex_lock(&s_pool.mu); }
-static void s_postfork_parent(void) { pthread_mutex_unlock(&s_pool.mu); }
 static void s_postfork_child(void) {
-    pthread_mutex_init(&s_pool.mu, NULL);
-    pthread_cond_init(&s_pool.wake, NULL);
-    pthread_cond_init(&s_pool.idle, NULL);
-    s_pool.nworkers = 0;
-    s_pool.open = 0;
-    s_pool.inside = 0;
-    atomic_flag_clear(&s_pool.busy);
+    if (atomic_load(&s_team_ran))
+        atomic_store(&s_forked, 1);
+    atomic_flag_clear(&s_busy);
 }
 
-static void s_atfork(void) { pthread_atfork(s_prefork, s_postfork_parent, s_postfork_child); }
+static void s_atfork(void) { pthread_atfork(NULL, NULL, s_postfork_child); }
 
-/* Workers up to `want` (under mu); fewer when threads cannot start. */
-static void s_grow(int want) {
-    if (want > POOL_MAX)
-        want = POOL_MAX;
-    while (s_pool.nworkers < want) {
-        pthread_t t;
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&at, 256 << 10);
-        const int rc = pthread_create(&t, &at, s_worker, NULL);
-        pthread_attr_destroy(&at);
-        if (rc != 0)
-            break; /* the caller does the parts alone: slower, same result */
-        s_pool.nworkers++;
-        tp_forksafe_threads_add(1);
+int tp_cpu_team_forked(void) { return atomic_load_explicit(&s_forked, memory_order_relaxed); }
+
+void tp_cpu_threads_set(int threads) { atomic_store(&s_threads, threads > 0 ? threads : 1); }
+
+int tp_cpu_threads(void) {
+    return tp_cpu_team_forked() ? 1 : atomic_load_explicit(&s_threads, memory_order_relaxed);
+}
+
+void tp_cpu_team(int threads) {
+    if (threads < 1 || tp_cpu_team_forked())
+        threads = 1;
+    if (threads > 1 && !atomic_load_explicit(&s_team_ran, memory_order_relaxed)) {
+        pthread_once(&s_once, s_atfork);
+        atomic_store(&s_team_ran, 1);
     }
+    /* a per-thread setting (libgomp's nthreads-var of this thread): each
+     * tower thread has its own, which OpenBLAS's OpenMP build follows too */
+    if (omp_get_max_threads() != threads)
+        omp_set_num_threads(threads);
 }
 
 void tp_cpu_pool_threads_override(int threads) {
-    atomic_store(&s_pool.override, threads > 0 ? threads : 0);
+    atomic_store(&s_override, threads > 0 ? threads : 0);
+}
+
+/* A team thread's body: take parts until none is left. */
+static void s_team_body(void *p) {
+    s_range_t *r = p;
+    (void)atomic_load_explicit(&r->start, memory_order_acquire);
+    const int worker = omp_get_thread_num() > 0;
+    if (worker) {
+        /* once per thread: libgomp keeps its threads for the process */
+        static _Thread_local int declared;
+        if (!declared) {
+            declared = 1;
+            tp_forksafe_threads_add(1);
+        }
+    }
+    size_t done = 0, k;
+    while ((k = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed)) < r->nparts) {
+        const size_t lo = k * r->part, hi = lo + r->part < r->n ? lo + r->part : r->n;
+        r->fn(r->arg, lo, hi);
+        done++;
+    }
+    if (worker)
+        atomic_fetch_add_explicit(&tp_cpu_pool_worker_parts, done, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->finished, 1, memory_order_release);
 }
 
 void tp_cpu_parallel(size_t n, size_t align, size_t min_items, tp_cpu_range_fn fn,
                      void *arg) {
-    const int ov = atomic_load_explicit(&s_pool.override, memory_order_relaxed);
-    /* the backend's thread count is OpenBLAS's (tp_backend_cpu_threads,
-     * read here directly: backend_cpu.c calls the kernels that call us) */
-    const int threads = ov > 0 ? ov : openblas_get_num_threads();
+    const int ov = atomic_load_explicit(&s_override, memory_order_relaxed);
+    int threads = ov > 0 && !tp_cpu_team_forked() ? ov : tp_cpu_threads();
     if (align == 0)
         align = 1;
     if (min_items < align)
         min_items = align;
     if (threads <= 1 || n < 2 * min_items ||
-        atomic_flag_test_and_set_explicit(&s_pool.busy, memory_order_acquire)) {
+        atomic_flag_test_and_set_explicit(&s_busy, memory_order_acquire)) {
         fn(arg, 0, n);
         return;
     }
-    pthread_once(&s_pool.once, s_atfork);
+    if (!atomic_load_explicit(&s_team_ran, memory_order_relaxed)) {
+        pthread_once(&s_once, s_atfork);
+        atomic_store(&s_team_ran, 1);
+    }
     /* two parts a thread, so a thread that the machine's other load
      * delays leaves its second part to the others */
     size_t nparts = (size_t)threads * 2;
@@ -173,26 +146,11 @@ void tp_cpu_parallel(size_t n, size_t align, size_t min_items, tp_cpu_range_fn f
     part = (part + align - 1) / align * align;
     nparts = (n + part - 1) / part;
 
-    pthread_mutex_lock(&s_pool.mu);
-    s_grow(threads - 1);
-    s_pool.fn = fn;
-    s_pool.arg = arg;
-    s_pool.n = n;
-    s_pool.part = part;
-    s_pool.nparts = nparts;
-    atomic_store_explicit(&s_pool.next, 0, memory_order_relaxed);
-    s_pool.gen++;
-    s_pool.open = 1;
-    atomic_store_explicit(&s_pool.seen, s_pool.gen, memory_order_relaxed);
-    pthread_cond_broadcast(&s_pool.wake);
-    pthread_mutex_unlock(&s_pool.mu);
-
-    s_run_parts(fn, arg, n, part, nparts);
-
-    pthread_mutex_lock(&s_pool.mu);
-    while (s_pool.inside > 0)
-        pthread_cond_wait(&s_pool.idle, &s_pool.mu);
-    s_pool.open = 0;
-    pthread_mutex_unlock(&s_pool.mu);
-    atomic_flag_clear_explicit(&s_pool.busy, memory_order_release);
+    s_range_t r = {.fn = fn, .arg = arg, .n = n, .part = part, .nparts = nparts};
+    atomic_init(&r.next, 0);
+    atomic_init(&r.finished, 0);
+    atomic_store_explicit(&r.start, 1, memory_order_release);
+    GOMP_parallel(s_team_body, &r, (unsigned)threads, 0);
+    (void)atomic_load_explicit(&r.finished, memory_order_acquire);
+    atomic_flag_clear_explicit(&s_busy, memory_order_release);
 }

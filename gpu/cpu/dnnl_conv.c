@@ -23,8 +23,8 @@
  * Debian builds libdnnl on OpenMP (DNNL_CPU_RUNTIME_OMP, libgomp): a
  * primitive runs on the OpenMP team of the calling thread, whose size is
  * that thread's omp_set_num_threads. Each call sets it to the backend's
- * thread count (tp_backend_cpu_threads: OpenBLAS's), so that oneDNN and
- * OpenBLAS use the same number of cores. A few-channel image's passes run
+ * thread count (cpu_pool.h's tp_cpu_threads and tp_cpu_team), the
+ * team OpenBLAS's OpenMP build and the elementwise ranges use too. A few-channel image's passes run
  * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels). */
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -37,6 +37,7 @@
 #include <towerpack/log.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/dnnl_conv.h"
 #include "gpu/cpu/ops_conv.h"
 #include "gpu/cpu/ops_elementwise.h"
@@ -134,7 +135,10 @@ static size_t s_round(size_t b) { return (b + S_ALIGN - 1) & ~(size_t)(S_ALIGN -
 tp_status_t tp_cpu_conv_path_from_env(int threads, tp_cpu_conv_path_t *path) {
     const char *e = getenv("TP_CPU_CONV");
     if (!e || !*e)
-        *path = threads <= 1 ? TP_CPU_CONV_DNNL : TP_CPU_CONV_IM2COL;
+        /* one team for the step (OpenBLAS's OpenMP build): oneDNN at any
+         * thread count; beside OpenBLAS's pthread pool, im2col above one */
+        *path = threads <= 1 || openblas_get_parallel() == 2 ? TP_CPU_CONV_DNNL
+                                                             : TP_CPU_CONV_IM2COL;
     else if (!strcmp(e, "dnnl"))
         *path = TP_CPU_CONV_DNNL;
     else if (!strcmp(e, "dnnl-plain"))
@@ -156,11 +160,7 @@ tp_status_t tp_cpu_conv_path_from_env(int threads, tp_cpu_conv_path_t *path) {
  * made for 2 threads run by a tower that should use 1 oversubscribes the
  * cores, and its threads spin at barriers waiting for each other. So the
  * team is part of the cache key. */
-static void s_threads(void) {
-    int n = openblas_get_num_threads(); /* what tp_backend_cpu_threads says */
-    if (n > 0 && omp_get_max_threads() != n)
-        omp_set_num_threads(n);
-}
+static void s_threads(void) { tp_cpu_team(tp_cpu_threads()); }
 
 /* ---- geometry ------------------------------------------------------------ */
 
@@ -671,14 +671,14 @@ tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path) {
      * rounds) after each parallel region, taking a core from the tower's
      * own thread and OpenBLAS's; libgomp reads the policy when it loads,
      * before any code of ours runs, so it can only be said here */
-    if (openblas_get_num_threads() > 1 && !getenv("OMP_WAIT_POLICY") &&
+    if (tp_cpu_threads() > 1 && !getenv("OMP_WAIT_POLICY") &&
         !getenv("GOMP_SPINCOUNT")) {
         static atomic_int said;
         if (!atomic_exchange(&said, 1))
-            TP_INFO("CPU backend: %d threads; oneDNN's OpenMP threads spin between "
-                    "convolutions: OMP_WAIT_POLICY=passive in the environment lets "
-                    "the other ops have the cores (docs/compute.md#threads)",
-                    openblas_get_num_threads());
+            TP_INFO("CPU backend: %d threads; the OpenMP team's idle threads spin "
+                    "between ops: on a loaded machine OMP_WAIT_POLICY=passive in the "
+                    "environment gives the cores back at once (docs/tuning.md)",
+                    tp_cpu_threads());
     }
     return self;
 }

@@ -17,9 +17,11 @@ typedef struct tp_dnnl_conv tp_dnnl_conv_t;
 /* The convolution path TP_CPU_CONV names: "dnnl" (oneDNN, the layouts it
  * chooses, reordered at the edges), "dnnl-plain" (oneDNN on NCHW/OIHW
  * memory, no reorders), "im2col" (ops_conv.c). Unset or empty: the faster
- * one measured for a backend of `threads` threads: "dnnl" for one,
- * "im2col" for more (oneDNN's OpenMP team and OpenBLAS's pool then share
- * the cores: docs/performance.md, issue 49). Anything else: TP_ERR_INVALID. */
+ * one measured for a backend of `threads` threads: "dnnl" for one, and
+ * for more when OpenBLAS is its OpenMP build (one team for the step);
+ * "im2col" for more beside OpenBLAS's pthread pool (the two pools then
+ * share the cores: docs/performance.md, issue 49). Anything else:
+ * TP_ERR_INVALID. */
 typedef enum { TP_CPU_CONV_IM2COL = 0, TP_CPU_CONV_DNNL, TP_CPU_CONV_DNNL_PLAIN } tp_cpu_conv_path_t;
 tp_status_t tp_cpu_conv_path_from_env(int threads, tp_cpu_conv_path_t *path);
 

@@ -4,6 +4,7 @@
  * the elementwise, reduce, softmax and loss kernels give the same bits on
  * 1 and 2 threads (white-box: the kernels are called directly). */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -291,4 +292,66 @@ Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120
                      "%s: no part ran on a worker in 50 runs", k->name);
         s_free_out(&one);
     }
+}
+
+/* ---- two towers x one thread ---------------------------------------------- */
+
+/* Threads of this process now (/proc/self/task). */
+static int s_threads_now(void) {
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    if (!d)
+        return -1;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+typedef struct {
+    tp_backend_t *b;
+    pthread_barrier_t *go;
+    int rc;
+} tower_t;
+
+/* A tower's thread: products of the fc layers' size, both towers at once. */
+static void *s_tower(void *arg) {
+    tower_t *t = arg;
+    enum { M = 128, N = 512, K = 1024 };
+    float *a = calloc((size_t)M * K + (size_t)K * N + (size_t)M * N, sizeof(float));
+    pthread_barrier_wait(t->go);
+    t->rc = a ? TP_OK : TP_ERR_NOMEM;
+    for (int r = 0; r < 20 && t->rc == TP_OK; r++)
+        t->rc = t->b->ops->gemm(t->b, NULL, 0, 0, M, N, K, 1.0f, a, K, a + M * K, N, 0.0f,
+                                a + M * K + K * N, N);
+    free(a);
+    return NULL;
+}
+
+Test(cpu_pool, two_towers_of_one_thread_start_no_thread_of_openmp) {
+    /* a fresh thread's OpenMP default is every core: without the team set
+     * at the op entry, OpenBLAS's OpenMP build would start a worker for
+     * each tower (2 towers x 2 threads on a 2-core machine) */
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    cr_assert_eq(tp_backend_cpu_threads(), 1);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 3);
+    tower_t t[2] = {{.b = b, .go = &go}, {.b = b, .go = &go}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, s_tower, &t[i]), 0);
+    const int before = s_threads_now(); /* this one and the two towers */
+    pthread_barrier_wait(&go);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    const int after = s_threads_now();
+    pthread_barrier_destroy(&go);
+    cr_assert_eq(t[0].rc, TP_OK, "%s", tp_last_error());
+    cr_assert_eq(t[1].rc, TP_OK, "%s", tp_last_error());
+    /* the towers have ended: a thread more than before less two is one
+     * that the products started and left running */
+    cr_expect_eq(after, before - 2, "%d threads before the products (with the 2 towers), "
+                 "%d after the towers ended", before, after);
+    tp_backend_destroy(&b);
 }
