@@ -31,7 +31,8 @@
 dnnl_engine_t tp_dnnl_engine(void);
 
 /* The calling thread's OpenMP team set to the backend's thread count
- * (OpenBLAS's), as dnnl_conv.c does before it makes or runs a primitive;
+ * (tp_cpu_team(tp_cpu_threads()), cpu_pool.h), as dnnl_conv.c does before
+ * it makes or runs a primitive;
  * returns that count (part of a cache key: oneDNN splits the work for the
  * team it sees when it makes the primitive). */
 int tp_dnnl_threads(void);

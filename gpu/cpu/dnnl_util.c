@@ -2,7 +2,6 @@
  * share (dnnl_ops.h): the process's CPU engine, the calling thread's
  * OpenMP team, a cache of primitives per geometry, and a call that runs
  * one primitive on the op's own buffers. */
-#include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,10 +11,10 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/dnnl_ops.h"
 
 /* OpenMP's own (libgomp), as dnnl_conv.c declares them */
-extern void omp_set_num_threads(int n);
 extern int omp_get_max_threads(void);
 
 enum { S_MAX_ENTRIES = 512, S_MAX_EXEC = 12 };
@@ -51,9 +50,7 @@ dnnl_engine_t tp_dnnl_engine(void) {
 }
 
 int tp_dnnl_threads(void) {
-    int n = openblas_get_num_threads();
-    if (n > 0 && omp_get_max_threads() != n)
-        omp_set_num_threads(n);
+    tp_cpu_team(tp_cpu_threads());
     return omp_get_max_threads();
 }
 
