@@ -6,8 +6,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <towerpack/model_callbacks.h>
+#include <towerpack/models.h>
 #include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
 #include "tfevents_testutil.h"
@@ -550,5 +552,94 @@ Test(train, tensorboard_gets_the_cost_every_n_steps) {
         cr_assert_eq(steps[i], 4 * (i + 1), "%s", out);
     cr_assert_lt(last, first, "the loss goes down: %s", out);
     cr_assert(strstr(out, "check_tfevents: accuracy_step 4="), "%s", out);
+    s_rm(dir);
+}
+
+/* ---- a steady-state step touches no fresh pages ------------------------------ */
+
+/* Each step's buffers must be the previous step's: a buffer freed and
+ * allocated again every step above glibc's mmap threshold (or trimmed off
+ * the heap's top) is unmapped and faulted back in, each page zeroed by the
+ * kernel (a few percent of a small model's step; docs/performance.md,
+ * "Page faults in a training step"). The GPT on two towers, after a
+ * warm-up, counts the process's minor page faults over STEADY steps. */
+#define WARMUP 6
+#define STEADY 24
+
+typedef struct {
+    long minflt[2];  /* after step WARMUP and after step WARMUP + STEADY */
+} s_faults_t;
+
+static long s_minflt(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+
+static tp_status_t s_faults_step(void *impl, tp_trainer_t *tr) {
+    s_faults_t *f = impl;
+    int64_t step = tp_trainer_global_step(tr);
+    if (step == WARMUP)
+        f->minflt[0] = s_minflt();
+    else if (step == WARMUP + STEADY)
+        f->minflt[1] = s_minflt();
+    return TP_OK;
+}
+static const tp_callback_ops_t s_faults_ops = {.name = "PageFaults",
+                                               .trigger_step = s_faults_step};
+
+static tp_optimizer_t *s_opt_gpt(void *user) {
+    (void)user;
+    return tp_optimizer_adamw(1e-3, 0.9, 0.95, 1e-8, 0.1);
+}
+
+Test(train, steady_state_steps_fault_no_fresh_pages) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    cr_skip("the sanitizers' allocators map fresh memory on purpose");
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    cr_skip("the sanitizers' allocators map fresh memory on purpose");
+#endif
+#endif
+    char *dir = s_tmp();
+    char file[128], spec[256];
+    snprintf(file, sizeof file, "%s/corpus.txt", dir);
+    FILE *fp = fopen(file, "wb");
+    cr_assert_not_null(fp);
+    for (int i = 0; i < 600; i++)
+        fprintf(fp, "%d: the quick brown fox jumps over the lazy dog %d times.\n", i, i % 9);
+    fclose(fp);
+    /* activations of 2 x 64 x 128 floats (64 KiB), the MLP's 4x (256 KiB),
+     * AdamW's moments: blocks on both sides of the mmap threshold */
+    enum { CONTEXT = 64, BATCH = 2 };
+    tp_input_desc_t inputs[2];
+    cr_assert_eq(tp_zoo_gpt_inputs(CONTEXT, inputs), TP_OK, "%s", tp_last_error());
+    tp_zoo_gpt_options_t opts = {.layers = 2, .heads = 4, .embed = 128};
+    tp_model_desc_t desc = {inputs, 2, tp_zoo_gpt_build, s_opt_gpt, &opts};
+    tp_train_config_t c;
+    tp_train_config_init(&c);
+    c.model = &desc;
+    c.towers = 2;
+    c.batch = BATCH;
+    c.threads = 1;
+    c.seed = 5;
+    snprintf(spec, sizeof spec, "text:%s,context=%d | batch %d", file, CONTEXT, BATCH);
+    cr_assert_eq(tp_spec_parse(spec, &c.dataflow), TP_OK, "%s", tp_last_error());
+    c.max_epoch = 1;
+    c.steps_per_epoch = WARMUP + STEADY + 2;
+    c.default_callbacks = 0;
+    s_faults_t *f = calloc(1, sizeof *f);
+    tp_callback_t *cb = tp_callback_new(&s_faults_ops, f, 0);
+    cr_assert_not_null(cb);
+    c.callbacks = &cb;
+    c.ncallbacks = 1;
+    cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
+    cr_assert(f->minflt[0] > 0 && f->minflt[1] > 0, "both counts taken");
+    long per_step = (f->minflt[1] - f->minflt[0]) / STEADY;
+    /* measured 0-1 a step; one 256 KiB buffer faulted in again each step
+     * would add 64 */
+    cr_assert_lt(per_step, 8, "%ld minor page faults a steady step (%ld over %d steps)",
+                 per_step, f->minflt[1] - f->minflt[0], STEADY);
+    free(f);
     s_rm(dir);
 }
