@@ -34,10 +34,25 @@
  * forked before towerpack starts threads of its own. (Its OpenMP build
  * starts no thread until a product runs; libgomp's threads are declared
  * by cpu_pool.c.) */
+/* The backends' thread count until one is made: OPENBLAS_NUM_THREADS,
+ * else OMP_NUM_THREADS, else OpenBLAS's default (the cores). Read here, not
+ * from OpenBLAS: its OpenMP build answers libgomp's team size and ignores
+ * OPENBLAS_NUM_THREADS, which every command of the docs sets to say "one
+ * thread" (tp-bench ops counted 2 with it set to 1). */
+static int s_env_threads(void) {
+    const char *names[] = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        char *end = NULL;
+        long n = v ? strtol(v, &end, 10) : 0;  /* OMP's "4,2": the first level */
+        if (v && end != v && n > 0 && n <= 4096 && (*end == '\0' || *end == ','))
+            return (int)n;
+    }
+    return openblas_get_num_threads();
+}
+
 __attribute__((constructor)) static void s_declare_blas_pool(void) {
-    int n = openblas_get_num_threads();
-    /* the backends' thread count until one is made: OpenBLAS's default
-     * (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, else the cores) */
+    int n = s_env_threads();
     tp_cpu_threads_set(n);
     if (n > 1 && openblas_get_parallel() == 1)
         tp_forksafe_threads_add(n - 1);
