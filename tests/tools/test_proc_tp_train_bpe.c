@@ -26,16 +26,14 @@ static void s_setup(void) {
     snprintf(s_dir, sizeof s_dir, "/tmp/tp-train-bpe-XXXXXX");
     cr_assert_not_null(mkdtemp(s_dir));
     snprintf(s_file, sizeof s_file, "%s/corpus.txt", s_dir);
-    FILE *f = fopen(s_file, "wb");
-    cr_assert_not_null(f, "%s", s_file);
-    for (int i = 0; i < 800; i++)
-        fputs("the quick brown fox jumps over the lazy dog. ", f);
-    cr_assert_eq(fclose(f), 0, "%s", s_file);
+    tpt_write_repeated(s_file, "the quick brown fox jumps over the lazy dog. ", 800);
 }
 
 static void s_teardown(void) { tpt_remove_dir(s_dir); }
 
 static int s_run(char *const *argv) { return tpt_run(argv, s_out, sizeof s_out); }
+
+static int s_generate(char *const *argv) { return tpt_generate(argv, s_out, sizeof s_out); }
 
 TestSuite(tp_train_bpe, .init = s_setup, .fini = s_teardown, .timeout = 180);
 
@@ -129,22 +127,6 @@ Test(tp_train_bpe, embedding_bits_per_byte_and_metadata) {
     cr_assert(strstr(s_out, "not --data's (262)"), "%s", s_out);
 }
 
-static int s_generate(char *const *argv) {
-    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
-    char *full[32] = {TP_BINARY_DIR "/bin/tp-generate"};
-    for (int i = 1; i < 31 && (full[i] = argv[i]); i++) {}
-    return pu_run(full, env, s_out, sizeof s_out);
-}
-
-static size_t s_read_file(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    size_t n = fread(buf, 1, size - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return n;
-}
-
 /* A BPE run logs its per-epoch sample (the prompt encoded, the tokens
  * drawn decoded); tp-generate on its checkpoint draws the same text with
  * the cache and without it (greedy, past the context), the learned
@@ -186,7 +168,7 @@ Test(tp_train_bpe, samples_and_tp_generate_read_the_tokenizer) {
         cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
         cr_assert(strstr(s_out, "40 tokens after a 6-token prompt"), "%s", s_out);
         cr_assert(strstr(s_out, "GPT-2 BPE tokens, vocabulary 262"), "%s", s_out);
-        s_read_file(out[k], got[k], sizeof got[k]);
+        tpt_read_file(out[k], got[k], sizeof got[k]);
         cr_assert(!strncmp(got[k], "the lazy dog. the quick brown fox jumps over", 44),
                   "not the sentence: '%s'", got[k]);
         cr_assert(strstr(s_out, got[k]), "stdout is not the file's '%s':\n%s", got[k], s_out);
@@ -206,6 +188,6 @@ Test(tp_train_bpe, samples_and_tp_generate_read_the_tokenizer) {
                      "--output", out[1], NULL};
     rc = s_generate(flags);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
-    s_read_file(out[1], got[1], sizeof got[1]);
+    tpt_read_file(out[1], got[1], sizeof got[1]);
     cr_expect_str_eq(got[0], got[1]);
 }
