@@ -13,6 +13,7 @@
 #include <math.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/tokenizer.h>
+#include "dataflow/bpe_testutil.h"
 
 static char s_dir[256];
 
@@ -394,27 +395,7 @@ static void write_bpe_vocab(void) {
     static const char *const merges[][2] = {
         {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {"Ġ", "w"},
         {"o", "r"}, {"Ġw", "or"}, {"l", "d"}, {"Ġwor", "ld"}};
-    FILE *e = fopen(path("encoder.json"), "wb"), *m = fopen(path("vocab.bpe"), "wb");
-    cr_assert(e && m);
-    fputs("{", e);
-    for (int b = 0, n = 0; b < 256; b++) {
-        /* GPT-2's byte-to-unicode map: printable Latin-1 is itself, the
-         * other 68 bytes U+0100.. in order */
-        int pr = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        int cp = pr ? b : 256 + n++;
-        if (cp < 0x80)
-            fprintf(e, b == '"' || b == '\\' ? "\"\\%c\": %d, " : "\"%c\": %d, ", cp, b);
-        else
-            fprintf(e, "\"%c%c\": %d, ", 0xC0 | (cp >> 6), 0x80 | (cp & 0x3F), b);
-    }
-    fputs("#version: 0.2\n", m);
-    for (int r = 0; r < 9; r++) {
-        fprintf(e, "%s\"%s%s\": %d", r ? ", " : "", merges[r][0], merges[r][1], 256 + r);
-        fprintf(m, "%s %s\n", merges[r][0], merges[r][1]);
-    }
-    fputs("}", e);
-    fclose(e);
-    fclose(m);
+    bpe_write_vocab(path("encoder.json"), path("vocab.bpe"), merges, 9, NULL);
 }
 
 /* n copies of a line the vocabulary merges well, and one it does not */

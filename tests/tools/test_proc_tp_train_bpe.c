@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include "proc_testutil.h"
 #include "tools/tp_train_testutil.h"
+#include "dataflow/bpe_testutil.h"
 #include <towerpack/dataflow_lib.h>
 
 static char s_dir[64];
@@ -42,25 +43,7 @@ TestSuite(tp_train_bpe, .init = s_setup, .fini = s_teardown, .timeout = 180);
 static void s_write_bpe_vocab(const char *enc, const char *bpe) {
     static const char *const merges[][2] = {{"h", "e"}, {"t", "he"}, {"Ġ", "the"},
                                             {"o", "x"}, {"Ġ", "f"}, {"Ġf", "ox"}};
-    FILE *e = fopen(enc, "wb"), *m = fopen(bpe, "wb");
-    cr_assert(e && m);
-    fputs("{", e);
-    for (int b = 0, n = 0; b < 256; b++) {
-        /* GPT-2's byte-to-unicode map */
-        int pr = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        int cp = pr ? b : 256 + n++;
-        if (cp < 0x80)
-            fprintf(e, b == '"' || b == '\\' ? "\"\\%c\": %d, " : "\"%c\": %d, ", cp, b);
-        else
-            fprintf(e, "\"%c%c\": %d, ", 0xC0 | (cp >> 6), 0x80 | (cp & 0x3F), b);
-    }
-    fputs("#version: 0.2\n", m);
-    for (int r = 0; r < 6; r++) {
-        fprintf(e, "%s\"%s%s\": %d", r ? ", " : "", merges[r][0], merges[r][1], 256 + r);
-        fprintf(m, "%s %s\n", merges[r][0], merges[r][1]);
-    }
-    fputs("}", e);
-    cr_assert_eq(fclose(e) | fclose(m), 0);
+    bpe_write_vocab(enc, bpe, merges, 6, NULL);
 }
 
 /* The embedding takes the tokenizer's 262 rows, validation_bpb is bits per
