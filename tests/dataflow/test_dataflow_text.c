@@ -4,7 +4,6 @@
  * bad input as an error naming the file. The check against numpy is in
  * test_proc_text.c (it runs python3). */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,40 +13,17 @@
 #include <towerpack/towerpack.h>
 #include <towerpack/tokenizer.h>
 #include "dataflow/bpe_testutil.h"
+#include "dir_testutil.h"
 
 static char s_dir[256];
 
-static void setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_df_text_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
-}
+static void setup(void) { dt_make(s_dir, sizeof s_dir, "tp_df_text"); }
 
-static void teardown(void) {
-    DIR *d = opendir(s_dir);
-    if (d) {
-        struct dirent *e;
-        char p[600];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            snprintf(p, sizeof p, "%s/%s", s_dir, e->d_name);
-            if (unlink(p) != 0)
-                rmdir(p);
-        }
-        closedir(d);
-    }
-    rmdir(s_dir);
-}
+static void teardown(void) { dt_remove(s_dir); }
 
 TestSuite(dataflow_text, .init = setup, .fini = teardown, .timeout = 60);
 
-static const char *path(const char *name) {
-    static char buf[4][320];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", s_dir, name);
-    return buf[k];
-}
+static const char *path(const char *name) { return dt_path(s_dir, name); }
 
 static void write_file(const char *p, const void *data, size_t n) {
     FILE *f = fopen(p, "wb");

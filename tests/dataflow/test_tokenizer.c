@@ -6,7 +6,6 @@
  * against Python's regex module and GPT-2's encoder.py is
  * test_proc_tokenizer.c. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,39 +13,17 @@
 #include <towerpack/towerpack.h>
 #include <towerpack/tokenizer.h>
 #include "dataflow/bpe_testutil.h"
+#include "dir_testutil.h"
 
 static char s_dir[256];
 
-static void setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_tokenizer_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
-}
+static void setup(void) { dt_make(s_dir, sizeof s_dir, "tp_tokenizer"); }
 
-static void teardown(void) {
-    DIR *d = opendir(s_dir);
-    if (d) {
-        struct dirent *e;
-        char p[600];
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", s_dir, e->d_name);
-                unlink(p);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(s_dir);
-}
+static void teardown(void) { dt_remove(s_dir); }
 
 TestSuite(tokenizer, .init = setup, .fini = teardown, .timeout = 60);
 
-static const char *path(const char *name) {
-    static char buf[4][320];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", s_dir, name);
-    return buf[k];
-}
+static const char *path(const char *name) { return dt_path(s_dir, name); }
 
 static void write_str(const char *p, const char *text) {
     FILE *f = fopen(p, "wb");
