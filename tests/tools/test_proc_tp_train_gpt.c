@@ -24,13 +24,9 @@ static char s_dir[64];
 static char s_file[128];
 static char s_out[1 << 20];
 
-/* A repeated sentence, 36 kB: a tiny model can learn it in a few hundred
- * steps. */
+/* the repeated sentence (tpt_make_corpus) */
 static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-train-gpt-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
-    snprintf(s_file, sizeof s_file, "%s/corpus.txt", s_dir);
-    tpt_write_repeated(s_file, "the quick brown fox jumps over the lazy dog. ", 800);
+    tpt_make_corpus(s_dir, sizeof s_dir, s_file, sizeof s_file, "tp-train-gpt");
 }
 
 static void s_teardown(void) { tpt_remove_dir(s_dir); }
