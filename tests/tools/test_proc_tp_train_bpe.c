@@ -43,16 +43,22 @@ static void s_write_bpe_vocab(const char *enc, const char *bpe) {
     bpe_write_vocab(enc, bpe, merges, 6, NULL);
 }
 
+/* The vocabulary into s_dir's encoder.json (enc) and vocab.bpe (bpe), and
+ * the corpus's --data spec through them into data[size]. */
+static void s_bpe_data(char enc[128], char bpe[128], char *data, size_t size) {
+    snprintf(enc, 128, "%s/encoder.json", s_dir);
+    snprintf(bpe, 128, "%s/vocab.bpe", s_dir);
+    s_write_bpe_vocab(enc, bpe);
+    snprintf(data, size, "text:%s,vocab=%s,merges=%s", s_file, enc, bpe);
+}
+
 /* The embedding takes the tokenizer's 262 rows, validation_bpb is bits per
  * byte through the validation split's bytes per token, the checkpoint
  * names the files, and a --test-data of other tokens is refused. */
 Test(tp_train_bpe, embedding_bits_per_byte_and_metadata) {
     char enc[128], bpe[128], logdir[128], data[512], ckpt[160];
-    snprintf(enc, sizeof enc, "%s/encoder.json", s_dir);
-    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", s_dir);
     snprintf(logdir, sizeof logdir, "%s/bpe", s_dir);
-    s_write_bpe_vocab(enc, bpe);
-    snprintf(data, sizeof data, "text:%s,vocab=%s,merges=%s", s_file, enc, bpe);
+    s_bpe_data(enc, bpe, data, sizeof data);
     char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
                     "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
                     "--towers", "1", "--threads", "1", "--epochs", "1",
@@ -114,11 +120,8 @@ Test(tp_train_bpe, embedding_bits_per_byte_and_metadata) {
  * --vocab/--merges give it back. */
 Test(tp_train_bpe, samples_and_tp_generate_read_the_tokenizer) {
     char enc[128], bpe[128], logdir[128], data[512], out[2][160];
-    snprintf(enc, sizeof enc, "%s/encoder.json", s_dir);
-    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", s_dir);
     snprintf(logdir, sizeof logdir, "%s/gen", s_dir);
-    s_write_bpe_vocab(enc, bpe);
-    snprintf(data, sizeof data, "text:%s,vocab=%s,merges=%s", s_file, enc, bpe);
+    s_bpe_data(enc, bpe, data, sizeof data);
     char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
                     "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
                     "--towers", "1", "--threads", "1", "--epochs", "1", "--lr", "0.01",
