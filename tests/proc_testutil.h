@@ -261,6 +261,38 @@ static inline int pu_write_file(const char *dir, const char *name, const void *d
     return fclose(f) == 0 && put == bytes ? 0 : -1;
 }
 
+/* The whole file at path (malloc'ed, the caller frees it), its size into
+ * *size; NULL (and 0) when it cannot be read. */
+static inline char *pu_read_all(const char *path, size_t *size) {
+    *size = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *data = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (data = (char *)malloc((size_t)n + 1)) &&
+        fread(data, 1, (size_t)n, f) == (size_t)n) {
+        *size = (size_t)n;
+    } else {
+        free(data);
+        data = NULL;
+    }
+    fclose(f);
+    return data;
+}
+
+/* 1 when the files at a and b hold the same bytes (a run's output against
+ * another's, or a tool's against the run's); 0 when they differ or one
+ * cannot be read. Their sizes into *na and *nb (0: unread) for the
+ * caller's message. */
+static inline int pu_same_file(const char *a, const char *b, size_t *na, size_t *nb) {
+    char *x = pu_read_all(a, na), *y = pu_read_all(b, nb);
+    int same = x && y && *na == *nb && !memcmp(x, y, *na);
+    free(x);
+    free(y);
+    return same;
+}
+
 /* 1 when pid is gone (no such process, or a zombie nobody reaped yet). */
 static inline int pu_gone(int pid) {
     if (kill(pid, 0) < 0 && errno == ESRCH)

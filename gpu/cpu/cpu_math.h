@@ -27,6 +27,18 @@
 #include <stdint.h>
 #include <string.h>
 
+/* A loop function three times: AVX-512 (sixteen lanes) or AVX2 (eight)
+ * where the CPU has it, else the baseline SSE2, picked once at load (an
+ * ifunc). With the includer's fp-contract off, no FMA in any, so all give
+ * the same bits. Not under the sanitizers: their runtime is not up yet when
+ * the loader runs an ifunc's (instrumented) resolver. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define TP_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TP_CPU_CLONES
+#endif
+
 static inline float s_vbits_f(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);

@@ -18,15 +18,11 @@
 
 #include "gpu/cpu/dnnl_ops.h"
 
-enum { S_ALIGN = 64 };
-
 typedef struct {
     int64_t family; /* 2: batch norm */
     int64_t n, c, sp, training, threads;
     float eps;
 } s_key_t;
-
-static size_t s_round(size_t b) { return (b + S_ALIGN - 1) & ~(size_t)(S_ALIGN - 1); }
 
 static void s_key(const tp_op_call_t *c, unsigned char out[160]) {
     s_key_t k;
@@ -56,9 +52,6 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     const char *name = c->name;
     s_key_t k;
     memcpy(&k, e->key, sizeof k);
-    dnnl_engine_t eng = tp_dnnl_engine();
-    if (!eng)
-        return TP_ERR_DEVICE;
     dnnl_memory_desc_t dm, vm;
     s_mds(&k, &dm, &vm);
     const unsigned flags = dnnl_use_scale | dnnl_use_shift;
@@ -78,35 +71,11 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
         return TP_OK; /* e->ok 0: ops_cpu.c's */
     if (st != dnnl_success)
         return tp_dnnl_fail(st, "batch norm descriptors", name, __FILE__, __LINE__);
-    dnnl_primitive_attr_t attr;
-    TP_TRY(tp_dnnl_attr(&attr, name));
-    dnnl_primitive_desc_t fpd = NULL, bpd = NULL;
-    st = dnnl_primitive_desc_create(&fpd, &fd, attr, eng, NULL);
-    if (st == dnnl_success && k.training)
-        st = dnnl_primitive_desc_create(&bpd, &bd, attr, eng, fpd);
-    dnnl_primitive_attr_destroy(attr);
-    tp_status_t rc = TP_OK;
-    if (st == dnnl_success) {
-        rc = tp_dnnl_finish(fpd, &e->fwd, &e->fwd_scratch, &e->fwd_scratch_bytes, e, 1, name);
-        if (rc == TP_OK && bpd)
-            rc = tp_dnnl_finish(bpd, &e->bwd, &e->bwd_scratch, &e->bwd_scratch_bytes, e, 0,
-                                name);
-        if (rc == TP_OK && e->ws_bytes) /* no fused relu: none is asked */
-            rc = tp_error(TP_ERR_DEVICE, "%s: oneDNN's batch norm wants a workspace", name);
-        if (rc == TP_OK) {
-            size_t most = e->fwd_scratch_bytes > e->bwd_scratch_bytes ? e->fwd_scratch_bytes
-                                                                      : e->bwd_scratch_bytes;
-            e->extra[0] = s_round(5 * (size_t)k.c * sizeof(float));
-            e->extra[1] = e->extra[0] + s_round(most);
-            e->ok = 1;
-        }
-    } else if (st != dnnl_unimplemented) {
-        rc = tp_dnnl_fail(st, "batch norm primitive", name, __FILE__, __LINE__);
-    }
-    if (fpd)
-        dnnl_primitive_desc_destroy(fpd);
-    if (bpd)
-        dnnl_primitive_desc_destroy(bpd);
+    /* the workspace begins with [mean][1/std][variance][dgamma][dbeta] */
+    tp_status_t rc = tp_dnnl_build_pair(e, &fd, k.training ? &bd : NULL,
+                                        5 * (size_t)k.c * sizeof(float), "batch norm", name);
+    if (rc == TP_OK && e->ws_bytes) /* no fused relu: none is asked */
+        rc = tp_error(TP_ERR_DEVICE, "%s: oneDNN's batch norm wants a workspace", name);
     return rc;
 }
 
@@ -120,16 +89,7 @@ static tp_status_t s_entry(const tp_op_call_t *c, int planning, tp_dnnl_prim_t *
         return TP_OK;
     unsigned char key[160];
     s_key(c, key);
-    tp_dnnl_prim_t *e;
-    TP_TRY(tp_dnnl_lookup(key, s_build, c, &e, owned));
-    if (!e->ok || (!planning && c->workspace_bytes < e->extra[1])) {
-        if (*owned)
-            tp_dnnl_prim_free(e);
-        *owned = 0;
-        return TP_OK;
-    }
-    *out = e;
-    return TP_OK;
+    return tp_dnnl_entry(key, s_build, c, !planning, out, owned);
 }
 
 size_t tp_dnnl_bnorm_workspace(const tp_op_call_t *c, size_t own) {

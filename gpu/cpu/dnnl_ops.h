@@ -72,6 +72,25 @@ void tp_dnnl_prim_free(tp_dnnl_prim_t *e);
 tp_status_t tp_dnnl_finish(const_dnnl_primitive_desc_t pd, dnnl_primitive_t *prim,
                            dnnl_memory_desc_t *scratch, size_t *scratch_bytes,
                            tp_dnnl_prim_t *e, int ws, const char *name);
+/* e's primitives from the op descriptors fd (the forward) and bd (the
+ * backward; NULL: a forward only), with user scratchpads, and the op's
+ * workspace laid out as [head bytes + oneDNN's workspace][the larger
+ * scratchpad]: e->extra[0] is the scratchpad's offset, e->extra[1] the
+ * workspace's bytes, e->ok 1. TP_OK with e->ok 0 when oneDNN has no
+ * implementation (ops_cpu.c runs the op); `what` ("pooling") and `name`
+ * (the node) name a failure. */
+tp_status_t tp_dnnl_build_pair(tp_dnnl_prim_t *e, const_dnnl_op_desc_t fd,
+                               const_dnnl_op_desc_t bd, size_t head, const char *what,
+                               const char *name);
+
+/* The entry of `key` for call c (tp_dnnl_lookup's) when oneDNN runs it:
+ * *out NULL (ops_cpu.c runs it) when oneDNN does not take the geometry or,
+ * with `need_ws`, when c's workspace is smaller than the entry's
+ * e->extra[1]. An entry *owned is the caller's to free. */
+tp_status_t tp_dnnl_entry(const unsigned char key[160], tp_dnnl_build_fn build,
+                          const tp_op_call_t *c, int need_ws, tp_dnnl_prim_t **out,
+                          int *owned);
+
 /* A primitive attribute with the user scratchpad (caller destroys). */
 tp_status_t tp_dnnl_attr(dnnl_primitive_attr_t *attr, const char *name);
 

@@ -51,9 +51,6 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     const char *name = c->name;
     s_key_t k;
     memcpy(&k, e->key, sizeof k);
-    dnnl_engine_t eng = tp_dnnl_engine();
-    if (!eng)
-        return TP_ERR_DEVICE;
     dnnl_dims_t xd = {k.n, k.c, k.h, k.w}, yd = {k.n, k.c, k.oh, k.ow};
     dnnl_dims_t strides = {k.sh, k.sw}, kernel = {k.kh, k.kw}, pl = {k.ph, k.pw};
     dnnl_dims_t pr = {(k.oh - 1) * k.sh + k.kh - k.h - k.ph, (k.ow - 1) * k.sw + k.kw - k.w - k.pw};
@@ -74,34 +71,7 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
         return TP_OK;
     if (st != dnnl_success)
         return tp_dnnl_fail(st, "pooling descriptors", name, __FILE__, __LINE__);
-    dnnl_primitive_attr_t attr;
-    TP_TRY(tp_dnnl_attr(&attr, name));
-    dnnl_primitive_desc_t fpd = NULL, bpd = NULL;
-    st = dnnl_primitive_desc_create(&fpd, &fd, attr, eng, NULL);
-    if (st == dnnl_success)
-        st = dnnl_primitive_desc_create(&bpd, &bd, attr, eng, fpd);
-    dnnl_primitive_attr_destroy(attr);
-    tp_status_t rc = TP_OK;
-    if (st == dnnl_success) {
-        rc = tp_dnnl_finish(fpd, &e->fwd, &e->fwd_scratch, &e->fwd_scratch_bytes, e, 1, name);
-        if (rc == TP_OK)
-            rc = tp_dnnl_finish(bpd, &e->bwd, &e->bwd_scratch, &e->bwd_scratch_bytes, e, 0,
-                                name);
-        if (rc == TP_OK) {
-            size_t most = e->fwd_scratch_bytes > e->bwd_scratch_bytes ? e->fwd_scratch_bytes
-                                                                      : e->bwd_scratch_bytes;
-            e->extra[0] = s_round(e->ws_bytes);
-            e->extra[1] = e->extra[0] + s_round(most);
-            e->ok = 1;
-        }
-    } else if (st != dnnl_unimplemented) {
-        rc = tp_dnnl_fail(st, "pooling primitive", name, __FILE__, __LINE__);
-    }
-    if (fpd)
-        dnnl_primitive_desc_destroy(fpd);
-    if (bpd)
-        dnnl_primitive_desc_destroy(bpd);
-    return rc;
+    return tp_dnnl_build_pair(e, &fd, &bd, 0, "pooling", name);
 }
 
 /* The call's entry when oneDNN runs it (NULL: ops_cpu.c's), whatever the
@@ -121,16 +91,7 @@ static tp_status_t s_entry(const tp_op_call_t *c, tp_dnnl_prim_t **out, int *own
         return TP_OK;
     unsigned char key[160];
     s_key(c, key);
-    tp_dnnl_prim_t *e;
-    TP_TRY(tp_dnnl_lookup(key, s_build, c, &e, owned));
-    if (!e->ok) {
-        if (*owned)
-            tp_dnnl_prim_free(e);
-        *owned = 0;
-        return TP_OK;
-    }
-    *out = e;
-    return TP_OK;
+    return tp_dnnl_entry(key, s_build, c, 0, out, owned);
 }
 
 size_t tp_dnnl_pool_workspace(const tp_op_call_t *c, size_t own) {

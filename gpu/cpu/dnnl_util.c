@@ -1,9 +1,12 @@
 /* towerpack gpu: what the CPU backend's pooling and batch norm on oneDNN
  * share (dnnl_ops.h): the process's CPU engine, the calling thread's
- * OpenMP team, a cache of primitives per geometry, and a call that runs
- * one primitive on the op's own buffers. */
+ * OpenMP team, a cache of primitives per geometry (and the look-up of a
+ * call's entry), the making of an op's forward and backward primitives
+ * with its workspace's layout, and a call that runs one primitive on the
+ * op's own buffers. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
@@ -17,7 +20,9 @@
 /* OpenMP's own (libgomp), as dnnl_conv.c declares them */
 extern int omp_get_max_threads(void);
 
-enum { S_MAX_ENTRIES = 512, S_MAX_EXEC = 12 };
+enum { S_MAX_ENTRIES = 512, S_MAX_EXEC = 12, S_ALIGN = 64 };
+
+static size_t s_round(size_t b) { return (b + S_ALIGN - 1) & ~(size_t)(S_ALIGN - 1); }
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t s_engine;
@@ -111,6 +116,61 @@ tp_status_t tp_dnnl_lookup(const unsigned char key[160], tp_dnnl_build_fn build,
     }
     *out = e;
     return TP_OK;
+}
+
+tp_status_t tp_dnnl_entry(const unsigned char key[160], tp_dnnl_build_fn build,
+                          const tp_op_call_t *c, int need_ws, tp_dnnl_prim_t **out,
+                          int *owned) {
+    *out = NULL;
+    *owned = 0;
+    tp_dnnl_prim_t *e;
+    TP_TRY(tp_dnnl_lookup(key, build, c, &e, owned));
+    if (!e->ok || (need_ws && c->workspace_bytes < e->extra[1])) {
+        if (*owned)
+            tp_dnnl_prim_free(e);
+        *owned = 0;
+        return TP_OK;
+    }
+    *out = e;
+    return TP_OK;
+}
+
+tp_status_t tp_dnnl_build_pair(tp_dnnl_prim_t *e, const_dnnl_op_desc_t fd,
+                               const_dnnl_op_desc_t bd, size_t head, const char *what,
+                               const char *name) {
+    dnnl_engine_t eng = tp_dnnl_engine();
+    if (!eng)
+        return TP_ERR_DEVICE; /* tp_dnnl_engine said why */
+    dnnl_primitive_attr_t attr;
+    TP_TRY(tp_dnnl_attr(&attr, name));
+    dnnl_primitive_desc_t fpd = NULL, bpd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&fpd, fd, attr, eng, NULL);
+    if (st == dnnl_success && bd)
+        st = dnnl_primitive_desc_create(&bpd, bd, attr, eng, fpd);
+    dnnl_primitive_attr_destroy(attr);
+    tp_status_t rc = TP_OK;
+    if (st == dnnl_success) {
+        rc = tp_dnnl_finish(fpd, &e->fwd, &e->fwd_scratch, &e->fwd_scratch_bytes, e, 1, name);
+        if (rc == TP_OK && bpd)
+            rc = tp_dnnl_finish(bpd, &e->bwd, &e->bwd_scratch, &e->bwd_scratch_bytes, e, 0,
+                                name);
+        if (rc == TP_OK) {
+            size_t most = e->fwd_scratch_bytes > e->bwd_scratch_bytes ? e->fwd_scratch_bytes
+                                                                      : e->bwd_scratch_bytes;
+            e->extra[0] = s_round(head + e->ws_bytes);
+            e->extra[1] = e->extra[0] + s_round(most);
+            e->ok = 1;
+        }
+    } else if (st != dnnl_unimplemented) {
+        char expr[64];
+        snprintf(expr, sizeof expr, "%s primitive", what);
+        rc = tp_dnnl_fail(st, expr, name, __FILE__, __LINE__);
+    }
+    if (fpd)
+        dnnl_primitive_desc_destroy(fpd);
+    if (bpd)
+        dnnl_primitive_desc_destroy(bpd);
+    return rc;
 }
 
 tp_status_t tp_dnnl_attr(dnnl_primitive_attr_t *attr, const char *name) {

@@ -32,14 +32,8 @@
 #endif
 #include "gpu/cpu/cpu_math.h"
 
-/* As ops_elementwise.c: clones per ISA, not under the sanitizers (their
- * runtime is not up when the loader runs an ifunc's resolver). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                \
-    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define S_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define S_CLONES
-#endif
+/* As ops_elementwise.c: clones per ISA (TP_CPU_CLONES, cpu_math.h). */
+#define S_CLONES TP_CPU_CLONES
 
 /* queries x keys of a tile: a key tile transposed is D x S_BK floats (8
  * KiB at D 32), cache-resident while the query rows stream past it */

@@ -28,22 +28,13 @@
 #endif
 #include "gpu/cpu/cpu_math.h"
 
+/* The unary loops three times, per ISA (TP_CPU_CLONES, cpu_math.h). */
+#define S_CLONES TP_CPU_CLONES
+
 /* Items of a range worth a thread of their own (gpu/cpu/cpu_pool.h): a
  * memory-bound op (an add, relu) moves 12 bytes an item, a transcendental
  * one computes some 40 operations. Below twice that, one thread. Parts
  * start at multiples of S_ALIGN items (whole vectors). */
-/* The unary loops three times: AVX-512 (sixteen lanes) or AVX2 (eight)
- * where the CPU has it, else the baseline SSE2, picked once at load (an
- * ifunc). No FMA in any (fp-contract off above), so all give the same
- * bits. Not under the sanitizers: their runtime is not up yet when the
- * loader runs an ifunc's (instrumented) resolver. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                \
-    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define S_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define S_CLONES
-#endif
-
 #define S_MIN_CHEAP 16384
 #define S_MIN_MATH 4096
 #define S_ALIGN 16

@@ -65,20 +65,65 @@ __device__ float dot_row(const float (&r)[NPL], const float *p, int d) {
     return warp_sum(s);
 }
 
+/* The row of the calling warp (one warp a row, ATT_WARPS rows a block) among
+ * g.items x `per_item` rows, its item and its index in the item; false
+ * past the last row. */
+__device__ bool warp_row(const att_geom &g, int per_item, size_t &row, size_t &it, int &at) {
+    row = (size_t)blockIdx.x * ATT_WARPS + threadIdx.x / 32;
+    if (row >= g.items * (size_t)per_item)
+        return false;
+    it = row / (size_t)per_item;
+    at = (int)(row % (size_t)per_item);
+    return true;
+}
+
+template <int NPL>
+__device__ void zero_row(float (&r)[NPL]) {
+    for (int e = 0; e < NPL; e++)
+        r[e] = 0.0f;
+}
+
+/* r += b * the row at p (lane-strided, as load_row) */
+template <int NPL>
+__device__ void add_scaled_row(float (&r)[NPL], float b, const float *p, int d) {
+    for (int e = 0; e < NPL; e++) {
+        const int i = threadIdx.x % 32 + 32 * e;
+        r[e] += i < d ? b * p[i] : 0.0f;
+    }
+}
+
+/* The row at p = r * scale (store) or += r (add), the lanes' d values. */
+template <int NPL>
+__device__ void store_row(float *p, const float (&r)[NPL], float scale, int d) {
+    for (int e = 0; e < NPL; e++) {
+        const int i = threadIdx.x % 32 + 32 * e;
+        if (i < d)
+            p[i] = r[e] * scale;
+    }
+}
+
+template <int NPL>
+__device__ void add_row(float *p, const float (&r)[NPL], int d) {
+    for (int e = 0; e < NPL; e++) {
+        const int i = threadIdx.x % 32 + 32 * e;
+        if (i < d)
+            p[i] += r[e];
+    }
+}
+
 /* One warp a query row: y, lse. */
 template <int NPL>
 __global__ void k_att_fwd(const float *q, const float *k, const float *v, float *y,
                           float *lse, att_geom g) {
-    const size_t row = (size_t)blockIdx.x * ATT_WARPS + threadIdx.x / 32;
-    if (row >= g.items * (size_t)g.tq)
+    size_t row, it;
+    int i;
+    if (!warp_row(g, g.tq, row, it, i))
         return;
-    const size_t it = row / (size_t)g.tq;
-    const int i = (int)(row % (size_t)g.tq), d = g.d;
+    const int d = g.d;
     const float *kb = k + it * (size_t)g.tk * d, *vb = v + it * (size_t)g.tk * d;
     float qr[NPL], acc[NPL];
     load_row(qr, q + row * d, d);
-    for (int e = 0; e < NPL; e++)
-        acc[e] = 0.0f;
+    zero_row(acc);
     float m = -INFINITY, l = 0.0f;
     const int kend = g.causal ? i + 1 : g.tk;
     for (int j = 0; j < kend; j++) {
@@ -92,12 +137,7 @@ __global__ void k_att_fwd(const float *q, const float *k, const float *v, float 
             acc[e] = acc[e] * alpha + (c < d ? p * vb[(size_t)j * d + c] : 0.0f);
         }
     }
-    const float inv = 1.0f / l;
-    for (int e = 0; e < NPL; e++) {
-        const int c = threadIdx.x % 32 + 32 * e;
-        if (c < d)
-            y[row * d + c] = acc[e] * inv;
-    }
+    store_row(y + row * d, acc, 1.0f / l, d);
     if (threadIdx.x % 32 == 0)
         lse[row] = m + logf(l);
 }
@@ -108,11 +148,11 @@ template <int NPL>
 __global__ void k_att_bwd_q(const float *q, const float *k, const float *v, const float *y,
                             const float *dy, const float *lse, float *dot, float *dq,
                             att_geom g) {
-    const size_t row = (size_t)blockIdx.x * ATT_WARPS + threadIdx.x / 32;
-    if (row >= g.items * (size_t)g.tq)
+    size_t row, it;
+    int i;
+    if (!warp_row(g, g.tq, row, it, i))
         return;
-    const size_t it = row / (size_t)g.tq;
-    const int i = (int)(row % (size_t)g.tq), d = g.d;
+    const int d = g.d;
     const float *kb = k + it * (size_t)g.tk * d, *vb = v + it * (size_t)g.tk * d;
     float dor[NPL], qr[NPL], acc[NPL];
     load_row(dor, dy + row * d, d);
@@ -122,23 +162,15 @@ __global__ void k_att_bwd_q(const float *q, const float *k, const float *v, cons
     if (!dq)
         return;
     load_row(qr, q + row * d, d);
-    for (int e = 0; e < NPL; e++)
-        acc[e] = 0.0f;
+    zero_row(acc);
     const float li = lse[row];
     const int kend = g.causal ? i + 1 : g.tk;
     for (int j = 0; j < kend; j++) {
         const float p = expf(dot_row(qr, kb + (size_t)j * d, d) * g.scale - li);
         const float ds = p * (dot_row(dor, vb + (size_t)j * d, d) - di) * g.scale;
-        for (int e = 0; e < NPL; e++) {
-            const int c = threadIdx.x % 32 + 32 * e;
-            acc[e] += c < d ? ds * kb[(size_t)j * d + c] : 0.0f;
-        }
+        add_scaled_row(acc, ds, kb + (size_t)j * d, d);
     }
-    for (int e = 0; e < NPL; e++) {
-        const int c = threadIdx.x % 32 + 32 * e;
-        if (c < d)
-            dq[row * d + c] += acc[e];
-    }
+    add_row(dq + row * d, acc, d);
 }
 
 /* One warp a key row: dK and dV (added), over the queries that see it. */
@@ -146,38 +178,28 @@ template <int NPL>
 __global__ void k_att_bwd_kv(const float *q, const float *k, const float *v, const float *dy,
                              const float *lse, const float *dot, float *dk, float *dv,
                              att_geom g) {
-    const size_t row = (size_t)blockIdx.x * ATT_WARPS + threadIdx.x / 32;
-    if (row >= g.items * (size_t)g.tk)
+    size_t row, it;
+    int j;
+    if (!warp_row(g, g.tk, row, it, j))
         return;
-    const size_t it = row / (size_t)g.tk;
-    const int j = (int)(row % (size_t)g.tk), d = g.d;
+    const int d = g.d;
     const size_t qrow0 = it * (size_t)g.tq;
     float kr[NPL], vr[NPL], ak[NPL], av[NPL];
     load_row(kr, k + row * d, d);
     load_row(vr, v + row * d, d);
-    for (int e = 0; e < NPL; e++)
-        ak[e] = av[e] = 0.0f;
+    zero_row(ak);
+    zero_row(av);
     for (int i = g.causal ? j : 0; i < g.tq; i++) {
         const float *qi = q + (qrow0 + i) * d, *doi = dy + (qrow0 + i) * d;
         const float p = expf(dot_row(kr, qi, d) * g.scale - lse[qrow0 + i]);
         const float ds = p * (dot_row(vr, doi, d) - dot[qrow0 + i]) * g.scale;
-        for (int e = 0; e < NPL; e++) {
-            const int c = threadIdx.x % 32 + 32 * e;
-            if (c < d) {
-                av[e] += p * doi[c];
-                ak[e] += ds * qi[c];
-            }
-        }
+        add_scaled_row(av, p, doi, d);
+        add_scaled_row(ak, ds, qi, d);
     }
-    for (int e = 0; e < NPL; e++) {
-        const int c = threadIdx.x % 32 + 32 * e;
-        if (c < d) {
-            if (dk)
-                dk[row * d + c] += ak[e];
-            if (dv)
-                dv[row * d + c] += av[e];
-        }
-    }
+    if (dk)
+        add_row(dk + row * d, ak, d);
+    if (dv)
+        add_row(dv + row * d, av, d);
 }
 
 unsigned blocks(size_t rows) { return (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS); }

@@ -4,7 +4,6 @@
  * bad input as an error naming the file. The check against numpy is in
  * test_proc_text.c (it runs python3). */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,40 +12,18 @@
 #include <math.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/tokenizer.h>
+#include "dataflow/bpe_testutil.h"
+#include "dir_testutil.h"
 
 static char s_dir[256];
 
-static void setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_df_text_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
-}
+static void setup(void) { dt_make(s_dir, sizeof s_dir, "tp_df_text"); }
 
-static void teardown(void) {
-    DIR *d = opendir(s_dir);
-    if (d) {
-        struct dirent *e;
-        char p[600];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            snprintf(p, sizeof p, "%s/%s", s_dir, e->d_name);
-            if (unlink(p) != 0)
-                rmdir(p);
-        }
-        closedir(d);
-    }
-    rmdir(s_dir);
-}
+static void teardown(void) { dt_remove(s_dir); }
 
 TestSuite(dataflow_text, .init = setup, .fini = teardown, .timeout = 60);
 
-static const char *path(const char *name) {
-    static char buf[4][320];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", s_dir, name);
-    return buf[k];
-}
+static const char *path(const char *name) { return dt_path(s_dir, name); }
 
 static void write_file(const char *p, const void *data, size_t n) {
     FILE *f = fopen(p, "wb");
@@ -394,27 +371,7 @@ static void write_bpe_vocab(void) {
     static const char *const merges[][2] = {
         {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {"Ġ", "w"},
         {"o", "r"}, {"Ġw", "or"}, {"l", "d"}, {"Ġwor", "ld"}};
-    FILE *e = fopen(path("encoder.json"), "wb"), *m = fopen(path("vocab.bpe"), "wb");
-    cr_assert(e && m);
-    fputs("{", e);
-    for (int b = 0, n = 0; b < 256; b++) {
-        /* GPT-2's byte-to-unicode map: printable Latin-1 is itself, the
-         * other 68 bytes U+0100.. in order */
-        int pr = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        int cp = pr ? b : 256 + n++;
-        if (cp < 0x80)
-            fprintf(e, b == '"' || b == '\\' ? "\"\\%c\": %d, " : "\"%c\": %d, ", cp, b);
-        else
-            fprintf(e, "\"%c%c\": %d, ", 0xC0 | (cp >> 6), 0x80 | (cp & 0x3F), b);
-    }
-    fputs("#version: 0.2\n", m);
-    for (int r = 0; r < 9; r++) {
-        fprintf(e, "%s\"%s%s\": %d", r ? ", " : "", merges[r][0], merges[r][1], 256 + r);
-        fprintf(m, "%s %s\n", merges[r][0], merges[r][1]);
-    }
-    fputs("}", e);
-    fclose(e);
-    fclose(m);
+    bpe_write_vocab(path("encoder.json"), path("vocab.bpe"), merges, 9, NULL);
 }
 
 /* n copies of a line the vocabulary merges well, and one it does not */

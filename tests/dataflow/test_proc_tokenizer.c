@@ -12,21 +12,15 @@
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/tokenizer.h>
+#include "dir_testutil.h"
 
 #define REF_PY TP_SOURCE_DIR "/tests/dataflow/bpe_ref.py"
 
 static char s_dir[256];
 
-static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_bpe_ref_%d", (int)getpid());
-    cr_assert_eq(mkdir(s_dir, 0755), 0);
-}
+static void s_setup(void) { dt_make(s_dir, sizeof s_dir, "tp_bpe_ref"); }
 
-static void s_teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    (void)system(cmd);
-}
+static void s_teardown(void) { dt_remove(s_dir); }
 
 TestSuite(proc_tokenizer, .init = s_setup, .fini = s_teardown, .timeout = 120);
 
@@ -57,13 +51,7 @@ static void *s_read(const char *path, size_t *n) {
     return p;
 }
 
-static const char *s_path(const char *name) {
-    static char buf[4][320];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", s_dir, name);
-    return buf[k];
-}
+static const char *s_path(const char *name) { return dt_path(s_dir, name); }
 
 /* The pre-tokens of `file` (C) against regex.findall's (Python). */
 static void s_check_pretokens(const char *file) {

@@ -6,73 +6,30 @@
  * against Python's regex module and GPT-2's encoder.py is
  * test_proc_tokenizer.c. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/tokenizer.h>
+#include "dataflow/bpe_testutil.h"
+#include "dir_testutil.h"
 
 static char s_dir[256];
 
-static void setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_tokenizer_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
-}
+static void setup(void) { dt_make(s_dir, sizeof s_dir, "tp_tokenizer"); }
 
-static void teardown(void) {
-    DIR *d = opendir(s_dir);
-    if (d) {
-        struct dirent *e;
-        char p[600];
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", s_dir, e->d_name);
-                unlink(p);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(s_dir);
-}
+static void teardown(void) { dt_remove(s_dir); }
 
 TestSuite(tokenizer, .init = setup, .fini = teardown, .timeout = 60);
 
-static const char *path(const char *name) {
-    static char buf[4][320];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", s_dir, name);
-    return buf[k];
-}
+static const char *path(const char *name) { return dt_path(s_dir, name); }
 
 static void write_str(const char *p, const char *text) {
     FILE *f = fopen(p, "wb");
     cr_assert_not_null(f);
     fputs(text, f);
     fclose(f);
-}
-
-/* GPT-2's published byte-to-unicode map, as UTF-8 into out: printable
- * Latin-1 stands for itself, the other 68 bytes are U+0100.. in order. */
-static void byte_char(int b, char out[4]) {
-    int cp = b, n = 0;
-#define PRINTABLE(x) (((x) >= '!' && (x) <= '~') || ((x) >= 0xA1 && (x) <= 0xAC) || \
-                      ((x) >= 0xAE && (x) <= 0xFF))
-    if (!PRINTABLE(b)) {
-        for (int c = 0; c < b; c++)
-            n += !PRINTABLE(c);
-        cp = 256 + n;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        out[2] = 0;
-    }
 }
 
 /* The merges of the hand vocabulary, by rank; the merged token of rank r
@@ -86,29 +43,14 @@ static const char *const s_merges[][2] = {
  * 300: ids may leave gaps) and vocab.bpe; also r.tiktoken, the same tokens
  * with the id as rank. */
 static void write_vocab(void) {
-    FILE *e = fopen(path("encoder.json"), "wb"), *m = fopen(path("vocab.bpe"), "wb");
+    bpe_write_vocab(path("encoder.json"), path("vocab.bpe"), s_merges, NMERGES,
+                    "\"<|endoftext|>\": 300");
     FILE *t = fopen(path("r.tiktoken"), "wb");
-    cr_assert(e && m && t);
-    fputs("{", e);
-    char c[4];
+    cr_assert_not_null(t);
     static const char b64[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (int b = 0; b < 256; b++) {
-        byte_char(b, c);
-        if (b == '"' || b == '\\')
-            fprintf(e, "\"\\%s\": %d, ", c, b);
-        else
-            fprintf(e, "\"%s\": %d, ", c, b);
+    for (int b = 0; b < 256; b++)
         fprintf(t, "%c%c== %d\n", b64[b >> 2], b64[(b & 3) << 4], b);  /* one byte */
-    }
-    fputs("#version: 0.2\n", m);
-    for (int r = 0; r < NMERGES; r++) {
-        fprintf(e, "\"%s%s\": %d, ", s_merges[r][0], s_merges[r][1], 256 + r);
-        fprintf(m, "%s %s\n", s_merges[r][0], s_merges[r][1]);
-    }
-    fputs("\"<|endoftext|>\": 300}", e);
-    fclose(e);
-    fclose(m);
     /* the merged tokens' bytes in base64, written out by hand */
     static const char *const merged64[NMERGES] = {"aGU=", "bGw=", "aGVsbA==", "aGVsbG8=",
                                                   "IHc=", "b3I=", "IHdvcg==", "bGQ=",

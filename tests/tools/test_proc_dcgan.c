@@ -98,19 +98,6 @@ Test(dcgan, tp_train_trains_it_and_writes_sample_grids, .timeout = 180) {
     cr_assert_eq(system(cmd), 0);
 }
 
-/* The whole file into *data (malloc'ed); its size. */
-static size_t s_slurp(const char *path, char **data) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    *data = malloc((size_t)n);
-    cr_assert(*data && fread(*data, 1, (size_t)n, f) == (size_t)n, "%s", path);
-    fclose(f);
-    return (size_t)n;
-}
-
 /* Must hold: tp-generate draws from the run's generator (its latest
  * checkpoint, through the log directory) uint8 [N, 28, 28] .npy files that
  * NumPy reads; 300 samples (two predictor calls) start with the 64 of
@@ -131,13 +118,11 @@ Test(dcgan, tp_generate_samples_the_trained_generator, .timeout = 180) {
     char *a64[] = {TP_BINARY_DIR "/bin/tp-generate", "--load", logdir, "--count", "64",
                    "--output", npy64, "--png", png, "--seed", "1", NULL};
     cr_assert_eq(pu_run(a64, env, s_out, sizeof s_out), 0, "tp-generate:\n%s", s_out);
-    char grid[160], *x, *y;
+    char grid[160];
     snprintf(grid, sizeof grid, "%s/samples-2.png", logdir);
-    size_t nx = s_slurp(png, &x), ny = s_slurp(grid, &y);
-    cr_assert(nx == ny && !memcmp(x, y, nx), "%s (%zu bytes) is not %s (%zu bytes)", png, nx,
-              grid, ny);
-    free(x);
-    free(y);
+    size_t nx, ny;
+    cr_assert(pu_same_file(png, grid, &nx, &ny), "%s (%zu bytes) is not %s (%zu bytes)", png,
+              nx, grid, ny);
     /* a checkpoint of another model is refused, naming it */
     char *bad[] = {TP_BINARY_DIR "/bin/tp-generate", "--load", logdir, "--model", "cnn",
                    "--count", "4", "--output", npy, NULL};
@@ -168,14 +153,11 @@ static int s_exists(const char *dir, const char *name) {
 
 /* 1 when dir_a/name and dir_b/name hold the same bytes. */
 static int s_same_file(const char *dir_a, const char *dir_b, const char *name) {
-    char pa[256], pb[256], *x, *y;
+    char pa[256], pb[256];
     snprintf(pa, sizeof pa, "%s/%s", dir_a, name);
     snprintf(pb, sizeof pb, "%s/%s", dir_b, name);
-    size_t nx = s_slurp(pa, &x), ny = s_slurp(pb, &y);
-    int same = nx == ny && !memcmp(x, y, nx);
-    free(x);
-    free(y);
-    return same;
+    size_t nx, ny;
+    return pu_same_file(pa, pb, &nx, &ny);
 }
 
 /* Must hold (issue 44): a DCGAN run killed with SIGKILL once its epoch-1

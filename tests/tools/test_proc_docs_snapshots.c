@@ -114,6 +114,15 @@ static int s_check(const char *docs, char *out, size_t size) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* s_check on a page of `text` written to `page`. */
+static int s_check_page(const char *page, const char *text, char *out, size_t size) {
+    FILE *f = fopen(page, "w");
+    cr_assert_not_null(f, "%s", page);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "%s", page);
+    return s_check(page, out, size);
+}
+
 Test(docs_snapshots, every_doc_command_with_output_has_a_snapshot_entry) {
     char out[16384];
     int rc = s_check("docs/actors.md docs/tuning.md docs/observability.md "
@@ -125,20 +134,16 @@ Test(docs_snapshots, every_doc_command_with_output_has_a_snapshot_entry) {
     char dir[] = "/tmp/tp-docs-check-XXXXXX", page[128], cmd[256];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(page, sizeof page, "%s/page.md", dir);
-    FILE *f = fopen(page, "w");
-    cr_assert_not_null(f);
-    fputs("Run it:\n\n```\ntp-train --model mlp\n```\n\n```\n"
-          "tp-train: test accuracy 0.88 | wall time 9 s\n```\n", f);
-    fclose(f);
-    rc = s_check(page, out, sizeof out);
+    rc = s_check_page(page,
+                      "Run it:\n\n```\ntp-train --model mlp\n```\n\n```\n"
+                      "tp-train: test accuracy 0.88 | wall time 9 s\n```\n",
+                      out, sizeof out);
     cr_assert_eq(rc, 1, "an unmarked output block passed:\n%s", out);
     cr_assert(strstr(out, "page.md:8: MISSING    tp-train: test accuracy"), "%s", out);
-    f = fopen(page, "w");
-    cr_assert_not_null(f);
-    fputs("<!-- output:nosuch -->\n```\ntp-train: test accuracy 0.88\n```\n"
-          "<!-- /output:nosuch -->\n", f);
-    fclose(f);
-    rc = s_check(page, out, sizeof out);
+    rc = s_check_page(page,
+                      "<!-- output:nosuch -->\n```\ntp-train: test accuracy 0.88\n```\n"
+                      "<!-- /output:nosuch -->\n",
+                      out, sizeof out);
     cr_assert_eq(rc, 1, "a marker of no sample passed:\n%s", out);
     cr_assert(strstr(out, "marker nosuch: no such NAME"), "%s", out);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

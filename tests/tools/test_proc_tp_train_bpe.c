@@ -15,27 +15,23 @@
 #include <unistd.h>
 #include "proc_testutil.h"
 #include "tools/tp_train_testutil.h"
+#include "dataflow/bpe_testutil.h"
 #include <towerpack/dataflow_lib.h>
 
 static char s_dir[64];
 static char s_file[128];
 static char s_out[1 << 20];
 
-/* A repeated sentence, 36 kB, as test_proc_tp_train_gpt.c's. */
+/* the repeated sentence (tpt_make_corpus) */
 static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-train-bpe-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
-    snprintf(s_file, sizeof s_file, "%s/corpus.txt", s_dir);
-    FILE *f = fopen(s_file, "wb");
-    cr_assert_not_null(f, "%s", s_file);
-    for (int i = 0; i < 800; i++)
-        fputs("the quick brown fox jumps over the lazy dog. ", f);
-    cr_assert_eq(fclose(f), 0, "%s", s_file);
+    tpt_make_corpus(s_dir, sizeof s_dir, s_file, sizeof s_file, "tp-train-bpe");
 }
 
 static void s_teardown(void) { tpt_remove_dir(s_dir); }
 
 static int s_run(char *const *argv) { return tpt_run(argv, s_out, sizeof s_out); }
+
+static int s_generate(char *const *argv) { return tpt_generate(argv, s_out, sizeof s_out); }
 
 TestSuite(tp_train_bpe, .init = s_setup, .fini = s_teardown, .timeout = 180);
 
@@ -44,25 +40,16 @@ TestSuite(tp_train_bpe, .init = s_setup, .fini = s_teardown, .timeout = 180);
 static void s_write_bpe_vocab(const char *enc, const char *bpe) {
     static const char *const merges[][2] = {{"h", "e"}, {"t", "he"}, {"Ġ", "the"},
                                             {"o", "x"}, {"Ġ", "f"}, {"Ġf", "ox"}};
-    FILE *e = fopen(enc, "wb"), *m = fopen(bpe, "wb");
-    cr_assert(e && m);
-    fputs("{", e);
-    for (int b = 0, n = 0; b < 256; b++) {
-        /* GPT-2's byte-to-unicode map */
-        int pr = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        int cp = pr ? b : 256 + n++;
-        if (cp < 0x80)
-            fprintf(e, b == '"' || b == '\\' ? "\"\\%c\": %d, " : "\"%c\": %d, ", cp, b);
-        else
-            fprintf(e, "\"%c%c\": %d, ", 0xC0 | (cp >> 6), 0x80 | (cp & 0x3F), b);
-    }
-    fputs("#version: 0.2\n", m);
-    for (int r = 0; r < 6; r++) {
-        fprintf(e, "%s\"%s%s\": %d", r ? ", " : "", merges[r][0], merges[r][1], 256 + r);
-        fprintf(m, "%s %s\n", merges[r][0], merges[r][1]);
-    }
-    fputs("}", e);
-    cr_assert_eq(fclose(e) | fclose(m), 0);
+    bpe_write_vocab(enc, bpe, merges, 6, NULL);
+}
+
+/* The vocabulary into s_dir's encoder.json (enc) and vocab.bpe (bpe), and
+ * the corpus's --data spec through them into data[size]. */
+static void s_bpe_data(char enc[128], char bpe[128], char *data, size_t size) {
+    snprintf(enc, 128, "%s/encoder.json", s_dir);
+    snprintf(bpe, 128, "%s/vocab.bpe", s_dir);
+    s_write_bpe_vocab(enc, bpe);
+    snprintf(data, size, "text:%s,vocab=%s,merges=%s", s_file, enc, bpe);
 }
 
 /* The embedding takes the tokenizer's 262 rows, validation_bpb is bits per
@@ -70,11 +57,8 @@ static void s_write_bpe_vocab(const char *enc, const char *bpe) {
  * names the files, and a --test-data of other tokens is refused. */
 Test(tp_train_bpe, embedding_bits_per_byte_and_metadata) {
     char enc[128], bpe[128], logdir[128], data[512], ckpt[160];
-    snprintf(enc, sizeof enc, "%s/encoder.json", s_dir);
-    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", s_dir);
     snprintf(logdir, sizeof logdir, "%s/bpe", s_dir);
-    s_write_bpe_vocab(enc, bpe);
-    snprintf(data, sizeof data, "text:%s,vocab=%s,merges=%s", s_file, enc, bpe);
+    s_bpe_data(enc, bpe, data, sizeof data);
     char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
                     "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
                     "--towers", "1", "--threads", "1", "--epochs", "1",
@@ -129,22 +113,6 @@ Test(tp_train_bpe, embedding_bits_per_byte_and_metadata) {
     cr_assert(strstr(s_out, "not --data's (262)"), "%s", s_out);
 }
 
-static int s_generate(char *const *argv) {
-    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
-    char *full[32] = {TP_BINARY_DIR "/bin/tp-generate"};
-    for (int i = 1; i < 31 && (full[i] = argv[i]); i++) {}
-    return pu_run(full, env, s_out, sizeof s_out);
-}
-
-static size_t s_read_file(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    size_t n = fread(buf, 1, size - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return n;
-}
-
 /* A BPE run logs its per-epoch sample (the prompt encoded, the tokens
  * drawn decoded); tp-generate on its checkpoint draws the same text with
  * the cache and without it (greedy, past the context), the learned
@@ -152,11 +120,8 @@ static size_t s_read_file(const char *path, char *buf, size_t size) {
  * --vocab/--merges give it back. */
 Test(tp_train_bpe, samples_and_tp_generate_read_the_tokenizer) {
     char enc[128], bpe[128], logdir[128], data[512], out[2][160];
-    snprintf(enc, sizeof enc, "%s/encoder.json", s_dir);
-    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", s_dir);
     snprintf(logdir, sizeof logdir, "%s/gen", s_dir);
-    s_write_bpe_vocab(enc, bpe);
-    snprintf(data, sizeof data, "text:%s,vocab=%s,merges=%s", s_file, enc, bpe);
+    s_bpe_data(enc, bpe, data, sizeof data);
     char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
                     "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
                     "--towers", "1", "--threads", "1", "--epochs", "1", "--lr", "0.01",
@@ -186,7 +151,7 @@ Test(tp_train_bpe, samples_and_tp_generate_read_the_tokenizer) {
         cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
         cr_assert(strstr(s_out, "40 tokens after a 6-token prompt"), "%s", s_out);
         cr_assert(strstr(s_out, "GPT-2 BPE tokens, vocabulary 262"), "%s", s_out);
-        s_read_file(out[k], got[k], sizeof got[k]);
+        tpt_read_file(out[k], got[k], sizeof got[k]);
         cr_assert(!strncmp(got[k], "the lazy dog. the quick brown fox jumps over", 44),
                   "not the sentence: '%s'", got[k]);
         cr_assert(strstr(s_out, got[k]), "stdout is not the file's '%s':\n%s", got[k], s_out);
@@ -206,6 +171,6 @@ Test(tp_train_bpe, samples_and_tp_generate_read_the_tokenizer) {
                      "--output", out[1], NULL};
     rc = s_generate(flags);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
-    s_read_file(out[1], got[1], sizeof got[1]);
+    tpt_read_file(out[1], got[1], sizeof got[1]);
     cr_expect_str_eq(got[0], got[1]);
 }

@@ -24,27 +24,16 @@ static char s_dir[64];
 static char s_file[128];
 static char s_out[1 << 20];
 
-/* Write `text` n times over to path: a corpus a tiny model can learn. */
-static void s_write_repeated(const char *path, const char *text, int n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s", path);
-    for (int i = 0; i < n; i++)
-        fputs(text, f);
-    cr_assert_eq(fclose(f), 0, "%s", path);
-}
-
-/* A repeated sentence, 36 kB: a tiny model can learn it in a few hundred
- * steps. */
+/* the repeated sentence (tpt_make_corpus) */
 static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-train-gpt-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
-    snprintf(s_file, sizeof s_file, "%s/corpus.txt", s_dir);
-    s_write_repeated(s_file, "the quick brown fox jumps over the lazy dog. ", 800);
+    tpt_make_corpus(s_dir, sizeof s_dir, s_file, sizeof s_file, "tp-train-gpt");
 }
 
 static void s_teardown(void) { tpt_remove_dir(s_dir); }
 
 static int s_run(char *const *argv) { return tpt_run(argv, s_out, sizeof s_out); }
+
+static int s_generate(char *const *argv) { return tpt_generate(argv, s_out, sizeof s_out); }
 
 TestSuite(tp_train_gpt, .init = s_setup, .fini = s_teardown, .timeout = 180);
 
@@ -103,7 +92,7 @@ Test(tp_train_gpt, validates_on_test_data) {
     char logdir[128], data[160], test[160], other[128];
     snprintf(logdir, sizeof logdir, "%s/test-data", s_dir);
     snprintf(other, sizeof other, "%s/other.txt", s_dir);
-    s_write_repeated(other, "a lazy dog sleeps under the brown tree. ", 20);
+    tpt_write_repeated(other, "a lazy dog sleeps under the brown tree. ", 20);
     snprintf(data, sizeof data, "text:%s", s_file);
     snprintf(test, sizeof test, "text:%s", other);
     char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--test-data", test,
@@ -173,22 +162,6 @@ Test(tp_train_gpt, weight_decay_spares_biases_and_layer_norms) {
     cr_assert(strstr(s_out, "--beta1 and --beta2 are Adam's"), "%s", s_out);
 }
 
-static int s_generate(char *const *argv) {
-    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
-    char *full[32] = {TP_BINARY_DIR "/bin/tp-generate"};
-    for (int i = 1; i < 31 && (full[i] = argv[i]); i++) {}
-    return pu_run(full, env, s_out, sizeof s_out);
-}
-
-static size_t s_read_file(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    size_t n = fread(buf, 1, size - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return n;
-}
-
 /* tp-generate on a gpt log directory: a tiny GPT trained 200 steps on
  * "abc" repeated continues a prompt with the pattern when greedy
  * (temperature 0, or top-k 1: the same bytes); a seeded draw is the same
@@ -198,7 +171,7 @@ Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     snprintf(logdir, sizeof logdir, "%s/abc", s_dir);
     snprintf(corpus, sizeof corpus, "%s/abc.txt", s_dir);
     snprintf(out, sizeof out, "%s/sample.txt", s_dir);
-    s_write_repeated(corpus, "abc", 3000);
+    tpt_write_repeated(corpus, "abc", 3000);
     snprintf(data, sizeof data, "text:%s", corpus);
     char *train[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
                      "--layers", "1", "--heads", "2", "--embed", "32", "--batch", "8",
@@ -216,7 +189,7 @@ Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     rc = s_generate(greedy);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, want), "stdout has no %s:\n%s", want, s_out);
-    cr_assert_eq(s_read_file(out, got, sizeof got), 44);
+    cr_assert_eq(tpt_read_file(out, got, sizeof got), 44);
     cr_assert_str_eq(got, want);
     char *top1[] = {"tp-generate", "--load", logdir, "--prompt", "bcab", "--tokens", "40",
                     "--top-k", "1", "--seed", "5", NULL};
@@ -228,9 +201,9 @@ Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     char *draw[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--tokens", "60",
                     "--temperature", "1.5", "--seed", "9", "--output", out, NULL};
     cr_assert_eq(s_generate(draw), 0, "%s", s_out);
-    s_read_file(out, first, sizeof first);
+    tpt_read_file(out, first, sizeof first);
     cr_assert_eq(s_generate(draw), 0, "%s", s_out);
-    s_read_file(out, got, sizeof got);
+    tpt_read_file(out, got, sizeof got);
     cr_assert_str_eq(got, first, "seed 9 drew differently twice");
     cr_assert(strstr(s_out, "60 bytes after a 1-byte prompt"), "%s", s_out);
     /* a gpt log directory alone: the text path, with its defaults */
@@ -406,7 +379,7 @@ Test(tp_train_gpt, each_epoch_logs_a_sample_and_the_cache_draws_the_cacheless_by
     /* also in LOGDIR/log.log */
     char path[256], log[1 << 16];
     snprintf(path, sizeof path, "%s/log.log", logdir);
-    s_read_file(path, log, sizeof log);
+    tpt_read_file(path, log, sizeof log);
     cr_expect(strstr(log, "[TextSample] epoch 2: the quick"), "not in %s", path);
     /* 300 bytes, nearly 10 contexts: the cache slides (keep T/2), the
      * cacheless path moves its window; a learned sentence reads the same */

@@ -348,21 +348,14 @@ static tp_dataflow_t *s_fmnist_receiver(const char *ep, const char *log, int64_t
     return r;
 }
 
-/* The component handshake in the Python sender: tp_send.py of batch 32
- * against a receiver that takes batches of 64 ends (exit 1) before sending
- * any, naming both sides, and the receiver's log names it. */
-Test(proc_worker, a_python_sender_of_another_batch_ends_naming_both_sides) {
-    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
-        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
-    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
-        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
-    char ep[128], pyout[128], log[128], buf[16384];
-    snprintf(ep, sizeof ep, "ipc://%s/pycomps.sock", s_dir);
-    snprintf(pyout, sizeof pyout, "%s/pycomps.txt", s_dir);
-    snprintf(log, sizeof log, "%s/pycomps.log", s_dir);
-    tp_dataflow_t *r = s_fmnist_receiver(ep, log, 64, 0);
-    char *pargv[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
-                     "--connect", ep, "--batch", "32", NULL};
+/* The Python sender pargv (its output to pyout) against the receiver r
+ * (logging to `log`; destroyed here): the sender ends (exit 1) before
+ * sending a batch, saying `why` (and `pysays`, NULL: nothing more); the
+ * receiver's next() ends (TP_ERR_SHAPE) with nothing of it taken, and its
+ * log names tp_send.py and the same mismatch. */
+static void s_python_sender_refused(tp_dataflow_t *r, char *const pargv[], const char *pyout,
+                                    const char *log, const char *why, const char *pysays) {
+    char buf[16384];
     pu_spawn_opts_t po = {.out = pyout};
     int py = pu_spawn(pargv, &po);
     tp_datapoint_t *dp = NULL;
@@ -371,10 +364,10 @@ Test(proc_worker, a_python_sender_of_another_batch_ends_naming_both_sides) {
     uint64_t unfit = tp_df_remote_unfit(r);
     tp_dataflow_destroy(&r);
     tp_log_set_file(NULL);
-    const char *why = "component 0 'image' is uint8[32,28,28], expected uint8[64,28,28]";
     slurp(pyout, buf, sizeof buf);
     cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1 && strstr(buf, why) &&
-                  strstr(buf, "does not take this sender's datapoints"),
+                  strstr(buf, "does not take this sender's datapoints") &&
+                  (!pysays || strstr(buf, pysays)),
               "tp_send.py (status %d):\n%s", pst, buf);
     cr_assert_eq(rc, TP_ERR_SHAPE, "%d %s", rc, tp_last_error());
     cr_assert_eq(unfit, 0, "the sender sent %llu batches that do not fit",
@@ -383,6 +376,26 @@ Test(proc_worker, a_python_sender_of_another_batch_ends_naming_both_sides) {
     char who[64];
     snprintf(who, sizeof who, "tp_send.py %d@", py);
     cr_assert(strstr(buf, who) && strstr(buf, why), "the receiver's log (%s):\n%s", who, buf);
+}
+
+/* The component handshake in the Python sender: tp_send.py of batch 32
+ * against a receiver that takes batches of 64 ends (exit 1) before sending
+ * any, naming both sides, and the receiver's log names it. */
+Test(proc_worker, a_python_sender_of_another_batch_ends_naming_both_sides) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char ep[128], pyout[128], log[128];
+    snprintf(ep, sizeof ep, "ipc://%s/pycomps.sock", s_dir);
+    snprintf(pyout, sizeof pyout, "%s/pycomps.txt", s_dir);
+    snprintf(log, sizeof log, "%s/pycomps.log", s_dir);
+    tp_dataflow_t *r = s_fmnist_receiver(ep, log, 64, 0);
+    char *pargv[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
+                     "--connect", ep, "--batch", "32", NULL};
+    s_python_sender_refused(r, pargv, pyout, log,
+                            "component 0 'image' is uint8[32,28,28], expected uint8[64,28,28]",
+                            NULL);
 }
 
 /* Issue 47, the component handshake: a tp-worker whose datapoints do not
@@ -469,7 +482,7 @@ Test(proc_worker, a_worker_of_labels_out_of_range_ends_naming_both_sides) {
 Test(proc_worker, a_python_sender_of_labels_out_of_range_ends_naming_both_sides) {
     if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
         cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
-    char ep[128], pyout[128], log[128], buf[16384], code[1024];
+    char ep[128], pyout[128], log[128], code[1024];
     snprintf(ep, sizeof ep, "ipc://%s/pylabel.sock", s_dir);
     snprintf(pyout, sizeof pyout, "%s/pylabel.txt", s_dir);
     snprintf(log, sizeof log, "%s/pylabel.log", s_dir);
@@ -486,27 +499,9 @@ Test(proc_worker, a_python_sender_of_labels_out_of_range_ends_naming_both_sides)
              "sys.exit(1)\n"
              "s.close()\n", TP_SOURCE_DIR, ep);
     char *pargv[] = {"/usr/bin/python3", "-c", code, NULL};
-    pu_spawn_opts_t po = {.out = pyout};
-    int py = pu_spawn(pargv, &po);
-    tp_datapoint_t *dp = NULL;
-    tp_status_t rc = tp_dataflow_next(r, &dp);
-    int pst = pu_waitpid(py, 20000);
-    uint64_t unfit = tp_df_remote_unfit(r);
-    tp_dataflow_destroy(&r);
-    tp_log_set_file(NULL);
-    const char *why = "component 1 'label' has value 12 at [3], expected 0..9";
-    slurp(pyout, buf, sizeof buf);
-    cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1 && strstr(buf, why) &&
-                  strstr(buf, "does not take this sender's datapoints") &&
-                  strstr(buf, "label:int32[8]{0..9}"),
-              "tp_send.py (status %d):\n%s", pst, buf);
-    cr_assert_eq(rc, TP_ERR_SHAPE, "%d %s", rc, tp_last_error());
-    cr_assert_eq(unfit, 0, "the sender sent %llu batches that do not fit",
-                 (unsigned long long)unfit);
-    slurp(log, buf, sizeof buf);
-    char who[64];
-    snprintf(who, sizeof who, "tp_send.py %d@", py);
-    cr_assert(strstr(buf, who) && strstr(buf, why), "the receiver's log (%s):\n%s", who, buf);
+    s_python_sender_refused(r, pargv, pyout, log,
+                            "component 1 'label' has value 12 at [3], expected 0..9",
+                            "label:int32[8]{0..9}");
 }
 
 /* Issue 47: senders that cannot check (a bound tp-worker never probes its
@@ -618,46 +613,61 @@ Test(proc_worker, tp_train_drops_a_senders_labels_out_of_range_and_trains) {
               "tp-train's log (%s):\n%s", who, buf);
 }
 
+/* tp-train (targv, with env; its log in s_dir/train.txt) and one tp-worker
+ * of `wspec` connecting to `ep` whose datapoints do not fit the model: the
+ * worker ends at once (status 1) saying `why` (and `wsays`, NULL: nothing
+ * more), and tp-train ends non-zero saying no fitting sender is left, `why`
+ * (and `tsays`) and the worker's name, instead of hanging or training on
+ * what does not fit. */
+static void s_misfit_worker_ends_both(char *const targv[], const char *const env[],
+                                      const char *wspec, const char *ep, const char *why,
+                                      const char *wsays, const char *tsays) {
+    char out[128], wout[128], buf[65536];
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    snprintf(wout, sizeof wout, "%s/w.txt", s_dir);
+    pu_spawn_opts_t to = {.out = out, .env = env};
+    int tr = pu_spawn(targv, &to);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec", (char *)wspec, "--connect",
+                     (char *)ep, NULL};
+    pu_spawn_opts_t wo = {.out = wout};
+    int w = pu_spawn(wargv, &wo);
+    double t0 = tp_now_s();
+    int wst = pu_waitpid(w, 30000);
+    double wdt = tp_now_s() - t0;
+    int st = pu_waitpid(tr, 60000);
+    slurp(wout, buf, sizeof buf);
+    cr_assert(wst >= 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 1 && strstr(buf, why) &&
+                  (!wsays || strstr(buf, wsays)),
+              "the worker (status %d after %.1f s):\n%s", wst, wdt, buf);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
+              st, buf);
+    char who[64];
+    snprintf(who, sizeof who, "tp-worker %d@", w);
+    cr_assert(strstr(buf, "no sender left sends datapoints that fit") && strstr(buf, why) &&
+                  strstr(buf, who) && (!tsays || strstr(buf, tsays)),
+              "tp-train's log names the worker (%s) and the mismatch:\n%s", who, buf);
+}
+
 /* Issue 47: `tp-train --spec 'remote:...'` takes what --remote takes (its
  * model's inputs, here per datapoint before the spec's batch stage), in
  * the handshake too: a worker of another image size ends at once naming
  * both sides, and the run ends saying no fitting sender is left. */
 Test(proc_worker, tp_train_spec_remote_and_a_worker_of_another_size_both_name_it) {
-    char ep[128], spec[200], logdir[128], out[128], wout[128], buf[65536];
+    char ep[128], spec[200], logdir[128];
     snprintf(ep, sizeof ep, "ipc://%s/spec.sock", s_dir);
     snprintf(spec, sizeof spec, "remote:@%s | batch 16", ep);
     snprintf(logdir, sizeof logdir, "%s/log", s_dir);
-    snprintf(out, sizeof out, "%s/train.txt", s_dir);
-    snprintf(wout, sizeof wout, "%s/w.txt", s_dir);
     char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
                      "--steps-per-epoch", "5", "--batch", "16", "--spec", spec,
                      "--threads", "1", "--towers", "1", "--test-spec",
                      "fake:size=500 | batch 500", "--logdir", logdir, "--no-tensorboard",
                      NULL};
     const char *env[] = {"TP_LOG_LEVEL=info", NULL};
-    pu_spawn_opts_t to = {.out = out, .env = env};
-    int tr = pu_spawn(targv, &to);
-    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
-                     "fake:shape=32x32:uint8,shape=scalar:int32,size=1000", "--connect", ep,
-                     NULL};
-    pu_spawn_opts_t wo = {.out = wout};
-    int w = pu_spawn(wargv, &wo);
-    int wst = pu_waitpid(w, 30000);
-    int st = pu_waitpid(tr, 60000);
-    const char *why = "component 0 'image' is uint8[32,32], expected uint8[28,28]";
-    slurp(wout, buf, sizeof buf);
-    cr_assert(wst >= 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 1 && strstr(buf, why) &&
-                  strstr(buf, "image:uint8[28,28];label:int32[]{0..9}"),
-              "the worker (status %d):\n%s", wst, buf);
-    slurp(out, buf, sizeof buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
-              st, buf);
-    char who[64];
-    snprintf(who, sizeof who, "tp-worker %d@", w);
-    cr_assert(strstr(buf, "must send image:uint8[28,28];label:int32[]{0..9}") &&
-                  strstr(buf, "no sender left sends datapoints that fit") &&
-                  strstr(buf, why) && strstr(buf, who),
-              "tp-train's log names the worker (%s) and the mismatch:\n%s", who, buf);
+    s_misfit_worker_ends_both(targv, env, "fake:shape=32x32:uint8,shape=scalar:int32,size=1000",
+                              ep, "component 0 'image' is uint8[32,32], expected uint8[28,28]",
+                              "image:uint8[28,28];label:int32[]{0..9}",
+                              "must send image:uint8[28,28];label:int32[]{0..9}");
 }
 
 /* Issue 47: forked workers (--workers with --spec: a processes stage) run
@@ -695,39 +705,18 @@ Test(proc_worker, forked_workers_check_their_first_datapoint) {
  * run ends (non-zero, saying no fitting sender is left) instead of hanging
  * or training on the wrong batch. */
 Test(proc_worker, tp_train_and_a_worker_of_another_batch_both_name_the_mismatch) {
-    char ep[128], bind[140], logdir[128], out[128], wout[128], buf[65536];
+    char ep[128], bind[140], logdir[128];
     snprintf(ep, sizeof ep, "ipc://%s/train.sock", s_dir);
     snprintf(bind, sizeof bind, "@%s", ep);
     snprintf(logdir, sizeof logdir, "%s/log", s_dir);
-    snprintf(out, sizeof out, "%s/train.txt", s_dir);
-    snprintf(wout, sizeof wout, "%s/w.txt", s_dir);
     char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
                      "--steps-per-epoch", "5", "--batch", "32", "--remote", bind,
                      "--threads", "1", "--towers", "1", "--test-spec",
                      "fake:size=500 | batch 500", "--logdir", logdir, "--no-tensorboard",
                      NULL};
-    pu_spawn_opts_t to = {.out = out};
-    int tr = pu_spawn(targv, &to);
-    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
-                     "fake:size=1000 | batch 16", "--connect", ep, NULL};
-    pu_spawn_opts_t wo = {.out = wout};
-    int w = pu_spawn(wargv, &wo);
-    double t0 = tp_now_s();
-    int wst = pu_waitpid(w, 30000);
-    double wdt = tp_now_s() - t0;
-    int st = pu_waitpid(tr, 60000);
-    const char *why = "component 0 'image' is uint8[16,28,28], expected uint8[32,28,28]";
-    slurp(wout, buf, sizeof buf);
-    cr_assert(wst >= 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 1 && strstr(buf, why),
-              "the worker (status %d after %.1f s):\n%s", wst, wdt, buf);
-    slurp(out, buf, sizeof buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
-              st, buf);
-    char who[64];
-    snprintf(who, sizeof who, "tp-worker %d@", w);
-    cr_assert(strstr(buf, "no sender left sends datapoints that fit") && strstr(buf, why) &&
-                  strstr(buf, who),
-              "tp-train's log names the worker (%s) and the mismatch:\n%s", who, buf);
+    s_misfit_worker_ends_both(
+        targv, NULL, "fake:size=1000 | batch 16", ep,
+        "component 0 'image' is uint8[16,28,28], expected uint8[32,28,28]", NULL, NULL);
 }
 
 static int run_status(char *const argv[]) {

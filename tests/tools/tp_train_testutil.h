@@ -1,5 +1,6 @@
 /* towerpack tests: what the tp-train suites (test_proc_tp_train*.c) share:
- * running the tool with info logging, reading its stats.json, removing the
+ * running the tool with info logging (and tp-generate with warnings),
+ * writing a corpus, reading back a file and its stats.json, removing the
  * suite's directory. Include after proc_testutil.h, Criterion and jansson. */
 #ifndef TP_TESTS_TP_TRAIN_TESTUTIL_H
 #define TP_TESTS_TP_TRAIN_TESTUTIL_H
@@ -11,6 +12,46 @@ static inline int tpt_run(char *const *argv, char *out, size_t size) {
     char *full[64] = {TP_BINARY_DIR "/bin/tp-train"};
     for (int i = 1; i < 63 && (full[i] = argv[i]); i++) {}
     return pu_run(full, env, out, size);
+}
+
+/* Run tp-generate with argv (NULL-terminated, argv[0] ignored), warnings
+ * only, stdout+stderr into out[size]; the exit status. */
+static inline int tpt_generate(char *const *argv, char *out, size_t size) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    char *full[32] = {TP_BINARY_DIR "/bin/tp-generate"};
+    for (int i = 1; i < 31 && (full[i] = argv[i]); i++) {}
+    return pu_run(full, env, out, size);
+}
+
+/* Write `text` n times over to path: a corpus a tiny model can learn. */
+static inline void tpt_write_repeated(const char *path, const char *text, int n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    for (int i = 0; i < n; i++)
+        fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "%s", path);
+}
+
+/* The file at path into buf[size], NUL-terminated (the test fails when it
+ * cannot be opened); its length. */
+static inline size_t tpt_read_file(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    size_t n = fread(buf, 1, size - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return n;
+}
+
+/* The text suites' fixture: a fresh /tmp/PREFIX-XXXXXX into dir[dsize]
+ * and, in it, corpus.txt (its path into file[fsize]): a sentence repeated
+ * 800 times, 36 kB, which a tiny GPT learns in a few hundred steps. */
+static inline void tpt_make_corpus(char *dir, size_t dsize, char *file, size_t fsize,
+                                   const char *prefix) {
+    snprintf(dir, dsize, "/tmp/%s-XXXXXX", prefix);
+    cr_assert_not_null(mkdtemp(dir), "%s", dir);
+    snprintf(file, fsize, "%s/corpus.txt", dir);
+    tpt_write_repeated(file, "the quick brown fox jumps over the lazy dog. ", 800);
 }
 
 /* LOGDIR/stats.json, parsed (the test fails when it is not there). */
