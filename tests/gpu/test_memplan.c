@@ -200,3 +200,60 @@ Test(memplan, gpt_and_cnn_plans_shrink, .timeout = 300) {
         tp_model_destroy(&off);
     }
 }
+
+/* The GAN trainer's step (pipeline/train/trainer_gan.c): the generator's
+ * gradients from a forward pass, the discriminator's from a backward-only
+ * run over the forward it left (every value and every kept workspace
+ * still live), the updates of both: with reuse and without, the same
+ * variables bit for bit (the zoo's DCGAN: batch norm, oneDNN's
+ * convolutions and transposed convolutions). */
+static tp_optimizer_t *s_adam(void *u) {
+    (void)u;
+    return tp_optimizer_adam(2e-4, 0.5, 0.999, 1e-8);
+}
+
+Test(memplan, gan_backward_over_a_held_forward_as_without_reuse, .timeout = 300) {
+    enum { B = 8 };
+    const tp_zoo_gan_t *gz = tp_zoo_find_gan("dcgan");
+    cr_assert_not_null(gz);
+    cr_assert_eq(gz->noise_input, 2);
+    tp_model_desc_t md = {gz->inputs, gz->ninputs, gz->build, s_adam, NULL};
+    tp_model_t *m[2] = {s_model(&md, 1, 1, B), s_model(&md, 0, 1, B)};
+    fprintf(stderr, "dcgan, batch %d: planned %zu bytes with reuse, %zu without\n", B,
+            tp_model_memory(m[0]), tp_model_memory(m[1]));
+    cr_expect_lt(tp_model_memory(m[0]), tp_model_memory(m[1]));
+    static uint8_t pix[B * 28 * 28];
+    static float z[B * TP_ZOO_DCGAN_Z];
+    int32_t label[B] = {0};
+    tp_tensor_t feeds[3];
+    int64_t ish[3] = {B, 28, 28}, lsh[1] = {B}, zsh[2] = {B, TP_ZOO_DCGAN_Z};
+    tp_tensor_init_wrap(&feeds[0], TP_UINT8, 3, ish, pix, NULL, NULL);
+    tp_tensor_init_wrap(&feeds[1], TP_INT32, 1, lsh, label, NULL, NULL);
+    tp_tensor_init_wrap(&feeds[2], TP_FLOAT32, 2, zsh, z, NULL, NULL);
+    const tp_run_opts_t o[5] = {{.stages = TP_RUN_GRADIENTS, .cost = "g_loss"},
+                                {.stages = TP_RUN_BACKWARD, .cost = "d_loss"},
+                                {.stages = TP_RUN_REDUCE},
+                                {.stages = TP_RUN_UPDATE, .cost = "g_loss"},
+                                {.stages = TP_RUN_UPDATE, .cost = "d_loss"}};
+    for (int s = 0; s < 3; s++) {
+        tp_rng_t r;
+        tp_rng_init(&r, 3, (uint64_t)s);
+        for (size_t i = 0; i < sizeof pix; i++)
+            pix[i] = (uint8_t)tp_rng_below(&r, 256);
+        for (int i = 0; i < B * TP_ZOO_DCGAN_Z; i++)
+            z[i] = (float)tp_rng_normal(&r);
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 5; j++)
+                cr_assert_eq(tp_model_run(m[k], 0, j ? NULL : feeds, j ? 0 : 3, NULL, 0, &o[j]),
+                             TP_OK, "step %d, run %d: %s", s, j, tp_last_error());
+    }
+    for (int i = 0; i < tp_model_var_count(m[0]); i++) {
+        const char *v = tp_model_var_name(m[0], i);
+        tp_tensor_t a, b;
+        cr_assert_eq(tp_model_var(m[0], v, &a), TP_OK);
+        cr_assert_eq(tp_model_var(m[1], v, &b), TP_OK);
+        cr_expect(tp_tensor_equal(&a, &b), "dcgan: %s differs with reuse", v);
+    }
+    tp_model_destroy(&m[0]);
+    tp_model_destroy(&m[1]);
+}
