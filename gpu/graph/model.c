@@ -573,8 +573,9 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
             wslot[i].bytes = s_round(n->workspace_bytes);
         }
     }
-    const char *reuse = getenv("TP_PLAN_REUSE");
-    if (!reuse || strcmp(reuse, "0") != 0)
+    /* read when the model is built, never in a run; 0 is the plan
+     * without reuse (one slot each) that tests compare against */
+    if (s_env_switch("TP_PLAN_REUSE", 1))
         s_plan_lifetimes(t, slot);
     size_t total = tp_plan_slots_(slot, 3 * N);
     if (total == (size_t)-1) {
