@@ -26,7 +26,7 @@ static tp_optimizer_t *s_adamw(void *u) {
 
 /* ---- the slot layout --------------------------------------------------- */
 
-Test(memplan, slots_live_together_never_overlap) {
+Test(memplan, slots_live_together_never_overlap, .timeout = 300) {
     /* pinned first, in order; then intervals: 0..2, 3..5 (disjoint from
      * the first: may share), 1..4 (overlaps both) */
     tp_slot_t s[5] = {{.bytes = 64, .lo = -1},
