@@ -174,8 +174,10 @@ Test(memplan, gpt_trains_bit_for_bit_as_without_reuse, .timeout = 300) {
 }
 
 /* The plans of the issue: the GPT of 4 layers, 256 wide, context 256 on
- * 2 towers of 64 (tp-train's default batch), and the CNN at 128. Built
- * only (the arena's pages are not touched until a step writes them). */
+ * 2 towers (of 8: tp-train's default 64 plans 11 GB without reuse, more
+ * than a small CI machine may be allowed; docs/compute.md has its
+ * figures), and the CNN at 128. Built only (the arena's pages are not
+ * touched until a step writes them). */
 Test(memplan, gpt_and_cnn_plans_shrink, .timeout = 300) {
     tp_input_desc_t in[2];
     cr_assert_eq(tp_zoo_gpt_inputs(256, in), TP_OK);
@@ -187,7 +189,7 @@ Test(memplan, gpt_and_cnn_plans_shrink, .timeout = 300) {
         const tp_model_desc_t *md;
         int towers, batch;
         double at_most; /* the planned bytes with reuse / without */
-    } c[2] = {{"gpt", &gpt, 2, 64, 0.75}, {"cnn", &cnn, 1, 128, 0.9}};
+    } c[2] = {{"gpt", &gpt, 2, 8, 0.75}, {"cnn", &cnn, 1, 128, 0.9}};
     for (int i = 0; i < 2; i++) {
         tp_model_t *on = s_model(c[i].md, 1, c[i].towers, c[i].batch);
         tp_model_t *off = s_model(c[i].md, 0, c[i].towers, c[i].batch);
