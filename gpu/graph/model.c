@@ -436,7 +436,9 @@ static void s_plan_lifetimes(tp_tower_t *t, tp_slot_t *slot) {
         tp_slot_t *g = &gslot[o->id];
         if (g->lo < 0)
             continue; /* kept live */
-        if (!writes[i]) { /* read with no write in the step: keep it */
+        /* read with no write in the step, or an input's (read after the
+         * step, through the buffer of the consumer it aliases): keep it */
+        if (!writes[i] || x->kind == TP_OP_INPUT) {
             g->lo = -1;
             continue;
         }
