@@ -168,6 +168,23 @@ static inline const tp_node_t *tp_node_caller_(const tp_node_t *n) {
  * message for an allocation of them that failed. */
 tp_status_t tp_plan_memory_(const tp_tower_t *t, size_t total, int failed);
 
+/* memplan.c: one buffer of a tower's arena. bytes: its size (a multiple
+ * of TP_ALIGNMENT); lo..hi: the steps of the tower's timeline (forward of
+ * node i at i, backward of node i at 2N - i, N nodes) in which it is
+ * live, both included; lo < 0: live always (never shares its bytes). off:
+ * its offset, set by tp_plan_slots_. */
+typedef struct {
+    size_t bytes;
+    int lo, hi;
+    size_t off;
+} tp_slot_t;
+/* Lay out n slots: the pinned ones one after another in their order (the
+ * layout of a plan without reuse), then each other one, largest first, at
+ * the lowest offset past the pinned ones where it overlaps no placed slot
+ * live at a common step. Returns the arena's bytes; -1 (SIZE_MAX) when
+ * memory for the plan's bookkeeping lacks. */
+size_t tp_plan_slots_(tp_slot_t *s, int n);
+
 /* Wait for every step a training tower queued ahead (config.ahead): what
  * reads the model's memory other than the next step calls it first. */
 tp_status_t tp_model_drain_(tp_model_t *m);

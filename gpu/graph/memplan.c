@@ -8,6 +8,7 @@
  * get (RAM + swap, ulimit -v) is refused before it is tried, so that a
  * hopeless run never starts paging or waits on the kernel's OOM killer. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <towerpack/process.h>
 #include "gpu/backend_impl.h"
 #include "gpu/graph/graph_internal.h"
@@ -57,4 +58,66 @@ tp_status_t tp_plan_memory_(const tp_tower_t *t, size_t total, int failed) {
     if (b->device >= 0)  /* device memory: the device's allocator says */
         return TP_OK;
     return tp_mem_check(total, hint, "of activations for %s (largest: %s)", t->name, big);
+}
+
+/* ---- reuse of slots whose lifetimes do not overlap --------------------- */
+
+/* largest first; ties in array order (the same plan every time) */
+static int s_cmp_size(const void *a, const void *b) {
+    const tp_slot_t *x = *(const tp_slot_t *const *)a, *y = *(const tp_slot_t *const *)b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return x < y ? -1 : x > y;
+}
+
+static int s_cmp_off(const void *a, const void *b) {
+    const tp_slot_t *x = *(const tp_slot_t *const *)a, *y = *(const tp_slot_t *const *)b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+size_t tp_plan_slots_(tp_slot_t *s, int n) {
+    size_t pinned = 0;
+    for (int i = 0; i < n; i++)
+        if (s[i].lo < 0) {
+            s[i].off = pinned;
+            pinned += s[i].bytes;
+        }
+    tp_slot_t **order = malloc(((size_t)n + 1) * sizeof *order);
+    const tp_slot_t **live = malloc(((size_t)n + 1) * sizeof *live);
+    if (!order || !live) {
+        free(order);
+        free(live);
+        return (size_t)-1;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (s[i].lo >= 0 && s[i].bytes)
+            order[m++] = &s[i];
+        else if (s[i].lo >= 0)
+            s[i].off = pinned; /* empty: anywhere */
+    qsort(order, (size_t)m, sizeof *order, s_cmp_size);
+    size_t top = pinned;
+    for (int k = 0; k < m; k++) {
+        tp_slot_t *x = order[k];
+        int nl = 0; /* the placed slots live at a step x is live at */
+        for (int j = 0; j < k; j++) {
+            const tp_slot_t *y = order[j];
+            if (y->lo <= x->hi && x->lo <= y->hi)
+                live[nl++] = y;
+        }
+        qsort(live, (size_t)nl, sizeof *live, s_cmp_off);
+        size_t off = pinned; /* first fit: the lowest gap that holds x */
+        for (int j = 0; j < nl; j++) {
+            if (live[j]->off >= off + x->bytes)
+                break;
+            if (live[j]->off + live[j]->bytes > off)
+                off = live[j]->off + live[j]->bytes;
+        }
+        x->off = off;
+        if (off + x->bytes > top)
+            top = off + x->bytes;
+    }
+    free(order);
+    free(live);
+    return top;
 }

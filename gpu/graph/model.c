@@ -361,6 +361,96 @@ static void s_plan_aliases(tp_tower_t *t) {
     free(cnt);
 }
 
+/* The lifetimes of a tower's buffers on its timeline (tp_slot_t: the
+ * forward of node i at step i, its backward at 2N - i, the cost's seed at
+ * N), for tp_plan_slots_ to lay the short-lived ones over each other.
+ * What stays live always (lo -1, its own bytes):
+ * - every value: the backward reads most of them; a run of TP_RUN_BACKWARD
+ *   alone reads the whole forward held from an earlier run; callbacks,
+ *   monitors and summaries fetch outputs, the cost and any node after the
+ *   step; a pruned run computes only part of the forward;
+ * - the workspace of a node that runs backward: an op may keep state in it
+ *   from its forward for its backward (batch norm's statistics, dropout's
+ *   mask, max pooling's indices, oneDNN's copy of x, the fused attention's
+ *   logsumexp), and a tower may run several backward passes (one per named
+ *   cost) over one forward;
+ * - an input's gradient (tp_tower_input_gradient reads it after the step).
+ * What shares bytes:
+ * - a node's output gradient: live from its first write (the backward of
+ *   its last consumer, or the seed of a cost) to its own backward, which
+ *   reads it. The nodes whose gradient is this buffer (aliases, folds) all
+ *   count. A pass overwrites each gradient before it reads it (the first
+ *   writer does not add), so nothing of a gradient outlives its pass;
+ * - the workspace of a node that runs no backward: live only in its call. */
+static void s_plan_lifetimes(tp_tower_t *t, tp_slot_t *slot) {
+    const int N = t->nnodes;
+    tp_slot_t *gslot = slot + N, *wslot = gslot + N;
+    /* per node: the first and last step that touch its output gradient
+     * (its own backward or its caller's reads it; its consumers' write
+     * it), and how many writes it has */
+    int *lo = malloc(((size_t)N * 3 + 1) * sizeof *lo);
+    if (!lo)
+        return; /* no reuse: correct, only larger */
+    int *hi = lo + N, *writes = hi + N;
+    for (int i = 0; i < N; i++) {
+        const tp_node_t *n = t->nodes[i];
+        if (wslot[i].bytes && !n->backward)
+            wslot[i].lo = wslot[i].hi = i;
+        int r = 2 * N - i, rc = 2 * N - tp_node_caller_(n)->id;
+        lo[i] = r < rc ? r : rc;
+        hi[i] = r > rc ? r : rc;
+        writes[i] = 0;
+    }
+    for (int k = 0; k < t->ncosts; k++)
+        if (t->costs[k]) { /* seeded before the pass */
+            int c = t->costs[k]->id;
+            lo[c] = N < lo[c] ? N : lo[c];
+            writes[c]++;
+        }
+    for (int c = 0; c < N; c++) {
+        const tp_node_t *cn = t->nodes[c];
+        if (!cn->backward)
+            continue;
+        int s1 = 2 * N - c, s2 = 2 * N - tp_node_caller_(cn)->id;
+        int a = s1 < s2 ? s1 : s2, z = s1 > s2 ? s1 : s2;
+        for (int j = 0; j < cn->ninputs; j++) {
+            int x = cn->inputs[j]->id;
+            lo[x] = a < lo[x] ? a : lo[x];
+            hi[x] = z > hi[x] ? z : hi[x];
+            writes[x]++;
+        }
+    }
+    for (int i = 0; i < N; i++)
+        if (gslot[i].bytes && t->nodes[i]->kind != TP_OP_INPUT) {
+            gslot[i].lo = INT_MAX;
+            gslot[i].hi = INT_MIN;
+        }
+    /* a buffer's lifetime: the union of its nodes' (aliases, folds) */
+    for (int i = 0; i < N; i++) {
+        const tp_node_t *x = t->nodes[i];
+        if (!x->backward || x->kind == TP_OP_VARIABLE)
+            continue;
+        const tp_node_t *o = x;
+        while (o->grad_alias)
+            o = o->grad_alias;
+        tp_slot_t *g = &gslot[o->id];
+        if (g->lo < 0)
+            continue; /* kept live */
+        /* read with no write in the step, or an input's (read after the
+         * step, through the buffer of the consumer it aliases): keep it */
+        if (!writes[i] || x->kind == TP_OP_INPUT) {
+            g->lo = -1;
+            continue;
+        }
+        g->lo = lo[i] < g->lo ? lo[i] : g->lo;
+        g->hi = hi[i] > g->hi ? hi[i] : g->hi;
+    }
+    for (int i = 0; i < N; i++) /* a buffer no node reached: keep it */
+        if (gslot[i].lo == INT_MAX)
+            gslot[i].lo = -1;
+    free(lo);
+}
+
 static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     tp_backend_t *b = tp_tower_backend_(t);
     t->costs[0] = t->cost;
@@ -452,26 +542,25 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         tp_plan_folds_(t);
     s_plan_aliases(t);
 
-    /* Sizes: values, gradients, workspaces, laid out in one arena. */
-    size_t total = 0;
-    size_t *val_off = calloc((size_t)t->nnodes * 3 + 1, sizeof(size_t));
-    if (!val_off)
+    /* Sizes: values, gradients, workspaces, laid out in one arena; with
+     * reuse (TP_PLAN_REUSE unset or not 0) those whose lifetimes do not
+     * overlap share bytes (s_plan_lifetimes). */
+    const int N = t->nnodes;
+    tp_slot_t *slot = calloc((size_t)N * 3 + 1, sizeof *slot);
+    if (!slot)
         return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
-    size_t *grad_off = val_off + t->nnodes, *ws_off = grad_off + t->nnodes;
+    tp_slot_t *vslot = slot, *gslot = slot + N, *wslot = gslot + N;
     const void *xs[TP_OP_MAX_INPUTS];
     tp_shape_t xsh[TP_OP_MAX_INPUTS];
     float *dx[TP_OP_MAX_INPUTS];
-    for (int i = 0; i < t->nnodes; i++) {
+    for (int i = 0; i < N; i++) {
         tp_node_t *n = t->nodes[i];
         size_t count = tp_shape_count(&n->shape);
-        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_RESHAPE && !n->folded) {
-            val_off[i] = total;
-            total += s_round(count * tp_dtype_size(n->dtype));
-        }
-        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias) {
-            grad_off[i] = total;
-            total += s_round(count * sizeof(float));
-        }
+        vslot[i].lo = gslot[i].lo = wslot[i].lo = -1;
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_RESHAPE && !n->folded)
+            vslot[i].bytes = s_round(count * tp_dtype_size(n->dtype));
+        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias)
+            gslot[i].bytes = s_round(count * sizeof(float));
         if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT && !n->folded) {
             /* the largest any cost's backward needs (the inputs it
              * differentiates can differ from cost to cost) */
@@ -483,15 +572,23 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
                 if (ws > n->workspace_bytes)
                     n->workspace_bytes = ws;
             }
-            ws_off[i] = total;
-            total += s_round(n->workspace_bytes);
+            wslot[i].bytes = s_round(n->workspace_bytes);
         }
+    }
+    /* read when the model is built, never in a run; 0 is the plan
+     * without reuse (one slot each) that tests compare against */
+    if (s_env_switch("TP_PLAN_REUSE", 1))
+        s_plan_lifetimes(t, slot);
+    size_t total = tp_plan_slots_(slot, 3 * N);
+    if (total == (size_t)-1) {
+        free(slot);
+        return tp_error(TP_ERR_NOMEM, "planning %s", t->name);
     }
     t->act_bytes = total;
     tp_status_t mrc = tp_plan_memory_(t, total, 0);  /* refused before it is tried */
     t->act_arena = mrc < 0 ? NULL : b->ops->alloc(b, total ? total : TP_ALIGNMENT);
     if (!t->act_arena) {
-        free(val_off);
+        free(slot);
         return mrc < 0 ? mrc : tp_plan_memory_(t, total, 1);
     }
     m->memory += total;
@@ -500,7 +597,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
          * clip's sum of squares (s_clip_acc) */
         t->grads = b->ops->alloc(b, m->ntrain * sizeof(float) + 2 * TP_ALIGNMENT);
         if (!t->grads) {
-            free(val_off);
+            free(slot);
             return tp_error(TP_ERR_NOMEM, "%s: gradients", t->name);
         }
         m->memory += m->ntrain * sizeof(float);
@@ -519,12 +616,12 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         } else if (n->folded) {
             n->value = n->folded->value; /* planned already: a lower id */
         } else {
-            n->value = base + val_off[i];
+            n->value = base + vslot[i].off;
         }
         if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias)
-            n->grad = (float *)(base + grad_off[i]);
+            n->grad = (float *)(base + gslot[i].off);
         if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT && !n->folded)
-            n->workspace = base + ws_off[i];
+            n->workspace = base + wslot[i].off;
         if (n->kind == TP_OP_INPUT)
             n->workspace = n->value; /* kept: inputs may be borrowed */
     }
@@ -532,7 +629,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     for (int i = t->nnodes - 1; i >= 0; i--)
         if (t->nodes[i]->grad_alias)
             t->nodes[i]->grad = t->nodes[i]->grad_alias->grad;
-    free(val_off);
+    free(slot);
     if (train && m->ntowers > 1 && m->config.bucket_bytes > 0 &&
         b->ops->allreduce_begin && b->ops->allreduce_end)
         TP_TRY(s_plan_buckets(m, t, (size_t)m->config.bucket_bytes / sizeof(float)));
