@@ -393,7 +393,9 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
      * reference (scalar) loops over the blocked output: with them the
      * autoencoder's 32->16 decoder forward took 4.2 ms of which the JIT
      * kernel took under 1 (docs/performance.md); without them it is the
-     * kernel alone, and s_bias_act adds both in one vector pass */
+     * kernel alone, and s_bias_act adds both in one vector pass. Its
+     * backward-weights sums the bias gradient the same way: s_bias_grad
+     * does it on the plain dy instead. */
     e->own_bias = k->deconv;
     const dnnl_memory_desc_t *fbias = e->own_bias ? NULL : bias;
     dnnl_status_t st;
@@ -423,7 +425,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
                 m.pl, m.pr);
         if (st == dnnl_success)
             st = dnnl_dilated_deconvolution_backward_weights_desc_init(
-                &wd, dnnl_deconvolution_direct, &m.xa, &m.wa, bias, &m.ya, m.strides,
+                &wd, dnnl_deconvolution_direct, &m.xa, &m.wa, fbias, &m.ya, m.strides,
                 m.dil, m.pl, m.pr);
     }
     if (st != dnnl_success) { /* a geometry oneDNN does not take: im2col's */
@@ -466,7 +468,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
             rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_DST, 0, 0, &m.y, name);
         if (rc == TP_OK)
             rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_WEIGHTS, 1, 1, &m.w, name);
-        if (rc == TP_OK && k->bias)
+        if (rc == TP_OK && fbias)
             rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_BIAS, 1, 1, &m.b, name);
         if (rc == TP_OK)
             rc = s_finish(p, wpd, name);
@@ -649,12 +651,21 @@ static tp_status_t s_ws(const s_entry_t *e, const tp_op_call_t *c, char **base, 
  * the filter's is not wanted (the backward-weights primitive makes both). */
 static void s_bias_grad(const s_geom_t *k, const float *dy, float *db, int acc) {
     const size_t p = (size_t)(k->oh * k->ow);
+    enum { L = 16 }; /* lanes: independent float sums the compiler vectorises */
     for (int64_t o = 0; o < k->o; o++) {
         double s = 0.0;
         for (int64_t b = 0; b < k->n; b++) {
             const float *r = dy + ((size_t)b * (size_t)k->o + (size_t)o) * p;
-            for (size_t i = 0; i < p; i++)
-                s += r[i];
+            float lane[L] = {0};
+            size_t i = 0;
+            for (; i + L <= p; i += L)
+                for (int j = 0; j < L; j++)
+                    lane[j] += r[i + j];
+            for (; i < p; i++)
+                lane[i % L] += r[i];
+            /* a plane's partial sums (a few hundred floats) in double */
+            for (int j = 0; j < L; j++)
+                s += lane[j];
         }
         db[o] = acc ? db[o] + (float)s : (float)s;
     }
@@ -836,6 +847,8 @@ tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
         int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[1], db ? c->dx_acc[2] : 0};
         rc = s_run(self, &e->pass[S_BWD_WEIGHTS], base + e->rooms, user, blk, ready, acc,
                    c->name);
+        if (rc == TP_OK && db && e->own_bias)
+            s_bias_grad(&e->key, c->dy, db, c->dx_acc[2]);
     } else if (db) {
         s_bias_grad(&e->key, c->dy, db, c->dx_acc[2]);
     }
