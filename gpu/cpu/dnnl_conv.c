@@ -2,7 +2,9 @@
  * 2.6) for the CPU backend: forward (with its bias), backward-data,
  * backward-weights (with the bias gradient), any stride, padding, dilation,
  * group count (and output padding: the transposed conv is oneDNN's
- * deconvolution, W in PyTorch's [C_in, C_out/g, KH, KW], oneDNN's iohw).
+ * deconvolution, W in PyTorch's [C_in, C_out/g, KH, KW], oneDNN's iohw;
+ * its bias, folded relu and bias gradient are ours, outside oneDNN's
+ * reference loops: s_entry_build).
  *
  * Each geometry (batch, channels, image, kernel, stride, padding, dilation,
  * groups, bias or not) gets its three primitives once, when the model plans
