@@ -2,7 +2,9 @@
  * 2.6) for the CPU backend: forward (with its bias), backward-data,
  * backward-weights (with the bias gradient), any stride, padding, dilation,
  * group count (and output padding: the transposed conv is oneDNN's
- * deconvolution, W in PyTorch's [C_in, C_out/g, KH, KW], oneDNN's iohw).
+ * deconvolution, W in PyTorch's [C_in, C_out/g, KH, KW], oneDNN's iohw;
+ * its bias, folded relu and bias gradient are ours, outside oneDNN's
+ * reference loops: s_entry_build).
  *
  * Each geometry (batch, channels, image, kernel, stride, padding, dilation,
  * groups, bias or not) gets its three primitives once, when the model plans
@@ -94,6 +96,7 @@ typedef struct s_entry {
     int ok;                        /* oneDNN implements all three passes */
     s_pass_t pass[S_PASSES];
     int data_im2col;               /* backward-data by ops_conv.c (below) */
+    int own_bias;                  /* the forward's bias and relu are ours */
     size_t keep_bytes, dd_bytes;   /* 0: not shared */
     size_t rooms;                  /* where the passes' rooms start */
     size_t bytes;                  /* the whole workspace, with alignment */
@@ -387,6 +390,16 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
     /* (a deconvolution's descriptor is a convolution's, dnnl_types.h) */
     dnnl_convolution_desc_t fd, dd, wd;
     const dnnl_memory_desc_t *bias = k->bias ? &m.b : NULL;
+    /* oneDNN 2.6's deconvolution forward is its convolution's
+     * backward-data with the bias and the post-ops applied after it by
+     * reference (scalar) loops over the blocked output: with them the
+     * autoencoder's 32->16 decoder forward took 4.2 ms of which the JIT
+     * kernel took under 1 (docs/performance.md); without them it is the
+     * kernel alone, and s_bias_act adds both in one vector pass. Its
+     * backward-weights sums the bias gradient the same way: s_bias_grad
+     * does it on the plain dy instead. */
+    e->own_bias = k->deconv;
+    const dnnl_memory_desc_t *fbias = e->own_bias ? NULL : bias;
     dnnl_status_t st;
     if (!k->deconv) {
         st = dnnl_dilated_convolution_forward_desc_init(
@@ -406,7 +419,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         st = dnnl_unimplemented;
     } else {
         st = dnnl_dilated_deconvolution_forward_desc_init(
-            &fd, dnnl_forward_training, dnnl_deconvolution_direct, &m.xa, &m.wa, bias,
+            &fd, dnnl_forward_training, dnnl_deconvolution_direct, &m.xa, &m.wa, fbias,
             &m.ya, m.strides, m.dil, m.pl, m.pr);
         if (st == dnnl_success)
             st = dnnl_dilated_deconvolution_backward_data_desc_init(
@@ -414,7 +427,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
                 m.pl, m.pr);
         if (st == dnnl_success)
             st = dnnl_dilated_deconvolution_backward_weights_desc_init(
-                &wd, dnnl_deconvolution_direct, &m.xa, &m.wa, bias, &m.ya, m.strides,
+                &wd, dnnl_deconvolution_direct, &m.xa, &m.wa, fbias, &m.ya, m.strides,
                 m.dil, m.pl, m.pr);
     }
     if (st != dnnl_success) { /* a geometry oneDNN does not take: im2col's */
@@ -424,7 +437,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
     }
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     int ok = 0;
-    tp_status_t rc = s_pd(self, &fd, NULL, &fpd, &ok, (int)k->relu, name);
+    tp_status_t rc = s_pd(self, &fd, NULL, &fpd, &ok, (int)k->relu && !e->own_bias, name);
     if (rc == TP_OK && ok)
         rc = s_pd(self, &dd, fpd, &dpd, &ok, 0, name);
     if (rc == TP_OK && ok)
@@ -435,7 +448,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         rc = s_arg(self, p, fpd, DNNL_ARG_SRC, 0, 0, &m.x, name);
         if (rc == TP_OK)
             rc = s_arg(self, p, fpd, DNNL_ARG_WEIGHTS, 0, 0, &m.w, name);
-        if (rc == TP_OK && k->bias)
+        if (rc == TP_OK && fbias)
             rc = s_arg(self, p, fpd, DNNL_ARG_BIAS, 0, 0, &m.b, name);
         if (rc == TP_OK)
             rc = s_arg(self, p, fpd, DNNL_ARG_DST, 1, 0, &m.y, name);
@@ -457,7 +470,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
             rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_DST, 0, 0, &m.y, name);
         if (rc == TP_OK)
             rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_WEIGHTS, 1, 1, &m.w, name);
-        if (rc == TP_OK && k->bias)
+        if (rc == TP_OK && fbias)
             rc = s_arg(self, p, wpd, DNNL_ARG_DIFF_BIAS, 1, 1, &m.b, name);
         if (rc == TP_OK)
             rc = s_finish(p, wpd, name);
@@ -640,12 +653,21 @@ static tp_status_t s_ws(const s_entry_t *e, const tp_op_call_t *c, char **base, 
  * the filter's is not wanted (the backward-weights primitive makes both). */
 static void s_bias_grad(const s_geom_t *k, const float *dy, float *db, int acc) {
     const size_t p = (size_t)(k->oh * k->ow);
+    enum { L = 16 }; /* lanes: independent float sums the compiler vectorises */
     for (int64_t o = 0; o < k->o; o++) {
         double s = 0.0;
         for (int64_t b = 0; b < k->n; b++) {
             const float *r = dy + ((size_t)b * (size_t)k->o + (size_t)o) * p;
-            for (size_t i = 0; i < p; i++)
-                s += r[i];
+            float lane[L] = {0};
+            size_t i = 0;
+            for (; i + L <= p; i += L)
+                for (int j = 0; j < L; j++)
+                    lane[j] += r[i + j];
+            for (; i < p; i++)
+                lane[i % L] += r[i];
+            /* a plane's partial sums (a few hundred floats) in double */
+            for (int j = 0; j < L; j++)
+                s += lane[j];
         }
         db[o] = acc ? db[o] + (float)s : (float)s;
     }
@@ -727,6 +749,43 @@ static void s_relu(const tp_op_call_t *c) {
         y[i] = y[i] > 0.0f ? y[i] : 0.0f;
 }
 
+/* y[n, o, :] = act(y[n, o, :] + b[o]) on the plain NCHW output (b NULL:
+ * no bias; relu 0: identity): the bias and folded relu of a primitive
+ * built without them (e->own_bias). One pass, the planes split over the
+ * backend's threads (tp_cpu_parallel's ranges), each a vector loop. */
+typedef struct {
+    const float *b;
+    float *y;
+    int64_t o;
+    size_t plane;
+    int relu;
+} s_bias_act_t;
+
+static void s_bias_act_range(void *arg, size_t lo, size_t hi) {
+    const s_bias_act_t *a = arg;
+    for (size_t r = lo; r < hi; r++) {
+        const float bv = a->b ? a->b[r % (size_t)a->o] : 0.0f;
+        float *restrict y = a->y + r * a->plane;
+        if (a->relu)
+            for (size_t i = 0; i < a->plane; i++) {
+                const float v = y[i] + bv;
+                y[i] = v > 0.0f ? v : 0.0f;
+            }
+        else
+            for (size_t i = 0; i < a->plane; i++)
+                y[i] += bv;
+    }
+}
+
+static void s_bias_act(const s_geom_t *k, const float *b, float *y, int relu) {
+    if (!b && !relu)
+        return;
+    s_bias_act_t a = {b, y, k->o, (size_t)(k->oh * k->ow), relu};
+    /* parts of 16K floats or more: smaller ones cost more to hand out */
+    const size_t min = a.plane >= 16384 ? 1 : 16384 / (a.plane ? a.plane : 1);
+    tp_cpu_parallel((size_t)(k->n * k->o), 1, min, s_bias_act_range, &a);
+}
+
 tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     const int relu = c->attr->act == TP_ACT_RELU;
     if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE) {
@@ -748,10 +807,13 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
         void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->x[1]};
         void *blk[S_MAX_ARGS] = {e->keep_bytes ? base : NULL};
         int ready[S_MAX_ARGS] = {0}, acc[S_MAX_ARGS] = {0};
-        user[e->key.bias ? 3 : 2] = c->y;
-        if (e->key.bias)
+        const int pbias = e->key.bias && !e->own_bias; /* the primitive's */
+        user[pbias ? 3 : 2] = c->y;
+        if (pbias)
             user[2] = (void *)c->x[2];
         rc = s_run(self, &e->pass[S_FWD], base + e->rooms, user, blk, ready, acc, c->name);
+        if (rc == TP_OK && e->own_bias)
+            s_bias_act(&e->key, e->key.bias ? c->x[2] : NULL, c->y, relu);
     }
     free(own);
     if (owned)
@@ -787,6 +849,8 @@ tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
         int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[1], db ? c->dx_acc[2] : 0};
         rc = s_run(self, &e->pass[S_BWD_WEIGHTS], base + e->rooms, user, blk, ready, acc,
                    c->name);
+        if (rc == TP_OK && db && e->own_bias)
+            s_bias_grad(&e->key, c->dy, db, c->dx_acc[2]);
     } else if (db) {
         s_bias_grad(&e->key, c->dy, db, c->dx_acc[2]);
     }

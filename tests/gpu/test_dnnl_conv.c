@@ -6,7 +6,8 @@
  * 7-channel image's backward-data is im2col's), strides, padding that a
  * stride skips, dilation, groups, depthwise, 1x1, with and without bias;
  * the transposed convolution likewise (dilation, groups, output padding);
- * both oneDNN layouts (TP_CPU_CONV=dnnl, dnnl-plain). Then the cache (one
+ * both oneDNN layouts (TP_CPU_CONV=dnnl, dnnl-plain); a transposed conv's
+ * bias and folded relu (added outside oneDNN). Then the cache (one
  * entry per geometry), a call with no planned workspace, the thread count
  * oneDNN runs on, and an unknown TP_CPU_CONV. */
 #include <cblas.h>
@@ -187,6 +188,42 @@ Test(dnnl_conv, matches_im2col_on_every_geometry_stored_and_added) {
             }
             s_free(&r);
         }
+    }
+    for (int pi = 0; pi < 2; pi++)
+        tp_backend_destroy(&bs[pi]);
+    tp_backend_destroy(&ref);
+}
+
+/* A transposed conv's forward takes its bias and a folded relu outside
+ * oneDNN's primitive (dnnl_conv.c's s_bias_act): with and without bias,
+ * the output is im2col's plus bias, through the relu. */
+Test(dnnl_conv, a_transposed_convs_bias_and_folded_relu_match_im2col) {
+    tp_backend_t *ref = s_backend("im2col");
+    const char *paths[] = {"dnnl", "dnnl-plain"};
+    tp_backend_t *bs[2] = {s_backend(paths[0]), s_backend(paths[1])};
+    const geom_t gs[] = {{2, 32, 7, 7, 16, 4, 2, 1, 1, 1, 1, 1, 0},
+                         {2, 16, 4, 4, 32, 3, 1, 1, 2, 2, 0, 1, 0}};
+    for (int gi = 0; gi < 2; gi++) {
+        conv_t r, t;
+        s_conv(&r, &gs[gi]);
+        s_plan(ref, &r);
+        cr_assert_eq(ref->ops->op_forward(ref, NULL, &r.c), TP_OK, "%s", tp_last_error());
+        size_t neg = 0;
+        for (size_t i = 0; i < r.ny; i++) {
+            neg += r.y[i] < 0.0f;
+            r.y[i] = r.y[i] > 0.0f ? r.y[i] : 0.0f;
+        }
+        cr_assert_gt(neg, r.ny / 10, "geometry %d: the relu has work to do", gi);
+        for (int pi = 0; pi < 2; pi++) {
+            s_conv(&t, &gs[gi]);
+            t.attr.act = TP_ACT_RELU;
+            s_plan(bs[pi], &t);
+            cr_assert_eq(bs[pi]->ops->op_forward(bs[pi], NULL, &t.c), TP_OK, "%s",
+                         tp_last_error());
+            s_close("relu(y)", paths[pi], gi, t.y, r.y, t.ny);
+            s_free(&t);
+        }
+        s_free(&r);
     }
     for (int pi = 0; pi < 2; pi++)
         tp_backend_destroy(&bs[pi]);
