@@ -58,7 +58,7 @@ def schedule(a, step):
 
 def tp_args(a, logdir, train, val):
     return ["nice", "-n", str(a.nice), a.tp_train, "--model", "gpt",
-            "--data", f"text:{train},val=0", "--test-data", f"text:{val}",
+            "--data", f"text:{train},val=0", "--test-data", f"text:{val},random=0",
             "--layers", str(a.layers), "--embed", str(a.embed), "--heads", str(a.heads),
             "--context", str(a.context), "--batch", str(a.batch), "--towers", "1",
             "--threads", "1", "--optimizer", "adamw", "--lr", str(a.lr),
