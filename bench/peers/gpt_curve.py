@@ -38,6 +38,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 
 repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -175,12 +176,16 @@ def main():
     tp_t0 = time.time()
     tp = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                           stderr=open(os.path.join(a.out, "tp.log"), "w"))
+    tp_end = []  # when tp-train ends (it may end before or after PyTorch)
+    waiter = threading.Thread(target=lambda: (tp.wait(), tp_end.append(time.time())))
+    waiter.start()
     os.nice(a.nice)
     with open(os.path.join(a.out, "pytorch.jsonl"), "w") as log:
         pt = torch_run(a, w0, train, val, log)
-    if tp.wait() != 0:
+    waiter.join()
+    if tp.returncode != 0:
         sys.exit(f"gpt_curve: tp-train failed (see {a.out}/tp.log)")
-    tp_wall = time.time() - tp_t0
+    tp_wall = tp_end[0] - tp_t0
     stats = [r for r in json.load(open(os.path.join(logdir, "stats.json")))
              if "validation_bpb" in r]
     rows = [{"step": 0, "towerpack_bpb": tp_bpb0, "pytorch_bpb": pt[0]["bpb"],
@@ -198,7 +203,8 @@ def main():
     meta = {"text_bytes": len(text), "train_bytes": cut, "val_bytes": nval,
             "layers": a.layers, "embed": a.embed, "heads": a.heads, "context": T,
             "batch": B, "lr": a.lr, "warmup": a.warmup, "steps": a.steps,
-            "towerpack_wall_s": tp_wall, "torch": torch.__version__,
+            "towerpack_wall_s": round(tp_wall, 1),
+            "pytorch_wall_s": round(pt[max(pt)]["elapsed_s"], 1), "torch": torch.__version__,
             "tp_command": " ".join(cmd)}
     json.dump({"meta": meta, "rows": rows}, open(os.path.join(a.out, "curve.json"), "w"),
               indent=1)
