@@ -30,10 +30,12 @@ B, T, HEADS = 4, 16, 2
 TOL = 1e-4
 
 
-def gpt_loss(t, x, y):
-    """The zoo's GPT's loss on tokens x, targets y ([B,T] int64)."""
+def gpt_loss(t, x, y, heads=HEADS):
+    """The zoo's GPT's loss on tokens x, targets y ([B,T] int64), with
+    `heads` heads (bench/peers/gpt_curve.py trains this model too)."""
+    B, T = x.shape
     C = t["wte"].shape[1]
-    D = C // HEADS
+    D = C // heads
     layers = sorted({int(k.split("/")[0][1:]) for k in t if k.startswith("h")})
 
     def ln(h, s):
@@ -43,11 +45,11 @@ def gpt_loss(t, x, y):
         return h @ t[f"{s}/W"] + t[f"{s}/b"]
 
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    h = t["wte"][x] + t["wpe"]
+    h = t["wte"][x] + t["wpe"][:T]
     for l in layers:
         p = f"h{l}"
         q, k, v = lin(ln(h, f"{p}/ln1"), f"{p}/attn/qkv").split(C, dim=2)
-        q, k, v = (z.reshape(B, T, HEADS, D).transpose(1, 2) for z in (q, k, v))
+        q, k, v = (z.reshape(B, T, heads, D).transpose(1, 2) for z in (q, k, v))
         s = (q @ k.transpose(-1, -2)) / D ** 0.5
         a = torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1) @ v
         h = h + lin(a.transpose(1, 2).reshape(B, T, C), f"{p}/attn/proj")
