@@ -87,7 +87,8 @@ Test(tp_train_gpt, learns_a_repeated_sentence_and_reports_bits_per_byte) {
     tp_safetensors_destroy(&st);
 }
 
-/* --test-data: validation on a whole other file (split=all). */
+/* --test-data: validation on a whole other file (split=all), in
+ * consecutive windows (random=0) as the val split is read. */
 Test(tp_train_gpt, validates_on_test_data) {
     char logdir[128], data[160], test[160], other[128];
     snprintf(logdir, sizeof logdir, "%s/test-data", s_dir);
@@ -102,7 +103,7 @@ Test(tp_train_gpt, validates_on_test_data) {
                     "--logdir", logdir, NULL};
     int rc = s_run(argv);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
-    cr_assert(strstr(s_out, "split=all"), "the validation spec:\n%s", s_out);
+    cr_assert(strstr(s_out, "split=all,random=0"), "the validation spec:\n%s", s_out);
     json_t *j = tpt_stats(logdir);
     double bpb = tpt_num(json_array_get(j, 0), "validation_bpb");
     /* 5 steps: still near a uniform guess (8 bits), finite */

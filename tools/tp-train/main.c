@@ -846,9 +846,12 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
     const char *src = a->test_data ? a->test_data : a->data;
     int n = a->image_size;
     if (a->text) {
-        /* --test-data: a whole other file; else --data's last tenth */
-        snprintf(buf, size, "%s,context=%d,split=%s | batch %d remainder", src, a->context,
-                 a->test_data ? "all" : "val", a->batch);
+        /* --test-data: a whole other file, in consecutive windows as the
+         * val split is read (split=all alone draws random ones); else
+         * --data's last tenth */
+        const char *order = a->test_data && !strstr(src, "random=") ? ",random=0" : "";
+        snprintf(buf, size, "%s,context=%d,split=%s%s | batch %d remainder", src, a->context,
+                 a->test_data ? "all" : "val", order, a->batch);
         return TP_OK;
     }
     if (a->info.channels == 3 || !strcmp(a->preset, "imagenet")) {
