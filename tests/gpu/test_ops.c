@@ -522,6 +522,19 @@ static tp_node_t *c_bmm_self(tp_tower_t *t, tp_node_t *x) {
     /* x x^T (attention scores): both gradients reach x */
     return tp_batch_matmul(t, NULL, x, x, 0, 1);
 }
+/* fused attention (tp_attention): x [N,2,5,4] as q, k and v at once (every
+ * gradient reaches x), causal and not; and x as q only, k and v parameters
+ * of their own (Tk 3 != Tq 5, so not causal) */
+static tp_node_t *c_attn_self_causal(tp_tower_t *t, tp_node_t *x) {
+    return tp_attention(t, NULL, x, x, x, 1, 0.0f);
+}
+static tp_node_t *c_attn_self_full(tp_tower_t *t, tp_node_t *x) {
+    return tp_attention(t, NULL, x, x, x, 0, 0.7f);
+}
+static tp_node_t *c_attn_kv_params(tp_tower_t *t, tp_node_t *x) {
+    int64_t s[4] = {N, 2, 3, 4};
+    return tp_attention(t, NULL, x, s_param(t, "k", 4, s), s_param(t, "v", 4, s), 0, 0.0f);
+}
 /* 1-d operands (torch.matmul's promotion): a vector on either side */
 static tp_node_t *c_bmm_vec_right(tp_tower_t *t, tp_node_t *x) {
     /* x [N,5,3] read as [N,3,5] @ v [5] -> [N,3] */
@@ -614,6 +627,9 @@ FD_TEST(a_wrong_matmul_gradient_fails_the_check, c_broken_bmm, 3, {N, 2, 3}, 1)
 FD_TEST(batch_matmul_vector_right, c_bmm_vec_right, 3, {N, 5, 3})
 FD_TEST(batch_matmul_vector_left, c_bmm_vec_left, 3, {N, 5, 2})
 FD_TEST(batch_matmul_rows_times_vector, c_bmm_rows_vec, 2, {N, 5})
+FD_TEST(attention_causal_qkv_one_tensor, c_attn_self_causal, 4, {N, 2, 5, 4})
+FD_TEST(attention_full_qkv_one_tensor, c_attn_self_full, 4, {N, 2, 5, 4})
+FD_TEST(attention_keys_and_values_of_their_own, c_attn_kv_params, 4, {N, 2, 5, 4})
 FD_TEST(a_wrong_vector_matmul_gradient_fails_the_check, c_broken_bmm_vec, 3, {N, 5, 2}, 1)
 
 /* ---- the reduce family ------------------------------------------------------ */
