@@ -57,7 +57,17 @@ int tp_bench_predict(int argc, char **argv) {
         fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
         return 1;
     }
-    tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, NULL};
+    /* the classes and normalisation the run recorded, as tp-predict builds
+     * the model (a run that normalised in the model does it here too) */
+    tp_zoo_data_t info;
+    tp_zoo_data_init(&info);
+    int have_info = 0;
+    if (tp_zoo_data_load(ckpt, &info, &have_info) != TP_OK) {
+        fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
+        return 1;
+    }
+    tp_zoo_options_t zo = {.classes = info.nclasses, .data = &info};
+    tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, &zo};
     const char *ins[] = {"image"}, *outs[] = {"logits"};
     tp_predict_config_t pc;
     tp_predict_config_init(&pc);
@@ -72,6 +82,7 @@ int tp_bench_predict(int argc, char **argv) {
     tp_predictor_t *p = tp_predictor_new(&pc);
     if (!p) {
         fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
+        tp_zoo_data_fini(&info);
         return 1;
     }
     /* the first `batch` test images, as the model takes them: at the size
@@ -87,6 +98,7 @@ int tp_bench_predict(int argc, char **argv) {
         fprintf(stderr, "tp-bench predict: data: %s\n", tp_last_error());
         tp_dataflow_destroy(&df);
         tp_predictor_destroy(&p);
+        tp_zoo_data_fini(&info);
         return 1;
     }
     tp_tensor_t img = *tp_datapoint_cget(dp, 0), one, f32;
@@ -145,5 +157,6 @@ int tp_bench_predict(int argc, char **argv) {
     tp_datapoint_destroy(&dp);
     tp_dataflow_destroy(&df);
     tp_predictor_destroy(&p);
+    tp_zoo_data_fini(&info);  /* the predictor built its model from it */
     return rc < 0 ? 1 : 0;
 }
