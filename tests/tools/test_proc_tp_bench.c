@@ -82,7 +82,11 @@ Test(tp_bench, step_profile_prints_gflops_against_the_measured_peak) {
     cr_expect_float_eq(mf, (2.0 * 8 * 64 * 14 * 14 * 32 * 9 + 8 * 64 * 14 * 14) / 1e6, 0.06);
     cr_expect_gt(fgf, 0.0);
     cr_expect_gt(bgf, 0.0);
-    cr_expect_float_eq(fpc, 100.0 * fgf / peak, 1.0, "%.200s", c);
+    /* the GFLOPS and the peak are printed with one decimal: against a
+     * small peak (an unoptimised sanitizer build's FMA loop, 4.1 GFLOPS)
+     * their rounding moves the percentage by more than 1 point */
+    cr_expect_float_eq(fpc, 100.0 * fgf / peak, 1.0 + (100.0 + fpc) * 0.05 / peak, "%.200s",
+                       c);
     cr_assert(strstr(s_out, "fc1/matmul"), "%s", s_out);
     cr_assert(strstr(s_out, "convolutions"), "%s", s_out);
 }
