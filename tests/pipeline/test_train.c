@@ -595,10 +595,10 @@ static tp_optimizer_t *s_opt_gpt(void *user) {
 
 Test(train, steady_state_steps_fault_no_fresh_pages) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    cr_skip("the sanitizers' allocators map fresh memory on purpose");
+    cr_skip_test("the sanitizers' allocators map fresh memory on purpose");
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    cr_skip("the sanitizers' allocators map fresh memory on purpose");
+    cr_skip_test("the sanitizers' allocators map fresh memory on purpose");
 #endif
 #endif
     char *dir = s_tmp();
