@@ -321,6 +321,9 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     char who[64];
     snprintf(who, sizeof who, "remote: tp_send.py %d@", py);
     cr_assert(strstr(buf, who), "the trainer's log names the Python sender:\n%s", buf);
+    char where[200];  /* and where it connected (its report's eleventh field) */
+    snprintf(where, sizeof where, "(connected to %s) joined", ep);
+    cr_assert(strstr(strstr(buf, who), where), "no '%s':\n%s", where, buf);
     cr_assert(strstr(buf, "ZMQInput/unfit: 0"), "%s", buf);
     cr_assert(!strstr(buf, "dropped a malformed"), "%s", buf);
     cr_assert(strstr(buf, "test accuracy"), "%s", buf);
