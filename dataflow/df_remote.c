@@ -12,6 +12,9 @@
  * label out of the model's classes, counted per sender. */
 #include <czmq.h>
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -592,12 +595,38 @@ static void s_sender_ended(s_remote_t *r, int fd, const char *text, size_t len) 
     TP_WARN("remote: %s ends: its datapoints do not fit this run: %s", who, why);
 }
 
+/* Receive buffers stay in the process (once per process, at the first
+ * receiver). libzmq mallocs each large message in its I/O thread and the
+ * reader frees it; glibc's defaults (a trim threshold of twice the largest
+ * freed mmapped chunk: 2 MiB for 1 MiB messages) hand the freed memory
+ * back to the kernel as soon as the queue drains, so the next messages
+ * are received into fresh pages: 1 MiB datapoints over ipc took ~130 page
+ * faults each (the kernel's copy into them, perf: 98% in _copy_to_iter)
+ * and ran at 0.2-0.5x of raw libzmq whenever the sender's pace let the
+ * queue drain (tp-bench transport, docs/performance.md). Messages up to
+ * 32 MiB (glibc's own dynamic limit) come from the heap, and up to 64 MiB
+ * of free memory at its top stays. A user who tuned malloc (MALLOC_*_,
+ * GLIBC_TUNABLES) or set TP_REMOTE_KEEP_BUFFERS=0 keeps their settings. */
+static void s_keep_receive_buffers(void) {
+#ifdef __GLIBC__
+    const char *env = getenv("TP_REMOTE_KEEP_BUFFERS"), *tun = getenv("GLIBC_TUNABLES");
+    if ((env && !strcmp(env, "0")) || (tun && strstr(tun, "glibc.malloc.")) ||
+        getenv("MALLOC_TRIM_THRESHOLD_") || getenv("MALLOC_MMAP_THRESHOLD_") ||
+        getenv("MALLOC_TOP_PAD_"))
+        return;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
+}
+
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
                                   uint64_t stream) {
     (void)rng; (void)seed; (void)stream;
     s_remote_t *r = impl;
     if (r->pull)
         return TP_OK;
+    static pthread_once_t keep_once = PTHREAD_ONCE_INIT;
+    pthread_once(&keep_once, s_keep_receive_buffers);
     r->zctx = zmq_ctx_new();
     r->pull = r->zctx ? zmq_socket(r->zctx, ZMQ_PULL) : NULL;
     r->msg = tp_wire_msg_new();
