@@ -619,14 +619,18 @@ static void s_keep_receive_buffers(void) {
 #endif
 }
 
+void tp_remote_keep_receive_buffers(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, s_keep_receive_buffers);
+}
+
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
                                   uint64_t stream) {
     (void)rng; (void)seed; (void)stream;
     s_remote_t *r = impl;
     if (r->pull)
         return TP_OK;
-    static pthread_once_t keep_once = PTHREAD_ONCE_INIT;
-    pthread_once(&keep_once, s_keep_receive_buffers);
+    tp_remote_keep_receive_buffers();
     r->zctx = zmq_ctx_new();
     r->pull = r->zctx ? zmq_socket(r->zctx, ZMQ_PULL) : NULL;
     r->msg = tp_wire_msg_new();

@@ -922,6 +922,12 @@ int tp_bench_transport(int argc, char **argv) {
         return 1;
     }
     tp_actors_init();
+    /* libzmq's receive buffers stay mapped on both sides from the start,
+     * as a remote dataflow keeps them at its first reset: the rounds
+     * compare towerpack with libzmq, not malloc's moods (glibc's default
+     * trimming faults in fresh pages for every 1 MiB message whenever a
+     * queue drains: either side, 2-4x slower, at random on this host) */
+    tp_remote_keep_receive_buffers();
     s_big = tp_alloc(MIB);
     memset(s_big, 0x5a, MIB);
     char ep[128];
