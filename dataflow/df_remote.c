@@ -1478,7 +1478,8 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     size_t ll = sizeof last;
     if (!o.bind || zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, last, &ll) < 0 || !last[0])
         snprintf(last, sizeof last, "%.*s", (int)sizeof last - 1, o.bind ? bound : endpoint);
-    snprintf(s.row.where, sizeof s.row.where, "%c%s", o.bind ? '@' : '>', last);
+    snprintf(s.row.where, sizeof s.row.where, "%c%.*s", o.bind ? '@' : '>',
+             (int)sizeof s.row.where - 2, last);  /* cut to the field */
     for (char *c = s.row.where; *c; c++)  /* one printable field of the report */
         if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
             *c = '?';
