@@ -99,6 +99,8 @@ tp_status_t tp_stats_encode(const tp_stats_snapshot_t *snap, void **buf,
         p = s_put(p, &u32, 4);
         memcpy(p, r->host, strnlen(r->host, TP_STATS_HOST_MAX - 1));  /* zero padded */
         p += TP_STATS_HOST_MAX;
+        memcpy(p, r->where, strnlen(r->where, TP_STATS_WHERE_MAX - 1));
+        p += TP_STATS_WHERE_MAX;
         TP_ASSERT(p == row + TP_STATS_ROW_BYTES);
     }
     *buf = b;
@@ -209,6 +211,10 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
         p += TP_STATS_HOST_MAX;
         if (!s_name_ok(r->host, TP_STATS_HOST_MAX))
             return s_bad(snap, "host not terminated or not printable", i);
+        memcpy(r->where, p, TP_STATS_WHERE_MAX);
+        p += TP_STATS_WHERE_MAX;
+        if (!s_name_ok(r->where, TP_STATS_WHERE_MAX))
+            return s_bad(snap, "addresses not terminated or not printable", i);
         if (!s_finite_nonneg(r->busy_s) || !s_finite_nonneg(r->starved_s) ||
             !s_finite_nonneg(r->blocked_s) || !s_finite_nonneg(r->alive_s))
             return s_bad(snap, "time counters not finite and >= 0", i);
@@ -227,6 +233,25 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
 }
 
 /* ---- rates, bottleneck, JSON ---------------------------------------------- */
+
+/* The endpoints of a row's `where` marked `mark` ('>' reached, '@' bound),
+ * as a JSON array of strings (empty for rows that are no remote sender). */
+static json_t *s_where_array(const char *where, char mark) {
+    json_t *a = json_array();
+    for (const char *p = where; a && *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t len = strcspn(p, ",");
+        while (len && p[len - 1] == ' ')
+            len--;
+        if (len > 1 && *p == mark)
+            json_array_append_new(a, json_stringn(p + 1, len - 1));
+        p += len;
+        while (*p && *p != ',')
+            p++;
+    }
+    return a;
+}
 
 static double s_pct(double part, double whole) {
     if (whole <= 0)
@@ -324,6 +349,10 @@ char *tp_stats_to_json(const tp_stats_snapshot_t *snap) {
         /* every row says its process: the publisher's unless it is another */
         json_object_set_new(a, "pid", json_integer(r->pid ? r->pid : snap->pid));
         json_object_set_new(a, "host", json_string(r->host));
+        /* a remote sender's own addresses: which of the receiver's
+         * endpoints it connected to, or where it bound */
+        json_object_set_new(a, "reached", s_where_array(r->where, '>'));
+        json_object_set_new(a, "bound", s_where_array(r->where, '@'));
         json_object_set_new(a, "msgs_per_s", json_real(r->msgs_per_s));
         json_object_set_new(a, "mb_per_s", json_real(r->mb_per_s));
         json_object_set_new(a, "queue_fill", json_real(r->queue_fill));
@@ -488,6 +517,7 @@ tp_status_t tp_stats_pub_publish(tp_stats_pub_t *self, tp_stats_row_t *rows,
     for (int i = 0; i < nrows; i++) {
         rows[i].name[TP_STATS_NAME_MAX - 1] = '\0';
         rows[i].host[TP_STATS_HOST_MAX - 1] = '\0';
+        rows[i].where[TP_STATS_WHERE_MAX - 1] = '\0';
         if (!rows[i].host[0])  /* an actor of this process's host */
             memcpy(rows[i].host, self->host, sizeof self->host);
         tp_stats_row_rates(&rows[i], s_find_prev(self, i, rows[i].name), 0);

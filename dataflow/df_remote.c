@@ -12,6 +12,9 @@
  * label out of the model's classes, counted per sender. */
 #include <czmq.h>
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -134,10 +137,11 @@ int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
     buf[len] = '\0';
     if (memchr(buf, '\0', len))
         return -1;
-    /* exactly ten fields, none empty (strtok_r would merge empty ones) */
-    char *f[10];
+    /* ten fields, or eleven (the sender's addresses: senders before them
+     * send ten), none empty (strtok_r would merge empty ones) */
+    char *f[11];
     int n = 0;
-    for (char *p = buf; n < 10; n++) {
+    for (char *p = buf; n < 11; n++) {
         f[n] = p;
         char *tab = strchr(p, '\t');
         if (!tab)
@@ -145,9 +149,9 @@ int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
         *tab = '\0';
         p = tab + 1;
     }
-    if (n != 9)
+    if (n != 9 && n != 10)
         return -1;
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i <= n; i++)
         if (!f[i][0])
             return -1;
     unsigned long long v[8];
@@ -172,9 +176,17 @@ int df_remote_report_parse(const char *text, size_t len, tp_stats_row_t *out) {
     for (size_t i = 0; i < nl; i++)
         if ((unsigned char)f[2][i] < 0x20 || (unsigned char)f[2][i] > 0x7e)
             return -1;
+    size_t wl = n == 10 ? strlen(f[10]) : 0;
+    if (wl >= TP_STATS_WHERE_MAX)
+        return -1;
+    for (size_t i = 0; i < wl; i++)
+        if ((unsigned char)f[10][i] < 0x20 || (unsigned char)f[10][i] > 0x7e)
+            return -1;
     memset(out, 0, sizeof *out);
     memcpy(out->name, f[2], nl);
     memcpy(out->host, f[1], hl);
+    if (wl)
+        memcpy(out->where, f[10], wl);
     out->pid = (uint32_t)v[0];
     out->state = (uint8_t)v[1];
     out->alive_s = (double)v[2] * 1e-9;
@@ -202,6 +214,9 @@ static void s_msg_peer(tp_wire_msg_t *msg, char *out, size_t size) {
     else
         snprintf(out, size, "%.60s", pa);
 }
+
+static void s_sender_full(const s_remote_t *r, const tp_stats_row_t *row, const char *peer,
+                          char *out, size_t size);
 
 /* One report (text of a TP_CTL_REPORT frame): into the senders' table,
  * replacing the same sender's last, or dropped when malformed (the data
@@ -232,8 +247,11 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
     int joined = k == r->nsenders;
     if (k == r->nsenders && r->nsenders < MAX_SENDERS)
         k = r->nsenders++;
-    if (joined && k < r->nsenders)  /* a new sender: the log says who feeds the run */
-        TP_INFO("remote: %s joined (on %s)", row.name, r->endpoints[0]);
+    if (joined && k < r->nsenders) {  /* a new sender: the log says who feeds the run */
+        char full[512];
+        s_sender_full(r, &row, r->peer, full, sizeof full);
+        TP_INFO("remote: %s joined", full);
+    }
     if (k < r->nsenders) {
         if (joined)
             r->senders[k].unfit = 0;
@@ -341,7 +359,9 @@ static void s_drain_monitor(s_remote_t *r) {
             if (!r->senders[k].gone && r->senders[k].fd == (int)value) {
                 r->senders[k].gone = 1;
                 r->senders[k].gone_ns = now;
-                TP_INFO("remote: %s gone (its connection closed)", r->senders[k].row.name);
+                char full[512];
+                s_sender_full(r, &r->senders[k].row, r->senders[k].peer, full, sizeof full);
+                TP_INFO("remote: %s gone (its connection closed)", full);
             }
         pthread_mutex_unlock(&r->mu);
     }
@@ -364,13 +384,71 @@ static int s_fits(const s_remote_t *r, const tp_datapoint_t *dp, char *why, size
     return tp_wire_comps_check(r->expect, r->nexpect, dp, why, size);
 }
 
-/* The name of the sender on connection fd: its report's ("tp-worker
- * 4121@vm"), or the connection's number for a sender that does not report
- * (tensorpack's). Counts an unfit datapoint of it when `unfit`. */
+/* This receiver's endpoints, ", "-separated (cut with "..." past `size`):
+ * where a sender that does not say which it reached may have come in. */
+static void s_endpoints(const s_remote_t *r, char *out, size_t size) {
+    size_t o = 0;
+    out[0] = '\0';
+    for (int i = 0; i < r->nendpoints; i++) {
+        size_t need = strlen(r->endpoints[i]) + (i ? 2 : 0);
+        if (o + need + 5 > size) {  /* room for ", ..." */
+            snprintf(out + o, size - o, "%s...", i ? ", " : "");
+            return;
+        }
+        o += (size_t)snprintf(out + o, size - o, "%s%s", i ? ", " : "", r->endpoints[i]);
+    }
+}
+
+/* A reporting sender named in full: its report's name ("tp-worker
+ * 4121@vm"), its host where the name cut it, every address it says it
+ * connected to or bound (its report's `where`) and the address its
+ * connection came from (peer: tcp only; "" or "process N" say nothing
+ * more). A sender of an older build says no addresses: then the
+ * receiver's endpoints stand in. */
+static void s_sender_full(const s_remote_t *r, const tp_stats_row_t *row, const char *peer,
+                          char *out, size_t size) {
+    char parts[TP_STATS_WHERE_MAX + TP_STATS_HOST_MAX + 160];
+    size_t o = 0;
+    parts[0] = '\0';
+#define S_PART(...)                                                                   \
+    do {                                                                              \
+        if (o < sizeof parts)                                                         \
+            o += (size_t)snprintf(parts + o, sizeof parts - o, __VA_ARGS__);           \
+    } while (0)
+    char pidhost[TP_STATS_HOST_MAX + 16];
+    snprintf(pidhost, sizeof pidhost, "%u@%s", (unsigned)row->pid, row->host);
+    const char *at = strstr(row->name, pidhost);
+    if (!at || at[strlen(pidhost)])  /* its name cut the host (or has none) */
+        S_PART("pid %u on %s", (unsigned)row->pid, row->host);
+    for (const char *w = row->where; *w;) {
+        while (*w == ' ' || *w == ',')
+            w++;
+        size_t len = strcspn(w, ",");
+        if (len > 1 && (*w == '>' || *w == '@'))
+            S_PART("%s%s %.*s", o ? ", " : "", *w == '>' ? "connected to" : "bound at",
+                   (int)len - 1, w + 1);
+        w += len;
+    }
+    int tcp = peer[0] && strncmp(peer, "process ", 8) != 0;
+    if (tcp)
+        S_PART("%s%s", o ? " from " : "from ", peer);
+    if (!row->where[0]) {  /* an older sender: where it may have come in */
+        char eps[200];
+        s_endpoints(r, eps, sizeof eps);
+        S_PART("%son %s", o ? ", " : "", eps);
+    }
+#undef S_PART
+    snprintf(out, size, "%s (%s)", row->name, parts);
+}
+
+/* The name of the sender on connection fd: its report's in full
+ * (s_sender_full), or its address and the receiver's endpoints for a
+ * sender that does not report (tensorpack's). Counts an unfit datapoint
+ * of it when `unfit`. */
 static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t size) {
-    /* the endpoint: under MPI it names the rank ({5550+rank}) */
+    /* the endpoints: under MPI they name the rank ({5550+rank}) */
     char at[256];
-    snprintf(at, sizeof at, "%.200s%s", r->endpoints[0], r->nendpoints > 1 ? ", ..." : "");
+    s_endpoints(r, at, sizeof at);
     if (r->peer[0])
         snprintf(out, size, "the sender from %.90s at %s (no report: a tensorpack sender?)",
                  r->peer, at);
@@ -390,14 +468,12 @@ static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t si
         s_sender_seen_t *e = &r->senders[k];
         e->unfit += (uint64_t)unfit;
         const char *peer = r->peer[0] ? r->peer : e->peer;
-        char dropped[48] = "";
+        char dropped[48] = "", full[512];
         if (e->unfit)
             snprintf(dropped, sizeof dropped, " (%llu dropped from it)",
                      (unsigned long long)e->unfit);
-        /* its pid is in its name: the peer's address only for tcp */
-        int tcp = peer[0] && strncmp(peer, "process ", 8) != 0;
-        snprintf(out, size, "%s%s%.90s%s at %s%s", e->row.name, tcp ? " (" : "",
-                 tcp ? peer : "", tcp ? ")" : "", at, dropped);
+        s_sender_full(r, &e->row, peer, full, sizeof full);
+        snprintf(out, size, "%s%s", full, dropped);
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -445,8 +521,9 @@ static tp_status_t s_unfit_end(s_remote_t *r, uint64_t now) {
  * stays out of the senders' table: a refused worker feeds nothing. */
 static void s_refuse(s_remote_t *r, const char *theirs) {
     int fd = tp_wire_msg_frame_srcfd(r->msg, 0);
-    char name[TP_STATS_NAME_MAX + 64];
+    char name[512], eps[256];
     snprintf(name, sizeof name, "the sender on connection %d", fd);
+    s_endpoints(r, eps, sizeof eps);
     int kind = 0;
     uint32_t sender;
     const char *text;
@@ -457,7 +534,10 @@ static void s_refuse(s_remote_t *r, const char *theirs) {
         tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0), tp_wire_msg_frame_size(r->msg, 0),
                      &kind, &sender, &text, &tl) &&
         kind == TP_CTL_REPORT && df_remote_report_parse(text, tl, &row) == 0) {
-        snprintf(name, sizeof name, "%s", row.name);
+        char peer[96], full[512];
+        s_msg_peer(r->msg, peer, sizeof peer);
+        s_sender_full(r, &row, peer, full, sizeof full);
+        snprintf(name, sizeof name, "%s", full);
         named = 1;
     }
     if (!kind)  /* a datapoint or a malformed message, not a control frame */
@@ -475,7 +555,7 @@ static void s_refuse(s_remote_t *r, const char *theirs) {
             r->refused_named[k] = named;
         TP_WARN("remote: refused %s at %s: it was started for job '%.63s', this run is "
                 "job '%s' (a worker of another job, or one left from an earlier run); its "
-                "datapoints are dropped", name, r->endpoints[0], theirs, r->job);
+                "datapoints are dropped", name, eps, theirs, r->job);
     }
     tp_wire_msg_clear(r->msg);
 }
@@ -515,12 +595,42 @@ static void s_sender_ended(s_remote_t *r, int fd, const char *text, size_t len) 
     TP_WARN("remote: %s ends: its datapoints do not fit this run: %s", who, why);
 }
 
+/* Receive buffers stay in the process (once per process, at the first
+ * receiver). libzmq mallocs each large message in its I/O thread and the
+ * reader frees it; glibc's defaults (a trim threshold of twice the largest
+ * freed mmapped chunk: 2 MiB for 1 MiB messages) hand the freed memory
+ * back to the kernel as soon as the queue drains, so the next messages
+ * are received into fresh pages: 1 MiB datapoints over ipc took ~130 page
+ * faults each (the kernel's copy into them, perf: 98% in _copy_to_iter)
+ * and ran at 0.2-0.5x of raw libzmq whenever the sender's pace let the
+ * queue drain (tp-bench transport, docs/performance.md). Messages up to
+ * 32 MiB (glibc's own dynamic limit) come from the heap, and up to 64 MiB
+ * of free memory at its top stays. A user who tuned malloc (MALLOC_*_,
+ * GLIBC_TUNABLES) or set TP_REMOTE_KEEP_BUFFERS=0 keeps their settings. */
+static void s_keep_receive_buffers(void) {
+#ifdef __GLIBC__
+    const char *env = getenv("TP_REMOTE_KEEP_BUFFERS"), *tun = getenv("GLIBC_TUNABLES");
+    if ((env && !strcmp(env, "0")) || (tun && strstr(tun, "glibc.malloc.")) ||
+        getenv("MALLOC_TRIM_THRESHOLD_") || getenv("MALLOC_MMAP_THRESHOLD_") ||
+        getenv("MALLOC_TOP_PAD_"))
+        return;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
+}
+
+void tp_remote_keep_receive_buffers(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, s_keep_receive_buffers);
+}
+
 static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
                                   uint64_t stream) {
     (void)rng; (void)seed; (void)stream;
     s_remote_t *r = impl;
     if (r->pull)
         return TP_OK;
+    tp_remote_keep_receive_buffers();
     r->zctx = zmq_ctx_new();
     r->pull = r->zctx ? zmq_socket(r->zctx, ZMQ_PULL) : NULL;
     r->msg = tp_wire_msg_new();
@@ -932,7 +1042,9 @@ int tp_df_remote_describe(tp_dataflow_t *df, char *buf, size_t size) {
         if (best < 0)
             break;
         const s_sender_seen_t *e = &r->senders[best];
-        S_ADD("%s %s %.1f s ago%s", nshown ? "," : "; last seen:", e->row.name,
+        char full[512];
+        s_sender_full(r, &e->row, e->peer, full, sizeof full);
+        S_ADD("%s %s %.1f s ago%s", nshown ? "," : "; last seen:", full,
               (double)(now - e->seen_ns) * 1e-9, e->gone ? " (gone)" : "");
         shown[nshown++] = best;
     }
@@ -965,8 +1077,9 @@ static void s_add_sender_rows(tp_dataflow_t *df, void *arg) {
     for (int i = 0; i < r->nsenders; i++) {
         s_sender_seen_t *s = &r->senders[i];
         if (!s->gone && active > s->seen_ns && active - s->seen_ns > gone) {
-            TP_INFO("remote: %s gone (silent for %.0f s)", s->row.name,
-                    TP_REMOTE_SENDER_GONE_S);
+            char full[512];
+            s_sender_full(r, &s->row, s->peer, full, sizeof full);
+            TP_INFO("remote: %s gone (silent for %.0f s)", full, TP_REMOTE_SENDER_GONE_S);
             continue;  /* silent too long: dropped */
         }
         if (s->gone && now - s->gone_ns > S_TOMBSTONE_NS)
@@ -990,7 +1103,8 @@ int tp_df_remote_rows(tp_dataflow_t *df, tp_stats_row_t *rows, int max) {
 
 typedef struct {
     tp_stats_pub_t *pub;
-    tp_stats_row_t row;
+    tp_stats_row_t row;   /* its own; row.where: its address ('>' connected to,
+                             '@' bound), also in its reports */
     uint64_t start, blocked, starved;
     /* the socket's connection events (libzmq's monitor): receivers
      * connected now, whether one ever was, since when none is, and the
@@ -1027,12 +1141,15 @@ static void s_sender_report(s_sender_t *s, void *sock, int force) {
         return;
     uint64_t alive = now - s->start;
     char text[512];
-    snprintf(text, sizeof text, "%u\t%s\t%s\t%d\t%llu\t%llu\t%llu\t0\t%llu\t%llu",
+    /* the eleventh field, its addresses, names it in the receiver's log
+     * and tp-top (receivers before it read ten and drop this report) */
+    snprintf(text, sizeof text, "%u\t%s\t%s\t%d\t%llu\t%llu\t%llu\t0\t%llu\t%llu%s%s",
              (unsigned)getpid(), s->host, s->report_name, s->row.state,
              (unsigned long long)alive,
              (unsigned long long)(alive > s->blocked ? alive - s->blocked : 0),
              (unsigned long long)s->blocked, (unsigned long long)s->row.msgs_out,
-             (unsigned long long)s->row.bytes_out);
+             (unsigned long long)s->row.bytes_out, s->row.where[0] ? "\t" : "",
+             s->row.where);
     if (tp_ctl_send(sock, TP_CTL_REPORT, 0, text, ZMQ_DONTWAIT) >= 0)
         s->reported_ns = now;
 }
@@ -1355,6 +1472,17 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     }
     if (o.bind)
         tp_ipc_restrict(bound);
+    /* where it is, for the receiver's log and tp-top: the endpoint it
+     * connected to, or the one it bound (a wildcard's port resolved) */
+    char last[TP_STATS_WHERE_MAX] = "";
+    size_t ll = sizeof last;
+    if (!o.bind || zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, last, &ll) < 0 || !last[0])
+        snprintf(last, sizeof last, "%.*s", (int)sizeof last - 1, o.bind ? bound : endpoint);
+    snprintf(s.row.where, sizeof s.row.where, "%c%.*s", o.bind ? '@' : '>',
+             (int)sizeof s.row.where - 2, last);  /* cut to the field */
+    for (char *c = s.row.where; *c; c++)  /* one printable field of the report */
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+            *c = '?';
     /* the receiver sees this sender as soon as it is connected, before
      * its first datapoint (which may take a while to make) */
     s.start = tp_now_ns();

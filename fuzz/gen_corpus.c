@@ -326,6 +326,8 @@ static void s_stats_one(const char *name, int nrows) {
         r->blocked_s = 0.2 * i;
         r->alive_s = 10;
         r->queue_fill = i % 2 ? -1.0 : 0.25 * i;
+        if (i == 3)  /* a remote sender's row: its addresses */
+            snprintf(r->where, sizeof r->where, ">tcp://10.0.0.1:5550");
         tp_stats_row_rates(r, NULL, 10);
     }
     void *buf;

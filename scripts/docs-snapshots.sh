@@ -16,6 +16,12 @@
 #   steps       the first lines of a run's steps.tsv
 #   netns       scripts/netns-remote.sh's report (skipped, the sample kept,
 #               where it skips: not root, no network namespaces)
+#   rank-sh     docs/distributed.md's rank.sh, taken from the page as
+#               written, under mpirun -np 2: the plan and the result lines
+#   tcp-recipe  docs/distributed.md's data-host recipe on one host (loopback
+#               for node1): its commands as written, the trainer's lines
+#               (both skipped, the samples kept, without mpirun or the MPI
+#               module)
 # tests/tools/test_proc_docs_snapshots.c checks that every marked tp-top
 # sample has tp-top's current columns (tp-top --columns), and with --check
 # that every output block of the four docs below is marked with a NAME
@@ -33,7 +39,7 @@ build=${TP_BUILD:-build}
 bin=$build/bin
 # (TP_DOCS: other files, for the test of --check)
 read -r -a docs <<< "${TP_DOCS:-docs/actors.md docs/tuning.md docs/observability.md docs/distributed.md}"
-names=" forked remote mpi mpi-plan mpi-rank1 unfit steps netns "
+names=" forked remote mpi mpi-plan mpi-rank1 unfit steps netns rank-sh tcp-recipe "
 
 # --check: every fenced block that shows what a program printed (its first
 # line is a tp-top header or table, "PROGRAM: ..." or "PROGRAM rank N: ...",
@@ -73,6 +79,7 @@ for t in tp-train tp-top tp-worker; do
     "cmake --build $build --target tp-train tp-top tp-worker" >&2; exit 1; }
 done
 want=" ${*:-$names} "
+abs_bin=$(cd "$bin" && pwd)
 wanted() { [[ $want == *" $1 "* ]]; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tp-docs-XXXXXX")
 pids=()
@@ -210,6 +217,68 @@ if wanted netns && [ -x "$bin/tp-keygen" ]; then
     block netns "$tmp/netns.txt"
   else
     echo "docs-snapshots.sh: netns kept: $(tail -1 "$tmp/netns.txt")" >&2
+  fi
+fi
+
+# rank-sh: the wrapper of docs/distributed.md as the page has it (between
+# its "#!/usr/bin/env bash" and the closing fence), two ranks of an MLP
+if wanted rank-sh && command -v mpirun >/dev/null && [ -e "$build/lib/libtowerpack_mpi.so" ]; then
+  mkdir -p "$tmp/rank-sh"
+  awk '/^  #!\/usr\/bin\/env bash$/ { on = 1 } on && /^  ```$/ { exit } on { print substr($0, 3) }' \
+    docs/distributed.md > "$tmp/rank-sh/rank.sh"
+  chmod +x "$tmp/rank-sh/rank.sh"
+  mpirun=(mpirun --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
+  [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
+  # its ipc endpoints are /tmp/tp-rankR, as the page writes them
+  (cd "$tmp/rank-sh" && PATH="$abs_bin:$PATH" TP_LOG_LEVEL=warn "${mpirun[@]}" -np 2 ./rank.sh --model mlp --logdir train_log/mlp2 \
+     --epochs 1 --steps-per-epoch 20 --threads 1) > "$tmp/rank-sh.out" 2>&1 || true
+  { grep -m1 '^tp-train: total batch' "$tmp/rank-sh.out"
+    grep -m1 '^tp-train: test accuracy' "$tmp/rank-sh.out"
+  } > "$tmp/rank-sh.txt"
+  if [ "$(wc -l < "$tmp/rank-sh.txt")" = 2 ]; then
+    block rank-sh "$tmp/rank-sh.txt"
+  else
+    echo "docs-snapshots.sh: rank-sh: docs/distributed.md's rank.sh failed:" >&2
+    tail -20 "$tmp/rank-sh.out" >&2
+    exit 1
+  fi
+fi
+
+# tcp-recipe: the data-host recipe's commands as the page writes them, on
+# one host: node1 is 127.0.0.1, two ranks (one worker each), the spec an
+# MLP's; the trainer's lines that name each worker joining, and its result
+if wanted tcp-recipe && command -v mpirun >/dev/null &&
+   [ -e "$build/lib/libtowerpack_mpi.so" ] && [ -x "$bin/tp-keygen" ]; then
+  mkdir -p "$tmp/tcp"
+  mpirun=(mpirun --oversubscribe --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none)
+  [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
+  port=$(( 20000 + RANDOM % 20000 ))
+  (
+    cd "$tmp/tcp"
+    b=$abs_bin
+    "$b/tp-keygen" keys/ >/dev/null
+    export TP_JOB=docs-$$
+    TP_LOG_LEVEL=info "${mpirun[@]}" -np 2 -x TP_JOB -x TP_LOG_LEVEL \
+      "$b/tp-train" --remote "@tcp://0.0.0.0:{$port+rank}" --public --curve keys/ \
+      --towers 1 --batch 64 --model mlp --logdir train_log/mlp2 --epochs 1 \
+      --steps-per-epoch 20 --threads 1 > train.txt 2>&1 &
+    t=$!
+    for r in 0 1; do
+      "$b/tp-worker" --spec 'fashion-mnist:train | batch 64' --seed $r \
+        --connect "tcp://127.0.0.1:$((port + r))" --curve keys/ > "worker$r.txt" 2>&1 &
+    done
+    wait "$t"
+  ) || true
+  { grep -m1 'remote: tp-worker .* joined' "$tmp/tcp/train.txt" |
+      sed 's/^.* [a-z_]*\.c:[0-9]* //'
+    grep -m1 '^tp-train: test accuracy' "$tmp/tcp/train.txt"
+  } | sed "s/:$port\b/:5550/g; s/:$((port + 1))\b/:5551/g" > "$tmp/tcp-recipe.txt"
+  if [ "$(wc -l < "$tmp/tcp-recipe.txt")" = 2 ]; then
+    block tcp-recipe "$tmp/tcp-recipe.txt"
+  else
+    echo "docs-snapshots.sh: tcp-recipe: the data-host recipe failed:" >&2
+    tail -20 "$tmp/tcp/train.txt" >&2
+    exit 1
   fi
 fi
 

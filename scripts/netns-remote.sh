@@ -102,7 +102,7 @@ wait_for() {
 st=0; wait_for "$trainer" 180 || st=$?
 [ "$st" = 0 ] || { cat "$tmp/train.log" >&2; fail "tp-train ended with $st"; }
 grep -q "test accuracy" "$tmp/train.log" || fail "tp-train did not test: $(cat "$tmp/train.log")"
-n=$(grep -c "remote: tp-worker .* joined (on $ep)" "$tmp/train.log" || true)
+n=$(grep -c "remote: tp-worker [0-9]*@[^ ]* (connected to $ep from 10.231.0.2) joined" "$tmp/train.log" || true)
 [ "$n" -ge 2 ] || fail "tp-train's log names $n joined workers, not 2: $(cat "$tmp/train.log")"
 grep "test accuracy" "$tmp/train.log" | sed 's/^/  trainer: /'
 
@@ -115,7 +115,7 @@ st=0; wait_for "$batch32" 20 || st=$?
 want="component 0 'image' is uint8\[32,28,28\], expected uint8\[64,28,28\]"
 [ "$st" = 1 ] && grep -q "$want" "$tmp/batch32.log" ||
   fail "the worker of batch 32 (status $st): $(cat "$tmp/batch32.log")"
-grep -q "tp-worker $batch32@[^ ]* (10.231.0.2) at $ep ends: its datapoints do not fit this run: $want" \
+grep -q "tp-worker $batch32@[^ ]* (connected to $ep from 10.231.0.2) ends: its datapoints do not fit this run: $want" \
   "$tmp/train.log" ||
   fail "tp-train's log does not name the batch-32 worker by its address: $(cat "$tmp/train.log")"
 grep "ends: its datapoints do not fit" "$tmp/train.log" | head -1 | sed 's/^.*remote: /  trainer: /'

@@ -212,6 +212,15 @@ uint64_t tp_df_remote_unfit(tp_dataflow_t *df);
  * messages and the senders' reports), or 0 for others. Any thread. */
 uint64_t tp_df_remote_bytes(tp_dataflow_t *df);
 
+/* Keep freed receive buffers in this process (glibc: large messages from
+ * the heap, its top not trimmed below 64 MiB), once; what a remote
+ * dataflow does at its first reset_state, so that libzmq receives each
+ * large message into memory already mapped rather than fresh pages (page
+ * faults on every message otherwise). Nothing when the user tuned malloc
+ * (MALLOC_*_, GLIBC_TUNABLES) or set TP_REMOTE_KEEP_BUFFERS=0. For a
+ * program receiving with libzmq itself (tp-bench's raw reference). */
+void tp_remote_keep_receive_buffers(void);
+
 /* What a watchdog says about a remote dataflow's senders, into buf: the
  * connections open ("2 senders connected", counted from their accept or
  * connect to their close), how long ago the last datapoint came, and the

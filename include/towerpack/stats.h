@@ -27,13 +27,15 @@ extern "C" {
 #endif
 
 #define TP_STATS_MAGIC 0x31535054u /* "TPS1", little-endian */
-#define TP_STATS_VERSION 3         /* 2: each row says its process; 3: and its host */
+#define TP_STATS_VERSION 4         /* 2: each row says its process; 3: and its host;
+                                      4: and a remote sender's addresses */
 #define TP_STATS_NAME_MAX 48       /* bytes of a row name, with its NUL */
 #define TP_STATS_SOURCE_MAX 16     /* bytes of the source name, with its NUL */
 #define TP_STATS_MAX_ROWS 4096
 #define TP_STATS_HEADER_BYTES 56
-#define TP_STATS_ROW_BYTES 192
+#define TP_STATS_ROW_BYTES 320
 #define TP_STATS_HOST_MAX 32       /* bytes of a row's host name, with its NUL */
+#define TP_STATS_WHERE_MAX 128     /* bytes of a row's addresses, with its NUL */
 
 /* An actor's life, as tp-top shows it. */
 typedef enum {
@@ -67,6 +69,10 @@ typedef struct tp_stats_row {
     char host[TP_STATS_HOST_MAX]; /* the host of that process, NUL-terminated
                                      (truncated); "": the publisher's, which
                                      the publisher fills in */
+    char where[TP_STATS_WHERE_MAX]; /* a remote sender's addresses, each '>'
+                                     (it connected to) or '@' (it bound) and
+                                     the endpoint, ", "-separated
+                                     (">tcp://10.0.0.1:5550"); "" for others */
 } tp_stats_row_t;
 
 /* One published snapshot. Held by value: init/fini. */
@@ -102,7 +108,8 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
 int tp_stats_bottleneck(const tp_stats_snapshot_t *snap);
 
 /* The snapshot as a JSON document (caller frees with free()); NULL on out
- * of memory. Per row: name, state, pid, host, msgs_per_s, mb_per_s,
+ * of memory. Per row: name, state, pid, host, "reached" and "bound" (the
+ * endpoints of `where`, arrays), msgs_per_s, mb_per_s,
  * queue_fill, busy_pct, starved_pct, blocked_pct, the counters and
  * "bottleneck". */
 char *tp_stats_to_json(const tp_stats_snapshot_t *snap);

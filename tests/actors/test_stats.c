@@ -30,6 +30,8 @@ static void encode3(void **buf, size_t *size) {
     tp_stats_row_t rows[3] = {row("reader", 20, 0, 80), row("augment", 95, 3, 2),
                               row("tower0", 10, 90, 0)};
     snprintf(rows[1].host, sizeof rows[1].host, "gpu-node-7");  /* a remote worker's */
+    snprintf(rows[1].where, sizeof rows[1].where,
+             ">tcp://10.0.0.1:5550, @tcp://10.0.0.7:5551");  /* ... and its addresses */
     tp_stats_snapshot_t s;
     tp_stats_snapshot_init(&s);
     snprintf(s.source, sizeof s.source, "supervisor");
@@ -57,6 +59,8 @@ Test(stats, round_trip) {
     cr_assert_str_eq(d.rows[1].name, "augment");
     cr_assert_str_eq(d.rows[1].host, "gpu-node-7");
     cr_assert_str_eq(d.rows[0].host, "");
+    cr_assert_str_eq(d.rows[1].where, ">tcp://10.0.0.1:5550, @tcp://10.0.0.7:5551");
+    cr_assert_str_eq(d.rows[0].where, "");
     cr_assert_eq(d.rows[1].msgs_in, 1000);
     cr_assert_float_eq(d.rows[1].busy_pct, 95, 0.01);
     cr_assert_float_eq(d.rows[0].msgs_per_s, 500, 1e-9);
@@ -73,6 +77,15 @@ Test(stats, round_trip) {
     cr_assert(json_is_number(json_object_get(a, "queue_fill")));
     a = json_array_get(json_object_get(root, "actors"), 1);
     cr_assert_str_eq(json_string_value(json_object_get(a, "host")), "gpu-node-7");
+    /* issue 47: a remote sender's row says where it is in full */
+    json_t *reached = json_object_get(a, "reached"), *bnd = json_object_get(a, "bound");
+    cr_assert_eq(json_array_size(reached), 1);
+    cr_assert_str_eq(json_string_value(json_array_get(reached, 0)), "tcp://10.0.0.1:5550");
+    cr_assert_eq(json_array_size(bnd), 1);
+    cr_assert_str_eq(json_string_value(json_array_get(bnd, 0)), "tcp://10.0.0.7:5551");
+    a = json_array_get(json_object_get(root, "actors"), 0);  /* a local actor: none */
+    cr_assert(json_is_array(json_object_get(a, "reached")));
+    cr_assert_eq(json_array_size(json_object_get(a, "reached")), 0);
     json_decref(root);
     free(json);
     tp_stats_snapshot_fini(&d);
@@ -127,6 +140,10 @@ Test(stats, malformed_messages_are_rejected) {
     memset(longhost, 'h', sizeof longhost);
     expect_bad(R + 160, longhost, sizeof longhost, 0, "host");
     expect_bad(R + 160, "a\tb", 3, 0, "host");
+    char longwhere[TP_STATS_WHERE_MAX];  /* the addresses: terminated, printable */
+    memset(longwhere, 'w', sizeof longwhere);
+    expect_bad(R + 192, longwhere, sizeof longwhere, 0, "addresses");
+    expect_bad(R + 192, ">x\n", 3, 0, "addresses");
     /* found by fuzz/fuzz_stats.c: the header's reserved word was skipped
      * unchecked, so two messages decoded to one snapshot */
     expect_bad(12, "\x08", 1, 0, "reserved header bytes");

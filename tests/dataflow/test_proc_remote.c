@@ -271,3 +271,104 @@ Test(proc_remote, a_spec_remote_takes_the_pipelines_expectations) {
     cr_assert_eq(pu_dir_entries(dir), 0, "socket files removed");
     rmdir(dir);
 }
+
+/* The log file of this test process, whole (the test's own: one process). */
+static void s_read_log(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Issue 47: the receiver's log named a sender by its report's name and the
+ * receiver's first endpoint only ("send 4121@vm joined (on ep0)"), tp-top
+ * by its name, pid and host: never where the sender itself was. Its
+ * report now says every address it connected to or bound, which the
+ * joined line, a dropped datapoint's warning, the error that ends the
+ * stream and its tp-top row (where) all carry. */
+Test(proc_remote, a_sender_is_named_with_every_address_it_reached_or_bound) {
+    char dir[64], ep[128], conn[140], logp[128], log[16384], want[300];
+    tu_tmpdir(dir, sizeof dir);
+    snprintf(logp, sizeof logp, "%s/log", dir);
+    cr_assert_eq(tp_log_set_file(logp), TP_OK);
+    tp_log_set_level(TP_LOG_INFO);  /* the joined line (ctest runs at warn) */
+    /* a sender that connects: its row and the joined line say where to */
+    snprintf(ep, sizeof ep, "ipc://%s/r.sock", dir);
+    pu_gate_t bound;
+    pu_gate_init(&bound);
+    int pid = fork_sender(ep, 2000, 0, 0, 4096, &bound);
+    tp_dataflow_t *df = make_remote(ep, 5);
+    pu_gate_open(&bound, 1);
+    pu_gate_fini(&bound);
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    tp_datapoint_destroy(&dp);
+    tp_stats_row_t rows[4];
+    int n = tp_df_remote_rows(df, rows, 4);  /* its report came before its data */
+    cr_assert_eq(n, 1);
+    snprintf(want, sizeof want, ">%s", ep);
+    cr_assert_str_eq(rows[0].where, want);
+    cr_assert_eq(rows[0].pid, (uint32_t)pid);
+    for (int64_t i = 1; i < 2000; i++) {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    int st = pu_waitpid(pid, 5000);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sender status %d", st);
+    tp_dataflow_destroy(&df);
+    s_read_log(logp, log, sizeof log);
+    snprintf(want, sizeof want, "remote: send %d@", pid);
+    const char *j = strstr(log, want);
+    cr_assert(j, "no line names the sender (%s):\n%s", want, log);
+    snprintf(want, sizeof want, "(connected to %s) joined", ep);
+    cr_assert(strstr(j, want), "the joined line does not say where it connected (%s):\n%s",
+              want, log);
+
+    /* a sender that binds, whose datapoints do not fit: the warning and
+     * the error name it with the address it bound */
+    snprintf(ep, sizeof ep, "ipc://%s/b.sock", dir);
+    snprintf(conn, sizeof conn, ">%s", ep);
+    pid = pu_fork();
+    if (pid == 0) {
+        tp_dataflow_t *src = tu_count_df(100000, 0, -1);
+        tp_send_opts_t o;
+        tp_send_opts_init(&o);
+        o.bind = 1;
+        o.linger_s = 0;
+        tp_send_dataflow(src, ep, &o, NULL);  /* until killed */
+        tp_dataflow_destroy(&src);
+        _exit(0);
+    }
+    tp_remote_opts_t ro;
+    tp_remote_opts_init(&ro);
+    ro.timeout_s = 10;
+    ro.unfit_grace_s = 0.5;
+    df = tp_df_remote(conn, &ro);
+    cr_assert(df, "%s", tp_last_error());
+    tp_remote_expect_t e = {.name = "value", .dtype = TP_FLOAT32, .ndim = 0};
+    cr_assert_eq(tp_df_remote_expect(df, &e, 1), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_status_t rc = tp_dataflow_next(df, &dp);
+    cr_assert_eq(rc, TP_ERR_SHAPE, "%d: %s", rc, tp_last_error());
+    snprintf(want, sizeof want, "send %d@", pid);
+    cr_assert(strstr(tp_last_error(), want), "%s", tp_last_error());
+    snprintf(want, sizeof want, "(bound at %s)", ep);
+    cr_assert(strstr(tp_last_error(), want), "the error does not say where it bound (%s): %s",
+              want, tp_last_error());
+    kill(pid, SIGKILL);
+    pu_waitpid(pid, 5000);
+    unlink(ep + 6);  /* the killed sender's socket file */
+    tp_dataflow_destroy(&df);
+    s_read_log(logp, log, sizeof log);
+    snprintf(want, sizeof want, "dropped a datapoint from send %d@", pid);
+    j = strstr(log, want);
+    cr_assert(j, "no warning names the unfit sender (%s):\n%s", want, log);
+    snprintf(want, sizeof want, "(bound at %s) (", ep);
+    cr_assert(strstr(j, want), "the warning does not say where it bound (%s):\n%s", want,
+              log);
+    tp_log_set_file(NULL);
+    unlink(logp);
+    cr_assert_eq(pu_dir_entries(dir), 0, "socket files removed");
+    rmdir(dir);
+}

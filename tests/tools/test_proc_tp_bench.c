@@ -144,3 +144,27 @@ Test(tp_bench, ops_quick_compares_each_row_with_pytorch) {
     cr_assert_eq(s_rows_positive(j, "\"ratio\":"), OPS_ROWS, "%s", j);
     cr_assert(strstr(j, "\"compared\":9,"), "%s", j);
 }
+
+/* The lead's note on issue 47: tp-bench transport --json without a
+ * tp-worker beside it printed the tcp rows as measured zeros (towerpack
+ * 0.0, ratio 0.000), and the cases --only left out as zeros too. A case
+ * without figures now says why ("skipped") and has no ratio. */
+Test(tp_bench, transport_json_says_why_a_case_has_no_figures) {
+    char dir[] = "/tmp/tp-bench-lone-XXXXXX", bin[64], cmd[256];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(bin, sizeof bin, "%s/tp-bench", dir);  /* a tp-bench with no tp-worker */
+    snprintf(cmd, sizeof cmd, "cp %s/bin/tp-bench %s", TP_BINARY_DIR, bin);
+    cr_assert_eq(system(cmd), 0);
+    char *argv[] = {bin, "transport", "--only", "tcp", "--repeat", "1", "--json", NULL};
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    cr_assert_eq(pu_run(argv, env, s_out, sizeof s_out), 0, "%s", s_out);
+    unlink(bin);
+    rmdir(dir);
+    const char *t = strstr(s_out, "\"tcp_tp_worker\": [");
+    cr_assert_not_null(t, "%s", s_out);
+    cr_assert(strstr(t, "\"skipped\": \"no tp-worker beside tp-bench"), "%s", s_out);
+    cr_assert_null(strstr(t, "\"ratio\""), "a tcp row without a peer has a ratio: %s", t);
+    cr_assert(strstr(s_out, "\"ipc_1mib\": {\"skipped\": \"not run (--only tcp)\"}"), "%s",
+              s_out);
+    cr_assert_null(strstr(s_out, "\"ratio\": 0.000"), "%s", s_out);
+}

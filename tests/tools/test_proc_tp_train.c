@@ -402,9 +402,15 @@ Test(tp_train, tp_top_shows_remote_workers, .init = s_setup, .fini = s_teardown,
             json_int_t pid = json_integer_value(json_object_get(a, "pid"));
             const char *host = json_string_value(json_object_get(a, "host"));
             cr_assert(host && *host, "every row names its host:\n%s", last);
-            if (pid == w[0] || pid == w[1])
+            if (pid == w[0] || pid == w[1]) {
                 cr_assert(strstr(json_string_value(json_object_get(a, "name")), "tp-worker"),
                           "%s", last);
+                /* issue 47: and where it is: the endpoint it connected to */
+                json_t *reached = json_object_get(a, "reached");
+                cr_assert(json_array_size(reached) == 1 &&
+                          !strcmp(json_string_value(json_array_get(reached, 0)), data),
+                          "a tp-worker's row does not say it reached %s:\n%s", data, last);
+            }
         }
         json_decref(snap);
     }

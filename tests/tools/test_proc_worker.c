@@ -321,6 +321,9 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     char who[64];
     snprintf(who, sizeof who, "remote: tp_send.py %d@", py);
     cr_assert(strstr(buf, who), "the trainer's log names the Python sender:\n%s", buf);
+    char where[200];  /* and where it connected (its report's eleventh field) */
+    snprintf(where, sizeof where, "(connected to %s) joined", ep);
+    cr_assert(strstr(strstr(buf, who), where), "no '%s':\n%s", where, buf);
     cr_assert(strstr(buf, "ZMQInput/unfit: 0"), "%s", buf);
     cr_assert(!strstr(buf, "dropped a malformed"), "%s", buf);
     cr_assert(strstr(buf, "test accuracy"), "%s", buf);
@@ -748,4 +751,36 @@ Test(proc_worker, clear_errors) {
     char *topsilent[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", ep, "--once",
                          "--timeout", "0.3", NULL};
     cr_assert_eq(run_status(topsilent), 1);
+}
+
+/* docs/distributed.md's rank.sh, copied as written, failed at its first
+ * epoch's end: tp-train --remote --augment takes float32 images (the
+ * workers' `augment` makes them), and its default validation set was
+ * uint8 (`predictor: infer: input 0 'image' is uint8[500,28,28], the model
+ * takes float32[batch,28,28]`). It is now normalised as the workers'. */
+Test(proc_worker, tp_train_remote_augment_validates_with_its_default_test_set) {
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char ep[128], bind[140], logdir[128], out[128], wout[128], buf[65536];
+    snprintf(ep, sizeof ep, "ipc://%s/aug.sock", s_dir);
+    snprintf(bind, sizeof bind, "@%s", ep);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    snprintf(out, sizeof out, "%s/train.txt", s_dir);
+    snprintf(wout, sizeof wout, "%s/worker.txt", s_dir);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | augment crop=28,pad=2,flip | batch 64", "--connect",
+                     ep, "--count", "10", NULL};
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--augment", "--epochs",
+                     "1", "--steps-per-epoch", "3", "--batch", "64", "--remote", bind,
+                     "--threads", "1", "--towers", "1", "--logdir", logdir,
+                     "--no-tensorboard", NULL};
+    pu_spawn_opts_t wo = {.out = wout}, to = {.out = out};
+    int w = pu_spawn(wargv, &wo);
+    int tr = pu_spawn(targv, &to);
+    int st = pu_waitpid(tr, 120000);
+    pu_waitpid(w, 20000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s",
+              st, buf);
+    cr_assert(strstr(buf, "test accuracy"), "%s", buf);
 }

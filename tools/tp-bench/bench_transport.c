@@ -335,15 +335,21 @@ static int s_cmp_double(const void *a, const void *b);
 enum { S_MAXR = 64 };
 typedef struct {
     double a, b;             /* best rate of each side */
-    double ratio[S_MAXR];    /* b / a per round */
+    double ratio[S_MAXR];    /* b / a per round that measured both */
     int n;
+    int failed;              /* rounds where a side measured nothing (its
+                                message on stderr): no ratio, never a zero */
 } s_pair_t;
 
 static void s_pair_add(s_pair_t *p, double a, double b) {
+    if (a <= 0 || b <= 0) {
+        p->failed++;
+        return;
+    }
     p->a = s_best(p->a, a);
     p->b = s_best(p->b, b);
     if (p->n < S_MAXR)
-        p->ratio[p->n++] = a > 0 ? b / a : 0;
+        p->ratio[p->n++] = b / a;
 }
 
 /* The smallest (which 0) or largest (1) per-round ratio. */
@@ -353,6 +359,24 @@ static double s_pair_extreme(const s_pair_t *p, int which) {
         if (which ? p->ratio[i] > e : p->ratio[i] < e)
             e = p->ratio[i];
     return e;
+}
+
+/* A JSON string literal of text (quotes and backslashes escaped, control
+ * bytes dropped) into out. */
+static void s_json_str(const char *text, char *out, size_t size) {
+    size_t o = 0;
+    if (size < 3)
+        return;
+    out[o++] = '"';
+    for (const char *p = text; *p && o + 3 < size; p++) {
+        if ((unsigned char)*p < 0x20)
+            continue;
+        if (*p == '"' || *p == '\\')
+            out[o++] = '\\';
+        out[o++] = *p;
+    }
+    out[o++] = '"';
+    out[o] = '\0';
 }
 
 /* The median of the per-round ratios. */
@@ -804,6 +828,36 @@ static int s_want(const s_cfg_t *c, const char *name) {
     return !c->only || !strcmp(c->only, name);
 }
 
+/* A case without figures: 1 with its one JSON member in out ("skipped":
+ * not asked for, or `skip`'s reason; "failed": no round measured both
+ * sides), 0 when it has figures. */
+static int s_json_missing(const s_cfg_t *c, const char *name, const char *skip,
+                          const s_pair_t *p, char *out, size_t size) {
+    char text[1300], lit[1350];
+    const char *key = "skipped";
+    if (!s_want(c, name))
+        snprintf(text, sizeof text, "not run (--only %s)", c->only);
+    else if (skip)
+        snprintf(text, sizeof text, "%s", skip);
+    else if (p->n == 0) {
+        key = "failed";
+        snprintf(text, sizeof text, "no round measured both sides (%d failed; stderr "
+                 "says why)", p->failed);
+    } else
+        return 0;
+    s_json_str(text, lit, sizeof lit);
+    snprintf(out, size, "\"%s\": %s", key, lit);
+    return 1;
+}
+
+/* ", \"failed_rounds\": N" for a case where some rounds failed, else "". */
+static const char *s_failed_rounds(const s_pair_t *p, char *buf) {
+    buf[0] = '\0';
+    if (p->failed)
+        sprintf(buf, ", \"failed_rounds\": %d", p->failed);
+    return buf;
+}
+
 static void s_usage(FILE *out) {
     fprintf(out,
         "usage: tp-bench transport [--only ipc|inproc|mp|stats|tcp|sizes] [--repeat N]\n"
@@ -868,6 +922,12 @@ int tp_bench_transport(int argc, char **argv) {
         return 1;
     }
     tp_actors_init();
+    /* libzmq's receive buffers stay mapped on both sides from the start,
+     * as a remote dataflow keeps them at its first reset: the rounds
+     * compare towerpack with libzmq, not malloc's moods (glibc's default
+     * trimming faults in fresh pages for every 1 MiB message whenever a
+     * queue drains: either side, 2-4x slower, at random on this host) */
+    tp_remote_keep_receive_buffers();
     s_big = tp_alloc(MIB);
     memset(s_big, 0x5a, MIB);
     char ep[128];
@@ -890,13 +950,23 @@ int tp_bench_transport(int argc, char **argv) {
     s_pair_t ipc = {0}, in = {0}, mp = {0}, st = {0}, tcp[2] = {{0}};
     double tcp_bytes[2] = {0, 0};
     double raw_bare = 0;
+    /* the tcp rows need the tp-worker of this build: without it they are
+     * skipped, saying so, never measured as zero */
+    char worker[1100], tcp_why[1300];
+    const char *tcp_skip = NULL;
+    if (s_want(&c, "tcp") && s_tp_worker_path(worker, sizeof worker) != 0) {
+        snprintf(tcp_why, sizeof tcp_why, "no tp-worker beside tp-bench (%s): build it "
+                 "(cmake --build BUILD --target tp-worker)", worker);
+        tcp_skip = tcp_why;
+        fprintf(stderr, "tp-bench transport: tcp skipped: %s\n", tcp_skip);
+    }
     /* The fork-based runs go first, while the process has no actor threads. */
     for (int r = 0; r < c.repeat && r < S_MAXR; r++) {
         if (s_want(&c, "mp"))
             s_pair_add(&mp, s_mp(&c, 1), s_mp(&c, 2));
         /* Odd rounds run towerpack's side first (as in sizes). */
         int tp_first = r & 1;
-        if (s_want(&c, "tcp"))
+        if (s_want(&c, "tcp") && !tcp_skip)
             for (int k = 0; k < 2; k++) {
                 int64_t n = (int64_t)((double)s_tcp_cases[k].count * tcp_scale);
                 if (n < 10)
@@ -931,28 +1001,60 @@ int tp_bench_transport(int argc, char **argv) {
     }
     double raw_ipc = ipc.a, tp_ipc = ipc.b, raw_in = in.a, tp_in = in.b, mp1 = mp.a,
            mp2 = mp.b, st_off = st.a, st_on = st.b;
+    /* A case that did not run, or whose every round failed, is no measured
+     * zero: JSON says why instead of its figures ("skipped": not asked for,
+     * no tp-worker; "failed": a side received nothing, its message on
+     * stderr); some rounds failed: "failed_rounds". Any failure is the
+     * exit status. */
+    const s_pair_t *pairs[] = {&ipc, &in, &mp, &st, &tcp[0], &tcp[1]};
+    int failed = 0;
+    for (int i = 0; i < 6; i++)
+        failed |= pairs[i]->failed > 0;
     if (c.json) {
-        printf("{\n  \"ipc_1mib\": {\"raw_mb_s\": %.1f, \"towerpack_mb_s\": %.1f, \"ratio\": %.3f},\n",
-               raw_ipc, tp_ipc, s_pair_ratio(&ipc));
-        printf("  \"inproc_hop\": {\"raw_msgs_s\": %.0f, \"raw_bare_msgs_s\": %.0f, "
-               "\"towerpack_msgs_s\": %.0f, \"ratio\": %.3f, \"ratio_bare\": %.3f, "
-               "\"rounds\": %d, \"ratio_min\": %.3f, \"ratio_max\": %.3f},\n",
-               raw_in, raw_bare, tp_in, s_pair_ratio(&in),
-               raw_bare > 0 ? tp_in / raw_bare : 0, in.n, s_pair_extreme(&in, 0),
-               s_pair_extreme(&in, 1));
-        printf("  \"mp_cpu\": {\"workers1_dp_s\": %.1f, \"workers2_dp_s\": %.1f, \"ratio\": %.3f},\n",
-               mp1, mp2, s_pair_ratio(&mp));
-        printf("  \"stats\": {\"off_msgs_s\": %.0f, \"on_msgs_s\": %.0f, \"ratio\": %.3f},\n",
-               st_off, st_on, s_pair_ratio(&st));
+        char why[1400];
+        printf("{\n  \"ipc_1mib\": ");
+        if (s_json_missing(&c, "ipc", NULL, &ipc, why, sizeof why))
+            printf("{%s},\n", why);
+        else
+            printf("{\"raw_mb_s\": %.1f, \"towerpack_mb_s\": %.1f, \"ratio\": %.3f%s},\n",
+                   raw_ipc, tp_ipc, s_pair_ratio(&ipc), s_failed_rounds(&ipc, why));
+        printf("  \"inproc_hop\": ");
+        if (s_json_missing(&c, "inproc", NULL, &in, why, sizeof why))
+            printf("{%s},\n", why);
+        else
+            printf("{\"raw_msgs_s\": %.0f, \"raw_bare_msgs_s\": %.0f, "
+                   "\"towerpack_msgs_s\": %.0f, \"ratio\": %.3f, \"ratio_bare\": %.3f, "
+                   "\"rounds\": %d, \"ratio_min\": %.3f, \"ratio_max\": %.3f%s},\n",
+                   raw_in, raw_bare, tp_in, s_pair_ratio(&in),
+                   raw_bare > 0 ? tp_in / raw_bare : 0, in.n, s_pair_extreme(&in, 0),
+                   s_pair_extreme(&in, 1), s_failed_rounds(&in, why));
+        printf("  \"mp_cpu\": ");
+        if (s_json_missing(&c, "mp", NULL, &mp, why, sizeof why))
+            printf("{%s},\n", why);
+        else
+            printf("{\"workers1_dp_s\": %.1f, \"workers2_dp_s\": %.1f, \"ratio\": %.3f%s},\n",
+                   mp1, mp2, s_pair_ratio(&mp), s_failed_rounds(&mp, why));
+        printf("  \"stats\": ");
+        if (s_json_missing(&c, "stats", NULL, &st, why, sizeof why))
+            printf("{%s},\n", why);
+        else
+            printf("{\"off_msgs_s\": %.0f, \"on_msgs_s\": %.0f, \"ratio\": %.3f%s},\n",
+                   st_off, st_on, s_pair_ratio(&st), s_failed_rounds(&st, why));
         printf("  \"tcp_tp_worker\": [");
-        for (int k = 0; k < 2; k++)
-            printf("%s{\"case\": \"%s\", \"bytes\": %.0f, \"raw_dp_s\": %.1f, "
+        for (int k = 0; k < 2; k++) {
+            printf("%s{\"case\": \"%s\"", k ? ", " : "", s_tcp_cases[k].name);
+            if (s_json_missing(&c, "tcp", tcp_skip, &tcp[k], why, sizeof why)) {
+                printf(", %s}", why);
+                continue;
+            }
+            printf(", \"bytes\": %.0f, \"raw_dp_s\": %.1f, "
                    "\"raw_mb_s\": %.1f, \"towerpack_dp_s\": %.1f, \"towerpack_mb_s\": %.1f, "
-                   "\"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f}",
-                   k ? ", " : "", s_tcp_cases[k].name, tcp_bytes[k], tcp[k].a,
-                   tcp[k].a * tcp_bytes[k] / 1e6, tcp[k].b, tcp[k].b * tcp_bytes[k] / 1e6,
-                   s_pair_ratio(&tcp[k]), s_pair_extreme(&tcp[k], 0),
-                   s_pair_extreme(&tcp[k], 1));
+                   "\"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f%s}",
+                   tcp_bytes[k], tcp[k].a, tcp[k].a * tcp_bytes[k] / 1e6, tcp[k].b,
+                   tcp[k].b * tcp_bytes[k] / 1e6, s_pair_ratio(&tcp[k]),
+                   s_pair_extreme(&tcp[k], 0), s_pair_extreme(&tcp[k], 1),
+                   s_failed_rounds(&tcp[k], why));
+        }
         printf("]\n}\n");
     } else {
         printf("%-34s %14s %14s %8s\n", "benchmark", "reference", "towerpack", "ratio");
@@ -974,7 +1076,9 @@ int tp_bench_transport(int argc, char **argv) {
             printf("%-34s %9.0f msg/s %9.0f msg/s %8.3f   (goal >= 0.99)\n",
                    "stats publishing on vs off", st_off, st_on,
                    st_off > 0 ? st_on / st_off : 0);
-        if (s_want(&c, "tcp"))
+        if (s_want(&c, "tcp") && tcp_skip)
+            printf("%-34s skipped: %s\n", "tcp tp-worker", tcp_skip);
+        else if (s_want(&c, "tcp"))
             for (int k = 0; k < 2; k++) {
                 char name[64];
                 snprintf(name, sizeof name, "tcp tp-worker, %s", k ? "1 MiB datapoint"
@@ -991,5 +1095,8 @@ int tp_bench_transport(int argc, char **argv) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", c.dir);
     if (system(cmd) != 0)
         fprintf(stderr, "tp-bench transport: cannot remove %s\n", c.dir);
-    return 0;
+    if (failed)
+        fprintf(stderr, "tp-bench transport: a side measured nothing in some rounds (above); "
+                "those rounds have no ratio\n");
+    return failed ? 1 : 0;
 }

@@ -867,7 +867,10 @@ static tp_status_t s_test_spec(const s_args_t *a, char *buf, size_t size) {
         return TP_OK;
     }
     char norm[64] = "";
-    if (a->resident)  /* float32 in [0, 1], as the resident input's */
+    /* float32 in [0, 1], as the resident input's, and as a --spec or
+     * --remote input that augments brings them (the model takes float32
+     * then: the validation's uint8 would not fit it) */
+    if (a->resident || (!a->info.in_model && a->augment))
         snprintf(norm, sizeof norm, " | augment crop=%d", n);
     if (strcmp(src, "fashion-mnist") && !a->test_data)
         return tp_error(TP_ERR_INVALID, "--data %s has no test split: give "

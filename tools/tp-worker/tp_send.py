@@ -231,6 +231,11 @@ class Sender:
         (self.sock.bind if bind else self.sock.connect)(endpoint)
         self.endpoint = endpoint
         self.job, self.bind = job, bind
+        # where it is, for the receiver's log and tp-top: '>' the endpoint it
+        # connected to, '@' the one it bound (a wildcard's port resolved)
+        where = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode() if bind else endpoint
+        self.where = ("@" if bind else ">") + "".join(
+            c if " " <= c <= "~" else "?" for c in where)[:126]
         self.gone_s = exit_with_trainer
         self.connected, self.ever, self.none_since = 0, False, time.monotonic()
         self.want, self.want_text = None, ""  # the receiver's components
@@ -270,9 +275,9 @@ class Sender:
         if not force and now - self.reported < 500_000_000:
             return
         alive = now - self.start
-        text = "%d\t%s\t%s\t%d\t%d\t%d\t%d\t0\t%d\t%d" % (
+        text = "%d\t%s\t%s\t%d\t%d\t%d\t%d\t0\t%d\t%d\t%s" % (
             self.pid, self.host, self.name, state, alive, max(0, alive - self.blocked_ns),
-            self.blocked_ns, self.msgs, self.bytes)
+            self.blocked_ns, self.msgs, self.bytes, self.where)
         try:
             self.sock.send(struct.pack("<IB3xI", CTL_MAGIC, CTL_REPORT, 0) + text.encode(),
                            zmq.NOBLOCK)
