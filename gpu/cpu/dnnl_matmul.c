@@ -9,6 +9,7 @@
  * added to what the buffer holds, as OpenBLAS's beta 1. Scratchpads are
  * the user's (the op's workspace), so that two towers may run one cached
  * primitive at once. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
@@ -175,6 +176,112 @@ size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
     return most;
 }
 
+/* The calling thread's stream and, per cached primitive it ran, its
+ * memory objects, made on the first call and pointed at each call's
+ * buffers after: a step allocates nothing (tests/gpu/test_graph.c counts
+ * the heap). A thread past S_SLOTS primitives, or an entry not in the
+ * cache, makes and frees its objects per call. Tower threads live as long
+ * as the model; what a thread made is freed at its exit. */
+enum { S_SLOTS = 48, S_ARGS = 5 };
+typedef struct {
+    const tp_dnnl_prim_t *e;
+    dnnl_memory_t mem[S_ARGS];
+} s_slot_t;
+typedef struct {
+    dnnl_stream_t stream;
+    int nslots;
+    s_slot_t slot[S_SLOTS];
+} s_local_t;
+
+static pthread_once_t s_tls_once = PTHREAD_ONCE_INIT;
+static pthread_key_t s_tls;
+
+static void s_local_free(void *p) {
+    s_local_t *l = p;
+    for (int i = 0; i < l->nslots; i++)
+        for (int a = 0; a < S_ARGS; a++)
+            if (l->slot[i].mem[a])
+                dnnl_memory_destroy(l->slot[i].mem[a]);
+    if (l->stream)
+        dnnl_stream_destroy(l->stream);
+    free(l);
+}
+
+static void s_tls_make(void) { (void)pthread_key_create(&s_tls, s_local_free); }
+
+/* The calling thread's state; NULL (tp_error said why) without memory. */
+static s_local_t *s_local(const char *name) {
+    pthread_once(&s_tls_once, s_tls_make);
+    s_local_t *l = pthread_getspecific(s_tls);
+    if (l)
+        return l;
+    dnnl_engine_t eng = tp_dnnl_engine();
+    if (!eng)
+        return NULL;
+    if (!(l = calloc(1, sizeof *l))) {
+        tp_error(TP_ERR_NOMEM, "%s: oneDNN matmul thread state", name);
+        return NULL;
+    }
+    dnnl_status_t st = dnnl_stream_create(&l->stream, eng, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        tp_dnnl_fail(st, "dnnl_stream_create", name, __FILE__, __LINE__);
+        free(l);
+        return NULL;
+    }
+    if (pthread_setspecific(s_tls, l) != 0) {
+        tp_error(TP_ERR_NOMEM, "%s: oneDNN matmul thread state", name);
+        s_local_free(l);
+        return NULL;
+    }
+    return l;
+}
+
+/* Runs e's primitive on ptrs[i] as args[i] (layouts mds[i]). */
+static tp_status_t s_exec(const tp_dnnl_prim_t *e, int owned, int n, const int *args,
+                          const dnnl_memory_desc_t *const *mds, void *const *ptrs,
+                          const char *name) {
+    s_local_t *l = s_local(name);
+    if (!l)
+        return TP_ERR_NOMEM;
+    s_slot_t *slot = NULL;
+    for (int i = 0; i < l->nslots && !slot; i++)
+        if (l->slot[i].e == e)
+            slot = &l->slot[i];
+    tp_status_t rc = TP_OK;
+    dnnl_status_t st;
+    if (!slot && !owned && l->nslots < S_SLOTS) { /* a new listed entry: its objects */
+        slot = &l->slot[l->nslots];
+        memset(slot, 0, sizeof *slot);
+        for (int a = 0; a < n && rc == TP_OK; a++)
+            if ((st = dnnl_memory_create(&slot->mem[a], mds[a], tp_dnnl_engine(),
+                                         DNNL_MEMORY_NONE)) != dnnl_success)
+                rc = tp_dnnl_fail(st, "dnnl_memory_create", name, __FILE__, __LINE__);
+        if (rc != TP_OK) {
+            for (int a = 0; a < S_ARGS; a++)
+                if (slot->mem[a])
+                    dnnl_memory_destroy(slot->mem[a]);
+            return rc;
+        }
+        slot->e = e;
+        l->nslots++;
+    }
+    if (!slot) /* past the slots, or a primitive of this call only */
+        return tp_dnnl_exec(e->fwd, n, args, mds, ptrs, name);
+    dnnl_exec_arg_t ex[S_ARGS];
+    for (int a = 0; a < n; a++) {
+        if ((st = dnnl_memory_set_data_handle_v2(slot->mem[a], ptrs[a], l->stream)) !=
+            dnnl_success)
+            return tp_dnnl_fail(st, "dnnl_memory_set_data_handle", name, __FILE__, __LINE__);
+        ex[a] = (dnnl_exec_arg_t){args[a], slot->mem[a]};
+    }
+    st = dnnl_primitive_execute(e->fwd, l->stream, n, ex);
+    if (st == dnnl_success)
+        st = dnnl_stream_wait(l->stream);
+    if (st != dnnl_success)
+        return tp_dnnl_fail(st, "dnnl_primitive_execute", name, __FILE__, __LINE__);
+    return TP_OK;
+}
+
 /* Runs one product on (src, wei, bias, dst); *done 0 when oneDNN has no
  * primitive for it or the workspace is short. */
 static tp_status_t s_run(const tp_op_call_t *c, int which, int acc, const void *src,
@@ -198,9 +305,9 @@ static tp_status_t s_run(const tp_op_call_t *c, int which, int acc, const void *
     if (st != dnnl_success) {
         rc = tp_dnnl_fail(st, "matmul memory descriptors", c->name, __FILE__, __LINE__);
     } else {
-        int args[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-        const dnnl_memory_desc_t *mds[5] = {&ms, &mw, &md};
-        void *ptrs[5] = {(void *)src, (void *)wei, dst};
+        int args[S_ARGS] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+        const dnnl_memory_desc_t *mds[S_ARGS] = {&ms, &mw, &md};
+        void *ptrs[S_ARGS] = {(void *)src, (void *)wei, dst};
         int n = 3;
         if (k.bias) {
             args[n] = DNNL_ARG_BIAS;
@@ -212,7 +319,7 @@ static tp_status_t s_run(const tp_op_call_t *c, int which, int acc, const void *
             mds[n] = &e->fwd_scratch;
             ptrs[n++] = c->workspace;
         }
-        rc = tp_dnnl_exec(e->fwd, n, args, mds, ptrs, c->name);
+        rc = s_exec(e, owned, n, args, mds, ptrs, c->name);
         *done = rc == TP_OK;
     }
     if (owned)
