@@ -28,12 +28,7 @@ typedef struct {
 
 /* TP_CPU_MATMUL: oneDNN unless "own" (measured faster on every MLP shape
  * but the 10-column head's dW, a few microseconds either way). */
-static int s_use_dnnl(void) {
-    static int path = -2; /* read once: a race writes the same value */
-    if (path == -2)
-        path = tp_dnnl_ops_path("TP_CPU_MATMUL");
-    return path != 0;
-}
+static int s_use_dnnl(void) { return tp_dnnl_ops_path("TP_CPU_MATMUL") != 0; }
 
 static void s_dims(const tp_op_call_t *c, int64_t *n, int64_t *k, int64_t *m) {
     const tp_shape_t *xs = &c->xshape[0];
