@@ -4,10 +4,12 @@
  * one-thread backend: the one that runs oneDNN): the output with a folded
  * bias and relu, dW and dX stored and added (dx_acc), a flattened [N,A,B]
  * input, the first layer's call without dX; calls that allocate nothing
- * once a geometry ran; TP_CPU_MATMUL choosing the path. */
+ * once a geometry ran; two threads (two towers) running the same cached
+ * primitives at once; TP_CPU_MATMUL choosing the path. */
 #include <criterion/criterion.h>
 #include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/towerpack.h>
@@ -199,5 +201,65 @@ Test(dnnl_matmul, the_environment_chooses_the_path) {
     cr_expect_eq(memcmp(t[0].y, t[2].y, n), 0, "the default is not oneDNN's");
     for (int p = 0; p < 3; p++)
         s_free(&t[p]);
+    tp_backend_destroy(&b);
+}
+
+/* Two towers run the same cached primitives at once, each on its own
+ * buffers and scratchpad (the op's workspace): each gets, 30 times over,
+ * bit for bit what one thread alone got. */
+typedef struct {
+    call_t t;
+    const call_t *ref;
+    int bad;
+} tower_t;
+
+static void *s_tower(void *arg) {
+    tower_t *w = arg;
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    if (!b) {
+        w->bad = -1;
+        return NULL;
+    }
+    const size_t ny = tp_shape_count(&w->t.ys), nw = tp_shape_count(&w->t.xs[1]);
+    const size_t nx = tp_shape_count(&w->t.xs[0]);
+    for (int i = 0; i < 30; i++) {
+        if (b->ops->op_forward(b, NULL, &w->t.c) != TP_OK ||
+            b->ops->op_backward(b, NULL, &w->t.c) != TP_OK) {
+            w->bad = -1;
+            break;
+        }
+        w->bad += memcmp(w->t.y, w->ref->y, ny * sizeof(float)) != 0;
+        w->bad += memcmp(w->t.dx[1], w->ref->dx[1], nw * sizeof(float)) != 0;
+        w->bad += memcmp(w->t.dx[0], w->ref->dx[0], nx * sizeof(float)) != 0;
+    }
+    tp_backend_destroy(&b);
+    return NULL;
+}
+
+Test(dnnl_matmul, two_towers_share_the_cached_primitives) {
+    setenv("TP_CPU_MATMUL", "dnnl", 1);
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    const tp_shape_t xs = {2, {64, 256}};
+    call_t ref;
+    s_call(&ref, b, xs, 128, 1, 1, 0, 1);
+    s_run(&ref, b);
+    tower_t w[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        s_call(&w[i].t, b, xs, 128, 1, 1, 0, 1);
+        w[i].ref = &ref;
+        w[i].bad = 0;
+    }
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, s_tower, &w[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        cr_expect_eq(w[i].bad, 0, "tower %d: %d results differ (-1: a call failed)", i,
+                     w[i].bad);
+        s_free(&w[i].t);
+    }
+    s_free(&ref);
+    unsetenv("TP_CPU_MATMUL");
     tp_backend_destroy(&b);
 }
