@@ -33,7 +33,9 @@ static int s_use_dnnl(void) { return tp_dnnl_ops_path("TP_CPU_MATMUL") != 0; }
 static void s_dims(const tp_op_call_t *c, int64_t *n, int64_t *k, int64_t *m) {
     const tp_shape_t *xs = &c->xshape[0];
     *n = xs->d[0];
-    *k = (int64_t)(tp_shape_count(xs) / (size_t)xs->d[0]);
+    *k = 1; /* the product of x's trailing dims (an empty batch has them too) */
+    for (int i = 1; i < xs->ndim; i++)
+        *k *= xs->d[i];
     *m = c->xshape[1].d[1];
 }
 

@@ -5,9 +5,9 @@
  * dX = dy W^T, a sum post-op where the gradient accumulates) on the op's
  * plain row-major buffers, transposes as strides. oneDNN's AVX-512 brgemm
  * measured 10% faster than OpenBLAS's sgemm on the MLP's shapes
- * (docs/performance.md, "The MLP step"); TP_CPU_MATMUL=dnnl|own chooses
- * either in one binary. Runs only where the backend has its oneDNN cache
- * (as the pooling's, dnnl_ops.h). */
+ * (docs/performance.md, "The MLP step on oneDNN's matmul");
+ * TP_CPU_MATMUL=dnnl|own chooses either in one binary. Runs only where
+ * the backend has its oneDNN cache (as the pooling's, dnnl_ops.h). */
 #ifndef TOWERPACK_GPU_DNNL_MATMUL_H
 #define TOWERPACK_GPU_DNNL_MATMUL_H
 
