@@ -154,7 +154,9 @@ static tp_status_t s_entry(const tp_op_call_t *c, int which, int acc, tp_dnnl_pr
 }
 
 size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
-    if (!s_use_dnnl())
+    int64_t n, k, m;
+    s_dims(c, &n, &k, &m);
+    if (!s_use_dnnl() || !n || !k || !m) /* an empty product: OpenBLAS's path */
         return 0;
     size_t most = 0;
     /* the forward, and both gradients in either mode (a plan does not yet
