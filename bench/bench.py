@@ -206,14 +206,22 @@ def _torch_train(a, model, steps, seed, threads):
 
 
 def bench_training(a, m):
+    # Issue 49 states the goals against PyTorch "its threads at their best
+    # for the machine": each round times PyTorch with every core's thread
+    # count and (torch_1thread) with one, and the goal row compares
+    # towerpack with the faster of the two in that round. Debian's torch
+    # runs its GEMMs on OpenBLAS's pthread pool whatever set_num_threads
+    # says, and its OpenMP threads spin at barriers, so on a small or
+    # loaded machine one thread is often its best (docs/performance.md).
     rows, raw = [], []
     threads = os.cpu_count() or 1
     tmp = tempfile.mkdtemp(prefix="tp-peer-bench-")
     what = "one epoch" if not m["train_steps"] else "%d steps" % m["train_steps"]
+    both = m["torch_1thread"] and threads > 1
     try:
         for model in ("mlp", "cnn"):
-            tts, pts, ratios, taccs, paccs, one = [], [], [], [], [], None
-            tcpu, pcpu = [], []
+            tts, bests, ratios, taccs, paccs, tcpu, pcpu = [], [], [], [], [], [], []
+            nts, nratios, nacc, ncpu, best_threads = [], [], [], [], []
             nr = m["train_rounds"][model]
             for r in range(nr):
                 if r > 0 and over_budget(m):
@@ -225,49 +233,51 @@ def bench_training(a, m):
                 def tp():
                     return _tp_train(a, model, m["train_steps"], r + 1, logdir)
 
-                def pt():
-                    return _torch_train(a, model, m["train_steps"], r + 1, threads)
-                if r % 2 == 0:
-                    x, y = tp(), pt()
+                def pts():  # PyTorch at every core's thread count, then 1
+                    y = [_torch_train(a, model, m["train_steps"], r + 1, threads)]
+                    if both:
+                        y.append(_torch_train(a, model, m["train_steps"], r + 1, 1))
+                    return y
+                if r % 2 == 0:  # the side going first alternates
+                    x, ys = tp(), pts()
                 else:
-                    y, x = pt(), tp()
+                    ys = pts()
+                    x = tp()
+                y = min(ys, key=lambda v: v["epoch_s"])
                 tts.append(x["epoch_s"])
-                pts.append(y["epoch_s"])
+                bests.append(y["epoch_s"])
+                best_threads.append(y["threads"])
                 ratios.append(x["epoch_s"] / y["epoch_s"])
                 taccs.append(x["test_accuracy"])
                 paccs.append(y["test_accuracy"])
                 tcpu.append(x["cpu_s"])
                 pcpu.append(y["cpu_s"])
-                raw.append(dict(model=model, towerpack=x, pytorch=y))
-                if r == 0 and m["torch_1thread"]:
-                    # PyTorch's own best on a small shared machine may be one
-                    # thread (its OpenMP threads spin at barriers and lose
-                    # their core to other processes): one run right after
-                    # the first round, so the table shows that too.
-                    log("training: %s, PyTorch with 1 thread (reference)" % model)
-                    one = _torch_train(a, model, m["train_steps"], 1, 1)
-                    one["towerpack_epoch_s"] = x["epoch_s"]
-                    one["towerpack_test_accuracy"] = x["test_accuracy"]
-                    one["towerpack_cpu_s"] = x["cpu_s"]
-                    raw.append(dict(model=model, pytorch_1thread=one))
-            goal = 0.5 if model == "mlp" else 0.8
-            rows.append(dict(group="training", name="%s, %s, batch 128, %d threads"
-                             % (model.upper(), what, threads), tp=median(tts),
-                             peer=median(pts), unit="s", peer_name="PyTorch",
+                nts.append(ys[0]["epoch_s"])
+                nratios.append(x["epoch_s"] / ys[0]["epoch_s"])
+                nacc.append(ys[0]["test_accuracy"])
+                ncpu.append(ys[0]["cpu_s"])
+                raw.append(dict(model=model, towerpack=x, pytorch=ys[0],
+                                pytorch_1thread=ys[1] if both else None))
+            goal = 0.5 if model == "mlp" else 0.35
+            peer = ("PyTorch (best of 1 and %d threads: %s)"
+                    % (threads, ", ".join(str(t) for t in best_threads))) if both else "PyTorch"
+            rows.append(dict(group="training", name="%s, %s, batch 128, against PyTorch at "
+                             "its best" % (model.upper(), what), tp=median(tts),
+                             peer=median(bests), unit="s", peer_name=peer,
                              ratio=median(ratios), spread=(min(ratios), max(ratios)),
                              goal=goal, higher_better=False, rounds=len(ratios),
                              tp_acc=median(taccs), peer_acc=median(paccs),
                              tp_cpu=median(tcpu), peer_cpu=median(pcpu)))
-            if one:
-                rows.append(dict(group="training", name="%s, %s: against PyTorch with 1 thread"
-                                 % (model.upper(), what), tp=one["towerpack_epoch_s"],
-                                 peer=one["epoch_s"], unit="s",
-                                 peer_name="PyTorch (1 thread)",
-                                 ratio=one["towerpack_epoch_s"] / one["epoch_s"],
-                                 spread=None, goal=None, higher_better=False, rounds=1,
-                                 tp_acc=one["towerpack_test_accuracy"],
-                                 peer_acc=one["test_accuracy"],
-                                 tp_cpu=one["towerpack_cpu_s"], peer_cpu=one["cpu_s"]))
+            if both:
+                rows.append(dict(group="training", name="%s, %s: against PyTorch with %d "
+                                 "threads" % (model.upper(), what, threads), tp=median(tts),
+                                 peer=median(nts), unit="s",
+                                 peer_name="PyTorch (%d threads)" % threads,
+                                 ratio=median(nratios),
+                                 spread=(min(nratios), max(nratios)), goal=None,
+                                 higher_better=False, rounds=len(nratios),
+                                 tp_acc=median(taccs), peer_acc=median(nacc),
+                                 tp_cpu=median(tcpu), peer_cpu=median(ncpu)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rows, raw

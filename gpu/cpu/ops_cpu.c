@@ -15,6 +15,7 @@
 #include "gpu/backend_impl.h"
 
 #include "gpu/cpu/cpu_math.h"
+#include "gpu/cpu/dnnl_matmul.h"
 #include "gpu/cpu/dnnl_ops.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
@@ -58,7 +59,14 @@ static void s_bias_act_rows(float *restrict y, size_t n, size_t m,
     }
 }
 
-static void s_matmul_fwd(const tp_op_call_t *c) {
+/* oneDNN's matmul (dnnl_matmul.c) where the backend has its oneDNN cache,
+ * else OpenBLAS */
+static tp_status_t s_matmul_fwd(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
+    int done = 0;
+    if (dnnl)
+        TP_TRY(tp_dnnl_matmul_forward(c, &done));
+    if (done)
+        return TP_OK;
     const tp_shape_t *xs = &c->xshape[0];
     int n = (int)xs->d[0], k = (int)(s_count(xs) / (size_t)xs->d[0]);
     int m = (int)c->xshape[1].d[1];
@@ -67,6 +75,7 @@ static void s_matmul_fwd(const tp_op_call_t *c) {
     if (c->bias || c->attr->act == TP_ACT_RELU)
         s_bias_act_rows(c->y, (size_t)n, (size_t)m, c->bias,
                         c->attr->act == TP_ACT_RELU);
+    return TP_OK;
 }
 
 /* db (+)= the column sums of dy[n, ch], rows in order: a bias add's
@@ -82,12 +91,17 @@ static void s_column_sums(const float *restrict dy, size_t n, size_t ch,
     }
 }
 
-static void s_matmul_bwd(const tp_op_call_t *c) {
+static tp_status_t s_matmul_bwd(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     const tp_shape_t *xs = &c->xshape[0];
     int n = (int)xs->d[0], k = (int)(s_count(xs) / (size_t)xs->d[0]);
     int m = (int)c->xshape[1].d[1];
     if (c->dbias)
         s_column_sums(c->dy, (size_t)n, (size_t)m, c->dbias, c->dbias_acc);
+    int done = 0;
+    if (dnnl)
+        TP_TRY(tp_dnnl_matmul_backward(c, &done));
+    if (done)
+        return TP_OK;
     if (c->dx[1])
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, m, n, 1.0f,
                     c->x[0], k, c->dy, m, c->dx_acc[1] ? 1.0f : 0.0f, c->dx[1],
@@ -96,6 +110,7 @@ static void s_matmul_bwd(const tp_op_call_t *c) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, k, m, 1.0f,
                     c->dy, m, c->x[1], m, c->dx_acc[0] ? 1.0f : 0.0f, c->dx[0],
                     k);
+    return TP_OK;
 }
 
 
@@ -671,6 +686,8 @@ static void s_cast_fwd(const tp_op_call_t *c) {
 
 static size_t s_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     switch (c->kind) {
+    case TP_OP_MATMUL: /* oneDNN's scratchpads (dnnl_matmul.c); OpenBLAS: none */
+        return dnnl ? tp_dnnl_matmul_workspace(c) : 0;
     case TP_OP_MAX_POOL: case TP_OP_AVG_POOL: { /* oneDNN's (dnnl_pool.c) or ours */
         const size_t own = c->kind == TP_OP_MAX_POOL ? s_count(&c->yshape) * sizeof(int32_t) : 0;
         return dnnl ? tp_dnnl_pool_workspace(c, own) : own;
@@ -703,7 +720,7 @@ static size_t s_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
 
 static tp_status_t s_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     switch (c->kind) {
-    case TP_OP_MATMUL: s_matmul_fwd(c); break;
+    case TP_OP_MATMUL: return s_matmul_fwd(dnnl, c);
     case TP_OP_BIAS_ADD: s_bias_fwd(c); break;
     case TP_OP_MAX_POOL: case TP_OP_AVG_POOL: { /* oneDNN where it takes the call */
         int done = 0;
@@ -759,7 +776,7 @@ static tp_status_t s_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
 
 static tp_status_t s_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     switch (c->kind) {
-    case TP_OP_MATMUL: s_matmul_bwd(c); break;
+    case TP_OP_MATMUL: return s_matmul_bwd(dnnl, c);
     case TP_OP_BIAS_ADD: s_bias_bwd(c); break;
     case TP_OP_MAX_POOL: case TP_OP_AVG_POOL: {
         int done = 0;

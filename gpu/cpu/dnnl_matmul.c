@@ -1,0 +1,373 @@
+/* towerpack gpu: the dense layer's matmul on oneDNN (dnnl_matmul.h).
+ *
+ * Three products per geometry, each a cached primitive (dnnl_util.c's
+ * cache, one entry per product and accumulate flag):
+ *   forward  y[N,M]  = x[N,K] W[K,M] (+ b[M]) (relu)
+ *   weights  dW[K,M] = x^T dy        (x read through strides {1,K})
+ *   data     dX[N,K] = dy W^T        (W read through strides {1,M})
+ * A gradient that accumulates (dx_acc) gets a sum post-op: the product is
+ * added to what the buffer holds, as OpenBLAS's beta 1. Scratchpads are
+ * the user's (the op's workspace), so that two towers may run one cached
+ * primitive at once. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <towerpack/backend.h>
+#include "gpu/backend_impl.h"
+
+#include "gpu/cpu/dnnl_matmul.h"
+#include "gpu/cpu/dnnl_ops.h"
+
+enum { S_FWD = 0, S_DW = 1, S_DX = 2 };
+
+typedef struct {
+    int64_t family; /* 3: matmul (1 pooling, 2 batch norm) */
+    int64_t which;  /* S_FWD, S_DW, S_DX */
+    int64_t n, k, m, bias, relu, acc, threads;
+} s_key_t;
+
+/* TP_CPU_MATMUL: oneDNN unless "own" (measured faster on every MLP shape
+ * but the 10-column head's dW, a few microseconds either way). */
+static int s_use_dnnl(void) { return tp_dnnl_ops_path("TP_CPU_MATMUL") != 0; }
+
+static void s_dims(const tp_op_call_t *c, int64_t *n, int64_t *k, int64_t *m) {
+    const tp_shape_t *xs = &c->xshape[0];
+    *n = xs->d[0];
+    *k = 1; /* the product of x's trailing dims (an empty batch has them too) */
+    for (int i = 1; i < xs->ndim; i++)
+        *k *= xs->d[i];
+    *m = c->xshape[1].d[1];
+}
+
+static void s_key(const tp_op_call_t *c, int which, int acc, unsigned char out[160]) {
+    s_key_t k;
+    memset(&k, 0, sizeof k);
+    k.family = 3;
+    k.which = which;
+    s_dims(c, &k.n, &k.k, &k.m);
+    if (which == S_FWD) {
+        k.bias = c->bias != NULL;
+        k.relu = c->attr && c->attr->act == TP_ACT_RELU;
+    }
+    k.acc = acc;
+    k.threads = tp_dnnl_threads();
+    memset(out, 0, 160);
+    memcpy(out, &k, sizeof k);
+}
+
+/* A [rows, cols] matrix stored row-major, or (trans) its transpose's
+ * storage read through strides. */
+static dnnl_status_t s_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans) {
+    dnnl_dims_t d = {rows, cols}, s = {cols, 1};
+    if (trans) {
+        s[0] = 1;
+        s[1] = rows;
+    }
+    return dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s);
+}
+
+/* The product's operands: src [r, in] op weights [in, cols] -> dst [r, cols]. */
+static dnnl_status_t s_mds(const s_key_t *k, dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei,
+                           dnnl_memory_desc_t *bias, dnnl_memory_desc_t *dst) {
+    dnnl_status_t st;
+    switch (k->which) {
+    case S_FWD:
+        st = s_md(src, k->n, k->k, 0);
+        if (st == dnnl_success)
+            st = s_md(wei, k->k, k->m, 0);
+        if (st == dnnl_success)
+            st = s_md(dst, k->n, k->m, 0);
+        if (st == dnnl_success)
+            st = s_md(bias, 1, k->m, 0);
+        return st;
+    case S_DW:
+        st = s_md(src, k->k, k->n, 1); /* x^T */
+        if (st == dnnl_success)
+            st = s_md(wei, k->n, k->m, 0); /* dy */
+        if (st == dnnl_success)
+            st = s_md(dst, k->k, k->m, 0);
+        return st;
+    default:
+        st = s_md(src, k->n, k->m, 0); /* dy */
+        if (st == dnnl_success)
+            st = s_md(wei, k->m, k->k, 1); /* W^T */
+        if (st == dnnl_success)
+            st = s_md(dst, k->n, k->k, 0);
+        return st;
+    }
+}
+
+/* extra[0]: the scratchpad's bytes (rounded) */
+static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
+    const char *name = c->name;
+    s_key_t k;
+    memcpy(&k, e->key, sizeof k);
+    dnnl_engine_t eng = tp_dnnl_engine();
+    if (!eng)
+        return TP_ERR_DEVICE; /* tp_dnnl_engine said why */
+    dnnl_memory_desc_t src, wei, bias, dst;
+    dnnl_status_t st = s_mds(&k, &src, &wei, &bias, &dst);
+    dnnl_matmul_desc_t d;
+    if (st == dnnl_success)
+        st = dnnl_matmul_desc_init(&d, &src, &wei, k.bias ? &bias : NULL, &dst);
+    if (st != dnnl_success)
+        return tp_dnnl_fail(st, "matmul descriptor", name, __FILE__, __LINE__);
+    dnnl_primitive_attr_t attr;
+    TP_TRY(tp_dnnl_attr(&attr, name));
+    dnnl_post_ops_t po = NULL;
+    if (k.relu || k.acc) {
+        st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success && k.acc)
+            st = dnnl_post_ops_append_sum(po, 1.0f);
+        if (st == dnnl_success && k.relu)
+            st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        if (st == dnnl_success)
+            st = dnnl_primitive_attr_set_post_ops(attr, po);
+    }
+    dnnl_primitive_desc_t pd = NULL;
+    if (st == dnnl_success)
+        st = dnnl_primitive_desc_create(&pd, &d, attr, eng, NULL);
+    if (po)
+        dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    tp_status_t rc = TP_OK;
+    if (st == dnnl_success) {
+        rc = tp_dnnl_finish(pd, &e->fwd, &e->fwd_scratch, &e->fwd_scratch_bytes, e, 0, name);
+        if (rc == TP_OK) {
+            e->extra[0] = (e->fwd_scratch_bytes + 63) & ~(size_t)63;
+            e->ok = 1;
+        }
+    } else if (st != dnnl_unimplemented) {
+        rc = tp_dnnl_fail(st, "matmul primitive", name, __FILE__, __LINE__);
+    }
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+/* The entry of one product; NULL (*e) where oneDNN has none. */
+static tp_status_t s_entry(const tp_op_call_t *c, int which, int acc, tp_dnnl_prim_t **e,
+                           int *owned) {
+    unsigned char key[160];
+    s_key(c, which, acc, key);
+    return tp_dnnl_entry(key, s_build, c, 0, e, owned);
+}
+
+size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
+    int64_t n, k, m;
+    s_dims(c, &n, &k, &m);
+    if (!s_use_dnnl() || !n || !k || !m) /* an empty product: OpenBLAS's path */
+        return 0;
+    size_t most = 0;
+    /* the forward, and both gradients in either mode (a plan does not yet
+     * know which consumer writes first) */
+    for (int which = S_FWD; which <= S_DX; which++)
+        for (int acc = 0; acc <= (which != S_FWD); acc++) {
+            tp_dnnl_prim_t *e;
+            int owned;
+            if (s_entry(c, which, acc, &e, &owned) != TP_OK)
+                return 0; /* logged; the run then says it again or runs OpenBLAS */
+            if (e && e->extra[0] > most)
+                most = e->extra[0];
+            if (owned)
+                tp_dnnl_prim_free(e);
+        }
+    return most;
+}
+
+/* The calling thread's stream and, per cached primitive it ran, its
+ * memory objects, made on the first call and pointed at each call's
+ * buffers after: a step allocates nothing (tests/gpu/test_graph.c counts
+ * the heap). A thread past S_SLOTS primitives, or an entry not in the
+ * cache, makes and frees its objects per call. Tower threads live as long
+ * as the model; what a thread made is freed at its exit. */
+enum { S_SLOTS = 48, S_ARGS = 5 };
+typedef struct {
+    const tp_dnnl_prim_t *e;
+    dnnl_memory_t mem[S_ARGS];
+} s_slot_t;
+typedef struct {
+    dnnl_stream_t stream;
+    int nslots;
+    s_slot_t slot[S_SLOTS];
+} s_local_t;
+
+static pthread_once_t s_tls_once = PTHREAD_ONCE_INIT;
+static pthread_key_t s_tls;
+
+static void s_local_free(void *p) {
+    s_local_t *l = p;
+    for (int i = 0; i < l->nslots; i++)
+        for (int a = 0; a < S_ARGS; a++)
+            if (l->slot[i].mem[a])
+                dnnl_memory_destroy(l->slot[i].mem[a]);
+    if (l->stream)
+        dnnl_stream_destroy(l->stream);
+    free(l);
+}
+
+static void s_tls_make(void) { (void)pthread_key_create(&s_tls, s_local_free); }
+
+/* The calling thread's state; NULL (tp_error said why) without memory. */
+static s_local_t *s_local(const char *name) {
+    pthread_once(&s_tls_once, s_tls_make);
+    s_local_t *l = pthread_getspecific(s_tls);
+    if (l)
+        return l;
+    dnnl_engine_t eng = tp_dnnl_engine();
+    if (!eng)
+        return NULL;
+    if (!(l = calloc(1, sizeof *l))) {
+        tp_error(TP_ERR_NOMEM, "%s: oneDNN matmul thread state", name);
+        return NULL;
+    }
+    dnnl_status_t st = dnnl_stream_create(&l->stream, eng, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        tp_dnnl_fail(st, "dnnl_stream_create", name, __FILE__, __LINE__);
+        free(l);
+        return NULL;
+    }
+    if (pthread_setspecific(s_tls, l) != 0) {
+        tp_error(TP_ERR_NOMEM, "%s: oneDNN matmul thread state", name);
+        s_local_free(l);
+        return NULL;
+    }
+    return l;
+}
+
+/* Runs e's primitive on ptrs[i] as args[i] (layouts mds[i]). */
+static tp_status_t s_exec(const tp_dnnl_prim_t *e, int owned, int n, const int *args,
+                          const dnnl_memory_desc_t *const *mds, void *const *ptrs,
+                          const char *name) {
+    s_local_t *l = s_local(name);
+    if (!l)
+        return TP_ERR_NOMEM;
+    s_slot_t *slot = NULL;
+    for (int i = 0; i < l->nslots && !slot; i++)
+        if (l->slot[i].e == e)
+            slot = &l->slot[i];
+    tp_status_t rc = TP_OK;
+    dnnl_status_t st;
+    if (!slot && !owned && l->nslots < S_SLOTS) { /* a new listed entry: its objects */
+        slot = &l->slot[l->nslots];
+        memset(slot, 0, sizeof *slot);
+        for (int a = 0; a < n && rc == TP_OK; a++)
+            if ((st = dnnl_memory_create(&slot->mem[a], mds[a], tp_dnnl_engine(),
+                                         DNNL_MEMORY_NONE)) != dnnl_success)
+                rc = tp_dnnl_fail(st, "dnnl_memory_create", name, __FILE__, __LINE__);
+        if (rc != TP_OK) {
+            for (int a = 0; a < S_ARGS; a++)
+                if (slot->mem[a])
+                    dnnl_memory_destroy(slot->mem[a]);
+            return rc;
+        }
+        slot->e = e;
+        l->nslots++;
+    }
+    if (!slot) /* past the slots, or a primitive of this call only */
+        return tp_dnnl_exec(e->fwd, n, args, mds, ptrs, name);
+    dnnl_exec_arg_t ex[S_ARGS];
+    for (int a = 0; a < n; a++) {
+        if ((st = dnnl_memory_set_data_handle_v2(slot->mem[a], ptrs[a], l->stream)) !=
+            dnnl_success)
+            return tp_dnnl_fail(st, "dnnl_memory_set_data_handle", name, __FILE__, __LINE__);
+        ex[a] = (dnnl_exec_arg_t){args[a], slot->mem[a]};
+    }
+    st = dnnl_primitive_execute(e->fwd, l->stream, n, ex);
+    if (st == dnnl_success)
+        st = dnnl_stream_wait(l->stream);
+    if (st != dnnl_success)
+        return tp_dnnl_fail(st, "dnnl_primitive_execute", name, __FILE__, __LINE__);
+    return TP_OK;
+}
+
+/* Runs one product on (src, wei, bias, dst); *done 0 when oneDNN has no
+ * primitive for it or the workspace is short. */
+static tp_status_t s_run(const tp_op_call_t *c, int which, int acc, const void *src,
+                         const void *wei, const void *bias, void *dst, int *done) {
+    tp_dnnl_prim_t *e;
+    int owned;
+    *done = 0;
+    TP_TRY(s_entry(c, which, acc, &e, &owned));
+    if (!e)
+        return TP_OK;
+    if (c->workspace_bytes < e->extra[0]) {
+        if (owned)
+            tp_dnnl_prim_free(e);
+        return TP_OK;
+    }
+    s_key_t k;
+    memcpy(&k, e->key, sizeof k);
+    dnnl_memory_desc_t ms, mw, mb, md;
+    dnnl_status_t st = s_mds(&k, &ms, &mw, &mb, &md);
+    tp_status_t rc = TP_OK;
+    if (st != dnnl_success) {
+        rc = tp_dnnl_fail(st, "matmul memory descriptors", c->name, __FILE__, __LINE__);
+    } else {
+        int args[S_ARGS] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+        const dnnl_memory_desc_t *mds[S_ARGS] = {&ms, &mw, &md};
+        void *ptrs[S_ARGS] = {(void *)src, (void *)wei, dst};
+        int n = 3;
+        if (k.bias) {
+            args[n] = DNNL_ARG_BIAS;
+            mds[n] = &mb;
+            ptrs[n++] = (void *)bias;
+        }
+        if (e->fwd_scratch_bytes) {
+            args[n] = DNNL_ARG_SCRATCHPAD;
+            mds[n] = &e->fwd_scratch;
+            ptrs[n++] = c->workspace;
+        }
+        rc = s_exec(e, owned, n, args, mds, ptrs, c->name);
+        *done = rc == TP_OK;
+    }
+    if (owned)
+        tp_dnnl_prim_free(e);
+    return rc;
+}
+
+/* Whether oneDNN runs the product: a primitive, and room for its scratchpad. */
+static tp_status_t s_fits(const tp_op_call_t *c, int which, int acc, int *ok) {
+    tp_dnnl_prim_t *e;
+    int owned;
+    *ok = 0;
+    TP_TRY(s_entry(c, which, acc, &e, &owned));
+    *ok = e && c->workspace_bytes >= e->extra[0];
+    if (owned)
+        tp_dnnl_prim_free(e);
+    return TP_OK;
+}
+
+tp_status_t tp_dnnl_matmul_forward(const tp_op_call_t *c, int *done) {
+    *done = 0;
+    int64_t n, k, m;
+    s_dims(c, &n, &k, &m);
+    if (!s_use_dnnl() || !n || !k || !m) /* an empty product: OpenBLAS's path */
+        return TP_OK;
+    return s_run(c, S_FWD, 0, c->x[0], c->x[1], c->bias, c->y, done);
+}
+
+tp_status_t tp_dnnl_matmul_backward(const tp_op_call_t *c, int *done) {
+    *done = 0;
+    int64_t n, k, m;
+    s_dims(c, &n, &k, &m);
+    if (!s_use_dnnl() || !n || !k || !m)
+        return TP_OK; /* an empty product: OpenBLAS's path clears what it must */
+    const int acc_w = c->dx_acc && c->dx_acc[1], acc_x = c->dx_acc && c->dx_acc[0];
+    /* both products decide before either runs: a short workspace leaves
+     * the whole backward to OpenBLAS */
+    int ok = 1;
+    if (c->dx[1])
+        TP_TRY(s_fits(c, S_DW, acc_w, &ok));
+    if (ok && c->dx[0])
+        TP_TRY(s_fits(c, S_DX, acc_x, &ok));
+    if (!ok)
+        return TP_OK;
+    if (c->dx[1])
+        TP_TRY(s_run(c, S_DW, acc_w, c->x[0], c->dy, NULL, c->dx[1], &ok));
+    if (ok && c->dx[0])
+        TP_TRY(s_run(c, S_DX, acc_x, c->dy, c->x[1], NULL, c->dx[0], &ok));
+    TP_ASSERT(ok); /* s_fits said both run */
+    *done = 1;
+    return TP_OK;
+}
