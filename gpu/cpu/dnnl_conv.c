@@ -41,6 +41,7 @@
 
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/dnnl_conv.h"
+#include "gpu/cpu/dnnl_ops.h"
 #include "gpu/cpu/ops_conv.h"
 #include "gpu/cpu/ops_elementwise.h"
 
@@ -52,14 +53,10 @@ extern int omp_get_max_threads(void);
 enum { S_FWD, S_BWD_DATA, S_BWD_WEIGHTS, S_PASSES };
 enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
 
-/* The cache key: everything a primitive depends on (zeroed, then set, so
- * that memcmp compares it). */
-typedef struct {
-    int64_t deconv; /* conv2d_transpose: x is the small image, y the large */
-    int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, g, bias;
-    int64_t threads; /* the OpenMP team it was made for (below) */
-    int64_t relu;    /* a folded relu (attr.act): the forward's eltwise post-op */
-} s_geom_t;
+/* The cache key: the call's geometry (tp_dnnl_geom_t, dnnl_ops.h: the
+ * pooling's key too), with the OpenMP team it was made for (below) and a
+ * folded relu (the forward's eltwise post-op). */
+typedef tp_dnnl_geom_t s_geom_t;
 
 /* One argument of a primitive: the op's plain layout and the primitive's;
  * a reorder between them where they differ, and room in the workspace
@@ -169,30 +166,12 @@ static void s_threads(void) { tp_cpu_team(tp_cpu_threads()); }
 
 static s_geom_t s_geom(const tp_op_call_t *c) {
     s_geom_t k;
-    memset(&k, 0, sizeof k);
-    const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
-    k.deconv = c->kind == TP_OP_CONV_TRANSPOSE;
-    k.n = x->d[0];
-    k.c = x->d[1];
-    k.h = x->d[2];
-    k.w = x->d[3];
-    k.o = y->d[1];
-    k.oh = y->d[2];
-    k.ow = y->d[3];
-    k.kh = c->attr->kh;
-    k.kw = c->attr->kw;
-    k.sh = c->attr->sh;
-    k.sw = c->attr->sw;
-    k.ph = c->attr->ph;
-    k.pw = c->attr->pw;
-    k.dh = c->attr->dh > 0 ? c->attr->dh : 1;
-    k.dw = c->attr->dw > 0 ? c->attr->dw : 1;
-    k.g = c->attr->groups > 0 ? c->attr->groups : 1;
-    k.bias = c->ninputs > 2;
-    k.threads = omp_get_max_threads();
-    k.relu = c->attr->act == TP_ACT_RELU;
+    tp_dnnl_geom(c, omp_get_max_threads(), &k);
     return k;
 }
+
+/* A transposed convolution: x is the small image, y the large. */
+static int s_deconv(const s_geom_t *k) { return k->kind == TP_OP_CONV_TRANSPOSE; }
 
 /* The plain descriptions of x, w, b and y, and the primitive's (any, or
  * the same plain ones); oneDNN's dilation counts the gaps (ours - 1), and
@@ -215,11 +194,11 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     if (k->g > 1) {
         dnnl_dims_t wd = {k->g, k->o / k->g, k->c / k->g, k->kh, k->kw};
         S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 5, wd, dnnl_f32,
-                                            k->deconv ? dnnl_giohw : dnnl_goihw));
+                                            s_deconv(k) ? dnnl_giohw : dnnl_goihw));
     } else {
         dnnl_dims_t wd = {k->o, k->c, k->kh, k->kw};
         S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 4, wd, dnnl_f32,
-                                            k->deconv ? dnnl_iohw : dnnl_oihw));
+                                            s_deconv(k) ? dnnl_iohw : dnnl_oihw));
     }
     if (self->path == TP_CPU_CONV_DNNL_PLAIN) {
         m->xa = m->x;
@@ -239,8 +218,8 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     m->pl[1] = k->pw;
     /* a transposed conv's padding is that of the conv from y to x (its
      * output padding is the right padding's shortfall) */
-    const int64_t bh = k->deconv ? k->oh : k->h, bw = k->deconv ? k->ow : k->w;
-    const int64_t sh_ = k->deconv ? k->h : k->oh, sw_ = k->deconv ? k->w : k->ow;
+    const int64_t bh = s_deconv(k) ? k->oh : k->h, bw = s_deconv(k) ? k->ow : k->w;
+    const int64_t sh_ = s_deconv(k) ? k->h : k->oh, sw_ = s_deconv(k) ? k->w : k->ow;
     m->pr[0] = (sh_ - 1) * k->sh + (k->kh - 1) * k->dh + 1 - bh - k->ph;
     m->pr[1] = (sw_ - 1) * k->sw + (k->kw - 1) * k->dw + 1 - bw - k->pw;
     return TP_OK;
@@ -398,10 +377,10 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
      * kernel alone, and s_bias_act adds both in one vector pass. Its
      * backward-weights sums the bias gradient the same way: s_bias_grad
      * does it on the plain dy instead. */
-    e->own_bias = k->deconv;
+    e->own_bias = s_deconv(k);
     const dnnl_memory_desc_t *fbias = e->own_bias ? NULL : bias;
     dnnl_status_t st;
-    if (!k->deconv) {
+    if (!s_deconv(k)) {
         st = dnnl_dilated_convolution_forward_desc_init(
             &fd, dnnl_forward_training, dnnl_convolution_direct, &m.xa, &m.wa, bias, &m.ya,
             m.strides, m.dil, m.pl, m.pr);
@@ -486,7 +465,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
          * first layer's image: 1 or 3) pads them to a block of 16 and ran
          * 20x slower than im2col in the measurements of docs/performance.md;
          * the first layer seldom needs it (its input is the data) */
-        e->data_im2col = !k->deconv && k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
+        e->data_im2col = !s_deconv(k) && k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
         if (e->data_im2col)
             e->dd_bytes = 0;
         e->rooms = e->keep_bytes + e->dd_bytes;
@@ -874,7 +853,7 @@ tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     }
     /* the transposed conv's gradients carry the tests' deliberate fault
      * (ops_elementwise.h) as ops_conv.c's do: 1 in every real run */
-    if (rc == TP_OK && e->key.deconv && tp_cpu_elementwise_grad_fault != 1.0f)
+    if (rc == TP_OK && s_deconv(&e->key) && tp_cpu_elementwise_grad_fault != 1.0f)
         for (int i = 0; i < c->ninputs && i < 3; i++)
             if (c->dx[i])
                 for (size_t j = 0, n = tp_shape_count(&c->xshape[i]); j < n; j++)
