@@ -29,6 +29,7 @@
  * team OpenBLAS's OpenMP build and the elementwise ranges use too. A few-channel image's passes run
  * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels). */
 #include <cblas.h>
+#include <immintrin.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
@@ -94,6 +95,11 @@ typedef struct s_entry {
     s_pass_t pass[S_PASSES];
     int data_im2col;               /* backward-data by ops_conv.c (below) */
     int own_bias;                  /* the forward's bias and relu are ours */
+    int mask16;                    /* a folded relu's backward writes dy
+                                      masked straight into dd, nChw16c
+                                      (s_mask16): the backward-weights'
+                                      diff_dst layout, and backward-data's
+                                      when it runs on oneDNN */
     size_t keep_bytes, dd_bytes;   /* 0: not shared */
     size_t rooms;                  /* where the passes' rooms start */
     size_t bytes;                  /* the whole workspace, with alignment */
@@ -468,6 +474,18 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         e->data_im2col = !s_deconv(k) && k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
         if (e->data_im2col)
             e->dd_bytes = 0;
+        /* a folded relu's mask and dy's reorder in one pass (s_mask16)
+         * where the backward passes take dy as nChw16c (AVX-512) */
+        dnnl_memory_desc_t blk16;
+        const dnnl_dims_t yd = {k->n, k->o, k->oh, k->ow};
+        if (k->relu && !e->own_bias && !wdd->same && k->o % 16 == 0 &&
+            (e->dd_bytes || e->data_im2col) &&
+            dnnl_memory_desc_init_by_tag(&blk16, 4, yd, dnnl_f32, dnnl_nChw16c) ==
+                dnnl_success &&
+            dnnl_memory_desc_equal(&blk16, &wdd->md)) {
+            e->mask16 = 1;
+            e->dd_bytes = s_round(dnnl_memory_desc_get_size(&wdd->md));
+        }
         e->rooms = e->keep_bytes + e->dd_bytes;
         size_t most = 0;
         for (int i = 0; i < S_PASSES; i++)
@@ -800,31 +818,30 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     return rc;
 }
 
-tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
-    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
-        return tp_cpu_conv_backward(c);
-    s_entry_t *e;
-    int owned;
-    TP_TRY(s_lookup(self, c, &e, &owned));
+/* The backward of entry e's call c. premasked: dd (past keep) holds dy
+ * already, masked and in the passes' layout (tp_dnnl_conv_backward_relu
+ * wrote it; it checked that e->mask16, that the filter's gradient is
+ * wanted, that backward-data, if wanted, runs on oneDNN, and that the
+ * workspace is the planned one). */
+static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_entry_t *e,
+                              int premasked) {
     tp_status_t rc = TP_OK;
     char *base = NULL, *own = NULL;
-    if (!e->ok) {
-        rc = tp_cpu_conv_backward(c);
-        goto done;
-    }
-    if ((rc = s_ws(e, c, &base, &own)) != TP_OK)
-        goto done;
+    if (!e->ok)
+        return tp_cpu_conv_backward(c);
+    TP_TRY(s_ws(e, c, &base, &own));
+    TP_ASSERT(!premasked || (!own && c->dx[1] && e->mask16));
     float *db = c->ninputs > 2 ? c->dx[2] : NULL;
     const int data = c->dx[0] && !e->data_im2col;
     /* dy reordered once for both passes when both run on oneDNN */
-    const int share = e->dd_bytes && c->dx[1] && data;
+    const int share = premasked || (e->dd_bytes && c->dx[1] && data);
     char *dd = share ? base + e->keep_bytes : NULL;
     if (c->dx[1]) {
         /* the forward's x (kept) is valid only in the planned workspace */
         const int kept = e->keep_bytes && !own;
         void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->dy, c->dx[1], db};
         void *blk[S_MAX_ARGS] = {kept ? base : NULL, dd};
-        int ready[S_MAX_ARGS] = {kept, 0};
+        int ready[S_MAX_ARGS] = {kept, premasked};
         int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[1], db ? c->dx_acc[2] : 0};
         rc = s_run(self, &e->pass[S_BWD_WEIGHTS], base + e->rooms, user, blk, ready, acc,
                    c->name);
@@ -858,8 +875,157 @@ tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
             if (c->dx[i])
                 for (size_t j = 0, n = tp_shape_count(&c->xshape[i]); j < n; j++)
                     c->dx[i][j] *= tp_cpu_elementwise_grad_fault;
-done:
     free(own);
+    return rc;
+}
+
+/* ---- a folded relu's backward: mask and reorder in one pass ------------- */
+
+/* dd[n, cb, p, i] = y > 0 ? dy : 0 of channel cb * 16 + i, pixel p: dy
+ * [N, O, OH, OW] masked by the op's output y and written as nChw16c, the
+ * layout the backward passes read (e->mask16). One pass reads dy and y and
+ * writes dd; ops_cpu.c's mask and oneDNN's reorder took two (the masked
+ * dy written whole, read again). Rows [lo, hi) of the N * O/16 blocks. */
+typedef struct {
+    const float *dy, *y;
+    float *dd;
+    size_t o, plane; /* O, OH * OW */
+} s_mask16_t;
+
+static void s_mask16_plain(const s_mask16_t *a, size_t lo, size_t hi) {
+    const size_t cb = a->o / 16;
+    for (size_t r = lo; r < hi; r++) {
+        const size_t n = r / cb, b = r % cb;
+        const float *dy = a->dy + (n * a->o + b * 16) * a->plane;
+        const float *y = a->y + (n * a->o + b * 16) * a->plane;
+        float *restrict dd = a->dd + r * a->plane * 16;
+        for (size_t p = 0; p < a->plane; p++)
+            for (size_t i = 0; i < 16; i++) {
+                const size_t at = i * a->plane + p;
+                dd[p * 16 + i] = y[at] > 0.0f ? dy[at] : 0.0f;
+            }
+    }
+}
+
+/* The AVX-512 pass: 16 channels x 16 pixels loaded (masked), transposed
+ * in registers (unpack, unpack_pd, two shuffles of 128-bit lanes) and
+ * stored as 16 pixels of 16 channels. Bit for bit the plain pass's. */
+__attribute__((target("avx512f"))) static void s_mask16_avx512(const s_mask16_t *a,
+                                                               size_t lo, size_t hi) {
+    const size_t cb = a->o / 16, plane = a->plane;
+    const __m512 zero = _mm512_setzero_ps();
+    for (size_t r = lo; r < hi; r++) {
+        const size_t n = r / cb, b = r % cb;
+        const float *dy = a->dy + (n * a->o + b * 16) * plane;
+        const float *y = a->y + (n * a->o + b * 16) * plane;
+        float *dd = a->dd + r * plane * 16;
+        for (size_t p = 0; p < plane; p += 16) {
+            const size_t left = plane - p < 16 ? plane - p : 16;
+            const __mmask16 lm = (__mmask16)((1u << left) - 1u);
+            __m512 v[16], t[16];
+            for (int i = 0; i < 16; i++) {
+                const __m512 yv = _mm512_maskz_loadu_ps(lm, y + (size_t)i * plane + p);
+                const __m512 gv = _mm512_maskz_loadu_ps(lm, dy + (size_t)i * plane + p);
+                v[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(yv, zero, _CMP_GT_OQ), gv);
+            }
+            /* lane L of t[2j], t[2j+1]: rows 2j, 2j+1 interleaved, columns
+             * 4L..4L+1 and 4L+2..4L+3 */
+            for (int j = 0; j < 8; j++) {
+                t[2 * j] = _mm512_unpacklo_ps(v[2 * j], v[2 * j + 1]);
+                t[2 * j + 1] = _mm512_unpackhi_ps(v[2 * j], v[2 * j + 1]);
+            }
+            /* lane L of v[4j + k]: rows 4j..4j+3 of column 4L + k */
+            for (int j = 0; j < 4; j++) {
+                const __m512d a0 = _mm512_castps_pd(t[4 * j]), a1 = _mm512_castps_pd(t[4 * j + 1]);
+                const __m512d b0 = _mm512_castps_pd(t[4 * j + 2]), b1 = _mm512_castps_pd(t[4 * j + 3]);
+                v[4 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, b0));
+                v[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, b0));
+                v[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, b1));
+                v[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, b1));
+            }
+            /* column 4L + k: lane L of v[k], v[4 + k], v[8 + k], v[12 + k] */
+            for (int k = 0; k < 4; k++) {
+                const __m512 lo01 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0x44);
+                const __m512 hi01 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0x44);
+                const __m512 lo23 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0xee);
+                const __m512 hi23 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0xee);
+                t[k] = _mm512_shuffle_f32x4(lo01, hi01, 0x88);
+                t[4 + k] = _mm512_shuffle_f32x4(lo01, hi01, 0xdd);
+                t[8 + k] = _mm512_shuffle_f32x4(lo23, hi23, 0x88);
+                t[12 + k] = _mm512_shuffle_f32x4(lo23, hi23, 0xdd);
+            }
+            for (size_t j = 0; j < left; j++)
+                _mm512_storeu_ps(dd + (p + j) * 16, t[j]);
+        }
+    }
+}
+
+/* TP_CPU_MASK16=plain: the plain pass (the tests compare the two) */
+static int s_mask16_use512(void) {
+    static atomic_int use = -1;
+    int u = atomic_load(&use);
+    if (u < 0) {
+        const char *e = getenv("TP_CPU_MASK16");
+        u = !(e && !strcmp(e, "plain")) && __builtin_cpu_supports("avx512f");
+        atomic_store(&use, u);
+    }
+    return u;
+}
+
+static void s_mask16_range(void *arg, size_t lo, size_t hi) {
+    if (s_mask16_use512())
+        s_mask16_avx512(arg, lo, hi);
+    else
+        s_mask16_plain(arg, lo, hi);
+}
+
+static void s_mask16(const s_geom_t *k, const float *dy, const float *y, float *dd) {
+    s_mask16_t a = {dy, y, dd, (size_t)k->o, (size_t)k->oh * (size_t)k->ow};
+    const size_t rows = (size_t)k->n * (size_t)(k->o / 16);
+    /* parts of 16K floats or more, as s_bias_act's */
+    const size_t per = a.plane * 16, min = per >= 16384 ? 1 : 16384 / (per ? per : 1);
+    tp_cpu_parallel(rows, 1, min, s_mask16_range, &a);
+}
+
+tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    TP_ASSERT(c->attr->act == TP_ACT_RELU);
+    const size_t n = tp_shape_count(&c->yshape);
+    float *masked = c->workspace; /* the act's room (tp_act_room) */
+    if (c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE) {
+        const tp_op_call_t in = tp_act_inner(c, NULL);
+        s_entry_t *e;
+        int owned;
+        TP_TRY(s_lookup(self, &in, &e, &owned));
+        /* the one pass where the passes read dd as nChw16c: the filter's
+         * gradient wanted (it reads dd), the input's (if wanted) on
+         * oneDNN too, the planned workspace (dd in it) */
+        const int fused = e->ok && e->mask16 && !owned && c->dx[1] &&
+                          (!c->dx[0] || !e->data_im2col) && in.workspace &&
+                          in.workspace_bytes >= e->bytes;
+        if (fused) {
+            char *base = (char *)(((uintptr_t)in.workspace + S_ALIGN - 1) &
+                                  ~(uintptr_t)(S_ALIGN - 1));
+            s_mask16(&e->key, c->dy, c->y, (float *)(base + e->keep_bytes));
+            return s_backward(self, &in, e, 1);
+        }
+        if (owned)
+            s_entry_free(e);
+    }
+    /* the relu's own backward on the plain dy, then the op's */
+    const float *restrict y = c->y, *restrict dy = c->dy;
+    for (size_t i = 0; i < n; i++)
+        masked[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    const tp_op_call_t in = tp_act_inner(c, masked);
+    return tp_dnnl_conv_backward(self, &in);
+}
+
+tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
+        return tp_cpu_conv_backward(c);
+    s_entry_t *e;
+    int owned;
+    TP_TRY(s_lookup(self, c, &e, &owned));
+    tp_status_t rc = s_backward(self, c, e, 0);
     if (owned)
         s_entry_free(e);
     return rc;
