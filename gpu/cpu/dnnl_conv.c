@@ -68,6 +68,7 @@ typedef struct {
     int out;                       /* written by the primitive */
     int same;                      /* the primitive runs on the plain layout */
     int room;                      /* has a buffer in the workspace */
+    int blk16;                     /* plain NCHW <-> nChw16c: s_blk16 */
     dnnl_memory_desc_t user, md;   /* plain layout; the primitive's */
     dnnl_primitive_t in;           /* user -> md (inputs, layouts differ) */
     dnnl_primitive_t put[2];       /* md -> user: [0] store, [1] add (sum) */
@@ -97,7 +98,7 @@ typedef struct s_entry {
     int own_bias;                  /* the forward's bias and relu are ours */
     int mask16;                    /* a folded relu's backward writes dy
                                       masked straight into dd, nChw16c
-                                      (s_mask16): the backward-weights'
+                                      (s_blk16): the backward-weights'
                                       diff_dst layout, and backward-data's
                                       when it runs on oneDNN */
     size_t keep_bytes, dd_bytes;   /* 0: not shared */
@@ -286,6 +287,8 @@ static tp_status_t s_reorder(const tp_dnnl_conv_t *self, const dnnl_memory_desc_
     return TP_OK;
 }
 
+static int s_is_blk16(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md);
+
 /* Argument `arg` of the pass: its plain layout `user` and the primitive's
  * (queried from pd); `addable` outputs always get room (they may be added
  * to, or not wanted at all). */
@@ -304,6 +307,7 @@ static tp_status_t s_arg(const tp_dnnl_conv_t *self, s_pass_t *p,
     const int same = dnnl_memory_desc_equal(&a->md, &a->user);
     a->same = same;
     a->room = !same || addable;
+    a->blk16 = !same && s_is_blk16(&a->user, &a->md);
     if (!same && !out)
         TP_TRY(s_reorder(self, &a->user, &a->md, 0, name, &a->in));
     if (out && (!same || addable)) {
@@ -474,7 +478,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         e->data_im2col = !s_deconv(k) && k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
         if (e->data_im2col)
             e->dd_bytes = 0;
-        /* a folded relu's mask and dy's reorder in one pass (s_mask16)
+        /* a folded relu's mask and dy's reorder in one pass (s_blk16)
          * where the backward passes take dy as nChw16c (AVX-512) */
         dnnl_memory_desc_t blk16;
         const dnnl_dims_t yd = {k->n, k->o, k->oh, k->ow};
@@ -546,6 +550,153 @@ static tp_status_t s_lookup(tp_dnnl_conv_t *self, const tp_op_call_t *c,
     return TP_OK;
 }
 
+/* ---- nChw16c in one pass of our own ------------------------------------------ */
+
+/* An activation [N, C, H, W] (C a multiple of 16) between the op's plain
+ * NCHW and oneDNN's nChw16c (AVX-512's blocked layout): in (plain ->
+ * blocked, masked by y > 0 when y is set: a folded relu's backward, dy
+ * masked as it is reordered, one pass where ops_cpu.c's mask and oneDNN's
+ * reorder took two) or out (blocked -> plain, stored or added). oneDNN's
+ * own reorder (jit:blk) ran a 14x14 image (196 pixels, not a multiple of
+ * 16) at a quarter of a 28x28's speed per byte (docs/performance.md); this
+ * one loads 16 channels x 16 pixels (the tail masked), transposes them in
+ * registers and stores them. Exact copies (an add is one rounding, as
+ * oneDNN's sum post-op): bit for bit oneDNN's reorder. Rows [lo, hi) of
+ * the N * C/16 blocks. */
+typedef struct {
+    const float *src, *y; /* y: the mask (in only), or NULL */
+    float *dst;
+    size_t c, plane;      /* C, H * W */
+    int out, add;         /* blocked -> plain; added to dst (out only) */
+} s_blk16_t;
+
+static void s_blk16_plain(const s_blk16_t *a, size_t lo, size_t hi) {
+    const size_t cb = a->c / 16;
+    for (size_t r = lo; r < hi; r++) {
+        const size_t n = r / cb, b = r % cb, pl = (n * a->c + b * 16) * a->plane;
+        for (size_t p = 0; p < a->plane; p++)
+            for (size_t i = 0; i < 16; i++) {
+                const size_t at = pl + i * a->plane + p, bl = (r * a->plane + p) * 16 + i;
+                if (a->out)
+                    a->dst[at] = a->add ? a->dst[at] + a->src[bl] : a->src[bl];
+                else
+                    a->dst[bl] = !a->y || a->y[at] > 0.0f ? a->src[at] : 0.0f;
+            }
+    }
+}
+
+/* t[j] = column j of the 16 x 16 floats v[0..15] (rows) */
+__attribute__((target("avx512f"))) static inline void s_tr16(__m512 *v, __m512 *t) {
+    /* lane L of t[2i], t[2i+1]: rows 2i, 2i+1 interleaved, columns
+     * 4L..4L+1 and 4L+2..4L+3 */
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    /* lane L of v[4i + k]: rows 4i..4i+3 of column 4L + k */
+    for (int i = 0; i < 4; i++) {
+        const __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d b0 = _mm512_castps_pd(t[4 * i + 2]), b1 = _mm512_castps_pd(t[4 * i + 3]);
+        v[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, b0));
+        v[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, b0));
+        v[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, b1));
+        v[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, b1));
+    }
+    /* column 4L + k: lane L of v[k], v[4 + k], v[8 + k], v[12 + k] */
+    for (int k = 0; k < 4; k++) {
+        const __m512 lo01 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0x44);
+        const __m512 hi01 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0x44);
+        const __m512 lo23 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0xee);
+        const __m512 hi23 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0xee);
+        t[k] = _mm512_shuffle_f32x4(lo01, hi01, 0x88);
+        t[4 + k] = _mm512_shuffle_f32x4(lo01, hi01, 0xdd);
+        t[8 + k] = _mm512_shuffle_f32x4(lo23, hi23, 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(lo23, hi23, 0xdd);
+    }
+}
+
+__attribute__((target("avx512f"))) static void s_blk16_avx512(const s_blk16_t *a, size_t lo,
+                                                              size_t hi) {
+    const size_t cb = a->c / 16, plane = a->plane;
+    const __m512 zero = _mm512_setzero_ps();
+    for (size_t r = lo; r < hi; r++) {
+        const size_t n = r / cb, b = r % cb, pl = (n * a->c + b * 16) * plane;
+        const size_t bl = r * plane * 16;
+        for (size_t p = 0; p < plane; p += 16) {
+            const size_t left = plane - p < 16 ? plane - p : 16;
+            const __mmask16 lm = (__mmask16)((1u << left) - 1u);
+            __m512 v[16], t[16];
+            if (!a->out) {
+                for (int i = 0; i < 16; i++) {
+                    const float *at = a->src + pl + (size_t)i * plane + p;
+                    v[i] = _mm512_maskz_loadu_ps(lm, at);
+                    if (a->y) {
+                        const __m512 yv = _mm512_maskz_loadu_ps(lm, a->y + pl + (size_t)i * plane + p);
+                        v[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(yv, zero, _CMP_GT_OQ), v[i]);
+                    }
+                }
+                s_tr16(v, t);
+                for (size_t j = 0; j < left; j++)
+                    _mm512_storeu_ps(a->dst + bl + (p + j) * 16, t[j]);
+            } else {
+                for (size_t j = 0; j < 16; j++)
+                    v[j] = j < left ? _mm512_loadu_ps(a->src + bl + (p + j) * 16) : zero;
+                s_tr16(v, t);
+                for (int i = 0; i < 16; i++) {
+                    float *at = a->dst + pl + (size_t)i * plane + p;
+                    if (a->add)
+                        t[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(lm, at), t[i]);
+                    _mm512_mask_storeu_ps(at, lm, t[i]);
+                }
+            }
+        }
+    }
+}
+
+/* TP_CPU_BLK16=plain: the plain loops (the tests compare the two; read
+ * on each call, a few hundred ns beside a pass over megabytes, so that a
+ * test can switch) */
+static int s_blk16_use512(void) {
+    const char *e = getenv("TP_CPU_BLK16");
+    return !(e && !strcmp(e, "plain")) && __builtin_cpu_supports("avx512f");
+}
+
+static void s_blk16_range(void *arg, size_t lo, size_t hi) {
+    if (s_blk16_use512())
+        s_blk16_avx512(arg, lo, hi);
+    else
+        s_blk16_plain(arg, lo, hi);
+}
+
+/* TP_CPU_BLK16=dnnl: oneDNN's reorders at the op's edges, not s_blk16
+ * (to measure the two in one binary; read on each call as above) */
+static int s_blk16_own(void) {
+    const char *e = getenv("TP_CPU_BLK16");
+    return !(e && !strcmp(e, "dnnl"));
+}
+
+/* dims [n, c, h, w] (c % 16 == 0) from src to dst, as s_blk16_t says */
+static void s_blk16(const int64_t *dims, const float *src, const float *y, float *dst,
+                    int out, int add) {
+    s_blk16_t a = {src, y, dst, (size_t)dims[1], (size_t)dims[2] * (size_t)dims[3], out, add};
+    const size_t rows = (size_t)dims[0] * (a.c / 16);
+    /* parts of 16K floats or more, as s_bias_act's */
+    const size_t per = a.plane * 16, min = per >= 16384 ? 1 : 16384 / (per ? per : 1);
+    tp_cpu_parallel(rows, 1, min, s_blk16_range, &a);
+}
+
+/* md is user's (plain NCHW) in nChw16c, no channel padding: s_blk16's */
+static int s_is_blk16(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md) {
+    dnnl_memory_desc_t b16;
+    return user->ndims == 4 && user->dims[1] % 16 == 0 &&
+           dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, dnnl_f32, dnnl_nChw16c) ==
+               dnnl_success &&
+           dnnl_memory_desc_equal(&b16, md) &&
+           dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, dnnl_f32, dnnl_nchw) ==
+               dnnl_success &&
+           dnnl_memory_desc_equal(&b16, user);
+}
+
 /* ---- running a pass -------------------------------------------------------- */
 
 /* Runs pass p with its rooms at `rooms`: user[i] is argument i's buffer in
@@ -560,6 +711,7 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
     dnnl_memory_t mem[2 * S_MAX_ARGS + 1] = {0};
     int nmem = 0;
     dnnl_exec_arg_t args[S_MAX_ARGS + 1];
+    void *room[S_MAX_ARGS] = {0}; /* argument i's buffer in md's layout */
     int nargs = 0;
     tp_status_t rc = TP_OK;
     dnnl_status_t st = dnnl_stream_create(&stream, self->engine, dnnl_stream_default_flags);
@@ -580,13 +732,16 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
          * stored (not added) and in the primitive's layout */
         const int direct = a->out ? user[i] && a->same && !acc[i] : a->same;
         void *at = direct ? user[i] : (!a->out && blk[i]) ? blk[i] : rooms + a->off;
+        room[i] = at;
         dnnl_memory_t m = NULL;
         S_CALL(dnnl_memory_create(&m, &a->md, self->engine, at));
         if (st != dnnl_success)
             break;
         mem[nmem++] = m;
         args[nargs++] = (dnnl_exec_arg_t){a->arg, m};
-        if (!a->out && a->in && !(blk[i] && ready[i])) {
+        if (!a->out && a->in && !(blk[i] && ready[i]) && a->blk16 && s_blk16_own()) {
+            s_blk16(a->user.dims, user[i], NULL, at, 0, 0);
+        } else if (!a->out && a->in && !(blk[i] && ready[i])) {
             dnnl_memory_t u = NULL;
             S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
             if (st != dnnl_success)
@@ -611,6 +766,10 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
         const s_arg_t *a = &p->args[i];
         if (!a->out || !user[i] || (a->same && !acc[i]))
             continue;
+        if (a->blk16 && s_blk16_own()) {
+            s_blk16(a->user.dims, room[i], NULL, user[i], 1, acc[i]);
+            continue;
+        }
         dnnl_memory_t u = NULL;
         S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
         if (st != dnnl_success)
@@ -881,112 +1040,6 @@ static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_ent
 
 /* ---- a folded relu's backward: mask and reorder in one pass ------------- */
 
-/* dd[n, cb, p, i] = y > 0 ? dy : 0 of channel cb * 16 + i, pixel p: dy
- * [N, O, OH, OW] masked by the op's output y and written as nChw16c, the
- * layout the backward passes read (e->mask16). One pass reads dy and y and
- * writes dd; ops_cpu.c's mask and oneDNN's reorder took two (the masked
- * dy written whole, read again). Rows [lo, hi) of the N * O/16 blocks. */
-typedef struct {
-    const float *dy, *y;
-    float *dd;
-    size_t o, plane; /* O, OH * OW */
-} s_mask16_t;
-
-static void s_mask16_plain(const s_mask16_t *a, size_t lo, size_t hi) {
-    const size_t cb = a->o / 16;
-    for (size_t r = lo; r < hi; r++) {
-        const size_t n = r / cb, b = r % cb;
-        const float *dy = a->dy + (n * a->o + b * 16) * a->plane;
-        const float *y = a->y + (n * a->o + b * 16) * a->plane;
-        float *restrict dd = a->dd + r * a->plane * 16;
-        for (size_t p = 0; p < a->plane; p++)
-            for (size_t i = 0; i < 16; i++) {
-                const size_t at = i * a->plane + p;
-                dd[p * 16 + i] = y[at] > 0.0f ? dy[at] : 0.0f;
-            }
-    }
-}
-
-/* The AVX-512 pass: 16 channels x 16 pixels loaded (masked), transposed
- * in registers (unpack, unpack_pd, two shuffles of 128-bit lanes) and
- * stored as 16 pixels of 16 channels. Bit for bit the plain pass's. */
-__attribute__((target("avx512f"))) static void s_mask16_avx512(const s_mask16_t *a,
-                                                               size_t lo, size_t hi) {
-    const size_t cb = a->o / 16, plane = a->plane;
-    const __m512 zero = _mm512_setzero_ps();
-    for (size_t r = lo; r < hi; r++) {
-        const size_t n = r / cb, b = r % cb;
-        const float *dy = a->dy + (n * a->o + b * 16) * plane;
-        const float *y = a->y + (n * a->o + b * 16) * plane;
-        float *dd = a->dd + r * plane * 16;
-        for (size_t p = 0; p < plane; p += 16) {
-            const size_t left = plane - p < 16 ? plane - p : 16;
-            const __mmask16 lm = (__mmask16)((1u << left) - 1u);
-            __m512 v[16], t[16];
-            for (int i = 0; i < 16; i++) {
-                const __m512 yv = _mm512_maskz_loadu_ps(lm, y + (size_t)i * plane + p);
-                const __m512 gv = _mm512_maskz_loadu_ps(lm, dy + (size_t)i * plane + p);
-                v[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(yv, zero, _CMP_GT_OQ), gv);
-            }
-            /* lane L of t[2j], t[2j+1]: rows 2j, 2j+1 interleaved, columns
-             * 4L..4L+1 and 4L+2..4L+3 */
-            for (int j = 0; j < 8; j++) {
-                t[2 * j] = _mm512_unpacklo_ps(v[2 * j], v[2 * j + 1]);
-                t[2 * j + 1] = _mm512_unpackhi_ps(v[2 * j], v[2 * j + 1]);
-            }
-            /* lane L of v[4j + k]: rows 4j..4j+3 of column 4L + k */
-            for (int j = 0; j < 4; j++) {
-                const __m512d a0 = _mm512_castps_pd(t[4 * j]), a1 = _mm512_castps_pd(t[4 * j + 1]);
-                const __m512d b0 = _mm512_castps_pd(t[4 * j + 2]), b1 = _mm512_castps_pd(t[4 * j + 3]);
-                v[4 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, b0));
-                v[4 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, b0));
-                v[4 * j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, b1));
-                v[4 * j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, b1));
-            }
-            /* column 4L + k: lane L of v[k], v[4 + k], v[8 + k], v[12 + k] */
-            for (int k = 0; k < 4; k++) {
-                const __m512 lo01 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0x44);
-                const __m512 hi01 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0x44);
-                const __m512 lo23 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0xee);
-                const __m512 hi23 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0xee);
-                t[k] = _mm512_shuffle_f32x4(lo01, hi01, 0x88);
-                t[4 + k] = _mm512_shuffle_f32x4(lo01, hi01, 0xdd);
-                t[8 + k] = _mm512_shuffle_f32x4(lo23, hi23, 0x88);
-                t[12 + k] = _mm512_shuffle_f32x4(lo23, hi23, 0xdd);
-            }
-            for (size_t j = 0; j < left; j++)
-                _mm512_storeu_ps(dd + (p + j) * 16, t[j]);
-        }
-    }
-}
-
-/* TP_CPU_MASK16=plain: the plain pass (the tests compare the two) */
-static int s_mask16_use512(void) {
-    static atomic_int use = -1;
-    int u = atomic_load(&use);
-    if (u < 0) {
-        const char *e = getenv("TP_CPU_MASK16");
-        u = !(e && !strcmp(e, "plain")) && __builtin_cpu_supports("avx512f");
-        atomic_store(&use, u);
-    }
-    return u;
-}
-
-static void s_mask16_range(void *arg, size_t lo, size_t hi) {
-    if (s_mask16_use512())
-        s_mask16_avx512(arg, lo, hi);
-    else
-        s_mask16_plain(arg, lo, hi);
-}
-
-static void s_mask16(const s_geom_t *k, const float *dy, const float *y, float *dd) {
-    s_mask16_t a = {dy, y, dd, (size_t)k->o, (size_t)k->oh * (size_t)k->ow};
-    const size_t rows = (size_t)k->n * (size_t)(k->o / 16);
-    /* parts of 16K floats or more, as s_bias_act's */
-    const size_t per = a.plane * 16, min = per >= 16384 ? 1 : 16384 / (per ? per : 1);
-    tp_cpu_parallel(rows, 1, min, s_mask16_range, &a);
-}
-
 tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     TP_ASSERT(c->attr->act == TP_ACT_RELU);
     const size_t n = tp_shape_count(&c->yshape);
@@ -1005,7 +1058,10 @@ tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t 
         if (fused) {
             char *base = (char *)(((uintptr_t)in.workspace + S_ALIGN - 1) &
                                   ~(uintptr_t)(S_ALIGN - 1));
-            s_mask16(&e->key, c->dy, c->y, (float *)(base + e->keep_bytes));
+            {
+                const int64_t yd[4] = {e->key.n, e->key.o, e->key.oh, e->key.ow};
+                s_blk16(yd, c->dy, c->y, (float *)(base + e->keep_bytes), 0, 0);
+            }
             return s_backward(self, &in, e, 1);
         }
         if (owned)

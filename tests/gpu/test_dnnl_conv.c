@@ -315,8 +315,42 @@ Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders) {
 }
 
 Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_plain_kernel) {
-    setenv("TP_CPU_MASK16", "plain", 1);
+    setenv("TP_CPU_BLK16", "plain", 1);
     s_folded_relu_backward("plain");
+}
+
+Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
+    /* the activations' reorders at the op's edges (s_blk16: x in, y and
+     * dx out, stored and added) in AVX-512 and in plain loops against
+     * oneDNN's own (TP_CPU_BLK16=dnnl), on images whose pixels are and
+     * are not a multiple of 16 */
+    const geom_t gs[] = {{4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},
+                         {2, 32, 14, 14, 64, 3, 1, 1, 1, 1, 1, 0, 0},
+                         {2, 16, 8, 8, 16, 3, 2, 0, 1, 1, 1, 0, 0}};
+    const char *modes[] = {"dnnl", "avx512", "plain"};
+    tp_backend_t *b = s_backend("dnnl");
+    for (int gi = 0; gi < 3; gi++)
+        for (int acc = 0; acc < 2; acc++) {
+            conv_t t[3];
+            for (int m = 0; m < 3; m++) {
+                setenv("TP_CPU_BLK16", modes[m], 1);
+                s_conv(&t[m], &gs[gi]);
+                s_plan(b, &t[m]);
+                s_step(b, &t[m], acc);
+            }
+            for (int m = 1; m < 3; m++) {
+                cr_assert(!memcmp(t[m].y, t[0].y, t[0].ny * sizeof(float)),
+                          "geometry %d, %s: y", gi, modes[m]);
+                cr_assert(!memcmp(t[m].dx, t[0].dx, t[0].nx * sizeof(float)),
+                          "geometry %d, acc %d, %s: dx", gi, acc, modes[m]);
+                cr_assert(!memcmp(t[m].dw, t[0].dw, t[0].nw * sizeof(float)),
+                          "geometry %d, acc %d, %s: dW", gi, acc, modes[m]);
+            }
+            for (int m = 0; m < 3; m++)
+                s_free(&t[m]);
+        }
+    unsetenv("TP_CPU_BLK16");
+    tp_backend_destroy(&b);
 }
 
 Test(dnnl_conv, only_the_wanted_gradients_are_written) {
