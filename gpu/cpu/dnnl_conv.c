@@ -585,15 +585,20 @@ static void s_blk16_plain(const s_blk16_t *a, size_t lo, size_t hi) {
     }
 }
 
-/* t[j] = column j of the 16 x 16 floats v[0..15] (rows) */
-__attribute__((target("avx512f"))) static inline void s_tr16(__m512 *v, __m512 *t) {
+/* t[j] = column j of the 16 x 16 floats v[0..15] (rows). The loops here
+ * are unrolled whole (the pragmas): at -O2 GCC kept v and t on the stack
+ * and the pass ran at half oneDNN's reorder's speed; unrolled, v and t
+ * live in the 32 zmm registers and it matches or beats it. */
+__attribute__((target("avx512f"), optimize("O3"))) static inline void s_tr16(__m512 *v, __m512 *t) {
     /* lane L of t[2i], t[2i+1]: rows 2i, 2i+1 interleaved, columns
      * 4L..4L+1 and 4L+2..4L+3 */
+    #pragma GCC unroll 16
     for (int i = 0; i < 8; i++) {
         t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
     }
     /* lane L of v[4i + k]: rows 4i..4i+3 of column 4L + k */
+    #pragma GCC unroll 16
     for (int i = 0; i < 4; i++) {
         const __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
         const __m512d b0 = _mm512_castps_pd(t[4 * i + 2]), b1 = _mm512_castps_pd(t[4 * i + 3]);
@@ -603,6 +608,7 @@ __attribute__((target("avx512f"))) static inline void s_tr16(__m512 *v, __m512 *
         v[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, b1));
     }
     /* column 4L + k: lane L of v[k], v[4 + k], v[8 + k], v[12 + k] */
+    #pragma GCC unroll 16
     for (int k = 0; k < 4; k++) {
         const __m512 lo01 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0x44);
         const __m512 hi01 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0x44);
@@ -615,7 +621,7 @@ __attribute__((target("avx512f"))) static inline void s_tr16(__m512 *v, __m512 *
     }
 }
 
-__attribute__((target("avx512f"))) static void s_blk16_avx512(const s_blk16_t *a, size_t lo,
+__attribute__((target("avx512f"), optimize("O3"))) static void s_blk16_avx512(const s_blk16_t *a, size_t lo,
                                                               size_t hi) {
     const size_t cb = a->c / 16, plane = a->plane;
     const __m512 zero = _mm512_setzero_ps();
@@ -627,6 +633,7 @@ __attribute__((target("avx512f"))) static void s_blk16_avx512(const s_blk16_t *a
             const __mmask16 lm = (__mmask16)((1u << left) - 1u);
             __m512 v[16], t[16];
             if (!a->out) {
+                #pragma GCC unroll 16
                 for (int i = 0; i < 16; i++) {
                     const float *at = a->src + pl + (size_t)i * plane + p;
                     v[i] = _mm512_maskz_loadu_ps(lm, at);
@@ -636,12 +643,16 @@ __attribute__((target("avx512f"))) static void s_blk16_avx512(const s_blk16_t *a
                     }
                 }
                 s_tr16(v, t);
-                for (size_t j = 0; j < left; j++)
-                    _mm512_storeu_ps(a->dst + bl + (p + j) * 16, t[j]);
+                #pragma GCC unroll 16
+                for (size_t j = 0; j < 16; j++)
+                    if (j < left) /* j a constant: t stays in registers */
+                        _mm512_storeu_ps(a->dst + bl + (p + j) * 16, t[j]);
             } else {
+                #pragma GCC unroll 16
                 for (size_t j = 0; j < 16; j++)
                     v[j] = j < left ? _mm512_loadu_ps(a->src + bl + (p + j) * 16) : zero;
                 s_tr16(v, t);
+                #pragma GCC unroll 16
                 for (int i = 0; i < 16; i++) {
                     float *at = a->dst + pl + (size_t)i * plane + p;
                     if (a->add)
