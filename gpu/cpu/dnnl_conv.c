@@ -14,10 +14,12 @@
  * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
  * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every
  * argument is reordered at the op's edges, in and out, into room of the
- * op's workspace; with TP_CPU_CONV=dnnl-plain the primitives themselves
- * take plain layouts. A
- * gradient that is added to (dx_acc) goes through a reorder with oneDNN's
- * sum post-op. The scratchpad is the user's (the op's workspace too), so a
+ * op's workspace (an activation between NCHW and nChw16c by s_blk16, one
+ * AVX-512 transpose pass of ours; the rest by oneDNN's reorders); with
+ * TP_CPU_CONV=dnnl-plain the primitives themselves take plain layouts. A
+ * gradient that is added to (dx_acc) is added by that pass, or by a
+ * reorder with oneDNN's sum post-op. A folded relu's backward masks dy in
+ * the pass that reorders it (tp_dnnl_conv_backward_relu). The scratchpad is the user's (the op's workspace too), so a
  * step allocates no compute memory and two towers can run one primitive at
  * once (a primitive is safe to execute from several threads; what each run
  * writes is in its own node's workspace).
