@@ -587,11 +587,19 @@ static void s_blk16_plain(const s_blk16_t *a, size_t lo, size_t hi) {
     }
 }
 
+/* GCC's optimize attribute (clang has none, and unrolls these loops at
+ * -O2 by the pragmas alone) */
+#if defined(__clang__)
+#define S_O3
+#else
+#define S_O3 __attribute__((optimize("O3")))
+#endif
+
 /* t[j] = column j of the 16 x 16 floats v[0..15] (rows). The loops here
  * are unrolled whole (the pragmas): at -O2 GCC kept v and t on the stack
  * and the pass ran at half oneDNN's reorder's speed; unrolled, v and t
  * live in the 32 zmm registers and it matches or beats it. */
-__attribute__((target("avx512f"), optimize("O3"))) static inline void s_tr16(__m512 *v, __m512 *t) {
+__attribute__((target("avx512f"))) S_O3 static inline void s_tr16(__m512 *v, __m512 *t) {
     /* lane L of t[2i], t[2i+1]: rows 2i, 2i+1 interleaved, columns
      * 4L..4L+1 and 4L+2..4L+3 */
     #pragma GCC unroll 16
@@ -623,7 +631,7 @@ __attribute__((target("avx512f"), optimize("O3"))) static inline void s_tr16(__m
     }
 }
 
-__attribute__((target("avx512f"), optimize("O3"))) static void s_blk16_avx512(const s_blk16_t *a, size_t lo,
+__attribute__((target("avx512f"))) S_O3 static void s_blk16_avx512(const s_blk16_t *a, size_t lo,
                                                               size_t hi) {
     const size_t cb = a->c / 16, plane = a->plane;
     const __m512 zero = _mm512_setzero_ps();
