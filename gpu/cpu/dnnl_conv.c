@@ -14,10 +14,12 @@
  * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
  * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every
  * argument is reordered at the op's edges, in and out, into room of the
- * op's workspace; with TP_CPU_CONV=dnnl-plain the primitives themselves
- * take plain layouts. A
- * gradient that is added to (dx_acc) goes through a reorder with oneDNN's
- * sum post-op. The scratchpad is the user's (the op's workspace too), so a
+ * op's workspace (an activation between NCHW and nChw16c by s_blk16, one
+ * AVX-512 transpose pass of ours; the rest by oneDNN's reorders); with
+ * TP_CPU_CONV=dnnl-plain the primitives themselves take plain layouts. A
+ * gradient that is added to (dx_acc) is added by that pass, or by a
+ * reorder with oneDNN's sum post-op. A folded relu's backward masks dy in
+ * the pass that reorders it (tp_dnnl_conv_backward_relu). The scratchpad is the user's (the op's workspace too), so a
  * step allocates no compute memory and two towers can run one primitive at
  * once (a primitive is safe to execute from several threads; what each run
  * writes is in its own node's workspace).
@@ -29,6 +31,7 @@
  * team OpenBLAS's OpenMP build and the elementwise ranges use too. A few-channel image's passes run
  * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels). */
 #include <cblas.h>
+#include <immintrin.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
@@ -41,6 +44,7 @@
 
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/dnnl_conv.h"
+#include "gpu/cpu/dnnl_ops.h"
 #include "gpu/cpu/ops_conv.h"
 #include "gpu/cpu/ops_elementwise.h"
 
@@ -52,14 +56,10 @@ extern int omp_get_max_threads(void);
 enum { S_FWD, S_BWD_DATA, S_BWD_WEIGHTS, S_PASSES };
 enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
 
-/* The cache key: everything a primitive depends on (zeroed, then set, so
- * that memcmp compares it). */
-typedef struct {
-    int64_t deconv; /* conv2d_transpose: x is the small image, y the large */
-    int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, g, bias;
-    int64_t threads; /* the OpenMP team it was made for (below) */
-    int64_t relu;    /* a folded relu (attr.act): the forward's eltwise post-op */
-} s_geom_t;
+/* The cache key: the call's geometry (tp_dnnl_geom_t, dnnl_ops.h: the
+ * pooling's key too), with the OpenMP team it was made for (below) and a
+ * folded relu (the forward's eltwise post-op). */
+typedef tp_dnnl_geom_t s_geom_t;
 
 /* One argument of a primitive: the op's plain layout and the primitive's;
  * a reorder between them where they differ, and room in the workspace
@@ -70,6 +70,7 @@ typedef struct {
     int out;                       /* written by the primitive */
     int same;                      /* the primitive runs on the plain layout */
     int room;                      /* has a buffer in the workspace */
+    int blk16;                     /* plain NCHW <-> nChw16c: s_blk16 */
     dnnl_memory_desc_t user, md;   /* plain layout; the primitive's */
     dnnl_primitive_t in;           /* user -> md (inputs, layouts differ) */
     dnnl_primitive_t put[2];       /* md -> user: [0] store, [1] add (sum) */
@@ -97,6 +98,11 @@ typedef struct s_entry {
     s_pass_t pass[S_PASSES];
     int data_im2col;               /* backward-data by ops_conv.c (below) */
     int own_bias;                  /* the forward's bias and relu are ours */
+    int mask16;                    /* a folded relu's backward writes dy
+                                      masked straight into dd, nChw16c
+                                      (s_blk16): the backward-weights'
+                                      diff_dst layout, and backward-data's
+                                      when it runs on oneDNN */
     size_t keep_bytes, dd_bytes;   /* 0: not shared */
     size_t rooms;                  /* where the passes' rooms start */
     size_t bytes;                  /* the whole workspace, with alignment */
@@ -169,30 +175,12 @@ static void s_threads(void) { tp_cpu_team(tp_cpu_threads()); }
 
 static s_geom_t s_geom(const tp_op_call_t *c) {
     s_geom_t k;
-    memset(&k, 0, sizeof k);
-    const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
-    k.deconv = c->kind == TP_OP_CONV_TRANSPOSE;
-    k.n = x->d[0];
-    k.c = x->d[1];
-    k.h = x->d[2];
-    k.w = x->d[3];
-    k.o = y->d[1];
-    k.oh = y->d[2];
-    k.ow = y->d[3];
-    k.kh = c->attr->kh;
-    k.kw = c->attr->kw;
-    k.sh = c->attr->sh;
-    k.sw = c->attr->sw;
-    k.ph = c->attr->ph;
-    k.pw = c->attr->pw;
-    k.dh = c->attr->dh > 0 ? c->attr->dh : 1;
-    k.dw = c->attr->dw > 0 ? c->attr->dw : 1;
-    k.g = c->attr->groups > 0 ? c->attr->groups : 1;
-    k.bias = c->ninputs > 2;
-    k.threads = omp_get_max_threads();
-    k.relu = c->attr->act == TP_ACT_RELU;
+    tp_dnnl_geom(c, omp_get_max_threads(), &k);
     return k;
 }
+
+/* A transposed convolution: x is the small image, y the large. */
+static int s_deconv(const s_geom_t *k) { return k->kind == TP_OP_CONV_TRANSPOSE; }
 
 /* The plain descriptions of x, w, b and y, and the primitive's (any, or
  * the same plain ones); oneDNN's dilation counts the gaps (ours - 1), and
@@ -215,11 +203,11 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     if (k->g > 1) {
         dnnl_dims_t wd = {k->g, k->o / k->g, k->c / k->g, k->kh, k->kw};
         S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 5, wd, dnnl_f32,
-                                            k->deconv ? dnnl_giohw : dnnl_goihw));
+                                            s_deconv(k) ? dnnl_giohw : dnnl_goihw));
     } else {
         dnnl_dims_t wd = {k->o, k->c, k->kh, k->kw};
         S_DNNL(dnnl_memory_desc_init_by_tag(&m->w, 4, wd, dnnl_f32,
-                                            k->deconv ? dnnl_iohw : dnnl_oihw));
+                                            s_deconv(k) ? dnnl_iohw : dnnl_oihw));
     }
     if (self->path == TP_CPU_CONV_DNNL_PLAIN) {
         m->xa = m->x;
@@ -239,8 +227,8 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     m->pl[1] = k->pw;
     /* a transposed conv's padding is that of the conv from y to x (its
      * output padding is the right padding's shortfall) */
-    const int64_t bh = k->deconv ? k->oh : k->h, bw = k->deconv ? k->ow : k->w;
-    const int64_t sh_ = k->deconv ? k->h : k->oh, sw_ = k->deconv ? k->w : k->ow;
+    const int64_t bh = s_deconv(k) ? k->oh : k->h, bw = s_deconv(k) ? k->ow : k->w;
+    const int64_t sh_ = s_deconv(k) ? k->h : k->oh, sw_ = s_deconv(k) ? k->w : k->ow;
     m->pr[0] = (sh_ - 1) * k->sh + (k->kh - 1) * k->dh + 1 - bh - k->ph;
     m->pr[1] = (sw_ - 1) * k->sw + (k->kw - 1) * k->dw + 1 - bw - k->pw;
     return TP_OK;
@@ -301,6 +289,8 @@ static tp_status_t s_reorder(const tp_dnnl_conv_t *self, const dnnl_memory_desc_
     return TP_OK;
 }
 
+static int s_is_blk16(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md);
+
 /* Argument `arg` of the pass: its plain layout `user` and the primitive's
  * (queried from pd); `addable` outputs always get room (they may be added
  * to, or not wanted at all). */
@@ -319,6 +309,7 @@ static tp_status_t s_arg(const tp_dnnl_conv_t *self, s_pass_t *p,
     const int same = dnnl_memory_desc_equal(&a->md, &a->user);
     a->same = same;
     a->room = !same || addable;
+    a->blk16 = !same && s_is_blk16(&a->user, &a->md);
     if (!same && !out)
         TP_TRY(s_reorder(self, &a->user, &a->md, 0, name, &a->in));
     if (out && (!same || addable)) {
@@ -398,10 +389,10 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
      * kernel alone, and s_bias_act adds both in one vector pass. Its
      * backward-weights sums the bias gradient the same way: s_bias_grad
      * does it on the plain dy instead. */
-    e->own_bias = k->deconv;
+    e->own_bias = s_deconv(k);
     const dnnl_memory_desc_t *fbias = e->own_bias ? NULL : bias;
     dnnl_status_t st;
-    if (!k->deconv) {
+    if (!s_deconv(k)) {
         st = dnnl_dilated_convolution_forward_desc_init(
             &fd, dnnl_forward_training, dnnl_convolution_direct, &m.xa, &m.wa, bias, &m.ya,
             m.strides, m.dil, m.pl, m.pr);
@@ -486,9 +477,21 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
          * first layer's image: 1 or 3) pads them to a block of 16 and ran
          * 20x slower than im2col in the measurements of docs/performance.md;
          * the first layer seldom needs it (its input is the data) */
-        e->data_im2col = !k->deconv && k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
+        e->data_im2col = !s_deconv(k) && k->c / k->g < 8 && self->path != TP_CPU_CONV_DNNL_PLAIN;
         if (e->data_im2col)
             e->dd_bytes = 0;
+        /* a folded relu's mask and dy's reorder in one pass (s_blk16)
+         * where the backward passes take dy as nChw16c (AVX-512) */
+        dnnl_memory_desc_t blk16;
+        const dnnl_dims_t yd = {k->n, k->o, k->oh, k->ow};
+        if (k->relu && !e->own_bias && !wdd->same && k->o % 16 == 0 &&
+            (e->dd_bytes || e->data_im2col) &&
+            dnnl_memory_desc_init_by_tag(&blk16, 4, yd, dnnl_f32, dnnl_nChw16c) ==
+                dnnl_success &&
+            dnnl_memory_desc_equal(&blk16, &wdd->md)) {
+            e->mask16 = 1;
+            e->dd_bytes = s_round(dnnl_memory_desc_get_size(&wdd->md));
+        }
         e->rooms = e->keep_bytes + e->dd_bytes;
         size_t most = 0;
         for (int i = 0; i < S_PASSES; i++)
@@ -549,6 +552,172 @@ static tp_status_t s_lookup(tp_dnnl_conv_t *self, const tp_op_call_t *c,
     return TP_OK;
 }
 
+/* ---- nChw16c in one pass of our own ------------------------------------------ */
+
+/* An activation [N, C, H, W] (C a multiple of 16) between the op's plain
+ * NCHW and oneDNN's nChw16c (AVX-512's blocked layout): in (plain ->
+ * blocked, masked by y > 0 when y is set: a folded relu's backward, dy
+ * masked as it is reordered, one pass where ops_cpu.c's mask and oneDNN's
+ * reorder took two) or out (blocked -> plain, stored or added). oneDNN's
+ * own reorder (jit:blk) ran a 14x14 image (196 pixels, not a multiple of
+ * 16) at a quarter of a 28x28's speed per byte (docs/performance.md); this
+ * one loads 16 channels x 16 pixels (the tail masked), transposes them in
+ * registers and stores them. Exact copies (an add is one rounding, as
+ * oneDNN's sum post-op): bit for bit oneDNN's reorder. Rows [lo, hi) of
+ * the N * C/16 blocks. */
+typedef struct {
+    const float *src, *y; /* y: the mask (in only), or NULL */
+    float *dst;
+    size_t c, plane;      /* C, H * W */
+    int out, add;         /* blocked -> plain; added to dst (out only) */
+} s_blk16_t;
+
+static void s_blk16_plain(const s_blk16_t *a, size_t lo, size_t hi) {
+    const size_t cb = a->c / 16;
+    for (size_t r = lo; r < hi; r++) {
+        const size_t n = r / cb, b = r % cb, pl = (n * a->c + b * 16) * a->plane;
+        for (size_t p = 0; p < a->plane; p++)
+            for (size_t i = 0; i < 16; i++) {
+                const size_t at = pl + i * a->plane + p, bl = (r * a->plane + p) * 16 + i;
+                if (a->out)
+                    a->dst[at] = a->add ? a->dst[at] + a->src[bl] : a->src[bl];
+                else
+                    a->dst[bl] = !a->y || a->y[at] > 0.0f ? a->src[at] : 0.0f;
+            }
+    }
+}
+
+/* GCC's optimize attribute (clang has none, and unrolls these loops at
+ * -O2 by the pragmas alone) */
+#if defined(__clang__)
+#define S_O3
+#else
+#define S_O3 __attribute__((optimize("O3")))
+#endif
+
+/* t[j] = column j of the 16 x 16 floats v[0..15] (rows). The loops here
+ * are unrolled whole (the pragmas): at -O2 GCC kept v and t on the stack
+ * and the pass ran at half oneDNN's reorder's speed; unrolled, v and t
+ * live in the 32 zmm registers and it matches or beats it. */
+__attribute__((target("avx512f"))) S_O3 static inline void s_tr16(__m512 *v, __m512 *t) {
+    /* lane L of t[2i], t[2i+1]: rows 2i, 2i+1 interleaved, columns
+     * 4L..4L+1 and 4L+2..4L+3 */
+    #pragma GCC unroll 16
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    /* lane L of v[4i + k]: rows 4i..4i+3 of column 4L + k */
+    #pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        const __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d b0 = _mm512_castps_pd(t[4 * i + 2]), b1 = _mm512_castps_pd(t[4 * i + 3]);
+        v[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, b0));
+        v[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, b0));
+        v[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, b1));
+        v[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, b1));
+    }
+    /* column 4L + k: lane L of v[k], v[4 + k], v[8 + k], v[12 + k] */
+    #pragma GCC unroll 16
+    for (int k = 0; k < 4; k++) {
+        const __m512 lo01 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0x44);
+        const __m512 hi01 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0x44);
+        const __m512 lo23 = _mm512_shuffle_f32x4(v[k], v[4 + k], 0xee);
+        const __m512 hi23 = _mm512_shuffle_f32x4(v[8 + k], v[12 + k], 0xee);
+        t[k] = _mm512_shuffle_f32x4(lo01, hi01, 0x88);
+        t[4 + k] = _mm512_shuffle_f32x4(lo01, hi01, 0xdd);
+        t[8 + k] = _mm512_shuffle_f32x4(lo23, hi23, 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(lo23, hi23, 0xdd);
+    }
+}
+
+__attribute__((target("avx512f"))) S_O3 static void s_blk16_avx512(const s_blk16_t *a, size_t lo,
+                                                              size_t hi) {
+    const size_t cb = a->c / 16, plane = a->plane;
+    const __m512 zero = _mm512_setzero_ps();
+    for (size_t r = lo; r < hi; r++) {
+        const size_t n = r / cb, b = r % cb, pl = (n * a->c + b * 16) * plane;
+        const size_t bl = r * plane * 16;
+        for (size_t p = 0; p < plane; p += 16) {
+            const size_t left = plane - p < 16 ? plane - p : 16;
+            const __mmask16 lm = (__mmask16)((1u << left) - 1u);
+            __m512 v[16], t[16];
+            if (!a->out) {
+                #pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) {
+                    const float *at = a->src + pl + (size_t)i * plane + p;
+                    v[i] = _mm512_maskz_loadu_ps(lm, at);
+                    if (a->y) {
+                        const __m512 yv = _mm512_maskz_loadu_ps(lm, a->y + pl + (size_t)i * plane + p);
+                        v[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(yv, zero, _CMP_GT_OQ), v[i]);
+                    }
+                }
+                s_tr16(v, t);
+                #pragma GCC unroll 16
+                for (size_t j = 0; j < 16; j++)
+                    if (j < left) /* j a constant: t stays in registers */
+                        _mm512_storeu_ps(a->dst + bl + (p + j) * 16, t[j]);
+            } else {
+                #pragma GCC unroll 16
+                for (size_t j = 0; j < 16; j++)
+                    v[j] = j < left ? _mm512_loadu_ps(a->src + bl + (p + j) * 16) : zero;
+                s_tr16(v, t);
+                #pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) {
+                    float *at = a->dst + pl + (size_t)i * plane + p;
+                    if (a->add)
+                        t[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(lm, at), t[i]);
+                    _mm512_mask_storeu_ps(at, lm, t[i]);
+                }
+            }
+        }
+    }
+}
+
+/* TP_CPU_BLK16=plain: the plain loops (the tests compare the two; read
+ * on each call, a few hundred ns beside a pass over megabytes, so that a
+ * test can switch) */
+static int s_blk16_use512(void) {
+    const char *e = getenv("TP_CPU_BLK16");
+    return !(e && !strcmp(e, "plain")) && __builtin_cpu_supports("avx512f");
+}
+
+static void s_blk16_range(void *arg, size_t lo, size_t hi) {
+    if (s_blk16_use512())
+        s_blk16_avx512(arg, lo, hi);
+    else
+        s_blk16_plain(arg, lo, hi);
+}
+
+/* TP_CPU_BLK16=dnnl: oneDNN's reorders at the op's edges, not s_blk16
+ * (to measure the two in one binary; read on each call as above) */
+static int s_blk16_own(void) {
+    const char *e = getenv("TP_CPU_BLK16");
+    return !(e && !strcmp(e, "dnnl"));
+}
+
+/* dims [n, c, h, w] (c % 16 == 0) from src to dst, as s_blk16_t says */
+static void s_blk16(const int64_t *dims, const float *src, const float *y, float *dst,
+                    int out, int add) {
+    s_blk16_t a = {src, y, dst, (size_t)dims[1], (size_t)dims[2] * (size_t)dims[3], out, add};
+    const size_t rows = (size_t)dims[0] * (a.c / 16);
+    /* parts of 16K floats or more, as s_bias_act's */
+    const size_t per = a.plane * 16, min = per >= 16384 ? 1 : 16384 / (per ? per : 1);
+    tp_cpu_parallel(rows, 1, min, s_blk16_range, &a);
+}
+
+/* md is user's (plain NCHW) in nChw16c, no channel padding: s_blk16's */
+static int s_is_blk16(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md) {
+    dnnl_memory_desc_t b16;
+    return user->ndims == 4 && user->dims[1] % 16 == 0 &&
+           dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, dnnl_f32, dnnl_nChw16c) ==
+               dnnl_success &&
+           dnnl_memory_desc_equal(&b16, md) &&
+           dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, dnnl_f32, dnnl_nchw) ==
+               dnnl_success &&
+           dnnl_memory_desc_equal(&b16, user);
+}
+
 /* ---- running a pass -------------------------------------------------------- */
 
 /* Runs pass p with its rooms at `rooms`: user[i] is argument i's buffer in
@@ -563,6 +732,7 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
     dnnl_memory_t mem[2 * S_MAX_ARGS + 1] = {0};
     int nmem = 0;
     dnnl_exec_arg_t args[S_MAX_ARGS + 1];
+    void *room[S_MAX_ARGS] = {0}; /* argument i's buffer in md's layout */
     int nargs = 0;
     tp_status_t rc = TP_OK;
     dnnl_status_t st = dnnl_stream_create(&stream, self->engine, dnnl_stream_default_flags);
@@ -583,13 +753,16 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
          * stored (not added) and in the primitive's layout */
         const int direct = a->out ? user[i] && a->same && !acc[i] : a->same;
         void *at = direct ? user[i] : (!a->out && blk[i]) ? blk[i] : rooms + a->off;
+        room[i] = at;
         dnnl_memory_t m = NULL;
         S_CALL(dnnl_memory_create(&m, &a->md, self->engine, at));
         if (st != dnnl_success)
             break;
         mem[nmem++] = m;
         args[nargs++] = (dnnl_exec_arg_t){a->arg, m};
-        if (!a->out && a->in && !(blk[i] && ready[i])) {
+        if (!a->out && a->in && !(blk[i] && ready[i]) && a->blk16 && s_blk16_own()) {
+            s_blk16(a->user.dims, user[i], NULL, at, 0, 0);
+        } else if (!a->out && a->in && !(blk[i] && ready[i])) {
             dnnl_memory_t u = NULL;
             S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
             if (st != dnnl_success)
@@ -614,6 +787,10 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
         const s_arg_t *a = &p->args[i];
         if (!a->out || !user[i] || (a->same && !acc[i]))
             continue;
+        if (a->blk16 && s_blk16_own()) {
+            s_blk16(a->user.dims, room[i], NULL, user[i], 1, acc[i]);
+            continue;
+        }
         dnnl_memory_t u = NULL;
         S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
         if (st != dnnl_success)
@@ -821,31 +998,30 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     return rc;
 }
 
-tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
-    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
-        return tp_cpu_conv_backward(c);
-    s_entry_t *e;
-    int owned;
-    TP_TRY(s_lookup(self, c, &e, &owned));
+/* The backward of entry e's call c. premasked: dd (past keep) holds dy
+ * already, masked and in the passes' layout (tp_dnnl_conv_backward_relu
+ * wrote it; it checked that e->mask16, that the filter's gradient is
+ * wanted, that backward-data, if wanted, runs on oneDNN, and that the
+ * workspace is the planned one). */
+static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_entry_t *e,
+                              int premasked) {
     tp_status_t rc = TP_OK;
     char *base = NULL, *own = NULL;
-    if (!e->ok) {
-        rc = tp_cpu_conv_backward(c);
-        goto done;
-    }
-    if ((rc = s_ws(e, c, &base, &own)) != TP_OK)
-        goto done;
+    if (!e->ok)
+        return tp_cpu_conv_backward(c);
+    TP_TRY(s_ws(e, c, &base, &own));
+    TP_ASSERT(!premasked || (!own && c->dx[1] && e->mask16));
     float *db = c->ninputs > 2 ? c->dx[2] : NULL;
     const int data = c->dx[0] && !e->data_im2col;
     /* dy reordered once for both passes when both run on oneDNN */
-    const int share = e->dd_bytes && c->dx[1] && data;
+    const int share = premasked || (e->dd_bytes && c->dx[1] && data);
     char *dd = share ? base + e->keep_bytes : NULL;
     if (c->dx[1]) {
         /* the forward's x (kept) is valid only in the planned workspace */
         const int kept = e->keep_bytes && !own;
         void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->dy, c->dx[1], db};
         void *blk[S_MAX_ARGS] = {kept ? base : NULL, dd};
-        int ready[S_MAX_ARGS] = {kept, 0};
+        int ready[S_MAX_ARGS] = {kept, premasked};
         int acc[S_MAX_ARGS] = {0, 0, c->dx_acc[1], db ? c->dx_acc[2] : 0};
         rc = s_run(self, &e->pass[S_BWD_WEIGHTS], base + e->rooms, user, blk, ready, acc,
                    c->name);
@@ -874,13 +1050,59 @@ tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     }
     /* the transposed conv's gradients carry the tests' deliberate fault
      * (ops_elementwise.h) as ops_conv.c's do: 1 in every real run */
-    if (rc == TP_OK && e->key.deconv && tp_cpu_elementwise_grad_fault != 1.0f)
+    if (rc == TP_OK && s_deconv(&e->key) && tp_cpu_elementwise_grad_fault != 1.0f)
         for (int i = 0; i < c->ninputs && i < 3; i++)
             if (c->dx[i])
                 for (size_t j = 0, n = tp_shape_count(&c->xshape[i]); j < n; j++)
                     c->dx[i][j] *= tp_cpu_elementwise_grad_fault;
-done:
     free(own);
+    return rc;
+}
+
+/* ---- a folded relu's backward: mask and reorder in one pass ------------- */
+
+tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    TP_ASSERT(c->attr->act == TP_ACT_RELU);
+    const size_t n = tp_shape_count(&c->yshape);
+    float *masked = c->workspace; /* the act's room (tp_act_room) */
+    if (c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE) {
+        const tp_op_call_t in = tp_act_inner(c, NULL);
+        s_entry_t *e;
+        int owned;
+        TP_TRY(s_lookup(self, &in, &e, &owned));
+        /* the one pass where the passes read dd as nChw16c: the filter's
+         * gradient wanted (it reads dd), the input's (if wanted) on
+         * oneDNN too, the planned workspace (dd in it) */
+        const int fused = e->ok && e->mask16 && !owned && c->dx[1] &&
+                          (!c->dx[0] || !e->data_im2col) && in.workspace &&
+                          in.workspace_bytes >= e->bytes;
+        if (fused) {
+            char *base = (char *)(((uintptr_t)in.workspace + S_ALIGN - 1) &
+                                  ~(uintptr_t)(S_ALIGN - 1));
+            {
+                const int64_t yd[4] = {e->key.n, e->key.o, e->key.oh, e->key.ow};
+                s_blk16(yd, c->dy, c->y, (float *)(base + e->keep_bytes), 0, 0);
+            }
+            return s_backward(self, &in, e, 1);
+        }
+        if (owned)
+            s_entry_free(e);
+    }
+    /* the relu's own backward on the plain dy, then the op's */
+    const float *restrict y = c->y, *restrict dy = c->dy;
+    for (size_t i = 0; i < n; i++)
+        masked[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    const tp_op_call_t in = tp_act_inner(c, masked);
+    return tp_dnnl_conv_backward(self, &in);
+}
+
+tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
+        return tp_cpu_conv_backward(c);
+    s_entry_t *e;
+    int owned;
+    TP_TRY(s_lookup(self, c, &e, &owned));
+    tp_status_t rc = s_backward(self, c, e, 0);
     if (owned)
         s_entry_free(e);
     return rc;

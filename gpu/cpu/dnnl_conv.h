@@ -42,6 +42,14 @@ size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c);
 tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c);
 tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c);
 
+/* The backward of a call with a folded relu (attr.act): c is the call
+ * before tp_act_inner (its workspace begins with the act's room, its dy
+ * unmasked). Where the passes read dy as nChw16c the mask and the reorder
+ * are one pass into the workspace's dy room; elsewhere dy is masked into
+ * the act's room and tp_dnnl_conv_backward runs (ops_cpu.c's way). Same
+ * numbers either way. */
+tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t *c);
+
 /* Geometries cached (each with its three passes), for the tests. */
 int tp_dnnl_conv_cached(tp_dnnl_conv_t *self);
 

@@ -37,6 +37,28 @@ dnnl_engine_t tp_dnnl_engine(void);
  * team it sees when it makes the primitive). */
 int tp_dnnl_threads(void);
 
+/* The geometry of a pooling or convolution call: everything its
+ * primitives depend on, the one cache key of both families (dnnl_pool.c
+ * keys tp_dnnl_lookup's list with it, dnnl_conv.c its own cache). int32
+ * fields so that it fits the 160-byte key; `family` first, as every key
+ * of the shared list has it (batch norm's is 2), so that keys of
+ * different families differ in their first bytes. Filled whole (zeroed
+ * first), so memcmp compares it. */
+typedef struct {
+    int32_t family;          /* 1: pooling, 3: convolution */
+    int32_t kind;            /* tp_op_kind_t: max/avg pool, conv2d/transpose */
+    int32_t n, c, h, w;      /* x [N, C, H, W] */
+    int32_t o, oh, ow;       /* y [N, O, OH, OW] */
+    int32_t kh, kw, sh, sw, ph, pw, dh, dw, g; /* window, stride, padding,
+                                                  dilation (>= 1), groups (>= 1) */
+    int32_t bias;            /* a third input (conv's bias) */
+    int32_t relu;            /* a folded relu (attr.act) */
+    int32_t threads;         /* the OpenMP team the primitives are made for */
+} tp_dnnl_geom_t;
+
+/* c's geometry for a team of `threads` (tp_dnnl_threads()). */
+void tp_dnnl_geom(const tp_op_call_t *c, int threads, tp_dnnl_geom_t *k);
+
 /* oneDNN's status as towerpack's, naming the call, the node and the place. */
 tp_status_t tp_dnnl_fail(dnnl_status_t st, const char *expr, const char *node,
                          const char *file, int line);

@@ -15,32 +15,14 @@
 
 enum { S_ALIGN = 64 };
 
-typedef struct {
-    int64_t family; /* 1: pooling (keys of other families differ here) */
-    int64_t max, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, threads;
-} s_key_t;
-
 static size_t s_round(size_t b) { return (b + S_ALIGN - 1) & ~(size_t)(S_ALIGN - 1); }
 
+/* The call's key: its geometry (dnnl_ops.h, the convolutions' too),
+ * zero-padded to the list's 160 bytes. */
 static void s_key(const tp_op_call_t *c, unsigned char out[160]) {
-    s_key_t k;
-    memset(&k, 0, sizeof k);
-    const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
-    k.family = 1;
-    k.max = c->kind == TP_OP_MAX_POOL;
-    k.n = x->d[0];
-    k.c = x->d[1];
-    k.h = x->d[2];
-    k.w = x->d[3];
-    k.oh = y->d[2];
-    k.ow = y->d[3];
-    k.kh = c->attr->kh;
-    k.kw = c->attr->kw;
-    k.sh = c->attr->sh;
-    k.sw = c->attr->sw;
-    k.ph = c->attr->ph;
-    k.pw = c->attr->pw;
-    k.threads = tp_dnnl_threads();
+    tp_dnnl_geom_t k;
+    _Static_assert(sizeof k <= 160, "tp_dnnl_geom_t fits a tp_dnnl_prim_t key");
+    tp_dnnl_geom(c, tp_dnnl_threads(), &k);
     memset(out, 0, 160);
     memcpy(out, &k, sizeof k);
 }
@@ -49,7 +31,7 @@ static void s_key(const tp_op_call_t *c, unsigned char out[160]) {
  * bytes the op's workspace needs */
 static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     const char *name = c->name;
-    s_key_t k;
+    tp_dnnl_geom_t k;
     memcpy(&k, e->key, sizeof k);
     dnnl_dims_t xd = {k.n, k.c, k.h, k.w}, yd = {k.n, k.c, k.oh, k.ow};
     dnnl_dims_t strides = {k.sh, k.sw}, kernel = {k.kh, k.kw}, pl = {k.ph, k.pw};
@@ -60,7 +42,7 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     dnnl_status_t st = dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, dnnl_nchw);
     if (st == dnnl_success)
         st = dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32, dnnl_nchw);
-    const dnnl_alg_kind_t alg = k.max ? dnnl_pooling_max : dnnl_pooling_avg_exclude_padding;
+    const dnnl_alg_kind_t alg = k.kind == TP_OP_MAX_POOL ? dnnl_pooling_max : dnnl_pooling_avg_exclude_padding;
     dnnl_pooling_desc_t fd, bd;
     if (st == dnnl_success)
         st = dnnl_pooling_forward_desc_init(&fd, dnnl_forward_training, alg, &xm, &ym, strides,

@@ -59,6 +59,37 @@ int tp_dnnl_threads(void) {
     return omp_get_max_threads();
 }
 
+void tp_dnnl_geom(const tp_op_call_t *c, int threads, tp_dnnl_geom_t *k) {
+    memset(k, 0, sizeof *k);
+    const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
+    const tp_op_attr_t *a = c->attr;
+    const int pool = c->kind == TP_OP_MAX_POOL || c->kind == TP_OP_AVG_POOL;
+    /* every dimension of an image the backend can hold fits 31 bits */
+    for (int i = 0; i < 4; i++)
+        TP_ASSERT(x->d[i] <= INT32_MAX && y->d[i] <= INT32_MAX);
+    k->family = pool ? 1 : 3;
+    k->kind = (int32_t)c->kind;
+    k->n = (int32_t)x->d[0];
+    k->c = (int32_t)x->d[1];
+    k->h = (int32_t)x->d[2];
+    k->w = (int32_t)x->d[3];
+    k->o = (int32_t)y->d[1];
+    k->oh = (int32_t)y->d[2];
+    k->ow = (int32_t)y->d[3];
+    k->kh = a->kh;
+    k->kw = a->kw;
+    k->sh = a->sh;
+    k->sw = a->sw;
+    k->ph = a->ph;
+    k->pw = a->pw;
+    k->dh = a->dh > 0 ? a->dh : 1;
+    k->dw = a->dw > 0 ? a->dw : 1;
+    k->g = a->groups > 0 ? a->groups : 1;
+    k->bias = !pool && c->ninputs > 2;
+    k->relu = a->act == TP_ACT_RELU;
+    k->threads = threads;
+}
+
 int tp_dnnl_ops_path(const char *env) {
     const char *e = getenv(env);
     if (!e || !*e)

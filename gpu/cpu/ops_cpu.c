@@ -855,6 +855,10 @@ tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
 tp_status_t tp_cpu_op_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     if (c->attr->act == TP_ACT_NONE)
         return s_backward(dnnl, c);
+    /* oneDNN's convolutions mask dy as they reorder it (dnnl_conv.c) */
+    if (dnnl && c->attr->act == TP_ACT_RELU &&
+        (c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE))
+        return tp_dnnl_conv_backward_relu(dnnl, c);
     const size_t n = s_count(&c->yshape);
     const float *restrict y = c->y, *restrict dy = c->dy;
     float *restrict masked = c->workspace;

@@ -230,6 +230,129 @@ Test(dnnl_conv, a_transposed_convs_bias_and_folded_relu_match_im2col) {
     tp_backend_destroy(&ref);
 }
 
+/* A relu folded into the conv (attr.act): its backward, dy masked by
+ * y > 0 as it is reordered into oneDNN's nChw16c (one pass,
+ * tp_dnnl_conv_backward_relu), against the same backend's unfolded conv
+ * run on a dy masked here: bit for bit, stored and added, with and without
+ * the input's gradient. Where the fused pass applies (AVX-512's 16-channel
+ * blocks, 16k output channels) the act's room of the workspace, where
+ * ops_cpu.c's separate mask writes the masked dy, stays untouched. */
+static void s_folded_relu_backward(const char *kernel) {
+    tp_backend_t *b = s_backend("dnnl");
+    const geom_t gs[] = {
+        {4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},   /* 81 pixels: a tail of 1 */
+        {2, 32, 14, 14, 64, 3, 1, 1, 1, 1, 1, 0, 0}, /* the CNN's conv2: 196 */
+        {3, 1, 12, 12, 16, 3, 1, 1, 1, 1, 1, 0, 0},  /* the CNN's conv1 kind */
+        {2, 16, 6, 6, 24, 3, 1, 1, 1, 1, 0, 0, 0},   /* 24 channels: unfused */
+    };
+    const int avx512 = __builtin_cpu_supports("avx512f");
+    for (int gi = 0; gi < 4; gi++)
+        for (int mode = 0; mode < 4; mode++) { /* acc; the input's gradient */
+            const int acc = mode & 1, want_dx = !(mode & 2);
+            conv_t r, t;
+            s_conv(&r, &gs[gi]);
+            s_plan(b, &r);
+            cr_assert_eq(b->ops->op_forward(b, NULL, &r.c), TP_OK, "%s", tp_last_error());
+            float *masked = malloc(r.ny * sizeof(float));
+            size_t zeros = 0;
+            for (size_t i = 0; i < r.ny; i++) {
+                r.y[i] = r.y[i] > 0.0f ? r.y[i] : 0.0f;
+                masked[i] = r.y[i] > 0.0f ? r.dy[i] : 0.0f;
+                zeros += r.y[i] == 0.0f;
+            }
+            cr_assert_gt(zeros, r.ny / 10, "geometry %d: the mask has work to do", gi);
+            r.c.dy = masked;
+            s_conv(&t, &gs[gi]);
+            t.attr.act = TP_ACT_RELU;
+            s_plan(b, &t);
+            cr_assert_eq(b->ops->op_forward(b, NULL, &t.c), TP_OK, "%s", tp_last_error());
+            cr_assert(!memcmp(t.y, r.y, t.ny * sizeof(float)), "geometry %d: relu(y)", gi);
+            const size_t room = t.ny * sizeof(float);
+            memset(t.ws, 0x5a, room);
+            conv_t *both[2] = {&r, &t};
+            for (int k = 0; k < 2; k++) {
+                conv_t *u = both[k];
+                for (int i = 0; i < 3; i++)
+                    u->acc[i] = acc;
+                for (size_t i = 0; i < u->nx; i++)
+                    u->dx[i] = acc ? 1.0f : NAN;
+                for (size_t i = 0; i < u->nw; i++)
+                    u->dw[i] = acc ? 1.0f : NAN;
+                for (int i = 0; i < gs[gi].o; i++)
+                    u->db[i] = acc ? 1.0f : NAN;
+                u->grads[0] = want_dx ? u->dx : NULL;
+                cr_assert_eq(b->ops->op_backward(b, NULL, &u->c), TP_OK, "%s",
+                             tp_last_error());
+            }
+            if (want_dx)
+                cr_assert(!memcmp(t.dx, r.dx, t.nx * sizeof(float)),
+                          "geometry %d, mode %d, %s: dx", gi, mode, kernel);
+            cr_assert(!memcmp(t.dw, r.dw, t.nw * sizeof(float)),
+                      "geometry %d, mode %d, %s: dW", gi, mode, kernel);
+            if (gs[gi].bias)
+                cr_assert(!memcmp(t.db, r.db, (size_t)gs[gi].o * sizeof(float)),
+                          "geometry %d, mode %d, %s: db", gi, mode, kernel);
+            /* fused: 16k channels, and backward-data (if wanted) on oneDNN
+             * (an image's is im2col's, which reads the plain masked dy) */
+            const int fused = avx512 && gs[gi].o % 16 == 0 && (!want_dx || gs[gi].c >= 8);
+            size_t kept = 0;
+            for (size_t i = 0; i < room; i++)
+                kept += ((unsigned char *)t.ws)[i] == 0x5a;
+            if (fused)
+                cr_assert_eq(kept, room, "geometry %d, mode %d: one pass, the act's "
+                             "room unwritten", gi, mode);
+            else
+                cr_assert_lt(kept, room, "geometry %d, mode %d: the plain mask", gi, mode);
+            free(masked);
+            s_free(&t);
+            s_free(&r);
+        }
+    tp_backend_destroy(&b);
+}
+
+Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders) {
+    s_folded_relu_backward("avx512");
+}
+
+Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_plain_kernel) {
+    setenv("TP_CPU_BLK16", "plain", 1);
+    s_folded_relu_backward("plain");
+}
+
+Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
+    /* the activations' reorders at the op's edges (s_blk16: x in, y and
+     * dx out, stored and added) in AVX-512 and in plain loops against
+     * oneDNN's own (TP_CPU_BLK16=dnnl), on images whose pixels are and
+     * are not a multiple of 16 */
+    const geom_t gs[] = {{4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},
+                         {2, 32, 14, 14, 64, 3, 1, 1, 1, 1, 1, 0, 0},
+                         {2, 16, 8, 8, 16, 3, 2, 0, 1, 1, 1, 0, 0}};
+    const char *modes[] = {"dnnl", "avx512", "plain"};
+    tp_backend_t *b = s_backend("dnnl");
+    for (int gi = 0; gi < 3; gi++)
+        for (int acc = 0; acc < 2; acc++) {
+            conv_t t[3];
+            for (int m = 0; m < 3; m++) {
+                setenv("TP_CPU_BLK16", modes[m], 1);
+                s_conv(&t[m], &gs[gi]);
+                s_plan(b, &t[m]);
+                s_step(b, &t[m], acc);
+            }
+            for (int m = 1; m < 3; m++) {
+                cr_assert(!memcmp(t[m].y, t[0].y, t[0].ny * sizeof(float)),
+                          "geometry %d, %s: y", gi, modes[m]);
+                cr_assert(!memcmp(t[m].dx, t[0].dx, t[0].nx * sizeof(float)),
+                          "geometry %d, acc %d, %s: dx", gi, acc, modes[m]);
+                cr_assert(!memcmp(t[m].dw, t[0].dw, t[0].nw * sizeof(float)),
+                          "geometry %d, acc %d, %s: dW", gi, acc, modes[m]);
+            }
+            for (int m = 0; m < 3; m++)
+                s_free(&t[m]);
+        }
+    unsetenv("TP_CPU_BLK16");
+    tp_backend_destroy(&b);
+}
+
 Test(dnnl_conv, only_the_wanted_gradients_are_written) {
     /* dx only, then dw and db only: the others stay as they were */
     tp_backend_t *ref = s_backend("im2col"), *b = s_backend("dnnl");
