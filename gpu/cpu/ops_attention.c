@@ -108,60 +108,34 @@ static inline void s_transpose(const float *restrict k, int64_t d, int64_t nk,
  * terms in k order, in the full block and at the edges alike: the bits of
  * an element do not depend on the blocking, so the forward's scores and
  * the backward's recomputed ones are the same. */
-/* Whether the CPU has AVX-512 (32 vector registers): s_block's 4 x 32
- * path then. Set once at load; the bits are the same either way. */
-static int s_wide;
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((constructor)) static void s_wide_init(void) {
-    __builtin_cpu_init();
-    s_wide = __builtin_cpu_supports("avx512f") != 0;
-}
-#endif
-
-/* s_block's 4 x nc block (nc 16 or 32, a constant once inlined): C's rows
- * held in registers while k runs. */
-static inline __attribute__((always_inline)) void
-s_block4(float *restrict cm, int64_t ldc, const float *restrict am, int64_t lda, int64_t ak,
-         const float *restrict bm, int64_t ldb, int64_t k0, int64_t k1, int acc, const int nc) {
-    float r0[32], r1[32], r2[32], r3[32];
-    for (int c = 0; c < nc; c++) {
-        r0[c] = acc ? cm[c] : 0.0f;
-        r1[c] = acc ? cm[ldc + c] : 0.0f;
-        r2[c] = acc ? cm[2 * ldc + c] : 0.0f;
-        r3[c] = acc ? cm[3 * ldc + c] : 0.0f;
-    }
-    for (int64_t k = k0; k < k1; k++) {
-        const float *restrict b = bm + k * ldb;
-        const float a0 = am[k * ak], a1 = am[lda + k * ak];
-        const float a2 = am[2 * lda + k * ak], a3 = am[3 * lda + k * ak];
-        for (int c = 0; c < nc; c++) {
-            r0[c] += a0 * b[c];
-            r1[c] += a1 * b[c];
-            r2[c] += a2 * b[c];
-            r3[c] += a3 * b[c];
-        }
-    }
-    for (int c = 0; c < nc; c++) {
-        cm[c] = r0[c];
-        cm[ldc + c] = r1[c];
-        cm[2 * ldc + c] = r2[c];
-        cm[3 * ldc + c] = r3[c];
-    }
-}
-
 static inline void s_block(float *restrict cm, int64_t ldc, const float *restrict am,
                            int64_t lda, int64_t ak, const float *restrict bm, int64_t ldb,
                            int64_t k0, int64_t k1, int acc, int64_t rows, int64_t cols) {
-    /* 4 x 32 where the ISA has 32 vector registers (AVX-512: eight
-     * accumulator chains, enough to hide the add's latency; 4 x 16 had
-     * four and was bound by it), else 4 x 16 */
-    if (rows == 4 && cols == 32 && s_wide) {
-        s_block4(cm, ldc, am, lda, ak, bm, ldb, k0, k1, acc, 32);
-        return;
-    }
-    if (rows == 4 && (cols == 16 || cols == 32)) {
-        for (int64_t c0 = 0; c0 < cols; c0 += 16)
-            s_block4(cm + c0, ldc, am, lda, ak, bm + c0, ldb, k0, k1, acc, 16);
+    if (rows == 4 && cols == 16) {
+        float r0[16], r1[16], r2[16], r3[16];
+        for (int c = 0; c < 16; c++) {
+            r0[c] = acc ? cm[c] : 0.0f;
+            r1[c] = acc ? cm[ldc + c] : 0.0f;
+            r2[c] = acc ? cm[2 * ldc + c] : 0.0f;
+            r3[c] = acc ? cm[3 * ldc + c] : 0.0f;
+        }
+        for (int64_t k = k0; k < k1; k++) {
+            const float *restrict b = bm + k * ldb;
+            const float a0 = am[k * ak], a1 = am[lda + k * ak];
+            const float a2 = am[2 * lda + k * ak], a3 = am[3 * lda + k * ak];
+            for (int c = 0; c < 16; c++) {
+                r0[c] += a0 * b[c];
+                r1[c] += a1 * b[c];
+                r2[c] += a2 * b[c];
+                r3[c] += a3 * b[c];
+            }
+        }
+        for (int c = 0; c < 16; c++) {
+            cm[c] = r0[c];
+            cm[ldc + c] = r1[c];
+            cm[2 * ldc + c] = r2[c];
+            cm[3 * ldc + c] = r3[c];
+        }
         return;
     }
     for (int64_t r = 0; r < rows; r++)
@@ -173,10 +147,6 @@ static inline void s_block(float *restrict cm, int64_t ldc, const float *restric
         }
 }
 
-/* The width of the next block of C's columns, rem of them left: 32, 16,
- * or the edge. */
-static inline int64_t s_cols(int64_t rem) { return rem >= 32 ? 32 : rem >= 16 ? 16 : rem; }
-
 /* The keys query i sees in the tile at j0 of nk keys: all, or up to i. */
 static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
     if (!causal)
@@ -187,7 +157,7 @@ static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
 
 /* scores[r][j] = a_r . k_j of a query tile's nq rows (a: q or dO, [nq,
  * d]) against the transposed key tile bt (k or v, s_transpose's), in
- * blocks of 16 or 32 columns up to the last some row of a 4-row block sees; the
+ * blocks of 16 columns up to the last some row of a 4-row block sees; the
  * others are left as they were. The scale
  * comes after, in the softmax's pass, the same in the forward and the
  * backward. */
@@ -198,11 +168,9 @@ static inline void s_tile_scores(const float *restrict a, const float *restrict 
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         /* whole blocks of 16: the columns past the keys are zeros in bt */
         const int64_t ncols = s_visible(causal, i0 + rb + rows - 1, j0, nk);
-        for (int64_t cb = 0, w; cb < ncols; cb += w) {
-            w = ncols - cb > 16 ? 32 : 16; /* within the padding either way */
+        for (int64_t cb = 0; cb < ncols; cb += 16)
             s_block(scores + rb * S_BK + cb, S_BK, a + rb * d, d, 1, bt + cb, S_BK, 0, d, 0,
-                    rows, w);
-        }
+                    rows, 16);
     }
 }
 
@@ -214,11 +182,9 @@ static inline void s_tile_rows(float *restrict out, const float *restrict w,
     for (int64_t rb = 0; rb < nq; rb += 4) {
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         const int64_t kh = s_visible(causal, i0 + rb + rows - 1, j0, nk);
-        for (int64_t cb = 0, n; cb < d; cb += n) {
-            n = s_cols(d - cb);
+        for (int64_t cb = 0; cb < d; cb += 16)
             s_block(out + rb * d + cb, d, w + rb * S_BK, S_BK, 1, rows_ + cb, d, 0, kh, 1, rows,
-                    n);
-        }
+                    d - cb < 16 ? d - cb : 16);
     }
 }
 
@@ -233,10 +199,9 @@ static inline void s_tile_cols(float *restrict out, const float *restrict w,
         lo = lo < 0 ? 0 : lo;
         if (lo >= nq)
             continue;
-        for (int64_t cb = 0, n; cb < d; cb += n) {
-            n = s_cols(d - cb);
-            s_block(out + kb * d + cb, d, w + kb, 1, S_BK, rows_ + cb, d, lo, nq, 1, keys, n);
-        }
+        for (int64_t cb = 0; cb < d; cb += 16)
+            s_block(out + kb * d + cb, d, w + kb, 1, S_BK, rows_ + cb, d, lo, nq, 1, keys,
+                    d - cb < 16 ? d - cb : 16);
     }
 }
 
