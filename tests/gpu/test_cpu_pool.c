@@ -151,6 +151,8 @@ static const kcase_t s_cases[] = {
     {"softmax_rows", TP_OP_SOFTMAX, 2, 2, 0, {512, 1000}, {0}, {512, 1000}, 2},
     {"log_softmax_c", TP_OP_LOG_SOFTMAX, 2, 4, 0, {128, 16, 14, 14}, {0}, {128, 16, 14, 14}, 4},
     {"mse", TP_OP_MSE, 0, 4, 4, {128, 16, 14, 14}, {128, 16, 14, 14}, {0}, 0},
+    /* a GPT's layer norm: 512 rows of 256, gamma as input 1 (no beta) */
+    {"layer_norm", TP_OP_LAYER_NORM, 0, 2, 1, {512, 256}, {256}, {512, 256}, 2},
 };
 
 static float s_rand(uint64_t *s) {
@@ -189,6 +191,11 @@ static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
     for (size_t j = 0; j < ny; j++)
         dy[j] = s_rand(&seed);
     tp_op_attr_t at = {.alpha = 0.1f, .axes = k->axes};
+    if (k->kind == TP_OP_LAYER_NORM) { /* over the last axis, gamma but no beta */
+        at.norm_axes = 1;
+        at.norm_absent = 2;
+        at.eps = 1e-5f;
+    }
     const void *xin[2] = {x[0], nin > 1 ? x[1] : NULL};
     const int acc[2] = {1, 0};
     tp_op_call_t c = {.kind = k->kind, .attr = &at, .name = k->name, .ninputs = nin,
