@@ -14,6 +14,7 @@
 #include <time.h>
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"
+#include "gpu/cpu/cpu_adam.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 
@@ -299,6 +300,57 @@ Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120
                      "%s: no part ran on a worker in 50 runs", k->name);
         s_free_out(&one);
     }
+}
+
+/* AdamW's update (cpu_adam.c: one pass over the pool) against the two
+ * passes it replaced (the decay, then the moments and the step), on 1 and
+ * 2 threads: the same bits every time. */
+static void s_adam_ref(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                       float b1, float b2, float eps, float wd, int64_t step) {
+    const float keep = 1.0f - lr * wd;
+    for (size_t i = 0; i < n; i++)
+        w[i] *= keep;
+    const double c1 = 1.0 - pow(b1, (double)step), c2 = 1.0 - pow(b2, (double)step);
+    const float lr_t = (float)(lr * sqrt(c2) / c1), eps_t = (float)(eps * sqrt(c2));
+    const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
+    for (size_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + ob1 * g[i];
+        v[i] = b2 * v[i] + ob2 * g[i] * g[i];
+        w[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps_t);
+    }
+}
+
+Test(cpu_pool, adamw_is_one_pass_with_the_same_bits_on_one_and_two_threads) {
+    enum { N = (1 << 17) + 5 }; /* a tail past every vector width */
+    float *init = malloc(4 * N * sizeof(float)), *ref = malloc(3 * N * sizeof(float));
+    float *run = malloc(3 * N * sizeof(float));
+    cr_assert(init && ref && run);
+    uint64_t seed = 11;
+    for (size_t j = 0; j < 4 * (size_t)N; j++) /* w, g, m, v (v >= 0) */
+        init[j] = j >= 3 * (size_t)N ? fabsf(s_rand(&seed)) * 0.01f : s_rand(&seed) * 0.1f;
+    const float *g = init + N;
+    memcpy(ref, init, N * sizeof(float));
+    memcpy(ref + N, init + 2 * N, 2 * N * sizeof(float));
+    s_adam_ref(ref, g, ref + N, ref + 2 * N, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+    for (int threads = 1, r = 0; r < 50; r++, threads = 2) {
+        memcpy(run, init, N * sizeof(float));
+        memcpy(run + N, init + 2 * N, 2 * N * sizeof(float));
+        tp_cpu_pool_threads_override(threads);
+        tp_cpu_adam(run, g, run + N, run + 2 * N, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+        tp_cpu_pool_threads_override(0);
+        cr_assert_eq(memcmp(run, ref, N * sizeof(float)), 0,
+                     "%d thread(s): the weights differ from the two-pass update's", threads);
+        cr_assert_eq(memcmp(run + N, ref + N, 2 * N * sizeof(float)), 0,
+                     "%d thread(s): the moments differ from the two-pass update's", threads);
+        if (threads == 2 && atomic_load(&tp_cpu_pool_worker_parts) > before)
+            break;
+    }
+    cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
+                 "adamw: no part ran on a worker in 50 runs");
+    free(init);
+    free(ref);
+    free(run);
 }
 
 /* ---- two towers x one thread ---------------------------------------------- */
