@@ -63,8 +63,9 @@ int tp_cpu_norm_kind(tp_op_kind_t k) {
         (out) = t_;                                                          \
     } while (0)
 
-/* A row's mean and 1 / sqrt(var + eps), biased variance (two passes). */
-/* (inlined: into each ISA's clone of its callers) */
+/* A row's mean and 1 / sqrt(var + eps), biased variance (two passes);
+ * forced inline, as s_row_sums, so that each ISA's clone of a caller has
+ * its own copy (an outlined one would be the baseline's). */
 static inline __attribute__((always_inline)) void
 s_stats(const float *restrict x, size_t len, float eps, float *mean, float *rstd) {
     double s, q;
