@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/models.h>
+#include "zoo_gpt_internal.h"
 
 /* The inputs at context T: tokens and targets, int32 [B,T]. */
 tp_status_t tp_zoo_gpt_inputs(int context, tp_input_desc_t out[2]) {
@@ -33,11 +34,9 @@ tp_status_t tp_zoo_gpt_inputs(int context, tp_input_desc_t out[2]) {
     return TP_OK;
 }
 
-/* x [B,T,K] @ scope/W [K,N] + scope/b [N] -> [B,T,N]; W drawn from
- * N(0, std^2) as GPT-2 does (0.02; the projections into the residual
- * stream 0.02 / sqrt(2 L)), b zeros. */
-static tp_node_t *s_linear(tp_tower_t *t, const char *scope, tp_node_t *x, int64_t k,
-                           int64_t n, float std) {
+/* zoo_gpt_internal.h: the linear both graphs build */
+tp_node_t *tp_zoo_gpt_linear_(tp_tower_t *t, const char *scope, tp_node_t *x, int64_t k,
+                              int64_t n, float std) {
     if (tp_tower_push_scope(t, scope) != TP_OK)
         return NULL;
     int64_t ws[2] = {k, n}, bs[1] = {n};
@@ -56,16 +55,6 @@ static tp_node_t *s_drop(tp_tower_t *t, const char *name, tp_node_t *x, float ra
     return rate > 0 ? tp_dropout(t, name, x, rate) : x;
 }
 
-/* [B,T,C] -> [B,H,T,D] */
-static tp_node_t *s_heads(tp_tower_t *t, const char *name, tp_node_t *x, int64_t T,
-                          int64_t H, int64_t D) {
-    char n[64];
-    snprintf(n, sizeof n, "%s_split", name);
-    int64_t shape[4] = {-1, T, H, D};
-    static const int perm[4] = {0, 2, 1, 3};
-    return tp_transpose(t, name, tp_reshape(t, n, x, 4, shape), perm);
-}
-
 /* One pre-norm block: x + attn(ln1(x)), then + mlp(ln2(x)). mask NULL:
  * the fused attention (no dropout), else the decomposed one with it. */
 static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mask,
@@ -77,16 +66,22 @@ static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mas
     const float proj_std = 0.02f / sqrtf(2.0f * (float)nlayers);
     const int64_t D = C / H;
     tp_node_t *h = tp_layer_norm(t, "ln1", x, 1);
-    tp_node_t *qkv = s_linear(t, "attn/qkv", h, C, 3 * C, 0.02f);
+    tp_node_t *qkv = tp_zoo_gpt_linear_(t, "attn/qkv", h, C, 3 * C, 0.02f);
+    /* q, k and v as heads, [B,H,T,D] each: qkv viewed as [B,T,3H,D],
+     * one transpose to [B,3H,T,D], then cut along the heads (runs of
+     * H T D floats): two copies, where cutting first and transposing each
+     * part made four, of D-float runs */
+    int64_t hs[4] = {-1, T, 3 * H, D};
+    static const int perm[4] = {0, 2, 1, 3};
+    tp_node_t *heads = tp_transpose(t, "attn/heads",
+                                    tp_reshape(t, "attn/qkv_split", qkv, 4, hs), perm);
     tp_node_t *p[3] = {NULL, NULL, NULL};
-    int64_t sizes[3] = {C, C, C};
-    if (tp_split(t, "attn/qkv_parts", qkv, 2, 3, sizes, p) != TP_OK) {
+    int64_t sizes[3] = {H, H, H};
+    if (tp_split(t, "attn/qkv_parts", heads, 1, 3, sizes, p) != TP_OK) {
         tp_tower_pop_scope(t);
         return NULL;
     }
-    tp_node_t *q = s_heads(t, "attn/q", p[0], T, H, D);
-    tp_node_t *k = s_heads(t, "attn/k", p[1], T, H, D);
-    tp_node_t *v = s_heads(t, "attn/v", p[2], T, H, D);
+    tp_node_t *q = p[0], *k = p[1], *v = p[2];
     tp_node_t *y;  /* [B,H,T,D] */
     if (!mask) {   /* no dropout: the fused op */
         y = tp_attention(t, "attn/attention", q, k, v, 1, 1.0f / sqrtf((float)D));
@@ -103,11 +98,13 @@ static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mas
     int64_t merged[3] = {-1, T, C};
     y = tp_reshape(t, "attn/merge", tp_transpose(t, "attn/unheads", y, back), 3, merged);
     x = tp_add(t, "res1", x,
-               s_drop(t, "attn/resid_drop", s_linear(t, "attn/proj", y, C, C, proj_std), drop));
+               s_drop(t, "attn/resid_drop",
+                      tp_zoo_gpt_linear_(t, "attn/proj", y, C, C, proj_std), drop));
     h = tp_layer_norm(t, "ln2", x, 1);
-    h = tp_gelu(t, "mlp/gelu", s_linear(t, "mlp/fc", h, C, 4 * C, 0.02f), 1);
+    h = tp_gelu(t, "mlp/gelu", tp_zoo_gpt_linear_(t, "mlp/fc", h, C, 4 * C, 0.02f), 1);
     x = tp_add(t, "res2", x,
-               s_drop(t, "mlp/drop", s_linear(t, "mlp/proj", h, 4 * C, C, proj_std), drop));
+               s_drop(t, "mlp/drop",
+                      tp_zoo_gpt_linear_(t, "mlp/proj", h, 4 * C, C, proj_std), drop));
     tp_tower_pop_scope(t);
     return x;
 }

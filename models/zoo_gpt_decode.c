@@ -39,6 +39,10 @@
 #include <towerpack/models.h>
 #include <towerpack/predict.h>
 #include <towerpack/rng.h>
+#include "zoo_gpt_internal.h" /* the linears: the training graph's own, so the
+                                 * variables' names are the same (their
+                                 * initialisers do not matter: a checkpoint or
+                                 * a live model's weights replace them) */
 
 #define S_BYTES 256  /* a byte-level GPT's vocabulary */
 
@@ -62,23 +66,6 @@ tp_status_t tp_zoo_gpt_decode_inputs(int context, const tp_zoo_gpt_options_t *o,
     return TP_OK;
 }
 
-/* x [B,1,K] @ scope/W [K,N] + scope/b [N]: zoo_gpt.c's s_linear, the same
- * variable names (the initialisers do not matter: a checkpoint or a live
- * model's weights replace them). */
-static tp_node_t *s_linear(tp_tower_t *t, const char *scope, tp_node_t *x, int64_t k,
-                           int64_t n) {
-    if (tp_tower_push_scope(t, scope) != TP_OK)
-        return NULL;
-    int64_t ws[2] = {k, n}, bs[1] = {n};
-    tp_node_t *w = tp_variable(t, "W", 2, ws, (tp_init_t){TP_INIT_NORMAL, 0.02f},
-                               TP_VAR_TRAINABLE);
-    tp_node_t *b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
-                               TP_VAR_TRAINABLE);
-    tp_node_t *y = tp_add(t, "output", tp_batch_matmul(t, "matmul", x, w, 0, 0), b);
-    tp_tower_pop_scope(t);
-    return y;
-}
-
 /* [B,1,C] -> [B,H,1,D] (one position: the transpose is a reshape) */
 static tp_node_t *s_heads(tp_tower_t *t, const char *name, tp_node_t *x, int64_t H,
                           int64_t D) {
@@ -97,7 +84,7 @@ static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mas
         return NULL;
     const int64_t D = C / H;
     tp_node_t *h = tp_layer_norm(t, "ln1", x, 1);
-    tp_node_t *qkv = s_linear(t, "attn/qkv", h, C, 3 * C);
+    tp_node_t *qkv = tp_zoo_gpt_linear_(t, "attn/qkv", h, C, 3 * C, 0.02f);
     tp_node_t *p[3] = {NULL, NULL, NULL};
     int64_t sizes[3] = {C, C, C};
     if (tp_split(t, "attn/qkv_parts", qkv, 2, 3, sizes, p) != TP_OK) {
@@ -117,10 +104,10 @@ static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mas
     tp_node_t *y = tp_batch_matmul(t, "attn/av", att, vals, 0, 0); /* [B,H,1,D] */
     int64_t merged[3] = {-1, 1, C};
     y = tp_reshape(t, "attn/merge", y, 3, merged);
-    x = tp_add(t, "res1", x, s_linear(t, "attn/proj", y, C, C));
+    x = tp_add(t, "res1", x, tp_zoo_gpt_linear_(t, "attn/proj", y, C, C, 0.02f));
     h = tp_layer_norm(t, "ln2", x, 1);
-    h = tp_gelu(t, "mlp/gelu", s_linear(t, "mlp/fc", h, C, 4 * C), 1);
-    x = tp_add(t, "res2", x, s_linear(t, "mlp/proj", h, 4 * C, C));
+    h = tp_gelu(t, "mlp/gelu", tp_zoo_gpt_linear_(t, "mlp/fc", h, C, 4 * C, 0.02f), 1);
+    x = tp_add(t, "res2", x, tp_zoo_gpt_linear_(t, "mlp/proj", h, 4 * C, C, 0.02f));
     tp_tower_pop_scope(t);
     return x;
 }

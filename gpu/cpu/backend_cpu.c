@@ -25,6 +25,7 @@
 #include "gpu/backend_impl.h"
 #include <towerpack/process.h>
 
+#include "gpu/cpu/cpu_adam.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 
@@ -378,38 +379,20 @@ static tp_status_t s_adam(tp_backend_t *b, tp_stream_t *s,
                           float wd, int64_t step) {
     (void)b, (void)s;
     s_ftz();
-    /* AdamW's decoupled decay first, as torch.optim.AdamW does (Adam's
-     * loop below is then untouched: wd 0 is Adam bit for bit) */
-    if (wd != 0.0f) {
-        const float keep = 1.0f - lr * wd;
-        for (size_t i = 0; i < n; i++)
-            w[i] *= keep;
-    }
-    const double c1 = 1.0 - pow(b1, (double)step);
-    const double c2 = 1.0 - pow(b2, (double)step);
-    /* Fold the bias corrections into the step size and epsilon. */
-    const float lr_t = (float)(lr * sqrt(c2) / c1);
-    const float eps_t = (float)(eps * sqrt(c2));
-    const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
-    for (size_t i = 0; i < n; i++) {
-        m[i] = b1 * m[i] + ob1 * g[i];
-        v[i] = b2 * v[i] + ob2 * g[i] * g[i];
-        w[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps_t);
-    }
+    /* one vectorised pass over the pool, AdamW's decay in it (cpu_adam.c) */
+    tp_cpu_adam(w, g, m, v, n, lr, b1, b2, eps, wd, step);
     return TP_OK;
 }
 
 /* ---- gradient processing ------------------------------------------------ */
 
-/* Sum of squares in double, element by element: the same order every run,
- * and no rounding worth the name for any arena that fits in memory. */
+/* Sum of squares in double, in a fixed order every run (cpu_adam.c's
+ * lanes), and no rounding worth the name for any arena that fits in memory. */
 static tp_status_t s_grad_sumsq(tp_backend_t *b, tp_stream_t *s,
                                 const float *restrict g, size_t n, float *acc,
                                 int add) {
     (void)b, (void)s;
-    double sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += (double)g[i] * g[i];
+    const double sum = tp_cpu_sumsq(g, n);  /* fixed lanes (cpu_adam.c) */
     acc[0] = (float)(add ? acc[0] + sum : sum);
     return TP_OK;
 }

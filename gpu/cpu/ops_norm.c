@@ -20,10 +20,19 @@
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_norm.h"
 #include "gpu/op_geometry.h"
+
+/* The row loops are compiled per ISA (TP_CPU_CLONES: AVX-512, AVX2,
+ * SSE2, picked at load) without FMA contraction: the lanes are the same
+ * accumulators in every width, so the bits are those of the SSE2 build. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include "gpu/cpu/cpu_math.h"
 
 int tp_cpu_norm_kind(tp_op_kind_t k) {
     return k == TP_OP_LAYER_NORM || k == TP_OP_GROUP_NORM || k == TP_OP_INSTANCE_NORM;
@@ -54,9 +63,11 @@ int tp_cpu_norm_kind(tp_op_kind_t k) {
         (out) = t_;                                                          \
     } while (0)
 
-/* A row's mean and 1 / sqrt(var + eps), biased variance (two passes). */
-static void s_stats(const float *restrict x, size_t len, float eps, float *mean,
-                    float *rstd) {
+/* A row's mean and 1 / sqrt(var + eps), biased variance (two passes);
+ * forced inline, as s_row_sums, so that each ISA's clone of a caller has
+ * its own copy (an outlined one would be the baseline's). */
+static inline __attribute__((always_inline)) void
+s_stats(const float *restrict x, size_t len, float eps, float *mean, float *rstd) {
     double s, q;
     LANE_SUM(s, len, x[j]);
     const double mu = s / (double)len;
@@ -77,18 +88,25 @@ static float *s_saved(const tp_op_call_t *c, size_t rows) {
     return c->workspace;
 }
 
-tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c) {
-    const tp_norm_rows_t r = tp_norm_rows(c);
-    int gi, bi;
-    tp_norm_params(c->attr, &gi, &bi);
-    const float *x = c->x[0];
-    const float *gamma = gi < 0 ? NULL : c->x[gi], *beta = bi < 0 ? NULL : c->x[bi];
-    float *y = c->y, *saved = s_saved(c, r.rows);
-    for (size_t i = 0; i < r.rows; i++) {
+typedef struct {
+    const tp_op_call_t *c;
+    tp_norm_rows_t r;
+    const float *gamma, *beta;
+    float *saved;
+} s_fwd_t;
+
+/* Rows [lo, hi) of the forward: each row from its own inputs, so any cut
+ * over the pool gives the same bits. */
+TP_CPU_CLONES static void s_forward_rows(void *arg, size_t lo, size_t hi) {
+    const s_fwd_t *f = arg;
+    const tp_norm_rows_t r = f->r;
+    const float *x = f->c->x[0], *gamma = f->gamma, *beta = f->beta;
+    float *y = f->c->y, *saved = f->saved;
+    for (size_t i = lo; i < hi; i++) {
         const float *restrict xr = x + i * r.len;
         float *restrict yr = y + i * r.len;
         float mean, rstd;
-        s_stats(xr, r.len, c->attr->eps, &mean, &rstd);
+        s_stats(xr, r.len, f->c->attr->eps, &mean, &rstd);
         if (saved) {
             saved[2 * i] = mean;
             saved[2 * i + 1] = rstd;
@@ -112,16 +130,27 @@ tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c) {
             }
         }
     }
+}
+
+tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c) {
+    int gi, bi;
+    tp_norm_params(c->attr, &gi, &bi);
+    s_fwd_t f = {.c = c, .r = tp_norm_rows(c), .gamma = gi < 0 ? NULL : c->x[gi],
+                 .beta = bi < 0 ? NULL : c->x[bi]};
+    f.saved = s_saved(c, f.r.rows);
+    /* rows over the pool: a part is at least 16k floats */
+    const size_t min_rows = f.r.len ? (16384 + f.r.len - 1) / f.r.len : 1;
+    tp_cpu_parallel(f.r.rows, 1, min_rows, s_forward_rows, &f);
     return TP_OK;
 }
 
 /* One row's backward sums: over the row, sg = sum dy gamma and sgx = sum
  * dy gamma xhat; per parameter, dy xhat into dg and dy into db (each
  * added in float, rows in order). */
-static void s_row_sums(const float *restrict xr, const float *restrict dyr,
-                       const float *restrict g, size_t len, size_t sp, float mean,
-                       float rstd, float *restrict dg, float *restrict db, float fault,
-                       double *sg_out, double *sgx_out) {
+static inline __attribute__((always_inline)) void
+s_row_sums(const float *restrict xr, const float *restrict dyr, const float *restrict g,
+           size_t len, size_t sp, float mean, float rstd, float *restrict dg,
+           float *restrict db, float fault, double *sg_out, double *sgx_out) {
     double sg = 0.0, sgx = 0.0;
     if (!g) { /* no gamma: dy itself (the parameter sums as group norm's) */
         LANE_SUM(sg, len, dyr[j]);
@@ -165,7 +194,8 @@ static void s_row_sums(const float *restrict xr, const float *restrict dyr,
     *sgx_out = sgx;
 }
 
-tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
+/* The backward, serial: the parameters' gradients add the rows in order. */
+TP_CPU_CLONES static void s_backward(const tp_op_call_t *c) {
     const tp_norm_rows_t r = tp_norm_rows(c);
     int gi, bi;
     tp_norm_params(c->attr, &gi, &bi);
@@ -227,5 +257,9 @@ tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
             }
         }
     }
+}
+
+tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
+    s_backward(c);
     return TP_OK;
 }

@@ -335,13 +335,16 @@ static const op_case_t op_cases[] = {
     /* fused attention (alpha: the scale, beta: causal): q [...,Tq,D], k and v
      * [...,Tk,D]; one tile (T 17), several tiles with a causal diagonal
      * that is not a tile edge (T 150, tiles of 64), non-causal with its own
-     * scale, more keys than queries, rank 3. Sums of D and of Tk order
+     * scale, more keys than queries, rank 3; D 40 and 64 (the CPU's
+     * 32-column blocks, with an 8-column edge at 40). Sums of D and of Tk order
      * differently from torch's: 1e-5 + 1e-4 relative. */
     OP_ATTN_ROW("attention_causal", 0.35355339f, 1, 4, OPV(2, 3, 17, 8), OPV(2, 3, 17, 8)),
     OP_ATTN_ROW("attention_causal_tiles", 0.25f, 1, 4, OPV(1, 2, 150, 16), OPV(1, 2, 150, 16)),
     OP_ATTN_ROW("attention_full", 0.5f, 0, 4, OPV(2, 2, 9, 8), OPV(2, 2, 9, 8)),
     OP_ATTN_ROW("attention_cross", 0.35355339f, 0, 4, OPV(2, 1, 5, 8), OPV(2, 1, 70, 8)),
     OP_ATTN_ROW("attention_rank3_causal", 0.5f, 1, 3, OPV(3, 20, 4), OPV(3, 20, 4)),
+    OP_ATTN_ROW("attention_causal_d40", 0.15811388f, 1, 4, OPV(1, 2, 90, 40), OPV(1, 2, 90, 40)),
+    OP_ATTN_ROW("attention_full_d64", 0.125f, 0, 4, OPV(1, 1, 33, 64), OPV(1, 1, 33, 64)),
 };
 #pragma GCC diagnostic pop
 

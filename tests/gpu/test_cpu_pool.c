@@ -14,6 +14,7 @@
 #include <time.h>
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"
+#include "gpu/cpu/cpu_adam.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 
@@ -151,6 +152,8 @@ static const kcase_t s_cases[] = {
     {"softmax_rows", TP_OP_SOFTMAX, 2, 2, 0, {512, 1000}, {0}, {512, 1000}, 2},
     {"log_softmax_c", TP_OP_LOG_SOFTMAX, 2, 4, 0, {128, 16, 14, 14}, {0}, {128, 16, 14, 14}, 4},
     {"mse", TP_OP_MSE, 0, 4, 4, {128, 16, 14, 14}, {128, 16, 14, 14}, {0}, 0},
+    /* a GPT's layer norm: 512 rows of 256, gamma as input 1 (no beta) */
+    {"layer_norm", TP_OP_LAYER_NORM, 0, 2, 1, {512, 256}, {256}, {512, 256}, 2},
 };
 
 static float s_rand(uint64_t *s) {
@@ -189,6 +192,11 @@ static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
     for (size_t j = 0; j < ny; j++)
         dy[j] = s_rand(&seed);
     tp_op_attr_t at = {.alpha = 0.1f, .axes = k->axes};
+    if (k->kind == TP_OP_LAYER_NORM) { /* over the last axis, gamma but no beta */
+        at.norm_axes = 1;
+        at.norm_absent = 2;
+        at.eps = 1e-5f;
+    }
     const void *xin[2] = {x[0], nin > 1 ? x[1] : NULL};
     const int acc[2] = {1, 0};
     tp_op_call_t c = {.kind = k->kind, .attr = &at, .name = k->name, .ninputs = nin,
@@ -292,6 +300,57 @@ Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120
                      "%s: no part ran on a worker in 50 runs", k->name);
         s_free_out(&one);
     }
+}
+
+/* AdamW's update (cpu_adam.c: one pass over the pool) against the two
+ * passes it replaced (the decay, then the moments and the step), on 1 and
+ * 2 threads: the same bits every time. */
+static void s_adam_ref(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                       float b1, float b2, float eps, float wd, int64_t step) {
+    const float keep = 1.0f - lr * wd;
+    for (size_t i = 0; i < n; i++)
+        w[i] *= keep;
+    const double c1 = 1.0 - pow(b1, (double)step), c2 = 1.0 - pow(b2, (double)step);
+    const float lr_t = (float)(lr * sqrt(c2) / c1), eps_t = (float)(eps * sqrt(c2));
+    const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
+    for (size_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + ob1 * g[i];
+        v[i] = b2 * v[i] + ob2 * g[i] * g[i];
+        w[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps_t);
+    }
+}
+
+Test(cpu_pool, adamw_is_one_pass_with_the_same_bits_on_one_and_two_threads) {
+    enum { N = (1 << 17) + 5 }; /* a tail past every vector width */
+    float *init = malloc(4 * N * sizeof(float)), *ref = malloc(3 * N * sizeof(float));
+    float *run = malloc(3 * N * sizeof(float));
+    cr_assert(init && ref && run);
+    uint64_t seed = 11;
+    for (size_t j = 0; j < 4 * (size_t)N; j++) /* w, g, m, v (v >= 0) */
+        init[j] = j >= 3 * (size_t)N ? fabsf(s_rand(&seed)) * 0.01f : s_rand(&seed) * 0.1f;
+    const float *g = init + N;
+    memcpy(ref, init, N * sizeof(float));
+    memcpy(ref + N, init + 2 * N, 2 * N * sizeof(float));
+    s_adam_ref(ref, g, ref + N, ref + 2 * N, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+    for (int threads = 1, r = 0; r < 50; r++, threads = 2) {
+        memcpy(run, init, N * sizeof(float));
+        memcpy(run + N, init + 2 * N, 2 * N * sizeof(float));
+        tp_cpu_pool_threads_override(threads);
+        tp_cpu_adam(run, g, run + N, run + 2 * N, N, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+        tp_cpu_pool_threads_override(0);
+        cr_assert_eq(memcmp(run, ref, N * sizeof(float)), 0,
+                     "%d thread(s): the weights differ from the two-pass update's", threads);
+        cr_assert_eq(memcmp(run + N, ref + N, 2 * N * sizeof(float)), 0,
+                     "%d thread(s): the moments differ from the two-pass update's", threads);
+        if (threads == 2 && atomic_load(&tp_cpu_pool_worker_parts) > before)
+            break;
+    }
+    cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
+                 "adamw: no part ran on a worker in 50 runs");
+    free(init);
+    free(ref);
+    free(run);
 }
 
 /* ---- two towers x one thread ---------------------------------------------- */
