@@ -52,7 +52,15 @@
 #      one failing not stopping the rest: bash scripts/gpu-check.sh
 #      steps FILE (lines "SECONDS COMMAND"; BUDGET, default 540 s);
 #      Nsight Compute's time per kernel over tp-bench cuda steps FLAGS:
-#      bash scripts/gpu-check.sh kernels --model cnn-bn --steps 100 ...
+#      bash scripts/gpu-check.sh kernels --model cnn-bn --steps 100 ...;
+#      the GPU's busy fraction over any command (nvidia-smi sampled):
+#      bash scripts/gpu-check.sh busy .gpu/bin/tp-bench cuda steps ...
+#   5. The next session's calls are prepared in scripts/gpu/steps/
+#      (1-parity.txt, 2-speed.txt; docs/cuda.md "GPU checks not yet run"):
+#        run(command="bash scripts/gpu-check.sh steps scripts/gpu/steps/1-parity.txt",
+#            carry=[".gpu-pack", ".gpu-data"], timeout_s=330)
+#      each measurement a row of $OUT/results.md (scripts/gpu/results.py)
+#      to paste into docs/cuda.md.
 #
 # Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
 # only the matching tests (Criterion --filter; for memcheck too),
@@ -468,6 +476,9 @@ steps() {
         cd "$here"
         mkdir -p "$out"
     fi
+    # the steps write their own logs and rows (scripts/gpu/results.py)
+    # under $OUT, here too when OUT was not set
+    export OUT="$out"
     local t0 n=0 rc=0 secs cmd
     t0=$(date +%s)
     : >"$out/steps.txt"
@@ -500,13 +511,41 @@ steps() {
         echo "step $n: $verdict in $(( $(date +%s) - s0 )) s: $cmd" | tee -a "$out/steps.txt"
     done <"$file"
     echo "gpu-check steps: $n step(s), exit $rc, $(( $(date +%s) - t0 )) s (summary in $out/steps.txt)"
+    # The measurements' rows (scripts/gpu/results.py), on the console too
+    if [ -f "$out/results.md" ]; then
+        echo "== results ($out/results.md)"
+        cat "$out/results.md"
+    fi
     # The device tool brings back at most 8 files: past that, every log
-    # but the summary goes into one archive.
+    # but the summary and the results goes into one archive.
     if [ "$(find "$out" -type f | wc -l)" -gt 7 ]; then
-        (cd "$out" && find . -type f ! -name steps.txt ! -name logs.tgz -print0 |
+        (cd "$out" && find . -type f ! -name steps.txt ! -name results.md ! -name logs.tgz -print0 |
             tar czf logs.tgz --null -T - --remove-files) &&
             echo "gpu-check steps: logs packed into $out/logs.tgz"
     fi
+    return $rc
+}
+
+# The GPU's busy fraction while a command runs: nvidia-smi's
+# utilization.gpu sampled every 100 ms, the first and last 20% of the
+# samples dropped (start-up, cuDNN's search, the recording of graphs),
+# the mean of the rest printed as "busy ...: X% over N samples" after
+# the command's output. Exit status: the command's.
+busy() {
+    gpu_env
+    [ $# -gt 0 ] || { echo "gpu-check: busy: no command" >&2; return 2; }
+    local smi log=/tmp/gpu-check-busy.txt rc
+    nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+        >"$log" 2>/dev/null &
+    smi=$!
+    "$@"
+    rc=$?
+    kill "$smi" 2>/dev/null
+    wait "$smi" 2>/dev/null
+    awk '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
+         for (i=lo;i<=hi;i++) {s+=v[i]; n++}
+         if (n) printf "busy (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n", s/n, n;
+         else print "busy: no samples (no nvidia-smi, or the command ended at once)"}' "$log"
     return $rc
 }
 
@@ -520,5 +559,6 @@ case "$mode" in
     exec) shift; gpu_env; exec "$@" ;;
     steps) steps "${2:-}" ;;
     kernels) shift; kernels "$@" ;;
-    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search|exec CMD|steps FILE|kernels FLAGS (see the header)" >&2; exit 2 ;;
+    busy) shift; busy "$@" ;;
+    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search|exec CMD|steps FILE|kernels FLAGS|busy CMD (see the header)" >&2; exit 2 ;;
 esac
