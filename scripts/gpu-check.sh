@@ -150,7 +150,7 @@ prepare() {
         echo "prepare: over the 64 MiB carry limit (1 MiB kept spare)" >&2
         exit 1
     fi
-    echo "prepare: done. Now: run(command=\"bash scripts/gpu-check.sh run\", carry=[\".gpu-pack\", \".gpu-data\"])"
+    echo "prepare: done. Now: run(command=\"BUDGET=360 bash scripts/gpu-check.sh steps scripts/gpu/steps/1-parity.txt\", carry=[\".gpu-pack\", \".gpu-data\"], timeout_s=400), then 2-speed.txt (docs/cuda.md)"
 }
 
 # cuBLAS, cuDNN and NCCL from PyTorch's pip packages (nvidia-*-cu13) or
