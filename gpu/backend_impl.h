@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <towerpack/backend.h>
+#include <towerpack/philox.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -339,6 +340,15 @@ typedef struct tp_backend_ops {
      * the steps' gradients, scale 1/K), leaving sum alone. */
     tp_status_t (*grad_accumulate)(tp_backend_t *b, tp_stream_t *s, float *sum,
                                    float *g, size_t n, int last, float scale);
+    /* ---- the GAN's noise drawn on the device (appended later; NULL: drawn
+     * on the host, right for a backend whose memory is host memory; call
+     * it through tp_backend_noise_fill below). dst[rows x dim] (device
+     * memory) gets tp_philox_noise(seed, step, row0 + r, k, normal, scale)
+     * (towerpack/philox.h) for each element, the host's numbers to the
+     * bit. Call by call only: not inside a recorded step. */
+    tp_status_t (*noise_fill)(tp_backend_t *b, tp_stream_t *s, float *dst,
+                              uint64_t seed, int64_t step, int64_t row0,
+                              int64_t rows, int64_t dim, int normal, float scale);
 } tp_backend_ops_t;
 
 struct tp_backend {
@@ -346,6 +356,19 @@ struct tp_backend {
     void *impl;  /* the backend's own state */
     int device;  /* -1 for the CPU */
 };
+
+/* The noise of tp_philox_noise_fill into dst[rows x dim] of b's memory:
+ * on the device where the backend has noise_fill, else on the host. */
+static inline tp_status_t tp_backend_noise_fill(tp_backend_t *b, tp_stream_t *s,
+                                                float *dst, uint64_t seed,
+                                                int64_t step, int64_t row0,
+                                                int64_t rows, int64_t dim,
+                                                int normal, float scale) {
+    if (b->ops->noise_fill)
+        return b->ops->noise_fill(b, s, dst, seed, step, row0, rows, dim, normal, scale);
+    tp_philox_noise_fill(seed, step, row0, rows, dim, normal, scale, dst);
+    return TP_OK;
+}
 
 /* Dropout's draw, shared so that both backends drop the same elements:
  * each dropout call takes one 64-bit key from the tower's generator

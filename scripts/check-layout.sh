@@ -48,7 +48,7 @@ ROOM_ORDER="core actors dataflow gpu pipeline dist models tools examples"
 
 # ---- the owning room of every public header ---------------------------------
 declare -A OWNER=(
-  [status.h]=core [log.h]=core [clock.h]=core [rng.h]=core [tensor.h]=core
+  [status.h]=core [log.h]=core [clock.h]=core [rng.h]=core [philox.h]=core [tensor.h]=core
   [datapoint.h]=core [fileio.h]=core [process.h]=core [wire.h]=core
   [module.h]=core [version.h]=core
   [actor.h]=actors [stats.h]=actors [supervisor.h]=actors [security.h]=actors

@@ -14,7 +14,7 @@
 #      one), CUDA driver, and cuBLAS/cuDNN/NCCL in PyTorch's pip packages;
 #      those are not carried.
 #   2. ON THE GPU (the device tool's run, carry=[".gpu-pack", ".gpu-data"]:
-#      .gpu travels packed, about 25 MiB, and is unpacked there), e.g.
+#      .gpu travels packed with xz, about 27 MiB, and is unpacked there), e.g.
 #        ONLY=tests bash scripts/gpu-check.sh run
 #        ONLY=bench bash scripts/gpu-check.sh run
 #        ONLY=memcheck SUITE=cuda_step bash scripts/gpu-check.sh run
@@ -52,7 +52,15 @@
 #      one failing not stopping the rest: bash scripts/gpu-check.sh
 #      steps FILE (lines "SECONDS COMMAND"; BUDGET, default 540 s);
 #      Nsight Compute's time per kernel over tp-bench cuda steps FLAGS:
-#      bash scripts/gpu-check.sh kernels --model cnn-bn --steps 100 ...
+#      bash scripts/gpu-check.sh kernels --model cnn-bn --steps 100 ...;
+#      the GPU's busy fraction over any command (nvidia-smi sampled):
+#      bash scripts/gpu-check.sh busy .gpu/bin/tp-bench cuda steps ...
+#   5. The next session's calls are prepared in scripts/gpu/steps/
+#      (1-parity.txt, 2-speed.txt; docs/cuda.md "GPU checks not yet run"):
+#        run(command="bash scripts/gpu-check.sh steps scripts/gpu/steps/1-parity.txt",
+#            carry=[".gpu-pack", ".gpu-data"], timeout_s=330)
+#      each measurement a row of $OUT/results.md (scripts/gpu/results.py)
+#      to paste into docs/cuda.md.
 #
 # Knobs for a fix-and-rerun loop on the GPU: FILTER='cuda_ops/conv*' runs
 # only the matching tests (Criterion --filter; for memcheck too),
@@ -98,6 +106,22 @@ prepare() {
         [[ "$name" =~ $skip ]] && continue
         cp -L "$path" ".gpu/lib/$name"
     done
+    # ICU's data library (libicudata, 31 MiB: collation, conversion and
+    # locale tables) is only linked, never read: towerpack asks ICU for
+    # character classes alone (dataflow/tokenizer.c: u_charType,
+    # u_hasBinaryProperty), whose tables are built into libicuuc. A stub
+    # that defines its one symbol (icuNN_dat, an empty table) takes its
+    # place, for the carry limit; a program that did ask ICU for its data
+    # would get ICU's missing-data error, not a crash.
+    local icud
+    for icud in .gpu/lib/libicudata.so.*; do
+        [ -e "$icud" ] || continue
+        local sym
+        sym=$(nm -D --defined-only "$icud" | awk '/ icudt[0-9]+_dat$/ {print $3}')
+        [ -n "$sym" ] || { echo "prepare: no icudtNN_dat in $icud" >&2; exit 1; }
+        echo "const unsigned char $sym[64] __attribute__((aligned(16))) = {0};" >/tmp/gpu-icudata-stub.c
+        gcc -shared -fPIC -o "$icud" -Wl,-soname,"$(basename "$icud")" /tmp/gpu-icudata-stub.c
+    done
     # Only the third-party libraries lose their symbols (for the carry
     # limit): compute-sanitizer's reports need the programs' and
     # libtowerpack's symbols to name the function and line of an error.
@@ -108,18 +132,25 @@ prepare() {
     done
     cp /usr/share/datasets/fashion-mnist/*-ubyte.gz .gpu-data/
     cp scripts/gpu/pytorch_cnn_bn.py .gpu-data/
-    # Debian's libopenblas alone is 36 MiB: .gpu travels packed (about
-    # 24 MiB), and `run` unpacks it; with .gpu-data (30 MiB) and the tree
-    # it stays under the tool's 64 MiB.
-    tar -czf .gpu-pack/gpu.tgz .gpu
+    # Debian's libopenblas (36 MiB) and oneDNN (39 MiB): .gpu travels
+    # packed with xz (about 27 MiB; gzip's 45 MiB would not fit), and the
+    # steps unpack it; with .gpu-data (30 MiB) and the tree (6 MiB) it
+    # stays under the tool's 64 MiB.
+    XZ_OPT="-6 -T${JOBS:-1}" tar -cJf .gpu-pack/gpu.txz .gpu
     du -sh .gpu .gpu-pack .gpu-data
-    local kb
-    kb=$(du -sk .gpu-pack .gpu-data | awk '{s+=$1} END {print s}')
-    if [ "$kb" -gt 60000 ]; then
-        echo "prepare: .gpu-pack and .gpu-data are ${kb} KiB, over the 64 MiB carry limit with the tree" >&2
+    # what a call carries, in bytes: the packs, and the tree (the tracked
+    # files and the untracked ones git does not ignore); the tool's limit
+    # is 64 MiB, 1 MiB kept spare
+    local b tree
+    b=$(du -sb .gpu-pack .gpu-data | awk '{s += $1} END {print s}')
+    tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } |
+            xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {print s + 0}')
+    echo "prepare: .gpu-pack and .gpu-data $((b / 1024)) KiB, the tree $((tree / 1024)) KiB: $(( (b + tree) / 1048576 )) MiB of the 64 a call carries"
+    if [ $((b + tree)) -gt $((63 * 1048576)) ]; then
+        echo "prepare: over the 64 MiB carry limit (1 MiB kept spare)" >&2
         exit 1
     fi
-    echo "prepare: done. Now: run(command=\"bash scripts/gpu-check.sh run\", carry=[\".gpu-pack\", \".gpu-data\"])"
+    echo "prepare: done. Now: run(command=\"BUDGET=360 bash scripts/gpu-check.sh steps scripts/gpu/steps/1-parity.txt\", carry=[\".gpu-pack\", \".gpu-data\"], timeout_s=400), then 2-speed.txt (docs/cuda.md)"
 }
 
 # cuBLAS, cuDNN and NCCL from PyTorch's pip packages (nvidia-*-cu13) or
@@ -168,6 +199,12 @@ step_status() {
 gpu_env() {
     cd "$here"
     mkdir -p "$out"
+    # xz (prepare's since 2026-11-28; Python's tarfile where tar has no
+    # xz), or an older pack's gzip
+    if [ ! -d .gpu/bin ] && [ -f .gpu-pack/gpu.txz ]; then
+        tar -xJf .gpu-pack/gpu.txz 2>/dev/null ||
+            python3 -c 'import tarfile; tarfile.open(".gpu-pack/gpu.txz").extractall(".")'
+    fi
     [ -d .gpu/bin ] || [ ! -f .gpu-pack/gpu.tgz ] || tar -xzf .gpu-pack/gpu.tgz
     [ -d .gpu/bin ] || { echo "gpu-check: no .gpu/ (run 'prepare' here first and carry .gpu-pack)" >&2; exit 2; }
     export LD_LIBRARY_PATH="$here/.gpu/lib:$(cuda_libs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -462,12 +499,15 @@ steps() {
     local file=$1
     [ -f "$file" ] || { echo "gpu-check: steps: no file '$file'" >&2; exit 2; }
     file="$(cd "$(dirname "$file")" && pwd)/$(basename "$file")"
-    if [ -d "$here/.gpu/bin" ] || [ -f "$here/.gpu-pack/gpu.tgz" ]; then
+    if [ -d "$here/.gpu/bin" ] || [ -f "$here/.gpu-pack/gpu.txz" ] || [ -f "$here/.gpu-pack/gpu.tgz" ]; then
         gpu_env
     else
         cd "$here"
         mkdir -p "$out"
     fi
+    # the steps write their own logs and rows (scripts/gpu/results.py)
+    # under $OUT, here too when OUT was not set
+    export OUT="$out"
     local t0 n=0 rc=0 secs cmd
     t0=$(date +%s)
     : >"$out/steps.txt"
@@ -500,13 +540,41 @@ steps() {
         echo "step $n: $verdict in $(( $(date +%s) - s0 )) s: $cmd" | tee -a "$out/steps.txt"
     done <"$file"
     echo "gpu-check steps: $n step(s), exit $rc, $(( $(date +%s) - t0 )) s (summary in $out/steps.txt)"
+    # The measurements' rows (scripts/gpu/results.py), on the console too
+    if [ -f "$out/results.md" ]; then
+        echo "== results ($out/results.md)"
+        cat "$out/results.md"
+    fi
     # The device tool brings back at most 8 files: past that, every log
-    # but the summary goes into one archive.
+    # but the summary and the results goes into one archive.
     if [ "$(find "$out" -type f | wc -l)" -gt 7 ]; then
-        (cd "$out" && find . -type f ! -name steps.txt ! -name logs.tgz -print0 |
+        (cd "$out" && find . -type f ! -name steps.txt ! -name results.md ! -name logs.tgz -print0 |
             tar czf logs.tgz --null -T - --remove-files) &&
             echo "gpu-check steps: logs packed into $out/logs.tgz"
     fi
+    return $rc
+}
+
+# The GPU's busy fraction while a command runs: nvidia-smi's
+# utilization.gpu sampled every 100 ms, the first and last 20% of the
+# samples dropped (start-up, cuDNN's search, the recording of graphs),
+# the mean of the rest printed as "busy ...: X% over N samples" after
+# the command's output. Exit status: the command's.
+busy() {
+    gpu_env
+    [ $# -gt 0 ] || { echo "gpu-check: busy: no command" >&2; return 2; }
+    local smi log=/tmp/gpu-check-busy.txt rc
+    nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+        >"$log" 2>/dev/null &
+    smi=$!
+    "$@"
+    rc=$?
+    kill "$smi" 2>/dev/null
+    wait "$smi" 2>/dev/null
+    awk '{v[NR]=$1} END {lo=int(NR*0.2)+1; hi=int(NR*0.8); s=0; n=0;
+         for (i=lo;i<=hi;i++) {s+=v[i]; n++}
+         if (n) printf "busy (nvidia-smi utilization.gpu, steady state): %.1f%% over %d samples\n", s/n, n;
+         else print "busy: no samples (no nvidia-smi, or the command ended at once)"}' "$log"
     return $rc
 }
 
@@ -520,5 +588,6 @@ case "$mode" in
     exec) shift; gpu_env; exec "$@" ;;
     steps) steps "${2:-}" ;;
     kernels) shift; kernels "$@" ;;
-    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search|exec CMD|steps FILE|kernels FLAGS (see the header)" >&2; exit 2 ;;
+    busy) shift; busy "$@" ;;
+    *) echo "usage: bash scripts/gpu-check.sh prepare|run|peer|train FLAGS|record FLAGS|search|exec CMD|steps FILE|kernels FLAGS|busy CMD (see the header)" >&2; exit 2 ;;
 esac

@@ -1543,6 +1543,7 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .grad_clip = */ s_grad_clip,
     /* .ema_update = */ s_ema_update,
     /* .grad_accumulate = */ s_grad_accumulate,
+    /* .noise_fill = */ tp_cuda_noise_fill,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

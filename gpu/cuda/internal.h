@@ -161,6 +161,11 @@ extern "C" tp_status_t tp_cuda_augment_batch(tp_backend_t *b, tp_stream_t *s,
                                              const int32_t *labels,
                                              const tp_augment_pick_t *picks, int n,
                                              const tp_augment_shape_t *shape);
+/* The backend's noise_fill: tp_philox_noise on the device (noise.cu). */
+extern "C" tp_status_t tp_cuda_noise_fill(tp_backend_t *b, tp_stream_t *s, float *dst,
+                                          uint64_t seed, int64_t step, int64_t row0,
+                                          int64_t rows, int64_t dim, int normal,
+                                          float scale);
 extern "C" tp_status_t tp_cuda_cast_u8_f32(const uint8_t *src, float *dst,
                                            size_t n, float scale,
                                            cudaStream_t stream);

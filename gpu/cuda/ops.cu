@@ -1109,6 +1109,13 @@ static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
         return tp_cuda_reduce_workspace(c);
     case TP_OP_ATTENTION: /* fused attention: ops_attention.cu */
         return tp_cuda_attention_workspace(c);
+    case TP_OP_GATHER: /* its backward's sort: ops_shape.cu */
+        /* CUB sizes its scratch for the current device */
+        if (tp_cuda_use(cb) < 0) {
+            TP_WARN("%s", tp_last_error());
+            return 0;
+        }
+        return tp_cuda_gather_workspace(c);
     default:
         return 0;
     }

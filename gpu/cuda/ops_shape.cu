@@ -8,14 +8,19 @@
  * back. Every gradient element is written by one thread, except two:
  *  - broadcast_to: one thread per input element sums its stretched
  *    positions of dy in the CPU's order (no atomics; the CPU's numbers);
- *  - gather: dy's rows are added into the table's rows with atomicAdd
- *    (the table zeroed first unless accumulating), so a row picked many
- *    times sums in an order that varies from run to run: within rounding
- *    of the CPU, not bit for bit.
+ *  - gather: each table row has one owner. The indices are sorted with
+ *    their positions (CUB's radix sort, stable: a row's positions stay in
+ *    increasing order) in the op's workspace; the first thread of a row's
+ *    run, one a column, adds that row's dy rows in the order of their
+ *    positions onto the row (zeroed first unless accumulating): the CPU's
+ *    order of additions, so its numbers to the bit, every run. (Until
+ *    2026-11-28 atomicAdd summed a row picked many times in an order that
+ *    varied from run to run; the sorted form is not yet run on a GPU.)
  * Gather and one-hot check indices on the device: a bad one takes a slot
  * of the stream's label checks (ops.cu), which the next sync reports
  * naming the node, the index (as "label"), its element and the bound. */
 #include <string.h>
+#include <cub/device/device_radix_sort.cuh>
 #include "gpu/cuda/ops_shape.h"
 
 #define SH_THREADS 256
@@ -202,13 +207,37 @@ __global__ void k_gather_rows(const float *tab, const int32_t *idx, float *y, si
     }
 }
 
-__global__ void k_gather_rows_bwd(const float *dy, const int32_t *idx, float *dtab,
-                                  size_t n, size_t d, int64_t rows) {
+__global__ void k_iota(int32_t *p, size_t n) {
+    SH_LOOP(i, n) p[i] = (int32_t)i;
+}
+
+/* ids[n] sorted, pos[n] their positions in dy (increasing within a run of
+ * one id): thread (j, e) with j the first of its id's run owns column e of
+ * that row and adds the run's dy rows in order, as the CPU does. A bad id
+ * (flagged by the forward) is skipped. */
+__global__ void k_gather_rows_bwd(const float *dy, const int32_t *ids, const int32_t *pos,
+                                  float *dtab, size_t n, size_t d, int64_t rows) {
     SH_LOOP(i, n * d) {
-        const int32_t id = idx[i / d];
-        if (id >= 0 && id < rows)
-            atomicAdd(&dtab[(size_t)id * d + i % d], dy[i]);
+        const size_t j = i / d, e = i % d;
+        const int32_t id = ids[j];
+        if ((j > 0 && ids[j - 1] == id) || id < 0 || id >= rows)
+            continue;
+        float *t = &dtab[(size_t)id * d + e];
+        float acc = *t;
+        for (size_t q = j; q < n && ids[q] == id; q++)
+            acc += dy[(size_t)pos[q] * d + e];
+        *t = acc;
     }
+}
+
+size_t sh_round(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* CUB's scratch for sorting n (id, position) pairs on all 32 bits. */
+size_t sh_sort_temp(size_t n) {
+    size_t t = 0;
+    cub::DeviceRadixSort::SortPairs(NULL, t, (const int32_t *)NULL, (int32_t *)NULL,
+                                    (const int32_t *)NULL, (int32_t *)NULL, (int)n);
+    return t;
 }
 
 __global__ void k_one_hot(const int32_t *idx, float *y, size_t n, int64_t depth,
@@ -392,8 +421,24 @@ tp_status_t tp_cuda_shape_backward(tp_stream_t *s, const tp_op_call_t *c) {
             TP_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)rows * d * sizeof(float), s->cu));
         if (!n || !d)
             return TP_OK;
+        /* the workspace (tp_cuda_gather_workspace): sorted ids, positions,
+         * sorted positions, CUB's scratch */
+        const size_t a = sh_round(n * sizeof(int32_t));
+        size_t temp = sh_sort_temp(n);
+        if (!c->workspace || (c->workspace_bytes && c->workspace_bytes < 3 * a + temp))
+            return tp_error(TP_ERR_INVALID, "%s: gather's gradient sorts %zu indices in "
+                            "%zu bytes of workspace, has %zu", c->name, n, 3 * a + temp,
+                            c->workspace ? c->workspace_bytes : (size_t)0);
+        char *ws = (char *)c->workspace;
+        int32_t *ids = (int32_t *)ws, *pos_in = (int32_t *)(ws + a),
+                *pos = (int32_t *)(ws + 2 * a);
+        k_iota<<<tp_cuda_blocks(n, SH_THREADS), SH_THREADS, 0, s->cu>>>(pos_in, n);
+        SH_LAUNCHED();
+        TP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+            ws + 3 * a, temp, (const int32_t *)c->x[1], ids, pos_in, pos, (int)n, 0, 32,
+            s->cu));
         k_gather_rows_bwd<<<tp_cuda_blocks(n * d, SH_THREADS), SH_THREADS, 0, s->cu>>>(
-            c->dy, (const int32_t *)c->x[1], dx, n, d, rows);
+            c->dy, ids, pos, dx, n, d, rows);
         SH_LAUNCHED();
         return TP_OK;
     }
@@ -403,4 +448,11 @@ tp_status_t tp_cuda_shape_backward(tp_stream_t *s, const tp_op_call_t *c) {
         return tp_error(TP_ERR_UNSUPPORTED, "%s: no CUDA backward for op %s", c->name,
                         tp_op_name(c->kind));
     }
+}
+
+size_t tp_cuda_gather_workspace(const tp_op_call_t *c) {
+    const size_t n = tp_shape_count(&c->xshape[1]);
+    if (!n)
+        return 0;
+    return 3 * sh_round(n * sizeof(int32_t)) + sh_round(sh_sort_temp(n));
 }

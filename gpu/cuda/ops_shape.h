@@ -14,5 +14,8 @@ tp_status_t tp_cuda_shape_backward(tp_stream_t *s, const tp_op_call_t *c);
 /* A replayed step's host part (ops.cu's tp_cuda_op_forward_host): the
  * index checks' slots of gather and one-hot, taken in the recorded order. */
 tp_status_t tp_cuda_shape_forward_host(tp_stream_t *s, const tp_op_call_t *c);
+/* gather's workspace: its backward sorts the indices with their positions
+ * (one owner a table row: a deterministic gradient). */
+size_t tp_cuda_gather_workspace(const tp_op_call_t *c);
 
 #endif

@@ -27,6 +27,7 @@
 #include <towerpack/gan.h>
 #include <towerpack/log.h>
 #include <towerpack/optim.h>
+#include <towerpack/philox.h>
 #include <towerpack/rng.h>
 #include "pipeline/train/gan_step.h"
 
@@ -88,19 +89,12 @@ int64_t tp_gan_d_updates(const tp_gan_config_t *cfg, int64_t step) {
 
 void tp_gan_noise_fill(const tp_gan_config_t *cfg, int64_t step, int64_t row0,
                        int64_t rows, int64_t dim, float *out) {
-    const float scale = cfg->noise_scale;
-    for (int64_t r = 0; r < rows; r++) {
-        /* one generator per (seed, step, row): a row's numbers do not
-         * depend on the towers, the batch split or what ran before */
-        tp_rng_t g;
-        tp_rng_init(&g, cfg->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(step + 1)),
-                    (uint64_t)(row0 + r));
-        float *o = out + r * dim;
-        for (int64_t k = 0; k < dim; k++)
-            o[k] = cfg->noise == TP_GAN_NOISE_NORMAL
-                       ? scale * (float)tp_rng_normal(&g)
-                       : scale * (2.0f * tp_rng_float(&g) - 1.0f);
-    }
+    /* Philox (towerpack/philox.h): each number a function of (seed, step,
+     * row, element) alone, so a row's numbers do not depend on the towers,
+     * the batch split or what ran before, and the CUDA kernel
+     * (gpu/cuda/noise.cu) draws the same ones to the bit */
+    tp_philox_noise_fill(cfg->seed, step, row0, rows, dim,
+                         cfg->noise == TP_GAN_NOISE_NORMAL, cfg->noise_scale, out);
 }
 
 /* ---- the optimizer of a group ----------------------------------------------- */

@@ -4,11 +4,12 @@ byte-level GPT-2 layout as models/zoo_gpt.c (token + position embeddings,
 pre-norm blocks of causal multi-head attention and a tanh-GELU MLP of 4x
 width, a final layer norm, the output tied to the token embedding), random
 windows of a text file, AdamW (weight decay on every variable, as tp-train
-does today), float32 with TF32 off unless --tf32.
+does today), float32 with TF32 off unless --tf32; --bf16 autocasts the
+forward to bfloat16 (the weights and the update stay float32).
 
   pytorch_gpt.py --data FILE [--context 256 --layers 6 --heads 6 --embed 384
                  --batch 32 --steps 100 --warmup 10] [--attention math|sdpa]
-                 [--compile] [--tf32] [--device cuda|cpu] [--threads N]
+                 [--compile] [--tf32] [--bf16] [--device cuda|cpu] [--threads N]
 
 --attention math writes attention as towerpack's graph does (scores, a
 causal mask added, softmax, x v); sdpa is PyTorch's fused
@@ -81,6 +82,10 @@ def main():
     ap.add_argument("--attention", choices=["math", "sdpa"], default="math")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--tf32", action="store_true")
+    # autocast to bfloat16 (the products and attention in bf16, the
+    # weights and the optimizer in fp32): PyTorch's counterpart of
+    # tp-train --bf16's bf16 tensor-core products
+    ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
@@ -107,14 +112,15 @@ def main():
             t0 = time.perf_counter()
         start = torch.randint(0, text.numel() - a.context - 1, (a.batch, 1), device=dev)
         x, y = text[start + offs], text[start + offs + 1]
-        loss = step(x, y)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.bf16):
+            loss = step(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
     sync()
     dt = time.perf_counter() - t0
     print(json.dumps({"peer": "pytorch", "attention": a.attention, "compile": a.compile,
-                      "tf32": a.tf32, "context": a.context, "layers": a.layers,
+                      "tf32": a.tf32, "bf16": a.bf16, "context": a.context, "layers": a.layers,
                       "embed": a.embed, "batch": a.batch, "steps": a.steps,
                       "tokens_per_s": round(a.steps * a.batch * a.context / dt),
                       "loss": round(loss.item(), 4), "torch": torch.__version__,

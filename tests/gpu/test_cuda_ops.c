@@ -938,6 +938,124 @@ Test(cuda_ops, augment_batch_matches_the_host) {
     tp_backend_destroy(&g);
 }
 
+/* The GAN's noise drawn on the device (gpu/cuda/noise.cu) is the host's
+ * (tp_gan_noise_fill, towerpack/philox.h) to the bit: uniform and normal,
+ * a row offset, a seed with high bits, a training step and step -1
+ * (tp-generate's), 300 x 100 (more than one block a row). */
+Test(cuda_ops, noise_fill_is_the_hosts) {
+    tp_backend_t *g = s_gpu();
+    enum { ROWS = 300, DIM = 100 };
+    static float host[ROWS * DIM], dev[ROWS * DIM];
+    float *d = g->ops->alloc(g, sizeof dev);
+    cr_assert_not_null(d, "%s", tp_last_error());
+    tp_stream_t *s = g->ops->stream_new(g);
+    cr_assert_not_null(s, "%s", tp_last_error());
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.seed = 0xfeedface12345ull;
+    for (int normal = 0; normal < 2; normal++) {
+        for (int64_t step = -1; step < 40000; step += 12346) {
+            gc.noise = normal ? TP_GAN_NOISE_NORMAL : TP_GAN_NOISE_UNIFORM;
+            gc.noise_scale = normal ? 1.0f : 0.75f;
+            tp_gan_noise_fill(&gc, step, 7, ROWS, DIM, host);
+            cr_assert_eq(tp_backend_noise_fill(g, s, d, gc.seed, step, 7, ROWS, DIM, normal,
+                                               gc.noise_scale),
+                         TP_OK, "%s", tp_last_error());
+            cr_assert_eq(g->ops->stream_sync(g, s), TP_OK, "%s", tp_last_error());
+            s_to_host(g, dev, d, sizeof dev);
+            for (int i = 0; i < ROWS * DIM; i++)
+                if (memcmp(&dev[i], &host[i], sizeof(float)))
+                    cr_assert_fail("noise (normal %d, step %lld) [%d]: device %.9g, "
+                                   "host %.9g", normal, (long long)step, i,
+                                   (double)dev[i], (double)host[i]);
+        }
+    }
+    g->ops->stream_destroy(g, s);
+    g->ops->free(g, d);
+    tp_backend_destroy(&g);
+}
+
+/* Gather's gradient (the embedding's backward) is the CPU's to the bit,
+ * and the same every run: a table row picked 2,000 times of 4,000 (and
+ * rows picked once, or never), summed by its one owner in the positions'
+ * order; into zeros (acc 0) and onto a random start (acc 1). With
+ * atomicAdd (before 2026-11-28) the picked-often row differed from the
+ * CPU in its last bits and from run to run. */
+Test(cuda_ops, gather_gradient_is_the_cpus_bit_for_bit) {
+    tp_backend_t *g = s_gpu();
+    tp_backend_t *cpu = tp_backend_cpu_new(1);
+    tp_rng_t r;
+    tp_rng_init(&r, 53, 0);
+    enum { V = 50, D = 70, N = 4000 };
+    static float tab[V * D], dy[N * D], init[V * D], want[V * D], got[V * D], again[V * D];
+    static int32_t idx[N];
+    s_rand(&r, tab, V * D, -1, 1);
+    s_rand(&r, dy, N * D, -1, 1);
+    s_rand(&r, init, V * D, -1, 1);
+    for (int i = 0; i < N; i++)  /* half row 3; the rest rows 10..39 */
+        idx[i] = (i % 2) ? 3 : 10 + (int32_t)tp_rng_below(&r, 30);
+    const int64_t ts[2] = {V, D}, is[1] = {N}, ys[2] = {N, D};
+    tp_shape_t xs[2] = {s_shape(2, ts), s_shape(1, is)};
+    tp_op_attr_t attr;
+    memset(&attr, 0, sizeof attr);
+    float *dtab = s_to_dev(g, tab, sizeof tab), *ddy = s_to_dev(g, dy, sizeof dy);
+    int32_t *didx = s_to_dev(g, idx, sizeof idx);
+    float *ddx = g->ops->alloc(g, sizeof got), *dyv = g->ops->alloc(g, sizeof dy);
+    cr_assert(ddx && dyv);
+    tp_stream_t *s = g->ops->stream_new(g);
+    cr_assert_not_null(s, "%s", tp_last_error());
+    for (int acc = 0; acc < 2; acc++) {
+        const void *xc[2] = {tab, idx}, *xg[2] = {dtab, didx};
+        float *dxc[2] = {want, NULL}, *dxg[2] = {ddx, NULL};
+        const int accs[2] = {acc, 0};
+        static float yc[N * D];
+        tp_op_call_t cc = {0}, cg = {0};
+        cc.kind = cg.kind = TP_OP_GATHER;
+        cc.attr = cg.attr = &attr;
+        cc.name = cg.name = "gather";
+        cc.ninputs = cg.ninputs = 2;
+        cc.x = xc;
+        cg.x = xg;
+        cc.xshape = cg.xshape = xs;
+        cc.yshape = cg.yshape = s_shape(2, ys);
+        cc.y = yc;
+        cg.y = dyv;
+        cc.dx = dxc;
+        cg.dx = dxg;
+        cc.dx_acc = cg.dx_acc = accs;
+        cc.dy = dy;
+        cg.dy = ddy;
+        size_t wsg = g->ops->op_workspace(g, &cg);
+        cg.workspace = g->ops->alloc(g, wsg + 64);
+        cg.workspace_bytes = wsg;
+        cr_assert_not_null(cg.workspace);
+        cc.workspace = calloc(1, cpu->ops->op_workspace(cpu, &cc) + 64);
+        memcpy(want, init, sizeof want);
+        cr_assert_eq(cpu->ops->op_backward(cpu, NULL, &cc), TP_OK, "%s", tp_last_error());
+        for (int run = 0; run < 2; run++) {
+            cr_assert_eq(g->ops->copy(g, NULL, ddx, init, sizeof init, TP_COPY_H2D), TP_OK);
+            cr_assert_eq(g->ops->op_backward(g, s, &cg), TP_OK, "%s", tp_last_error());
+            cr_assert_eq(g->ops->stream_sync(g, s), TP_OK, "%s", tp_last_error());
+            s_to_host(g, run ? again : got, ddx, sizeof got);
+        }
+        for (int i = 0; i < V * D; i++)
+            if (memcmp(&got[i], &want[i], sizeof(float)))
+                cr_assert_fail("gather gradient (acc %d) row %d col %d: GPU %.9g, CPU %.9g",
+                               acc, i / D, i % D, (double)got[i], (double)want[i]);
+        cr_assert_eq(memcmp(got, again, sizeof got), 0, "acc %d: two runs differ", acc);
+        g->ops->free(g, cg.workspace);
+        free(cc.workspace);
+    }
+    g->ops->stream_destroy(g, s);
+    g->ops->free(g, dtab);
+    g->ops->free(g, ddy);
+    g->ops->free(g, didx);
+    g->ops->free(g, ddx);
+    g->ops->free(g, dyv);
+    tp_backend_destroy(&cpu);
+    tp_backend_destroy(&g);
+}
+
 Test(cuda_ops, optimizer_updates) {
     tp_backend_t *g = s_gpu();
     tp_backend_t *cpu = tp_backend_cpu_new(1);

@@ -7,6 +7,10 @@
 # every step passed. scripts/gpu/kernel_sum.py on a CSV in Nsight
 # Compute's form: times in any unit, summed by kernel, largest first.
 # scripts/gpu/record_run.py's run line and summary (the TTA columns).
+# The step files of the next GPU session (scripts/gpu/steps/) through
+# scripts/gpu/check_steps.py, and the checker on a file with a fault of
+# each kind; scripts/gpu/results.py's rows, and steps keeping them beside
+# the packed logs.
 # scripts/gpu/pytorch_gemm_step.py (where torch is installed): skipped
 # without a GPU, its summary line with one; the PyTorch peer's rate
 # schedule against tp-train's.
@@ -111,4 +115,54 @@ assert abs(p.rate_factor(0, 300, 0, 0.05) - 1.0) < 1e-12
             fail "pytorch_gemm_step.py without a GPU: exit $rc: $(cat "$tmp/pg")"
     fi
 fi
+# the next GPU session's step files (scripts/gpu/steps/): every line
+# sound without a GPU (scripts/gpu/check_steps.py: bash -n, the programs
+# carried, the scripts there, every flag one its program defines, the
+# seconds within a call and the session's plan) ...
+"$py" "$root/scripts/gpu/check_steps.py" "$root" "$root"/scripts/gpu/steps/*.txt >"$tmp/cs" 2>&1 ||
+    fail "the step files: $(cat "$tmp/cs")"
+[ "$(grep -c '^check_steps: .*\.txt: [0-9]* steps' "$tmp/cs")" -ge 2 ] || fail "check_steps read no step files: $(cat "$tmp/cs")"
+# ... and the checker finds each kind of fault
+mkdir -p "$tmp/bad"
+cat >"$tmp/bad/x.txt" <<'STEPS'
+# expected: 10 s
+10 . scripts/gpu/steps/lib.sh; tp_train "x" cost --devices 0 --model gpt --no-such-flag 1
+10 .gpu/bin/tp-nonesuch --x
+10 "$PY" scripts/gpu/pytorch_gpt.py --data F --atention sdpa
+10 "$PY" scripts/gpu/missing.py
+10 ONLY=tests NOSUCHKNOB=1 bash scripts/gpu-check.sh run
+10 for x in; do
+700 true
+STEPS
+"$py" "$root/scripts/gpu/check_steps.py" "$root" "$tmp/bad/x.txt" >"$tmp/cs2" 2>&1
+[ $? -eq 1 ] || fail "check_steps passed a bad file: $(cat "$tmp/cs2")"
+for want in "x.txt:2: tp-train has no flag --no-such-flag" "x.txt:3: .gpu/bin/tp-nonesuch: prepare does not carry" \
+            "x.txt:4: scripts/gpu/pytorch_gpt.py has no flag --atention" "x.txt:5: no file scripts/gpu/missing.py" \
+            "x.txt:6: gpu-check.sh reads no NOSUCHKNOB" "x.txt:7: bash -n" "x.txt: 760 s, over a call's 600 s"; do
+    grep -qF "$want" "$tmp/cs2" || fail "check_steps missed '$want': $(cat "$tmp/cs2")"
+done
+# scripts/gpu/results.py: the rows the steps add to $OUT/results.md
+printf '[{"tokens_per_s":100.0,"validation_bpb":3.5},{"tokens_per_s":300.0,"validation_bpb":2.25}]' >"$tmp/gpt.json"
+printf '[{"tokens_per_s":300.0,"validation_bpb":2.5}]' >"$tmp/gpt2.json"
+OUT="$tmp/res" "$py" "$root/scripts/gpu/results.py" stats "GPT" "$tmp/gpt.json" tokens_per_s,validation_bpb >/dev/null ||
+    fail "results.py stats: exit $?"
+printf 'log line\n{"tokens_per_s": 12345, "loss": 1.5}\nmore\n' | OUT="$tmp/res" "$py" "$root/scripts/gpu/results.py" json "peer" tokens_per_s,loss >/dev/null ||
+    fail "results.py json: exit $?"
+OUT="$tmp/res" "$py" "$root/scripts/gpu/results.py" compare "twice" "$tmp/gpt.json" "$tmp/gpt2.json" tokens_per_s,validation_bpb >/dev/null ||
+    fail "results.py compare: exit $?"
+OUT="$tmp/res" "$py" "$root/scripts/gpu/results.py" stats "gone" "$tmp/none.json" tokens_per_s >/dev/null &&
+    fail "results.py stats on a missing file: exit 0"
+want_rows='| GPT | tokens_per_s 300.0 (best epoch after the first 300.0); validation_bpb 2.25; 2 epochs |
+| peer | tokens_per_s 12345; loss 1.5 |
+| twice | tokens_per_s equal (300.0); validation_bpb 2.25 against 2.5 (relative difference 1.00e-01) |'
+[ "$(head -3 "$tmp/res/results.md")" = "$want_rows" ] || fail "results.md: $(cat "$tmp/res/results.md")"
+grep -q "^| gone | FAILED: no stats.json" "$tmp/res/results.md" || fail "a missing stats.json's row: $(cat "$tmp/res/results.md")"
+# steps keeps results.md beside the archive, and shows it at the end
+for i in $(seq 9); do echo "5 echo step$i; $py $root/scripts/gpu/results.py line row$i x >/dev/null"; done >"$tmp/rows.txt"
+OUT="$tmp/out5" bash "$root/scripts/gpu-check.sh" steps "$tmp/rows.txt" >"$tmp/log5" 2>&1 ||
+    fail "steps with rows: exit $?: $(cat "$tmp/log5")"
+[ "$(ls "$tmp/out5" | sort | tr '\n' ' ')" = "logs.tgz results.md steps.txt " ] ||
+    fail "steps with rows: left $(ls "$tmp/out5")"
+[ "$(wc -l <"$tmp/out5/results.md")" -eq 9 ] && grep -q "^| row9 | x |" "$tmp/log5" ||
+    fail "steps with rows: $(cat "$tmp/out5/results.md"; tail -12 "$tmp/log5")"
 echo "gpu_check_scripts: ok"
