@@ -296,12 +296,7 @@ static void s_gap_bwd(const tp_op_call_t *c) {
     if (!dx)
         return;
     const float inv = 1.0f / (float)sp;
-    /* plane by plane: an index division per element (dy[i / sp]) is a
-     * 64-bit divide each, 16x PyTorch's time at 128x128x7x7 */
-    for (size_t p = 0; p < n * ch; p++) {
-        const float g = dy[p] * inv;
-        GRAD_STORE(dx + p * sp, c->dx_acc[0], sp, g);
-    }
+    GRAD_STORE(dx, c->dx_acc[0], n * ch * sp, dy[i / sp] * inv);
 }
 
 /* ---- batch norm --------------------------------------------------------- */
@@ -386,16 +381,10 @@ static void s_bn_fwd(const tp_op_call_t *c) {
     }
 }
 
-/* relu_y: the output of a folded relu (NULL: none), whose mask the
- * gradient takes here, channel by channel into `scratch` ([N, S], reused
- * for every channel, so it stays in cache), instead of a masking pass over
- * the whole [N, C, S] tensor first: the same values in the same order as
- * the masked dy, without writing and re-reading a tensor-sized buffer
- * (ResNet-18's stem at 112 px: a 13 MB dy). */
-static void s_bn_bwd(const tp_op_call_t *c, const float *relu_y, float *scratch) {
+static void s_bn_bwd(const tp_op_call_t *c) {
     size_t n, ch, sp;
     s_ncs(&c->xshape[0], &n, &ch, &sp);
-    const float *x = c->x[0], *g = c->x[1];
+    const float *x = c->x[0], *g = c->x[1], *dy = c->dy;
     const float *mean = c->workspace, *inv = mean + ch;
     const float m = (float)(n * sp);
     const int training = c->attr->training;
@@ -404,14 +393,7 @@ static void s_bn_bwd(const tp_op_call_t *c, const float *relu_y, float *scratch)
         double sdy = 0.0, sdyx = 0.0;
         for (size_t i = 0; i < n; i++) {
             const float *r = x + (i * ch + k) * sp;
-            const float *d = c->dy + (i * ch + k) * sp;
-            if (relu_y) {
-                const float *restrict yr = relu_y + (i * ch + k) * sp;
-                float *restrict md = scratch + i * sp;
-                for (size_t j = 0; j < sp; j++)
-                    md[j] = yr[j] > 0.0f ? d[j] : 0.0f;
-                d = md;
-            }
+            const float *d = dy + (i * ch + k) * sp;
             sdy += tp_cpu_sum8(d, sp);
             sdyx += s_dot_dev(d, r, sp, mu);
         }
@@ -430,7 +412,7 @@ static void s_bn_bwd(const tp_op_call_t *c, const float *relu_y, float *scratch)
         const int acc = c->dx_acc[0];
         for (size_t i = 0; i < n; i++) {
             const float *restrict r = x + (i * ch + k) * sp;
-            const float *restrict d = relu_y ? scratch + i * sp : c->dy + (i * ch + k) * sp;
+            const float *restrict d = dy + (i * ch + k) * sp;
             float *restrict o = dx + (i * ch + k) * sp;
             GRAD_STORE(o, acc, sp, a * d[i] - b - cc * (r[i] - mu));
         }
@@ -790,7 +772,7 @@ static tp_status_t s_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
         if (dnnl)
             TP_TRY(tp_dnnl_bnorm_backward(c, &done));
         if (!done)
-            s_bn_bwd(c, NULL, NULL);
+            s_bn_bwd(c);
         break;
     }
     case TP_OP_DROPOUT: s_dropout_bwd(c); break;
@@ -853,13 +835,6 @@ tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
 tp_status_t tp_cpu_op_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     if (c->attr->act == TP_ACT_NONE)
         return s_backward(dnnl, c);
-    if (c->kind == TP_OP_BATCH_NORM && (!dnnl || tp_dnnl_ops_path("TP_CPU_BNORM") != 1)) {
-        /* the own batch norm masks channel by channel (s_bn_bwd), in the
-         * act's room (a channel's [N, S] of its [N, C, S]) */
-        const tp_op_call_t in = tp_act_inner(c, NULL);
-        s_bn_bwd(&in, c->y, c->workspace);
-        return TP_OK;
-    }
     const size_t n = s_count(&c->yshape);
     const float *restrict y = c->y, *restrict dy = c->dy;
     float *restrict masked = c->workspace;
