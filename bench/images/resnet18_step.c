@@ -6,11 +6,12 @@
  * (resnet18_step_torch.py).
  *
  *   resnet18_step [--model resnet18] [--size 112] [--batch 16] [--classes 3]
- *                 [--warmup 2] [--steps 6] [--profile]
+ *                 [--channels 3] [--warmup 2] [--steps 6] [--profile]
  *
- * Colour uint8 images of random pixels, labels i % classes; SGD with
- * momentum 0.9; the model's own weight decay (resnet18: L2 1e-4 in its
- * cost). Prints one JSON line: CPU and wall milliseconds per step (the
+ * uint8 images of random pixels (--channels 1: grey, as Fashion-MNIST's
+ * `--model resnet --size 28 --channels 1 --classes 10 --batch 128`),
+ * labels i % classes; SGD with momentum 0.9; the model's own weight decay
+ * (resnet18: L2 1e-4 in its cost; resnet: 5e-4). Prints one JSON line: CPU and wall milliseconds per step (the
  * fastest and the median of --steps), and with --profile each op kind's
  * share of the profiled steps (the host's clock per call) and the
  * convolutions' GFLOP a step. */
@@ -43,7 +44,7 @@ static int s_cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     const char *name = "resnet18";
-    int size = 112, batch = 16, classes = 3, warmup = 2, steps = 6, profile = 0;
+    int size = 112, batch = 16, classes = 3, channels = 3, warmup = 2, steps = 6, profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--profile"))
@@ -56,6 +57,8 @@ int main(int argc, char **argv) {
             batch = atoi(argv[++i]);
         else if (v && !strcmp(argv[i], "--classes"))
             classes = atoi(argv[++i]);
+        else if (v && !strcmp(argv[i], "--channels"))
+            channels = atoi(argv[++i]);
         else if (v && !strcmp(argv[i], "--warmup"))
             warmup = atoi(argv[++i]);
         else if (v && !strcmp(argv[i], "--steps"))
@@ -66,13 +69,14 @@ int main(int argc, char **argv) {
         }
     }
     enum { MAX_STEPS = 1000 };
-    if (size < 1 || batch < 1 || classes < 2 || warmup < 0 || steps < 1 || steps > MAX_STEPS) {
-        fprintf(stderr, "resnet18_step: bad --size/--batch/--classes/--warmup/--steps\n");
+    if (size < 1 || batch < 1 || classes < 2 || (channels != 1 && channels != 3) || warmup < 0 ||
+        steps < 1 || steps > MAX_STEPS) {
+        fprintf(stderr, "resnet18_step: bad --size/--batch/--classes/--channels/--warmup/--steps\n");
         return 2;
     }
     const tp_zoo_model_t *zm = tp_zoo_find(name);
     tp_input_desc_t desc[2];
-    if (!zm || tp_zoo_inputs_shaped(3, size, size, desc) != TP_OK) {
+    if (!zm || tp_zoo_inputs_shaped(channels, size, size, desc) != TP_OK) {
         fprintf(stderr, "resnet18_step: %s\n", tp_last_error());
         return 1;
     }
@@ -88,7 +92,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "resnet18_step: %s\n", tp_last_error());
         return 1;
     }
-    const size_t npx = (size_t)batch * 3 * (size_t)size * (size_t)size;
+    const size_t npx = (size_t)batch * (size_t)channels * (size_t)size * (size_t)size;
     uint8_t *img = malloc(npx);
     int32_t *lab = malloc((size_t)batch * sizeof *lab);
     if (!img || !lab)
@@ -98,9 +102,11 @@ int main(int argc, char **argv) {
         img[i] = (uint8_t)(rand() & 255);
     for (int i = 0; i < batch; i++)
         lab[i] = i % classes;
-    int64_t is[4] = {batch, 3, size, size}, ls[1] = {batch};
+    /* grey: [B, H, W]; colour: [B, 3, H, W] (tp_zoo_inputs_shaped) */
+    int64_t is[4] = {batch, channels, size, size}, gs[3] = {batch, size, size}, ls[1] = {batch};
     tp_tensor_t in[2];
-    tp_tensor_init_wrap(&in[0], TP_UINT8, 4, is, img, NULL, NULL);
+    tp_tensor_init_wrap(&in[0], TP_UINT8, channels == 3 ? 4 : 3, channels == 3 ? is : gs, img,
+                        NULL, NULL);
     tp_tensor_init_wrap(&in[1], TP_INT32, 1, ls, lab, NULL, NULL);
     for (int i = 0; i < warmup; i++) /* oneDNN builds its kernels in the first */
         if (tp_model_run(m, 0, in, 2, NULL, 0, NULL) < 0) {

@@ -6,9 +6,13 @@
 # BUILD (default build/, which must have the towerpack target built), then
 # ROUNDS rounds (default 3) alternating the sides, the order reversed each
 # round; prints each run's JSON and the median of the rounds' ratios
-# (towerpack's fastest step's CPU ms / PyTorch's).
+# (towerpack's fastest step's CPU ms / PyTorch's). The options after --
+# go to both sides (--profile to towerpack's only), e.g. the zoo's
+# CIFAR-style ResNet on Fashion-MNIST's shape (issue 49's ResNet row):
 #
 #   bash bench/images/resnet18_step.sh [ROUNDS] [BUILD] [-- resnet18_step options]
+#   bash bench/images/resnet18_step.sh 3 build -- --model resnet --size 28 --channels 1 \
+#        --classes 10 --batch 128
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
@@ -19,6 +23,8 @@ mkdir -p "$build/bench"
 cc -O2 -Wall -Wextra -Iinclude -o "$build/bench/resnet18_step" bench/images/resnet18_step.c \
    "$build/lib/libtowerpack_models.a" -L"$build/lib" -ltowerpack -ljansson -lm \
    -Wl,-rpath,"$PWD/$build/lib"
+torch_args=()
+for a in "$@"; do [ "$a" = --profile ] || torch_args+=("$a"); done
 ratios=()
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then order="tp torch"; else order="torch tp"; fi
@@ -27,7 +33,7 @@ for r in $(seq 1 "$rounds"); do
       tp=$(TP_LOG_LEVEL=warn "$build/bench/resnet18_step" "$@" | tail -1)
       echo "round $r (load $(cut -d' ' -f1 /proc/loadavg)): $tp"
     else
-      pt=$(/usr/bin/python3 bench/images/resnet18_step_torch.py | tail -1)
+      pt=$(/usr/bin/python3 bench/images/resnet18_step_torch.py ${torch_args[@]+"${torch_args[@]}"} | tail -1)
       echo "round $r (load $(cut -d' ' -f1 /proc/loadavg)): $pt"
     fi
   done
