@@ -2,33 +2,44 @@
 """ResNet-18 at 112 x 112 on a folder of JPEGs, decode + augment + train
 step, towerpack against PyTorch with torchvision (issue 43).
 
-  /usr/bin/python3 bench/images/resnet18.py [--build DIR] [--dir DIR]
-        [--batch 16] [--steps 4] [--rounds 1]
+  nice /usr/bin/python3 bench/images/resnet18.py [--build DIR] [--dir DIR]
+        [--batch 16] [--warmup 2] [--steps 10] [--rounds 2]
+        [--tp 2x1,1x1,1x2] [--torch 0x1,0x2,1x1,1x2,2x1,2x2]
 
 The folder: the synthetic colour data set (bench/images/gen_colour.py:
 3 classes x 128 JPEGs of 128 x 128), made when missing. Both sides train
 torchvision's ResNet-18 layout (7x7 stem, max-pool, 3 classes) by SGD with
-momentum 0.9 at a total batch of --batch, on the ImageNet augmentation
-(random-resized crop 0.08-1 to 112, flip, brightness/contrast/saturation
-jitter 0.4, normalisation; towerpack's `--augment imagenet` adds its
-lighting noise):
+momentum 0.9 and weight decay 1e-4 at a total batch of --batch, on the same
+ImageNet augmentation: random-resized crop 0.08-1 to 112, flip,
+brightness/contrast/saturation jitter 0.4, PCA lighting noise 0.1,
+normalisation.
+
+The same clock on both sides: --warmup untimed steps (the first runs build
+oneDNN's kernels and fill the input), then --steps timed steps, each from
+asking for its batch to the end of its update, data loading included.
 
   towerpack  tp-train --model resnet18 --image-size 112 --augment imagenet,
-             the pipeline in-process, at its default for 2 cores (2 towers,
-             1 BLAS thread each) and at 1 tower x 1 and 2 threads; the best
-             of the three is towerpack's; images/s: stats.json's throughput
-             of epoch 2 (--steps steps an epoch; epoch 1 warms up)
-  PyTorch    bench/peers/resnet18_torch.py: ImageFolder (PIL), DataLoader
-             with 0, 1 and 2 workers x torch threads 1 and 2, --steps steps
-             timed after one untimed; the best of the six is PyTorch's
+             the pipeline in-process, with --steps-per-epoch WARMUP: epoch 1
+             is the warm-up, epochs 2.. the timed steps; images/s = the
+             timed images / the sum of those epochs' times (stats.json's
+             steps_per_s: from the epoch's first step to its last, the
+             epoch-end validation and checkpoint not in it). Configurations
+             TOWERSxTHREADS: --tp 2x1 is tp-train's default on 2 cores.
+  PyTorch    bench/peers/resnet18_torch.py --lighting 0.1: ImageFolder (PIL)
+             + DataLoader; configurations WORKERSxTHREADS (DataLoader
+             workers x torch threads).
 
-Rounds alternate the two sides. Prints a markdown table (every PyTorch
-configuration, the best, towerpack, the ratio towerpack / best) and one
-JSON line."""
+Every round runs each configuration once, the two sides' runs interleaved
+(towerpack, PyTorch, towerpack, ...), the order reversed in odd rounds, so a
+burst of load falls on both. A round's ratio is its best towerpack run over
+its best PyTorch run; the figure is the median of the rounds' ratios. The
+load average is printed with each run: on a shared machine read the ratio,
+not the images/s. Prints a markdown table and one JSON line."""
 import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,28 +48,48 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PY = "/usr/bin/python3"
 
 
-def towerpack(build, data, test, batch, steps, towers, threads):
+def s_pairs(text, what):
+    out = []
+    for item in text.split(","):
+        try:
+            a, b = item.lower().split("x")
+            out.append((int(a), int(b)))
+        except ValueError:
+            sys.exit("%s: '%s' is not AxB (e.g. 2x1)" % (what, item))
+    return out
+
+
+def towerpack(a, train, test, towers, threads):
     logdir = tempfile.mkdtemp(prefix="tp-r18-")
-    cmd = [os.path.join(build, "bin", "tp-train"), "--model", "resnet18",
-           "--data", "imagefolder:" + data, "--test-data", "imagefolder:" + test,
+    epochs = 1 + -(-a.steps // a.warmup)  # epoch 1 warms up, the rest are timed
+    cmd = [os.path.join(a.build, "bin", "tp-train"), "--model", "resnet18",
+           "--data", "imagefolder:" + train, "--test-data", "imagefolder:" + test,
            "--image-size", "112", "--augment", "imagenet", "--towers", str(towers),
-           "--threads", str(threads),
-           "--batch", str(batch // towers), "--steps-per-epoch", str(steps), "--epochs", "2",
+           "--threads", str(threads), "--batch", str(a.batch // towers),
+           "--steps-per-epoch", str(a.warmup), "--epochs", str(epochs),
            "--logdir", logdir, "--logdir-action", "delete", "--no-tensorboard",
            "--stats", "off"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ,
-                       TP_LOG_LEVEL="warn"))
+    r = subprocess.run(cmd, capture_output=True, text=True,
+                       env=dict(os.environ, TP_LOG_LEVEL="warn"))
     if r.returncode != 0:
         sys.exit("tp-train failed:\n" + r.stdout[-2000:] + r.stderr[-2000:])
     stats = json.load(open(os.path.join(logdir, "stats.json")))
     shutil.rmtree(logdir, ignore_errors=True)
-    return stats[-1]["throughput"], " ".join(cmd[1:]).replace(logdir, "LOGDIR")
+    timed = [e for e in stats if e.get("epoch_num", 0) >= 2 and e.get("steps_per_s")]
+    if len(timed) != epochs - 1:
+        sys.exit("tp-train: stats.json has %d timed epochs, expected %d" % (len(timed),
+                                                                          epochs - 1))
+    seconds = sum(a.warmup / e["steps_per_s"] for e in timed)
+    images = a.warmup * len(timed) * (a.batch // towers) * towers
+    return images / seconds, " ".join(cmd[1:]).replace(logdir, "LOGDIR")
 
 
-def pytorch(data, batch, steps, workers, threads):
-    cmd = [PY, os.path.join(ROOT, "bench", "peers", "resnet18_torch.py"), "--dir", data,
-           "--batch", str(batch), "--workers", str(workers), "--threads", str(threads),
-           "--warmup", "1", "--steps", str(steps)]
+def pytorch(a, train, workers, threads):
+    steps = -(-a.steps // a.warmup) * a.warmup  # as many as towerpack's
+    cmd = [PY, os.path.join(ROOT, "bench", "peers", "resnet18_torch.py"), "--dir", train,
+           "--batch", str(a.batch), "--workers", str(workers), "--threads", str(threads),
+           "--warmup", str(a.warmup), "--steps", str(steps), "--lighting", "0.1",
+           "--weight-decay", "1e-4"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("the PyTorch peer failed:\n" + r.stderr[-2000:])
@@ -70,9 +101,19 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--dir", default="/tmp/towerpack-bench-colour")
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--tp", default="2x1,1x1,1x2", help="towerpack's TOWERSxTHREADS")
+    ap.add_argument("--torch", default="0x1,0x2,1x1,1x2,2x1,2x2",
+                    help="PyTorch's DataLoader WORKERSxTHREADS")
     a = ap.parse_args()
+    if a.warmup < 1 or a.steps < 1 or a.rounds < 1:
+        sys.exit("--warmup, --steps and --rounds must be >= 1")
+    tp_configs, configs = s_pairs(a.tp, "--tp"), s_pairs(a.torch, "--torch")
+    for tw, _ in tp_configs:
+        if tw < 1 or a.batch % tw:
+            sys.exit("--tp: %d towers do not divide --batch %d" % (tw, a.batch))
     try:
         import torchvision  # noqa: F401
     except ImportError:
@@ -85,51 +126,68 @@ def main():
         for c in sorted(os.listdir(train)):
             os.makedirs(os.path.join(test, c), exist_ok=True)
             shutil.copy(os.path.join(train, c, "0000.jpg"), os.path.join(test, c))
-    configs = [(w, t) for w in (0, 1, 2) for t in (1, 2)]
-    tp_configs = [(2, 1), (1, 1), (1, 2)]  # (towers, threads): the default first
-    tp_runs, torch_runs, cmds = {c: [] for c in tp_configs}, {c: [] for c in configs}, {}
+    runs = []  # interleaved: ("tp", cfg), ("torch", cfg), ...
+    for i in range(max(len(tp_configs), len(configs))):
+        if i < len(tp_configs):
+            runs.append(("tp", tp_configs[i]))
+        if i < len(configs):
+            runs.append(("torch", configs[i]))
+    res = {("tp", c): [] for c in tp_configs}
+    res.update({("torch", c): [] for c in configs})
+    ratios, loads, cmds, version = [], [], {}, "?"
     for rnd in range(a.rounds):
-        order = ["tp", "torch"] if rnd % 2 == 0 else ["torch", "tp"]
-        for side in order:
+        best = {"tp": 0.0, "torch": 0.0}
+        for side, cfg in (runs if rnd % 2 == 0 else runs[::-1]):
+            load0 = os.getloadavg()[0]
             if side == "tp":
-                for tw, th in tp_configs:
-                    v, cmds[(tw, th)] = towerpack(a.build, train, test, a.batch, a.steps,
-                                                  tw, th)
-                    tp_runs[(tw, th)].append(v)
-                    print("round %d: towerpack towers %d threads %d: %.2f images/s"
-                          % (rnd + 1, tw, th, v), flush=True)
+                v, cmds[cfg] = towerpack(a, train, test, *cfg)
+                what = "towerpack towers %d threads %d" % cfg
             else:
-                for w, t in configs:
-                    j = pytorch(train, a.batch, a.steps, w, t)
-                    torch_runs[(w, t)].append(j["images_per_s"])
-                    print("round %d: PyTorch workers %d threads %d: %.2f images/s"
-                          % (rnd + 1, w, t, j["images_per_s"]), flush=True)
-    best_cfg = max(configs, key=lambda c: max(torch_runs[c]))
-    best = max(torch_runs[best_cfg])
-    tp_best = max(tp_configs, key=lambda c: max(tp_runs[c]))
-    mine = max(tp_runs[tp_best])
+                j = pytorch(a, train, *cfg)
+                v, version = j["images_per_s"], j["torch"]
+                what = "PyTorch workers %d threads %d" % cfg
+            load1 = os.getloadavg()[0]
+            loads += [load0, load1]
+            res[(side, cfg)].append(v)
+            best[side] = max(best[side], v)
+            print("round %d: %-32s %7.2f images/s  (load %.1f -> %.1f)"
+                  % (rnd + 1, what, v, load0, load1), flush=True)
+        ratios.append(best["tp"] / best["torch"])
+        print("round %d: ratio towerpack's best / PyTorch's best = %.2f"
+              % (rnd + 1, ratios[-1]), flush=True)
+    ratio = statistics.median(ratios)
+
+    def cell(side, cfg):
+        return ", ".join("%.2f" % v for v in res[(side, cfg)])
+
+    best_torch = max(configs, key=lambda c: statistics.median(res[("torch", c)]))
+    best_tp = max(tp_configs, key=lambda c: statistics.median(res[("tp", c)]))
     print()
-    print("| side | configuration | images/s |")
+    print("| side | configuration | images/s, round 1%s |"
+          % "".join(", %d" % (r + 1) for r in range(1, a.rounds)))
     print("| --- | --- | --- |")
     for w, t in configs:
-        print("| PyTorch %s | DataLoader workers %d, torch threads %d | %.2f |"
-              % (j["torch"], w, t, max(torch_runs[(w, t)])))
+        print("| PyTorch %s | DataLoader workers %d, torch threads %d | %s |"
+              % (version, w, t, cell("torch", (w, t))))
     for tw, th in tp_configs:
-        print("| towerpack | %d tower%s x batch %d, %d BLAS thread%s each%s | %.2f |"
+        print("| towerpack | %d tower%s x batch %d, %d thread%s each%s | %s |"
               % (tw, "s" if tw > 1 else "", a.batch // tw, th, "s" if th > 1 else "",
-                 " (tp-train's default)" if (tw, th) == tp_configs[0] else "",
-                 max(tp_runs[(tw, th)])))
-    print("| **ratio** | towerpack's best (%d tower%s, %d thread%s) / PyTorch's best "
-          "(workers %d, threads %d) | **%.2f** |"
-          % (tp_best[0], "s" if tp_best[0] > 1 else "", tp_best[1],
-             "s" if tp_best[1] > 1 else "", best_cfg[0], best_cfg[1], mine / best))
+                 " (tp-train's default)" if (tw, th) == (2, 1) else "", cell("tp", (tw, th))))
+    print("| **ratio** | each round's best towerpack / best PyTorch: %s; median | **%.2f** |"
+          % (", ".join("%.2f" % r for r in ratios), ratio))
     print()
-    print("towerpack's best: tp-train " + cmds[tp_best])
-    print(json.dumps({"towerpack": mine, "towerpack_config": {"towers": tp_best[0],
-                      "threads": tp_best[1]}, "pytorch_best": best, "pytorch_best_config":
-                      {"workers": best_cfg[0], "threads": best_cfg[1]},
-                      "ratio": mine / best, "batch": a.batch, "steps": a.steps,
-                      "rounds": a.rounds}))
+    print("load average during the runs: %.1f-%.1f; %d warm-up + %d timed steps of %d "
+          "images a run" % (min(loads), max(loads), a.warmup,
+                            -(-a.steps // a.warmup) * a.warmup, a.batch))
+    print("towerpack's best (median over rounds): tp-train " + cmds[best_tp])
+    print(json.dumps({"ratio": ratio, "round_ratios": ratios,
+                      "towerpack": {"%dx%d" % c: res[("tp", c)] for c in tp_configs},
+                      "pytorch": {"%dx%d" % c: res[("torch", c)] for c in configs},
+                      "towerpack_best_config": "%dx%d" % best_tp,
+                      "pytorch_best_config": "%dx%d" % best_torch,
+                      "batch": a.batch, "warmup": a.warmup, "steps": a.steps,
+                      "rounds": a.rounds, "load": [min(loads), max(loads)],
+                      "torch": version}))
 
 
 if __name__ == "__main__":

@@ -6,10 +6,17 @@ ImageNet training augmentation (RandomResizedCrop to SIZE with scale
 contrast and saturation 0.4, ToTensor, Normalize with ImageNet's mean and
 std), a DataLoader with WORKERS worker processes, and torchvision's
 resnet18 (the ImageNet layout, as towerpack's resnet18: 7x7 stem, max-pool,
-num_classes from the folder) trained by SGD with momentum 0.9, cross-entropy.
+num_classes from the folder) trained by SGD with momentum 0.9, cross-entropy;
+--weight-decay 1e-4 gives it towerpack's ResNet-18 weight decay (an L2 of
+1e-4 in its cost; bench/images/resnet18.py passes it; default 0, as the
+GPU comparisons in docs/cuda.md were run). --lighting 0.1 adds AlexNet's PCA lighting noise (after
+ToTensor, as fb.resnet.torch and tensorpack): towerpack's `--augment
+imagenet` has it, so the benchmark gives both sides the same augmentation.
 
 Times STEPS steps after WARMUP untimed ones, data loading included (the
-loop as a user writes it), and prints one JSON line: images/s."""
+loop as a user writes it), and prints one JSON line: images/s, each timed
+step's seconds, and the main process's CPU seconds over the timed steps
+(with workers > 0 their decoding is not in it)."""
 import argparse
 import json
 import time
@@ -18,6 +25,23 @@ import torch
 import torch.nn as nn
 import torchvision
 import torchvision.transforms as T
+
+
+class Lighting:
+    """AlexNet's PCA lighting noise on a [3, H, W] tensor in [0, 1]: each
+    channel shifted by eigvec @ (N(0, std) * eigval), ImageNet's eigen
+    pairs (towerpack's imgaug lighting, the same numbers on 0..255)."""
+    eigval = torch.tensor([0.2175, 0.0188, 0.0045])
+    eigvec = torch.tensor([[-0.5675, 0.7192, 0.4009],
+                           [-0.5808, -0.0045, -0.8140],
+                           [-0.5836, -0.6948, 0.4203]])
+
+    def __init__(self, std):
+        self.std = std
+
+    def __call__(self, img):
+        alpha = torch.randn(3) * self.std
+        return img + (self.eigvec @ (alpha * self.eigval)).view(3, 1, 1)
 
 
 def main():
@@ -30,44 +54,60 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--lighting", type=float, default=0.0,
+                    help="PCA lighting noise std (0: none; towerpack's imagenet: 0.1)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     tf = T.Compose([T.RandomResizedCrop(a.size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)),
                     T.RandomHorizontalFlip(),
                     T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4),
-                    T.ToTensor(),
-                    T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+                    T.ToTensor()]
+                   + ([Lighting(a.lighting)] if a.lighting > 0 else [])
+                   + [T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     ds = torchvision.datasets.ImageFolder(a.dir, tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, drop_last=True,
                                      num_workers=a.workers,
                                      persistent_workers=a.workers > 0)
     dev = torch.device(a.device)
     model = torchvision.models.resnet18(num_classes=len(ds.classes)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9,
+                          weight_decay=a.weight_decay)
     lossf = nn.CrossEntropyLoss()
     model.train()
-    done, t0 = 0, None
+    done, ends = 0, []
+    # the clock starts when the last warm-up step ends, so that every timed
+    # step includes fetching its batch (towerpack's epoch clock likewise
+    # starts before the first timed step asks for its batch)
+    t0, c0 = time.perf_counter(), time.process_time()
     while done < a.warmup + a.steps:
         for x, y in dl:
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            if done == a.warmup:
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
             opt.zero_grad()
             loss = lossf(model(x), y)
             loss.backward()
             opt.step()
             done += 1
+            if done == a.warmup:
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                t0, c0 = time.perf_counter(), time.process_time()
+            elif done > a.warmup and dev.type != "cuda":  # (a GPU's would be launches)
+                ends.append(time.perf_counter())
             if done == a.warmup + a.steps:
                 break
     if dev.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    step_s = [e - b for b, e in zip([t0] + ends[:-1], ends)]
     print(json.dumps({"peer": "pytorch", "workers": a.workers, "threads": a.threads,
                       "batch": a.batch, "device": a.device, "size": a.size, "steps": a.steps,
                       "images_per_s": a.steps * a.batch / dt, "loss": loss.item(),
+                      "warmup": a.warmup, "weight_decay": a.weight_decay,
+                      "lighting": a.lighting, "step_s": [round(v, 4) for v in step_s],
+                      "cpu_s": round(cpu, 3),
                       "torch": torch.__version__, "torchvision": torchvision.__version__}))
 
 

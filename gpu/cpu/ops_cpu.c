@@ -571,12 +571,9 @@ static tp_status_t s_correct_fwd(const tp_op_call_t *c) {
 static void s_l2_fwd(const tp_op_call_t *c) {
     double s = 0.0;
     for (int k = 0; k < c->ninputs; k++) {
-        const float *w = c->x[k];
-        const size_t n = s_count(&c->xshape[k]);
-        float part = 0.0f;
-        for (size_t i = 0; i < n; i++)
-            part += w[i] * w[i];
-        s += part;
+        /* 8 float lanes (vectorised; one serial float sum is a 4-cycle
+         * add chain per element: 15 ms over ResNet-18's 11M weights) */
+        s += s_sqdev(c->x[k], s_count(&c->xshape[k]), 0.0f);
     }
     *(float *)c->y = (float)(0.5 * c->attr->alpha * s);
 }
