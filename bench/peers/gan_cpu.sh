@@ -19,7 +19,8 @@
 #             CHUNK warm-up steps, then CHUNKS runs of CHUNK steps, each
 #             timed whole (LOOP: usual, PyTorch's DCGAN example; or
 #             gantrainer, tensorpack's one-forward step as towerpack's)
-# each under `nice -n NICE` (default 0). Each run reports the median of
+# THREADS (default "1 2") are the thread settings of both sides; each
+# run under `nice -n NICE` (default 0). Each run reports the median of
 # its chunks' seconds per step; the summary gives, per round, each side's
 # best thread setting and towerpack / PyTorch (the goal: <= 0.5), and
 # over the rounds the median of those ratios, with `uptime` before every
@@ -30,7 +31,7 @@ set -euo pipefail
 ROUNDS=${1:-3}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 BATCH=${BATCH:-64} CHUNK=${CHUNK:-20} CHUNKS=${CHUNKS:-3} NICE=${NICE:-0}
-LOOP=${LOOP:-usual} COLOUR=${COLOUR:-0}
+LOOP=${LOOP:-usual} COLOUR=${COLOUR:-0} THREADS=${THREADS:-"1 2"}
 TP_TRAIN=${TP_TRAIN:-$repo/build/bin/tp-train}
 OUT=${OUT:-$(mktemp -d /tmp/gan_cpu.XXXXXX)}
 [ -x "$TP_TRAIN" ] || { echo "gan_cpu.sh: no tp-train at $TP_TRAIN (set TP_TRAIN)" >&2; exit 1; }
@@ -87,11 +88,12 @@ run_torch() {  # run_torch ROUND THREADS
 
 for r in $(seq 1 "$ROUNDS"); do
     echo "round $r: $(uptime)" | tee -a "$OUT/uptime.txt"
-    if [ $((r % 2)) -eq 1 ]; then
-        run_tp "$r" 1; run_torch "$r" 1; run_tp "$r" 2; run_torch "$r" 2
-    else
-        run_torch "$r" 2; run_tp "$r" 2; run_torch "$r" 1; run_tp "$r" 1
-    fi
+    ts=$THREADS
+    [ $((r % 2)) -eq 0 ] && ts=$(echo "$THREADS" | tr ' ' '\n' | tac | tr '\n' ' ')
+    for t in $ts; do
+        if [ $((r % 2)) -eq 1 ]; then run_tp "$r" "$t"; run_torch "$r" "$t"
+        else run_torch "$r" "$t"; run_tp "$r" "$t"; fi
+    done
 done
 
 "$py" - "$res" <<'PY'
