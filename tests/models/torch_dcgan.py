@@ -1,17 +1,25 @@
 #!/usr/bin/env python3
 """towerpack tests: the zoo's DCGAN trained by GANTrainer, in PyTorch
-(float64), for test_proc_torch_dcgan.c.
+(float64), for test_proc_torch_dcgan.c: the 28 px grey model (Fashion-MNIST)
+and the colour ones (32 px, CIFAR's), built from the same rule as
+models/models.c's s_dcgan.
 
-The model (models/models.c, s_dcgan): generator z [B,100] -> fc 6272 (no
-bias) -> [B,128,7,7] -> batch norm -> relu -> conv-transpose 64 (4x4, stride
-2, pad 1, no bias) -> batch norm -> relu -> conv-transpose 1 (4x4, stride 2,
-pad 1) -> tanh; discriminator conv 64 (4x4 s2 p1) -> leaky relu 0.2 -> conv
-128 (4x4 s2 p1, no bias) -> batch norm -> leaky relu 0.2 -> flatten -> fc 1,
-applied to the real images (uint8 x 2/255 - 1) and to the fakes with the
-same variables, each call with its own batch statistics. Batch norm:
-momentum 0.9 (PyTorch's 0.1), eps 1e-5, moving variance unbiased.
-Losses (tensorpack's GANModelDesc.build_losses): d_loss = (BCE(D(x), 1) +
-BCE(D(G(z)), 0)) / 2, g_loss = BCE(D(G(z)), 1), on logits.
+The model (models/models.c, s_dcgan) at 28 px grey: generator z [B,100] ->
+fc 6272 (no bias) -> [B,128,7,7] -> batch norm -> relu -> conv-transpose 64
+(4x4, stride 2, pad 1, no bias) -> batch norm -> relu -> conv-transpose 1
+(4x4, stride 2, pad 1) -> tanh; discriminator conv 64 (4x4 s2 p1) -> leaky
+relu 0.2 -> conv 128 (4x4 s2 p1, no bias) -> batch norm -> leaky relu 0.2 ->
+flatten -> fc 1. At a power of two S (16..128) the generator starts at 4x4
+and makes n = log2(S/4) conv-transposes, 64 2^(n-1) channels halving each
+time, the last to C channels with a bias (32 px colour: fc 256x4x4 ->
+128x8x8 -> 64x16x16 -> 3x32x32), every one but the last followed by batch
+norm and relu; the discriminator mirrors it (n convolutions from 64
+channels doubling, batch norm after all but the first). The discriminator
+is applied to the real images (uint8 [B,C,S,S] x 2/255 - 1) and to the
+fakes with the same variables, each call with its own batch statistics.
+Batch norm: momentum 0.9 (PyTorch's 0.1), eps 1e-5, moving variance
+unbiased. Losses (tensorpack's GANModelDesc.build_losses): d_loss =
+(BCE(D(x), 1) + BCE(D(G(z)), 0)) / 2, g_loss = BCE(D(G(z)), 1), on logits.
 
 The step (tensorpack's GANTrainer: g_min, then d_min under a control
 dependency on g_min): at the step's weights, on one batch and its noise, the
@@ -22,9 +30,10 @@ Adam, lr and beta1 from the recipe, beta2 0.999, eps 1e-8). A forward pass
 moves each batch norm's moving averages once per call: the generator's
 once, the discriminator's twice (its real call, then its fake call).
 
-Reads DIR/recipe.txt ("steps batch lr beta1 forwards": forwards, the
-forward passes towerpack's step makes, 1; see below), w0.safetensors, x.bin
-uint8 [steps, batch, 28, 28], z.bin float32 [steps, batch, 100], losses.bin
+Reads DIR/recipe.txt ("steps batch lr beta1 forwards [channels size]":
+forwards, the forward passes towerpack's step makes, 1, see below; channels
+and size 1 and 28 when absent), w0.safetensors, x.bin uint8 [steps, batch,
+channels, size, size], z.bin float32 [steps, batch, 100], losses.bin
 float32 [steps, 2] (towerpack's g_loss, d_loss) and w1.safetensors.
 
 Tolerances. The GAN's training amplifies rounding: PyTorch's own float32
@@ -71,10 +80,23 @@ EARLY, EARLY_TOL = 5, 1e-4
 SPREAD, FLOOR = 3.0, 1e-5
 
 
-def train(d, dtype, steps, batch, lr, beta1, forwards):
+def shape(size):
+    """(base, n) of s_dcgan at an image size: 28 is 7x7 and two
+    conv-transposes; a power of two 16..128 is 4x4 and log2(size / 4)."""
+    if size == 28:
+        return 7, 2
+    for n in range(2, 6):
+        if size == 4 << n:
+            return 4, n
+    raise ValueError(f"dcgan: image size {size}")
+
+
+def train(d, dtype, steps, batch, lr, beta1, forwards, channels=1, size=28):
     """The steps in `dtype` from w0: the losses [steps, 2] and the variables."""
+    base, n = shape(size)
+    width = 64 << (n - 1)
     w0 = load(f"{d}/w0.safetensors")
-    x = np.fromfile(f"{d}/x.bin", dtype=np.uint8).reshape(steps, batch, 1, 28, 28)
+    x = np.fromfile(f"{d}/x.bin", dtype=np.uint8).reshape(steps, batch, channels, size, size)
     z = np.fromfile(f"{d}/z.bin", dtype=np.float32).reshape(steps, batch, Z)
     ema = {k for k in w0 if k.endswith("/EMA")}
     p = {k: torch.tensor(v.copy(), dtype=dtype, requires_grad=k not in ema)
@@ -91,19 +113,23 @@ def train(d, dtype, steps, batch, lr, beta1, forwards):
                             momentum=0.1, eps=1e-5)
 
     def generator(zs):
-        h = (zs @ p["gen/fc0/W"]).reshape(-1, 128, 7, 7)
+        h = (zs @ p["gen/fc0/W"]).reshape(-1, width, base, base)
         h = F.relu(bn(h, "gen/bn0"))
-        h = F.conv_transpose2d(h, p["gen/deconv1/W"], stride=2, padding=1)
-        h = F.relu(bn(h, "gen/bn1"))
-        h = F.conv_transpose2d(h, p["gen/deconv2/W"], p["gen/deconv2/b"], stride=2, padding=1)
+        for i in range(1, n + 1):
+            last = i == n
+            h = F.conv_transpose2d(h, p[f"gen/deconv{i}/W"],
+                                   p[f"gen/deconv{i}/b"] if last else None, stride=2, padding=1)
+            if not last:
+                h = F.relu(bn(h, f"gen/bn{i}"))
         return torch.tanh(h)
 
     def discriminator(img):
         h = F.leaky_relu(F.conv2d(img, p["discrim/conv0/W"], p["discrim/conv0/b"], stride=2,
                                   padding=1), 0.2)
-        h = F.conv2d(h, p["discrim/conv1/W"], stride=2, padding=1)
-        h = F.leaky_relu(bn(h, "discrim/bn1"), 0.2).flatten(1)
-        return h @ p["discrim/fc/W"] + p["discrim/fc/b"]
+        for i in range(1, n):
+            h = F.conv2d(h, p[f"discrim/conv{i}/W"], stride=2, padding=1)
+            h = F.leaky_relu(bn(h, f"discrim/bn{i}"), 0.2)
+        return h.flatten(1) @ p["discrim/fc/W"] + p["discrim/fc/b"]
 
     bce = F.binary_cross_entropy_with_logits
     losses = np.zeros((steps, 2))
@@ -132,10 +158,11 @@ def main(d):
     words = open(f"{d}/recipe.txt").read().split()
     steps, batch, forwards = int(words[0]), int(words[1]), int(words[4])
     lr, beta1 = float(words[2]), float(words[3])
+    channels, size = (int(words[5]), int(words[6])) if len(words) > 6 else (1, 28)
     w1 = load(f"{d}/w1.safetensors")
     tp_losses = np.fromfile(f"{d}/losses.bin", dtype=np.float32).reshape(steps, 2)
-    ref, ref_w = train(d, torch.float64, steps, batch, lr, beta1, forwards)
-    f32, f32_w = train(d, torch.float32, steps, batch, lr, beta1, forwards)
+    ref, ref_w = train(d, torch.float64, steps, batch, lr, beta1, forwards, channels, size)
+    f32, f32_w = train(d, torch.float32, steps, batch, lr, beta1, forwards, channels, size)
     ok = True
     early = float(np.max(np.abs(tp_losses[:EARLY] - ref[:EARLY])))
     early32 = float(np.max(np.abs(f32[:EARLY] - ref[:EARLY])))
