@@ -156,6 +156,13 @@ static void s_check_call(tp_backend_t *b, const char *what, tp_stream_t *s,
     s_check(b, msg, s, p, n);
 }
 
+/* the CPU's own plan of an op's workspace (its oneDNN primitives'
+ * scratchpads): asked of the stand-in, the CPU's table would plan for a
+ * backend without oneDNN, and its matmul would fall back to OpenBLAS */
+static size_t s_workspace(tp_backend_t *b, const tp_op_call_t *c) {
+    return s_of(b)->cpu->ops->op_workspace(s_of(b)->cpu, c);
+}
+
 static tp_status_t s_forward(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t *c) {
     s_check_call(b, "forward", s, c);
     return s_of(b)->cpu->ops->op_forward(s_of(b)->cpu, s, c);
@@ -329,6 +336,7 @@ static tp_backend_t *s_dev_new(int dev) {
         s_ops.stream_new = s_stream_new;
         s_ops.stream_destroy = s_stream_destroy;
         s_ops.stream_sync = s_stream_sync;
+        s_ops.op_workspace = s_workspace;
         s_ops.op_forward = s_forward;
         s_ops.op_backward = s_backward;
         s_ops.sgd_update = s_sgd;
