@@ -236,11 +236,84 @@ static void s_add_same(void *arg, size_t lo, size_t hi) {
         y[i] = a[i] + b[i];
 }
 
+/* The other binary ops on operands of the output's shape, items [lo, hi):
+ * one flat loop per ISA, where the broadcasting walk (BC_PART) ran its
+ * general row loop and, backward, zeroed each gradient before adding into
+ * it. The same expressions, so the same values; a stored gradient is
+ * 0 + g as the zeroed buffer's add made it (a -0 stays +0). */
+S_CLONES static void s_bin_same(void *arg, size_t lo, size_t hi) {
+    const tp_op_call_t *c = arg;
+    const size_t n = hi - lo;
+    const float *restrict a = (const float *)c->x[0] + lo, *restrict b = (const float *)c->x[1] + lo;
+    float *restrict y = (float *)c->y + lo;
+    switch (c->kind) {
+    case TP_OP_SUB: for (size_t i = 0; i < n; i++) y[i] = a[i] - b[i]; break;
+    case TP_OP_MUL: for (size_t i = 0; i < n; i++) y[i] = a[i] * b[i]; break;
+    case TP_OP_DIV: for (size_t i = 0; i < n; i++) y[i] = a[i] / b[i]; break;
+    case TP_OP_MAXIMUM:
+        for (size_t i = 0; i < n; i++)
+            y[i] = a[i] >= b[i] || a[i] != a[i] ? a[i] : b[i];
+        break;
+    case TP_OP_MINIMUM:
+        for (size_t i = 0; i < n; i++)
+            y[i] = a[i] <= b[i] || a[i] != a[i] ? a[i] : b[i];
+        break;
+    default: break;
+    }
+}
+
+S_CLONES static void s_bin_same_bwd(void *arg, size_t lo, size_t hi) {
+    const tp_op_call_t *c = arg;
+    const size_t n = hi - lo;
+    const float *restrict a = (const float *)c->x[0] + lo, *restrict b = (const float *)c->x[1] + lo;
+    const float *restrict dy = c->dy + lo;
+#define S_SAME_GRAD(P, EXPR)                                                   \
+    do {                                                                       \
+        if (c->dx[P]) {                                                        \
+            float *restrict g_ = c->dx[P] + lo;                                \
+            if (c->dx_acc[P])                                                  \
+                for (size_t i = 0; i < n; i++)                                 \
+                    g_[i] += (EXPR);                                           \
+            else                                                               \
+                for (size_t i = 0; i < n; i++)                                 \
+                    g_[i] = 0.0f + (EXPR);                                     \
+        }                                                                      \
+    } while (0)
+    switch (c->kind) {
+    case TP_OP_SUB:
+        S_SAME_GRAD(0, dy[i]);
+        S_SAME_GRAD(1, -dy[i]);
+        break;
+    case TP_OP_MUL:
+        S_SAME_GRAD(0, dy[i] * b[i]);
+        S_SAME_GRAD(1, dy[i] * a[i]);
+        break;
+    case TP_OP_DIV:
+        S_SAME_GRAD(0, dy[i] / b[i]);
+        S_SAME_GRAD(1, -dy[i] * a[i] / (b[i] * b[i]));
+        break;
+    case TP_OP_MAXIMUM:
+        S_SAME_GRAD(0, a[i] > b[i] ? dy[i] : a[i] == b[i] ? 0.5f * dy[i] : 0.0f);
+        S_SAME_GRAD(1, b[i] > a[i] ? dy[i] : a[i] == b[i] ? 0.5f * dy[i] : 0.0f);
+        break;
+    case TP_OP_MINIMUM:
+        S_SAME_GRAD(0, a[i] < b[i] ? dy[i] : a[i] == b[i] ? 0.5f * dy[i] : 0.0f);
+        S_SAME_GRAD(1, b[i] < a[i] ? dy[i] : a[i] == b[i] ? 0.5f * dy[i] : 0.0f);
+        break;
+    default: break;
+    }
+#undef S_SAME_GRAD
+}
+
 static void s_binary_fwd(const tp_op_call_t *c) {
     if (c->kind == TP_OP_ADD && s_same(&c->xshape[0], &c->yshape) &&
         s_same(&c->xshape[1], &c->yshape)) {
         /* the image models' residual add: as it always ran */
         tp_cpu_parallel(s_count(&c->yshape), S_ALIGN, S_MIN_CHEAP, s_add_same, (void *)c);
+        return;
+    }
+    if (s_same(&c->xshape[0], &c->yshape) && s_same(&c->xshape[1], &c->yshape)) {
+        tp_cpu_parallel(s_count(&c->yshape), S_ALIGN, S_MIN_CHEAP, s_bin_same, (void *)c);
         return;
     }
     const tp_shape_t *xs[2] = {&c->xshape[0], &c->xshape[1]};
@@ -335,6 +408,10 @@ static void s_binary_bwd(const tp_op_call_t *c) {
     if (c->kind == TP_OP_ADD && s_same(&c->xshape[0], &c->yshape) &&
         s_same(&c->xshape[1], &c->yshape)) {
         tp_cpu_parallel(s_count(&c->yshape), S_ALIGN, S_MIN_CHEAP, s_add_same_bwd, (void *)c);
+        return;
+    }
+    if (s_same(&c->xshape[0], &c->yshape) && s_same(&c->xshape[1], &c->yshape)) {
+        tp_cpu_parallel(s_count(&c->yshape), S_ALIGN, S_MIN_CHEAP, s_bin_same_bwd, (void *)c);
         return;
     }
     const tp_shape_t *xs[2] = {&c->xshape[0], &c->xshape[1]};
