@@ -38,7 +38,9 @@
  * benchmark, not a test); 1 when a row fails to build or run.
  *
  * --cpu-time: the *_step rows are timed in process CPU time on both sides
- * (CLOCK_PROCESS_CPUTIME_ID here, time.process_time_ns in the peer), not
+ * (CLOCK_PROCESS_CPUTIME_ID here; in the peer its thread's time at 1
+ * thread, as a 2-thread round leaves OpenMP workers spinning, else its
+ * process's), not
  * wall time: on a shared host whose load makes each side wait for a core
  * most of a step, the work itself. Meaningful at one thread (--threads 1
  * against PyTorch's 1-thread column): at two, it counts both threads,
