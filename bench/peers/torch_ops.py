@@ -25,7 +25,10 @@ Exit status 3 when torch is missing.
 
 A request with "step": 1 is a whole model's training step: after the
 backward pass, an SGD update (no momentum) of every tensor that asked for a
-gradient is inside the timed step too, as in tp-bench's model.
+gradient is inside the timed step too, as in tp-bench's model. With "cpu":
+1 too (tp-bench ops --cpu-time) such a step is timed in CPU time, not
+wall time: the calling thread's (time.thread_time_ns) at 1 thread, the
+process's (time.process_time_ns) at more.
 
 A new op is one entry in OPS (the key bench_ops.c's row names in `op`).
 """
@@ -191,6 +194,11 @@ def time_row(row, seconds, min_iters):
         _cache.update(name=row["name"], gen=gen, xs=make_inputs(row, gen), st={}, g=None)
     xs, st, attr = _cache["xs"], _cache["st"], row["attr"]
     leaves = None
+    clock = time.perf_counter_ns
+    if row.get("step") and row.get("cpu"):
+        # at 1 thread the calling thread's own time: the process's would
+        # count the OpenMP workers a 2-thread round left spinning
+        clock = time.thread_time_ns if row["threads"] == 1 else time.process_time_ns
     times = []
     start = None
     it = 0
@@ -198,7 +206,7 @@ def time_row(row, seconds, min_iters):
         if leaves is not None:
             for t in leaves:
                 t.grad = None
-        t0 = time.perf_counter_ns()
+        t0 = clock()
         y = fn(xs, attr, st)
         if y.dim() == 0:
             y.backward()
@@ -212,7 +220,7 @@ def time_row(row, seconds, min_iters):
             with torch.no_grad():
                 for t in leaves:
                     t.add_(t.grad, alpha=-STEP_LR)
-        t1 = time.perf_counter_ns()
+        t1 = clock()
         if it == 1:
             start = time.perf_counter()
         if it >= 2:

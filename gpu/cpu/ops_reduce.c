@@ -30,6 +30,7 @@
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_math.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
@@ -37,6 +38,13 @@
 
 /* Elements of input worth a thread of their own (gpu/cpu/cpu_pool.h). */
 #define S_MIN_ITEMS 16384
+
+/* The sum and mean loops per ISA (cpu_math.h's clones): the double lanes
+ * of a sum are two to a baseline SSE2 register, eight to an AVX-512 one.
+ * Every lane adds its elements in the same order in each clone, and no
+ * FMA contraction (the backward's dx += dy scale), so all give the same
+ * bits. */
+#define S_CLONES TP_CPU_CLONES __attribute__((optimize("fp-contract=off")))
 
 int tp_cpu_reduce_kind(tp_op_kind_t k) {
     return k == TP_OP_REDUCE_SUM || k == TP_OP_REDUCE_MEAN || k == TP_OP_REDUCE_MAX ||
@@ -214,7 +222,7 @@ static double s_per_out(const s_map_t *m) {
     return m->ny ? (double)m->nx / (double)m->ny : 0.0;
 }
 
-static void s_reduce_fwd_part(void *arg, size_t lo, size_t hi) {
+S_CLONES static void s_reduce_fwd_part(void *arg, size_t lo, size_t hi) {
     const s_red_t *rd = arg;
     const tp_op_call_t *c = rd->c;
     const s_map_t *mp = &rd->m;
@@ -277,7 +285,7 @@ static void s_reduce_fwd(const tp_op_call_t *c) {
         y[o] = (float)(acc[o] * scale);
 }
 
-static void s_reduce_bwd_part(void *arg, size_t lo, size_t hi) {
+S_CLONES static void s_reduce_bwd_part(void *arg, size_t lo, size_t hi) {
     const s_red_t *rd = arg;
     const tp_op_call_t *c = rd->c;
     const s_map_t *mp = &rd->m;

@@ -6,7 +6,8 @@
  * relu's backward one more). Folded, the matmul's call adds the bias and
  * applies the relu in one pass over its product, and its backward masks
  * dy and sums the bias gradient before its own products. A relu after a
- * convolution, a batch norm, a bias add or an add folds the same way.
+ * convolution (plain or transposed), a batch norm, a bias add or an add
+ * folds the same way.
  *
  * The graph keeps every node (names, inputs, kinds and what a user walks
  * stay as built); a folded node only stops making calls: its value is
@@ -19,9 +20,13 @@
 #include <stdlib.h>
 #include "gpu/graph/graph_internal.h"
 
+/* The transposed convolution's relu goes into its bias pass (oneDNN's
+ * path, dnnl_conv.c) or one pass after its own kernels (ops_cpu.c): either
+ * way one pass over the output fewer, and the relu's backward is the
+ * mask before the op's backward. */
 static int s_relu_folds_into(tp_op_kind_t k) {
-    return k == TP_OP_MATMUL || k == TP_OP_CONV2D || k == TP_OP_BATCH_NORM ||
-           k == TP_OP_BIAS_ADD || k == TP_OP_ADD;
+    return k == TP_OP_MATMUL || k == TP_OP_CONV2D || k == TP_OP_CONV_TRANSPOSE ||
+           k == TP_OP_BATCH_NORM || k == TP_OP_BIAS_ADD || k == TP_OP_ADD;
 }
 
 void tp_plan_folds_(tp_tower_t *t) {

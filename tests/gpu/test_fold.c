@@ -17,8 +17,26 @@ static tp_optimizer_t *s_sgd(void *u) {
     return tp_optimizer_sgd(0.05, 0.9, 1);
 }
 
+/* examples/autoencoder.c's tower: two convs and a conv-transpose each
+ * with a relu after it, a conv-transpose and a sigmoid, the MSE against
+ * the scaled pixels (the labels unused). */
+static tp_status_t s_ae_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    (void)user;
+    const int64_t nchw[4] = {-1, 1, 28, 28};
+    tp_node_t *x = tp_reshape(t, "nchw", tp_cast(t, "pixels", in[0], 1.0f / 255), 4, nchw);
+    tp_node_t *h = tp_relu(t, NULL, tp_conv2d(t, "enc0", x, 16, 3, 2, 1, 1));
+    h = tp_relu(t, NULL, tp_conv2d(t, "enc1", h, 32, 3, 2, 1, 1));
+    h = tp_relu(t, NULL, tp_conv2d_transpose(t, "dec0", h, 16, 4, 2, 1, 0, 1));
+    tp_node_t *y = tp_sigmoid(t, "logits", tp_conv2d_transpose(t, "dec1", h, 1, 4, 2, 1, 0, 1));
+    tp_node_t *cost = tp_mse(t, "mse", y, x);
+    tp_tower_add_output(t, "logits", y);
+    tp_tower_add_output(t, "cost", cost);
+    return tp_tower_set_cost(t, cost);
+}
+
 static tp_model_t *s_model(const char *name, int fold, int towers, int batch) {
-    tp_model_desc_t md = {tp_zoo_inputs(), 2, tp_zoo_find(name)->build, s_sgd, NULL};
+    tp_tower_fn build = strcmp(name, "autoencoder") ? tp_zoo_find(name)->build : s_ae_tower;
+    tp_model_desc_t md = {tp_zoo_inputs(), 2, build, s_sgd, NULL};
     tp_model_config_t mc = tp_model_config_default();
     mc.towers = towers;
     mc.batch = batch;
@@ -112,6 +130,24 @@ Test(fold, cnn_bn_trains_bit_for_bit_as_unfolded) {
 /* add + relu (the residual joins), batch norm + relu */
 Test(fold, resnet_trains_bit_for_bit_as_unfolded, .timeout = 120) {
     s_same("resnet", 1, 4, 2);
+}
+
+/* a relu after each transposed convolution (the autoencoder's decoder):
+ * one fold per relu, three in all (without the conv-transpose's fold, two) */
+Test(fold, autoencoder_trains_bit_for_bit_as_unfolded) {
+    s_same("autoencoder", 1, 8, 3);
+    tp_model_t *m = s_model("autoencoder", 1, 1, 8);
+    tp_model_set_profiling(m, 1);
+    s_train(m, 1, 8, 1);
+    tp_op_profile_t p[64];
+    int n = tp_model_profile(m, 0, p, 64), folds = 0, relus = 0;
+    for (int i = 0; i < n && i < 64; i++) {
+        folds += p[i].folds;
+        relus += p[i].kind == TP_OP_RELU;
+    }
+    cr_expect_eq(folds, 3, "%d folds in the autoencoder", folds);
+    cr_expect_eq(relus, 0, "%d relu rows left", relus);
+    tp_model_destroy(&m);
 }
 
 /* two towers: the all-reduce and the update after it see the folded

@@ -168,3 +168,26 @@ Test(tp_bench, transport_json_says_why_a_case_has_no_figures) {
               s_out);
     cr_assert_null(strstr(s_out, "\"ratio\": 0.000"), "%s", s_out);
 }
+
+/* --cpu-time: a step row timed in process CPU time on both sides (the
+ * JSON says which clock; without the flag, wall), a positive time on each;
+ * the peer's side where /usr/bin/python3 has torch. */
+Test(tp_bench, ops_cpu_time_times_step_rows_in_process_cpu_time) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", "OPENBLAS_NUM_THREADS=1", NULL};
+    char *probe[] = {"/usr/bin/python3", "-c", "import torch", NULL};
+    const int torch = pu_run(probe, NULL, s_out, sizeof s_out) == 0;
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-bench", "ops", "--quick", "--threads", "1",
+                    "--op", "mlp_step", "--cpu-time", "--json", "--peer",
+                    TP_SOURCE_DIR "/bench/peers/torch_ops.py", torch ? NULL : "--no-torch",
+                    NULL};
+    cr_assert_eq(pu_run(argv, env, s_out, sizeof s_out), 0, "%s", s_out);
+    const char *j = strstr(s_out, "\"step_clock\":\"cpu\"");
+    cr_assert_not_null(j, "%s", s_out);
+    cr_assert_eq(s_rows_positive(j, "\"towerpack_us\":"), 1, "%s", j);
+    if (torch)
+        cr_assert_eq(s_rows_positive(j, "\"torch1_us\":"), 1, "%s", j);
+    argv[7] = "--json"; /* the same without --cpu-time: wall time */
+    argv[8] = NULL;
+    cr_assert_eq(pu_run(argv, env, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "\"step_clock\":\"wall\""), "%s", s_out);
+}

@@ -3,7 +3,7 @@
  *
  *   tp-bench ops [--op PATTERN[,PATTERN...]] [--seconds S] [--rounds R]
  *                [--quick] [--threads T] [--no-torch] [--python PY]
- *                [--peer SCRIPT] [--list] [--json]
+ *                [--peer SCRIPT] [--list] [--json] [--cpu-time]
  *
  * The benchmark is a table of rows (s_rows below): an op, a builder that
  * applies it to the row's inputs, the inputs' kinds and shapes, up to six
@@ -35,7 +35,16 @@
  * median of its rounds'. --quick is one round of 0.05 s (at least 3 steps),
  * a smoke test. The ratio is towerpack over torch: below 1 is
  * faster than PyTorch. The exit status is 0 whatever the ratios (a
- * benchmark, not a test); 1 when a row fails to build or run. */
+ * benchmark, not a test); 1 when a row fails to build or run.
+ *
+ * --cpu-time: the *_step rows are timed in process CPU time on both sides
+ * (CLOCK_PROCESS_CPUTIME_ID here; in the peer its thread's time at 1
+ * thread, as a 2-thread round leaves OpenMP workers spinning, else its
+ * process's), not
+ * wall time: on a shared host whose load makes each side wait for a core
+ * most of a step, the work itself. Meaningful at one thread (--threads 1
+ * against PyTorch's 1-thread column): at two, it counts both threads,
+ * and their spin-waits. Op rows keep the profiler's wall time. */
 #include <fnmatch.h>
 #include <math.h>
 #include <signal.h>
@@ -43,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 
@@ -615,18 +625,30 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
 /* Median microseconds of the op per step over about `seconds` (at least
  * `min_iters` steps, after two warm-up steps), or -1 with the error
  * printed. */
+/* --cpu-time: step rows in the process's CPU time (file comment) */
+static int s_cpu_time;
+
+/* The clock a step row is timed by: wall, or this process's CPU time. */
+static uint64_t s_step_ns(void) {
+    if (!s_cpu_time)
+        return tp_now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static double s_tp_time(tp_side_t *s, double seconds, int min_iters) {
     static double t[100000];
     int n = 0;
     uint64_t start = 0;
     for (int it = 0;; it++) {
-        uint64_t t0 = tp_now_ns();
+        uint64_t t0 = s_step_ns();
         if (tp_model_run(s->model, 0, s->feeds, s->nfeeds, NULL, 0, NULL) < 0) {
             fprintf(stderr, "tp-bench ops: %s: %s\n", s->row->name, tp_last_error());
             return -1;
         }
         /* a step row: the step's wall time; an op row: its node's time */
-        double now = s_is_step(s->row) ? s->prev + (double)(tp_now_ns() - t0)
+        double now = s_is_step(s->row) ? s->prev + (double)(s_step_ns() - t0)
                                   : s_op_ns(s->model, s->arg.timed);
         if (now < 0) {
             fprintf(stderr, "tp-bench ops: %s: no profile of node '%s'\n", s->row->name,
@@ -743,7 +765,8 @@ static double s_peer_time(peer_t *p, const bench_row_t *r, int threads, double s
                           int min_iters) {
     FILE *f = p->to;
     fprintf(f, "{\"seconds\":%g,\"min_iters\":%d,\"threads\":%d,\"name\":\"%s\",\"op\":\"%s\","
-               "\"step\":%d,\"attr\":[", seconds, min_iters, threads, r->name, r->op, s_is_step(r));
+               "\"step\":%d,\"cpu\":%d,\"attr\":[", seconds, min_iters, threads, r->name, r->op,
+            s_is_step(r), s_cpu_time);
     for (int k = 0; k < MAX_ATTR; k++)
         fprintf(f, "%s%g", k ? "," : "", r->attr[k]);
     fprintf(f, "],\"inputs\":[");
@@ -767,7 +790,7 @@ static void s_usage(FILE *o) {
     fprintf(o,
             "usage: tp-bench ops [--op PATTERN[,PATTERN...]] [--seconds S] [--rounds R] [--quick]\n"
             "                    [--threads T] [--no-torch] [--python PY] [--peer SCRIPT]\n"
-            "                    [--list] [--json]\n"
+            "                    [--list] [--json] [--cpu-time]\n"
             "  each op's forward+backward median time against PyTorch's (best of 1 and 2\n"
             "  threads) on shapes from the example models; ratio = towerpack / torch.\n"
             "  --op: rows whose name matches a shell pattern (\"conv2d/*\", \"relu\")\n"
@@ -775,7 +798,9 @@ static void s_usage(FILE *o) {
             "  alternate the sides; the median of the rounds' medians; --quick: 0.05 s\n"
             "  in 1 round (a smoke run)\n"
             "  --threads: towerpack's OpenBLAS threads (default 0: OpenBLAS's own)\n"
-            "  --python: default /usr/bin/python3; --peer: bench/peers/torch_ops.py\n");
+            "  --python: default /usr/bin/python3; --peer: bench/peers/torch_ops.py\n"
+            "  --cpu-time: *_step rows in process CPU time on both sides, not wall time\n"
+            "  (a loaded host; meaningful at --threads 1)\n");
 }
 
 static int s_selected(const char *name, const char *patterns) {
@@ -825,6 +850,8 @@ int tp_bench_ops(int argc, char **argv) {
             list = 1;
         else if (!strcmp(argv[i], "--json"))
             json = 1;
+        else if (!strcmp(argv[i], "--cpu-time"))
+            s_cpu_time = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             s_usage(stdout);
             return 0;
@@ -917,12 +944,14 @@ int tp_bench_ops(int argc, char **argv) {
     char slow_names[1024] = "";
     if (json)
         printf("{\"bench\":\"ops\",\"threads\":%d,\"fold\":0,\"seconds\":%g,\"rounds\":%d,"
-               "\"torch\":\"%s\",\"rows\":[",
-               tp_threads, seconds, rounds, have_torch ? version : "");
+               "\"step_clock\":\"%s\",\"torch\":\"%s\",\"rows\":[",
+               tp_threads, seconds, rounds, s_cpu_time ? "cpu" : "wall",
+               have_torch ? version : "");
     else {
         printf("tp-bench ops: forward+backward of each op, median per step (us); towerpack on "
                "%d OpenBLAS thread(s), fold off\n(*_step rows: a whole training step with "
-               "its SGD update, folds on);\n", tp_threads);
+               "its SGD update, folds on%s);\n", tp_threads,
+               s_cpu_time ? ", in process CPU time" : "");
         if (have_torch)
             printf("PyTorch %s eager, best of 1 and 2 threads (torch.set_num_threads); ratio = "
                    "towerpack / torch\n", version);
