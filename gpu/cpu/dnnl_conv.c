@@ -55,8 +55,9 @@ extern int omp_get_max_threads(void);
 
 enum { S_FWD, S_BWD_DATA, S_BWD_WEIGHTS, S_PASSES };
 enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
-/* TP_CPU_CONV_ALG=auto's Winograd: channels in and out at least this */
-enum { S_WINO_MIN_C = 32 };
+/* TP_CPU_CONV_ALG=auto's Winograd: channels in and out at least
+ * S_WINO_MIN_C, an output larger than S_WINO_MIN_HW a side (s_winograd) */
+enum { S_WINO_MIN_C = 32, S_WINO_MIN_HW = 4 };
 
 /* The cache key: the call's geometry (tp_dnnl_geom_t, dnnl_ops.h: the
  * pooling's key too), with the OpenMP team it was made for (below) and a
@@ -427,10 +428,13 @@ static tp_status_t s_conv_pds(const tp_dnnl_conv_t *self, const s_geom_t *k,
  * multiplies, more additions and transforms; it rounds differently, within
  * the bound tests/gpu/test_dnnl_conv.c checks). Only a 3x3 stride-1
  * undilated ungrouped convolution on oneDNN's own layouts has it. auto:
- * where it measured faster (docs/performance.md): at least 32 channels in
- * and out; the few-channel first layers (1 or 3 -> 32: padded to 16, and
- * several times slower) stay direct. A rule of the geometry alone, so the
- * towers of a run and a run and its resume make the same choice. */
+ * where a pass (forward + both backwards) measured faster
+ * (docs/performance.md, "Winograd"): at least 32 channels in and out
+ * (0.44-0.80x direct's CPU time) on an output larger than 4x4; direct for
+ * the few-channel first layers (1 or 3 -> 32: 1.6-3.4x slower, the image
+ * padded to 16 channels), 16 channels (1.1x) and ResNet-18's 4x4 stage 4
+ * (one output tile: 1.0-1.1x). A rule of the geometry alone, not a timing,
+ * so the towers of a run, and a run and its resume, choose alike. */
 static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
     if (self->alg == S_ALG_DIRECT || self->path == TP_CPU_CONV_DNNL_PLAIN)
         return 0;
@@ -439,7 +443,8 @@ static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
         return 0;
     if (self->alg == S_ALG_WINOGRAD)
         return 1;
-    return k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C;
+    return k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C && k->oh > S_WINO_MIN_HW &&
+           k->ow > S_WINO_MIN_HW;
 }
 
 /* The three passes of geometry k into e (e->ok 0: some pass unimplemented). */
