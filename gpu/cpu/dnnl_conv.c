@@ -9,7 +9,9 @@
  * Each geometry (batch, channels, image, kernel, stride, padding, dilation,
  * groups, bias or not) gets its three primitives once, when the model plans
  * its workspaces, and keeps them in the backend's cache until the backend
- * is destroyed (the thread count too: oneDNN splits the work for it). The
+ * is destroyed (the thread count too: oneDNN splits the work for it); a
+ * 3x3 stride-1 conv's are oneDNN's Winograd where that measured faster
+ * (TP_CPU_CONV_ALG, s_winograd), the rest its direct algorithm. The
  * primitives run on the op's plain NCHW / OIHW buffers: with
  * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
  * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every

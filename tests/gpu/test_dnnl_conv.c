@@ -9,7 +9,9 @@
  * both oneDNN layouts (TP_CPU_CONV=dnnl, dnnl-plain); a transposed conv's
  * bias and folded relu (added outside oneDNN). Then the cache (one
  * entry per geometry), a call with no planned workspace, the thread count
- * oneDNN runs on, and an unknown TP_CPU_CONV. */
+ * oneDNN runs on, and an unknown TP_CPU_CONV. Last, the algorithm
+ * (TP_CPU_CONV_ALG): Winograd's and direct's error against float64 on
+ * ResNet's shapes, and auto's choice. */
 #include <cblas.h>
 #include <criterion/criterion.h>
 #include <math.h>
