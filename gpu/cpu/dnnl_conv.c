@@ -9,7 +9,9 @@
  * Each geometry (batch, channels, image, kernel, stride, padding, dilation,
  * groups, bias or not) gets its three primitives once, when the model plans
  * its workspaces, and keeps them in the backend's cache until the backend
- * is destroyed (the thread count too: oneDNN splits the work for it). The
+ * is destroyed (the thread count too: oneDNN splits the work for it); a
+ * 3x3 stride-1 conv's are oneDNN's Winograd where that measured faster
+ * (TP_CPU_CONV_ALG, s_winograd), the rest its direct algorithm. The
  * primitives run on the op's plain NCHW / OIHW buffers: with
  * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
  * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every
@@ -55,6 +57,9 @@ extern int omp_get_max_threads(void);
 
 enum { S_FWD, S_BWD_DATA, S_BWD_WEIGHTS, S_PASSES };
 enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
+/* TP_CPU_CONV_ALG=auto's Winograd: channels in and out at least
+ * S_WINO_MIN_C, an output larger than S_WINO_MIN_HW a side (s_winograd) */
+enum { S_WINO_MIN_C = 32, S_WINO_MIN_HW = 4 };
 
 /* The cache key: the call's geometry (tp_dnnl_geom_t, dnnl_ops.h: the
  * pooling's key too), with the OpenMP team it was made for (below) and a
@@ -97,6 +102,7 @@ typedef struct s_entry {
     int ok;                        /* oneDNN implements all three passes */
     s_pass_t pass[S_PASSES];
     int data_im2col;               /* backward-data by ops_conv.c (below) */
+    int winograd;                  /* the passes are oneDNN's Winograd */
     int own_bias;                  /* the forward's bias and relu are ours */
     int mask16;                    /* a folded relu's backward writes dy
                                       masked straight into dd, nChw16c
@@ -109,9 +115,13 @@ typedef struct s_entry {
     struct s_entry *next;
 } s_entry_t;
 
+/* TP_CPU_CONV_ALG: the algorithm of a 3x3 stride-1 convolution */
+typedef enum { S_ALG_AUTO = 0, S_ALG_DIRECT, S_ALG_WINOGRAD } s_alg_t;
+
 struct tp_dnnl_conv {
     dnnl_engine_t engine;
     tp_cpu_conv_path_t path;
+    s_alg_t alg;                   /* read once, when the cache is made */
     pthread_mutex_t mu;            /* guards the list; entries never change
                                       once listed */
     s_entry_t *entries;
@@ -371,6 +381,74 @@ static tp_status_t s_finish(s_pass_t *p, const_dnnl_primitive_desc_t pd, const c
     return TP_OK;
 }
 
+/* The three descriptors of a convolution (not transposed) by `alg`. */
+static dnnl_status_t s_conv_descs(const s_mds_t *m, const dnnl_memory_desc_t *bias,
+                                  dnnl_alg_kind_t alg, dnnl_convolution_desc_t *fd,
+                                  dnnl_convolution_desc_t *dd, dnnl_convolution_desc_t *wd) {
+    dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
+        fd, dnnl_forward_training, alg, &m->xa, &m->wa, bias, &m->ya, m->strides, m->dil,
+        m->pl, m->pr);
+    if (st == dnnl_success)
+        st = dnnl_dilated_convolution_backward_data_desc_init(
+            dd, alg, &m->xa, &m->wa, &m->ya, m->strides, m->dil, m->pl, m->pr);
+    if (st == dnnl_success)
+        st = dnnl_dilated_convolution_backward_weights_desc_init(
+            wd, alg, &m->xa, &m->wa, bias, &m->ya, m->strides, m->dil, m->pl, m->pr);
+    return st;
+}
+
+static void s_pds_free(dnnl_primitive_desc_t *f, dnnl_primitive_desc_t *d,
+                       dnnl_primitive_desc_t *w) {
+    dnnl_primitive_desc_t *all[3] = {f, d, w};
+    for (int i = 0; i < 3; i++)
+        if (*all[i]) {
+            dnnl_primitive_desc_destroy(*all[i]);
+            *all[i] = NULL;
+        }
+}
+
+/* The three primitive descriptors of a convolution by `alg`; *ok 0 when
+ * oneDNN lacks one of them (its descriptor or its implementation). */
+static tp_status_t s_conv_pds(const tp_dnnl_conv_t *self, const s_geom_t *k,
+                              const s_mds_t *m, const dnnl_memory_desc_t *bias,
+                              dnnl_alg_kind_t alg, const char *name,
+                              dnnl_primitive_desc_t *fpd, dnnl_primitive_desc_t *dpd,
+                              dnnl_primitive_desc_t *wpd, int *ok) {
+    dnnl_convolution_desc_t fd, dd, wd;
+    *ok = 0;
+    if (s_conv_descs(m, bias, alg, &fd, &dd, &wd) != dnnl_success)
+        return TP_OK;
+    TP_TRY(s_pd(self, &fd, NULL, fpd, ok, (int)k->relu, name));
+    if (*ok)
+        TP_TRY(s_pd(self, &dd, *fpd, dpd, ok, 0, name));
+    if (*ok)
+        TP_TRY(s_pd(self, &wd, *fpd, wpd, ok, 0, name));
+    return TP_OK;
+}
+
+/* Whether geometry k asks for Winograd (oneDNN's F(4x4, 3x3): fewer
+ * multiplies, more additions and transforms; it rounds differently, within
+ * the bound tests/gpu/test_dnnl_conv.c checks). Only a 3x3 stride-1
+ * undilated ungrouped convolution on oneDNN's own layouts has it. auto:
+ * where a pass (forward + both backwards) measured faster
+ * (docs/performance.md, "Winograd"): at least 32 channels in and out
+ * (0.44-0.80x direct's CPU time) on an output larger than 4x4; direct for
+ * the few-channel first layers (1 or 3 -> 32: 1.6-3.4x slower, the image
+ * padded to 16 channels), 16 channels (1.1x) and ResNet-18's 4x4 stage 4
+ * (one output tile: 1.0-1.1x). A rule of the geometry alone, not a timing,
+ * so the towers of a run, and a run and its resume, choose alike. */
+static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
+    if (self->alg == S_ALG_DIRECT || self->path == TP_CPU_CONV_DNNL_PLAIN)
+        return 0;
+    if (k->kh != 3 || k->kw != 3 || k->sh != 1 || k->sw != 1 || k->dh != 1 || k->dw != 1 ||
+        k->g != 1)
+        return 0;
+    if (self->alg == S_ALG_WINOGRAD)
+        return 1;
+    return k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C && k->oh > S_WINO_MIN_HW &&
+           k->ow > S_WINO_MIN_HW;
+}
+
 /* The three passes of geometry k into e (e->ok 0: some pass unimplemented). */
 static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
                                  const tp_op_call_t *c) {
@@ -392,18 +470,22 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
     e->own_bias = s_deconv(k);
     const dnnl_memory_desc_t *fbias = e->own_bias ? NULL : bias;
     dnnl_status_t st;
-    if (!s_deconv(k)) {
-        st = dnnl_dilated_convolution_forward_desc_init(
-            &fd, dnnl_forward_training, dnnl_convolution_direct, &m.xa, &m.wa, bias, &m.ya,
-            m.strides, m.dil, m.pl, m.pr);
-        if (st == dnnl_success)
-            st = dnnl_dilated_convolution_backward_data_desc_init(
-                &dd, dnnl_convolution_direct, &m.xa, &m.wa, &m.ya, m.strides, m.dil, m.pl,
-                m.pr);
-        if (st == dnnl_success)
-            st = dnnl_dilated_convolution_backward_weights_desc_init(
-                &wd, dnnl_convolution_direct, &m.xa, &m.wa, bias, &m.ya, m.strides, m.dil,
-                m.pl, m.pr);
+    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
+    int ok = 0;
+    tp_status_t rc = TP_OK;
+    if (!s_deconv(k) && s_winograd(self, k)) {
+        /* Winograd where all three passes have it (oneDNN 2.6: AVX-512
+         * only); any pass without it: all three direct, below */
+        rc = s_conv_pds(self, k, &m, bias, dnnl_convolution_winograd, name, &fpd, &dpd,
+                        &wpd, &ok);
+        if (rc == TP_OK && !ok)
+            s_pds_free(&fpd, &dpd, &wpd);
+        e->winograd = rc == TP_OK && ok;
+    }
+    if (rc != TP_OK || e->winograd) {
+        st = dnnl_success;
+    } else if (!s_deconv(k)) {
+        st = s_conv_descs(&m, bias, dnnl_convolution_direct, &fd, &dd, &wd);
     } else if (k->c / k->g < 8 || k->o / k->g < 8) {
         /* a transposed conv to or from a few-channel image: oneDNN pads the
          * channels to 16 (the slow case of conv2d's backward-data below) */
@@ -426,13 +508,13 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         e->bytes = tp_cpu_conv_workspace(c);
         return TP_OK;
     }
-    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
-    int ok = 0;
-    tp_status_t rc = s_pd(self, &fd, NULL, &fpd, &ok, (int)k->relu && !e->own_bias, name);
-    if (rc == TP_OK && ok)
-        rc = s_pd(self, &dd, fpd, &dpd, &ok, 0, name);
-    if (rc == TP_OK && ok)
-        rc = s_pd(self, &wd, fpd, &wpd, &ok, 0, name);
+    if (rc == TP_OK && !e->winograd) {
+        rc = s_pd(self, &fd, NULL, &fpd, &ok, (int)k->relu && !e->own_bias, name);
+        if (rc == TP_OK && ok)
+            rc = s_pd(self, &dd, fpd, &dpd, &ok, 0, name);
+        if (rc == TP_OK && ok)
+            rc = s_pd(self, &wd, fpd, &wpd, &ok, 0, name);
+    }
     e->ok = rc == TP_OK && ok;
     if (e->ok) {
         s_pass_t *p = &e->pass[S_FWD];
@@ -504,12 +586,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
     } else if (rc == TP_OK) {
         e->bytes = tp_cpu_conv_workspace(c); /* ops_conv.c runs it */
     }
-    if (fpd)
-        dnnl_primitive_desc_destroy(fpd);
-    if (dpd)
-        dnnl_primitive_desc_destroy(dpd);
-    if (wpd)
-        dnnl_primitive_desc_destroy(wpd);
+    s_pds_free(&fpd, &dpd, &wpd);
     return rc;
 }
 
@@ -859,6 +936,19 @@ tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path) {
         return NULL;
     }
     self->path = path;
+    const char *alg = getenv("TP_CPU_CONV_ALG");
+    if (!alg || !*alg || !strcmp(alg, "auto")) {
+        self->alg = S_ALG_AUTO;
+    } else if (!strcmp(alg, "direct")) {
+        self->alg = S_ALG_DIRECT;
+    } else if (!strcmp(alg, "winograd")) {
+        self->alg = S_ALG_WINOGRAD;
+    } else {
+        tp_error(TP_ERR_INVALID, "TP_CPU_CONV_ALG=%s: expected direct, winograd or auto",
+                 alg);
+        free(self);
+        return NULL;
+    }
     dnnl_status_t st = dnnl_engine_create(&self->engine, dnnl_cpu, 0);
     if (st != dnnl_success) {
         s_fail(st, "dnnl_engine_create(cpu)", "CPU backend", __FILE__, __LINE__);

@@ -9,7 +9,9 @@
  * both oneDNN layouts (TP_CPU_CONV=dnnl, dnnl-plain); a transposed conv's
  * bias and folded relu (added outside oneDNN). Then the cache (one
  * entry per geometry), a call with no planned workspace, the thread count
- * oneDNN runs on, and an unknown TP_CPU_CONV. */
+ * oneDNN runs on, and an unknown TP_CPU_CONV. Last, the algorithm
+ * (TP_CPU_CONV_ALG): Winograd's and direct's error against float64 on
+ * ResNet's shapes, and auto's choice. */
 #include <cblas.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -467,4 +469,157 @@ Test(dnnl_conv, an_unknown_path_is_refused_by_name) {
     cr_assert_null(b);
     cr_assert(strstr(tp_last_error(), "TP_CPU_CONV=fast"), "%s", tp_last_error());
     unsetenv("TP_CPU_CONV");
+}
+
+/* ---- the algorithm: TP_CPU_CONV_ALG (direct, winograd, auto) ------------- */
+
+static tp_backend_t *s_backend_alg(const char *alg) {
+    setenv("TP_CPU_CONV_ALG", alg, 1);
+    tp_backend_t *b = s_backend("dnnl");
+    unsetenv("TP_CPU_CONV_ALG");
+    return b;
+}
+
+/* The conv's y, dx and dw in float64 from the same float inputs (stride
+ * 1, padding p, no groups or dilation: the shapes Winograd takes). */
+static void s_ref64(const conv_t *t, const geom_t *g, double *y, double *dx, double *dw) {
+    const int n = g->n, c = g->c, h = g->h, w = g->w, o = g->o, k = g->k, p = g->p;
+    const int oh = (int)t->ys.d[2], ow = (int)t->ys.d[3];
+    memset(y, 0, t->ny * sizeof *y);
+    memset(dx, 0, t->nx * sizeof *dx);
+    memset(dw, 0, t->nw * sizeof *dw);
+    for (int ni = 0; ni < n; ni++)
+        for (int oi = 0; oi < o; oi++)
+            for (int ci = 0; ci < c; ci++)
+                for (int ki = 0; ki < k; ki++)
+                    for (int kj = 0; kj < k; kj++) {
+                        const size_t wi = (((size_t)oi * c + ci) * k + ki) * k + kj;
+                        const double wv = t->w[wi];
+                        for (int yi = 0; yi < oh; yi++) {
+                            const int xi = yi + ki - p;
+                            if (xi < 0 || xi >= h)
+                                continue;
+                            for (int yj = 0; yj < ow; yj++) {
+                                const int xj = yj + kj - p;
+                                if (xj < 0 || xj >= w)
+                                    continue;
+                                const size_t xo = (((size_t)ni * c + ci) * h + xi) * w + xj;
+                                const size_t yo = (((size_t)ni * o + oi) * oh + yi) * ow + yj;
+                                y[yo] += wv * t->x[xo];
+                                dx[xo] += wv * t->dy[yo];
+                                dw[wi] += (double)t->dy[yo] * t->x[xo];
+                            }
+                        }
+                    }
+    if (g->bias)
+        for (size_t i = 0; i < t->ny; i++)
+            y[i] += t->b[i / ((size_t)oh * ow) % (size_t)o];
+}
+
+/* max |a - r| over max |r| */
+static double s_err(const float *a, const double *r, size_t n) {
+    double big = 0.0, e = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        big = fmax(big, fabs(r[i]));
+        e = fmax(e, fabs((double)a[i] - r[i]));
+    }
+    return e / big;
+}
+
+/* ResNet's 3x3 stride-1 layers (ResNet-18's four stages at 112 px, the zoo
+ * resnet's 32 channels; small batches): against float64, each pass's
+ * largest error relative to its largest value, direct's and Winograd's.
+ * Winograd (oneDNN's F(4x4, 3x3)) rounds more: its transforms scale
+ * values up and down before and after the sums. Measured: direct 1.6e-7 to
+ * 2.3e-6, Winograd 8.9e-7 to 2.9e-6 (float32's epsilon is 1.2e-7; these
+ * sums have 288 to 4,608 terms); the bound, 1e-5 for direct and 2e-5 for
+ * Winograd, leaves room for other batches and machines. auto's choice
+ * (bit for bit) is Winograd's but for the 4x4 stage, direct's. */
+static const geom_t s_resnet_geoms[] = {
+    {2, 32, 28, 28, 32, 3, 1, 1, 1, 1, 0, 0, 0},  /* the zoo resnet's stage 1 */
+    {2, 64, 28, 28, 64, 3, 1, 1, 1, 1, 0, 0, 0},  /* ResNet-18 at 112 px: stage 1 */
+    {2, 128, 14, 14, 128, 3, 1, 1, 1, 1, 0, 0, 0}, /* stage 2 */
+    {2, 256, 7, 7, 256, 3, 1, 1, 1, 1, 0, 0, 0},   /* stage 3 */
+    {1, 512, 4, 4, 512, 3, 1, 1, 1, 1, 1, 0, 0},   /* stage 4, with a bias: auto direct */
+};
+
+Test(dnnl_conv, winograds_error_against_float64_is_within_its_bound_on_resnet_shapes) {
+    const char *algs[] = {"direct", "winograd", "auto"};
+    const double bound[] = {1e-5, 2e-5, 2e-5};
+    tp_backend_t *bs[3];
+    for (int a = 0; a < 3; a++)
+        bs[a] = s_backend_alg(algs[a]);
+    for (int gi = 0; gi < (int)(sizeof s_resnet_geoms / sizeof s_resnet_geoms[0]); gi++) {
+        const geom_t *g = &s_resnet_geoms[gi];
+        conv_t t[3];
+        for (int a = 0; a < 3; a++) {
+            s_conv(&t[a], g);
+            s_plan(bs[a], &t[a]);
+            s_step(bs[a], &t[a], 0);
+        }
+        double *y = malloc(t[0].ny * sizeof *y), *dx = malloc(t[0].nx * sizeof *dx);
+        double *dw = malloc(t[0].nw * sizeof *dw);
+        s_ref64(&t[0], g, y, dx, dw);
+        for (int a = 0; a < 3; a++) {
+            const double ey = s_err(t[a].y, y, t[a].ny), edx = s_err(t[a].dx, dx, t[a].nx);
+            const double edw = s_err(t[a].dw, dw, t[a].nw);
+            cr_log_info("%d ch %dx%d, %s: y %.2e dx %.2e dw %.2e", g->c, g->h, g->w, algs[a],
+                        ey, edx, edw);
+            cr_assert(ey <= bound[a] && edx <= bound[a] && edw <= bound[a],
+                      "%d ch %dx%d, %s: errors y %.2e dx %.2e dw %.2e past %.0e", g->c, g->h,
+                      g->w, algs[a], ey, edx, edw, bound[a]);
+        }
+        /* Winograd ran (it rounds unlike direct), and auto chose as its rule says */
+        cr_assert(memcmp(t[1].y, t[0].y, t[0].ny * sizeof(float)),
+                  "%d channels: Winograd's y is direct's bit for bit", g->c);
+        const int want = g->h > 4 ? 1 : 0;
+        cr_assert(!memcmp(t[2].y, t[want].y, t[0].ny * sizeof(float)) &&
+                      !memcmp(t[2].dx, t[want].dx, t[0].nx * sizeof(float)) &&
+                      !memcmp(t[2].dw, t[want].dw, t[0].nw * sizeof(float)),
+                  "%d channels: auto did not choose %s", g->c, algs[want]);
+        free(y), free(dx), free(dw);
+        for (int a = 0; a < 3; a++)
+            s_free(&t[a]);
+    }
+    for (int a = 0; a < 3; a++)
+        tp_backend_destroy(&bs[a]);
+}
+
+/* auto keeps direct where Winograd measured slower (docs/performance.md):
+ * a few-channel image (the CNN's conv1, 1 -> 32) and 16 channels; and where
+ * oneDNN has no Winograd (stride 2, 1x1): bit for bit direct's results. */
+Test(dnnl_conv, auto_keeps_direct_where_winograd_is_slower_or_absent) {
+    static const geom_t gs[] = {
+        {4, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 0, 0},  /* the CNN's conv1 */
+        {4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},   /* 16 channels */
+        {2, 64, 14, 14, 64, 3, 2, 1, 1, 1, 0, 0, 0}, /* stride 2 */
+        {2, 64, 14, 14, 64, 1, 1, 0, 1, 1, 0, 0, 0}, /* 1x1 */
+    };
+    tp_backend_t *d = s_backend_alg("direct"), *a = s_backend_alg("auto");
+    for (int gi = 0; gi < (int)(sizeof gs / sizeof gs[0]); gi++) {
+        conv_t td, ta;
+        s_conv(&td, &gs[gi]);
+        s_conv(&ta, &gs[gi]);
+        s_plan(d, &td);
+        s_plan(a, &ta);
+        s_step(d, &td, 0);
+        s_step(a, &ta, 0);
+        cr_assert(!memcmp(ta.y, td.y, td.ny * sizeof(float)) &&
+                      !memcmp(ta.dx, td.dx, td.nx * sizeof(float)) &&
+                      !memcmp(ta.dw, td.dw, td.nw * sizeof(float)),
+                  "geometry %d: auto is not direct", gi);
+        s_free(&td);
+        s_free(&ta);
+    }
+    tp_backend_destroy(&d);
+    tp_backend_destroy(&a);
+}
+
+Test(dnnl_conv, an_unknown_algorithm_is_refused_by_name) {
+    setenv("TP_CPU_CONV_ALG", "fft", 1);
+    setenv("TP_CPU_CONV", "dnnl", 1);
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    unsetenv("TP_CPU_CONV_ALG");
+    cr_assert_null(b);
+    cr_assert(strstr(tp_last_error(), "TP_CPU_CONV_ALG=fft"), "%s", tp_last_error());
 }
