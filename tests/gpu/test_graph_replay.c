@@ -145,6 +145,14 @@ static tp_status_t s_op(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t *c,
     return TP_OK;
 }
 
+/* the CPU's own plan of an op's workspace: the ops run on the CPU backend
+ * (with its oneDNN cache), whose matmul falls back to OpenBLAS when the
+ * workspace lacks its scratchpad */
+static size_t s_workspace(tp_backend_t *b, const tp_op_call_t *c) {
+    s_fake_t *f = s_of(b);
+    return f->cpu->ops->op_workspace(f->cpu, c);
+}
+
 static tp_status_t s_fwd(tp_backend_t *b, tp_stream_t *s, const tp_op_call_t *c) {
     return s_op(b, s, c, R_FWD);
 }
@@ -355,6 +363,7 @@ static s_fake_t *s_fake_new(void) {
     cr_assert_not_null(f->cpu);
     f->ops = *f->cpu->ops;
     f->ops.name = "graph-stand-in";
+    f->ops.op_workspace = s_workspace;
     f->ops.op_forward = s_fwd;
     f->ops.op_backward = s_bwd;
     f->ops.fill = s_fill;
