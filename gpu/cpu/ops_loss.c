@@ -12,8 +12,9 @@
  * e^-|x| is tiny (it returns e^-|x| itself once 1 + e^-|x| rounds to 1).
  *
  * Forward and backward are one pass each, per loss a loop without a switch
- * inside, in the per-ISA clones of cpu_math.h (no libm call per element, so
- * GCC vectorises them) and on the pool for big tensors. The forward's sum
+ * inside (the forward's terms and the backward in the per-ISA clones of
+ * cpu_math.h; no libm call per element, so GCC vectorises them), on the
+ * pool for big tensors. The forward's sum
  * is cut into fixed blocks that depend only on the element count, each
  * summed in eight double lanes, then the block sums in order: the same
  * bits for any thread count. */
