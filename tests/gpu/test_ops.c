@@ -1137,3 +1137,134 @@ Test(ops_fwd, log_and_pow_off_the_positive_normals_are_libms) {
     }
     tp_model_destroy(&m);
 }
+
+/* ---- the loss kernels at the edges (gpu/cpu/ops_loss.c) ------------------- */
+
+#include "gpu/backend_impl.h"
+#include "gpu/cpu/cpu_pool.h"
+#include "gpu/cpu/ops_loss.h"
+
+/* One loss call on n same-shape elements, straight to the CPU kernel. */
+typedef struct {
+    tp_op_attr_t attr;
+    tp_shape_t shape[2];
+    const void *x[2];
+    float *dx[2];
+    int acc[2];
+    float y, dy;
+    tp_op_call_t c;
+} s_loss_call_t;
+
+static void s_loss_call_init(s_loss_call_t *l, tp_op_kind_t kind, const float *a,
+                             const float *b, float *d0, float *d1, size_t n) {
+    memset(l, 0, sizeof *l);
+    l->shape[0].ndim = l->shape[1].ndim = 1;
+    l->shape[0].d[0] = l->shape[1].d[0] = (int64_t)n;
+    l->x[0] = a;
+    l->x[1] = b;
+    l->dx[0] = d0;
+    l->dx[1] = d1;
+    l->dy = 1.0f;
+    l->attr.alpha = 1.0f;
+    l->c = (tp_op_call_t){.kind = kind, .attr = &l->attr, .name = "loss", .ninputs = 2,
+                          .x = l->x, .xshape = l->shape, .y = &l->y, .yshape = {0},
+                          .dx = l->dx, .dx_acc = l->acc, .dy = &l->dy};
+}
+
+/* Sigmoid cross-entropy's vectorised log1p(e^-|x|) and sigmoid where they
+ * matter: logits from 5 to 1e4 in size, whose term is a tiny log1p(e^-|x|)
+ * (labels 1 for positive logits, 0 for negative: a naive log(1 + e^-|x|)
+ * gives 0), |x| itself plus it (the opposite labels), or a mix. 37
+ * elements: whole vectors of every ISA and a scalar tail. */
+Test(ops_fwd, sigmoid_xent_is_exact_to_float_at_large_logits) {
+    enum { LEN = 37 };
+    const float xs[] = {0.5f, 5.0f, 15.0f, 17.5f, 20.0f, 30.0f, 50.0f, 80.0f, 86.0f, 88.0f,
+                        89.0f, 100.0f, 1e4f};
+    float a[LEN], b[LEN], d0[LEN], d1[LEN];
+    for (size_t k = 0; k < sizeof xs / sizeof *xs; k++)
+        for (int sign = -1; sign <= 1; sign += 2)
+            for (int lab = 0; lab < 3; lab++) {
+                const float x = (float)sign * xs[k];
+                const float z = lab == 0 ? (x > 0.0f) : lab == 1 ? (x < 0.0f) : 0.25f;
+                for (int i = 0; i < LEN; i++) {
+                    a[i] = x;
+                    b[i] = z;
+                }
+                s_loss_call_t l;
+                s_loss_call_init(&l, TP_OP_SIGMOID_XENT, a, b, d0, d1, LEN);
+                cr_assert_eq(tp_cpu_loss_forward(&l.c), TP_OK);
+                const double xd = x, zd = z;
+                const double want = (xd > 0 ? xd : 0) - xd * zd + log1p(exp(-fabs(xd)));
+                /* 1e-37 absolute: below e^-87 the term is denormal, flushed */
+                cr_expect(fabs(l.y - want) <= 2e-6 * fabs(want) + 1e-37,
+                          "loss(x %g, z %g) = %.9g, want %.9g", xd, zd, (double)l.y, want);
+                cr_assert_eq(tp_cpu_loss_backward(&l.c), TP_OK);
+                const double sig = 1.0 / (1.0 + exp(-xd));
+                const double g0 = (sig - zd) / LEN, g1 = -xd / LEN;
+                for (int i = 0; i < LEN; i++) {
+                    /* sigmoid near 1 rounds in float before z is taken off; denormals
+                     * are flushed */
+                    cr_expect(fabs(d0[i] - g0) <= 1e-5 * fabs(g0) + 1e-7 * (sig + zd) / LEN + 1e-37,
+                              "dx(x %g, z %g)[%d] = %.9g, want %.9g", xd, zd, i,
+                              (double)d0[i], g0);
+                    cr_expect(fabs(d1[i] - g1) <= 1e-6 * fabs(g1), "dz(x %g)[%d] = %.9g", xd,
+                              i, (double)d1[i]);
+                    if (i > 0) /* the vector lanes and the tail agree */
+                        cr_expect(d0[i] == d0[0] && d1[i] == d1[0]);
+                }
+            }
+}
+
+/* Every loss's mean is the same bits on 1 and 2 threads (the forward's
+ * blocks depend on the element count only), and its backward adds into a
+ * gradient where asked. */
+Test(ops_fwd, loss_means_are_the_same_bits_on_one_and_two_threads) {
+    enum { LEN = 300007 };
+    float *a = malloc(LEN * sizeof *a), *b = malloc(LEN * sizeof *b);
+    float *d0 = malloc(LEN * sizeof *d0), *d1 = malloc(LEN * sizeof *d1);
+    cr_assert(a && b && d0 && d1);
+    for (int i = 0; i < LEN; i++) {
+        a[i] = (float)(((int64_t)i * 7919) % 2003) / 100.0f - 10.0f;
+        b[i] = (float)(((int64_t)i * 104729) % 1009) / 1009.0f;
+    }
+    const tp_op_kind_t kinds[] = {TP_OP_MSE, TP_OP_L1_LOSS, TP_OP_HUBER_LOSS,
+                                  TP_OP_SIGMOID_XENT};
+    for (int k = 0; k < 4; k++) {
+        float y[2];
+        for (int th = 1; th <= 2; th++) {
+            tp_cpu_pool_threads_override(th);
+            s_loss_call_t l;
+            s_loss_call_init(&l, kinds[k], a, b, d0, d1, LEN);
+            cr_assert_eq(tp_cpu_loss_forward(&l.c), TP_OK);
+            y[th - 1] = l.y;
+        }
+        tp_cpu_pool_threads_override(0);
+        cr_expect(memcmp(&y[0], &y[1], sizeof y[0]) == 0, "%s: %.9g on 1 thread, %.9g on 2",
+                  tp_op_name(kinds[k]), (double)y[0], (double)y[1]);
+        /* the double-precision mean */
+        double s = 0;
+        for (int i = 0; i < LEN; i++) {
+            const double d = (double)a[i] - b[i], m = fabs(d);
+            s += kinds[k] == TP_OP_MSE ? d * d
+                 : kinds[k] == TP_OP_L1_LOSS ? m
+                 : kinds[k] == TP_OP_HUBER_LOSS
+                     ? (m < 1 ? 0.5 * d * d : m - 0.5)
+                     : (a[i] > 0 ? a[i] : 0) - (double)a[i] * b[i] + log1p(exp(-fabs(a[i])));
+        }
+        cr_expect(fabs(y[0] - s / LEN) <= 1e-6 * fabs(s / LEN), "%s: %.9g, want %.9g",
+                  tp_op_name(kinds[k]), (double)y[0], s / LEN);
+        /* backward stored, then added: twice the stored one */
+        s_loss_call_t l;
+        s_loss_call_init(&l, kinds[k], a, b, d0, d1, LEN);
+        cr_assert_eq(tp_cpu_loss_backward(&l.c), TP_OK);
+        const float g0 = d0[LEN - 1], g1 = d1[12345];
+        l.acc[0] = l.acc[1] = 1;
+        cr_assert_eq(tp_cpu_loss_backward(&l.c), TP_OK);
+        cr_expect(d0[LEN - 1] == 2.0f * g0 && d1[12345] == 2.0f * g1, "%s accumulates",
+                  tp_op_name(kinds[k]));
+    }
+    free(a);
+    free(b);
+    free(d0);
+    free(d1);
+}
