@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/clock.h>
+#include <towerpack/fileio.h>
 #include <towerpack/log.h>
 #include <towerpack/security.h>
 #include <towerpack/stats.h>
@@ -473,6 +474,9 @@ tp_stats_pub_t *tp_stats_pub_new(const char *endpoint, const char *source) {
     snprintf(self->endpoint, sizeof self->endpoint, "%s",
              last && *last ? last : endpoint);
     zstr_free(&last);
+    /* a stop cut short by the deadline (_exit) unlinks it too */
+    if (!strncmp(self->endpoint, "ipc://", 6))
+        tp_unlink_at_exit_add(self->endpoint + 6);
     snprintf(self->source, sizeof self->source, "%s", source ? source : "");
     tp_stats_hostname(self->host, sizeof self->host);
     self->last_ns = tp_now_ns();
@@ -485,8 +489,10 @@ void tp_stats_pub_destroy(tp_stats_pub_t **self_p) {
     tp_stats_pub_t *self = *self_p;
     zsock_destroy(&self->sock);
     /* libzmq 4.3 leaves a named ipc socket's file behind. */
-    if (!strncmp(self->endpoint, "ipc://", 6))
+    if (!strncmp(self->endpoint, "ipc://", 6)) {
         unlink(self->endpoint + 6);
+        tp_unlink_at_exit_drop(self->endpoint + 6);
+    }
     free(self->prev);
     free(self);
     *self_p = NULL;

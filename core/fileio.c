@@ -47,6 +47,9 @@ static void s_list_drop(s_list_t list, const char *path) {
 static void s_pending_add(const char *tmp) { s_list_add(s_pending, tmp); }
 static void s_pending_drop(const char *tmp) { s_list_drop(s_pending, tmp); }
 
+void tp_unlink_at_exit_add(const char *path) { s_pending_add(path); }
+void tp_unlink_at_exit_drop(const char *path) { s_pending_drop(path); }
+
 void tp_atomic_file_unlink_pending(void) {
     for (int i = 0; i < S_LIST_MAX; i++) {
         const char *tmp = atomic_load(&s_pending[i]);

@@ -39,6 +39,12 @@ int tp_atomic_file_sweep(const char *dir);
  * process about to _exit in the middle of one (the stop deadline of
  * supervisor.h): async-signal-safe, the writes' targets untouched. */
 void tp_atomic_file_unlink_pending(void);
+/* List a file the same _exit unlinks with those temporaries: an ipc
+ * socket's path outside a run directory (the stats socket in a logdir,
+ * which a stop cut short by the deadline would leave behind). `path` must
+ * stay valid until tp_unlink_at_exit_drop. */
+void tp_unlink_at_exit_add(const char *path);
+void tp_unlink_at_exit_drop(const char *path);
 
 /* A process's private directory for its ipc sockets (a supervisor's, a
  * worker pool's): made as TMPDIR/PREFIX-XXXXXX (mode 0700) and listed, so a

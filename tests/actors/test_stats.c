@@ -4,7 +4,9 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <towerpack/towerpack.h>
 
 static tp_stats_row_t row(const char *name, double busy, double starved,
@@ -206,6 +208,32 @@ Test(stats, publisher_on_ephemeral_tcp) {
     cr_assert_null(pub);
     cr_assert_null(tp_stats_pub_new("tcp://256.1.1.1:1", "x"));
     cr_assert(strstr(tp_last_error(), "256.1.1.1"), "%s", tp_last_error());
+}
+
+/* The stop deadline (supervisor.h) ends a process with _exit after
+ * tp_atomic_file_unlink_pending: an ipc publisher's socket file in a
+ * logdir (outside any run directory) goes with it, or the next run finds
+ * a stale stats.sock (CI caught fault_train's random signals leaving one
+ * when a stop under load overran its second). A closed publisher is
+ * unlisted: the hard exit then leaves a new file of that name alone. */
+Test(stats, a_hard_exit_unlinks_an_ipc_publisher_s_socket) {
+    char dir[] = "/tmp/tp-stats-exit-XXXXXX", ep[160], path[128];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/stats.sock", dir);
+    snprintf(ep, sizeof ep, "ipc://%s", path);
+    tp_stats_pub_t *pub = tp_stats_pub_new(ep, "exit");
+    cr_assert(pub, "%s", tp_last_error());
+    cr_assert_eq(access(path, F_OK), 0, "no socket file %s", path);
+    tp_atomic_file_unlink_pending();  /* what the deadline's _exit runs */
+    cr_assert_neq(access(path, F_OK), 0, "%s left by a hard exit", path);
+    tp_stats_pub_destroy(&pub);
+    FILE *f = fopen(path, "w");     /* someone else's file of the same name */
+    cr_assert_not_null(f);
+    fclose(f);
+    tp_atomic_file_unlink_pending();
+    cr_assert_eq(access(path, F_OK), 0, "a closed publisher's path still listed");
+    unlink(path);
+    rmdir(dir);
 }
 
 /* A stall (issue 47): every running row waits, the schedule starved while
