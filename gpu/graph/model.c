@@ -1150,6 +1150,8 @@ static tp_status_t s_load_inputs(tp_model_t *m, tp_tower_t *t,
             continue;
         }
         n->value = n->workspace; /* the planned device buffer */
+        if (inputs[i].data == n->workspace)
+            continue; /* filled there already (tp_model_fill_noise) */
         TP_TRY(b->ops->copy(b, t->stream, n->value, inputs[i].data,
                             inputs[i].nbytes, TP_COPY_H2D));
     }
@@ -2381,6 +2383,55 @@ const tp_input_desc_t *tp_model_input_desc(const tp_model_t *m, int i) {
 }
 int64_t tp_model_infer_batch(const tp_model_t *m) {
     return m && m->infer ? m->infer->batch : 0;
+}
+
+/* ---- an input drawn on the tower's device (issue 44) ----------------------
+ *
+ * The GAN's noise z is a function of (seed, step, row, element) alone
+ * (towerpack/philox.h), so the tower's backend draws it straight into the
+ * input's planned buffer (tp_backend_noise_fill: a kernel on a GPU, the
+ * host's Philox on the CPU, the same bits) and nothing crosses the
+ * host->device copy; the view handed back is the feed that tells
+ * s_load_inputs the input is in place. */
+tp_status_t tp_model_fill_noise(tp_model_t *m, int tower, int input, uint64_t seed,
+                                int64_t step, int64_t row0, int64_t rows, int normal,
+                                float scale, tp_tensor_t *feed) {
+    if (feed)
+        tp_tensor_init_empty(feed);
+    if (!m || !feed)
+        return tp_error(TP_ERR_INVALID, "fill_noise: %s", !m ? "no model" : "no feed to fill");
+    tp_tower_t *t = tp_model_tower_(m, tower);
+    if (!t)
+        return s_bad_tower(m, tower);
+    if (input < 0 || input >= m->ninputs)
+        return tp_error(TP_ERR_INVALID, "%s: fill_noise: input %d (the model has %d)",
+                        t->name, input, m->ninputs);
+    const tp_input_desc_t *d = &m->inputs[input];
+    if (d->dtype != TP_FLOAT32 || d->ndim < 1)
+        return tp_error(TP_ERR_INVALID, "%s: fill_noise: input '%s' is %s with %d dims, "
+                        "noise needs float32 [batch, ...]", t->name, d->name,
+                        tp_dtype_name(d->dtype), d->ndim);
+    if (rows < 1 || rows > t->batch || row0 < 0)
+        return tp_error(TP_ERR_SHAPE, "%s: fill_noise: rows %lld from row %lld into "
+                        "input '%s', planned for 1..%lld rows", t->name, (long long)rows,
+                        (long long)row0, d->name, (long long)t->batch);
+    int64_t shape[TP_MAX_DIMS], dim = 1;
+    shape[0] = rows;
+    for (int k = 1; k < d->ndim; k++) {
+        shape[k] = d->shape[k];
+        dim *= d->shape[k];
+    }
+    tp_node_t *n = t->input_nodes[input];
+    /* the planned buffer: a device's copy target, unused on the CPU
+     * (which reads a fed tensor in place), [t->batch x dim] either way */
+    float *dst = n->workspace;
+    tp_backend_t *b = tp_tower_backend_(t);
+    tp_status_t rc = tp_backend_noise_fill(b, t->stream, dst, seed, step, row0, rows, dim,
+                                           normal, scale);
+    if (rc < 0)
+        return tp_error_wrap(rc, "%s: fill_noise: input '%s' on the %s backend", t->name,
+                             d->name, b->ops->name);
+    return tp_tensor_init_wrap(feed, TP_FLOAT32, d->ndim, shape, dst, NULL, NULL);
 }
 
 tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,

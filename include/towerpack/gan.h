@@ -7,8 +7,10 @@
  * ("g_loss" over "gen/\*") and the discriminator's ("d_loss" over
  * "discrim/\*"). One model input may be the noise z, which the trainer
  * draws every step (seeded, a function of the seed and the global step, so
- * a resumed run replays it) instead of the dataflow; the datapoints feed
- * the other inputs, in order.
+ * a resumed run replays it) instead of the dataflow, on each tower's
+ * device straight into its input (tp_model_fill_noise, graph.h: nothing
+ * crosses the host->device copy); the datapoints feed the other inputs,
+ * in order.
  *
  *   tp_gan_config_t gc;
  *   tp_gan_config_init(&gc);

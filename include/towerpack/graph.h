@@ -669,6 +669,21 @@ tp_status_t tp_model_run(tp_model_t *m, int tower, const tp_tensor_t *feeds,
                          int nfeeds, tp_fetch_t *fetches, int nfetches,
                          const tp_run_opts_t *opts);
 
+/* Draw noise into input `input` of `tower` (-1: inference) on the tower's
+ * device, in place: rows x (the input's trailing dims) floats, row r being
+ * row row0 + r of step `step`'s noise under `seed`, uniform in
+ * [-scale, scale) (normal 0) or N(0, scale^2) (normal 1), the numbers of
+ * tp_philox_noise_fill (towerpack/philox.h; tp_gan_noise_fill) to the bit
+ * on every backend. *feed becomes the input's feed for that tower's next
+ * runs (a view of its planned buffer, valid until the next fill; a run
+ * given it copies nothing): the GAN trainers' z, never shipped through
+ * the host->device copy. Call by call, between runs. TP_ERR_INVALID for
+ * a bad tower or an input that is not float32; TP_ERR_SHAPE for rows
+ * outside 1..the planned batch. */
+tp_status_t tp_model_fill_noise(tp_model_t *m, int tower, int input, uint64_t seed,
+                                int64_t step, int64_t row0, int64_t rows, int normal,
+                                float scale, tp_tensor_t *feed);
+
 /* The nodes of `tower` (-1: inference) in topological order; NULL for a
  * bad tower or index. */
 int tp_model_node_count(const tp_model_t *m, int tower);

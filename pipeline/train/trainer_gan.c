@@ -5,7 +5,8 @@
  * A step (tp_gan_step_run, gan_step.h) is a few named calls on the
  * trainer's thread, on every tower's batch (taken by the trainer that owns
  * the input: gan_run_step here, the launch's supervised step in train.c):
- * the feeds from the batches (s_feeds), the step's noise (s_noise), then
+ * the feeds from the batches (s_feeds), the step's noise drawn on each
+ * tower's device into its noise input (s_noise), then
  * the runs the trainer's kind makes over every tower (TP_ALL_TOWERS):
  * GANTrainer one forward with the generator's backward, the
  * discriminator's backward over the same forward, the gradients averaged
@@ -41,8 +42,6 @@ struct tp_gan_step {
     tp_gan_config_t cfg;
     char g_cost[64], d_cost[64];  /* cfg's names point here */
     int towers, ninputs;
-    int64_t zdim;                 /* floats per noise row */
-    float *noise;                 /* [towers x batch x zdim] this step's */
     tp_optimizer_t *opt[2];       /* [0] generator, [1] discriminator */
     tp_tensor_t feeds[S_MAX_TOWERS * S_MAX_INPUTS];
 };
@@ -147,12 +146,15 @@ static tp_status_t s_feeds(s_gan_t *a, tp_datapoint_t *const *batches) {
 }
 
 /* The step's noise: tower i's rows are rows i x batch ... of the step's,
- * as many as its batch has. */
+ * as many as its batch has, drawn by the tower's backend into the tower's
+ * noise input on its device (tp_model_fill_noise: a kernel on a GPU, the
+ * host's Philox on the CPU, the bits of tp_gan_noise_fill either way), so
+ * no noise crosses the host->device copy; the feed is the model's view of
+ * that input, which the step's runs read in place. */
 static tp_status_t s_noise(s_gan_t *a, int64_t step) {
     const int z = a->cfg.noise_input;
     if (z < 0)
         return TP_OK;
-    const tp_input_desc_t *d = tp_model_input_desc(a->model, z);
     for (int i = 0; i < a->towers; i++) {
         const tp_tensor_t *first = &a->feeds[i * a->ninputs + (z == 0 ? 1 : 0)];
         int64_t rows = a->ninputs > 1 && first->ndim > 0 ? first->shape[0] : a->cfg.batch;
@@ -160,14 +162,14 @@ static tp_status_t s_noise(s_gan_t *a, int64_t step) {
             return tp_error(TP_ERR_SHAPE, "GAN trainer: tower%d's batch has %lld "
                             "rows, more than the %lld planned", i, (long long)rows,
                             (long long)a->cfg.batch);
-        float *buf = a->noise + (size_t)i * (size_t)(a->cfg.batch * a->zdim);
-        tp_gan_noise_fill(&a->cfg, step, i * a->cfg.batch, rows, a->zdim, buf);
-        int64_t shape[TP_MAX_DIMS];
-        shape[0] = rows;
-        for (int k = 1; k < d->ndim; k++)
-            shape[k] = d->shape[k];
-        TP_TRY(tp_tensor_init_wrap(&a->feeds[i * a->ninputs + z], TP_FLOAT32, d->ndim,
-                                   shape, buf, NULL, NULL));
+        tp_status_t rc = tp_model_fill_noise(a->model, i, z, a->cfg.seed, step,
+                                             i * a->cfg.batch, rows,
+                                             a->cfg.noise == TP_GAN_NOISE_NORMAL,
+                                             a->cfg.noise_scale,
+                                             &a->feeds[i * a->ninputs + z]);
+        if (rc < 0)
+            return tp_error_wrap(rc, "GAN trainer: step %lld's noise for tower%d",
+                                 (long long)step, i);
     }
     return TP_OK;
 }
@@ -316,7 +318,6 @@ void tp_gan_step_destroy(tp_gan_step_t **self_p) {
     s_gan_t *a = *self_p;
     tp_optimizer_destroy(&a->opt[S_G]);
     tp_optimizer_destroy(&a->opt[S_D]);
-    free(a->noise);
     free(a);
     *self_p = NULL;
 }
@@ -454,16 +455,6 @@ tp_gan_step_t *tp_gan_step_new(tp_model_t *model, const tp_gan_config_t *cfg) {
     }
     if (rc >= 0)
         rc = s_group_optimizer(a, S_D, cfg->d_optimizer);
-    if (rc >= 0 && cfg->noise_input >= 0) {
-        const tp_input_desc_t *d = tp_model_input_desc(model, cfg->noise_input);
-        a->zdim = 1;
-        for (int k = 1; k < d->ndim; k++)
-            a->zdim *= d->shape[k];
-        a->noise = calloc((size_t)(a->towers * cfg->batch * a->zdim), sizeof(float));
-        if (!a->noise)
-            rc = tp_error(TP_ERR_NOMEM, "GAN trainer: noise of %d x %lld x %lld",
-                          a->towers, (long long)cfg->batch, (long long)a->zdim);
-    }
     if (rc < 0) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", tp_last_error());

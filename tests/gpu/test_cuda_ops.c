@@ -32,6 +32,7 @@
 #include "gpu/backend_impl.h"  /* a white-box test of the backends' table */
 #include "gpu/graph/graph_internal.h" /* the replicas of a model on two GPUs */
 #include "gpu/step_testutil.h"
+#include "pipeline/gan_testutil.h" /* the GAN trainers' tiny GAN */
 
 /* Criterion lists skipped tests only with --verbose: say it in every run
  * (ctest logs included) so a CI log shows the GPU tests did not run. */
@@ -1825,6 +1826,97 @@ Test(cuda_step, staging_input_feeds_the_model_from_the_device) {
     }
     s_same_vars(g, ma, mb);
     tp_input_destroy(&in);
+    tp_model_destroy(&ma);
+    tp_model_destroy(&mb);
+    tp_backend_destroy(&g);
+}
+
+/* ---- the GAN trainer's noise on the device (issue 44) --------------------- */
+
+/* The tiny GAN of the GAN trainers' tests on g: `towers` towers, batch 8. */
+static tp_model_t *s_gan_on(tp_backend_t *g, int towers) {
+    tp_model_desc_t d = {s_inputs, 4, s_tower, s_adam, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = towers;
+    mc.batch = 8;
+    mc.seed = 7;
+    mc.threads = 1;
+    mc.backend = g;
+    tp_model_t *m = tp_model_new(&d, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    return m;
+}
+
+/* The GAN trainer on the device draws each step's noise there, into each
+ * tower's own noise input (tp_model_fill_noise -> the backend's
+ * noise_fill, gpu/cuda/noise.cu): after 3 steps of 2 towers, tower i's z
+ * is its planned device buffer and holds step 2's rows i x 8 ..., the
+ * host's tp_gan_noise_fill to the bit (normal noise, a seed with high
+ * bits). And runs fed the device's noise train as runs fed the host's
+ * noise through the input copy, d then g, each its own forward (the
+ * second reads the filled input again). */
+Test(cuda_step, gan_trainer_draws_its_noise_on_the_device) {
+    tp_backend_t *g = s_gpu();
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.noise = TP_GAN_NOISE_NORMAL;
+    gc.seed = 0xfeedface12345ull;
+    gc.g_optimizer = s_adam;
+    gc.d_optimizer = s_adam_d;
+    tp_trainer_t *tr = tp_gan_trainer_new(s_gan_on(g, 2), tp_input_feed(s_points(8)), &gc);
+    cr_assert_not_null(tr, "%s", tp_last_error());
+    tp_schedule_t sched = {1, 1, 3};
+    cr_assert_eq(tp_trainer_train(tr, &sched), TP_OK, "%s", tp_last_error());
+    tp_model_t *m = tp_trainer_model(tr);
+    float want[8 * ZDIM], buf[8 * ZDIM];
+    for (int i = 0; i < 2; i++) {
+        tp_tensor_t z, again;
+        cr_assert_eq(tp_model_fetch(m, i, "z", &z), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(z.nbytes, sizeof buf);
+        const float *got = tp_model_view_host(m, &z, buf, sizeof buf);
+        cr_assert_not_null(got, "%s", tp_last_error());
+        tp_gan_noise_fill(&gc, 2, i * 8, 8, ZDIM, want);
+        for (int k = 0; k < 8 * ZDIM; k++)
+            if (memcmp(&got[k], &want[k], sizeof(float)))
+                cr_assert_fail("tower%d's z[%d]: device %.9g, host %.9g", i, k,
+                               (double)got[k], (double)want[k]);
+        cr_assert_eq(tp_model_fill_noise(m, i, S_NOISE_INPUT, gc.seed, 2, i * 8, 8, 1, 1.0f,
+                                         &again),
+                     TP_OK, "%s", tp_last_error());
+        cr_assert_eq(again.data, z.data, "tower%d ran on a noise buffer not its own", i);
+        tp_tensor_fini(&again);
+        tp_tensor_fini(&z);
+    }
+    tp_trainer_destroy(&tr);
+
+    tp_model_t *ma = s_gan_on(g, 1), *mb = s_gan_on(g, 1);
+    tp_dataflow_t *df = s_points(8);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK, "%s", tp_last_error());
+    static float host[8 * ZDIM];
+    int64_t zs[2] = {8, ZDIM};
+    const char *costs[2] = {"d_loss", "g_loss"};
+    for (int64_t step = 0; step < 4; step++) {
+        tp_datapoint_t *dp = NULL;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_tensor_t fa[4], fb[4];
+        tp_datapoint_views(dp, fa, 3);
+        tp_datapoint_views(dp, fb, 3);
+        tp_gan_noise_fill(&gc, step, 0, 8, ZDIM, host);
+        tp_tensor_init_wrap(&fa[3], TP_FLOAT32, 2, zs, host, NULL, NULL);
+        cr_assert_eq(tp_model_fill_noise(mb, 0, S_NOISE_INPUT, gc.seed, step, 0, 8, 1, 1.0f,
+                                         &fb[3]),
+                     TP_OK, "%s", tp_last_error());
+        for (int c = 0; c < 2; c++) {
+            tp_run_opts_t ro = {.stages = TP_RUN_TRAIN, .cost = costs[c]};
+            cr_assert_eq(tp_model_run(ma, 0, fa, 4, NULL, 0, &ro), TP_OK, "%s", tp_last_error());
+            cr_assert_eq(tp_model_run(mb, 0, fb, 4, NULL, 0, &ro), TP_OK, "%s", tp_last_error());
+        }
+        tp_datapoint_destroy(&dp);
+    }
+    s_same_vars(g, ma, mb);
+    tp_dataflow_destroy(&df);
     tp_model_destroy(&ma);
     tp_model_destroy(&mb);
     tp_backend_destroy(&g);

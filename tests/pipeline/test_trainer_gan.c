@@ -26,6 +26,7 @@
 #include <towerpack/towerpack.h>
 #include <towerpack/gan.h>
 #include <towerpack/models.h>
+#include <towerpack/philox.h>
 
 #include "gan_testutil.h"
 
@@ -719,6 +720,66 @@ Test(trainer_gan, noise_is_seeded_per_step_and_row) {
     v /= 4096;
     cr_assert_lt(fabs(m), 0.06);
     cr_assert_lt(fabs(v - 1), 0.08);
+}
+
+/* The noise is drawn by each tower's backend into the tower's own noise
+ * input (tp_model_fill_noise), not fed from a host buffer of the
+ * trainer's: after a step, tower i's z is the model's planned buffer and
+ * holds rows i x batch ... of the step's noise, tp_gan_noise_fill's to the
+ * bit. The call itself: uniform and normal, a row offset, step -1 (a draw
+ * outside training), and what it refuses. */
+Test(trainer_gan, noise_is_drawn_into_each_towers_input) {
+    tp_gan_config_t gc;
+    tp_gan_config_init(&gc);
+    gc.batch = 8;
+    gc.noise_input = S_NOISE_INPUT;
+    gc.noise_scale = 0.5f;
+    gc.seed = 0x1234567890abull;
+    gc.g_optimizer = s_adam;
+    gc.d_optimizer = s_adam_d;
+    tp_model_t *m = s_model(2, gc.batch, s_adam);
+    tp_trainer_t *tr = tp_gan_trainer_new(m, tp_input_feed(s_points(8)), &gc);
+    cr_assert_not_null(tr, "%s", tp_last_error());
+    tp_schedule_t sched = {1, 1, 3};
+    cr_assert_eq(tp_trainer_train(tr, &sched), TP_OK, "%s", tp_last_error());
+    m = tp_trainer_model(tr);
+    float want[8 * ZDIM];
+    for (int i = 0; i < 2; i++) {
+        tp_tensor_t z, again;
+        cr_assert_eq(tp_model_fetch(m, i, "z", &z), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(z.nbytes, sizeof want);
+        tp_gan_noise_fill(&gc, 2, i * 8, 8, ZDIM, want);
+        cr_assert(!memcmp(z.data, want, sizeof want), "tower%d's z is not step 2's noise", i);
+        cr_assert_eq(tp_model_fill_noise(m, i, S_NOISE_INPUT, gc.seed, 2, i * 8, 8, 0, 0.5f,
+                                         &again),
+                     TP_OK, "%s", tp_last_error());
+        cr_assert_eq(again.data, z.data, "tower%d ran on a noise buffer not its own", i);
+        tp_tensor_fini(&again);
+        tp_tensor_fini(&z);
+    }
+    /* the call: the host's numbers for any step, row offset and kind */
+    float got[5 * ZDIM], host[5 * ZDIM];
+    for (int normal = 0; normal < 2; normal++)
+        for (int64_t step = -1; step < 3; step += 2) {
+            tp_tensor_t f;
+            cr_assert_eq(tp_model_fill_noise(m, 1, S_NOISE_INPUT, 99, step, 11, 5, normal,
+                                             normal ? 1.0f : 0.75f, &f),
+                         TP_OK, "%s", tp_last_error());
+            cr_assert(f.ndim == 2 && f.shape[0] == 5 && f.shape[1] == ZDIM);
+            memcpy(got, f.data, sizeof got);
+            tp_philox_noise_fill(99, step, 11, 5, ZDIM, normal, normal ? 1.0f : 0.75f, host);
+            cr_assert(!memcmp(got, host, sizeof got), "normal %d step %lld", normal,
+                      (long long)step);
+            tp_tensor_fini(&f);
+        }
+    tp_tensor_t f;
+    cr_assert_eq(tp_model_fill_noise(m, 0, S_NOISE_INPUT, 1, 0, 0, 9, 0, 1, &f), TP_ERR_SHAPE);
+    cr_assert(strstr(tp_last_error(), "planned for 1..8"), "%s", tp_last_error());
+    cr_assert_eq(tp_model_fill_noise(m, 0, 1, 1, 0, 0, 8, 0, 1, &f), TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "'one'"), "%s", tp_last_error());
+    cr_assert_eq(tp_model_fill_noise(m, 2, S_NOISE_INPUT, 1, 0, 0, 8, 0, 1, &f), TP_ERR_INVALID);
+    cr_assert_eq(tp_model_fill_noise(m, 0, 4, 1, 0, 0, 8, 0, 1, &f), TP_ERR_INVALID);
+    tp_trainer_destroy(&tr);
 }
 
 /* A configuration that does not fit is refused, naming what. */
