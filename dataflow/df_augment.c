@@ -171,16 +171,26 @@ typedef struct {
     size_t n;
 } aug_pts_t;
 
-static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng,
-                          aug_pts_t *pts) {
-    int H = 0, W = 0, C = 1;
-    TP_TRY(s_geom(t, "crop", &H, &W, &C));
-    int ph = H + 2 * op->pad, pw = W + 2 * op->pad;
+/* A crop's geometry: t's height, width and channels, and the crop's
+ * corner (oy, ox) in t drawn from rng (negative: in the padding). The
+ * plain crop and the fused chain (s_fused) both draw here, so that they
+ * draw the same numbers. */
+static tp_status_t s_crop_draw(const aug_op_t *op, const tp_tensor_t *t, tp_rng_t *rng,
+                               int *H, int *W, int *C, int *oy, int *ox) {
+    TP_TRY(s_geom(t, "crop", H, W, C));
+    int ph = *H + 2 * op->pad, pw = *W + 2 * op->pad;
     if (ph < op->h || pw < op->w)
         return tp_error(TP_ERR_SHAPE, "augment crop: %dx%d from a %dx%d image "
-                        "padded by %d", op->h, op->w, H, W, op->pad);
-    int oy = (int)tp_rng_below(rng, (uint64_t)(ph - op->h) + 1) - op->pad;
-    int ox = (int)tp_rng_below(rng, (uint64_t)(pw - op->w) + 1) - op->pad;
+                        "padded by %d", op->h, op->w, *H, *W, op->pad);
+    *oy = (int)tp_rng_below(rng, (uint64_t)(ph - op->h) + 1) - op->pad;
+    *ox = (int)tp_rng_below(rng, (uint64_t)(pw - op->w) + 1) - op->pad;
+    return TP_OK;
+}
+
+static tp_status_t s_crop(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng,
+                          aug_pts_t *pts) {
+    int H = 0, W = 0, C = 1, oy, ox;
+    TP_TRY(s_crop_draw(op, t, rng, &H, &W, &C, &oy, &ox));
     for (size_t i = 0; pts && i < pts->n; i++) {
         pts->xy[2 * i] -= (float)ox;
         pts->xy[2 * i + 1] -= (float)oy;
@@ -382,18 +392,12 @@ static void s_grey_row(float *restrict drow, int sy, int H, int W, int ox,
 static tp_status_t s_fused(const aug_op_t *crop, const aug_op_t *flip,
                           const aug_op_t *norm, tp_tensor_t *t,
                           tp_rng_t *rng) {
-    int H = 0, W = 0, C = 1;
-    TP_TRY(s_geom(t, "crop", &H, &W, &C));
-    int ph = H + 2 * crop->pad, pw = W + 2 * crop->pad;
-    if (ph < crop->h || pw < crop->w)
-        return tp_error(TP_ERR_SHAPE, "augment crop: %dx%d from a %dx%d image "
-                        "padded by %d", crop->h, crop->w, H, W, crop->pad);
+    int H = 0, W = 0, C = 1, oy, ox;
+    TP_TRY(s_crop_draw(crop, t, rng, &H, &W, &C, &oy, &ox));
     if (norm->nch != 1 && norm->nch != C)
         return tp_error(TP_ERR_SHAPE, "augment normalize: %d channel "
                         "statistics for an image of %d channels", norm->nch,
                         C);
-    int oy = (int)tp_rng_below(rng, (uint64_t)(ph - crop->h) + 1) - crop->pad;
-    int ox = (int)tp_rng_below(rng, (uint64_t)(pw - crop->w) + 1) - crop->pad;
     int flipped = flip && tp_rng_double(rng) < flip->prob;
     int h = crop->h, w = crop->w;
     int64_t shape[3] = {h, w, C};

@@ -151,6 +151,19 @@ tp_status_t df_image_imgaug_map(const char *args, void *user,
                                 tp_df_map_fn *fn, void **fn_user,
                                 tp_df_free_fn *fn_free);
 
+/* An image list's line, "PATH LABEL" (the label the last field, so a path
+ * may hold spaces), split in place: 0 for a blank or '#' line, 1 with
+ * *path and *label in [0, max_label], -1 for a line that is neither (*path
+ * then the whole trimmed line, for the caller's message). The imagelist
+ * source and the spec's scan of a list (img_spec.c) read lines alike. */
+int df_image_list_line(char *line, long max_label, char **path, long *label);
+
+/* The file a list's PATH names, into out[size]: PATH when absolute, else
+ * PATH under root, or without a root beside the list file. Returns
+ * snprintf's count (size or more: cut short). */
+int df_image_list_path(char *out, size_t size, const char *list, const char *root,
+                       const char *path);
+
 /* The spec source text:FILE[,options] (df_text.c; registered by df_spec.c's
  * built-ins). */
 tp_status_t df_text_src(const char *args, void *user, tp_dataflow_t **out);

@@ -199,17 +199,28 @@ tp_status_t tp_zoo_data_set_classes(tp_zoo_data_t *d, int n, const char *const *
     return TP_OK;
 }
 
-tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir) {
-    json_t *j = json_object(), *cl = json_array(), *mean = json_array(), *std = json_array();
+/* The lists data.json and a checkpoint's metadata both record, which
+ * s_data_from_json reads back: the class names (a class without a name is
+ * its number), the normalisation's means and standard deviations. Caller
+ * owns the three arrays. */
+static void s_data_lists(const tp_zoo_data_t *d, json_t **cl, json_t **mean, json_t **std) {
+    *cl = json_array();
+    *mean = json_array();
+    *std = json_array();
     for (int i = 0; i < d->nclasses; i++) {
         char num[16];
         snprintf(num, sizeof num, "%d", i);
-        json_array_append_new(cl, json_string(d->classes ? d->classes[i] : num));
+        json_array_append_new(*cl, json_string(d->classes ? d->classes[i] : num));
     }
     for (int c = 0; c < d->nnorm; c++) {
-        json_array_append_new(mean, json_real(d->mean[c]));
-        json_array_append_new(std, json_real(d->std[c]));
+        json_array_append_new(*mean, json_real(d->mean[c]));
+        json_array_append_new(*std, json_real(d->std[c]));
     }
+}
+
+tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir) {
+    json_t *j = json_object(), *cl, *mean, *std;
+    s_data_lists(d, &cl, &mean, &std);
     json_object_set_new(j, "channels", json_integer(d->channels));
     json_object_set_new(j, "layout", json_string(d->channels == 1 ? "HW" : "CHW"));
     json_object_set_new(j, "colour", json_string(d->channels == 1 ? "grey" : "RGB"));
@@ -279,16 +290,8 @@ static const char *const s_meta_keys[] = {"channels", "class_names", "mean", "st
 
 tp_status_t tp_zoo_data_to_checkpoints(const tp_zoo_data_t *d, int height, int width,
                                        tp_model_t *m) {
-    json_t *cl = json_array(), *mean = json_array(), *std = json_array();
-    for (int i = 0; i < d->nclasses; i++) {
-        char num[16];
-        snprintf(num, sizeof num, "%d", i);
-        json_array_append_new(cl, json_string(d->classes ? d->classes[i] : num));
-    }
-    for (int c = 0; c < d->nnorm; c++) {
-        json_array_append_new(mean, json_real(d->mean[c]));
-        json_array_append_new(std, json_real(d->std[c]));
-    }
+    json_t *cl, *mean, *std;
+    s_data_lists(d, &cl, &mean, &std);
     char *names = json_dumps(cl, JSON_COMPACT | JSON_ENSURE_ASCII);
     char *means = json_dumps(mean, JSON_COMPACT | JSON_REAL_PRECISION(9));
     char *stds = json_dumps(std, JSON_COMPACT | JSON_REAL_PRECISION(9));

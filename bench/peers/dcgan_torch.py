@@ -16,15 +16,17 @@ batches drawn at random. Two loops:
              generator's gradient of g_loss and the discriminator's of
              d_loss from it (torch.autograd.grad), then both updates.
 
-  dcgan_torch.py --threads T [--data fmnist|cifar:FILE] [--size S]
-                 [--batch 64] [--warmup K] [--chunks E] [--chunk K]
+  dcgan_torch.py --threads T [--data fmnist|cifar:FILE] [--batch 64] [--warmup K] [--chunks E] [--chunk K]
                  [--loop usual|gantrainer]
 
 Start-up is excluded as gan_cpu.sh excludes towerpack's: `warmup` steps
 first (tp-train's first epoch), then `chunks` runs of `chunk` steps, each
 timed whole (tp-train's later epochs, whose steps_per_s is the epoch's
 steps over the time from its first step to the end of its last). Prints
-one JSON line: each chunk's seconds per step and their median."""
+one JSON line: each chunk's seconds per step and their median.
+
+scripts/gpu/pytorch_dcgan.py (the GPU's peer) imports the model, its
+initialisation, the optimisers and the usual step from here."""
 import argparse
 import gzip
 import json
@@ -72,6 +74,41 @@ def models(channels, size):
     return nn.Sequential(*g), nn.Sequential(*d)
 
 
+def init_weights(*nets):
+    """N(0, 0.02) weights, the zoo's (and the DCGAN paper's); biases and
+    batch norms as PyTorch makes them. Drawn on the weights' device, so a
+    model moved to the GPU first draws from the GPU's generator."""
+    for net in nets:
+        for m in net.modules():
+            if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
+                nn.init.normal_(m.weight, std=0.02)
+
+
+def adam(net):
+    """The zoo's optimiser, one per player: Adam 2e-4, beta1 0.5."""
+    return torch.optim.Adam(net.parameters(), lr=2e-4, betas=(0.5, 0.999))
+
+
+def usual_step(g, d, og, od, real, z):
+    """PyTorch's DCGAN example's step on `real` images and noise z: the
+    discriminator's update on the real and the detached fake images, then
+    the discriminator on the fakes again for the generator's update.
+    Returns the losses (g_loss, d_loss) as tensors."""
+    bce = F.binary_cross_entropy_with_logits
+    fake = g(z)
+    lr, lf = d(real), d(fake.detach())
+    d_loss = 0.5 * (bce(lr, torch.ones_like(lr)) + bce(lf, torch.zeros_like(lf)))
+    od.zero_grad(set_to_none=True)
+    d_loss.backward()
+    od.step()
+    lf = d(fake)
+    g_loss = bce(lf, torch.ones_like(lf))
+    og.zero_grad(set_to_none=True)
+    g_loss.backward()
+    og.step()
+    return g_loss, d_loss
+
+
 def images(data):
     if data == "fmnist":
         raw = gzip.open(FMNIST).read()[16:]
@@ -97,30 +134,19 @@ def main():
     x = images(a.data)
     channels, size = x.shape[1], x.shape[2]
     g, d = models(channels, size)
-    for m in list(g.modules()) + list(d.modules()):
-        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
-            nn.init.normal_(m.weight, std=0.02)
-    og = torch.optim.Adam(g.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    od = torch.optim.Adam(d.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    init_weights(g, d)
+    og, od = adam(g), adam(d)
     gp, dp = list(g.parameters()), list(d.parameters())
     bce = F.binary_cross_entropy_with_logits
 
     def step():
         idx = torch.randint(0, x.shape[0], (a.batch,))
         real = x[idx].float() * (2 / 255) - 1
-        fake = g(torch.rand(a.batch, Z) * 2 - 1)
+        z = torch.rand(a.batch, Z) * 2 - 1
         if a.loop == "usual":
-            lr, lf = d(real), d(fake.detach())
-            d_loss = 0.5 * (bce(lr, torch.ones_like(lr)) + bce(lf, torch.zeros_like(lf)))
-            od.zero_grad(set_to_none=True)
-            d_loss.backward()
-            od.step()
-            lf = d(fake)
-            g_loss = bce(lf, torch.ones_like(lf))
-            og.zero_grad(set_to_none=True)
-            g_loss.backward()
-            og.step()
+            g_loss, d_loss = usual_step(g, d, og, od, real, z)
         else:
+            fake = g(z)
             lr, lf = d(real), d(fake)
             d_loss = 0.5 * (bce(lr, torch.ones_like(lr)) + bce(lf, torch.zeros_like(lf)))
             g_loss = bce(lf, torch.ones_like(lf))

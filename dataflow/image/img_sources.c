@@ -485,6 +485,41 @@ tp_status_t tp_image_folder_classes(const char *dir, char ***names_out, int *n_o
 
 /* ---- list file ---------------------------------------------------------------- */
 
+int df_image_list_line(char *line, long max_label, char **path, long *label) {
+    char *s = line;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    if (*s == '#' || *s == '\n' || *s == '\r' || !*s)
+        return 0;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+        *--e = '\0';
+    *path = s;
+    char *lab = e;
+    while (lab > s && lab[-1] != ' ' && lab[-1] != '\t')
+        lab--;
+    char *end;
+    errno = 0;
+    long v = strtol(lab, &end, 10);
+    if (lab == s || lab == end || *end || errno || v < 0 || v > max_label)
+        return -1;
+    while (lab > s && (lab[-1] == ' ' || lab[-1] == '\t'))
+        *--lab = '\0';
+    *label = v;
+    return 1;
+}
+
+int df_image_list_path(char *out, size_t size, const char *list, const char *root,
+                       const char *path) {
+    if (*path == '/')
+        return snprintf(out, size, "%s", path);
+    if (root)
+        return snprintf(out, size, "%s/%s", root, path);
+    const char *slash = strrchr(list, '/');
+    return snprintf(out, size, "%.*s/%s", slash ? (int)(slash - list) : 1,
+                    slash ? list : ".", path);
+}
+
 tp_dataflow_t *tp_df_image_list(const char *list_path, const char *root,
                                 const tp_image_source_opts_t *opts) {
     files_t *self = s_files_new("imagelist", opts);
@@ -501,17 +536,6 @@ tp_dataflow_t *tp_df_image_list(const char *list_path, const char *root,
         s_files_free(self);
         return NULL;
     }
-    char base[4096];
-    if (root) {
-        snprintf(base, sizeof base, "%s", root);
-    } else {
-        snprintf(base, sizeof base, "%s", list_path);
-        char *slash = strrchr(base, '/');
-        if (slash)
-            *slash = '\0';
-        else
-            snprintf(base, sizeof base, ".");
-    }
     char line[8192];
     long lineno = 0;
     tp_status_t rc = TP_OK;
@@ -523,37 +547,19 @@ tp_dataflow_t *tp_df_image_list(const char *list_path, const char *root,
                           list_path, lineno);
             break;
         }
-        char *s = line;
-        while (*s == ' ' || *s == '\t')
-            s++;
-        if (*s == '#' || *s == '\n' || *s == '\r' || !*s)
+        char *s;
+        long v;
+        int got = df_image_list_line(line, INT32_MAX, &s, &v);
+        if (got == 0)
             continue;
-        /* PATH is everything up to the last field, so a path may hold
-         * spaces; the label is the last whitespace-separated field. */
-        char *e = s + strlen(s);
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' ||
-                         e[-1] == '\t'))
-            *--e = '\0';
-        char *sp = e;
-        while (sp > s && sp[-1] != ' ' && sp[-1] != '\t')
-            sp--;
-        char *lab = sp;
-        while (sp > s && (sp[-1] == ' ' || sp[-1] == '\t'))
-            *--sp = '\0';
-        char *end;
-        errno = 0;
-        long v = strtol(lab, &end, 10);
-        if (sp == s || lab == end || *end || errno || v < 0 || v > INT32_MAX) {
+        if (got < 0) {
             rc = tp_error(TP_ERR_FORMAT, "imagelist %s:%ld: expected 'PATH "
                           "LABEL' (a label >= 0), got '%s'", list_path, lineno,
                           s);
             break;
         }
         char p[8192 + 4096];
-        if (*s == '/')
-            snprintf(p, sizeof p, "%s", s);
-        else
-            snprintf(p, sizeof p, "%s/%s", base, s);
+        df_image_list_path(p, sizeof p, list_path, root, s);
         rc = s_files_add(self, p, (int32_t)v);
     }
     fclose(f);

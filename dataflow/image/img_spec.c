@@ -233,21 +233,12 @@ static tp_status_t s_list_scan(const char *list, const char *root, int *maxlab,
     first[0] = '\0';
     while (fgets(line, sizeof line, f)) {
         lineno++;
-        char *s = line;
-        while (*s == ' ' || *s == '\t')
-            s++;
-        if (*s == '#' || *s == '\n' || *s == '\r' || !*s)
+        char *s;
+        long v;
+        int got = df_image_list_line(line, 999999, &s, &v);
+        if (got == 0)
             continue;
-        char *e = s + strlen(s);
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
-            *--e = '\0';
-        char *lab = e;
-        while (lab > s && lab[-1] != ' ' && lab[-1] != '\t')
-            lab--;
-        char *end;
-        errno = 0;
-        long v = strtol(lab, &end, 10);
-        if (lab == s || lab == end || *end || errno || v < 0 || v >= 1000000) {
+        if (got < 0) {
             fclose(f);
             return tp_error(TP_ERR_FORMAT, "imagelist %s:%ld: expected 'PATH LABEL' "
                             "(a label 0..999999), got '%s'", list, lineno, s);
@@ -255,14 +246,7 @@ static tp_status_t s_list_scan(const char *list, const char *root, int *maxlab,
         if (v > max)
             max = v;
         if (!first[0]) {
-            char *sp = lab;
-            while (sp > s && (sp[-1] == ' ' || sp[-1] == '\t'))
-                *--sp = '\0';
-            const char *slash = strrchr(list, '/');
-            int k = *s == '/' ? snprintf(first, size, "%s", s)
-                  : root ? snprintf(first, size, "%s/%s", root, s)
-                  : snprintf(first, size, "%.*s/%s", slash ? (int)(slash - list) : 1,
-                             slash ? list : ".", s);
+            int k = df_image_list_path(first, size, list, root, s);
             if (k < 0 || (size_t)k >= size)
                 first[0] = '\0';  /* too long: the list source says so */
         }

@@ -5,8 +5,11 @@ zoo's DCGAN for 28x28 grey images (models/models.c: generator fc to
 discriminator two 4x4 stride-2 convolutions with leaky ReLU 0.2 and batch
 norm, fc to one logit), N(0, 0.02) weights, Adam 2e-4 with beta1 0.5, the
 usual loop: a discriminator step on real and detached fake images, then a
-generator step. Fashion-MNIST from DIR (train-images-idx3-ubyte.gz), held
-on the GPU (the most favourable input for the peer).
+generator step. The model, its weights, the optimisers and the step are
+the CPU peer's (bench/peers/dcgan_torch.py: models(1, 28), init_weights,
+adam, usual_step), imported from the tree. Fashion-MNIST from DIR
+(train-images-idx3-ubyte.gz), held on the GPU (the most favourable input
+for the peer).
 
   pytorch_dcgan.py DIR [--batch 64] [--steps 300] [--warmup 20]
 
@@ -15,27 +18,15 @@ import argparse
 import gzip
 import json
 import os
+import sys
 import time
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-Z = 100
-
-
-def gen():
-    return nn.Sequential(nn.Linear(Z, 128 * 7 * 7, bias=False), nn.Unflatten(1, (128, 7, 7)),
-                         nn.BatchNorm2d(128), nn.ReLU(),
-                         nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False), nn.BatchNorm2d(64),
-                         nn.ReLU(), nn.ConvTranspose2d(64, 1, 4, 2, 1), nn.Tanh())
-
-
-def disc():
-    return nn.Sequential(nn.Conv2d(1, 64, 4, 2, 1), nn.LeakyReLU(0.2),
-                         nn.Conv2d(64, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128),
-                         nn.LeakyReLU(0.2), nn.Flatten(), nn.Linear(128 * 7 * 7, 1))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "bench", "peers"))
+from dcgan_torch import Z, adam, init_weights, models, usual_step  # noqa: E402
 
 
 def main():
@@ -51,30 +42,17 @@ def main():
     dev = torch.device("cuda")
     raw = gzip.open(os.path.join(a.dir, "train-images-idx3-ubyte.gz")).read()[16:]
     images = torch.tensor(np.frombuffer(raw, np.uint8).reshape(-1, 1, 28, 28), device=dev)
-    g, d = gen().to(dev), disc().to(dev)
-    for m in list(g.modules()) + list(d.modules()):
-        if isinstance(m, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
-            nn.init.normal_(m.weight, std=0.02)
-    og = torch.optim.Adam(g.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    od = torch.optim.Adam(d.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    bce = F.binary_cross_entropy_with_logits
+    g, d = (m.to(dev) for m in models(1, 28))
+    init_weights(g, d)  # on the device: its generator's draws, as before
+    og, od = adam(g), adam(d)
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
         idx = torch.randint(0, images.shape[0], (a.batch,), device=dev)
         real = images[idx].float() * (2 / 255) - 1
-        fake = g(torch.rand(a.batch, Z, device=dev) * 2 - 1)
-        lr, lf = d(real), d(fake.detach())
-        d_loss = 0.5 * (bce(lr, torch.ones_like(lr)) + bce(lf, torch.zeros_like(lf)))
-        od.zero_grad(set_to_none=True)
-        d_loss.backward()
-        od.step()
-        lf = d(fake)
-        g_loss = bce(lf, torch.ones_like(lf))
-        og.zero_grad(set_to_none=True)
-        g_loss.backward()
-        og.step()
+        z = torch.rand(a.batch, Z, device=dev) * 2 - 1
+        g_loss, d_loss = usual_step(g, d, og, od, real, z)
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(json.dumps({"peer": "pytorch", "model": "dcgan", "batch": a.batch, "steps": a.steps,

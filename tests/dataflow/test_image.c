@@ -1198,3 +1198,62 @@ Test(image, min_short_takes_only_the_fast_scales) {
     free(jpg);
     tp_tensor_fini(&img);
 }
+
+/* A list's lines read alike by the imagelist source and by the source info's
+ * scan of it (one parser, dataflow/image/img_sources.c): a relative PATH
+ * beside the list, under root= when given, an absolute PATH as it stands
+ * (the first image's channels say which file the scan found: a grey one
+ * beside the list, a colour one elsewhere); a bad line named whole. */
+Test(image, a_lists_paths_resolve_alike_in_the_source_and_the_scan) {
+    char p[512], list[512], spec[1024];
+    const char *dirs[] = {"lst", "rt", "abs"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", s_dir, dirs[i]);
+        cr_assert_eq(mkdir(p, 0755), 0);
+        snprintf(p, sizeof p, "%s/%s/a b.png", s_dir, dirs[i]);
+        s_write_png(p, 5, 4, i ? 3 : 1, i);
+    }
+    snprintf(list, sizeof list, "%s/lst/l.txt", s_dir);
+    const char *rel = "  # spaces, then a comment\n\na b.png\t 2 \r\n";
+    s_write(list, rel, strlen(rel));
+    const char *roots[] = {"", ",root=", ""};
+    for (int i = 0; i < 3; i++) {
+        if (i == 2) { /* an absolute path, whatever the list's folder */
+            snprintf(p, sizeof p, "%s/abs/a b.png 2\n", s_dir);
+            s_write(list, p, strlen(p));
+        }
+        snprintf(spec, sizeof spec, "imagelist:%s%s%s%s", list, roots[i],
+                 i == 1 ? s_dir : "", i == 1 ? "/rt" : "");
+        tp_image_source_info_t info;
+        tp_image_source_info_init(&info);
+        cr_assert_eq(tp_image_source_info(spec, &info), TP_OK, "%s: %s", spec,
+                     tp_last_error());
+        cr_expect_eq(info.nclasses, 3, "%s", spec);
+        cr_expect_eq(info.channels, i ? 3 : 1, "%s: the scan's first image", spec);
+        tp_image_source_info_fini(&info);
+        char src[1100];
+        snprintf(src, sizeof src, "%s,shuffle=0", spec);
+        tp_dataflow_t *df = NULL;
+        cr_assert_eq(tp_spec_parse(src, &df), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+        tp_datapoint_t *dp;
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s: %s", spec, tp_last_error());
+        const tp_tensor_t *img = tp_datapoint_cget(dp, 0);
+        cr_expect_eq(img->ndim == 3 ? img->shape[2] : 1, i ? 3 : 1, "%s: the source's", spec);
+        cr_expect_eq(*(const int32_t *)tp_datapoint_cget(dp, 1)->data, 2);
+        tp_datapoint_destroy(&dp);
+        tp_dataflow_destroy(&df);
+    }
+    const char *bad = "a b.png 2\na b.png seven \n";
+    s_write(list, bad, strlen(bad));
+    cr_assert_null(tp_df_image_list(list, NULL, NULL));
+    cr_expect(strstr(tp_last_error(), "l.txt:2") && strstr(tp_last_error(), "'a b.png seven'"),
+              "%s", tp_last_error());
+    tp_image_source_info_t info;
+    tp_image_source_info_init(&info);
+    snprintf(spec, sizeof spec, "imagelist:%s", list);
+    cr_assert_eq(tp_image_source_info(spec, &info), TP_ERR_FORMAT);
+    cr_expect(strstr(tp_last_error(), "l.txt:2") && strstr(tp_last_error(), "'a b.png seven'"),
+              "%s", tp_last_error());
+    tp_image_source_info_fini(&info);
+}

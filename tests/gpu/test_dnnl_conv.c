@@ -17,9 +17,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <towerpack/towerpack.h>
-#include "gpu/backend_impl.h"
 #include "gpu/cpu/dnnl_conv.h"
+#include "gpu/op_call_testutil.h"
 
 extern int omp_get_max_threads(void);
 
@@ -56,13 +55,6 @@ typedef struct {
     size_t nx, nw, ny;
 } conv_t;
 
-static void s_fill(float *v, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        v[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
-    }
-}
-
 static void s_conv(conv_t *t, const geom_t *g) {
     memset(t, 0, sizeof *t);
     t->attr.kh = t->attr.kw = g->k;
@@ -93,27 +85,20 @@ static void s_conv(conv_t *t, const geom_t *g) {
     t->db = malloc((size_t)g->o * sizeof(float));
     t->y = malloc(t->ny * sizeof(float));
     t->dy = malloc(t->ny * sizeof(float));
-    s_fill(t->x, t->nx, 1);
-    s_fill(t->w, t->nw, 2);
-    s_fill(t->b, (size_t)g->o, 3);
-    s_fill(t->dy, t->ny, 4);
+    oct_fill(t->x, t->nx, 1, -0.5f, 0.5f);
+    oct_fill(t->w, t->nw, 2, -0.5f, 0.5f);
+    oct_fill(t->b, (size_t)g->o, 3, -0.5f, 0.5f);
+    oct_fill(t->dy, t->ny, 4, -0.5f, 0.5f);
     t->in[0] = t->x;
     t->in[1] = t->w;
     t->in[2] = t->b;
     t->grads[0] = t->dx;
     t->grads[1] = t->dw;
     t->grads[2] = t->db;
-    t->c.kind = g->t ? TP_OP_CONV_TRANSPOSE : TP_OP_CONV2D;
-    t->c.attr = &t->attr;
-    t->c.name = "conv";
-    t->c.ninputs = g->bias ? 3 : 2;
-    t->c.x = t->in;
-    t->c.xshape = t->xs;
-    t->c.y = t->y;
-    t->c.yshape = t->ys;
-    t->c.dx = t->grads;
-    t->c.dx_acc = t->acc;
-    t->c.dy = t->dy;
+    t->c = (tp_op_call_t){.kind = g->t ? TP_OP_CONV_TRANSPOSE : TP_OP_CONV2D,
+                          .attr = &t->attr, .name = "conv", .ninputs = g->bias ? 3 : 2,
+                          .x = t->in, .xshape = t->xs, .y = t->y, .yshape = t->ys,
+                          .dx = t->grads, .dx_acc = t->acc, .dy = t->dy};
 }
 
 static void s_free(conv_t *t) {
@@ -123,34 +108,27 @@ static void s_free(conv_t *t) {
 
 /* Plans the call's workspace on b, as a model does. */
 static void s_plan(tp_backend_t *b, conv_t *t) {
-    free(t->ws);
-    t->c.workspace = NULL;
-    t->c.workspace_bytes = b->ops->op_workspace(b, &t->c);
-    t->ws = calloc(1, t->c.workspace_bytes + 64);
-    t->c.workspace = t->ws;
+    oct_plan(b, &t->c, &t->ws);
 }
 
 /* Forward, then backward with every gradient stored (acc 0) or added to
  * ones (acc 1). */
 static void s_step(tp_backend_t *b, conv_t *t, int acc) {
-    cr_assert_eq(b->ops->op_forward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
+    oct_forward(b, &t->c);
     for (int i = 0; i < 3; i++)
         t->acc[i] = acc;
     const float fill = acc ? 1.0f : NAN; /* a stored gradient overwrites NaN */
-    for (size_t i = 0; i < t->nx; i++)
-        t->dx[i] = fill;
-    for (size_t i = 0; i < t->nw; i++)
-        t->dw[i] = fill;
-    for (int64_t i = 0; i < t->xs[2].d[0]; i++)
-        t->db[i] = fill;
-    cr_assert_eq(b->ops->op_backward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
+    oct_set(t->dx, t->nx, fill);
+    oct_set(t->dw, t->nw, fill);
+    oct_set(t->db, (size_t)t->xs[2].d[0], fill);
+    oct_backward(b, &t->c);
 }
 
+/* The one-thread backend on the convolution path `path` (TP_CPU_CONV,
+ * read when the backend is made). */
 static tp_backend_t *s_backend(const char *path) {
     setenv("TP_CPU_CONV", path, 1);
-    tp_backend_t *b = tp_backend_cpu_new(1);
-    cr_assert_not_null(b, "%s", tp_last_error());
-    return b;
+    return oct_backend();
 }
 
 /* |a - r| within 1e-4 of r's largest magnitude (sums of up to a few

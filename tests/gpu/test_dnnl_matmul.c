@@ -8,69 +8,27 @@
  * primitives at once; TP_CPU_MATMUL choosing the path. */
 #include <criterion/criterion.h>
 #include <malloc.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <towerpack/towerpack.h>
-#include "gpu/backend_impl.h"
+#include "gpu/op_call_testutil.h"
 
 TestSuite(dnnl_matmul, .timeout = 60);
 
-typedef struct {
-    tp_op_attr_t attr;
-    tp_shape_t xs[2], ys;
-    float *x[2], *y, *dy, *dx[2], *b, *db, *ws;
-    const void *in[2];
-    int acc[2];
-    tp_op_call_t c;
-} call_t;
-
-static void s_fill(float *v, size_t n, unsigned seed, float lo, float hi) {
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        v[i] = lo + (hi - lo) * (float)(seed >> 8) / 16777216.0f;
-    }
-}
+typedef oct_call_t call_t;
 
 /* x [xs] @ W [K, m] (+ b) (relu); gradients preset to 1 (an added one
  * shows), dX absent when !want_dx; the workspace as the backend plans. */
 static void s_call(call_t *t, tp_backend_t *b, tp_shape_t xs, int m, int bias, int relu,
                    int acc, int want_dx) {
-    memset(t, 0, sizeof *t);
-    int64_t k = (int64_t)(tp_shape_count(&xs) / (size_t)xs.d[0]);
-    t->xs[0] = xs;
-    t->xs[1] = (tp_shape_t){2, {k, m}};
-    t->ys = (tp_shape_t){2, {xs.d[0], m}};
-    for (int i = 0; i < 2; i++) {
-        const size_t cnt = tp_shape_count(&t->xs[i]);
-        t->x[i] = malloc(cnt * sizeof(float));
-        t->dx[i] = malloc(cnt * sizeof(float));
-        s_fill(t->x[i], cnt, 7u + (unsigned)i, -1.0f, 1.0f);
-        for (size_t j = 0; j < cnt; j++)
-            t->dx[i][j] = 1.0f;
-        t->in[i] = t->x[i];
-        t->acc[i] = acc;
-    }
-    const size_t ny = tp_shape_count(&t->ys);
-    t->y = malloc(ny * sizeof(float));
-    t->dy = malloc(ny * sizeof(float));
-    s_fill(t->dy, ny, 99u, -1.0f, 1.0f);
+    const int64_t k = (int64_t)(tp_shape_count(&xs) / (size_t)xs.d[0]);
+    const tp_shape_t in[2] = {xs, {2, {k, m}}};
+    oct_call_init(t, TP_OP_MATMUL, "fc/matmul", 2, in, (tp_shape_t){2, {xs.d[0], m}}, acc,
+                  -1.0f, 1.0f);
     t->b = malloc((size_t)m * sizeof(float));
     t->db = malloc((size_t)m * sizeof(float));
-    s_fill(t->b, (size_t)m, 5u, -0.5f, 0.5f);
+    oct_fill(t->b, (size_t)m, 5u, -0.5f, 0.5f);
     t->attr.act = relu ? TP_ACT_RELU : TP_ACT_NONE;
-    t->c.kind = TP_OP_MATMUL;
-    t->c.attr = &t->attr;
-    t->c.name = "fc/matmul";
-    t->c.ninputs = 2;
-    t->c.x = t->in;
-    t->c.xshape = t->xs;
-    t->c.y = t->y;
-    t->c.yshape = t->ys;
-    t->c.dx = t->dx;
-    t->c.dx_acc = t->acc;
-    t->c.dy = t->dy;
     if (bias) {
         t->c.bias = t->b;
         t->c.dbias = t->db;
@@ -79,34 +37,21 @@ static void s_call(call_t *t, tp_backend_t *b, tp_shape_t xs, int m, int bias, i
         free(t->dx[0]);
         t->dx[0] = NULL;
     }
-    t->c.workspace_bytes = b->ops->op_workspace(b, &t->c);
-    t->ws = calloc(1, t->c.workspace_bytes + 64);
-    t->c.workspace = t->ws;
+    oct_plan(b, &t->c, &t->ws);
 }
 
 static void s_run(call_t *t, tp_backend_t *b) {
-    cr_assert_eq(b->ops->op_forward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(b->ops->op_backward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
+    oct_run(b, &t->c);
 }
 
 static void s_free(call_t *t) {
-    for (int i = 0; i < 2; i++) {
-        free(t->x[i]);
-        free(t->dx[i]);
-    }
-    free(t->y);
-    free(t->dy);
-    free(t->b);
-    free(t->db);
-    free(t->ws);
+    oct_call_free(t);
 }
 
-/* |a - b| within tol of 1 + |b|: sums of up to 784 products of [-1, 1]
- * values, added in other orders, differ by ~1e-5 where they cancel. */
+/* sums of up to 784 products of [-1, 1] values, added in other orders,
+ * differ by ~1e-5 where they cancel: 1e-4 of 1 + |b| */
 static void s_close(const float *a, const float *b, size_t n, float tol, const char *what) {
-    for (size_t i = 0; i < n; i++)
-        cr_assert(fabsf(a[i] - b[i]) <= tol * (1.0f + fabsf(b[i])), "%s[%zu]: %g, want %g",
-                  what, i, (double)a[i], (double)b[i]);
+    oct_close(a, b, n, tol, what);
 }
 
 Test(dnnl_matmul, matches_openblas_with_bias_relu_stored_and_added) {

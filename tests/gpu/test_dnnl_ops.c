@@ -7,103 +7,47 @@
  * a geometry oneDNN does not take (ops_cpu.c's, forward and backward);
  * TP_CPU_POOL / TP_CPU_BNORM choosing the path. */
 #include <criterion/criterion.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <towerpack/towerpack.h>
-#include "gpu/backend_impl.h"
+#include "gpu/op_call_testutil.h"
 
-typedef struct {
-    tp_op_attr_t attr;
-    tp_shape_t xs[3], ys;
-    float *x[3], *y, *dy, *dx[3], *state[2], *ws;
-    const void *in[3];
-    int acc[3];
-    tp_op_call_t c;
-} call_t;
+typedef oct_call_t call_t;
 
-static void s_fill(float *v, size_t n, unsigned seed, float lo, float hi) {
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        v[i] = lo + (hi - lo) * (float)(seed >> 8) / 16777216.0f;
-    }
-}
-
-/* A call of `kind` on x [xs], inputs and dy from fixed seeds, gradients
- * preset to 1 (so that an added gradient shows), workspace as planned. */
+/* A call of `kind` on x [xs] (batch norm's gamma, beta [C] after it),
+ * inputs and dy from fixed seeds, gradients preset to 1 (so that an added
+ * gradient shows); the moving averages at 0.25 and 1.5. */
 static void s_call(call_t *t, tp_backend_t *b, tp_op_kind_t kind, tp_shape_t xs,
                    tp_shape_t ys, int acc) {
-    memset(t, 0, sizeof *t);
-    const int n = kind == TP_OP_BATCH_NORM ? 3 : 1;
-    t->xs[0] = xs;
-    t->xs[1] = t->xs[2] = (tp_shape_t){1, {xs.d[1]}};
-    t->ys = ys;
-    for (int i = 0; i < n; i++) {
-        const size_t cnt = tp_shape_count(&t->xs[i]);
-        t->x[i] = malloc(cnt * sizeof(float));
-        t->dx[i] = malloc(cnt * sizeof(float));
-        s_fill(t->x[i], cnt, 7u + (unsigned)i, i == 1 ? 0.5f : -1.0f, i == 1 ? 1.5f : 2.0f);
-        for (size_t j = 0; j < cnt; j++)
-            t->dx[i][j] = 1.0f;
-        t->in[i] = t->x[i];
-        t->acc[i] = acc;
-    }
-    const size_t ny = tp_shape_count(&ys);
-    t->y = malloc(ny * sizeof(float));
-    t->dy = malloc(ny * sizeof(float));
-    s_fill(t->dy, ny, 99u, -1.0f, 1.0f);
+    const tp_shape_t c = {1, {xs.d[1]}}, in[3] = {xs, c, c};
+    oct_call_init(t, kind, "op", kind == TP_OP_BATCH_NORM ? 3 : 1, in, ys, acc, -1.0f, 2.0f);
+    if (t->c.ninputs == 3) /* gamma away from 0 */
+        oct_fill(t->x[1], (size_t)xs.d[1], 8u, 0.5f, 1.5f);
     for (int i = 0; i < 2; i++) {
         t->state[i] = malloc((size_t)xs.d[1] * sizeof(float));
-        for (int64_t j = 0; j < xs.d[1]; j++)
-            t->state[i][j] = i ? 1.5f : 0.25f;
+        oct_set(t->state[i], (size_t)xs.d[1], i ? 1.5f : 0.25f);
+        t->c.state[i] = t->state[i];
     }
-    t->c.kind = kind;
-    t->c.attr = &t->attr;
-    t->c.name = "op";
-    t->c.ninputs = n;
-    t->c.x = t->in;
-    t->c.xshape = t->xs;
-    t->c.y = t->y;
-    t->c.yshape = ys;
-    t->c.dx = t->dx;
-    t->c.dx_acc = t->acc;
-    t->c.dy = t->dy;
-    t->c.state[0] = t->state[0];
-    t->c.state[1] = t->state[1];
     (void)b;
 }
 
+/* The workspace as planned, then the forward and backward. */
 static void s_run(call_t *t, tp_backend_t *b) {
-    t->c.workspace_bytes = b->ops->op_workspace(b, &t->c);
-    t->ws = calloc(1, t->c.workspace_bytes + 64);
-    t->c.workspace = t->ws;
-    cr_assert_eq(b->ops->op_forward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(b->ops->op_backward(b, NULL, &t->c), TP_OK, "%s", tp_last_error());
+    oct_plan(b, &t->c, &t->ws);
+    oct_run(b, &t->c);
 }
 
 static void s_free(call_t *t) {
-    for (int i = 0; i < 3; i++) {
-        free(t->x[i]);
-        free(t->dx[i]);
-    }
-    free(t->y);
-    free(t->dy);
-    free(t->state[0]);
-    free(t->state[1]);
-    free(t->ws);
+    oct_call_free(t);
 }
 
 static void s_close(const float *a, const float *b, size_t n, float tol, const char *what) {
-    for (size_t i = 0; i < n; i++)
-        cr_assert(fabsf(a[i] - b[i]) <= tol * (1.0f + fabsf(b[i])), "%s[%zu]: %g, want %g",
-                  what, i, (double)a[i], (double)b[i]);
+    oct_close(a, b, n, tol, what);
 }
 
 /* The same call on each path (env = "dnnl" and "own"), compared. */
 static void s_compare(const char *env, tp_op_kind_t kind, const tp_op_attr_t *attr,
                       tp_shape_t xs, tp_shape_t ys, int acc, float tol) {
-    tp_backend_t *b = tp_backend_cpu_new(1);
-    cr_assert_not_null(b, "%s", tp_last_error());
+    tp_backend_t *b = oct_backend();
     call_t t[2];
     for (int p = 0; p < 2; p++) {
         setenv(env, p ? "own" : "dnnl", 1);
