@@ -389,6 +389,36 @@ static int s_htaps(s_htaps_t *t, int c0, int ow, int w, int f, int align) {
     return c1;
 }
 
+/* The horizontal taps turned round: for each input column, the output
+ * columns that read it and their weights, in the order the scatter
+ * t[i0[k]] += l0[k] g[k], t[i1[k]] += l1[k] g[k] (k rising) adds them,
+ * so a gather over them gives the scatter's sums, without its chain of
+ * stores and reloads into one item. For w, ow <= S_TAPS. */
+typedef struct {
+    int start[S_TAPS + 1];
+    int k[2 * S_TAPS];
+    float l[2 * S_TAPS];
+} s_vtaps_t;
+
+static void s_vtaps(s_vtaps_t *v, const s_htaps_t *t, int ow, int w) {
+    int cnt[S_TAPS] = {0};
+    for (int k = 0; k < ow; k++) {
+        cnt[t->i0[k]]++;
+        cnt[t->i1[k]]++;
+    }
+    v->start[0] = 0;
+    for (int ix = 0; ix < w; ix++) {
+        v->start[ix + 1] = v->start[ix] + cnt[ix];
+        cnt[ix] = v->start[ix];
+    }
+    for (int k = 0; k < ow; k++) {
+        v->k[cnt[t->i0[k]]] = k;
+        v->l[cnt[t->i0[k]]++] = t->l0[k];
+        v->k[cnt[t->i1[k]]] = k;
+        v->l[cnt[t->i1[k]]++] = t->l1[k];
+    }
+}
+
 /* One call's geometry, read by the parts. */
 typedef struct {
     const tp_op_call_t *c;
@@ -533,6 +563,12 @@ static void s_up_bilinear_bwd(void *arg, size_t p0, size_t p1) {
     const size_t planes = (size_t)u->c->xshape[0].d[0] * (size_t)u->c->xshape[0].d[1];
     float *g = (float *)u->c->workspace + p0 * (size_t)h * ow;
     float *t = (float *)u->c->workspace + planes * (size_t)h * ow + p0 * (size_t)w;
+    const int one = ow <= S_TAPS; /* the taps found once for the part */
+    s_vtaps_t vt;
+    if (one) {
+        s_htaps(&ht, 0, ow, w, f, u->align);
+        s_vtaps(&vt, &ht, ow, w);
+    }
     for (size_t pl = p0; pl < p1; pl++) {
         const float *yp = u->c->dy + pl * (size_t)oh * ow;
         float *dp = u->c->dx[0] + pl * (size_t)h * w;
@@ -551,13 +587,22 @@ static void s_up_bilinear_bwd(void *arg, size_t p0, size_t p1) {
         }
         for (int iy = 0; iy < h; iy++) {
             const float *gr = g + (size_t)iy * ow;
-            for (int ix = 0; ix < w; ix++)
-                t[ix] = 0.0f;
-            for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
-                const int c1 = s_htaps(&ht, c0, ow, w, f, u->align);
-                for (int k = 0; k < c1 - c0; k++) {
-                    t[ht.i0[k]] += ht.l0[k] * gr[c0 + k];
-                    t[ht.i1[k]] += ht.l1[k] * gr[c0 + k];
+            if (one) {
+                for (int ix = 0; ix < w; ix++) {
+                    float sum = 0.0f;
+                    for (int j = vt.start[ix]; j < vt.start[ix + 1]; j++)
+                        sum += vt.l[j] * gr[vt.k[j]];
+                    t[ix] = sum;
+                }
+            } else {
+                for (int ix = 0; ix < w; ix++)
+                    t[ix] = 0.0f;
+                for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
+                    const int c1 = s_htaps(&ht, c0, ow, w, f, u->align);
+                    for (int k = 0; k < c1 - c0; k++) {
+                        t[ht.i0[k]] += ht.l0[k] * gr[c0 + k];
+                        t[ht.i1[k]] += ht.l1[k] * gr[c0 + k];
+                    }
                 }
             }
             float *restrict dr = dp + (size_t)iy * w;
