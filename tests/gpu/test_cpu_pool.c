@@ -168,7 +168,15 @@ typedef struct {
 
 /* Forward and backward of one case (gradients accumulated onto a
  * non-zero start for input 0, stored for input 1). */
+static void s_run_case_at(const kcase_t *k, const tp_op_attr_t *attr, int threads,
+                          kout_t *out);
 static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
+    s_run_case_at(k, NULL, threads, out);
+}
+
+/* ... with the op's attributes where it needs more than alpha and axes. */
+static void s_run_case_at(const kcase_t *k, const tp_op_attr_t *attr, int threads,
+                          kout_t *out) {
     tp_shape_t xs[2] = {{.ndim = k->nd0}, {.ndim = k->nd1}}, ys = {.ndim = k->ynd};
     memcpy(xs[0].d, k->d0, sizeof k->d0);
     memcpy(xs[1].d, k->d1, sizeof k->d1);
@@ -191,7 +199,7 @@ static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
     cr_assert(y && dy);
     for (size_t j = 0; j < ny; j++)
         dy[j] = s_rand(&seed);
-    tp_op_attr_t at = {.alpha = 0.1f, .axes = k->axes};
+    tp_op_attr_t at = attr ? *attr : (tp_op_attr_t){.alpha = 0.1f, .axes = k->axes};
     if (k->kind == TP_OP_LAYER_NORM) { /* over the last axis, gamma but no beta */
         at.norm_axes = 1;
         at.norm_absent = 2;
@@ -298,6 +306,53 @@ Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120
         }
         cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
                      "%s: no part ran on a worker in 50 runs", k->name);
+        s_free_out(&one);
+    }
+}
+
+/* The shape family's walks (cut over the outermost dim) and upsampling
+ * (cut over planes): the same bits on 1 and 2 threads, and a part run on
+ * a worker (they ran on the caller alone before they were cut). */
+typedef struct {
+    kcase_t k;
+    tp_op_attr_t at;
+} kcase_at_t;
+
+static const kcase_at_t s_shape_cases[] = {
+    {{"upsample_nearest", TP_OP_UPSAMPLE_NEAREST, 0, 4, 0, {128, 16, 14, 14}, {0},
+      {128, 16, 28, 28}, 4}, {.sh = 2, .sw = 2}},
+    {{"upsample_bilinear", TP_OP_UPSAMPLE_BILINEAR, 0, 4, 0, {128, 16, 14, 14}, {0},
+      {128, 16, 28, 28}, 4}, {.sh = 2, .sw = 2}},
+    {{"upsample_bilinear_corners", TP_OP_UPSAMPLE_BILINEAR, 0, 4, 0, {64, 16, 14, 14}, {0},
+      {64, 16, 42, 42}, 4}, {.sh = 3, .sw = 3, .align_corners = 1}},
+    {{"concat_c", TP_OP_CONCAT, 0, 4, 4, {128, 16, 14, 14}, {128, 16, 14, 14},
+      {128, 32, 14, 14}, 4}, {.axis = 1}},
+    {{"transpose_nhwc", TP_OP_TRANSPOSE, 0, 4, 0, {128, 16, 14, 14}, {0},
+      {128, 14, 14, 16}, 4}, {.dims_a = {0, 2, 3, 1}}},
+};
+
+Test(cpu_pool, shape_and_upsampling_kernels_give_the_same_bits_on_one_and_two_threads,
+     .timeout = 120) {
+    for (size_t i = 0; i < sizeof s_shape_cases / sizeof s_shape_cases[0]; i++) {
+        const kcase_at_t *k = &s_shape_cases[i];
+        kout_t one, two;
+        s_run_case_at(&k->k, &k->at, 1, &one);
+        const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+        for (int r = 0; r < 50; r++) {
+            s_run_case_at(&k->k, &k->at, 2, &two);
+            cr_assert_eq(memcmp(one.y, two.y, one.ny * sizeof(float)), 0,
+                         "%s: the outputs differ between 1 and 2 threads", k->k.name);
+            for (int j = 0; j < 2; j++)
+                if (one.nx[j])
+                    cr_assert_eq(memcmp(one.dx[j], two.dx[j], one.nx[j] * sizeof(float)), 0,
+                                 "%s: input %d's gradients differ between 1 and 2 threads",
+                                 k->k.name, j);
+            s_free_out(&two);
+            if (atomic_load(&tp_cpu_pool_worker_parts) > before)
+                break;
+        }
+        cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
+                     "%s: no part ran on a worker in 50 runs", k->k.name);
         s_free_out(&one);
     }
 }
