@@ -357,6 +357,79 @@ Test(cpu_pool, shape_and_upsampling_kernels_give_the_same_bits_on_one_and_two_th
     }
 }
 
+/* Gather's rows (an embedding [10000, 128] by 128 x 32 ids, many of them
+ * repeated): forward cut over the output rows, backward over the table's
+ * rows, each adding its dy rows in index order: the same bits on 1 and 2
+ * threads, the backward onto a non-zero gradient (acc) too. */
+static void s_gather(int threads, int acc, const float *tab, const int32_t *ids, float *y,
+                     float *dtab) {
+    enum { V = 10000, D = 128, N = 128 * 32 };
+    tp_shape_t xs[2] = {{.ndim = 2, .d = {V, D}}, {.ndim = 2, .d = {128, 32}}};
+    tp_shape_t ys = {.ndim = 3, .d = {128, 32, D}};
+    float *dy = malloc((size_t)N * D * sizeof(float));
+    cr_assert(dy);
+    uint64_t seed = 3;
+    for (size_t j = 0; j < (size_t)N * D; j++)
+        dy[j] = s_rand(&seed);
+    for (size_t j = 0; j < (size_t)V * D; j++)
+        dtab[j] = acc ? 0.5f : -1.0f;
+    tp_op_attr_t at = {0};
+    const void *xin[2] = {tab, ids};
+    float *dxs[2] = {dtab, NULL};
+    const int accs[2] = {acc, 0};
+    tp_op_call_t c = {.kind = TP_OP_GATHER, .attr = &at, .name = "emb", .ninputs = 2,
+                      .x = xin, .xshape = xs, .y = y, .yshape = ys, .dx = dxs,
+                      .dx_acc = accs, .dy = dy};
+    tp_cpu_pool_threads_override(threads);
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+    tp_cpu_pool_threads_override(0);
+    free(dy);
+}
+
+Test(cpu_pool, gather_gives_the_same_bits_on_one_and_two_threads, .timeout = 120) {
+    enum { V = 10000, D = 128, N = 128 * 32 };
+    float *tab = malloc((size_t)V * D * sizeof(float));
+    int32_t *ids = malloc(N * sizeof(int32_t));
+    float *y[2], *dt[2];
+    for (int i = 0; i < 2; i++) {
+        y[i] = malloc((size_t)N * D * sizeof(float));
+        dt[i] = malloc((size_t)V * D * sizeof(float));
+        cr_assert(y[i] && dt[i]);
+    }
+    cr_assert(tab && ids);
+    uint64_t seed = 11;
+    for (size_t j = 0; j < (size_t)V * D; j++)
+        tab[j] = s_rand(&seed);
+    for (int i = 0; i < N; i++) /* id 17 a third of the time */
+        ids[i] = i % 3 == 0 ? 17 : (int32_t)((uint32_t)(s_rand(&seed) * 1000.0f + 4e3f) % V);
+    for (int acc = 0; acc <= 1; acc++) {
+        s_gather(1, acc, tab, ids, y[0], dt[0]);
+        const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+        for (int r = 0; r < 50; r++) {
+            s_gather(2, acc, tab, ids, y[1], dt[1]);
+            cr_assert_eq(memcmp(y[0], y[1], (size_t)N * D * sizeof(float)), 0,
+                         "the rows differ between 1 and 2 threads");
+            cr_assert_eq(memcmp(dt[0], dt[1], (size_t)V * D * sizeof(float)), 0,
+                         "the table's gradients differ between 1 and 2 threads (acc %d)", acc);
+            if (atomic_load(&tp_cpu_pool_worker_parts) > before)
+                break;
+        }
+        cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before, "no part ran on a worker");
+    }
+    /* the premise: rows picked several times (their dy rows add in order) */
+    int repeats = 0;
+    for (int i = 1; i < N; i++)
+        repeats += ids[i] == ids[0];
+    cr_assert_gt(repeats, 0, "the draw repeats id %d", ids[0]);
+    for (int i = 0; i < 2; i++) {
+        free(y[i]);
+        free(dt[i]);
+    }
+    free(tab);
+    free(ids);
+}
+
 /* AdamW's update (cpu_adam.c: one pass over the pool) against the two
  * passes it replaced (the decay, then the moments and the step), on 1 and
  * 2 threads: the same bits every time. */
