@@ -310,8 +310,8 @@ Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120
     }
 }
 
-/* The shape family's walks (cut over the outermost dim) and upsampling
- * (cut over planes): the same bits on 1 and 2 threads, and a part run on
+/* The shape family's walks (cut over the outermost dim), upsampling (cut
+ * over planes) and the bias add over images: the same bits on 1 and 2 threads, and a part run on
  * a worker (they ran on the caller alone before they were cut). */
 typedef struct {
     kcase_t k;
@@ -329,6 +329,9 @@ static const kcase_at_t s_shape_cases[] = {
       {128, 32, 14, 14}, 4}, {.axis = 1}},
     {{"transpose_nhwc", TP_OP_TRANSPOSE, 0, 4, 0, {128, 16, 14, 14}, {0},
       {128, 14, 14, 16}, 4}, {.dims_a = {0, 2, 3, 1}}},
+    /* bias add over images: rows, items and channels (ops_cpu.c) */
+    {{"bias_add_nchw", TP_OP_BIAS_ADD, 0, 4, 1, {128, 16, 14, 14}, {16},
+      {128, 16, 14, 14}, 4}, {0}},
 };
 
 Test(cpu_pool, shape_and_upsampling_kernels_give_the_same_bits_on_one_and_two_threads,
