@@ -19,6 +19,7 @@
 #include "gpu/backend_impl.h"
 
 #include "gpu/cpu/cpu_math.h"
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_conv.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
@@ -366,10 +367,14 @@ static void s_fault(float *g, size_t n) {
 
 /* ---- upsampling ----------------------------------------------------------- */
 
+/* Planes (the [n, c] images) are independent: a range of them per thread
+ * (gpu/cpu/cpu_pool.h), each plane written by one call, so the values do
+ * not depend on the cut. A part is at least S_UP_MIN output items. */
+#define S_UP_MIN 16384
 
-/* The horizontal taps of output columns [c0, c1), c1 = min(c0 + S_TAPS,
- * ow): found once per chunk of columns, not once per row of every plane
- * (s_taps divides and branches; the rows reuse the same columns). */
+/* The horizontal taps of every output column (ow <= S_TAPS) or of the
+ * chunk [c0, c1) (s_htaps): found once per call or chunk, not once per
+ * row of every plane (tp_bilinear_taps divides and branches). */
 enum { S_TAPS = 256 };
 typedef struct {
     int i0[S_TAPS], i1[S_TAPS];
@@ -384,116 +389,243 @@ static int s_htaps(s_htaps_t *t, int c0, int ow, int w, int f, int align) {
     return c1;
 }
 
-static void s_up_fwd(const tp_op_call_t *c) {
-    const tp_shape_t *xs = &c->xshape[0];
-    const int h = (int)xs->d[2], w = (int)xs->d[3], f = c->attr->sh;
-    const int oh = h * f, ow = w * f;
-    const size_t planes = (size_t)xs->d[0] * (size_t)xs->d[1];
-    const float *x = c->x[0];
-    float *y = c->y;
-    if (c->kind == TP_OP_UPSAMPLE_NEAREST) {
-        for (size_t pl = 0; pl < planes; pl++) {
-            const float *xp = x + pl * (size_t)h * w;
-            float *yp = y + pl * (size_t)oh * ow;
-            for (int iy = 0; iy < h; iy++) {
-                const float *xr = xp + (size_t)iy * w;
-                float *yr = yp + (size_t)iy * f * ow;
-                if (f == 2) /* the common factor: a loop the compiler unrolls */
-                    for (int ix = 0; ix < w; ix++)
-                        yr[2 * ix] = yr[2 * ix + 1] = xr[ix];
-                else
-                    for (int ix = 0; ix < w; ix++)
-                        for (int k = 0; k < f; k++)
-                            yr[ix * f + k] = xr[ix];
-                /* the f output rows of one input row are equal: copies */
-                for (int k = 1; k < f; k++)
-                    memcpy(yr + (size_t)k * ow, yr, sizeof(float) * (size_t)ow);
-            }
-        }
-        return;
+/* The horizontal taps turned round: for each input column, the output
+ * columns that read it and their weights, in the order the scatter
+ * t[i0[k]] += l0[k] g[k], t[i1[k]] += l1[k] g[k] (k rising) adds them,
+ * so a gather over them gives the scatter's sums, without its chain of
+ * stores and reloads into one item. For w, ow <= S_TAPS. */
+typedef struct {
+    int start[S_TAPS + 1];
+    int k[2 * S_TAPS];
+    float l[2 * S_TAPS];
+} s_vtaps_t;
+
+static void s_vtaps(s_vtaps_t *v, const s_htaps_t *t, int ow, int w) {
+    int cnt[S_TAPS] = {0};
+    for (int k = 0; k < ow; k++) {
+        cnt[t->i0[k]]++;
+        cnt[t->i1[k]]++;
     }
-    const int align = c->attr->align_corners;
-    s_htaps_t ht;
-    for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
-        const int c1 = s_htaps(&ht, c0, ow, w, f, align);
-        for (size_t pl = 0; pl < planes; pl++) {
-            const float *xp = x + pl * (size_t)h * w;
-            float *yp = y + pl * (size_t)oh * ow;
-            for (int oy = 0; oy < oh; oy++) {
-                int h0, h1;
-                float lh0, lh1;
-                tp_bilinear_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
-                const float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
-                float *yr = yp + (size_t)oy * ow + c0;
-                for (int k = 0; k < c1 - c0; k++) {
-                    const int w0 = ht.i0[k], w1 = ht.i1[k];
-                    const float lw0 = ht.l0[k], lw1 = ht.l1[k];
-                    yr[k] = lh0 * (lw0 * r0[w0] + lw1 * r0[w1]) +
-                            lh1 * (lw0 * r1[w0] + lw1 * r1[w1]);
+    v->start[0] = 0;
+    for (int ix = 0; ix < w; ix++) {
+        v->start[ix + 1] = v->start[ix] + cnt[ix];
+        cnt[ix] = v->start[ix];
+    }
+    for (int k = 0; k < ow; k++) {
+        v->k[cnt[t->i0[k]]] = k;
+        v->l[cnt[t->i0[k]]++] = t->l0[k];
+        v->k[cnt[t->i1[k]]] = k;
+        v->l[cnt[t->i1[k]]++] = t->l1[k];
+    }
+}
+
+/* One call's geometry, read by the parts. */
+typedef struct {
+    const tp_op_call_t *c;
+    int h, w, f, oh, ow, align;
+    float fault; /* the gradient checks' factor (1 in real runs) */
+} s_up_t;
+
+static s_up_t s_up_geom(const tp_op_call_t *c) {
+    const tp_shape_t *xs = &c->xshape[0];
+    s_up_t u = {.c = c, .h = (int)xs->d[2], .w = (int)xs->d[3], .f = c->attr->sh,
+                .align = c->attr->align_corners, .fault = tp_cpu_elementwise_grad_fault};
+    u.oh = u.h * u.f;
+    u.ow = u.w * u.f;
+    return u;
+}
+
+static void s_up_par(const s_up_t *u, tp_cpu_range_fn fn) {
+    const size_t planes = (size_t)u->c->xshape[0].d[0] * (size_t)u->c->xshape[0].d[1];
+    const size_t per = (size_t)u->oh * (size_t)u->ow;
+    tp_cpu_parallel(planes, 1, (S_UP_MIN + per - 1) / per, fn, (void *)u);
+}
+
+/* Nearest, planes [p0, p1): each input row's f output rows are equal, so
+ * the first is written and the others copied. */
+static void s_up_nearest_fwd(void *arg, size_t p0, size_t p1) {
+    const s_up_t *u = arg;
+    const int h = u->h, w = u->w, f = u->f, ow = u->ow;
+    for (size_t pl = p0; pl < p1; pl++) {
+        const float *xp = (const float *)u->c->x[0] + pl * (size_t)h * w;
+        float *yp = (float *)u->c->y + pl * (size_t)u->oh * ow;
+        for (int iy = 0; iy < h; iy++) {
+            const float *restrict xr = xp + (size_t)iy * w;
+            float *restrict yr = yp + (size_t)iy * f * ow;
+            if (f == 2) /* the common factor: a loop the compiler unrolls */
+                for (int ix = 0; ix < w; ix++)
+                    yr[2 * ix] = yr[2 * ix + 1] = xr[ix];
+            else
+                for (int ix = 0; ix < w; ix++)
+                    for (int k = 0; k < f; k++)
+                        yr[ix * f + k] = xr[ix];
+            for (int k = 1; k < f; k++)
+                memcpy(yr + (size_t)k * ow, yr, sizeof(float) * (size_t)ow);
+        }
+    }
+}
+
+/* Nearest's adjoint, planes [p0, p1): an input item's gradient is the sum
+ * of its f x f block of dy, row by row (the block's rows in order, each
+ * row's f items in order), stored (or added) once: no zeroed buffer. */
+static void s_up_nearest_bwd(void *arg, size_t p0, size_t p1) {
+    const s_up_t *u = arg;
+    const int h = u->h, w = u->w, f = u->f, ow = u->ow;
+    const int acc = u->c->dx_acc[0];
+    const float fault = u->fault;
+    float row[S_TAPS];
+    for (size_t pl = p0; pl < p1; pl++) {
+        float *dp = u->c->dx[0] + pl * (size_t)h * w;
+        const float *yp = u->c->dy + pl * (size_t)u->oh * ow;
+        for (int iy = 0; iy < h; iy++) {
+            float *restrict dr = dp + (size_t)iy * w;
+            for (int x0 = 0; x0 < w; x0 += S_TAPS) {
+                const int nx = w - x0 < S_TAPS ? w - x0 : S_TAPS;
+                for (int ix = 0; ix < nx; ix++)
+                    row[ix] = 0.0f;
+                for (int k = 0; k < f; k++) {
+                    const float *restrict yr = yp + ((size_t)iy * f + k) * ow + (size_t)x0 * f;
+                    if (f == 2)
+                        for (int ix = 0; ix < nx; ix++)
+                            row[ix] += yr[2 * ix] + yr[2 * ix + 1];
+                    else
+                        for (int ix = 0; ix < nx; ix++) {
+                            float s = 0.0f;
+                            for (int j = 0; j < f; j++)
+                                s += yr[ix * f + j];
+                            row[ix] += s;
+                        }
                 }
+                if (acc)
+                    for (int ix = 0; ix < nx; ix++)
+                        dr[x0 + ix] += fault * row[ix];
+                else
+                    for (int ix = 0; ix < nx; ix++)
+                        dr[x0 + ix] = fault * row[ix];
             }
         }
     }
 }
 
-/* The adjoint: every output element's gradient back to the input taps it
- * read, with the weights it read them with. */
-static void s_up_bwd(const tp_op_call_t *c) {
-    float *dx = c->dx[0];
-    if (!dx)
-        return;
-    const tp_shape_t *xs = &c->xshape[0];
-    const int h = (int)xs->d[2], w = (int)xs->d[3], f = c->attr->sh;
-    const int oh = h * f, ow = w * f;
-    const size_t planes = (size_t)xs->d[0] * (size_t)xs->d[1];
-    const size_t nx = planes * (size_t)h * w;
-    const float *dy = c->dy;
-    float *tmp = c->workspace; /* the sums before a dx_acc add (and fault) */
-    memset(tmp, 0, nx * sizeof(float));
-    if (c->kind == TP_OP_UPSAMPLE_NEAREST) {
-        for (size_t pl = 0; pl < planes; pl++) {
-            float *xp = tmp + pl * (size_t)h * w;
-            const float *yp = dy + pl * (size_t)oh * ow;
+/* Bilinear, planes [p0, p1), separably: each input row interpolated
+ * across once (hr, its ow items), then every output row is a blend of two
+ * such rows: lh0 (lw0 r0[w0] + lw1 r0[w1]) + lh1 (lw0 r1[w0] + lw1
+ * r1[w1]), the expression the taps give, in columns of S_TAPS. */
+static void s_up_bilinear_fwd(void *arg, size_t p0, size_t p1) {
+    const s_up_t *u = arg;
+    const int h = u->h, w = u->w, f = u->f, oh = u->oh, ow = u->ow;
+    s_htaps_t ht;
+    float hr[2][S_TAPS];
+    for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
+        const int c1 = s_htaps(&ht, c0, ow, w, f, u->align), nc = c1 - c0;
+        for (size_t pl = p0; pl < p1; pl++) {
+            const float *xp = (const float *)u->c->x[0] + pl * (size_t)h * w;
+            float *yp = (float *)u->c->y + pl * (size_t)oh * ow;
+            int have[2] = {-1, -1}; /* the input rows in hr[0], hr[1] */
             for (int oy = 0; oy < oh; oy++) {
-                float *xr = xp + (size_t)(oy / f) * w;
-                const float *yr = yp + (size_t)oy * ow;
-                for (int ix = 0; ix < w; ix++) {
-                    float s = 0.0f;
-                    for (int k = 0; k < f; k++)
-                        s += yr[ix * f + k];
-                    xr[ix] += s;
-                }
-            }
-        }
-    } else {
-        const int align = c->attr->align_corners;
-        s_htaps_t ht;
-        for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
-            const int c1 = s_htaps(&ht, c0, ow, w, f, align);
-            for (size_t pl = 0; pl < planes; pl++) {
-                float *xp = tmp + pl * (size_t)h * w;
-                const float *yp = dy + pl * (size_t)oh * ow;
-                for (int oy = 0; oy < oh; oy++) {
-                    int h0, h1;
-                    float lh0, lh1;
-                    tp_bilinear_taps(oy, h, f, align, &h0, &h1, &lh0, &lh1);
-                    float *r0 = xp + (size_t)h0 * w, *r1 = xp + (size_t)h1 * w;
-                    const float *yr = yp + (size_t)oy * ow + c0;
-                    for (int k = 0; k < c1 - c0; k++) {
-                        const int w0 = ht.i0[k], w1 = ht.i1[k];
-                        const float lw0 = ht.l0[k], lw1 = ht.l1[k];
-                        const float g = yr[k];
-                        r0[w0] += lh0 * lw0 * g;
-                        r0[w1] += lh0 * lw1 * g;
-                        r1[w0] += lh1 * lw0 * g;
-                        r1[w1] += lh1 * lw1 * g;
+                int h0, h1;
+                float lh0, lh1;
+                tp_bilinear_taps(oy, h, f, u->align, &h0, &h1, &lh0, &lh1);
+                const int want[2] = {h0, h1};
+                for (int s = 0; s < 2; s++) {
+                    if (have[s] == want[s])
+                        continue;
+                    if (have[1 - s] == want[s]) { /* slid down a row */
+                        memcpy(hr[s], hr[1 - s], sizeof(float) * (size_t)nc);
+                    } else {
+                        const float *restrict r = xp + (size_t)want[s] * w;
+                        for (int k = 0; k < nc; k++)
+                            hr[s][k] = ht.l0[k] * r[ht.i0[k]] + ht.l1[k] * r[ht.i1[k]];
                     }
+                    have[s] = want[s];
                 }
+                float *restrict yr = yp + (size_t)oy * ow + c0;
+                for (int k = 0; k < nc; k++)
+                    yr[k] = lh0 * hr[0][k] + lh1 * hr[1][k];
             }
         }
     }
-    s_fault(tmp, nx);
-    GRAD_STORE(dx, c->dx_acc[0], nx, tmp[i]);
+}
+
+/* Bilinear's adjoint, planes [p0, p1): each output row's dy added into its
+ * two input rows' column sums (g, ow items per input row, in output row
+ * order), then each input row's sums spread back to its columns by the
+ * horizontal taps (in column order); per plane, so one plane's gradient
+ * is whole before the next. g (h x ow) and t (one input row's w sums)
+ * live in the call's workspace at the part's first plane (so two parts
+ * never share them). */
+static void s_up_bilinear_bwd(void *arg, size_t p0, size_t p1) {
+    const s_up_t *u = arg;
+    const int h = u->h, w = u->w, f = u->f, oh = u->oh, ow = u->ow;
+    const int acc = u->c->dx_acc[0];
+    const float fault = u->fault;
+    s_htaps_t ht;
+    const size_t planes = (size_t)u->c->xshape[0].d[0] * (size_t)u->c->xshape[0].d[1];
+    float *g = (float *)u->c->workspace + p0 * (size_t)h * ow;
+    float *t = (float *)u->c->workspace + planes * (size_t)h * ow + p0 * (size_t)w;
+    const int one = ow <= S_TAPS; /* the taps found once for the part */
+    s_vtaps_t vt;
+    if (one) {
+        s_htaps(&ht, 0, ow, w, f, u->align);
+        s_vtaps(&vt, &ht, ow, w);
+    }
+    for (size_t pl = p0; pl < p1; pl++) {
+        const float *yp = u->c->dy + pl * (size_t)oh * ow;
+        float *dp = u->c->dx[0] + pl * (size_t)h * w;
+        memset(g, 0, sizeof(float) * (size_t)h * ow);
+        for (int oy = 0; oy < oh; oy++) {
+            int h0, h1;
+            float lh0, lh1;
+            tp_bilinear_taps(oy, h, f, u->align, &h0, &h1, &lh0, &lh1);
+            const float *restrict yr = yp + (size_t)oy * ow;
+            float *restrict g0 = g + (size_t)h0 * ow;
+            for (int k = 0; k < ow; k++)
+                g0[k] += lh0 * yr[k];
+            float *restrict g1 = g + (size_t)h1 * ow;
+            for (int k = 0; k < ow; k++)
+                g1[k] += lh1 * yr[k];
+        }
+        for (int iy = 0; iy < h; iy++) {
+            const float *gr = g + (size_t)iy * ow;
+            if (one) {
+                for (int ix = 0; ix < w; ix++) {
+                    float sum = 0.0f;
+                    for (int j = vt.start[ix]; j < vt.start[ix + 1]; j++)
+                        sum += vt.l[j] * gr[vt.k[j]];
+                    t[ix] = sum;
+                }
+            } else {
+                for (int ix = 0; ix < w; ix++)
+                    t[ix] = 0.0f;
+                for (int c0 = 0; c0 < ow; c0 += S_TAPS) {
+                    const int c1 = s_htaps(&ht, c0, ow, w, f, u->align);
+                    for (int k = 0; k < c1 - c0; k++) {
+                        t[ht.i0[k]] += ht.l0[k] * gr[c0 + k];
+                        t[ht.i1[k]] += ht.l1[k] * gr[c0 + k];
+                    }
+                }
+            }
+            float *restrict dr = dp + (size_t)iy * w;
+            if (acc)
+                for (int ix = 0; ix < w; ix++)
+                    dr[ix] += fault * t[ix];
+            else
+                for (int ix = 0; ix < w; ix++)
+                    dr[ix] = fault * t[ix];
+        }
+    }
+}
+
+static void s_up_fwd(const tp_op_call_t *c) {
+    const s_up_t u = s_up_geom(c);
+    s_up_par(&u, c->kind == TP_OP_UPSAMPLE_NEAREST ? s_up_nearest_fwd : s_up_bilinear_fwd);
+}
+
+static void s_up_bwd(const tp_op_call_t *c) {
+    if (!c->dx[0])
+        return;
+    const s_up_t u = s_up_geom(c);
+    s_up_par(&u, c->kind == TP_OP_UPSAMPLE_NEAREST ? s_up_nearest_bwd : s_up_bilinear_bwd);
 }
 
 /* ---- dispatch --------------------------------------------------------------- */
@@ -510,9 +642,14 @@ size_t tp_cpu_conv_workspace(const tp_op_call_t *c) {
         const s_conv_t d = s_conv_dims(c);
         return s_conv_ws_dims(&d, c->xshape[0].d[0]);
     }
-    case TP_OP_UPSAMPLE_NEAREST:
-    case TP_OP_UPSAMPLE_BILINEAR:
-        return tp_shape_count(&c->xshape[0]) * sizeof(float);
+    case TP_OP_UPSAMPLE_NEAREST: /* writes dx directly */
+        return 0;
+    case TP_OP_UPSAMPLE_BILINEAR: { /* per plane: h rows of ow sums, w sums */
+        const tp_shape_t *xs = &c->xshape[0];
+        const size_t planes = (size_t)xs->d[0] * (size_t)xs->d[1];
+        return planes * ((size_t)xs->d[2] * (size_t)(xs->d[3] * c->attr->sh) +
+                         (size_t)xs->d[3]) * sizeof(float);
+    }
     default:
         return 0;
     }

@@ -15,6 +15,7 @@
 #include "gpu/backend_impl.h"
 
 #include "gpu/cpu/cpu_math.h"
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/dnnl_matmul.h"
 #include "gpu/cpu/dnnl_ops.h"
 #include "gpu/cpu/ops_cpu.h"
@@ -119,6 +120,48 @@ static tp_status_t s_matmul_bwd(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
 
 /* ---- bias, activations, scale, add -------------------------------------- */
 
+/* Bias add over images ([N, C, spatial...]) on the team (cpu_pool.h):
+ * forward and dx over the N C rows of `sp` items, the bias gradient over
+ * its channels (each channel's rows added in sample order, as one thread
+ * adds them: the same bits whatever the cut). [N, C] stays one thread. */
+#define S_BIAS_MIN 16384
+
+typedef struct {
+    const tp_op_call_t *c;
+    size_t n, ch, sp;
+} s_bias_t;
+
+static void s_bias_fwd_rows(void *arg, size_t lo, size_t hi) {
+    const s_bias_t *a = arg;
+    const float *restrict x = a->c->x[0], *restrict b = a->c->x[1];
+    float *restrict y = a->c->y;
+    for (size_t r = lo; r < hi; r++) {
+        const float bk = b[r % a->ch];
+        const float *restrict xr = x + r * a->sp;
+        float *restrict yr = y + r * a->sp;
+        for (size_t s = 0; s < a->sp; s++)
+            yr[s] = xr[s] + bk;
+    }
+}
+
+static void s_bias_dx_items(void *arg, size_t lo, size_t hi) {
+    const s_bias_t *a = arg;
+    const float *restrict dy = a->c->dy + lo;
+    float *restrict dx = a->c->dx[0] + lo;
+    GRAD_STORE(dx, a->c->dx_acc[0], hi - lo, dy[i]);
+}
+
+static void s_bias_db_channels(void *arg, size_t lo, size_t hi) {
+    const s_bias_t *a = arg;
+    const float *restrict dy = a->c->dy;
+    float *restrict db = a->c->dx[1];
+    if (!a->c->dx_acc[1])
+        memset(db + lo, 0, (hi - lo) * sizeof(float));
+    for (size_t i = 0; i < a->n; i++)
+        for (size_t k = lo; k < hi; k++)
+            db[k] += tp_cpu_sum8(dy + (i * a->ch + k) * a->sp, a->sp);
+}
+
 static void s_bias_fwd(const tp_op_call_t *c) {
     size_t n, ch, sp;
     s_ncs(&c->xshape[0], &n, &ch, &sp);
@@ -130,34 +173,27 @@ static void s_bias_fwd(const tp_op_call_t *c) {
                 y[i * ch + k] = x[i * ch + k] + b[k];
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < ch; k++) {
-            const float bk = b[k];
-            const float *restrict xr = x + (i * ch + k) * sp;
-            float *restrict yr = y + (i * ch + k) * sp;
-            for (size_t s = 0; s < sp; s++)
-                yr[s] = xr[s] + bk;
-        }
+    s_bias_t a = {c, n, ch, sp};
+    tp_cpu_parallel(n * ch, 1, (S_BIAS_MIN + sp - 1) / sp, s_bias_fwd_rows, &a);
 }
 
 static void s_bias_bwd(const tp_op_call_t *c) {
     size_t n, ch, sp;
     s_ncs(&c->xshape[0], &n, &ch, &sp);
     const float *restrict dy = c->dy;
+    s_bias_t a = {c, n, ch, sp};
     if (c->dx[0]) {
-        float *restrict dx = c->dx[0];
-        GRAD_STORE(dx, c->dx_acc[0], n * ch * sp, dy[i]);
+        if (sp == 1) {
+            float *restrict dx = c->dx[0];
+            GRAD_STORE(dx, c->dx_acc[0], n * ch * sp, dy[i]);
+        } else {
+            tp_cpu_parallel(n * ch * sp, 16, S_BIAS_MIN, s_bias_dx_items, &a);
+        }
     }
-    if (c->dx[1] && sp == 1) {
+    if (c->dx[1] && sp == 1)
         s_column_sums(dy, n, ch, c->dx[1], c->dx_acc[1]);
-    } else if (c->dx[1]) {
-        float *restrict db = c->dx[1];
-        if (!c->dx_acc[1])
-            memset(db, 0, ch * sizeof(float));
-        for (size_t i = 0; i < n; i++)
-            for (size_t k = 0; k < ch; k++)
-                db[k] += tp_cpu_sum8(dy + (i * ch + k) * sp, sp);
-    }
+    else if (c->dx[1])
+        tp_cpu_parallel(ch, 1, (S_BIAS_MIN + n * sp - 1) / (n * sp), s_bias_db_channels, &a);
 }
 
 static void s_passthrough_bwd(const tp_op_call_t *c) {

@@ -197,9 +197,13 @@ static void s_bin_par(s_bin_t *b, tp_cpu_range_fn fn) {
         fn(b, 0, (size_t)b->bc.d[0]);
         return;
     }
-    size_t per = 1; /* output elements per index of dim k */
-    for (int k = b->k + 1; k < b->bc.nd; k++)
-        per *= (size_t)b->bc.d[k];
+    /* output elements per index of dim k: a part walks every other dim
+     * whole (the dims outside k too: a stretched operand's gradient cut
+     * along its channels sums all the samples of each) */
+    size_t per = 1;
+    for (int k = 0; k < b->bc.nd; k++)
+        if (k != b->k)
+            per *= (size_t)b->bc.d[k];
     const size_t min = (S_MIN_CHEAP + per - 1) / per;
     tp_cpu_parallel((size_t)b->bc.d[b->k], b->k == b->bc.nd - 1 ? S_ALIGN : 1, min, fn, b);
 }

@@ -23,6 +23,7 @@
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_shape.h"
 
@@ -253,6 +254,43 @@ static void s_walk(const s_view_t *view, int mode, void *sp, void *cp, int acc, 
     }
 }
 
+/* A walk cut along the view's outermost dim into ranges of the calling
+ * thread's team (gpu/cpu/cpu_pool.h): part [lo, hi) is the same walk on
+ * n[0] = hi - lo, its strided base moved lo st[0] and its contiguous
+ * side lo times the inner count. Each element is still moved by exactly
+ * one part, in the walk's order within it. A scatter-add whose outer dim
+ * is stretched (st[0] 0: every part would add into the same items) stays
+ * one walk. Parts of at least S_WALK_MIN words. */
+#define S_WALK_MIN 16384
+
+typedef struct {
+    const s_view_t *v;
+    int mode, acc;
+    void *sp, *cp;
+    float f;
+    size_t inner; /* words of the contiguous side per index of dim 0 */
+} s_walk_arg_t;
+
+static void s_walk_part(void *arg, size_t lo, size_t hi) {
+    const s_walk_arg_t *a = arg;
+    s_view_t v = *a->v;
+    v.n[0] = (int64_t)(hi - lo);
+    v.base += (int64_t)lo * v.st[0];
+    s_walk(&v, a->mode, a->sp, (uint32_t *)a->cp + lo * a->inner, a->acc, a->f);
+}
+
+static void s_walk_par(const s_view_t *v, int mode, void *sp, void *cp, int acc, float f) {
+    if (v->nd < 1 || v->n[0] < 2 || (mode == S_SCATTER_ADD && v->st[0] == 0)) {
+        s_walk(v, mode, sp, cp, acc, f);
+        return;
+    }
+    size_t inner = 1;
+    for (int q = 1; q < v->nd; q++)
+        inner *= (size_t)v->n[q];
+    s_walk_arg_t a = {v, mode, acc, sp, cp, f, inner};
+    tp_cpu_parallel((size_t)v->n[0], 1, (S_WALK_MIN + inner - 1) / inner, s_walk_part, &a);
+}
+
 /* The view each op walks (see the banner); `k` the concat input. */
 static void s_view(const tp_op_call_t *c, int k, int64_t concat_off, s_view_t *v) {
     const tp_op_attr_t *a = c->attr;
@@ -316,6 +354,43 @@ static tp_status_t s_check_index(const tp_op_call_t *c, const int32_t *idx, size
     return TP_OK;
 }
 
+/* Gather's rows: forward, the output rows [lo, hi); backward, the table
+ * rows [lo, hi): zeroed (unless acc), then every dy row whose index falls
+ * there added in, in index order (so a row picked several times sums in
+ * the same order whatever the cut). Parts of at least S_WALK_MIN words. */
+typedef struct {
+    const tp_op_call_t *c;
+    size_t d, n; /* words per row, indices */
+    float f;
+} s_gather_t;
+
+static void s_gather_fwd(void *arg, size_t lo, size_t hi) {
+    const s_gather_t *g = arg;
+    const int32_t *idx = g->c->x[1];
+    const float *tab = g->c->x[0];
+    float *y = g->c->y;
+    for (size_t i = lo; i < hi; i++)
+        memcpy(y + i * g->d, tab + (size_t)idx[i] * g->d, g->d * sizeof(float));
+}
+
+static void s_gather_bwd(void *arg, size_t lo, size_t hi) {
+    const s_gather_t *g = arg;
+    const int32_t *idx = g->c->x[1];
+    float *dx = g->c->dx[0];
+    const size_t d = g->d;
+    if (!g->c->dx_acc[0])
+        memset(dx + lo * d, 0, (hi - lo) * d * sizeof(float));
+    for (size_t i = 0; i < g->n; i++) {
+        const size_t r = (size_t)idx[i];
+        if (r < lo || r >= hi)
+            continue;
+        float *restrict row = dx + r * d;
+        const float *restrict gy = g->c->dy + i * d;
+        for (size_t e = 0; e < d; e++)
+            row[e] += g->f * gy[e];
+    }
+}
+
 tp_status_t tp_cpu_shape_forward(const tp_op_call_t *c) {
     s_view_t v;
     switch (c->kind) {
@@ -323,13 +398,13 @@ tp_status_t tp_cpu_shape_forward(const tp_op_call_t *c) {
     case TP_OP_SLICE:
     case TP_OP_BROADCAST_TO:
         s_view(c, 0, 0, &v);
-        s_walk(&v, S_GATHER, (void *)c->x[0], c->y, 0, 1.0f);
+        s_walk_par(&v, S_GATHER, (void *)c->x[0], c->y, 0, 1.0f);
         return TP_OK;
     case TP_OP_CONCAT: {
         int64_t off = 0;
         for (int k = 0; k < c->ninputs; k++) {
             s_view(c, k, off, &v);
-            s_walk(&v, S_SCATTER, c->y, (void *)c->x[k], 0, 1.0f);
+            s_walk_par(&v, S_SCATTER, c->y, (void *)c->x[k], 0, 1.0f);
             off += c->xshape[k].d[c->attr->axis];
         }
         return TP_OK;
@@ -347,7 +422,7 @@ tp_status_t tp_cpu_shape_forward(const tp_op_call_t *c) {
                 y[i] = value;
         }
         s_view(c, 0, 0, &v);
-        s_walk(&v, S_SCATTER, c->y, (void *)c->x[0], 0, 1.0f);
+        s_walk_par(&v, S_SCATTER, c->y, (void *)c->x[0], 0, 1.0f);
         return TP_OK;
     }
     case TP_OP_GATHER: {
@@ -356,10 +431,8 @@ tp_status_t tp_cpu_shape_forward(const tp_op_call_t *c) {
         const size_t n = tp_shape_count(&c->xshape[1]);
         const int32_t *idx = c->x[1];
         TP_TRY(s_check_index(c, idx, n, vrows, "the table's rows V ="));
-        const float *tab = c->x[0];
-        float *y = c->y;
-        for (size_t i = 0; i < n; i++)
-            memcpy(y + i * d, tab + (size_t)idx[i] * d, d * sizeof(float));
+        s_gather_t g = {c, d, n, 1.0f};
+        tp_cpu_parallel(n, 1, (S_WALK_MIN + d - 1) / d, s_gather_fwd, &g);
         return TP_OK;
     }
     case TP_OP_ONE_HOT: {
@@ -391,7 +464,7 @@ tp_status_t tp_cpu_shape_backward(const tp_op_call_t *c) {
         if (!dx)
             return TP_OK;
         s_view(c, 0, 0, &v);
-        s_walk(&v, S_SCATTER_GRAD, dx, (void *)c->dy, acc, f);
+        s_walk_par(&v, S_SCATTER_GRAD, dx, (void *)c->dy, acc, f);
         return TP_OK;
     case TP_OP_SLICE:        /* elements outside the slice get 0 */
     case TP_OP_BROADCAST_TO: /* stretched dims sum */
@@ -400,14 +473,14 @@ tp_status_t tp_cpu_shape_backward(const tp_op_call_t *c) {
         if (!acc)
             memset(dx, 0, tp_shape_count(&c->xshape[0]) * sizeof(float));
         s_view(c, 0, 0, &v);
-        s_walk(&v, S_SCATTER_ADD, dx, (void *)c->dy, 1, f);
+        s_walk_par(&v, S_SCATTER_ADD, dx, (void *)c->dy, 1, f);
         return TP_OK;
     case TP_OP_CONCAT: {
         int64_t off = 0;
         for (int k = 0; k < c->ninputs; k++) {
             if (c->dx[k]) {
                 s_view(c, k, off, &v);
-                s_walk(&v, S_GATHER_GRAD, (void *)c->dy, c->dx[k], c->dx_acc[k], f);
+                s_walk_par(&v, S_GATHER_GRAD, (void *)c->dy, c->dx[k], c->dx_acc[k], f);
             }
             off += c->xshape[k].d[c->attr->axis];
         }
@@ -417,7 +490,7 @@ tp_status_t tp_cpu_shape_backward(const tp_op_call_t *c) {
         if (!dx)
             return TP_OK;
         s_view(c, 0, 0, &v);
-        s_walk(&v, S_GATHER_GRAD, (void *)c->dy, dx, acc, f);
+        s_walk_par(&v, S_GATHER_GRAD, (void *)c->dy, dx, acc, f);
         return TP_OK;
     case TP_OP_GATHER: { /* rows of dy added into the rows they came from */
         if (!dx)
@@ -425,15 +498,8 @@ tp_status_t tp_cpu_shape_backward(const tp_op_call_t *c) {
         const int64_t vrows = c->xshape[0].d[0];
         const size_t d = tp_shape_count(&c->xshape[0]) / (size_t)vrows;
         const size_t n = tp_shape_count(&c->xshape[1]);
-        const int32_t *idx = c->x[1];
-        if (!acc)
-            memset(dx, 0, (size_t)vrows * d * sizeof(float));
-        for (size_t i = 0; i < n; i++) {
-            float *row = dx + (size_t)idx[i] * d;
-            const float *g = c->dy + i * d;
-            for (size_t e = 0; e < d; e++)
-                row[e] += f * g[e];
-        }
+        s_gather_t g = {c, d, n, f};
+        tp_cpu_parallel((size_t)vrows, 1, (S_WALK_MIN + d - 1) / d, s_gather_bwd, &g);
         return TP_OK;
     }
     case TP_OP_ONE_HOT: /* no gradient: the indices are integers */

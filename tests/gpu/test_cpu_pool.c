@@ -168,7 +168,15 @@ typedef struct {
 
 /* Forward and backward of one case (gradients accumulated onto a
  * non-zero start for input 0, stored for input 1). */
+static void s_run_case_at(const kcase_t *k, const tp_op_attr_t *attr, int threads,
+                          kout_t *out);
 static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
+    s_run_case_at(k, NULL, threads, out);
+}
+
+/* ... with the op's attributes where it needs more than alpha and axes. */
+static void s_run_case_at(const kcase_t *k, const tp_op_attr_t *attr, int threads,
+                          kout_t *out) {
     tp_shape_t xs[2] = {{.ndim = k->nd0}, {.ndim = k->nd1}}, ys = {.ndim = k->ynd};
     memcpy(xs[0].d, k->d0, sizeof k->d0);
     memcpy(xs[1].d, k->d1, sizeof k->d1);
@@ -191,7 +199,7 @@ static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
     cr_assert(y && dy);
     for (size_t j = 0; j < ny; j++)
         dy[j] = s_rand(&seed);
-    tp_op_attr_t at = {.alpha = 0.1f, .axes = k->axes};
+    tp_op_attr_t at = attr ? *attr : (tp_op_attr_t){.alpha = 0.1f, .axes = k->axes};
     if (k->kind == TP_OP_LAYER_NORM) { /* over the last axis, gamma but no beta */
         at.norm_axes = 1;
         at.norm_absent = 2;
@@ -300,6 +308,129 @@ Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120
                      "%s: no part ran on a worker in 50 runs", k->name);
         s_free_out(&one);
     }
+}
+
+/* The shape family's walks (cut over the outermost dim), upsampling (cut
+ * over planes) and the bias add over images: the same bits on 1 and 2 threads, and a part run on
+ * a worker (they ran on the caller alone before they were cut). */
+typedef struct {
+    kcase_t k;
+    tp_op_attr_t at;
+} kcase_at_t;
+
+static const kcase_at_t s_shape_cases[] = {
+    {{"upsample_nearest", TP_OP_UPSAMPLE_NEAREST, 0, 4, 0, {128, 16, 14, 14}, {0},
+      {128, 16, 28, 28}, 4}, {.sh = 2, .sw = 2}},
+    {{"upsample_bilinear", TP_OP_UPSAMPLE_BILINEAR, 0, 4, 0, {128, 16, 14, 14}, {0},
+      {128, 16, 28, 28}, 4}, {.sh = 2, .sw = 2}},
+    {{"upsample_bilinear_corners", TP_OP_UPSAMPLE_BILINEAR, 0, 4, 0, {64, 16, 14, 14}, {0},
+      {64, 16, 42, 42}, 4}, {.sh = 3, .sw = 3, .align_corners = 1}},
+    {{"concat_c", TP_OP_CONCAT, 0, 4, 4, {128, 16, 14, 14}, {128, 16, 14, 14},
+      {128, 32, 14, 14}, 4}, {.axis = 1}},
+    {{"transpose_nhwc", TP_OP_TRANSPOSE, 0, 4, 0, {128, 16, 14, 14}, {0},
+      {128, 14, 14, 16}, 4}, {.dims_a = {0, 2, 3, 1}}},
+    /* bias add over images: rows, items and channels (ops_cpu.c) */
+    {{"bias_add_nchw", TP_OP_BIAS_ADD, 0, 4, 1, {128, 16, 14, 14}, {16},
+      {128, 16, 14, 14}, 4}, {0}},
+};
+
+Test(cpu_pool, shape_and_upsampling_kernels_give_the_same_bits_on_one_and_two_threads,
+     .timeout = 120) {
+    for (size_t i = 0; i < sizeof s_shape_cases / sizeof s_shape_cases[0]; i++) {
+        const kcase_at_t *k = &s_shape_cases[i];
+        kout_t one, two;
+        s_run_case_at(&k->k, &k->at, 1, &one);
+        const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+        for (int r = 0; r < 50; r++) {
+            s_run_case_at(&k->k, &k->at, 2, &two);
+            cr_assert_eq(memcmp(one.y, two.y, one.ny * sizeof(float)), 0,
+                         "%s: the outputs differ between 1 and 2 threads", k->k.name);
+            for (int j = 0; j < 2; j++)
+                if (one.nx[j])
+                    cr_assert_eq(memcmp(one.dx[j], two.dx[j], one.nx[j] * sizeof(float)), 0,
+                                 "%s: input %d's gradients differ between 1 and 2 threads",
+                                 k->k.name, j);
+            s_free_out(&two);
+            if (atomic_load(&tp_cpu_pool_worker_parts) > before)
+                break;
+        }
+        cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
+                     "%s: no part ran on a worker in 50 runs", k->k.name);
+        s_free_out(&one);
+    }
+}
+
+/* Gather's rows (an embedding [10000, 128] by 128 x 32 ids, many of them
+ * repeated): forward cut over the output rows, backward over the table's
+ * rows, each adding its dy rows in index order: the same bits on 1 and 2
+ * threads, the backward onto a non-zero gradient (acc) too. */
+static void s_gather(int threads, int acc, const float *tab, const int32_t *ids, float *y,
+                     float *dtab) {
+    enum { V = 10000, D = 128, N = 128 * 32 };
+    tp_shape_t xs[2] = {{.ndim = 2, .d = {V, D}}, {.ndim = 2, .d = {128, 32}}};
+    tp_shape_t ys = {.ndim = 3, .d = {128, 32, D}};
+    float *dy = malloc((size_t)N * D * sizeof(float));
+    cr_assert(dy);
+    uint64_t seed = 3;
+    for (size_t j = 0; j < (size_t)N * D; j++)
+        dy[j] = s_rand(&seed);
+    for (size_t j = 0; j < (size_t)V * D; j++)
+        dtab[j] = acc ? 0.5f : -1.0f;
+    tp_op_attr_t at = {0};
+    const void *xin[2] = {tab, ids};
+    float *dxs[2] = {dtab, NULL};
+    const int accs[2] = {acc, 0};
+    tp_op_call_t c = {.kind = TP_OP_GATHER, .attr = &at, .name = "emb", .ninputs = 2,
+                      .x = xin, .xshape = xs, .y = y, .yshape = ys, .dx = dxs,
+                      .dx_acc = accs, .dy = dy};
+    tp_cpu_pool_threads_override(threads);
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+    tp_cpu_pool_threads_override(0);
+    free(dy);
+}
+
+Test(cpu_pool, gather_gives_the_same_bits_on_one_and_two_threads, .timeout = 120) {
+    enum { V = 10000, D = 128, N = 128 * 32 };
+    float *tab = malloc((size_t)V * D * sizeof(float));
+    int32_t *ids = malloc(N * sizeof(int32_t));
+    float *y[2], *dt[2];
+    for (int i = 0; i < 2; i++) {
+        y[i] = malloc((size_t)N * D * sizeof(float));
+        dt[i] = malloc((size_t)V * D * sizeof(float));
+        cr_assert(y[i] && dt[i]);
+    }
+    cr_assert(tab && ids);
+    uint64_t seed = 11;
+    for (size_t j = 0; j < (size_t)V * D; j++)
+        tab[j] = s_rand(&seed);
+    for (int i = 0; i < N; i++) /* id 17 a third of the time */
+        ids[i] = i % 3 == 0 ? 17 : (int32_t)((uint32_t)(s_rand(&seed) * 1000.0f + 4e3f) % V);
+    for (int acc = 0; acc <= 1; acc++) {
+        s_gather(1, acc, tab, ids, y[0], dt[0]);
+        const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+        for (int r = 0; r < 50; r++) {
+            s_gather(2, acc, tab, ids, y[1], dt[1]);
+            cr_assert_eq(memcmp(y[0], y[1], (size_t)N * D * sizeof(float)), 0,
+                         "the rows differ between 1 and 2 threads");
+            cr_assert_eq(memcmp(dt[0], dt[1], (size_t)V * D * sizeof(float)), 0,
+                         "the table's gradients differ between 1 and 2 threads (acc %d)", acc);
+            if (atomic_load(&tp_cpu_pool_worker_parts) > before)
+                break;
+        }
+        cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before, "no part ran on a worker");
+    }
+    /* the premise: rows picked several times (their dy rows add in order) */
+    int repeats = 0;
+    for (int i = 1; i < N; i++)
+        repeats += ids[i] == ids[0];
+    cr_assert_gt(repeats, 0, "the draw repeats id %d", ids[0]);
+    for (int i = 0; i < 2; i++) {
+        free(y[i]);
+        free(dt[i]);
+    }
+    free(tab);
+    free(ids);
 }
 
 /* AdamW's update (cpu_adam.c: one pass over the pool) against the two

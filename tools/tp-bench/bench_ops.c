@@ -952,6 +952,13 @@ int tp_bench_ops(int argc, char **argv) {
                "%d OpenBLAS thread(s), fold off\n(*_step rows: a whole training step with "
                "its SGD update, folds on%s);\n", tp_threads,
                s_cpu_time ? ", in process CPU time" : "");
+        /* libgomp's idle threads (both sides' teams): at 2 threads its
+         * default spin puts a plateau of some 400-560 us under ops whose
+         * own work is tens of us (docs/performance.md), so the table says
+         * which policy it ran under */
+        const char *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
+        printf("OpenMP idle threads: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n",
+               wp ? wp : "(unset)", sc ? sc : "(unset)");
         if (have_torch)
             printf("PyTorch %s eager, best of 1 and 2 threads (torch.set_num_threads); ratio = "
                    "towerpack / torch\n", version);
