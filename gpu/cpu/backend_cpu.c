@@ -350,25 +350,44 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
     return TP_OK;
 }
 
-static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *restrict w,
-                         const float *restrict g, float *restrict v, size_t n,
-                         float lr, float mu, int nesterov) {
-    (void)b, (void)s;
-    s_ftz();
+typedef struct {
+    float *w, *v;
+    const float *g;
+    float lr, mu;
+    int nesterov;
+} s_sgd_args_t;
+
+/* SGD over floats [lo, hi): elementwise, so any cut gives the same bits. */
+static void s_sgd_part(void *arg, size_t lo, size_t hi) {
+    const s_sgd_args_t *a = arg;
+    float *restrict w = a->w, *restrict v = a->v;
+    const float *restrict g = a->g;
+    const float lr = a->lr, mu = a->mu;
+    s_ftz();  /* on every thread of the team */
     if (!v || mu == 0.0f) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = lo; i < hi; i++)
             w[i] -= lr * g[i];
-    } else if (nesterov) {
-        for (size_t i = 0; i < n; i++) {
+    } else if (a->nesterov) {
+        for (size_t i = lo; i < hi; i++) {
             v[i] = mu * v[i] + g[i];
             w[i] -= lr * (g[i] + mu * v[i]);
         }
     } else {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = lo; i < hi; i++) {
             v[i] = mu * v[i] + g[i];
             w[i] -= lr * v[i];
         }
     }
+}
+
+/* Over the tower's team when the buffer is large (a one-tower step at
+ * --threads 2 updated on one core while the other waited), as Adam does. */
+static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *restrict w,
+                         const float *restrict g, float *restrict v, size_t n,
+                         float lr, float mu, int nesterov) {
+    (void)b, (void)s;
+    s_sgd_args_t a = {w, v, g, lr, mu, nesterov};
+    tp_cpu_parallel(n, 16, 1 << 15, s_sgd_part, &a);
     return TP_OK;
 }
 
@@ -560,6 +579,7 @@ static tp_status_t s_allreduce_sgd(tp_backend_t *b, tp_comm_t *c, int rank,
                                    tp_stream_t *s, float *buf, size_t count,
                                    int average, float *w, float *v, float lr,
                                    float mu, int nesterov) {
+    (void)b, (void)s;
     if (rank < 0 || rank >= c->nranks)
         return tp_error(TP_ERR_INVALID, "allreduce_sgd: rank %d of %d", rank,
                         c->nranks);
@@ -577,7 +597,8 @@ static tp_status_t s_allreduce_sgd(tp_backend_t *b, tp_comm_t *c, int rank,
     for (size_t i = lo; i < hi; i += S_SUM_BLOCK) {
         size_t m = hi - i < S_SUM_BLOCK ? hi - i : S_SUM_BLOCK;
         s_sum_block(c->bufs, n, i, m, average, sum);
-        s_sgd(b, s, w + i, sum, v ? v + i : NULL, m, lr, mu, nesterov);
+        const s_sgd_args_t a = {w + i, v ? v + i : NULL, sum, lr, mu, nesterov};
+        s_sgd_part((void *)&a, 0, m);
     }
     TP_TRY(tp_barrier_sync(&c->barrier, rank));
     return TP_OK;
