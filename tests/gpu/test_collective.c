@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"
 #include "gpu/graph/collective.h"
@@ -180,11 +181,11 @@ static void s_fused_case(tp_backend_t *b, float mu, int nesterov) {
         b->ops->comm_destroy(b, comm);
     }
     for (int r = 0; r < S_FR; r++)
-        cr_expect_arr_eq(g[0][r], g[1][r], sizeof g[0][r], "rank %d's sums", r);
-    cr_expect_arr_eq(w[0], w[1], sizeof w[0], "weights (momentum %g, nesterov %d)",
-                     (double)mu, nesterov);
-    cr_expect_arr_eq(v[0], v[1], sizeof v[0], "momentum (momentum %g, nesterov %d)",
-                     (double)mu, nesterov);
+        cr_expect_eq(memcmp(g[0][r], g[1][r], sizeof g[0][r]), 0, "rank %d's sums", r);
+    cr_expect_eq(memcmp(w[0], w[1], sizeof w[0]), 0, "weights (momentum %g, nesterov %d)",
+                 (double)mu, nesterov);
+    cr_expect_eq(memcmp(v[0], v[1], sizeof v[0]), 0, "momentum (momentum %g, nesterov %d)",
+                 (double)mu, nesterov);
 }
 
 Test(collective, allreduce_fused_with_sgd_gives_allreduce_then_sgd_bit_for_bit) {
