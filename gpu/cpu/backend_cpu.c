@@ -569,10 +569,10 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
 
 /* allreduce fused with the SGD update (backend_impl.h's allreduce_sgd):
  * each rank sums its slice block by block as s_sum_slice does (the same
- * adds in the same order, so the same bits) and applies s_sgd to the
+ * adds in the same order, so the same bits) and applies s_sgd_part to the
  * block's weights from the sum while it is in L1, instead of a second pass
  * that reads the gradients back from memory (two towers: the MLP step's
- * sum and update went from two streams over the slice to one). The last
+ * sum and update went from two passes over the slice to one). The last
  * meeting comes after the update: the other ranks' next forward reads the
  * weights this rank just wrote. */
 static tp_status_t s_allreduce_sgd(tp_backend_t *b, tp_comm_t *c, int rank,
