@@ -349,6 +349,18 @@ typedef struct tp_backend_ops {
     tp_status_t (*noise_fill)(tp_backend_t *b, tp_stream_t *s, float *dst,
                               uint64_t seed, int64_t step, int64_t row0,
                               int64_t rows, int64_t dim, int normal, float scale);
+    /* ---- the all-reduce fused with SGD (appended later; NULL: allreduce,
+     * then sgd_update per slice). allreduce, and rank r also applies
+     * sgd_update(param, the sum, momentum_buf, lr, momentum, nesterov) to
+     * the floats it sums, [c r, min(c (r + 1), count)) with c =
+     * ceil(count / nranks), block by block while the sums are in cache:
+     * every buffer, param and momentum_buf end with the bits allreduce
+     * then that sgd_update give, and no rank returns before every rank's
+     * update is done (the others' next forward reads the weights). */
+    tp_status_t (*allreduce_sgd)(tp_backend_t *b, tp_comm_t *comm, int rank,
+                                 tp_stream_t *s, float *buf, size_t count,
+                                 int average, float *param, float *momentum_buf,
+                                 float lr, float momentum, int nesterov);
 } tp_backend_ops_t;
 
 struct tp_backend {

@@ -350,25 +350,44 @@ static tp_status_t s_gemm(tp_backend_t *b, tp_stream_t *s, int ta, int tb,
     return TP_OK;
 }
 
-static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *restrict w,
-                         const float *restrict g, float *restrict v, size_t n,
-                         float lr, float mu, int nesterov) {
-    (void)b, (void)s;
-    s_ftz();
+typedef struct {
+    float *w, *v;
+    const float *g;
+    float lr, mu;
+    int nesterov;
+} s_sgd_args_t;
+
+/* SGD over floats [lo, hi): elementwise, so any cut gives the same bits. */
+static void s_sgd_part(void *arg, size_t lo, size_t hi) {
+    const s_sgd_args_t *a = arg;
+    float *restrict w = a->w, *restrict v = a->v;
+    const float *restrict g = a->g;
+    const float lr = a->lr, mu = a->mu;
+    s_ftz();  /* on every thread of the team */
     if (!v || mu == 0.0f) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = lo; i < hi; i++)
             w[i] -= lr * g[i];
-    } else if (nesterov) {
-        for (size_t i = 0; i < n; i++) {
+    } else if (a->nesterov) {
+        for (size_t i = lo; i < hi; i++) {
             v[i] = mu * v[i] + g[i];
             w[i] -= lr * (g[i] + mu * v[i]);
         }
     } else {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = lo; i < hi; i++) {
             v[i] = mu * v[i] + g[i];
             w[i] -= lr * v[i];
         }
     }
+}
+
+/* Over the tower's team when the buffer is large (a one-tower step at
+ * --threads 2 updated on one core while the other waited), as Adam does. */
+static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *restrict w,
+                         const float *restrict g, float *restrict v, size_t n,
+                         float lr, float mu, int nesterov) {
+    (void)b, (void)s;
+    s_sgd_args_t a = {w, v, g, lr, mu, nesterov};
+    tp_cpu_parallel(n, 16, 1 << 15, s_sgd_part, &a);
     return TP_OK;
 }
 
@@ -497,25 +516,32 @@ static void s_reduce_range(float *const *bufs, int n, size_t lo, size_t hi,
  * slice, so results repeat bit for bit. Blocks of 1024 through a local
  * sum, so that the loops are plain streams the compiler vectorises (the
  * element-by-element loop over ranks was 20% of a two-tower MLP step). */
+enum { S_SUM_BLOCK = 1024 };
+
+/* sum[0..m) = bufs[0][i..] + bufs[1][i..] + ... (then the mean), written
+ * back to every buffer: one block of s_sum_slice and s_allreduce_sgd. */
+static inline void s_sum_block(float *const *bufs, int n, size_t i, size_t m,
+                               int average, float *restrict sum) {
+    const float scale = 1.0f / (float)n;
+    memcpy(sum, bufs[0] + i, m * sizeof(float));
+    for (int r = 1; r < n; r++) {
+        const float *restrict src = bufs[r] + i;
+        for (size_t j = 0; j < m; j++)
+            sum[j] += src[j];
+    }
+    if (average)
+        for (size_t j = 0; j < m; j++)
+            sum[j] *= scale;
+    for (int r = 0; r < n; r++)
+        memcpy(bufs[r] + i, sum, m * sizeof(float));
+}
+
 static void s_sum_slice(float *const *bufs, int n, size_t lo, size_t hi,
                         int average) {
-    enum { BLOCK = 1024 };
-    float sum[BLOCK];
-    const float scale = 1.0f / (float)n;
-    for (size_t i = lo; i < hi; i += BLOCK) {
-        size_t m = hi - i < BLOCK ? hi - i : BLOCK;
-        memcpy(sum, bufs[0] + i, m * sizeof(float));
-        for (int r = 1; r < n; r++) {
-            const float *restrict src = bufs[r] + i;
-            for (size_t j = 0; j < m; j++)
-                sum[j] += src[j];
-        }
-        if (average)
-            for (size_t j = 0; j < m; j++)
-                sum[j] *= scale;
-        for (int r = 0; r < n; r++)
-            memcpy(bufs[r] + i, sum, m * sizeof(float));
-    }
+    float sum[S_SUM_BLOCK];
+    for (size_t i = lo; i < hi; i += S_SUM_BLOCK)
+        s_sum_block(bufs, n, i, hi - i < S_SUM_BLOCK ? hi - i : S_SUM_BLOCK, average,
+                    sum);
 }
 
 static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
@@ -537,6 +563,43 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
         hi = count;
     if (hi > lo)
         s_sum_slice(c->bufs, c->nranks, lo, hi, average);
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
+    return TP_OK;
+}
+
+/* allreduce fused with the SGD update (backend_impl.h's allreduce_sgd):
+ * each rank sums its slice block by block as s_sum_slice does (the same
+ * adds in the same order, so the same bits) and applies s_sgd_part to the
+ * block's weights from the sum while it is in L1, instead of a second pass
+ * that reads the gradients back from memory (two towers: the MLP step's
+ * sum and update went from two passes over the slice to one). The last
+ * meeting comes after the update: the other ranks' next forward reads the
+ * weights this rank just wrote. */
+static tp_status_t s_allreduce_sgd(tp_backend_t *b, tp_comm_t *c, int rank,
+                                   tp_stream_t *s, float *buf, size_t count,
+                                   int average, float *w, float *v, float lr,
+                                   float mu, int nesterov) {
+    (void)b, (void)s;
+    if (rank < 0 || rank >= c->nranks)
+        return tp_error(TP_ERR_INVALID, "allreduce_sgd: rank %d of %d", rank,
+                        c->nranks);
+    c->bufs[rank] = buf;
+    TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
+                            average));
+    const int n = c->nranks;
+    size_t chunk = (count + (size_t)n - 1) / (size_t)n;
+    size_t lo = chunk * (size_t)rank, hi = lo + chunk;
+    if (lo > count)
+        lo = count;
+    if (hi > count)
+        hi = count;
+    float sum[S_SUM_BLOCK];
+    for (size_t i = lo; i < hi; i += S_SUM_BLOCK) {
+        size_t m = hi - i < S_SUM_BLOCK ? hi - i : S_SUM_BLOCK;
+        s_sum_block(c->bufs, n, i, m, average, sum);
+        const s_sgd_args_t a = {w + i, v ? v + i : NULL, sum, lr, mu, nesterov};
+        s_sgd_part((void *)&a, 0, m);
+    }
     TP_TRY(tp_barrier_sync(&c->barrier, rank));
     return TP_OK;
 }
@@ -639,6 +702,7 @@ static const tp_backend_ops_t s_cpu_ops = {
     .grad_clip = s_grad_clip,
     .ema_update = s_ema_update,
     .grad_accumulate = s_grad_accumulate,
+    .allreduce_sgd = s_allreduce_sgd,
 };
 
 /* OpenBLAS's pthread build runs its own pool beside the OpenMP team of

@@ -285,4 +285,11 @@ static inline tp_backend_t *tp_tower_backend_(const tp_tower_t *t) {
 /* optim.c: slot buffer pointers for checkpoints */
 uint64_t tp_hash_name_(const char *s);
 
+/* optim.c: 1 when o's update of a variable at multipliers 1 is exactly one
+ * sgd_update call (SGD with no weight decay), with its arguments in *lr,
+ * *momentum, *nesterov: what the all-reduce may fuse (allreduce_sgd);
+ * else 0. */
+int tp_optimizer_plain_sgd_(const tp_optimizer_t *o, float *lr, float *momentum,
+                            int *nesterov);
+
 #endif

@@ -2015,6 +2015,44 @@ static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
     return TP_OK;
 }
 
+/* Reduce and update fused (backend_impl.h's allreduce_sgd): one tower's
+ * thread sums its slice of the towers' gradients and applies SGD to the
+ * same slice of the weights while the sums are in cache, where that gives
+ * s_reduce then s_update_slice's bits: one device, the main cost, SGD with
+ * no weight decay, multipliers, clip, accumulation or weights' average.
+ * *done 0: it does not apply, nothing was done. */
+static tp_status_t s_reduce_update(tp_model_t *m, const s_step_t *s, int *done) {
+    *done = 0;
+    if (s->scope != S_ONE_TOWER || !s->reduce || !s->update || !m->comm ||
+        m->nrep != 1 || !m->backend->ops->allreduce_sgd)
+        return TP_OK;
+    const int tower = s->tower;
+    tp_tower_t *t = m->towers[tower];
+    tp_grads_state_t *st = &m->step[tower];
+    float lr, mu;
+    int nesterov;
+    if (st->reduced || s->cost != 0 || st->cost != 0 || s_accum(m) != 1 ||
+        s_clip(m) > 0 || m->nema || tp_optimizer_lr_mult_count(m->opt) ||
+        tp_optimizer_decay_mult_count(m->opt) ||
+        !tp_optimizer_plain_sgd_(m->opt, &lr, &mu, &nesterov))
+        return TP_OK;
+    TP_TRY(s_check_fresh(m, tower, tower));
+    tp_backend_t *b = m->backend;
+    tp_replica_t *rp = &m->rep[0];
+    tp_status_t rc = b->ops->allreduce_sgd(b, m->comm, tower, t->stream, t->grads,
+                                           m->ntrain, m->config.average,
+                                           rp->train_arena,
+                                           mu > 0 ? rp->slots[0] : NULL, lr, mu,
+                                           nesterov);
+    if (rc < 0)
+        return tp_error_wrap(rc, "%s: all-reduce and SGD update of %zu floats",
+                             t->name, m->ntrain);
+    st->reduced = st->sliced = 1;
+    st->forward = 0;  /* the variables moved under its activations */
+    *done = 1;
+    return TP_OK;
+}
+
 /* Named cost k updates the trainable variables its pattern matches. */
 static int s_cost_var(const tp_tower_t *t0, int k, const tp_var_t *v) {
     return v->trainable &&
@@ -2188,9 +2226,11 @@ static tp_status_t s_step(tp_model_t *m, const s_step_t *s,
         uint64_t t1 = s->stage_ns ? tp_now_ns() : 0;
         if (s->stage_ns)
             s->stage_ns[0] = t1 - t0;
-        if (s->reduce)
+        int fused = 0;
+        TP_TRY(s_reduce_update(m, s, &fused));
+        if (s->reduce && !fused)
             TP_TRY(s_reduce(m, s));
-        if (s->update)
+        if (s->update && !fused)
             TP_TRY(s_update(m, s));
         if (s->stage_ns && (s->reduce || s->update))
             s->stage_ns[1] = tp_now_ns() - t1;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <towerpack/optim.h>
 #include "gpu/backend_impl.h"
+#include "gpu/graph/graph_internal.h"
 
 typedef enum { S_SGD, S_ADAM, S_ADAMW } s_kind_t;
 
@@ -277,6 +278,17 @@ tp_status_t tp_optimizer_update_group(tp_optimizer_t *o, tp_backend_t *b,
                                (float)o->beta1, (float)o->beta2, (float)o->eps,
                                o->kind == S_ADAMW ? (float)wd : 0.0f,
                                o->step + 1);
+}
+
+int tp_optimizer_plain_sgd_(const tp_optimizer_t *o, float *lr, float *momentum,
+                            int *nesterov) {
+    if (o->kind != S_SGD || o->weight_decay > 0)
+        return 0;
+    /* the casts tp_optimizer_update_group makes at lr_mult 1 */
+    *lr = (float)(o->lr * 1.0);
+    *momentum = o->momentum > 0 ? (float)o->momentum : 0.0f;
+    *nesterov = o->nesterov;
+    return 1;
 }
 
 tp_status_t tp_optimizer_update_scaled(tp_optimizer_t *o, tp_backend_t *b,

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"
 #include "gpu/graph/collective.h"
@@ -119,5 +120,80 @@ Test(collective, one_thread_sums_every_buffer_onto_the_first) {
         cr_expect_eq(g0[i], 3.0f + (float)i);
         cr_expect_eq(g1[i], 2.0f, "the others keep their own");
     }
+    tp_backend_destroy(&b);
+}
+
+/* The all-reduce fused with SGD (backend_impl.h's allreduce_sgd), ranks on
+ * their threads, against allreduce then one sgd_update of the whole
+ * buffer: the same bits in the sums, the weights and the momentum, for
+ * momentum, Nesterov and plain SGD; 3 ranks over 5000 floats, so that the
+ * slices are uneven and cross the 1024-float blocks. */
+enum { S_FN = 5000, S_FR = 3 };
+
+typedef struct {
+    tp_backend_t *b;
+    tp_comm_t *comm;
+    int rank, fused;
+    float *g, *w, *v;
+    float lr, mu;
+    int nesterov;
+    tp_status_t rc;
+} s_fused_arg_t;
+
+static void *s_fused_rank(void *p) {
+    s_fused_arg_t *a = p;
+    if (a->fused)
+        a->rc = a->b->ops->allreduce_sgd(a->b, a->comm, a->rank, NULL, a->g, S_FN, 1,
+                                         a->w, a->v, a->lr, a->mu, a->nesterov);
+    else
+        a->rc = a->b->ops->allreduce(a->b, a->comm, a->rank, NULL, a->g, S_FN, 1);
+    return NULL;
+}
+
+static void s_fused_case(tp_backend_t *b, float mu, int nesterov) {
+    static float g[2][S_FR][S_FN], w[2][S_FN], v[2][S_FN];
+    uint64_t x = 12345;
+    for (int i = 0; i < S_FN; i++) {
+        for (int r = 0; r < S_FR; r++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            g[0][r][i] = g[1][r][i] = (float)((int64_t)(x >> 40) - (1 << 23)) / 3e6f;
+        }
+        w[0][i] = w[1][i] = (float)((i * 37) % 101) / 7.0f - 7.0f;
+        v[0][i] = v[1][i] = (float)((i * 13) % 17) / 29.0f;
+    }
+    for (int k = 0; k < 2; k++) {  /* k 0: allreduce then sgd_update; 1: fused */
+        tp_comm_t *comm = b->ops->comm_new(b, S_FR);
+        cr_assert_not_null(comm);
+        s_fused_arg_t a[S_FR];
+        pthread_t th[S_FR];
+        for (int r = 0; r < S_FR; r++) {
+            a[r] = (s_fused_arg_t){b, comm, r, k, g[k][r], w[k], mu > 0 ? v[k] : NULL,
+                                   0.05f, mu, nesterov, TP_OK};
+            cr_assert_eq(pthread_create(&th[r], NULL, s_fused_rank, &a[r]), 0);
+        }
+        for (int r = 0; r < S_FR; r++) {
+            pthread_join(th[r], NULL);
+            cr_assert_eq(a[r].rc, TP_OK, "rank %d: %s", r, tp_last_error());
+        }
+        if (k == 0)
+            cr_assert_eq(b->ops->sgd_update(b, NULL, w[0], g[0][0], mu > 0 ? v[0] : NULL,
+                                            S_FN, 0.05f, mu, nesterov), TP_OK);
+        b->ops->comm_destroy(b, comm);
+    }
+    for (int r = 0; r < S_FR; r++)
+        cr_expect_eq(memcmp(g[0][r], g[1][r], sizeof g[0][r]), 0, "rank %d's sums", r);
+    cr_expect_eq(memcmp(w[0], w[1], sizeof w[0]), 0, "weights (momentum %g, nesterov %d)",
+                 (double)mu, nesterov);
+    cr_expect_eq(memcmp(v[0], v[1], sizeof v[0]), 0, "momentum (momentum %g, nesterov %d)",
+                 (double)mu, nesterov);
+}
+
+Test(collective, allreduce_fused_with_sgd_gives_allreduce_then_sgd_bit_for_bit) {
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    cr_assert_not_null(b->ops->allreduce_sgd, "the CPU backend fuses the update");
+    s_fused_case(b, 0.9f, 0);
+    s_fused_case(b, 0.9f, 1);
+    s_fused_case(b, 0.0f, 0);
     tp_backend_destroy(&b);
 }

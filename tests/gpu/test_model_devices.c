@@ -347,6 +347,7 @@ static tp_backend_t *s_dev_new(int dev) {
         s_ops.comm_abort = s_comm_abort;
         s_ops.allreduce_begin = s_begin;
         s_ops.allreduce_end = s_end;
+        s_ops.allreduce_sgd = NULL;  /* the CPU's fused pass knows only its own comm */
         s_ops.comm_id = s_comm_id;
         s_ops.comm_join = s_comm_join;
         s_ops.allreduce_local = NULL; /* one thread for all: refused */

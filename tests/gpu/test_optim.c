@@ -4,8 +4,14 @@
  * clip) on every update path: fused, all towers from one thread, slices. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <towerpack/towerpack.h>
+#include "gpu/backend_impl.h"
+#include "gpu/cpu/cpu_pool.h"
+
+extern atomic_size_t tp_cpu_pool_worker_parts; /* cpu_pool.c, for tests */
 
 #define NP 5
 
@@ -588,4 +594,56 @@ Test(optim, accumulate_updates_every_kth_step_with_the_mean) {
                       "path %d: W[%d] moved %.8f, the mean gradient is %.8f", path, i,
                       w[0][i] - w[3][i], mean[i]);
     }
+}
+
+/* The CPU's SGD runs over the tower's team (a one-tower step at --threads
+ * 2 updated on one core before): on 1 and 2 threads the same bits as the
+ * plain loop, for momentum, Nesterov and plain SGD, and a part on a
+ * worker thread. */
+Test(optim, cpu_sgd_over_the_team_gives_the_same_bits_on_one_and_two_threads) {
+    enum { N = (1 << 20) + 5 }; /* 32 parts; a tail past every vector width */
+    float *init = malloc(3 * N * sizeof(float)), *ref = malloc(2 * N * sizeof(float));
+    float *run = malloc(2 * N * sizeof(float));
+    cr_assert(init && ref && run);
+    for (size_t j = 0; j < 3 * (size_t)N; j++)  /* w, v, g */
+        init[j] = (float)((int)((j * 2654435761u) % 2001) - 1000) * 1e-3f;
+    const float *g = init + 2 * (size_t)N;
+    tp_backend_t *b = tp_backend_cpu_new(2);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+    const struct { float mu; int nesterov; } cases[] = {{0.9f, 0}, {0.9f, 1}, {0.0f, 0}};
+    for (int c = 0; c < 3; c++) {
+        const float lr = 0.05f, mu = cases[c].mu;
+        memcpy(ref, init, 2 * N * sizeof(float));
+        float *w = ref, *v = ref + N;
+        for (size_t i = 0; i < N; i++) {  /* backend_cpu.c's arithmetic */
+            if (mu == 0.0f) {
+                w[i] -= lr * g[i];
+            } else {
+                v[i] = mu * v[i] + g[i];
+                w[i] -= cases[c].nesterov ? lr * (g[i] + mu * v[i]) : lr * v[i];
+            }
+        }
+        /* 1 thread, then 2 until a part ran on a worker (on a loaded
+         * machine the caller may take every part first), at most 50 runs */
+        const size_t parts = atomic_load(&tp_cpu_pool_worker_parts);
+        for (int threads = 1, r = 0; r < 50; r++, threads = 2) {
+            if (r > 1 && atomic_load(&tp_cpu_pool_worker_parts) > parts)
+                break;
+            memcpy(run, init, 2 * N * sizeof(float));
+            tp_cpu_pool_threads_override(threads);
+            cr_assert_eq(b->ops->sgd_update(b, NULL, run, g, mu > 0 ? run + N : NULL, N,
+                                            lr, mu, cases[c].nesterov), TP_OK);
+            tp_cpu_pool_threads_override(0);
+            cr_assert_eq(memcmp(run, ref, 2 * N * sizeof(float)), 0,
+                         "momentum %g nesterov %d, %d thread(s): not the loop's bits",
+                         (double)mu, cases[c].nesterov, threads);
+        }
+    }
+    cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
+                 "sgd: no part ran on a worker thread");
+    tp_backend_destroy(&b);
+    free(init);
+    free(ref);
+    free(run);
 }
