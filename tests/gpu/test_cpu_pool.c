@@ -1,7 +1,7 @@
 /* towerpack tests: the CPU backend's pool of threads (gpu/cpu/cpu_pool.c)
  * and the kernels that use it: every item of a range runs exactly once,
  * small ranges stay on the caller, two callers at once both finish, and
- * the elementwise, reduce, softmax and loss kernels give the same bits on
+ * the elementwise, reduce, softmax, loss and pooling kernels give the same bits on
  * 1 and 2 threads (white-box: the kernels are called directly). */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -154,6 +154,11 @@ static const kcase_t s_cases[] = {
     {"mse", TP_OP_MSE, 0, 4, 4, {128, 16, 14, 14}, {128, 16, 14, 14}, {0}, 0},
     /* a GPT's layer norm: 512 rows of 256, gamma as input 1 (no beta) */
     {"layer_norm", TP_OP_LAYER_NORM, 0, 2, 1, {512, 256}, {256}, {512, 256}, 2},
+    /* pooling (ops_cpu.c's own, cut by planes): `axes` is the window, the
+     * stride 2, the padding 1 for a 3x3 window; the CNN's first pool */
+    {"max_pool_2x2", TP_OP_MAX_POOL, 2, 4, 0, {128, 32, 28, 28}, {0}, {128, 32, 14, 14}, 4},
+    {"max_pool_3x3_padded", TP_OP_MAX_POOL, 3, 4, 0, {64, 16, 14, 14}, {0}, {64, 16, 7, 7}, 4},
+    {"avg_pool_3x3_padded", TP_OP_AVG_POOL, 3, 4, 0, {64, 16, 14, 14}, {0}, {64, 16, 7, 7}, 4},
 };
 
 static float s_rand(uint64_t *s) {
@@ -196,6 +201,12 @@ static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
         at.norm_axes = 1;
         at.norm_absent = 2;
         at.eps = 1e-5f;
+    }
+    if (k->kind == TP_OP_MAX_POOL || k->kind == TP_OP_AVG_POOL) {
+        at.axes = 0;
+        at.kh = at.kw = k->axes;
+        at.sh = at.sw = 2;
+        at.ph = at.pw = k->axes == 3;
     }
     const void *xin[2] = {x[0], nin > 1 ? x[1] : NULL};
     const int acc[2] = {1, 0};
