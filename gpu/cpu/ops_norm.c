@@ -12,10 +12,12 @@
  * The forward leaves each row's mean and 1/std in the workspace for the
  * backward; a call without one (the parity harness's) recomputes them.
  * The parameters' gradients add each row's per-parameter sums in row
- * order: deterministic. A gamma left out reads as 1 and a beta as 0
+ * order: deterministic. The backward's rows (dx) and then its parameters
+ * (dgamma, dbeta) are cut over the pool, each with the bits of one thread. A gamma left out reads as 1 and a beta as 0
  * (attr.norm_absent, elementwise_affine=False); the loops then take
  * their own branches rather than reading a ones vector. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
@@ -194,39 +196,34 @@ s_row_sums(const float *restrict xr, const float *restrict dyr, const float *res
     *sgx_out = sgx;
 }
 
-/* The backward, serial: the parameters' gradients add the rows in order. */
-TP_CPU_CLONES static void s_backward(const tp_op_call_t *c) {
-    const tp_norm_rows_t r = tp_norm_rows(c);
-    int gi, bi;
-    tp_norm_params(c->attr, &gi, &bi);
-    const float *x = c->x[0], *gamma = gi < 0 ? NULL : c->x[gi], *dy = c->dy;
-    float *dx = c->dx[0], *dg = gi < 0 ? NULL : c->dx[gi], *db = bi < 0 ? NULL : c->dx[bi];
-    const int acc_g = gi < 0 ? 0 : c->dx_acc[gi], acc_b = bi < 0 ? 0 : c->dx_acc[bi];
-    const float *saved = s_saved(c, r.rows);
-    const int acc0 = dx && c->dx_acc[0];
-    const size_t np = r.groups * r.len / r.sp;
-    /* the gradient checks' deliberate fault (ops_elementwise.h; 1 outside them) */
-    const float fault = tp_cpu_elementwise_grad_fault;
-    if (dg && !acc_g)
-        memset(dg, 0, np * sizeof(float));
-    if (db && !acc_b)
-        memset(db, 0, np * sizeof(float));
-    for (size_t i = 0; i < r.rows; i++) {
+/* The backward in two passes over the pool (it was serial: the
+ * parameters' gradients add the rows in order). Pass 1 cuts the rows:
+ * each row's dx needs only its own sums (sg, sgx). Pass 2 cuts the
+ * parameters: each parameter adds its rows' terms in row order, the same
+ * float adds the serial loop made, so the bits are those of one thread
+ * (and of the serial code) whatever the cut. */
+typedef struct {
+    const tp_op_call_t *c;
+    tp_norm_rows_t r;
+    const float *gamma, *stats; /* stats: [rows, 2] mean and 1/std */
+    float *dg, *db, fault;
+} s_bwd_t;
+
+TP_CPU_CLONES static void s_backward_rows(void *arg, size_t lo, size_t hi) {
+    const s_bwd_t *B = arg;
+    const tp_op_call_t *c = B->c;
+    const tp_norm_rows_t r = B->r;
+    const float *x = c->x[0], *dy = c->dy;
+    float *dx = c->dx[0];
+    const int acc0 = c->dx_acc[0];
+    const float fault = B->fault;
+    for (size_t i = lo; i < hi; i++) {
         const float *restrict xr = x + i * r.len, *restrict dyr = dy + i * r.len;
         const size_t p0 = (i % r.groups) * r.len / r.sp;
-        const float *restrict g = gamma ? gamma + p0 : NULL;
-        float mean, rstd;
-        if (saved) {
-            mean = saved[2 * i];
-            rstd = saved[2 * i + 1];
-        } else {
-            s_stats(xr, r.len, c->attr->eps, &mean, &rstd);
-        }
+        const float *restrict g = B->gamma ? B->gamma + p0 : NULL;
+        const float mean = B->stats[2 * i], rstd = B->stats[2 * i + 1];
         double sg, sgx;
-        s_row_sums(xr, dyr, g, r.len, r.sp, mean, rstd, dg ? dg + p0 : NULL,
-                   db ? db + p0 : NULL, fault, &sg, &sgx);
-        if (!dx)
-            continue;
+        s_row_sums(xr, dyr, g, r.len, r.sp, mean, rstd, NULL, NULL, fault, &sg, &sgx);
         /* dx = rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)) */
         const float mg = (float)(sg / (double)r.len), mgx = (float)(sgx / (double)r.len);
         float *restrict dxr = dx + i * r.len;
@@ -259,7 +256,100 @@ TP_CPU_CLONES static void s_backward(const tp_op_call_t *c) {
     }
 }
 
+/* Parameters [lo, hi) (index P = group * len/sp + channel): dy xhat into
+ * dg[P], dy into db[P], over the rows of P's group in row order. */
+TP_CPU_CLONES static void s_backward_params(void *arg, size_t lo, size_t hi) {
+    const s_bwd_t *B = arg;
+    const tp_norm_rows_t r = B->r;
+    const float *x = B->c->x[0], *dy = B->c->dy;
+    float *restrict dg = B->dg, *restrict db = B->db;
+    const float fault = B->fault;
+    const size_t per = r.len / r.sp; /* parameters a row */
+    if (r.sp == 1) { /* a parameter per element of a row (layer norm): columns */
+        for (size_t i = 0; i < r.rows; i++) {
+            const size_t p0 = (i % r.groups) * per;
+            if (p0 + per <= lo || p0 >= hi)
+                continue;
+            const size_t a = lo > p0 ? lo - p0 : 0, e = hi < p0 + per ? hi - p0 : per;
+            const float *restrict xr = x + i * r.len, *restrict dyr = dy + i * r.len;
+            const float mean = B->stats[2 * i], rstd = B->stats[2 * i + 1];
+            float *restrict g = dg ? dg + p0 : NULL, *restrict b = db ? db + p0 : NULL;
+            if (g && b) {
+                for (size_t j = a; j < e; j++) {
+                    g[j] += fault * (dyr[j] * ((xr[j] - mean) * rstd));
+                    b[j] += fault * dyr[j];
+                }
+            } else if (g) {
+                for (size_t j = a; j < e; j++)
+                    g[j] += fault * (dyr[j] * ((xr[j] - mean) * rstd));
+            } else if (b) {
+                for (size_t j = a; j < e; j++)
+                    b[j] += fault * dyr[j];
+            }
+        }
+        return;
+    }
+    for (size_t P = lo; P < hi; P++) { /* a parameter per channel of sp positions */
+        const size_t grp = P / per, ch = P % per;
+        for (size_t i = grp; i < r.rows; i += r.groups) {
+            const float *restrict xc = x + i * r.len + ch * r.sp;
+            const float *restrict dc = dy + i * r.len + ch * r.sp;
+            const float mean = B->stats[2 * i], rstd = B->stats[2 * i + 1];
+            if (dg) {
+                double tg;
+                LANE_SUM(tg, r.sp, dc[j] * ((xc[j] - mean) * rstd));
+                dg[P] += fault * (float)tg;
+            }
+            if (db) {
+                double tb;
+                LANE_SUM(tb, r.sp, dc[j]);
+                db[P] += fault * (float)tb;
+            }
+        }
+    }
+}
+
+/* Each row's statistics, when the forward left none (the parity harness). */
+TP_CPU_CLONES static void s_stats_rows(void *arg, size_t lo, size_t hi) {
+    const s_bwd_t *B = arg;
+    float *st = (float *)B->stats;
+    for (size_t i = lo; i < hi; i++)
+        s_stats((const float *)B->c->x[0] + i * B->r.len, B->r.len, B->c->attr->eps,
+                &st[2 * i], &st[2 * i + 1]);
+}
+
 tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
-    s_backward(c);
+    const tp_norm_rows_t r = tp_norm_rows(c);
+    int gi, bi;
+    tp_norm_params(c->attr, &gi, &bi);
+    s_bwd_t B = {.c = c, .r = r, .gamma = gi < 0 ? NULL : c->x[gi],
+                 .dg = gi < 0 ? NULL : c->dx[gi], .db = bi < 0 ? NULL : c->dx[bi],
+                 /* the gradient checks' deliberate fault (ops_elementwise.h; 1 outside them) */
+                 .fault = tp_cpu_elementwise_grad_fault};
+    const int acc_g = gi < 0 ? 0 : c->dx_acc[gi], acc_b = bi < 0 ? 0 : c->dx_acc[bi];
+    const size_t np = r.groups * r.len / r.sp;
+    /* a part is at least 16k floats of x */
+    const size_t min_rows = r.len ? (16384 + r.len - 1) / r.len : 1;
+    float *own = NULL;
+    B.stats = s_saved(c, r.rows);
+    if (!B.stats) {
+        if (!(own = malloc(2 * (r.rows ? r.rows : 1) * sizeof(float))))
+            return tp_error(TP_ERR_NOMEM, "%s: %zu rows of norm statistics for the backward",
+                            c->name ? c->name : tp_op_name(c->kind), r.rows);
+        B.stats = own;
+        tp_cpu_parallel(r.rows, 1, min_rows, s_stats_rows, &B);
+    }
+    if (c->dx[0])
+        tp_cpu_parallel(r.rows, 1, min_rows, s_backward_rows, &B);
+    if (B.dg && !acc_g)
+        memset(B.dg, 0, np * sizeof(float));
+    if (B.db && !acc_b)
+        memset(B.db, 0, np * sizeof(float));
+    if (B.dg || B.db) {
+        const size_t per_param = r.rows / r.groups * r.sp; /* floats of x a parameter reads */
+        const size_t min_p = per_param ? (16384 + per_param - 1) / per_param : np;
+        tp_cpu_parallel(np, r.sp == 1 ? 16 : 1, min_p, s_backward_params, &B);
+    }
+    free(own);
     return TP_OK;
 }

@@ -152,8 +152,12 @@ static const kcase_t s_cases[] = {
     {"softmax_rows", TP_OP_SOFTMAX, 2, 2, 0, {512, 1000}, {0}, {512, 1000}, 2},
     {"log_softmax_c", TP_OP_LOG_SOFTMAX, 2, 4, 0, {128, 16, 14, 14}, {0}, {128, 16, 14, 14}, 4},
     {"mse", TP_OP_MSE, 0, 4, 4, {128, 16, 14, 14}, {128, 16, 14, 14}, {0}, 0},
-    /* a GPT's layer norm: 512 rows of 256, gamma as input 1 (no beta) */
+    /* a GPT's layer norm: 512 rows of 256, gamma as input 1 (no beta);
+     * `axes` 1: beta as input 1 (no gamma) */
     {"layer_norm", TP_OP_LAYER_NORM, 0, 2, 1, {512, 256}, {256}, {512, 256}, 2},
+    {"layer_norm_beta", TP_OP_LAYER_NORM, 1, 3, 1, {16, 64, 128}, {128}, {16, 64, 128}, 3},
+    /* group norm, `axes` groups, gamma as input 1 (no beta) */
+    {"group_norm", TP_OP_GROUP_NORM, 4, 4, 1, {128, 16, 14, 14}, {16}, {128, 16, 14, 14}, 4},
     /* pooling (ops_cpu.c's own, cut by planes): `axes` is the window, the
      * stride 2, the padding 1 for a 3x3 window; the CNN's first pool */
     {"max_pool_2x2", TP_OP_MAX_POOL, 2, 4, 0, {128, 32, 28, 28}, {0}, {128, 32, 14, 14}, 4},
@@ -170,6 +174,9 @@ typedef struct {
     float *y, *dx[2];
     size_t ny, nx[2];
 } kout_t;
+
+/* Parts of the backward calls that ran on a worker (s_run_case adds). */
+static size_t s_bwd_worker_parts;
 
 /* Forward and backward of one case (gradients accumulated onto a
  * non-zero start for input 0, stored for input 1). */
@@ -198,7 +205,14 @@ static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
         dy[j] = s_rand(&seed);
     tp_op_attr_t at = {.alpha = 0.1f, .axes = k->axes};
     if (k->kind == TP_OP_LAYER_NORM) { /* over the last axis, gamma but no beta */
+        at.axes = 0;
         at.norm_axes = 1;
+        at.norm_absent = k->axes ? k->axes : 2;
+        at.eps = 1e-5f;
+    }
+    if (k->kind == TP_OP_GROUP_NORM) {
+        at.axes = 0;
+        at.norm_groups = k->axes;
         at.norm_absent = 2;
         at.eps = 1e-5f;
     }
@@ -218,7 +232,9 @@ static void s_run_case(const kcase_t *k, int threads, kout_t *out) {
     c.workspace_bytes = ws;
     tp_cpu_pool_threads_override(threads);
     cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s: %s", k->name, tp_last_error());
+    const size_t fwd_parts = atomic_load(&tp_cpu_pool_worker_parts);
     cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s: %s", k->name, tp_last_error());
+    s_bwd_worker_parts += atomic_load(&tp_cpu_pool_worker_parts) - fwd_parts;
     tp_cpu_pool_threads_override(0);
     free(c.workspace);
     free(dy);
@@ -309,6 +325,31 @@ Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120
         }
         cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
                      "%s: no part ran on a worker in 50 runs", k->name);
+        s_free_out(&one);
+    }
+}
+
+/* The norms' backward (ops_norm.c: rows, then parameters, over the
+ * pool; it was serial) on a worker, with the bits of one thread. */
+Test(cpu_pool, the_norms_backward_runs_on_the_team_with_the_bits_of_one_thread) {
+    for (size_t i = 0; i < sizeof s_cases / sizeof s_cases[0]; i++) {
+        const kcase_t *k = &s_cases[i];
+        if (k->kind != TP_OP_LAYER_NORM && k->kind != TP_OP_GROUP_NORM)
+            continue;
+        kout_t one, two;
+        s_run_case(k, 1, &one);
+        s_bwd_worker_parts = 0;
+        for (int r = 0; r < 50 && !s_bwd_worker_parts; r++) {
+            s_run_case(k, 2, &two);
+            for (int j = 0; j < 2; j++)
+                if (one.nx[j])
+                    cr_assert_eq(memcmp(one.dx[j], two.dx[j], one.nx[j] * sizeof(float)), 0,
+                                 "%s: input %d's gradients differ between 1 and 2 threads",
+                                 k->name, j);
+            s_free_out(&two);
+        }
+        cr_expect_gt(s_bwd_worker_parts, 0, "%s: no part of the backward ran on a worker",
+                     k->name);
         s_free_out(&one);
     }
 }
