@@ -14,8 +14,9 @@
  * The parameters' gradients add each row's per-parameter sums in row
  * order within fixed blocks of rows, then the blocks in order: the same
  * bits whatever the thread count (tp_cpu_norm_backward). A gamma left
- * out reads as 1 and a beta as 0 (attr.norm_absent, elementwise_affine=False); the loops then take
- * their own branches rather than reading a ones vector. */
+ * out reads as 1 and a beta as 0 (attr.norm_absent,
+ * elementwise_affine=False); the loops then take their own branches
+ * rather than reading a ones vector. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
