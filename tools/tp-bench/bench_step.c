@@ -234,6 +234,7 @@ typedef struct {
     tp_op_profile_t op[PROF_MAX];
     int n;
     double step_ns, step_thr_ns, step_proc_ns; /* PROF_STEPS steps */
+    double between_thr_ns; /* the step's thread time less its ops', per round */
 } s_prof_t;
 
 static uint64_t s_clock(clockid_t id) {
@@ -266,6 +267,13 @@ static void s_cnn_profile(tp_model_t *cm, tp_tensor_t *cin, s_prof_t *out) {
         int np = tp_model_profile(cm, 0, pr, PROF_MAX);
         np = np < PROF_MAX ? np : PROF_MAX;
         out->n = np;
+        /* between ops from one round's own sums (the fields' minima come
+         * from different rounds: their sum under-reads a round's) */
+        double ops = 0;
+        for (int i = 0; i < np; i++)
+            ops += (double)(pr[i].thread_forward_ns + pr[i].thread_backward_ns);
+        if (rd == 0 || t - ops < out->between_thr_ns)
+            out->between_thr_ns = t - ops;
         for (int i = 0; i < np; i++) {
             if (rd == 0) {
                 out->op[i] = pr[i];
@@ -288,11 +296,13 @@ static void s_cnn_profile(tp_model_t *cm, tp_tensor_t *cin, s_prof_t *out) {
  * has one thread) and at T (cT), the process's at T over the thread's
  * ("team": near T when the team worked through the op; spin waits after
  * a parallel op count too), and the op's parallel fraction par = (1 -
- * cT/c1) * T/(T-1) (0: serial, 1: scales with the threads). Below, the
- * Amdahl bound for T threads from the 1-thread times, with the ops of par
- * < 0.5 and the time between ops (the step's thread time less its ops':
- * the fused updates, the plan walk) as the serial part, and the ratio
- * the thread times say the step gets (sum c1 / sum cT). */
+ * cT/c1) * T/(T-1) (0: serial, 1: scales with the threads; "serial"
+ * marks par < 0.5). Below, the Amdahl bound for T threads from the
+ * 1-thread times: each op's c1 (1 - par) and the time between ops (the
+ * step's thread time less its ops', the least of the rounds: the fused
+ * updates, the plan walk) as the serial part, c1 par as the parallel
+ * one; and the ratio the thread times say the step gets (the step's
+ * thread time at 1 over that at T). */
 static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
     const double S = PROF_STEPS * 1e6; /* ns over the rounds' steps to ms a step */
     printf("CNN per op on the CPU's team, CPU time per step (ms; fastest of %d rounds):\n",
@@ -302,7 +312,7 @@ static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
                "proc@T", "team", "par");
     else
         printf("  %-16s %-14s %9s %9s %6s\n", "op", "kind", "thr", "proc", "team");
-    double sum1 = 0, sumT = 0, serial1 = 0, par1 = 0;
+    double serial1 = 0, par1 = 0;
     for (int i = 0; i < pt->n; i++) {
         const tp_op_profile_t *o = &pt->op[i];
         const double cT = (double)(o->thread_forward_ns + o->thread_backward_ns) / S;
@@ -310,7 +320,6 @@ static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
         if (cT <= 0 && pT <= 0)
             continue; /* a view (reshape): no call */
         const double team = cT > 0 ? pT / cT : 0;
-        sumT += cT;
         if (!one) {
             printf("  %-16s %-14s %9.3f %9.3f %6.2f\n", o->name, tp_op_name(o->kind), cT, pT,
                    team);
@@ -320,22 +329,19 @@ static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
         const double c1 = (double)(q->thread_forward_ns + q->thread_backward_ns) / S;
         double par = c1 > 0 ? (1.0 - cT / c1) * T / (T - 1) : 0;
         par = par < 0 ? 0 : par > 1 ? 1 : par;
-        sum1 += c1;
-        if (par < 0.5)
-            serial1 += c1;
-        else
-            par1 += c1;
+        serial1 += c1 * (1.0 - par);
+        par1 += c1 * par;
         printf("  %-16s %-14s %9.3f %9.3f %9.3f %6.2f %5.2f%s\n", o->name,
                tp_op_name(o->kind), c1, cT, pT, team, par, par < 0.5 ? "  serial" : "");
     }
-    const double stepT = pt->step_thr_ns / S, betweenT = stepT - sumT;
+    const double stepT = pt->step_thr_ns / S, betweenT = pt->between_thr_ns / S;
     if (!one) {
         printf("  %-31s %9.3f\n  %-31s %9.3f %9.3f %6.2f  (wall %.3f)\n", "between ops",
                betweenT, "step", stepT, pt->step_proc_ns / S,
                stepT > 0 ? pt->step_proc_ns / S / stepT : 0, pt->step_ns / S);
         return;
     }
-    const double step1 = one->step_thr_ns / S, between1 = step1 - sum1;
+    const double step1 = one->step_thr_ns / S, between1 = one->between_thr_ns / S;
     printf("  %-31s %9.3f %9.3f\n", "between ops", between1, betweenT);
     printf("  %-31s %9.3f %9.3f %9.3f %6.2f        (wall %.3f, %.3f)\n", "step", step1, stepT,
            pt->step_proc_ns / S, stepT > 0 ? pt->step_proc_ns / S / stepT : 0,
@@ -345,8 +351,8 @@ static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
     if (!wp || strcasecmp(wp, "passive"))
         printf("  (the team's spin waits count as CPU time here: OMP_WAIT_POLICY=passive in "
                "the environment gives a table of work only, readable under load)\n");
-    printf("Amdahl bound at %d threads: serial %.3f ms (ops %.3f + between %.3f) of %.3f at "
-           "1 thread -> %.2fx; the thread times say %.2fx (wall %.2fx, load-dependent)\n",
+    printf("Amdahl bound at %d threads: serial %.3f ms (ops' serial fractions %.3f + between "
+           "%.3f) of %.3f at 1 thread -> %.2fx; the thread times say %.2fx (wall %.2fx, load-dependent)\n",
            T, serial, serial1, between1 > 0 ? between1 : 0, step1,
            step1 / (serial + par1 / T), stepT > 0 ? step1 / stepT : 0,
            pt->step_ns > 0 ? one->step_ns / pt->step_ns : 0);
