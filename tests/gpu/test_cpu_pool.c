@@ -329,7 +329,7 @@ Test(cpu_pool, kernels_give_the_same_bits_on_one_and_two_threads, .timeout = 120
     }
 }
 
-/* The norms' backward (ops_norm.c: rows, then parameters, over the
+/* The norms' backward (ops_norm.c: blocks of rows, then parameters, over the
  * pool; it was serial) on a worker, with the bits of one thread. */
 Test(cpu_pool, the_norms_backward_runs_on_the_team_with_the_bits_of_one_thread) {
     for (size_t i = 0; i < sizeof s_cases / sizeof s_cases[0]; i++) {
