@@ -238,21 +238,38 @@ static void s_maxpool2(const float *restrict x, float *restrict y,
     }
 }
 
-static void s_pool_fwd(const tp_op_call_t *c, int max) {
-    const tp_shape_t *xs = &c->xshape[0];
-    const int nc = (int)(xs->d[0] * xs->d[1]), h = (int)xs->d[2],
-              w = (int)xs->d[3];
-    const int oh = (int)c->yshape.d[2], ow = (int)c->yshape.d[3];
+/* Pooling runs plane by plane (one batch item's channel): a plane's
+ * outputs, and its gradient's scatter, read and write nothing of another
+ * plane, so the planes are cut over the team (cpu_pool.c) and the results
+ * are the same bits whatever the thread count. The CNN's two pools were
+ * 11% of its 1-thread step and ran on one thread (issue 49). */
+#define S_POOL_MIN_FLOATS 16384 /* input floats a part at least: ~10 us */
+
+typedef struct {
+    const tp_op_call_t *c;
+    int max, h, w, oh, ow;
+} s_pool_t;
+
+static size_t s_pool_min_planes(int h, int w) {
+    const size_t plane = (size_t)h * (size_t)w;
+    return plane >= S_POOL_MIN_FLOATS ? 1 : S_POOL_MIN_FLOATS / (plane ? plane : 1);
+}
+
+static void s_pool_fwd_planes(void *arg, size_t lo, size_t hi) {
+    const s_pool_t *P = arg;
+    const tp_op_call_t *c = P->c;
+    const int max = P->max, h = P->h, w = P->w, oh = P->oh, ow = P->ow;
     const tp_op_attr_t *a = c->attr;
     const float *x = c->x[0];
     float *y = c->y;
-    int32_t *arg = c->workspace;
+    int32_t *arg32 = c->workspace;
     if (max && a->kh == 2 && a->kw == 2 && a->sh == 2 && a->sw == 2 &&
         a->ph == 0 && a->pw == 0) {
-        s_maxpool2(x, y, arg, nc, h, w, oh, ow);
+        s_maxpool2(x + lo * h * w, y + lo * oh * ow, arg32 + lo * oh * ow, (int)(hi - lo),
+                   h, w, oh, ow);
         return;
     }
-    for (int p = 0; p < nc; p++) {
+    for (int p = (int)lo; p < (int)hi; p++) {
         const float *xp = x + (size_t)p * h * w;
         for (int oy = 0; oy < oh; oy++) {
             int y0 = oy * a->sh - a->ph, y1 = y0 + a->kh;
@@ -277,7 +294,7 @@ static void s_pool_fwd(const tp_op_call_t *c, int max) {
                                 bi = iy * w + ix;
                             }
                     y[o] = best;
-                    arg[o] = bi;
+                    arg32[o] = bi;
                 } else {
                     float s = 0.0f;
                     for (int iy = y0; iy < y1; iy++)
@@ -290,26 +307,31 @@ static void s_pool_fwd(const tp_op_call_t *c, int max) {
     }
 }
 
-static void s_pool_bwd(const tp_op_call_t *c, int max) {
+static void s_pool_fwd(const tp_op_call_t *c, int max) {
     const tp_shape_t *xs = &c->xshape[0];
-    const int nc = (int)(xs->d[0] * xs->d[1]), h = (int)xs->d[2],
-              w = (int)xs->d[3];
-    const int oh = (int)c->yshape.d[2], ow = (int)c->yshape.d[3];
+    s_pool_t P = {c, max, (int)xs->d[2], (int)xs->d[3], (int)c->yshape.d[2],
+                  (int)c->yshape.d[3]};
+    tp_cpu_parallel((size_t)(xs->d[0] * xs->d[1]), 1, s_pool_min_planes(P.h, P.w),
+                    s_pool_fwd_planes, &P);
+}
+
+static void s_pool_bwd_planes(void *arg, size_t lo, size_t hi) {
+    const s_pool_t *P = arg;
+    const tp_op_call_t *c = P->c;
+    const int max = P->max, h = P->h, w = P->w, oh = P->oh, ow = P->ow;
     const tp_op_attr_t *a = c->attr;
     const float *dy = c->dy;
-    const int32_t *arg = c->workspace;
+    const int32_t *arg32 = c->workspace;
     float *dx = c->dx[0];
-    if (!dx)
-        return;
     if (!c->dx_acc[0])
-        memset(dx, 0, (size_t)nc * h * w * sizeof(float));
-    for (int p = 0; p < nc; p++) {
+        memset(dx + lo * h * w, 0, (hi - lo) * h * w * sizeof(float));
+    for (int p = (int)lo; p < (int)hi; p++) {
         float *dxp = dx + (size_t)p * h * w;
         for (int oy = 0; oy < oh; oy++)
             for (int ox = 0; ox < ow; ox++) {
                 size_t o = ((size_t)p * oh + oy) * ow + ox;
                 if (max) {
-                    dxp[arg[o]] += dy[o];
+                    dxp[arg32[o]] += dy[o];
                     continue;
                 }
                 int y0 = oy * a->sh - a->ph, y1 = y0 + a->kh;
@@ -328,6 +350,16 @@ static void s_pool_bwd(const tp_op_call_t *c, int max) {
                         dxp[iy * w + ix] += g;
             }
     }
+}
+
+static void s_pool_bwd(const tp_op_call_t *c, int max) {
+    if (!c->dx[0])
+        return;
+    const tp_shape_t *xs = &c->xshape[0];
+    s_pool_t P = {c, max, (int)xs->d[2], (int)xs->d[3], (int)c->yshape.d[2],
+                  (int)c->yshape.d[3]};
+    tp_cpu_parallel((size_t)(xs->d[0] * xs->d[1]), 1, s_pool_min_planes(P.h, P.w),
+                    s_pool_bwd_planes, &P);
 }
 
 static void s_gap_fwd(const tp_op_call_t *c) {

@@ -12,10 +12,13 @@
  * The forward leaves each row's mean and 1/std in the workspace for the
  * backward; a call without one (the parity harness's) recomputes them.
  * The parameters' gradients add each row's per-parameter sums in row
- * order: deterministic. A gamma left out reads as 1 and a beta as 0
- * (attr.norm_absent, elementwise_affine=False); the loops then take
- * their own branches rather than reading a ones vector. */
+ * order within fixed blocks of rows, then the blocks in order: the same
+ * bits whatever the thread count (tp_cpu_norm_backward). A gamma left
+ * out reads as 1 and a beta as 0 (attr.norm_absent,
+ * elementwise_affine=False); the loops then take their own branches
+ * rather than reading a ones vector. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
@@ -79,7 +82,12 @@ s_stats(const float *restrict x, size_t len, float eps, float *mean, float *rstd
 /* The workspace (when the call has one): each row's mean and 1/std, from
  * the forward to the backward; without one the backward recomputes them. */
 size_t tp_cpu_norm_workspace(const tp_op_call_t *c) {
-    return 2 * tp_norm_rows(c).rows * sizeof(float);
+    /* and the backward's partial sums: [blocks, parameters] for gamma and
+     * for beta (tp_cpu_norm_backward) */
+    const tp_norm_rows_t r = tp_norm_rows(c);
+    const size_t block = r.len >= 16384 ? 1 : 16384 / (r.len ? r.len : 1);
+    const size_t np = r.groups * r.len / r.sp;
+    return (2 * r.rows + 2 * ((r.rows + block - 1) / block) * np) * sizeof(float);
 }
 
 static float *s_saved(const tp_op_call_t *c, size_t rows) {
@@ -194,72 +202,150 @@ s_row_sums(const float *restrict xr, const float *restrict dyr, const float *res
     *sgx_out = sgx;
 }
 
-/* The backward, serial: the parameters' gradients add the rows in order. */
-TP_CPU_CLONES static void s_backward(const tp_op_call_t *c) {
-    const tp_norm_rows_t r = tp_norm_rows(c);
-    int gi, bi;
-    tp_norm_params(c->attr, &gi, &bi);
-    const float *x = c->x[0], *gamma = gi < 0 ? NULL : c->x[gi], *dy = c->dy;
-    float *dx = c->dx[0], *dg = gi < 0 ? NULL : c->dx[gi], *db = bi < 0 ? NULL : c->dx[bi];
-    const int acc_g = gi < 0 ? 0 : c->dx_acc[gi], acc_b = bi < 0 ? 0 : c->dx_acc[bi];
-    const float *saved = s_saved(c, r.rows);
+/* The backward in two passes over the pool (it was serial: the
+ * parameters' gradients add the rows in order). Pass 1 cuts the rows in
+ * blocks of a fixed size (about 16k floats of x, from the shape alone):
+ * each row's dx needs only its own sums, and each block adds its rows'
+ * parameter terms in row order into a partial sum of its own. Pass 2 adds
+ * the blocks' partials in block order for each parameter. The cut into
+ * blocks does not depend on the thread count, so neither do the bits. */
+typedef struct {
+    const tp_op_call_t *c;
+    tp_norm_rows_t r;
+    const float *gamma, *stats; /* stats: [rows, 2] mean and 1/std */
+    float *dg, *db;             /* [np] the parameters' gradients, or NULL */
+    float *pg, *pb;             /* [nblocks, np] the blocks' partial sums */
+    size_t block, nblocks, np;  /* rows a block */
+    float fault;
+} s_bwd_t;
+
+/* Rows a block: about 16k floats of x. */
+static size_t s_block_rows(const tp_norm_rows_t *r) {
+    return r->len >= 16384 ? 1 : 16384 / (r->len ? r->len : 1);
+}
+
+TP_CPU_CLONES static void s_backward_blocks(void *arg, size_t lo, size_t hi) {
+    const s_bwd_t *B = arg;
+    const tp_op_call_t *c = B->c;
+    const tp_norm_rows_t r = B->r;
+    const float *x = c->x[0], *dy = c->dy;
+    float *dx = c->dx[0];
     const int acc0 = dx && c->dx_acc[0];
-    const size_t np = r.groups * r.len / r.sp;
-    /* the gradient checks' deliberate fault (ops_elementwise.h; 1 outside them) */
-    const float fault = tp_cpu_elementwise_grad_fault;
-    if (dg && !acc_g)
-        memset(dg, 0, np * sizeof(float));
-    if (db && !acc_b)
-        memset(db, 0, np * sizeof(float));
-    for (size_t i = 0; i < r.rows; i++) {
-        const float *restrict xr = x + i * r.len, *restrict dyr = dy + i * r.len;
-        const size_t p0 = (i % r.groups) * r.len / r.sp;
-        const float *restrict g = gamma ? gamma + p0 : NULL;
-        float mean, rstd;
-        if (saved) {
-            mean = saved[2 * i];
-            rstd = saved[2 * i + 1];
-        } else {
-            s_stats(xr, r.len, c->attr->eps, &mean, &rstd);
-        }
-        double sg, sgx;
-        s_row_sums(xr, dyr, g, r.len, r.sp, mean, rstd, dg ? dg + p0 : NULL,
-                   db ? db + p0 : NULL, fault, &sg, &sgx);
-        if (!dx)
-            continue;
-        /* dx = rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)) */
-        const float mg = (float)(sg / (double)r.len), mgx = (float)(sgx / (double)r.len);
-        float *restrict dxr = dx + i * r.len;
-        /* one straight loop per case, so that each vectorises */
-        const float k = fault * rstd;
-        if (!g) { /* no gamma: dy in its place */
-            for (size_t j = 0; j < r.len; j++) {
-                const float v = k * (dyr[j] - mg - (xr[j] - mean) * rstd * mgx);
-                dxr[j] = acc0 ? dxr[j] + v : v;
-            }
-        } else if (r.sp == 1 && acc0) {
-            for (size_t j = 0; j < r.len; j++)
-                dxr[j] += k * (dyr[j] * g[j] - mg - (xr[j] - mean) * rstd * mgx);
-        } else if (r.sp == 1) {
-            for (size_t j = 0; j < r.len; j++)
-                dxr[j] = k * (dyr[j] * g[j] - mg - (xr[j] - mean) * rstd * mgx);
-        } else {
-            for (size_t ch = 0; ch < r.len / r.sp; ch++) {
-                const float gc = g[ch];
-                float *restrict dc = dxr + ch * r.sp;
-                const float *restrict xc = xr + ch * r.sp, *restrict yc = dyr + ch * r.sp;
-                if (acc0)
-                    for (size_t j = 0; j < r.sp; j++)
-                        dc[j] += k * (yc[j] * gc - mg - (xc[j] - mean) * rstd * mgx);
-                else
-                    for (size_t j = 0; j < r.sp; j++)
-                        dc[j] = k * (yc[j] * gc - mg - (xc[j] - mean) * rstd * mgx);
+    const float fault = B->fault;
+    for (size_t blk = lo; blk < hi; blk++) {
+        float *pg = B->pg ? B->pg + blk * B->np : NULL, *pb = B->pb ? B->pb + blk * B->np : NULL;
+        if (pg)
+            memset(pg, 0, B->np * sizeof(float));
+        if (pb)
+            memset(pb, 0, B->np * sizeof(float));
+        const size_t i1 = (blk + 1) * B->block < r.rows ? (blk + 1) * B->block : r.rows;
+        for (size_t i = blk * B->block; i < i1; i++) {
+            const float *restrict xr = x + i * r.len, *restrict dyr = dy + i * r.len;
+            const size_t p0 = (i % r.groups) * r.len / r.sp;
+            const float *restrict g = B->gamma ? B->gamma + p0 : NULL;
+            const float mean = B->stats[2 * i], rstd = B->stats[2 * i + 1];
+            double sg, sgx;
+            s_row_sums(xr, dyr, g, r.len, r.sp, mean, rstd, pg ? pg + p0 : NULL,
+                       pb ? pb + p0 : NULL, fault, &sg, &sgx);
+            if (!dx)
+                continue;
+            /* dx = rstd (dy gamma - mean(dy gamma) - xhat mean(dy gamma xhat)) */
+            const float mg = (float)(sg / (double)r.len), mgx = (float)(sgx / (double)r.len);
+            float *restrict dxr = dx + i * r.len;
+            /* one straight loop per case, so that each vectorises */
+            const float k = fault * rstd;
+            if (!g) { /* no gamma: dy in its place */
+                for (size_t j = 0; j < r.len; j++) {
+                    const float v = k * (dyr[j] - mg - (xr[j] - mean) * rstd * mgx);
+                    dxr[j] = acc0 ? dxr[j] + v : v;
+                }
+            } else if (r.sp == 1 && acc0) {
+                for (size_t j = 0; j < r.len; j++)
+                    dxr[j] += k * (dyr[j] * g[j] - mg - (xr[j] - mean) * rstd * mgx);
+            } else if (r.sp == 1) {
+                for (size_t j = 0; j < r.len; j++)
+                    dxr[j] = k * (dyr[j] * g[j] - mg - (xr[j] - mean) * rstd * mgx);
+            } else {
+                for (size_t ch = 0; ch < r.len / r.sp; ch++) {
+                    const float gc = g[ch];
+                    float *restrict dc = dxr + ch * r.sp;
+                    const float *restrict xc = xr + ch * r.sp, *restrict yc = dyr + ch * r.sp;
+                    if (acc0)
+                        for (size_t j = 0; j < r.sp; j++)
+                            dc[j] += k * (yc[j] * gc - mg - (xc[j] - mean) * rstd * mgx);
+                    else
+                        for (size_t j = 0; j < r.sp; j++)
+                            dc[j] = k * (yc[j] * gc - mg - (xc[j] - mean) * rstd * mgx);
+                }
             }
         }
     }
 }
 
+/* Parameters [lo, hi): the blocks' partials added in block order. */
+TP_CPU_CLONES static void s_backward_params(void *arg, size_t lo, size_t hi) {
+    const s_bwd_t *B = arg;
+    for (int w = 0; w < 2; w++) {
+        float *restrict out = w ? B->db : B->dg;
+        const float *part = w ? B->pb : B->pg;
+        if (!out)
+            continue;
+        for (size_t blk = 0; blk < B->nblocks; blk++) {
+            const float *restrict pp = part + blk * B->np;
+            for (size_t P = lo; P < hi; P++)
+                out[P] += pp[P];
+        }
+    }
+}
+
+/* Each row's statistics, when the forward left none (the parity harness). */
+TP_CPU_CLONES static void s_stats_rows(void *arg, size_t lo, size_t hi) {
+    const s_bwd_t *B = arg;
+    float *st = (float *)B->stats;
+    for (size_t i = lo; i < hi; i++)
+        s_stats((const float *)B->c->x[0] + i * B->r.len, B->r.len, B->c->attr->eps,
+                &st[2 * i], &st[2 * i + 1]);
+}
+
 tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
-    s_backward(c);
+    const tp_norm_rows_t r = tp_norm_rows(c);
+    int gi, bi;
+    tp_norm_params(c->attr, &gi, &bi);
+    s_bwd_t B = {.c = c, .r = r, .gamma = gi < 0 ? NULL : c->x[gi],
+                 .dg = gi < 0 ? NULL : c->dx[gi], .db = bi < 0 ? NULL : c->dx[bi],
+                 .block = s_block_rows(&r), .np = r.groups * r.len / r.sp,
+                 /* the gradient checks' deliberate fault (ops_elementwise.h; 1 outside them) */
+                 .fault = tp_cpu_elementwise_grad_fault};
+    B.nblocks = (r.rows + B.block - 1) / B.block;
+    const int acc_g = gi < 0 ? 0 : c->dx_acc[gi], acc_b = bi < 0 ? 0 : c->dx_acc[bi];
+    /* the workspace: the forward's statistics, then the blocks' partials
+     * (tp_cpu_norm_workspace); a call with less has its own */
+    const size_t nstats = 2 * r.rows, npart = (B.dg != NULL) + (B.db != NULL);
+    const size_t need = (nstats + npart * B.nblocks * B.np) * sizeof(float);
+    float *ws = s_saved(c, r.rows), *own = NULL;
+    const int have_stats = ws != NULL;
+    if (!ws || c->workspace_bytes < need) {
+        if (!(own = malloc(need ? need : sizeof(float))))
+            return tp_error(TP_ERR_NOMEM, "%s: %zu bytes for the norm's backward",
+                            c->name ? c->name : tp_op_name(c->kind), need);
+        if (have_stats)
+            memcpy(own, ws, nstats * sizeof(float));
+        ws = own;
+    }
+    B.stats = ws;
+    B.pg = B.dg ? ws + nstats : NULL;
+    B.pb = B.db ? ws + nstats + (B.dg ? B.nblocks * B.np : 0) : NULL;
+    if (!have_stats) /* a part is at least 16k floats of x */
+        tp_cpu_parallel(r.rows, 1, B.block, s_stats_rows, &B);
+    if (c->dx[0] || B.dg || B.db)
+        tp_cpu_parallel(B.nblocks, 1, 1, s_backward_blocks, &B);
+    if (B.dg && !acc_g)
+        memset(B.dg, 0, B.np * sizeof(float));
+    if (B.db && !acc_b)
+        memset(B.db, 0, B.np * sizeof(float));
+    if (B.dg || B.db)
+        tp_cpu_parallel(B.np, 16, 16384 / (B.nblocks ? B.nblocks : 1) + 1, s_backward_params,
+                        &B);
+    free(own);
     return TP_OK;
 }

@@ -10,8 +10,9 @@
 /* 1 when `kind` is layer, group or instance norm. */
 int tp_cpu_norm_kind(tp_op_kind_t kind);
 /* Workspace bytes: each row's mean and 1/std, written by the forward for
- * the backward (optional: without a workspace the backward recomputes
- * them from x). */
+ * the backward, then the backward's partial sums of the parameters'
+ * gradients per block of rows (optional: with less the backward
+ * allocates its own and recomputes the statistics from x). */
 size_t tp_cpu_norm_workspace(const tp_op_call_t *c);
 /* Forward, and backward of x, gamma and beta where asked (dx_acc
  * honoured). */

@@ -60,6 +60,8 @@ struct tp_node {
                           writes its gradient last (fused updates) */
     uint64_t prof_fwd_ns, prof_bwd_ns, prof_calls;
     uint64_t prof_fwd_dev_ns, prof_bwd_dev_ns; /* the device's (timer marks) */
+    uint64_t prof_fwd_thr_ns, prof_bwd_thr_ns; /* the tower thread's CPU time */
+    uint64_t prof_fwd_proc_ns, prof_bwd_proc_ns; /* the process's CPU time */
     int pruned;        /* inference: no wanted output needs it (skipped) */
     /* folds (fold.c): a bias add or relu whose work another node's call
      * does. `folded` is that node: this one makes no call, its value is

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <towerpack/clock.h>
 #include <towerpack/graph.h>
 #include <towerpack/graph_dist.h>
@@ -1318,6 +1319,20 @@ static tp_status_t s_update_var(tp_model_t *m, tp_tower_t *t, int vi) {
 
 /* Profiling with the device's timer: a mark before and after op call k
  * of the run (2 + 2k, 3 + 2k); calls past the marks' room go untimed. */
+/* CPU time of the calling (tower) thread and of the whole process, for
+ * the profile: the thread's is the op's critical path on this thread
+ * whatever the machine's other load (a wall clock under-reads a loaded
+ * host by half), and the process's less the thread's is what the op's
+ * OpenMP team (oneDNN, OpenBLAS, cpu_pool.c's ranges) did besides, spin
+ * waits included. */
+static void s_prof_cpu(uint64_t *thr, uint64_t *proc) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    *thr = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    *proc = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void s_prof_mark(tp_tower_t *t, tp_node_t *n, int bwd, int after) {
     if (!t->prof_timer || t->prof_ncalls < 0)
         return;
@@ -1393,14 +1408,19 @@ static tp_status_t s_forward(tp_model_t *m, tp_tower_t *t, int cost) {
             continue;
         }
         s_make_call(m, t, n, cost, &c, xs, xsh, dx);
-        uint64_t t0 = 0;
+        uint64_t t0 = 0, thr0 = 0, proc0 = 0;
         if (m->profiling) {
             s_prof_mark(t, n, 0, 0);
+            s_prof_cpu(&thr0, &proc0);
             t0 = tp_now_ns();
         }
         tp_status_t rc = b->ops->op_forward(b, t->stream, &c);
         if (m->profiling) {
             n->prof_fwd_ns += tp_now_ns() - t0;
+            uint64_t thr1, proc1;
+            s_prof_cpu(&thr1, &proc1);
+            n->prof_fwd_thr_ns += thr1 - thr0;
+            n->prof_fwd_proc_ns += proc1 - proc0;
             n->prof_calls++;
             s_prof_mark(t, n, 0, 1);
         }
@@ -1481,14 +1501,19 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
             n->kind == TP_OP_INPUT || n->folded)
             continue;
         s_make_call(m, t, n, cost, &c, xs, xsh, dx);
-        uint64_t t0 = 0;
+        uint64_t t0 = 0, thr0 = 0, proc0 = 0;
         if (m->profiling) {
             s_prof_mark(t, n, 1, 0);
+            s_prof_cpu(&thr0, &proc0);
             t0 = tp_now_ns();
         }
         tp_status_t rc = b->ops->op_backward(b, t->stream, &c);
         if (m->profiling) {
             n->prof_bwd_ns += tp_now_ns() - t0;
+            uint64_t thr1, proc1;
+            s_prof_cpu(&thr1, &proc1);
+            n->prof_bwd_thr_ns += thr1 - thr0;
+            n->prof_bwd_proc_ns += proc1 - proc0;
             s_prof_mark(t, n, 1, 1);
         }
         if (rc < 0)
@@ -2715,7 +2740,9 @@ void tp_model_set_profiling(tp_model_t *m, int on) {
         for (int i = 0; i < t->nnodes; i++)
             t->nodes[i]->prof_fwd_ns = t->nodes[i]->prof_bwd_ns =
                 t->nodes[i]->prof_calls = t->nodes[i]->prof_fwd_dev_ns =
-                    t->nodes[i]->prof_bwd_dev_ns = 0;
+                    t->nodes[i]->prof_bwd_dev_ns = t->nodes[i]->prof_fwd_thr_ns =
+                        t->nodes[i]->prof_bwd_thr_ns = t->nodes[i]->prof_fwd_proc_ns =
+                            t->nodes[i]->prof_bwd_proc_ns = 0;
     }
 }
 
@@ -2760,8 +2787,12 @@ int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
             out[k] = (tp_op_profile_t){n->name, n->kind, n->prof_fwd_ns,
                                        n->prof_bwd_ns, n->prof_calls,
                                        n->prof_fwd_dev_ns, n->prof_bwd_dev_ns,
-                                       folds, 0, 0};
+                                       folds, 0, 0, 0, 0, 0, 0};
             s_node_flops(n, &out[k].flops_forward, &out[k].flops_backward);
+            out[k].thread_forward_ns = n->prof_fwd_thr_ns;
+            out[k].thread_backward_ns = n->prof_bwd_thr_ns;
+            out[k].process_forward_ns = n->prof_fwd_proc_ns;
+            out[k].process_backward_ns = n->prof_bwd_proc_ns;
         }
         k++;
     }

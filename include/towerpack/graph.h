@@ -787,6 +787,13 @@ typedef struct tp_op_profile {
                               2); 0 for an op bound by memory, not
                               arithmetic (elementwise, shape, pool, norm) */
     double flops_backward; /* of one backward call: the gradients it makes */
+    /* CPU time over the same calls, summed: the calling (tower) thread's,
+     * and the whole process's (every thread: the op's OpenMP team, its
+     * spin waits, and any other thread of the process). Thread time is
+     * the step's critical path whatever the host's load; process time /
+     * thread time near the thread count says the op ran on the team. */
+    uint64_t thread_forward_ns, thread_backward_ns;
+    uint64_t process_forward_ns, process_backward_ns;
 } tp_op_profile_t;
 
 /* Switch profiling on (1) or off (0); switching on clears the sums. While

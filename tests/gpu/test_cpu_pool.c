@@ -1,7 +1,7 @@
 /* towerpack tests: the CPU backend's pool of threads (gpu/cpu/cpu_pool.c)
  * and the kernels that use it: every item of a range runs exactly once,
  * small ranges stay on the caller, two callers at once both finish, and
- * the elementwise, reduce, softmax and loss kernels give the same bits on
+ * the elementwise, reduce, softmax, loss and pooling kernels give the same bits on
  * 1 and 2 threads (white-box: the kernels are called directly). */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -154,6 +154,15 @@ static const kcase_t s_cases[] = {
     {"mse", TP_OP_MSE, 0, 4, 4, {128, 16, 14, 14}, {128, 16, 14, 14}, {0}, 0},
     /* a GPT's layer norm: 512 rows of 256, gamma as input 1 (no beta) */
     {"layer_norm", TP_OP_LAYER_NORM, 0, 2, 1, {512, 256}, {256}, {512, 256}, 2},
+    /* `axes` 1: beta as input 1 (no gamma) */
+    {"layer_norm_beta", TP_OP_LAYER_NORM, 1, 3, 1, {16, 64, 128}, {128}, {16, 64, 128}, 3},
+    /* group norm, `axes` groups, gamma as input 1 (no beta) */
+    {"group_norm", TP_OP_GROUP_NORM, 4, 4, 1, {128, 16, 14, 14}, {16}, {128, 16, 14, 14}, 4},
+    /* pooling (ops_cpu.c's own, cut by planes): `axes` is the window, the
+     * stride 2, the padding 1 for a 3x3 window; the CNN's first pool */
+    {"max_pool_2x2", TP_OP_MAX_POOL, 2, 4, 0, {128, 32, 28, 28}, {0}, {128, 32, 14, 14}, 4},
+    {"max_pool_3x3_padded", TP_OP_MAX_POOL, 3, 4, 0, {64, 16, 14, 14}, {0}, {64, 16, 7, 7}, 4},
+    {"avg_pool_3x3_padded", TP_OP_AVG_POOL, 3, 4, 0, {64, 16, 14, 14}, {0}, {64, 16, 7, 7}, 4},
 };
 
 static float s_rand(uint64_t *s) {
@@ -165,6 +174,9 @@ typedef struct {
     float *y, *dx[2];
     size_t ny, nx[2];
 } kout_t;
+
+/* Parts of the backward calls that ran on a worker (s_run_case adds). */
+static size_t s_bwd_worker_parts;
 
 /* Forward and backward of one case (gradients accumulated onto a
  * non-zero start for input 0, stored for input 1). */
@@ -201,9 +213,22 @@ static void s_run_case_at(const kcase_t *k, const tp_op_attr_t *attr, int thread
         dy[j] = s_rand(&seed);
     tp_op_attr_t at = attr ? *attr : (tp_op_attr_t){.alpha = 0.1f, .axes = k->axes};
     if (k->kind == TP_OP_LAYER_NORM) { /* over the last axis, gamma but no beta */
+        at.axes = 0;
         at.norm_axes = 1;
+        at.norm_absent = k->axes ? k->axes : 2;
+        at.eps = 1e-5f;
+    }
+    if (k->kind == TP_OP_GROUP_NORM) {
+        at.axes = 0;
+        at.norm_groups = k->axes;
         at.norm_absent = 2;
         at.eps = 1e-5f;
+    }
+    if (k->kind == TP_OP_MAX_POOL || k->kind == TP_OP_AVG_POOL) {
+        at.axes = 0;
+        at.kh = at.kw = k->axes;
+        at.sh = at.sw = 2;
+        at.ph = at.pw = k->axes == 3;
     }
     const void *xin[2] = {x[0], nin > 1 ? x[1] : NULL};
     const int acc[2] = {1, 0};
@@ -215,7 +240,9 @@ static void s_run_case_at(const kcase_t *k, const tp_op_attr_t *attr, int thread
     c.workspace_bytes = ws;
     tp_cpu_pool_threads_override(threads);
     cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s: %s", k->name, tp_last_error());
+    const size_t fwd_parts = atomic_load(&tp_cpu_pool_worker_parts);
     cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s: %s", k->name, tp_last_error());
+    s_bwd_worker_parts += atomic_load(&tp_cpu_pool_worker_parts) - fwd_parts;
     tp_cpu_pool_threads_override(0);
     free(c.workspace);
     free(dy);
@@ -431,6 +458,35 @@ Test(cpu_pool, gather_gives_the_same_bits_on_one_and_two_threads, .timeout = 120
     }
     free(tab);
     free(ids);
+}
+
+/* The norms' backward (ops_norm.c: blocks of rows, then parameters, over the
+ * pool; it was serial) on a worker, with the bits of one thread. */
+Test(cpu_pool, the_norms_backward_runs_on_the_team_with_the_bits_of_one_thread) {
+    for (size_t i = 0; i < sizeof s_cases / sizeof s_cases[0]; i++) {
+        const kcase_t *k = &s_cases[i];
+        if (k->kind != TP_OP_LAYER_NORM && k->kind != TP_OP_GROUP_NORM)
+            continue;
+        kout_t one, two;
+        s_run_case(k, 1, &one);
+        s_bwd_worker_parts = 0;
+        /* a loaded machine may leave the caller alone for many calls (a
+         * backward is a single region of a few parts): up to 20 s */
+        const uint64_t t0 = tp_now_ns();
+        for (int r = 0; !s_bwd_worker_parts && (r < 50 || tp_now_ns() - t0 < 20000000000ull);
+             r++) {
+            s_run_case(k, 2, &two);
+            for (int j = 0; j < 2; j++)
+                if (one.nx[j])
+                    cr_assert_eq(memcmp(one.dx[j], two.dx[j], one.nx[j] * sizeof(float)), 0,
+                                 "%s: input %d's gradients differ between 1 and 2 threads",
+                                 k->name, j);
+            s_free_out(&two);
+        }
+        cr_expect_gt(s_bwd_worker_parts, 0, "%s: no part of the backward ran on a worker",
+                     k->name);
+        s_free_out(&one);
+    }
 }
 
 /* AdamW's update (cpu_adam.c: one pass over the pool) against the two

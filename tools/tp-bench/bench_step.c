@@ -16,13 +16,20 @@
  * profiled rounds of 2 steps), its FLOPs per call (tp_op_profile_t, from
  * the op's geometry), its GFLOPS and its fraction of the machine's FP32
  * peak, measured in the same run by an FMA loop (s_fp32_peak) on as many
- * threads as the backend uses. */
+ * threads as the backend uses; then a table of CPU times per op (the tower
+ * thread's and the process's, at 1 thread and at T, from a 1-thread model
+ * profiled first in the same run): which ops ran on the team, their
+ * parallel fraction, the time between ops, and the Amdahl bound for T
+ * threads (s_team_table). CPU times, unlike wall clocks, stay readable on
+ * a loaded host; with OMP_WAIT_POLICY=passive they count work only. */
 #include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 #include <towerpack/towerpack.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -215,6 +222,142 @@ static void s_rate(char *buf, size_t len, double flops, double ns, double peak) 
                  peak > 0 ? 100.0 * flops / ns / peak : 0.0);
 }
 
+/* ---- the per-op profile ------------------------------------------------------- */
+
+enum { PROF_MAX = 64, PROF_ROUNDS = 5, PROF_STEPS = 2 };
+
+/* A CNN profile: each op's fastest of PROF_ROUNDS rounds of PROF_STEPS
+ * steps (another engineer's build on a shared core only ever slows a
+ * round), field by field; and the same for the steps themselves, timed
+ * around tp_model_run on this thread (the tower's: its ops run here). */
+typedef struct {
+    tp_op_profile_t op[PROF_MAX];
+    int n;
+    double step_ns, step_thr_ns, step_proc_ns; /* PROF_STEPS steps */
+    double between_thr_ns; /* the step's thread time less its ops', per round */
+} s_prof_t;
+
+static uint64_t s_clock(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#define S_MIN_FIELD(f) \
+    if (rd == 0 || pr[i].f < out->op[i].f) \
+        out->op[i].f = pr[i].f
+
+static void s_cnn_profile(tp_model_t *cm, tp_tensor_t *cin, s_prof_t *out) {
+    tp_op_profile_t pr[PROF_MAX];
+    for (int rd = 0; rd < PROF_ROUNDS; rd++) {
+        tp_model_set_profiling(cm, 1);
+        const uint64_t w0 = tp_now_ns(), t0 = s_clock(CLOCK_THREAD_CPUTIME_ID),
+                       p0 = s_clock(CLOCK_PROCESS_CPUTIME_ID);
+        for (int i = 0; i < PROF_STEPS; i++)
+            tp_model_run(cm, 0, cin, 2, NULL, 0, NULL);
+        const double w = (double)(tp_now_ns() - w0),
+                     t = (double)(s_clock(CLOCK_THREAD_CPUTIME_ID) - t0),
+                     p = (double)(s_clock(CLOCK_PROCESS_CPUTIME_ID) - p0);
+        if (rd == 0 || w < out->step_ns)
+            out->step_ns = w;
+        if (rd == 0 || t < out->step_thr_ns)
+            out->step_thr_ns = t;
+        if (rd == 0 || p < out->step_proc_ns)
+            out->step_proc_ns = p;
+        int np = tp_model_profile(cm, 0, pr, PROF_MAX);
+        np = np < PROF_MAX ? np : PROF_MAX;
+        out->n = np;
+        /* between ops from one round's own sums (the fields' minima come
+         * from different rounds: their sum under-reads a round's) */
+        double ops = 0;
+        for (int i = 0; i < np; i++)
+            ops += (double)(pr[i].thread_forward_ns + pr[i].thread_backward_ns);
+        if (rd == 0 || t - ops < out->between_thr_ns)
+            out->between_thr_ns = t - ops;
+        for (int i = 0; i < np; i++) {
+            if (rd == 0) {
+                out->op[i] = pr[i];
+                continue;
+            }
+            S_MIN_FIELD(forward_ns);
+            S_MIN_FIELD(backward_ns);
+            S_MIN_FIELD(thread_forward_ns);
+            S_MIN_FIELD(thread_backward_ns);
+            S_MIN_FIELD(process_forward_ns);
+            S_MIN_FIELD(process_backward_ns);
+        }
+    }
+    tp_model_set_profiling(cm, 0);
+}
+
+/* Which ops run on the team, from CPU times (readable on a loaded host,
+ * where wall clocks under-read): per op (forward + backward, per step) the
+ * tower thread's CPU time at 1 thread (c1, from `one`; NULL when the run
+ * has one thread) and at T (cT), the process's at T over the thread's
+ * ("team": near T when the team worked through the op; spin waits after
+ * a parallel op count too), and the op's parallel fraction par = (1 -
+ * cT/c1) * T/(T-1) (0: serial, 1: scales with the threads; "serial"
+ * marks par < 0.5). Below, the Amdahl bound for T threads from the
+ * 1-thread times: each op's c1 (1 - par) and the time between ops (the
+ * step's thread time less its ops', the least of the rounds: the fused
+ * updates, the plan walk) as the serial part, c1 par as the parallel
+ * one; and the ratio the thread times say the step gets (the step's
+ * thread time at 1 over that at T). */
+static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
+    const double S = PROF_STEPS * 1e6; /* ns over the rounds' steps to ms a step */
+    printf("CNN per op on the CPU's team, CPU time per step (ms; fastest of %d rounds):\n",
+           PROF_ROUNDS);
+    if (one)
+        printf("  %-16s %-14s %9s %9s %9s %6s %5s\n", "op", "kind", "thr@1", "thr@T",
+               "proc@T", "team", "par");
+    else
+        printf("  %-16s %-14s %9s %9s %6s\n", "op", "kind", "thr", "proc", "team");
+    double serial1 = 0, par1 = 0;
+    for (int i = 0; i < pt->n; i++) {
+        const tp_op_profile_t *o = &pt->op[i];
+        const double cT = (double)(o->thread_forward_ns + o->thread_backward_ns) / S;
+        const double pT = (double)(o->process_forward_ns + o->process_backward_ns) / S;
+        if (cT <= 0 && pT <= 0)
+            continue; /* a view (reshape): no call */
+        const double team = cT > 0 ? pT / cT : 0;
+        if (!one) {
+            printf("  %-16s %-14s %9.3f %9.3f %6.2f\n", o->name, tp_op_name(o->kind), cT, pT,
+                   team);
+            continue;
+        }
+        const tp_op_profile_t *q = i < one->n ? &one->op[i] : o;
+        const double c1 = (double)(q->thread_forward_ns + q->thread_backward_ns) / S;
+        double par = c1 > 0 ? (1.0 - cT / c1) * T / (T - 1) : 0;
+        par = par < 0 ? 0 : par > 1 ? 1 : par;
+        serial1 += c1 * (1.0 - par);
+        par1 += c1 * par;
+        printf("  %-16s %-14s %9.3f %9.3f %9.3f %6.2f %5.2f%s\n", o->name,
+               tp_op_name(o->kind), c1, cT, pT, team, par, par < 0.5 ? "  serial" : "");
+    }
+    const double stepT = pt->step_thr_ns / S, betweenT = pt->between_thr_ns / S;
+    if (!one) {
+        printf("  %-31s %9.3f\n  %-31s %9.3f %9.3f %6.2f  (wall %.3f)\n", "between ops",
+               betweenT, "step", stepT, pt->step_proc_ns / S,
+               stepT > 0 ? pt->step_proc_ns / S / stepT : 0, pt->step_ns / S);
+        return;
+    }
+    const double step1 = one->step_thr_ns / S, between1 = one->between_thr_ns / S;
+    printf("  %-31s %9.3f %9.3f\n", "between ops", between1, betweenT);
+    printf("  %-31s %9.3f %9.3f %9.3f %6.2f        (wall %.3f, %.3f)\n", "step", step1, stepT,
+           pt->step_proc_ns / S, stepT > 0 ? pt->step_proc_ns / S / stepT : 0,
+           one->step_ns / S, pt->step_ns / S);
+    const double serial = serial1 + (between1 > 0 ? between1 : 0);
+    const char *wp = getenv("OMP_WAIT_POLICY");
+    if (!wp || strcasecmp(wp, "passive"))
+        printf("  (the team's spin waits count as CPU time here: OMP_WAIT_POLICY=passive in "
+               "the environment gives a table of work only, readable under load)\n");
+    printf("Amdahl bound at %d threads: serial %.3f ms (ops' serial fractions %.3f + between "
+           "%.3f) of %.3f at 1 thread -> %.2fx; the thread times say %.2fx (wall %.2fx, load-dependent)\n",
+           T, serial, serial1, between1 > 0 ? between1 : 0, step1,
+           step1 / (serial + par1 / T), stepT > 0 ? step1 / stepT : 0,
+           pt->step_ns > 0 ? one->step_ns / pt->step_ns : 0);
+}
+
 static void s_usage(void) {
     printf("usage: tp-bench step [--iters N] [--rounds R] [--threads T] "
            "[--batch B] [--no-cnn] [--profile] [--json]\n"
@@ -328,11 +471,6 @@ int tp_bench_step(int argc, char **argv) {
         tp_input_desc_t cdesc[2] = {{"image", TP_UINT8, 3, {-1, 28, 28}},
                                     {"label", TP_INT32, 1, {-1}}};
         tp_model_desc_t cmd = {cdesc, 2, s_cnn, s_sgd, NULL};
-        tp_model_t *cm = tp_model_new(&cmd, &cfg);
-        if (!cm) {
-            fprintf(stderr, "tp-bench step: %s\n", tp_last_error());
-            return 1;
-        }
         uint8_t *img = tp_alloc((size_t)B * 784);
         for (int i = 0; i < B * 784; i++)
             img[i] = (uint8_t)tp_rng_below(&r, 256);
@@ -340,6 +478,28 @@ int tp_bench_step(int argc, char **argv) {
         tp_tensor_t cin[2];
         tp_tensor_init_wrap(&cin[0], TP_UINT8, 3, is, img, NULL, NULL);
         cin[1] = in[1];
+        /* --profile at T > 1 threads: the same ops on one thread first, in
+         * this run, for the team table (the thread count is the process's:
+         * the T-thread model made after it sets T again) */
+        s_prof_t *p1 = NULL;
+        if (profile && !json && tp_backend_cpu_threads() > 1 && (p1 = calloc(1, sizeof *p1))) {
+            tp_model_config_t c1 = cfg;
+            c1.threads = 1;
+            tp_model_t *m1 = tp_model_new(&cmd, &c1);
+            if (m1) {
+                tp_model_run(m1, 0, cin, 2, NULL, 0, NULL);
+                s_cnn_profile(m1, cin, p1);
+                tp_model_destroy(&m1);
+            } else {
+                free(p1);
+                p1 = NULL;
+            }
+        }
+        tp_model_t *cm = tp_model_new(&cmd, &cfg);
+        if (!cm) {
+            fprintf(stderr, "tp-bench step: %s\n", tp_last_error());
+            return 1;
+        }
         tp_model_run(cm, 0, cin, 2, NULL, 0, NULL);
         int citers = 3;
         double tc[5];
@@ -352,31 +512,12 @@ int tp_bench_step(int argc, char **argv) {
         }
         cnn_ms = s_min(tc, crounds);
         if (profile && !json) {
-            /* each op's fastest of 5 rounds of 2 steps (another engineer's
-             * build on a shared core only ever slows a round), per step */
-            enum { PROF_MAX = 64, PROF_ROUNDS = 5, PROF_STEPS = 2 };
-            tp_op_profile_t pr[PROF_MAX], best[PROF_MAX];
-            int np = 0;
-            for (int rd = 0; rd < PROF_ROUNDS; rd++) {
-                tp_model_set_profiling(cm, 1);
-                for (int i = 0; i < PROF_STEPS; i++)
-                    tp_model_run(cm, 0, cin, 2, NULL, 0, NULL);
-                np = tp_model_profile(cm, 0, pr, PROF_MAX);
-                np = np < PROF_MAX ? np : PROF_MAX;
-                for (int i = 0; i < np; i++) {
-                    if (rd == 0 || pr[i].forward_ns < best[i].forward_ns)
-                        best[i].forward_ns = pr[i].forward_ns;
-                    if (rd == 0 || pr[i].backward_ns < best[i].backward_ns)
-                        best[i].backward_ns = pr[i].backward_ns;
-                    if (rd == 0) {
-                        const uint64_t f = best[i].forward_ns, b = best[i].backward_ns;
-                        best[i] = pr[i];
-                        best[i].forward_ns = f;
-                        best[i].backward_ns = b;
-                    }
-                }
+            s_prof_t *pt = calloc(1, sizeof *pt);
+            if (!pt) {
+                fprintf(stderr, "tp-bench step: out of memory for the profile\n");
+                return 1;
             }
-            tp_model_set_profiling(cm, 0);
+            s_cnn_profile(cm, cin, pt);
             const char *isa;
             const int pthreads = tp_backend_cpu_threads();
             const double peak = s_fp32_peak(pthreads, &isa);
@@ -386,6 +527,8 @@ int tp_bench_step(int argc, char **argv) {
                    PROF_STEPS);
             printf("  %-16s %-16s %8s %8s %8s %8s %6s %8s %6s\n", "op", "kind", "fwd ms",
                    "bwd ms", "fwd MF", "fwd GF/s", "peak", "bwd GF/s", "peak");
+            const tp_op_profile_t *best = pt->op;
+            const int np = pt->n;
             double conv_f = 0, conv_fns = 0, conv_b = 0, conv_bns = 0;
             for (int i = 0; i < np; i++) {
                 char kind[32]; /* "+N": nodes folded into its calls */
@@ -413,7 +556,10 @@ int tp_bench_step(int argc, char **argv) {
             s_rate(br, sizeof br, conv_b, conv_bns, peak);
             printf("  %-16s %-16s %8.3f %8.3f %8.1f %s %s\n", "convolutions", "(all)",
                    conv_fns / 1e6, conv_bns / 1e6, conv_f / 1e6, fr, br);
+            s_team_table(pt, p1, pthreads);
+            free(pt);
         }
+        free(p1);
         tp_free(img);
         tp_model_destroy(&cm);
     }
