@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
+#include <towerpack/log.h>
 #include "gpu/backend_impl.h"
 
 #include "gpu/cpu/dnnl_matmul.h"
@@ -281,6 +282,35 @@ static tp_status_t s_exec(const tp_dnnl_prim_t *e, int owned, int n, const int *
     return TP_OK;
 }
 
+/* A workspace short of a primitive's scratchpad sends the op to
+ * OpenBLAS, correct but slower (and, for the dense layers, 10% slower):
+ * say so at debug level, once per op (node), so that a plan that forgot
+ * oneDNN's bytes shows in the log. A run past S_NOTED ops says nothing
+ * more. */
+enum { S_NOTED = 256 };
+static pthread_mutex_t s_noted_lock = PTHREAD_MUTEX_INITIALIZER;
+static const void *s_noted[S_NOTED];
+static int s_nnoted;
+
+static void s_note_short(const tp_op_call_t *c, int which, size_t need) {
+    const void *key = c->node ? c->node : (const void *)c->attr;
+    int fresh = 1;
+    pthread_mutex_lock(&s_noted_lock);
+    for (int i = 0; i < s_nnoted && fresh; i++)
+        fresh = s_noted[i] != key;
+    if (fresh && s_nnoted < S_NOTED)
+        s_noted[s_nnoted++] = key;
+    else
+        fresh = 0;
+    pthread_mutex_unlock(&s_noted_lock);
+    if (fresh) {
+        static const char *const what[] = {"forward", "weights' gradient", "data's gradient"};
+        TP_DEBUG("%s: matmul %s on OpenBLAS, not oneDNN: the workspace has %zu bytes, "
+                 "the primitive's scratchpad needs %zu", c->name ? c->name : "?",
+                 what[which], c->workspace_bytes, need);
+    }
+}
+
 /* Runs one product on (src, wei, bias, dst); *done 0 when oneDNN has no
  * primitive for it or the workspace is short. */
 static tp_status_t s_run(const tp_op_call_t *c, int which, int acc, const void *src,
@@ -292,6 +322,7 @@ static tp_status_t s_run(const tp_op_call_t *c, int which, int acc, const void *
     if (!e)
         return TP_OK;
     if (c->workspace_bytes < e->extra[0]) {
+        s_note_short(c, which, e->extra[0]);
         if (owned)
             tp_dnnl_prim_free(e);
         return TP_OK;
@@ -333,6 +364,8 @@ static tp_status_t s_fits(const tp_op_call_t *c, int which, int acc, int *ok) {
     *ok = 0;
     TP_TRY(s_entry(c, which, acc, &e, &owned));
     *ok = e && c->workspace_bytes >= e->extra[0];
+    if (e && !*ok)
+        s_note_short(c, which, e->extra[0]);
     if (owned)
         tp_dnnl_prim_free(e);
     return TP_OK;

@@ -7,12 +7,20 @@
  * and both gradients, are one sgemm each (the common x[B,T,K] @ W[K,N]).
  * A broadcast operand's gradient is the sum over the batches that read it:
  * its sgemms accumulate (beta 1) in batch order, after one clear when the
- * call overwrites, so the sums are deterministic. */
+ * call overwrites, so the sums are deterministic.
+ *
+ * Where the backend has oneDNN, that common case (one [R,K] @ [K,N] after
+ * stacking, neither operand transposed: a Transformer's linear layers)
+ * runs as the dense layer's product does, on oneDNN's matmul
+ * (dnnl_matmul.c): its brgemm kernels, and no pass that zeroes the output
+ * before a product that overwrites it (OpenBLAS's sgemm with beta 0 does
+ * one). */
 #include <cblas.h>
 #include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/dnnl_matmul.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_linalg.h"
@@ -49,7 +57,52 @@ static void s_stack(tp_bmm_geom_t *g, int ta) {
     }
 }
 
-tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
+/* The call as the dense layer's (TP_OP_MATMUL: x[R,K] @ W[K,N], no bias,
+ * no activation) into *d, its shapes in sh and attributes in attr, when
+ * the product is one such matrix product after stacking; 0 otherwise
+ * (and for the gradient checks' deliberate fault, which OpenBLAS's alpha
+ * carries). */
+static int s_as_dense(const tp_op_call_t *c, tp_op_call_t *d, tp_shape_t sh[2],
+                      tp_op_attr_t *attr) {
+    if (tp_bmm_trans_a(c) || tp_bmm_trans_b(c) || c->xshape[0].ndim < 2 ||
+        c->xshape[1].ndim != 2 || tp_cpu_elementwise_grad_fault != 1.0f)
+        return 0;
+    tp_bmm_geom_t g;
+    tp_bmm_geometry(c, &g);
+    s_stack(&g, 0);
+    if (g.nbat != 1 || g.na != 1 || g.nb != 1 || !g.m || !g.n || !g.k)
+        return 0;
+    *attr = *c->attr;
+    attr->act = TP_ACT_NONE;
+    sh[0] = (tp_shape_t){.ndim = 2, .d = {g.m, g.k}};
+    sh[1] = (tp_shape_t){.ndim = 2, .d = {g.k, g.n}};
+    *d = *c;
+    d->kind = TP_OP_MATMUL;
+    d->attr = attr;
+    d->xshape = sh;
+    d->yshape = (tp_shape_t){.ndim = 2, .d = {g.m, g.n}};
+    d->bias = NULL;
+    d->dbias = NULL;
+    return 1;
+}
+
+size_t tp_cpu_batch_matmul_workspace(const tp_op_call_t *c, int dnnl) {
+    tp_op_call_t d;
+    tp_shape_t sh[2];
+    tp_op_attr_t attr;
+    return dnnl && s_as_dense(c, &d, sh, &attr) ? tp_dnnl_matmul_workspace(&d) : 0;
+}
+
+tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl) {
+    tp_op_call_t d;
+    tp_shape_t sh[2];
+    tp_op_attr_t attr;
+    if (dnnl && s_as_dense(c, &d, sh, &attr)) {
+        int done = 0;
+        TP_TRY(tp_dnnl_matmul_forward(&d, &done));
+        if (done)
+            return TP_OK;
+    }
     tp_bmm_geom_t g;
     tp_bmm_geometry(c, &g);
     const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
@@ -72,7 +125,16 @@ tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
     return TP_OK;
 }
 
-tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c) {
+tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c, int dnnl) {
+    tp_op_call_t d;
+    tp_shape_t sh[2];
+    tp_op_attr_t attr;
+    if (dnnl && s_as_dense(c, &d, sh, &attr)) {
+        int done = 0;
+        TP_TRY(tp_dnnl_matmul_backward(&d, &done));
+        if (done)
+            return TP_OK;
+    }
     tp_bmm_geom_t g;
     tp_bmm_geometry(c, &g);
     const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
