@@ -11,7 +11,8 @@
 # override them), float32, the text being docs/*.md concatenated.
 # towerpack and PyTorch train the same model from the same weights: a
 # first tp-train run at this shape writes its initial weights (one step
-# at a rate of 1e-30, which moves no weight by a float32 ulp), and PyTorch
+# at a rate of 1e-30: the zero biases become +-1e-30, no other weight
+# changes in float32), and PyTorch
 # starts from that checkpoint with the same recipe (AdamW 1e-3, betas
 # 0.9/0.95, decay 0.1 on the matrices only, global-norm clip 1, a
 # constant rate); each side's first three losses are printed, and from

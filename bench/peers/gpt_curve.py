@@ -70,9 +70,10 @@ def tp_args(a, logdir, train, val):
 
 
 def initial_weights(a, train, val):
-    """towerpack's initial weights: one step at a rate of 1e-30, which moves
-    no weight by a float32 ulp (--freeze '*', every variable frozen, would
-    say it plainly, but tp-train refuses a step with no gradient at all)."""
+    """towerpack's initial weights: one step at a rate of 1e-30 (the zero
+    biases become +-1e-30, no other weight changes in float32; --freeze
+    '*' would say it plainly, but tp-train refuses a step with no gradient
+    at all)."""
     d = os.path.join(a.out, "tp-init")
     cmd = tp_args(a, d, train, val) + ["--epochs", "1", "--steps-per-epoch", "1"]
     cmd[cmd.index("--lr") + 1] = "1e-30"

@@ -14,7 +14,9 @@
  * runs as the dense layer's product does, on oneDNN's matmul
  * (dnnl_matmul.c): its brgemm kernels, and no pass that zeroes the output
  * before a product that overwrites it (OpenBLAS's sgemm with beta 0 does
- * one). */
+ * one). A product of whole batches (neither operand broadcast: attention's
+ * q k^T and p v when written out) runs there too, as one batched
+ * primitive per product instead of one sgemm call per batch. */
 #include <cblas.h>
 #include <string.h>
 #include <towerpack/backend.h>
@@ -86,20 +88,64 @@ static int s_as_dense(const tp_op_call_t *c, tp_op_call_t *d, tp_shape_t sh[2],
     return 1;
 }
 
+/* The products of a call whose operands both have every batch (no
+ * broadcast) as oneDNN's batched products: p[0] the forward, p[1] dA's,
+ * p[2] dB's (tp_dnnl_bmm_t; the gradients' acc unset); 0 when the call is
+ * not one (or for the gradient checks' deliberate fault). The gradients
+ * are ops_linalg's sgemms below, written as products of whole batches. */
+static int s_as_batched(const tp_op_call_t *c, tp_dnnl_bmm_t p[3]) {
+    if (c->xshape[0].ndim < 2 || c->xshape[1].ndim < 2 ||
+        tp_cpu_elementwise_grad_fault != 1.0f)
+        return 0;
+    tp_bmm_geom_t g;
+    tp_bmm_geometry(c, &g);
+    if (g.na != g.nbat || g.nb != g.nbat || !g.m || !g.n || !g.k || !g.nbat)
+        return 0;
+    const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
+    const int64_t nb = (int64_t)g.nbat, m = g.m, n = g.n, k = g.k;
+    p[0] = (tp_dnnl_bmm_t){nb, m, n, k, ta, tb, 0};
+    /* dA [M,K] = dY op(B)^T, or stored [K,M] = op(B) dY^T */
+    p[1] = !ta ? (tp_dnnl_bmm_t){nb, m, k, n, 0, !tb, 0}
+               : (tp_dnnl_bmm_t){nb, k, m, n, tb, 1, 0};
+    /* dB [K,N] = op(A)^T dY, or stored [N,K] = dY^T op(A) */
+    p[2] = !tb ? (tp_dnnl_bmm_t){nb, k, n, m, !ta, 0, 0}
+               : (tp_dnnl_bmm_t){nb, n, k, m, 1, ta, 0};
+    return 1;
+}
+
 size_t tp_cpu_batch_matmul_workspace(const tp_op_call_t *c, int dnnl) {
     tp_op_call_t d;
     tp_shape_t sh[2];
     tp_op_attr_t attr;
-    return dnnl && s_as_dense(c, &d, sh, &attr) ? tp_dnnl_matmul_workspace(&d) : 0;
+    if (!dnnl)
+        return 0;
+    if (s_as_dense(c, &d, sh, &attr))
+        return tp_dnnl_matmul_workspace(&d);
+    tp_dnnl_bmm_t p[3];
+    size_t most = 0;
+    if (s_as_batched(c, p))
+        for (int i = 0; i < 3; i++)
+            for (int acc = 0; acc <= (i > 0); acc++) {
+                p[i].acc = acc;
+                const size_t w = tp_dnnl_bmm_workspace(c, &p[i]);
+                most = w > most ? w : most;
+            }
+    return most;
 }
 
 tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl) {
     tp_op_call_t d;
     tp_shape_t sh[2];
     tp_op_attr_t attr;
+    tp_dnnl_bmm_t p[3];
     if (dnnl && s_as_dense(c, &d, sh, &attr)) {
         int done = 0;
         TP_TRY(tp_dnnl_matmul_forward(&d, &done));
+        if (done)
+            return TP_OK;
+    } else if (dnnl && s_as_batched(c, p)) {
+        int done = 0;
+        TP_TRY(tp_dnnl_bmm(c, &p[0], c->x[0], c->x[1], c->y, &done));
         if (done)
             return TP_OK;
     }
@@ -125,16 +171,48 @@ tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl) {
     return TP_OK;
 }
 
+static tp_status_t s_backward_blas(const tp_op_call_t *c);
+
 tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c, int dnnl) {
     tp_op_call_t d;
     tp_shape_t sh[2];
     tp_op_attr_t attr;
+    tp_dnnl_bmm_t p[3];
     if (dnnl && s_as_dense(c, &d, sh, &attr)) {
         int done = 0;
         TP_TRY(tp_dnnl_matmul_backward(&d, &done));
         if (done)
             return TP_OK;
+    } else if (dnnl && s_as_batched(c, p)) {
+        /* dA first, then dB, each whole: where one falls back the other
+         * may still run on oneDNN (the two write different buffers; q = k
+         * twice is two inputs of one node, whose second gradient adds) */
+        const float *a = c->x[0], *b = c->x[1];
+        int done_a = !c->dx[0], done_b = !c->dx[1];
+        if (c->dx[0]) {
+            p[1].acc = c->dx_acc && c->dx_acc[0];
+            TP_TRY(tp_dnnl_bmm(c, &p[1], !tp_bmm_trans_a(c) ? c->dy : b,
+                               !tp_bmm_trans_a(c) ? b : c->dy, c->dx[0], &done_a));
+        }
+        if (done_a && c->dx[1]) {
+            p[2].acc = c->dx_acc && c->dx_acc[1];
+            TP_TRY(tp_dnnl_bmm(c, &p[2], !tp_bmm_trans_b(c) ? a : c->dy,
+                               !tp_bmm_trans_b(c) ? c->dy : a, c->dx[1], &done_b));
+        }
+        if (done_a && done_b)
+            return TP_OK;
+        if (done_a) { /* dB alone on OpenBLAS: the loop below, without dA */
+            tp_op_call_t rest = *c;
+            float *const dx[2] = {NULL, c->dx[1]};
+            rest.dx = dx;
+            return s_backward_blas(&rest);
+        }
     }
+    return s_backward_blas(c);
+}
+
+/* The backward on OpenBLAS: one sgemm per batch and operand. */
+static tp_status_t s_backward_blas(const tp_op_call_t *c) {
     tp_bmm_geom_t g;
     tp_bmm_geometry(c, &g);
     const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);

@@ -4,7 +4,8 @@
  * on oneDNN's matmul where the backend has oneDNN: the output and both
  * gradients, stored and added (dx_acc), agree with OpenBLAS's
  * (TP_CPU_MATMUL=own), and the default path is oneDNN's (its sums differ
- * from OpenBLAS's in the last bits). Through the backend's op entries, the
+ * from OpenBLAS's in the last bits). The same for a product of whole
+ * batches (attention's q k^T, p v written out) in every transpose. Through the backend's op entries, the
  * workspace as the backend plans it. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -31,12 +32,13 @@ static void s_fill(float *v, size_t n, unsigned seed) {
     }
 }
 
-/* x [b,t,k] @ W [k,n]; the gradients preset to 1 (an added one shows). */
-static void s_call(call_t *c, tp_backend_t *be, int b, int t, int k, int n, int acc) {
-    memset(c, 0, sizeof *c);
-    c->xs[0] = (tp_shape_t){3, {b, t, k}};
-    c->xs[1] = (tp_shape_t){2, {k, n}};
-    c->ys = (tp_shape_t){3, {b, t, n}};
+/* a [xa] @ b [xb] (attr's transposes) -> [ys]; the gradients preset to 1
+ * (an added one shows). */
+static void s_run(call_t *c, tp_backend_t *be, tp_shape_t xa, tp_shape_t xb, tp_shape_t ys,
+                  int acc) {
+    c->xs[0] = xa;
+    c->xs[1] = xb;
+    c->ys = ys;
     for (int i = 0; i < 2; i++) {
         const size_t cnt = tp_shape_count(&c->xs[i]);
         c->x[i] = malloc(cnt * sizeof(float));
@@ -67,6 +69,23 @@ static void s_call(call_t *c, tp_backend_t *be, int b, int t, int k, int n, int 
     c->c.workspace = c->ws;
     cr_assert_eq(be->ops->op_forward(be, NULL, &c->c), TP_OK, "%s", tp_last_error());
     cr_assert_eq(be->ops->op_backward(be, NULL, &c->c), TP_OK, "%s", tp_last_error());
+}
+
+/* x [b,t,k] @ W [k,n]: a linear layer */
+static void s_call(call_t *c, tp_backend_t *be, int b, int t, int k, int n, int acc) {
+    memset(c, 0, sizeof *c);
+    s_run(c, be, (tp_shape_t){3, {b, t, k}}, (tp_shape_t){2, {k, n}},
+          (tp_shape_t){3, {b, t, n}}, acc);
+}
+
+/* [b,h,m,k] @ [b,h,k,n] in the storage the transposes say */
+static void s_call4(call_t *c, tp_backend_t *be, int b, int h, int m, int k, int n, int ta,
+                    int tb, int acc) {
+    memset(c, 0, sizeof *c);
+    c->attr.trans_a = ta;
+    c->attr.trans_b = tb;
+    s_run(c, be, (tp_shape_t){4, {b, h, ta ? k : m, ta ? m : k}},
+          (tp_shape_t){4, {b, h, tb ? n : k, tb ? k : n}}, (tp_shape_t){4, {b, h, m, n}}, acc);
 }
 
 static void s_free(call_t *c) {
@@ -117,7 +136,8 @@ Test(linalg, a_linear_layer_on_onednn_matches_openblas) {
 
 /* The default is oneDNN's: a 512-long dot product's bits differ between
  * the two paths (before, batch_matmul ran OpenBLAS whatever the setting,
- * and the two agreed bit for bit). */
+ * and the two agreed bit for bit), for a linear layer and for whole
+ * batches. */
 Test(linalg, the_default_path_is_onednns) {
     tp_backend_t *be = tp_backend_cpu_new(1);
     cr_assert_not_null(be, "%s", tp_last_error());
@@ -133,5 +153,40 @@ Test(linalg, the_default_path_is_onednns) {
     s_close(c[0].y, c[1].y, tp_shape_count(&c[0].ys), "y");
     s_free(&c[0]);
     s_free(&c[1]);
+    /* and whole batches, q k^T's form */
+    s_call4(&c[0], be, 2, 2, 32, 512, 32, 0, 1, 0);
+    setenv("TP_CPU_MATMUL", "own", 1);
+    s_call4(&c[1], be, 2, 2, 32, 512, 32, 0, 1, 0);
+    unsetenv("TP_CPU_MATMUL");
+    cr_expect_neq(memcmp(c[0].y, c[1].y, tp_shape_count(&c[0].ys) * sizeof(float)), 0,
+                  "the batched product's sums agree bit for bit: one path ran twice");
+    s_free(&c[0]);
+    s_free(&c[1]);
+    tp_backend_destroy(&be);
+}
+
+/* Whole batches, as attention written out makes them (q k^T: trans_b;
+ * p v: none; and the other two transposes): one batched primitive per
+ * product, every gradient as OpenBLAS's per-batch sgemms give it. */
+Test(linalg, a_product_of_whole_batches_on_onednn_matches_openblas) {
+    tp_backend_t *be = tp_backend_cpu_new(1);
+    cr_assert_not_null(be, "%s", tp_last_error());
+    const struct { int b, h, m, k, n; } g[] = {{2, 4, 64, 32, 64}, {2, 4, 64, 64, 32},
+                                               {1, 3, 5, 7, 9}};
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        for (int v = 0; v < 8; v++) {
+            const int ta = v & 1, tb = (v >> 1) & 1, acc = (v >> 2) & 1;
+            call_t c[2];
+            for (int p = 0; p < 2; p++) {
+                setenv("TP_CPU_MATMUL", p ? "own" : "dnnl", 1);
+                s_call4(&c[p], be, g[i].b, g[i].h, g[i].m, g[i].k, g[i].n, ta, tb, acc);
+            }
+            s_close(c[0].y, c[1].y, tp_shape_count(&c[0].ys), "y");
+            s_close(c[0].dx[0], c[1].dx[0], tp_shape_count(&c[0].xs[0]), "da");
+            s_close(c[0].dx[1], c[1].dx[1], tp_shape_count(&c[0].xs[1]), "db");
+            s_free(&c[0]);
+            s_free(&c[1]);
+        }
+    unsetenv("TP_CPU_MATMUL");
     tp_backend_destroy(&be);
 }
