@@ -89,19 +89,22 @@ static int s_as_dense(const tp_op_call_t *c, tp_op_call_t *d, tp_shape_t sh[2],
 }
 
 /* The products of a call whose operands both have every batch (no
- * broadcast) as oneDNN's batched products: p[0] the forward, p[1] dA's,
- * p[2] dB's (tp_dnnl_bmm_t; the gradients' acc unset); 0 when the call is
- * not one (or for the gradient checks' deliberate fault). The gradients
- * are ops_linalg's sgemms below, written as products of whole batches. */
+ * broadcast), after stacking (a b shared by every batch under a not
+ * transposed: the GPT's logits x wte^T, b read transposed), as oneDNN's
+ * batched products: p[0] the forward, p[1] dA's, p[2] dB's
+ * (tp_dnnl_bmm_t; the gradients' acc unset); 0 when the call is not one
+ * (or for the gradient checks' deliberate fault). The gradients are
+ * ops_linalg's sgemms below, written as products of whole batches. */
 static int s_as_batched(const tp_op_call_t *c, tp_dnnl_bmm_t p[3]) {
     if (c->xshape[0].ndim < 2 || c->xshape[1].ndim < 2 ||
         tp_cpu_elementwise_grad_fault != 1.0f)
         return 0;
     tp_bmm_geom_t g;
     tp_bmm_geometry(c, &g);
+    const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
+    s_stack(&g, ta);
     if (g.na != g.nbat || g.nb != g.nbat || !g.m || !g.n || !g.k || !g.nbat)
         return 0;
-    const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
     const int64_t nb = (int64_t)g.nbat, m = g.m, n = g.n, k = g.k;
     p[0] = (tp_dnnl_bmm_t){nb, m, n, k, ta, tb, 0};
     /* dA [M,K] = dY op(B)^T, or stored [K,M] = op(B) dY^T */

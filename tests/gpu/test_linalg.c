@@ -5,8 +5,10 @@
  * gradients, stored and added (dx_acc), agree with OpenBLAS's
  * (TP_CPU_MATMUL=own), and the default path is oneDNN's (its sums differ
  * from OpenBLAS's in the last bits). The same for a product of whole
- * batches (attention's q k^T, p v written out) in every transpose. Through the backend's op entries, the
- * workspace as the backend plans it. */
+ * batches (attention's q k^T, p v written out) in every transpose, and
+ * for the tied output product x wte^T (b shared and read transposed).
+ * Through the backend's op entries, the workspace as the backend plans
+ * it. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -188,5 +190,37 @@ Test(linalg, a_product_of_whole_batches_on_onednn_matches_openblas) {
             s_free(&c[1]);
         }
     unsetenv("TP_CPU_MATMUL");
+    tp_backend_destroy(&be);
+}
+
+/* The GPT's logits, x [B,T,C] @ wte^T (wte [V,C] shared by every batch,
+ * read transposed): stacked into one product with b transposed. */
+Test(linalg, the_tied_output_product_on_onednn_matches_openblas) {
+    tp_backend_t *be = tp_backend_cpu_new(1);
+    cr_assert_not_null(be, "%s", tp_last_error());
+    for (int acc = 0; acc < 2; acc++) {
+        call_t c[2];
+        for (int p = 0; p < 3; p++) {
+            if (p < 2)
+                setenv("TP_CPU_MATMUL", p ? "own" : "dnnl", 1);
+            else
+                unsetenv("TP_CPU_MATMUL");
+            call_t *t = &c[p < 2 ? p : 0];
+            if (p == 2)
+                s_free(t);
+            memset(t, 0, sizeof *t);
+            t->attr.trans_b = 1;
+            s_run(t, be, (tp_shape_t){3, {2, 64, 512}}, (tp_shape_t){2, {256, 512}},
+                  (tp_shape_t){3, {2, 64, 256}}, acc);
+        }
+        s_close(c[0].y, c[1].y, tp_shape_count(&c[0].ys), "y");
+        s_close(c[0].dx[0], c[1].dx[0], tp_shape_count(&c[0].xs[0]), "dx");
+        s_close(c[0].dx[1], c[1].dx[1], tp_shape_count(&c[0].xs[1]), "dwte");
+        /* the default (c[0], run last) is oneDNN's: other bits than OpenBLAS's */
+        cr_expect_neq(memcmp(c[0].y, c[1].y, tp_shape_count(&c[0].ys) * sizeof(float)), 0,
+                      "the tied product's sums agree bit for bit with OpenBLAS's");
+        s_free(&c[0]);
+        s_free(&c[1]);
+    }
     tp_backend_destroy(&be);
 }
