@@ -4,15 +4,27 @@
 # docs/performance.md, "GPT on the CPU against llm.c and PyTorch").
 #
 #   git clone https://github.com/karpathy/llm.c /path/to/llm.c
-#   LLMC_SRC=/path/to/llm.c bash bench/peers/gpt_cpu.sh [ROUNDS]
+#   [LLMC_SRC=/path/to/llm.c] bash bench/peers/gpt_cpu.sh [ROUNDS]
 #
 # The same model everywhere: GPT-2's layout on bytes (vocabulary 256),
 # LAYERS 4, EMBED 256, HEADS 4, CONTEXT 256, total batch BATCH 4 (env vars
-# override them), float32, the text being docs/*.md concatenated. Each
-# round runs, in turn (reversed every other round):
+# override them), float32, the text being docs/*.md concatenated.
+# towerpack and PyTorch train the same model from the same weights: a
+# first tp-train run at this shape writes its initial weights (one step
+# at a rate of 1e-30: the zero biases become +-1e-30, no other weight
+# changes in float32), and PyTorch
+# starts from that checkpoint with the same recipe (AdamW 1e-3, betas
+# 0.9/0.95, decay 0.1 on the matrices only, global-norm clip 1, a
+# constant rate); each side's first three losses are printed, and from
+# the same start they begin at ln 256 ~ 5.55 and fall alike (their
+# batches are their own draws). Each round runs, in turn (reversed every
+# other round):
 #   llm.c    train_gpt2.c, gcc -O3 -march=native -fopenmp, OMP_NUM_THREADS
-#            1 and 2 (bench/peers/llmc_gpt.sh; weights from llmc_gpt_files.py)
-#   pytorch  scripts/gpu/pytorch_gpt.py --device cpu, 1 and 2 threads
+#            1 and 2 (bench/peers/llmc_gpt.sh; weights from llmc_gpt_files.py);
+#            only when LLMC_SRC is set
+#   pytorch  bench/peers/gpt_torch_cpu.py (tests/models/torch_gpt.py's
+#            model), 1 and 2 threads, each as nn.Linear runs it (addmm)
+#            and as the parity test writes it (--plain): its best counts
 #   towerpack tp-train --model gpt, 1 tower x 2 threads and 2 towers x 1
 #            thread (the same total batch), tokens_per_s of the last epoch
 #            in stats.json (the first epoch warms up)
@@ -29,14 +41,26 @@ LAYERS=${LAYERS:-4} EMBED=${EMBED:-256} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-256
 BATCH=${BATCH:-4} STEPS=${STEPS:-6} NICE=${NICE:-10}
 TP_TRAIN=${TP_TRAIN:-$repo/build-release/bin/tp-train}
 OUT=${OUT:-$(mktemp -d /tmp/gpt_cpu.XXXXXX)}
-: "${LLMC_SRC:?set LLMC_SRC to a clone of https://github.com/karpathy/llm.c}"
+LLMC_SRC=${LLMC_SRC:-}  # optional: without it, no llm.c rows
 [ -x "$TP_TRAIN" ] || { echo "gpt_cpu.sh: no tp-train at $TP_TRAIN (set TP_TRAIN)" >&2; exit 1; }
 py=/usr/bin/python3
 mkdir -p "$OUT"
 cat "$repo"/docs/*.md > "$OUT/text.txt"
 head -c 2000 "$OUT/text.txt" > "$OUT/val.txt"  # a small validation: cheap epoch ends
-"$py" "$repo/bench/peers/llmc_gpt_files.py" --out "$OUT/llmc" --text "$OUT/text.txt" \
-    --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" --context "$CONTEXT"
+[ -z "$LLMC_SRC" ] || "$py" "$repo/bench/peers/llmc_gpt_files.py" --out "$OUT/llmc" \
+    --text "$OUT/text.txt" --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" \
+    --context "$CONTEXT"
+# the recipe both sides train with (tp-train's GPT defaults but the clip
+# and the schedule, given here so PyTorch's are the same)
+TP_RECIPE=(--optimizer adamw --lr 1e-3 --clip-norm 1 --lr-end 1)
+# towerpack's initial weights at this shape and seed (tp-train's default
+# seed 1, as the timed runs): --freeze '*' would be the clean way, but
+# a step with no gradient at all is refused today
+"$TP_TRAIN" --model gpt --data "text:$OUT/text.txt" --test-data "text:$OUT/val.txt" \
+    --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" --context "$CONTEXT" \
+    --batch "$BATCH" --epochs 1 --steps-per-epoch 1 --optimizer adamw --lr 1e-30 \
+    --no-tensorboard --logdir "$OUT/init" --logdir-action delete > "$OUT/init.log" 2>&1
+INIT=$(ls "$OUT"/init/*.safetensors | tail -1)
 res=$OUT/results.jsonl
 : > "$res"
 N="nice -n $NICE"
@@ -46,10 +70,10 @@ run_llmc() {  # run_llmc ROUND THREADS
         "$BATCH" "$CONTEXT" "$((STEPS + 1))" "$2" > "$OUT/llmc-$1-$2.log" 2>&1
     tail -1 "$OUT/llmc-$1-$2.log" | sed "s/^{/{\"round\": $1, /" | tee -a "$res"
 }
-run_torch() {
-    $N "$py" "$repo/scripts/gpu/pytorch_gpt.py" --device cpu --threads "$2" \
-        --data "$OUT/text.txt" --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" \
-        --context "$CONTEXT" --batch "$BATCH" --steps "$STEPS" --warmup 1 2>/dev/null |
+run_torch() {  # run_torch ROUND THREADS [--plain]
+    $N "$py" "$repo/bench/peers/gpt_torch_cpu.py" --init "$INIT" --threads "$2" ${3:-} \
+        --data "$OUT/text.txt" --heads "$HEADS" --context "$CONTEXT" --batch "$BATCH" \
+        --steps "$STEPS" --warmup 1 2>/dev/null |
         sed "s/^{/{\"round\": $1, /" | tee -a "$res"
 }
 run_tp() {  # run_tp ROUND TOWERS THREADS
@@ -57,15 +81,17 @@ run_tp() {  # run_tp ROUND TOWERS THREADS
     rm -rf "$d"
     $N "$TP_TRAIN" --model gpt --data "text:$OUT/text.txt" --test-data "text:$OUT/val.txt" \
         --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" --context "$CONTEXT" \
-        --batch "$((BATCH / $2))" --towers "$2" --threads "$3" \
+        --batch "$((BATCH / $2))" --towers "$2" --threads "$3" "${TP_RECIPE[@]}" \
         --epochs 2 --steps-per-epoch "$STEPS" --logdir "$d" > "$d.log" 2>&1
     "$py" - "$d/stats.json" "$1" "$2" "$3" "$BATCH" "$CONTEXT" <<'PY' | tee -a "$res"
-import json, sys
+import json, os, sys
 s = json.load(open(sys.argv[1]))[-1]
+steps = os.path.join(os.path.dirname(sys.argv[1]), "steps.tsv")
+first = [round(float(l.split()[1]), 4) for l in open(steps).read().splitlines()[1:4]]
 print(json.dumps({"round": int(sys.argv[2]), "peer": "towerpack", "towers": int(sys.argv[3]),
                   "threads": int(sys.argv[4]), "batch": int(sys.argv[5]),
                   "context": int(sys.argv[6]), "tokens_per_s": round(s["tokens_per_s"]),
-                  "loss": round(s["cost"], 4)}))
+                  "first_losses": first, "loss": round(s["cost"], 4)}))
 PY
 }
 
@@ -75,8 +101,8 @@ for r in $(seq 1 "$ROUNDS"); do
     [ $((r % 2)) -eq 0 ] && order="tp torch llmc"
     for p in $order; do
         case $p in
-            llmc) run_llmc "$r" 1; run_llmc "$r" 2 ;;
-            torch) run_torch "$r" 1; run_torch "$r" 2 ;;
+            llmc) [ -z "$LLMC_SRC" ] || { run_llmc "$r" 1; run_llmc "$r" 2; } ;;
+            torch) for th in 1 2; do run_torch "$r" $th; run_torch "$r" $th --plain; done ;;
             tp) run_tp "$r" 1 2; run_tp "$r" 2 1 ;;
         esac
     done
@@ -91,7 +117,14 @@ for r in sorted({x["round"] for x in rows}):
         if x["round"] == r:
             best[x["peer"]] = max(best.get(x["peer"], 0), x["tokens_per_s"])
     t, l, p = best.get("towerpack", 0), best.get("llm.c", 0), best.get("pytorch", 0)
-    print(f"round {r}: towerpack {t} tokens/s, llm.c {l}, pytorch {p}: "
-          f"towerpack/llm.c {t / l:.2f}x, towerpack/pytorch {t / p:.2f}x")
+    vs_llmc = f"towerpack/llm.c {t / l:.2f}x, " if l else ""
+    print(f"round {r}: towerpack {t} tokens/s, llm.c {l or '-'}, pytorch {p}: "
+          f"{vs_llmc}towerpack/pytorch {t / p:.2f}x")
+# the same start: both sides' first losses (a different start, as PyTorch's
+# own initialisation, begins far from ln 256)
+for peer in ("towerpack", "pytorch"):
+    f = [x["first_losses"] for x in rows if x["peer"] == peer and "first_losses" in x]
+    if f:
+        print(f"{peer} first losses: {f[0]}")
 PY
 echo "gpt_cpu.sh: results in $res"

@@ -12,7 +12,7 @@ the first 90% is the training text, the last 10% (or its first
 --val-bytes, to keep evaluations cheap; trimmed to whole batches of
 windows) the validation text. Both sides then train the byte
 GPT of models/zoo_gpt.c from the SAME initial weights (towerpack's, read
-from a checkpoint of a run whose one step changes nothing: --freeze '*')
+from a checkpoint of a run whose one step changes nothing: a rate of 1e-30)
 with the same recipe: AdamW betas 0.9/0.95, eps 1e-8, weight decay 0.1 on
 the matrices and embeddings only, global-norm clip 1.0, the rate climbing
 linearly from lr/10 to lr over --warmup steps then a half cosine down to 0
@@ -70,10 +70,13 @@ def tp_args(a, logdir, train, val):
 
 
 def initial_weights(a, train, val):
-    """towerpack's initial weights: one step with every variable frozen."""
+    """towerpack's initial weights: one step at a rate of 1e-30 (the zero
+    biases become +-1e-30, no other weight changes in float32; --freeze
+    '*' would say it plainly, but tp-train refuses a step with no gradient
+    at all)."""
     d = os.path.join(a.out, "tp-init")
-    cmd = tp_args(a, d, train, val) + ["--epochs", "1", "--steps-per-epoch", "1",
-                                       "--freeze", "*"]
+    cmd = tp_args(a, d, train, val) + ["--epochs", "1", "--steps-per-epoch", "1"]
+    cmd[cmd.index("--lr") + 1] = "1e-30"
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL,
                    stderr=open(os.path.join(a.out, "tp-init.log"), "w"))
     ck = sorted(glob.glob(os.path.join(d, "*.safetensors")))

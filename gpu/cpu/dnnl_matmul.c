@@ -6,24 +6,31 @@
  *   weights  dW[K,M] = x^T dy        (x read through strides {1,K})
  *   data     dX[N,K] = dy W^T        (W read through strides {1,M})
  * A gradient that accumulates (dx_acc) gets a sum post-op: the product is
- * added to what the buffer holds, as OpenBLAS's beta 1. Scratchpads are
+ * added to what the buffer holds, as OpenBLAS's beta 1. And batch_matmul's
+ * batched product (tp_dnnl_bmm, ops_linalg.c):
+ *   batched  y[B,M,N] (+)= op(a)[B,M,K] op(b)[B,K,N], each operand
+ *            transposed or not through its strides, one primitive for
+ *            every batch (OpenBLAS: one sgemm call per batch). Scratchpads are
  * the user's (the op's workspace), so that two towers may run one cached
  * primitive at once. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
+#include <towerpack/log.h>
 #include "gpu/backend_impl.h"
 
 #include "gpu/cpu/dnnl_matmul.h"
 #include "gpu/cpu/dnnl_ops.h"
 
-enum { S_FWD = 0, S_DW = 1, S_DX = 2 };
+enum { S_FWD = 0, S_DW = 1, S_DX = 2, S_BMM = 3 };
 
 typedef struct {
     int64_t family; /* 3: matmul (1 pooling, 2 batch norm) */
-    int64_t which;  /* S_FWD, S_DW, S_DX */
+    int64_t which;  /* S_FWD, S_DW, S_DX, S_BMM */
     int64_t n, k, m, bias, relu, acc, threads;
+    int64_t nb, ta, tb; /* S_BMM: batches, a's and b's transposes (n = its M,
+                           m = its N, k = its K); 0 for the others */
 } s_key_t;
 
 /* TP_CPU_MATMUL: oneDNN unless "own" (measured faster on every MLP shape
@@ -66,11 +73,30 @@ static dnnl_status_t s_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, in
     return dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s);
 }
 
+/* [nb, rows, cols] row-major batches, or (trans) each one's transpose's
+ * storage read through strides. */
+static dnnl_status_t s_md3(dnnl_memory_desc_t *md, int64_t nb, int64_t rows, int64_t cols,
+                           int trans) {
+    dnnl_dims_t d = {nb, rows, cols}, s = {rows * cols, cols, 1};
+    if (trans) {
+        s[1] = 1;
+        s[2] = rows;
+    }
+    return dnnl_memory_desc_init_by_strides(md, 3, d, dnnl_f32, s);
+}
+
 /* The product's operands: src [r, in] op weights [in, cols] -> dst [r, cols]. */
 static dnnl_status_t s_mds(const s_key_t *k, dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei,
                            dnnl_memory_desc_t *bias, dnnl_memory_desc_t *dst) {
     dnnl_status_t st;
     switch (k->which) {
+    case S_BMM:
+        st = s_md3(src, k->nb, k->n, k->k, (int)k->ta);
+        if (st == dnnl_success)
+            st = s_md3(wei, k->nb, k->k, k->m, (int)k->tb);
+        if (st == dnnl_success)
+            st = s_md3(dst, k->nb, k->n, k->m, 0);
+        return st;
     case S_FWD:
         st = s_md(src, k->n, k->k, 0);
         if (st == dnnl_success)
@@ -153,6 +179,31 @@ static tp_status_t s_entry(const tp_op_call_t *c, int which, int acc, tp_dnnl_pr
     return tp_dnnl_entry(key, s_build, c, 0, e, owned);
 }
 
+/* The batched product's key and entry. */
+static void s_bmm_key(const tp_dnnl_bmm_t *p, unsigned char out[160]) {
+    s_key_t k;
+    memset(&k, 0, sizeof k);
+    k.family = 3;
+    k.which = S_BMM;
+    k.nb = p->nb;
+    k.n = p->m;
+    k.m = p->n;
+    k.k = p->k;
+    k.ta = p->ta != 0;
+    k.tb = p->tb != 0;
+    k.acc = p->acc != 0;
+    k.threads = tp_dnnl_threads();
+    memset(out, 0, 160);
+    memcpy(out, &k, sizeof k);
+}
+
+static tp_status_t s_bmm_entry(const tp_op_call_t *c, const tp_dnnl_bmm_t *p,
+                               tp_dnnl_prim_t **e, int *owned) {
+    unsigned char key[160];
+    s_bmm_key(p, key);
+    return tp_dnnl_entry(key, s_build, c, 0, e, owned);
+}
+
 size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
     int64_t n, k, m;
     s_dims(c, &n, &k, &m);
@@ -172,6 +223,19 @@ size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
             if (owned)
                 tp_dnnl_prim_free(e);
         }
+    return most;
+}
+
+size_t tp_dnnl_bmm_workspace(const tp_op_call_t *c, const tp_dnnl_bmm_t *p) {
+    if (!s_use_dnnl() || !p->nb || !p->m || !p->n || !p->k)
+        return 0;
+    tp_dnnl_prim_t *e;
+    int owned;
+    if (s_bmm_entry(c, p, &e, &owned) != TP_OK)
+        return 0; /* logged; the run then says it again or runs OpenBLAS */
+    const size_t most = e ? e->extra[0] : 0;
+    if (e && owned)
+        tp_dnnl_prim_free(e);
     return most;
 }
 
@@ -281,17 +345,72 @@ static tp_status_t s_exec(const tp_dnnl_prim_t *e, int owned, int n, const int *
     return TP_OK;
 }
 
+/* A workspace short of a primitive's scratchpad sends the op to
+ * OpenBLAS, correct but slower (and, for the dense layers, 10% slower):
+ * say so at debug level, once per op (node), so that a plan that forgot
+ * oneDNN's bytes shows in the log. A run past S_NOTED ops says nothing
+ * more. */
+enum { S_NOTED = 256 };
+static pthread_mutex_t s_noted_lock = PTHREAD_MUTEX_INITIALIZER;
+static const void *s_noted[S_NOTED];
+static int s_nnoted;
+
+static void s_note_short(const tp_op_call_t *c, int which, size_t need) {
+    const void *key = c->node ? c->node : (const void *)c->attr;
+    int fresh = 1;
+    pthread_mutex_lock(&s_noted_lock);
+    for (int i = 0; i < s_nnoted && fresh; i++)
+        fresh = s_noted[i] != key;
+    if (fresh && s_nnoted < S_NOTED)
+        s_noted[s_nnoted++] = key;
+    else
+        fresh = 0;
+    pthread_mutex_unlock(&s_noted_lock);
+    if (fresh) {
+        static const char *const what[] = {"forward", "weights' gradient", "data's gradient",
+                                           "batched product"};
+        TP_DEBUG("%s: matmul %s on OpenBLAS, not oneDNN: the workspace has %zu bytes, "
+                 "the primitive's scratchpad needs %zu", c->name ? c->name : "?",
+                 what[which], c->workspace_bytes, need);
+    }
+}
+
 /* Runs one product on (src, wei, bias, dst); *done 0 when oneDNN has no
  * primitive for it or the workspace is short. */
+static tp_status_t s_run_entry(const tp_op_call_t *c, tp_dnnl_prim_t *e, int owned, int which,
+                               const void *src, const void *wei, const void *bias, void *dst,
+                               int *done);
+
 static tp_status_t s_run(const tp_op_call_t *c, int which, int acc, const void *src,
                          const void *wei, const void *bias, void *dst, int *done) {
     tp_dnnl_prim_t *e;
     int owned;
     *done = 0;
     TP_TRY(s_entry(c, which, acc, &e, &owned));
+    return s_run_entry(c, e, owned, which, src, wei, bias, dst, done);
+}
+
+tp_status_t tp_dnnl_bmm(const tp_op_call_t *c, const tp_dnnl_bmm_t *p, const float *a,
+                        const float *b, float *y, int *done) {
+    tp_dnnl_prim_t *e;
+    int owned;
+    *done = 0;
+    if (!s_use_dnnl() || !p->nb || !p->m || !p->n || !p->k)
+        return TP_OK;
+    TP_TRY(s_bmm_entry(c, p, &e, &owned));
+    return s_run_entry(c, e, owned, S_BMM, a, b, NULL, y, done);
+}
+
+/* Runs entry e (of `which`) on (src, wei, bias, dst) and frees it when
+ * owned; *done 0 when e is NULL or the workspace is short. */
+static tp_status_t s_run_entry(const tp_op_call_t *c, tp_dnnl_prim_t *e, int owned, int which,
+                               const void *src, const void *wei, const void *bias, void *dst,
+                               int *done) {
+    *done = 0;
     if (!e)
         return TP_OK;
     if (c->workspace_bytes < e->extra[0]) {
+        s_note_short(c, which, e->extra[0]);
         if (owned)
             tp_dnnl_prim_free(e);
         return TP_OK;
@@ -333,6 +452,8 @@ static tp_status_t s_fits(const tp_op_call_t *c, int which, int acc, int *ok) {
     *ok = 0;
     TP_TRY(s_entry(c, which, acc, &e, &owned));
     *ok = e && c->workspace_bytes >= e->extra[0];
+    if (e && !*ok)
+        s_note_short(c, which, e->extra[0]);
     if (owned)
         tp_dnnl_prim_free(e);
     return TP_OK;

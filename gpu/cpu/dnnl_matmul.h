@@ -27,4 +27,21 @@ size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c);
 tp_status_t tp_dnnl_matmul_forward(const tp_op_call_t *c, int *done);
 tp_status_t tp_dnnl_matmul_backward(const tp_op_call_t *c, int *done);
 
+/* batch_matmul's batched product (ops_linalg.c): y[nb,m,n] = (acc: +=)
+ * op(a) op(b), a stored [nb,m,k] or (ta) [nb,k,m], b [nb,k,n] or (tb)
+ * [nb,n,k], every batch contiguous. */
+typedef struct {
+    int64_t nb, m, n, k;
+    int ta, tb, acc;
+} tp_dnnl_bmm_t;
+
+/* Its scratchpad's bytes (the primitive made here); 0 on OpenBLAS's path. */
+size_t tp_dnnl_bmm_workspace(const tp_op_call_t *c, const tp_dnnl_bmm_t *p);
+
+/* The product on oneDNN, *done 1; *done 0: the caller runs it
+ * (TP_CPU_MATMUL=own, no primitive, a workspace short of its scratchpad).
+ * c gives the name, the workspace and its bytes. */
+tp_status_t tp_dnnl_bmm(const tp_op_call_t *c, const tp_dnnl_bmm_t *p, const float *a,
+                        const float *b, float *y, int *done);
+
 #endif

@@ -784,6 +784,8 @@ static size_t s_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
         return tp_cpu_reduce_workspace(c);
     case TP_OP_ATTENTION: /* fused attention: ops_attention.c */
         return tp_cpu_attention_workspace(c);
+    case TP_OP_BATCH_MATMUL: /* oneDNN's scratchpad where it runs (ops_linalg.c) */
+        return tp_cpu_batch_matmul_workspace(c, dnnl != NULL);
     default:
         return 0;
     }
@@ -831,7 +833,7 @@ static tp_status_t s_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     case TP_OP_UPSAMPLE_BILINEAR: /* the convolution family */
         return dnnl ? tp_dnnl_conv_forward(dnnl, c) : tp_cpu_conv_forward(c);
     /* the linalg family: ops_linalg.c, ops_norm.c */
-    case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_forward(c);
+    case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_forward(c, dnnl != NULL);
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
         return tp_cpu_norm_forward(c);
     case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:
@@ -880,7 +882,7 @@ static tp_status_t s_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     case TP_OP_UPSAMPLE_BILINEAR:
         return dnnl ? tp_dnnl_conv_backward(dnnl, c) : tp_cpu_conv_backward(c);
     /* the linalg family */
-    case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_backward(c);
+    case TP_OP_BATCH_MATMUL: return tp_cpu_batch_matmul_backward(c, dnnl != NULL);
     case TP_OP_LAYER_NORM: case TP_OP_GROUP_NORM: case TP_OP_INSTANCE_NORM:
         return tp_cpu_norm_backward(c);
     case TP_OP_REDUCE_SUM: case TP_OP_REDUCE_MEAN: case TP_OP_REDUCE_MAX:

@@ -7,12 +7,22 @@
  * and both gradients, are one sgemm each (the common x[B,T,K] @ W[K,N]).
  * A broadcast operand's gradient is the sum over the batches that read it:
  * its sgemms accumulate (beta 1) in batch order, after one clear when the
- * call overwrites, so the sums are deterministic. */
+ * call overwrites, so the sums are deterministic.
+ *
+ * Where the backend has oneDNN, that common case (one [R,K] @ [K,N] after
+ * stacking, neither operand transposed: a Transformer's linear layers)
+ * runs as the dense layer's product does, on oneDNN's matmul
+ * (dnnl_matmul.c): its brgemm kernels, and no pass that zeroes the output
+ * before a product that overwrites it (OpenBLAS's sgemm with beta 0 does
+ * one). A product of whole batches (neither operand broadcast: attention's
+ * q k^T and p v when written out) runs there too, as one batched
+ * primitive per product instead of one sgemm call per batch. */
 #include <cblas.h>
 #include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/dnnl_matmul.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_linalg.h"
@@ -49,7 +59,99 @@ static void s_stack(tp_bmm_geom_t *g, int ta) {
     }
 }
 
-tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
+/* The call as the dense layer's (TP_OP_MATMUL: x[R,K] @ W[K,N], no bias,
+ * no activation) into *d, its shapes in sh and attributes in attr, when
+ * the product is one such matrix product after stacking; 0 otherwise
+ * (and for the gradient checks' deliberate fault, which OpenBLAS's alpha
+ * carries). */
+static int s_as_dense(const tp_op_call_t *c, tp_op_call_t *d, tp_shape_t sh[2],
+                      tp_op_attr_t *attr) {
+    if (tp_bmm_trans_a(c) || tp_bmm_trans_b(c) || c->xshape[0].ndim < 2 ||
+        c->xshape[1].ndim != 2 || tp_cpu_elementwise_grad_fault != 1.0f)
+        return 0;
+    tp_bmm_geom_t g;
+    tp_bmm_geometry(c, &g);
+    s_stack(&g, 0);
+    if (g.nbat != 1 || g.na != 1 || g.nb != 1 || !g.m || !g.n || !g.k)
+        return 0;
+    *attr = *c->attr;
+    attr->act = TP_ACT_NONE;
+    sh[0] = (tp_shape_t){.ndim = 2, .d = {g.m, g.k}};
+    sh[1] = (tp_shape_t){.ndim = 2, .d = {g.k, g.n}};
+    *d = *c;
+    d->kind = TP_OP_MATMUL;
+    d->attr = attr;
+    d->xshape = sh;
+    d->yshape = (tp_shape_t){.ndim = 2, .d = {g.m, g.n}};
+    d->bias = NULL;
+    d->dbias = NULL;
+    return 1;
+}
+
+/* The products of a call whose operands both have every batch (no
+ * broadcast), after stacking (a b shared by every batch under a not
+ * transposed: the GPT's logits x wte^T, b read transposed), as oneDNN's
+ * batched products: p[0] the forward, p[1] dA's, p[2] dB's
+ * (tp_dnnl_bmm_t; the gradients' acc unset); 0 when the call is not one
+ * (or for the gradient checks' deliberate fault). The gradients are
+ * ops_linalg's sgemms below, written as products of whole batches. */
+static int s_as_batched(const tp_op_call_t *c, tp_dnnl_bmm_t p[3]) {
+    if (c->xshape[0].ndim < 2 || c->xshape[1].ndim < 2 ||
+        tp_cpu_elementwise_grad_fault != 1.0f)
+        return 0;
+    tp_bmm_geom_t g;
+    tp_bmm_geometry(c, &g);
+    const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
+    s_stack(&g, ta);
+    if (g.na != g.nbat || g.nb != g.nbat || !g.m || !g.n || !g.k || !g.nbat)
+        return 0;
+    const int64_t nb = (int64_t)g.nbat, m = g.m, n = g.n, k = g.k;
+    p[0] = (tp_dnnl_bmm_t){nb, m, n, k, ta, tb, 0};
+    /* dA [M,K] = dY op(B)^T, or stored [K,M] = op(B) dY^T */
+    p[1] = !ta ? (tp_dnnl_bmm_t){nb, m, k, n, 0, !tb, 0}
+               : (tp_dnnl_bmm_t){nb, k, m, n, tb, 1, 0};
+    /* dB [K,N] = op(A)^T dY, or stored [N,K] = dY^T op(A) */
+    p[2] = !tb ? (tp_dnnl_bmm_t){nb, k, n, m, !ta, 0, 0}
+               : (tp_dnnl_bmm_t){nb, n, k, m, 1, ta, 0};
+    return 1;
+}
+
+size_t tp_cpu_batch_matmul_workspace(const tp_op_call_t *c, int dnnl) {
+    tp_op_call_t d;
+    tp_shape_t sh[2];
+    tp_op_attr_t attr;
+    if (!dnnl)
+        return 0;
+    if (s_as_dense(c, &d, sh, &attr))
+        return tp_dnnl_matmul_workspace(&d);
+    tp_dnnl_bmm_t p[3];
+    size_t most = 0;
+    if (s_as_batched(c, p))
+        for (int i = 0; i < 3; i++)
+            for (int acc = 0; acc <= (i > 0); acc++) {
+                p[i].acc = acc;
+                const size_t w = tp_dnnl_bmm_workspace(c, &p[i]);
+                most = w > most ? w : most;
+            }
+    return most;
+}
+
+tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl) {
+    tp_op_call_t d;
+    tp_shape_t sh[2];
+    tp_op_attr_t attr;
+    tp_dnnl_bmm_t p[3];
+    if (dnnl && s_as_dense(c, &d, sh, &attr)) {
+        int done = 0;
+        TP_TRY(tp_dnnl_matmul_forward(&d, &done));
+        if (done)
+            return TP_OK;
+    } else if (dnnl && s_as_batched(c, p)) {
+        int done = 0;
+        TP_TRY(tp_dnnl_bmm(c, &p[0], c->x[0], c->x[1], c->y, &done));
+        if (done)
+            return TP_OK;
+    }
     tp_bmm_geom_t g;
     tp_bmm_geometry(c, &g);
     const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);
@@ -72,7 +174,48 @@ tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c) {
     return TP_OK;
 }
 
-tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c) {
+static tp_status_t s_backward_blas(const tp_op_call_t *c);
+
+tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c, int dnnl) {
+    tp_op_call_t d;
+    tp_shape_t sh[2];
+    tp_op_attr_t attr;
+    tp_dnnl_bmm_t p[3];
+    if (dnnl && s_as_dense(c, &d, sh, &attr)) {
+        int done = 0;
+        TP_TRY(tp_dnnl_matmul_backward(&d, &done));
+        if (done)
+            return TP_OK;
+    } else if (dnnl && s_as_batched(c, p)) {
+        /* dA first, then dB, each whole: where one falls back the other
+         * may still run on oneDNN (the two write different buffers; q = k
+         * twice is two inputs of one node, whose second gradient adds) */
+        const float *a = c->x[0], *b = c->x[1];
+        int done_a = !c->dx[0], done_b = !c->dx[1];
+        if (c->dx[0]) {
+            p[1].acc = c->dx_acc && c->dx_acc[0];
+            TP_TRY(tp_dnnl_bmm(c, &p[1], !tp_bmm_trans_a(c) ? c->dy : b,
+                               !tp_bmm_trans_a(c) ? b : c->dy, c->dx[0], &done_a));
+        }
+        if (done_a && c->dx[1]) {
+            p[2].acc = c->dx_acc && c->dx_acc[1];
+            TP_TRY(tp_dnnl_bmm(c, &p[2], !tp_bmm_trans_b(c) ? a : c->dy,
+                               !tp_bmm_trans_b(c) ? c->dy : a, c->dx[1], &done_b));
+        }
+        if (done_a && done_b)
+            return TP_OK;
+        if (done_a) { /* dB alone on OpenBLAS: the loop below, without dA */
+            tp_op_call_t rest = *c;
+            float *const dx[2] = {NULL, c->dx[1]};
+            rest.dx = dx;
+            return s_backward_blas(&rest);
+        }
+    }
+    return s_backward_blas(c);
+}
+
+/* The backward on OpenBLAS: one sgemm per batch and operand. */
+static tp_status_t s_backward_blas(const tp_op_call_t *c) {
     tp_bmm_geom_t g;
     tp_bmm_geometry(c, &g);
     const int ta = tp_bmm_trans_a(c), tb = tp_bmm_trans_b(c);

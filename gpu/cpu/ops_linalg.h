@@ -10,8 +10,13 @@
 
 /* Forward (y = op(a) @ op(b) per batch) and backward (each operand's
  * gradient where asked, summed over the batches it was broadcast to,
- * dx_acc honoured). */
-tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c);
-tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c);
+ * dx_acc honoured). dnnl 1: the backend has oneDNN, and one stacked
+ * [R,K] @ [K,N] product runs on its matmul (dnnl_matmul.c) where the
+ * workspace holds its scratchpad; OpenBLAS's sgemm otherwise. */
+tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl);
+tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c, int dnnl);
+
+/* Workspace bytes of the call: oneDNN's scratchpad where it runs it. */
+size_t tp_cpu_batch_matmul_workspace(const tp_op_call_t *c, int dnnl);
 
 #endif

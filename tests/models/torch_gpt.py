@@ -30,9 +30,14 @@ B, T, HEADS = 4, 16, 2
 TOL = 1e-4
 
 
-def gpt_loss(t, x, y, heads=HEADS):
+def gpt_loss(t, x, y, heads=HEADS, fast=False):
     """The zoo's GPT's loss on tokens x, targets y ([B,T] int64), with
-    `heads` heads (bench/peers/gpt_curve.py trains this model too)."""
+    `heads` heads (bench/peers/gpt_curve.py and gpt_torch_cpu.py train this
+    model too). fast: the same model as PyTorch runs it at its fastest on
+    the CPU (bench/peers/gpt_torch_cpu.py): the linears as one addmm each
+    (nn.Linear's kernel, the bias in the GEMM) and, where this torch has it
+    (2.0 on), the attention as F.scaled_dot_product_attention (fused,
+    causal); other summation orders, the same function."""
     B, T = x.shape
     C = t["wte"].shape[1]
     D = C // heads
@@ -42,6 +47,9 @@ def gpt_loss(t, x, y, heads=HEADS):
         return F.layer_norm(h, (C,), t[f"{s}/gamma"], t[f"{s}/beta"], eps=1e-5)
 
     def lin(h, s):
+        if fast:
+            w = t[f"{s}/W"]
+            return torch.addmm(t[f"{s}/b"], h.reshape(-1, w.shape[0]), w).view(B, T, -1)
         return h @ t[f"{s}/W"] + t[f"{s}/b"]
 
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
@@ -50,8 +58,11 @@ def gpt_loss(t, x, y, heads=HEADS):
         p = f"h{l}"
         q, k, v = lin(ln(h, f"{p}/ln1"), f"{p}/attn/qkv").split(C, dim=2)
         q, k, v = (z.reshape(B, T, heads, D).transpose(1, 2) for z in (q, k, v))
-        s = (q @ k.transpose(-1, -2)) / D ** 0.5
-        a = torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1) @ v
+        if fast and hasattr(F, "scaled_dot_product_attention"):
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            s = (q @ k.transpose(-1, -2)) / D ** 0.5
+            a = torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1) @ v
         h = h + lin(a.transpose(1, 2).reshape(B, T, C), f"{p}/attn/proj")
         m = F.gelu(lin(ln(h, f"{p}/ln2"), f"{p}/mlp/fc"), approximate="tanh")
         h = h + lin(m, f"{p}/mlp/proj")
