@@ -83,9 +83,10 @@ void tp_plan_folds_(tp_tower_t *t) {
  * a ResNet step. A tensor whose every reader takes the blocked layout can
  * stay in it: the convolution's input and output, batch norm's (oneDNN's
  * kernel on nChw16c), and the elementwise add and relu (the same numbers
- * in any layout, so long as all their operands share it). The value and
- * the gradient of a node share its layout. What leaves the chain (the
- * global average pool, an output, a metric, a cost) reads NCHW, so its
+ * in any layout, so long as all their operands share it), and the global
+ * average pool's input (ops_cpu.c reads either). The value and the
+ * gradient of a node share its layout. What leaves the chain (pooling, a
+ * reshape, an output, a metric, a cost) reads NCHW, so its
  * producer stays NCHW, and with it every tensor tied to it by an add, a
  * relu or a batch norm; the convolutions at the chain's edges reorder as
  * before. Only a backend that says it runs such calls (ops->nchw16c)
@@ -115,16 +116,18 @@ static int s_blk16_conv_in(const tp_node_t *conv) {
 
 /* n's own call may produce a blocked value: a conv2d whose output has C a
  * multiple of 16 and at least 8 input channels (fewer run oneDNN's
- * backward-data through im2col on NCHW, dnnl_conv.c), batch norm (not an
+ * backward-data through im2col on NCHW, dnnl_conv.c) or an input that
+ * wants no gradient, batch norm (not an
  * inference-mode one that runs backward: that is ops_cpu.c's kernel), add
  * of same-shaped inputs, relu */
 static int s_blk16_kind(const tp_node_t *n) {
     if (!s_blk16_shape(n) || n->folded)
         return 0;
     switch (n->kind) {
-    case TP_OP_CONV2D:
+    case TP_OP_CONV2D: /* (an input that wants no gradient needs no
+                          backward-data: the first layer's image) */
         return n->attr.groups <= 1 && n->ninputs >= 2 && n->inputs[0]->shape.ndim == 4 &&
-               n->inputs[0]->shape.d[1] >= 8;
+               (n->inputs[0]->shape.d[1] >= 8 || !n->inputs[0]->backward);
     case TP_OP_BATCH_NORM:
         return n->ninputs == 3 && (n->attr.training || !n->backward);
     case TP_OP_ADD:
@@ -168,6 +171,8 @@ void tp_plan_blk16_(tp_tower_t *t) {
                 int ok;
                 if (n->kind == TP_OP_CONV2D && j == 0)
                     ok = s_blk16_conv_in(n) || !p->blk16;
+                else if (n->kind == TP_OP_GLOBAL_AVG_POOL && j == 0)
+                    ok = 1; /* reads either (ops_cpu.c), writes plain [N, C] */
                 else if ((n->kind == TP_OP_BATCH_NORM && j == 0) || n->kind == TP_OP_ADD ||
                          n->kind == TP_OP_RELU)
                     ok = p->blk16 == n->blk16;
