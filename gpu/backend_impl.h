@@ -355,8 +355,8 @@ typedef struct tp_backend_ops {
                               uint64_t seed, int64_t step, int64_t row0,
                               int64_t rows, int64_t dim, int normal, float scale);
     /* ---- activations kept blocked between ops (appended later; NULL or 0:
-     * never). 1: this backend runs conv2d, batch norm, add, relu and
-     * global average pool calls whose tp_op_call_t.blk16 marks operands
+     * never). 1: this backend runs conv2d, batch norm, add, relu, max and
+     * average pooling and global average pool calls whose tp_op_call_t.blk16 marks operands
      * as nChw16c (C a multiple of
      * 16, [N, C/16, H, W, 16]), so that the graph may keep a tensor that
      * only such ops read in that layout (gpu/graph/fold.c). */

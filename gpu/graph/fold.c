@@ -83,9 +83,10 @@ void tp_plan_folds_(tp_tower_t *t) {
  * a ResNet step. A tensor whose every reader takes the blocked layout can
  * stay in it: the convolution's input and output, batch norm's (oneDNN's
  * kernel on nChw16c), and the elementwise add and relu (the same numbers
- * in any layout, so long as all their operands share it), and the global
- * average pool's input (ops_cpu.c reads either). The value and the
- * gradient of a node share its layout. What leaves the chain (pooling, a
+ * in any layout, so long as all their operands share it), max and average
+ * pooling's (oneDNN's, dnnl_pool.c), and the global average pool's input
+ * (ops_cpu.c reads either). The value and the
+ * gradient of a node share its layout. What leaves the chain (a
  * reshape, an output, a metric, a cost) reads NCHW, so its
  * producer stays NCHW, and with it every tensor tied to it by an add, a
  * relu or a batch norm; the convolutions at the chain's edges reorder as
@@ -119,7 +120,7 @@ static int s_blk16_conv_in(const tp_node_t *conv) {
  * backward-data through im2col on NCHW, dnnl_conv.c) or an input that
  * wants no gradient, batch norm (not an
  * inference-mode one that runs backward: that is ops_cpu.c's kernel), add
- * of same-shaped inputs, relu */
+ * of same-shaped inputs, pooling that oneDNN runs, relu */
 static int s_blk16_kind(const tp_node_t *n) {
     if (!s_blk16_shape(n) || n->folded)
         return 0;
@@ -133,6 +134,14 @@ static int s_blk16_kind(const tp_node_t *n) {
     case TP_OP_ADD:
         return n->ninputs == 2 && s_same_shape(&n->inputs[0]->shape, &n->shape) &&
                s_same_shape(&n->inputs[1]->shape, &n->shape);
+    case TP_OP_MAX_POOL:
+    case TP_OP_AVG_POOL: { /* oneDNN's (dnnl_pool.c): not a window past the
+                              input's end, a stride that skips rows */
+        const tp_shape_t *x = &n->inputs[0]->shape;
+        return n->ninputs == 1 && x->ndim == 4 &&
+               (n->shape.d[2] - 1) * n->attr.sh + n->attr.kh - x->d[2] - n->attr.ph >= 0 &&
+               (n->shape.d[3] - 1) * n->attr.sw + n->attr.kw - x->d[3] - n->attr.pw >= 0;
+    }
     case TP_OP_RELU:
         return n->ninputs == 1;
     default:
@@ -174,7 +183,8 @@ void tp_plan_blk16_(tp_tower_t *t) {
                 else if (n->kind == TP_OP_GLOBAL_AVG_POOL && j == 0)
                     ok = 1; /* reads either (ops_cpu.c), writes plain [N, C] */
                 else if ((n->kind == TP_OP_BATCH_NORM && j == 0) || n->kind == TP_OP_ADD ||
-                         n->kind == TP_OP_RELU)
+                         n->kind == TP_OP_RELU || n->kind == TP_OP_MAX_POOL ||
+                         n->kind == TP_OP_AVG_POOL)
                     ok = p->blk16 == n->blk16;
                 else
                     ok = !p->blk16;

@@ -299,3 +299,54 @@ Test(dnnl_ops, batch_norm_on_nchw16c_matches_the_plain_call) {
     unsetenv("TP_CPU_BNORM");
     tp_backend_destroy(&b);
 }
+
+/* Pooling on nChw16c (the max pool after ResNet-18's stem, inside its
+ * chain): the blocked call against oneDNN's plain one (TP_CPU_POOL=dnnl),
+ * max (the same maxima) and average, stored and added; oneDNN runs a
+ * blocked call even with TP_CPU_POOL=own (ops_cpu.c reads NCHW). */
+Test(dnnl_ops, pooling_on_nchw16c_matches_the_plain_call) {
+    const struct { tp_op_kind_t kind; int k, s, p; } g[] = {
+        {TP_OP_MAX_POOL, 3, 2, 1}, {TP_OP_MAX_POOL, 2, 2, 0}, {TP_OP_AVG_POOL, 3, 1, 1}};
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        for (int acc = 0; acc < 2; acc++) {
+            tp_op_attr_t a = {0};
+            a.kh = a.kw = g[i].k;
+            a.sh = a.sw = g[i].s;
+            a.ph = a.pw = g[i].p;
+            const tp_shape_t xs = {4, {3, 32, 12, 10}}, ys = s_pool_out(xs, g[i].k, g[i].s, g[i].p);
+            call_t t[2];
+            for (int p = 0; p < 2; p++) {
+                setenv("TP_CPU_POOL", p ? "own" : "dnnl", 1);
+                s_call(&t[p], b, g[i].kind, xs, ys, acc);
+                t[p].attr = a;
+                if (p) {
+                    s_16(t[p].x[0], &xs, 0);
+                    s_16(t[p].dy, &ys, 0);
+                    t[p].c.blk16 = 1u | TP_BLK16_Y;
+                }
+                s_run(&t[p], b);
+            }
+            s_16(t[1].y, &ys, 1);
+            s_16(t[1].dx[0], &xs, 1);
+            s_close(t[1].y, t[0].y, tp_shape_count(&ys), 1e-6f, "y");
+            s_close(t[1].dx[0], t[0].dx[0], tp_shape_count(&xs), 1e-6f, "dx");
+            s_free(&t[0]);
+            s_free(&t[1]);
+        }
+    /* a stride that skips the last row: ops_cpu.c's, so refused by name
+     * (gpu/graph/fold.c keeps such a pool NCHW) */
+    tp_op_attr_t a = {0};
+    a.kh = a.kw = a.sh = a.sw = 2;
+    const tp_shape_t xs = {4, {3, 32, 11, 9}}, ys = s_pool_out(xs, 2, 2, 0);
+    call_t t;
+    s_call(&t, b, TP_OP_MAX_POOL, xs, ys, 0);
+    t.attr = a;
+    t.c.blk16 = 1u | TP_BLK16_Y;
+    cr_assert_eq(b->ops->op_forward(b, NULL, &t.c), TP_ERR_UNSUPPORTED);
+    cr_assert(strstr(tp_last_error(), "nChw16c"), "%s", tp_last_error());
+    s_free(&t);
+    unsetenv("TP_CPU_POOL");
+    tp_backend_destroy(&b);
+}
