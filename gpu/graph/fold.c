@@ -85,12 +85,11 @@ void tp_plan_folds_(tp_tower_t *t) {
  * kernel on nChw16c), and the elementwise add and relu (the same numbers
  * in any layout, so long as all their operands share it), max and average
  * pooling's (oneDNN's, dnnl_pool.c), and the global average pool's input
- * (ops_cpu.c reads either). The value and the
- * gradient of a node share its layout. What leaves the chain (a
- * reshape, an output, a metric, a cost) reads NCHW, so its
- * producer stays NCHW, and with it every tensor tied to it by an add, a
- * relu or a batch norm; the convolutions at the chain's edges reorder as
- * before. Only a backend that says it runs such calls (ops->nchw16c)
+ * (ops_cpu.c reads either). The value and the gradient of a node share
+ * its layout. What leaves the chain (a reshape, an output, a metric, a
+ * cost) reads NCHW, so its producer stays NCHW, and with it every tensor
+ * tied to it by an add, a relu, a pooling or a batch norm; the
+ * convolutions at the chain's edges reorder as before. Only a backend that says it runs such calls (ops->nchw16c)
  * gets them; tp_model_config_t.fold = 0 (TP_FOLD=0) keeps every tensor
  * NCHW, and TP_BLK16_CHAIN=0 this plan alone. */
 
@@ -118,9 +117,9 @@ static int s_blk16_conv_in(const tp_node_t *conv) {
 /* n's own call may produce a blocked value: a conv2d whose output has C a
  * multiple of 16 and at least 8 input channels (fewer run oneDNN's
  * backward-data through im2col on NCHW, dnnl_conv.c) or an input that
- * wants no gradient, batch norm (not an
- * inference-mode one that runs backward: that is ops_cpu.c's kernel), add
- * of same-shaped inputs, pooling that oneDNN runs, relu */
+ * wants no gradient, batch norm (not an inference-mode one that runs
+ * backward: that is ops_cpu.c's kernel), add of same-shaped inputs,
+ * pooling that oneDNN runs, relu */
 static int s_blk16_kind(const tp_node_t *n) {
     if (!s_blk16_shape(n) || n->folded)
         return 0;
@@ -177,19 +176,19 @@ void tp_plan_blk16_(tp_tower_t *t) {
                 continue; /* reads its caller's value inside one call */
             for (int j = 0; j < n->ninputs; j++) {
                 tp_node_t *p = (tp_node_t *)tp_node_caller_(n->inputs[j]);
-                int ok;
-                if (n->kind == TP_OP_CONV2D && j == 0)
-                    ok = s_blk16_conv_in(n) || !p->blk16;
-                else if (n->kind == TP_OP_GLOBAL_AVG_POOL && j == 0)
-                    ok = 1; /* reads either (ops_cpu.c), writes plain [N, C] */
-                else if ((n->kind == TP_OP_BATCH_NORM && j == 0) || n->kind == TP_OP_ADD ||
-                         n->kind == TP_OP_RELU || n->kind == TP_OP_MAX_POOL ||
-                         n->kind == TP_OP_AVG_POOL)
-                    ok = p->blk16 == n->blk16;
-                else
-                    ok = !p->blk16;
-                if (!ok) {
+                const int tied = (n->kind == TP_OP_BATCH_NORM && j == 0) ||
+                                 n->kind == TP_OP_ADD || n->kind == TP_OP_RELU ||
+                                 n->kind == TP_OP_MAX_POOL || n->kind == TP_OP_AVG_POOL;
+                if (tied && p->blk16 != n->blk16) { /* one layout for both */
                     p->blk16 = n->blk16 = 0;
+                    changed = 1;
+                } else if (!tied && p->blk16 &&
+                           !(n->kind == TP_OP_CONV2D && j == 0 && s_blk16_conv_in(n)) &&
+                           !(n->kind == TP_OP_GLOBAL_AVG_POOL && j == 0)) {
+                    /* a reader of NCHW only (the conv's weights, a reshape,
+                     * ...); a conv's x and the global average pool's (ops_cpu.c)
+                     * take either, whatever their own output's layout */
+                    p->blk16 = 0;
                     changed = 1;
                 }
             }
