@@ -14,7 +14,9 @@
  * (resnet18: L2 1e-4 in its cost; resnet: 5e-4). Prints one JSON line: CPU and wall milliseconds per step (the
  * fastest and the median of --steps), and with --profile each op kind's
  * share of the profiled steps (the host's clock per call) and the
- * convolutions' GFLOP a step. */
+ * convolutions' GFLOP a step; --profile-nodes also each node's forward and
+ * backward ms a step on stderr (the per-layer table of docs/performance.md,
+ * "nChw16c chains"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 # ROUNDS rounds (default 3) alternating the sides, the order reversed each
 # round; prints each run's JSON and the median of the rounds' ratios
 # (towerpack's fastest step's CPU ms / PyTorch's). The options after --
-# go to both sides (--profile to towerpack's only), e.g. the zoo's
+# go to both sides (--profile and --profile-nodes to towerpack's only), e.g. the zoo's
 # CIFAR-style ResNet on Fashion-MNIST's shape (issue 49's ResNet row):
 #
 #   bash bench/images/resnet18_step.sh [ROUNDS] [BUILD] [-- resnet18_step options]
