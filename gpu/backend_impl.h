@@ -102,7 +102,12 @@ typedef struct tp_op_call {
     const float *bias;
     float *dbias;
     int dbias_acc;
+    /* nChw16c operands (gpu/graph/fold.c's tp_plan_blk16_, only on a
+     * backend whose nchw16c says yes): bit i, input i's value and dx[i];
+     * TP_BLK16_Y, y and dy. 0: every operand in its plain layout. */
+    unsigned blk16;
 } tp_op_call_t;
+#define TP_BLK16_Y (1u << 31)
 
 /* A folded activation (attr->act) and a backend's op entries. The
  * backward masks dy into room at the start of the op's workspace (the
@@ -361,6 +366,13 @@ typedef struct tp_backend_ops {
                                  tp_stream_t *s, float *buf, size_t count,
                                  int average, float *param, float *momentum_buf,
                                  float lr, float momentum, int nesterov);
+    /* ---- activations kept blocked between ops (appended later; NULL or 0:
+     * never). 1: this backend runs conv2d, batch norm, add, relu, max and
+     * average pooling and global average pool calls whose tp_op_call_t.blk16 marks operands
+     * as nChw16c (C a multiple of
+     * 16, [N, C/16, H, W, 16]), so that the graph may keep a tensor that
+     * only such ops read in that layout (gpu/graph/fold.c). */
+    int (*nchw16c)(tp_backend_t *b);
 } tp_backend_ops_t;
 
 struct tp_backend {

@@ -6,7 +6,7 @@
  * (resnet18_step_torch.py).
  *
  *   resnet18_step [--model resnet18] [--size 112] [--batch 16] [--classes 3]
- *                 [--channels 3] [--warmup 2] [--steps 6] [--profile]
+ *                 [--channels 3] [--warmup 2] [--steps 6] [--profile] [--profile-nodes]
  *
  * uint8 images of random pixels (--channels 1: grey, as Fashion-MNIST's
  * `--model resnet --size 28 --channels 1 --classes 10 --batch 128`),
@@ -14,7 +14,9 @@
  * (resnet18: L2 1e-4 in its cost; resnet: 5e-4). Prints one JSON line: CPU and wall milliseconds per step (the
  * fastest and the median of --steps), and with --profile each op kind's
  * share of the profiled steps (the host's clock per call) and the
- * convolutions' GFLOP a step. */
+ * convolutions' GFLOP a step; --profile-nodes also each node's forward and
+ * backward ms a step on stderr (the per-layer table of docs/performance.md,
+ * "nChw16c chains"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +51,8 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--profile"))
             profile = 1;
+        else if (!strcmp(argv[i], "--profile-nodes"))
+            profile = 2;
         else if (v && !strcmp(argv[i], "--model"))
             name = argv[++i];
         else if (v && !strcmp(argv[i], "--size"))
@@ -148,6 +152,13 @@ int main(int argc, char **argv) {
                 cb += pr[i].flops_backward;
             }
         }
+        /* --profile-nodes: each node's row on stderr (the per-layer table
+         * of docs/performance.md), ms a step forward and backward */
+        for (int i = 0; profile > 1 && i < np; i++)
+            fprintf(stderr, "%-40s %-14s fwd %7.2f  bwd %7.2f  folds %d  gflop %.3f/%.3f\n",
+                    pr[i].name, tp_op_name(pr[i].kind), (double)pr[i].forward_ns / 1e6 / steps,
+                    (double)pr[i].backward_ns / 1e6 / steps, pr[i].folds,
+                    pr[i].flops_forward / 1e9, pr[i].flops_backward / 1e9);
         printf(", \"conv_gflop_per_step\": %.2f, \"profile_ms\": {", (cf + cb) / 1e9);
         const char *sep = "";
         for (int k = 0; k < TP_OP_COUNT; k++)

@@ -7,7 +7,7 @@
 # ROUNDS rounds (default 3) alternating the sides, the order reversed each
 # round; prints each run's JSON and the median of the rounds' ratios
 # (towerpack's fastest step's CPU ms / PyTorch's). The options after --
-# go to both sides (--profile to towerpack's only), e.g. the zoo's
+# go to both sides (--profile and --profile-nodes to towerpack's only), e.g. the zoo's
 # CIFAR-style ResNet on Fashion-MNIST's shape (issue 49's ResNet row):
 #
 #   bash bench/images/resnet18_step.sh [ROUNDS] [BUILD] [-- resnet18_step options]
@@ -24,7 +24,7 @@ cc -O2 -Wall -Wextra -Iinclude -o "$build/bench/resnet18_step" bench/images/resn
    "$build/lib/libtowerpack_models.a" -L"$build/lib" -ltowerpack -ljansson -lm \
    -Wl,-rpath,"$PWD/$build/lib"
 torch_args=()
-for a in "$@"; do [ "$a" = --profile ] || torch_args+=("$a"); done
+for a in "$@"; do [ "$a" = --profile ] || [ "$a" = --profile-nodes ] || torch_args+=("$a"); done
 ratios=()
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then order="tp torch"; else order="torch tp"; fi

@@ -304,6 +304,13 @@ static tp_dnnl_conv_t *s_dnnl(tp_backend_t *b) {
     return b->ops == &s_cpu_ops ? b->impl : NULL;
 }
 
+/* activations kept nChw16c between ops (fold.c): where the convolutions
+ * run on oneDNN's blocked layouts (dnnl_conv.c) */
+static int s_nchw16c(tp_backend_t *b) {
+    tp_dnnl_conv_t *d = s_dnnl(b);
+    return d && tp_dnnl_conv_nchw16c(d);
+}
+
 static size_t s_op_workspace(tp_backend_t *b, const tp_op_call_t *c) {
     return tp_cpu_op_workspace(s_dnnl(b), c);
 }
@@ -703,6 +710,7 @@ static const tp_backend_ops_t s_cpu_ops = {
     .ema_update = s_ema_update,
     .grad_accumulate = s_grad_accumulate,
     .allreduce_sgd = s_allreduce_sgd,
+    .nchw16c = s_nchw16c,
 };
 
 /* OpenBLAS's pthread build runs its own pool beside the OpenMP team of

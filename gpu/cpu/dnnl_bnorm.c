@@ -22,6 +22,8 @@ typedef struct {
     int64_t family; /* 2: batch norm */
     int64_t n, c, sp, training, threads;
     float eps;
+    int32_t blk16;  /* x, y, dx, dy nChw16c (tp_op_call_t.blk16): [n, c, sp, 1]
+                       read as [N, C/16, H*W, 16], the same bytes */
 } s_key_t;
 
 static void s_key(const tp_op_call_t *c, unsigned char out[160]) {
@@ -37,13 +39,14 @@ static void s_key(const tp_op_call_t *c, unsigned char out[160]) {
     k.training = c->attr->training != 0;
     k.eps = c->attr->eps;
     k.threads = tp_dnnl_threads();
+    k.blk16 = c->blk16 != 0;
     memset(out, 0, 160);
     memcpy(out, &k, sizeof k);
 }
 
 static void s_mds(const s_key_t *k, dnnl_memory_desc_t *data, dnnl_memory_desc_t *vec) {
     dnnl_dims_t d = {k->n, k->c, k->sp, 1}, v = {k->c};
-    dnnl_memory_desc_init_by_tag(data, 4, d, dnnl_f32, dnnl_nchw);
+    dnnl_memory_desc_init_by_tag(data, 4, d, dnnl_f32, k->blk16 ? dnnl_nChw16c : dnnl_nchw);
     dnnl_memory_desc_init_by_tag(vec, 1, v, dnnl_f32, dnnl_a);
 }
 
@@ -79,13 +82,29 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     return rc;
 }
 
+/* A blocked call that only ops_cpu.c's NCHW kernels would run (a smaller
+ * workspace than planned, an inference-mode backward): fold.c's plan keeps
+ * such calls plain. */
+static tp_status_t s_refuse(const tp_op_call_t *c) {
+    return tp_error(TP_ERR_UNSUPPORTED, "%s: batch norm on nChw16c that oneDNN cannot "
+                    "run here (dnnl_bnorm.c); TP_BLK16_CHAIN=0 keeps it NCHW", c->name);
+}
+
 /* As dnnl_pool.c's: the entry when oneDNN runs the call, else NULL. */
 static tp_status_t s_entry(const tp_op_call_t *c, int planning, tp_dnnl_prim_t **out,
                            int *owned) {
     *out = NULL;
     *owned = 0;
-    /* unset: ops_cpu.c's, 3-5x faster (dnnl_ops.h) */
-    if (tp_dnnl_ops_path("TP_CPU_BNORM") != 1 || c->xshape[0].ndim < 2 || c->ninputs != 3)
+    /* unset: ops_cpu.c's, 3-5x faster on NCHW (dnnl_ops.h); a call on
+     * nChw16c (a blocked chain, gpu/graph/fold.c) is oneDNN's: ops_cpu.c
+     * reads NCHW only */
+    const int blk = c->blk16 != 0;
+    if (blk && (c->blk16 != (1u | TP_BLK16_Y) || c->xshape[0].ndim != 4 ||
+                c->xshape[0].d[1] % 16 || c->ninputs != 3))
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: batch norm with x and y in different "
+                        "layouts or not [N, 16k, H, W] nChw16c (dnnl_bnorm.c)", c->name);
+    if ((!blk && tp_dnnl_ops_path("TP_CPU_BNORM") != 1) || c->xshape[0].ndim < 2 ||
+        c->ninputs != 3)
         return TP_OK;
     unsigned char key[160];
     s_key(c, key);
@@ -113,7 +132,7 @@ tp_status_t tp_dnnl_bnorm_forward(const tp_op_call_t *c, int *done) {
     *done = 0;
     TP_TRY(s_entry(c, 0, &e, &owned));
     if (!e)
-        return TP_OK;
+        return c->blk16 ? s_refuse(c) : TP_OK;
     *done = 1;
     s_key_t k;
     memcpy(&k, e->key, sizeof k);
@@ -167,8 +186,12 @@ tp_status_t tp_dnnl_bnorm_backward(const tp_op_call_t *c, int *done) {
     *done = 0;
     TP_TRY(s_entry(c, 0, &e, &owned));
     if (!e)
-        return TP_OK;
+        return c->blk16 ? s_refuse(c) : TP_OK;
     tp_status_t rc = TP_OK;
+    if (!e->bwd && c->blk16) {
+        rc = s_refuse(c);
+        goto out;
+    }
     if (!e->bwd) /* inference mode: ops_cpu.c's, on the mean and 1/std above */
         goto out;
     *done = 1;

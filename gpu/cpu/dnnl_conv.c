@@ -205,8 +205,13 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
                          const char *name, s_mds_t *m) {
     dnnl_dims_t xd = {k->n, k->c, k->h, k->w}, yd = {k->n, k->o, k->oh, k->ow};
     dnnl_dims_t bd = {k->o};
-    S_DNNL(dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32, dnnl_nchw));
-    S_DNNL(dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32, dnnl_nchw));
+    /* the call's layouts: NCHW, or nChw16c where the graph keeps the
+     * tensor blocked (tp_op_call_t.blk16); a primitive that runs on the
+     * same then reads or writes the op's buffer itself, no reorder */
+    S_DNNL(dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32,
+                                        (k->blk16 & 1) ? dnnl_nChw16c : dnnl_nchw));
+    S_DNNL(dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32,
+                                        (k->blk16 & 2) ? dnnl_nChw16c : dnnl_nchw));
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->b, 1, bd, dnnl_f32, dnnl_a));
     /* conv2d's W is [O, C/g, KH, KW]; conv2d_transpose's (PyTorch's) is
      * [C, O/g, KH, KW], oneDNN's iohw of the same logical weights */
@@ -908,6 +913,26 @@ static tp_status_t s_ws(const s_entry_t *e, const tp_op_call_t *c, char **base, 
 static void s_bias_grad(const s_geom_t *k, const float *dy, float *db, int acc) {
     const size_t p = (size_t)(k->oh * k->ow);
     enum { L = 16 }; /* lanes: independent float sums the compiler vectorises */
+    if (k->blk16 & 2) { /* dy nChw16c: channel o is lane o % 16 of block o / 16 */
+        const size_t cb = (size_t)k->o / 16;
+        for (size_t b16 = 0; b16 < cb; b16++) {
+            double s[L] = {0};
+            for (int64_t b = 0; b < k->n; b++) {
+                const float *r = dy + ((size_t)b * cb + b16) * p * L;
+                float lane[L] = {0};
+                for (size_t i = 0; i < p; i++)
+                    for (int j = 0; j < L; j++)
+                        lane[j] += r[i * L + j];
+                for (int j = 0; j < L; j++)
+                    s[j] += lane[j];
+            }
+            for (int j = 0; j < L; j++) {
+                float *d = db + b16 * L + (size_t)j;
+                *d = acc ? *d + (float)s[j] : (float)s[j];
+            }
+        }
+        return;
+    }
     for (int64_t o = 0; o < k->o; o++) {
         double s = 0.0;
         for (int64_t b = 0; b < k->n; b++) {
@@ -986,6 +1011,10 @@ void tp_dnnl_conv_destroy(tp_dnnl_conv_t **self_p) {
     *self_p = NULL;
 }
 
+int tp_dnnl_conv_nchw16c(const tp_dnnl_conv_t *self) {
+    return self->path == TP_CPU_CONV_DNNL && __builtin_cpu_supports("avx512f");
+}
+
 int tp_dnnl_conv_cached(tp_dnnl_conv_t *self) {
     pthread_mutex_lock(&self->mu);
     int n = self->count;
@@ -1007,6 +1036,16 @@ size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     if (owned)
         s_entry_free(e);
     return bytes;
+}
+
+/* A call with nChw16c operands where ops_conv.c or our own bias pass would
+ * run (a transposed conv, a geometry oneDNN lacks, im2col's backward-data):
+ * they read NCHW; the graph's plan (fold.c) keeps such calls plain. */
+static tp_status_t s_blk16_refuse(const tp_op_call_t *c) {
+    return tp_error(TP_ERR_UNSUPPORTED,
+                    "%s: a convolution with nChw16c operands that oneDNN does not "
+                    "run on them (dnnl_conv.c); TP_BLK16_CHAIN=0 keeps them NCHW",
+                    c->name);
 }
 
 /* y = max(y, 0): a folded relu that the primitive did not apply. */
@@ -1066,7 +1105,9 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     TP_TRY(s_lookup(self, c, &e, &owned));
     tp_status_t rc;
     char *base = NULL, *own = NULL;
-    if (!e->ok) {
+    if (c->blk16 && (!e->ok || e->own_bias)) {
+        rc = s_blk16_refuse(c);
+    } else if (!e->ok) {
         rc = tp_cpu_conv_forward(c);
         if (rc == TP_OK && relu)
             s_relu(c);
@@ -1097,6 +1138,8 @@ static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_ent
                               int premasked) {
     tp_status_t rc = TP_OK;
     char *base = NULL, *own = NULL;
+    if (c->blk16 && (!e->ok || e->own_bias || (c->dx[0] && e->data_im2col)))
+        return s_blk16_refuse(c);
     if (!e->ok)
         return tp_cpu_conv_backward(c);
     TP_TRY(s_ws(e, c, &base, &own));

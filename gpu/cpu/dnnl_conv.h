@@ -50,6 +50,12 @@ tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c);
  * numbers either way. */
 tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t *c);
 
+/* 1 when conv2d calls with nChw16c operands (tp_op_call_t.blk16) run on
+ * that layout without reorders: TP_CPU_CONV=dnnl on AVX-512, whose
+ * primitives choose nChw16c. (Any conv2d call with blk16 operands runs
+ * correctly on the dnnl paths, reordered where the primitive differs.) */
+int tp_dnnl_conv_nchw16c(const tp_dnnl_conv_t *self);
+
 /* Geometries cached (each with its three passes), for the tests. */
 int tp_dnnl_conv_cached(tp_dnnl_conv_t *self);
 

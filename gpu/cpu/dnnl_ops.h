@@ -54,6 +54,8 @@ typedef struct {
     int32_t bias;            /* a third input (conv's bias) */
     int32_t relu;            /* a folded relu (attr.act) */
     int32_t threads;         /* the OpenMP team the primitives are made for */
+    int32_t blk16;           /* bit 0: x (and dx) nChw16c; bit 1: y (and dy)
+                                (tp_op_call_t.blk16) */
 } tp_dnnl_geom_t;
 
 /* c's geometry for a team of `threads` (tp_dnnl_threads()). */

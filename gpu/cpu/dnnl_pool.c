@@ -5,7 +5,9 @@
  * reads each value once). Average pooling excludes the padding, as
  * ops_cpu.c's (and PyTorch's count_include_pad=False) does. The window's
  * right padding is what makes oneDNN's output size ours; a negative one (a
- * stride that skips the last rows) is left to ops_cpu.c. */
+ * stride that skips the last rows) is left to ops_cpu.c. Inside a blocked
+ * chain (tp_op_call_t.blk16, gpu/graph/fold.c) x, y and their gradients
+ * are nChw16c, and oneDNN runs the call whatever TP_CPU_POOL says. */
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
@@ -39,9 +41,11 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     if (pr[0] < 0 || pr[1] < 0)
         return TP_OK; /* e->ok 0: ops_cpu.c's */
     dnnl_memory_desc_t xm, ym;
-    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, dnnl_nchw);
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32,
+                                                    (k.blk16 & 1) ? dnnl_nChw16c : dnnl_nchw);
     if (st == dnnl_success)
-        st = dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32, dnnl_nchw);
+        st = dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32,
+                                          (k.blk16 & 2) ? dnnl_nChw16c : dnnl_nchw);
     const dnnl_alg_kind_t alg = k.kind == TP_OP_MAX_POOL ? dnnl_pooling_max : dnnl_pooling_avg_exclude_padding;
     dnnl_pooling_desc_t fd, bd;
     if (st == dnnl_success)
@@ -69,11 +73,15 @@ static tp_status_t s_entry(const tp_op_call_t *c, tp_dnnl_prim_t **out, int *own
     /* unset: all but ops_cpu.c's 2x2 stride 2 max pooling (docs/performance.md) */
     const int own_fast = c->kind == TP_OP_MAX_POOL && a->kh == 2 && a->kw == 2 &&
                          a->sh == 2 && a->sw == 2 && a->ph == 0 && a->pw == 0;
-    if (path == 0 || (path < 0 && own_fast) || c->xshape[0].ndim != 4)
+    if (!c->blk16 && (path == 0 || (path < 0 && own_fast) || c->xshape[0].ndim != 4))
         return TP_OK;
     unsigned char key[160];
     s_key(c, key);
-    return tp_dnnl_entry(key, s_build, c, 0, out, owned);
+    TP_TRY(tp_dnnl_entry(key, s_build, c, 0, out, owned));
+    if (!*out && c->blk16) /* ops_cpu.c reads NCHW only; fold.c plans none such */
+        return tp_error(TP_ERR_UNSUPPORTED, "%s: pooling on nChw16c that oneDNN does not "
+                        "run (dnnl_pool.c); TP_BLK16_CHAIN=0 keeps it NCHW", c->name);
+    return TP_OK;
 }
 
 size_t tp_dnnl_pool_workspace(const tp_op_call_t *c, size_t own) {
@@ -114,8 +122,9 @@ static tp_status_t s_fwd(const tp_op_call_t *c, const tp_dnnl_prim_t *e, char *w
     const tp_shape_t *x = &c->xshape[0], *y = &c->yshape;
     dnnl_dims_t xd = {x->d[0], x->d[1], x->d[2], x->d[3]};
     dnnl_dims_t yd = {y->d[0], y->d[1], y->d[2], y->d[3]};
-    dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, dnnl_nchw);
-    dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32, dnnl_nchw);
+    dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, (c->blk16 & 1u) ? dnnl_nChw16c : dnnl_nchw);
+    dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32,
+                                 (c->blk16 & TP_BLK16_Y) ? dnnl_nChw16c : dnnl_nchw);
     mds[0] = &xm;
     mds[1] = &ym;
     if (e->ws_bytes) {
@@ -181,8 +190,10 @@ tp_status_t tp_dnnl_pool_backward(const tp_op_call_t *c, int *done) {
         dnnl_dims_t xd = {x->d[0], x->d[1], x->d[2], x->d[3]};
         dnnl_dims_t yd = {y->d[0], y->d[1], y->d[2], y->d[3]};
         dnnl_memory_desc_t xm, ym;
-        dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, dnnl_nchw);
-        dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32, dnnl_nchw);
+        dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32,
+                                     (c->blk16 & 1u) ? dnnl_nChw16c : dnnl_nchw);
+        dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32,
+                                     (c->blk16 & TP_BLK16_Y) ? dnnl_nChw16c : dnnl_nchw);
         int args[4] = {DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC}, n = 2;
         const dnnl_memory_desc_t *mds[4] = {&ym, &xm};
         void *ptrs[4] = {(void *)c->dy, tmp ? tmp : dx};

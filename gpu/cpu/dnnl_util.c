@@ -88,6 +88,7 @@ void tp_dnnl_geom(const tp_op_call_t *c, int threads, tp_dnnl_geom_t *k) {
     k->bias = !pool && c->ninputs > 2;
     k->relu = a->act == TP_ACT_RELU;
     k->threads = threads;
+    k->blk16 = ((c->blk16 & 1u) ? 1 : 0) | ((c->blk16 & TP_BLK16_Y) ? 2 : 0);
 }
 
 int tp_dnnl_ops_path(const char *env) {

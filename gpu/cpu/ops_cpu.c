@@ -362,9 +362,45 @@ static void s_pool_bwd(const tp_op_call_t *c, int max) {
                     s_pool_bwd_planes, &P);
 }
 
+/* The global average pool of an nChw16c x (tp_op_call_t.blk16 bit 0: the
+ * end of a blocked chain, gpu/graph/fold.c): channel k of image b is lane
+ * k % 16 of block k / 16, [N, C/16, H*W, 16]; y is plain [N, C]. */
+static void s_gap16_fwd(const tp_op_call_t *c, size_t n, size_t ch, size_t sp) {
+    const float *x = c->x[0];
+    float *y = c->y;
+    for (size_t r = 0; r < n * (ch / 16); r++) {
+        float lane[16] = {0};
+        const float *restrict v = x + r * sp * 16;
+        for (size_t i = 0; i < sp; i++)
+            for (int l = 0; l < 16; l++)
+                lane[l] += v[i * 16 + (size_t)l];
+        for (int l = 0; l < 16; l++)
+            y[r * 16 + (size_t)l] = lane[l] / (float)sp;
+    }
+}
+
+static void s_gap16_bwd(const tp_op_call_t *c, size_t n, size_t ch, size_t sp) {
+    const float *dy = c->dy;
+    float *dx = c->dx[0];
+    const float inv = 1.0f / (float)sp;
+    for (size_t r = 0; r < n * (ch / 16); r++) {
+        float g[16];
+        for (int l = 0; l < 16; l++)
+            g[l] = dy[r * 16 + (size_t)l] * inv;
+        float *restrict d = dx + r * sp * 16;
+        for (size_t i = 0; i < sp; i++)
+            for (int l = 0; l < 16; l++)
+                d[i * 16 + (size_t)l] = (c->dx_acc[0] ? d[i * 16 + (size_t)l] : 0.0f) + g[l];
+    }
+}
+
 static void s_gap_fwd(const tp_op_call_t *c) {
     size_t n, ch, sp;
     s_ncs(&c->xshape[0], &n, &ch, &sp);
+    if (c->blk16 & 1u) {
+        s_gap16_fwd(c, n, ch, sp);
+        return;
+    }
     const float *x = c->x[0];
     float *y = c->y;
     for (size_t p = 0; p < n * ch; p++)
@@ -378,6 +414,10 @@ static void s_gap_bwd(const tp_op_call_t *c) {
     float *dx = c->dx[0];
     if (!dx)
         return;
+    if (c->blk16 & 1u) {
+        s_gap16_bwd(c, n, ch, sp);
+        return;
+    }
     const float inv = 1.0f / (float)sp;
     /* plane by plane: one gradient value a plane (an index division per
      * item kept the loop scalar, 10x PyTorch's time) */

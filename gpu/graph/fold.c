@@ -18,6 +18,7 @@
  * relu's or the bias's): fetching or pruning to it is an error that says
  * so (model.c), and tp_model_config_t.fold = 0 keeps every value. */
 #include <stdlib.h>
+#include <string.h>
 #include "gpu/graph/graph_internal.h"
 
 /* The transposed convolution's relu goes into its bias pass (oneDNN's
@@ -72,4 +73,129 @@ void tp_plan_folds_(tp_tower_t *t) {
         c->folded = q;
     }
     free(uses);
+}
+
+/* ---- activations kept nChw16c between ops (issue 49) ----------------------
+ *
+ * On the CPU every oneDNN convolution ran on nChw16c ([N, C/16, H, W, 16],
+ * AVX-512's blocked layout) and reordered x, y, dy and dx between it and
+ * the graph's NCHW at its edges: four passes over each activation, ~10% of
+ * a ResNet step. A tensor whose every reader takes the blocked layout can
+ * stay in it: the convolution's input and output, batch norm's (oneDNN's
+ * kernel on nChw16c), and the elementwise add and relu (the same numbers
+ * in any layout, so long as all their operands share it), max and average
+ * pooling's (oneDNN's, dnnl_pool.c), and the global average pool's input
+ * (ops_cpu.c reads either). The value and the gradient of a node share
+ * its layout. What leaves the chain (a reshape, an output, a metric, a
+ * cost) reads NCHW, so its producer stays NCHW, and with it every tensor
+ * tied to it by an add, a relu, a pooling or a batch norm; the
+ * convolutions at the chain's edges reorder as before. Only a backend that says it runs such calls (ops->nchw16c)
+ * gets them; tp_model_config_t.fold = 0 (TP_FOLD=0) keeps every tensor
+ * NCHW, and TP_BLK16_CHAIN=0 this plan alone. */
+
+static int s_same_shape(const tp_shape_t *a, const tp_shape_t *b) {
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->d[i] != b->d[i])
+            return 0;
+    return 1;
+}
+
+/* n's 4-D float shape with C a multiple of 16 */
+static int s_blk16_shape(const tp_node_t *n) {
+    return n->dtype == TP_FLOAT32 && n->shape.ndim == 4 && n->shape.d[1] > 0 &&
+           n->shape.d[1] % 16 == 0;
+}
+
+/* conv2d's input x may be blocked: ungrouped, C a multiple of 16 */
+static int s_blk16_conv_in(const tp_node_t *conv) {
+    return conv->ninputs >= 2 && (conv->attr.groups <= 1) &&
+           s_blk16_shape(conv->inputs[0]);
+}
+
+/* n's own call may produce a blocked value: a conv2d whose output has C a
+ * multiple of 16 and at least 8 input channels (fewer run oneDNN's
+ * backward-data through im2col on NCHW, dnnl_conv.c) or an input that
+ * wants no gradient, batch norm (not an inference-mode one that runs
+ * backward: that is ops_cpu.c's kernel), add of same-shaped inputs,
+ * pooling that oneDNN runs, relu */
+static int s_blk16_kind(const tp_node_t *n) {
+    if (!s_blk16_shape(n) || n->folded)
+        return 0;
+    switch (n->kind) {
+    case TP_OP_CONV2D: /* (an input that wants no gradient needs no
+                          backward-data: the first layer's image) */
+        return n->attr.groups <= 1 && n->ninputs >= 2 && n->inputs[0]->shape.ndim == 4 &&
+               (n->inputs[0]->shape.d[1] >= 8 || !n->inputs[0]->backward);
+    case TP_OP_BATCH_NORM:
+        return n->ninputs == 3 && (n->attr.training || !n->backward);
+    case TP_OP_ADD:
+        return n->ninputs == 2 && s_same_shape(&n->inputs[0]->shape, &n->shape) &&
+               s_same_shape(&n->inputs[1]->shape, &n->shape);
+    case TP_OP_MAX_POOL:
+    case TP_OP_AVG_POOL: { /* oneDNN's (dnnl_pool.c): not a window past the
+                              input's end, a stride that skips rows */
+        const tp_shape_t *x = &n->inputs[0]->shape;
+        return n->ninputs == 1 && x->ndim == 4 &&
+               (n->shape.d[2] - 1) * n->attr.sh + n->attr.kh - x->d[2] - n->attr.ph >= 0 &&
+               (n->shape.d[3] - 1) * n->attr.sw + n->attr.kw - x->d[3] - n->attr.pw >= 0;
+    }
+    case TP_OP_RELU:
+        return n->ninputs == 1;
+    default:
+        return 0;
+    }
+}
+
+void tp_plan_blk16_(tp_tower_t *t) {
+    const char *env = getenv("TP_BLK16_CHAIN");
+    if (env && !strcmp(env, "0"))
+        return;
+    tp_model_t *m = t->model;
+    tp_backend_t *b = m ? m->backend : NULL;
+    if (!b || !b->ops->nchw16c || !b->ops->nchw16c(b))
+        return;
+    /* candidates: the calls that may write a blocked value (a folded
+     * node's value is its caller's, decided with it) */
+    for (int i = 0; i < t->nnodes; i++)
+        t->nodes[i]->blk16 = s_blk16_kind(t->nodes[i]);
+    for (int i = 0; i < t->noutputs; i++)
+        ((tp_node_t *)tp_node_caller_(t->outputs[i].node))->blk16 = 0;
+    for (int k = 0; k < t->ncosts; k++)
+        if (t->costs[k])
+            ((tp_node_t *)tp_node_caller_(t->costs[k]))->blk16 = 0;
+    /* every reader must take the layout, and the elementwise ops and batch
+     * norm have one layout for all their activations: clear until nothing
+     * changes (each pass only clears, so it ends) */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < t->nnodes; i++) {
+            tp_node_t *n = t->nodes[i];
+            if (n->folded)
+                continue; /* reads its caller's value inside one call */
+            for (int j = 0; j < n->ninputs; j++) {
+                tp_node_t *p = (tp_node_t *)tp_node_caller_(n->inputs[j]);
+                const int tied = (n->kind == TP_OP_BATCH_NORM && j == 0) ||
+                                 n->kind == TP_OP_ADD || n->kind == TP_OP_RELU ||
+                                 n->kind == TP_OP_MAX_POOL || n->kind == TP_OP_AVG_POOL;
+                if (tied && p->blk16 != n->blk16) { /* one layout for both */
+                    p->blk16 = n->blk16 = 0;
+                    changed = 1;
+                } else if (!tied && p->blk16 &&
+                           !(n->kind == TP_OP_CONV2D && j == 0 && s_blk16_conv_in(n)) &&
+                           !(n->kind == TP_OP_GLOBAL_AVG_POOL && j == 0)) {
+                    /* a reader of NCHW only (the conv's weights, a reshape,
+                     * ...); a conv's x and the global average pool's (ops_cpu.c)
+                     * take either, whatever their own output's layout */
+                    p->blk16 = 0;
+                    changed = 1;
+                }
+            }
+        }
+    }
+    /* a folded node's value (and gradient) is its caller's */
+    for (int i = 0; i < t->nnodes; i++)
+        if (t->nodes[i]->folded)
+            t->nodes[i]->blk16 = t->nodes[i]->folded->blk16;
 }

@@ -71,6 +71,8 @@ struct tp_node {
     tp_node_t *folded;
     tp_node_t *fold_bias;
     int hidden;
+    int blk16;         /* value and gradient kept nChw16c (tp_plan_blk16_):
+                          only ops that take that layout read them */
     /* per step: the runtime batch */
     tp_shape_t run_shape;
 };
@@ -159,6 +161,9 @@ struct tp_tower {
  * op before them (m->config.fold), once the tower's cost masks and
  * accumulation flags are planned and before its aliases and memory. */
 void tp_plan_folds_(tp_tower_t *t);
+/* fold.c: mark the tensors that stay nChw16c between ops (node->blk16),
+ * after the folds, on a backend whose ops->nchw16c says yes. */
+void tp_plan_blk16_(tp_tower_t *t);
 /* The node whose call does n's work: n->folded, or n itself. */
 static inline const tp_node_t *tp_node_caller_(const tp_node_t *n) {
     return n->folded ? n->folded : n;

@@ -215,6 +215,12 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n, int cost,
         c->dbias_acc = ba->dx_acc[cost * ba->ninputs + 1];
     }
     c->rng = &t->rng;
+    /* operands kept nChw16c (fold.c's tp_plan_blk16_) */
+    for (int i = 0; i < n->ninputs && i < 31; i++)
+        if (n->inputs[i]->blk16)
+            c->blk16 |= 1u << i;
+    if (n->blk16)
+        c->blk16 |= TP_BLK16_Y;
     (void)m;
 }
 
@@ -539,8 +545,10 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         }
     }
     free(written);
-    if (m->config.fold)
+    if (m->config.fold) {
         tp_plan_folds_(t);
+        tp_plan_blk16_(t); /* nChw16c chains (fold.c, issue 49) */
+    }
     s_plan_aliases(t);
 
     /* Sizes: values, gradients, workspaces, laid out in one arena; with
@@ -2362,6 +2370,14 @@ static tp_status_t s_value_node(tp_tower_t *t, const char *name,
                         "with '%s' (config fold), so its own value is not kept; "
                         "fetch '%s', or build with fold = 0 (TP_FOLD=0)",
                         t->name, what, name, by->name, by->name);
+    }
+    if (n->blk16) {
+        *out = NULL;
+        return tp_error(TP_ERR_INVALID, "%s: %s: '%s' is kept in oneDNN's blocked "
+                        "layout nChw16c between the ops that read it (config fold), "
+                        "not NCHW; build with fold = 0 (TP_FOLD=0) or "
+                        "TP_BLK16_CHAIN=0 to read it",
+                        t->name, what, name);
     }
     return TP_OK;
 }

@@ -601,3 +601,112 @@ Test(dnnl_conv, an_unknown_algorithm_is_refused_by_name) {
     cr_assert_null(b);
     cr_assert(strstr(tp_last_error(), "TP_CPU_CONV_ALG=fft"), "%s", tp_last_error());
 }
+
+/* ---- nChw16c operands (tp_op_call_t.blk16: gpu/graph/fold.c keeps a
+ * tensor blocked between the ops that take it) ------------------------------ */
+
+/* [N, C, H, W] between NCHW and nChw16c (C a multiple of 16), plain loops */
+static void s_16(const float *src, float *dst, const tp_shape_t *s, int to_plain) {
+    const size_t n = (size_t)s->d[0], c = (size_t)s->d[1], p = (size_t)(s->d[2] * s->d[3]);
+    for (size_t b = 0; b < n; b++)
+        for (size_t ch = 0; ch < c; ch++)
+            for (size_t i = 0; i < p; i++) {
+                const size_t plain = (b * c + ch) * p + i;
+                const size_t blk = ((b * (c / 16) + ch / 16) * p + i) * 16 + ch % 16;
+                if (to_plain)
+                    dst[plain] = src[blk];
+                else
+                    dst[blk] = src[plain];
+            }
+}
+
+static void s_block(float *v, const tp_shape_t *s) {
+    const size_t n = tp_shape_count(s);
+    float *tmp = malloc(n * sizeof(float));
+    s_16(v, tmp, s, 0);
+    memcpy(v, tmp, n * sizeof(float));
+    free(tmp);
+}
+
+static void s_unblock(float *v, const tp_shape_t *s) {
+    const size_t n = tp_shape_count(s);
+    float *tmp = malloc(n * sizeof(float));
+    s_16(v, tmp, s, 1);
+    memcpy(v, tmp, n * sizeof(float));
+    free(tmp);
+}
+
+/* The same primitives run on the same blocked data, so the numbers are the
+ * plain call's to the bit: x, y or both kept blocked, gradients stored and
+ * added, Winograd (3x3 stride 1, 32 channels), direct stride 2 with a
+ * bias, ResNet's 1x1 stride-2 shortcut, and the bias gradient alone (our
+ * sum over the blocked dy, dnnl_conv.c's s_bias_grad). */
+Test(dnnl_conv, nchw16c_operands_give_the_plain_calls_numbers) {
+    const geom_t gs[] = {
+        {4, 32, 9, 9, 32, 3, 1, 1, 1, 1, 0, 0, 0},  /* Winograd */
+        {3, 16, 8, 7, 32, 3, 2, 1, 1, 1, 1, 0, 0},  /* stride 2, bias */
+        {2, 32, 6, 6, 16, 1, 2, 0, 1, 1, 0, 0, 0},  /* 1x1 stride 2 */
+        {2, 16, 5, 5, 48, 1, 1, 0, 1, 1, 1, 0, 0},  /* 1x1, bias */
+    };
+    const unsigned masks[] = {1u | TP_BLK16_Y, 1u, TP_BLK16_Y};
+    tp_backend_t *b = s_backend("dnnl");
+    for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
+        for (size_t mi = 0; mi < 3; mi++)
+            for (int acc = 0; acc < 3; acc++) { /* 2: only the bias's gradient */
+                if (acc == 2 && !gs[gi].bias)
+                    continue;
+                conv_t p, q;
+                s_conv(&p, &gs[gi]);
+                s_conv(&q, &gs[gi]);
+                const unsigned m = masks[mi];
+                if (acc == 2) {
+                    p.grads[0] = p.grads[1] = q.grads[0] = q.grads[1] = NULL;
+                }
+                if (m & 1u)
+                    s_block(q.x, &q.xs[0]);
+                if (m & TP_BLK16_Y)
+                    s_block(q.dy, &q.ys);
+                q.c.blk16 = m;
+                s_plan(b, &p);
+                s_plan(b, &q);
+                s_step(b, &p, acc == 1);
+                s_step(b, &q, acc == 1);
+                if (m & TP_BLK16_Y)
+                    s_unblock(q.y, &q.ys);
+                cr_assert(!memcmp(p.y, q.y, p.ny * sizeof(float)), "geometry %zu, mask %zu: y",
+                          gi, mi);
+                if (acc < 2) {
+                    if (m & 1u)
+                        s_unblock(q.dx, &q.xs[0]);
+                    cr_assert(!memcmp(p.dx, q.dx, p.nx * sizeof(float)),
+                              "geometry %zu, mask %zu, acc %d: dx", gi, mi, acc);
+                    cr_assert(!memcmp(p.dw, q.dw, p.nw * sizeof(float)),
+                              "geometry %zu, mask %zu, acc %d: dW", gi, mi, acc);
+                }
+                if (gs[gi].bias && acc < 2)
+                    cr_assert(!memcmp(p.db, q.db, (size_t)gs[gi].o * sizeof(float)),
+                              "geometry %zu, mask %zu, acc %d: db", gi, mi, acc);
+                else if (gs[gi].bias) /* our sums, in another order */
+                    s_close("db", "blk16", (int)gi, q.db, p.db, (size_t)gs[gi].o);
+                s_free(&p);
+                s_free(&q);
+            }
+    tp_backend_destroy(&b);
+    unsetenv("TP_CPU_CONV");
+}
+
+/* What reads NCHW only (a transposed conv's own bias pass) refuses blocked
+ * operands by name instead of reading them wrong. */
+Test(dnnl_conv, nchw16c_operands_where_onednn_does_not_run_are_refused) {
+    const geom_t g = {2, 32, 7, 7, 16, 4, 2, 1, 1, 1, 1, 1, 0};
+    tp_backend_t *b = s_backend("dnnl");
+    conv_t t;
+    s_conv(&t, &g);
+    t.c.blk16 = 1u | TP_BLK16_Y;
+    s_plan(b, &t);
+    cr_assert_eq(b->ops->op_forward(b, NULL, &t.c), TP_ERR_UNSUPPORTED);
+    cr_assert(strstr(tp_last_error(), "nChw16c"), "%s", tp_last_error());
+    s_free(&t);
+    tp_backend_destroy(&b);
+    unsetenv("TP_CPU_CONV");
+}

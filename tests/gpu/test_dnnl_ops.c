@@ -171,3 +171,126 @@ Test(dnnl_ops, the_environment_and_the_default_choose_the_path) {
     s_free(&t);
     tp_backend_destroy(&b);
 }
+
+/* ---- batch norm on nChw16c (tp_op_call_t.blk16: gpu/graph/fold.c keeps
+ * a conv -> batch norm -> conv chain blocked) -------------------------------- */
+
+/* [N, C, H, W] between NCHW and nChw16c (C a multiple of 16), in place */
+static void s_16(float *v, const tp_shape_t *s, int to_plain) {
+    const size_t n = (size_t)s->d[0], c = (size_t)s->d[1], p = (size_t)(s->d[2] * s->d[3]);
+    float *tmp = malloc(n * c * p * sizeof(float));
+    for (size_t b = 0; b < n; b++)
+        for (size_t ch = 0; ch < c; ch++)
+            for (size_t i = 0; i < p; i++) {
+                const size_t plain = (b * c + ch) * p + i;
+                const size_t blk = ((b * (c / 16) + ch / 16) * p + i) * 16 + ch % 16;
+                tmp[to_plain ? plain : blk] = v[to_plain ? blk : plain];
+            }
+    memcpy(v, tmp, n * c * p * sizeof(float));
+    free(tmp);
+}
+
+/* The blocked call (x, y, dy, dx nChw16c) against oneDNN's plain one
+ * (TP_CPU_BNORM=dnnl): y, the three gradients stored and added, the
+ * moving averages, and the inference forward; oneDNN's blocked kernel sums
+ * in another order, so within 2e-5, as the own kernels' test. Even with
+ * TP_CPU_BNORM=own a blocked call is oneDNN's (ops_cpu.c reads NCHW). */
+Test(dnnl_ops, batch_norm_on_nchw16c_matches_the_plain_call) {
+    const tp_shape_t xs = {4, {4, 32, 7, 9}};
+    const size_t nx = tp_shape_count(&xs);
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    for (int mode = 0; mode < 3; mode++) {
+        tp_op_attr_t a = {0};
+        a.eps = 1e-5f;
+        a.alpha = 0.9f;
+        a.training = mode < 2; /* 2: inference, forward only */
+        a.update_state = mode == 0;
+        call_t t[2];
+        for (int p = 0; p < 2; p++) {
+            setenv("TP_CPU_BNORM", p ? "own" : "dnnl", 1);
+            s_call(&t[p], b, TP_OP_BATCH_NORM, xs, xs, mode == 1);
+            t[p].attr = a;
+            if (p) {
+                s_16(t[p].x[0], &xs, 0);
+                s_16(t[p].dy, &xs, 0);
+                t[p].c.blk16 = 1u | TP_BLK16_Y;
+            }
+            t[p].c.workspace_bytes = b->ops->op_workspace(b, &t[p].c);
+            t[p].ws = calloc(1, t[p].c.workspace_bytes + 64);
+            t[p].c.workspace = t[p].ws;
+            cr_assert_eq(b->ops->op_forward(b, NULL, &t[p].c), TP_OK, "%s", tp_last_error());
+            if (mode < 2)
+                cr_assert_eq(b->ops->op_backward(b, NULL, &t[p].c), TP_OK, "%s",
+                             tp_last_error());
+            else /* an inference-mode backward is ops_cpu.c's: refused by name */
+                cr_assert_eq(b->ops->op_backward(b, NULL, &t[p].c),
+                             p ? TP_ERR_UNSUPPORTED : TP_OK);
+        }
+        s_16(t[1].y, &xs, 1);
+        s_close(t[1].y, t[0].y, nx, 2e-5f, "y");
+        if (mode < 2) {
+            s_16(t[1].dx[0], &xs, 1);
+            s_close(t[1].dx[0], t[0].dx[0], nx, 2e-5f, "dx");
+            s_close(t[1].dx[1], t[0].dx[1], 32, 2e-5f, "dgamma");
+            s_close(t[1].dx[2], t[0].dx[2], 32, 2e-5f, "dbeta");
+        }
+        for (int i = 0; i < 2; i++)
+            s_close(t[1].state[i], t[0].state[i], 32, 2e-5f, "moving average");
+        s_free(&t[0]);
+        s_free(&t[1]);
+    }
+    unsetenv("TP_CPU_BNORM");
+    tp_backend_destroy(&b);
+}
+
+/* Pooling on nChw16c (the max pool after ResNet-18's stem, inside its
+ * chain): the blocked call against oneDNN's plain one (TP_CPU_POOL=dnnl),
+ * max (the same maxima) and average, stored and added; oneDNN runs a
+ * blocked call even with TP_CPU_POOL=own (ops_cpu.c reads NCHW). */
+Test(dnnl_ops, pooling_on_nchw16c_matches_the_plain_call) {
+    const struct { tp_op_kind_t kind; int k, s, p; } g[] = {
+        {TP_OP_MAX_POOL, 3, 2, 1}, {TP_OP_MAX_POOL, 2, 2, 0}, {TP_OP_AVG_POOL, 3, 1, 1}};
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        for (int acc = 0; acc < 2; acc++) {
+            tp_op_attr_t a = {0};
+            a.kh = a.kw = g[i].k;
+            a.sh = a.sw = g[i].s;
+            a.ph = a.pw = g[i].p;
+            const tp_shape_t xs = {4, {3, 32, 12, 10}}, ys = s_pool_out(xs, g[i].k, g[i].s, g[i].p);
+            call_t t[2];
+            for (int p = 0; p < 2; p++) {
+                setenv("TP_CPU_POOL", p ? "own" : "dnnl", 1);
+                s_call(&t[p], b, g[i].kind, xs, ys, acc);
+                t[p].attr = a;
+                if (p) {
+                    s_16(t[p].x[0], &xs, 0);
+                    s_16(t[p].dy, &ys, 0);
+                    t[p].c.blk16 = 1u | TP_BLK16_Y;
+                }
+                s_run(&t[p], b);
+            }
+            s_16(t[1].y, &ys, 1);
+            s_16(t[1].dx[0], &xs, 1);
+            s_close(t[1].y, t[0].y, tp_shape_count(&ys), 1e-6f, "y");
+            s_close(t[1].dx[0], t[0].dx[0], tp_shape_count(&xs), 1e-6f, "dx");
+            s_free(&t[0]);
+            s_free(&t[1]);
+        }
+    /* a stride that skips the last row: ops_cpu.c's, so refused by name
+     * (gpu/graph/fold.c keeps such a pool NCHW) */
+    tp_op_attr_t a = {0};
+    a.kh = a.kw = a.sh = a.sw = 2;
+    const tp_shape_t xs = {4, {3, 32, 11, 9}}, ys = s_pool_out(xs, 2, 2, 0);
+    call_t t;
+    s_call(&t, b, TP_OP_MAX_POOL, xs, ys, 0);
+    t.attr = a;
+    t.c.blk16 = 1u | TP_BLK16_Y;
+    cr_assert_eq(b->ops->op_forward(b, NULL, &t.c), TP_ERR_UNSUPPORTED);
+    cr_assert(strstr(tp_last_error(), "nChw16c"), "%s", tp_last_error());
+    s_free(&t);
+    unsetenv("TP_CPU_POOL");
+    tp_backend_destroy(&b);
+}

@@ -4,8 +4,11 @@
  * over the same batches, ends with the same variables bit for bit (one
  * tower and two; conv, batch norm, add and matmul folds, dropout after a
  * fold); a value a fold overwrote is an error to fetch, naming what to
- * fetch instead. */
+ * fetch instead. Last, the nChw16c chains of a folded model on the CPU
+ * (tp_plan_blk16_): the ResNet and the CNN-BN train as without them
+ * within rounding. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,13 +125,18 @@ Test(fold, mlp_and_cnn_train_bit_for_bit_as_unfolded) {
     s_same("cnn", 1, 8, 3);
 }
 
-/* batch norm + relu, dropout after a folded fc layer */
+/* batch norm + relu, dropout after a folded fc layer (without the
+ * nChw16c chains: the last tests) */
 Test(fold, cnn_bn_trains_bit_for_bit_as_unfolded) {
+    setenv("TP_BLK16_CHAIN", "0", 1);
     s_same("cnn-bn", 1, 8, 3);
 }
 
-/* add + relu (the residual joins), batch norm + relu */
+/* add + relu (the residual joins), batch norm + relu; without the
+ * nChw16c chains of a folded model (fold.c's tp_plan_blk16_: batch norm
+ * on oneDNN's blocked kernel, another rounding; the last test below) */
 Test(fold, resnet_trains_bit_for_bit_as_unfolded, .timeout = 120) {
+    setenv("TP_BLK16_CHAIN", "0", 1);
     s_same("resnet", 1, 4, 2);
 }
 
@@ -207,4 +215,92 @@ Test(fold, a_value_under_a_fold_is_not_fetched) {
     cr_expect_eq(tp_model_config_default().fold, 1);
     tp_tensor_fini(&f[0]);
     tp_tensor_fini(&f[1]);
+}
+
+/* ---- nChw16c chains (fold.c's tp_plan_blk16_, on the CPU backend where
+ * its convolutions run on oneDNN's blocked layouts) ------------------------ */
+
+/* Variables of a and b: the largest difference over the largest magnitude,
+ * the worst variable's. */
+static double s_apart(tp_model_t *a, tp_model_t *b) {
+    double worst = 0.0;
+    for (int i = 0; i < tp_model_var_count(a); i++) {
+        const char *v = tp_model_var_name(a, i);
+        tp_tensor_t x, y;
+        cr_assert_eq(tp_model_var(a, v, &x), TP_OK);
+        cr_assert_eq(tp_model_var(b, v, &y), TP_OK);
+        const float *p = x.data, *q = y.data;
+        double big = 0.0, d = 0.0;
+        for (size_t j = 0; j < y.nbytes / sizeof(float); j++) {
+            big = fmax(big, fabs((double)q[j]));
+            d = fmax(d, fabs((double)p[j] - (double)q[j]));
+        }
+        if (d / (big + 1e-6) > worst)
+            cr_log_info("  %s: %g apart (largest %g)", v, d, big);
+        worst = fmax(worst, d / (big + 1e-6));
+    }
+    return worst;
+}
+
+/* The zoo ResNet and the CNN-BN with their activations kept nChw16c
+ * between conv, batch norm, pooling, add and relu train as with
+ * TP_BLK16_CHAIN=0 within rounding: oneDNN's blocked batch norm sums in
+ * another order than ops_cpu.c's (the convolutions are the same
+ * primitives); a blocked value is refused on fetch by name, and fetches
+ * with the chain off. */
+/* Model `name` trained 2 steps with the chains (returned, the caller
+ * destroys it) and without: within 1e-3 of each variable's largest
+ * magnitude (the ResNet 1.3e-5, the CNN-BN 2.6e-4: its first conv's
+ * weights, where a relu mask that one rounding flips moves a gradient;
+ * oneDNN's plain batch norm and pooling, logged beside, ended 0.05 and
+ * 3.9e-6 apart), and not the same numbers (chains were made). A layout
+ * mixed up moves every variable by its own size. */
+static tp_model_t *s_chains(const char *name, int batch) {
+    unsetenv("TP_BLK16_CHAIN");
+    unsetenv("TP_CPU_CONV");
+    unsetenv("TP_CPU_BNORM");
+    unsetenv("TP_CPU_POOL");
+    tp_model_t *on = s_model(name, 1, 1, batch);
+    setenv("TP_BLK16_CHAIN", "0", 1);
+    tp_model_t *off = s_model(name, 1, 1, batch);
+    setenv("TP_CPU_BNORM", "dnnl", 1); /* planned and run so */
+    setenv("TP_CPU_POOL", "dnnl", 1);
+    tp_model_t *dnnl = s_model(name, 1, 1, batch);
+    s_train(dnnl, 1, batch, 2);
+    unsetenv("TP_CPU_BNORM");
+    unsetenv("TP_CPU_POOL");
+    s_train(on, 1, batch, 2);
+    s_train(off, 1, batch, 2);
+    const double chain = s_apart(on, off), plain = s_apart(dnnl, off);
+    cr_log_info("%s, 2 steps: chains %.3g apart, oneDNN's plain batch norm and pooling %.3g",
+                name, chain, plain);
+    cr_expect_gt(chain, 0.0, "%s: no chain: the same numbers as ops_cpu.c's", name);
+    cr_expect(chain <= 1e-3, "%s: chains %g apart, plain oneDNN %g", name, chain, plain);
+    tp_model_destroy(&dnnl);
+    tp_model_destroy(&off);
+    return on;
+}
+
+Test(fold, cnn_bn_in_nchw16c_chains_trains_as_in_nchw_within_rounding) {
+    tp_model_t *m = s_chains("cnn-bn", 8);
+    tp_model_destroy(&m);
+}
+
+Test(fold, resnet_in_nchw16c_chains_trains_as_in_nchw_within_rounding, .timeout = 120) {
+    tp_model_t *on = s_chains("resnet", 4);
+    setenv("TP_BLK16_CHAIN", "0", 1);
+    tp_model_t *off = s_model("resnet", 1, 1, 4);
+    tp_tensor_t f[2];
+    s_batch(f, 4, 99);
+    tp_fetch_t conv = {"stage1/block0/conv1/output", {0}};
+    tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
+    cr_expect_eq(tp_model_run(on, -1, f, 2, &conv, 1, &ro), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "nChw16c") && strstr(tp_last_error(), "TP_BLK16_CHAIN=0"),
+              "%s", tp_last_error());
+    cr_expect_eq(tp_model_run(off, -1, f, 2, &conv, 1, &ro), TP_OK, "%s", tp_last_error());
+    tp_tensor_fini(&conv.value);
+    tp_tensor_fini(&f[0]);
+    tp_tensor_fini(&f[1]);
+    tp_model_destroy(&on);
+    tp_model_destroy(&off);
 }
