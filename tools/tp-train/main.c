@@ -733,6 +733,25 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
         }
     }
     d->channels = a->channels ? a->channels : channels;
+    if (!a->spec && !a->remote && !a->classes && d->nclasses < 2)
+        return tp_error(TP_ERR_INVALID, "--data %s holds 1 class ('%s'): a classifier needs "
+                        "2 or more (an image folder: one sub-folder per class, "
+                        "DIR/<class>/<image>; --classes N for more outputs than the data "
+                        "have)", a->data, d->nclasses ? d->classes[0] : "");
+    if (!a->spec && !a->remote && !strncmp(a->data, "imagefolder:", 12)) {
+        /* DIR/train/<class>/... given as DIR: the splits would be the classes */
+        static const char *const splits[] = {"train", "test", "val", "valid", "validation"};
+        int nsplit = 0;
+        for (int i = 0; i < d->nclasses; i++)
+            for (size_t j = 0; j < sizeof splits / sizeof splits[0]; j++)
+                nsplit += !strcmp(d->classes[i], splits[j]);
+        if (nsplit == d->nclasses)
+            return tp_error(TP_ERR_INVALID, "--data %s: its class folders are '%s', '%s'%s: "
+                            "a data set's splits, not classes; give each split's folder "
+                            "(--data imagefolder:DIR/train --test-data imagefolder:DIR/test)",
+                            a->data, d->classes[0], d->classes[1],
+                            d->nclasses > 2 ? ", ..." : "");
+    }
     if (a->classes && a->classes != d->nclasses) {
         /* the names the data have, numbers for the rest */
         const char **names = calloc((size_t)a->classes, sizeof *names);
@@ -973,8 +992,51 @@ static tp_optimizer_t *s_gan_optimizer(void *user) {
  * --epochs, --batch, --lr, --steps-per-epoch, --towers, --threads, --seed,
  * --logdir, --logdir-action, --resume, --no-tensorboard, --log-every,
  * --devices (cpu, auto: the CPU; a GPU id). */
+/* The flags --model dcgan does not read (the classifiers' and the gpt's):
+ * refused by name rather than ignored, so that `--classes 3` or a
+ * `--test-data` does not look as if it were used. TP_OK, or the first one
+ * given. */
+static tp_status_t s_gan_unread_flags(const s_args_t *a, const char *model) {
+    const struct {
+        int given;
+        const char *flag, *why;
+    } f[] = {
+        {a->classes != 0, "--classes", "a GAN has no classes"},
+        {!strncmp(a->data, "text:", 5), "--data text:FILE",
+         "it draws images: give image data; text is --model gpt's"},
+        {a->test_data || a->test_spec, "--test-data/--test-spec", "a GAN has no validation"},
+        {a->spec != NULL, "--spec", "give the images with --data"},
+        {a->augment >= 0 || a->pad != 2, "--augment/--no-augment/--pad",
+         "the real images are not augmented"},
+        {a->mean || a->std, "--mean/--std", "the images are mapped to [-1, 1]"},
+        {a->resident || a->tta || a->label_smoothing > 0, "--resident/--tta/--label-smoothing",
+         "the classifiers' flags"},
+        {a->optimizer || a->weight_decay >= 0 || a->beta1 >= 0 || a->beta2 >= 0 ||
+             a->clip_norm > 0 || a->ema > 0 || a->accumulate != 1 || a->nmults > 0,
+         "--optimizer/--weight-decay/--beta1/--beta2/--clip-norm/--ema/--accumulate/"
+         "--lr-mult/--freeze", "each player has Adam at --lr, beta1 0.5"},
+        {strcmp(a->lr_schedule, "linear") || a->warmup > 0 || a->lr_end >= 0 ||
+             a->lr_gamma != 0.1, "--lr-schedule/--warmup/--lr-end/--lr-gamma",
+         "the rate is constant"},
+        {a->remote || a->workers_mode, "--remote/--workers",
+         "the pipeline runs in the trainer's process"},
+        {a->context || a->layers || a->heads || a->embed || a->dropout > 0 || s_sample.given,
+         "--context/--layers/--heads/--embed/--dropout/--sample-*", "--model gpt's flags"},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].given)
+            return tp_error(TP_ERR_INVALID, "--model %s does not take %s (%s); it takes "
+                            "--data, --image-size, --channels, --epochs, --batch, --lr, "
+                            "--steps-per-epoch, --towers, --threads, --seed, --devices and "
+                            "the log flags (docs/training.md, \"DCGAN in the zoo\")", model,
+                            f[i].flag, f[i].why);
+    return TP_OK;
+}
+
 static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     enum { SAMPLES = 64 };
+    if (s_gan_unread_flags(a, gz->name) != TP_OK)
+        return s_fail("bad flags");
     if (a->epochs == 0)
         a->epochs = gz->default_epochs;
     if (a->batch == 0)
@@ -1423,6 +1485,11 @@ int main(int argc, char **argv) {
                  "and --sample-top-k are --model gpt's (the model is %s)", zoo->name);
         return s_fail("bad flags");
     }
+    if (!a.text && a.data && !strncmp(a.data, "text:", 5)) {
+        tp_error(TP_ERR_INVALID, "--data %s: a text source trains --model gpt (the model "
+                 "is %s, which reads images)", a.data, zoo->name);
+        return s_fail("bad flags");
+    }
     if (!a.text && a.dropout > 0) {
         tp_error(TP_ERR_INVALID, "--dropout is --model gpt's (the image models have their "
                  "own; the model is %s)", zoo->name);
@@ -1466,6 +1533,17 @@ int main(int argc, char **argv) {
         /* the embedding's rows: 256 bytes, or the BPE vocabulary's */
         const char *tsrc = a.data && !strncmp(a.data, "text:", 5) ? a.data : a.spec;
         a.tokens.vocab = 256;
+        /* probed at --context (--data holds none: refused above), so a
+         * file too short is measured against the windows it will give */
+        char probe[8192];
+        if (tsrc == a.data && tsrc) {
+            size_t stage = strcspn(tsrc, "|");
+            while (stage > 5 && tsrc[stage - 1] == ' ')
+                stage--;
+            snprintf(probe, sizeof probe, "%.*s,context=%d%s", (int)stage, tsrc, a.context,
+                     tsrc + stage);
+            tsrc = probe;
+        }
         if (tsrc && !strncmp(tsrc, "text:", 5) &&
             tp_df_text_spec_info(tsrc, 0, &a.tokens) != TP_OK)
             return s_fail("--data");
