@@ -325,7 +325,7 @@ Test(colour, bad_folders_are_named, .init = s_setup, .fini = s_teardown) {
     snprintf(te, sizeof te, "imagefolder:%s", test);
     snprintf(logdir, sizeof logdir, "%s/log", s_dir);
     /* a class folder missing from the test set */
-    char cmd[512];
+    char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -r %s/blue", test);
     cr_assert_eq(system(cmd), 0);
     char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", te,
@@ -341,6 +341,26 @@ Test(colour, bad_folders_are_named, .init = s_setup, .fini = s_teardown) {
     cr_assert_neq(s_run(targv), 0, "%s", s_out);
     cr_expect_not_null(strstr(s_out, empty), "%s", s_out);
     cr_expect_not_null(strstr(s_out, "holds no images"), "%s", s_out);
+    /* the folder above the splits given as the training set: its "classes"
+     * would be test and train */
+    snprintf(cmd, sizeof cmd, "rmdir %s/violet %s/violet", train, test);
+    cr_assert_eq(system(cmd), 0);
+    char above[128];
+    snprintf(above, sizeof above, "imagefolder:%s", s_dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", logdir);  /* the folder holds the log too */
+    cr_assert_eq(system(cmd), 0);
+    char *aargv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", above, "--test-data", te,
+                     "--model", "cnn", "--epochs", "1", "--logdir", "/tmp/tp-colour-nolog",
+                     "--no-tensorboard", "--stats", "off", NULL};
+    cr_assert_neq(s_run(aargv), 0, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "its class folders are 'test', 'train'"), "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "--data imagefolder:DIR/train"), "%s", s_out);
+    /* one class folder: a classifier of one class learns nothing */
+    snprintf(cmd, sizeof cmd, "rm -r %s/blue %s/red %s/blue %s/red", train, train, test, test);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_neq(s_run(targv), 0, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "holds 1 class ('Green')"), "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "a classifier needs 2 or more"), "%s", s_out);
 }
 
 /* A checkpoint copied without its log directory (no data.json beside it)

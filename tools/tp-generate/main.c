@@ -140,8 +140,8 @@ int main(int argc, char **argv) {
             break;
         case O_SEED:
             seed = strtoll(optarg, &end, 10);
-            if (*end || !*optarg) {
-                fprintf(stderr, "tp-generate: --seed '%s': an integer\n", optarg);
+            if (*end || !*optarg || seed < 0) {  /* tp-train's --seed: 0 and up */
+                fprintf(stderr, "tp-generate: --seed '%s': an integer >= 0\n", optarg);
                 return 2;
             }
             break;
@@ -195,6 +195,21 @@ int main(int argc, char **argv) {
         }
         if (tp_checkpoint_resolve(load, path, sizeof path) != TP_OK)
             return s_fail("--load");
+        /* a checkpoint that names another model: say which, and what to use
+         * instead (the gpt generator's own error would be a missing 'wte') */
+        if (!model && tp_checkpoint_info(path, &ti) == TP_OK && ti.model[0] &&
+            strcmp(ti.model, "gpt")) {
+            if (tp_zoo_find_gan(ti.model))
+                tp_error(TP_ERR_INVALID, "%s holds model '%s', a GAN: it draws images "
+                         "(--count N --output FILE.npy), not text (--prompt, --tokens, "
+                         "--temperature, --top-k are a gpt's)", path, ti.model);
+            else
+                tp_error(TP_ERR_INVALID, "%s holds model '%s', an image classifier: "
+                         "tp-generate continues a text with a gpt (tp-train --model gpt) "
+                         "and draws images with a GAN (tp-train --model dcgan); "
+                         "tp-predict runs a classifier", path, ti.model);
+            return s_fail("--load");
+        }
         text.seed = (uint64_t)seed;
         text.output = output;
         return tp_generate_text(path, &text);
@@ -212,11 +227,12 @@ int main(int argc, char **argv) {
         return s_fail("--load");
     tp_checkpoint_info_t info;
     if (tp_checkpoint_info(ckpt, &info) != TP_OK)
-        return s_fail(ckpt);
+        return s_fail("--load");  /* the message names the file */
     const char *name = model ? model : info.model[0] ? info.model : "dcgan";
     const tp_zoo_gan_t *gz = tp_zoo_find_gan(name);
     if (!gz) {
-        tp_error(TP_ERR_INVALID, "%s holds model '%s', not a generator (dcgan)", ckpt, name);
+        tp_error(TP_ERR_INVALID, "%s holds model '%s', not a generator (dcgan)%s", ckpt, name,
+                 strcmp(name, "gpt") ? ": tp-predict runs an image classifier" : "");
         return s_fail("--load");
     }
 

@@ -70,6 +70,27 @@ static int s_fail(const char *what) {
     return 1;
 }
 
+/* TP_OK unless the checkpoint `load` names records a gpt or a GAN, which
+ * tp-predict cannot run (it feeds images and reads logits): refused
+ * naming the tool that can, before the model is built (whose own error,
+ * about the inputs' shapes, would not say it). */
+static tp_status_t s_classifier_only(const char *load) {
+    char path[4096];
+    tp_checkpoint_info_t ti;
+    if (tp_checkpoint_resolve(load, path, sizeof path) != TP_OK ||
+        tp_checkpoint_info(path, &ti) != TP_OK)
+        return TP_OK;  /* tp_zoo_from_checkpoint reports it */
+    if (!strcmp(ti.model, "gpt"))
+        return tp_error(TP_ERR_INVALID, "%s holds model 'gpt', a language model: "
+                        "tp-predict classifies images (tp-generate --load %s --prompt TEXT "
+                        "continues a text)", path, load);
+    if (tp_zoo_find_gan(ti.model))
+        return tp_error(TP_ERR_INVALID, "%s holds model '%s', a GAN: tp-predict classifies "
+                        "images (tp-generate --load %s --count N --output FILE.npy draws "
+                        "samples)", path, ti.model, load);
+    return TP_OK;
+}
+
 /* tp-train's sources, in file order, as a spec with the size (height x
  * width: resized to it) and the normalisation the model was trained with
  * (augmented models take float images). */
@@ -84,17 +105,20 @@ static tp_status_t s_spec(const s_args_t *a, const tp_zoo_data_t *info, int floa
     }
     const char *d = a->data;
     char src[3584];
+    if (!strncmp(d, "text:", 5))
+        return tp_error(TP_ERR_INVALID, "'%s' is text (a gpt's data): tp-predict classifies "
+                        "images (tp-generate --prompt continues a text)", d);
     if (info->channels == 3 || info->resize_short) {
         /* colour, or a centre crop: the run's validation chain */
         if (tp_zoo_eval_spec(d, info, height, width, src, sizeof src) != TP_OK)
-            return tp_error(TP_ERR_INVALID, "--data: %s (or --spec)", tp_last_error());
+            return tp_error(TP_ERR_INVALID, "%s (or --spec)", tp_last_error());
         snprintf(buf, size, "%s | batch %d remainder", src, a->batch);
         return TP_OK;
     }
     /* tp-train's names, read in file order (models.h) */
     if (tp_zoo_source_sized(strcmp(d, "fashion-mnist") ? d : "fashion-mnist:test", 1,
                             height, width, src, sizeof src) != TP_OK)
-        return tp_error(TP_ERR_INVALID, "--data: %s (or --spec)", tp_last_error());
+        return tp_error(TP_ERR_INVALID, "%s (or --spec)", tp_last_error());
     snprintf(buf, size, "%s%s | batch %d remainder", src, norm, a->batch);
     return TP_OK;
 }
@@ -311,8 +335,10 @@ int main(int argc, char **argv) {
     }
     tp_log_set_level(TP_LOG_WARN);
 
-    /* the checkpoint and the model it records */
+    /* the checkpoint and the model it records: an image classifier's */
     char ckpt[4096];
+    if (s_classifier_only(a.load) != TP_OK)
+        return s_fail("--load");
     tp_input_desc_t inputs[2];
     const tp_zoo_model_t *zoo = tp_zoo_from_checkpoint(a.load, a.model, ckpt, sizeof ckpt,
                                                        inputs);

@@ -680,6 +680,23 @@ static tp_status_t s_norm_flag(const char *flag, const char *v, int channels, in
  * --channels / --classes say; the normalisation from --mean / --std or
  * the defaults; an image folder for validation must have the same
  * classes. */
+/* TP_ERR_INVALID when an image folder's classes are all a data set's split
+ * names (DIR/train/<class>/... given as DIR: train and test would be
+ * trained as two classes), before the test set is compared with them. */
+static tp_status_t s_not_split_folders(const char *data, const tp_zoo_data_t *d) {
+    static const char *const splits[] = {"train", "test", "val", "valid", "validation"};
+    int nsplit = 0;
+    for (int i = 0; i < d->nclasses; i++)
+        for (size_t j = 0; j < sizeof splits / sizeof splits[0]; j++)
+            nsplit += !strcmp(d->classes[i], splits[j]);
+    if (d->nclasses < 2 || nsplit < d->nclasses)
+        return TP_OK;
+    return tp_error(TP_ERR_INVALID, "--data %s: its class folders are '%s', '%s'%s: a data "
+                    "set's splits, not classes; give each split's folder (--data "
+                    "imagefolder:DIR/train --test-data imagefolder:DIR/test)", data,
+                    d->classes[0], d->classes[1], d->nclasses > 2 ? ", ..." : "");
+}
+
 static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     static const char *const fmnist[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
                                            "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
@@ -702,6 +719,8 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
         } else {
             channels = si.channels;
             rc = tp_zoo_data_set_classes(d, si.nclasses, (const char *const *)si.classes);
+            if (rc == TP_OK && !strncmp(a->data, "imagefolder:", 12))
+                rc = s_not_split_folders(a->data, d);
             if (rc == TP_OK && a->test_data && !strncmp(a->data, "imagefolder:", 12) &&
                 !strncmp(a->test_data, "imagefolder:", 12)) {
                 /* the same classes in the same order, or the labels lie */
@@ -738,20 +757,6 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
                         "2 or more (an image folder: one sub-folder per class, "
                         "DIR/<class>/<image>; --classes N for more outputs than the data "
                         "have)", a->data, d->nclasses ? d->classes[0] : "");
-    if (!a->spec && !a->remote && !strncmp(a->data, "imagefolder:", 12)) {
-        /* DIR/train/<class>/... given as DIR: the splits would be the classes */
-        static const char *const splits[] = {"train", "test", "val", "valid", "validation"};
-        int nsplit = 0;
-        for (int i = 0; i < d->nclasses; i++)
-            for (size_t j = 0; j < sizeof splits / sizeof splits[0]; j++)
-                nsplit += !strcmp(d->classes[i], splits[j]);
-        if (nsplit == d->nclasses)
-            return tp_error(TP_ERR_INVALID, "--data %s: its class folders are '%s', '%s'%s: "
-                            "a data set's splits, not classes; give each split's folder "
-                            "(--data imagefolder:DIR/train --test-data imagefolder:DIR/test)",
-                            a->data, d->classes[0], d->classes[1],
-                            d->nclasses > 2 ? ", ..." : "");
-    }
     if (a->classes && a->classes != d->nclasses) {
         /* the names the data have, numbers for the rest */
         const char **names = calloc((size_t)a->classes, sizeof *names);
