@@ -463,3 +463,46 @@ Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s
                                (int)len, line);
     }
 }
+
+/* Must hold: tp-predict scores a test folder against the model's classes
+ * by name. A folder with only some of the classes (here only 'red', the
+ * model's class 2; the folder's own label 0) is counted in the model's row
+ * of red, not of its class 0 ('Green'): every image is counted in row 2 of
+ * the confusion matrix, whatever the model predicts. A class folder the
+ * model does not have is refused naming it and the model's classes. */
+Test(colour, tp_predict_scores_a_folder_by_class_name, .init = s_setup, .fini = s_teardown) {
+    char train[128], tr[160], logdir[128], cmd[600];
+    snprintf(train, sizeof train, "%s/train", s_dir);
+    s_make_set(train, 6, 1);
+    snprintf(tr, sizeof tr, "imagefolder:%s", train);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", tr,
+                     "--model", "cnn", "--epochs", "1", "--batch", "6", "--towers", "1",
+                     "--logdir", logdir, "--no-tensorboard", "--stats", "off", NULL};
+    cr_assert_eq(s_run(targv), 0, "%s", s_out);
+    char only[128], data[160];
+    snprintf(only, sizeof only, "%s/only-red", s_dir);
+    snprintf(cmd, sizeof cmd, "mkdir %s && cp -r %s/red %s/", only, train, only);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(data, sizeof data, "imagefolder:%s", only);
+    char *pargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", logdir, "--data", data,
+                     "--json", "--confusion", "none", NULL};
+    cr_assert_eq(s_run(pargv), 0, "%s", s_out);
+    json_t *j = s_json_out();
+    cr_assert_eq(json_integer_value(json_object_get(j, "samples")), 6, "%s", s_out);
+    json_t *cm = json_object_get(j, "confusion");
+    cr_assert_eq(json_array_size(cm), 3, "%s", s_out);
+    int64_t rows[3] = {0};
+    for (size_t r = 0; r < 3; r++)
+        for (size_t c = 0; c < 3; c++)
+            rows[r] += json_integer_value(json_array_get(json_array_get(cm, r), c));
+    cr_expect(rows[0] == 0 && rows[1] == 0 && rows[2] == 6,
+              "the red folder's images counted in rows %lld %lld %lld, not all in red's (2)",
+              (long long)rows[0], (long long)rows[1], (long long)rows[2]);
+    json_decref(j);
+    snprintf(cmd, sizeof cmd, "mv %s/red %s/violet", only, only);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(s_run(pargv), 1, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "has a class folder 'violet' that is not a class of the "
+                                     "model ('Green', 'blue', 'red')"), "%s", s_out);
+}
