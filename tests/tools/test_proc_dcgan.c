@@ -223,7 +223,7 @@ static int s_tool(char **argv) {
  * classifiers' --classes, --test-data, --augment, the gpt's --context, a
  * text: source) names that flag instead of ignoring it; tp-generate asked
  * for text (--prompt) from a dcgan checkpoint says it draws images; a
- * count of 0 or below and a negative seed are refused; a checkpoint cut
+ * --load that is not there is named; a count of 0 or below and a negative seed are refused; a checkpoint cut
  * in the middle is named as cut short. No run hangs (pu_run's limit). */
 Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
     char dir[] = "/tmp/tp-dcgan-XXXXXX";
@@ -249,6 +249,11 @@ Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
                       strstr(s_out, unread[i].said),
                   "%s %s:\n%s", unread[i].flag, unread[i].value, s_out);
     }
+    /* a --load that is not there: named, before the flags it lacks */
+    char *gone[] = {"tp-generate", "--load", logdir, NULL};
+    cr_expect_eq(s_tool(gone), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "--load: checkpoint") && strstr(s_out, logdir) &&
+                  !strstr(s_out, "are required"), "%s", s_out);
     s_train(dir, logdir, sizeof logdir);
     char *prompt[] = {"tp-generate", "--load", logdir, "--prompt", "The ", NULL};
     cr_expect_eq(s_tool(prompt), 1, "%s", s_out);

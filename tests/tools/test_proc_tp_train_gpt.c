@@ -360,8 +360,9 @@ Test(tp_train_gpt, bad_flags_are_refused_saying_why) {
  * the default 64: 60 bytes train a context of 16 (it was refused as
  * "shorter than context + 1 = 65"), an empty file and one shorter than a
  * window are refused naming the file and the context they miss; the
- * image models refuse a text: source. tp-generate asked for text from an
- * image classifier's checkpoint says what the checkpoint holds. */
+ * image models refuse a text: source; --resume as another model names
+ * both. tp-generate asked for text from an image classifier's checkpoint
+ * says what the checkpoint holds. */
 Test(tp_train_gpt, short_texts_and_other_models_are_named) {
     char logdir[128], data[160], test[160], small[128], empty[128];
     snprintf(logdir, sizeof logdir, "%s/short", s_dir);
@@ -379,6 +380,10 @@ Test(tp_train_gpt, short_texts_and_other_models_are_named) {
     int rc = s_run(train);
     cr_expect_eq(rc, 0, "60 bytes at --context 16: exit %d:\n%s", rc, s_out);
     cr_expect(!strstr(s_out, "= 65"), "measured at the default context:\n%s", s_out);
+    /* the run resumed as another model: both named */
+    char *resume[] = {"tp-train", "--model", "cnn", "--logdir", logdir, "--resume", NULL};
+    cr_expect_neq(s_run(resume), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "holds a run of --model gpt, not of --model cnn"), "%s", s_out);
     /* the sixty bytes at --context 64: a window is 65 */
     char *ctx64[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "64",
                      "--logdir", logdir, "--logdir-action", "delete", NULL};

@@ -214,6 +214,9 @@ int main(int argc, char **argv) {
         text.output = output;
         return tp_generate_text(path, &text);
     }
+    /* a --load that names no checkpoint says so before the flags it lacks */
+    if (optind == argc && load && tp_checkpoint_resolve(load, path, sizeof path) != TP_OK)
+        return s_fail("--load");
     if (optind < argc || !load || !count || !output) {
         if (optind < argc)
             fprintf(stderr, "tp-generate: unexpected argument '%s'\n", argv[optind]);

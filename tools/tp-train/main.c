@@ -37,6 +37,7 @@
 #include <towerpack/log.h>
 #include <towerpack/logdir.h>
 #include <towerpack/model_callbacks.h>
+#include <towerpack/predict.h>
 #include <towerpack/models.h>
 #include <towerpack/optim.h>
 #include <towerpack/plot.h>
@@ -1195,6 +1196,23 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
                                     : 0;
 }
 
+/* --resume into a log directory whose latest checkpoint records another
+ * model (a gpt run resumed as --model cnn, a forgotten --model): refused
+ * naming both, rather than failing on the variables that do not match. */
+static tp_status_t s_resume_same_model(const s_args_t *a) {
+    char dir[4096], ckpt[4096];
+    snprintf(dir, sizeof dir, "%s", a->logdir ? a->logdir : "");
+    if (!a->logdir)
+        snprintf(dir, sizeof dir, "train_log/%s", a->model);
+    tp_checkpoint_info_t ti;
+    if (tp_checkpoint_find_latest(dir, ckpt, sizeof ckpt) != TP_OK ||
+        tp_checkpoint_info(ckpt, &ti) != TP_OK || !ti.model[0] || !strcmp(ti.model, a->model))
+        return TP_OK;  /* nothing to resume, or the resume reports it */
+    return tp_error(TP_ERR_INVALID, "%s holds a run of --model %s, not of --model %s: give "
+                    "--model %s to go on with it, or another --logdir", ckpt, ti.model,
+                    a->model, ti.model);
+}
+
 int main(int argc, char **argv) {
     /* static: a.info is freed by an exit handler (s_info_free), which runs
      * after main's frame is gone */
@@ -1465,6 +1483,8 @@ int main(int argc, char **argv) {
         s_usage(stderr);
         return 2;
     }
+    if (a.resume && s_resume_same_model(&a) != TP_OK)
+        return s_fail("--resume");
     const tp_zoo_gan_t *gz = tp_zoo_find_gan(a.model);
     if (gz)
         return s_train_gan(&a, gz, lr);
