@@ -468,7 +468,8 @@ Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s
  * by name. A folder with only some of the classes (here only 'red', the
  * model's class 2; the folder's own label 0) is counted in the model's row
  * of red, not of its class 0 ('Green'): every image is counted in row 2 of
- * the confusion matrix, whatever the model predicts. A class folder the
+ * the confusion matrix, whatever the model predicts, and the report gives
+ * the classes with no image no accuracy ('-', not 0). A class folder the
  * model does not have is refused naming it and the model's classes. */
 Test(colour, tp_predict_scores_a_folder_by_class_name, .init = s_setup, .fini = s_teardown) {
     char train[128], tr[160], logdir[128], cmd[600];
@@ -500,6 +501,11 @@ Test(colour, tp_predict_scores_a_folder_by_class_name, .init = s_setup, .fini = 
               "the red folder's images counted in rows %lld %lld %lld, not all in red's (2)",
               (long long)rows[0], (long long)rows[1], (long long)rows[2]);
     json_decref(j);
+    /* the report: the classes with no image have no accuracy (not 0) */
+    char *rargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", logdir, "--data", data,
+                     "--confusion", "none", NULL};
+    cr_assert_eq(s_run(rargv), 0, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "per class: 0:- 1:- 2:"), "%s", s_out);
     snprintf(cmd, sizeof cmd, "mv %s/red %s/violet", only, only);
     cr_assert_eq(system(cmd), 0);
     cr_assert_eq(s_run(pargv), 1, "%s", s_out);

@@ -656,7 +656,10 @@ int main(int argc, char **argv) {
                 int64_t row = 0;
                 for (int c2 = 0; c2 < nk; c2++)
                     row += cm[r * nk + c2];
-                printf(" %d:%.3f", r, row ? (double)cm[r * nk + r] / (double)row : 0.0);
+                if (row)
+                    printf(" %d:%.3f", r, (double)cm[r * nk + r] / (double)row);
+                else  /* no image of the class (a folder of some classes): --json's null */
+                    printf(" %d:-", r);
             }
             printf("\n  classes:");
             for (int r = 0; r < nk; r++)
