@@ -343,6 +343,7 @@ Test(tp_train_gpt, bad_flags_are_refused_saying_why) {
     char *images[] = {"tp-train", "--model", "gpt", "--logdir", logdir, NULL};
     cr_assert_neq(s_run(images), 0);
     cr_assert(strstr(s_out, "--model gpt trains on text: give --data text:FILE"), "%s", s_out);
+    cr_expect(strstr(s_out, "not 'fashion-mnist' (the default --data"), "%s", s_out);
     char *heads[] = {"tp-train", "--model", "gpt", "--data", data, "--embed", "30",
                      "--heads", "4", "--logdir", logdir, NULL};
     cr_assert_neq(s_run(heads), 0);

@@ -1285,11 +1285,12 @@ int main(int argc, char **argv) {
     int c;
     int64_t v;
     double lr = -1;
+    int data_given = 0;  /* --data on the command line (a.data has a default) */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': a.model = optarg; break;
         case O_SIZE: if (tp_spec_int(optarg, 1, TP_ZOO_MAX_SIZE, "--image-size", &v)) return s_fail("bad flag"); a.image_size = (int)v; break;
-        case 'd': a.data = optarg; break;
+        case 'd': a.data = optarg; data_given = 1; break;
         case O_TEST: a.test_data = optarg; break;
         case 'e': if (tp_spec_int(optarg, 1, 100000, "--epochs", &v)) return s_fail("bad flag"); a.epochs = (int)v; break;
         case 'b': if (tp_spec_int(optarg, 1, 1 << 20, "--batch", &v)) return s_fail("bad flag"); a.batch = (int)v; break;
@@ -1534,7 +1535,8 @@ int main(int argc, char **argv) {
         }
         if (!a.spec && strncmp(a.data, "text:", 5)) {
             tp_error(TP_ERR_INVALID, "--model gpt trains on text: give --data text:FILE "
-                     "(bytes as tokens; docs/dataflow.md, \"Text\"), not '%s'", a.data);
+                     "(bytes as tokens; docs/dataflow.md, \"Text\"), not '%s'%s", a.data,
+                     data_given ? "" : " (the default --data, for the image models)");
             return s_fail("bad flags");
         }
         if ((a.data && strstr(a.data, "context=")) ||
