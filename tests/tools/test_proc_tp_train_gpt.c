@@ -385,6 +385,23 @@ Test(tp_train_gpt, short_texts_and_other_models_are_named) {
     char *resume[] = {"tp-train", "--model", "cnn", "--logdir", logdir, "--resume", NULL};
     cr_expect_neq(s_run(resume), 0, "%s", s_out);
     cr_expect(strstr(s_out, "holds a run of --model gpt, not of --model cnn"), "%s", s_out);
+    /* --top-k 0 is all, as tp-train's --sample-top-k: the same bytes as no
+     * --top-k for a seed; a negative one is refused */
+    char all[160], k0[160];
+    snprintf(all, sizeof all, "%s/all.txt", s_dir);
+    snprintf(k0, sizeof k0, "%s/k0.txt", s_dir);
+    char *gall[] = {"tp-generate", "--load", logdir, "--prompt", "ab", "--tokens", "20",
+                    "--seed", "3", "--output", all, NULL};
+    cr_expect_eq(s_generate(gall), 0, "%s", s_out);
+    char *gk0[] = {"tp-generate", "--load", logdir, "--prompt", "ab", "--tokens", "20",
+                   "--seed", "3", "--top-k", "0", "--output", k0, NULL};
+    cr_expect_eq(s_generate(gk0), 0, "%s", s_out);
+    size_t nall = 0, nk0 = 0;
+    cr_expect(pu_same_file(all, k0, &nall, &nk0) && nall == 22,
+              "--top-k 0 drew other bytes than no --top-k (%zu, %zu bytes)", nall, nk0);
+    char *gneg[] = {"tp-generate", "--load", logdir, "--top-k", "-1", NULL};
+    cr_expect_eq(s_generate(gneg), 2, "%s", s_out);
+    cr_expect(strstr(s_out, "--top-k '-1': 0..1000000 (0: all)"), "%s", s_out);
     /* the sixty bytes at --context 64: a window is 65 */
     char *ctx64[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "64",
                      "--logdir", logdir, "--logdir-action", "delete", NULL};

@@ -56,8 +56,8 @@ static void s_usage(FILE *out) {
 "  --tokens N       tokens to generate (1..1000000; default 200)\n"
 "  --temperature T  divide the logits by T >= 0 before sampling (default 1;\n"
 "                   0: always the likeliest token)\n"
-"  --top-k K        sample among the K likeliest tokens only (1..1000000;\n"
-"                   default all)\n"
+"  --top-k K        sample among the K likeliest tokens only (0..1000000;\n"
+"                   default 0: all)\n"
 "  --vocab FILE     a BPE checkpoint's tokenizer: encoder.json (or a\n"
 "                   .tiktoken file alone) instead of the file it names\n"
 "  --merges FILE    and vocab.bpe instead of the one it names\n"
@@ -165,8 +165,9 @@ int main(int argc, char **argv) {
             break;
         case O_TOP_K:
             text.top_k = (int)strtol(optarg, &end, 10);
-            if (*end || !*optarg || text.top_k < 1 || text.top_k > 1000000) {
-                fprintf(stderr, "tp-generate: --top-k '%s': 1..1000000\n", optarg);
+            /* 0: all, as tp-train's --sample-top-k */
+            if (*end || !*optarg || text.top_k < 0 || text.top_k > 1000000) {
+                fprintf(stderr, "tp-generate: --top-k '%s': 0..1000000 (0: all)\n", optarg);
                 return 2;
             }
             text_flags = 1;
