@@ -203,9 +203,12 @@ static tp_status_t s_text_open(const char *path, const tp_df_text_opts_t *opts,
                         "encoder.json)", path, o.merges);
     if (o.split == TP_TEXT_VAL && o.val_fraction == 0)
         return tp_error(TP_ERR_INVALID, "text %s: the validation split is empty "
-                        "(val_fraction 0)", path);
+                        "(val=0: give the validation text as a file of its own)", path);
     const char *unit = "bytes";
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO named as the text would block the open until a
+     * writer came; it opens at once and is refused below (no effect on a
+     * regular file, which is mapped) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return tp_error(errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_IO,
                         "text %s: %s", path, strerror(errno));

@@ -250,8 +250,10 @@ static tp_status_t s_parse_entry(const char *what, const char *key,
     json_int_t en = json_integer_value(json_array_get(offs, 1));
     if (b < 0 || en < b || (uint64_t)en > data_size)
         return BAD("%s: tensor '%s': data_offsets [%lld,%lld] outside the "
-                   "%zu-byte data section", what, key, (long long)b,
-                   (long long)en, data_size);
+                   "%zu-byte data section%s", what, key, (long long)b,
+                   (long long)en, data_size,
+                   b >= 0 && en >= b ? " (the file is cut short: truncated, or "
+                                       "not written whole)" : "");
     e->begin = (size_t)b;
     e->end = (size_t)en;
     size_t numel;

@@ -288,6 +288,15 @@ Test(dataflow_text, bad_files_are_errors_naming_the_file) {
     cr_assert_null(df);
     cr_assert_not_null(strstr(tp_last_error(), s_dir), "%s", tp_last_error());
     cr_assert_not_null(strstr(tp_last_error(), "directory"), "%s", tp_last_error());
+    /* a FIFO: refused at once (its open blocked until a writer came) */
+    char fifo[320];
+    snprintf(fifo, sizeof fifo, "%s", path("fifo.txt"));
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    df = text(fifo, 8, TP_TEXT_TRAIN, -1);
+    cr_assert_null(df);
+    cr_assert_not_null(strstr(tp_last_error(), fifo), "%s", tp_last_error());
+    cr_assert_not_null(strstr(tp_last_error(), "a special file, not a regular file"), "%s",
+                       tp_last_error());
     /* empty, and one byte short of context + 1 */
     const char *empty = write_pattern("empty.txt", 0);
     df = text(empty, 8, TP_TEXT_ALL, -1);

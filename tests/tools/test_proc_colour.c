@@ -325,7 +325,7 @@ Test(colour, bad_folders_are_named, .init = s_setup, .fini = s_teardown) {
     snprintf(te, sizeof te, "imagefolder:%s", test);
     snprintf(logdir, sizeof logdir, "%s/log", s_dir);
     /* a class folder missing from the test set */
-    char cmd[512];
+    char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -r %s/blue", test);
     cr_assert_eq(system(cmd), 0);
     char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", te,
@@ -341,6 +341,26 @@ Test(colour, bad_folders_are_named, .init = s_setup, .fini = s_teardown) {
     cr_assert_neq(s_run(targv), 0, "%s", s_out);
     cr_expect_not_null(strstr(s_out, empty), "%s", s_out);
     cr_expect_not_null(strstr(s_out, "holds no images"), "%s", s_out);
+    /* the folder above the splits given as the training set: its "classes"
+     * would be test and train */
+    snprintf(cmd, sizeof cmd, "rmdir %s/violet %s/violet", train, test);
+    cr_assert_eq(system(cmd), 0);
+    char above[128];
+    snprintf(above, sizeof above, "imagefolder:%s", s_dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", logdir);  /* the folder holds the log too */
+    cr_assert_eq(system(cmd), 0);
+    char *aargv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", above, "--test-data", te,
+                     "--model", "cnn", "--epochs", "1", "--logdir", "/tmp/tp-colour-nolog",
+                     "--no-tensorboard", "--stats", "off", NULL};
+    cr_assert_neq(s_run(aargv), 0, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "its class folders are 'test', 'train'"), "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "--data imagefolder:DIR/train"), "%s", s_out);
+    /* one class folder: a classifier of one class learns nothing */
+    snprintf(cmd, sizeof cmd, "rm -r %s/blue %s/red %s/blue %s/red", train, train, test, test);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_neq(s_run(targv), 0, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "holds 1 class ('Green')"), "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "a classifier needs 2 or more"), "%s", s_out);
 }
 
 /* A checkpoint copied without its log directory (no data.json beside it)
@@ -442,4 +462,53 @@ Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s
             cr_expect_not_null(memmem(line, len, "| processes 1 restart=3 |", 25), "%.*s",
                                (int)len, line);
     }
+}
+
+/* Must hold: tp-predict scores a test folder against the model's classes
+ * by name. A folder with only some of the classes (here only 'red', the
+ * model's class 2; the folder's own label 0) is counted in the model's row
+ * of red, not of its class 0 ('Green'): every image is counted in row 2 of
+ * the confusion matrix, whatever the model predicts, and the report gives
+ * the classes with no image no accuracy ('-', not 0). A class folder the
+ * model does not have is refused naming it and the model's classes. */
+Test(colour, tp_predict_scores_a_folder_by_class_name, .init = s_setup, .fini = s_teardown) {
+    char train[128], tr[160], logdir[128], cmd[600];
+    snprintf(train, sizeof train, "%s/train", s_dir);
+    s_make_set(train, 6, 1);
+    snprintf(tr, sizeof tr, "imagefolder:%s", train);
+    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", tr,
+                     "--model", "cnn", "--epochs", "1", "--batch", "6", "--towers", "1",
+                     "--logdir", logdir, "--no-tensorboard", "--stats", "off", NULL};
+    cr_assert_eq(s_run(targv), 0, "%s", s_out);
+    char only[128], data[160];
+    snprintf(only, sizeof only, "%s/only-red", s_dir);
+    snprintf(cmd, sizeof cmd, "mkdir %s && cp -r %s/red %s/", only, train, only);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(data, sizeof data, "imagefolder:%s", only);
+    char *pargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", logdir, "--data", data,
+                     "--json", "--confusion", "none", NULL};
+    cr_assert_eq(s_run(pargv), 0, "%s", s_out);
+    json_t *j = s_json_out();
+    cr_assert_eq(json_integer_value(json_object_get(j, "samples")), 6, "%s", s_out);
+    json_t *cm = json_object_get(j, "confusion");
+    cr_assert_eq(json_array_size(cm), 3, "%s", s_out);
+    int64_t rows[3] = {0};
+    for (size_t r = 0; r < 3; r++)
+        for (size_t c = 0; c < 3; c++)
+            rows[r] += json_integer_value(json_array_get(json_array_get(cm, r), c));
+    cr_expect(rows[0] == 0 && rows[1] == 0 && rows[2] == 6,
+              "the red folder's images counted in rows %lld %lld %lld, not all in red's (2)",
+              (long long)rows[0], (long long)rows[1], (long long)rows[2]);
+    json_decref(j);
+    /* the report: the classes with no image have no accuracy (not 0) */
+    char *rargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", logdir, "--data", data,
+                     "--confusion", "none", NULL};
+    cr_assert_eq(s_run(rargv), 0, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "per class: 0:- 1:- 2:"), "%s", s_out);
+    snprintf(cmd, sizeof cmd, "mv %s/red %s/violet", only, only);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(s_run(pargv), 1, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "has a class folder 'violet' that is not a class of the "
+                                     "model ('Green', 'blue', 'red')"), "%s", s_out);
 }

@@ -206,3 +206,84 @@ Test(dcgan, sigkill_after_epoch_1_then_resume_ends_bit_for_bit, .timeout = 180) 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* Run bin/<argv[0]> (a tool's name) with TP_LOG_LEVEL=warn, output into
+ * s_out: its exit status. */
+static int s_tool(char **argv) {
+    char path[256];
+    snprintf(path, sizeof path, TP_BINARY_DIR "/bin/%s", argv[0]);
+    char *full[32] = {path};
+    for (int i = 1; i < 31 && (full[i] = argv[i]); i++) {}
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    return pu_run(full, env, s_out, sizeof s_out);
+}
+
+/* Must hold: what a user gets wrong with a GAN is refused, saying what and
+ * what to use: tp-train --model dcgan with a flag it does not read (the
+ * classifiers' --classes, --test-data, --augment, the gpt's --context, a
+ * text: source) names that flag instead of ignoring it; tp-generate asked
+ * for text (--prompt) from a dcgan checkpoint says it draws images; a
+ * --load that is not there is named; a count of 0 or below and a negative seed are refused; a checkpoint cut
+ * in the middle is named as cut short. No run hangs (pu_run's limit). */
+Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
+    char dir[] = "/tmp/tp-dcgan-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char logdir[128], npy[160];
+    snprintf(logdir, sizeof logdir, "%s/bad", dir);
+    snprintf(npy, sizeof npy, "%s/g.npy", dir);
+    static const struct {
+        const char *flag, *value, *said;
+    } unread[] = {{"--classes", "3", "--classes (a GAN has no classes)"},
+                  {"--test-data", "fashion-mnist:test", "--test-data"},
+                  {"--augment", "imagenet", "--augment"},
+                  {"--context", "32", "--context"},
+                  {"--optimizer", "sgd", "--optimizer"},
+                  {"--data", "text:/etc/hostname", "--data text:FILE"}};
+    for (size_t i = 0; i < sizeof unread / sizeof unread[0]; i++) {
+        char *a[] = {"tp-train", "--model", "dcgan", (char *)unread[i].flag,
+                     (char *)unread[i].value, "--epochs", "1", "--steps-per-epoch", "1",
+                     "--logdir", logdir, "--no-tensorboard", NULL};
+        cr_expect_eq(s_tool(a), 1, "%s %s was taken:\n%s", unread[i].flag, unread[i].value,
+                     s_out);
+        cr_expect(strstr(s_out, "--model dcgan does not take") &&
+                      strstr(s_out, unread[i].said),
+                  "%s %s:\n%s", unread[i].flag, unread[i].value, s_out);
+    }
+    /* a --load that is not there: named, before the flags it lacks */
+    char *gone[] = {"tp-generate", "--load", logdir, NULL};
+    cr_expect_eq(s_tool(gone), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "--load: checkpoint") && strstr(s_out, logdir) &&
+                  !strstr(s_out, "are required"), "%s", s_out);
+    s_train(dir, logdir, sizeof logdir);
+    char *prompt[] = {"tp-generate", "--load", logdir, "--prompt", "The ", NULL};
+    cr_expect_eq(s_tool(prompt), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "holds model 'dcgan', a GAN: it draws images") &&
+                  strstr(s_out, "--count N --output FILE.npy"), "%s", s_out);
+    const char *counts[] = {"0", "-3", "2x"};
+    for (int i = 0; i < 3; i++) {
+        char *a[] = {"tp-generate", "--load", logdir, "--count", (char *)counts[i],
+                     "--output", npy, NULL};
+        cr_expect_eq(s_tool(a), 2, "--count %s:\n%s", counts[i], s_out);
+        cr_expect(strstr(s_out, "--count") && strstr(s_out, "1..1000000"), "%s", s_out);
+    }
+    char *seed[] = {"tp-generate", "--load", logdir, "--count", "2", "--output", npy,
+                    "--seed", "-1", NULL};
+    cr_expect_eq(s_tool(seed), 2, "%s", s_out);
+    cr_expect(strstr(s_out, "--seed '-1': an integer >= 0"), "%s", s_out);
+    /* the checkpoint cut in the middle: named, and said to be cut short */
+    char ckpt[200];
+    snprintf(ckpt, sizeof ckpt, "%s/model-6.safetensors", logdir);
+    FILE *f = fopen(ckpt, "rb");
+    cr_assert_not_null(f, "%s", ckpt);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    cr_assert_eq(truncate(ckpt, size / 2), 0);
+    char *cut[] = {"tp-generate", "--load", logdir, "--count", "2", "--output", npy, NULL};
+    cr_expect_eq(s_tool(cut), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "model-6.safetensors") && strstr(s_out, "cut short"), "%s", s_out);
+    cr_expect_neq(access(npy, F_OK), 0, "a .npy was written from a cut checkpoint");
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}

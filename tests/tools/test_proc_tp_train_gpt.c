@@ -19,6 +19,8 @@
 #include "proc_testutil.h"
 #include "tools/tp_train_testutil.h"
 #include <towerpack/checkpoint.h>
+#include <towerpack/models.h>
+#include <towerpack/towerpack.h>
 
 static char s_dir[64];
 static char s_file[128];
@@ -341,6 +343,7 @@ Test(tp_train_gpt, bad_flags_are_refused_saying_why) {
     char *images[] = {"tp-train", "--model", "gpt", "--logdir", logdir, NULL};
     cr_assert_neq(s_run(images), 0);
     cr_assert(strstr(s_out, "--model gpt trains on text: give --data text:FILE"), "%s", s_out);
+    cr_expect(strstr(s_out, "not 'fashion-mnist' (the default --data"), "%s", s_out);
     char *heads[] = {"tp-train", "--model", "gpt", "--data", data, "--embed", "30",
                      "--heads", "4", "--logdir", logdir, NULL};
     cr_assert_neq(s_run(heads), 0);
@@ -352,6 +355,88 @@ Test(tp_train_gpt, bad_flags_are_refused_saying_why) {
     char *mlp[] = {"tp-train", "--model", "mlp", "--layers", "3", "--logdir", logdir, NULL};
     cr_assert_neq(s_run(mlp), 0);
     cr_assert(strstr(s_out, "shape --model gpt (the model is mlp)"), "%s", s_out);
+}
+
+/* Must hold: a text: file is measured against the --context given, not
+ * the default 64: 60 bytes train a context of 16 (it was refused as
+ * "shorter than context + 1 = 65"), an empty file and one shorter than a
+ * window are refused naming the file and the context they miss; the
+ * image models refuse a text: source; --resume as another model names
+ * both. tp-generate asked for text from an image classifier's checkpoint
+ * says what the checkpoint holds. */
+Test(tp_train_gpt, short_texts_and_other_models_are_named) {
+    char logdir[128], data[160], test[160], small[128], empty[128];
+    snprintf(logdir, sizeof logdir, "%s/short", s_dir);
+    snprintf(small, sizeof small, "%s/sixty.txt", s_dir);
+    snprintf(empty, sizeof empty, "%s/empty.txt", s_dir);
+    tpt_write_repeated(small, "abc", 20);  /* 60 bytes: 54 to train, 3 windows of 17 */
+    tpt_write_repeated(empty, "", 0);
+    snprintf(data, sizeof data, "text:%s", small);
+    snprintf(test, sizeof test, "text:%s", small);
+    char *train[] = {"tp-train", "--model", "gpt", "--data", data, "--test-data", test,
+                     "--context", "16", "--layers", "1", "--heads", "1", "--embed", "8",
+                     "--batch", "2", "--towers", "1", "--threads", "1", "--epochs", "1",
+                     "--steps-per-epoch", "2", "--stats", "off", "--no-tensorboard",
+                     "--sample-tokens", "0", "--logdir", logdir, NULL};
+    int rc = s_run(train);
+    cr_expect_eq(rc, 0, "60 bytes at --context 16: exit %d:\n%s", rc, s_out);
+    cr_expect(!strstr(s_out, "= 65"), "measured at the default context:\n%s", s_out);
+    /* the run resumed as another model: both named */
+    char *resume[] = {"tp-train", "--model", "cnn", "--logdir", logdir, "--resume", NULL};
+    cr_expect_neq(s_run(resume), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "holds a run of --model gpt, not of --model cnn"), "%s", s_out);
+    /* --top-k 0 is all, as tp-train's --sample-top-k: the same bytes as no
+     * --top-k for a seed; a negative one is refused */
+    char all[160], k0[160];
+    snprintf(all, sizeof all, "%s/all.txt", s_dir);
+    snprintf(k0, sizeof k0, "%s/k0.txt", s_dir);
+    char *gall[] = {"tp-generate", "--load", logdir, "--prompt", "ab", "--tokens", "20",
+                    "--seed", "3", "--output", all, NULL};
+    cr_expect_eq(s_generate(gall), 0, "%s", s_out);
+    char *gk0[] = {"tp-generate", "--load", logdir, "--prompt", "ab", "--tokens", "20",
+                   "--seed", "3", "--top-k", "0", "--output", k0, NULL};
+    cr_expect_eq(s_generate(gk0), 0, "%s", s_out);
+    size_t nall = 0, nk0 = 0;
+    cr_expect(pu_same_file(all, k0, &nall, &nk0) && nall == 22,
+              "--top-k 0 drew other bytes than no --top-k (%zu, %zu bytes)", nall, nk0);
+    char *gneg[] = {"tp-generate", "--load", logdir, "--top-k", "-1", NULL};
+    cr_expect_eq(s_generate(gneg), 2, "%s", s_out);
+    cr_expect(strstr(s_out, "--top-k '-1': 0..1000000 (0: all)"), "%s", s_out);
+    /* the sixty bytes at --context 64: a window is 65 */
+    char *ctx64[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "64",
+                     "--logdir", logdir, "--logdir-action", "delete", NULL};
+    cr_expect_neq(s_run(ctx64), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "sixty.txt") && strstr(s_out, "the training split is 54 bytes") &&
+                  strstr(s_out, "context + 1 = 65"), "%s", s_out);
+    snprintf(data, sizeof data, "text:%s", empty);
+    char *none[] = {"tp-train", "--model", "gpt", "--data", data, "--context", "16",
+                    "--logdir", logdir, "--logdir-action", "delete", NULL};
+    cr_expect_neq(s_run(none), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "empty.txt") && strstr(s_out, "is 0 bytes") &&
+                  strstr(s_out, "context + 1 = 17"), "%s", s_out);
+    char *cnn[] = {"tp-train", "--model", "cnn", "--data", test, "--logdir", logdir,
+                   "--logdir-action", "delete", NULL};
+    cr_expect_neq(s_run(cnn), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "a text source trains --model gpt (the model is cnn"), "%s",
+              s_out);
+    /* an image classifier's checkpoint asked for text */
+    char ckpt[160];
+    snprintf(ckpt, sizeof ckpt, "%s/mlp.safetensors", s_dir);
+    tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_inputs_sized(28, 28, in), TP_OK);
+    tp_model_desc_t md = {in, 2, tp_zoo_find("mlp")->build, NULL, NULL};
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = 0;
+    mc.infer_batch = 2;
+    tp_model_t *m = tp_model_new(&md, &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    cr_assert_eq(tp_model_set_name(m, "mlp"), TP_OK);
+    cr_assert_eq(tp_checkpoint_save(m, ckpt, NULL), TP_OK, "%s", tp_last_error());
+    tp_model_destroy(&m);
+    char *gen[] = {"tp-generate", "--load", ckpt, "--prompt", "The ", NULL};
+    cr_expect_eq(s_generate(gen), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "holds model 'mlp', an image classifier") &&
+                  strstr(s_out, "tp-predict"), "%s", s_out);
 }
 
 /* The per-epoch sample (TextSample): the log shows a continuation of

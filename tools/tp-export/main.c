@@ -33,6 +33,26 @@ static const char *s_usage =
 "  --output NAME    an output of the graph to export (repeatable;\n"
 "                   default: logits)\n";
 
+/* TP_OK unless the checkpoint `load` names records a gpt or a GAN: the
+ * export writes an image classifier's graph (image in, logits out), and
+ * neither has one; refused by name before the model is built (whose own
+ * error, about the inputs' shapes, would not say it). */
+static tp_status_t s_classifier_only(const char *load) {
+    char path[4096];
+    tp_checkpoint_info_t ti;
+    if (tp_checkpoint_resolve(load, path, sizeof path) != TP_OK ||
+        tp_checkpoint_info(path, &ti) != TP_OK)
+        return TP_OK;  /* tp_zoo_from_checkpoint reports it */
+    if (!strcmp(ti.model, "gpt") || tp_zoo_find_gan(ti.model))
+        return tp_error(TP_ERR_UNSUPPORTED, "%s holds model '%s' (%s): tp-export writes an "
+                        "image classifier's ONNX file (image in, logits out) and has no "
+                        "export for it%s", path, ti.model,
+                        strcmp(ti.model, "gpt") ? "a GAN" : "a language model",
+                        strcmp(ti.model, "gpt") ? "; tp-generate draws its samples"
+                                                : "; tp-generate continues a text with it");
+    return TP_OK;
+}
+
 static int s_fail(const char *what) {
     fprintf(stderr, "tp-export: %s: %s\n", what, tp_last_error());
     return 1;
@@ -72,6 +92,8 @@ int main(int argc, char **argv) {
         outs[nout++] = "logits";
     tp_log_set_level(TP_LOG_WARN);
     char ckpt[4096];
+    if (s_classifier_only(load) != TP_OK)
+        return s_fail("--load");
     tp_input_desc_t inputs[2];
     const tp_zoo_model_t *zoo = tp_zoo_from_checkpoint(load, model, ckpt, sizeof ckpt, inputs);
     if (!zoo)

@@ -43,7 +43,8 @@ static void s_usage(FILE *out) {
 "                   [N, H, W, 3] (colour, RGB), 0..255\n"
 "  --png FILE       also the samples as one grid image (PNG, grey or RGB),\n"
 "                   as tp-train's LOGDIR/samples-EPOCH.png\n"
-"  --seed S         the noise's seed (default 1, tp-train's default --seed)\n"
+"  --seed S         the noise's seed, 0 or more (default 1, tp-train's\n"
+"                   default --seed)\n"
 "  --model NAME     the generator (default: what the checkpoint records)\n"
 "  -h, --help\n\n"
 "usage: tp-generate --load LOGDIR|CKPT --prompt TEXT --tokens N [options]\n"
@@ -55,12 +56,12 @@ static void s_usage(FILE *out) {
 "  --tokens N       tokens to generate (1..1000000; default 200)\n"
 "  --temperature T  divide the logits by T >= 0 before sampling (default 1;\n"
 "                   0: always the likeliest token)\n"
-"  --top-k K        sample among the K likeliest tokens only (1..1000000;\n"
-"                   default all)\n"
+"  --top-k K        sample among the K likeliest tokens only (0..1000000;\n"
+"                   default 0: all)\n"
 "  --vocab FILE     a BPE checkpoint's tokenizer: encoder.json (or a\n"
 "                   .tiktoken file alone) instead of the file it names\n"
 "  --merges FILE    and vocab.bpe instead of the one it names\n"
-"  --seed S         the sampler's seed (default 1)\n"
+"  --seed S         the sampler's seed, 0 or more (default 1)\n"
 "  --output FILE    also write the prompt and the continuation to FILE\n"
 "  --no-cache       run the whole model over the last T tokens for every\n"
 "                   token (the reference; by default a cache of keys and\n"
@@ -140,8 +141,8 @@ int main(int argc, char **argv) {
             break;
         case O_SEED:
             seed = strtoll(optarg, &end, 10);
-            if (*end || !*optarg) {
-                fprintf(stderr, "tp-generate: --seed '%s': an integer\n", optarg);
+            if (*end || !*optarg || seed < 0) {  /* tp-train's --seed: 0 and up */
+                fprintf(stderr, "tp-generate: --seed '%s': an integer >= 0\n", optarg);
                 return 2;
             }
             break;
@@ -164,8 +165,9 @@ int main(int argc, char **argv) {
             break;
         case O_TOP_K:
             text.top_k = (int)strtol(optarg, &end, 10);
-            if (*end || !*optarg || text.top_k < 1 || text.top_k > 1000000) {
-                fprintf(stderr, "tp-generate: --top-k '%s': 1..1000000\n", optarg);
+            /* 0: all, as tp-train's --sample-top-k */
+            if (*end || !*optarg || text.top_k < 0 || text.top_k > 1000000) {
+                fprintf(stderr, "tp-generate: --top-k '%s': 0..1000000 (0: all)\n", optarg);
                 return 2;
             }
             text_flags = 1;
@@ -195,10 +197,28 @@ int main(int argc, char **argv) {
         }
         if (tp_checkpoint_resolve(load, path, sizeof path) != TP_OK)
             return s_fail("--load");
+        /* a checkpoint that names another model: say which, and what to use
+         * instead (the gpt generator's own error would be a missing 'wte') */
+        if (!model && tp_checkpoint_info(path, &ti) == TP_OK && ti.model[0] &&
+            strcmp(ti.model, "gpt")) {
+            if (tp_zoo_find_gan(ti.model))
+                tp_error(TP_ERR_INVALID, "%s holds model '%s', a GAN: it draws images "
+                         "(--count N --output FILE.npy), not text (--prompt, --tokens, "
+                         "--temperature, --top-k are a gpt's)", path, ti.model);
+            else
+                tp_error(TP_ERR_INVALID, "%s holds model '%s', an image classifier: "
+                         "tp-generate continues a text with a gpt (tp-train --model gpt) "
+                         "and draws images with a GAN (tp-train --model dcgan); "
+                         "tp-predict runs a classifier", path, ti.model);
+            return s_fail("--load");
+        }
         text.seed = (uint64_t)seed;
         text.output = output;
         return tp_generate_text(path, &text);
     }
+    /* a --load that names no checkpoint says so before the flags it lacks */
+    if (optind == argc && load && tp_checkpoint_resolve(load, path, sizeof path) != TP_OK)
+        return s_fail("--load");
     if (optind < argc || !load || !count || !output) {
         if (optind < argc)
             fprintf(stderr, "tp-generate: unexpected argument '%s'\n", argv[optind]);
@@ -212,11 +232,12 @@ int main(int argc, char **argv) {
         return s_fail("--load");
     tp_checkpoint_info_t info;
     if (tp_checkpoint_info(ckpt, &info) != TP_OK)
-        return s_fail(ckpt);
+        return s_fail("--load");  /* the message names the file */
     const char *name = model ? model : info.model[0] ? info.model : "dcgan";
     const tp_zoo_gan_t *gz = tp_zoo_find_gan(name);
     if (!gz) {
-        tp_error(TP_ERR_INVALID, "%s holds model '%s', not a generator (dcgan)", ckpt, name);
+        tp_error(TP_ERR_INVALID, "%s holds model '%s', not a generator (dcgan)%s", ckpt, name,
+                 strcmp(name, "gpt") ? ": tp-predict runs an image classifier" : "");
         return s_fail("--load");
     }
 

@@ -70,6 +70,93 @@ static int s_fail(const char *what) {
     return 1;
 }
 
+/* TP_OK unless the checkpoint `load` names records a gpt or a GAN, which
+ * tp-predict cannot run (it feeds images and reads logits): refused
+ * naming the tool that can, before the model is built (whose own error,
+ * about the inputs' shapes, would not say it). */
+static tp_status_t s_classifier_only(const char *load) {
+    char path[4096];
+    tp_checkpoint_info_t ti;
+    if (tp_checkpoint_resolve(load, path, sizeof path) != TP_OK ||
+        tp_checkpoint_info(path, &ti) != TP_OK)
+        return TP_OK;  /* tp_zoo_from_checkpoint reports it */
+    if (!strcmp(ti.model, "gpt"))
+        return tp_error(TP_ERR_INVALID, "%s holds model 'gpt', a language model: "
+                        "tp-predict classifies images (tp-generate --load %s --prompt TEXT "
+                        "continues a text)", path, load);
+    if (tp_zoo_find_gan(ti.model))
+        return tp_error(TP_ERR_INVALID, "%s holds model '%s', a GAN: tp-predict classifies "
+                        "images (tp-generate --load %s --count N --output FILE.npy draws "
+                        "samples)", path, ti.model, load);
+    return TP_OK;
+}
+
+/* The name of the model's class j ("j" when the run recorded none). */
+static const char *s_class_name(const tp_zoo_data_t *info, int j, char buf[16]) {
+    if (info->classes && info->classes[j])
+        return info->classes[j];
+    snprintf(buf, 16, "%d", j);
+    return buf;
+}
+
+/* An image folder's labels are its class folders' ranks in its own sorted
+ * list, the model's those of the folder it trained on: map[i] is the
+ * model's label of the folder's class i, by name, so a test folder with
+ * some of the classes (only 'red') is scored against the right ones; *map
+ * stays NULL when the lists are the same. A class folder the model does
+ * not have is refused naming it, unless no folder name is a class name at
+ * all and the counts agree (Fashion-MNIST exported as PNG folders for a
+ * model trained on its IDX files): by position then, with a warning. */
+static tp_status_t s_label_map(const char *data, const tp_zoo_data_t *info, int32_t **map) {
+    *map = NULL;
+    if (strncmp(data, "imagefolder:", 12))
+        return TP_OK;
+    tp_image_source_info_t si;
+    tp_image_source_info_init(&si);
+    tp_status_t rc = tp_image_source_info(data, &si);
+    if (rc != TP_OK) {
+        tp_image_source_info_fini(&si);
+        return rc;
+    }
+    int32_t *m = calloc((size_t)si.nclasses + 1, sizeof *m);
+    int same = si.nclasses == info->nclasses, known = 0, unknown = -1;
+    char buf[16];
+    for (int i = 0; m && i < si.nclasses; i++) {
+        m[i] = -1;
+        for (int j = 0; j < info->nclasses && m[i] < 0; j++)
+            if (!strcmp(si.classes[i], s_class_name(info, j, buf)))
+                m[i] = j;
+        same &= m[i] == i;
+        known += m[i] >= 0;
+        if (m[i] < 0 && unknown < 0)
+            unknown = i;
+    }
+    if (!m) {
+        rc = tp_error(TP_ERR_NOMEM, "%s: the classes' map", data);
+    } else if (same || (!known && si.nclasses == info->nclasses)) {
+        if (!same)
+            fprintf(stderr, "tp-predict: warning: no class folder of %s is named as a class "
+                    "of the model (%s, %s, ...): labels taken by position\n", data,
+                    s_class_name(info, 0, buf), info->nclasses > 1 ? info->classes ?
+                    info->classes[1] : "1" : "");
+        free(m);
+        m = NULL;
+    } else if (unknown >= 0) {
+        char list[512] = "";
+        for (int j = 0; j < info->nclasses && strlen(list) < sizeof list - 80; j++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", j ? ", " : "",
+                     s_class_name(info, j, buf));
+        rc = tp_error(TP_ERR_INVALID, "%s has a class folder '%s' that is not a class of the "
+                      "model (%s%s): its labels would be wrong", data, si.classes[unknown],
+                      list, strlen(list) >= sizeof list - 80 ? ", ..." : "");
+        free(m);
+        m = NULL;
+    }
+    tp_image_source_info_fini(&si);
+    *map = m;
+    return rc;
+}
+
 /* tp-train's sources, in file order, as a spec with the size (height x
  * width: resized to it) and the normalisation the model was trained with
  * (augmented models take float images). */
@@ -84,17 +171,20 @@ static tp_status_t s_spec(const s_args_t *a, const tp_zoo_data_t *info, int floa
     }
     const char *d = a->data;
     char src[3584];
+    if (!strncmp(d, "text:", 5))
+        return tp_error(TP_ERR_INVALID, "'%s' is text (a gpt's data): tp-predict classifies "
+                        "images (tp-generate --prompt continues a text)", d);
     if (info->channels == 3 || info->resize_short) {
         /* colour, or a centre crop: the run's validation chain */
         if (tp_zoo_eval_spec(d, info, height, width, src, sizeof src) != TP_OK)
-            return tp_error(TP_ERR_INVALID, "--data: %s (or --spec)", tp_last_error());
+            return tp_error(TP_ERR_INVALID, "%s (or --spec)", tp_last_error());
         snprintf(buf, size, "%s | batch %d remainder", src, a->batch);
         return TP_OK;
     }
     /* tp-train's names, read in file order (models.h) */
     if (tp_zoo_source_sized(strcmp(d, "fashion-mnist") ? d : "fashion-mnist:test", 1,
                             height, width, src, sizeof src) != TP_OK)
-        return tp_error(TP_ERR_INVALID, "--data: %s (or --spec)", tp_last_error());
+        return tp_error(TP_ERR_INVALID, "%s (or --spec)", tp_last_error());
     snprintf(buf, size, "%s%s | batch %d remainder", src, norm, a->batch);
     return TP_OK;
 }
@@ -311,8 +401,10 @@ int main(int argc, char **argv) {
     }
     tp_log_set_level(TP_LOG_WARN);
 
-    /* the checkpoint and the model it records */
+    /* the checkpoint and the model it records: an image classifier's */
     char ckpt[4096];
+    if (s_classifier_only(a.load) != TP_OK)
+        return s_fail("--load");
     tp_input_desc_t inputs[2];
     const tp_zoo_model_t *zoo = tp_zoo_from_checkpoint(a.load, a.model, ckpt, sizeof ckpt,
                                                        inputs);
@@ -380,6 +472,16 @@ int main(int argc, char **argv) {
         }
     }
 
+    /* the folder's labels as the model's, by class name */
+    int32_t *label_map = NULL, *mapped = NULL;
+    if (!a.spec && s_label_map(a.data, &info, &label_map) != TP_OK) {
+        tp_zoo_data_fini(&info);
+        tp_predictor_destroy(&pred);
+        tp_dataflow_destroy(&df);
+        if (out)
+            fclose(out);
+        return s_fail("--data");
+    }
     int nk = 0, have_labels = -1;
     int64_t samples = 0, correct = 0, correct5 = 0, *cm = NULL, batches = 0;
     double busy = 0, t0 = tp_now_s();
@@ -403,6 +505,20 @@ int main(int argc, char **argv) {
             tp_datapoint_destroy(&dp);
             break;
         }
+        const int32_t *labels = lab ? (const int32_t *)lab->data : NULL;
+        if (labels && label_map) {
+            int32_t *grown = realloc(mapped, (size_t)(n > 0 ? n : 1) * sizeof *mapped);
+            if (!grown) {
+                rc = tp_error(TP_ERR_NOMEM, "batch %lld: %lld labels", (long long)batches,
+                              (long long)n);
+                tp_datapoint_destroy(&dp);
+                break;
+            }
+            mapped = grown;
+            for (int64_t r = 0; r < n; r++)  /* the folder's own labels: 0..nclasses-1 */
+                mapped[r] = label_map[labels[r]];
+            labels = mapped;
+        }
         /* a spec's batches may be larger than the predictor's: in slices */
         size_t row_bytes = n > 0 ? img->nbytes / (size_t)n : 0;
         for (int64_t off = 0; off < n && rc == TP_OK; off += a.batch) {
@@ -421,7 +537,7 @@ int main(int argc, char **argv) {
                               (long long)(samples + off));
                 break;
             }
-            rc = s_rows(&a, &info, &logits, lab ? (const int32_t *)lab->data + off : NULL,
+            rc = s_rows(&a, &info, &logits, labels ? labels + off : NULL,
                         samples + off, out, jsonl, &nk, &cm, &correct, &correct5);
             tp_tensor_fini(&logits);
         }
@@ -434,6 +550,8 @@ int main(int argc, char **argv) {
         tp_datapoint_destroy(&dp);
     }
     double wall = tp_now_s() - t0;
+    free(label_map);
+    free(mapped);
     tp_dataflow_destroy(&df);
     tp_predictor_destroy(&pred);
     if (out && fclose(out) != 0 && rc == TP_DONE)
@@ -538,7 +656,10 @@ int main(int argc, char **argv) {
                 int64_t row = 0;
                 for (int c2 = 0; c2 < nk; c2++)
                     row += cm[r * nk + c2];
-                printf(" %d:%.3f", r, row ? (double)cm[r * nk + r] / (double)row : 0.0);
+                if (row)
+                    printf(" %d:%.3f", r, (double)cm[r * nk + r] / (double)row);
+                else  /* no image of the class (a folder of some classes): --json's null */
+                    printf(" %d:-", r);
             }
             printf("\n  classes:");
             for (int r = 0; r < nk; r++)

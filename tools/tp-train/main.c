@@ -37,6 +37,7 @@
 #include <towerpack/log.h>
 #include <towerpack/logdir.h>
 #include <towerpack/model_callbacks.h>
+#include <towerpack/predict.h>
 #include <towerpack/models.h>
 #include <towerpack/optim.h>
 #include <towerpack/plot.h>
@@ -680,6 +681,23 @@ static tp_status_t s_norm_flag(const char *flag, const char *v, int channels, in
  * --channels / --classes say; the normalisation from --mean / --std or
  * the defaults; an image folder for validation must have the same
  * classes. */
+/* TP_ERR_INVALID when an image folder's classes are all a data set's split
+ * names (DIR/train/<class>/... given as DIR: train and test would be
+ * trained as two classes), before the test set is compared with them. */
+static tp_status_t s_not_split_folders(const char *data, const tp_zoo_data_t *d) {
+    static const char *const splits[] = {"train", "test", "val", "valid", "validation"};
+    int nsplit = 0;
+    for (int i = 0; i < d->nclasses; i++)
+        for (size_t j = 0; j < sizeof splits / sizeof splits[0]; j++)
+            nsplit += !strcmp(d->classes[i], splits[j]);
+    if (d->nclasses < 2 || nsplit < d->nclasses)
+        return TP_OK;
+    return tp_error(TP_ERR_INVALID, "--data %s: its class folders are '%s', '%s'%s: a data "
+                    "set's splits, not classes; give each split's folder (--data "
+                    "imagefolder:DIR/train --test-data imagefolder:DIR/test)", data,
+                    d->classes[0], d->classes[1], d->nclasses > 2 ? ", ..." : "");
+}
+
 static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     static const char *const fmnist[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
                                            "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
@@ -702,6 +720,8 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
         } else {
             channels = si.channels;
             rc = tp_zoo_data_set_classes(d, si.nclasses, (const char *const *)si.classes);
+            if (rc == TP_OK && !strncmp(a->data, "imagefolder:", 12))
+                rc = s_not_split_folders(a->data, d);
             if (rc == TP_OK && a->test_data && !strncmp(a->data, "imagefolder:", 12) &&
                 !strncmp(a->test_data, "imagefolder:", 12)) {
                 /* the same classes in the same order, or the labels lie */
@@ -733,6 +753,11 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
         }
     }
     d->channels = a->channels ? a->channels : channels;
+    if (!a->spec && !a->remote && !a->classes && d->nclasses < 2)
+        return tp_error(TP_ERR_INVALID, "--data %s holds 1 class ('%s'): a classifier needs "
+                        "2 or more (an image folder: one sub-folder per class, "
+                        "DIR/<class>/<image>; --classes N for more outputs than the data "
+                        "have)", a->data, d->nclasses ? d->classes[0] : "");
     if (a->classes && a->classes != d->nclasses) {
         /* the names the data have, numbers for the rest */
         const char **names = calloc((size_t)a->classes, sizeof *names);
@@ -973,8 +998,51 @@ static tp_optimizer_t *s_gan_optimizer(void *user) {
  * --epochs, --batch, --lr, --steps-per-epoch, --towers, --threads, --seed,
  * --logdir, --logdir-action, --resume, --no-tensorboard, --log-every,
  * --devices (cpu, auto: the CPU; a GPU id). */
+/* The flags --model dcgan does not read (the classifiers' and the gpt's):
+ * refused by name rather than ignored, so that `--classes 3` or a
+ * `--test-data` does not look as if it were used. TP_OK, or the first one
+ * given. */
+static tp_status_t s_gan_unread_flags(const s_args_t *a, const char *model) {
+    const struct {
+        int given;
+        const char *flag, *why;
+    } f[] = {
+        {a->classes != 0, "--classes", "a GAN has no classes"},
+        {!strncmp(a->data, "text:", 5), "--data text:FILE",
+         "it draws images: give image data; text is --model gpt's"},
+        {a->test_data || a->test_spec, "--test-data/--test-spec", "a GAN has no validation"},
+        {a->spec != NULL, "--spec", "give the images with --data"},
+        {a->augment >= 0 || a->pad != 2, "--augment/--no-augment/--pad",
+         "the real images are not augmented"},
+        {a->mean || a->std, "--mean/--std", "the images are mapped to [-1, 1]"},
+        {a->resident || a->tta || a->label_smoothing > 0, "--resident/--tta/--label-smoothing",
+         "the classifiers' flags"},
+        {a->optimizer || a->weight_decay >= 0 || a->beta1 >= 0 || a->beta2 >= 0 ||
+             a->clip_norm > 0 || a->ema > 0 || a->accumulate != 1 || a->nmults > 0,
+         "--optimizer/--weight-decay/--beta1/--beta2/--clip-norm/--ema/--accumulate/"
+         "--lr-mult/--freeze", "each player has Adam at --lr, beta1 0.5"},
+        {strcmp(a->lr_schedule, "linear") || a->warmup > 0 || a->lr_end >= 0 ||
+             a->lr_gamma != 0.1, "--lr-schedule/--warmup/--lr-end/--lr-gamma",
+         "the rate is constant"},
+        {a->remote || a->workers_mode, "--remote/--workers",
+         "the pipeline runs in the trainer's process"},
+        {a->context || a->layers || a->heads || a->embed || a->dropout > 0 || s_sample.given,
+         "--context/--layers/--heads/--embed/--dropout/--sample-*", "--model gpt's flags"},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].given)
+            return tp_error(TP_ERR_INVALID, "--model %s does not take %s (%s); it takes "
+                            "--data, --image-size, --channels, --epochs, --batch, --lr, "
+                            "--steps-per-epoch, --towers, --threads, --seed, --devices and "
+                            "the log flags (docs/training.md, \"DCGAN in the zoo\")", model,
+                            f[i].flag, f[i].why);
+    return TP_OK;
+}
+
 static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     enum { SAMPLES = 64 };
+    if (s_gan_unread_flags(a, gz->name) != TP_OK)
+        return s_fail("bad flags");
     if (a->epochs == 0)
         a->epochs = gz->default_epochs;
     if (a->batch == 0)
@@ -1128,6 +1196,23 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
                                     : 0;
 }
 
+/* --resume into a log directory whose latest checkpoint records another
+ * model (a gpt run resumed as --model cnn, a forgotten --model): refused
+ * naming both, rather than failing on the variables that do not match. */
+static tp_status_t s_resume_same_model(const s_args_t *a) {
+    char dir[4096], ckpt[4096];
+    snprintf(dir, sizeof dir, "%s", a->logdir ? a->logdir : "");
+    if (!a->logdir)
+        snprintf(dir, sizeof dir, "train_log/%s", a->model);
+    tp_checkpoint_info_t ti;
+    if (tp_checkpoint_find_latest(dir, ckpt, sizeof ckpt) != TP_OK ||
+        tp_checkpoint_info(ckpt, &ti) != TP_OK || !ti.model[0] || !strcmp(ti.model, a->model))
+        return TP_OK;  /* nothing to resume, or the resume reports it */
+    return tp_error(TP_ERR_INVALID, "%s holds a run of --model %s, not of --model %s: give "
+                    "--model %s to go on with it, or another --logdir", ckpt, ti.model,
+                    a->model, ti.model);
+}
+
 int main(int argc, char **argv) {
     /* static: a.info is freed by an exit handler (s_info_free), which runs
      * after main's frame is gone */
@@ -1200,11 +1285,12 @@ int main(int argc, char **argv) {
     int c;
     int64_t v;
     double lr = -1;
+    int data_given = 0;  /* --data on the command line (a.data has a default) */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': a.model = optarg; break;
         case O_SIZE: if (tp_spec_int(optarg, 1, TP_ZOO_MAX_SIZE, "--image-size", &v)) return s_fail("bad flag"); a.image_size = (int)v; break;
-        case 'd': a.data = optarg; break;
+        case 'd': a.data = optarg; data_given = 1; break;
         case O_TEST: a.test_data = optarg; break;
         case 'e': if (tp_spec_int(optarg, 1, 100000, "--epochs", &v)) return s_fail("bad flag"); a.epochs = (int)v; break;
         case 'b': if (tp_spec_int(optarg, 1, 1 << 20, "--batch", &v)) return s_fail("bad flag"); a.batch = (int)v; break;
@@ -1398,6 +1484,8 @@ int main(int argc, char **argv) {
         s_usage(stderr);
         return 2;
     }
+    if (a.resume && s_resume_same_model(&a) != TP_OK)
+        return s_fail("--resume");
     const tp_zoo_gan_t *gz = tp_zoo_find_gan(a.model);
     if (gz)
         return s_train_gan(&a, gz, lr);
@@ -1423,6 +1511,11 @@ int main(int argc, char **argv) {
                  "and --sample-top-k are --model gpt's (the model is %s)", zoo->name);
         return s_fail("bad flags");
     }
+    if (!a.text && a.data && !strncmp(a.data, "text:", 5)) {
+        tp_error(TP_ERR_INVALID, "--data %s: a text source trains --model gpt (the model "
+                 "is %s, which reads images)", a.data, zoo->name);
+        return s_fail("bad flags");
+    }
     if (!a.text && a.dropout > 0) {
         tp_error(TP_ERR_INVALID, "--dropout is --model gpt's (the image models have their "
                  "own; the model is %s)", zoo->name);
@@ -1442,7 +1535,8 @@ int main(int argc, char **argv) {
         }
         if (!a.spec && strncmp(a.data, "text:", 5)) {
             tp_error(TP_ERR_INVALID, "--model gpt trains on text: give --data text:FILE "
-                     "(bytes as tokens; docs/dataflow.md, \"Text\"), not '%s'", a.data);
+                     "(bytes as tokens; docs/dataflow.md, \"Text\"), not '%s'%s", a.data,
+                     data_given ? "" : " (the default --data, for the image models)");
             return s_fail("bad flags");
         }
         if ((a.data && strstr(a.data, "context=")) ||
@@ -1466,6 +1560,17 @@ int main(int argc, char **argv) {
         /* the embedding's rows: 256 bytes, or the BPE vocabulary's */
         const char *tsrc = a.data && !strncmp(a.data, "text:", 5) ? a.data : a.spec;
         a.tokens.vocab = 256;
+        /* probed at --context (--data holds none: refused above), so a
+         * file too short is measured against the windows it will give */
+        char probe[8192];
+        if (tsrc == a.data && tsrc) {
+            size_t stage = strcspn(tsrc, "|");
+            while (stage > 5 && tsrc[stage - 1] == ' ')
+                stage--;
+            snprintf(probe, sizeof probe, "%.*s,context=%d%s", (int)stage, tsrc, a.context,
+                     tsrc + stage);
+            tsrc = probe;
+        }
         if (tsrc && !strncmp(tsrc, "text:", 5) &&
             tp_df_text_spec_info(tsrc, 0, &a.tokens) != TP_OK)
             return s_fail("--data");
