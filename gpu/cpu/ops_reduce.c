@@ -803,19 +803,39 @@ static float s_logsumexp(const float *r, size_t v) {
     return mx + logf(s_exp_sub(r, &mx, 0, NULL, v));
 }
 
+/* The sequence cross-entropy's workspace: each row's term (doubles), then
+ * each row's log-sum-exp (floats), which the backward reuses rather than
+ * walking the row twice more (its max and its exponentials' sum): the
+ * backward is then one exp pass a row. NULL when the call has no
+ * workspace or less than that (the parity harness's): recompute. */
+static float *s_xent_seq_lse(const tp_op_call_t *c, size_t rows) {
+    const size_t need = rows * (sizeof(double) + sizeof(float));
+    if (!c->workspace || (c->workspace_bytes && c->workspace_bytes < need))
+        return NULL;
+    return (float *)((double *)c->workspace + rows);
+}
+
 /* Each row's -log p(label) (0 for an ignored row), rows [lo, hi), into
- * the workspace's doubles. */
+ * the workspace's doubles, and its log-sum-exp for the backward. */
 static void s_xent_seq_terms(void *arg, size_t lo, size_t hi) {
     const tp_op_call_t *c = arg;
     const size_t v = (size_t)c->xshape[0].d[c->xshape[0].ndim - 1];
+    const size_t rows = tp_shape_count(&c->xshape[1]);
     const float *x = c->x[0];
     const int32_t *lab = c->x[1];
     const int32_t ignore = (int32_t)c->attr->alpha;
     double *term = c->workspace;
-    for (size_t r = lo; r < hi; r++)
-        term[r] = lab[r] == ignore
-                      ? 0.0
-                      : (double)s_logsumexp(x + r * v, v) - x[r * v + (size_t)lab[r]];
+    float *lse = s_xent_seq_lse(c, rows);
+    for (size_t r = lo; r < hi; r++) {
+        if (lab[r] == ignore) {
+            term[r] = 0.0;
+            continue;
+        }
+        const float l = s_logsumexp(x + r * v, v);
+        if (lse)
+            lse[r] = l;
+        term[r] = (double)l - x[r * v + (size_t)lab[r]];
+    }
 }
 
 /* The labels checked first (an error names the row), the rows' terms on
@@ -863,6 +883,7 @@ typedef struct {
     const tp_op_call_t *c;
     size_t v;
     float g;
+    const float *lse; /* each row's, from the forward, or NULL */
 } s_xs_t;
 
 static void s_xent_seq_bwd_part(void *arg, size_t lo, size_t hi) {
@@ -883,7 +904,17 @@ static void s_xent_seq_bwd_part(void *arg, size_t lo, size_t hi) {
             continue;
         }
         const float *row = x + r * v;
-        const float lse = s_logsumexp(row, v);
+        /* the forward's log-sum-exp (the same bits as recomputing it) */
+        const float lse = xs->lse ? xs->lse[r] : s_logsumexp(row, v);
+        const size_t at = (size_t)lab[r];
+        if (!acc) { /* p straight into the gradient row, then scaled */
+            s_exp_sub(row, &lse, 0, d, v);
+            const float pl = d[at];
+            for (size_t j = 0; j < v; j++)
+                d[j] = g * d[j];
+            d[at] = g * (pl - 1.0f);
+            continue;
+        }
         float p[S_CHUNK]; /* the probabilities, in stack chunks */
         for (size_t j0 = 0; j0 < v; j0 += S_CHUNK) {
             const size_t m = v - j0 < S_CHUNK ? v - j0 : S_CHUNK;
@@ -907,7 +938,8 @@ static void s_xent_seq_bwd(const tp_op_call_t *c) {
     for (size_t r = 0; r < rows; r++)
         counted += lab[r] != ignore; /* in range: checked in forward */
     s_xs_t xs = {.c = c, .v = v,
-                 .g = c->dy[0] / (float)counted * tp_cpu_elementwise_grad_fault};
+                 .g = c->dy[0] / (float)counted * tp_cpu_elementwise_grad_fault,
+                 .lse = s_xent_seq_lse(c, rows)};
     tp_cpu_parallel(rows, 1, v ? (S_MIN_ITEMS + v - 1) / v : rows, s_xent_seq_bwd_part, &xs);
 }
 
@@ -944,8 +976,8 @@ size_t tp_cpu_reduce_workspace(const tp_op_call_t *c) {
         s_split(&c->xshape[0], c->attr->axes, &outer, &n, &inner);
         return 2 * inner * sizeof(float); /* a max and a sum per inner position */
     }
-    case TP_OP_SOFTMAX_XENT_SEQ: /* each row's term, summed in row order */
-        return tp_shape_count(&c->xshape[1]) * sizeof(double);
+    case TP_OP_SOFTMAX_XENT_SEQ: /* each row's term, summed in row order, and its lse */
+        return tp_shape_count(&c->xshape[1]) * (sizeof(double) + sizeof(float));
     default:
         return 0;
     }
