@@ -739,7 +739,12 @@ static void s_softmax_bwd_part(void *arg, size_t lo, size_t hi) {
             const size_t base = o * n;
             const float *restrict y = (const float *)c->y + base, *restrict dy = c->dy + base;
             float *restrict dx = c->dx[0] + base;
-            if (lg) {
+            if (lg && !acc) { /* e^y straight into dx, then the gradient in place */
+                const float d = s_dot(dy, NULL, n), zero = 0.0f;
+                s_exp_sub(y, &zero, 0, dx, n);
+                for (size_t j = 0; j < n; j++)
+                    dx[j] = (dy[j] - dx[j] * d) * fault;
+            } else if (lg) {
                 const float d = s_dot(dy, NULL, n);
                 s_lsm_grad(y, dy, &d, 0, fault, acc, dx, n);
             } else {
