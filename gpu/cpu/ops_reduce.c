@@ -589,8 +589,165 @@ static float s_exp_sub(const float *restrict x, const float *restrict sub, int v
     return f(x, sub, vec, out, n);
 }
 
-/* The largest of x[0..n) (n >= 1). */
+/* The row loops around the exponentials (max, scale, the backward's
+ * elementwise step) in eight lanes where the CPU has AVX2: each element's
+ * operations are the same roundings in either width (no FMA), and a max
+ * does not depend on its order, so the bits are those of the SSE2 loops.
+ * At one thread these loops were a third of softmax's time in four lanes
+ * (the max one dependent chain of maxps). */
+static int s_avx2(void) {
+    static _Atomic int have; /* 0 unknown, 1 no, 2 yes */
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (!h) {
+        h = s_exp_sub_pick() == s_exp_sub_sse2 ? 1 : 2;
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h == 2;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static float s_row_max_avx2(const float *x, size_t n) {
+    size_t j = 0;
+    float mx = x[0];
+    if (n >= 32) { /* four independent maxima, so that maxps does not wait on itself */
+        __m256 m0 = _mm256_loadu_ps(x), m1 = _mm256_loadu_ps(x + 8),
+               m2 = _mm256_loadu_ps(x + 16), m3 = _mm256_loadu_ps(x + 24);
+        for (j = 32; j + 32 <= n; j += 32) {
+            m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + j));
+            m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + j + 8));
+            m2 = _mm256_max_ps(m2, _mm256_loadu_ps(x + j + 16));
+            m3 = _mm256_max_ps(m3, _mm256_loadu_ps(x + j + 24));
+        }
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
+        float lanes[8];
+        _mm256_storeu_ps(lanes, m);
+        mx = lanes[0];
+        for (int l = 1; l < 8; l++)
+            mx = lanes[l] > mx ? lanes[l] : mx;
+    }
+    for (; j < n; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+/* y[j] = x[j] * s (y may be x) */
+__attribute__((target("avx2"))) static void s_scale_avx2(const float *x, float s, float *y,
+                                                         size_t n) {
+    size_t j = 0;
+    const __m256 s8 = _mm256_set1_ps(s);
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), s8));
+    for (; j < n; j++)
+        y[j] = x[j] * s;
+}
+
+/* y[j] = x[j] - s */
+__attribute__((target("avx2"))) static void s_shift_avx2(const float *restrict x, float s,
+                                                         float *restrict y, size_t n) {
+    size_t j = 0;
+    const __m256 s8 = _mm256_set1_ps(s);
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(y + j, _mm256_sub_ps(_mm256_loadu_ps(x + j), s8));
+    for (; j < n; j++)
+        y[j] = x[j] - s;
+}
+
+/* softmax's row backward, dx = y (dy - d) f (acc: dx +=) */
+__attribute__((target("avx2"))) static void s_sm_grad_avx2(const float *restrict y,
+                                                           const float *restrict dy, float d,
+                                                           float f, int acc,
+                                                           float *restrict dx, size_t n) {
+    size_t j = 0;
+    const __m256 d8 = _mm256_set1_ps(d), f8 = _mm256_set1_ps(f);
+    for (; j + 8 <= n; j += 8) {
+        __m256 g = _mm256_mul_ps(
+            _mm256_mul_ps(_mm256_loadu_ps(y + j), _mm256_sub_ps(_mm256_loadu_ps(dy + j), d8)),
+            f8);
+        if (acc)
+            g = _mm256_add_ps(_mm256_loadu_ps(dx + j), g);
+        _mm256_storeu_ps(dx + j, g);
+    }
+    for (; j < n; j++) {
+        const float g = y[j] * (dy[j] - d) * f;
+        dx[j] = acc ? dx[j] + g : g;
+    }
+}
+
+/* log-softmax's row backward with e^y already in dx: dx = (dy - dx d) f */
+__attribute__((target("avx2"))) static void s_lsm_fin_avx2(const float *restrict dy, float d,
+                                                           float f, float *restrict dx,
+                                                           size_t n) {
+    size_t j = 0;
+    const __m256 d8 = _mm256_set1_ps(d), f8 = _mm256_set1_ps(f);
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(dx + j, _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(dy + j),
+                                                             _mm256_mul_ps(_mm256_loadu_ps(dx + j), d8)),
+                                               f8));
+    for (; j < n; j++)
+        dx[j] = (dy[j] - dx[j] * d) * f;
+}
+#endif
+
+static float s_row_max_sse2(const float *x, size_t n);
+
 static float s_row_max(const float *x, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2())
+        return s_row_max_avx2(x, n);
+#endif
+    return s_row_max_sse2(x, n);
+}
+
+static void s_scale(const float *x, float s, float *y, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2()) {
+        s_scale_avx2(x, s, y, n);
+        return;
+    }
+#endif
+    for (size_t j = 0; j < n; j++)
+        y[j] = x[j] * s;
+}
+
+static void s_shift(const float *restrict x, float s, float *restrict y, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2()) {
+        s_shift_avx2(x, s, y, n);
+        return;
+    }
+#endif
+    for (size_t j = 0; j < n; j++)
+        y[j] = x[j] - s;
+}
+
+static void s_sm_grad(const float *restrict y, const float *restrict dy, float d, float f,
+                      int acc, float *restrict dx, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2()) {
+        s_sm_grad_avx2(y, dy, d, f, acc, dx, n);
+        return;
+    }
+#endif
+    for (size_t j = 0; j < n; j++) {
+        const float g = y[j] * (dy[j] - d) * f;
+        dx[j] = acc ? dx[j] + g : g;
+    }
+}
+
+static void s_lsm_fin(const float *restrict dy, float d, float f, float *restrict dx,
+                      size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2()) {
+        s_lsm_fin_avx2(dy, d, f, dx, n);
+        return;
+    }
+#endif
+    for (size_t j = 0; j < n; j++)
+        dx[j] = (dy[j] - dx[j] * d) * f;
+}
+
+/* The largest of x[0..n) (n >= 1), four lanes. */
+static float s_row_max_sse2(const float *x, size_t n) {
     size_t j = 0;
     float mx = x[0];
 #if defined(__SSE2__)
@@ -668,12 +825,10 @@ static void s_softmax_fwd_part(void *arg, size_t lo, size_t hi) {
             const float mx = s_row_max(x, n);
             if (lg) {
                 const float l = mx + logf(s_exp_sub(x, &mx, 0, NULL, n));
-                for (size_t j = 0; j < n; j++)
-                    y[j] = x[j] - l;
+                s_shift(x, l, y, n);
             } else {
                 const float is = 1.0f / s_exp_sub(x, &mx, 0, y, n);
-                for (size_t j = 0; j < n; j++)
-                    y[j] *= is;
+                s_scale(y, is, y, n);
             }
         }
         return;
@@ -742,17 +897,12 @@ static void s_softmax_bwd_part(void *arg, size_t lo, size_t hi) {
             if (lg && !acc) { /* e^y straight into dx, then the gradient in place */
                 const float d = s_dot(dy, NULL, n), zero = 0.0f;
                 s_exp_sub(y, &zero, 0, dx, n);
-                for (size_t j = 0; j < n; j++)
-                    dx[j] = (dy[j] - dx[j] * d) * fault;
+                s_lsm_fin(dy, d, fault, dx, n);
             } else if (lg) {
                 const float d = s_dot(dy, NULL, n);
                 s_lsm_grad(y, dy, &d, 0, fault, acc, dx, n);
             } else {
-                const float d = s_dot(dy, y, n);
-                for (size_t j = 0; j < n; j++) {
-                    const float g = y[j] * (dy[j] - d) * fault;
-                    dx[j] = acc ? dx[j] + g : g;
-                }
+                s_sm_grad(y, dy, s_dot(dy, y, n), fault, acc, dx, n);
             }
         }
         return;
@@ -915,8 +1065,7 @@ static void s_xent_seq_bwd_part(void *arg, size_t lo, size_t hi) {
         if (!acc) { /* p straight into the gradient row, then scaled */
             s_exp_sub(row, &lse, 0, d, v);
             const float pl = d[at];
-            for (size_t j = 0; j < v; j++)
-                d[j] = g * d[j];
+            s_scale(d, g, d, v); /* g p, as p g */
             d[at] = g * (pl - 1.0f);
             continue;
         }
