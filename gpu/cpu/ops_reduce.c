@@ -437,8 +437,11 @@ static inline float s_exp(float x) {
 
 #if defined(__SSE2__)
 static inline __m128 s_exp4(__m128 x) {
-    __m128 xc = _mm_max_ps(x, _mm_set1_ps(-87.3f)); /* NaN -> -87.3, fixed below */
-    xc = _mm_min_ps(xc, _mm_setzero_ps());
+    /* maxps returns its second operand when either is NaN: a NaN x flows
+     * through every step (its payload kept) to the result, as s_exp's
+     * `x == x ? ... : x`, with no select of its own */
+    __m128 xc = _mm_max_ps(_mm_set1_ps(-87.3f), x);
+    xc = _mm_min_ps(_mm_setzero_ps(), xc); /* NaN: the second operand again */
     const __m128i n = _mm_cvttps_epi32(_mm_sub_ps(_mm_mul_ps(xc, _mm_set1_ps(S_LOG2E)),
                                                   _mm_set1_ps(0.5f)));
     const __m128 fn = _mm_cvtepi32_ps(n);
@@ -453,9 +456,7 @@ static inline __m128 s_exp4(__m128 x) {
     const __m128 e = _mm_add_ps(_mm_add_ps(_mm_mul_ps(p, _mm_mul_ps(r, r)), r), _mm_set1_ps(1.0f));
     const __m128 two = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(n, _mm_set1_epi32(127)), 23));
     /* below -87.3: 0 (a masked logit, -inf, gives exactly 0) */
-    const __m128 v = _mm_andnot_ps(_mm_cmplt_ps(x, _mm_set1_ps(-87.3f)), _mm_mul_ps(e, two));
-    const __m128 ok = _mm_cmpord_ps(x, x);
-    return _mm_or_ps(_mm_and_ps(ok, v), _mm_andnot_ps(ok, x));
+    return _mm_andnot_ps(_mm_cmplt_ps(x, _mm_set1_ps(-87.3f)), _mm_mul_ps(e, two));
 }
 #endif
 
@@ -506,8 +507,8 @@ static float s_exp_sub_sse2(const float *restrict x, const float *restrict sub, 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* s_exp4's operations on eight lanes (no FMA: the same roundings) */
 __attribute__((target("avx2"))) static inline __m256 s_exp8(__m256 x) {
-    __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-    xc = _mm256_min_ps(xc, _mm256_setzero_ps());
+    __m256 xc = _mm256_max_ps(_mm256_set1_ps(-87.3f), x); /* NaN flows through */
+    xc = _mm256_min_ps(_mm256_setzero_ps(), xc);
     const __m256i n = _mm256_cvttps_epi32(
         _mm256_sub_ps(_mm256_mul_ps(xc, _mm256_set1_ps(S_LOG2E)), _mm256_set1_ps(0.5f)));
     const __m256 fn = _mm256_cvtepi32_ps(n);
@@ -523,10 +524,8 @@ __attribute__((target("avx2"))) static inline __m256 s_exp8(__m256 x) {
                                    _mm256_set1_ps(1.0f));
     const __m256 two =
         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
-    const __m256 v = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ),
-                                      _mm256_mul_ps(e, two));
-    const __m256 ok = _mm256_cmp_ps(x, x, _CMP_ORD_Q);
-    return _mm256_or_ps(_mm256_and_ps(ok, v), _mm256_andnot_ps(ok, x));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ),
+                            _mm256_mul_ps(e, two));
 }
 
 __attribute__((target("avx2"))) static float s_exp_sub_avx2(const float *restrict x,

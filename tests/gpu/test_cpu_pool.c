@@ -752,3 +752,39 @@ Test(cpu_pool, the_sequence_loss_backward_reuses_the_forwards_log_sum_exp) {
             free(dx[acc][w]);
     free(x);
 }
+
+/* The exponential's edges in its eight- and four-lane blocks and its
+ * tail (19 = 8 + 4 + 7): a masked logit (-inf) has probability exactly 0,
+ * and a NaN logit makes its whole row NaN (the lanes carry it through,
+ * with no select of their own). */
+Test(cpu_pool, row_softmax_masks_minus_infinity_and_carries_nan) {
+    enum { N = 19 };
+    static const size_t masked[] = {2, 9, 15};
+    for (size_t nan_at = 0; nan_at <= N; nan_at++) { /* N: no NaN */
+        float x[2 * N], y[2 * N];
+        for (int j = 0; j < 2 * N; j++)
+            x[j] = 0.1f * (float)(j % 7);
+        for (size_t m = 0; m < sizeof masked / sizeof *masked; m++)
+            x[masked[m]] = x[N + masked[m]] = -INFINITY;
+        if (nan_at < N)
+            x[nan_at] = NAN;
+        tp_shape_t xs = {.ndim = 2, .d = {2, N}};
+        tp_op_attr_t at = {.axes = 2};
+        const void *xin[1] = {x};
+        tp_op_call_t c = {.kind = TP_OP_SOFTMAX, .attr = &at, .name = "masked", .ninputs = 1,
+                          .x = xin, .xshape = &xs, .y = y, .yshape = xs};
+        const size_t ws = tp_cpu_op_workspace(NULL, &c);
+        c.workspace = ws ? malloc(ws) : NULL;
+        c.workspace_bytes = ws;
+        cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+        free(c.workspace);
+        for (size_t m = 0; m < sizeof masked / sizeof *masked; m++)
+            cr_assert_eq(y[N + masked[m]], 0.0f, "row 1 [%zu]: %g", masked[m], y[N + masked[m]]);
+        for (int j = 0; j < N; j++) {
+            if (nan_at < N)
+                cr_assert(isnan(y[j]), "NaN at %zu: y[%d] %g", nan_at, j, y[j]);
+            else if (j == 2 || j == 9 || j == 15)
+                cr_assert_eq(y[j], 0.0f, "row 0 [%d]: %g", j, y[j]);
+        }
+    }
+}
