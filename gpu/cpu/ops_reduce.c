@@ -16,7 +16,9 @@
  *
  * The sequence cross-entropy recomputes each row's softmax in its backward
  * rather than keeping [N, V] probabilities: a language model's logits are
- * the largest tensor of its step. */
+ * the largest tensor of its step. It keeps one float a row, the forward's
+ * log-sum-exp, so the backward is one exp pass (p written into dx, then
+ * scaled) instead of three (max, sum, p). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -404,7 +406,7 @@ static void s_argmax_fwd(const tp_op_call_t *c) {
  * the same operations in the same order, so a tail element gets the bits
  * a lane would. Within 1 ulp of e^x (8e-8 relative, measured over
  * [-87, 0]); below -87.3 exactly 0 (a logit masked with -inf); NaN stays
- * NaN. */
+ * NaN (in the lanes by maxps/minps's operand order, no select). */
 #define S_LOG2E 1.44269504088896341f
 #define S_LN2_HI 0.693359375f
 #define S_LN2_LO 2.12194440e-4f
@@ -437,8 +439,11 @@ static inline float s_exp(float x) {
 
 #if defined(__SSE2__)
 static inline __m128 s_exp4(__m128 x) {
-    __m128 xc = _mm_max_ps(x, _mm_set1_ps(-87.3f)); /* NaN -> -87.3, fixed below */
-    xc = _mm_min_ps(xc, _mm_setzero_ps());
+    /* maxps returns its second operand when either is NaN: a NaN x flows
+     * through every step (its payload kept) to the result, as s_exp's
+     * `x == x ? ... : x`, with no select of its own */
+    __m128 xc = _mm_max_ps(_mm_set1_ps(-87.3f), x);
+    xc = _mm_min_ps(_mm_setzero_ps(), xc); /* NaN: the second operand again */
     const __m128i n = _mm_cvttps_epi32(_mm_sub_ps(_mm_mul_ps(xc, _mm_set1_ps(S_LOG2E)),
                                                   _mm_set1_ps(0.5f)));
     const __m128 fn = _mm_cvtepi32_ps(n);
@@ -453,9 +458,7 @@ static inline __m128 s_exp4(__m128 x) {
     const __m128 e = _mm_add_ps(_mm_add_ps(_mm_mul_ps(p, _mm_mul_ps(r, r)), r), _mm_set1_ps(1.0f));
     const __m128 two = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(n, _mm_set1_epi32(127)), 23));
     /* below -87.3: 0 (a masked logit, -inf, gives exactly 0) */
-    const __m128 v = _mm_andnot_ps(_mm_cmplt_ps(x, _mm_set1_ps(-87.3f)), _mm_mul_ps(e, two));
-    const __m128 ok = _mm_cmpord_ps(x, x);
-    return _mm_or_ps(_mm_and_ps(ok, v), _mm_andnot_ps(ok, x));
+    return _mm_andnot_ps(_mm_cmplt_ps(x, _mm_set1_ps(-87.3f)), _mm_mul_ps(e, two));
 }
 #endif
 
@@ -506,8 +509,8 @@ static float s_exp_sub_sse2(const float *restrict x, const float *restrict sub, 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* s_exp4's operations on eight lanes (no FMA: the same roundings) */
 __attribute__((target("avx2"))) static inline __m256 s_exp8(__m256 x) {
-    __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-    xc = _mm256_min_ps(xc, _mm256_setzero_ps());
+    __m256 xc = _mm256_max_ps(_mm256_set1_ps(-87.3f), x); /* NaN flows through */
+    xc = _mm256_min_ps(_mm256_setzero_ps(), xc);
     const __m256i n = _mm256_cvttps_epi32(
         _mm256_sub_ps(_mm256_mul_ps(xc, _mm256_set1_ps(S_LOG2E)), _mm256_set1_ps(0.5f)));
     const __m256 fn = _mm256_cvtepi32_ps(n);
@@ -523,10 +526,8 @@ __attribute__((target("avx2"))) static inline __m256 s_exp8(__m256 x) {
                                    _mm256_set1_ps(1.0f));
     const __m256 two =
         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
-    const __m256 v = _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ),
-                                      _mm256_mul_ps(e, two));
-    const __m256 ok = _mm256_cmp_ps(x, x, _CMP_ORD_Q);
-    return _mm256_or_ps(_mm256_and_ps(ok, v), _mm256_andnot_ps(ok, x));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ),
+                            _mm256_mul_ps(e, two));
 }
 
 __attribute__((target("avx2"))) static float s_exp_sub_avx2(const float *restrict x,
@@ -589,8 +590,165 @@ static float s_exp_sub(const float *restrict x, const float *restrict sub, int v
     return f(x, sub, vec, out, n);
 }
 
-/* The largest of x[0..n) (n >= 1). */
+/* The row loops around the exponentials (max, scale, the backward's
+ * elementwise step) in eight lanes where the CPU has AVX2: each element's
+ * operations are the same roundings in either width (no FMA), and a max
+ * does not depend on its order, so the bits are those of the SSE2 loops.
+ * At one thread these loops were a third of softmax's time in four lanes
+ * (the max one dependent chain of maxps). */
+static int s_avx2(void) {
+    static _Atomic int have; /* 0 unknown, 1 no, 2 yes */
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (!h) {
+        h = s_exp_sub_pick() == s_exp_sub_sse2 ? 1 : 2;
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h == 2;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static float s_row_max_avx2(const float *x, size_t n) {
+    size_t j = 0;
+    float mx = x[0];
+    if (n >= 32) { /* four independent maxima, so that maxps does not wait on itself */
+        __m256 m0 = _mm256_loadu_ps(x), m1 = _mm256_loadu_ps(x + 8),
+               m2 = _mm256_loadu_ps(x + 16), m3 = _mm256_loadu_ps(x + 24);
+        for (j = 32; j + 32 <= n; j += 32) {
+            m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + j));
+            m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + j + 8));
+            m2 = _mm256_max_ps(m2, _mm256_loadu_ps(x + j + 16));
+            m3 = _mm256_max_ps(m3, _mm256_loadu_ps(x + j + 24));
+        }
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
+        float lanes[8];
+        _mm256_storeu_ps(lanes, m);
+        mx = lanes[0];
+        for (int l = 1; l < 8; l++)
+            mx = lanes[l] > mx ? lanes[l] : mx;
+    }
+    for (; j < n; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+/* y[j] = x[j] * s (y may be x) */
+__attribute__((target("avx2"))) static void s_scale_avx2(const float *x, float s, float *y,
+                                                         size_t n) {
+    size_t j = 0;
+    const __m256 s8 = _mm256_set1_ps(s);
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), s8));
+    for (; j < n; j++)
+        y[j] = x[j] * s;
+}
+
+/* y[j] = x[j] - s */
+__attribute__((target("avx2"))) static void s_shift_avx2(const float *restrict x, float s,
+                                                         float *restrict y, size_t n) {
+    size_t j = 0;
+    const __m256 s8 = _mm256_set1_ps(s);
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(y + j, _mm256_sub_ps(_mm256_loadu_ps(x + j), s8));
+    for (; j < n; j++)
+        y[j] = x[j] - s;
+}
+
+/* softmax's row backward, dx = y (dy - d) f (acc: dx +=) */
+__attribute__((target("avx2"))) static void s_sm_grad_avx2(const float *restrict y,
+                                                           const float *restrict dy, float d,
+                                                           float f, int acc,
+                                                           float *restrict dx, size_t n) {
+    size_t j = 0;
+    const __m256 d8 = _mm256_set1_ps(d), f8 = _mm256_set1_ps(f);
+    for (; j + 8 <= n; j += 8) {
+        __m256 g = _mm256_mul_ps(
+            _mm256_mul_ps(_mm256_loadu_ps(y + j), _mm256_sub_ps(_mm256_loadu_ps(dy + j), d8)),
+            f8);
+        if (acc)
+            g = _mm256_add_ps(_mm256_loadu_ps(dx + j), g);
+        _mm256_storeu_ps(dx + j, g);
+    }
+    for (; j < n; j++) {
+        const float g = y[j] * (dy[j] - d) * f;
+        dx[j] = acc ? dx[j] + g : g;
+    }
+}
+
+/* log-softmax's row backward with e^y already in dx: dx = (dy - dx d) f */
+__attribute__((target("avx2"))) static void s_lsm_fin_avx2(const float *restrict dy, float d,
+                                                           float f, float *restrict dx,
+                                                           size_t n) {
+    size_t j = 0;
+    const __m256 d8 = _mm256_set1_ps(d), f8 = _mm256_set1_ps(f);
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(dx + j, _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(dy + j),
+                                                             _mm256_mul_ps(_mm256_loadu_ps(dx + j), d8)),
+                                               f8));
+    for (; j < n; j++)
+        dx[j] = (dy[j] - dx[j] * d) * f;
+}
+#endif
+
+static float s_row_max_sse2(const float *x, size_t n);
+
 static float s_row_max(const float *x, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2())
+        return s_row_max_avx2(x, n);
+#endif
+    return s_row_max_sse2(x, n);
+}
+
+static void s_scale(const float *x, float s, float *y, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2()) {
+        s_scale_avx2(x, s, y, n);
+        return;
+    }
+#endif
+    for (size_t j = 0; j < n; j++)
+        y[j] = x[j] * s;
+}
+
+static void s_shift(const float *restrict x, float s, float *restrict y, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2()) {
+        s_shift_avx2(x, s, y, n);
+        return;
+    }
+#endif
+    for (size_t j = 0; j < n; j++)
+        y[j] = x[j] - s;
+}
+
+static void s_sm_grad(const float *restrict y, const float *restrict dy, float d, float f,
+                      int acc, float *restrict dx, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2()) {
+        s_sm_grad_avx2(y, dy, d, f, acc, dx, n);
+        return;
+    }
+#endif
+    for (size_t j = 0; j < n; j++) {
+        const float g = y[j] * (dy[j] - d) * f;
+        dx[j] = acc ? dx[j] + g : g;
+    }
+}
+
+static void s_lsm_fin(const float *restrict dy, float d, float f, float *restrict dx,
+                      size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (s_avx2()) {
+        s_lsm_fin_avx2(dy, d, f, dx, n);
+        return;
+    }
+#endif
+    for (size_t j = 0; j < n; j++)
+        dx[j] = (dy[j] - dx[j] * d) * f;
+}
+
+/* The largest of x[0..n) (n >= 1), four lanes. */
+static float s_row_max_sse2(const float *x, size_t n) {
     size_t j = 0;
     float mx = x[0];
 #if defined(__SSE2__)
@@ -668,12 +826,10 @@ static void s_softmax_fwd_part(void *arg, size_t lo, size_t hi) {
             const float mx = s_row_max(x, n);
             if (lg) {
                 const float l = mx + logf(s_exp_sub(x, &mx, 0, NULL, n));
-                for (size_t j = 0; j < n; j++)
-                    y[j] = x[j] - l;
+                s_shift(x, l, y, n);
             } else {
                 const float is = 1.0f / s_exp_sub(x, &mx, 0, y, n);
-                for (size_t j = 0; j < n; j++)
-                    y[j] *= is;
+                s_scale(y, is, y, n);
             }
         }
         return;
@@ -739,15 +895,15 @@ static void s_softmax_bwd_part(void *arg, size_t lo, size_t hi) {
             const size_t base = o * n;
             const float *restrict y = (const float *)c->y + base, *restrict dy = c->dy + base;
             float *restrict dx = c->dx[0] + base;
-            if (lg) {
+            if (lg && !acc) { /* e^y straight into dx, then the gradient in place */
+                const float d = s_dot(dy, NULL, n), zero = 0.0f;
+                s_exp_sub(y, &zero, 0, dx, n);
+                s_lsm_fin(dy, d, fault, dx, n);
+            } else if (lg) {
                 const float d = s_dot(dy, NULL, n);
                 s_lsm_grad(y, dy, &d, 0, fault, acc, dx, n);
             } else {
-                const float d = s_dot(dy, y, n);
-                for (size_t j = 0; j < n; j++) {
-                    const float g = y[j] * (dy[j] - d) * fault;
-                    dx[j] = acc ? dx[j] + g : g;
-                }
+                s_sm_grad(y, dy, s_dot(dy, y, n), fault, acc, dx, n);
             }
         }
         return;
@@ -803,19 +959,39 @@ static float s_logsumexp(const float *r, size_t v) {
     return mx + logf(s_exp_sub(r, &mx, 0, NULL, v));
 }
 
+/* The sequence cross-entropy's workspace: each row's term (doubles), then
+ * each row's log-sum-exp (floats), which the backward reuses rather than
+ * walking the row twice more (its max and its exponentials' sum): the
+ * backward is then one exp pass a row. NULL when the call has no
+ * workspace or less than that (the parity harness's): recompute. */
+static float *s_xent_seq_lse(const tp_op_call_t *c, size_t rows) {
+    const size_t need = rows * (sizeof(double) + sizeof(float));
+    if (!c->workspace || (c->workspace_bytes && c->workspace_bytes < need))
+        return NULL;
+    return (float *)((double *)c->workspace + rows);
+}
+
 /* Each row's -log p(label) (0 for an ignored row), rows [lo, hi), into
- * the workspace's doubles. */
+ * the workspace's doubles, and its log-sum-exp for the backward. */
 static void s_xent_seq_terms(void *arg, size_t lo, size_t hi) {
     const tp_op_call_t *c = arg;
     const size_t v = (size_t)c->xshape[0].d[c->xshape[0].ndim - 1];
+    const size_t rows = tp_shape_count(&c->xshape[1]);
     const float *x = c->x[0];
     const int32_t *lab = c->x[1];
     const int32_t ignore = (int32_t)c->attr->alpha;
     double *term = c->workspace;
-    for (size_t r = lo; r < hi; r++)
-        term[r] = lab[r] == ignore
-                      ? 0.0
-                      : (double)s_logsumexp(x + r * v, v) - x[r * v + (size_t)lab[r]];
+    float *lse = s_xent_seq_lse(c, rows);
+    for (size_t r = lo; r < hi; r++) {
+        if (lab[r] == ignore) {
+            term[r] = 0.0;
+            continue;
+        }
+        const float l = s_logsumexp(x + r * v, v);
+        if (lse)
+            lse[r] = l;
+        term[r] = (double)l - x[r * v + (size_t)lab[r]];
+    }
 }
 
 /* The labels checked first (an error names the row), the rows' terms on
@@ -863,6 +1039,7 @@ typedef struct {
     const tp_op_call_t *c;
     size_t v;
     float g;
+    const float *lse; /* each row's, from the forward, or NULL */
 } s_xs_t;
 
 static void s_xent_seq_bwd_part(void *arg, size_t lo, size_t hi) {
@@ -883,7 +1060,16 @@ static void s_xent_seq_bwd_part(void *arg, size_t lo, size_t hi) {
             continue;
         }
         const float *row = x + r * v;
-        const float lse = s_logsumexp(row, v);
+        /* the forward's log-sum-exp (the same bits as recomputing it) */
+        const float lse = xs->lse ? xs->lse[r] : s_logsumexp(row, v);
+        const size_t at = (size_t)lab[r];
+        if (!acc) { /* p straight into the gradient row, then scaled */
+            s_exp_sub(row, &lse, 0, d, v);
+            const float pl = d[at];
+            s_scale(d, g, d, v); /* g p, as p g */
+            d[at] = g * (pl - 1.0f);
+            continue;
+        }
         float p[S_CHUNK]; /* the probabilities, in stack chunks */
         for (size_t j0 = 0; j0 < v; j0 += S_CHUNK) {
             const size_t m = v - j0 < S_CHUNK ? v - j0 : S_CHUNK;
@@ -907,7 +1093,8 @@ static void s_xent_seq_bwd(const tp_op_call_t *c) {
     for (size_t r = 0; r < rows; r++)
         counted += lab[r] != ignore; /* in range: checked in forward */
     s_xs_t xs = {.c = c, .v = v,
-                 .g = c->dy[0] / (float)counted * tp_cpu_elementwise_grad_fault};
+                 .g = c->dy[0] / (float)counted * tp_cpu_elementwise_grad_fault,
+                 .lse = s_xent_seq_lse(c, rows)};
     tp_cpu_parallel(rows, 1, v ? (S_MIN_ITEMS + v - 1) / v : rows, s_xent_seq_bwd_part, &xs);
 }
 
@@ -944,8 +1131,8 @@ size_t tp_cpu_reduce_workspace(const tp_op_call_t *c) {
         s_split(&c->xshape[0], c->attr->axes, &outer, &n, &inner);
         return 2 * inner * sizeof(float); /* a max and a sum per inner position */
     }
-    case TP_OP_SOFTMAX_XENT_SEQ: /* each row's term, summed in row order */
-        return tp_shape_count(&c->xshape[1]) * sizeof(double);
+    case TP_OP_SOFTMAX_XENT_SEQ: /* each row's term, summed in row order, and its lse */
+        return tp_shape_count(&c->xshape[1]) * (sizeof(double) + sizeof(float));
     default:
         return 0;
     }

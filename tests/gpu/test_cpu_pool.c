@@ -611,3 +611,190 @@ Test(cpu_pool, two_towers_of_one_thread_start_no_thread_of_openmp) {
                  "%d after the towers ended", before, after);
     tp_backend_destroy(&b);
 }
+
+/* ---- the row softmaxes and the sequence loss (ops_reduce.c) -------------- */
+
+/* Forward and backward of a softmax or log-softmax over rows of n (the
+ * last axis), dx stored (acc 0) or added onto 0.25 (acc 1), on `threads`. */
+static void s_row_sm(tp_op_kind_t kind, size_t rows, size_t n, int acc, int threads,
+                     float *x, float *y, float *dy, float *dx) {
+    uint64_t seed = 11 + n;
+    for (size_t j = 0; j < rows * n; j++) {
+        x[j] = s_rand(&seed) * 3.0f;
+        dy[j] = s_rand(&seed);
+        dx[j] = 0.25f;
+    }
+    tp_shape_t xs = {.ndim = 2, .d = {(int64_t)rows, (int64_t)n}};
+    tp_op_attr_t at = {.axes = 2};
+    const void *xin[1] = {x};
+    float *dxs[1] = {dx};
+    const int accs[1] = {acc};
+    tp_op_call_t c = {.kind = kind, .attr = &at, .name = "row_softmax", .ninputs = 1,
+                      .x = xin, .xshape = &xs, .y = y, .yshape = xs, .dx = dxs,
+                      .dx_acc = accs, .dy = dy};
+    const size_t ws = tp_cpu_op_workspace(NULL, &c);
+    c.workspace = ws ? malloc(ws) : NULL;
+    c.workspace_bytes = ws;
+    tp_cpu_pool_threads_override(threads);
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+    tp_cpu_pool_threads_override(0);
+    free(c.workspace);
+}
+
+/* The eight-lane row loops (max, scale, the backward's step) and the
+ * log-softmax backward that writes e^y into dx: against double-precision
+ * references, on rows whose length leaves every tail (of 8 and of 32). */
+Test(cpu_pool, row_softmaxes_match_double_references_at_every_tail) {
+    static const size_t lens[] = {1, 7, 33, 63, 1003};
+    enum { ROWS = 5, MAXN = 1003 };
+    float *x = malloc(ROWS * MAXN * sizeof(float)), *y = malloc(ROWS * MAXN * sizeof(float));
+    float *dy = malloc(ROWS * MAXN * sizeof(float)), *dx = malloc(ROWS * MAXN * sizeof(float));
+    cr_assert(x && y && dy && dx);
+    for (int lg = 0; lg < 2; lg++)
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+            for (int acc = 0; acc < 2; acc++) {
+                const size_t n = lens[li];
+                s_row_sm(lg ? TP_OP_LOG_SOFTMAX : TP_OP_SOFTMAX, ROWS, n, acc, 1, x, y, dy, dx);
+                for (size_t r = 0; r < ROWS; r++) {
+                    const float *xr = x + r * n, *dyr = dy + r * n;
+                    double mx = xr[0], s = 0.0, d = 0.0;
+                    for (size_t j = 1; j < n; j++)
+                        mx = xr[j] > mx ? xr[j] : mx;
+                    for (size_t j = 0; j < n; j++)
+                        s += exp(xr[j] - mx);
+                    for (size_t j = 0; j < n; j++)
+                        d += lg ? dyr[j] : dyr[j] * exp(xr[j] - mx) / s;
+                    for (size_t j = 0; j < n; j++) {
+                        const double p = exp(xr[j] - mx) / s;
+                        const double ry = lg ? xr[j] - mx - log(s) : p;
+                        const double rg = (lg ? dyr[j] - p * d : p * (dyr[j] - d)) +
+                                          (acc ? 0.25 : 0.0);
+                        const double gy = y[r * n + j], gg = dx[r * n + j];
+                        cr_assert(fabs(gy - ry) <= 1e-6 + 1e-5 * fabs(ry),
+                                  "%s n %zu row %zu [%zu]: y %.9g, reference %.9g",
+                                  lg ? "log_softmax" : "softmax", n, r, j, gy, ry);
+                        cr_assert(fabs(gg - rg) <= 1e-6 + 1e-5 * fabs(rg),
+                                  "%s n %zu acc %d row %zu [%zu]: dx %.9g, reference %.9g",
+                                  lg ? "log_softmax" : "softmax", n, acc, r, j, gg, rg);
+                    }
+                }
+            }
+    free(x);
+    free(y);
+    free(dy);
+    free(dx);
+}
+
+/* The stored-gradient paths (acc 0) that s_run_case does not take: the
+ * same bits on 1 and 2 threads. */
+Test(cpu_pool, row_softmaxes_storing_dx_give_the_same_bits_on_one_and_two_threads) {
+    enum { ROWS = 512, N = 1000, E = ROWS * N };
+    float *b[2][4];
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 4; i++)
+            cr_assert_not_null(b[t][i] = malloc(E * sizeof(float)));
+    for (int lg = 0; lg < 2; lg++) {
+        const tp_op_kind_t k = lg ? TP_OP_LOG_SOFTMAX : TP_OP_SOFTMAX;
+        s_row_sm(k, ROWS, N, 0, 1, b[0][0], b[0][1], b[0][2], b[0][3]);
+        s_row_sm(k, ROWS, N, 0, 2, b[1][0], b[1][1], b[1][2], b[1][3]);
+        cr_assert_eq(memcmp(b[0][1], b[1][1], E * sizeof(float)), 0, "%d: y differs", lg);
+        cr_assert_eq(memcmp(b[0][3], b[1][3], E * sizeof(float)), 0, "%d: dx differs", lg);
+    }
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 4; i++)
+            free(b[t][i]);
+}
+
+/* The sequence loss's backward takes each row's log-sum-exp from the
+ * forward (its workspace plans room for it) and gives the bits of a call
+ * without a workspace, which recomputes it; stored and accumulated. */
+Test(cpu_pool, the_sequence_loss_backward_reuses_the_forwards_log_sum_exp) {
+    enum { R = 300, V = 131 };
+    float *x = malloc(R * V * sizeof(float)), *dx[2][2];
+    int32_t lab[R];
+    cr_assert_not_null(x);
+    uint64_t seed = 5;
+    for (size_t j = 0; j < (size_t)R * V; j++)
+        x[j] = s_rand(&seed) * 2.0f;
+    for (int r = 0; r < R; r++)
+        lab[r] = r % 7 == 3 ? -100 : (r * 37) % V;
+    tp_shape_t xs[2] = {{.ndim = 2, .d = {R, V}}, {.ndim = 1, .d = {R}}}, ys = {.ndim = 0};
+    tp_op_attr_t at = {.alpha = -100.0f};
+    const void *xin[2] = {x, lab};
+    const float dyv = 1.5f;
+    float loss[2][2];
+    for (int acc = 0; acc < 2; acc++)
+        for (int w = 0; w < 2; w++) {
+            cr_assert_not_null(dx[acc][w] = malloc(R * V * sizeof(float)));
+            for (size_t j = 0; j < (size_t)R * V; j++)
+                dx[acc][w][j] = 0.25f;
+            float *dxs[2] = {dx[acc][w], NULL};
+            const int accs[2] = {acc, 0};
+            tp_op_call_t c = {.kind = TP_OP_SOFTMAX_XENT_SEQ, .attr = &at, .name = "xent_seq",
+                              .ninputs = 2, .x = xin, .xshape = xs, .y = &loss[acc][w],
+                              .yshape = ys, .dx = dxs, .dx_acc = accs, .dy = &dyv};
+            const size_t ws = tp_cpu_op_workspace(NULL, &c);
+            cr_assert_geq(ws, R * (sizeof(double) + sizeof(float)),
+                          "%zu bytes: no room for each row's log-sum-exp", ws);
+            c.workspace = w ? malloc(ws) : NULL;
+            c.workspace_bytes = w ? ws : 0;
+            cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+            cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+            free(c.workspace);
+        }
+    for (int acc = 0; acc < 2; acc++) {
+        cr_assert_eq(memcmp(&loss[acc][0], &loss[acc][1], sizeof(float)), 0, "acc %d: loss",
+                     acc);
+        cr_assert_eq(memcmp(dx[acc][0], dx[acc][1], R * V * sizeof(float)), 0,
+                     "acc %d: the gradients differ", acc);
+    }
+    /* an ignored row: 0 stored, 0.25 kept */
+    cr_assert_eq(dx[0][1][3 * V], 0.0f);
+    cr_assert_eq(dx[1][1][3 * V], 0.25f);
+    /* a row's gradient sums to 0 (p sums to 1, less 1 at the label) */
+    double s = 0.0;
+    for (int j = 0; j < V; j++)
+        s += dx[0][1][j];
+    cr_expect(fabs(s) < 1e-5, "row 0's gradient sums to %g", s);
+    for (int acc = 0; acc < 2; acc++)
+        for (int w = 0; w < 2; w++)
+            free(dx[acc][w]);
+    free(x);
+}
+
+/* The exponential's edges in its eight- and four-lane blocks and its
+ * tail (19 = 8 + 4 + 7): a masked logit (-inf) has probability exactly 0,
+ * and a NaN logit makes its whole row NaN (the lanes carry it through,
+ * with no select of their own). */
+Test(cpu_pool, row_softmax_masks_minus_infinity_and_carries_nan) {
+    enum { N = 19 };
+    static const size_t masked[] = {2, 9, 15};
+    for (size_t nan_at = 0; nan_at <= N; nan_at++) { /* N: no NaN */
+        float x[2 * N], y[2 * N];
+        for (int j = 0; j < 2 * N; j++)
+            x[j] = 0.1f * (float)(j % 7);
+        for (size_t m = 0; m < sizeof masked / sizeof *masked; m++)
+            x[masked[m]] = x[N + masked[m]] = -INFINITY;
+        if (nan_at < N)
+            x[nan_at] = NAN;
+        tp_shape_t xs = {.ndim = 2, .d = {2, N}};
+        tp_op_attr_t at = {.axes = 2};
+        const void *xin[1] = {x};
+        tp_op_call_t c = {.kind = TP_OP_SOFTMAX, .attr = &at, .name = "masked", .ninputs = 1,
+                          .x = xin, .xshape = &xs, .y = y, .yshape = xs};
+        const size_t ws = tp_cpu_op_workspace(NULL, &c);
+        c.workspace = ws ? malloc(ws) : NULL;
+        c.workspace_bytes = ws;
+        cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+        free(c.workspace);
+        for (size_t m = 0; m < sizeof masked / sizeof *masked; m++)
+            cr_assert_eq(y[N + masked[m]], 0.0f, "row 1 [%zu]: %g", masked[m], y[N + masked[m]]);
+        for (int j = 0; j < N; j++) {
+            if (nan_at < N)
+                cr_assert(isnan(y[j]), "NaN at %zu: y[%d] %g", nan_at, j, y[j]);
+            else if (j == 2 || j == 9 || j == 15)
+                cr_assert_eq(y[j], 0.0f, "row 0 [%d]: %g", j, y[j]);
+        }
+    }
+}
