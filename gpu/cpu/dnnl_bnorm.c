@@ -7,7 +7,7 @@
  * (biased) variance.
  *
  * The op's workspace is [mean C][1/std C][variance C][dgamma C][dbeta C]
- * [oneDNN's scratchpad]: its start is ops_cpu.c's, so that ops_cpu.c's
+ * [the fused relu's mask, training only][oneDNN's scratchpad]: its start is ops_cpu.c's, so that ops_cpu.c's
  * backward can follow this forward (an inference-mode backward, which
  * oneDNN's global-statistics backward would run too, is left to it). */
 #include <math.h>
@@ -24,7 +24,15 @@ typedef struct {
     float eps;
     int32_t blk16;  /* x, y, dx, dy nChw16c (tp_op_call_t.blk16): [n, c, sp, 1]
                        read as [N, C/16, H*W, 16], the same bytes */
+    int32_t relu;   /* a folded relu in oneDNN's passes (dnnl_fuse_norm_relu) */
 } s_key_t;
+
+/* TP_CPU_BNORM_RELU=0: the folded relu as its own passes after the
+ * forward and before the backward (the numbers are the same either way) */
+static int s_relu_off(void) {
+    const char *v = getenv("TP_CPU_BNORM_RELU"); /* (read per call, as TP_CPU_BNORM) */
+    return v && !strcmp(v, "0");
+}
 
 static void s_key(const tp_op_call_t *c, unsigned char out[160]) {
     s_key_t k;
@@ -40,6 +48,7 @@ static void s_key(const tp_op_call_t *c, unsigned char out[160]) {
     k.eps = c->attr->eps;
     k.threads = tp_dnnl_threads();
     k.blk16 = c->blk16 != 0;
+    k.relu = c->attr->act == TP_ACT_RELU && !s_relu_off();
     memset(out, 0, 160);
     memcpy(out, &k, sizeof k);
 }
@@ -57,7 +66,10 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     memcpy(&k, e->key, sizeof k);
     dnnl_memory_desc_t dm, vm;
     s_mds(&k, &dm, &vm);
-    const unsigned flags = dnnl_use_scale | dnnl_use_shift;
+    /* the relu fused: the forward clamps y and keeps its mask (the
+     * workspace, a bit or byte an element), the backward masks dy with it
+     * in its own read of dy: two passes over the activation fewer each way */
+    const unsigned flags = dnnl_use_scale | dnnl_use_shift | (k.relu ? dnnl_fuse_norm_relu : 0u);
     dnnl_batch_normalization_desc_t fd, bd;
     dnnl_status_t st;
     if (k.training) {
@@ -77,8 +89,9 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     /* the workspace begins with [mean][1/std][variance][dgamma][dbeta] */
     tp_status_t rc = tp_dnnl_build_pair(e, &fd, k.training ? &bd : NULL,
                                         5 * (size_t)k.c * sizeof(float), "batch norm", name);
-    if (rc == TP_OK && e->ws_bytes) /* no fused relu: none is asked */
-        rc = tp_error(TP_ERR_DEVICE, "%s: oneDNN's batch norm wants a workspace", name);
+    if (rc == TP_OK && e->ws_bytes && !(k.relu && k.training))
+        rc = tp_error(TP_ERR_DEVICE, "%s: oneDNN's batch norm wants a workspace with no "
+                      "fused relu (dnnl_bnorm.c)", name);
     return rc;
 }
 
@@ -142,12 +155,17 @@ tp_status_t tp_dnnl_bnorm_forward(const tp_op_call_t *c, int *done) {
     const tp_op_attr_t *a = c->attr;
     dnnl_memory_desc_t dm, vm;
     s_mds(&k, &dm, &vm);
-    int args[8] = {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
+    int args[9] = {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
                    DNNL_ARG_VARIANCE};
-    const dnnl_memory_desc_t *mds[8] = {&dm, &dm, &vm, &vm, &vm, &vm};
-    void *ptrs[8] = {(void *)c->x[0], c->y, (void *)c->x[1], (void *)c->x[2],
+    const dnnl_memory_desc_t *mds[9] = {&dm, &dm, &vm, &vm, &vm, &vm};
+    void *ptrs[9] = {(void *)c->x[0], c->y, (void *)c->x[1], (void *)c->x[2],
                      k.training ? mean : mm, k.training ? var : mv};
     int n = 6;
+    if (e->ws_bytes) { /* the fused relu's mask, read by the backward */
+        args[n] = DNNL_ARG_WORKSPACE;
+        mds[n] = &e->ws;
+        ptrs[n++] = var + 3 * ch;
+    }
     if (e->fwd_scratch_bytes) {
         args[n] = DNNL_ARG_SCRATCHPAD;
         mds[n] = &e->fwd_scratch;
@@ -170,7 +188,7 @@ tp_status_t tp_dnnl_bnorm_forward(const tp_op_call_t *c, int *done) {
             inv[i] = 1.0f / sqrtf(mv[i] + a->eps);
         }
     }
-    if (rc == TP_OK && a->act == TP_ACT_RELU) { /* a folded relu, as ops_cpu.c's */
+    if (rc == TP_OK && a->act == TP_ACT_RELU && !k.relu) { /* a folded relu, as ops_cpu.c's */
         float *restrict y = c->y;
         for (size_t i = 0, ny = tp_shape_count(&c->yshape); i < ny; i++)
             y[i] = y[i] > 0.0f ? y[i] : 0.0f;
@@ -180,14 +198,20 @@ tp_status_t tp_dnnl_bnorm_forward(const tp_op_call_t *c, int *done) {
     return rc;
 }
 
-tp_status_t tp_dnnl_bnorm_backward(const tp_op_call_t *c, int *done) {
+/* dy_raw: c->dy is the relu's output gradient, not yet masked (the
+ * caller runs only a fused primitive then, and masks dy itself otherwise) */
+static tp_status_t s_backward(const tp_op_call_t *c, int dy_raw, int *done) {
     tp_dnnl_prim_t *e;
     int owned;
     *done = 0;
     TP_TRY(s_entry(c, 0, &e, &owned));
     if (!e)
-        return c->blk16 ? s_refuse(c) : TP_OK;
+        return c->blk16 && !dy_raw ? s_refuse(c) : TP_OK;
     tp_status_t rc = TP_OK;
+    s_key_t k;
+    memcpy(&k, e->key, sizeof k);
+    if (dy_raw && (!e->bwd || !k.relu))
+        goto out; /* not fused here: the caller masks dy and comes back */
     if (!e->bwd && c->blk16) {
         rc = s_refuse(c);
         goto out;
@@ -195,8 +219,6 @@ tp_status_t tp_dnnl_bnorm_backward(const tp_op_call_t *c, int *done) {
     if (!e->bwd) /* inference mode: ops_cpu.c's, on the mean and 1/std above */
         goto out;
     *done = 1;
-    s_key_t k;
-    memcpy(&k, e->key, sizeof k);
     const size_t ch = (size_t)k.c, nx = tp_shape_count(&c->xshape[0]);
     float *mean = c->workspace, *var = mean + 2 * ch, *dg = var + ch, *db = dg + ch;
     float *dx = c->dx[0], *tmp = NULL;
@@ -208,13 +230,19 @@ tp_status_t tp_dnnl_bnorm_backward(const tp_op_call_t *c, int *done) {
     }
     dnnl_memory_desc_t dm, vm;
     s_mds(&k, &dm, &vm);
-    int args[10] = {DNNL_ARG_SRC,   DNNL_ARG_MEAN,     DNNL_ARG_VARIANCE,   DNNL_ARG_DIFF_DST,
+    int args[11] = {DNNL_ARG_SRC,   DNNL_ARG_MEAN,     DNNL_ARG_VARIANCE,   DNNL_ARG_DIFF_DST,
                     DNNL_ARG_SCALE, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT,
                     DNNL_ARG_SHIFT};
-    const dnnl_memory_desc_t *mds[10] = {&dm, &vm, &vm, &dm, &vm, &dm, &vm, &vm, &vm};
-    void *ptrs[10] = {(void *)c->x[0], mean, var, (void *)c->dy, (void *)c->x[1],
+    const dnnl_memory_desc_t *mds[11] = {&dm, &vm, &vm, &dm, &vm, &dm, &vm, &vm, &vm};
+    void *ptrs[11] = {(void *)c->x[0], mean, var, (void *)c->dy, (void *)c->x[1],
                       tmp ? tmp : dx, dg, db, (void *)c->x[2]};
     int n = 9;
+    if (e->ws_bytes) { /* the forward's relu mask: oneDNN masks dy with it
+                          (a dy masked already by the caller is unchanged) */
+        args[n] = DNNL_ARG_WORKSPACE;
+        mds[n] = &e->ws;
+        ptrs[n++] = db + ch;
+    }
     if (e->bwd_scratch_bytes) {
         args[n] = DNNL_ARG_SCRATCHPAD;
         mds[n] = &e->bwd_scratch;
@@ -237,4 +265,12 @@ out:
     if (owned)
         tp_dnnl_prim_free(e);
     return rc;
+}
+
+tp_status_t tp_dnnl_bnorm_backward(const tp_op_call_t *c, int *done) {
+    return s_backward(c, 0, done);
+}
+
+tp_status_t tp_dnnl_bnorm_backward_relu(const tp_op_call_t *c, int *done) {
+    return s_backward(c, 1, done);
 }

@@ -151,8 +151,16 @@ size_t tp_dnnl_bnorm_workspace(const tp_op_call_t *c, size_t own);
 /* As the pooling's, except that a workspace smaller than planned here runs
  * ops_cpu.c's (the forward's statistics must reach the backward); an
  * inference-mode backward is ops_cpu.c's (*done 0). A folded relu
- * (attr.act) is applied by the forward. */
+ * (attr.act) is applied by the forward: in oneDNN's own passes
+ * (dnnl_fuse_norm_relu, its mask in the workspace) unless
+ * TP_CPU_BNORM_RELU=0. */
 tp_status_t tp_dnnl_bnorm_forward(const tp_op_call_t *c, int *done);
 tp_status_t tp_dnnl_bnorm_backward(const tp_op_call_t *c, int *done);
+/* The backward of a batch norm with a folded relu on the relu's own dy
+ * (not masked): *done 1 when the forward's primitive fused the relu and
+ * masked dy in its pass; *done 0 (nothing run) otherwise, and the caller
+ * masks dy and calls tp_dnnl_bnorm_backward. c is the op's inner call
+ * (tp_act_inner with no mask). */
+tp_status_t tp_dnnl_bnorm_backward_relu(const tp_op_call_t *c, int *done);
 
 #endif

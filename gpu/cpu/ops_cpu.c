@@ -972,6 +972,14 @@ tp_status_t tp_cpu_op_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
     if (dnnl && c->attr->act == TP_ACT_RELU &&
         (c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE))
         return tp_dnnl_conv_backward_relu(dnnl, c);
+    if (dnnl && c->attr->act == TP_ACT_RELU && c->kind == TP_OP_BATCH_NORM) {
+        /* oneDNN's batch norm with the relu fused masks dy itself */
+        const tp_op_call_t raw = tp_act_inner(c, NULL);
+        int done = 0;
+        TP_TRY(tp_dnnl_bnorm_backward_relu(&raw, &done));
+        if (done)
+            return TP_OK;
+    }
     const size_t n = s_count(&c->yshape);
     const float *restrict y = c->y, *restrict dy = c->dy;
     float *restrict masked = c->workspace;

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include "gpu/cpu/dnnl_ops.h"
 #include "gpu/op_call_testutil.h"
 
 typedef oct_call_t call_t;
@@ -292,5 +293,99 @@ Test(dnnl_ops, pooling_on_nchw16c_matches_the_plain_call) {
     cr_assert(strstr(tp_last_error(), "nChw16c"), "%s", tp_last_error());
     s_free(&t);
     unsetenv("TP_CPU_POOL");
+    tp_backend_destroy(&b);
+}
+
+/* ---- batch norm with a folded relu (attr.act: fold.c folds a relu after a
+ * batch norm into it): oneDNN runs the relu in its own passes
+ * (dnnl_fuse_norm_relu, its mask in the workspace) -------------------------- */
+
+/* The fused call (TP_CPU_BNORM=dnnl; plain and nChw16c) against ops_cpu.c's
+ * batch norm followed by its relu passes (TP_CPU_BNORM=own): y, the three
+ * gradients stored and added, the moving averages, the inference forward;
+ * half of the normalised values fall below 0, so the mask shows. */
+Test(dnnl_ops, batch_norm_with_a_folded_relu_matches_the_own_kernels) {
+    const tp_shape_t xs = {4, {4, 32, 7, 9}};
+    const size_t nx = tp_shape_count(&xs);
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    for (int blk = 0; blk < 2; blk++)
+        for (int mode = 0; mode < 3; mode++) {
+            tp_op_attr_t a = {0};
+            a.eps = 1e-5f;
+            a.alpha = 0.9f;
+            a.training = mode < 2; /* 2: inference (the backward is ops_cpu.c's) */
+            a.update_state = mode == 0;
+            a.act = TP_ACT_RELU;
+            if (blk && mode == 2)
+                continue; /* an inference-mode backward on nChw16c is refused */
+            call_t t[2];
+            for (int p = 0; p < 2; p++) {
+                setenv("TP_CPU_BNORM", p ? "own" : "dnnl", 1);
+                s_call(&t[p], b, TP_OP_BATCH_NORM, xs, xs, mode == 1);
+                t[p].attr = a;
+                if (blk && !p) {
+                    s_16(t[p].x[0], &xs, 0);
+                    s_16(t[p].dy, &xs, 0);
+                    t[p].c.blk16 = 1u | TP_BLK16_Y;
+                }
+                s_run(&t[p], b);
+                if (blk && !p) {
+                    s_16(t[p].y, &xs, 1);
+                    s_16(t[p].dx[0], &xs, 1);
+                }
+            }
+            size_t zeros = 0;
+            for (size_t i = 0; i < nx; i++)
+                zeros += t[1].y[i] == 0.0f;
+            cr_assert(zeros > nx / 4 && zeros < 3 * nx / 4, "%zu of %zu clamped", zeros, nx);
+            s_close(t[0].y, t[1].y, nx, 2e-5f, "y");
+            s_close(t[0].dx[0], t[1].dx[0], nx, 2e-5f, "dx");
+            s_close(t[0].dx[1], t[1].dx[1], 32, 2e-5f, "dgamma");
+            s_close(t[0].dx[2], t[1].dx[2], 32, 2e-5f, "dbeta");
+            for (int i = 0; i < 2; i++)
+                s_close(t[0].state[i], t[1].state[i], 32, 2e-5f, "moving average");
+            s_free(&t[0]);
+            s_free(&t[1]);
+        }
+    unsetenv("TP_CPU_BNORM");
+    tp_backend_destroy(&b);
+}
+
+/* The relu is oneDNN's: a training call's backward on the relu's own dy
+ * runs the fused primitive (*done 1) and gives what the caller's mask then
+ * the plain backward gives; with TP_CPU_BNORM_RELU=0 it declines (*done 0)
+ * and the forward clamps y in a pass of its own, the same y. */
+Test(dnnl_ops, batch_norm_fuses_a_folded_relu_unless_told_not_to) {
+    const tp_shape_t xs = {4, {4, 32, 7, 9}};
+    const size_t nx = tp_shape_count(&xs);
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    setenv("TP_CPU_BNORM", "dnnl", 1);
+    call_t t[2];
+    for (int off = 0; off < 2; off++) {
+        if (off)
+            setenv("TP_CPU_BNORM_RELU", "0", 1);
+        s_call(&t[off], b, TP_OP_BATCH_NORM, xs, xs, 0);
+        t[off].attr.eps = 1e-5f;
+        t[off].attr.alpha = 0.9f;
+        t[off].attr.training = 1;
+        t[off].attr.act = TP_ACT_RELU;
+        oct_plan(b, &t[off].c, &t[off].ws);
+        oct_forward(b, &t[off].c);
+        const tp_op_call_t raw = tp_act_inner(&t[off].c, NULL);
+        int done = -1;
+        cr_assert_eq(tp_dnnl_bnorm_backward_relu(&raw, &done), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(done, !off, "fused %d with TP_CPU_BNORM_RELU %s", done, off ? "0" : "unset");
+    }
+    s_close(t[0].y, t[1].y, nx, 0.0f, "y");
+    /* the fused backward's dx against the mask then the plain backward's */
+    oct_backward(b, &t[1].c);
+    s_close(t[0].dx[0], t[1].dx[0], nx, 1e-6f, "dx");
+    s_close(t[0].dx[1], t[1].dx[1], 32, 1e-6f, "dgamma");
+    unsetenv("TP_CPU_BNORM_RELU");
+    unsetenv("TP_CPU_BNORM");
+    s_free(&t[0]);
+    s_free(&t[1]);
     tp_backend_destroy(&b);
 }
