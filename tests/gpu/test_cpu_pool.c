@@ -798,3 +798,60 @@ Test(cpu_pool, row_softmax_masks_minus_infinity_and_carries_nan) {
         }
     }
 }
+
+/* ---- eltx: the elementwise rows of tp-bench ops (issue 42) ----------------- */
+
+/* silu's backward reads the sigmoid back from the forward's y (s = y / v,
+ * ops_elementwise.c) instead of a second exponential: its gradient within
+ * 2e-7 (1 + |v|) of the double-precision derivative over [-100, 100],
+ * including 0 and tiny v (s 0.5, not 0 / 0), the same bits on one and two
+ * threads, and NaN for a NaN or infinite v (as the exponential form). */
+Test(cpu_pool, silu_gradient_reads_the_sigmoid_back_from_y) {
+    enum { N = 200003 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    float *dy = malloc(N * sizeof(float)), *dx[2] = {malloc(N * sizeof(float)),
+                                                     malloc(N * sizeof(float))};
+    cr_assert(x && y && dy && dx[0] && dx[1]);
+    for (int j = 0; j < N; j++) {
+        x[j] = -100.0f + 200.0f * (float)j / (float)(N - 1);
+        dy[j] = 1.0f;
+    }
+    static const float special[] = {0.0f, -0.0f, 1e-35f, -1e-35f, 1e-31f, 2e-30f,
+                                    -87.5f, -88.8f, 17.0f, NAN, INFINITY, -INFINITY};
+    for (size_t k = 0; k < sizeof special / sizeof *special; k++)
+        x[k] = special[k];
+    tp_shape_t xs = {.ndim = 1, .d = {N}};
+    tp_op_attr_t at = {0};
+    const void *xin[1] = {x};
+    const int accs[1] = {0};
+    for (int t = 0; t < 2; t++) {
+        float *dxs[1] = {dx[t]};
+        tp_op_call_t c = {.kind = TP_OP_SILU, .attr = &at, .name = "silu", .ninputs = 1,
+                          .x = xin, .xshape = &xs, .y = y, .yshape = xs, .dx = dxs,
+                          .dx_acc = accs, .dy = dy};
+        tp_cpu_pool_threads_override(t + 1);
+        cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+        tp_cpu_pool_threads_override(0);
+    }
+    cr_assert_eq(memcmp(dx[0], dx[1], N * sizeof(float)), 0, "silu dx: 1 and 2 threads differ");
+    double worst = 0.0;
+    for (int j = 0; j < N; j++) {
+        const double v = x[j];
+        if (!isfinite(v)) {
+            cr_assert(isnan(dx[0][j]), "silu'(%g) = %g, not NaN", v, dx[0][j]);
+            continue;
+        }
+        const double s = 1.0 / (1.0 + exp(-v)), ref = s * (1.0 + v * (1.0 - s));
+        const double err = fabs(dx[0][j] - ref) / (1.0 + fabs(v));
+        worst = err > worst ? err : worst;
+        cr_assert(err <= 2e-7, "silu'(%.9g) = %.9g, reference %.9g", v, dx[0][j], ref);
+    }
+    cr_assert_eq(dx[0][0], 0.5f, "silu'(0) = %g", dx[0][0]);
+    cr_log_info("silu': worst error %.3g (1 + |v|)", worst);
+    free(x);
+    free(y);
+    free(dy);
+    free(dx[0]);
+    free(dx[1]);
+}
