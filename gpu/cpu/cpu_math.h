@@ -4,7 +4,10 @@
  * Each is straight-line float arithmetic and selects, inlined into the
  * caller's loop; the file that uses them is compiled without trapping
  * math (`#pragma GCC optimize("no-trapping-math")` after its includes),
- * which lets GCC turn the selects into masks instead of branches. That
+ * which lets GCC turn the selects into masks instead of branches, and
+ * without jump threading ("no-thread-jumps": with it GCC duplicates
+ * s_vexp's polynomial for its correlated clamps and selects, and the
+ * vector loop computes both copies: ops_elementwise.c). That
  * changes no value: it only allows computing both sides of a select. A
  * vector lane and the scalar tail do the same operations in the same
  * order (no FMA in the baseline ISA), so an element's bits do not depend

@@ -798,3 +798,121 @@ Test(cpu_pool, row_softmax_masks_minus_infinity_and_carries_nan) {
         }
     }
 }
+
+/* ---- eltx: the elementwise rows of tp-bench ops (issue 42) ----------------- */
+
+/* silu's backward reads the sigmoid back from the forward's y (s = y / v,
+ * ops_elementwise.c) instead of a second exponential: its gradient within
+ * 2e-7 (1 + |v|) of the double-precision derivative over [-100, 100],
+ * including 0 and tiny v (s 0.5, not 0 / 0), the same bits on one and two
+ * threads, and NaN for a NaN or infinite v (as the exponential form). */
+Test(cpu_pool, silu_gradient_reads_the_sigmoid_back_from_y) {
+    enum { N = 200003 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    float *dy = malloc(N * sizeof(float)), *dx[2] = {malloc(N * sizeof(float)),
+                                                     malloc(N * sizeof(float))};
+    cr_assert(x && y && dy && dx[0] && dx[1]);
+    for (int j = 0; j < N; j++) {
+        x[j] = -100.0f + 200.0f * (float)j / (float)(N - 1);
+        dy[j] = 1.0f;
+    }
+    static const float special[] = {0.0f, -0.0f, 1e-35f, -1e-35f, 1e-31f, 2e-30f,
+                                    -87.5f, -88.8f, 17.0f, NAN, INFINITY, -INFINITY};
+    for (size_t k = 0; k < sizeof special / sizeof *special; k++)
+        x[k] = special[k];
+    tp_shape_t xs = {.ndim = 1, .d = {N}};
+    tp_op_attr_t at = {0};
+    const void *xin[1] = {x};
+    const int accs[1] = {0};
+    for (int t = 0; t < 2; t++) {
+        float *dxs[1] = {dx[t]};
+        tp_op_call_t c = {.kind = TP_OP_SILU, .attr = &at, .name = "silu", .ninputs = 1,
+                          .x = xin, .xshape = &xs, .y = y, .yshape = xs, .dx = dxs,
+                          .dx_acc = accs, .dy = dy};
+        tp_cpu_pool_threads_override(t + 1);
+        cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+        tp_cpu_pool_threads_override(0);
+    }
+    cr_assert_eq(memcmp(dx[0], dx[1], N * sizeof(float)), 0, "silu dx: 1 and 2 threads differ");
+    double worst = 0.0;
+    for (int j = 0; j < N; j++) {
+        const double v = x[j];
+        if (!isfinite(v)) {
+            cr_assert(isnan(dx[0][j]), "silu'(%g) = %g, not NaN", v, dx[0][j]);
+            continue;
+        }
+        const double s = 1.0 / (1.0 + exp(-v)), ref = s * (1.0 + v * (1.0 - s));
+        const double err = fabs(dx[0][j] - ref) / (1.0 + fabs(v));
+        worst = err > worst ? err : worst;
+        cr_assert(err <= 2e-7, "silu'(%.9g) = %.9g, reference %.9g", v, dx[0][j], ref);
+    }
+    cr_assert_eq(dx[0][0], 0.5f, "silu'(0) = %g", dx[0][0]);
+    cr_log_info("silu': worst error %.3g (1 + |v|)", worst);
+    free(x);
+    free(y);
+    free(dy);
+    free(dx[0]);
+    free(dx[1]);
+}
+
+/* Nearest upsampling by 2's backward in flat blocks (ops_conv.c): each
+ * input item's gradient is (0 + (dy[2y][2x] + dy[2y][2x+1])) + (dy[2y+1][2x]
+ * + dy[2y+1][2x+1]), the row loop's additions in its order: the same bits
+ * as that expression, stored and added, for rows of 14 (the autoencoder),
+ * odd widths, a block's end inside a plane, and a row wider than a block
+ * (the row loop itself); on 1 and 2 threads. Every third item's dy block
+ * is -0s (0 + -0 is +0: the leading 0 matters). */
+Test(cpu_pool, nearest_upsampling_by_two_adds_each_block_in_the_row_order) {
+    static const int64_t shapes[][4] = {
+        {128, 16, 14, 14}, {3, 5, 7, 5}, {2, 3, 1, 1}, {1, 2, 3, 1030}};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int acc = 0; acc < 2; acc++)
+            for (int threads = 1; threads <= 2; threads++) {
+                const int64_t *d = shapes[si];
+                tp_shape_t xs = {.ndim = 4, .d = {d[0], d[1], d[2], d[3]}};
+                tp_shape_t ys = {.ndim = 4, .d = {d[0], d[1], 2 * d[2], 2 * d[3]}};
+                const size_t nx = tp_shape_count(&xs), ny = tp_shape_count(&ys);
+                const size_t w = (size_t)d[3], ow = 2 * w;
+                float *x = calloc(nx, sizeof(float)), *y = malloc(ny * sizeof(float));
+                float *dy = malloc(ny * sizeof(float)), *dx = malloc(nx * sizeof(float));
+                cr_assert(x && y && dy && dx);
+                uint64_t seed = 5 + si;
+                for (size_t j = 0; j < ny; j++)
+                    dy[j] = s_rand(&seed) * 1e3f;
+                for (size_t j = 0; j < nx; j += 3) { /* every third item's block -0 */
+                    float *u = dy + 2 * (j / w) * ow + 2 * (j % w);
+                    u[0] = u[1] = u[ow] = u[ow + 1] = -0.0f;
+                }
+                for (size_t j = 0; j < nx; j++)
+                    dx[j] = acc ? 0.5f : 7.0f;
+                tp_op_attr_t at = {.sh = 2, .sw = 2};
+                const void *xin[1] = {x};
+                float *dxs[1] = {dx};
+                const int accs[1] = {acc};
+                tp_op_call_t c = {.kind = TP_OP_UPSAMPLE_NEAREST, .attr = &at, .name = "up2",
+                                  .ninputs = 1, .x = xin, .xshape = &xs, .y = y, .yshape = ys,
+                                  .dx = dxs, .dx_acc = accs, .dy = dy};
+                const size_t ws = tp_cpu_op_workspace(NULL, &c);
+                c.workspace = ws ? malloc(ws) : NULL;
+                c.workspace_bytes = ws;
+                tp_cpu_pool_threads_override(threads);
+                cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+                tp_cpu_pool_threads_override(0);
+                free(c.workspace);
+                for (size_t j = 0; j < nx; j++) {
+                    const size_t r = j / w, i = j % w; /* r: input row over all planes */
+                    const float *u = dy + 2 * r * ow + 2 * i, *l = u + ow;
+                    float want = (0.0f + (u[0] + u[1])) + (l[0] + l[1]);
+                    want = acc ? 0.5f + want : want;
+                    cr_assert_eq(memcmp(&dx[j], &want, sizeof want), 0,
+                                 "%lldx%lldx%lldx%lld acc %d threads %d [%zu]: %g, want %g",
+                                 (long long)d[0], (long long)d[1], (long long)d[2],
+                                 (long long)d[3], acc, threads, j, dx[j], want);
+                }
+                free(x);
+                free(y);
+                free(dy);
+                free(dx);
+            }
+}
