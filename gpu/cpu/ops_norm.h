@@ -19,4 +19,13 @@ size_t tp_cpu_norm_workspace(const tp_op_call_t *c);
 tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c);
 tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c);
 
+/* Batch norm on plain NCHW (ops_cpu.c's path when oneDNN's does not take
+ * the call): the workspace is [mean C][1/std C], written by the forward
+ * (the batch's statistics in training, the moving averages otherwise,
+ * which training with update_state also updates) and read by the
+ * backward. A folded relu (attr.act) is applied by the forward. Channels
+ * run over the pool; the bits do not depend on the thread count. */
+tp_status_t tp_cpu_bnorm_forward(const tp_op_call_t *c);
+tp_status_t tp_cpu_bnorm_backward(const tp_op_call_t *c);
+
 #endif
