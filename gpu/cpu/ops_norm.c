@@ -360,35 +360,73 @@ tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
  * stays in a core's L2 between its passes, so the second pass over x (the
  * squared deviations, torch's two-pass variance) and the dx pass after
  * the backward's sums read from cache, not memory. The sums run in
- * BN_LANES double lanes kept across the channel's rows (a row's tail adds
- * into lane j mod BN_LANES) and added in lane order at the end: the loops
- * vectorise, two AVX-512 accumulators hide the adds' latency, and every
- * ISA clone adds the same numbers in the same order. */
+ * BN_LANES float lanes over chunks of at most BN_CHUNK floats of a row
+ * (a chunk's tail adds into lane j mod BN_LANES), each chunk's lanes then
+ * added in lane order into a double: the loops vectorise as plain float
+ * adds (double lanes left GCC's SLP a scalar mix of widths), a float lane
+ * adds at most 64 numbers, and every ISA clone adds the same numbers in
+ * the same order. */
 #define BN_LANES 16
+#define BN_CHUNK 1024
 
-/* sum over the channel's rows r (n of them, `stride` floats apart, sp
- * long) of f(j), f an expression of the row pointers and j. ROWS sets
- * the row pointers from the row's offset `o_`. */
-#define BN_SUM(out, n, stride, sp, ROWS, f)                                  \
-    do {                                                                     \
-        double l_[BN_LANES] = {0};                                           \
-        for (size_t i_ = 0; i_ < (n); i_++) {                                \
-            const size_t o_ = i_ * (stride);                                 \
-            ROWS;                                                            \
-            size_t j0_ = 0;                                                  \
-            for (; j0_ + BN_LANES <= (sp); j0_ += BN_LANES)                  \
-                for (int q_ = 0; q_ < BN_LANES; q_++) {                      \
-                    const size_t j = j0_ + (size_t)q_;                       \
-                    l_[q_] += (double)(f);                                   \
-                }                                                            \
-            for (size_t j = j0_; j < (sp); j++)                              \
-                l_[j % BN_LANES] += (double)(f);                             \
-        }                                                                    \
-        double t_ = 0.0;                                                     \
-        for (int q_ = 0; q_ < BN_LANES; q_++)                                \
-            t_ += l_[q_];                                                    \
-        (out) = t_;                                                          \
-    } while (0)
+/* Sixteen float lanes as one GCC vector: one zmm in the AVX-512 clone,
+ * two ymm or four xmm in the others, the same adds in each lane (plain
+ * loops over a lane array let GCC's vectoriser interleave them with
+ * permutes, slower than the scalar code). Loaded with memcpy: unaligned. */
+typedef float s_bn_v __attribute__((vector_size(BN_LANES * sizeof(float))));
+
+#define S_BN_LOAD(v, p) memcpy(&(v), (p), sizeof(s_bn_v))
+
+/* Over a row of n floats, chunk by chunk, each chunk's lanes added in
+ * lane order into doubles: *s0 += sum d (what 0: d; 1: (d - mu)^2;
+ * 2: d and, into *s1, d (r - mu)). */
+static inline __attribute__((always_inline)) void
+s_bn_row_sums(int what, const float *restrict d, const float *restrict r, size_t n, float mu,
+              double *s0, double *s1) {
+    const s_bn_v muv = (s_bn_v){0} + mu;
+    for (size_t c0 = 0; c0 < n; c0 += BN_CHUNK) {
+        const size_t len = n - c0 < BN_CHUNK ? n - c0 : BN_CHUNK;
+        const float *restrict dc = d + c0;
+        s_bn_v l0 = {0}, l1 = {0};
+        size_t j = 0;
+        if (what == 0) {
+            for (; j + BN_LANES <= len; j += BN_LANES)
+            {
+                s_bn_v dv;
+                S_BN_LOAD(dv, dc + j);
+                l0 += dv;
+            }
+            for (; j < len; j++)
+                l0[j % BN_LANES] += dc[j];
+        } else if (what == 1) {
+            for (; j + BN_LANES <= len; j += BN_LANES) {
+                s_bn_v e;
+                S_BN_LOAD(e, dc + j);
+                e -= muv;
+                l0 += e * e;
+            }
+            for (; j < len; j++)
+                l0[j % BN_LANES] += (dc[j] - mu) * (dc[j] - mu);
+        } else {
+            const float *restrict rc = r + c0;
+            for (; j + BN_LANES <= len; j += BN_LANES) {
+                s_bn_v dv, rv;
+                S_BN_LOAD(dv, dc + j);
+                S_BN_LOAD(rv, rc + j);
+                l0 += dv;
+                l1 += dv * (rv - muv);
+            }
+            for (; j < len; j++) {
+                l0[j % BN_LANES] += dc[j];
+                l1[j % BN_LANES] += dc[j] * (rc[j] - mu);
+            }
+        }
+        for (int q = 0; q < BN_LANES; q++) {
+            *s0 += (double)l0[q];
+            *s1 += (double)l1[q];
+        }
+    }
+}
 
 typedef struct {
     const tp_op_call_t *c;
@@ -418,11 +456,15 @@ TP_CPU_CLONES static void s_bn_forward_channels(void *arg, size_t lo, size_t hi)
         const float *xk = x + k * sp;
         float mu, is;
         if (a->training) {
-            double s, v;
-            const float *restrict r;
-            BN_SUM(s, n, stride, sp, r = xk + o_, r[j]);
+            /* the sum, then the squared deviations from the mean (the
+             * channel again, from L2; the first pass's second sum is
+             * thrown away) */
+            double s = 0.0, v = 0.0, unused = 0.0;
+            for (size_t i = 0; i < n; i++)
+                s_bn_row_sums(0, xk + i * stride, NULL, sp, 0.0f, &s, &unused);
             const double mu_d = s / m;
-            BN_SUM(v, n, stride, sp, r = xk + o_, (r[j] - mu_d) * (r[j] - mu_d));
+            for (size_t i = 0; i < n; i++)
+                s_bn_row_sums(1, xk + i * stride, NULL, sp, (float)mu_d, &v, &unused);
             const double var = v / m;
             mu = (float)mu_d;
             is = (float)(1.0 / sqrt(var + (double)a->eps));
@@ -469,30 +511,10 @@ TP_CPU_CLONES static void s_bn_backward_channels(void *arg, size_t lo, size_t hi
     for (size_t k = lo; k < hi; k++) {
         const float *xk = x + k * sp, *dk = dy + k * sp;
         const float mu = mean[k], is = inv[k];
-        double sdy, sdyx;
-        /* two sums of one pass: one loop, so dy and x are read once */
-        {
-            double l0[BN_LANES] = {0}, l1[BN_LANES] = {0};
-            for (size_t i = 0; i < n; i++) {
-                const float *restrict r = xk + i * stride, *restrict d = dk + i * stride;
-                size_t j0 = 0;
-                for (; j0 + BN_LANES <= sp; j0 += BN_LANES)
-                    for (int q = 0; q < BN_LANES; q++) {
-                        const size_t j = j0 + (size_t)q;
-                        l0[q] += (double)d[j];
-                        l1[q] += (double)(d[j] * (r[j] - mu));
-                    }
-                for (size_t j = j0; j < sp; j++) {
-                    l0[j % BN_LANES] += (double)d[j];
-                    l1[j % BN_LANES] += (double)(d[j] * (r[j] - mu));
-                }
-            }
-            sdy = sdyx = 0.0;
-            for (int q = 0; q < BN_LANES; q++) {
-                sdy += l0[q];
-                sdyx += l1[q];
-            }
-        }
+        /* the two sums in one pass over dy and x */
+        double sdy = 0.0, sdyx = 0.0;
+        for (size_t i = 0; i < n; i++)
+            s_bn_row_sums(2, dk + i * stride, xk + i * stride, sp, mu, &sdy, &sdyx);
         const float dbeta = (float)sdy, dgamma = (float)(sdyx * is);
         if (c->dx[1])
             c->dx[1][k] = (c->dx_acc[1] ? c->dx[1][k] : 0.0f) + dgamma;
