@@ -1,5 +1,6 @@
 /* towerpack gpu: layer, group and instance norm on the CPU (docs/ops.md,
- * the linalg family).
+ * the linalg family), and batch norm on plain NCHW (its own section at
+ * the end: channels over the pool).
  *
  * All three normalise contiguous rows of x: layer norm a row per slice of
  * its last axes (length D), group norm a row per (sample, group) of
@@ -362,10 +363,9 @@ tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c) {
  * the backward's sums read from cache, not memory. The sums run in
  * BN_LANES float lanes over chunks of at most BN_CHUNK floats of a row
  * (a chunk's tail adds into lane j mod BN_LANES), each chunk's lanes then
- * added in lane order into a double: the loops vectorise as plain float
- * adds (double lanes left GCC's SLP a scalar mix of widths), a float lane
- * adds at most 64 numbers, and every ISA clone adds the same numbers in
- * the same order. */
+ * added in lane order into a double: the loops are plain float vector
+ * adds, a float lane adds at most 64 numbers, and every ISA clone adds
+ * the same numbers in the same order. */
 #define BN_LANES 16
 #define BN_CHUNK 1024
 
@@ -390,8 +390,7 @@ s_bn_row_sums(int what, const float *restrict d, const float *restrict r, size_t
         s_bn_v l0 = {0}, l1 = {0};
         size_t j = 0;
         if (what == 0) {
-            for (; j + BN_LANES <= len; j += BN_LANES)
-            {
+            for (; j + BN_LANES <= len; j += BN_LANES) {
                 s_bn_v dv;
                 S_BN_LOAD(dv, dc + j);
                 l0 += dv;
@@ -457,8 +456,8 @@ TP_CPU_CLONES static void s_bn_forward_channels(void *arg, size_t lo, size_t hi)
         float mu, is;
         if (a->training) {
             /* the sum, then the squared deviations from the mean (the
-             * channel again, from L2; the first pass's second sum is
-             * thrown away) */
+             * channel again, from L2); `unused` takes the lanes l1 that
+             * these two cases leave at 0 */
             double s = 0.0, v = 0.0, unused = 0.0;
             for (size_t i = 0; i < n; i++)
                 s_bn_row_sums(0, xk + i * stride, NULL, sp, 0.0f, &s, &unused);

@@ -1,6 +1,7 @@
 /* towerpack gpu: the CPU kernels of layer, group and instance norm
- * (docs/ops.md, the linalg family). ops_cpu.c's dispatch calls these for
- * the kinds tp_cpu_norm_kind accepts. */
+ * (docs/ops.md, the linalg family), and of batch norm on plain NCHW.
+ * ops_cpu.c's dispatch calls these for the kinds tp_cpu_norm_kind
+ * accepts, and for a batch norm oneDNN's blocked kernel does not take. */
 #ifndef TOWERPACK_GPU_OPS_NORM_H
 #define TOWERPACK_GPU_OPS_NORM_H
 
