@@ -7,10 +7,9 @@
  * Each op runs on oneDNN where the measurements of docs/performance.md
  * ("Pooling and batch norm on oneDNN") found it faster than the kernels of
  * ops_cpu.c: average pooling and max pooling other than 2x2 stride 2 (whose
- * branch-free kernel in ops_cpu.c is faster), not batch norm (oneDNN's
- * kernel for plain NCHW, ncsp_bnorm, took 3-5x ops_cpu.c's time, its
- * AVX-512 one wants blocked layouts and reorders that cost as much as the
- * op). TP_CPU_POOL / TP_CPU_BNORM (dnnl or own) choose either in one
+ * branch-free kernel in ops_cpu.c is faster), and batch norm only on
+ * nChw16c tensors of a blocked chain (gpu/graph/fold.c): on plain NCHW
+ * oneDNN's kernel, ncsp_bnorm, took 3-5x our own (now ops_norm.c's). TP_CPU_POOL / TP_CPU_BNORM (dnnl or own) choose either in one
  * binary, so that both can be measured in one sitting. A geometry oneDNN
  * does not take runs the own kernels, forward and backward alike. Only a
  * backend with a oneDNN convolution cache (TP_CPU_CONV, a one-thread

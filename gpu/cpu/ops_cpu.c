@@ -447,106 +447,7 @@ static float s_sqdev(const float *restrict r, size_t n, float mu) {
     return s;
 }
 
-/* sum(d * (r - mu)) over n floats, 8 lanes. */
-static float s_dot_dev(const float *restrict d, const float *restrict r,
-                       size_t n, float mu) {
-    float lane[8] = {0};
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++)
-            lane[l] += d[j + (size_t)l] * (r[j + (size_t)l] - mu);
-    float s = 0.0f;
-    for (; j < n; j++)
-        s += d[j] * (r[j] - mu);
-    for (int l = 0; l < 8; l++)
-        s += lane[l];
-    return s;
-}
-
-static void s_bn_fwd(const tp_op_call_t *c) {
-    size_t n, ch, sp;
-    s_ncs(&c->xshape[0], &n, &ch, &sp);
-    const float *x = c->x[0], *g = c->x[1], *be = c->x[2];
-    float *y = c->y, *mean = c->workspace, *inv = mean + ch;
-    float *mm = c->state[0], *mv = c->state[1];
-    const tp_op_attr_t *a = c->attr;
-    const int relu = a->act == TP_ACT_RELU;
-    const double m = (double)(n * sp);
-    for (size_t k = 0; k < ch; k++) {
-        float mu, is;
-        if (a->training) {
-            /* float lanes within a sample's run (vectorised), double across
-             * samples: fast and accurate enough for 1e5-element channels */
-            double s = 0.0;
-            for (size_t i = 0; i < n; i++)
-                s += tp_cpu_sum8(x + (i * ch + k) * sp, sp);
-            double mu_d = s / m, v = 0.0;
-            for (size_t i = 0; i < n; i++)
-                v += s_sqdev(x + (i * ch + k) * sp, sp, (float)mu_d);
-            double var = v / m;
-            mu = (float)mu_d;
-            is = (float)(1.0 / sqrt(var + a->eps));
-            if (a->update_state) {
-                double unbiased = m > 1 ? var * m / (m - 1) : var;
-                mm[k] = a->alpha * mm[k] + (1.0f - a->alpha) * mu;
-                mv[k] = a->alpha * mv[k] + (1.0f - a->alpha) * (float)unbiased;
-            }
-        } else {
-            mu = mm[k];
-            is = 1.0f / sqrtf(mv[k] + a->eps);
-        }
-        mean[k] = mu;
-        inv[k] = is;
-        const float sc = g[k] * is, sh = be[k] - mu * sc;
-        for (size_t i = 0; i < n; i++) {
-            const float *restrict r = x + (i * ch + k) * sp;
-            float *restrict yr = y + (i * ch + k) * sp;
-            for (size_t j = 0; j < sp; j++)
-                yr[j] = r[j] * sc + sh;
-            if (relu) /* a folded relu while the row is in cache */
-                for (size_t j = 0; j < sp; j++)
-                    yr[j] = yr[j] > 0.0f ? yr[j] : 0.0f;
-        }
-    }
-}
-
-static void s_bn_bwd(const tp_op_call_t *c) {
-    size_t n, ch, sp;
-    s_ncs(&c->xshape[0], &n, &ch, &sp);
-    const float *x = c->x[0], *g = c->x[1], *dy = c->dy;
-    const float *mean = c->workspace, *inv = mean + ch;
-    const float m = (float)(n * sp);
-    const int training = c->attr->training;
-    for (size_t k = 0; k < ch; k++) {
-        const float mu = mean[k], is = inv[k];
-        double sdy = 0.0, sdyx = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            const float *r = x + (i * ch + k) * sp;
-            const float *d = dy + (i * ch + k) * sp;
-            sdy += tp_cpu_sum8(d, sp);
-            sdyx += s_dot_dev(d, r, sp, mu);
-        }
-        const float dbeta = (float)sdy, dgamma = (float)(sdyx * is);
-        if (c->dx[1])
-            c->dx[1][k] = (c->dx_acc[1] ? c->dx[1][k] : 0.0f) + dgamma;
-        if (c->dx[2])
-            c->dx[2][k] = (c->dx_acc[2] ? c->dx[2][k] : 0.0f) + dbeta;
-        float *dx = c->dx[0];
-        if (!dx)
-            continue;
-        const float a = g[k] * is;
-        /* training: dx = g*is/m * (m*dy - dbeta - xhat*dgamma) */
-        const float b = training ? a * dbeta / m : 0.0f;
-        const float cc = training ? a * dgamma * is / m : 0.0f;
-        const int acc = c->dx_acc[0];
-        for (size_t i = 0; i < n; i++) {
-            const float *restrict r = x + (i * ch + k) * sp;
-            const float *restrict d = dy + (i * ch + k) * sp;
-            float *restrict o = dx + (i * ch + k) * sp;
-            GRAD_STORE(o, acc, sp, a * d[i] - b - cc * (r[i] - mu));
-        }
-    }
-}
+/* the op itself: ops_norm.c (tp_cpu_bnorm_forward/backward) */
 
 /* ---- dropout ------------------------------------------------------------ */
 
@@ -849,7 +750,7 @@ static tp_status_t s_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
         if (dnnl)
             TP_TRY(tp_dnnl_bnorm_forward(c, &done));
         if (!done)
-            s_bn_fwd(c);
+            TP_TRY(tp_cpu_bnorm_forward(c));
         break;
     }
     case TP_OP_DROPOUT: s_dropout_fwd(c); break;
@@ -905,7 +806,7 @@ static tp_status_t s_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
         if (dnnl)
             TP_TRY(tp_dnnl_bnorm_backward(c, &done));
         if (!done)
-            s_bn_bwd(c);
+            TP_TRY(tp_cpu_bnorm_backward(c));
         break;
     }
     case TP_OP_DROPOUT: s_dropout_bwd(c); break;

@@ -1,6 +1,7 @@
 /* towerpack gpu: the CPU kernels of layer, group and instance norm
- * (docs/ops.md, the linalg family). ops_cpu.c's dispatch calls these for
- * the kinds tp_cpu_norm_kind accepts. */
+ * (docs/ops.md, the linalg family), and of batch norm on plain NCHW.
+ * ops_cpu.c's dispatch calls these for the kinds tp_cpu_norm_kind
+ * accepts, and for a batch norm oneDNN's blocked kernel does not take. */
 #ifndef TOWERPACK_GPU_OPS_NORM_H
 #define TOWERPACK_GPU_OPS_NORM_H
 
@@ -18,5 +19,14 @@ size_t tp_cpu_norm_workspace(const tp_op_call_t *c);
  * honoured). */
 tp_status_t tp_cpu_norm_forward(const tp_op_call_t *c);
 tp_status_t tp_cpu_norm_backward(const tp_op_call_t *c);
+
+/* Batch norm on plain NCHW (ops_cpu.c's path when oneDNN's does not take
+ * the call): the workspace is [mean C][1/std C], written by the forward
+ * (the batch's statistics in training, the moving averages otherwise,
+ * which training with update_state also updates) and read by the
+ * backward. A folded relu (attr.act) is applied by the forward. Channels
+ * run over the pool; the bits do not depend on the thread count. */
+tp_status_t tp_cpu_bnorm_forward(const tp_op_call_t *c);
+tp_status_t tp_cpu_bnorm_backward(const tp_op_call_t *c);
 
 #endif

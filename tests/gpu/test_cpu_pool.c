@@ -916,3 +916,178 @@ Test(cpu_pool, nearest_upsampling_by_two_adds_each_block_in_the_row_order) {
                 free(dx);
             }
 }
+
+/* ---- batch norm, plain NCHW (ops_norm.c) ------------------------------ */
+
+/* One batch norm forward + backward on [n, ch, sp] at `threads` threads:
+ * x and dy from fixed seeds, dx preset to 0.5 (kept and added when acc),
+ * the moving averages from 0.25 and 1.5. out: y, dx, dgamma, dbeta, the
+ * moving mean and variance, the workspace's statistics. */
+typedef struct {
+    float *y, *dx, *dg, *db, *mm, *mv, *ws;
+    size_t wsb; /* the workspace's bytes: the statistics (and a folded relu's room) */
+} bn_out_t;
+
+static void s_bn_run(size_t n, size_t ch, size_t sp, int mode, int acc, int relu, int threads,
+                     bn_out_t *o) {
+    const size_t e = n * ch * sp;
+    float *x = malloc(e * sizeof(float)), *dy = malloc(e * sizeof(float));
+    float *g = malloc(ch * sizeof(float)), *be = malloc(ch * sizeof(float));
+    cr_assert(x && dy && g && be);
+    o->y = malloc(e * sizeof(float));
+    o->dx = malloc(e * sizeof(float));
+    o->dg = malloc(ch * sizeof(float));
+    o->db = malloc(ch * sizeof(float));
+    o->mm = malloc(ch * sizeof(float));
+    o->mv = malloc(ch * sizeof(float));
+    cr_assert(o->y && o->dx && o->dg && o->db && o->mm && o->mv);
+    uint32_t s = 12345u;
+    for (size_t i = 0; i < e; i++) {
+        s = s * 1664525u + 1013904223u;
+        /* a mean per channel far from 0, as after a convolution */
+        x[i] = (float)(s >> 8) / 16777216.0f * 4.0f - 1.0f + 0.5f * (float)((i / sp) % ch);
+        s = s * 1664525u + 1013904223u;
+        dy[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
+        o->dx[i] = 0.5f;
+    }
+    for (size_t k = 0; k < ch; k++) {
+        g[k] = 0.5f + 0.03f * (float)k;
+        be[k] = 0.1f * (float)k - 0.4f;
+        o->dg[k] = o->db[k] = 0.5f;
+        o->mm[k] = 0.25f;
+        o->mv[k] = 1.5f;
+    }
+    tp_shape_t xs = {.ndim = 3, .d = {(int64_t)n, (int64_t)ch, (int64_t)sp}};
+    tp_shape_t cs = {.ndim = 1, .d = {(int64_t)ch}};
+    const tp_shape_t in[3] = {xs, cs, cs};
+    tp_op_attr_t at = {.eps = 1e-5f, .alpha = 0.9f, .training = mode < 2,
+                       .update_state = mode == 0, .act = relu ? TP_ACT_RELU : TP_ACT_NONE};
+    const void *xin[3] = {x, g, be};
+    float *dxs[3] = {o->dx, o->dg, o->db};
+    const int accs[3] = {acc, acc, acc};
+    tp_op_call_t c = {.kind = TP_OP_BATCH_NORM, .attr = &at, .name = "bn", .ninputs = 3,
+                      .x = xin, .xshape = in, .y = o->y, .yshape = xs, .dy = dy, .dx = dxs,
+                      .dx_acc = accs};
+    c.state[0] = o->mm;
+    c.state[1] = o->mv;
+    o->wsb = tp_cpu_op_workspace(NULL, &c);
+    cr_assert_geq(o->wsb, 2 * ch * sizeof(float));
+    cr_assert_not_null(o->ws = calloc(1, o->wsb));
+    c.workspace = o->ws;
+    c.workspace_bytes = o->wsb;
+    tp_cpu_pool_threads_override(threads);
+    const tp_status_t f = tp_cpu_op_forward(NULL, &c), b = tp_cpu_op_backward(NULL, &c);
+    tp_cpu_pool_threads_override(0);
+    cr_assert(f == TP_OK && b == TP_OK, "%s", tp_last_error());
+    free(x);
+    free(dy);
+    free(g);
+    free(be);
+}
+
+static void s_bn_free(bn_out_t *o) {
+    free(o->y);
+    free(o->dx);
+    free(o->dg);
+    free(o->db);
+    free(o->mm);
+    free(o->mv);
+    free(o->ws);
+}
+
+/* Channels over the pool: every output the same bits at 1 and 2 threads,
+ * in training (with and without the moving averages' update), inference,
+ * gradients stored and added, a folded relu; sp = 143 leaves a tail after
+ * the 16 lanes. And the channels did run on a worker thread. */
+Test(cpu_pool, batch_norm_gives_the_same_bits_on_one_and_two_threads, .timeout = 120) {
+    enum { N = 16, CH = 24, SP = 143 };
+    const size_t e = (size_t)N * CH * SP;
+    for (int mode = 0; mode < 3; mode++)
+        for (int acc = 0; acc < 2; acc++)
+            for (int relu = 0; relu < 2; relu++) {
+                bn_out_t o[2];
+                s_bn_run(N, CH, SP, mode, acc, relu, 1, &o[0]);
+                /* two threads until a worker took a part (a loaded host may
+                 * run both parts on the caller) */
+                int worker = 0;
+                for (int r = 0;; r++) {
+                    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+                    s_bn_run(N, CH, SP, mode, acc, relu, 2, &o[1]);
+                    worker = atomic_load(&tp_cpu_pool_worker_parts) > before;
+                    if (worker || !s_keep_trying(r))
+                        break;
+                    s_bn_free(&o[1]);
+                }
+                cr_assert(worker, "mode %d: no channel ran on a worker thread", mode);
+                const char *what[] = {"y", "dx", "dgamma", "dbeta", "mean", "var", "workspace"};
+                const float *a[] = {o[0].y, o[0].dx, o[0].dg, o[0].db, o[0].mm, o[0].mv, o[0].ws};
+                const float *b[] = {o[1].y, o[1].dx, o[1].dg, o[1].db, o[1].mm, o[1].mv, o[1].ws};
+                const size_t len[] = {e, e, CH, CH, CH, CH, o[0].wsb / sizeof(float)};
+                for (int w = 0; w < 7; w++)
+                    cr_assert_eq(memcmp(a[w], b[w], len[w] * sizeof(float)), 0,
+                                 "mode %d acc %d relu %d: %s differs", mode, acc, relu, what[w]);
+                s_bn_free(&o[0]);
+                s_bn_free(&o[1]);
+            }
+}
+
+/* Training forward and backward against double references: y has each
+ * channel's batch statistics removed, the moving averages move by 0.1 of
+ * the way to the batch's mean and unbiased variance, and dx, dgamma,
+ * dbeta are the textbook gradients; sp = 15 (all tail) and 143. */
+Test(cpu_pool, batch_norm_matches_double_references) {
+    const size_t shapes[][3] = {{5, 7, 15}, {3, 4, 143}};
+    for (int si = 0; si < 2; si++) {
+        const size_t n = shapes[si][0], ch = shapes[si][1], sp = shapes[si][2], m = n * sp;
+        bn_out_t o;
+        s_bn_run(n, ch, sp, 0, 0, 0, 1, &o);
+        /* the inputs again, from s_bn_run's seeds */
+        uint32_t s = 12345u;
+        double *x = malloc(n * ch * sp * sizeof(double)), *dy = malloc(n * ch * sp * sizeof(double));
+        cr_assert(x && dy);
+        for (size_t i = 0; i < n * ch * sp; i++) {
+            s = s * 1664525u + 1013904223u;
+            x[i] = (double)((float)(s >> 8) / 16777216.0f * 4.0f - 1.0f +
+                            0.5f * (float)((i / sp) % ch));
+            s = s * 1664525u + 1013904223u;
+            dy[i] = (double)((float)(s >> 8) / 16777216.0f - 0.5f);
+        }
+        for (size_t k = 0; k < ch; k++) {
+            const double gk = 0.5f + 0.03f * (float)k, bk = 0.1f * (float)k - 0.4f;
+            double mu = 0, var = 0, sdy = 0, sdyx = 0;
+            for (size_t i = 0; i < n; i++)
+                for (size_t j = 0; j < sp; j++)
+                    mu += x[(i * ch + k) * sp + j];
+            mu /= (double)m;
+            for (size_t i = 0; i < n; i++)
+                for (size_t j = 0; j < sp; j++)
+                    var += (x[(i * ch + k) * sp + j] - mu) * (x[(i * ch + k) * sp + j] - mu);
+            var /= (double)m;
+            const double is = 1.0 / sqrt(var + 1e-5);
+            cr_expect(fabs(o.mm[k] - (0.9 * 0.25 + 0.1 * mu)) < 1e-5, "mean %zu", k);
+            cr_expect(fabs(o.mv[k] - (0.9 * 1.5 + 0.1 * var * (double)m / (double)(m - 1))) <
+                          1e-5, "var %zu", k);
+            for (size_t i = 0; i < n; i++)
+                for (size_t j = 0; j < sp; j++) {
+                    const size_t p = (i * ch + k) * sp + j;
+                    const double xh = (x[p] - mu) * is;
+                    sdy += dy[p];
+                    sdyx += dy[p] * xh;
+                    cr_assert(fabs(o.y[p] - (xh * gk + bk)) < 2e-5, "y[%zu] %g", p, o.y[p]);
+                }
+            cr_expect(fabs(o.db[k] - sdy) < 1e-4, "dbeta %zu: %g vs %g", k, o.db[k], sdy);
+            cr_expect(fabs(o.dg[k] - sdyx) < 1e-4, "dgamma %zu: %g vs %g", k, o.dg[k], sdyx);
+            for (size_t i = 0; i < n; i++)
+                for (size_t j = 0; j < sp; j++) {
+                    const size_t p = (i * ch + k) * sp + j;
+                    const double xh = (x[p] - mu) * is;
+                    const double want = gk * is / (double)m *
+                                        ((double)m * dy[p] - sdy - xh * sdyx);
+                    cr_assert(fabs(o.dx[p] - want) < 2e-5, "dx[%zu] %g vs %g", p, o.dx[p], want);
+                }
+        }
+        free(x);
+        free(dy);
+        s_bn_free(&o);
+    }
+}
