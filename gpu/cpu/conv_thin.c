@@ -27,19 +27,10 @@
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_elementwise.h"
 
-/* The inner loops built for AVX2 + FMA beside the baseline x86-64 (GCC's
- * function clones, picked once at load): the library is built for the
- * baseline. The clone depends on the CPU, never on the thread count. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define S_FAST __attribute__((target_clones("arch=haswell", "default"), optimize("O3")))
-#else
-#define S_FAST
-#endif
-
 typedef struct {
     int transposed;         /* conv2d_transpose: big is y, small is x */
     int64_t n, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
-    int64_t k, p;           /* kh * kw, oh * ow */
+    int64_t k, p, pp;       /* kh * kw, oh * ow, p rounded up to 8 */
     const float *big;       /* forward: conv2d's x; backward: x or dy */
     const float *small;     /* forward: the transposed conv's x; backward: dy or x */
     const float *wt;        /* [o, k] */
@@ -56,105 +47,66 @@ typedef struct {
 
 static int64_t s_dim(int v) { return v > 0 ? v : 1; }
 
-/* The column matrix of one plane: col[k][p] = the plane's pixel that
- * kernel tap k meets at output p (0 in the padding). */
-S_FAST static void s_im2col(const s_thin_t *a, const float *plane, float *col) {
-    for (int64_t i = 0; i < a->kh; i++)
-        for (int64_t j = 0; j < a->kw; j++) {
-            float *restrict c = col + (i * a->kw + j) * a->p;
-            for (int64_t y = 0; y < a->oh; y++) {
-                const int64_t ih = y * a->sh - a->ph + i * a->dh;
-                float *restrict r = c + y * a->ow;
-                if (ih < 0 || ih >= a->h) {
-                    memset(r, 0, (size_t)a->ow * sizeof *r);
-                    continue;
-                }
-                const float *src = plane + ih * a->w;
-                for (int64_t x = 0; x < a->ow; x++) {
-                    const int64_t iw = x * a->sw - a->pw + j * a->dw;
-                    r[x] = iw >= 0 && iw < a->w ? src[iw] : 0.0f;
-                }
-            }
-        }
+/* GCC's vectors of 8 floats (one AVX2 register; two SSE ones in the
+ * baseline copy) and their comparison masks. */
+typedef float s_v8 __attribute__((vector_size(32)));
+typedef int32_t s_v8i __attribute__((vector_size(32)));
+
+/* The outputs [lo, hi) of n_out whose input x * s + off lies in [0, n_in)
+ * (the rest meet the zero padding). */
+static void s_cols(int64_t off, int64_t s, int64_t n_in, int64_t n_out, int64_t *lo,
+                   int64_t *hi) {
+    int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t h = n_in - 1 - off < 0 ? 0 : (n_in - 1 - off) / s + 1;
+    l = l > n_out ? n_out : l;
+    h = h > n_out ? n_out : (h < l ? l : h);
+    *lo = l;
+    *hi = h;
 }
 
-/* plane (+)= col2im(col): each tap's values added where they land. */
-static void s_col2im(const s_thin_t *a, const float *col, float *plane, int acc) {
-    if (!acc)
-        memset(plane, 0, (size_t)(a->h * a->w) * sizeof *plane);
-    for (int64_t i = 0; i < a->kh; i++)
-        for (int64_t j = 0; j < a->kw; j++) {
-            const float *c = col + (i * a->kw + j) * a->p;
-            for (int64_t y = 0; y < a->oh; y++) {
-                const int64_t ih = y * a->sh - a->ph + i * a->dh;
-                if (ih < 0 || ih >= a->h)
-                    continue;
-                float *dst = plane + ih * a->w;
-                const float *r = c + y * a->ow;
-                for (int64_t x = 0; x < a->ow; x++) {
-                    const int64_t iw = x * a->sw - a->pw + j * a->dw;
-                    if (iw >= 0 && iw < a->w)
-                        dst[iw] += r[x];
-                }
-            }
-        }
+/* The inner loops built for AVX2 + FMA beside the baseline x86-64 the
+ * library is built for, the copy picked by the CPU (never by the thread
+ * count, so the bits stay the same at any team size). GCC only: clang's
+ * build has the baseline copy. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define S_AVX2 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#pragma GCC optimize("O3")
+#define S_K(name) name##_avx2
+#include "gpu/cpu/conv_thin_k.h"
+#undef S_K
+#pragma GCC pop_options
+#endif
+#define S_K(name) name##_base
+#include "gpu/cpu/conv_thin_k.h"
+#undef S_K
+
+/* One copy's kernels. */
+typedef struct {
+    void (*im2col)(const s_thin_t *a, const float *plane, float *col);
+    void (*col2im)(const s_thin_t *a, const float *col, float *plane, int acc);
+    void (*wcol)(const s_thin_t *a, const float *col, float *out, const float *bias, int relu);
+    void (*wtsmall)(const s_thin_t *a, const float *small, float *col);
+    void (*dots)(const s_thin_t *a, const float *small, const float *col, float *part);
+} s_kern_t;
+
+static const s_kern_t s_base = {s_im2col_base, s_col2im_base, s_wcol_base, s_wtsmall_base,
+                                s_dots_base};
+#ifdef S_AVX2
+static const s_kern_t s_avx2 = {s_im2col_avx2, s_col2im_avx2, s_wcol_avx2, s_wtsmall_avx2,
+                                s_dots_avx2};
+#endif
+
+static const s_kern_t *s_kern(void) {
+#ifdef S_AVX2
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return &s_avx2;
+#endif
+    return &s_base;
 }
 
-/* small (+)= w col, then per channel + bias and relu (conv2d's forward). */
-S_FAST static void s_wcol(const s_thin_t *a, const float *col, float *small, int acc,
-                          const float *bias, int relu) {
-    const int64_t p = a->p, k = a->k;
-    for (int64_t o = 0; o < a->o; o++) {
-        float *restrict r = small + o * p;
-        const float *wo = a->wt + o * k;
-        const float b = bias ? bias[o] : 0.0f;
-        if (!acc)
-            for (int64_t q = 0; q < p; q++)
-                r[q] = b;
-        else if (bias)
-            for (int64_t q = 0; q < p; q++)
-                r[q] += b;
-        for (int64_t t = 0; t < k; t++) {
-            const float wv = wo[t];
-            const float *restrict c = col + t * p;
-            for (int64_t q = 0; q < p; q++)
-                r[q] += wv * c[q];
-        }
-        if (relu)
-            for (int64_t q = 0; q < p; q++)
-                r[q] = r[q] > 0.0f ? r[q] : 0.0f;
-    }
-}
-
-/* col = w^T small (the taps' contributions before col2im). */
-S_FAST static void s_wtsmall(const s_thin_t *a, const float *small, float *col) {
-    const int64_t p = a->p, k = a->k;
-    for (int64_t t = 0; t < k; t++) {
-        float *restrict c = col + t * p;
-        for (int64_t q = 0; q < p; q++)
-            c[q] = 0.0f;
-        for (int64_t o = 0; o < a->o; o++) {
-            const float wv = a->wt[o * k + t];
-            const float *restrict r = small + o * p;
-            for (int64_t q = 0; q < p; q++)
-                c[q] += wv * r[q];
-        }
-    }
-}
-
-/* A dot product over 8 fixed lanes, added in a fixed order: vectorised
- * without reassociating a scalar sum, and the same bits wherever it runs. */
-S_FAST static float s_dot(const float *restrict u, const float *restrict v, int64_t n) {
-    float l[8] = {0};
-    int64_t q = 0;
-    for (; q + 8 <= n; q += 8)
-        for (int j = 0; j < 8; j++)
-            l[j] += u[q + j] * v[q + j];
-    for (int j = 0; q < n; q++, j++)
-        l[j] += u[q] * v[q];
-    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
-}
-
+/* A plain sum in 8 lanes (the bias's gradient: o * p adds an image). */
 static float s_sum(const float *u, int64_t n) {
     float l[8] = {0};
     int64_t q = 0;
@@ -166,34 +118,61 @@ static float s_sum(const float *u, int64_t n) {
     return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
 }
 
-/* The column matrix of one range (each range one thread's images): NULL,
- * and the call marked failed, when memory is short. */
-static float *s_col(s_thin_t *a) {
-    float *col = malloc((size_t)(a->k * a->p) * sizeof *col);
-    if (!col)
+/* One range's scratch (each range one thread's images), 32-byte aligned,
+ * zeroed (the rows' padding stays zero): col [k][pp] and pad [o][pp], the
+ * small side's rows padded. NULL, and the call marked failed, when memory
+ * is short. */
+static float *s_scratch(s_thin_t *a) {
+    const size_t bytes = (size_t)((a->k + a->o) * a->pp) * sizeof(float);
+    float *m = aligned_alloc(32, (bytes + 31) & ~(size_t)31);
+    if (!m)
         atomic_store(&a->nomem, 1);
-    return col;
+    else
+        memset(m, 0, bytes);
+    return m;
+}
+
+/* rows [o][p] to [o][pp] and back */
+static void s_pad(const s_thin_t *a, const float *src, float *dst) {
+    for (int64_t c = 0; c < a->o; c++)
+        memcpy(dst + c * a->pp, src + c * a->p, (size_t)a->p * sizeof *dst);
+}
+
+static void s_unpad(const s_thin_t *a, const float *src, float *dst, int acc) {
+    for (int64_t c = 0; c < a->o; c++) {
+        const float *s = src + c * a->pp;
+        float *d = dst + c * a->p;
+        if (acc)
+            for (int64_t q = 0; q < a->p; q++)
+                d[q] += s[q];
+        else
+            memcpy(d, s, (size_t)a->p * sizeof *d);
+    }
 }
 
 static void s_fwd_range(void *arg, size_t lo, size_t hi) {
     s_thin_t *a = arg;
-    float *col = s_col(a);
+    const s_kern_t *K = s_kern();
+    float *col = s_scratch(a);
     if (!col)
         return;
+    float *pad = col + a->k * a->pp;
     const int64_t plane = a->h * a->w, sm = a->o * a->p;
     for (size_t n = lo; n < hi; n++) {
         if (!a->transposed) {
-            s_im2col(a, a->big + n * plane, col);
-            s_wcol(a, col, a->out + n * sm, 0, a->bias, a->relu);
+            K->im2col(a, a->big + n * plane, col);
+            K->wcol(a, col, pad, a->bias, a->relu);
+            s_unpad(a, pad, a->out + n * sm, 0);
         } else {
             float *y = a->out + n * plane;
-            s_wtsmall(a, a->small + n * sm, col);
-            s_col2im(a, col, y, 0);
+            s_pad(a, a->small + n * sm, pad);
+            K->wtsmall(a, pad, col);
+            K->col2im(a, col, y, 0);
             if (a->bias || a->relu) {
                 const float b = a->bias ? a->bias[0] : 0.0f;
                 for (int64_t q = 0; q < plane; q++) {
                     const float v = y[q] + b;
-                    y[q] = a->relu && v < 0.0f ? 0.0f : v;
+                    y[q] = a->relu && !(v > 0.0f) ? 0.0f : v;
                 }
             }
         }
@@ -203,9 +182,11 @@ static void s_fwd_range(void *arg, size_t lo, size_t hi) {
 
 static void s_bwd_range(void *arg, size_t lo, size_t hi) {
     s_thin_t *a = arg;
-    float *col = s_col(a);
+    const s_kern_t *K = s_kern();
+    float *col = s_scratch(a);
     if (!col)
         return;
+    float *pad = col + a->k * a->pp;
     const int64_t plane = a->h * a->w, sm = a->o * a->p;
     const int64_t stride = a->o * a->k + a->nb;
     for (size_t n = lo; n < hi; n++) {
@@ -218,18 +199,20 @@ static void s_bwd_range(void *arg, size_t lo, size_t hi) {
                 part[a->o * a->k + o] = s_sum(small + o * a->p, a->p);
         else if (part && a->nb == 1)
             part[a->o * a->k] = s_sum(big, plane);
-        s_im2col(a, big, col);
-        if (part && a->wt_grad)
-            for (int64_t o = 0; o < a->o; o++)
-                for (int64_t t = 0; t < a->k; t++)
-                    part[o * a->k + t] = s_dot(small + o * a->p, col + t * a->p, a->p);
+        if (!a->wt_grad && !a->dx)
+            continue;
+        K->im2col(a, big, col);
+        s_pad(a, small, pad);
+        if (a->wt_grad)
+            K->dots(a, pad, col, part);
         if (!a->dx)
             continue;
         if (a->transposed) { /* dx = A(dy): x's side is small */
-            s_wcol(a, col, a->dx + n * sm, a->dx_acc, NULL, 0);
+            K->wcol(a, col, pad, NULL, 0);
+            s_unpad(a, pad, a->dx + n * sm, a->dx_acc);
         } else {             /* dx = A^T(dy) */
-            s_wtsmall(a, small, col);
-            s_col2im(a, col, a->dx + n * plane, a->dx_acc);
+            K->wtsmall(a, pad, col);
+            K->col2im(a, col, a->dx + n * plane, a->dx_acc);
         }
     }
     free(col);
@@ -271,6 +254,7 @@ static void s_geom(const tp_op_call_t *c, s_thin_t *a) {
     a->dw = s_dim(at->dw);
     a->k = a->kh * a->kw;
     a->p = a->oh * a->ow;
+    a->pp = (a->p + 7) & ~(int64_t)7;
     a->wt = c->x[1];
     atomic_init(&a->nomem, 0);
 }
