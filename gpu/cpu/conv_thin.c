@@ -30,7 +30,7 @@
 typedef struct {
     int transposed;         /* conv2d_transpose: big is y, small is x */
     int64_t n, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
-    int64_t k, p, pp;       /* kh * kw, oh * ow, p rounded up to 8 */
+    int64_t k, p, pp;       /* kh * kw, oh * ow, p rounded up to 16 */
     const float *big;       /* forward: conv2d's x; backward: x or dy */
     const float *small;     /* forward: the transposed conv's x; backward: dy or x */
     const float *wt;        /* [o, k] */
@@ -47,8 +47,10 @@ typedef struct {
 
 static int64_t s_dim(int v) { return v > 0 ? v : 1; }
 
-/* GCC's vectors of 8 floats (one AVX2 register; two SSE ones in the
- * baseline copy) and their comparison masks. */
+/* GCC's vectors of 16 and 8 floats (one AVX-512 or AVX2 register; SSE
+ * pairs in the baseline copy) and their comparison masks. */
+typedef float s_v16 __attribute__((vector_size(64)));
+typedef int32_t s_v16i __attribute__((vector_size(64)));
 typedef float s_v8 __attribute__((vector_size(32)));
 typedef int32_t s_v8i __attribute__((vector_size(32)));
 
@@ -64,23 +66,48 @@ static void s_cols(int64_t off, int64_t s, int64_t n_in, int64_t n_out, int64_t 
     *hi = h;
 }
 
-/* The inner loops built for AVX2 + FMA beside the baseline x86-64 the
- * library is built for, the copy picked by the CPU (never by the thread
- * count, so the bits stay the same at any team size). GCC only: clang's
- * build has the baseline copy. */
+/* The inner loops built for AVX-512 and for AVX2 + FMA beside the
+ * baseline x86-64 the library is built for, the copy picked by the CPU
+ * (never by the thread count, so the bits stay the same at any team
+ * size). GCC only: clang's build has the baseline copy. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define S_AVX2 1
+#define S_SIMD 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#pragma GCC optimize("O3")
+#define S_K(name) name##_avx512
+#define S_V s_v16
+#define S_VI s_v16i
+#define S_W 16
+#include "gpu/cpu/conv_thin_k.h"
+#undef S_K
+#undef S_V
+#undef S_VI
+#undef S_W
+#pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #pragma GCC optimize("O3")
 #define S_K(name) name##_avx2
+#define S_V s_v8
+#define S_VI s_v8i
+#define S_W 8
 #include "gpu/cpu/conv_thin_k.h"
 #undef S_K
+#undef S_V
+#undef S_VI
+#undef S_W
 #pragma GCC pop_options
 #endif
 #define S_K(name) name##_base
+#define S_V s_v8
+#define S_VI s_v8i
+#define S_W 8
 #include "gpu/cpu/conv_thin_k.h"
 #undef S_K
+#undef S_V
+#undef S_VI
+#undef S_W
 
 /* One copy's kernels. */
 typedef struct {
@@ -93,13 +120,17 @@ typedef struct {
 
 static const s_kern_t s_base = {s_im2col_base, s_col2im_base, s_wcol_base, s_wtsmall_base,
                                 s_dots_base};
-#ifdef S_AVX2
+#ifdef S_SIMD
 static const s_kern_t s_avx2 = {s_im2col_avx2, s_col2im_avx2, s_wcol_avx2, s_wtsmall_avx2,
                                 s_dots_avx2};
+static const s_kern_t s_avx512 = {s_im2col_avx512, s_col2im_avx512, s_wcol_avx512,
+                                  s_wtsmall_avx512, s_dots_avx512};
 #endif
 
 static const s_kern_t *s_kern(void) {
-#ifdef S_AVX2
+#ifdef S_SIMD
+    if (__builtin_cpu_supports("avx512f"))
+        return &s_avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return &s_avx2;
 #endif
@@ -118,13 +149,13 @@ static float s_sum(const float *u, int64_t n) {
     return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
 }
 
-/* One range's scratch (each range one thread's images), 32-byte aligned,
+/* One range's scratch (each range one thread's images), 64-byte aligned,
  * zeroed (the rows' padding stays zero): col [k][pp] and pad [o][pp], the
  * small side's rows padded. NULL, and the call marked failed, when memory
  * is short. */
 static float *s_scratch(s_thin_t *a) {
     const size_t bytes = (size_t)((a->k + a->o) * a->pp) * sizeof(float);
-    float *m = aligned_alloc(32, (bytes + 31) & ~(size_t)31);
+    float *m = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!m)
         atomic_store(&a->nomem, 1);
     else
@@ -254,7 +285,7 @@ static void s_geom(const tp_op_call_t *c, s_thin_t *a) {
     a->dw = s_dim(at->dw);
     a->k = a->kh * a->kw;
     a->p = a->oh * a->ow;
-    a->pp = (a->p + 7) & ~(int64_t)7;
+    a->pp = (a->p + 15) & ~(int64_t)15; /* whole vectors of any copy */
     a->wt = c->x[1];
     atomic_init(&a->nomem, 0);
 }

@@ -1,10 +1,11 @@
 /* towerpack gpu: the thin convolutions' inner loops (conv_thin.c), included
- * twice there: once built for AVX2 + FMA, once for the baseline x86-64 the
- * library is built for; S_K(name) names each copy. Not a header of its
- * own: it needs conv_thin.c's s_thin_t and s_v8.
+ * three times there: built for AVX-512, for AVX2 + FMA, and for the baseline x86-64 the
+ * library is built for; S_K(name) names each copy, S_V its vector of S_W
+ * floats, S_VI the vector's comparison masks. Not a header of its own: it
+ * needs conv_thin.c's s_thin_t.
  *
- * The products work on 8 pixels at a time (one vector) over rows padded
- * to a multiple of 8 (pp floats; the padding is zero), with every tap's
+ * The products work on S_W pixels at a time (one vector) over rows padded
+ * to a multiple of 16 (pp floats; the padding is zero), with every tap's
  * vector or accumulator in registers: k FMAs per load or store, where a
  * row-at-a-time loop paid a load and a store per FMA. */
 
@@ -29,8 +30,15 @@ static void S_K(s_im2col)(const s_thin_t *a, const float *plane, float *col) {
                 const float *src = plane + ih * a->w + off;
                 for (int64_t x = 0; x < lo; x++)
                     r[x] = 0.0f;
-                for (int64_t x = lo; x < hi; x++)
-                    r[x] = src[x * a->sw];
+                if (a->sw == 1) /* the loops the compiler vectorises */
+                    for (int64_t x = lo; x < hi; x++)
+                        r[x] = src[x];
+                else if (a->sw == 2)
+                    for (int64_t x = lo; x < hi; x++)
+                        r[x] = src[2 * x];
+                else
+                    for (int64_t x = lo; x < hi; x++)
+                        r[x] = src[x * a->sw];
                 for (int64_t x = hi; x < a->ow; x++)
                     r[x] = 0.0f;
             }
@@ -64,16 +72,16 @@ static void S_K(s_col2im)(const s_thin_t *a, const float *col, float *plane, int
 static inline __attribute__((always_inline)) void
 S_K(s_wcol_k)(const float *restrict w, const float *restrict col, float *restrict out,
               int64_t o, int64_t pp, const float *bias, int relu, const int64_t k) {
-    for (int64_t q = 0; q < pp; q += 8) {
-        s_v8 cv[k];
+    for (int64_t q = 0; q < pp; q += S_W) {
+        S_V cv[k];
         for (int64_t t = 0; t < k; t++)
-            memcpy(&cv[t], col + t * pp + q, sizeof(s_v8));
+            memcpy(&cv[t], col + t * pp + q, sizeof(S_V));
         for (int64_t c = 0; c < o; c++) {
-            s_v8 acc = (s_v8){0} + (bias ? bias[c] : 0.0f);
+            S_V acc = (S_V){0} + (bias ? bias[c] : 0.0f);
             for (int64_t t = 0; t < k; t++)
                 acc += w[c * k + t] * cv[t];
             if (relu)
-                acc = (s_v8)((s_v8i)acc & (acc > (s_v8){0}));
+                acc = (S_V)((S_VI)acc & (acc > (S_V){0}));
             memcpy(out + c * pp + q, &acc, sizeof acc);
         }
     }
@@ -93,18 +101,18 @@ static void S_K(s_wcol)(const s_thin_t *a, const float *col, float *out, const f
 static inline __attribute__((always_inline)) void
 S_K(s_wtsmall_k)(const float *restrict w, const float *restrict small, float *restrict col,
                  int64_t o, int64_t pp, const int64_t k) {
-    for (int64_t q = 0; q < pp; q += 8) {
-        s_v8 acc[k];
+    for (int64_t q = 0; q < pp; q += S_W) {
+        S_V acc[k];
         for (int64_t t = 0; t < k; t++)
-            acc[t] = (s_v8){0};
+            acc[t] = (S_V){0};
         for (int64_t c = 0; c < o; c++) {
-            s_v8 s;
+            S_V s;
             memcpy(&s, small + c * pp + q, sizeof s);
             for (int64_t t = 0; t < k; t++)
                 acc[t] += w[c * k + t] * s;
         }
         for (int64_t t = 0; t < k; t++)
-            memcpy(col + t * pp + q, &acc[t], sizeof(s_v8));
+            memcpy(col + t * pp + q, &acc[t], sizeof(S_V));
     }
 }
 
@@ -123,21 +131,26 @@ static inline __attribute__((always_inline)) void
 S_K(s_dots_k)(const float *restrict small, const float *restrict col, float *restrict part,
               int64_t o, int64_t pp, const int64_t k) {
     for (int64_t c = 0; c < o; c++) {
-        s_v8 acc[k];
+        S_V acc[k];
         for (int64_t t = 0; t < k; t++)
-            acc[t] = (s_v8){0};
-        for (int64_t q = 0; q < pp; q += 8) {
-            s_v8 s;
+            acc[t] = (S_V){0};
+        for (int64_t q = 0; q < pp; q += S_W) {
+            S_V s;
             memcpy(&s, small + c * pp + q, sizeof s);
             for (int64_t t = 0; t < k; t++) {
-                s_v8 cv;
+                S_V cv;
                 memcpy(&cv, col + t * pp + q, sizeof cv);
                 acc[t] += s * cv;
             }
         }
         for (int64_t t = 0; t < k; t++) {
-            const s_v8 l = acc[t];
-            part[c * k + t] = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+            /* the lanes halved in a fixed order */
+            float l[S_W];
+            memcpy(l, &acc[t], sizeof l);
+            for (int h = S_W / 2; h >= 1; h /= 2)
+                for (int i = 0; i < h; i++)
+                    l[i] += l[i + h];
+            part[c * k + t] = l[0];
         }
     }
 }
