@@ -39,7 +39,7 @@ typedef struct {
     float *out;             /* forward: y */
     float *dx;              /* backward: NULL or the input's gradient */
     int dx_acc;
-    float *part;            /* backward: [n][o * k + nb] partial sums */
+    float *part;            /* backward: [groups][o * k + nb] partial sums */
     int64_t nb;             /* bias channels summed per image (0: none) */
     int wt_grad;            /* backward: the filter's gradient wanted */
     atomic_int nomem;       /* a range could not get its column matrix */
@@ -115,16 +115,17 @@ typedef struct {
     void (*col2im)(const s_thin_t *a, const float *col, float *plane, int acc);
     void (*wcol)(const s_thin_t *a, const float *col, float *out, const float *bias, int relu);
     void (*wtsmall)(const s_thin_t *a, const float *small, float *col);
-    void (*dots)(const s_thin_t *a, const float *small, const float *col, float *part);
+    void (*dots)(const s_thin_t *a, const float *small, const float *col, float *vacc);
+    void (*reduce)(const s_thin_t *a, float *vacc, float *part);
 } s_kern_t;
 
 static const s_kern_t s_base = {s_im2col_base, s_col2im_base, s_wcol_base, s_wtsmall_base,
-                                s_dots_base};
+                                s_dots_base, s_reduce_base};
 #ifdef S_SIMD
 static const s_kern_t s_avx2 = {s_im2col_avx2, s_col2im_avx2, s_wcol_avx2, s_wtsmall_avx2,
-                                s_dots_avx2};
+                                s_dots_avx2, s_reduce_avx2};
 static const s_kern_t s_avx512 = {s_im2col_avx512, s_col2im_avx512, s_wcol_avx512,
-                                  s_wtsmall_avx512, s_dots_avx512};
+                                  s_wtsmall_avx512, s_dots_avx512, s_reduce_avx512};
 #endif
 
 static const s_kern_t *s_kern(void) {
@@ -150,11 +151,11 @@ static float s_sum(const float *u, int64_t n) {
 }
 
 /* One range's scratch (each range one thread's images), 64-byte aligned,
- * zeroed (the rows' padding stays zero): col [k][pp] and pad [o][pp], the
- * small side's rows padded. NULL, and the call marked failed, when memory
+ * zeroed (the rows' padding stays zero): col [k][pp], pad [o][pp] (the
+ * small side's rows padded) and the backward's vector sums [o * k][16]. NULL, and the call marked failed, when memory
  * is short. */
 static float *s_scratch(s_thin_t *a) {
-    const size_t bytes = (size_t)((a->k + a->o) * a->pp) * sizeof(float);
+    const size_t bytes = (size_t)((a->k + a->o) * a->pp + a->o * a->k * 16) * sizeof(float);
     float *m = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!m)
         atomic_store(&a->nomem, 1);
@@ -211,40 +212,54 @@ static void s_fwd_range(void *arg, size_t lo, size_t hi) {
     free(col);
 }
 
-static void s_bwd_range(void *arg, size_t lo, size_t hi) {
+/* Images per group of the backward: each group's filter gradient is
+ * summed in vector lanes over its images, in order, and its lanes added
+ * once; the groups' sums are then added in order. Fixed, so the bits do
+ * not depend on how the team splits the groups. */
+#define S_GROUP 8
+
+static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
     s_thin_t *a = arg;
     const s_kern_t *K = s_kern();
     float *col = s_scratch(a);
     if (!col)
         return;
-    float *pad = col + a->k * a->pp;
+    float *pad = col + a->k * a->pp, *vacc = pad + a->o * a->pp;
     const int64_t plane = a->h * a->w, sm = a->o * a->p;
     const int64_t stride = a->o * a->k + a->nb;
-    for (size_t n = lo; n < hi; n++) {
-        const float *big = a->big + n * plane, *small = a->small + n * sm;
-        float *part = a->part ? a->part + n * stride : NULL;
-        /* the bias: conv2d's per channel of dy (small), the transposed
-         * conv's one channel of dy (big) */
-        if (part && a->nb == a->o)
-            for (int64_t o = 0; o < a->o; o++)
-                part[a->o * a->k + o] = s_sum(small + o * a->p, a->p);
-        else if (part && a->nb == 1)
-            part[a->o * a->k] = s_sum(big, plane);
-        if (!a->wt_grad && !a->dx)
-            continue;
-        K->im2col(a, big, col);
-        s_pad(a, small, pad);
-        if (a->wt_grad)
-            K->dots(a, pad, col, part);
-        if (!a->dx)
-            continue;
-        if (a->transposed) { /* dx = A(dy): x's side is small */
-            K->wcol(a, col, pad, NULL, 0);
-            s_unpad(a, pad, a->dx + n * sm, a->dx_acc);
-        } else {             /* dx = A^T(dy) */
-            K->wtsmall(a, pad, col);
-            K->col2im(a, col, a->dx + n * plane, a->dx_acc);
+    for (size_t g = glo; g < ghi; g++) {
+        float *part = a->part ? a->part + g * stride : NULL;
+        for (int64_t i = 0; part && i < a->nb; i++)
+            part[a->o * a->k + i] = 0.0f;
+        const int64_t n0 = (int64_t)g * S_GROUP;
+        const int64_t n1 = n0 + S_GROUP < a->n ? n0 + S_GROUP : a->n;
+        for (int64_t n = n0; n < n1; n++) {
+            const float *big = a->big + n * plane, *small = a->small + n * sm;
+            /* the bias: conv2d's per channel of dy (small), the transposed
+             * conv's one channel of dy (big) */
+            if (part && a->nb == a->o)
+                for (int64_t o = 0; o < a->o; o++)
+                    part[a->o * a->k + o] += s_sum(small + o * a->p, a->p);
+            else if (part && a->nb == 1)
+                part[a->o * a->k] += s_sum(big, plane);
+            if (!a->wt_grad && !a->dx)
+                continue;
+            K->im2col(a, big, col);
+            s_pad(a, small, pad);
+            if (a->wt_grad)
+                K->dots(a, pad, col, vacc);
+            if (!a->dx)
+                continue;
+            if (a->transposed) { /* dx = A(dy): x's side is small */
+                K->wcol(a, col, pad, NULL, 0);
+                s_unpad(a, pad, a->dx + n * sm, a->dx_acc);
+            } else {             /* dx = A^T(dy) */
+                K->wtsmall(a, pad, col);
+                K->col2im(a, col, a->dx + n * plane, a->dx_acc);
+            }
         }
+        if (a->wt_grad)
+            K->reduce(a, vacc, part);
     }
     free(col);
 }
@@ -319,27 +334,27 @@ tp_status_t tp_conv_thin_backward(const tp_op_call_t *c) {
     a.wt_grad = c->dx[1] != NULL;
     float *db = c->ninputs > 2 ? c->dx[2] : NULL;
     a.nb = db ? (a.transposed ? 1 : a.o) : 0;
-    const int64_t stride = a.o * a.k + a.nb;
+    const int64_t stride = a.o * a.k + a.nb, groups = (a.n + S_GROUP - 1) / S_GROUP;
     if (a.wt_grad || db) {
-        a.part = malloc((size_t)(a.n * stride) * sizeof *a.part);
+        a.part = malloc((size_t)(groups * stride) * sizeof *a.part);
         if (!a.part)
             return s_nomem(c, &a);
     }
     tp_cpu_team(tp_cpu_threads());
-    tp_cpu_parallel((size_t)a.n, 1, 1, s_bwd_range, &a);
+    tp_cpu_parallel((size_t)groups, 1, 1, s_bwd_range, &a);
     if (atomic_load(&a.nomem)) {
         free(a.part);
         return s_nomem(c, &a);
     }
-    /* the images' partial sums added in image order: bits independent of
-     * how the images were split over the team */
+    /* the groups' partial sums added in order: bits independent of how
+     * the groups were split over the team */
     const float fault = a.transposed ? tp_cpu_elementwise_grad_fault : 1.0f;
     for (int64_t i = 0; a.part && i < stride; i++) {
         if (i < a.o * a.k && !a.wt_grad)
             continue;
         float s = 0.0f;
-        for (int64_t n = 0; n < a.n; n++)
-            s += a.part[n * stride + i];
+        for (int64_t g = 0; g < groups; g++)
+            s += a.part[g * stride + i];
         float *dst = i < a.o * a.k ? c->dx[1] + i : db + (i - a.o * a.k);
         const int acc = i < a.o * a.k ? c->dx_acc[1] : c->dx_acc[2];
         *dst = (acc ? *dst + s : s) * fault;

@@ -62,24 +62,39 @@ static void S_K(s_col2im)(const s_thin_t *a, const float *col, float *plane, int
                     continue;
                 float *dst = plane + ih * a->w + off;
                 const float *r = c + y * a->ow;
-                for (int64_t x = lo; x < hi; x++)
-                    dst[x * a->sw] += r[x];
+                if (a->sw == 1)
+                    for (int64_t x = lo; x < hi; x++)
+                        dst[x] += r[x];
+                else if (a->sw == 2)
+                    for (int64_t x = lo; x < hi; x++)
+                        dst[2 * x] += r[x];
+                else
+                    for (int64_t x = lo; x < hi; x++)
+                        dst[x * a->sw] += r[x];
             }
         }
 }
 
-/* out [o][pp] = w col + bias, relu'd (A's product). */
+/* The products below take the taps [t0, t0 + k) of kt, k <= 16 (a fixed
+ * array the compiler keeps in registers once k is a constant: 9 and 16,
+ * the 3x3 and 4x4 kernels, are inlined as such); more taps run in chunks. */
+
+/* out [o][pp] (+)= w col over the chunk's taps; bias (first chunk) and
+ * relu (last) as asked (A's product). */
 static inline __attribute__((always_inline)) void
 S_K(s_wcol_k)(const float *restrict w, const float *restrict col, float *restrict out,
-              int64_t o, int64_t pp, const float *bias, int relu, const int64_t k) {
+              int64_t o, int64_t pp, const float *bias, int relu, int add, int64_t t0,
+              int64_t kt, const int64_t k) {
     for (int64_t q = 0; q < pp; q += S_W) {
-        S_V cv[k];
+        S_V cv[16];
         for (int64_t t = 0; t < k; t++)
-            memcpy(&cv[t], col + t * pp + q, sizeof(S_V));
+            memcpy(&cv[t], col + (t0 + t) * pp + q, sizeof(S_V));
         for (int64_t c = 0; c < o; c++) {
             S_V acc = (S_V){0} + (bias ? bias[c] : 0.0f);
+            if (add)
+                memcpy(&acc, out + c * pp + q, sizeof acc);
             for (int64_t t = 0; t < k; t++)
-                acc += w[c * k + t] * cv[t];
+                acc += w[c * kt + t0 + t] * cv[t];
             if (relu)
                 acc = (S_V)((S_VI)acc & (acc > (S_V){0}));
             memcpy(out + c * pp + q, &acc, sizeof acc);
@@ -90,76 +105,94 @@ S_K(s_wcol_k)(const float *restrict w, const float *restrict col, float *restric
 static void S_K(s_wcol)(const s_thin_t *a, const float *col, float *out, const float *bias,
                         int relu) {
     if (a->k == 9)
-        S_K(s_wcol_k)(a->wt, col, out, a->o, a->pp, bias, relu, 9);
+        S_K(s_wcol_k)(a->wt, col, out, a->o, a->pp, bias, relu, 0, 0, 9, 9);
     else if (a->k == 16)
-        S_K(s_wcol_k)(a->wt, col, out, a->o, a->pp, bias, relu, 16);
+        S_K(s_wcol_k)(a->wt, col, out, a->o, a->pp, bias, relu, 0, 0, 16, 16);
     else
-        S_K(s_wcol_k)(a->wt, col, out, a->o, a->pp, bias, relu, a->k);
+        for (int64_t t0 = 0; t0 < a->k; t0 += 16) {
+            const int64_t k = a->k - t0 < 16 ? a->k - t0 : 16;
+            S_K(s_wcol_k)(a->wt, col, out, a->o, a->pp, t0 ? NULL : bias,
+                          relu && t0 + k == a->k, t0 > 0, t0, a->k, k);
+        }
 }
 
-/* col [k][pp] = w^T small (small [o][pp]): the taps' shares before col2im. */
+/* col [t0..t0+k)[pp] = w^T small (small [o][pp]): the taps' shares
+ * before col2im. */
 static inline __attribute__((always_inline)) void
 S_K(s_wtsmall_k)(const float *restrict w, const float *restrict small, float *restrict col,
-                 int64_t o, int64_t pp, const int64_t k) {
+                 int64_t o, int64_t pp, int64_t t0, int64_t kt, const int64_t k) {
     for (int64_t q = 0; q < pp; q += S_W) {
-        S_V acc[k];
+        S_V acc[16];
         for (int64_t t = 0; t < k; t++)
             acc[t] = (S_V){0};
         for (int64_t c = 0; c < o; c++) {
             S_V s;
             memcpy(&s, small + c * pp + q, sizeof s);
             for (int64_t t = 0; t < k; t++)
-                acc[t] += w[c * k + t] * s;
+                acc[t] += w[c * kt + t0 + t] * s;
         }
         for (int64_t t = 0; t < k; t++)
-            memcpy(col + t * pp + q, &acc[t], sizeof(S_V));
+            memcpy(col + (t0 + t) * pp + q, &acc[t], sizeof(S_V));
     }
 }
 
 static void S_K(s_wtsmall)(const s_thin_t *a, const float *small, float *col) {
     if (a->k == 9)
-        S_K(s_wtsmall_k)(a->wt, small, col, a->o, a->pp, 9);
+        S_K(s_wtsmall_k)(a->wt, small, col, a->o, a->pp, 0, 9, 9);
     else if (a->k == 16)
-        S_K(s_wtsmall_k)(a->wt, small, col, a->o, a->pp, 16);
+        S_K(s_wtsmall_k)(a->wt, small, col, a->o, a->pp, 0, 16, 16);
     else
-        S_K(s_wtsmall_k)(a->wt, small, col, a->o, a->pp, a->k);
+        for (int64_t t0 = 0; t0 < a->k; t0 += 16)
+            S_K(s_wtsmall_k)(a->wt, small, col, a->o, a->pp, t0, a->k,
+                             a->k - t0 < 16 ? a->k - t0 : 16);
 }
 
-/* part [o][k] = small col^T: each (channel, tap) a sum over the pixels in
- * 8 lanes, the lanes added in a fixed order. */
+/* vacc [o][kt] (vectors of S_W lanes) += small col^T over the chunk's
+ * taps: the filter's gradient of one image added lane by lane to its
+ * group's (conv_thin.c's s_bwd_range); s_reduce adds the lanes once a
+ * group. */
 static inline __attribute__((always_inline)) void
-S_K(s_dots_k)(const float *restrict small, const float *restrict col, float *restrict part,
-              int64_t o, int64_t pp, const int64_t k) {
+S_K(s_dots_k)(const float *restrict small, const float *restrict col, float *restrict vacc,
+              int64_t o, int64_t pp, int64_t t0, int64_t kt, const int64_t k) {
     for (int64_t c = 0; c < o; c++) {
-        S_V acc[k];
+        S_V acc[16];
+        float *va = vacc + (c * kt + t0) * S_W;
         for (int64_t t = 0; t < k; t++)
-            acc[t] = (S_V){0};
+            memcpy(&acc[t], va + t * S_W, sizeof(S_V));
         for (int64_t q = 0; q < pp; q += S_W) {
             S_V s;
             memcpy(&s, small + c * pp + q, sizeof s);
             for (int64_t t = 0; t < k; t++) {
                 S_V cv;
-                memcpy(&cv, col + t * pp + q, sizeof cv);
+                memcpy(&cv, col + (t0 + t) * pp + q, sizeof cv);
                 acc[t] += s * cv;
             }
         }
-        for (int64_t t = 0; t < k; t++) {
-            /* the lanes halved in a fixed order */
-            float l[S_W];
-            memcpy(l, &acc[t], sizeof l);
-            for (int h = S_W / 2; h >= 1; h /= 2)
-                for (int i = 0; i < h; i++)
-                    l[i] += l[i + h];
-            part[c * k + t] = l[0];
-        }
+        for (int64_t t = 0; t < k; t++)
+            memcpy(va + t * S_W, &acc[t], sizeof(S_V));
     }
 }
 
-static void S_K(s_dots)(const s_thin_t *a, const float *small, const float *col, float *part) {
+static void S_K(s_dots)(const s_thin_t *a, const float *small, const float *col, float *vacc) {
     if (a->k == 9)
-        S_K(s_dots_k)(small, col, part, a->o, a->pp, 9);
+        S_K(s_dots_k)(small, col, vacc, a->o, a->pp, 0, 9, 9);
     else if (a->k == 16)
-        S_K(s_dots_k)(small, col, part, a->o, a->pp, 16);
+        S_K(s_dots_k)(small, col, vacc, a->o, a->pp, 0, 16, 16);
     else
-        S_K(s_dots_k)(small, col, part, a->o, a->pp, a->k);
+        for (int64_t t0 = 0; t0 < a->k; t0 += 16)
+            S_K(s_dots_k)(small, col, vacc, a->o, a->pp, t0, a->k,
+                          a->k - t0 < 16 ? a->k - t0 : 16);
+}
+
+/* part[i] = the lanes of vacc's entry i halved in a fixed order, for the
+ * o * k entries; vacc zeroed for the next group. */
+static void S_K(s_reduce)(const s_thin_t *a, float *vacc, float *part) {
+    for (int64_t i = 0; i < a->o * a->k; i++) {
+        float *l = vacc + i * S_W;
+        for (int h = S_W / 2; h >= 1; h /= 2)
+            for (int j = 0; j < h; j++)
+                l[j] += l[j + h];
+        part[i] = l[0];
+        memset(l, 0, S_W * sizeof *l);
+    }
 }

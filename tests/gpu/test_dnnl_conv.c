@@ -721,13 +721,14 @@ extern atomic_size_t tp_cpu_pool_worker_parts;
 
 /* One input channel (conv2d) or one output channel (conv2d_transpose): the
  * autoencoder's enc1 and dec2, the CNN's conv1, a dilated one and output
- * padding; odd batches so the team's parts differ in size. */
+ * padding; batches of 2-3 groups of 8 images (conv_thin.c's S_GROUP) so
+ * the team's parts differ in size. */
 static const geom_t s_thin_geoms[] = {
-    {5, 1, 28, 28, 16, 3, 2, 1, 1, 1, 1, 0, 0},  /* enc1 */
-    {3, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 0, 0},  /* the CNN's conv1 */
-    {3, 1, 11, 9, 8, 3, 1, 2, 2, 1, 0, 0, 0},    /* dilation 2, no bias */
-    {5, 16, 14, 14, 1, 4, 2, 1, 1, 1, 1, 1, 0},  /* dec2 */
-    {3, 8, 5, 6, 1, 3, 2, 1, 1, 1, 0, 1, 1},     /* output padding, no bias */
+    {19, 1, 28, 28, 16, 3, 2, 1, 1, 1, 1, 0, 0}, /* enc1 */
+    {17, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 0, 0}, /* the CNN's conv1 */
+    {17, 1, 11, 9, 8, 5, 1, 2, 2, 1, 0, 0, 0},   /* 5x5 (25 taps), dilation 2, no bias */
+    {19, 16, 14, 14, 1, 4, 2, 1, 1, 1, 1, 1, 0}, /* dec2 */
+    {17, 8, 5, 6, 1, 3, 2, 1, 1, 1, 0, 1, 1},    /* output padding, no bias */
 };
 
 /* Every thin geometry, its gradients stored and added, with a folded relu
