@@ -193,12 +193,18 @@ static void s_fwd_range(void *arg, size_t lo, size_t hi) {
     for (size_t n = lo; n < hi; n++) {
         if (!a->transposed) {
             K->im2col(a, a->big + n * plane, col);
-            K->wcol(a, col, pad, a->bias, a->relu);
-            s_unpad(a, pad, a->out + n * sm, 0);
+            if (a->pp == a->p) { /* whole vectors: y's rows are the padded ones */
+                K->wcol(a, col, a->out + n * sm, a->bias, a->relu);
+            } else {
+                K->wcol(a, col, pad, a->bias, a->relu);
+                s_unpad(a, pad, a->out + n * sm, 0);
+            }
         } else {
             float *y = a->out + n * plane;
-            s_pad(a, a->small + n * sm, pad);
-            K->wtsmall(a, pad, col);
+            const float *sp = a->small + n * sm;
+            if (a->pp != a->p)
+                s_pad(a, sp, pad), sp = pad;
+            K->wtsmall(a, sp, col);
             K->col2im(a, col, y, 0);
             if (a->bias || a->relu) {
                 const float b = a->bias ? a->bias[0] : 0.0f;
@@ -245,16 +251,18 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
             if (!a->wt_grad && !a->dx)
                 continue;
             K->im2col(a, big, col);
-            s_pad(a, small, pad);
+            const float *sp = small; /* rows of whole vectors, else padded */
+            if (a->pp != a->p)
+                s_pad(a, small, pad), sp = pad;
             if (a->wt_grad)
-                K->dots(a, pad, col, vacc);
+                K->dots(a, sp, col, vacc);
             if (!a->dx)
                 continue;
             if (a->transposed) { /* dx = A(dy): x's side is small */
                 K->wcol(a, col, pad, NULL, 0);
                 s_unpad(a, pad, a->dx + n * sm, a->dx_acc);
             } else {             /* dx = A^T(dy) */
-                K->wtsmall(a, pad, col);
+                K->wtsmall(a, sp, col);
                 K->col2im(a, col, a->dx + n * plane, a->dx_acc);
             }
         }
