@@ -42,6 +42,7 @@ typedef struct {
     float *part;            /* backward: [groups][o * k + nb] partial sums */
     int64_t nb;             /* bias channels summed per image (0: none) */
     int wt_grad;            /* backward: the filter's gradient wanted */
+    int blk16;              /* conv2d's y and dy in nChw16c (TP_BLK16_Y) */
     atomic_int nomem;       /* a range could not get its column matrix */
 } s_thin_t;
 
@@ -182,6 +183,22 @@ static void s_unpad(const s_thin_t *a, const float *src, float *dst, int acc) {
     }
 }
 
+/* pad [o][pp] to and from one image's nChw16c [o/16][p][16] (the oneDNN
+ * chain's layout, gpu/graph/fold.c), 16 channels of a pixel at a time. */
+static void s_to16(const s_thin_t *a, const float *pad, float *y) {
+    for (int64_t b = 0; b < a->o / 16; b++)
+        for (int64_t q = 0; q < a->p; q++)
+            for (int64_t l = 0; l < 16; l++)
+                y[(b * a->p + q) * 16 + l] = pad[(b * 16 + l) * a->pp + q];
+}
+
+static void s_from16(const s_thin_t *a, const float *y, float *pad) {
+    for (int64_t b = 0; b < a->o / 16; b++)
+        for (int64_t q = 0; q < a->p; q++)
+            for (int64_t l = 0; l < 16; l++)
+                pad[(b * 16 + l) * a->pp + q] = y[(b * a->p + q) * 16 + l];
+}
+
 static void s_fwd_range(void *arg, size_t lo, size_t hi) {
     s_thin_t *a = arg;
     const s_kern_t *K = s_kern();
@@ -193,7 +210,10 @@ static void s_fwd_range(void *arg, size_t lo, size_t hi) {
     for (size_t n = lo; n < hi; n++) {
         if (!a->transposed) {
             K->im2col(a, a->big + n * plane, col);
-            if (a->pp == a->p) { /* whole vectors: y's rows are the padded ones */
+            if (a->blk16) {
+                K->wcol(a, col, pad, a->bias, a->relu);
+                s_to16(a, pad, a->out + n * sm);
+            } else if (a->pp == a->p) { /* whole vectors: y's rows are the padded ones */
                 K->wcol(a, col, a->out + n * sm, a->bias, a->relu);
             } else {
                 K->wcol(a, col, pad, a->bias, a->relu);
@@ -243,7 +263,12 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
             const float *big = a->big + n * plane, *small = a->small + n * sm;
             /* the bias: conv2d's per channel of dy (small), the transposed
              * conv's one channel of dy (big) */
-            if (part && a->nb == a->o)
+            if (part && a->nb == a->o && a->blk16) {
+                /* nChw16c: the sums over a plain copy, the same order */
+                s_from16(a, small, pad);
+                for (int64_t o = 0; o < a->o; o++)
+                    part[a->o * a->k + o] += s_sum(pad + o * a->pp, a->p);
+            } else if (part && a->nb == a->o)
                 for (int64_t o = 0; o < a->o; o++)
                     part[a->o * a->k + o] += s_sum(small + o * a->p, a->p);
             else if (part && a->nb == 1)
@@ -252,7 +277,9 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
                 continue;
             K->im2col(a, big, col);
             const float *sp = small; /* rows of whole vectors, else padded */
-            if (a->pp != a->p)
+            if (a->blk16)
+                s_from16(a, small, pad), sp = pad;
+            else if (a->pp != a->p)
                 s_pad(a, small, pad), sp = pad;
             if (a->wt_grad)
                 K->dots(a, sp, col, vacc);
@@ -281,7 +308,10 @@ int tp_conv_thin_ok(const tp_op_call_t *c) {
     if (env && !strcmp(env, "0"))
         return 0;
     const tp_shape_t *big = c->kind == TP_OP_CONV2D ? &c->xshape[0] : &c->yshape;
-    return !c->blk16 && s_dim(c->attr->groups) == 1 && big->ndim == 4 && big->d[1] == 1 &&
+    /* nChw16c: only conv2d's y and dy (its x has one channel), 16k channels */
+    const int blk = c->blk16 == TP_BLK16_Y && c->kind == TP_OP_CONV2D &&
+                    c->yshape.ndim == 4 && c->yshape.d[1] % 16 == 0;
+    return (!c->blk16 || blk) && s_dim(c->attr->groups) == 1 && big->ndim == 4 && big->d[1] == 1 &&
            c->xshape[0].ndim == 4 && c->yshape.ndim == 4;
 }
 
@@ -310,6 +340,7 @@ static void s_geom(const tp_op_call_t *c, s_thin_t *a) {
     a->p = a->oh * a->ow;
     a->pp = (a->p + 15) & ~(int64_t)15; /* whole vectors of any copy */
     a->wt = c->x[1];
+    a->blk16 = c->blk16 == TP_BLK16_Y;
     atomic_init(&a->nomem, 0);
 }
 

@@ -12,8 +12,9 @@
 #include "gpu/backend_impl.h"
 
 /* 1 when this file runs call c: conv2d with one input channel or
- * conv2d_transpose with one output channel, one group, plain NCHW operands
- * (no blk16), float32. TP_CONV_THIN=0 turns it off (oneDNN runs them, for
+ * conv2d_transpose with one output channel, one group, NCHW operands
+ * (conv2d's y and dy may be nChw16c, TP_BLK16_Y, with 16k channels: the
+ * CNN's first layer in the oneDNN chain), float32. TP_CONV_THIN=0 turns it off (oneDNN runs them, for
  * comparison). */
 int tp_conv_thin_ok(const tp_op_call_t *c);
 

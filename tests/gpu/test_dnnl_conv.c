@@ -781,18 +781,57 @@ Test(dnnl_conv, thin_convolutions_same_bits_at_1_and_2_threads_and_match_onednn)
     unsetenv("TP_CPU_CONV");
 }
 
-/* nChw16c operands are not the thin kernels' (they read NCHW): such calls
- * stay on oneDNN, as do two input channels. */
-Test(dnnl_conv, thin_convolutions_take_only_plain_one_channel_calls) {
+/* Which calls are thin: one input channel, NCHW, or conv2d's y and dy in
+ * nChw16c with 16k channels (the CNN's first layer in the oneDNN chain);
+ * not two input channels, a blocked x, or 8 blocked output channels. */
+Test(dnnl_conv, thin_convolutions_take_one_channel_calls_plain_or_with_a_blocked_y) {
     const geom_t one = {2, 1, 8, 8, 16, 3, 1, 1, 1, 1, 1, 0, 0};
     const geom_t two = {2, 2, 8, 8, 16, 3, 1, 1, 1, 1, 1, 0, 0};
-    conv_t a, c;
+    const geom_t eight = {2, 1, 8, 8, 8, 3, 1, 1, 1, 1, 1, 0, 0};
+    conv_t a, c, e;
     s_conv(&a, &one);
     s_conv(&c, &two);
+    s_conv(&e, &eight);
     cr_assert(tp_conv_thin_ok(&a.c));
     cr_assert(!tp_conv_thin_ok(&c.c));
     a.c.blk16 = TP_BLK16_Y;
+    cr_assert(tp_conv_thin_ok(&a.c));
+    a.c.blk16 = 1u | TP_BLK16_Y;
     cr_assert(!tp_conv_thin_ok(&a.c));
+    e.c.blk16 = TP_BLK16_Y;
+    cr_assert(!tp_conv_thin_ok(&e.c));
     s_free(&a);
     s_free(&c);
+    s_free(&e);
+}
+
+/* The CNN's conv1 with y and dy in nChw16c: the plain call's numbers bit
+ * for bit (the same products, stored in the other layout), with a folded
+ * relu and without, gradients stored and added, at 2 threads. */
+Test(dnnl_conv, thin_convolutions_with_a_blocked_y_give_the_plain_calls_numbers) {
+    const geom_t g = {17, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 0, 0};
+    tp_backend_t *b = s_backend("dnnl");
+    tp_cpu_pool_threads_override(2);
+    for (int mode = 0; mode < 4; mode++) {
+        conv_t p, q;
+        s_conv(&p, &g);
+        s_conv(&q, &g);
+        p.attr.act = q.attr.act = (mode & 2) ? TP_ACT_RELU : TP_ACT_NONE;
+        s_block(q.dy, &q.ys);
+        q.c.blk16 = TP_BLK16_Y;
+        s_plan(b, &p);
+        s_plan(b, &q);
+        s_step(b, &p, mode & 1);
+        s_step(b, &q, mode & 1);
+        s_unblock(q.y, &q.ys);
+        cr_assert(!memcmp(p.y, q.y, p.ny * sizeof(float)), "mode %d: y", mode);
+        cr_assert(!memcmp(p.dx, q.dx, p.nx * sizeof(float)), "mode %d: dx", mode);
+        cr_assert(!memcmp(p.dw, q.dw, p.nw * sizeof(float)), "mode %d: dW", mode);
+        cr_assert(!memcmp(p.db, q.db, (size_t)g.o * sizeof(float)), "mode %d: db", mode);
+        s_free(&p);
+        s_free(&q);
+    }
+    tp_cpu_pool_threads_override(0);
+    tp_backend_destroy(&b);
+    unsetenv("TP_CPU_CONV");
 }
