@@ -129,11 +129,18 @@ static const s_kern_t s_avx512 = {s_im2col_avx512, s_col2im_avx512, s_wcol_avx51
                                   s_wtsmall_avx512, s_dots_avx512, s_reduce_avx512};
 #endif
 
+/* The widest copy the CPU runs; TP_ISA=avx2 or TP_ISA=plain caps it (to
+ * compare the narrower copies on a wider CPU), as ops_cpu.c's cast. Read
+ * at every call: a test switches it. */
 static const s_kern_t *s_kern(void) {
 #ifdef S_SIMD
-    if (__builtin_cpu_supports("avx512f"))
+    const char *cap = getenv("TP_ISA");
+    const int allow512 = !cap || !strcmp(cap, "avx512");
+    const int allow2 = allow512 || (cap && !strcmp(cap, "avx2"));
+    __builtin_cpu_init();
+    if (allow512 && __builtin_cpu_supports("avx512f"))
         return &s_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (allow2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return &s_avx2;
 #endif
     return &s_base;

@@ -835,3 +835,29 @@ Test(dnnl_conv, thin_convolutions_with_a_blocked_y_give_the_plain_calls_numbers)
     tp_backend_destroy(&b);
     unsetenv("TP_CPU_CONV");
 }
+
+/* The AVX-512, AVX2 and baseline copies of the kernels (TP_ISA caps the
+ * pick) agree within rounding: the same sums in other lane widths. */
+Test(dnnl_conv, thin_convolutions_isa_copies_agree) {
+    tp_backend_t *b = s_backend("dnnl");
+    const char *isas[] = {"avx512", "avx2", "plain"};
+    for (size_t gi = 0; gi < sizeof s_thin_geoms / sizeof s_thin_geoms[0]; gi++) {
+        conv_t t[3];
+        for (int k = 0; k < 3; k++) {
+            setenv("TP_ISA", isas[k], 1);
+            s_conv(&t[k], &s_thin_geoms[gi]);
+            s_plan(b, &t[k]);
+            s_step(b, &t[k], 0);
+        }
+        unsetenv("TP_ISA");
+        for (int k = 1; k < 3; k++) {
+            s_close("y", isas[k], (int)gi, t[k].y, t[0].y, t[0].ny);
+            s_close("dx", isas[k], (int)gi, t[k].dx, t[0].dx, t[0].nx);
+            s_close("dW", isas[k], (int)gi, t[k].dw, t[0].dw, t[0].nw);
+        }
+        for (int k = 0; k < 3; k++)
+            s_free(&t[k]);
+    }
+    tp_backend_destroy(&b);
+    unsetenv("TP_CPU_CONV");
+}
