@@ -34,6 +34,7 @@ typedef struct {
     const float *big;       /* forward: conv2d's x; backward: x or dy */
     const float *small;     /* forward: the transposed conv's x; backward: dy or x */
     const float *wt;        /* [o, k] */
+    float *wk;              /* blk16: w transposed, [k, o] */
     const float *bias;      /* forward: NULL or [o] (conv2d) / [1] */
     int relu;               /* forward: a folded relu */
     float *out;             /* forward: y */
@@ -118,15 +119,18 @@ typedef struct {
     void (*wtsmall)(const s_thin_t *a, const float *small, float *col);
     void (*dots)(const s_thin_t *a, const float *small, const float *col, float *vacc);
     void (*reduce)(const s_thin_t *a, float *vacc, float *part);
+    void (*wcol16)(const s_thin_t *a, const float *col, float *y16, const float *bias, int relu);
+    void (*dots16)(const s_thin_t *a, const float *dy16, const float *col, float *vacc);
 } s_kern_t;
 
 static const s_kern_t s_base = {s_im2col_base, s_col2im_base, s_wcol_base, s_wtsmall_base,
-                                s_dots_base, s_reduce_base};
+                                s_dots_base, s_reduce_base, s_wcol16_base, s_dots16_base};
 #ifdef S_SIMD
 static const s_kern_t s_avx2 = {s_im2col_avx2, s_col2im_avx2, s_wcol_avx2, s_wtsmall_avx2,
-                                s_dots_avx2, s_reduce_avx2};
+                                s_dots_avx2, s_reduce_avx2, s_wcol16_avx2, s_dots16_avx2};
 static const s_kern_t s_avx512 = {s_im2col_avx512, s_col2im_avx512, s_wcol_avx512,
-                                  s_wtsmall_avx512, s_dots_avx512, s_reduce_avx512};
+                                  s_wtsmall_avx512, s_dots_avx512, s_reduce_avx512,
+                                  s_wcol16_avx512, s_dots16_avx512};
 #endif
 
 /* The widest copy the CPU runs; TP_ISA=avx2 or TP_ISA=plain caps it (to
@@ -163,7 +167,8 @@ static float s_sum(const float *u, int64_t n) {
  * small side's rows padded) and the backward's vector sums [o * k][16]. NULL, and the call marked failed, when memory
  * is short. */
 static float *s_scratch(s_thin_t *a) {
-    const size_t bytes = (size_t)((a->k + a->o) * a->pp + a->o * a->k * 16) * sizeof(float);
+    const size_t bytes =
+        (size_t)((a->k + a->o) * a->pp + a->o * (a->k + 1) * 16) * sizeof(float);
     float *m = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!m)
         atomic_store(&a->nomem, 1);
@@ -190,15 +195,8 @@ static void s_unpad(const s_thin_t *a, const float *src, float *dst, int acc) {
     }
 }
 
-/* pad [o][pp] to and from one image's nChw16c [o/16][p][16] (the oneDNN
- * chain's layout, gpu/graph/fold.c), 16 channels of a pixel at a time. */
-static void s_to16(const s_thin_t *a, const float *pad, float *y) {
-    for (int64_t b = 0; b < a->o / 16; b++)
-        for (int64_t q = 0; q < a->p; q++)
-            for (int64_t l = 0; l < 16; l++)
-                y[(b * a->p + q) * 16 + l] = pad[(b * 16 + l) * a->pp + q];
-}
-
+/* One image's nChw16c [o/16][p][16] (the oneDNN chain's layout,
+ * gpu/graph/fold.c) to pad [o][pp]: the blocked dy's backward-data. */
 static void s_from16(const s_thin_t *a, const float *y, float *pad) {
     for (int64_t b = 0; b < a->o / 16; b++)
         for (int64_t q = 0; q < a->p; q++)
@@ -217,10 +215,9 @@ static void s_fwd_range(void *arg, size_t lo, size_t hi) {
     for (size_t n = lo; n < hi; n++) {
         if (!a->transposed) {
             K->im2col(a, a->big + n * plane, col);
-            if (a->blk16) {
-                K->wcol(a, col, pad, a->bias, a->relu);
-                s_to16(a, pad, a->out + n * sm);
-            } else if (a->pp == a->p) { /* whole vectors: y's rows are the padded ones */
+            if (a->blk16)
+                K->wcol16(a, col, a->out + n * sm, a->bias, a->relu);
+            else if (a->pp == a->p) { /* whole vectors: y's rows are the padded ones */
                 K->wcol(a, col, a->out + n * sm, a->bias, a->relu);
             } else {
                 K->wcol(a, col, pad, a->bias, a->relu);
@@ -270,12 +267,18 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
             const float *big = a->big + n * plane, *small = a->small + n * sm;
             /* the bias: conv2d's per channel of dy (small), the transposed
              * conv's one channel of dy (big) */
-            if (part && a->nb == a->o && a->blk16) {
-                /* nChw16c: the sums over a plain copy, the same order */
-                s_from16(a, small, pad);
-                for (int64_t o = 0; o < a->o; o++)
-                    part[a->o * a->k + o] += s_sum(pad + o * a->pp, a->p);
-            } else if (part && a->nb == a->o)
+            if (a->blk16) { /* dW and db in channel lanes, dx from a plain dy */
+                K->im2col(a, big, col);
+                if (a->wt_grad || a->nb)
+                    K->dots16(a, small, col, vacc);
+                if (a->dx) {
+                    s_from16(a, small, pad);
+                    K->wtsmall(a, pad, col);
+                    K->col2im(a, col, a->dx + n * plane, a->dx_acc);
+                }
+                continue;
+            }
+            if (part && a->nb == a->o)
                 for (int64_t o = 0; o < a->o; o++)
                     part[a->o * a->k + o] += s_sum(small + o * a->p, a->p);
             else if (part && a->nb == 1)
@@ -284,9 +287,7 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
                 continue;
             K->im2col(a, big, col);
             const float *sp = small; /* rows of whole vectors, else padded */
-            if (a->blk16)
-                s_from16(a, small, pad), sp = pad;
-            else if (a->pp != a->p)
+            if (a->pp != a->p)
                 s_pad(a, small, pad), sp = pad;
             if (a->wt_grad)
                 K->dots(a, sp, col, vacc);
@@ -300,8 +301,18 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
                 K->col2im(a, col, a->dx + n * plane, a->dx_acc);
             }
         }
-        if (a->wt_grad)
+        if (a->blk16 && part) { /* the lanes are the channels */
+            for (int64_t c = 0; c < a->o; c++) {
+                float *v = vacc + (c / 16) * (a->k + 1) * 16 + c % 16;
+                for (int64_t t = 0; t < a->k; t++)
+                    part[c * a->k + t] = v[t * 16];
+                if (a->nb)
+                    part[a->o * a->k + c] = v[a->k * 16];
+            }
+            memset(vacc, 0, (size_t)(a->o * (a->k + 1)) * sizeof *vacc);
+        } else if (a->wt_grad) {
             K->reduce(a, vacc, part);
+        }
     }
     free(col);
 }
@@ -317,7 +328,8 @@ int tp_conv_thin_ok(const tp_op_call_t *c) {
     const tp_shape_t *big = c->kind == TP_OP_CONV2D ? &c->xshape[0] : &c->yshape;
     /* nChw16c: only conv2d's y and dy (its x has one channel), 16k channels */
     const int blk = c->blk16 == TP_BLK16_Y && c->kind == TP_OP_CONV2D &&
-                    c->yshape.ndim == 4 && c->yshape.d[1] % 16 == 0;
+                    c->yshape.ndim == 4 && c->yshape.d[1] % 16 == 0 &&
+                    c->attr->kh * c->attr->kw <= 16;
     return (!c->blk16 || blk) && s_dim(c->attr->groups) == 1 && big->ndim == 4 && big->d[1] == 1 &&
            c->xshape[0].ndim == 4 && c->yshape.ndim == 4;
 }
@@ -364,8 +376,17 @@ tp_status_t tp_conv_thin_forward(const tp_op_call_t *c) {
     a.bias = c->ninputs > 2 ? c->x[2] : NULL;
     a.relu = c->attr->act == TP_ACT_RELU;
     a.out = c->y;
+    if (a.blk16) { /* the taps' weights over the channels, one vector each */
+        a.wk = malloc((size_t)(a.k * a.o) * sizeof *a.wk);
+        if (!a.wk)
+            return s_nomem(c, &a);
+        for (int64_t o = 0; o < a.o; o++)
+            for (int64_t t = 0; t < a.k; t++)
+                a.wk[t * a.o + o] = a.wt[o * a.k + t];
+    }
     tp_cpu_team(tp_cpu_threads());
     tp_cpu_parallel((size_t)a.n, 1, 1, s_fwd_range, &a);
+    free(a.wk);
     return atomic_load(&a.nomem) ? s_nomem(c, &a) : TP_OK;
 }
 

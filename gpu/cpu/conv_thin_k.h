@@ -196,3 +196,53 @@ static void S_K(s_reduce)(const s_thin_t *a, float *vacc, float *part) {
         memset(l, 0, S_W * sizeof *l);
     }
 }
+
+/* ---- conv2d's y and dy in nChw16c: vectors over 16 output channels ----- */
+
+/* y16 [o/16][p][16] = w col + bias, relu'd: each pixel's 16 channels one
+ * (AVX-512) or two vectors, k broadcast-and-FMA steps from the taps'
+ * weights wk [k][o] (w transposed). */
+static void S_K(s_wcol16)(const s_thin_t *a, const float *col, float *y16, const float *bias,
+                          int relu) {
+    const int64_t k = a->k, pp = a->pp;
+    for (int64_t b = 0; b < a->o / 16; b++)
+        for (int64_t h = 0; h < 16; h += S_W) {
+            S_V wv[16], bv = (S_V){0};
+            for (int64_t t = 0; t < k; t++)
+                memcpy(&wv[t], a->wk + t * a->o + b * 16 + h, sizeof(S_V));
+            if (bias)
+                memcpy(&bv, bias + b * 16 + h, sizeof bv);
+            for (int64_t q = 0; q < a->p; q++) {
+                S_V acc = bv;
+                for (int64_t t = 0; t < k; t++)
+                    acc += col[t * pp + q] * wv[t];
+                if (relu)
+                    acc = (S_V)((S_VI)acc & (acc > (S_V){0}));
+                memcpy(y16 + (b * a->p + q) * 16 + h, &acc, sizeof acc);
+            }
+        }
+}
+
+/* vacc [o/16][k + 1][16] += (dy col^T, dy's sums) for one image: the
+ * filter's gradient with channels in lanes (no lanes to add up), the
+ * bias's in row k. */
+static void S_K(s_dots16)(const s_thin_t *a, const float *dy16, const float *col,
+                          float *vacc) {
+    const int64_t k = a->k, pp = a->pp;
+    for (int64_t b = 0; b < a->o / 16; b++)
+        for (int64_t h = 0; h < 16; h += S_W) {
+            float *va = vacc + b * (k + 1) * 16 + h;
+            S_V acc[17];
+            for (int64_t t = 0; t <= k; t++)
+                memcpy(&acc[t], va + t * 16, sizeof(S_V));
+            for (int64_t q = 0; q < a->p; q++) {
+                S_V d;
+                memcpy(&d, dy16 + (b * a->p + q) * 16 + h, sizeof d);
+                for (int64_t t = 0; t < k; t++)
+                    acc[t] += col[t * pp + q] * d;
+                acc[k] += d;
+            }
+            for (int64_t t = 0; t <= k; t++)
+                memcpy(va + t * 16, &acc[t], sizeof(S_V));
+        }
+}

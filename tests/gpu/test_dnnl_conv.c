@@ -805,9 +805,11 @@ Test(dnnl_conv, thin_convolutions_take_one_channel_calls_plain_or_with_a_blocked
     s_free(&e);
 }
 
-/* The CNN's conv1 with y and dy in nChw16c: the plain call's numbers bit
- * for bit (the same products, stored in the other layout), with a folded
- * relu and without, gradients stored and added, at 2 threads. */
+/* The CNN's conv1 with y and dy in nChw16c: the plain call's y and dx bit
+ * for bit (the same products in the same tap order, stored in the other
+ * layout), its filter's and bias's gradients within rounding (summed in
+ * channel lanes), with a folded relu and without, gradients stored and
+ * added, at 2 threads; and the same bits at 1 and 2 threads. */
 Test(dnnl_conv, thin_convolutions_with_a_blocked_y_give_the_plain_calls_numbers) {
     const geom_t g = {17, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 0, 0};
     tp_backend_t *b = s_backend("dnnl");
@@ -826,8 +828,24 @@ Test(dnnl_conv, thin_convolutions_with_a_blocked_y_give_the_plain_calls_numbers)
         s_unblock(q.y, &q.ys);
         cr_assert(!memcmp(p.y, q.y, p.ny * sizeof(float)), "mode %d: y", mode);
         cr_assert(!memcmp(p.dx, q.dx, p.nx * sizeof(float)), "mode %d: dx", mode);
-        cr_assert(!memcmp(p.dw, q.dw, p.nw * sizeof(float)), "mode %d: dW", mode);
-        cr_assert(!memcmp(p.db, q.db, (size_t)g.o * sizeof(float)), "mode %d: db", mode);
+        /* the gradients' sums run in channel lanes there: another order */
+        s_close("dW", "blk16", mode, q.dw, p.dw, p.nw);
+        s_close("db", "blk16", mode, q.db, p.db, (size_t)g.o);
+        conv_t r;
+        s_conv(&r, &g);
+        r.attr.act = q.attr.act;
+        s_block(r.dy, &r.ys);
+        r.c.blk16 = TP_BLK16_Y;
+        tp_cpu_pool_threads_override(1);
+        s_plan(b, &r);
+        s_step(b, &r, mode & 1);
+        tp_cpu_pool_threads_override(2);
+        s_unblock(r.y, &r.ys);
+        cr_assert(!memcmp(r.y, q.y, r.ny * sizeof(float)), "mode %d: y, 1 thread", mode);
+        cr_assert(!memcmp(r.dw, q.dw, r.nw * sizeof(float)), "mode %d: dW, 1 thread", mode);
+        cr_assert(!memcmp(r.db, q.db, (size_t)g.o * sizeof(float)), "mode %d: db, 1 thread",
+                  mode);
+        s_free(&r);
         s_free(&p);
         s_free(&q);
     }
