@@ -44,6 +44,7 @@ typedef struct {
     int64_t nb;             /* bias channels summed per image (0: none) */
     int wt_grad;            /* backward: the filter's gradient wanted */
     int blk16;              /* conv2d's y and dy in nChw16c (TP_BLK16_Y) */
+    const float *ymask;     /* backward: a folded relu's y, masking dy (NULL: none) */
     atomic_int nomem;       /* a range could not get its column matrix */
 } s_thin_t;
 
@@ -120,7 +121,8 @@ typedef struct {
     void (*dots)(const s_thin_t *a, const float *small, const float *col, float *vacc);
     void (*reduce)(const s_thin_t *a, float *vacc, float *part);
     void (*wcol16)(const s_thin_t *a, const float *col, float *y16, const float *bias, int relu);
-    void (*dots16)(const s_thin_t *a, const float *dy16, const float *col, float *vacc);
+    void (*dots16)(const s_thin_t *a, const float *dy16, const float *y16, const float *col,
+                   float *vacc);
 } s_kern_t;
 
 static const s_kern_t s_base = {s_im2col_base, s_col2im_base, s_wcol_base, s_wtsmall_base,
@@ -197,11 +199,20 @@ static void s_unpad(const s_thin_t *a, const float *src, float *dst, int acc) {
 
 /* One image's nChw16c [o/16][p][16] (the oneDNN chain's layout,
  * gpu/graph/fold.c) to pad [o][pp]: the blocked dy's backward-data. */
-static void s_from16(const s_thin_t *a, const float *y, float *pad) {
+static void s_from16(const s_thin_t *a, const float *y, const float *mask, float *pad) {
     for (int64_t b = 0; b < a->o / 16; b++)
         for (int64_t q = 0; q < a->p; q++)
-            for (int64_t l = 0; l < 16; l++)
-                pad[(b * 16 + l) * a->pp + q] = y[(b * a->p + q) * 16 + l];
+            for (int64_t l = 0; l < 16; l++) {
+                const int64_t at = (b * a->p + q) * 16 + l;
+                pad[(b * 16 + l) * a->pp + q] = !mask || mask[at] > 0.0f ? y[at] : 0.0f;
+            }
+}
+
+/* rows [o][p] to [o][pp], masked by a folded relu's y (mask [o][p]) */
+static void s_pad_mask(const s_thin_t *a, const float *src, const float *mask, float *dst) {
+    for (int64_t c = 0; c < a->o; c++)
+        for (int64_t q = 0; q < a->p; q++)
+            dst[c * a->pp + q] = mask[c * a->p + q] > 0.0f ? src[c * a->p + q] : 0.0f;
 }
 
 static void s_fwd_range(void *arg, size_t lo, size_t hi) {
@@ -265,30 +276,34 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
         const int64_t n1 = n0 + S_GROUP < a->n ? n0 + S_GROUP : a->n;
         for (int64_t n = n0; n < n1; n++) {
             const float *big = a->big + n * plane, *small = a->small + n * sm;
-            /* the bias: conv2d's per channel of dy (small), the transposed
-             * conv's one channel of dy (big) */
             if (a->blk16) { /* dW and db in channel lanes, dx from a plain dy */
                 K->im2col(a, big, col);
                 if (a->wt_grad || a->nb)
-                    K->dots16(a, small, col, vacc);
+                    K->dots16(a, small, a->ymask ? a->ymask + n * sm : NULL, col, vacc);
                 if (a->dx) {
-                    s_from16(a, small, pad);
+                    s_from16(a, small, a->ymask ? a->ymask + n * sm : NULL, pad);
                     K->wtsmall(a, pad, col);
                     K->col2im(a, col, a->dx + n * plane, a->dx_acc);
                 }
                 continue;
             }
+            /* small's rows: dy itself, or padded (and masked) in pad */
+            const float *sp = small;
+            int64_t row = a->p;
+            if (a->ymask && !a->transposed)
+                s_pad_mask(a, small, a->ymask + n * sm, pad), sp = pad, row = a->pp;
+            else if (a->pp != a->p && (a->wt_grad || a->dx))
+                s_pad(a, small, pad), sp = pad, row = a->pp;
+            /* the bias: conv2d's per channel of dy (small), the transposed
+             * conv's one channel of dy (big) */
             if (part && a->nb == a->o)
                 for (int64_t o = 0; o < a->o; o++)
-                    part[a->o * a->k + o] += s_sum(small + o * a->p, a->p);
+                    part[a->o * a->k + o] += s_sum(sp + o * row, a->p);
             else if (part && a->nb == 1)
                 part[a->o * a->k] += s_sum(big, plane);
             if (!a->wt_grad && !a->dx)
                 continue;
             K->im2col(a, big, col);
-            const float *sp = small; /* rows of whole vectors, else padded */
-            if (a->pp != a->p)
-                s_pad(a, small, pad), sp = pad;
             if (a->wt_grad)
                 K->dots(a, sp, col, vacc);
             if (!a->dx)
@@ -390,9 +405,10 @@ tp_status_t tp_conv_thin_forward(const tp_op_call_t *c) {
     return atomic_load(&a.nomem) ? s_nomem(c, &a) : TP_OK;
 }
 
-tp_status_t tp_conv_thin_backward(const tp_op_call_t *c) {
+static tp_status_t s_backward(const tp_op_call_t *c, const float *ymask) {
     s_thin_t a;
     s_geom(c, &a);
+    a.ymask = ymask;
     /* the plane A reads: conv2d's x, the transposed conv's dy */
     a.big = a.transposed ? c->dy : c->x[0];
     a.small = a.transposed ? c->x[0] : c->dy;
@@ -433,4 +449,11 @@ tp_status_t tp_conv_thin_backward(const tp_op_call_t *c) {
         for (int64_t i = 0, m = a.n * a.o * a.p; i < m; i++)
             a.dx[i] *= fault;
     return TP_OK;
+}
+
+tp_status_t tp_conv_thin_backward(const tp_op_call_t *c) { return s_backward(c, NULL); }
+
+tp_status_t tp_conv_thin_backward_relu(const tp_op_call_t *c) {
+    TP_ASSERT(c->kind == TP_OP_CONV2D && c->attr->act == TP_ACT_RELU);
+    return s_backward(c, c->y);
 }

@@ -25,4 +25,9 @@ int tp_conv_thin_ok(const tp_op_call_t *c);
 tp_status_t tp_conv_thin_forward(const tp_op_call_t *c);
 tp_status_t tp_conv_thin_backward(const tp_op_call_t *c);
 
+/* A conv2d's backward with a folded relu (attr.act), dy unmasked: dy is
+ * masked by y > 0 as the passes read it (the act's room of the workspace
+ * is not used). */
+tp_status_t tp_conv_thin_backward_relu(const tp_op_call_t *c);
+
 #endif

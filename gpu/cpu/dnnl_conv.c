@@ -1203,6 +1203,8 @@ tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t 
     TP_ASSERT(c->attr->act == TP_ACT_RELU);
     const size_t n = tp_shape_count(&c->yshape);
     float *masked = c->workspace; /* the act's room (tp_act_room) */
+    if (c->kind == TP_OP_CONV2D && tp_conv_thin_ok(c))
+        return tp_conv_thin_backward_relu(c);
     if ((c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE) && !tp_conv_thin_ok(c)) {
         const tp_op_call_t in = tp_act_inner(c, NULL);
         s_entry_t *e;

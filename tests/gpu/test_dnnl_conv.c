@@ -277,8 +277,9 @@ static void s_folded_relu_backward(const char *kernel) {
                           "geometry %d, mode %d, %s: db", gi, mode, kernel);
             /* fused: 16k channels, and backward-data (if wanted) on oneDNN
              * (an image's is im2col's, which reads the plain masked dy) */
-            const int fused = avx512 && gs[gi].o % 16 == 0 && (!want_dx || gs[gi].c >= 8) &&
-                              gs[gi].c > 1; /* one input channel: conv_thin.c, unfused */
+            /* one input channel: conv_thin.c, which masks as it reads dy */
+            const int fused = (avx512 && gs[gi].o % 16 == 0 && (!want_dx || gs[gi].c >= 8)) ||
+                              gs[gi].c == 1;
             size_t kept = 0;
             for (size_t i = 0; i < room; i++)
                 kept += ((unsigned char *)t.ws)[i] == 0x5a;
