@@ -121,16 +121,18 @@ typedef struct {
     void (*dots)(const s_thin_t *a, const float *small, const float *col, float *vacc);
     void (*reduce)(const s_thin_t *a, float *vacc, float *part);
     void (*wcol16)(const s_thin_t *a, const float *col, float *y16, const float *bias, int relu);
+    void (*dots16)(const s_thin_t *a, const float *dy16, const float *y16, const float *col,
+                   float *vacc);
 } s_kern_t;
 
 static const s_kern_t s_base = {s_im2col_base, s_col2im_base, s_wcol_base, s_wtsmall_base,
-                                s_dots_base, s_reduce_base, s_wcol16_base};
+                                s_dots_base, s_reduce_base, s_wcol16_base, s_dots16_base};
 #ifdef S_SIMD
 static const s_kern_t s_avx2 = {s_im2col_avx2, s_col2im_avx2, s_wcol_avx2, s_wtsmall_avx2,
-                                s_dots_avx2, s_reduce_avx2, s_wcol16_avx2};
+                                s_dots_avx2, s_reduce_avx2, s_wcol16_avx2, s_dots16_avx2};
 static const s_kern_t s_avx512 = {s_im2col_avx512, s_col2im_avx512, s_wcol_avx512,
                                   s_wtsmall_avx512, s_dots_avx512, s_reduce_avx512,
-                                  s_wcol16_avx512};
+                                  s_wcol16_avx512, s_dots16_avx512};
 #endif
 
 /* The widest copy the CPU runs; TP_ISA=avx2 or TP_ISA=plain caps it (to
@@ -164,10 +166,12 @@ static float s_sum(const float *u, int64_t n) {
 
 /* One range's scratch (each range one thread's images), 64-byte aligned,
  * zeroed (the rows' padding stays zero): col [k][pp], pad [o][pp] (the
- * small side's rows padded) and the backward's vector sums [o * k][16]. NULL, and the call marked failed, when memory
+ * small side's rows padded), the backward's vector sums [o * k][16] (or
+ * [o/16][k + 1][16]) and a plain dy blocked [o/16][p][16]. NULL, and the call marked failed, when memory
  * is short. */
 static float *s_scratch(s_thin_t *a) {
-    const size_t bytes = (size_t)((a->k + a->o) * a->pp + a->o * a->k * 16) * sizeof(float);
+    const size_t bytes =
+        (size_t)((a->k + a->o) * a->pp + a->o * (a->k + 1) * 16 + a->o * a->p) * sizeof(float);
     float *m = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!m)
         atomic_store(&a->nomem, 1);
@@ -202,6 +206,17 @@ static void s_from16(const s_thin_t *a, const float *y, const float *mask, float
             for (int64_t l = 0; l < 16; l++) {
                 const int64_t at = (b * a->p + q) * 16 + l;
                 pad[(b * 16 + l) * a->pp + q] = !mask || mask[at] > 0.0f ? y[at] : 0.0f;
+            }
+}
+
+/* A plain dy [o][p] to nChw16c [o/16][p][16], masked by a folded relu's
+ * y (mask [o][p], or NULL) */
+static void s_to16(const s_thin_t *a, const float *src, const float *mask, float *blk) {
+    for (int64_t b = 0; b < a->o / 16; b++)
+        for (int64_t q = 0; q < a->p; q++)
+            for (int64_t l = 0; l < 16; l++) {
+                const int64_t at = (b * 16 + l) * a->p + q;
+                blk[(b * a->p + q) * 16 + l] = !mask || mask[at] > 0.0f ? src[at] : 0.0f;
             }
 }
 
@@ -263,8 +278,16 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
     if (!col)
         return;
     float *pad = col + a->k * a->pp, *vacc = pad + a->o * a->pp;
+    float *blk = vacc + a->o * (a->k + 1) * 16;
     const int64_t plane = a->h * a->w, sm = a->o * a->p;
     const int64_t stride = a->o * a->k + a->nb;
+    /* Which order sums dW and db is the geometry's choice, never the
+     * layout's: the graph's chains change layouts only, and the bits must
+     * stay (test_fold). conv2d with 32k channels (the CNN's conv1, in an
+     * nChw16c chain) sums them in channel lanes, a plain dy blocked first;
+     * the rest (the autoencoder's 16-channel enc1, plain in most runs) in
+     * pixel lanes, a blocked dy made plain first. */
+    const int lanes = !a->transposed && a->o % 32 == 0 && a->k <= 16;
     for (size_t g = glo; g < ghi; g++) {
         float *part = a->part ? a->part + g * stride : NULL;
         for (int64_t i = 0; part && i < a->nb; i++)
@@ -273,15 +296,28 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
         const int64_t n1 = n0 + S_GROUP < a->n ? n0 + S_GROUP : a->n;
         for (int64_t n = n0; n < n1; n++) {
             const float *big = a->big + n * plane, *small = a->small + n * sm;
-            /* small's rows: dy itself, or padded (and masked) in pad; an
-             * nChw16c dy made plain there first, so both layouts sum in the
-             * same order (the graph's chains change layouts only: the bits
-             * stay, test_fold) */
+            const float *ym = a->ymask ? a->ymask + n * sm : NULL;
+            if (lanes && !a->blk16) { /* dy blocked (and masked) here */
+                s_to16(a, small, ym, blk);
+                small = blk;
+                ym = NULL;
+            }
+            if (lanes) { /* dW and db in channel lanes, dx from a plain dy */
+                K->im2col(a, big, col);
+                if (a->wt_grad || a->nb)
+                    K->dots16(a, small, ym, col, vacc);
+                if (a->dx) {
+                    s_from16(a, small, ym, pad);
+                    K->wtsmall(a, pad, col);
+                    K->col2im(a, col, a->dx + n * plane, a->dx_acc);
+                }
+                continue;
+            }
+            /* small's rows: dy itself, or padded (and masked) in pad */
             const float *sp = small;
             int64_t row = a->p;
             if (a->blk16)
-                s_from16(a, small, a->ymask ? a->ymask + n * sm : NULL, pad), sp = pad,
-                    row = a->pp;
+                s_from16(a, small, ym, pad), sp = pad, row = a->pp;
             else if (a->ymask && !a->transposed)
                 s_pad_mask(a, small, a->ymask + n * sm, pad), sp = pad, row = a->pp;
             else if (a->pp != a->p && (a->wt_grad || a->dx))
@@ -308,8 +344,18 @@ static void s_bwd_range(void *arg, size_t glo, size_t ghi) {
                 K->col2im(a, col, a->dx + n * plane, a->dx_acc);
             }
         }
-        if (a->wt_grad)
+        if (lanes && part) { /* the lanes are the channels */
+            for (int64_t c = 0; c < a->o; c++) {
+                float *v = vacc + (c / 16) * (a->k + 1) * 16 + c % 16;
+                for (int64_t t = 0; t < a->k; t++)
+                    part[c * a->k + t] = v[t * 16];
+                if (a->nb)
+                    part[a->o * a->k + c] = v[a->k * 16];
+            }
+            memset(vacc, 0, (size_t)(a->o * (a->k + 1)) * sizeof *vacc);
+        } else if (a->wt_grad) {
             K->reduce(a, vacc, part);
+        }
     }
     free(col);
 }

@@ -222,3 +222,33 @@ static void S_K(s_wcol16)(const s_thin_t *a, const float *col, float *y16, const
             }
         }
 }
+
+/* vacc [o/16][k + 1][16] += (dy col^T, dy's sums) for one image: the
+ * filter's gradient with channels in lanes (no lanes to add up), the
+ * bias's in row k. y16 (a folded relu's output, or NULL) masks dy as it is
+ * read. */
+static void S_K(s_dots16)(const s_thin_t *a, const float *dy16, const float *y16,
+                          const float *col, float *vacc) {
+    const int64_t k = a->k, pp = a->pp;
+    for (int64_t b = 0; b < a->o / 16; b++)
+        for (int64_t h = 0; h < 16; h += S_W) {
+            float *va = vacc + b * (k + 1) * 16 + h;
+            S_V acc[17];
+            for (int64_t t = 0; t <= k; t++)
+                memcpy(&acc[t], va + t * 16, sizeof(S_V));
+            for (int64_t q = 0; q < a->p; q++) {
+                S_V d;
+                memcpy(&d, dy16 + (b * a->p + q) * 16 + h, sizeof d);
+                if (y16) {
+                    S_V yv;
+                    memcpy(&yv, y16 + (b * a->p + q) * 16 + h, sizeof yv);
+                    d = (S_V)((S_VI)d & (yv > (S_V){0}));
+                }
+                for (int64_t t = 0; t < k; t++)
+                    acc[t] += col[t * pp + q] * d;
+                acc[k] += d;
+            }
+            for (int64_t t = 0; t <= k; t++)
+                memcpy(va + t * 16, &acc[t], sizeof(S_V));
+        }
+}

@@ -806,20 +806,25 @@ Test(dnnl_conv, thin_convolutions_take_one_channel_calls_plain_or_with_a_blocked
     s_free(&e);
 }
 
-/* The CNN's conv1 with y and dy in nChw16c: the plain call's numbers bit
- * for bit (the same products in the same order, the gradients of 16k
- * channels summed in channel lanes in both layouts: what lets the graph's
- * chains change layouts only, test_fold), with a folded relu and without,
- * gradients stored and added, at 2 threads; and the same bits at 1. */
+/* The CNN's conv1 and the autoencoder's enc1 with y and dy in nChw16c: the
+ * plain call's numbers bit for bit (the same products in the same order,
+ * the gradients summed in the same lanes in both layouts: what lets the
+ * graph's chains change layouts only, test_fold), with a folded relu and
+ * without, gradients stored and added, at 2 threads; and the same bits at
+ * 1. */
 Test(dnnl_conv, thin_convolutions_with_a_blocked_y_give_the_plain_calls_numbers) {
-    const geom_t g = {17, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 0, 0};
+    /* 32 channels: summed in channel lanes; 16: in pixel lanes */
+    const geom_t gs[] = {{17, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 0, 0},
+                         {17, 1, 28, 28, 16, 3, 2, 1, 1, 1, 1, 0, 0}};
     tp_backend_t *b = s_backend("dnnl");
     tp_cpu_pool_threads_override(2);
-    for (int mode = 0; mode < 4; mode++) {
+    for (int mode = 0; mode < 8; mode++) {
+        const geom_t g = gs[mode >> 2];
         conv_t p, q;
         s_conv(&p, &g);
         s_conv(&q, &g);
         p.attr.act = q.attr.act = (mode & 2) ? TP_ACT_RELU : TP_ACT_NONE;
+        cr_assert(tp_conv_thin_ok(&p.c));
         s_block(q.dy, &q.ys);
         q.c.blk16 = TP_BLK16_Y;
         s_plan(b, &p);
