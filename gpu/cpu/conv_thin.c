@@ -15,9 +15,9 @@
  * products run from L1 on one thread; the team takes whole images
  * (tp_cpu_parallel). oneDNN, by contrast, spent 1650-1750 us on the
  * autoencoder's enc1 at 2 threads against 530 at one (docs/performance.md).
- * The gradients of w and the bias are each image's own partial sums,
- * added over the images in image order afterwards: the same bits at any
- * thread count. */
+ * The gradients of w and the bias are each fixed group of 8 images' own
+ * partial sums, added over the groups in order afterwards: the same bits
+ * at any thread count (s_bwd_range). */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>

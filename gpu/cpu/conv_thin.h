@@ -4,8 +4,8 @@
  * oneDNN does worst (issues 42 and 49). Both are the convolution A from a
  * one-channel plane to O channels; each image runs alone on one thread of
  * the team (its [kh*kw, oh*ow] column matrix stays in L1), and the filter's
- * and bias's gradients are summed per image, then over the images in
- * order, so the bits do not depend on the thread count. */
+ * and bias's gradients are summed per fixed group of 8 images, then over
+ * the groups in order, so the bits do not depend on the thread count. */
 #ifndef TOWERPACK_GPU_CONV_THIN_H
 #define TOWERPACK_GPU_CONV_THIN_H
 
