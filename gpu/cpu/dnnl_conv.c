@@ -46,6 +46,7 @@
 
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/dnnl_conv.h"
+#include "gpu/cpu/conv_thin.h"
 #include "gpu/cpu/dnnl_ops.h"
 #include "gpu/cpu/ops_conv.h"
 #include "gpu/cpu/ops_elementwise.h"
@@ -1025,6 +1026,8 @@ int tp_dnnl_conv_cached(tp_dnnl_conv_t *self) {
 size_t tp_dnnl_conv_workspace(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
         return tp_cpu_conv_workspace(c);
+    if (tp_conv_thin_ok(c)) /* one input or output channel: conv_thin.c */
+        return 0;
     s_entry_t *e;
     int owned;
     if (s_lookup(self, c, &e, &owned) != TP_OK) {
@@ -1100,6 +1103,8 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
             s_relu(c);
         return TP_OK;
     }
+    if (tp_conv_thin_ok(c))
+        return tp_conv_thin_forward(c);
     s_entry_t *e;
     int owned;
     TP_TRY(s_lookup(self, c, &e, &owned));
@@ -1198,7 +1203,9 @@ tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t 
     TP_ASSERT(c->attr->act == TP_ACT_RELU);
     const size_t n = tp_shape_count(&c->yshape);
     float *masked = c->workspace; /* the act's room (tp_act_room) */
-    if (c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE) {
+    if (c->kind == TP_OP_CONV2D && tp_conv_thin_ok(c))
+        return tp_conv_thin_backward_relu(c);
+    if ((c->kind == TP_OP_CONV2D || c->kind == TP_OP_CONV_TRANSPOSE) && !tp_conv_thin_ok(c)) {
         const tp_op_call_t in = tp_act_inner(c, NULL);
         s_entry_t *e;
         int owned;
@@ -1232,6 +1239,8 @@ tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t 
 tp_status_t tp_dnnl_conv_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE)
         return tp_cpu_conv_backward(c);
+    if (tp_conv_thin_ok(c))
+        return tp_conv_thin_backward(c);
     s_entry_t *e;
     int owned;
     TP_TRY(s_lookup(self, c, &e, &owned));

@@ -15,8 +15,11 @@
 #include <cblas.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include "gpu/cpu/conv_thin.h"
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/dnnl_conv.h"
 #include "gpu/op_call_testutil.h"
 
@@ -274,7 +277,9 @@ static void s_folded_relu_backward(const char *kernel) {
                           "geometry %d, mode %d, %s: db", gi, mode, kernel);
             /* fused: 16k channels, and backward-data (if wanted) on oneDNN
              * (an image's is im2col's, which reads the plain masked dy) */
-            const int fused = avx512 && gs[gi].o % 16 == 0 && (!want_dx || gs[gi].c >= 8);
+            /* one input channel: conv_thin.c, which masks as it reads dy */
+            const int fused = (avx512 && gs[gi].o % 16 == 0 && (!want_dx || gs[gi].c >= 8)) ||
+                              gs[gi].c == 1;
             size_t kept = 0;
             for (size_t i = 0; i < room; i++)
                 kept += ((unsigned char *)t.ws)[i] == 0x5a;
@@ -707,6 +712,175 @@ Test(dnnl_conv, nchw16c_operands_where_onednn_does_not_run_are_refused) {
     cr_assert_eq(b->ops->op_forward(b, NULL, &t.c), TP_ERR_UNSUPPORTED);
     cr_assert(strstr(tp_last_error(), "nChw16c"), "%s", tp_last_error());
     s_free(&t);
+    tp_backend_destroy(&b);
+    unsetenv("TP_CPU_CONV");
+}
+
+/* ---- thin convolutions (conv_thin.c) ------------------------------------- */
+
+extern atomic_size_t tp_cpu_pool_worker_parts;
+
+/* One input channel (conv2d) or one output channel (conv2d_transpose): the
+ * autoencoder's enc1 and dec2, the CNN's conv1, a dilated one and output
+ * padding; batches of 2-3 groups of 8 images (conv_thin.c's S_GROUP) so
+ * the team's parts differ in size. */
+static const geom_t s_thin_geoms[] = {
+    {19, 1, 28, 28, 16, 3, 2, 1, 1, 1, 1, 0, 0}, /* enc1 */
+    {17, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 0, 0}, /* the CNN's conv1 */
+    {17, 1, 11, 9, 8, 5, 1, 2, 2, 1, 0, 0, 0},   /* 5x5 (25 taps), dilation 2, no bias */
+    {19, 16, 14, 14, 1, 4, 2, 1, 1, 1, 1, 1, 0}, /* dec2 */
+    {17, 8, 5, 6, 1, 3, 2, 1, 1, 1, 0, 1, 1},    /* output padding, no bias */
+};
+
+/* Every thin geometry, its gradients stored and added, with a folded relu
+ * or without: the same bits when the team splits the images over 2
+ * threads as on one (the filter's and bias's gradients summed per image,
+ * then in image order), and within s_close of oneDNN (TP_CONV_THIN=0). */
+Test(dnnl_conv, thin_convolutions_same_bits_at_1_and_2_threads_and_match_onednn) {
+    tp_backend_t *b = s_backend("dnnl");
+    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+    for (size_t gi = 0; gi < sizeof s_thin_geoms / sizeof s_thin_geoms[0]; gi++)
+        for (int mode = 0; mode < 4; mode++) { /* bit 0: acc; bit 1: relu */
+            const geom_t *g = &s_thin_geoms[gi];
+            conv_t t[3];
+            for (int k = 0; k < 3; k++) {
+                s_conv(&t[k], g);
+                t[k].attr.act = (mode & 2) ? TP_ACT_RELU : TP_ACT_NONE;
+                cr_assert(tp_conv_thin_ok(&t[k].c) || k == 2, "geometry %zu: thin", gi);
+            }
+            setenv("TP_CONV_THIN", "0", 1); /* t[2]: oneDNN's */
+            cr_assert(!tp_conv_thin_ok(&t[2].c));
+            s_plan(b, &t[2]);
+            s_step(b, &t[2], mode & 1);
+            unsetenv("TP_CONV_THIN");
+            for (int k = 0; k < 2; k++) {
+                tp_cpu_pool_threads_override(k + 1);
+                s_plan(b, &t[k]);
+                s_step(b, &t[k], mode & 1);
+                tp_cpu_pool_threads_override(0);
+            }
+            cr_assert(!memcmp(t[0].y, t[1].y, t[0].ny * sizeof(float)), "geometry %zu: y", gi);
+            cr_assert(!memcmp(t[0].dx, t[1].dx, t[0].nx * sizeof(float)), "geometry %zu: dx",
+                      gi);
+            cr_assert(!memcmp(t[0].dw, t[1].dw, t[0].nw * sizeof(float)), "geometry %zu: dW",
+                      gi);
+            if (g->bias)
+                cr_assert(!memcmp(t[0].db, t[1].db, (size_t)g->o * sizeof(float)),
+                          "geometry %zu: db", gi);
+            s_close("y", "thin", (int)gi, t[0].y, t[2].y, t[0].ny);
+            s_close("dx", "thin", (int)gi, t[0].dx, t[2].dx, t[0].nx);
+            s_close("dW", "thin", (int)gi, t[0].dw, t[2].dw, t[0].nw);
+            if (g->bias)
+                s_close("db", "thin", (int)gi, t[0].db, t[2].db, (size_t)g->o);
+            for (int k = 0; k < 3; k++)
+                s_free(&t[k]);
+        }
+    /* a part may go to either thread; over 40 calls the second ran some */
+    cr_assert_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
+                 "the second thread ran images");
+    tp_backend_destroy(&b);
+    unsetenv("TP_CPU_CONV");
+}
+
+/* Which calls are thin: one input channel, NCHW, or conv2d's y and dy in
+ * nChw16c with 16k channels (the CNN's first layer in the oneDNN chain);
+ * not two input channels, a blocked x, or 8 blocked output channels. */
+Test(dnnl_conv, thin_convolutions_take_one_channel_calls_plain_or_with_a_blocked_y) {
+    const geom_t one = {2, 1, 8, 8, 16, 3, 1, 1, 1, 1, 1, 0, 0};
+    const geom_t two = {2, 2, 8, 8, 16, 3, 1, 1, 1, 1, 1, 0, 0};
+    const geom_t eight = {2, 1, 8, 8, 8, 3, 1, 1, 1, 1, 1, 0, 0};
+    conv_t a, c, e;
+    s_conv(&a, &one);
+    s_conv(&c, &two);
+    s_conv(&e, &eight);
+    cr_assert(tp_conv_thin_ok(&a.c));
+    cr_assert(!tp_conv_thin_ok(&c.c));
+    a.c.blk16 = TP_BLK16_Y;
+    cr_assert(tp_conv_thin_ok(&a.c));
+    a.c.blk16 = 1u | TP_BLK16_Y;
+    cr_assert(!tp_conv_thin_ok(&a.c));
+    e.c.blk16 = TP_BLK16_Y;
+    cr_assert(!tp_conv_thin_ok(&e.c));
+    s_free(&a);
+    s_free(&c);
+    s_free(&e);
+}
+
+/* The CNN's conv1 and the autoencoder's enc1 with y and dy in nChw16c: the
+ * plain call's numbers bit for bit (the same products in the same order,
+ * the gradients summed in the same lanes in both layouts: what lets the
+ * graph's chains change layouts only, test_fold), with a folded relu and
+ * without, gradients stored and added, at 2 threads; and the same bits at
+ * 1. */
+Test(dnnl_conv, thin_convolutions_with_a_blocked_y_give_the_plain_calls_numbers) {
+    /* 32 channels: summed in channel lanes; 16: in pixel lanes */
+    const geom_t gs[] = {{17, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, 0, 0},
+                         {17, 1, 28, 28, 16, 3, 2, 1, 1, 1, 1, 0, 0}};
+    tp_backend_t *b = s_backend("dnnl");
+    tp_cpu_pool_threads_override(2);
+    for (int mode = 0; mode < 8; mode++) {
+        const geom_t g = gs[mode >> 2];
+        conv_t p, q;
+        s_conv(&p, &g);
+        s_conv(&q, &g);
+        p.attr.act = q.attr.act = (mode & 2) ? TP_ACT_RELU : TP_ACT_NONE;
+        cr_assert(tp_conv_thin_ok(&p.c));
+        s_block(q.dy, &q.ys);
+        q.c.blk16 = TP_BLK16_Y;
+        s_plan(b, &p);
+        s_plan(b, &q);
+        s_step(b, &p, mode & 1);
+        s_step(b, &q, mode & 1);
+        s_unblock(q.y, &q.ys);
+        cr_assert(!memcmp(p.y, q.y, p.ny * sizeof(float)), "mode %d: y", mode);
+        cr_assert(!memcmp(p.dx, q.dx, p.nx * sizeof(float)), "mode %d: dx", mode);
+        cr_assert(!memcmp(p.dw, q.dw, p.nw * sizeof(float)), "mode %d: dW", mode);
+        cr_assert(!memcmp(p.db, q.db, (size_t)g.o * sizeof(float)), "mode %d: db", mode);
+        conv_t r;
+        s_conv(&r, &g);
+        r.attr.act = q.attr.act;
+        s_block(r.dy, &r.ys);
+        r.c.blk16 = TP_BLK16_Y;
+        tp_cpu_pool_threads_override(1);
+        s_plan(b, &r);
+        s_step(b, &r, mode & 1);
+        tp_cpu_pool_threads_override(2);
+        s_unblock(r.y, &r.ys);
+        cr_assert(!memcmp(r.y, q.y, r.ny * sizeof(float)), "mode %d: y, 1 thread", mode);
+        cr_assert(!memcmp(r.dw, q.dw, r.nw * sizeof(float)), "mode %d: dW, 1 thread", mode);
+        cr_assert(!memcmp(r.db, q.db, (size_t)g.o * sizeof(float)), "mode %d: db, 1 thread",
+                  mode);
+        s_free(&r);
+        s_free(&p);
+        s_free(&q);
+    }
+    tp_cpu_pool_threads_override(0);
+    tp_backend_destroy(&b);
+    unsetenv("TP_CPU_CONV");
+}
+
+/* The AVX-512, AVX2 and baseline copies of the kernels (TP_ISA caps the
+ * pick) agree within rounding: the same sums in other lane widths. */
+Test(dnnl_conv, thin_convolutions_isa_copies_agree) {
+    tp_backend_t *b = s_backend("dnnl");
+    const char *isas[] = {"avx512", "avx2", "plain"};
+    for (size_t gi = 0; gi < sizeof s_thin_geoms / sizeof s_thin_geoms[0]; gi++) {
+        conv_t t[3];
+        for (int k = 0; k < 3; k++) {
+            setenv("TP_ISA", isas[k], 1);
+            s_conv(&t[k], &s_thin_geoms[gi]);
+            s_plan(b, &t[k]);
+            s_step(b, &t[k], 0);
+        }
+        unsetenv("TP_ISA");
+        for (int k = 1; k < 3; k++) {
+            s_close("y", isas[k], (int)gi, t[k].y, t[0].y, t[0].ny);
+            s_close("dx", isas[k], (int)gi, t[k].dx, t[0].dx, t[0].nx);
+            s_close("dW", isas[k], (int)gi, t[k].dw, t[0].dw, t[0].nw);
+        }
+        for (int k = 0; k < 3; k++)
+            s_free(&t[k]);
+    }
     tp_backend_destroy(&b);
     unsetenv("TP_CPU_CONV");
 }
