@@ -27,8 +27,10 @@
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_attention.h"
 
+/* no-thread-jumps: GCC otherwise threads the exp's correlated clamps and
+ * selects into two copies of its polynomial (ops_elementwise.c says more). */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=off")
+#pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=off", "no-thread-jumps")
 #endif
 #include "gpu/cpu/cpu_math.h"
 

@@ -30,8 +30,10 @@
 /* Selects become masks (gpu/cpu/cpu_math.h); no FMA contraction, so every
  * clone and the scalar tails round each operation alike. After the
  * includes, so that what they inline keeps the command line's options. */
+/* no-thread-jumps: GCC otherwise threads the exp's correlated clamps and
+ * selects into two copies of its polynomial (ops_elementwise.c says more). */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=off")
+#pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=off", "no-thread-jumps")
 #endif
 #include "gpu/cpu/cpu_math.h"
 

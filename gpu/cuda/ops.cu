@@ -78,15 +78,6 @@ static size_t s_hash(const void *key, tp_op_kind_t kind) {
     return (size_t)((h >> 20) ^ (uintptr_t)kind) % TP_CUDA_CACHE_BUCKETS;
 }
 
-static int s_same_shape(const tp_shape_t *a, const tp_shape_t *b) {
-    if (a->ndim != b->ndim)
-        return 0;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->d[i] != b->d[i])
-            return 0;
-    return 1;
-}
-
 static void s_entry_free(struct tp_cuda_entry *e) {
     if (e->xd)
         cudnnDestroyTensorDescriptor(e->xd);
@@ -426,7 +417,7 @@ static tp_status_t s_entry(tp_cuda_backend_t *cb, cudnnHandle_t h,
     for (struct tp_cuda_entry *e = cb->cache[b]; e; e = e->next)
         if (e->key == key && e->kind == c->kind &&
             memcmp(&e->attr, c->attr, sizeof e->attr) == 0 &&
-            s_same_shape(&e->x0, &c->xshape[0]) && s_same_shape(&e->x1, x1) &&
+            tp_shape_same(&e->x0, &c->xshape[0]) && tp_shape_same(&e->x1, x1) &&
             (planning || !c->workspace_bytes || e->ws <= c->workspace_bytes)) {
             pthread_mutex_unlock(&cb->mu);
             *out = e;
@@ -1378,8 +1369,8 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                           cudaMemcpyDeviceToDevice, s->cu));
         return TP_OK;
     case TP_OP_ADD:
-        if (!s_same_shape(&c->xshape[0], &c->yshape) ||
-            !s_same_shape(&c->xshape[1], &c->yshape))
+        if (!tp_shape_same(&c->xshape[0], &c->yshape) ||
+            !tp_shape_same(&c->xshape[1], &c->yshape))
             return tp_cuda_elementwise_forward(s, c); /* broadcasting */
         return s_store(s, y, 0, ny, f_add{x0, (const float *)c->x[1]});
     case TP_OP_SOFTMAX_XENT:
@@ -1622,8 +1613,8 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
                              f_mul{dy, (const float *)c->workspace})
                    : TP_OK;
     case TP_OP_ADD:
-        if (!s_same_shape(&c->xshape[0], &c->yshape) ||
-            !s_same_shape(&c->xshape[1], &c->yshape))
+        if (!tp_shape_same(&c->xshape[0], &c->yshape) ||
+            !tp_shape_same(&c->xshape[1], &c->yshape))
             return tp_cuda_elementwise_backward(s, c); /* broadcasting */
         [[fallthrough]]; /* the same shapes: the identity */
     case TP_OP_RESHAPE:

@@ -93,15 +93,6 @@ void tp_plan_folds_(tp_tower_t *t) {
  * gets them; tp_model_config_t.fold = 0 (TP_FOLD=0) keeps every tensor
  * NCHW, and TP_BLK16_CHAIN=0 this plan alone. */
 
-static int s_same_shape(const tp_shape_t *a, const tp_shape_t *b) {
-    if (a->ndim != b->ndim)
-        return 0;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->d[i] != b->d[i])
-            return 0;
-    return 1;
-}
-
 /* n's 4-D float shape with C a multiple of 16 */
 static int s_blk16_shape(const tp_node_t *n) {
     return n->dtype == TP_FLOAT32 && n->shape.ndim == 4 && n->shape.d[1] > 0 &&
@@ -131,8 +122,8 @@ static int s_blk16_kind(const tp_node_t *n) {
     case TP_OP_BATCH_NORM:
         return n->ninputs == 3 && (n->attr.training || !n->backward);
     case TP_OP_ADD:
-        return n->ninputs == 2 && s_same_shape(&n->inputs[0]->shape, &n->shape) &&
-               s_same_shape(&n->inputs[1]->shape, &n->shape);
+        return n->ninputs == 2 && tp_shape_same(&n->inputs[0]->shape, &n->shape) &&
+               tp_shape_same(&n->inputs[1]->shape, &n->shape);
     case TP_OP_MAX_POOL:
     case TP_OP_AVG_POOL: { /* oneDNN's (dnnl_pool.c): not a window past the
                               input's end, a stride that skips rows */

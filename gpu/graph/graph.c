@@ -53,6 +53,15 @@ size_t tp_shape_count(const tp_shape_t *s) {
     return n;
 }
 
+int tp_shape_same(const tp_shape_t *a, const tp_shape_t *b) {
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->d[i] != b->d[i])
+            return 0;
+    return 1;
+}
+
 static char *s_shape_str(const tp_shape_t *s, char *buf, size_t size) {
     size_t len = 0;
     len += (size_t)snprintf(buf + len, size - len, "[");

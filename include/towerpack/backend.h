@@ -130,6 +130,9 @@ typedef struct tp_shape {
 /* Element count of a shape (1 for a scalar). */
 size_t tp_shape_count(const tp_shape_t *s);
 
+/* 1 when a and b have the same rank and dims, else 0. */
+int tp_shape_same(const tp_shape_t *a, const tp_shape_t *b);
+
 typedef struct tp_backend tp_backend_t;
 typedef struct tp_stream tp_stream_t;
 typedef struct tp_comm tp_comm_t;
