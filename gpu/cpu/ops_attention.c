@@ -41,6 +41,7 @@
  * KiB at D 32), cache-resident while the query rows stream past it */
 #define S_BQ 64
 #define S_BK 64
+_Static_assert(S_BQ == S_BK, "the causal loops start a key tile's query tiles at its own index");
 /* a region of the workspace starts on 64 bytes */
 #define S_ROUND(n) (((n) + 15) & ~(size_t)15)
 
@@ -218,62 +219,87 @@ static tp_status_t s_check_workspace(const tp_op_call_t *c) {
     return TP_OK;
 }
 
+/* The running max and sum of every query row of the item live in the
+ * workspace (the log-sum-exp's and dO.O's rows, free until the end and the
+ * backward), so the key tiles can be the outer loop: each key tile is
+ * transposed once per item, not once per query tile that reaches it (at T
+ * 256, 4 transposes instead of 10). Every row still meets its key tiles
+ * in increasing order with the same operations, so the bits are those of
+ * the query-tile-outer loop. */
 S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch) {
     const tp_op_call_t *c = g->c;
     const int64_t tq = g->tq, tk = g->tk, d = g->d;
     const int causal = g->causal;
+    const float scale = g->scale;
     const float *q = (const float *)c->x[0] + it * (size_t)(tq * d);
     const float *k = (const float *)c->x[1] + it * (size_t)(tk * d);
     const float *v = (const float *)c->x[2] + it * (size_t)(tk * d);
     float *o = (float *)c->y + it * (size_t)(tq * d);
     float *lse = g->lse + it * (size_t)tq;
-    float *kt = scratch, *pt = kt + 2 * d * S_BK, *m = pt + 2 * S_BQ * S_BK, *l = m + S_BQ;
-    for (int64_t i0 = 0; i0 < tq; i0 += S_BQ) {
-        const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
-        for (int64_t r = 0; r < nq; r++) {
-            m[r] = -INFINITY;
-            l[r] = 0.0f;
-        }
-        memset(o + i0 * d, 0, (size_t)(nq * d) * sizeof(float));
-        const int64_t kend = causal ? i0 + nq : tk;
-        for (int64_t j0 = 0; j0 < kend; j0 += S_BK) {
-            const int64_t nk = kend - j0 < S_BK ? kend - j0 : S_BK;
-            s_transpose(k + j0 * d, d, nk, kt);
+    /* [tq] running max (becomes the log-sum-exp) and running sum */
+    float *m = lse, *l = g->dot + it * (size_t)tq;
+    float *kt = scratch, *pt = kt + 2 * d * S_BK;
+    for (int64_t i = 0; i < tq; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    memset(o, 0, (size_t)(tq * d) * sizeof(float));
+    for (int64_t j0 = 0; j0 < tk; j0 += S_BK) {
+        const int64_t nk = tk - j0 < S_BK ? tk - j0 : S_BK;
+        s_transpose(k + j0 * d, d, nk, kt);
+        /* causal: the query tiles that reach this key tile (Tq = Tk) */
+        for (int64_t i0 = causal ? j0 : 0; i0 < tq; i0 += S_BQ) {
+            const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
             s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
             /* each row's online softmax: P = e^(s - max), 0 past its keys,
              * its output row rescaled when the max grows */
             for (int64_t r = 0; r < nq; r++) {
                 float *restrict prow = pt + r * S_BK;
-                const int64_t lim = s_visible(causal, i0 + r, j0, nk);
-                for (int64_t j = 0; j < lim; j++)
-                    prow[j] *= g->scale;
-                float mx = m[r];
-                for (int64_t j = 0; j < lim; j++)
-                    mx = prow[j] > mx ? prow[j] : mx;
+                const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
+                /* the scale and the max in one pass, the max in 16 lanes
+                 * (exact: any order gives the same max) */
+                float lane[16];
+                for (int e = 0; e < 16; e++)
+                    lane[e] = m[i];
+                int64_t j = 0;
+                for (; j + 16 <= lim; j += 16)
+                    for (int e = 0; e < 16; e++) {
+                        const float sv = prow[j + e] * scale;
+                        prow[j + e] = sv;
+                        lane[e] = sv > lane[e] ? sv : lane[e];
+                    }
+                for (; j < lim; j++) {
+                    const float sv = prow[j] * scale;
+                    prow[j] = sv;
+                    lane[0] = sv > lane[0] ? sv : lane[0];
+                }
+                float mx = lane[0];
+                for (int e = 1; e < 16; e++)
+                    mx = lane[e] > mx ? lane[e] : mx;
                 if (lim > 0) {
                     /* the row's first visible tile: m was -inf, alpha 0 */
-                    const float alpha = s_vexp(m[r] - mx);
-                    for (int64_t j = 0; j < lim; j++)
+                    const float alpha = s_vexp(m[i] - mx);
+                    for (j = 0; j < lim; j++)
                         prow[j] = s_vexp(prow[j] - mx);
-                    l[r] = l[r] * alpha + tp_cpu_sum8(prow, (size_t)lim);
-                    m[r] = mx;
-                    float *restrict orow = o + (i0 + r) * d;
+                    l[i] = l[i] * alpha + tp_cpu_sum8(prow, (size_t)lim);
+                    m[i] = mx;
+                    float *restrict orow = o + i * d;
                     if (alpha != 1.0f)
                         for (int64_t e = 0; e < d; e++)
                             orow[e] *= alpha;
                 }
-                for (int64_t j = lim; j < nk; j++)
+                for (j = lim; j < nk; j++)
                     prow[j] = 0.0f;
             }
             s_tile_rows(o + i0 * d, pt, v + j0 * d, d, nq, nk, i0, j0, causal);
         }
-        for (int64_t r = 0; r < nq; r++) {
-            float *restrict orow = o + (i0 + r) * d;
-            const float inv = 1.0f / l[r];
-            for (int64_t e = 0; e < d; e++)
-                orow[e] *= inv;
-            lse[i0 + r] = m[r] + logf(l[r]);
-        }
+    }
+    for (int64_t i = 0; i < tq; i++) {
+        float *restrict orow = o + i * d;
+        const float inv = 1.0f / l[i];
+        for (int64_t e = 0; e < d; e++)
+            orow[e] *= inv;
+        lse[i] = m[i] + logf(l[i]);
     }
 }
 
