@@ -2,7 +2,8 @@
  * ops_attention.c). Through the graph it gives what the decomposed form
  * (batch_matmul, scale, the causal mask, softmax, batch_matmul) gives,
  * forward and gradients, over several tiles and with q and k one node; the
- * kernel gives the same bits on 1, 2 and 3 threads; its workspace grows
+ * kernel gives the same bits on 1, 2 and 3 threads and, at sizes off its
+ * 8 x 8 transposes and 64-key tiles, what a double reference gives; its workspace grows
  * linearly in T (no T x T scores); the builder's errors name the node and
  * the shapes. PyTorch parity is in op_cases.h's rows. */
 #include <criterion/criterion.h>
@@ -209,6 +210,124 @@ Test(attention, same_bits_on_one_two_and_three_threads) {
         }
         s_free(&one);
     }
+}
+
+/* ---- the kernel against a double reference --------------------------- */
+
+/* Counts a value off its double reference; says where for the first few
+ * (a broken kernel is off almost everywhere). */
+static void s_near(const char *what, float got, double want, int *bad, int64_t tq, int64_t tk,
+                   int64_t d, int causal) {
+    if (fabs(got - want) <= 1e-5 + 1e-4 * fabs(want))
+        return;
+    if (++*bad <= 4)
+        cr_log_error("%s: %.7g, reference %.7g (Tq %ld Tk %ld D %ld causal %d)", what,
+                     (double)got, want, (long)tq, (long)tk, (long)d, causal);
+}
+
+/* One (Tq, Tk, D) case on 1 item pair (batch 1, 2 heads): y, dq, dk, dv
+ * of the kernel against softmax(scale q k^T + mask) v and its gradients in
+ * double. Sizes off the multiples of 8 and 64 reach the transposes' 8 x 8
+ * blocks and their scalar edges, and the key tiles' last partial one. */
+static void s_reference_case(int64_t tq, int64_t tk, int64_t d, int causal) {
+    const int64_t hh = 2;
+    tp_shape_t xs[3];
+    xs[0] = (tp_shape_t){.ndim = 4, .d = {1, hh, tq, d}};
+    xs[1] = xs[2] = (tp_shape_t){.ndim = 4, .d = {1, hh, tk, d}};
+    const size_t nq = (size_t)(hh * tq * d), nk = (size_t)(hh * tk * d);
+    uint64_t seed = 7;
+    float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float));
+    float *v = malloc(nk * sizeof(float)), *y = malloc(nq * sizeof(float));
+    float *dy = malloc(nq * sizeof(float)), *dq = malloc(nq * sizeof(float));
+    float *dk = malloc(nk * sizeof(float)), *dv = malloc(nk * sizeof(float));
+    double *p = malloc((size_t)(tq * tk) * sizeof(double));
+    double *dp = malloc((size_t)(tq * tk) * sizeof(double));
+    cr_assert(q && k && v && y && dy && dq && dk && dv && p && dp);
+    for (size_t j = 0; j < nq; j++) {
+        q[j] = s_rand(&seed);
+        dy[j] = s_rand(&seed);
+    }
+    for (size_t j = 0; j < nk; j++) {
+        k[j] = s_rand(&seed);
+        v[j] = s_rand(&seed);
+    }
+    const float scale = 0.3f;
+    int bad = 0;
+    tp_op_attr_t at = {.alpha = scale, .beta = causal ? 1.0f : 0.0f};
+    const void *xin[3] = {q, k, v};
+    float *dx[3] = {dq, dk, dv};
+    const int acc[3] = {0, 0, 0};
+    tp_op_call_t c = {.kind = TP_OP_ATTENTION, .attr = &at, .name = "att", .ninputs = 3,
+                      .x = xin, .xshape = xs, .y = y, .yshape = xs[0], .dx = dx,
+                      .dx_acc = acc, .dy = dy};
+    c.workspace_bytes = tp_cpu_op_workspace(NULL, &c);
+    c.workspace = malloc(c.workspace_bytes);
+    cr_assert_not_null(c.workspace);
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+    for (int64_t h = 0; h < hh; h++) {
+        const float *qh = q + h * tq * d, *kh = k + h * tk * d, *vh = v + h * tk * d;
+        const float *dyh = dy + h * tq * d;
+        for (int64_t i = 0; i < tq; i++) { /* P, y and dP row by row */
+            double mx = -INFINITY, sum = 0;
+            const int64_t lim = causal ? i + 1 : tk;
+            for (int64_t j = 0; j < lim; j++) {
+                double sc = 0;
+                for (int64_t e = 0; e < d; e++)
+                    sc += (double)qh[i * d + e] * kh[j * d + e];
+                p[i * tk + j] = sc * scale;
+                mx = p[i * tk + j] > mx ? p[i * tk + j] : mx;
+            }
+            for (int64_t j = 0; j < tk; j++) {
+                p[i * tk + j] = j < lim ? exp(p[i * tk + j] - mx) : 0.0;
+                sum += p[i * tk + j];
+            }
+            double rowdot = 0;
+            for (int64_t j = 0; j < tk; j++) {
+                p[i * tk + j] /= sum;
+                double g = 0;
+                for (int64_t e = 0; e < d; e++)
+                    g += (double)dyh[i * d + e] * vh[j * d + e];
+                dp[i * tk + j] = g;
+                rowdot += g * p[i * tk + j];
+            }
+            for (int64_t j = 0; j < tk; j++) /* dS, scaled */
+                dp[i * tk + j] = p[i * tk + j] * (dp[i * tk + j] - rowdot) * scale;
+            for (int64_t e = 0; e < d; e++) {
+                double yv = 0, gq = 0;
+                for (int64_t j = 0; j < tk; j++) {
+                    yv += p[i * tk + j] * vh[j * d + e];
+                    gq += dp[i * tk + j] * kh[j * d + e];
+                }
+                const size_t at_ = (size_t)(h * tq * d + i * d + e);
+                s_near("y", y[at_], yv, &bad, tq, tk, d, causal);
+                s_near("dq", dq[at_], gq, &bad, tq, tk, d, causal);
+            }
+        }
+        for (int64_t j = 0; j < tk; j++)
+            for (int64_t e = 0; e < d; e++) {
+                double gk = 0, gv = 0;
+                for (int64_t i = 0; i < tq; i++) {
+                    gk += dp[i * tk + j] * qh[i * d + e];
+                    gv += p[i * tk + j] * dyh[i * d + e];
+                }
+                const size_t at_ = (size_t)(h * tk * d + j * d + e);
+                s_near("dk", dk[at_], gk, &bad, tq, tk, d, causal);
+                s_near("dv", dv[at_], gv, &bad, tq, tk, d, causal);
+            }
+    }
+    cr_expect_eq(bad, 0, "%d values off the reference (Tq %ld Tk %ld D %ld causal %d)", bad,
+                 (long)tq, (long)tk, (long)d, causal);
+    free(c.workspace);
+    free(q), free(k), free(v), free(y), free(dy), free(dq), free(dk), free(dv);
+    free(p), free(dp);
+}
+
+Test(attention, kernel_matches_a_double_reference_at_odd_sizes) {
+    s_reference_case(75, 75, 20, 1);  /* 2 key tiles, D and T off the 8 x 8 blocks */
+    s_reference_case(136, 136, 64, 1); /* the GPT's D, 3 tiles, whole 8 x 8 blocks */
+    s_reference_case(9, 83, 12, 0);   /* keys of their own: 2 key tiles, 1 query tile */
+    s_reference_case(70, 70, 8, 0);
 }
 
 /* ---- no T x T scores ------------------------------------------------------ */
