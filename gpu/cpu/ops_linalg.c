@@ -270,34 +270,37 @@ typedef struct {
     int erf, acc;
 } s_gelu_bwd_t;
 
+/* One row's columns: dz over z in place (zd), and db += dz where db is
+ * given; restrict on each, the one pointer zd both read and written. */
+#define S_GELU_ROW(GRAD)                                                       \
+    do {                                                                       \
+        if (db)                                                                \
+            for (size_t j = 0; j < w; j++) {                                   \
+                const float d = dy[j] * GRAD(zd[j]);                           \
+                zd[j] = d;                                                     \
+                db[j] += d;                                                    \
+            }                                                                  \
+        else                                                                   \
+            for (size_t j = 0; j < w; j++)                                     \
+                zd[j] = dy[j] * GRAD(zd[j]);                                   \
+    } while (0)
+
 TP_CPU_CLONES static void s_gelu_bwd_cols(void *arg, size_t lo, size_t hi) {
     const s_gelu_bwd_t *a = arg;
-    float sum[64]; /* a block of columns' sums, in registers and L1 */
-    for (size_t c0 = lo; c0 < hi; c0 += 64) {
-        const size_t cw = hi - c0 < 64 ? hi - c0 : 64;
-        for (size_t j = 0; j < cw; j++)
-            sum[j] = a->db && a->acc ? a->db[c0 + j] : 0.0f;
-        for (size_t i = 0; i < a->rows; i++) {
-            float *z = a->z + i * a->n + c0;
-            const float *dy = a->dy + i * a->n + c0;
-            if (a->erf)
-                for (size_t j = 0; j < cw; j++) {
-                    const float d = dy[j] * s_vgelu_grad(z[j]);
-                    z[j] = d;
-                    sum[j] += d;
-                }
-            else
-                for (size_t j = 0; j < cw; j++) {
-                    const float d = dy[j] * s_vgelu_tanh_grad(z[j]);
-                    z[j] = d;
-                    sum[j] += d;
-                }
-        }
-        if (a->db)
-            for (size_t j = 0; j < cw; j++)
-                a->db[c0 + j] = sum[j];
+    const size_t w = hi - lo;
+    float *restrict db = a->db ? a->db + lo : NULL; /* this part's columns */
+    if (db && !a->acc)
+        memset(db, 0, w * sizeof(float));
+    for (size_t i = 0; i < a->rows; i++) {
+        float *restrict zd = a->z + i * a->n + lo;
+        const float *restrict dy = a->dy + i * a->n + lo;
+        if (a->erf)
+            S_GELU_ROW(s_vgelu_grad);
+        else
+            S_GELU_ROW(s_vgelu_tanh_grad);
     }
 }
+#undef S_GELU_ROW
 
 /* The products' backward on dy (c->dy), the folded bias's gradient
  * already summed. */
