@@ -81,9 +81,11 @@ void tp_plan_folds_(tp_tower_t *t) {
      * bias (dnnl_matmul.c), the GELU runs on it in one pass that keeps the
      * pre-activation in the call's workspace, and the backward turns dy
      * into the pre-activation's gradient and sums b's gradient in one
-     * pass before its products (ops_linalg.c). The bias gradient's sums
-     * run rows in order, the add's ran its own order: the same numbers up
-     * to float rounding, not bit for bit. */
+     * pass before its products (ops_linalg.c): the gelu op's own
+     * arithmetic (cpu_math.h) and the bias gradient summed rows in order
+     * as the add's backward sums it, so no number changes (test_fold).
+     * Not where the product runs backward for more than one cost: its
+     * backward turns the kept pre-activation into its gradient. */
     tp_backend_t *b = t->model ? t->model->backend : NULL;
     if (b && b->ops->bmm_fold && b->ops->bmm_fold(b)) {
         for (int i = 0; i < t->nnodes; i++) {
@@ -109,7 +111,7 @@ void tp_plan_folds_(tp_tower_t *t) {
             tp_node_t *c = t->nodes[i], *p = c->ninputs == 1 ? c->inputs[0] : NULL;
             if ((c->kind != TP_OP_GELU && c->kind != TP_OP_GELU_TANH) || !p ||
                 uses[p->id] != 1 || p->cost_mask != c->cost_mask || p->dtype != TP_FLOAT32 ||
-                c->dtype != TP_FLOAT32)
+                c->dtype != TP_FLOAT32 || (c->cost_mask & (c->cost_mask - 1u)))
                 continue;
             tp_node_t *q = p->folded ? p->folded : p;
             if (q->kind != TP_OP_BATCH_MATMUL || q->attr.act != TP_ACT_NONE)
