@@ -261,14 +261,15 @@ tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl) {
 
 /* The GELU's backward over columns [lo, hi) of every row: dz = dy
  * gelu'(z) written over z, and the bias gradient's column sums (rows in
- * order: the same bits whatever the cut) in the same pass. */
+ * order: the same bits whatever the cut) in the same pass; without a
+ * GELU, the bias gradient's sums of dy alone. */
 typedef struct {
     float *z;        /* [rows, n]: z in, dz out */
     const float *dy; /* [rows, n] */
     float *db;       /* [n] or NULL */
     size_t rows, n;
-    int erf, acc;
-} s_gelu_bwd_t;
+    int act, acc; /* act: TP_ACT_NONE (db alone), TP_ACT_GELU, _GELU_TANH */
+} s_act_bwd_t;
 
 /* One row's columns: dz over z in place (zd), and db += dz where db is
  * given; restrict on each, the one pointer zd both read and written. */
@@ -285,19 +286,22 @@ typedef struct {
                 zd[j] = dy[j] * GRAD(zd[j]);                                   \
     } while (0)
 
-TP_CPU_CLONES static void s_gelu_bwd_cols(void *arg, size_t lo, size_t hi) {
-    const s_gelu_bwd_t *a = arg;
+TP_CPU_CLONES static void s_act_bwd_cols(void *arg, size_t lo, size_t hi) {
+    const s_act_bwd_t *a = arg;
     const size_t w = hi - lo;
     float *restrict db = a->db ? a->db + lo : NULL; /* this part's columns */
     if (db && !a->acc)
         memset(db, 0, w * sizeof(float));
     for (size_t i = 0; i < a->rows; i++) {
-        float *restrict zd = a->z + i * a->n + lo;
+        float *restrict zd = a->z ? a->z + i * a->n + lo : NULL; /* NULL: no GELU */
         const float *restrict dy = a->dy + i * a->n + lo;
-        if (a->erf)
+        if (a->act == TP_ACT_GELU)
             S_GELU_ROW(s_vgelu_grad);
-        else
+        else if (a->act == TP_ACT_GELU_TANH)
             S_GELU_ROW(s_vgelu_tanh_grad);
+        else
+            for (size_t j = 0; j < w; j++)
+                db[j] += dy[j];
     }
 }
 #undef S_GELU_ROW
@@ -342,32 +346,23 @@ static tp_status_t s_backward(const tp_op_call_t *c, int dnnl) {
     }
 }
 
-/* db (+)= the column sums of dy[rows, n], rows in order */
-static void s_column_sums(const float *restrict dy, size_t rows, size_t n, float *restrict db,
-                          int acc) {
-    if (!acc)
-        memset(db, 0, n * sizeof(float));
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < n; j++)
-            db[j] += dy[i * n + j];
-}
-
 tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c, int dnnl) {
     const int act = c->attr->act;
+    const int gelu = act == TP_ACT_GELU || act == TP_ACT_GELU_TANH;
     size_t rows, n;
     s_bias_dims(c, &rows, &n);
-    if (act != TP_ACT_GELU && act != TP_ACT_GELU_TANH) {
-        if (c->dbias)
-            s_column_sums(c->dy, rows, n, c->dbias, c->dbias_acc);
-        return s_backward(c, dnnl);
+    /* with a GELU, dz over z in the act's room and the bias's gradient
+     * beside it; without, the bias's gradient alone; then the products
+     * on dz (the workspace past the room) or dy */
+    if (gelu || c->dbias) {
+        s_act_bwd_t a = {gelu ? c->workspace : NULL, c->dy, c->dbias, rows, n,
+                          gelu ? act : TP_ACT_NONE, c->dbias_acc};
+        /* a part of the columns is worth a thread past ~16k items */
+        const size_t min_cols = rows ? (16384 + rows - 1) / rows : n;
+        tp_cpu_parallel(n, 16, min_cols < 16 ? 16 : min_cols, s_act_bwd_cols, &a);
     }
-    /* dz over z in the act's room, the bias's gradient beside it, then the
-     * products on dz (the workspace past the room) */
-    s_gelu_bwd_t a = {c->workspace, c->dy, c->dbias, rows, n, act == TP_ACT_GELU,
-                      c->dbias_acc};
-    /* a column part is worth a thread past ~16k items of work */
-    const size_t min_cols = rows ? (16384 + rows - 1) / rows : n;
-    tp_cpu_parallel(n, 16, min_cols < 16 ? 16 : min_cols, s_gelu_bwd_cols, &a);
+    if (!gelu)
+        return s_backward(c, dnnl);
     tp_op_call_t in = tp_act_inner(c, c->workspace);
     in.dbias = NULL;
     return s_backward(&in, dnnl);
