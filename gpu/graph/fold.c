@@ -95,8 +95,8 @@ void tp_plan_folds_(tp_tower_t *t) {
                 p->fold_bias || p->attr.act != TP_ACT_NONE || uses[p->id] != 1 ||
                 p->cost_mask != c->cost_mask || p->dtype != TP_FLOAT32 ||
                 c->dtype != TP_FLOAT32 || !tp_shape_same(&p->shape, &c->shape) ||
-                p->shape.ndim < 2)
-                continue;
+                p->shape.ndim < 2 || p->inputs[1]->shape.ndim != 2)
+                continue; /* (a linear's product: W unbatched [K,N]) */
             const tp_node_t *bv = c->inputs[1];
             if (bv->kind != TP_OP_VARIABLE || bv->dtype != TP_FLOAT32 || bv->shape.ndim != 1 ||
                 bv->shape.d[0] != p->shape.d[p->shape.ndim - 1] || bv == p->inputs[0] ||
@@ -114,7 +114,8 @@ void tp_plan_folds_(tp_tower_t *t) {
                 c->dtype != TP_FLOAT32 || (c->cost_mask & (c->cost_mask - 1u)))
                 continue;
             tp_node_t *q = p->folded ? p->folded : p;
-            if (q->kind != TP_OP_BATCH_MATMUL || q->attr.act != TP_ACT_NONE)
+            if (q->kind != TP_OP_BATCH_MATMUL || q->attr.act != TP_ACT_NONE ||
+                q->inputs[1]->shape.ndim != 2)
                 continue;
             q->attr.act = c->kind == TP_OP_GELU ? TP_ACT_GELU : TP_ACT_GELU_TANH;
             q->hidden = 1;
