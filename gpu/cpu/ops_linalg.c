@@ -76,8 +76,8 @@ static void s_stack(tp_bmm_geom_t *g, int ta) {
     }
 }
 
-/* The call as the dense layer's (TP_OP_MATMUL: x[R,K] @ W[K,N], no bias,
- * no activation) into *d, its shapes in sh and attributes in attr, when
+/* The call as the dense layer's (TP_OP_MATMUL: x[R,K] @ W[K,N], no bias
+ * (the forward sets d->bias to the folded one), no activation) into *d, its shapes in sh and attributes in attr, when
  * the product is one such matrix product after stacking; 0 otherwise
  * (and for the gradient checks' deliberate fault, which OpenBLAS's alpha
  * carries). */
