@@ -221,6 +221,7 @@ Test(fold, gpt_linears_with_bias_and_gelu_train_bit_for_bit_as_unfolded) {
     tp_fetch_t under = {"fc/output", {0}}, gelu = {"fc/gelu", {0}};
     tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
     cr_expect_eq(tp_model_run(m, -1, f, 2, &under, 1, &ro), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "fetch 'fc/gelu'"), "%s", tp_last_error());
     cr_expect_eq(tp_model_run(m, -1, f, 2, &gelu, 1, &ro), TP_OK, "%s", tp_last_error());
     tp_tensor_fini(&gelu.value);
     tp_tensor_fini(&f[0]);
