@@ -69,6 +69,12 @@ typedef struct tp_op_attr {
 
 #define TP_ACT_NONE 0
 #define TP_ACT_RELU 1
+/* batch_matmul only (fold.c, where ops->bmm_fold says yes): GELU (erf) or
+ * its tanh approximation on the product (+ bias); the forward keeps the
+ * pre-activation in the act's room (tp_act_room) for the backward, which
+ * turns dy into the pre-activation's gradient there */
+#define TP_ACT_GELU 2
+#define TP_ACT_GELU_TANH 3
 
 #define TP_OP_MAX_INPUTS 256
 
@@ -373,6 +379,13 @@ typedef struct tp_backend_ops {
      * 16, [N, C/16, H, W, 16]), so that the graph may keep a tensor that
      * only such ops read in that layout (gpu/graph/fold.c). */
     int (*nchw16c)(tp_backend_t *b);
+    /* ---- batch_matmul's folds (appended later; NULL or 0: never). 1: this
+     * backend runs batch_matmul calls with a folded bias (tp_op_call_t.bias,
+     * dbias: a [N] vector added to every row of y) and a folded GELU
+     * (attr.act TP_ACT_GELU or TP_ACT_GELU_TANH), so that fold.c may fold
+     * a GPT's linear (batch_matmul, add of a [N] variable, gelu) into one
+     * call. */
+    int (*bmm_fold)(tp_backend_t *b);
 } tp_backend_ops_t;
 
 struct tp_backend {

@@ -149,6 +149,32 @@ static inline float s_verf(float x) {
     return x < 0.0f ? -r : r;
 }
 
+/* GELU's derivatives, erf's and the tanh approximation's: the gelu
+ * op's backward (ops_elementwise.c) and batch_matmul's folded GELU
+ * (ops_linalg.c), the same bits in both. */
+/* Phi(v) + v phi(v): erf's e^-z^2 (z = v / sqrt 2) is phi's e^(-v^2 / 2),
+ * computed once (s_verf's steps). */
+static inline float s_vgelu_grad(float v) {
+    const float z = v * (float)0.70710678118654752440, az = fabsf(z); /* 1 / sqrt 2 */
+    const float e = s_vexp(-az * az);
+    const float t = 1.0f / (1.0f + 0.3275911f * az);
+    float p = 1.061405429f;
+    p = p * t - 1.453152027f;
+    p = p * t + 1.421413741f;
+    p = p * t - 0.284496736f;
+    p = p * t + 0.254829592f;
+    const float r = 1.0f - p * t * e;
+    const float cdf = 0.5f * (1.0f + (z < 0.0f ? -r : r));
+    return cdf + v * 0.3989422804014327f * e;
+}
+
+static inline float s_vgelu_tanh_grad(float v) {
+    const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+    const float t = s_vtanh(u);
+    const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * v * v);
+    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+}
+
 /* Sum of n floats in 8 interleaved lanes: GCC vectorises it, and the
  * order is fixed (the same bits wherever it runs). The bias gradients and
  * the pooling means of ops_cpu.c and ops_conv.c. */

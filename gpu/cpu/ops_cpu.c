@@ -848,7 +848,8 @@ size_t tp_cpu_op_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
 }
 
 tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
-    if (c->attr->act == TP_ACT_NONE)
+    /* batch_matmul applies its folded GELU itself (ops_linalg.c) */
+    if (c->attr->act == TP_ACT_NONE || c->kind == TP_OP_BATCH_MATMUL)
         return s_forward(dnnl, c);
     const tp_op_call_t in = tp_act_inner(c, NULL);
     TP_TRY(s_forward(dnnl, &in));
@@ -867,7 +868,7 @@ tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
 }
 
 tp_status_t tp_cpu_op_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
-    if (c->attr->act == TP_ACT_NONE)
+    if (c->attr->act == TP_ACT_NONE || c->kind == TP_OP_BATCH_MATMUL)
         return s_backward(dnnl, c);
     /* oneDNN's convolutions mask dy as they reorder it (dnnl_conv.c) */
     if (dnnl && c->attr->act == TP_ACT_RELU &&

@@ -549,7 +549,6 @@ S_CLONES static void s_unary_bwd(void *arg, size_t lo, size_t hi) {
 
 #define S_SQRT_2_OVER_PI 0.7978845608028654f
 #define S_GELU_C 0.044715f
-#define S_INV_SQRT_2PI 0.3989422804014327f
 
 S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
     const tp_op_call_t *c = arg;
@@ -607,28 +606,8 @@ S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
     }
 }
 
-/* Phi(v) + v phi(v): erf's e^-z^2 (z = v / sqrt 2) is phi's e^(-v^2 / 2),
- * computed once (s_verf's steps). */
-static inline float s_gelu_grad(float v) {
-    const float z = v * (float)M_SQRT1_2, az = fabsf(z);
-    const float e = s_vexp(-az * az);
-    const float t = 1.0f / (1.0f + 0.3275911f * az);
-    float p = 1.061405429f;
-    p = p * t - 1.453152027f;
-    p = p * t + 1.421413741f;
-    p = p * t - 0.284496736f;
-    p = p * t + 0.254829592f;
-    const float r = 1.0f - p * t * e;
-    const float cdf = 0.5f * (1.0f + (z < 0.0f ? -r : r));
-    return cdf + v * S_INV_SQRT_2PI * e;
-}
-
-static inline float s_gelu_tanh_grad(float v) {
-    const float u = S_SQRT_2_OVER_PI * (v + S_GELU_C * v * v * v);
-    const float t = s_vtanh(u);
-    const float du = S_SQRT_2_OVER_PI * (1.0f + 3.0f * S_GELU_C * v * v);
-    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
-}
+/* GELU's derivatives: cpu_math.h's s_vgelu_grad and s_vgelu_tanh_grad
+ * (ops_linalg.c's folded GELU runs them too). */
 
 /* silu' = s (1 + v (1 - s)), s the sigmoid, read back from the forward's
  * y = v / (1 + e^-v) as s = y / v: a division instead of an exponential
@@ -678,8 +657,8 @@ S_CLONES static void s_math_bwd(void *arg, size_t lo, size_t end) {
     case TP_OP_CLIP:
         GRAD_STORE(dx, acc, n, ((x[i] >= p) & (x[i] <= hi)) ? dy[i] : 0.0f);
         break;
-    case TP_OP_GELU: GRAD_STORE(dx, acc, n, dy[i] * s_gelu_grad(x[i])); break;
-    case TP_OP_GELU_TANH: GRAD_STORE(dx, acc, n, dy[i] * s_gelu_tanh_grad(x[i])); break;
+    case TP_OP_GELU: GRAD_STORE(dx, acc, n, dy[i] * s_vgelu_grad(x[i])); break;
+    case TP_OP_GELU_TANH: GRAD_STORE(dx, acc, n, dy[i] * s_vgelu_tanh_grad(x[i])); break;
     case TP_OP_SILU: GRAD_STORE(dx, acc, n, dy[i] * s_silu_grad(x[i], y[i])); break;
     case TP_OP_SOFTPLUS:
         GRAD_STORE(dx, acc, n, x[i] > 20.0f ? dy[i] : dy[i] / (1.0f + s_vexp(-x[i])));

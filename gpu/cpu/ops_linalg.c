@@ -16,17 +16,34 @@
  * before a product that overwrites it (OpenBLAS's sgemm with beta 0 does
  * one). A product of whole batches (neither operand broadcast: attention's
  * q k^T and p v when written out) runs there too, as one batched
- * primitive per product instead of one sgemm call per batch. */
+ * primitive per product instead of one sgemm call per batch.
+ *
+ * Folds (gpu/graph/fold.c, issue 45): a bias b[N] added to every row of
+ * y (c->bias; oneDNN's own bias on the dense path, one pass after the
+ * product elsewhere) and a GELU after it (attr.act). The GELU's forward
+ * writes the product (+ bias), its pre-activation z, into the act's room
+ * at the start of the workspace (tp_act_room), kept to the backward, and
+ * runs the gelu op's own kernel from there into y; the backward turns
+ * dy into dz = dy gelu'(z) over z in place and sums the bias gradient in
+ * the same pass, then runs the products on dz. */
 #include <cblas.h>
 #include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/dnnl_matmul.h"
 #include "gpu/cpu/ops_cpu.h"
 #include "gpu/cpu/ops_elementwise.h"
 #include "gpu/cpu/ops_linalg.h"
 #include "gpu/op_geometry.h"
+
+/* The GELU's derivative vectorised and rounded as the gelu op's own
+ * (ops_elementwise.c's pragma and cpu_math.h): the same bits. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=off", "no-thread-jumps")
+#endif
+#include "gpu/cpu/cpu_math.h"
 
 
 /* Offsets of a's and b's matrices in output batch o. */
@@ -59,8 +76,8 @@ static void s_stack(tp_bmm_geom_t *g, int ta) {
     }
 }
 
-/* The call as the dense layer's (TP_OP_MATMUL: x[R,K] @ W[K,N], no bias,
- * no activation) into *d, its shapes in sh and attributes in attr, when
+/* The call as the dense layer's (TP_OP_MATMUL: x[R,K] @ W[K,N], no bias
+ * (the forward sets d->bias to the folded one), no activation) into *d, its shapes in sh and attributes in attr, when
  * the product is one such matrix product after stacking; 0 otherwise
  * (and for the gradient checks' deliberate fault, which OpenBLAS's alpha
  * carries). */
@@ -116,41 +133,79 @@ static int s_as_batched(const tp_op_call_t *c, tp_dnnl_bmm_t p[3]) {
     return 1;
 }
 
-size_t tp_cpu_batch_matmul_workspace(const tp_op_call_t *c, int dnnl) {
+static tp_status_t s_backward_blas(const tp_op_call_t *c);
+
+/* How a call's products run (the one dispatch the workspace, forward and
+ * backward share): as the dense layer's (d, its shapes and attributes),
+ * as oneDNN's batched products (p), or on OpenBLAS. */
+enum { S_BLAS = 0, S_DENSE = 1, S_BATCHED = 2 };
+typedef struct {
+    int how;
     tp_op_call_t d;
     tp_shape_t sh[2];
     tp_op_attr_t attr;
-    if (!dnnl)
-        return 0;
-    if (s_as_dense(c, &d, sh, &attr))
-        return tp_dnnl_matmul_workspace(&d);
     tp_dnnl_bmm_t p[3];
-    size_t most = 0;
-    if (s_as_batched(c, p))
-        for (int i = 0; i < 3; i++)
-            for (int acc = 0; acc <= (i > 0); acc++) {
-                p[i].acc = acc;
-                const size_t w = tp_dnnl_bmm_workspace(c, &p[i]);
-                most = w > most ? w : most;
-            }
-    return most;
+} s_route_t;
+
+static int s_route(const tp_op_call_t *c, int dnnl, s_route_t *r) {
+    r->how = !dnnl                                  ? S_BLAS
+             : s_as_dense(c, &r->d, r->sh, &r->attr) ? S_DENSE
+             : s_as_batched(c, r->p)                 ? S_BATCHED
+                                                     : S_BLAS;
+    return r->how;
 }
 
-tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl) {
-    tp_op_call_t d;
-    tp_shape_t sh[2];
-    tp_op_attr_t attr;
-    tp_dnnl_bmm_t p[3];
-    if (dnnl && s_as_dense(c, &d, sh, &attr)) {
-        int done = 0;
-        TP_TRY(tp_dnnl_matmul_forward(&d, &done));
+/* y[rows, n] += bias[n] on every row: the folded bias where oneDNN's
+ * primitive did not add it. */
+static void s_add_bias(float *restrict y, size_t rows, size_t n, const float *restrict bias) {
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < n; j++)
+            y[i * n + j] += bias[j];
+}
+
+/* the folded bias's width (y's last dim) and rows */
+static void s_bias_dims(const tp_op_call_t *c, size_t *rows, size_t *n) {
+    *n = c->yshape.ndim ? (size_t)c->yshape.d[c->yshape.ndim - 1] : 1;
+    *rows = *n ? tp_shape_count(&c->yshape) / *n : 0;
+}
+
+size_t tp_cpu_batch_matmul_workspace(const tp_op_call_t *c, int dnnl) {
+    s_route_t r;
+    size_t most = 0;
+    switch (s_route(c, dnnl, &r)) {
+    case S_DENSE:
+        r.d.bias = c->bias; /* the bias's primitive (its scratchpad may differ) */
+        return tp_dnnl_matmul_workspace(&r.d);
+    case S_BATCHED:
+        for (int i = 0; i < 3; i++)
+            for (int acc = 0; acc <= (i > 0); acc++) {
+                r.p[i].acc = acc;
+                const size_t w = tp_dnnl_bmm_workspace(c, &r.p[i]);
+                most = w > most ? w : most;
+            }
+        return most;
+    default:
+        return 0;
+    }
+}
+
+/* y = the product (+ the folded bias), act not applied: c's y and its
+ * workspace are those the product writes and uses. */
+static tp_status_t s_forward(const tp_op_call_t *c, int dnnl) {
+    s_route_t r;
+    int done = 0;
+    switch (s_route(c, dnnl, &r)) {
+    case S_DENSE:
+        r.d.bias = c->bias; /* oneDNN adds it (dnnl_matmul.c) */
+        TP_TRY(tp_dnnl_matmul_forward(&r.d, &done));
         if (done)
             return TP_OK;
-    } else if (dnnl && s_as_batched(c, p)) {
-        int done = 0;
-        TP_TRY(tp_dnnl_bmm(c, &p[0], c->x[0], c->x[1], c->y, &done));
-        if (done)
-            return TP_OK;
+        break;
+    case S_BATCHED:
+        TP_TRY(tp_dnnl_bmm(c, &r.p[0], c->x[0], c->x[1], c->y, &done));
+        break;
+    default:
+        break;
     }
     tp_bmm_geom_t g;
     tp_bmm_geometry(c, &g);
@@ -161,45 +216,119 @@ tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl) {
     const size_t my = (size_t)g.m * (size_t)g.n;
     if (!my || !g.nbat) /* nothing to write (and sgemm refuses a 0 leading dim) */
         return TP_OK;
-    if (g.k == 0) { /* an empty sum: zeros, as torch (sgemm may leave y) */
+    if (done) {
+        /* oneDNN's batched product: only the bias is left */
+    } else if (g.k == 0) { /* an empty sum: zeros, as torch (sgemm may leave y) */
         memset(y, 0, g.nbat * my * sizeof(float));
-        return TP_OK;
+    } else {
+        for (size_t o = 0; o < g.nbat; o++) {
+            size_t oa, ob;
+            s_offsets(&g, o, &oa, &ob);
+            s_gemm(ta, tb, g.m, g.n, g.k, 1.0f, a + oa, ta ? g.m : g.k, b + ob,
+                   tb ? g.k : g.n, 0.0f, y + o * my, g.n);
+        }
     }
-    for (size_t o = 0; o < g.nbat; o++) {
-        size_t oa, ob;
-        s_offsets(&g, o, &oa, &ob);
-        s_gemm(ta, tb, g.m, g.n, g.k, 1.0f, a + oa, ta ? g.m : g.k, b + ob,
-               tb ? g.k : g.n, 0.0f, y + o * my, g.n);
+    if (c->bias) {
+        size_t rows, n;
+        s_bias_dims(c, &rows, &n);
+        s_add_bias(y, rows, n, c->bias);
     }
     return TP_OK;
 }
 
-static tp_status_t s_backward_blas(const tp_op_call_t *c);
+tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl) {
+    const int act = c->attr->act;
+    if (act != TP_ACT_GELU && act != TP_ACT_GELU_TANH)
+        return s_forward(c, dnnl);
+    /* z (the pre-activation) into the act's room, kept for the backward;
+     * y = gelu(z) by the gelu op's own kernel */
+    tp_op_call_t in = tp_act_inner(c, NULL);
+    in.y = c->workspace;
+    TP_TRY(s_forward(&in, dnnl));
+    const void *z[1] = {c->workspace};
+    tp_op_call_t g = {0};
+    g.kind = act == TP_ACT_GELU ? TP_OP_GELU : TP_OP_GELU_TANH;
+    g.attr = c->attr;
+    g.name = c->name;
+    g.ninputs = 1;
+    g.x = z;
+    g.xshape = &c->yshape;
+    g.y = c->y;
+    g.yshape = c->yshape;
+    g.node = c->node;
+    return tp_cpu_elementwise_forward(&g);
+}
 
-tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c, int dnnl) {
-    tp_op_call_t d;
-    tp_shape_t sh[2];
-    tp_op_attr_t attr;
-    tp_dnnl_bmm_t p[3];
-    if (dnnl && s_as_dense(c, &d, sh, &attr)) {
-        int done = 0;
-        TP_TRY(tp_dnnl_matmul_backward(&d, &done));
-        if (done)
-            return TP_OK;
-    } else if (dnnl && s_as_batched(c, p)) {
+/* The GELU's backward over columns [lo, hi) of every row: dz = dy
+ * gelu'(z) written over z, and the bias gradient's column sums (rows in
+ * order: the same bits whatever the cut) in the same pass; without a
+ * GELU, the bias gradient's sums of dy alone. */
+typedef struct {
+    float *z;        /* [rows, n]: z in, dz out */
+    const float *dy; /* [rows, n] */
+    float *db;       /* [n] or NULL */
+    size_t rows, n;
+    int act, acc; /* act: TP_ACT_NONE (db alone), TP_ACT_GELU, _GELU_TANH */
+} s_act_bwd_t;
+
+/* One row's columns: dz over z in place (zd), and db += dz where db is
+ * given; restrict on each, the one pointer zd both read and written. */
+#define S_GELU_ROW(GRAD)                                                       \
+    do {                                                                       \
+        if (db)                                                                \
+            for (size_t j = 0; j < w; j++) {                                   \
+                const float d = dy[j] * GRAD(zd[j]);                           \
+                zd[j] = d;                                                     \
+                db[j] += d;                                                    \
+            }                                                                  \
+        else                                                                   \
+            for (size_t j = 0; j < w; j++)                                     \
+                zd[j] = dy[j] * GRAD(zd[j]);                                   \
+    } while (0)
+
+TP_CPU_CLONES static void s_act_bwd_cols(void *arg, size_t lo, size_t hi) {
+    const s_act_bwd_t *a = arg;
+    const size_t w = hi - lo;
+    float *restrict db = a->db ? a->db + lo : NULL; /* this part's columns */
+    if (db && !a->acc)
+        memset(db, 0, w * sizeof(float));
+    for (size_t i = 0; i < a->rows; i++) {
+        float *restrict zd = a->z ? a->z + i * a->n + lo : NULL; /* NULL: no GELU */
+        const float *restrict dy = a->dy + i * a->n + lo;
+        if (a->act == TP_ACT_GELU)
+            S_GELU_ROW(s_vgelu_grad);
+        else if (a->act == TP_ACT_GELU_TANH)
+            S_GELU_ROW(s_vgelu_tanh_grad);
+        else
+            for (size_t j = 0; j < w; j++)
+                db[j] += dy[j];
+    }
+}
+#undef S_GELU_ROW
+
+/* The products' backward on dy (c->dy), the folded bias's gradient
+ * already summed. */
+static tp_status_t s_backward(const tp_op_call_t *c, int dnnl) {
+    s_route_t r;
+    int done = 0;
+    switch (s_route(c, dnnl, &r)) {
+    case S_DENSE:
+        TP_TRY(tp_dnnl_matmul_backward(&r.d, &done));
+        return done ? TP_OK : s_backward_blas(c);
+    case S_BATCHED: {
         /* dA first, then dB, each whole: where one falls back the other
          * may still run on oneDNN (the two write different buffers; q = k
          * twice is two inputs of one node, whose second gradient adds) */
         const float *a = c->x[0], *b = c->x[1];
         int done_a = !c->dx[0], done_b = !c->dx[1];
         if (c->dx[0]) {
-            p[1].acc = c->dx_acc && c->dx_acc[0];
-            TP_TRY(tp_dnnl_bmm(c, &p[1], !tp_bmm_trans_a(c) ? c->dy : b,
+            r.p[1].acc = c->dx_acc && c->dx_acc[0];
+            TP_TRY(tp_dnnl_bmm(c, &r.p[1], !tp_bmm_trans_a(c) ? c->dy : b,
                                !tp_bmm_trans_a(c) ? b : c->dy, c->dx[0], &done_a));
         }
         if (done_a && c->dx[1]) {
-            p[2].acc = c->dx_acc && c->dx_acc[1];
-            TP_TRY(tp_dnnl_bmm(c, &p[2], !tp_bmm_trans_b(c) ? a : c->dy,
+            r.p[2].acc = c->dx_acc && c->dx_acc[1];
+            TP_TRY(tp_dnnl_bmm(c, &r.p[2], !tp_bmm_trans_b(c) ? a : c->dy,
                                !tp_bmm_trans_b(c) ? c->dy : a, c->dx[1], &done_b));
         }
         if (done_a && done_b)
@@ -210,8 +339,33 @@ tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c, int dnnl) {
             rest.dx = dx;
             return s_backward_blas(&rest);
         }
+        return s_backward_blas(c);
     }
-    return s_backward_blas(c);
+    default:
+        return s_backward_blas(c);
+    }
+}
+
+tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c, int dnnl) {
+    const int act = c->attr->act;
+    const int gelu = act == TP_ACT_GELU || act == TP_ACT_GELU_TANH;
+    size_t rows, n;
+    s_bias_dims(c, &rows, &n);
+    /* with a GELU, dz over z in the act's room and the bias's gradient
+     * beside it; without, the bias's gradient alone; then the products
+     * on dz (the workspace past the room) or dy */
+    if (gelu || c->dbias) {
+        s_act_bwd_t a = {gelu ? c->workspace : NULL, c->dy, c->dbias, rows, n,
+                          gelu ? act : TP_ACT_NONE, c->dbias_acc};
+        /* a part of the columns is worth a thread past ~16k items */
+        const size_t min_cols = rows ? (16384 + rows - 1) / rows : n;
+        tp_cpu_parallel(n, 16, min_cols < 16 ? 16 : min_cols, s_act_bwd_cols, &a);
+    }
+    if (!gelu)
+        return s_backward(c, dnnl);
+    tp_op_call_t in = tp_act_inner(c, c->workspace);
+    in.dbias = NULL;
+    return s_backward(&in, dnnl);
 }
 
 /* The backward on OpenBLAS: one sgemm per batch and operand. */

@@ -72,6 +72,58 @@ void tp_plan_folds_(tp_tower_t *t) {
         p->grad_alias = c;
         c->folded = q;
     }
+
+    /* batch_matmul's bias and GELU (issue 45; only where the backend runs
+     * them, ops->bmm_fold: the CUDA backend keeps the unfused calls). A
+     * GPT's linear is add(batch_matmul(x, W), b[N]) and, in the MLP, a
+     * gelu after it: three calls and three passes over a [B,T,N] output
+     * forward, two more backward. Folded, the product adds b as oneDNN's
+     * bias (dnnl_matmul.c), the GELU runs on it in one pass that keeps the
+     * pre-activation in the call's workspace, and the backward turns dy
+     * into the pre-activation's gradient and sums b's gradient in one
+     * pass before its products (ops_linalg.c): the gelu op's own
+     * arithmetic (cpu_math.h) and the bias gradient summed rows in order
+     * as the add's backward sums it, so no number changes (test_fold).
+     * Not where the product runs backward for more than one cost: its
+     * backward turns the kept pre-activation into its gradient. */
+    tp_backend_t *b = t->model ? t->model->backend : NULL;
+    if (b && b->ops->bmm_fold && b->ops->bmm_fold(b)) {
+        for (int i = 0; i < t->nnodes; i++) {
+            tp_node_t *c = t->nodes[i], *p = c->ninputs == 2 ? c->inputs[0] : NULL;
+            if (c->kind != TP_OP_ADD || c->folded || c->attr.act != TP_ACT_NONE || !p ||
+                p->kind != TP_OP_BATCH_MATMUL ||
+                p->fold_bias || p->attr.act != TP_ACT_NONE || uses[p->id] != 1 ||
+                p->cost_mask != c->cost_mask || p->dtype != TP_FLOAT32 ||
+                c->dtype != TP_FLOAT32 || !tp_shape_same(&p->shape, &c->shape) ||
+                p->shape.ndim < 2 || p->inputs[1]->shape.ndim != 2)
+                continue; /* (a linear's product: W unbatched [K,N]) */
+            const tp_node_t *bv = c->inputs[1];
+            if (bv->kind != TP_OP_VARIABLE || bv->dtype != TP_FLOAT32 || bv->shape.ndim != 1 ||
+                bv->shape.d[0] != p->shape.d[p->shape.ndim - 1] || bv == p->inputs[0] ||
+                bv == p->inputs[1])
+                continue;
+            p->fold_bias = c;
+            p->hidden = 1;
+            p->grad_alias = c;
+            c->folded = p;
+        }
+        for (int i = 0; i < t->nnodes; i++) {
+            tp_node_t *c = t->nodes[i], *p = c->ninputs == 1 ? c->inputs[0] : NULL;
+            if ((c->kind != TP_OP_GELU && c->kind != TP_OP_GELU_TANH) || !p ||
+                uses[p->id] != 1 || p->cost_mask != c->cost_mask || p->dtype != TP_FLOAT32 ||
+                c->dtype != TP_FLOAT32 || (c->cost_mask & (c->cost_mask - 1u)))
+                continue;
+            tp_node_t *q = p->folded ? p->folded : p;
+            if (q->kind != TP_OP_BATCH_MATMUL || q->attr.act != TP_ACT_NONE ||
+                q->inputs[1]->shape.ndim != 2)
+                continue;
+            q->attr.act = c->kind == TP_OP_GELU ? TP_ACT_GELU : TP_ACT_GELU_TANH;
+            q->hidden = 1;
+            p->hidden = 1;
+            p->grad_alias = c;
+            c->folded = q;
+        }
+    }
     free(uses);
 }
 

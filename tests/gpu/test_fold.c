@@ -6,7 +6,8 @@
  * fold); a value a fold overwrote is an error to fetch, naming what to
  * fetch instead. Last, the nChw16c chains of a folded model on the CPU
  * (tp_plan_blk16_): the ResNet and the CNN-BN train as without them
- * within rounding. */
+ * within rounding. And a GPT's linears (batch_matmul, add of a [N] bias,
+ * gelu: issue 45) folded into one call train as unfolded. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,8 +38,43 @@ static tp_status_t s_ae_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
     return tp_tower_set_cost(t, cost);
 }
 
+/* A GPT's MLP on the images' rows ([B, 28, 28] as [B, T, C]): linears as
+ * the zoo GPT builds them (batch_matmul against an unbatched [K,N] W, add
+ * of a [N] bias), a tanh GELU after the first (the MLP's fc), an erf GELU
+ * after the second (no bias), the third with a bias alone; the MSE
+ * against the rows. Four folds. */
+static tp_node_t *s_linear(tp_tower_t *t, const char *name, tp_node_t *x, int64_t k,
+                           int64_t n, int bias) {
+    char v[32];
+    int64_t ws[2] = {k, n}, bs[1] = {n};
+    snprintf(v, sizeof v, "%s/W", name);
+    tp_node_t *w = tp_variable(t, v, 2, ws, (tp_init_t){TP_INIT_NORMAL, 0.3f}, TP_VAR_TRAINABLE);
+    tp_node_t *y = tp_batch_matmul(t, name, x, w, 0, 0);
+    if (!bias)
+        return y;
+    snprintf(v, sizeof v, "%s/b", name);
+    tp_node_t *b = tp_variable(t, v, 1, bs, (tp_init_t){TP_INIT_NORMAL, 0.1f}, TP_VAR_TRAINABLE);
+    snprintf(v, sizeof v, "%s/output", name);
+    return tp_add(t, v, y, b);
+}
+
+static tp_status_t s_gpt_mlp_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    (void)user;
+    const int64_t btc[3] = {-1, 28, 28};
+    tp_node_t *x = tp_reshape(t, "rows", tp_cast(t, "pixels", in[0], 1.0f / 255), 3, btc);
+    tp_node_t *h = tp_gelu(t, "fc/gelu", s_linear(t, "fc", x, 28, 64, 1), 1);
+    h = tp_gelu(t, "mid/gelu", s_linear(t, "mid", h, 64, 48, 0), 0);
+    tp_node_t *y = s_linear(t, "proj", h, 48, 28, 1);
+    tp_node_t *cost = tp_mse(t, "mse", y, x);
+    tp_tower_add_output(t, "logits", y);
+    tp_tower_add_output(t, "cost", cost);
+    return tp_tower_set_cost(t, cost);
+}
+
 static tp_model_t *s_model(const char *name, int fold, int towers, int batch) {
-    tp_tower_fn build = strcmp(name, "autoencoder") ? tp_zoo_find(name)->build : s_ae_tower;
+    tp_tower_fn build = !strcmp(name, "autoencoder") ? s_ae_tower
+                        : !strcmp(name, "gpt-mlp")    ? s_gpt_mlp_tower
+                                                      : tp_zoo_find(name)->build;
     tp_model_desc_t md = {tp_zoo_inputs(), 2, build, s_sgd, NULL};
     tp_model_config_t mc = tp_model_config_default();
     mc.towers = towers;
@@ -155,6 +191,41 @@ Test(fold, autoencoder_trains_bit_for_bit_as_unfolded) {
     }
     cr_expect_eq(folds, 3, "%d folds in the autoencoder", folds);
     cr_expect_eq(relus, 0, "%d relu rows left", relus);
+    tp_model_destroy(&m);
+}
+
+/* batch_matmul + bias add + gelu (fold.c's own loop, issue 45): four
+ * folds, the gelu rows gone, and the variables (so every gradient) and
+ * the inference output the unfolded model's bit for bit: the folded
+ * GELU runs the gelu op's kernels (cpu_math.h), and its bias gradient
+ * sums rows in order as the add's did; one tower and two. */
+Test(fold, gpt_linears_with_bias_and_gelu_train_bit_for_bit_as_unfolded) {
+    s_same("gpt-mlp", 1, 8, 3);
+    s_same("gpt-mlp", 2, 4, 2);
+    tp_model_t *m = s_model("gpt-mlp", 1, 1, 8);
+    tp_model_set_profiling(m, 1);
+    s_train(m, 1, 8, 1);
+    tp_op_profile_t p[64];
+    int n = tp_model_profile(m, 0, p, 64), folds = 0, gelus = 0, adds = 0;
+    for (int i = 0; i < n && i < 64; i++) {
+        folds += p[i].folds;
+        gelus += p[i].kind == TP_OP_GELU || p[i].kind == TP_OP_GELU_TANH;
+        adds += p[i].kind == TP_OP_ADD;
+    }
+    cr_expect_eq(folds, 4, "%d folds in the GPT's MLP", folds);
+    cr_expect_eq(gelus, 0, "%d gelu rows left", gelus);
+    cr_expect_eq(adds, 0, "%d add rows left", adds);
+    /* the pre-activation is gone, the gelu's output is the product's */
+    tp_tensor_t f[2];
+    s_batch(f, 8, 0);
+    tp_fetch_t under = {"fc/output", {0}}, gelu = {"fc/gelu", {0}};
+    tp_run_opts_t ro = {.stages = TP_RUN_FORWARD};
+    cr_expect_eq(tp_model_run(m, -1, f, 2, &under, 1, &ro), TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "fetch 'fc/gelu'"), "%s", tp_last_error());
+    cr_expect_eq(tp_model_run(m, -1, f, 2, &gelu, 1, &ro), TP_OK, "%s", tp_last_error());
+    tp_tensor_fini(&gelu.value);
+    tp_tensor_fini(&f[0]);
+    tp_tensor_fini(&f[1]);
     tp_model_destroy(&m);
 }
 
