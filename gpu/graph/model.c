@@ -778,18 +778,30 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
  * model-only before anything is planned, so that no node computes a
  * gradient for them (autodiff plans from the trainable flag), and they get
  * no slots, no update, no average. */
-static void s_freeze(tp_model_t *m) {
-    int n = 0;
+static tp_status_t s_freeze(tp_model_t *m) {
+    int n = 0, left = 0;
+    const tp_var_t *last = NULL;
     for (int i = 0; i < m->nvars; i++) {
         tp_var_t *v = &m->vars[i];
         if (v->trainable && tp_optimizer_lr_mult(m->opt, v->name) == 0) {
             v->trainable = 0;
+            last = v;
             n++;
+        } else if (v->trainable) {
+            left++;
         }
     }
+    /* Nothing left to train: said here, before the first step, naming
+     * the pattern (else the first step fails with "no fresh gradients") */
+    if (n && !left)
+        return tp_error(TP_ERR_INVALID, "model: the learning-rate multiplier 0 of "
+                        "pattern '%s' froze every trainable variable (all %d, e.g. %s): "
+                        "nothing is left to train",
+                        tp_optimizer_lr_mult_pattern(m->opt, last->name), n, last->name);
     if (n)
         TP_INFO("model: %d variable%s frozen (learning-rate multiplier 0)", n,
                 n > 1 ? "s" : "");
+    return TP_OK;
 }
 
 /* The update of the trainable floats [lo, hi) of replica rp from grads
@@ -929,7 +941,7 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
         t->mirror_ready = t->mirror_inflight = -1;
     }
     if (m->opt && tp_optimizer_lr_mult_count(m->opt) > 0)
-        s_freeze(m);
+        TP_TRY(s_freeze(m));
     m->nreal = m->nvars;
     if (m->opt && tp_optimizer_ema_decay(m->opt) > 0)
         TP_TRY(s_plan_shadows(m, "ema", &m->ema_first, &m->nema));

@@ -474,6 +474,23 @@ Test(optim, lr_multipliers_scale_each_variables_step_and_zero_freezes) {
     }
 }
 
+/* Every trainable variable frozen (tp-train --freeze '*'): the model is
+ * refused when it is built, naming the pattern, instead of its first step
+ * failing with "no fresh gradients". */
+Test(optim, freezing_every_variable_is_refused_at_build_naming_the_pattern) {
+    s_mult_w = 0, s_mult_b = 0;
+    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_sgd_mults, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = CB;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_expect_null(m);
+    cr_expect(strstr(tp_last_error(), "pattern 'fc/?'") &&
+                  strstr(tp_last_error(), "nothing is left to train"), "%s",
+              tp_last_error());
+    tp_model_destroy(&m);
+    s_mult_w = 1, s_mult_b = 1;
+}
+
 /* ---- weight-decay multipliers (nanoGPT's no-decay group) ---------------
  * AdamW at rate 0.1, decay 0.5, with fc/b exempt: fc/W takes exactly the
  * step of AdamW with no patterns, fc/b exactly Adam's (decay 0). */
