@@ -221,7 +221,8 @@ static int s_tool(char **argv) {
 /* Must hold: what a user gets wrong with a GAN is refused, saying what and
  * what to use: tp-train --model dcgan with a flag it does not read (the
  * classifiers' --classes, --test-data, --augment, the gpt's --context, a
- * text: source) names that flag instead of ignoring it; tp-generate asked
+ * text: source, --job) names that flag instead of ignoring it, and the
+ * flags it does read (--curve, --tf32) are not ignored either; tp-generate asked
  * for text (--prompt) from a dcgan checkpoint says it draws images; a
  * --load that is not there is named; a count of 0 or below and a negative seed are refused; a checkpoint cut
  * in the middle is named as cut short. No run hangs (pu_run's limit). */
@@ -238,7 +239,8 @@ Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
                   {"--augment", "imagenet", "--augment"},
                   {"--context", "32", "--context"},
                   {"--optimizer", "sgd", "--optimizer"},
-                  {"--data", "text:/etc/hostname", "--data text:FILE"}};
+                  {"--data", "text:/etc/hostname", "--data text:FILE"},
+                  {"--job", "j1", "--job"}};
     for (size_t i = 0; i < sizeof unread / sizeof unread[0]; i++) {
         char *a[] = {"tp-train", "--model", "dcgan", (char *)unread[i].flag,
                      (char *)unread[i].value, "--epochs", "1", "--steps-per-epoch", "1",
@@ -249,6 +251,15 @@ Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
                       strstr(s_out, unread[i].said),
                   "%s %s:\n%s", unread[i].flag, unread[i].value, s_out);
     }
+    /* --curve is read (the keys of a tcp --stats socket): keys that are
+     * not there are named, not ignored; --tf32 on the CPU says it changes
+     * nothing, as for the classifiers (both before any data is read) */
+    char *curve[] = {"tp-train", "--model", "dcgan", "--curve", "/nonexistent/keys",
+                     "--tf32", "--devices", "cpu", "--data", "imagefolder:/nonexistent",
+                     "--logdir", logdir, "--no-tensorboard", NULL};
+    cr_expect_eq(s_tool(curve), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "--curve") && strstr(s_out, "/nonexistent/keys"), "%s", s_out);
+    cr_expect(strstr(s_out, "--tf32: the towers run on the CPU"), "%s", s_out);
     /* a --load that is not there: named, before the flags it lacks */
     char *gone[] = {"tp-generate", "--load", logdir, NULL};
     cr_expect_eq(s_tool(gone), 1, "%s", s_out);

@@ -997,7 +997,8 @@ static tp_optimizer_t *s_gan_optimizer(void *user) {
  * channels and size are the data's),
  * --epochs, --batch, --lr, --steps-per-epoch, --towers, --threads, --seed,
  * --logdir, --logdir-action, --resume, --no-tensorboard, --log-every,
- * --devices (cpu, auto: the CPU; a GPU id). */
+ * --devices (cpu, auto: the CPU; a GPU id), --tf32 and --bf16 (on a GPU),
+ * --curve (a tcp --stats socket's keys). */
 /* The flags --model dcgan does not read (the classifiers' and the gpt's):
  * refused by name rather than ignored, so that `--classes 3` or a
  * `--test-data` does not look as if it were used. TP_OK, or the first one
@@ -1026,6 +1027,8 @@ static tp_status_t s_gan_unread_flags(const s_args_t *a, const char *model) {
          "the rate is constant"},
         {a->remote || a->workers_mode, "--remote/--workers",
          "the pipeline runs in the trainer's process"},
+        {a->job != NULL, "--job", "it names --remote's workers, and the pipeline runs "
+         "in the trainer's process"},
         {a->context || a->layers || a->heads || a->embed || a->dropout > 0 || s_sample.given,
          "--context/--layers/--heads/--embed/--dropout/--sample-*", "--model gpt's flags"},
     };
@@ -1033,8 +1036,9 @@ static tp_status_t s_gan_unread_flags(const s_args_t *a, const char *model) {
         if (f[i].given)
             return tp_error(TP_ERR_INVALID, "--model %s does not take %s (%s); it takes "
                             "--data, --image-size, --channels, --epochs, --batch, --lr, "
-                            "--steps-per-epoch, --towers, --threads, --seed, --devices and "
-                            "the log flags (docs/training.md, \"DCGAN in the zoo\")", model,
+                            "--steps-per-epoch, --towers, --threads, --seed, --devices, "
+                            "--tf32, --bf16, --curve and the log flags (docs/training.md, "
+                            "\"DCGAN in the zoo\")", model,
                             f[i].flag, f[i].why);
     return TP_OK;
 }
@@ -1059,6 +1063,15 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
         }
         a->device = (int)id;
     }
+    /* the GPU's math flags reach the towers' device (cfg.tf32, cfg.bf16);
+     * on the CPU they change nothing, said as the classifiers say it */
+    if (a->tf32 == 1 && a->device < 0)
+        TP_WARN("--tf32: the towers run on the CPU, where it changes nothing");
+    if (a->bf16 == 1 && a->device < 0)
+        TP_WARN("--bf16: the towers run on the CPU, where it changes nothing");
+    /* --curve: the keys of a tcp --stats socket (--remote is refused above) */
+    if (a->curve && tp_stats_set_curve(a->curve) != TP_OK)
+        return s_fail("--curve");
     if (tp_signals_install() < 0)
         return s_fail("signals");
     char logdir[4096], defdir[512];
@@ -1153,6 +1166,8 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     cfg.seed = (uint64_t)a->seed;
     cfg.threads = a->threads;
     cfg.device = a->device;
+    cfg.tf32 = a->tf32;
+    cfg.bf16 = a->bf16;
     cfg.logdir = logdir;
     cfg.logdir_action = TP_LOGDIR_KEEP;  /* prepared above */
     cfg.auto_resume = a->resume;
