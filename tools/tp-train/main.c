@@ -1228,6 +1228,46 @@ static tp_status_t s_resume_same_model(const s_args_t *a) {
                     a->model, ti.model);
 }
 
+/* --resume of a --model gpt run at another shape (--layers 2 where the
+ * run had 1, or the shape flags left out, so the defaults): refused
+ * naming the flags that differ and the checkpoint's whole shape, to be
+ * given again; else the resume fails on the missing variables. After the
+ * defaults are applied (a->layers ... set). */
+static tp_status_t s_resume_same_gpt_shape(const s_args_t *a) {
+    char dir[4096], ckpt[4096];
+    snprintf(dir, sizeof dir, "%s", a->logdir ? a->logdir : "train_log/gpt");
+    tp_safetensors_t *st = NULL;
+    if (tp_checkpoint_find_latest(dir, ckpt, sizeof ckpt) != TP_OK ||
+        tp_safetensors_open(ckpt, &st) != TP_OK)
+        return TP_OK;  /* nothing to resume, or the resume reports it */
+    static const char *const keys[] = {"layers", "heads", "embed", "context"};
+    const int want[] = {a->layers, a->heads, a->embed, a->context};
+    long had[4];
+    char differ[256] = "", shape[256] = "";
+    size_t nd = 0, ns = 0;
+    int recorded = 1;
+    for (int i = 0; i < 4; i++) {
+        const char *v = tp_safetensors_meta(st, keys[i]);
+        char *end = NULL;
+        had[i] = v ? strtol(v, &end, 10) : 0;
+        if (!v || *end || had[i] < 1) {
+            recorded = 0;  /* an older checkpoint: the resume says what fails */
+            break;
+        }
+        ns += (size_t)snprintf(shape + ns, sizeof shape - ns, "%s--%s %ld", i ? " " : "",
+                               keys[i], had[i]);
+        if (had[i] != want[i] && nd < sizeof differ)
+            nd += (size_t)snprintf(differ + nd, sizeof differ - nd, "%s--%s %d (it has %ld)",
+                                   nd ? ", " : "", keys[i], want[i], had[i]);
+    }
+    tp_safetensors_destroy(&st);
+    if (!recorded || !differ[0])
+        return TP_OK;
+    return tp_error(TP_ERR_INVALID, "%s holds a gpt of another shape than this run's %s: "
+                    "give its shape, %s, to go on with it, or another --logdir", ckpt,
+                    differ, shape);
+}
+
 int main(int argc, char **argv) {
     /* static: a.info is freed by an exit handler (s_info_free), which runs
      * after main's frame is gone */
@@ -1548,6 +1588,8 @@ int main(int argc, char **argv) {
                      a.heads);
             return s_fail("bad flags");
         }
+        if (a.resume && s_resume_same_gpt_shape(&a) != TP_OK)
+            return s_fail("--resume");
         if (!a.spec && strncmp(a.data, "text:", 5)) {
             tp_error(TP_ERR_INVALID, "--model gpt trains on text: give --data text:FILE "
                      "(bytes as tokens; docs/dataflow.md, \"Text\"), not '%s'%s", a.data,
