@@ -270,6 +270,16 @@ Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
     cr_expect_eq(s_tool(prompt), 1, "%s", s_out);
     cr_expect(strstr(s_out, "holds model 'dcgan', a GAN: it draws images") &&
                   strstr(s_out, "--count N --output FILE.npy"), "%s", s_out);
+    /* a flag missing is named; a gpt's flag among a GAN's is named, with
+     * the model the checkpoint holds */
+    char *nout[] = {"tp-generate", "--load", logdir, "--count", "2", NULL};
+    cr_expect_eq(s_tool(nout), 2, "%s", s_out);
+    cr_expect(strstr(s_out, ": --output missing"), "%s", s_out);
+    char *mixed[] = {"tp-generate", "--load", logdir, "--count", "2", "--output", npy,
+                     "--temperature", "0.5", NULL};
+    cr_expect_eq(s_tool(mixed), 2, "%s", s_out);
+    cr_expect(strstr(s_out, "--temperature is a gpt's") && strstr(s_out, "--count a GAN's") &&
+                  strstr(s_out, "holds model 'dcgan'"), "%s", s_out);
     const char *counts[] = {"0", "-3", "2x"};
     for (int i = 0; i < 3; i++) {
         char *a[] = {"tp-generate", "--load", logdir, "--count", (char *)counts[i],
