@@ -198,8 +198,9 @@ static tp_status_t s_files_next(void *impl, tp_datapoint_t **out) {
             /* the way past a bad file, named where the user meets it */
             if (!self->o.skip_bad)
                 return tp_error(rc, "%s (the source option skip-bad skips and counts "
-                                "such files: %s:PATH,skip-bad; docs/images.md)",
-                                tp_last_error(), self->name);
+                                "such files: %s:%s,skip-bad; docs/images.md)",
+                                tp_last_error(), self->name,
+                                strcmp(self->name, "imagelist") ? "DIR" : "LIST");
             if (!self->bad && !(self->bad = calloc(self->n, 1)))
                 return tp_error(TP_ERR_NOMEM, "%s", self->name);
             self->bad[k] = 1;

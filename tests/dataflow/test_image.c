@@ -286,7 +286,7 @@ Test(image, bad_file_in_folder_fails_or_is_skipped) {
     cr_assert(strstr(tp_last_error(), "zero.jpg") ||
               strstr(tp_last_error(), "trunc.png"), "%s", tp_last_error());
     /* and says the way past it */
-    cr_assert(strstr(tp_last_error(), "imagefolder:PATH,skip-bad"), "%s", tp_last_error());
+    cr_assert(strstr(tp_last_error(), "imagefolder:DIR,skip-bad"), "%s", tp_last_error());
     tp_dataflow_destroy(&df);
 
     tp_image_source_opts_t o;
