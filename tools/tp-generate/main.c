@@ -147,7 +147,11 @@ int main(int argc, char **argv) {
                 return 2;
             }
             break;
-        case O_PROMPT: text.prompt = optarg; text_flags = 1; text_flag = text_flag ? text_flag : "--prompt"; break;
+        case O_PROMPT:
+            text.prompt = optarg;
+            text_flags = 1;
+            text_flag = text_flag ? text_flag : "--prompt";
+            break;
         case O_TOKENS:
             text.tokens = strtol(optarg, &end, 10);
             if (*end || !*optarg || text.tokens < 1 || text.tokens > 1000000) {
