@@ -260,6 +260,16 @@ Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
     cr_expect_eq(s_tool(curve), 1, "%s", s_out);
     cr_expect(strstr(s_out, "--curve") && strstr(s_out, "/nonexistent/keys"), "%s", s_out);
     cr_expect(strstr(s_out, "--tf32: the towers run on the CPU"), "%s", s_out);
+    /* --resume into a log directory that is not there (a typo): named,
+     * as for the classifiers, not a new run started there */
+    char gone_dir[160];
+    snprintf(gone_dir, sizeof gone_dir, "%s/typo", dir);
+    char *resume[] = {"tp-train", "--model", "dcgan", "--resume", "--logdir", gone_dir,
+                      "--epochs", "1", "--steps-per-epoch", "1", "--no-tensorboard", NULL};
+    cr_expect_eq(s_tool(resume), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "--resume: the log directory") && strstr(s_out, gone_dir) &&
+                  strstr(s_out, "--create-logdir"), "%s", s_out);
+    cr_expect_neq(access(gone_dir, F_OK), 0, "a refused --resume made %s", gone_dir);
     /* a --load that is not there: named, before the flags it lacks */
     char *gone[] = {"tp-generate", "--load", logdir, NULL};
     cr_expect_eq(s_tool(gone), 1, "%s", s_out);

@@ -1079,6 +1079,15 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     tp_logdir_action_t action = a->resume ? TP_LOGDIR_KEEP : TP_LOGDIR_ASK;
     if (a->action && tp_logdir_action_parse(a->action, &action) != TP_OK)
         return s_fail("--logdir-action");
+    struct stat dst;
+    if (a->resume && !a->create_logdir && stat(a->logdir ? a->logdir : defdir, &dst) != 0) {
+        /* as for the classifiers: a mistyped path would otherwise start a
+         * new run silently */
+        tp_error(TP_ERR_NOT_FOUND, "--resume: the log directory %s does not exist (%s); "
+                 "--create-logdir starts a new run there", a->logdir ? a->logdir : defdir,
+                 strerror(errno));
+        return s_fail("log directory");
+    }
     if (tp_logdir_prepare(a->logdir ? a->logdir : defdir, action, logdir, sizeof logdir,
                           NULL) != TP_OK)
         return s_fail("log directory");
