@@ -10,11 +10,13 @@
  * whoever comes next (`decode` in workers). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
 
@@ -95,6 +97,13 @@ static tp_status_t s_files_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     return TP_OK;
 }
 
+/* What a non-regular file is, for the messages that refuse one. */
+static const char *s_special_kind(mode_t mode) {
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+         : S_ISSOCK(mode) ? "a socket" : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+         : "a special file";
+}
+
 static tp_status_t s_read_raw(const char *what, const char *path, tp_tensor_t *out);
 
 /* tp_image_pick_fn of the random resized crop: drawn on the decoded size */
@@ -136,13 +145,26 @@ static tp_status_t s_files_begin(void *impl) {
 static tp_status_t s_read_raw(const char *what, const char *path,
                               tp_tensor_t *out) {
     tp_tensor_init_empty(out);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tp_error(TP_ERR_IO, "%s %s: %s", what, path, strerror(errno));
+    /* O_NONBLOCK: a FIFO (an image list may name one, or one may replace
+     * a scanned file) would block the open until a writer came; it opens
+     * at once and is refused below (no effect on a regular file) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return tp_error(TP_ERR_IO, "%s %s: %s", what, path, strerror(e));
+    }
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
         fclose(f);
         return tp_error(TP_ERR_IO, "%s %s: stat failed", what, path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fclose(f);
+        return tp_error(TP_ERR_INVALID, "%s %s: %s, not a regular file", what, path,
+                        s_special_kind(st.st_mode));
     }
     int64_t shape[1] = {st.st_size};
     tp_status_t rc = tp_tensor_init(out, TP_UINT8, 1, shape);
@@ -173,8 +195,12 @@ static tp_status_t s_files_next(void *impl, tp_datapoint_t **out) {
         if (rc == TP_ERR_NOMEM)
             return rc;
         if (rc != TP_OK) {
+            /* the way past a bad file, named where the user meets it */
             if (!self->o.skip_bad)
-                return rc;
+                return tp_error(rc, "%s (the source option skip-bad skips and counts "
+                                "such files: %s:%s,skip-bad; docs/images.md)",
+                                tp_last_error(), self->name,
+                                strcmp(self->name, "imagelist") ? "DIR" : "LIST");
             if (!self->bad && !(self->bad = calloc(self->n, 1)))
                 return tp_error(TP_ERR_NOMEM, "%s", self->name);
             self->bad[k] = 1;
@@ -316,6 +342,18 @@ static tp_status_t s_list_dir(const char *dir, char ***names, int **isdir,
             /* lstat: a linked folder is not entered (no loops through
              * links such as /proc/self/root); a linked file is read */
             (*isdir)[i] = lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+            /* An image name on a FIFO, socket or device: reading a FIFO
+             * waits for a writer that never comes (tp-train hung until
+             * SIGTERM). torchvision's ImageFolder filters by extension
+             * only and would hang the same way in PIL's open; refused
+             * here by path, before anything is read. stat follows a
+             * link, since a linked file is read; a dangling one is left
+             * to the read, which names it. */
+            if (!(*isdir)[i] && s_is_image_name(v[i]) && stat(p, &st) == 0 &&
+                !S_ISREG(st.st_mode))
+                rc = tp_error(TP_ERR_INVALID, "imagefolder %s: %s is %s, not a regular "
+                              "file (remove it, or rename it without an image "
+                              "extension)", dir, p, s_special_kind(st.st_mode));
         }
     }
     if (rc != TP_OK) {

@@ -777,19 +777,56 @@ static tp_status_t s_replica_init(tp_model_t *m, int r) {
 /* Variables whose learning-rate multiplier is 0 are frozen: made
  * model-only before anything is planned, so that no node computes a
  * gradient for them (autodiff plans from the trainable flag), and they get
- * no slots, no update, no average. */
-static void s_freeze(tp_model_t *m) {
-    int n = 0;
+ * no slots, no update, no average. A pattern that decides no trainable
+ * variable (a typo in tp-train --freeze) would change nothing unseen:
+ * refused, naming it and some of the variables. */
+static tp_status_t s_freeze(tp_model_t *m) {
+    int n = 0, left = 0;
+    const tp_var_t *last = NULL;
+    unsigned used = 0;  /* bit k: pattern k decides a trainable variable */
+    char names[512];
+    size_t off = 0;
+    names[0] = '\0';
     for (int i = 0; i < m->nvars; i++) {
         tp_var_t *v = &m->vars[i];
-        if (v->trainable && tp_optimizer_lr_mult(m->opt, v->name) == 0) {
+        if (!v->trainable)
+            continue;
+        int k = tp_optimizer_lr_mult_index(m->opt, v->name);
+        if (k >= 0 && k < 32)
+            used |= 1u << k;
+        if (off < sizeof names - 1) {
+            int w = snprintf(names + off, sizeof names - off, "%s%s", off ? ", " : "",
+                             v->name);
+            off = w < 0 ? sizeof names : off + (size_t)w;
+        }
+        if (tp_optimizer_lr_mult(m->opt, v->name) == 0) {
             v->trainable = 0;
+            last = v;
             n++;
+        } else {
+            left++;
         }
     }
+    for (int k = 0; k < tp_optimizer_lr_mult_count(m->opt) && k < 32; k++)
+        if (!(used & (1u << k)))
+            return tp_error(TP_ERR_INVALID, "model: the learning-rate pattern '%s' decides "
+                            "no trainable variable (none matches it, or an earlier "
+                            "pattern matches first); the trainable variables: %s%s",
+                            tp_optimizer_lr_mult_pattern(m->opt, k), names,
+                            off >= sizeof names - 1 ? " ..." : "");
+    /* Nothing left to train: said here, before the first step, naming
+     * the pattern (else the first step fails with "no fresh gradients") */
+    if (n && !left)
+        return tp_error(TP_ERR_INVALID, "model: the learning-rate multiplier 0 of "
+                        "pattern '%s' froze every trainable variable (all %d, e.g. %s): "
+                        "nothing is left to train",
+                        tp_optimizer_lr_mult_pattern(
+                            m->opt, tp_optimizer_lr_mult_index(m->opt, last->name)),
+                        n, last->name);
     if (n)
         TP_INFO("model: %d variable%s frozen (learning-rate multiplier 0)", n,
                 n > 1 ? "s" : "");
+    return TP_OK;
 }
 
 /* The update of the trainable floats [lo, hi) of replica rp from grads
@@ -929,7 +966,7 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
         t->mirror_ready = t->mirror_inflight = -1;
     }
     if (m->opt && tp_optimizer_lr_mult_count(m->opt) > 0)
-        s_freeze(m);
+        TP_TRY(s_freeze(m));
     m->nreal = m->nvars;
     if (m->opt && tp_optimizer_ema_decay(m->opt) > 0)
         TP_TRY(s_plan_shadows(m, "ema", &m->ema_first, &m->nema));

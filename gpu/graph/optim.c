@@ -215,6 +215,17 @@ double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name) {
 
 int tp_optimizer_lr_mult_count(const tp_optimizer_t *o) { return o->nmults; }
 
+int tp_optimizer_lr_mult_index(const tp_optimizer_t *o, const char *name) {
+    for (int i = 0; name && i < o->nmults; i++)
+        if (fnmatch(o->mult_pattern[i], name, 0) == 0)
+            return i;
+    return -1;
+}
+
+const char *tp_optimizer_lr_mult_pattern(const tp_optimizer_t *o, int i) {
+    return i >= 0 && i < o->nmults ? o->mult_pattern[i] : NULL;
+}
+
 tp_status_t tp_optimizer_add_decay_mult(tp_optimizer_t *o, const char *pattern,
                                         double mult) {
     if (!pattern || !*pattern)

@@ -112,6 +112,11 @@ tp_status_t tp_optimizer_add_lr_mult(tp_optimizer_t *o, const char *pattern,
  * how many patterns there are. */
 double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name);
 int tp_optimizer_lr_mult_count(const tp_optimizer_t *o);
+/* Which pattern decides variable `name`'s multiplier: the index of the
+ * first that matches, -1 when none does; and pattern i (0..count-1,
+ * owned by o; NULL outside). For checks and messages. */
+int tp_optimizer_lr_mult_index(const tp_optimizer_t *o, const char *name);
+const char *tp_optimizer_lr_mult_pattern(const tp_optimizer_t *o, int i);
 
 /* Per-pattern weight-decay multipliers, AdamW and SGD (torch's parameter
  * groups with their own weight_decay; nanoGPT decays matrices and

@@ -226,6 +226,41 @@ Test(image, image_folder_layout) {
     tp_dataflow_destroy(&df);
 }
 
+/* A FIFO (or socket) with an image's name in a class folder: refused by
+ * path when the folder is scanned; before, the pass's open waited for a
+ * writer forever. An image list naming one: refused at the read, not
+ * waited on. */
+Test(image, image_folder_refuses_a_fifo_by_path, .timeout = 60) {
+    char p[512], list[512];
+    snprintf(p, sizeof p, "%s/k", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/k/0.png", s_dir);
+    s_write_png(p, 5, 5, 1, 0);
+    snprintf(p, sizeof p, "%s/k/pipe.jpg", s_dir);
+    cr_assert_eq(mkfifo(p, 0644), 0);
+    cr_assert_null(tp_df_image_folder(s_dir, NULL));
+    cr_assert(strstr(tp_last_error(), p) && strstr(tp_last_error(), "FIFO"), "%s",
+              tp_last_error());
+    /* the spec and the source's description say the same */
+    char spec[600];
+    tp_dataflow_t *df = NULL;
+    snprintf(spec, sizeof spec, "imagefolder:%s", s_dir);
+    cr_assert_lt(tp_spec_parse(spec, &df), 0);
+    cr_assert(strstr(tp_last_error(), "pipe.jpg"), "%s", tp_last_error());
+
+    snprintf(list, sizeof list, "%s/list.txt", s_dir);
+    const char *text = "k/pipe.jpg 0\n";
+    s_write(list, text, strlen(text));
+    df = tp_df_image_list(list, NULL, NULL);
+    cr_assert(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    cr_assert_lt(tp_dataflow_next(df, &dp), 0);
+    cr_assert(strstr(tp_last_error(), "pipe.jpg") &&
+              strstr(tp_last_error(), "not a regular file"), "%s", tp_last_error());
+    tp_dataflow_destroy(&df);
+}
+
 /* A bad file fails the pass naming it, or with skip_bad is skipped and
  * counted. */
 Test(image, bad_file_in_folder_fails_or_is_skipped) {
@@ -250,6 +285,8 @@ Test(image, bad_file_in_folder_fails_or_is_skipped) {
     cr_assert_lt(rc, 0);
     cr_assert(strstr(tp_last_error(), "zero.jpg") ||
               strstr(tp_last_error(), "trunc.png"), "%s", tp_last_error());
+    /* and says the way past it */
+    cr_assert(strstr(tp_last_error(), "imagefolder:DIR,skip-bad"), "%s", tp_last_error());
     tp_dataflow_destroy(&df);
 
     tp_image_source_opts_t o;

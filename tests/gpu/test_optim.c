@@ -474,6 +474,41 @@ Test(optim, lr_multipliers_scale_each_variables_step_and_zero_freezes) {
     }
 }
 
+static tp_optimizer_t *s_sgd_typo(void *u) {
+    (void)u;
+    tp_optimizer_t *o = tp_optimizer_sgd(1.0, 0.0, 0);
+    if (o && (tp_optimizer_add_lr_mult(o, "fc/*", 0.5) < 0 ||
+              tp_optimizer_add_lr_mult(o, "fc/b", 0) < 0 ||  /* shadowed: never first */
+              tp_optimizer_add_lr_mult(o, "conv9/*", 0) < 0))
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+/* Every trainable variable frozen (tp-train --freeze '*'): the model is
+ * refused when it is built, naming the pattern, instead of its first step
+ * failing with "no fresh gradients". A pattern that decides no variable
+ * (a typo, or one an earlier pattern shadows) is refused naming it and
+ * the variables, instead of changing nothing unseen. */
+Test(optim, freezing_every_variable_is_refused_at_build_naming_the_pattern) {
+    s_mult_w = 0, s_mult_b = 0;
+    tp_model_desc_t md = {s_desc, 2, s_fc_tower, s_sgd_mults, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = CB;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_expect_null(m);
+    cr_expect(strstr(tp_last_error(), "pattern 'fc/?'") &&
+                  strstr(tp_last_error(), "nothing is left to train"), "%s",
+              tp_last_error());
+    tp_model_destroy(&m);
+    s_mult_w = 1, s_mult_b = 1;
+    md.optimizer = s_sgd_typo;
+    m = tp_model_new(&md, &cfg);
+    cr_expect_null(m);
+    cr_expect(strstr(tp_last_error(), "pattern 'fc/b' decides no trainable variable") &&
+                  strstr(tp_last_error(), "fc/W, fc/b"), "%s", tp_last_error());
+    tp_model_destroy(&m);
+}
+
 /* ---- weight-decay multipliers (nanoGPT's no-decay group) ---------------
  * AdamW at rate 0.1, decay 0.5, with fc/b exempt: fc/W takes exactly the
  * step of AdamW with no patterns, fc/b exactly Adam's (decay 0). */

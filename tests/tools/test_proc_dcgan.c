@@ -221,7 +221,8 @@ static int s_tool(char **argv) {
 /* Must hold: what a user gets wrong with a GAN is refused, saying what and
  * what to use: tp-train --model dcgan with a flag it does not read (the
  * classifiers' --classes, --test-data, --augment, the gpt's --context, a
- * text: source) names that flag instead of ignoring it; tp-generate asked
+ * text: source, --job) names that flag instead of ignoring it, and the
+ * flags it does read (--curve, --tf32) are not ignored either; tp-generate asked
  * for text (--prompt) from a dcgan checkpoint says it draws images; a
  * --load that is not there is named; a count of 0 or below and a negative seed are refused; a checkpoint cut
  * in the middle is named as cut short. No run hangs (pu_run's limit). */
@@ -238,7 +239,8 @@ Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
                   {"--augment", "imagenet", "--augment"},
                   {"--context", "32", "--context"},
                   {"--optimizer", "sgd", "--optimizer"},
-                  {"--data", "text:/etc/hostname", "--data text:FILE"}};
+                  {"--data", "text:/etc/hostname", "--data text:FILE"},
+                  {"--job", "j1", "--job"}};
     for (size_t i = 0; i < sizeof unread / sizeof unread[0]; i++) {
         char *a[] = {"tp-train", "--model", "dcgan", (char *)unread[i].flag,
                      (char *)unread[i].value, "--epochs", "1", "--steps-per-epoch", "1",
@@ -249,6 +251,25 @@ Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
                       strstr(s_out, unread[i].said),
                   "%s %s:\n%s", unread[i].flag, unread[i].value, s_out);
     }
+    /* --curve is read (the keys of a tcp --stats socket): keys that are
+     * not there are named, not ignored; --tf32 on the CPU says it changes
+     * nothing, as for the classifiers (both before any data is read) */
+    char *curve[] = {"tp-train", "--model", "dcgan", "--curve", "/nonexistent/keys",
+                     "--tf32", "--devices", "cpu", "--data", "imagefolder:/nonexistent",
+                     "--logdir", logdir, "--no-tensorboard", NULL};
+    cr_expect_eq(s_tool(curve), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "--curve") && strstr(s_out, "/nonexistent/keys"), "%s", s_out);
+    cr_expect(strstr(s_out, "--tf32: the towers run on the CPU"), "%s", s_out);
+    /* --resume into a log directory that is not there (a typo): named,
+     * as for the classifiers, not a new run started there */
+    char gone_dir[160];
+    snprintf(gone_dir, sizeof gone_dir, "%s/typo", dir);
+    char *resume[] = {"tp-train", "--model", "dcgan", "--resume", "--logdir", gone_dir,
+                      "--epochs", "1", "--steps-per-epoch", "1", "--no-tensorboard", NULL};
+    cr_expect_eq(s_tool(resume), 1, "%s", s_out);
+    cr_expect(strstr(s_out, "--resume: the log directory") && strstr(s_out, gone_dir) &&
+                  strstr(s_out, "--create-logdir"), "%s", s_out);
+    cr_expect_neq(access(gone_dir, F_OK), 0, "a refused --resume made %s", gone_dir);
     /* a --load that is not there: named, before the flags it lacks */
     char *gone[] = {"tp-generate", "--load", logdir, NULL};
     cr_expect_eq(s_tool(gone), 1, "%s", s_out);
@@ -259,6 +280,16 @@ Test(dcgan, mistakes_are_refused_saying_why, .timeout = 180) {
     cr_expect_eq(s_tool(prompt), 1, "%s", s_out);
     cr_expect(strstr(s_out, "holds model 'dcgan', a GAN: it draws images") &&
                   strstr(s_out, "--count N --output FILE.npy"), "%s", s_out);
+    /* a flag missing is named; a gpt's flag among a GAN's is named, with
+     * the model the checkpoint holds */
+    char *nout[] = {"tp-generate", "--load", logdir, "--count", "2", NULL};
+    cr_expect_eq(s_tool(nout), 2, "%s", s_out);
+    cr_expect(strstr(s_out, ": --output missing"), "%s", s_out);
+    char *mixed[] = {"tp-generate", "--load", logdir, "--count", "2", "--output", npy,
+                     "--temperature", "0.5", NULL};
+    cr_expect_eq(s_tool(mixed), 2, "%s", s_out);
+    cr_expect(strstr(s_out, "--temperature is a gpt's") && strstr(s_out, "--count a GAN's") &&
+                  strstr(s_out, "holds model 'dcgan'"), "%s", s_out);
     const char *counts[] = {"0", "-3", "2x"};
     for (int i = 0; i < 3; i++) {
         char *a[] = {"tp-generate", "--load", logdir, "--count", (char *)counts[i],

@@ -16,6 +16,7 @@
 #include "proc_testutil.h"
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
+#include "tools/named_ckpt_testutil.h"
 
 #define PY "/usr/bin/python3"
 #define CHECK TP_SOURCE_DIR "/tests/tools/onnx_check.py"
@@ -224,29 +225,6 @@ Test(tp_export, an_op_with_no_onnx_form_is_named) {
     cr_expect(strstr(s_out, "'logit'") && strstr(s_out, "linear/output"), "%s", s_out);
 }
 
-/* An untrained checkpoint saved as model `name` (tp_model_set_name, what
- * the tools read): "gpt" a real GPT (1 layer, width 8, context 8), any
- * other name the zoo's mlp recorded under that name. */
-static void s_named_checkpoint(const char *name, const char *path) {
-    tp_input_desc_t in[2];
-    tp_zoo_gpt_options_t go = {.layers = 1, .heads = 1, .embed = 8};
-    int gpt = !strcmp(name, "gpt");
-    if (gpt)
-        cr_assert_eq(tp_zoo_gpt_inputs(8, in), TP_OK, "%s", tp_last_error());
-    else
-        cr_assert_eq(tp_zoo_inputs_sized(28, 28, in), TP_OK, "%s", tp_last_error());
-    tp_model_desc_t md = {in, 2, gpt ? tp_zoo_gpt_build : tp_zoo_find("mlp")->build, NULL,
-                          gpt ? &go : NULL};
-    tp_model_config_t mc = tp_model_config_default();
-    mc.towers = 0;
-    mc.infer_batch = 2;
-    tp_model_t *m = tp_model_new(&md, &mc);
-    cr_assert_not_null(m, "%s", tp_last_error());
-    cr_assert_eq(tp_model_set_name(m, name), TP_OK);
-    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
-    tp_model_destroy(&m);
-}
-
 /* Must hold: tp-export of a checkpoint it has no export for (a gpt, a
  * GAN) is refused naming the model and the tool that runs it, before any
  * model is built, and writes nothing; a checkpoint cut in the middle is
@@ -259,7 +237,7 @@ Test(tp_export, a_gpt_a_gan_and_a_cut_checkpoint_are_refused_by_name) {
                                        "holds model 'dcgan' (a GAN)"};
     for (int i = 0; i < 2; i++) {
         snprintf(ckpt, sizeof ckpt, "%s/%s.safetensors", s_dir, names[i]);
-        s_named_checkpoint(names[i], ckpt);
+        tt_named_checkpoint(names[i], ckpt);
         char *exp[] = {TP_BINARY_DIR "/bin/tp-export", "--load", ckpt, "--onnx", onnx, NULL};
         cr_expect_eq(s_run(exp), 1, "%s", s_out);
         cr_expect(strstr(s_out, ckpt) && strstr(s_out, said[i]) &&
@@ -267,7 +245,7 @@ Test(tp_export, a_gpt_a_gan_and_a_cut_checkpoint_are_refused_by_name) {
         cr_expect_neq(access(onnx, F_OK), 0, "a refused export left %s", onnx);
     }
     snprintf(ckpt, sizeof ckpt, "%s/mlp.safetensors", s_dir);
-    s_named_checkpoint("mlp", ckpt);
+    tt_named_checkpoint("mlp", ckpt);
     struct stat st;
     cr_assert_eq(stat(ckpt, &st), 0);
     cr_assert_eq(truncate(ckpt, st.st_size / 2), 0);

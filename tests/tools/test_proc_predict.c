@@ -15,6 +15,7 @@
 #include "proc_testutil.h"
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
+#include "tools/named_ckpt_testutil.h"
 
 #define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 2"
 
@@ -333,29 +334,6 @@ Test(tp_predict, a_corrupt_record_names_the_file_and_the_record, .init = s_setup
               strstr(s_out, "bad magic"), "%s", s_out);
 }
 
-/* An untrained checkpoint saved as model `name` (tp_model_set_name, what
- * the tools read): "gpt" a real GPT (1 layer, width 8, context 8), any
- * other name the zoo's mlp recorded under that name. */
-static void s_named_checkpoint(const char *name, const char *path) {
-    tp_input_desc_t in[2];
-    tp_zoo_gpt_options_t go = {.layers = 1, .heads = 1, .embed = 8};
-    int gpt = !strcmp(name, "gpt");
-    if (gpt)
-        cr_assert_eq(tp_zoo_gpt_inputs(8, in), TP_OK, "%s", tp_last_error());
-    else
-        cr_assert_eq(tp_zoo_inputs_sized(28, 28, in), TP_OK, "%s", tp_last_error());
-    tp_model_desc_t md = {in, 2, gpt ? tp_zoo_gpt_build : tp_zoo_find("mlp")->build, NULL,
-                          gpt ? &go : NULL};
-    tp_model_config_t mc = tp_model_config_default();
-    mc.towers = 0;
-    mc.infer_batch = 2;
-    tp_model_t *m = tp_model_new(&md, &mc);
-    cr_assert_not_null(m, "%s", tp_last_error());
-    cr_assert_eq(tp_model_set_name(m, name), TP_OK);
-    cr_assert_eq(tp_checkpoint_save(m, path, NULL), TP_OK, "%s", tp_last_error());
-    tp_model_destroy(&m);
-}
-
 /* Must hold: what tp-predict cannot run is refused naming it and the tool
  * that can: a gpt's checkpoint (tp-generate --prompt) and a GAN's
  * (tp-generate --count), before a model is built (whose own error would
@@ -371,14 +349,14 @@ Test(tp_predict, a_gpt_a_gan_text_data_and_a_cut_checkpoint_are_refused_by_name,
     static const char *const use[] = {"--prompt TEXT", "--count N --output FILE.npy"};
     for (int i = 0; i < 2; i++) {
         snprintf(ckpt, sizeof ckpt, "%s/%s.safetensors", s_dir, names[i]);
-        s_named_checkpoint(names[i], ckpt);
+        tt_named_checkpoint(names[i], ckpt);
         char *a[] = {"tp-predict", "--load", ckpt, "--data", "fashion-mnist", NULL};
         cr_expect_eq(s_run("tp-predict", a), 1, "%s", s_out);
         cr_expect(strstr(s_out, ckpt) && strstr(s_out, said[i]) &&
                       strstr(s_out, "tp-generate") && strstr(s_out, use[i]), "%s", s_out);
     }
     snprintf(ckpt, sizeof ckpt, "%s/mlp.safetensors", s_dir);
-    s_named_checkpoint("mlp", ckpt);
+    tt_named_checkpoint("mlp", ckpt);
     snprintf(text, sizeof text, "%s/corpus.txt", s_dir);
     FILE *f = fopen(text, "w");
     cr_assert_not_null(f);

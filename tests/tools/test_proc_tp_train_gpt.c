@@ -215,7 +215,8 @@ Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     cr_assert(strstr(s_out, "200 bytes after a 1-byte prompt"), "%s", s_out);
     char *count[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--count", "4", NULL};
     cr_assert_eq(s_generate(count), 2, "%s", s_out);
-    cr_assert(strstr(s_out, "a gpt takes --prompt and --tokens"), "%s", s_out);
+    cr_assert(strstr(s_out, "--count a GAN's") && strstr(s_out, "holds model 'gpt'"), "%s",
+              s_out);
 }
 
 /* Every tensor of checkpoint a (weights, AdamW's slots, optimizer/step)
@@ -362,7 +363,8 @@ Test(tp_train_gpt, bad_flags_are_refused_saying_why) {
  * "shorter than context + 1 = 65"), an empty file and one shorter than a
  * window are refused naming the file and the context they miss; the
  * image models refuse a text: source; --resume as another model names
- * both. tp-generate asked for text from an image classifier's checkpoint
+ * both, and --resume at another shape names the flags that differ and
+ * the checkpoint's shape. tp-generate asked for text from an image classifier's checkpoint
  * says what the checkpoint holds. */
 Test(tp_train_gpt, short_texts_and_other_models_are_named) {
     char logdir[128], data[160], test[160], small[128], empty[128];
@@ -385,6 +387,13 @@ Test(tp_train_gpt, short_texts_and_other_models_are_named) {
     char *resume[] = {"tp-train", "--model", "cnn", "--logdir", logdir, "--resume", NULL};
     cr_expect_neq(s_run(resume), 0, "%s", s_out);
     cr_expect(strstr(s_out, "holds a run of --model gpt, not of --model cnn"), "%s", s_out);
+    /* resumed at another shape (the shape flags left out: the defaults):
+     * the flags that differ named, and the checkpoint's shape to give */
+    char *reshape[] = {"tp-train", "--model", "gpt", "--data", data, "--layers", "2",
+                       "--logdir", logdir, "--resume", NULL};
+    cr_expect_neq(s_run(reshape), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "--layers 2 (it has 1)") && strstr(s_out, "--embed 128 (it has 8)") &&
+                  strstr(s_out, "--layers 1 --heads 1 --embed 8 --context 16"), "%s", s_out);
     /* --top-k 0 is all, as tp-train's --sample-top-k: the same bytes as no
      * --top-k for a seed; a negative one is refused */
     char all[160], k0[160];

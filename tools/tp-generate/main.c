@@ -114,6 +114,7 @@ int main(int argc, char **argv) {
     /* a GPT's text (text.c): any of these flags, or a gpt checkpoint */
     tp_gen_text_t text = {.tokens = 200, .temperature = 1.0};
     int text_flags = 0;
+    const char *text_flag = NULL;  /* the first of them given, for messages */
     static const struct option opts[] = {
         {"load", required_argument, 0, O_LOAD},     {"count", required_argument, 0, O_COUNT},
         {"output", required_argument, 0, O_OUTPUT}, {"png", required_argument, 0, O_PNG},
@@ -146,7 +147,11 @@ int main(int argc, char **argv) {
                 return 2;
             }
             break;
-        case O_PROMPT: text.prompt = optarg; text_flags = 1; break;
+        case O_PROMPT:
+            text.prompt = optarg;
+            text_flags = 1;
+            text_flag = text_flag ? text_flag : "--prompt";
+            break;
         case O_TOKENS:
             text.tokens = strtol(optarg, &end, 10);
             if (*end || !*optarg || text.tokens < 1 || text.tokens > 1000000) {
@@ -154,6 +159,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             text_flags = 1;
+            text_flag = text_flag ? text_flag : "--tokens";
             break;
         case O_TEMPERATURE:
             text.temperature = strtod(optarg, &end);
@@ -162,6 +168,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             text_flags = 1;
+            text_flag = text_flag ? text_flag : "--temperature";
             break;
         case O_TOP_K:
             text.top_k = (int)strtol(optarg, &end, 10);
@@ -171,10 +178,22 @@ int main(int argc, char **argv) {
                 return 2;
             }
             text_flags = 1;
+            text_flag = text_flag ? text_flag : "--top-k";
             break;
-        case O_NO_CACHE: text.no_cache = 1; text_flags = 1; break;
-        case O_VOCAB: text.vocab = optarg; text_flags = 1; break;
-        case O_MERGES: text.merges = optarg; text_flags = 1; break;
+        case O_NO_CACHE:
+            text.no_cache = text_flags = 1;
+            text_flag = text_flag ? text_flag : "--no-cache";
+            break;
+        case O_VOCAB:
+            text.vocab = optarg;
+            text_flags = 1;
+            text_flag = text_flag ? text_flag : "--vocab";
+            break;
+        case O_MERGES:
+            text.merges = optarg;
+            text_flags = 1;
+            text_flag = text_flag ? text_flag : "--merges";
+            break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
@@ -191,8 +210,21 @@ int main(int argc, char **argv) {
     if (optind == argc && load && gpt) {
         /* a GPT's text; --count and --png are the images' */
         if (count || png) {
-            fprintf(stderr, "tp-generate: --count and --png draw images (dcgan); a gpt "
-                    "takes --prompt and --tokens\n");
+            /* both kinds of flag: name one of each, and which kind the
+             * checkpoint is (when it says) */
+            const char *img = count ? "--count" : "--png";
+            int known = tp_checkpoint_resolve(load, path, sizeof path) == TP_OK &&
+                        tp_checkpoint_info(path, &ti) == TP_OK && ti.model[0];
+            if (text_flag)
+                fprintf(stderr, "tp-generate: %s is a gpt's (text: --prompt, --tokens, "
+                        "--temperature, --top-k) and %s a GAN's (images: --count, --png): "
+                        "give one kind", text_flag, img);
+            else
+                fprintf(stderr, "tp-generate: %s draws a GAN's images (dcgan); a gpt takes "
+                        "--prompt and --tokens", img);
+            if (known)
+                fprintf(stderr, " (%s holds model '%s')", path, ti.model);
+            fputc('\n', stderr);
             return 2;
         }
         if (tp_checkpoint_resolve(load, path, sizeof path) != TP_OK)
@@ -222,8 +254,11 @@ int main(int argc, char **argv) {
     if (optind < argc || !load || !count || !output) {
         if (optind < argc)
             fprintf(stderr, "tp-generate: unexpected argument '%s'\n", argv[optind]);
-        else
-            fprintf(stderr, "tp-generate: --load, --count and --output are required\n");
+        else  /* name the ones missing */
+            fprintf(stderr, "tp-generate: drawing images needs --load LOGDIR|CKPT, --count N "
+                    "and --output FILE.npy: %s%s%s%s%s missing\n", load ? "" : "--load",
+                    !load && (!count || !output) ? ", " : "", count ? "" : "--count",
+                    !count && !output ? ", " : "", output ? "" : "--output");
         s_usage(stderr);
         return 2;
     }

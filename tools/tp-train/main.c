@@ -997,7 +997,8 @@ static tp_optimizer_t *s_gan_optimizer(void *user) {
  * channels and size are the data's),
  * --epochs, --batch, --lr, --steps-per-epoch, --towers, --threads, --seed,
  * --logdir, --logdir-action, --resume, --no-tensorboard, --log-every,
- * --devices (cpu, auto: the CPU; a GPU id). */
+ * --devices (cpu, auto: the CPU; a GPU id), --tf32 and --bf16 (on a GPU),
+ * --curve (a tcp --stats socket's keys). */
 /* The flags --model dcgan does not read (the classifiers' and the gpt's):
  * refused by name rather than ignored, so that `--classes 3` or a
  * `--test-data` does not look as if it were used. TP_OK, or the first one
@@ -1026,6 +1027,8 @@ static tp_status_t s_gan_unread_flags(const s_args_t *a, const char *model) {
          "the rate is constant"},
         {a->remote || a->workers_mode, "--remote/--workers",
          "the pipeline runs in the trainer's process"},
+        {a->job != NULL, "--job", "it names --remote's workers, and the pipeline runs "
+         "in the trainer's process"},
         {a->context || a->layers || a->heads || a->embed || a->dropout > 0 || s_sample.given,
          "--context/--layers/--heads/--embed/--dropout/--sample-*", "--model gpt's flags"},
     };
@@ -1033,8 +1036,9 @@ static tp_status_t s_gan_unread_flags(const s_args_t *a, const char *model) {
         if (f[i].given)
             return tp_error(TP_ERR_INVALID, "--model %s does not take %s (%s); it takes "
                             "--data, --image-size, --channels, --epochs, --batch, --lr, "
-                            "--steps-per-epoch, --towers, --threads, --seed, --devices and "
-                            "the log flags (docs/training.md, \"DCGAN in the zoo\")", model,
+                            "--steps-per-epoch, --towers, --threads, --seed, --devices, "
+                            "--tf32, --bf16, --curve and the log flags (docs/training.md, "
+                            "\"DCGAN in the zoo\")", model,
                             f[i].flag, f[i].why);
     return TP_OK;
 }
@@ -1059,6 +1063,15 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
         }
         a->device = (int)id;
     }
+    /* the GPU's math flags reach the towers' device (cfg.tf32, cfg.bf16);
+     * on the CPU they change nothing, said as the classifiers say it */
+    if (a->tf32 == 1 && a->device < 0)
+        TP_WARN("--tf32: the towers run on the CPU, where it changes nothing");
+    if (a->bf16 == 1 && a->device < 0)
+        TP_WARN("--bf16: the towers run on the CPU, where it changes nothing");
+    /* --curve: the keys of a tcp --stats socket (--remote is refused above) */
+    if (a->curve && tp_stats_set_curve(a->curve) != TP_OK)
+        return s_fail("--curve");
     if (tp_signals_install() < 0)
         return s_fail("signals");
     char logdir[4096], defdir[512];
@@ -1066,6 +1079,15 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     tp_logdir_action_t action = a->resume ? TP_LOGDIR_KEEP : TP_LOGDIR_ASK;
     if (a->action && tp_logdir_action_parse(a->action, &action) != TP_OK)
         return s_fail("--logdir-action");
+    struct stat dst;
+    if (a->resume && !a->create_logdir && stat(a->logdir ? a->logdir : defdir, &dst) != 0) {
+        /* as for the classifiers: a mistyped path would otherwise start a
+         * new run silently */
+        tp_error(TP_ERR_NOT_FOUND, "--resume: the log directory %s does not exist (%s); "
+                 "--create-logdir starts a new run there", a->logdir ? a->logdir : defdir,
+                 strerror(errno));
+        return s_fail("log directory");
+    }
     if (tp_logdir_prepare(a->logdir ? a->logdir : defdir, action, logdir, sizeof logdir,
                           NULL) != TP_OK)
         return s_fail("log directory");
@@ -1153,6 +1175,8 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     cfg.seed = (uint64_t)a->seed;
     cfg.threads = a->threads;
     cfg.device = a->device;
+    cfg.tf32 = a->tf32;
+    cfg.bf16 = a->bf16;
     cfg.logdir = logdir;
     cfg.logdir_action = TP_LOGDIR_KEEP;  /* prepared above */
     cfg.auto_resume = a->resume;
@@ -1211,6 +1235,46 @@ static tp_status_t s_resume_same_model(const s_args_t *a) {
     return tp_error(TP_ERR_INVALID, "%s holds a run of --model %s, not of --model %s: give "
                     "--model %s to go on with it, or another --logdir", ckpt, ti.model,
                     a->model, ti.model);
+}
+
+/* --resume of a --model gpt run at another shape (--layers 2 where the
+ * run had 1, or the shape flags left out, so the defaults): refused
+ * naming the flags that differ and the checkpoint's whole shape, to be
+ * given again; else the resume fails on the missing variables. After the
+ * defaults are applied (a->layers ... set). */
+static tp_status_t s_resume_same_gpt_shape(const s_args_t *a) {
+    char dir[4096], ckpt[4096];
+    snprintf(dir, sizeof dir, "%s", a->logdir ? a->logdir : "train_log/gpt");
+    tp_safetensors_t *st = NULL;
+    if (tp_checkpoint_find_latest(dir, ckpt, sizeof ckpt) != TP_OK ||
+        tp_safetensors_open(ckpt, &st) != TP_OK)
+        return TP_OK;  /* nothing to resume, or the resume reports it */
+    static const char *const keys[] = {"layers", "heads", "embed", "context"};
+    const int want[] = {a->layers, a->heads, a->embed, a->context};
+    long had[4];
+    char differ[256] = "", shape[256] = "";
+    size_t nd = 0, ns = 0;
+    int recorded = 1;
+    for (int i = 0; i < 4; i++) {
+        const char *v = tp_safetensors_meta(st, keys[i]);
+        char *end = NULL;
+        had[i] = v ? strtol(v, &end, 10) : 0;
+        if (!v || *end || had[i] < 1) {
+            recorded = 0;  /* an older checkpoint: the resume says what fails */
+            break;
+        }
+        ns += (size_t)snprintf(shape + ns, sizeof shape - ns, "%s--%s %ld", i ? " " : "",
+                               keys[i], had[i]);
+        if (had[i] != want[i] && nd < sizeof differ)
+            nd += (size_t)snprintf(differ + nd, sizeof differ - nd, "%s--%s %d (it has %ld)",
+                                   nd ? ", " : "", keys[i], want[i], had[i]);
+    }
+    tp_safetensors_destroy(&st);
+    if (!recorded || !differ[0])
+        return TP_OK;
+    return tp_error(TP_ERR_INVALID, "%s holds a gpt of another shape than this run's %s: "
+                    "give its shape, %s, to go on with it, or another --logdir", ckpt,
+                    differ, shape);
 }
 
 int main(int argc, char **argv) {
@@ -1533,6 +1597,8 @@ int main(int argc, char **argv) {
                      a.heads);
             return s_fail("bad flags");
         }
+        if (a.resume && s_resume_same_gpt_shape(&a) != TP_OK)
+            return s_fail("--resume");
         if (!a.spec && strncmp(a.data, "text:", 5)) {
             tp_error(TP_ERR_INVALID, "--model gpt trains on text: give --data text:FILE "
                      "(bytes as tokens; docs/dataflow.md, \"Text\"), not '%s'%s", a.data,
