@@ -2,7 +2,8 @@
  * (scripts/gpu-check.sh bench), here on the CPU backend (--cpu): the
  * replicated towers on their threads with the all-reduce in buckets, and
  * its refusals, and --profile. A functional check of the benchmark, not a
- * timing. tp-bench ops --quick, the op table against PyTorch. */
+ * timing. tp-bench ops --quick, the op table against PyTorch. tp-bench step
+ * --profile, the CNN's and the GPT's. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,50 @@ Test(tp_bench, step_profile_prints_gflops_against_the_measured_peak) {
                        c);
     cr_assert(strstr(s_out, "fc1/matmul"), "%s", s_out);
     cr_assert(strstr(s_out, "convolutions"), "%s", s_out);
+}
+
+/* tp-bench step --model gpt (issue 45): the zoo GPT's step at a tiny shape,
+ * profiled per op kind at 2 threads (the 1-thread model first, then the
+ * 2-thread one made again): the products' row sums the layer's five
+ * linears and the tied logits' FLOPs, with folds on; the team table and
+ * the Amdahl bound; and with --no-fold a JSON line that says fold 0. */
+Test(tp_bench, step_gpt_profiles_the_step_per_op_kind) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", "OPENBLAS_NUM_THREADS=1", NULL};
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-bench", "step", "--model", "gpt", "--layers", "1",
+                    "--width", "32", "--heads", "2", "--context", "16", "--batch", "2",
+                    "--threads", "2", "--rounds", "1", "--iters", "1", "--profile", NULL};
+    cr_assert_eq(pu_run(argv, env, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_assert(strstr(s_out, "GPT per op kind, per step"), "%s", s_out);
+    const char *b = strstr(s_out, "\n  batch_matmul ");
+    cr_assert_not_null(b, "%s", s_out);
+    int nodes = 0, folds = 0;
+    double fms, bms, mf;
+    cr_assert_eq(sscanf(b, " batch_matmul %d+%d %lf %lf %lf", &nodes, &folds, &fms, &bms, &mf),
+                 5, "%.200s", b);
+    cr_expect_eq(nodes, 5, "qkv, proj, fc, fc2 and the logits: %.200s", b);
+    cr_expect_gt(folds, 0, "the biases and the GELU fold by default: %.200s", b);
+    /* 2 x 32 tokens x 32 x (96 + 32 + 128 + 128 + 256) multiply-adds */
+    cr_expect_float_eq(mf, 2.0 * 32 * 32 * (96 + 32 + 128 + 128 + 256) / 1e6, 0.06, "%.200s", b);
+    cr_assert(strstr(s_out, "GPT per op kind on the CPU's team"), "%s", s_out);
+    cr_assert(strstr(s_out, "\n  attention "), "%s", s_out);
+    cr_assert(strstr(s_out, "Amdahl bound at 2 threads"), "%s", s_out);
+    const char *g = strstr(s_out, "GPT 1 layers, width 32, 2 heads, context 16, batch 2, "
+                                  "AdamW, folds on, 2 thread(s): ");
+    cr_assert_not_null(g, "%s", s_out);
+    cr_expect_gt(atof(strchr(g, ':') + 1), 0.0, "%s", g);
+    char *nofold[] = {TP_BINARY_DIR "/bin/tp-bench", "step", "--model", "gpt", "--layers", "1",
+                      "--width", "32", "--heads", "2", "--context", "16", "--batch", "2",
+                      "--rounds", "1", "--iters", "1", "--no-fold", "--json", NULL};
+    cr_assert_eq(pu_run(nofold, env, s_out, sizeof s_out), 0, "%s", s_out);
+    const char *j = strstr(s_out, "{\"bench\":\"step\",\"model\":\"gpt\",\"layers\":1,");
+    cr_assert_not_null(j, "%s", s_out);
+    cr_assert(strstr(j, "\"threads\":1,\"fold\":0,"), "%s", j);
+    const char *t = strstr(j, "\"tokens_per_s\":");
+    cr_assert_not_null(t, "%s", j);
+    cr_expect_gt(atof(t + strlen("\"tokens_per_s\":")), 0.0, "%s", j);
+    char *mlp[] = {TP_BINARY_DIR "/bin/tp-bench", "step", "--layers", "2", NULL};
+    cr_assert_eq(pu_run(mlp, env, s_out, sizeof s_out), 2, "%s", s_out);
+    cr_assert(strstr(s_out, "give --model gpt"), "%s", s_out);
 }
 
 /* tp-bench ops --quick (the smoke run): the rows asked for are timed from

@@ -2,8 +2,9 @@
  * 784-256-10 at batch 128 against the same matrix products called directly
  * on OpenBLAS in the same run; also the step time of a small CNN.
  *
- *   tp-bench step [--iters N] [--rounds R] [--threads T] [--batch B]
- *                 [--no-cnn] [--profile] [--json]
+ *   tp-bench step [--model mlp|gpt] [--iters N] [--rounds R] [--threads T]
+ *                 [--batch B] [--no-cnn] [--no-fold] [--profile] [--json]
+ *                 [--layers L] [--width C] [--heads H] [--context T]
  *
  * The reference is the five sgemm calls the step itself makes (two forward;
  * dW2, dh, dW1 backward; the input needs no gradient). Each round runs
@@ -21,7 +22,14 @@
  * profiled first in the same run): which ops ran on the team, their
  * parallel fraction, the time between ops, and the Amdahl bound for T
  * threads (s_team_table). CPU times, unlike wall clocks, stay readable on
- * a loaded host; with OMP_WAIT_POLICY=passive they count work only. */
+ * a loaded host; with OMP_WAIT_POLICY=passive they count work only.
+ *
+ * --model gpt times the zoo's GPT step instead (models/zoo_gpt.c, AdamW;
+ * by default bench/peers/gpt_cpu.sh's shape: 4 layers, width 256, 4
+ * heads, context 256, batch 4), the fastest of 3 rounds of 2 steps, and
+ * with --profile prints the same two tables summed per op kind (the
+ * GPT's 4 layers make some 130 nodes). --no-fold (or TP_FOLD=0) builds
+ * any of the models with folds off (tp_model_config_t.fold). */
 #include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,6 +38,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <towerpack/models.h>
 #include <towerpack/towerpack.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -224,15 +233,20 @@ static void s_rate(char *buf, size_t len, double flops, double ns, double peak) 
 
 /* ---- the per-op profile ------------------------------------------------------- */
 
-enum { PROF_MAX = 64, PROF_ROUNDS = 5, PROF_STEPS = 2 };
+/* PROF_MAX: rows of a profile (the GPT's 4 layers make about 130 nodes,
+ * each row a node; more are counted and said, not kept). */
+enum { PROF_MAX = 1024, PROF_ROUNDS = 5, PROF_STEPS = 2 };
 
-/* A CNN profile: each op's fastest of PROF_ROUNDS rounds of PROF_STEPS
+/* A model's profile: each op's fastest of PROF_ROUNDS rounds of PROF_STEPS
  * steps (another engineer's build on a shared core only ever slows a
  * round), field by field; and the same for the steps themselves, timed
- * around tp_model_run on this thread (the tower's: its ops run here). */
+ * around tp_model_run on this thread (the tower's: its ops run here).
+ * s_by_kind collapses it into one row per op kind (nodes: how many). */
 typedef struct {
     tp_op_profile_t op[PROF_MAX];
+    int nodes[PROF_MAX]; /* by kind: the nodes in the row; else 0 */
     int n;
+    int whole_round; /* 1: one round's figures (s_profile) */
     double step_ns, step_thr_ns, step_proc_ns; /* PROF_STEPS steps */
     double between_thr_ns; /* the step's thread time less its ops', per round */
 } s_prof_t;
@@ -247,24 +261,38 @@ static uint64_t s_clock(clockid_t id) {
     if (rd == 0 || pr[i].f < out->op[i].f) \
         out->op[i].f = pr[i].f
 
-static void s_cnn_profile(tp_model_t *cm, tp_tensor_t *cin, s_prof_t *out) {
-    tp_op_profile_t pr[PROF_MAX];
+/* Profiles tower 0 of `m` on its inputs `in` (nin of them) into *out:
+ * field by field the fastest of the rounds or, with whole_round, the one
+ * round whose step took the least tower-thread CPU time, every figure
+ * its own. The GPT's per-kind sums take the latter: a kind of many small
+ * nodes summed from each node's best round under-reads its thread time
+ * at T (the team's dynamic share lets the tower thread do little of one
+ * node in some round), and its "team" then reads above T. */
+static void s_profile(tp_model_t *m, tp_tensor_t *in, int nin, int whole_round,
+                      s_prof_t *out) {
+    static tp_op_profile_t pr[PROF_MAX]; /* one caller at a time: a tool's thread */
+    out->whole_round = whole_round;
     for (int rd = 0; rd < PROF_ROUNDS; rd++) {
-        tp_model_set_profiling(cm, 1);
+        tp_model_set_profiling(m, 1);
         const uint64_t w0 = tp_now_ns(), t0 = s_clock(CLOCK_THREAD_CPUTIME_ID),
                        p0 = s_clock(CLOCK_PROCESS_CPUTIME_ID);
         for (int i = 0; i < PROF_STEPS; i++)
-            tp_model_run(cm, 0, cin, 2, NULL, 0, NULL);
+            tp_model_run(m, 0, in, nin, NULL, 0, NULL);
         const double w = (double)(tp_now_ns() - w0),
                      t = (double)(s_clock(CLOCK_THREAD_CPUTIME_ID) - t0),
                      p = (double)(s_clock(CLOCK_PROCESS_CPUTIME_ID) - p0);
-        if (rd == 0 || w < out->step_ns)
+        if (whole_round && rd > 0 && t >= out->step_thr_ns)
+            continue; /* a slower round than the one kept */
+        if (whole_round || rd == 0 || w < out->step_ns)
             out->step_ns = w;
-        if (rd == 0 || t < out->step_thr_ns)
+        if (whole_round || rd == 0 || t < out->step_thr_ns)
             out->step_thr_ns = t;
-        if (rd == 0 || p < out->step_proc_ns)
+        if (whole_round || rd == 0 || p < out->step_proc_ns)
             out->step_proc_ns = p;
-        int np = tp_model_profile(cm, 0, pr, PROF_MAX);
+        int np = tp_model_profile(m, 0, pr, PROF_MAX);
+        if (rd == 0 && np > PROF_MAX)
+            fprintf(stderr, "tp-bench step: the profile has %d rows, %d kept (their time "
+                    "counts as between ops)\n", np, PROF_MAX);
         np = np < PROF_MAX ? np : PROF_MAX;
         out->n = np;
         /* between ops from one round's own sums (the fields' minima come
@@ -272,10 +300,10 @@ static void s_cnn_profile(tp_model_t *cm, tp_tensor_t *cin, s_prof_t *out) {
         double ops = 0;
         for (int i = 0; i < np; i++)
             ops += (double)(pr[i].thread_forward_ns + pr[i].thread_backward_ns);
-        if (rd == 0 || t - ops < out->between_thr_ns)
+        if (whole_round || rd == 0 || t - ops < out->between_thr_ns)
             out->between_thr_ns = t - ops;
         for (int i = 0; i < np; i++) {
-            if (rd == 0) {
+            if (whole_round || rd == 0) {
                 out->op[i] = pr[i];
                 continue;
             }
@@ -287,7 +315,62 @@ static void s_cnn_profile(tp_model_t *cm, tp_tensor_t *cin, s_prof_t *out) {
             S_MIN_FIELD(process_backward_ns);
         }
     }
-    tp_model_set_profiling(cm, 0);
+    tp_model_set_profiling(m, 0);
+}
+
+/* A node's or a row's thread CPU time, forward and backward. */
+static double s_thr(const tp_op_profile_t *o) {
+    return (double)(o->thread_forward_ns + o->thread_backward_ns);
+}
+
+/* `src`'s rows summed per op kind into *dst (times, folds, FLOPs of a
+ * step: every node runs once a step), the step's figures as they are;
+ * the rows in the order of `order`'s kinds (the 1-thread profile's, so
+ * that s_team_table pairs the same kinds) or, with order NULL, by thread
+ * time, largest first. */
+static void s_by_kind(const s_prof_t *src, const s_prof_t *order, s_prof_t *dst) {
+    memset(dst, 0, sizeof *dst);
+    dst->step_ns = src->step_ns, dst->step_thr_ns = src->step_thr_ns;
+    dst->step_proc_ns = src->step_proc_ns, dst->between_thr_ns = src->between_thr_ns;
+    dst->whole_round = src->whole_round;
+    if (order) /* the same kinds in the same rows, filled below */
+        for (int j = 0; j < order->n; j++) {
+            dst->op[j].kind = order->op[j].kind;
+            dst->op[j].name = order->op[j].name;
+        }
+    dst->n = order ? order->n : 0;
+    for (int i = 0; i < src->n; i++) {
+        const tp_op_profile_t *o = &src->op[i];
+        int j = 0;
+        while (j < dst->n && dst->op[j].kind != o->kind)
+            j++;
+        if (j == dst->n) {
+            dst->n++;
+            dst->op[j].kind = o->kind;
+            dst->op[j].name = tp_op_name(o->kind);
+        }
+        tp_op_profile_t *d = &dst->op[j];
+        dst->nodes[j]++;
+        d->forward_ns += o->forward_ns, d->backward_ns += o->backward_ns;
+        d->thread_forward_ns += o->thread_forward_ns;
+        d->thread_backward_ns += o->thread_backward_ns;
+        d->process_forward_ns += o->process_forward_ns;
+        d->process_backward_ns += o->process_backward_ns;
+        d->calls += o->calls, d->folds += o->folds;
+        d->flops_forward += o->flops_forward, d->flops_backward += o->flops_backward;
+    }
+    if (order)
+        return;
+    for (int i = 0; i < dst->n; i++) { /* few kinds: a selection sort */
+        int k = i;
+        for (int j = i + 1; j < dst->n; j++)
+            if (s_thr(&dst->op[j]) > s_thr(&dst->op[k]))
+                k = j;
+        const tp_op_profile_t t = dst->op[i];
+        const int tn = dst->nodes[i];
+        dst->op[i] = dst->op[k], dst->nodes[i] = dst->nodes[k];
+        dst->op[k] = t, dst->nodes[k] = tn;
+    }
 }
 
 /* Which ops run on the team, from CPU times (readable on a loaded host,
@@ -302,16 +385,20 @@ static void s_cnn_profile(tp_model_t *cm, tp_tensor_t *cin, s_prof_t *out) {
  * step's thread time less its ops', the least of the rounds: the fused
  * updates, the plan walk) as the serial part, c1 par as the parallel
  * one; and the ratio the thread times say the step gets (the step's
- * thread time at 1 over that at T). */
-static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
+ * thread time at 1 over that at T). `what` names the model and its rows
+ * ("CNN per op"); a profile by kind (s_by_kind) says each row's nodes
+ * where a profile by node says its kind. */
+static void s_team_table(const char *what, const s_prof_t *pt, const s_prof_t *one, int T) {
     const double S = PROF_STEPS * 1e6; /* ns over the rounds' steps to ms a step */
-    printf("CNN per op on the CPU's team, CPU time per step (ms; fastest of %d rounds):\n",
-           PROF_ROUNDS);
+    const int by_kind = pt->n > 0 && pt->nodes[0] > 0;
+    printf("%s on the CPU's team, CPU time per step (ms; %s of %d rounds):\n", what,
+           pt->whole_round ? "the least-CPU round" : "fastest", PROF_ROUNDS);
+    const char *h1 = by_kind ? "kind" : "op", *h2 = by_kind ? "nodes" : "kind";
     if (one)
-        printf("  %-16s %-14s %9s %9s %9s %6s %5s\n", "op", "kind", "thr@1", "thr@T",
-               "proc@T", "team", "par");
+        printf("  %-16s %-14s %9s %9s %9s %6s %5s\n", h1, h2, "thr@1", "thr@T", "proc@T",
+               "team", "par");
     else
-        printf("  %-16s %-14s %9s %9s %6s\n", "op", "kind", "thr", "proc", "team");
+        printf("  %-16s %-14s %9s %9s %6s\n", h1, h2, "thr", "proc", "team");
     double serial1 = 0, par1 = 0;
     for (int i = 0; i < pt->n; i++) {
         const tp_op_profile_t *o = &pt->op[i];
@@ -320,9 +407,13 @@ static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
         if (cT <= 0 && pT <= 0)
             continue; /* a view (reshape): no call */
         const double team = cT > 0 ? pT / cT : 0;
+        char col2[24];
+        if (by_kind)
+            snprintf(col2, sizeof col2, "%d", pt->nodes[i]);
+        else
+            snprintf(col2, sizeof col2, "%s", tp_op_name(o->kind));
         if (!one) {
-            printf("  %-16s %-14s %9.3f %9.3f %6.2f\n", o->name, tp_op_name(o->kind), cT, pT,
-                   team);
+            printf("  %-16s %-14s %9.3f %9.3f %6.2f\n", o->name, col2, cT, pT, team);
             continue;
         }
         const tp_op_profile_t *q = i < one->n ? &one->op[i] : o;
@@ -331,8 +422,8 @@ static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
         par = par < 0 ? 0 : par > 1 ? 1 : par;
         serial1 += c1 * (1.0 - par);
         par1 += c1 * par;
-        printf("  %-16s %-14s %9.3f %9.3f %9.3f %6.2f %5.2f%s\n", o->name,
-               tp_op_name(o->kind), c1, cT, pT, team, par, par < 0.5 ? "  serial" : "");
+        printf("  %-16s %-14s %9.3f %9.3f %9.3f %6.2f %5.2f%s\n", o->name, col2, c1, cT, pT,
+               team, par, par < 0.5 ? "  serial" : "");
     }
     const double stepT = pt->step_thr_ns / S, betweenT = pt->between_thr_ns / S;
     if (!one) {
@@ -358,16 +449,204 @@ static void s_team_table(const s_prof_t *pt, const s_prof_t *one, int T) {
            pt->step_ns > 0 ? one->step_ns / pt->step_ns : 0);
 }
 
+/* Each row's time a step, forward and backward, its FLOPs (a forward's
+ * MFLOPs), GFLOPS and fraction of the FP32 `peak` (s_rate); by node (its
+ * kind, "+N" nodes folded into its calls) or by kind (its nodes, "+N"
+ * folded). conv_total: a last row of the convolutions together. */
+static void s_rate_table(const s_prof_t *pt, double peak, int conv_total) {
+    const int by_kind = pt->n > 0 && pt->nodes[0] > 0;
+    printf("  %-16s %-16s %8s %8s %8s %8s %6s %8s %6s\n", by_kind ? "kind" : "op",
+           by_kind ? "nodes" : "kind", "fwd ms", "bwd ms", "fwd MF", "fwd GF/s", "peak",
+           "bwd GF/s", "peak");
+    const tp_op_profile_t *best = pt->op;
+    double conv_f = 0, conv_fns = 0, conv_b = 0, conv_bns = 0;
+    for (int i = 0; i < pt->n; i++) {
+        char kind[32]; /* "+N": nodes folded into its calls */
+        if (by_kind)
+            snprintf(kind, sizeof kind, best[i].folds ? "%d+%d" : "%d", pt->nodes[i],
+                     best[i].folds);
+        else
+            snprintf(kind, sizeof kind, best[i].folds ? "%s+%d" : "%s",
+                     tp_op_name(best[i].kind), best[i].folds);
+        const double fns = (double)best[i].forward_ns / PROF_STEPS;
+        const double bns = (double)best[i].backward_ns / PROF_STEPS;
+        char fr[32], br[32];
+        s_rate(fr, sizeof fr, best[i].flops_forward, fns, peak);
+        s_rate(br, sizeof br, best[i].flops_backward, bns, peak);
+        char mf[16] = "-";
+        if (best[i].flops_forward > 0)
+            snprintf(mf, sizeof mf, "%.1f", best[i].flops_forward / 1e6);
+        printf("  %-16s %-16s %8.3f %8.3f %8s %s %s\n", best[i].name, kind, fns / 1e6,
+               bns / 1e6, mf, fr, br);
+        if (best[i].kind == TP_OP_CONV2D) {
+            conv_f += best[i].flops_forward;
+            conv_fns += fns;
+            conv_b += best[i].flops_backward;
+            conv_bns += bns;
+        }
+    }
+    if (!conv_total)
+        return;
+    char fr[32], br[32];
+    s_rate(fr, sizeof fr, conv_f, conv_fns, peak);
+    s_rate(br, sizeof br, conv_b, conv_bns, peak);
+    printf("  %-16s %-16s %8.3f %8.3f %8.1f %s %s\n", "convolutions", "(all)", conv_fns / 1e6,
+           conv_bns / 1e6, conv_f / 1e6, fr, br);
+}
+
 static void s_usage(void) {
-    printf("usage: tp-bench step [--iters N] [--rounds R] [--threads T] "
-           "[--batch B] [--no-cnn] [--profile] [--json]\n"
-           "  MLP 784-256-10 step against its raw sgemm calls; small CNN step "
-           "time\n");
+    printf("usage: tp-bench step [--model mlp|gpt] [--iters N] [--rounds R] [--threads T]\n"
+           "                     [--batch B] [--no-cnn] [--no-fold] [--profile] [--json]\n"
+           "                     [--layers L] [--width C] [--heads H] [--context T]  (gpt)\n"
+           "  mlp (default): MLP 784-256-10 step against its raw sgemm calls; small CNN step "
+           "time\n"
+           "  gpt: the zoo's GPT step (AdamW), default 4 layers, width 256, 4 heads, context "
+           "256,\n"
+           "       batch 4 (bench/peers/gpt_cpu.sh's); --profile: per op kind\n");
+}
+
+/* ---- the GPT's step ------------------------------------------------------------ */
+
+typedef struct {
+    int layers, width, heads, context, batch; /* the zoo GPT's shape */
+    int iters, rounds, threads, fold, profile, json; /* fold: -1 the config's (TP_FOLD) */
+} s_gpt_args_t;
+
+/* gpt_cpu.sh's recipe (tp-train's GPT default): AdamW 1e-3, betas 0.9/0.95,
+ * decay 0.1 (the clip is the trainer's, not the step's). */
+static tp_optimizer_t *s_adamw(void *u) {
+    (void)u;
+    return tp_optimizer_adamw(1e-3, 0.9, 0.95, 1e-8, 0.1);
+}
+
+/* A new GPT model at `threads` threads (caller owns), or NULL, said. */
+static tp_model_t *s_gpt_new(const tp_model_desc_t *md, const tp_model_config_t *cfg,
+                             int threads) {
+    tp_model_config_t c = *cfg;
+    c.threads = threads;
+    tp_model_t *m = tp_model_new(md, &c);
+    if (!m)
+        fprintf(stderr, "tp-bench step: the GPT: %s\n", tp_last_error());
+    return m;
+}
+
+/* The zoo's GPT (models/zoo_gpt.c) at a->'s shape: the fastest of
+ * `rounds` rounds of `iters` steps (wall, and the tower thread's CPU
+ * time, which a loaded host moves little); with --profile, each op kind's
+ * time, FLOPs and fraction of the FP32 peak, and the team table of
+ * s_team_table (1-thread profile first, in this run, when T > 1). The
+ * tokens are a fixed pattern: a step's cost does not depend on them. */
+static int s_gpt_step(const s_gpt_args_t *a) {
+    const int B = a->batch, T = a->context;
+    tp_zoo_gpt_options_t o;
+    memset(&o, 0, sizeof o);
+    o.layers = a->layers, o.heads = a->heads, o.embed = a->width;
+    tp_input_desc_t desc[2];
+    if (tp_zoo_gpt_inputs(T, desc) != TP_OK) {
+        fprintf(stderr, "tp-bench step: the GPT's inputs: %s\n", tp_last_error());
+        return 2;
+    }
+    tp_model_desc_t md = {desc, 2, tp_zoo_gpt_build, s_adamw, &o};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = B, cfg.seed = 1;
+    if (a->fold >= 0)
+        cfg.fold = a->fold;
+    int32_t *tok = tp_alloc((size_t)B * T * sizeof(int32_t)); /* [B,T] */
+    int32_t *tgt = tp_alloc((size_t)B * T * sizeof(int32_t)); /* [B,T] */
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (i * 37) % 256, tgt[i] = (i * 37 + 11) % 256;
+    int64_t sh[2] = {B, T};
+    tp_tensor_t x[2];
+    tp_tensor_init_wrap(&x[0], TP_INT32, 2, sh, tok, NULL, NULL);
+    tp_tensor_init_wrap(&x[1], TP_INT32, 2, sh, tgt, NULL, NULL);
+    int rc = 1;
+    s_prof_t *p1 = NULL, *pt = NULL, *k1 = NULL, *kt = NULL;
+    tp_model_t *m = s_gpt_new(&md, &cfg, a->threads);
+    if (!m)
+        goto done;
+    const int nthreads = tp_backend_cpu_threads(); /* --threads 0: the default's */
+    for (int i = 0; i < 2; i++) /* warm-up: the plan, the workspaces, the moments */
+        if (tp_model_run(m, 0, x, 2, NULL, 0, NULL) != TP_OK) {
+            fprintf(stderr, "tp-bench step: the GPT's step: %s\n", tp_last_error());
+            goto done;
+        }
+    double wall = 0, thr = 0, proc = 0; /* ms a step, each the fastest round's */
+    for (int rd = 0; rd < a->rounds; rd++) {
+        const uint64_t w0 = tp_now_ns(), t0 = s_clock(CLOCK_THREAD_CPUTIME_ID),
+                       p0 = s_clock(CLOCK_PROCESS_CPUTIME_ID);
+        for (int i = 0; i < a->iters; i++)
+            tp_model_run(m, 0, x, 2, NULL, 0, NULL);
+        const double w = (double)(tp_now_ns() - w0) / a->iters / 1e6,
+                     t = (double)(s_clock(CLOCK_THREAD_CPUTIME_ID) - t0) / a->iters / 1e6,
+                     p = (double)(s_clock(CLOCK_PROCESS_CPUTIME_ID) - p0) / a->iters / 1e6;
+        wall = rd == 0 || w < wall ? w : wall;
+        thr = rd == 0 || t < thr ? t : thr;
+        proc = rd == 0 || p < proc ? p : proc;
+    }
+    if (a->profile && !a->json) {
+        pt = calloc(1, sizeof *pt), kt = calloc(1, sizeof *kt);
+        p1 = calloc(1, sizeof *p1), k1 = calloc(1, sizeof *k1);
+        if (!pt || !kt || !p1 || !k1) {
+            fprintf(stderr, "tp-bench step: out of memory for the profile\n");
+            goto done;
+        }
+        if (nthreads > 1) {
+            /* the same step on one thread first; the backend's thread count
+             * is the process's, so the T-thread model is made again after */
+            tp_model_destroy(&m);
+            tp_model_t *m1 = s_gpt_new(&md, &cfg, 1);
+            if (!m1)
+                goto done;
+            tp_model_run(m1, 0, x, 2, NULL, 0, NULL);
+            s_profile(m1, x, 2, 1, p1);
+            tp_model_destroy(&m1);
+            if (!(m = s_gpt_new(&md, &cfg, nthreads)))
+                goto done;
+            tp_model_run(m, 0, x, 2, NULL, 0, NULL);
+        }
+        s_profile(m, x, 2, 1, pt);
+        if (nthreads > 1) {
+            s_by_kind(p1, NULL, k1);
+            s_by_kind(pt, k1, kt);
+        } else
+            s_by_kind(pt, NULL, kt);
+        const char *isa;
+        const double peak = s_fp32_peak(nthreads, &isa);
+        printf("FP32 peak %.1f GFLOPS (%s, %d thread(s), measured now)\n", peak, isa,
+               nthreads);
+        printf("GPT per op kind, per step (the one of %d rounds of %d steps with the least "
+               "tower-thread CPU; nodes+folded):\n", PROF_ROUNDS, PROF_STEPS);
+        s_rate_table(kt, peak, 0);
+        s_team_table("GPT per op kind", kt, nthreads > 1 ? k1 : NULL, nthreads);
+    }
+    if (a->json)
+        printf("{\"bench\":\"step\",\"model\":\"gpt\",\"layers\":%d,\"width\":%d,"
+               "\"heads\":%d,\"context\":%d,\"batch\":%d,\"threads\":%d,\"fold\":%d,"
+               "\"step_ms\":%.3f,\"thread_cpu_ms\":%.3f,\"process_cpu_ms\":%.3f,"
+               "\"tokens_per_s\":%.0f}\n",
+               a->layers, a->width, a->heads, T, B, nthreads, cfg.fold, wall, thr, proc,
+               wall > 0 ? B * T / wall * 1e3 : 0);
+    else
+        printf("GPT %d layers, width %d, %d heads, context %d, batch %d, AdamW, folds %s, "
+               "%d thread(s): %.2f ms/step (%.0f tokens/s); CPU %.2f ms tower thread, "
+               "%.2f ms process (fastest of %d rounds of %d steps)\n",
+               a->layers, a->width, a->heads, T, B, cfg.fold ? "on" : "off", nthreads, wall,
+               wall > 0 ? B * T / wall * 1e3 : 0, thr, proc, a->rounds, a->iters);
+    rc = 0;
+done:
+    free(p1), free(pt), free(k1), free(kt);
+    tp_model_destroy(&m);
+    tp_free(tok);
+    tp_free(tgt);
+    return rc;
 }
 
 int tp_bench_step(int argc, char **argv) {
-    int iters = 5, rounds = 200, threads = 1, json = 0, cnn = 1;
-    int batch = 128, profile = 0;
+    /* -1: the model's default (the MLP's 5 x 200 at batch 128; the GPT's
+     * 2 x 3 at batch 4, gpt_cpu.sh's) */
+    int iters = -1, rounds = -1, threads = 1, json = 0, cnn = 1;
+    int batch = -1, profile = 0, fold = -1, gpt = 0, gpt_shape = 0;
+    s_gpt_args_t g = {4, 256, 4, 256, 4, 2, 3, 1, -1, 0, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc)
             iters = atoi(argv[++i]);
@@ -377,8 +656,25 @@ int tp_bench_step(int argc, char **argv) {
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            const char *mdl = argv[++i];
+            if (strcmp(mdl, "mlp") && strcmp(mdl, "gpt")) {
+                fprintf(stderr, "tp-bench step: --model '%s': mlp or gpt\n", mdl);
+                return 2;
+            }
+            gpt = !strcmp(mdl, "gpt");
+        } else if (!strcmp(argv[i], "--layers") && i + 1 < argc)
+            g.layers = atoi(argv[++i]), gpt_shape = 1;
+        else if (!strcmp(argv[i], "--width") && i + 1 < argc)
+            g.width = atoi(argv[++i]), gpt_shape = 1;
+        else if (!strcmp(argv[i], "--heads") && i + 1 < argc)
+            g.heads = atoi(argv[++i]), gpt_shape = 1;
+        else if (!strcmp(argv[i], "--context") && i + 1 < argc)
+            g.context = atoi(argv[++i]), gpt_shape = 1;
         else if (!strcmp(argv[i], "--no-cnn"))
             cnn = 0;
+        else if (!strcmp(argv[i], "--no-fold"))
+            fold = 0;
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
         else if (!strcmp(argv[i], "--json"))
@@ -392,6 +688,29 @@ int tp_bench_step(int argc, char **argv) {
             return 2;
         }
     }
+    if (gpt_shape && !gpt) {
+        fprintf(stderr, "tp-bench step: --layers/--width/--heads/--context shape the GPT: "
+                "give --model gpt\n");
+        return 2;
+    }
+    if (gpt) {
+        g.iters = iters < 0 ? g.iters : iters;
+        g.rounds = rounds < 0 ? g.rounds : rounds;
+        g.batch = batch < 0 ? g.batch : batch;
+        g.threads = threads, g.fold = fold, g.profile = profile, g.json = json;
+        if (g.iters < 1 || g.rounds < 1 || g.rounds > 1000 || threads < 0 || g.batch < 1 ||
+            g.layers < 1 || g.width < 1 || g.heads < 1 || g.width % g.heads ||
+            g.context < 1 || g.context > TP_ZOO_GPT_MAX_CONTEXT) {
+            fprintf(stderr, "tp-bench step: bad --iters/--rounds/--threads/--batch/--layers/"
+                    "--width/--heads/--context for the GPT (the width a multiple of the "
+                    "heads, the context 1..%d)\n", TP_ZOO_GPT_MAX_CONTEXT);
+            return 2;
+        }
+        return s_gpt_step(&g);
+    }
+    iters = iters < 0 ? 5 : iters;
+    rounds = rounds < 0 ? 200 : rounds;
+    batch = batch < 0 ? 128 : batch;
     if (iters < 1 || rounds < 1 || rounds > 1000 || threads < 0 || batch < 1) {
         fprintf(stderr, "tp-bench step: bad --iters/--rounds/--threads/--batch\n");
         return 2;
@@ -403,6 +722,8 @@ int tp_bench_step(int argc, char **argv) {
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = B;
     cfg.threads = threads;
+    if (fold >= 0)
+        cfg.fold = fold;
     tp_model_t *m = tp_model_new(&md, &cfg);
     if (!m) {
         fprintf(stderr, "tp-bench step: %s\n", tp_last_error());
@@ -488,7 +809,7 @@ int tp_bench_step(int argc, char **argv) {
             tp_model_t *m1 = tp_model_new(&cmd, &c1);
             if (m1) {
                 tp_model_run(m1, 0, cin, 2, NULL, 0, NULL);
-                s_cnn_profile(m1, cin, p1);
+                s_profile(m1, cin, 2, 0, p1);
                 tp_model_destroy(&m1);
             } else {
                 free(p1);
@@ -517,7 +838,7 @@ int tp_bench_step(int argc, char **argv) {
                 fprintf(stderr, "tp-bench step: out of memory for the profile\n");
                 return 1;
             }
-            s_cnn_profile(cm, cin, pt);
+            s_profile(cm, cin, 2, 0, pt);
             const char *isa;
             const int pthreads = tp_backend_cpu_threads();
             const double peak = s_fp32_peak(pthreads, &isa);
@@ -525,38 +846,8 @@ int tp_bench_step(int argc, char **argv) {
                    pthreads);
             printf("CNN per op, per step (fastest of %d rounds of %d steps):\n", PROF_ROUNDS,
                    PROF_STEPS);
-            printf("  %-16s %-16s %8s %8s %8s %8s %6s %8s %6s\n", "op", "kind", "fwd ms",
-                   "bwd ms", "fwd MF", "fwd GF/s", "peak", "bwd GF/s", "peak");
-            const tp_op_profile_t *best = pt->op;
-            const int np = pt->n;
-            double conv_f = 0, conv_fns = 0, conv_b = 0, conv_bns = 0;
-            for (int i = 0; i < np; i++) {
-                char kind[32]; /* "+N": nodes folded into its calls */
-                snprintf(kind, sizeof kind, best[i].folds ? "%s+%d" : "%s",
-                         tp_op_name(best[i].kind), best[i].folds);
-                const double fns = (double)best[i].forward_ns / PROF_STEPS;
-                const double bns = (double)best[i].backward_ns / PROF_STEPS;
-                char fr[32], br[32];
-                s_rate(fr, sizeof fr, best[i].flops_forward, fns, peak);
-                s_rate(br, sizeof br, best[i].flops_backward, bns, peak);
-                char mf[16] = "-";
-                if (best[i].flops_forward > 0)
-                    snprintf(mf, sizeof mf, "%.1f", best[i].flops_forward / 1e6);
-                printf("  %-16s %-16s %8.3f %8.3f %8s %s %s\n", best[i].name, kind, fns / 1e6,
-                       bns / 1e6, mf, fr, br);
-                if (best[i].kind == TP_OP_CONV2D) {
-                    conv_f += best[i].flops_forward;
-                    conv_fns += fns;
-                    conv_b += best[i].flops_backward;
-                    conv_bns += bns;
-                }
-            }
-            char fr[32], br[32];
-            s_rate(fr, sizeof fr, conv_f, conv_fns, peak);
-            s_rate(br, sizeof br, conv_b, conv_bns, peak);
-            printf("  %-16s %-16s %8.3f %8.3f %8.1f %s %s\n", "convolutions", "(all)",
-                   conv_fns / 1e6, conv_bns / 1e6, conv_f / 1e6, fr, br);
-            s_team_table(pt, p1, pthreads);
+            s_rate_table(pt, peak, 1);
+            s_team_table("CNN per op", pt, p1, pthreads);
             free(pt);
         }
         free(p1);

@@ -3,7 +3,7 @@
  *   tp-bench wire       [--json] ...   wire encode+decode against memcpy
  *   tp-bench dataflow   SPEC [--count N] [--json]
  *   tp-bench transport  [--json] ...   actors and ipc against raw libzmq
- *   tp-bench step       [--json] ...   a training step against raw BLAS
+ *   tp-bench step       [--json] ...   a training step against raw BLAS; the GPT's step
  *   tp-bench engine     [--json] ...   the whole engine against a bare loop
  *   tp-bench callbacks  [--json] ...   a slow callback, observing and synchronous
  *   tp-bench saver      [--json] ...   ModelSaver's epoch-end wait, sync and its writer
@@ -42,7 +42,8 @@ static const struct {
     {"wire", tp_bench_wire, "wire format encode+decode against memcpy"},
     {"dataflow", tp_bench_dataflow, "speed of a dataflow pipeline spec"},
     {"transport", tp_bench_transport, "actor and ipc transport against raw libzmq"},
-    {"step", tp_bench_step, "training step against the raw BLAS calls"},
+    {"step", tp_bench_step, "training step against the raw BLAS calls; the GPT's step "
+     "(--model gpt)"},
     {"engine", tp_bench_engine, "whole-engine step rate against a bare loop"},
     {"callbacks", tp_bench_callbacks, "a slow callback: observing against none, and synchronous"},
     {"saver", tp_bench_saver, "ModelSaver's epoch-end wait: synchronous write against its writer"},
