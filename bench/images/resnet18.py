@@ -3,7 +3,7 @@
 step, towerpack against PyTorch with torchvision (issue 43).
 
   nice /usr/bin/python3 bench/images/resnet18.py [--build DIR] [--dir DIR]
-        [--batch 16] [--warmup 2] [--steps 10] [--rounds 2]
+        [--batch 16] [--warmup 2] [--steps 10] [--rounds 2] [--checkpoints]
         [--tp 2x1,1x1,1x2] [--torch 0x1,0x2,1x1,1x2,2x1,2x2]
 
 The folder: the synthetic colour data set (bench/images/gen_colour.py:
@@ -73,7 +73,7 @@ def towerpack(a, train, test, towers, threads):
            "--threads", str(threads), "--batch", str(a.batch // towers),
            "--steps-per-epoch", str(a.warmup), "--epochs", str(epochs),
            "--logdir", logdir, "--logdir-action", "delete", "--no-tensorboard",
-           "--stats", "off", "--no-checkpoints"]
+           "--stats", "off"] + ([] if a.checkpoints else ["--no-checkpoints"])
     r = subprocess.run(cmd, capture_output=True, text=True,
                        env=dict(os.environ, TP_LOG_LEVEL="warn"))
     if r.returncode != 0:
@@ -109,6 +109,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--checkpoints", action="store_true",
+                    help="let tp-train save a checkpoint every epoch, as this bench "
+                         "did before session 27 (its writer runs in the timed epochs)")
     ap.add_argument("--tp", default="2x1,1x1,1x2", help="towerpack's TOWERSxTHREADS")
     ap.add_argument("--torch", default="0x1,0x2,1x1,1x2,2x1,2x2",
                     help="PyTorch's DataLoader WORKERSxTHREADS")
