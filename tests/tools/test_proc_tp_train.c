@@ -105,6 +105,7 @@ Test(tp_train, no_checkpoints_writes_no_checkpoint, .init = s_setup, .fini = s_t
                     "--no-checkpoints", NULL};
     int rc = tpt_run(argv, s_out, sizeof s_out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "no checkpoints (--no-checkpoints)"), "%s", s_out);
     json_t *j = tpt_stats(logdir);
     cr_assert_eq(json_array_size(j), 2);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 1), "global_step")), 20);

@@ -1196,7 +1196,8 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     if (access(stats, F_OK) == 0 && tp_plot_stats(stats, png) != TP_OK)
         fprintf(stderr, "tp-train: plotting: %s\n", tp_last_error());
     printf("tp-train: wall time %.1f s | samples %s/samples-*.png, checkpoints "
-           "%s/model-*.safetensors, stats %s, plots %s\n", wall, logdir, logdir, stats, png);
+           "%s%s, stats %s, plots %s\n", wall, logdir, logdir,
+           a->no_checkpoints ? ": none (--no-checkpoints)" : "/model-*.safetensors", stats, png);
     fflush(stdout);
     return rc == TP_ERR_INTERRUPTED ? 128 + (tp_signal_pending() ? tp_signal_pending() : 2)
                                     : 0;
@@ -2171,8 +2172,12 @@ int main(int argc, char **argv) {
     }
     json_decref(j);
     s_summary(logdir, wall, samples, a.text);
-    printf("tp-train: log %s/log.log, checkpoints %s/model-*.safetensors, "
-           "stats %s, plots %s\n", logdir, logdir, stats, png);
+    if (a.no_checkpoints)
+        printf("tp-train: log %s/log.log, no checkpoints (--no-checkpoints), stats %s, "
+               "plots %s\n", logdir, stats, png);
+    else
+        printf("tp-train: log %s/log.log, checkpoints %s/model-*.safetensors, "
+               "stats %s, plots %s\n", logdir, logdir, stats, png);
     fflush(stdout);
     tp_dist_close(&s_dist);
     /* The shell's convention: 128 + the signal (130 SIGINT, 143 SIGTERM). */
