@@ -3,7 +3,7 @@
 step, towerpack against PyTorch with torchvision (issue 43).
 
   nice /usr/bin/python3 bench/images/resnet18.py [--build DIR] [--dir DIR]
-        [--batch 16] [--warmup 2] [--steps 10] [--rounds 2]
+        [--batch 16] [--warmup 2] [--steps 10] [--rounds 2] [--checkpoints]
         [--tp 2x1,1x1,1x2] [--torch 0x1,0x2,1x1,1x2,2x1,2x2]
 
 The folder: the synthetic colour data set (bench/images/gen_colour.py:
@@ -23,7 +23,12 @@ asking for its batch to the end of its update, data loading included.
              is the warm-up, epochs 2.. the timed steps; images/s = the
              timed images / the sum of those epochs' times (stats.json's
              steps_per_s: from the epoch's first step to its last, the
-             epoch-end validation and checkpoint not in it). Configurations
+             epoch-end validation not in it). --no-checkpoints: the peer
+             saves nothing, and a checkpoint (45 MB of weights and as much
+             of momentum) is written by its own thread while the next
+             epoch's steps run, about 0.1 CPU s a save, which at these
+             2-step epochs took 10-25% of the timed steps' cores (a real
+             epoch of this folder is 24 steps). Configurations
              TOWERSxTHREADS: --tp 2x1 is tp-train's default on 2 cores.
   PyTorch    bench/peers/resnet18_torch.py --lighting 0.1: ImageFolder (PIL)
              + DataLoader; configurations WORKERSxTHREADS (DataLoader
@@ -68,7 +73,7 @@ def towerpack(a, train, test, towers, threads):
            "--threads", str(threads), "--batch", str(a.batch // towers),
            "--steps-per-epoch", str(a.warmup), "--epochs", str(epochs),
            "--logdir", logdir, "--logdir-action", "delete", "--no-tensorboard",
-           "--stats", "off"]
+           "--stats", "off"] + ([] if a.checkpoints else ["--no-checkpoints"])
     r = subprocess.run(cmd, capture_output=True, text=True,
                        env=dict(os.environ, TP_LOG_LEVEL="warn"))
     if r.returncode != 0:
@@ -104,6 +109,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--checkpoints", action="store_true",
+                    help="let tp-train save a checkpoint every epoch, as this bench "
+                         "did before session 27 (its writer runs in the timed epochs)")
     ap.add_argument("--tp", default="2x1,1x1,1x2", help="towerpack's TOWERSxTHREADS")
     ap.add_argument("--torch", default="0x1,0x2,1x1,1x2,2x1,2x2",
                     help="PyTorch's DataLoader WORKERSxTHREADS")

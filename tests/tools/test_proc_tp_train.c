@@ -93,6 +93,34 @@ Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown
     cr_assert(strstr(s_out, "keep (resume), delete, backup or new"), "%s", s_out);
 }
 
+/* --no-checkpoints: the run trains and validates as always (stats.json,
+ * steps.tsv) but no ModelSaver writes a file, and so neither a checkpoint
+ * nor the index that --resume and tp-predict read is there. */
+Test(tp_train, no_checkpoints_writes_no_checkpoint, .init = s_setup, .fini = s_teardown,
+     .timeout = 180) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/run", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "2", "--steps-per-epoch", "10",
+                    "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir,
+                    "--no-checkpoints", NULL};
+    int rc = tpt_run(argv, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "no checkpoints (--no-checkpoints)"), "%s", s_out);
+    json_t *j = tpt_stats(logdir);
+    cr_assert_eq(json_array_size(j), 2);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 1), "global_step")), 20);
+    cr_assert(json_is_number(json_object_get(json_array_get(j, 1), "validation_accuracy")));
+    json_decref(j);
+    s_check_steps(logdir, 20);
+    char path[256];
+    snprintf(path, sizeof path, "%s/model-10.safetensors", logdir);
+    cr_assert_neq(access(path, F_OK), 0, "%s written", path);
+    snprintf(path, sizeof path, "%s/model-20.safetensors", logdir);
+    cr_assert_neq(access(path, F_OK), 0, "%s written", path);
+    snprintf(path, sizeof path, "%s/checkpoint", logdir);
+    cr_assert_neq(access(path, F_OK), 0, "%s written", path);
+}
+
 Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 180) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/workers", s_dir);
