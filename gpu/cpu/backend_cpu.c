@@ -311,6 +311,13 @@ static int s_nchw16c(tp_backend_t *b) {
     return d && tp_dnnl_conv_nchw16c(d);
 }
 
+/* the block end (bn + add + relu) in one call: cpu_block_end.c, on either
+ * layout */
+static int s_bnorm_add(tp_backend_t *b) {
+    (void)b;
+    return 1;
+}
+
 static size_t s_op_workspace(tp_backend_t *b, const tp_op_call_t *c) {
     return tp_cpu_op_workspace(s_dnnl(b), c);
 }
@@ -711,6 +718,7 @@ static const tp_backend_ops_t s_cpu_ops = {
     .grad_accumulate = s_grad_accumulate,
     .allreduce_sgd = s_allreduce_sgd,
     .nchw16c = s_nchw16c,
+    .bnorm_add = s_bnorm_add,
 };
 
 /* OpenBLAS's pthread build runs its own pool beside the OpenMP team of
