@@ -238,15 +238,15 @@ S_AVX512 static void s_fwd16_avx512(void *arg, size_t lo, size_t hi) {
                 __m512 p1 = zero, p2 = zero, q1 = zero, q2 = zero;
                 int64_t s = 0;
                 for (; s + 1 < SP; s += 2) {
-                    const __m512 d0 = _mm512_sub_ps(_mm512_load_ps(xp + s * 16), k);
-                    const __m512 d1 = _mm512_sub_ps(_mm512_load_ps(xp + s * 16 + 16), k);
+                    const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(xp + s * 16), k);
+                    const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(xp + s * 16 + 16), k);
                     p1 = _mm512_add_ps(p1, d0);
                     p2 = _mm512_fmadd_ps(d0, d0, p2);
                     q1 = _mm512_add_ps(q1, d1);
                     q2 = _mm512_fmadd_ps(d1, d1, q2);
                 }
                 if (s < SP) {
-                    const __m512 d0 = _mm512_sub_ps(_mm512_load_ps(xp + s * 16), k);
+                    const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(xp + s * 16), k);
                     p1 = _mm512_add_ps(p1, d0);
                     p2 = _mm512_fmadd_ps(d0, d0, p2);
                 }
@@ -291,14 +291,14 @@ S_AVX512 static void s_fwd16_avx512(void *arg, size_t lo, size_t hi) {
             float *yp = y + o;
             if (a->relu)
                 for (int64_t s = 0; s < SP; s++) {
-                    __m512 v = _mm512_fmadd_ps(_mm512_load_ps(xp + s * 16), vs, vh);
-                    v = _mm512_add_ps(v, _mm512_load_ps(kp + s * 16));
-                    _mm512_store_ps(yp + s * 16, _mm512_max_ps(v, zero));
+                    __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(xp + s * 16), vs, vh);
+                    v = _mm512_add_ps(v, _mm512_loadu_ps(kp + s * 16));
+                    _mm512_storeu_ps(yp + s * 16, _mm512_max_ps(v, zero));
                 }
             else
                 for (int64_t s = 0; s < SP; s++) {
-                    __m512 v = _mm512_fmadd_ps(_mm512_load_ps(xp + s * 16), vs, vh);
-                    _mm512_store_ps(yp + s * 16, _mm512_add_ps(v, _mm512_load_ps(kp + s * 16)));
+                    __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(xp + s * 16), vs, vh);
+                    _mm512_storeu_ps(yp + s * 16, _mm512_add_ps(v, _mm512_loadu_ps(kp + s * 16)));
                 }
         }
     }
@@ -322,15 +322,15 @@ S_AVX512 static void s_bwd16_avx512(void *arg, size_t lo, size_t hi) {
             float *kp = dsk ? dsk + o : NULL;
             __m512 p1 = zero, p2 = zero;
             for (int64_t s = 0; s < SP; s++) {
-                __m512 gv = _mm512_load_ps(dp + s * 16);
+                __m512 gv = _mm512_loadu_ps(dp + s * 16);
                 if (relu)
                     gv = _mm512_maskz_mov_ps(
-                        _mm512_cmp_ps_mask(_mm512_load_ps(yp + s * 16), zero, _CMP_GT_OQ), gv);
+                        _mm512_cmp_ps_mask(_mm512_loadu_ps(yp + s * 16), zero, _CMP_GT_OQ), gv);
                 if (kp)
-                    _mm512_store_ps(kp + s * 16,
-                                    acc ? _mm512_add_ps(_mm512_load_ps(kp + s * 16), gv) : gv);
+                    _mm512_storeu_ps(kp + s * 16,
+                                    acc ? _mm512_add_ps(_mm512_loadu_ps(kp + s * 16), gv) : gv);
                 p1 = _mm512_add_ps(p1, gv);
-                p2 = _mm512_fmadd_ps(gv, _mm512_sub_ps(_mm512_load_ps(xp + s * 16), vm), p2);
+                p2 = _mm512_fmadd_ps(gv, _mm512_sub_ps(_mm512_loadu_ps(xp + s * 16), vm), p2);
             }
             s_acc_pd(&sgl, &sgh, p1);
             s_acc_pd(&sxl, &sxh, p2);
@@ -364,18 +364,18 @@ S_AVX512 static void s_bwd16_avx512(void *arg, size_t lo, size_t hi) {
             for (int64_t s = 0; s < SP; s++) {
                 __m512 gv;
                 if (kp) {
-                    gv = _mm512_load_ps(kp + s * 16);
+                    gv = _mm512_loadu_ps(kp + s * 16);
                 } else {
-                    gv = _mm512_load_ps(dp + s * 16);
+                    gv = _mm512_loadu_ps(dp + s * 16);
                     if (relu)
                         gv = _mm512_maskz_mov_ps(
-                            _mm512_cmp_ps_mask(_mm512_load_ps(yp + s * 16), zero, _CMP_GT_OQ),
+                            _mm512_cmp_ps_mask(_mm512_loadu_ps(yp + s * 16), zero, _CMP_GT_OQ),
                             gv);
                 }
-                __m512 v = _mm512_fmadd_ps(v1, gv, _mm512_fmadd_ps(vx, _mm512_load_ps(xp + s * 16), v0));
+                __m512 v = _mm512_fmadd_ps(v1, gv, _mm512_fmadd_ps(vx, _mm512_loadu_ps(xp + s * 16), v0));
                 if (acc_x)
-                    v = _mm512_add_ps(_mm512_load_ps(op + s * 16), v);
-                _mm512_store_ps(op + s * 16, v);
+                    v = _mm512_add_ps(_mm512_loadu_ps(op + s * 16), v);
+                _mm512_storeu_ps(op + s * 16, v);
             }
         }
     }
