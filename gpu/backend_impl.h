@@ -112,6 +112,14 @@ typedef struct tp_op_call {
      * backend whose nchw16c says yes): bit i, input i's value and dx[i];
      * TP_BLK16_Y, y and dy. 0: every operand in its plain layout. */
     unsigned blk16;
+    /* batch norm: the block end folded into it (gpu/graph/fold.c's
+     * tp_plan_block_end_, only on a backend whose bnorm_add says yes):
+     * y = act(bn(x) + skip), skip [the output's shape, its layout], and
+     * dskip (NULL: not needed) gets the masked dy, stored or added by
+     * dskip_acc. NULL skip: a plain batch norm. */
+    const float *skip;
+    float *dskip;
+    int dskip_acc;
 } tp_op_call_t;
 #define TP_BLK16_Y (1u << 31)
 
@@ -386,6 +394,11 @@ typedef struct tp_backend_ops {
      * a GPT's linear (batch_matmul, add of a [N] variable, gelu) into one
      * call. */
     int (*bmm_fold)(tp_backend_t *b);
+    /* ---- the ResNet block end in one call (appended later; NULL or 0:
+     * never). 1: this backend runs batch norm calls that carry a skip
+     * (tp_op_call_t.skip: the add after the batch norm, and its folded
+     * relu, in the batch norm's own passes), so that fold.c may plan them. */
+    int (*bnorm_add)(tp_backend_t *b);
 } tp_backend_ops_t;
 
 struct tp_backend {

@@ -318,6 +318,13 @@ static int s_bmm_fold(tp_backend_t *b) {
     return 1;
 }
 
+/* the block end (bn + add + relu) in one call: cpu_block_end.c, on either
+ * layout */
+static int s_bnorm_add(tp_backend_t *b) {
+    (void)b;
+    return 1;
+}
+
 static size_t s_op_workspace(tp_backend_t *b, const tp_op_call_t *c) {
     return tp_cpu_op_workspace(s_dnnl(b), c);
 }
@@ -719,6 +726,7 @@ static const tp_backend_ops_t s_cpu_ops = {
     .allreduce_sgd = s_allreduce_sgd,
     .nchw16c = s_nchw16c,
     .bmm_fold = s_bmm_fold,
+    .bnorm_add = s_bnorm_add,
 };
 
 /* OpenBLAS's pthread build runs its own pool beside the OpenMP team of

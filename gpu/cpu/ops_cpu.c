@@ -14,6 +14,7 @@
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_block_end.h"
 #include "gpu/cpu/cpu_math.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/dnnl_matmul.h"
@@ -843,11 +844,15 @@ static tp_status_t s_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
  * runs on dy masked by y > 0, the relu's own backward. The same numbers
  * as the op and a relu node after it. */
 size_t tp_cpu_op_workspace(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
+    if (c->skip) /* a block end (cpu_block_end.c): the relu in its passes */
+        return tp_cpu_block_end_workspace(c);
     const tp_op_call_t in = tp_act_inner(c, NULL);
     return tp_act_room(c) + s_workspace(dnnl, &in);
 }
 
 tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
+    if (c->skip)
+        return tp_cpu_block_end_forward(c);
     /* batch_matmul applies its folded GELU itself (ops_linalg.c) */
     if (c->attr->act == TP_ACT_NONE || c->kind == TP_OP_BATCH_MATMUL)
         return s_forward(dnnl, c);
@@ -868,6 +873,8 @@ tp_status_t tp_cpu_op_forward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
 }
 
 tp_status_t tp_cpu_op_backward(tp_dnnl_conv_t *dnnl, const tp_op_call_t *c) {
+    if (c->skip)
+        return tp_cpu_block_end_backward(c);
     if (c->attr->act == TP_ACT_NONE || c->kind == TP_OP_BATCH_MATMUL)
         return s_backward(dnnl, c);
     /* oneDNN's convolutions mask dy as they reorder it (dnnl_conv.c) */

@@ -242,3 +242,85 @@ void tp_plan_blk16_(tp_tower_t *t) {
         if (t->nodes[i]->folded)
             t->nodes[i]->blk16 = t->nodes[i]->folded->blk16;
 }
+
+/* ---- the ResNet block end in one call (issue 49) ---------------------------
+ *
+ * A residual block ends relu(bn(conv(h)) + skip): a batch norm call (two
+ * passes over its input and one write), then the add with its folded relu
+ * (two reads and a write), and backward the relu's mask, the add's copy of
+ * dy to both operands and batch norm's own two passes. Folded, the batch
+ * norm's call adds the skip and applies the relu as it normalises (one
+ * stats pass, one pass that reads x and the skip and writes y), and its
+ * backward masks dy by y > 0, stores the skip's gradient and sums dgamma
+ * and dbeta in one pass, then writes dx in a second (gpu/cpu/
+ * cpu_block_end.c). The add (and the relu) make no call: their value is
+ * the batch norm's output, their gradient its dy; the batch norm's own
+ * value is gone (hidden).
+ *
+ * The call runs where the batch norm runs, so the skip must be computed by
+ * then (a lower id: of an add of two batch norms, the projection block's,
+ * the later one makes the call and the earlier one's output is its skip),
+ * and the skip's gradient, written there instead of at the add, must keep
+ * its place among its writers: no other reader of the skip between the
+ * two. Sums in another order than oneDNN's or ops_cpu.c's batch norm:
+ * numbers move by float reassociation only (test_fold, test_dnnl_ops). */
+void tp_plan_block_end_(tp_tower_t *t) {
+    const char *env = getenv("TP_CPU_BLOCK_END");
+    if (env && !strcmp(env, "0"))
+        return;
+    tp_model_t *m = t->model;
+    tp_backend_t *b = m ? m->backend : NULL;
+    if (!b || !b->ops->bnorm_add || !b->ops->bnorm_add(b))
+        return;
+    int *uses = calloc((size_t)t->nnodes + 1, sizeof *uses);
+    if (!uses)
+        return; /* no folds: correct, only slower */
+    for (int i = 0; i < t->nnodes; i++)
+        for (int j = 0; j < t->nodes[i]->ninputs; j++)
+            uses[t->nodes[i]->inputs[j]->id]++;
+    for (int i = 0; i < t->noutputs; i++)
+        uses[t->outputs[i].node->id] += 2;
+    for (int k = 0; k < t->ncosts; k++)
+        if (t->costs[k])
+            uses[t->costs[k]->id] += 2;
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *a = t->nodes[i];
+        if (a->kind != TP_OP_ADD || a->ninputs != 2 || a->folded || a->dtype != TP_FLOAT32 ||
+            !tp_shape_same(&a->inputs[0]->shape, &a->shape) ||
+            !tp_shape_same(&a->inputs[1]->shape, &a->shape))
+            continue;
+        /* the operand with the higher id makes the call */
+        const int j = a->inputs[1]->id > a->inputs[0]->id ? 1 : 0;
+        tp_node_t *bn = a->inputs[j], *sk = a->inputs[1 - j];
+        if (bn->kind != TP_OP_BATCH_NORM || bn->ninputs != 3 || bn->folded || bn->hidden ||
+            bn->attr.act != TP_ACT_NONE || bn->dtype != TP_FLOAT32 || uses[bn->id] != 1 ||
+            bn->cost_mask != a->cost_mask || !(bn->attr.training || !bn->backward) ||
+            sk == bn->inputs[0] || sk->id >= bn->id || bn->blk16 != a->blk16 ||
+            bn->inputs[0]->shape.ndim < 2)
+            continue;
+        /* the skip's gradient is written at bn's backward instead of the
+         * add's: no other reader of it in between */
+        int between = 0;
+        for (int q = bn->id + 1; q < a->id && !between; q++)
+            for (int r = 0; r < t->nodes[q]->ninputs; r++)
+                between |= t->nodes[q]->inputs[r] == sk;
+        if (between)
+            continue;
+        /* the relu folded into the add (tp_plan_folds_), if any */
+        tp_node_t *relu = NULL;
+        for (int q = a->id + 1; q < t->nnodes && !relu; q++)
+            if (t->nodes[q]->folded == a)
+                relu = t->nodes[q];
+        if (relu && a->attr.act != TP_ACT_RELU)
+            continue;
+        bn->fold_skip = a;
+        bn->attr.act = a->attr.act;
+        a->attr.act = TP_ACT_NONE;
+        bn->hidden = 1;
+        bn->grad_alias = relu ? relu : a; /* the block output's gradient */
+        a->folded = bn;
+        if (relu)
+            relu->folded = bn;
+    }
+    free(uses);
+}

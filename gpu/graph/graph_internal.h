@@ -73,6 +73,9 @@ struct tp_node {
     int hidden;
     int blk16;         /* value and gradient kept nChw16c (tp_plan_blk16_):
                           only ops that take that layout read them */
+    tp_node_t *fold_skip; /* batch norm: the add after it, folded into its
+                             call with the add's other operand as the skip
+                             (tp_plan_block_end_) */
     /* per step: the runtime batch */
     tp_shape_t run_shape;
 };
@@ -164,6 +167,10 @@ void tp_plan_folds_(tp_tower_t *t);
 /* fold.c: mark the tensors that stay nChw16c between ops (node->blk16),
  * after the folds, on a backend whose ops->nchw16c says yes. */
 void tp_plan_blk16_(tp_tower_t *t);
+/* fold.c: fold a batch norm's add (and the relu after it) into the batch
+ * norm's call (node->fold_skip), after the blk16 plan, on a backend whose
+ * ops->bnorm_add says yes; TP_CPU_BLOCK_END=0 plans none. */
+void tp_plan_block_end_(tp_tower_t *t);
 /* The node whose call does n's work: n->folded, or n itself. */
 static inline const tp_node_t *tp_node_caller_(const tp_node_t *n) {
     return n->folded ? n->folded : n;

@@ -214,6 +214,14 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n, int cost,
         c->dbias = ((bv->cost_mask >> cost) & 1u) ? bv->grad : NULL;
         c->dbias_acc = ba->dx_acc[cost * ba->ninputs + 1];
     }
+    if (n->fold_skip) { /* the add's other operand (fold.c's block end) */
+        const tp_node_t *a = n->fold_skip;
+        const int j = a->inputs[0] == n ? 1 : 0;
+        const tp_node_t *sk = a->inputs[j];
+        c->skip = sk->value;
+        c->dskip = ((sk->cost_mask >> cost) & 1u) ? sk->grad : NULL;
+        c->dskip_acc = a->dx_acc[cost * a->ninputs + j];
+    }
     c->rng = &t->rng;
     /* operands kept nChw16c (fold.c's tp_plan_blk16_) */
     for (int i = 0; i < n->ninputs && i < 31; i++)
@@ -548,6 +556,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     if (m->config.fold) {
         tp_plan_folds_(t);
         tp_plan_blk16_(t); /* nChw16c chains (fold.c, issue 49) */
+        tp_plan_block_end_(t); /* bn + add + relu in one call (fold.c) */
     }
     s_plan_aliases(t);
 

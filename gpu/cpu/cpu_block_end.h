@@ -1,0 +1,18 @@
+/* towerpack gpu: the ResNet block end in one call on the CPU backend
+ * (cpu_block_end.c): batch norm calls that carry a skip
+ * (tp_op_call_t.skip, planned by gpu/graph/fold.c's tp_plan_block_end_). */
+#ifndef TOWERPACK_GPU_CPU_BLOCK_END_H
+#define TOWERPACK_GPU_CPU_BLOCK_END_H
+
+#include "gpu/backend_impl.h"
+
+/* Workspace bytes of such a call: [mean C][1/std C]. */
+size_t tp_cpu_block_end_workspace(const tp_op_call_t *c);
+/* y = act(bn(x) + skip), the batch's statistics (training, the moving
+ * averages updated) or the moving averages. */
+tp_status_t tp_cpu_block_end_forward(const tp_op_call_t *c);
+/* dskip, dx, dgamma, dbeta from dy (masked by y > 0 for a relu), after a
+ * training forward of the same call. */
+tp_status_t tp_cpu_block_end_backward(const tp_op_call_t *c);
+
+#endif
