@@ -311,6 +311,12 @@ static int s_nchw16c(tp_backend_t *b) {
     return d && tp_dnnl_conv_nchw16c(d);
 }
 
+/* a transpose NHWC -> NCHW folded into conv2d (fold.c): oneDNN's paths */
+static int s_conv_nhwc(tp_backend_t *b, const tp_op_call_t *c) {
+    tp_dnnl_conv_t *d = s_dnnl(b);
+    return d && tp_dnnl_conv_nhwc(d, c);
+}
+
 static size_t s_op_workspace(tp_backend_t *b, const tp_op_call_t *c) {
     return tp_cpu_op_workspace(s_dnnl(b), c);
 }
@@ -711,6 +717,7 @@ static const tp_backend_ops_t s_cpu_ops = {
     .grad_accumulate = s_grad_accumulate,
     .allreduce_sgd = s_allreduce_sgd,
     .nchw16c = s_nchw16c,
+    .conv_nhwc = s_conv_nhwc,
 };
 
 /* OpenBLAS's pthread build runs its own pool beside the OpenMP team of

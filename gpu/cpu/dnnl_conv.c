@@ -184,9 +184,17 @@ static void s_threads(void) { tp_cpu_team(tp_cpu_threads()); }
 
 /* ---- geometry ------------------------------------------------------------ */
 
+/* the key's blk16 bit for x (and dx) NHWC (tp_op_call_t.nhwc): the
+ * primitives read and write the op's NHWC buffer, reordered where they
+ * run on another layout (never with nChw16c x: a transpose is no such
+ * chain's member) */
+enum { S_X_NHWC = 4 };
+
 static s_geom_t s_geom(const tp_op_call_t *c) {
     s_geom_t k;
     tp_dnnl_geom(c, omp_get_max_threads(), &k);
+    if (c->nhwc)
+        k.blk16 |= S_X_NHWC;
     return k;
 }
 
@@ -210,7 +218,9 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
      * tensor blocked (tp_op_call_t.blk16); a primitive that runs on the
      * same then reads or writes the op's buffer itself, no reorder */
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32,
-                                        (k->blk16 & 1) ? dnnl_nChw16c : dnnl_nchw));
+                                        (k->blk16 & S_X_NHWC) ? dnnl_nhwc
+                                        : (k->blk16 & 1)      ? dnnl_nChw16c
+                                                              : dnnl_nchw));
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32,
                                         (k->blk16 & 2) ? dnnl_nChw16c : dnnl_nchw));
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->b, 1, bd, dnnl_f32, dnnl_a));
@@ -1051,6 +1061,38 @@ static tp_status_t s_blk16_refuse(const tp_op_call_t *c) {
                     c->name);
 }
 
+/* A call with NHWC x (a folded transpose) where ops_conv.c or our own
+ * bias pass would run: they read NCHW; tp_dnnl_conv_nhwc said no to such
+ * calls when the graph was planned, so only a run at another shape than
+ * the plan's meets this. */
+static tp_status_t s_nhwc_refuse(const tp_op_call_t *c) {
+    return tp_error(TP_ERR_UNSUPPORTED,
+                    "%s: a convolution with NHWC input (a folded transpose) that "
+                    "oneDNN does not run at this shape (dnnl_conv.c); TP_NHWC_FOLD=0 "
+                    "keeps the transpose",
+                    c->name);
+}
+
+int tp_dnnl_conv_nhwc(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D || !c->nhwc || c->xshape[0].ndim != 4)
+        return 0;
+    if (tp_conv_thin_ok(c))
+        return 1; /* one input channel: its NHWC is NCHW's memory */
+    s_entry_t *e;
+    int owned;
+    if (s_lookup(self, c, &e, &owned) != TP_OK) {
+        tp_clear_error(); /* no fold: the transpose runs */
+        return 0;
+    }
+    /* oneDNN's three passes (x reordered from NHWC by its own reorders
+     * where it runs on another layout); not im2col's backward-data (a
+     * few-channel image's gradient, NCHW only) */
+    const int ok = e->ok && !e->own_bias && !(c->dx && c->dx[0] && e->data_im2col);
+    if (owned)
+        s_entry_free(e);
+    return ok;
+}
+
 /* y = max(y, 0): a folded relu that the primitive did not apply. */
 static void s_relu(const tp_op_call_t *c) {
     float *restrict y = c->y;
@@ -1112,6 +1154,8 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     char *base = NULL, *own = NULL;
     if (c->blk16 && (!e->ok || e->own_bias)) {
         rc = s_blk16_refuse(c);
+    } else if (c->nhwc && (!e->ok || e->own_bias)) {
+        rc = s_nhwc_refuse(c);
     } else if (!e->ok) {
         rc = tp_cpu_conv_forward(c);
         if (rc == TP_OK && relu)
@@ -1145,6 +1189,8 @@ static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_ent
     char *base = NULL, *own = NULL;
     if (c->blk16 && (!e->ok || e->own_bias || (c->dx[0] && e->data_im2col)))
         return s_blk16_refuse(c);
+    if (c->nhwc && (!e->ok || e->own_bias || (c->dx[0] && e->data_im2col)))
+        return s_nhwc_refuse(c);
     if (!e->ok)
         return tp_cpu_conv_backward(c);
     TP_TRY(s_ws(e, c, &base, &own));

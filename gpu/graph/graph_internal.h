@@ -73,6 +73,9 @@ struct tp_node {
     int hidden;
     int blk16;         /* value and gradient kept nChw16c (tp_plan_blk16_):
                           only ops that take that layout read them */
+    tp_node_t *nhwc_into; /* TRANSPOSE NHWC -> NCHW: the conv2d that reads
+                             its input as NHWC in its stead (fold.c's
+                             tp_plan_nhwc_): no call, no value, no gradient */
     /* per step: the runtime batch */
     tp_shape_t run_shape;
 };
@@ -164,6 +167,10 @@ void tp_plan_folds_(tp_tower_t *t);
 /* fold.c: mark the tensors that stay nChw16c between ops (node->blk16),
  * after the folds, on a backend whose ops->nchw16c says yes. */
 void tp_plan_blk16_(tp_tower_t *t);
+/* fold.c: fold transposes NHWC -> NCHW into the conv2d that alone reads
+ * them (node->nhwc_into), after tp_plan_folds_, on a backend whose
+ * ops->conv_nhwc runs the call so. */
+void tp_plan_nhwc_(tp_tower_t *t);
 /* The node whose call does n's work: n->folded, or n itself. */
 static inline const tp_node_t *tp_node_caller_(const tp_node_t *n) {
     return n->folded ? n->folded : n;
