@@ -17,6 +17,8 @@
 typedef struct {
     int n, h, w, c, o, k, stride, pad, dil, groups;
     int want_dx; /* the input's gradient asked for */
+    int deep;    /* a second conv after the first's relu (an nChw16c
+                    chain between them on AVX-512, tp_plan_blk16_) */
 } s_case_t;
 
 static s_case_t s_cur;
@@ -36,11 +38,17 @@ static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *u) {
     tp_node_t *b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_UNIFORM, 0.5f}, TP_VAR_TRAINABLE);
     tp_node_t *y = tp_relu(t, "out",
                            tp_conv2d_ex(t, "conv", x, w, b, k->stride, k->pad, k->dil, k->groups));
+    if (k->deep) {
+        const int64_t w2s[4] = {16, k->o, 3, 3};
+        tp_node_t *w2 = tp_variable(t, "W2", 4, w2s, (tp_init_t){TP_INIT_HE_NORMAL, 0},
+                                    TP_VAR_TRAINABLE);
+        y = tp_relu(t, "out2", tp_conv2d_ex(t, "conv2", y, w2, NULL, 1, 1, 1, 1));
+    }
     /* a cost whose dy differs from pixel to pixel */
     tp_node_t *cost = tp_reduce_mean(t, "cost", tp_square(t, NULL, y), 0, NULL, 0);
     if (k->want_dx)
         TP_TRY(tp_tower_input_gradient(t, in[0]));
-    tp_tower_add_output(t, "out", y);
+    tp_tower_add_output(t, k->deep ? "out2" : "out", y);
     return tp_tower_set_cost(t, cost);
 }
 
@@ -99,7 +107,8 @@ static s_result_t s_run(int fold) {
     cr_assert_eq(tp_model_run(m, 0, &in, 1, NULL, 0, &ro), TP_OK, "%s", tp_last_error());
     s_result_t r = {0};
     tp_tensor_t v;
-    cr_assert_eq(tp_model_fetch(m, 0, "out", &v), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_model_fetch(m, 0, k->deep ? "out2" : "out", &v), TP_OK, "%s",
+                 tp_last_error());
     r.out = s_copy(&v, &r.nout);
     tp_tensor_fini(&v);
     cr_assert_eq(tp_model_grad(m, 0, "W", &v), TP_OK, "%s", tp_last_error());
@@ -164,37 +173,44 @@ static void s_check(s_case_t k, int folded) {
 
 /* n h w c o k stride pad dil groups want_dx */
 Test(fold_nhwc, colour_image_conv_folded_as_transpose_and_conv) {
-    s_check((s_case_t){4, 13, 11, 3, 32, 3, 1, 1, 1, 1, 0}, 1);
+    s_check((s_case_t){4, 13, 11, 3, 32, 3, 1, 1, 1, 1, 0, 0}, 1);
 }
 
 Test(fold_nhwc, stride_pad_dilation_odd_sizes) {
-    s_check((s_case_t){3, 17, 15, 3, 16, 3, 2, 2, 2, 1, 0}, 1);
-    s_check((s_case_t){2, 23, 21, 3, 64, 7, 2, 3, 1, 1, 0}, 1);
+    s_check((s_case_t){3, 17, 15, 3, 16, 3, 2, 2, 2, 1, 0, 0}, 1);
+    s_check((s_case_t){2, 23, 21, 3, 64, 7, 2, 3, 1, 1, 0, 0}, 1);
 }
 
 /* the input's gradient, NHWC, from oneDNN's backward-data (8 channels
  * and more), grouped too */
 Test(fold_nhwc, input_gradient_is_nhwc) {
-    s_check((s_case_t){3, 9, 7, 8, 16, 3, 1, 1, 1, 1, 1}, 1);
-    s_check((s_case_t){2, 11, 10, 24, 18, 3, 2, 1, 1, 3, 1}, 1);
+    s_check((s_case_t){3, 9, 7, 8, 16, 3, 1, 1, 1, 1, 1, 0}, 1);
+    s_check((s_case_t){2, 11, 10, 24, 18, 3, 2, 1, 1, 3, 1, 0}, 1);
+}
+
+/* the conv's output kept nChw16c for the next conv (AVX-512): NHWC in,
+ * blocked out */
+Test(fold_nhwc, nhwc_input_with_a_blocked_output) {
+    s_check((s_case_t){3, 14, 13, 3, 32, 3, 1, 1, 1, 1, 0, 1}, 1);
+    s_check((s_case_t){2, 12, 12, 16, 32, 3, 1, 1, 1, 1, 1, 1}, 1);
 }
 
 /* one channel: conv_thin.c reads NHWC as NCHW (the same memory) */
 Test(fold_nhwc, one_channel_image) {
-    s_check((s_case_t){2, 10, 9, 1, 8, 3, 1, 1, 1, 1, 1}, 1);
+    s_check((s_case_t){2, 10, 9, 1, 8, 3, 1, 1, 1, 1, 1, 0}, 1);
 }
 
 /* a 3-channel image's gradient runs im2col's backward-data (NCHW only):
  * not folded, the same numbers */
 Test(fold_nhwc, few_channel_input_gradient_is_not_folded) {
-    s_check((s_case_t){2, 9, 9, 3, 16, 3, 1, 1, 1, 1, 1}, 0);
+    s_check((s_case_t){2, 9, 9, 3, 16, 3, 1, 1, 1, 1, 1, 0}, 0);
 }
 
 /* The transpose's value is never made: fetching or pruning to it is
  * refused by name, naming the conv and the input to fetch instead;
  * unfolded (TP_FOLD=0, TP_NHWC_FOLD=0) it is fetched. */
 Test(fold_nhwc, transpose_value_refused_by_name) {
-    s_cur = (s_case_t){2, 8, 8, 3, 16, 3, 1, 1, 1, 1, 0};
+    s_cur = (s_case_t){2, 8, 8, 3, 16, 3, 1, 1, 1, 1, 0, 0};
     float img[2 * 8 * 8 * 3];
     for (int i = 0; i < 2 * 8 * 8 * 3; i++)
         img[i] = (float)(i % 7) - 3.0f;
