@@ -239,6 +239,10 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     }
     if (self->path == TP_CPU_CONV_DNNL_PLAIN) {
         m->xa = m->x;
+        /* an NHWC source: the primitives' plain NCHW, by s_nhwc (oneDNN's
+         * NHWC kernel for a few channels is its reference loop) */
+        if (k->blk16 & S_X_NHWC)
+            S_DNNL(dnnl_memory_desc_init_by_tag(&m->xa, 4, xd, dnnl_f32, dnnl_nchw));
         m->wa = m->w;
         m->ya = m->y;
     } else {

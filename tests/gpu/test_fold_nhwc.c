@@ -195,6 +195,16 @@ Test(fold_nhwc, nhwc_input_with_a_blocked_output) {
     s_check((s_case_t){2, 12, 12, 16, 32, 3, 1, 1, 1, 1, 1, 1}, 1);
 }
 
+/* TP_CPU_CONV=dnnl-plain: the primitives on plain NCHW, the NHWC source
+ * turned by our own pass (3 channels in registers, 8 plainly), dx NHWC
+ * by oneDNN's reorder */
+Test(fold_nhwc, plain_layout_primitives) {
+    setenv("TP_CPU_CONV", "dnnl-plain", 1);
+    s_check((s_case_t){3, 13, 11, 3, 16, 3, 1, 1, 1, 1, 0, 0}, 1);
+    s_check((s_case_t){2, 9, 7, 8, 16, 3, 2, 1, 2, 1, 1, 0}, 1);
+    unsetenv("TP_CPU_CONV");
+}
+
 /* one channel: conv_thin.c reads NHWC as NCHW (the same memory) */
 Test(fold_nhwc, one_channel_image) {
     s_check((s_case_t){2, 10, 9, 1, 8, 3, 1, 1, 1, 1, 1, 0}, 1);
