@@ -219,8 +219,14 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     /* the call's layouts: NCHW, or nChw16c where the graph keeps the
      * tensor blocked (tp_op_call_t.blk16); a primitive that runs on the
      * same then reads or writes the op's buffer itself, no reorder */
+    /* (NHWC of 16 channels is nChw16c's memory, the layout the blocked
+     * primitives take: said so, the primitive reads and writes the op's
+     * buffer itself, no reorder) */
+    const int nhwc16 = (k->blk16 & S_X_NHWC) && k->c == 16 &&
+                       self->path != TP_CPU_CONV_DNNL_PLAIN;
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32,
-                                        (k->blk16 & S_X_NHWC) ? dnnl_nhwc
+                                        nhwc16                ? dnnl_nChw16c
+                                        : (k->blk16 & S_X_NHWC) ? dnnl_nhwc
                                         : (k->blk16 & 1)      ? dnnl_nChw16c
                                                               : dnnl_nchw));
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32,
