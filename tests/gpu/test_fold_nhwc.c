@@ -22,6 +22,8 @@ typedef struct {
 } s_case_t;
 
 static s_case_t s_cur;
+static int s_expose; /* 1: the transposed tensor is also an output; 2: a
+                        second reader (a relu of it in the cost) */
 
 static tp_optimizer_t *s_sgd(void *u) {
     (void)u;
@@ -49,6 +51,11 @@ static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *u) {
     if (k->want_dx)
         TP_TRY(tp_tower_input_gradient(t, in[0]));
     tp_tower_add_output(t, k->deep ? "out2" : "out", y);
+    if (s_expose == 1)
+        tp_tower_add_output(t, "nchw", x);
+    if (s_expose == 2)
+        cost = tp_add(t, "cost2", cost,
+                      tp_reduce_mean(t, NULL, tp_relu(t, NULL, x), 0, NULL, 0));
     return tp_tower_set_cost(t, cost);
 }
 
@@ -216,6 +223,21 @@ Test(fold_nhwc, one_channel_image) {
  * not folded, the same numbers */
 Test(fold_nhwc, few_channel_input_gradient_is_not_folded) {
     s_check((s_case_t){2, 9, 9, 3, 16, 3, 1, 1, 1, 1, 1, 0}, 0);
+}
+
+/* where the plan does not fold: the transposed tensor an output or read
+ * twice, the im2col path (TP_CPU_CONV=im2col) */
+Test(fold_nhwc, not_folded_where_it_cannot) {
+    const s_case_t k = {2, 9, 8, 3, 16, 3, 1, 1, 1, 1, 0, 0};
+    s_expose = 1;
+    s_check(k, 0);
+    s_expose = 2;
+    s_check(k, 0);
+    s_expose = 0;
+    setenv("TP_CPU_CONV", "im2col", 1);
+    s_check(k, 0);
+    unsetenv("TP_CPU_CONV");
+    s_check(k, 1);
 }
 
 /* The transpose's value is never made: fetching or pruning to it is
