@@ -612,6 +612,12 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         /* im2col's backward-data runs past keep (tp_dnnl_conv_backward) */
         if (e->data_im2col && e->keep_bytes + tp_cpu_conv_workspace(c) > e->bytes)
             e->bytes = e->keep_bytes + tp_cpu_conv_workspace(c);
+        /* an NHWC source's dx: im2col's, NCHW, past its workspace, then
+         * turned NHWC (s_backward) */
+        const size_t dx_nchw = s_round(tp_shape_count(&c->xshape[0]) * sizeof(float));
+        if (e->data_im2col && (k->blk16 & S_X_NHWC) &&
+            e->keep_bytes + s_round(tp_cpu_conv_workspace(c)) + dx_nchw > e->bytes)
+            e->bytes = e->keep_bytes + s_round(tp_cpu_conv_workspace(c)) + dx_nchw;
         e->bytes += S_ALIGN; /* room to align the workspace's start */
     } else if (rc == TP_OK) {
         e->bytes = tp_cpu_conv_workspace(c); /* ops_conv.c runs it */
@@ -891,6 +897,21 @@ static void s_nhwc(const int64_t *dims, const float *src, float *dst) {
     s_nhwc_t a = {src, dst, (size_t)dims[1], (size_t)dims[2] * (size_t)dims[3]};
     const size_t per = a.plane * a.c, min = per >= 16384 ? 1 : 16384 / (per ? per : 1);
     tp_cpu_parallel((size_t)dims[0], 1, min, s_nhwc_range, &a);
+}
+
+/* dx [N, C, H, W] (NCHW, at src) into dst NHWC, stored or added: a
+ * few-channel image's gradient from im2col's backward-data (rare: a
+ * saliency map), plain loops */
+static void s_nchw_out(const tp_shape_t *x, const float *src, float *dst, int add) {
+    const size_t n = (size_t)x->d[0], c = (size_t)x->d[1];
+    const size_t plane = (size_t)x->d[2] * (size_t)x->d[3];
+    for (size_t i = 0; i < n; i++) {
+        const float *s = src + i * c * plane;
+        float *d = dst + i * c * plane;
+        for (size_t p = 0; p < plane; p++)
+            for (size_t k = 0; k < c; k++)
+                d[p * c + k] = add ? d[p * c + k] + s[k * plane + p] : s[k * plane + p];
+    }
 }
 
 /* user is NHWC and md the same tensor plain NCHW (no padding): s_nhwc's */
@@ -1180,10 +1201,10 @@ int tp_dnnl_conv_nhwc(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
         tp_clear_error(); /* no fold: the transpose runs */
         return 0;
     }
-    /* oneDNN's three passes (x reordered from NHWC by its own reorders
-     * where it runs on another layout); not im2col's backward-data (a
-     * few-channel image's gradient, NCHW only) */
-    const int ok = e->ok && !e->own_bias && !(c->dx && c->dx[0] && e->data_im2col);
+    /* oneDNN's three passes (x reordered from NHWC where they run on
+     * another layout; a few-channel image's dx by im2col, NCHW, then
+     * turned NHWC) */
+    const int ok = e->ok && !e->own_bias;
     if (owned)
         s_entry_free(e);
     return ok;
@@ -1285,7 +1306,7 @@ static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_ent
     char *base = NULL, *own = NULL;
     if (c->blk16 && (!e->ok || e->own_bias || (c->dx[0] && e->data_im2col)))
         return s_blk16_refuse(c);
-    if (c->nhwc && (!e->ok || e->own_bias || (c->dx[0] && e->data_im2col)))
+    if (c->nhwc && (!e->ok || e->own_bias))
         return s_nhwc_refuse(c);
     if (!e->ok)
         return tp_cpu_conv_backward(c);
@@ -1321,12 +1342,20 @@ static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_ent
         /* ops_conv.c's backward-data alone, in the same workspace past
          * the forward's kept x: a second backward over the same forward
          * (a GAN step's other player, tp_model_run's backward-only run)
-         * reads it again */
-        float *dxs[3] = {c->dx[0], NULL, NULL};
+         * reads it again. An NHWC source's dx (a saliency map of a
+         * few-channel image) goes NCHW past that workspace first. */
+        float *nchw = c->nhwc ? (float *)(base + e->keep_bytes +
+                                          s_round(tp_cpu_conv_workspace(c)))
+                              : NULL;
+        float *dxs[3] = {nchw ? nchw : c->dx[0], NULL, NULL};
+        const int acc[3] = {nchw ? 0 : c->dx_acc[0], 0, 0};
         tp_op_call_t in = *c;
         in.dx = dxs;
+        in.dx_acc = acc;
         in.workspace = base + e->keep_bytes;
         rc = tp_cpu_conv_backward(&in);
+        if (rc == TP_OK && nchw)
+            s_nchw_out(&c->xshape[0], nchw, c->dx[0], c->dx_acc[0]);
     }
     /* the transposed conv's gradients carry the tests' deliberate fault
      * (ops_elementwise.h) as ops_conv.c's do: 1 in every real run */

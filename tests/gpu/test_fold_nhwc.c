@@ -4,9 +4,9 @@
  * transposed model's outputs and gradients (the filter's, the bias's, and
  * the NHWC input's when asked: a saliency map) on odd sizes with stride,
  * padding, dilation and groups; the fold makes one call fewer; the
- * transpose's value is refused by name; where the backend cannot (a
- * few-channel image's gradient: im2col's backward-data) or TP_FOLD=0 /
- * TP_NHWC_FOLD=0 says so, the transpose runs as before. */
+ * transpose's value is refused by name; where the plan cannot (the
+ * transposed tensor an output or read twice, the im2col path) or
+ * TP_FOLD=0 / TP_NHWC_FOLD=0 says so, the transpose runs as before. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -219,10 +219,12 @@ Test(fold_nhwc, one_channel_image) {
     s_check((s_case_t){2, 10, 9, 1, 8, 3, 1, 1, 1, 1, 1, 0}, 1);
 }
 
-/* a 3-channel image's gradient runs im2col's backward-data (NCHW only):
- * not folded, the same numbers */
-Test(fold_nhwc, few_channel_input_gradient_is_not_folded) {
-    s_check((s_case_t){2, 9, 9, 3, 16, 3, 1, 1, 1, 1, 1, 0}, 0);
+/* a 3-channel image's gradient (a saliency map) runs im2col's
+ * backward-data, NCHW, turned NHWC after it; with a folded relu too */
+Test(fold_nhwc, few_channel_input_gradient) {
+    s_check((s_case_t){2, 9, 9, 3, 16, 3, 1, 1, 1, 1, 1, 0}, 1);
+    s_check((s_case_t){3, 15, 13, 3, 32, 5, 2, 2, 1, 1, 1, 0}, 1);
+    s_check((s_case_t){2, 14, 13, 3, 32, 3, 1, 1, 1, 1, 1, 1}, 1);
 }
 
 /* where the plan does not fold: the transposed tensor an output or read
