@@ -120,6 +120,11 @@ typedef struct tp_op_call {
     const float *skip;
     float *dskip;
     int dskip_acc;
+    /* conv2d: x[0] and dx[0] are NHWC in memory ([N, H, W, C]; xshape[0]
+     * still says [N, C, H, W]): a transpose NHWC -> NCHW folded into the
+     * call (gpu/graph/fold.c), only where the backend's conv_nhwc says
+     * it runs the call so. 0: NCHW. */
+    int nhwc;
 } tp_op_call_t;
 #define TP_BLK16_Y (1u << 31)
 
@@ -399,6 +404,12 @@ typedef struct tp_backend_ops {
      * (tp_op_call_t.skip: the add after the batch norm, and its folded
      * relu, in the batch norm's own passes), so that fold.c may plan them. */
     int (*bnorm_add)(tp_backend_t *b);
+    /* ---- NHWC input folded into conv2d (appended later; NULL: never).
+     * 1: this backend runs conv2d call c with c->nhwc set (x[0] and dx[0]
+     * NHWC), as planned (its shapes, attributes, which dx are wanted), so
+     * that the graph may fold a transpose NHWC -> NCHW into it
+     * (gpu/graph/fold.c). */
+    int (*conv_nhwc)(tp_backend_t *b, const tp_op_call_t *c);
 } tp_backend_ops_t;
 
 struct tp_backend {

@@ -325,6 +325,12 @@ static int s_bnorm_add(tp_backend_t *b) {
     return 1;
 }
 
+/* a transpose NHWC -> NCHW folded into conv2d (fold.c): oneDNN's paths */
+static int s_conv_nhwc(tp_backend_t *b, const tp_op_call_t *c) {
+    tp_dnnl_conv_t *d = s_dnnl(b);
+    return d && tp_dnnl_conv_nhwc(d, c);
+}
+
 static size_t s_op_workspace(tp_backend_t *b, const tp_op_call_t *c) {
     return tp_cpu_op_workspace(s_dnnl(b), c);
 }
@@ -727,6 +733,7 @@ static const tp_backend_ops_t s_cpu_ops = {
     .nchw16c = s_nchw16c,
     .bmm_fold = s_bmm_fold,
     .bnorm_add = s_bnorm_add,
+    .conv_nhwc = s_conv_nhwc,
 };
 
 /* OpenBLAS's pthread build runs its own pool beside the OpenMP team of

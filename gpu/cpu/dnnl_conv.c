@@ -77,6 +77,8 @@ typedef struct {
     int same;                      /* the primitive runs on the plain layout */
     int room;                      /* has a buffer in the workspace */
     int blk16;                     /* plain NCHW <-> nChw16c: s_blk16 */
+    int nhwc;                      /* an input NHWC -> the primitive's plain
+                                      NCHW: s_nhwc (a folded transpose) */
     dnnl_memory_desc_t user, md;   /* plain layout; the primitive's */
     dnnl_primitive_t in;           /* user -> md (inputs, layouts differ) */
     dnnl_primitive_t put[2];       /* md -> user: [0] store, [1] add (sum) */
@@ -184,9 +186,17 @@ static void s_threads(void) { tp_cpu_team(tp_cpu_threads()); }
 
 /* ---- geometry ------------------------------------------------------------ */
 
+/* the key's blk16 bit for x (and dx) NHWC (tp_op_call_t.nhwc): the
+ * primitives read and write the op's NHWC buffer, reordered where they
+ * run on another layout (never with nChw16c x: a transpose is no such
+ * chain's member) */
+enum { S_X_NHWC = 4 };
+
 static s_geom_t s_geom(const tp_op_call_t *c) {
     s_geom_t k;
     tp_dnnl_geom(c, omp_get_max_threads(), &k);
+    if (c->nhwc)
+        k.blk16 |= S_X_NHWC;
     return k;
 }
 
@@ -209,8 +219,16 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     /* the call's layouts: NCHW, or nChw16c where the graph keeps the
      * tensor blocked (tp_op_call_t.blk16); a primitive that runs on the
      * same then reads or writes the op's buffer itself, no reorder */
+    /* (NHWC of 16 channels is nChw16c's memory, the layout the blocked
+     * primitives take: said so, the primitive reads and writes the op's
+     * buffer itself, no reorder) */
+    const int nhwc16 = (k->blk16 & S_X_NHWC) && k->c == 16 &&
+                       self->path != TP_CPU_CONV_DNNL_PLAIN;
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->x, 4, xd, dnnl_f32,
-                                        (k->blk16 & 1) ? dnnl_nChw16c : dnnl_nchw));
+                                        nhwc16                ? dnnl_nChw16c
+                                        : (k->blk16 & S_X_NHWC) ? dnnl_nhwc
+                                        : (k->blk16 & 1)      ? dnnl_nChw16c
+                                                              : dnnl_nchw));
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->y, 4, yd, dnnl_f32,
                                         (k->blk16 & 2) ? dnnl_nChw16c : dnnl_nchw));
     S_DNNL(dnnl_memory_desc_init_by_tag(&m->b, 1, bd, dnnl_f32, dnnl_a));
@@ -227,6 +245,10 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
     }
     if (self->path == TP_CPU_CONV_DNNL_PLAIN) {
         m->xa = m->x;
+        /* an NHWC source: the primitives' plain NCHW, by s_nhwc (oneDNN's
+         * NHWC kernel for a few channels is its reference loop) */
+        if (k->blk16 & S_X_NHWC)
+            S_DNNL(dnnl_memory_desc_init_by_tag(&m->xa, 4, xd, dnnl_f32, dnnl_nchw));
         m->wa = m->w;
         m->ya = m->y;
     } else {
@@ -306,6 +328,7 @@ static tp_status_t s_reorder(const tp_dnnl_conv_t *self, const dnnl_memory_desc_
 }
 
 static int s_is_blk16(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md);
+static int s_is_nhwc(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md);
 
 /* Argument `arg` of the pass: its plain layout `user` and the primitive's
  * (queried from pd); `addable` outputs always get room (they may be added
@@ -326,6 +349,7 @@ static tp_status_t s_arg(const tp_dnnl_conv_t *self, s_pass_t *p,
     a->same = same;
     a->room = !same || addable;
     a->blk16 = !same && s_is_blk16(&a->user, &a->md);
+    a->nhwc = !same && !out && s_is_nhwc(&a->user, &a->md);
     if (!same && !out)
         TP_TRY(s_reorder(self, &a->user, &a->md, 0, name, &a->in));
     if (out && (!same || addable)) {
@@ -588,6 +612,12 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         /* im2col's backward-data runs past keep (tp_dnnl_conv_backward) */
         if (e->data_im2col && e->keep_bytes + tp_cpu_conv_workspace(c) > e->bytes)
             e->bytes = e->keep_bytes + tp_cpu_conv_workspace(c);
+        /* an NHWC source's dx: im2col's, NCHW, past its workspace, then
+         * turned NHWC (s_backward) */
+        const size_t dx_nchw = s_round(tp_shape_count(&c->xshape[0]) * sizeof(float));
+        if (e->data_im2col && (k->blk16 & S_X_NHWC) &&
+            e->keep_bytes + s_round(tp_cpu_conv_workspace(c)) + dx_nchw > e->bytes)
+            e->bytes = e->keep_bytes + s_round(tp_cpu_conv_workspace(c)) + dx_nchw;
         e->bytes += S_ALIGN; /* room to align the workspace's start */
     } else if (rc == TP_OK) {
         e->bytes = tp_cpu_conv_workspace(c); /* ops_conv.c runs it */
@@ -801,6 +831,101 @@ static int s_is_blk16(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *
            dnnl_memory_desc_equal(&b16, user);
 }
 
+/* ---- NHWC in: a folded transpose's pass ------------------------------------ */
+
+/* An image [N, H, W, C] into [N, C, H, W], the layout oneDNN 2.6's
+ * convolutions take a few-channel source in (its kernels for an NHWC
+ * source of 3 channels are the reference loops, 100x slower). oneDNN's
+ * own reorder (jit:uni, acdb -> abcd) took 1.1 ms for 16x112x112x3, about
+ * twice the graph's transpose; this one deinterleaves 16 pixels of 3
+ * channels in registers (AVX-512), other channel counts plainly. Exact
+ * copies. Images [lo, hi). */
+typedef struct {
+    const float *src;
+    float *dst;
+    size_t c, plane; /* C, H * W */
+} s_nhwc_t;
+
+static void s_nhwc_plain(const s_nhwc_t *a, size_t i, size_t p0) {
+    const float *src = a->src + i * a->plane * a->c;
+    float *dst = a->dst + i * a->plane * a->c;
+    for (size_t p = p0; p < a->plane; p++)
+        for (size_t c = 0; c < a->c; c++)
+            dst[c * a->plane + p] = src[p * a->c + c];
+}
+
+/* pixels [0, plane & ~15) of image i, 3 channels: pixel p's channel k is
+ * element 3p + k of the 48 floats v0 v1 v2 of 16 pixels */
+__attribute__((target("avx512f"))) static void s_nhwc3_avx512(const s_nhwc_t *a, size_t i) {
+    const float *src = a->src + i * a->plane * 3;
+    float *dst = a->dst + i * a->plane * 3;
+    __m512i lo[3], hi[3];
+    for (int k = 0; k < 3; k++) {
+        int32_t l[16], h[16];
+        for (int p = 0; p < 16; p++) {
+            const int at = 3 * p + k;
+            l[p] = at < 32 ? at : 0;               /* from v0 (0-15), v1 (16-31) */
+            h[p] = at < 32 ? p : 16 + (at - 32);   /* kept, or from v2 */
+        }
+        lo[k] = _mm512_loadu_si512(l);
+        hi[k] = _mm512_loadu_si512(h);
+    }
+    for (size_t p = 0; p + 16 <= a->plane; p += 16) {
+        const float *s = src + 3 * p;
+        const __m512 v0 = _mm512_loadu_ps(s), v1 = _mm512_loadu_ps(s + 16);
+        const __m512 v2 = _mm512_loadu_ps(s + 32);
+        for (int k = 0; k < 3; k++) {
+            const __m512 t = _mm512_permutex2var_ps(v0, lo[k], v1);
+            _mm512_storeu_ps(dst + (size_t)k * a->plane + p,
+                             _mm512_permutex2var_ps(t, hi[k], v2));
+        }
+    }
+}
+
+static void s_nhwc_range(void *arg, size_t lo, size_t hi) {
+    const s_nhwc_t *a = arg;
+    const int v3 = a->c == 3 && __builtin_cpu_supports("avx512f");
+    for (size_t i = lo; i < hi; i++) {
+        if (v3)
+            s_nhwc3_avx512(a, i);
+        s_nhwc_plain(a, i, v3 ? a->plane & ~(size_t)15 : 0);
+    }
+}
+
+/* dims [n, c, h, w]: src NHWC -> dst NCHW */
+static void s_nhwc(const int64_t *dims, const float *src, float *dst) {
+    s_nhwc_t a = {src, dst, (size_t)dims[1], (size_t)dims[2] * (size_t)dims[3]};
+    const size_t per = a.plane * a.c, min = per >= 16384 ? 1 : 16384 / (per ? per : 1);
+    tp_cpu_parallel((size_t)dims[0], 1, min, s_nhwc_range, &a);
+}
+
+/* dx [N, C, H, W] (NCHW, at src) into dst NHWC, stored or added: a
+ * few-channel image's gradient from im2col's backward-data (rare: a
+ * saliency map), plain loops */
+static void s_nchw_out(const tp_shape_t *x, const float *src, float *dst, int add) {
+    const size_t n = (size_t)x->d[0], c = (size_t)x->d[1];
+    const size_t plane = (size_t)x->d[2] * (size_t)x->d[3];
+    for (size_t i = 0; i < n; i++) {
+        const float *s = src + i * c * plane;
+        float *d = dst + i * c * plane;
+        for (size_t p = 0; p < plane; p++)
+            for (size_t k = 0; k < c; k++)
+                d[p * c + k] = add ? d[p * c + k] + s[k * plane + p] : s[k * plane + p];
+    }
+}
+
+/* user is NHWC and md the same tensor plain NCHW (no padding): s_nhwc's */
+static int s_is_nhwc(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md) {
+    dnnl_memory_desc_t t;
+    return user->ndims == 4 &&
+           dnnl_memory_desc_init_by_tag(&t, 4, user->dims, dnnl_f32, dnnl_nhwc) ==
+               dnnl_success &&
+           dnnl_memory_desc_equal(&t, user) &&
+           dnnl_memory_desc_init_by_tag(&t, 4, user->dims, dnnl_f32, dnnl_nchw) ==
+               dnnl_success &&
+           dnnl_memory_desc_equal(&t, md);
+}
+
 /* ---- running a pass -------------------------------------------------------- */
 
 /* Runs pass p with its rooms at `rooms`: user[i] is argument i's buffer in
@@ -845,6 +970,8 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
         args[nargs++] = (dnnl_exec_arg_t){a->arg, m};
         if (!a->out && a->in && !(blk[i] && ready[i]) && a->blk16 && s_blk16_own()) {
             s_blk16(a->user.dims, user[i], NULL, at, 0, 0);
+        } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->nhwc) {
+            s_nhwc(a->user.dims, user[i], at);
         } else if (!a->out && a->in && !(blk[i] && ready[i])) {
             dnnl_memory_t u = NULL;
             S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
@@ -1051,6 +1178,38 @@ static tp_status_t s_blk16_refuse(const tp_op_call_t *c) {
                     c->name);
 }
 
+/* A call with NHWC x (a folded transpose) where ops_conv.c or our own
+ * bias pass would run: they read NCHW; tp_dnnl_conv_nhwc said no to such
+ * calls when the graph was planned, so only a run at another shape than
+ * the plan's meets this. */
+static tp_status_t s_nhwc_refuse(const tp_op_call_t *c) {
+    return tp_error(TP_ERR_UNSUPPORTED,
+                    "%s: a convolution with NHWC input (a folded transpose) that "
+                    "oneDNN does not run at this shape (dnnl_conv.c); TP_NHWC_FOLD=0 "
+                    "keeps the transpose",
+                    c->name);
+}
+
+int tp_dnnl_conv_nhwc(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
+    if (c->kind != TP_OP_CONV2D || !c->nhwc || c->xshape[0].ndim != 4)
+        return 0;
+    if (tp_conv_thin_ok(c))
+        return 1; /* one input channel: its NHWC is NCHW's memory */
+    s_entry_t *e;
+    int owned;
+    if (s_lookup(self, c, &e, &owned) != TP_OK) {
+        tp_clear_error(); /* no fold: the transpose runs */
+        return 0;
+    }
+    /* oneDNN's three passes (x reordered from NHWC where they run on
+     * another layout; a few-channel image's dx by im2col, NCHW, then
+     * turned NHWC) */
+    const int ok = e->ok && !e->own_bias;
+    if (owned)
+        s_entry_free(e);
+    return ok;
+}
+
 /* y = max(y, 0): a folded relu that the primitive did not apply. */
 static void s_relu(const tp_op_call_t *c) {
     float *restrict y = c->y;
@@ -1112,6 +1271,8 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     char *base = NULL, *own = NULL;
     if (c->blk16 && (!e->ok || e->own_bias)) {
         rc = s_blk16_refuse(c);
+    } else if (c->nhwc && (!e->ok || e->own_bias)) {
+        rc = s_nhwc_refuse(c);
     } else if (!e->ok) {
         rc = tp_cpu_conv_forward(c);
         if (rc == TP_OK && relu)
@@ -1145,6 +1306,8 @@ static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_ent
     char *base = NULL, *own = NULL;
     if (c->blk16 && (!e->ok || e->own_bias || (c->dx[0] && e->data_im2col)))
         return s_blk16_refuse(c);
+    if (c->nhwc && (!e->ok || e->own_bias))
+        return s_nhwc_refuse(c);
     if (!e->ok)
         return tp_cpu_conv_backward(c);
     TP_TRY(s_ws(e, c, &base, &own));
@@ -1179,12 +1342,20 @@ static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_ent
         /* ops_conv.c's backward-data alone, in the same workspace past
          * the forward's kept x: a second backward over the same forward
          * (a GAN step's other player, tp_model_run's backward-only run)
-         * reads it again */
-        float *dxs[3] = {c->dx[0], NULL, NULL};
+         * reads it again. An NHWC source's dx (a saliency map of a
+         * few-channel image) goes NCHW past that workspace first. */
+        float *nchw = c->nhwc ? (float *)(base + e->keep_bytes +
+                                          s_round(tp_cpu_conv_workspace(c)))
+                              : NULL;
+        float *dxs[3] = {nchw ? nchw : c->dx[0], NULL, NULL};
+        const int acc[3] = {nchw ? 0 : c->dx_acc[0], 0, 0};
         tp_op_call_t in = *c;
         in.dx = dxs;
+        in.dx_acc = acc;
         in.workspace = base + e->keep_bytes;
         rc = tp_cpu_conv_backward(&in);
+        if (rc == TP_OK && nchw)
+            s_nchw_out(&c->xshape[0], nchw, c->dx[0], c->dx_acc[0]);
     }
     /* the transposed conv's gradients carry the tests' deliberate fault
      * (ops_elementwise.h) as ops_conv.c's do: 1 in every real run */

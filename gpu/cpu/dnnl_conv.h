@@ -56,6 +56,13 @@ tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t 
  * correctly on the dnnl paths, reordered where the primitive differs.) */
 int tp_dnnl_conv_nchw16c(const tp_dnnl_conv_t *self);
 
+/* 1 when conv2d call c with NHWC x (c->nhwc: a transpose the graph folds,
+ * gpu/graph/fold.c) runs here as planned: on oneDNN's three passes, x and
+ * dx reordered by oneDNN where its primitives take another layout, or on
+ * conv_thin.c with one input channel (the same memory); 0 elsewhere
+ * (ops_conv.c's im2col and own-bias paths read NCHW only). */
+int tp_dnnl_conv_nhwc(tp_dnnl_conv_t *self, const tp_op_call_t *c);
+
 /* Geometries cached (each with its three passes), for the tests. */
 int tp_dnnl_conv_cached(tp_dnnl_conv_t *self);
 

@@ -30,19 +30,37 @@ static int s_relu_folds_into(tp_op_kind_t k) {
            k == TP_OP_BATCH_NORM || k == TP_OP_BIAS_ADD || k == TP_OP_ADD;
 }
 
-void tp_plan_folds_(tp_tower_t *t) {
-    /* every node's readers; an output, metric or cost counts as two */
+/* Every node's readers (an output, metric or cost counts as two, so a
+ * value something outside the graph reads never folds away), and, when
+ * reader is given, its last reader; calloc'd, NULL when out of memory. */
+static int *s_uses(const tp_tower_t *t, tp_node_t **reader) {
     int *uses = calloc((size_t)t->nnodes + 1, sizeof *uses);
     if (!uses)
-        return; /* no folds: correct, only slower */
+        return NULL;
     for (int i = 0; i < t->nnodes; i++)
-        for (int j = 0; j < t->nodes[i]->ninputs; j++)
+        for (int j = 0; j < t->nodes[i]->ninputs; j++) {
             uses[t->nodes[i]->inputs[j]->id]++;
+            if (reader)
+                reader[t->nodes[i]->inputs[j]->id] = t->nodes[i];
+        }
     for (int i = 0; i < t->noutputs; i++)
         uses[t->outputs[i].node->id] += 2;
     for (int k = 0; k < t->ncosts; k++) /* costs[0] is the main cost */
         if (t->costs[k])
             uses[t->costs[k]->id] += 2;
+    return uses;
+}
+
+/* a plan's own switch: NAME=0 in the environment turns it off */
+static int s_switched_off(const char *name) {
+    const char *env = getenv(name);
+    return env && !strcmp(env, "0");
+}
+
+void tp_plan_folds_(tp_tower_t *t) {
+    int *uses = s_uses(t, NULL);
+    if (!uses)
+        return; /* no folds: correct, only slower */
 
     /* bias adds into the matmuls before them */
     for (int i = 0; i < t->nnodes; i++) {
@@ -192,11 +210,9 @@ static int s_blk16_kind(const tp_node_t *n) {
 }
 
 void tp_plan_blk16_(tp_tower_t *t) {
-    const char *env = getenv("TP_BLK16_CHAIN");
-    if (env && !strcmp(env, "0"))
+    if (s_switched_off("TP_BLK16_CHAIN"))
         return;
-    tp_model_t *m = t->model;
-    tp_backend_t *b = m ? m->backend : NULL;
+    tp_backend_t *b = t->model ? tp_tower_backend_(t) : NULL;
     if (!b || !b->ops->nchw16c || !b->ops->nchw16c(b))
         return;
     /* candidates: the calls that may write a blocked value (a folded
@@ -265,24 +281,14 @@ void tp_plan_blk16_(tp_tower_t *t) {
  * two. Sums in another order than oneDNN's or ops_cpu.c's batch norm:
  * numbers move by float reassociation only (test_fold, test_dnnl_ops). */
 void tp_plan_block_end_(tp_tower_t *t) {
-    const char *env = getenv("TP_CPU_BLOCK_END");
-    if (env && !strcmp(env, "0"))
+    if (s_switched_off("TP_CPU_BLOCK_END"))
         return;
-    tp_model_t *m = t->model;
-    tp_backend_t *b = m ? m->backend : NULL;
+    tp_backend_t *b = t->model ? tp_tower_backend_(t) : NULL;
     if (!b || !b->ops->bnorm_add || !b->ops->bnorm_add(b))
         return;
-    int *uses = calloc((size_t)t->nnodes + 1, sizeof *uses);
+    int *uses = s_uses(t, NULL);
     if (!uses)
         return; /* no folds: correct, only slower */
-    for (int i = 0; i < t->nnodes; i++)
-        for (int j = 0; j < t->nodes[i]->ninputs; j++)
-            uses[t->nodes[i]->inputs[j]->id]++;
-    for (int i = 0; i < t->noutputs; i++)
-        uses[t->outputs[i].node->id] += 2;
-    for (int k = 0; k < t->ncosts; k++)
-        if (t->costs[k])
-            uses[t->costs[k]->id] += 2;
     for (int i = 0; i < t->nnodes; i++) {
         tp_node_t *a = t->nodes[i];
         if (a->kind != TP_OP_ADD || a->ninputs != 2 || a->folded || a->dtype != TP_FLOAT32 ||
@@ -323,4 +329,85 @@ void tp_plan_block_end_(tp_tower_t *t) {
             relu->folded = bn;
     }
     free(uses);
+}
+
+/* ---- NHWC input read by the convolution (issue 42) ------------------------
+ *
+ * A model fed NHWC images ([N, H, W, C], as decoders and most datasets
+ * give them) writes tp_transpose(perm 0, 3, 1, 2) before its first
+ * conv2d: a full copy of the batch each step, forward, and another for
+ * the input's gradient when one is asked (a saliency map). Where that
+ * transpose's one reader is a conv2d (it is no output, metric or cost),
+ * the conv reads the NHWC buffer itself: oneDNN's nhwc memory descriptor
+ * for its source (dnnl_conv.c), its gradient written NHWC. The transpose
+ * stays in the graph (names, walks) and makes no call; its value is never
+ * made, so fetching it is an error that says so (model.c). Only where the
+ * backend says it runs that call (ops->conv_nhwc: on the CPU oneDNN's
+ * paths, not im2col nor a few-channel image's backward-data); an input
+ * whose gradient is wanted only when it is a tower input the transpose
+ * alone reads (its gradient then has one writer and stays live, as every
+ * input's). tp_model_config_t.fold = 0 (TP_FOLD=0) keeps every transpose,
+ * TP_NHWC_FOLD=0 this fold alone. */
+
+/* t is a transpose NHWC -> NCHW of a 4-D float */
+static int s_nhwc_transpose(const tp_node_t *t) {
+    const int64_t *p = t->attr.dims_a;
+    return t->kind == TP_OP_TRANSPOSE && t->ninputs == 1 && t->shape.ndim == 4 &&
+           t->inputs[0]->shape.ndim == 4 && t->dtype == TP_FLOAT32 &&
+           t->inputs[0]->dtype == TP_FLOAT32 && p[0] == 0 && p[1] == 3 && p[2] == 1 &&
+           p[3] == 2;
+}
+
+/* whether backend b runs conv c with t's input read NHWC: the call as the
+ * plan will make it (shapes, attributes, the gradients wanted) */
+static int s_nhwc_backend(tp_backend_t *b, const tp_node_t *c, const tp_node_t *t) {
+    static float wanted; /* a gradient's stand-in: the backend only tests it */
+    tp_shape_t xs[TP_OP_MAX_INPUTS];
+    float *dx[TP_OP_MAX_INPUTS];
+    const void *x[TP_OP_MAX_INPUTS];
+    if (c->ninputs > TP_OP_MAX_INPUTS)
+        return 0;
+    for (int j = 0; j < c->ninputs; j++) {
+        const tp_node_t *in = j == 0 ? t->inputs[0] : c->inputs[j];
+        xs[j] = c->inputs[j]->run_shape; /* x: the NCHW shape */
+        dx[j] = in->cost_mask ? &wanted : NULL;
+        x[j] = NULL;
+    }
+    tp_op_call_t call = {.kind = c->kind, .attr = &c->attr, .name = c->name,
+                         .ninputs = c->ninputs, .x = x, .xshape = xs,
+                         .yshape = c->run_shape, .dx = dx, .node = c, .nhwc = 1};
+    return b->ops->conv_nhwc(b, &call);
+}
+
+void tp_plan_nhwc_(tp_tower_t *t) {
+    if (s_switched_off("TP_NHWC_FOLD"))
+        return;
+    tp_backend_t *b = t->model ? tp_tower_backend_(t) : NULL;
+    if (!b || !b->ops->conv_nhwc)
+        return;
+    tp_node_t **reader = calloc((size_t)t->nnodes + 1, sizeof *reader);
+    int *uses = reader ? s_uses(t, reader) : NULL;
+    if (!uses) {
+        free(reader);
+        return; /* no folds: correct, only slower */
+    }
+    for (int i = 0; i < t->nnodes; i++) {
+        tp_node_t *tr = t->nodes[i];
+        if (!s_nhwc_transpose(tr) || uses[tr->id] != 1 || tr->folded)
+            continue;
+        tp_node_t *c = reader[tr->id], *src = tr->inputs[0];
+        if (c->kind != TP_OP_CONV2D || c->ninputs < 2 || c->inputs[0] != tr ||
+            c->folded || src->cost_mask != tr->cost_mask)
+            continue;
+        /* its gradient: written by the conv's backward in place of the
+         * transpose's (earlier in the pass), so only the transpose may
+         * read it, and it is a tower input (live always, memplan.c) */
+        if (src->backward && (src->kind != TP_OP_INPUT || uses[src->id] != 1))
+            continue;
+        if (!s_nhwc_backend(b, c, tr))
+            continue;
+        tr->nhwc_into = c;
+    }
+    free(uses);
+    free(reader);
 }

@@ -76,6 +76,9 @@ struct tp_node {
     tp_node_t *fold_skip; /* batch norm: the add after it, folded into its
                              call with the add's other operand as the skip
                              (tp_plan_block_end_) */
+    tp_node_t *nhwc_into; /* TRANSPOSE NHWC -> NCHW: the conv2d that reads
+                             its input as NHWC in its stead (fold.c's
+                             tp_plan_nhwc_): no call, no value, no gradient */
     /* per step: the runtime batch */
     tp_shape_t run_shape;
 };
@@ -171,6 +174,10 @@ void tp_plan_blk16_(tp_tower_t *t);
  * norm's call (node->fold_skip), after the blk16 plan, on a backend whose
  * ops->bnorm_add says yes; TP_CPU_BLOCK_END=0 plans none. */
 void tp_plan_block_end_(tp_tower_t *t);
+/* fold.c: fold transposes NHWC -> NCHW into the conv2d that alone reads
+ * them (node->nhwc_into), after tp_plan_folds_, on a backend whose
+ * ops->conv_nhwc runs the call so. */
+void tp_plan_nhwc_(tp_tower_t *t);
 /* The node whose call does n's work: n->folded, or n itself. */
 static inline const tp_node_t *tp_node_caller_(const tp_node_t *n) {
     return n->folded ? n->folded : n;

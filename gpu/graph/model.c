@@ -195,6 +195,15 @@ static void s_make_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n, int cost,
                     ? n->inputs[i]->grad
                     : NULL;
     }
+    /* a transpose NHWC -> NCHW folded into this conv2d (fold.c's
+     * tp_plan_nhwc_): the call reads the transpose's input itself, NHWC,
+     * and writes its gradient; xshape[0] stays the NCHW shape */
+    if (n->ninputs > 0 && n->inputs[0]->nhwc_into == n) {
+        const tp_node_t *src = n->inputs[0]->inputs[0];
+        xs[0] = src->value;
+        dx[0] = ((src->cost_mask >> cost) & 1u) ? src->grad : NULL;
+        c->nhwc = 1;
+    }
     c->x = xs;
     c->xshape = xshape;
     c->dx = dx;
@@ -555,6 +564,7 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
     free(written);
     if (m->config.fold) {
         tp_plan_folds_(t);
+        tp_plan_nhwc_(t);  /* NHWC transposes into convs (fold.c, issue 42) */
         tp_plan_blk16_(t); /* nChw16c chains (fold.c, issue 49) */
         tp_plan_block_end_(t); /* bn + add + relu in one call (fold.c) */
     }
@@ -575,11 +585,13 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
         tp_node_t *n = t->nodes[i];
         size_t count = tp_shape_count(&n->shape);
         vslot[i].lo = gslot[i].lo = wslot[i].lo = -1;
-        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_RESHAPE && !n->folded)
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_RESHAPE && !n->folded &&
+            !n->nhwc_into)
             vslot[i].bytes = s_round(count * tp_dtype_size(n->dtype));
-        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias)
+        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias && !n->nhwc_into)
             gslot[i].bytes = s_round(count * sizeof(float));
-        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT && !n->folded) {
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT && !n->folded &&
+            !n->nhwc_into) {
             /* the largest any cost's backward needs (the inputs it
              * differentiates can differ from cost to cost) */
             tp_op_call_t c;
@@ -633,12 +645,15 @@ static tp_status_t s_plan_tower(tp_model_t *m, tp_tower_t *t) {
             n->value = n->inputs[0]->value;
         } else if (n->folded) {
             n->value = n->folded->value; /* planned already: a lower id */
+        } else if (n->nhwc_into) {
+            n->value = NULL; /* the conv reads its input (fold.c) */
         } else {
             n->value = base + vslot[i].off;
         }
-        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias)
+        if (n->backward && n->kind != TP_OP_VARIABLE && !n->grad_alias && !n->nhwc_into)
             n->grad = (float *)(base + gslot[i].off);
-        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT && !n->folded)
+        if (n->kind != TP_OP_VARIABLE && n->kind != TP_OP_INPUT && !n->folded &&
+            !n->nhwc_into)
             n->workspace = base + wslot[i].off;
         if (n->kind == TP_OP_INPUT)
             n->workspace = n->value; /* kept: inputs may be borrowed */
@@ -1457,6 +1472,8 @@ static tp_status_t s_forward(tp_model_t *m, tp_tower_t *t, int cost) {
             n->value = n->folded->value; /* its work is in that call */
             continue;
         }
+        if (n->nhwc_into)
+            continue; /* the conv reads its input NHWC (fold.c) */
         if (n->kind == TP_OP_RESHAPE) {
             n->value = n->inputs[0]->value; /* inputs may be borrowed */
             continue;
@@ -1552,7 +1569,7 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
     for (int i = t->nnodes - 1; i >= 0; i--) {
         tp_node_t *n = t->nodes[i];
         if (!(n->cost_mask & bit) || n->kind == TP_OP_VARIABLE ||
-            n->kind == TP_OP_INPUT || n->folded)
+            n->kind == TP_OP_INPUT || n->folded || n->nhwc_into)
             continue;
         s_make_call(m, t, n, cost, &c, xs, xsh, dx);
         uint64_t t0 = 0, thr0 = 0, proc0 = 0;
@@ -2404,6 +2421,15 @@ static tp_status_t s_value_node(tp_tower_t *t, const char *name,
     if (!n)
         return tp_error(TP_ERR_NOT_FOUND, "%s: %s: no output or node named "
                         "'%s'", t->name, what, name ? name : "(null)");
+    if (n->nhwc_into) {
+        *out = NULL;
+        return tp_error(TP_ERR_INVALID, "%s: %s: '%s' (a transpose NHWC -> NCHW) is "
+                        "folded into '%s', which reads its input '%s' as NHWC "
+                        "(config fold), so its own value is not made; fetch '%s', "
+                        "or build with fold = 0 (TP_FOLD=0) or TP_NHWC_FOLD=0",
+                        t->name, what, name, n->nhwc_into->name, n->inputs[0]->name,
+                        n->inputs[0]->name);
+    }
     if (n->hidden) {
         /* the node after the fold, whose value this one's became */
         const tp_node_t *by = n;
@@ -2840,11 +2866,14 @@ int tp_model_profile(const tp_model_t *m, int tower, tp_op_profile_t *out,
     int k = 0;
     for (int i = 0; t && i < t->nnodes; i++) {
         const tp_node_t *n = t->nodes[i];
-        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE || n->folded)
+        if (n->kind == TP_OP_INPUT || n->kind == TP_OP_VARIABLE || n->folded ||
+            n->nhwc_into)
             continue;
         int folds = 0;
         for (int j = i + 1; j < t->nnodes; j++)
             folds += t->nodes[j]->folded == n;
+        for (int j = 0; j < n->ninputs; j++) /* a transpose it reads through */
+            folds += n->inputs[j]->nhwc_into == n;
         if (out && k < max) {
             out[k] = (tp_op_profile_t){n->name, n->kind, n->prof_fwd_ns,
                                        n->prof_bwd_ns, n->prof_calls,

@@ -212,8 +212,9 @@ static tp_node_t *s_to_nchw(tp_tower_t *t, tp_node_t *const *in, const bench_row
     static const int perm[4] = {0, 3, 1, 2};
     return tp_transpose(t, "op", in[0], perm);
 }
-/* conv2d on an NHWC input: the transpose to NCHW runs as its own op (the
- * graph does not fold it into the convolution; docs/ops.md) */
+/* conv2d on an NHWC input: the graph folds the transpose into the
+ * convolution where the backend reads NHWC (docs/ops.md, "An NHWC
+ * input"; TP_NHWC_FOLD=0 runs it as its own op) */
 static tp_node_t *s_conv2d_nhwc(tp_tower_t *t, tp_node_t *const *in, const bench_row_t *r) {
     static const int perm[4] = {0, 3, 1, 2};
     tp_node_t *x = tp_transpose(t, "nchw", in[0], perm);
