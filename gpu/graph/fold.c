@@ -57,6 +57,25 @@ static int s_switched_off(const char *name) {
     return env && !strcmp(env, "0");
 }
 
+/* bias add c folds into product p: p's call adds the bias, c makes none;
+ * p's own value is gone, its gradient is c's */
+static void s_fold_bias(tp_node_t *p, tp_node_t *c) {
+    p->fold_bias = c;
+    p->hidden = 1;
+    p->grad_alias = c;
+    c->folded = p;
+}
+
+/* activation c (of p, which is q or folded into q) folds into q's call as
+ * act: q's and p's values are gone, p's gradient is c's */
+static void s_fold_act(tp_node_t *q, tp_node_t *p, tp_node_t *c, int act) {
+    q->attr.act = act;
+    q->hidden = 1;
+    p->hidden = 1;
+    p->grad_alias = c;
+    c->folded = q;
+}
+
 void tp_plan_folds_(tp_tower_t *t) {
     int *uses = s_uses(t, NULL);
     if (!uses)
@@ -69,10 +88,7 @@ void tp_plan_folds_(tp_tower_t *t) {
             p->fold_bias || uses[p->id] != 1 || p->cost_mask != c->cost_mask ||
             c->inputs[1]->kind != TP_OP_VARIABLE || p->dtype != TP_FLOAT32)
             continue;
-        p->fold_bias = c;
-        p->hidden = 1;
-        p->grad_alias = c;
-        c->folded = p;
+        s_fold_bias(p, c);
     }
 
     /* relus into the op before them (through a folded bias add) */
@@ -84,11 +100,7 @@ void tp_plan_folds_(tp_tower_t *t) {
         tp_node_t *q = p->folded ? p->folded : p;
         if (!s_relu_folds_into(q->kind) || q->attr.act != TP_ACT_NONE)
             continue;
-        q->attr.act = TP_ACT_RELU;
-        q->hidden = 1;
-        p->hidden = 1;
-        p->grad_alias = c;
-        c->folded = q;
+        s_fold_act(q, p, c, TP_ACT_RELU);
     }
 
     /* batch_matmul's bias and GELU (issue 45; only where the backend runs
@@ -104,7 +116,7 @@ void tp_plan_folds_(tp_tower_t *t) {
      * as the add's backward sums it, so no number changes (test_fold).
      * Not where the product runs backward for more than one cost: its
      * backward turns the kept pre-activation into its gradient. */
-    tp_backend_t *b = t->model ? t->model->backend : NULL;
+    tp_backend_t *b = t->model ? tp_tower_backend_(t) : NULL;
     if (b && b->ops->bmm_fold && b->ops->bmm_fold(b)) {
         for (int i = 0; i < t->nnodes; i++) {
             tp_node_t *c = t->nodes[i], *p = c->ninputs == 2 ? c->inputs[0] : NULL;
@@ -120,10 +132,7 @@ void tp_plan_folds_(tp_tower_t *t) {
                 bv->shape.d[0] != p->shape.d[p->shape.ndim - 1] || bv == p->inputs[0] ||
                 bv == p->inputs[1])
                 continue;
-            p->fold_bias = c;
-            p->hidden = 1;
-            p->grad_alias = c;
-            c->folded = p;
+            s_fold_bias(p, c);
         }
         for (int i = 0; i < t->nnodes; i++) {
             tp_node_t *c = t->nodes[i], *p = c->ninputs == 1 ? c->inputs[0] : NULL;
@@ -135,11 +144,7 @@ void tp_plan_folds_(tp_tower_t *t) {
             if (q->kind != TP_OP_BATCH_MATMUL || q->attr.act != TP_ACT_NONE ||
                 q->inputs[1]->shape.ndim != 2)
                 continue;
-            q->attr.act = c->kind == TP_OP_GELU ? TP_ACT_GELU : TP_ACT_GELU_TANH;
-            q->hidden = 1;
-            p->hidden = 1;
-            p->grad_alias = c;
-            c->folded = q;
+            s_fold_act(q, p, c, c->kind == TP_OP_GELU ? TP_ACT_GELU : TP_ACT_GELU_TANH);
         }
     }
     free(uses);
