@@ -2,10 +2,10 @@
  * stages (registered among df_spec.c's built-ins):
  *
  *   imagefolder:DIR[,mode=grey|rgb|rgba|any][,shuffle=0][,raw][,skip-bad]
- *               [,min-short=N][,exif=0][,random-resized-crop=SIZE[:A:A:R:R]]
+ *               [,min-short=N][,exif=1][,random-resized-crop=SIZE[:A:A:R:R]]
  *   imagelist:LIST[,root=DIR][, the same options]
  *   cifar:FILE[,cifar100][,fine][,shuffle=0]
- *   decode [mode=..][,min-short=N][,exif=0][,component=I]   (a map stage)
+ *   decode [mode=..][,min-short=N][,exif=1][,component=I]   (a map stage)
  *   imgaug AUG[,AUG...]                                       (a map stage)
  *   (an AUG random-order=A;B;.., random-choice=A;B;.., random-apply=P;A;..
  *    groups others: ';' between them, as ',' ends the item)
