@@ -129,7 +129,9 @@ tp_status_t tp_image_folder_classes(const char *dir, char ***names, int *n,
  * data. Held by value: tp_image_source_info_init / _fini. */
 typedef struct tp_image_source_info {
     int channels;      /* the first image's: 1 grey, 3 colour (an RGBA image
-                        * counts as 3: the sources decode it as RGB) */
+                        * counts as 3: the sources decode it as RGB); an
+                        * imagefolder whose first image is grey is colour
+                        * if another class's first image is */
     int nclasses;      /* imagefolder: its class folders; imagelist: the
                         * largest label + 1; cifar: 10, 100 or 20 (coarse) */
     char **classes;    /* [nclasses] names in label order (a list file's

@@ -853,8 +853,23 @@ Test(image, folder_classes_and_source_info) {
     snprintf(p, sizeof p, "imagefolder:%s,shuffle=0", s_dir);
     cr_assert_eq(tp_image_source_info(p, &info), TP_OK, "%s", tp_last_error());
     cr_expect_eq(info.nclasses, 5);
-    cr_expect_eq(info.channels, 1, "the first image is grey");
+    /* the first image is grey, the other classes' are colour: a grey
+     * image in a colour folder, the folder is colour */
+    cr_expect_eq(info.channels, 3, "grey first image, colour classes");
     cr_expect_str_eq(info.classes[2], "B");
+    tp_image_source_info_fini(&info);
+    /* all grey: grey */
+    snprintf(p, sizeof p, "%s/grey", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof p, "%s/grey/c%d", s_dir, k);
+        cr_assert_eq(mkdir(p, 0755), 0);
+        snprintf(p, sizeof p, "%s/grey/c%d/0.png", s_dir, k);
+        s_write_png(p, 8, 8, 1, k);
+    }
+    snprintf(p, sizeof p, "imagefolder:%s/grey", s_dir);
+    cr_assert_eq(tp_image_source_info(p, &info), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(info.channels, 1);
     tp_image_source_info_fini(&info);
     /* a list: the largest label + 1, the first image's channels */
     snprintf(p, sizeof p, "%s/list.txt", s_dir);
