@@ -1393,7 +1393,7 @@ Test(image, own_folders_links_hidden_and_other_formats) {
               strstr(tp_last_error(), "convert"), "%s", tp_last_error());
 }
 
-/* Images smaller than the crop, 1x1, and 1 x 400: the random resized
+/* Images smaller than the crop, 1x1, 1 x 400 and 3 x 900: the random resized
  * crop still gives crop x crop (torchvision's fallback: the centre crop
  * of the allowed ratio, scaled up), in RGB whatever the file held (a grey
  * JPEG in a colour folder, an RGBA PNG). */
@@ -1410,6 +1410,13 @@ Test(image, tiny_and_wide_images_crop_to_size) {
     tp_tensor_t t;
     s_pattern(&t, 5, 7, 1, 4);
     snprintf(p, sizeof p, "%s/c/grey.jpg", s_dir);
+    s_write_jpeg(p, &t);
+    /* JPEGs go through the band decode (only the crop's rows) */
+    s_pattern(&t, 1, 1, 3, 5);
+    snprintf(p, sizeof p, "%s/c/one.jpg", s_dir);
+    s_write_jpeg(p, &t);
+    s_pattern(&t, 3, 900, 3, 6);
+    snprintf(p, sizeof p, "%s/c/wide.jpg", s_dir);
     s_write_jpeg(p, &t);
     tp_image_source_opts_t o;
     tp_image_source_opts_init(&o);
@@ -1432,7 +1439,7 @@ Test(image, tiny_and_wide_images_crop_to_size) {
             tp_datapoint_destroy(&dp);
         }
         cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
-        cr_assert_eq(n, 4);
+        cr_assert_eq(n, 6);
     }
     tp_dataflow_destroy(&df);
 }
