@@ -161,6 +161,15 @@ static void s_ycck(void) {
     tjDestroy(h);
 }
 
+/* the middle half of the image */
+static void s_pick_mid(void *user, int height, int width, int rect[4]) {
+    (void)user;
+    rect[0] = height / 4;
+    rect[1] = width / 4;
+    rect[2] = height / 2;
+    rect[3] = width / 2;
+}
+
 TestSuite(proc_image, .init = s_setup, .fini = s_teardown);
 
 /* PNG: exactly PIL's pixels, in every colour type libpng expands. JPEG:
@@ -211,6 +220,30 @@ Test(proc_image, decoders_equal_pil_and_opencv) {
     s_check("bw.png", "bw", TP_IMAGE_RGB, 0, 0);
     s_check("grey_trns.png", "grey_trns", TP_IMAGE_RGB, 0, 0);
     s_check("grey16.png", "grey16_as_rgb", TP_IMAGE_RGB, 0, 0);
+    /* a progressive and a CMYK JPEG's region (the band decode, or the
+     * whole decode cut): the whole decode's pixels there */
+    static const char *const cut[] = {"prog.jpg", "cmyk.jpg", "ycck.jpg"};
+    for (int i = 0; i < 3; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", s_dir, cut[i]);
+        tp_image_opts_t o;
+        tp_image_opts_init(&o);
+        o.mode = TP_IMAGE_RGB;
+        tp_tensor_t whole, part;
+        cr_assert_eq(tp_image_read(p, &o, &whole), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_image_read_region(p, &o, s_pick_mid, NULL, &part), TP_OK,
+                     "%s", tp_last_error());
+        int H = (int)whole.shape[0], W = (int)whole.shape[1];
+        cr_assert_eq(part.shape[0], H / 2);
+        cr_assert_eq(part.shape[1], W / 2);
+        for (int y = 0; y < H / 2; y++)
+            cr_assert_eq(memcmp((uint8_t *)part.data + (size_t)y * (W / 2) * 3,
+                                (uint8_t *)whole.data +
+                                    ((size_t)(y + H / 4) * W + W / 4) * 3,
+                                (size_t)(W / 2) * 3), 0, "%s row %d", cut[i], y);
+        tp_tensor_fini(&whole);
+        tp_tensor_fini(&part);
+    }
 }
 
 /* ---- augmentors against numpy / cv2 ------------------------------------------ */
