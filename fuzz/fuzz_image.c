@@ -21,6 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tp_image_opts_t o;
         tp_image_opts_init(&o);
         o.max_pixels = 1 << 20;  /* keep each run fast */
+        o.exif = 1;  /* the EXIF walk and turn too (off by default since issue 43) */
         o.mode = modes[m % 4];
         if (m == 4)
             o.min_short = 8;

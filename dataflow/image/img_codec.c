@@ -27,7 +27,11 @@
 void tp_image_opts_init(tp_image_opts_t *opts) {
     memset(opts, 0, sizeof *opts);
     opts->mode = TP_IMAGE_ANY;
-    opts->exif = 1;
+    /* EXIF orientation off by default: PIL's Image.open(f).convert('RGB'),
+     * torchvision ImageFolder's loader, does not turn the pixels, so a
+     * model trained here sees what one trained there sees (exif=1 turns
+     * them upright, as ImageOps.exif_transpose) */
+    opts->exif = 0;
     opts->max_pixels = (int64_t)1 << 26;
 }
 
@@ -96,6 +100,30 @@ static tp_status_t s_convert(tp_tensor_t *t, int c, int want) {
         }
         if (want == 4)
             d[3] = c == 4 ? s[3] : c == 2 ? s[1] : 255;
+    }
+    tp_tensor_fini(t);
+    tp_tensor_move(t, &o);
+    return TP_OK;
+}
+
+/* CMYK (as libjpeg-turbo gives a CMYK or YCCK JPEG's samples: Adobe's
+ * inverted convention, which Photoshop writes and PIL assumes for every
+ * CMYK JPEG, "CMYK;I") to RGB, in place in *t's first three channels
+ * then cut to [H,W,3]: PIL's cmyk2rgb after its inversion,
+ * r = (255-k) - (255-c)(255-k)/255 rounded as its MULDIV255. */
+static tp_status_t s_cmyk_rgb(tp_tensor_t *t) {
+    int64_t H = t->shape[0], W = t->shape[1];
+    int64_t shape[3] = {H, W, 3};
+    tp_tensor_t o;
+    TP_TRY(tp_tensor_init(&o, TP_UINT8, 3, shape));
+    const uint8_t *s = t->data;
+    uint8_t *d = o.data;
+    for (size_t i = 0, n = (size_t)H * (size_t)W; i < n; i++, s += 4, d += 3) {
+        unsigned nk = s[3];  /* 255 - k, k = 255 - stored */
+        for (int c = 0; c < 3; c++) {
+            unsigned tmp = (255u - s[c]) * nk + 128u;
+            d[c] = (uint8_t)(nk - (((tmp >> 8) + tmp) >> 8));
+        }
     }
     tp_tensor_fini(t);
     tp_tensor_move(t, &o);
@@ -359,19 +387,26 @@ static tp_status_t s_jpeg(const uint8_t *p, size_t n, const tp_image_opts_t *o,
             tp_tensor_fini(out);
         return rc;
     }
+    /* CMYK and YCCK (Photoshop's "CMYK" JPEGs): libjpeg-turbo gives
+     * CMYK, PIL's conversion makes it RGB (s_cmyk_rgb) */
+    int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+    if (cmyk)
+        dch = 4;
     int64_t shape[3] = {sh, sw, dch};
     TP_TRY(tp_tensor_init(out, TP_UINT8, dch == 1 ? 2 : 3, shape));
     /* Warnings (a truncated file, corrupt data) stop the decode: a damaged
      * image is an error, not a half-grey picture. */
     if (tjDecompress2(h, p, (unsigned long)n, out->data, sw, 0, sh,
-                      dch == 1 ? TJPF_GRAY : TJPF_RGB,
+                      cmyk ? TJPF_CMYK : dch == 1 ? TJPF_GRAY : TJPF_RGB,
                       TJFLAG_STOPONWARNING) != 0) {
         tp_tensor_fini(out);
         return tp_error(TP_ERR_FORMAT, "image %s: corrupt or truncated JPEG: "
                         "%s", s_nm(name), tjGetErrorStr2(h));
     }
-    tp_status_t rc = TP_OK;
-    if (o->exif)
+    tp_status_t rc = cmyk ? s_cmyk_rgb(out) : TP_OK;
+    if (cmyk)
+        dch = 3;
+    if (rc == TP_OK && o->exif)
         rc = s_orient(out, s_exif_orientation(p, n));
     if (rc == TP_OK)
         rc = s_convert(out, dch, want);

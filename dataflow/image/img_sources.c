@@ -293,6 +293,45 @@ static int s_is_image_name(const char *n) {
            !strcasecmp(dot, ".png");
 }
 
+/* The other extensions torchvision's ImageFolder takes (IMG_EXTENSIONS),
+ * as a format name, or NULL. Refused by name rather than skipped: a
+ * skipped file would make a data set smaller than torchvision's without a
+ * word. */
+static const char *s_other_image_kind(const char *n) {
+    static const char *const ext[][2] = {
+        {".bmp", "BMP"}, {".webp", "WebP"}, {".tif", "TIFF"}, {".tiff", "TIFF"},
+        {".pgm", "PGM"}, {".ppm", "PPM"}};
+    const char *dot = strrchr(n, '.');
+    for (size_t i = 0; dot && i < sizeof ext / sizeof ext[0]; i++)
+        if (!strcasecmp(dot, ext[i][0]))
+            return ext[i][1];
+    return NULL;
+}
+
+/* The folders walked from the top one down to the current one: a linked
+ * folder that leads back to one of them is a loop. */
+typedef struct s_anc {
+    dev_t dev;
+    ino_t ino;
+    const struct s_anc *up;
+} s_anc_t;
+
+/* Enter folder p below `up` (*me is its link in the chain); an error for
+ * a link back to a folder above it. */
+static tp_status_t s_enter(const char *p, const s_anc_t *up, s_anc_t *me) {
+    struct stat st;
+    if (stat(p, &st) != 0)
+        return tp_error(TP_ERR_IO, "imagefolder %s: %s", p, strerror(errno));
+    for (const s_anc_t *a = up; a; a = a->up)
+        if (a->dev == st.st_dev && a->ino == st.st_ino)
+            return tp_error(TP_ERR_INVALID, "imagefolder %s: a link back to a folder "
+                            "above it (a loop): remove or replace the link", p);
+    me->dev = st.st_dev;
+    me->ino = st.st_ino;
+    me->up = up;
+    return TP_OK;
+}
+
 static int s_cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -339,9 +378,10 @@ static tp_status_t s_list_dir(const char *dir, char ***names, int **isdir,
             char p[4096];
             struct stat st;
             snprintf(p, sizeof p, "%s/%s", dir, v[i]);
-            /* lstat: a linked folder is not entered (no loops through
-             * links such as /proc/self/root); a linked file is read */
-            (*isdir)[i] = lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+            /* stat: a linked folder is entered, as torchvision (is_dir()
+             * and os.walk(followlinks=True)) enters it; s_enter refuses a
+             * link back up (a loop), which os.walk would follow forever */
+            (*isdir)[i] = stat(p, &st) == 0 && S_ISDIR(st.st_mode);
             /* An image name on a FIFO, socket or device: reading a FIFO
              * waits for a writer that never comes (tp-train hung until
              * SIGTERM). torchvision's ImageFolder filters by extension
@@ -378,10 +418,12 @@ static void s_free_names(char **names, int *isdir, size_t n) {
 
 /* Every image file under `dir` (recursively, sorted) with `label`. */
 static tp_status_t s_walk(files_t *self, const char *dir, int32_t label,
-                          int depth) {
+                          int depth, const s_anc_t *up) {
     if (depth > 32)
         return tp_error(TP_ERR_INVALID, "imagefolder %s: folders nested too "
                         "deep (a link loop?)", dir);
+    s_anc_t me;
+    TP_TRY(s_enter(dir, up, &me));
     char **names;
     int *isdir;
     size_t n;
@@ -394,10 +436,17 @@ static tp_status_t s_walk(files_t *self, const char *dir, int32_t label,
                           dir);
             break;
         }
+        const char *kind = isdir[i] ? NULL : s_other_image_kind(names[i]);
         if (isdir[i])
-            rc = s_walk(self, p, label, depth + 1);
+            rc = s_walk(self, p, label, depth + 1, &me);
         else if (s_is_image_name(names[i]))
             rc = s_files_add(self, p, label);
+        else if (kind)
+            rc = tp_error(TP_ERR_FORMAT, "imagefolder: %s is a %s file; towerpack "
+                          "reads JPEG and PNG only (torchvision also takes .bmp "
+                          ".webp .tif .tiff .pgm .ppm): convert such files to PNG "
+                          "(ImageMagick: mogrify -format png *%s) or move them "
+                          "out (docs/images.md)", p, kind, strrchr(names[i], '.'));
     }
     s_free_names(names, isdir, n);
     return rc;
@@ -411,7 +460,9 @@ tp_dataflow_t *tp_df_image_folder(const char *dir,
     char **names;
     int *isdir;
     size_t n;
-    if (s_list_dir(dir, &names, &isdir, &n) != TP_OK) {
+    s_anc_t top;
+    if (s_enter(dir, NULL, &top) != TP_OK ||
+        s_list_dir(dir, &names, &isdir, &n) != TP_OK) {
         s_files_free(self);
         return NULL;
     }
@@ -431,7 +482,7 @@ tp_dataflow_t *tp_df_image_folder(const char *dir,
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         size_t before = self->n;
-        rc = s_walk(self, p, ncls, 0);
+        rc = s_walk(self, p, ncls, 0, &top);
         /* torchvision refuses it too ("Found no valid file for the
          * classes"): a class no image can teach is a mistake in the folder */
         if (rc == TP_OK && self->n == before)
@@ -458,11 +509,14 @@ tp_dataflow_t *tp_df_image_folder(const char *dir,
 }
 
 /* The first image file under `dir` (depth first, sorted), into out. */
-static int s_first_image(const char *dir, char *out, size_t size, int depth) {
+static int s_first_image(const char *dir, char *out, size_t size, int depth,
+                         const s_anc_t *up) {
     char **names;
     int *isdir;
     size_t n;
-    if (depth > 32 || s_list_dir(dir, &names, &isdir, &n) != TP_OK)
+    s_anc_t me;
+    if (depth > 32 || s_enter(dir, up, &me) != TP_OK ||
+        s_list_dir(dir, &names, &isdir, &n) != TP_OK)
         return 0;
     int found = 0;
     for (size_t i = 0; i < n && !found; i++) {
@@ -470,7 +524,7 @@ static int s_first_image(const char *dir, char *out, size_t size, int depth) {
         if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, names[i]) >= sizeof p)
             continue;
         if (isdir[i])
-            found = s_first_image(p, out, size, depth + 1);
+            found = s_first_image(p, out, size, depth + 1, &me);
         else if (s_is_image_name(names[i]) && strlen(p) < size) {
             strcpy(out, p);
             found = 1;
@@ -514,7 +568,7 @@ tp_status_t tp_image_folder_classes(const char *dir, char ***names_out, int *n_o
     for (size_t i = 0; first_image && size && i < k && !first_image[0]; i++) {
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        s_first_image(p, first_image, size, 0);
+        s_first_image(p, first_image, size, 0, NULL);
     }
     *names_out = names;
     *n_out = (int)k;

@@ -2,19 +2,22 @@
  * stages (registered among df_spec.c's built-ins):
  *
  *   imagefolder:DIR[,mode=grey|rgb|rgba|any][,shuffle=0][,raw][,skip-bad]
- *               [,min-short=N][,exif=0][,random-resized-crop=SIZE[:A:A:R:R]]
+ *               [,min-short=N][,exif=1][,random-resized-crop=SIZE[:A:A:R:R]]
  *   imagelist:LIST[,root=DIR][, the same options]
  *   cifar:FILE[,cifar100][,fine][,shuffle=0]
- *   decode [mode=..][,min-short=N][,exif=0][,component=I]   (a map stage)
+ *   decode [mode=..][,min-short=N][,exif=1][,component=I]   (a map stage)
  *   imgaug AUG[,AUG...]                                       (a map stage)
  *   (an AUG random-order=A;B;.., random-choice=A;B;.., random-apply=P;A;..
  *    groups others: ';' between them, as ',' ends the item)
  *
  * imgaug's items run in the order given (docs/images.md lists them). */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
@@ -283,6 +286,29 @@ static void s_cifar_names(const char *path, const char *file, tp_image_source_in
     fclose(f);
 }
 
+/* The first (in directory order) .jpg .jpeg .png file right in `dir`,
+ * not hidden, into out: 1 if one was found. */
+static int s_first_file_image(const char *dir, char *out, size_t size) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        const char *dot = strrchr(e->d_name, '.');
+        if (e->d_name[0] == '.' || !dot ||
+            (strcasecmp(dot, ".jpg") && strcasecmp(dot, ".jpeg") &&
+             strcasecmp(dot, ".png")))
+            continue;
+        struct stat st;
+        if ((size_t)snprintf(out, size, "%s/%s", dir, e->d_name) < size &&
+            stat(out, &st) == 0 && S_ISREG(st.st_mode))
+            found = 1;
+    }
+    closedir(d);
+    return found;
+}
+
 tp_status_t tp_image_source_info(const char *source, tp_image_source_info_t *info) {
     tp_image_source_info_fini(info);
     if (!source)
@@ -300,7 +326,17 @@ tp_status_t tp_image_source_info(const char *source, tp_image_source_info_t *inf
         if (!first[0])
             return tp_error(TP_ERR_NOT_FOUND, "imagefolder %s: no images (.jpg "
                             ".jpeg .png) in its class folders", a.path);
-        return s_peek_channels(first, &info->channels);
+        TP_TRY(s_peek_channels(first, &info->channels));
+        /* A grey first image may be a grey JPEG in a colour folder: colour
+         * if any class's first image is colour (torchvision makes them all
+         * RGB; a grey model would lose the colour of the rest) */
+        for (int i = 1; info->channels == 1 && i < n && i < 256; i++) {
+            char cls[4096];
+            if ((size_t)snprintf(cls, sizeof cls, "%s/%s", a.path, info->classes[i]) <
+                    sizeof cls && s_first_file_image(cls, first, sizeof first))
+                TP_TRY(s_peek_channels(first, &info->channels));
+        }
+        return TP_OK;
     }
     if (kl == 9 && !strncmp(source, "imagelist", kl)) {
         TP_TRY(s_src_args("imagelist", colon + 1, &a));

@@ -34,11 +34,12 @@ typedef struct tp_image_opts {
      * 4 to 64 times fewer pixels. (libjpeg-turbo's other eighths are slower
      * than the whole decode: not used.) */
     int min_short;
-    int exif;              /* 1: apply a JPEG's EXIF orientation (default) */
+    int exif;              /* 1: apply a JPEG's EXIF orientation (default 0,
+                            * as PIL's Image.open and torchvision) */
     int64_t max_pixels;    /* larger images are an error (default 1 << 26) */
 } tp_image_opts_t;
 
-/* Defaults: mode ANY, full size, EXIF orientation on, 64 Mpixel limit. */
+/* Defaults: mode ANY, full size, EXIF orientation off, 64 Mpixel limit. */
 void tp_image_opts_init(tp_image_opts_t *opts);
 
 /* Decode an encoded image (untrusted bytes) into a new owned uint8 tensor
@@ -128,7 +129,9 @@ tp_status_t tp_image_folder_classes(const char *dir, char ***names, int *n,
  * data. Held by value: tp_image_source_info_init / _fini. */
 typedef struct tp_image_source_info {
     int channels;      /* the first image's: 1 grey, 3 colour (an RGBA image
-                        * counts as 3: the sources decode it as RGB) */
+                        * counts as 3: the sources decode it as RGB); an
+                        * imagefolder whose first image is grey is colour
+                        * if another class's first image is */
     int nclasses;      /* imagefolder: its class folders; imagelist: the
                         * largest label + 1; cifar: 10, 100 or 20 (coarse) */
     char **classes;    /* [nclasses] names in label order (a list file's

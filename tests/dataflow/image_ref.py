@@ -119,6 +119,38 @@ def gen(d):
         p = os.path.join(d, "exif%d.jpg" % o)
         Image.fromarray(rgb).save(p, quality=92, exif=ex)
         ref_pil("exif%d" % o, ImageOps.exif_transpose(Image.open(p)))
+    # people's own files, as torchvision's loader reads them:
+    # Image.open(f).convert('RGB')
+    def loader(name):
+        return Image.open(os.path.join(d, name)).convert("RGB")
+    # CMYK JPEG as PIL (and Photoshop) write it: Adobe, inverted
+    cmyk = np.dstack([rgb[:, :, 0], rgb[:, :, 1], rgb[:, :, 2],
+                      alpha]).astype(np.uint8)
+    Image.fromarray(cmyk, "CMYK").save(os.path.join(d, "cmyk.jpg"), quality=95)
+    ref_pil("cmyk", loader("cmyk.jpg"))
+    # YCCK (libjpeg's own CMYK encoding): written by the C test beforehand
+    if os.path.exists(os.path.join(d, "ycck.jpg")):
+        ref_pil("ycck", loader("ycck.jpg"))
+    # EXIF orientation 6, not turned (the loader does not)
+    ref_pil("exif6_unturned", loader("exif6.jpg"))
+    # palette with a transparent entry; 1-bit; grey with tRNS
+    pt = Image.fromarray(rgb, "RGB").quantize(colors=37)
+    pt.info["transparency"] = 3
+    pt.save(os.path.join(d, "pal_trns.png"), transparency=3)
+    ref_pil("pal_trns", loader("pal_trns.png"))
+    Image.fromarray(grey > 128).save(os.path.join(d, "bw.png"))
+    ref_pil("bw", loader("bw.png"))
+    Image.fromarray(grey, "L").save(os.path.join(d, "grey_trns.png"),
+                                    transparency=7)
+    ref_pil("grey_trns", loader("grey_trns.png"))
+    # 16-bit grey: PIL opens it as mode I and convert('RGB') clips every
+    # value over 255 to white; towerpack keeps the high byte (the picture),
+    # as for 16-bit RGB, where PIL does the same
+    g16 = grey.astype(np.uint16) * 257
+    Image.fromarray(g16).save(os.path.join(d, "grey16.png"))
+    assert Image.open(os.path.join(d, "grey16.png")).mode in ("I", "I;16")
+    write_raw(os.path.join(d, "grey16_as_rgb.ref"),
+              np.dstack([(g16 >> 8).astype(np.uint8)] * 3))
     # a PNG named .jpg: the bytes decide
     Image.fromarray(rgb, "RGB").save(os.path.join(d, "png_named.jpg"), format="PNG")
     ref_pil("png_named", Image.open(os.path.join(d, "png_named.jpg")))

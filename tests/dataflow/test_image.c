@@ -853,8 +853,23 @@ Test(image, folder_classes_and_source_info) {
     snprintf(p, sizeof p, "imagefolder:%s,shuffle=0", s_dir);
     cr_assert_eq(tp_image_source_info(p, &info), TP_OK, "%s", tp_last_error());
     cr_expect_eq(info.nclasses, 5);
-    cr_expect_eq(info.channels, 1, "the first image is grey");
+    /* the first image is grey, the other classes' are colour: a grey
+     * image in a colour folder, the folder is colour */
+    cr_expect_eq(info.channels, 3, "grey first image, colour classes");
     cr_expect_str_eq(info.classes[2], "B");
+    tp_image_source_info_fini(&info);
+    /* all grey: grey */
+    snprintf(p, sizeof p, "%s/grey", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof p, "%s/grey/c%d", s_dir, k);
+        cr_assert_eq(mkdir(p, 0755), 0);
+        snprintf(p, sizeof p, "%s/grey/c%d/0.png", s_dir, k);
+        s_write_png(p, 8, 8, 1, k);
+    }
+    snprintf(p, sizeof p, "imagefolder:%s/grey", s_dir);
+    cr_assert_eq(tp_image_source_info(p, &info), TP_OK, "%s", tp_last_error());
+    cr_expect_eq(info.channels, 1);
     tp_image_source_info_fini(&info);
     /* a list: the largest label + 1, the first image's channels */
     snprintf(p, sizeof p, "%s/list.txt", s_dir);
@@ -1293,4 +1308,138 @@ Test(image, a_lists_paths_resolve_alike_in_the_source_and_the_scan) {
     cr_expect(strstr(tp_last_error(), "l.txt:2") && strstr(tp_last_error(), "'a b.png seven'"),
               "%s", tp_last_error());
     tp_image_source_info_fini(&info);
+}
+
+/* ---- people's own folders: the edges torchvision's ImageFolder meets ---------- */
+
+/* A folder as people's are: upper-case extensions, a README and a
+ * .DS_Store (skipped), a hidden .ipynb_checkpoints folder (skipped: not a
+ * class, unlike torchvision, docs/images.md), a class folder that is a
+ * link (entered, as torchvision's is_dir() enters it). Then a link back
+ * up (a loop: an error naming it) and a .bmp (refused by name, not
+ * silently left out). */
+Test(image, own_folders_links_hidden_and_other_formats) {
+    char p[512], q[512];
+    snprintf(p, sizeof p, "%s/data", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/data/a", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    static const char *names[] = {"x.JPG", "y.JPEG", "z.PNG"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/data/a/%s", s_dir, names[i]);
+        if (i < 2) {
+            tp_tensor_t t;
+            s_pattern(&t, 8, 8, 3, i);
+            s_write_jpeg(p, &t);
+        } else {
+            s_write_png(p, 8, 8, 3, i);
+        }
+    }
+    snprintf(p, sizeof p, "%s/data/a/README.txt", s_dir);
+    s_write(p, "my photos\n", 10);
+    snprintf(p, sizeof p, "%s/data/a/.DS_Store", s_dir);
+    s_write(p, "\0\0\0\1Bud1", 8);
+    snprintf(p, sizeof p, "%s/data/.ipynb_checkpoints", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/data/.ipynb_checkpoints/c.png", s_dir);
+    s_write_png(p, 8, 8, 3, 5);
+    /* class b lives elsewhere, linked in */
+    snprintf(p, sizeof p, "%s/elsewhere", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/elsewhere/b.png", s_dir);
+    s_write_png(p, 8, 9, 3, 6);
+    snprintf(p, sizeof p, "%s/data/b", s_dir);
+    snprintf(q, sizeof q, "%s/elsewhere", s_dir);
+    cr_assert_eq(symlink(q, p), 0);
+    snprintf(p, sizeof p, "%s/data", s_dir);
+    tp_dataflow_t *df = tp_df_image_folder(p, NULL);
+    cr_assert(df, "%s", tp_last_error());
+    cr_assert_eq(tp_dataflow_size(df), 4);
+    char **cls;
+    int ncls;
+    cr_assert_eq(tp_image_folder_classes(p, &cls, &ncls, NULL, 0), TP_OK);
+    cr_assert_eq(ncls, 2);
+    cr_assert_str_eq(cls[0], "a");
+    cr_assert_str_eq(cls[1], "b");
+    for (int i = 0; i < ncls; i++)
+        free(cls[i]);
+    free(cls);
+    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+    tp_datapoint_t *dp;
+    int n = 0;
+    while (tp_dataflow_next(df, &dp) == TP_OK) {
+        const tp_tensor_t *img = tp_datapoint_cget(dp, 0);
+        int label = *(const int32_t *)tp_datapoint_cget(dp, 1)->data;
+        cr_assert_eq(label, img->shape[1] == 9 ? 1 : 0);
+        n++;
+        tp_datapoint_destroy(&dp);
+    }
+    cr_assert_eq(n, 4);
+    tp_dataflow_destroy(&df);
+
+    /* a link back up: an error naming it, not a walk without end */
+    snprintf(q, sizeof q, "%s/data/a/loop", s_dir);
+    cr_assert_eq(symlink("..", q), 0);
+    cr_assert_null(tp_df_image_folder(p, NULL));
+    cr_assert(strstr(tp_last_error(), "a/loop") && strstr(tp_last_error(), "loop"),
+              "%s", tp_last_error());
+    cr_assert_eq(unlink(q), 0);
+
+    /* a BMP torchvision would read: named, with what to do */
+    snprintf(q, sizeof q, "%s/data/a/w.Bmp", s_dir);
+    s_write(q, "BM", 2);
+    cr_assert_null(tp_df_image_folder(p, NULL));
+    cr_assert(strstr(tp_last_error(), "a/w.Bmp") && strstr(tp_last_error(), "BMP") &&
+              strstr(tp_last_error(), "convert"), "%s", tp_last_error());
+}
+
+/* Images smaller than the crop, 1x1, 1 x 400 and 3 x 900: the random resized
+ * crop still gives crop x crop (torchvision's fallback: the centre crop
+ * of the allowed ratio, scaled up), in RGB whatever the file held (a grey
+ * JPEG in a colour folder, an RGBA PNG). */
+Test(image, tiny_and_wide_images_crop_to_size) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/c", s_dir);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/c/one.png", s_dir);
+    s_write_png(p, 1, 1, 4, 1);
+    snprintf(p, sizeof p, "%s/c/wide.png", s_dir);
+    s_write_png(p, 1, 400, 3, 2);
+    snprintf(p, sizeof p, "%s/c/tall.png", s_dir);
+    s_write_png(p, 300, 2, 1, 3);
+    tp_tensor_t t;
+    s_pattern(&t, 5, 7, 1, 4);
+    snprintf(p, sizeof p, "%s/c/grey.jpg", s_dir);
+    s_write_jpeg(p, &t);
+    /* JPEGs go through the band decode (only the crop's rows) */
+    s_pattern(&t, 1, 1, 3, 5);
+    snprintf(p, sizeof p, "%s/c/one.jpg", s_dir);
+    s_write_jpeg(p, &t);
+    s_pattern(&t, 3, 900, 3, 6);
+    snprintf(p, sizeof p, "%s/c/wide.jpg", s_dir);
+    s_write_jpeg(p, &t);
+    tp_image_source_opts_t o;
+    tp_image_source_opts_init(&o);
+    o.decode.mode = TP_IMAGE_RGB;
+    o.crop_size = 24;
+    tp_dataflow_t *df = tp_df_image_folder(s_dir, &o);
+    cr_assert(df, "%s", tp_last_error());
+    for (int epoch = 0; epoch < 3; epoch++) {
+        cr_assert_eq(tp_dataflow_reset_state(df, 1 + (uint64_t)epoch, 0), TP_OK);
+        tp_datapoint_t *dp;
+        int n = 0;
+        tp_status_t rc;
+        while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {
+            const tp_tensor_t *img = tp_datapoint_cget(dp, 0);
+            cr_assert_eq(img->ndim, 3);
+            cr_assert_eq(img->shape[0], 24);
+            cr_assert_eq(img->shape[1], 24);
+            cr_assert_eq(img->shape[2], 3);
+            n++;
+            tp_datapoint_destroy(&dp);
+        }
+        cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
+        cr_assert_eq(n, 6);
+    }
+    tp_dataflow_destroy(&df);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/dataflow_spec.h>
@@ -107,6 +108,8 @@ static int s_maxdiff(const tp_tensor_t *a, const tp_tensor_t *ref,
 
 /* Decode DIR/file with mode (and min_short) and compare with DIR/ref.ref:
  * at most `tol` apart. */
+static int s_exif;  /* the next s_check's opts.exif */
+
 static void s_check(const char *file, const char *ref, tp_image_mode_t mode,
                     int min_short, int tol) {
     char p[512], r[512];
@@ -116,6 +119,7 @@ static void s_check(const char *file, const char *ref, tp_image_mode_t mode,
     tp_image_opts_init(&o);
     o.mode = mode;
     o.min_short = min_short;
+    o.exif = s_exif;
     tp_tensor_t img, want;
     cr_assert_eq(tp_image_read(p, &o, &img), TP_OK, "%s: %s", file,
                  tp_last_error());
@@ -125,6 +129,45 @@ static void s_check(const char *file, const char *ref, tp_image_mode_t mode,
               file, d, tol);
     tp_tensor_fini(&img);
     tp_tensor_fini(&want);
+}
+
+/* A YCCK JPEG (TurboJPEG compresses CMYK pixels as YCCK, with the Adobe
+ * marker, as Photoshop's "CMYK" JPEGs) into s_dir, for image_ref.py to
+ * decode with PIL. */
+static void s_ycck(void) {
+    enum { H = 37, W = 53 };
+    static uint8_t px[H * W * 4];
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            uint8_t *q = px + (y * W + x) * 4;
+            q[0] = (uint8_t)(128 + 100 * sin(x / 6.0));
+            q[1] = (uint8_t)(128 + 100 * cos(y / 4.0));
+            q[2] = (uint8_t)(x * 4 + y);
+            q[3] = (uint8_t)(200 - y * 2);
+        }
+    tjhandle h = tjInitCompress();
+    cr_assert(h);
+    unsigned char *buf = NULL;
+    unsigned long len = 0;
+    cr_assert_eq(tjCompress2(h, px, W, 0, H, TJPF_CMYK, &buf, &len, TJSAMP_420,
+                             92, 0), 0, "%s", tjGetErrorStr2(h));
+    char p[512];
+    snprintf(p, sizeof p, "%s/ycck.jpg", s_dir);
+    FILE *f = fopen(p, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(buf, 1, len, f), len);
+    fclose(f);
+    tjFree(buf);
+    tjDestroy(h);
+}
+
+/* the middle half of the image */
+static void s_pick_mid(void *user, int height, int width, int rect[4]) {
+    (void)user;
+    rect[0] = height / 4;
+    rect[1] = width / 4;
+    rect[2] = height / 2;
+    rect[3] = width / 2;
 }
 
 TestSuite(proc_image, .init = s_setup, .fini = s_teardown);
@@ -137,6 +180,7 @@ TestSuite(proc_image, .init = s_setup, .fini = s_teardown);
  * exif_transpose. One test: the references come from one interpreter. */
 Test(proc_image, decoders_equal_pil_and_opencv) {
     NEED_PY();
+    s_ycck();
     s_gen();
     s_check("grey.png", "grey", TP_IMAGE_ANY, 0, 0);
     s_check("rgb.png", "rgb", TP_IMAGE_ANY, 0, 0);
@@ -159,7 +203,46 @@ Test(proc_image, decoders_equal_pil_and_opencv) {
         char f[32], r[32];
         snprintf(f, sizeof f, "exif%d.jpg", o);
         snprintf(r, sizeof r, "exif%d", o);
+        s_exif = 1;
         s_check(f, r, TP_IMAGE_ANY, 0, 1);
+        s_exif = 0;
+    }
+    /* people's own files, against torchvision's loader,
+     * Image.open(f).convert('RGB'): CMYK and YCCK JPEGs (libjpeg-turbo's
+     * CMYK, then PIL's conversion: within JPEG's 1), EXIF not applied,
+     * palette with transparency, 1-bit, grey with tRNS; 16-bit grey
+     * keeps its high byte where PIL clips (docs/images.md) */
+    s_check("cmyk.jpg", "cmyk", TP_IMAGE_RGB, 0, 1);
+    s_check("cmyk.jpg", "cmyk", TP_IMAGE_ANY, 0, 1);
+    s_check("ycck.jpg", "ycck", TP_IMAGE_RGB, 0, 1);
+    s_check("exif6.jpg", "exif6_unturned", TP_IMAGE_RGB, 0, 1);
+    s_check("pal_trns.png", "pal_trns", TP_IMAGE_RGB, 0, 0);
+    s_check("bw.png", "bw", TP_IMAGE_RGB, 0, 0);
+    s_check("grey_trns.png", "grey_trns", TP_IMAGE_RGB, 0, 0);
+    s_check("grey16.png", "grey16_as_rgb", TP_IMAGE_RGB, 0, 0);
+    /* a progressive and a CMYK JPEG's region (the band decode, or the
+     * whole decode cut): the whole decode's pixels there */
+    static const char *const cut[] = {"prog.jpg", "cmyk.jpg", "ycck.jpg"};
+    for (int i = 0; i < 3; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", s_dir, cut[i]);
+        tp_image_opts_t o;
+        tp_image_opts_init(&o);
+        o.mode = TP_IMAGE_RGB;
+        tp_tensor_t whole, part;
+        cr_assert_eq(tp_image_read(p, &o, &whole), TP_OK, "%s", tp_last_error());
+        cr_assert_eq(tp_image_read_region(p, &o, s_pick_mid, NULL, &part), TP_OK,
+                     "%s", tp_last_error());
+        int H = (int)whole.shape[0], W = (int)whole.shape[1];
+        cr_assert_eq(part.shape[0], H / 2);
+        cr_assert_eq(part.shape[1], W / 2);
+        for (int y = 0; y < H / 2; y++)
+            cr_assert_eq(memcmp((uint8_t *)part.data + (size_t)y * (W / 2) * 3,
+                                (uint8_t *)whole.data +
+                                    ((size_t)(y + H / 4) * W + W / 4) * 3,
+                                (size_t)(W / 2) * 3), 0, "%s row %d", cut[i], y);
+        tp_tensor_fini(&whole);
+        tp_tensor_fini(&part);
     }
 }
 
