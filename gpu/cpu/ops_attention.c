@@ -90,32 +90,29 @@ size_t tp_cpu_attention_workspace(const tp_op_call_t *c) {
 }
 
 /* 8 x 8 floats transposed in registers: rows of src (stride ls) become
- * rows of dst (stride ld). GCC's generic vectors, so every clone (AVX-512,
- * AVX2, SSE2) has it; pure moves, so the bits are those of a scalar copy. */
+ * rows of dst (stride ld). Generic vectors (__builtin_shufflevector: GCC 12
+ * and clang), so every clone (AVX-512, AVX2, SSE2) has it; pure moves, so
+ * the bits are those of a scalar copy. */
 typedef float s_v8 __attribute__((vector_size(32)));
-typedef int32_t s_v8i __attribute__((vector_size(32)));
 
 static inline void s_transpose8(const float *restrict src, int64_t ls, float *restrict dst,
                                 int64_t ld) {
     s_v8 r[8], s[8], u[8];
     for (int i = 0; i < 8; i++)
         memcpy(&r[i], src + i * ls, sizeof(s_v8));
-    const s_v8i lo2 = {0, 8, 1, 9, 4, 12, 5, 13}, hi2 = {2, 10, 3, 11, 6, 14, 7, 15};
-    const s_v8i lo4 = {0, 1, 8, 9, 4, 5, 12, 13}, hi4 = {2, 3, 10, 11, 6, 7, 14, 15};
-    const s_v8i lo8 = {0, 1, 2, 3, 8, 9, 10, 11}, hi8 = {4, 5, 6, 7, 12, 13, 14, 15};
     for (int i = 0; i < 8; i += 2) { /* s[i]: columns 0 1 4 5 of rows i, i+1 */
-        s[i] = __builtin_shuffle(r[i], r[i + 1], lo2);
-        s[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi2);
+        s[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        s[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
     }
     for (int h = 0; h < 8; h += 4) { /* u[h + c]: columns c, c + 4 of 4 rows */
-        u[h] = __builtin_shuffle(s[h], s[h + 2], lo4);
-        u[h + 1] = __builtin_shuffle(s[h], s[h + 2], hi4);
-        u[h + 2] = __builtin_shuffle(s[h + 1], s[h + 3], lo4);
-        u[h + 3] = __builtin_shuffle(s[h + 1], s[h + 3], hi4);
+        u[h] = __builtin_shufflevector(s[h], s[h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[h + 1] = __builtin_shufflevector(s[h], s[h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        u[h + 2] = __builtin_shufflevector(s[h + 1], s[h + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[h + 3] = __builtin_shufflevector(s[h + 1], s[h + 3], 2, 3, 10, 11, 6, 7, 14, 15);
     }
     for (int c = 0; c < 4; c++) {
-        const s_v8 a = __builtin_shuffle(u[c], u[c + 4], lo8);
-        const s_v8 b = __builtin_shuffle(u[c], u[c + 4], hi8);
+        const s_v8 a = __builtin_shufflevector(u[c], u[c + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        const s_v8 b = __builtin_shufflevector(u[c], u[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
         memcpy(dst + c * ld, &a, sizeof(s_v8));
         memcpy(dst + (c + 4) * ld, &b, sizeof(s_v8));
     }

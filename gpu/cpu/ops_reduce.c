@@ -46,7 +46,12 @@
  * Every lane adds its elements in the same order in each clone, and no
  * FMA contraction (the backward's dx += dy scale), so all give the same
  * bits. */
+#if defined(__clang__) /* (the fuzzing build): no optimize attribute */
+#pragma STDC FP_CONTRACT OFF
+#define S_CLONES TP_CPU_CLONES
+#else
 #define S_CLONES TP_CPU_CLONES __attribute__((optimize("fp-contract=off")))
+#endif
 
 int tp_cpu_reduce_kind(tp_op_kind_t k) {
     return k == TP_OP_REDUCE_SUM || k == TP_OP_REDUCE_MEAN || k == TP_OP_REDUCE_MAX ||
