@@ -1491,6 +1491,13 @@ static void s_destroy(tp_backend_t *b) {
     free(cb);
 }
 
+/* batch_matmul's bias and GELU folds (fold.c; ops.cu's tp_cuda_bmm_fold_*):
+ * only with TP_CUDA_BMM_FOLD=1 until a GPU run has checked them
+ * (docs/cuda.md, "GPU checks not yet run") */
+static int s_bmm_fold(tp_backend_t *b) {
+    return tp_cuda_of(b)->bmm_fold;
+}
+
 static const tp_backend_ops_t s_cuda_ops = {
     /* .name = */ "cuda",
     /* .alloc = */ s_alloc,
@@ -1544,6 +1551,9 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .ema_update = */ s_ema_update,
     /* .grad_accumulate = */ s_grad_accumulate,
     /* .noise_fill = */ tp_cuda_noise_fill,
+    /* .allreduce_sgd = */ NULL,
+    /* .nchw16c = */ NULL,
+    /* .bmm_fold = */ s_bmm_fold,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with
@@ -1575,6 +1585,8 @@ tp_cuda_module_backend_new(const tp_cuda_options_t *opt, char *err,
     if (bn && *bn && !cb->bn_cudnn && strcmp(bn, "towerpack") != 0)
         TP_WARN("TP_CUDA_BN='%s' is neither 'towerpack' nor 'cudnn': towerpack's "
                 "batch norm runs", bn);
+    const char *bf = getenv("TP_CUDA_BMM_FOLD");
+    cb->bmm_fold = bf && strcmp(bf, "1") == 0;
     cb->chunk_bytes = (opt->chunk_mb ? opt->chunk_mb : 256) << 20;
     pthread_mutex_init(&cb->mu, NULL);
     struct cudaDeviceProp prop;

@@ -89,6 +89,8 @@ typedef struct tp_cuda_backend {
     int bn_cudnn;                /* batch norm's training passes by
                                     cuDNN's legacy calls, not ours
                                     (TP_CUDA_BN=cudnn) */
+    int bmm_fold;                /* batch_matmul's bias and GELU folded
+                                    (TP_CUDA_BMM_FOLD=1; fold.c) */
     int conv_measure;            /* rank conv algorithms by running them
                                     when planned (TP_CUDNN_SEARCH=measure) */
     char device_name[128];

@@ -510,6 +510,15 @@ struct f_relu_mask {
     const float *y, *dy;
     __device__ float operator()(size_t i) const { return y[i] > 0.0f ? dy[i] : 0.0f; }
 };
+/* a folded GELU's backward without a bias gradient: dz = dy gelu'(z) */
+struct f_gelu_bwd {
+    const float *dy, *z;
+    int act;
+    __device__ float operator()(size_t i) const {
+        return act == TP_ACT_GELU ? tp_cuda_gelu_grad(dy[i], z[i])
+                                  : tp_cuda_gelu_tanh_grad(dy[i], z[i]);
+    }
+};
 struct f_gap_bwd {
     const float *dy;
     size_t sp;
@@ -568,10 +577,17 @@ __global__ void k_channel_sum(const float *v, size_t n, size_t C, size_t sp,
 /* v[i], or with a folded relu's output y: v[i] where y[i] > 0, else 0,
  * also stored in masked[i] (the masked gradient the products then read) */
 __device__ __forceinline__ float s_masked_ld(const float *v, const float *y,
-                                             float *masked, size_t i) {
+                                             float *masked, size_t i, int act) {
     float d = v[i];
     if (y) {
-        d = y[i] > 0.0f ? d : 0.0f;
+        /* a folded GELU's y is its pre-activation z (masked may be y:
+         * dz over z, read before written) */
+        if (act == TP_ACT_GELU)
+            d = tp_cuda_gelu_grad(d, y[i]);
+        else if (act == TP_ACT_GELU_TANH)
+            d = tp_cuda_gelu_tanh_grad(d, y[i]);
+        else
+            d = y[i] > 0.0f ? d : 0.0f;
         masked[i] = d;
     }
     return d;
@@ -589,10 +605,12 @@ __device__ __forceinline__ float s_masked_ld(const float *v, const float *y,
  * k_column_finish adds a column's S sums in order; with one slice and no
  * `part`, out[c] (+)= the sum directly. Deterministic either way. With y,
  * a folded relu's mask is applied on the way (s_masked_ld): one pass over
- * dy where there were two. */
+ * dy where there were two; act TP_ACT_GELU(_TANH): y is a folded GELU's
+ * pre-activation and dy becomes its gradient the same way (batch_matmul's
+ * fold: the bias gradient summed as a coalesced column sum beside it). */
 __global__ void k_column_partial(const float *v, const float *y, float *masked,
                                  size_t rows, size_t C, size_t S, double *part,
-                                 float *out, int acc) {
+                                 float *out, int acc, int act) {
     __shared__ double sh[8][32];
     const size_t c = blockIdx.x * (size_t)32 + threadIdx.x;
     const size_t sl = blockIdx.y;
@@ -601,13 +619,13 @@ __global__ void k_column_partial(const float *v, const float *y, float *masked,
     if (c < C) {
         size_t r = sl * rows / S + threadIdx.y;
         for (; r + 24 < r1; r += 32) {
-            s0 += s_masked_ld(v, y, masked, r * C + c);
-            s1 += s_masked_ld(v, y, masked, (r + 8) * C + c);
-            s2 += s_masked_ld(v, y, masked, (r + 16) * C + c);
-            s3 += s_masked_ld(v, y, masked, (r + 24) * C + c);
+            s0 += s_masked_ld(v, y, masked, r * C + c, act);
+            s1 += s_masked_ld(v, y, masked, (r + 8) * C + c, act);
+            s2 += s_masked_ld(v, y, masked, (r + 16) * C + c, act);
+            s3 += s_masked_ld(v, y, masked, (r + 24) * C + c, act);
         }
         for (; r < r1; r += 8)
-            s0 += s_masked_ld(v, y, masked, r * C + c);
+            s0 += s_masked_ld(v, y, masked, r * C + c, act);
     }
     sh[threadIdx.y][threadIdx.x] = (s0 + s1) + (s2 + s3);
     __syncthreads();
@@ -634,15 +652,24 @@ __global__ void k_column_finish(const double *part, size_t S, size_t C, float *o
 
 /* A folded bias and relu over a matmul's [rows, m] product, in place (attr
  * act; backend_impl.h): a thread a column, its bias read once, the rows
- * strided over grid.y; no index division. */
-__global__ void k_bias_act(float *y, const float *b, size_t rows, size_t m, int relu) {
+ * strided over grid.y; no index division. A folded GELU (batch_matmul's,
+ * act TP_ACT_GELU(_TANH)): y holds the product, kept as the pre-activation
+ * z = y + b, and out = gelu(z). */
+__global__ void k_bias_act(float *y, const float *b, size_t rows, size_t m, int act,
+                           float *out) {
     const size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (c >= m)
         return;
     const float bc = b ? b[c] : 0.0f;
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
         float v = b ? y[r * m + c] + bc : y[r * m + c];
-        y[r * m + c] = relu ? fmaxf(v, 0.0f) : v;
+        if (act == TP_ACT_GELU || act == TP_ACT_GELU_TANH) {
+            if (b)
+                y[r * m + c] = v;
+            out[r * m + c] = act == TP_ACT_GELU ? tp_cuda_gelu(v) : tp_cuda_gelu_tanh(v);
+        } else {
+            y[r * m + c] = act == TP_ACT_RELU ? fmaxf(v, 0.0f) : v;
+        }
     }
 }
 
@@ -923,7 +950,8 @@ static size_t s_colsum_room(size_t rows, size_t C) {
  * y > 0, the masked values stored in `masked` as well. */
 static tp_status_t s_column_sum(tp_stream_t *s, const float *v, const float *y,
                                 float *masked, size_t rows, size_t C, float *out,
-                                int acc, void *ws, size_t ws_bytes) {
+                                int acc, void *ws, size_t ws_bytes,
+                                int act = TP_ACT_RELU) {
     if (C == 0)
         return TP_OK;
     size_t S = s_colsum_slices(rows, C);
@@ -932,7 +960,7 @@ static tp_status_t s_column_sum(tp_stream_t *s, const float *v, const float *y,
     const unsigned tiles = (unsigned)((C + 31) / 32);
     double *part = S > 1 ? (double *)ws : NULL;
     k_column_partial<<<dim3(tiles, (unsigned)S), dim3(32, 8), 0, s->cu>>>(
-        v, y, masked, rows, C, S, part, out, acc);
+        v, y, masked, rows, C, S, part, out, acc, act);
     TP_LAUNCHED();
     if (part) {
         k_column_finish<<<tp_cuda_blocks(C, 256), 256, 0, s->cu>>>(part, S, C, out, acc);
@@ -941,9 +969,10 @@ static tp_status_t s_column_sum(tp_stream_t *s, const float *v, const float *y,
     return TP_OK;
 }
 
-/* y = relu(y + b) (b NULL: no bias; relu 0: no max) over [rows, m] */
+/* y = act(y + b) (b NULL: no bias; act TP_ACT_NONE or TP_ACT_RELU) over
+ * [rows, m]; act TP_ACT_GELU(_TANH): y += b and out = gelu(y) */
 static tp_status_t s_bias_act(tp_stream_t *s, float *y, const float *b, size_t rows,
-                              size_t m, int relu) {
+                              size_t m, int act, float *out = NULL) {
     if (rows == 0 || m == 0)
         return TP_OK;
     const unsigned threads = m >= 256 ? 256 : (unsigned)((m + 31) / 32 * 32);
@@ -952,7 +981,7 @@ static tp_status_t s_bias_act(tp_stream_t *s, float *y, const float *b, size_t r
     gy = gy < rows ? gy : rows;
     gy = gy < 65535 ? gy : 65535;
     k_bias_act<<<dim3((unsigned)gx, (unsigned)gy), threads, 0, s->cu>>>(y, b, rows, m,
-                                                                        relu);
+                                                                        act, out);
     TP_LAUNCHED();
     return TP_OK;
 }
@@ -1091,6 +1120,15 @@ static size_t s_workspace(tp_cuda_backend_t *cb, const tp_op_call_t *c) {
     }
     case TP_OP_SOFTMAX_XENT:
         return s_count(&c->xshape[0]) * sizeof(float); /* log-probabilities */
+    case TP_OP_BATCH_MATMUL: { /* a folded bias's gradient, summed in slices
+                                  (the bias may not be allocated yet when
+                                  planned: the backend's flag decides) */
+        const tp_shape_t *ys = &c->yshape;
+        if (!cb->bmm_fold || ys->ndim < 2 || c->xshape[1].ndim != 2)
+            return 0;
+        const size_t n = (size_t)ys->d[ys->ndim - 1];
+        return n ? s_colsum_room(s_count(ys) / n, n) : 0;
+    }
     case TP_OP_L2_DECAY:
         return (size_t)c->ninputs * TP_L2_BLOCKS * sizeof(double);
     /* the linalg family: the norms' row statistics for the backward */
@@ -1319,7 +1357,7 @@ static tp_status_t s_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
                          0.0f, y, m));
         if (c->bias || c->attr->act == TP_ACT_RELU)
             return s_bias_act(s, y, c->bias, (size_t)n, (size_t)m,
-                              c->attr->act == TP_ACT_RELU);
+                              c->attr->act == TP_ACT_RELU ? TP_ACT_RELU : TP_ACT_NONE);
         return TP_OK;
     }
     case TP_OP_CONV2D:
@@ -1666,6 +1704,59 @@ static tp_status_t s_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
 
 /* ---- folded activations (backend_impl.h, tp_act_room) --------------------- */
 
+/* batch_matmul's folds (fold.c, only where cb->bmm_fold: TP_CUDA_BMM_FOLD=1;
+ * the CPU's contract, gpu/cpu/ops_linalg.c): y = act(x W + b) with the
+ * bias b[N] added to every row and act a GELU (erf or tanh). The forward
+ * runs the cuBLAS product, into the act's room with a GELU, then one pass
+ * (k_bias_act) that adds b, keeps the pre-activation z there and writes
+ * y = gelu(z): the gelu op's own arithmetic (ops_elementwise.h). The
+ * backward turns dy into dz = dy gelu'(z) over z and sums b's gradient in
+ * the same pass, a coalesced column sum in slices (k_column_partial, not
+ * the add's strided k_binary_grad_rows), then runs the products on dz. */
+static int s_bmm_folded(const tp_op_call_t *c) {
+    return c->kind == TP_OP_BATCH_MATMUL &&
+           (c->bias || c->dbias || c->attr->act == TP_ACT_GELU ||
+            c->attr->act == TP_ACT_GELU_TANH);
+}
+
+static void s_bmm_rows(const tp_op_call_t *c, size_t *rows, size_t *n) {
+    *n = c->yshape.ndim ? (size_t)c->yshape.d[c->yshape.ndim - 1] : 1;
+    *rows = *n ? s_count(&c->yshape) / *n : 0;
+}
+
+static tp_status_t s_bmm_fold_fwd(tp_stream_t *s, const tp_op_call_t *c) {
+    const int act = c->attr->act;
+    const int gelu = act == TP_ACT_GELU || act == TP_ACT_GELU_TANH;
+    tp_op_call_t in = tp_act_inner(c, NULL);
+    in.bias = NULL;
+    in.dbias = NULL;
+    float *z = gelu ? (float *)c->workspace : (float *)c->y;
+    in.y = z;
+    TP_TRY(tp_cuda_batch_matmul_forward(s, &in));
+    size_t rows, n;
+    s_bmm_rows(c, &rows, &n);
+    if (!gelu)
+        return c->bias ? s_bias_act(s, z, c->bias, rows, n, TP_ACT_NONE) : TP_OK;
+    return s_bias_act(s, z, c->bias, rows, n, act, (float *)c->y);
+}
+
+static tp_status_t s_bmm_fold_bwd(tp_stream_t *s, const tp_op_call_t *c) {
+    const int act = c->attr->act;
+    const int gelu = act == TP_ACT_GELU || act == TP_ACT_GELU_TANH;
+    size_t rows, n;
+    s_bmm_rows(c, &rows, &n);
+    float *z = gelu ? (float *)c->workspace : NULL;
+    tp_op_call_t in = tp_act_inner(c, z); /* the products on dz over z */
+    in.bias = NULL;
+    in.dbias = NULL;
+    if (c->dbias)
+        TP_TRY(s_column_sum(s, c->dy, z, z, rows, n, c->dbias, c->dbias_acc,
+                            in.workspace, in.workspace_bytes, act));
+    else if (gelu)
+        TP_TRY(s_store(s, z, 0, rows * n, f_gelu_bwd{c->dy, z, act}));
+    return tp_cuda_batch_matmul_backward(s, &in);
+}
+
 /* The op's own work with its workspace past the act's room; relu over the
  * output after the forward (the matmul's bias pass does it itself), and
  * the backward on dy masked by y > 0 into the room: the numbers of the op
@@ -1694,6 +1785,8 @@ static int s_act_native(const tp_cuda_backend_t *cb, const tp_op_call_t *c, int 
 
 tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                const tp_op_call_t *c) {
+    if (s_bmm_folded(c))
+        return s_bmm_fold_fwd(s, c);
     if (c->attr->act == TP_ACT_NONE)
         return s_forward(cb, s, c);
     const tp_op_call_t in = tp_act_inner(c, NULL);
@@ -1706,6 +1799,8 @@ tp_status_t tp_cuda_op_forward(tp_cuda_backend_t *cb, tp_stream_t *s,
 
 tp_status_t tp_cuda_op_backward(tp_cuda_backend_t *cb, tp_stream_t *s,
                                 const tp_op_call_t *c) {
+    if (s_bmm_folded(c))
+        return s_bmm_fold_bwd(s, c);
     if (c->attr->act == TP_ACT_NONE)
         return s_backward(cb, s, c);
     if (s_act_native(cb, c, 1)) {

@@ -199,10 +199,6 @@ __global__ void k_binary_grad_rows(tp_op_kind_t k, int p, ew_bc bc, const float 
     }
 }
 
-#define EW_SQRT_2_OVER_PI 0.7978845608028654f
-#define EW_GELU_C 0.044715f
-#define EW_INV_SQRT_2PI 0.3989422804014327f
-#define EW_SQRT1_2 0.70710678118654752f
 
 __device__ float ew_un(tp_op_kind_t k, float v, float p, float hi) {
     switch (k) {
@@ -218,9 +214,8 @@ __device__ float ew_un(tp_op_kind_t k, float v, float p, float hi) {
         const float w = v < p ? p : v;
         return w > hi ? hi : w;
     }
-    case TP_OP_GELU: return 0.5f * v * (1.0f + erff(v * EW_SQRT1_2));
-    case TP_OP_GELU_TANH:
-        return 0.5f * v * (1.0f + tanhf(EW_SQRT_2_OVER_PI * (v + EW_GELU_C * v * v * v)));
+    case TP_OP_GELU: return tp_cuda_gelu(v);
+    case TP_OP_GELU_TANH: return tp_cuda_gelu_tanh(v);
     case TP_OP_SILU: return v / (1.0f + expf(-v));
     case TP_OP_SOFTPLUS: return v > 20.0f ? v : log1pf(expf(v));
     case TP_OP_STOP_GRADIENT: return v;
@@ -240,16 +235,8 @@ __device__ float ew_un_grad(tp_op_kind_t k, float g, float v, float y, float p,
     case TP_OP_LOG: return g / v;
     case TP_OP_POW: return p == 0.0f ? 0.0f : g * p * powf(v, p - 1.0f);
     case TP_OP_CLIP: return v >= p && v <= hi ? g : 0.0f;
-    case TP_OP_GELU: {
-        const float cdf = 0.5f * (1.0f + erff(v * EW_SQRT1_2));
-        return g * (cdf + v * EW_INV_SQRT_2PI * expf(-0.5f * v * v));
-    }
-    case TP_OP_GELU_TANH: {
-        const float u = EW_SQRT_2_OVER_PI * (v + EW_GELU_C * v * v * v);
-        const float t = tanhf(u);
-        const float du = EW_SQRT_2_OVER_PI * (1.0f + 3.0f * EW_GELU_C * v * v);
-        return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-    }
+    case TP_OP_GELU: return tp_cuda_gelu_grad(g, v);
+    case TP_OP_GELU_TANH: return tp_cuda_gelu_tanh_grad(g, v);
     case TP_OP_SILU: {
         const float s = 1.0f / (1.0f + expf(-v));
         return g * s * (1.0f + v * (1.0f - s));

@@ -123,7 +123,8 @@ typedef struct {
     int backward;
     float atol, rtol;
     int nostate_check;
-    int bias;             /* matmul: a folded bias [ys.d[1]] and its gradient */
+    int bias;             /* matmul, batch_matmul: a folded bias [the last dim
+                             of ys] and its gradient */
     float lo[8], hi[8];   /* float inputs from U(lo, hi); both 0: U(-1, 1) */
 } s_case_t;
 
@@ -172,7 +173,7 @@ static void s_check_op(const s_case_t *k, uint64_t seed) {
             st_g[s] = s_to_dev(g, st_c[s], ch * 4);
     }
     /* a folded bias (matmul): its values, and its gradient's start below */
-    const size_t nb = k->bias ? (size_t)k->ys.d[1] : 0;
+    const size_t nb = k->bias ? (size_t)k->ys.d[k->ys.ndim - 1] : 0;
     float *bc = NULL, *bg = NULL, *dbc = NULL, *dbg = NULL, *db_init = NULL;
     if (nb) {
         bc = calloc(nb, 4);
@@ -387,6 +388,37 @@ Test(cuda_ops, matmul_folded_bias_and_relu) {
     k.grad[0] = 1;
     k.bias = 1;
     s_check_op(&k, 50);
+}
+
+/* batch_matmul's folds (fold.c, issue 45; ops.cu's s_bmm_fold_*): a GPT's
+ * linear, [B,T,K] against an unbatched W [K,N], with its bias b[N] and a
+ * GELU after it, tanh and erf; a GELU without a bias (dz alone, no column
+ * sum); the bias alone; then [2,301,16] x [16,2085]: 66 column tiles of
+ * the bias gradient, uneven slices of the 602 rows */
+Test(cuda_ops, batch_matmul_folded_bias_and_gelu) {
+    s_case_t k = s_base(TP_OP_BATCH_MATMUL);
+    k.ninputs = 2;
+    k.xs[0] = SH(3, 25, 20);
+    k.xs[1] = SH(20, 45);
+    k.ys = SH(3, 25, 45);
+    k.grad[0] = k.grad[1] = 1;
+    k.bias = 1;
+    k.atol = 2e-4f;
+    k.rtol = 2e-4f;
+    k.attr.act = TP_ACT_GELU_TANH;
+    s_check_op(&k, 61);
+    k.attr.act = TP_ACT_GELU;
+    s_check_op(&k, 62);
+    k.bias = 0;
+    s_check_op(&k, 63);
+    k.bias = 1;
+    k.attr.act = TP_ACT_NONE;
+    s_check_op(&k, 64);
+    k.xs[0] = SH(2, 301, 16);
+    k.xs[1] = SH(16, 2085);
+    k.ys = SH(2, 301, 2085);
+    k.attr.act = TP_ACT_GELU_TANH;
+    s_check_op(&k, 65);
 }
 
 static s_case_t s_conv_case(int bias, int stride, int pad, int ksz) {
@@ -1505,6 +1537,92 @@ static void s_train_compare(int towers, tp_optimizer_fn opt, int steps) {
 }
 
 Test(cuda_step, one_tower_sgd_matches_the_cpu) { s_train_compare(1, stu_nesterov, 4); }
+
+/* A GPT's linears as the zoo builds them (batch_matmul against an
+ * unbatched W [K,N], add of a [N] bias) on the images' rows ([B,12,12] as
+ * [B,T,C]): a tanh GELU after the first, an erf GELU after the second (no
+ * bias), the third with a bias alone; the MSE against the rows. */
+static tp_node_t *s_gpt_linear(tp_tower_t *t, const char *name, tp_node_t *x, int64_t k,
+                               int64_t n, int bias) {
+    char v[32];
+    int64_t ws[2] = {k, n}, bs[1] = {n};
+    snprintf(v, sizeof v, "%s/W", name);
+    tp_node_t *w = tp_variable(t, v, 2, ws, (tp_init_t){TP_INIT_NORMAL, 0.3f}, TP_VAR_TRAINABLE);
+    tp_node_t *y = tp_batch_matmul(t, name, x, w, 0, 0);
+    if (!bias)
+        return y;
+    snprintf(v, sizeof v, "%s/b", name);
+    tp_node_t *b = tp_variable(t, v, 1, bs, (tp_init_t){TP_INIT_NORMAL, 0.1f}, TP_VAR_TRAINABLE);
+    snprintf(v, sizeof v, "%s/output", name);
+    return tp_add(t, v, y, b);
+}
+
+static tp_status_t s_gpt_linears(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    const int64_t btc[3] = {-1, 12, 12};
+    tp_node_t *x = tp_reshape(t, "rows", tp_cast(t, "cast", in[0], 1.0f / 255), 3, btc);
+    tp_node_t *h = tp_gelu(t, "fc/gelu", s_gpt_linear(t, "fc", x, 12, 64, 1), 1);
+    h = tp_gelu(t, "mid/gelu", s_gpt_linear(t, "mid", h, 64, 48, 0), 0);
+    tp_node_t *y = s_gpt_linear(t, "proj", h, 48, 12, 1);
+    tp_node_t *cost = tp_mse(t, "mse", y, x);
+    tp_tower_add_output(t, "cost", cost);
+    return tp_tower_set_cost(t, cost);
+}
+
+/* The GPT's linears folded on the device (TP_CUDA_BMM_FOLD=1: fold.c asks
+ * ops->bmm_fold; ops.cu's s_bmm_fold_*) train as the unfolded calls
+ * (batch_matmul, the add's broadcast backward, the gelu ops) from the same
+ * start over the same batches, within rounding: the folded bias gradient
+ * is a column sum in double, the add's a sum of rows in float. Four folds
+ * (two biases, two GELUs) must have happened, or the test says so. */
+Test(cuda_step, gpt_linears_folded_train_as_unfolded) {
+    setenv("TP_CUDA_BMM_FOLD", "1", 0); /* (scripts/gpu/steps sets it too) */
+    tp_backend_t *g = s_gpu();
+    tp_model_desc_t md = {stu_inputs, 2, s_gpt_linears, stu_nesterov, NULL};
+    tp_model_config_t cfg = stu_config(1);
+    cfg.backend = g;
+    cfg.fold = 1;
+    tp_model_t *on = tp_model_new(&md, &cfg);
+    cr_assert_not_null(on, "%s", tp_last_error());
+    cfg.fold = 0;
+    tp_model_t *off = tp_model_new(&md, &cfg);
+    cr_assert_not_null(off, "%s", tp_last_error());
+    tp_model_set_profiling(on, 1);
+    static uint8_t x[16 * 144];
+    static int32_t y[16];
+    for (int s = 0; s < 5; s++) {
+        tp_tensor_t in[2];
+        stu_batch(s, 0, x, y, in);
+        cr_assert_eq(tp_model_run(on, TP_ALL_TOWERS, in, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
+        cr_assert_eq(tp_model_run(off, TP_ALL_TOWERS, in, 2, NULL, 0, NULL), TP_OK, "%s",
+                     tp_last_error());
+    }
+    tp_op_profile_t p[64];
+    int n = tp_model_profile(on, 0, p, 64), folds = 0;
+    for (int i = 0; i < n && i < 64; i++)
+        folds += p[i].folds;
+    cr_expect_eq(folds, 4, "%d folds (TP_CUDA_BMM_FOLD=%s)", folds,
+                 getenv("TP_CUDA_BMM_FOLD"));
+    for (int i = 0; i < tp_model_var_count(off); i++) {
+        const char *name = tp_model_var_name(off, i);
+        tp_tensor_t va, vb;
+        cr_assert_eq(tp_model_var(on, name, &va), TP_OK);
+        cr_assert_eq(tp_model_var(off, name, &vb), TP_OK);
+        float *ha = malloc(va.nbytes + 4), *hb = malloc(vb.nbytes + 4);
+        const float *pa = tp_model_view_host(on, &va, ha, va.nbytes);
+        const float *pb = tp_model_view_host(off, &vb, hb, vb.nbytes);
+        cr_assert(pa && pb, "%s", tp_last_error());
+        char what[160];
+        snprintf(what, sizeof what, "%s after 5 steps, folded", name);
+        s_close(what, pa, pb, va.nbytes / 4, 2e-4f, 2e-3f);
+        free(ha);
+        free(hb);
+    }
+    tp_model_destroy(&on);
+    tp_model_destroy(&off);
+    tp_backend_destroy(&g);
+}
 
 /* Two towers on one GPU, each on its own thread as the replicated trainer
  * runs them, the gradients all-reduced in buckets of 1 KiB during the
