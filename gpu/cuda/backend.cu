@@ -1491,7 +1491,7 @@ static void s_destroy(tp_backend_t *b) {
     free(cb);
 }
 
-/* batch_matmul's bias and GELU folds (fold.c; ops.cu's tp_cuda_bmm_fold_*):
+/* batch_matmul's bias and GELU folds (fold.c; ops.cu's s_bmm_fold_*):
  * only with TP_CUDA_BMM_FOLD=1 until a GPU run has checked them
  * (docs/cuda.md, "GPU checks not yet run") */
 static int s_bmm_fold(tp_backend_t *b) {
@@ -1587,6 +1587,9 @@ tp_cuda_module_backend_new(const tp_cuda_options_t *opt, char *err,
                 "batch norm runs", bn);
     const char *bf = getenv("TP_CUDA_BMM_FOLD");
     cb->bmm_fold = bf && strcmp(bf, "1") == 0;
+    if (bf && *bf && !cb->bmm_fold && strcmp(bf, "0") != 0)
+        TP_WARN("TP_CUDA_BMM_FOLD='%s' is neither '0' nor '1': batch_matmul's bias "
+                "and GELU stay unfolded", bf);
     cb->chunk_bytes = (opt->chunk_mb ? opt->chunk_mb : 256) << 20;
     pthread_mutex_init(&cb->mu, NULL);
     struct cudaDeviceProp prop;
