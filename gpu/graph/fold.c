@@ -104,8 +104,8 @@ void tp_plan_folds_(tp_tower_t *t) {
     }
 
     /* batch_matmul's bias and GELU (issue 45; only where the backend runs
-     * them, ops->bmm_fold: the CUDA backend keeps the unfused calls). A
-     * GPT's linear is add(batch_matmul(x, W), b[N]) and, in the MLP, a
+     * them, ops->bmm_fold: the CUDA backend only with TP_CUDA_BMM_FOLD=1,
+     * not yet run on a GPU). A GPT's linear is add(batch_matmul(x, W), b[N]) and, in the MLP, a
      * gelu after it: three calls and three passes over a [B,T,N] output
      * forward, two more backward. Folded, the product adds b as oneDNN's
      * bias (dnnl_matmul.c), the GELU runs on it in one pass that keeps the
