@@ -252,6 +252,21 @@ static tp_status_t s_flip(const aug_op_t *op, tp_tensor_t *t, tp_rng_t *rng,
         }
         return TP_OK;
     }
+    if (es == 3) {
+        /* RGB bytes, the usual colour image: three byte swaps (memcpy of
+         * a run-time size of 3 was a libc call a pixel, 9% of the ImageNet
+         * pipeline's CPU) */
+        for (int y = 0; y < H; y++) {
+            uint8_t *r = p + (size_t)y * W * 3;
+            for (int a = 0, b = W - 1; a < b; a++, b--)
+                for (int c = 0; c < 3; c++) {
+                    uint8_t tmp = r[a * 3 + c];
+                    r[a * 3 + c] = r[b * 3 + c];
+                    r[b * 3 + c] = tmp;
+                }
+        }
+        return TP_OK;
+    }
     uint8_t tmp[AUG_MAX_CH * 8];
     if (es > sizeof tmp)
         return tp_error(TP_ERR_SHAPE, "augment flip: %zu bytes per pixel", es);

@@ -16,7 +16,13 @@ imagenet` has it, so the benchmark gives both sides the same augmentation.
 Times STEPS steps after WARMUP untimed ones, data loading included (the
 loop as a user writes it), and prints one JSON line: images/s, each timed
 step's seconds, and the main process's CPU seconds over the timed steps
-(with workers > 0 their decoding is not in it)."""
+(with workers > 0 their decoding is not in it).
+
+--time-getitem N: no model, no DataLoader: the dataset's __getitem__
+(decode and augmentation, as one DataLoader worker runs it) timed over N
+images in this process, after WARMUP images, and one JSON line with the
+CPU milliseconds an image and the images/s one core gives (the per-core
+rate docs/performance.md compares with `tp-bench dataflow`'s)."""
 import argparse
 import json
 import time
@@ -44,6 +50,27 @@ class Lighting:
         return img + (self.eigvec @ (alpha * self.eigval)).view(3, 1, 1)
 
 
+def s_time_getitem(ds, a):
+    """One DataLoader worker's work, per image: ds[i] for shuffled i (what
+    a worker calls once per sample; the batch's collate is left out), on
+    one thread (a worker runs with torch's threads set to 1)."""
+    torch.set_num_threads(1)
+    order = torch.randperm(len(ds)).tolist()
+    n = a.warmup + a.time_getitem
+    for k in range(a.warmup):
+        ds[order[k % len(order)]]
+    t0, c0 = time.perf_counter(), time.process_time()
+    for k in range(a.warmup, n):
+        ds[order[k % len(order)]]
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({"peer": "pytorch", "mode": "getitem", "size": a.size,
+                      "images": a.time_getitem, "lighting": a.lighting,
+                      "cpu_ms_per_image": round(1e3 * cpu / a.time_getitem, 3),
+                      "images_per_cpu_s": round(a.time_getitem / cpu, 1),
+                      "images_per_s": round(a.time_getitem / dt, 1),
+                      "torch": torch.__version__, "torchvision": torchvision.__version__}))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
@@ -57,6 +84,8 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--lighting", type=float, default=0.0,
                     help="PCA lighting noise std (0: none; towerpack's imagenet: 0.1)")
+    ap.add_argument("--time-getitem", type=int, default=0, metavar="N",
+                    help="time N of the dataset's __getitem__ in this process and exit")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -67,6 +96,9 @@ def main():
                    + ([Lighting(a.lighting)] if a.lighting > 0 else [])
                    + [T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     ds = torchvision.datasets.ImageFolder(a.dir, tf)
+    if a.time_getitem > 0:
+        s_time_getitem(ds, a)
+        return
     dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, drop_last=True,
                                      num_workers=a.workers,
                                      persistent_workers=a.workers > 0)

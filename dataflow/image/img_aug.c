@@ -58,6 +58,39 @@ static inline uint8_t s_u8(double v) {
 
 /* ---- resize of a rectangle ----------------------------------------------------- */
 
+/* Source row r (the rectangle's, from its column 0) interpolated along x
+ * into one of hrow[2] (ow * C sums, weights in 1/2048), unless one holds
+ * row `row` already: the slot that does not hold the other row the caller
+ * blends (rows come in increasing order) is overwritten. */
+static const int *s_hrow(const uint8_t *restrict r, int C, int ow, int cw,
+                         const int *xo, const short *xa, int *hrow[2], int held[2],
+                         int row) {
+    for (int k = 0; k < 2; k++)
+        if (held[k] == row)
+            return hrow[k];
+    int k = held[0] < held[1] ? 0 : 1;  /* the older (lower) row */
+    held[k] = row;
+    int *restrict h = hrow[k];
+    if (C == 3) {  /* the usual case, unrolled over the channels */
+        for (int x = 0; x < ow; x++) {
+            int a0 = xa[x], a1 = 2048 - a0;
+            int o0 = xo[x] * 3, o1 = xo[x] + 1 < cw ? o0 + 3 : o0;
+            h[x * 3] = r[o0] * a0 + r[o1] * a1;
+            h[x * 3 + 1] = r[o0 + 1] * a0 + r[o1 + 1] * a1;
+            h[x * 3 + 2] = r[o0 + 2] * a0 + r[o1 + 2] * a1;
+        }
+        return h;
+    }
+    for (int x = 0; x < ow; x++) {
+        int a0 = xa[x], a1 = 2048 - a0;
+        const uint8_t *p = r + (size_t)xo[x] * C;
+        int nx = xo[x] + 1 < cw ? C : 0;
+        for (int c = 0; c < C; c++)
+            h[x * C + c] = p[c] * a0 + p[c + nx] * a1;
+    }
+    return h;
+}
+
 /* The rectangle (y0, x0, ch, cw) of *t resized to oh x ow into a new image
  * that replaces *t. Bilinear: OpenCV's INTER_LINEAR (source coordinate
  * (d + 0.5) * scale - 0.5, clamped at the borders, weights in 1/2048). */
@@ -80,7 +113,10 @@ static tp_status_t s_resize_rect(tp_tensor_t *t, int y0, int x0, int ch,
     const uint8_t *src = t->data;
     uint8_t *dst = o.data;
     size_t srow = (size_t)W * C;
-    int *xo = malloc(sizeof(int) * (size_t)ow * 2);
+    /* xo[ow], xa[ow] (shorts in the space of ints), then two horizontally
+     * interpolated source rows hrow[2][ow * C] (bilinear only) */
+    size_t nrow = (size_t)ow * C;
+    int *xo = malloc(sizeof(int) * ((size_t)ow * 2 + 2 * nrow));
     if (!xo) {
         tp_tensor_fini(&o);
         return tp_error(TP_ERR_NOMEM, "imgaug resize");
@@ -116,6 +152,8 @@ static tp_status_t s_resize_rect(tp_tensor_t *t, int y0, int x0, int ch,
             xo[x] = s;
             xa[x] = (short)lrint((1 - f) * 2048);
         }
+        int *hrow[2] = {xo + 2 * (size_t)ow, xo + 2 * (size_t)ow + nrow};
+        int held[2] = {-1, -1};  /* the source row each of hrow holds */
         for (int y = 0; y < oh; y++) {
             double f = (y + 0.5) * sy - 0.5;
             int s = (int)floor(f);
@@ -129,35 +167,21 @@ static tp_status_t s_resize_rect(tp_tensor_t *t, int y0, int x0, int ch,
                 f = 0;
             }
             int b0 = (int)lrint((1 - f) * 2048), b1 = 2048 - b0;
-            const uint8_t *restrict r0 =
-                src + (size_t)(y0 + s) * srow + (size_t)x0 * C;
-            const uint8_t *restrict r1 = s + 1 < ch ? r0 + srow : r0;
-            uint8_t *restrict d = dst + (size_t)y * ow * C;
-            if (C == 3) {
-                /* the usual case, unrolled over the channels */
-                for (int x = 0; x < ow; x++) {
-                    int a0 = xa[x], a1 = 2048 - a0;
-                    int o0 = xo[x] * 3, o1 = xo[x] + 1 < cw ? o0 + 3 : o0;
-                    for (int c = 0; c < 3; c++) {
-                        int h0 = r0[o0 + c] * a0 + r0[o1 + c] * a1;
-                        int h1 = r1[o0 + c] * a0 + r1[o1 + c] * a1;
-                        d[x * 3 + c] =
-                            (uint8_t)((h0 * b0 + h1 * b1 + (1 << 21)) >> 22);
-                    }
-                }
-                continue;
-            }
-            for (int x = 0; x < ow; x++) {
-                int a0 = xa[x], a1 = 2048 - a0;
-                const uint8_t *p0 = r0 + (size_t)xo[x] * C;
-                const uint8_t *p1 = r1 + (size_t)xo[x] * C;
-                int nx = xo[x] + 1 < cw ? C : 0;
-                for (int c = 0; c < C; c++) {
-                    int h0 = p0[c] * a0 + p0[c + nx] * a1;
-                    int h1 = p1[c] * a0 + p1[c + nx] * a1;
-                    d[x * C + c] = (uint8_t)((h0 * b0 + h1 * b1 + (1 << 21)) >> 22);
-                }
-            }
+            /* separable, as OpenCV's resize: each source row is
+             * interpolated along x once and kept while the output rows
+             * that blend it are made (an upscaled crop blends each source
+             * row into about 2 oh / ch output rows); the same integer
+             * sums as blending both directions per pixel, so the same
+             * bytes */
+            int sr0 = s, sr1 = s + 1 < ch ? s + 1 : s;
+            const int *h0 = s_hrow(src + (size_t)(y0 + sr0) * srow + (size_t)x0 * C, C,
+                                   ow, cw, xo, xa, hrow, held, sr0);
+            const int *h1 = sr1 == sr0 ? h0
+                          : s_hrow(src + (size_t)(y0 + sr1) * srow + (size_t)x0 * C, C,
+                                   ow, cw, xo, xa, hrow, held, sr1);
+            uint8_t *restrict d = dst + (size_t)y * nrow;
+            for (size_t i = 0; i < nrow; i++)
+                d[i] = (uint8_t)((h0[i] * b0 + h1[i] * b1 + (1 << 21)) >> 22);
         }
     }
     free(xo);
@@ -412,6 +436,15 @@ static void s_hue(uint8_t *p, size_t npx, double hue) {
 /* luma as cv2's RGB2GRAY on floats: 0.299 R + 0.587 G + 0.114 B */
 static inline double s_grey(const uint8_t *p) {
     return 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+}
+
+/* s_grey's three products for every byte value (t?[i] == weight * i). */
+static void s_grey_tables(double tr[256], double tg[256], double tb[256]) {
+    for (int i = 0; i < 256; i++) {
+        tr[i] = 0.299 * i;
+        tg[i] = 0.587 * i;
+        tb[i] = 0.114 * i;
+    }
 }
 
 static tp_status_t s_lut_apply(tp_tensor_t *t, const uint8_t *lut) {
@@ -738,8 +771,12 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         size_t npx = (size_t)H * W;
         double sum = 0;
         if (C == 3) {
-            for (size_t i = 0; i < npx; i++)
-                sum += s_grey(p + i * 3);
+            /* s_grey's products from tables: the same doubles, summed in
+             * the same order, without three conversions a pixel */
+            double tr[256], tg[256], tb[256];
+            s_grey_tables(tr, tg, tb);
+            for (size_t i = 0; i < npx; i++, p += 3)
+                sum += tr[p[0]] + tg[p[1]] + tb[p[2]];
             sum /= (double)npx;
         } else {
             uint64_t s = 0;
@@ -759,11 +796,19 @@ static tp_status_t s_apply(const void *params, tp_tensor_t *t, float *xy,
         TP_TRY(tp_df_tensor_make_writable(t));
         uint8_t *p = t->data;
         size_t npx = (size_t)H * W;
+        /* x v and s_grey's products from tables: the same doubles as
+         * computing them a pixel at a time (no FMA in this file), so the
+         * same bytes, without six conversions and four products a pixel */
+        double tr[256], tg[256], tb[256], tv[256], w = 1 - v;
+        s_grey_tables(tr, tg, tb);
+        for (int i = 0; i < 256; i++)
+            tv[i] = i * v;
         for (size_t i = 0; i < npx; i++, p += 3) {
-            double g = s_grey(p) * (1 - v);
-            p[0] = s_u8(p[0] * v + g);
-            p[1] = s_u8(p[1] * v + g);
-            p[2] = s_u8(p[2] * v + g);
+            uint8_t r = p[0], gr = p[1], b = p[2];
+            double g = (tr[r] + tg[gr] + tb[b]) * w;
+            p[0] = s_u8(tv[r] + g);
+            p[1] = s_u8(tv[gr] + g);
+            p[2] = s_u8(tv[b] + g);
         }
         return TP_OK;
     }

@@ -500,6 +500,93 @@ Test(image, resize_shapes_and_errors) {
     tp_tensor_fini(&g);
 }
 
+/* OpenCV's INTER_LINEAR, one output pixel at a time (both directions
+ * blended per pixel, weights in 1/2048, sums rounded at 2^22): what the
+ * separable resize (each source row blended along x once, kept for the
+ * output rows that use it) must give byte for byte. */
+static uint8_t s_bilinear_ref(const uint8_t *src, int H, int W, int C, int oh, int ow,
+                              int y, int x, int c) {
+    int s[2], wgt[2];
+    int n[2] = {H, W}, o[2] = {oh, ow}, d[2] = {y, x};
+    for (int k = 0; k < 2; k++) {
+        double f = (d[k] + 0.5) * ((double)n[k] / o[k]) - 0.5;
+        int i = (int)floor(f);
+        f -= i;
+        if (i < 0)
+            i = 0, f = 0;
+        if (i >= n[k] - 1)
+            i = n[k] - 1, f = 0;
+        s[k] = i;
+        wgt[k] = (int)lrint((1 - f) * 2048);
+    }
+    int y1 = s[0] + 1 < H ? s[0] + 1 : s[0], x1 = s[1] + 1 < W ? s[1] + 1 : s[1];
+    const uint8_t *r0 = src + (size_t)s[0] * W * C, *r1 = src + (size_t)y1 * W * C;
+    int a0 = wgt[1], a1 = 2048 - a0, b0 = wgt[0], b1 = 2048 - b0;
+    int h0 = r0[s[1] * C + c] * a0 + r0[x1 * C + c] * a1;
+    int h1 = r1[s[1] * C + c] * a0 + r1[x1 * C + c] * a1;
+    return (uint8_t)((h0 * b0 + h1 * b1 + (1 << 21)) >> 22);
+}
+
+/* The bilinear resize, up (a small crop to 224 rows: each source row
+ * serves many output rows), down and mixed, for 1, 3 and 4 channels, is
+ * OpenCV's per-pixel formula byte for byte; a flip of RGB pixels mirrors
+ * them whole. */
+Test(image, bilinear_resize_is_opencvs_per_pixel_formula) {
+    static const int sizes[][4] = {{7, 5, 224, 224}, {37, 300, 9, 41}, {1, 6, 5, 1},
+                                   {50, 3, 11, 17}, {256, 256, 224, 224}};
+    static const int chans[] = {1, 3, 4};
+    uint32_t z = 12345;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        for (size_t ci = 0; ci < 3; ci++) {
+            int H = sizes[k][0], W = sizes[k][1], oh = sizes[k][2], ow = sizes[k][3];
+            int C = chans[ci];
+            tp_tensor_t t;
+            int64_t shape[3] = {H, W, C};
+            cr_assert_eq(tp_tensor_init(&t, TP_UINT8, C == 1 ? 2 : 3, shape), TP_OK);
+            uint8_t *src = malloc(t.nbytes);
+            cr_assert_not_null(src);
+            for (size_t i = 0; i < t.nbytes; i++) {
+                z = z * 1664525u + 1013904223u;
+                src[i] = ((uint8_t *)t.data)[i] = (uint8_t)(z >> 24);
+            }
+            tp_augment_t *a = tp_augment_new();
+            cr_assert_eq(tp_augment_add_resize(a, oh, ow, TP_INTERP_LINEAR), TP_OK);
+            tp_rng_t rng;
+            tp_rng_init(&rng, 1, 0);
+            cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+            cr_assert(t.shape[0] == oh && t.shape[1] == ow);
+            const uint8_t *got = t.data;
+            for (int y = 0; y < oh; y++)
+                for (int x = 0; x < ow; x++)
+                    for (int c = 0; c < C; c++) {
+                        uint8_t want = s_bilinear_ref(src, H, W, C, oh, ow, y, x, c);
+                        uint8_t g = got[((size_t)y * ow + x) * C + c];
+                        if (g != want)
+                            cr_assert_fail("%dx%dx%d to %dx%d: (%d,%d,%d) is %d, want %d", H,
+                                           W, C, oh, ow, y, x, c, g, want);
+                    }
+            tp_augment_destroy(&a);
+            if (C == 3) {  /* flip with probability 1: the pixels mirrored */
+                uint8_t *before = malloc(t.nbytes);
+                cr_assert_not_null(before);
+                memcpy(before, t.data, t.nbytes);
+                a = tp_augment_new();
+                cr_assert_eq(tp_augment_add_flip(a, 1.0), TP_OK);
+                cr_assert_eq(tp_augment_apply(a, &t, &rng), TP_OK);
+                const uint8_t *f = t.data;
+                for (int y = 0; y < oh; y++)
+                    for (int x = 0; x < ow; x++)
+                        cr_assert_eq(memcmp(f + ((size_t)y * ow + x) * 3,
+                                            before + ((size_t)y * ow + ow - 1 - x) * 3, 3),
+                                     0, "flip %dx%d at (%d,%d)", oh, ow, y, x);
+                tp_augment_destroy(&a);
+                free(before);
+            }
+            free(src);
+            tp_tensor_fini(&t);
+        }
+}
+
 /* tensorpack's recipe: encoded bytes in an LMDB record file (written from
  * a raw source), decoded by a later stage: the same pixels as decoding
  * the files. */

@@ -238,9 +238,11 @@ Test(train_text, launch_puts_tokens_per_s_and_validation_bpb_in_stats_json) {
         cr_assert(cost > 0 && isfinite(cost), "validation_cost %g", cost);
         cr_assert_float_eq(bpb, cost / M_LN2, 1e-9, "bpb %g, cost %g", bpb, cost);
         /* two trackers timing a sub-second epoch on their own clocks: the
-         * same rate within 25% (a wrong factor, e.g. not x T, is 16x off) */
-        cr_assert(tput > 0 && fabs(tokens / (tput * T) - 1) < 0.25,
-                  "tokens_per_s %g, throughput %g", tokens, tput);
+         * same rate within 2x (a wrong factor, e.g. not x T, is 16x off;
+         * a loaded host has moved them 30% apart) */
+        const double ratio = tput > 0 ? tokens / (tput * T) : 0;
+        cr_assert(ratio > 0.5 && ratio < 2, "tokens_per_s %g, throughput %g (x T = %g)",
+                  tokens, tput, tput * T);
     }
     /* it learns the next byte a little: under 8 bits of a uniform guess */
     double bpb = json_number_value(json_object_get(json_array_get(j, 1), "validation_bpb"));

@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,7 +427,8 @@ Test(colour, a_checkpoint_copied_alone_keeps_its_classes, .init = s_setup,
 }
 
 /* --workers auto: the decoding and augmentation in one forked worker per
- * core (one core left to the trainer above 2), which is also the default
+ * core the process may run on (its affinity; one core left to the trainer
+ * above 2), which is also the default
  * for image files when the model runs on a GPU; on the CPU the default
  * stays 0 (the towers take the cores), and a number given wins. */
 Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s_teardown) {
@@ -435,14 +437,24 @@ Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s
     s_make_set(train, 12, 1);
     snprintf(tr, sizeof tr, "imagefolder:%s", train);
     snprintf(logdir, sizeof logdir, "%s/log", s_dir);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    long cores = CPU_COUNT(&set);
     long n = cores <= 2 ? cores : cores - 1;
     n = n < 1 ? 1 : n > 32 ? 32 : n;
     char want[64];
     snprintf(want, sizeof want, "| processes %ld restart=3 | batch", n);
     const char *env[] = {"TP_LOG_LEVEL=info", NULL};
-    const char *modes[3] = {"auto", NULL, "1"};
-    for (int m = 0; m < 3; m++) {
+    const char *modes[4] = {"auto", NULL, "1", "auto"};
+    for (int m = 0; m < 4; m++) {
+        if (m == 3) {
+            /* pinned to one core (as taskset or a container's cpuset
+             * leaves a process fewer cores than the machine has): auto
+             * counts the cores it may run on, not the machine's */
+            CPU_ZERO(&set);
+            CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &set);
+            cr_assert_eq(sched_setaffinity(0, sizeof set, &set), 0);
+        }
         char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", tr,
                          "--model", "cnn-bn", "--epochs", "1", "--steps-per-epoch", "2",
                          "--batch", "4", "--towers", "1", "--devices", "cpu",
@@ -458,7 +470,7 @@ Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s
                                want, (int)len, line);
         else if (m == 1)  /* the CPU's default: the pipeline on one thread */
             cr_expect_null(memmem(line, len, "processes", 9), "%.*s", (int)len, line);
-        else
+        else  /* --workers 1; auto on one core */
             cr_expect_not_null(memmem(line, len, "| processes 1 restart=3 |", 25), "%.*s",
                                (int)len, line);
     }

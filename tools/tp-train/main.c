@@ -211,8 +211,10 @@ static void s_usage(FILE *out) {
 "                       worker processes; a worker that dies is replaced\n"
 "                       (stats.json: dataflow/worker_restarts); with --spec,\n"
 "                       'processes N' goes before the spec's first batch;\n"
-"                       auto: one per core (one core left to the trainer\n"
-"                       above 2 cores; at most 32). Default: auto for\n"
+"                       auto: one per core this process may run on\n"
+"                       (taskset, cpusets count), one core left to the\n"
+"                       trainer above 2 cores, one per tower on GPUs,\n"
+"                       at most 32. Default: auto for\n"
 "                       imagefolder:/imagelist: data when the model runs on\n"
 "                       a GPU, else 0 (the pipeline on one thread)\n"
 "  --worker-restarts R  replace up to R dead workers in all (default 3;\n"
@@ -570,13 +572,17 @@ static void s_processes_stage(const s_args_t *a, char *buf, size_t size) {
         snprintf(buf, size, " | processes %d", a->workers);
 }
 
-/* --workers' count: the number given; auto: one worker process per core,
- * leaving one core to the trainer's own threads above 2 cores (PyTorch's
- * DataLoader(num_workers=cores) habit); not given: auto where decoding
- * files is the work and the towers do not use the cores, i.e. image files
- * (imagefolder:, imagelist:) with the model on a GPU, else 0 (the
- * pipeline runs on the prefetch thread; on the CPU the towers take the
- * cores). Never under an MPI launcher (no fork there). */
+/* --workers' count: the number given; auto: one worker process per core
+ * the towers leave, i.e. the cores this process may run on (its affinity:
+ * taskset, a container's cpuset, mpirun's binding) less one for the
+ * trainer above 2 cores, less one per tower when the towers are GPUs
+ * (each tower's thread drives its device; the batching thread's share is
+ * about 0.1 ms of CPU an image, docs/performance.md), at least 1, at most
+ * 32 (PyTorch's DataLoader(num_workers=cores) habit); not given: auto
+ * where decoding files is the work and the towers do not use the cores,
+ * i.e. image files (imagefolder:, imagelist:) with the model on a GPU,
+ * else 0 (the pipeline runs on the prefetch thread; on the CPU the towers
+ * take the cores). Never under an MPI launcher (no fork there). */
 static int s_default_workers(const s_args_t *a, long cores) {
     if (a->workers_mode == 1)
         return a->workers;
@@ -584,8 +590,19 @@ static int s_default_workers(const s_args_t *a, long cores) {
                  (!strncmp(a->data, "imagefolder:", 12) || !strncmp(a->data, "imagelist:", 10));
     if (s_dist || (a->workers_mode == 0 && !(images && a->device >= 0)))
         return 0;
-    long n = cores <= 2 ? cores : cores - 1;
+    int towers = a->device >= 0 && a->towers > 1 ? a->towers : 1;
+    long n = cores <= 2 ? cores : cores - towers;
     return n < 1 ? 1 : n > 32 ? 32 : (int)n;
+}
+
+/* The cores this process may run on: its affinity mask's count (what
+ * taskset, a container's cpuset or mpirun's binding leave it), else the
+ * online count. */
+static long s_usable_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 /* --spec with --workers N: the spec with `processes N` inserted before its
@@ -1820,14 +1837,10 @@ int main(int argc, char **argv) {
      * with several BLAS threads (measured: docs/performance.md): by default
      * one tower per core (at most 4), one BLAS thread each, and the total
      * batch 128 split between them. */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (s_dist) {
-        /* several ranks share the host: count the cores this rank may run
-         * on (mpirun binds ranks to cores or sockets by default) */
-        cpu_set_t set;
-        if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-            cores = CPU_COUNT(&set);
-    }
+    /* the cores this process may run on (several ranks share a host:
+     * mpirun binds ranks to cores or sockets by default; a taskset or a
+     * container's cpuset leaves fewer than the machine has) */
+    long cores = s_usable_cores();
     if (a.tf32 == 1 && a.device < 0)
         TP_WARN("--tf32: the towers run on the CPU, where it changes nothing");
     if (a.bf16 == 1 && a.device < 0)
