@@ -682,6 +682,12 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
                   NULL};
     cr_assert_neq(tpt_run(a8, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--batch 64, but --spec makes batches of 100"), "%s", s_out);
+    /* restarts of worker processes, with the pipeline in this process */
+    char *a8r[] = {"tp-train", "--model", "mlp", "--worker-restarts", "2", "--logdir", logdir,
+                   NULL};
+    cr_assert_neq(tpt_run(a8r, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--worker-restarts 2 replaces dead worker processes, but the "
+                            "pipeline runs in this process"), "%s", s_out);
     char *a8b[] = {"tp-train", "--label-smoothing", "1", NULL};
     cr_assert_neq(tpt_run(a8b, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--label-smoothing needs a number in [0, 1), got '1'"), "%s", s_out);

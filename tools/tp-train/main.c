@@ -1375,6 +1375,7 @@ int main(int argc, char **argv) {
     int64_t v;
     double lr = -1;
     int data_given = 0;  /* --data on the command line (a.data has a default) */
+    int restarts_given = 0; /* --worker-restarts on the command line */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': a.model = optarg; break;
@@ -1397,7 +1398,7 @@ int main(int argc, char **argv) {
             a.workers = (int)v;
             a.workers_mode = 1;
             break;
-        case O_RESTARTS: if (tp_spec_int(optarg, 0, 1000000, "--worker-restarts", &v)) return s_fail("bad flag"); a.worker_restarts = (int)v; break;
+        case O_RESTARTS: if (tp_spec_int(optarg, 0, 1000000, "--worker-restarts", &v)) return s_fail("bad flag"); a.worker_restarts = (int)v; restarts_given = 1; break;
         case 'j': if (tp_spec_int(optarg, 0, 1024, "--threads", &v)) return s_fail("bad flag"); a.threads = (int)v; break;
         case 'o': a.logdir = optarg; break;
         case O_ACTION: a.action = optarg; break;
@@ -1865,6 +1866,15 @@ int main(int argc, char **argv) {
     if (a.workers_mode != 1 && a.workers > 0)
         TP_INFO("--workers %s: %d worker processes decode and augment (%ld cores)",
                 a.workers_mode == 2 ? "auto" : "default", a.workers, cores);
+    if (restarts_given && a.workers == 0 && !a.spec) {
+        /* (with --spec, 'processes N' may stand in the spec itself) */
+        tp_error(TP_ERR_INVALID, "--worker-restarts %d replaces dead worker processes, "
+                 "but the pipeline runs in this process%s: give --workers N, or leave "
+                 "--worker-restarts out", a.worker_restarts,
+                 a.remote ? " (--remote: restart the tp-worker programs yourself)"
+                 : a.workers_mode == 2 ? " (--workers auto chose none on this machine)" : "");
+        return s_fail("bad flags");
+    }
     if (a.resident && (a.spec || a.remote || a.workers > 0 || nranks > 1)) {
         tp_error(TP_ERR_INVALID, "--resident reads --data into the towers' memory "
                  "itself: not with --spec, --remote, --workers or under a launcher");
