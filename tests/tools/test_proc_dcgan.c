@@ -128,6 +128,13 @@ Test(dcgan, tp_generate_samples_the_trained_generator, .timeout = 180) {
                    "--count", "4", "--output", npy, NULL};
     cr_assert_neq(pu_run(bad, env, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "not a generator"), "%s", s_out);
+    /* samples are a .npy: another name is refused, naming the flag */
+    char txt[160];
+    snprintf(txt, sizeof txt, "%s/g.txt", dir);
+    char *named[] = {TP_BINARY_DIR "/bin/tp-generate", "--load", logdir, "--count", "4",
+                     "--output", txt, NULL};
+    cr_assert_neq(pu_run(named, env, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "name the file FILE.npy") && access(txt, F_OK) != 0, "%s", s_out);
     PU_PYTHON_EXPECT(TP_SOURCE_DIR "/tests/tools/generate_check.py", dir, "numpy agrees");
 }
 

@@ -39,8 +39,8 @@ static void s_usage(FILE *out) {
 "Draw N samples from a generator trained by tp-train (--model dcgan).\n\n"
 "  --load PATH      a checkpoint, or a log directory (its latest checkpoint)\n"
 "  --count N        samples to draw (1..1000000)\n"
-"  --output FILE    a NumPy .npy file: uint8 [N, H, W] (grey) or\n"
-"                   [N, H, W, 3] (colour, RGB), 0..255\n"
+"  --output FILE    a NumPy .npy file (the name must end .npy): uint8\n"
+"                   [N, H, W] (grey) or [N, H, W, 3] (colour, RGB), 0..255\n"
 "  --png FILE       also the samples as one grid image (PNG, grey or RGB),\n"
 "                   as tp-train's LOGDIR/samples-EPOCH.png\n"
 "  --seed S         the noise's seed, 0 or more (default 1, tp-train's\n"
@@ -261,6 +261,14 @@ int main(int argc, char **argv) {
                     !count && !output ? ", " : "", output ? "" : "--output");
         s_usage(stderr);
         return 2;
+    }
+    /* the samples are a NumPy array: a file named otherwise (samples.txt,
+     * samples.png) would hold .npy bytes under a name that says not */
+    const size_t olen = strlen(output);
+    if (olen < 4 || strcmp(output + olen - 4, ".npy")) {
+        tp_error(TP_ERR_INVALID, "--output %s: the samples are written as a NumPy array; "
+                 "name the file FILE.npy (a grid image of them: --png GRID.png)", output);
+        return s_fail("--output");
     }
     char ckpt[4096];
     if (tp_checkpoint_resolve(load, ckpt, sizeof ckpt) != TP_OK)
