@@ -4,6 +4,8 @@
 #define TOWERPACK_DF_INTERNAL_H
 
 #include <stdatomic.h>
+#include <stdio.h>
+#include <sys/types.h>
 #include <string.h>
 #include <towerpack/dataflow_lib.h>
 #include <towerpack/image.h>
@@ -101,6 +103,14 @@ static inline int64_t df_size_add(int64_t a, int64_t b) {
 
 /* Fill idx[0..n-1] with 0..n-1, shuffled when rng is not NULL. */
 void df_iota_shuffle(uint32_t *idx, size_t n, tp_rng_t *rng);
+
+/* df_util.c: path opened for reading, regular files only (a FIFO, socket,
+ * device or directory is refused by name, without blocking on a FIFO);
+ * *size its size. Messages start "WHAT PATH: ". */
+tp_status_t df_open_regular(const char *what, const char *path, FILE **f, int64_t *size);
+/* "a directory", "a FIFO (named pipe)", "a socket", "a device" or "a
+ * special file": what a path that is not a regular file is, for messages */
+const char *df_special_kind(mode_t mode);
 
 /* Check the header of a records chunk value (u32 n, then n u32 end
  * offsets, then the records back to back): n must be `want`, the offsets

@@ -1,6 +1,11 @@
 /* towerpack dataflow: helpers shared by the dataflow library (datapoints in
  * one allocation, per-stage RNG seeding, constructor plumbing). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <towerpack/process.h>
 #include "df_internal.h"
 
@@ -163,4 +168,39 @@ void *df_slot(tp_datapoint_t *batch, int ncomp, int i, int64_t slot,
     size_t stride = b->shape[0] ? b->nbytes / (size_t)b->shape[0] : 0;
     *stride_out = stride;
     return (uint8_t *)b->data + (size_t)slot * stride;
+}
+
+const char *df_special_kind(mode_t mode) {
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+         : S_ISSOCK(mode) ? "a socket" : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+         : "a special file";
+}
+
+tp_status_t df_open_regular(const char *what, const char *path, FILE **f, int64_t *size) {
+    /* O_NONBLOCK: a FIFO (an image list may name one, or one may replace
+     * a scanned file) would block the open until a writer came; it opens
+     * at once and is refused below (no effect on a regular file) */
+    *f = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    FILE *fp = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!fp) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return tp_error(TP_ERR_IO, "%s %s: %s", what, path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0 || st.st_size < 0) {
+        int e = errno;
+        fclose(fp);
+        return tp_error(TP_ERR_IO, "%s %s: %s", what, path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fclose(fp);
+        return tp_error(TP_ERR_INVALID, "%s %s: %s, not a regular file", what, path,
+                        df_special_kind(st.st_mode));
+    }
+    *f = fp;
+    *size = (int64_t)st.st_size;
+    return TP_OK;
 }

@@ -10,14 +10,12 @@
  * A TurboJPEG handle costs a few allocations, so each thread keeps one
  * (a pthread key frees it when the thread ends). */
 #include <errno.h>
-#include <fcntl.h>
 #include <libexif/exif-data.h>
 #include <png.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <turbojpeg.h>
 #include <jpeglib.h>
@@ -569,29 +567,12 @@ tp_status_t tp_image_read(const char *path, const tp_image_opts_t *opts,
 tp_status_t tp_image_read_region(const char *path, const tp_image_opts_t *opts,
                                  tp_image_pick_fn pick, void *user, tp_tensor_t *out) {
     tp_tensor_init_empty(out);
-    /* O_NONBLOCK, then regular files only: a FIFO (an image list may name
-     * one) would block the open, then the read, until a writer came */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-    if (!f) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return tp_error(TP_ERR_IO, "image %s: %s", path, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
-        fclose(f);
-        return tp_error(TP_ERR_IO, "image %s: %s", path, strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fclose(f);
-        return tp_error(TP_ERR_INVALID, "image %s: %s, not a regular file", path,
-                        S_ISDIR(st.st_mode) ? "a directory" : "a special file");
-    }
+    FILE *f;
+    int64_t size;
+    TP_TRY(df_open_regular("image", path, &f, &size));
     /* One read of the size fstat gave, plus one byte to see the end: no
      * copy, no growing buffer (a file that grows meanwhile is read on). */
-    size_t cap = (size_t)st.st_size + 1, n = 0;
+    size_t cap = (size_t)size + 1, n = 0;
     uint8_t *buf = malloc(cap);
     for (;;) {
         if (!buf) {

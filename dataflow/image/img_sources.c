@@ -97,13 +97,6 @@ static tp_status_t s_files_reset(void *impl, tp_rng_t *rng, uint64_t seed,
     return TP_OK;
 }
 
-/* What a non-regular file is, for the messages that refuse one. */
-static const char *s_special_kind(mode_t mode) {
-    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO (named pipe)"
-         : S_ISSOCK(mode) ? "a socket" : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
-         : "a special file";
-}
-
 static tp_status_t s_read_raw(const char *what, const char *path, tp_tensor_t *out);
 
 /* tp_image_pick_fn of the random resized crop: drawn on the decoded size */
@@ -145,36 +138,17 @@ static tp_status_t s_files_begin(void *impl) {
 static tp_status_t s_read_raw(const char *what, const char *path,
                               tp_tensor_t *out) {
     tp_tensor_init_empty(out);
-    /* O_NONBLOCK: a FIFO (an image list may name one, or one may replace
-     * a scanned file) would block the open until a writer came; it opens
-     * at once and is refused below (no effect on a regular file) */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-    if (!f) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return tp_error(TP_ERR_IO, "%s %s: %s", what, path, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
-        fclose(f);
-        return tp_error(TP_ERR_IO, "%s %s: stat failed", what, path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fclose(f);
-        return tp_error(TP_ERR_INVALID, "%s %s: %s, not a regular file", what, path,
-                        s_special_kind(st.st_mode));
-    }
-    int64_t shape[1] = {st.st_size};
+    FILE *f;
+    int64_t size;
+    TP_TRY(df_open_regular(what, path, &f, &size));
+    int64_t shape[1] = {size};
     tp_status_t rc = tp_tensor_init(out, TP_UINT8, 1, shape);
-    if (rc == TP_OK && st.st_size > 0 &&
-        fread(out->data, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+    if (rc == TP_OK && size > 0 && fread(out->data, 1, (size_t)size, f) != (size_t)size) {
         tp_tensor_fini(out);
         rc = tp_error(TP_ERR_IO, "%s %s: short read", what, path);
     }
     fclose(f);
-    if (rc == TP_OK && st.st_size == 0) {
+    if (rc == TP_OK && size == 0) {
         tp_tensor_fini(out);
         rc = tp_error(TP_ERR_FORMAT, "%s %s: empty file (0 bytes)", what,
                       path);
@@ -393,7 +367,7 @@ static tp_status_t s_list_dir(const char *dir, char ***names, int **isdir,
                 !S_ISREG(st.st_mode))
                 rc = tp_error(TP_ERR_INVALID, "imagefolder %s: %s is %s, not a regular "
                               "file (remove it, or rename it without an image "
-                              "extension)", dir, p, s_special_kind(st.st_mode));
+                              "extension)", dir, p, df_special_kind(st.st_mode));
         }
     }
     if (rc != TP_OK) {
