@@ -32,6 +32,7 @@
 #include "gpu/backend_impl.h"  /* a white-box test of the backends' table */
 #include "gpu/graph/graph_internal.h" /* the replicas of a model on two GPUs */
 #include "gpu/step_testutil.h"
+#include "gpu/gpt_linear_testutil.h"
 #include "pipeline/gan_testutil.h" /* the GAN trainers' tiny GAN */
 
 /* Criterion lists skipped tests only with --verbose: say it in every run
@@ -1542,28 +1543,13 @@ Test(cuda_step, one_tower_sgd_matches_the_cpu) { s_train_compare(1, stu_nesterov
  * unbatched W [K,N], add of a [N] bias) on the images' rows ([B,12,12] as
  * [B,T,C]): a tanh GELU after the first, an erf GELU after the second (no
  * bias), the third with a bias alone; the MSE against the rows. */
-static tp_node_t *s_gpt_linear(tp_tower_t *t, const char *name, tp_node_t *x, int64_t k,
-                               int64_t n, int bias) {
-    char v[32];
-    int64_t ws[2] = {k, n}, bs[1] = {n};
-    snprintf(v, sizeof v, "%s/W", name);
-    tp_node_t *w = tp_variable(t, v, 2, ws, (tp_init_t){TP_INIT_NORMAL, 0.3f}, TP_VAR_TRAINABLE);
-    tp_node_t *y = tp_batch_matmul(t, name, x, w, 0, 0);
-    if (!bias)
-        return y;
-    snprintf(v, sizeof v, "%s/b", name);
-    tp_node_t *b = tp_variable(t, v, 1, bs, (tp_init_t){TP_INIT_NORMAL, 0.1f}, TP_VAR_TRAINABLE);
-    snprintf(v, sizeof v, "%s/output", name);
-    return tp_add(t, v, y, b);
-}
-
 static tp_status_t s_gpt_linears(tp_tower_t *t, tp_node_t *const *in, void *u) {
     (void)u;
     const int64_t btc[3] = {-1, 12, 12};
     tp_node_t *x = tp_reshape(t, "rows", tp_cast(t, "cast", in[0], 1.0f / 255), 3, btc);
-    tp_node_t *h = tp_gelu(t, "fc/gelu", s_gpt_linear(t, "fc", x, 12, 64, 1), 1);
-    h = tp_gelu(t, "mid/gelu", s_gpt_linear(t, "mid", h, 64, 48, 0), 0);
-    tp_node_t *y = s_gpt_linear(t, "proj", h, 48, 12, 1);
+    tp_node_t *h = tp_gelu(t, "fc/gelu", tt_gpt_linear(t, "fc", x, 12, 64, 1), 1);
+    h = tp_gelu(t, "mid/gelu", tt_gpt_linear(t, "mid", h, 64, 48, 0), 0);
+    tp_node_t *y = tt_gpt_linear(t, "proj", h, 48, 12, 1);
     tp_node_t *cost = tp_mse(t, "mse", y, x);
     tp_tower_add_output(t, "cost", cost);
     return tp_tower_set_cost(t, cost);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
+#include "gpu/gpt_linear_testutil.h"
 
 static tp_optimizer_t *s_sgd(void *u) {
     (void)u;
@@ -45,28 +46,13 @@ static tp_status_t s_ae_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
  * of a [N] bias), a tanh GELU after the first (the MLP's fc), an erf GELU
  * after the second (no bias), the third with a bias alone; the MSE
  * against the rows. Four folds. */
-static tp_node_t *s_linear(tp_tower_t *t, const char *name, tp_node_t *x, int64_t k,
-                           int64_t n, int bias) {
-    char v[32];
-    int64_t ws[2] = {k, n}, bs[1] = {n};
-    snprintf(v, sizeof v, "%s/W", name);
-    tp_node_t *w = tp_variable(t, v, 2, ws, (tp_init_t){TP_INIT_NORMAL, 0.3f}, TP_VAR_TRAINABLE);
-    tp_node_t *y = tp_batch_matmul(t, name, x, w, 0, 0);
-    if (!bias)
-        return y;
-    snprintf(v, sizeof v, "%s/b", name);
-    tp_node_t *b = tp_variable(t, v, 1, bs, (tp_init_t){TP_INIT_NORMAL, 0.1f}, TP_VAR_TRAINABLE);
-    snprintf(v, sizeof v, "%s/output", name);
-    return tp_add(t, v, y, b);
-}
-
 static tp_status_t s_gpt_mlp_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
     (void)user;
     const int64_t btc[3] = {-1, 28, 28};
     tp_node_t *x = tp_reshape(t, "rows", tp_cast(t, "pixels", in[0], 1.0f / 255), 3, btc);
-    tp_node_t *h = tp_gelu(t, "fc/gelu", s_linear(t, "fc", x, 28, 64, 1), 1);
-    h = tp_gelu(t, "mid/gelu", s_linear(t, "mid", h, 64, 48, 0), 0);
-    tp_node_t *y = s_linear(t, "proj", h, 48, 28, 1);
+    tp_node_t *h = tp_gelu(t, "fc/gelu", tt_gpt_linear(t, "fc", x, 28, 64, 1), 1);
+    h = tp_gelu(t, "mid/gelu", tt_gpt_linear(t, "mid", h, 64, 48, 0), 0);
+    tp_node_t *y = tt_gpt_linear(t, "proj", h, 48, 28, 1);
     tp_node_t *cost = tp_mse(t, "mse", y, x);
     tp_tower_add_output(t, "logits", y);
     tp_tower_add_output(t, "cost", cost);
