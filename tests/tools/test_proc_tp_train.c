@@ -791,6 +791,12 @@ Test(tp_train, warmup_and_lr_end_shape_the_rate, .init = s_setup, .fini = s_tear
     cr_assert_neq(tpt_run(a2, s_out, sizeof s_out), 0, "%s", s_out);
     cr_expect(strstr(s_out, "--warmup 3: the warm-up must end before the last of the 3 "
                      "epochs"), "%s", s_out);
+    /* the alias is named as the user typed it */
+    char *a2b[] = {"tp-train", "--model", "mlp", "--epochs", "2", "--warmup-epochs", "2",
+                   "--logdir", logdir, "--logdir-action", "delete", NULL};
+    cr_assert_neq(tpt_run(a2b, s_out, sizeof s_out), 0, "%s", s_out);
+    cr_expect(strstr(s_out, "--warmup-epochs 2: the warm-up must end before the last of "
+                     "the 2 epochs"), "%s", s_out);
     char *a3[] = {"tp-train", "--model", "mlp", "--lr-end", "1.5", "--logdir", logdir,
                   "--logdir-action", "delete", NULL};
     cr_assert_neq(tpt_run(a3, s_out, sizeof s_out), 0, "%s", s_out);

@@ -77,6 +77,7 @@ typedef struct {
     double lr;
     double lr_end;  /* --lr-end: the rate at the end, a fraction of lr; -1
                        unset (linear 0.05, cosine 0) */
+    const char *warmup_flag; /* how the user spelled it, for the errors */
     double warmup;  /* --warmup, --warmup-epochs: epochs of the rate's climb
                        from lr / 10 */
     const char *lr_schedule; /* --lr-schedule linear|cosine|step:E1,E2.. */
@@ -1376,7 +1377,8 @@ int main(int argc, char **argv) {
     double lr = -1;
     int data_given = 0;  /* --data on the command line (a.data has a default) */
     int restarts_given = 0; /* --worker-restarts on the command line */
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int li = -1; /* the long option's index: aliases are named as typed */
+    while ((c = getopt_long(argc, argv, "h", opts, &li)) != -1) {
         switch (c) {
         case 'm': a.model = optarg; break;
         case O_SIZE: if (tp_spec_int(optarg, 1, TP_ZOO_MAX_SIZE, "--image-size", &v)) return s_fail("bad flag"); a.image_size = (int)v; break;
@@ -1470,9 +1472,11 @@ int main(int argc, char **argv) {
             }
             break;
         case O_WARMUP:
-            if (tp_spec_double(optarg, "--warmup", &a.warmup) || !(a.warmup >= 0)) {
-                tp_error(TP_ERR_INVALID, "--warmup needs a number of epochs >= 0, got '%s'",
-                         optarg);
+            a.warmup_flag = li >= 0 && !strcmp(opts[li].name, "warmup-epochs")
+                                ? "--warmup-epochs" : "--warmup";
+            if (tp_spec_double(optarg, a.warmup_flag, &a.warmup) || !(a.warmup >= 0)) {
+                tp_error(TP_ERR_INVALID, "%s needs a number of epochs >= 0, got '%s'",
+                         a.warmup_flag, optarg);
                 return s_fail("bad flag");
             }
             break;
@@ -1688,8 +1692,8 @@ int main(int argc, char **argv) {
     const int adam_like = !strcasecmp(a.optimizer, "adam") || !strcasecmp(a.optimizer, "adamw");
     a.lr = lr > 0 ? lr : zoo->default_lr * (adam_like ? 0.02 : 1.0);
     if (a.warmup >= a.epochs) {
-        tp_error(TP_ERR_INVALID, "--warmup %g: the warm-up must end before the last of "
-                 "the %d epochs", a.warmup, a.epochs);
+        tp_error(TP_ERR_INVALID, "%s %g: the warm-up must end before the last of "
+                 "the %d epochs", a.warmup_flag ? a.warmup_flag : "--warmup", a.warmup, a.epochs);
         return s_fail("bad flag");
     }
     tp_lr_kind_t lr_kind;
