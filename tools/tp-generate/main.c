@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
     /* a GPT's text (text.c): any of these flags, or a gpt checkpoint */
     tp_gen_text_t text = {.tokens = 200, .temperature = 1.0};
     int text_flags = 0;
-    const char *text_flag = NULL;  /* the first of them given, for messages */
+    char text_flag[32] = "";  /* the first of them given, for messages */
     static const struct option opts[] = {
         {"load", required_argument, 0, O_LOAD},     {"count", required_argument, 0, O_COUNT},
         {"output", required_argument, 0, O_OUTPUT}, {"png", required_argument, 0, O_PNG},
@@ -125,9 +125,14 @@ int main(int argc, char **argv) {
         {"no-cache", no_argument, 0, O_NO_CACHE},
         {"vocab", required_argument, 0, O_VOCAB},   {"merges", required_argument, 0, O_MERGES},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, "h", opts, &li)) != -1) {
         char *end = NULL;
+        if (c >= O_PROMPT && c <= O_MERGES) {  /* a text flag: the gpt's path */
+            text_flags = 1;
+            if (!text_flag[0])
+                snprintf(text_flag, sizeof text_flag, "--%s", opts[li].name);
+        }
         switch (c) {
         case O_LOAD: load = optarg; break;
         case O_OUTPUT: output = optarg; break;
@@ -149,8 +154,6 @@ int main(int argc, char **argv) {
             break;
         case O_PROMPT:
             text.prompt = optarg;
-            text_flags = 1;
-            text_flag = text_flag ? text_flag : "--prompt";
             break;
         case O_TOKENS:
             text.tokens = strtol(optarg, &end, 10);
@@ -158,8 +161,6 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "tp-generate: --tokens '%s': 1..1000000\n", optarg);
                 return 2;
             }
-            text_flags = 1;
-            text_flag = text_flag ? text_flag : "--tokens";
             break;
         case O_TEMPERATURE:
             text.temperature = strtod(optarg, &end);
@@ -167,8 +168,6 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "tp-generate: --temperature '%s': a number >= 0\n", optarg);
                 return 2;
             }
-            text_flags = 1;
-            text_flag = text_flag ? text_flag : "--temperature";
             break;
         case O_TOP_K:
             text.top_k = (int)strtol(optarg, &end, 10);
@@ -177,35 +176,31 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "tp-generate: --top-k '%s': 0..1000000 (0: all)\n", optarg);
                 return 2;
             }
-            text_flags = 1;
-            text_flag = text_flag ? text_flag : "--top-k";
             break;
         case O_NO_CACHE:
-            text.no_cache = text_flags = 1;
-            text_flag = text_flag ? text_flag : "--no-cache";
+            text.no_cache = 1;
             break;
         case O_VOCAB:
             text.vocab = optarg;
-            text_flags = 1;
-            text_flag = text_flag ? text_flag : "--vocab";
             break;
         case O_MERGES:
             text.merges = optarg;
-            text_flags = 1;
-            text_flag = text_flag ? text_flag : "--merges";
             break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
     }
+    /* --load resolved and read once; a failure's message stays the last
+     * error until the path that reports it (nothing between sets one) */
     char path[4096];
     tp_checkpoint_info_t ti;
+    const int resolved = load && tp_checkpoint_resolve(load, path, sizeof path) == TP_OK;
+    const int have_info = resolved && tp_checkpoint_info(path, &ti) == TP_OK;
+    const int known = have_info && ti.model[0];  /* the checkpoint names its model */
     int gpt = text_flags || (model && !strcmp(model, "gpt"));
     /* a gpt checkpoint takes the text path with no text flag too (its
      * failures to resolve or read are the image path's to report) */
-    if (!gpt && !model && optind == argc && load &&
-        tp_checkpoint_resolve(load, path, sizeof path) == TP_OK &&
-        tp_checkpoint_info(path, &ti) == TP_OK && !strcmp(ti.model, "gpt"))
+    if (!gpt && !model && optind == argc && have_info && !strcmp(ti.model, "gpt"))
         gpt = 1;
     if (optind == argc && load && gpt) {
         /* a GPT's text; --count and --png are the images' */
@@ -213,9 +208,7 @@ int main(int argc, char **argv) {
             /* both kinds of flag: name one of each, and which kind the
              * checkpoint is (when it says) */
             const char *img = count ? "--count" : "--png";
-            int known = tp_checkpoint_resolve(load, path, sizeof path) == TP_OK &&
-                        tp_checkpoint_info(path, &ti) == TP_OK && ti.model[0];
-            if (text_flag)
+            if (text_flag[0])
                 fprintf(stderr, "tp-generate: %s is a gpt's (text: --prompt, --tokens, "
                         "--temperature, --top-k) and %s a GAN's (images: --count, --png): "
                         "give one kind", text_flag, img);
@@ -227,12 +220,11 @@ int main(int argc, char **argv) {
             fputc('\n', stderr);
             return 2;
         }
-        if (tp_checkpoint_resolve(load, path, sizeof path) != TP_OK)
+        if (!resolved)
             return s_fail("--load");
         /* a checkpoint that names another model: say which, and what to use
          * instead (the gpt generator's own error would be a missing 'wte') */
-        if (!model && tp_checkpoint_info(path, &ti) == TP_OK && ti.model[0] &&
-            strcmp(ti.model, "gpt")) {
+        if (!model && known && strcmp(ti.model, "gpt")) {
             if (tp_zoo_find_gan(ti.model))
                 tp_error(TP_ERR_INVALID, "%s holds model '%s', a GAN: it draws images "
                          "(--count N --output FILE.npy), not text (--prompt, --tokens, "
@@ -249,7 +241,7 @@ int main(int argc, char **argv) {
         return tp_generate_text(path, &text);
     }
     /* a --load that names no checkpoint says so before the flags it lacks */
-    if (optind == argc && load && tp_checkpoint_resolve(load, path, sizeof path) != TP_OK)
+    if (optind == argc && load && !resolved)
         return s_fail("--load");
     if (optind < argc || !load || !count || !output) {
         if (optind < argc)
@@ -270,13 +262,10 @@ int main(int argc, char **argv) {
                  "name the file FILE.npy (a grid image of them: --png GRID.png)", output);
         return s_fail("--output");
     }
-    char ckpt[4096];
-    if (tp_checkpoint_resolve(load, ckpt, sizeof ckpt) != TP_OK)
-        return s_fail("--load");
-    tp_checkpoint_info_t info;
-    if (tp_checkpoint_info(ckpt, &info) != TP_OK)
+    if (!have_info)
         return s_fail("--load");  /* the message names the file */
-    const char *name = model ? model : info.model[0] ? info.model : "dcgan";
+    const char *ckpt = path;
+    const char *name = model ? model : ti.model[0] ? ti.model : "dcgan";
     const tp_zoo_gan_t *gz = tp_zoo_find_gan(name);
     if (!gz) {
         tp_error(TP_ERR_INVALID, "%s holds model '%s', not a generator (dcgan)%s", ckpt, name,
@@ -287,11 +276,11 @@ int main(int argc, char **argv) {
     /* the generator's channels and size: the image input the run recorded
      * ([B,S,S] grey, [B,3,S,S] colour; none recorded: 28 px grey) */
     int channels = 1, size = 28;
-    for (int i = 0; i < info.ninputs; i++)
-        if (!strcmp(info.inputs[i].name, gz->inputs[0].name) &&
-            (info.inputs[i].ndim == 3 || info.inputs[i].ndim == 4)) {
-            channels = info.inputs[i].ndim == 4 ? (int)info.inputs[i].shape[1] : 1;
-            size = (int)info.inputs[i].shape[info.inputs[i].ndim - 1];
+    for (int i = 0; i < ti.ninputs; i++)
+        if (!strcmp(ti.inputs[i].name, gz->inputs[0].name) &&
+            (ti.inputs[i].ndim == 3 || ti.inputs[i].ndim == 4)) {
+            channels = ti.inputs[i].ndim == 4 ? (int)ti.inputs[i].shape[1] : 1;
+            size = (int)ti.inputs[i].shape[ti.inputs[i].ndim - 1];
         }
     tp_input_desc_t inputs[4];
     if (tp_zoo_gan_inputs_shaped(gz, channels, size, inputs) != TP_OK)
