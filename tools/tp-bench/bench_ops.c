@@ -1158,8 +1158,8 @@ int tp_bench_ops(int argc, char **argv) {
         }
     }
     if (json)
-        printf("],\"compared\":%d,\"slower\":%d,\"not_on_device\":%d}\n", compared, slower,
-               nabsent);
+        printf("],\"not_on_device\":%d,\"compared\":%d,\"slower\":%d}\n", nabsent, compared,
+               slower);
     else {
         if (have_torch)
             printf("slower than PyTorch (*): %d of %d%s%s\n", slower, compared,
