@@ -3,9 +3,10 @@
 `tp-bench ops` (tools/tp-bench/bench_ops.c), which runs it once for the
 whole table and puts its times beside towerpack's.
 
-Usage: torch_ops.py --serve
+Usage: torch_ops.py --serve [--device N] [--tf32]
 
-It prints {"torch": VERSION} first, then reads one request per line on
+It prints {"torch": VERSION} first (with --device also "device", the
+GPU's name), then reads one request per line on
 stdin: {"seconds": S, "min_iters": N, "threads": T, "name", "op",
 "attr": [6 numbers], "inputs": [{"kind", "shape"}]}, and answers each with
 one line {"name", "threads", "median_us", "iters"} (median_us -1 and an
@@ -22,6 +23,18 @@ A request sets torch.set_num_threads(T) and times, after two warm-up steps,
 scalar y takes none), the gradients set to None between steps as
 optimizer.zero_grad() does, for about S seconds and at least N steps.
 Exit status 3 when torch is missing.
+
+--device N (tp-bench ops --device N) runs every row on cuda:N: the inputs
+made as on the CPU (the same generator) and moved there once, the threads
+left alone (the request's are ignored), TF32 off unless --tf32 (both
+torch.backends.cuda.matmul and cudnn, as towerpack's TP_CUDA_TF32 says).
+An op row is timed on the device: torch.cuda.synchronize(), a CUDA event,
+the forward and backward, a second event, torch.cuda.synchronize(), and
+the time between the events (the GPU's, which waits on the host's
+launches and autograd between the kernels as towerpack's per-call events
+wait on its launches); a step row in wall time between two
+torch.cuda.synchronize() calls, as tp-bench times its step. Exit status 4
+when torch sees no CUDA device.
 
 A request with "step": 1 is a whole model's training step: after the
 backward pass, an SGD update (no momentum) of every tensor that asked for a
@@ -44,13 +57,19 @@ except ImportError as e:  # pragma: no cover - depends on the machine
     sys.exit(3)
 
 
+# where the rows run: "cpu", or "cuda:N" with --device N
+DEVICE = "cpu"
+
+
 def _batch_norm(x, a, st):
     # training mode, PyTorch's momentum 0.1 (towerpack's 0.9 the other way
     # round), eps 1e-5; gamma and beta trainable, as the layer's
     c = x[0].shape[1]
     if "bn" not in st:
-        st["bn"] = (torch.zeros(c), torch.ones(c),
-                    torch.ones(c, requires_grad=True), torch.zeros(c, requires_grad=True))
+        d = x[0].device
+        st["bn"] = (torch.zeros(c, device=d), torch.ones(c, device=d),
+                    torch.ones(c, device=d, requires_grad=True),
+                    torch.zeros(c, device=d, requires_grad=True))
     rm, rv, g, b = st["bn"]
     return F.batch_norm(x[0], rm, rv, g, b, training=True, momentum=0.1, eps=1e-5)
 
@@ -65,7 +84,7 @@ def _attention(q, k, v, st):
     t = q.shape[-2]
     if st.get("mask_t") != t:
         st["mask_t"] = t
-        st["mask"] = torch.ones(t, t, dtype=torch.bool).triu(1)
+        st["mask"] = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
     s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
     return torch.softmax(s.masked_fill(st["mask"], float("-inf")), dim=-1) @ v
 
@@ -163,7 +182,7 @@ def make_inputs(row, gen):
         k, shape = i["kind"], i["shape"]
         if k == "l":
             classes = int(row["attr"][5]) or row["inputs"][0]["shape"][-1]
-            xs.append(torch.randint(0, classes, shape, generator=gen))
+            xs.append(torch.randint(0, classes, shape, generator=gen).to(DEVICE))
             continue
         if k == "x":
             t = torch.rand(shape, generator=gen) * 2 - 1
@@ -175,6 +194,8 @@ def make_inputs(row, gen):
             t = (torch.rand(shape, generator=gen) * 2 - 1) * 0.1
         else:
             raise ValueError("input kind %r" % k)
+        # moved before requires_grad, so that it stays a leaf on a GPU
+        t = t.to(DEVICE)
         if k != "t":
             t.requires_grad_(True)
         xs.append(t)
@@ -195,7 +216,11 @@ def time_row(row, seconds, min_iters):
     xs, st, attr = _cache["xs"], _cache["st"], row["attr"]
     leaves = None
     clock = time.perf_counter_ns
-    if row.get("step") and row.get("cpu"):
+    cuda = DEVICE != "cpu"
+    events = cuda and not row.get("step")
+    if events:
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if row.get("step") and row.get("cpu") and not cuda:
         # at 1 thread the calling thread's own time: the process's would
         # count the OpenMP workers a 2-thread round left spinning
         clock = time.thread_time_ns if row["threads"] == 1 else time.process_time_ns
@@ -206,13 +231,17 @@ def time_row(row, seconds, min_iters):
         if leaves is not None:
             for t in leaves:
                 t.grad = None
+        if cuda:
+            torch.cuda.synchronize()  # nothing before the region in it
+        if events:
+            ev0.record()
         t0 = clock()
         y = fn(xs, attr, st)
         if y.dim() == 0:
             y.backward()
         else:
             if _cache["g"] is None:
-                _cache["g"] = torch.rand(y.shape, generator=_cache["gen"])
+                _cache["g"] = torch.rand(y.shape, generator=_cache["gen"]).to(DEVICE)
             y.backward(_cache["g"])
         if leaves is None:
             leaves = [t for t in xs if t.requires_grad] + _params(st)
@@ -220,7 +249,13 @@ def time_row(row, seconds, min_iters):
             with torch.no_grad():
                 for t in leaves:
                     t.add_(t.grad, alpha=-STEP_LR)
+        if events:
+            ev1.record()
+        if cuda:
+            torch.cuda.synchronize()  # all of the region's work in it
         t1 = clock()
+        if events:
+            t1 = t0 + ev0.elapsed_time(ev1) * 1e6  # ms to ns
         if it == 1:
             start = time.perf_counter()
         if it >= 2:
@@ -235,10 +270,31 @@ def time_row(row, seconds, min_iters):
 
 
 def main():
-    if sys.argv[1:] != ["--serve"]:
+    global DEVICE
+    args = sys.argv[1:]
+    tf32 = "--tf32" in args
+    if tf32:
+        args.remove("--tf32")
+    device = None
+    if len(args) == 3 and args[1] == "--device" and args[2].isdigit():
+        device = int(args[2])
+        args = args[:1]
+    if args != ["--serve"]:
         print(__doc__, file=sys.stderr)
         return 2
-    print(json.dumps({"torch": torch.__version__}, separators=SEP), flush=True)
+    hello = {"torch": torch.__version__}
+    if device is not None:
+        if not torch.cuda.is_available() or device >= torch.cuda.device_count():
+            print("torch_ops.py: no CUDA device %d for torch (%d device(s))"
+                  % (device, torch.cuda.device_count() if torch.cuda.is_available() else 0),
+                  file=sys.stderr)
+            return 4
+        DEVICE = "cuda:%d" % device
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        hello["device"] = torch.cuda.get_device_name(device)
+    print(json.dumps(hello, separators=SEP), flush=True)
     torch.manual_seed(0)
     for line in sys.stdin:
         if not line.strip():
@@ -250,7 +306,8 @@ def main():
             print("torch_ops.py: no op %r in OPS (row %s)" % (row["op"], row["name"]),
                   file=sys.stderr)
         else:
-            torch.set_num_threads(row["threads"])
+            if DEVICE == "cpu":
+                torch.set_num_threads(row["threads"])
             med, iters = time_row(row, row["seconds"], row["min_iters"])
             out.update(median_us=round(med, 2), iters=iters)
         print(json.dumps(out, separators=SEP), flush=True)

@@ -10,7 +10,9 @@ Per line "SECONDS COMMAND" (scripts/gpu-check.sh steps): SECONDS a whole
 number; the command parses (bash -n); each .gpu/bin/PROG or $BIN/PROG is
 a program `gpu-check.sh prepare` carries; each scripts/...py, bench/...py
 or .sh path it names exists in ROOT; every --flag given to tp-train (a
-tp_train line, `gpu-check.sh train`), to tp-bench cuda steps, to
+tp_train line, `gpu-check.sh train`), to a tp-bench subcommand (cuda, ops,
+...: the strcmp tests of the file that defines tp_bench_<subcommand>; an
+ops_table line, lib.sh's, is tp-bench ops), to
 example-autoencoder or to a Python peer is one that program defines (its
 long options, strcmp tests or argparse arguments in ROOT's sources); the
 gpu-check.sh environment knobs it sets are ones the script reads. Per
@@ -41,11 +43,25 @@ def program_flags(root):
     main = read(root, "tools/tp-train/main.c")
     flags["tp-train"] = set(re.findall(r'\{"([a-z0-9-]+)",\s*(?:no|required|optional)_argument',
                                        main))
-    cuda = read(root, "tools/tp-bench/bench_cuda.c")
-    flags["tp-bench"] = {f[2:] for f in re.findall(r'strcmp\(argv\[i\], "(--[a-z0-9-]+)"\)', cuda)}
+    flags["tp-bench"] = bench_flags(root)
     ae = read(root, "examples/autoencoder.c")
     flags["example-autoencoder"] = {f[2:] for f in re.findall(r'"(--[a-z0-9-]+)"', ae)}
     return flags
+
+
+def bench_flags(root):
+    """tp-bench's flags by subcommand: {subcommand: flags}, each from the
+    file of tools/tp-bench/ that defines tp_bench_<subcommand>."""
+    d = os.path.join(root, "tools/tp-bench")
+    out = {}
+    for name in sorted(os.listdir(d)):
+        if not (name.startswith("bench_") and name.endswith(".c")):
+            continue
+        src = read(root, os.path.join("tools/tp-bench", name))
+        fl = {f[2:] for f in re.findall(r'strcmp\(argv\[i\], "(--[a-z0-9-]+)"\)', src)}
+        for sub in re.findall(r"^int tp_bench_([a-z0-9_]+)\(int argc", src, re.M):
+            out[sub] = fl
+    return out
 
 
 def argparse_flags(root, script):
@@ -101,6 +117,13 @@ def check_line(root, where, cmd, flags, carried, faults):
             prog = m.group(1)
             if prog not in carried:
                 faults.append(f"{where}: {t}: prepare does not carry {prog}")
+            elif prog == "tp-bench":
+                words = words_after(toks, i + 1)
+                sub = words[0] if words else ""
+                if sub not in flags[prog]:
+                    faults.append(f"{where}: tp-bench has no subcommand '{sub}'")
+                else:
+                    check_flags(f"tp-bench {sub}", flags[prog][sub], words[1:], faults, where)
             elif prog in flags:
                 check_flags(prog, flags[prog], words_after(toks, i + 1), faults, where)
         for p in re.findall(r"((?:scripts|bench)/[A-Za-z0-9_./-]+\.(?:py|sh))", t):
@@ -109,6 +132,10 @@ def check_line(root, where, cmd, flags, carried, faults):
             elif p.endswith(".py") and i > 0 and toks[i - 1] in ("$PY", "python3"):
                 check_flags(p, argparse_flags(root, p), words_after(toks, i + 1), faults,
                             where)
+        if t == "ops_table":
+            # ops_table LABEL FLAGS... (lib.sh): tp-bench ops's flags
+            check_flags("tp-bench ops", flags["tp-bench"].get("ops", set()),
+                        words_after(toks, i + 2), faults, where)
         if t == "tp_train":
             # tp_train LABEL KEYS FLAGS...
             check_flags("tp-train", flags["tp-train"], words_after(toks, i + 3), faults, where)

@@ -16,6 +16,11 @@ docs/cuda.md's "Current results on a GPU" beside their commands.
         stats.json: each KEY's last-epoch values, "equal" when they are
         the same number, else their relative difference
     results.py line LABEL TEXT...                    a row of free text
+    results.py ops LABEL [FILE]                     `tp-bench ops --json`'s
+        line in FILE (default stdin): one row an op ("LABEL: NAME",
+        towerpack's and torch's microseconds and their ratio, or "not on
+        CUDA" / "failed"), then a row of the whole (the device, TF32, how
+        many rows compared, slower than PyTorch, not on CUDA, failed)
 
 A missing file or key gives a row that says so (a step's failure must
 show in the table, not vanish from it); the exit status is then 1."""
@@ -108,6 +113,36 @@ def js(label, keys, src):
     return emit(label, "; ".join(cells), ok)
 
 
+def ops(label, src):
+    obj = None
+    for line in src:
+        line = line.strip()
+        if line.startswith('{"bench":"ops"'):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                pass
+    if not isinstance(obj, dict) or not isinstance(obj.get("rows"), list):
+        return emit(label, "FAILED: no tp-bench ops --json line", False)
+    failed = 0
+    for r in obj["rows"]:
+        status = r.get("status", "ok" if r.get("towerpack_us", -1) >= 0 else "failed")
+        torch = (f"torch {r['torch_us']:.1f} us" if r.get("torch_us", 0) > 0
+                 else "torch not run")
+        if status == "ok":
+            ratio = f", ratio {r['ratio']:.2f}" if r.get("ratio", 0) > 0 else ""
+            cell = f"towerpack {r['towerpack_us']:.1f} us, {torch}{ratio}"
+        else:
+            failed += status == "failed"
+            cell = f"{status.upper() if status == 'failed' else status}; {torch}"
+        emit(f"{label}: {r.get('name')}", f"{cell} ({r.get('inputs', '')})", status != "failed")
+    return emit(label, f"{obj.get('device', '?')}, TF32 {'on' if obj.get('tf32') else 'off'}, "
+                f"torch {obj.get('torch') or 'not run'}: {len(obj['rows'])} rows, "
+                f"{obj.get('compared', 0)} compared, {obj.get('slower', 0)} slower than "
+                f"PyTorch, {obj.get('not_on_device', 0)} not on the device, {failed} failed",
+                failed == 0)
+
+
 def main(argv):
     if len(argv) >= 4 and argv[1] == "stats":
         if len(argv) != 5:
@@ -124,6 +159,14 @@ def main(argv):
         return js(argv[2], keys, sys.stdin)
     if len(argv) == 6 and argv[1] == "compare":
         return compare(argv[2], argv[3], argv[4], argv[5].split(","))
+    if len(argv) in (3, 4) and argv[1] == "ops":
+        if len(argv) == 4:
+            try:
+                with open(argv[3]) as f:
+                    return ops(argv[2], f.readlines())
+            except OSError as e:
+                return emit(argv[2], f"FAILED: {e}", False)
+        return ops(argv[2], sys.stdin)
     if len(argv) >= 4 and argv[1] == "line":
         return emit(argv[2], " ".join(argv[3:]), True)
     sys.exit(__doc__)

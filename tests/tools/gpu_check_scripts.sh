@@ -132,13 +132,18 @@ cat >"$tmp/bad/x.txt" <<'STEPS'
 10 "$PY" scripts/gpu/missing.py
 10 ONLY=tests NOSUCHKNOB=1 bash scripts/gpu-check.sh run
 10 for x in; do
+10 .gpu/bin/tp-bench ops --device 0 --sconds 1
+10 . scripts/gpu/steps/lib.sh; ops_table "ops" --device 0 --round 2
+10 .gpu/bin/tp-bench opz --device 0
 700 true
 STEPS
 "$py" "$root/scripts/gpu/check_steps.py" "$root" "$tmp/bad/x.txt" >"$tmp/cs2" 2>&1
 [ $? -eq 1 ] || fail "check_steps passed a bad file: $(cat "$tmp/cs2")"
 for want in "x.txt:2: tp-train has no flag --no-such-flag" "x.txt:3: .gpu/bin/tp-nonesuch: prepare does not carry" \
             "x.txt:4: scripts/gpu/pytorch_gpt.py has no flag --atention" "x.txt:5: no file scripts/gpu/missing.py" \
-            "x.txt:6: gpu-check.sh reads no NOSUCHKNOB" "x.txt:7: bash -n" "x.txt: 760 s, over a call's 600 s"; do
+            "x.txt:6: gpu-check.sh reads no NOSUCHKNOB" "x.txt:7: bash -n" \
+            "x.txt:8: tp-bench ops has no flag --sconds" "x.txt:9: tp-bench ops has no flag --round" \
+            "x.txt:10: tp-bench has no subcommand 'opz'" "x.txt: 790 s, over a call's 600 s"; do
     grep -qF "$want" "$tmp/cs2" || fail "check_steps missed '$want': $(cat "$tmp/cs2")"
 done
 # scripts/gpu/results.py: the rows the steps add to $OUT/results.md
@@ -157,6 +162,20 @@ want_rows='| GPT | tokens_per_s 300.0 (best epoch after the first 300.0); valida
 | twice | tokens_per_s equal (300.0); validation_bpb 2.25 against 2.5 (relative difference 1.00e-01) |'
 [ "$(head -3 "$tmp/res/results.md")" = "$want_rows" ] || fail "results.md: $(cat "$tmp/res/results.md")"
 grep -q "^| gone | FAILED: no stats.json" "$tmp/res/results.md" || fail "a missing stats.json's row: $(cat "$tmp/res/results.md")"
+# results.py ops: tp-bench ops --json's table, one row an op (a row not on
+# CUDA and a failed one say so) and the whole; no table is a failed row
+cat >"$tmp/ops.txt" <<'OPS'
+tp-bench ops: conv2d/enc1: no CUDA forward (listed as not on CUDA)
+{"bench":"ops","threads":1,"fold":0,"seconds":0.15,"rounds":3,"step_clock":"wall","device":"cuda:0 (NVIDIA H200)","tf32":0,"torch":"2.5.1","rows":[{"name":"relu","op":"relu","from":"autoencoder","inputs":"128x16x14x14","towerpack_us":12.50,"torch1_us":25.00,"torch2_us":0.00,"torch_us":25.00,"torch_threads":1,"ratio":0.500,"status":"ok"},{"name":"conv2d/enc1","op":"conv2d","from":"autoencoder","inputs":"128x1x28x28, 16x1x3x3","towerpack_us":-1.00,"torch1_us":40.00,"torch2_us":0.00,"torch_us":40.00,"torch_threads":1,"ratio":0.000,"status":"not on CUDA"}],"not_on_device":1,"compared":1,"slower":0}
+OPS
+OUT="$tmp/res2" "$py" "$root/scripts/gpu/results.py" ops "ops" "$tmp/ops.txt" >/dev/null || fail "results.py ops: exit $?"
+want_ops='| ops: relu | towerpack 12.5 us, torch 25.0 us, ratio 0.50 (128x16x14x14) |
+| ops: conv2d/enc1 | not on CUDA; torch 40.0 us (128x1x28x28, 16x1x3x3) |
+| ops | cuda:0 (NVIDIA H200), TF32 off, torch 2.5.1: 2 rows, 1 compared, 0 slower than PyTorch, 1 not on the device, 0 failed |'
+[ "$(cat "$tmp/res2/results.md")" = "$want_ops" ] || fail "results.py ops: $(cat "$tmp/res2/results.md")"
+echo "tp-bench ops: --device 0: no CUDA devices: no driver" | OUT="$tmp/res3" "$py" "$root/scripts/gpu/results.py" ops "ops" >/dev/null &&
+    fail "results.py ops without a table: exit 0"
+grep -q "^| ops | FAILED: no tp-bench ops --json line |" "$tmp/res3/results.md" || fail "results.py ops without a table: $(cat "$tmp/res3/results.md")"
 # steps keeps results.md beside the archive, and shows it at the end
 for i in $(seq 9); do echo "5 echo step$i; $py $root/scripts/gpu/results.py line row$i x >/dev/null"; done >"$tmp/rows.txt"
 OUT="$tmp/out5" bash "$root/scripts/gpu-check.sh" steps "$tmp/rows.txt" >"$tmp/log5" 2>&1 ||

@@ -2,7 +2,8 @@
  * (scripts/gpu-check.sh bench), here on the CPU backend (--cpu): the
  * replicated towers on their threads with the all-reduce in buckets, and
  * its refusals, and --profile. A functional check of the benchmark, not a
- * timing. tp-bench ops --quick, the op table against PyTorch. tp-bench step
+ * timing. tp-bench ops --quick, the op table against PyTorch, and --device
+ * without a GPU. tp-bench step
  * --profile, the CNN's and the GPT's. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -188,6 +189,47 @@ Test(tp_bench, ops_quick_compares_each_row_with_pytorch) {
     cr_assert_eq(s_rows_positive(j, "\"torch2_us\":"), OPS_ROWS, "%s", j);
     cr_assert_eq(s_rows_positive(j, "\"ratio\":"), OPS_ROWS, "%s", j);
     cr_assert(strstr(j, "\"compared\":9,"), "%s", j);
+}
+
+/* tp-bench ops --device 0 (issue 42's table on a GPU). Without a device
+ * (no driver here; a build without the CUDA module) it stops in one line
+ * on stderr, "no CUDA devices: ...", exit 77, before starting the peer or
+ * building a model: no crash, no hang. On a machine with a GPU the same
+ * command runs: every row timed on cuda:0, or listed as not on CUDA. A
+ * bad ordinal and --cpu-time (the CPU's clock) are refused. */
+Test(tp_bench, ops_device_without_a_gpu_says_so_in_one_line) {
+    const char *env[] = {"TP_LOG_LEVEL=warn", "OPENBLAS_NUM_THREADS=1", NULL};
+    char *argv[] = {TP_BINARY_DIR "/bin/tp-bench", "ops", "--device", "0", "--quick",
+                    "--no-torch", "--op", (char *)s_ops_rows, "--json", NULL};
+    int rc = pu_run(argv, env, s_out, sizeof s_out);
+    if (rc == 0) { /* a GPU answered: the table ran there */
+        const char *j = strstr(s_out, "{\"bench\":\"ops\"");
+        cr_assert_not_null(j, "%s", s_out);
+        cr_assert(strstr(j, "\"device\":\"cuda:0"), "%s", j);
+        int ok = 0;
+        for (const char *p = strstr(j, "\"status\":\""); p; p = strstr(p + 1, "\"status\":\""))
+#define S_IS(lit) (!strncmp(p, lit, sizeof lit - 1))
+            ok += S_IS("\"status\":\"ok\"") || S_IS("\"status\":\"not on CUDA\"");
+#undef S_IS
+        cr_assert_eq(ok, OPS_ROWS, "%s", j);
+    } else {
+        cr_assert_eq(rc, 77, "%s", s_out);
+#define NO_DEV "tp-bench ops: --device 0: no CUDA devices: "
+        cr_assert(!strncmp(s_out, NO_DEV, sizeof NO_DEV - 1), "%s", s_out);
+#undef NO_DEV
+        cr_assert_eq(strchr(s_out, '\n'), s_out + strlen(s_out) - 1, "not one line: %s",
+                     s_out);
+        /* a build without CUDA says so (the module is what CUDA would be) */
+        if (access(TP_BINARY_DIR "/lib/libtowerpack_cuda.so", F_OK) != 0)
+            cr_assert(strstr(s_out, "this build has no CUDA backend module"), "%s", s_out);
+    }
+    char *bad[] = {TP_BINARY_DIR "/bin/tp-bench", "ops", "--device", "gpu0", NULL};
+    cr_assert_eq(pu_run(bad, env, s_out, sizeof s_out), 2, "%s", s_out);
+    cr_assert(strstr(s_out, "--device 'gpu0': a CUDA device number"), "%s", s_out);
+    char *cpu_time[] = {TP_BINARY_DIR "/bin/tp-bench", "ops", "--device", "0", "--cpu-time",
+                        NULL};
+    cr_assert_eq(pu_run(cpu_time, env, s_out, sizeof s_out), 2, "%s", s_out);
+    cr_assert(strstr(s_out, "--cpu-time is for the CPU"), "%s", s_out);
 }
 
 /* The lead's note on issue 47: tp-bench transport --json without a

@@ -3,7 +3,7 @@
  *
  *   tp-bench ops [--op PATTERN[,PATTERN...]] [--seconds S] [--rounds R]
  *                [--quick] [--threads T] [--no-torch] [--python PY]
- *                [--peer SCRIPT] [--list] [--json] [--cpu-time]
+ *                [--peer SCRIPT] [--list] [--json] [--cpu-time] [--device N]
  *
  * The benchmark is a table of rows (s_rows below): an op, a builder that
  * applies it to the row's inputs, the inputs' kinds and shapes, up to six
@@ -44,7 +44,23 @@
  * wall time: on a shared host whose load makes each side wait for a core
  * most of a step, the work itself. Meaningful at one thread (--threads 1
  * against PyTorch's 1-thread column): at two, it counts both threads,
- * and their spin-waits. Op rows keep the profiler's wall time. */
+ * and their spin-waits. Op rows keep the profiler's wall time.
+ *
+ * --device N: the same table on a GPU (docs/cuda.md). One CUDA backend on
+ * device N serves every row's model, the inputs copied once into its
+ * memory; an op row's figure is the device's time of its calls (the
+ * profiler's CUDA events around each call, profiling running the step
+ * call by call and synchronised), a step row's the wall time of the step
+ * until tp_model_wait says the device is done. The peer runs on cuda:N
+ * (torch_ops.py --device N): events around an op row's forward and
+ * backward after torch.cuda.synchronize(), wall time between synchronize()s
+ * around a step row; one request a round (threads do not matter there).
+ * TF32 is $TP_CUDA_TF32's on both sides. A row whose kernel the CUDA
+ * backend lacks (a run failing TP_ERR_UNSUPPORTED) is listed as "not on
+ * CUDA", torch's time beside it. No device answering (no driver, no GPU, a
+ * build without the CUDA module) is one line on stderr and exit 77, as
+ * tp-bench cuda's "skipped"; CUDA is asked in a forked probe, so that the
+ * peer's fork still comes before this process loads it. */
 #include <fnmatch.h>
 #include <math.h>
 #include <signal.h>
@@ -531,15 +547,29 @@ static double s_median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The op's own forward+backward nanoseconds summed so far, or -1 when the
- * profile has no node of that name. */
+/* --device N: the CUDA backend every row's model runs on (NULL: each
+ * model its own CPU backend) */
+static tp_backend_t *s_backend;
+
+/* The row's own forward+backward nanoseconds summed so far: every node the
+ * builder made (the timed one, and any it applies first, as the NHWC row's
+ * transpose where no fold takes it into the convolution), not the MSE
+ * head's; -1 when the profile has no node `name`. On the CPU the host's
+ * time around each call (its calls end done); on a GPU the device's, from
+ * the CUDA events around each call (profiling runs call by call,
+ * synchronised). */
 static double s_op_ns(tp_model_t *m, const char *name) {
     static tp_op_profile_t pr[256];
-    int n = tp_model_profile(m, 0, pr, 256);
-    for (int i = 0; i < n && i < 256; i++)
-        if (!strcmp(pr[i].name, name))
-            return (double)(pr[i].forward_ns + pr[i].backward_ns);
-    return -1;
+    int n = tp_model_profile(m, 0, pr, 256), found = 0;
+    double ns = 0;
+    for (int i = 0; i < n && i < 256; i++) {
+        if (!strncmp(pr[i].name, "head/", 5))
+            continue;
+        found |= !strcmp(pr[i].name, name);
+        ns += s_backend ? (double)(pr[i].device_forward_ns + pr[i].device_backward_ns)
+                        : (double)(pr[i].forward_ns + pr[i].backward_ns);
+    }
+    return found ? ns : -1;
 }
 
 /* One row's model and its inputs' values, built once and timed in rounds. */
@@ -550,17 +580,23 @@ typedef struct {
     int nfeeds;
     tp_tensor_t feeds[MAX_IN];
     void *bufs[MAX_IN];
+    void *dev[MAX_IN];  /* --device: the inputs' copies in device memory */
     double prev; /* the op's profile sum after the last step */
+    int absent;  /* the backend has no kernel for the row (not on CUDA) */
 } tp_side_t;
 
 static void s_tp_fini(tp_side_t *s) {
-    for (int i = 0; i < s->nfeeds; i++)
+    for (int i = 0; i < s->nfeeds; i++) {
         tp_free(s->bufs[i]);
+        if (s->dev[i])
+            tp_backend_free(s_backend, s->dev[i]);
+    }
     tp_model_destroy(&s->model);
 }
 
-/* Builds the row's model (CPU backend, fold off) and draws its inputs'
- * values; -1 with the error printed. */
+/* Builds the row's model (CPU backend, or --device's; fold off) and draws
+ * its inputs' values (on a GPU copied once into device memory, so that a
+ * step copies nothing in); -1 with the error printed. */
 static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
     memset(s, 0, sizeof *s);
     s->row = r;
@@ -585,6 +621,8 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = batch;
     cfg.threads = threads;
+    cfg.backend = s_backend; /* NULL: a CPU backend of the model's own */
+    cfg.own_backend = 0;
     if (!s_is_step(r))
         cfg.fold = 0; /* the op in its own call: its time is its own */
     s->model = tp_model_new(&md, &cfg);
@@ -614,7 +652,17 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
             for (size_t e = 0; e < n; e++)
                 ((float *)s->bufs[k])[e] = lo + span * tp_rng_float(&rng);
         }
-        tp_tensor_init_wrap(&s->feeds[k], desc[k].dtype, b->ndim, b->shape, s->bufs[k], NULL,
+        void *data = s->bufs[k];
+        if (s_backend) {
+            s->dev[k] = tp_backend_alloc(s_backend, n * 4);
+            if (!s->dev[k] || tp_backend_copy(s_backend, s->dev[k], s->bufs[k], n * 4) < 0) {
+                fprintf(stderr, "tp-bench ops: %s: input %d into device memory: %s\n",
+                        r->name, i, tp_last_error());
+                return -1;
+            }
+            data = s->dev[k];
+        }
+        tp_tensor_init_wrap(&s->feeds[k], desc[k].dtype, b->ndim, b->shape, data, NULL,
                             NULL);
         k++;
     }
@@ -625,7 +673,10 @@ static int s_tp_init(tp_side_t *s, const bench_row_t *r, int threads) {
 
 /* Median microseconds of the op per step over about `seconds` (at least
  * `min_iters` steps, after two warm-up steps), or -1 with the error
- * printed. */
+ * printed (s->absent set when the backend has no kernel for it). On a GPU
+ * a step row's clock is read once the step is done on the device
+ * (tp_model_wait: a step queued ahead too), as tp-bench cuda times its
+ * steps. */
 /* --cpu-time: step rows in the process's CPU time (file comment) */
 static int s_cpu_time;
 
@@ -644,8 +695,15 @@ static double s_tp_time(tp_side_t *s, double seconds, int min_iters) {
     uint64_t start = 0;
     for (int it = 0;; it++) {
         uint64_t t0 = s_step_ns();
-        if (tp_model_run(s->model, 0, s->feeds, s->nfeeds, NULL, 0, NULL) < 0) {
-            fprintf(stderr, "tp-bench ops: %s: %s\n", s->row->name, tp_last_error());
+        tp_status_t rc = tp_model_run(s->model, 0, s->feeds, s->nfeeds, NULL, 0, NULL);
+        if (rc == TP_OK && s_backend && s_is_step(s->row))
+            rc = tp_model_wait(s->model);
+        if (rc < 0) {
+            /* a kernel the CUDA backend lacks ("no CUDA forward for op
+             * ..."): the row is listed as not on CUDA, not as a failure */
+            s->absent = s_backend && rc == TP_ERR_UNSUPPORTED;
+            fprintf(stderr, "tp-bench ops: %s: %s%s\n", s->row->name, tp_last_error(),
+                    s->absent ? " (listed as not on CUDA)" : "");
             return -1;
         }
         /* a step row: the step's wall time; an op row: its node's time */
@@ -697,12 +755,17 @@ typedef struct {
     FILE *to;   /* its stdin: one request line per chunk */
     FILE *from; /* its stdout: one answer line per request */
     char version[64];
+    char device[128]; /* --device: the GPU's name as torch gives it */
 } peer_t;
 
-/* Starts `python script --serve` on two pipes and reads its first line,
- * {"torch":VERSION}. Called before any model exists, so the fork happens
- * before OpenBLAS's threads start. 0, or -1 with the reason printed. */
-static int s_peer_start(peer_t *p, const char *python, const char *script) {
+/* Starts `python script --serve` on two pipes (with --device N [--tf32]
+ * when `device` >= 0: the rows on cuda:N) and reads its first line,
+ * {"torch":VERSION[,"device":NAME]}. Called before any model exists, so
+ * the fork happens before OpenBLAS's threads start and before this
+ * process loads CUDA. `python` is a path or a name on $PATH. 0, or -1
+ * with the reason printed. */
+static int s_peer_start(peer_t *p, const char *python, const char *script, int device,
+                        int tf32) {
     memset(p, 0, sizeof *p);
     int in[2], out[2];
     if (pipe(in) != 0)
@@ -722,7 +785,13 @@ static int s_peer_start(peer_t *p, const char *python, const char *script) {
         close(in[1]);
         close(out[0]);
         close(out[1]);
-        execl(python, python, script, "--serve", (char *)NULL);
+        char dev[16];
+        snprintf(dev, sizeof dev, "%d", device);
+        if (device < 0)
+            execlp(python, python, script, "--serve", (char *)NULL);
+        else
+            execlp(python, python, script, "--serve", "--device", dev,
+                   tf32 ? "--tf32" : (char *)NULL, (char *)NULL);
         _exit(127);
     }
     close(in[0]);
@@ -740,6 +809,11 @@ static int s_peer_start(peer_t *p, const char *python, const char *script) {
         if (v) {
             v += strlen("\"torch\":\"");
             snprintf(p->version, sizeof p->version, "%.*s", (int)strcspn(v, "\""), v);
+            const char *d = strstr(line, "\"device\":\"");
+            if (d) {
+                d += strlen("\"device\":\"");
+                snprintf(p->device, sizeof p->device, "%.*s", (int)strcspn(d, "\""), d);
+            }
             return 0;
         }
     }
@@ -791,7 +865,7 @@ static void s_usage(FILE *o) {
     fprintf(o,
             "usage: tp-bench ops [--op PATTERN[,PATTERN...]] [--seconds S] [--rounds R] [--quick]\n"
             "                    [--threads T] [--no-torch] [--python PY] [--peer SCRIPT]\n"
-            "                    [--list] [--json] [--cpu-time]\n"
+            "                    [--list] [--json] [--cpu-time] [--device N]\n"
             "  each op's forward+backward median time against PyTorch's (best of 1 and 2\n"
             "  threads) on shapes from the example models; ratio = towerpack / torch.\n"
             "  --op: rows whose name matches a shell pattern (\"conv2d/*\", \"relu\")\n"
@@ -801,7 +875,14 @@ static void s_usage(FILE *o) {
             "  --threads: towerpack's OpenBLAS threads (default 0: OpenBLAS's own)\n"
             "  --python: default /usr/bin/python3; --peer: bench/peers/torch_ops.py\n"
             "  --cpu-time: *_step rows in process CPU time on both sides, not wall time\n"
-            "  (a loaded host; meaningful at --threads 1)\n");
+            "  (a loaded host; meaningful at --threads 1)\n"
+            "  --device N: towerpack's rows on CUDA device N (the inputs in device memory;\n"
+            "  op rows in the device's time from CUDA events around each call, step rows\n"
+            "  in wall time once the device is done), PyTorch's on cuda:N (events around\n"
+            "  each op row, torch.cuda.synchronize() around each step row); TF32 as\n"
+            "  $TP_CUDA_TF32 says (off by default) on both sides; rows the CUDA backend\n"
+            "  has no kernel for are listed as \"not on CUDA\". Exit 77 when no CUDA\n"
+            "  device answers (or the build has none)\n");
 }
 
 static int s_selected(const char *name, const char *patterns) {
@@ -829,7 +910,7 @@ static void s_shapes(const bench_row_t *r, char *buf, size_t cap) {
 int tp_bench_ops(int argc, char **argv) {
     const char *patterns = NULL, *python = "/usr/bin/python3", *peer = NULL;
     double seconds = 1.0;
-    int threads = 0, torch = 1, json = 0, list = 0, quick = 0, rounds = 3;
+    int threads = 0, torch = 1, json = 0, list = 0, quick = 0, rounds = 3, device = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--op") && i + 1 < argc)
             patterns = argv[++i];
@@ -853,6 +934,16 @@ int tp_bench_ops(int argc, char **argv) {
             json = 1;
         else if (!strcmp(argv[i], "--cpu-time"))
             s_cpu_time = 1;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            char *end;
+            long d = strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end || d < 0 || d > 1023) {
+                fprintf(stderr, "tp-bench ops: --device '%s': a CUDA device number (0, 1, "
+                                "...)\n", argv[i]);
+                return 2;
+            }
+            device = (int)d;
+        }
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             s_usage(stdout);
             return 0;
@@ -887,6 +978,29 @@ int tp_bench_ops(int argc, char **argv) {
         fprintf(stderr, "tp-bench ops: no row matches '%s' (--list names them)\n", patterns);
         return 2;
     }
+    if (device >= 0 && s_cpu_time) {
+        fprintf(stderr, "tp-bench ops: --cpu-time is for the CPU; on --device the steps are "
+                        "timed until the device is done\n");
+        return 2;
+    }
+    /* --device: ask CUDA in a forked probe first (this process loads no
+     * CUDA before the peer's fork), and stop here, in one line, when no
+     * device answers: no driver, no device, or a build without CUDA */
+    tp_cuda_options_t copt = tp_cuda_options_default();
+    if (device >= 0) {
+        char why[512];
+        int count = tp_cuda_probe_isolated(why, sizeof why);
+        if (count <= 0) {
+            fprintf(stderr, "tp-bench ops: --device %d: %s\n", device, why);
+            return 77;
+        }
+        if (device >= count) {
+            fprintf(stderr, "tp-bench ops: --device %d: there is no GPU %d (%d CUDA device%s)\n",
+                    device, device, count, count == 1 ? "" : "s");
+            return 2;
+        }
+        copt.device = device;
+    }
     /* the peer first: its fork happens before any model's threads */
     peer_t pr = {0};
     int have_torch = 0;
@@ -896,31 +1010,48 @@ int tp_bench_ops(int argc, char **argv) {
         if (!script)
             fprintf(stderr, "tp-bench ops: bench/peers/torch_ops.py not found (run from the "
                             "source tree or give --peer)\n");
-        else if (s_peer_start(&pr, python, script) == 0)
+        else if (s_peer_start(&pr, python, script, device, copt.tf32) == 0)
             have_torch = 1;
         else {
             int rc = s_peer_stop(&pr);
             fprintf(stderr, "tp-bench ops: the PyTorch peer (%s %s) did not start%s\n", python,
-                    script, rc == 3 ? ": python3-torch missing (apt-get install python3-torch)"
-                                    : "");
+                    script, rc == 3   ? ": python3-torch missing (apt-get install python3-torch)"
+                            : rc == 4 ? ": its torch sees no such CUDA device"
+                                      : "");
+        }
+    }
+    if (device >= 0) {
+        s_backend = tp_backend_cuda_new(&copt);
+        if (!s_backend) {
+            fprintf(stderr, "tp-bench ops: --device %d: %s\n", device, tp_last_error());
+            if (have_torch)
+                s_peer_stop(&pr);
+            return 1;
         }
     }
     tp_log_set_level(TP_LOG_WARN);
     const int min_iters = quick ? 3 : 10;
     const double chunk = seconds / rounds;
     static double tp_us[MAX_ROWS], tr[MAX_ROWS][3];
-    int failed = 0;
+    static int absent[MAX_ROWS]; /* --device: the row is not on CUDA */
+    int failed = 0, nabsent = 0;
+    /* on a GPU torch's threads do not matter: one request a round */
+    const int max_th = s_backend ? 1 : 2;
     for (int s = 0; s < nsel; s++) {
         const bench_row_t *r = &s_rows[sel[s]];
         tp_side_t side;
         double rt[3][MAX_ROUNDS]; /* [0] towerpack, [1], [2] torch at 1, 2 threads */
-        int ok = s_tp_init(&side, r, threads) == 0;
+        int ok = s_tp_init(&side, r, threads) == 0, tp_ok = ok;
         /* the sides alternate round by round, so that both see the same
-         * load from whatever else the machine runs */
+         * load from whatever else the machine runs; a row not on CUDA
+         * keeps torch's rounds, for the reference */
         for (int k = 0; k < rounds && ok; k++) {
-            rt[0][k] = s_tp_time(&side, chunk, min_iters);
-            ok = rt[0][k] >= 0;
-            for (int th = 1; th <= 2 && ok && have_torch; th++) {
+            if (tp_ok) {
+                rt[0][k] = s_tp_time(&side, chunk, min_iters);
+                tp_ok = rt[0][k] >= 0;
+                ok = tp_ok || side.absent;
+            }
+            for (int th = 1; th <= max_th && ok && have_torch; th++) {
                 rt[th][k] = s_peer_time(&pr, r, th, chunk, min_iters);
                 if (rt[th][k] < 0) {
                     fprintf(stderr, "tp-bench ops: %s: the PyTorch peer gave no time; it "
@@ -931,12 +1062,18 @@ int tp_bench_ops(int argc, char **argv) {
             }
         }
         s_tp_fini(&side);
-        tp_us[s] = ok ? s_median(rt[0], rounds) : -1;
+        absent[s] = side.absent;
+        nabsent += side.absent;
+        tp_us[s] = tp_ok ? s_median(rt[0], rounds) : -1;
         failed += !ok;
         for (int th = 1; th <= 2; th++)
-            tr[s][th] = ok && have_torch ? s_median(rt[th], rounds) : 0;
+            tr[s][th] = ok && have_torch && th <= max_th ? s_median(rt[th], rounds) : 0;
     }
     int tp_threads = tp_backend_cpu_threads();
+    char where[192] = "cpu"; /* the device the rows ran on */
+    if (s_backend)
+        snprintf(where, sizeof where, "cuda:%d%s%s%s", device, pr.device[0] ? " (" : "",
+                 pr.device, pr.device[0] ? ")" : "");
     char version[64];
     snprintf(version, sizeof version, "%s", pr.version);
     if (have_torch && s_peer_stop(&pr) != 0)
@@ -945,10 +1082,25 @@ int tp_bench_ops(int argc, char **argv) {
     char slow_names[1024] = "";
     if (json)
         printf("{\"bench\":\"ops\",\"threads\":%d,\"fold\":0,\"seconds\":%g,\"rounds\":%d,"
-               "\"step_clock\":\"%s\",\"torch\":\"%s\",\"rows\":[",
-               tp_threads, seconds, rounds, s_cpu_time ? "cpu" : "wall",
-               have_torch ? version : "");
-    else {
+               "\"step_clock\":\"%s\",\"device\":\"%s\",\"tf32\":%d,\"torch\":\"%s\","
+               "\"rows\":[",
+               tp_threads, seconds, rounds, s_cpu_time ? "cpu" : "wall", where,
+               s_backend ? copt.tf32 : 0, have_torch ? version : "");
+    else if (s_backend) {
+        printf("tp-bench ops: forward+backward of each op, median per step (us), on %s, "
+               "TF32 %s; towerpack's CUDA backend, fold off, the inputs in device memory:\n"
+               "op rows in the device's time (CUDA events around each call, run call by "
+               "call);\n*_step rows: a whole training step with its SGD update, folds on, "
+               "in wall time until the device is done;\n", where, copt.tf32 ? "on" : "off");
+        if (have_torch)
+            printf("PyTorch %s eager on the same device: op rows between CUDA events after "
+                   "torch.cuda.synchronize(),\nstep rows between synchronize()s; ratio = "
+                   "towerpack / torch\n", version);
+        else
+            printf("PyTorch: not run\n");
+        printf("%-16s %-12s %-34s %12s %12s %4s %7s\n", "op", "from", "inputs", "towerpack",
+               "torch", "dev", "ratio");
+    } else {
         printf("tp-bench ops: forward+backward of each op, median per step (us); towerpack on "
                "%d OpenBLAS thread(s), fold off\n(*_step rows: a whole training step with "
                "its SGD update, folds on%s);\n", tp_threads,
@@ -987,16 +1139,18 @@ int tp_bench_ops(int argc, char **argv) {
         if (json)
             printf("%s{\"name\":\"%s\",\"op\":\"%s\",\"from\":\"%s\",\"inputs\":\"%s\","
                    "\"towerpack_us\":%.2f,\"torch1_us\":%.2f,\"torch2_us\":%.2f,"
-                   "\"torch_us\":%.2f,\"torch_threads\":%d,\"ratio\":%.3f}",
+                   "\"torch_us\":%.2f,\"torch_threads\":%d,\"ratio\":%.3f,\"status\":\"%s\"}",
                    s ? "," : "", r->name, r->op, r->from, sh, tp_us[s], t1, t2, ref, best,
-                   ratio);
+                   ratio, tp_us[s] >= 0 ? "ok" : absent[s] ? "not on CUDA" : "failed");
         else {
             char a[32] = "failed", b[32] = "-", c[8] = "-", d[16] = "-";
             if (tp_us[s] >= 0)
                 snprintf(a, sizeof a, "%.1f", tp_us[s]);
+            else if (absent[s])
+                snprintf(a, sizeof a, "not on CUDA");
             if (ref > 0) {
                 snprintf(b, sizeof b, "%.1f", ref);
-                snprintf(c, sizeof c, "%d", best);
+                snprintf(c, sizeof c, s_backend ? "gpu" : "%d", best);
             }
             if (ratio > 0)
                 snprintf(d, sizeof d, "%.2f%s", ratio, ratio > 1 ? "*" : "");
@@ -1004,9 +1158,16 @@ int tp_bench_ops(int argc, char **argv) {
         }
     }
     if (json)
-        printf("],\"compared\":%d,\"slower\":%d}\n", compared, slower);
-    else if (have_torch)
-        printf("slower than PyTorch (*): %d of %d%s%s\n", slower, compared, slower ? ": " : "",
-               slow_names);
+        printf("],\"not_on_device\":%d,\"compared\":%d,\"slower\":%d}\n", nabsent, compared,
+               slower);
+    else {
+        if (have_torch)
+            printf("slower than PyTorch (*): %d of %d%s%s\n", slower, compared,
+                   slower ? ": " : "", slow_names);
+        if (s_backend)
+            printf("not on CUDA: %d row(s)%s\n", nabsent, nabsent ? " (tp-bench's stderr "
+                   "says which kernel each lacks)" : "");
+    }
+    tp_backend_destroy(&s_backend);
     return failed ? 1 : 0;
 }

@@ -10,6 +10,7 @@
  *   tp-bench predict    --load CKPT ... a trained model's inference latency and throughput
  *   tp-bench tensorpack [--json] ...   tensorpack's formats against the wire format
  *   tp-bench ops        [--json] ...   each op's forward+backward against PyTorch
+ *                       [--device N]   (on CUDA device N and torch's cuda:N)
  *
  * Each subcommand lives in its own file of this folder and defines
  * `int tp_bench_<name>(int argc, char **argv)` (argv[0] is the subcommand).
@@ -52,7 +53,7 @@ static const struct {
     {"tensorpack", tp_bench_tensorpack, "tensorpack's formats: receiving against the wire "
      "format, decoding against Python; tensorpack LMDB writer"},
     {"ops", tp_bench_ops, "each op's forward+backward against PyTorch's, on the example "
-     "models' shapes"},
+     "models' shapes (--device N: on a GPU)"},
 };
 #define NBENCH (sizeof s_benches / sizeof s_benches[0])
 

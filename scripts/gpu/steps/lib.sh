@@ -88,3 +88,29 @@ compare() {
 row() {
     "$PY" scripts/gpu/results.py line "$@"
 }
+
+# ops_table LABEL FLAGS...: issue 42's op table (tp-bench ops FLAGS
+# --json: each op's forward+backward against PyTorch on the same device),
+# one row an op in results.md (results.py ops), and what tp-bench said on
+# stderr (the rows not on CUDA, a failure). A dry run drops --device N,
+# --seconds and --rounds, and times --quick on the CPU.
+ops_table() {
+    local label=$1 log=/tmp/tp-ops-$$.txt rc out=()
+    shift
+    if [ "${STEPS_DRY:-0}" = 1 ]; then
+        while [ $# -gt 0 ]; do
+            case "$1" in
+                --device | --seconds | --rounds) shift ;;
+                *) out+=("$1") ;;
+            esac
+            shift
+        done
+        set -- ${out[@]+"${out[@]}"} --quick
+    fi
+    echo "== tp-bench ops $*"
+    "$BIN/tp-bench" ops "$@" --python "$PY" --json >"$log" 2>"$log.err"
+    rc=$?
+    grep -E "^tp-bench ops:" "$log.err" | tail -n 20
+    "$PY" scripts/gpu/results.py ops "$label" "$log" || rc=1
+    return $rc
+}
