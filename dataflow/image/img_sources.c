@@ -259,27 +259,16 @@ static tp_dataflow_t *s_files_make(files_t *self, const tp_dataflow_ops_t *ops,
 
 /* ---- image folder ------------------------------------------------------------ */
 
+/* torchvision's IMG_EXTENSIONS, case aside: the files ImageFolder takes
+ * (the decoder tells the format by its first bytes, not by the name). */
 static int s_is_image_name(const char *n) {
-    const char *dot = strrchr(n, '.');
-    if (!dot)
-        return 0;
-    return !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") ||
-           !strcasecmp(dot, ".png");
-}
-
-/* The other extensions torchvision's ImageFolder takes (IMG_EXTENSIONS),
- * as a format name, or NULL. Refused by name rather than skipped: a
- * skipped file would make a data set smaller than torchvision's without a
- * word. */
-static const char *s_other_image_kind(const char *n) {
-    static const char *const ext[][2] = {
-        {".bmp", "BMP"}, {".webp", "WebP"}, {".tif", "TIFF"}, {".tiff", "TIFF"},
-        {".pgm", "PGM"}, {".ppm", "PPM"}};
+    static const char *const ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+                                      ".pgm", ".tif", ".tiff", ".webp"};
     const char *dot = strrchr(n, '.');
     for (size_t i = 0; dot && i < sizeof ext / sizeof ext[0]; i++)
-        if (!strcasecmp(dot, ext[i][0]))
-            return ext[i][1];
-    return NULL;
+        if (!strcasecmp(dot, ext[i]))
+            return 1;
+    return 0;
 }
 
 /* The folders walked from the top one down to the current one: a linked
@@ -410,17 +399,10 @@ static tp_status_t s_walk(files_t *self, const char *dir, int32_t label,
                           dir);
             break;
         }
-        const char *kind = isdir[i] ? NULL : s_other_image_kind(names[i]);
         if (isdir[i])
             rc = s_walk(self, p, label, depth + 1, &me);
         else if (s_is_image_name(names[i]))
             rc = s_files_add(self, p, label);
-        else if (kind)
-            rc = tp_error(TP_ERR_FORMAT, "imagefolder: %s is a %s file; towerpack "
-                          "reads JPEG and PNG only (torchvision also takes .bmp "
-                          ".webp .tif .tiff .pgm .ppm): convert such files to PNG "
-                          "(ImageMagick: mogrify -format png *%s) or move them "
-                          "out (docs/images.md)", p, kind, strrchr(names[i], '.'));
     }
     s_free_names(names, isdir, n);
     return rc;

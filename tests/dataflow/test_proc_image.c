@@ -246,6 +246,176 @@ Test(proc_image, decoders_equal_pil_and_opencv) {
     }
 }
 
+/* The rest of torchvision's IMG_EXTENSIONS: WebP (libwebp), TIFF
+ * (libtiff), BMP and PGM/PPM (stb_image) against PIL's decode of the same
+ * files, written by PIL (image_ref.py gen_formats): as
+ * Image.open(f).convert('RGB') and convert('L') in the RGB and grey
+ * modes, as PIL's own mode in ANY. Exact, except lossy WebP (both sides
+ * libwebp: within 1) and JPEG-in-TIFF (libjpeg-turbo both sides, through
+ * libtiff's RGBA interface here: within 1). */
+Test(proc_image, other_formats_equal_pil) {
+    NEED_PY();
+    s_gen();
+    static const struct {
+        const char *file;
+        int tol, own;  /* own: PIL's own mode is the ANY decode's */
+    } f[] = {
+        {"ll.webp", 0, 1},      {"ll_rgba.webp", 0, 1}, {"q80.webp", 1, 1},
+        {"q80_rgba.webp", 1, 1}, {"rgb.tif", 0, 1},      {"rgb_lzw.tif", 0, 1},
+        {"rgb_zip.tiff", 0, 1}, {"grey_pb.tif", 0, 1},  {"la.tif", 0, 0},
+        {"rgba.tif", 0, 1},     {"pal.tif", 0, 0},      {"bw.tif", 0, 0},
+        {"bw_g4.tif", 0, 0},    {"jpeg.tif", 1, 1},     {"pages.tif", 0, 1},
+        {"rgb.bmp", 0, 1},      {"rgba.bmp", 0, 1},     {"pal.bmp", 0, 0},
+        {"grey.bmp", 0, 1},     {"bw.bmp", 0, 0},       {"topdown.bmp", 0, 1},
+        {"rgb.ppm", 0, 1},      {"comment.ppm", 0, 1},  {"grey.pgm", 0, 1},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        char base[64], r[80];
+        snprintf(base, sizeof base, "%s", f[i].file);
+        *strchr(base, '.') = '_';
+        snprintf(r, sizeof r, "%s_rgb", base);
+        s_check(f[i].file, r, TP_IMAGE_RGB, 0, f[i].tol);
+        snprintf(r, sizeof r, "%s_l", base);
+        s_check(f[i].file, r, TP_IMAGE_GREY, 0, f[i].tol);
+        if (f[i].own)
+            s_check(f[i].file, base, TP_IMAGE_ANY, 0, f[i].tol);
+    }
+    /* a region (the decode cut, as for a PNG) */
+    char p[512];
+    snprintf(p, sizeof p, "%s/rgb.tif", s_dir);
+    tp_tensor_t whole, part;
+    cr_assert_eq(tp_image_read(p, NULL, &whole), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_image_read_region(p, NULL, s_pick_mid, NULL, &part), TP_OK);
+    int H = (int)whole.shape[0], W = (int)whole.shape[1];
+    for (int y = 0; y < H / 2; y++)
+        cr_assert_eq(memcmp((uint8_t *)part.data + (size_t)y * (W / 2) * 3,
+                            (uint8_t *)whole.data + ((size_t)(y + H / 4) * W + W / 4) * 3,
+                            (size_t)(W / 2) * 3), 0, "row %d", y);
+    tp_tensor_fini(&whole);
+    tp_tensor_fini(&part);
+    /* refused, each with its reason and the file's name */
+    static const struct {
+        const char *file, *why;
+    } no[] = {{"grey16.tif", "16-bit"}, {"max4095.pgm", "maxval 4095"},
+              {"ascii.pgm", "P2"}};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", s_dir, no[i].file);
+        cr_assert_eq(tp_image_read(p, NULL, &whole), TP_ERR_FORMAT, "%s", no[i].file);
+        cr_assert(strstr(tp_last_error(), p) && strstr(tp_last_error(), no[i].why),
+                  "%s", tp_last_error());
+        cr_assert_null(whole.data);
+    }
+}
+
+/* Each new format cut short at many lengths, and with bytes flipped in
+ * its header and its pixels: an error naming the file (a flip may leave
+ * a decodable picture: then a picture of the right size), never a crash
+ * or a read past the bytes (the ASan build runs this too). */
+Test(proc_image, other_formats_cut_or_corrupt_are_named_errors) {
+    NEED_PY();
+    s_gen();
+    static const char *const files[] = {
+        "ll.webp", "q80_rgba.webp", "rgb.tif", "rgb_lzw.tif", "pal.tif",
+        "bw_g4.tif", "jpeg.tif", "rgb.bmp", "pal.bmp", "bw.bmp", "topdown.bmp",
+        "rgb.ppm", "grey.pgm"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", s_dir, files[i]);
+        FILE *fh = fopen(p, "rb");
+        cr_assert(fh);
+        static uint8_t buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf, fh);
+        fclose(fh);
+        cr_assert(n > 0 && n < sizeof buf);
+        tp_tensor_t img;
+        for (size_t cut = 1; cut < n; cut += n / 41 + 1) {
+            uint8_t *c = malloc(cut);  /* exactly cut bytes: ASan sees past */
+            memcpy(c, buf, cut);
+            tp_status_t rc = tp_image_decode(c, cut, NULL, files[i], &img);
+            free(c);
+            cr_assert_lt(rc, 0, "%s cut at %zu of %zu bytes decoded", files[i],
+                         cut, n);
+            cr_assert(strstr(tp_last_error(), files[i]), "%s", tp_last_error());
+            cr_assert_null(img.data);
+        }
+        for (size_t at = 0; at < n; at += n / 29 + 1) {
+            uint8_t *c = malloc(n);
+            memcpy(c, buf, n);
+            for (size_t k = at; k < at + 4 && k < n; k++)
+                c[k] ^= 0xA5;
+            tp_status_t rc = tp_image_decode(c, n, NULL, files[i], &img);
+            free(c);
+            if (rc == TP_OK) {
+                cr_assert(img.shape[0] >= 1 && img.shape[1] >= 1);
+                tp_tensor_fini(&img);
+            } else {
+                cr_assert(strstr(tp_last_error(), files[i]), "%s", tp_last_error());
+            }
+        }
+    }
+}
+
+/* The mean of an image's luma (PIL's weights; grey as it is). */
+static double s_mean_luma(const tp_tensor_t *t) {
+    const uint8_t *p = t->data;
+    size_t n = (size_t)(t->shape[0] * t->shape[1]);
+    int c = t->ndim == 3 ? (int)t->shape[2] : 1;
+    double s = 0;
+    for (size_t i = 0; i < n; i++, p += c)
+        s += c == 1 ? p[0] : 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
+    return s / (double)n;
+}
+
+/* A folder as people's are: every format in each class (image_ref.py's
+ * mixed/), read as colour and as grey, each file once a pass with its
+ * class, each decoded as the file decodes alone. */
+Test(proc_image, a_folder_of_every_format_reads) {
+    NEED_PY();
+    s_gen();
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/mixed", s_dir);
+    for (int grey = 0; grey < 2; grey++) {
+        tp_image_source_opts_t so;
+        tp_image_source_opts_init(&so);
+        so.decode.mode = grey ? TP_IMAGE_GREY : TP_IMAGE_RGB;
+        so.shuffle = 0;
+        tp_dataflow_t *df = tp_df_image_folder(dir, &so);
+        cr_assert(df, "%s", tp_last_error());
+        cr_assert_eq(tp_dataflow_size(df), 16);
+        cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+        tp_datapoint_t *dp;
+        int n = 0, per[2] = {0, 0};
+        while (tp_dataflow_next(df, &dp) == TP_OK) {
+            const tp_tensor_t *img = tp_datapoint_cget(dp, 0);
+            int label = *(const int32_t *)tp_datapoint_cget(dp, 1)->data;
+            cr_assert(label == 0 || label == 1);
+            per[label]++;
+            cr_assert_eq(img->shape[0], 45);
+            cr_assert_eq(img->shape[1], 61);
+            cr_assert_eq(img->ndim, grey ? 2 : 3);
+            /* class a is the photo, class b its negative: the mean luma
+             * tells them apart in every format, JPEG and the grey PGM
+             * included (within 2 of the PNG's) */
+            double m = s_mean_luma(img);
+            tp_tensor_t a;
+            char p[600];
+            snprintf(p, sizeof p, "%s/mixed/a/x.png", s_dir);
+            cr_assert_eq(tp_image_read(p, NULL, &a), TP_OK);
+            double ref = s_mean_luma(&a);
+            if (label == 1)
+                ref = 255 - ref;
+            cr_assert(fabs(m - ref) <= 2, "class %d: mean luma %.2f vs %.2f",
+                      label, m, ref);
+            tp_tensor_fini(&a);
+            n++;
+            tp_datapoint_destroy(&dp);
+        }
+        cr_assert_eq(n, 16);
+        cr_assert(per[0] == 8 && per[1] == 8);
+        tp_dataflow_destroy(&df);
+    }
+}
+
 /* ---- augmentors against numpy / cv2 ------------------------------------------ */
 
 /* Augmentor checks are queued (the image, our result, the reference's
