@@ -31,6 +31,11 @@ tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
 tp_status_t img_decode_pnm(const uint8_t *p, size_t n, const tp_image_opts_t *o,
                            const char *name, tp_tensor_t *out);
 
+/* Whether a file name ends in one of torchvision's IMG_EXTENSIONS (any
+ * case): the files an image folder takes (img_sources.c). */
+int img_is_image_name(const char *name);
+#define IMG_EXTENSIONS_TEXT ".jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp"
+
 /* stb_image's BMP and PNM reader (img_stb.c): malloc'ed pixels of `req`
  * channels, or NULL with *why its reason. */
 uint8_t *img_stb_load(const uint8_t *p, int n, int req, int *w, int *h,

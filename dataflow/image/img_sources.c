@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
+#include "dataflow/image/img_formats.h"
 
 void tp_image_source_opts_init(tp_image_source_opts_t *opts) {
     memset(opts, 0, sizeof *opts);
@@ -261,7 +262,7 @@ static tp_dataflow_t *s_files_make(files_t *self, const tp_dataflow_ops_t *ops,
 
 /* torchvision's IMG_EXTENSIONS, case aside: the files ImageFolder takes
  * (the decoder tells the format by its first bytes, not by the name). */
-static int s_is_image_name(const char *n) {
+int img_is_image_name(const char *n) {
     static const char *const ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
                                       ".pgm", ".tif", ".tiff", ".webp"};
     const char *dot = strrchr(n, '.');
@@ -352,7 +353,7 @@ static tp_status_t s_list_dir(const char *dir, char ***names, int **isdir,
              * here by path, before anything is read. stat follows a
              * link, since a linked file is read; a dangling one is left
              * to the read, which names it. */
-            if (!(*isdir)[i] && s_is_image_name(v[i]) && stat(p, &st) == 0 &&
+            if (!(*isdir)[i] && img_is_image_name(v[i]) && stat(p, &st) == 0 &&
                 !S_ISREG(st.st_mode))
                 rc = tp_error(TP_ERR_INVALID, "imagefolder %s: %s is %s, not a regular "
                               "file (remove it, or rename it without an image "
@@ -401,7 +402,7 @@ static tp_status_t s_walk(files_t *self, const char *dir, int32_t label,
         }
         if (isdir[i])
             rc = s_walk(self, p, label, depth + 1, &me);
-        else if (s_is_image_name(names[i]))
+        else if (img_is_image_name(names[i]))
             rc = s_files_add(self, p, label);
     }
     s_free_names(names, isdir, n);
@@ -443,7 +444,7 @@ tp_dataflow_t *tp_df_image_folder(const char *dir,
          * classes"): a class no image can teach is a mistake in the folder */
         if (rc == TP_OK && self->n == before)
             rc = tp_error(TP_ERR_NOT_FOUND, "imagefolder %s: the class folder %s "
-                          "holds no images (.jpg .jpeg .png)", dir, p);
+                          "holds no images (" IMG_EXTENSIONS_TEXT ")", dir, p);
         if (off < sizeof table - 1) {
             int k = snprintf(table + off, sizeof table - off, "%s%d=%s",
                              off ? " " : "", ncls, names[i]);
@@ -481,7 +482,7 @@ static int s_first_image(const char *dir, char *out, size_t size, int depth,
             continue;
         if (isdir[i])
             found = s_first_image(p, out, size, depth + 1, &me);
-        else if (s_is_image_name(names[i]) && strlen(p) < size) {
+        else if (img_is_image_name(names[i]) && strlen(p) < size) {
             strcpy(out, p);
             found = 1;
         }

@@ -242,6 +242,11 @@ def gen_formats(d, rgb, grey, alpha):
                         (".ppm", {}), (".jpg", {"quality": 95}), (".png", {})):
             img.save(os.path.join(d, "mixed", c, "x" + ext), **kw)
         img.convert("L").save(os.path.join(d, "mixed", c, "y.pgm"))
+    # folders of one format each, for the source info's channels
+    os.makedirs(os.path.join(d, "webponly", "a"), exist_ok=True)
+    im_rgb.save(os.path.join(d, "webponly", "a", "z.webp"), lossless=True)
+    os.makedirs(os.path.join(d, "pgmonly", "a"), exist_ok=True)
+    im_l.save(os.path.join(d, "pgmonly", "a", "z.pgm"))
 
 
 def rnd(x):

@@ -414,6 +414,23 @@ Test(proc_image, a_folder_of_every_format_reads) {
         cr_assert(per[0] == 8 && per[1] == 8);
         tp_dataflow_destroy(&df);
     }
+    /* what the trainer asks of a folder: its classes and channels, from
+     * its first image whatever the format */
+    tp_image_source_info_t info;
+    tp_image_source_info_init(&info);
+    static const struct {
+        const char *sub;
+        int ch;
+    } one[] = {{"webponly", 3}, {"pgmonly", 1}, {"mixed", 3}};
+    for (int i = 0; i < 3; i++) {
+        char spec[600];
+        snprintf(spec, sizeof spec, "imagefolder:%s/%s", s_dir, one[i].sub);
+        cr_assert_eq(tp_image_source_info(spec, &info), TP_OK, "%s: %s", spec,
+                     tp_last_error());
+        cr_assert_eq(info.channels, one[i].ch, "%s: %d channels", spec,
+                     info.channels);
+        tp_image_source_info_fini(&info);
+    }
 }
 
 /* ---- augmentors against numpy / cv2 ------------------------------------------ */
