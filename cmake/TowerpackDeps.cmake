@@ -111,10 +111,12 @@ tp_find_dep(jpeg     PC libjpeg  DEB libjpeg62-turbo-dev HEADER jpeglib.h LIB jp
 tp_find_dep(png      PC libpng   DEB libpng-dev       HEADER png.h      LIB png)
 tp_find_dep(exif     PC libexif  DEB libexif-dev      HEADER libexif/exif-data.h LIB exif)
 # the rest of torchvision's image formats (dataflow/image/img_formats.c):
-# WebP through libwebp, TIFF through libtiff; BMP and PGM/PPM through
+# WebP through libwebp (and its demuxer), TIFF through libtiff; BMP and PGM/PPM through
 # stb_image, a header compiled into img_formats.c (libstb-dev), so only its
 # header is looked for
 tp_find_dep(webp     PC libwebp  DEB libwebp-dev      HEADER webp/decode.h LIB webp)
+# an animated WebP's first frame: libwebp's demuxer (the same package)
+tp_find_dep(webpdemux PC libwebpdemux DEB libwebp-dev HEADER webp/demux.h LIB webpdemux)
 tp_find_dep(tiff     PC libtiff-4 DEB libtiff-dev     HEADER tiffio.h   LIB tiff)
 # (a program built on an installed towerpack needs none of it)
 if(PROJECT_NAME STREQUAL "towerpack")

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <tiffio.h>
 #include <webp/decode.h>
+#include <webp/demux.h>
 #include "dataflow/df_internal.h"
 #include "dataflow/image/img_formats.h"
 
@@ -75,10 +76,41 @@ static const char *s_webp_status(VP8StatusCode st) {
     }
 }
 
+/* An animated WebP's first frame, as PIL's Image.open gives it: libwebp's
+ * animation decoder (libwebpdemux) composes it on the canvas; RGBA, cut
+ * to RGB when the file has no alpha. */
+static tp_status_t s_webp_anim(const uint8_t *p, size_t n, int w, int h, int c,
+                               const char *name, tp_tensor_t *out) {
+    WebPAnimDecoderOptions ao;
+    if (!WebPAnimDecoderOptionsInit(&ao))
+        return tp_error(TP_ERR_UNSUPPORTED, "image %s: libwebpdemux's ABI does "
+                        "not match its header", s_nm(name));
+    ao.color_mode = MODE_RGBA;
+    ao.use_threads = 0;
+    WebPData wd = {p, n};
+    WebPAnimDecoder *dec = WebPAnimDecoderNew(&wd, &ao);
+    WebPAnimInfo ai;
+    uint8_t *frame = NULL;
+    int ts = 0;
+    if (!dec || !WebPAnimDecoderGetInfo(dec, &ai) || (int)ai.canvas_width != w ||
+        (int)ai.canvas_height != h || !WebPAnimDecoderGetNext(dec, &frame, &ts)) {
+        WebPAnimDecoderDelete(dec);
+        return tp_error(TP_ERR_FORMAT, "image %s: corrupt or truncated animated "
+                        "WebP", s_nm(name));
+    }
+    tp_status_t rc = s_alloc(out, h, w, c, name);
+    if (rc == TP_OK) {
+        uint8_t *d = out->data;
+        for (size_t i = 0, np = (size_t)w * h; i < np; i++, d += c)
+            memcpy(d, frame + i * 4, (size_t)c);
+    }
+    WebPAnimDecoderDelete(dec);
+    return rc;
+}
+
 /* Lossy and lossless alike through libwebp's WebPDecode into our buffer:
  * RGB, or RGBA when the file has alpha (dropped later for an RGB folder,
- * as PIL's convert('RGB')). An animation is refused: PIL would give its
- * first frame, which needs libwebp's demuxer and the frame blending. */
+ * as PIL's convert('RGB')); an animation's first frame (s_webp_anim). */
 tp_status_t img_decode_webp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
                             const char *name, tp_tensor_t *out) {
     tp_tensor_init_empty(out);
@@ -90,13 +122,11 @@ tp_status_t img_decode_webp(const uint8_t *p, size_t n, const tp_image_opts_t *o
     if (st != VP8_STATUS_OK)
         return tp_error(TP_ERR_FORMAT, "image %s: corrupt or truncated WebP: %s",
                         s_nm(name), s_webp_status(st));
-    if (cfg.input.has_animation)
-        return tp_error(TP_ERR_FORMAT, "image %s: an animated WebP; towerpack "
-                        "reads still WebP images only (save its first frame as "
-                        "PNG)", s_nm(name));
     int w = cfg.input.width, h = cfg.input.height;
     TP_TRY(s_limit("WebP", w, h, o, name));
     int c = cfg.input.has_alpha ? 4 : 3;
+    if (cfg.input.has_animation)
+        return s_webp_anim(p, n, w, h, c, name, out);
     TP_TRY(s_alloc(out, h, w, c, name));
     cfg.output.colorspace = c == 4 ? MODE_RGBA : MODE_RGB;
     cfg.output.is_external_memory = 1;
@@ -252,7 +282,7 @@ static tp_status_t s_tif_rows(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
 
 /* Everything else of 8 bits or fewer that libtiff's RGBA interface knows
  * (tiles, separate planes, YCbCr and JPEG-in-TIFF, CMYK, 2- and 4-bit
- * samples): TIFFReadRGBAImageOriented, top row first. Grey stays grey;
+ * samples): TIFFReadRGBAImageOriented, stored row first. Grey stays grey;
  * alpha is kept as libtiff gives it. */
 static tp_status_t s_tif_rgba(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
                               uint16_t spp, uint16_t photo, const char *name,
@@ -269,7 +299,14 @@ static tp_status_t s_tif_rgba(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
     if (!rgba)
         return tp_error(TP_ERR_NOMEM, "image %s: %ux%u pixels", s_nm(name),
                         (unsigned)w, (unsigned)h);
-    if (!TIFFReadRGBAImageOriented(tif, w, h, rgba, ORIENTATION_TOPLEFT, 1)) {
+    /* the rows in the order they are stored, as PIL gives them (it does
+     * not apply the Orientation tag): asked for the file's own
+     * orientation, libtiff flips nothing */
+    uint16_t orient = ORIENTATION_TOPLEFT;
+    TIFFGetFieldDefaulted(tif, TIFFTAG_ORIENTATION, &orient);
+    if (orient < ORIENTATION_TOPLEFT || orient > ORIENTATION_BOTLEFT)
+        orient = ORIENTATION_TOPLEFT;
+    if (!TIFFReadRGBAImageOriented(tif, w, h, rgba, orient, 1)) {
         _TIFFfree(rgba);
         return tp_error(TP_ERR_FORMAT, "image %s: corrupt or truncated TIFF: %s",
                         s_nm(name), src->msg[0] ? src->msg : "no data");

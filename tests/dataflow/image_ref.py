@@ -181,6 +181,11 @@ def gen_formats(d, rgb, grey, alpha):
     save("ll_rgba.webp", rgba, lossless=True)
     save("q80.webp", im_rgb, quality=80)
     save("q80_rgba.webp", rgba, quality=80)
+    # animated: PIL (and towerpack) give the first frame
+    save("anim.webp", im_rgb, save_all=True, lossless=True, duration=100,
+         append_images=[Image.fromarray(255 - rgb, "RGB")])
+    save("anim_rgba.webp", rgba, save_all=True, lossless=True, duration=100,
+         append_images=[im_rgb.convert("RGBA")])
     # TIFF: raw, LZW, Deflate, PackBits strips; grey, grey+alpha, RGBA,
     # palette, 1-bit; JPEG-in-TIFF (YCbCr, libtiff's RGBA path); two pages
     save("rgb.tif", im_rgb)
@@ -229,7 +234,8 @@ def gen_formats(d, rgb, grey, alpha):
               "rgba.tif", "pal.tif", "bw.tif", "bw_g4.tif", "jpeg.tif", "la.tif",
               "pages.tif", "grey_pb.tif", "rgb.bmp", "rgba.bmp", "pal.bmp",
               "grey.bmp", "bw.bmp", "topdown.bmp", "rgb.ppm", "comment.ppm",
-              "grey.pgm", "ll_rgba.webp", "q80_rgba.webp"):
+              "grey.pgm", "ll_rgba.webp", "q80_rgba.webp", "anim.webp",
+              "anim_rgba.webp"):
         base = n.replace(".", "_")
         ref(n, base + "_rgb", "RGB")
         ref(n, base + "_l", "L")

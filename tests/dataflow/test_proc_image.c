@@ -261,7 +261,8 @@ Test(proc_image, other_formats_equal_pil) {
         int tol, own;  /* own: PIL's own mode is the ANY decode's */
     } f[] = {
         {"ll.webp", 0, 1},      {"ll_rgba.webp", 0, 1}, {"q80.webp", 1, 1},
-        {"q80_rgba.webp", 1, 1}, {"rgb.tif", 0, 1},      {"rgb_lzw.tif", 0, 1},
+        {"q80_rgba.webp", 1, 1}, {"anim.webp", 0, 1},   {"anim_rgba.webp", 0, 1},
+        {"rgb.tif", 0, 1},      {"rgb_lzw.tif", 0, 1},
         {"rgb_zip.tiff", 0, 1}, {"grey_pb.tif", 0, 1},  {"la.tif", 0, 0},
         {"rgba.tif", 0, 1},     {"pal.tif", 0, 0},      {"bw.tif", 0, 0},
         {"bw_g4.tif", 0, 0},    {"jpeg.tif", 1, 1},     {"pages.tif", 0, 1},
@@ -315,7 +316,7 @@ Test(proc_image, other_formats_cut_or_corrupt_are_named_errors) {
     NEED_PY();
     s_gen();
     static const char *const files[] = {
-        "ll.webp", "q80_rgba.webp", "rgb.tif", "rgb_lzw.tif", "pal.tif",
+        "ll.webp", "q80_rgba.webp", "anim.webp", "rgb.tif", "rgb_lzw.tif", "pal.tif",
         "bw_g4.tif", "jpeg.tif", "rgb.bmp", "pal.bmp", "bw.bmp", "topdown.bmp",
         "rgb.ppm", "grey.pgm"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
