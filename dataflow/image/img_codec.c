@@ -197,6 +197,12 @@ static tp_status_t s_orient(tp_tensor_t *t, int o) {
     return TP_OK;
 }
 
+/* For img_formats.c: a TIFF's Orientation tag, which PIL applies when it
+ * opens a TIFF (exif_transpose's turns). */
+tp_status_t img_orient(tp_tensor_t *t, int orientation) {
+    return s_orient(t, orientation);
+}
+
 /* ---- JPEG -------------------------------------------------------------------------- */
 
 /* ---- a rectangle of a decoded image ------------------------------------------------ */

@@ -299,12 +299,12 @@ static tp_status_t s_tif_rgba(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
     if (!rgba)
         return tp_error(TP_ERR_NOMEM, "image %s: %ux%u pixels", s_nm(name),
                         (unsigned)w, (unsigned)h);
-    /* the rows in the order they are stored, as PIL gives them (it does
-     * not apply the Orientation tag): asked for the file's own
-     * orientation, libtiff flips nothing */
+    /* the rows in the order they are stored, as the strip reader gives
+     * them: asked for the file's own orientation, libtiff flips nothing
+     * (img_decode_tiff turns both alike, afterwards) */
     uint16_t orient = ORIENTATION_TOPLEFT;
     TIFFGetFieldDefaulted(tif, TIFFTAG_ORIENTATION, &orient);
-    if (orient < ORIENTATION_TOPLEFT || orient > ORIENTATION_BOTLEFT)
+    if (orient < ORIENTATION_TOPLEFT || orient > ORIENTATION_LEFTBOT)
         orient = ORIENTATION_TOPLEFT;
     if (!TIFFReadRGBAImageOriented(tif, w, h, rgba, orient, 1)) {
         _TIFFfree(rgba);
@@ -329,7 +329,8 @@ static tp_status_t s_tif_rgba(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
     return rc;
 }
 
-/* The first page (directory) of a TIFF, as PIL's Image.open gives it.
+/* The first page (directory) of a TIFF, as PIL's Image.open gives it,
+ * turned by its Orientation tag as PIL turns it.
  * Refused, each by name: samples of more than 8 bits (16-bit scans, HDR),
  * floating-point or signed samples. */
 tp_status_t img_decode_tiff(const uint8_t *p, size_t n, const tp_image_opts_t *o,
@@ -389,6 +390,13 @@ tp_status_t img_decode_tiff(const uint8_t *p, size_t n, const tp_image_opts_t *o
         rc = rows ? s_tif_rows(tif, &src, w, h, bps, spp, photo, name, out)
                   : s_tif_rgba(tif, &src, w, h, spp, photo, name, out);
     }
+    /* the Orientation tag: PIL's Image.open applies it to a TIFF (unlike
+     * a JPEG's EXIF orientation), so torchvision's loader sees it turned */
+    uint16_t orient = ORIENTATION_TOPLEFT;
+    if (rc == TP_OK && TIFFGetFieldDefaulted(tif, TIFFTAG_ORIENTATION, &orient) &&
+        orient > ORIENTATION_TOPLEFT && orient <= ORIENTATION_LEFTBOT &&
+        (rc = img_orient(out, orient)) != TP_OK)
+        tp_tensor_fini(out);
     TIFFClose(tif);
     return rc;
 }

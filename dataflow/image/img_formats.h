@@ -31,6 +31,10 @@ tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
 tp_status_t img_decode_pnm(const uint8_t *p, size_t n, const tp_image_opts_t *o,
                            const char *name, tp_tensor_t *out);
 
+/* Turn *t (uint8 [H,W(,C)]) as an EXIF / TIFF orientation 1..8 says, as
+ * PIL's exif_transpose (img_codec.c). */
+tp_status_t img_orient(tp_tensor_t *t, int orientation);
+
 /* Whether a file name ends in one of torchvision's IMG_EXTENSIONS (any
  * case): the files an image folder takes (img_sources.c). */
 int img_is_image_name(const char *name);

@@ -200,6 +200,12 @@ def gen_formats(d, rgb, grey, alpha):
     save("jpeg.tif", im_rgb, compression="jpeg", quality=90)
     save("pages.tif", im_rgb, save_all=True, append_images=[im_l.convert("RGB")])
     save("grey16.tif", Image.fromarray(grey.astype(np.uint16) * 257))
+    # the Orientation tag, 2 to 8: PIL turns a TIFF by it when it opens it
+    from PIL import TiffImagePlugin
+    for o in range(2, 9):
+        ifd = TiffImagePlugin.ImageFileDirectory_v2()
+        ifd[274] = o
+        save("orient%d.tif" % o, im_rgb, compression="tiff_lzw", tiffinfo=ifd)
     # BMP: 24-bit, 32-bit, 8-bit palette, 8-bit grey, 1-bit; and top-down
     # (negative height, rows reversed: PIL writes bottom-up only)
     save("rgb.bmp", im_rgb)
@@ -235,11 +241,19 @@ def gen_formats(d, rgb, grey, alpha):
               "pages.tif", "grey_pb.tif", "rgb.bmp", "rgba.bmp", "pal.bmp",
               "grey.bmp", "bw.bmp", "topdown.bmp", "rgb.ppm", "comment.ppm",
               "grey.pgm", "ll_rgba.webp", "q80_rgba.webp", "anim.webp",
-              "anim_rgba.webp"):
+              "anim_rgba.webp") + tuple("orient%d.tif" % o for o in range(2, 9)):
         base = n.replace(".", "_")
         ref(n, base + "_rgb", "RGB")
         ref(n, base + "_l", "L")
         ref(n, base)
+    # TIFF layouts PIL cannot write: written by the C test beforehand
+    for n in ("tiled.tif", "tiled_bl.tif", "planar.tif", "grey4.tif",
+              "strips_bl.tif", "tiled_rt.tif", "tiled_lb.tif"):
+        if os.path.exists(os.path.join(d, n)):
+            base = n.replace(".", "_")
+            ref(n, base + "_rgb", "RGB")
+            ref(n, base + "_l", "L")
+            ref(n, base)
     # the folder: each format in two classes, the classes' pictures apart
     for c, img in (("a", im_rgb), ("b", Image.fromarray(255 - rgb, "RGB"))):
         os.makedirs(os.path.join(d, "mixed", c), exist_ok=True)

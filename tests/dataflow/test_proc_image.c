@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <tiffio.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 #include <towerpack/actor_dataflow.h>
@@ -161,6 +162,87 @@ static void s_ycck(void) {
     tjDestroy(h);
 }
 
+/* TIFF layouts PIL cannot write, written with libtiff into s_dir for
+ * image_ref.py to decode with PIL: tiled RGB (LZW), the same with the
+ * Orientation tag bottom-left, right-top and left-bottom, separate colour
+ * planes, 4-bit grey (all through libtiff's RGBA interface here), and RGB
+ * strips bottom-left (the strip reader). PIL turns a TIFF by its
+ * Orientation tag when it opens it; so does towerpack. */
+static void s_tiff_layouts(void) {
+    enum { H = 37, W = 53 };
+    static const struct {
+        const char *file;
+        int tiled, orient, planar, bps, spp;
+    } t[] = {{"tiled.tif", 1, ORIENTATION_TOPLEFT, PLANARCONFIG_CONTIG, 8, 3},
+             {"tiled_bl.tif", 1, ORIENTATION_BOTLEFT, PLANARCONFIG_CONTIG, 8, 3},
+             {"planar.tif", 0, ORIENTATION_TOPLEFT, PLANARCONFIG_SEPARATE, 8, 3},
+             {"grey4.tif", 0, ORIENTATION_TOPLEFT, PLANARCONFIG_CONTIG, 4, 1},
+             {"strips_bl.tif", 0, ORIENTATION_BOTLEFT, PLANARCONFIG_CONTIG, 8, 3},
+             {"tiled_rt.tif", 1, ORIENTATION_RIGHTTOP, PLANARCONFIG_CONTIG, 8, 3},
+             {"tiled_lb.tif", 1, ORIENTATION_LEFTBOT, PLANARCONFIG_CONTIG, 8, 3}};
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", s_dir, t[k].file);
+        TIFF *tf = TIFFOpen(p, "w");
+        cr_assert(tf, "%s", p);
+        TIFFSetField(tf, TIFFTAG_IMAGEWIDTH, W);
+        TIFFSetField(tf, TIFFTAG_IMAGELENGTH, H);
+        TIFFSetField(tf, TIFFTAG_BITSPERSAMPLE, t[k].bps);
+        TIFFSetField(tf, TIFFTAG_SAMPLESPERPIXEL, t[k].spp);
+        TIFFSetField(tf, TIFFTAG_PHOTOMETRIC,
+                     t[k].spp == 3 ? PHOTOMETRIC_RGB : PHOTOMETRIC_MINISBLACK);
+        TIFFSetField(tf, TIFFTAG_PLANARCONFIG, t[k].planar);
+        TIFFSetField(tf, TIFFTAG_ORIENTATION, t[k].orient);
+        TIFFSetField(tf, TIFFTAG_COMPRESSION, COMPRESSION_LZW);
+        /* a smooth picture, different in each channel and row */
+        uint8_t px[H][W][3];
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++) {
+                px[y][x][0] = (uint8_t)(128 + 100 * sin(x / 6.0));
+                px[y][x][1] = (uint8_t)(y * 6);
+                px[y][x][2] = (uint8_t)(x * 4 + y);
+            }
+        if (t[k].tiled) {
+            enum { T = 16 };
+            TIFFSetField(tf, TIFFTAG_TILEWIDTH, T);
+            TIFFSetField(tf, TIFFTAG_TILELENGTH, T);
+            uint8_t tile[T * T * 3];
+            for (int ty = 0; ty < H; ty += T)
+                for (int tx = 0; tx < W; tx += T) {
+                    memset(tile, 0, sizeof tile);
+                    for (int y = 0; y < T && ty + y < H; y++)
+                        for (int x = 0; x < T && tx + x < W; x++)
+                            memcpy(tile + (y * T + x) * 3, px[ty + y][tx + x], 3);
+                    cr_assert(TIFFWriteTile(tf, tile, (uint32_t)tx, (uint32_t)ty, 0,
+                                            0) > 0);
+                }
+        } else if (t[k].planar == PLANARCONFIG_SEPARATE) {
+            TIFFSetField(tf, TIFFTAG_ROWSPERSTRIP, 8);
+            for (int c = 0; c < 3; c++)
+                for (int y = 0; y < H; y++) {
+                    uint8_t row[W];
+                    for (int x = 0; x < W; x++)
+                        row[x] = px[y][x][c];
+                    cr_assert(TIFFWriteScanline(tf, row, (uint32_t)y, (uint16_t)c) >= 0);
+                }
+        } else if (t[k].bps == 8) {  /* RGB strips */
+            TIFFSetField(tf, TIFFTAG_ROWSPERSTRIP, 8);
+            for (int y = 0; y < H; y++)
+                cr_assert(TIFFWriteScanline(tf, px[y], (uint32_t)y, 0) >= 0);
+        } else {  /* 4-bit grey, two pixels a byte, high nibble first */
+            TIFFSetField(tf, TIFFTAG_ROWSPERSTRIP, 8);
+            for (int y = 0; y < H; y++) {
+                uint8_t row[(W + 1) / 2];
+                memset(row, 0, sizeof row);
+                for (int x = 0; x < W; x++)
+                    row[x / 2] |= (uint8_t)((px[y][x][0] >> 4) << (x % 2 ? 0 : 4));
+                cr_assert(TIFFWriteScanline(tf, row, (uint32_t)y, 0) >= 0);
+            }
+        }
+        TIFFClose(tf);
+    }
+}
+
 /* the middle half of the image */
 static void s_pick_mid(void *user, int height, int width, int rect[4]) {
     (void)user;
@@ -255,6 +337,7 @@ Test(proc_image, decoders_equal_pil_and_opencv) {
  * libtiff's RGBA interface here: within 1). */
 Test(proc_image, other_formats_equal_pil) {
     NEED_PY();
+    s_tiff_layouts();
     s_gen();
     static const struct {
         const char *file;
@@ -269,6 +352,13 @@ Test(proc_image, other_formats_equal_pil) {
         {"rgb.bmp", 0, 1},      {"rgba.bmp", 0, 1},     {"pal.bmp", 0, 0},
         {"grey.bmp", 0, 1},     {"bw.bmp", 0, 0},       {"topdown.bmp", 0, 1},
         {"rgb.ppm", 0, 1},      {"comment.ppm", 0, 1},  {"grey.pgm", 0, 1},
+        {"tiled.tif", 0, 1},    {"tiled_bl.tif", 0, 1}, {"planar.tif", 0, 1},
+        {"grey4.tif", 0, 1},    {"strips_bl.tif", 0, 1}, {"tiled_rt.tif", 0, 0},
+        {"tiled_lb.tif", 0, 0}, {"orient2.tif", 0, 1},  {"orient3.tif", 0, 1},
+        {"orient4.tif", 0, 1},  {"orient5.tif", 0, 0},  {"orient6.tif", 0, 0},
+        {"orient7.tif", 0, 0},  {"orient8.tif", 0, 0},
+        /* (PIL's own mode of a TIFF turned by 90 degrees keeps the
+         * stored size for numpy: no reference but the converted ones) */
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         char base[64], r[80];
