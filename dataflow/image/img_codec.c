@@ -197,12 +197,6 @@ static tp_status_t s_orient(tp_tensor_t *t, int o) {
     return TP_OK;
 }
 
-/* For img_formats.c: a TIFF's Orientation tag, which PIL applies when it
- * opens a TIFF (exif_transpose's turns). */
-tp_status_t img_orient(tp_tensor_t *t, int orientation) {
-    return s_orient(t, orientation);
-}
-
 /* ---- JPEG -------------------------------------------------------------------------- */
 
 /* ---- a rectangle of a decoded image ------------------------------------------------ */
@@ -559,12 +553,17 @@ static tp_status_t s_decode(const void *data, size_t size, const tp_image_opts_t
         return tp_error(TP_ERR_FORMAT, "image %s: not a JPEG, PNG, WebP, TIFF, "
                         "BMP, PGM or PPM file (the first bytes are no such "
                         "format's signature)", s_nm(name));
-    TP_TRY(fn(p, size, opts, name, out));
+    int orient = 1;
+    TP_TRY(fn(p, size, opts, name, out, &orient));
     int c = out->ndim == 3 ? (int)out->shape[2] : 1;
     int want = opts->mode != TP_IMAGE_ANY ? (int)opts->mode
                : c == 1 || c == 3         ? c
                                           : 4;  /* grey+alpha and RGBA */
-    tp_status_t rc = s_convert(out, c, want);
+    /* a TIFF's Orientation tag, as PIL turns it on open (exif_transpose's
+     * turns), before the cut: the rectangle is picked in the upright image */
+    tp_status_t rc = s_orient(out, orient);
+    if (rc == TP_OK)
+        rc = s_convert(out, c, want);
     if (rc == TP_OK && pick)
         rc = s_cut(out, pick, user, name);
     if (rc != TP_OK)

@@ -112,7 +112,8 @@ static tp_status_t s_webp_anim(const uint8_t *p, size_t n, int w, int h, int c,
  * RGB, or RGBA when the file has alpha (dropped later for an RGB folder,
  * as PIL's convert('RGB')); an animation's first frame (s_webp_anim). */
 tp_status_t img_decode_webp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
-                            const char *name, tp_tensor_t *out) {
+                            const char *name, tp_tensor_t *out, int *orient) {
+    *orient = 1;
     tp_tensor_init_empty(out);
     WebPDecoderConfig cfg;
     if (!WebPInitDecoderConfig(&cfg))
@@ -301,7 +302,7 @@ static tp_status_t s_tif_rgba(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
                         (unsigned)w, (unsigned)h);
     /* the rows in the order they are stored, as the strip reader gives
      * them: asked for the file's own orientation, libtiff flips nothing
-     * (img_decode_tiff turns both alike, afterwards) */
+     * (both are turned alike afterwards, by img_codec.c) */
     uint16_t orient = ORIENTATION_TOPLEFT;
     TIFFGetFieldDefaulted(tif, TIFFTAG_ORIENTATION, &orient);
     if (orient < ORIENTATION_TOPLEFT || orient > ORIENTATION_LEFTBOT)
@@ -334,7 +335,8 @@ static tp_status_t s_tif_rgba(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
  * Refused, each by name: samples of more than 8 bits (16-bit scans, HDR),
  * floating-point or signed samples. */
 tp_status_t img_decode_tiff(const uint8_t *p, size_t n, const tp_image_opts_t *o,
-                            const char *name, tp_tensor_t *out) {
+                            const char *name, tp_tensor_t *out, int *orient) {
+    *orient = 1;
     tp_tensor_init_empty(out);
     tif_src_t src = {.p = p, .n = n};
     TIFFOpenOptions *opts = TIFFOpenOptionsAlloc();
@@ -391,12 +393,12 @@ tp_status_t img_decode_tiff(const uint8_t *p, size_t n, const tp_image_opts_t *o
                   : s_tif_rgba(tif, &src, w, h, spp, photo, name, out);
     }
     /* the Orientation tag: PIL's Image.open applies it to a TIFF (unlike
-     * a JPEG's EXIF orientation), so torchvision's loader sees it turned */
-    uint16_t orient = ORIENTATION_TOPLEFT;
-    if (rc == TP_OK && TIFFGetFieldDefaulted(tif, TIFFTAG_ORIENTATION, &orient) &&
-        orient > ORIENTATION_TOPLEFT && orient <= ORIENTATION_LEFTBOT &&
-        (rc = img_orient(out, orient)) != TP_OK)
-        tp_tensor_fini(out);
+     * a JPEG's EXIF orientation), so torchvision's loader sees it turned;
+     * the caller turns the pixels */
+    uint16_t ot = ORIENTATION_TOPLEFT;
+    if (rc == TP_OK && TIFFGetFieldDefaulted(tif, TIFFTAG_ORIENTATION, &ot) &&
+        ot > ORIENTATION_TOPLEFT && ot <= ORIENTATION_LEFTBOT)
+        *orient = ot;
     TIFFClose(tif);
     return rc;
 }
@@ -454,7 +456,8 @@ static int s_bmp_grey(const uint8_t *p, size_t n, uint32_t hs, unsigned bpp) {
  * bytes against the file's length, since stb_image would read a file cut
  * short as black rows. Refused: RLE compression, JPEG or PNG inside. */
 tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
-                           const char *name, tp_tensor_t *out) {
+                           const char *name, tp_tensor_t *out, int *orient) {
+    *orient = 1;
     tp_tensor_init_empty(out);
     if (n < 26 || n > INT_MAX)
         return tp_error(TP_ERR_FORMAT, "image %s: %s BMP (%zu bytes)", s_nm(name),
@@ -541,7 +544,8 @@ static int s_pnm_num(const uint8_t *p, size_t n, size_t *i, uint64_t *v) {
  * ASCII forms (P1-P3), bitmaps (P4), PAM (P7), other maxvals (PIL
  * rescales those; 16-bit ones it cuts). */
 tp_status_t img_decode_pnm(const uint8_t *p, size_t n, const tp_image_opts_t *o,
-                           const char *name, tp_tensor_t *out) {
+                           const char *name, tp_tensor_t *out, int *orient) {
+    *orient = 1;
     tp_tensor_init_empty(out);
     char kind = (char)p[1];
     if (kind != '5' && kind != '6')

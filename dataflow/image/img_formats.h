@@ -7,7 +7,9 @@
  * 4 RGBA) as uint8 [H, W] or [H, W, C] and leaves the conversion to the
  * folder's mode, the cut and the limits' errors to the caller's common
  * path; each checks opts->max_pixels before it makes a pixel buffer, and
- * on an error leaves *out empty with a message naming `name`. */
+ * on an error leaves *out empty with a message naming `name`. *orient
+ * (1..8, 1 when upright) is how the caller turns the pixels: a TIFF's
+ * Orientation tag, which PIL applies when it opens a TIFF. */
 #ifndef TP_IMG_FORMATS_H
 #define TP_IMG_FORMATS_H
 
@@ -19,21 +21,17 @@
  * (the caller has already tried JPEG and PNG). */
 typedef tp_status_t (*img_decode_fn)(const uint8_t *p, size_t n,
                                      const tp_image_opts_t *o, const char *name,
-                                     tp_tensor_t *out);
+                                     tp_tensor_t *out, int *orient);
 img_decode_fn img_format_by_magic(const uint8_t *p, size_t n);
 
 tp_status_t img_decode_webp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
-                            const char *name, tp_tensor_t *out);
+                            const char *name, tp_tensor_t *out, int *orient);
 tp_status_t img_decode_tiff(const uint8_t *p, size_t n, const tp_image_opts_t *o,
-                            const char *name, tp_tensor_t *out);
+                            const char *name, tp_tensor_t *out, int *orient);
 tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
-                           const char *name, tp_tensor_t *out);
+                           const char *name, tp_tensor_t *out, int *orient);
 tp_status_t img_decode_pnm(const uint8_t *p, size_t n, const tp_image_opts_t *o,
-                           const char *name, tp_tensor_t *out);
-
-/* Turn *t (uint8 [H,W(,C)]) as an EXIF / TIFF orientation 1..8 says, as
- * PIL's exif_transpose (img_codec.c). */
-tp_status_t img_orient(tp_tensor_t *t, int orientation);
+                           const char *name, tp_tensor_t *out, int *orient);
 
 /* Whether a file name ends in one of torchvision's IMG_EXTENSIONS (any
  * case): the files an image folder takes (img_sources.c). */
