@@ -110,6 +110,23 @@ tp_find_dep(turbojpeg PC libturbojpeg DEB libturbojpeg0-dev HEADER turbojpeg.h L
 tp_find_dep(jpeg     PC libjpeg  DEB libjpeg62-turbo-dev HEADER jpeglib.h LIB jpeg)
 tp_find_dep(png      PC libpng   DEB libpng-dev       HEADER png.h      LIB png)
 tp_find_dep(exif     PC libexif  DEB libexif-dev      HEADER libexif/exif-data.h LIB exif)
+# the rest of torchvision's image formats (dataflow/image/img_formats.c):
+# WebP through libwebp (and its demuxer), TIFF through libtiff; BMP and PGM/PPM through
+# stb_image, a header compiled into img_formats.c (libstb-dev), so only its
+# header is looked for
+tp_find_dep(webp     PC libwebp  DEB libwebp-dev      HEADER webp/decode.h LIB webp)
+# an animated WebP's first frame: libwebp's demuxer (the same package)
+tp_find_dep(webpdemux PC libwebpdemux DEB libwebp-dev HEADER webp/demux.h LIB webpdemux)
+tp_find_dep(tiff     PC libtiff-4 DEB libtiff-dev     HEADER tiffio.h   LIB tiff)
+# (a program built on an installed towerpack needs none of it)
+if(PROJECT_NAME STREQUAL "towerpack")
+  find_path(TP_STB_INCLUDE stb/stb_image.h)
+  if(NOT TP_STB_INCLUDE)
+    message(FATAL_ERROR "towerpack needs stb_image (stb/stb_image.h) to read "
+      "BMP, PGM and PPM images. Install the Debian package 'libstb-dev' "
+      "(apt-get install libstb-dev), or run scripts/install-deps.sh.")
+  endif()
+endif()
 tp_find_dep(cairo    PC cairo    DEB libcairo2-dev    HEADER cairo.h    LIB cairo)
 # GPT-2's BPE pre-tokeniser (dataflow/tokenizer.c): ICU's Unicode character
 # classes (general categories L and N, White_Space)

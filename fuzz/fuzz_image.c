@@ -1,7 +1,11 @@
-/* towerpack fuzzing: the image decoders (dataflow/image/img_codec.c):
- * tp_image_decode on the raw bytes (JPEG through TurboJPEG, PNG through
- * libpng, the EXIF segment walk and libexif, our limits and channel
- * conversions), in each output mode and once with DCT scaling.
+/* towerpack fuzzing: the image decoders (dataflow/image/img_codec.c,
+ * img_formats.c): tp_image_decode on the raw bytes (JPEG through
+ * TurboJPEG, PNG through libpng, the EXIF segment walk and libexif; WebP
+ * through libwebp, TIFF through libtiff's client I/O, BMP and PGM/PPM
+ * through our header checks and stb_image; our limits and channel
+ * conversions), in each output mode and once with DCT scaling. The seeds
+ * (fuzz/corpus/image, gen_corpus.c) hold each format; the dispatch is by
+ * magic bytes, so one target covers them all.
  *
  * Properties: an accepted image is uint8 [H,W] or [H,W,C] with the channels
  * asked for and at most max_pixels pixels; an error leaves no tensor. */

@@ -7,6 +7,9 @@
  * The frame layout of the wire and lmdb targets is described at the top
  * of fuzz_wire.c and fuzz_lmdb.c. */
 #include <errno.h>
+#include <tiffio.h>
+#include <unistd.h>
+#include <webp/encode.h>
 #include <sys/stat.h>
 #include "fuzz_common.h"
 #include "fuzz_files.h"
@@ -437,6 +440,126 @@ static void s_image(void) {
     }
 }
 
+/* ---- image: the other formats (WebP, TIFF, BMP, PGM/PPM) -------------------- */
+
+static void s_le(uint8_t *p, uint32_t v, int n) {
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A BMP of w x h: 24-bit, or 8-bit with a grey ramp palette; rows
+ * bottom-up, or top-down (negative height). */
+static void s_bmp(const char *name, int w, int h, int bpp, int topdown) {
+    int pal = bpp == 8 ? 256 * 4 : 0, stride = (w * bpp / 8 + 3) / 4 * 4;
+    size_t off = 54 + (size_t)pal, n = off + (size_t)stride * h;
+    uint8_t *b = calloc(1, n);
+    if (!b)
+        s_die("image bmp");
+    b[0] = 'B', b[1] = 'M';
+    s_le(b + 2, (uint32_t)n, 4);
+    s_le(b + 10, (uint32_t)off, 4);
+    s_le(b + 14, 40, 4);
+    s_le(b + 18, (uint32_t)w, 4);
+    s_le(b + 22, (uint32_t)(topdown ? -h : h), 4);
+    s_le(b + 26, 1, 2);
+    s_le(b + 28, (uint32_t)bpp, 2);
+    for (int i = 0; i < pal / 4; i++)
+        b[54 + i * 4] = b[55 + i * 4] = b[56 + i * 4] = (uint8_t)i;
+    for (size_t i = off; i < n; i++)
+        b[i] = (uint8_t)(i * 5);
+    s_put("image", name, b, n);
+    free(b);
+}
+
+/* A TIFF written by libtiff into a temporary file, then read back. */
+static void s_tiff(const char *name, int spp, int photo, int comp) {
+    char tmp[] = "/tmp/tp_gen_corpus_XXXXXX";
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        s_die("image tiff");
+    close(fd);
+    TIFF *t = TIFFOpen(tmp, "w");
+    if (!t)
+        s_die("image tiff open");
+    enum { W = 11, H = 7 };
+    TIFFSetField(t, TIFFTAG_IMAGEWIDTH, W);
+    TIFFSetField(t, TIFFTAG_IMAGELENGTH, H);
+    TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, 8);
+    TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, spp);
+    TIFFSetField(t, TIFFTAG_PHOTOMETRIC, photo);
+    TIFFSetField(t, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
+    TIFFSetField(t, TIFFTAG_COMPRESSION, comp);
+    TIFFSetField(t, TIFFTAG_ROWSPERSTRIP, 3);
+    if (spp == 4) {
+        uint16_t extra = EXTRASAMPLE_UNASSALPHA;
+        TIFFSetField(t, TIFFTAG_EXTRASAMPLES, 1, &extra);
+    }
+    static uint16_t map[3][256];
+    if (photo == PHOTOMETRIC_PALETTE) {
+        for (int i = 0; i < 256; i++)
+            map[0][i] = (uint16_t)(i * 257), map[1][i] = (uint16_t)((255 - i) * 257),
+            map[2][i] = (uint16_t)((i * 3 & 255) * 257);
+        TIFFSetField(t, TIFFTAG_COLORMAP, map[0], map[1], map[2]);
+    }
+    uint8_t row[W * 4];
+    for (int y = 0; y < H; y++) {
+        for (int i = 0; i < W * spp; i++)
+            row[i] = (uint8_t)(i * 9 + y * 31);
+        if (TIFFWriteScanline(t, row, (uint32_t)y, 0) < 0)
+            s_die("image tiff row");
+    }
+    TIFFClose(t);
+    FILE *f = fopen(tmp, "rb");
+    static uint8_t buf[1 << 16];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f)
+        fclose(f);
+    unlink(tmp);
+    if (!n)
+        s_die("image tiff read");
+    s_put("image", name, buf, n);
+}
+
+static void s_image_formats(void) {
+    enum { W = 13, H = 9 };
+    static uint8_t px[W * H * 4];
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)(i * 7 + (i / 52) * 3);
+    uint8_t *out = NULL;
+    size_t n;
+    if (!(n = WebPEncodeRGB(px, W, H, W * 3, 75, &out)))
+        s_die("image webp");
+    s_put("image", "lossy.webp", out, n);
+    WebPFree(out);
+    if (!(n = WebPEncodeRGBA(px, W, H, W * 4, 75, &out)))
+        s_die("image webp alpha");
+    s_put("image", "lossy_alpha.webp", out, n);
+    WebPFree(out);
+    if (!(n = WebPEncodeLosslessRGBA(px, W, H, W * 4, &out)))
+        s_die("image webp lossless");
+    s_put("image", "lossless.webp", out, n);
+    WebPFree(out);
+    s_tiff("rgb_lzw.tif", 3, PHOTOMETRIC_RGB, COMPRESSION_LZW);
+    s_tiff("rgba.tif", 4, PHOTOMETRIC_RGB, COMPRESSION_NONE);
+    s_tiff("grey_packbits.tif", 1, PHOTOMETRIC_MINISBLACK, COMPRESSION_PACKBITS);
+    s_tiff("palette.tif", 1, PHOTOMETRIC_PALETTE, COMPRESSION_ADOBE_DEFLATE);
+    s_bmp("rgb.bmp", W, H, 24, 0);
+    s_bmp("grey_topdown.bmp", W, H, 8, 1);
+    char hdr[32];
+    int k = snprintf(hdr, sizeof hdr, "P6\n# seed\n%d %d\n255\n", W, H);
+    uint8_t *p = malloc((size_t)k + sizeof px);
+    if (!p)
+        s_die("image pnm");
+    memcpy(p, hdr, (size_t)k);
+    memcpy(p + k, px, W * H * 3);
+    s_put("image", "rgb.ppm", p, (size_t)k + W * H * 3);
+    k = snprintf(hdr, sizeof hdr, "P5 %d %d 255\n", W, H);
+    memcpy(p, hdr, (size_t)k);
+    memcpy(p + k, px, W * H);
+    s_put("image", "grey.pgm", p, (size_t)k + W * H);
+    free(p);
+}
+
 /* ---- comps: the component handshake's text ------------------------------ */
 static void s_comps(void) {
     static const struct { const char *name, *text; } seeds[] = {
@@ -468,6 +591,7 @@ int main(int argc, char **argv) {
     s_stats();
     s_tensorpack();
     s_image();
+    s_image_formats();
     s_comps();
     return 0;
 }

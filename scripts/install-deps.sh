@@ -38,6 +38,9 @@ packages=(
   # images (dataflow/image/): JPEG, PNG, EXIF; the decoders' tests compare
   # with PIL and OpenCV, the augmentors' with numpy
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libexif-dev python3-pil python3-opencv python3-numpy
+  # the other formats torchvision's ImageFolder reads: WebP, TIFF, and
+  # BMP / PGM / PPM through stb_image (dataflow/image/img_formats.c)
+  libwebp-dev libtiff-dev libstb-dev
   # CPU backend: OpenBLAS products, oneDNN convolutions (gpu/cpu/dnnl_conv.c)
   libopenblas-dev libdnnl-dev
   # OpenBLAS's OpenMP build: its threads are the OpenMP team oneDNN and the

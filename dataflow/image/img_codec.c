@@ -1,4 +1,6 @@
-/* towerpack dataflow/image: JPEG and PNG decoding and encoding.
+/* towerpack dataflow/image: JPEG and PNG decoding and encoding, and the
+ * dispatch by magic bytes to the other formats' decoders (img_formats.c:
+ * WebP, TIFF, BMP, PGM/PPM).
  *
  * JPEG goes through libjpeg-turbo's TurboJPEG API (SIMD IDCT and colour
  * conversion, DCT-domain scaling by 1/8 .. 1), PNG through libpng; nothing
@@ -21,6 +23,7 @@
 #include <jpeglib.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
+#include "dataflow/image/img_formats.h"
 
 void tp_image_opts_init(tp_image_opts_t *opts) {
     memset(opts, 0, sizeof *opts);
@@ -543,8 +546,29 @@ static tp_status_t s_decode(const void *data, size_t size, const tp_image_opts_t
             tp_tensor_fini(out);
         return rc;
     }
-    return tp_error(TP_ERR_FORMAT, "image %s: not a JPEG or PNG file (the "
-                    "first bytes are neither format's signature)", s_nm(name));
+    /* WebP, TIFF, BMP, PGM/PPM (img_formats.c): the image's own channels,
+     * then the same conversion and cut as a PNG's */
+    img_decode_fn fn = img_format_by_magic(p, size);
+    if (!fn)
+        return tp_error(TP_ERR_FORMAT, "image %s: not a JPEG, PNG, WebP, TIFF, "
+                        "BMP, PGM or PPM file (the first bytes are no such "
+                        "format's signature)", s_nm(name));
+    int orient = 1;
+    TP_TRY(fn(p, size, opts, name, out, &orient));
+    int c = out->ndim == 3 ? (int)out->shape[2] : 1;
+    int want = opts->mode != TP_IMAGE_ANY ? (int)opts->mode
+               : c == 1 || c == 3         ? c
+                                          : 4;  /* grey+alpha and RGBA */
+    /* a TIFF's Orientation tag, as PIL turns it on open (exif_transpose's
+     * turns), before the cut: the rectangle is picked in the upright image */
+    tp_status_t rc = s_orient(out, orient);
+    if (rc == TP_OK)
+        rc = s_convert(out, c, want);
+    if (rc == TP_OK && pick)
+        rc = s_cut(out, pick, user, name);
+    if (rc != TP_OK)
+        tp_tensor_fini(out);
+    return rc;
 }
 
 tp_status_t tp_image_decode(const void *data, size_t size,

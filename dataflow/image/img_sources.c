@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
+#include "dataflow/image/img_formats.h"
 
 void tp_image_source_opts_init(tp_image_source_opts_t *opts) {
     memset(opts, 0, sizeof *opts);
@@ -259,27 +260,16 @@ static tp_dataflow_t *s_files_make(files_t *self, const tp_dataflow_ops_t *ops,
 
 /* ---- image folder ------------------------------------------------------------ */
 
-static int s_is_image_name(const char *n) {
-    const char *dot = strrchr(n, '.');
-    if (!dot)
-        return 0;
-    return !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") ||
-           !strcasecmp(dot, ".png");
-}
-
-/* The other extensions torchvision's ImageFolder takes (IMG_EXTENSIONS),
- * as a format name, or NULL. Refused by name rather than skipped: a
- * skipped file would make a data set smaller than torchvision's without a
- * word. */
-static const char *s_other_image_kind(const char *n) {
-    static const char *const ext[][2] = {
-        {".bmp", "BMP"}, {".webp", "WebP"}, {".tif", "TIFF"}, {".tiff", "TIFF"},
-        {".pgm", "PGM"}, {".ppm", "PPM"}};
+/* torchvision's IMG_EXTENSIONS, case aside: the files ImageFolder takes
+ * (the decoder tells the format by its first bytes, not by the name). */
+int img_is_image_name(const char *n) {
+    static const char *const ext[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+                                      ".pgm", ".tif", ".tiff", ".webp"};
     const char *dot = strrchr(n, '.');
     for (size_t i = 0; dot && i < sizeof ext / sizeof ext[0]; i++)
-        if (!strcasecmp(dot, ext[i][0]))
-            return ext[i][1];
-    return NULL;
+        if (!strcasecmp(dot, ext[i]))
+            return 1;
+    return 0;
 }
 
 /* The folders walked from the top one down to the current one: a linked
@@ -363,7 +353,7 @@ static tp_status_t s_list_dir(const char *dir, char ***names, int **isdir,
              * here by path, before anything is read. stat follows a
              * link, since a linked file is read; a dangling one is left
              * to the read, which names it. */
-            if (!(*isdir)[i] && s_is_image_name(v[i]) && stat(p, &st) == 0 &&
+            if (!(*isdir)[i] && img_is_image_name(v[i]) && stat(p, &st) == 0 &&
                 !S_ISREG(st.st_mode))
                 rc = tp_error(TP_ERR_INVALID, "imagefolder %s: %s is %s, not a regular "
                               "file (remove it, or rename it without an image "
@@ -410,17 +400,10 @@ static tp_status_t s_walk(files_t *self, const char *dir, int32_t label,
                           dir);
             break;
         }
-        const char *kind = isdir[i] ? NULL : s_other_image_kind(names[i]);
         if (isdir[i])
             rc = s_walk(self, p, label, depth + 1, &me);
-        else if (s_is_image_name(names[i]))
+        else if (img_is_image_name(names[i]))
             rc = s_files_add(self, p, label);
-        else if (kind)
-            rc = tp_error(TP_ERR_FORMAT, "imagefolder: %s is a %s file; towerpack "
-                          "reads JPEG and PNG only (torchvision also takes .bmp "
-                          ".webp .tif .tiff .pgm .ppm): convert such files to PNG "
-                          "(ImageMagick: mogrify -format png *%s) or move them "
-                          "out (docs/images.md)", p, kind, strrchr(names[i], '.'));
     }
     s_free_names(names, isdir, n);
     return rc;
@@ -461,7 +444,7 @@ tp_dataflow_t *tp_df_image_folder(const char *dir,
          * classes"): a class no image can teach is a mistake in the folder */
         if (rc == TP_OK && self->n == before)
             rc = tp_error(TP_ERR_NOT_FOUND, "imagefolder %s: the class folder %s "
-                          "holds no images (.jpg .jpeg .png)", dir, p);
+                          "holds no images (" IMG_EXTENSIONS_TEXT ")", dir, p);
         if (off < sizeof table - 1) {
             int k = snprintf(table + off, sizeof table - off, "%s%d=%s",
                              off ? " " : "", ncls, names[i]);
@@ -499,7 +482,7 @@ static int s_first_image(const char *dir, char *out, size_t size, int depth,
             continue;
         if (isdir[i])
             found = s_first_image(p, out, size, depth + 1, &me);
-        else if (s_is_image_name(names[i]) && strlen(p) < size) {
+        else if (img_is_image_name(names[i]) && strlen(p) < size) {
             strcpy(out, p);
             found = 1;
         }

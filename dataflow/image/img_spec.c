@@ -21,6 +21,7 @@
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/image.h>
 #include "dataflow/df_internal.h"
+#include "dataflow/image/img_formats.h"
 
 static int s_flag(const char *v) {
     return !v || !(!strcmp(v, "0") || !strcmp(v, "false") ||
@@ -286,7 +287,7 @@ static void s_cifar_names(const char *path, const char *file, tp_image_source_in
     fclose(f);
 }
 
-/* The first (in directory order) .jpg .jpeg .png file right in `dir`,
+/* The first (in directory order) image file (img_is_image_name) right in `dir`,
  * not hidden, into out: 1 if one was found. */
 static int s_first_file_image(const char *dir, char *out, size_t size) {
     DIR *d = opendir(dir);
@@ -295,10 +296,7 @@ static int s_first_file_image(const char *dir, char *out, size_t size) {
     struct dirent *e;
     int found = 0;
     while (!found && (e = readdir(d))) {
-        const char *dot = strrchr(e->d_name, '.');
-        if (e->d_name[0] == '.' || !dot ||
-            (strcasecmp(dot, ".jpg") && strcasecmp(dot, ".jpeg") &&
-             strcasecmp(dot, ".png")))
+        if (e->d_name[0] == '.' || !img_is_image_name(e->d_name))
             continue;
         struct stat st;
         if ((size_t)snprintf(out, size, "%s/%s", dir, e->d_name) < size &&
@@ -324,8 +322,8 @@ tp_status_t tp_image_source_info(const char *source, tp_image_source_info_t *inf
         TP_TRY(tp_image_folder_classes(a.path, &info->classes, &n, first, sizeof first));
         info->nclasses = n;
         if (!first[0])
-            return tp_error(TP_ERR_NOT_FOUND, "imagefolder %s: no images (.jpg "
-                            ".jpeg .png) in its class folders", a.path);
+            return tp_error(TP_ERR_NOT_FOUND, "imagefolder %s: no images ("
+                            IMG_EXTENSIONS_TEXT ") in its class folders", a.path);
         TP_TRY(s_peek_channels(first, &info->channels));
         /* A grey first image may be a grey JPEG in a colour folder: colour
          * if any class's first image is colour (torchvision makes them all

@@ -1,11 +1,14 @@
-/* towerpack: images (dataflow/image/): JPEG and PNG decoding, image-folder,
+/* towerpack: images (dataflow/image/): JPEG, PNG, WebP, TIFF, BMP and
+ * PGM/PPM decoding (the formats of torchvision's ImageFolder), image-folder,
  * list-file, encoded-record and CIFAR sources, and tensorpack's image
  * augmentors (imgaug) beyond the four of dataflow_lib.h.
  *
  * Images are uint8 tensors, [H,W] for grey (as the IDX sources yield) and
  * [H,W,C] for RGB (C 3) and RGBA (C 4), row-major, channels interleaved.
- * JPEG is decoded by libjpeg-turbo (TurboJPEG API), PNG by libpng; the file
- * type comes from the bytes (magic), never from the file name. */
+ * JPEG is decoded by libjpeg-turbo (TurboJPEG API), PNG by libpng, WebP by
+ * libwebp, TIFF by libtiff, BMP and PGM/PPM by stb_image; the file type
+ * comes from the bytes (magic), never from the file name (docs/images.md
+ * says what of each format is read and what is refused). */
 #ifndef TOWERPACK_IMAGE_H
 #define TOWERPACK_IMAGE_H
 
@@ -63,8 +66,8 @@ typedef void (*tp_image_pick_fn)(void *user, int height, int width, int rect[4])
  * chooses: the pixels a whole decode has there, byte for byte. A JPEG is
  * decoded only over the rectangle's rows and columns and a margin of 32
  * pixels (libjpeg-turbo's cropping and skipping: what DALI's fused decode
- * and random crop saves); CMYK, EXIF-rotated JPEGs and PNGs are decoded
- * whole, then cut. Damage in a JPEG's rows below the band goes unseen. A
+ * and random crop saves); CMYK, EXIF-rotated JPEGs and the other formats
+ * are decoded whole, then cut. Damage in a JPEG's rows below the band goes unseen. A
  * rectangle outside the image is TP_ERR_INVALID. */
 tp_status_t tp_image_decode_region(const void *data, size_t size,
                                    const tp_image_opts_t *opts, const char *name,
@@ -111,7 +114,8 @@ void tp_image_source_opts_init(tp_image_source_opts_t *opts);
 
 /* torchvision's ImageFolder: DIR/<class>/<file>, classes sorted by name
  * (strcmp) and numbered from 0; files of every sub-folder (recursively)
- * whose extension is an image's (.jpg .jpeg .png, any case). Datapoints:
+ * whose extension is an image's (torchvision's IMG_EXTENSIONS: .jpg .jpeg
+ * .png .ppm .bmp .pgm .tif .tiff .webp, any case). Datapoints:
  * the image, the class as int32 scalar. The class table is written to the
  * log at INFO. opts NULL: defaults. */
 tp_dataflow_t *tp_df_image_folder(const char *dir,

@@ -154,6 +154,119 @@ def gen(d):
     # a PNG named .jpg: the bytes decide
     Image.fromarray(rgb, "RGB").save(os.path.join(d, "png_named.jpg"), format="PNG")
     ref_pil("png_named", Image.open(os.path.join(d, "png_named.jpg")))
+    gen_formats(d, rgb, grey, alpha)
+
+
+def gen_formats(d, rgb, grey, alpha):
+    """The rest of torchvision's IMG_EXTENSIONS (WebP, TIFF, BMP, PGM, PPM),
+    written by PIL, and PIL's decode of each: NAME.ref as
+    Image.open(f).convert('RGB') ("_rgb"), convert('L') ("_l") or the
+    image's own mode (no suffix). Also mixed/CLASS/ for the folder test:
+    every format in both classes."""
+    def save(name, img, **kw):
+        img.save(os.path.join(d, name), **kw)
+
+    def ref(name, refname, mode=None):
+        im = Image.open(os.path.join(d, name))
+        if mode:
+            im = im.convert(mode)
+        write_raw(os.path.join(d, refname + ".ref"), np.asarray(im))
+
+    rgba = Image.fromarray(np.dstack([rgb, alpha]), "RGBA")
+    im_rgb = Image.fromarray(rgb, "RGB")
+    im_l = Image.fromarray(grey, "L")
+    pal = im_rgb.quantize(colors=37)
+    # WebP: lossless RGB and RGBA, lossy RGB and RGBA (both sides libwebp)
+    save("ll.webp", im_rgb, lossless=True)
+    save("ll_rgba.webp", rgba, lossless=True)
+    save("q80.webp", im_rgb, quality=80)
+    save("q80_rgba.webp", rgba, quality=80)
+    # animated: PIL (and towerpack) give the first frame
+    save("anim.webp", im_rgb, save_all=True, lossless=True, duration=100,
+         append_images=[Image.fromarray(255 - rgb, "RGB")])
+    save("anim_rgba.webp", rgba, save_all=True, lossless=True, duration=100,
+         append_images=[im_rgb.convert("RGBA")])
+    # TIFF: raw, LZW, Deflate, PackBits strips; grey, grey+alpha, RGBA,
+    # palette, 1-bit; JPEG-in-TIFF (YCbCr, libtiff's RGBA path); two pages
+    save("rgb.tif", im_rgb)
+    save("rgb_lzw.tif", im_rgb, compression="tiff_lzw")
+    save("rgb_zip.tiff", im_rgb, compression="tiff_adobe_deflate")
+    save("grey_pb.tif", im_l, compression="packbits")
+    save("la.tif", Image.fromarray(np.dstack([grey, alpha]), "LA"))
+    save("rgba.tif", rgba, compression="tiff_lzw")
+    save("pal.tif", pal)
+    save("bw.tif", Image.fromarray(grey > 128))
+    save("bw_g4.tif", Image.fromarray(grey > 100), compression="group4")
+    save("jpeg.tif", im_rgb, compression="jpeg", quality=90)
+    save("pages.tif", im_rgb, save_all=True, append_images=[im_l.convert("RGB")])
+    save("grey16.tif", Image.fromarray(grey.astype(np.uint16) * 257))
+    # the Orientation tag, 2 to 8: PIL turns a TIFF by it when it opens it
+    from PIL import TiffImagePlugin
+    for o in range(2, 9):
+        ifd = TiffImagePlugin.ImageFileDirectory_v2()
+        ifd[274] = o
+        save("orient%d.tif" % o, im_rgb, compression="tiff_lzw", tiffinfo=ifd)
+    # BMP: 24-bit, 32-bit, 8-bit palette, 8-bit grey, 1-bit; and top-down
+    # (negative height, rows reversed: PIL writes bottom-up only)
+    save("rgb.bmp", im_rgb)
+    save("rgba.bmp", rgba)
+    save("pal.bmp", pal)
+    save("grey.bmp", im_l)
+    save("bw.bmp", Image.fromarray(grey > 128))
+    with open(os.path.join(d, "rgb.bmp"), "rb") as fh:
+        b = bytearray(fh.read())
+    off = int.from_bytes(b[10:14], "little")
+    w = int.from_bytes(b[18:22], "little", signed=True)
+    h = int.from_bytes(b[22:26], "little", signed=True)
+    stride = (w * 3 + 3) // 4 * 4
+    rows = [b[off + i * stride: off + (i + 1) * stride] for i in range(h)]
+    b[22:26] = (-h).to_bytes(4, "little", signed=True)
+    b[off:off + h * stride] = b"".join(reversed(rows))
+    with open(os.path.join(d, "topdown.bmp"), "wb") as fh:
+        fh.write(bytes(b))
+    # PGM (P5) and PPM (P6), maxval 255, one with a comment in the header
+    save("grey.pgm", im_l)
+    save("rgb.ppm", im_rgb)
+    with open(os.path.join(d, "rgb.ppm"), "rb") as fh:
+        p6 = fh.read()
+    with open(os.path.join(d, "comment.ppm"), "wb") as fh:
+        fh.write(b"P6\n# made by hand\n" + p6.split(b"\n", 1)[1])
+    with open(os.path.join(d, "max4095.pgm"), "wb") as fh:
+        fh.write(b"P5 4 2 4095\n" + bytes(16))
+    with open(os.path.join(d, "ascii.pgm"), "wb") as fh:
+        fh.write(b"P2 2 1 255\n1 2\n")
+
+    for n in ("ll.webp", "q80.webp", "rgb.tif", "rgb_lzw.tif", "rgb_zip.tiff",
+              "rgba.tif", "pal.tif", "bw.tif", "bw_g4.tif", "jpeg.tif", "la.tif",
+              "pages.tif", "grey_pb.tif", "rgb.bmp", "rgba.bmp", "pal.bmp",
+              "grey.bmp", "bw.bmp", "topdown.bmp", "rgb.ppm", "comment.ppm",
+              "grey.pgm", "ll_rgba.webp", "q80_rgba.webp", "anim.webp",
+              "anim_rgba.webp") + tuple("orient%d.tif" % o for o in range(2, 9)):
+        base = n.replace(".", "_")
+        ref(n, base + "_rgb", "RGB")
+        ref(n, base + "_l", "L")
+        ref(n, base)
+    # TIFF layouts PIL cannot write: written by the C test beforehand
+    for n in ("tiled.tif", "tiled_bl.tif", "planar.tif", "grey4.tif",
+              "strips_bl.tif", "tiled_rt.tif", "tiled_lb.tif"):
+        if os.path.exists(os.path.join(d, n)):
+            base = n.replace(".", "_")
+            ref(n, base + "_rgb", "RGB")
+            ref(n, base + "_l", "L")
+            ref(n, base)
+    # the folder: each format in two classes, the classes' pictures apart
+    for c, img in (("a", im_rgb), ("b", Image.fromarray(255 - rgb, "RGB"))):
+        os.makedirs(os.path.join(d, "mixed", c), exist_ok=True)
+        for ext, kw in ((".webp", {"lossless": True}), (".tif", {}),
+                        (".tiff", {"compression": "tiff_lzw"}), (".bmp", {}),
+                        (".ppm", {}), (".jpg", {"quality": 95}), (".png", {})):
+            img.save(os.path.join(d, "mixed", c, "x" + ext), **kw)
+        img.convert("L").save(os.path.join(d, "mixed", c, "y.pgm"))
+    # folders of one format each, for the source info's channels
+    os.makedirs(os.path.join(d, "webponly", "a"), exist_ok=True)
+    im_rgb.save(os.path.join(d, "webponly", "a", "z.webp"), lossless=True)
+    os.makedirs(os.path.join(d, "pgmonly", "a"), exist_ok=True)
+    im_l.save(os.path.join(d, "pgmonly", "a", "z.pgm"))
 
 
 def rnd(x):
