@@ -24,8 +24,13 @@
  * oneDNN's 2-thread result and the M split's are the 1-thread result bit
  * for bit.
  *
+ * OpenBLAS is the OpenMP build, as towerpack links it (the default
+ * pthread build's idle threads spin beside oneDNN's OpenMP team and
+ * make the 2-thread rows two to ten times slower):
+ *
+ *   B=/usr/lib/x86_64-linux-gnu/openblas-openmp
  *   cc -O2 bench/gpt_products.c -o build/bin/bench-gpt-products -fopenmp \
- *      -ldnnl -lopenblas
+ *      -ldnnl -L$B -Wl,-rpath,$B -lopenblas
  *   OMP_WAIT_POLICY=passive build/bin/bench-gpt-products [--rounds N] [--reps N]
  *      [R C V] */
 #include <cblas.h>
