@@ -1083,8 +1083,14 @@ tp_model_t *tp_model_new(const tp_model_desc_t *desc,
         tp_error(rc, "%s", msg);
         return NULL;
     }
-    TP_INFO("model: %d towers on %d device%s, %d variables (%zu trainable "
-            "floats), %zu bytes planned", m->ntowers, m->nrep,
+    /* no training tower: a predictor's or a sampler's model */
+    char towers[48];
+    if (m->ntowers)
+        snprintf(towers, sizeof towers, "%d tower%s", m->ntowers, m->ntowers > 1 ? "s" : "");
+    else
+        snprintf(towers, sizeof towers, "inference only");
+    TP_INFO("model: %s on %d device%s, %d variables (%zu trainable "
+            "floats), %zu bytes planned", towers, m->nrep,
             m->nrep > 1 ? "s" : "", m->nvars, m->ntrain, m->memory);
     return m;
 }

@@ -1222,10 +1222,11 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     cfg.log_every_n_steps = a->log_every;
     cfg.callbacks = cbs;
     cfg.ncallbacks = 1;
-    printf("tp-train: model %s (%s) on %s %dx%d images, %d tower%s x batch %d, %d epochs "
+    printf("tp-train: model %s (%s) on %s %dx%d images, %d tower%s x batch %d, %d epoch%s "
            "x %lld steps, Adam lr %g beta1 %g per player, logdir %s\n", gz->name, gz->summary,
            channels == 3 ? "colour" : "grey", size, size, a->towers, a->towers > 1 ? "s" : "",
-           a->batch, a->epochs, (long long)cfg.steps_per_epoch, hp[0], hp[1], logdir);
+           a->batch, a->epochs, a->epochs > 1 ? "s" : "", (long long)cfg.steps_per_epoch,
+           hp[0], hp[1], logdir);
     fflush(stdout);
     double t0 = tp_now_s();
     tp_status_t rc = tp_launch_train_with_config(&cfg, NULL);
@@ -2191,18 +2192,18 @@ int main(int argc, char **argv) {
         snprintf(tokens_text, sizeof tokens_text, "GPT-2 BPE tokens, vocabulary %d",
                  (int)a.tokens.vocab);
     if (rank == 0 && a.text)
-        printf("tp-train: model %s, %d layers, %d heads, width %d, context %d (%s), "
-               "dropout %g, %s%d tower%s x batch %d, %d epochs, lr %g (%s), "
-               "logdir %s\n", zoo->name, a.layers, a.heads, a.embed, a.context,
-               tokens_text, a.dropout,
-               ranks_text, a.towers, a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr,
-               a.optimizer, logdir);
+        printf("tp-train: model %s, %d layer%s, %d head%s, width %d, context %d (%s), "
+               "dropout %g, %s%d tower%s x batch %d, %d epoch%s, lr %g (%s), "
+               "logdir %s\n", zoo->name, a.layers, a.layers > 1 ? "s" : "", a.heads,
+               a.heads > 1 ? "s" : "", a.embed, a.context, tokens_text, a.dropout,
+               ranks_text, a.towers, a.towers > 1 ? "s" : "", a.batch, a.epochs,
+               a.epochs > 1 ? "s" : "", a.lr, a.optimizer, logdir);
     else if (rank == 0)
         printf("tp-train: model %s (%s), %dx%d images (%s), %d classes, %s%d tower%s x batch "
-               "%d, %d epochs, lr %g (%s), logdir %s\n", zoo->name, zoo->summary, a.image_size,
+               "%d, %d epoch%s, lr %g (%s), logdir %s\n", zoo->name, zoo->summary, a.image_size,
                a.image_size, a.info.channels == 3 ? "colour" : "grey", a.info.nclasses,
-               ranks_text, a.towers,
-               a.towers > 1 ? "s" : "", a.batch, a.epochs, a.lr, a.optimizer, logdir);
+               ranks_text, a.towers, a.towers > 1 ? "s" : "", a.batch, a.epochs,
+               a.epochs > 1 ? "s" : "", a.lr, a.optimizer, logdir);
     if (rank == 0 && s_dist) {  /* issue 47: what one step of the job is */
         int group = nranks * a.towers;
         printf("tp-train: total batch %d = %d ranks x %d tower%s x batch %d; data: %s", group *
