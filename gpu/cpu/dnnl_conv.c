@@ -1089,6 +1089,33 @@ static int s_is_wblk(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *m
     return 0;
 }
 
+/* ---- an output added in its own layout ------------------------------------- */
+
+/* dst += src over n floats: a gradient added to (dx_acc) whose layout is
+ * already the primitive's (a blocked chain's dx at a block's input, which
+ * the shortcut's or the skip's gradient reached first). oneDNN's reorder
+ * with a sum post-op between two equal layouts is its generic one
+ * (simple:any, one element at a time): 0.2 ms for ResNet-18's 16 x 64 x
+ * 28 x 28, where this vector loop streams. One rounding, as the sum
+ * post-op's: bit for bit. Floats [lo, hi). */
+typedef struct {
+    const float *src;
+    float *dst;
+} s_add_t;
+
+S_O3 static void s_add_range(void *arg, size_t lo, size_t hi) {
+    const s_add_t *a = arg;
+    const float *restrict src = a->src;
+    float *restrict dst = a->dst;
+    for (size_t i = lo; i < hi; i++)
+        dst[i] += src[i];
+}
+
+static void s_add(const float *src, float *dst, size_t n) {
+    s_add_t a = {src, dst};
+    tp_cpu_parallel(n, 16, 16384, s_add_range, &a);
+}
+
 /* ---- running a pass -------------------------------------------------------- */
 
 /* Runs pass p with its rooms at `rooms`: user[i] is argument i's buffer in
@@ -1168,6 +1195,10 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
         }
         if (a->wblk && s_blk16_own()) {
             s_wblk(a->user.dims, room[i], user[i], 0, 1, acc[i]);
+            continue;
+        }
+        if (a->same && s_blk16_own()) { /* added (a stored one went straight) */
+            s_add(room[i], user[i], dnnl_memory_desc_get_size(&a->md) / sizeof(float));
             continue;
         }
         dnnl_memory_t u = NULL;
