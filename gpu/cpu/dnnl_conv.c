@@ -11,16 +11,19 @@
  * its workspaces, and keeps them in the backend's cache until the backend
  * is destroyed (the thread count too: oneDNN splits the work for it); a
  * 3x3 stride-1 conv's are oneDNN's Winograd where that measured faster
- * (TP_CPU_CONV_ALG, s_winograd), the rest its direct algorithm. The
+ * (TP_CPU_CONV_ALG, s_winograd; on a 4x4 output the backward-weights
+ * alone, s_winograd_weights), the rest its direct algorithm. The
  * primitives run on the op's plain NCHW / OIHW buffers: with
  * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
  * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every
  * argument is reordered at the op's edges, in and out, into room of the
  * op's workspace (an activation between NCHW and nChw16c by s_blk16, one
- * AVX-512 transpose pass of ours; the rest by oneDNN's reorders); with
- * TP_CPU_CONV=dnnl-plain the primitives themselves take plain layouts. A
- * gradient that is added to (dx_acc) is added by that pass, or by a
- * reorder with oneDNN's sum post-op. A folded relu's backward masks dy in
+ * AVX-512 transpose pass of ours; OIHW weights and their gradient between
+ * plain and 16 x 16 blocks by s_wblk, the same kind of pass; the rest by
+ * oneDNN's reorders); with TP_CPU_CONV=dnnl-plain the primitives
+ * themselves take plain layouts. A gradient that is added to (dx_acc) is
+ * added by those passes, by s_add where its layout is the primitive's
+ * already, or by a reorder with oneDNN's sum post-op. A folded relu's backward masks dy in
  * the pass that reorders it (tp_dnnl_conv_backward_relu). The scratchpad is the user's (the op's workspace too), so a
  * step allocates no compute memory and two towers can run one primitive at
  * once (a primitive is safe to execute from several threads; what each run
@@ -469,7 +472,7 @@ static tp_status_t s_conv_pds(const tp_dnnl_conv_t *self, const s_geom_t *k,
  * (0.44-0.80x direct's CPU time) on an output larger than 4x4; direct for
  * the few-channel first layers (1 or 3 -> 32: 1.6-3.4x slower, the image
  * padded to 16 channels), 16 channels (1.1x) and ResNet-18's 4x4 stage 4
- * (one output tile: 1.0-1.1x). A rule of the geometry alone, not a timing,
+ * (one output tile: 1.0-1.1x; but see s_winograd_weights). A rule of the geometry alone, not a timing,
  * so the towers of a run, and a run and its resume, choose alike. */
 static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
     if (self->alg == S_ALG_DIRECT || self->path == TP_CPU_CONV_DNNL_PLAIN)
