@@ -23,8 +23,9 @@
  * oneDNN's reorders); with TP_CPU_CONV=dnnl-plain the primitives
  * themselves take plain layouts. A gradient that is added to (dx_acc) is
  * added by those passes, by s_add where its layout is the primitive's
- * already, or by a reorder with oneDNN's sum post-op. A folded relu's backward masks dy in
- * the pass that reorders it (tp_dnnl_conv_backward_relu). The scratchpad is the user's (the op's workspace too), so a
+ * already, or by a reorder with oneDNN's sum post-op. A folded relu's
+ * backward masks dy in the pass that reorders it
+ * (tp_dnnl_conv_backward_relu). The scratchpad is the user's (the op's workspace too), so a
  * step allocates no compute memory and two towers can run one primitive at
  * once (a primitive is safe to execute from several threads; what each run
  * writes is in its own node's workspace).
@@ -472,8 +473,9 @@ static tp_status_t s_conv_pds(const tp_dnnl_conv_t *self, const s_geom_t *k,
  * (0.44-0.80x direct's CPU time) on an output larger than 4x4; direct for
  * the few-channel first layers (1 or 3 -> 32: 1.6-3.4x slower, the image
  * padded to 16 channels), 16 channels (1.1x) and ResNet-18's 4x4 stage 4
- * (one output tile: 1.0-1.1x; but see s_winograd_weights). A rule of the geometry alone, not a timing,
- * so the towers of a run, and a run and its resume, choose alike. */
+ * (one output tile: 1.0-1.1x; but see s_winograd_weights). A rule of the
+ * geometry alone, not a timing, so the towers of a run, and a run and its
+ * resume, choose alike. */
 static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
     if (self->alg == S_ALG_DIRECT || self->path == TP_CPU_CONV_DNNL_PLAIN)
         return 0;
