@@ -524,7 +524,7 @@ static const geom_t s_resnet_geoms[] = {
     {2, 64, 28, 28, 64, 3, 1, 1, 1, 1, 0, 0, 0},  /* ResNet-18 at 112 px: stage 1 */
     {2, 128, 14, 14, 128, 3, 1, 1, 1, 1, 0, 0, 0}, /* stage 2 */
     {2, 256, 7, 7, 256, 3, 1, 1, 1, 1, 0, 0, 0},   /* stage 3 */
-    {1, 512, 4, 4, 512, 3, 1, 1, 1, 1, 1, 0, 0},   /* stage 4, with a bias: auto direct */
+    {1, 512, 4, 4, 512, 3, 1, 1, 1, 1, 1, 0, 0},   /* stage 4, with a bias: auto direct but dW */
 };
 
 Test(dnnl_conv, winograds_error_against_float64_is_within_its_bound_on_resnet_shapes) {
