@@ -306,9 +306,11 @@ Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_plain_kernel) {
 
 Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
     /* the activations' reorders at the op's edges (s_blk16: x in, y and
-     * dx out, stored and added) in AVX-512 and in plain loops against
-     * oneDNN's own (TP_CPU_BLK16=dnnl), on images whose pixels are and
-     * are not a multiple of 16 */
+     * dx out, stored and added) and the weights' (s_wblk: W in for the
+     * forward and for the backward-data, each its own layout; dW out,
+     * stored and added) in AVX-512 and in plain loops against oneDNN's own
+     * (TP_CPU_BLK16=dnnl), on images whose pixels are and are not a
+     * multiple of 16 */
     const geom_t gs[] = {{4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},
                          {2, 32, 14, 14, 64, 3, 1, 1, 1, 1, 1, 0, 0},
                          {2, 16, 8, 8, 16, 3, 2, 0, 1, 1, 1, 0, 0}};
