@@ -1,4 +1,4 @@
-/* bench/images/resnet18_step.c: one thread's CPU time for a zoo model's
+/* bench/images/resnet18_step.c: the process's CPU time (one thread by default) for a zoo model's
  * training step (forward, backward, SGD update; no input pipeline), the
  * figure that a shared machine's load does not move much: a process's CPU
  * clock runs only while it runs. bench/images/resnet18_step.sh builds it
@@ -6,7 +6,8 @@
  * (resnet18_step_torch.py).
  *
  *   resnet18_step [--model resnet18] [--size 112] [--batch 16] [--classes 3]
- *                 [--channels 3] [--warmup 2] [--steps 6] [--profile] [--profile-nodes]
+ *                 [--channels 3] [--warmup 2] [--steps 6] [--threads 1] [--profile]
+ *                 [--profile-nodes]
  *
  * uint8 images of random pixels (--channels 1: grey, as Fashion-MNIST's
  * `--model resnet --size 28 --channels 1 --classes 10 --batch 128`),
@@ -47,6 +48,7 @@ static int s_cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *name = "resnet18";
     int size = 112, batch = 16, classes = 3, channels = 3, warmup = 2, steps = 6, profile = 0;
+    int threads = 1; /* the backend's (its OpenMP team's); PyTorch's twin takes it too */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--profile"))
@@ -67,6 +69,8 @@ int main(int argc, char **argv) {
             warmup = atoi(argv[++i]);
         else if (v && !strcmp(argv[i], "--steps"))
             steps = atoi(argv[++i]);
+        else if (v && !strcmp(argv[i], "--threads"))
+            threads = atoi(argv[++i]);
         else {
             fprintf(stderr, "resnet18_step: unknown or incomplete option '%s'\n", argv[i]);
             return 2;
@@ -74,8 +78,8 @@ int main(int argc, char **argv) {
     }
     enum { MAX_STEPS = 1000 };
     if (size < 1 || batch < 1 || classes < 2 || (channels != 1 && channels != 3) || warmup < 0 ||
-        steps < 1 || steps > MAX_STEPS) {
-        fprintf(stderr, "resnet18_step: bad --size/--batch/--classes/--channels/--warmup/--steps\n");
+        steps < 1 || steps > MAX_STEPS || threads < 1 || threads > 64) {
+        fprintf(stderr, "resnet18_step: bad --size/--batch/--classes/--channels/--warmup/--steps/--threads\n");
         return 2;
     }
     const tp_zoo_model_t *zm = tp_zoo_find(name);
@@ -90,7 +94,7 @@ int main(int argc, char **argv) {
     tp_model_desc_t md = {desc, 2, zm->build, s_sgd, &opt};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = batch;
-    cfg.threads = 1;
+    cfg.threads = threads;
     tp_model_t *m = tp_model_new(&md, &cfg);
     if (!m) {
         fprintf(stderr, "resnet18_step: %s\n", tp_last_error());

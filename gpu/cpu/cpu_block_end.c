@@ -414,17 +414,24 @@ size_t tp_cpu_block_end_workspace(const tp_op_call_t *c) {
     return 2 * (size_t)(x->ndim > 1 ? x->d[1] : 1) * sizeof(float);
 }
 
-tp_status_t tp_cpu_block_end_forward(const tp_op_call_t *c) {
-    TP_TRY(s_check(c));
+/* One pass of c over its channels (16 at a time when blocked): the forward
+ * and the backward differ only in the three kernels they hand in. */
+static tp_status_t s_dispatch(const tp_op_call_t *c, tp_cpu_range_fn plain,
+                              tp_cpu_range_fn blk, tp_cpu_range_fn blk512) {
     s_args_t a;
     s_args(c, &a);
     if (a.n == 0 || a.sp == 0)
         return TP_OK;
     if (a.blk)
-        tp_cpu_parallel((size_t)(a.ch / 16), 1, 1, s_avx512() ? s_fwd16_avx512 : s_fwd16, &a);
+        tp_cpu_parallel((size_t)(a.ch / 16), 1, 1, s_avx512() ? blk512 : blk, &a);
     else
-        tp_cpu_parallel((size_t)a.ch, 1, 1, s_fwd1, &a);
+        tp_cpu_parallel((size_t)a.ch, 1, 1, plain, &a);
     return TP_OK;
+}
+
+tp_status_t tp_cpu_block_end_forward(const tp_op_call_t *c) {
+    TP_TRY(s_check(c));
+    return s_dispatch(c, s_fwd1, s_fwd16, s_fwd16_avx512);
 }
 
 tp_status_t tp_cpu_block_end_backward(const tp_op_call_t *c) {
@@ -432,13 +439,5 @@ tp_status_t tp_cpu_block_end_backward(const tp_op_call_t *c) {
     if (!c->attr->training)
         return tp_error(TP_ERR_UNSUPPORTED, "%s: the backward of an inference-mode block "
                         "end (batch norm + add) is not planned (cpu_block_end.c)", c->name);
-    s_args_t a;
-    s_args(c, &a);
-    if (a.n == 0 || a.sp == 0)
-        return TP_OK;
-    if (a.blk)
-        tp_cpu_parallel((size_t)(a.ch / 16), 1, 1, s_avx512() ? s_bwd16_avx512 : s_bwd16, &a);
-    else
-        tp_cpu_parallel((size_t)a.ch, 1, 1, s_bwd1, &a);
-    return TP_OK;
+    return s_dispatch(c, s_bwd1, s_bwd16, s_bwd16_avx512);
 }

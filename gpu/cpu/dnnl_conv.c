@@ -11,17 +11,21 @@
  * its workspaces, and keeps them in the backend's cache until the backend
  * is destroyed (the thread count too: oneDNN splits the work for it); a
  * 3x3 stride-1 conv's are oneDNN's Winograd where that measured faster
- * (TP_CPU_CONV_ALG, s_winograd), the rest its direct algorithm. The
+ * (TP_CPU_CONV_ALG, s_winograd; on a 4x4 output the backward-weights
+ * alone, s_winograd_weights), the rest its direct algorithm. The
  * primitives run on the op's plain NCHW / OIHW buffers: with
  * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
  * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every
  * argument is reordered at the op's edges, in and out, into room of the
  * op's workspace (an activation between NCHW and nChw16c by s_blk16, one
- * AVX-512 transpose pass of ours; the rest by oneDNN's reorders); with
- * TP_CPU_CONV=dnnl-plain the primitives themselves take plain layouts. A
- * gradient that is added to (dx_acc) is added by that pass, or by a
- * reorder with oneDNN's sum post-op. A folded relu's backward masks dy in
- * the pass that reorders it (tp_dnnl_conv_backward_relu). The scratchpad is the user's (the op's workspace too), so a
+ * AVX-512 transpose pass of ours; OIHW weights and their gradient between
+ * plain and 16 x 16 blocks by s_wblk, the same kind of pass; the rest by
+ * oneDNN's reorders); with TP_CPU_CONV=dnnl-plain the primitives
+ * themselves take plain layouts. A gradient that is added to (dx_acc) is
+ * added by those passes, by s_add where its layout is the primitive's
+ * already, or by a reorder with oneDNN's sum post-op. A folded relu's
+ * backward masks dy in the pass that reorders it
+ * (tp_dnnl_conv_backward_relu). The scratchpad is the user's (the op's workspace too), so a
  * step allocates no compute memory and two towers can run one primitive at
  * once (a primitive is safe to execute from several threads; what each run
  * writes is in its own node's workspace).
@@ -79,6 +83,8 @@ typedef struct {
     int blk16;                     /* plain NCHW <-> nChw16c: s_blk16 */
     int nhwc;                      /* an input NHWC -> the primitive's plain
                                       NCHW: s_nhwc (a folded transpose) */
+    int wblk;                      /* plain OIHW weights <-> blocked: s_wblk
+                                      (1: ABcd16b16a, 2: ABcd16a16b) */
     dnnl_memory_desc_t user, md;   /* plain layout; the primitive's */
     dnnl_primitive_t in;           /* user -> md (inputs, layouts differ) */
     dnnl_primitive_t put[2];       /* md -> user: [0] store, [1] add (sum) */
@@ -329,6 +335,7 @@ static tp_status_t s_reorder(const tp_dnnl_conv_t *self, const dnnl_memory_desc_
 
 static int s_is_blk16(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md);
 static int s_is_nhwc(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md);
+static int s_is_wblk(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md, int out);
 
 /* Argument `arg` of the pass: its plain layout `user` and the primitive's
  * (queried from pd); `addable` outputs always get room (they may be added
@@ -350,6 +357,7 @@ static tp_status_t s_arg(const tp_dnnl_conv_t *self, s_pass_t *p,
     a->room = !same || addable;
     a->blk16 = !same && s_is_blk16(&a->user, &a->md);
     a->nhwc = !same && !out && s_is_nhwc(&a->user, &a->md);
+    a->wblk = same ? 0 : s_is_wblk(&a->user, &a->md, out);
     if (!same && !out)
         TP_TRY(s_reorder(self, &a->user, &a->md, 0, name, &a->in));
     if (out && (!same || addable)) {
@@ -465,8 +473,9 @@ static tp_status_t s_conv_pds(const tp_dnnl_conv_t *self, const s_geom_t *k,
  * (0.44-0.80x direct's CPU time) on an output larger than 4x4; direct for
  * the few-channel first layers (1 or 3 -> 32: 1.6-3.4x slower, the image
  * padded to 16 channels), 16 channels (1.1x) and ResNet-18's 4x4 stage 4
- * (one output tile: 1.0-1.1x). A rule of the geometry alone, not a timing,
- * so the towers of a run, and a run and its resume, choose alike. */
+ * (one output tile: 1.0-1.1x; but see s_winograd_weights). A rule of the
+ * geometry alone, not a timing, so the towers of a run, and a run and its
+ * resume, choose alike. */
 static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
     if (self->alg == S_ALG_DIRECT || self->path == TP_CPU_CONV_DNNL_PLAIN)
         return 0;
@@ -477,6 +486,21 @@ static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
         return 1;
     return k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C && k->oh > S_WINO_MIN_HW &&
            k->ow > S_WINO_MIN_HW;
+}
+
+/* Whether geometry k, direct by s_winograd, still takes Winograd for its
+ * backward-weights pass alone (auto only): an output of exactly 4x4 (one
+ * F(4x4, 3x3) tile an image: ResNet-18's stage 4 at 112 px), at least 32
+ * channels in and out. There oneDNN's Winograd forward and backward-data
+ * tie with direct (7.6-8.7 against 7.7-8.2 ms on 16 x 512 -> 512, one
+ * thread) but its backward-weights took 8.3-8.5 ms against direct's
+ * 10.9-11.0 (docs/performance.md, "The ResNet-18 step per layer"). */
+static int s_winograd_weights(const tp_dnnl_conv_t *self, const s_geom_t *k) {
+    if (self->alg != S_ALG_AUTO || self->path == TP_CPU_CONV_DNNL_PLAIN || s_deconv(k))
+        return 0;
+    return k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 && k->dh == 1 &&
+           k->dw == 1 && k->g == 1 && k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C &&
+           k->oh == S_WINO_MIN_HW && k->ow == S_WINO_MIN_HW;
 }
 
 /* The three passes of geometry k into e (e->ok 0: some pass unimplemented). */
@@ -544,6 +568,18 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
             rc = s_pd(self, &dd, fpd, &dpd, &ok, 0, name);
         if (rc == TP_OK && ok)
             rc = s_pd(self, &wd, fpd, &wpd, &ok, 0, name);
+        dnnl_convolution_desc_t ww;
+        dnnl_primitive_desc_t wino = NULL;
+        int wok = 0;
+        if (rc == TP_OK && ok && s_winograd_weights(self, k) &&
+            dnnl_dilated_convolution_backward_weights_desc_init(
+                &ww, dnnl_convolution_winograd, &m.xa, &m.wa, bias, &m.ya, m.strides, m.dil,
+                m.pl, m.pr) == dnnl_success)
+            rc = s_pd(self, &ww, fpd, &wino, &wok, 0, name);
+        if (wok) { /* else the direct pass stays */
+            dnnl_primitive_desc_destroy(wpd);
+            wpd = wino;
+        }
     }
     e->ok = rc == TP_OK && ok;
     if (e->ok) {
@@ -926,6 +962,165 @@ static int s_is_nhwc(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *m
            dnnl_memory_desc_equal(&t, md);
 }
 
+/* ---- blocked weights in one pass of our own --------------------------------- */
+
+/* Weights [O, I, KH, KW] (O and I multiples of 16) between the op's plain
+ * OIHW and oneDNN's blocked layouts on AVX-512, in 16 x 16 blocks of
+ * (output, input) per kernel tap: ABcd16b16a (the direct forward's and
+ * every backward-weights' gradient: the outputs innermost) and ABcd16a16b
+ * (the direct backward-data's: the inputs innermost). A convolution
+ * reorders its weights at every call, in for the forward and the
+ * backward-data and its gradient out, because the optimizer updates them
+ * plain; oneDNN's reorder (jit:uni) took 2.0 ms into ABcd16b16a and 2.1 ms
+ * out of it (added) on each of ResNet-18's 512 x 512 x 3 x 3 (9.4 MB):
+ * 23 ms of the 112 px step, 7%, most of it on stage 4, whose weights are
+ * 18x its activations at batch 16 (docs/performance.md, "The ResNet-18
+ * step per layer"). This pass takes a tile of 16 outputs x 16 inputs (16
+ * rows of 16 * KH * KW contiguous floats: 9 KB for 3x3) and transposes
+ * it 16 x 16 in registers (s_tr16). Exact copies, an add one rounding as
+ * oneDNN's sum post-op: bit for bit oneDNN's reorder. Tiles [lo, hi) of
+ * the O/16 x I/16. */
+typedef struct {
+    const float *src;
+    float *dst;
+    size_t ib, hw;  /* I / 16, KH * KW */
+    int io;         /* ABcd16a16b (in only); else ABcd16b16a */
+    int out, add;   /* blocked -> plain; added to dst (out only) */
+} s_wblk_t;
+
+static void s_wblk_plain(const s_wblk_t *a, size_t lo, size_t hi) {
+    const size_t hw = a->hw, row = a->ib * 16 * hw;
+    for (size_t r = lo; r < hi; r++) {
+        const size_t pl = (r / a->ib) * 16 * row + (r % a->ib) * 16 * hw, bl = r * hw * 256;
+        for (size_t o = 0; o < 16; o++)
+            for (size_t i = 0; i < 16; i++)
+                for (size_t s = 0; s < hw; s++) {
+                    const size_t at = pl + o * row + i * hw + s;
+                    const size_t b = bl + (s * 16 + (a->io ? o : i)) * 16 + (a->io ? i : o);
+                    if (a->out)
+                        a->dst[at] = a->add ? a->dst[at] + a->src[b] : a->src[b];
+                    else
+                        a->dst[b] = a->src[at];
+                }
+    }
+}
+
+__attribute__((target("avx512f"))) S_O3 static void s_wblk_avx512(const s_wblk_t *a, size_t lo,
+                                                             size_t hi) {
+    const size_t hw = a->hw, row = a->ib * 16 * hw;
+    for (size_t r = lo; r < hi; r++) {
+        const size_t pl = (r / a->ib) * 16 * row + (r % a->ib) * 16 * hw, bl = r * hw * 256;
+        __m512 v[16], t[16];
+        if (a->io) {
+            /* output o's [16 inputs][hw] -> [hw][16 inputs], 16 taps a time */
+            for (size_t o = 0; o < 16; o++)
+                for (size_t p = 0; p < hw; p += 16) {
+                    const size_t left = hw - p < 16 ? hw - p : 16;
+                    const __mmask16 lm = (__mmask16)((1u << left) - 1u);
+                    #pragma GCC unroll 16
+                    for (int i = 0; i < 16; i++)
+                        v[i] = _mm512_maskz_loadu_ps(lm, a->src + pl + o * row + (size_t)i * hw + p);
+                    s_tr16(v, t);
+                    #pragma GCC unroll 16
+                    for (size_t j = 0; j < 16; j++)
+                        if (j < left)
+                            _mm512_storeu_ps(a->dst + bl + ((p + j) * 16 + o) * 16, t[j]);
+                }
+            continue;
+        }
+        /* the tile as 16 rows (outputs) of 16 * hw columns k = input * hw +
+         * tap; column k is 16 outputs at block row tap * 16 + input */
+        for (size_t k0 = 0; k0 < 16 * hw; k0 += 16) {
+            if (!a->out) {
+                #pragma GCC unroll 16
+                for (int o = 0; o < 16; o++)
+                    v[o] = _mm512_loadu_ps(a->src + pl + (size_t)o * row + k0);
+                s_tr16(v, t);
+                #pragma GCC unroll 16
+                for (size_t j = 0; j < 16; j++) {
+                    const size_t k = k0 + j;
+                    _mm512_storeu_ps(a->dst + bl + ((k % hw) * 16 + k / hw) * 16, t[j]);
+                }
+            } else {
+                #pragma GCC unroll 16
+                for (size_t j = 0; j < 16; j++) {
+                    const size_t k = k0 + j;
+                    v[j] = _mm512_loadu_ps(a->src + bl + ((k % hw) * 16 + k / hw) * 16);
+                }
+                s_tr16(v, t);
+                #pragma GCC unroll 16
+                for (int o = 0; o < 16; o++) {
+                    float *at = a->dst + pl + (size_t)o * row + k0;
+                    if (a->add)
+                        t[o] = _mm512_add_ps(_mm512_loadu_ps(at), t[o]);
+                    _mm512_storeu_ps(at, t[o]);
+                }
+            }
+        }
+    }
+}
+
+static void s_wblk_range(void *arg, size_t lo, size_t hi) {
+    if (s_blk16_use512())
+        s_wblk_avx512(arg, lo, hi);
+    else
+        s_wblk_plain(arg, lo, hi);
+}
+
+/* dims [o, i, kh, kw] from src to dst, as s_wblk_t says */
+static void s_wblk(const int64_t *dims, const float *src, float *dst, int io, int out,
+                   int add) {
+    s_wblk_t a = {src, dst, (size_t)dims[1] / 16, (size_t)dims[2] * (size_t)dims[3], io,
+                  out, add};
+    const size_t per = a.hw * 256, min = per >= 16384 ? 1 : 16384 / per;
+    tp_cpu_parallel((size_t)dims[0] / 16 * a.ib, 1, min, s_wblk_range, &a);
+}
+
+/* user is plain OIHW weights (O and I multiples of 16) and md the same in
+ * ABcd16b16a (1) or ABcd16a16b (2, an input's layout only): s_wblk's;
+ * else 0 */
+static int s_is_wblk(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md, int out) {
+    dnnl_memory_desc_t t;
+    if (user->ndims != 4 || user->dims[0] % 16 || user->dims[1] % 16 ||
+        dnnl_memory_desc_init_by_tag(&t, 4, user->dims, dnnl_f32, dnnl_abcd) != dnnl_success ||
+        !dnnl_memory_desc_equal(&t, user))
+        return 0;
+    if (dnnl_memory_desc_init_by_tag(&t, 4, user->dims, dnnl_f32, dnnl_ABcd16b16a) ==
+            dnnl_success && dnnl_memory_desc_equal(&t, md))
+        return 1;
+    if (!out && dnnl_memory_desc_init_by_tag(&t, 4, user->dims, dnnl_f32, dnnl_ABcd16a16b) ==
+            dnnl_success && dnnl_memory_desc_equal(&t, md))
+        return 2;
+    return 0;
+}
+
+/* ---- an output added in its own layout ------------------------------------- */
+
+/* dst += src over n floats: a gradient added to (dx_acc) whose layout is
+ * already the primitive's (a blocked chain's dx at a block's input, which
+ * the shortcut's or the skip's gradient reached first). oneDNN's reorder
+ * with a sum post-op between two equal layouts is its generic one
+ * (simple:any, one element at a time): 0.2 ms for ResNet-18's 16 x 64 x
+ * 28 x 28, where this vector loop streams. One rounding, as the sum
+ * post-op's: bit for bit. Floats [lo, hi). */
+typedef struct {
+    const float *src;
+    float *dst;
+} s_add_t;
+
+S_O3 static void s_add_range(void *arg, size_t lo, size_t hi) {
+    const s_add_t *a = arg;
+    const float *restrict src = a->src;
+    float *restrict dst = a->dst;
+    for (size_t i = lo; i < hi; i++)
+        dst[i] += src[i];
+}
+
+static void s_add(const float *src, float *dst, size_t n) {
+    s_add_t a = {src, dst};
+    tp_cpu_parallel(n, 16, 16384, s_add_range, &a);
+}
+
 /* ---- running a pass -------------------------------------------------------- */
 
 /* Runs pass p with its rooms at `rooms`: user[i] is argument i's buffer in
@@ -972,6 +1167,8 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
             s_blk16(a->user.dims, user[i], NULL, at, 0, 0);
         } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->nhwc) {
             s_nhwc(a->user.dims, user[i], at);
+        } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->wblk && s_blk16_own()) {
+            s_wblk(a->user.dims, user[i], at, a->wblk == 2, 0, 0);
         } else if (!a->out && a->in && !(blk[i] && ready[i])) {
             dnnl_memory_t u = NULL;
             S_CALL(dnnl_memory_create(&u, &a->user, self->engine, user[i]));
@@ -999,6 +1196,14 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
             continue;
         if (a->blk16 && s_blk16_own()) {
             s_blk16(a->user.dims, room[i], NULL, user[i], 1, acc[i]);
+            continue;
+        }
+        if (a->wblk && s_blk16_own()) {
+            s_wblk(a->user.dims, room[i], user[i], 0, 1, acc[i]);
+            continue;
+        }
+        if (a->same && s_blk16_own()) { /* added (a stored one went straight) */
+            s_add(room[i], user[i], dnnl_memory_desc_get_size(&a->md) / sizeof(float));
             continue;
         }
         dnnl_memory_t u = NULL;

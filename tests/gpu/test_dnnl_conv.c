@@ -306,9 +306,11 @@ Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_plain_kernel) {
 
 Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
     /* the activations' reorders at the op's edges (s_blk16: x in, y and
-     * dx out, stored and added) in AVX-512 and in plain loops against
-     * oneDNN's own (TP_CPU_BLK16=dnnl), on images whose pixels are and
-     * are not a multiple of 16 */
+     * dx out, stored and added) and the weights' (s_wblk: W in for the
+     * forward and for the backward-data, each its own layout; dW out,
+     * stored and added) in AVX-512 and in plain loops against oneDNN's own
+     * (TP_CPU_BLK16=dnnl), on images whose pixels are and are not a
+     * multiple of 16 */
     const geom_t gs[] = {{4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},
                          {2, 32, 14, 14, 64, 3, 1, 1, 1, 1, 1, 0, 0},
                          {2, 16, 8, 8, 16, 3, 2, 0, 1, 1, 1, 0, 0}};
@@ -517,13 +519,14 @@ static double s_err(const float *a, const double *r, size_t n) {
  * 2.3e-6, Winograd 8.9e-7 to 2.9e-6 (float32's epsilon is 1.2e-7; these
  * sums have 288 to 4,608 terms); the bound, 1e-5 for direct and 2e-5 for
  * Winograd, leaves room for other batches and machines. auto's choice
- * (bit for bit) is Winograd's but for the 4x4 stage, direct's. */
+ * (bit for bit) is Winograd's but for the 4x4 stage, direct's forward and
+ * backward-data with Winograd's backward-weights. */
 static const geom_t s_resnet_geoms[] = {
     {2, 32, 28, 28, 32, 3, 1, 1, 1, 1, 0, 0, 0},  /* the zoo resnet's stage 1 */
     {2, 64, 28, 28, 64, 3, 1, 1, 1, 1, 0, 0, 0},  /* ResNet-18 at 112 px: stage 1 */
     {2, 128, 14, 14, 128, 3, 1, 1, 1, 1, 0, 0, 0}, /* stage 2 */
     {2, 256, 7, 7, 256, 3, 1, 1, 1, 1, 0, 0, 0},   /* stage 3 */
-    {1, 512, 4, 4, 512, 3, 1, 1, 1, 1, 1, 0, 0},   /* stage 4, with a bias: auto direct */
+    {1, 512, 4, 4, 512, 3, 1, 1, 1, 1, 1, 0, 0},   /* stage 4, with a bias: auto direct but dW */
 };
 
 Test(dnnl_conv, winograds_error_against_float64_is_within_its_bound_on_resnet_shapes) {
@@ -555,11 +558,16 @@ Test(dnnl_conv, winograds_error_against_float64_is_within_its_bound_on_resnet_sh
         /* Winograd ran (it rounds unlike direct), and auto chose as its rule says */
         cr_assert(memcmp(t[1].y, t[0].y, t[0].ny * sizeof(float)),
                   "%d channels: Winograd's y is direct's bit for bit", g->c);
-        const int want = g->h > 4 ? 1 : 0;
+        /* the 4x4 output: direct forward and backward-data, Winograd's
+         * backward-weights (s_winograd_weights) */
+        const int want = g->h > 4 ? 1 : 0, want_dw = 1;
         cr_assert(!memcmp(t[2].y, t[want].y, t[0].ny * sizeof(float)) &&
-                      !memcmp(t[2].dx, t[want].dx, t[0].nx * sizeof(float)) &&
-                      !memcmp(t[2].dw, t[want].dw, t[0].nw * sizeof(float)),
+                      !memcmp(t[2].dx, t[want].dx, t[0].nx * sizeof(float)),
                   "%d channels: auto did not choose %s", g->c, algs[want]);
+        cr_assert(!memcmp(t[2].dw, t[want_dw].dw, t[0].nw * sizeof(float)),
+                  "%d channels: auto's dW is not Winograd's", g->c);
+        cr_assert(want || memcmp(t[0].dw, t[1].dw, t[0].nw * sizeof(float)),
+                  "%d channels: Winograd's dW is direct's bit for bit", g->c);
         free(y), free(dx), free(dw);
         for (int a = 0; a < 3; a++)
             s_free(&t[a]);
