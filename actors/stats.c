@@ -7,6 +7,7 @@
 #include <czmq.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/clock.h>
@@ -45,6 +46,17 @@ static const uint8_t *s_get(const uint8_t *p, void *v, size_t n) {
     return p + n;
 }
 
+/* A row's 8-byte counters and rates, in wire order after the restarts
+ * field: one table, so the encoder and the decoder cannot disagree. */
+static const size_t s_row_words[] = {
+    offsetof(tp_stats_row_t, msgs_in),    offsetof(tp_stats_row_t, msgs_out),
+    offsetof(tp_stats_row_t, bytes_in),   offsetof(tp_stats_row_t, bytes_out),
+    offsetof(tp_stats_row_t, busy_s),     offsetof(tp_stats_row_t, starved_s),
+    offsetof(tp_stats_row_t, blocked_s),  offsetof(tp_stats_row_t, alive_s),
+    offsetof(tp_stats_row_t, queue_fill), offsetof(tp_stats_row_t, msgs_per_s),
+    offsetof(tp_stats_row_t, mb_per_s),
+};
+
 tp_status_t tp_stats_encode(const tp_stats_snapshot_t *snap, void **buf,
                             size_t *size) {
     *buf = NULL;
@@ -79,17 +91,8 @@ tp_status_t tp_stats_encode(const tp_stats_snapshot_t *snap, void **buf,
         *p++ = r->state;
         p += 3;
         p = s_put(p, &r->restarts, 4);
-        p = s_put(p, &r->msgs_in, 8);
-        p = s_put(p, &r->msgs_out, 8);
-        p = s_put(p, &r->bytes_in, 8);
-        p = s_put(p, &r->bytes_out, 8);
-        p = s_put(p, &r->busy_s, 8);
-        p = s_put(p, &r->starved_s, 8);
-        p = s_put(p, &r->blocked_s, 8);
-        p = s_put(p, &r->alive_s, 8);
-        p = s_put(p, &r->queue_fill, 8);
-        p = s_put(p, &r->msgs_per_s, 8);
-        p = s_put(p, &r->mb_per_s, 8);
+        for (size_t k = 0; k < sizeof s_row_words / sizeof *s_row_words; k++)
+            p = s_put(p, (const char *)r + s_row_words[k], 8);
         float f = (float)r->busy_pct;
         p = s_put(p, &f, 4);
         f = (float)r->starved_pct;
@@ -194,17 +197,8 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
             return s_bad(snap, "reserved bytes not zero", i);
         p += 3;
         p = s_get(p, &r->restarts, 4);
-        p = s_get(p, &r->msgs_in, 8);
-        p = s_get(p, &r->msgs_out, 8);
-        p = s_get(p, &r->bytes_in, 8);
-        p = s_get(p, &r->bytes_out, 8);
-        p = s_get(p, &r->busy_s, 8);
-        p = s_get(p, &r->starved_s, 8);
-        p = s_get(p, &r->blocked_s, 8);
-        p = s_get(p, &r->alive_s, 8);
-        p = s_get(p, &r->queue_fill, 8);
-        p = s_get(p, &r->msgs_per_s, 8);
-        p = s_get(p, &r->mb_per_s, 8);
+        for (size_t k = 0; k < sizeof s_row_words / sizeof *s_row_words; k++)
+            p = s_get(p, (char *)r + s_row_words[k], 8);
         float f[3];
         p = s_get(p, f, 12);
         p = s_get(p, &r->pid, 4);
