@@ -8,6 +8,7 @@
 #include <towerpack/callback.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include "pipeline/callbacks/cb_internal.h"
 
 double tp_bits_per_byte(double nats_per_token, double bytes_per_token) {
     if (!(bytes_per_token > 0))
@@ -57,11 +58,9 @@ tp_callback_t *tp_cb_token_throughput(int64_t tokens_per_sample) {
                  (long long)tokens_per_sample);
         return NULL;
     }
-    s_tokens_t *t = calloc(1, sizeof *t);
-    if (!t) {
-        tp_error(TP_ERR_NOMEM, "TokenThroughput");
+    s_tokens_t *t = tp_cb_impl_alloc(sizeof *t, "TokenThroughput");
+    if (!t)
         return NULL;
-    }
     t->tokens_per_sample = tokens_per_sample;
     return tp_callback_new(&s_tokens_ops, t, 0);
 }
@@ -93,11 +92,9 @@ tp_callback_t *tp_cb_bits_per_byte(const char *cost, const char *out,
                  "different names of 1..63 characters)", cost, out);
         return NULL;
     }
-    s_bpb_t *b = calloc(1, sizeof *b);
-    if (!b) {
-        tp_error(TP_ERR_NOMEM, "BitsPerByte");
+    s_bpb_t *b = tp_cb_impl_alloc(sizeof *b, "BitsPerByte");
+    if (!b)
         return NULL;
-    }
     snprintf(b->cost, sizeof b->cost, "%s", cost);
     snprintf(b->out, sizeof b->out, "%s", out);
     b->bytes_per_token = bytes_per_token > 0 ? bytes_per_token : 1;
