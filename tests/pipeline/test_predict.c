@@ -270,6 +270,28 @@ typedef struct {
     int index;
 } s_tag_t;
 
+/* Each request answered once (`how`: "called back", "taken") and with
+ * what one predictor says for that request's rows; frees res's lock. */
+static void s_expect_results(const tp_predict_config_t *c, s_results_t *res,
+                             const char *how) {
+    tp_predictor_t *p = tp_predictor_new(c);
+    cr_assert_not_null(p, "%s", tp_last_error());
+    cr_expect_eq(res->failures, 0);
+    for (int i = 0; i < NREQ; i++) {
+        cr_expect_eq(res->calls[i], 1, "request %d %s %d times", i, how, res->calls[i]);
+        tp_tensor_t img, lab, out;
+        s_batch(i * 8, res->rows[i], &img, &lab);
+        cr_assert_eq(tp_predictor_run(p, &img, &out), TP_OK);
+        cr_expect_eq(memcmp(out.data, res->logits[i], out.nbytes), 0,
+                     "request %d got another request's logits", i);
+        tp_tensor_fini(&out);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&lab);
+    }
+    tp_predictor_destroy(&p);
+    pthread_mutex_destroy(&res->mu);
+}
+
 static void s_on_result(tp_status_t st, tp_tensor_t *out, int nout, void *user) {
     s_tag_t *tag = user;
     s_results_t *r = tag->res;
@@ -343,23 +365,7 @@ Test(predict, async_gives_every_result_once_to_its_request) {
     tp_async_predictor_wait(ap);
     tp_async_predictor_destroy(&ap);
     cr_expect_null(ap);
-    /* each result equals what one predictor says for that request's rows */
-    tp_predictor_t *p = tp_predictor_new(&c);
-    cr_assert_not_null(p, "%s", tp_last_error());
-    cr_expect_eq(res.failures, 0);
-    for (int i = 0; i < NREQ; i++) {
-        cr_expect_eq(res.calls[i], 1, "request %d called back %d times", i, res.calls[i]);
-        tp_tensor_t img, lab, out;
-        s_batch(i * 8, res.rows[i], &img, &lab);
-        cr_assert_eq(tp_predictor_run(p, &img, &out), TP_OK);
-        cr_expect_eq(memcmp(out.data, res.logits[i], out.nbytes), 0,
-                     "request %d got another request's logits", i);
-        tp_tensor_fini(&out);
-        tp_tensor_fini(&img);
-        tp_tensor_fini(&lab);
-    }
-    tp_predictor_destroy(&p);
-    pthread_mutex_destroy(&res.mu);
+    s_expect_results(&c, &res, "called back");
 }
 
 Test(predict, data_parallel_joins_the_towers_in_order) {
@@ -749,22 +755,7 @@ Test(predict, futures_give_every_result_once_to_their_request) {
         cr_expect_null(ret, "taker %d: %p", k, ret);
     }
     tp_async_predictor_destroy(&ap);
-    tp_predictor_t *p = tp_predictor_new(&c);
-    cr_assert_not_null(p, "%s", tp_last_error());
-    cr_expect_eq(res.failures, 0);
-    for (int i = 0; i < NREQ; i++) {
-        cr_expect_eq(res.calls[i], 1, "request %d taken %d times", i, res.calls[i]);
-        tp_tensor_t img, lab, out;
-        s_batch(i * 8, res.rows[i], &img, &lab);
-        cr_assert_eq(tp_predictor_run(p, &img, &out), TP_OK);
-        cr_expect_eq(memcmp(out.data, res.logits[i], out.nbytes), 0,
-                     "request %d's future holds another request's logits", i);
-        tp_tensor_fini(&out);
-        tp_tensor_fini(&img);
-        tp_tensor_fini(&lab);
-    }
-    tp_predictor_destroy(&p);
-    pthread_mutex_destroy(&res.mu);
+    s_expect_results(&c, &res, "taken");
 }
 
 /* A callback that holds its worker until the test opens the gate. */
