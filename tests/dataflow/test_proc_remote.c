@@ -5,6 +5,7 @@
 #include <czmq.h>
 #include "actor_testutil.h"
 #include "proc_testutil.h"
+#include "fault_util.h" /* fu_rss_kib */
 
 /* Fork a sender of `n` datapoints (stream s) to `ep`; it starts sending when
  * `gate` opens (NULL: at once). Returns its pid. Senders are forked before
@@ -137,19 +138,6 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
     rmdir(dir);
 }
 
-static long rss_kib(int pid) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6))
-            kib = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kib;
-}
-
 Test(proc_remote, stopped_reader_bounds_the_sender) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
@@ -166,9 +154,9 @@ Test(proc_remote, stopped_reader_bounds_the_sender) {
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
         tp_datapoint_destroy(&dp);
     }
-    long first = rss_kib(pid);
+    long first = fu_rss_kib(pid);
     usleep(800000);
-    long later = rss_kib(pid);
+    long later = fu_rss_kib(pid);
     /* hwm 50 x 256 KiB = 12.5 MiB at most queued, plus the kernel's buffers:
      * the sender must not keep growing while nobody reads. */
     cr_assert_gt(later, 0);
