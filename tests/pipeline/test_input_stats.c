@@ -292,20 +292,6 @@ static int c_stats(void *impl, tp_stats_row_t *rows, int max) {
     return 1;
 }
 
-static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    (void)user;
-    tp_node_t *logits = tp_fc(t, "fc0", in[0], 4, 1);
-    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
-    tp_tower_add_output(t, "cost", cost);
-    return tp_tower_set_cost(t, cost);
-}
-static tp_optimizer_t *s_opt(void *user) { (void)user; return tp_optimizer_sgd(0.1, 0.9, 0); }
-static const tp_input_desc_t s_inputs[] = {
-    {"x", TP_FLOAT32, 2, {-1, 2}},
-    {"label", TP_INT32, 1, {-1}},
-};
-static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
-
 typedef struct {
     tp_train_config_t cfg;
     tp_status_t rc;
@@ -319,13 +305,13 @@ static void *s_train(void *arg) {
     return NULL;
 }
 
-/* One epoch of `steps` steps of s_model on `in` (taken) over `towers`,
- * publishing statistics to stats_ep, started on *th; a subscriber to
- * them (100 ms receive timeout), the caller's to destroy. */
+/* One epoch of `steps` steps of tu_linear_model() on `in` (taken) over
+ * `towers`, publishing statistics to stats_ep, started on *th; a
+ * subscriber to them (100 ms receive timeout), the caller's to destroy. */
 static zsock_t *s_run_start(s_run_t *r, tp_input_t *in, int towers,
                             int64_t steps, const char *stats_ep, pthread_t *th) {
     tp_train_config_init(&r->cfg);
-    r->cfg.model = &s_model;
+    r->cfg.model = tu_linear_model();
     r->cfg.input = in;
     r->cfg.towers = towers;
     r->cfg.batch = 8;
@@ -512,7 +498,7 @@ Test(input_stats, towers_count_their_own_steps) {
     mc.towers = 2;
     mc.batch = 8;
     mc.threads = 1;
-    tp_model_t *m = tp_model_new(&s_model, &mc);
+    tp_model_t *m = tp_model_new(tu_linear_model(), &mc);
     cr_assert_not_null(m, "%s", tp_last_error());
     tp_towers_t *tw = tp_towers_new(m, 2, TP_RUN_TRAIN, NULL);
     cr_assert_not_null(tw, "%s", tp_last_error());
