@@ -171,22 +171,16 @@ tp_callback_t *tp_cb_progress_bar_tokens(const char *names, void *stream,
 /* ---- ThroughputTracker ---------------------------------------------------------------- */
 
 typedef struct {
-    uint64_t t0;
-    int64_t step0;
+    tp_cb_epoch_clock_t clock;
 } s_tput_t;
 
 static tp_status_t tput_before_epoch(void *impl, tp_trainer_t *tr) {
-    s_tput_t *t = impl;
-    t->t0 = tp_now_ns();
-    t->step0 = tp_trainer_global_step(tr);
+    tp_cb_epoch_clock_start(&((s_tput_t *)impl)->clock, tr);
     return TP_OK;
 }
 
-/* after_epoch runs right after the last step: epoch-end work is excluded. */
 static tp_status_t tput_after_epoch(void *impl, tp_trainer_t *tr) {
-    s_tput_t *t = impl;
-    double el = (double)(tp_now_ns() - t->t0) * 1e-9;
-    double steps = (double)(tp_trainer_global_step(tr) - t->step0);
+    double steps, el = tp_cb_epoch_clock_read(&((s_tput_t *)impl)->clock, tr, &steps);
     if (el <= 0)
         return TP_OK;
     tp_trainer_put_scalar(tr, "steps_per_s", steps / el);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <towerpack/callback.h>
-#include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include "pipeline/callbacks/cb_internal.h"
 
@@ -20,23 +19,17 @@ double tp_bits_per_byte(double nats_per_token, double bytes_per_token) {
 
 typedef struct {
     int64_t tokens_per_sample;
-    uint64_t t0;
-    int64_t step0;
+    tp_cb_epoch_clock_t clock; /* as ThroughputTracker's */
 } s_tokens_t;
 
 static tp_status_t tok_before_epoch(void *impl, tp_trainer_t *tr) {
-    s_tokens_t *t = impl;
-    t->t0 = tp_now_ns();
-    t->step0 = tp_trainer_global_step(tr);
+    tp_cb_epoch_clock_start(&((s_tokens_t *)impl)->clock, tr);
     return TP_OK;
 }
 
-/* after_epoch runs right after the last step: epoch-end work (validation,
- * checkpoints) is not counted, as in ThroughputTracker. */
 static tp_status_t tok_after_epoch(void *impl, tp_trainer_t *tr) {
     s_tokens_t *t = impl;
-    double el = (double)(tp_now_ns() - t->t0) * 1e-9;
-    double steps = (double)(tp_trainer_global_step(tr) - t->step0);
+    double steps, el = tp_cb_epoch_clock_read(&t->clock, tr, &steps);
     int64_t sps = tp_trainer_samples_per_step(tr);
     if (el > 0 && sps > 0)
         tp_trainer_put_scalar(tr, "tokens_per_s",
