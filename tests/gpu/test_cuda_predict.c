@@ -19,6 +19,7 @@
 #include <towerpack/predict.h>
 #include <towerpack/towerpack.h>
 #include "pipeline/predict_testutil.h"
+#include "dir_testutil.h"
 
 #define B 16
 
@@ -41,8 +42,7 @@ static void s_batch(int64_t first, int64_t n, tp_tensor_t *img, tp_tensor_t *lab
  * so the moving averages are not their initial values. */
 static void s_setup(void) {
     tp_log_set_level(TP_LOG_WARN);
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_cuda_predict_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp_cuda_predict");
     snprintf(s_ckpt, sizeof s_ckpt, "%s/cnn-bn.safetensors", s_dir);
     const tp_zoo_model_t *z = tp_zoo_find("cnn-bn");
     cr_assert_not_null(z);
@@ -66,9 +66,7 @@ static void s_setup(void) {
 }
 
 static void s_teardown(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    cr_expect_eq(system(cmd), 0);
+    dt_remove(s_dir);
 }
 
 static void s_config(tp_predict_config_t *c, int device) {

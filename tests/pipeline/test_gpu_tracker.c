@@ -12,14 +12,14 @@
 #include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
 #include "train_testutil.h"
+#include "dir_testutil.h"
 
 static char s_dir[64], s_log[128];
 
 /* Two short epochs with the default callbacks (the tracker among them),
  * the log into s_log; stats.json's records. */
 static json_t *s_train(int64_t steps_per_epoch) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-gpu-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-gpu");
     snprintf(s_log, sizeof s_log, "%s/test.log", s_dir);
     tp_log_set_level(TP_LOG_INFO);
     cr_assert_eq(tp_log_set_file(s_log), TP_OK);
@@ -65,10 +65,7 @@ static int s_has_gpu_scalars(json_t *records) {
 }
 
 static void s_cleanup(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 Test(gpu_tracker, without_nvml_it_says_off_once_and_puts_nothing, .fini = s_cleanup) {

@@ -14,6 +14,7 @@
 #include <towerpack/predict.h>
 #include <towerpack/towerpack.h>
 #include "pipeline/predict_testutil.h"
+#include "dir_testutil.h"
 
 #define B 16
 
@@ -21,14 +22,11 @@ static char s_dir[256];
 
 static void s_setup(void) {
     tp_log_set_level(TP_LOG_WARN);
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_predict_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp_predict");
 }
 
 static void s_teardown(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    cr_expect_eq(system(cmd), 0);
+    dt_remove(s_dir);
 }
 
 static tp_optimizer_t *s_sgd(void *u) {

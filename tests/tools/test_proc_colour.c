@@ -24,6 +24,7 @@
 #include <towerpack/image.h>
 #include <towerpack/log.h>
 #include <towerpack/models.h>
+#include "dir_testutil.h"
 
 #define PY "/usr/bin/python3"
 #define CHECK TP_SOURCE_DIR "/tests/tools/colour_check.py"
@@ -40,15 +41,11 @@ static const uint8_t s_rgb[3][3] = {{190, 76, 76}, {65, 141, 65}, {93, 93, 238}}
 
 static void s_setup(void) {
     tp_log_set_level(TP_LOG_WARN);
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-colour-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-colour");
 }
 
 static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 static int s_run(char *const *argv) {
