@@ -7,6 +7,7 @@
 #include <czmq.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/clock.h>
@@ -44,6 +45,24 @@ static const uint8_t *s_get(const uint8_t *p, void *v, size_t n) {
     memcpy(v, p, n);
     return p + n;
 }
+/* A name in its fixed field of `field` bytes: at most field - 1 of its
+ * bytes, the rest left zero (the buffer is zeroed), so that the decoder
+ * finds it terminated and its padding canonical. */
+static uint8_t *s_put_name(uint8_t *p, const char *name, size_t field) {
+    memcpy(p, name, strnlen(name, field - 1));
+    return p + field;
+}
+
+/* A row's 8-byte counters and rates, in wire order after the restarts
+ * field: one table, so the encoder and the decoder cannot disagree. */
+static const size_t s_row_words[] = {
+    offsetof(tp_stats_row_t, msgs_in),    offsetof(tp_stats_row_t, msgs_out),
+    offsetof(tp_stats_row_t, bytes_in),   offsetof(tp_stats_row_t, bytes_out),
+    offsetof(tp_stats_row_t, busy_s),     offsetof(tp_stats_row_t, starved_s),
+    offsetof(tp_stats_row_t, blocked_s),  offsetof(tp_stats_row_t, alive_s),
+    offsetof(tp_stats_row_t, queue_fill), offsetof(tp_stats_row_t, msgs_per_s),
+    offsetof(tp_stats_row_t, mb_per_s),
+};
 
 tp_status_t tp_stats_encode(const tp_stats_snapshot_t *snap, void **buf,
                             size_t *size) {
@@ -68,28 +87,17 @@ tp_status_t tp_stats_encode(const tp_stats_snapshot_t *snap, void **buf,
     p = s_put(p, &snap->seq, 8);
     p = s_put(p, &snap->wall_s, 8);
     p = s_put(p, &snap->interval_s, 8);
-    memcpy(p, snap->source, TP_STATS_SOURCE_MAX - 1);  /* last byte stays 0 */
-    p += TP_STATS_SOURCE_MAX;
+    p = s_put_name(p, snap->source, TP_STATS_SOURCE_MAX);
     TP_ASSERT(p == b + TP_STATS_HEADER_BYTES);
     for (int i = 0; i < snap->nrows; i++) {
         const tp_stats_row_t *r = &snap->rows[i];
         uint8_t *row = p;
-        memcpy(p, r->name, TP_STATS_NAME_MAX - 1);
-        p += TP_STATS_NAME_MAX;
+        p = s_put_name(p, r->name, TP_STATS_NAME_MAX);
         *p++ = r->state;
         p += 3;
         p = s_put(p, &r->restarts, 4);
-        p = s_put(p, &r->msgs_in, 8);
-        p = s_put(p, &r->msgs_out, 8);
-        p = s_put(p, &r->bytes_in, 8);
-        p = s_put(p, &r->bytes_out, 8);
-        p = s_put(p, &r->busy_s, 8);
-        p = s_put(p, &r->starved_s, 8);
-        p = s_put(p, &r->blocked_s, 8);
-        p = s_put(p, &r->alive_s, 8);
-        p = s_put(p, &r->queue_fill, 8);
-        p = s_put(p, &r->msgs_per_s, 8);
-        p = s_put(p, &r->mb_per_s, 8);
+        for (size_t k = 0; k < sizeof s_row_words / sizeof *s_row_words; k++)
+            p = s_put(p, (const char *)r + s_row_words[k], 8);
         float f = (float)r->busy_pct;
         p = s_put(p, &f, 4);
         f = (float)r->starved_pct;
@@ -98,10 +106,8 @@ tp_status_t tp_stats_encode(const tp_stats_snapshot_t *snap, void **buf,
         p = s_put(p, &f, 4);
         u32 = r->pid;
         p = s_put(p, &u32, 4);
-        memcpy(p, r->host, strnlen(r->host, TP_STATS_HOST_MAX - 1));  /* zero padded */
-        p += TP_STATS_HOST_MAX;
-        memcpy(p, r->where, strnlen(r->where, TP_STATS_WHERE_MAX - 1));
-        p += TP_STATS_WHERE_MAX;
+        p = s_put_name(p, r->host, TP_STATS_HOST_MAX);
+        p = s_put_name(p, r->where, TP_STATS_WHERE_MAX);
         TP_ASSERT(p == row + TP_STATS_ROW_BYTES);
     }
     *buf = b;
@@ -121,6 +127,14 @@ static int s_name_ok(const char *name, size_t field) {
         if (name[i])
             return 0;
     return 1;
+}
+
+/* Reads a name's fixed field into name[field]; 0 when it is not a valid
+ * name (s_name_ok). */
+static int s_get_name(const uint8_t **p, char *name, size_t field) {
+    memcpy(name, *p, field);
+    *p += field;
+    return s_name_ok(name, field);
 }
 
 static int s_finite_nonneg(double v) { return isfinite(v) && v >= 0; }
@@ -167,9 +181,7 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
     p = s_get(p, &snap->seq, 8);
     p = s_get(p, &snap->wall_s, 8);
     p = s_get(p, &snap->interval_s, 8);
-    memcpy(snap->source, p, TP_STATS_SOURCE_MAX);
-    p += TP_STATS_SOURCE_MAX;
-    if (!s_name_ok(snap->source, TP_STATS_SOURCE_MAX))
+    if (!s_get_name(&p, snap->source, TP_STATS_SOURCE_MAX))
         return s_bad(snap, "source name not terminated or not printable", -1);
     if (!s_finite_nonneg(snap->wall_s) || !s_finite_nonneg(snap->interval_s))
         return s_bad(snap, "time fields not finite and >= 0", -1);
@@ -183,9 +195,7 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
     snap->nrows = rows;
     for (int i = 0; i < rows; i++) {
         tp_stats_row_t *r = &snap->rows[i];
-        memcpy(r->name, p, TP_STATS_NAME_MAX);
-        p += TP_STATS_NAME_MAX;
-        if (!s_name_ok(r->name, TP_STATS_NAME_MAX) || !r->name[0])
+        if (!s_get_name(&p, r->name, TP_STATS_NAME_MAX) || !r->name[0])
             return s_bad(snap, "name empty, not terminated or not printable", i);
         r->state = *p++;
         if (r->state >= TP_ACTOR_STATE_COUNT)
@@ -194,27 +204,14 @@ tp_status_t tp_stats_decode(const void *buf, size_t size,
             return s_bad(snap, "reserved bytes not zero", i);
         p += 3;
         p = s_get(p, &r->restarts, 4);
-        p = s_get(p, &r->msgs_in, 8);
-        p = s_get(p, &r->msgs_out, 8);
-        p = s_get(p, &r->bytes_in, 8);
-        p = s_get(p, &r->bytes_out, 8);
-        p = s_get(p, &r->busy_s, 8);
-        p = s_get(p, &r->starved_s, 8);
-        p = s_get(p, &r->blocked_s, 8);
-        p = s_get(p, &r->alive_s, 8);
-        p = s_get(p, &r->queue_fill, 8);
-        p = s_get(p, &r->msgs_per_s, 8);
-        p = s_get(p, &r->mb_per_s, 8);
+        for (size_t k = 0; k < sizeof s_row_words / sizeof *s_row_words; k++)
+            p = s_get(p, (char *)r + s_row_words[k], 8);
         float f[3];
         p = s_get(p, f, 12);
         p = s_get(p, &r->pid, 4);
-        memcpy(r->host, p, TP_STATS_HOST_MAX);
-        p += TP_STATS_HOST_MAX;
-        if (!s_name_ok(r->host, TP_STATS_HOST_MAX))
+        if (!s_get_name(&p, r->host, TP_STATS_HOST_MAX))
             return s_bad(snap, "host not terminated or not printable", i);
-        memcpy(r->where, p, TP_STATS_WHERE_MAX);
-        p += TP_STATS_WHERE_MAX;
-        if (!s_name_ok(r->where, TP_STATS_WHERE_MAX))
+        if (!s_get_name(&p, r->where, TP_STATS_WHERE_MAX))
             return s_bad(snap, "addresses not terminated or not printable", i);
         if (!s_finite_nonneg(r->busy_s) || !s_finite_nonneg(r->starved_s) ||
             !s_finite_nonneg(r->blocked_s) || !s_finite_nonneg(r->alive_s))

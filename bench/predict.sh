@@ -15,19 +15,13 @@
 # 256 test images.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 PY=/usr/bin/python3
 if ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
   echo "bench/predict.sh: installing the peers (python3-torch, python3-numpy)" >&2
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-torch python3-numpy >/dev/null
+  bench_install python3-torch python3-numpy
 fi
-if [ ! -f build-release/CMakeCache.txt ]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DTP_WITH_CUDA=AUTO \
-        -DTP_BUILD_TESTS=OFF >/dev/null
-fi
-cmake --build build-release -j2 --target tp-bench tp-train tp-predict >/dev/null
+bench_release_build 2 tp-bench tp-train tp-predict
 bin=build-release/bin
 work=$(mktemp -d /tmp/tp-predict-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -14,6 +14,7 @@
 # date, the machine and the command. Raw results: bench/results/last.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 
 # The system Python: Debian's torch is installed for it, not for a pyenv
@@ -21,17 +22,10 @@ jobs=$(nproc 2>/dev/null || echo 2)
 PY=/usr/bin/python3
 if ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
   echo "bench/run.sh: installing the peers (python3-torch, python3-numpy)" >&2
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-torch python3-numpy >/dev/null
+  bench_install python3-torch python3-numpy
 fi
 
 # towerpack itself: the same Release build as scripts/train.sh.
-if [ ! -f build-release/CMakeCache.txt ]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DTP_WITH_CUDA=AUTO \
-        -DTP_BUILD_TESTS=OFF >/dev/null
-fi
-cmake --build build-release -j"$jobs" --target tp-bench tp-train >/dev/null
+bench_release_build "$jobs" tp-bench tp-train
 
 exec "$PY" bench/bench.py --bin build-release/bin --command "bash bench/run.sh $*" "$@"

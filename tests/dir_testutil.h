@@ -16,6 +16,16 @@ static inline void dt_make(char *dir, size_t size, const char *prefix) {
     cr_assert_not_null(mkdtemp(dir), "%s", dir);
 }
 
+/* A fresh /tmp/PREFIX_XXXXXX in one of four buffers that take turns (a
+ * test may hold up to four at once); the test fails when it cannot. */
+static inline char *dt_new(const char *prefix) {
+    static char dirs[4][64];
+    static int k;
+    char *d = dirs[k++ % 4];
+    dt_make(d, sizeof dirs[0], prefix);
+    return d;
+}
+
 /* dir/name, in one of four buffers that take turns (a call's arguments
  * may hold up to four paths at once). */
 static inline const char *dt_path(const char *dir, const char *name) {

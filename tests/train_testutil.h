@@ -37,6 +37,30 @@ static inline tp_dataflow_t *tu_blobs(int npoints, int classes, float spread,
     return tp_df_batch(df, batch, remainder);
 }
 
+/* A linear classifier of tu_blobs' points (x [B,2] float32, label [B]
+ * int32, 4 classes), trained by SGD (lr 0.1, momentum 0.9): the model of
+ * the tests about the launch around it, not about the model. */
+static inline tp_status_t tu_linear_tower(tp_tower_t *t, tp_node_t *const *in,
+                                          void *user) {
+    (void)user;
+    tp_node_t *logits = tp_fc(t, "fc0", in[0], 4, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    return tp_tower_set_cost(t, cost);
+}
+static inline tp_optimizer_t *tu_linear_opt(void *user) {
+    (void)user;
+    return tp_optimizer_sgd(0.1, 0.9, 0);
+}
+static inline const tp_model_desc_t *tu_linear_model(void) {
+    static const tp_input_desc_t inputs[] = {
+        {"x", TP_FLOAT32, 2, {-1, 2}},
+        {"label", TP_INT32, 1, {-1}},
+    };
+    static const tp_model_desc_t md = {inputs, 2, tu_linear_tower, tu_linear_opt, NULL};
+    return &md;
+}
+
 /* n datapoints of one int32 component [4], every element = the index. */
 static inline tp_dataflow_t *tu_counting(int n) {
     tp_datapoint_t **dps = calloc((size_t)n, sizeof *dps);

@@ -118,6 +118,42 @@ __global__ void k_binary(tp_op_kind_t k, ew_bc bc, const float *a, const float *
     }
 }
 
+/* The two gradient kernels below share these. Element e of operand p:
+ * its kept coordinates' offsets in the output (*base) and in the other
+ * operand (*other). */
+static __device__ __forceinline__ void ew_grad_origin(ew_bc bc, int p, size_t e,
+                                                      size_t *base, size_t *other) {
+    size_t ob = 0, oo = 0;
+    for (int q = bc.nd - 1; q >= 0; q--) {
+        if (!bc.s[p][q])
+            continue;
+        const size_t i = (e / (size_t)bc.s[p][q]) % (size_t)bc.d[q];
+        ob += i * (size_t)bc.os[q];
+        oo += i * (size_t)bc.s[1 - p][q];
+    }
+    *base = ob;
+    *other = oo;
+}
+
+/* The r-th stretched position of element e (row-major over operand p's
+ * broadcast dims): its term of dx[e]. */
+static __device__ __forceinline__ float ew_grad_term(tp_op_kind_t k, int p, ew_bc bc,
+                                                     const float *a, const float *b,
+                                                     const float *dy, size_t e,
+                                                     size_t base, size_t other, size_t r) {
+    size_t rem = r, o = base, io = other;
+    for (int q = bc.nd - 1; q >= 0; q--) {
+        if (bc.s[p][q])
+            continue;
+        const size_t i = rem % (size_t)bc.d[q];
+        rem /= (size_t)bc.d[q];
+        o += i * (size_t)bc.os[q];
+        io += i * (size_t)bc.s[1 - p][q];
+    }
+    const float av = p ? a[io] : a[e], bv = p ? b[e] : b[io];
+    return ew_bin_grad(k, p, dy[o], av, bv);
+}
+
 /* dx of operand p: one thread per element e of the operand; its kept
  * coordinates from e, then every stretched position summed in the
  * output's (row-major) order. */
@@ -125,28 +161,11 @@ __global__ void k_binary_grad(tp_op_kind_t k, int p, ew_bc bc, const float *a,
                               const float *b, const float *dy, float *dx,
                               int acc, size_t count, size_t reduced) {
     TP_EW_GRID_LOOP(e, count) {
-        size_t base = 0, other = 0;
-        for (int q = bc.nd - 1; q >= 0; q--) {
-            if (!bc.s[p][q])
-                continue;
-            const size_t i = (e / (size_t)bc.s[p][q]) % (size_t)bc.d[q];
-            base += i * (size_t)bc.os[q];
-            other += i * (size_t)bc.s[1 - p][q];
-        }
+        size_t base, other;
+        ew_grad_origin(bc, p, e, &base, &other);
         float sum = 0.0f;
-        for (size_t r = 0; r < reduced; r++) {
-            size_t rem = r, o = base, io = other;
-            for (int q = bc.nd - 1; q >= 0; q--) {
-                if (bc.s[p][q])
-                    continue;
-                const size_t i = rem % (size_t)bc.d[q];
-                rem /= (size_t)bc.d[q];
-                o += i * (size_t)bc.os[q];
-                io += i * (size_t)bc.s[1 - p][q];
-            }
-            const float av = p ? a[io] : a[e], bv = p ? b[e] : b[io];
-            sum += ew_bin_grad(k, p, dy[o], av, bv);
-        }
+        for (size_t r = 0; r < reduced; r++)
+            sum += ew_grad_term(k, p, bc, a, b, dy, e, base, other, r);
         dx[e] = acc ? dx[e] + sum : sum;
     }
 }
@@ -164,28 +183,11 @@ __global__ void k_binary_grad_rows(tp_op_kind_t k, int p, ew_bc bc, const float 
                                    int acc, size_t count, size_t reduced) {
     __shared__ float part[EW_ROWS_THREADS];
     for (size_t e = blockIdx.x; e < count; e += gridDim.x) {
-        size_t base = 0, other = 0;
-        for (int q = bc.nd - 1; q >= 0; q--) {
-            if (!bc.s[p][q])
-                continue;
-            const size_t i = (e / (size_t)bc.s[p][q]) % (size_t)bc.d[q];
-            base += i * (size_t)bc.os[q];
-            other += i * (size_t)bc.s[1 - p][q];
-        }
+        size_t base, other;
+        ew_grad_origin(bc, p, e, &base, &other);
         float sum = 0.0f;
-        for (size_t r = threadIdx.x; r < reduced; r += blockDim.x) {
-            size_t rem = r, o = base, io = other;
-            for (int q = bc.nd - 1; q >= 0; q--) {
-                if (bc.s[p][q])
-                    continue;
-                const size_t i = rem % (size_t)bc.d[q];
-                rem /= (size_t)bc.d[q];
-                o += i * (size_t)bc.os[q];
-                io += i * (size_t)bc.s[1 - p][q];
-            }
-            const float av = p ? a[io] : a[e], bv = p ? b[e] : b[io];
-            sum += ew_bin_grad(k, p, dy[o], av, bv);
-        }
+        for (size_t r = threadIdx.x; r < reduced; r += blockDim.x)
+            sum += ew_grad_term(k, p, bc, a, b, dy, e, base, other, r);
         part[threadIdx.x] = sum;
         __syncthreads();
         for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {

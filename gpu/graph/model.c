@@ -1434,6 +1434,38 @@ static void s_prof_mark(tp_tower_t *t, tp_node_t *n, int bwd, int after) {
     }
 }
 
+/* Runs node n's forward (bwd 0) or backward (bwd 1) call on the tower's
+ * stream; when the model profiles, brackets it with device marks and adds
+ * its host wall and CPU times to the node's profile (a forward counts a
+ * call: the backward of the same step is no second one). */
+static tp_status_t s_run_call(tp_model_t *m, tp_tower_t *t, tp_node_t *n,
+                              const tp_op_call_t *c, int bwd) {
+    tp_backend_t *b = tp_tower_backend_(t);
+    if (!m->profiling)
+        return bwd ? b->ops->op_backward(b, t->stream, c)
+                   : b->ops->op_forward(b, t->stream, c);
+    uint64_t thr0, proc0, thr1, proc1;
+    s_prof_mark(t, n, bwd, 0);
+    s_prof_cpu(&thr0, &proc0);
+    uint64_t t0 = tp_now_ns();
+    tp_status_t rc = bwd ? b->ops->op_backward(b, t->stream, c)
+                         : b->ops->op_forward(b, t->stream, c);
+    uint64_t wall = tp_now_ns() - t0;
+    s_prof_cpu(&thr1, &proc1);
+    if (bwd) {
+        n->prof_bwd_ns += wall;
+        n->prof_bwd_thr_ns += thr1 - thr0;
+        n->prof_bwd_proc_ns += proc1 - proc0;
+    } else {
+        n->prof_fwd_ns += wall;
+        n->prof_fwd_thr_ns += thr1 - thr0;
+        n->prof_fwd_proc_ns += proc1 - proc0;
+        n->prof_calls++;
+    }
+    s_prof_mark(t, n, bwd, 1);
+    return rc;
+}
+
 /* After the run's sync: each timed call's device time to its node, the
  * whole run's (marks 0 to 1: the ops and what ran between them, the
  * fused updates and fills) to the tower. */
@@ -1465,7 +1497,6 @@ static void s_prof_collect(tp_tower_t *t) {
 /* Forward: every op call of the tower (pruned nodes skipped) on its
  * stream, made for cost `cost`'s gradients (forward reads none); no sync. */
 static tp_status_t s_forward(tp_model_t *m, tp_tower_t *t, int cost) {
-    tp_backend_t *b = tp_tower_backend_(t);
     const void *xs[TP_OP_MAX_INPUTS];
     tp_shape_t xsh[TP_OP_MAX_INPUTS];
     float *dx[TP_OP_MAX_INPUTS];
@@ -1485,22 +1516,7 @@ static tp_status_t s_forward(tp_model_t *m, tp_tower_t *t, int cost) {
             continue;
         }
         s_make_call(m, t, n, cost, &c, xs, xsh, dx);
-        uint64_t t0 = 0, thr0 = 0, proc0 = 0;
-        if (m->profiling) {
-            s_prof_mark(t, n, 0, 0);
-            s_prof_cpu(&thr0, &proc0);
-            t0 = tp_now_ns();
-        }
-        tp_status_t rc = b->ops->op_forward(b, t->stream, &c);
-        if (m->profiling) {
-            n->prof_fwd_ns += tp_now_ns() - t0;
-            uint64_t thr1, proc1;
-            s_prof_cpu(&thr1, &proc1);
-            n->prof_fwd_thr_ns += thr1 - thr0;
-            n->prof_fwd_proc_ns += proc1 - proc0;
-            n->prof_calls++;
-            s_prof_mark(t, n, 0, 1);
-        }
+        tp_status_t rc = s_run_call(m, t, n, &c, 0);
         if (rc < 0)
             return tp_error_wrap(rc, "%s: forward of '%s'", t->name, n->name);
     }
@@ -1578,21 +1594,7 @@ static tp_status_t s_backward(tp_model_t *m, tp_tower_t *t, int cost,
             n->kind == TP_OP_INPUT || n->folded || n->nhwc_into)
             continue;
         s_make_call(m, t, n, cost, &c, xs, xsh, dx);
-        uint64_t t0 = 0, thr0 = 0, proc0 = 0;
-        if (m->profiling) {
-            s_prof_mark(t, n, 1, 0);
-            s_prof_cpu(&thr0, &proc0);
-            t0 = tp_now_ns();
-        }
-        tp_status_t rc = b->ops->op_backward(b, t->stream, &c);
-        if (m->profiling) {
-            n->prof_bwd_ns += tp_now_ns() - t0;
-            uint64_t thr1, proc1;
-            s_prof_cpu(&thr1, &proc1);
-            n->prof_bwd_thr_ns += thr1 - thr0;
-            n->prof_bwd_proc_ns += proc1 - proc0;
-            s_prof_mark(t, n, 1, 1);
-        }
+        tp_status_t rc = s_run_call(m, t, n, &c, 1);
         if (rc < 0)
             return tp_error_wrap(rc, "%s: backward of '%s'", t->name, n->name);
         for (; fused && !whole && k < t->nfuse && t->fuse[k]->fuse_after == i; k++)

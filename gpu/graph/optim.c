@@ -15,6 +15,14 @@ typedef enum { S_SGD, S_ADAM, S_ADAMW } s_kind_t;
 
 #define S_MULTS_MAX 16
 
+/* Glob patterns over parameter names, each with a multiplier; the first
+ * that matches a name decides. lr_mult and decay_mult are both such lists. */
+typedef struct {
+    char *pattern[S_MULTS_MAX]; /* owned */
+    double mult[S_MULTS_MAX];
+    int n;
+} s_rules_t;
+
 struct tp_optimizer {
     s_kind_t kind;
     double lr;
@@ -25,12 +33,8 @@ struct tp_optimizer {
     double clip_norm;         /* any: 0 off */
     double ema_decay;         /* any: 0 off */
     double accumulate;        /* any: steps per update, an integer >= 1 */
-    char *mult_pattern[S_MULTS_MAX]; /* learning-rate multipliers, in order */
-    double mult[S_MULTS_MAX];
-    int nmults;
-    char *decay_pattern[S_MULTS_MAX]; /* weight-decay multipliers, in order */
-    double decay_mult[S_MULTS_MAX];
-    int ndecay;
+    s_rules_t lr_rules;    /* learning-rate multipliers, in order */
+    s_rules_t decay_rules; /* weight-decay multipliers, in order */
     int64_t step;
 };
 
@@ -88,13 +92,16 @@ tp_optimizer_t *tp_optimizer_adamw(double lr, double beta1, double beta2,
     return o;
 }
 
+static void s_rules_fini(s_rules_t *r) {
+    for (int i = 0; i < r->n; i++)
+        free(r->pattern[i]);
+}
+
 void tp_optimizer_destroy(tp_optimizer_t **self_p) {
     if (!self_p || !*self_p)
         return;
-    for (int i = 0; i < (*self_p)->nmults; i++)
-        free((*self_p)->mult_pattern[i]);
-    for (int i = 0; i < (*self_p)->ndecay; i++)
-        free((*self_p)->decay_pattern[i]);
+    s_rules_fini(&(*self_p)->lr_rules);
+    s_rules_fini(&(*self_p)->decay_rules);
     free(*self_p);
     *self_p = NULL;
 }
@@ -190,40 +197,51 @@ double tp_optimizer_clip_norm(const tp_optimizer_t *o) { return o->clip_norm; }
 double tp_optimizer_ema_decay(const tp_optimizer_t *o) { return o->ema_decay; }
 int tp_optimizer_accumulate(const tp_optimizer_t *o) { return (int)o->accumulate; }
 
-tp_status_t tp_optimizer_add_lr_mult(tp_optimizer_t *o, const char *pattern,
-                                     double mult) {
-    if (!pattern || !*pattern)
-        return tp_error(TP_ERR_INVALID, "lr_mult: no pattern");
+/* Appends (pattern, mult) to `r`; `what` names the option in errors and
+ * `zero` says what a multiplier of 0 does. */
+static tp_status_t s_rules_add(s_rules_t *r, const char *what,
+                               const char *zero, const char *pattern,
+                               double mult) {
     if (!(mult >= 0 && mult < 1e30))
-        return tp_error(TP_ERR_INVALID, "lr_mult '%s': multiplier %g (>= 0; 0 "
-                        "freezes)", pattern, mult);
-    if (o->nmults == S_MULTS_MAX)
-        return tp_error(TP_ERR_INVALID, "lr_mult '%s': more than %d patterns",
+        return tp_error(TP_ERR_INVALID, "%s '%s': multiplier %g (>= 0; 0 %s)",
+                        what, pattern, mult, zero);
+    if (r->n == S_MULTS_MAX)
+        return tp_error(TP_ERR_INVALID, "%s '%s': more than %d patterns", what,
                         pattern, S_MULTS_MAX);
-    if (!(o->mult_pattern[o->nmults] = strdup(pattern)))
-        return tp_error(TP_ERR_NOMEM, "lr_mult '%s'", pattern);
-    o->mult[o->nmults++] = mult;
+    if (!(r->pattern[r->n] = strdup(pattern)))
+        return tp_error(TP_ERR_NOMEM, "%s '%s'", what, pattern);
+    r->mult[r->n++] = mult;
     return TP_OK;
 }
 
-double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name) {
-    for (int i = 0; name && i < o->nmults; i++)
-        if (fnmatch(o->mult_pattern[i], name, 0) == 0)
-            return o->mult[i];
-    return 1.0;
-}
-
-int tp_optimizer_lr_mult_count(const tp_optimizer_t *o) { return o->nmults; }
-
-int tp_optimizer_lr_mult_index(const tp_optimizer_t *o, const char *name) {
-    for (int i = 0; name && i < o->nmults; i++)
-        if (fnmatch(o->mult_pattern[i], name, 0) == 0)
+/* The first rule whose pattern matches `name`, or -1 (also for no name). */
+static int s_rules_find(const s_rules_t *r, const char *name) {
+    for (int i = 0; name && i < r->n; i++)
+        if (fnmatch(r->pattern[i], name, 0) == 0)
             return i;
     return -1;
 }
 
+tp_status_t tp_optimizer_add_lr_mult(tp_optimizer_t *o, const char *pattern,
+                                     double mult) {
+    if (!pattern || !*pattern)
+        return tp_error(TP_ERR_INVALID, "lr_mult: no pattern");
+    return s_rules_add(&o->lr_rules, "lr_mult", "freezes", pattern, mult);
+}
+
+double tp_optimizer_lr_mult(const tp_optimizer_t *o, const char *name) {
+    int i = s_rules_find(&o->lr_rules, name);
+    return i >= 0 ? o->lr_rules.mult[i] : 1.0;
+}
+
+int tp_optimizer_lr_mult_count(const tp_optimizer_t *o) { return o->lr_rules.n; }
+
+int tp_optimizer_lr_mult_index(const tp_optimizer_t *o, const char *name) {
+    return s_rules_find(&o->lr_rules, name);
+}
+
 const char *tp_optimizer_lr_mult_pattern(const tp_optimizer_t *o, int i) {
-    return i >= 0 && i < o->nmults ? o->mult_pattern[i] : NULL;
+    return i >= 0 && i < o->lr_rules.n ? o->lr_rules.pattern[i] : NULL;
 }
 
 tp_status_t tp_optimizer_add_decay_mult(tp_optimizer_t *o, const char *pattern,
@@ -233,26 +251,15 @@ tp_status_t tp_optimizer_add_decay_mult(tp_optimizer_t *o, const char *pattern,
     if (o->kind == S_ADAM)
         return tp_error(TP_ERR_INVALID, "decay_mult '%s': adam decays no weights (adamw "
                         "and sgd do)", pattern);
-    if (!(mult >= 0 && mult < 1e30))
-        return tp_error(TP_ERR_INVALID, "decay_mult '%s': multiplier %g (>= 0; 0 "
-                        "exempts)", pattern, mult);
-    if (o->ndecay == S_MULTS_MAX)
-        return tp_error(TP_ERR_INVALID, "decay_mult '%s': more than %d patterns",
-                        pattern, S_MULTS_MAX);
-    if (!(o->decay_pattern[o->ndecay] = strdup(pattern)))
-        return tp_error(TP_ERR_NOMEM, "decay_mult '%s'", pattern);
-    o->decay_mult[o->ndecay++] = mult;
-    return TP_OK;
+    return s_rules_add(&o->decay_rules, "decay_mult", "exempts", pattern, mult);
 }
 
 double tp_optimizer_decay_mult(const tp_optimizer_t *o, const char *name) {
-    for (int i = 0; name && i < o->ndecay; i++)
-        if (fnmatch(o->decay_pattern[i], name, 0) == 0)
-            return o->decay_mult[i];
-    return 1.0;
+    int i = s_rules_find(&o->decay_rules, name);
+    return i >= 0 ? o->decay_rules.mult[i] : 1.0;
 }
 
-int tp_optimizer_decay_mult_count(const tp_optimizer_t *o) { return o->ndecay; }
+int tp_optimizer_decay_mult_count(const tp_optimizer_t *o) { return o->decay_rules.n; }
 
 int64_t tp_optimizer_step(const tp_optimizer_t *o) { return o->step; }
 void tp_optimizer_set_step(tp_optimizer_t *o, int64_t step) { o->step = step; }

@@ -9,6 +9,7 @@
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include "pipeline/trainer_internal.h"
+#include "pipeline/callbacks/cb_internal.h"
 
 /* Split "a,b,c" into at most `max` names of at most 63 chars. */
 static int s_split_names(const char *names, char out[][64], int max) {
@@ -157,11 +158,9 @@ tp_callback_t *tp_cb_progress_bar(const char *names, void *stream) {
 
 tp_callback_t *tp_cb_progress_bar_tokens(const char *names, void *stream,
                                          int64_t tokens_per_sample) {
-    s_pb_t *p = calloc(1, sizeof *p);
-    if (!p) {
-        tp_error(TP_ERR_NOMEM, "ProgressBar");
+    s_pb_t *p = tp_cb_impl_alloc(sizeof *p, "ProgressBar");
+    if (!p)
         return NULL;
-    }
     p->tokens_per_sample = tokens_per_sample;
     p->out = stream ? stream : stderr;
     p->tty = isatty(fileno(p->out));
@@ -172,22 +171,16 @@ tp_callback_t *tp_cb_progress_bar_tokens(const char *names, void *stream,
 /* ---- ThroughputTracker ---------------------------------------------------------------- */
 
 typedef struct {
-    uint64_t t0;
-    int64_t step0;
+    tp_cb_epoch_clock_t clock;
 } s_tput_t;
 
 static tp_status_t tput_before_epoch(void *impl, tp_trainer_t *tr) {
-    s_tput_t *t = impl;
-    t->t0 = tp_now_ns();
-    t->step0 = tp_trainer_global_step(tr);
+    tp_cb_epoch_clock_start(&((s_tput_t *)impl)->clock, tr);
     return TP_OK;
 }
 
-/* after_epoch runs right after the last step: epoch-end work is excluded. */
 static tp_status_t tput_after_epoch(void *impl, tp_trainer_t *tr) {
-    s_tput_t *t = impl;
-    double el = (double)(tp_now_ns() - t->t0) * 1e-9;
-    double steps = (double)(tp_trainer_global_step(tr) - t->step0);
+    double steps, el = tp_cb_epoch_clock_read(&((s_tput_t *)impl)->clock, tr, &steps);
     if (el <= 0)
         return TP_OK;
     tp_trainer_put_scalar(tr, "steps_per_s", steps / el);
@@ -204,11 +197,9 @@ static const tp_callback_ops_t s_tput_ops = {
 };
 
 tp_callback_t *tp_cb_throughput(void) {
-    s_tput_t *t = calloc(1, sizeof *t);
-    if (!t) {
-        tp_error(TP_ERR_NOMEM, "ThroughputTracker");
+    s_tput_t *t = tp_cb_impl_alloc(sizeof *t, "ThroughputTracker");
+    if (!t)
         return NULL;
-    }
     return tp_callback_new(&s_tput_ops, t, 0);
 }
 
@@ -263,11 +254,9 @@ static const tp_callback_ops_t s_mean_ops = {
 };
 
 tp_callback_t *tp_cb_epoch_mean(const char *names) {
-    s_mean_t *m = calloc(1, sizeof *m);
-    if (!m) {
-        tp_error(TP_ERR_NOMEM, "EpochMean");
+    s_mean_t *m = tp_cb_impl_alloc(sizeof *m, "EpochMean");
+    if (!m)
         return NULL;
-    }
     m->nnames = s_split_names(names, m->names, PB_MAX_NAMES);
     return tp_callback_new(&s_mean_ops, m, 0);
 }
@@ -318,11 +307,9 @@ static const tp_callback_ops_t s_eta_ops = {
 };
 
 tp_callback_t *tp_cb_eta(void) {
-    s_eta_t *e = calloc(1, sizeof *e);
-    if (!e) {
-        tp_error(TP_ERR_NOMEM, "EstimatedTimeLeft");
+    s_eta_t *e = tp_cb_impl_alloc(sizeof *e, "EstimatedTimeLeft");
+    if (!e)
         return NULL;
-    }
     return tp_callback_new(&s_eta_ops, e, 1);
 }
 
@@ -380,11 +367,9 @@ static const tp_callback_ops_t s_slow_ops = {
 };
 
 tp_callback_t *tp_cb_slow_callback_report(double threshold_s) {
-    s_slow_t *s = calloc(1, sizeof *s);
-    if (!s) {
-        tp_error(TP_ERR_NOMEM, "CallbackTimeReport");
+    s_slow_t *s = tp_cb_impl_alloc(sizeof *s, "CallbackTimeReport");
+    if (!s)
         return NULL;
-    }
     s->threshold = threshold_s;
     return tp_callback_new(&s_slow_ops, s, 0);
 }
@@ -433,11 +418,9 @@ static const tp_callback_ops_t s_num_ops = {
 };
 
 tp_callback_t *tp_cb_check_numerics(const char *names, int64_t every_k_steps) {
-    s_guard_t *g = calloc(1, sizeof *g);
-    if (!g) {
-        tp_error(TP_ERR_NOMEM, "CheckNumerics");
+    s_guard_t *g = tp_cb_impl_alloc(sizeof *g, "CheckNumerics");
+    if (!g)
         return NULL;
-    }
     g->nnames = s_split_names(names, g->names, PB_MAX_NAMES);
     g->every = every_k_steps > 0 ? every_k_steps : 1;
     return tp_callback_new(&s_num_ops, g, 0);
@@ -457,11 +440,9 @@ static const tp_callback_ops_t s_stop_ops = {
 };
 
 tp_callback_t *tp_cb_stop_after(int64_t max_steps) {
-    s_guard_t *g = calloc(1, sizeof *g);
-    if (!g) {
-        tp_error(TP_ERR_NOMEM, "StopAfter");
+    s_guard_t *g = tp_cb_impl_alloc(sizeof *g, "StopAfter");
+    if (!g)
         return NULL;
-    }
     g->max_steps = max_steps;
     return tp_callback_new(&s_stop_ops, g, 0);
 }
@@ -511,11 +492,9 @@ tp_callback_t *tp_cb_step_scalars(const char *names, int64_t every_n_steps) {
                  (long long)every_n_steps);
         return NULL;
     }
-    s_stepsc_t *s = calloc(1, sizeof *s);
-    if (!s) {
-        tp_error(TP_ERR_NOMEM, "StepScalars");
+    s_stepsc_t *s = tp_cb_impl_alloc(sizeof *s, "StepScalars");
+    if (!s)
         return NULL;
-    }
     s->m.nnames = s_split_names(names, s->m.names, PB_MAX_NAMES);
     s->every = every_n_steps;
     return tp_callback_new(&s_stepsc_ops, s, 0);

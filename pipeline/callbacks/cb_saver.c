@@ -38,6 +38,7 @@
 #include <towerpack/fileio.h>
 #include <towerpack/log.h>
 #include <towerpack/model_callbacks.h>
+#include "pipeline/callbacks/cb_internal.h"
 
 #define PATH_SIZE 4096
 /* Room in a path for "/model-<step>.safetensors" after the directory. */
@@ -519,11 +520,9 @@ tp_callback_t *tp_cb_model_saver(int max_to_keep, double keep_every_n_hours) {
         tp_error(TP_ERR_INVALID, "ModelSaver: max_to_keep %d < 1", max_to_keep);
         return NULL;
     }
-    s_saver_t *s = calloc(1, sizeof *s);
-    if (!s) {
-        tp_error(TP_ERR_NOMEM, "ModelSaver");
+    s_saver_t *s = tp_cb_impl_alloc(sizeof *s, "ModelSaver");
+    if (!s)
         return NULL;
-    }
     s->max_to_keep = max_to_keep;
     s->keep_hours = keep_every_n_hours;
     s_writer_init(&s->w, "ModelSaver", saver_written, s);
@@ -596,11 +595,9 @@ static const tp_callback_ops_t s_best_ops = {
 };
 
 static tp_callback_t *s_best_new(const char *stat, const char *filename, int maximise) {
-    s_best_t *b = calloc(1, sizeof *b);
-    if (!b) {
-        tp_error(TP_ERR_NOMEM, "MinSaver");
+    s_best_t *b = tp_cb_impl_alloc(sizeof *b, "MinSaver");
+    if (!b)
         return NULL;
-    }
     snprintf(b->stat, sizeof b->stat, "%s", stat);
     if (filename)
         snprintf(b->filename, sizeof b->filename, "%s", filename);

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <towerpack/callback.h>
 #include <towerpack/log.h>
+#include "pipeline/callbacks/cb_internal.h"
 
 #define SAMPLE_MS 200
 #define MAX_GPUS 64
@@ -272,11 +273,9 @@ static const tp_callback_ops_t s_gpu_ops = {
 };
 
 tp_callback_t *tp_cb_gpu_utilization(void) {
-    s_gpu_t *g = calloc(1, sizeof *g);
-    if (!g) {
-        tp_error(TP_ERR_NOMEM, "GPUUtilizationTracker");
+    s_gpu_t *g = tp_cb_impl_alloc(sizeof *g, "GPUUtilizationTracker");
+    if (!g)
         return NULL;
-    }
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     return tp_callback_new(&s_gpu_ops, g, 0);

@@ -19,6 +19,7 @@
 #include <towerpack/fileio.h>
 #include <towerpack/log.h>
 #include <towerpack/plot.h>
+#include "pipeline/callbacks/cb_internal.h"
 
 #define MAX_NAMES 8
 
@@ -223,11 +224,9 @@ static const tp_callback_ops_t s_steps_ops = {
 };
 
 tp_callback_t *tp_cb_step_writer(const char *names) {
-    s_steps_t *s = calloc(1, sizeof *s);
-    if (!s) {
-        tp_error(TP_ERR_NOMEM, "StepWriter");
+    s_steps_t *s = tp_cb_impl_alloc(sizeof *s, "StepWriter");
+    if (!s)
         return NULL;
-    }
     s->fd = -1;
     const char *p = names ? names : "";
     while (*p && s->nnames < MAX_NAMES) {

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <towerpack/callback.h>
-#include <towerpack/clock.h>
 #include <towerpack/log.h>
+#include "pipeline/callbacks/cb_internal.h"
 
 double tp_bits_per_byte(double nats_per_token, double bytes_per_token) {
     if (!(bytes_per_token > 0))
@@ -19,23 +19,17 @@ double tp_bits_per_byte(double nats_per_token, double bytes_per_token) {
 
 typedef struct {
     int64_t tokens_per_sample;
-    uint64_t t0;
-    int64_t step0;
+    tp_cb_epoch_clock_t clock; /* as ThroughputTracker's */
 } s_tokens_t;
 
 static tp_status_t tok_before_epoch(void *impl, tp_trainer_t *tr) {
-    s_tokens_t *t = impl;
-    t->t0 = tp_now_ns();
-    t->step0 = tp_trainer_global_step(tr);
+    tp_cb_epoch_clock_start(&((s_tokens_t *)impl)->clock, tr);
     return TP_OK;
 }
 
-/* after_epoch runs right after the last step: epoch-end work (validation,
- * checkpoints) is not counted, as in ThroughputTracker. */
 static tp_status_t tok_after_epoch(void *impl, tp_trainer_t *tr) {
     s_tokens_t *t = impl;
-    double el = (double)(tp_now_ns() - t->t0) * 1e-9;
-    double steps = (double)(tp_trainer_global_step(tr) - t->step0);
+    double steps, el = tp_cb_epoch_clock_read(&t->clock, tr, &steps);
     int64_t sps = tp_trainer_samples_per_step(tr);
     if (el > 0 && sps > 0)
         tp_trainer_put_scalar(tr, "tokens_per_s",
@@ -57,11 +51,9 @@ tp_callback_t *tp_cb_token_throughput(int64_t tokens_per_sample) {
                  (long long)tokens_per_sample);
         return NULL;
     }
-    s_tokens_t *t = calloc(1, sizeof *t);
-    if (!t) {
-        tp_error(TP_ERR_NOMEM, "TokenThroughput");
+    s_tokens_t *t = tp_cb_impl_alloc(sizeof *t, "TokenThroughput");
+    if (!t)
         return NULL;
-    }
     t->tokens_per_sample = tokens_per_sample;
     return tp_callback_new(&s_tokens_ops, t, 0);
 }
@@ -93,11 +85,9 @@ tp_callback_t *tp_cb_bits_per_byte(const char *cost, const char *out,
                  "different names of 1..63 characters)", cost, out);
         return NULL;
     }
-    s_bpb_t *b = calloc(1, sizeof *b);
-    if (!b) {
-        tp_error(TP_ERR_NOMEM, "BitsPerByte");
+    s_bpb_t *b = tp_cb_impl_alloc(sizeof *b, "BitsPerByte");
+    if (!b)
         return NULL;
-    }
     snprintf(b->cost, sizeof b->cost, "%s", cost);
     snprintf(b->out, sizeof b->out, "%s", out);
     b->bytes_per_token = bytes_per_token > 0 ? bytes_per_token : 1;

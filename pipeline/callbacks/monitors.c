@@ -10,6 +10,7 @@
 #include <towerpack/fileio.h>
 #include <towerpack/log.h>
 #include <towerpack/process.h>
+#include "pipeline/callbacks/cb_internal.h"
 
 typedef struct {
     json_t *records;   /* array of objects */
@@ -141,11 +142,9 @@ static const tp_callback_ops_t s_json_ops = {
 };
 
 tp_callback_t *tp_cb_json_writer(void) {
-    s_json_t *j = calloc(1, sizeof *j);
-    if (!j) {
-        tp_error(TP_ERR_NOMEM, "JSONWriter");
+    s_json_t *j = tp_cb_impl_alloc(sizeof *j, "JSONWriter");
+    if (!j)
         return NULL;
-    }
     return tp_callback_new(&s_json_ops, j, 1);
 }
 
@@ -209,11 +208,9 @@ static const tp_callback_ops_t s_peakmem_ops = {
 };
 
 tp_callback_t *tp_cb_peak_memory(void) {
-    s_peakmem_t *m = calloc(1, sizeof *m);
-    if (!m) {
-        tp_error(TP_ERR_NOMEM, "PeakMemoryTracker");
+    s_peakmem_t *m = tp_cb_impl_alloc(sizeof *m, "PeakMemoryTracker");
+    if (!m)
         return NULL;
-    }
     m->per_epoch = 1;
     return tp_callback_new(&s_peakmem_ops, m, 0);
 }

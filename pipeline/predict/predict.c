@@ -318,6 +318,16 @@ static tp_status_t s_setup_io(tp_predictor_t *p, const tp_predict_config_t *c) {
     return TP_OK;
 }
 
+/* A constructor's failure (rc): the half-made predictor destroyed, its
+ * error message kept (a destroy may leave another), NULL. */
+static tp_predictor_t *s_new_failed(tp_predictor_t **p, tp_status_t rc) {
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", tp_last_error());
+    tp_predictor_destroy(p);
+    tp_error(rc, "%s", msg);
+    return NULL;
+}
+
 tp_predictor_t *tp_predictor_new(const tp_predict_config_t *c) {
     tp_predictor_t *p = c ? calloc(1, sizeof *p) : NULL;
     if (!p) {
@@ -325,13 +335,8 @@ tp_predictor_t *tp_predictor_new(const tp_predict_config_t *c) {
         return NULL;
     }
     tp_status_t rc = s_setup(p, c);
-    if (rc < 0) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", tp_last_error());
-        tp_predictor_destroy(&p);
-        tp_error(rc, "%s", msg);
-        return NULL;
-    }
+    if (rc < 0)
+        return s_new_failed(&p, rc);
     return p;
 }
 
@@ -358,13 +363,8 @@ tp_predictor_t *tp_predictor_new_shared(tp_model_t *model,
                       "infer_batch)");
     else if ((rc = s_check_names(c)) == TP_OK)
         rc = s_setup_io(p, c);
-    if (rc < 0) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", tp_last_error());
-        tp_predictor_destroy(&p);
-        tp_error(rc, "%s", msg);
-        return NULL;
-    }
+    if (rc < 0)
+        return s_new_failed(&p, rc);
     return p;
 }
 

@@ -138,20 +138,25 @@ Test(curve, keys_and_their_permissions) {
     cr_assert(strstr(tp_last_error(), "chmod 700"), "%s", tp_last_error());
 }
 
+/* Keys in s_keys, and in s_other a forger's: the real server's public key
+ * (server.key copied over) with a client key of its own. */
+static void s_forged_keys(void) {
+    s_keygen(s_keys);
+    s_keygen(s_other);
+    char from[256], to[256], cmd[600];
+    snprintf(from, sizeof from, "%s/server.key", s_keys);
+    snprintf(to, sizeof to, "%s/server.key", s_other);
+    snprintf(cmd, sizeof cmd, "cp %s %s", from, to);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* Must hold, receiver binds (CURVE server): a sender with the keys is
  * received in full and in order; a sender without CURVE, and one with the
  * server's public key but a client key of its own, get nothing in. */
 Test(curve, unauthenticated_senders_get_nothing_in) {
     if (!tp_curve_available())
         cr_skip_test("libzmq without CURVE");
-    s_keygen(s_keys);
-    s_keygen(s_other);
-    /* other/ knows the real server's public key, not the client secret. */
-    char from[256], to[256], cmd[600];
-    snprintf(from, sizeof from, "%s/server.key", s_keys);
-    snprintf(to, sizeof to, "%s/server.key", s_other);
-    snprintf(cmd, sizeof cmd, "cp %s %s", from, to);
-    cr_assert_eq(system(cmd), 0);
+    s_forged_keys();
     char ep[128];
     s_tcp(ep, sizeof ep);
     pu_gate_t bad_go, good_go;
@@ -187,13 +192,7 @@ Test(curve, unauthenticated_senders_get_nothing_in) {
 Test(curve, unauthenticated_receivers_get_nothing_out) {
     if (!tp_curve_available())
         cr_skip_test("libzmq without CURVE");
-    s_keygen(s_keys);
-    s_keygen(s_other);
-    char from[256], to[256], cmd[600];
-    snprintf(from, sizeof from, "%s/server.key", s_keys);
-    snprintf(to, sizeof to, "%s/server.key", s_other);
-    snprintf(cmd, sizeof cmd, "cp %s %s", from, to);
-    cr_assert_eq(system(cmd), 0);
+    s_forged_keys();
     char ep[128], conn[140];
     s_tcp(ep, sizeof ep);
     snprintf(conn, sizeof conn, ">%s", ep);

@@ -94,6 +94,30 @@ Test(stats, round_trip) {
     free(buf);
 }
 
+/* A name reused in its buffer keeps old bytes after its NUL (a shorter
+ * snprintf over a longer one); the encoder writes the name only, so the
+ * message still decodes (its padding is zero, as the decoder requires). */
+Test(stats, names_with_stale_bytes_after_their_end_still_decode) {
+    tp_stats_row_t r = row("a-long-actor-name", 10, 0, 0);
+    snprintf(r.name, sizeof r.name, "short");
+    tp_stats_snapshot_t s;
+    tp_stats_snapshot_init(&s);
+    snprintf(s.source, sizeof s.source, "long-source");
+    snprintf(s.source, sizeof s.source, "src");
+    s.nrows = 1;
+    s.rows = &r;
+    void *buf;
+    size_t size;
+    cr_assert_eq(tp_stats_encode(&s, &buf, &size), TP_OK);
+    tp_stats_snapshot_t d;
+    tp_stats_snapshot_init(&d);
+    cr_assert_eq(tp_stats_decode(buf, size, &d), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(d.source, "src");
+    cr_assert_str_eq(d.rows[0].name, "short");
+    tp_stats_snapshot_fini(&d);
+    free(buf);
+}
+
 /* Corrupt one thing, expect TP_ERR_PROTOCOL mentioning `what`. */
 static void expect_bad(size_t off, const void *bytes, size_t n, size_t size_delta,
                        const char *what) {

@@ -9,18 +9,16 @@
 #include <zlib.h>
 #include <lmdb.h>
 #include <towerpack/towerpack.h>
+#include "dir_testutil.h"
 
 static char s_dir[256];
 
 static void setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_df_files_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp_df_files");
 }
 
 static void teardown(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    cr_assert_eq(system(cmd), 0);
+    dt_remove(s_dir);
 }
 
 static const char *path(const char *name) {

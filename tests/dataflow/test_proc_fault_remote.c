@@ -5,6 +5,7 @@
  * stops reading. Each case states what must hold. Own executable: forks. */
 #include <czmq.h>
 #include "actor_testutil.h"
+#include "dataflow/remote_testutil.h"
 #include "fault_util.h"
 
 #define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 1"
@@ -58,9 +59,7 @@ Test(fault_remote, half_messages_are_dropped) {
     pid_t pid = pu_fork();
     if (pid == 0) {
         pu_gate_wait(&bound);
-        void *ctx = zmq_ctx_new();
-        void *push = zmq_socket(ctx, ZMQ_PUSH);
-        zmq_connect(push, ep);
+        void *ctx, *push = ru_push_connect(ep, &ctx);
         /* A real two-component datapoint, encoded, sent without its last
          * frame, and again with only its header. */
         tp_wire_opts_t wo;
@@ -75,13 +74,7 @@ Test(fault_remote, half_messages_are_dropped) {
                          i + 1 < keep ? ZMQ_SNDMORE : 0);
             tp_wire_msg_destroy(&m);
         }
-        tp_datapoint_t *dp = tu_dp(42, 100);
-        tp_wire_send(push, &dp, NULL);
-        int linger = 2000;
-        zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
-        zmq_close(push);
-        zmq_ctx_term(ctx);
-        _exit(0);
+        ru_push_last_and_exit(ctx, push, 42, 100);
     }
     tp_dataflow_t *df = s_remote(ep, 5);
     pu_gate_open(&bound, 1);

@@ -4,7 +4,9 @@
 #include <criterion/criterion.h>
 #include <czmq.h>
 #include "actor_testutil.h"
+#include "dataflow/remote_testutil.h"
 #include "proc_testutil.h"
+#include "fault_util.h" /* fu_rss_kib */
 
 /* Fork a sender of `n` datapoints (stream s) to `ep`; it starts sending when
  * `gate` opens (NULL: at once). Returns its pid. Senders are forked before
@@ -106,9 +108,7 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
     pid_t pid = pu_fork();
     if (pid == 0) {
         pu_gate_wait(&bound);
-        void *ctx = zmq_ctx_new();
-        void *push = zmq_socket(ctx, ZMQ_PUSH);
-        zmq_connect(push, ep);
+        void *ctx, *push = ru_push_connect(ep, &ctx);
         zmq_send(push, "x", 1, 0);
         uint8_t hdr[16] = {'T', 'P', 'W', '1', 1, 0, 200, 0};
         zmq_send(push, hdr, sizeof hdr, 0);         /* claims 200 components */
@@ -116,13 +116,7 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
         zmq_send(push, "junk", 4, 0);
         for (int i = 0; i < 2000; i++)               /* too many frames */
             zmq_send(push, "", 0, i < 1999 ? ZMQ_SNDMORE : 0);
-        tp_datapoint_t *dp = tu_dp(41, 0);
-        tp_wire_send(push, &dp, NULL);
-        int linger = 2000;
-        zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
-        zmq_close(push);
-        zmq_ctx_term(ctx);
-        _exit(0);
+        ru_push_last_and_exit(ctx, push, 41, 0);
     }
     tp_dataflow_t *df = make_remote(ep, 5);
     pu_gate_open(&bound, 1);
@@ -135,19 +129,6 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
     pu_waitpid(pid, 3000);
     tp_dataflow_destroy(&df);
     rmdir(dir);
-}
-
-static long rss_kib(int pid) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6))
-            kib = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kib;
 }
 
 Test(proc_remote, stopped_reader_bounds_the_sender) {
@@ -166,9 +147,9 @@ Test(proc_remote, stopped_reader_bounds_the_sender) {
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
         tp_datapoint_destroy(&dp);
     }
-    long first = rss_kib(pid);
+    long first = fu_rss_kib(pid);
     usleep(800000);
-    long later = rss_kib(pid);
+    long later = fu_rss_kib(pid);
     /* hwm 50 x 256 KiB = 12.5 MiB at most queued, plus the kernel's buffers:
      * the sender must not keep growing while nobody reads. */
     cr_assert_gt(later, 0);

@@ -31,20 +31,27 @@ static void consumer(int fd, const char *dir, int spin_forever) {
     _exit(rc == TP_ERR_INTERRUPTED ? 0 : 12);
 }
 
-Test(proc_signals, parent_sigkill_leaves_no_orphan) {
-    char dir[64];
-    tu_tmpdir(dir, sizeof dir);
+/* consumer() forked in dir; its pid, and its two workers' in pids once
+ * it has reported them (its runner is up). */
+static pid_t s_start_consumer(const char *dir, int spin_forever, int pids[2]) {
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     pid_t parent = pu_fork();
     if (parent == 0) {
         close(fds[0]);
-        consumer(fds[1], dir, 1);
+        consumer(fds[1], dir, spin_forever);
     }
     close(fds[1]);
-    int pids[2];
-    cr_assert_eq(read(fds[0], pids, sizeof pids), (ssize_t)sizeof pids);
+    cr_assert_eq(read(fds[0], pids, 2 * sizeof *pids), (ssize_t)(2 * sizeof *pids));
     close(fds[0]);
+    return parent;
+}
+
+Test(proc_signals, parent_sigkill_leaves_no_orphan) {
+    char dir[64];
+    tu_tmpdir(dir, sizeof dir);
+    int pids[2];
+    pid_t parent = s_start_consumer(dir, 1, pids);
     usleep(100000);
     cr_assert(!pu_gone(pids[0]) && !pu_gone(pids[1]));
     kill(parent, SIGKILL);
@@ -60,17 +67,8 @@ Test(proc_signals, parent_sigkill_leaves_no_orphan) {
 Test(proc_signals, sigint_exits_cleanly_within_2s) {
     char dir[64];
     tu_tmpdir(dir, sizeof dir);
-    int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    pid_t parent = pu_fork();
-    if (parent == 0) {
-        close(fds[0]);
-        consumer(fds[1], dir, 0);
-    }
-    close(fds[1]);
     int pids[2];
-    cr_assert_eq(read(fds[0], pids, sizeof pids), (ssize_t)sizeof pids);
-    close(fds[0]);
+    pid_t parent = s_start_consumer(dir, 0, pids);
     usleep(200000);
     double t0 = tp_now_s();
     kill(parent, SIGINT);

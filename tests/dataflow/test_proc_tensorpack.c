@@ -14,13 +14,13 @@
 #include <towerpack/image.h>
 #include "proc_testutil.h"
 #include "dataflow/tpk_testutil.h"
+#include "dir_testutil.h"
 
 static char s_dir[64];
 static const char *s_py;
 
 static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-tpk-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-tpk");
     char why[300];
     s_py = tpk_python(why, sizeof why);
     if (!s_py)
@@ -28,10 +28,7 @@ static void s_setup(void) {
 }
 
 static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 static void s_free(void *data, void *hint) {

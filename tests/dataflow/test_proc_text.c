@@ -13,6 +13,7 @@
 #include <towerpack/towerpack.h>
 #include <towerpack/dataflow_spec.h>
 #include <towerpack/actor_dataflow.h>
+#include "dir_testutil.h"
 
 #define REF_PY TP_SOURCE_DIR "/tests/dataflow/text_ref.py"
 
@@ -35,9 +36,7 @@ static void s_setup(void) {
 }
 
 static void s_teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    (void)system(cmd);
+    dt_remove(s_dir);
 }
 
 TestSuite(proc_text, .init = s_setup, .fini = s_teardown, .timeout = 120);

@@ -170,17 +170,28 @@ Test(proc_zygote, restarts_of_a_chain_without_workers) {
     tp_dataflow_destroy(&df);
 }
 
-Test(proc_zygote, dead_zygote_fails_next_and_leaves_nothing) {
-    tp_mp_opts_t o = s_opts(TP_WORKER_RESTART);
-    tp_dataflow_t *df = tp_df_multiprocess(tu_count_df(1000000, 0, -1), 2, &o);
-    pu_assert_fork_safe("dead_zygote_fails_next_and_leaves_nothing");
+/* A counting source over n workers forked by a zygote (policy), past its
+ * first datapoint; the zygote's pid and the workers' in pids[n]. `who`:
+ * the test, named if a ZeroMQ thread makes forking unsafe. */
+static tp_dataflow_t *s_started(tp_worker_policy_t policy, int n, const char *who,
+                                int *zygote, int *pids) {
+    tp_mp_opts_t o = s_opts(policy);
+    tp_dataflow_t *df = tp_df_multiprocess(tu_count_df(1000000, 0, -1), n, &o);
+    pu_assert_fork_safe(who);
     cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK, "%s", tp_last_error());
-    int zygote = tp_df_multiprocess_zygote(df);
-    int pids[2];
-    cr_assert_eq(tp_df_multiprocess_pids(df, pids, 2), 2);
+    *zygote = tp_df_multiprocess_zygote(df);
+    cr_assert_eq(tp_df_multiprocess_pids(df, pids, n), n);
     tp_datapoint_t *dp;
     cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
     tp_datapoint_destroy(&dp);
+    return df;
+}
+
+Test(proc_zygote, dead_zygote_fails_next_and_leaves_nothing) {
+    int zygote, pids[2];
+    tp_dataflow_t *df = s_started(TP_WORKER_RESTART, 2, "dead_zygote_fails_next_and_leaves_nothing",
+                                  &zygote, pids);
+    tp_datapoint_t *dp;
     cr_assert_eq(kill(zygote, SIGKILL), 0);
     /* The workers die with it (PR_SET_PDEATHSIG) ... */
     for (int i = 0; i < 2; i++)
@@ -203,16 +214,9 @@ Test(proc_zygote, dead_zygote_fails_next_and_leaves_nothing) {
 }
 
 Test(proc_zygote, destroy_stops_workers_and_zygote) {
-    tp_mp_opts_t o = s_opts(TP_WORKER_FAIL);
-    tp_dataflow_t *df = tp_df_multiprocess(tu_count_df(1000000, 0, -1), 3, &o);
-    pu_assert_fork_safe("destroy_stops_workers_and_zygote");
-    cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK, "%s", tp_last_error());
-    int zygote = tp_df_multiprocess_zygote(df);
-    int pids[3];
-    cr_assert_eq(tp_df_multiprocess_pids(df, pids, 3), 3);
-    tp_datapoint_t *dp;
-    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
-    tp_datapoint_destroy(&dp);
+    int zygote, pids[3];
+    tp_dataflow_t *df = s_started(TP_WORKER_FAIL, 3, "destroy_stops_workers_and_zygote",
+                                  &zygote, pids);
     double t0 = tp_now_s();
     tp_dataflow_destroy(&df);
     cr_assert_lt(tp_now_s() - t0, 1.5, "bounded stop");

@@ -18,6 +18,8 @@
 #include <towerpack/models.h>
 #include <towerpack/predict.h>
 #include <towerpack/towerpack.h>
+#include "pipeline/predict_testutil.h"
+#include "dir_testutil.h"
 
 #define B 16
 
@@ -31,30 +33,16 @@ static tp_optimizer_t *s_sgd(void *u) {
     return tp_optimizer_sgd(0.05, 0.9, 0);
 }
 
-/* Deterministic images [n,28,28] uint8 and labels [n] int32 from row `first`. */
+/* Deterministic images [n,28,28] and labels [n] from row `first`. */
 static void s_batch(int64_t first, int64_t n, tp_tensor_t *img, tp_tensor_t *lab) {
-    int64_t is[3] = {n, 28, 28}, ls[1] = {n};
-    cr_assert_eq(tp_tensor_init(img, TP_UINT8, 3, is), TP_OK);
-    cr_assert_eq(tp_tensor_init(lab, TP_INT32, 1, ls), TP_OK);
-    uint8_t *p = img->data;
-    for (int64_t r = 0; r < n; r++) {
-        uint64_t x = (uint64_t)(first + r) * 0x9e3779b97f4a7c15ull + 3;
-        for (int k = 0; k < 784; k++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            p[r * 784 + k] = (uint8_t)(x >> 56);
-        }
-        ((int32_t *)lab->data)[r] = (int32_t)((first + r) % 10);
-    }
+    pt_batch(first, n, 3, img, lab);
 }
 
 /* cnn-bn (conv, batch norm, pooling, dense) trained a few steps on the CPU,
  * so the moving averages are not their initial values. */
 static void s_setup(void) {
     tp_log_set_level(TP_LOG_WARN);
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_cuda_predict_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp_cuda_predict");
     snprintf(s_ckpt, sizeof s_ckpt, "%s/cnn-bn.safetensors", s_dir);
     const tp_zoo_model_t *z = tp_zoo_find("cnn-bn");
     cr_assert_not_null(z);
@@ -78,9 +66,7 @@ static void s_setup(void) {
 }
 
 static void s_teardown(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    cr_expect_eq(system(cmd), 0);
+    dt_remove(s_dir);
 }
 
 static void s_config(tp_predict_config_t *c, int device) {

@@ -27,6 +27,7 @@
 #include <towerpack/model_callbacks.h>
 #include <towerpack/towerpack.h>
 #include "train_testutil.h"
+#include "dir_testutil.h"
 
 /* A model whose checkpoint (about 650 KB with the momentum slots) takes a
  * disk a few milliseconds: long against the microseconds between an
@@ -55,15 +56,11 @@ static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
 static char s_dir[64];
 
 static void setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-saver-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-saver");
 }
 
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 /* No per-test .timeout: the TSan build's shim sets it (override-init). */

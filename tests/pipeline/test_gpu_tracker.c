@@ -12,37 +12,20 @@
 #include <towerpack/launch.h>
 #include <towerpack/towerpack.h>
 #include "train_testutil.h"
-
-static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    (void)user;
-    tp_node_t *logits = tp_fc(t, "fc0", in[0], 4, 1);
-    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
-    tp_tower_add_output(t, "cost", cost);
-    return tp_tower_set_cost(t, cost);
-}
-static tp_optimizer_t *s_opt(void *user) {
-    (void)user;
-    return tp_optimizer_sgd(0.1, 0.9, 0);
-}
-static const tp_input_desc_t s_inputs[] = {
-    {"x", TP_FLOAT32, 2, {-1, 2}},
-    {"label", TP_INT32, 1, {-1}},
-};
-static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
+#include "dir_testutil.h"
 
 static char s_dir[64], s_log[128];
 
 /* Two short epochs with the default callbacks (the tracker among them),
  * the log into s_log; stats.json's records. */
 static json_t *s_train(int64_t steps_per_epoch) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-gpu-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-gpu");
     snprintf(s_log, sizeof s_log, "%s/test.log", s_dir);
     tp_log_set_level(TP_LOG_INFO);
     cr_assert_eq(tp_log_set_file(s_log), TP_OK);
     tp_train_config_t c;
     tp_train_config_init(&c);
-    c.model = &s_model;
+    c.model = tu_linear_model();
     c.batch = 32;
     c.dataflow = tu_blobs(256, 4, 0.7f, 99, 32, 1, 0);
     c.max_epoch = 2;
@@ -82,10 +65,7 @@ static int s_has_gpu_scalars(json_t *records) {
 }
 
 static void s_cleanup(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 Test(gpu_tracker, without_nvml_it_says_off_once_and_puts_nothing, .fini = s_cleanup) {

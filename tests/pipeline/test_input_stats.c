@@ -19,6 +19,7 @@
 #include <towerpack/towerpack.h>
 #include <towerpack/launch.h>
 #include "pipeline/train/towers.h"
+#include "dir_testutil.h"
 #include "train_testutil.h"
 
 static const tp_stats_row_t *s_find(const tp_stats_row_t *rows, int n, const char *name) {
@@ -130,16 +131,11 @@ Test(input_stats, staging_input_adds_a_row_per_stage_after_its_inner_inputs) {
 static char s_dir[64], s_ep[128];
 
 static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-instats-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-instats");
     snprintf(s_ep, sizeof s_ep, "ipc://%s/in.sock", s_dir);
 }
 
-static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    cr_assert_eq(system(cmd), 0);
-}
+static void s_teardown(void) { dt_remove(s_dir); }
 
 typedef struct {
     tp_dataflow_t *df;
@@ -296,20 +292,6 @@ static int c_stats(void *impl, tp_stats_row_t *rows, int max) {
     return 1;
 }
 
-static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    (void)user;
-    tp_node_t *logits = tp_fc(t, "fc0", in[0], 4, 1);
-    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
-    tp_tower_add_output(t, "cost", cost);
-    return tp_tower_set_cost(t, cost);
-}
-static tp_optimizer_t *s_opt(void *user) { (void)user; return tp_optimizer_sgd(0.1, 0.9, 0); }
-static const tp_input_desc_t s_inputs[] = {
-    {"x", TP_FLOAT32, 2, {-1, 2}},
-    {"label", TP_INT32, 1, {-1}},
-};
-static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
-
 typedef struct {
     tp_train_config_t cfg;
     tp_status_t rc;
@@ -323,6 +305,28 @@ static void *s_train(void *arg) {
     return NULL;
 }
 
+/* One epoch of `steps` steps of tu_linear_model() on `in` (taken) over
+ * `towers`, publishing statistics to stats_ep, started on *th; a
+ * subscriber to them (100 ms receive timeout), the caller's to destroy. */
+static zsock_t *s_run_start(s_run_t *r, tp_input_t *in, int towers,
+                            int64_t steps, const char *stats_ep, pthread_t *th) {
+    tp_train_config_init(&r->cfg);
+    r->cfg.model = tu_linear_model();
+    r->cfg.input = in;
+    r->cfg.towers = towers;
+    r->cfg.batch = 8;
+    r->cfg.threads = 1;
+    r->cfg.max_epoch = 1;
+    r->cfg.steps_per_epoch = steps;
+    r->cfg.stats = stats_ep;
+    r->cfg.default_callbacks = 0;
+    zsock_t *sub = zsock_new_sub(stats_ep, "");
+    cr_assert_not_null(sub, "subscriber");
+    zsock_set_rcvtimeo(sub, 100);
+    pthread_create(th, NULL, s_train, r);
+    return sub;
+}
+
 static void s_published_case(int towers) {
     char stats_ep[160];
     snprintf(stats_ep, sizeof stats_ep, "ipc://%s/stats.sock", s_dir);
@@ -333,22 +337,8 @@ static void s_published_case(int towers) {
     s_custom_t c = {.df = tu_blobs(256, 4, 0.7f, 99, 8, 1, 0)};
     atomic_init(&c.seen, 0);
     s_run_t r;
-    tp_train_config_init(&r.cfg);
-    r.cfg.model = &s_model;
-    r.cfg.input = tp_input_new(&ops, &c);
-    r.cfg.towers = towers;
-    r.cfg.batch = 8;
-    r.cfg.threads = 1;
-    r.cfg.max_epoch = 1;
-    r.cfg.steps_per_epoch = 4000;
-    r.cfg.stats = stats_ep;
-    r.cfg.default_callbacks = 0;
-
-    zsock_t *sub = zsock_new_sub(stats_ep, "");
-    cr_assert_not_null(sub, "subscriber");
-    zsock_set_rcvtimeo(sub, 100);
     pthread_t th;
-    pthread_create(&th, NULL, s_train, &r);
+    zsock_t *sub = s_run_start(&r, tp_input_new(&ops, &c), towers, 4000, stats_ep, &th);
     tp_stats_snapshot_t snap;
     tp_stats_snapshot_init(&snap);
     int got = 0;
@@ -476,21 +466,8 @@ Test(input_stats, a_step_waiting_in_a_custom_input_still_publishes_statistics,
     atomic_init(&h.holding, 0);
     atomic_init(&h.release, 0);
     s_run_t r;
-    tp_train_config_init(&r.cfg);
-    r.cfg.model = &s_model;
-    r.cfg.input = tp_input_new(&ops, &h);
-    r.cfg.batch = 8;
-    r.cfg.threads = 1;
-    r.cfg.max_epoch = 1;
-    r.cfg.steps_per_epoch = 40;
-    r.cfg.stats = stats_ep;
-    r.cfg.default_callbacks = 0;
-
-    zsock_t *sub = zsock_new_sub(stats_ep, "");
-    cr_assert_not_null(sub, "subscriber");
-    zsock_set_rcvtimeo(sub, 100);
     pthread_t th;
-    pthread_create(&th, NULL, s_train, &r);
+    zsock_t *sub = s_run_start(&r, tp_input_new(&ops, &h), 1, 40, stats_ep, &th);
     tp_stats_snapshot_t snap;
     tp_stats_snapshot_init(&snap);
     int during = 0;
@@ -521,7 +498,7 @@ Test(input_stats, towers_count_their_own_steps) {
     mc.towers = 2;
     mc.batch = 8;
     mc.threads = 1;
-    tp_model_t *m = tp_model_new(&s_model, &mc);
+    tp_model_t *m = tp_model_new(tu_linear_model(), &mc);
     cr_assert_not_null(m, "%s", tp_last_error());
     tp_towers_t *tw = tp_towers_new(m, 2, TP_RUN_TRAIN, NULL);
     cr_assert_not_null(tw, "%s", tp_last_error());

@@ -13,6 +13,7 @@
 #include <zmq.h>
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/towerpack.h>
+#include "dir_testutil.h"
 #include "train_testutil.h"
 #include <towerpack/launch.h>
 
@@ -28,16 +29,11 @@ static tp_input_t *s_input(void) {
 }
 
 static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-zmqin-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-zmqin");
     snprintf(s_ep, sizeof s_ep, "ipc://%s/in.sock", s_dir);
 }
 
-static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    cr_assert_eq(system(cmd), 0);
-}
+static void s_teardown(void) { dt_remove(s_dir); }
 
 
 typedef struct {

@@ -184,29 +184,10 @@ Test(logdir, delete_empties_the_directory_under_its_lock) {
 
 /* ---- the launch -------------------------------------------------------------------- */
 
-static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    (void)user;
-    tp_node_t *logits = tp_fc(t, "fc0", in[0], 4, 1);
-    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
-    tp_tower_add_output(t, "cost", cost);
-    return tp_tower_set_cost(t, cost);
-}
-
-static tp_optimizer_t *s_opt(void *user) {
-    (void)user;
-    return tp_optimizer_sgd(0.1, 0.9, 0);
-}
-
-static const tp_input_desc_t s_inputs[] = {
-    {"x", TP_FLOAT32, 2, {-1, 2}},
-    {"label", TP_INT32, 1, {-1}},
-};
-static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
-
 /* 8 steps an epoch (256 points, batch 32); no plots (fast). */
 static void s_config(tp_train_config_t *c, const char *logdir, int64_t epochs) {
     tp_train_config_init(c);
-    c->model = &s_model;
+    c->model = tu_linear_model();
     c->batch = 32;
     c->dataflow = tu_blobs(256, 4, 0.7f, 99, 32, 1, 0);
     c->max_epoch = epochs;

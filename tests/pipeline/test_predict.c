@@ -13,6 +13,8 @@
 #include <towerpack/models.h>
 #include <towerpack/predict.h>
 #include <towerpack/towerpack.h>
+#include "pipeline/predict_testutil.h"
+#include "dir_testutil.h"
 
 #define B 16
 
@@ -20,14 +22,11 @@ static char s_dir[256];
 
 static void s_setup(void) {
     tp_log_set_level(TP_LOG_WARN);
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp_predict_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp_predict");
 }
 
 static void s_teardown(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    cr_expect_eq(system(cmd), 0);
+    dt_remove(s_dir);
 }
 
 static tp_optimizer_t *s_sgd(void *u) {
@@ -35,22 +34,9 @@ static tp_optimizer_t *s_sgd(void *u) {
     return tp_optimizer_sgd(0.05, 0.9, 0);
 }
 
-/* Deterministic images and labels: row r of a batch starting at `first`. */
+/* Deterministic images [n,28,28] and labels [n] from row `first`. */
 static void s_batch(int64_t first, int64_t n, tp_tensor_t *img, tp_tensor_t *lab) {
-    int64_t is[3] = {n, 28, 28}, ls[1] = {n};
-    cr_assert_eq(tp_tensor_init(img, TP_UINT8, 3, is), TP_OK);
-    cr_assert_eq(tp_tensor_init(lab, TP_INT32, 1, ls), TP_OK);
-    uint8_t *p = img->data;
-    for (int64_t r = 0; r < n; r++) {
-        uint64_t x = (uint64_t)(first + r) * 0x9e3779b97f4a7c15ull + 1;
-        for (int k = 0; k < 784; k++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            p[r * 784 + k] = (uint8_t)(x >> 56);
-        }
-        ((int32_t *)lab->data)[r] = (int32_t)((first + r) % 10);
-    }
+    pt_batch(first, n, 1, img, lab);
 }
 
 /* A zoo model trained for a few steps, saved with its name. */
@@ -282,6 +268,28 @@ typedef struct {
     int index;
 } s_tag_t;
 
+/* Each request answered once (`how`: "called back", "taken") and with
+ * what one predictor says for that request's rows; frees res's lock. */
+static void s_expect_results(const tp_predict_config_t *c, s_results_t *res,
+                             const char *how) {
+    tp_predictor_t *p = tp_predictor_new(c);
+    cr_assert_not_null(p, "%s", tp_last_error());
+    cr_expect_eq(res->failures, 0);
+    for (int i = 0; i < NREQ; i++) {
+        cr_expect_eq(res->calls[i], 1, "request %d %s %d times", i, how, res->calls[i]);
+        tp_tensor_t img, lab, out;
+        s_batch(i * 8, res->rows[i], &img, &lab);
+        cr_assert_eq(tp_predictor_run(p, &img, &out), TP_OK);
+        cr_expect_eq(memcmp(out.data, res->logits[i], out.nbytes), 0,
+                     "request %d got another request's logits", i);
+        tp_tensor_fini(&out);
+        tp_tensor_fini(&img);
+        tp_tensor_fini(&lab);
+    }
+    tp_predictor_destroy(&p);
+    pthread_mutex_destroy(&res->mu);
+}
+
 static void s_on_result(tp_status_t st, tp_tensor_t *out, int nout, void *user) {
     s_tag_t *tag = user;
     s_results_t *r = tag->res;
@@ -355,23 +363,7 @@ Test(predict, async_gives_every_result_once_to_its_request) {
     tp_async_predictor_wait(ap);
     tp_async_predictor_destroy(&ap);
     cr_expect_null(ap);
-    /* each result equals what one predictor says for that request's rows */
-    tp_predictor_t *p = tp_predictor_new(&c);
-    cr_assert_not_null(p, "%s", tp_last_error());
-    cr_expect_eq(res.failures, 0);
-    for (int i = 0; i < NREQ; i++) {
-        cr_expect_eq(res.calls[i], 1, "request %d called back %d times", i, res.calls[i]);
-        tp_tensor_t img, lab, out;
-        s_batch(i * 8, res.rows[i], &img, &lab);
-        cr_assert_eq(tp_predictor_run(p, &img, &out), TP_OK);
-        cr_expect_eq(memcmp(out.data, res.logits[i], out.nbytes), 0,
-                     "request %d got another request's logits", i);
-        tp_tensor_fini(&out);
-        tp_tensor_fini(&img);
-        tp_tensor_fini(&lab);
-    }
-    tp_predictor_destroy(&p);
-    pthread_mutex_destroy(&res.mu);
+    s_expect_results(&c, &res, "called back");
 }
 
 Test(predict, data_parallel_joins_the_towers_in_order) {
@@ -761,22 +753,7 @@ Test(predict, futures_give_every_result_once_to_their_request) {
         cr_expect_null(ret, "taker %d: %p", k, ret);
     }
     tp_async_predictor_destroy(&ap);
-    tp_predictor_t *p = tp_predictor_new(&c);
-    cr_assert_not_null(p, "%s", tp_last_error());
-    cr_expect_eq(res.failures, 0);
-    for (int i = 0; i < NREQ; i++) {
-        cr_expect_eq(res.calls[i], 1, "request %d taken %d times", i, res.calls[i]);
-        tp_tensor_t img, lab, out;
-        s_batch(i * 8, res.rows[i], &img, &lab);
-        cr_assert_eq(tp_predictor_run(p, &img, &out), TP_OK);
-        cr_expect_eq(memcmp(out.data, res.logits[i], out.nbytes), 0,
-                     "request %d's future holds another request's logits", i);
-        tp_tensor_fini(&out);
-        tp_tensor_fini(&img);
-        tp_tensor_fini(&lab);
-    }
-    tp_predictor_destroy(&p);
-    pthread_mutex_destroy(&res.mu);
+    s_expect_results(&c, &res, "taken");
 }
 
 /* A callback that holds its worker until the test opens the gate. */

@@ -14,6 +14,7 @@
 #include <towerpack/towerpack.h>
 #include "tfevents_testutil.h"
 #include "train_testutil.h"
+#include "dir_testutil.h"
 
 #define NPOINTS 512
 
@@ -79,23 +80,8 @@ static void s_config(tp_train_config_t *c, const char *logdir, int towers,
     c->progress_names = "cost";
 }
 
-static char *s_tmp(void) {
-    static char dirs[4][64];
-    static int k;
-    char *d = dirs[k++ % 4];
-    snprintf(d, 64, "/tmp/tp-train-XXXXXX");
-    cr_assert_not_null(mkdtemp(d));
-    return d;
-}
-
-static void s_rm(const char *d) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
-    cr_assert_eq(system(cmd), 0);
-}
-
 Test(train, learns_validates_saves_and_writes_stats) {
-    char *dir = s_tmp();
+    char *dir = dt_new("tp-train");
     tp_train_config_t c;
     s_config(&c, dir, 1, 32, 3);
     c.validation = s_blobs(100, 0, 1);
@@ -122,7 +108,7 @@ Test(train, learns_validates_saves_and_writes_stats) {
     snprintf(path, sizeof path, "%s/model-48.safetensors", dir);
     cr_assert_str_eq(ckpt, path);
     tp_model_destroy(&m);
-    s_rm(dir);
+    dt_remove(dir);
 }
 
 /* Every variable of two models, bit for bit. */
@@ -147,7 +133,7 @@ static void s_same_vars(tp_model_t *a, tp_model_t *b, float tol) {
 }
 
 static void s_resume_case(int towers, int batch) {
-    char *straight = s_tmp(), *broken = s_tmp();
+    char *straight = dt_new("tp-train"), *broken = dt_new("tp-train");
     tp_train_config_t c;
     tp_model_t *a = NULL, *b = NULL;
     s_config(&c, straight, towers, batch, 4);
@@ -167,8 +153,8 @@ static void s_resume_case(int towers, int batch) {
     json_decref(j);
     tp_model_destroy(&a);
     tp_model_destroy(&b);
-    s_rm(straight);
-    s_rm(broken);
+    dt_remove(straight);
+    dt_remove(broken);
 }
 
 Test(train, resume_ends_bit_identical) { s_resume_case(1, 32); }
@@ -261,7 +247,7 @@ Test(train, dummy_input_and_a_wrong_input_shape) {
 /* InferenceRunner's numbers equal a separate evaluation of the same model
  * on the same data; MaxSaver saves exactly when the statistic improves. */
 Test(train, inference_runner_matches_a_separate_evaluation) {
-    char *dir = s_tmp();
+    char *dir = dt_new("tp-train");
     tp_train_config_t c;
     s_config(&c, dir, 1, 32, 3);
     c.validation = s_blobs(100, 0, 1);
@@ -316,7 +302,7 @@ Test(train, inference_runner_matches_a_separate_evaluation) {
     cr_assert_eq(st.epoch, best_epoch, "saved after epoch %lld, best was %d",
                  (long long)st.epoch, best_epoch);
     tp_model_destroy(&m);
-    s_rm(dir);
+    dt_remove(dir);
 }
 
 /* The tower of s_model plus a per-row output: the input x itself ([b, 2]). */
@@ -330,7 +316,7 @@ static const tp_model_desc_t s_model_rows = {s_inputs, 2, s_tower_rows, s_opt, N
  * (tensorpack's np.mean), weighted by rows: not element [0] of each batch
  * (issue 46 bug 1). */
 Test(train, scalar_stats_average_every_element_of_an_output) {
-    char *dir = s_tmp();
+    char *dir = dt_new("tp-train");
     tp_train_config_t c;
     s_config(&c, dir, 1, 32, 1);
     c.model = &s_model_rows;
@@ -367,14 +353,14 @@ Test(train, scalar_stats_average_every_element_of_an_output) {
     json_decref(j);
     cr_assert_float_eq(got, want, 1e-5, "validation_x_copy %g, the mean of every element %g "
                        "(element [0]'s: %g)", got, want, first / rows);
-    s_rm(dir);
+    dt_remove(dir);
 }
 
 /* ---- a newcomer's mistakes (issue 46): said at launch, before any file ---- */
 
 /* A log directory the launch is to make: it must not exist afterwards. */
 static const char *s_unmade(char *buf, size_t size) {
-    snprintf(buf, size, "%s/run", s_tmp());
+    snprintf(buf, size, "%s/run", dt_new("tp-train"));
     return buf;
 }
 
@@ -453,7 +439,7 @@ Test(train, a_conv_on_a_tensor_that_is_not_nchw_says_so) {
  * steps aside (two wrote the same files and training failed at the end);
  * two of one's own are refused before anything is made. */
 Test(train, an_own_model_saver_replaces_the_default_one) {
-    char *dir = s_tmp();
+    char *dir = dt_new("tp-train");
     tp_train_config_t c;
     s_config(&c, dir, 1, 32, 3);
     c.default_callbacks = 0;
@@ -466,9 +452,9 @@ Test(train, an_own_model_saver_replaces_the_default_one) {
         snprintf(path, sizeof path, "%s/model-%d.safetensors", dir, step);
         cr_assert_eq(access(path, F_OK) == 0, step > 16, "%s (max_to_keep 2)", path);
     }
-    s_rm(dir);
+    dt_remove(dir);
     /* the issue's case: a plain ModelSaver, the default callbacks on */
-    dir = s_tmp();
+    dir = dt_new("tp-train");
     s_config(&c, dir, 1, 32, 3);
     tp_callback_t *own[] = {tp_cb_model_saver(3, 0)};
     c.callbacks = own;
@@ -476,7 +462,7 @@ Test(train, an_own_model_saver_replaces_the_default_one) {
     cr_assert_eq(tp_launch_train_with_config(&c, NULL), TP_OK, "%s", tp_last_error());
     snprintf(path, sizeof path, "%s/model-48.safetensors", dir);
     cr_assert_eq(access(path, F_OK), 0, "%s", path);
-    s_rm(dir);
+    dt_remove(dir);
 
     char unmade[128];
     s_config(&c, s_unmade(unmade, sizeof unmade), 1, 32, 1);
@@ -490,7 +476,7 @@ Test(train, an_own_model_saver_replaces_the_default_one) {
 /* A fetch nobody gives: one warning naming it; the launch's failure is
  * logged as well as returned. */
 Test(train, an_unknown_fetch_is_warned_once_and_a_failure_is_logged) {
-    char *dir = s_tmp(), log[160];
+    char *dir = dt_new("tp-train"), log[160];
     snprintf(log, sizeof log, "%s/test.log", dir);
     cr_assert_eq(tp_log_set_file(log), TP_OK);
     tp_train_config_t c;
@@ -513,7 +499,7 @@ Test(train, an_unknown_fetch_is_warned_once_and_a_failure_is_logged) {
     cr_assert_null(strstr(first + 1, w), "warned more than once:\n%s", text);
     cr_assert_null(strstr(text, "fetch 'cost'"), "%s", text);
     cr_assert(strstr(text, "tp_model_desc_t.optimizer is NULL"), "not logged:\n%s", text);
-    s_rm(dir);
+    dt_remove(dir);
 }
 
 /* TensorBoard gets the cost and the metrics every log_every_n_steps steps,
@@ -523,7 +509,7 @@ Test(train, tensorboard_gets_the_cost_every_n_steps) {
     const char *py = te_python(why, sizeof why);
     if (!py)
         cr_skip_test("%s", why);
-    char *dir = s_tmp();
+    char *dir = dt_new("tp-train");
     tp_train_config_t c;
     s_config(&c, dir, 1, 32, 2);   /* 16 steps an epoch */
     c.log_every_n_steps = 4;
@@ -552,7 +538,7 @@ Test(train, tensorboard_gets_the_cost_every_n_steps) {
         cr_assert_eq(steps[i], 4 * (i + 1), "%s", out);
     cr_assert_lt(last, first, "the loss goes down: %s", out);
     cr_assert(strstr(out, "check_tfevents: accuracy_step 4="), "%s", out);
-    s_rm(dir);
+    dt_remove(dir);
 }
 
 /* ---- a steady-state step touches no fresh pages ------------------------------ */
@@ -601,7 +587,7 @@ Test(train, steady_state_steps_fault_no_fresh_pages) {
     cr_skip_test("the sanitizers' allocators map fresh memory on purpose");
 #endif
 #endif
-    char *dir = s_tmp();
+    char *dir = dt_new("tp-train");
     char file[128], spec[256];
     snprintf(file, sizeof file, "%s/corpus.txt", dir);
     FILE *fp = fopen(file, "wb");
@@ -641,5 +627,5 @@ Test(train, steady_state_steps_fault_no_fresh_pages) {
     cr_assert_lt(per_step, 8, "%ld minor page faults a steady step (%ld over %d steps)",
                  per_step, f->minflt[1] - f->minflt[0], STEADY);
     free(f);
-    s_rm(dir);
+    dt_remove(dir);
 }

@@ -29,6 +29,7 @@
 #include <towerpack/philox.h>
 
 #include "gan_testutil.h"
+#include "dir_testutil.h"
 
 /* ---- reading the model ------------------------------------------------------- */
 
@@ -832,21 +833,6 @@ Test(trainer_gan, hyperparameters_per_group) {
 
 /* ---- through launch_train_with_config ---------------------------------------- */
 
-static char *s_tmpdir(void) {
-    static char dirs[4][64];
-    static int k;
-    char *d = dirs[k++ % 4];
-    snprintf(d, 64, "/tmp/tp-gan-XXXXXX");
-    cr_assert_not_null(mkdtemp(d));
-    return d;
-}
-
-static void s_rm(const char *d) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
-    cr_assert_eq(system(cmd), 0);
-}
-
 static tp_model_desc_t s_desc = {s_inputs, 4, s_tower, s_adam, NULL};
 
 static void s_launch_config(tp_train_config_t *c, const tp_gan_config_t *gc, const char *dir,
@@ -879,7 +865,7 @@ Test(trainer_gan, launch_trains_monitors_and_resumes) {
     gc.seed = 7;
     gc.g_optimizer = s_adam;
     gc.d_optimizer = s_adam_d;
-    char *straight = s_tmpdir(), *broken = s_tmpdir();
+    char *straight = dt_new("tp-gan"), *broken = dt_new("tp-gan");
     tp_train_config_t c;
     tp_model_t *a = NULL, *b = NULL;
     s_launch_config(&c, &gc, straight, 2);
@@ -922,8 +908,8 @@ Test(trainer_gan, launch_trains_monitors_and_resumes) {
     s_snap_free(&direct);
     tp_model_destroy(&a);
     tp_model_destroy(&b);
-    s_rm(straight);
-    s_rm(broken);
+    dt_remove(straight);
+    dt_remove(broken);
 }
 
 /* Towers on several GPUs or over processes are refused for a GAN, naming why. */

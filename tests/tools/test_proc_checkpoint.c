@@ -16,6 +16,7 @@
 #include "ckpt_testutil.h"
 #include "proc_testutil.h"
 #include <towerpack/towerpack.h>
+#include "dir_testutil.h"
 
 #define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 100 | fixed-size 2"
 #define CHECK TP_SOURCE_DIR "/tests/tools/checkpoint_check.py"
@@ -24,16 +25,12 @@ static char s_dir[64], s_logdir[128];
 static char s_out[1 << 18];
 
 static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-ckpt-cli-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-ckpt-cli");
     snprintf(s_logdir, sizeof s_logdir, "%s/run", s_dir);
 }
 
 static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 static const char *s_at(const char *name) {

@@ -24,6 +24,7 @@
 #include <towerpack/image.h>
 #include <towerpack/log.h>
 #include <towerpack/models.h>
+#include "dir_testutil.h"
 
 #define PY "/usr/bin/python3"
 #define CHECK TP_SOURCE_DIR "/tests/tools/colour_check.py"
@@ -40,15 +41,11 @@ static const uint8_t s_rgb[3][3] = {{190, 76, 76}, {65, 141, 65}, {93, 93, 238}}
 
 static void s_setup(void) {
     tp_log_set_level(TP_LOG_WARN);
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-colour-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-colour");
 }
 
 static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 static int s_run(char *const *argv) {
@@ -145,6 +142,25 @@ static double s_last_validation(const char *logdir) {
     return acc;
 }
 
+/* tp-export --onnx of `load` (a run directory or a checkpoint alone) into
+ * onnx: it says the input is RGB in [0, 1] and writes the folder's class
+ * names beside the file, in the run's order. */
+static void s_expect_onnx_export(const char *load, const char *onnx) {
+    char *eargv[] = {TP_BINARY_DIR "/bin/tp-export", "--load", (char *)load, "--onnx",
+                     (char *)onnx, NULL};
+    cr_assert_eq(s_run(eargv), 0, "%s", s_out);
+    cr_expect_not_null(strstr(s_out, "float32[batch,3,32,32] RGB in [0, 1]"), "%s", s_out);
+    char path[256];
+    snprintf(path, sizeof path, "%s.classes.txt", onnx);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    char names[64] = "";
+    size_t got = fread(names, 1, sizeof names - 1, f);
+    fclose(f);
+    names[got] = '\0';
+    cr_expect_str_eq(names, "Green\nblue\nred\n");
+}
+
 Test(colour, a_colour_folder_trains_as_its_classes_in_colour_to_onnx, .init = s_setup,
      .fini = s_teardown, .timeout = 300) {
     char train[128], test[128], tr[160], te[160], logdir[128];
@@ -195,17 +211,7 @@ Test(colour, a_colour_folder_trains_as_its_classes_in_colour_to_onnx, .init = s_
     /* tp-export: the names beside the file */
     char onnx[160];
     snprintf(onnx, sizeof onnx, "%s/model.onnx", s_dir);
-    char *eargv[] = {TP_BINARY_DIR "/bin/tp-export", "--load", logdir, "--onnx", onnx, NULL};
-    cr_assert_eq(s_run(eargv), 0, "%s", s_out);
-    cr_expect_not_null(strstr(s_out, "float32[batch,3,32,32] RGB in [0, 1]"), "%s", s_out);
-    snprintf(path, sizeof path, "%s.classes.txt", onnx);
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s", path);
-    char names[64] = "";
-    size_t got = fread(names, 1, sizeof names - 1, f);
-    fclose(f);
-    names[got] = '\0';
-    cr_expect_str_eq(names, "Green\nblue\nred\n");
+    s_expect_onnx_export(logdir, onnx);
 
     /* OpenCV's DNN on the file, from RGB in [0, 1], against tp-predict */
     s_need_python("the OpenCV check of the ONNX export");
@@ -411,19 +417,9 @@ Test(colour, a_checkpoint_copied_alone_keeps_its_classes, .init = s_setup,
     cr_expect_eq(json_integer_value(json_object_get(j, "samples")), 9);
     json_decref(j);
 
-    char onnx[192], path[256];
+    char onnx[192];
     snprintf(onnx, sizeof onnx, "%s/model.onnx", alone);
-    char *eargv[] = {TP_BINARY_DIR "/bin/tp-export", "--load", ckpt, "--onnx", onnx, NULL};
-    cr_assert_eq(s_run(eargv), 0, "%s", s_out);
-    cr_expect_not_null(strstr(s_out, "float32[batch,3,32,32] RGB in [0, 1]"), "%s", s_out);
-    snprintf(path, sizeof path, "%s.classes.txt", onnx);
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s", path);
-    char names[64] = "";
-    size_t got = fread(names, 1, sizeof names - 1, f);
-    fclose(f);
-    names[got] = '\0';
-    cr_expect_str_eq(names, "Green\nblue\nred\n");
+    s_expect_onnx_export(ckpt, onnx);
 }
 
 /* --workers auto: the decoding and augmentation in one forked worker per

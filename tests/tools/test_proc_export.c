@@ -17,6 +17,7 @@
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
 #include "tools/named_ckpt_testutil.h"
+#include "dir_testutil.h"
 
 #define PY "/usr/bin/python3"
 #define CHECK TP_SOURCE_DIR "/tests/tools/onnx_check.py"
@@ -27,15 +28,11 @@ static char s_out[1 << 16];
 
 static void s_setup(void) {
     tp_log_set_level(TP_LOG_WARN);
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-export-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-export");
 }
 
 static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 /* Run argv (argv[0] a path), stdout+stderr into s_out; the exit status. */

@@ -16,6 +16,7 @@
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
 #include "tools/named_ckpt_testutil.h"
+#include "dir_testutil.h"
 
 #define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 2"
 
@@ -23,15 +24,11 @@ static char s_dir[64];
 static char s_out[1 << 20];
 
 static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-predict-cli-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-predict-cli");
 }
 
 static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 /* Run bin/<tool> with argv (argv[0] ignored), stdout+stderr into s_out;

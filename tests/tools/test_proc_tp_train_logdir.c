@@ -19,6 +19,7 @@
 #include "proc_testutil.h"
 #include <towerpack/clock.h>
 #include <towerpack/logdir.h>
+#include "dir_testutil.h"
 
 #define TEST_SPEC "fashion-mnist:test,shuffle=0 | batch 500 | fixed-size 2"
 #define TP_TRAIN TP_BINARY_DIR "/bin/tp-train"
@@ -26,15 +27,11 @@
 static char s_dir[64];
 
 static void s_setup(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/tp-train-logdir-XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
+    dt_make(s_dir, sizeof s_dir, "tp-train-logdir");
 }
 
 static void s_teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", s_dir);
+    dt_remove(s_dir);
 }
 
 TestSuite(tp_train_logdir, .init = s_setup, .fini = s_teardown, .timeout = 240);

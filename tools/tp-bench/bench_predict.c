@@ -13,6 +13,7 @@
 #include <string.h>
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
+#include "tools/tp-predict/zoo_predictor.h"
 
 static int s_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -66,20 +67,9 @@ int tp_bench_predict(int argc, char **argv) {
         fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
         return 1;
     }
-    tp_zoo_options_t zo = {.classes = info.nclasses, .data = &info};
-    tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, &zo};
-    const char *ins[] = {"image"}, *outs[] = {"logits"};
-    tp_predict_config_t pc;
-    tp_predict_config_init(&pc);
-    pc.model = &desc;
-    pc.checkpoint = ckpt;
-    pc.input_names = ins;
-    pc.ninput_names = 1;
-    pc.output_names = outs;
-    pc.noutput_names = 1;
-    pc.max_batch = batch;
-    pc.threads = threads;
-    tp_predictor_t *p = tp_predictor_new(&pc);
+    tpp_zoo_model_t keep;
+    tp_predictor_t *p = tpp_zoo_predictor_new(&keep, zoo, inputs, &info, ckpt, batch,
+                                              threads);
     if (!p) {
         fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
         tp_zoo_data_fini(&info);

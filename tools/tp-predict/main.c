@@ -30,6 +30,7 @@
 #include <strings.h>
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
+#include "tools/tp-predict/zoo_predictor.h"
 
 #define MAXK 64      /* --top-k */
 #define MAXCLS 1000  /* classes a model may give */
@@ -425,20 +426,9 @@ int main(int argc, char **argv) {
                  "both)", ckpt);
         return s_fail("--load");
     }
-    tp_zoo_options_t zo = {.classes = info.nclasses, .data = &info};  /* normalises if the run did in-model */
-    tp_model_desc_t desc = {inputs, 2, zoo->build, NULL, &zo};
-    const char *ins[] = {"image"}, *outs[] = {"logits"};
-    tp_predict_config_t pc;
-    tp_predict_config_init(&pc);
-    pc.model = &desc;
-    pc.checkpoint = ckpt;
-    pc.input_names = ins;
-    pc.ninput_names = 1;
-    pc.output_names = outs;
-    pc.noutput_names = 1;
-    pc.max_batch = a.batch;
-    pc.threads = a.threads;
-    tp_predictor_t *pred = tp_predictor_new(&pc);
+    tpp_zoo_model_t keep;  /* normalises if the run did in-model */
+    tp_predictor_t *pred = tpp_zoo_predictor_new(&keep, zoo, inputs, &info, ckpt, a.batch,
+                                                 a.threads);
     if (!pred) {
         tp_zoo_data_fini(&info);
         return s_fail("loading the model");
