@@ -34,8 +34,17 @@
 #endif
 #include "gpu/cpu/cpu_math.h"
 
-/* As ops_elementwise.c: clones per ISA (TP_CPU_CLONES, cpu_math.h). */
-#define S_CLONES TP_CPU_CLONES
+/* Clones per ISA as cpu_math.h's TP_CPU_CLONES, but by x86-64 level: the
+ * tiles' products are fused multiply-adds (fmaf, s_block), and v3 and v4
+ * have FMA where "avx2" and "avx512f" alone do not. The baseline clone's
+ * fmaf is libm's, correctly rounded like the instruction: every clone
+ * gives the same bits, only slower on a CPU without FMA (none since 2013). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define S_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define S_CLONES
+#endif
 
 /* queries x keys of a tile: a key tile transposed is D x S_BK floats (8
  * KiB at D 32), cache-resident while the query rows stream past it */
@@ -55,7 +64,20 @@ typedef struct {
     float *dot;            /* [items, Tq] rowsum(dO * O) (backward) */
     float *scratch;        /* [items, per] tile scratch, per item */
     size_t per;
+    float *stash;          /* [items, spi] the forward's scaled scores, or NULL */
+    size_t spi;            /* floats an item stashes; 0: no stash (recompute) */
 } s_geom_t;
+
+/* The tile pairs (key tile, query tile) an item visits, in the key-tile-
+ * outer order of both passes: causal (Tq = Tk), key tile jt meets query
+ * tiles jt..nt-1, so the pairs before jt's are jt nt - jt (jt - 1) / 2. */
+static size_t s_pair(int causal, int64_t nqt, int64_t jt, int64_t it) {
+    if (!causal)
+        return (size_t)(jt * nqt + it);
+    return (size_t)(jt * nqt - jt * (jt - 1) / 2 + (it - jt));
+}
+
+size_t tp_cpu_attention_stash_limit_ = (size_t)16 << 20;
 
 /* an item's scratch: two transposed key tiles (k, v), two query x key
  * tiles (P, dS; the forward uses one row of P and the row statistics) */
@@ -76,17 +98,27 @@ static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
     g->scale = c->attr->alpha;
     g->causal = c->attr->beta != 0.0f;
     g->per = s_per(g->d);
+    /* the stash: every visited tile's S_BQ x S_BK scaled scores, so the
+     * backward need not recompute q k^T (nor transpose k); only while it
+     * is small (2.6 MB a layer for the GPT's 16 heads at T 256): past the
+     * limit the backward recomputes them, the scratch staying O(T) */
+    const int64_t nqt = (g->tq + S_BQ - 1) / S_BQ, nkt = (g->tk + S_BK - 1) / S_BK;
+    const size_t pairs = g->causal ? s_pair(1, nqt, nkt, nkt) : (size_t)(nqt * nkt);
+    g->spi = pairs * S_BQ * S_BK;
+    if (g->items * g->spi * sizeof(float) > tp_cpu_attention_stash_limit_)
+        g->spi = 0;
     float *ws = c->workspace;
     const size_t rows = S_ROUND(g->items * (size_t)g->tq);
     g->lse = ws;
     g->dot = ws ? ws + rows : NULL;
     g->scratch = ws ? ws + 2 * rows : NULL;
+    g->stash = ws && g->spi ? g->scratch + g->items * g->per : NULL;
 }
 
 size_t tp_cpu_attention_workspace(const tp_op_call_t *c) {
     s_geom_t g;
     s_geom(c, &g);
-    return (2 * S_ROUND(g.items * (size_t)g.tq) + g.items * g.per) * sizeof(float);
+    return (2 * S_ROUND(g.items * (size_t)g.tq) + g.items * (g.per + g.spi)) * sizeof(float);
 }
 
 /* 8 x 8 floats transposed in registers: rows of src (stride ls) become
@@ -161,10 +193,10 @@ static inline void s_block(float *restrict cm, int64_t ldc, const float *restric
             const float a0 = am[k * ak], a1 = am[lda + k * ak];
             const float a2 = am[2 * lda + k * ak], a3 = am[3 * lda + k * ak];
             for (int c = 0; c < 16; c++) {
-                r0[c] += a0 * b[c];
-                r1[c] += a1 * b[c];
-                r2[c] += a2 * b[c];
-                r3[c] += a3 * b[c];
+                r0[c] = fmaf(a0, b[c], r0[c]);
+                r1[c] = fmaf(a1, b[c], r1[c]);
+                r2[c] = fmaf(a2, b[c], r2[c]);
+                r3[c] = fmaf(a3, b[c], r3[c]);
             }
         }
         for (int c = 0; c < 16; c++) {
@@ -179,7 +211,7 @@ static inline void s_block(float *restrict cm, int64_t ldc, const float *restric
         for (int64_t c = 0; c < cols; c++) {
             float v = acc ? cm[r * ldc + c] : 0.0f;
             for (int64_t k = k0; k < k1; k++)
-                v += am[r * lda + k * ak] * bm[k * ldb + c];
+                v = fmaf(am[r * lda + k * ak], bm[k * ldb + c], v);
             cm[r * ldc + c] = v;
         }
 }
@@ -273,6 +305,8 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
     /* [tq] running max (becomes the log-sum-exp) and running sum */
     float *m = lse, *l = g->dot + it * (size_t)tq;
     float *kt = scratch, *pt = kt + 2 * d * S_BK;
+    float *stash = g->stash ? g->stash + it * g->spi : NULL;
+    const int64_t nqt = (tq + S_BQ - 1) / S_BQ;
     for (int64_t i = 0; i < tq; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
@@ -285,6 +319,8 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
         for (int64_t i0 = causal ? j0 : 0; i0 < tq; i0 += S_BQ) {
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
             s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            float *st = stash ? stash + s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ) * S_BQ * S_BK
+                              : NULL;
             /* each row's online softmax: P = e^(s - max), 0 past its keys,
              * its output row rescaled when the max grows */
             for (int64_t r = 0; r < nq; r++) {
@@ -310,6 +346,8 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
                 float mx = lane[0];
                 for (int e = 1; e < 16; e++)
                     mx = lane[e] > mx ? lane[e] : mx;
+                if (st && lim > 0) /* the backward's P = e^(this - lse) */
+                    memcpy(st + r * S_BK, prow, (size_t)lim * sizeof(float));
                 if (lim > 0) {
                     /* the row's first visible tile: m was -inf, alpha 0 */
                     const float alpha = s_vexp(m[i] - mx);
@@ -369,6 +407,8 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
     float *dv = c->dx[2] ? c->dx[2] + ok : NULL;
     /* the key tile and v's, transposed; the query tile's P and dS */
     float *kt = scratch, *vt = kt + d * S_BK, *pt = vt + d * S_BK, *dst = pt + S_BQ * S_BK;
+    const float *stash = g->stash ? g->stash + it * g->spi : NULL;
+    const int64_t nqt = (tq + S_BQ - 1) / S_BQ;
     /* every clear before any sum: two inputs may be one node (q = k), the
      * second then adding into the first's buffer */
     if (dq && !c->dx_acc[0])
@@ -386,7 +426,8 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
     const int need_ds = dq || dk;
     for (int64_t j0 = 0; j0 < tk; j0 += S_BK) {
         const int64_t nk = tk - j0 < S_BK ? tk - j0 : S_BK;
-        s_transpose(k + j0 * d, d, nk, kt);
+        if (!stash)
+            s_transpose(k + j0 * d, d, nk, kt);
         if (need_ds)
             s_transpose(v + j0 * d, d, nk, vt);
         /* causal: the query tiles that reach this key tile */
@@ -394,15 +435,22 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
             /* P from the saved log-sum-exps; dS = P (dO v^T - rowsum(dO O))
              * scale; both 0 past a row's keys */
-            s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            const float *st =
+                stash ? stash + s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ) * S_BQ * S_BK : NULL;
+            if (!st)
+                s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
             if (need_ds)
                 s_tile_scores(dout + i0 * d, vt, d, nq, nk, i0, j0, causal, dst);
             for (int64_t r = 0; r < nq; r++) {
                 const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
                 float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
                 const float li = lse[i], di = dot[i];
-                for (int64_t j = 0; j < lim; j++)
-                    prow[j] = s_vexp(prow[j] * g->scale - li);
+                if (st) /* the forward's scaled scores: the same bits */
+                    for (int64_t j = 0; j < lim; j++)
+                        prow[j] = s_vexp(st[r * S_BK + j] - li);
+                else
+                    for (int64_t j = 0; j < lim; j++)
+                        prow[j] = s_vexp(prow[j] * g->scale - li);
                 for (int64_t j = lim; j < nk; j++)
                     prow[j] = 0.0f;
                 if (!need_ds)
