@@ -330,6 +330,9 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
             for (int64_t r = 0; r < nq; r++) {
                 float *restrict prow = pt + r * S_BK;
                 const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
+                /* the scaled scores: into the stash's row where there is
+                 * one (the backward's P = e^(this - lse)), else in place */
+                float *restrict srow = st ? st + r * S_BK : prow;
                 /* the scale and the max in one pass, the max in 16 lanes
                  * (exact: any order gives the same max) */
                 float lane[16];
@@ -339,24 +342,22 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
                 for (; j + 16 <= lim; j += 16)
                     for (int e = 0; e < 16; e++) {
                         const float sv = prow[j + e] * scale;
-                        prow[j + e] = sv;
+                        srow[j + e] = sv;
                         lane[e] = sv > lane[e] ? sv : lane[e];
                     }
                 for (; j < lim; j++) {
                     const float sv = prow[j] * scale;
-                    prow[j] = sv;
+                    srow[j] = sv;
                     lane[0] = sv > lane[0] ? sv : lane[0];
                 }
                 float mx = lane[0];
                 for (int e = 1; e < 16; e++)
                     mx = lane[e] > mx ? lane[e] : mx;
-                if (st && lim > 0) /* the backward's P = e^(this - lse) */
-                    memcpy(st + r * S_BK, prow, (size_t)lim * sizeof(float));
                 if (lim > 0) {
                     /* the row's first visible tile: m was -inf, alpha 0 */
                     const float alpha = s_vexp(m[i] - mx);
                     for (j = 0; j < lim; j++)
-                        prow[j] = s_vexp(prow[j] - mx);
+                        prow[j] = s_vexp(srow[j] - mx);
                     l[i] = l[i] * alpha + tp_cpu_sum8(prow, (size_t)lim);
                     m[i] = mx;
                     float *restrict orow = o + i * d;
