@@ -422,10 +422,20 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
         memset(dk, 0, (size_t)(tk * d) * sizeof(float));
     if (dv && !c->dx_acc[2])
         memset(dv, 0, (size_t)(tk * d) * sizeof(float));
+    /* rowsum(dO O) in 16 lanes, added in a fixed order (one chain of d
+     * dependent adds a row was ~1 ms a GPT step) */
     for (int64_t i = 0; i < tq; i++) {
+        const float *restrict dr = dout + i * d, *restrict orow = o + i * d;
+        float lane[16] = {0};
+        int64_t e = 0;
+        for (; e + 16 <= d; e += 16)
+            for (int l = 0; l < 16; l++)
+                lane[l] += dr[e + l] * orow[e + l];
         float acc = 0.0f;
-        for (int64_t e = 0; e < d; e++)
-            acc += dout[i * d + e] * o[i * d + e];
+        for (; e < d; e++)
+            acc += dr[e] * orow[e];
+        for (int l = 0; l < 16; l++)
+            acc += lane[l];
         dot[i] = acc;
     }
     const int need_ds = dq || dk;
