@@ -6,19 +6,22 @@
  * S_BQ queries x S_BK keys, FlashAttention's way: the forward keeps each
  * query row's running max and sum (the online softmax) and rescales its
  * output row when the max grows, so no more than one row of a tile's
- * scores exists at a time; it saves only each row's log-sum-exp. The
- * backward (FlashAttention-2's) walks key tiles, recomputes each row's
- * probabilities from q, k and the saved log-sum-exp, and accumulates dV,
- * dK (into the key tile's rows) and dQ (into the query row) in a fixed
- * order. A causal mask is applied by not visiting the keys past the query
+ * scores exists at a time; it saves each row's log-sum-exp and, while
+ * they fit (s_geom's stash), every visited tile's scaled scores. The
+ * backward (FlashAttention-2's) walks key tiles, takes each row's
+ * probabilities as e^(score - log-sum-exp) from the stash (or recomputes
+ * the scores from q and k: the same bits), and accumulates dV, dK (into
+ * the key tile's rows) and dQ (into the query row) in a fixed order. A causal mask is applied by not visiting the keys past the query
  * (key tiles past the diagonal are skipped whole).
  *
  * Determinism: every item is computed by one thread from its own inputs
  * in one fixed order, so the bits do not depend on the thread count. The
  * loops are written for GCC's vectoriser (inner loops over contiguous
- * keys of a transposed tile, or over D), compiled for AVX-512, AVX2 and
- * SSE2 and picked at load, without FMA contraction; measured faster here
- * than OpenBLAS sgemm on tiles this small (docs/performance.md). */
+ * keys of a transposed tile, or over D), compiled for x86-64-v4, v3 and
+ * the baseline and picked at load; the tiles' products are explicit
+ * fused multiply-adds (fmaf), nothing else is contracted, so every clone
+ * gives the same bits; measured faster here than OpenBLAS sgemm on tiles
+ * this small (docs/performance.md). */
 #include <math.h>
 #include <string.h>
 #include <towerpack/backend.h>
