@@ -384,8 +384,9 @@ static size_t s_workspace(int64_t t) {
 }
 
 Test(attention, workspace_grows_linearly_in_the_context) {
-    /* past the stash's limit (T 1024 on 8 heads: 17.8 MB of tiles) 8 heads: two floats per query row (log-sum-exp, dO.O) and a fixed
-     * tile scratch per head, nothing of T x T */
+    /* past the stash's 16 MiB (T 1024 on 8 heads: 17.8 MB of score
+     * tiles), 8 heads: two floats per query row (log-sum-exp, dO.O) and
+     * a fixed tile scratch per head, nothing of T x T */
     const size_t w1 = s_workspace(1024), w2 = s_workspace(2048), w4 = s_workspace(4096);
     cr_expect_eq(w2 - w1, (size_t)8 * 1024 * 2 * sizeof(float), "%zu -> %zu", w1, w2);
     cr_expect_eq(w4 - w2, (size_t)8 * 2048 * 2 * sizeof(float), "%zu -> %zu", w2, w4);
