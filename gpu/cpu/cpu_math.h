@@ -19,7 +19,8 @@
  * FTZ), inf above, NaN kept; over [-30, 30] s_vtanh within 1.5e-7
  * relative, s_vsigmoid 1.5e-7, s_vsoftplus 2.3e-7 (2e-6 absolute near 20),
  * s_verf 6.6e-7 absolute near 0 (Abramowitz & Stegun 7.1.26, the form
- * PyTorch's vectorised erf uses; 1.5e-7 in theory, float rounding adds).
+ * PyTorch's vectorised erf uses; 1.5e-7 in theory, float rounding adds);
+ * the tanh GELU (s_vgelu_tanh, a sigmoid) 5.2e-7 absolute over [-20, 20].
  * The PyTorch parity tolerances of these ops (tests/gpu/op_cases.h) are
  * 1e-6 absolute plus 1e-5 relative. tp_cpu_sum8, last, is the lane sum
  * several kernels share. */
@@ -168,11 +169,29 @@ static inline float s_vgelu_grad(float v) {
     return cdf + v * 0.3989422804014327f * e;
 }
 
-static inline float s_vgelu_tanh_grad(float v) {
+/* The tanh approximation without a tanh: 0.5 (1 + tanh u) is the
+ * sigmoid of 2u, 1 / (1 + e^-2u), one e^x and one division where s_vtanh
+ * computes both its branches and selects (28-32% less time a float, 0.71
+ * against 1.05 ns forward, 0.88 against 1.22 backward, one EPYC core).
+ * Within 5.2e-7 absolute of the double formula forward and 2e-6 backward
+ * over [-20, 20] (s_vtanh's: 6e-7 and 5.2e-5, from 1 - t^2 near |t| 1). */
+static inline float s_vgelu_tanh_sig(float v) {
     const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-    const float t = s_vtanh(u);
+    return 1.0f / (1.0f + s_vexp(-(u + u)));
+}
+
+/* gelu_tanh(v) = v sigmoid(2u) = v / (1 + e^-2u): -0 where e^-2u is inf. */
+static inline float s_vgelu_tanh(float v) {
+    const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+    return v / (1.0f + s_vexp(-(u + u)));
+}
+
+/* 0.5 (1 + t) + 0.5 v (1 - t^2) u' with s = 0.5 (1 + t): 1 - t^2 is
+ * 4 s (1 - s). */
+static inline float s_vgelu_tanh_grad(float v) {
+    const float s = s_vgelu_tanh_sig(v);
     const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * v * v);
-    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+    return s + 2.0f * v * s * (1.0f - s) * du;
 }
 
 /* Sum of n floats in 8 interleaved lanes: GCC vectorises it, and the

@@ -6,19 +6,22 @@
  * S_BQ queries x S_BK keys, FlashAttention's way: the forward keeps each
  * query row's running max and sum (the online softmax) and rescales its
  * output row when the max grows, so no more than one row of a tile's
- * scores exists at a time; it saves only each row's log-sum-exp. The
- * backward (FlashAttention-2's) walks key tiles, recomputes each row's
- * probabilities from q, k and the saved log-sum-exp, and accumulates dV,
- * dK (into the key tile's rows) and dQ (into the query row) in a fixed
- * order. A causal mask is applied by not visiting the keys past the query
+ * scores exists at a time; it saves each row's log-sum-exp and, while
+ * they fit (s_geom's stash), every visited tile's scaled scores. The
+ * backward (FlashAttention-2's) walks key tiles, takes each row's
+ * probabilities as e^(score - log-sum-exp) from the stash (or recomputes
+ * the scores from q and k: the same bits), and accumulates dV, dK (into
+ * the key tile's rows) and dQ (into the query row) in a fixed order. A causal mask is applied by not visiting the keys past the query
  * (key tiles past the diagonal are skipped whole).
  *
  * Determinism: every item is computed by one thread from its own inputs
  * in one fixed order, so the bits do not depend on the thread count. The
  * loops are written for GCC's vectoriser (inner loops over contiguous
- * keys of a transposed tile, or over D), compiled for AVX-512, AVX2 and
- * SSE2 and picked at load, without FMA contraction; measured faster here
- * than OpenBLAS sgemm on tiles this small (docs/performance.md). */
+ * keys of a transposed tile, or over D), compiled for x86-64-v4, v3 and
+ * the baseline and picked at load; the tiles' products are explicit
+ * fused multiply-adds (fmaf), nothing else is contracted, so every clone
+ * gives the same bits; measured faster here than OpenBLAS sgemm on tiles
+ * this small (docs/performance.md). */
 #include <math.h>
 #include <string.h>
 #include <towerpack/backend.h>
@@ -34,8 +37,17 @@
 #endif
 #include "gpu/cpu/cpu_math.h"
 
-/* As ops_elementwise.c: clones per ISA (TP_CPU_CLONES, cpu_math.h). */
-#define S_CLONES TP_CPU_CLONES
+/* Clones per ISA as cpu_math.h's TP_CPU_CLONES, but by x86-64 level: the
+ * tiles' products are fused multiply-adds (fmaf, s_block), and v3 and v4
+ * have FMA where "avx2" and "avx512f" alone do not. The baseline clone's
+ * fmaf is libm's, correctly rounded like the instruction: every clone
+ * gives the same bits, only slower on a CPU without FMA (none since 2013). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define S_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define S_CLONES
+#endif
 
 /* queries x keys of a tile: a key tile transposed is D x S_BK floats (8
  * KiB at D 32), cache-resident while the query rows stream past it */
@@ -55,7 +67,20 @@ typedef struct {
     float *dot;            /* [items, Tq] rowsum(dO * O) (backward) */
     float *scratch;        /* [items, per] tile scratch, per item */
     size_t per;
+    float *stash;          /* [items, spi] the forward's scaled scores, or NULL */
+    size_t spi;            /* floats an item stashes; 0: no stash (recompute) */
 } s_geom_t;
+
+/* The tile pairs (key tile, query tile) an item visits, in the key-tile-
+ * outer order of both passes: causal (Tq = Tk), key tile jt meets query
+ * tiles jt..nt-1, so the pairs before jt's are jt nt - jt (jt - 1) / 2. */
+static size_t s_pair(int causal, int64_t nqt, int64_t jt, int64_t it) {
+    if (!causal)
+        return (size_t)(jt * nqt + it);
+    return (size_t)(jt * nqt - jt * (jt - 1) / 2 + (it - jt));
+}
+
+size_t tp_cpu_attention_stash_limit_ = (size_t)16 << 20;
 
 /* an item's scratch: two transposed key tiles (k, v), two query x key
  * tiles (P, dS; the forward uses one row of P and the row statistics) */
@@ -76,17 +101,27 @@ static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
     g->scale = c->attr->alpha;
     g->causal = c->attr->beta != 0.0f;
     g->per = s_per(g->d);
+    /* the stash: every visited tile's S_BQ x S_BK scaled scores, so the
+     * backward need not recompute q k^T (nor transpose k); only while it
+     * is small (2.6 MB a layer for the GPT's 16 heads at T 256): past the
+     * limit the backward recomputes them, the scratch staying O(T) */
+    const int64_t nqt = (g->tq + S_BQ - 1) / S_BQ, nkt = (g->tk + S_BK - 1) / S_BK;
+    const size_t pairs = g->causal ? s_pair(1, nqt, nkt, nkt) : (size_t)(nqt * nkt);
+    g->spi = pairs * S_BQ * S_BK;
+    if (g->items * g->spi * sizeof(float) > tp_cpu_attention_stash_limit_)
+        g->spi = 0;
     float *ws = c->workspace;
     const size_t rows = S_ROUND(g->items * (size_t)g->tq);
     g->lse = ws;
     g->dot = ws ? ws + rows : NULL;
     g->scratch = ws ? ws + 2 * rows : NULL;
+    g->stash = ws && g->spi ? g->scratch + g->items * g->per : NULL;
 }
 
 size_t tp_cpu_attention_workspace(const tp_op_call_t *c) {
     s_geom_t g;
     s_geom(c, &g);
-    return (2 * S_ROUND(g.items * (size_t)g.tq) + g.items * g.per) * sizeof(float);
+    return (2 * S_ROUND(g.items * (size_t)g.tq) + g.items * (g.per + g.spi)) * sizeof(float);
 }
 
 /* 8 x 8 floats transposed in registers: rows of src (stride ls) become
@@ -144,10 +179,14 @@ static inline void s_transpose(const float *restrict k, int64_t d, int64_t nk,
  * transposed tile). Every element starts from C (acc) or 0 and adds its
  * terms in k order, in the full block and at the edges alike: the bits of
  * an element do not depend on the blocking, so the forward's scores and
- * the backward's recomputed ones are the same. */
-static inline void s_block(float *restrict cm, int64_t ldc, const float *restrict am,
-                           int64_t lda, int64_t ak, const float *restrict bm, int64_t ldb,
-                           int64_t k0, int64_t k1, int acc, int64_t rows, int64_t cols) {
+ * the backward's recomputed ones are the same. Always inlined, as the
+ * three s_tile_ below: an outlined copy is a plain function outside the
+ * clones, its fmaf a call into libm (30x slower, seen while trying 4 x 32
+ * blocks, which were slower than 4 x 16 here: 35 against 27.6 ms). */
+static inline __attribute__((always_inline)) void
+s_block(float *restrict cm, int64_t ldc, const float *restrict am, int64_t lda, int64_t ak,
+        const float *restrict bm, int64_t ldb, int64_t k0, int64_t k1, int acc, int64_t rows,
+        int64_t cols) {
     if (rows == 4 && cols == 16) {
         float r0[16], r1[16], r2[16], r3[16];
         for (int c = 0; c < 16; c++) {
@@ -161,10 +200,10 @@ static inline void s_block(float *restrict cm, int64_t ldc, const float *restric
             const float a0 = am[k * ak], a1 = am[lda + k * ak];
             const float a2 = am[2 * lda + k * ak], a3 = am[3 * lda + k * ak];
             for (int c = 0; c < 16; c++) {
-                r0[c] += a0 * b[c];
-                r1[c] += a1 * b[c];
-                r2[c] += a2 * b[c];
-                r3[c] += a3 * b[c];
+                r0[c] = fmaf(a0, b[c], r0[c]);
+                r1[c] = fmaf(a1, b[c], r1[c]);
+                r2[c] = fmaf(a2, b[c], r2[c]);
+                r3[c] = fmaf(a3, b[c], r3[c]);
             }
         }
         for (int c = 0; c < 16; c++) {
@@ -179,7 +218,7 @@ static inline void s_block(float *restrict cm, int64_t ldc, const float *restric
         for (int64_t c = 0; c < cols; c++) {
             float v = acc ? cm[r * ldc + c] : 0.0f;
             for (int64_t k = k0; k < k1; k++)
-                v += am[r * lda + k * ak] * bm[k * ldb + c];
+                v = fmaf(am[r * lda + k * ak], bm[k * ldb + c], v);
             cm[r * ldc + c] = v;
         }
 }
@@ -198,9 +237,9 @@ static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
  * others are left as they were. The scale
  * comes after, in the softmax's pass, the same in the forward and the
  * backward. */
-static inline void s_tile_scores(const float *restrict a, const float *restrict bt,
-                                 int64_t d, int64_t nq, int64_t nk, int64_t i0,
-                                 int64_t j0, int causal, float *restrict scores) {
+static inline __attribute__((always_inline)) void
+s_tile_scores(const float *restrict a, const float *restrict bt, int64_t d, int64_t nq,
+              int64_t nk, int64_t i0, int64_t j0, int causal, float *restrict scores) {
     for (int64_t rb = 0; rb < nq; rb += 4) {
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         /* whole blocks of 16: the columns past the keys are zeros in bt */
@@ -213,9 +252,9 @@ static inline void s_tile_scores(const float *restrict a, const float *restrict 
 
 /* out[nq][d] += w[nq][nk] rows[nk][d]: each 4-row block only over the keys
  * it sees (w is 0 past a row's own). */
-static inline void s_tile_rows(float *restrict out, const float *restrict w,
-                               const float *restrict rows_, int64_t d, int64_t nq,
-                               int64_t nk, int64_t i0, int64_t j0, int causal) {
+static inline __attribute__((always_inline)) void
+s_tile_rows(float *restrict out, const float *restrict w, const float *restrict rows_,
+            int64_t d, int64_t nq, int64_t nk, int64_t i0, int64_t j0, int causal) {
     for (int64_t rb = 0; rb < nq; rb += 4) {
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         const int64_t kh = s_visible(causal, i0 + rb + rows - 1, j0, nk);
@@ -227,9 +266,9 @@ static inline void s_tile_rows(float *restrict out, const float *restrict w,
 
 /* out[nk][d] += w^T[nk][nq] rows[nq][d] (dV from P and dO, dK from dS and
  * q): each 4-key block only over the queries that see it. */
-static inline void s_tile_cols(float *restrict out, const float *restrict w,
-                               const float *restrict rows_, int64_t d, int64_t nq,
-                               int64_t nk, int64_t i0, int64_t j0, int causal) {
+static inline __attribute__((always_inline)) void
+s_tile_cols(float *restrict out, const float *restrict w, const float *restrict rows_,
+            int64_t d, int64_t nq, int64_t nk, int64_t i0, int64_t j0, int causal) {
     for (int64_t kb = 0; kb < nk; kb += 4) {
         const int64_t keys = nk - kb < 4 ? nk - kb : 4;
         int64_t lo = causal ? j0 + kb - i0 : 0;
@@ -273,6 +312,8 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
     /* [tq] running max (becomes the log-sum-exp) and running sum */
     float *m = lse, *l = g->dot + it * (size_t)tq;
     float *kt = scratch, *pt = kt + 2 * d * S_BK;
+    float *stash = g->stash ? g->stash + it * g->spi : NULL;
+    const int64_t nqt = (tq + S_BQ - 1) / S_BQ;
     for (int64_t i = 0; i < tq; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
@@ -285,11 +326,16 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
         for (int64_t i0 = causal ? j0 : 0; i0 < tq; i0 += S_BQ) {
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
             s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            float *st = stash ? stash + s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ) * S_BQ * S_BK
+                              : NULL;
             /* each row's online softmax: P = e^(s - max), 0 past its keys,
              * its output row rescaled when the max grows */
             for (int64_t r = 0; r < nq; r++) {
                 float *restrict prow = pt + r * S_BK;
                 const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
+                /* the scaled scores: into the stash's row where there is
+                 * one (the backward's P = e^(this - lse)), else in place */
+                float *restrict srow = st ? st + r * S_BK : prow;
                 /* the scale and the max in one pass, the max in 16 lanes
                  * (exact: any order gives the same max) */
                 float lane[16];
@@ -299,12 +345,12 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
                 for (; j + 16 <= lim; j += 16)
                     for (int e = 0; e < 16; e++) {
                         const float sv = prow[j + e] * scale;
-                        prow[j + e] = sv;
+                        srow[j + e] = sv;
                         lane[e] = sv > lane[e] ? sv : lane[e];
                     }
                 for (; j < lim; j++) {
                     const float sv = prow[j] * scale;
-                    prow[j] = sv;
+                    srow[j] = sv;
                     lane[0] = sv > lane[0] ? sv : lane[0];
                 }
                 float mx = lane[0];
@@ -314,7 +360,7 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
                     /* the row's first visible tile: m was -inf, alpha 0 */
                     const float alpha = s_vexp(m[i] - mx);
                     for (j = 0; j < lim; j++)
-                        prow[j] = s_vexp(prow[j] - mx);
+                        prow[j] = s_vexp(srow[j] - mx);
                     l[i] = l[i] * alpha + tp_cpu_sum8(prow, (size_t)lim);
                     m[i] = mx;
                     float *restrict orow = o + i * d;
@@ -369,6 +415,8 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
     float *dv = c->dx[2] ? c->dx[2] + ok : NULL;
     /* the key tile and v's, transposed; the query tile's P and dS */
     float *kt = scratch, *vt = kt + d * S_BK, *pt = vt + d * S_BK, *dst = pt + S_BQ * S_BK;
+    const float *stash = g->stash ? g->stash + it * g->spi : NULL;
+    const int64_t nqt = (tq + S_BQ - 1) / S_BQ;
     /* every clear before any sum: two inputs may be one node (q = k), the
      * second then adding into the first's buffer */
     if (dq && !c->dx_acc[0])
@@ -377,16 +425,27 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
         memset(dk, 0, (size_t)(tk * d) * sizeof(float));
     if (dv && !c->dx_acc[2])
         memset(dv, 0, (size_t)(tk * d) * sizeof(float));
+    /* rowsum(dO O) in 16 lanes, added in a fixed order (one chain of d
+     * dependent adds a row was ~1 ms a GPT step) */
     for (int64_t i = 0; i < tq; i++) {
+        const float *restrict dr = dout + i * d, *restrict orow = o + i * d;
+        float lane[16] = {0};
+        int64_t e = 0;
+        for (; e + 16 <= d; e += 16)
+            for (int l = 0; l < 16; l++)
+                lane[l] += dr[e + l] * orow[e + l];
         float acc = 0.0f;
-        for (int64_t e = 0; e < d; e++)
-            acc += dout[i * d + e] * o[i * d + e];
+        for (; e < d; e++)
+            acc += dr[e] * orow[e];
+        for (int l = 0; l < 16; l++)
+            acc += lane[l];
         dot[i] = acc;
     }
     const int need_ds = dq || dk;
     for (int64_t j0 = 0; j0 < tk; j0 += S_BK) {
         const int64_t nk = tk - j0 < S_BK ? tk - j0 : S_BK;
-        s_transpose(k + j0 * d, d, nk, kt);
+        if (!stash)
+            s_transpose(k + j0 * d, d, nk, kt);
         if (need_ds)
             s_transpose(v + j0 * d, d, nk, vt);
         /* causal: the query tiles that reach this key tile */
@@ -394,15 +453,22 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
             /* P from the saved log-sum-exps; dS = P (dO v^T - rowsum(dO O))
              * scale; both 0 past a row's keys */
-            s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            const float *st =
+                stash ? stash + s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ) * S_BQ * S_BK : NULL;
+            if (!st)
+                s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
             if (need_ds)
                 s_tile_scores(dout + i0 * d, vt, d, nq, nk, i0, j0, causal, dst);
             for (int64_t r = 0; r < nq; r++) {
                 const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
                 float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
                 const float li = lse[i], di = dot[i];
-                for (int64_t j = 0; j < lim; j++)
-                    prow[j] = s_vexp(prow[j] * g->scale - li);
+                if (st) /* the forward's scaled scores: the same bits */
+                    for (int64_t j = 0; j < lim; j++)
+                        prow[j] = s_vexp(st[r * S_BK + j] - li);
+                else
+                    for (int64_t j = 0; j < lim; j++)
+                        prow[j] = s_vexp(prow[j] * g->scale - li);
                 for (int64_t j = lim; j < nk; j++)
                     prow[j] = 0.0f;
                 if (!need_ds)

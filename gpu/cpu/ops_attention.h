@@ -7,14 +7,21 @@
 #include "gpu/backend_impl.h"
 
 /* Workspace bytes: each query row's log-sum-exp (written by the forward,
- * read by the backward), each row's dO.O (backward) and every (batch,
- * head)'s tile scratch, at the call's shapes. */
+ * read by the backward), each row's dO.O (backward), every (batch,
+ * head)'s tile scratch and, while it fits in tp_cpu_attention_stash_limit_
+ * bytes, the forward's scaled scores of every visited tile, at the call's
+ * shapes. */
 size_t tp_cpu_attention_workspace(const tp_op_call_t *c);
+/* The most bytes of scores a call stashes for its backward (16 MiB; past
+ * it the backward recomputes them). Read by the workspace and both passes,
+ * so set only between models (the tests compare the two paths). */
+extern size_t tp_cpu_attention_stash_limit_;
 /* Forward: y and the log-sum-exps into the workspace (which must hold
  * tp_cpu_attention_workspace bytes). */
 tp_status_t tp_cpu_attention_forward(const tp_op_call_t *c);
 /* Backward of q, k and v where asked (dx_acc honoured), from the
- * forward's y and log-sum-exps; the scores are recomputed tile by tile. */
+ * forward's y, log-sum-exps and stashed scores (recomputed tile by tile
+ * when not stashed). */
 tp_status_t tp_cpu_attention_backward(const tp_op_call_t *c);
 
 #endif

@@ -547,8 +547,6 @@ S_CLONES static void s_unary_bwd(void *arg, size_t lo, size_t hi) {
                     DST SLOW;                                                  \
     }
 
-#define S_SQRT_2_OVER_PI 0.7978845608028654f
-#define S_GELU_C 0.044715f
 
 S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
     const tp_op_call_t *c = arg;
@@ -581,10 +579,8 @@ S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
             y[i] = 0.5f * x[i] * (1.0f + s_verf(x[i] * (float)M_SQRT1_2));
         break;
     case TP_OP_GELU_TANH:
-        for (size_t i = 0; i < n; i++) {
-            const float v = x[i];
-            y[i] = 0.5f * v * (1.0f + s_vtanh(S_SQRT_2_OVER_PI * (v + S_GELU_C * v * v * v)));
-        }
+        for (size_t i = 0; i < n; i++) /* v sigmoid(2u): cpu_math.h */
+            y[i] = s_vgelu_tanh(x[i]);
         break;
     case TP_OP_SILU:
         for (size_t i = 0; i < n; i++)

@@ -3,7 +3,9 @@
  * (batch_matmul, scale, the causal mask, softmax, batch_matmul) gives,
  * forward and gradients, over several tiles and with q and k one node; the
  * kernel gives the same bits on 1, 2 and 3 threads and, at sizes off its
- * 8 x 8 transposes and 64-key tiles, what a double reference gives; its workspace grows
+ * 8 x 8 transposes and 64-key tiles, what a double reference gives, with
+ * the forward's scores stashed for the backward and recomputed alike (the
+ * same bits); past the stash's limit its workspace grows
  * linearly in T (no T x T scores); the builder's errors name the node and
  * the shapes. PyTorch parity is in op_cases.h's rows. */
 #include <criterion/criterion.h>
@@ -14,6 +16,7 @@
 #include <towerpack/towerpack.h>
 #include "gpu/backend_impl.h"
 #include "gpu/cpu/cpu_pool.h"
+#include "gpu/cpu/ops_attention.h"
 #include "gpu/cpu/ops_cpu.h"
 
 TestSuite(attention, .timeout = 120);
@@ -212,6 +215,39 @@ Test(attention, same_bits_on_one_two_and_three_threads) {
     }
 }
 
+/* The stash (the forward's scaled scores, read by the backward) against
+ * the backward's recomputing them: the same bits, and the stash really
+ * there (the workspace larger by its tiles). */
+Test(attention, stashed_scores_give_the_recomputed_bits) {
+    const size_t n = (size_t)KB * KH * KT * KD;
+    const size_t limit = tp_cpu_attention_stash_limit_;
+    for (int causal = 0; causal < 2; causal++) {
+        tp_shape_t xs[3];
+        for (int i = 0; i < 3; i++)
+            xs[i] = (tp_shape_t){.ndim = 4, .d = {KB, KH, KT, KD}};
+        tp_op_attr_t at = {.alpha = 0.2f, .beta = causal ? 1.0f : 0.0f};
+        tp_op_call_t c = {.kind = TP_OP_ATTENTION, .attr = &at, .ninputs = 3, .xshape = xs,
+                          .yshape = xs[0]};
+        const size_t with = tp_cpu_op_workspace(NULL, &c);
+        k_out_t stashed = s_kernel(2, causal);
+        tp_cpu_attention_stash_limit_ = 0;
+        const size_t without = tp_cpu_op_workspace(NULL, &c);
+        k_out_t recomputed = s_kernel(2, causal);
+        tp_cpu_attention_stash_limit_ = limit;
+        /* 3 x 3 tiles of 64 x 64 a head, 6 of them causal */
+        cr_expect_eq(with - without, (size_t)KB * KH * (causal ? 6 : 9) * 64 * 64 * sizeof(float),
+                     "workspace %zu with the stash, %zu without (causal %d)", with, without,
+                     causal);
+        cr_expect_eq(memcmp(stashed.y, recomputed.y, n * sizeof(float)), 0, "y (causal %d)",
+                     causal);
+        for (int i = 0; i < 3; i++)
+            cr_expect_eq(memcmp(stashed.dx[i], recomputed.dx[i], n * sizeof(float)), 0,
+                         "d%c differs stashed / recomputed (causal %d)", "qkv"[i], causal);
+        s_free(&stashed);
+        s_free(&recomputed);
+    }
+}
+
 /* ---- the kernel against a double reference --------------------------- */
 
 /* Counts a value off its double reference; says where for the first few
@@ -324,10 +360,15 @@ static void s_reference_case(int64_t tq, int64_t tk, int64_t d, int causal) {
 }
 
 Test(attention, kernel_matches_a_double_reference_at_odd_sizes) {
-    s_reference_case(75, 75, 20, 1);  /* 2 key tiles, D and T off the 8 x 8 blocks */
-    s_reference_case(136, 136, 64, 1); /* the GPT's D, 3 tiles, whole 8 x 8 blocks */
-    s_reference_case(9, 83, 12, 0);   /* keys of their own: 2 key tiles, 1 query tile */
-    s_reference_case(70, 70, 8, 0);
+    const size_t limit = tp_cpu_attention_stash_limit_;
+    for (int stash = 1; stash >= 0; stash--) { /* scores stashed, then recomputed */
+        tp_cpu_attention_stash_limit_ = stash ? limit : 0;
+        s_reference_case(75, 75, 20, 1);  /* 2 key tiles, D and T off the 8 x 8 blocks */
+        s_reference_case(136, 136, 64, 1); /* the GPT's D, 3 tiles, whole 8 x 8 blocks */
+        s_reference_case(9, 83, 12, 0);   /* keys of their own: 2 key tiles, 1 query tile */
+        s_reference_case(70, 70, 8, 0);
+    }
+    tp_cpu_attention_stash_limit_ = limit;
 }
 
 /* ---- no T x T scores ------------------------------------------------------ */
@@ -343,8 +384,9 @@ static size_t s_workspace(int64_t t) {
 }
 
 Test(attention, workspace_grows_linearly_in_the_context) {
-    /* 8 heads: two floats per query row (log-sum-exp, dO.O) and a fixed
-     * tile scratch per head, nothing of T x T */
+    /* past the stash's 16 MiB (T 1024 on 8 heads: 17.8 MB of score
+     * tiles), 8 heads: two floats per query row (log-sum-exp, dO.O) and
+     * a fixed tile scratch per head, nothing of T x T */
     const size_t w1 = s_workspace(1024), w2 = s_workspace(2048), w4 = s_workspace(4096);
     cr_expect_eq(w2 - w1, (size_t)8 * 1024 * 2 * sizeof(float), "%zu -> %zu", w1, w2);
     cr_expect_eq(w4 - w2, (size_t)8 * 2048 * 2 * sizeof(float), "%zu -> %zu", w2, w4);
