@@ -147,10 +147,26 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
         pu_spawn_opts_t o = {.out = out[k]};
         pid[k] = pu_spawn(wargv, &o);
     }
-    for (int i = 0; i < 40; i++) {  /* both connected and sending */
+    for (int i = 0; i < 40; i++) {  /* sending */
         tp_datapoint_t *dp;
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
         tp_datapoint_destroy(&dp);
+    }
+    /* both connected (their logs say so): the 40 may all be one worker's,
+     * and the other, slow to start, could still be in its handshake */
+    for (int k = 0; k < 2; k++) {
+        int up = 0;
+        for (int t = 0; t < 200 && !up; t++) {
+            FILE *f = fopen(out[k], "r");
+            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            buf[n] = '\0';
+            if (f)
+                fclose(f);
+            up = strstr(buf, "connected to a receiver") != NULL;
+            if (!up)
+                usleep(50000);
+        }
+        cr_assert(up, "worker %d never connected in 10 s:\n%s", k, buf);
     }
     usleep(300000);
     tp_dataflow_destroy(&df);  /* the trainer ends */
