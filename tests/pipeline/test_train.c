@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -359,8 +360,21 @@ Test(train, scalar_stats_average_every_element_of_an_output) {
 /* ---- a newcomer's mistakes (issue 46): said at launch, before any file ---- */
 
 /* A log directory the launch is to make: it must not exist afterwards. */
+/* the parent s_unmade made, removed when the test's process ends (a
+ * refused launch leaves it empty) */
+static char s_unmade_parent[64];
+
+static void s_unmade_remove(void) {
+    if (s_unmade_parent[0])
+        dt_remove(s_unmade_parent);
+}
+
 static const char *s_unmade(char *buf, size_t size) {
-    snprintf(buf, size, "%s/run", dt_new("tp-train"));
+    if (!s_unmade_parent[0]) {
+        snprintf(s_unmade_parent, sizeof s_unmade_parent, "%s", dt_new("tp-train"));
+        atexit(s_unmade_remove);
+    }
+    snprintf(buf, size, "%s/run", s_unmade_parent);
     return buf;
 }
 
