@@ -6,8 +6,8 @@
 #     or more (" *   ...") set off by a blank comment line before it (not
 #     the continuation of a "  - " list item) in which a line ends with ';'
 #     (C, not a table).
-# A snippet with a main() is a whole program: compiled and linked against
-# libtowerpack. Any other is a fragment: compiled as the body of a function
+# A snippet with a main() is a whole program: compiled as it stands (its
+# own #includes, no prelude) and linked against libtowerpack. Any other is a fragment: compiled as the body of a function
 # returning tp_status_t (so TP_TRY works), or, when it defines functions or
 # file-scope objects, at file scope; the definitions of the file-scope
 # snippets of a file are seen by the snippets after them in that file (as a
@@ -84,8 +84,10 @@ bad=0
 for ((i = 1; i <= n; i++)); do
   where=$(cat "$tmp/$i.where")
   if grep -qE '(^|[^A-Za-z0-9_])main[ \t]*\(' "$tmp/$i.c"; then
-    { echo '#include "prelude.h"'; cat "$tmp/$i.c"; } > "$tmp/prog$i.c"
-    if ! "$cc" "${flags[@]}" -I"$tmp" "$tmp/prog$i.c" "$lib" -lm -o "$tmp/prog$i" 2> "$tmp/err$i"; then
+    # without the prelude: a reader copies a whole program as it stands,
+    # so it must name its own #includes (api.md's first program did not)
+    cp "$tmp/$i.c" "$tmp/prog$i.c"
+    if ! "$cc" "${flags[@]}" "$tmp/prog$i.c" "$lib" -lm -o "$tmp/prog$i" 2> "$tmp/err$i"; then
       echo "doc_snippets: $where: the program does not compile and link:"; cat "$tmp/err$i"; bad=1
     fi
     continue

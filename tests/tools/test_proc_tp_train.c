@@ -348,6 +348,34 @@ Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .t
     json_decref(j);
 }
 
+/* The command line of an mpirun recipe (docs/distributed.md: a port or a
+ * socket per rank) run without a launcher: one process is rank 0, so
+ * '{rank}' is 0 and '{N+rank}' N. Before, tp-train bound the literal
+ * text: a tcp port '{5550+rank}' failed with "Invalid argument", and this
+ * ipc path waited forever on a socket no worker knew of. */
+Test(tp_train, a_rank_placeholder_without_a_launcher_is_rank_0, .init = s_setup,
+     .fini = s_teardown, .timeout = 180) {
+    char logdir[128], ep[128], bind[140];
+    snprintf(logdir, sizeof logdir, "%s/rank0", s_dir);
+    snprintf(ep, sizeof ep, "ipc://%s/data0.sock", s_dir);
+    snprintf(bind, sizeof bind, "@ipc://%s/data{rank}.sock", s_dir);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
+                     "fashion-mnist:train | batch 64", "--connect", ep, NULL};
+    pu_spawn_opts_t wo = {.out = "/dev/null"};
+    pid_t worker = pu_spawn(wargv, &wo);
+    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "5",
+                    "--batch", "64", "--remote", bind, "--threads", "1",
+                    "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};
+    int rc = tpt_run(argv, s_out, sizeof s_out);
+    kill(worker, SIGTERM);
+    int st;
+    waitpid(worker, &st, 0);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    json_t *j = tpt_stats(logdir);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 0), "global_step")), 5);
+    json_decref(j);
+}
+
 /* 1 when the file at path holds `what`. */
 static int s_file_has(const char *path, const char *what) {
     FILE *f = fopen(path, "r");

@@ -224,7 +224,8 @@ static void s_usage(FILE *out) {
 "                       @tcp://127.0.0.1:5555 (bind; workers connect) or\n"
 "                       ipc:///path (connect); several separated by commas;\n"
 "                       under mpirun '{rank}' becomes the rank's number and\n"
-"                       '{N+rank}' N + rank (e.g. @tcp://127.0.0.1:{5550+rank})\n"
+"                       '{N+rank}' N + rank (e.g. @tcp://127.0.0.1:{5550+rank});\n"
+"                       without a launcher the rank is 0\n"
 "  --job ID             with --remote: this run's job id (default $TP_JOB);\n"
 "                       tp-workers of another --job are refused, both named\n"
 "  --curve DIR          CURVE keys made by tp-keygen DIR: --remote and a tcp\n"
@@ -1773,6 +1774,22 @@ int main(int argc, char **argv) {
         }
         TP_INFO("distributed: rank %d of %d on %s (%s)", rank, nranks,
                 tp_dist_host(s_dist), launcher);
+    } else {
+        /* One process is rank 0 of 1: the command line of an mpirun
+         * (--remote '@tcp://0.0.0.0:{5550+rank}') also runs without one,
+         * instead of binding the literal text and failing with EINVAL. */
+        if (a.remote && strstr(a.remote, "rank}")) {
+            s_subst_rank(a.remote, 0, remote_buf, sizeof remote_buf);
+            a.remote = remote_buf;
+        }
+        if (a.stats && strstr(a.stats, "rank}")) {
+            s_subst_rank(a.stats, 0, stats_buf, sizeof stats_buf);
+            a.stats = stats_buf;
+        }
+        if (a.spec && strstr(a.spec, "rank}")) {
+            s_subst_rank(a.spec, 0, spec_buf, sizeof spec_buf);
+            a.spec = spec_buf;
+        }
     }
     if (a.remote && (a.workers || a.workers_mode == 2 || a.spec)) {
         tp_error(TP_ERR_INVALID, "--remote takes its batches from tp-worker "
