@@ -42,6 +42,15 @@ static s_zap_t *s_zaps;
 
 int tp_curve_available(void) { return zmq_has("curve"); }
 
+/* DIR's length without its trailing slashes (DIR/ given: the files are
+ * named DIR/server.key, not DIR//server.key); "/" stays itself. */
+static int s_dir_len(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    return (int)n;
+}
+
 /* ---- keys ------------------------------------------------------------------ */
 
 tp_status_t tp_curve_client_keys(const tp_curve_t *c, uint8_t keys[96]) {
@@ -58,7 +67,8 @@ static tp_status_t s_write_cert(const char *dir, const char *name) {
     if (zmq_curve_keypair(pub, sec) != 0)
         return tp_error(TP_ERR_UNSUPPORTED, "CURVE keypair: %s", zmq_strerror(zmq_errno()));
     for (int secret = 0; secret < 2; secret++) {
-        snprintf(path, sizeof path, "%s/%s.key%s", dir, name, secret ? "_secret" : "");
+        snprintf(path, sizeof path, "%.*s/%s.key%s", s_dir_len(dir), dir, name,
+                 secret ? "_secret" : "");
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, secret ? 0600 : 0644);
         if (fd < 0)
             return tp_error(TP_ERR_IO, "CURVE keys: creating %s: %s", path, strerror(errno));
@@ -157,11 +167,11 @@ tp_curve_t *tp_curve_load(const char *dir, int server) {
     c->server = server;
     const char *self = server ? "server" : "client", *peer = server ? "client" : "server";
     char path[4096], peer_pub[41];
-    snprintf(path, sizeof path, "%s/%s.key_secret", dir, self);
+    snprintf(path, sizeof path, "%.*s/%s.key_secret", s_dir_len(dir), dir, self);
     if (s_check_private(path) < 0 || s_read_key(path, "public-key", c->public_txt) < 0 ||
         s_read_key(path, "secret-key", c->secret_txt) < 0)
         goto fail;
-    snprintf(path, sizeof path, "%s/%s.key", dir, peer);
+    snprintf(path, sizeof path, "%.*s/%s.key", s_dir_len(dir), dir, peer);
     if (s_read_key(path, "public-key", peer_pub) < 0)
         goto fail;
     if (server)

@@ -20,7 +20,7 @@
 static void s_usage(FILE *out) {
     fprintf(out,
         "usage: tp-top --connect ENDPOINT[,ENDPOINT...] [--once] [--json] [--timeout S]\n"
-        "              [--curve DIR]\n"
+        "              [--curve DIR] [--columns]\n"
         "Show the statistics a towerpack run publishes (ipc://RUN_DIR/stats.sock\n"
         "for a training run; tp-worker and tp-bench with --stats), refreshed\n"
         "every second, one row per actor.\n"
