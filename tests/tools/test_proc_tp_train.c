@@ -326,16 +326,20 @@ Test(tp_train, tp_top_shows_the_whole_tree, .init = s_setup, .fini = s_teardown,
               "tp-train ended in order after SIGTERM (status %d)", st);
 }
 
-Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .timeout = 180) {
-    char logdir[128], ep[128], bind[140];
-    snprintf(logdir, sizeof logdir, "%s/remote", s_dir);
-    snprintf(ep, sizeof ep, "ipc://%s/data.sock", s_dir);
-    snprintf(bind, sizeof bind, "@%s", ep);
+/* tp-train --remote @ipc://DIR/bind_sock fed by a tp-worker connecting to
+ * ipc://DIR/connect_sock, `steps` steps of batch 64 into DIR/name. */
+static void s_train_from_worker(const char *name, const char *bind_sock,
+                                const char *connect_sock, int steps) {
+    char logdir[128], ep[128], bind[140], nsteps[16];
+    snprintf(logdir, sizeof logdir, "%s/%s", s_dir, name);
+    snprintf(ep, sizeof ep, "ipc://%s/%s", s_dir, connect_sock);
+    snprintf(bind, sizeof bind, "@ipc://%s/%s", s_dir, bind_sock);
+    snprintf(nsteps, sizeof nsteps, "%d", steps);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
                      "fashion-mnist:train | batch 64", "--connect", ep, NULL};
     pu_spawn_opts_t wo = {.out = "/dev/null"};
     pid_t worker = pu_spawn(wargv, &wo);
-    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "10",
+    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", nsteps,
                     "--batch", "64", "--remote", bind, "--threads", "1",
                     "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};
     int rc = tpt_run(argv, s_out, sizeof s_out);
@@ -344,8 +348,13 @@ Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .t
     waitpid(worker, &st, 0);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
     json_t *j = tpt_stats(logdir);
-    cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 0), "global_step")), 10);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 0), "global_step")),
+                 steps);
     json_decref(j);
+}
+
+Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .timeout = 180) {
+    s_train_from_worker("remote", "data.sock", "data.sock", 10);
 }
 
 /* The command line of an mpirun recipe (docs/distributed.md: a port or a
@@ -355,25 +364,7 @@ Test(tp_train, batches_from_a_tp_worker, .init = s_setup, .fini = s_teardown, .t
  * ipc path waited forever on a socket no worker knew of. */
 Test(tp_train, a_rank_placeholder_without_a_launcher_is_rank_0, .init = s_setup,
      .fini = s_teardown, .timeout = 180) {
-    char logdir[128], ep[128], bind[140];
-    snprintf(logdir, sizeof logdir, "%s/rank0", s_dir);
-    snprintf(ep, sizeof ep, "ipc://%s/data0.sock", s_dir);
-    snprintf(bind, sizeof bind, "@ipc://%s/data{rank}.sock", s_dir);
-    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--spec",
-                     "fashion-mnist:train | batch 64", "--connect", ep, NULL};
-    pu_spawn_opts_t wo = {.out = "/dev/null"};
-    pid_t worker = pu_spawn(wargv, &wo);
-    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "5",
-                    "--batch", "64", "--remote", bind, "--threads", "1",
-                    "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};
-    int rc = tpt_run(argv, s_out, sizeof s_out);
-    kill(worker, SIGTERM);
-    int st;
-    waitpid(worker, &st, 0);
-    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
-    json_t *j = tpt_stats(logdir);
-    cr_assert_eq(json_integer_value(json_object_get(json_array_get(j, 0), "global_step")), 5);
-    json_decref(j);
+    s_train_from_worker("rank0", "data{rank}.sock", "data0.sock", 5);
 }
 
 /* 1 when the file at path holds `what`. */
