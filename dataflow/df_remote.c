@@ -1113,11 +1113,6 @@ typedef struct {
     const char *endpoint;
     int conn_fds[MAX_SENDERS];  /* the connections open (accepted, connected) */
     int connected, ever, connecting, curve;
-    /* handshakes in a row the receiver closed with no reason given: one is
-     * a trainer that stopped in the middle of it (the sender waits for the
-     * next, as for a receiver gone); three in a row are a refusal (a
-     * receiver that wants CURVE keys, or no towerpack receiver) */
-    int closed_handshakes;
     const char *job;  /* the job handshake: this sender's id, or NULL */
     const tp_curve_t *curve_keys;  /* its CURVE keys (a client's), or NULL */
     int job_refused;  /* a receiver of another job ended it */
@@ -1279,18 +1274,11 @@ static void s_sender_events(s_sender_t *s) {
             if (!s->ever)
                 TP_INFO("send: connected to a receiver at %s", s->endpoint);
             s->ever = 1;
-            s->closed_handshakes = 0;
             s->reported_ns = 0;  /* a new receiver hears who this is soon */
             s_sender_check_peer(s);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-            if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && s->connecting &&
-                ++s->closed_handshakes < 3) {
-                TP_DEBUG("send: the receiver at %s closed the connection in the handshake "
-                         "(%d in a row): trying again", s->endpoint, s->closed_handshakes);
-                continue;
-            }
             if (s->connecting && s->failed == TP_OK)
                 s->failed = tp_error(TP_ERR_PEER, "send: the handshake with the receiver "
                                      "at %s failed: %s", s->endpoint,
