@@ -231,13 +231,15 @@ static int s_tif_warn(TIFF *tif, void *user, const char *module, const char *fmt
 /* The 8-bit strip layouts PIL reads byte for byte, row by row
  * (TIFFReadScanline, any compression libtiff has): grey (min-is-black or
  * min-is-white, with an alpha sample or not), RGB, RGBA, 8-bit palette
- * (its 16-bit colour map cut to the high byte, as PIL does) and 1-bit
- * black and white. *c is the channels given. */
+ * (its 16-bit colour map cut to the high byte, as PIL does), CMYK (made
+ * RGB by PIL's cmyk2rgb: libtiff's RGBA interface rounds down where PIL
+ * rounds, 1 apart) and 1-bit black and white. *c is the channels given. */
 static tp_status_t s_tif_rows(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
                               uint16_t bps, uint16_t spp, uint16_t photo,
                               const char *name, tp_tensor_t *out) {
     int grey = photo == PHOTOMETRIC_MINISBLACK || photo == PHOTOMETRIC_MINISWHITE;
-    int c = photo == PHOTOMETRIC_PALETTE ? 3 : spp;
+    int cmyk = photo == PHOTOMETRIC_SEPARATED;
+    int c = photo == PHOTOMETRIC_PALETTE || cmyk ? 3 : spp;
     uint16_t *cmap[3] = {NULL, NULL, NULL};
     if (photo == PHOTOMETRIC_PALETTE &&
         !TIFFGetField(tif, TIFFTAG_COLORMAP, &cmap[0], &cmap[1], &cmap[2]))
@@ -266,6 +268,18 @@ static tp_status_t s_tif_rows(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
                 int on = (row[x >> 3] >> (7 - (x & 7))) & 1;
                 d[x] = (uint8_t)((on ^ (photo == PHOTOMETRIC_MINISWHITE)) ? 255 : 0);
             }
+        } else if (cmyk) {
+            /* PIL's cmyk2rgb: r = (255-k) - c(255-k)/255, the product
+             * rounded as its MULDIV255; a fifth sample (CMYKX) dropped,
+             * as PIL's CMYK mode has none */
+            for (uint32_t x = 0; x < w; x++) {
+                const uint8_t *s = row + (size_t)x * spp;
+                unsigned nk = 255u - s[3];
+                for (int k = 0; k < 3; k++) {
+                    unsigned t = s[k] * nk + 128u;
+                    d[x * 3 + k] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
+                }
+            }
         } else if (photo == PHOTOMETRIC_PALETTE) {
             for (uint32_t x = 0; x < w; x++)
                 for (int k = 0; k < 3; k++)
@@ -282,7 +296,8 @@ static tp_status_t s_tif_rows(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
 }
 
 /* Everything else of 8 bits or fewer that libtiff's RGBA interface knows
- * (tiles, separate planes, YCbCr and JPEG-in-TIFF, CMYK, 2- and 4-bit
+ * (tiles, separate planes, YCbCr and JPEG-in-TIFF, tiled or separate-plane
+ * CMYK (within 1 of PIL: libtiff rounds its product down), 2- and 4-bit
  * samples): TIFFReadRGBAImageOriented, stored row first. Grey stays grey;
  * alpha is kept as libtiff gives it. */
 static tp_status_t s_tif_rgba(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
@@ -294,7 +309,9 @@ static tp_status_t s_tif_rgba(TIFF *tif, tif_src_t *src, uint32_t w, uint32_t h,
                         "%s (convert it to an 8-bit RGB or grey TIFF or PNG)",
                         s_nm(name), emsg);
     int grey = photo == PHOTOMETRIC_MINISBLACK || photo == PHOTOMETRIC_MINISWHITE;
-    int alpha = spp > (grey ? 1 : photo == PHOTOMETRIC_SEPARATED ? 4 : 3);
+    /* CMYK's extra sample too is no alpha: PIL opens CMYK plus one
+     * unspecified sample as CMYK and refuses CMYK with alpha */
+    int alpha = photo != PHOTOMETRIC_SEPARATED && spp > (grey ? 1 : 3);
     int c = grey ? (alpha ? 2 : 1) : (alpha ? 4 : 3);
     uint32_t *rgba = _TIFFmalloc((tmsize_t)((uint64_t)w * h * 4));
     if (!rgba)
@@ -357,7 +374,7 @@ tp_status_t img_decode_tiff(const uint8_t *p, size_t n, const tp_image_opts_t *o
                         s_nm(name), src.msg[0] ? src.msg : "no header");
     uint32_t w = 0, h = 0;
     uint16_t bps = 1, spp = 1, photo = 0, planar = PLANARCONFIG_CONTIG,
-             fmt = SAMPLEFORMAT_UINT;
+             fmt = SAMPLEFORMAT_UINT, inks = INKSET_CMYK;
     tp_status_t rc = TP_OK;
     if (!TIFFGetField(tif, TIFFTAG_IMAGEWIDTH, &w) ||
         !TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &h))
@@ -370,6 +387,7 @@ tp_status_t img_decode_tiff(const uint8_t *p, size_t n, const tp_image_opts_t *o
         TIFFGetFieldDefaulted(tif, TIFFTAG_SAMPLESPERPIXEL, &spp);
         TIFFGetFieldDefaulted(tif, TIFFTAG_PLANARCONFIG, &planar);
         TIFFGetFieldDefaulted(tif, TIFFTAG_SAMPLEFORMAT, &fmt);
+        TIFFGetFieldDefaulted(tif, TIFFTAG_INKSET, &inks);
         if (!TIFFGetField(tif, TIFFTAG_PHOTOMETRIC, &photo))
             photo = spp >= 3 ? PHOTOMETRIC_RGB : PHOTOMETRIC_MINISBLACK;
         if (bps > 8)
@@ -387,7 +405,9 @@ tp_status_t img_decode_tiff(const uint8_t *p, size_t n, const tp_image_opts_t *o
         int rows = !TIFFIsTiled(tif) && planar == PLANARCONFIG_CONTIG &&
                    ((bps == 8 && ((grey && (spp == 1 || spp == 2)) ||
                                   (photo == PHOTOMETRIC_RGB && (spp == 3 || spp == 4)) ||
-                                  (photo == PHOTOMETRIC_PALETTE && spp == 1))) ||
+                                  (photo == PHOTOMETRIC_PALETTE && spp == 1) ||
+                                  (photo == PHOTOMETRIC_SEPARATED &&
+                                   inks == INKSET_CMYK && (spp == 4 || spp == 5)))) ||
                     (bps == 1 && grey && spp == 1));
         rc = rows ? s_tif_rows(tif, &src, w, h, bps, spp, photo, name, out)
                   : s_tif_rgba(tif, &src, w, h, spp, photo, name, out);
@@ -449,12 +469,47 @@ static int s_bmp_grey(const uint8_t *p, size_t n, uint32_t hs, unsigned bpp) {
     return 1;
 }
 
+/* The bits set in a bit-field mask (a BMP's 16- and 32-bit layouts). */
+static int s_popcount(uint32_t m) {
+    int k = 0;
+    for (; m; m &= m - 1)
+        k++;
+    return k;
+}
+
+/* A 16-bit BMP's channels as PIL scales them: stb_image widens a field of
+ * b bits by repeating its bits ((v << 3) | (v >> 2) for 5), PIL's unpacker
+ * (BGR;15, BGR;16) by v * 255 / (2^b - 1) rounded down, up to 1 apart
+ * (v = 16 of 5 bits: 132 and 131). The field's value is the widened
+ * byte's top b bits, so a table per channel turns one into the other. */
+static void s_bmp16_pil(const uint8_t *p, uint32_t comp, tp_tensor_t *out) {
+    /* the masks: 5-5-5 without bit fields; with them, the three after
+     * the 40-byte header, which is also where a V4 or V5 header has them */
+    uint32_t mask[3] = {0x7C00, 0x03E0, 0x001F};
+    if (comp == 3)
+        for (int k = 0; k < 3; k++)
+            mask[k] = s_le32(p + 54 + 4 * k);
+    uint8_t lut[3][256];
+    for (int k = 0; k < 3; k++) {
+        int b = s_popcount(mask[k]);
+        for (unsigned v = 0; v < 256; v++)
+            lut[k][v] = b < 1 || b > 7 ? (uint8_t)v
+                        : (uint8_t)((v >> (8 - b)) * 255u / ((1u << b) - 1));
+    }
+    uint8_t *d = out->data;
+    for (size_t i = 0; i < out->nbytes; i++)
+        d[i] = lut[i % 3][d[i]];
+}
+
 /* Windows bitmaps: 1, 4, 8-bit palette, 16, 24, 32-bit, rows bottom-up or
- * top-down (negative height), uncompressed or with bit fields; always RGB
- * (PIL gives RGB for these: a 32-bit BMP's fourth byte is padding to
- * it). The header is read here first: the pixel limit, and the rows'
- * bytes against the file's length, since stb_image would read a file cut
- * short as black rows. Refused: RLE compression, JPEG or PNG inside. */
+ * top-down (negative height), uncompressed or with bit fields. RGB, as
+ * PIL opens them (a 32-bit BMP's fourth byte is padding to PIL, also in
+ * a V4 or V5 header), except PIL's RGBA: a 32-bit BMP with bit fields in
+ * a V4 or V5 header (108 or 124 bytes) whose alpha mask is not 0, the
+ * BMPs with alpha that image editors save. The header is read here first:
+ * the pixel limit, and the rows' bytes against the file's length, since
+ * stb_image would read a file cut short as black rows. Refused: RLE
+ * compression, JPEG or PNG inside. */
 tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
                            const char *name, tp_tensor_t *out, int *orient) {
     *orient = 1;
@@ -498,7 +553,15 @@ tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
         return tp_error(TP_ERR_FORMAT, "image %s: truncated BMP: %llu bytes of "
                         "header and pixels, the file has %zu", s_nm(name),
                         (unsigned long long)need, n);
-    TP_TRY(s_stb(p, n, 3, "BMP", name, out));
+    /* PIL reads the alpha mask from a V4 or V5 header only (a 40-byte
+     * header's fourth byte is "reserved", not alpha); the masks start at
+     * byte 54, inside the header */
+    int alpha = bpp == 32 && comp == 3 && (hs == 108 || hs == 124) &&
+                n >= 70 && s_le32(p + 66) != 0;
+    TP_TRY(s_stb(p, n, alpha ? 4 : 3, "BMP", name, out));
+    if (bpp == 16 && hs >= 40 &&
+        (comp == 0 || ((hs == 40 || hs == 108 || hs == 124) && n >= 66)))
+        s_bmp16_pil(p, comp, out);
     /* a palette of the identity greys (0..255, or black and white for
      * 1 bit) is grey, as PIL opens it ("L" or "1"): one channel */
     if (bpp <= 8 && s_bmp_grey(p, n, hs, bpp)) {

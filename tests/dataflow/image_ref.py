@@ -224,6 +224,23 @@ def gen_formats(d, rgb, grey, alpha):
     b[off:off + h * stride] = b"".join(reversed(rows))
     with open(os.path.join(d, "topdown.bmp"), "wb") as fh:
         fh.write(bytes(b))
+    # BMP layouts PIL reads but does not write, made byte by byte: 32-bit
+    # with an alpha mask in a V5 (BGRA masks) and a V4 header (RGBA
+    # masks; PIL: RGBA), 32-bit without bit fields in a V5 header and
+    # with three masks after a 40-byte one (PIL: RGB, the fourth byte
+    # ignored), 4-bit palette, 16-bit 5-5-5 and 5-6-5
+    bmp_hand(d, rgb, alpha)
+    # TIFF: CMYK strips (raw, LZW), PIL's cmyk2rgb; YCbCr (LZW: PIL reads
+    # it through libtiff's RGBA interface). An uncompressed YCbCr TIFF
+    # PIL 9.4 cannot read ("image file is truncated": its raw mode wants
+    # 4 bytes a pixel); the C test compares that one with the LZW file's
+    # reference, the same samples
+    cmyk = Image.fromarray(np.dstack([rgb, grey]), "CMYK")
+    save("cmyk.tif", cmyk)
+    save("cmyk_lzw.tif", cmyk, compression="tiff_lzw")
+    ycc = im_rgb.convert("YCbCr")
+    save("ycbcr.tif", ycc)
+    save("ycbcr_lzw.tif", ycc, compression="tiff_lzw")
     # PGM (P5) and PPM (P6), maxval 255, one with a comment in the header
     save("grey.pgm", im_l)
     save("rgb.ppm", im_rgb)
@@ -241,14 +258,19 @@ def gen_formats(d, rgb, grey, alpha):
               "pages.tif", "grey_pb.tif", "rgb.bmp", "rgba.bmp", "pal.bmp",
               "grey.bmp", "bw.bmp", "topdown.bmp", "rgb.ppm", "comment.ppm",
               "grey.pgm", "ll_rgba.webp", "q80_rgba.webp", "anim.webp",
-              "anim_rgba.webp") + tuple("orient%d.tif" % o for o in range(2, 9)):
+              "anim_rgba.webp", "rgba_v5.bmp", "rgba_v4.bmp", "x_v5.bmp",
+              "bf32.bmp", "pal4.bmp", "rgb555.bmp", "rgb565.bmp", "cmyk.tif",
+              "cmyk_lzw.tif", "ycbcr_lzw.tif") + tuple(
+                  "orient%d.tif" % o for o in range(2, 9)):
         base = n.replace(".", "_")
         ref(n, base + "_rgb", "RGB")
         ref(n, base + "_l", "L")
+        ref(n, base + "_rgba", "RGBA")
         ref(n, base)
     # TIFF layouts PIL cannot write: written by the C test beforehand
     for n in ("tiled.tif", "tiled_bl.tif", "planar.tif", "grey4.tif",
-              "strips_bl.tif", "tiled_rt.tif", "tiled_lb.tif"):
+              "strips_bl.tif", "tiled_rt.tif", "tiled_lb.tif",
+              "cmyk_tiled.tif", "cmyk_planar.tif"):
         if os.path.exists(os.path.join(d, n)):
             base = n.replace(".", "_")
             ref(n, base + "_rgb", "RGB")
@@ -267,6 +289,58 @@ def gen_formats(d, rgb, grey, alpha):
     im_rgb.save(os.path.join(d, "webponly", "a", "z.webp"), lossless=True)
     os.makedirs(os.path.join(d, "pgmonly", "a"), exist_ok=True)
     im_l.save(os.path.join(d, "pgmonly", "a", "z.pgm"))
+
+
+def bmp_hand(d, rgb, alpha):
+    """The BMPs of gen_formats that PIL does not write (BmpImagePlugin
+    saves 1, 8, 24-bit and 32-bit BI_RGB only), bottom-up rows."""
+    import struct
+    h, w = rgb.shape[:2]
+    r, g, b = (rgb[..., k].astype(np.uint32) for k in range(3))
+    a = alpha.astype(np.uint32)
+
+    def write(name, bpp, comp, hs, masks, px, palette=b""):
+        # px: [h, w] of uint32 pixel values (16 or 32 bits) or uint8
+        # palette indices (4 bits); rows padded to 4 bytes, bottom-up
+        rows = []
+        for y in range(h - 1, -1, -1):
+            if bpp == 4:
+                v = px[y].astype(np.uint8)
+                v = np.append(v, 0) if w % 2 else v
+                row = ((v[0::2] << 4) | v[1::2]).astype(np.uint8).tobytes()
+            else:
+                row = px[y].astype("<u%d" % (bpp // 8)).tobytes()
+            rows.append(row + b"\0" * (-len(row) % 4))
+        hdr = struct.pack("<IiiHHIIiiII", hs, w, h, 1, bpp, comp, 0, 2835,
+                          2835, len(palette) // 4, 0)
+        if hs > 40:  # V4/V5: four masks, then colour space fields, zero
+            hdr += struct.pack("<4I", *masks) + b"\0" * (hs - 56)
+        elif comp == 3:  # three masks after a 40-byte header
+            hdr += struct.pack("<3I", *masks[:3])
+        off = 14 + len(hdr) + len(palette)
+        data = b"".join(rows)
+        with open(os.path.join(d, name), "wb") as fh:
+            fh.write(b"BM" + struct.pack("<IHHI", off + len(data), 0, 0, off) +
+                     hdr + palette + data)
+
+    write("rgba_v5.bmp", 32, 3, 124, (0xFF0000, 0xFF00, 0xFF, 0xFF000000),
+          (a << 24) | (r << 16) | (g << 8) | b)
+    write("rgba_v4.bmp", 32, 3, 108, (0xFF, 0xFF00, 0xFF0000, 0xFF000000),
+          (a << 24) | (b << 16) | (g << 8) | r)
+    write("x_v5.bmp", 32, 0, 124, (0, 0, 0, 0),
+          (a << 24) | (r << 16) | (g << 8) | b)
+    write("bf32.bmp", 32, 3, 40, (0xFF0000, 0xFF00, 0xFF, 0),
+          (a << 24) | (r << 16) | (g << 8) | b)
+    # 4-bit: the picture's 16 levels of red and green picked from a
+    # palette of 16 colours (odd width: half a byte of padding)
+    idx = ((r >> 6) << 2) | (g >> 6)
+    pal = b"".join(bytes((i * 17 % 256, (i >> 2) * 85, (i & 3) * 85, 0))
+                   for i in range(16))
+    write("pal4.bmp", 4, 0, 40, (), idx, pal)
+    write("rgb555.bmp", 16, 0, 40, (),
+          ((r >> 3) << 10) | ((g >> 3) << 5) | (b >> 3))
+    write("rgb565.bmp", 16, 3, 40, (0xF800, 0x7E0, 0x1F, 0),
+          ((r >> 3) << 11) | ((g >> 2) << 5) | (b >> 3))
 
 
 def rnd(x):

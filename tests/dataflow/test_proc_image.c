@@ -165,9 +165,10 @@ static void s_ycck(void) {
 /* TIFF layouts PIL cannot write, written with libtiff into s_dir for
  * image_ref.py to decode with PIL: tiled RGB (LZW), the same with the
  * Orientation tag bottom-left, right-top and left-bottom, separate colour
- * planes, 4-bit grey (all through libtiff's RGBA interface here), and RGB
- * strips bottom-left (the strip reader). PIL turns a TIFF by its
- * Orientation tag when it opens it; so does towerpack. */
+ * planes, 4-bit grey, tiled and separate-plane CMYK (all through
+ * libtiff's RGBA interface here), and RGB strips bottom-left (the strip
+ * reader). PIL turns a TIFF by its Orientation tag when it opens it; so
+ * does towerpack. */
 static void s_tiff_layouts(void) {
     enum { H = 37, W = 53 };
     static const struct {
@@ -179,7 +180,9 @@ static void s_tiff_layouts(void) {
              {"grey4.tif", 0, ORIENTATION_TOPLEFT, PLANARCONFIG_CONTIG, 4, 1},
              {"strips_bl.tif", 0, ORIENTATION_BOTLEFT, PLANARCONFIG_CONTIG, 8, 3},
              {"tiled_rt.tif", 1, ORIENTATION_RIGHTTOP, PLANARCONFIG_CONTIG, 8, 3},
-             {"tiled_lb.tif", 1, ORIENTATION_LEFTBOT, PLANARCONFIG_CONTIG, 8, 3}};
+             {"tiled_lb.tif", 1, ORIENTATION_LEFTBOT, PLANARCONFIG_CONTIG, 8, 3},
+             {"cmyk_tiled.tif", 1, ORIENTATION_TOPLEFT, PLANARCONFIG_CONTIG, 8, 4},
+             {"cmyk_planar.tif", 0, ORIENTATION_TOPLEFT, PLANARCONFIG_SEPARATE, 8, 4}};
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
         char p[512];
         snprintf(p, sizeof p, "%s/%s", s_dir, t[k].file);
@@ -190,35 +193,40 @@ static void s_tiff_layouts(void) {
         TIFFSetField(tf, TIFFTAG_BITSPERSAMPLE, t[k].bps);
         TIFFSetField(tf, TIFFTAG_SAMPLESPERPIXEL, t[k].spp);
         TIFFSetField(tf, TIFFTAG_PHOTOMETRIC,
-                     t[k].spp == 3 ? PHOTOMETRIC_RGB : PHOTOMETRIC_MINISBLACK);
+                     t[k].spp == 3   ? PHOTOMETRIC_RGB
+                     : t[k].spp == 4 ? PHOTOMETRIC_SEPARATED
+                                     : PHOTOMETRIC_MINISBLACK);
         TIFFSetField(tf, TIFFTAG_PLANARCONFIG, t[k].planar);
         TIFFSetField(tf, TIFFTAG_ORIENTATION, t[k].orient);
         TIFFSetField(tf, TIFFTAG_COMPRESSION, COMPRESSION_LZW);
         /* a smooth picture, different in each channel and row */
-        uint8_t px[H][W][3];
+        int spp = t[k].spp == 4 ? 4 : 3;  /* the samples a pixel (CMYK: 4) */
+        uint8_t px[H][W][4];
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
                 px[y][x][0] = (uint8_t)(128 + 100 * sin(x / 6.0));
                 px[y][x][1] = (uint8_t)(y * 6);
                 px[y][x][2] = (uint8_t)(x * 4 + y);
+                px[y][x][3] = (uint8_t)(x * 5 - y * 3);
             }
         if (t[k].tiled) {
             enum { T = 16 };
             TIFFSetField(tf, TIFFTAG_TILEWIDTH, T);
             TIFFSetField(tf, TIFFTAG_TILELENGTH, T);
-            uint8_t tile[T * T * 3];
+            uint8_t tile[T * T * 4];
             for (int ty = 0; ty < H; ty += T)
                 for (int tx = 0; tx < W; tx += T) {
                     memset(tile, 0, sizeof tile);
                     for (int y = 0; y < T && ty + y < H; y++)
                         for (int x = 0; x < T && tx + x < W; x++)
-                            memcpy(tile + (y * T + x) * 3, px[ty + y][tx + x], 3);
+                            memcpy(tile + (y * T + x) * spp, px[ty + y][tx + x],
+                                   (size_t)spp);
                     cr_assert(TIFFWriteTile(tf, tile, (uint32_t)tx, (uint32_t)ty, 0,
                                             0) > 0);
                 }
         } else if (t[k].planar == PLANARCONFIG_SEPARATE) {
             TIFFSetField(tf, TIFFTAG_ROWSPERSTRIP, 8);
-            for (int c = 0; c < 3; c++)
+            for (int c = 0; c < spp; c++)
                 for (int y = 0; y < H; y++) {
                     uint8_t row[W];
                     for (int x = 0; x < W; x++)
@@ -227,8 +235,12 @@ static void s_tiff_layouts(void) {
                 }
         } else if (t[k].bps == 8) {  /* RGB strips */
             TIFFSetField(tf, TIFFTAG_ROWSPERSTRIP, 8);
-            for (int y = 0; y < H; y++)
-                cr_assert(TIFFWriteScanline(tf, px[y], (uint32_t)y, 0) >= 0);
+            for (int y = 0; y < H; y++) {
+                uint8_t row[W * 3];
+                for (int x = 0; x < W; x++)
+                    memcpy(row + x * 3, px[y][x], 3);
+                cr_assert(TIFFWriteScanline(tf, row, (uint32_t)y, 0) >= 0);
+            }
         } else {  /* 4-bit grey, two pixels a byte, high nibble first */
             TIFFSetField(tf, TIFFTAG_ROWSPERSTRIP, 8);
             for (int y = 0; y < H; y++) {
@@ -357,6 +369,19 @@ Test(proc_image, other_formats_equal_pil) {
         {"tiled_lb.tif", 0, 0}, {"orient2.tif", 0, 1},  {"orient3.tif", 0, 1},
         {"orient4.tif", 0, 1},  {"orient5.tif", 0, 0},  {"orient6.tif", 0, 0},
         {"orient7.tif", 0, 0},  {"orient8.tif", 0, 0},
+        /* BMPs PIL does not write (image_ref.py bmp_hand): alpha in V4
+         * and V5 headers (RGBA in ANY, as PIL), 32-bit without an alpha
+         * mask (RGB), 4-bit palette, 16-bit 5-5-5 and 5-6-5 (PIL's
+         * scaling, v * 255 / 31, not stb_image's repeated bits) */
+        {"rgba_v5.bmp", 0, 1},  {"rgba_v4.bmp", 0, 1},  {"x_v5.bmp", 0, 1},
+        {"bf32.bmp", 0, 1},     {"pal4.bmp", 0, 0},     {"rgb555.bmp", 0, 1},
+        {"rgb565.bmp", 0, 1},
+        /* CMYK: strips exactly (PIL's cmyk2rgb here too); tiled and
+         * separate planes through libtiff's RGBA interface, which rounds
+         * (255-c)(255-k)/255 down where PIL rounds it: within 1. YCbCr:
+         * both sides libtiff's RGBA interface */
+        {"cmyk.tif", 0, 0},     {"cmyk_lzw.tif", 0, 0}, {"cmyk_tiled.tif", 1, 0},
+        {"cmyk_planar.tif", 1, 0}, {"ycbcr_lzw.tif", 0, 1},
         /* (PIL's own mode of a TIFF turned by 90 degrees keeps the
          * stored size for numpy: no reference but the converted ones) */
     };
@@ -371,6 +396,23 @@ Test(proc_image, other_formats_equal_pil) {
         if (f[i].own)
             s_check(f[i].file, base, TP_IMAGE_ANY, 0, f[i].tol);
     }
+    /* RGBA as PIL's convert('RGBA'): a BMP's alpha where PIL reads one,
+     * opaque where its fourth byte is padding (rgba.bmp: PIL writes
+     * RGBA as 32-bit BI_RGB and reads it back as RGB) */
+    static const char *const rgba[] = {"rgba_v5.bmp", "rgba_v4.bmp", "x_v5.bmp",
+                                       "bf32.bmp", "rgba.bmp", "rgba.tif"};
+    for (size_t i = 0; i < sizeof rgba / sizeof rgba[0]; i++) {
+        char base[64], r[80];
+        snprintf(base, sizeof base, "%s", rgba[i]);
+        *strchr(base, '.') = '_';
+        snprintf(r, sizeof r, "%s_rgba", base);
+        s_check(rgba[i], r, TP_IMAGE_RGBA, 0, 0);
+    }
+    /* an uncompressed YCbCr TIFF, which PIL 9.4 cannot read (its raw
+     * mode for it wants 4 bytes a pixel): the LZW file's reference, the
+     * same samples */
+    s_check("ycbcr.tif", "ycbcr_lzw_tif_rgb", TP_IMAGE_RGB, 0, 0);
+    s_check("ycbcr.tif", "ycbcr_lzw_tif_l", TP_IMAGE_GREY, 0, 0);
     /* a region (the decode cut, as for a PNG) */
     char p[512];
     snprintf(p, sizeof p, "%s/rgb.tif", s_dir);
