@@ -450,7 +450,8 @@ Test(proc_image, other_formats_cut_or_corrupt_are_named_errors) {
     static const char *const files[] = {
         "ll.webp", "q80_rgba.webp", "anim.webp", "rgb.tif", "rgb_lzw.tif", "pal.tif",
         "bw_g4.tif", "jpeg.tif", "rgb.bmp", "pal.bmp", "bw.bmp", "topdown.bmp",
-        "rgb.ppm", "grey.pgm"};
+        "rgb.ppm", "grey.pgm", "rgba_v5.bmp", "pal4.bmp", "rgb565.bmp", "cmyk.tif",
+        "ycbcr_lzw.tif", "ycbcr.tif"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char p[512];
         snprintf(p, sizeof p, "%s/%s", s_dir, files[i]);
@@ -564,6 +565,64 @@ Test(proc_image, a_folder_of_every_format_reads) {
                      info.channels);
         tp_image_source_info_fini(&info);
     }
+}
+
+/* A 16-bit TIFF (refused: towerpack reads 8 bits) in a folder is met as a
+ * corrupt file is: the pass stops at it with an error naming the file,
+ * the fix (convert it to 8 bits) and the way past it (skip-bad), or with
+ * skip-bad it is skipped and counted; as a folder's first image it stops
+ * the source's info (what tp-train reads before training) naming it. */
+Test(proc_image, sixteen_bit_tiff_in_a_folder_is_named) {
+    NEED_PY();
+    s_gen();
+    char cmd[4096], dir[512];
+    snprintf(dir, sizeof dir, "%s/deep", s_dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/a %s/b && cp %s/rgb.tif %s/a/x.tif && "
+             "cp %s/grey16.tif %s/a/y16.tif && cp %s/rgb.bmp %s/b/z.bmp", dir, dir,
+             s_dir, dir, s_dir, dir, s_dir, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    for (int skip = 0; skip < 2; skip++) {
+        tp_image_source_opts_t so;
+        tp_image_source_opts_init(&so);
+        so.decode.mode = TP_IMAGE_RGB;
+        so.shuffle = 0;
+        so.skip_bad = skip;
+        tp_dataflow_t *df = tp_df_image_folder(dir, &so);
+        cr_assert(df, "%s", tp_last_error());
+        cr_assert_eq(tp_dataflow_size(df), 3);
+        cr_assert_eq(tp_dataflow_reset_state(df, 1, 0), TP_OK);
+        tp_datapoint_t *dp;
+        tp_status_t rc;
+        int n = 0;
+        while ((rc = tp_dataflow_next(df, &dp)) == TP_OK) {
+            n++;
+            tp_datapoint_destroy(&dp);
+        }
+        if (!skip) {
+            cr_assert_eq(rc, TP_ERR_FORMAT, "%s", tp_last_error());
+            const char *e = tp_last_error();
+            cr_assert(strstr(e, "a/y16.tif") && strstr(e, "16-bit") &&
+                      strstr(e, "convert it to 8 bits") &&
+                      strstr(e, "imagefolder:DIR,skip-bad"), "%s", e);
+        } else {
+            cr_assert_eq(rc, TP_DONE, "%s", tp_last_error());
+            cr_assert_eq(n, 2);
+            cr_assert_eq(tp_df_image_skipped(df), 1);
+        }
+        tp_dataflow_destroy(&df);
+    }
+    /* the first image of the folder: the trainer's look at it fails */
+    snprintf(cmd, sizeof cmd, "rm %s/a/x.tif", dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char spec[600];
+    snprintf(spec, sizeof spec, "imagefolder:%s", dir);
+    tp_image_source_info_t info;
+    tp_image_source_info_init(&info);
+    cr_assert_eq(tp_image_source_info(spec, &info), TP_ERR_FORMAT);
+    cr_assert(strstr(tp_last_error(), "a/y16.tif") &&
+              strstr(tp_last_error(), "convert it to 8 bits"), "%s",
+              tp_last_error());
+    tp_image_source_info_fini(&info);
 }
 
 /* ---- augmentors against numpy / cv2 ------------------------------------------ */
