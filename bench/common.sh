@@ -1,4 +1,6 @@
-# towerpack benchmarks: what bench/run.sh and bench/predict.sh share.
+# towerpack benchmarks: what bench/run.sh, bench/predict.sh and
+# bench/images/run.sh share.
+# shellcheck shell=bash
 # Sourced (from the repository root), never run.
 
 # Installs Debian packages (apt-get, through sudo unless root); for the
@@ -8,6 +10,20 @@ bench_install() {
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+# bench_install_missing PKG...: bench_install for those of the Debian
+# packages that dpkg does not have installed; nothing when all are.
+bench_install_missing() {
+  local p missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "bench: installing ${missing[*]}" >&2
+    bench_install "${missing[@]}"
+  fi
 }
 
 # bench_release_build JOBS TARGET...: the targets in build-release, the same

@@ -4,7 +4,7 @@
 # machine, the rounds interleaved (A B C, A B C, ...) so load from elsewhere
 # falls on every side alike; the table gives medians and ratios.
 #
-#   bash bench/images/run.sh [ROUNDS]        (default 3)
+#   bash bench/images/run.sh [ROUNDS]        (default 3; --help: this)
 #
 # Environment: TP_IMAGES_DIR (the JPEG folder; made by gen_jpegs.py when
 # missing, 2000 files), TENSORPACK_SRC (tensorpack's source folder; without
@@ -14,6 +14,12 @@
 # -tabulate, -msgpack-numpy, -zmq, -psutil): benchmark-only.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/common.sh
+case "${1:-3}" in
+  -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+  *[!0-9]*|0) echo "bench/images/run.sh: ROUNDS is a number of rounds, 1 or" \
+                   "more, not '$1' (--help)" >&2; exit 2 ;;
+esac
 rounds=${1:-3}
 PY=/usr/bin/python3
 dir=${TP_IMAGES_DIR:-/tmp/towerpack-bench-jpegs}
@@ -21,24 +27,10 @@ out=bench/results/images.jsonl
 mkdir -p bench/results
 : > "$out"
 
-pkgs=(python3-torch python3-torchvision python3-opencv python3-pil python3-numpy
-      python3-tqdm python3-termcolor python3-tabulate python3-msgpack-numpy
-      python3-zmq python3-psutil libturbojpeg0-dev)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-
-if [ ! -f build-release/CMakeCache.txt ]; then
-  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DTP_WITH_CUDA=AUTO \
-        -DTP_BUILD_TESTS=OFF >/dev/null
-fi
-cmake --build build-release -j2 --target tp-bench >/dev/null
+bench_install_missing python3-torch python3-torchvision python3-opencv \
+  python3-pil python3-numpy python3-tqdm python3-termcolor python3-tabulate \
+  python3-msgpack-numpy python3-zmq python3-psutil libturbojpeg0-dev
+bench_release_build 2 tp-bench
 mkdir -p build-release/bench
 cc -O2 -o build-release/bench/tjdecode bench/images/tjdecode.c -lturbojpeg
 
