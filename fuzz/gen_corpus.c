@@ -447,24 +447,39 @@ static void s_le(uint8_t *p, uint32_t v, int n) {
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* A BMP of w x h: 24-bit, or 8-bit with a grey ramp palette; rows
- * bottom-up, or top-down (negative height). */
-static void s_bmp(const char *name, int w, int h, int bpp, int topdown) {
-    int pal = bpp == 8 ? 256 * 4 : 0, stride = (w * bpp / 8 + 3) / 4 * 4;
-    size_t off = 54 + (size_t)pal, n = off + (size_t)stride * h;
+/* A BMP of w x h: 24-bit, 8-bit with a grey ramp palette, 4-bit with a
+ * colour palette, 16 or 32-bit; rows bottom-up, or top-down (negative
+ * height). A header of hs bytes (40, or a V4/V5 one of 108/124) and
+ * compression comp (0, or 3: the bit-field masks after a 40-byte header,
+ * inside a V4/V5 one, with its alpha mask). */
+static void s_bmp(const char *name, int w, int h, int bpp, int topdown, int hs,
+                  int comp, const uint32_t masks[4]) {
+    int npal = bpp <= 8 ? 1 << bpp : 0, stride = (w * bpp + 31) / 32 * 4;
+    int extra = hs == 40 && comp == 3 ? 12 : 0;
+    size_t off = 14 + (size_t)hs + extra + (size_t)npal * 4,
+           n = off + (size_t)stride * h;
     uint8_t *b = calloc(1, n);
     if (!b)
         s_die("image bmp");
     b[0] = 'B', b[1] = 'M';
     s_le(b + 2, (uint32_t)n, 4);
     s_le(b + 10, (uint32_t)off, 4);
-    s_le(b + 14, 40, 4);
+    s_le(b + 14, (uint32_t)hs, 4);
     s_le(b + 18, (uint32_t)w, 4);
     s_le(b + 22, (uint32_t)(topdown ? -h : h), 4);
     s_le(b + 26, 1, 2);
     s_le(b + 28, (uint32_t)bpp, 2);
-    for (int i = 0; i < pal / 4; i++)
-        b[54 + i * 4] = b[55 + i * 4] = b[56 + i * 4] = (uint8_t)i;
+    s_le(b + 30, (uint32_t)comp, 4);
+    if (comp == 3)  /* at 54 both after a 40-byte header and in a V4/V5 one */
+        for (int k = 0; k < (hs > 40 ? 4 : 3); k++)
+            s_le(b + 54 + 4 * k, masks[k], 4);
+    uint8_t *pal = b + 14 + hs + extra;
+    for (int i = 0; i < npal; i++) {
+        int grey = bpp == 8;
+        pal[i * 4] = (uint8_t)(grey ? i : i * 17);
+        pal[i * 4 + 1] = (uint8_t)(grey ? i : 255 - i * 13);
+        pal[i * 4 + 2] = (uint8_t)(grey ? i : i * 40);
+    }
     for (size_t i = off; i < n; i++)
         b[i] = (uint8_t)(i * 5);
     s_put("image", name, b, n);
@@ -490,7 +505,9 @@ static void s_tiff(const char *name, int spp, int photo, int comp) {
     TIFFSetField(t, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
     TIFFSetField(t, TIFFTAG_COMPRESSION, comp);
     TIFFSetField(t, TIFFTAG_ROWSPERSTRIP, 3);
-    if (spp == 4) {
+    if (photo == PHOTOMETRIC_YCBCR)  /* no subsampling: one sample each */
+        TIFFSetField(t, TIFFTAG_YCBCRSUBSAMPLING, 1, 1);
+    if (spp == 4 && photo != PHOTOMETRIC_SEPARATED) {
         uint16_t extra = EXTRASAMPLE_UNASSALPHA;
         TIFFSetField(t, TIFFTAG_EXTRASAMPLES, 1, &extra);
     }
@@ -543,8 +560,16 @@ static void s_image_formats(void) {
     s_tiff("rgba.tif", 4, PHOTOMETRIC_RGB, COMPRESSION_NONE);
     s_tiff("grey_packbits.tif", 1, PHOTOMETRIC_MINISBLACK, COMPRESSION_PACKBITS);
     s_tiff("palette.tif", 1, PHOTOMETRIC_PALETTE, COMPRESSION_ADOBE_DEFLATE);
-    s_bmp("rgb.bmp", W, H, 24, 0);
-    s_bmp("grey_topdown.bmp", W, H, 8, 1);
+    static const uint32_t bgra[4] = {0xFF0000, 0xFF00, 0xFF, 0xFF000000},
+                          rgb565[4] = {0xF800, 0x7E0, 0x1F, 0};
+    s_bmp("rgb.bmp", W, H, 24, 0, 40, 0, NULL);
+    s_bmp("grey_topdown.bmp", W, H, 8, 1, 40, 0, NULL);
+    s_bmp("rgba_v5.bmp", W, H, 32, 0, 124, 3, bgra);
+    s_bmp("rgb565.bmp", W, H, 16, 1, 40, 3, rgb565);
+    s_bmp("rgb555.bmp", W, H, 16, 0, 40, 0, NULL);
+    s_bmp("pal4.bmp", W, H, 4, 0, 40, 0, NULL);
+    s_tiff("cmyk.tif", 4, PHOTOMETRIC_SEPARATED, COMPRESSION_NONE);
+    s_tiff("ycbcr_lzw.tif", 3, PHOTOMETRIC_YCBCR, COMPRESSION_LZW);
     char hdr[32];
     int k = snprintf(hdr, sizeof hdr, "P6\n# seed\n%d %d\n255\n", W, H);
     uint8_t *p = malloc((size_t)k + sizeof px);
