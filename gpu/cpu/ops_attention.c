@@ -7,12 +7,16 @@
  * query row's running max and sum (the online softmax) and rescales its
  * output row when the max grows, so no more than one row of a tile's
  * scores exists at a time; it saves each row's log-sum-exp and, while
- * they fit (s_geom's stash), every visited tile's scaled scores. The
- * backward (FlashAttention-2's) walks key tiles, takes each row's
- * probabilities as e^(score - log-sum-exp) from the stash (or recomputes
- * the scores from q and k: the same bits), and accumulates dV, dK (into
- * the key tile's rows) and dQ (into the query row) in a fixed order. A causal mask is applied by not visiting the keys past the query
- * (key tiles past the diagonal are skipped whole).
+ * they fit (s_geom's stash), every visited tile's e^(score - m), m the
+ * row's running max at that tile, with m. The backward
+ * (FlashAttention-2's) walks key tiles and takes each row's
+ * probabilities in a factorised form, e^(score - m) e^(m - log-sum-exp):
+ * from the stash one e^x a row and tile instead of one an element, or,
+ * past the stash, recomputing the scores from q and k and the running
+ * max the same way (the same bits); it accumulates dV, dK (into the key
+ * tile's rows) and dQ (into the query row) in a fixed order. A causal
+ * mask is applied by not visiting the keys past the query (key tiles
+ * past the diagonal are skipped whole).
  *
  * Determinism: every item is computed by one thread from its own inputs
  * in one fixed order, so the bits do not depend on the thread count. The
@@ -65,10 +69,13 @@ typedef struct {
     int causal;
     float *lse;            /* [items, Tq] log-sum-exp of each query row */
     float *dot;            /* [items, Tq] rowsum(dO * O) (backward) */
+    float *mrun;           /* [items, Tq] the backward's running max (no stash) */
     float *scratch;        /* [items, per] tile scratch, per item */
     size_t per;
-    float *stash;          /* [items, spi] the forward's scaled scores, or NULL */
+    float *stash;          /* [items, spi] the forward's e^(s - m) tiles, then each
+                            * tile row's m ([pairs, S_BQ]), or NULL */
     size_t spi;            /* floats an item stashes; 0: no stash (recompute) */
+    size_t smax;           /* where an item's maxes start in its stash */
 } s_geom_t;
 
 /* The tile pairs (key tile, query tile) an item visits, in the key-tile-
@@ -101,27 +108,30 @@ static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
     g->scale = c->attr->alpha;
     g->causal = c->attr->beta != 0.0f;
     g->per = s_per(g->d);
-    /* the stash: every visited tile's S_BQ x S_BK scaled scores, so the
-     * backward need not recompute q k^T (nor transpose k); only while it
-     * is small (2.6 MB a layer for the GPT's 16 heads at T 256): past the
-     * limit the backward recomputes them, the scratch staying O(T) */
+    /* the stash: every visited tile's S_BQ x S_BK e^(score - m) and its
+     * rows' m, so the backward need neither recompute q k^T (nor
+     * transpose k) nor take e^x an element; only while it is small (2.6
+     * MB a layer for the GPT's 16 heads at T 256): past the limit the
+     * backward recomputes them, the scratch staying O(T) */
     const int64_t nqt = (g->tq + S_BQ - 1) / S_BQ, nkt = (g->tk + S_BK - 1) / S_BK;
     const size_t pairs = g->causal ? s_pair(1, nqt, nkt, nkt) : (size_t)(nqt * nkt);
-    g->spi = pairs * S_BQ * S_BK;
+    g->smax = pairs * S_BQ * S_BK;
+    g->spi = g->smax + pairs * S_BQ;
     if (g->items * g->spi * sizeof(float) > tp_cpu_attention_stash_limit_)
         g->spi = 0;
     float *ws = c->workspace;
     const size_t rows = S_ROUND(g->items * (size_t)g->tq);
     g->lse = ws;
     g->dot = ws ? ws + rows : NULL;
-    g->scratch = ws ? ws + 2 * rows : NULL;
+    g->mrun = ws ? ws + 2 * rows : NULL;
+    g->scratch = ws ? ws + 3 * rows : NULL;
     g->stash = ws && g->spi ? g->scratch + g->items * g->per : NULL;
 }
 
 size_t tp_cpu_attention_workspace(const tp_op_call_t *c) {
     s_geom_t g;
     s_geom(c, &g);
-    return (2 * S_ROUND(g.items * (size_t)g.tq) + g.items * (g.per + g.spi)) * sizeof(float);
+    return (3 * S_ROUND(g.items * (size_t)g.tq) + g.items * (g.per + g.spi)) * sizeof(float);
 }
 
 /* 8 x 8 floats transposed in registers: rows of src (stride ls) become
@@ -281,6 +291,47 @@ s_tile_cols(float *restrict out, const float *restrict w, const float *restrict 
     }
 }
 
+/* row[j] *= scale for j < lim, and the max of m and the scaled values, in
+ * 16 lanes (exact: any order gives the same max). The forward and the
+ * recomputing backward both take their running max here: the same bits. */
+static inline __attribute__((always_inline)) float s_scale_max(float *restrict row,
+                                                               int64_t lim, float scale,
+                                                               float m) {
+    float lane[16];
+    for (int e = 0; e < 16; e++)
+        lane[e] = m;
+    int64_t j = 0;
+    for (; j + 16 <= lim; j += 16)
+        for (int e = 0; e < 16; e++) {
+            const float sv = row[j + e] * scale;
+            row[j + e] = sv;
+            lane[e] = sv > lane[e] ? sv : lane[e];
+        }
+    for (; j < lim; j++) {
+        const float sv = row[j] * scale;
+        row[j] = sv;
+        lane[0] = sv > lane[0] ? sv : lane[0];
+    }
+    float mx = lane[0];
+    for (int e = 1; e < 16; e++)
+        mx = lane[e] > mx ? lane[e] : mx;
+    return mx;
+}
+
+/* out[j] = e^(s[j] - mx) for j < lim; out may be s (in place). */
+static inline __attribute__((always_inline)) void s_exp_rows(float *out, const float *s,
+                                                             int64_t lim, float mx) {
+    if (out == s)
+        for (int64_t j = 0; j < lim; j++)
+            out[j] = s_vexp(out[j] - mx);
+    else {
+        float *restrict o = out;
+        const float *restrict in = s;
+        for (int64_t j = 0; j < lim; j++)
+            o[j] = s_vexp(in[j] - mx);
+    }
+}
+
 /* The workspace is there and, when its size is known (0: not said),
  * large enough. */
 static tp_status_t s_check_workspace(const tp_op_call_t *c) {
@@ -326,52 +377,37 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
         for (int64_t i0 = causal ? j0 : 0; i0 < tq; i0 += S_BQ) {
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
             s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
-            float *st = stash ? stash + s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ) * S_BQ * S_BK
-                              : NULL;
+            const size_t pair = s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ);
+            float *st = stash ? stash + pair * S_BQ * S_BK : NULL;
+            float *smax = stash ? stash + g->smax + pair * S_BQ : NULL;
             /* each row's online softmax: P = e^(s - max), 0 past its keys,
              * its output row rescaled when the max grows */
             for (int64_t r = 0; r < nq; r++) {
                 float *restrict prow = pt + r * S_BK;
                 const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
-                /* the scaled scores: into the stash's row where there is
-                 * one (the backward's P = e^(this - lse)), else in place */
-                float *restrict srow = st ? st + r * S_BK : prow;
-                /* the scale and the max in one pass, the max in 16 lanes
-                 * (exact: any order gives the same max) */
-                float lane[16];
-                for (int e = 0; e < 16; e++)
-                    lane[e] = m[i];
-                int64_t j = 0;
-                for (; j + 16 <= lim; j += 16)
-                    for (int e = 0; e < 16; e++) {
-                        const float sv = prow[j + e] * scale;
-                        srow[j + e] = sv;
-                        lane[e] = sv > lane[e] ? sv : lane[e];
-                    }
-                for (; j < lim; j++) {
-                    const float sv = prow[j] * scale;
-                    srow[j] = sv;
-                    lane[0] = sv > lane[0] ? sv : lane[0];
-                }
-                float mx = lane[0];
-                for (int e = 1; e < 16; e++)
-                    mx = lane[e] > mx ? lane[e] : mx;
+                /* the scale (in place) and the max in one pass, the max in
+                 * 16 lanes (exact: any order gives the same max) */
+                const float mx = s_scale_max(prow, lim, scale, m[i]);
+                /* P: into the stash's row where there is one (the
+                 * backward's e^(s - m), with m), else in place */
+                float *prow_out = st ? st + r * S_BK : prow;
                 if (lim > 0) {
                     /* the row's first visible tile: m was -inf, alpha 0 */
                     const float alpha = s_vexp(m[i] - mx);
-                    for (j = 0; j < lim; j++)
-                        prow[j] = s_vexp(srow[j] - mx);
-                    l[i] = l[i] * alpha + tp_cpu_sum8(prow, (size_t)lim);
+                    s_exp_rows(prow_out, prow, lim, mx);
+                    l[i] = l[i] * alpha + tp_cpu_sum8(prow_out, (size_t)lim);
                     m[i] = mx;
                     float *restrict orow = o + i * d;
                     if (alpha != 1.0f)
                         for (int64_t e = 0; e < d; e++)
                             orow[e] *= alpha;
                 }
-                for (j = lim; j < nk; j++)
-                    prow[j] = 0.0f;
+                if (smax)
+                    smax[r] = mx;
+                for (int64_t j = lim; j < nk; j++)
+                    prow_out[j] = 0.0f;
             }
-            s_tile_rows(o + i0 * d, pt, v + j0 * d, d, nq, nk, i0, j0, causal);
+            s_tile_rows(o + i0 * d, st ? st : pt, v + j0 * d, d, nq, nk, i0, j0, causal);
         }
     }
     for (int64_t i = 0; i < tq; i++) {
@@ -416,7 +452,13 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
     /* the key tile and v's, transposed; the query tile's P and dS */
     float *kt = scratch, *vt = kt + d * S_BK, *pt = vt + d * S_BK, *dst = pt + S_BQ * S_BK;
     const float *stash = g->stash ? g->stash + it * g->spi : NULL;
+    /* without the stash, each row's running max as the forward had it at
+     * each key tile (the key tiles are walked in the same order) */
+    float *mrun = g->mrun + it * (size_t)tq;
     const int64_t nqt = (tq + S_BQ - 1) / S_BQ;
+    if (!stash)
+        for (int64_t i = 0; i < tq; i++)
+            mrun[i] = -INFINITY;
     /* every clear before any sum: two inputs may be one node (q = k), the
      * second then adding into the first's buffer */
     if (dq && !c->dx_acc[0])
@@ -451,30 +493,42 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
         /* causal: the query tiles that reach this key tile */
         for (int64_t i0 = causal ? j0 / S_BQ * S_BQ : 0; i0 < tq; i0 += S_BQ) {
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
-            /* P from the saved log-sum-exps; dS = P (dO v^T - rowsum(dO O))
-             * scale; both 0 past a row's keys */
-            const float *st =
-                stash ? stash + s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ) * S_BQ * S_BK : NULL;
+            /* P = e^(s - m) e^(m - lse), m the row's running max at this
+             * tile: e^(s - m) from the stash, else recomputed as the
+             * forward took it; dS = P (dO v^T - rowsum(dO O)) scale; both
+             * 0 past a row's keys */
+            const size_t pair = s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ);
+            const float *st = stash ? stash + pair * S_BQ * S_BK : NULL;
+            const float *smax = stash ? stash + g->smax + pair * S_BQ : NULL;
             if (!st)
                 s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
             if (need_ds)
                 s_tile_scores(dout + i0 * d, vt, d, nq, nk, i0, j0, causal, dst);
+            const float scale = g->scale;
             for (int64_t r = 0; r < nq; r++) {
                 const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
                 float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
                 const float li = lse[i], di = dot[i];
-                if (st) /* the forward's scaled scores: the same bits */
+                float mx;
+                if (st) { /* the forward's e^(s - m): the same bits */
+                    mx = smax[r];
+                    const float *restrict srow = st + r * S_BK;
+                    const float f = s_vexp(mx - li);
                     for (int64_t j = 0; j < lim; j++)
-                        prow[j] = s_vexp(st[r * S_BK + j] - li);
-                else
+                        prow[j] = srow[j] * f;
+                } else {
+                    mx = s_scale_max(prow, lim, scale, mrun[i]);
+                    mrun[i] = mx;
+                    const float f = s_vexp(mx - li);
                     for (int64_t j = 0; j < lim; j++)
-                        prow[j] = s_vexp(prow[j] * g->scale - li);
+                        prow[j] = s_vexp(prow[j] - mx) * f;
+                }
                 for (int64_t j = lim; j < nk; j++)
                     prow[j] = 0.0f;
                 if (!need_ds)
                     continue;
                 for (int64_t j = 0; j < lim; j++)
-                    dsrow[j] = prow[j] * (dsrow[j] - di) * g->scale;
+                    dsrow[j] = prow[j] * (dsrow[j] - di) * scale;
                 for (int64_t j = lim; j < nk; j++)
                     dsrow[j] = 0.0f;
             }

@@ -13,10 +13,26 @@
  * tp_model_run, which also releases the others' collective when the tower
  * fails, so that they do not wait for it. The batch goes back to the
  * input from the tower's thread once the tower is done with it. (One tower
- * alone runs on the supervisor's thread: docs/training.md says why.) */
+ * alone runs on the supervisor's thread: docs/training.md says why.)
+ *
+ * Pinning (TP_PIN_TOWERS=1 in the environment; off by default): CPU
+ * towers of one thread each, as many as the cores the process may run on
+ * (2 towers x 1 thread on 2 cores, the GPT's best), each pin their thread
+ * to a core of their own (s_pin_plan), so that the scheduler does not
+ * move a tower off the core whose caches hold its half of the step. Off
+ * by default: on a host loaded by other processes a pinned tower waits
+ * for its one core while another falls idle (2x slower steps measured at
+ * load 7-11, docs/performance.md). Never when more threads than cores
+ * would run, nor with a team of more than one thread per tower (its
+ * OpenMP threads are libgomp's, not pinned here). */
+#define _GNU_SOURCE  /* pthread_setaffinity_np, sched_getaffinity, CPU_SET */
 #include <czmq.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <towerpack/backend.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
 #include <towerpack/actor.h>  /* tp_actor_wait_tick; TP_HANDOFF_*: ThreadSanitizer hints */
@@ -30,6 +46,7 @@ typedef struct {
     unsigned stages;
     tp_tower_meter_t *meter;
     tp_input_t *input;    /* where its batches go back */
+    int cpu;              /* the core its thread pins itself to; -1: none */
 } s_tower_args_t;
 
 struct tp_towers {
@@ -117,9 +134,41 @@ typedef struct {
     char msg[1020];       /* tp_last_error() when rc < 0 */
 } s_answer_t;
 
+/* Where n towers pin their threads: cpu[i] for tower i, the process's
+ * allowed cores in order, when TP_PIN_TOWERS is "1", every tower is a CPU
+ * tower of one thread and there are exactly n allowed cores; returns 0
+ * (no pinning) else. */
+static int s_pin_plan(tp_model_t *m, int n, int *cpu) {
+    const char *env = getenv("TP_PIN_TOWERS");
+    if (!env || strcmp(env, "1") || n < 2 || tp_backend_cpu_threads() != 1)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        const tp_backend_t *b = tp_model_tower_backend(m, i);
+        if (!b || tp_backend_device(b) >= 0)
+            return 0;
+    }
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != n)
+        return 0;
+    int k = 0;
+    for (int c = 0; c < CPU_SETSIZE && k < n; c++)
+        if (CPU_ISSET(c, &set))
+            cpu[k++] = c;
+    return k == n;
+}
+
 static void s_tower_actor(zsock_t *pipe, void *arg) {
     s_tower_args_t *a = arg;
     void *sock = zsock_resolve(pipe);
+    if (a->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(a->cpu, &set);
+        int err = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+        if (err) /* unpinned is only slower */
+            TP_WARN("tower%d: pinning its thread to cpu %d: %s", a->index, a->cpu,
+                    strerror(err));
+    }
     zsock_signal(pipe, 0);
     for (;;) {
         s_cmd_t cmd;
@@ -160,9 +209,15 @@ tp_towers_t *tp_towers_new(tp_model_t *m, int n, unsigned stages, tp_input_t *in
     }
     self->model = m;
     self->n = n;
+    int cpu[TP_TOWERS_MAX];
+    const int pin = s_pin_plan(m, n, cpu);
+    if (pin)
+        TP_INFO("%d towers of one thread on %d cores: each pinned to its own "
+                "(TP_PIN_TOWERS=1)", n, n);
     for (int i = 0; i < n; i++) {
         tp_tower_meter_init(&self->meters[i]);  /* before its thread starts */
-        self->args[i] = (s_tower_args_t){m, i, stages, &self->meters[i], input};
+        self->args[i] =
+            (s_tower_args_t){m, i, stages, &self->meters[i], input, pin ? cpu[i] : -1};
         self->actors[i] = zactor_new(s_tower_actor, &self->args[i]);
         if (!self->actors[i]) {
             tp_towers_destroy(&self);

@@ -215,9 +215,9 @@ Test(attention, same_bits_on_one_two_and_three_threads) {
     }
 }
 
-/* The stash (the forward's scaled scores, read by the backward) against
- * the backward's recomputing them: the same bits, and the stash really
- * there (the workspace larger by its tiles). */
+/* The stash (the forward's e^(s - m) and m, read by the backward)
+ * against the backward's recomputing them: the same bits, and the stash
+ * really there (the workspace larger by its tiles). */
 Test(attention, stashed_scores_give_the_recomputed_bits) {
     const size_t n = (size_t)KB * KH * KT * KD;
     const size_t limit = tp_cpu_attention_stash_limit_;
@@ -234,8 +234,10 @@ Test(attention, stashed_scores_give_the_recomputed_bits) {
         const size_t without = tp_cpu_op_workspace(NULL, &c);
         k_out_t recomputed = s_kernel(2, causal);
         tp_cpu_attention_stash_limit_ = limit;
-        /* 3 x 3 tiles of 64 x 64 a head, 6 of them causal */
-        cr_expect_eq(with - without, (size_t)KB * KH * (causal ? 6 : 9) * 64 * 64 * sizeof(float),
+        /* 3 x 3 tiles of 64 x 64 a head, 6 of them causal, and each tile
+         * row's max */
+        cr_expect_eq(with - without,
+                     (size_t)KB * KH * (causal ? 6 : 9) * (64 * 64 + 64) * sizeof(float),
                      "workspace %zu with the stash, %zu without (causal %d)", with, without,
                      causal);
         cr_expect_eq(memcmp(stashed.y, recomputed.y, n * sizeof(float)), 0, "y (causal %d)",
@@ -385,11 +387,12 @@ static size_t s_workspace(int64_t t) {
 
 Test(attention, workspace_grows_linearly_in_the_context) {
     /* past the stash's 16 MiB (T 1024 on 8 heads: 17.8 MB of score
-     * tiles), 8 heads: two floats per query row (log-sum-exp, dO.O) and
-     * a fixed tile scratch per head, nothing of T x T */
+     * tiles), 8 heads: three floats per query row (log-sum-exp, dO.O,
+     * the backward's running max) and a fixed tile scratch per head,
+     * nothing of T x T */
     const size_t w1 = s_workspace(1024), w2 = s_workspace(2048), w4 = s_workspace(4096);
-    cr_expect_eq(w2 - w1, (size_t)8 * 1024 * 2 * sizeof(float), "%zu -> %zu", w1, w2);
-    cr_expect_eq(w4 - w2, (size_t)8 * 2048 * 2 * sizeof(float), "%zu -> %zu", w2, w4);
+    cr_expect_eq(w2 - w1, (size_t)8 * 1024 * 3 * sizeof(float), "%zu -> %zu", w1, w2);
+    cr_expect_eq(w4 - w2, (size_t)8 * 2048 * 3 * sizeof(float), "%zu -> %zu", w2, w4);
     cr_expect_lt(w4, (size_t)4096 * 4096 * sizeof(float) / 8,
                  "%zu bytes at T 4096: less than one head's scores", w4);
 }

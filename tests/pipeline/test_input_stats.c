@@ -6,8 +6,12 @@
  * trainer's published statistics (so the trainer matches no names), also
  * while a step waits in it; the towers count their own steps, one row
  * each. */
+#define _GNU_SOURCE  /* sched_setaffinity, CPU_SET */
 #include <criterion/criterion.h>
 #include <czmq.h>
+#include <dirent.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -534,5 +538,94 @@ Test(input_stats, towers_count_their_own_steps) {
     }
     tp_towers_destroy(&tw);
     tp_input_destroy(&in);
+    tp_model_destroy(&m);
+}
+
+/* ---- towers pinned to their cores (TP_PIN_TOWERS=1) ------------------------- */
+
+/* How many of this process's threads may run on cpu alone. */
+static int s_threads_on(int cpu) {
+    DIR *d = opendir("/proc/self/task");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    int n = 0;
+    char want[32];
+    snprintf(want, sizeof want, "Cpus_allowed_list:\t%d\n", cpu);
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue; /* a thread that just ended */
+        while (fgets(line, sizeof line, f))
+            if (!strcmp(line, want))
+                n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* 2 CPU towers of one thread in a process that may run on 2 cores: with
+ * TP_PIN_TOWERS=1 each tower's thread runs on a core of its own (the
+ * first and the second allowed), unset none is pinned; on 3 allowed
+ * cores (more cores than towers) none either. */
+Test(input_stats, towers_pin_their_threads_to_their_cores_only_when_asked) {
+    cpu_set_t all, two;
+    cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+    if (CPU_COUNT(&all) < 2)
+        cr_skip_test("one core allowed");
+    CPU_ZERO(&two);
+    int cpu[3], k = 0;
+    for (int c = 0; c < CPU_SETSIZE && k < 3; c++)
+        if (CPU_ISSET(c, &all))
+            cpu[k++] = c;
+    CPU_SET(cpu[0], &two);
+    CPU_SET(cpu[1], &two);
+    cr_assert_eq(sched_setaffinity(0, sizeof two, &two), 0);
+    tp_model_config_t mc = tp_model_config_default();
+    mc.towers = 2;
+    mc.batch = 8;
+    mc.threads = 1;
+    tp_model_t *m = tp_model_new(tu_linear_model(), &mc);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    for (int pin = 1; pin >= 0; pin--) {
+        if (pin)
+            setenv("TP_PIN_TOWERS", "1", 1);
+        else
+            unsetenv("TP_PIN_TOWERS");
+        tp_towers_t *tw = tp_towers_new(m, 2, TP_RUN_TRAIN, NULL);
+        cr_assert_not_null(tw, "%s", tp_last_error());
+        /* the threads pin themselves as they start, and the last round's
+         * end a moment after their actors are destroyed: give both time */
+        int on0 = 0, on1 = 0;
+        for (int tries = 0; tries < 200; tries++) {
+            on0 = s_threads_on(cpu[0]);
+            on1 = s_threads_on(cpu[1]);
+            if (on0 == pin && on1 == pin)
+                break;
+            usleep(5000);
+        }
+        cr_expect_eq(on0, pin, "TP_PIN_TOWERS %s: %d threads on cpu %d alone",
+                     pin ? "1" : "unset", on0, cpu[0]);
+        cr_expect_eq(on1, pin, "TP_PIN_TOWERS %s: %d threads on cpu %d alone",
+                     pin ? "1" : "unset", on1, cpu[1]);
+        tp_towers_destroy(&tw);
+    }
+    if (k == 3) { /* 3 cores for 2 towers: no pinning */
+        CPU_SET(cpu[2], &two);
+        cr_assert_eq(sched_setaffinity(0, sizeof two, &two), 0);
+        setenv("TP_PIN_TOWERS", "1", 1);
+        tp_towers_t *tw = tp_towers_new(m, 2, TP_RUN_TRAIN, NULL);
+        cr_assert_not_null(tw, "%s", tp_last_error());
+        usleep(100000);
+        cr_expect_eq(s_threads_on(cpu[0]) + s_threads_on(cpu[1]) + s_threads_on(cpu[2]), 0,
+                     "3 cores, 2 towers: none pinned");
+        tp_towers_destroy(&tw);
+    }
+    unsetenv("TP_PIN_TOWERS");
+    cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
     tp_model_destroy(&m);
 }
