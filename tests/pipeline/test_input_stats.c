@@ -147,6 +147,24 @@ typedef struct {
     tp_status_t rc;
 } s_sender_t;
 
+/* A gate in the sender's dataflow: the first `pass` datapoints go through,
+ * the next waits (at most 20 s) until the test opens it, so that the
+ * sender is still connected (its stats row still there) while the test
+ * looks; without it a fast sender sent all and left first. */
+typedef struct {
+    atomic_int seen, open;
+    int pass;
+} s_gate_t;
+
+static tp_status_t s_gate_map(tp_datapoint_t **dp, tp_rng_t *rng, void *user) {
+    (void)dp, (void)rng;
+    s_gate_t *g = user;
+    if (atomic_fetch_add(&g->seen, 1) == g->pass)
+        for (int ms = 0; !atomic_load(&g->open) && ms < 20000; ms++)
+            zclock_sleep(1);
+    return TP_OK;
+}
+
 static void *s_send(void *arg) {
     s_sender_t *s = arg;
     void *ctx = zmq_ctx_new(), *push = zmq_socket(ctx, ZMQ_PUSH);
@@ -172,13 +190,17 @@ Test(input_stats, zmq_input_gives_its_receivers_row, .init = s_setup, .fini = s_
     tp_stats_row_t rows[4];
     cr_assert_eq(tp_input_stats(in, rows, 4), 0, "no row before start");
     cr_assert_eq(tp_input_start(in, 1, 1, 0), TP_OK, "%s", tp_last_error());
-    s_sender_t s = {tu_counting(30), 25, TP_OK};
+    static s_gate_t gate = {.pass = 12};
+    s_sender_t s = {tp_df_map(tu_counting(30), s_gate_map, &gate, NULL), 25, TP_OK};
     pthread_t th;
     pthread_create(&th, NULL, s_send, &s);
     s_take(in, 1, 10);
     /* the sender's report comes before its first datapoint: its row
      * (its process and host), then the receiver's */
-    cr_assert_eq(tp_input_stats(in, rows, 4), 2);
+    int rows_seen = tp_input_stats(in, rows, 4);
+    atomic_store(&gate.open, 1);
+    cr_assert_eq(rows_seen, 2, "%d rows: %s, %s", rows_seen, rows_seen > 0 ? rows[0].name : "-",
+                 rows_seen > 1 ? rows[1].name : "-");
     cr_assert(!strncmp(rows[0].name, "send ", 5), "%s", rows[0].name);
     cr_assert_eq(rows[0].pid, (uint32_t)getpid());
     cr_assert(rows[0].host[0]);
