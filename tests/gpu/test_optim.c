@@ -682,3 +682,80 @@ Test(optim, cpu_sgd_over_the_team_gives_the_same_bits_on_one_and_two_threads) {
     free(ref);
     free(run);
 }
+
+/* SGD's coupled decay in the update's own pass (backend_impl.h's
+ * sgd_wd_update, which tp_optimizer_update_group calls when the backend
+ * has it): torch.optim.SGD's float arithmetic (d = g + C w, v = mu v + d,
+ * w -= lr v) to the bit, one backend call a step and no sgd_update; the
+ * two-call path it replaced (a backend without it) within rounding. A
+ * pass that dropped the decay, doubled it or left v without it fails. */
+static atomic_int s_sgd_calls, s_sgd_wd_calls;
+static const tp_backend_ops_t *s_cpu_ops;
+static tp_status_t s_count_sgd(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
+                               float *v, size_t n, float lr, float mu, int nesterov) {
+    atomic_fetch_add(&s_sgd_calls, 1);
+    return s_cpu_ops->sgd_update(b, s, w, g, v, n, lr, mu, nesterov);
+}
+static tp_status_t s_count_sgd_wd(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
+                                  float *v, size_t n, float lr, float mu, int nesterov,
+                                  float wd) {
+    atomic_fetch_add(&s_sgd_wd_calls, 1);
+    return s_cpu_ops->sgd_wd_update(b, s, w, g, v, n, lr, mu, nesterov, wd);
+}
+
+Test(optim, sgd_weight_decay_in_the_updates_pass_is_torchs_float_arithmetic) {
+    enum { N = 70001, STEPS = 4 };
+    float *g = malloc((size_t)STEPS * N * sizeof *g), *w[3], *v[3];
+    cr_assert_not_null(g);
+    for (int k = 0; k < 3; k++) {
+        w[k] = malloc(N * sizeof(float));
+        v[k] = calloc(N, sizeof(float));
+        cr_assert(w[k] && v[k]);
+    }
+    for (size_t j = 0; j < (size_t)STEPS * N; j++)
+        g[j] = (float)((int)((j * 2654435761u) % 2001) - 1000) * 1e-3f;
+    for (size_t i = 0; i < N; i++)
+        w[0][i] = w[1][i] = w[2][i] = (float)((int)((i * 40503u) % 1999) - 999) * 2e-3f;
+    const float lr = 0.1f, mu = 0.9f, wd = 0.05f;
+    for (int s = 0; s < STEPS; s++)  /* [0]: the reference, in float */
+        for (size_t i = 0; i < N; i++) {
+            v[0][i] = mu * v[0][i] + (g[(size_t)s * N + i] + wd * w[0][i]);
+            w[0][i] -= lr * v[0][i];
+        }
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    cr_assert_not_null(b->ops->sgd_wd_update, "the CPU backend fuses the decay");
+    s_cpu_ops = b->ops;
+    tp_backend_ops_t ops = *b->ops;
+    ops.sgd_update = s_count_sgd;
+    ops.sgd_wd_update = s_count_sgd_wd;
+    for (int k = 1; k < 3; k++) {  /* [1]: this backend; [2]: without the fused op */
+        tp_optimizer_t *o = tp_optimizer_sgd(lr, mu, 0);
+        cr_assert_eq(tp_optimizer_set(o, "weight_decay", wd), TP_OK, "%s", tp_last_error());
+        ops.sgd_wd_update = k == 1 ? s_count_sgd_wd : NULL;
+        b->ops = &ops;
+        atomic_store(&s_sgd_calls, 0);
+        atomic_store(&s_sgd_wd_calls, 0);
+        float *slots[2] = {v[k], NULL};
+        for (int s = 0; s < STEPS; s++)
+            cr_assert_eq(tp_optimizer_apply(o, b, NULL, w[k], g + (size_t)s * N, slots, N),
+                         TP_OK, "%s", tp_last_error());
+        cr_expect_eq(atomic_load(&s_sgd_wd_calls), k == 1 ? STEPS : 0, "fused calls");
+        cr_expect_eq(atomic_load(&s_sgd_calls), k == 1 ? 0 : 2 * STEPS, "sgd_update calls");
+        b->ops = s_cpu_ops;
+        tp_optimizer_destroy(&o);
+    }
+    cr_expect_eq(memcmp(w[1], w[0], N * sizeof(float)), 0, "fused weights: not torch's bits");
+    cr_expect_eq(memcmp(v[1], v[0], N * sizeof(float)), 0, "fused momentum: not torch's bits");
+    double worst = 0;  /* the two calls: mu (v + (C / mu) w) rounds apart */
+    for (size_t i = 0; i < N; i++)
+        worst = fmax(worst, fabs((double)w[2][i] - w[0][i]));
+    /* |w| <= 2: a few float32 ulps; the decay's own share of the 4 steps
+     * is about lr x C x |w| x 4 = 0.02 x |w| */
+    cr_expect_lt(worst, 2e-6, "two calls against one pass: %g apart", worst);
+    cr_expect_gt(worst, 0.0, "the two-call path ran (it rounds differently)");
+    tp_backend_destroy(&b);
+    for (int k = 0; k < 3; k++)
+        free(w[k]), free(v[k]);
+    free(g);
+}
