@@ -7,7 +7,7 @@
  *
  *   resnet18_step [--model resnet18] [--size 112] [--batch 16] [--classes 3]
  *                 [--channels 3] [--warmup 2] [--steps 6] [--threads 1] [--profile]
- *                 [--profile-nodes] [--l2-op] [--costs]
+ *                 [--profile-nodes] [--l2-op] [--costs] [--decay C]
  *
  * uint8 images of random pixels (--channels 1: grey, as Fashion-MNIST's
  * `--model resnet --size 28 --channels 1 --classes 10 --batch 128`),
@@ -65,6 +65,7 @@ int main(int argc, char **argv) {
     int threads = 1; /* the backend's (its OpenMP team's); PyTorch's twin takes it too */
     int l2_op = 0;   /* the decay as the cost's L2 term (the graph op) */
     int costs = 0;   /* print each timed step's cost (the cross-entropy) */
+    double decay = -1; /* --decay C: SGD's coupled decay C instead of the model's (0: none) */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--profile"))
@@ -75,6 +76,8 @@ int main(int argc, char **argv) {
             l2_op = 1;
         else if (!strcmp(argv[i], "--costs"))
             costs = 1;
+        else if (v && !strcmp(argv[i], "--decay"))
+            decay = atof(argv[++i]);
         else if (v && !strcmp(argv[i], "--model"))
             name = argv[++i];
         else if (v && !strcmp(argv[i], "--size"))
@@ -112,7 +115,7 @@ int main(int argc, char **argv) {
     memset(&opt, 0, sizeof opt);
     opt.classes = classes;
     opt.no_l2 = !l2_op;
-    s_decay = l2_op ? 0.0 : zm->weight_decay;
+    s_decay = l2_op ? 0.0 : decay >= 0 ? decay : zm->weight_decay;
     tp_model_desc_t md = {desc, 2, zm->build, s_sgd, &opt};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = batch;
