@@ -4,6 +4,7 @@
  * clip) on every update path: fused, all towers from one thread, slices. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -758,4 +759,91 @@ Test(optim, sgd_weight_decay_in_the_updates_pass_is_torchs_float_arithmetic) {
     for (int k = 0; k < 3; k++)
         free(w[k]), free(v[k]);
     free(g);
+}
+
+/* ---- two towers, each on its thread: the all-reduce fused with SGD's
+ * coupled decay (allreduce_sgd_wd), the decay multipliers as segments of
+ * the arena. x @ W + x @ V, V spared (decay multiplier 0); each tower
+ * its own batch. Against the same model whose learning-rate multiplier
+ * (1, on V: the same rate) keeps the reduce and the update apart: the same
+ * bits in W and V after 3 steps (the momentum in them). */
+static tp_status_t s_tower_wv(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t ws[2] = {3, 2};
+    tp_node_t *w = tp_variable(t, "W", 2, ws, (tp_init_t){TP_INIT_ZEROS, 0}, TP_VAR_TRAINABLE);
+    tp_node_t *v = tp_variable(t, "V", 2, ws, (tp_init_t){TP_INIT_ZEROS, 0}, TP_VAR_TRAINABLE);
+    tp_node_t *l = tp_add(t, "logits", tp_matmul(t, "xw", in[0], w), tp_matmul(t, "xv", in[0], v));
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "xent", l, in[1]));
+}
+
+static tp_optimizer_t *s_sgd_wd(void *u) {
+    tp_optimizer_t *o = tp_optimizer_sgd(0.1, 0.9, 0);
+    if (o && (tp_optimizer_set(o, "weight_decay", 0.3) < 0 ||
+              tp_optimizer_add_decay_mult(o, "V", 0.0) < 0 ||
+              (u && tp_optimizer_add_lr_mult(o, "V", 1.0) < 0)))
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+typedef struct {
+    tp_model_t *m;
+    int tower;
+    tp_tensor_t in[2];
+    tp_status_t rc;
+} s_tower_run_t;
+
+static void *s_tower_thread(void *p) {
+    s_tower_run_t *r = p;
+    r->rc = tp_model_run(r->m, r->tower, r->in, 2, NULL, 0, NULL);
+    return NULL;
+}
+
+Test(optim, two_towers_fuse_the_decayed_update_into_the_all_reduce_with_the_same_bits) {
+    static float x[2][CB * 3];
+    static int32_t y[2][CB];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < CB * 3; i++)
+            x[k][i] = (float)((k + 1) * sin(1.0 + 0.7 * i));
+        for (int i = 0; i < CB; i++)
+            y[k][i] = (i + k) % 2;
+    }
+    float out[2][2][6];
+    for (int apart = 0; apart < 2; apart++) {
+        tp_model_desc_t md = {s_desc, 2, s_tower_wv, s_sgd_wd, apart ? (void *)1 : NULL};
+        tp_model_config_t cfg = tp_model_config_default();
+        cfg.towers = 2;
+        cfg.batch = CB;
+        tp_model_t *m = tp_model_new(&md, &cfg);
+        cr_assert_not_null(m, "%s", tp_last_error());
+        const char *names[2] = {"W", "V"};
+        for (int j = 0; j < 2; j++) {
+            tp_tensor_t w;
+            cr_assert_eq(tp_model_var(m, names[j], &w), TP_OK);
+            memcpy(w.data, s_w0, sizeof s_w0);
+        }
+        for (int s = 0; s < 3; s++) {
+            s_tower_run_t r[2];
+            pthread_t th[2];
+            int64_t xs[2] = {CB, 3}, ys[1] = {CB};
+            for (int k = 0; k < 2; k++) {
+                r[k] = (s_tower_run_t){.m = m, .tower = k};
+                tp_tensor_init_wrap(&r[k].in[0], TP_FLOAT32, 2, xs, x[k], NULL, NULL);
+                tp_tensor_init_wrap(&r[k].in[1], TP_INT32, 1, ys, y[k], NULL, NULL);
+                cr_assert_eq(pthread_create(&th[k], NULL, s_tower_thread, &r[k]), 0);
+            }
+            for (int k = 0; k < 2; k++) {
+                pthread_join(th[k], NULL);
+                cr_assert_eq(r[k].rc, TP_OK, "tower %d: %s", k, tp_last_error());
+            }
+        }
+        for (int j = 0; j < 2; j++) {
+            tp_tensor_t w;
+            cr_assert_eq(tp_model_var(m, names[j], &w), TP_OK, "%s", names[j]);
+            memcpy(out[apart][j], w.data, sizeof s_w0);
+        }
+        tp_model_destroy(&m);
+    }
+    cr_expect_eq(memcmp(out[0][0], out[1][0], sizeof s_w0), 0, "W");
+    cr_expect_eq(memcmp(out[0][1], out[1][1], sizeof s_w0), 0, "V (spared)");
+    cr_expect(memcmp(out[0][0], s_w0, sizeof s_w0) != 0, "W moved");
 }
