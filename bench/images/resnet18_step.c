@@ -19,8 +19,9 @@
  * fastest and the median of --steps), and with --profile each op kind's
  * share of the profiled steps (the host's clock per call) and the
  * convolutions' GFLOP a step; --profile-nodes also each node's forward and
- * backward ms a step on stderr (the per-layer table of docs/performance.md,
- * "nChw16c chains"). */
+ * backward ms a step on stderr, by the host's clock and by the calling
+ * thread's CPU clock, which a loaded host moves far less (the per-layer
+ * table of docs/performance.md, "nChw16c chains"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,9 +193,12 @@ int main(int argc, char **argv) {
         /* --profile-nodes: each node's row on stderr (the per-layer table
          * of docs/performance.md), ms a step forward and backward */
         for (int i = 0; profile > 1 && i < np; i++)
-            fprintf(stderr, "%-40s %-14s fwd %7.2f  bwd %7.2f  folds %d  gflop %.3f/%.3f\n",
+            fprintf(stderr, "%-40s %-14s fwd %7.2f  bwd %7.2f  thread cpu %7.2f %7.2f  folds %d  "
+                    "gflop %.3f/%.3f\n",
                     pr[i].name, tp_op_name(pr[i].kind), (double)pr[i].forward_ns / 1e6 / steps,
-                    (double)pr[i].backward_ns / 1e6 / steps, pr[i].folds,
+                    (double)pr[i].backward_ns / 1e6 / steps,
+                    (double)pr[i].thread_forward_ns / 1e6 / steps,
+                    (double)pr[i].thread_backward_ns / 1e6 / steps, pr[i].folds,
                     pr[i].flops_forward / 1e9, pr[i].flops_backward / 1e9);
         printf(", \"conv_gflop_per_step\": %.2f, \"profile_ms\": {", (cf + cb) / 1e9);
         const char *sep = "";
