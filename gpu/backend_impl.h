@@ -410,6 +410,24 @@ typedef struct tp_backend_ops {
      * that the graph may fold a transpose NHWC -> NCHW into it
      * (gpu/graph/fold.c). */
     int (*conv_nhwc)(tp_backend_t *b, const tp_op_call_t *c);
+    /* ---- SGD with torch.optim.SGD's coupled weight decay in the update's
+     * own pass (appended later; NULL: tp_optimizer_update_group makes it
+     * from two sgd_update calls). Each of the n floats: d = g + wd w,
+     * v = momentum v + d, w -= lr v (nesterov: w -= lr (d + momentum v));
+     * momentum_buf NULL or momentum 0: w -= lr d. */
+    tp_status_t (*sgd_wd_update)(tp_backend_t *b, tp_stream_t *s, float *param,
+                                 const float *grad, float *momentum_buf, size_t n,
+                                 float lr, float momentum, int nesterov,
+                                 float weight_decay);
+    /* allreduce_sgd with that decay (NULL: never fused with a decay):
+     * decay[k] over the floats [seg[k], seg[k + 1]) of the buffer, nseg
+     * segments with seg[0] = 0 and seg[nseg] = count (the model's
+     * variables, each at its decay multiplier); nseg 0 is allreduce_sgd. */
+    tp_status_t (*allreduce_sgd_wd)(tp_backend_t *b, tp_comm_t *comm, int rank,
+                                    tp_stream_t *s, float *buf, size_t count,
+                                    int average, float *param, float *momentum_buf,
+                                    float lr, float momentum, int nesterov,
+                                    const size_t *seg, const float *decay, int nseg);
 } tp_backend_ops_t;
 
 struct tp_backend {

@@ -68,6 +68,12 @@ tp_status_t tp_zoo_check_size(const tp_zoo_model_t *model, int height, int width
     return TP_OK;
 }
 
+/* The models' L2 coefficients, in their heads and in s_models (where
+ * tp-train reads them to give them to SGD as its coupled decay) */
+#define S_WD_CNN_BN 5e-4f
+#define S_WD_RESNET 5e-4f
+#define S_WD_IMAGENET 1e-4f  /* ImageNet's recipe: resnet18, resnet50 */
+
 /* The classifier head shared by every model: logits -> cost and metrics;
  * the cost's label smoothing from the caller's options (user). */
 static tp_status_t s_head_wd(tp_tower_t *t, tp_node_t *logits, tp_node_t *label,
@@ -218,7 +224,7 @@ static tp_status_t s_cnn_bn(tp_tower_t *t, tp_node_t *const *in, void *user) {
     x = tp_max_pool(t, "pool2", s_conv_block(t, "conv2", x, 128, 1), 2, 2, 0);
     x = tp_flatten(t, "flat", x);
     x = tp_dropout(t, "dropout", tp_relu(t, NULL, tp_fc(t, "fc0", x, 256, 1)), 0.3f);
-    return s_head_wd(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], 5e-4f, user);
+    return s_head_wd(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], S_WD_CNN_BN, user);
 }
 
 /* A basic residual block: conv-bn-relu-conv-bn (+ projection when the shape
@@ -254,7 +260,7 @@ static tp_status_t s_resnet(tp_tower_t *t, tp_node_t *const *in, void *user) {
     x = s_res_block(t, "stage3/block0", x, 128, 2);
     x = s_res_block(t, "stage3/block1", x, 128, 1);
     x = tp_global_avg_pool(t, "gap", x);
-    return s_head_wd(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], 5e-4f, user);
+    return s_head_wd(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], S_WD_RESNET, user);
 }
 
 /* A bottleneck block (ResNet-50): 1x1 down to `filters`, 3x3 (the stride
@@ -299,7 +305,7 @@ static tp_status_t s_resnet_imagenet(tp_tower_t *t, tp_node_t *const *in, void *
                            : s_res_block(t, scope, x, 64 << st, stride);
         }
     x = tp_global_avg_pool(t, "gap", x);
-    return s_head_wd(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], 1e-4f, user);
+    return s_head_wd(t, tp_fc(t, "linear", x, s_classes(user), 1), in[1], S_WD_IMAGENET, user);
 }
 
 static tp_status_t s_resnet18(tp_tower_t *t, tp_node_t *const *in, void *user) {
@@ -318,15 +324,15 @@ static tp_status_t s_resnet50(tp_tower_t *t, tp_node_t *const *in, void *user) {
  * 4 pixels, cnn-bn's three need 8. The fc layer after a flatten takes the
  * size it is built at. */
 static const tp_zoo_model_t s_models[] = {
-    {"mlp", "784-512-256-10 perceptron (at 28x28)", s_mlp, 0.05, 10, 0, "sgd", 1},
+    {"mlp", "784-512-256-10 perceptron (at 28x28)", s_mlp, 0.05, 10, 0, "sgd", 1, 0},
     /* The main job: Adam reaches 0.91 in 3-4 epochs where SGD with
      * momentum stays at 0.907 after 3 (docs/training.md). */
-    {"cnn", "two 3x3 convolutions (32, 64) with pooling, fc 128", s_cnn, 0.1, 4, 0, "adam", 4},
-    {"cnn-bn", "three conv blocks (32, 64, 128) with batch norm, fc 256, dropout, weight decay; augmented", s_cnn_bn, 0.02, 30, 1, "sgd", 8},
-    {"resnet", "CIFAR-style ResNet: 3x3 stem, 6 basic blocks (32, 64, 128 channels), weight decay; augmented", s_resnet, 0.05, 40, 1, "sgd", 1},
+    {"cnn", "two 3x3 convolutions (32, 64) with pooling, fc 128", s_cnn, 0.1, 4, 0, "adam", 4, 0},
+    {"cnn-bn", "three conv blocks (32, 64, 128) with batch norm, fc 256, dropout, weight decay; augmented", s_cnn_bn, 0.02, 30, 1, "sgd", 8, S_WD_CNN_BN},
+    {"resnet", "CIFAR-style ResNet: 3x3 stem, 6 basic blocks (32, 64, 128 channels), weight decay; augmented", s_resnet, 0.05, 40, 1, "sgd", 1, S_WD_RESNET},
     /* ImageNet's recipe: SGD 0.1 for batch 256, weight decay 1e-4 */
-    {"resnet18", "ResNet-18, ImageNet layout (7x7 stem, max pool, 4 stages of 2 basic blocks), weight decay 1e-4; augmented", s_resnet18, 0.05, 90, 1, "sgd", 1},
-    {"resnet50", "ResNet-50, ImageNet layout (7x7 stem, max pool, bottleneck blocks 3-4-6-3), weight decay 1e-4; augmented", s_resnet50, 0.05, 90, 1, "sgd", 1},
+    {"resnet18", "ResNet-18, ImageNet layout (7x7 stem, max pool, 4 stages of 2 basic blocks), weight decay 1e-4; augmented", s_resnet18, 0.05, 90, 1, "sgd", 1, S_WD_IMAGENET},
+    {"resnet50", "ResNet-50, ImageNet layout (7x7 stem, max pool, bottleneck blocks 3-4-6-3), weight decay 1e-4; augmented", s_resnet50, 0.05, 90, 1, "sgd", 1, S_WD_IMAGENET},
 };
 /* Text, not images (models/zoo_gpt.c): tp_zoo_find knows it, tp_zoo_all
  * (the image models every image tool and test walks) does not. AdamW at
@@ -334,7 +340,7 @@ static const tp_zoo_model_t s_models[] = {
 static const tp_zoo_model_t s_gpt = {
     "gpt", "GPT on bytes: token and position embeddings, pre-norm causal self-attention "
     "and GELU MLP blocks, tied output (text: data)", tp_zoo_gpt_build, 0.05, 4, 0,
-    "adamw", 1};
+    "adamw", 1, 0};
 static const tp_zoo_model_t *const s_all[] = {&s_models[0], &s_models[1], &s_models[2],
                                               &s_models[3], &s_models[4], &s_models[5], NULL};
 

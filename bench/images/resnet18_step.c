@@ -7,17 +7,21 @@
  *
  *   resnet18_step [--model resnet18] [--size 112] [--batch 16] [--classes 3]
  *                 [--channels 3] [--warmup 2] [--steps 6] [--threads 1] [--profile]
- *                 [--profile-nodes]
+ *                 [--profile-nodes] [--l2-op] [--costs] [--decay C]
  *
  * uint8 images of random pixels (--channels 1: grey, as Fashion-MNIST's
  * `--model resnet --size 28 --channels 1 --classes 10 --batch 128`),
- * labels i % classes; SGD with momentum 0.9; the model's own weight decay
- * (resnet18: L2 1e-4 in its cost; resnet: 5e-4). Prints one JSON line: CPU and wall milliseconds per step (the
+ * labels i % classes; SGD with momentum 0.9 and the model's weight decay
+ * (resnet18: 1e-4; resnet: 5e-4) as tp-train gives it, in SGD's update
+ * pass on the weight matrices and kernels (torch.optim.SGD's coupled
+ * decay); --l2-op: as the L2 term in the cost instead (the graph's
+ * l2_decay op, tp-train's path before session 29). Prints one JSON line: CPU and wall milliseconds per step (the
  * fastest and the median of --steps), and with --profile each op kind's
  * share of the profiled steps (the host's clock per call) and the
  * convolutions' GFLOP a step; --profile-nodes also each node's forward and
- * backward ms a step on stderr (the per-layer table of docs/performance.md,
- * "nChw16c chains"). */
+ * backward ms a step on stderr, by the host's clock and by the calling
+ * thread's CPU clock, which a loaded host moves far less (the per-layer
+ * table of docs/performance.md, "nChw16c chains"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +33,20 @@
 #include <towerpack/optim.h>
 #include <towerpack/status.h>
 
+static double s_decay; /* SGD's coupled decay; 0: none (the L2 op's) */
+
+/* tp-train's SGD (tools/tp-train/main.c s_optimizer): the decay spares the
+ * biases and batch norm's parameters, as the L2 op's "*\/W" does */
 static tp_optimizer_t *s_sgd(void *user) {
     (void)user;
-    return tp_optimizer_sgd(0.01, 0.9, 0);
+    tp_optimizer_t *o = tp_optimizer_sgd(0.01, 0.9, 0);
+    static const char *const spared[] = {"*/b", "*/gamma", "*/beta"};
+    if (o && s_decay > 0 && tp_optimizer_set(o, "weight_decay", s_decay) < 0)
+        tp_optimizer_destroy(&o);
+    for (int i = 0; o && s_decay > 0 && i < 3; i++)
+        if (tp_optimizer_add_decay_mult(o, spared[i], 0.0) < 0)
+            tp_optimizer_destroy(&o);
+    return o;
 }
 
 static double s_cpu_ms(void) {
@@ -49,12 +64,21 @@ int main(int argc, char **argv) {
     const char *name = "resnet18";
     int size = 112, batch = 16, classes = 3, channels = 3, warmup = 2, steps = 6, profile = 0;
     int threads = 1; /* the backend's (its OpenMP team's); PyTorch's twin takes it too */
+    int l2_op = 0;   /* the decay as the cost's L2 term (the graph op) */
+    int costs = 0;   /* print each timed step's cost (the cross-entropy) */
+    double decay = -1; /* --decay C: SGD's coupled decay C instead of the model's (0: none) */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--profile"))
             profile = 1;
         else if (!strcmp(argv[i], "--profile-nodes"))
             profile = 2;
+        else if (!strcmp(argv[i], "--l2-op"))
+            l2_op = 1;
+        else if (!strcmp(argv[i], "--costs"))
+            costs = 1;
+        else if (v && !strcmp(argv[i], "--decay"))
+            decay = atof(argv[++i]);
         else if (v && !strcmp(argv[i], "--model"))
             name = argv[++i];
         else if (v && !strcmp(argv[i], "--size"))
@@ -91,6 +115,8 @@ int main(int argc, char **argv) {
     tp_zoo_options_t opt;
     memset(&opt, 0, sizeof opt);
     opt.classes = classes;
+    opt.no_l2 = !l2_op;
+    s_decay = l2_op ? 0.0 : decay >= 0 ? decay : zm->weight_decay;
     tp_model_desc_t md = {desc, 2, zm->build, s_sgd, &opt};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = batch;
@@ -121,17 +147,25 @@ int main(int argc, char **argv) {
             fprintf(stderr, "resnet18_step: %s\n", tp_last_error());
             return 1;
         }
-    static double cpu[MAX_STEPS], wall[MAX_STEPS];
+    static double cpu[MAX_STEPS], wall[MAX_STEPS], cost[MAX_STEPS];
     for (int i = 0; i < steps; i++) {
         const double c0 = s_cpu_ms();
         const uint64_t t0 = tp_now_ns();
-        if (tp_model_run(m, 0, in, 2, NULL, 0, NULL) < 0) {
+        tp_fetch_t f = {"cost", {0}};
+        if (tp_model_run(m, 0, in, 2, costs ? &f : NULL, costs, NULL) < 0) {
             fprintf(stderr, "resnet18_step: %s\n", tp_last_error());
             return 1;
         }
         wall[i] = (double)(tp_now_ns() - t0) / 1e6;
         cpu[i] = s_cpu_ms() - c0;
+        cost[i] = costs ? (double)*(const float *)f.value.data : 0.0;
     }
+    /* --costs: the loss curve from the same start (srand(1) pixels, the
+     * model's seeded initialisation), to set one decay path against the
+     * other (docs/performance.md, "Weight decay in SGD's pass") */
+    for (int i = 0; costs && i < steps; i++)
+        fprintf(stderr, "%s%.9g%s", i ? ", " : "{\"costs\": [", cost[i],
+                i + 1 < steps ? "" : "]}\n");
     qsort(cpu, (size_t)steps, sizeof *cpu, s_cmp);
     qsort(wall, (size_t)steps, sizeof *wall, s_cmp);
     printf("{\"side\": \"towerpack\", \"model\": \"%s\", \"size\": %d, \"batch\": %d, "
@@ -159,9 +193,12 @@ int main(int argc, char **argv) {
         /* --profile-nodes: each node's row on stderr (the per-layer table
          * of docs/performance.md), ms a step forward and backward */
         for (int i = 0; profile > 1 && i < np; i++)
-            fprintf(stderr, "%-40s %-14s fwd %7.2f  bwd %7.2f  folds %d  gflop %.3f/%.3f\n",
+            fprintf(stderr, "%-40s %-14s fwd %7.2f  bwd %7.2f  thread cpu %7.2f %7.2f  folds %d  "
+                    "gflop %.3f/%.3f\n",
                     pr[i].name, tp_op_name(pr[i].kind), (double)pr[i].forward_ns / 1e6 / steps,
-                    (double)pr[i].backward_ns / 1e6 / steps, pr[i].folds,
+                    (double)pr[i].backward_ns / 1e6 / steps,
+                    (double)pr[i].thread_forward_ns / 1e6 / steps,
+                    (double)pr[i].thread_backward_ns / 1e6 / steps, pr[i].folds,
                     pr[i].flops_forward / 1e9, pr[i].flops_backward / 1e9);
         printf(", \"conv_gflop_per_step\": %.2f, \"profile_ms\": {", (cf + cb) / 1e9);
         const char *sep = "";

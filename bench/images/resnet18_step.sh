@@ -24,7 +24,7 @@ cc -O2 -Wall -Wextra -Iinclude -o "$build/bench/resnet18_step" bench/images/resn
    "$build/lib/libtowerpack_models.a" -L"$build/lib" -ltowerpack -ljansson -lm \
    -Wl,-rpath,"$PWD/$build/lib"
 torch_args=()
-for a in "$@"; do [ "$a" = --profile ] || [ "$a" = --profile-nodes ] || torch_args+=("$a"); done
+for a in "$@"; do [ "$a" = --profile ] || [ "$a" = --profile-nodes ] || [ "$a" = --l2-op ] || [ "$a" = --costs ] || torch_args+=("$a"); done
 ratios=()
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then order="tp torch"; else order="torch tp"; fi

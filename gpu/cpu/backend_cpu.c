@@ -382,7 +382,33 @@ typedef struct {
     const float *g;
     float lr, mu;
     int nesterov;
+    float wd; /* torch.optim.SGD's coupled weight decay; 0: none */
 } s_sgd_args_t;
+
+/* SGD with the coupled decay over floats [lo, hi): d = g + wd w in the
+ * update's own pass (torch.optim.SGD's order: the decayed gradient goes
+ * through the momentum), where two sgd_update calls read and wrote the
+ * momentum and the weights twice. */
+static void s_sgd_wd_part(const s_sgd_args_t *a, size_t lo, size_t hi) {
+    float *restrict w = a->w, *restrict v = a->v;
+    const float *restrict g = a->g;
+    const float lr = a->lr, mu = a->mu, wd = a->wd;
+    if (!v || mu == 0.0f) {
+        for (size_t i = lo; i < hi; i++)
+            w[i] -= lr * (g[i] + wd * w[i]);
+    } else if (a->nesterov) {
+        for (size_t i = lo; i < hi; i++) {
+            const float d = g[i] + wd * w[i];
+            v[i] = mu * v[i] + d;
+            w[i] -= lr * (d + mu * v[i]);
+        }
+    } else {
+        for (size_t i = lo; i < hi; i++) {
+            v[i] = mu * v[i] + (g[i] + wd * w[i]);
+            w[i] -= lr * v[i];
+        }
+    }
+}
 
 /* SGD over floats [lo, hi): elementwise, so any cut gives the same bits. */
 static void s_sgd_part(void *arg, size_t lo, size_t hi) {
@@ -391,7 +417,9 @@ static void s_sgd_part(void *arg, size_t lo, size_t hi) {
     const float *restrict g = a->g;
     const float lr = a->lr, mu = a->mu;
     s_ftz();  /* on every thread of the team */
-    if (!v || mu == 0.0f) {
+    if (a->wd != 0.0f) {
+        s_sgd_wd_part(a, lo, hi);
+    } else if (!v || mu == 0.0f) {
         for (size_t i = lo; i < hi; i++)
             w[i] -= lr * g[i];
     } else if (a->nesterov) {
@@ -413,7 +441,17 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *restrict w,
                          const float *restrict g, float *restrict v, size_t n,
                          float lr, float mu, int nesterov) {
     (void)b, (void)s;
-    s_sgd_args_t a = {w, v, g, lr, mu, nesterov};
+    s_sgd_args_t a = {w, v, g, lr, mu, nesterov, 0.0f};
+    tp_cpu_parallel(n, 16, 1 << 15, s_sgd_part, &a);
+    return TP_OK;
+}
+
+/* backend_impl.h's sgd_wd_update: the decay in the same pass as s_sgd. */
+static tp_status_t s_sgd_wd(tp_backend_t *b, tp_stream_t *s, float *restrict w,
+                            const float *restrict g, float *restrict v, size_t n,
+                            float lr, float mu, int nesterov, float wd) {
+    (void)b, (void)s;
+    s_sgd_args_t a = {w, v, g, lr, mu, nesterov, wd};
     tp_cpu_parallel(n, 16, 1 << 15, s_sgd_part, &a);
     return TP_OK;
 }
@@ -602,11 +640,34 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
  * sum and update went from two passes over the slice to one). The last
  * meeting comes after the update: the other ranks' next forward reads the
  * weights this rank just wrote. */
+static tp_status_t s_allreduce_sgd_wd(tp_backend_t *b, tp_comm_t *c, int rank,
+                                      tp_stream_t *s, float *buf, size_t count,
+                                      int average, float *w, float *v, float lr,
+                                      float mu, int nesterov, const size_t *seg,
+                                      const float *decay, int nseg);
+
 static tp_status_t s_allreduce_sgd(tp_backend_t *b, tp_comm_t *c, int rank,
                                    tp_stream_t *s, float *buf, size_t count,
                                    int average, float *w, float *v, float lr,
                                    float mu, int nesterov) {
+    return s_allreduce_sgd_wd(b, c, rank, s, buf, count, average, w, v, lr, mu,
+                              nesterov, NULL, NULL, 0);
+}
+
+/* The same with torch's coupled decay (backend_impl.h's allreduce_sgd_wd):
+ * decay[k] over the floats [seg[k], seg[k + 1]); nseg 0: none. A block
+ * that spans segments is updated a segment at a time (the same bits as
+ * sgd_wd_update on each: the update is elementwise). */
+static tp_status_t s_allreduce_sgd_wd(tp_backend_t *b, tp_comm_t *c, int rank,
+                                      tp_stream_t *s, float *buf, size_t count,
+                                      int average, float *w, float *v, float lr,
+                                      float mu, int nesterov, const size_t *seg,
+                                      const float *decay, int nseg) {
     (void)b, (void)s;
+    if (nseg < 0 || (nseg > 0 && (!seg || !decay || seg[0] != 0 ||
+                                  seg[nseg] != count)))
+        return tp_error(TP_ERR_INVALID, "allreduce_sgd: %d decay segments that do "
+                        "not cover the %zu floats", nseg, count);
     if (rank < 0 || rank >= c->nranks)
         return tp_error(TP_ERR_INVALID, "allreduce_sgd: rank %d of %d", rank,
                         c->nranks);
@@ -621,11 +682,27 @@ static tp_status_t s_allreduce_sgd(tp_backend_t *b, tp_comm_t *c, int rank,
     if (hi > count)
         hi = count;
     float sum[S_SUM_BLOCK];
+    int k = 0;
     for (size_t i = lo; i < hi; i += S_SUM_BLOCK) {
         size_t m = hi - i < S_SUM_BLOCK ? hi - i : S_SUM_BLOCK;
         s_sum_block(c->bufs, n, i, m, average, sum);
-        const s_sgd_args_t a = {w + i, v ? v + i : NULL, sum, lr, mu, nesterov};
-        s_sgd_part((void *)&a, 0, m);
+        if (nseg == 0) {
+            const s_sgd_args_t a = {w + i, v ? v + i : NULL, sum, lr, mu, nesterov, 0.0f};
+            s_sgd_part((void *)&a, 0, m);
+            continue;
+        }
+        /* the segments this block meets, in order (k only moves forward) */
+        while (k + 1 < nseg && seg[k + 1] <= i)
+            k++;
+        for (size_t j = i; j < i + m;) {
+            while (seg[k + 1] <= j)
+                k++;
+            const size_t e = seg[k + 1] < i + m ? seg[k + 1] : i + m;
+            const s_sgd_args_t a = {w + j, v ? v + j : NULL, sum + (j - i), lr, mu,
+                                    nesterov, decay[k]};
+            s_sgd_part((void *)&a, 0, e - j);
+            j = e;
+        }
     }
     TP_TRY(tp_barrier_sync(&c->barrier, rank));
     return TP_OK;
@@ -734,6 +811,8 @@ static const tp_backend_ops_t s_cpu_ops = {
     .bmm_fold = s_bmm_fold,
     .bnorm_add = s_bnorm_add,
     .conv_nhwc = s_conv_nhwc,
+    .sgd_wd_update = s_sgd_wd,
+    .allreduce_sgd_wd = s_allreduce_sgd_wd,
 };
 
 /* OpenBLAS's pthread build runs its own pool beside the OpenMP team of

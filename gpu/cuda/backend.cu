@@ -384,6 +384,24 @@ __device__ __forceinline__ void d_sgd_momentum(float *w, const float *g,
     }
 }
 
+/* torch.optim.SGD's coupled decay in the same pass (the CPU backend's
+ * s_sgd_wd_part): d = g + wd w through the momentum */
+__device__ __forceinline__ void d_sgd_wd(float *w, const float *g, float *v,
+                                         size_t n, float lr, float mu,
+                                         int nesterov, float wd) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float d = g[i] + wd * w[i];
+        if (!v || mu == 0.0f) {
+            w[i] -= lr * d;
+            continue;
+        }
+        const float vi = mu * v[i] + d;
+        v[i] = vi;
+        w[i] -= nesterov ? lr * (d + mu * vi) : lr * vi;
+    }
+}
+
 __device__ __forceinline__ void d_adam(float *w, const float *g, float *m,
                                        float *v, size_t n, float lr_t,
                                        float b1, float b2, float eps_t) {
@@ -412,6 +430,15 @@ __global__ void k_sgd(float *w, const float *g, size_t n, float lr) {
 __global__ void k_sgd_momentum(float *w, const float *g, float *v, size_t n,
                                float lr, float mu, int nesterov) {
     d_sgd_momentum(w, g, v, n, lr, mu, nesterov);
+}
+__global__ void k_sgd_wd(float *w, const float *g, float *v, size_t n, float lr,
+                         float mu, int nesterov, float wd) {
+    d_sgd_wd(w, g, v, n, lr, mu, nesterov, wd);
+}
+/* p: {lr, mu, wd} in a stream's params */
+__global__ void k_sgd_wd_p(float *w, const float *g, float *v, size_t n,
+                           const float *p, int nesterov) {
+    d_sgd_wd(w, g, v, n, p[0], p[1], nesterov, p[2]);
 }
 __global__ void k_adam(float *w, const float *g, float *m, float *v,
                        size_t n, float lr_t, float b1, float b2, float eps_t) {
@@ -519,6 +546,33 @@ static tp_status_t s_sgd(tp_backend_t *b, tp_stream_t *s, float *w,
         k_sgd<<<blocks, 256, 0, cs>>>(w, g, n, lr);
     else
         k_sgd_momentum<<<blocks, 256, 0, cs>>>(w, g, v, n, lr, mu, nesterov);
+    TP_CUDA_CHECK(cudaGetLastError());
+    return tp_cuda_def_mark(cb, s);
+}
+
+/* backend_impl.h's sgd_wd_update: s_sgd's two modes, one kernel */
+static tp_status_t s_sgd_wd(tp_backend_t *b, tp_stream_t *s, float *w,
+                            const float *g, float *v, size_t n, float lr,
+                            float mu, int nesterov, float wd) {
+    tp_cuda_backend_t *cb = tp_cuda_of(b);
+    if (n == 0)
+        return TP_OK;
+    if (s && s->mode != TP_CUDA_EAGER) {
+        const float sc[3] = {lr, mu, wd};
+        const float *p;
+        TP_TRY(tp_cuda_step_scalars(s, sc, 3, &p));
+        if (s->mode == TP_CUDA_REPLAYING)
+            return TP_OK;
+        TP_TRY(tp_cuda_use(cb));
+        TP_TRY(tp_cuda_order(cb, s));
+        k_sgd_wd_p<<<tp_cuda_blocks(n, 256), 256, 0, s->cu>>>(w, g, v, n, p, nesterov);
+        TP_CUDA_CHECK(cudaGetLastError());
+        return TP_OK;
+    }
+    TP_TRY(tp_cuda_use(cb));
+    TP_TRY(tp_cuda_order(cb, s));
+    cudaStream_t cs = tp_cuda_stream(cb, s)->cu;
+    k_sgd_wd<<<tp_cuda_blocks(n, 256), 256, 0, cs>>>(w, g, v, n, lr, mu, nesterov, wd);
     TP_CUDA_CHECK(cudaGetLastError());
     return tp_cuda_def_mark(cb, s);
 }
@@ -1554,6 +1608,10 @@ static const tp_backend_ops_t s_cuda_ops = {
     /* .allreduce_sgd = */ NULL,
     /* .nchw16c = */ NULL,
     /* .bmm_fold = */ s_bmm_fold,
+    /* .bnorm_add = */ NULL,
+    /* .conv_nhwc = */ NULL,
+    /* .sgd_wd_update = */ s_sgd_wd,
+    /* .allreduce_sgd_wd = */ NULL,
 };
 
 /* Exported for gpu/device.c (dlsym): a backend on opt->device, or NULL with

@@ -289,6 +289,14 @@ struct tp_model {
     size_t memory;
     int profiling;
     uint64_t prune_serial; /* tp_model_prune's successful calls */
+    /* the all-reduce fused with SGD's coupled decay (allreduce_sgd_wd):
+     * wd_seg [nwd + 1] the trainable arena cut at every variable's ends
+     * (built with comm), wd_var [nwd]; wd_decay [ntowers x nwd] each tower's decays of
+     * those segments, refilled by its own thread at every update */
+    size_t *wd_seg;
+    int *wd_var;       /* [nwd] each segment's variable, -1: padding */
+    float *wd_decay;
+    int nwd;
 };
 
 /* graph.c */
@@ -312,5 +320,11 @@ uint64_t tp_hash_name_(const char *s);
  * else 0. */
 int tp_optimizer_plain_sgd_(const tp_optimizer_t *o, float *lr, float *momentum,
                             int *nesterov);
+/* optim.c: 1 when o is SGD (any coupled weight decay, in *weight_decay:
+ * a variable's is (float)(*weight_decay x its decay multiplier)), with
+ * the other arguments as tp_optimizer_plain_sgd_ gives them: what the
+ * all-reduce may fuse with the decay (allreduce_sgd_wd); else 0. */
+int tp_optimizer_sgd_wd_(const tp_optimizer_t *o, float *lr, float *momentum,
+                         int *nesterov, double *weight_decay);
 
 #endif

@@ -937,6 +937,48 @@ static size_t s_shadow_offset(const tp_model_t *m, int first) {
     return base;
 }
 
+/* The segments of the trainable arena for allreduce_sgd_wd: a cut at each
+ * trainable variable's first float and after its last (the padding
+ * between two is a segment of its own, zero in weights and gradients
+ * alike), when their offsets increase with their index; nwd 0: none
+ * (s_reduce_update then leaves a decayed SGD to s_apply). */
+static tp_status_t s_plan_decay_segments(tp_model_t *m) {
+    if (!m->opt || !m->backend->ops->allreduce_sgd_wd)
+        return TP_OK;
+    const size_t cap = 2 * (size_t)m->nvars + 2;
+    size_t *seg = malloc(cap * sizeof *seg);
+    int *var = malloc(cap * sizeof *var);
+    if (!seg || !var) {
+        free(seg), free(var);
+        return tp_error(TP_ERR_NOMEM, "the decay's segments: %d variables", m->nvars);
+    }
+    int n = 0;
+    seg[0] = 0;
+    for (int i = 0; i < m->nvars; i++) {
+        const tp_var_t *v = &m->vars[i];
+        if (!v->trainable || v->count == 0)
+            continue;
+        if (v->offset < seg[n] || v->offset + v->count > m->ntrain) {
+            free(seg), free(var);  /* not in order: no fused decay */
+            return TP_OK;
+        }
+        if (v->offset > seg[n])
+            var[n] = -1, seg[++n] = v->offset;
+        var[n] = i, seg[++n] = v->offset + v->count;
+    }
+    if (seg[n] < m->ntrain)
+        var[n] = -1, seg[++n] = m->ntrain;
+    m->wd_decay = n ? malloc((size_t)m->ntowers * (size_t)n * sizeof *m->wd_decay) : NULL;
+    if (!m->wd_decay) {
+        free(seg), free(var);
+        return n ? tp_error(TP_ERR_NOMEM, "the decay's segments: %d", n) : TP_OK;
+    }
+    m->wd_seg = seg;
+    m->wd_var = var;
+    m->nwd = n;
+    return TP_OK;
+}
+
 /* Gradient accumulation's sum and its count of steps (a [1] variable, so
  * that a checkpoint taken mid-sum resumes exactly). */
 static tp_status_t s_plan_accumulation(tp_model_t *m) {
@@ -1027,6 +1069,7 @@ static tp_status_t s_model_init(tp_model_t *m, const tp_model_desc_t *d) {
         m->comm = m->backend->ops->comm_new(m->backend, m->ntowers);
         if (!m->comm)
             return tp_error_wrap(TP_ERR_NOMEM, "communicator");
+        TP_TRY(s_plan_decay_segments(m));
     }
     return TP_OK;
 }
@@ -1137,6 +1180,9 @@ void tp_model_destroy(tp_model_t **self_p) {
         b->ops->comm_destroy(b, m->comm);
     if (m->ranks)
         b->ops->comm_destroy(b, m->ranks);
+    free(m->wd_seg);
+    free(m->wd_var);
+    free(m->wd_decay);
     for (int r = 0; r < m->nrep; r++) {
         tp_replica_t *rp = &m->rep[r];
         tp_backend_t *rb = rp->backend;
@@ -2127,7 +2173,8 @@ static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
  * thread sums its slice of the towers' gradients and applies SGD to the
  * same slice of the weights while the sums are in cache, where that gives
  * s_reduce then s_update_slice's bits: one device, the main cost, SGD with
- * no weight decay, multipliers, clip, accumulation or weights' average.
+ * no learning-rate multipliers, clip, accumulation or weights' average;
+ * a coupled weight decay (with its multipliers) through allreduce_sgd_wd.
  * *done 0: it does not apply, nothing was done. */
 static tp_status_t s_reduce_update(tp_model_t *m, const s_step_t *s, int *done) {
     *done = 0;
@@ -2139,19 +2186,35 @@ static tp_status_t s_reduce_update(tp_model_t *m, const s_step_t *s, int *done) 
     tp_grads_state_t *st = &m->step[tower];
     float lr, mu;
     int nesterov;
+    double wd = 0;
+    const int plain = tp_optimizer_plain_sgd_(m->opt, &lr, &mu, &nesterov);
+    if (!plain && !(m->nwd && tp_optimizer_sgd_wd_(m->opt, &lr, &mu, &nesterov, &wd)))
+        return TP_OK;
     if (st->reduced || s->cost != 0 || st->cost != 0 || s_accum(m) != 1 ||
         s_clip(m) > 0 || m->nema || tp_optimizer_lr_mult_count(m->opt) ||
-        tp_optimizer_decay_mult_count(m->opt) ||
-        !tp_optimizer_plain_sgd_(m->opt, &lr, &mu, &nesterov))
+        (plain && tp_optimizer_decay_mult_count(m->opt)))
         return TP_OK;
     TP_TRY(s_check_fresh(m, tower, tower));
     tp_backend_t *b = m->backend;
     tp_replica_t *rp = &m->rep[0];
-    tp_status_t rc = b->ops->allreduce_sgd(b, m->comm, tower, t->stream, t->grads,
-                                           m->ntrain, m->config.average,
-                                           rp->train_arena,
-                                           mu > 0 ? rp->slots[0] : NULL, lr, mu,
-                                           nesterov);
+    tp_status_t rc;
+    if (plain) {
+        rc = b->ops->allreduce_sgd(b, m->comm, tower, t->stream, t->grads, m->ntrain,
+                                   m->config.average, rp->train_arena,
+                                   mu > 0 ? rp->slots[0] : NULL, lr, mu, nesterov);
+    } else {
+        /* each segment's decay as tp_optimizer_update_group computes it
+         * (this tower's row: the others' threads fill theirs) */
+        float *decay = m->wd_decay + (size_t)tower * (size_t)m->nwd;
+        for (int k = 0; k < m->nwd; k++)
+            decay[k] = m->wd_var[k] < 0 ? 0.0f
+                                        : (float)(wd * tp_optimizer_decay_mult(
+                                                           m->opt, m->vars[m->wd_var[k]].name));
+        rc = b->ops->allreduce_sgd_wd(b, m->comm, tower, t->stream, t->grads, m->ntrain,
+                                      m->config.average, rp->train_arena,
+                                      mu > 0 ? rp->slots[0] : NULL, lr, mu, nesterov,
+                                      m->wd_seg, decay, m->nwd);
+    }
     if (rc < 0)
         return tp_error_wrap(rc, "%s: all-reduce and SGD update of %zu floats",
                              t->name, m->ntrain);

@@ -161,6 +161,9 @@ typedef struct tp_zoo_model {
     const char *optimizer;     /* the default: "sgd" (momentum 0.9) or "adam" */
     int min_size;              /* the smallest image height and width it
                                 * builds at (its poolings leave >= 1 pixel) */
+    double weight_decay;       /* C of its L2 term, C sum(w^2) / 2 over its
+                                * "*\/W" (0: none); tp-train with SGD gives
+                                * it to the optimizer instead (no_l2) */
 } tp_zoo_model_t;
 
 /* The largest image height or width tp_zoo_inputs_sized takes. */

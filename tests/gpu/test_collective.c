@@ -197,3 +197,73 @@ Test(collective, allreduce_fused_with_sgd_gives_allreduce_then_sgd_bit_for_bit) 
     s_fused_case(b, 0.0f, 0);
     tp_backend_destroy(&b);
 }
+
+/* The same fused with SGD's coupled decay (allreduce_sgd_wd), a decay a
+ * segment (some 0, segments inside and across the 1024-float blocks and
+ * the ranks' slices): the bits of allreduce then sgd_wd_update (or
+ * sgd_update where the decay is 0) segment by segment. */
+static const size_t s_wd_seg[] = {0, 700, 1024, 1100, 1667, 3000, 3001, S_FN};
+static const float s_wd_decay[] = {0.1f, 0.0f, 0.02f, 0.5f, 0.0f, 0.07f, 0.3f};
+enum { S_WD_NSEG = 7 };
+
+static void *s_fused_wd_rank(void *p) {
+    s_fused_arg_t *a = p;
+    if (a->fused)
+        a->rc = a->b->ops->allreduce_sgd_wd(a->b, a->comm, a->rank, NULL, a->g, S_FN, 1,
+                                            a->w, a->v, a->lr, a->mu, a->nesterov,
+                                            s_wd_seg, s_wd_decay, S_WD_NSEG);
+    else
+        a->rc = a->b->ops->allreduce(a->b, a->comm, a->rank, NULL, a->g, S_FN, 1);
+    return NULL;
+}
+
+Test(collective, allreduce_fused_with_decayed_sgd_gives_allreduce_then_the_update_bit_for_bit) {
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    cr_assert_not_null(b->ops->allreduce_sgd_wd, "the CPU backend fuses the decayed update");
+    static float g[2][S_FR][S_FN], w[2][S_FN], v[2][S_FN];
+    uint64_t x = 777;
+    for (int i = 0; i < S_FN; i++) {
+        for (int r = 0; r < S_FR; r++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            g[0][r][i] = g[1][r][i] = (float)((int64_t)(x >> 40) - (1 << 23)) / 3e6f;
+        }
+        w[0][i] = w[1][i] = (float)((i * 37) % 101) / 7.0f - 7.0f;
+        v[0][i] = v[1][i] = (float)((i * 13) % 17) / 29.0f;
+    }
+    for (int k = 0; k < 2; k++) {
+        tp_comm_t *comm = b->ops->comm_new(b, S_FR);
+        cr_assert_not_null(comm);
+        s_fused_arg_t a[S_FR];
+        pthread_t th[S_FR];
+        for (int r = 0; r < S_FR; r++) {
+            a[r] = (s_fused_arg_t){b, comm, r, k, g[k][r], w[k], v[k], 0.05f, 0.9f, 0, TP_OK};
+            cr_assert_eq(pthread_create(&th[r], NULL, s_fused_wd_rank, &a[r]), 0);
+        }
+        for (int r = 0; r < S_FR; r++) {
+            pthread_join(th[r], NULL);
+            cr_assert_eq(a[r].rc, TP_OK, "rank %d: %s", r, tp_last_error());
+        }
+        for (int s = 0; k == 0 && s < S_WD_NSEG; s++) {
+            const size_t o = s_wd_seg[s], n = s_wd_seg[s + 1] - o;
+            cr_assert_eq(s_wd_decay[s] > 0
+                             ? b->ops->sgd_wd_update(b, NULL, w[0] + o, g[0][0] + o, v[0] + o,
+                                                     n, 0.05f, 0.9f, 0, s_wd_decay[s])
+                             : b->ops->sgd_update(b, NULL, w[0] + o, g[0][0] + o, v[0] + o, n,
+                                                  0.05f, 0.9f, 0),
+                         TP_OK);
+        }
+        b->ops->comm_destroy(b, comm);
+    }
+    cr_expect_eq(memcmp(w[0], w[1], sizeof w[0]), 0, "weights");
+    cr_expect_eq(memcmp(v[0], v[1], sizeof v[0]), 0, "momentum");
+    /* segments that do not cover the buffer are refused, naming it */
+    tp_comm_t *comm = b->ops->comm_new(b, 1);
+    const size_t bad[] = {0, 10};
+    cr_expect_eq(b->ops->allreduce_sgd_wd(b, comm, 0, NULL, g[0][0], S_FN, 1, w[0], v[0],
+                                          0.05f, 0.9f, 0, bad, s_wd_decay, 1),
+                 TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "segments"), "%s", tp_last_error());
+    b->ops->comm_destroy(b, comm);
+    tp_backend_destroy(&b);
+}

@@ -1097,7 +1097,7 @@ Test(cuda_ops, optimizer_updates) {
     tp_rng_init(&r, 31, 0);
     enum { N = 5003 };
     static float w[N], gr[N], m1[N], v1[N], out[N];
-    for (int variant = 0; variant < 5; variant++) {  /* 3 adam, 4 adamw */
+    for (int variant = 0; variant < 6; variant++) {  /* 3 adam, 4 adamw, 5 sgd_wd_update */
         s_rand(&r, w, N, -1, 1);
         s_rand(&r, gr, N, -1, 1);
         s_rand(&r, m1, N, -0.1f, 0.1f);
@@ -1105,7 +1105,12 @@ Test(cuda_ops, optimizer_updates) {
         float *dw = s_to_dev(g, w, sizeof w), *dg = s_to_dev(g, gr, sizeof gr),
               *dm = s_to_dev(g, m1, sizeof m1), *dv = s_to_dev(g, v1, sizeof v1);
         for (int step = 1; step <= 3; step++) {
-            if (variant < 3) {
+            if (variant == 5) {  /* SGD's coupled decay in the update's pass */
+                cpu->ops->sgd_wd_update(cpu, NULL, w, gr, m1, N, 0.1f, 0.9f, 0, 0.05f);
+                cr_assert_not_null(g->ops->sgd_wd_update);
+                cr_assert_eq(g->ops->sgd_wd_update(g, NULL, dw, dg, dm, N, 0.1f, 0.9f, 0,
+                                                   0.05f), TP_OK);
+            } else if (variant < 3) {
                 float *slot = variant == 0 ? NULL : m1, *dslot = variant == 0 ? NULL : dm;
                 cpu->ops->sgd_update(cpu, NULL, w, gr, slot, N, 0.1f, 0.9f,
                                      variant == 2);
@@ -1121,8 +1126,11 @@ Test(cuda_ops, optimizer_updates) {
             }
         }
         s_to_host(g, out, dw, sizeof out);
-        s_close(variant == 4 ? "adamw" : variant == 3 ? "adam" : "sgd", out, w, N,
-                1e-6f, 1e-5f);
+        s_close(variant == 5   ? "sgd_wd"
+                : variant == 4 ? "adamw"
+                : variant == 3 ? "adam"
+                               : "sgd",
+                out, w, N, 1e-6f, 1e-5f);
         g->ops->free(g, dw);
         g->ops->free(g, dg);
         g->ops->free(g, dm);

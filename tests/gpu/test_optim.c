@@ -4,6 +4,7 @@
  * clip) on every update path: fused, all towers from one thread, slices. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -681,4 +682,168 @@ Test(optim, cpu_sgd_over_the_team_gives_the_same_bits_on_one_and_two_threads) {
     free(init);
     free(ref);
     free(run);
+}
+
+/* SGD's coupled decay in the update's own pass (backend_impl.h's
+ * sgd_wd_update, which tp_optimizer_update_group calls when the backend
+ * has it): torch.optim.SGD's float arithmetic (d = g + C w, v = mu v + d,
+ * w -= lr v) to the bit, one backend call a step and no sgd_update; the
+ * two-call path it replaced (a backend without it) within rounding. A
+ * pass that dropped the decay, doubled it or left v without it fails. */
+static atomic_int s_sgd_calls, s_sgd_wd_calls;
+static const tp_backend_ops_t *s_cpu_ops;
+static tp_status_t s_count_sgd(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
+                               float *v, size_t n, float lr, float mu, int nesterov) {
+    atomic_fetch_add(&s_sgd_calls, 1);
+    return s_cpu_ops->sgd_update(b, s, w, g, v, n, lr, mu, nesterov);
+}
+static tp_status_t s_count_sgd_wd(tp_backend_t *b, tp_stream_t *s, float *w, const float *g,
+                                  float *v, size_t n, float lr, float mu, int nesterov,
+                                  float wd) {
+    atomic_fetch_add(&s_sgd_wd_calls, 1);
+    return s_cpu_ops->sgd_wd_update(b, s, w, g, v, n, lr, mu, nesterov, wd);
+}
+
+Test(optim, sgd_weight_decay_in_the_updates_pass_is_torchs_float_arithmetic) {
+    enum { N = 70001, STEPS = 4 };
+    float *g = malloc((size_t)STEPS * N * sizeof *g), *w[3], *v[3];
+    cr_assert_not_null(g);
+    for (int k = 0; k < 3; k++) {
+        w[k] = malloc(N * sizeof(float));
+        v[k] = calloc(N, sizeof(float));
+        cr_assert(w[k] && v[k]);
+    }
+    for (size_t j = 0; j < (size_t)STEPS * N; j++)
+        g[j] = (float)((int)((j * 2654435761u) % 2001) - 1000) * 1e-3f;
+    for (size_t i = 0; i < N; i++)
+        w[0][i] = w[1][i] = w[2][i] = (float)((int)((i * 40503u) % 1999) - 999) * 2e-3f;
+    const float lr = 0.1f, mu = 0.9f, wd = 0.05f;
+    for (int s = 0; s < STEPS; s++)  /* [0]: the reference, in float */
+        for (size_t i = 0; i < N; i++) {
+            v[0][i] = mu * v[0][i] + (g[(size_t)s * N + i] + wd * w[0][i]);
+            w[0][i] -= lr * v[0][i];
+        }
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    cr_assert_not_null(b->ops->sgd_wd_update, "the CPU backend fuses the decay");
+    s_cpu_ops = b->ops;
+    tp_backend_ops_t ops = *b->ops;
+    ops.sgd_update = s_count_sgd;
+    ops.sgd_wd_update = s_count_sgd_wd;
+    for (int k = 1; k < 3; k++) {  /* [1]: this backend; [2]: without the fused op */
+        tp_optimizer_t *o = tp_optimizer_sgd(lr, mu, 0);
+        cr_assert_eq(tp_optimizer_set(o, "weight_decay", wd), TP_OK, "%s", tp_last_error());
+        ops.sgd_wd_update = k == 1 ? s_count_sgd_wd : NULL;
+        b->ops = &ops;
+        atomic_store(&s_sgd_calls, 0);
+        atomic_store(&s_sgd_wd_calls, 0);
+        float *slots[2] = {v[k], NULL};
+        for (int s = 0; s < STEPS; s++)
+            cr_assert_eq(tp_optimizer_apply(o, b, NULL, w[k], g + (size_t)s * N, slots, N),
+                         TP_OK, "%s", tp_last_error());
+        cr_expect_eq(atomic_load(&s_sgd_wd_calls), k == 1 ? STEPS : 0, "fused calls");
+        cr_expect_eq(atomic_load(&s_sgd_calls), k == 1 ? 0 : 2 * STEPS, "sgd_update calls");
+        b->ops = s_cpu_ops;
+        tp_optimizer_destroy(&o);
+    }
+    cr_expect_eq(memcmp(w[1], w[0], N * sizeof(float)), 0, "fused weights: not torch's bits");
+    cr_expect_eq(memcmp(v[1], v[0], N * sizeof(float)), 0, "fused momentum: not torch's bits");
+    double worst = 0;  /* the two calls: mu (v + (C / mu) w) rounds apart */
+    for (size_t i = 0; i < N; i++)
+        worst = fmax(worst, fabs((double)w[2][i] - w[0][i]));
+    /* |w| <= 2: a few float32 ulps; the decay's own share of the 4 steps
+     * is about lr x C x |w| x 4 = 0.02 x |w| */
+    cr_expect_lt(worst, 2e-6, "two calls against one pass: %g apart", worst);
+    cr_expect_gt(worst, 0.0, "the two-call path ran (it rounds differently)");
+    tp_backend_destroy(&b);
+    for (int k = 0; k < 3; k++)
+        free(w[k]), free(v[k]);
+    free(g);
+}
+
+/* ---- two towers, each on its thread: the all-reduce fused with SGD's
+ * coupled decay (allreduce_sgd_wd), the decay multipliers as segments of
+ * the arena. x @ W + x @ V, V spared (decay multiplier 0); each tower
+ * its own batch. Against the same model whose learning-rate multiplier
+ * (1, on V: the same rate) keeps the reduce and the update apart: the same
+ * bits in W and V after 3 steps (the momentum in them). */
+static tp_status_t s_tower_wv(tp_tower_t *t, tp_node_t *const *in, void *u) {
+    (void)u;
+    int64_t ws[2] = {3, 2};
+    tp_node_t *w = tp_variable(t, "W", 2, ws, (tp_init_t){TP_INIT_ZEROS, 0}, TP_VAR_TRAINABLE);
+    tp_node_t *v = tp_variable(t, "V", 2, ws, (tp_init_t){TP_INIT_ZEROS, 0}, TP_VAR_TRAINABLE);
+    tp_node_t *l = tp_add(t, "logits", tp_matmul(t, "xw", in[0], w), tp_matmul(t, "xv", in[0], v));
+    return tp_tower_set_cost(t, tp_softmax_xent(t, "xent", l, in[1]));
+}
+
+static tp_optimizer_t *s_sgd_wd(void *u) {
+    tp_optimizer_t *o = tp_optimizer_sgd(0.1, 0.9, 0);
+    if (o && (tp_optimizer_set(o, "weight_decay", 0.3) < 0 ||
+              tp_optimizer_add_decay_mult(o, "V", 0.0) < 0 ||
+              (u && tp_optimizer_add_lr_mult(o, "V", 1.0) < 0)))
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+typedef struct {
+    tp_model_t *m;
+    int tower;
+    tp_tensor_t in[2];
+    tp_status_t rc;
+} s_tower_run_t;
+
+static void *s_tower_thread(void *p) {
+    s_tower_run_t *r = p;
+    r->rc = tp_model_run(r->m, r->tower, r->in, 2, NULL, 0, NULL);
+    return NULL;
+}
+
+Test(optim, two_towers_fuse_the_decayed_update_into_the_all_reduce_with_the_same_bits) {
+    static float x[2][CB * 3];
+    static int32_t y[2][CB];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < CB * 3; i++)
+            x[k][i] = (float)((k + 1) * sin(1.0 + 0.7 * i));
+        for (int i = 0; i < CB; i++)
+            y[k][i] = (i + k) % 2;
+    }
+    float out[2][2][6];
+    for (int apart = 0; apart < 2; apart++) {
+        tp_model_desc_t md = {s_desc, 2, s_tower_wv, s_sgd_wd, apart ? (void *)1 : NULL};
+        tp_model_config_t cfg = tp_model_config_default();
+        cfg.towers = 2;
+        cfg.batch = CB;
+        tp_model_t *m = tp_model_new(&md, &cfg);
+        cr_assert_not_null(m, "%s", tp_last_error());
+        const char *names[2] = {"W", "V"};
+        for (int j = 0; j < 2; j++) {
+            tp_tensor_t w;
+            cr_assert_eq(tp_model_var(m, names[j], &w), TP_OK);
+            memcpy(w.data, s_w0, sizeof s_w0);
+        }
+        for (int s = 0; s < 3; s++) {
+            s_tower_run_t r[2];
+            pthread_t th[2];
+            int64_t xs[2] = {CB, 3}, ys[1] = {CB};
+            for (int k = 0; k < 2; k++) {
+                r[k] = (s_tower_run_t){.m = m, .tower = k};
+                tp_tensor_init_wrap(&r[k].in[0], TP_FLOAT32, 2, xs, x[k], NULL, NULL);
+                tp_tensor_init_wrap(&r[k].in[1], TP_INT32, 1, ys, y[k], NULL, NULL);
+                cr_assert_eq(pthread_create(&th[k], NULL, s_tower_thread, &r[k]), 0);
+            }
+            for (int k = 0; k < 2; k++) {
+                pthread_join(th[k], NULL);
+                cr_assert_eq(r[k].rc, TP_OK, "tower %d: %s", k, tp_last_error());
+            }
+        }
+        for (int j = 0; j < 2; j++) {
+            tp_tensor_t w;
+            cr_assert_eq(tp_model_var(m, names[j], &w), TP_OK, "%s", names[j]);
+            memcpy(out[apart][j], w.data, sizeof s_w0);
+        }
+        tp_model_destroy(&m);
+    }
+    cr_expect_eq(memcmp(out[0][0], out[1][0], sizeof s_w0), 0, "W");
+    cr_expect_eq(memcmp(out[0][1], out[1][1], sizeof s_w0), 0, "V (spared)");
+    cr_expect(memcmp(out[0][0], s_w0, sizeof s_w0) != 0, "W moved");
 }

@@ -1721,6 +1721,12 @@ int main(int argc, char **argv) {
     }
     /* SGD's --weight-decay C replaces the zoo models' own L2 term (its C
      * in the cost's gradient): the same arithmetic, torch.optim.SGD's */
+    /* Without the flag, the model's own C goes to SGD the same way: the same
+     * arithmetic, in the update's own pass instead of the L2 op's passes
+     * over every weight in the graph (docs/performance.md, "Weight decay
+     * in SGD's pass") */
+    if (a.weight_decay < 0 && !strcasecmp(a.optimizer, "sgd") && zoo->weight_decay > 0)
+        a.weight_decay = zoo->weight_decay;
     int sgd_decay = a.weight_decay >= 0 && !strcasecmp(a.optimizer, "sgd");
     if ((a.beta1 >= 0 || a.beta2 >= 0) && !adam_like) {
         tp_error(TP_ERR_INVALID, "--beta1 and --beta2 are Adam's: they need --optimizer "
