@@ -6,6 +6,9 @@
 #include <jansson.h>
 #include "actor_testutil.h"
 #include "proc_testutil.h"
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 static char s_dir[64];
 static char s_plugin[128];
@@ -248,6 +251,56 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     char who[64];
     snprintf(who, sizeof who, "refused tp-worker %d@", pid);
     cr_assert(strstr(buf, who), "the trainer's log names the worker:\n%s", buf);
+    /* once: its handshake names it, so its first message does (a second
+     * line, unnamed then named, was the datapoints before its report) */
+    int lines = 0;
+    for (const char *p = buf; (p = strstr(p, "remote: refused ")); p++)
+        lines++;
+    cr_assert_eq(lines, 1, "the refusal is logged %d times:\n%s", lines, buf);
+}
+
+/* A trainer that stops in the middle of a worker's handshake (a worker
+ * slow to connect; under load in CI): the worker took the closed
+ * connection for a refusal and ended with exit 1 blaming CURVE keys. It is
+ * a receiver gone: --exit-with-trainer ends it (exit 0) saying so. The
+ * "trainer" here is a bare socket that takes the connection, reads the
+ * greeting's start, and goes. */
+Test(proc_worker, a_worker_whose_trainer_stops_mid_handshake_ends_as_gone) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char path[128], ep[140], out[128], buf[16384];
+    snprintf(path, sizeof path, "%s/vanish.sock", s_dir);
+    snprintf(ep, sizeof ep, "ipc://%s", path);
+    snprintf(out, sizeof out, "%s/vanish.txt", s_dir);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    cr_assert_lt(strlen(path), sizeof a.sun_path);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    cr_assert(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 4) == 0,
+              "listen %s: %s", path, strerror(errno));
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--exit-with-trainer=1",
+                     "--log-level", "info", NULL};
+    pu_spawn_opts_t o = {.out = out};
+    int pid = pu_spawn(wargv, &o);
+    struct pollfd pl = {l, POLLIN, 0};
+    cr_assert_eq(poll(&pl, 1, 20000), 1, "the worker never connected");
+    int c = accept(l, NULL, NULL);
+    cr_assert(c >= 0);
+    struct pollfd pc = {c, POLLIN, 0};
+    char greeting[10];
+    cr_assert(poll(&pc, 1, 10000) == 1 && read(c, greeting, sizeof greeting) > 0,
+              "no greeting from the worker");
+    /* gone: nobody listens at the endpoint when the worker learns of it */
+    close(l);
+    unlink(path);
+    close(c);
+    int st = pu_waitpid(pid, 15000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
+    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
+    cr_assert(!strstr(buf, "CURVE"), "a trainer gone taken for a refusal:\n%s", buf);
 }
 
 /* The same with CURVE (the docs' advice off a trusted network): the worker
