@@ -346,8 +346,9 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
         cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
     if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
         cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
-    char ep[128], bind[140], logdir[128], out[128], pyout[128], buf[65536];
+    char ep[128], bind[140], logdir[128], out[128], pyout[128], olog[128], buf[65536];
     snprintf(ep, sizeof ep, "ipc://%s/py.sock", s_dir);
+    snprintf(olog, sizeof olog, "%s/other.log", s_dir);
     snprintf(bind, sizeof bind, "@%s", ep);
     snprintf(logdir, sizeof logdir, "%s/log", s_dir);
     snprintf(out, sizeof out, "%s/train.txt", s_dir);
@@ -360,18 +361,37 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     tp_remote_opts_t ro;
     tp_remote_opts_init(&ro);
     ro.job = "run-other";
+    ro.timeout_s = 0.2;  /* each next() below: its refusals, then a timeout */
+    cr_assert_eq(tp_log_set_file(olog), TP_OK);
     tp_dataflow_t *other = tp_df_remote(ep, &ro);
     cr_assert_eq(tp_dataflow_reset_state(other, 0, 0), TP_OK, "%s", tp_last_error());
     char *endless[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
                        "--connect", ep, "--batch", "64", "--job", "run-py", NULL};
     int py = pu_spawn(endless, &po);
-    int pst = pu_waitpid(py, 20000);
+    /* the receiver reads while the sender finds out (its messages are
+     * refused, named by its handshake's X-Tp-Sender) */
+    int pst = -1;
+    for (int t = 0; t < 100 && waitpid(py, &pst, WNOHANG) == 0; t++) {
+        tp_datapoint_t *dp = NULL;
+        tp_status_t rc = tp_dataflow_next(other, &dp);
+        cr_assert_neq(rc, TP_OK, "job run-other took a datapoint of job run-py");
+        pst = -1;
+    }
+    if (pst == -1)
+        pst = pu_waitpid(py, 1000);
     tp_dataflow_destroy(&other);
+    tp_log_set_file(NULL);
     slurp(pyout, buf, sizeof buf);
     cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1,
               "tp_send.py against another job: status %d:\n%s", pst, buf);
     cr_assert(strstr(buf, "it is job 'run-other', this sender was started for job 'run-py'"),
               "%s", buf);
+    slurp(olog, buf, sizeof buf);
+    char pyname[64];
+    snprintf(pyname, sizeof pyname, "remote: refused tp_send.py %d@", py);
+    const char *named = strstr(buf, pyname);
+    cr_assert(named && !strstr(named + 1, "remote: refused "),
+              "the receiver names the Python sender once:\n%s", buf);
     unlink(pyout);
     py = pu_spawn(pargv, &po);
     char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",
