@@ -1163,7 +1163,8 @@ typedef struct {
     /* a receiver was met but closed the handshake and went (a trainer
      * that stopped): --exit-with-trainer counts it as one that was there */
     int met;
-    int closed_in_row;  /* handshakes closed in a row by a receiver still there */
+    int closed_in_row;   /* handshakes closed in a row (a success resets) */
+    int refused_in_row;  /* of those, by a receiver still there */
     /* the component handshake: what the receiver last probed takes
      * (nwant 0: it said nothing; every datapoint goes) */
     tp_wire_comp_t want[TP_WIRE_COMPS_N];
@@ -1312,9 +1313,9 @@ static tp_status_t s_sender_check_fit(s_sender_t *s, void *sock, const tp_datapo
 }
 
 /* 1 when nobody listens at a connecting sender's endpoint now: a connect
- * of its own is refused (tcp, ipc), or the ipc path is gone; 0 when one
- * is accepted, or it cannot tell (another endpoint's form, no answer in a
- * second). */
+ * of its own is refused (ipc; tcp: at every address of the host), or the
+ * ipc path is gone; 0 when one is accepted, or it cannot tell (another
+ * endpoint's form, no answer in a second). */
 static int s_nobody_listens(const char *ep) {
     int fd = -1, gone = 0;
     if (!strncmp(ep, "ipc://", 6)) {
@@ -1356,21 +1357,25 @@ static int s_nobody_listens(const char *ep) {
     hints.ai_socktype = SOCK_STREAM;
     if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res)
         return 0;
-    fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd >= 0) {
+    /* "localhost" may be ::1 and 127.0.0.1, the receiver on one of them */
+    gone = 1;
+    for (struct addrinfo *ai = res; ai && gone; ai = ai->ai_next) {
         int err = 0;
-        if (connect(fd, res->ai_addr, res->ai_addrlen) < 0) {
-            err = errno;
-            if (err == EINPROGRESS) {
-                struct pollfd pf = {fd, POLLOUT, 0};
-                socklen_t el = sizeof err;
-                err = 0;
-                if (poll(&pf, 1, 1000) == 1)
-                    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-            }
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            gone = 0;
+        } else if ((err = errno) == EINPROGRESS) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            socklen_t el = sizeof err;
+            err = 0;
+            if (poll(&pf, 1, 1000) == 1)
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+            gone = err == ECONNREFUSED;
+        } else {
+            gone = err == ECONNREFUSED || err == EADDRNOTAVAIL || err == ENETUNREACH;
         }
-        gone = err == ECONNREFUSED;
-        close(fd);
+        if (fd >= 0)
+            close(fd);
     }
     freeaddrinfo(res);
     return gone;
@@ -1385,20 +1390,23 @@ static int s_nobody_listens(const char *ep) {
  * reconnects meanwhile). Nobody listening there any more is a receiver
  * gone. A receiver still there that closes three handshakes in a row
  * refuses this sender; fewer may be a trainer stopping or starting (the
- * next handshake tells). 1 when it is a refusal. */
+ * next handshake tells). Five in a row, however explained, are a refusal
+ * too: a receiver gone makes no more handshakes, so that nothing loops
+ * on a check that misreads its endpoint. 1 when it is a refusal. */
 static int s_sender_closed_is_refusal(s_sender_t *s) {
     /* a receiver was there: --exit-with-trainer counts its absence */
     s->met = 1;
     s->none_since = tp_now_ns();  /* (its close, next, says the same) */
-    if (s_nobody_listens(s->endpoint)) {
-        s->closed_in_row = 0;
+    s->closed_in_row++;
+    if (s->closed_in_row < 5 && s_nobody_listens(s->endpoint)) {
+        s->refused_in_row = 0;
         TP_INFO("send: the receiver at %s closed the connection in the handshake and is "
                 "gone (a trainer that stopped): waiting for the next", s->endpoint);
         return 0;
     }
-    if (++s->closed_in_row < 3) {
+    if (s->closed_in_row < 5 && ++s->refused_in_row < 3) {
         TP_DEBUG("send: the receiver at %s closed the connection in the handshake (%d in a "
-                 "row): trying again", s->endpoint, s->closed_in_row);
+                 "row): trying again", s->endpoint, s->refused_in_row);
         return 0;
     }
     return 1;
@@ -1430,7 +1438,7 @@ static void s_sender_events(s_sender_t *s) {
             if (!s->ever)
                 TP_INFO("send: connected to a receiver at %s", s->endpoint);
             s->ever = 1;
-            s->closed_in_row = 0;
+            s->closed_in_row = s->refused_in_row = 0;
             s->reported_ns = 0;  /* a new receiver hears who this is soon */
             s_sender_check_peer(s);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
