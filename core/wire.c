@@ -96,6 +96,11 @@ const char *tp_wire_msg_frame_job(tp_wire_msg_t *self, int i) {
     return zmq_msg_gets(&self->frames[i], TP_WIRE_JOB_PROPERTY);
 }
 
+const char *tp_wire_msg_frame_property(tp_wire_msg_t *self, int i, const char *name) {
+    TP_ASSERT(i >= 0 && i < self->count);
+    return zmq_msg_gets(&self->frames[i], name);
+}
+
 const char *tp_wire_msg_frame_peer(tp_wire_msg_t *self, int i) {
     TP_ASSERT(i >= 0 && i < self->count);
     return zmq_msg_gets(&self->frames[i], "Peer-Address");

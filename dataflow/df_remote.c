@@ -15,9 +15,14 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <towerpack/actor_dataflow.h>
 #include <towerpack/clock.h>
@@ -32,6 +37,12 @@
 #if __has_include(<towerpack/dataflow_spec.h>)
 #include <towerpack/dataflow_spec.h>
 #define TP_HAVE_SPEC 1
+#endif
+
+/* A draft option in libzmq 4.3's header, built into Debian's library
+ * (core/wire_job.c sends the job id with it too). */
+#ifndef ZMQ_METADATA
+#define ZMQ_METADATA 95
 #endif
 
 void tp_remote_opts_init(tp_remote_opts_t *opts) {
@@ -123,9 +134,16 @@ typedef struct {
     char job[TP_WIRE_JOB_MAX];
     tp_dataflow_t *self;    /* its own dataflow: the stages above it (tp_df_expect) */
     int refused_fds[MAX_SENDERS];
-    int refused_named[MAX_SENDERS];  /* its log line had the report's name */
+    int refused_named[MAX_SENDERS];  /* its log line had the sender's name */
     int nrefused;
     uint64_t refused;
+    /* the refused senders already named in the log (pid, host; a ring):
+     * one that reconnects is not named again */
+    struct {
+        uint32_t pid;
+        char host[TP_STATS_HOST_MAX];
+    } refused_who[MAX_SENDERS];
+    int nrefused_who;
 } s_remote_t;
 
 
@@ -515,10 +533,26 @@ static tp_status_t s_unfit_end(s_remote_t *r, uint64_t now) {
                     r->nconns, r->nconns == 1 ? "" : "s", r->last_unfit);
 }
 
+/* 1 when the refused sender of `row` was named in the log already (on an
+ * earlier connection); else it is remembered as named now. */
+static int s_refused_known(s_remote_t *r, const tp_stats_row_t *row) {
+    int n = r->nrefused_who < MAX_SENDERS ? r->nrefused_who : MAX_SENDERS;
+    for (int i = 0; i < n; i++)
+        if (r->refused_who[i].pid == row->pid && !strcmp(r->refused_who[i].host, row->host))
+            return 1;
+    int slot = r->nrefused_who++ % MAX_SENDERS;
+    r->refused_who[slot].pid = row->pid;
+    snprintf(r->refused_who[slot].host, sizeof r->refused_who[slot].host, "%s", row->host);
+    return 0;
+}
+
 /* A message (in r->msg) from a sender of another job (its connection's
- * job id `theirs`): dropped and counted; the first from each connection
- * names the sender and both ids in the log. Its report, if it is one,
- * stays out of the senders' table: a refused worker feeds nothing. */
+ * job id `theirs`): dropped and counted; the first names the sender and
+ * both ids in the log, once. A towerpack sender says who it is in its
+ * handshake (TP_WIRE_SENDER_PROPERTY), so its first message, whatever
+ * comes first, names it; a sender without it (an older build) is named
+ * by its report when that comes, in a second line. Its report, if this is
+ * one, stays out of the senders' table: a refused worker feeds nothing. */
 static void s_refuse(s_remote_t *r, const char *theirs) {
     int fd = tp_wire_msg_frame_srcfd(r->msg, 0);
     char name[512], eps[256];
@@ -533,12 +567,17 @@ static void s_refuse(s_remote_t *r, const char *theirs) {
     if (tp_wire_msg_frames(r->msg) == 1 &&
         tp_ctl_parse(tp_wire_msg_frame_data(r->msg, 0), tp_wire_msg_frame_size(r->msg, 0),
                      &kind, &sender, &text, &tl) &&
-        kind == TP_CTL_REPORT && df_remote_report_parse(text, tl, &row) == 0) {
+        kind == TP_CTL_REPORT && df_remote_report_parse(text, tl, &row) == 0)
+        named = 1;
+    const char *who = named ? NULL
+                            : tp_wire_msg_frame_property(r->msg, 0, TP_WIRE_SENDER_PROPERTY);
+    if (who && df_remote_report_parse(who, strlen(who), &row) == 0)
+        named = 1;
+    if (named) {
         char peer[96], full[512];
         s_msg_peer(r->msg, peer, sizeof peer);
         s_sender_full(r, &row, peer, full, sizeof full);
         snprintf(name, sizeof name, "%s", full);
-        named = 1;
     }
     if (!kind)  /* a datapoint or a malformed message, not a control frame */
         r->refused++;
@@ -547,12 +586,17 @@ static void s_refuse(s_remote_t *r, const char *theirs) {
     while (k < r->nrefused && r->refused_fds[k] != fd)
         k++;
     /* once a connection, and again when its report names a sender that
-     * its datapoints (queued before it reconnected here) could not */
+     * its first messages (an older sender's) could not; never again for a
+     * sender named before, on a connection it had before reconnecting */
     if (k == r->nrefused || (named && !r->refused_named[k])) {
         if (k == r->nrefused && r->nrefused < MAX_SENDERS)
             r->refused_fds[r->nrefused++] = fd;
         if (k < r->nrefused)
             r->refused_named[k] = named;
+        if (named && s_refused_known(r, &row)) {
+            tp_wire_msg_clear(r->msg);
+            return;
+        }
         TP_WARN("remote: refused %s at %s: it was started for job '%.63s', this run is "
                 "job '%s' (a worker of another job, or one left from an earlier run); its "
                 "datapoints are dropped", name, eps, theirs, r->job);
@@ -1112,10 +1156,15 @@ typedef struct {
     void *mon;
     const char *endpoint;
     int conn_fds[MAX_SENDERS];  /* the connections open (accepted, connected) */
-    int connected, ever, connecting, curve;
+    int connected, ever, connecting, curve, bind;
     const char *job;  /* the job handshake: this sender's id, or NULL */
     const tp_curve_t *curve_keys;  /* its CURVE keys (a client's), or NULL */
     int job_refused;  /* a receiver of another job ended it */
+    /* a receiver was met but closed the handshake and went (a trainer
+     * that stopped): --exit-with-trainer counts it as one that was there */
+    int met;
+    int closed_in_row;   /* handshakes closed in a row (a success resets) */
+    int refused_in_row;  /* of those, by a receiver still there */
     /* the component handshake: what the receiver last probed takes
      * (nwant 0: it said nothing; every datapoint goes) */
     tp_wire_comp_t want[TP_WIRE_COMPS_N];
@@ -1135,21 +1184,36 @@ typedef struct {
  * is tried again later. Its time is a worker's: everything but the waits
  * on the full socket is busy making datapoints (the sender's own stats row
  * calls the dataflow's share starved, from the loop's view). */
-static void s_sender_report(s_sender_t *s, void *sock, int force) {
-    uint64_t now = tp_now_ns();
-    if (!s->report || (!force && now - s->reported_ns < 500000000ull))
-        return;
-    uint64_t alive = now - s->start;
-    char text[512];
+static void s_sender_report_text(const s_sender_t *s, uint64_t now, char *text,
+                                 size_t size) {
+    uint64_t alive = now > s->start ? now - s->start : 0;
     /* the eleventh field, its addresses, names it in the receiver's log
      * and tp-top (receivers before it read ten and drop this report) */
-    snprintf(text, sizeof text, "%u\t%s\t%s\t%d\t%llu\t%llu\t%llu\t0\t%llu\t%llu%s%s",
+    snprintf(text, size, "%u\t%s\t%s\t%d\t%llu\t%llu\t%llu\t0\t%llu\t%llu%s%s",
              (unsigned)getpid(), s->host, s->report_name, s->row.state,
              (unsigned long long)alive,
              (unsigned long long)(alive > s->blocked ? alive - s->blocked : 0),
              (unsigned long long)s->blocked, (unsigned long long)s->row.msgs_out,
              (unsigned long long)s->row.bytes_out, s->row.where[0] ? "\t" : "",
              s->row.where);
+}
+
+/* Its address as its report's `where` says it: '>' and the endpoint it
+ * connects to, or '@' and the one it bound; cut to the field, printable. */
+static void s_sender_where(s_sender_t *s, const char *addr) {
+    snprintf(s->row.where, sizeof s->row.where, "%c%.*s", s->bind ? '@' : '>',
+             (int)sizeof s->row.where - 2, addr);
+    for (char *c = s->row.where; *c; c++)  /* one printable field of the report */
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+            *c = '?';
+}
+
+static void s_sender_report(s_sender_t *s, void *sock, int force) {
+    uint64_t now = tp_now_ns();
+    if (!s->report || (!force && now - s->reported_ns < 500000000ull))
+        return;
+    char text[512];
+    s_sender_report_text(s, now, text, sizeof text);
     if (tp_ctl_send(sock, TP_CTL_REPORT, 0, text, ZMQ_DONTWAIT) >= 0)
         s->reported_ns = now;
 }
@@ -1248,6 +1312,106 @@ static tp_status_t s_sender_check_fit(s_sender_t *s, void *sock, const tp_datapo
                     "dataflow must make those)", s->endpoint, why, s->want_text);
 }
 
+/* 1 when nobody listens at a connecting sender's endpoint now: a connect
+ * of its own is refused (ipc; tcp: at every address of the host), or the
+ * ipc path is gone; 0 when one is accepted, or it cannot tell (another
+ * endpoint's form, no answer in a second). */
+static int s_nobody_listens(const char *ep) {
+    int fd = -1, gone = 0;
+    if (!strncmp(ep, "ipc://", 6)) {
+        struct sockaddr_un a;
+        memset(&a, 0, sizeof a);
+        a.sun_family = AF_UNIX;
+        size_t n = strlen(ep + 6);
+        if (n == 0 || n >= sizeof a.sun_path)
+            return 0;
+        memcpy(a.sun_path, ep + 6, n);
+        if (ep[6] == '@')  /* libzmq's abstract namespace */
+            a.sun_path[0] = '\0';
+        /* non-blocking: a full backlog is someone listening, not a wait */
+        if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+            return 0;
+        gone = connect(fd, (struct sockaddr *)&a,
+                       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0 &&
+               (errno == ECONNREFUSED || errno == ENOENT);
+        close(fd);
+        return gone;
+    }
+    if (strncmp(ep, "tcp://", 6))
+        return 0;
+    /* tcp://HOST:PORT, HOST possibly [v6]; an interface or source part
+     * (';') cannot be told */
+    char host[256];
+    const char *hp = ep + 6, *colon = strrchr(hp, ':');
+    if (!colon || strchr(hp, ';') || (size_t)(colon - hp) >= sizeof host)
+        return 0;
+    size_t hl = (size_t)(colon - hp);
+    if (hl >= 2 && hp[0] == '[' && hp[hl - 1] == ']') {
+        hp++;
+        hl -= 2;
+    }
+    memcpy(host, hp, hl);
+    host[hl] = '\0';
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res)
+        return 0;
+    /* "localhost" may be ::1 and 127.0.0.1, the receiver on one of them */
+    gone = 1;
+    for (struct addrinfo *ai = res; ai && gone; ai = ai->ai_next) {
+        int err = 0;
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            gone = 0;
+        } else if ((err = errno) == EINPROGRESS) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            socklen_t el = sizeof err;
+            err = 0;
+            if (poll(&pf, 1, 1000) == 1)
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+            gone = err == ECONNREFUSED;
+        } else {
+            gone = err == ECONNREFUSED || err == EADDRNOTAVAIL || err == ENETUNREACH;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    freeaddrinfo(res);
+    return gone;
+}
+
+/* A connecting sender's handshake that the receiver closed, no reason
+ * given: a receiver that refuses it (one that wants CURVE keys, or other
+ * keys; no towerpack receiver), or a trainer that stopped in the middle of
+ * it (a worker slow to connect, a trainer's end, the next trainer's bind
+ * on the port). Either way a receiver was there: from now its absence
+ * counts for --exit-with-trainer, as after any receiver's end (libzmq
+ * reconnects meanwhile). Nobody listening there any more is a receiver
+ * gone. A receiver still there that closes three handshakes in a row
+ * refuses this sender; fewer may be a trainer stopping or starting (the
+ * next handshake tells). Five in a row, however explained, are a refusal
+ * too: a receiver gone makes no more handshakes, so that nothing loops
+ * on a check that misreads its endpoint. 1 when it is a refusal. */
+static int s_sender_closed_is_refusal(s_sender_t *s) {
+    /* a receiver was there: --exit-with-trainer counts its absence */
+    s->met = 1;
+    s->none_since = tp_now_ns();  /* (its close, next, says the same) */
+    s->closed_in_row++;
+    if (s->closed_in_row < 5 && s_nobody_listens(s->endpoint)) {
+        s->refused_in_row = 0;
+        TP_INFO("send: the receiver at %s closed the connection in the handshake and is "
+                "gone (a trainer that stopped): waiting for the next", s->endpoint);
+        return 0;
+    }
+    if (s->closed_in_row < 5 && ++s->refused_in_row < 3) {
+        TP_DEBUG("send: the receiver at %s closed the connection in the handshake (%d in a "
+                 "row): trying again", s->endpoint, s->refused_in_row);
+        return 0;
+    }
+    return 1;
+}
+
 /* The socket's connection events, never waited for: the count of connected
  * receivers, and a connecting sender's failed handshake (s->failed). A
  * bound sender only warns about a peer that failed: anyone may knock. */
@@ -1274,11 +1438,15 @@ static void s_sender_events(s_sender_t *s) {
             if (!s->ever)
                 TP_INFO("send: connected to a receiver at %s", s->endpoint);
             s->ever = 1;
+            s->closed_in_row = s->refused_in_row = 0;
             s->reported_ns = 0;  /* a new receiver hears who this is soon */
             s_sender_check_peer(s);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && s->connecting &&
+                s->failed == TP_OK && !s_sender_closed_is_refusal(s))
+                continue;
             if (s->connecting && s->failed == TP_OK)
                 s->failed = tp_error(TP_ERR_PEER, "send: the handshake with the receiver "
                                      "at %s failed: %s", s->endpoint,
@@ -1298,7 +1466,7 @@ static tp_status_t s_sender_check(s_sender_t *s) {
         s_sender_events(s);
     if (s->failed < 0)
         return s->failed;
-    if (s->peer_gone_s > 0 && s->ever && s->connected == 0 &&
+    if (s->peer_gone_s > 0 && (s->ever || s->met) && s->connected == 0 &&
         (double)(tp_now_ns() - s->none_since) * 1e-9 >= s->peer_gone_s) {
         tp_error(TP_ERR_PEER, "send: the receiver at %s has been gone for %.0f s",
                  s->endpoint, s->peer_gone_s);
@@ -1318,6 +1486,9 @@ static tp_status_t s_sender_await_receiver(s_sender_t *s) {
             return s->failed;
         if (s->ever || !s->mon)
             return TP_OK;
+        tp_status_t st = s_sender_check(s);  /* a receiver met and gone */
+        if (st != TP_OK)
+            return st;
         if (tp_signal_pending())
             return tp_error(TP_ERR_INTERRUPTED, "send: interrupted by signal %d",
                             tp_signal_pending());
@@ -1432,6 +1603,18 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         tp_error_wrap(rc, "send");
         goto out;
     }
+    s.bind = o.bind;
+    s_sender_where(&s, o.bind ? bound : endpoint);  /* a wildcard's port: after the bind */
+    if (s.report) {
+        /* who this sender is, in the handshake of every connection it
+         * makes: a receiver names it from its first message on, a refused
+         * one too, not only once its report comes (which a refusal may
+         * cut short). A libzmq without ZMQ_METADATA: the report alone. */
+        char prop[600];
+        int n = snprintf(prop, sizeof prop, "%s:", TP_WIRE_SENDER_PROPERTY);
+        s_sender_report_text(&s, s.start, prop + n, sizeof prop - (size_t)n);
+        zmq_setsockopt(sock, ZMQ_METADATA, prop, strlen(prop));
+    }
     int linger = (int)(o.linger_s * 1000);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &o.hwm, sizeof o.hwm);
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
@@ -1476,13 +1659,8 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
      * connected to, or the one it bound (a wildcard's port resolved) */
     char last[TP_STATS_WHERE_MAX] = "";
     size_t ll = sizeof last;
-    if (!o.bind || zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, last, &ll) < 0 || !last[0])
-        snprintf(last, sizeof last, "%.*s", (int)sizeof last - 1, o.bind ? bound : endpoint);
-    snprintf(s.row.where, sizeof s.row.where, "%c%.*s", o.bind ? '@' : '>',
-             (int)sizeof s.row.where - 2, last);  /* cut to the field */
-    for (char *c = s.row.where; *c; c++)  /* one printable field of the report */
-        if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
-            *c = '?';
+    if (o.bind && zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, last, &ll) == 0 && last[0])
+        s_sender_where(&s, last);
     /* the receiver sees this sender as soon as it is connected, before
      * its first datapoint (which may take a while to make) */
     s.start = tp_now_ns();
@@ -1521,7 +1699,7 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
          * ends this sender now, naming both sides (tensorpack's formats
          * are converted there: not checked here) */
         if (s.connecting && !s.ever && strncmp(endpoint, "inproc://", 9) &&
-            (rc = s_sender_await_receiver(&s)) < 0) {
+            (rc = s_sender_await_receiver(&s)) != TP_OK) {
             tp_datapoint_destroy(&dp);
             break;
         }
@@ -1589,9 +1767,11 @@ out:
     /* An interrupted sender should not linger on a peer that may be gone,
      * nor one whose handshake failed on a peer that will never take it. */
     if (sock && (rc == TP_ERR_INTERRUPTED || rc == TP_ERR_PEER)) {
-        /* a receiver of another job: its report goes on, so that the
-         * receiver's log names this sender too, but nothing waits long */
-        int ms = s.job_refused ? 500 : 0;
+        /* a receiver of another job: what is queued goes on (the
+         * receiver's log names this sender from its first message: its
+         * handshake says who it is), but nothing waits long: a linger
+         * waits only while something is still queued */
+        int ms = s.job_refused ? 2000 : 0;
         zmq_setsockopt(sock, ZMQ_LINGER, &ms, sizeof ms);
     }
     if (sock) {

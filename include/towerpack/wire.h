@@ -154,6 +154,15 @@ tp_status_t tp_wire_set_job(void *socket, const char *job);
  * NULL when it gave none. Valid while the frame is. */
 const char *tp_wire_msg_frame_job(tp_wire_msg_t *self, int i);
 
+/* Who a towerpack sender is, in its handshake: the text of its first
+ * report (TP_CTL_REPORT: pid, host, name, addresses), so that a receiver
+ * names it from its first message on, refused or not. */
+#define TP_WIRE_SENDER_PROPERTY "X-Tp-Sender"
+
+/* The value of property `name` ("X-...") of the connection frame i came
+ * in on, or NULL when its sender gave none. Valid while the frame is. */
+const char *tp_wire_msg_frame_property(tp_wire_msg_t *self, int i, const char *name);
+
 /* Ask the receiver bound at `endpoint` (tcp://HOST:PORT or ipc://PATH)
  * for its job id: a ZMTP 3 handshake as a PUSH socket with the NULL
  * mechanism, the receiver's READY read, the connection closed. TP_OK with

@@ -6,6 +6,9 @@
 #include <jansson.h>
 #include "actor_testutil.h"
 #include "proc_testutil.h"
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 static char s_dir[64];
 static char s_plugin[128];
@@ -248,6 +251,56 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     char who[64];
     snprintf(who, sizeof who, "refused tp-worker %d@", pid);
     cr_assert(strstr(buf, who), "the trainer's log names the worker:\n%s", buf);
+    /* once: its handshake names it, so its first message does (a second
+     * line, unnamed then named, was the datapoints before its report) */
+    int lines = 0;
+    for (const char *p = buf; (p = strstr(p, "remote: refused ")); p++)
+        lines++;
+    cr_assert_eq(lines, 1, "the refusal is logged %d times:\n%s", lines, buf);
+}
+
+/* A trainer that stops in the middle of a worker's handshake (a worker
+ * slow to connect; under load in CI): the worker took the closed
+ * connection for a refusal and ended with exit 1 blaming CURVE keys. It is
+ * a receiver gone: --exit-with-trainer ends it (exit 0) saying so. The
+ * "trainer" here is a bare socket that takes the connection, reads the
+ * greeting's start, and goes. */
+Test(proc_worker, a_worker_whose_trainer_stops_mid_handshake_ends_as_gone) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char path[128], ep[140], out[128], buf[16384];
+    snprintf(path, sizeof path, "%s/vanish.sock", s_dir);
+    snprintf(ep, sizeof ep, "ipc://%s", path);
+    snprintf(out, sizeof out, "%s/vanish.txt", s_dir);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    cr_assert_lt(strlen(path), sizeof a.sun_path);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    cr_assert(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 4) == 0,
+              "listen %s: %s", path, strerror(errno));
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--exit-with-trainer=1",
+                     "--log-level", "info", NULL};
+    pu_spawn_opts_t o = {.out = out};
+    int pid = pu_spawn(wargv, &o);
+    struct pollfd pl = {l, POLLIN, 0};
+    cr_assert_eq(poll(&pl, 1, 20000), 1, "the worker never connected");
+    int c = accept(l, NULL, NULL);
+    cr_assert(c >= 0);
+    struct pollfd pc = {c, POLLIN, 0};
+    char greeting[10];
+    cr_assert(poll(&pc, 1, 10000) == 1 && read(c, greeting, sizeof greeting) > 0,
+              "no greeting from the worker");
+    /* gone: nobody listens at the endpoint when the worker learns of it */
+    close(l);
+    unlink(path);
+    close(c);
+    int st = pu_waitpid(pid, 15000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
+    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
+    cr_assert(!strstr(buf, "CURVE"), "a trainer gone taken for a refusal:\n%s", buf);
 }
 
 /* The same with CURVE (the docs' advice off a trusted network): the worker
@@ -293,8 +346,9 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
         cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
     if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
         cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
-    char ep[128], bind[140], logdir[128], out[128], pyout[128], buf[65536];
+    char ep[128], bind[140], logdir[128], out[128], pyout[128], olog[128], buf[65536];
     snprintf(ep, sizeof ep, "ipc://%s/py.sock", s_dir);
+    snprintf(olog, sizeof olog, "%s/other.log", s_dir);
     snprintf(bind, sizeof bind, "@%s", ep);
     snprintf(logdir, sizeof logdir, "%s/log", s_dir);
     snprintf(out, sizeof out, "%s/train.txt", s_dir);
@@ -307,18 +361,37 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     tp_remote_opts_t ro;
     tp_remote_opts_init(&ro);
     ro.job = "run-other";
+    ro.timeout_s = 0.2;  /* each next() below: its refusals, then a timeout */
+    cr_assert_eq(tp_log_set_file(olog), TP_OK);
     tp_dataflow_t *other = tp_df_remote(ep, &ro);
     cr_assert_eq(tp_dataflow_reset_state(other, 0, 0), TP_OK, "%s", tp_last_error());
     char *endless[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
                        "--connect", ep, "--batch", "64", "--job", "run-py", NULL};
     int py = pu_spawn(endless, &po);
-    int pst = pu_waitpid(py, 20000);
+    /* the receiver reads while the sender finds out (its messages are
+     * refused, named by its handshake's X-Tp-Sender) */
+    int pst = -1;
+    for (int t = 0; t < 100 && waitpid(py, &pst, WNOHANG) == 0; t++) {
+        tp_datapoint_t *dp = NULL;
+        tp_status_t rc = tp_dataflow_next(other, &dp);
+        cr_assert_neq(rc, TP_OK, "job run-other took a datapoint of job run-py");
+        pst = -1;
+    }
+    if (pst == -1)
+        pst = pu_waitpid(py, 1000);
     tp_dataflow_destroy(&other);
+    tp_log_set_file(NULL);
     slurp(pyout, buf, sizeof buf);
     cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1,
               "tp_send.py against another job: status %d:\n%s", pst, buf);
     cr_assert(strstr(buf, "it is job 'run-other', this sender was started for job 'run-py'"),
               "%s", buf);
+    slurp(olog, buf, sizeof buf);
+    char pyname[64];
+    snprintf(pyname, sizeof pyname, "remote: refused tp_send.py %d@", py);
+    const char *named = strstr(buf, pyname);
+    cr_assert(named && !strstr(named + 1, "remote: refused "),
+              "the receiver names the Python sender once:\n%s", buf);
     unlink(pyout);
     py = pu_spawn(pargv, &po);
     char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--model", "mlp", "--epochs", "1",

@@ -46,6 +46,7 @@ CTL_MAGIC, CTL_ERROR, CTL_PAD, CTL_REPORT = 0x314C4354, 2, 4, 6   # "TCL1", cont
 RUNNING, DONE = 1, 3                         # tp_actor_state_t
 JOB_PROPERTY = b"X-Tp-Job"
 COMPS_PROPERTY = b"X-Tp-Comps"
+SENDER_PROPERTY = b"X-Tp-Sender"  # who it is: its first report's text
 DTYPE_NAMES = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
 
 
@@ -226,6 +227,15 @@ class Sender:
         self.sock.setsockopt(zmq.LINGER, 2000)
         if job:  # the job handshake: the trainer refuses another job's sender
             self.sock.setsockopt(zmq.METADATA, JOB_PROPERTY + b":" + job.encode())
+        self.pid, self.host = os.getpid(), _host()
+        self.name = ("%.24s %d@%s" % (name, self.pid, self.host))[:47]
+        self.start = time.monotonic_ns()
+        self.blocked_ns, self.msgs, self.bytes, self.reported = 0, 0, 0, 0
+        # who it is, in the handshake of every connection: the receiver names
+        # it from its first message on (a refused one too), before its report
+        self.where = self._where(endpoint, bind)
+        self.sock.setsockopt(zmq.METADATA, SENDER_PROPERTY + b":" +
+                             self._report_text(RUNNING, self.start).encode())
         self.mon = self.sock.get_monitor_socket(
             zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         (self.sock.bind if bind else self.sock.connect)(endpoint)
@@ -233,17 +243,23 @@ class Sender:
         self.job, self.bind = job, bind
         # where it is, for the receiver's log and tp-top: '>' the endpoint it
         # connected to, '@' the one it bound (a wildcard's port resolved)
-        where = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode() if bind else endpoint
-        self.where = ("@" if bind else ">") + "".join(
-            c if " " <= c <= "~" else "?" for c in where)[:126]
+        if bind:
+            self.where = self._where(self.sock.getsockopt(zmq.LAST_ENDPOINT).decode(), bind)
         self.gone_s = exit_with_trainer
         self.connected, self.ever, self.none_since = 0, False, time.monotonic()
         self.want, self.want_text = None, ""  # the receiver's components
-        self.pid, self.host = os.getpid(), _host()
-        self.name = ("%.24s %d@%s" % (name, self.pid, self.host))[:47]
-        self.start = time.monotonic_ns()
-        self.blocked_ns, self.msgs, self.bytes, self.reported = 0, 0, 0, 0
         self._report(RUNNING)
+
+    @staticmethod
+    def _where(addr, bind):
+        return ("@" if bind else ">") + "".join(
+            c if " " <= c <= "~" else "?" for c in addr)[:126]
+
+    def _report_text(self, state, now):
+        alive = now - self.start
+        return "%d\t%s\t%s\t%d\t%d\t%d\t%d\t0\t%d\t%d\t%s" % (
+            self.pid, self.host, self.name, state, alive, max(0, alive - self.blocked_ns),
+            self.blocked_ns, self.msgs, self.bytes, self.where)
 
     def _events(self):
         while self.mon.poll(0):
@@ -274,10 +290,7 @@ class Sender:
         now = time.monotonic_ns()
         if not force and now - self.reported < 500_000_000:
             return
-        alive = now - self.start
-        text = "%d\t%s\t%s\t%d\t%d\t%d\t%d\t0\t%d\t%d\t%s" % (
-            self.pid, self.host, self.name, state, alive, max(0, alive - self.blocked_ns),
-            self.blocked_ns, self.msgs, self.bytes, self.where)
+        text = self._report_text(state, now)
         try:
             self.sock.send(struct.pack("<IB3xI", CTL_MAGIC, CTL_REPORT, 0) + text.encode(),
                            zmq.NOBLOCK)
