@@ -114,6 +114,23 @@ static tp_status_t s_read_all(int fd, void *buf, size_t n, uint64_t deadline_ns,
     return TP_OK;
 }
 
+int tp_wire_tcp_host(const char *ep, char *host, size_t size, const char **port) {
+    if (strncmp(ep, "tcp://", 6))
+        return -1;
+    const char *hp = ep + 6, *colon = strrchr(hp, ':');
+    if (!colon || strchr(hp, ';') || (size_t)(colon - hp) >= size)
+        return -1;
+    size_t hl = (size_t)(colon - hp);
+    if (hl >= 2 && hp[0] == '[' && hp[hl - 1] == ']') {
+        hp++;
+        hl -= 2;
+    }
+    memcpy(host, hp, hl);
+    host[hl] = '\0';
+    *port = colon + 1;
+    return 0;
+}
+
 /* A non-blocking socket connected to ep's address, or a negative status. */
 static int s_connect(const char *ep, uint64_t deadline_ns, tp_status_t *st) {
     int fd = -1;
@@ -141,22 +158,15 @@ static int s_connect(const char *ep, uint64_t deadline_ns, tp_status_t *st) {
     } else {
         /* tcp://HOST:PORT, HOST possibly [v6]; no interface or source part */
         char host[256];
-        const char *hp = ep + 6, *colon = strrchr(hp, ':');
-        if (!colon || strchr(hp, ';') || (size_t)(colon - hp) >= sizeof host) {
+        const char *port;
+        if (tp_wire_tcp_host(ep, host, sizeof host, &port) < 0) {
             *st = tp_error(TP_ERR_UNSUPPORTED, "job probe: endpoint %s", ep);
             return -1;
         }
-        size_t hl = (size_t)(colon - hp);
-        if (hl >= 2 && hp[0] == '[' && hp[hl - 1] == ']') {
-            hp++;
-            hl -= 2;
-        }
-        memcpy(host, hp, hl);
-        host[hl] = '\0';
         struct addrinfo hints, *res = NULL;
         memset(&hints, 0, sizeof hints);
         hints.ai_socktype = SOCK_STREAM;
-        int g = getaddrinfo(host, colon + 1, &hints, &res);
+        int g = getaddrinfo(host, port, &hints, &res);
         if (g != 0 || !res) {
             *st = tp_error(TP_ERR_IO, "job probe: %s: %s", ep, gai_strerror(g));
             return -1;

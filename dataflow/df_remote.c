@@ -1337,25 +1337,15 @@ static int s_nobody_listens(const char *ep) {
         close(fd);
         return gone;
     }
-    if (strncmp(ep, "tcp://", 6))
-        return 0;
-    /* tcp://HOST:PORT, HOST possibly [v6]; an interface or source part
-     * (';') cannot be told */
+    /* tcp://HOST:PORT; an interface or source part (';') cannot be told */
     char host[256];
-    const char *hp = ep + 6, *colon = strrchr(hp, ':');
-    if (!colon || strchr(hp, ';') || (size_t)(colon - hp) >= sizeof host)
+    const char *port;
+    if (tp_wire_tcp_host(ep, host, sizeof host, &port) < 0)
         return 0;
-    size_t hl = (size_t)(colon - hp);
-    if (hl >= 2 && hp[0] == '[' && hp[hl - 1] == ']') {
-        hp++;
-        hl -= 2;
-    }
-    memcpy(host, hp, hl);
-    host[hl] = '\0';
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res)
+    if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
         return 0;
     /* "localhost" may be ::1 and 127.0.0.1, the receiver on one of them */
     gone = 1;

@@ -163,6 +163,12 @@ const char *tp_wire_msg_frame_job(tp_wire_msg_t *self, int i);
  * in on, or NULL when its sender gave none. Valid while the frame is. */
 const char *tp_wire_msg_frame_property(tp_wire_msg_t *self, int i, const char *name);
 
+/* The host and port of a tcp://HOST:PORT endpoint: HOST (an IPv6
+ * address's brackets dropped) into host[size], *port into ep. 0, or -1
+ * for another transport, an interface or source part (';'), a host longer
+ * than size. */
+int tp_wire_tcp_host(const char *ep, char *host, size_t size, const char **port);
+
 /* Ask the receiver bound at `endpoint` (tcp://HOST:PORT or ipc://PATH)
  * for its job id: a ZMTP 3 handshake as a PUSH socket with the NULL
  * mechanism, the receiver's READY read, the connection closed. TP_OK with

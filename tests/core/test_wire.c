@@ -644,3 +644,20 @@ Test(wire, components_of_a_receiver_travel_in_the_probe) {
     zmq_close(anon);
     zmq_ctx_term(ctx);
 }
+
+Test(wire, a_tcp_endpoint_splits_into_host_and_port) {
+    char host[64];
+    const char *port = NULL;
+    cr_assert_eq(tp_wire_tcp_host("tcp://10.0.0.7:5555", host, sizeof host, &port), 0);
+    cr_expect_str_eq(host, "10.0.0.7");
+    cr_expect_str_eq(port, "5555");
+    cr_assert_eq(tp_wire_tcp_host("tcp://[::1]:7000", host, sizeof host, &port), 0);
+    cr_expect_str_eq(host, "::1", "the brackets dropped");
+    cr_expect_str_eq(port, "7000");
+    cr_expect_eq(tp_wire_tcp_host("ipc:///tmp/a.sock", host, sizeof host, &port), -1);
+    cr_expect_eq(tp_wire_tcp_host("tcp://eth0;10.0.0.7:5555", host, sizeof host, &port), -1,
+                 "an interface part");
+    cr_expect_eq(tp_wire_tcp_host("tcp://nohost", host, sizeof host, &port), -1);
+    cr_expect_eq(tp_wire_tcp_host("tcp://a-very-long-host-name:1", host, 8, &port), -1,
+                 "longer than the buffer");
+}

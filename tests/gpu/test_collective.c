@@ -150,9 +150,10 @@ static void *s_fused_rank(void *p) {
     return NULL;
 }
 
-static void s_fused_case(tp_backend_t *b, float mu, int nesterov) {
-    static float g[2][S_FR][S_FN], w[2][S_FN], v[2][S_FN];
-    uint64_t x = 12345;
+/* Two identical copies (k 0 and 1) of every rank's gradient, the weights
+ * and the momentum, from the seed. */
+static void s_fused_fill(float g[2][S_FR][S_FN], float w[2][S_FN], float v[2][S_FN],
+                         uint64_t x) {
     for (int i = 0; i < S_FN; i++) {
         for (int r = 0; r < S_FR; r++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -161,20 +162,31 @@ static void s_fused_case(tp_backend_t *b, float mu, int nesterov) {
         w[0][i] = w[1][i] = (float)((i * 37) % 101) / 7.0f - 7.0f;
         v[0][i] = v[1][i] = (float)((i * 13) % 17) / 29.0f;
     }
+}
+
+/* Every rank of a[] (a[r] given but for its rank's buffers) on a thread of
+ * its own, through fn; asserts each one's status. */
+static void s_fused_ranks(s_fused_arg_t *a, void *(*fn)(void *)) {
+    pthread_t th[S_FR];
+    for (int r = 0; r < S_FR; r++)
+        cr_assert_eq(pthread_create(&th[r], NULL, fn, &a[r]), 0);
+    for (int r = 0; r < S_FR; r++) {
+        pthread_join(th[r], NULL);
+        cr_assert_eq(a[r].rc, TP_OK, "rank %d: %s", r, tp_last_error());
+    }
+}
+
+static void s_fused_case(tp_backend_t *b, float mu, int nesterov) {
+    static float g[2][S_FR][S_FN], w[2][S_FN], v[2][S_FN];
+    s_fused_fill(g, w, v, 12345);
     for (int k = 0; k < 2; k++) {  /* k 0: allreduce then sgd_update; 1: fused */
         tp_comm_t *comm = b->ops->comm_new(b, S_FR);
         cr_assert_not_null(comm);
         s_fused_arg_t a[S_FR];
-        pthread_t th[S_FR];
-        for (int r = 0; r < S_FR; r++) {
+        for (int r = 0; r < S_FR; r++)
             a[r] = (s_fused_arg_t){b, comm, r, k, g[k][r], w[k], mu > 0 ? v[k] : NULL,
                                    0.05f, mu, nesterov, TP_OK};
-            cr_assert_eq(pthread_create(&th[r], NULL, s_fused_rank, &a[r]), 0);
-        }
-        for (int r = 0; r < S_FR; r++) {
-            pthread_join(th[r], NULL);
-            cr_assert_eq(a[r].rc, TP_OK, "rank %d: %s", r, tp_last_error());
-        }
+        s_fused_ranks(a, s_fused_rank);
         if (k == 0)
             cr_assert_eq(b->ops->sgd_update(b, NULL, w[0], g[0][0], mu > 0 ? v[0] : NULL,
                                             S_FN, 0.05f, mu, nesterov), TP_OK);
@@ -222,28 +234,14 @@ Test(collective, allreduce_fused_with_decayed_sgd_gives_allreduce_then_the_updat
     cr_assert_not_null(b);
     cr_assert_not_null(b->ops->allreduce_sgd_wd, "the CPU backend fuses the decayed update");
     static float g[2][S_FR][S_FN], w[2][S_FN], v[2][S_FN];
-    uint64_t x = 777;
-    for (int i = 0; i < S_FN; i++) {
-        for (int r = 0; r < S_FR; r++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            g[0][r][i] = g[1][r][i] = (float)((int64_t)(x >> 40) - (1 << 23)) / 3e6f;
-        }
-        w[0][i] = w[1][i] = (float)((i * 37) % 101) / 7.0f - 7.0f;
-        v[0][i] = v[1][i] = (float)((i * 13) % 17) / 29.0f;
-    }
+    s_fused_fill(g, w, v, 777);
     for (int k = 0; k < 2; k++) {
         tp_comm_t *comm = b->ops->comm_new(b, S_FR);
         cr_assert_not_null(comm);
         s_fused_arg_t a[S_FR];
-        pthread_t th[S_FR];
-        for (int r = 0; r < S_FR; r++) {
+        for (int r = 0; r < S_FR; r++)
             a[r] = (s_fused_arg_t){b, comm, r, k, g[k][r], w[k], v[k], 0.05f, 0.9f, 0, TP_OK};
-            cr_assert_eq(pthread_create(&th[r], NULL, s_fused_wd_rank, &a[r]), 0);
-        }
-        for (int r = 0; r < S_FR; r++) {
-            pthread_join(th[r], NULL);
-            cr_assert_eq(a[r].rc, TP_OK, "rank %d: %s", r, tp_last_error());
-        }
+        s_fused_ranks(a, s_fused_wd_rank);
         for (int s = 0; k == 0 && s < S_WD_NSEG; s++) {
             const size_t o = s_wd_seg[s], n = s_wd_seg[s + 1] - o;
             cr_assert_eq(s_wd_decay[s] > 0
