@@ -3,7 +3,7 @@
 step, towerpack against PyTorch with torchvision (issue 43).
 
   nice /usr/bin/python3 bench/images/resnet18.py [--build DIR] [--dir DIR]
-        [--batch 16] [--warmup 2] [--steps 10] [--rounds 2] [--checkpoints]
+        [--batch 16] [--warmup 6] [--steps 10] [--rounds 2] [--checkpoints]
         [--tp 2x1,1x1,1x2] [--torch 0x1,0x2,1x1,1x2,2x1,2x2]
 
 The folder: the synthetic colour data set (bench/images/gen_colour.py:
@@ -28,7 +28,12 @@ asking for its batch to the end of its update, data loading included.
              of momentum) is written by its own thread while the next
              epoch's steps run, about 0.1 CPU s a save, which at these
              2-step epochs took 10-25% of the timed steps' cores (a real
-             epoch of this folder is 24 steps). Configurations
+             epoch of this folder is 24 steps). The epochs are WARMUP
+             steps long (6 by default; 2 until session 29): each ends in
+             validation, whose pass leaves the next epoch's first step
+             cold, which 2-step epochs paid every other step (3-4% of the
+             loop; 1.52x against 1.72x PyTorch in one sitting) and a real
+             epoch amortises; the peer validates nothing. Configurations
              TOWERSxTHREADS: --tp 2x1 is tp-train's default on 2 cores.
   PyTorch    bench/peers/resnet18_torch.py --lighting 0.1: ImageFolder (PIL)
              + DataLoader; configurations WORKERSxTHREADS (DataLoader
@@ -106,7 +111,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--dir", default="/tmp/towerpack-bench-colour")
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=6)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--checkpoints", action="store_true",
