@@ -519,13 +519,19 @@ Test(input_stats, a_step_waiting_in_a_custom_input_still_publishes_statistics,
 
 /* ---- towers count their own steps ------------------------------------------- */
 
-Test(input_stats, towers_count_their_own_steps) {
+/* tu_linear_model on 2 towers of one thread, batch 8. */
+static tp_model_t *s_two_towers_model(void) {
     tp_model_config_t mc = tp_model_config_default();
     mc.towers = 2;
     mc.batch = 8;
     mc.threads = 1;
     tp_model_t *m = tp_model_new(tu_linear_model(), &mc);
     cr_assert_not_null(m, "%s", tp_last_error());
+    return m;
+}
+
+Test(input_stats, towers_count_their_own_steps) {
+    tp_model_t *m = s_two_towers_model();
     tp_towers_t *tw = tp_towers_new(m, 2, TP_RUN_TRAIN, NULL);
     cr_assert_not_null(tw, "%s", tp_last_error());
     tp_input_t *in = tp_input_feed(tu_blobs(256, 4, 0.7f, 99, 8, 0, 0));
@@ -607,12 +613,7 @@ Test(input_stats, towers_pin_their_threads_to_their_cores_only_when_asked) {
     CPU_SET(cpu[0], &two);
     CPU_SET(cpu[1], &two);
     cr_assert_eq(sched_setaffinity(0, sizeof two, &two), 0);
-    tp_model_config_t mc = tp_model_config_default();
-    mc.towers = 2;
-    mc.batch = 8;
-    mc.threads = 1;
-    tp_model_t *m = tp_model_new(tu_linear_model(), &mc);
-    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_model_t *m = s_two_towers_model();
     for (int pin = 1; pin >= 0; pin--) {
         if (pin)
             setenv("TP_PIN_TOWERS", "1", 1);
