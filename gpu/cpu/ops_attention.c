@@ -25,8 +25,11 @@
  * the baseline and picked at load; the tiles' products are explicit
  * fused multiply-adds (fmaf), nothing else is contracted, so every clone
  * gives the same bits; measured faster here than OpenBLAS sgemm on tiles
- * this small (docs/performance.md). */
+ * this small (docs/performance.md). Where the CPU has AVX-512 the
+ * products go through s_wide's 4 x 64 register blocks instead (the same
+ * fused multiply-adds in the same order per element: the same bits). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
@@ -67,6 +70,7 @@ typedef struct {
     int64_t tq, tk, d;
     float scale;
     int causal;
+    int wide;              /* the products through s_wide (s_pick_wide) */
     float *lse;            /* [items, Tq] log-sum-exp of each query row */
     float *dot;            /* [items, Tq] rowsum(dO * O) (backward) */
     float *mrun;           /* [items, Tq] the backward's running max (no stash) */
@@ -95,6 +99,8 @@ static size_t s_per(int64_t d) {
     return S_ROUND((size_t)(2 * d * S_BK + 2 * S_BQ * S_BK + 2 * S_BQ));
 }
 
+static int s_pick_wide(void);
+
 static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
     const tp_shape_t *qs = &c->xshape[0];
     const int r = qs->ndim;
@@ -107,6 +113,7 @@ static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
     g->d = qs->d[r - 1];
     g->scale = c->attr->alpha;
     g->causal = c->attr->beta != 0.0f;
+    g->wide = s_pick_wide();
     g->per = s_per(g->d);
     /* the stash: every visited tile's S_BQ x S_BK e^(score - m) and its
      * rows' m, so the backward need neither recompute q k^T (nor
@@ -233,6 +240,115 @@ s_block(float *restrict cm, int64_t ldc, const float *restrict am, int64_t lda, 
         }
 }
 
+/* The same products with AVX-512 intrinsics, picked at run time where the
+ * CPU has them (TP_ISA=avx2 or plain says not, as ops_cpu.c's cast): a
+ * block of up to 4 rows x 64 columns of C in registers while k runs (16
+ * accumulators where s_block's 4 x 16 has 4, so the fused multiply-adds'
+ * latency is hidden and each broadcast of A feeds 4 of them; s_block's
+ * 4 x 32 through GCC's vectoriser was slower). Every element still starts
+ * from C or 0 and adds its terms in k order, one correctly rounded fused
+ * multiply-add each (the instruction fmaf is): the bits of s_block. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define S_WIDE 1
+#include <immintrin.h>
+
+#define S_WIDE_TARGET __attribute__((target("avx512f,fma")))
+
+/* R rows x NC vectors of 16 columns, the last vector's lanes past the
+ * columns masked off (zeros loaded, nothing stored). */
+static inline __attribute__((always_inline)) S_WIDE_TARGET void
+s_wide_block(const int R, const int NC, __mmask16 last, float *restrict cm, int64_t ldc,
+             const float *restrict am, int64_t lda, int64_t ak, const float *restrict bm,
+             int64_t ldb, int64_t k0, int64_t k1, int acc) {
+    __m512 cr[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NC; v++) {
+            const __mmask16 mk = v == NC - 1 ? last : (__mmask16)0xffff;
+            cr[r][v] = acc ? _mm512_maskz_loadu_ps(mk, cm + r * ldc + 16 * v)
+                           : _mm512_setzero_ps();
+        }
+    for (int64_t k = k0; k < k1; k++) {
+        const float *restrict b = bm + k * ldb;
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NC; v++)
+            bv[v] = v == NC - 1 ? _mm512_maskz_loadu_ps(last, b + 16 * v)
+                                : _mm512_loadu_ps(b + 16 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 a = _mm512_set1_ps(am[r * lda + k * ak]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NC; v++)
+                cr[r][v] = _mm512_fmadd_ps(a, bv[v], cr[r][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NC; v++)
+            _mm512_mask_storeu_ps(cm + r * ldc + 16 * v,
+                                  v == NC - 1 ? last : (__mmask16)0xffff, cr[r][v]);
+}
+
+/* s_block's product for rows <= 4 and any cols, in column panels of 64. */
+static S_WIDE_TARGET __attribute__((noinline)) void
+s_wide(float *restrict cm, int64_t ldc, const float *restrict am, int64_t lda, int64_t ak,
+       const float *restrict bm, int64_t ldb, int64_t k0, int64_t k1, int acc, int64_t rows,
+       int64_t cols) {
+    for (int64_t cb = 0; cb < cols; cb += 64) {
+        const int64_t w = cols - cb < 64 ? cols - cb : 64;
+        const int nc = (int)((w + 15) / 16);
+        const __mmask16 last = (__mmask16)(0xffffu >> (16 * nc - w));
+#define S_WIDE_CASE(R, NC)                                                                  \
+    case (R) * 8 + (NC):                                                                    \
+        s_wide_block(R, NC, last, cm + cb, ldc, am, lda, ak, bm + cb, ldb, k0, k1, acc);    \
+        break;
+        switch (rows * 8 + nc) {
+            S_WIDE_CASE(4, 4) S_WIDE_CASE(4, 3) S_WIDE_CASE(4, 2) S_WIDE_CASE(4, 1)
+            S_WIDE_CASE(3, 4) S_WIDE_CASE(3, 3) S_WIDE_CASE(3, 2) S_WIDE_CASE(3, 1)
+            S_WIDE_CASE(2, 4) S_WIDE_CASE(2, 3) S_WIDE_CASE(2, 2) S_WIDE_CASE(2, 1)
+            S_WIDE_CASE(1, 4) S_WIDE_CASE(1, 3) S_WIDE_CASE(1, 2) S_WIDE_CASE(1, 1)
+        default:
+            break;
+        }
+#undef S_WIDE_CASE
+    }
+}
+#endif
+
+/* Whether the products go through s_wide: the CPU has AVX-512 and TP_ISA
+ * does not cap it. Read at each call (a test switches it). */
+static int s_pick_wide(void) {
+#ifdef S_WIDE
+    const char *cap = getenv("TP_ISA");
+    __builtin_cpu_init();
+    return (!cap || !strcmp(cap, "avx512")) && __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
+/* C[rows][cols] (+)= A B over k in [k0, k1), rows <= 4: s_wide's panels
+ * where picked, else s_block's 16 columns at a time (the same bits). */
+static inline __attribute__((always_inline)) void
+s_rows_product(int wide, float *restrict cm, int64_t ldc, const float *restrict am,
+               int64_t lda, int64_t ak, const float *restrict bm, int64_t ldb, int64_t k0,
+               int64_t k1, int acc, int64_t rows, int64_t cols) {
+#ifdef S_WIDE
+    if (wide) {
+        s_wide(cm, ldc, am, lda, ak, bm, ldb, k0, k1, acc, rows, cols);
+        return;
+    }
+#else
+    (void)wide;
+#endif
+    for (int64_t cb = 0; cb < cols; cb += 16)
+        s_block(cm + cb, ldc, am, lda, ak, bm + cb, ldb, k0, k1, acc, rows,
+                cols - cb < 16 ? cols - cb : 16);
+}
+
 /* The keys query i sees in the tile at j0 of nk keys: all, or up to i. */
 static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
     if (!causal)
@@ -248,36 +364,34 @@ static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
  * comes after, in the softmax's pass, the same in the forward and the
  * backward. */
 static inline __attribute__((always_inline)) void
-s_tile_scores(const float *restrict a, const float *restrict bt, int64_t d, int64_t nq,
+s_tile_scores(int wide, const float *restrict a, const float *restrict bt, int64_t d, int64_t nq,
               int64_t nk, int64_t i0, int64_t j0, int causal, float *restrict scores) {
     for (int64_t rb = 0; rb < nq; rb += 4) {
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         /* whole blocks of 16: the columns past the keys are zeros in bt */
         const int64_t ncols = s_visible(causal, i0 + rb + rows - 1, j0, nk);
-        for (int64_t cb = 0; cb < ncols; cb += 16)
-            s_block(scores + rb * S_BK + cb, S_BK, a + rb * d, d, 1, bt + cb, S_BK, 0, d, 0,
-                    rows, 16);
+        s_rows_product(wide, scores + rb * S_BK, S_BK, a + rb * d, d, 1, bt, S_BK, 0, d, 0,
+                       rows, (ncols + 15) & ~(int64_t)15);
     }
 }
 
 /* out[nq][d] += w[nq][nk] rows[nk][d]: each 4-row block only over the keys
  * it sees (w is 0 past a row's own). */
 static inline __attribute__((always_inline)) void
-s_tile_rows(float *restrict out, const float *restrict w, const float *restrict rows_,
+s_tile_rows(int wide, float *restrict out, const float *restrict w, const float *restrict rows_,
             int64_t d, int64_t nq, int64_t nk, int64_t i0, int64_t j0, int causal) {
     for (int64_t rb = 0; rb < nq; rb += 4) {
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         const int64_t kh = s_visible(causal, i0 + rb + rows - 1, j0, nk);
-        for (int64_t cb = 0; cb < d; cb += 16)
-            s_block(out + rb * d + cb, d, w + rb * S_BK, S_BK, 1, rows_ + cb, d, 0, kh, 1, rows,
-                    d - cb < 16 ? d - cb : 16);
+        s_rows_product(wide, out + rb * d, d, w + rb * S_BK, S_BK, 1, rows_, d, 0, kh, 1, rows,
+                       d);
     }
 }
 
 /* out[nk][d] += w^T[nk][nq] rows[nq][d] (dV from P and dO, dK from dS and
  * q): each 4-key block only over the queries that see it. */
 static inline __attribute__((always_inline)) void
-s_tile_cols(float *restrict out, const float *restrict w, const float *restrict rows_,
+s_tile_cols(int wide, float *restrict out, const float *restrict w, const float *restrict rows_,
             int64_t d, int64_t nq, int64_t nk, int64_t i0, int64_t j0, int causal) {
     for (int64_t kb = 0; kb < nk; kb += 4) {
         const int64_t keys = nk - kb < 4 ? nk - kb : 4;
@@ -285,9 +399,7 @@ s_tile_cols(float *restrict out, const float *restrict w, const float *restrict 
         lo = lo < 0 ? 0 : lo;
         if (lo >= nq)
             continue;
-        for (int64_t cb = 0; cb < d; cb += 16)
-            s_block(out + kb * d + cb, d, w + kb, 1, S_BK, rows_ + cb, d, lo, nq, 1, keys,
-                    d - cb < 16 ? d - cb : 16);
+        s_rows_product(wide, out + kb * d, d, w + kb, 1, S_BK, rows_, d, lo, nq, 1, keys, d);
     }
 }
 
@@ -376,7 +488,7 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
         /* causal: the query tiles that reach this key tile (Tq = Tk) */
         for (int64_t i0 = causal ? j0 : 0; i0 < tq; i0 += S_BQ) {
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
-            s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            s_tile_scores(g->wide, q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
             const size_t pair = s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ);
             float *st = stash ? stash + pair * S_BQ * S_BK : NULL;
             float *smax = stash ? stash + g->smax + pair * S_BQ : NULL;
@@ -407,7 +519,7 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
                 for (int64_t j = lim; j < nk; j++)
                     prow_out[j] = 0.0f;
             }
-            s_tile_rows(o + i0 * d, st ? st : pt, v + j0 * d, d, nq, nk, i0, j0, causal);
+            s_tile_rows(g->wide, o + i0 * d, st ? st : pt, v + j0 * d, d, nq, nk, i0, j0, causal);
         }
     }
     for (int64_t i = 0; i < tq; i++) {
@@ -501,9 +613,9 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
             const float *st = stash ? stash + pair * S_BQ * S_BK : NULL;
             const float *smax = stash ? stash + g->smax + pair * S_BQ : NULL;
             if (!st)
-                s_tile_scores(q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+                s_tile_scores(g->wide, q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
             if (need_ds)
-                s_tile_scores(dout + i0 * d, vt, d, nq, nk, i0, j0, causal, dst);
+                s_tile_scores(g->wide, dout + i0 * d, vt, d, nq, nk, i0, j0, causal, dst);
             const float scale = g->scale;
             for (int64_t r = 0; r < nq; r++) {
                 const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
@@ -533,11 +645,11 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
                     dsrow[j] = 0.0f;
             }
             if (dv)
-                s_tile_cols(dv + j0 * d, pt, dout + i0 * d, d, nq, nk, i0, j0, causal);
+                s_tile_cols(g->wide, dv + j0 * d, pt, dout + i0 * d, d, nq, nk, i0, j0, causal);
             if (dk)
-                s_tile_cols(dk + j0 * d, dst, q + i0 * d, d, nq, nk, i0, j0, causal);
+                s_tile_cols(g->wide, dk + j0 * d, dst, q + i0 * d, d, nq, nk, i0, j0, causal);
             if (dq)
-                s_tile_rows(dq + i0 * d, dst, k + j0 * d, d, nq, nk, i0, j0, causal);
+                s_tile_rows(g->wide, dq + i0 * d, dst, k + j0 * d, d, nq, nk, i0, j0, causal);
         }
     }
 }

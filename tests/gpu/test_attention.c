@@ -373,6 +373,89 @@ Test(attention, kernel_matches_a_double_reference_at_odd_sizes) {
     tp_cpu_attention_stash_limit_ = limit;
 }
 
+/* ---- the AVX-512 products against the portable ones ------------------- */
+
+/* y, dq, dk, dv of one (Tq, Tk, D) case on 2 heads, the products picked
+ * by TP_ISA (isa NULL: the widest the CPU has), into out (4 buffers of
+ * at least 2 max(Tq, Tk) D floats). */
+static void s_isa_run(const char *isa, int64_t tq, int64_t tk, int64_t d, int causal,
+                      float *const out[4]) {
+    tp_shape_t xs[3];
+    xs[0] = (tp_shape_t){.ndim = 4, .d = {1, 2, tq, d}};
+    xs[1] = xs[2] = (tp_shape_t){.ndim = 4, .d = {1, 2, tk, d}};
+    const size_t nq = (size_t)(2 * tq * d), nk = (size_t)(2 * tk * d);
+    uint64_t seed = 5;
+    float *q = malloc(nq * sizeof(float)), *dy = malloc(nq * sizeof(float));
+    float *k = malloc(nk * sizeof(float)), *v = malloc(nk * sizeof(float));
+    cr_assert(q && dy && k && v);
+    for (size_t j = 0; j < nq; j++) {
+        q[j] = s_rand(&seed);
+        dy[j] = s_rand(&seed);
+    }
+    for (size_t j = 0; j < nk; j++) {
+        k[j] = s_rand(&seed);
+        v[j] = s_rand(&seed);
+    }
+    for (size_t j = 0; j < nq; j++)
+        out[1][j] = 0.5f; /* dq accumulates */
+    tp_op_attr_t at = {.alpha = 0.15f, .beta = causal ? 1.0f : 0.0f};
+    const void *xin[3] = {q, k, v};
+    float *dx[3] = {out[1], out[2], out[3]};
+    const int acc[3] = {1, 0, 0};
+    tp_op_call_t c = {.kind = TP_OP_ATTENTION, .attr = &at, .name = "att", .ninputs = 3,
+                      .x = xin, .xshape = xs, .y = out[0], .yshape = xs[0], .dx = dx,
+                      .dx_acc = acc, .dy = dy};
+    c.workspace_bytes = tp_cpu_op_workspace(NULL, &c);
+    c.workspace = malloc(c.workspace_bytes);
+    cr_assert_not_null(c.workspace);
+    if (isa)
+        setenv("TP_ISA", isa, 1);
+    else
+        unsetenv("TP_ISA");
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+    unsetenv("TP_ISA");
+    free(c.workspace);
+    free(q), free(dy), free(k), free(v);
+}
+
+/* The tile products' AVX-512 blocks (4 rows x 64 columns, masked at D's
+ * edge) give the portable 4 x 16 blocks' bits: D of 1-3 vectors with a
+ * masked last one, of two 64-column panels, rows off the 4-row blocks,
+ * the causal diagonal, stashed and recomputed alike. On a CPU without
+ * AVX-512 both runs are the portable ones. */
+Test(attention, wide_products_give_the_portable_bits) {
+    static const int64_t cases[][4] = {
+        {130, 130, 64, 1}, {75, 75, 40, 1}, {150, 150, 72, 1}, {9, 83, 12, 0}, {70, 133, 24, 0},
+    };
+    const size_t limit = tp_cpu_attention_stash_limit_;
+    for (int stash = 1; stash >= 0; stash--) {
+        tp_cpu_attention_stash_limit_ = stash ? limit : 0;
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            const int64_t tq = cases[ci][0], tk = cases[ci][1], d = cases[ci][2];
+            const int causal = (int)cases[ci][3];
+            const size_t n = (size_t)(2 * (tq > tk ? tq : tk) * d);
+            float *wide[4], *plain[4];
+            for (int i = 0; i < 4; i++) {
+                wide[i] = calloc(n, sizeof(float));
+                plain[i] = calloc(n, sizeof(float));
+                cr_assert(wide[i] && plain[i]);
+            }
+            s_isa_run(NULL, tq, tk, d, causal, wide);
+            s_isa_run("plain", tq, tk, d, causal, plain);
+            for (int i = 0; i < 4; i++) {
+                cr_expect_eq(memcmp(wide[i], plain[i], n * sizeof(float)), 0,
+                             "%s differs (Tq %ld Tk %ld D %ld causal %d stash %d)",
+                             (const char *[]){"y", "dq", "dk", "dv"}[i], (long)tq, (long)tk,
+                             (long)d, causal, stash);
+                free(wide[i]);
+                free(plain[i]);
+            }
+        }
+    }
+    tp_cpu_attention_stash_limit_ = limit;
+}
+
 /* ---- no T x T scores ------------------------------------------------------ */
 
 static size_t s_workspace(int64_t t) {
