@@ -378,28 +378,31 @@ s_tile_scores(int wide, const float *restrict a, const float *restrict bt, int64
 /* out[nq][d] += w[nq][nk] rows[nk][d]: each 4-row block only over the keys
  * it sees (w is 0 past a row's own). */
 static inline __attribute__((always_inline)) void
-s_tile_rows(int wide, float *restrict out, const float *restrict w, const float *restrict rows_,
-            int64_t d, int64_t nq, int64_t nk, int64_t i0, int64_t j0, int causal) {
+s_tile_rows(int wide, int acc, float *restrict out, const float *restrict w,
+            const float *restrict rows_, int64_t d, int64_t nq, int64_t nk, int64_t i0,
+            int64_t j0, int causal) {
     for (int64_t rb = 0; rb < nq; rb += 4) {
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         const int64_t kh = s_visible(causal, i0 + rb + rows - 1, j0, nk);
-        s_rows_product(wide, out + rb * d, d, w + rb * S_BK, S_BK, 1, rows_, d, 0, kh, 1, rows,
-                       d);
+        s_rows_product(wide, out + rb * d, d, w + rb * S_BK, S_BK, 1, rows_, d, 0, kh, acc,
+                       rows, d);
     }
 }
 
 /* out[nk][d] += w^T[nk][nq] rows[nq][d] (dV from P and dO, dK from dS and
  * q): each 4-key block only over the queries that see it. */
 static inline __attribute__((always_inline)) void
-s_tile_cols(int wide, float *restrict out, const float *restrict w, const float *restrict rows_,
-            int64_t d, int64_t nq, int64_t nk, int64_t i0, int64_t j0, int causal) {
+s_tile_cols(int wide, int acc, float *restrict out, const float *restrict w,
+            const float *restrict rows_, int64_t d, int64_t nq, int64_t nk, int64_t i0,
+            int64_t j0, int causal) {
     for (int64_t kb = 0; kb < nk; kb += 4) {
         const int64_t keys = nk - kb < 4 ? nk - kb : 4;
         int64_t lo = causal ? j0 + kb - i0 : 0;
         lo = lo < 0 ? 0 : lo;
         if (lo >= nq)
             continue;
-        s_rows_product(wide, out + kb * d, d, w + kb, 1, S_BK, rows_, d, lo, nq, 1, keys, d);
+        s_rows_product(wide, out + kb * d, d, w + kb, 1, S_BK, rows_, d, lo, nq, acc, keys,
+                       d);
     }
 }
 
@@ -481,7 +484,9 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
-    memset(o, 0, (size_t)(tq * d) * sizeof(float));
+    /* no clear of o: every row meets key tile 0 first (causal or not), whose
+     * product stores where the later ones add (from 0 either way: the
+     * same bits as a clear, without writing o twice) */
     for (int64_t j0 = 0; j0 < tk; j0 += S_BK) {
         const int64_t nk = tk - j0 < S_BK ? tk - j0 : S_BK;
         s_transpose(k + j0 * d, d, nk, kt);
@@ -510,7 +515,7 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
                     l[i] = l[i] * alpha + tp_cpu_sum8(prow_out, (size_t)lim);
                     m[i] = mx;
                     float *restrict orow = o + i * d;
-                    if (alpha != 1.0f)
+                    if (alpha != 1.0f && j0 > 0)
                         for (int64_t e = 0; e < d; e++)
                             orow[e] *= alpha;
                 }
@@ -519,7 +524,8 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
                 for (int64_t j = lim; j < nk; j++)
                     prow_out[j] = 0.0f;
             }
-            s_tile_rows(g->wide, o + i0 * d, st ? st : pt, v + j0 * d, d, nq, nk, i0, j0, causal);
+            s_tile_rows(g->wide, j0 > 0, o + i0 * d, st ? st : pt, v + j0 * d, d, nq, nk, i0, j0,
+                        causal);
         }
     }
     for (int64_t i = 0; i < tq; i++) {
@@ -571,13 +577,22 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
     if (!stash)
         for (int64_t i = 0; i < tq; i++)
             mrun[i] = -INFINITY;
-    /* every clear before any sum: two inputs may be one node (q = k), the
-     * second then adding into the first's buffer */
-    if (dq && !c->dx_acc[0])
+    /* A gradient not accumulated into and in a buffer of its own is not
+     * cleared: its first product stores, from 0 (dQ's rows at key tile 0,
+     * which every row meets first; dK's and dV's at the first query tile
+     * of their key tile, which reaches every key of it), the same bits as
+     * a clear and adding, one write fewer. Two inputs may be one node (q =
+     * k), the second then adding into the first's buffer: such a buffer is
+     * cleared, every clear before any sum. */
+    const int own_q = dq && dq != dk && dq != dv, own_k = dk && dk != dq && dk != dv;
+    const int own_v = dv && dv != dq && dv != dk;
+    const int fresh_q = own_q && !c->dx_acc[0], fresh_k = own_k && !c->dx_acc[1];
+    const int fresh_v = own_v && !c->dx_acc[2];
+    if (dq && !c->dx_acc[0] && !fresh_q)
         memset(dq, 0, (size_t)(tq * d) * sizeof(float));
-    if (dk && !c->dx_acc[1])
+    if (dk && !c->dx_acc[1] && !fresh_k)
         memset(dk, 0, (size_t)(tk * d) * sizeof(float));
-    if (dv && !c->dx_acc[2])
+    if (dv && !c->dx_acc[2] && !fresh_v)
         memset(dv, 0, (size_t)(tk * d) * sizeof(float));
     /* rowsum(dO O) in 16 lanes, added in a fixed order (one chain of d
      * dependent adds a row was ~1 ms a GPT step) */
@@ -603,7 +618,8 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
         if (need_ds)
             s_transpose(v + j0 * d, d, nk, vt);
         /* causal: the query tiles that reach this key tile */
-        for (int64_t i0 = causal ? j0 / S_BQ * S_BQ : 0; i0 < tq; i0 += S_BQ) {
+        const int64_t i0_first = causal ? j0 / S_BQ * S_BQ : 0;
+        for (int64_t i0 = i0_first; i0 < tq; i0 += S_BQ) {
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
             /* P = e^(s - m) e^(m - lse), m the row's running max at this
              * tile: e^(s - m) from the stash, else recomputed as the
@@ -644,12 +660,16 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
                 for (int64_t j = lim; j < nk; j++)
                     dsrow[j] = 0.0f;
             }
+            const int first_i = i0 == i0_first; /* the key tile's first query tile */
             if (dv)
-                s_tile_cols(g->wide, dv + j0 * d, pt, dout + i0 * d, d, nq, nk, i0, j0, causal);
+                s_tile_cols(g->wide, !(fresh_v && first_i), dv + j0 * d, pt, dout + i0 * d, d,
+                            nq, nk, i0, j0, causal);
             if (dk)
-                s_tile_cols(g->wide, dk + j0 * d, dst, q + i0 * d, d, nq, nk, i0, j0, causal);
+                s_tile_cols(g->wide, !(fresh_k && first_i), dk + j0 * d, dst, q + i0 * d, d, nq,
+                            nk, i0, j0, causal);
             if (dq)
-                s_tile_rows(g->wide, dq + i0 * d, dst, k + j0 * d, d, nq, nk, i0, j0, causal);
+                s_tile_rows(g->wide, !(fresh_q && j0 == 0), dq + i0 * d, dst, k + j0 * d, d, nq,
+                            nk, i0, j0, causal);
         }
     }
 }

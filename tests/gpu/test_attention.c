@@ -289,6 +289,12 @@ static void s_reference_case(int64_t tq, int64_t tk, int64_t d, int causal) {
         k[j] = s_rand(&seed);
         v[j] = s_rand(&seed);
     }
+    /* y and the gradients are stored, not added to (the kernel clears
+     * none of them first): what was there must not show */
+    for (size_t j = 0; j < nq; j++)
+        y[j] = dq[j] = NAN;
+    for (size_t j = 0; j < nk; j++)
+        dk[j] = dv[j] = NAN;
     const float scale = 0.3f;
     int bad = 0;
     tp_op_attr_t at = {.alpha = scale, .beta = causal ? 1.0f : 0.0f};
