@@ -1640,12 +1640,18 @@ static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock
 
 /* libzmq's handshake interval on the sender's socket: how long a handshake
  * that gets no answer (a receiver's host that died mid-way) waits before it
- * fails, 30 s unless $TP_SEND_HANDSHAKE_S says otherwise (seconds; the
- * tests' short one). */
-static tp_status_t s_sender_handshake_ivl(void *sock) {
+ * fails. On tcp 10 s, as long as the heartbeats give a connection whose
+ * host died after its handshake (libzmq's own is 30 s: a worker took 30 s
+ * to learn of it); $TP_SEND_HANDSHAKE_S (seconds) says otherwise, on any
+ * transport (the tests' short one). */
+static tp_status_t s_sender_handshake_ivl(void *sock, int tcp) {
     const char *env = getenv("TP_SEND_HANDSHAKE_S");
-    if (!env)
+    if (!env) {
+        int ms = 10000;
+        if (tcp)
+            zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &ms, sizeof ms);
         return TP_OK;
+    }
     char *end;
     double v = strtod(env, &end);
     if (end == env || *end || !(v >= 0.001 && v <= 3600))
@@ -1761,7 +1767,7 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     s.curve_keys = curve;
     s.job = o.job;
     s.peer_gone_s = o.peer_gone_s;
-    if ((rc = s_sender_handshake_ivl(sock)) < 0)
+    if ((rc = s_sender_handshake_ivl(sock, !strncmp(endpoint, "tcp://", 6))) < 0)
         goto out;
     if (!strncmp(endpoint, "tcp://", 6)) {
         /* ZMTP heartbeats: a receiver whose host died (no close ever
