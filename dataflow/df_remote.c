@@ -1374,13 +1374,17 @@ static s_peer_t s_tcp_answer(int err) {
 /* tcp: connects of its own to every address of the receiver's host at
  * once ("localhost" may be ::1 and 127.0.0.1, the receiver on one of
  * them), S_PROBE_MS at most in all. A receiver there when one is accepted;
- * else cannot tell when one failed otherwise; else silent when one got no
- * answer; else nobody listens (every address refused). */
+ * else cannot tell when one failed otherwise (or more than S_PROBE_ADDRS
+ * were waited on); else silent when one got no answer; else nobody listens
+ * (every address refused). */
 static s_peer_t s_tcp_probe(const struct addrinfo *addrs) {
     struct pollfd pf[S_PROBE_ADDRS];
     int n = 0, there = 0, unknown = 0, silent = 0;
-    for (const struct addrinfo *ai = addrs; ai && n < S_PROBE_ADDRS && !there;
-         ai = ai->ai_next) {
+    for (const struct addrinfo *ai = addrs; ai && !there; ai = ai->ai_next) {
+        if (n == S_PROBE_ADDRS) {  /* more addresses than it waits on */
+            unknown = 1;
+            break;
+        }
         int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             unknown = 1;
@@ -1640,18 +1644,14 @@ static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock
 
 /* libzmq's handshake interval on the sender's socket: how long a handshake
  * that gets no answer (a receiver's host that died mid-way) waits before it
- * fails. On tcp 10 s, as long as the heartbeats give a connection whose
- * host died after its handshake (libzmq's own is 30 s: a worker took 30 s
- * to learn of it); $TP_SEND_HANDSHAKE_S (seconds) says otherwise, on any
- * transport (the tests' short one). */
-static tp_status_t s_sender_handshake_ivl(void *sock, int tcp) {
+ * fails, 30 s unless $TP_SEND_HANDSHAKE_S (seconds) says otherwise (the
+ * tests' short one). Not shorter by default: a receiver alive but slow to
+ * answer (stopped, overloaded) also runs it out, and three of those in a
+ * row are a refusal. */
+static tp_status_t s_sender_handshake_ivl(void *sock) {
     const char *env = getenv("TP_SEND_HANDSHAKE_S");
-    if (!env) {
-        int ms = 10000;
-        if (tcp)
-            zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &ms, sizeof ms);
+    if (!env)
         return TP_OK;
-    }
     char *end;
     double v = strtod(env, &end);
     if (end == env || *end || !(v >= 0.001 && v <= 3600))
@@ -1767,7 +1767,7 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     s.curve_keys = curve;
     s.job = o.job;
     s.peer_gone_s = o.peer_gone_s;
-    if ((rc = s_sender_handshake_ivl(sock, !strncmp(endpoint, "tcp://", 6))) < 0)
+    if ((rc = s_sender_handshake_ivl(sock)) < 0)
         goto out;
     if (!strncmp(endpoint, "tcp://", 6)) {
         /* ZMTP heartbeats: a receiver whose host died (no close ever

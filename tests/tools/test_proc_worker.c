@@ -341,7 +341,7 @@ Test(proc_worker, a_tcp_worker_whose_trainer_stops_mid_handshake_ends_as_gone) {
 /* Start a worker of 7-datapoint passes connecting to ep with
  * --exit-with-trainer=1, info logged to out, libzmq's handshake interval
  * 0.5 s (TP_SEND_HANDSHAKE_S: a handshake with no answer fails after that,
- * not after 10 s); wait for its end (20 s at most): its status,
+ * not after libzmq's 30 s); wait for its end (20 s at most): its status,
  * its log in buf, the seconds it ran in *took. */
 static int s_worker_on_silent(const char *ep, const char *out, char *buf, size_t size,
                               double *took) {
