@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -1165,6 +1166,10 @@ typedef struct {
     int met;
     int closed_in_row;   /* handshakes closed in a row (a success resets) */
     int refused_in_row;  /* of those, by a receiver still there */
+    /* a tcp receiver's addresses, for the checks of a failed handshake:
+     * looked up once, when first needed (s_sender_addrs) */
+    struct addrinfo *addrs;
+    uint64_t resolved_ns;
     /* the component handshake: what the receiver last probed takes
      * (nwant 0: it said nothing; every datapoint goes) */
     tp_wire_comp_t want[TP_WIRE_COMPS_N];
@@ -1312,86 +1317,197 @@ static tp_status_t s_sender_check_fit(s_sender_t *s, void *sock, const tp_datapo
                     "dataflow must make those)", s->endpoint, why, s->want_text);
 }
 
-/* 1 when nobody listens at a connecting sender's endpoint now: a connect
- * of its own is refused (ipc; tcp: at every address of the host), or the
- * ipc path is gone; 0 when one is accepted, or it cannot tell (another
- * endpoint's form, no answer in a second). */
-static int s_nobody_listens(const char *ep) {
-    int fd = -1, gone = 0;
-    if (!strncmp(ep, "ipc://", 6)) {
-        struct sockaddr_un a;
-        memset(&a, 0, sizeof a);
-        a.sun_family = AF_UNIX;
-        size_t n = strlen(ep + 6);
-        if (n == 0 || n >= sizeof a.sun_path)
-            return 0;
-        memcpy(a.sun_path, ep + 6, n);
-        if (ep[6] == '@')  /* libzmq's abstract namespace */
-            a.sun_path[0] = '\0';
-        /* non-blocking: a full backlog is someone listening, not a wait */
-        if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
-            return 0;
-        gone = connect(fd, (struct sockaddr *)&a,
-                       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0 &&
-               (errno == ECONNREFUSED || errno == ENOENT);
-        close(fd);
-        return gone;
-    }
-    /* tcp://HOST:PORT; an interface or source part (';') cannot be told */
-    char host[256];
-    const char *port;
-    if (tp_wire_tcp_host(ep, host, sizeof host, &port) < 0)
-        return 0;
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
-        return 0;
-    /* "localhost" may be ::1 and 127.0.0.1, the receiver on one of them */
-    gone = 1;
-    for (struct addrinfo *ai = res; ai && gone; ai = ai->ai_next) {
-        int err = 0;
-        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-            gone = 0;
-        } else if ((err = errno) == EINPROGRESS) {
-            struct pollfd pf = {fd, POLLOUT, 0};
-            socklen_t el = sizeof err;
-            err = 0;
-            if (poll(&pf, 1, 1000) == 1)
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-            gone = err == ECONNREFUSED;
-        } else {
-            gone = err == ECONNREFUSED || err == EADDRNOTAVAIL || err == ENETUNREACH;
-        }
-        if (fd >= 0)
-            close(fd);
-    }
-    freeaddrinfo(res);
-    return gone;
+/* What a connect of a sender's own says of its receiver's endpoint after a
+ * failed handshake. */
+typedef enum {
+    S_PEER_UNKNOWN = 0, /* cannot tell: another endpoint's form, no address */
+    S_PEER_THERE,       /* a connect was accepted: a receiver listens there */
+    S_PEER_NOBODY,      /* refused (ipc: the path gone): nobody listens */
+    S_PEER_SILENT,      /* tcp: the host answers no connect (died, left the network) */
+} s_peer_t;
+
+/* How long the tcp probe waits for an answer to its connects: Linux sends a
+ * lost SYN again after a second, so one lost packet is still an answer. A
+ * live host answers a connect from its kernel, however slow or stopped the
+ * receiver process is; a full backlog also drops SYNs (read as silent). */
+#define S_PROBE_MS 1500
+#define S_PROBE_ADDRS 8
+/* a receiver's name that did not resolve is looked up again after this */
+#define S_RESOLVE_RETRY_NS 60000000000ull
+
+/* ipc: nobody listens when a connect of its own is refused or the path is
+ * gone; non-blocking, so a full backlog is someone listening. */
+static s_peer_t s_ipc_probe(const char *ep) {
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    size_t n = strlen(ep + 6);
+    if (n == 0 || n >= sizeof a.sun_path)
+        return S_PEER_UNKNOWN;
+    memcpy(a.sun_path, ep + 6, n);
+    if (ep[6] == '@')  /* libzmq's abstract namespace */
+        a.sun_path[0] = '\0';
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return S_PEER_UNKNOWN;
+    s_peer_t p = S_PEER_THERE;
+    if (connect(fd, (struct sockaddr *)&a,
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
+        p = errno == ECONNREFUSED || errno == ENOENT ? S_PEER_NOBODY
+            : errno == EAGAIN                        ? S_PEER_THERE
+                                                     : S_PEER_UNKNOWN;
+    close(fd);
+    return p;
 }
 
-/* A connecting sender's handshake that the receiver closed, no reason
- * given: a receiver that refuses it (one that wants CURVE keys, or other
- * keys; no towerpack receiver), or a trainer that stopped in the middle of
- * it (a worker slow to connect, a trainer's end, the next trainer's bind
- * on the port). Either way a receiver was there: from now its absence
- * counts for --exit-with-trainer, as after any receiver's end (libzmq
- * reconnects meanwhile). Nobody listening there any more is a receiver
- * gone. A receiver still there that closes three handshakes in a row
- * refuses this sender; fewer may be a trainer stopping or starting (the
- * next handshake tells). Five in a row, however explained, are a refusal
- * too: a receiver gone makes no more handshakes, so that nothing loops
- * on a check that misreads its endpoint. 1 when it is a refusal. */
+/* One address's answer to a connect, from its error (0: accepted). */
+static s_peer_t s_tcp_answer(int err) {
+    if (err == 0)
+        return S_PEER_THERE;
+    if (err == ECONNREFUSED || err == EADDRNOTAVAIL || err == ENETUNREACH)
+        return S_PEER_NOBODY;
+    if (err == EHOSTUNREACH || err == ETIMEDOUT)  /* no ARP answer; no SYN-ACK */
+        return S_PEER_SILENT;
+    return S_PEER_UNKNOWN;
+}
+
+/* tcp: connects of its own to every address of the receiver's host at
+ * once ("localhost" may be ::1 and 127.0.0.1, the receiver on one of
+ * them), S_PROBE_MS at most in all. A receiver there when one is accepted;
+ * else cannot tell when one failed otherwise (or more than S_PROBE_ADDRS
+ * were waited on); else silent when one got no answer; else nobody listens
+ * (every address refused). */
+static s_peer_t s_tcp_probe(const struct addrinfo *addrs) {
+    struct pollfd pf[S_PROBE_ADDRS];
+    int n = 0, there = 0, unknown = 0, silent = 0;
+    for (const struct addrinfo *ai = addrs; ai && !there; ai = ai->ai_next) {
+        if (n == S_PROBE_ADDRS) {  /* more addresses than it waits on */
+            unknown = 1;
+            break;
+        }
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            unknown = 1;
+            continue;
+        }
+        int err = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+        if (err == EINPROGRESS) {
+            pf[n++] = (struct pollfd){fd, POLLOUT, 0};
+            continue;
+        }
+        s_peer_t p = s_tcp_answer(err);
+        there |= p == S_PEER_THERE;
+        unknown |= p == S_PEER_UNKNOWN;
+        silent |= p == S_PEER_SILENT;
+        close(fd);
+    }
+    uint64_t deadline = tp_now_ns() + S_PROBE_MS * 1000000ull;
+    for (int pending = n; pending > 0 && !there;) {
+        uint64_t now = tp_now_ns();
+        if (now >= deadline || tp_signal_pending())
+            break;
+        int r = poll(pf, (nfds_t)n, (int)((deadline - now + 999999) / 1000000));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        for (int i = 0; i < n; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents)
+                continue;
+            int err = 0;
+            socklen_t el = sizeof err;
+            if (getsockopt(pf[i].fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+                err = errno;
+            s_peer_t p = s_tcp_answer(err);
+            there |= p == S_PEER_THERE;
+            unknown |= p == S_PEER_UNKNOWN;
+            silent |= p == S_PEER_SILENT;
+            close(pf[i].fd);
+            pf[i].fd = -1;
+            pending--;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (pf[i].fd >= 0) {  /* no answer in time */
+            close(pf[i].fd);
+            silent = 1;
+        }
+    if (there)
+        return S_PEER_THERE;
+    if (tp_signal_pending())
+        return S_PEER_UNKNOWN;  /* cut short: it ends anyway */
+    return unknown ? S_PEER_UNKNOWN : silent ? S_PEER_SILENT : S_PEER_NOBODY;
+}
+
+/* The addresses of a connecting sender's tcp receiver, looked up the first
+ * time they are needed and kept (a lookup blocks, for as long as the
+ * resolver takes: once, not at every failed handshake); a name that did not
+ * resolve is tried again at most once a minute. NULL: none known. The
+ * addresses are the name's at that time: libzmq looks it up again at each
+ * reconnect. */
+static const struct addrinfo *s_sender_addrs(s_sender_t *s) {
+    char host[256];
+    const char *port;
+    if (s->addrs || tp_wire_tcp_host(s->endpoint, host, sizeof host, &port) < 0)
+        return s->addrs;
+    uint64_t now = tp_now_ns();
+    if (s->resolved_ns && now - s->resolved_ns < S_RESOLVE_RETRY_NS)
+        return NULL;
+    s->resolved_ns = now;
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    int g = getaddrinfo(host, port, &hints, &s->addrs);
+    if (g != 0) {
+        s->addrs = NULL;
+        TP_DEBUG("send: cannot look up %s (%s): a failed handshake's cause is not "
+                 "checked for a minute", s->endpoint, gai_strerror(g));
+    }
+    return s->addrs;
+}
+
+/* What listens at a connecting sender's endpoint now (tcp: an interface or
+ * source part (';') cannot be told). */
+static s_peer_t s_sender_probe(s_sender_t *s) {
+    if (!strncmp(s->endpoint, "ipc://", 6))
+        return s_ipc_probe(s->endpoint);
+    const struct addrinfo *addrs = s_sender_addrs(s);
+    return addrs ? s_tcp_probe(addrs) : S_PEER_UNKNOWN;
+}
+
+/* A connecting sender's handshake that failed, no reason given: the
+ * receiver closed it, or libzmq's handshake interval ran out. That is a
+ * receiver that refuses it (one that wants CURVE keys, or other keys; no
+ * towerpack receiver), a trainer that stopped in the middle of it (a
+ * worker slow to connect, a trainer's end, the next trainer's bind on the
+ * port), or a receiver's host that died or left the network mid-handshake
+ * (nothing closes: the interval runs out). Either way a receiver was
+ * there: from now its absence counts for --exit-with-trainer, as after any
+ * receiver's end (libzmq reconnects meanwhile). Nobody listening there any
+ * more, or a host that answers no connect, is a receiver gone. A live host
+ * answers a connect (its kernel does, however slow the receiver), so a
+ * receiver slow to answer the handshake counts as one still there: three
+ * such handshakes in a row refuse this sender; fewer may be a trainer
+ * stopping or starting (the next handshake tells). Five in a row, however
+ * explained, are a refusal too: a receiver gone makes no more handshakes,
+ * so that nothing loops on a check that misreads its endpoint. 1 when it
+ * is a refusal. */
 static int s_sender_closed_is_refusal(s_sender_t *s) {
     /* a receiver was there: --exit-with-trainer counts its absence */
     s->met = 1;
-    s->none_since = tp_now_ns();  /* (its close, next, says the same) */
     s->closed_in_row++;
-    if (s->closed_in_row < 5 && s_nobody_listens(s->endpoint)) {
+    s_peer_t p = s->closed_in_row < 5 ? s_sender_probe(s) : S_PEER_UNKNOWN;
+    s->none_since = tp_now_ns();  /* from the verdict (its close, next, says the same) */
+    if (p == S_PEER_NOBODY || p == S_PEER_SILENT) {
         s->refused_in_row = 0;
-        TP_INFO("send: the receiver at %s closed the connection in the handshake and is "
-                "gone (a trainer that stopped): waiting for the next", s->endpoint);
+        if (p == S_PEER_NOBODY)
+            TP_INFO("send: the receiver at %s closed the connection in the handshake and "
+                    "is gone (a trainer that stopped): waiting for the next", s->endpoint);
+        else
+            TP_INFO("send: the handshake with the receiver at %s failed and its host does "
+                    "not answer a connect (%.1f s): the receiver is gone (a host that died "
+                    "or left the network): waiting for the next", s->endpoint,
+                    S_PROBE_MS * 1e-3);
         return 0;
     }
     if (s->closed_in_row < 5 && ++s->refused_in_row < 3) {
@@ -1526,6 +1642,26 @@ static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock
     }
 }
 
+/* libzmq's handshake interval on the sender's socket: how long a handshake
+ * that gets no answer (a receiver's host that died mid-way) waits before it
+ * fails, 30 s unless $TP_SEND_HANDSHAKE_S (seconds) says otherwise (the
+ * tests' short one). Not shorter by default: a receiver alive but slow to
+ * answer (stopped, overloaded) also runs it out, and three of those in a
+ * row are a refusal. */
+static tp_status_t s_sender_handshake_ivl(void *sock) {
+    const char *env = getenv("TP_SEND_HANDSHAKE_S");
+    if (!env)
+        return TP_OK;
+    char *end;
+    double v = strtod(env, &end);
+    if (end == env || *end || !(v >= 0.001 && v <= 3600))
+        return tp_error(TP_ERR_INVALID, "send: TP_SEND_HANDSHAKE_S='%s' is not a number of "
+                        "seconds from 0.001 to 3600", env);
+    int ms = (int)(v * 1000 + 0.5);
+    zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &ms, sizeof ms);
+    return TP_OK;
+}
+
 tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
                              const tp_send_opts_t *opts, uint64_t *sent) {
     tp_send_opts_t o;
@@ -1631,6 +1767,8 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     s.curve_keys = curve;
     s.job = o.job;
     s.peer_gone_s = o.peer_gone_s;
+    if ((rc = s_sender_handshake_ivl(sock)) < 0)
+        goto out;
     if (!strncmp(endpoint, "tcp://", 6)) {
         /* ZMTP heartbeats: a receiver whose host died (no close ever
          * comes) is a closed connection after 10 s */
@@ -1771,6 +1909,8 @@ out:
     }
     if (s.mon)
         zmq_close(s.mon);
+    if (s.addrs)
+        freeaddrinfo(s.addrs);
     if (zctx)
         zmq_ctx_term(zctx);
     tp_curve_destroy(&curve);

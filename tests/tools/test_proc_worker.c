@@ -6,6 +6,8 @@
 #include <jansson.h>
 #include "actor_testutil.h"
 #include "proc_testutil.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -259,25 +261,48 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     cr_assert_eq(lines, 1, "the refusal is logged %d times:\n%s", lines, buf);
 }
 
+/* A tcp listener on 127.0.0.1 (its endpoint in ep). With backlog 0 and
+ * nothing accepted it holds one connection in its queue: a connect after
+ * that one gets no answer, as from a host gone. */
+static int s_listen_silent(int backlog, char *ep, size_t size) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  /* not the workers' */
+    cr_assert(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 &&
+                  listen(l, backlog) == 0 && getsockname(l, (struct sockaddr *)&a, &al) == 0,
+              "listen on 127.0.0.1: %s", strerror(errno));
+    snprintf(ep, size, "tcp://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    return l;
+}
+
 /* A trainer that stops in the middle of a worker's handshake (a worker
  * slow to connect; under load in CI): the worker took the closed
  * connection for a refusal and ended with exit 1 blaming CURVE keys. It is
  * a receiver gone: --exit-with-trainer ends it (exit 0) saying so. The
  * "trainer" here is a bare socket that takes the connection, reads the
- * greeting's start, and goes. */
-Test(proc_worker, a_worker_whose_trainer_stops_mid_handshake_ends_as_gone) {
+ * greeting's start, and goes; on ipc, or on tcp as "localhost" (the
+ * worker checks every address the name has: ::1 too where it has it). */
+static void s_trainer_stops_mid_handshake(int tcp) {
     if (!s_plugin[0])
         cr_skip_test("no C compiler to build the example plugin");
     char path[128], ep[140], out[128], buf[16384];
     snprintf(path, sizeof path, "%s/vanish.sock", s_dir);
-    snprintf(ep, sizeof ep, "ipc://%s", path);
     snprintf(out, sizeof out, "%s/vanish.txt", s_dir);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    cr_assert_lt(strlen(path), sizeof a.sun_path);
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    int l = socket(AF_UNIX, SOCK_STREAM, 0);
-    cr_assert(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 4) == 0,
-              "listen %s: %s", path, strerror(errno));
+    int l;
+    if (tcp) {
+        l = s_listen_silent(4, ep, sizeof ep);
+        char port[16];
+        snprintf(port, sizeof port, "%s", strrchr(ep, ':') + 1);
+        snprintf(ep, sizeof ep, "tcp://localhost:%s", port);
+    } else {
+        snprintf(ep, sizeof ep, "ipc://%s", path);
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        cr_assert_lt(strlen(path), sizeof a.sun_path);
+        memcpy(a.sun_path, path, strlen(path) + 1);
+        l = socket(AF_UNIX, SOCK_STREAM, 0);
+        cr_assert(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 4) == 0,
+                  "listen %s: %s", path, strerror(errno));
+    }
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "7", "--connect", ep, "--exit-with-trainer=1",
                      "--log-level", "info", NULL};
@@ -293,14 +318,110 @@ Test(proc_worker, a_worker_whose_trainer_stops_mid_handshake_ends_as_gone) {
               "no greeting from the worker");
     /* gone: nobody listens at the endpoint when the worker learns of it */
     close(l);
-    unlink(path);
+    if (!tcp)
+        unlink(path);
     close(c);
     int st = pu_waitpid(pid, 15000);
     slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
               "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
+    cr_assert(strstr(buf, "is gone (a trainer that stopped): waiting for the next"), "%s", buf);
     cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
     cr_assert(!strstr(buf, "CURVE"), "a trainer gone taken for a refusal:\n%s", buf);
+}
+
+Test(proc_worker, a_worker_whose_trainer_stops_mid_handshake_ends_as_gone) {
+    s_trainer_stops_mid_handshake(0);
+}
+
+Test(proc_worker, a_tcp_worker_whose_trainer_stops_mid_handshake_ends_as_gone) {
+    s_trainer_stops_mid_handshake(1);
+}
+
+/* Start a worker of 7-datapoint passes connecting to ep with
+ * --exit-with-trainer=1, info logged to out, libzmq's handshake interval
+ * 0.5 s (TP_SEND_HANDSHAKE_S: a handshake with no answer fails after that,
+ * not after libzmq's 30 s); wait for its end (20 s at most): its status,
+ * its log in buf, the seconds it ran in *took. */
+static int s_worker_on_silent(const char *ep, const char *out, char *buf, size_t size,
+                              double *took) {
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", (char *)ep, "--exit-with-trainer=1",
+                     "--log-level", "info", NULL};
+    const char *env[] = {"TP_SEND_HANDSHAKE_S=0.5", NULL};
+    pu_spawn_opts_t o = {.out = out, .env = env};
+    double t0 = tp_now_s();
+    int pid = pu_spawn(wargv, &o);
+    int st = pu_waitpid(pid, 20000);
+    *took = tp_now_s() - t0;
+    slurp(out, buf, size);
+    return st;
+}
+
+/* A trainer's host that dies (or leaves the network) in the middle of a
+ * worker's handshake: nothing closes the connection, the handshake runs
+ * out, and the worker's own connect gets no answer. It took that for "it
+ * cannot tell" and counted it toward a refusal. It is a receiver gone:
+ * the worker says so, naming the endpoint, and --exit-with-trainer ends it
+ * (exit 0) a second later. The dead host is a listener of backlog 0 that
+ * never accepts: the worker's connection fills its queue, its greeting is
+ * never answered, and every later connect gets no answer. */
+Test(proc_worker, a_worker_whose_trainers_host_dies_mid_handshake_ends_as_gone) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[64], out[128], buf[16384];
+    snprintf(out, sizeof out, "%s/deadhost.txt", s_dir);
+    int l = s_listen_silent(0, ep, sizeof ep);
+    double took;
+    int st = s_worker_on_silent(ep, out, buf, sizeof buf, &took);
+    close(l);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
+    char said[160];
+    snprintf(said, sizeof said, "the handshake with the receiver at %s failed and its host "
+             "does not answer a connect", ep);
+    cr_assert(strstr(buf, said), "%s", buf);
+    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
+    cr_assert(!strstr(buf, "CURVE"), "a host gone taken for a refusal:\n%s", buf);
+    /* the handshake 0.5 s, the probe 1.5 s, the wait 1 s: a start's worth more */
+    cr_assert_lt(took, 10.0, "ended after %.1f s:\n%s", took, buf);
+}
+
+/* ... and a receiver alive but slow to answer the handshake is not taken
+ * for one gone: its host answers a connect (its kernel does, however slow
+ * the process). Three such handshakes in a row are a refusal, as before. */
+Test(proc_worker, a_receiver_that_takes_connections_but_never_answers_is_not_gone) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[64], out[128], buf[16384];
+    snprintf(out, sizeof out, "%s/mute.txt", s_dir);
+    int l = s_listen_silent(64, ep, sizeof ep);
+    double took;
+    int st = s_worker_on_silent(ep, out, buf, sizeof buf, &took);
+    close(l);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "not ended (exit 1) as refused (status %d):\n%s", st, buf);
+    cr_assert(strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
+    cr_assert(!strstr(buf, "does not answer a connect"), "a live host taken for one gone:\n%s",
+              buf);
+}
+
+/* TP_SEND_HANDSHAKE_S that is not a number of seconds ends the worker
+ * (exit 1) naming the variable and its value. */
+Test(proc_worker, a_bad_handshake_interval_is_a_clear_error) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[128], out[128], buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/hs.sock", s_dir);
+    snprintf(out, sizeof out, "%s/hs.txt", s_dir);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, NULL};
+    const char *env[] = {"TP_SEND_HANDSHAKE_S=soon", NULL};
+    pu_spawn_opts_t o = {.out = out, .env = env};
+    int st = pu_waitpid(pu_spawn(wargv, &o), 10000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d:\n%s", st, buf);
+    cr_assert(strstr(buf, "TP_SEND_HANDSHAKE_S='soon' is not a number of seconds"), "%s", buf);
 }
 
 /* The same with CURVE (the docs' advice off a trusted network): the worker
