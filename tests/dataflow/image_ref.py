@@ -266,7 +266,7 @@ def gen_formats(d, rgb, grey, alpha):
               "cmyk_lzw.tif", "ycbcr_lzw.tif", "rle8.bmp", "rle4.bmp",
               "rle8_quirks.bmp", "rle4_quirks.bmp", "rle8_grey.bmp",
               "rle4_grey.bmp", "rle8_topdown.bmp", "z32.bmp", "z32_v5.bmp",
-              "pal4_grey17.bmp") + tuple(
+              "pal4_grey17.bmp", "pal8_short.bmp") + tuple(
                   "orient%d.tif" % o for o in range(2, 9)):
         base = n.replace(".", "_")
         ref(n, base + "_rgb", "RGB")
@@ -461,6 +461,12 @@ def bmp_rle(d, rgb, grey):
     bmp_file(j("z32.bmp"), 32, 3, w, h, [], bgra.tobytes(), 40, (0, 0, 0))
     bmp_file(j("z32_v5.bmp"), 32, 3, w, h, [], bgra.tobytes(), 124,
              (0, 0, 0, 0))
+    # 8-bit, uncompressed, indices past its 10-entry palette (PIL: the
+    # grey (i, i, i); stb_image read its uninitialised table there)
+    short = grey.astype(np.int64) // 16
+    bmp_file(j("pal8_short.bmp"), 8, 0, w, h, pal8[:10],
+             b"".join(bytes(row.astype(np.uint8)) + b"\0" * (-w % 4)
+                      for row in short[::-1]))
     # 4-bit, a palette of 16 evenly spaced greys: PIL "P" (read right)
     bmp_file(j("pal4_grey17.bmp"), 4, 0, w, h, [(i * 17,) * 3 for i in range(16)],
              pack4(idx4))

@@ -382,11 +382,14 @@ Test(proc_image, other_formats_equal_pil) {
          * reads as the format says (runs cut at the row, absolute runs
          * going on into the next, end of line in a row, indices past the
          * palette as PIL's grey (i, i, i)); 32-bit with all masks 0
-         * (PIL: BGRA); 4-bit of 16 spaced greys (PIL "P") */
+         * (PIL: BGRA); 4-bit of 16 spaced greys (PIL "P"); 8-bit with
+         * indices past its palette */
         {"rle8.bmp", 0, 0},     {"rle4.bmp", 0, 0},     {"rle8_grey.bmp", 0, 1},
         {"rle4_grey.bmp", 0, 1}, {"rle8_topdown.bmp", 0, 0},
         {"rle8_quirks.bmp", 0, 0}, {"rle4_quirks.bmp", 0, 0},
         {"z32.bmp", 0, 1},      {"z32_v5.bmp", 0, 1},   {"pal4_grey17.bmp", 0, 0},
+        /* indices past an uncompressed BMP's palette: PIL's grey (i, i, i) */
+        {"pal8_short.bmp", 0, 0},
         /* where PIL 9.4 misreads the file, the palette's pixels (also
          * OpenCV's, checked by image_ref.py): deltas (9.4 takes the two
          * bytes after a delta's offsets; fixed upstream), odd absolute
