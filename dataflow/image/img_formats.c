@@ -3,9 +3,12 @@
  * .tiff .webp), so a photo folder ImageFolder reads is read here too.
  *
  * Pixels come from maintained libraries: libwebp (WebP, lossy and
- * lossless), libtiff (TIFF), stb_image from Debian's libstb-dev (BMP and
- * binary PNM, compiled in img_stb.c with only those two readers). What
- * is ours: the checks made before any pixel buffer (the pixel limit, and
+ * lossless), libtiff (TIFF), stb_image from Debian's libstb-dev (16, 24
+ * and 32-bit BMP and binary PNM, compiled in img_stb.c with only those
+ * two readers). Ours: palette BMPs (their rows of 1, 4 or 8-bit indices
+ * here, run-length coded ones in img_bmp_rle.c) and 32-bit BMPs whose
+ * masks are all 0, coloured as PIL colours them; the checks made before
+ * any pixel buffer (the pixel limit, and
  * for BMP and PNM the pixel data's length against the file's, since
  * stb_image reads past the end of a BMP as zeros), the refusals with
  * their reasons, and the channel layout PIL gives, so that
