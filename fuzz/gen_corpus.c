@@ -486,6 +486,50 @@ static void s_bmp(const char *name, int w, int h, int bpp, int topdown, int hs,
     free(b);
 }
 
+/* A run-length coded BMP of w x h (w >= 13; bpp 8: RLE8, 4: RLE4) with
+ * a 16-colour palette, its stream using every escape: runs, absolute
+ * runs of an odd count (their padding), end of line, a delta, end of
+ * bitmap. */
+static void s_bmp_rle(const char *name, int w, int h, int bpp) {
+    uint8_t b[2048];
+    size_t off = 14 + 40 + 16 * 4, k = off;
+    for (int y = 0; y < h; y++) {
+        uint8_t v = (uint8_t)(bpp == 4 ? (y & 15) * 0x11 : y & 15);
+        if (y == 4) {  /* two pixels, then 3 right and one row on */
+            uint8_t d[] = {2, v, 0, 2, 3, 1, (uint8_t)(w - 5), (uint8_t)(v ^ 0x21), 0, 0};
+            memcpy(b + k, d, sizeof d);
+            k += sizeof d;
+            y++;
+            continue;
+        }
+        b[k++] = 4, b[k++] = v;
+        b[k++] = 0, b[k++] = 5;  /* an absolute run of 5 */
+        for (int i = 0; i < (bpp == 4 ? 3 : 5); i++)
+            b[k++] = (uint8_t)(i * 0x37 + y) & (bpp == 4 ? 0xFF : 15);
+        if (k & 1)
+            b[k++] = 0;
+        b[k++] = (uint8_t)(w - 9), b[k++] = (uint8_t)(v ^ 0x12);
+        b[k++] = 0, b[k++] = y == h - 1 ? 1 : 0;
+    }
+    memset(b, 0, off);
+    b[0] = 'B', b[1] = 'M';
+    s_le(b + 2, (uint32_t)k, 4);
+    s_le(b + 10, (uint32_t)off, 4);
+    s_le(b + 14, 40, 4);
+    s_le(b + 18, (uint32_t)w, 4);
+    s_le(b + 22, (uint32_t)h, 4);
+    s_le(b + 26, 1, 2);
+    s_le(b + 28, (uint32_t)bpp, 2);
+    s_le(b + 30, bpp == 8 ? 1 : 2, 4);
+    s_le(b + 46, 16, 4);
+    for (int i = 0; i < 16; i++) {
+        b[54 + i * 4] = (uint8_t)(i * 17);
+        b[55 + i * 4] = (uint8_t)(255 - i * 13);
+        b[56 + i * 4] = (uint8_t)(i * 40);
+    }
+    s_put("image", name, b, k);
+}
+
 /* A TIFF written by libtiff into a temporary file, then read back. */
 static void s_tiff(const char *name, int spp, int photo, int comp) {
     char tmp[] = "/tmp/tp_gen_corpus_XXXXXX";
@@ -568,6 +612,10 @@ static void s_image_formats(void) {
     s_bmp("rgb565.bmp", W, H, 16, 1, 40, 3, rgb565);
     s_bmp("rgb555.bmp", W, H, 16, 0, 40, 0, NULL);
     s_bmp("pal4.bmp", W, H, 4, 0, 40, 0, NULL);
+    static const uint32_t zero[4] = {0, 0, 0, 0};  /* PIL: BGRA */
+    s_bmp("zero_masks.bmp", W, H, 32, 0, 40, 3, zero);
+    s_bmp_rle("rle8.bmp", W, H, 8);
+    s_bmp_rle("rle4.bmp", W, H, 4);
     s_tiff("cmyk.tif", 4, PHOTOMETRIC_SEPARATED, COMPRESSION_NONE);
     s_tiff("ycbcr_lzw.tif", 3, PHOTOMETRIC_YCBCR, COMPRESSION_LZW);
     char hdr[32];

@@ -3,9 +3,12 @@
  * .tiff .webp), so a photo folder ImageFolder reads is read here too.
  *
  * Pixels come from maintained libraries: libwebp (WebP, lossy and
- * lossless), libtiff (TIFF), stb_image from Debian's libstb-dev (BMP and
- * binary PNM, compiled in img_stb.c with only those two readers). What
- * is ours: the checks made before any pixel buffer (the pixel limit, and
+ * lossless), libtiff (TIFF), stb_image from Debian's libstb-dev (16, 24
+ * and 32-bit BMP and binary PNM, compiled in img_stb.c with only those
+ * two readers). Ours: palette BMPs (their rows of 1, 4 or 8-bit indices
+ * here, run-length coded ones in img_bmp_rle.c) and 32-bit BMPs whose
+ * masks are all 0, coloured as PIL colours them; the checks made before
+ * any pixel buffer (the pixel limit, and
  * for BMP and PNM the pixel data's length against the file's, since
  * stb_image reads past the end of a BMP as zeros), the refusals with
  * their reasons, and the channel layout PIL gives, so that
@@ -447,26 +450,49 @@ static tp_status_t s_stb(const uint8_t *p, size_t n, int req, const char *fmt,
     return rc;
 }
 
-/* Whether a BMP's palette (after its header of hs bytes) is PIL's grey:
- * entry i is (i, i, i) for 8 bits, (0,0,0) and (255,255,255) for 1 bit
- * (BmpImagePlugin's test). Entries are 4 bytes, 3 in an OS/2 header. */
-static int s_bmp_grey(const uint8_t *p, size_t n, uint32_t hs, unsigned bpp) {
-    size_t colors = (size_t)1 << bpp, esz = hs == 12 ? 3 : 4, at = 14 + (size_t)hs;
-    if (hs >= 40 && n >= 50) {
-        uint32_t used = s_le32(p + 46);
-        if (used > 0 && used < colors)
-            colors = used;
-    }
-    if (hs < 12 || at + colors * esz > n || (bpp != 1 && bpp != 8))
-        return 0;
-    for (size_t i = 0; i < colors; i++) {
-        unsigned v = bpp == 1 ? (i ? 255u : 0u) : (unsigned)i;
-        /* entries are blue, green, red */
-        const uint8_t *e = p + at + i * esz;
+/* A palette BMP's colours as PIL has them (BmpImagePlugin): biClrUsed
+ * entries of 4 bytes after the header (2^bpp when 0; an OS/2 header's
+ * 2^bpp entries of 3 bytes), an index past them the grey (i, i, i) (PIL's
+ * palette is the grey ramp where the file's ends; stb_image would read
+ * its own uninitialised table there). grey: PIL's test, entry i is
+ * (i, i, i), or black and white when there are two entries; PIL then
+ * reads the indices as grey levels ("L", or "1"), which for 4 bits, or
+ * 8 bits of two entries, misreads them (it unpacks 4-bit indices as
+ * bytes); here the pixels are the palette's either way, in one grey
+ * channel, as OpenCV gives them. *off moves past the palette when
+ * bfOffBits points at it (PIL's rule). */
+typedef struct {
+    uint8_t rgb[256][3];
+    int grey;
+} s_bmp_pal_t;
+
+static tp_status_t s_bmp_palette(const uint8_t *p, size_t n, uint32_t hs,
+                                 unsigned bpp, const char *kind, const char *name,
+                                 s_bmp_pal_t *pal, uint32_t *off) {
+    size_t at = 14 + (size_t)hs, esz = hs == 12 ? 3 : 4;
+    uint32_t colors = hs >= 40 && n >= 50 ? s_le32(p + 46) : 0;
+    if (!colors)
+        colors = 1u << bpp;
+    if (colors > 256 || at + esz * colors > n)
+        return tp_error(TP_ERR_FORMAT, "image %s: %s %s: a palette of %u "
+                        "colours%s", s_nm(name), colors > 256 ? "corrupt" :
+                        "truncated", kind, (unsigned)colors,
+                        colors > 256 ? " (256 at most)" : " past the file's end");
+    pal->grey = 1;
+    for (unsigned i = 0; i < 256; i++) {
+        uint8_t *c = pal->rgb[i];
+        c[0] = c[1] = c[2] = (uint8_t)i;
+        if (i >= colors)
+            continue;
+        const uint8_t *e = p + at + esz * i;  /* blue, green, red */
+        c[0] = e[2], c[1] = e[1], c[2] = e[0];
+        unsigned v = colors == 2 ? (i ? 255u : 0u) : i;
         if (e[0] != v || e[1] != v || e[2] != v)
-            return 0;
+            pal->grey = 0;
     }
-    return 1;
+    if (*off == at)
+        *off += 4 * colors;
+    return TP_OK;
 }
 
 /* The bits set in a bit-field mask (a BMP's 16- and 32-bit layouts). */
@@ -501,15 +527,101 @@ static void s_bmp16_pil(const uint8_t *p, uint32_t comp, tp_tensor_t *out) {
         d[i] = lut[i % 3][d[i]];
 }
 
-/* Windows bitmaps: 1, 4, 8-bit palette, 16, 24, 32-bit, rows bottom-up or
- * top-down (negative height), uncompressed or with bit fields. RGB, as
+/* A BMP of palette indices: 1, 4 or 8 bits uncompressed, or run-length
+ * coded (BI_RLE8 or BI_RLE4; img_bmp_rle.c reads its indices as PIL
+ * does), coloured by its palette as PIL colours it (s_bmp_palette). */
+static tp_status_t s_bmp_indexed(const uint8_t *p, size_t n, uint32_t hs,
+                                 uint32_t off, int64_t w, int64_t h, int topdown,
+                                 unsigned bpp, uint32_t comp, const char *name,
+                                 tp_tensor_t *out) {
+    const char *kind = comp == 1 ? "RLE8 BMP" : comp == 2 ? "RLE4 BMP" : "BMP";
+    if (comp && bpp != (comp == 1 ? 8u : 4u))
+        return tp_error(TP_ERR_FORMAT, "image %s: corrupt BMP: %s compression "
+                        "with %u bits a pixel (RLE8 is 8, RLE4 4)", s_nm(name),
+                        comp == 1 ? "RLE8" : "RLE4", bpp);
+    s_bmp_pal_t pal;
+    TP_TRY(s_bmp_palette(p, n, hs, bpp, kind, name, &pal, &off));
+    size_t stride = ((size_t)w * bpp + 31) / 32 * 4;
+    if (!comp && (uint64_t)off + (uint64_t)stride * (uint64_t)h > n)
+        return tp_error(TP_ERR_FORMAT, "image %s: truncated BMP: %llu bytes of "
+                        "header and pixels, the file has %zu", s_nm(name),
+                        (unsigned long long)off + (unsigned long long)stride * h, n);
+    uint8_t *idx = malloc((size_t)w * (size_t)h);
+    if (!idx)
+        return tp_error(TP_ERR_NOMEM, "image %s: %lldx%lld pixels", s_nm(name),
+                        (long long)w, (long long)h);
+    tp_status_t rc = TP_OK;
+    if (comp) {
+        rc = img_bmp_rle(p, n, off, w, h, comp == 2, name, idx);
+    } else {  /* rows of 1, 4 or 8 bits, the first pixel in the high bits */
+        for (int64_t r = 0; r < h; r++) {
+            const uint8_t *row = p + off + (size_t)r * stride;
+            uint8_t *d = idx + (size_t)r * (size_t)w;
+            for (int64_t x = 0; x < w; x++)
+                d[x] = bpp == 8 ? row[x]
+                       : bpp == 4 ? (uint8_t)(x & 1 ? row[x / 2] & 15 : row[x / 2] >> 4)
+                                  : (uint8_t)(row[x / 8] >> (7 - x % 8) & 1);
+        }
+    }
+    int c = pal.grey ? 1 : 3;
+    if (rc == TP_OK)
+        rc = s_alloc(out, h, w, c, name);
+    if (rc == TP_OK) {
+        uint8_t *d = out->data;
+        for (int64_t r = 0; r < h; r++) {  /* r: the rows as stored */
+            const uint8_t *s = idx + (size_t)r * (size_t)w;
+            uint8_t *o = d + (size_t)(topdown ? r : h - 1 - r) * (size_t)w * c;
+            for (int64_t x = 0; x < w; x++, o += c)
+                memcpy(o, pal.rgb[s[x]], (size_t)c);
+        }
+    }
+    free(idx);
+    return rc;
+}
+
+/* Whether a 32-bit BMP with bit fields has all its masks 0 (three after
+ * a 40-byte header, four in a longer one): PIL reads it as BGRA, the
+ * layout of an uncompressed 32-bit BMP with its fourth byte as alpha. */
+static int s_bmp_zero_masks(const uint8_t *p, size_t n, uint32_t hs) {
+    size_t k = hs == 40 ? 3 : hs >= 56 ? 4 : 0;
+    if (!k || n < 54 + 4 * k)
+        return 0;
+    for (size_t i = 0; i < k; i++)
+        if (s_le32(p + 54 + 4 * i))
+            return 0;
+    return 1;
+}
+
+/* A 32-bit BMP as BGRA rows at off (the caller checked their length): RGBA. */
+static tp_status_t s_bmp_bgra(const uint8_t *p, uint32_t off, int64_t w,
+                              int64_t h, int topdown, const char *name,
+                              tp_tensor_t *out) {
+    TP_TRY(s_alloc(out, h, w, 4, name));
+    for (int64_t r = 0; r < h; r++) {
+        const uint8_t *s = p + off + (size_t)r * (size_t)w * 4;
+        uint8_t *d = (uint8_t *)out->data +
+                     (size_t)(topdown ? r : h - 1 - r) * (size_t)w * 4;
+        for (int64_t x = 0; x < w; x++, s += 4, d += 4) {
+            d[0] = s[2];
+            d[1] = s[1];
+            d[2] = s[0];
+            d[3] = s[3];
+        }
+    }
+    return TP_OK;
+}
+
+/* Windows bitmaps: 1, 4, 8-bit palette (read here, s_bmp_indexed), 16,
+ * 24, 32-bit, rows bottom-up or top-down (negative height), uncompressed
+ * or with bit fields. RGB, as
  * PIL opens them (a 32-bit BMP's fourth byte is padding to PIL, also in
  * a V4 or V5 header), except PIL's RGBA: a 32-bit BMP with bit fields in
  * a V4 or V5 header (108 or 124 bytes) whose alpha mask is not 0, the
  * BMPs with alpha that image editors save. The header is read here first:
  * the pixel limit, and the rows' bytes against the file's length, since
- * stb_image would read a file cut short as black rows. Refused: RLE
- * compression, JPEG or PNG inside. */
+ * stb_image would read a file cut short as black rows. Run-length coded
+ * ones (RLE8, RLE4) and 32-bit ones whose masks are all 0 (BGRA to PIL)
+ * stb_image does not read: read here. Refused: JPEG or PNG inside. */
 tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
                            const char *name, tp_tensor_t *out, int *orient) {
     *orient = 1;
@@ -533,13 +645,12 @@ tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
         return tp_error(TP_ERR_FORMAT, "image %s: corrupt BMP: a header of %u "
                         "bytes", s_nm(name), (unsigned)hs);
     }
-    if (h < 0)
-        h = -h;  /* top-down rows */
+    int topdown = h < 0;
+    if (topdown)
+        h = -h;
     TP_TRY(s_limit("BMP", w, h, o, name));
     if (comp == 1 || comp == 2)
-        return tp_error(TP_ERR_FORMAT, "image %s: a run-length compressed BMP; "
-                        "towerpack reads uncompressed BMPs (convert it to PNG)",
-                        s_nm(name));
+        return s_bmp_indexed(p, n, hs, off, w, h, topdown, bpp, comp, name, out);
     if (comp != 0 && comp != 3 && comp != 6)
         return tp_error(TP_ERR_FORMAT, "image %s: a BMP of compression %u (JPEG "
                         "or PNG inside); towerpack reads uncompressed BMPs",
@@ -547,6 +658,8 @@ tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
     if (bpp != 1 && bpp != 4 && bpp != 8 && bpp != 16 && bpp != 24 && bpp != 32)
         return tp_error(TP_ERR_FORMAT, "image %s: corrupt BMP: %u bits a pixel",
                         s_nm(name), bpp);
+    if (bpp <= 8 && comp == 0)
+        return s_bmp_indexed(p, n, hs, off, w, h, topdown, bpp, comp, name, out);
     uint64_t row = ((uint64_t)w * bpp + 31) / 32 * 4;
     uint64_t need = (uint64_t)off + row * (uint64_t)h;
     if (off < 26 || need > n)
@@ -558,26 +671,12 @@ tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
      * byte 54, inside the header */
     int alpha = bpp == 32 && comp == 3 && (hs == 108 || hs == 124) &&
                 n >= 70 && s_le32(p + 66) != 0;
+    if (bpp == 32 && comp == 3 && s_bmp_zero_masks(p, n, hs))
+        return s_bmp_bgra(p, off, w, h, topdown, name, out);
     TP_TRY(s_stb(p, n, alpha ? 4 : 3, "BMP", name, out));
     if (bpp == 16 && hs >= 40 &&
         (comp == 0 || ((hs == 40 || hs == 108 || hs == 124) && n >= 66)))
         s_bmp16_pil(p, comp, out);
-    /* a palette of the identity greys (0..255, or black and white for
-     * 1 bit) is grey, as PIL opens it ("L" or "1"): one channel */
-    if (bpp <= 8 && s_bmp_grey(p, n, hs, bpp)) {
-        tp_tensor_t g;
-        int64_t shape[2] = {out->shape[0], out->shape[1]};
-        if (tp_tensor_init(&g, TP_UINT8, 2, shape) != TP_OK) {
-            tp_tensor_fini(out);
-            return tp_error(TP_ERR_NOMEM, "image %s: BMP", s_nm(name));
-        }
-        const uint8_t *s = out->data;
-        uint8_t *d = g.data;
-        for (size_t i = 0; i < g.nbytes; i++)
-            d[i] = s[i * 3];
-        tp_tensor_fini(out);
-        tp_tensor_move(out, &g);
-    }
     return TP_OK;
 }
 

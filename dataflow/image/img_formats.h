@@ -33,6 +33,13 @@ tp_status_t img_decode_bmp(const uint8_t *p, size_t n, const tp_image_opts_t *o,
 tp_status_t img_decode_pnm(const uint8_t *p, size_t n, const tp_image_opts_t *o,
                            const char *name, tp_tensor_t *out, int *orient);
 
+/* A run-length coded BMP's palette indices (BI_RLE8, or BI_RLE4 when
+ * rle4), from byte `at` of the file's n bytes, into idx: w * h of them, in
+ * the file's row order (img_bmp_rle.c). An error names `name`, the byte
+ * and the row where the stream stops short. */
+tp_status_t img_bmp_rle(const uint8_t *p, size_t n, size_t at, int64_t w,
+                        int64_t h, int rle4, const char *name, uint8_t *idx);
+
 /* Whether a file name ends in one of torchvision's IMG_EXTENSIONS (any
  * case): the files an image folder takes (img_sources.c). */
 int img_is_image_name(const char *name);

@@ -230,6 +230,9 @@ def gen_formats(d, rgb, grey, alpha):
     # with three masks after a 40-byte one (PIL: RGB, the fourth byte
     # ignored), 4-bit palette, 16-bit 5-5-5 and 5-6-5
     bmp_hand(d, rgb, alpha)
+    # run-length coded BMPs (RLE8, RLE4), which PIL reads but does not
+    # write, and the BMPs PIL's reading of which is not the reference
+    bmp_rle(d, rgb, grey)
     # TIFF: CMYK strips (raw, LZW), PIL's cmyk2rgb; YCbCr (LZW: PIL reads
     # it through libtiff's RGBA interface). An uncompressed YCbCr TIFF
     # PIL 9.4 cannot read ("image file is truncated": its raw mode wants
@@ -260,7 +263,10 @@ def gen_formats(d, rgb, grey, alpha):
               "grey.pgm", "ll_rgba.webp", "q80_rgba.webp", "anim.webp",
               "anim_rgba.webp", "rgba_v5.bmp", "rgba_v4.bmp", "x_v5.bmp",
               "bf32.bmp", "pal4.bmp", "rgb555.bmp", "rgb565.bmp", "cmyk.tif",
-              "cmyk_lzw.tif", "ycbcr_lzw.tif") + tuple(
+              "cmyk_lzw.tif", "ycbcr_lzw.tif", "rle8.bmp", "rle4.bmp",
+              "rle8_quirks.bmp", "rle4_quirks.bmp", "rle8_grey.bmp",
+              "rle4_grey.bmp", "rle8_topdown.bmp", "z32.bmp", "z32_v5.bmp",
+              "pal4_grey17.bmp", "pal8_short.bmp") + tuple(
                   "orient%d.tif" % o for o in range(2, 9)):
         base = n.replace(".", "_")
         ref(n, base + "_rgb", "RGB")
@@ -341,6 +347,190 @@ def bmp_hand(d, rgb, alpha):
           ((r >> 3) << 10) | ((g >> 3) << 5) | (b >> 3))
     write("rgb565.bmp", 16, 3, 40, (0xF800, 0x7E0, 0x1F, 0),
           ((r >> 3) << 11) | ((g >> 2) << 5) | (b >> 3))
+
+
+def bmp_file(name, bpp, comp, w, h, palette, data, hs=40, masks=()):
+    """A BMP of a 40-byte (or longer, masks in it) header, its palette
+    (RGB tuples, written blue, green, red, 0) and pixel data as given."""
+    import struct
+    pal = b"".join(bytes((b, g, r, 0)) for (r, g, b) in palette)
+    hdr = struct.pack("<IiiHHIIiiII", hs, w, h, 1, bpp, comp, len(data), 2835,
+                      2835, len(palette), 0)
+    if hs > 40:
+        hdr += struct.pack("<4I", *masks) + b"\0" * (hs - 56)
+    elif masks:
+        hdr += struct.pack("<3I", *masks[:3])
+    off = 14 + len(hdr) + len(pal)
+    with open(name, "wb") as fh:
+        fh.write(b"BM" + struct.pack("<IHHI", off + len(data), 0, 0, off) +
+                 hdr + pal + data)
+
+
+def rle_encode(idx, rle4, even_abs=False):
+    """BI_RLE8 / BI_RLE4 data of palette indices idx [h, w], rows
+    bottom-up: a run where 3 or more repeat, absolute runs between (of an
+    even count when even_abs: PIL 9.4 misreads odd 4-bit ones; a
+    leftover pixel becomes a run of 1), end of line, end of bitmap."""
+    out = bytearray()
+    h, w = idx.shape
+
+    def flush(lit):
+        i = 0
+        while i < len(lit):
+            k = min(len(lit) - i, 254)
+            if even_abs and k % 2:
+                k -= 1
+            if k < 3:
+                out.extend((1, lit[i] * 17 if rle4 else lit[i]))
+                i += 1
+                continue
+            chunk = lit[i:i + k] + [0] * (k % 2 if rle4 else 0)
+            data = (bytes((chunk[j] << 4) | chunk[j + 1]
+                          for j in range(0, len(chunk), 2)) if rle4
+                    else bytes(chunk))
+            out.extend(bytes((0, k)) + data + b"\0" * (len(data) % 2))
+            i += k
+
+    for y in range(h - 1, -1, -1):
+        row = [int(v) for v in idx[y]]
+        x, lit = 0, []
+        while x < w:
+            r = 1
+            while x + r < w and r < 255 and row[x + r] == row[x]:
+                r += 1
+            if r >= 3:
+                flush(lit)
+                lit = []
+                out.extend((r, row[x] * 17 if rle4 else row[x]))
+                x += r
+            else:
+                lit.append(row[x])
+                x += 1
+        flush(lit)
+        out.extend((0, 0) if y else (0, 1))
+    return bytes(out)
+
+
+def bmp_rle(d, rgb, grey):
+    """Run-length coded BMPs (PIL reads BI_RLE8 and BI_RLE4, writes
+    neither), made byte by byte, and the BMPs whose reference is not
+    PIL 9.4's decode: NAME_rgb.ref / NAME_l.ref / NAME.ref written here
+    from the indices and the palette (checked against OpenCV's decode),
+    where PIL 9.4 misreads the file (a delta escape: 9.4 takes the two
+    bytes after its offsets; an odd absolute RLE4 run: 9.4 reads a byte
+    short; a 4-bit BMP whose palette is the greys 0..15: 9.4 reads the
+    packed indices as 8-bit grey). Skipped pixels are index 0, in PIL
+    (fixed upstream) and OpenCV alike."""
+    import cv2
+    j = lambda n: os.path.join(d, n)
+    h, w = rgb.shape[:2]
+    r, g = (rgb[..., k].astype(np.int64) for k in range(2))
+    # RLE8: 37 colours from the picture, runs and absolute runs
+    pal = Image.fromarray(rgb, "RGB").quantize(colors=37)
+    idx8 = np.asarray(pal)
+    pal8 = [tuple(pal.getpalette()[3 * i:3 * i + 3]) for i in range(37)]
+    # posterised so that runs are long enough to code as runs
+    idx8 = (idx8 // 4 * 4 + (np.arange(w) // 9 % 2)[None, :]) % 37
+    bmp_file(j("rle8.bmp"), 8, 1, w, h, pal8, rle_encode(idx8, False))
+    # RLE4: 16 colours (as pal4.bmp), even absolute runs
+    idx4 = ((r >> 6) << 2) | (g >> 6)
+    pal4 = [(i * 17 % 256, (i >> 2) * 85, (i & 3) * 85) for i in range(16)]
+    bmp_file(j("rle4.bmp"), 4, 2, w, h, pal4, rle_encode(idx4, True, True))
+    # grey: PIL's identity palettes (PIL: "L"), 256 and 16 entries
+    bmp_file(j("rle8_grey.bmp"), 8, 1, w, h, [(i, i, i) for i in range(256)],
+             rle_encode(grey.astype(np.int64) // 8 * 8, False))
+    bmp_file(j("rle4_grey.bmp"), 4, 2, w, h, [(i, i, i) for i in range(16)],
+             rle_encode(grey.astype(np.int64) >> 4, True, True))
+    # top-down (negative height): PIL reads the rows in the stored order
+    bmp_file(j("rle8_topdown.bmp"), 8, 1, w, -h, pal8,
+             rle_encode(idx8[::-1], False))
+    # the stream's corners PIL 9.4 reads as the format says: a run past
+    # the row's end (cut), a whole row then end of line (no empty row),
+    # an absolute run past the row's end (it goes on into the next), a
+    # run while the column is past the end (nothing), end of line in a
+    # row (index 0 to its end), indices past the 10-entry palette (PIL:
+    # the grey (i, i, i)), end of bitmap once the pixels are there
+    q8 = bytes((9, 3, 0, 0, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8, 2, 5, 0, 0,
+                2, 200, 4, 4, 0, 1))
+    bmp_file(j("rle8_quirks.bmp"), 8, 1, 6, 4, pal8[:10], q8)
+    # RLE4: a run of two nibbles (alternating), an even absolute run
+    q4 = bytes((5, 0x12, 0, 0, 0, 4, 0x34, 0x56, 1, 0x70, 0, 1))
+    bmp_file(j("rle4_quirks.bmp"), 4, 2, 5, 2, pal4, q4)
+    # 32-bit, bit fields, all four masks 0: PIL reads BGRA (RGBA)
+    bgra = np.dstack([rgb[..., 2], rgb[..., 1], rgb[..., 0], grey])[::-1]
+    bmp_file(j("z32.bmp"), 32, 3, w, h, [], bgra.tobytes(), 40, (0, 0, 0))
+    bmp_file(j("z32_v5.bmp"), 32, 3, w, h, [], bgra.tobytes(), 124,
+             (0, 0, 0, 0))
+    # 8-bit, uncompressed, indices past its 10-entry palette (PIL: the
+    # grey (i, i, i); stb_image read its uninitialised table there)
+    short = grey.astype(np.int64) // 16
+    bmp_file(j("pal8_short.bmp"), 8, 0, w, h, pal8[:10],
+             b"".join(bytes(row.astype(np.uint8)) + b"\0" * (-w % 4)
+                      for row in short[::-1]))
+    # 4-bit, a palette of 16 evenly spaced greys: PIL "P" (read right)
+    bmp_file(j("pal4_grey17.bmp"), 4, 0, w, h, [(i * 17,) * 3 for i in range(16)],
+             pack4(idx4))
+
+    def own(name, idx, palette, grey_out):
+        """The reference of a file PIL 9.4 misreads: the palette's pixels
+        (past its entries, the grey (i, i, i), as PIL), OpenCV's too."""
+        lut = np.array([palette[i] if i < len(palette) else (i, i, i)
+                        for i in range(256)], np.uint8)
+        px = lut[idx]
+        cvd = cv2.imread(j(name), cv2.IMREAD_COLOR)[..., ::-1]
+        assert (cvd == px).all(), name
+        base = name.replace(".", "_")
+        write_raw(j(base + "_rgb.ref"), px)
+        write_raw(j(base + "_l.ref"), px[..., 0] if grey_out else
+                  np.asarray(Image.fromarray(px, "RGB").convert("L")))
+        write_raw(j(base + ".ref"), px[..., 0] if grey_out else px)
+
+    # deltas: (3, 1) from inside a row, (0, 1) at a row's start, (2, 0);
+    # the skipped pixels are index 0
+    dl = bytes((2, 5, 0, 2, 3, 1, 1, 6, 0, 0, 0, 2, 0, 1, 1, 7, 0, 2, 2, 0,
+                3, 8, 0, 1))
+    bmp_file(j("rle8_delta.bmp"), 8, 1, 6, 4, pal8[:10], dl)
+    own("rle8_delta.bmp", np.array([[7, 0, 0, 8, 8, 8], [0] * 6,
+                                    [0, 0, 0, 0, 0, 6], [5, 5, 0, 0, 0, 0]]),
+        pal8[:10], False)
+    # RLE4 absolute runs of 7 and 5 (odd: a half byte of padding)
+    od = bytes((0, 7, 0x12, 0x34, 0x56, 0x70, 0, 0, 0, 5, 0x89, 0xAB, 0xC0, 0,
+                2, 0xDD, 0, 1))
+    bmp_file(j("rle4_odd.bmp"), 4, 2, 7, 2, pal4, od)
+    own("rle4_odd.bmp", np.array([[8, 9, 10, 11, 12, 13, 13],
+                                  [1, 2, 3, 4, 5, 6, 7]]), pal4, False)
+    # 4-bit, a palette of the greys 0..15 (PIL's "L" test passes, and
+    # PIL reads the packed indices as bytes): the palette's greys
+    bmp_file(j("pal4_grey.bmp"), 4, 0, w, h, [(i, i, i) for i in range(16)],
+             pack4(idx4))
+    own("pal4_grey.bmp", idx4, [(i, i, i) for i in range(16)], True)
+    # 8-bit, a palette of two entries, black and white (PIL's "1", which
+    # unpacks the bytes as bits): black and white
+    bw = (grey > 128).astype(np.int64)
+    bmp_file(j("pal8_bw.bmp"), 8, 0, w, h, [(0, 0, 0), (255, 255, 255)],
+             b"".join(bytes(row.astype(np.uint8)) + b"\0" * (-w % 4)
+                      for row in bw[::-1]))
+    own("pal8_bw.bmp", bw, [(0, 0, 0), (255, 255, 255)], True)
+    # a bitmap that ends early (end of bitmap in the third row): PIL
+    # refuses it ("not enough image data"), and so does towerpack
+    bmp_file(j("rle8_early.bmp"), 8, 1, 6, 4, pal8[:10],
+             bytes((6, 1, 0, 0, 6, 2, 0, 0, 3, 3, 0, 1)))
+    try:
+        Image.open(j("rle8_early.bmp")).load()
+        raise AssertionError("PIL read rle8_early.bmp")
+    except ValueError:
+        pass
+
+
+def pack4(idx):
+    """4-bit pixel rows, bottom-up, each padded to 4 bytes."""
+    h, w = idx.shape
+    rows = []
+    for y in range(h - 1, -1, -1):
+        v = np.append(idx[y], 0) if w % 2 else idx[y]
+        row = ((v[0::2] << 4) | v[1::2]).astype(np.uint8).tobytes()
+        rows.append(row + b"\0" * (-len(row) % 4))
+    return b"".join(rows)
 
 
 def rnd(x):

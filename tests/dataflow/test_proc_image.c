@@ -376,6 +376,30 @@ Test(proc_image, other_formats_equal_pil) {
         {"rgba_v5.bmp", 0, 1},  {"rgba_v4.bmp", 0, 1},  {"x_v5.bmp", 0, 1},
         {"bf32.bmp", 0, 1},     {"pal4.bmp", 0, 0},     {"rgb555.bmp", 0, 1},
         {"rgb565.bmp", 0, 1},
+        /* run-length coded BMPs (image_ref.py bmp_rle; PIL reads RLE8
+         * and RLE4, writes neither): colour, grey (PIL's "L": one
+         * channel in ANY), top-down, and the stream's corners PIL 9.4
+         * reads as the format says (runs cut at the row, absolute runs
+         * going on into the next, end of line in a row, indices past the
+         * palette as PIL's grey (i, i, i)); 32-bit with all masks 0
+         * (PIL: BGRA); 4-bit of 16 spaced greys (PIL "P"); 8-bit with
+         * indices past its palette */
+        {"rle8.bmp", 0, 0},     {"rle4.bmp", 0, 0},     {"rle8_grey.bmp", 0, 1},
+        {"rle4_grey.bmp", 0, 1}, {"rle8_topdown.bmp", 0, 0},
+        {"rle8_quirks.bmp", 0, 0}, {"rle4_quirks.bmp", 0, 0},
+        {"z32.bmp", 0, 1},      {"z32_v5.bmp", 0, 1},   {"pal4_grey17.bmp", 0, 0},
+        /* indices past an uncompressed BMP's palette: PIL's grey (i, i, i) */
+        {"pal8_short.bmp", 0, 0},
+        /* where PIL 9.4 misreads the file, the palette's pixels (also
+         * OpenCV's, checked by image_ref.py): deltas (9.4 takes the two
+         * bytes after a delta's offsets; fixed upstream), odd absolute
+         * RLE4 runs (9.4 reads a byte short; fixed upstream), a 4-bit
+         * palette of the greys 0..15 (9.4's "L" reads the packed
+         * indices as bytes), an 8-bit one of black and white (9.4's "1"
+         * unpacks the bytes as bits): grey in ANY, as PIL's mode and
+         * OpenCV */
+        {"rle8_delta.bmp", 0, 1}, {"rle4_odd.bmp", 0, 1}, {"pal4_grey.bmp", 0, 1},
+        {"pal8_bw.bmp", 0, 1},
         /* CMYK: strips exactly (PIL's cmyk2rgb here too); tiled and
          * separate planes through libtiff's RGBA interface, which rounds
          * (255-c)(255-k)/255 down where PIL rounds it: within 1. YCbCr:
@@ -400,7 +424,8 @@ Test(proc_image, other_formats_equal_pil) {
      * opaque where its fourth byte is padding (rgba.bmp: PIL writes
      * RGBA as 32-bit BI_RGB and reads it back as RGB) */
     static const char *const rgba[] = {"rgba_v5.bmp", "rgba_v4.bmp", "x_v5.bmp",
-                                       "bf32.bmp", "rgba.bmp", "rgba.tif"};
+                                       "bf32.bmp", "rgba.bmp", "rgba.tif",
+                                       "z32.bmp", "z32_v5.bmp"};
     for (size_t i = 0; i < sizeof rgba / sizeof rgba[0]; i++) {
         char base[64], r[80];
         snprintf(base, sizeof base, "%s", rgba[i]);
@@ -430,7 +455,10 @@ Test(proc_image, other_formats_equal_pil) {
     static const struct {
         const char *file, *why;
     } no[] = {{"grey16.tif", "16-bit"}, {"max4095.pgm", "maxval 4095"},
-              {"ascii.pgm", "P2"}};
+              {"ascii.pgm", "P2"},
+              /* PIL refuses it too ("not enough image data") */
+              {"rle8_early.bmp", "end-of-bitmap escape comes at byte 104, in "
+                                 "stored row 3 of 4"}};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", s_dir, no[i].file);
         cr_assert_eq(tp_image_read(p, NULL, &whole), TP_ERR_FORMAT, "%s", no[i].file);
@@ -477,6 +505,63 @@ Test(proc_image, other_formats_cut_or_corrupt_are_named_errors) {
             memcpy(c, buf, n);
             for (size_t k = at; k < at + 4 && k < n; k++)
                 c[k] ^= 0xA5;
+            tp_status_t rc = tp_image_decode(c, n, NULL, files[i], &img);
+            free(c);
+            if (rc == TP_OK) {
+                cr_assert(img.shape[0] >= 1 && img.shape[1] >= 1);
+                tp_tensor_fini(&img);
+            } else {
+                cr_assert(strstr(tp_last_error(), files[i]), "%s", tp_last_error());
+            }
+        }
+    }
+}
+
+/* Run-length coded BMPs cut at every length: an error naming the file
+ * while pixels are missing; once the last run is in, the picture (PIL
+ * reads a stream without its end-of-bitmap escape, or without the byte
+ * that pads its last absolute run, too). Bytes flipped
+ * anywhere: an error naming it or a picture of the right size, never a
+ * read past the bytes (the ASan build runs this too). */
+Test(proc_image, rle_bmps_cut_or_corrupt_are_named_errors) {
+    NEED_PY();
+    s_gen();
+    static const char *const files[] = {"rle8.bmp", "rle4.bmp", "rle8_delta.bmp",
+                                        "rle4_odd.bmp", "rle8_quirks.bmp"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", s_dir, files[i]);
+        FILE *fh = fopen(p, "rb");
+        cr_assert(fh);
+        static uint8_t buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf, fh);
+        fclose(fh);
+        cr_assert(n > 0 && n < sizeof buf);
+        /* the end-of-bitmap escape is the last two bytes of these */
+        cr_assert(buf[n - 2] == 0 && buf[n - 1] == 1, "%s", files[i]);
+        tp_tensor_t img;
+        for (size_t cut = 1; cut < n; cut++) {
+            uint8_t *c = malloc(cut);  /* exactly cut bytes: ASan sees past */
+            memcpy(c, buf, cut);
+            tp_status_t rc = tp_image_decode(c, cut, NULL, files[i], &img);
+            free(c);
+            /* the pixels are all there without the end of bitmap, and
+             * without the byte that pads a last absolute run */
+            if (cut >= n - 2 || (cut == n - 3 && rc == TP_OK)) {
+                cr_assert_eq(rc, TP_OK, "%s cut at %zu: %s", files[i], cut,
+                             tp_last_error());
+                tp_tensor_fini(&img);
+                continue;
+            }
+            cr_assert_lt(rc, 0, "%s cut at %zu of %zu bytes decoded", files[i],
+                         cut, n);
+            cr_assert(strstr(tp_last_error(), files[i]), "%s", tp_last_error());
+            cr_assert_null(img.data);
+        }
+        for (size_t at = 0; at < n; at++) {
+            uint8_t *c = malloc(n);
+            memcpy(c, buf, n);
+            c[at] ^= 0xA5;
             tp_status_t rc = tp_image_decode(c, n, NULL, files[i], &img);
             free(c);
             if (rc == TP_OK) {
