@@ -68,7 +68,7 @@ enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
 enum { S_WINO_MIN_C = 32, S_WINO_MIN_HW = 4 };
 /* auto's F(2x2, 3x3) of our own: channels in and out at least S_F2_MIN_C
  * on a 4x4 output (s_f2) */
-enum { S_F2_MIN_C = 256 };
+enum { S_F2_MIN_C = 512 };
 
 /* The cache key: the call's geometry (tp_dnnl_geom_t, dnnl_ops.h: the
  * pooling's key too), with the OpenMP team it was made for (below) and a
