@@ -12,7 +12,11 @@
  * is destroyed (the thread count too: oneDNN splits the work for it); a
  * 3x3 stride-1 conv's are oneDNN's Winograd where that measured faster
  * (TP_CPU_CONV_ALG, s_winograd; on a 4x4 output the backward-weights
- * alone, s_winograd_weights), the rest its direct algorithm. The
+ * alone, s_winograd_weights), the rest its direct algorithm; on the
+ * blocked chain a 4x4 output of 512+ channels (ResNet-18's stage 4) runs
+ * our own Winograd F(2x2, 3x3) instead (s_f2, cpu_winograd.c: no
+ * primitives, U and V kept in the workspace from the forward to the
+ * backward). The
  * primitives run on the op's plain NCHW / OIHW buffers: with
  * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
  * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every
