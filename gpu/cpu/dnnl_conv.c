@@ -123,7 +123,7 @@ typedef struct s_entry {
     int f2;                        /* the passes are our Winograd F(2x2,
                                       3x3) (cpu_winograd.c, s_f2_*): no
                                       primitives, the workspace is U, V,
-                                      M and dV (s_f2_rooms) */
+                                      M and dV (s_f2_bytes) */
     int own_bias;                  /* the forward's bias and relu are ours */
     int mask16;                    /* a folded relu's backward writes dy
                                       masked straight into dd, nChw16c
