@@ -12,7 +12,11 @@
  * is destroyed (the thread count too: oneDNN splits the work for it); a
  * 3x3 stride-1 conv's are oneDNN's Winograd where that measured faster
  * (TP_CPU_CONV_ALG, s_winograd; on a 4x4 output the backward-weights
- * alone, s_winograd_weights), the rest its direct algorithm. The
+ * alone, s_winograd_weights), the rest its direct algorithm; on the
+ * blocked chain a 4x4 output of 512+ channels (ResNet-18's stage 4) runs
+ * our own Winograd F(2x2, 3x3) instead (s_f2, cpu_winograd.c: no
+ * primitives, U and V kept in the workspace from the forward to the
+ * backward). The
  * primitives run on the op's plain NCHW / OIHW buffers: with
  * TP_CPU_CONV=dnnl (the default of a one-thread backend) oneDNN chooses the
  * layouts it runs fastest on (blocked, nChw16c on AVX-512) and every
@@ -49,6 +53,7 @@
 #include "gpu/backend_impl.h"
 
 #include "gpu/cpu/cpu_pool.h"
+#include "gpu/cpu/cpu_winograd.h"
 #include "gpu/cpu/dnnl_conv.h"
 #include "gpu/cpu/conv_thin.h"
 #include "gpu/cpu/dnnl_ops.h"
@@ -65,6 +70,9 @@ enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
 /* TP_CPU_CONV_ALG=auto's Winograd: channels in and out at least
  * S_WINO_MIN_C, an output larger than S_WINO_MIN_HW a side (s_winograd) */
 enum { S_WINO_MIN_C = 32, S_WINO_MIN_HW = 4 };
+/* auto's F(2x2, 3x3) of our own: channels in and out at least S_F2_MIN_C
+ * on a 4x4 output (s_f2) */
+enum { S_F2_MIN_C = 512 };
 
 /* The cache key: the call's geometry (tp_dnnl_geom_t, dnnl_ops.h: the
  * pooling's key too), with the OpenMP team it was made for (below) and a
@@ -112,6 +120,10 @@ typedef struct s_entry {
     s_pass_t pass[S_PASSES];
     int data_im2col;               /* backward-data by ops_conv.c (below) */
     int winograd;                  /* the passes are oneDNN's Winograd */
+    int f2;                        /* the passes are our Winograd F(2x2,
+                                      3x3) (cpu_winograd.c, s_f2_*): no
+                                      primitives, the workspace is U, V,
+                                      M and dV (s_f2_bytes) */
     int own_bias;                  /* the forward's bias and relu are ours */
     int mask16;                    /* a folded relu's backward writes dy
                                       masked straight into dd, nChw16c
@@ -124,8 +136,17 @@ typedef struct s_entry {
     struct s_entry *next;
 } s_entry_t;
 
-/* TP_CPU_CONV_ALG: the algorithm of a 3x3 stride-1 convolution */
-typedef enum { S_ALG_AUTO = 0, S_ALG_DIRECT, S_ALG_WINOGRAD } s_alg_t;
+/* TP_CPU_CONV_ALG: the algorithm of a 3x3 stride-1 convolution. auto:
+ * oneDNN's direct or Winograd by s_winograd's rule, ours (F(2x2, 3x3)) by
+ * s_f2's; onednn: auto without ours; f2x2: ours wherever it applies,
+ * auto's rule elsewhere; direct, winograd: oneDNN's alone. */
+typedef enum {
+    S_ALG_AUTO = 0,
+    S_ALG_DIRECT,
+    S_ALG_WINOGRAD,
+    S_ALG_ONEDNN,
+    S_ALG_F2
+} s_alg_t;
 
 struct tp_dnnl_conv {
     dnnl_engine_t engine;
@@ -496,11 +517,66 @@ static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
  * thread) but its backward-weights took 8.3-8.5 ms against direct's
  * 10.9-11.0 (docs/performance.md, "The ResNet-18 step per layer"). */
 static int s_winograd_weights(const tp_dnnl_conv_t *self, const s_geom_t *k) {
-    if (self->alg != S_ALG_AUTO || self->path == TP_CPU_CONV_DNNL_PLAIN || s_deconv(k))
+    if (self->alg == S_ALG_DIRECT || self->alg == S_ALG_WINOGRAD ||
+        self->path == TP_CPU_CONV_DNNL_PLAIN || s_deconv(k))
         return 0;
     return k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 && k->dh == 1 &&
            k->dw == 1 && k->g == 1 && k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C &&
            k->oh == S_WINO_MIN_HW && k->ow == S_WINO_MIN_HW;
+}
+
+/* Whether geometry k takes our Winograd F(2x2, 3x3) (cpu_winograd.c):
+ * where it applies (3x3, stride 1, padding 1, no dilation or groups, x and
+ * y both nChw16c: the blocked chain, so AVX-512; channels in multiples of
+ * 16), and for auto where it measured faster than oneDNN's passes: a 4x4
+ * output (ResNet-18's stage 4 at 112 px: one 2x2 tile grid of 4 tiles an
+ * image) with at least S_F2_MIN_C channels in and out
+ * (docs/performance.md, "Winograd F(2x2, 3x3) of our own"). */
+static int s_f2(const tp_dnnl_conv_t *self, const s_geom_t *k) {
+    if (self->alg != S_ALG_AUTO && self->alg != S_ALG_F2)
+        return 0;
+    if (self->path != TP_CPU_CONV_DNNL || s_deconv(k) || (k->blk16 & 7) != 3 ||
+        k->kh != 3 || k->kw != 3 || k->sh != 1 || k->sw != 1 || k->dh != 1 ||
+        k->dw != 1 || k->g != 1 || k->ph != 1 || k->pw != 1 || k->oh != k->h ||
+        k->ow != k->w || k->c % 16 || k->o % 16)
+        return 0;
+    if (self->alg == S_ALG_F2)
+        return 1;
+    return k->oh == S_WINO_MIN_HW && k->ow == S_WINO_MIN_HW && k->c >= S_F2_MIN_C &&
+           k->o >= S_F2_MIN_C;
+}
+
+/* The geometry of entry e's call as cpu_winograd.h's. */
+static tp_wino_t s_f2_geom(const s_geom_t *k) {
+    return tp_wino_geom(k->n, k->c, k->o, k->h, k->w);
+}
+
+/* The workspace of an F(2x2) entry: [state][U][V][M][dV], each aligned.
+ * state says whether U's room holds the weights' transform (the forward's,
+ * kept for the backward-data) or the backward-weights' dU (written over
+ * it: the weights' transform is made again by a second backward over the
+ * same forward). V is the forward's, kept for the backward-weights. */
+enum { S_F2_U = 1 };
+typedef struct {
+    int *state;
+    float *u, *v, *m, *dv;
+} s_f2_rooms_t;
+
+static size_t s_f2_bytes(const s_geom_t *k, s_f2_rooms_t *r, char *base) {
+    const tp_wino_t g = s_f2_geom(k);
+    const size_t sz[4] = {tp_wino_u_floats(&g), tp_wino_v_floats(&g), tp_wino_m_floats(&g),
+                          tp_wino_v_floats(&g)};
+    float **at[4] = {r ? &r->u : NULL, r ? &r->v : NULL, r ? &r->m : NULL,
+                     r ? &r->dv : NULL};
+    size_t off = S_ALIGN;
+    if (r)
+        r->state = (int *)base;
+    for (int i = 0; i < 4; i++) {
+        if (r)
+            *at[i] = (float *)(base + off);
+        off += s_round(sz[i] * sizeof(float));
+    }
+    return off;
 }
 
 /* The three passes of geometry k into e (e->ok 0: some pass unimplemented). */
@@ -508,6 +584,11 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
                                  const tp_op_call_t *c) {
     const char *name = c->name;
     const s_geom_t *k = &e->key;
+    if (s_f2(self, k)) {
+        e->ok = e->f2 = 1;
+        e->bytes = s_f2_bytes(k, NULL, NULL) + S_ALIGN;
+        return TP_OK;
+    }
     s_mds_t m;
     TP_TRY(s_mds(self, k, name, &m));
     /* (a deconvolution's descriptor is a convolution's, dnnl_types.h) */
@@ -1301,9 +1382,13 @@ tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path) {
         self->alg = S_ALG_DIRECT;
     } else if (!strcmp(alg, "winograd")) {
         self->alg = S_ALG_WINOGRAD;
+    } else if (!strcmp(alg, "onednn")) {
+        self->alg = S_ALG_ONEDNN;
+    } else if (!strcmp(alg, "f2x2")) {
+        self->alg = S_ALG_F2;
     } else {
-        tp_error(TP_ERR_INVALID, "TP_CPU_CONV_ALG=%s: expected direct, winograd or auto",
-                 alg);
+        tp_error(TP_ERR_INVALID,
+                 "TP_CPU_CONV_ALG=%s: expected auto, direct, winograd, onednn or f2x2", alg);
         free(self);
         return NULL;
     }
@@ -1459,6 +1544,58 @@ static void s_bias_act(const s_geom_t *k, const float *b, float *y, int relu) {
     tp_cpu_parallel((size_t)(k->n * k->o), 1, min, s_bias_act_range, &a);
 }
 
+/* ---- Winograd F(2x2, 3x3) of our own: the passes (cpu_winograd.c) ------- */
+
+/* The forward: U of the weights and V of x into the workspace (kept there
+ * for the backward of the same step), then the products and y. */
+static tp_status_t s_f2_forward(const s_entry_t *e, const tp_op_call_t *c) {
+    char *base = NULL, *own = NULL;
+    TP_TRY(s_ws(e, c, &base, &own));
+    const tp_wino_t g = s_f2_geom(&e->key);
+    s_f2_rooms_t r;
+    s_f2_bytes(&e->key, &r, base);
+    tp_wino_weights(&g, c->x[1], r.u);
+    tp_wino_input(&g, c->x[0], r.v);
+    *r.state = S_F2_U;
+    const tp_status_t rc = tp_wino_forward(&g, r.v, r.u, e->key.bias ? c->x[2] : NULL,
+                                           (int)e->key.relu, r.m, c->y, c->name);
+    free(own);
+    return rc;
+}
+
+/* The backward: dM of dy once for both passes; the backward-data on the
+ * forward's U, then the backward-weights on its V, writing dU over U.
+ * Outside the planned workspace (a call the plan did not see) nothing is
+ * kept: U and V are made again from the call's inputs. */
+static tp_status_t s_f2_backward(const s_entry_t *e, const tp_op_call_t *c) {
+    char *base = NULL, *own = NULL;
+    TP_TRY(s_ws(e, c, &base, &own));
+    const tp_wino_t g = s_f2_geom(&e->key);
+    s_f2_rooms_t r;
+    s_f2_bytes(&e->key, &r, base);
+    float *db = c->ninputs > 2 ? c->dx[2] : NULL;
+    tp_status_t rc = TP_OK;
+    if (db)
+        s_bias_grad(&e->key, c->dy, db, c->dx_acc[2]);
+    if (c->dx[0] || c->dx[1])
+        tp_wino_grad_output(&g, c->dy, r.m);
+    if (c->dx[0]) {
+        if (own || *r.state != S_F2_U) {
+            tp_wino_weights(&g, c->x[1], r.u);
+            *r.state = S_F2_U;
+        }
+        rc = tp_wino_backward_data(&g, r.m, r.u, r.dv, c->dx[0], c->dx_acc[0], c->name);
+    }
+    if (rc == TP_OK && c->dx[1]) {
+        if (own)
+            tp_wino_input(&g, c->x[0], r.v);
+        *r.state = 0;
+        rc = tp_wino_backward_weights(&g, r.m, r.v, r.u, c->dx[1], c->dx_acc[1], c->name);
+    }
+    free(own);
+    return rc;
+}
+
 tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
     const int relu = c->attr->act == TP_ACT_RELU;
     if (c->kind != TP_OP_CONV2D && c->kind != TP_OP_CONV_TRANSPOSE) {
@@ -1482,6 +1619,8 @@ tp_status_t tp_dnnl_conv_forward(tp_dnnl_conv_t *self, const tp_op_call_t *c) {
         rc = tp_cpu_conv_forward(c);
         if (rc == TP_OK && relu)
             s_relu(c);
+    } else if (e->f2) {
+        rc = s_f2_forward(e, c);
     } else if ((rc = s_ws(e, c, &base, &own)) == TP_OK) {
         void *user[S_MAX_ARGS] = {(void *)c->x[0], (void *)c->x[1]};
         void *blk[S_MAX_ARGS] = {e->keep_bytes ? base : NULL};
@@ -1515,6 +1654,8 @@ static tp_status_t s_backward(tp_dnnl_conv_t *self, const tp_op_call_t *c, s_ent
         return s_nhwc_refuse(c);
     if (!e->ok)
         return tp_cpu_conv_backward(c);
+    if (e->f2)
+        return s_f2_backward(e, c);
     TP_TRY(s_ws(e, c, &base, &own));
     TP_ASSERT(!premasked || (!own && c->dx[1] && e->mask16));
     float *db = c->ninputs > 2 ? c->dx[2] : NULL;

@@ -708,6 +708,164 @@ Test(dnnl_conv, nchw16c_operands_give_the_plain_calls_numbers) {
     unsetenv("TP_CPU_CONV");
 }
 
+/* ---- Winograd F(2x2, 3x3) of our own (cpu_winograd.c; TP_CPU_CONV_ALG
+ * auto on a 4x4 output of 256+ channels, f2x2 wherever it applies) ------- */
+
+/* One call on nChw16c x and y through backend b: y, dx, dw (and db)
+ * against float64, stored (acc 0) and added to ones (acc 1), each pass's
+ * largest error relative to its largest value within `bound`; the result
+ * unblocked into t. */
+static void s_f2_check(tp_backend_t *b, conv_t *t, const geom_t *g, int acc, double bound,
+                       const char *what) {
+    s_block(t->x, &t->xs[0]);
+    s_block(t->dy, &t->ys);
+    t->c.blk16 = 1u | TP_BLK16_Y;
+    s_plan(b, t);
+    s_step(b, t, acc);
+    s_unblock(t->x, &t->xs[0]);
+    s_unblock(t->dy, &t->ys);
+    s_unblock(t->y, &t->ys);
+    s_unblock(t->dx, &t->xs[0]);
+    double *y = malloc(t->ny * sizeof *y), *dx = malloc(t->nx * sizeof *dx);
+    double *dw = malloc(t->nw * sizeof *dw);
+    if (t->attr.act == TP_ACT_RELU) /* the relu's backward: dy where y > 0 */
+        for (size_t i = 0; i < t->ny; i++)
+            t->dy[i] = t->y[i] > 0.0f ? t->dy[i] : 0.0f;
+    s_ref64(t, g, y, dx, dw);
+    if (t->attr.act == TP_ACT_RELU)
+        for (size_t i = 0; i < t->ny; i++)
+            y[i] = y[i] > 0.0 ? y[i] : 0.0;
+    if (acc) {
+        for (size_t i = 0; i < t->nx; i++)
+            dx[i] += 1.0;
+        for (size_t i = 0; i < t->nw; i++)
+            dw[i] += 1.0;
+    }
+    const double ey = s_err(t->y, y, t->ny), edx = s_err(t->dx, dx, t->nx);
+    const double edw = s_err(t->dw, dw, t->nw);
+    cr_log_info("%s, %d -> %d ch %dx%d, acc %d: y %.2e dx %.2e dw %.2e", what, g->c, g->o,
+                g->h, g->w, acc, ey, edx, edw);
+    cr_assert(ey <= bound && edx <= bound && edw <= bound,
+              "%s, %d -> %d ch %dx%d, acc %d: errors y %.2e dx %.2e dw %.2e past %.0e", what,
+              g->c, g->o, g->h, g->w, acc, ey, edx, edw, bound);
+    if (g->bias) {
+        const size_t plane = t->ny / (size_t)g->n / (size_t)g->o;
+        for (int o = 0; o < g->o; o++) {
+            double s = acc ? 1.0 : 0.0;
+            for (int n = 0; n < g->n; n++)
+                for (size_t i = 0; i < plane; i++)
+                    s += t->dy[((size_t)n * (size_t)g->o + (size_t)o) * plane + i];
+            cr_assert(fabs(t->db[o] - s) <= 1e-4 * (1.0 + fabs(s)), "%s: db[%d] %g, want %g",
+                      what, o, (double)t->db[o], s);
+        }
+    }
+    free(y), free(dx), free(dw);
+}
+
+/* Against float64: ResNet-18's stage 4 (512 channels, 4x4: the shape auto
+ * gives it), and odd shapes forced by f2x2: an image of odd sides (tiles
+ * cut by the edge) with a bias and a folded relu, 16 -> 32 channels on
+ * 1x1 and 2x3 images, 48 -> 16 on 6x6. F(2x2, 3x3)'s transforms scale by
+ * at most 4 and 1/4: measured 2e-7 to 9e-7 of the largest value (float32's
+ * epsilon is 1.2e-7); a wrong transform, a tile misplaced or a sign gives
+ * errors of order one. The bound, 1e-5, is direct's (the test above).
+ * auto takes stage 4 (its y differs from onednn's, direct, bit for bit)
+ * and leaves the small shapes to oneDNN (the same y to the bit). */
+Test(dnnl_conv, our_winograd_f2x2_matches_float64_on_blocked_operands) {
+    static const geom_t gs[] = {
+        {2, 512, 4, 4, 512, 3, 1, 1, 1, 1, 0, 0, 0}, /* stage 4 */
+        {3, 32, 5, 7, 48, 3, 1, 1, 1, 1, 1, 0, 0},   /* odd sides, bias (+ relu) */
+        {2, 16, 1, 1, 32, 3, 1, 1, 1, 1, 0, 0, 0},   /* one pixel */
+        {2, 16, 2, 3, 32, 3, 1, 1, 1, 1, 1, 0, 0},
+        {1, 48, 6, 6, 16, 3, 1, 1, 1, 1, 0, 0, 0},
+    };
+    tp_backend_t *f2 = s_backend_alg("f2x2"), *au = s_backend_alg("auto");
+    tp_backend_t *od = s_backend_alg("onednn");
+    for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
+        for (int acc = 0; acc < 2; acc++) {
+            conv_t t, a, d;
+            s_conv(&t, &gs[gi]);
+            s_conv(&a, &gs[gi]);
+            s_conv(&d, &gs[gi]);
+            if (gi == 1)
+                t.attr.act = a.attr.act = d.attr.act = TP_ACT_RELU;
+            s_f2_check(f2, &t, &gs[gi], acc, 1e-5, "f2x2");
+            s_f2_check(au, &a, &gs[gi], acc, 1e-5, "auto");
+            s_f2_check(od, &d, &gs[gi], acc, 1e-5, "onednn");
+            const int ours = gi == 0; /* auto's rule */
+            cr_assert(memcmp(t.y, d.y, t.ny * sizeof(float)),
+                      "geometry %zu: f2x2's y is oneDNN's bit for bit", gi);
+            cr_assert(!memcmp(a.y, ours ? t.y : d.y, t.ny * sizeof(float)) &&
+                          !memcmp(a.dx, ours ? t.dx : d.dx, t.nx * sizeof(float)) &&
+                          !memcmp(a.dw, ours ? t.dw : d.dw, t.nw * sizeof(float)),
+                      "geometry %zu: auto did not choose %s", gi, ours ? "f2x2" : "oneDNN");
+            s_free(&t);
+            s_free(&a);
+            s_free(&d);
+        }
+    tp_backend_destroy(&f2);
+    tp_backend_destroy(&au);
+    tp_backend_destroy(&od);
+}
+
+/* The forward keeps U and V in the workspace for the backward, whose
+ * backward-weights writes dU over U: a second backward over the same
+ * forward (a GAN step's other player) makes U again and gives the same
+ * gradients to the bit; a call outside the planned workspace (NULL) keeps
+ * nothing and gives them too; at 2 threads (the transforms' ranges split,
+ * the GEMMs on the team) the same within rounding. */
+Test(dnnl_conv, our_winograd_f2x2_backward_again_unplanned_and_at_two_threads) {
+    const geom_t g = {3, 32, 5, 7, 48, 3, 1, 1, 1, 1, 1, 0, 0};
+    tp_backend_t *b = s_backend_alg("f2x2");
+    conv_t p, q;
+    s_conv(&p, &g);
+    s_conv(&q, &g);
+    s_block(p.x, &p.xs[0]);
+    s_block(p.dy, &p.ys);
+    s_block(q.x, &q.xs[0]);
+    s_block(q.dy, &q.ys);
+    p.c.blk16 = q.c.blk16 = 1u | TP_BLK16_Y;
+    s_plan(b, &p);
+    s_step(b, &p, 0);
+    float *dx = malloc(p.nx * sizeof(float)), *dw = malloc(p.nw * sizeof(float));
+    memcpy(dx, p.dx, p.nx * sizeof(float));
+    memcpy(dw, p.dw, p.nw * sizeof(float));
+    oct_set(p.dx, p.nx, NAN);
+    oct_set(p.dw, p.nw, NAN);
+    oct_backward(b, &p.c);
+    cr_assert(!memcmp(dx, p.dx, p.nx * sizeof(float)) && !memcmp(dw, p.dw, p.nw * sizeof(float)),
+              "a second backward's gradients differ from the first's");
+    q.c.workspace = NULL;
+    q.c.workspace_bytes = 0;
+    s_step(b, &q, 0);
+    cr_assert(!memcmp(q.y, p.y, p.ny * sizeof(float)) && !memcmp(q.dx, dx, p.nx * sizeof(float)) &&
+                  !memcmp(q.dw, dw, p.nw * sizeof(float)),
+              "the unplanned call's results differ from the planned one's");
+    s_free(&q);
+    tp_backend_destroy(&b);
+    setenv("TP_CPU_CONV", "dnnl", 1);
+    setenv("TP_CPU_CONV_ALG", "f2x2", 1);
+    tp_backend_t *b2 = tp_backend_cpu_new(2);
+    unsetenv("TP_CPU_CONV_ALG");
+    cr_assert_not_null(b2, "%s", tp_last_error());
+    tp_cpu_pool_threads_override(2);
+    s_conv(&q, &g);
+    s_block(q.x, &q.xs[0]);
+    s_block(q.dy, &q.ys);
+    q.c.blk16 = 1u | TP_BLK16_Y;
+    s_plan(b2, &q);
+    s_step(b2, &q, 0);
+    s_close("y", "2 threads", 0, q.y, p.y, p.ny);
+    s_close("dx", "2 threads", 0, q.dx, dx, p.nx);
+    s_close("dW", "2 threads", 0, q.dw, dw, p.nw);
+    s_free(&q);
+    tp_backend_destroy(&b2);
+    tp_cpu_pool_threads_override(0);
+    free(dx), free(dw);
+    s_free(&p);
+    unsetenv("TP_CPU_CONV");
+}
+
 /* What reads NCHW only (a transposed conv's own bias pass) refuses blocked
  * operands by name instead of reading them wrong. */
 Test(dnnl_conv, nchw16c_operands_where_onednn_does_not_run_are_refused) {

@@ -1,0 +1,72 @@
+/* towerpack gpu: Winograd F(2x2, 3x3) convolutions of our own for the CPU
+ * backend's blocked chain (dnnl_conv.c takes them where they measured
+ * faster than oneDNN's: ResNet-18's stage 4, docs/compute.md).
+ *
+ * A 3x3 convolution with stride 1, padding 1, no dilation or groups, on
+ * nChw16c activations (x [N, C, H, W], y [N, O, H, W], C and O multiples
+ * of 16) and plain OIHW weights. The output is cut into 2x2 tiles (T of
+ * them: N * ceil(H/2) * ceil(W/2)), each read from a 4x4 input tile; in
+ * the transformed domain a tile's 16 positions are 16 independent
+ * products over the channels, so each pass is 16 GEMMs:
+ *
+ *   forward          M_p  = V_p  U_p^T    [T x C] [C x O]  (V = B^T d B)
+ *   backward-data    dV_p = dM_p U_p      [T x O] [O x C]  (dM = A dY A^T)
+ *   backward-weights dU_p = dM_p^T V_p    [O x T] [T x C]
+ *
+ * with U = G g G^T of each 3x3 kernel, y = A^T M A of each tile, dx the
+ * sum over the tiles of B dV B^T and dW = G^T dU G: the backward passes
+ * are the forward's adjoint (transposes of its linear maps), so the
+ * forward's U serves the backward-data unchanged (no second weight
+ * transform) and the forward's V serves the backward-weights. The arrays,
+ * all [16 positions][rows][columns] row-major floats: U [16][O][C],
+ * V and dV [16][T][C], M and dM [16][T][O].
+ *
+ * Every function needs AVX-512 (the blocked chain's condition,
+ * tp_dnnl_conv_nchw16c); the transforms split their work over the
+ * backend's team (tp_cpu_parallel), the GEMMs are oneDNN's (dnnl_sgemm, on
+ * the calling thread's OpenMP team). */
+#ifndef TOWERPACK_GPU_CPU_WINOGRAD_H
+#define TOWERPACK_GPU_CPU_WINOGRAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <towerpack/status.h>
+
+typedef struct {
+    size_t n, c, o, h, w; /* x [n, c, h, w], y [n, o, h, w] */
+    size_t th, tw, t;     /* tiles down, across, in all (n * th * tw) */
+} tp_wino_t;
+
+/* The geometry of x [n, c, h, w] -> y [n, o, h, w]. */
+tp_wino_t tp_wino_geom(int64_t n, int64_t c, int64_t o, int64_t h, int64_t w);
+
+/* Floats of U (also dU), of V (also dV), of M (also dM). */
+size_t tp_wino_u_floats(const tp_wino_t *g);
+size_t tp_wino_v_floats(const tp_wino_t *g);
+size_t tp_wino_m_floats(const tp_wino_t *g);
+
+/* U = G w G^T of the OIHW weights w [o, c, 3, 3]. */
+void tp_wino_weights(const tp_wino_t *g, const float *w, float *u);
+
+/* V = B^T d B of x's 4x4 tiles (nChw16c; zero past the edges). */
+void tp_wino_input(const tp_wino_t *g, const float *x, float *v);
+
+/* The forward: m = the 16 products of v and u; y (nChw16c) = A^T m A,
+ * plus b[o] (b NULL: none), through a relu when `relu`. */
+tp_status_t tp_wino_forward(const tp_wino_t *g, const float *v, const float *u,
+                            const float *b, int relu, float *m, float *y, const char *name);
+
+/* dm = A dy A^T of dy's 2x2 tiles (nChw16c; zero past the edges). */
+void tp_wino_grad_output(const tp_wino_t *g, const float *dy, float *dm);
+
+/* The backward-data: dv = the 16 products of dm and u; dx (nChw16c) =
+ * the sum over the tiles of B dv B^T, stored or added (`add`). */
+tp_status_t tp_wino_backward_data(const tp_wino_t *g, const float *dm, const float *u,
+                                  float *dv, float *dx, int add, const char *name);
+
+/* The backward-weights: du = the 16 products of dm and v; dw (OIHW) =
+ * G^T du G, stored or added (`add`). du may be u's memory. */
+tp_status_t tp_wino_backward_weights(const tp_wino_t *g, const float *dm, const float *v,
+                                     float *du, float *dw, int add, const char *name);
+
+#endif
