@@ -162,6 +162,16 @@ static void *s_tower_thread(void *arg) {
     return NULL;
 }
 
+/* Every variable of seq is bit-identical in par. */
+static void s_assert_same_vars(tp_model_t *seq, tp_model_t *par) {
+    for (int i = 0; i < tp_model_var_count(seq); i++) {
+        tp_tensor_t v1, v2;
+        cr_assert_eq(tp_model_var(seq, tp_model_var_name(seq, i), &v1), TP_OK);
+        cr_assert_eq(tp_model_var(par, tp_model_var_name(seq, i), &v2), TP_OK);
+        cr_assert(tp_tensor_equal(&v1, &v2), "%s differs", tp_model_var_name(seq, i));
+    }
+}
+
 /* Towers on their own threads with the collective all-reduce give exactly
  * what one thread driving both gives (sums in rank order). */
 Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
@@ -194,12 +204,7 @@ Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
         cr_assert_eq(s_run(par, TP_ALL_TOWERS, NULL, TP_RUN_UPDATE), TP_OK, "%s",
                      tp_last_error());
     }
-    for (int i = 0; i < tp_model_var_count(seq); i++) {
-        tp_tensor_t v1, v2;
-        cr_assert_eq(tp_model_var(seq, tp_model_var_name(seq, i), &v1), TP_OK);
-        cr_assert_eq(tp_model_var(par, tp_model_var_name(seq, i), &v2), TP_OK);
-        cr_assert(tp_tensor_equal(&v1, &v2), "%s differs", tp_model_var_name(seq, i));
-    }
+    s_assert_same_vars(seq, par);
     tp_model_destroy(&seq);
     tp_model_destroy(&par);
 }
@@ -238,12 +243,7 @@ Test(graph, towers_applying_slices_match_one_apply) {
         cr_assert_eq(s_run(par, TP_ALL_TOWERS, NULL, TP_RUN_UPDATE), TP_ERR_STATE,
                      "gradients are used once");
     }
-    for (int i = 0; i < tp_model_var_count(seq); i++) {
-        tp_tensor_t v1, v2;
-        cr_assert_eq(tp_model_var(seq, tp_model_var_name(seq, i), &v1), TP_OK);
-        cr_assert_eq(tp_model_var(par, tp_model_var_name(seq, i), &v2), TP_OK);
-        cr_assert(tp_tensor_equal(&v1, &v2), "%s differs", tp_model_var_name(seq, i));
-    }
+    s_assert_same_vars(seq, par);
     tp_model_destroy(&seq);
     tp_model_destroy(&par);
 }
