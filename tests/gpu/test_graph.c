@@ -162,6 +162,16 @@ static void *s_tower_thread(void *arg) {
     return NULL;
 }
 
+/* Every variable of seq is bit-identical in par. */
+static void s_assert_same_vars(tp_model_t *seq, tp_model_t *par) {
+    for (int i = 0; i < tp_model_var_count(seq); i++) {
+        tp_tensor_t v1, v2;
+        cr_assert_eq(tp_model_var(seq, tp_model_var_name(seq, i), &v1), TP_OK);
+        cr_assert_eq(tp_model_var(par, tp_model_var_name(seq, i), &v2), TP_OK);
+        cr_assert(tp_tensor_equal(&v1, &v2), "%s differs", tp_model_var_name(seq, i));
+    }
+}
+
 /* Towers on their own threads with the collective all-reduce give exactly
  * what one thread driving both gives (sums in rank order). */
 Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
@@ -194,12 +204,7 @@ Test(graph, threaded_towers_collective_allreduce_is_bit_exact) {
         cr_assert_eq(s_run(par, TP_ALL_TOWERS, NULL, TP_RUN_UPDATE), TP_OK, "%s",
                      tp_last_error());
     }
-    for (int i = 0; i < tp_model_var_count(seq); i++) {
-        tp_tensor_t v1, v2;
-        cr_assert_eq(tp_model_var(seq, tp_model_var_name(seq, i), &v1), TP_OK);
-        cr_assert_eq(tp_model_var(par, tp_model_var_name(seq, i), &v2), TP_OK);
-        cr_assert(tp_tensor_equal(&v1, &v2), "%s differs", tp_model_var_name(seq, i));
-    }
+    s_assert_same_vars(seq, par);
     tp_model_destroy(&seq);
     tp_model_destroy(&par);
 }
@@ -238,12 +243,7 @@ Test(graph, towers_applying_slices_match_one_apply) {
         cr_assert_eq(s_run(par, TP_ALL_TOWERS, NULL, TP_RUN_UPDATE), TP_ERR_STATE,
                      "gradients are used once");
     }
-    for (int i = 0; i < tp_model_var_count(seq); i++) {
-        tp_tensor_t v1, v2;
-        cr_assert_eq(tp_model_var(seq, tp_model_var_name(seq, i), &v1), TP_OK);
-        cr_assert_eq(tp_model_var(par, tp_model_var_name(seq, i), &v2), TP_OK);
-        cr_assert(tp_tensor_equal(&v1, &v2), "%s differs", tp_model_var_name(seq, i));
-    }
+    s_assert_same_vars(seq, par);
     tp_model_destroy(&seq);
     tp_model_destroy(&par);
 }
@@ -641,6 +641,43 @@ Test(graph, steps_do_not_grow_the_heap) {
     tp_model_destroy(&m);
 }
 
+/* ---- the shape-rule tests' shared steps ----------------------------------
+ * Each family below builds an inference-only model from a tower function that
+ * switches on a case number (0: the shapes that work; 1..n: one bad node
+ * each), checks the good case's shapes and values, then that every bad case
+ * fails to build with an error naming the node and the shapes. */
+
+static tp_model_t *s_infer_model(const tp_input_desc_t *d, int ninputs, tp_tower_fn build,
+                                 int infer_batch) {
+    tp_model_desc_t md = {d, ninputs, build, NULL, NULL};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 0;
+    cfg.infer_batch = infer_batch;
+    return tp_model_new(&md, &cfg);
+}
+
+/* A forward run of x as the one input [2,3,5]: the run's batch, 2 of the planned 4. */
+static void s_forward_2x3x5(tp_model_t *m, float *x) {
+    int64_t xs[3] = {2, 3, 5};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
+    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
+    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+}
+
+/* Cases 1..n of build each fail; the error holds all three of the case's strings. */
+static void s_expect_case_errors(tp_model_t *(*build)(int which), const char *const want[][3],
+                                 int n) {
+    for (int k = 0; k < n; k++) {
+        tp_model_t *m = build(k + 1);
+        cr_expect_null(m, "case %d built", k + 1);
+        for (int j = 0; j < 3; j++)
+            cr_expect(strstr(tp_last_error(), want[k][j]) != NULL, "case %d: '%s' not in: %s",
+                      k + 1, want[k][j], tp_last_error());
+        tp_model_destroy(&m);
+    }
+}
+
 /* ---- the elementwise family's shape rule (NumPy broadcasting) ------------ */
 
 static int s_bcast_case;
@@ -682,11 +719,7 @@ static tp_status_t s_bcast(tp_tower_t *t, tp_node_t *const *in, void *u) {
 static tp_model_t *s_bcast_model(int which) {
     s_bcast_case = which;
     tp_input_desc_t d = {"x", TP_FLOAT32, 3, {-1, 3, 5}};
-    tp_model_desc_t md = {&d, 1, s_bcast, NULL, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
-    cfg.infer_batch = 4;
-    return tp_model_new(&md, &cfg);
+    return s_infer_model(&d, 1, s_bcast, 4);
 }
 
 Test(graph, broadcast_shapes_and_errors_naming_node_and_shapes) {
@@ -699,11 +732,7 @@ Test(graph, broadcast_shapes_and_errors_naming_node_and_shapes) {
     float x[2 * 15];
     for (int i = 0; i < 30; i++)
         x[i] = (float)i;
-    int64_t xs[3] = {2, 3, 5};
-    tp_tensor_t in;
-    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
-    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
-    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    s_forward_2x3x5(m, x);
     tp_tensor_t v;
     cr_assert_eq(tp_model_fetch(m, -1, "y", &v), TP_OK);
     cr_expect_eq(v.shape[0], 2);
@@ -711,20 +740,13 @@ Test(graph, broadcast_shapes_and_errors_naming_node_and_shapes) {
         cr_expect_float_eq(((float *)v.data)[i], (1.0f + (float)i) / 2.0f, 1e-6);
     tp_model_destroy(&m);
 
-    const char *want[][3] = {
+    const char *const want[][3] = {
         {"'bad_dims'", "[4,3,5] with [4]", "dim 2 of the result is 5 in one and 4"},
         {"'bad_batch'", "[4,3,5] with [2,3,5]", "not batched, so its dim 0 must be 1"},
         {"'bad_rank'", "[1,1,3,5] with [4,3,5]", "must have the result's 4 dims"},
         {"'bad_clip'", "clip bounds [1, -1]", "lo <= hi"},
     };
-    for (int k = 0; k < 4; k++) {
-        m = s_bcast_model(k + 1);
-        cr_expect_null(m, "case %d built", k + 1);
-        for (int j = 0; j < 3; j++)
-            cr_expect(strstr(tp_last_error(), want[k][j]) != NULL, "case %d: '%s' not in: %s",
-                      k + 1, want[k][j], tp_last_error());
-        tp_model_destroy(&m);
-    }
+    s_expect_case_errors(s_bcast_model, want, 4);
 }
 
 /* ---- the loss family's shape rule: same shapes -> a scalar -------------- */
@@ -761,11 +783,7 @@ static tp_status_t s_losses(tp_tower_t *t, tp_node_t *const *in, void *u) {
 static tp_model_t *s_loss_model(int which) {
     s_loss_case = which;
     tp_input_desc_t d = {"x", TP_FLOAT32, 3, {-1, 3, 5}};
-    tp_model_desc_t md = {&d, 1, s_losses, NULL, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
-    cfg.infer_batch = 4;
-    return tp_model_new(&md, &cfg);
+    return s_infer_model(&d, 1, s_losses, 4);
 }
 
 Test(graph, loss_shapes_and_errors_naming_node_and_shapes) {
@@ -781,30 +799,19 @@ Test(graph, loss_shapes_and_errors_naming_node_and_shapes) {
         x[i] = (float)i * 0.1f;
         want += 0.25 * (double)x[i] * x[i] / 30.0;
     }
-    int64_t xs[3] = {2, 3, 5};
-    tp_tensor_t in;
-    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
-    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
-    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    s_forward_2x3x5(m, x);
     tp_tensor_t v;
     cr_assert_eq(tp_model_fetch(m, -1, "y", &v), TP_OK);
     cr_expect_float_eq(*(float *)v.data, (float)want, 1e-5, "mse %g, want %g",
                        (double)*(float *)v.data, want);
     tp_model_destroy(&m);
 
-    const char *want_err[][3] = {
+    const char *const want_err[][3] = {
         {"'bad_shape'", "[4,3,5] ('x', batched)", "[4,5,3] ('r', batched)"},
         {"'bad_batched'", "logits and float labels", "[4,3,5] ('v435')"},
         {"'bad_delta'", "huber delta 0", "> 0"},
     };
-    for (int k = 0; k < 3; k++) {
-        m = s_loss_model(k + 1);
-        cr_expect_null(m, "case %d built", k + 1);
-        for (int j = 0; j < 3; j++)
-            cr_expect(strstr(tp_last_error(), want_err[k][j]) != NULL,
-                      "case %d: '%s' not in: %s", k + 1, want_err[k][j], tp_last_error());
-        tp_model_destroy(&m);
-    }
+    s_expect_case_errors(s_loss_model, want_err, 3);
 }
 
 /* ---- the linalg family's shape rules ------------------------------------- */
@@ -872,36 +879,39 @@ static tp_status_t s_linalg(tp_tower_t *t, tp_node_t *const *in, void *u) {
 static tp_model_t *s_la_model(int which) {
     s_la_case = which;
     tp_input_desc_t d = {"x", TP_FLOAT32, 3, {-1, 3, 5}};
-    tp_model_desc_t md = {&d, 1, s_linalg, NULL, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
-    cfg.infer_batch = 4;
-    return tp_model_new(&md, &cfg);
+    return s_infer_model(&d, 1, s_linalg, 4);
+}
+
+/* A node the linalg model should hold: its batched flag, rank and dims. */
+typedef struct {
+    const char *name;
+    int batched, ndim;
+    int64_t d[3];
+} s_la_node_t;
+
+static void s_la_expect_nodes(tp_model_t *m, const s_la_node_t *want, int n) {
+    for (int i = 0; i < n; i++) {
+        const tp_node_t *nd = tp_model_lookup(m, -1, want[i].name);
+        cr_assert_not_null(nd, "%s", want[i].name);
+        cr_expect_eq(tp_node_batched(nd), want[i].batched, "%s batched", want[i].name);
+        cr_expect_eq(tp_node_shape(nd)->ndim, want[i].ndim, "%s rank", want[i].name);
+        for (int j = 0; j < want[i].ndim; j++)
+            cr_expect_eq(tp_node_shape(nd)->d[j], want[i].d[j], "%s dim %d", want[i].name, j);
+    }
 }
 
 Test(graph, linalg_shapes_and_errors_naming_node_and_shapes) {
     tp_model_t *m = s_la_model(0);
     cr_assert_not_null(m, "%s", tp_last_error());
-    const struct { const char *name; int batched, ndim; int64_t d[3]; } want[] = {
+    const s_la_node_t want[] = {
         {"xw", 1, 3, {4, 3, 2}}, {"xtx", 1, 3, {4, 5, 5}}, {"gram", 0, 2, {15, 15}},
         {"ln/output", 1, 3, {4, 3, 5}}, {"gn/output", 1, 3, {4, 3, 5}}};
-    for (int i = 0; i < 5; i++) {
-        const tp_node_t *n = tp_model_lookup(m, -1, want[i].name);
-        cr_assert_not_null(n, "%s", want[i].name);
-        cr_expect_eq(tp_node_batched(n), want[i].batched, "%s batched", want[i].name);
-        cr_expect_eq(tp_node_shape(n)->ndim, want[i].ndim, "%s rank", want[i].name);
-        for (int j = 0; j < want[i].ndim; j++)
-            cr_expect_eq(tp_node_shape(n)->d[j], want[i].d[j], "%s dim %d", want[i].name, j);
-    }
+    s_la_expect_nodes(m, want, 5);
     /* the run's batch (2 of the planned 4): the gram sums over those 2 */
     float x[2 * 15];
     for (int i = 0; i < 30; i++)
         x[i] = (float)(i % 7) * 0.25f - 0.5f;
-    int64_t xs[3] = {2, 3, 5};
-    tp_tensor_t in;
-    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
-    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
-    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    s_forward_2x3x5(m, x);
     tp_tensor_t v;
     cr_assert_eq(tp_model_fetch(m, -1, "gram", &v), TP_OK);
     for (int i = 0; i < 15; i++)
@@ -916,24 +926,17 @@ Test(graph, linalg_shapes_and_errors_naming_node_and_shapes) {
     /* 1-d operands drop their dim of 1; norms without gamma and beta */
     m = s_la_model(10);
     cr_assert_not_null(m, "%s", tp_last_error());
-    const struct { const char *name; int batched, ndim; int64_t d[3]; } vec[] = {
+    const s_la_node_t vec[] = {
         {"xv", 1, 2, {4, 3}}, {"vx", 1, 2, {4, 5}}, {"dot", 0, 0, {0}},
         {"ln0", 1, 3, {4, 3, 5}}, {"gn0", 1, 3, {4, 3, 5}}};
-    for (int i = 0; i < 5; i++) {
-        const tp_node_t *n = tp_model_lookup(m, -1, vec[i].name);
-        cr_assert_not_null(n, "%s", vec[i].name);
-        cr_expect_eq(tp_node_batched(n), vec[i].batched, "%s batched", vec[i].name);
-        cr_expect_eq(tp_node_shape(n)->ndim, vec[i].ndim, "%s rank", vec[i].name);
-        for (int j = 0; j < vec[i].ndim; j++)
-            cr_expect_eq(tp_node_shape(n)->d[j], vec[i].d[j], "%s dim %d", vec[i].name, j);
-    }
+    s_la_expect_nodes(m, vec, 5);
     tp_node_attrs_t at;
     tp_node_attrs(tp_model_lookup(m, -1, "gn0"), &at);
     cr_expect_eq(at.norm_absent, 1, "gn0: gamma left out, beta given");
     cr_expect_eq(tp_node_input_count(tp_model_lookup(m, -1, "gn0")), 2, "gn0: x and beta");
     tp_node_attrs(tp_model_lookup(m, -1, "ln0"), &at);
     cr_expect_eq(at.norm_absent, 3, "ln0: both left out");
-    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    s_forward_2x3x5(m, x);
     cr_assert_eq(tp_model_fetch(m, -1, "dot", &v), TP_OK);
     cr_expect_float_eq(((float *)v.data)[0], 3.0f, 1e-6, "[1,1,1] . [1,1,1]");
     cr_assert_eq(tp_model_fetch(m, -1, "xv", &v), TP_OK);
@@ -945,7 +948,7 @@ Test(graph, linalg_shapes_and_errors_naming_node_and_shapes) {
     }
     tp_model_destroy(&m);
 
-    const char *want_err[][3] = {
+    const char *const want_err[][3] = {
         {"'bad_k'", "a [4,3,5] and b [4,2]", "K is 5 in a and 4 in b"},
         {"'bad_batch'", "'v743' is not batched", "dim 0 must be 1"},
         {"'bad_col'", "b [4,15] (transposed)", "the result's last dim"},
@@ -956,14 +959,7 @@ Test(graph, linalg_shapes_and_errors_naming_node_and_shapes) {
         {"'bad_vec'", "a [4] and b [4,3,5]", "K is 4 in a and 3 in b"},
         {"'bad_bvec'", "'xs' is a batched vector", "reshape it"},
     };
-    for (int k = 0; k < 9; k++) {
-        m = s_la_model(k + 1);
-        cr_expect_null(m, "case %d built", k + 1);
-        for (int j = 0; j < 3; j++)
-            cr_expect(strstr(tp_last_error(), want_err[k][j]) != NULL,
-                      "case %d: '%s' not in: %s", k + 1, want_err[k][j], tp_last_error());
-        tp_model_destroy(&m);
-    }
+    s_expect_case_errors(s_la_model, want_err, 9);
 }
 
 /* ---- the reduce family's shape rules and errors --------------------------- */
@@ -1010,11 +1006,7 @@ static tp_status_t s_reduces(tp_tower_t *t, tp_node_t *const *in, void *u) {
 static tp_model_t *s_red_model(int which) {
     s_red_case = which;
     tp_input_desc_t d = {"x", TP_FLOAT32, 3, {-1, 3, 5}};
-    tp_model_desc_t md = {&d, 1, s_reduces, NULL, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
-    cfg.infer_batch = 4;
-    return tp_model_new(&md, &cfg);
+    return s_infer_model(&d, 1, s_reduces, 4);
 }
 
 static void s_red_expect_shape(tp_model_t *m, const char *name, int ndim, const int64_t *d,
@@ -1042,11 +1034,7 @@ Test(graph, reduce_family_shapes_and_errors_naming_node_and_shapes) {
     float x[2 * 15];
     for (int i = 0; i < 30; i++)
         x[i] = (float)i;
-    int64_t xs[3] = {2, 3, 5};
-    tp_tensor_t in;
-    tp_tensor_init_wrap(&in, TP_FLOAT32, 3, xs, x, NULL, NULL);
-    tp_run_opts_t fwd = {.stages = TP_RUN_FORWARD};
-    cr_assert_eq(tp_model_run(m, -1, &in, 1, NULL, 0, &fwd), TP_OK, "%s", tp_last_error());
+    s_forward_2x3x5(m, x);
     tp_tensor_t v;
     cr_assert_eq(tp_model_fetch(m, -1, "mean_batch", &v), TP_OK);
     cr_expect_eq(tp_tensor_numel(&v), 15);
@@ -1060,21 +1048,14 @@ Test(graph, reduce_family_shapes_and_errors_naming_node_and_shapes) {
     cr_expect_float_eq(*(float *)v.data, 435.0f, 1e-6);
     tp_model_destroy(&m);
 
-    const char *want_err[][3] = {
+    const char *const want_err[][3] = {
         {"'bad_axis'", "axis 3 out of range", "[4,3,5] ('x', 3 dims)"},
         {"'twice'", "axis -2 named twice", "[4,3,5]"},
         {"'bad_labels'", "logits [4,3,5] ('x', batched)", "int32 [4,5] ('lab', batched)"},
         {"'bad_k'", "k 16 for logits [4,15] ('l2')", "<= 15 classes"},
         {"'bad_softmax_axis'", "axis -4 out of range", "[4,3,5]"},
     };
-    for (int k = 0; k < 5; k++) {
-        m = s_red_model(k + 1);
-        cr_expect_null(m, "case %d built", k + 1);
-        for (int j = 0; j < 3; j++)
-            cr_expect(strstr(tp_last_error(), want_err[k][j]) != NULL,
-                      "case %d: '%s' not in: %s", k + 1, want_err[k][j], tp_last_error());
-        tp_model_destroy(&m);
-    }
+    s_expect_case_errors(s_red_model, want_err, 5);
 }
 
 /* A label outside [0, V) that is not the ignore label fails the run,
@@ -1263,11 +1244,7 @@ static tp_status_t s_shapes(tp_tower_t *t, tp_node_t *const *in, void *u) {
 static tp_model_t *s_shape_model(int which) {
     s_shape_case = which;
     tp_input_desc_t d[2] = {{"x", TP_FLOAT32, 3, {-1, 3, 5}}, {"tok", TP_INT32, 1, {-1}}};
-    tp_model_desc_t md = {d, 2, s_shapes, NULL, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
-    cfg.infer_batch = 4;
-    return tp_model_new(&md, &cfg);
+    return s_infer_model(d, 2, s_shapes, 4);
 }
 
 static void s_expect_shape(tp_model_t *m, const char *name, int ndim, const int64_t *d) {
@@ -1317,7 +1294,7 @@ Test(graph, shape_family_rules_and_errors_naming_node_and_shapes) {
     cr_expect_eq(((float *)v.data)[28 + 7 + 4], x[15 + 4]);
     tp_model_destroy(&m);
 
-    const char *want[][3] = {
+    const char *const want[][3] = {
         {"'bad_perm'", "x [4,3,5] is batched", "perm[0] must be 0"},
         {"'bad_axes'", "perm[2] = 2", "each axis of 0..2 once"},
         {"'bad_slice'", "x [4,3,5] is batched", "axis 0 (the batch) must be taken whole"},
@@ -1335,14 +1312,7 @@ Test(graph, shape_family_rules_and_errors_naming_node_and_shapes) {
         {"'bad_infer'", "dims 1 and 2 are both -1", "at most one"},
         {"'bad_infer2'", "cannot infer dim 2", "60 elements"},
     };
-    for (int k = 0; k < 14; k++) {
-        m = s_shape_model(k + 1);
-        cr_expect_null(m, "case %d built", k + 1);
-        for (int j = 0; j < 3; j++)
-            cr_expect(strstr(tp_last_error(), want[k][j]) != NULL, "case %d: '%s' not in: %s",
-                      k + 1, want[k][j], tp_last_error());
-        tp_model_destroy(&m);
-    }
+    s_expect_case_errors(s_shape_model, want, 14);
 }
 
 /* Python's slice.indices on one axis: (len, start, stop, step) -> the
@@ -1438,11 +1408,7 @@ static tp_status_t s_convs(tp_tower_t *t, tp_node_t *const *in, void *u) {
 static tp_model_t *s_conv_model(int which) {
     s_conv_case = which;
     tp_input_desc_t d = {"x", TP_FLOAT32, 4, {-1, 4, 6, 6}};
-    tp_model_desc_t md = {&d, 1, s_convs, NULL, NULL};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.towers = 0;
-    cfg.infer_batch = 2;
-    return tp_model_new(&md, &cfg);
+    return s_infer_model(&d, 1, s_convs, 2);
 }
 
 Test(graph, convolution_family_shapes_and_errors_naming_node_and_shapes) {
@@ -1465,19 +1431,12 @@ Test(graph, convolution_family_shapes_and_errors_naming_node_and_shapes) {
     cr_expect(a.output_pad[0] == 1 && a.stride[0] == 2 && a.dilation[0] == 1);
     tp_model_destroy(&m);
 
-    const char *want_err[][3] = {
+    const char *const want_err[][3] = {
         {"'bad_groups'", "x is [2,4,6,6], W is [6,1,3,3], 3 groups", "multiples"},
         {"'bad_deconv_w'", "x is [2,4,6,6], W is [3,4,3,3]", "input channels first"},
         {"'bad_outpad'", "output padding 2 with stride 2", "below the stride"},
         {"'bad_factor'", "x is [2,4,6,6], factor 0", ">= 1"},
         {"'bad_dilation'", "kernel [2,4,3,3] (dilated)", "padded input [2,4,6,6]"},
     };
-    for (int k = 0; k < 5; k++) {
-        m = s_conv_model(k + 1);
-        cr_expect_null(m, "case %d built", k + 1);
-        for (int j = 0; j < 3; j++)
-            cr_expect(strstr(tp_last_error(), want_err[k][j]) != NULL,
-                      "case %d: '%s' not in: %s", k + 1, want_err[k][j], tp_last_error());
-        tp_model_destroy(&m);
-    }
+    s_expect_case_errors(s_conv_model, want_err, 5);
 }

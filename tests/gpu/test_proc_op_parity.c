@@ -258,6 +258,34 @@ static tp_predictor_t *s_y_predictor(const tp_input_desc_t *desc, tp_tower_fn fn
     return pr;
 }
 
+/* The second half of an ONNX round trip: write the input x (nx floats, of
+ * shape `xshape` as "4,2,3") and the predictor's output `out` under `tag`,
+ * export the model, free out, the predictor and the model, then have the
+ * numpy evaluator run the export on x and compare with out (its report in
+ * s_out). Skips, saying why, without python3 or onnx. */
+static void s_onnx_evaluate(const char *tag, tp_predictor_t **pr, tp_model_t **m,
+                            const float *x, size_t nx, tp_tensor_t *out, const char *xshape) {
+    s_write(tag, "x", x, nx);
+    s_write(tag, "y", out->data, (size_t)tp_tensor_numel(out));
+    char model[128], xp[128], yp[128];
+    snprintf(model, sizeof model, "%s/%s.onnx", s_dir, tag);
+    snprintf(xp, sizeof xp, "%s/%s.x.f32", s_dir, tag);
+    snprintf(yp, sizeof yp, "%s/%s.y.f32", s_dir, tag);
+    cr_assert_eq(tp_predictor_export_onnx(*pr, model), TP_OK, "%s", tp_last_error());
+    tp_tensor_fini(out);
+    tp_predictor_destroy(pr);
+    tp_model_destroy(m);
+    if (access(PY, X_OK) != 0)
+        cr_skip_test("ONNX check skipped: no " PY);
+    char *argv[] = {PY, SCRIPT, "onnx", model, xp, (char *)xshape, yp, NULL};
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    int rc = pu_run(argv, env, s_out, sizeof s_out);
+    if (rc == 3)
+        cr_skip_test("ONNX check skipped: %s", s_out);
+    cr_log_info("%s", s_out);
+    cr_assert_eq(rc, 0, "%s", s_out);
+}
+
 static void s_onnx_round_trip(tp_tower_fn fn, const char *tag, uint64_t seed,
                               size_t numel) {
     tp_input_desc_t desc = {"x", TP_FLOAT32, 3, {-1, 2, 3}};
@@ -274,25 +302,7 @@ static void s_onnx_round_trip(tp_tower_fn fn, const char *tag, uint64_t seed,
     cr_assert_eq(tp_predictor_run(pr, &in, &out), TP_OK, "%s", tp_last_error());
     cr_assert_eq((size_t)tp_tensor_numel(&out), numel, "%s: %lld outputs, not %zu", tag,
                  (long long)tp_tensor_numel(&out), numel);
-    s_write(tag, "x", x, 24);
-    s_write(tag, "y", out.data, numel);
-    char model[128], xp[128], yp[128];
-    snprintf(model, sizeof model, "%s/%s.onnx", s_dir, tag);
-    snprintf(xp, sizeof xp, "%s/%s.x.f32", s_dir, tag);
-    snprintf(yp, sizeof yp, "%s/%s.y.f32", s_dir, tag);
-    cr_assert_eq(tp_predictor_export_onnx(pr, model), TP_OK, "%s", tp_last_error());
-    tp_tensor_fini(&out);
-    tp_predictor_destroy(&pr);
-    tp_model_destroy(&m);
-    if (access(PY, X_OK) != 0)
-        cr_skip_test("ONNX check skipped: no " PY);
-    char *argv[] = {PY, SCRIPT, "onnx", model, xp, "4,2,3", yp, NULL};
-    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
-    int rc = pu_run(argv, env, s_out, sizeof s_out);
-    if (rc == 3)
-        cr_skip_test("ONNX check skipped: %s", s_out);
-    cr_log_info("%s", s_out);
-    cr_assert_eq(rc, 0, "%s", s_out);
+    s_onnx_evaluate(tag, &pr, &m, x, 24, &out, "4,2,3");
 }
 
 Test(op_parity, onnx_export_of_every_elementwise_op_evaluates_the_same) {
@@ -372,25 +382,7 @@ Test(op_parity, onnx_export_of_gather_and_one_hot_evaluates_the_same) {
     tp_tensor_init_wrap(&in, TP_INT32, 2, (int64_t[]){4, 3}, ids, NULL, NULL);
     cr_assert_eq(tp_predictor_run(pr, &in, &out), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_tensor_numel(&out), 4 * 3 * 7);
-    s_write("onnx_ids", "x", idf, 12);
-    s_write("onnx_ids", "y", out.data, 4 * 3 * 7);
-    char model[128], xp[128], yp[128];
-    snprintf(model, sizeof model, "%s/onnx_ids.onnx", s_dir);
-    snprintf(xp, sizeof xp, "%s/onnx_ids.x.f32", s_dir);
-    snprintf(yp, sizeof yp, "%s/onnx_ids.y.f32", s_dir);
-    cr_assert_eq(tp_predictor_export_onnx(pr, model), TP_OK, "%s", tp_last_error());
-    tp_tensor_fini(&out);
-    tp_predictor_destroy(&pr);
-    tp_model_destroy(&m);
-    if (access(PY, X_OK) != 0)
-        cr_skip_test("ONNX check skipped: no " PY);
-    char *argv[] = {PY, SCRIPT, "onnx", model, xp, "4,3", yp, NULL};
-    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
-    int rc = pu_run(argv, env, s_out, sizeof s_out);
-    if (rc == 3)
-        cr_skip_test("ONNX check skipped: %s", s_out);
-    cr_log_info("%s", s_out);
-    cr_assert_eq(rc, 0, "%s", s_out);
+    s_onnx_evaluate("onnx_ids", &pr, &m, idf, 12, &out, "4,3");
 }
 
 /* ---- ONNX export of the convolution family --------------------------------
@@ -441,25 +433,7 @@ Test(op_parity, onnx_export_of_the_convolution_family_evaluates_the_same) {
     tp_tensor_init_wrap(&tin, TP_FLOAT32, 4, xs, x, NULL, NULL);
     cr_assert_eq(tp_predictor_run(pr, &tin, &out), TP_OK, "%s", tp_last_error());
     cr_assert_eq((size_t)tp_tensor_numel(&out), (size_t)NY);
-    s_write("onnx_conv", "x", x, NX);
-    s_write("onnx_conv", "y", out.data, NY);
-    char model[128], xp[128], yp[128];
-    snprintf(model, sizeof model, "%s/onnx_conv.onnx", s_dir);
-    snprintf(xp, sizeof xp, "%s/onnx_conv.x.f32", s_dir);
-    snprintf(yp, sizeof yp, "%s/onnx_conv.y.f32", s_dir);
-    cr_assert_eq(tp_predictor_export_onnx(pr, model), TP_OK, "%s", tp_last_error());
-    tp_tensor_fini(&out);
-    tp_predictor_destroy(&pr);
-    tp_model_destroy(&m);
-    if (access(PY, X_OK) != 0)
-        cr_skip_test("ONNX check skipped: no " PY);
-    char *argv[] = {PY, SCRIPT, "onnx", model, xp, "4,2,5,4", yp, NULL};
-    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
-    int rc = pu_run(argv, env, s_out, sizeof s_out);
-    if (rc == 3)
-        cr_skip_test("ONNX check skipped: %s", s_out);
-    cr_log_info("%s", s_out);
-    cr_assert_eq(rc, 0, "%s", s_out);
+    s_onnx_evaluate("onnx_conv", &pr, &m, x, NX, &out, "4,2,5,4");
     cr_assert(strstr(s_out, "ConvTranspose") && strstr(s_out, "Resize"), "%s", s_out);
 }
 

@@ -274,16 +274,48 @@ Test(input_stats, an_input_named_like_a_builtin_is_not_taken_for_one) {
 
 /* ---- a custom input's rows in the trainer's published statistics ------------ */
 
+/* What the custom inputs below share, first in each (their impl): a dataflow
+ * read round and round, and the datapoints given. */
 typedef struct {
     tp_dataflow_t *df;
     uint64_t given;          /* trainer's thread only */
+} s_reader_t;
+
+static tp_status_t r_start(void *impl, int towers, uint64_t seed, int64_t skip) {
+    (void)towers; (void)skip;
+    return tp_dataflow_reset_state(((s_reader_t *)impl)->df, seed, 0);
+}
+
+/* The next datapoint, from a new epoch where one ends; counted. */
+static tp_status_t r_next(s_reader_t *r, tp_datapoint_t **out) {
+    tp_status_t rc = tp_dataflow_next(r->df, out);
+    if (rc == TP_DONE)
+        rc = tp_dataflow_next(r->df, out);
+    if (rc == TP_OK)
+        r->given++;
+    return rc;
+}
+
+static int64_t r_size(void *impl) { (void)impl; return -1; }
+
+static void r_destroy(void *impl) {
+    tp_dataflow_destroy(&((s_reader_t *)impl)->df);
+}
+
+/* The input's one row: `name`, running, its datapoints given as msgs_out. */
+static int r_stats(const s_reader_t *r, const char *name, tp_stats_row_t *rows) {
+    memset(&rows[0], 0, sizeof rows[0]);
+    snprintf(rows[0].name, sizeof rows[0].name, "%s", name);
+    rows[0].state = TP_ACTOR_RUNNING;
+    rows[0].msgs_out = r->given;
+    rows[0].queue_fill = -1;
+    return 1;
+}
+
+typedef struct {
+    s_reader_t rd;
     atomic_int seen;         /* the test has its snapshot: stop dawdling */
 } s_custom_t;
-
-static tp_status_t c_start(void *impl, int towers, uint64_t seed, int64_t skip) {
-    (void)towers; (void)skip;
-    return tp_dataflow_reset_state(((s_custom_t *)impl)->df, seed, 0);
-}
 
 /* A slow input until the test has seen a snapshot (one is published once
  * a second), then as fast as the dataflow. */
@@ -292,30 +324,13 @@ static tp_status_t c_next(void *impl, int tower, tp_datapoint_t **out) {
     (void)tower;
     if (!atomic_load(&c->seen))
         usleep(1000);
-    tp_status_t rc = tp_dataflow_next(c->df, out);
-    if (rc == TP_DONE)
-        rc = tp_dataflow_next(c->df, out);
-    if (rc == TP_OK)
-        c->given++;
-    return rc;
-}
-
-static int64_t c_size(void *impl) { (void)impl; return -1; }
-
-static void c_destroy(void *impl) {
-    tp_dataflow_destroy(&((s_custom_t *)impl)->df);
+    return r_next(&c->rd, out);
 }
 
 /* A name no built-in input has: only the ops table can bring it in. */
 static int c_stats(void *impl, tp_stats_row_t *rows, int max) {
-    s_custom_t *c = impl;
     (void)max;
-    memset(&rows[0], 0, sizeof rows[0]);
-    snprintf(rows[0].name, sizeof rows[0].name, "my-reader");
-    rows[0].state = TP_ACTOR_RUNNING;
-    rows[0].msgs_out = c->given;
-    rows[0].queue_fill = -1;
-    return 1;
+    return r_stats(impl, "my-reader", rows);
 }
 
 typedef struct {
@@ -357,10 +372,10 @@ static void s_published_case(int towers) {
     char stats_ep[160];
     snprintf(stats_ep, sizeof stats_ep, "ipc://%s/stats.sock", s_dir);
     static const tp_input_ops_t ops = {
-        .name = "MyInput", .start = c_start, .next = c_next, .size = c_size,
-        .destroy = c_destroy, .stats = c_stats,
+        .name = "MyInput", .start = r_start, .next = c_next, .size = r_size,
+        .destroy = r_destroy, .stats = c_stats,
     };
-    s_custom_t c = {.df = tu_blobs(256, 4, 0.7f, 99, 8, 1, 0)};
+    s_custom_t c = {.rd.df = tu_blobs(256, 4, 0.7f, 99, 8, 1, 0)};
     atomic_init(&c.seen, 0);
     s_run_t r;
     pthread_t th;
@@ -427,8 +442,7 @@ Test(input_stats, a_custom_inputs_rows_and_two_towers_rows_are_published,
 /* ---- a step that waits in a custom input still supervises ------------------- */
 
 typedef struct {
-    tp_dataflow_t *df;
-    uint64_t given;          /* trainer's thread only */
+    s_reader_t rd;
     atomic_int holding;      /* 1 while next holds the step for the test */
     atomic_int release;      /* set by the test */
 } s_holding_t;
@@ -439,7 +453,7 @@ typedef struct {
 static tp_status_t h_next(void *impl, int tower, tp_datapoint_t **out) {
     s_holding_t *h = impl;
     (void)tower;
-    if (h->given == 20) {
+    if (h->rd.given == 20) {
         atomic_store(&h->holding, 1);
         for (int i = 0; i < 100 && !atomic_load(&h->release); i++) {
             usleep(100000);
@@ -448,32 +462,12 @@ static tp_status_t h_next(void *impl, int tower, tp_datapoint_t **out) {
         }
         atomic_store(&h->holding, 0);
     }
-    tp_status_t rc = tp_dataflow_next(h->df, out);
-    if (rc == TP_DONE)
-        rc = tp_dataflow_next(h->df, out);
-    if (rc == TP_OK)
-        h->given++;
-    return rc;
-}
-
-static tp_status_t h_start(void *impl, int towers, uint64_t seed, int64_t skip) {
-    (void)towers; (void)skip;
-    return tp_dataflow_reset_state(((s_holding_t *)impl)->df, seed, 0);
-}
-
-static void h_destroy(void *impl) {
-    tp_dataflow_destroy(&((s_holding_t *)impl)->df);
+    return r_next(&h->rd, out);
 }
 
 static int h_stats(void *impl, tp_stats_row_t *rows, int max) {
-    s_holding_t *h = impl;
     (void)max;
-    memset(&rows[0], 0, sizeof rows[0]);
-    snprintf(rows[0].name, sizeof rows[0].name, "holding-reader");
-    rows[0].state = TP_ACTOR_RUNNING;
-    rows[0].msgs_out = h->given;
-    rows[0].queue_fill = -1;
-    return 1;
+    return r_stats(impl, "holding-reader", rows);
 }
 
 /* Supervision is a phase of the step that its waits run: while the step
@@ -485,10 +479,10 @@ Test(input_stats, a_step_waiting_in_a_custom_input_still_publishes_statistics,
     char stats_ep[160];
     snprintf(stats_ep, sizeof stats_ep, "ipc://%s/stats.sock", s_dir);
     static const tp_input_ops_t ops = {
-        .name = "HoldingInput", .start = h_start, .next = h_next, .size = c_size,
-        .destroy = h_destroy, .stats = h_stats,
+        .name = "HoldingInput", .start = r_start, .next = h_next, .size = r_size,
+        .destroy = r_destroy, .stats = h_stats,
     };
-    s_holding_t h = {.df = tu_blobs(256, 4, 0.7f, 99, 8, 1, 0)};
+    s_holding_t h = {.rd.df = tu_blobs(256, 4, 0.7f, 99, 8, 1, 0)};
     atomic_init(&h.holding, 0);
     atomic_init(&h.release, 0);
     s_run_t r;
@@ -514,7 +508,7 @@ Test(input_stats, a_step_waiting_in_a_custom_input_still_publishes_statistics,
     tp_stats_snapshot_fini(&snap);
     cr_assert_eq(r.rc, TP_OK, "%s", r.err);
     cr_assert_eq(during, 2, "snapshots published while the step waited: %d", during);
-    cr_assert_eq(h.given, 40);
+    cr_assert_eq(h.rd.given, 40);
 }
 
 /* ---- towers count their own steps ------------------------------------------- */

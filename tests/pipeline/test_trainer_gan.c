@@ -124,6 +124,14 @@ static void s_rec_free(s_rec_t *r) {
         s_snap_free(&r->after[i]);
 }
 
+/* The configuration most tests start from: the defaults, `batch` rows a
+ * step, the noise into the model's noise input. */
+static void s_gan_config(tp_gan_config_t *gc, int64_t batch) {
+    tp_gan_config_init(gc);
+    gc->batch = batch;
+    gc->noise_input = S_NOISE_INPUT;
+}
+
 /* Train `steps` steps (one epoch) of a fresh model; rec (may be NULL)
  * records each step; the trained variables into out. */
 static void s_train(const tp_gan_config_t *gc, int towers, int64_t batch, tp_optimizer_fn opt,
@@ -215,9 +223,7 @@ static void s_hand_fini(s_hand_t *h) {
  * other order. */
 Test(trainer_gan, gan_trainer_is_tensorpacks_step_bitwise) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 16;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 16);
     gc.g_optimizer = s_adam;
     gc.d_optimizer = s_adam_d;
     const int steps = 4;
@@ -263,9 +269,7 @@ Test(trainer_gan, gan_trainer_is_tensorpacks_step_bitwise) {
  * the activations) it is refused until the next forward. */
 Test(trainer_gan, held_gradients_are_used_once) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 8;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 8);
     s_hand_t h;
     s_hand_init(&h, &gc, s_sgd);
     s_hand_batch(&h, 0);
@@ -305,9 +309,7 @@ Test(trainer_gan, held_gradients_are_used_once) {
  * discriminator's variables are bit-identical, and the other way round. */
 Test(trainer_gan, updates_touch_their_own_group) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 16;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 16);
     s_hand_t h;
     s_hand_init(&h, &gc, s_adam);
     s_snap_t s0, s1, s2;
@@ -331,9 +333,7 @@ Test(trainer_gan, updates_touch_their_own_group) {
  * s % d_period == 0, a generator update when s % g_period == 0. */
 static void s_check_periods(int d_period, int g_period) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 8;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 8);
     gc.d_period = d_period;
     gc.g_period = g_period;
     const int steps = 7;
@@ -373,9 +373,7 @@ Test(trainer_gan, separate_periods) {
  * with both due, the numbers of d then g by hand. */
 Test(trainer_gan, separate_is_d_then_g_bitwise) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 16;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 16);
     gc.d_period = 1;
     gc.g_period = 2;
     gc.noise = TP_GAN_NOISE_NORMAL;
@@ -647,9 +645,7 @@ Test(trainer_gan, a_second_backward_over_one_forward_is_a_fresh_forwards) {
  * count by the global step). */
 Test(trainer_gan, resume_is_bit_identical) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 8;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 8);
     gc.d_period = 1;
     gc.g_period = 2;
     gc.g_optimizer = s_adam;
@@ -731,9 +727,7 @@ Test(trainer_gan, noise_is_seeded_per_step_and_row) {
  * outside training), and what it refuses. */
 Test(trainer_gan, noise_is_drawn_into_each_towers_input) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 8;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 8);
     gc.noise_scale = 0.5f;
     gc.seed = 0x1234567890abull;
     gc.g_optimizer = s_adam;
@@ -786,9 +780,7 @@ Test(trainer_gan, noise_is_drawn_into_each_towers_input) {
 /* A configuration that does not fit is refused, naming what. */
 Test(trainer_gan, bad_configurations_are_refused) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 8;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 8);
     gc.d_period = 2;
     gc.g_period = 3;
     cr_assert_null(tp_gan_trainer_new(s_model(1, 8, s_sgd), tp_input_feed(s_points(8)), &gc));
@@ -808,9 +800,7 @@ Test(trainer_gan, bad_configurations_are_refused) {
 /* Hyper-parameters per group: "g/NAME", "d/NAME", or both. */
 Test(trainer_gan, hyperparameters_per_group) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 8;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 8);
     gc.g_optimizer = s_adam;
     gc.d_optimizer = s_adam_d;
     tp_trainer_t *tr = tp_gan_trainer_new(s_model(1, 8, s_adam), tp_input_feed(s_points(8)), &gc);
@@ -859,9 +849,7 @@ static void s_launch_config(tp_train_config_t *c, const tp_gan_config_t *gc, con
  * (auto_resume) ends bit-identical to the unbroken one. */
 Test(trainer_gan, launch_trains_monitors_and_resumes) {
     tp_gan_config_t gc;
-    tp_gan_config_init(&gc);
-    gc.batch = 8;
-    gc.noise_input = S_NOISE_INPUT;
+    s_gan_config(&gc, 8);
     gc.seed = 7;
     gc.g_optimizer = s_adam;
     gc.d_optimizer = s_adam_d;

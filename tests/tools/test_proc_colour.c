@@ -142,6 +142,27 @@ static double s_last_validation(const char *logdir) {
     return acc;
 }
 
+/* The folders a test trains from, under s_dir: train/ and test/ (each a
+ * class folder per colour), their --data specs and the log directory. */
+typedef struct {
+    char train[128], test[128], tr[160], te[160], logdir[128];
+} s_folders_t;
+
+/* s_make_set into f's train (ntrain a class, seed 1) and, unless ntest is
+ * 0, test (ntest a class, seed 2). */
+static void s_make_folders(s_folders_t *f, int ntrain, int ntest) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->train, sizeof f->train, "%s/train", s_dir);
+    s_make_set(f->train, ntrain, 1);
+    snprintf(f->tr, sizeof f->tr, "imagefolder:%s", f->train);
+    if (ntest > 0) {
+        snprintf(f->test, sizeof f->test, "%s/test", s_dir);
+        s_make_set(f->test, ntest, 2);
+        snprintf(f->te, sizeof f->te, "imagefolder:%s", f->test);
+    }
+    snprintf(f->logdir, sizeof f->logdir, "%s/log", s_dir);
+}
+
 /* tp-export --onnx of `load` (a run directory or a checkpoint alone) into
  * onnx: it says the input is RGB in [0, 1] and writes the folder's class
  * names beside the file, in the run's order. */
@@ -163,24 +184,18 @@ static void s_expect_onnx_export(const char *load, const char *onnx) {
 
 Test(colour, a_colour_folder_trains_as_its_classes_in_colour_to_onnx, .init = s_setup,
      .fini = s_teardown, .timeout = 300) {
-    char train[128], test[128], tr[160], te[160], logdir[128];
-    snprintf(train, sizeof train, "%s/train", s_dir);
-    snprintf(test, sizeof test, "%s/test", s_dir);
-    s_make_set(train, 60, 1);
-    s_make_set(test, 20, 2);
-    snprintf(tr, sizeof tr, "imagefolder:%s", train);
-    snprintf(te, sizeof te, "imagefolder:%s", test);
-    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
-    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", te,
-                     "--model", "cnn-bn", "--epochs", "15", "--logdir", logdir,
+    s_folders_t f;
+    s_make_folders(&f, 60, 20);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", f.tr, "--test-data", f.te,
+                     "--model", "cnn-bn", "--epochs", "15", "--logdir", f.logdir,
                      "--no-tensorboard", "--stats", "off", NULL};
     cr_assert_eq(s_run(targv), 0, "%s", s_out);
     /* the classes from the folder, colour (today's tool said 10 and grey) */
     cr_assert_not_null(strstr(s_out, "32x32 images (colour), 3 classes"), "%s", s_out);
-    double acc = s_last_validation(logdir);
+    double acc = s_last_validation(f.logdir);
     cr_expect_geq(acc, 0.95, "colour test accuracy %.4f", acc);
     char path[256];
-    snprintf(path, sizeof path, "%s/data.json", logdir);
+    snprintf(path, sizeof path, "%s/data.json", f.logdir);
     json_t *info = s_json_file(path);
     json_t *cl = json_object_get(info, "classes");
     cr_assert_eq(json_array_size(cl), 3);
@@ -194,7 +209,7 @@ Test(colour, a_colour_folder_trains_as_its_classes_in_colour_to_onnx, .init = s_
     /* tp-predict: the same accuracy, the class names */
     char preds[160];
     snprintf(preds, sizeof preds, "%s/preds.jsonl", s_dir);
-    char *pargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", logdir, "--data", te,
+    char *pargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", f.logdir, "--data", f.te,
                      "--json", "--output", preds, "--confusion", "none", NULL};
     cr_assert_eq(s_run(pargv), 0, "%s", s_out);
     json_t *j = s_json_out();
@@ -211,13 +226,13 @@ Test(colour, a_colour_folder_trains_as_its_classes_in_colour_to_onnx, .init = s_
     /* tp-export: the names beside the file */
     char onnx[160];
     snprintf(onnx, sizeof onnx, "%s/model.onnx", s_dir);
-    s_expect_onnx_export(logdir, onnx);
+    s_expect_onnx_export(f.logdir, onnx);
 
     /* OpenCV's DNN on the file, from RGB in [0, 1], against tp-predict */
     s_need_python("the OpenCV check of the ONNX export");
     char side[8];
     snprintf(side, sizeof side, "%d", SIDE);
-    char *cargv[] = {PY, CHECK, "onnx", onnx, test, preds, side, side, NULL};
+    char *cargv[] = {PY, CHECK, "onnx", onnx, f.test, preds, side, side, NULL};
     cr_expect_eq(s_run(cargv), 0, "%s", s_out);
     cr_log_info("%s", s_out);
 }
@@ -226,20 +241,14 @@ Test(colour, a_colour_folder_trains_as_its_classes_in_colour_to_onnx, .init = s_
  * hue, so the grey model sees chance. This is what tp-train did with every
  * folder before. */
 Test(colour, the_same_folder_in_grey_is_chance, .init = s_setup, .fini = s_teardown) {
-    char train[128], test[128], tr[160], te[160], logdir[128];
-    snprintf(train, sizeof train, "%s/train", s_dir);
-    snprintf(test, sizeof test, "%s/test", s_dir);
-    s_make_set(train, 60, 1);
-    s_make_set(test, 20, 2);
-    snprintf(tr, sizeof tr, "imagefolder:%s", train);
-    snprintf(te, sizeof te, "imagefolder:%s", test);
-    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
-    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", te,
+    s_folders_t f;
+    s_make_folders(&f, 60, 20);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", f.tr, "--test-data", f.te,
                      "--model", "cnn-bn", "--epochs", "6", "--channels", "1",
-                     "--logdir", logdir, "--no-tensorboard", "--stats", "off", NULL};
+                     "--logdir", f.logdir, "--no-tensorboard", "--stats", "off", NULL};
     cr_assert_eq(s_run(targv), 0, "%s", s_out);
     cr_assert_not_null(strstr(s_out, "images (grey), 3 classes"), "%s", s_out);
-    double acc = s_last_validation(logdir);
+    double acc = s_last_validation(f.logdir);
     cr_expect_leq(acc, 0.6, "grey accuracy %.4f on hue-only classes", acc);
 }
 
@@ -323,47 +332,43 @@ Test(colour, class_order_and_pixels_match_pil_and_torchvision, .init = s_setup,
 }
 
 Test(colour, bad_folders_are_named, .init = s_setup, .fini = s_teardown) {
-    char train[128], test[128], tr[160], te[160], logdir[128], empty[200];
-    snprintf(train, sizeof train, "%s/train", s_dir);
-    snprintf(test, sizeof test, "%s/test", s_dir);
-    s_make_set(train, 3, 1);
-    s_make_set(test, 3, 2);
-    snprintf(tr, sizeof tr, "imagefolder:%s", train);
-    snprintf(te, sizeof te, "imagefolder:%s", test);
-    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    char empty[200];
+    s_folders_t f;
+    s_make_folders(&f, 3, 3);
     /* a class folder missing from the test set */
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "rm -r %s/blue", test);
+    snprintf(cmd, sizeof cmd, "rm -r %s/blue", f.test);
     cr_assert_eq(system(cmd), 0);
-    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", te,
-                     "--model", "cnn", "--epochs", "1", "--logdir", logdir,
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", f.tr, "--test-data", f.te,
+                     "--model", "cnn", "--epochs", "1", "--logdir", f.logdir,
                      "--no-tensorboard", "--stats", "off", NULL};
     cr_assert_neq(s_run(targv), 0, "%s", s_out);
     cr_expect_not_null(strstr(s_out, "has no class folder 'blue'"), "%s", s_out);
     /* an empty class folder (in both sets: the sets agree) */
-    snprintf(cmd, sizeof cmd, "cp -r %s/blue %s/ && mkdir %s/violet", train, test, test);
+    snprintf(cmd, sizeof cmd, "cp -r %s/blue %s/ && mkdir %s/violet", f.train, f.test, f.test);
     cr_assert_eq(system(cmd), 0);
-    snprintf(empty, sizeof empty, "%s/violet", train);
+    snprintf(empty, sizeof empty, "%s/violet", f.train);
     cr_assert_eq(mkdir(empty, 0755), 0);
     cr_assert_neq(s_run(targv), 0, "%s", s_out);
     cr_expect_not_null(strstr(s_out, empty), "%s", s_out);
     cr_expect_not_null(strstr(s_out, "holds no images"), "%s", s_out);
     /* the folder above the splits given as the training set: its "classes"
      * would be test and train */
-    snprintf(cmd, sizeof cmd, "rmdir %s/violet %s/violet", train, test);
+    snprintf(cmd, sizeof cmd, "rmdir %s/violet %s/violet", f.train, f.test);
     cr_assert_eq(system(cmd), 0);
     char above[128];
     snprintf(above, sizeof above, "imagefolder:%s", s_dir);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", logdir);  /* the folder holds the log too */
+    snprintf(cmd, sizeof cmd, "rm -rf %s", f.logdir);  /* the folder holds the log too */
     cr_assert_eq(system(cmd), 0);
-    char *aargv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", above, "--test-data", te,
+    char *aargv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", above, "--test-data", f.te,
                      "--model", "cnn", "--epochs", "1", "--logdir", "/tmp/tp-colour-nolog",
                      "--no-tensorboard", "--stats", "off", NULL};
     cr_assert_neq(s_run(aargv), 0, "%s", s_out);
     cr_expect_not_null(strstr(s_out, "its class folders are 'test', 'train'"), "%s", s_out);
     cr_expect_not_null(strstr(s_out, "--data imagefolder:DIR/train"), "%s", s_out);
     /* one class folder: a classifier of one class learns nothing */
-    snprintf(cmd, sizeof cmd, "rm -r %s/blue %s/red %s/blue %s/red", train, train, test, test);
+    snprintf(cmd, sizeof cmd, "rm -r %s/blue %s/red %s/blue %s/red", f.train, f.train, f.test,
+             f.test);
     cr_assert_eq(system(cmd), 0);
     cr_assert_neq(s_run(targv), 0, "%s", s_out);
     cr_expect_not_null(strstr(s_out, "holds 1 class ('Green')"), "%s", s_out);
@@ -376,23 +381,18 @@ Test(colour, bad_folders_are_named, .init = s_setup, .fini = s_teardown) {
  * would), and tp-predict and tp-export take them from there. */
 Test(colour, a_checkpoint_copied_alone_keeps_its_classes, .init = s_setup,
      .fini = s_teardown) {
-    char train[128], test[128], tr[160], te[160], logdir[128], alone[160], ckpt[192];
-    snprintf(train, sizeof train, "%s/train", s_dir);
-    snprintf(test, sizeof test, "%s/test", s_dir);
-    s_make_set(train, 6, 1);
-    s_make_set(test, 3, 2);
-    snprintf(tr, sizeof tr, "imagefolder:%s", train);
-    snprintf(te, sizeof te, "imagefolder:%s", test);
-    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
-    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", te,
-                     "--model", "cnn", "--epochs", "1", "--batch", "4", "--logdir", logdir,
+    char alone[160], ckpt[192];
+    s_folders_t f;
+    s_make_folders(&f, 6, 3);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", f.tr, "--test-data", f.te,
+                     "--model", "cnn", "--epochs", "1", "--batch", "4", "--logdir", f.logdir,
                      "--no-tensorboard", "--stats", "off", NULL};
     cr_assert_eq(s_run(targv), 0, "%s", s_out);
     snprintf(alone, sizeof alone, "%s/alone", s_dir);
     cr_assert_eq(mkdir(alone, 0755), 0);
     snprintf(ckpt, sizeof ckpt, "%s/copy.safetensors", alone);
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "cp %s/model-*.safetensors %s", logdir, ckpt);  /* one epoch: one */
+    snprintf(cmd, sizeof cmd, "cp %s/model-*.safetensors %s", f.logdir, ckpt);  /* one epoch: one */
     cr_assert_eq(system(cmd), 0, "%s", cmd);
 
     char side[8];
@@ -405,7 +405,7 @@ Test(colour, a_checkpoint_copied_alone_keeps_its_classes, .init = s_setup,
         cr_log_warn("the metadata read by Python skipped: no " PY);
     }
 
-    char *pargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", ckpt, "--data", te,
+    char *pargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", ckpt, "--data", f.te,
                      "--json", "--confusion", "none", NULL};
     cr_assert_eq(s_run(pargv), 0, "%s", s_out);
     json_t *j = s_json_out();
@@ -428,11 +428,8 @@ Test(colour, a_checkpoint_copied_alone_keeps_its_classes, .init = s_setup,
  * for image files when the model runs on a GPU; on the CPU the default
  * stays 0 (the towers take the cores), and a number given wins. */
 Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s_teardown) {
-    char train[128], tr[160], logdir[128];
-    snprintf(train, sizeof train, "%s/train", s_dir);
-    s_make_set(train, 12, 1);
-    snprintf(tr, sizeof tr, "imagefolder:%s", train);
-    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
+    s_folders_t f;
+    s_make_folders(&f, 12, 0);
     cpu_set_t set;
     cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
     long cores = CPU_COUNT(&set);
@@ -451,10 +448,10 @@ Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s
             CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &set);
             cr_assert_eq(sched_setaffinity(0, sizeof set, &set), 0);
         }
-        char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", tr,
+        char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", f.tr, "--test-data", f.tr,
                          "--model", "cnn-bn", "--epochs", "1", "--steps-per-epoch", "2",
                          "--batch", "4", "--towers", "1", "--devices", "cpu",
-                         "--logdir", logdir, "--logdir-action", "delete",
+                         "--logdir", f.logdir, "--logdir-action", "delete",
                          "--no-tensorboard", "--stats", "off",
                          modes[m] ? "--workers" : NULL, (char *)modes[m], NULL};
         cr_assert_eq(pu_run(targv, env, s_out, sizeof s_out), 0, "%s", s_out);
@@ -480,21 +477,19 @@ Test(colour, workers_auto_forks_one_decoder_per_core, .init = s_setup, .fini = s
  * the classes with no image no accuracy ('-', not 0). A class folder the
  * model does not have is refused naming it and the model's classes. */
 Test(colour, tp_predict_scores_a_folder_by_class_name, .init = s_setup, .fini = s_teardown) {
-    char train[128], tr[160], logdir[128], cmd[600];
-    snprintf(train, sizeof train, "%s/train", s_dir);
-    s_make_set(train, 6, 1);
-    snprintf(tr, sizeof tr, "imagefolder:%s", train);
-    snprintf(logdir, sizeof logdir, "%s/log", s_dir);
-    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", tr, "--test-data", tr,
+    char cmd[600];
+    s_folders_t f;
+    s_make_folders(&f, 6, 0);
+    char *targv[] = {TP_BINARY_DIR "/bin/tp-train", "--data", f.tr, "--test-data", f.tr,
                      "--model", "cnn", "--epochs", "1", "--batch", "6", "--towers", "1",
-                     "--logdir", logdir, "--no-tensorboard", "--stats", "off", NULL};
+                     "--logdir", f.logdir, "--no-tensorboard", "--stats", "off", NULL};
     cr_assert_eq(s_run(targv), 0, "%s", s_out);
     char only[128], data[160];
     snprintf(only, sizeof only, "%s/only-red", s_dir);
-    snprintf(cmd, sizeof cmd, "mkdir %s && cp -r %s/red %s/", only, train, only);
+    snprintf(cmd, sizeof cmd, "mkdir %s && cp -r %s/red %s/", only, f.train, only);
     cr_assert_eq(system(cmd), 0);
     snprintf(data, sizeof data, "imagefolder:%s", only);
-    char *pargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", logdir, "--data", data,
+    char *pargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", f.logdir, "--data", data,
                      "--json", "--confusion", "none", NULL};
     cr_assert_eq(s_run(pargv), 0, "%s", s_out);
     json_t *j = s_json_out();
@@ -510,7 +505,7 @@ Test(colour, tp_predict_scores_a_folder_by_class_name, .init = s_setup, .fini = 
               (long long)rows[0], (long long)rows[1], (long long)rows[2]);
     json_decref(j);
     /* the report: the classes with no image have no accuracy (not 0) */
-    char *rargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", logdir, "--data", data,
+    char *rargv[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", f.logdir, "--data", data,
                      "--confusion", "none", NULL};
     cr_assert_eq(s_run(rargv), 0, "%s", s_out);
     cr_expect_not_null(strstr(s_out, "per class: 0:- 1:- 2:"), "%s", s_out);

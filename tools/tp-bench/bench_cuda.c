@@ -47,16 +47,7 @@
 #include <string.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/models.h>
-
-static int s_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double s_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, s_cmp);
-    return v[n / 2];
-}
+#include "tools/tp-bench/bench_median.h"
 
 static int s_cpu; /* --cpu: the same measurement on the CPU backend */
 
@@ -272,8 +263,8 @@ static int s_gemm_mode(int argc, char **argv) {
         ref_s[r] = (t2 - t1) / iters;
         ratio[r] = step_s[r] / ref_s[r];
     }
-    double med = s_median(ratio, rounds);
-    double st = s_median(step_s, rounds), rt = s_median(ref_s, rounds);
+    double med = tp_bench_median(ratio, rounds);
+    double st = tp_bench_median(step_s, rounds), rt = tp_bench_median(ref_s, rounds);
     double flops = 0;
     for (int g = 0; g < 8; g++)
         flops += 2.0 * shapes[g][0] * shapes[g][1] * shapes[g][2];

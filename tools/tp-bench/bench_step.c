@@ -40,6 +40,7 @@
 #include <time.h>
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
+#include "tools/tp-bench/bench_median.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -68,16 +69,6 @@ static tp_status_t s_cnn(tp_tower_t *t, tp_node_t *const *in, void *u) {
 static tp_optimizer_t *s_sgd(void *u) {
     (void)u;
     return tp_optimizer_sgd(0.01, 0.9, 0);
-}
-
-static int s_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double s_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, s_cmp);
-    return v[n / 2];
 }
 
 static double s_min(const double *v, int n) {
@@ -785,7 +776,7 @@ int tp_bench_step(int argc, char **argv) {
      * on the machine: the median of their per-round ratios is the robust
      * figure; the times are each side's fastest round. */
     double step_us = s_min(t_step, rounds), ref_us = s_min(t_ref, rounds);
-    double ratio = s_median(t_ratio, rounds);
+    double ratio = tp_bench_median(t_ratio, rounds);
 
     double cnn_ms = 0;
     if (cnn) {
