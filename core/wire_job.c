@@ -131,8 +131,10 @@ int tp_wire_tcp_host(const char *ep, char *host, size_t size, const char **port)
     return 0;
 }
 
-/* A non-blocking socket connected to ep's address, or a negative status. */
-static int s_connect(const char *ep, uint64_t deadline_ns, tp_status_t *st) {
+/* A non-blocking socket connected to ep's address (tcp: `addr` when
+ * given, the name not looked up), or a negative status. */
+static int s_connect(const char *ep, const struct sockaddr *addr, size_t addrlen,
+                     uint64_t deadline_ns, tp_status_t *st) {
     int fd = -1;
     if (!strncmp(ep, "ipc://", 6)) {
         struct sockaddr_un a;
@@ -151,6 +153,13 @@ static int s_connect(const char *ep, uint64_t deadline_ns, tp_status_t *st) {
         if (fd >= 0 && connect(fd, (struct sockaddr *)&a,
                                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0 &&
             errno != EINPROGRESS && errno != EAGAIN) {
+            *st = tp_error(TP_ERR_IO, "job probe: connect %s: %s", ep, strerror(errno));
+            close(fd);
+            return -1;
+        }
+    } else if (addr) {
+        fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, addr, (socklen_t)addrlen) < 0 && errno != EINPROGRESS) {
             *st = tp_error(TP_ERR_IO, "job probe: connect %s: %s", ep, strerror(errno));
             close(fd);
             return -1;
@@ -378,17 +387,21 @@ static tp_status_t s_curve(int fd, const uint8_t pub[32], const uint8_t sec[32],
     return st;
 }
 
-static tp_status_t s_probe(const char *endpoint, int timeout_ms, const uint8_t *keys,
-                           tp_wire_peer_t *peer) {
+static tp_status_t s_probe(const char *endpoint, const struct sockaddr *addr, size_t addrlen,
+                           int timeout_ms, const uint8_t *keys, tp_wire_peer_t *peer) {
     peer->job[0] = peer->comps[0] = '\0';
     if (!endpoint || (strncmp(endpoint, "tcp://", 6) && strncmp(endpoint, "ipc://", 6)))
         return tp_error(TP_ERR_UNSUPPORTED, "job probe: endpoint %s is not tcp:// or "
                         "ipc://", endpoint ? endpoint : "(null)");
+    if (addr && (strncmp(endpoint, "tcp://", 6) ||
+                 (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)))
+        return tp_error(TP_ERR_INVALID, "job probe: an address for %s must be an IPv4 or "
+                        "IPv6 one of a tcp:// endpoint", endpoint);
     if (keys && sodium_init() < 0)
         return tp_error(TP_ERR_UNSUPPORTED, "job probe: libsodium does not start");
     uint64_t deadline = tp_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
     tp_status_t st = TP_OK;
-    int fd = s_connect(endpoint, deadline, &st);
+    int fd = s_connect(endpoint, addr, addrlen, deadline, &st);
     if (fd < 0)
         return st;
     /* greeting: signature, version 3.0, the mechanism, as-server 0, filler */
@@ -445,13 +458,19 @@ out:
 
 tp_status_t tp_wire_probe_peer(const char *endpoint, int timeout_ms, const uint8_t *keys,
                                tp_wire_peer_t *peer) {
-    return s_probe(endpoint, timeout_ms, keys, peer);
+    return s_probe(endpoint, NULL, 0, timeout_ms, keys, peer);
+}
+
+tp_status_t tp_wire_probe_peer_at(const char *endpoint, const struct sockaddr *addr,
+                                  size_t addrlen, int timeout_ms, const uint8_t *keys,
+                                  tp_wire_peer_t *peer) {
+    return s_probe(endpoint, addr, addrlen, timeout_ms, keys, peer);
 }
 
 static tp_status_t s_probe_job(const char *endpoint, int timeout_ms, const uint8_t *keys,
                                char *job, size_t size) {
     tp_wire_peer_t peer;
-    tp_status_t st = s_probe(endpoint, timeout_ms, keys, &peer);
+    tp_status_t st = s_probe(endpoint, NULL, 0, timeout_ms, keys, &peer);
     if (size)
         snprintf(job, size, "%s", peer.job);
     return st;

@@ -1166,6 +1166,11 @@ typedef struct {
     int met;
     int closed_in_row;   /* handshakes closed in a row (a success resets) */
     int refused_in_row;  /* of those, by a receiver still there */
+    /* handshakes in a row that ran out on a receiver still there (a
+     * success resets), libzmq's handshake interval, and when the
+     * connection now in its handshake was made (for the log) */
+    int ran_out_in_row, handshake_ms;
+    uint64_t connected_ns;
     /* a tcp receiver's addresses, for the checks of a failed handshake:
      * looked up once, when first needed (s_sender_addrs) */
     struct addrinfo *addrs;
@@ -1237,6 +1242,32 @@ static void s_sender_publish(s_sender_t *s, int force) {
     tp_stats_pub_publish(s->pub, &copy, 1);
 }
 
+/* Whether a handshake that failed without a reason ran out (libzmq's
+ * handshake interval) rather than being closed. libzmq 4.3 gives the
+ * event the errno of that moment: a connection closed fails in its read,
+ * with EPIPE (libzmq's word for a read of nothing: a close) or the read's
+ * own error (ECONNRESET: closed with the greeting unread; a host's
+ * errors); the interval's timer fails on whatever its I/O thread last left
+ * in errno, the EAGAIN of a read with nothing yet or the EINPROGRESS of
+ * its connect, never a read's error. The time the handshake took is no
+ * test: the events are read when the send loop gets to them, which a slow
+ * dataflow delays by any amount. */
+static int s_handshake_ran_out(uint32_t value) {
+    switch ((int)value) {
+    case EPIPE:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ETIMEDOUT:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ENETDOWN:
+    case ENOTCONN:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
 /* What a failed handshake means, for the message that ends the sender. */
 static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
@@ -1250,6 +1281,9 @@ static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
     if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
         return "the CURVE handshake failed: the keys in --curve DIR are not the "
                "receiver's (its server.key)";
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && s_handshake_ran_out(value))
+        return "it did not answer the handshake in libzmq's handshake interval (a peer "
+               "stopped or overloaded, or not a towerpack one)";
     /* the receiver closed the connection in the handshake */
     return curve ? "the receiver closed the connection in the CURVE handshake: the keys "
                    "in --curve DIR are not the receiver's (its server.key), or it does "
@@ -1257,44 +1291,6 @@ static const char *s_handshake_why(uint16_t event, uint32_t value, int curve) {
                  : "the receiver closed the connection in the handshake: it requires "
                    "CURVE keys (give --curve DIR with the run's keys), or it is not a "
                    "towerpack receiver";
-}
-
-/* The handshake on a connection just made: the receiver's properties,
- * read with a probe of its own (a PUSH socket never sees them; with CURVE,
- * the handshake made with this run's client keys). Its job id must be this
- * sender's: a receiver of another job, say one started on the port after
- * this worker's trainer ended, ends the sender (s->failed). Its components
- * (a trainer's model inputs) are kept: the send loop checks every
- * datapoint against them. Only a connecting sender can ask: a bound one is
- * refused or dropped by the receiver alone. */
-static void s_sender_check_peer(s_sender_t *s) {
-    if (!s->connecting || s->failed < 0)
-        return;
-    tp_wire_peer_t peer;
-    uint8_t keys[96];
-    tp_status_t st;
-    if (!s->curve) {
-        st = tp_wire_probe_peer(s->endpoint, 2000, NULL, &peer);
-    } else {
-        if ((st = tp_curve_client_keys(s->curve_keys, keys)) == TP_OK)
-            st = tp_wire_probe_peer(s->endpoint, 2000, keys, &peer);
-        memset(keys, 0, sizeof keys);
-    }
-    if (st < 0) {  /* the data connection is up: a probe that failed proves nothing */
-        TP_DEBUG("send: %s", tp_last_error());
-        return;
-    }
-    int n = peer.comps[0] ? tp_wire_comps_parse(peer.comps, s->want, TP_WIRE_COMPS_N) : 0;
-    s->nwant = n > 0 ? n : 0;
-    snprintf(s->want_text, sizeof s->want_text, "%s", n > 0 ? peer.comps : "");
-    if (s->nwant)
-        TP_DEBUG("send: the receiver at %s takes %s", s->endpoint, s->want_text);
-    if (!s->job || !peer.job[0] || !strcmp(peer.job, s->job))
-        return;  /* this job's receiver, or one that checks nothing */
-    s->job_refused = 1;
-    s->failed = tp_error(TP_ERR_PEER, "send: refused by the receiver at %s: it is job '%s', "
-                         "this sender was started for job '%s' (a worker of another job, "
-                         "or one left from an earlier run)", s->endpoint, peer.job, s->job);
 }
 
 /* A datapoint about to go: TP_OK when the receiver takes it (or said
@@ -1475,39 +1471,120 @@ static s_peer_t s_sender_probe(s_sender_t *s) {
     return addrs ? s_tcp_probe(addrs) : S_PEER_UNKNOWN;
 }
 
+/* The receiver's properties, read with a probe of its own: on tcp at its
+ * host's addresses as s_sender_addrs keeps them (one lookup, not one per
+ * handshake: a slow resolver held the send loop at each), the first that
+ * answers; on ipc at its path. */
+static tp_status_t s_sender_probe_peer(s_sender_t *s, const uint8_t *keys,
+                                       tp_wire_peer_t *peer) {
+    if (strncmp(s->endpoint, "tcp://", 6))
+        return tp_wire_probe_peer(s->endpoint, 2000, keys, peer);
+    const struct addrinfo *addrs = s_sender_addrs(s);
+    if (!addrs)
+        return tp_error(TP_ERR_IO, "send: no address of %s to probe", s->endpoint);
+    tp_status_t st = TP_OK;
+    int n = 0;
+    for (const struct addrinfo *ai = addrs; ai && n < S_PROBE_ADDRS; ai = ai->ai_next, n++)
+        if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+            (st = tp_wire_probe_peer_at(s->endpoint, ai->ai_addr, ai->ai_addrlen, 2000, keys,
+                                        peer)) == TP_OK)
+            return TP_OK;
+    return st < 0 ? st : tp_error(TP_ERR_IO, "send: no address of %s to probe", s->endpoint);
+}
+
+/* The handshake on a connection just made: the receiver's properties,
+ * read with a probe of its own (a PUSH socket never sees them; with CURVE,
+ * the handshake made with this run's client keys). Its job id must be this
+ * sender's: a receiver of another job, say one started on the port after
+ * this worker's trainer ended, ends the sender (s->failed). Its components
+ * (a trainer's model inputs) are kept: the send loop checks every
+ * datapoint against them. Only a connecting sender can ask: a bound one is
+ * refused or dropped by the receiver alone. */
+static void s_sender_check_peer(s_sender_t *s) {
+    if (!s->connecting || s->failed < 0)
+        return;
+    tp_wire_peer_t peer;
+    uint8_t keys[96];
+    tp_status_t st;
+    if (!s->curve) {
+        st = s_sender_probe_peer(s, NULL, &peer);
+    } else {
+        if ((st = tp_curve_client_keys(s->curve_keys, keys)) == TP_OK)
+            st = s_sender_probe_peer(s, keys, &peer);
+        memset(keys, 0, sizeof keys);
+    }
+    if (st < 0) {  /* the data connection is up: a probe that failed proves nothing */
+        TP_DEBUG("send: %s", tp_last_error());
+        return;
+    }
+    int n = peer.comps[0] ? tp_wire_comps_parse(peer.comps, s->want, TP_WIRE_COMPS_N) : 0;
+    s->nwant = n > 0 ? n : 0;
+    snprintf(s->want_text, sizeof s->want_text, "%s", n > 0 ? peer.comps : "");
+    if (s->nwant)
+        TP_DEBUG("send: the receiver at %s takes %s", s->endpoint, s->want_text);
+    if (!s->job || !peer.job[0] || !strcmp(peer.job, s->job))
+        return;  /* this job's receiver, or one that checks nothing */
+    s->job_refused = 1;
+    s->failed = tp_error(TP_ERR_PEER, "send: refused by the receiver at %s: it is job '%s', "
+                         "this sender was started for job '%s' (a worker of another job, "
+                         "or one left from an earlier run)", s->endpoint, peer.job, s->job);
+}
+
 /* A connecting sender's handshake that failed, no reason given: the
- * receiver closed it, or libzmq's handshake interval ran out. That is a
- * receiver that refuses it (one that wants CURVE keys, or other keys; no
- * towerpack receiver), a trainer that stopped in the middle of it (a
- * worker slow to connect, a trainer's end, the next trainer's bind on the
- * port), or a receiver's host that died or left the network mid-handshake
- * (nothing closes: the interval runs out). Either way a receiver was
- * there: from now its absence counts for --exit-with-trainer, as after any
- * receiver's end (libzmq reconnects meanwhile). Nobody listening there any
- * more, or a host that answers no connect, is a receiver gone. A live host
- * answers a connect (its kernel does, however slow the receiver), so a
- * receiver slow to answer the handshake counts as one still there: three
- * such handshakes in a row refuse this sender; fewer may be a trainer
- * stopping or starting (the next handshake tells). Five in a row, however
- * explained, are a refusal too: a receiver gone makes no more handshakes,
- * so that nothing loops on a check that misreads its endpoint. 1 when it
- * is a refusal. */
-static int s_sender_closed_is_refusal(s_sender_t *s) {
+ * receiver closed it, or libzmq's handshake interval ran out (ran_out).
+ * A close is a receiver that refuses it (one that wants CURVE keys, or
+ * other keys; no towerpack receiver) or a trainer that stopped in the
+ * middle of it (a worker slow to connect, a trainer's end, the next
+ * trainer's bind on the port); an interval run out is a receiver's host
+ * that died or left the network mid-handshake (nothing closes), or a
+ * receiver alive that does not answer (a trainer stopped in a debugger,
+ * swapping, overloaded; something that is no towerpack receiver). Either
+ * way a receiver was there: from now its absence counts for
+ * --exit-with-trainer, as after any receiver's end (libzmq reconnects
+ * meanwhile). Nobody listening there any more, or a host that answers no
+ * connect, is a receiver gone. A live host answers a connect (its kernel
+ * does, however slow the receiver), so a receiver that does not answer
+ * the handshake is still there: not a refusal, however long (a trainer
+ * paused in a debugger finds its workers when it goes on), and not gone
+ * either (its host holds each new connection, which --exit-with-trainer
+ * counts as one); once per such run it is said. Three handshakes closed
+ * in a row by a receiver still there refuse this sender; fewer may be a
+ * trainer stopping or starting (the next handshake tells). Five closed in
+ * a row, however explained, are a refusal too: a receiver gone makes no
+ * more handshakes, so that nothing loops on a check that misreads its
+ * endpoint. 1 when it is a refusal. */
+static int s_sender_closed_is_refusal(s_sender_t *s, int ran_out) {
     /* a receiver was there: --exit-with-trainer counts its absence */
     s->met = 1;
-    s->closed_in_row++;
-    s_peer_t p = s->closed_in_row < 5 ? s_sender_probe(s) : S_PEER_UNKNOWN;
+    if (!ran_out)
+        s->closed_in_row++;
+    s_peer_t p = ran_out || s->closed_in_row < 5 ? s_sender_probe(s) : S_PEER_UNKNOWN;
     s->none_since = tp_now_ns();  /* from the verdict (its close, next, says the same) */
     if (p == S_PEER_NOBODY || p == S_PEER_SILENT) {
-        s->refused_in_row = 0;
+        s->refused_in_row = s->ran_out_in_row = 0;
         if (p == S_PEER_NOBODY)
-            TP_INFO("send: the receiver at %s closed the connection in the handshake and "
-                    "is gone (a trainer that stopped): waiting for the next", s->endpoint);
+            TP_INFO("send: the receiver at %s %s in the handshake and is gone (a trainer "
+                    "that stopped): waiting for the next", s->endpoint,
+                    ran_out ? "did not answer" : "closed the connection");
         else
             TP_INFO("send: the handshake with the receiver at %s failed and its host does "
                     "not answer a connect (%.1f s): the receiver is gone (a host that died "
                     "or left the network): waiting for the next", s->endpoint,
                     S_PROBE_MS * 1e-3);
+        return 0;
+    }
+    if (ran_out) {
+        s->ran_out_in_row++;
+        double took = s->connected_ns ? (double)(tp_now_ns() - s->connected_ns) * 1e-9 : 0;
+        if (s->ran_out_in_row == 1)
+            TP_WARN("send: the receiver at %s is not answering the handshake (%.1f s: a "
+                    "trainer stopped or overloaded, or not a towerpack receiver): waiting "
+                    "for it", s->endpoint, s->handshake_ms * 1e-3);
+        else if (s->ran_out_in_row % 10 == 0)
+            TP_INFO("send: the receiver at %s is still not answering the handshake (%d in "
+                    "a row): waiting for it", s->endpoint, s->ran_out_in_row);
+        TP_DEBUG("send: the handshake with %s ran out (%.1f s after its connect was seen)",
+                 s->endpoint, took);
         return 0;
     }
     if (s->closed_in_row < 5 && ++s->refused_in_row < 3) {
@@ -1530,6 +1607,7 @@ static void s_sender_events(s_sender_t *s) {
         /* connections are counted by descriptor, from their accept or
          * connect to their close (the handshake events carry none) */
         if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
+            s->connected_ns = tp_now_ns();
             if (s->connected < MAX_SENDERS)
                 s->conn_fds[s->connected++] = (int)value;
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
@@ -1543,15 +1621,21 @@ static void s_sender_events(s_sender_t *s) {
         } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             if (!s->ever)
                 TP_INFO("send: connected to a receiver at %s", s->endpoint);
+            else if (s->ran_out_in_row)
+                TP_INFO("send: the receiver at %s answered the handshake again (after %d "
+                        "that ran out)", s->endpoint, s->ran_out_in_row);
             s->ever = 1;
-            s->closed_in_row = s->refused_in_row = 0;
+            s->closed_in_row = s->refused_in_row = s->ran_out_in_row = 0;
             s->reported_ns = 0;  /* a new receiver hears who this is soon */
             s_sender_check_peer(s);
         } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                    event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            TP_DEBUG("send: a handshake at %s failed (event %u, value %u)", s->endpoint,
+                     (unsigned)event, (unsigned)value);
             if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && s->connecting &&
-                s->failed == TP_OK && !s_sender_closed_is_refusal(s))
+                s->failed == TP_OK &&
+                !s_sender_closed_is_refusal(s, s_handshake_ran_out(value)))
                 continue;
             if (s->connecting && s->failed == TP_OK)
                 s->failed = tp_error(TP_ERR_PEER, "send: the handshake with the receiver "
@@ -1769,6 +1853,9 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
     s.peer_gone_s = o.peer_gone_s;
     if ((rc = s_sender_handshake_ivl(sock)) < 0)
         goto out;
+    size_t hl = sizeof s.handshake_ms;
+    if (zmq_getsockopt(sock, ZMQ_HANDSHAKE_IVL, &s.handshake_ms, &hl) < 0)
+        s.handshake_ms = 30000;  /* libzmq's default */
     if (!strncmp(endpoint, "tcp://", 6)) {
         /* ZMTP heartbeats: a receiver whose host died (no close ever
          * comes) is a closed connection after 10 s */

@@ -245,6 +245,16 @@ typedef struct tp_wire_peer {
 tp_status_t tp_wire_probe_peer(const char *endpoint, int timeout_ms, const uint8_t *keys,
                                tp_wire_peer_t *peer);
 
+/* tp_wire_probe_peer at one address of a tcp:// endpoint's host
+ * (addr[addrlen], an IPv4 or IPv6 struct sockaddr, as getaddrinfo gives
+ * it): no name is looked up, so nothing blocks on a resolver; endpoint
+ * names the receiver in the errors. TP_ERR_INVALID for an address of
+ * another family or another transport's endpoint. */
+struct sockaddr;
+tp_status_t tp_wire_probe_peer_at(const char *endpoint, const struct sockaddr *addr,
+                                  size_t addrlen, int timeout_ms, const uint8_t *keys,
+                                  tp_wire_peer_t *peer);
+
 #ifdef __cplusplus
 }
 #endif

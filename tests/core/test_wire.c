@@ -2,7 +2,12 @@
  * and several shapes, with and without lz4 and checksums, zero-copy and
  * ownership, and every class of malformed message. */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 #include <towerpack/towerpack.h>
@@ -660,4 +665,35 @@ Test(wire, a_tcp_endpoint_splits_into_host_and_port) {
     cr_expect_eq(tp_wire_tcp_host("tcp://nohost", host, sizeof host, &port), -1);
     cr_expect_eq(tp_wire_tcp_host("tcp://a-very-long-host-name:1", host, 8, &port), -1,
                  "longer than the buffer");
+}
+
+/* The probe at an address of the endpoint's host looks no name up: an
+ * endpoint whose name never resolves (.invalid) still reads the receiver
+ * at the address given. Another family's address, or an ipc endpoint, is
+ * a clear error. */
+Test(wire, the_probe_at_an_address_looks_no_name_up) {
+    void *ctx = zmq_ctx_new();
+    void *pull = zmq_socket(ctx, ZMQ_PULL);
+    cr_assert_eq(tp_wire_set_job(pull, "job-E"), TP_OK);
+    cr_assert_eq(zmq_bind(pull, "tcp://127.0.0.1:*"), 0);
+    char ep[128], named[160];
+    size_t el = sizeof ep;
+    zmq_getsockopt(pull, ZMQ_LAST_ENDPOINT, ep, &el);
+    const char *port = strrchr(ep, ':') + 1;
+    snprintf(named, sizeof named, "tcp://no-such-host.invalid:%s", port);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port)),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    tp_wire_peer_t peer;
+    cr_assert_eq(tp_wire_probe_peer_at(named, (struct sockaddr *)&a, sizeof a, 2000, NULL,
+                                       &peer), TP_OK, "%s", tp_last_error());
+    cr_assert_str_eq(peer.job, "job-E");
+    struct sockaddr_un u = {.sun_family = AF_UNIX};
+    cr_assert_eq(tp_wire_probe_peer_at(named, (struct sockaddr *)&u, sizeof u, 2000, NULL,
+                                       &peer), TP_ERR_INVALID);
+    cr_assert(strstr(tp_last_error(), "must be an IPv4 or IPv6 one of a tcp:// endpoint"),
+              "%s", tp_last_error());
+    cr_assert_eq(tp_wire_probe_peer_at("ipc:///tmp/x.sock", (struct sockaddr *)&a, sizeof a,
+                                       2000, NULL, &peer), TP_ERR_INVALID);
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
 }

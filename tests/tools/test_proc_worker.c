@@ -387,22 +387,89 @@ Test(proc_worker, a_worker_whose_trainers_host_dies_mid_handshake_ends_as_gone) 
     cr_assert_lt(took, 10.0, "ended after %.1f s:\n%s", took, buf);
 }
 
-/* ... and a receiver alive but slow to answer the handshake is not taken
- * for one gone: its host answers a connect (its kernel does, however slow
- * the process). Three such handshakes in a row are a refusal, as before. */
+/* ... and a receiver alive that does not answer the handshake (a trainer
+ * stopped in a debugger, swapping, overloaded) is not taken for one gone:
+ * its host answers a connect (its kernel does, however slow the process).
+ * Three such handshakes in a row were a refusal that blamed CURVE keys;
+ * they are a receiver not answering, said once, and the worker waits for
+ * it however long (--exit-with-trainer=1 does not end it: its host holds
+ * each connection). When the trainer then ends (the listener closed), the
+ * worker ends as with any trainer gone. */
 Test(proc_worker, a_receiver_that_takes_connections_but_never_answers_is_not_gone) {
     if (!s_plugin[0])
         cr_skip_test("no C compiler to build the example plugin");
     char ep[64], out[128], buf[16384];
     snprintf(out, sizeof out, "%s/mute.txt", s_dir);
     int l = s_listen_silent(64, ep, sizeof ep);
-    double took;
-    int st = s_worker_on_silent(ep, out, buf, sizeof buf, &took);
-    close(l);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
-              "not ended (exit 1) as refused (status %d):\n%s", st, buf);
-    cr_assert(strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--exit-with-trainer=1",
+                     "--log-level", "info", NULL};
+    const char *env[] = {"TP_SEND_HANDSHAKE_S=0.5", NULL};
+    pu_spawn_opts_t o = {.out = out, .env = env};
+    int pid = pu_spawn(wargv, &o);
+    /* more handshakes run out than made a refusal (3), for longer than
+     * --exit-with-trainer waits */
+    int alive = !pu_wait_gone(pid, 4000);
+    slurp(out, buf, sizeof buf);
+    close(l);  /* the trainer ends */
+    int st = pu_waitpid(pid, 15000);
+    char end[16384];
+    slurp(out, end, sizeof end);
+    cr_assert(alive, "a receiver that does not answer ended the worker:\n%s", buf);
+    char said[200];
+    snprintf(said, sizeof said, "the receiver at %s is not answering the handshake (0.5 s: a "
+             "trainer stopped or overloaded, or not a towerpack receiver): waiting for it", ep);
+    cr_assert(strstr(buf, said), "%s", buf);
+    cr_assert(!strstr(strstr(buf, said) + 1, said), "said more than once:\n%s", buf);
+    cr_assert(!strstr(end, "CURVE"), "a receiver not answering taken for a refusal:\n%s", end);
     cr_assert(!strstr(buf, "does not answer a connect"), "a live host taken for one gone:\n%s",
+              buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 once the trainer ended (status "
+              "%d):\n%s", st, end);
+    cr_assert(strstr(end, "has been gone for 1 s (--exit-with-trainer)"), "%s", end);
+}
+
+/* A receiver still there that closes every handshake (no towerpack
+ * receiver, or one that wants CURVE keys) is still a refusal after three:
+ * a close is told from a handshake run out. */
+Test(proc_worker, a_receiver_that_closes_every_handshake_is_a_refusal) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[64], out[128], buf[16384];
+    snprintf(out, sizeof out, "%s/closer.txt", s_dir);
+    int l = s_listen_silent(16, ep, sizeof ep);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--exit-with-trainer=1",
+                     "--log-level", "info", NULL};
+    const char *env[] = {"TP_SEND_HANDSHAKE_S=5", NULL};
+    pu_spawn_opts_t o = {.out = out, .env = env};
+    int pid = pu_spawn(wargv, &o);
+    int st = -1, closed = 0;
+    for (double t0 = tp_now_s(); tp_now_s() - t0 < 20;) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            break;
+        st = -1;
+        struct pollfd pl = {l, POLLIN, 0};
+        if (poll(&pl, 1, 50) != 1)
+            continue;
+        int c = accept(l, NULL, NULL);
+        struct pollfd pc = {c, POLLIN, 0};
+        char greeting[10];
+        if (c >= 0 && poll(&pc, 1, 2000) == 1 && read(c, greeting, sizeof greeting) > 0)
+            closed++;
+        if (c >= 0)
+            close(c);
+    }
+    if (st == -1)
+        st = pu_waitpid(pid, 1);
+    close(l);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
+              closed, st, buf);
+    cr_assert(strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
+    cr_assert(!strstr(buf, "not answering the handshake"), "a close taken for no answer:\n%s",
               buf);
 }
 
