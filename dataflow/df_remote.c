@@ -14,6 +14,8 @@
 #include <errno.h>
 #ifdef __GLIBC__
 #include <malloc.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #endif
 #include <netdb.h>
 #include <poll.h>
@@ -1649,11 +1651,58 @@ static void s_sender_events(s_sender_t *s) {
     s->mon_ns = tp_now_ns();
 }
 
+/* A tcp connection whose receiver's host died, or left the network, with
+ * data on its way: nothing closes it, and the ZMTP heartbeat cannot tell
+ * either when the socket buffers are full (libzmq 4.3 arms the heartbeat's
+ * timeout only when its PING goes into the output, which a full TCP send
+ * buffer holds back: whether a PING was still unanswered when the host
+ * died decides; measured on two network namespaces, docs/distributed.md).
+ * The kernel would end it after tcp_retries2's retransmissions, some
+ * 15 minutes. What the kernel knows decides here instead: data in flight
+ * (sent, not acknowledged), retransmitted, and no ACK at all for
+ * S_DEAD_ACK_MS; or, the receiver's window closed (a trainer that reads
+ * nothing: the host died while its buffers were full), two window probes
+ * in a row unanswered and no ACK for as long. A live receiver's host
+ * ACKs whatever arrives, and answers every window probe, however slow
+ * its trainer is (a long validation that reads nothing for minutes):
+ * this check never fires for it (a small TCP_USER_TIMEOUT, ZMQ_TCP_MAXRT,
+ * would end those too: since Linux 5.11 it counts a window closed that
+ * long, probes answered or not). The
+ * connection is shut down under libzmq, which sees it closed (its
+ * disconnect counts for --exit-with-trainer) and connects again. */
+#define S_DEAD_ACK_MS 20000u
+
+static void s_sender_dead_hosts(s_sender_t *s) {
+    for (int k = 0; k < s->connected; k++) {
+        struct tcp_info ti;
+        socklen_t tl = sizeof ti;
+        memset(&ti, 0, sizeof ti);
+        if (getsockopt(s->conn_fds[k], IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0 ||
+            tl < offsetof(struct tcp_info, tcpi_last_ack_recv) + sizeof ti.tcpi_last_ack_recv)
+            continue;  /* not tcp (ipc), or gone meanwhile */
+        /* data sent again; or a closed window whose probes went
+         * unanswered twice in a row (a live host answers each at once:
+         * one unanswered is a probe still on its way) */
+        int unanswered = (ti.tcpi_unacked && ti.tcpi_retransmits) || ti.tcpi_probes >= 2;
+        if (ti.tcpi_state != TCP_ESTABLISHED || !unanswered ||
+            ti.tcpi_last_ack_recv < S_DEAD_ACK_MS)
+            continue;
+        TP_INFO("send: the receiver at %s has acknowledged nothing for %.1f s (%u segments "
+                "sent again, %u in flight, %u window probes unanswered): its host died or "
+                "left the network: closing the connection", s->endpoint,
+                ti.tcpi_last_ack_recv * 1e-3, (unsigned)ti.tcpi_retransmits,
+                (unsigned)ti.tcpi_unacked, (unsigned)ti.tcpi_probes);
+        shutdown(s->conn_fds[k], SHUT_RDWR);
+    }
+}
+
 /* TP_OK while the sender should go on; the failed handshake, or TP_DONE
  * when its receivers have been gone for peer_gone_s (after one was). */
 static tp_status_t s_sender_check(s_sender_t *s) {
-    if (tp_now_ns() - s->mon_ns >= 100000000ull)  /* at most every 100 ms */
+    if (tp_now_ns() - s->mon_ns >= 100000000ull) {  /* at most every 100 ms */
         s_sender_events(s);
+        s_sender_dead_hosts(s);
+    }
     if (s->failed < 0)
         return s->failed;
     if (s->peer_gone_s > 0 && (s->ever || s->met) && s->connected == 0 &&
