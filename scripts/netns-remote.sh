@@ -12,10 +12,12 @@
 #     the mismatch, and the trainer's log names it by its address in the
 #     other namespace (10.231.0.2);
 #   - the good workers end by themselves once the trainer is gone
-#     (--exit-with-trainer).
+#     (--exit-with-trainer);
+#   - a worker whose trainer's host dies (the link goes down) while its
+#     socket buffers are full ends by itself (docs/distributed.md).
 # Needs root (ip netns) and Fashion-MNIST; where network namespaces are not
 # permitted (a container without CAP_SYS_ADMIN, no iproute2) it says so and
-# exits 0 (SKIP). About 10 s. ctest runs it as netns_remote.
+# exits 0 (SKIP). About 35 s. ctest runs it as netns_remote.
 #
 #   scripts/netns-remote.sh
 #   TP_BUILD=build-release scripts/netns-remote.sh
@@ -124,5 +126,39 @@ for w in "${workers[@]}"; do
   st=0; wait_for "$w" 20 || st=$?
   [ "$st" = 0 ] || fail "worker $w did not end with its trainer (status $st)"
 done
+
+# the trainer's host dies with a worker's data in flight: the link goes
+# down on the trainer's side (no FIN, no RST) while the worker's socket
+# buffers are full. Small buffers (32 KB) bring each heartbeat's answer
+# back at once, so that no PING is left unanswered to time out; the
+# worker's own check (nothing acknowledged for 20 s) must end it, not the
+# kernel's retransmissions (minutes). Without that check about half the
+# runs fail here. About 25 s.
+ip netns exec "$ns_w" sysctl -qw net.ipv4.tcp_wmem="4096 16384 32768"
+ip netns exec "$ns_t" sysctl -qw net.ipv4.tcp_rmem="4096 16384 32768"
+ep2=tcp://10.231.0.1:5551
+TP_LOG_LEVEL=info in_t "$bin/tp-train" --model mlp --remote "@$ep2" --curve "$tmp/keys" \
+  --towers 1 --batch 64 --epochs 1 --steps-per-epoch 1000000 --threads 1 \
+  --logdir "$tmp/log2" --no-tensorboard >"$tmp/train2.log" 2>&1 &
+trainer2=$!
+pids+=("$trainer2")
+in_w "$bin/tp-worker" --spec 'fashion-mnist:train | shuffle 2000 | batch 64' \
+  --connect "$ep2" --curve "$tmp/keys" --exit-with-trainer=1 >"$tmp/dead.log" 2>&1 &
+dead=$!
+pids+=("$dead")
+for ((i = 0; i < 300; i++)); do
+  grep -q "joined" "$tmp/train2.log" && break
+  sleep 0.1
+done
+sleep 3
+ip -n "$ns_t" link set "$veth_t" down
+t0=$SECONDS
+st=0; wait_for "$dead" 28 || st=$?
+[ "$st" = 0 ] || fail "the worker whose trainer's host died did not end in 28 s (status $st):" \
+  "$(cat "$tmp/dead.log")"
+echo "  dead host: the worker ended $((SECONDS - t0)) s after the link went down:" \
+  "$(grep -o "send: the receiver at .* has acknowledged nothing for [0-9.]* s" "$tmp/dead.log" ||
+     echo "the heartbeat's timeout")"
 echo "netns-remote.sh: OK: 2 workers in $ns_w trained tp-train in $ns_t over $ep (CURVE, job $TP_JOB);" \
-  "a worker without keys and one of batch 32 were refused, both named"
+  "a worker without keys and one of batch 32 were refused, both named;" \
+  "a worker whose trainer's host died ended"
