@@ -14,10 +14,10 @@
 #include <errno.h>
 #ifdef __GLIBC__
 #include <malloc.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #endif
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
