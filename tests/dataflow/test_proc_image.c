@@ -78,6 +78,19 @@ static void s_read_raw(const char *path, tp_tensor_t *t) {
     fclose(f);
 }
 
+/* The bytes of s_dir's generated file NAME into buf (cap bytes): a file of
+ * 1 to cap - 1 bytes, its length returned. */
+static size_t s_read_small(const char *name, uint8_t *buf, size_t cap) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", s_dir, name);
+    FILE *fh = fopen(p, "rb");
+    cr_assert(fh, "%s", p);
+    size_t n = fread(buf, 1, cap, fh);
+    fclose(fh);
+    cr_assert(n > 0 && n < cap, "%s: %zu bytes", p, n);
+    return n;
+}
+
 static void s_write_raw(const char *path, const tp_tensor_t *t) {
     FILE *f = fopen(path, "wb");
     cr_assert(f);
@@ -481,14 +494,8 @@ Test(proc_image, other_formats_cut_or_corrupt_are_named_errors) {
         "rgb.ppm", "grey.pgm", "rgba_v5.bmp", "pal4.bmp", "rgb565.bmp", "cmyk.tif",
         "ycbcr_lzw.tif", "ycbcr.tif"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", s_dir, files[i]);
-        FILE *fh = fopen(p, "rb");
-        cr_assert(fh);
         static uint8_t buf[1 << 16];
-        size_t n = fread(buf, 1, sizeof buf, fh);
-        fclose(fh);
-        cr_assert(n > 0 && n < sizeof buf);
+        const size_t n = s_read_small(files[i], buf, sizeof buf);
         tp_tensor_t img;
         for (size_t cut = 1; cut < n; cut += n / 41 + 1) {
             uint8_t *c = malloc(cut);  /* exactly cut bytes: ASan sees past */
@@ -529,14 +536,8 @@ Test(proc_image, rle_bmps_cut_or_corrupt_are_named_errors) {
     static const char *const files[] = {"rle8.bmp", "rle4.bmp", "rle8_delta.bmp",
                                         "rle4_odd.bmp", "rle8_quirks.bmp"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", s_dir, files[i]);
-        FILE *fh = fopen(p, "rb");
-        cr_assert(fh);
         static uint8_t buf[1 << 16];
-        size_t n = fread(buf, 1, sizeof buf, fh);
-        fclose(fh);
-        cr_assert(n > 0 && n < sizeof buf);
+        const size_t n = s_read_small(files[i], buf, sizeof buf);
         /* the end-of-bitmap escape is the last two bytes of these */
         cr_assert(buf[n - 2] == 0 && buf[n - 1] == 1, "%s", files[i]);
         tp_tensor_t img;

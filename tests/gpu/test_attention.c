@@ -267,20 +267,10 @@ static void s_near(const char *what, float got, double want, int *bad, int64_t t
  * of the kernel against softmax(scale q k^T + mask) v and its gradients in
  * double. Sizes off the multiples of 8 and 64 reach the transposes' 8 x 8
  * blocks and their scalar edges, and the key tiles' last partial one. */
-static void s_reference_case(int64_t tq, int64_t tk, int64_t d, int causal) {
-    const int64_t hh = 2;
-    tp_shape_t xs[3];
-    xs[0] = (tp_shape_t){.ndim = 4, .d = {1, hh, tq, d}};
-    xs[1] = xs[2] = (tp_shape_t){.ndim = 4, .d = {1, hh, tk, d}};
-    const size_t nq = (size_t)(hh * tq * d), nk = (size_t)(hh * tk * d);
-    uint64_t seed = 7;
-    float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float));
-    float *v = malloc(nk * sizeof(float)), *y = malloc(nq * sizeof(float));
-    float *dy = malloc(nq * sizeof(float)), *dq = malloc(nq * sizeof(float));
-    float *dk = malloc(nk * sizeof(float)), *dv = malloc(nk * sizeof(float));
-    double *p = malloc((size_t)(tq * tk) * sizeof(double));
-    double *dp = malloc((size_t)(tq * tk) * sizeof(double));
-    cr_assert(q && k && v && y && dy && dq && dk && dv && p && dp);
+/* q and dy (nq floats), k and v (nk) from seed, in the order both kernel
+ * tests have always drawn them (q, dy pairwise; then k, v pairwise). */
+static void s_fill_qkv(uint64_t seed, float *q, float *dy, size_t nq, float *k, float *v,
+                       size_t nk) {
     for (size_t j = 0; j < nq; j++) {
         q[j] = s_rand(&seed);
         dy[j] = s_rand(&seed);
@@ -289,6 +279,22 @@ static void s_reference_case(int64_t tq, int64_t tk, int64_t d, int causal) {
         k[j] = s_rand(&seed);
         v[j] = s_rand(&seed);
     }
+}
+
+static void s_reference_case(int64_t tq, int64_t tk, int64_t d, int causal) {
+    const int64_t hh = 2;
+    tp_shape_t xs[3];
+    xs[0] = (tp_shape_t){.ndim = 4, .d = {1, hh, tq, d}};
+    xs[1] = xs[2] = (tp_shape_t){.ndim = 4, .d = {1, hh, tk, d}};
+    const size_t nq = (size_t)(hh * tq * d), nk = (size_t)(hh * tk * d);
+    float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float));
+    float *v = malloc(nk * sizeof(float)), *y = malloc(nq * sizeof(float));
+    float *dy = malloc(nq * sizeof(float)), *dq = malloc(nq * sizeof(float));
+    float *dk = malloc(nk * sizeof(float)), *dv = malloc(nk * sizeof(float));
+    double *p = malloc((size_t)(tq * tk) * sizeof(double));
+    double *dp = malloc((size_t)(tq * tk) * sizeof(double));
+    cr_assert(q && k && v && y && dy && dq && dk && dv && p && dp);
+    s_fill_qkv(7, q, dy, nq, k, v, nk);
     /* y and the gradients are stored, not added to (the kernel clears
      * none of them first): what was there must not show */
     for (size_t j = 0; j < nq; j++)
@@ -390,18 +396,10 @@ static void s_isa_run(const char *isa, int64_t tq, int64_t tk, int64_t d, int ca
     xs[0] = (tp_shape_t){.ndim = 4, .d = {1, 2, tq, d}};
     xs[1] = xs[2] = (tp_shape_t){.ndim = 4, .d = {1, 2, tk, d}};
     const size_t nq = (size_t)(2 * tq * d), nk = (size_t)(2 * tk * d);
-    uint64_t seed = 5;
     float *q = malloc(nq * sizeof(float)), *dy = malloc(nq * sizeof(float));
     float *k = malloc(nk * sizeof(float)), *v = malloc(nk * sizeof(float));
     cr_assert(q && dy && k && v);
-    for (size_t j = 0; j < nq; j++) {
-        q[j] = s_rand(&seed);
-        dy[j] = s_rand(&seed);
-    }
-    for (size_t j = 0; j < nk; j++) {
-        k[j] = s_rand(&seed);
-        v[j] = s_rand(&seed);
-    }
+    s_fill_qkv(5, q, dy, nq, k, v, nk);
     for (size_t j = 0; j < nq; j++)
         out[1][j] = 0.5f; /* dq accumulates */
     tp_op_attr_t at = {.alpha = 0.15f, .beta = causal ? 1.0f : 0.0f};
