@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # towerpack: build the libFuzzer targets of fuzz/ (clang, ASan+UBSan) and
 # run each for a given time, one after the other. New inputs go to a
-# working corpus under the build dir; the seeds in fuzz/corpus/<target>/
-# are read, never written. A crash, leak, sanitizer report or timeout
-# leaves its input in BUILD/fuzz-artifacts/<target>/ and fails the script.
+# working corpus under the build dir; the seeds are read, never written:
+#   fuzz/corpus/<target>/    what fuzz/gen_corpus.c writes, nothing else
+#                            (--regen empties it and writes it again)
+#   fuzz/handmade/<target>/  what it does not make, which --regen leaves
+#                            alone: regress-* (inputs of fixed findings),
+#                            Python's pickles, hand-written reports
+# A crash, leak, sanitizer report or timeout leaves its input in
+# BUILD/fuzz-artifacts/<target>/ and fails the script.
 #
 #   scripts/fuzz.sh                 60 s per target, every target
 #   scripts/fuzz.sh 600 wire idx    10 minutes each for two targets
 #   scripts/fuzz.sh --regen         rewrite fuzz/corpus with fuzz/gen_corpus.c
-#                                   (keeps regress-*: inputs of fixed findings)
 #
 # Environment: TP_FUZZ_BUILD (build dir, default build-fuzz), TP_FUZZ_ARGS
 # (extra libFuzzer flags). Targets: wire idx safetensors spec stats lmdb
@@ -43,14 +47,16 @@ if ! echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0
 fi
 
 CC=$cc cmake -S . -B "$build" -DTP_FUZZ=ON -DTP_WITH_CUDA=OFF \
-  -DTP_BUILD_TESTS=OFF -DTP_BUILD_TOOLS=OFF -DTP_BUILD_EXAMPLES=OFF \
+  -DTP_BUILD_TESTS=OFF -DTP_BUILD_TOOLS=OFF -DTP_BUILD_EXAMPLES=OFF -DTP_BUILD_BENCH=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 if [ $regen -eq 1 ]; then
   cmake --build "$build" -j"$jobs" --target gen_corpus
-  # regress-* files are inputs of fixed findings: kept
-  if [ -d fuzz/corpus ]; then find fuzz/corpus -type f ! -name 'regress-*' -delete; fi
+  # fuzz/corpus is gen_corpus's alone: a seed it no longer writes goes too
+  # (fuzz/handmade/, the seeds it does not make, is not touched)
+  rm -rf fuzz/corpus
   "$build/bin/gen_corpus" fuzz/corpus
-  echo "fuzz.sh: wrote $(find fuzz/corpus -type f | wc -l) seeds to fuzz/corpus"
+  echo "fuzz.sh: wrote $(find fuzz/corpus -type f | wc -l) seeds to fuzz/corpus" \
+       "(fuzz/handmade: $(find fuzz/handmade -type f | wc -l), left alone)"
   exit 0
 fi
 cmake --build "$build" -j"$jobs" --target $(printf 'fuzz_%s ' "${targets[@]}")
@@ -61,7 +67,10 @@ failed=()
 printf '\n%-12s %10s %8s %6s %7s  %s\n' target execs exec/s cov corpus result
 for t in "${targets[@]}"; do
   bin="$root/$build/bin/fuzz_$t"
-  seeds="$root/fuzz/corpus/$t"
+  seeds=()  # the seed folders the target has (libFuzzer fails on a missing one)
+  for d in "$root/fuzz/corpus/$t" "$root/fuzz/handmade/$t"; do
+    if [ -d "$d" ]; then seeds+=("$d"); fi
+  done
   work="$root/$build/fuzz-corpus/$t"
   art="$root/$build/fuzz-artifacts/$t"
   log="$root/$build/fuzz-logs/$t.log"
@@ -73,7 +82,7 @@ for t in "${targets[@]}"; do
   # shellcheck disable=SC2086
   "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
      -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" \
-     ${TP_FUZZ_ARGS:-} "$work" "$seeds" >"$log" 2>&1
+     ${TP_FUZZ_ARGS:-} "$work" ${seeds[@]+"${seeds[@]}"} >"$log" 2>&1
   rc=$?
   set -e
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
