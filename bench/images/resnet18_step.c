@@ -1,9 +1,10 @@
 /* bench/images/resnet18_step.c: the process's CPU time (one thread by default) for a zoo model's
  * training step (forward, backward, SGD update; no input pipeline), the
  * figure that a shared machine's load does not move much: a process's CPU
- * clock runs only while it runs. bench/images/resnet18_step.sh builds it
- * against build/ and alternates it with its PyTorch twin
- * (resnet18_step_torch.py).
+ * clock runs only while it runs. The cmake target resnet18_step
+ * (bench/CMakeLists.txt) builds it as build/bench/resnet18_step;
+ * bench/images/resnet18_step.sh brings that up to date and alternates it
+ * with its PyTorch twin (resnet18_step_torch.py).
  *
  *   resnet18_step [--model resnet18] [--size 112] [--batch 16] [--classes 3]
  *                 [--channels 3] [--warmup 2] [--steps 6] [--threads 1] [--profile]

@@ -2,8 +2,10 @@
 # bench/images/resnet18_step.sh: ResNet-18's training step at 112 px, batch
 # 16, one thread, towerpack against PyTorch by CPU time (a process's CPU
 # clock, which another process's load moves far less than the wall clock:
-# the figure to trust on a shared machine). Builds resnet18_step.c against
-# BUILD (default build/, which must have the towerpack target built), then
+# the figure to trust on a shared machine). Runs BUILD/bench/resnet18_step
+# (BUILD default build/, a configured cmake build dir), the bench target of
+# bench/CMakeLists.txt, which it first brings up to date with cmake --build
+# (the project's flags, relinked when the library changed), then
 # ROUNDS rounds (default 3) alternating the sides, the order reversed each
 # round; prints each run's JSON and the median of the rounds' ratios
 # (towerpack's fastest step's CPU ms / PyTorch's). The options after --
@@ -19,10 +21,11 @@ rounds=${1:-3}
 build=${2:-build}
 shift $(( $# > 2 ? 2 : $# ))
 [ "${1:-}" = "--" ] && shift
-mkdir -p "$build/bench"
-cc -O2 -Wall -Wextra -Iinclude -o "$build/bench/resnet18_step" bench/images/resnet18_step.c \
-   "$build/lib/libtowerpack_models.a" -L"$build/lib" -ltowerpack -ljansson -lm \
-   -Wl,-rpath,"$PWD/$build/lib"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  echo "resnet18_step.sh: $build is not a cmake build dir (configure it: cmake -S . -B $build)" >&2
+  exit 2
+fi
+cmake --build "$build" -j"$(nproc 2>/dev/null || echo 2)" --target resnet18_step >/dev/null
 torch_args=()
 for a in "$@"; do [ "$a" = --profile ] || [ "$a" = --profile-nodes ] || [ "$a" = --l2-op ] || [ "$a" = --costs ] || torch_args+=("$a"); done
 ratios=()
