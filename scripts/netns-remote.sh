@@ -75,22 +75,6 @@ TP_LOG_LEVEL=info in_t "$bin/tp-train" --model mlp --remote "@$ep" --curve "$tmp
   --logdir "$tmp/log" --no-tensorboard >"$tmp/train.log" 2>&1 &
 trainer=$!
 pids+=("$trainer")
-workers=()
-for seed in 0 1; do
-  in_w "$bin/tp-worker" --spec 'fashion-mnist:train | shuffle 2000 | batch 64' --seed "$seed" \
-    --connect "$ep" --curve "$tmp/keys" --exit-with-trainer=3 >"$tmp/worker$seed.log" 2>&1 &
-  workers+=("$!")
-  pids+=("$!")
-done
-# a worker without the keys, and one of another batch size
-in_w "$bin/tp-worker" --spec 'fashion-mnist:train | batch 64' --connect "$ep" \
-  >"$tmp/nokeys.log" 2>&1 &
-nokeys=$!
-pids+=("$nokeys")
-in_w "$bin/tp-worker" --spec 'fashion-mnist:train | batch 32' --connect "$ep" \
-  --curve "$tmp/keys" >"$tmp/batch32.log" 2>&1 &
-batch32=$!
-pids+=("$batch32")
 
 # waits for pid at most $2 s; its exit status, 124 when it did not end
 wait_for() {
@@ -101,6 +85,40 @@ wait_for() {
   done
   return 124
 }
+# waits at most $3 s for a line of file $1 that matches grep pattern $2
+wait_log() {
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# a worker without the keys, and one of another batch size, first: the
+# trainer logs a refused worker when that worker's goodbye arrives, which
+# a trainer already done with its 300 steps (~1.7 s) never reads. Without
+# data it waits, so the good workers start once the refusal is logged.
+in_w "$bin/tp-worker" --spec 'fashion-mnist:train | batch 64' --connect "$ep" \
+  >"$tmp/nokeys.log" 2>&1 &
+nokeys=$!
+pids+=("$nokeys")
+in_w "$bin/tp-worker" --spec 'fashion-mnist:train | batch 32' --connect "$ep" \
+  --curve "$tmp/keys" >"$tmp/batch32.log" 2>&1 &
+batch32=$!
+pids+=("$batch32")
+want="component 0 'image' is uint8\[32,28,28\], expected uint8\[64,28,28\]"
+named="tp-worker $batch32@[^ ]* (connected to $ep from 10.231.0.2) ends: its datapoints do not fit this run: $want"
+wait_log "$tmp/train.log" "$named" 30 ||
+  fail "tp-train's log does not name the batch-32 worker by its address in 30 s:" \
+       "$(cat "$tmp/train.log")" "(the worker's: $(cat "$tmp/batch32.log"))"
+workers=()
+for seed in 0 1; do
+  in_w "$bin/tp-worker" --spec 'fashion-mnist:train | shuffle 2000 | batch 64' --seed "$seed" \
+    --connect "$ep" --curve "$tmp/keys" --exit-with-trainer=3 >"$tmp/worker$seed.log" 2>&1 &
+  workers+=("$!")
+  pids+=("$!")
+done
 st=0; wait_for "$trainer" 180 || st=$?
 [ "$st" = 0 ] || { cat "$tmp/train.log" >&2; fail "tp-train ended with $st"; }
 grep -q "test accuracy" "$tmp/train.log" || fail "tp-train did not test: $(cat "$tmp/train.log")"
@@ -114,12 +132,8 @@ st=0; wait_for "$nokeys" 20 || st=$?
 sed -n 's/^\(tp-worker: .*\)$/  no keys: \1/p' "$tmp/nokeys.log" | head -1
 
 st=0; wait_for "$batch32" 20 || st=$?
-want="component 0 'image' is uint8\[32,28,28\], expected uint8\[64,28,28\]"
 [ "$st" = 1 ] && grep -q "$want" "$tmp/batch32.log" ||
   fail "the worker of batch 32 (status $st): $(cat "$tmp/batch32.log")"
-grep -q "tp-worker $batch32@[^ ]* (connected to $ep from 10.231.0.2) ends: its datapoints do not fit this run: $want" \
-  "$tmp/train.log" ||
-  fail "tp-train's log does not name the batch-32 worker by its address: $(cat "$tmp/train.log")"
 grep "ends: its datapoints do not fit" "$tmp/train.log" | head -1 | sed 's/^.*remote: /  trainer: /'
 
 for w in "${workers[@]}"; do
