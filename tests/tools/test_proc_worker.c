@@ -473,6 +473,129 @@ Test(proc_worker, a_receiver_that_closes_every_handshake_is_a_refusal) {
               buf);
 }
 
+/* The same three handshakes for the Python sender (tools/tp-worker/
+ * tp_send.py as a program: Fashion-MNIST batches until it ends), which
+ * ignored a failed handshake: it waited for ever, silent, whatever the
+ * receiver did. Start it connecting to ep with --exit-with-trainer=1 and
+ * libzmq's handshake interval `ivl` (TP_SEND_HANDSHAKE_S), its output to
+ * out; its pid. Skipped without numpy, pyzmq or the data. */
+static int s_python_on(const char *ep, const char *ivl, const char *out) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("no Fashion-MNIST (dataset-fashion-mnist)");
+    char *pargv[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
+                     "--connect", (char *)ep, "--exit-with-trainer=1", NULL};
+    char env_ivl[64];
+    snprintf(env_ivl, sizeof env_ivl, "TP_SEND_HANDSHAKE_S=%s", ivl);
+    const char *env[] = {env_ivl, "TP_LOG_LEVEL=info", NULL};
+    pu_spawn_opts_t o = {.out = out, .env = env};
+    return pu_spawn(pargv, &o);
+}
+
+/* A dead host (a listener of backlog 0 that never accepts) ends the
+ * Python sender as a receiver gone: said, then --exit-with-trainer. */
+Test(proc_worker, a_python_sender_whose_trainers_host_dies_mid_handshake_ends_as_gone) {
+    char ep[64], out[128], buf[16384];
+    snprintf(out, sizeof out, "%s/pydead.txt", s_dir);
+    int l = s_listen_silent(0, ep, sizeof ep);
+    double t0 = tp_now_s();
+    int st = pu_waitpid(s_python_on(ep, "0.5", out), 20000);
+    double took = tp_now_s() - t0;
+    close(l);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
+    char said[160];
+    snprintf(said, sizeof said, "tp_send: the handshake with the receiver at %s failed and "
+             "its host does not answer a connect", ep);
+    cr_assert(strstr(buf, said), "%s", buf);
+    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
+    cr_assert(!strstr(buf, "CURVE"), "a host gone taken for a refusal:\n%s", buf);
+    /* the handshake 0.5 s, the check 1.5 s, the wait 1 s, Python's start */
+    cr_assert_lt(took, 12.0, "ended after %.1f s:\n%s", took, buf);
+}
+
+/* A live host that takes connections and never answers (a trainer
+ * stopped) is no refusal and not gone: said once, waited for; once the
+ * listener closes, the sender ends as with any trainer gone. */
+Test(proc_worker, a_python_sender_waits_for_a_receiver_that_never_answers) {
+    char ep[64], out[128], buf[16384], end[16384];
+    snprintf(out, sizeof out, "%s/pymute.txt", s_dir);
+    int l = s_listen_silent(64, ep, sizeof ep);
+    int pid = s_python_on(ep, "0.5", out);
+    int alive = !pu_wait_gone(pid, 5000);  /* more than 3 handshakes, more than 1 s */
+    slurp(out, buf, sizeof buf);
+    close(l);  /* the trainer ends */
+    int st = pu_waitpid(pid, 15000);
+    slurp(out, end, sizeof end);
+    cr_assert(alive, "a receiver that does not answer ended the sender:\n%s", buf);
+    char said[256];
+    snprintf(said, sizeof said, "tp_send: the receiver at %s is not answering the handshake "
+             "(0.5 s: a trainer stopped or overloaded, or not a towerpack receiver): waiting "
+             "for it", ep);
+    cr_assert(strstr(buf, said), "%s", buf);
+    cr_assert(!strstr(strstr(buf, said) + 1, said), "said more than once:\n%s", buf);
+    cr_assert(!strstr(buf, "does not answer a connect"), "a live host taken for one gone:\n%s",
+              buf);
+    cr_assert(!strstr(end, "CURVE"), "a receiver not answering taken for a refusal:\n%s", end);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 once the trainer ended (status "
+              "%d):\n%s", st, end);
+    cr_assert(strstr(end, "has been gone for 1 s (--exit-with-trainer)"), "%s", end);
+}
+
+/* A host still there that closes every handshake is a refusal (exit 1)
+ * after three, naming the handshake, not a receiver not answering. */
+Test(proc_worker, a_python_sender_whose_handshakes_are_closed_is_refused) {
+    char ep[64], out[128], buf[16384];
+    snprintf(out, sizeof out, "%s/pycloser.txt", s_dir);
+    int l = s_listen_silent(16, ep, sizeof ep);
+    int pid = s_python_on(ep, "5", out);
+    int st = -1, closed = 0;
+    for (double t0 = tp_now_s(); tp_now_s() - t0 < 20;) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            break;
+        st = -1;
+        struct pollfd pl = {l, POLLIN, 0};
+        if (poll(&pl, 1, 50) != 1)
+            continue;
+        int c = accept(l, NULL, NULL);
+        struct pollfd pc = {c, POLLIN, 0};
+        char greeting[10];
+        if (c >= 0 && poll(&pc, 1, 2000) == 1 && read(c, greeting, sizeof greeting) > 0)
+            closed++;
+        if (c >= 0)
+            close(c);
+    }
+    if (st == -1)
+        st = pu_waitpid(pid, 1);
+    close(l);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
+              closed, st, buf);
+    char said[256];
+    snprintf(said, sizeof said, "tp_send: the handshake with the receiver at %s failed: the "
+             "receiver closed the connection in the handshake", ep);
+    cr_assert(strstr(buf, said) && strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
+    cr_assert(!strstr(buf, "not answering the handshake"), "a close taken for no answer:\n%s",
+              buf);
+}
+
+/* A TP_SEND_HANDSHAKE_S that is not a number of seconds ends the Python
+ * sender (exit 1) naming it, as it ends tp-worker. */
+Test(proc_worker, a_python_senders_bad_handshake_interval_is_a_clear_error) {
+    char ep[128], out[128], buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/pyhs.sock", s_dir);
+    snprintf(out, sizeof out, "%s/pyhs.txt", s_dir);
+    int st = pu_waitpid(s_python_on(ep, "soon", out), 20000);
+    slurp(out, buf, sizeof buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d:\n%s", st, buf);
+    cr_assert(strstr(buf, "tp_send: TP_SEND_HANDSHAKE_S='soon' is not a number of seconds"),
+              "%s", buf);
+}
+
 /* TP_SEND_HANDSHAKE_S that is not a number of seconds ends the worker
  * (exit 1) naming the variable and its value. */
 Test(proc_worker, a_bad_handshake_interval_is_a_clear_error) {

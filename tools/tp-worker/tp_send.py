@@ -11,7 +11,13 @@ trainer's log show it (`tp_send.py 4121@host`), carries the job id of
 the job handshake (--job, $TP_JOB), reads what the trainer takes (the
 component handshake: a datapoint that does not fit ends it, naming both
 sides, before it is sent), and ends when its trainer has been gone for
---exit-with-trainer seconds.
+--exit-with-trainer seconds. A handshake that fails is read as tp-worker
+reads it (docs/distributed.md, "When a trainer, or its host, goes"): a
+trainer that stopped, or whose host answers no connect, is gone and the
+next one waited for; one that lets the handshake run out is not answering
+(waited for, said once); three closed in a row by a host still there are
+a refusal. $TP_SEND_HANDSHAKE_S sets libzmq's handshake interval (30 s),
+$TP_LOG_LEVEL what the program logs (info).
 
 As a program it sends Fashion-MNIST batches as tp-train's zoo models take
 them ([uint8 (B,28,28), int32 (B,)]):
@@ -26,8 +32,11 @@ As a module, your own arrays:
             s.send([x, y])            # numpy arrays, any of the dtypes below
 """
 import argparse
+import errno
 import gzip
+import logging
 import os
+import select
 import signal
 import socket
 import struct
@@ -48,6 +57,22 @@ JOB_PROPERTY = b"X-Tp-Job"
 COMPS_PROPERTY = b"X-Tp-Comps"
 SENDER_PROPERTY = b"X-Tp-Sender"  # who it is: its first report's text
 DTYPE_NAMES = ["uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                    zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+# What a connect of its own says of a receiver's endpoint after a failed
+# handshake (df_remote.c's s_peer_t): cannot tell; a receiver listens there;
+# nobody listens (refused; ipc: the path gone); tcp: the host answers no
+# connect (died, left the network).
+PEER_UNKNOWN, PEER_THERE, PEER_NOBODY, PEER_SILENT = range(4)
+# How long the tcp check waits for its connects: Linux sends a lost SYN again
+# after a second, so one lost packet is still an answer. A live host's
+# kernel answers however slow or stopped its receiver is.
+PROBE_S, PROBE_ADDRS = 1.5, 8
+RESOLVE_RETRY_S = 60.0  # a name that did not resolve is looked up again after this
+# A tcp connection with data in flight and no ACK for this long, sent again
+# (or two window probes unanswered), has a receiver's host that died.
+DEAD_ACK_MS = 20000
+log = logging.getLogger("tp_send")
 
 
 def parse_comps(text):
@@ -205,26 +230,156 @@ def _host():
     return h[:31]
 
 
+def handshake_ran_out(value):
+    """Whether a handshake that failed without a reason (libzmq's
+    EVENT_HANDSHAKE_FAILED_NO_DETAIL, whose value is the errno of that
+    moment) ran out, libzmq's handshake interval, rather than being closed:
+    a close fails in libzmq's read (EPIPE, its word for a read of nothing,
+    or the read's own error); the interval's timer leaves whatever its I/O
+    thread last had (EAGAIN, EINPROGRESS), never a read's error."""
+    return value not in (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT,
+                         errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
+                         errno.ENOTCONN)
+
+
+def handshake_why(event, value):
+    """What a failed handshake means, for the message that ends the sender
+    (tp_send.py has no CURVE keys)."""
+    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return "the receiver refused this sender's key"
+    if value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        return ("the receiver uses CURVE: it requires CURVE keys, which tp_send.py does not "
+                "have (tp-worker --curve DIR has them)")
+    if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and handshake_ran_out(value):
+        return ("it did not answer the handshake in libzmq's handshake interval (a peer "
+                "stopped or overloaded, or not a towerpack one)")
+    return ("the receiver closed the connection in the handshake: it requires CURVE keys "
+            "(tp_send.py has none: tp-worker --curve DIR), or it is not a towerpack receiver")
+
+
+def _tcp_answer(err):
+    """One address's answer to a connect, from its errno (0: accepted)."""
+    if err == 0:
+        return PEER_THERE
+    if err in (errno.ECONNREFUSED, errno.EADDRNOTAVAIL, errno.ENETUNREACH):
+        return PEER_NOBODY
+    if err in (errno.EHOSTUNREACH, errno.ETIMEDOUT):  # no ARP answer; no SYN-ACK
+        return PEER_SILENT
+    return PEER_UNKNOWN
+
+
+def peer_state(endpoint, addrs=None, timeout=PROBE_S):
+    """What listens at a receiver's endpoint now, one of PEER_*: on ipc a
+    connect of its own (refused or the path gone: nobody; a full backlog is
+    someone); on tcp connects to every address of `addrs` (getaddrinfo's
+    tuples) at once, `timeout` seconds in all: a receiver there when one is
+    accepted, else cannot tell when one failed otherwise, else silent when
+    one got no answer, else nobody (every address refused)."""
+    if endpoint.startswith("ipc://"):
+        path = endpoint[6:]
+        if not path:
+            return PEER_UNKNOWN
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.setblocking(False)
+            err = s.connect_ex("\0" + path[1:] if path.startswith("@") else path)
+        if err in (0, errno.EAGAIN):
+            return PEER_THERE
+        return PEER_NOBODY if err in (errno.ECONNREFUSED, errno.ENOENT) else PEER_UNKNOWN
+    if not addrs:
+        return PEER_UNKNOWN
+    answers, pending = set(), {}
+    try:
+        for n, (fam, kind, proto, _, addr) in enumerate(addrs):
+            if n == PROBE_ADDRS:  # more addresses than it waits on
+                answers.add(PEER_UNKNOWN)
+                break
+            s = socket.socket(fam, kind, proto)
+            s.setblocking(False)
+            err = s.connect_ex(addr)
+            if err == errno.EINPROGRESS:
+                pending[s.fileno()] = s
+                continue
+            s.close()
+            answers.add(_tcp_answer(err))
+            if PEER_THERE in answers:
+                return PEER_THERE
+        poller = select.poll()
+        for fd in pending:
+            poller.register(fd, select.POLLOUT)
+        deadline = time.monotonic() + timeout
+        while pending and PEER_THERE not in answers:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for fd, _ in poller.poll(left * 1000):
+                s = pending.pop(fd)
+                poller.unregister(fd)
+                answers.add(_tcp_answer(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)))
+                s.close()
+        if pending:  # no answer in time
+            answers.add(PEER_SILENT)
+    except OSError:
+        return PEER_UNKNOWN
+    finally:
+        for s in pending.values():
+            s.close()
+    for p in (PEER_THERE, PEER_UNKNOWN, PEER_SILENT):
+        if p in answers:
+            return p
+    return PEER_NOBODY if answers else PEER_UNKNOWN
+
+
+def handshake_ivl():
+    """libzmq's handshake interval in ms for $TP_SEND_HANDSHAKE_S (seconds),
+    None when unset; ValueError naming it when it is not 0.001 to 3600."""
+    env = os.environ.get("TP_SEND_HANDSHAKE_S")
+    if env is None:
+        return None
+    try:
+        v = float(env)
+    except ValueError:
+        v = None
+    if v is None or not 0.001 <= v <= 3600:
+        raise ValueError("tp_send: TP_SEND_HANDSHAKE_S='%s' is not a number of seconds from "
+                         "0.001 to 3600" % env)
+    return int(v * 1000 + 0.5)
+
+
 class RefusedError(RuntimeError):
-    """The receiver belongs to another job (the job handshake), or does not
-    take these datapoints (the component handshake)."""
+    """The receiver belongs to another job (the job handshake), does not
+    take these datapoints (the component handshake), or refused the
+    connection's handshake (three closed in a row by a host still there:
+    it wants CURVE keys, or it is no towerpack receiver)."""
 
 
 class Sender:
     """A PUSH socket to `endpoint` that sends datapoints in the wire format.
     send() waits while the receiver is full; it raises TimeoutError once no
     receiver has been connected for `exit_with_trainer` seconds (after one
-    was; 0: never), RefusedError when a connecting sender with a job finds
-    a receiver of another job, or a datapoint that its receiver does not
-    take (nothing of it sent), and KeyboardInterrupt on SIGINT as usual. A
-    connecting sender's first datapoint waits for the first handshake."""
+    was, or was met in a handshake that failed; 0: never), RefusedError
+    when a connecting sender with a job finds a receiver of another job, a
+    receiver refuses its handshake, or a datapoint that its receiver does
+    not take (nothing of it sent), and KeyboardInterrupt on SIGINT as
+    usual. A connecting sender's first datapoint waits for the first
+    handshake. What it learns of its receivers goes to the "tp_send"
+    logger (a receiver gone, or not answering). ValueError for a bad
+    $TP_SEND_HANDSHAKE_S."""
 
     def __init__(self, endpoint, bind=False, hwm=50, job=None, name="tp_send.py",
                  exit_with_trainer=10.0):
+        ivl = handshake_ivl()  # before anything that would need closing
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PUSH)
         self.sock.setsockopt(zmq.SNDHWM, hwm)
         self.sock.setsockopt(zmq.LINGER, 2000)
+        if ivl is not None:
+            self.sock.setsockopt(zmq.HANDSHAKE_IVL, ivl)
+        self.handshake_s = self.sock.getsockopt(zmq.HANDSHAKE_IVL) / 1000
+        if endpoint.startswith("tcp://"):
+            # ZMTP heartbeats: a receiver whose host died (no close ever
+            # comes) is a closed connection after 10 s
+            self.sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)
+            self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10000)
         if job:  # the job handshake: the trainer refuses another job's sender
             self.sock.setsockopt(zmq.METADATA, JOB_PROPERTY + b":" + job.encode())
         self.pid, self.host = os.getpid(), _host()
@@ -237,7 +392,8 @@ class Sender:
         self.sock.setsockopt(zmq.METADATA, SENDER_PROPERTY + b":" +
                              self._report_text(RUNNING, self.start).encode())
         self.mon = self.sock.get_monitor_socket(
-            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+            zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED |
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILED)
         (self.sock.bind if bind else self.sock.connect)(endpoint)
         self.endpoint = endpoint
         self.job, self.bind = job, bind
@@ -246,7 +402,18 @@ class Sender:
         if bind:
             self.where = self._where(self.sock.getsockopt(zmq.LAST_ENDPOINT).decode(), bind)
         self.gone_s = exit_with_trainer
-        self.connected, self.ever, self.none_since = 0, False, time.monotonic()
+        # connections open (by descriptor, from their connect or accept to
+        # their close, handshake or not), whether a handshake ever succeeded,
+        # since when none is open
+        self.conns, self.ever, self.none_since = set(), False, time.monotonic()
+        # a receiver met in a handshake that failed (a trainer that stopped):
+        # --exit-with-trainer counts its absence as after one connected
+        self.met = False
+        # handshakes in a row (a success resets) closed, of those closed by a
+        # receiver still there, and run out on a receiver still there
+        self.closed_in_row = self.refused_in_row = self.ran_out_in_row = 0
+        self.addrs, self.resolved = None, None  # a tcp receiver's, looked up once
+        self.checked = 0.0  # the last look for dead hosts
         self.want, self.want_text = None, ""  # the receiver's components
         self._report(RUNNING)
 
@@ -261,12 +428,89 @@ class Sender:
             self.pid, self.host, self.name, state, alive, max(0, alive - self.blocked_ns),
             self.blocked_ns, self.msgs, self.bytes, self.where)
 
+    @property
+    def connected(self):
+        """Connections open now (in their handshake or past it)."""
+        return len(self.conns)
+
+    def _addrs(self):
+        """A tcp receiver's addresses, looked up the first time they are
+        needed and kept (a lookup blocks for as long as the resolver takes);
+        a name that did not resolve is tried again at most once a minute."""
+        if self.addrs is not None or not self.endpoint.startswith("tcp://"):
+            return self.addrs
+        now = time.monotonic()
+        if self.resolved is not None and now - self.resolved < RESOLVE_RETRY_S:
+            return None
+        self.resolved = now
+        host, _, port = self.endpoint[6:].rpartition(":")
+        try:
+            self.addrs = socket.getaddrinfo(host.strip("[]"), int(port),
+                                            type=socket.SOCK_STREAM)
+        except (OSError, ValueError) as e:
+            log.debug("tp_send: cannot look up %s (%s): a failed handshake's cause is not "
+                      "checked for a minute", self.endpoint, e)
+        return self.addrs
+
+    def _closed_is_refusal(self, ran_out):
+        """A connecting sender's handshake that failed, no reason given: the
+        receiver closed it, or the handshake interval ran out (df_remote.c's
+        s_sender_closed_is_refusal). A receiver was there: from now its
+        absence counts for --exit-with-trainer. Nobody listening any more,
+        or a host that answers no connect, is a receiver gone: waited for.
+        A live host that lets it run out is a receiver not answering (a
+        trainer stopped or overloaded): said once, waited for however long.
+        Three closed in a row by a receiver still there, or five however
+        explained, are a refusal: True."""
+        self.met = True
+        if not ran_out:
+            self.closed_in_row += 1
+        p = peer_state(self.endpoint, self._addrs()) \
+            if ran_out or self.closed_in_row < 5 else PEER_UNKNOWN
+        self.none_since = time.monotonic()  # from the verdict
+        if p in (PEER_NOBODY, PEER_SILENT):
+            self.refused_in_row = self.ran_out_in_row = 0
+            if p == PEER_NOBODY:
+                log.info("tp_send: the receiver at %s %s in the handshake and is gone (a "
+                         "trainer that stopped): waiting for the next", self.endpoint,
+                         "did not answer" if ran_out else "closed the connection")
+            else:
+                log.info("tp_send: the handshake with the receiver at %s failed and its host "
+                         "does not answer a connect (%.1f s): the receiver is gone (a host "
+                         "that died or left the network): waiting for the next",
+                         self.endpoint, PROBE_S)
+            return False
+        if ran_out:
+            self.ran_out_in_row += 1
+            if self.ran_out_in_row == 1:
+                log.warning("tp_send: the receiver at %s is not answering the handshake "
+                            "(%.1f s: a trainer stopped or overloaded, or not a towerpack "
+                            "receiver): waiting for it", self.endpoint, self.handshake_s)
+            elif self.ran_out_in_row % 10 == 0:
+                log.info("tp_send: the receiver at %s is still not answering the handshake "
+                         "(%d in a row): waiting for it", self.endpoint, self.ran_out_in_row)
+            return False
+        self.refused_in_row += 1
+        if self.closed_in_row < 5 and self.refused_in_row < 3:
+            log.debug("tp_send: the receiver at %s closed the connection in the handshake "
+                      "(%d in a row): trying again", self.endpoint, self.refused_in_row)
+            return False
+        return True
+
     def _events(self):
         while self.mon.poll(0):
-            ev = recv_monitor_message(self.mon)["event"]
-            if ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self.connected += 1
+            msg = recv_monitor_message(self.mon)
+            ev, value = msg["event"], msg["value"]
+            if ev in (zmq.EVENT_CONNECTED, zmq.EVENT_ACCEPTED):
+                self.conns.add(value)
+            elif ev == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                if not self.ever:
+                    log.info("tp_send: connected to a receiver at %s", self.endpoint)
+                elif self.ran_out_in_row:
+                    log.info("tp_send: the receiver at %s answered the handshake again (after "
+                             "%d that ran out)", self.endpoint, self.ran_out_in_row)
                 self.ever = True
+                self.closed_in_row = self.refused_in_row = self.ran_out_in_row = 0
                 self.reported = 0  # a new receiver hears who this is soon
                 props = probe(self.endpoint) if not self.bind else None
                 theirs = props.get(JOB_PROPERTY.lower(), b"").decode("ascii", "replace") \
@@ -281,9 +525,72 @@ class Sender:
                         "sender was started for job '%s' (a sender of another job, or one "
                         "left from an earlier run)" % (self.endpoint, theirs, self.job))
             elif ev == zmq.EVENT_DISCONNECTED:
-                self.connected = max(0, self.connected - 1)
-                if self.connected == 0:
+                self.conns.discard(value)
+                if not self.conns:
                     self.none_since = time.monotonic()
+            elif ev & HANDSHAKE_FAILED:
+                log.debug("tp_send: a handshake at %s failed (event %d, value %d)",
+                          self.endpoint, ev, value)
+                if self.bind:  # anyone may knock on a bound socket
+                    log.warning("tp_send: a receiver's handshake at %s failed: %s",
+                                self.endpoint, handshake_why(ev, value))
+                elif ev != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL or \
+                        self._closed_is_refusal(handshake_ran_out(value)):
+                    raise RefusedError("tp_send: the handshake with the receiver at %s "
+                                       "failed: %s" % (self.endpoint, handshake_why(ev, value)))
+
+    def _dead_hosts(self):
+        """A tcp connection whose receiver's host died, or left the network,
+        with data on its way: nothing closes it, and the heartbeat cannot
+        tell when full socket buffers hold its PING back; the kernel would
+        take some 15 minutes (df_remote.c's s_sender_dead_hosts). What the
+        kernel knows decides: data in flight sent again, or two window
+        probes in a row unanswered, and no ACK for DEAD_ACK_MS; a live
+        host ACKs whatever arrives however slow its trainer is. The
+        connection (its descriptor from the monitor's events) is shut down
+        under libzmq, which sees it closed and connects again."""
+        for fd in list(self.conns):
+            try:
+                s = socket.socket(fileno=os.dup(fd))
+            except OSError:
+                continue  # gone meanwhile, or not a socket
+            with s:
+                try:
+                    ti = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+                except OSError:
+                    continue  # not tcp (ipc)
+                if len(ti) < 60:
+                    continue
+                # struct tcp_info: u8 state, ca_state, retransmits, probes;
+                # u32 unacked at 24, last_ack_recv (ms) at 56
+                state, retransmits, probes = ti[0], ti[2], ti[3]
+                unacked, = struct.unpack_from("<I", ti, 24)
+                last_ack, = struct.unpack_from("<I", ti, 56)
+                if state != 1 or not ((unacked and retransmits) or probes >= 2) or \
+                        last_ack < DEAD_ACK_MS:  # 1: TCP_ESTABLISHED
+                    continue
+                log.info("tp_send: the receiver at %s has acknowledged nothing for %.1f s (%d "
+                         "segments sent again, %d in flight, %d window probes unanswered): its "
+                         "host died or left the network: closing the connection",
+                         self.endpoint, last_ack * 1e-3, retransmits, unacked, probes)
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _check(self):
+        """The connection events (and dead hosts, at most every 100 ms);
+        TimeoutError once its receivers have been gone for
+        exit_with_trainer seconds (after one was, or was met)."""
+        self._events()
+        now = time.monotonic()
+        if now - self.checked >= 0.1:
+            self.checked = now
+            self._dead_hosts()
+        if (self.gone_s > 0 and (self.ever or self.met) and not self.conns and
+                time.monotonic() - self.none_since >= self.gone_s):
+            raise TimeoutError("tp_send: the receiver at %s has been gone for %g s"
+                               % (self.endpoint, self.gone_s))
 
     def _report(self, state, force=True):
         """This sender's row (control frame 6), never waited for."""
@@ -302,7 +609,7 @@ class Sender:
         frames = encode(arrays)
         size = sum(len(f) for f in frames)
         while not self.bind and not self.ever:  # what the receiver takes, first
-            self._events()
+            self._check()
             if not self.ever:
                 t0 = time.monotonic_ns()
                 self.mon.poll(100)
@@ -318,11 +625,7 @@ class Sender:
                 "tp_send: the receiver at %s does not take this sender's datapoints: %s "
                 "(it takes %s: its model's inputs)" % (self.endpoint, why, self.want_text))
         while True:
-            self._events()
-            if (self.gone_s > 0 and self.ever and self.connected == 0 and
-                    time.monotonic() - self.none_since >= self.gone_s):
-                raise TimeoutError("tp_send: the receiver at %s has been gone for %g s"
-                                   % (self.endpoint, self.gone_s))
+            self._check()
             if self.sock.poll(0, zmq.POLLOUT):
                 self._report(RUNNING, force=False)
                 self.sock.send_multipart(frames, copy=False)
@@ -382,11 +685,20 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.batch <= 0:
         p.error("--batch must be positive")
+    # what it learns of its receivers, at tp-worker's level ($TP_LOG_LEVEL)
+    level = os.environ.get("TP_LOG_LEVEL", "info").lower()
+    logging.basicConfig(format="%(message)s", stream=sys.stderr, level={
+        "debug": logging.DEBUG, "warn": logging.WARNING, "error": logging.ERROR,
+        "off": logging.CRITICAL + 1}.get(level, logging.INFO))
     x, y = fashion_mnist(a.split)
     rng = np.random.default_rng(a.seed)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    s = Sender(a.connect or a.bind, bind=bool(a.bind), hwm=a.hwm, job=a.job,
-               exit_with_trainer=a.exit_with_trainer)
+    try:
+        s = Sender(a.connect or a.bind, bind=bool(a.bind), hwm=a.hwm, job=a.job,
+                   exit_with_trainer=a.exit_with_trainer)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 1
     code = 0
     try:
         while not a.count or s.msgs < a.count:
