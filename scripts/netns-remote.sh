@@ -14,10 +14,12 @@
 #   - the good workers end by themselves once the trainer is gone
 #     (--exit-with-trainer);
 #   - a worker whose trainer's host dies (the link goes down) while its
-#     socket buffers are full ends by itself (docs/distributed.md).
+#     socket buffers are full ends by itself (docs/distributed.md), and so
+#     does the Python sender, tools/tp-worker/tp_send.py (where
+#     /usr/bin/python3 has numpy and pyzmq).
 # Needs root (ip netns) and Fashion-MNIST; where network namespaces are not
 # permitted (a container without CAP_SYS_ADMIN, no iproute2) it says so and
-# exits 0 (SKIP). About 35 s. ctest runs it as netns_remote.
+# exits 0 (SKIP). About 60 s. ctest runs it as netns_remote.
 #
 #   scripts/netns-remote.sh
 #   TP_BUILD=build-release scripts/netns-remote.sh
@@ -173,6 +175,35 @@ st=0; wait_for "$dead" 28 || st=$?
 echo "  dead host: the worker ended $((SECONDS - t0)) s after the link went down:" \
   "$(grep -o "send: the receiver at .* has acknowledged nothing for [0-9.]* s" "$tmp/dead.log" ||
      echo "the heartbeat's timeout")"
+
+# the same for the Python sender (tools/tp-worker/tp_send.py: no CURVE keys),
+# which checks its connections' TCP_INFO as tp-worker does; where
+# /usr/bin/python3 has numpy and pyzmq. About 25 s.
+py=skipped
+if /usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null; then
+  ip -n "$ns_t" link set "$veth_t" up
+  ep3=tcp://10.231.0.1:5552
+  TP_LOG_LEVEL=info in_t "$bin/tp-train" --model mlp --remote "@$ep3" \
+    --towers 1 --batch 64 --epochs 1 --steps-per-epoch 1000000 --threads 1 \
+    --logdir "$tmp/log3" --no-tensorboard >"$tmp/train3.log" 2>&1 &
+  pids+=("$!")
+  in_w /usr/bin/python3 tools/tp-worker/tp_send.py --connect "$ep3" --batch 64 \
+    --exit-with-trainer=1 >"$tmp/pydead.log" 2>&1 &
+  pydead=$!
+  pids+=("$pydead")
+  wait_log "$tmp/train3.log" "tp_send.py [0-9]*@[^ ]* .* joined" 30 ||
+    fail "tp_send.py did not join: $(cat "$tmp/train3.log")" "(its: $(cat "$tmp/pydead.log"))"
+  sleep 3
+  ip -n "$ns_t" link set "$veth_t" down
+  t0=$SECONDS
+  st=0; wait_for "$pydead" 28 || st=$?
+  [ "$st" = 0 ] || fail "tp_send.py whose trainer's host died did not end in 28 s (status" \
+    "$st): $(cat "$tmp/pydead.log")"
+  py="ended $((SECONDS - t0)) s after"
+  echo "  dead host, tp_send.py: it ended $((SECONDS - t0)) s after the link went down:" \
+    "$(grep -o "the receiver at .* has acknowledged nothing for [0-9.]* s" "$tmp/pydead.log" ||
+       echo "the heartbeat's timeout")"
+fi
 echo "netns-remote.sh: OK: 2 workers in $ns_w trained tp-train in $ns_t over $ep (CURVE, job $TP_JOB);" \
   "a worker without keys and one of batch 32 were refused, both named;" \
-  "a worker whose trainer's host died ended"
+  "a worker whose trainer's host died ended (tp_send.py: $py)"
