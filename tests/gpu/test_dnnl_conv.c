@@ -708,8 +708,9 @@ Test(dnnl_conv, nchw16c_operands_give_the_plain_calls_numbers) {
     unsetenv("TP_CPU_CONV");
 }
 
-/* ---- Winograd F(2x2, 3x3) of our own (cpu_winograd.c; TP_CPU_CONV_ALG
- * auto on a 4x4 output of 256+ channels, f2x2 wherever it applies) ------- */
+/* ---- Winograd F(2x2, 3x3) and F(4x4, 3x3) of our own (cpu_winograd.c;
+ * TP_CPU_CONV_ALG auto: F(4x4) on a 4x4 output of 512+ channels; f2x2 and
+ * f4x4 wherever they apply) ------------------------------------------------ */
 
 /* One call on nChw16c x and y through backend b: y, dx, dw (and db)
  * against float64, stored (acc 0) and added to ones (acc 1), each pass's
@@ -821,11 +822,11 @@ Test(dnnl_conv, our_winograd_f2x2_matches_float64_on_blocked_operands) {
 }
 
 /* F(4x4, 3x3)'s transforms scale by up to 10 and 1/24 (B^T's 4s and 5s,
- * A^T's 8s, G's sixths): measured ERRF4 of the largest value, 1.6e-5 the
- * worst (stage 4's y: 4 to 8 times F(2x2)'s; oneDNN's own F(4x4) gave
- * 0.9-2.9e-6 on ResNet's shapes, the test above). The bound, 5e-5, holds
- * it with room and is still 10^4 under what a wrong transform, a tile or
- * a panel misplaced gives. auto takes it on stage 4. */
+ * A^T's 8s, G's sixths): measured 1.5e-7 to 1.6e-5 of the largest value
+ * (the worst stage 4's y: 4 to 8 times F(2x2)'s; oneDNN's own F(4x4)
+ * gave 0.9-2.9e-6 on ResNet's shapes, the test above). The bound, 5e-5,
+ * holds it with room and is still 10^5 under what a wrong transform or a
+ * chunk of k not added gives (26-29 and 0.97). auto takes it on stage 4. */
 Test(dnnl_conv, our_winograd_f4x4_matches_float64_on_blocked_operands) {
     s_ours_matches("f4x4", S_F4_BOUND, 1);
 }
