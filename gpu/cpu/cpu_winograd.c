@@ -40,13 +40,10 @@ tp_wino_t tp_wino_geom(int64_t n, int64_t c, int64_t o, int64_t h, int64_t w, in
 }
 
 size_t tp_wino_u_floats(const tp_wino_t *g) {
-    return g->p * g->c * (g->r == 4 ? (g->o + 31) / 32 * 32 : g->o); /* F(4x4)'s panels */
+    return g->r == 4 ? tp_wino4_u_floats(g) : g->p * g->o * g->c;
 }
 size_t tp_wino_v_floats(const tp_wino_t *g) {
-    if (g->r != 4)
-        return g->p * g->t * g->c;
-    const size_t v = g->t * ((g->c + 31) / 32 * 32), dv = g->c * g->tp; /* F(4x4)'s V, dV */
-    return g->p * (v > dv ? v : dv);
+    return g->r == 4 ? tp_wino4_v_floats(g) : g->p * g->t * g->c;
 }
 size_t tp_wino_m_floats(const tp_wino_t *g) { return g->p * g->tp * g->o; }
 

@@ -39,8 +39,17 @@ typedef struct {
     float *out; /* the backward-weights' dw (dst: dU's room) */
 } s_job_t;
 
-/* V's floats from one position to the next (its panels of 32 channels) */
+/* U's and V's floats from one position to the next (their panels of 32
+ * channels: O and C rounded up to 32) */
+static size_t s_u_plane(const tp_wino_t *g) { return g->c * ((g->o + 31) / 32 * 32); }
 static size_t s_v_plane(const tp_wino_t *g) { return g->t * ((g->c + 31) / 32 * 32); }
+
+size_t tp_wino4_u_floats(const tp_wino_t *g) { return S_P * s_u_plane(g); }
+
+size_t tp_wino4_v_floats(const tp_wino_t *g) {
+    const size_t v = s_v_plane(g), dv = g->c * g->tp; /* V's room is dV's too */
+    return S_P * (v > dv ? v : dv);
+}
 
 /* ---- the 1-D transforms ---------------------------------------------------- */
 
@@ -122,7 +131,7 @@ S_AVX512 static inline void s_a(const __m512 *y, __m512 *o) {
  * taps turned tap-major through a small buffer (as F(2x2)'s). */
 S_AVX512 static void s_weights_range(void *arg, size_t lo, size_t hi) {
     const s_job_t *j = arg;
-    const size_t c = j->g->c, o = j->g->o, plane = tp_wino_u_floats(j->g) / S_P;
+    const size_t c = j->g->c, o = j->g->o, plane = s_u_plane(j->g);
     float tap[9][16] __attribute__((aligned(64)));
     for (size_t kp = lo; kp < hi; kp++)
         for (size_t ci = 0; ci < c; ci++)
@@ -368,7 +377,7 @@ void tp_wino4_forward(const tp_wino_t *g, const float *v, const float *u, const 
     /* M_p [T x O] = V_p [T x C] U_p [C x O] (V's k and U's columns in
      * panels of 32) */
     const tp_wino_gemm_t p = {g->t, g->o, g->c, v, u, m, 32, 32 * g->t, 32, 32 * g->c, g->o, 0,
-                              s_v_plane(g), tp_wino_u_floats(g) / S_P, g->t * g->o};
+                              s_v_plane(g), s_u_plane(g), g->t * g->o};
     tp_wino_gemms(&p, S_P);
     s_job_t j = {g, m, b, y, relu, 0, NULL};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_output_range, &j);
@@ -379,7 +388,7 @@ void tp_wino4_backward_data(const tp_wino_t *g, const float *dm, const float *u,
     /* dV_p [C x Tp] = U_p [C x O] dM_p [O x Tp] (U's k panels 32 C apart:
      * k in chunks of one panel, read in order) */
     const tp_wino_gemm_t p = {g->c, g->tp, g->o, u, dm, dv, 32, 32 * g->c, g->tp, 32, g->tp, 32,
-                              tp_wino_u_floats(g) / S_P, g->o * g->tp, g->c * g->tp};
+                              s_u_plane(g), g->o * g->tp, g->c * g->tp};
     tp_wino_gemms(&p, S_P);
     s_job_t j = {g, dv, NULL, dx, 0, add, NULL};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_grad_input_range, &j);

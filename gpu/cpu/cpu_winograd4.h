@@ -23,6 +23,10 @@
 
 #include "gpu/cpu/cpu_winograd.h"
 
+/* Floats of U (dU's blocks use its room) and of V (and dV). */
+size_t tp_wino4_u_floats(const tp_wino_t *g);
+size_t tp_wino4_v_floats(const tp_wino_t *g);
+
 void tp_wino4_weights(const tp_wino_t *g, const float *w, float *u);
 void tp_wino4_input(const tp_wino_t *g, const float *x, float *v);
 void tp_wino4_forward(const tp_wino_t *g, const float *v, const float *u, const float *b,
