@@ -7,8 +7,10 @@
  * measured slower, 84-86 against 92 GF/s at 128-256); each step of k
  * loads b's NV vectors once and broadcasts a's RB elements. 8 x 2 (16
  * accumulators) measured fastest on stage 4's products against 12 x 2,
- * 14 x 2 and 16 x 2 (docs/performance.md, branch wino6); the rows past a
- * multiple of 8 and a last 16 columns take the 1-row and 1-vector forms. */
+ * 14 x 2 and 16 x 2 (docs/performance.md, branch wino6); one vector of
+ * columns (the backward-data's 16 tiles) takes 16 x 1 (16 accumulators:
+ * 4.1 against 8 x 1's 4.4-5.0 ms for its 36 products), and the rows past
+ * those blocks the 8-row and 1-row forms. */
 #include "gpu/cpu/cpu_wino_gemm.h"
 
 #include <immintrin.h>
@@ -52,6 +54,7 @@
 S_BLOCK(8, 2)
 S_BLOCK(1, 2)
 S_BLOCK(8, 1)
+S_BLOCK(16, 1)
 S_BLOCK(1, 1)
 
 typedef void (*s_block_fn)(size_t, const float *, size_t, size_t, const float *, size_t,
@@ -66,6 +69,10 @@ static void s_part(const tp_wino_gemm_t *g, size_t kn, const float *ak, const fl
         const s_block_fn rows8 = wide ? s_block_8x2 : s_block_8x1;
         const s_block_fn row1 = wide ? s_block_1x2 : s_block_1x1;
         size_t i = i0;
+        if (!wide) /* one vector: 16 rows (16 accumulators) */
+            for (; i + 16 <= i1; i += 16)
+                s_block_16x1(kn, ak + i * g->lda, g->lda, g->ap, bk + j / 32 * g->bp, g->ldb,
+                             c + i * g->ldc + j, g->ldc, add);
         for (; i + 8 <= i1; i += 8)
             rows8(kn, ak + i * g->lda, g->lda, g->ap, bk + j / 32 * g->bp, g->ldb,
                   c + i * g->ldc + j, g->ldc, add);
