@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "gpu/cpu/cpu_pool.h"
+#include "gpu/cpu/cpu_winograd4.h"
 
 #if defined(__clang__)
 #define S_AVX512 __attribute__((target("avx512f")))
@@ -28,17 +29,23 @@
 #define S_AVX512 __attribute__((target("avx512f"), optimize("O3")))
 #endif
 
-tp_wino_t tp_wino_geom(int64_t n, int64_t c, int64_t o, int64_t h, int64_t w) {
-    tp_wino_t g = {(size_t)n, (size_t)c, (size_t)o, (size_t)h, (size_t)w, 0, 0, 0};
-    g.th = (g.h + 1) / 2;
-    g.tw = (g.w + 1) / 2;
+tp_wino_t tp_wino_geom(int64_t n, int64_t c, int64_t o, int64_t h, int64_t w, int r) {
+    tp_wino_t g = {(size_t)n, (size_t)c, (size_t)o, (size_t)h, (size_t)w, (size_t)r, 0, 0, 0, 0, 0};
+    g.p = (g.r + 2) * (g.r + 2);
+    g.th = (g.h + g.r - 1) / g.r;
+    g.tw = (g.w + g.r - 1) / g.r;
     g.t = g.n * g.th * g.tw;
+    g.tp = g.r == 4 ? (g.t + 15) / 16 * 16 : g.t;
     return g;
 }
 
-size_t tp_wino_u_floats(const tp_wino_t *g) { return 16 * g->o * g->c; }
-size_t tp_wino_v_floats(const tp_wino_t *g) { return 16 * g->t * g->c; }
-size_t tp_wino_m_floats(const tp_wino_t *g) { return 16 * g->t * g->o; }
+size_t tp_wino_u_floats(const tp_wino_t *g) {
+    return g->r == 4 ? tp_wino4_u_floats(g) : g->p * g->o * g->c;
+}
+size_t tp_wino_v_floats(const tp_wino_t *g) {
+    return g->r == 4 ? tp_wino4_v_floats(g) : g->p * g->t * g->c;
+}
+size_t tp_wino_m_floats(const tp_wino_t *g) { return g->p * g->tp * g->o; }
 
 /* One job of the transforms: what a range's items read and write. */
 typedef struct {
@@ -130,6 +137,10 @@ S_AVX512 static void s_weights_range(void *arg, size_t lo, size_t hi) {
 }
 
 void tp_wino_weights(const tp_wino_t *g, const float *w, float *u) {
+    if (g->r == 4) {
+        tp_wino4_weights(g, w, u);
+        return;
+    }
     s_job_t j = {g, w, NULL, u, 0, 0};
     tp_cpu_parallel(g->o, 1, 16, s_weights_range, &j);
 }
@@ -208,6 +219,10 @@ S_AVX512 static void s_input_range(void *arg, size_t lo, size_t hi) {
 }
 
 void tp_wino_input(const tp_wino_t *g, const float *x, float *v) {
+    if (g->r == 4) {
+        tp_wino4_input(g, x, v);
+        return;
+    }
     s_job_t j = {g, x, NULL, v, 0, 0};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_input_range, &j);
 }
@@ -286,6 +301,10 @@ S_AVX512 static void s_grad_output_range(void *arg, size_t lo, size_t hi) {
 }
 
 void tp_wino_grad_output(const tp_wino_t *g, const float *dy, float *dm) {
+    if (g->r == 4) {
+        tp_wino4_grad_output(g, dy, dm);
+        return;
+    }
     s_job_t j = {g, dy, NULL, dm, 0, 0};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_grad_output_range, &j);
 }
@@ -354,6 +373,10 @@ static tp_status_t s_gemms(char ta, char tb, size_t m, size_t n, size_t k, const
 
 tp_status_t tp_wino_forward(const tp_wino_t *g, const float *v, const float *u,
                             const float *b, int relu, float *m, float *y, const char *name) {
+    if (g->r == 4) {
+        tp_wino4_forward(g, v, u, b, relu, m, y);
+        return TP_OK;
+    }
     TP_TRY(s_gemms('N', 'T', g->t, g->o, g->c, v, g->c, u, g->c, m, name));
     s_job_t j = {g, m, b, y, relu, 0};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_output_range, &j);
@@ -362,6 +385,10 @@ tp_status_t tp_wino_forward(const tp_wino_t *g, const float *v, const float *u,
 
 tp_status_t tp_wino_backward_data(const tp_wino_t *g, const float *dm, const float *u,
                                   float *dv, float *dx, int add, const char *name) {
+    if (g->r == 4) {
+        tp_wino4_backward_data(g, dm, u, dv, dx, add);
+        return TP_OK;
+    }
     TP_TRY(s_gemms('N', 'N', g->t, g->c, g->o, dm, g->o, u, g->c, dv, name));
     s_job_t j = {g, dv, NULL, dx, 0, add};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_grad_input_range, &j);
@@ -370,6 +397,10 @@ tp_status_t tp_wino_backward_data(const tp_wino_t *g, const float *dm, const flo
 
 tp_status_t tp_wino_backward_weights(const tp_wino_t *g, const float *dm, const float *v,
                                      float *du, float *dw, int add, const char *name) {
+    if (g->r == 4) {
+        tp_wino4_backward_weights(g, dm, v, du, dw, add);
+        return TP_OK;
+    }
     TP_TRY(s_gemms('T', 'N', g->o, g->c, g->t, dm, g->o, v, g->c, du, name));
     s_job_t j = {g, du, NULL, dw, 0, add};
     tp_cpu_parallel(g->o, 1, 16, s_dweights_range, &j);

@@ -1,4 +1,4 @@
-/* towerpack gpu: Winograd F(2x2, 3x3) convolutions of our own for the CPU
+/* towerpack gpu: Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions of our own for the CPU
  * backend's blocked chain (dnnl_conv.c takes them where they measured
  * faster than oneDNN's: ResNet-18's stage 4, docs/compute.md).
  *
@@ -34,11 +34,18 @@
 
 typedef struct {
     size_t n, c, o, h, w; /* x [n, c, h, w], y [n, o, h, w] */
+    size_t r;             /* the output tile's side: 2 (F(2x2, 3x3)) or 4 */
+    size_t p;             /* positions of a tile: (r + 2)^2 */
     size_t th, tw, t;     /* tiles down, across, in all (n * th * tw) */
+    size_t tp;            /* F(4x4)'s t rounded up to 16 (F(2x2): t) */
 } tp_wino_t;
 
-/* The geometry of x [n, c, h, w] -> y [n, o, h, w]. */
-tp_wino_t tp_wino_geom(int64_t n, int64_t c, int64_t o, int64_t h, int64_t w);
+/* The geometry of x [n, c, h, w] -> y [n, o, h, w] in r x r output tiles
+ * (r 2 or 4). F(4x4, 3x3) (cpu_winograd4.h) has 36 positions and its own
+ * layouts (U [36][C][O], dM and dV with the tiles contiguous); what this
+ * header says of the arrays' layouts is F(2x2)'s. The functions below
+ * take either. */
+tp_wino_t tp_wino_geom(int64_t n, int64_t c, int64_t o, int64_t h, int64_t w, int r);
 
 /* Floats of U (also dU), of V (also dV), of M (also dM). */
 size_t tp_wino_u_floats(const tp_wino_t *g);

@@ -14,7 +14,7 @@
  * (TP_CPU_CONV_ALG, s_winograd; on a 4x4 output the backward-weights
  * alone, s_winograd_weights), the rest its direct algorithm; on the
  * blocked chain a 4x4 output of 512+ channels (ResNet-18's stage 4) runs
- * our own Winograd F(2x2, 3x3) instead (s_f2, cpu_winograd.c: no
+ * our own Winograd F(4x4, 3x3) instead (s_f2, cpu_winograd.c: no
  * primitives, U and V kept in the workspace from the forward to the
  * backward). The
  * primitives run on the op's plain NCHW / OIHW buffers: with
@@ -70,8 +70,8 @@ enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
 /* TP_CPU_CONV_ALG=auto's Winograd: channels in and out at least
  * S_WINO_MIN_C, an output larger than S_WINO_MIN_HW a side (s_winograd) */
 enum { S_WINO_MIN_C = 32, S_WINO_MIN_HW = 4 };
-/* auto's F(2x2, 3x3) of our own: channels in and out at least S_F2_MIN_C
- * on a 4x4 output (s_f2) */
+/* auto's Winograd of our own (F(4x4, 3x3)): channels in and out at least
+ * S_F2_MIN_C on a 4x4 output (s_f2) */
 enum { S_F2_MIN_C = 512 };
 
 /* The cache key: the call's geometry (tp_dnnl_geom_t, dnnl_ops.h: the
@@ -120,10 +120,11 @@ typedef struct s_entry {
     s_pass_t pass[S_PASSES];
     int data_im2col;               /* backward-data by ops_conv.c (below) */
     int winograd;                  /* the passes are oneDNN's Winograd */
-    int f2;                        /* the passes are our Winograd F(2x2,
-                                      3x3) (cpu_winograd.c, s_f2_*): no
-                                      primitives, the workspace is U, V,
-                                      M and dV (s_f2_bytes) */
+    int f2;                        /* 2 or 4: the passes are our Winograd
+                                      F(f2 x f2, 3x3) (cpu_winograd.c,
+                                      s_f2_*): no primitives, the
+                                      workspace is U, V, M and dV
+                                      (s_f2_bytes) */
     int own_bias;                  /* the forward's bias and relu are ours */
     int mask16;                    /* a folded relu's backward writes dy
                                       masked straight into dd, nChw16c
@@ -137,15 +138,17 @@ typedef struct s_entry {
 } s_entry_t;
 
 /* TP_CPU_CONV_ALG: the algorithm of a 3x3 stride-1 convolution. auto:
- * oneDNN's direct or Winograd by s_winograd's rule, ours (F(2x2, 3x3)) by
- * s_f2's; onednn: auto without ours; f2x2: ours wherever it applies,
- * auto's rule elsewhere; direct, winograd: oneDNN's alone. */
+ * oneDNN's direct or Winograd by s_winograd's rule, ours (F(4x4, 3x3)) by
+ * s_f2's; onednn: auto without ours; f2x2, f4x4: ours, F(2x2, 3x3) or
+ * F(4x4, 3x3), wherever it applies, auto's rule elsewhere; direct,
+ * winograd: oneDNN's alone. */
 typedef enum {
     S_ALG_AUTO = 0,
     S_ALG_DIRECT,
     S_ALG_WINOGRAD,
     S_ALG_ONEDNN,
-    S_ALG_F2
+    S_ALG_F2,
+    S_ALG_F4
 } s_alg_t;
 
 struct tp_dnnl_conv {
@@ -525,33 +528,37 @@ static int s_winograd_weights(const tp_dnnl_conv_t *self, const s_geom_t *k) {
            k->oh == S_WINO_MIN_HW && k->ow == S_WINO_MIN_HW;
 }
 
-/* Whether geometry k takes our Winograd F(2x2, 3x3) (cpu_winograd.c):
- * where it applies (3x3, stride 1, padding 1, no dilation or groups, x and
- * y both nChw16c: the blocked chain, so AVX-512; channels in multiples of
- * 16), and for auto where it measured faster than oneDNN's passes: a 4x4
- * output (ResNet-18's stage 4 at 112 px: one 2x2 tile grid of 4 tiles an
- * image) with at least S_F2_MIN_C channels in and out
- * (docs/performance.md, "Winograd F(2x2, 3x3) of our own"). */
+/* The output tile of our Winograd (cpu_winograd.c) geometry k takes: 2
+ * (F(2x2, 3x3)), 4 (F(4x4, 3x3)) or 0 (oneDNN's passes). Ours where it
+ * applies (3x3, stride 1, padding 1, no dilation or groups, x and y both
+ * nChw16c: the blocked chain, so AVX-512; channels in multiples of 16)
+ * when forced (f2x2, f4x4), and for auto where it measured faster than
+ * oneDNN's passes: F(4x4) on a 4x4 output (ResNet-18's stage 4 at 112 px:
+ * one tile an image) with at least S_F2_MIN_C channels in and out
+ * (docs/performance.md, "Winograd F(2x2, 3x3) of our own" and branch
+ * wino6's F(4x4): 2.25 times the workspace for U, fewer products). */
 static int s_f2(const tp_dnnl_conv_t *self, const s_geom_t *k) {
-    if (self->alg != S_ALG_AUTO && self->alg != S_ALG_F2)
+    if (self->alg != S_ALG_AUTO && self->alg != S_ALG_F2 && self->alg != S_ALG_F4)
         return 0;
     if (self->path != TP_CPU_CONV_DNNL || s_deconv(k) || (k->blk16 & 7) != 3 ||
         k->kh != 3 || k->kw != 3 || k->sh != 1 || k->sw != 1 || k->dh != 1 ||
         k->dw != 1 || k->g != 1 || k->ph != 1 || k->pw != 1 || k->oh != k->h ||
         k->ow != k->w || k->c % 16 || k->o % 16)
         return 0;
-    if (self->alg == S_ALG_F2)
-        return 1;
+    if (self->alg != S_ALG_AUTO)
+        return self->alg == S_ALG_F2 ? 2 : 4;
     return k->oh == S_WINO_MIN_HW && k->ow == S_WINO_MIN_HW && k->c >= S_F2_MIN_C &&
-           k->o >= S_F2_MIN_C;
+                   k->o >= S_F2_MIN_C
+               ? 4
+               : 0;
 }
 
-/* The geometry of entry e's call as cpu_winograd.h's. */
-static tp_wino_t s_f2_geom(const s_geom_t *k) {
-    return tp_wino_geom(k->n, k->c, k->o, k->h, k->w);
+/* The geometry of geometry k's call in r x r tiles as cpu_winograd.h's. */
+static tp_wino_t s_f2_geom(const s_geom_t *k, int r) {
+    return tp_wino_geom(k->n, k->c, k->o, k->h, k->w, r);
 }
 
-/* The workspace of an F(2x2) entry: [state][U][V][M][dV], each aligned.
+/* The workspace of an entry of ours (F(2x2) or F(4x4)): [state][U][V][M][dV], each aligned.
  * state says whether U's room holds the weights' transform (the forward's,
  * kept for the backward-data) or the backward-weights' dU (written over
  * it: the weights' transform is made again by a second backward over the
@@ -562,8 +569,8 @@ typedef struct {
     float *u, *v, *m, *dv;
 } s_f2_rooms_t;
 
-static size_t s_f2_bytes(const s_geom_t *k, s_f2_rooms_t *r, char *base) {
-    const tp_wino_t g = s_f2_geom(k);
+static size_t s_f2_bytes(const s_geom_t *k, int tile, s_f2_rooms_t *r, char *base) {
+    const tp_wino_t g = s_f2_geom(k, tile);
     const size_t sz[4] = {tp_wino_u_floats(&g), tp_wino_v_floats(&g), tp_wino_m_floats(&g),
                           tp_wino_v_floats(&g)};
     float **at[4] = {r ? &r->u : NULL, r ? &r->v : NULL, r ? &r->m : NULL,
@@ -584,9 +591,9 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
                                  const tp_op_call_t *c) {
     const char *name = c->name;
     const s_geom_t *k = &e->key;
-    if (s_f2(self, k)) {
-        e->ok = e->f2 = 1;
-        e->bytes = s_f2_bytes(k, NULL, NULL) + S_ALIGN;
+    if ((e->f2 = s_f2(self, k))) {
+        e->ok = 1;
+        e->bytes = s_f2_bytes(k, e->f2, NULL, NULL) + S_ALIGN;
         return TP_OK;
     }
     s_mds_t m;
@@ -1386,9 +1393,12 @@ tp_dnnl_conv_t *tp_dnnl_conv_new(tp_cpu_conv_path_t path) {
         self->alg = S_ALG_ONEDNN;
     } else if (!strcmp(alg, "f2x2")) {
         self->alg = S_ALG_F2;
+    } else if (!strcmp(alg, "f4x4")) {
+        self->alg = S_ALG_F4;
     } else {
         tp_error(TP_ERR_INVALID,
-                 "TP_CPU_CONV_ALG=%s: expected auto, direct, winograd, onednn or f2x2", alg);
+                 "TP_CPU_CONV_ALG=%s: expected auto, direct, winograd, onednn, f2x2 or f4x4",
+                 alg);
         free(self);
         return NULL;
     }
@@ -1544,16 +1554,17 @@ static void s_bias_act(const s_geom_t *k, const float *b, float *y, int relu) {
     tp_cpu_parallel((size_t)(k->n * k->o), 1, min, s_bias_act_range, &a);
 }
 
-/* ---- Winograd F(2x2, 3x3) of our own: the passes (cpu_winograd.c) ------- */
+/* ---- Winograd F(2x2, 3x3) and F(4x4, 3x3) of our own: the passes
+ * (cpu_winograd.c) ----------------------------------------------------- */
 
 /* The forward: U of the weights and V of x into the workspace (kept there
  * for the backward of the same step), then the products and y. */
 static tp_status_t s_f2_forward(const s_entry_t *e, const tp_op_call_t *c) {
     char *base = NULL, *own = NULL;
     TP_TRY(s_ws(e, c, &base, &own));
-    const tp_wino_t g = s_f2_geom(&e->key);
+    const tp_wino_t g = s_f2_geom(&e->key, e->f2);
     s_f2_rooms_t r;
-    s_f2_bytes(&e->key, &r, base);
+    s_f2_bytes(&e->key, e->f2, &r, base);
     tp_wino_weights(&g, c->x[1], r.u);
     tp_wino_input(&g, c->x[0], r.v);
     *r.state = S_F2_U;
@@ -1570,9 +1581,9 @@ static tp_status_t s_f2_forward(const s_entry_t *e, const tp_op_call_t *c) {
 static tp_status_t s_f2_backward(const s_entry_t *e, const tp_op_call_t *c) {
     char *base = NULL, *own = NULL;
     TP_TRY(s_ws(e, c, &base, &own));
-    const tp_wino_t g = s_f2_geom(&e->key);
+    const tp_wino_t g = s_f2_geom(&e->key, e->f2);
     s_f2_rooms_t r;
-    s_f2_bytes(&e->key, &r, base);
+    s_f2_bytes(&e->key, e->f2, &r, base);
     float *db = c->ninputs > 2 ? c->dx[2] : NULL;
     tp_status_t rc = TP_OK;
     if (db)

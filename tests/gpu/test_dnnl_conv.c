@@ -708,8 +708,9 @@ Test(dnnl_conv, nchw16c_operands_give_the_plain_calls_numbers) {
     unsetenv("TP_CPU_CONV");
 }
 
-/* ---- Winograd F(2x2, 3x3) of our own (cpu_winograd.c; TP_CPU_CONV_ALG
- * auto on a 4x4 output of 256+ channels, f2x2 wherever it applies) ------- */
+/* ---- Winograd F(2x2, 3x3) and F(4x4, 3x3) of our own (cpu_winograd.c;
+ * TP_CPU_CONV_ALG auto: F(4x4) on a 4x4 output of 512+ channels; f2x2 and
+ * f4x4 wherever they apply) ------------------------------------------------ */
 
 /* One call on nChw16c x and y through backend b: y, dx, dw (and db)
  * against float64, stored (acc 0) and added to ones (acc 1), each pass's
@@ -763,23 +764,26 @@ static void s_f2_check(tp_backend_t *b, conv_t *t, const geom_t *g, int acc, dou
 }
 
 /* Against float64: ResNet-18's stage 4 (512 channels, 4x4: the shape auto
- * gives it), and odd shapes forced by f2x2: an image of odd sides (tiles
+ * gives ours), and odd shapes forced by `alg`: an image of odd sides (tiles
  * cut by the edge) with a bias and a folded relu, 16 -> 32 channels on
- * 1x1 and 2x3 images, 48 -> 16 on 6x6. F(2x2, 3x3)'s transforms scale by
- * at most 4 and 1/4: measured 2e-7 to 9e-7 of the largest value (float32's
- * epsilon is 1.2e-7); a wrong transform, a tile misplaced or a sign gives
- * errors of order one. The bound, 1e-5, is direct's (the test above).
- * auto takes stage 4 (its y differs from onednn's, direct, bit for bit)
- * and leaves the small shapes to oneDNN (the same y to the bit). */
-Test(dnnl_conv, our_winograd_f2x2_matches_float64_on_blocked_operands) {
+ * 1x1 and 2x3 images, 48 -> 16 on 6x6 (and 9x9 and 80 channels for
+ * F(4x4): three tiles a side, tiles past 16, column panels of 32 and 16).
+ * Each pass's error relative to its largest value within `bound`. auto
+ * takes stage 4 by `auto_takes` (its y, dx and dW that alg's to the bit)
+ * and leaves the small shapes to oneDNN (the same results to the bit). */
+/* F(4x4, 3x3)'s bound (below) */
+#define S_F4_BOUND 5e-5
+
+static void s_ours_matches(const char *alg, double bound, int auto_takes) {
     static const geom_t gs[] = {
         {2, 512, 4, 4, 512, 3, 1, 1, 1, 1, 0, 0, 0}, /* stage 4 */
         {3, 32, 5, 7, 48, 3, 1, 1, 1, 1, 1, 0, 0},   /* odd sides, bias (+ relu) */
         {2, 16, 1, 1, 32, 3, 1, 1, 1, 1, 0, 0, 0},   /* one pixel */
         {2, 16, 2, 3, 32, 3, 1, 1, 1, 1, 1, 0, 0},
         {1, 48, 6, 6, 16, 3, 1, 1, 1, 1, 0, 0, 0},
+        {3, 80, 9, 9, 48, 3, 1, 1, 1, 1, 1, 0, 0},   /* 27 tiles, 80 -> 48 */
     };
-    tp_backend_t *f2 = s_backend_alg("f2x2"), *au = s_backend_alg("auto");
+    tp_backend_t *ours = s_backend_alg(alg), *au = s_backend_alg("auto");
     tp_backend_t *od = s_backend_alg("onednn");
     for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
         for (int acc = 0; acc < 2; acc++) {
@@ -789,23 +793,42 @@ Test(dnnl_conv, our_winograd_f2x2_matches_float64_on_blocked_operands) {
             s_conv(&d, &gs[gi]);
             if (gi == 1)
                 t.attr.act = a.attr.act = d.attr.act = TP_ACT_RELU;
-            s_f2_check(f2, &t, &gs[gi], acc, 1e-5, "f2x2");
-            s_f2_check(au, &a, &gs[gi], acc, 1e-5, "auto");
+            s_f2_check(ours, &t, &gs[gi], acc, bound, alg);
+            s_f2_check(au, &a, &gs[gi], acc, gi == 0 ? S_F4_BOUND : 1e-5, "auto");
             s_f2_check(od, &d, &gs[gi], acc, 1e-5, "onednn");
-            const int ours = gi == 0; /* auto's rule */
+            const int taken = gi == 0 && auto_takes; /* auto's rule */
             cr_assert(memcmp(t.y, d.y, t.ny * sizeof(float)),
-                      "geometry %zu: f2x2's y is oneDNN's bit for bit", gi);
-            cr_assert(!memcmp(a.y, ours ? t.y : d.y, t.ny * sizeof(float)) &&
-                          !memcmp(a.dx, ours ? t.dx : d.dx, t.nx * sizeof(float)) &&
-                          !memcmp(a.dw, ours ? t.dw : d.dw, t.nw * sizeof(float)),
-                      "geometry %zu: auto did not choose %s", gi, ours ? "f2x2" : "oneDNN");
+                      "geometry %zu: %s's y is oneDNN's bit for bit", gi, alg);
+            if (gi > 0 || taken)
+                cr_assert(!memcmp(a.y, taken ? t.y : d.y, t.ny * sizeof(float)) &&
+                              !memcmp(a.dx, taken ? t.dx : d.dx, t.nx * sizeof(float)) &&
+                              !memcmp(a.dw, taken ? t.dw : d.dw, t.nw * sizeof(float)),
+                          "geometry %zu: auto did not choose %s", gi, taken ? alg : "oneDNN");
             s_free(&t);
             s_free(&a);
             s_free(&d);
         }
-    tp_backend_destroy(&f2);
+    tp_backend_destroy(&ours);
     tp_backend_destroy(&au);
     tp_backend_destroy(&od);
+}
+
+/* F(2x2, 3x3)'s transforms scale by at most 4 and 1/4: measured 2e-7 to
+ * 9e-7 of the largest value (float32's epsilon is 1.2e-7); a wrong
+ * transform, a tile misplaced or a sign gives errors of order one. The
+ * bound, 1e-5, is direct's (the test above). */
+Test(dnnl_conv, our_winograd_f2x2_matches_float64_on_blocked_operands) {
+    s_ours_matches("f2x2", 1e-5, 0);
+}
+
+/* F(4x4, 3x3)'s transforms scale by up to 10 and 1/24 (B^T's 4s and 5s,
+ * A^T's 8s, G's sixths): measured 1.5e-7 to 1.6e-5 of the largest value
+ * (the worst stage 4's y: 4 to 8 times F(2x2)'s; oneDNN's own F(4x4)
+ * gave 0.9-2.9e-6 on ResNet's shapes, the test above). The bound, 5e-5,
+ * holds it with room and is still 10^5 under what a wrong transform or a
+ * chunk of k not added gives (26-29 and 0.97). auto takes it on stage 4. */
+Test(dnnl_conv, our_winograd_f4x4_matches_float64_on_blocked_operands) {
+    s_ours_matches("f4x4", S_F4_BOUND, 1);
 }
 
 /* The forward keeps U and V in the workspace for the backward, whose
@@ -814,9 +837,9 @@ Test(dnnl_conv, our_winograd_f2x2_matches_float64_on_blocked_operands) {
  * gradients to the bit; a call outside the planned workspace (NULL) keeps
  * nothing and gives them too; at 2 threads (the transforms' ranges split,
  * the GEMMs on the team) the same within rounding. */
-Test(dnnl_conv, our_winograd_f2x2_backward_again_unplanned_and_at_two_threads) {
+static void s_ours_again(const char *alg) {
     const geom_t g = {3, 32, 5, 7, 48, 3, 1, 1, 1, 1, 1, 0, 0};
-    tp_backend_t *b = s_backend_alg("f2x2");
+    tp_backend_t *b = s_backend_alg(alg);
     conv_t p, q;
     s_conv(&p, &g);
     s_conv(&q, &g);
@@ -844,7 +867,7 @@ Test(dnnl_conv, our_winograd_f2x2_backward_again_unplanned_and_at_two_threads) {
     s_free(&q);
     tp_backend_destroy(&b);
     setenv("TP_CPU_CONV", "dnnl", 1);
-    setenv("TP_CPU_CONV_ALG", "f2x2", 1);
+    setenv("TP_CPU_CONV_ALG", alg, 1);
     tp_backend_t *b2 = tp_backend_cpu_new(2);
     unsetenv("TP_CPU_CONV_ALG");
     cr_assert_not_null(b2, "%s", tp_last_error());
@@ -864,6 +887,14 @@ Test(dnnl_conv, our_winograd_f2x2_backward_again_unplanned_and_at_two_threads) {
     free(dx), free(dw);
     s_free(&p);
     unsetenv("TP_CPU_CONV");
+}
+
+Test(dnnl_conv, our_winograd_f2x2_backward_again_unplanned_and_at_two_threads) {
+    s_ours_again("f2x2");
+}
+
+Test(dnnl_conv, our_winograd_f4x4_backward_again_unplanned_and_at_two_threads) {
+    s_ours_again("f4x4");
 }
 
 /* What reads NCHW only (a transposed conv's own bias pass) refuses blocked
