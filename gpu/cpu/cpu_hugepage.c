@@ -1,19 +1,19 @@
-/* towerpack gpu: the CPU backend's large buffers (the activation arena,
- * the gradients, the optimizer's slots: backend_cpu.c's alloc) advised to
- * the kernel's transparent huge pages.
+/* towerpack gpu: the CPU backend's large buffers (the activation arena;
+ * the gradients and the optimizer's slots of a model with 1M+ weights:
+ * backend_cpu.c's alloc) advised to the kernel's transparent huge pages.
  *
  * Why: Debian's kernels default THP to "madvise" (only advised memory gets
- * 2 MiB pages), and glibc advises nothing, so a model's arena (430 MB for
+ * 2 MiB pages), and glibc advises nothing, so a model's arena (401 MB for
  * the zoo ResNet at batch 128) was on 4 KiB pages. Its passes stream
  * through tens of MB at a time (a batch norm's 12.8 MB tensors, oneDNN's
  * Winograd transforms), a TLB miss every 4 KiB, each a page walk that a VM
- * makes in two dimensions. On 2 MiB pages the zoo ResNet's one-thread step
- * took about 6% less CPU time (docs/performance.md, branch zoo5, issue
- * 49); GLIBC_TUNABLES=glibc.malloc.hugetlb=1 measured the same.
+ * makes in two dimensions. On 2 MiB pages ResNet-18's one-thread step at
+ * 112 px took about 6% less CPU time, the zoo ResNet's about 2% (loaded
+ * host; docs/performance.md, branch zoo5, issue 49).
  *
  * The cost: a huge page is backed whole once touched, so the resident set
- * grows by the untouched tails of partly used pages (430 -> 530 MB RSS for
- * that model); TP_CPU_HUGEPAGES=0 turns the advice off. */
+ * grows by the untouched parts of huge pages (433 -> 521 MB RSS for the
+ * zoo ResNet); TP_CPU_HUGEPAGES=0 turns the advice off. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
