@@ -26,6 +26,7 @@
 #include <towerpack/process.h>
 
 #include "gpu/cpu/cpu_adam.h"
+#include "gpu/cpu/cpu_hugepage.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/ops_cpu.h"
 
@@ -251,9 +252,13 @@ struct tp_comm {
     int average[TP_COMM_MAX];
 };
 
+/* A large buffer on transparent huge pages where the kernel has them
+ * (cpu_hugepage.c: a model's arena, before its first touch) */
 static void *s_alloc(tp_backend_t *b, size_t bytes) {
     (void)b;
-    return tp_alloc(bytes);
+    void *p = tp_alloc(bytes);
+    tp_cpu_hugepage_advise(p, bytes);
+    return p;
 }
 
 static void s_free(tp_backend_t *b, void *p) {
