@@ -622,52 +622,72 @@ s_wide_exp_sum(float *out, const float *s, int64_t lim, int64_t nk, float mx) {
     return sum;
 }
 
-/* s_softmax_rows with the passes above (the same bits) */
+/* e^(a[r] - b[r]) for r < n (n <= S_BQ) into out, 16 rows a vector: the
+ * rows' rescale factors, one vector e^x for 16 rows instead of a scalar
+ * one a row */
+static inline __attribute__((always_inline)) S_WIDE_TARGET void
+s_wide_exp_diff(float *out, const float *a, const float *b, int64_t n) {
+    for (int64_t r = 0; r < n; r += 16) {
+        const __mmask16 k = s_wide_below(r, n);
+        const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, a + r),
+                                       _mm512_maskz_loadu_ps(k, b + r));
+        _mm512_mask_storeu_ps(out + r, k, s_wide_exp(x));
+    }
+}
+
+/* s_softmax_rows with the passes above (the same bits), in three passes
+ * over the tile's rows: their maxes, the rescale factors e^(m_old - m)
+ * of 16 rows a vector, then e^(s - m) and the sums */
 static S_WIDE_TARGET __attribute__((noinline)) void
 s_softmax_rows_wide(float *pt, float *st, float *smax, int64_t nq, int64_t i0, int64_t j0,
                     int64_t nk, int causal, float scale, float *m, float *l, float *o,
                     int64_t d) {
+    float mx[S_BQ], alpha[S_BQ];
+    for (int64_t r = 0; r < nq; r++)
+        mx[r] = s_wide_scale_max(pt + r * S_BK, s_visible(causal, i0 + r, j0, nk), scale,
+                                 m[i0 + r]);
+    /* the row's first visible tile: m was -inf, alpha 0 */
+    s_wide_exp_diff(alpha, m + i0, mx, nq);
     for (int64_t r = 0; r < nq; r++) {
         float *restrict prow = pt + r * S_BK;
         const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
-        const float mx = s_wide_scale_max(prow, lim, scale, m[i]);
         float *prow_out = st ? st + r * S_BK : prow;
         if (lim > 0) {
-            const float alpha = s_vexp(m[i] - mx);
-            const float sum = s_wide_exp_sum(prow_out, prow, lim, nk, mx);
-            l[i] = l[i] * alpha + sum;
-            m[i] = mx;
+            const float sum = s_wide_exp_sum(prow_out, prow, lim, nk, mx[r]);
+            l[i] = l[i] * alpha[r] + sum;
+            m[i] = mx[r];
             float *restrict orow = o + i * d;
-            if (alpha != 1.0f && j0 > 0)
+            if (alpha[r] != 1.0f && j0 > 0)
                 for (int64_t e = 0; e < d; e++)
-                    orow[e] *= alpha;
+                    orow[e] *= alpha[r];
         } else
             for (int64_t j = 0; j < nk; j++)
                 prow_out[j] = 0.0f;
         if (smax)
-            smax[r] = mx;
+            smax[r] = mx[r];
     }
 }
 
 /* s_grad_rows, each vector of a row in one pass: P, then dS from it in
- * registers (the same operations, the same bits) */
+ * registers (the same operations, the same bits); the rows' factors
+ * e^(m - lse) first, 16 rows a vector */
 static S_WIDE_TARGET __attribute__((noinline)) void
 s_grad_rows_wide(float *pt, float *dst, const float *st, const float *smax, float *mrun,
                  const float *lse, const float *dot, int64_t nq, int64_t i0, int64_t j0,
                  int64_t nk, int causal, float scale, int need_ds) {
     const __m512 vsc = _mm512_set1_ps(scale);
+    float f[S_BQ];
+    if (!st) /* the running max as the forward took it */
+        for (int64_t r = 0; r < nq; r++)
+            mrun[i0 + r] = s_wide_scale_max(pt + r * S_BK, s_visible(causal, i0 + r, j0, nk),
+                                            scale, mrun[i0 + r]);
+    const float *mx = st ? smax : mrun + i0;
+    s_wide_exp_diff(f, mx, lse + i0, nq);
     for (int64_t r = 0; r < nq; r++) {
         const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
         float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
         const float *srow = st ? st + r * S_BK : NULL;
-        float mx;
-        if (st)
-            mx = smax[r];
-        else {
-            mx = s_wide_scale_max(prow, lim, scale, mrun[i]);
-            mrun[i] = mx;
-        }
-        const __m512 vf = _mm512_set1_ps(s_vexp(mx - lse[i])), vm = _mm512_set1_ps(mx);
+        const __m512 vf = _mm512_set1_ps(f[r]), vm = _mm512_set1_ps(mx[r]);
         const __m512 vdi = _mm512_set1_ps(dot[i]);
         for (int64_t j = 0; j < nk; j += 16) {
             const __mmask16 k = s_wide_below(j, lim), kn = s_wide_below(j, nk);
