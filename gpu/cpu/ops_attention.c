@@ -524,9 +524,9 @@ s_grad_rows(float *pt, float *dst, const float *st, const float *smax, float *mr
 
 #ifdef S_WIDE
 /* The two row passes above in AVX-512 intrinsics, each 16-column vector
- * of a row in one go, the row's edge a mask (the portable loops ran the
- * last lim % 16 columns one at a time: on the causal diagonal that was up
- * to 15 of a row's 64, 10% of the kernel). The same operations on each
+ * of a row in one go, the row's edge a mask (the portable loops, as GCC
+ * vectorises them, run the last lim % 16 columns one at a time: on the
+ * causal diagonal up to 15 of a row's 64). The same operations on each
  * element as the portable passes (no fused multiply-add anywhere; the
  * file's fp-contract is off), tp_cpu_sum8's lanes and order for the row
  * sum, s_vexp's for e^x: the same bits. */
@@ -569,7 +569,8 @@ static inline __attribute__((always_inline)) __mmask16 s_wide_below(int64_t j, i
 }
 
 /* s_scale_max in 16-column vectors: the scale in place, the max of m and
- * the scaled values (a max is exact in any order) */
+ * the scaled values (a max is exact in any order; a tie of -0 and +0 may
+ * keep the other zero, which changes no value computed from it) */
 static inline __attribute__((always_inline)) S_WIDE_TARGET float
 s_wide_scale_max(float *row, int64_t lim, float scale, float m) {
     const __m512 sc = _mm512_set1_ps(scale);
