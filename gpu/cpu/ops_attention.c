@@ -27,7 +27,10 @@
  * gives the same bits; measured faster here than OpenBLAS sgemm on tiles
  * this small (docs/performance.md). Where the CPU has AVX-512 the
  * products go through s_wide's 4 x 64 register blocks instead (the same
- * fused multiply-adds in the same order per element: the same bits). */
+ * fused multiply-adds in the same order per element: the same bits), and
+ * the row passes (the softmax, the backward's P and dS) through
+ * s_softmax_rows_wide and s_grad_rows_wide (the same operations per
+ * element, masked at a row's edge: the same bits). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +450,265 @@ static inline __attribute__((always_inline)) void s_exp_rows(float *out, const f
     }
 }
 
+/* The forward's online softmax over a tile's nq score rows (pt, scaled in
+ * place): each row's max m and sum l (the item's [tq] rows, at query i0)
+ * updated, P = e^(s - m) written into the stash's row where there is one
+ * (st, with the row's m into smax: the backward's e^(s - m)), else in
+ * place, 0 past the row's keys up to nk, and its output row (o, [tq, d])
+ * rescaled when the max grows. */
+static inline __attribute__((always_inline)) void
+s_softmax_rows(float *pt, float *st, float *smax, int64_t nq, int64_t i0, int64_t j0,
+               int64_t nk, int causal, float scale, float *m, float *l, float *o, int64_t d) {
+    for (int64_t r = 0; r < nq; r++) {
+        float *restrict prow = pt + r * S_BK;
+        const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
+        /* the scale (in place) and the max in one pass, the max in 16
+         * lanes (exact: any order gives the same max) */
+        const float mx = s_scale_max(prow, lim, scale, m[i]);
+        float *prow_out = st ? st + r * S_BK : prow;
+        if (lim > 0) {
+            /* the row's first visible tile: m was -inf, alpha 0 */
+            const float alpha = s_vexp(m[i] - mx);
+            s_exp_rows(prow_out, prow, lim, mx);
+            l[i] = l[i] * alpha + tp_cpu_sum8(prow_out, (size_t)lim);
+            m[i] = mx;
+            float *restrict orow = o + i * d;
+            if (alpha != 1.0f && j0 > 0)
+                for (int64_t e = 0; e < d; e++)
+                    orow[e] *= alpha;
+        }
+        if (smax)
+            smax[r] = mx;
+        for (int64_t j = lim; j < nk; j++)
+            prow_out[j] = 0.0f;
+    }
+}
+
+/* The backward's P = e^(s - m) e^(m - lse) of a tile's nq rows into pt
+ * (e^(s - m) from the stash's rows st with their m in smax; else from the
+ * scores in pt, scaled in place, m the running max mrun as the forward
+ * took it) and, when need_ds, dS = P (dO v^T - rowsum(dO O)) scale in
+ * place of dO v^T in dst; both 0 past a row's keys up to nk. */
+static inline __attribute__((always_inline)) void
+s_grad_rows(float *pt, float *dst, const float *st, const float *smax, float *mrun,
+            const float *lse, const float *dot, int64_t nq, int64_t i0, int64_t j0, int64_t nk,
+            int causal, float scale, int need_ds) {
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
+        float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
+        const float li = lse[i], di = dot[i];
+        float mx;
+        if (st) { /* the forward's e^(s - m): the same bits */
+            mx = smax[r];
+            const float *restrict srow = st + r * S_BK;
+            const float f = s_vexp(mx - li);
+            for (int64_t j = 0; j < lim; j++)
+                prow[j] = srow[j] * f;
+        } else {
+            mx = s_scale_max(prow, lim, scale, mrun[i]);
+            mrun[i] = mx;
+            const float f = s_vexp(mx - li);
+            for (int64_t j = 0; j < lim; j++)
+                prow[j] = s_vexp(prow[j] - mx) * f;
+        }
+        for (int64_t j = lim; j < nk; j++)
+            prow[j] = 0.0f;
+        if (!need_ds)
+            continue;
+        for (int64_t j = 0; j < lim; j++)
+            dsrow[j] = prow[j] * (dsrow[j] - di) * scale;
+        for (int64_t j = lim; j < nk; j++)
+            dsrow[j] = 0.0f;
+    }
+}
+
+#ifdef S_WIDE
+/* The two row passes above in AVX-512 intrinsics, each 16-column vector
+ * of a row in one go, the row's edge a mask (the portable loops, as GCC
+ * vectorises them, run the last lim % 16 columns one at a time: on the
+ * causal diagonal up to 15 of a row's 64). The same operations on each
+ * element as the portable passes (no fused multiply-add anywhere; the
+ * file's fp-contract is off), tp_cpu_sum8's lanes and order for the row
+ * sum, s_vexp's for e^x: the same bits. */
+
+/* s_vexp in 16 lanes, its operations one for one. */
+static inline __attribute__((always_inline)) S_WIDE_TARGET __m512 s_wide_exp(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.72283935546875f), lo = _mm512_set1_ps(-87.3f);
+    const __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    __m512 xc = _mm512_mask_blend_ps(over, x, hi);
+    xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(xc, lo, _CMP_GT_OQ), lo, xc);
+    const __m512 t = _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 fn = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
+    const __m512 cap = _mm512_set1_ps(127.0f);
+    fn = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(fn, cap, _CMP_GT_OQ), fn, cap);
+    const __m512 r =
+        _mm512_sub_ps(_mm512_sub_ps(xc, _mm512_mul_ps(fn, _mm512_set1_ps(0.693359375f))),
+                      _mm512_mul_ps(fn, _mm512_set1_ps(-2.12194440e-4f)));
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 e = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
+                                   _mm512_set1_ps(1.0f));
+    const __m512i pw =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fn), _mm512_set1_epi32(127)), 23);
+    __m512 v = _mm512_mul_ps(e, _mm512_castsi512_ps(pw));
+    v = _mm512_mask_blend_ps(under, v, _mm512_setzero_ps());
+    v = _mm512_mask_blend_ps(over, v, _mm512_set1_ps(INFINITY));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x, v);
+}
+
+/* the lanes of columns [j, j + 16) below lim */
+static inline __attribute__((always_inline)) __mmask16 s_wide_below(int64_t j, int64_t lim) {
+    const int64_t n = lim - j;
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* s_scale_max in 16-column vectors: the scale in place, the max of m and
+ * the scaled values (a max is exact in any order; a tie of -0 and +0 may
+ * keep the other zero, which changes no value computed from it) */
+static inline __attribute__((always_inline)) S_WIDE_TARGET float
+s_wide_scale_max(float *row, int64_t lim, float scale, float m) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    __m512 lane = _mm512_set1_ps(m);
+    for (int64_t j = 0; j < lim; j += 16) {
+        const __mmask16 k = s_wide_below(j, lim);
+        const __m512 sv = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, row + j), sc);
+        _mm512_mask_storeu_ps(row + j, k, sv);
+        /* sv > lane ? sv : lane, as s_scale_max (a NaN score is skipped) */
+        lane = _mm512_mask_blend_ps(_mm512_mask_cmp_ps_mask(k, sv, lane, _CMP_GT_OQ), lane, sv);
+    }
+    float ln[16];
+    _mm512_storeu_ps(ln, lane);
+    float mx = ln[0];
+    for (int e = 1; e < 16; e++)
+        mx = ln[e] > mx ? ln[e] : mx;
+    return mx;
+}
+
+/* out[j] = e^(s[j] - mx) for j < lim, 0 for lim <= j < nk (out may be
+ * s), and the sum of out[0, lim) as tp_cpu_sum8 adds it: 8 lanes over
+ * the whole blocks of 8, the rest one by one, then the lanes */
+static inline __attribute__((always_inline)) S_WIDE_TARGET float
+s_wide_exp_sum(float *out, const float *s, int64_t lim, int64_t nk, float mx) {
+    const __m512 vm = _mm512_set1_ps(mx);
+    const int64_t whole = lim & ~(int64_t)7;
+    __m256 lane = _mm256_setzero_ps();
+    float rest[16]; /* the vector holding columns [whole, lim): one, as whole is 8k */
+    int64_t rest_at = 0;
+    for (int64_t j = 0; j < nk; j += 16) {
+        const __mmask16 k = s_wide_below(j, lim);
+        const __m512 e = k ? s_wide_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm))
+                           : _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(out + j, s_wide_below(j, nk), _mm512_maskz_mov_ps(k, e));
+        if (j + 8 <= whole)
+            lane = _mm256_add_ps(lane, _mm512_castps512_ps256(e));
+        if (j + 16 <= whole)
+            lane = _mm256_add_ps(lane, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+        if (whole < lim && j <= whole && whole < j + 16) {
+            _mm512_storeu_ps(rest, e);
+            rest_at = j;
+        }
+    }
+    float sum = 0.0f, ln[8];
+    for (int64_t t = whole; t < lim; t++)
+        sum += rest[t - rest_at];
+    _mm256_storeu_ps(ln, lane);
+    for (int e = 0; e < 8; e++)
+        sum += ln[e];
+    return sum;
+}
+
+/* e^(a[r] - b[r]) for r < n (n <= S_BQ) into out, 16 rows a vector: the
+ * rows' rescale factors, one vector e^x for 16 rows instead of a scalar
+ * one a row */
+static inline __attribute__((always_inline)) S_WIDE_TARGET void
+s_wide_exp_diff(float *out, const float *a, const float *b, int64_t n) {
+    for (int64_t r = 0; r < n; r += 16) {
+        const __mmask16 k = s_wide_below(r, n);
+        const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, a + r),
+                                       _mm512_maskz_loadu_ps(k, b + r));
+        _mm512_mask_storeu_ps(out + r, k, s_wide_exp(x));
+    }
+}
+
+/* s_softmax_rows with the passes above (the same bits), in three passes
+ * over the tile's rows: their maxes, the rescale factors e^(m_old - m)
+ * of 16 rows a vector, then e^(s - m) and the sums */
+static S_WIDE_TARGET __attribute__((noinline)) void
+s_softmax_rows_wide(float *pt, float *st, float *smax, int64_t nq, int64_t i0, int64_t j0,
+                    int64_t nk, int causal, float scale, float *m, float *l, float *o,
+                    int64_t d) {
+    float mx[S_BQ], alpha[S_BQ];
+    for (int64_t r = 0; r < nq; r++)
+        mx[r] = s_wide_scale_max(pt + r * S_BK, s_visible(causal, i0 + r, j0, nk), scale,
+                                 m[i0 + r]);
+    /* the row's first visible tile: m was -inf, alpha 0 */
+    s_wide_exp_diff(alpha, m + i0, mx, nq);
+    for (int64_t r = 0; r < nq; r++) {
+        float *restrict prow = pt + r * S_BK;
+        const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
+        float *prow_out = st ? st + r * S_BK : prow;
+        if (lim > 0) {
+            const float sum = s_wide_exp_sum(prow_out, prow, lim, nk, mx[r]);
+            l[i] = l[i] * alpha[r] + sum;
+            m[i] = mx[r];
+            float *restrict orow = o + i * d;
+            if (alpha[r] != 1.0f && j0 > 0)
+                for (int64_t e = 0; e < d; e++)
+                    orow[e] *= alpha[r];
+        } else
+            for (int64_t j = 0; j < nk; j++)
+                prow_out[j] = 0.0f;
+        if (smax)
+            smax[r] = mx[r];
+    }
+}
+
+/* s_grad_rows, each vector of a row in one pass: P, then dS from it in
+ * registers (the same operations, the same bits); the rows' factors
+ * e^(m - lse) first, 16 rows a vector */
+static S_WIDE_TARGET __attribute__((noinline)) void
+s_grad_rows_wide(float *pt, float *dst, const float *st, const float *smax, float *mrun,
+                 const float *lse, const float *dot, int64_t nq, int64_t i0, int64_t j0,
+                 int64_t nk, int causal, float scale, int need_ds) {
+    const __m512 vsc = _mm512_set1_ps(scale);
+    float f[S_BQ];
+    if (!st) /* the running max as the forward took it */
+        for (int64_t r = 0; r < nq; r++)
+            mrun[i0 + r] = s_wide_scale_max(pt + r * S_BK, s_visible(causal, i0 + r, j0, nk),
+                                            scale, mrun[i0 + r]);
+    const float *mx = st ? smax : mrun + i0;
+    s_wide_exp_diff(f, mx, lse + i0, nq);
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
+        float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
+        const float *srow = st ? st + r * S_BK : NULL;
+        const __m512 vf = _mm512_set1_ps(f[r]), vm = _mm512_set1_ps(mx[r]);
+        const __m512 vdi = _mm512_set1_ps(dot[i]);
+        for (int64_t j = 0; j < nk; j += 16) {
+            const __mmask16 k = s_wide_below(j, lim), kn = s_wide_below(j, nk);
+            __m512 p = _mm512_setzero_ps();
+            if (k && srow)
+                p = _mm512_maskz_mul_ps(k, _mm512_maskz_loadu_ps(k, srow + j), vf);
+            else if (k)
+                p = _mm512_maskz_mul_ps(
+                    k, s_wide_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, prow + j), vm)), vf);
+            _mm512_mask_storeu_ps(prow + j, kn, p);
+            if (!need_ds)
+                continue;
+            const __m512 ds = _mm512_mul_ps(
+                _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dsrow + j), vdi)), vsc);
+            _mm512_mask_storeu_ps(dsrow + j, kn, _mm512_maskz_mov_ps(k, ds));
+        }
+    }
+}
+#endif
+
 /* The workspace is there and, when its size is known (0: not said),
  * large enough. */
 static tp_status_t s_check_workspace(const tp_op_call_t *c) {
@@ -499,31 +761,12 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
             float *smax = stash ? stash + g->smax + pair * S_BQ : NULL;
             /* each row's online softmax: P = e^(s - max), 0 past its keys,
              * its output row rescaled when the max grows */
-            for (int64_t r = 0; r < nq; r++) {
-                float *restrict prow = pt + r * S_BK;
-                const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
-                /* the scale (in place) and the max in one pass, the max in
-                 * 16 lanes (exact: any order gives the same max) */
-                const float mx = s_scale_max(prow, lim, scale, m[i]);
-                /* P: into the stash's row where there is one (the
-                 * backward's e^(s - m), with m), else in place */
-                float *prow_out = st ? st + r * S_BK : prow;
-                if (lim > 0) {
-                    /* the row's first visible tile: m was -inf, alpha 0 */
-                    const float alpha = s_vexp(m[i] - mx);
-                    s_exp_rows(prow_out, prow, lim, mx);
-                    l[i] = l[i] * alpha + tp_cpu_sum8(prow_out, (size_t)lim);
-                    m[i] = mx;
-                    float *restrict orow = o + i * d;
-                    if (alpha != 1.0f && j0 > 0)
-                        for (int64_t e = 0; e < d; e++)
-                            orow[e] *= alpha;
-                }
-                if (smax)
-                    smax[r] = mx;
-                for (int64_t j = lim; j < nk; j++)
-                    prow_out[j] = 0.0f;
-            }
+#ifdef S_WIDE
+            if (g->wide)
+                s_softmax_rows_wide(pt, st, smax, nq, i0, j0, nk, causal, scale, m, l, o, d);
+            else
+#endif
+                s_softmax_rows(pt, st, smax, nq, i0, j0, nk, causal, scale, m, l, o, d);
             s_tile_rows(g->wide, j0 > 0, o + i0 * d, st ? st : pt, v + j0 * d, d, nq, nk, i0, j0,
                         causal);
         }
@@ -632,34 +875,14 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
                 s_tile_scores(g->wide, q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
             if (need_ds)
                 s_tile_scores(g->wide, dout + i0 * d, vt, d, nq, nk, i0, j0, causal, dst);
-            const float scale = g->scale;
-            for (int64_t r = 0; r < nq; r++) {
-                const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
-                float *restrict prow = pt + r * S_BK, *restrict dsrow = dst + r * S_BK;
-                const float li = lse[i], di = dot[i];
-                float mx;
-                if (st) { /* the forward's e^(s - m): the same bits */
-                    mx = smax[r];
-                    const float *restrict srow = st + r * S_BK;
-                    const float f = s_vexp(mx - li);
-                    for (int64_t j = 0; j < lim; j++)
-                        prow[j] = srow[j] * f;
-                } else {
-                    mx = s_scale_max(prow, lim, scale, mrun[i]);
-                    mrun[i] = mx;
-                    const float f = s_vexp(mx - li);
-                    for (int64_t j = 0; j < lim; j++)
-                        prow[j] = s_vexp(prow[j] - mx) * f;
-                }
-                for (int64_t j = lim; j < nk; j++)
-                    prow[j] = 0.0f;
-                if (!need_ds)
-                    continue;
-                for (int64_t j = 0; j < lim; j++)
-                    dsrow[j] = prow[j] * (dsrow[j] - di) * scale;
-                for (int64_t j = lim; j < nk; j++)
-                    dsrow[j] = 0.0f;
-            }
+#ifdef S_WIDE
+            if (g->wide)
+                s_grad_rows_wide(pt, dst, st, smax, mrun, lse, dot, nq, i0, j0, nk, causal,
+                                 g->scale, need_ds);
+            else
+#endif
+                s_grad_rows(pt, dst, st, smax, mrun, lse, dot, nq, i0, j0, nk, causal, g->scale,
+                            need_ds);
             const int first_i = i0 == i0_first; /* the key tile's first query tile */
             if (dv)
                 s_tile_cols(g->wide, !(fresh_v && first_i), dv + j0 * d, pt, dout + i0 * d, d,

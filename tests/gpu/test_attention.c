@@ -424,11 +424,14 @@ static void s_isa_run(const char *isa, int64_t tq, int64_t tk, int64_t d, int ca
 }
 
 /* The tile products' AVX-512 blocks (4 rows x 64 columns, masked at D's
- * edge) give the portable 4 x 16 blocks' bits: D of 1-3 vectors with a
- * masked last one, of two 64-column panels, rows off the 4-row blocks,
- * the causal diagonal, stashed and recomputed alike. On a CPU without
- * AVX-512 both runs are the portable ones. */
-Test(attention, wide_products_give_the_portable_bits) {
+ * edge) and row passes (the softmax's and the backward's P and dS, 16
+ * columns a vector, masked at a row's keys) give the portable 4 x 16
+ * blocks' and scalar loops' bits: D of 1-3 vectors with a masked last
+ * one, of two 64-column panels, rows off the 4-row blocks and the
+ * 16-column vectors, the causal diagonal, key tiles of 19 and 5 keys,
+ * stashed and recomputed alike. On a CPU without AVX-512 both runs are
+ * the portable ones. */
+Test(attention, wide_products_and_rows_give_the_portable_bits) {
     static const int64_t cases[][4] = {
         {130, 130, 64, 1}, {75, 75, 40, 1}, {150, 150, 72, 1}, {9, 83, 12, 0}, {70, 133, 24, 0},
     };
