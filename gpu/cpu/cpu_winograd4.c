@@ -14,9 +14,10 @@
  * Lavin and Gray's points 0, +-1, +-2 (B^T's 4s and 5s, A^T's 8s, G's
  * 1/24) rounded 3-4 times worse: stage 4's y 1.64e-5 of its largest value
  * against 4.9e-6 here (oneDNN's F(4x4) 0.9-2.9e-6; docs/performance.md,
- * branch wino7). A^T's and B^T's entries are exact in float32; the
- * transforms take 2-4 more multiplies a row than Lavin's, beside the
- * products nothing.
+ * branch wino7). A^T's and B^T's entries are exact in float32; the 1-D
+ * transforms take as many operations as Lavin's within a few (B^T 12
+ * against 15, B 16 against 20, G and G^T one or two fewer, A^T and A one
+ * or two more).
  * The backward passes apply their transposes in the reverse order, as
  * F(2x2)'s do (cpu_winograd.c). Why F(4x4) on stage 4: 36 products of
  * N x C x O (302 MFLOP a pass at batch 16) against F(2x2)'s 16 of 4N x C x
