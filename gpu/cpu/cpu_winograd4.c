@@ -2,13 +2,22 @@
  * transforms, 16 channels a vector, and the 36 products of each pass
  * (cpu_wino_gemm.c).
  *
- * The matrices (one 4x4 output tile from one 6x6 input tile; Lavin and
- * Gray's points 0, 1, -1, 2, -2 and infinity):
- *   B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0;
- *          0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
- *   G   = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6;
- *          1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1]
- *   A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+ * The matrices (one 4x4 output tile from one 6x6 input tile), from the
+ * points 0, a, -a, b, -b and infinity with a = 5/8, b = 3/2:
+ *   A^T = [1 1 1 1 1 0; 0 a -a b -b 0; 0 a^2 a^2 b^2 b^2 0;
+ *          0 a^3 -a^3 b^3 -b^3 1]                    (the points' powers)
+ *   B^T's row of point p: M(x) / (x - p)'s coefficients, M(x) = x (x^2 -
+ *       a^2)(x^2 - b^2) (rows 0 and 5: a^2 b^2, -(a^2 + b^2) and 1)
+ *   G   = [256/225 0 0; -2048/2975 -256/595 -32/119;
+ *          -2048/2975 256/595 -32/119; 128/1071 64/357 32/119;
+ *          128/1071 -64/357 32/119; 0 0 1]       (what makes A^T, B^T exact)
+ * Lavin and Gray's points 0, +-1, +-2 (B^T's 4s and 5s, A^T's 8s, G's
+ * 1/24) rounded 3-4 times worse: stage 4's y 1.64e-5 of its largest value
+ * against 4.9e-6 here (oneDNN's F(4x4) 0.9-2.9e-6; docs/performance.md,
+ * branch wino7). A^T's and B^T's entries are exact in float32; the 1-D
+ * transforms take as many operations as Lavin's within a few (B^T 12
+ * against 15, B 16 against 20, G and G^T one or two fewer, A^T and A one
+ * or two more).
  * The backward passes apply their transposes in the reverse order, as
  * F(2x2)'s do (cpu_winograd.c). Why F(4x4) on stage 4: 36 products of
  * N x C x O (302 MFLOP a pass at batch 16) against F(2x2)'s 16 of 4N x C x
@@ -56,50 +65,67 @@ size_t tp_wino4_v_floats(const tp_wino_t *g) {
 #define S_SET(x) _mm512_set1_ps(x)
 #define S_FMA(a, b, c) _mm512_fmadd_ps(S_SET(a), b, c)
 
+/* The points a = 5/8, b = 3/2 and the powers the transforms take */
+#define S_PA 0.625f          /* a */
+#define S_PB 1.5f            /* b */
+#define S_PA2 0.390625f      /* a^2 */
+#define S_PB2 2.25f          /* b^2 */
+#define S_PA3 0.244140625f   /* a^3 */
+#define S_PB3 3.375f         /* b^3 */
+#define S_PAB2 0.87890625f   /* a^2 b^2 */
+#define S_PS2 2.640625f      /* a^2 + b^2 */
+
 /* B^T d (six in, six out) */
 S_AVX512 static inline void s_bt(const __m512 *d, __m512 *o) {
-    const __m512 d4m2 = _mm512_sub_ps(d[4], d[2]); /* d4 - d2 */
-    o[0] = S_FMA(4.0f, d[0], S_FMA(-5.0f, d[2], d[4]));
-    o[1] = S_FMA(-4.0f, _mm512_add_ps(d[1], d[2]), _mm512_add_ps(d[3], d[4]));
-    o[2] = S_FMA(4.0f, _mm512_sub_ps(d[1], d[2]), _mm512_sub_ps(d[4], d[3]));
-    o[3] = S_FMA(2.0f, _mm512_sub_ps(d[3], d[1]), d4m2);
-    o[4] = S_FMA(2.0f, _mm512_sub_ps(d[1], d[3]), d4m2);
-    o[5] = S_FMA(4.0f, d[1], S_FMA(-5.0f, d[3], d[5]));
+    const __m512 e12 = S_FMA(-S_PB2, d[2], d[4]), o12 = S_FMA(-S_PB2, d[1], d[3]);
+    const __m512 e34 = S_FMA(-S_PA2, d[2], d[4]), o34 = S_FMA(-S_PA2, d[1], d[3]);
+    o[0] = S_FMA(S_PAB2, d[0], S_FMA(-S_PS2, d[2], d[4]));
+    o[1] = S_FMA(S_PA, o12, e12);
+    o[2] = S_FMA(-S_PA, o12, e12);
+    o[3] = S_FMA(S_PB, o34, e34);
+    o[4] = S_FMA(-S_PB, o34, e34);
+    o[5] = S_FMA(S_PAB2, d[1], S_FMA(-S_PS2, d[3], d[5]));
 }
 
 /* B v (B^T's transpose: six in, six out) */
 S_AVX512 static inline void s_b(const __m512 *v, __m512 *o) {
-    o[0] = _mm512_mul_ps(S_SET(4.0f), v[0]);
-    o[1] = S_FMA(4.0f, _mm512_sub_ps(_mm512_add_ps(v[2], v[5]), v[1]),
-                 _mm512_mul_ps(S_SET(2.0f), _mm512_sub_ps(v[4], v[3])));
-    o[2] = _mm512_sub_ps(S_FMA(-5.0f, v[0], S_FMA(-4.0f, _mm512_add_ps(v[1], v[2]), S_SET(0.0f))),
-                         _mm512_add_ps(v[3], v[4]));
-    o[3] = _mm512_add_ps(_mm512_sub_ps(v[1], v[2]),
-                         S_FMA(2.0f, _mm512_sub_ps(v[3], v[4]), _mm512_mul_ps(S_SET(-5.0f), v[5])));
-    o[4] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3])),
-                         v[4]);
+    const __m512 d21 = _mm512_sub_ps(v[2], v[1]), d43 = _mm512_sub_ps(v[4], v[3]);
+    const __m512 s12 = _mm512_add_ps(v[1], v[2]), s34 = _mm512_add_ps(v[3], v[4]);
+    o[0] = _mm512_mul_ps(S_SET(S_PAB2), v[0]);
+    o[1] = S_FMA(S_PA * S_PB2, d21, S_FMA(S_PB * S_PA2, d43, _mm512_mul_ps(S_SET(S_PAB2), v[5])));
+    o[2] = S_FMA(-S_PS2, v[0], S_FMA(-S_PB2, s12, _mm512_mul_ps(S_SET(-S_PA2), s34)));
+    o[3] = S_FMA(-S_PA, d21, S_FMA(-S_PB, d43, _mm512_mul_ps(S_SET(-S_PS2), v[5])));
+    o[4] = _mm512_add_ps(_mm512_add_ps(v[0], s12), s34);
     o[5] = v[5];
 }
 
+/* G's entries (the header's G) */
+#define S_G0 (256.0f / 225.0f)
+#define S_G1A (2048.0f / 2975.0f)
+#define S_G1B (256.0f / 595.0f)
+#define S_G3A (128.0f / 1071.0f)
+#define S_G3B (64.0f / 357.0f)
+#define S_GC (32.0f / 119.0f)
+
 /* G g (three in, six out) */
 S_AVX512 static inline void s_g(const __m512 *g, __m512 *o) {
-    const __m512 ae = _mm512_add_ps(g[0], g[2]);
-    const __m512 e = S_FMA(1.0f / 24.0f, g[0], _mm512_mul_ps(S_SET(1.0f / 6.0f), g[2]));
-    o[0] = _mm512_mul_ps(S_SET(0.25f), g[0]);
-    o[1] = _mm512_mul_ps(S_SET(-1.0f / 6.0f), _mm512_add_ps(ae, g[1]));
-    o[2] = _mm512_mul_ps(S_SET(-1.0f / 6.0f), _mm512_sub_ps(ae, g[1]));
-    o[3] = S_FMA(1.0f / 12.0f, g[1], e);
-    o[4] = _mm512_fnmadd_ps(S_SET(1.0f / 12.0f), g[1], e);
+    const __m512 c2 = _mm512_mul_ps(S_SET(S_GC), g[2]);
+    const __m512 e12 = S_FMA(S_G1A, g[0], c2), e34 = S_FMA(S_G3A, g[0], c2);
+    o[0] = _mm512_mul_ps(S_SET(S_G0), g[0]);
+    o[1] = _mm512_fnmsub_ps(S_SET(S_G1B), g[1], e12); /* -(e12 + G1B g1) */
+    o[2] = _mm512_fmsub_ps(S_SET(S_G1B), g[1], e12);
+    o[3] = S_FMA(S_G3B, g[1], e34);
+    o[4] = S_FMA(-S_G3B, g[1], e34);
     o[5] = g[2];
 }
 
 /* G^T u (six in, three out) */
 S_AVX512 static inline void s_gt(const __m512 *u, __m512 *o) {
-    const __m512 a = _mm512_add_ps(u[1], u[2]), b = _mm512_add_ps(u[3], u[4]);
-    o[0] = S_FMA(1.0f / 24.0f, b, S_FMA(-1.0f / 6.0f, a, _mm512_mul_ps(S_SET(0.25f), u[0])));
-    o[1] = S_FMA(1.0f / 12.0f, _mm512_sub_ps(u[3], u[4]),
-                 _mm512_mul_ps(S_SET(1.0f / 6.0f), _mm512_sub_ps(u[2], u[1])));
-    o[2] = _mm512_add_ps(_mm512_mul_ps(S_SET(1.0f / 6.0f), _mm512_sub_ps(b, a)), u[5]);
+    const __m512 s12 = _mm512_add_ps(u[1], u[2]), s34 = _mm512_add_ps(u[3], u[4]);
+    o[0] = S_FMA(S_G0, u[0], S_FMA(-S_G1A, s12, _mm512_mul_ps(S_SET(S_G3A), s34)));
+    o[1] = S_FMA(S_G1B, _mm512_sub_ps(u[2], u[1]),
+                 _mm512_mul_ps(S_SET(S_G3B), _mm512_sub_ps(u[3], u[4])));
+    o[2] = S_FMA(S_GC, _mm512_sub_ps(s34, s12), u[5]);
 }
 
 /* A^T m (six in, four out) */
@@ -107,20 +133,21 @@ S_AVX512 static inline void s_at(const __m512 *m, __m512 *o) {
     const __m512 s12 = _mm512_add_ps(m[1], m[2]), d12 = _mm512_sub_ps(m[1], m[2]);
     const __m512 s34 = _mm512_add_ps(m[3], m[4]), d34 = _mm512_sub_ps(m[3], m[4]);
     o[0] = _mm512_add_ps(_mm512_add_ps(m[0], s12), s34);
-    o[1] = S_FMA(2.0f, d34, d12);
-    o[2] = S_FMA(4.0f, s34, s12);
-    o[3] = _mm512_add_ps(S_FMA(8.0f, d34, d12), m[5]);
+    o[1] = S_FMA(S_PA, d12, _mm512_mul_ps(S_SET(S_PB), d34));
+    o[2] = S_FMA(S_PA2, s12, _mm512_mul_ps(S_SET(S_PB2), s34));
+    o[3] = S_FMA(S_PA3, d12, S_FMA(S_PB3, d34, m[5]));
 }
 
 /* A y (four in, six out) */
 S_AVX512 static inline void s_a(const __m512 *y, __m512 *o) {
-    const __m512 e = _mm512_add_ps(y[0], y[2]), od = _mm512_add_ps(y[1], y[3]);
-    const __m512 e4 = S_FMA(4.0f, y[2], y[0]), o2 = S_FMA(8.0f, y[3], _mm512_add_ps(y[1], y[1]));
+    const __m512 ea = S_FMA(S_PA2, y[2], y[0]), eb = S_FMA(S_PB2, y[2], y[0]);
+    const __m512 oa = S_FMA(S_PA, y[1], _mm512_mul_ps(S_SET(S_PA3), y[3]));
+    const __m512 ob = S_FMA(S_PB, y[1], _mm512_mul_ps(S_SET(S_PB3), y[3]));
     o[0] = y[0];
-    o[1] = _mm512_add_ps(e, od);
-    o[2] = _mm512_sub_ps(e, od);
-    o[3] = _mm512_add_ps(e4, o2);
-    o[4] = _mm512_sub_ps(e4, o2);
+    o[1] = _mm512_add_ps(ea, oa);
+    o[2] = _mm512_sub_ps(ea, oa);
+    o[3] = _mm512_add_ps(eb, ob);
+    o[4] = _mm512_sub_ps(eb, ob);
     o[5] = y[3];
 }
 

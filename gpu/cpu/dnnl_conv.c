@@ -71,8 +71,9 @@ enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
  * S_WINO_MIN_C, an output larger than S_WINO_MIN_HW a side (s_winograd) */
 enum { S_WINO_MIN_C = 32, S_WINO_MIN_HW = 4 };
 /* auto's Winograd of our own (F(4x4, 3x3)): channels in and out at least
- * S_F2_MIN_C on a 4x4 output (s_f2) */
-enum { S_F2_MIN_C = 512 };
+ * S_F2_MIN_C on a 4x4 output; at least S_F4_7_MIN_C on a 7x7 output of
+ * at most S_F4_7_MAX_N images (s_f2) */
+enum { S_F2_MIN_C = 512, S_F4_7_MIN_C = 256, S_F4_7_MAX_N = 16 };
 
 /* The cache key: the call's geometry (tp_dnnl_geom_t, dnnl_ops.h: the
  * pooling's key too), with the OpenMP team it was made for (below) and a
@@ -536,7 +537,13 @@ static int s_winograd_weights(const tp_dnnl_conv_t *self, const s_geom_t *k) {
  * oneDNN's passes: F(4x4) on a 4x4 output (ResNet-18's stage 4 at 112 px:
  * one tile an image) with at least S_F2_MIN_C channels in and out
  * (docs/performance.md, "Winograd F(2x2, 3x3) of our own" and branch
- * wino6's F(4x4): 2.25 times the workspace for U, fewer products). */
+ * wino6's F(4x4): 2.25 times the workspace for U, fewer products), and on
+ * a 7x7 output (stage 3: 2x2 tiles an image, the last row and column
+ * cut) with at least S_F4_7_MIN_C channels and at most S_F4_7_MAX_N
+ * images (branch wino7: the backward 9.5-10.4 against oneDNN's 11.4-12.9
+ * ms on 16 x 256 -> 256, the forward a tie; the zoo ResNet's 128 x 128 ->
+ * 128 lost, 12-14 + 29-33 against 9-10 + 18-21: 512 tiles a position
+ * are past what our GEMM's short products are for). */
 static int s_f2(const tp_dnnl_conv_t *self, const s_geom_t *k) {
     if (self->alg != S_ALG_AUTO && self->alg != S_ALG_F2 && self->alg != S_ALG_F4)
         return 0;
@@ -547,8 +554,10 @@ static int s_f2(const tp_dnnl_conv_t *self, const s_geom_t *k) {
         return 0;
     if (self->alg != S_ALG_AUTO)
         return self->alg == S_ALG_F2 ? 2 : 4;
-    return k->oh == S_WINO_MIN_HW && k->ow == S_WINO_MIN_HW && k->c >= S_F2_MIN_C &&
-                   k->o >= S_F2_MIN_C
+    if (k->oh == S_WINO_MIN_HW && k->ow == S_WINO_MIN_HW)
+        return k->c >= S_F2_MIN_C && k->o >= S_F2_MIN_C ? 4 : 0;
+    return k->oh == 7 && k->ow == 7 && k->c >= S_F4_7_MIN_C && k->o >= S_F4_7_MIN_C &&
+                   k->n <= S_F4_7_MAX_N
                ? 4
                : 0;
 }
