@@ -13,7 +13,7 @@ come with it, --heads excepted); the recipe is tp-train's for the GPT:
 AdamW betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the matrices and
 embeddings only, the global-norm clip; with --lr-warmup N the rate climbs
 linearly from a tenth of --lr to it over the first N steps, then stays
-(tp-train's --warmup-epochs with --lr-end 1: tp_lr_schedule_at). Batches of
+(tp-train's --warmup-epochs with --lr-end 1, its linear schedule). Batches of
 --batch random windows of --data (torch's generator, seed 1). By default
 the model runs as PyTorch does at its fastest here (gpt_loss fast=True:
 addmm linears, and the fused attention where torch has it); --plain runs

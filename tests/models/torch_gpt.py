@@ -28,8 +28,8 @@ in run/steps.tsv; trainer.txt gives "key value" lines: text, context,
 batch (the total over the towers), heads, lr, warmup and steps. The same
 steps in PyTorch: batch s holds windows (s * batch + j) mod (windows in
 the text), the rate lr x (0.1 + 0.9 s / warmup) over the warm-up, then
-lr (tp_lr_schedule_at with --lr-end 1), nanoGPT's AdamW groups as above,
-clip 1. The losses must agree within TRAINER_TOL at every step."""
+lr (tp-train's linear schedule with --lr-end 1), nanoGPT's AdamW groups
+as above, clip 1. The losses must agree within TRAINER_TOL at every step."""
 
 import os
 import sys
