@@ -13,12 +13,17 @@
 # first tp-train run at this shape writes its initial weights (one step
 # at a rate of 1e-30: the zero biases become +-1e-30, no other weight
 # changes in float32), and PyTorch
-# starts from that checkpoint with the same recipe (AdamW 1e-3, betas
-# 0.9/0.95, decay 0.1 on the matrices only, global-norm clip 1, a
-# constant rate); each side's first three losses are printed, and from
-# the same start they begin at ln 256 ~ 5.55 and fall alike (their
-# batches are their own draws). Each round runs, in turn (reversed every
-# other round):
+# starts from that checkpoint with the same recipe (AdamW at LR, 5e-4,
+# betas 0.9/0.95, decay 0.1 on the matrices only, global-norm clip 1, the
+# rate climbing from LR/10 over the first STEPS steps, then constant);
+# each side's first three losses are printed, and from the same start
+# they begin at ln 256 ~ 5.55 and fall alike (their batches are their
+# own draws). Not 1e-3 with no warm-up, as before: at batch 4 that
+# diverges now and then (the loss jumping from ~3.6 to 7-9 at steps
+# 7-17; PyTorch on towerpack's very batches the same, to 4 decimals:
+# docs/performance.md, "GPT: the bench's loss spikes"); a run whose loss
+# climbs back above its first is flagged at the end. Each round runs,
+# in turn (reversed every other round):
 #   llm.c    train_gpt2.c, gcc -O3 -march=native -fopenmp, OMP_NUM_THREADS
 #            1 and 2 (bench/peers/llmc_gpt.sh; weights from llmc_gpt_files.py);
 #            only when LLMC_SRC is set
@@ -38,7 +43,7 @@ set -euo pipefail
 ROUNDS=${1:-2}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 LAYERS=${LAYERS:-4} EMBED=${EMBED:-256} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-256}
-BATCH=${BATCH:-4} STEPS=${STEPS:-6} NICE=${NICE:-10}
+BATCH=${BATCH:-4} STEPS=${STEPS:-6} NICE=${NICE:-10} LR=${LR:-5e-4}
 TP_TRAIN=${TP_TRAIN:-$repo/build-release/bin/tp-train}
 OUT=${OUT:-$(mktemp -d /tmp/gpt_cpu.XXXXXX)}
 LLMC_SRC=${LLMC_SRC:-}  # optional: without it, no llm.c rows
@@ -51,8 +56,9 @@ head -c 2000 "$OUT/text.txt" > "$OUT/val.txt"  # a small validation: cheap epoch
     --text "$OUT/text.txt" --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" \
     --context "$CONTEXT"
 # the recipe both sides train with (tp-train's GPT defaults but the clip
-# and the schedule, given here so PyTorch's are the same)
-TP_RECIPE=(--optimizer adamw --lr 1e-3 --clip-norm 1 --lr-end 1)
+# and the schedule, given here so PyTorch's are the same): the rate's
+# warm-up is the first epoch, the untimed one
+TP_RECIPE=(--optimizer adamw --lr "$LR" --clip-norm 1 --lr-end 1 --warmup-epochs 1)
 # towerpack's initial weights at this shape and seed (tp-train's default
 # seed 1, as the timed runs): --freeze '*' would be the clean way, but
 # a step with no gradient at all is refused today
@@ -73,7 +79,7 @@ run_llmc() {  # run_llmc ROUND THREADS
 run_torch() {  # run_torch ROUND THREADS [--plain]
     $N "$py" "$repo/bench/peers/gpt_torch_cpu.py" --init "$INIT" --threads "$2" ${3:-} \
         --data "$OUT/text.txt" --heads "$HEADS" --context "$CONTEXT" --batch "$BATCH" \
-        --steps "$STEPS" --warmup 1 2>/dev/null |
+        --steps "$STEPS" --warmup 1 --lr "$LR" --lr-warmup "$STEPS" 2>/dev/null |
         sed "s/^{/{\"round\": $1, /" | tee -a "$res"
 }
 run_tp() {  # run_tp ROUND TOWERS THREADS
@@ -87,11 +93,13 @@ run_tp() {  # run_tp ROUND TOWERS THREADS
 import json, os, sys
 s = json.load(open(sys.argv[1]))[-1]
 steps = os.path.join(os.path.dirname(sys.argv[1]), "steps.tsv")
-first = [round(float(l.split()[1]), 4) for l in open(steps).read().splitlines()[1:4]]
+losses = [float(l.split()[1]) for l in open(steps).read().splitlines()[1:]]
+first = [round(v, 4) for v in losses[:3]]
 print(json.dumps({"round": int(sys.argv[2]), "peer": "towerpack", "towers": int(sys.argv[3]),
                   "threads": int(sys.argv[4]), "batch": int(sys.argv[5]),
                   "context": int(sys.argv[6]), "tokens_per_s": round(s["tokens_per_s"]),
-                  "first_losses": first, "loss": round(s["cost"], 4)}))
+                  "first_losses": first, "loss": round(s["cost"], 4),
+                  "max_loss": round(max(losses[1:]), 4)}))
 PY
 }
 
@@ -126,5 +134,11 @@ for peer in ("towerpack", "pytorch"):
     f = [x["first_losses"] for x in rows if x["peer"] == peer and "first_losses" in x]
     if f:
         print(f"{peer} first losses: {f[0]}")
+# a loss back above the first after training began is a divergence, not
+# noise (docs/performance.md, "GPT: the bench's loss spikes")
+for x in rows:
+    if x.get("max_loss", 0) > x.get("first_losses", [1e30])[0]:
+        print(f"WARNING: {x['peer']} round {x['round']} diverged: its loss reached "
+              f"{x['max_loss']} after a first of {x['first_losses'][0]}")
 PY
 echo "gpt_cpu.sh: results in $res"

@@ -4,21 +4,24 @@ initial weights (issue 45, "Speed on the CPU"; bench/peers/gpt_cpu.sh).
 
   /usr/bin/python3 bench/peers/gpt_torch_cpu.py --init CKPT --data FILE
       --heads H --context T --batch B [--steps 6 --warmup 1 --threads N
-      --lr 1e-3 --clip-norm 1 --plain]
+      --lr 1e-3 --lr-warmup 0 --clip-norm 1 --plain]
 
 The model is tests/models/torch_gpt.py's gpt_loss (the one the 20-step
 parity test holds towerpack to), float32, its parameters read from CKPT (a
-safetensors checkpoint of tp-train --model gpt: the layers, width and
-heads come with it, --heads excepted); the recipe is tp-train's for the
-GPT: AdamW betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the matrices and
-embeddings only, the global-norm clip. Batches of --batch random windows
-of --data (torch's generator, seed 1). By default the model runs as
-PyTorch does at its fastest here (gpt_loss fast=True: addmm linears, and
-the fused attention where torch has it); --plain runs gpt_loss as the
-parity test does. Prints one JSON line: tokens/s over --steps timed steps
-after --warmup, and the first steps' losses (from the checkpoint's
-weights, the first is ln 256 ~ 5.55 on any text: a check that both
-sides train the same model from the same start)."""
+safetensors checkpoint of tp-train --model gpt: the layers, width and heads
+come with it, --heads excepted); the recipe is tp-train's for the GPT:
+AdamW betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the matrices and
+embeddings only, the global-norm clip; with --lr-warmup N the rate climbs
+linearly from a tenth of --lr to it over the first N steps, then stays
+(tp-train's --warmup-epochs with --lr-end 1, its linear schedule). Batches of
+--batch random windows of --data (torch's generator, seed 1). By default
+the model runs as PyTorch does at its fastest here (gpt_loss fast=True:
+addmm linears, and the fused attention where torch has it); --plain runs
+gpt_loss as the parity test does. Prints one JSON line: tokens/s over
+--steps timed steps after --warmup, and the first steps' losses (from the
+checkpoint's weights, the first is ln 256 ~ 5.55 on any text: a check that
+both sides train the same model from the same start), the last, and the
+highest after the first (above the first: the run diverged)."""
 import argparse
 import json
 import os
@@ -43,6 +46,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr-warmup", type=int, default=0,
+                    help="steps of the rate's climb from lr/10 (0: constant)")
     ap.add_argument("--clip-norm", type=float, default=1.0)
     ap.add_argument("--plain", action="store_true")
     a = ap.parse_args()
@@ -62,6 +67,10 @@ def main():
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
             t0 = time.perf_counter()
+        if a.lr_warmup > 0:  # tp_lr_schedule_at's LinearLR from 0.1
+            f = 0.1 + 0.9 * i / a.lr_warmup if i < a.lr_warmup else 1.0
+            for grp in opt.param_groups:
+                grp["lr"] = a.lr * f
         start = torch.randint(0, text.numel() - T - 1, (a.batch, 1), generator=g)
         x, y = text[start + offs], text[start + offs + 1]
         opt.zero_grad(set_to_none=True)
@@ -78,7 +87,8 @@ def main():
                       "embed": int(t["wte"].shape[1]), "steps": a.steps,
                       "tokens_per_s": round(a.steps * a.batch * T / dt),
                       "first_losses": [round(v, 4) for v in losses[:3]],
-                      "loss": round(losses[-1], 4), "torch": torch.__version__}))
+                      "loss": round(losses[-1], 4), "max_loss": round(max(losses[1:]), 4),
+                      "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

@@ -89,6 +89,61 @@ Test(tp_train_gpt, learns_a_repeated_sentence_and_reports_bits_per_byte) {
     tp_safetensors_destroy(&st);
 }
 
+/* The trainer's path against PyTorch, over 30 steps: tp-train --model
+ * gpt with 2 towers of 2 windows, the rate climbing over the first of 3
+ * epochs, consecutive windows of a text of exactly 40 (10 steps a pass),
+ * from the initial weights of a run whose one step at 1e-30 changes
+ * nothing; tests/models/torch_gpt.py trains the same steps from that
+ * checkpoint (its "trainer.txt" mode says how) and holds each loss of
+ * steps.tsv to its own. twenty_adamw_steps_follow_pytorchs_loss runs the
+ * model directly; this adds the text source, the towers' average and the
+ * schedule callback, as bench/peers/gpt_cpu.sh runs them (issue 45's loss
+ * spikes there were the recipe's: docs/performance.md, branch gptspike). */
+Test(tp_train_gpt, trainer_follows_pytorch_over_thirty_steps) {
+    char dir[160], text[200], val[200], data[240], test[240], init[200], run[200];
+    snprintf(dir, sizeof dir, "%s/torch", s_dir);
+    cr_assert_eq(mkdir(dir, 0700), 0, "%s", dir);
+    snprintf(text, sizeof text, "%s/text.txt", dir);
+    snprintf(val, sizeof val, "%s/val.txt", dir);
+    enum { T = 16, WINDOWS = 40 };
+    static const char sentence[] = "the quick brown fox jumps over the lazy dog. ";
+    FILE *f = fopen(text, "wb");
+    cr_assert_not_null(f, "%s", text);
+    for (int i = 0; i < T * WINDOWS + 1; i++)  /* 40 windows and the last target */
+        fputc(sentence[i % (int)(sizeof sentence - 1)], f);
+    cr_assert_eq(fclose(f), 0, "%s", text);
+    tpt_write_repeated(val, sentence, 4);
+    snprintf(data, sizeof data, "text:%s,val=0,random=0", text);
+    snprintf(test, sizeof test, "text:%s", val);
+    snprintf(init, sizeof init, "%s/init", dir);
+    snprintf(run, sizeof run, "%s/run", dir);
+    char *argv[] = {"tp-train", "--model", "gpt", "--data", data, "--test-data", test,
+                    "--context", "16", "--layers", "2", "--heads", "2", "--embed", "32",
+                    "--batch", "2", "--towers", "2", "--threads", "1", "--optimizer",
+                    "adamw", "--clip-norm", "1", "--lr-end", "1", "--no-tensorboard",
+                    "--stats", "off", "--lr", "1e-30", "--epochs", "1",
+                    "--steps-per-epoch", "1", "--logdir", init, NULL};
+    int rc = s_run(argv);
+    cr_assert_eq(rc, 0, "the initial weights: exit %d:\n%s", rc, s_out);
+    /* the same run, trained: 3 passes of 10 steps, the first the warm-up */
+    char *train[64];
+    int n = 0;
+    for (; strcmp(argv[n], "--lr"); n++)  /* all but the rate and what follows */
+        train[n] = argv[n];
+    char *more[] = {"--lr", "3e-3", "--epochs", "3", "--warmup-epochs", "1", "--logdir",
+                    run, NULL};
+    for (int i = 0; more[i]; i++)
+        train[n++] = more[i];
+    train[n] = NULL;
+    rc = s_run(train);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "text %s\ncontext 16\nbatch 4\nheads 2\nlr 3e-3\n"
+             "warmup 10\nsteps 30\n", text);
+    cr_assert_eq(pu_write_file(dir, "trainer.txt", cfg, strlen(cfg)), 0, "%s", dir);
+    PU_PYTHON_EXPECT(TP_SOURCE_DIR "/tests/models/torch_gpt.py", dir, "pytorch agrees");
+}
+
 /* --test-data: validation on a whole other file (split=all), in
  * consecutive windows (random=0) as the val split is read. */
 Test(tp_train_gpt, validates_on_test_data) {
