@@ -146,8 +146,7 @@ void tp_wino_weights(const tp_wino_t *g, const float *w, float *u) {
 }
 
 /* Output channels [lo, hi): dw[k][c..c+15] = G^T dU G, stored or added
- * through a small tap-major buffer (a plain copy loop out: 30% faster than
- * 9 scatters of 16 taps 9 floats apart). */
+ * through a small tap-major buffer (tp_wino_taps_out). */
 S_AVX512 static void s_dweights_range(void *arg, size_t lo, size_t hi) {
     const s_job_t *j = arg;
     const size_t c = j->g->c, plane = j->g->o * c;
@@ -169,14 +168,7 @@ S_AVX512 static void s_dweights_range(void *arg, size_t lo, size_t hi) {
                 for (int q = 0; q < 3; q++)
                     _mm512_store_ps(tap[3 * r + q], row[q]);
             }
-            if (j->add)
-                for (int l = 0; l < 16; l++)
-                    for (int i = 0; i < 9; i++)
-                        w[l * 9 + i] += tap[i][l];
-            else
-                for (int l = 0; l < 16; l++)
-                    for (int i = 0; i < 9; i++)
-                        w[l * 9 + i] = tap[i][l];
+            tp_wino_taps_out(w, (const float(*)[16])tap, j->add);
         }
 }
 

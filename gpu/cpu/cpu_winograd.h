@@ -76,4 +76,19 @@ tp_status_t tp_wino_backward_data(const tp_wino_t *g, const float *dm, const flo
 tp_status_t tp_wino_backward_weights(const tp_wino_t *g, const float *dm, const float *v,
                                      float *du, float *dw, int add, const char *name);
 
+/* The dW transforms' way out, both tiles: 16 consecutive kernels' 9 taps
+ * (kernel l's tap i at w[l * 9 + i]) from the tap-major tap[i][l], stored
+ * or added (a plain loop: 30% faster than 9 scatters of 16 taps 9 floats
+ * apart). */
+static inline void tp_wino_taps_out(float *w, const float tap[9][16], int add) {
+    if (add)
+        for (int l = 0; l < 16; l++)
+            for (int i = 0; i < 9; i++)
+                w[l * 9 + i] += tap[i][l];
+    else
+        for (int l = 0; l < 16; l++)
+            for (int i = 0; i < 9; i++)
+                w[l * 9 + i] = tap[i][l];
+}
+
 #endif

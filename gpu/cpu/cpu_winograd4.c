@@ -212,14 +212,7 @@ S_AVX512 static void s_dweights(const tp_wino_t *g, const float *du, size_t plan
                 for (int q = 0; q < 3; q++)
                     _mm512_store_ps(tap[3 * r + q], row[q]);
             }
-            if (add)
-                for (int l = 0; l < 16; l++)
-                    for (int i = 0; i < 9; i++)
-                        w[l * 9 + i] += tap[i][l];
-            else
-                for (int l = 0; l < 16; l++)
-                    for (int i = 0; i < 9; i++)
-                        w[l * 9 + i] = tap[i][l];
+            tp_wino_taps_out(w, (const float(*)[16])tap, add);
         }
 }
 
