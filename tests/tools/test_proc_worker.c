@@ -430,6 +430,32 @@ Test(proc_worker, a_receiver_that_takes_connections_but_never_answers_is_not_gon
     cr_assert(strstr(end, "has been gone for 1 s (--exit-with-trainer)"), "%s", end);
 }
 
+/* Plays a host still there that closes every handshake on the listening
+ * socket l (after the sender's greeting) until sender pid ends or 20 s pass;
+ * counts the handshakes closed in *closed, closes l, returns pid's status. */
+static int s_close_handshakes(int l, int pid, int *closed) {
+    int st = -1;
+    for (double t0 = tp_now_s(); tp_now_s() - t0 < 20;) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            break;
+        st = -1;
+        struct pollfd pl = {l, POLLIN, 0};
+        if (poll(&pl, 1, 50) != 1)
+            continue;
+        int c = accept(l, NULL, NULL);
+        struct pollfd pc = {c, POLLIN, 0};
+        char greeting[10];
+        if (c >= 0 && poll(&pc, 1, 2000) == 1 && read(c, greeting, sizeof greeting) > 0)
+            (*closed)++;
+        if (c >= 0)
+            close(c);
+    }
+    if (st == -1)
+        st = pu_waitpid(pid, 1);
+    close(l);
+    return st;
+}
+
 /* A receiver still there that closes every handshake (no towerpack
  * receiver, or one that wants CURVE keys) is still a refusal after three:
  * a close is told from a handshake run out. */
@@ -445,25 +471,7 @@ Test(proc_worker, a_receiver_that_closes_every_handshake_is_a_refusal) {
     const char *env[] = {"TP_SEND_HANDSHAKE_S=5", NULL};
     pu_spawn_opts_t o = {.out = out, .env = env};
     int pid = pu_spawn(wargv, &o);
-    int st = -1, closed = 0;
-    for (double t0 = tp_now_s(); tp_now_s() - t0 < 20;) {
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            break;
-        st = -1;
-        struct pollfd pl = {l, POLLIN, 0};
-        if (poll(&pl, 1, 50) != 1)
-            continue;
-        int c = accept(l, NULL, NULL);
-        struct pollfd pc = {c, POLLIN, 0};
-        char greeting[10];
-        if (c >= 0 && poll(&pc, 1, 2000) == 1 && read(c, greeting, sizeof greeting) > 0)
-            closed++;
-        if (c >= 0)
-            close(c);
-    }
-    if (st == -1)
-        st = pu_waitpid(pid, 1);
-    close(l);
+    int closed = 0, st = s_close_handshakes(l, pid, &closed);
     slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
@@ -552,25 +560,7 @@ Test(proc_worker, a_python_sender_whose_handshakes_are_closed_is_refused) {
     snprintf(out, sizeof out, "%s/pycloser.txt", s_dir);
     int l = s_listen_silent(16, ep, sizeof ep);
     int pid = s_python_on(ep, "5", out);
-    int st = -1, closed = 0;
-    for (double t0 = tp_now_s(); tp_now_s() - t0 < 20;) {
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            break;
-        st = -1;
-        struct pollfd pl = {l, POLLIN, 0};
-        if (poll(&pl, 1, 50) != 1)
-            continue;
-        int c = accept(l, NULL, NULL);
-        struct pollfd pc = {c, POLLIN, 0};
-        char greeting[10];
-        if (c >= 0 && poll(&pc, 1, 2000) == 1 && read(c, greeting, sizeof greeting) > 0)
-            closed++;
-        if (c >= 0)
-            close(c);
-    }
-    if (st == -1)
-        st = pu_waitpid(pid, 1);
-    close(l);
+    int closed = 0, st = s_close_handshakes(l, pid, &closed);
     slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
