@@ -165,22 +165,25 @@ def probe_job(endpoint, timeout=2.0):
         "ascii", "replace")
 
 
-def probe(endpoint, timeout=2.0):
+def probe(endpoint, timeout=2.0, addrs=None):
     """The properties of the receiver bound at endpoint (tcp://HOST:PORT or
     ipc://PATH) as {lower-case name: value bytes}: a ZMTP 3.0 handshake as a
     PUSH with the NULL mechanism, the receiver's READY read, the connection
     closed (tp_wire_probe_peer in C; a PUSH socket never sees the peer's
-    properties). None when it cannot tell (another mechanism, no answer)."""
+    properties). None when it cannot tell (another mechanism, no answer).
+    addrs: a tcp endpoint's getaddrinfo result, kept by the caller (a
+    Sender looks its receiver up once); None looks the name up here."""
     try:
         if endpoint.startswith("ipc://"):
             path = endpoint[6:]
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             addr = "\0" + path[1:] if path.startswith("@") else path
         elif endpoint.startswith("tcp://"):
-            host, _, port = endpoint[6:].rpartition(":")
-            host = host.strip("[]")
-            fam, kind, proto, _, addr = socket.getaddrinfo(host, int(port),
-                                                           type=socket.SOCK_STREAM)[0]
+            if not addrs:
+                host, _, port = endpoint[6:].rpartition(":")
+                addrs = socket.getaddrinfo(host.strip("[]"), int(port),
+                                           type=socket.SOCK_STREAM)
+            fam, kind, proto, _, addr = addrs[0]
             s = socket.socket(fam, kind, proto)
         else:
             return None
@@ -512,7 +515,7 @@ class Sender:
                 self.ever = True
                 self.closed_in_row = self.refused_in_row = self.ran_out_in_row = 0
                 self.reported = 0  # a new receiver hears who this is soon
-                props = probe(self.endpoint) if not self.bind else None
+                props = probe(self.endpoint, addrs=self._addrs()) if not self.bind else None
                 theirs = props.get(JOB_PROPERTY.lower(), b"").decode("ascii", "replace") \
                     if props is not None else None
                 text = props.get(COMPS_PROPERTY.lower(), b"").decode("ascii", "replace") \
