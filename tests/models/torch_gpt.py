@@ -119,6 +119,25 @@ def main(d):
     return 0
 
 
+def judge(who, what, tp, ref, f32, tol):
+    """Prints who's losses beside float64 and float32 PyTorch's, step by
+    step, and the verdict ("pytorch agrees" / "pytorch disagrees", which the
+    C tests read); 0 when every loss is within tol of float64's."""
+    err, noise = np.abs(tp - ref), np.abs(f32 - ref)
+    print(f"step {who} pytorch64 pytorch32")
+    for s in range(len(tp)):
+        print(f"{s:2d} {tp[s]:.6f} {ref[s]:.6f} {f32[s]:.6f}")
+    worst = int(np.argmax(err))
+    msg = (f"{who}'s {what} {tp[0]:.4f} -> {tp[-1]:.4f}, within "
+           f"{err.max():.1e} of float64 PyTorch's (worst at step {worst}; float32 PyTorch "
+           f"within {noise.max():.1e}; limit {tol})")
+    if err.max() > tol:
+        print("pytorch disagrees: " + msg)
+        return 1
+    print("pytorch agrees: " + msg)
+    return 0
+
+
 STEPS = 20
 # towerpack's losses against float64 PyTorch's, absolute, at every step.
 # float32 PyTorch (towerpack's precision, other summation orders) stays
@@ -158,19 +177,7 @@ def train(d):
     tp = np.fromfile(f"{d}/losses.bin", dtype=np.float32).astype(np.float64)
     ref = run_adamw(w0, xs, ys, torch.float64)
     f32 = run_adamw(w0, xs, ys, torch.float32)
-    err, noise = np.abs(tp - ref), np.abs(f32 - ref)
-    print("step towerpack pytorch64 pytorch32")
-    for s in range(STEPS):
-        print(f"{s:2d} {tp[s]:.6f} {ref[s]:.6f} {f32[s]:.6f}")
-    worst = int(np.argmax(err))
-    msg = (f"towerpack's 20 AdamW losses {tp[0]:.4f} -> {tp[-1]:.4f}, within "
-           f"{err.max():.1e} of float64 PyTorch's (worst at step {worst}; float32 PyTorch "
-           f"within {noise.max():.1e}; limit {TRAIN_TOL})")
-    if err.max() > TRAIN_TOL:
-        print("pytorch disagrees: " + msg)
-        return 1
-    print("pytorch agrees: " + msg)
-    return 0
+    return judge("towerpack", "20 AdamW losses", tp, ref, f32, TRAIN_TOL)
 
 
 
@@ -222,19 +229,7 @@ def trainer(d):
     if len(tp) != len(ref):
         print(f"pytorch disagrees: tp-train wrote {len(tp)} steps, expected {len(ref)}")
         return 1
-    err, noise = np.abs(tp - ref), np.abs(f32 - ref)
-    print("step tp-train pytorch64 pytorch32")
-    for s in range(len(tp)):
-        print(f"{s:2d} {tp[s]:.6f} {ref[s]:.6f} {f32[s]:.6f}")
-    worst = int(np.argmax(err))
-    msg = (f"tp-train's {len(tp)} losses {tp[0]:.4f} -> {tp[-1]:.4f}, within "
-           f"{err.max():.1e} of float64 PyTorch's (worst at step {worst}; float32 PyTorch "
-           f"within {noise.max():.1e}; limit {TRAINER_TOL})")
-    if err.max() > TRAINER_TOL:
-        print("pytorch disagrees: " + msg)
-        return 1
-    print("pytorch agrees: " + msg)
-    return 0
+    return judge("tp-train", f"{len(tp)} losses", tp, ref, f32, TRAINER_TOL)
 
 
 if __name__ == "__main__":
