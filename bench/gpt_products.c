@@ -26,12 +26,11 @@
  *
  * OpenBLAS is the OpenMP build, as towerpack links it (the default
  * pthread build's idle threads spin beside oneDNN's OpenMP team and
- * make the 2-thread rows two to ten times slower):
+ * make the 2-thread rows two to ten times slower); bench/CMakeLists.txt
+ * links it so:
  *
- *   B=/usr/lib/x86_64-linux-gnu/openblas-openmp
- *   cc -O2 bench/gpt_products.c -o build/bin/bench-gpt-products -fopenmp \
- *      -ldnnl -L$B -Wl,-rpath,$B -lopenblas
- *   OMP_WAIT_POLICY=passive build/bin/bench-gpt-products [--rounds N] [--reps N]
+ *   cmake --build build --target gpt_products
+ *   OMP_WAIT_POLICY=passive build/bench/gpt_products [--rounds N] [--reps N]
  *      [R C V] */
 #include <cblas.h>
 #include <omp.h>

@@ -6,9 +6,8 @@
  * rounds. A step is forward + backward (filter and bias gradients; the
  * image wants none) or, with --forward, forward alone.
  *
- *   cc -O2 -I include -I build/include bench/nhwc_fold.c -o build/bin/bench-nhwc-fold \
- *      -L build/lib -ltowerpack -lm
- *   LD_LIBRARY_PATH=build/lib build/bin/bench-nhwc-fold [--forward] \
+ *   cmake --build build --target nhwc_fold   (bench/CMakeLists.txt)
+ *   build/bench/nhwc_fold [--forward] \
  *      [--rounds R] [N H W C O K S P]   (default: the two shapes below) */
 #include <math.h>
 #include <stdio.h>
@@ -50,7 +49,7 @@ static tp_model_t *s_model(int nhwc) {
     mc.threads = 1;
     tp_model_t *m = tp_model_new(&md, &mc);
     if (!m) {
-        fprintf(stderr, "bench-nhwc-fold: %s\n", tp_last_error());
+        fprintf(stderr, "nhwc_fold: %s\n", tp_last_error());
         exit(1);
     }
     return m;
@@ -94,7 +93,7 @@ static void s_bench(int forward, int rounds) {
             const double t0 = s_cpu();
             for (int s = 0; s < steps; s++)
                 if (tp_model_run(m[v], forward ? -1 : 0, &in, 1, NULL, 0, &ro) != TP_OK) {
-                    fprintf(stderr, "bench-nhwc-fold: %s\n", tp_last_error());
+                    fprintf(stderr, "nhwc_fold: %s\n", tp_last_error());
                     exit(1);
                 }
             if (r >= 0)

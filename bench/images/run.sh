@@ -30,9 +30,7 @@ mkdir -p bench/results
 bench_install_missing python3-torch python3-torchvision python3-opencv \
   python3-pil python3-numpy python3-tqdm python3-termcolor python3-tabulate \
   python3-msgpack-numpy python3-zmq python3-psutil libturbojpeg0-dev
-bench_release_build 2 tp-bench
-mkdir -p build-release/bench
-cc -O2 -o build-release/bench/tjdecode bench/images/tjdecode.c -lturbojpeg
+bench_release_build 2 tp-bench tjdecode
 
 if [ ! -d "$dir" ]; then "$PY" bench/images/gen_jpegs.py "$dir" 2000; fi
 mapfile -t files < <(find "$dir" -name '*.jpg' | sort)

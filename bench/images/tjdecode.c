@@ -4,8 +4,8 @@
  * on one core for at least SECONDS. Prints one JSON line: images/s and
  * MB/s of JPEG bytes. The reference for towerpack's decode-only rate.
  *
- *   cc -O2 -o tjdecode tjdecode.c -lturbojpeg
- *   ./tjdecode SECONDS FILE...                                             */
+ *   cmake --build build --target tjdecode   (bench/CMakeLists.txt)
+ *   build/bench/tjdecode SECONDS FILE...                                   */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
