@@ -145,7 +145,7 @@ static void s_emit(s_steps_t *s) {
     char line[64 + MAX_NAMES * 24];
     size_t n = (size_t)snprintf(line, sizeof line, "%lld", (long long)s->last_step);
     for (int i = 0; i < s->nnames; i++) {
-        n += (size_t)snprintf(line + n, sizeof line - n, "\t%.6g",
+        n += (size_t)snprintf(line + n, sizeof line - n, "\t%.9g",
                               s->count[i] ? s->sum[i] / (double)s->count[i] : NAN);
         s->sum[i] = 0;
         s->count[i] = 0;
