@@ -184,11 +184,12 @@ S_AVX512 static inline void s_transpose16(__m512 *r) {
  * 32 * ps + (c - c0) * 32 + (o - o0) % 32, 16 output channels a vector.
  * 16 kernels x 16 input channels at a time: each kernel row's 144 floats
  * (16 channels x 9 taps, contiguous) read as 9 vectors and turned
- * tap-major by 9 16 x 16 transposes (a tap's 16 kernels 9 C floats apart:
- * a scalar copy through a buffer took ~3 ms for stage 4's 262,144
- * kernels, 16 gathers a tap ~2, most of the time the whole U took; this
- * ~0.5, docs/performance.md, branch wino8). The columns of a last panel
- * of 16 are left as they were (no product reads them). */
+ * tap-major by 9 16 x 16 transposes (a tap's 16 kernels are 9 C floats
+ * apart: a scalar copy through a buffer took ~3 ms for stage 4's 262,144
+ * kernels, in cache, most of what the whole U took; a gather a tap ~2;
+ * this 1.3-1.5 with the caller's positions padded, docs/performance.md,
+ * branch wino8). The columns of a last panel of 16 are left as they were
+ * (no product reads them). */
 S_AVX512 static void s_u_block(const tp_wino_t *g, const float *w, size_t o0, size_t o1,
                                size_t c0, size_t c1, float *u, size_t plane, size_t ps) {
     const size_t c = g->c;
@@ -436,7 +437,7 @@ S_AVX512 static void s_grad_input_range(void *arg, size_t lo, size_t hi) {
  * the U room at the range's first item (one room a range). A block's
  * positions are S_PAD floats more than a multiple of 4 KB apart: the 36
  * rows a group of kernels writes fell in one set of L1 (8 ways), and
- * the transform took 2.8 ms for stage 4's U against 0.9 padded. The sums
+ * the transform took 2.8-3.0 ms for stage 4's U against 1.3-1.5 padded. The sums
  * run over k in the same order as on a whole U. */
 enum { S_FC = 128, S_BC = 32, S_BO = 128, S_PAD = 16 };
 
