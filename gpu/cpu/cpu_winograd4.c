@@ -428,17 +428,18 @@ S_AVX512 static void s_grad_input_range(void *arg, size_t lo, size_t hi) {
 /* ---- the passes ------------------------------------------------------------ */
 
 /* U is not kept: each pass makes it in blocks from the weights just
- * before its products read them, while they are in L2 (written whole,
- * U is 37.7 MB at 512 channels: 3.5 ms a layer to write it, and the
- * products read it back from memory at 11 GB/s; docs/performance.md,
- * branch wino8). A block is S_P x 32 output channels x S_FC input
+ * before its products read them, while they are in L2 (made whole, U
+ * is 37.7 MB at 512 channels, 3.5 ms a layer to make, read back by the
+ * forward's and the backward-data's products from memory: making it
+ * twice in cache costs less; docs/performance.md, branch wino8). A
+ * block is S_P x 32 output channels x S_FC input
  * channels for the forward (one column panel of M, k in chunks), S_P x
  * S_BC x S_BO for the backward-data (S_BC rows of dV, k in chunks), in
  * the U room at the range's first item (one room a range). A block's
  * positions are S_PAD floats more than a multiple of 4 KB apart: the 36
  * rows a group of kernels writes fell in one set of L1 (8 ways), and
- * the transform took 2.8-3.0 ms for stage 4's U against 1.3-1.5 padded. The sums
- * run over k in the same order as on a whole U. */
+ * the transform took 2.8-3.0 ms for stage 4's U against 1.3-1.5
+ * padded. The sums run over k in the same order as on a whole U. */
 enum { S_FC = 128, S_BC = 32, S_BO = 128, S_PAD = 16 };
 
 typedef struct {
