@@ -93,12 +93,12 @@ static void s_product(const tp_wino_gemm_t *g, const float *a, const float *b, f
     const size_t kc = g->kc ? g->kc : g->k;
     if (g->k <= 32) {
         for (size_t i = 0; i < g->m; i += 8)
-            s_part(g, g->k, a, b, c, 0, i, i + 8 <= g->m ? i + 8 : g->m, 0, g->n);
+            s_part(g, g->k, a, b, c, g->add, i, i + 8 <= g->m ? i + 8 : g->m, 0, g->n);
         return;
     }
     for (size_t k0 = 0; k0 < g->k; k0 += kc)
         s_part(g, g->k - k0 < kc ? g->k - k0 : kc, a + k0 / 32 * g->ap, b + k0 * g->ldb, c,
-               k0 > 0, 0, g->m, 0, g->n);
+               k0 > 0 || g->add, 0, g->m, 0, g->n);
 }
 
 static void s_products_range(void *arg, size_t lo, size_t hi) {

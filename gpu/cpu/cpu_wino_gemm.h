@@ -33,6 +33,8 @@ typedef struct {
     size_t kc;       /* k in chunks of kc (a multiple of 32), each over all
                         of c, added to c after the first; 0: one chunk */
     size_t sa, sb, sc; /* one product's to the next */
+    int add;           /* c += a b from the first chunk (a caller's own
+                          chunks of k: U made in blocks, cpu_winograd4.c) */
 } tp_wino_gemm_t;
 
 void tp_wino_gemms(const tp_wino_gemm_t *g, size_t count);

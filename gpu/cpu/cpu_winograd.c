@@ -137,10 +137,8 @@ S_AVX512 static void s_weights_range(void *arg, size_t lo, size_t hi) {
 }
 
 void tp_wino_weights(const tp_wino_t *g, const float *w, float *u) {
-    if (g->r == 4) {
-        tp_wino4_weights(g, w, u);
+    if (g->r == 4) /* made in blocks inside F(4x4)'s passes */
         return;
-    }
     s_job_t j = {g, w, NULL, u, 0, 0};
     tp_cpu_parallel(g->o, 1, 16, s_weights_range, &j);
 }
@@ -363,10 +361,10 @@ static tp_status_t s_gemms(char ta, char tb, size_t m, size_t n, size_t k, const
     return TP_OK;
 }
 
-tp_status_t tp_wino_forward(const tp_wino_t *g, const float *v, const float *u,
+tp_status_t tp_wino_forward(const tp_wino_t *g, const float *v, float *u, const float *w,
                             const float *b, int relu, float *m, float *y, const char *name) {
     if (g->r == 4) {
-        tp_wino4_forward(g, v, u, b, relu, m, y);
+        tp_wino4_forward(g, v, w, u, b, relu, m, y);
         return TP_OK;
     }
     TP_TRY(s_gemms('N', 'T', g->t, g->o, g->c, v, g->c, u, g->c, m, name));
@@ -375,10 +373,11 @@ tp_status_t tp_wino_forward(const tp_wino_t *g, const float *v, const float *u,
     return TP_OK;
 }
 
-tp_status_t tp_wino_backward_data(const tp_wino_t *g, const float *dm, const float *u,
-                                  float *dv, float *dx, int add, const char *name) {
+tp_status_t tp_wino_backward_data(const tp_wino_t *g, const float *dm, float *u,
+                                  const float *w, float *dv, float *dx, int add,
+                                  const char *name) {
     if (g->r == 4) {
-        tp_wino4_backward_data(g, dm, u, dv, dx, add);
+        tp_wino4_backward_data(g, dm, w, u, dv, dx, add);
         return TP_OK;
     }
     TP_TRY(s_gemms('N', 'N', g->t, g->c, g->o, dm, g->o, u, g->c, dv, name));

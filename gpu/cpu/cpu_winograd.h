@@ -52,24 +52,29 @@ size_t tp_wino_u_floats(const tp_wino_t *g);
 size_t tp_wino_v_floats(const tp_wino_t *g);
 size_t tp_wino_m_floats(const tp_wino_t *g);
 
-/* U = G w G^T of the OIHW weights w [o, c, 3, 3]. */
+/* U = G w G^T of the OIHW weights w [o, c, 3, 3]. F(4x4): nothing (its
+ * passes make U from w in blocks, in u's room: cpu_winograd4.h). */
 void tp_wino_weights(const tp_wino_t *g, const float *w, float *u);
 
 /* V = B^T d B of x's 4x4 tiles (nChw16c; zero past the edges). */
 void tp_wino_input(const tp_wino_t *g, const float *x, float *v);
 
 /* The forward: m = the 16 products of v and u; y (nChw16c) = A^T m A,
- * plus b[o] (b NULL: none), through a relu when `relu`. */
-tp_status_t tp_wino_forward(const tp_wino_t *g, const float *v, const float *u,
+ * plus b[o] (b NULL: none), through a relu when `relu`. F(2x2) reads u
+ * (tp_wino_weights') and not w; F(4x4) makes U from the weights w in
+ * blocks, u its room. */
+tp_status_t tp_wino_forward(const tp_wino_t *g, const float *v, float *u, const float *w,
                             const float *b, int relu, float *m, float *y, const char *name);
 
 /* dm = A dy A^T of dy's 2x2 tiles (nChw16c; zero past the edges). */
 void tp_wino_grad_output(const tp_wino_t *g, const float *dy, float *dm);
 
 /* The backward-data: dv = the 16 products of dm and u; dx (nChw16c) =
- * the sum over the tiles of B dv B^T, stored or added (`add`). */
-tp_status_t tp_wino_backward_data(const tp_wino_t *g, const float *dm, const float *u,
-                                  float *dv, float *dx, int add, const char *name);
+ * the sum over the tiles of B dv B^T, stored or added (`add`). u and w
+ * as the forward's. */
+tp_status_t tp_wino_backward_data(const tp_wino_t *g, const float *dm, float *u,
+                                  const float *w, float *dv, float *dx, int add,
+                                  const char *name);
 
 /* The backward-weights: du = the 16 products of dm and v; dw (OIHW) =
  * G^T du G, stored or added (`add`). du may be u's memory. */

@@ -21,9 +21,10 @@
  * The backward passes apply their transposes in the reverse order, as
  * F(2x2)'s do (cpu_winograd.c). Why F(4x4) on stage 4: 36 products of
  * N x C x O (302 MFLOP a pass at batch 16) against F(2x2)'s 16 of 4N x C x
- * O (537), at 86-92 GF/s on our GEMM; U is 2.25 times F(2x2)'s (37.7 MB a
- * layer at 512 channels), made once a step by the forward and kept for
- * the backward-data (docs/performance.md, branch wino6). */
+ * O (537), at 86-92 GF/s on our GEMM (docs/performance.md, branch wino6).
+ * U, 2.25 times F(2x2)'s (37.7 MB a layer at 512 channels), is made in
+ * blocks inside the forward's and the backward-data's products instead of
+ * whole and kept (branch wino8: below, at the passes). */
 #include "gpu/cpu/cpu_winograd4.h"
 
 #include <immintrin.h>
@@ -53,7 +54,6 @@ typedef struct {
 static size_t s_u_plane(const tp_wino_t *g) { return g->c * ((g->o + 31) / 32 * 32); }
 static size_t s_v_plane(const tp_wino_t *g) { return g->t * ((g->c + 31) / 32 * 32); }
 
-size_t tp_wino4_u_floats(const tp_wino_t *g) { return S_P * s_u_plane(g); }
 
 size_t tp_wino4_v_floats(const tp_wino_t *g) {
     const size_t v = s_v_plane(g), dv = g->c * g->tp; /* V's room is dV's too */
@@ -153,40 +153,75 @@ S_AVX512 static inline void s_a(const __m512 *y, __m512 *o) {
 
 /* ---- the weights ----------------------------------------------------------- */
 
-/* Panels [lo, hi) of 32 output channels: U[p][panel][c][0..31] for every
- * input channel c, 16 output channels a vector, from the 16 kernels' 9
- * taps turned tap-major through a small buffer (as F(2x2)'s). */
-S_AVX512 static void s_weights_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
-    const size_t c = j->g->c, o = j->g->o, plane = s_u_plane(j->g);
-    float tap[9][16] __attribute__((aligned(64)));
-    for (size_t kp = lo; kp < hi; kp++)
-        for (size_t ci = 0; ci < c; ci++)
-            for (size_t k0 = kp * 32; k0 < kp * 32 + 32 && k0 < o; k0 += 16) {
-                const float *w = j->src + (k0 * c + ci) * 9;
-                for (int l = 0; l < 16; l++)
-                    for (int i = 0; i < 9; i++)
-                        tap[i][l] = w[(size_t)l * c * 9 + (size_t)i];
-                __m512 t[S_A][3], col[3], row[S_A];
-                for (int q = 0; q < 3; q++) {
-                    for (int r = 0; r < 3; r++)
-                        col[r] = _mm512_load_ps(tap[3 * r + q]);
-                    s_g(col, row);
-                    for (int r = 0; r < S_A; r++)
-                        t[r][q] = row[r];
-                }
-                float *u = j->dst + kp * c * 32 + ci * 32 + k0 % 32;
-                for (int r = 0; r < S_A; r++) {
-                    s_g(t[r], row);
-                    for (int s = 0; s < S_A; s++)
-                        _mm512_storeu_ps(u + (size_t)(r * S_A + s) * plane, row[s]);
-                }
-            }
+/* r, 16 rows of 16 floats, transposed in place: pairs of rows interleaved,
+ * then pairs of pairs, then the 128-bit lanes of four rows a time */
+S_AVX512 static inline void s_transpose16(__m512 *r) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) /* r[i + m]'s lane k: column 4k + m of rows i.. */
+        for (int h = 0; h < 2; h++) {
+            const __m512d a = _mm512_castps_pd(t[i + h]), b = _mm512_castps_pd(t[i + h + 2]);
+            r[i + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            r[i + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+    for (int m = 0; m < 4; m++) {
+        const __m512 a = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
+        const __m512 b = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xdd);
+        const __m512 c = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+        const __m512 d = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xdd);
+        r[m] = _mm512_shuffle_f32x4(a, c, 0x88);
+        r[8 + m] = _mm512_shuffle_f32x4(a, c, 0xdd);
+        r[4 + m] = _mm512_shuffle_f32x4(b, d, 0x88);
+        r[12 + m] = _mm512_shuffle_f32x4(b, d, 0xdd);
+    }
 }
 
-void tp_wino4_weights(const tp_wino_t *g, const float *w, float *u) {
-    s_job_t j = {g, w, NULL, u, 0, 0, NULL};
-    tp_cpu_parallel((g->o + 31) / 32, 1, 1, s_weights_range, &j);
+/* U of output channels [o0, o1) (o0 a multiple of 32) and input channels
+ * [c0, c1) (c0 a multiple of 16): U(p, o, c) at u + p * plane + (o - o0) /
+ * 32 * ps + (c - c0) * 32 + (o - o0) % 32, 16 output channels a vector.
+ * 16 kernels x 16 input channels at a time: each kernel row's 144 floats
+ * (16 channels x 9 taps, contiguous) read as 9 vectors and turned
+ * tap-major by 9 16 x 16 transposes (a tap's 16 kernels are 9 C floats
+ * apart: a scalar copy through a buffer took ~3 ms for stage 4's 262,144
+ * kernels, in cache, most of what the whole U took; a gather a tap ~2;
+ * this 1.3-1.5 with the caller's positions padded, docs/performance.md,
+ * branch wino8). The columns of a last panel of 16 are left as they were
+ * (no product reads them). */
+S_AVX512 static void s_u_block(const tp_wino_t *g, const float *w, size_t o0, size_t o1,
+                               size_t c0, size_t c1, float *u, size_t plane, size_t ps) {
+    const size_t c = g->c;
+    __m512 tap[9][16]; /* tap[b][j]: float 16 b + j of the 16 kernel rows */
+    for (size_t kp = o0; kp < o1; kp += 32)
+        for (size_t cb = c0; cb < c1; cb += 16)
+            for (size_t k0 = kp; k0 < kp + 32 && k0 < o1; k0 += 16) {
+                for (int b = 0; b < 9; b++) {
+                    for (int l = 0; l < 16; l++)
+                        tap[b][l] = _mm512_loadu_ps(w + ((k0 + (size_t)l) * c + cb) * 9 +
+                                                    (size_t)b * 16);
+                    s_transpose16(tap[b]);
+                }
+                for (int ci = 0; ci < 16; ci++) {
+                    __m512 t[S_A][3], col[3], row[S_A];
+                    for (int q = 0; q < 3; q++) {
+                        for (int r = 0; r < 3; r++) {
+                            const int f = ci * 9 + 3 * r + q; /* tap 3r + q of channel ci */
+                            col[r] = tap[f / 16][f % 16];
+                        }
+                        s_g(col, row);
+                        for (int r = 0; r < S_A; r++)
+                            t[r][q] = row[r];
+                    }
+                    float *uo = u + (kp - o0) / 32 * ps + (cb - c0 + (size_t)ci) * 32 + k0 % 32;
+                    for (int r = 0; r < S_A; r++) {
+                        s_g(t[r], row);
+                        for (int s = 0; s < S_A; s++)
+                            _mm512_storeu_ps(uo + (size_t)(r * S_A + s) * plane, row[s]);
+                    }
+                }
+            }
 }
 
 /* Output channels [k0, k1): dw[k][c..c+15] = G^T dU G, stored or added,
@@ -392,24 +427,96 @@ S_AVX512 static void s_grad_input_range(void *arg, size_t lo, size_t hi) {
 
 /* ---- the passes ------------------------------------------------------------ */
 
-void tp_wino4_forward(const tp_wino_t *g, const float *v, const float *u, const float *b,
-                      int relu, float *m, float *y) {
-    /* M_p [T x O] = V_p [T x C] U_p [C x O] (V's k and U's columns in
-     * panels of 32) */
-    const tp_wino_gemm_t p = {g->t, g->o, g->c, v, u, m, 32, 32 * g->t, 32, 32 * g->c, g->o, 0,
-                              s_v_plane(g), s_u_plane(g), g->t * g->o};
-    tp_wino_gemms(&p, S_P);
+/* U is not kept: each pass makes it in blocks from the weights just
+ * before its products read them, while they are in L2 (made whole, U
+ * is 37.7 MB at 512 channels, 3.5 ms a layer to make, read back by the
+ * forward's and the backward-data's products from memory: making it
+ * twice in cache costs less; docs/performance.md, branch wino8). A
+ * block is S_P x 32 output channels x S_FC input
+ * channels for the forward (one column panel of M, k in chunks), S_P x
+ * S_BC x S_BO for the backward-data (S_BC rows of dV, k in chunks), in
+ * the U room at the range's first item (one room a range). A block's
+ * positions are S_PAD floats more than a multiple of 4 KB apart: the 36
+ * rows a group of kernels writes fell in one set of L1 (8 ways), and
+ * the transform took 2.8-3.0 ms for stage 4's U against 1.3-1.5
+ * padded. The sums run over k in the same order as on a whole U. */
+enum { S_FC = 128, S_BC = 32, S_BO = 128, S_PAD = 16 };
+
+typedef struct {
+    const tp_wino_t *g;
+    const float *w, *x; /* the weights; V (forward) or dM (backward-data) */
+    float *room, *out;  /* U's blocks; M or dV */
+} s_pass_t;
+
+static size_t s_min(size_t a, size_t b) { return a < b ? a : b; }
+
+/* U's room: the backward-weights' dU blocks (a whole U: [P][O][C]) and
+ * the passes' U blocks, one a range (the backward-data's last block of
+ * rows may run past C) */
+size_t tp_wino4_u_floats(const tp_wino_t *g) {
+    const size_t op = (g->o + 31) / 32 * 32, bc = s_min(S_BC, g->c);
+    const size_t fw = op / 32 * S_P * (32 * s_min(S_FC, g->c) + S_PAD);
+    const size_t bd = (g->c + bc - 1) / bc * S_P * (bc * s_min(S_BO, op) + S_PAD);
+    const size_t du = S_P * s_u_plane(g);
+    return du > fw ? (du > bd ? du : bd) : (fw > bd ? fw : bd);
+}
+
+/* The forward's column panels [lo, hi) of 32 output channels: M_p [T x
+ * 32] = V_p [T x C] U_p [C x 32], k in chunks of S_FC (V's k and U's
+ * block in panels of 32) */
+static void s_forward_range(void *arg, size_t lo, size_t hi) {
+    const s_pass_t *j = arg;
+    const tp_wino_t *g = j->g;
+    const size_t fc = s_min(S_FC, g->c);
+    float *ub = j->room + lo * S_P * (32 * fc + S_PAD);
+    for (size_t kp = lo; kp < hi; kp++) {
+        const size_t o0 = kp * 32, on = s_min(32, g->o - o0);
+        for (size_t c0 = 0; c0 < g->c; c0 += fc) {
+            const size_t cn = s_min(fc, g->c - c0);
+            s_u_block(g, j->w, o0, o0 + on, c0, c0 + cn, ub, 32 * cn + S_PAD, 32 * cn);
+            const tp_wino_gemm_t p = {g->t, on, cn, j->x + c0 / 32 * 32 * g->t, ub,
+                                      j->out + o0, 32, 32 * g->t, 32, 32 * cn, g->o, 0,
+                                      s_v_plane(g), 32 * cn + S_PAD, g->t * g->o, c0 > 0};
+            for (size_t q = 0; q < S_P; q++)
+                tp_wino_gemm(&p, q);
+        }
+    }
+}
+
+void tp_wino4_forward(const tp_wino_t *g, const float *v, const float *w, float *room,
+                      const float *b, int relu, float *m, float *y) {
+    s_pass_t f = {g, w, v, room, m};
+    tp_cpu_parallel((g->o + 31) / 32, 1, 1, s_forward_range, &f);
     s_job_t j = {g, m, b, y, relu, 0, NULL};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_output_range, &j);
 }
 
-void tp_wino4_backward_data(const tp_wino_t *g, const float *dm, const float *u, float *dv,
-                            float *dx, int add) {
-    /* dV_p [C x Tp] = U_p [C x O] dM_p [O x Tp] (U's k panels 32 C apart:
-     * k in chunks of one panel, read in order) */
-    const tp_wino_gemm_t p = {g->c, g->tp, g->o, u, dm, dv, 32, 32 * g->c, g->tp, 32, g->tp, 32,
-                              s_u_plane(g), g->o * g->tp, g->c * g->tp};
-    tp_wino_gemms(&p, S_P);
+/* The backward-data's blocks [lo, hi) of S_BC input channels: dV_p [rows
+ * x Tp] = U_p [rows x O] dM_p [O x Tp], k (O) in chunks of S_BO (U's
+ * block in panels of 32 along k) */
+static void s_backward_data_range(void *arg, size_t lo, size_t hi) {
+    const s_pass_t *j = arg;
+    const tp_wino_t *g = j->g;
+    const size_t bc = s_min(S_BC, g->c), bo = s_min(S_BO, (g->o + 31) / 32 * 32);
+    float *ub = j->room + lo * S_P * (bc * bo + S_PAD);
+    for (size_t it = lo; it < hi; it++) {
+        const size_t c0 = it * bc, cn = s_min(bc, g->c - c0);
+        for (size_t o0 = 0; o0 < g->o; o0 += bo) {
+            const size_t on = s_min(bo, g->o - o0), plane = (on + 31) / 32 * 32 * cn + S_PAD;
+            s_u_block(g, j->w, o0, o0 + on, c0, c0 + cn, ub, plane, 32 * cn);
+            const tp_wino_gemm_t p = {cn, g->tp, on, ub, j->x + o0 * g->tp, j->out + c0 * g->tp,
+                                      32, 32 * cn, g->tp, 32, g->tp, 0, plane, g->o * g->tp,
+                                      g->c * g->tp, o0 > 0};
+            for (size_t q = 0; q < S_P; q++)
+                tp_wino_gemm(&p, q);
+        }
+    }
+}
+
+void tp_wino4_backward_data(const tp_wino_t *g, const float *dm, const float *w, float *room,
+                            float *dv, float *dx, int add) {
+    s_pass_t d = {g, w, dm, room, dv};
+    tp_cpu_parallel((g->c + S_BC - 1) / S_BC, 1, 1, s_backward_data_range, &d);
     s_job_t j = {g, dv, NULL, dx, 0, add, NULL};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_grad_input_range, &j);
 }
@@ -432,7 +539,7 @@ static void s_backward_weights_range(void *arg, size_t lo, size_t hi) {
          * V's columns in panels of 32) */
         const tp_wino_gemm_t p = {k1 - k0, g->c, g->t, dm + k0 * g->tp, v, du, g->tp, 32, 32,
                                   32 * g->t, g->c, 0, g->o * g->tp, s_v_plane(g),
-                                  S_ROWS * g->c};
+                                  S_ROWS * g->c, 0};
         for (size_t q = 0; q < S_P; q++)
             tp_wino_gemm(&p, q);
         s_dweights(g, du, S_ROWS * g->c, k0, k1, j->out, j->add);

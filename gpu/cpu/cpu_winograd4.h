@@ -4,7 +4,9 @@
  * the tiles rounded up to 16):
  *
  *   U  [P][O/32][C][32]  the weights' transform in panels of 32 output
- *                  channels (O rounded up to 32): rows 128 bytes apart
+ *                  channels (O rounded up to 32): rows 128 bytes apart;
+ *                  never made whole: each pass makes the blocks of it
+ *                  its products read next, in this layout, in U's room
  *   V  [P][C/32][T][32]  the input's, in panels of 32 channels (C
  *                  rounded up to 32)
  *   M  [P][T][O]   the forward's products (as F(2x2)'s)
@@ -27,13 +29,14 @@
 size_t tp_wino4_u_floats(const tp_wino_t *g);
 size_t tp_wino4_v_floats(const tp_wino_t *g);
 
-void tp_wino4_weights(const tp_wino_t *g, const float *w, float *u);
+/* The forward and the backward-data take the OIHW weights w and make U
+ * in blocks in `room` (tp_wino4_u_floats). */
 void tp_wino4_input(const tp_wino_t *g, const float *x, float *v);
-void tp_wino4_forward(const tp_wino_t *g, const float *v, const float *u, const float *b,
-                      int relu, float *m, float *y);
+void tp_wino4_forward(const tp_wino_t *g, const float *v, const float *w, float *room,
+                      const float *b, int relu, float *m, float *y);
 void tp_wino4_grad_output(const tp_wino_t *g, const float *dy, float *dm);
-void tp_wino4_backward_data(const tp_wino_t *g, const float *dm, const float *u, float *dv,
-                            float *dx, int add);
+void tp_wino4_backward_data(const tp_wino_t *g, const float *dm, const float *w, float *room,
+                            float *dv, float *dx, int add);
 void tp_wino4_backward_weights(const tp_wino_t *g, const float *dm, const float *v, float *du,
                                float *dw, int add);
 

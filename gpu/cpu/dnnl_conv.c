@@ -1567,7 +1567,8 @@ static void s_bias_act(const s_geom_t *k, const float *b, float *y, int relu) {
  * (cpu_winograd.c) ----------------------------------------------------- */
 
 /* The forward: U of the weights and V of x into the workspace (kept there
- * for the backward of the same step), then the products and y. */
+ * for the backward of the same step; F(4x4) keeps V alone and makes U in
+ * blocks inside each pass, U's room theirs), then the products and y. */
 static tp_status_t s_f2_forward(const s_entry_t *e, const tp_op_call_t *c) {
     char *base = NULL, *own = NULL;
     TP_TRY(s_ws(e, c, &base, &own));
@@ -1577,8 +1578,9 @@ static tp_status_t s_f2_forward(const s_entry_t *e, const tp_op_call_t *c) {
     tp_wino_weights(&g, c->x[1], r.u);
     tp_wino_input(&g, c->x[0], r.v);
     *r.state = S_F2_U;
-    const tp_status_t rc = tp_wino_forward(&g, r.v, r.u, e->key.bias ? c->x[2] : NULL,
-                                           (int)e->key.relu, r.m, c->y, c->name);
+    const tp_status_t rc = tp_wino_forward(&g, r.v, r.u, c->x[1],
+                                           e->key.bias ? c->x[2] : NULL, (int)e->key.relu,
+                                           r.m, c->y, c->name);
     free(own);
     return rc;
 }
@@ -1604,7 +1606,8 @@ static tp_status_t s_f2_backward(const s_entry_t *e, const tp_op_call_t *c) {
             tp_wino_weights(&g, c->x[1], r.u);
             *r.state = S_F2_U;
         }
-        rc = tp_wino_backward_data(&g, r.m, r.u, r.dv, c->dx[0], c->dx_acc[0], c->name);
+        rc = tp_wino_backward_data(&g, r.m, r.u, c->x[1], r.dv, c->dx[0], c->dx_acc[0],
+                                   c->name);
     }
     if (rc == TP_OK && c->dx[1]) {
         if (own)

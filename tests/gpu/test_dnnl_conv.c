@@ -935,6 +935,45 @@ Test(dnnl_conv, our_winograd_f4x4_backward_again_unplanned_and_at_two_threads) {
     s_ours_again("f4x4");
 }
 
+/* F(4x4) makes U in blocks inside the forward's products (S_FC = 128
+ * input channels a chunk of k) and the backward-data's (S_BC = 32 rows by
+ * S_BO = 128 output channels; cpu_winograd4.c), never whole: 400 -> 176
+ * channels leave a last chunk of k of 16 input channels and of 48 output
+ * channels, a last block of 16 rows and a last column panel of 16.
+ * Against float64, stored and added; then at 2 threads (the column panels
+ * and the blocks of rows split, each range making its U blocks in its own
+ * room) the same to the bit (each item is one thread's). A chunk not
+ * added, or a transpose's lanes swapped, fails both. */
+Test(dnnl_conv, our_winograd_f4x4_u_blocks_past_their_chunks_and_at_two_threads) {
+    const geom_t g = {2, 400, 5, 6, 176, 3, 1, 1, 1, 1, 0, 0, 0};
+    tp_backend_t *b = s_backend_alg("f4x4");
+    conv_t t, q;
+    for (int acc = 1; acc >= 0; acc--) {
+        s_conv(&t, &g);
+        s_f2_check(b, &t, &g, acc, S_F4_BOUND, "f4x4, U in blocks");
+        if (acc)
+            s_free(&t);
+    }
+    tp_backend_destroy(&b);
+    setenv("TP_CPU_CONV", "dnnl", 1);
+    setenv("TP_CPU_CONV_ALG", "f4x4", 1);
+    tp_backend_t *b2 = tp_backend_cpu_new(2);
+    unsetenv("TP_CPU_CONV_ALG");
+    cr_assert_not_null(b2, "%s", tp_last_error());
+    tp_cpu_pool_threads_override(2);
+    s_conv(&q, &g);
+    s_f2_check(b2, &q, &g, 0, S_F4_BOUND, "f4x4, U in blocks, 2 threads");
+    cr_assert(!memcmp(q.y, t.y, t.ny * sizeof(float)) &&
+                  !memcmp(q.dx, t.dx, t.nx * sizeof(float)) &&
+                  !memcmp(q.dw, t.dw, t.nw * sizeof(float)),
+              "2 threads' y, dx or dW differ from one thread's");
+    tp_cpu_pool_threads_override(0);
+    tp_backend_destroy(&b2);
+    s_free(&q);
+    s_free(&t);
+    unsetenv("TP_CPU_CONV");
+}
+
 /* What reads NCHW only (a transposed conv's own bias pass) refuses blocked
  * operands by name instead of reading them wrong. */
 Test(dnnl_conv, nchw16c_operands_where_onednn_does_not_run_are_refused) {
