@@ -161,8 +161,9 @@ static void s_dump(void) {
             s_write(k->label, what, dx[p], tp_shape_count(&xs[p]));
         }
         fprintf(m, "], \"stride\": %d, \"pad\": %d, \"dilation\": %d, \"groups\": %d, "
-                   "\"out_pad\": %d, \"align\": %d, \"absent\": %d}\n", k->stride, k->pad,
-                k->dilation, k->groups, k->out_pad, k->align, k->absent);
+                   "\"out_pad\": %d, \"align\": %d, \"absent\": %d, \"heads\": %d}\n",
+                k->stride, k->pad, k->dilation, k->groups, k->out_pad, k->align, k->absent,
+                k->heads);
         free(ws);
         s_write(k->label, "y", y, ny);
         s_write(k->label, "dy", dy, ny);
