@@ -832,7 +832,7 @@ static int s_emit_attention_core(s_ex_t *ex, const char *out, const char *q, con
  * swapped back and merged to [...,T,C] (Reshape's 0 keeps a dim). */
 static int s_emit_attention_qkv(s_ex_t *ex, tp_node_t *x, const char *out,
                                 const char *const *in, const tp_node_attrs_t *a, int heads) {
-    char t1[700], t2[700], t3[700], t4[700], t5[700], b1[700], b2[700], b3[700];
+    char t1[700], t2[700], t3[700], t4[700], t5[700], b1[700], b2[700], b3[700], b4[700];
     char qkv[3][700];
     const tp_shape_t *xs = tp_node_shape(tp_node_input(x, 0));
     const int r = xs->ndim; /* the heads' views have rank r + 1 */
@@ -863,7 +863,7 @@ static int s_emit_attention_qkv(s_ex_t *ex, tp_node_t *x, const char *out,
     for (int i = 0; i < 3; i++) { /* heads [i H, (i + 1) H) of axis r - 2 */
         char what[16];
         const int64_t st[1] = {(int64_t)i * heads}, en[1] = {(int64_t)(i + 1) * heads},
-                      ax[1] = {r - 2};
+                      ax[1] = {r - 2}, one[1] = {1};
         snprintf(qkv[i], sizeof qkv[i], "%s/%s", out, part[i]);
         snprintf(what, sizeof what, "%s_starts", part[i]);
         const char *s1 = s_ints(ex, out, what, st, 1, b1, sizeof b1);
@@ -871,8 +871,10 @@ static int s_emit_attention_qkv(s_ex_t *ex, tp_node_t *x, const char *out,
         const char *s2 = s_ints(ex, out, what, en, 1, b2, sizeof b2);
         snprintf(what, sizeof what, "%s_axes", part[i]);
         const char *s3 = s_ints(ex, out, what, ax, 1, b3, sizeof b3);
-        const char *si[4] = {t3, s1, s2, s3};
-        if (!s1 || !s2 || !s3 || !s_node(ex, "Slice", qkv[i], 4, si))
+        snprintf(what, sizeof what, "%s_steps", part[i]);
+        const char *s4 = s_ints(ex, out, what, one, 1, b4, sizeof b4);
+        const char *si[5] = {t3, s1, s2, s3, s4};
+        if (!s1 || !s2 || !s3 || !s4 || !s_node(ex, "Slice", qkv[i], 5, si))
             return 0;
     }
     snprintf(t4, sizeof t4, "%s/attention", out);
