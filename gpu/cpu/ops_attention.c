@@ -16,7 +16,10 @@
  * max the same way (the same bits); it accumulates dV, dK (into the key
  * tile's rows) and dQ (into the query row) in a fixed order. A causal
  * mask is applied by not visiting the keys past the query (key tiles
- * past the diagonal are skipped whole).
+ * past the diagonal are skipped whole). The packed form (attr heads,
+ * tp_attention_qkv) is the same per head on strided views: an item's q,
+ * k and v rows (and their gradients) are read and written in the one
+ * [...,T,3C] input at a stride of 3C, its y and dy at C (s_geom_t).
  *
  * Determinism: every item is computed by one thread from its own inputs
  * in one fixed order, so the bits do not depend on the thread count. The
