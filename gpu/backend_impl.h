@@ -65,6 +65,10 @@ typedef struct tp_op_attr {
      * present, in that order (tp_norm_params). 0 (both present) is what
      * attributes made before this field meant. */
     int norm_absent;
+    /* attention: 0 takes q, k and v as three inputs; H > 0 one packed
+     * input [...,T,3 H D] (q, k, v side by side in each row, each H heads
+     * of D) read where it lies, the output [...,T,H D] (tp_attention_qkv) */
+    int heads;
 } tp_op_attr_t;
 
 #define TP_ACT_NONE 0

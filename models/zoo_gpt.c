@@ -8,8 +8,10 @@
  *
  * Built only from the graph's ops: gather_rows (embedding), layer_norm,
  * batch_matmul (projections against unbatched [C,N] weights),
- * reshape/transpose (heads), the fused causal attention (tp_attention:
- * tiles with an online softmax, the T x T scores never stored whole),
+ * the fused causal attention on the qkv projection as it lies
+ * (tp_attention_qkv: tiles with an online softmax, the T x T scores never
+ * stored whole, each head read and written in place, so no copies of the
+ * heads), reshape/transpose (the heads of the decomposed attention),
  * gelu, add (residuals) and softmax_xent_seq. Dropout (off by default)
  * where nanoGPT has it: the embeddings' sum, the attention weights, and
  * the output of each residual branch before it is added; the fused op has
@@ -55,6 +57,22 @@ static tp_node_t *s_drop(tp_tower_t *t, const char *name, tp_node_t *x, float ra
     return rate > 0 ? tp_dropout(t, name, x, rate) : x;
 }
 
+/* A block's rest after its attention's y [B,T,C]: x + proj(y), then
+ * + mlp(ln2(x)); closes the block's scope. */
+static tp_node_t *s_block_end(tp_tower_t *t, tp_node_t *x, tp_node_t *y, int64_t C,
+                              float proj_std, float drop) {
+    x = tp_add(t, "res1", x,
+               s_drop(t, "attn/resid_drop",
+                      tp_zoo_gpt_linear_(t, "attn/proj", y, C, C, proj_std), drop));
+    tp_node_t *h = tp_layer_norm(t, "ln2", x, 1);
+    h = tp_gelu(t, "mlp/gelu", tp_zoo_gpt_linear_(t, "mlp/fc", h, C, 4 * C, 0.02f), 1);
+    x = tp_add(t, "res2", x,
+               s_drop(t, "mlp/drop",
+                      tp_zoo_gpt_linear_(t, "mlp/proj", h, 4 * C, C, proj_std), drop));
+    tp_tower_pop_scope(t);
+    return x;
+}
+
 /* One pre-norm block: x + attn(ln1(x)), then + mlp(ln2(x)). mask NULL:
  * the fused attention (no dropout), else the decomposed one with it. */
 static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mask,
@@ -67,6 +85,11 @@ static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mas
     const int64_t D = C / H;
     tp_node_t *h = tp_layer_norm(t, "ln1", x, 1);
     tp_node_t *qkv = tp_zoo_gpt_linear_(t, "attn/qkv", h, C, 3 * C, 0.02f);
+    tp_node_t *y; /* [B,T,C], the heads side by side */
+    if (!mask) {  /* no dropout: the fused op on the packed qkv, no copies */
+        y = tp_attention_qkv(t, "attn/attention", qkv, (int)H, 1, 1.0f / sqrtf((float)D));
+        return s_block_end(t, x, y, C, proj_std, drop);
+    }
     /* q, k and v as heads, [B,H,T,D] each: qkv viewed as [B,T,3H,D],
      * one transpose to [B,3H,T,D], then cut along the heads (runs of
      * H T D floats): two copies, where cutting first and transposing each
@@ -82,31 +105,17 @@ static tp_node_t *s_block(tp_tower_t *t, int layer, tp_node_t *x, tp_node_t *mas
         return NULL;
     }
     tp_node_t *q = p[0], *k = p[1], *v = p[2];
-    tp_node_t *y;  /* [B,H,T,D] */
-    if (!mask) {   /* no dropout: the fused op */
-        y = tp_attention(t, "attn/attention", q, k, v, 1, 1.0f / sqrtf((float)D));
-    } else {
-        /* softmax(q k^T / sqrt(D) + mask) v: the mask is 0 on and below the
-         * diagonal, -1e9 above (a position sees itself and the past) */
-        tp_node_t *s = tp_scale(t, "attn/scores", tp_batch_matmul(t, "attn/qk", q, k, 0, 1),
-                                1.0f / sqrtf((float)D));
-        tp_node_t *att = tp_softmax(t, "attn/softmax", tp_add(t, "attn/masked", s, mask), -1);
-        att = s_drop(t, "attn/drop", att, drop);
-        y = tp_batch_matmul(t, "attn/av", att, v, 0, 0);
-    }
+    /* softmax(q k^T / sqrt(D) + mask) v: the mask is 0 on and below the
+     * diagonal, -1e9 above (a position sees itself and the past) */
+    tp_node_t *s = tp_scale(t, "attn/scores", tp_batch_matmul(t, "attn/qk", q, k, 0, 1),
+                            1.0f / sqrtf((float)D));
+    tp_node_t *att = tp_softmax(t, "attn/softmax", tp_add(t, "attn/masked", s, mask), -1);
+    att = s_drop(t, "attn/drop", att, drop);
+    y = tp_batch_matmul(t, "attn/av", att, v, 0, 0); /* [B,H,T,D] */
     static const int back[4] = {0, 2, 1, 3};
     int64_t merged[3] = {-1, T, C};
     y = tp_reshape(t, "attn/merge", tp_transpose(t, "attn/unheads", y, back), 3, merged);
-    x = tp_add(t, "res1", x,
-               s_drop(t, "attn/resid_drop",
-                      tp_zoo_gpt_linear_(t, "attn/proj", y, C, C, proj_std), drop));
-    h = tp_layer_norm(t, "ln2", x, 1);
-    h = tp_gelu(t, "mlp/gelu", tp_zoo_gpt_linear_(t, "mlp/fc", h, C, 4 * C, 0.02f), 1);
-    x = tp_add(t, "res2", x,
-               s_drop(t, "mlp/drop",
-                      tp_zoo_gpt_linear_(t, "mlp/proj", h, 4 * C, C, proj_std), drop));
-    tp_tower_pop_scope(t);
-    return x;
+    return s_block_end(t, x, y, C, proj_std, drop);
 }
 
 tp_status_t tp_zoo_gpt_build(tp_tower_t *t, tp_node_t *const *in, void *user) {

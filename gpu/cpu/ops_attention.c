@@ -16,7 +16,10 @@
  * max the same way (the same bits); it accumulates dV, dK (into the key
  * tile's rows) and dQ (into the query row) in a fixed order. A causal
  * mask is applied by not visiting the keys past the query (key tiles
- * past the diagonal are skipped whole).
+ * past the diagonal are skipped whole). The packed form (attr heads,
+ * tp_attention_qkv) is the same per head on strided views: an item's q,
+ * k and v rows (and their gradients) are read and written in the one
+ * [...,T,3C] input at a stride of 3C, its y and dy at C (s_geom_t).
  *
  * Determinism: every item is computed by one thread from its own inputs
  * in one fixed order, so the bits do not depend on the thread count. The
@@ -71,6 +74,17 @@ typedef struct {
     const tp_op_call_t *c;
     size_t items;          /* the product of the leading dims */
     int64_t tq, tk, d;
+    /* where an item's rows lie (the packed input's heads are strided
+     * views): item it is head it % nh of leading row it / nh; its q rows
+     * start at xq + (it / nh) bq + (it % nh) d, k's and v's at xk and xv
+     * + (it / nh) bk + (it % nh) d, all ld floats apart (the gradients
+     * alike in dq, dk, dv), y's and dy's at (it / nh) bo + (it % nh) d,
+     * ldo apart. Three inputs: nh 1, ld = ldo = d, [T, d] blocks. */
+    int64_t nh, ld, ldo;
+    size_t bq, bk, bo;
+    const float *xq, *xk, *xv;
+    float *dq, *dk, *dv;   /* NULL: not asked */
+    int accq, acck, accv;  /* dx_acc of each */
     float scale;
     int causal;
     int wide;              /* the products through s_wide (s_pick_wide) */
@@ -112,8 +126,42 @@ static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
     for (int i = 0; i < r - 2; i++)
         g->items *= (size_t)qs->d[i];
     g->tq = qs->d[r - 2];
-    g->tk = c->xshape[1].d[r - 2];
-    g->d = qs->d[r - 1];
+    if (c->attr->heads > 0) { /* one packed [...,T,3C] input (tp_attention_qkv) */
+        const int64_t cw = qs->d[r - 1] / 3;
+        g->nh = c->attr->heads;
+        g->items *= (size_t)g->nh;
+        g->tk = g->tq;
+        g->d = cw / g->nh;
+        g->ld = 3 * cw;
+        g->ldo = cw;
+        g->bq = g->bk = (size_t)(g->tq * 3 * cw);
+        g->bo = (size_t)(g->tq * cw);
+        const float *x = c->x ? c->x[0] : NULL;
+        float *dx = c->dx ? c->dx[0] : NULL;
+        g->xq = x;
+        g->xk = x ? x + cw : NULL;
+        g->xv = x ? x + 2 * cw : NULL;
+        g->dq = dx;
+        g->dk = dx ? dx + cw : NULL;
+        g->dv = dx ? dx + 2 * cw : NULL;
+        g->accq = g->acck = g->accv = c->dx_acc ? c->dx_acc[0] : 0;
+    } else {
+        g->nh = 1;
+        g->tk = c->xshape[1].d[r - 2];
+        g->d = qs->d[r - 1];
+        g->ld = g->ldo = g->d;
+        g->bq = g->bo = (size_t)(g->tq * g->d);
+        g->bk = (size_t)(g->tk * g->d);
+        g->xq = c->x ? c->x[0] : NULL;
+        g->xk = c->x ? c->x[1] : NULL;
+        g->xv = c->x ? c->x[2] : NULL;
+        g->dq = c->dx ? c->dx[0] : NULL;
+        g->dk = c->dx ? c->dx[1] : NULL;
+        g->dv = c->dx ? c->dx[2] : NULL;
+        g->accq = c->dx_acc ? c->dx_acc[0] : 0;
+        g->acck = c->dx_acc ? c->dx_acc[1] : 0;
+        g->accv = c->dx_acc ? c->dx_acc[2] : 0;
+    }
     g->scale = c->attr->alpha;
     g->causal = c->attr->beta != 0.0f;
     g->wide = s_pick_wide();
@@ -136,6 +184,21 @@ static void s_geom(const tp_op_call_t *c, s_geom_t *g) {
     g->mrun = ws ? ws + 2 * rows : NULL;
     g->scratch = ws ? ws + 3 * rows : NULL;
     g->stash = ws && g->spi ? g->scratch + g->items * g->per : NULL;
+}
+
+/* where item it's rows start in a tensor of blk floats a leading row */
+static inline size_t s_at(const s_geom_t *g, size_t it, size_t blk) {
+    return it / (size_t)g->nh * blk + it % (size_t)g->nh * (size_t)g->d;
+}
+
+/* rows x d floats, rows ld apart, set to 0 */
+static void s_clear_rows(float *p, int64_t rows, int64_t d, int64_t ld) {
+    if (ld == d) {
+        memset(p, 0, (size_t)(rows * d) * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < rows; i++)
+        memset(p + i * ld, 0, (size_t)d * sizeof(float));
 }
 
 size_t tp_cpu_attention_workspace(const tp_op_call_t *c) {
@@ -173,21 +236,22 @@ static inline void s_transpose8(const float *restrict src, int64_t ls, float *re
     }
 }
 
-/* kt[d][j] = k[j0 + j][d] for j < nk: a key tile with the keys
- * contiguous, zeros after them up to a multiple of 16 keys (the scores'
- * blocks of 16 then need no scalar edge). In 8 x 8 blocks where both
- * counts allow (the strided scalar reads were 7-14% of the kernel). */
-static inline void s_transpose(const float *restrict k, int64_t d, int64_t nk,
+/* kt[d][j] = k[j0 + j][d] for j < nk (k's rows ld floats apart): a key
+ * tile with the keys contiguous, zeros after them up to a multiple of 16
+ * keys (the scores' blocks of 16 then need no scalar edge). In 8 x 8
+ * blocks where both counts allow (the strided scalar reads were 7-14% of
+ * the kernel). */
+static inline void s_transpose(const float *restrict k, int64_t ld, int64_t d, int64_t nk,
                                float *restrict kt) {
     const int64_t pad = (nk + 15) & ~(int64_t)15;
     const int64_t nk8 = nk & ~(int64_t)7, d8 = d & ~(int64_t)7;
     for (int64_t j = 0; j < nk8; j += 8)
         for (int64_t e = 0; e < d8; e += 8)
-            s_transpose8(k + j * d + e, d, kt + e * S_BK + j, S_BK);
+            s_transpose8(k + j * ld + e, ld, kt + e * S_BK + j, S_BK);
     for (int64_t e = 0; e < d; e++) { /* the edges: written in rows */
         float *restrict row = kt + e * S_BK;
         for (int64_t j = e < d8 ? nk8 : 0; j < nk; j++)
-            row[j] = k[j * d + e];
+            row[j] = k[j * ld + e];
         for (int64_t j = nk; j < pad; j++)
             row[j] = 0.0f;
     }
@@ -361,51 +425,53 @@ static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
 }
 
 /* scores[r][j] = a_r . k_j of a query tile's nq rows (a: q or dO, [nq,
- * d]) against the transposed key tile bt (k or v, s_transpose's), in
+ * d], rows lda apart) against the transposed key tile bt (k or v, s_transpose's), in
  * blocks of 16 columns up to the last some row of a 4-row block sees; the
  * others are left as they were. The scale
  * comes after, in the softmax's pass, the same in the forward and the
  * backward. */
 static inline __attribute__((always_inline)) void
-s_tile_scores(int wide, const float *restrict a, const float *restrict bt, int64_t d, int64_t nq,
-              int64_t nk, int64_t i0, int64_t j0, int causal, float *restrict scores) {
+s_tile_scores(int wide, const float *restrict a, int64_t lda, const float *restrict bt, int64_t d,
+              int64_t nq, int64_t nk, int64_t i0, int64_t j0, int causal, float *restrict scores) {
     for (int64_t rb = 0; rb < nq; rb += 4) {
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         /* whole blocks of 16: the columns past the keys are zeros in bt */
         const int64_t ncols = s_visible(causal, i0 + rb + rows - 1, j0, nk);
-        s_rows_product(wide, scores + rb * S_BK, S_BK, a + rb * d, d, 1, bt, S_BK, 0, d, 0,
+        s_rows_product(wide, scores + rb * S_BK, S_BK, a + rb * lda, lda, 1, bt, S_BK, 0, d, 0,
                        rows, (ncols + 15) & ~(int64_t)15);
     }
 }
 
-/* out[nq][d] += w[nq][nk] rows[nk][d]: each 4-row block only over the keys
- * it sees (w is 0 past a row's own). */
+/* out[nq][d] += w[nq][nk] rows[nk][d] (out's rows ldo floats apart,
+ * rows' ldr): each 4-row block only over the keys it sees (w is 0 past a
+ * row's own). */
 static inline __attribute__((always_inline)) void
-s_tile_rows(int wide, int acc, float *restrict out, const float *restrict w,
-            const float *restrict rows_, int64_t d, int64_t nq, int64_t nk, int64_t i0,
-            int64_t j0, int causal) {
+s_tile_rows(int wide, int acc, float *restrict out, int64_t ldo, const float *restrict w,
+            const float *restrict rows_, int64_t ldr, int64_t d, int64_t nq, int64_t nk,
+            int64_t i0, int64_t j0, int causal) {
     for (int64_t rb = 0; rb < nq; rb += 4) {
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         const int64_t kh = s_visible(causal, i0 + rb + rows - 1, j0, nk);
-        s_rows_product(wide, out + rb * d, d, w + rb * S_BK, S_BK, 1, rows_, d, 0, kh, acc,
-                       rows, d);
+        s_rows_product(wide, out + rb * ldo, ldo, w + rb * S_BK, S_BK, 1, rows_, ldr, 0, kh,
+                       acc, rows, d);
     }
 }
 
 /* out[nk][d] += w^T[nk][nq] rows[nq][d] (dV from P and dO, dK from dS and
- * q): each 4-key block only over the queries that see it. */
+ * q; out's rows ldo floats apart, rows' ldr): each 4-key block only over
+ * the queries that see it. */
 static inline __attribute__((always_inline)) void
-s_tile_cols(int wide, int acc, float *restrict out, const float *restrict w,
-            const float *restrict rows_, int64_t d, int64_t nq, int64_t nk, int64_t i0,
-            int64_t j0, int causal) {
+s_tile_cols(int wide, int acc, float *restrict out, int64_t ldo, const float *restrict w,
+            const float *restrict rows_, int64_t ldr, int64_t d, int64_t nq, int64_t nk,
+            int64_t i0, int64_t j0, int causal) {
     for (int64_t kb = 0; kb < nk; kb += 4) {
         const int64_t keys = nk - kb < 4 ? nk - kb : 4;
         int64_t lo = causal ? j0 + kb - i0 : 0;
         lo = lo < 0 ? 0 : lo;
         if (lo >= nq)
             continue;
-        s_rows_product(wide, out + kb * d, d, w + kb, 1, S_BK, rows_, d, lo, nq, acc, keys,
-                       d);
+        s_rows_product(wide, out + kb * ldo, ldo, w + kb, 1, S_BK, rows_, ldr, lo, nq, acc,
+                       keys, d);
     }
 }
 
@@ -454,11 +520,12 @@ static inline __attribute__((always_inline)) void s_exp_rows(float *out, const f
  * place): each row's max m and sum l (the item's [tq] rows, at query i0)
  * updated, P = e^(s - m) written into the stash's row where there is one
  * (st, with the row's m into smax: the backward's e^(s - m)), else in
- * place, 0 past the row's keys up to nk, and its output row (o, [tq, d])
- * rescaled when the max grows. */
+ * place, 0 past the row's keys up to nk, and its output row (o, [tq, d],
+ * rows ldo floats apart) rescaled when the max grows. */
 static inline __attribute__((always_inline)) void
 s_softmax_rows(float *pt, float *st, float *smax, int64_t nq, int64_t i0, int64_t j0,
-               int64_t nk, int causal, float scale, float *m, float *l, float *o, int64_t d) {
+               int64_t nk, int causal, float scale, float *m, float *l, float *o, int64_t ldo,
+               int64_t d) {
     for (int64_t r = 0; r < nq; r++) {
         float *restrict prow = pt + r * S_BK;
         const int64_t i = i0 + r, lim = s_visible(causal, i, j0, nk);
@@ -472,7 +539,7 @@ s_softmax_rows(float *pt, float *st, float *smax, int64_t nq, int64_t i0, int64_
             s_exp_rows(prow_out, prow, lim, mx);
             l[i] = l[i] * alpha + tp_cpu_sum8(prow_out, (size_t)lim);
             m[i] = mx;
-            float *restrict orow = o + i * d;
+            float *restrict orow = o + i * ldo;
             if (alpha != 1.0f && j0 > 0)
                 for (int64_t e = 0; e < d; e++)
                     orow[e] *= alpha;
@@ -642,7 +709,7 @@ s_wide_exp_diff(float *out, const float *a, const float *b, int64_t n) {
 static S_WIDE_TARGET __attribute__((noinline)) void
 s_softmax_rows_wide(float *pt, float *st, float *smax, int64_t nq, int64_t i0, int64_t j0,
                     int64_t nk, int causal, float scale, float *m, float *l, float *o,
-                    int64_t d) {
+                    int64_t ldo, int64_t d) {
     float mx[S_BQ], alpha[S_BQ];
     for (int64_t r = 0; r < nq; r++)
         mx[r] = s_wide_scale_max(pt + r * S_BK, s_visible(causal, i0 + r, j0, nk), scale,
@@ -657,7 +724,7 @@ s_softmax_rows_wide(float *pt, float *st, float *smax, int64_t nq, int64_t i0, i
             const float sum = s_wide_exp_sum(prow_out, prow, lim, nk, mx[r]);
             l[i] = l[i] * alpha[r] + sum;
             m[i] = mx[r];
-            float *restrict orow = o + i * d;
+            float *restrict orow = o + i * ldo;
             if (alpha[r] != 1.0f && j0 > 0)
                 for (int64_t e = 0; e < d; e++)
                     orow[e] *= alpha[r];
@@ -732,10 +799,11 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
     const int64_t tq = g->tq, tk = g->tk, d = g->d;
     const int causal = g->causal;
     const float scale = g->scale;
-    const float *q = (const float *)c->x[0] + it * (size_t)(tq * d);
-    const float *k = (const float *)c->x[1] + it * (size_t)(tk * d);
-    const float *v = (const float *)c->x[2] + it * (size_t)(tk * d);
-    float *o = (float *)c->y + it * (size_t)(tq * d);
+    const int64_t ld = g->ld, ldo = g->ldo;
+    const float *q = g->xq + s_at(g, it, g->bq);
+    const float *k = g->xk + s_at(g, it, g->bk);
+    const float *v = g->xv + s_at(g, it, g->bk);
+    float *o = (float *)c->y + s_at(g, it, g->bo);
     float *lse = g->lse + it * (size_t)tq;
     /* [tq] running max (becomes the log-sum-exp) and running sum */
     float *m = lse, *l = g->dot + it * (size_t)tq;
@@ -751,11 +819,11 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
      * same bits as a clear, without writing o twice) */
     for (int64_t j0 = 0; j0 < tk; j0 += S_BK) {
         const int64_t nk = tk - j0 < S_BK ? tk - j0 : S_BK;
-        s_transpose(k + j0 * d, d, nk, kt);
+        s_transpose(k + j0 * ld, ld, d, nk, kt);
         /* causal: the query tiles that reach this key tile (Tq = Tk) */
         for (int64_t i0 = causal ? j0 : 0; i0 < tq; i0 += S_BQ) {
             const int64_t nq = tq - i0 < S_BQ ? tq - i0 : S_BQ;
-            s_tile_scores(g->wide, q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+            s_tile_scores(g->wide, q + i0 * ld, ld, kt, d, nq, nk, i0, j0, causal, pt);
             const size_t pair = s_pair(causal, nqt, j0 / S_BK, i0 / S_BQ);
             float *st = stash ? stash + pair * S_BQ * S_BK : NULL;
             float *smax = stash ? stash + g->smax + pair * S_BQ : NULL;
@@ -763,16 +831,17 @@ S_CLONES static void s_forward_item(const s_geom_t *g, size_t it, float *scratch
              * its output row rescaled when the max grows */
 #ifdef S_WIDE
             if (g->wide)
-                s_softmax_rows_wide(pt, st, smax, nq, i0, j0, nk, causal, scale, m, l, o, d);
+                s_softmax_rows_wide(pt, st, smax, nq, i0, j0, nk, causal, scale, m, l, o, ldo,
+                                    d);
             else
 #endif
-                s_softmax_rows(pt, st, smax, nq, i0, j0, nk, causal, scale, m, l, o, d);
-            s_tile_rows(g->wide, j0 > 0, o + i0 * d, st ? st : pt, v + j0 * d, d, nq, nk, i0, j0,
-                        causal);
+                s_softmax_rows(pt, st, smax, nq, i0, j0, nk, causal, scale, m, l, o, ldo, d);
+            s_tile_rows(g->wide, j0 > 0, o + i0 * ldo, ldo, st ? st : pt, v + j0 * ld, ld, d, nq,
+                        nk, i0, j0, causal);
         }
     }
     for (int64_t i = 0; i < tq; i++) {
-        float *restrict orow = o + i * d;
+        float *restrict orow = o + i * ldo;
         const float inv = 1.0f / l[i];
         for (int64_t e = 0; e < d; e++)
             orow[e] *= inv;
@@ -800,16 +869,17 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
     const tp_op_call_t *c = g->c;
     const int64_t tq = g->tq, tk = g->tk, d = g->d;
     const int causal = g->causal;
-    const size_t oq = it * (size_t)(tq * d), ok = it * (size_t)(tk * d);
-    const float *q = (const float *)c->x[0] + oq;
-    const float *k = (const float *)c->x[1] + ok;
-    const float *v = (const float *)c->x[2] + ok;
-    const float *o = (const float *)c->y + oq, *dout = c->dy + oq;
+    const int64_t ld = g->ld, ldo = g->ldo;
+    const size_t oq = s_at(g, it, g->bq), ok = s_at(g, it, g->bk), oo = s_at(g, it, g->bo);
+    const float *q = g->xq + oq;
+    const float *k = g->xk + ok;
+    const float *v = g->xv + ok;
+    const float *o = (const float *)c->y + oo, *dout = c->dy + oo;
     const float *lse = g->lse + it * (size_t)tq;
     float *dot = g->dot + it * (size_t)tq;
-    float *dq = c->dx[0] ? c->dx[0] + oq : NULL;
-    float *dk = c->dx[1] ? c->dx[1] + ok : NULL;
-    float *dv = c->dx[2] ? c->dx[2] + ok : NULL;
+    float *dq = g->dq ? g->dq + oq : NULL;
+    float *dk = g->dk ? g->dk + ok : NULL;
+    float *dv = g->dv ? g->dv + ok : NULL;
     /* the key tile and v's, transposed; the query tile's P and dS */
     float *kt = scratch, *vt = kt + d * S_BK, *pt = vt + d * S_BK, *dst = pt + S_BQ * S_BK;
     const float *stash = g->stash ? g->stash + it * g->spi : NULL;
@@ -826,21 +896,22 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
      * of their key tile, which reaches every key of it), the same bits as
      * a clear and adding, one write fewer. Two inputs may be one node (q =
      * k), the second then adding into the first's buffer: such a buffer is
-     * cleared, every clear before any sum. */
+     * cleared, every clear before any sum. (The packed input's three are
+     * disjoint columns of one buffer: each its own.) */
     const int own_q = dq && dq != dk && dq != dv, own_k = dk && dk != dq && dk != dv;
     const int own_v = dv && dv != dq && dv != dk;
-    const int fresh_q = own_q && !c->dx_acc[0], fresh_k = own_k && !c->dx_acc[1];
-    const int fresh_v = own_v && !c->dx_acc[2];
-    if (dq && !c->dx_acc[0] && !fresh_q)
-        memset(dq, 0, (size_t)(tq * d) * sizeof(float));
-    if (dk && !c->dx_acc[1] && !fresh_k)
-        memset(dk, 0, (size_t)(tk * d) * sizeof(float));
-    if (dv && !c->dx_acc[2] && !fresh_v)
-        memset(dv, 0, (size_t)(tk * d) * sizeof(float));
+    const int fresh_q = own_q && !g->accq, fresh_k = own_k && !g->acck;
+    const int fresh_v = own_v && !g->accv;
+    if (dq && !g->accq && !fresh_q)
+        s_clear_rows(dq, tq, d, ld);
+    if (dk && !g->acck && !fresh_k)
+        s_clear_rows(dk, tk, d, ld);
+    if (dv && !g->accv && !fresh_v)
+        s_clear_rows(dv, tk, d, ld);
     /* rowsum(dO O) in 16 lanes, added in a fixed order (one chain of d
      * dependent adds a row was ~1 ms a GPT step) */
     for (int64_t i = 0; i < tq; i++) {
-        const float *restrict dr = dout + i * d, *restrict orow = o + i * d;
+        const float *restrict dr = dout + i * ldo, *restrict orow = o + i * ldo;
         float lane[16] = {0};
         int64_t e = 0;
         for (; e + 16 <= d; e += 16)
@@ -857,9 +928,9 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
     for (int64_t j0 = 0; j0 < tk; j0 += S_BK) {
         const int64_t nk = tk - j0 < S_BK ? tk - j0 : S_BK;
         if (!stash)
-            s_transpose(k + j0 * d, d, nk, kt);
+            s_transpose(k + j0 * ld, ld, d, nk, kt);
         if (need_ds)
-            s_transpose(v + j0 * d, d, nk, vt);
+            s_transpose(v + j0 * ld, ld, d, nk, vt);
         /* causal: the query tiles that reach this key tile */
         const int64_t i0_first = causal ? j0 / S_BQ * S_BQ : 0;
         for (int64_t i0 = i0_first; i0 < tq; i0 += S_BQ) {
@@ -872,9 +943,10 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
             const float *st = stash ? stash + pair * S_BQ * S_BK : NULL;
             const float *smax = stash ? stash + g->smax + pair * S_BQ : NULL;
             if (!st)
-                s_tile_scores(g->wide, q + i0 * d, kt, d, nq, nk, i0, j0, causal, pt);
+                s_tile_scores(g->wide, q + i0 * ld, ld, kt, d, nq, nk, i0, j0, causal, pt);
             if (need_ds)
-                s_tile_scores(g->wide, dout + i0 * d, vt, d, nq, nk, i0, j0, causal, dst);
+                s_tile_scores(g->wide, dout + i0 * ldo, ldo, vt, d, nq, nk, i0, j0, causal,
+                              dst);
 #ifdef S_WIDE
             if (g->wide)
                 s_grad_rows_wide(pt, dst, st, smax, mrun, lse, dot, nq, i0, j0, nk, causal,
@@ -885,14 +957,14 @@ S_CLONES static void s_backward_item(const s_geom_t *g, size_t it, float *scratc
                             need_ds);
             const int first_i = i0 == i0_first; /* the key tile's first query tile */
             if (dv)
-                s_tile_cols(g->wide, !(fresh_v && first_i), dv + j0 * d, pt, dout + i0 * d, d,
-                            nq, nk, i0, j0, causal);
+                s_tile_cols(g->wide, !(fresh_v && first_i), dv + j0 * ld, ld, pt,
+                            dout + i0 * ldo, ldo, d, nq, nk, i0, j0, causal);
             if (dk)
-                s_tile_cols(g->wide, !(fresh_k && first_i), dk + j0 * d, dst, q + i0 * d, d, nq,
-                            nk, i0, j0, causal);
+                s_tile_cols(g->wide, !(fresh_k && first_i), dk + j0 * ld, ld, dst, q + i0 * ld, ld,
+                            d, nq, nk, i0, j0, causal);
             if (dq)
-                s_tile_rows(g->wide, !(fresh_q && j0 == 0), dq + i0 * d, dst, k + j0 * d, d, nq,
-                            nk, i0, j0, causal);
+                s_tile_rows(g->wide, !(fresh_q && j0 == 0), dq + i0 * ld, ld, dst, k + j0 * ld, ld,
+                            d, nq, nk, i0, j0, causal);
         }
     }
 }
@@ -908,7 +980,7 @@ tp_status_t tp_cpu_attention_backward(const tp_op_call_t *c) {
     s_geom_t g;
     s_geom(c, &g);
     TP_TRY(s_check_workspace(c));
-    if (!c->dx[0] && !c->dx[1] && !c->dx[2])
+    if (!g.dq && !g.dk && !g.dv)
         return TP_OK;
     tp_cpu_parallel(g.items, 1, 1, s_backward_range, &g);
     return TP_OK;

@@ -179,6 +179,7 @@ void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *o) {
     o->norm_axes = n->attr.norm_axes;
     o->norm_groups = n->attr.norm_groups;
     o->norm_absent = n->attr.norm_absent;
+    o->heads = n->attr.heads;
 }
 
 /* Record the tower's first error, naming the tower and node. */
@@ -2175,6 +2176,42 @@ tp_node_t *tp_attention(tp_tower_t *t, const char *name, tp_node_t *q,
     if (!(scale >= 0.0f && isfinite(scale)))
         FAIL(t, n, "scale %g: must be finite and >= 0 (0: 1/sqrt(D))", (double)scale);
     n->attr.alpha = scale > 0.0f ? scale : 1.0f / sqrtf((float)qs->d[r - 1]);
+    n->attr.beta = causal ? 1.0f : 0.0f;
+    return n;
+}
+
+/* The packed form: one input, the qkv projection's [...,T,3C] as it lies
+ * (q, k and v side by side in each row, each H heads of D = C/H), the
+ * output [...,T,C] with the heads side by side as the output projection
+ * reads them. The kernels read each head's rows at a stride of 3C and
+ * write its output and its gradients (into the qkv's gradient, whole) at
+ * C and 3C: no reshape, transpose or slice of the heads around the op,
+ * forward or backward, and the same arithmetic per head as tp_attention
+ * on the copies (docs/ops.md). */
+tp_node_t *tp_attention_qkv(tp_tower_t *t, const char *name, tp_node_t *qkv, int heads,
+                            int causal, float scale) {
+    tp_node_t *in[1] = {qkv};
+    tp_node_t *n = s_node(t, name, TP_OP_ATTENTION, 1, in);
+    if (!n)
+        return NULL;
+    if (!s_check_float(t, n, 0))
+        return s_drop_last(t);
+    char a[96];
+    const tp_shape_t *xs = &qkv->shape;
+    s_shape_str(xs, a, 96);
+    const int r = xs->ndim;
+    if (r < 2 || xs->d[r - 2] < 1 || xs->d[r - 1] < 3 || xs->d[r - 1] % 3)
+        FAIL(t, n, "qkv %s ('%s'): need [...,T,3C], q, k and v side by side in each row", a,
+             qkv->name);
+    const int64_t C = xs->d[r - 1] / 3;
+    if (heads < 1 || C % heads)
+        FAIL(t, n, "qkv %s ('%s'): %d heads do not divide its width C = %lld", a, qkv->name,
+             heads, (long long)C);
+    if (!(scale >= 0.0f && isfinite(scale)))
+        FAIL(t, n, "scale %g: must be finite and >= 0 (0: 1/sqrt(D))", (double)scale);
+    n->shape.d[r - 1] = C;
+    n->attr.heads = heads;
+    n->attr.alpha = scale > 0.0f ? scale : 1.0f / sqrtf((float)(C / heads));
     n->attr.beta = causal ? 1.0f : 0.0f;
     return n;
 }

@@ -113,6 +113,7 @@ typedef struct tp_node_attrs {
     int norm_axes;
     int norm_groups;
     int norm_absent;   /* the norms: bit 0 gamma NULL, bit 1 beta NULL */
+    int heads;         /* attention: 0 q, k, v apart; H the packed qkv's heads */
 } tp_node_attrs_t;
 void tp_node_attrs(const tp_node_t *n, tp_node_attrs_t *out);
 
@@ -473,6 +474,15 @@ tp_node_t *tp_instance_norm(tp_tower_t *t, const char *scope, tp_node_t *x);
  * whole. */
 tp_node_t *tp_attention(tp_tower_t *t, const char *name, tp_node_t *q,
                         tp_node_t *k, tp_node_t *v, int causal, float scale);
+/* The same from the packed qkv [...,T,3C] of one projection (q, k and v
+ * side by side in each row, each `heads` heads of D = C/heads, the
+ * layout of x W_qkv) -> [...,T,C], the heads side by side again: what
+ * tp_attention gives on the heads cut out as [...,H,T,D] and merged back,
+ * the same numbers, without those copies (the kernels read and write the
+ * heads where they lie, the gradient straight into qkv's). scale 0 means
+ * 1/sqrt(D). */
+tp_node_t *tp_attention_qkv(tp_tower_t *t, const char *name, tp_node_t *qkv, int heads,
+                            int causal, float scale);
 
 /* ---- models ------------------------------------------------------------- */
 

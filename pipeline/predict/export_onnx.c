@@ -782,28 +782,27 @@ static int s_emit_reduce(s_ex_t *ex, tp_node_t *x, const char *out, const char *
 /* Fused attention (TP_OP_ATTENTION) as the decomposed graph ONNX has:
  * MatMul(q, Transpose(k)), Mul by the scale, Add a [Tq,Tk] mask of 0 and
  * -1e9 above the diagonal when causal, Softmax over the last axis, MatMul
- * by v. (ONNX's Attention operator is opset 23.) 1 on success. */
-static int s_emit_attention(s_ex_t *ex, tp_node_t *x, const char *out,
-                            const char *const *in, const tp_node_attrs_t *a) {
+ * by v; q, k, v of rank r, into `out`. (ONNX's Attention operator is
+ * opset 23.) 1 on success. */
+static int s_emit_attention_core(s_ex_t *ex, const char *out, const char *q, const char *k,
+                                 const char *v, int r, int64_t tq, int64_t tk,
+                                 const tp_node_attrs_t *a) {
     char t1[700], t2[700], t3[700], t4[700], t5[700], c1[700];
-    const tp_shape_t *qs = tp_node_shape(tp_node_input(x, 0));
-    const tp_shape_t *ks = tp_node_shape(tp_node_input(x, 1));
-    const int r = qs->ndim;
-    int64_t perm[TP_MAX_DIMS];
+    int64_t perm[TP_MAX_DIMS + 1];
     for (int d = 0; d < r; d++)
         perm[d] = d;
     perm[r - 2] = r - 1;
     perm[r - 1] = r - 2;
     snprintf(t1, sizeof t1, "%s/k_t", out);
-    const char *ti[1] = {in[1]};
+    const char *ti[1] = {k};
     Onnx__NodeProto *n = s_node(ex, "Transpose", t1, 1, ti);
     if (!s_attr_ints(ex, n, "perm", perm, r))
         return 0;
     const char *s = s_step(ex, "Mul", out, "scores",
-                           s_step(ex, "MatMul", out, "qk", in[0], t1, t2, sizeof t2),
+                           s_step(ex, "MatMul", out, "qk", q, t1, t2, sizeof t2),
                            s_scalar(ex, out, "scale", a->alpha, c1, sizeof c1), t3, sizeof t3);
     if (s && a->beta != 0.0f) {
-        const int64_t tq = qs->d[r - 2], tk = ks->d[r - 2], dims[2] = {tq, tk};
+        const int64_t dims[2] = {tq, tk};
         float *m = s_new(ex, sizeof *m * (size_t)(tq * tk));
         if (!m)
             return 0;
@@ -823,8 +822,91 @@ static int s_emit_attention(s_ex_t *ex, tp_node_t *x, const char *out,
     n = s_node(ex, "Softmax", t4, 1, si);
     if (!s_attr_i(ex, n, "axis", -1))
         return 0;
-    const char *mi[2] = {t4, in[2]};
+    const char *mi[2] = {t4, v};
     return s_node(ex, "MatMul", out, 2, mi) != NULL;
+}
+
+/* The packed form (attr heads H, tp_attention_qkv): qkv [...,T,3C]
+ * reshaped to [...,T,3H,D], its T and head axes swapped, q, k and v
+ * sliced off as [...,H,T,D] each, the attention above, then the heads
+ * swapped back and merged to [...,T,C] (Reshape's 0 keeps a dim). */
+static int s_emit_attention_qkv(s_ex_t *ex, tp_node_t *x, const char *out,
+                                const char *const *in, const tp_node_attrs_t *a, int heads) {
+    char t1[700], t2[700], t3[700], t4[700], t5[700], b1[700], b2[700], b3[700], b4[700];
+    char qkv[3][700];
+    const tp_shape_t *xs = tp_node_shape(tp_node_input(x, 0));
+    const int r = xs->ndim; /* the heads' views have rank r + 1 */
+    const int64_t C = xs->d[r - 1] / 3, D = C / heads, T = xs->d[r - 2];
+    int64_t split[TP_MAX_DIMS + 1], perm[TP_MAX_DIMS + 1];
+    for (int d = 0; d < r - 1; d++)
+        split[d] = 0;
+    split[r - 1] = 3 * (int64_t)heads;
+    split[r] = D;
+    const int64_t sd[1] = {r + 1};
+    snprintf(t1, sizeof t1, "%s/heads_shape", out);
+    snprintf(t2, sizeof t2, "%s/heads_split", out);
+    const char *ri[2] = {in[0], t1};
+    if (!s_init(ex, t1, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, sd, split,
+                sizeof(int64_t) * (size_t)(r + 1)) ||
+        !s_node(ex, "Reshape", t2, 2, ri))
+        return 0;
+    for (int d = 0; d <= r; d++)
+        perm[d] = d;
+    perm[r - 2] = r - 1;
+    perm[r - 1] = r - 2;
+    snprintf(t3, sizeof t3, "%s/heads", out);
+    const char *hi[1] = {t2};
+    Onnx__NodeProto *n = s_node(ex, "Transpose", t3, 1, hi);
+    if (!s_attr_ints(ex, n, "perm", perm, r + 1))
+        return 0;
+    static const char *const part[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) { /* heads [i H, (i + 1) H) of axis r - 2 */
+        char what[16];
+        const int64_t st[1] = {(int64_t)i * heads}, en[1] = {(int64_t)(i + 1) * heads},
+                      ax[1] = {r - 2}, one[1] = {1};
+        snprintf(qkv[i], sizeof qkv[i], "%s/%s", out, part[i]);
+        snprintf(what, sizeof what, "%s_starts", part[i]);
+        const char *s1 = s_ints(ex, out, what, st, 1, b1, sizeof b1);
+        snprintf(what, sizeof what, "%s_ends", part[i]);
+        const char *s2 = s_ints(ex, out, what, en, 1, b2, sizeof b2);
+        snprintf(what, sizeof what, "%s_axes", part[i]);
+        const char *s3 = s_ints(ex, out, what, ax, 1, b3, sizeof b3);
+        snprintf(what, sizeof what, "%s_steps", part[i]);
+        const char *s4 = s_ints(ex, out, what, one, 1, b4, sizeof b4);
+        const char *si[5] = {t3, s1, s2, s3, s4};
+        if (!s1 || !s2 || !s3 || !s4 || !s_node(ex, "Slice", qkv[i], 5, si))
+            return 0;
+    }
+    snprintf(t4, sizeof t4, "%s/attention", out);
+    if (!s_emit_attention_core(ex, t4, qkv[0], qkv[1], qkv[2], r + 1, T, T, a))
+        return 0;
+    snprintf(t5, sizeof t5, "%s/unheads", out);
+    const char *ui[1] = {t4};
+    n = s_node(ex, "Transpose", t5, 1, ui);
+    if (!s_attr_ints(ex, n, "perm", perm, r + 1))
+        return 0;
+    int64_t merged[TP_MAX_DIMS];
+    for (int d = 0; d < r - 1; d++)
+        merged[d] = 0;
+    merged[r - 1] = C;
+    const int64_t md[1] = {r};
+    snprintf(t1, sizeof t1, "%s/merge_shape", out);
+    const char *mi[2] = {t5, t1};
+    return s_init(ex, t1, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, md, merged,
+                  sizeof(int64_t) * (size_t)r) &&
+           s_node(ex, "Reshape", out, 2, mi) != NULL;
+}
+
+/* TP_OP_ATTENTION: three inputs, or the packed one */
+static int s_emit_attention(s_ex_t *ex, tp_node_t *x, const char *out,
+                            const char *const *in, const tp_node_attrs_t *a) {
+    if (a->heads > 0)
+        return s_emit_attention_qkv(ex, x, out, in, a, a->heads);
+    const tp_shape_t *qs = tp_node_shape(tp_node_input(x, 0));
+    const tp_shape_t *ks = tp_node_shape(tp_node_input(x, 1));
+    const int r = qs->ndim;
+    return s_emit_attention_core(ex, out, in[0], in[1], in[2], r, qs->d[r - 2], ks->d[r - 2],
+                                 a);
 }
 
 /* One op node into ONNX nodes; *ok 0 on failure (with the error set). */

@@ -36,6 +36,8 @@ typedef struct {
     /* the norms: attr.norm_absent (bit 0 no gamma, bit 1 no beta); the
      * inputs are then x and the parameters present */
     int absent;
+    /* attention: the packed form's heads (attr.heads; one [...,T,3C] input) */
+    int heads;
 } op_case_t;
 
 /* Gradients that are sums (broadcast, repeated gather rows): torch adds
@@ -132,6 +134,12 @@ typedef struct {
 #define OP_ATTN_ROW(nm, scale, causal, nd_, dq, dk)                             \
     {nm, TP_OP_ATTENTION, scale, causal, 3, {nd_, nd_, nd_}, {dq, dk, dk}, {-2, -2, -2}, \
      {2, 2, 2}, 1e-5f, 1e-4f, 0}
+
+/* The packed form (tp_attention_qkv): qkv of shape dx [...,T,3C], H heads */
+#define OP_ATTN_QKV_ROW(nm, scale, causal, heads_, nd_, dx)                      \
+    {.label = nm, .kind = TP_OP_ATTENTION, .alpha = scale, .beta = causal, .ninputs = 1, \
+     .nd = {nd_}, .d = {dx}, .lo = {-2}, .hi = {2}, .atol = 1e-5f, .rtol = 1e-4f,       \
+     .heads = heads_}
 
 static const op_case_t op_cases[] = {
     OP_BINARY_ROWS("add", TP_OP_ADD, -1, 1, -1, 1, 1e-6f, 1e-5f),
@@ -345,6 +353,12 @@ static const op_case_t op_cases[] = {
     OP_ATTN_ROW("attention_rank3_causal", 0.5f, 1, 3, OPV(3, 20, 4), OPV(3, 20, 4)),
     OP_ATTN_ROW("attention_causal_d40", 0.15811388f, 1, 4, OPV(1, 2, 90, 40), OPV(1, 2, 90, 40)),
     OP_ATTN_ROW("attention_full_d64", 0.125f, 0, 4, OPV(1, 1, 33, 64), OPV(1, 1, 33, 64)),
+    /* the packed form: heads read at a stride of 3C in place, the output
+     * and qkv's gradient written at C and 3C; one tile, three tiles with
+     * D 24 (off the 16-column blocks), rank 4 not causal */
+    OP_ATTN_QKV_ROW("attention_packed_causal", 0.35355339f, 1, 2, 3, OPV(2, 17, 48)),
+    OP_ATTN_QKV_ROW("attention_packed_tiles", 0.20412415f, 1, 3, 3, OPV(1, 150, 216)),
+    OP_ATTN_QKV_ROW("attention_packed_full_rank4", 0.5f, 0, 2, 4, OPV(2, 2, 9, 24)),
 };
 #pragma GCC diagnostic pop
 
@@ -437,8 +451,12 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
             o.d[j] = k->d[0][j];
         return o;
     }
-    if (k->kind == TP_OP_ATTENTION) /* q's shape */
-        return op_case_in(k, 0);
+    if (k->kind == TP_OP_ATTENTION) { /* q's shape; the packed form's C of 3C */
+        o = op_case_in(k, 0);
+        if (k->heads > 0)
+            o.d[o.ndim - 1] /= 3;
+        return o;
+    }
     if (k->kind == TP_OP_BATCH_MATMUL) {
         /* a 1-d operand counts as rank 2 and its dim of 1 is dropped */
         const int ra = k->nd[0], rb = k->nd[1];
@@ -476,6 +494,7 @@ static inline tp_shape_t op_case_out(const op_case_t *k) {
 static inline void op_case_attr(const op_case_t *k, tp_op_attr_t *a) {
     a->alpha = k->alpha;
     a->beta = k->beta;
+    a->heads = k->heads; /* the packed attention */
     a->axes = op_case_axes(k); /* the reduce family */
     switch (k->kind) {
     case TP_OP_BATCH_MATMUL:

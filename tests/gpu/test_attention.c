@@ -141,6 +141,150 @@ Test(attention, full_through_the_graph_matches_the_decomposed_form) { s_graph_ca
 /* q and k one node: its gradient is the sum of both roles' */
 Test(attention, q_and_k_one_node_sums_both_gradients) { s_graph_case(1, 1); }
 
+/* ---- the packed form: tp_attention_qkv against the heads cut out ----------
+ * qkv [B,T,3C] as one projection writes it: the packed op reads each
+ * head's rows in place (strides of 3C, its output and gradients at C and
+ * 3C); the three-input op on the heads cut out (reshape, transpose,
+ * split) and merged back does the same arithmetic per head on copies, so
+ * the cost and qkv's gradient are the same bits. T 150 (three tiles), D
+ * 24 (off the 8 x 8 transposes' and the 16-column blocks' multiples), 3
+ * heads; causal and not, with the products AVX-512's and portable. */
+
+enum { PB = 2, PT = 150, PH = 3, PD = 24, PC = PH * PD };
+
+static tp_status_t s_build_packed(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    const int *c = user; /* {packed, causal} */
+    (void)in;
+    int64_t s[3] = {PB, PT, 3 * PC};
+    tp_node_t *qkv = tp_variable(t, "qkv", 3, s, (tp_init_t){TP_INIT_NORMAL, 1.0f},
+                                 TP_VAR_TRAINABLE);
+    tp_node_t *y;
+    if (c[0]) {
+        y = tp_attention_qkv(t, "att", qkv, PH, c[1], 0.0f);
+    } else {
+        int64_t hs[4] = {PB, PT, 3 * PH, PD}, sizes[3] = {PH, PH, PH}, ms[3] = {PB, PT, PC};
+        static const int perm[4] = {0, 2, 1, 3};
+        tp_node_t *p[3] = {NULL, NULL, NULL};
+        tp_node_t *heads = tp_transpose(t, "heads", tp_reshape(t, "split", qkv, 4, hs), perm);
+        cr_assert_eq(tp_split(t, "parts", heads, 1, 3, sizes, p), TP_OK, "%s", tp_last_error());
+        y = tp_attention(t, "att", p[0], p[1], p[2], c[1], 0.0f);
+        y = tp_reshape(t, "merge", tp_transpose(t, "unheads", y, perm), 3, ms);
+    }
+    cr_assert_not_null(y, "%s", tp_last_error());
+    float *w = malloc(PB * PT * PC * sizeof *w);
+    cr_assert_not_null(w);
+    uint64_t seed = 5;
+    for (int i = 0; i < PB * PT * PC; i++)
+        w[i] = s_rand(&seed);
+    int64_t ys[3] = {PB, PT, PC};
+    tp_node_t *wc = tp_constant(t, "w", 3, ys, w);
+    free(w);
+    return tp_tower_set_cost(t, tp_reduce_sum(t, "cost", tp_mul(t, "weighted", y, wc), 0,
+                                              NULL, 0));
+}
+
+/* the cost and qkv's gradient (*g, PB PT 3PC floats, the caller frees) */
+static float s_packed_run(int packed, int causal, float **g) {
+    int c[2] = {packed, causal};
+    tp_input_desc_t desc = {"unused", TP_FLOAT32, 2, {-1, 1}};
+    tp_model_desc_t md = {&desc, 1, s_build_packed, s_opt, c};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 1;
+    cfg.seed = 13;
+    cfg.threads = 2;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    float x = 0.0f;
+    int64_t xs[2] = {1, 1};
+    tp_tensor_t in;
+    tp_tensor_init_wrap(&in, TP_FLOAT32, 2, xs, &x, NULL, NULL);
+    tp_run_opts_t ro = {.stages = TP_RUN_GRADIENTS};
+    cr_assert_eq(tp_model_run(m, 0, &in, 1, NULL, 0, &ro), TP_OK, "%s", tp_last_error());
+    tp_tensor_t v;
+    cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
+    const float cost = *(const float *)v.data;
+    const size_t n = (size_t)PB * PT * 3 * PC;
+    *g = malloc(n * sizeof(float));
+    cr_assert_not_null(*g);
+    cr_assert_eq(tp_model_grad(m, 0, "qkv", &v), TP_OK, "%s", tp_last_error());
+    memcpy(*g, v.data, n * sizeof(float));
+    tp_model_destroy(&m);
+    return cost;
+}
+
+static void s_packed_case(int causal, const char *isa) {
+    char *old = getenv("TP_ISA") ? strdup(getenv("TP_ISA")) : NULL;
+    if (isa)
+        setenv("TP_ISA", isa, 1);
+    float *gp, *gc;
+    const float cp = s_packed_run(1, causal, &gp), cc = s_packed_run(0, causal, &gc);
+    if (old)
+        setenv("TP_ISA", old, 1);
+    else
+        unsetenv("TP_ISA");
+    free(old);
+    cr_expect_eq(memcmp(&cp, &cc, sizeof cp), 0, "cost: packed %.9g, heads cut out %.9g",
+                 (double)cp, (double)cc);
+    const size_t n = (size_t)PB * PT * 3 * PC;
+    double mag = 0;
+    for (size_t i = 0; i < n; i++) {
+        mag += fabs(gc[i]);
+        if (memcmp(&gp[i], &gc[i], sizeof(float)))
+            cr_assert_fail("qkv's gradient [%zu] (row %zu, column %zu): packed %.9g, heads "
+                           "cut out %.9g", i, i / (3 * PC), i % (3 * PC), (double)gp[i],
+                           (double)gc[i]);
+    }
+    cr_assert_gt(mag, 1.0, "the gradients are not all zero");
+    free(gp);
+    free(gc);
+}
+
+Test(attention, packed_qkv_gives_the_heads_cut_outs_bits_causal) { s_packed_case(1, NULL); }
+Test(attention, packed_qkv_gives_the_heads_cut_outs_bits_full) { s_packed_case(0, NULL); }
+Test(attention, packed_qkv_gives_the_heads_cut_outs_bits_portable) { s_packed_case(1, "avx2"); }
+
+/* The packed builder's errors name the node, the input and what is wrong. */
+typedef struct {
+    int64_t width;
+    int heads;
+} bad_packed_t;
+
+static tp_status_t s_build_bad_packed(tp_tower_t *t, tp_node_t *const *in, void *user) {
+    const bad_packed_t *c = user;
+    (void)in;
+    int64_t s[3] = {2, 8, c->width};
+    tp_node_t *x = tp_variable(t, "x", 3, s, (tp_init_t){TP_INIT_NORMAL, 1.0f},
+                               TP_VAR_TRAINABLE);
+    tp_node_t *y = tp_attention_qkv(t, "att", x, c->heads, 1, 0.0f);
+    return tp_tower_set_cost(t, tp_reduce_sum(t, "cost", y, 0, NULL, 0));
+}
+
+static void s_expect_packed(bad_packed_t c, const char *const *parts) {
+    tp_input_desc_t desc = {"unused", TP_FLOAT32, 2, {-1, 1}};
+    tp_model_desc_t md = {&desc, 1, s_build_bad_packed, s_opt, &c};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 1;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    if (!parts) {
+        cr_expect_not_null(m, "%s", tp_last_error());
+        tp_model_destroy(&m);
+        return;
+    }
+    cr_assert_null(m);
+    for (int i = 0; parts[i]; i++)
+        cr_expect(strstr(tp_last_error(), parts[i]), "'%s' not in: %s", parts[i],
+                  tp_last_error());
+}
+
+Test(attention, packed_qkv_shape_errors_name_the_node_and_the_heads) {
+    const char *heads[] = {"'att'", "[2,8,30]", "4 heads do not divide its width C = 10",
+                           NULL};
+    s_expect_packed((bad_packed_t){30, 4}, heads);
+    const char *width[] = {"'att'", "[2,8,31]", "need [...,T,3C]", NULL};
+    s_expect_packed((bad_packed_t){31, 1}, width);
+    s_expect_packed((bad_packed_t){30, 5}, NULL); /* C 10, 5 heads of 2 */
+}
+
 /* ---- the kernel: the same bits at any thread count ----------------------- */
 
 enum { KB = 3, KH = 4, KT = 130, KD = 24 };

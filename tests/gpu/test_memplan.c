@@ -173,16 +173,18 @@ Test(memplan, gpt_trains_bit_for_bit_as_without_reuse, .timeout = 300) {
     s_same("gpt", &md, 1, 2, 2, 2);
 }
 
-/* A reshape is its input's only consumer in the GPT (the qkv linear's
- * output viewed as heads, the heads merged back): the input's gradient
- * is the reshape's own buffer, so the reshape's backward copies nothing
- * (model.c's s_plan_aliases; it copied 0.5 ms a step at batch 4). The
- * numbers through it are gpt_trains_bit_for_bit_as_without_reuse's and
- * the GPT's torch parity. */
+/* A reshape is its input's only consumer in the GPT with dropout (the
+ * decomposed attention's: the qkv linear's output viewed as heads, the
+ * heads merged back; without dropout tp_attention_qkv reads the qkv in
+ * place and there are none): the input's gradient is the reshape's own
+ * buffer, so the reshape's backward copies nothing (model.c's
+ * s_plan_aliases; it copied 0.5 ms a step at batch 4). The numbers
+ * through it are gpt_trains_bit_for_bit_as_without_reuse's and the GPT's
+ * torch parity. */
 Test(memplan, gpt_reshapes_share_their_inputs_gradient, .timeout = 300) {
     tp_input_desc_t in[2];
     cr_assert_eq(tp_zoo_gpt_inputs(16, in), TP_OK);
-    tp_zoo_gpt_options_t o = {.layers = 2, .heads = 2, .embed = 32};
+    tp_zoo_gpt_options_t o = {.layers = 2, .heads = 2, .embed = 32, .dropout = 0.1f};
     tp_model_desc_t md = {in, 2, tp_zoo_gpt_build, s_adamw, &o};
     tp_model_t *m = s_model(&md, 1, 1, 4);
     tp_tower_t *t = tp_model_tower_(m, 0);

@@ -535,6 +535,15 @@ static tp_node_t *c_attn_kv_params(tp_tower_t *t, tp_node_t *x) {
     int64_t s[4] = {N, 2, 3, 4};
     return tp_attention(t, NULL, x, s_param(t, "k", 4, s), s_param(t, "v", 4, s), 0, 0.0f);
 }
+/* the packed form (tp_attention_qkv): x [N,5,12] as q, k and v side by
+ * side, 2 heads of D 2, causal; x [N,2,4,18] as 3 heads of 2 over leading
+ * dims [N,2], full: every gradient into x's columns in place */
+static tp_node_t *c_attn_packed_causal(tp_tower_t *t, tp_node_t *x) {
+    return tp_attention_qkv(t, NULL, x, 2, 1, 0.0f);
+}
+static tp_node_t *c_attn_packed_full(tp_tower_t *t, tp_node_t *x) {
+    return tp_attention_qkv(t, NULL, x, 3, 0, 0.6f);
+}
 /* 1-d operands (torch.matmul's promotion): a vector on either side */
 static tp_node_t *c_bmm_vec_right(tp_tower_t *t, tp_node_t *x) {
     /* x [N,5,3] read as [N,3,5] @ v [5] -> [N,3] */
@@ -630,6 +639,8 @@ FD_TEST(batch_matmul_rows_times_vector, c_bmm_rows_vec, 2, {N, 5})
 FD_TEST(attention_causal_qkv_one_tensor, c_attn_self_causal, 4, {N, 2, 5, 4})
 FD_TEST(attention_full_qkv_one_tensor, c_attn_self_full, 4, {N, 2, 5, 4})
 FD_TEST(attention_keys_and_values_of_their_own, c_attn_kv_params, 4, {N, 2, 5, 4})
+FD_TEST(attention_packed_qkv_causal, c_attn_packed_causal, 3, {N, 5, 12})
+FD_TEST(attention_packed_qkv_full, c_attn_packed_full, 4, {N, 2, 4, 18})
 FD_TEST(a_wrong_vector_matmul_gradient_fails_the_check, c_broken_bmm_vec, 3, {N, 5, 2}, 1)
 
 /* ---- the reduce family ------------------------------------------------------ */

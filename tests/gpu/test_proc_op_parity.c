@@ -161,8 +161,9 @@ static void s_dump(void) {
             s_write(k->label, what, dx[p], tp_shape_count(&xs[p]));
         }
         fprintf(m, "], \"stride\": %d, \"pad\": %d, \"dilation\": %d, \"groups\": %d, "
-                   "\"out_pad\": %d, \"align\": %d, \"absent\": %d}\n", k->stride, k->pad,
-                k->dilation, k->groups, k->out_pad, k->align, k->absent);
+                   "\"out_pad\": %d, \"align\": %d, \"absent\": %d, \"heads\": %d}\n",
+                k->stride, k->pad, k->dilation, k->groups, k->out_pad, k->align, k->absent,
+                k->heads);
         free(ws);
         s_write(k->label, "y", y, ny);
         s_write(k->label, "dy", dy, ny);
@@ -485,7 +486,7 @@ Test(op_parity, onnx_export_of_every_linalg_op_evaluates_the_same) {
 /* Fused attention's ONNX form (MatMul, Mul by the scale, Add the causal
  * mask, Softmax, MatMul): x [N,T=2,D=3] as q, k and v (rank 3: N the
  * leading dim), causal and not, with k and v from products so that they
- * differ from q; summed into the [4,2,3] output. */
+ * differ from q, and the packed form's; summed into the [4,2,3] output. */
 static tp_status_t s_every_attention(tp_tower_t *t, tp_node_t *const *in, void *u) {
     (void)u;
     tp_node_t *x = in[0];
@@ -494,8 +495,15 @@ static tp_status_t s_every_attention(tp_tower_t *t, tp_node_t *const *in, void *
                                                           TP_VAR_TRAINABLE), 0, 0);
     tp_node_t *v = tp_batch_matmul(t, "v", x, tp_variable(t, "wv", 2, (int64_t[]){3, 3}, ui,
                                                           TP_VAR_TRAINABLE), 0, 0);
-    tp_node_t *y = tp_add(t, "y", tp_attention(t, "causal", x, k, v, 1, 0.0f),
+    tp_node_t *y = tp_add(t, NULL, tp_attention(t, "causal", x, k, v, 1, 0.0f),
                           tp_attention(t, "full", x, v, k, 0, 0.7f));
+    /* the packed form (tp_attention_qkv): Reshape, Transpose and Slices of
+     * a [N,2,9] qkv around the same, the heads merged back to [N,2,3]; 3
+     * heads of 1 causal, 1 head of 3 full */
+    tp_node_t *qkv = tp_batch_matmul(t, "qkv", x, tp_variable(t, "wqkv", 2, (int64_t[]){3, 9},
+                                                              ui, TP_VAR_TRAINABLE), 0, 0);
+    y = tp_add(t, NULL, y, tp_attention_qkv(t, "packed3", qkv, 3, 1, 0.0f));
+    y = tp_add(t, "y", y, tp_attention_qkv(t, "packed1", qkv, 1, 0, 0.6f));
     tp_tower_add_output(t, "y", y);
     return tp_tower_status(t);
 }

@@ -683,6 +683,56 @@ Test(zoo, gpt_dropout_acts_in_training_only) {
     tp_model_destroy(&m);
 }
 
+/* ---- the GPT's attention on the packed qkv (issue 45) ---------------------
+ * Without dropout every block's attention is one node on the qkv
+ * projection's [B,T,3C] as it lies (tp_attention_qkv): no reshape,
+ * transpose or slice of the heads around it (they were 8 transposes and
+ * 12 slices of the 4-layer GPT's step, ~2.3% of it), its output [B,T,C]
+ * read by the output projection. With dropout the training tower keeps
+ * the decomposed attention (its weights are dropped) and its copies. */
+Test(zoo, gpt_attention_reads_the_qkv_where_it_lies) {
+    enum { T = 8, L = 2 };
+    tp_input_desc_t in[2];
+    cr_assert_eq(tp_zoo_gpt_inputs(T, in), TP_OK);
+    for (int k = 0; k < 2; k++) {
+        tp_zoo_gpt_options_t o = {.layers = L, .heads = 2, .embed = 16,
+                                  .dropout = k ? 0.3f : 0.0f};
+        tp_model_desc_t md = {in, 2, tp_zoo_gpt_build, s_sgd_opt, &o};
+        tp_model_config_t mc = tp_model_config_default();
+        mc.batch = 2;
+        mc.threads = 1;
+        tp_model_t *m = tp_model_new(&md, &mc);
+        cr_assert_not_null(m, "%s", tp_last_error());
+        int att = 0, copies = 0;
+        for (int i = 0; i < tp_model_node_count(m, 0); i++) {
+            const tp_node_t *n = tp_model_node(m, 0, i);
+            const tp_op_kind_t kd = tp_node_kind(n);
+            copies += kd == TP_OP_TRANSPOSE || kd == TP_OP_SLICE ||
+                      (kd == TP_OP_RESHAPE && strstr(tp_node_name(n), "/attn/"));
+            if (kd != TP_OP_ATTENTION)
+                continue;
+            att++;
+            cr_expect_eq(tp_node_input_count(n), 1, "'%s': %d inputs", tp_node_name(n),
+                         tp_node_input_count(n));
+            const tp_shape_t *xs = tp_node_shape(tp_node_input(n, 0));
+            const tp_shape_t *ys = tp_node_shape(n);
+            cr_expect(xs->ndim == 3 && xs->d[2] == 48 && ys->ndim == 3 && ys->d[2] == 16,
+                      "'%s': [B,T,3C] in, [B,T,C] out", tp_node_name(n));
+            tp_node_attrs_t a;
+            tp_node_attrs(n, &a);
+            cr_expect_eq(a.heads, 2);
+        }
+        if (k == 0) {
+            cr_expect_eq(att, L, "%d packed attention nodes", att);
+            cr_expect_eq(copies, 0, "%d reshapes, transposes or slices of the heads", copies);
+        } else { /* the training tower's decomposed attention */
+            cr_expect_eq(att, 0, "%d fused attention nodes with dropout", att);
+            cr_expect_gt(copies, 0);
+        }
+        tp_model_destroy(&m);
+    }
+}
+
 /* Must hold: a mistyped model's error lists every model tp-train takes,
  * the GANs (tp_zoo_find_gan's) too. */
 Test(zoo, an_unknown_model_is_told_the_gans_too) {

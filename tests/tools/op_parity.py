@@ -129,8 +129,10 @@ OPS = {
     "softmax_xent_seq": lambda x, r: F.cross_entropy(
         x[0].reshape(-1, x[0].shape[-1]), x[1].long().reshape(-1), ignore_index=int(r["alpha"])),
     "softmax_xent": lambda x, r: F.cross_entropy(x[0], x[1].long(), label_smoothing=r["alpha"]),
-    # fused attention: alpha the scale, beta causal
-    "attention": lambda x, r: sdpa(x[0], x[1], x[2], bool(r["beta"]), r["alpha"]),
+    # fused attention: alpha the scale, beta causal; heads: the packed form
+    "attention": lambda x, r: (attention_qkv(x[0], r["heads"], bool(r["beta"]), r["alpha"])
+                               if r.get("heads") else
+                               sdpa(x[0], x[1], x[2], bool(r["beta"]), r["alpha"])),
     "top_k_accuracy": lambda x, r: (x[0].topk(int(r["alpha"]), dim=1).indices
                                     == x[1].long()[:, None]).any(1).float().mean(),
 }
@@ -151,6 +153,18 @@ def sdpa(q, k, v, causal, scale):
         tq, tk = s.shape[-2], s.shape[-1]
         s = s.masked_fill(torch.ones(tq, tk, dtype=torch.bool).triu(1), float("-inf"))
     return torch.matmul(torch.softmax(s, dim=-1), v)
+
+
+def attention_qkv(x, heads, causal, scale):
+    """tp_attention_qkv: x [...,T,3C] (q, k, v side by side in each row,
+    each `heads` heads of D) cut into heads [...,H,T,D], attended, and the
+    heads merged back to [...,T,C], as a Transformer written in torch
+    does it."""
+    *lead, t, c3 = x.shape
+    c = c3 // 3
+    h = x.reshape(*lead, t, 3 * heads, c // heads).transpose(-2, -3)
+    q, k, v = h.split(heads, dim=-3)
+    return sdpa(q, k, v, causal, scale).transpose(-2, -3).reshape(*lead, t, c)
 
 
 def norm_params(x, r, ones_with_bias=0):
