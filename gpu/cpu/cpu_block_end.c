@@ -25,7 +25,7 @@
  * line not in cache reads it first (the read for ownership): for the zoo
  * ResNet's 12.8 MB tensors one stream more than the pass needs, the
  * forward's four becoming five, the backward's seven eight. Streamed, the
- * block ends took about 4.5 of their ~23 CPU ms a step less
+ * block ends took about 4-5 of their ~23-25 CPU ms a step less
  * (docs/performance.md, zoo6, issue 49). TP_CPU_BLOCK_END_STREAM=0 keeps
  * the plain stores (the same bits). */
 #include <math.h>
