@@ -17,8 +17,20 @@
  * made by one thread in one order: the numbers do not depend on the
  * thread count. They differ from oneDNN's (and ops_norm.c's) batch norm
  * by float reassociation only: the variance from shifted sums in double,
- * y as x * scale + shift. */
+ * y as x * scale + shift.
+ *
+ * Streaming stores: on nChw16c with AVX-512 the forward's y and the
+ * backward's dx (stored, not added) go out with non-temporal stores when
+ * the tensor is TP_CPU_BLOCK_END_STREAM_MIN or more. A plain store of a
+ * line not in cache reads it first (the read for ownership): for the zoo
+ * ResNet's 12.8 MB tensors one stream more than the pass needs, the
+ * forward's four becoming five, the backward's seven eight. Streamed, the
+ * block ends took about 4-5 of their ~23-25 CPU ms a step less
+ * (docs/performance.md, zoo6, issue 49). TP_CPU_BLOCK_END_STREAM=0 keeps
+ * the plain stores (the same bits). */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
 #include "gpu/backend_impl.h"
@@ -31,6 +43,7 @@ typedef struct {
     int64_t n, ch, sp; /* x as [N, C, SP] (NCHW) or [N, C/16, SP, 16] */
     int blk;           /* nChw16c */
     int relu, training;
+    int stream; /* the output (y forward, dx backward) streamed */
     float *mean, *inv; /* [C] each, the workspace's */
 } s_args_t;
 
@@ -47,6 +60,7 @@ static void s_args(const tp_op_call_t *c, s_args_t *a) {
     a->training = c->attr->training != 0;
     a->mean = c->workspace;
     a->inv = a->mean + a->ch;
+    a->stream = 0;
 }
 
 /* ---- forward ------------------------------------------------------------- */
@@ -292,16 +306,24 @@ S_AVX512 static void s_fwd16_avx512(void *arg, size_t lo, size_t hi) {
             if (a->relu)
                 for (int64_t s = 0; s < SP; s++) {
                     __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(xp + s * 16), vs, vh);
-                    v = _mm512_add_ps(v, _mm512_loadu_ps(kp + s * 16));
-                    _mm512_storeu_ps(yp + s * 16, _mm512_max_ps(v, zero));
+                    v = _mm512_max_ps(_mm512_add_ps(v, _mm512_loadu_ps(kp + s * 16)), zero);
+                    if (a->stream)
+                        _mm512_stream_ps(yp + s * 16, v);
+                    else
+                        _mm512_storeu_ps(yp + s * 16, v);
                 }
             else
                 for (int64_t s = 0; s < SP; s++) {
                     __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(xp + s * 16), vs, vh);
-                    _mm512_storeu_ps(yp + s * 16, _mm512_add_ps(v, _mm512_loadu_ps(kp + s * 16)));
+                    v = _mm512_add_ps(v, _mm512_loadu_ps(kp + s * 16));
+                    if (a->stream)
+                        _mm512_stream_ps(yp + s * 16, v);
+                    else
+                        _mm512_storeu_ps(yp + s * 16, v);
                 }
         }
     }
+    _mm_sfence(); /* the streamed stores seen before the pass's join */
 }
 
 S_AVX512 static void s_bwd16_avx512(void *arg, size_t lo, size_t hi) {
@@ -375,10 +397,14 @@ S_AVX512 static void s_bwd16_avx512(void *arg, size_t lo, size_t hi) {
                 __m512 v = _mm512_fmadd_ps(v1, gv, _mm512_fmadd_ps(vx, _mm512_loadu_ps(xp + s * 16), v0));
                 if (acc_x)
                     v = _mm512_add_ps(_mm512_loadu_ps(op + s * 16), v);
-                _mm512_storeu_ps(op + s * 16, v);
+                if (a->stream)
+                    _mm512_stream_ps(op + s * 16, v);
+                else
+                    _mm512_storeu_ps(op + s * 16, v);
             }
         }
     }
+    _mm_sfence(); /* the streamed stores seen before the pass's join */
 }
 
 static int s_avx512(void) {
@@ -396,6 +422,15 @@ static int s_avx512(void) {
 #endif
 
 /* ---- entries ------------------------------------------------------------- */
+
+int tp_cpu_block_end_streams(const tp_op_call_t *c, const float *out, int added) {
+    const tp_shape_t *x = &c->xshape[0];
+    const char *v = getenv("TP_CPU_BLOCK_END_STREAM");
+    return out && !added && (c->blk16 & TP_BLK16_Y) && s_avx512() &&
+           !((uintptr_t)out % 64) &&
+           tp_shape_count(x) * sizeof(float) >= TP_CPU_BLOCK_END_STREAM_MIN &&
+           !(v && !strcmp(v, "0"));
+}
 
 static tp_status_t s_check(const tp_op_call_t *c) {
     const tp_shape_t *x = &c->xshape[0];
@@ -416,10 +451,11 @@ size_t tp_cpu_block_end_workspace(const tp_op_call_t *c) {
 
 /* One pass of c over its channels (16 at a time when blocked): the forward
  * and the backward differ only in the three kernels they hand in. */
-static tp_status_t s_dispatch(const tp_op_call_t *c, tp_cpu_range_fn plain,
+static tp_status_t s_dispatch(const tp_op_call_t *c, int stream, tp_cpu_range_fn plain,
                               tp_cpu_range_fn blk, tp_cpu_range_fn blk512) {
     s_args_t a;
     s_args(c, &a);
+    a.stream = stream;
     if (a.n == 0 || a.sp == 0)
         return TP_OK;
     if (a.blk)
@@ -431,7 +467,7 @@ static tp_status_t s_dispatch(const tp_op_call_t *c, tp_cpu_range_fn plain,
 
 tp_status_t tp_cpu_block_end_forward(const tp_op_call_t *c) {
     TP_TRY(s_check(c));
-    return s_dispatch(c, s_fwd1, s_fwd16, s_fwd16_avx512);
+    return s_dispatch(c, tp_cpu_block_end_streams(c, c->y, 0), s_fwd1, s_fwd16, s_fwd16_avx512);
 }
 
 tp_status_t tp_cpu_block_end_backward(const tp_op_call_t *c) {
@@ -439,5 +475,6 @@ tp_status_t tp_cpu_block_end_backward(const tp_op_call_t *c) {
     if (!c->attr->training)
         return tp_error(TP_ERR_UNSUPPORTED, "%s: the backward of an inference-mode block "
                         "end (batch norm + add) is not planned (cpu_block_end.c)", c->name);
-    return s_dispatch(c, s_bwd1, s_bwd16, s_bwd16_avx512);
+    return s_dispatch(c, tp_cpu_block_end_streams(c, c->dx[0], c->dx_acc[0]), s_bwd1, s_bwd16,
+                      s_bwd16_avx512);
 }

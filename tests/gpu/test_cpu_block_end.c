@@ -7,10 +7,11 @@
  * nChw16c, gradients stored and added, training (the moving averages
  * too) and the inference forward; within float reassociation (2e-5, the
  * bound the batch norm suites use between oneDNN's and ops_cpu.c's); the
- * same bits on one thread and two. */
+ * same bits on one thread and two, and with streamed stores and plain. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include "gpu/cpu/cpu_block_end.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/op_call_testutil.h"
 
@@ -177,6 +178,70 @@ Test(cpu_block_end, two_threads_give_the_bits_of_one) {
         s_free(&k[0]);
         s_free(&k[1]);
     }
+    tp_backend_destroy(&b);
+}
+
+/* k's y and dx on 64-byte lines, as a model's arena has them (malloc's
+ * large blocks start 16 bytes into a page) */
+static void s_align(s_case_t *k) {
+    const size_t bytes = tp_shape_count(&k->t.xs[0]) * sizeof(float);
+    float **v[2] = {&k->t.y, &k->t.dx[0]};
+    for (int i = 0; i < 2; i++) {
+        float *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        cr_assert_not_null(p);
+        memcpy(p, *v[i], bytes);
+        free(*v[i]);
+        *v[i] = p;
+    }
+    k->t.c.y = k->t.y;
+}
+
+/* Streaming stores: a blocked call of 2 MiB or more streams its y and
+ * its stored dx, and gives the bits of the plain stores
+ * (TP_CPU_BLOCK_END_STREAM=0); a smaller, plain, unaligned or added
+ * output is not streamed. */
+Test(cpu_block_end, large_outputs_are_streamed_with_the_same_bits) {
+    tp_backend_t *b = oct_backend();
+    const tp_shape_t xs = {4, {24, 32, 28, 28}}; /* 2.4 MB */
+    const size_t nx = tp_shape_count(&xs);
+    tp_op_attr_t a = {0};
+    a.eps = 1e-5f;
+    a.alpha = 0.9f;
+    a.training = 1;
+    a.update_state = 1;
+    s_case_t k[2];
+    for (int p = 0; p < 2; p++) {
+        if (p)
+            setenv("TP_CPU_BLOCK_END_STREAM", "0", 1);
+        s_init(&k[p], xs, &a, 0);
+        s_align(&k[p]);
+        s_fused(b, &k[p], 1, 1, 1);
+        unsetenv("TP_CPU_BLOCK_END_STREAM");
+    }
+    const tp_op_call_t *c = &k[0].t.c;
+    if (__builtin_cpu_supports("avx512f")) {
+        cr_expect(tp_cpu_block_end_streams(c, k[0].t.y, 0), "y streamed");
+        cr_expect(tp_cpu_block_end_streams(c, k[0].t.dx[0], 0), "dx streamed");
+    }
+    cr_expect(!tp_cpu_block_end_streams(c, k[0].t.dx[0], 1), "an added dx is not");
+    cr_expect(!tp_cpu_block_end_streams(c, k[0].t.y + 1, 0), "nor an unaligned y");
+    setenv("TP_CPU_BLOCK_END_STREAM", "0", 1);
+    cr_expect(!tp_cpu_block_end_streams(c, k[0].t.y, 0), "nor with the switch off");
+    unsetenv("TP_CPU_BLOCK_END_STREAM");
+    tp_op_call_t small = *c;
+    tp_shape_t eight = xs;
+    eight.d[0] = 8; /* 0.8 MB */
+    small.xshape = &eight;
+    cr_expect(!tp_cpu_block_end_streams(&small, k[0].t.y, 0), "nor a small y");
+    small = *c;
+    small.blk16 = 0;
+    cr_expect(!tp_cpu_block_end_streams(&small, k[0].t.y, 0), "nor a plain one");
+    cr_expect_eq(memcmp(k[0].t.y, k[1].t.y, nx * sizeof(float)), 0, "y");
+    cr_expect_eq(memcmp(k[0].t.dx[0], k[1].t.dx[0], nx * sizeof(float)), 0, "dx");
+    cr_expect_eq(memcmp(k[0].dskip, k[1].dskip, nx * sizeof(float)), 0, "dskip");
+    cr_expect_eq(memcmp(k[0].t.dx[1], k[1].t.dx[1], 32 * sizeof(float)), 0, "dgamma");
+    s_free(&k[0]);
+    s_free(&k[1]);
     tp_backend_destroy(&b);
 }
 
