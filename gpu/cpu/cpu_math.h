@@ -171,25 +171,28 @@ static inline float s_vgelu_grad(float v) {
 
 /* The tanh approximation without a tanh: 0.5 (1 + tanh u) is the
  * sigmoid of 2u, 1 / (1 + e^-2u), one e^x and one division where s_vtanh
- * computes both its branches and selects (28-32% less time a float, 0.71
- * against 1.05 ns forward, 0.88 against 1.22 backward, one EPYC core).
- * Within 5.2e-7 absolute of the double formula forward and 2e-6 backward
- * over [-20, 20] (s_vtanh's: 6e-7 and 5.2e-5, from 1 - t^2 near |t| 1). */
-static inline float s_vgelu_tanh_sig(float v) {
-    const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-    return 1.0f / (1.0f + s_vexp(-(u + u)));
-}
-
-/* gelu_tanh(v) = v sigmoid(2u) = v / (1 + e^-2u): -0 where e^-2u is inf. */
+ * computes both its branches and selects (0.71 against 1.05 ns a float
+ * forward, one EPYC core). gelu_tanh(v) = v sigmoid(2u) = v / (1 +
+ * e^-2u), within 5.2e-7 absolute of the double formula over [-20, 20]
+ * (s_vtanh's: 6e-7); -0 where e^-2u is inf. */
 static inline float s_vgelu_tanh(float v) {
     const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
     return v / (1.0f + s_vexp(-(u + u)));
 }
 
 /* 0.5 (1 + t) + 0.5 v (1 - t^2) u' with s = 0.5 (1 + t): 1 - t^2 is
- * 4 s (1 - s). */
-static inline float s_vgelu_tanh_grad(float v) {
-    const float s = s_vgelu_tanh_sig(v);
+ * 4 s (1 - s). The sigmoid s is read back from the forward's y =
+ * s_vgelu_tanh(v) as y / v, silu's way (ops_elementwise.c): a division
+ * instead of an e^x and a division, 0.95 -> 0.39-0.45 ms over the GPT's
+ * 1,024 x 1,024 pre-activations with the bias gradient's sums, one core
+ * (issue 45, branch gpt8; docs/performance.md). s is then within 1 ulp
+ * of 1 / (1 + e^-2u) (two roundings for one), the derivative within
+ * 3.6e-6 absolute of the double formula over [-20, 20] (2e-6 computing s
+ * afresh: the bits of 1 - s lost near s = 1, times 2 v u', worst at v
+ * 4-5). Below |v| 1e-30 (v 0, or y flushed to 0) s is 0.5, its value
+ * rounded; a NaN or infinite v gives NaN, as before. */
+static inline float s_vgelu_tanh_grad(float v, float y) {
+    const float s = fabsf(v) < 1e-30f ? 0.5f : y / v;
     const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * v * v);
     return s + 2.0f * v * s * (1.0f - s) * du;
 }

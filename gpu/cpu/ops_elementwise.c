@@ -654,7 +654,9 @@ S_CLONES static void s_math_bwd(void *arg, size_t lo, size_t end) {
         GRAD_STORE(dx, acc, n, ((x[i] >= p) & (x[i] <= hi)) ? dy[i] : 0.0f);
         break;
     case TP_OP_GELU: GRAD_STORE(dx, acc, n, dy[i] * s_vgelu_grad(x[i])); break;
-    case TP_OP_GELU_TANH: GRAD_STORE(dx, acc, n, dy[i] * s_vgelu_tanh_grad(x[i])); break;
+    case TP_OP_GELU_TANH: /* its sigmoid read back from y (cpu_math.h) */
+        GRAD_STORE(dx, acc, n, dy[i] * s_vgelu_tanh_grad(x[i], y[i]));
+        break;
     case TP_OP_SILU: GRAD_STORE(dx, acc, n, dy[i] * s_silu_grad(x[i], y[i])); break;
     case TP_OP_SOFTPLUS:
         GRAD_STORE(dx, acc, n, x[i] > 20.0f ? dy[i] : dy[i] / (1.0f + s_vexp(-x[i])));

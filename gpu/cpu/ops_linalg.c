@@ -24,8 +24,9 @@
  * writes the product (+ bias), its pre-activation z, into the act's room
  * at the start of the workspace (tp_act_room), kept to the backward, and
  * runs the gelu op's own kernel from there into y; the backward turns
- * dy into dz = dy gelu'(z) over z in place and sums the bias gradient in
- * the same pass, then runs the products on dz. */
+ * dy into dz = dy gelu'(z) over z in place (the tanh GELU's sigmoid read
+ * back from y, as the gelu op's backward does) and sums the bias gradient
+ * in the same pass, then runs the products on dz. */
 #include <cblas.h>
 #include <string.h>
 #include <towerpack/backend.h>
@@ -265,6 +266,7 @@ tp_status_t tp_cpu_batch_matmul_forward(const tp_op_call_t *c, int dnnl) {
  * GELU, the bias gradient's sums of dy alone. */
 typedef struct {
     float *z;        /* [rows, n]: z in, dz out */
+    const float *y;  /* [rows, n]: the forward's gelu(z) (the tanh's sigmoid from it) */
     const float *dy; /* [rows, n] */
     float *db;       /* [n] or NULL */
     size_t rows, n;
@@ -272,18 +274,19 @@ typedef struct {
 } s_act_bwd_t;
 
 /* One row's columns: dz over z in place (zd), and db += dz where db is
- * given; restrict on each, the one pointer zd both read and written. */
+ * given; restrict on each, the one pointer zd both read and written.
+ * GRAD: the derivative at column j (zd[j] before the write, yd[j]). */
 #define S_GELU_ROW(GRAD)                                                       \
     do {                                                                       \
         if (db)                                                                \
             for (size_t j = 0; j < w; j++) {                                   \
-                const float d = dy[j] * GRAD(zd[j]);                           \
+                const float d = dy[j] * (GRAD);                                \
                 zd[j] = d;                                                     \
                 db[j] += d;                                                    \
             }                                                                  \
         else                                                                   \
             for (size_t j = 0; j < w; j++)                                     \
-                zd[j] = dy[j] * GRAD(zd[j]);                                   \
+                zd[j] = dy[j] * (GRAD);                                        \
     } while (0)
 
 TP_CPU_CLONES static void s_act_bwd_cols(void *arg, size_t lo, size_t hi) {
@@ -295,10 +298,11 @@ TP_CPU_CLONES static void s_act_bwd_cols(void *arg, size_t lo, size_t hi) {
     for (size_t i = 0; i < a->rows; i++) {
         float *restrict zd = a->z ? a->z + i * a->n + lo : NULL; /* NULL: no GELU */
         const float *restrict dy = a->dy + i * a->n + lo;
+        const float *restrict yd = a->y ? a->y + i * a->n + lo : NULL;
         if (a->act == TP_ACT_GELU)
-            S_GELU_ROW(s_vgelu_grad);
+            S_GELU_ROW(s_vgelu_grad(zd[j]));
         else if (a->act == TP_ACT_GELU_TANH)
-            S_GELU_ROW(s_vgelu_tanh_grad);
+            S_GELU_ROW(s_vgelu_tanh_grad(zd[j], yd[j]));
         else
             for (size_t j = 0; j < w; j++)
                 db[j] += dy[j];
@@ -355,8 +359,8 @@ tp_status_t tp_cpu_batch_matmul_backward(const tp_op_call_t *c, int dnnl) {
      * beside it; without, the bias's gradient alone; then the products
      * on dz (the workspace past the room) or dy */
     if (gelu || c->dbias) {
-        s_act_bwd_t a = {gelu ? c->workspace : NULL, c->dy, c->dbias, rows, n,
-                          gelu ? act : TP_ACT_NONE, c->dbias_acc};
+        s_act_bwd_t a = {gelu ? c->workspace : NULL, gelu ? c->y : NULL, c->dy, c->dbias,
+                          rows, n, gelu ? act : TP_ACT_NONE, c->dbias_acc};
         /* a part of the columns is worth a thread past ~16k items */
         const size_t min_cols = rows ? (16384 + rows - 1) / rows : n;
         tp_cpu_parallel(n, 16, min_cols < 16 ? 16 : min_cols, s_act_bwd_cols, &a);

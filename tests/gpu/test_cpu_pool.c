@@ -865,6 +865,75 @@ Test(cpu_pool, silu_gradient_reads_the_sigmoid_back_from_y) {
     free(dx[1]);
 }
 
+/* The tanh GELU's backward reads its sigmoid back from the forward's y
+ * (s = y / v, cpu_math.h's s_vgelu_tanh_grad; issue 45, branch gpt8), as
+ * silu's does: the gradient within 4e-6 absolute of the double formula
+ * over [-20, 20] (the bits of 1 - s lost near s = 1, times 2 v u', are
+ * the error's largest part, at v 4-6), 0.5 at 0 and tiny v, the same bits
+ * on one and two threads, NaN for a NaN v. And it is y that it reads: a y
+ * rewritten to 0.75 v after the forward gives the derivative of s = 0.75
+ * (computing s afresh from v would not move). */
+Test(cpu_pool, gelu_tanh_gradient_reads_the_sigmoid_back_from_y) {
+    enum { N = 200003 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    float *dy = malloc(N * sizeof(float)), *dx[3] = {malloc(N * sizeof(float)),
+                                                     malloc(N * sizeof(float)),
+                                                     malloc(N * sizeof(float))};
+    cr_assert(x && y && dy && dx[0] && dx[1] && dx[2]);
+    for (int j = 0; j < N; j++) {
+        x[j] = -20.0f + 40.0f * (float)j / (float)(N - 1);
+        dy[j] = 1.0f;
+    }
+    static const float special[] = {0.0f, -0.0f, 1e-35f, -1e-35f, 1e-31f, 2e-30f, NAN};
+    for (size_t k = 0; k < sizeof special / sizeof *special; k++)
+        x[k] = special[k];
+    tp_shape_t xs = {.ndim = 1, .d = {N}};
+    tp_op_attr_t at = {0};
+    const void *xin[1] = {x};
+    const int accs[1] = {0};
+    for (int t = 0; t < 3; t++) {
+        float *dxs[1] = {dx[t]};
+        tp_op_call_t c = {.kind = TP_OP_GELU_TANH, .attr = &at, .name = "gelu", .ninputs = 1,
+                          .x = xin, .xshape = &xs, .y = y, .yshape = xs, .dx = dxs,
+                          .dx_acc = accs, .dy = dy};
+        tp_cpu_pool_threads_override(t == 1 ? 2 : 1);
+        cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
+        if (t == 2) /* y rewritten: s 0.75 wherever v is not tiny */
+            for (int j = 0; j < N; j++)
+                y[j] = 0.75f * x[j];
+        cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
+        tp_cpu_pool_threads_override(0);
+    }
+    cr_assert_eq(memcmp(dx[0], dx[1], N * sizeof(float)), 0, "gelu dx: 1 and 2 threads differ");
+    const double k0 = 0.7978845608028654, k1 = 0.044715;
+    double worst = 0.0;
+    for (int j = 0; j < N; j++) {
+        const double v = x[j];
+        if (isnan(v)) {
+            cr_assert(isnan(dx[0][j]), "gelu_tanh'(NaN) = %g, not NaN", dx[0][j]);
+            continue;
+        }
+        const double du = k0 * (1.0 + 3.0 * k1 * v * v);
+        const double s = 0.5 * (1.0 + tanh(k0 * (v + k1 * v * v * v)));
+        const double ref = s + 2.0 * v * s * (1.0 - s) * du;
+        const double err = fabs(dx[0][j] - ref);
+        worst = err > worst ? err : worst;
+        cr_assert(err <= 4e-6, "gelu_tanh'(%.9g) = %.9g, reference %.9g", v, dx[0][j], ref);
+        if (fabs(v) < 1e-30)
+            continue;
+        const double ref75 = 0.75 + 2.0 * v * 0.75 * 0.25 * du; /* from the rewritten y */
+        cr_assert(fabs(dx[2][j] - ref75) <= 1e-6 * (1.0 + fabs(ref75)),
+                  "gelu_tanh'(%.9g) from y = 0.75 v: %.9g, expected %.9g", v, dx[2][j], ref75);
+    }
+    cr_assert_eq(dx[0][0], 0.5f, "gelu_tanh'(0) = %g", dx[0][0]);
+    cr_log_info("gelu_tanh': worst error %.3g", worst);
+    free(x);
+    free(y);
+    free(dy);
+    for (int t = 0; t < 3; t++)
+        free(dx[t]);
+}
+
 /* Nearest upsampling by 2's backward in flat blocks (ops_conv.c): each
  * input item's gradient is (0 + (dy[2y][2x] + dy[2y][2x+1])) + (dy[2y+1][2x]
  * + dy[2y+1][2x+1]), the row loop's additions in its order: the same bits

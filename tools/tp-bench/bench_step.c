@@ -28,7 +28,8 @@
  * by default bench/peers/gpt_cpu.sh's shape: 4 layers, width 256, 4
  * heads, context 256, batch 4), the fastest of 3 rounds of 2 steps, and
  * with --profile prints the same two tables summed per op kind (the
- * GPT's 4 layers make some 130 nodes). --no-fold (or TP_FOLD=0) builds
+ * GPT's 4 layers make some 130 nodes), and between them its products
+ * one node a row (s_products_table: shape, each pass's GFLOPS). --no-fold (or TP_FOLD=0) builds
  * any of the models with folds off (tp_model_config_t.fold). */
 #include <cblas.h>
 #include <pthread.h>
@@ -485,6 +486,54 @@ static void s_rate_table(const s_prof_t *pt, double peak, int conv_total) {
            conv_bns / 1e6, conv_f / 1e6, fr, br);
 }
 
+/* The GPT's matrix products one node a row (the profile by node, `pt`;
+ * the kind table sums them): the product's M x N x K (M x N from the
+ * node's output, K from its forward FLOPs: 2MNK), and each pass's tower
+ * thread CPU ms a step, GFLOPS and fraction of the FP32 `peak`, thread
+ * time being what a loaded host moves least. A row far under the others'
+ * rate is a shape the kernel runs badly, or a fold's pass (bias, GELU)
+ * that costs more than its product's share. */
+static void s_products_table(const tp_model_t *m, const s_prof_t *pt, double peak) {
+    printf("GPT's products per node, per step (tower-thread CPU; the same round; "
+           "+N folded):\n");
+    printf("  %-20s %-17s %-19s %8s %8s %6s %8s %8s %6s\n", "node", "kind", "M x N x K",
+           "fwd ms", "fwd GF/s", "peak", "bwd ms", "bwd GF/s", "peak");
+    const int nn = tp_model_node_count(m, 0);
+    double f_ns = 0, b_ns = 0, f_fl = 0, b_fl = 0;
+    for (int i = 0; i < pt->n; i++) {
+        const tp_op_profile_t *o = &pt->op[i];
+        if (o->kind != TP_OP_BATCH_MATMUL)
+            continue;
+        const tp_shape_t *ys = NULL;
+        for (int j = 0; j < nn && !ys; j++) {
+            const tp_node_t *nd = tp_model_node(m, 0, j);
+            if (nd && !strcmp(tp_node_name(nd), o->name))
+                ys = tp_node_shape(nd);
+        }
+        char dims[40] = "?";
+        if (ys && ys->ndim > 0) {
+            const double n = (double)ys->d[ys->ndim - 1];
+            const double mm = n > 0 ? (double)tp_shape_count(ys) / n : 0;
+            const double k = mm * n > 0 ? o->flops_forward / (2.0 * mm * n) : 0;
+            snprintf(dims, sizeof dims, "%.0f x %.0f x %.0f", mm, n, k);
+        }
+        char kind[32], fr[32], br[32];
+        snprintf(kind, sizeof kind, o->folds ? "%s+%d" : "%s", tp_op_name(o->kind), o->folds);
+        const double fns = (double)o->thread_forward_ns / PROF_STEPS,
+                     bns = (double)o->thread_backward_ns / PROF_STEPS;
+        s_rate(fr, sizeof fr, o->flops_forward, fns, peak);
+        s_rate(br, sizeof br, o->flops_backward, bns, peak);
+        printf("  %-20s %-17s %-19s %8.3f %s %8.3f %s\n", o->name, kind, dims, fns / 1e6, fr,
+               bns / 1e6, br);
+        f_ns += fns, b_ns += bns, f_fl += o->flops_forward, b_fl += o->flops_backward;
+    }
+    char fr[32], br[32];
+    s_rate(fr, sizeof fr, f_fl, f_ns, peak);
+    s_rate(br, sizeof br, b_fl, b_ns, peak);
+    printf("  %-20s %-17s %-19s %8.3f %s %8.3f %s\n", "(all)", "", "", f_ns / 1e6, fr,
+           b_ns / 1e6, br);
+}
+
 static void s_usage(void) {
     printf("usage: tp-bench step [--model mlp|gpt] [--iters N] [--rounds R] [--threads T]\n"
            "                     [--batch B] [--no-cnn] [--no-fold] [--profile] [--json]\n"
@@ -493,7 +542,8 @@ static void s_usage(void) {
            "time\n"
            "  gpt: the zoo's GPT step (AdamW), default 4 layers, width 256, 4 heads, context "
            "256,\n"
-           "       batch 4 (bench/peers/gpt_cpu.sh's); --profile: per op kind\n");
+           "       batch 4 (bench/peers/gpt_cpu.sh's); --profile: per op kind, then the\n"
+           "       products (batch_matmul) per node\n");
 }
 
 /* ---- the GPT's step ------------------------------------------------------------ */
@@ -608,6 +658,7 @@ static int s_gpt_step(const s_gpt_args_t *a) {
         printf("GPT per op kind, per step (the one of %d rounds of %d steps with the least "
                "tower-thread CPU; nodes+folded):\n", PROF_ROUNDS, PROF_STEPS);
         s_rate_table(kt, peak, 0);
+        s_products_table(m, pt, peak);
         s_team_table("GPT per op kind", kt, nthreads > 1 ? k1 : NULL, nthreads);
     }
     if (a->json)
