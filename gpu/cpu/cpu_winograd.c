@@ -30,7 +30,8 @@
 #endif
 
 tp_wino_t tp_wino_geom(int64_t n, int64_t c, int64_t o, int64_t h, int64_t w, int r) {
-    tp_wino_t g = {(size_t)n, (size_t)c, (size_t)o, (size_t)h, (size_t)w, (size_t)r, 0, 0, 0, 0, 0};
+    tp_wino_t g = {(size_t)n, (size_t)c, (size_t)o, (size_t)h, (size_t)w, (size_t)r,
+                   0, 0, 0, 0, 0, 1};
     g.p = (g.r + 2) * (g.r + 2);
     g.th = (g.h + g.r - 1) / g.r;
     g.tw = (g.w + g.r - 1) / g.r;

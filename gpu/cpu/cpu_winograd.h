@@ -38,6 +38,9 @@ typedef struct {
     size_t p;             /* positions of a tile: (r + 2)^2 */
     size_t th, tw, t;     /* tiles down, across, in all (n * th * tw) */
     size_t tp;            /* F(4x4)'s t rounded up to 16 (F(2x2): t) */
+    size_t rooms;         /* F(4x4)'s rooms in U's: one a thread that runs
+                             its passes at once (the plan's team size;
+                             tp_wino_geom: 1) */
 } tp_wino_t;
 
 /* The geometry of x [n, c, h, w] -> y [n, o, h, w] in r x r output tiles

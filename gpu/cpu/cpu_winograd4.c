@@ -28,6 +28,8 @@
 #include "gpu/cpu/cpu_winograd4.h"
 
 #include <immintrin.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "gpu/cpu/cpu_pool.h"
@@ -46,12 +48,10 @@ typedef struct {
     const float *src, *b;
     float *dst;
     int relu, add;
-    float *out; /* the backward-weights' dw (dst: dU's room) */
 } s_job_t;
 
-/* U's and V's floats from one position to the next (their panels of 32
- * channels: O and C rounded up to 32) */
-static size_t s_u_plane(const tp_wino_t *g) { return g->c * ((g->o + 31) / 32 * 32); }
+/* V's floats from one position to the next (its panels of 32 channels:
+ * C rounded up to 32) */
 static size_t s_v_plane(const tp_wino_t *g) { return g->t * ((g->c + 31) / 32 * 32); }
 
 
@@ -289,7 +289,7 @@ S_AVX512 static void s_input_range(void *arg, size_t lo, size_t hi) {
 }
 
 void tp_wino4_input(const tp_wino_t *g, const float *x, float *v) {
-    s_job_t j = {g, x, NULL, v, 0, 0, NULL};
+    s_job_t j = {g, x, NULL, v, 0, 0};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_input_range, &j);
 }
 
@@ -377,7 +377,7 @@ void tp_wino4_grad_output(const tp_wino_t *g, const float *dy, float *dm) {
     if (g->tp > g->t)
         for (size_t r = 0; r < S_P * g->o; r++)
             memset(dm + r * g->tp + g->t, 0, (g->tp - g->t) * sizeof(float));
-    s_job_t j = {g, dy, NULL, dm, 0, 0, NULL};
+    s_job_t j = {g, dy, NULL, dm, 0, 0};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_grad_output_range, &j);
 }
 
@@ -434,41 +434,85 @@ S_AVX512 static void s_grad_input_range(void *arg, size_t lo, size_t hi) {
  * twice in cache costs less; docs/performance.md, branch wino8). A
  * block is S_P x 32 output channels x S_FC input
  * channels for the forward (one column panel of M, k in chunks), S_P x
- * S_BC x S_BO for the backward-data (S_BC rows of dV, k in chunks), in
- * the U room at the range's first item (one room a range). A block's
- * positions are S_PAD floats more than a multiple of 4 KB apart: the 36
- * rows a group of kernels writes fell in one set of L1 (8 ways), and
- * the transform took 2.8-3.0 ms for stage 4's U against 1.3-1.5
- * padded. The sums run over k in the same order as on a whole U. */
-enum { S_FC = 128, S_BC = 32, S_BO = 128, S_PAD = 16 };
+ * S_BC x S_BO for the backward-data (S_BC rows of dV, k in chunks). A
+ * block's positions are S_PAD floats more than a multiple of 4 KB apart:
+ * the 36 rows a group of kernels writes fell in one set of L1 (8 ways),
+ * and the transform took 2.8-3.0 ms for stage 4's U against 1.3-1.5
+ * padded. The sums run over k in the same order as on a whole U.
+ *
+ * U's room is g->rooms rooms of one block each (the largest of the three
+ * passes', the backward-weights' dU block below included): a range takes
+ * a free room for its items and gives it back at its end, so a thread
+ * reuses its room for its next range and the rooms in use at once are at
+ * most the team's threads (branch wino9: 0.6 MB a room at 512 channels
+ * against 37.7 MB when the rooms were placed by range across a whole U).
+ * A team larger than the plan's (more ranges at once than rooms) waits
+ * for a room rather than writing past U's. */
+enum { S_FC = 128, S_BC = 32, S_BO = 128, S_PAD = 16, S_ROOMS_MAX = 64 };
+
+/* The backward-weights' blocks of output channels (below) */
+enum { S_ROWS = 8 };
 
 typedef struct {
     const tp_wino_t *g;
     const float *w, *x; /* the weights; V (forward) or dM (backward-data) */
-    float *room, *out;  /* U's blocks; M or dV */
+    float *room, *out;  /* U's rooms; M or dV */
+    _Atomic uint64_t taken; /* the rooms in use, a bit each */
 } s_pass_t;
 
 static size_t s_min(size_t a, size_t b) { return a < b ? a : b; }
 
-/* U's room: the backward-weights' dU blocks (a whole U: [P][O][C]) and
- * the passes' U blocks, one a range (the backward-data's last block of
- * rows may run past C) */
-size_t tp_wino4_u_floats(const tp_wino_t *g) {
+/* The rooms a pass uses: the plan's, at most S_ROOMS_MAX (one bit each) */
+static size_t s_rooms(const tp_wino_t *g) {
+    return g->rooms < 1 ? 1 : s_min(g->rooms, S_ROOMS_MAX);
+}
+
+/* Floats of one room: the largest block of the three passes (the
+ * backward-data's last block of rows may run past C), in whole lines */
+static size_t s_room_floats(const tp_wino_t *g) {
     const size_t op = (g->o + 31) / 32 * 32, bc = s_min(S_BC, g->c);
-    const size_t fw = op / 32 * S_P * (32 * s_min(S_FC, g->c) + S_PAD);
-    const size_t bd = (g->c + bc - 1) / bc * S_P * (bc * s_min(S_BO, op) + S_PAD);
-    const size_t du = S_P * s_u_plane(g);
-    return du > fw ? (du > bd ? du : bd) : (fw > bd ? fw : bd);
+    const size_t fw = S_P * (32 * s_min(S_FC, g->c) + S_PAD);
+    const size_t bd = S_P * (bc * s_min(S_BO, op) + S_PAD);
+    const size_t du = S_P * S_ROWS * g->c;
+    const size_t most = fw > bd ? (fw > du ? fw : du) : (bd > du ? bd : du);
+    return (most + 15) / 16 * 16;
+}
+
+size_t tp_wino4_u_floats(const tp_wino_t *g) { return s_rooms(g) * s_room_floats(g); }
+
+/* A free room of the pass's, taken (waits while all are in use) */
+static float *s_room_take(s_pass_t *j, size_t *at) {
+    const size_t rooms = s_rooms(j->g);
+    for (;;) {
+        uint64_t t = atomic_load_explicit(&j->taken, memory_order_relaxed);
+        size_t i = 0;
+        while (i < rooms && t >> i & 1)
+            i++;
+        if (i == rooms) {
+            _mm_pause();
+            continue;
+        }
+        if (atomic_compare_exchange_weak_explicit(&j->taken, &t, t | (uint64_t)1 << i,
+                                                  memory_order_acquire, memory_order_relaxed)) {
+            *at = i;
+            return j->room + i * s_room_floats(j->g);
+        }
+    }
+}
+
+static void s_room_give(s_pass_t *j, size_t at) {
+    atomic_fetch_and_explicit(&j->taken, ~((uint64_t)1 << at), memory_order_release);
 }
 
 /* The forward's column panels [lo, hi) of 32 output channels: M_p [T x
  * 32] = V_p [T x C] U_p [C x 32], k in chunks of S_FC (V's k and U's
  * block in panels of 32) */
 static void s_forward_range(void *arg, size_t lo, size_t hi) {
-    const s_pass_t *j = arg;
+    s_pass_t *j = arg;
     const tp_wino_t *g = j->g;
     const size_t fc = s_min(S_FC, g->c);
-    float *ub = j->room + lo * S_P * (32 * fc + S_PAD);
+    size_t at;
+    float *ub = s_room_take(j, &at);
     for (size_t kp = lo; kp < hi; kp++) {
         const size_t o0 = kp * 32, on = s_min(32, g->o - o0);
         for (size_t c0 = 0; c0 < g->c; c0 += fc) {
@@ -481,13 +525,14 @@ static void s_forward_range(void *arg, size_t lo, size_t hi) {
                 tp_wino_gemm(&p, q);
         }
     }
+    s_room_give(j, at);
 }
 
 void tp_wino4_forward(const tp_wino_t *g, const float *v, const float *w, float *room,
                       const float *b, int relu, float *m, float *y) {
-    s_pass_t f = {g, w, v, room, m};
+    s_pass_t f = {g, w, v, room, m, 0};
     tp_cpu_parallel((g->o + 31) / 32, 1, 1, s_forward_range, &f);
-    s_job_t j = {g, m, b, y, relu, 0, NULL};
+    s_job_t j = {g, m, b, y, relu, 0};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_output_range, &j);
 }
 
@@ -495,10 +540,11 @@ void tp_wino4_forward(const tp_wino_t *g, const float *v, const float *w, float 
  * x Tp] = U_p [rows x O] dM_p [O x Tp], k (O) in chunks of S_BO (U's
  * block in panels of 32 along k) */
 static void s_backward_data_range(void *arg, size_t lo, size_t hi) {
-    const s_pass_t *j = arg;
+    s_pass_t *j = arg;
     const tp_wino_t *g = j->g;
     const size_t bc = s_min(S_BC, g->c), bo = s_min(S_BO, (g->o + 31) / 32 * 32);
-    float *ub = j->room + lo * S_P * (bc * bo + S_PAD);
+    size_t at;
+    float *ub = s_room_take(j, &at);
     for (size_t it = lo; it < hi; it++) {
         const size_t c0 = it * bc, cn = s_min(bc, g->c - c0);
         for (size_t o0 = 0; o0 < g->o; o0 += bo) {
@@ -511,28 +557,35 @@ static void s_backward_data_range(void *arg, size_t lo, size_t hi) {
                 tp_wino_gemm(&p, q);
         }
     }
+    s_room_give(j, at);
 }
 
 void tp_wino4_backward_data(const tp_wino_t *g, const float *dm, const float *w, float *room,
                             float *dv, float *dx, int add) {
-    s_pass_t d = {g, w, dm, room, dv};
+    s_pass_t d = {g, w, dm, room, dv, 0};
     tp_cpu_parallel((g->c + S_BC - 1) / S_BC, 1, 1, s_backward_data_range, &d);
-    s_job_t j = {g, dv, NULL, dx, 0, add, NULL};
+    s_job_t j = {g, dv, NULL, dx, 0, add};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_grad_input_range, &j);
 }
 
 /* The backward-weights' blocks of S_ROWS output channels [lo, hi): dU's
- * 36 products for the block's rows, into the room of U at block lo (one
- * room a range: ranges do not overlap), then dW's rows from it while it
- * is in cache. Made whole, dU is 37.7 MB at 512 channels: writing it and
- * reading it back took 8.6 + 2.9 ms a layer, the products alone 3.8. */
-enum { S_ROWS = 8 };
+ * 36 products for the block's rows, into a room of U's (the range's own
+ * while it runs), then dW's rows from it while it is in cache. Made
+ * whole, dU is 37.7 MB at 512 channels: writing it and reading it back
+ * took 8.6 + 2.9 ms a layer, the products alone 3.8. */
+typedef struct {
+    s_pass_t pass;  /* x: dM; room: U's rooms */
+    const float *v; /* V */
+    float *dw;
+    int add;
+} s_weights_pass_t;
 
 static void s_backward_weights_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
-    const tp_wino_t *g = j->g;
-    const float *dm = j->src, *v = j->b;
-    float *du = j->dst + lo * S_P * S_ROWS * g->c; /* the range's own room */
+    s_weights_pass_t *j = arg;
+    const tp_wino_t *g = j->pass.g;
+    const float *dm = j->pass.x, *v = j->v;
+    size_t at;
+    float *du = s_room_take(&j->pass, &at);
     for (size_t it = lo; it < hi; it++) {
         const size_t k0 = it * S_ROWS, k1 = k0 + S_ROWS < g->o ? k0 + S_ROWS : g->o;
         /* dU_p [rows x C] = dM_p [rows x T] V_p [T x C] (dM's rows Tp apart,
@@ -542,12 +595,13 @@ static void s_backward_weights_range(void *arg, size_t lo, size_t hi) {
                                   S_ROWS * g->c, 0};
         for (size_t q = 0; q < S_P; q++)
             tp_wino_gemm(&p, q);
-        s_dweights(g, du, S_ROWS * g->c, k0, k1, j->out, j->add);
+        s_dweights(g, du, S_ROWS * g->c, k0, k1, j->dw, j->add);
     }
+    s_room_give(&j->pass, at);
 }
 
 void tp_wino4_backward_weights(const tp_wino_t *g, const float *dm, const float *v, float *du,
                                float *dw, int add) {
-    s_job_t j = {g, dm, v, du, 0, add, dw};
+    s_weights_pass_t j = {{g, NULL, dm, du, NULL, 0}, v, dw, add};
     tp_cpu_parallel((g->o + S_ROWS - 1) / S_ROWS, 1, 4, s_backward_weights_range, &j);
 }

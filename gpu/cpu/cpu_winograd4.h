@@ -6,13 +6,15 @@
  *   U  [P][O/32][C][32]  the weights' transform in panels of 32 output
  *                  channels (O rounded up to 32): rows 128 bytes apart;
  *                  never made whole: each pass makes the blocks of it
- *                  its products read next, in this layout, in U's room
+ *                  its products read next, in this layout, in a room of
+ *                  U's (one a thread of the team: cpu_winograd4.c)
  *   V  [P][C/32][T][32]  the input's, in panels of 32 channels (C
  *                  rounded up to 32)
  *   M  [P][T][O]   the forward's products (as F(2x2)'s)
  *   dM [P][O][Tp]  dy's transform, tiles contiguous (in M's room)
  *   dV [P][C][Tp]  the backward-data's products, tiles contiguous
- *   dU [P][O][C]   the backward-weights' products (in U's room)
+ *   dU [P][O][C]   the backward-weights' products, 8 rows of O at a
+ *                  time (in a room of U's)
  *
  * so that every product is cpu_wino_gemm.h's c = a b with b's rows
  * contiguous and no operand copied: M = V U, dV = U' dM' (U read by rows
@@ -25,7 +27,8 @@
 
 #include "gpu/cpu/cpu_winograd.h"
 
-/* Floats of U (dU's blocks use its room) and of V (and dV). */
+/* Floats of U's room (g->rooms rooms of the largest block of U or dU
+ * a pass makes at once: not a whole U) and of V (and dV). */
 size_t tp_wino4_u_floats(const tp_wino_t *g);
 size_t tp_wino4_v_floats(const tp_wino_t *g);
 

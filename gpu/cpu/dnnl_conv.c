@@ -126,6 +126,8 @@ typedef struct s_entry {
                                       s_f2_*): no primitives, the
                                       workspace is U, V, M and dV
                                       (s_f2_bytes) */
+    int f2_team;                   /* the team size when planned: F(4x4)'s
+                                      rooms in U's (cpu_winograd4.c) */
     int own_bias;                  /* the forward's bias and relu are ours */
     int mask16;                    /* a folded relu's backward writes dy
                                       masked straight into dd, nChw16c
@@ -562,9 +564,14 @@ static int s_f2(const tp_dnnl_conv_t *self, const s_geom_t *k) {
                : 0;
 }
 
-/* The geometry of geometry k's call in r x r tiles as cpu_winograd.h's. */
-static tp_wino_t s_f2_geom(const s_geom_t *k, int r) {
-    return tp_wino_geom(k->n, k->c, k->o, k->h, k->w, r);
+/* The geometry of entry e's call in its tiles as cpu_winograd.h's, with
+ * a room in U's for each thread of the team it was planned for (F(4x4)'s
+ * passes make U or dU in blocks, one a thread at a time: branch wino9) */
+static tp_wino_t s_f2_geom(const s_entry_t *e) {
+    const s_geom_t *k = &e->key;
+    tp_wino_t g = tp_wino_geom(k->n, k->c, k->o, k->h, k->w, e->f2);
+    g.rooms = (size_t)e->f2_team;
+    return g;
 }
 
 /* The workspace of an entry of ours (F(2x2) or F(4x4)): [state][U][V][M][dV], each aligned.
@@ -578,8 +585,8 @@ typedef struct {
     float *u, *v, *m, *dv;
 } s_f2_rooms_t;
 
-static size_t s_f2_bytes(const s_geom_t *k, int tile, s_f2_rooms_t *r, char *base) {
-    const tp_wino_t g = s_f2_geom(k, tile);
+static size_t s_f2_bytes(const s_entry_t *e, s_f2_rooms_t *r, char *base) {
+    const tp_wino_t g = s_f2_geom(e);
     const size_t sz[4] = {tp_wino_u_floats(&g), tp_wino_v_floats(&g), tp_wino_m_floats(&g),
                           tp_wino_v_floats(&g)};
     float **at[4] = {r ? &r->u : NULL, r ? &r->v : NULL, r ? &r->m : NULL,
@@ -602,7 +609,8 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
     const s_geom_t *k = &e->key;
     if ((e->f2 = s_f2(self, k))) {
         e->ok = 1;
-        e->bytes = s_f2_bytes(k, e->f2, NULL, NULL) + S_ALIGN;
+        e->f2_team = tp_cpu_threads();
+        e->bytes = s_f2_bytes(e, NULL, NULL) + S_ALIGN;
         return TP_OK;
     }
     s_mds_t m;
@@ -1572,9 +1580,9 @@ static void s_bias_act(const s_geom_t *k, const float *b, float *y, int relu) {
 static tp_status_t s_f2_forward(const s_entry_t *e, const tp_op_call_t *c) {
     char *base = NULL, *own = NULL;
     TP_TRY(s_ws(e, c, &base, &own));
-    const tp_wino_t g = s_f2_geom(&e->key, e->f2);
+    const tp_wino_t g = s_f2_geom(e);
     s_f2_rooms_t r;
-    s_f2_bytes(&e->key, e->f2, &r, base);
+    s_f2_bytes(e, &r, base);
     tp_wino_weights(&g, c->x[1], r.u);
     tp_wino_input(&g, c->x[0], r.v);
     *r.state = S_F2_U;
@@ -1592,9 +1600,9 @@ static tp_status_t s_f2_forward(const s_entry_t *e, const tp_op_call_t *c) {
 static tp_status_t s_f2_backward(const s_entry_t *e, const tp_op_call_t *c) {
     char *base = NULL, *own = NULL;
     TP_TRY(s_ws(e, c, &base, &own));
-    const tp_wino_t g = s_f2_geom(&e->key, e->f2);
+    const tp_wino_t g = s_f2_geom(e);
     s_f2_rooms_t r;
-    s_f2_bytes(&e->key, e->f2, &r, base);
+    s_f2_bytes(e, &r, base);
     float *db = c->ninputs > 2 ? c->dx[2] : NULL;
     tp_status_t rc = TP_OK;
     if (db)

@@ -974,6 +974,56 @@ Test(dnnl_conv, our_winograd_f4x4_u_blocks_past_their_chunks_and_at_two_threads)
     unsetenv("TP_CPU_CONV");
 }
 
+/* F(4x4)'s U room holds one block of U or dU a thread of the planned team
+ * (cpu_winograd4.c, branch wino9), not a whole U by range: ResNet-18's
+ * stage 4 at 112 px (16 images, 512 -> 512 on 4x4) plans V, M and dV
+ * (36 x 16 tiles x 512 floats, 1.18 MB each) and a room of 0.6 MB a
+ * thread, where U's room alone was 37.7 MB (41.3 MB the workspace). Then
+ * the same bits at 2 threads as at 1, with the workspace planned for 2
+ * and for 1 (two ranges at once then share one room in turn: the second
+ * waits); ASan's build sees a room too small or shared at once. */
+Test(dnnl_conv, our_winograd_f4x4_workspace_is_a_room_a_thread_not_a_whole_u) {
+    const geom_t g = {16, 512, 4, 4, 512, 3, 1, 1, 1, 1, 0, 0, 0};
+    const size_t arrays = 3 * (size_t)36 * 16 * 512 * sizeof(float), room = (size_t)1 << 20;
+    conv_t t[3];
+    for (int k = 0; k < 3; k++) {
+        /* planned for 1, 2 and 1 thread; run on 1, 2 and 2 */
+        const int planned = k == 1 ? 2 : 1;
+        setenv("TP_CPU_CONV", "dnnl", 1);
+        setenv("TP_CPU_CONV_ALG", "f4x4", 1);
+        tp_backend_t *b = tp_backend_cpu_new(planned);
+        unsetenv("TP_CPU_CONV_ALG");
+        cr_assert_not_null(b, "%s", tp_last_error());
+        s_conv(&t[k], &g);
+        s_block(t[k].x, &t[k].xs[0]);
+        s_block(t[k].dy, &t[k].ys);
+        t[k].c.blk16 = 1u | TP_BLK16_Y;
+        s_plan(b, &t[k]);
+        cr_log_info("f4x4 stage 4, planned for %d thread(s): %zu bytes of workspace", planned,
+                    t[k].c.workspace_bytes);
+        cr_assert(t[k].c.workspace_bytes <= arrays + (size_t)planned * room,
+                  "f4x4 stage 4 planned for %d thread(s): %zu bytes of workspace, past V, M "
+                  "and dV's %zu and %d room(s) of %zu",
+                  planned, t[k].c.workspace_bytes, arrays, planned, room);
+        cr_assert(t[k].c.workspace_bytes > arrays, "%zu bytes: not even V, M and dV",
+                  t[k].c.workspace_bytes);
+        tp_cpu_pool_threads_override(k ? 2 : 0);
+        s_step(b, &t[k], 0);
+        tp_cpu_pool_threads_override(0);
+        tp_backend_destroy(&b);
+        unsetenv("TP_CPU_CONV");
+    }
+    cr_assert_gt(t[1].c.workspace_bytes, t[0].c.workspace_bytes, "a second thread, no room");
+    for (int k = 1; k < 3; k++)
+        cr_assert(!memcmp(t[k].y, t[0].y, t[0].ny * sizeof(float)) &&
+                      !memcmp(t[k].dx, t[0].dx, t[0].nx * sizeof(float)) &&
+                      !memcmp(t[k].dw, t[0].dw, t[0].nw * sizeof(float)),
+                  "%s: y, dx or dW differ from one thread's",
+                  k == 1 ? "2 threads" : "2 threads in one planned room");
+    for (int k = 0; k < 3; k++)
+        s_free(&t[k]);
+}
+
 /* What reads NCHW only (a transposed conv's own bias pass) refuses blocked
  * operands by name instead of reading them wrong. */
 Test(dnnl_conv, nchw16c_operands_where_onednn_does_not_run_are_refused) {
