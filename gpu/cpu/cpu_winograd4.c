@@ -28,6 +28,7 @@
 #include "gpu/cpu/cpu_winograd4.h"
 
 #include <immintrin.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -480,7 +481,9 @@ static size_t s_room_floats(const tp_wino_t *g) {
 
 size_t tp_wino4_u_floats(const tp_wino_t *g) { return s_rooms(g) * s_room_floats(g); }
 
-/* A free room of the pass's, taken (waits while all are in use) */
+/* A free room of the pass's, taken (waits while all are in use: only a
+ * team larger than the plan knew, whose holders work for milliseconds, so
+ * the wait gives its core away rather than spin on it) */
 static float *s_room_take(s_pass_t *j, size_t *at) {
     const size_t rooms = s_rooms(j->g);
     for (;;) {
@@ -489,7 +492,7 @@ static float *s_room_take(s_pass_t *j, size_t *at) {
         while (i < rooms && t >> i & 1)
             i++;
         if (i == rooms) {
-            _mm_pause();
+            sched_yield();
             continue;
         }
         if (atomic_compare_exchange_weak_explicit(&j->taken, &t, t | (uint64_t)1 << i,
