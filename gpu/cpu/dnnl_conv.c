@@ -539,7 +539,7 @@ static int s_winograd_weights(const tp_dnnl_conv_t *self, const s_geom_t *k) {
  * oneDNN's passes: F(4x4) on a 4x4 output (ResNet-18's stage 4 at 112 px:
  * one tile an image) with at least S_F2_MIN_C channels in and out
  * (docs/performance.md, "Winograd F(2x2, 3x3) of our own" and branch
- * wino6's F(4x4): 2.25 times the workspace for U, fewer products), and on
+ * wino6's F(4x4): fewer products; U made in blocks a thread, wino8 and wino9), and on
  * a 7x7 output (stage 3: 2x2 tiles an image, the last row and column
  * cut) with at least S_F4_7_MIN_C channels and at most S_F4_7_MAX_N
  * images (branch wino7: the backward 9.5-10.4 against oneDNN's 11.4-12.9
