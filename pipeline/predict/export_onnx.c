@@ -143,6 +143,19 @@ static int s_attr_ints(s_ex_t *ex, Onnx__NodeProto *n, const char *name,
     return 1;
 }
 
+/* A Transpose of `in` (rank r) swapping its last two axes, into `out`;
+ * 1 on success. */
+static int s_transpose_last_two(s_ex_t *ex, const char *out, const char *in, int r) {
+    int64_t perm[TP_MAX_DIMS + 1];
+    for (int d = 0; d < r; d++)
+        perm[d] = d;
+    perm[r - 2] = r - 1;
+    perm[r - 1] = r - 2;
+    const char *ti[1] = {in};
+    Onnx__NodeProto *n = s_node(ex, "Transpose", out, 1, ti);
+    return n && s_attr_ints(ex, n, "perm", perm, r);
+}
+
 /* An initializer from host bytes (copied). */
 static int s_init(s_ex_t *ex, const char *name, int32_t type, int ndim,
                   const int64_t *dims, const void *data, size_t bytes) {
@@ -558,15 +571,9 @@ static int s_emit_linalg(s_ex_t *ex, tp_node_t *x, const char *out,
         for (int i = 0; i < 2; i++) {
             if (!tr[i])
                 continue;
-            const int r = tp_node_shape(tp_node_input(x, i))->ndim;
-            int64_t perm[TP_MAX_DIMS];
-            for (int d = 0; d < r; d++)
-                perm[d] = d;
-            perm[r - 2] = r - 1;
-            perm[r - 1] = r - 2;
             snprintf(tn[i], 700, "%s/%s_t", out, i ? "b" : "a");
-            Onnx__NodeProto *n = s_node(ex, "Transpose", tn[i], 1, &in[i]);
-            if (!s_attr_ints(ex, n, "perm", perm, r))
+            if (!s_transpose_last_two(ex, tn[i], in[i],
+                                      tp_node_shape(tp_node_input(x, i))->ndim))
                 return 0;
             mi[i] = tn[i];
         }
@@ -788,15 +795,8 @@ static int s_emit_attention_core(s_ex_t *ex, const char *out, const char *q, con
                                  const char *v, int r, int64_t tq, int64_t tk,
                                  const tp_node_attrs_t *a) {
     char t1[700], t2[700], t3[700], t4[700], t5[700], c1[700];
-    int64_t perm[TP_MAX_DIMS + 1];
-    for (int d = 0; d < r; d++)
-        perm[d] = d;
-    perm[r - 2] = r - 1;
-    perm[r - 1] = r - 2;
     snprintf(t1, sizeof t1, "%s/k_t", out);
-    const char *ti[1] = {k};
-    Onnx__NodeProto *n = s_node(ex, "Transpose", t1, 1, ti);
-    if (!s_attr_ints(ex, n, "perm", perm, r))
+    if (!s_transpose_last_two(ex, t1, k, r))
         return 0;
     const char *s = s_step(ex, "Mul", out, "scores",
                            s_step(ex, "MatMul", out, "qk", q, t1, t2, sizeof t2),
@@ -819,7 +819,7 @@ static int s_emit_attention_core(s_ex_t *ex, const char *out, const char *q, con
         return 0;
     snprintf(t4, sizeof t4, "%s/weights", out);
     const char *si[1] = {s};
-    n = s_node(ex, "Softmax", t4, 1, si);
+    Onnx__NodeProto *n = s_node(ex, "Softmax", t4, 1, si);
     if (!s_attr_i(ex, n, "axis", -1))
         return 0;
     const char *mi[2] = {t4, v};
@@ -837,7 +837,7 @@ static int s_emit_attention_qkv(s_ex_t *ex, tp_node_t *x, const char *out,
     const tp_shape_t *xs = tp_node_shape(tp_node_input(x, 0));
     const int r = xs->ndim; /* the heads' views have rank r + 1 */
     const int64_t C = xs->d[r - 1] / 3, D = C / heads, T = xs->d[r - 2];
-    int64_t split[TP_MAX_DIMS + 1], perm[TP_MAX_DIMS + 1];
+    int64_t split[TP_MAX_DIMS + 1];
     for (int d = 0; d < r - 1; d++)
         split[d] = 0;
     split[r - 1] = 3 * (int64_t)heads;
@@ -850,14 +850,8 @@ static int s_emit_attention_qkv(s_ex_t *ex, tp_node_t *x, const char *out,
                 sizeof(int64_t) * (size_t)(r + 1)) ||
         !s_node(ex, "Reshape", t2, 2, ri))
         return 0;
-    for (int d = 0; d <= r; d++)
-        perm[d] = d;
-    perm[r - 2] = r - 1;
-    perm[r - 1] = r - 2;
     snprintf(t3, sizeof t3, "%s/heads", out);
-    const char *hi[1] = {t2};
-    Onnx__NodeProto *n = s_node(ex, "Transpose", t3, 1, hi);
-    if (!s_attr_ints(ex, n, "perm", perm, r + 1))
+    if (!s_transpose_last_two(ex, t3, t2, r + 1))
         return 0;
     static const char *const part[3] = {"q", "k", "v"};
     for (int i = 0; i < 3; i++) { /* heads [i H, (i + 1) H) of axis r - 2 */
@@ -881,9 +875,7 @@ static int s_emit_attention_qkv(s_ex_t *ex, tp_node_t *x, const char *out,
     if (!s_emit_attention_core(ex, t4, qkv[0], qkv[1], qkv[2], r + 1, T, T, a))
         return 0;
     snprintf(t5, sizeof t5, "%s/unheads", out);
-    const char *ui[1] = {t4};
-    n = s_node(ex, "Transpose", t5, 1, ui);
-    if (!s_attr_ints(ex, n, "perm", perm, r + 1))
+    if (!s_transpose_last_two(ex, t5, t4, r + 1))
         return 0;
     int64_t merged[TP_MAX_DIMS];
     for (int d = 0; d < r - 1; d++)

@@ -78,12 +78,15 @@ static tp_optimizer_t *s_opt(void *u) {
 
 /* The cost and the gradients of q, k, v (k's absent when self) of one
  * form; the caller frees *grads. */
-static float s_graph_run(g_case_t c, float **grads, size_t *n) {
+/* A model of `build` (its variables drawn from `seed`, 2 threads) after
+ * one pass of gradients; *cost its cost. The caller destroys it. */
+static tp_model_t *s_gradients(tp_tower_fn build, void *user, uint64_t seed,
+                               float *cost) {
     tp_input_desc_t desc = {"unused", TP_FLOAT32, 2, {-1, 1}};
-    tp_model_desc_t md = {&desc, 1, s_build, s_opt, &c};
+    tp_model_desc_t md = {&desc, 1, build, s_opt, user};
     tp_model_config_t cfg = tp_model_config_default();
     cfg.batch = 1;
-    cfg.seed = 11; /* the same q, k, v in both forms */
+    cfg.seed = seed;
     cfg.threads = 2;
     tp_model_t *m = tp_model_new(&md, &cfg);
     cr_assert_not_null(m, "%s", tp_last_error());
@@ -95,7 +98,13 @@ static float s_graph_run(g_case_t c, float **grads, size_t *n) {
     cr_assert_eq(tp_model_run(m, 0, &in, 1, NULL, 0, &ro), TP_OK, "%s", tp_last_error());
     tp_tensor_t v;
     cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
-    const float cost = *(const float *)v.data;
+    *cost = *(const float *)v.data;
+    return m;
+}
+
+static float s_graph_run(g_case_t c, float **grads, size_t *n) {
+    float cost;
+    tp_model_t *m = s_gradients(s_build, &c, 11, &cost); /* the same q, k, v in both forms */
     const char *names[3] = {"q", "k", "v"};
     *n = (size_t)GB * GH * GT * GD;
     *grads = calloc(3 * *n, sizeof(float));
@@ -186,23 +195,9 @@ static tp_status_t s_build_packed(tp_tower_t *t, tp_node_t *const *in, void *use
 /* the cost and qkv's gradient (*g, PB PT 3PC floats, the caller frees) */
 static float s_packed_run(int packed, int causal, float **g) {
     int c[2] = {packed, causal};
-    tp_input_desc_t desc = {"unused", TP_FLOAT32, 2, {-1, 1}};
-    tp_model_desc_t md = {&desc, 1, s_build_packed, s_opt, c};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.batch = 1;
-    cfg.seed = 13;
-    cfg.threads = 2;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    cr_assert_not_null(m, "%s", tp_last_error());
-    float x = 0.0f;
-    int64_t xs[2] = {1, 1};
-    tp_tensor_t in;
-    tp_tensor_init_wrap(&in, TP_FLOAT32, 2, xs, &x, NULL, NULL);
-    tp_run_opts_t ro = {.stages = TP_RUN_GRADIENTS};
-    cr_assert_eq(tp_model_run(m, 0, &in, 1, NULL, 0, &ro), TP_OK, "%s", tp_last_error());
+    float cost;
+    tp_model_t *m = s_gradients(s_build_packed, c, 13, &cost);
     tp_tensor_t v;
-    cr_assert_eq(tp_model_fetch(m, 0, "cost", &v), TP_OK);
-    const float cost = *(const float *)v.data;
     const size_t n = (size_t)PB * PT * 3 * PC;
     *g = malloc(n * sizeof(float));
     cr_assert_not_null(*g);

@@ -153,6 +153,17 @@ Test(cpu_block_end, nchw16c_matches_batch_norm_add_relu) {
     s_compare((tp_shape_t){4, {4, 32, 28, 28}}, 1);
 }
 
+/* A training step's batch norm: eps 1e-5, momentum 0.9, its running
+ * statistics updated */
+static tp_op_attr_t s_training_attr(void) {
+    tp_op_attr_t a = {0};
+    a.eps = 1e-5f;
+    a.alpha = 0.9f;
+    a.training = 1;
+    a.update_state = 1;
+    return a;
+}
+
 /* Each channel group's sums are one thread's: two threads give the bits
  * of one. */
 Test(cpu_block_end, two_threads_give_the_bits_of_one) {
@@ -160,11 +171,7 @@ Test(cpu_block_end, two_threads_give_the_bits_of_one) {
     const tp_shape_t xs = {4, {4, 64, 5, 5}};
     const size_t nx = tp_shape_count(&xs);
     for (int blk = 0; blk < 2; blk++) {
-        tp_op_attr_t a = {0};
-        a.eps = 1e-5f;
-        a.alpha = 0.9f;
-        a.training = 1;
-        a.update_state = 1;
+        tp_op_attr_t a = s_training_attr();
         s_case_t k[2];
         for (int p = 0; p < 2; p++) {
             tp_cpu_pool_threads_override(p ? 2 : 1);
@@ -204,11 +211,7 @@ Test(cpu_block_end, large_outputs_are_streamed_with_the_same_bits) {
     tp_backend_t *b = oct_backend();
     const tp_shape_t xs = {4, {24, 32, 28, 28}}; /* 2.4 MB */
     const size_t nx = tp_shape_count(&xs);
-    tp_op_attr_t a = {0};
-    a.eps = 1e-5f;
-    a.alpha = 0.9f;
-    a.training = 1;
-    a.update_state = 1;
+    tp_op_attr_t a = s_training_attr();
     s_case_t k[2];
     for (int p = 0; p < 2; p++) {
         if (p)

@@ -810,6 +810,26 @@ Test(cpu_pool, row_softmax_masks_minus_infinity_and_carries_nan) {
 
 /* ---- eltx: the elementwise rows of tp-bench ops (issue 42) ----------------- */
 
+/* A unary op's forward then backward over x[n] on `threads` threads (dy
+ * given, dx stored, y written); y_as > 0 rewrites y to y_as x between the
+ * two, for a backward that reads its forward's output back. */
+static void s_unary_pass(tp_op_kind_t kind, const char *name, const float *x, int n,
+                         float *y, const float *dy, float *dx, int threads, float y_as) {
+    tp_shape_t xs = {.ndim = 1, .d = {n}};
+    tp_op_attr_t at = {0};
+    const void *xin[1] = {x};
+    const int accs[1] = {0};
+    float *dxs[1] = {dx};
+    tp_op_call_t c = {.kind = kind, .attr = &at, .name = name, .ninputs = 1, .x = xin,
+                      .xshape = &xs, .y = y, .yshape = xs, .dx = dxs, .dx_acc = accs, .dy = dy};
+    tp_cpu_pool_threads_override(threads);
+    cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s: %s", name, tp_last_error());
+    for (int j = 0; y_as > 0.0f && j < n; j++)
+        y[j] = y_as * x[j];
+    cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s: %s", name, tp_last_error());
+    tp_cpu_pool_threads_override(0);
+}
+
 /* silu's backward reads the sigmoid back from the forward's y (s = y / v,
  * ops_elementwise.c) instead of a second exponential: its gradient within
  * 2e-7 (1 + |v|) of the double-precision derivative over [-100, 100],
@@ -829,20 +849,8 @@ Test(cpu_pool, silu_gradient_reads_the_sigmoid_back_from_y) {
                                     -87.5f, -88.8f, 17.0f, NAN, INFINITY, -INFINITY};
     for (size_t k = 0; k < sizeof special / sizeof *special; k++)
         x[k] = special[k];
-    tp_shape_t xs = {.ndim = 1, .d = {N}};
-    tp_op_attr_t at = {0};
-    const void *xin[1] = {x};
-    const int accs[1] = {0};
-    for (int t = 0; t < 2; t++) {
-        float *dxs[1] = {dx[t]};
-        tp_op_call_t c = {.kind = TP_OP_SILU, .attr = &at, .name = "silu", .ninputs = 1,
-                          .x = xin, .xshape = &xs, .y = y, .yshape = xs, .dx = dxs,
-                          .dx_acc = accs, .dy = dy};
-        tp_cpu_pool_threads_override(t + 1);
-        cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
-        cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
-        tp_cpu_pool_threads_override(0);
-    }
+    for (int t = 0; t < 2; t++)
+        s_unary_pass(TP_OP_SILU, "silu", x, N, y, dy, dx[t], t + 1, 0.0f);
     cr_assert_eq(memcmp(dx[0], dx[1], N * sizeof(float)), 0, "silu dx: 1 and 2 threads differ");
     double worst = 0.0;
     for (int j = 0; j < N; j++) {
@@ -887,23 +895,9 @@ Test(cpu_pool, gelu_tanh_gradient_reads_the_sigmoid_back_from_y) {
     static const float special[] = {0.0f, -0.0f, 1e-35f, -1e-35f, 1e-31f, 2e-30f, NAN};
     for (size_t k = 0; k < sizeof special / sizeof *special; k++)
         x[k] = special[k];
-    tp_shape_t xs = {.ndim = 1, .d = {N}};
-    tp_op_attr_t at = {0};
-    const void *xin[1] = {x};
-    const int accs[1] = {0};
-    for (int t = 0; t < 3; t++) {
-        float *dxs[1] = {dx[t]};
-        tp_op_call_t c = {.kind = TP_OP_GELU_TANH, .attr = &at, .name = "gelu", .ninputs = 1,
-                          .x = xin, .xshape = &xs, .y = y, .yshape = xs, .dx = dxs,
-                          .dx_acc = accs, .dy = dy};
-        tp_cpu_pool_threads_override(t == 1 ? 2 : 1);
-        cr_assert_eq(tp_cpu_op_forward(NULL, &c), TP_OK, "%s", tp_last_error());
-        if (t == 2) /* y rewritten: s 0.75 wherever v is not tiny */
-            for (int j = 0; j < N; j++)
-                y[j] = 0.75f * x[j];
-        cr_assert_eq(tp_cpu_op_backward(NULL, &c), TP_OK, "%s", tp_last_error());
-        tp_cpu_pool_threads_override(0);
-    }
+    for (int t = 0; t < 3; t++) /* the third with y rewritten: s 0.75 wherever v is not tiny */
+        s_unary_pass(TP_OP_GELU_TANH, "gelu", x, N, y, dy, dx[t], t == 1 ? 2 : 1,
+                     t == 2 ? 0.75f : 0.0f);
     cr_assert_eq(memcmp(dx[0], dx[1], N * sizeof(float)), 0, "gelu dx: 1 and 2 threads differ");
     const double k0 = 0.7978845608028654, k1 = 0.044715;
     double worst = 0.0;
