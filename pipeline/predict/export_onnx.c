@@ -143,14 +143,14 @@ static int s_attr_ints(s_ex_t *ex, Onnx__NodeProto *n, const char *name,
     return 1;
 }
 
-/* A Transpose of `in` (rank r) swapping its last two axes, into `out`;
- * 1 on success. */
-static int s_transpose_last_two(s_ex_t *ex, const char *out, const char *in, int r) {
+/* A Transpose of `in` (rank r) swapping its axes a and a + 1, into
+ * `out`; 1 on success. */
+static int s_transpose_pair(s_ex_t *ex, const char *out, const char *in, int r, int a) {
     int64_t perm[TP_MAX_DIMS + 1];
     for (int d = 0; d < r; d++)
         perm[d] = d;
-    perm[r - 2] = r - 1;
-    perm[r - 1] = r - 2;
+    perm[a] = a + 1;
+    perm[a + 1] = a;
     const char *ti[1] = {in};
     Onnx__NodeProto *n = s_node(ex, "Transpose", out, 1, ti);
     return n && s_attr_ints(ex, n, "perm", perm, r);
@@ -572,8 +572,8 @@ static int s_emit_linalg(s_ex_t *ex, tp_node_t *x, const char *out,
             if (!tr[i])
                 continue;
             snprintf(tn[i], 700, "%s/%s_t", out, i ? "b" : "a");
-            if (!s_transpose_last_two(ex, tn[i], in[i],
-                                      tp_node_shape(tp_node_input(x, i))->ndim))
+            const int r = tp_node_shape(tp_node_input(x, i))->ndim;
+            if (!s_transpose_pair(ex, tn[i], in[i], r, r - 2))
                 return 0;
             mi[i] = tn[i];
         }
@@ -796,7 +796,7 @@ static int s_emit_attention_core(s_ex_t *ex, const char *out, const char *q, con
                                  const tp_node_attrs_t *a) {
     char t1[700], t2[700], t3[700], t4[700], t5[700], c1[700];
     snprintf(t1, sizeof t1, "%s/k_t", out);
-    if (!s_transpose_last_two(ex, t1, k, r))
+    if (!s_transpose_pair(ex, t1, k, r, r - 2))
         return 0;
     const char *s = s_step(ex, "Mul", out, "scores",
                            s_step(ex, "MatMul", out, "qk", q, t1, t2, sizeof t2),
@@ -851,7 +851,7 @@ static int s_emit_attention_qkv(s_ex_t *ex, tp_node_t *x, const char *out,
         !s_node(ex, "Reshape", t2, 2, ri))
         return 0;
     snprintf(t3, sizeof t3, "%s/heads", out);
-    if (!s_transpose_last_two(ex, t3, t2, r + 1))
+    if (!s_transpose_pair(ex, t3, t2, r + 1, r - 2)) /* T and the heads */
         return 0;
     static const char *const part[3] = {"q", "k", "v"};
     for (int i = 0; i < 3; i++) { /* heads [i H, (i + 1) H) of axis r - 2 */
@@ -875,7 +875,7 @@ static int s_emit_attention_qkv(s_ex_t *ex, tp_node_t *x, const char *out,
     if (!s_emit_attention_core(ex, t4, qkv[0], qkv[1], qkv[2], r + 1, T, T, a))
         return 0;
     snprintf(t5, sizeof t5, "%s/unheads", out);
-    if (!s_transpose_last_two(ex, t5, t4, r + 1))
+    if (!s_transpose_pair(ex, t5, t4, r + 1, r - 2))
         return 0;
     int64_t merged[TP_MAX_DIMS];
     for (int d = 0; d < r - 1; d++)
