@@ -21,7 +21,13 @@ gpt_loss as the parity test does. Prints one JSON line: tokens/s over
 --steps timed steps after --warmup, and the first steps' losses (from the
 checkpoint's weights, the first is ln 256 ~ 5.55 on any text: a check that
 both sides train the same model from the same start), the last, and the
-highest after the first (above the first: the run diverged)."""
+highest after the first (above the first: the run diverged), and "cores":
+the process's CPU time over the wall time of the timed steps. Debian's
+torch does its GEMMs in OpenBLAS's pthread build, whose own pool (the
+host's core count unless OPENBLAS_NUM_THREADS says otherwise) is apart
+from torch.set_num_threads: at --threads 1 the products still run on every
+core (cores ~1.8 on 2), and at --threads 2 each of torch's 2 OpenMP
+threads drives OpenBLAS's 2 (4 busy threads on 2 cores: slower than 1)."""
 import argparse
 import json
 import os
@@ -66,7 +72,7 @@ def main():
     losses = []
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         if a.lr_warmup > 0:  # tp_lr_schedule_at's LinearLR from 0.1
             f = 0.1 + 0.9 * i / a.lr_warmup if i < a.lr_warmup else 1.0
             for grp in opt.param_groups:
@@ -81,11 +87,13 @@ def main():
         opt.step()
         losses.append(float(loss))
     dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     print(json.dumps({"peer": "pytorch", "threads": torch.get_num_threads(),
                       "fast": not a.plain, "context": T, "batch": a.batch,
                       "layers": sum(1 for k in t if k.endswith("ln1/gamma")),
                       "embed": int(t["wte"].shape[1]), "steps": a.steps,
                       "tokens_per_s": round(a.steps * a.batch * T / dt),
+                      "cores": round(cpu / dt, 2),
                       "first_losses": [round(v, 4) for v in losses[:3]],
                       "loss": round(losses[-1], 4), "max_loss": round(max(losses[1:]), 4),
                       "torch": torch.__version__}))
