@@ -87,8 +87,13 @@ prepare() {
     for p in /.gpu/ /.gpu-pack/ /.gpu-data/ "/$build/"; do
         grep -qxF "$p" "$excl" 2>/dev/null || echo "$p" >>"$excl"
     done
+    # through ccache where it is installed: a second prepare in a session
+    # (after a fix) recompiles only what changed
+    local launch=()
+    command -v ccache >/dev/null && launch=(-DCMAKE_C_COMPILER_LAUNCHER=ccache
+        -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
     cmake -S . -B "$build" -DTP_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DTP_BUILD_EXAMPLES=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+        -DTP_BUILD_EXAMPLES=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launch[@]}" >/dev/null
     # example-autoencoder: the convolution family's model on the GPU (exec
     # .gpu/bin/example-autoencoder --device 0 --epochs 1 --json --logdir DIR)
     make -C "$build" -j"${JOBS:-1}" tp-bench tp-train test_cuda_ops \
