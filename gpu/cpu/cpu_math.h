@@ -208,7 +208,7 @@ static inline float s_vgelu_grad(float v) {
  * double formula: 5.2e-7 absolute (the result's own rounding at v 4.7; as
  * before), 1.2e-6 relative over |v| < 4 (1.5e-6 before); the default
  * clone's bits (libm's fmaf) equal the AVX-512 clone's on all 2.2e9 of
- * them. -0 where z > 88 (v below about -10.4: |y| < 1e-36; -inf gives -0,
+ * them. -0 where z > 88 (v below about -10.03, |y| < 1e-37; -inf gives -0,
  * its limit), +inf for +inf, NaN for NaN. */
 static inline float s_vgelu_tanh(float v) {
     const float z0 = v * fmaf(v * v, -1.5957692f * 0.044715f, -1.5957692f);
