@@ -11,7 +11,12 @@
  * changes no value: it only allows computing both sides of a select. A
  * vector lane and the scalar tail do the same operations in the same
  * order (no FMA in the baseline ISA), so an element's bits do not depend
- * on where a loop, or a thread's part of it, starts.
+ * on where a loop, or a thread's part of it, starts. One exception, by
+ * choice: s_vgelu_tanh writes its fused multiply-adds out (fmaf), in
+ * clones by x86-64 level (TP_CPU_CLONES_FMA), where v4 and v3 have the
+ * instruction and the baseline calls libm's fmaf, correctly rounded as
+ * the instruction is: the same bits on every clone, lane and tail still
+ * (checked on every float of its range), about half the operations.
  *
  * Accuracy, measured against double-precision libm on every float of the
  * range: s_vexp within 2.5e-7 relative over [-87, 88.7], exactly 0 below
@@ -20,7 +25,8 @@
  * relative, s_vsigmoid 1.5e-7, s_vsoftplus 2.3e-7 (2e-6 absolute near 20),
  * s_verf 6.6e-7 absolute near 0 (Abramowitz & Stegun 7.1.26, the form
  * PyTorch's vectorised erf uses; 1.5e-7 in theory, float rounding adds);
- * the tanh GELU (s_vgelu_tanh, a sigmoid) 5.2e-7 absolute over [-20, 20].
+ * the tanh GELU (s_vgelu_tanh, a sigmoid, in FMAs) 5.2e-7 absolute over
+ * [-20, 20].
  * The PyTorch parity tolerances of these ops (tests/gpu/op_cases.h) are
  * 1e-6 absolute plus 1e-5 relative. tp_cpu_sum8, last, is the lane sum
  * several kernels share. */
@@ -41,6 +47,18 @@
 #define TP_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TP_CPU_CLONES
+#endif
+
+/* The clones for a loop that calls fmaf (s_vgelu_tanh): by x86-64 level,
+ * since "avx512f" and "avx2" alone have no FMA and their fmaf would be a
+ * libm call per element (ops_attention.c's clones, the same reason). The
+ * baseline's fmaf is that call: the same bits, slower. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define TP_CPU_CLONES_FMA                                                                 \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TP_CPU_CLONES_FMA
 #endif
 
 static inline float s_vbits_f(uint32_t u) {
@@ -170,14 +188,46 @@ static inline float s_vgelu_grad(float v) {
 }
 
 /* The tanh approximation without a tanh: 0.5 (1 + tanh u) is the
- * sigmoid of 2u, 1 / (1 + e^-2u), one e^x and one division where s_vtanh
- * computes both its branches and selects (0.71 against 1.05 ns a float
- * forward, one EPYC core). gelu_tanh(v) = v sigmoid(2u) = v / (1 +
- * e^-2u), within 5.2e-7 absolute of the double formula over [-20, 20]
- * (s_vtanh's: 6e-7); -0 where e^-2u is inf. */
+ * sigmoid of 2u, so gelu_tanh(v) = v sigmoid(2u) = v / (1 + e^z), z =
+ * -2u = v (-2k - 2k a v^2) (k = sqrt(2 / pi), a = 0.044715). The one
+ * function here in fused multiply-adds (fmaf: the caller's clones must be
+ * TP_CPU_CLONES_FMA's, below), and with its own e^z rather than s_vexp's:
+ * the GPT's MLP runs it on 1,024 x 1,024 floats a layer inside its folded
+ * product (ops_linalg.c), where it was a fifth of the fc node's forward.
+ * e^z here: z clamped to [-87, 88] (so n fits the exponent without a
+ * clamp of its own, and no selects after: past 88, y is set to -0 below;
+ * under -87, 1 + e^z is 1 either way), n = round(z / ln 2) by the 1.5 2^23
+ * trick, whose sum also holds n's bits for 2^n, r = z - n ln 2 in two
+ * FMAs (Cephes' split of ln 2), and e^r as a degree-6 polynomial in
+ * Horner's FMAs (a least-squares fit on Chebyshev nodes, 3.6e-9 relative
+ * over |r| <= ln 2 / 2, under float rounding; Cephes' degree 7 in s_vexp
+ * is more than a float holds). Some 22 vector operations against
+ * s_vexp's 35 and the division: 0.72 -> 0.36 ns a float over 1,024 x
+ * 1,024 (one EPYC core, AVX-512; issue 45, branch gpt12,
+ * docs/performance.md). Measured on every float of [-20, 20] against the
+ * double formula: 5.2e-7 absolute (the result's own rounding at v 4.7; as
+ * before), 1.2e-6 relative over |v| < 4 (1.5e-6 before); the default
+ * clone's bits (libm's fmaf) equal the AVX-512 clone's on all 2.2e9 of
+ * them. -0 where z > 88 (v below about -10.03, |y| < 1e-37; -inf gives -0,
+ * its limit), +inf for +inf, NaN for NaN. */
 static inline float s_vgelu_tanh(float v) {
-    const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-    return v / (1.0f + s_vexp(-(u + u)));
+    const float z0 = v * fmaf(v * v, -1.5957692f * 0.044715f, -1.5957692f);
+    float z = z0 > 88.0f ? 88.0f : z0;
+    z = z > -87.0f ? z : -87.0f; /* NaN -> -87: y is v's NaN */
+    const float t = fmaf(z, 1.44269504088896341f, 12582912.0f);
+    const float n = t - 12582912.0f; /* z / ln 2 rounded; t's low bits hold it */
+    float r = fmaf(n, -0.693359375f, z);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.3753952e-3f;
+    p = fmaf(p, r, 8.3689103e-3f);
+    p = fmaf(p, r, 4.1669488e-2f);
+    p = fmaf(p, r, 1.6666518e-1f);
+    p = fmaf(p, r, 4.9999988e-1f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f); /* e^r */
+    const float two_n = s_vbits_f((s_vf_bits(t) << 23) + (127u << 23));
+    const float y = v / fmaf(p, two_n, 1.0f);
+    return z0 > 88.0f ? -0.0f : y;
 }
 
 /* 0.5 (1 + t) + 0.5 v (1 - t^2) u' with s = 0.5 (1 + t): 1 - t^2 is

@@ -578,10 +578,6 @@ S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
         for (size_t i = 0; i < n; i++)
             y[i] = 0.5f * x[i] * (1.0f + s_verf(x[i] * (float)M_SQRT1_2));
         break;
-    case TP_OP_GELU_TANH:
-        for (size_t i = 0; i < n; i++) /* v sigmoid(2u): cpu_math.h */
-            y[i] = s_vgelu_tanh(x[i]);
-        break;
     case TP_OP_SILU:
         for (size_t i = 0; i < n; i++)
             y[i] = x[i] / (1.0f + s_vexp(-x[i]));
@@ -600,6 +596,18 @@ S_CLONES static void s_math_fwd(void *arg, size_t lo, size_t end) {
     default:
         break;
     }
+}
+
+/* The tanh GELU, v sigmoid(2u) (cpu_math.h), alone in clones by x86-64
+ * level: its fused multiply-adds need v3's or v4's FMA, and the other
+ * unary loops keep their clones (and bits) as they were. */
+TP_CPU_CLONES_FMA static void s_gelu_tanh_fwd(void *arg, size_t lo, size_t end) {
+    const tp_op_call_t *c = arg;
+    const size_t n = end - lo;
+    const float *restrict x = (const float *)c->x[0] + lo;
+    float *restrict y = (float *)c->y + lo;
+    for (size_t i = 0; i < n; i++)
+        y[i] = s_vgelu_tanh(x[i]);
 }
 
 /* GELU's derivatives: cpu_math.h's s_vgelu_grad and s_vgelu_tanh_grad
@@ -713,7 +721,7 @@ tp_status_t tp_cpu_elementwise_forward(const tp_op_call_t *c) {
         if (!tp_cpu_elementwise_kind(c->kind))
             return tp_error(TP_ERR_UNSUPPORTED, "%s: no CPU forward for op %s",
                             c->name, tp_op_name(c->kind));
-        s_par(c, s_math_fwd);
+        s_par(c, c->kind == TP_OP_GELU_TANH ? s_gelu_tanh_fwd : s_math_fwd);
         return TP_OK;
     }
 }
