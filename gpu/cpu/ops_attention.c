@@ -424,6 +424,24 @@ static inline int64_t s_visible(int causal, int64_t i, int64_t j0, int64_t nk) {
     return lim < 0 ? 0 : lim < nk ? lim : nk;
 }
 
+/* The next block's rows of a product's operand (up to 4 rows of d
+ * floats, ld apart: C's rows, which the block reads and writes, or the
+ * scores' A) asked for into L1 while this block's product runs. A row is
+ * 4 lines and the rows 1-3 KiB apart (the packed input's heads), which
+ * the hardware's prefetchers do not reach in time: without this the
+ * block's first fused multiply-adds wait on its 16 loads of C from L2,
+ * the backward 4-5% slower (docs/performance.md, gpt10). */
+static inline __attribute__((always_inline)) void
+s_prefetch_next(const float *p, int64_t rows, int64_t ld, int64_t d, int write) {
+    for (int64_t r = 0; r < rows && r < 4; r++)
+        for (int64_t e = 0; e < d; e += 16) {
+            if (write)
+                __builtin_prefetch(p + r * ld + e, 1, 3);
+            else
+                __builtin_prefetch(p + r * ld + e, 0, 3);
+        }
+}
+
 /* scores[r][j] = a_r . k_j of a query tile's nq rows (a: q or dO, [nq,
  * d], rows lda apart) against the transposed key tile bt (k or v, s_transpose's), in
  * blocks of 16 columns up to the last some row of a 4-row block sees; the
@@ -437,6 +455,7 @@ s_tile_scores(int wide, const float *restrict a, int64_t lda, const float *restr
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         /* whole blocks of 16: the columns past the keys are zeros in bt */
         const int64_t ncols = s_visible(causal, i0 + rb + rows - 1, j0, nk);
+        s_prefetch_next(a + (rb + 4) * lda, nq - rb - 4, lda, d, 0);
         s_rows_product(wide, scores + rb * S_BK, S_BK, a + rb * lda, lda, 1, bt, S_BK, 0, d, 0,
                        rows, (ncols + 15) & ~(int64_t)15);
     }
@@ -452,6 +471,7 @@ s_tile_rows(int wide, int acc, float *restrict out, int64_t ldo, const float *re
     for (int64_t rb = 0; rb < nq; rb += 4) {
         const int64_t rows = nq - rb < 4 ? nq - rb : 4;
         const int64_t kh = s_visible(causal, i0 + rb + rows - 1, j0, nk);
+        s_prefetch_next(out + (rb + 4) * ldo, nq - rb - 4, ldo, d, 1);
         s_rows_product(wide, out + rb * ldo, ldo, w + rb * S_BK, S_BK, 1, rows_, ldr, 0, kh,
                        acc, rows, d);
     }
@@ -470,6 +490,7 @@ s_tile_cols(int wide, int acc, float *restrict out, int64_t ldo, const float *re
         lo = lo < 0 ? 0 : lo;
         if (lo >= nq)
             continue;
+        s_prefetch_next(out + (kb + 4) * ldo, nk - kb - 4, ldo, d, 1);
         s_rows_product(wide, out + kb * ldo, ldo, w + kb, 1, S_BK, rows_, ldr, lo, nq, acc,
                        keys, d);
     }
@@ -649,12 +670,10 @@ s_wide_scale_max(float *row, int64_t lim, float scale, float m) {
         /* sv > lane ? sv : lane, as s_scale_max (a NaN score is skipped) */
         lane = _mm512_mask_blend_ps(_mm512_mask_cmp_ps_mask(k, sv, lane, _CMP_GT_OQ), lane, sv);
     }
-    float ln[16];
-    _mm512_storeu_ps(ln, lane);
-    float mx = ln[0];
-    for (int e = 1; e < 16; e++)
-        mx = ln[e] > mx ? ln[e] : mx;
-    return mx;
+    /* the lanes' max in a tree of shuffles (exact; no lane holds a NaN)
+     * where a chain of 15 dependent scalar compares a row made the forward
+     * 1.5-2.5% slower (docs/performance.md, gpt10) */
+    return _mm512_reduce_max_ps(lane);
 }
 
 /* out[j] = e^(s[j] - mx) for j < lim, 0 for lim <= j < nk (out may be
