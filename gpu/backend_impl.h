@@ -432,6 +432,27 @@ typedef struct tp_backend_ops {
                                     int average, float *param, float *momentum_buf,
                                     float lr, float momentum, int nesterov,
                                     const size_t *seg, const float *decay, int nseg);
+    /* ---- the all-reduce fused with the global-norm clip and Adam/AdamW
+     * (appended later; NULL: allreduce, then grad_sumsq, grad_clip and
+     * adam_update per slice). Rank r sums its slice of every buffer (the
+     * backend cuts [0, count) into nranks slices, in rank order) into its
+     * own buffer, with the squares of the sums while they are in cache;
+     * the ranks meet; each then takes the norm of all the sums, scales its
+     * slice's by min(1, clip / norm) (clip <= 0: no clip) and applies
+     * adam_update(param, the scaled sums, m, v, lr, beta1, beta2, eps,
+     * decay[k], step) to each segment k [seg[k], seg[k + 1]) of its slice
+     * (nseg 0: decay 0 everywhere). param, m and v end with the bits of
+     * allreduce, grad_sumsq over the whole buffer, grad_clip, then
+     * adam_update; buf holds the unscaled sums in the rank's slice only
+     * (its other floats are left as they were). No rank returns before
+     * every rank's update is done (the others' next forward reads the
+     * weights). */
+    tp_status_t (*allreduce_adam)(tp_backend_t *b, tp_comm_t *comm, int rank,
+                                  tp_stream_t *s, float *buf, size_t count,
+                                  int average, float *param, float *m, float *v,
+                                  float lr, float beta1, float beta2, float eps,
+                                  int64_t step, float clip, const size_t *seg,
+                                  const float *decay, int nseg);
 } tp_backend_ops_t;
 
 struct tp_backend {

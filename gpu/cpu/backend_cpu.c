@@ -250,6 +250,8 @@ struct tp_comm {
     float *bufs[TP_COMM_MAX];
     size_t counts[TP_COMM_MAX];
     int average[TP_COMM_MAX];
+    double *sq[TP_COMM_MAX];   /* allreduce_adam: each rank's blocks' squares */
+    size_t nsq[TP_COMM_MAX];   /* their room, grown by the rank itself */
 };
 
 /* A large buffer on transparent huge pages where the kernel has them
@@ -554,6 +556,8 @@ static void s_comm_destroy(tp_backend_t *b, tp_comm_t *c) {
     if (!c)
         return;
     tp_barrier_fini(&c->barrier);
+    for (int r = 0; r < c->nranks; r++)
+        free(c->sq[r]);
     free(c);
 }
 
@@ -590,8 +594,8 @@ enum { S_SUM_BLOCK = 1024 };
 
 /* sum[0..m) = bufs[0][i..] + bufs[1][i..] + ... (then the mean), written
  * back to every buffer: one block of s_sum_slice and s_allreduce_sgd. */
-static inline void s_sum_block(float *const *bufs, int n, size_t i, size_t m,
-                               int average, float *restrict sum) {
+static inline void s_sum_to(float *const *bufs, int n, size_t i, size_t m,
+                            int average, float *restrict sum) {
     const float scale = 1.0f / (float)n;
     memcpy(sum, bufs[0] + i, m * sizeof(float));
     for (int r = 1; r < n; r++) {
@@ -602,6 +606,11 @@ static inline void s_sum_block(float *const *bufs, int n, size_t i, size_t m,
     if (average)
         for (size_t j = 0; j < m; j++)
             sum[j] *= scale;
+}
+
+static inline void s_sum_block(float *const *bufs, int n, size_t i, size_t m,
+                               int average, float *restrict sum) {
+    s_sum_to(bufs, n, i, m, average, sum);
     for (int r = 0; r < n; r++)
         memcpy(bufs[r] + i, sum, m * sizeof(float));
 }
@@ -706,6 +715,96 @@ static tp_status_t s_allreduce_sgd_wd(tp_backend_t *b, tp_comm_t *c, int rank,
             const s_sgd_args_t a = {w + j, v ? v + j : NULL, sum + (j - i), lr, mu,
                                     nesterov, decay[k]};
             s_sgd_part((void *)&a, 0, e - j);
+            j = e;
+        }
+    }
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
+    return TP_OK;
+}
+
+/* allreduce fused with the clip and Adam (backend_impl.h's
+ * allreduce_adam). The sum of squares is tp_cpu_sumsq's blocks added in
+ * order, so each slice starts on a block: rank r sums its blocks into its
+ * own buffer (1024 floats at a time, as s_sum_slice) and keeps each
+ * block's squares, read back while the block is in L1, in its row of the
+ * communicator; after the meeting every rank adds all the rows in rank
+ * order, which is the blocks' order: grad_sumsq's bits over the whole
+ * buffer without a pass over it. Then the update, with the clip's scale
+ * applied in its own pass (tp_cpu_adam_scaled). Against allreduce and
+ * the three calls a rank makes two passes over its slice of the
+ * gradients where there were five (one of them over the whole buffer),
+ * and writes into no other rank's buffer. */
+static void s_adam_slice(size_t count, int nranks, int rank, size_t *lo, size_t *hi) {
+    const size_t bl = TP_CPU_SUMSQ_BLOCK;
+    size_t chunk = (count + (size_t)nranks - 1) / (size_t)nranks;
+    chunk = (chunk + bl - 1) / bl * bl;
+    *lo = chunk * (size_t)rank < count ? chunk * (size_t)rank : count;
+    *hi = *lo + chunk < count ? *lo + chunk : count;
+}
+
+static tp_status_t s_allreduce_adam(tp_backend_t *b, tp_comm_t *c, int rank,
+                                    tp_stream_t *s, float *buf, size_t count,
+                                    int average, float *w, float *m, float *v,
+                                    float lr, float b1, float b2, float eps,
+                                    int64_t step, float clip, const size_t *seg,
+                                    const float *decay, int nseg) {
+    (void)b, (void)s;
+    enum { BL = TP_CPU_SUMSQ_BLOCK };
+    if (nseg < 0 || (nseg > 0 && (!seg || !decay || seg[0] != 0 ||
+                                  seg[nseg] != count)))
+        return tp_error(TP_ERR_INVALID, "allreduce_adam: %d decay segments that do "
+                        "not cover the %zu floats", nseg, count);
+    if (rank < 0 || rank >= c->nranks)
+        return tp_error(TP_ERR_INVALID, "allreduce_adam: rank %d of %d", rank,
+                        c->nranks);
+    const int n = c->nranks;
+    size_t lo, hi;
+    s_adam_slice(count, n, rank, &lo, &hi);
+    const size_t nb = (hi - lo + BL - 1) / BL;
+    if (nb > c->nsq[rank]) {  /* before the meeting: the others read it after */
+        double *p = realloc(c->sq[rank], nb * sizeof *p);
+        if (!p)
+            return tp_error(TP_ERR_NOMEM, "allreduce_adam: %zu blocks' squares", nb);
+        c->sq[rank] = p;
+        c->nsq[rank] = nb;
+    }
+    c->bufs[rank] = buf;
+    TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
+                            average));
+    float sum[S_SUM_BLOCK];
+    for (size_t i = lo, k = 0; i < hi; i += BL, k++) {
+        const size_t e = hi - i < BL ? hi : i + BL;
+        for (size_t j = i; j < e; j += S_SUM_BLOCK) {
+            const size_t bm = e - j < S_SUM_BLOCK ? e - j : S_SUM_BLOCK;
+            s_sum_to(c->bufs, n, j, bm, average, sum);
+            memcpy(buf + j, sum, bm * sizeof(float));
+        }
+        c->sq[rank][k] = tp_cpu_sumsq_block(buf + i, e - i);  /* from L1 */
+    }
+    TP_TRY(tp_barrier_sync(&c->barrier, rank));
+    double total = 0.0;  /* tp_cpu_sumsq's order: block by block */
+    for (int r = 0; r < n; r++) {
+        size_t rlo, rhi;
+        s_adam_slice(count, n, r, &rlo, &rhi);
+        for (size_t k = 0; k < (rhi - rlo + BL - 1) / BL; k++)
+            total += c->sq[r][k];
+    }
+    /* grad_sumsq's float, grad_clip's test and scale, the scale applied
+     * in the update's own pass (tp_cpu_adam_scaled: the bits of the
+     * scaled gradient stored, then read) */
+    const float norm = sqrtf((float)total);
+    const float scale = clip > 0 && norm > clip ? clip / norm : 1.0f;
+    if (nseg == 0) {
+        tp_cpu_adam_scaled(w + lo, buf + lo, m + lo, v + lo, hi - lo, lr, b1, b2, eps,
+                           0.0f, step, scale);
+    } else {
+        int k = 0;
+        for (size_t j = lo; j < hi;) {
+            while (seg[k + 1] <= j)
+                k++;
+            const size_t e = seg[k + 1] < hi ? seg[k + 1] : hi;
+            tp_cpu_adam_scaled(w + j, buf + j, m + j, v + j, e - j, lr, b1, b2, eps,
+                               decay[k], step, scale);
             j = e;
         }
     }
@@ -818,6 +917,7 @@ static const tp_backend_ops_t s_cpu_ops = {
     .conv_nhwc = s_conv_nhwc,
     .sgd_wd_update = s_sgd_wd,
     .allreduce_sgd_wd = s_allreduce_sgd_wd,
+    .allreduce_adam = s_allreduce_adam,
 };
 
 /* OpenBLAS's pthread build runs its own pool beside the OpenMP team of

@@ -24,6 +24,7 @@ typedef struct {
     float *w, *m, *v;
     const float *g;
     float keep, lr_t, eps_t, b1, b2, ob1, ob2;
+    float gs;  /* the gradient's scale (the clip's; 1: none, exact) */
     int decay;
 } s_adam_t;
 
@@ -46,19 +47,21 @@ TP_CPU_CLONES static void s_adam_part(void *arg, size_t lo, size_t hi) {
     const float *restrict g = a->g + lo;
     const size_t n = hi - lo;
     const float keep = a->keep, lr_t = a->lr_t, eps_t = a->eps_t;
-    const float b1 = a->b1, b2 = a->b2, ob1 = a->ob1, ob2 = a->ob2;
+    const float b1 = a->b1, b2 = a->b2, ob1 = a->ob1, ob2 = a->ob2, gs = a->gs;
     if (a->decay) {
         for (size_t i = 0; i < n; i++) {
-            const float mi = b1 * m[i] + ob1 * g[i];
-            const float vi = b2 * v[i] + ob2 * g[i] * g[i];
+            const float gi = g[i] * gs;
+            const float mi = b1 * m[i] + ob1 * gi;
+            const float vi = b2 * v[i] + ob2 * gi * gi;
             m[i] = mi;
             v[i] = vi;
             w[i] = w[i] * keep - lr_t * mi / (sqrtf(vi) + eps_t);
         }
     } else { /* Adam: no multiply by 1 (the bits of the unfused loop) */
         for (size_t i = 0; i < n; i++) {
-            const float mi = b1 * m[i] + ob1 * g[i];
-            const float vi = b2 * v[i] + ob2 * g[i] * g[i];
+            const float gi = g[i] * gs;
+            const float mi = b1 * m[i] + ob1 * gi;
+            const float vi = b2 * v[i] + ob2 * gi * gi;
             m[i] = mi;
             v[i] = vi;
             w[i] -= lr_t * mi / (sqrtf(vi) + eps_t);
@@ -68,20 +71,26 @@ TP_CPU_CLONES static void s_adam_part(void *arg, size_t lo, size_t hi) {
 
 void tp_cpu_adam(float *w, const float *g, float *m, float *v, size_t n, float lr,
                  float b1, float b2, float eps, float wd, int64_t step) {
+    tp_cpu_adam_scaled(w, g, m, v, n, lr, b1, b2, eps, wd, step, 1.0f);
+}
+
+void tp_cpu_adam_scaled(float *w, const float *g, float *m, float *v, size_t n,
+                        float lr, float b1, float b2, float eps, float wd,
+                        int64_t step, float gscale) {
     const double c1 = 1.0 - pow(b1, (double)step);
     const double c2 = 1.0 - pow(b2, (double)step);
     /* the bias corrections folded into the step size and epsilon */
     s_adam_t a = {.w = w, .m = m, .v = v, .g = g, .keep = 1.0f - lr * wd,
                   .lr_t = (float)(lr * sqrt(c2) / c1), .eps_t = (float)(eps * sqrt(c2)),
                   .b1 = b1, .b2 = b2, .ob1 = 1.0f - b1, .ob2 = 1.0f - b2,
-                  .decay = wd != 0.0f};
+                  .gs = gscale, .decay = wd != 0.0f};
     /* elementwise: any cut gives the same bits */
     tp_cpu_parallel(n, 16, 1 << 15, s_adam_part, &a);
 }
 
-/* The sum of squares in blocks of S_SQ_BLOCK floats, each in eight double
- * lanes; the blocks' sums then added in block order. */
-#define S_SQ_BLOCK 4096
+/* The sum of squares in blocks of TP_CPU_SUMSQ_BLOCK floats, each in
+ * eight double lanes; the blocks' sums then added in block order. */
+#define S_SQ_BLOCK TP_CPU_SUMSQ_BLOCK
 
 TP_CPU_CLONES static double s_sumsq_block(const float *restrict g, size_t n) {
     double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -93,6 +102,8 @@ TP_CPU_CLONES static double s_sumsq_block(const float *restrict g, size_t n) {
         l[i % 8] += (double)g[i] * (double)g[i];
     return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
+
+double tp_cpu_sumsq_block(const float *g, size_t n) { return s_sumsq_block(g, n); }
 
 double tp_cpu_sumsq(const float *g, size_t n) {
     double s = 0.0;

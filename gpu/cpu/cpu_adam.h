@@ -12,10 +12,24 @@
  * order), in the same pass. step counts from 1 (the bias corrections). */
 void tp_cpu_adam(float *w, const float *g, float *m, float *v, size_t n, float lr,
                  float b1, float b2, float eps, float wd, int64_t step);
+/* The same from the gradient g[i] x gscale, rounded to float as a
+ * separate multiply would (grad_clip's g *= scale, then the update: one
+ * read of g where the two make three passes); gscale 1 is tp_cpu_adam. */
+void tp_cpu_adam_scaled(float *w, const float *g, float *m, float *v, size_t n,
+                        float lr, float b1, float b2, float eps, float wd,
+                        int64_t step, float gscale);
 
 /* sum g[i]^2 over [0, n) in double, in a fixed order (eight lanes per
  * block of 4096 elements, the blocks' sums added in order): the same bits
  * on any thread count and any ISA. */
 double tp_cpu_sumsq(const float *g, size_t n);
+
+/* tp_cpu_sumsq's blocks: its sum over n floats is, in double,
+ * ((0 + b(0)) + b(1)) + ... with b(k) this function's value on floats
+ * [k B, min((k + 1) B, n)) for B = TP_CPU_SUMSQ_BLOCK, so that threads
+ * holding different blocks may each compute theirs and one of them add
+ * them in order to the same bits (backend_cpu.c's allreduce_adam). */
+#define TP_CPU_SUMSQ_BLOCK 4096
+double tp_cpu_sumsq_block(const float *g, size_t n);
 
 #endif

@@ -326,5 +326,11 @@ int tp_optimizer_plain_sgd_(const tp_optimizer_t *o, float *lr, float *momentum,
  * all-reduce may fuse with the decay (allreduce_sgd_wd); else 0. */
 int tp_optimizer_sgd_wd_(const tp_optimizer_t *o, float *lr, float *momentum,
                          int *nesterov, double *weight_decay);
+/* optim.c: 1 when o is Adam or AdamW, with the arguments of the
+ * adam_update call of a variable at learning-rate multiplier 1 (its decay
+ * is (float)(*weight_decay x its decay multiplier); Adam's 0): what the
+ * all-reduce may fuse (allreduce_adam); else 0. */
+int tp_optimizer_adam_(const tp_optimizer_t *o, float *lr, float *beta1, float *beta2,
+                       float *eps, double *weight_decay, int64_t *step);
 
 #endif

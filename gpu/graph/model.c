@@ -2169,58 +2169,100 @@ static tp_status_t s_update_slice(tp_model_t *m, int tower, int k) {
     return TP_OK;
 }
 
+/* Each decay segment's rate for tower's row of m->wd_decay (the others'
+ * threads fill theirs), as tp_optimizer_update_group computes a
+ * variable's: (float)(wd x its multiplier); the padding's 0. */
+static const float *s_wd_row(tp_model_t *m, int tower, double wd) {
+    float *decay = m->wd_decay + (size_t)tower * (size_t)m->nwd;
+    for (int k = 0; k < m->nwd; k++)
+        decay[k] = m->wd_var[k] < 0 ? 0.0f
+                                    : (float)(wd * tp_optimizer_decay_mult(
+                                                       m->opt, m->vars[m->wd_var[k]].name));
+    return decay;
+}
+
+/* Reduce, clip and Adam fused (backend_impl.h's allreduce_adam): the
+ * tower's thread sums its slice of the towers' gradients with the squares
+ * of the sums and, once the towers meet, updates the slice from the
+ * clipped sums, where that gives s_reduce then s_update_slice's bits
+ * (s_reduce_update's conditions; any clip; a decay through the decay
+ * segments). Two passes over the tower's slice of the gradients where the
+ * unfused calls make four, and a fifth over the whole arena (the GPT's
+ * 2 towers x 1 thread: docs/performance.md, issue 45). *done 0: it does
+ * not apply. */
+static tp_status_t s_reduce_adam(tp_model_t *m, int tower, int *done) {
+    float lr, b1, b2, eps;
+    double wd;
+    int64_t step;
+    tp_backend_t *b = m->backend;
+    if (!b->ops->allreduce_adam || !tp_optimizer_adam_(m->opt, &lr, &b1, &b2, &eps, &wd, &step))
+        return TP_OK;
+    if (wd != 0 ? !m->nwd : tp_optimizer_decay_mult_count(m->opt) != 0)
+        return TP_OK;  /* a decay without its segments (variables out of order) */
+    tp_tower_t *t = m->towers[tower];
+    tp_replica_t *rp = &m->rep[0];
+    const double clip = s_clip(m);
+    tp_status_t rc = b->ops->allreduce_adam(
+        b, m->comm, tower, t->stream, t->grads, m->ntrain, m->config.average,
+        rp->train_arena, rp->slots[0], rp->slots[1], lr, b1, b2, eps, step,
+        clip > 0 ? (float)clip : 0.0f, wd != 0 ? m->wd_seg : NULL,
+        wd != 0 ? s_wd_row(m, tower, wd) : NULL, wd != 0 ? m->nwd : 0);
+    if (rc < 0)
+        return tp_error_wrap(rc, "%s: all-reduce, clip and Adam update of %zu floats",
+                             t->name, m->ntrain);
+    *done = 1;
+    return TP_OK;
+}
+
 /* Reduce and update fused (backend_impl.h's allreduce_sgd): one tower's
  * thread sums its slice of the towers' gradients and applies SGD to the
  * same slice of the weights while the sums are in cache, where that gives
  * s_reduce then s_update_slice's bits: one device, the main cost, SGD with
  * no learning-rate multipliers, clip, accumulation or weights' average;
  * a coupled weight decay (with its multipliers) through allreduce_sgd_wd.
- * *done 0: it does not apply, nothing was done. */
+ * Adam and AdamW, with a clip: s_reduce_adam. *done 0: it does not apply,
+ * nothing was done. */
 static tp_status_t s_reduce_update(tp_model_t *m, const s_step_t *s, int *done) {
     *done = 0;
     if (s->scope != S_ONE_TOWER || !s->reduce || !s->update || !m->comm ||
-        m->nrep != 1 || !m->backend->ops->allreduce_sgd)
+        m->nrep != 1 || !m->opt)
         return TP_OK;
     const int tower = s->tower;
     tp_tower_t *t = m->towers[tower];
     tp_grads_state_t *st = &m->step[tower];
+    if (st->reduced || s->cost != 0 || st->cost != 0 || s_accum(m) != 1 || m->nema ||
+        tp_optimizer_lr_mult_count(m->opt))
+        return TP_OK;
+    TP_TRY(s_check_fresh(m, tower, tower));
+    TP_TRY(s_reduce_adam(m, tower, done));
     float lr, mu;
     int nesterov;
     double wd = 0;
     const int plain = tp_optimizer_plain_sgd_(m->opt, &lr, &mu, &nesterov);
-    if (!plain && !(m->nwd && tp_optimizer_sgd_wd_(m->opt, &lr, &mu, &nesterov, &wd)))
-        return TP_OK;
-    if (st->reduced || s->cost != 0 || st->cost != 0 || s_accum(m) != 1 ||
-        s_clip(m) > 0 || m->nema || tp_optimizer_lr_mult_count(m->opt) ||
-        (plain && tp_optimizer_decay_mult_count(m->opt)))
-        return TP_OK;
-    TP_TRY(s_check_fresh(m, tower, tower));
-    tp_backend_t *b = m->backend;
-    tp_replica_t *rp = &m->rep[0];
-    tp_status_t rc;
-    if (plain) {
-        rc = b->ops->allreduce_sgd(b, m->comm, tower, t->stream, t->grads, m->ntrain,
-                                   m->config.average, rp->train_arena,
-                                   mu > 0 ? rp->slots[0] : NULL, lr, mu, nesterov);
-    } else {
-        /* each segment's decay as tp_optimizer_update_group computes it
-         * (this tower's row: the others' threads fill theirs) */
-        float *decay = m->wd_decay + (size_t)tower * (size_t)m->nwd;
-        for (int k = 0; k < m->nwd; k++)
-            decay[k] = m->wd_var[k] < 0 ? 0.0f
-                                        : (float)(wd * tp_optimizer_decay_mult(
-                                                           m->opt, m->vars[m->wd_var[k]].name));
-        rc = b->ops->allreduce_sgd_wd(b, m->comm, tower, t->stream, t->grads, m->ntrain,
-                                      m->config.average, rp->train_arena,
-                                      mu > 0 ? rp->slots[0] : NULL, lr, mu, nesterov,
-                                      m->wd_seg, decay, m->nwd);
+    if (!*done && m->backend->ops->allreduce_sgd && s_clip(m) <= 0 &&
+        (plain ? !tp_optimizer_decay_mult_count(m->opt)
+               : m->nwd && tp_optimizer_sgd_wd_(m->opt, &lr, &mu, &nesterov, &wd))) {
+        tp_backend_t *b = m->backend;
+        tp_replica_t *rp = &m->rep[0];
+        tp_status_t rc;
+        if (plain)
+            rc = b->ops->allreduce_sgd(b, m->comm, tower, t->stream, t->grads, m->ntrain,
+                                       m->config.average, rp->train_arena,
+                                       mu > 0 ? rp->slots[0] : NULL, lr, mu, nesterov);
+        else
+            rc = b->ops->allreduce_sgd_wd(b, m->comm, tower, t->stream, t->grads,
+                                          m->ntrain, m->config.average, rp->train_arena,
+                                          mu > 0 ? rp->slots[0] : NULL, lr, mu, nesterov,
+                                          m->wd_seg, s_wd_row(m, tower, wd), m->nwd);
+        if (rc < 0)
+            return tp_error_wrap(rc, "%s: all-reduce and SGD update of %zu floats",
+                                 t->name, m->ntrain);
+        *done = 1;
     }
-    if (rc < 0)
-        return tp_error_wrap(rc, "%s: all-reduce and SGD update of %zu floats",
-                             t->name, m->ntrain);
-    st->reduced = st->sliced = 1;
-    st->forward = 0;  /* the variables moved under its activations */
-    *done = 1;
+    if (*done) {
+        st->reduced = st->sliced = 1;
+        st->forward = 0;  /* the variables moved under its activations */
+    }
     return TP_OK;
 }
 

@@ -327,6 +327,20 @@ int tp_optimizer_sgd_wd_(const tp_optimizer_t *o, float *lr, float *momentum,
     return 1;
 }
 
+int tp_optimizer_adam_(const tp_optimizer_t *o, float *lr, float *beta1, float *beta2,
+                       float *eps, double *weight_decay, int64_t *step) {
+    if (o->kind != S_ADAM && o->kind != S_ADAMW)
+        return 0;
+    /* the arguments tp_optimizer_update_group passes adam_update */
+    *lr = (float)(o->lr * 1.0);
+    *beta1 = (float)o->beta1;
+    *beta2 = (float)o->beta2;
+    *eps = (float)o->eps;
+    *weight_decay = o->kind == S_ADAMW ? o->weight_decay : 0.0;
+    *step = o->step + 1;
+    return 1;
+}
+
 tp_status_t tp_optimizer_update_scaled(tp_optimizer_t *o, tp_backend_t *b,
                                        tp_stream_t *s, float *param,
                                        const float *grad, float *const *slots,

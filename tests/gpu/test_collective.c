@@ -4,6 +4,7 @@
  * threads, and one thread reducing every buffer onto the first. */
 #include <criterion/criterion.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,6 +261,108 @@ Test(collective, allreduce_fused_with_decayed_sgd_gives_allreduce_then_the_updat
     const size_t bad[] = {0, 10};
     cr_expect_eq(b->ops->allreduce_sgd_wd(b, comm, 0, NULL, g[0][0], S_FN, 1, w[0], v[0],
                                           0.05f, 0.9f, 0, bad, s_wd_decay, 1),
+                 TP_ERR_INVALID);
+    cr_expect(strstr(tp_last_error(), "segments"), "%s", tp_last_error());
+    b->ops->comm_destroy(b, comm);
+    tp_backend_destroy(&b);
+}
+
+/* The all-reduce fused with the global-norm clip and Adam/AdamW
+ * (allreduce_adam) against allreduce, grad_sumsq over the whole buffer,
+ * grad_clip, then adam_update a decay segment at a time: the same bits in
+ * the weights and both moments. 3 ranks over 20000 floats: the slices
+ * start on the sum of squares' 4096-float blocks and the last is short;
+ * gradients over six decades, so that a norm added in another order
+ * would round differently. Clipped, not clipped (a norm under the clip),
+ * no clip; AdamW's segments and Adam's none. */
+enum { S_AN = 20000, S_AR = 3 };
+static const size_t s_adam_seg[] = {0, 700, 4096, 4100, 8191, 8193, 13000, S_AN};
+static const float s_adam_decay[] = {0.1f, 0.0f, 0.02f, 0.5f, 0.0f, 0.07f, 0.3f};
+enum { S_ADAM_NSEG = 7 };
+
+typedef struct {
+    tp_backend_t *b;
+    tp_comm_t *comm;
+    int rank, fused, nseg;
+    float *g, *w, *m, *v;
+    float clip;
+    tp_status_t rc;
+} s_adam_arg_t;
+
+static void *s_adam_rank(void *p) {
+    s_adam_arg_t *a = p;
+    if (a->fused)
+        a->rc = a->b->ops->allreduce_adam(a->b, a->comm, a->rank, NULL, a->g, S_AN, 1,
+                                          a->w, a->m, a->v, 1e-3f, 0.9f, 0.95f, 1e-8f, 3,
+                                          a->clip, a->nseg ? s_adam_seg : NULL,
+                                          a->nseg ? s_adam_decay : NULL, a->nseg);
+    else
+        a->rc = a->b->ops->allreduce(a->b, a->comm, a->rank, NULL, a->g, S_AN, 1);
+    return NULL;
+}
+
+static void s_adam_case(tp_backend_t *b, float clip, int nseg) {
+    static float g[2][S_AR][S_AN], w[2][S_AN], m[2][S_AN], v[2][S_AN];
+    uint64_t x = 4242;
+    for (int i = 0; i < S_AN; i++) {
+        for (int r = 0; r < S_AR; r++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            const float mant = (float)((int64_t)(x >> 40) - (1 << 23)) / 8e6f;
+            g[0][r][i] = g[1][r][i] = mant * powf(10.0f, (float)((x >> 20) % 7) - 4.0f);
+        }
+        w[0][i] = w[1][i] = (float)((i * 37) % 101) / 7.0f - 7.0f;
+        m[0][i] = m[1][i] = (float)((i * 11) % 23) / 230.0f - 0.05f;
+        v[0][i] = v[1][i] = (float)((i * 13) % 17) / 2900.0f;
+    }
+    for (int k = 0; k < 2; k++) {  /* k 0: the unfused calls; 1: fused */
+        tp_comm_t *comm = b->ops->comm_new(b, S_AR);
+        cr_assert_not_null(comm);
+        pthread_t th[S_AR];
+        s_adam_arg_t a[S_AR];
+        for (int r = 0; r < S_AR; r++) {
+            a[r] = (s_adam_arg_t){b, comm, r, k, nseg, g[k][r], w[k], m[k], v[k], clip, TP_OK};
+            cr_assert_eq(pthread_create(&th[r], NULL, s_adam_rank, &a[r]), 0);
+        }
+        for (int r = 0; r < S_AR; r++) {
+            pthread_join(th[r], NULL);
+            cr_assert_eq(a[r].rc, TP_OK, "rank %d: %s", r, tp_last_error());
+        }
+        if (k == 0) {
+            float acc[1];
+            cr_assert_eq(b->ops->grad_sumsq(b, NULL, g[0][0], S_AN, acc, 0), TP_OK);
+            if (clip > 0)
+                cr_assert_eq(b->ops->grad_clip(b, NULL, g[0][0], S_AN, clip, acc), TP_OK);
+            for (int s = 0; s < (nseg ? nseg : 1); s++) {
+                const size_t o = nseg ? s_adam_seg[s] : 0;
+                const size_t n = nseg ? s_adam_seg[s + 1] - o : S_AN;
+                cr_assert_eq(b->ops->adam_update(b, NULL, w[0] + o, g[0][0] + o, m[0] + o,
+                                                 v[0] + o, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                                 nseg ? s_adam_decay[s] : 0.0f, 3),
+                             TP_OK);
+            }
+        }
+        b->ops->comm_destroy(b, comm);
+    }
+    cr_expect_eq(memcmp(w[0], w[1], sizeof w[0]), 0, "weights (clip %g, %d segments)",
+                 (double)clip, nseg);
+    cr_expect_eq(memcmp(m[0], m[1], sizeof m[0]), 0, "first moment (clip %g)", (double)clip);
+    cr_expect_eq(memcmp(v[0], v[1], sizeof v[0]), 0, "second moment (clip %g)", (double)clip);
+}
+
+Test(collective, allreduce_fused_with_clip_and_adam_gives_the_unfused_calls_bit_for_bit) {
+    tp_backend_t *b = tp_backend_cpu_new(1);
+    cr_assert_not_null(b);
+    cr_assert_not_null(b->ops->allreduce_adam, "the CPU backend fuses clip and Adam");
+    s_adam_case(b, 0.5f, S_ADAM_NSEG);  /* the norm is ~5600: clipped */
+    s_adam_case(b, 1e6f, S_ADAM_NSEG);  /* under the clip */
+    s_adam_case(b, 0.0f, S_ADAM_NSEG);  /* no clip */
+    s_adam_case(b, 0.5f, 0);            /* Adam: no decay anywhere */
+    /* segments that do not cover the buffer are refused, naming them */
+    tp_comm_t *comm = b->ops->comm_new(b, 1);
+    static float g[S_AN], w[S_AN], m[S_AN], v[S_AN];
+    const size_t bad[] = {0, 10};
+    cr_expect_eq(b->ops->allreduce_adam(b, comm, 0, NULL, g, S_AN, 1, w, m, v, 1e-3f, 0.9f,
+                                        0.95f, 1e-8f, 1, 1.0f, bad, s_adam_decay, 1),
                  TP_ERR_INVALID);
     cr_expect(strstr(tp_last_error(), "segments"), "%s", tp_last_error());
     b->ops->comm_destroy(b, comm);

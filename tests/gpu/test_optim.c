@@ -798,7 +798,23 @@ static void *s_tower_thread(void *p) {
     return NULL;
 }
 
-Test(optim, two_towers_fuse_the_decayed_update_into_the_all_reduce_with_the_same_bits) {
+/* all-reduce, clip and Adam fused (allreduce_adam), counted */
+static atomic_int s_adam_fused_calls;
+static tp_status_t s_count_allreduce_adam(tp_backend_t *b, tp_comm_t *c, int rank,
+                                          tp_stream_t *s, float *buf, size_t count,
+                                          int average, float *w, float *m, float *v,
+                                          float lr, float b1, float b2, float eps,
+                                          int64_t step, float clip, const size_t *seg,
+                                          const float *decay, int nseg) {
+    atomic_fetch_add(&s_adam_fused_calls, 1);
+    return s_cpu_ops->allreduce_adam(b, c, rank, s, buf, count, average, w, m, v, lr, b1,
+                                     b2, eps, step, clip, seg, decay, nseg);
+}
+
+/* 3 steps of the W, V model on two towers, each on its thread with its
+ * own batch, trained by opt(u): W and V after them in out[0], out[1]; the
+ * fused all-reduce and Adam calls counted (the backend's op wrapped). */
+static void s_wv_train(tp_optimizer_fn opt, void *u, float out[2][6], int *adam_fused) {
     static float x[2][CB * 3];
     static int32_t y[2][CB];
     for (int k = 0; k < 2; k++) {
@@ -807,43 +823,91 @@ Test(optim, two_towers_fuse_the_decayed_update_into_the_all_reduce_with_the_same
         for (int i = 0; i < CB; i++)
             y[k][i] = (i + k) % 2;
     }
-    float out[2][2][6];
-    for (int apart = 0; apart < 2; apart++) {
-        tp_model_desc_t md = {s_desc, 2, s_tower_wv, s_sgd_wd, apart ? (void *)1 : NULL};
-        tp_model_config_t cfg = tp_model_config_default();
-        cfg.towers = 2;
-        cfg.batch = CB;
-        tp_model_t *m = tp_model_new(&md, &cfg);
-        cr_assert_not_null(m, "%s", tp_last_error());
-        const char *names[2] = {"W", "V"};
-        for (int j = 0; j < 2; j++) {
-            tp_tensor_t w;
-            cr_assert_eq(tp_model_var(m, names[j], &w), TP_OK);
-            memcpy(w.data, s_w0, sizeof s_w0);
-        }
-        for (int s = 0; s < 3; s++) {
-            s_tower_run_t r[2];
-            pthread_t th[2];
-            int64_t xs[2] = {CB, 3}, ys[1] = {CB};
-            for (int k = 0; k < 2; k++) {
-                r[k] = (s_tower_run_t){.m = m, .tower = k};
-                tp_tensor_init_wrap(&r[k].in[0], TP_FLOAT32, 2, xs, x[k], NULL, NULL);
-                tp_tensor_init_wrap(&r[k].in[1], TP_INT32, 1, ys, y[k], NULL, NULL);
-                cr_assert_eq(pthread_create(&th[k], NULL, s_tower_thread, &r[k]), 0);
-            }
-            for (int k = 0; k < 2; k++) {
-                pthread_join(th[k], NULL);
-                cr_assert_eq(r[k].rc, TP_OK, "tower %d: %s", k, tp_last_error());
-            }
-        }
-        for (int j = 0; j < 2; j++) {
-            tp_tensor_t w;
-            cr_assert_eq(tp_model_var(m, names[j], &w), TP_OK, "%s", names[j]);
-            memcpy(out[apart][j], w.data, sizeof s_w0);
-        }
-        tp_model_destroy(&m);
+    tp_model_desc_t md = {s_desc, 2, s_tower_wv, opt, u};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.towers = 2;
+    cfg.batch = CB;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    cr_assert_not_null(m, "%s", tp_last_error());
+    tp_backend_t *b = tp_model_tower_backend(m, 0);
+    s_cpu_ops = b->ops;
+    static tp_backend_ops_t ops;
+    ops = *b->ops;
+    if (ops.allreduce_adam)
+        ops.allreduce_adam = s_count_allreduce_adam;
+    b->ops = &ops;
+    atomic_store(&s_adam_fused_calls, 0);
+    const char *names[2] = {"W", "V"};
+    for (int j = 0; j < 2; j++) {
+        tp_tensor_t w;
+        cr_assert_eq(tp_model_var(m, names[j], &w), TP_OK);
+        memcpy(w.data, s_w0, sizeof s_w0);
     }
+    for (int s = 0; s < 3; s++) {
+        s_tower_run_t r[2];
+        pthread_t th[2];
+        int64_t xs[2] = {CB, 3}, ys[1] = {CB};
+        for (int k = 0; k < 2; k++) {
+            r[k] = (s_tower_run_t){.m = m, .tower = k};
+            tp_tensor_init_wrap(&r[k].in[0], TP_FLOAT32, 2, xs, x[k], NULL, NULL);
+            tp_tensor_init_wrap(&r[k].in[1], TP_INT32, 1, ys, y[k], NULL, NULL);
+            cr_assert_eq(pthread_create(&th[k], NULL, s_tower_thread, &r[k]), 0);
+        }
+        for (int k = 0; k < 2; k++) {
+            pthread_join(th[k], NULL);
+            cr_assert_eq(r[k].rc, TP_OK, "tower %d: %s", k, tp_last_error());
+        }
+    }
+    for (int j = 0; j < 2; j++) {
+        tp_tensor_t w;
+        cr_assert_eq(tp_model_var(m, names[j], &w), TP_OK, "%s", names[j]);
+        memcpy(out[j], w.data, sizeof s_w0);
+    }
+    *adam_fused = atomic_load(&s_adam_fused_calls);
+    b->ops = s_cpu_ops;
+    tp_model_destroy(&m);
+}
+
+Test(optim, two_towers_fuse_the_decayed_update_into_the_all_reduce_with_the_same_bits) {
+    float out[2][2][6];
+    int fused;
+    for (int apart = 0; apart < 2; apart++)
+        s_wv_train(s_sgd_wd, apart ? (void *)1 : NULL, out[apart], &fused);
     cr_expect_eq(memcmp(out[0][0], out[1][0], sizeof s_w0), 0, "W");
     cr_expect_eq(memcmp(out[0][1], out[1][1], sizeof s_w0), 0, "V (spared)");
     cr_expect(memcmp(out[0][0], s_w0, sizeof s_w0) != 0, "W moved");
+}
+
+/* The same with AdamW, the global-norm clip and V spared by its decay
+ * multiplier (the GPT's recipe on 2 towers x 1 thread, issue 45): the
+ * all-reduce, the clip and the update in one call a tower a step
+ * (allreduce_adam), the same bits in W and V as the unfused calls (the
+ * learning-rate multiplier keeps them apart); a clip under the norm (it
+ * scales) and above it. */
+static double s_adamw_clip;
+static tp_optimizer_t *s_adamw_wd(void *u) {
+    tp_optimizer_t *o = tp_optimizer_adamw(0.05, 0.9, 0.95, 1e-8, 0.3);
+    if (o && (tp_optimizer_set(o, "clip_norm", s_adamw_clip) < 0 ||
+              tp_optimizer_add_decay_mult(o, "V", 0.0) < 0 ||
+              (u && tp_optimizer_add_lr_mult(o, "V", 1.0) < 0)))
+        tp_optimizer_destroy(&o);
+    return o;
+}
+
+Test(optim, two_towers_fuse_clip_and_adamw_into_the_all_reduce_with_the_same_bits) {
+    const double clips[] = {0.05, 100.0, 0.0};
+    for (int c = 0; c < 3; c++) {
+        s_adamw_clip = clips[c];
+        float out[2][2][6];
+        int fused[2];
+        for (int apart = 0; apart < 2; apart++)
+            s_wv_train(s_adamw_wd, apart ? (void *)1 : NULL, out[apart], &fused[apart]);
+        cr_expect_eq(fused[0], 2 * 3, "clip %g: one fused call a tower a step", clips[c]);
+        cr_expect_eq(fused[1], 0, "clip %g: a learning-rate multiplier keeps them apart",
+                     clips[c]);
+        cr_expect_eq(memcmp(out[0][0], out[1][0], sizeof s_w0), 0, "clip %g: W", clips[c]);
+        cr_expect_eq(memcmp(out[0][1], out[1][1], sizeof s_w0), 0, "clip %g: V (spared)",
+                     clips[c]);
+        cr_expect(memcmp(out[0][0], s_w0, sizeof s_w0) != 0, "W moved");
+    }
 }
