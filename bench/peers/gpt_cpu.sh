@@ -32,7 +32,11 @@
 #            and as the parity test writes it (--plain): its best counts
 #   towerpack tp-train --model gpt, 1 tower x 2 threads and 2 towers x 1
 #            thread (the same total batch), tokens_per_s of the last epoch
-#            in stats.json (the first epoch warms up)
+#            in stats.json (the first epoch warms up); with no checkpoint,
+#            TensorBoard file or stats socket, as the peers write none
+#            (CHECKPOINTS=1 keeps tp-train's ModelSaver: its writer thread
+#            saves epoch 1 while epoch 2's first step runs, 35-43 ms of a
+#            tower's core, ~5% of 6 timed steps; docs/performance.md, gpt14)
 # each under `nice -n NICE` (default 10), each timing STEPS steps after a
 # warm-up. Prints one JSON line per run (kept in OUT/results.jsonl) and,
 # at the end, each round's best tokens/s of each program and the ratios
@@ -44,6 +48,7 @@ ROUNDS=${1:-2}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 LAYERS=${LAYERS:-4} EMBED=${EMBED:-256} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-256}
 BATCH=${BATCH:-4} STEPS=${STEPS:-6} NICE=${NICE:-10} LR=${LR:-5e-4}
+CHECKPOINTS=${CHECKPOINTS:-0}
 TP_TRAIN=${TP_TRAIN:-$repo/build-release/bin/tp-train}
 OUT=${OUT:-$(mktemp -d /tmp/gpt_cpu.XXXXXX)}
 LLMC_SRC=${LLMC_SRC:-}  # optional: without it, no llm.c rows
@@ -67,6 +72,8 @@ TP_RECIPE=(--optimizer adamw --lr "$LR" --clip-norm 1 --lr-end 1 --warmup-epochs
     --batch "$BATCH" --epochs 1 --steps-per-epoch 1 --optimizer adamw --lr 1e-30 \
     --no-tensorboard --logdir "$OUT/init" --logdir-action delete > "$OUT/init.log" 2>&1
 INIT=$(ls "$OUT"/init/*.safetensors | tail -1)
+QUIET_RUN=(--no-tensorboard --stats off)
+[ "$CHECKPOINTS" = 1 ] || QUIET_RUN+=(--no-checkpoints)
 res=$OUT/results.jsonl
 : > "$res"
 N="nice -n $NICE"
@@ -88,7 +95,7 @@ run_tp() {  # run_tp ROUND TOWERS THREADS
     $N "$TP_TRAIN" --model gpt --data "text:$OUT/text.txt" --test-data "text:$OUT/val.txt" \
         --layers "$LAYERS" --heads "$HEADS" --embed "$EMBED" --context "$CONTEXT" \
         --batch "$((BATCH / $2))" --towers "$2" --threads "$3" "${TP_RECIPE[@]}" \
-        --epochs 2 --steps-per-epoch "$STEPS" --logdir "$d" > "$d.log" 2>&1
+        --epochs 2 --steps-per-epoch "$STEPS" --logdir "$d" "${QUIET_RUN[@]}" > "$d.log" 2>&1
     "$py" - "$d/stats.json" "$1" "$2" "$3" "$BATCH" "$CONTEXT" <<'PY' | tee -a "$res"
 import json, os, sys
 s = json.load(open(sys.argv[1]))[-1]
