@@ -646,6 +646,19 @@ static tp_status_t s_allreduce(tp_backend_t *b, tp_comm_t *c, int rank,
     return TP_OK;
 }
 
+/* The fused all-reduce entries' arguments: a rank of the communicator,
+ * and decay segments (if any) that cover [0, count) from 0. */
+static tp_status_t s_fused_args(const char *entry, const tp_comm_t *c, int rank,
+                                size_t count, const size_t *seg, const float *decay,
+                                int nseg) {
+    if (nseg < 0 || (nseg > 0 && (!seg || !decay || seg[0] != 0 || seg[nseg] != count)))
+        return tp_error(TP_ERR_INVALID, "%s: %d decay segments that do not cover the "
+                        "%zu floats", entry, nseg, count);
+    if (rank < 0 || rank >= c->nranks)
+        return tp_error(TP_ERR_INVALID, "%s: rank %d of %d", entry, rank, c->nranks);
+    return TP_OK;
+}
+
 /* allreduce fused with the SGD update (backend_impl.h's allreduce_sgd):
  * each rank sums its slice block by block as s_sum_slice does (the same
  * adds in the same order, so the same bits) and applies s_sgd_part to the
@@ -678,13 +691,7 @@ static tp_status_t s_allreduce_sgd_wd(tp_backend_t *b, tp_comm_t *c, int rank,
                                       float mu, int nesterov, const size_t *seg,
                                       const float *decay, int nseg) {
     (void)b, (void)s;
-    if (nseg < 0 || (nseg > 0 && (!seg || !decay || seg[0] != 0 ||
-                                  seg[nseg] != count)))
-        return tp_error(TP_ERR_INVALID, "allreduce_sgd: %d decay segments that do "
-                        "not cover the %zu floats", nseg, count);
-    if (rank < 0 || rank >= c->nranks)
-        return tp_error(TP_ERR_INVALID, "allreduce_sgd: rank %d of %d", rank,
-                        c->nranks);
+    TP_TRY(s_fused_args("allreduce_sgd", c, rank, count, seg, decay, nseg));
     c->bufs[rank] = buf;
     TP_TRY(tp_barrier_agree(&c->barrier, rank, c->counts, c->average, count,
                             average));
@@ -750,13 +757,7 @@ static tp_status_t s_allreduce_adam(tp_backend_t *b, tp_comm_t *c, int rank,
                                     const float *decay, int nseg) {
     (void)b, (void)s;
     enum { BL = TP_CPU_SUMSQ_BLOCK };
-    if (nseg < 0 || (nseg > 0 && (!seg || !decay || seg[0] != 0 ||
-                                  seg[nseg] != count)))
-        return tp_error(TP_ERR_INVALID, "allreduce_adam: %d decay segments that do "
-                        "not cover the %zu floats", nseg, count);
-    if (rank < 0 || rank >= c->nranks)
-        return tp_error(TP_ERR_INVALID, "allreduce_adam: rank %d of %d", rank,
-                        c->nranks);
+    TP_TRY(s_fused_args("allreduce_adam", c, rank, count, seg, decay, nseg));
     const int n = c->nranks;
     size_t lo, hi;
     s_adam_slice(count, n, rank, &lo, &hi);
