@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -634,6 +635,12 @@ static int s_recv(tp_actor_ctx_t *ctx, int i, tp_datapoint_t **dp, int flags) {
     return 1;
 }
 
+void tp_actor_name_thread(const char *name) {
+    char buf[16];
+    snprintf(buf, sizeof buf, "tp:%s", name ? name : "");
+    (void)prctl(PR_SET_NAME, buf, 0, 0, 0);  /* this thread's */
+}
+
 /* Wait until output p can take a message or the actor is terminated. */
 static void s_wait_writable(tp_actor_ctx_t *ctx, s_port_t *p) {
     uint64_t t0 = tp_now_ns();
@@ -990,6 +997,7 @@ static void s_actor_main(zsock_t *pipe, void *args) {
     s_boot_t boot = *(s_boot_t *)args;
     free(args);
     const tp_actor_def_t *def = boot.def;
+    tp_actor_name_thread(def->name);
     tp_actor_ctx_t *ctx = calloc(1, sizeof *ctx);
     char reason[512] = "";
     tp_status_t rc = TP_OK;

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* RUSAGE_THREAD */
 #include <criterion/criterion.h>
 #include <czmq.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include "actor_testutil.h"
@@ -349,6 +350,25 @@ Test(actor, a_producer_blocked_on_a_slow_reader_sleeps_until_it_reads) {
     tp_actor_destroy(&a);
     tp_port_reader_destroy(&r);
     cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+/* A source that reads its own thread's name, then ends. */
+static tp_status_t naming_produce(tp_actor_ctx_t *ctx, void *state) {
+    (void)ctx;
+    prctl(PR_GET_NAME, (char *)state, 0, 0, 0);
+    return TP_DONE;
+}
+
+Test(actor, its_thread_carries_its_name) {
+    /* "tp:" and the first 12 bytes of the actor's name: what top -H, gdb
+     * and /proc/PID/task/TID/comm show (the kernel keeps 15 bytes). */
+    char got[17] = "";
+    tp_actor_def_t d = {"a-long-actor-name", NULL, 0, NULL, 0, NULL, NULL, naming_produce, NULL};
+    tp_actor_t *a = tp_actor_new(&d, got);
+    cr_assert(a, "%s", tp_last_error());
+    cr_assert_eq(tp_actor_wait(a, 2000), TP_OK);
+    tp_actor_destroy(&a);
+    cr_assert_str_eq(got, "tp:a-long-actor");
 }
 
 Test(actor, terminate_while_blocked_returns_promptly) {
