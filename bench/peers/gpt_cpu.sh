@@ -33,10 +33,12 @@
 #   towerpack tp-train --model gpt, 1 tower x 2 threads and 2 towers x 1
 #            thread (the same total batch), tokens_per_s of the last epoch
 #            in stats.json (the first epoch warms up); with no checkpoint,
-#            TensorBoard file or stats socket, as the peers write none
+#            TensorBoard file, plot or stats socket, as the peers write none
 #            (CHECKPOINTS=1 keeps tp-train's ModelSaver: its writer thread
 #            saves epoch 1 while epoch 2's first step runs, 35-43 ms of a
-#            tower's core, ~5% of 6 timed steps; docs/performance.md, gpt14)
+#            tower's core, ~5% of 6 timed steps; docs/performance.md, gpt14;
+#            PLOTS=1 keeps the CurvePlotter: it draws curves.png on the
+#            callback actor then too, ~19 ms of a core; gpt16)
 # each under `nice -n NICE` (default 10), each timing STEPS steps after a
 # warm-up. Prints one JSON line per run (kept in OUT/results.jsonl) and,
 # at the end, each round's best tokens/s of each program and the ratios
@@ -48,7 +50,7 @@ ROUNDS=${1:-2}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 LAYERS=${LAYERS:-4} EMBED=${EMBED:-256} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-256}
 BATCH=${BATCH:-4} STEPS=${STEPS:-6} NICE=${NICE:-10} LR=${LR:-5e-4}
-CHECKPOINTS=${CHECKPOINTS:-0}
+CHECKPOINTS=${CHECKPOINTS:-0} PLOTS=${PLOTS:-0}
 TP_TRAIN=${TP_TRAIN:-$repo/build-release/bin/tp-train}
 OUT=${OUT:-$(mktemp -d /tmp/gpt_cpu.XXXXXX)}
 LLMC_SRC=${LLMC_SRC:-}  # optional: without it, no llm.c rows
@@ -74,6 +76,7 @@ TP_RECIPE=(--optimizer adamw --lr "$LR" --clip-norm 1 --lr-end 1 --warmup-epochs
 INIT=$(ls "$OUT"/init/*.safetensors | tail -1)
 QUIET_RUN=(--no-tensorboard --stats off)
 [ "$CHECKPOINTS" = 1 ] || QUIET_RUN+=(--no-checkpoints)
+[ "$PLOTS" = 1 ] || QUIET_RUN+=(--no-plots)
 res=$OUT/results.jsonl
 : > "$res"
 N="nice -n $NICE"

@@ -134,11 +134,20 @@ tp_status_t tp_actor_stats(tp_actor_t *self, tp_stats_row_t *row);
 
 /* The actor's counters as its thread last published them, without asking
  * it: at most about 10 ms old while it runs (its loop looks at its pipe at
- * least that often, and publishes then), the final ones after it ended.
+ * least that often, and publishes then; blocked on a full queue, its counts
+ * are current and its times as old as its wait, up to 100 ms without
+ * reports), the final ones after it ended.
  * Never waits: for statistics read while the actor works, e.g. once a
  * second by a trainer, where tp_actor_stats would wait for an actor that
  * is blocked on a full queue. Rates are not filled. */
 tp_status_t tp_actor_stats_recent(tp_actor_t *self, tp_stats_row_t *row);
+
+/* Names the calling thread "tp:" + the first 12 bytes of `name`, as `top
+ * -H`, gdb and /proc/PID/task/TID/comm show it (the kernel keeps 15): an
+ * actor's thread takes its actor's name, and the engine's own threads (a
+ * tower, the callback actor) theirs, so that what runs beside the towers
+ * can be told apart. Best effort: a failure changes nothing else. */
+void tp_actor_name_thread(const char *name);
 
 const char *tp_actor_name(const tp_actor_t *self);
 

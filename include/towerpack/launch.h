@@ -105,6 +105,12 @@ typedef struct tp_train_config {
                                       StepWriter (steps.tsv of
                                       progress_names) and CurvePlotter
                                       (curves.png every epoch) (default 1) */
+    int plots;                     /* with curves: the CurvePlotter; 0
+                                      keeps steps.tsv and draws no
+                                      curves.png (default 1): for timing
+                                      runs, where the drawing, on the
+                                      callback actor beside the next
+                                      epoch's first step, takes a core */
     int64_t log_every_n_steps;     /* with default_callbacks: the training
                                       scalars (progress_names and the
                                       towers' metrics, smoothed as the

@@ -324,6 +324,7 @@ static void s_take_image(tp_cb_actor_t *a, const s_event_t *ev, const void *x, s
 static void s_actor(zsock_t *pipe, void *arg) {
     tp_cb_actor_t *a = arg;
     a->sock = zsock_resolve(pipe);
+    tp_actor_name_thread("callbacks");
     zsock_signal(pipe, 0);
     uint64_t idle_since = tp_now_ns();
     char name[S_NAME_MAX + 1];

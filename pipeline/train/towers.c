@@ -160,6 +160,9 @@ static int s_pin_plan(tp_model_t *m, int n, int *cpu) {
 static void s_tower_actor(zsock_t *pipe, void *arg) {
     s_tower_args_t *a = arg;
     void *sock = zsock_resolve(pipe);
+    char name[16];
+    snprintf(name, sizeof name, "tower%d", a->index);
+    tp_actor_name_thread(name);
     if (a->cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);

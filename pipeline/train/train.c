@@ -466,6 +466,7 @@ void tp_train_config_init(tp_train_config_t *cfg) {
     cfg->progress_names = "cost";
     cfg->tensorboard = 1;
     cfg->curves = 1;
+    cfg->plots = 1;
     cfg->log_every_n_steps = 50;
     cfg->save_checkpoints = 1;
     cfg->starting_epoch = 1;
@@ -967,7 +968,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
             (rc = s_add(tr, tp_cb_observe(tp_cb_tfevent_writer(cfg->hparams)))) < 0)
             goto out;
         /* after JSONWriter: it draws the stats.json just written */
-        if (cfg->logdir && cfg->curves &&
+        if (cfg->logdir && cfg->curves && cfg->plots &&
             (rc = s_add(tr, tp_cb_observe(tp_cb_curve_plotter()))) < 0)
             goto out;
         if ((rc = s_add(tr, tp_cb_observe(tp_cb_scalar_printer()))) < 0)

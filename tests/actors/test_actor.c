@@ -1,8 +1,10 @@
 /* towerpack tests: the actor runtime (lifecycle, pointer passing, order,
  * end-of-stream, errors, backpressure, malformed input, statistics, the
  * waits' phase). */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include <criterion/criterion.h>
 #include <czmq.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include "actor_testutil.h"
@@ -290,6 +292,83 @@ Test(actor, a_reader_created_after_its_producer_gets_data_at_once) {
     /* it looks for a reader every 1 ms in its first second (10 ms later) */
     cr_expect_lt(best, 0.005, "first datapoint after %.1f ms", best * 1e3);
     cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+/* A source that notes, at every datapoint, how often its thread has gone
+ * to sleep so far (the voluntary context switches): a send that waited
+ * shows as the jump between the datapoint before it and the one after. */
+typedef struct {
+    int64_t made;
+    long nvcsw[64];
+} counting_t;
+
+static tp_status_t counting_produce(tp_actor_ctx_t *ctx, void *state) {
+    counting_t *s = state;
+    if (s->made >= 64)
+        return TP_DONE;
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    s->nvcsw[s->made] = ru.ru_nvcsw;
+    tp_datapoint_t *dp = tu_dp(s->made++, 0);
+    return tp_actor_send(ctx, 0, &dp);
+}
+
+Test(actor, a_producer_blocked_on_a_slow_reader_sleeps_until_it_reads) {
+    /* A trainer takes one batch a step (~100 ms on the CPU): its input's
+     * producer waits on a full queue that long, on the towers' cores. It
+     * must sleep until the reader makes room (or the pipe speaks, or a
+     * report is due: 100 ms here), not wake every 10 ms send timeout. */
+    counting_t src = {0, {0}};
+    static const tp_actor_port_t out[] = {{"out", "inproc://t-sleeper", 1, 4, 0}};
+    tp_actor_port_t in = {"in", "inproc://t-sleeper", 0, 4, 0};
+    tp_actor_def_t ds = {"sleeper", NULL, 0, out, 1, NULL, NULL, counting_produce, NULL};
+    tp_port_reader_t *r = tp_port_reader_new(&in, "slow");
+    cr_assert(r, "%s", tp_last_error());
+    tp_actor_t *a = tp_actor_new(&ds, &src);
+    cr_assert(a);
+    /* the link holds 8 (the two ends' hwm): the 9th datapoint's send waits */
+    double until = tp_now_s() + 10;
+    while (src.made < 9 && tp_now_s() < until)
+        usleep(10000);
+    cr_assert_eq(src.made, 9, "made %lld", (long long)src.made);
+    usleep(600000);
+    cr_assert_eq(src.made, 9, "still blocked");
+    /* libzmq lets the writer on once half the link is read */
+    for (int i = 0; i < 8; i++) {
+        tp_datapoint_t *dp = NULL;
+        cr_assert_eq(tp_port_reader_recv(r, &dp, 1000), TP_OK);
+        tp_datapoint_destroy(&dp);
+    }
+    until = tp_now_s() + 10;
+    while (src.made < 10 && tp_now_s() < until)
+        usleep(10000);
+    cr_assert_geq(src.made, 10);
+    /* 600 ms blocked: a 10 ms send, then waits of up to 100 ms (~7 sleeps);
+     * a wake every 10 ms sleeps 60 times */
+    long sleeps = src.nvcsw[9] - src.nvcsw[8];
+    cr_expect_lt(sleeps, 25, "the blocked send slept %ld times in 600 ms", sleeps);
+    tp_actor_destroy(&a);
+    tp_port_reader_destroy(&r);
+    cr_assert_eq(atomic_load(&tu_live), 0);
+}
+
+/* A source that reads its own thread's name, then ends. */
+static tp_status_t naming_produce(tp_actor_ctx_t *ctx, void *state) {
+    (void)ctx;
+    prctl(PR_GET_NAME, (char *)state, 0, 0, 0);
+    return TP_DONE;
+}
+
+Test(actor, its_thread_carries_its_name) {
+    /* "tp:" and the first 12 bytes of the actor's name: what top -H, gdb
+     * and /proc/PID/task/TID/comm show (the kernel keeps 15 bytes). */
+    char got[17] = "";
+    tp_actor_def_t d = {"a-long-actor-name", NULL, 0, NULL, 0, NULL, NULL, naming_produce, NULL};
+    tp_actor_t *a = tp_actor_new(&d, got);
+    cr_assert(a, "%s", tp_last_error());
+    cr_assert_eq(tp_actor_wait(a, 2000), TP_OK);
+    tp_actor_destroy(&a);
+    cr_assert_str_eq(got, "tp:a-long-actor");
 }
 
 Test(actor, terminate_while_blocked_returns_promptly) {

@@ -121,6 +121,28 @@ Test(tp_train, no_checkpoints_writes_no_checkpoint, .init = s_setup, .fini = s_t
     cr_assert_neq(access(path, F_OK), 0, "%s written", path);
 }
 
+/* --no-plots: no curves.png, neither after an epoch (the CurvePlotter on
+ * the callback actor) nor at the end, while steps.tsv and stats.json, what
+ * a benchmark reads, are written as always. */
+Test(tp_train, no_plots_draws_no_curves_and_keeps_the_steps, .init = s_setup,
+     .fini = s_teardown, .timeout = 180) {
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/run", s_dir);
+    char *argv[] = {"tp-train", "--model", "mlp", "--epochs", "2", "--steps-per-epoch", "10",
+                    "--threads", "1", "--test-spec", TEST_SPEC, "--logdir", logdir,
+                    "--no-plots", "--no-checkpoints", NULL};
+    int rc = tpt_run(argv, s_out, sizeof s_out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, "plots none (--no-plots)"), "%s", s_out);
+    json_t *j = tpt_stats(logdir);
+    cr_assert_eq(json_array_size(j), 2);
+    json_decref(j);
+    s_check_steps(logdir, 20);
+    char path[256];
+    snprintf(path, sizeof path, "%s/curves.png", logdir);
+    cr_assert_neq(access(path, F_OK), 0, "%s drawn", path);
+}
+
 Test(tp_train, forked_workers, .init = s_setup, .fini = s_teardown, .timeout = 180) {
     char logdir[128];
     snprintf(logdir, sizeof logdir, "%s/workers", s_dir);

@@ -52,6 +52,7 @@ typedef struct {
     const char *job;  /* --job: the remote workers' job id (issue 47) */
     int public_bind, no_tensorboard;
     int no_checkpoints; /* --no-checkpoints: no ModelSaver (benchmarks) */
+    int no_plots;       /* --no-plots: no curves.png (benchmarks) */
     int64_t log_every;  /* --log-every: TrainConfig.log_every_n_steps */
     int epochs, batch, towers, workers, worker_restarts, threads, resume, augment;
     int create_logdir; /* --create-logdir: --resume may start in a missing DIR */
@@ -274,6 +275,9 @@ static void s_usage(FILE *out) {
 "                       tp-predict, tp-export or --resume); for timing runs,\n"
 "                       where a checkpoint written beside the next epoch's\n"
 "                       steps takes CPU from them\n"
+"  --no-plots           draw no LOGDIR/curves.png (steps.tsv and stats.json\n"
+"                       stay); for timing runs, where the drawing after an\n"
+"                       epoch runs beside the next epoch's first steps\n"
 "  --log-every N        the cost and the metrics, their mean over the last N\n"
 "                       steps, to TensorBoard and stats as <name>_step every\n"
 "                       N steps (default 50; 0: only the epoch means)\n"
@@ -1220,6 +1224,7 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     cfg.stats = a->stats;
     cfg.tensorboard = !a->no_tensorboard;
     cfg.save_checkpoints = !a->no_checkpoints;
+    cfg.plots = !a->no_plots;
     cfg.log_every_n_steps = a->log_every;
     cfg.callbacks = cbs;
     cfg.ncallbacks = 1;
@@ -1237,11 +1242,12 @@ static int s_train_gan(s_args_t *a, const tp_zoo_gan_t *gz, double lr) {
     char stats[4200], png[4200];
     snprintf(stats, sizeof stats, "%s/stats.json", logdir);
     snprintf(png, sizeof png, "%s/curves.png", logdir);
-    if (access(stats, F_OK) == 0 && tp_plot_stats(stats, png) != TP_OK)
+    if (!a->no_plots && access(stats, F_OK) == 0 && tp_plot_stats(stats, png) != TP_OK)
         fprintf(stderr, "tp-train: plotting: %s\n", tp_last_error());
     printf("tp-train: wall time %.1f s | samples %s/samples-*.png, checkpoints "
            "%s%s, stats %s, plots %s\n", wall, logdir, logdir,
-           a->no_checkpoints ? ": none (--no-checkpoints)" : "/model-*.safetensors", stats, png);
+           a->no_checkpoints ? ": none (--no-checkpoints)" : "/model-*.safetensors", stats,
+           a->no_plots ? "none (--no-plots)" : png);
     fflush(stdout);
     return rc == TP_ERR_INTERRUPTED ? 128 + (tp_signal_pending() ? tp_signal_pending() : 2)
                                     : 0;
@@ -1320,7 +1326,7 @@ int main(int argc, char **argv) {
            O_FREEZE, O_ACCUMULATE, O_CHANNELS, O_CLASSES, O_MEAN, O_STD, O_LR_SCHEDULE,
            O_LR_GAMMA, O_JOB, O_CONTEXT, O_LAYERS, O_HEADS, O_EMBED,
            O_DROPOUT, O_SAMPLE_PROMPT, O_SAMPLE_TOKENS, O_SAMPLE_TEMPERATURE,
-           O_SAMPLE_TOP_K, O_NOCKPT };
+           O_SAMPLE_TOP_K, O_NOCKPT, O_NOPLOTS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"data", required_argument, 0, 'd'},
         {"image-size", required_argument, 0, O_SIZE},
@@ -1339,7 +1345,8 @@ int main(int argc, char **argv) {
         {"remote", required_argument, 0, 'R'},
         {"curve", required_argument, 0, 'K'}, {"public", no_argument, 0, 'P'},
         {"no-tensorboard", no_argument, 0, O_NOTB},
-        {"no-checkpoints", no_argument, 0, O_NOCKPT}, {"tf32", no_argument, 0, O_TF32},
+        {"no-checkpoints", no_argument, 0, O_NOCKPT},
+        {"no-plots", no_argument, 0, O_NOPLOTS}, {"tf32", no_argument, 0, O_TF32},
         {"bf16", no_argument, 0, O_BF16},
         {"augment", optional_argument, 0, O_AUG},
         {"channels", required_argument, 0, O_CHANNELS},
@@ -1549,6 +1556,7 @@ int main(int argc, char **argv) {
         case O_NOAUG: a.augment = 0; a.preset = "none"; break;
         case O_NOTB: a.no_tensorboard = 1; break;
         case O_NOCKPT: a.no_checkpoints = 1; break;
+        case O_NOPLOTS: a.no_plots = 1; break;
         case O_LOG_EVERY:
             if (tp_spec_int(optarg, 0, INT64_MAX, "--log-every", &v))
                 return s_fail("bad flag");
@@ -2104,6 +2112,7 @@ int main(int argc, char **argv) {
     }
     cfg.tensorboard = !a.no_tensorboard;
     cfg.save_checkpoints = !a.no_checkpoints;
+    cfg.plots = !a.no_plots;
     cfg.log_every_n_steps = a.log_every;
     /* The hyper-parameters as TensorBoard's text dashboard shows them: it
      * renders markdown, and lines indented by four spaces stay lines. */
@@ -2277,7 +2286,7 @@ int main(int argc, char **argv) {
     snprintf(png, sizeof png, "%s/curves.png", logdir);
     if (access(stats, F_OK) != 0)  /* stopped before the first epoch ended */
         printf("tp-train: no epoch finished: no statistics to plot\n");
-    else if (tp_plot_stats(stats, png) != TP_OK)
+    else if (!a.no_plots && tp_plot_stats(stats, png) != TP_OK)
         fprintf(stderr, "tp-train: plotting: %s\n", tp_last_error());
     /* Samples trained in this invocation: steps x total batch, from stats. */
     json_error_t err;
@@ -2289,12 +2298,13 @@ int main(int argc, char **argv) {
     }
     json_decref(j);
     s_summary(logdir, wall, samples, a.text);
+    const char *plots = a.no_plots ? "none (--no-plots)" : png;
     if (a.no_checkpoints)
         printf("tp-train: log %s/log.log, no checkpoints (--no-checkpoints), stats %s, "
-               "plots %s\n", logdir, stats, png);
+               "plots %s\n", logdir, stats, plots);
     else
         printf("tp-train: log %s/log.log, checkpoints %s/model-*.safetensors, "
-               "stats %s, plots %s\n", logdir, logdir, stats, png);
+               "stats %s, plots %s\n", logdir, logdir, stats, plots);
     fflush(stdout);
     tp_dist_close(&s_dist);
     /* The shell's convention: 128 + the signal (130 SIGINT, 143 SIGTERM). */
