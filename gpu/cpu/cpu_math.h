@@ -187,6 +187,32 @@ static inline float s_vgelu_grad(float v) {
     return cdf + v * 0.3989422804014327f * e;
 }
 
+/* e^z = e^r 2^n for z in [-87.3, 88] (the caller clamps), in fused
+ * multiply-adds: returns e^r and sets *two_n, so that a caller can fuse
+ * the product with what follows (s_vgelu_tanh's 1 + e^z). n = round(z /
+ * ln 2) by the 1.5 x 2^23 trick, whose sum also holds n's bits for 2^n
+ * (n in [-126, 127]: 2^n a normal float), r = z - n ln 2 in two FMAs
+ * (Cephes' split of ln 2), e^r a degree-6 polynomial in Horner's FMAs (a
+ * least-squares fit on Chebyshev nodes, 3.6e-9 relative over |r| <= ln 2
+ * / 2, under a float's rounding; Cephes' degree 7 in s_vexp is more than
+ * a float holds). s_vgelu_tanh's e^z (issue 45, branch gpt12) and
+ * s_vexp_fma's. */
+static inline float s_vexp_fma_parts(float z, float *two_n) {
+    const float t = fmaf(z, 1.44269504088896341f, 12582912.0f);
+    const float n = t - 12582912.0f; /* z / ln 2 rounded; t's low bits hold it */
+    float r = fmaf(n, -0.693359375f, z);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.3753952e-3f;
+    p = fmaf(p, r, 8.3689103e-3f);
+    p = fmaf(p, r, 4.1669488e-2f);
+    p = fmaf(p, r, 1.6666518e-1f);
+    p = fmaf(p, r, 4.9999988e-1f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f); /* e^r */
+    *two_n = s_vbits_f((s_vf_bits(t) << 23) + (127u << 23));
+    return p;
+}
+
 /* The tanh approximation without a tanh: 0.5 (1 + tanh u) is the
  * sigmoid of 2u, so gelu_tanh(v) = v sigmoid(2u) = v / (1 + e^z), z =
  * -2u = v (-2k - 2k a v^2) (k = sqrt(2 / pi), a = 0.044715). The one
@@ -196,12 +222,8 @@ static inline float s_vgelu_grad(float v) {
  * product (ops_linalg.c), where it was a fifth of the fc node's forward.
  * e^z here: z clamped to [-87, 88] (so n fits the exponent without a
  * clamp of its own, and no selects after: past 88, y is set to -0 below;
- * under -87, 1 + e^z is 1 either way), n = round(z / ln 2) by the 1.5 2^23
- * trick, whose sum also holds n's bits for 2^n, r = z - n ln 2 in two
- * FMAs (Cephes' split of ln 2), and e^r as a degree-6 polynomial in
- * Horner's FMAs (a least-squares fit on Chebyshev nodes, 3.6e-9 relative
- * over |r| <= ln 2 / 2, under float rounding; Cephes' degree 7 in s_vexp
- * is more than a float holds). Some 22 vector operations against
+ * under -87, 1 + e^z is 1 either way), then s_vexp_fma_parts, its
+ * product with 2^n fused into 1 + e^z. Some 22 vector operations against
  * s_vexp's 35 and the division: 0.72 -> 0.36 ns a float over 1,024 x
  * 1,024 (one EPYC core, AVX-512; issue 45, branch gpt12,
  * docs/performance.md). Measured on every float of [-20, 20] against the
@@ -214,20 +236,27 @@ static inline float s_vgelu_tanh(float v) {
     const float z0 = v * fmaf(v * v, -1.5957692f * 0.044715f, -1.5957692f);
     float z = z0 > 88.0f ? 88.0f : z0;
     z = z > -87.0f ? z : -87.0f; /* NaN -> -87: y is v's NaN */
-    const float t = fmaf(z, 1.44269504088896341f, 12582912.0f);
-    const float n = t - 12582912.0f; /* z / ln 2 rounded; t's low bits hold it */
-    float r = fmaf(n, -0.693359375f, z);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float p = 1.3753952e-3f;
-    p = fmaf(p, r, 8.3689103e-3f);
-    p = fmaf(p, r, 4.1669488e-2f);
-    p = fmaf(p, r, 1.6666518e-1f);
-    p = fmaf(p, r, 4.9999988e-1f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f); /* e^r */
-    const float two_n = s_vbits_f((s_vf_bits(t) << 23) + (127u << 23));
+    float two_n;
+    const float p = s_vexp_fma_parts(z, &two_n);
     const float y = v / fmaf(p, two_n, 1.0f);
     return z0 > 88.0f ? -0.0f : y;
+}
+
+/* e^x in FMAs (s_vexp_fma_parts; the caller's clones TP_CPU_CLONES_FMA's
+ * or x86-64 levels, as s_vgelu_tanh's): the attention's softmax, where
+ * x = score - running max <= 0 (ops_attention.c, which has an AVX-512
+ * twin of it, operation for operation). About 17 operations against
+ * s_vexp's 35. 0 below -87.3 (as s_vexp), inf above 88 (where s_vexp is
+ * finite up to 88.72: a range the softmax never reaches), NaN for NaN.
+ * Within 7.6e-8 relative of double-precision exp over [-87.3, 88]
+ * (every float there, worst at -70.35; s_vexp 8.2e-8 on the same floats;
+ * tests/gpu/test_cpu_pool.c holds 8e-8). */
+static inline float s_vexp_fma(float x) {
+    float z = x < 88.0f ? x : 88.0f;
+    z = z > -87.3f ? z : -87.3f; /* NaN -> -87.3, selected away below */
+    float two_n;
+    const float y = s_vexp_fma_parts(z, &two_n) * two_n;
+    return x < -87.3f ? 0.0f : x > 88.0f ? INFINITY : x == x ? y : x;
 }
 
 /* 0.5 (1 + t) + 0.5 v (1 - t^2) u' with s = 0.5 (1 + t): 1 - t^2 is

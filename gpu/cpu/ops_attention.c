@@ -25,7 +25,8 @@
  * in one fixed order, so the bits do not depend on the thread count. The
  * loops are written for GCC's vectoriser (inner loops over contiguous
  * keys of a transposed tile, or over D), compiled for x86-64-v4, v3 and
- * the baseline and picked at load; the tiles' products are explicit
+ * the baseline and picked at load; the tiles' products and e^x
+ * (cpu_math.h's s_vexp_fma, since issue 45's branch gpt17) are explicit
  * fused multiply-adds (fmaf), nothing else is contracted, so every clone
  * gives the same bits; measured faster here than OpenBLAS sgemm on tiles
  * this small (docs/performance.md). Where the CPU has AVX-512 the
@@ -528,12 +529,12 @@ static inline __attribute__((always_inline)) void s_exp_rows(float *out, const f
                                                              int64_t lim, float mx) {
     if (out == s)
         for (int64_t j = 0; j < lim; j++)
-            out[j] = s_vexp(out[j] - mx);
+            out[j] = s_vexp_fma(out[j] - mx);
     else {
         float *restrict o = out;
         const float *restrict in = s;
         for (int64_t j = 0; j < lim; j++)
-            o[j] = s_vexp(in[j] - mx);
+            o[j] = s_vexp_fma(in[j] - mx);
     }
 }
 
@@ -556,7 +557,7 @@ s_softmax_rows(float *pt, float *st, float *smax, int64_t nq, int64_t i0, int64_
         float *prow_out = st ? st + r * S_BK : prow;
         if (lim > 0) {
             /* the row's first visible tile: m was -inf, alpha 0 */
-            const float alpha = s_vexp(m[i] - mx);
+            const float alpha = s_vexp_fma(m[i] - mx);
             s_exp_rows(prow_out, prow, lim, mx);
             l[i] = l[i] * alpha + tp_cpu_sum8(prow_out, (size_t)lim);
             m[i] = mx;
@@ -589,15 +590,15 @@ s_grad_rows(float *pt, float *dst, const float *st, const float *smax, float *mr
         if (st) { /* the forward's e^(s - m): the same bits */
             mx = smax[r];
             const float *restrict srow = st + r * S_BK;
-            const float f = s_vexp(mx - li);
+            const float f = s_vexp_fma(mx - li);
             for (int64_t j = 0; j < lim; j++)
                 prow[j] = srow[j] * f;
         } else {
             mx = s_scale_max(prow, lim, scale, mrun[i]);
             mrun[i] = mx;
-            const float f = s_vexp(mx - li);
+            const float f = s_vexp_fma(mx - li);
             for (int64_t j = 0; j < lim; j++)
-                prow[j] = s_vexp(prow[j] - mx) * f;
+                prow[j] = s_vexp_fma(prow[j] - mx) * f;
         }
         for (int64_t j = lim; j < nk; j++)
             prow[j] = 0.0f;
@@ -615,39 +616,36 @@ s_grad_rows(float *pt, float *dst, const float *st, const float *smax, float *mr
  * of a row in one go, the row's edge a mask (the portable loops, as GCC
  * vectorises them, run the last lim % 16 columns one at a time: on the
  * causal diagonal up to 15 of a row's 64). The same operations on each
- * element as the portable passes (no fused multiply-add anywhere; the
+ * element as the portable passes (no fused multiply-add but e^x's; the
  * file's fp-contract is off), tp_cpu_sum8's lanes and order for the row
- * sum, s_vexp's for e^x: the same bits. */
+ * sum, s_vexp_fma's for e^x: the same bits. */
 
-/* s_vexp in 16 lanes, its operations one for one. */
+/* s_vexp_fma (cpu_math.h) in 16 lanes, its operations one for one (its
+ * fmaf the instruction here, as in the portable loops' v4 and v3 clones;
+ * libm's correctly rounded one in the baseline's: the same bits). */
 static inline __attribute__((always_inline)) S_WIDE_TARGET __m512 s_wide_exp(__m512 x) {
-    const __m512 hi = _mm512_set1_ps(88.72283935546875f), lo = _mm512_set1_ps(-87.3f);
-    const __mmask16 over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
-    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    __m512 xc = _mm512_mask_blend_ps(over, x, hi);
-    xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(xc, lo, _CMP_GT_OQ), lo, xc);
-    const __m512 t = _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f));
+    const __m512 hi = _mm512_set1_ps(88.0f), lo = _mm512_set1_ps(-87.3f);
+    __m512 z = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_LT_OQ), hi, x);
+    z = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, lo, _CMP_GT_OQ), lo, z);
     const __m512 magic = _mm512_set1_ps(12582912.0f);
-    __m512 fn = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
-    const __m512 cap = _mm512_set1_ps(127.0f);
-    fn = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(fn, cap, _CMP_GT_OQ), fn, cap);
-    const __m512 r =
-        _mm512_sub_ps(_mm512_sub_ps(xc, _mm512_mul_ps(fn, _mm512_set1_ps(0.693359375f))),
-                      _mm512_mul_ps(fn, _mm512_set1_ps(-2.12194440e-4f)));
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-    const __m512 e = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r),
-                                   _mm512_set1_ps(1.0f));
-    const __m512i pw =
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fn), _mm512_set1_epi32(127)), 23);
-    __m512 v = _mm512_mul_ps(e, _mm512_castsi512_ps(pw));
-    v = _mm512_mask_blend_ps(under, v, _mm512_setzero_ps());
-    v = _mm512_mask_blend_ps(over, v, _mm512_set1_ps(INFINITY));
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x, v);
+    const __m512 t = _mm512_fmadd_ps(z, _mm512_set1_ps(1.44269504088896341f), magic);
+    const __m512 n = _mm512_sub_ps(t, magic);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), z);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.3753952e-3f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3689103e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1669488e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666518e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.9999988e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i two_n = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(t), 23),
+                                           _mm512_set1_epi32(127 << 23));
+    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(two_n));
+    y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x, y);
+    y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), y,
+                             _mm512_set1_ps(INFINITY));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), y, _mm512_setzero_ps());
 }
 
 /* the lanes of columns [j, j + 16) below lim */

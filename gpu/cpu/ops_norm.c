@@ -7,9 +7,9 @@
  * C/G channels times the positions S (instance norm: G = C). gamma and
  * beta index the same way for both: element j of row r reads parameter
  * ((r mod G) L + j) / S, with G = S = 1 for layer norm. Statistics are
- * summed in double in fixed lanes (LANE_SUM: the mean first, then the
- * squared deviations, as torch's two-pass variance), so that the loops
- * vectorise.
+ * summed in fixed float lanes, each chunk of a row into a double (s_fsum:
+ * the mean first, then the squared deviations, as torch's two-pass
+ * variance); the backward's row sums in double lanes (LANE_SUM).
  * The forward leaves each row's mean and 1/std in the workspace for the
  * backward; a call without one (the parity harness's) recomputes them.
  * The parameters' gradients add each row's per-parameter sums in row
@@ -43,10 +43,11 @@ int tp_cpu_norm_kind(tp_op_kind_t k) {
 }
 
 
-/* Sums run in LANES independent double accumulators, added in a fixed
- * order at the end: the loops vectorise (one accumulator would be one long
- * chain of dependent adds, twice as slow here; float lanes measured slower
- * still) and the result does not depend on the machine. */
+/* The backward's sums run in LANES independent double accumulators,
+ * added in a fixed order at the end: the loops vectorise (one accumulator
+ * would be one long chain of dependent adds, twice as slow here) and the
+ * result does not depend on the machine. (The forward's statistics run in
+ * s_fsum's float lanes, below: a wider tree with fewer adds in a chain.) */
 #define LANES 8
 
 /* sum f(j) for j in [0, n), f an expression of j. */
@@ -67,16 +68,77 @@ int tp_cpu_norm_kind(tp_op_kind_t k) {
         (out) = t_;                                                          \
     } while (0)
 
-/* A row's mean and 1 / sqrt(var + eps), biased variance (two passes);
- * forced inline, as s_row_sums, so that each ISA's clone of a caller has
- * its own copy (an outlined one would be the baseline's). */
+/* The statistics' sums (sq 0: sum x; 1: sum (x - mu)^2) in float: 4
+ * vectors of 16 lanes over a chunk of at most 1,024 floats (j by 64), then
+ * 16-float steps into the first, the last n mod 16 in a scalar of their
+ * own; the four vectors added pairwise, the 16 lanes in a tree of halves
+ * (shuffles: in registers, where a loop over an array of the lanes went
+ * through the stack), the chunk and the scalar into a double. A fixed
+ * order: the same bits in every clone and at every cut. The double lanes
+ * before (LANE_SUM, 8 dependent chains of len / 8 adds a row and pass)
+ * made the GPT's layer norm wait on its adds: its forward 0.108 -> 0.07
+ * ms a node of 1,024 x 256 alone (issue 45, branch gpt17,
+ * docs/performance.md). */
+typedef float s_f16 __attribute__((vector_size(16 * sizeof(float))));
+typedef int s_i16 __attribute__((vector_size(16 * sizeof(int))));
+#define S_F16_LOAD(v, p) memcpy(&(v), (p), sizeof(s_f16))
+
+static inline __attribute__((always_inline)) double
+s_fsum(const float *restrict x, size_t n, int sq, float mu) {
+    double total = 0.0;
+    const s_f16 mv = (s_f16){0} + mu;
+    for (size_t c0 = 0; c0 < n; c0 += 1024) {
+        const size_t len = n - c0 < 1024 ? n - c0 : 1024;
+        const float *restrict xc = x + c0;
+        s_f16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, v0, v1, v2, v3;
+        size_t j = 0;
+        for (; j + 64 <= len; j += 64) {
+            S_F16_LOAD(v0, xc + j);
+            S_F16_LOAD(v1, xc + j + 16);
+            S_F16_LOAD(v2, xc + j + 32);
+            S_F16_LOAD(v3, xc + j + 48);
+            if (sq) {
+                v0 -= mv, v1 -= mv, v2 -= mv, v3 -= mv;
+                v0 *= v0, v1 *= v1, v2 *= v2, v3 *= v3;
+            }
+            a0 += v0, a1 += v1, a2 += v2, a3 += v3;
+        }
+        for (; j + 16 <= len; j += 16) {
+            S_F16_LOAD(v0, xc + j);
+            if (sq) {
+                v0 -= mv;
+                v0 *= v0;
+            }
+            a0 += v0;
+        }
+        float t = 0.0f;
+        for (; j < len; j++)
+            t += sq ? (xc[j] - mu) * (xc[j] - mu) : xc[j];
+        a0 = (a0 + a1) + (a2 + a3);
+        /* lane i += lane i + w for w 8, 4, 2, 1, in registers (lane 0
+         * ends with the tree; the other lanes' sums are not used) */
+        const s_i16 h8 = {8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15};
+        const s_i16 h4 = {4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7};
+        const s_i16 h2 = {2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3};
+        const s_i16 h1 = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        a0 += __builtin_shuffle(a0, h8);
+        a0 += __builtin_shuffle(a0, h4);
+        a0 += __builtin_shuffle(a0, h2);
+        a0 += __builtin_shuffle(a0, h1);
+        total += (double)a0[0] + (double)t;
+    }
+    return total;
+}
+
+/* A row's mean and 1 / sqrt(var + eps), biased variance (two passes: the
+ * mean, rounded to float, then the squared deviations from it); forced
+ * inline, as s_row_sums, so that each ISA's clone of a caller has its own
+ * copy (an outlined one would be the baseline's). */
 static inline __attribute__((always_inline)) void
 s_stats(const float *restrict x, size_t len, float eps, float *mean, float *rstd) {
-    double s, q;
-    LANE_SUM(s, len, x[j]);
-    const double mu = s / (double)len;
-    LANE_SUM(q, len, (x[j] - mu) * (x[j] - mu));
-    *mean = (float)mu;
+    const float mu = (float)(s_fsum(x, len, 0, 0.0f) / (double)len);
+    const double q = s_fsum(x, len, 1, mu);
+    *mean = mu;
     *rstd = (float)(1.0 / sqrt(q / (double)len + (double)eps));
 }
 
