@@ -21,7 +21,8 @@ void tp_cpu_adam_scaled(float *w, const float *g, float *m, float *v, size_t n,
 
 /* sum g[i]^2 over [0, n) in double, in a fixed order (eight lanes per
  * block of 4096 elements, the blocks' sums added in order): the same bits
- * on any thread count and any ISA. */
+ * on any thread count and any ISA. The blocks run over the pool
+ * (cpu_pool.h), their sums added on the calling thread. */
 double tp_cpu_sumsq(const float *g, size_t n);
 
 /* tp_cpu_sumsq's blocks: its sum over n floats is, in double,

@@ -552,6 +552,36 @@ Test(cpu_pool, adamw_is_one_pass_with_the_same_bits_on_one_and_two_threads) {
     free(run);
 }
 
+/* The global-norm clip's sum of squares (tp_cpu_sumsq: the blocks' sums
+ * over the pool, added in block order) against the serial loop over the
+ * same blocks, on 1 and 2 threads: the same bits, and a part on a worker.
+ * N spans two of its groups of 256 blocks and ends in a short block. */
+Test(cpu_pool, the_clips_sum_of_squares_splits_with_the_bits_of_one_thread) {
+    enum { N = 2 * 256 * TP_CPU_SUMSQ_BLOCK + 3 * TP_CPU_SUMSQ_BLOCK + 7 };
+    float *g = malloc(N * sizeof(float));
+    cr_assert(g);
+    uint64_t seed = 29;
+    for (size_t j = 0; j < N; j++)
+        g[j] = s_rand(&seed) * (1.0f + (float)(j % 977));
+    double ref = 0.0;
+    for (size_t i = 0; i < N; i += TP_CPU_SUMSQ_BLOCK)
+        ref += tp_cpu_sumsq_block(g + i, N - i < TP_CPU_SUMSQ_BLOCK ? N - i : TP_CPU_SUMSQ_BLOCK);
+    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+    for (int threads = 1, r = 0; s_keep_trying(r); r++, threads = 2) {
+        tp_cpu_pool_threads_override(threads);
+        const double got = tp_cpu_sumsq(g, N);
+        tp_cpu_pool_threads_override(0);
+        cr_assert_eq(memcmp(&got, &ref, sizeof got), 0,
+                     "%d thread(s): sum of squares %.17g, the serial blocks' %.17g", threads,
+                     got, ref);
+        if (threads == 2 && atomic_load(&tp_cpu_pool_worker_parts) > before)
+            break;
+    }
+    cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
+                 "sumsq: no part ran on a worker in 50 runs and 20 s");
+    free(g);
+}
+
 /* ---- two towers x one thread ---------------------------------------------- */
 
 /* Threads of this process now (/proc/self/task). */
