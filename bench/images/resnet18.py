@@ -3,7 +3,7 @@
 step, towerpack against PyTorch with torchvision (issue 43).
 
   nice /usr/bin/python3 bench/images/resnet18.py [--build DIR] [--dir DIR]
-        [--batch 16] [--warmup 6] [--steps 10] [--rounds 2] [--checkpoints]
+        [--batch 16] [--warmup 6] [--steps 10] [--rounds 2] [--checkpoints] [--plots]
         [--tp 2x1,1x1,1x2] [--torch 0x1,0x2,1x1,1x2,2x1,2x2]
 
 The folder: the synthetic colour data set (bench/images/gen_colour.py:
@@ -33,7 +33,11 @@ asking for its batch to the end of its update, data loading included.
              validation, whose pass leaves the next epoch's first step
              cold, which 2-step epochs paid every other step (3-4% of the
              loop; 1.52x against 1.72x PyTorch in one sitting) and a real
-             epoch amortises; the peer validates nothing. Configurations
+             epoch amortises; the peer validates nothing. --no-plots
+             (since session 34): the peer draws no plot, and tp-train's
+             CurvePlotter draws curves.png (~20 ms of a core) on the
+             callback actor while the next epoch's first step runs.
+             Configurations
              TOWERSxTHREADS: --tp 2x1 is tp-train's default on 2 cores.
   PyTorch    bench/peers/resnet18_torch.py --lighting 0.1: ImageFolder (PIL)
              + DataLoader; configurations WORKERSxTHREADS (DataLoader
@@ -78,7 +82,8 @@ def towerpack(a, train, test, towers, threads):
            "--threads", str(threads), "--batch", str(a.batch // towers),
            "--steps-per-epoch", str(a.warmup), "--epochs", str(epochs),
            "--logdir", logdir, "--logdir-action", "delete", "--no-tensorboard",
-           "--stats", "off"] + ([] if a.checkpoints else ["--no-checkpoints"])
+           "--stats", "off"] + ([] if a.checkpoints else ["--no-checkpoints"]) \
+        + ([] if a.plots else ["--no-plots"])
     r = subprocess.run(cmd, capture_output=True, text=True,
                        env=dict(os.environ, TP_LOG_LEVEL="warn"))
     if r.returncode != 0:
@@ -117,6 +122,9 @@ def main():
     ap.add_argument("--checkpoints", action="store_true",
                     help="let tp-train save a checkpoint every epoch, as this bench "
                          "did before session 27 (its writer runs in the timed epochs)")
+    ap.add_argument("--plots", action="store_true",
+                    help="let tp-train draw curves.png every epoch, as this bench did "
+                         "before session 34 (the drawing runs in the timed epochs)")
     ap.add_argument("--tp", default="2x1,1x1,1x2", help="towerpack's TOWERSxTHREADS")
     ap.add_argument("--torch", default="0x1,0x2,1x1,1x2,2x1,2x2",
                     help="PyTorch's DataLoader WORKERSxTHREADS")
