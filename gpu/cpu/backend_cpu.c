@@ -488,6 +488,23 @@ static tp_status_t s_grad_sumsq(tp_backend_t *b, tp_stream_t *s,
     return TP_OK;
 }
 
+typedef struct {
+    float *g;
+    float scale;
+} s_scale_args_t;
+
+static void s_scale_part(void *arg, size_t lo, size_t hi) {
+    const s_scale_args_t *a = arg;
+    float *restrict g = a->g;
+    for (size_t i = lo; i < hi; i++)
+        g[i] *= a->scale;
+}
+
+/* The scale over the tower's team, as the sum of squares before it
+ * (tp_cpu_sumsq): with one tower the clip scales every gradient each step
+ * (3.2 M floats in the GPT, 0.45-1 ms of one core), and a 1 x 2 run's
+ * second core waited through it. Each float's product alone: the bits of
+ * any cut. */
 static tp_status_t s_grad_clip(tp_backend_t *b, tp_stream_t *s,
                                float *restrict g, size_t n, float clip,
                                const float *acc) {
@@ -495,9 +512,8 @@ static tp_status_t s_grad_clip(tp_backend_t *b, tp_stream_t *s,
     const float norm = sqrtf(acc[0]);
     if (!(norm > clip))
         return TP_OK; /* within the clip (or no gradient at all) */
-    const float scale = clip / norm;
-    for (size_t i = 0; i < n; i++)
-        g[i] *= scale;
+    s_scale_args_t a = {g, clip / norm};
+    tp_cpu_parallel(n, 16, 1 << 15, s_scale_part, &a);
     return TP_OK;
 }
 

@@ -582,6 +582,35 @@ Test(cpu_pool, the_clips_sum_of_squares_splits_with_the_bits_of_one_thread) {
     free(g);
 }
 
+/* The clip's scale after it (backend_cpu.c's grad_clip) over the pool too:
+ * every float the serial product g x (clip / norm), a part on a worker. */
+Test(cpu_pool, the_clips_scale_splits_and_scales_every_float) {
+    enum { N = 3 * (1 << 15) + 5 };
+    tp_backend_t *b = tp_backend_cpu_new(2);
+    cr_assert_not_null(b, "%s", tp_last_error());
+    float *g = malloc(2 * N * sizeof(float)), *ref = g + N;
+    cr_assert(g);
+    uint64_t seed = 31;
+    const float acc = 400.0f; /* a norm of 20: clip 5 scales by 0.25 */
+    const size_t before = atomic_load(&tp_cpu_pool_worker_parts);
+    tp_cpu_pool_threads_override(2);
+    for (int r = 0; s_keep_trying(r); r++) {
+        for (size_t j = 0; j < N; j++)
+            ref[j] = (g[j] = s_rand(&seed) * 3.0f) * (5.0f / sqrtf(acc));
+        cr_assert_eq(b->ops->grad_clip(b, NULL, g, N, 5.0f, &acc), TP_OK);
+        for (size_t j = 0; j < N; j++)
+            cr_assert_eq(memcmp(&g[j], &ref[j], sizeof g[j]), 0,
+                         "float %zu: %.9g, the serial product %.9g", j, g[j], ref[j]);
+        if (atomic_load(&tp_cpu_pool_worker_parts) > before)
+            break;
+    }
+    tp_cpu_pool_threads_override(0);
+    cr_expect_gt(atomic_load(&tp_cpu_pool_worker_parts), before,
+                 "the clip's scale: no part ran on a worker in 50 runs and 20 s");
+    free(g);
+    tp_backend_destroy(&b);
+}
+
 /* ---- two towers x one thread ---------------------------------------------- */
 
 /* Threads of this process now (/proc/self/task). */
