@@ -47,7 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <towerpack/actor.h>  /* TP_HANDOFF_*; a wait's owner saying stop */
+#include <towerpack/actor.h>  /* TP_HANDOFF_*; a wait's owner saying stop; thread names */
 #include <towerpack/backend.h>
 #include <towerpack/clock.h>
 #include <towerpack/log.h>
@@ -308,6 +308,9 @@ static void s_stage_actor(zsock_t *pipe, void *arg) {
     s_stage_t *st = arg;
     s_staging_t *s = st->owner;
     const int n = s->towers, nslots = s->nr_stage + 1;
+    char name[16];
+    snprintf(name, sizeof name, "stage%d", st->tower);
+    tp_actor_name_thread(name); /* tp:stage0, beside tp:tower0 */
     zsock_t *out = zsock_new(ZMQ_PAIR), *tok_in = NULL, *tok_out = NULL;
     int ok = out && zsock_bind(out, "%s", st->out_ep) == 0;
     if (ok && n > 1) {

@@ -3,6 +3,8 @@
  * staged ahead into the tower's own (reused) memory, memory stays bounded by
  * nr_stage, device hooks are called, and a failing input is reported. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <towerpack/stats.h>
@@ -33,6 +35,42 @@ Test(staging, towers_get_batches_in_one_thread_order) {
         }
     tp_datapoint_t *dp = NULL;
     cr_assert_eq(tp_input_next(in, 3, &dp), TP_ERR_STATE);
+    tp_input_destroy(&in);
+}
+
+/* How many of this process's threads carry `name` (/proc/self/task/TID/comm). */
+static int s_threads_named(const char *name) {
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    cr_assert_not_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[300], comm[32] = "";
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof comm, f))
+            comm[strcspn(comm, "\n")] = 0;
+        if (f)
+            fclose(f);
+        n += strcmp(comm, name) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+Test(staging, each_stage_thread_is_named_after_its_tower) {
+    /* top -H and perf tell the stages from the towers (docs/actors.md) */
+    tp_input_t *in = tp_input_staging(tp_input_feed(tu_counting(20)), 0, NULL);
+    cr_assert_not_null(in);
+    cr_assert_eq(tp_input_start(in, 2, 1, 0), TP_OK, "%s", tp_last_error());
+    tp_datapoint_t *dp = NULL;
+    for (int tower = 0; tower < 2; tower++) { /* both stages have run */
+        cr_assert_eq(tp_input_next(in, tower, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+    }
+    cr_expect_eq(s_threads_named("tp:stage0"), 1);
+    cr_expect_eq(s_threads_named("tp:stage1"), 1);
     tp_input_destroy(&in);
 }
 
