@@ -80,7 +80,6 @@ int tp_cpu_norm_kind(tp_op_kind_t k) {
  * ms a node of 1,024 x 256 alone (issue 45, branch gpt17,
  * docs/performance.md). */
 typedef float s_f16 __attribute__((vector_size(16 * sizeof(float))));
-typedef int s_i16 __attribute__((vector_size(16 * sizeof(int))));
 #define S_F16_LOAD(v, p) memcpy(&(v), (p), sizeof(s_f16))
 
 static inline __attribute__((always_inline)) double
@@ -117,14 +116,13 @@ s_fsum(const float *restrict x, size_t n, int sq, float mu) {
         a0 = (a0 + a1) + (a2 + a3);
         /* lane i += lane i + w for w 8, 4, 2, 1, in registers (lane 0
          * ends with the tree; the other lanes' sums are not used) */
-        const s_i16 h8 = {8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15};
-        const s_i16 h4 = {4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7};
-        const s_i16 h2 = {2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3};
-        const s_i16 h1 = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-        a0 += __builtin_shuffle(a0, h8);
-        a0 += __builtin_shuffle(a0, h4);
-        a0 += __builtin_shuffle(a0, h2);
-        a0 += __builtin_shuffle(a0, h1);
+        /* (__builtin_shufflevector: GCC 12 and clang alike; GCC's own
+         * __builtin_shuffle is not clang's, which builds the fuzzers) */
+        a0 += __builtin_shufflevector(a0, a0, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12,
+                                      13, 14, 15);
+        a0 += __builtin_shufflevector(a0, a0, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+        a0 += __builtin_shufflevector(a0, a0, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+        a0 += __builtin_shufflevector(a0, a0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
         total += (double)a0[0] + (double)t;
     }
     return total;
