@@ -1,6 +1,6 @@
 /* towerpack gpu: Winograd F(4x4, 3x3) of our own (cpu_winograd4.h): the
  * transforms, 16 channels a vector, and the 36 products of each pass
- * (cpu_wino_gemm.c).
+ * (cpu_gemm.c).
  *
  * The matrices (one 4x4 output tile from one 6x6 input tile), from the
  * points 0, a, -a, b, -b and infinity with a = 5/8, b = 3/2:
@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "gpu/cpu/cpu_pool.h"
-#include "gpu/cpu/cpu_wino_gemm.h"
+#include "gpu/cpu/cpu_gemm.h"
 
 #if defined(__clang__)
 #define S_AVX512 __attribute__((target("avx512f")))

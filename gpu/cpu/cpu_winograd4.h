@@ -16,7 +16,7 @@
  *   dU [P][O][C]   the backward-weights' products, 8 rows of O at a
  *                  time (in a room of U's)
  *
- * so that every product is cpu_wino_gemm.h's c = a b with b's rows
+ * so that every product is cpu_gemm.h's c = a b with b's rows
  * contiguous and no operand copied: M = V U, dV = U' dM' (U read by rows
  * of C, dM by rows of O), dU = dM' V. U's panels keep the forward's b
  * 128 bytes a row: as a plain [C][O] its rows were 2 KB apart and the

@@ -20,6 +20,7 @@
 #include <towerpack/log.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_gemm.h"
 #include "gpu/cpu/dnnl_matmul.h"
 #include "gpu/cpu/dnnl_ops.h"
 
@@ -36,6 +37,38 @@ typedef struct {
 /* TP_CPU_MATMUL: oneDNN unless "own" (measured faster on every MLP shape
  * but the 10-column head's dW, a few microseconds either way). */
 static int s_use_dnnl(void) { return tp_dnnl_ops_path("TP_CPU_MATMUL") != 0; }
+
+/* Whether a product runs on our GEMM (cpu_gemm.h) instead: k its sum's
+ * length, tb its b read transposed, relu a post-op ours lacks.
+ * TP_CPU_GEMM=own: wherever it can (A/B, and the tests' way to it); else
+ * never. Measured against oneDNN on each of the GPT's fifteen products at
+ * 512 rows (bench/gpt_products --ours, docs/performance.md, branch
+ * gpt20), ours with b packed inside the call was slower on every one
+ * (0.91-0.99 of oneDNN's speed, 0.944 over the step's products), and with
+ * b packed ahead even overall (1.005-1.023): no shape class where it
+ * measures faster, so oneDNN keeps them all. At k <= 512 with b plain,
+ * ours gives oneDNN's bits (tests/gpu/test_cpu_gemm.c). */
+static int s_ours(int64_t k, int tb, int relu) {
+    (void)k;
+    (void)tb;
+    static int avx512 = -1;
+    if (avx512 < 0)
+        avx512 = __builtin_cpu_supports("avx512f") != 0;
+    return avx512 && !relu && tp_dnnl_ops_path("TP_CPU_GEMM") == 0;
+}
+
+/* y[m, n] (+)= op(a) op(b) (+ bias) on our GEMM, b packed into the
+ * workspace; *done 0 (oneDNN's turn) when the workspace is short. */
+static void s_run_ours(const tp_op_call_t *c, int64_t m, int64_t n, int64_t k, const float *a,
+                       int ta, const float *b, int tb, const float *bias, int acc, float *y,
+                       int *done) {
+    const tp_gemm_t g = {(size_t)m, (size_t)n, (size_t)k, a, (size_t)(ta ? m : k), ta, b,
+                         (size_t)(tb ? k : n), tb, 0, y, (size_t)n, bias, acc,
+                         c->workspace};
+    *done = c->workspace_bytes >= tp_gemm_room_bytes(&g) && c->workspace;
+    if (*done)
+        tp_gemm(&g);
+}
 
 static void s_dims(const tp_op_call_t *c, int64_t *n, int64_t *k, int64_t *m) {
     const tp_shape_t *xs = &c->xshape[0];
@@ -210,10 +243,20 @@ size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
     if (!s_use_dnnl() || !n || !k || !m) /* an empty product: OpenBLAS's path */
         return 0;
     size_t most = 0;
+    const int relu = c->attr && c->attr->act == TP_ACT_RELU;
+    /* our GEMM's packed b: the forward's W [k, m], dW's dy [n, m], dX's
+     * W^T [m, k] */
+    const size_t room[3] = {s_ours(k, 0, relu) ? tp_gemm_pack_bytes((size_t)k, (size_t)m) : 0,
+                            s_ours(n, 0, 0) ? tp_gemm_pack_bytes((size_t)n, (size_t)m) : 0,
+                            s_ours(m, 1, 0) ? tp_gemm_pack_bytes((size_t)m, (size_t)k) : 0};
     /* the forward, and both gradients in either mode (a plan does not yet
      * know which consumer writes first) */
     for (int which = S_FWD; which <= S_DX; which++)
         for (int acc = 0; acc <= (which != S_FWD); acc++) {
+            if (room[which]) {
+                most = room[which] > most ? room[which] : most;
+                continue;
+            }
             tp_dnnl_prim_t *e;
             int owned;
             if (s_entry(c, which, acc, &e, &owned) != TP_OK)
@@ -229,6 +272,8 @@ size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
 size_t tp_dnnl_bmm_workspace(const tp_op_call_t *c, const tp_dnnl_bmm_t *p) {
     if (!s_use_dnnl() || !p->nb || !p->m || !p->n || !p->k)
         return 0;
+    if (s_ours(p->k, p->tb, 0))
+        return tp_gemm_pack_bytes((size_t)p->k, (size_t)p->n);
     tp_dnnl_prim_t *e;
     int owned;
     if (s_bmm_entry(c, p, &e, &owned) != TP_OK)
@@ -397,6 +442,20 @@ tp_status_t tp_dnnl_bmm(const tp_op_call_t *c, const tp_dnnl_bmm_t *p, const flo
     *done = 0;
     if (!s_use_dnnl() || !p->nb || !p->m || !p->n || !p->k)
         return TP_OK;
+    if (s_ours(p->k, p->tb, 0)) { /* batch by batch, b packed per batch */
+        const size_t sa = (size_t)(p->m * p->k), sb = (size_t)(p->k * p->n),
+                     sy = (size_t)(p->m * p->n);
+        for (int64_t q = 0; q < p->nb; q++) {
+            s_run_ours(c, p->m, p->n, p->k, a + q * sa, p->ta, b + q * sb, p->tb, NULL, p->acc,
+                       y + q * sy, done);
+            if (!*done) {
+                TP_ASSERT(q == 0); /* the same room for every batch */
+                break;
+            }
+        }
+        if (*done)
+            return TP_OK;
+    }
     TP_TRY(s_bmm_entry(c, p, &e, &owned));
     return s_run_entry(c, e, owned, S_BMM, a, b, NULL, y, done);
 }
@@ -465,6 +524,11 @@ tp_status_t tp_dnnl_matmul_forward(const tp_op_call_t *c, int *done) {
     s_dims(c, &n, &k, &m);
     if (!s_use_dnnl() || !n || !k || !m) /* an empty product: OpenBLAS's path */
         return TP_OK;
+    if (s_ours(k, 0, c->attr && c->attr->act == TP_ACT_RELU)) {
+        s_run_ours(c, n, m, k, c->x[0], 0, c->x[1], 0, c->bias, 0, c->y, done);
+        if (*done)
+            return TP_OK;
+    }
     return s_run(c, S_FWD, 0, c->x[0], c->x[1], c->bias, c->y, done);
 }
 
@@ -477,16 +541,28 @@ tp_status_t tp_dnnl_matmul_backward(const tp_op_call_t *c, int *done) {
     const int acc_w = c->dx_acc && c->dx_acc[1], acc_x = c->dx_acc && c->dx_acc[0];
     /* both products decide before either runs: a short workspace leaves
      * the whole backward to OpenBLAS */
+    /* ours where the rule says and its room fits (dW = x^T dy: a
+     * transposed, k = n; dX = dy W^T: b transposed, k = m) */
+    const size_t room_w = tp_gemm_pack_bytes((size_t)n, (size_t)m),
+                 room_x = tp_gemm_pack_bytes((size_t)m, (size_t)k);
+    const int own_w = c->dx[1] && s_ours(n, 0, 0) && c->workspace &&
+                      c->workspace_bytes >= room_w,
+              own_x = c->dx[0] && s_ours(m, 1, 0) && c->workspace &&
+                      c->workspace_bytes >= room_x;
     int ok = 1;
-    if (c->dx[1])
+    if (c->dx[1] && !own_w)
         TP_TRY(s_fits(c, S_DW, acc_w, &ok));
-    if (ok && c->dx[0])
+    if (ok && c->dx[0] && !own_x)
         TP_TRY(s_fits(c, S_DX, acc_x, &ok));
     if (!ok)
         return TP_OK;
-    if (c->dx[1])
+    if (own_w)
+        s_run_ours(c, k, m, n, c->x[0], 1, c->dy, 0, NULL, acc_w, c->dx[1], &ok);
+    else if (c->dx[1])
         TP_TRY(s_run(c, S_DW, acc_w, c->x[0], c->dy, NULL, c->dx[1], &ok));
-    if (ok && c->dx[0])
+    if (ok && own_x)
+        s_run_ours(c, n, k, m, c->dy, 0, c->x[1], 1, NULL, acc_x, c->dx[0], &ok);
+    else if (ok && c->dx[0])
         TP_TRY(s_run(c, S_DX, acc_x, c->dy, c->x[1], NULL, c->dx[0], &ok));
     TP_ASSERT(ok); /* s_fits said both run */
     *done = 1;
