@@ -177,8 +177,12 @@ static void s_pack_panels(const float *b, size_t ldb, int tb, size_t k, size_t n
     if (!tb)
         for (size_t l = 0; l < k; l++)
             for (size_t p = p0; p < p1; p++) {
-                const size_t j0 = p * S_NR, w = n - j0 < S_NR ? n - j0 : S_NR;
-                memcpy(out + p * S_NR * k + l * S_NR, b + l * ldb + j0, w * sizeof(float));
+                const size_t j0 = p * S_NR;
+                float *o = out + p * S_NR * k + l * S_NR;
+                if (n - j0 >= S_NR) /* a whole panel's row: a copy of a known size */
+                    memcpy(o, b + l * ldb + j0, S_NR * sizeof(float));
+                else
+                    memcpy(o, b + l * ldb + j0, (n - j0) * sizeof(float));
             }
 }
 
