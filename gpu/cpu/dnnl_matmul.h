@@ -6,8 +6,11 @@
  * plain row-major buffers, transposes as strides. oneDNN's AVX-512 brgemm
  * measured 10% faster than OpenBLAS's sgemm on the MLP's shapes
  * (docs/performance.md, "The MLP step on oneDNN's matmul");
- * TP_CPU_MATMUL=dnnl|own chooses either in one binary. Runs only where
- * the backend has its oneDNN cache (as the pooling's, dnnl_ops.h). */
+ * TP_CPU_MATMUL=dnnl|own chooses either in one binary; TP_CPU_GEMM=own
+ * runs the oneDNN products on our GEMM (cpu_gemm.h) instead, B packed in
+ * the workspace (A/B only: slower than oneDNN on the GPT's products,
+ * docs/performance.md, branch gpt20). Runs only where the backend has its
+ * oneDNN cache (as the pooling's, dnnl_ops.h). */
 #ifndef TOWERPACK_GPU_DNNL_MATMUL_H
 #define TOWERPACK_GPU_DNNL_MATMUL_H
 
