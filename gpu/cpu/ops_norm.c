@@ -9,7 +9,8 @@
  * ((r mod G) L + j) / S, with G = S = 1 for layer norm. Statistics are
  * summed in fixed float lanes, each chunk of a row into a double (s_fsum:
  * the mean first, then the squared deviations, as torch's two-pass
- * variance); the backward's row sums in double lanes (LANE_SUM).
+ * variance); the backward's row sums likewise for layer norm with
+ * gamma (s_fsum_dy), in double lanes (LANE_SUM) for the other forms.
  * The forward leaves each row's mean and 1/std in the workspace for the
  * backward; a call without one (the parity harness's) recomputes them.
  * The parameters' gradients add each row's per-parameter sums in row
@@ -128,6 +129,89 @@ s_fsum(const float *restrict x, size_t n, int sq, float mu) {
     return total;
 }
 
+/* Layer norm's backward row sums with gamma (sp 1), sg = sum dy g and sgx
+ * = sum dy g xhat (xhat = (x - mean) rstd, each term the float product
+ * as before), both in one pass in s_fsum's order: 4 vectors of 16 float
+ * lanes over a chunk of at most 1,024 floats, 16-float steps into the
+ * first, the last n mod 16 in a scalar, the vectors pairwise and the lanes
+ * in a tree of halves, the chunk and the scalar into a double. In the
+ * same pass the parameters' terms, dg[j] += fault dy xhat and db[j] +=
+ * fault dy (the same operations per element as a loop of their own: the
+ * same bits). LANE_SUM's 8 double lanes took two passes of len / 8
+ * dependent adds each (docs/performance.md, gpt21). */
+static inline __attribute__((always_inline)) void
+s_fsum_dy(const float *restrict x, const float *restrict dy, const float *restrict g, size_t n,
+          float mean, float rstd, float *restrict dg, float *restrict db, float fault,
+          double *sg_out, double *sgx_out) {
+    double sg = 0.0, sgx = 0.0;
+    const s_f16 mv = (s_f16){0} + mean, rv = (s_f16){0} + rstd, fv = (s_f16){0} + fault;
+    for (size_t c0 = 0; c0 < n; c0 += 1024) {
+        const size_t len = n - c0 < 1024 ? n - c0 : 1024;
+        s_f16 a[4] = {{0}}, b[4] = {{0}};
+        size_t j = 0;
+        /* one 16-float step into lanes v: its terms, and dg's and db's */
+#define S_DY_STEP(v, at)                                                                  \
+    do {                                                                                  \
+        s_f16 x_, d_, g_, h_, t_;                                                         \
+        S_F16_LOAD(x_, x + (at));                                                         \
+        S_F16_LOAD(d_, dy + (at));                                                        \
+        S_F16_LOAD(g_, g + (at));                                                         \
+        h_ = (x_ - mv) * rv;                                                              \
+        t_ = d_ * g_;                                                                     \
+        a[v] += t_;                                                                       \
+        b[v] += t_ * h_;                                                                  \
+        if (dg) {                                                                         \
+            s_f16 p_;                                                                     \
+            S_F16_LOAD(p_, dg + (at));                                                    \
+            p_ += fv * (d_ * h_);                                                         \
+            memcpy(dg + (at), &p_, sizeof(s_f16));                                        \
+        }                                                                                 \
+        if (db) {                                                                         \
+            s_f16 p_;                                                                     \
+            S_F16_LOAD(p_, db + (at));                                                    \
+            p_ += fv * d_;                                                                \
+            memcpy(db + (at), &p_, sizeof(s_f16));                                        \
+        }                                                                                 \
+    } while (0)
+        for (; j + 64 <= len; j += 64) {
+            S_DY_STEP(0, c0 + j);
+            S_DY_STEP(1, c0 + j + 16);
+            S_DY_STEP(2, c0 + j + 32);
+            S_DY_STEP(3, c0 + j + 48);
+        }
+        for (; j + 16 <= len; j += 16)
+            S_DY_STEP(0, c0 + j);
+#undef S_DY_STEP
+        float tg = 0.0f, tgx = 0.0f;
+        for (; j < len; j++) {
+            const size_t e = c0 + j;
+            const float h = (x[e] - mean) * rstd, t = dy[e] * g[e];
+            tg += t;
+            tgx += t * h;
+            if (dg)
+                dg[e] += fault * (dy[e] * h);
+            if (db)
+                db[e] += fault * dy[e];
+        }
+        s_f16 u = (a[0] + a[1]) + (a[2] + a[3]), w = (b[0] + b[1]) + (b[2] + b[3]);
+        /* s_fsum's tree of halves, both sums side by side */
+        u += __builtin_shufflevector(u, u, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13,
+                                     14, 15);
+        w += __builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13,
+                                     14, 15);
+        u += __builtin_shufflevector(u, u, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+        w += __builtin_shufflevector(w, w, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+        u += __builtin_shufflevector(u, u, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+        w += __builtin_shufflevector(w, w, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+        u += __builtin_shufflevector(u, u, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+        w += __builtin_shufflevector(w, w, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+        sg += (double)u[0] + (double)tg;
+        sgx += (double)w[0] + (double)tgx;
+    }
+    *sg_out = sg;
+    *sgx_out = sgx;
+}
+
 /* A row's mean and 1 / sqrt(var + eps), biased variance (two passes: the
  * mean, rounded to float, then the squared deviations from it); forced
  * inline, as s_row_sums, so that each ISA's clone of a caller has its own
@@ -231,20 +315,14 @@ s_row_sums(const float *restrict xr, const float *restrict dyr, const float *res
                 db[ch] += fault * (float)tb;
             }
     } else if (sp == 1) { /* layer norm: a parameter per element */
-        LANE_SUM(sg, len, dyr[j] * g[j]);
-        LANE_SUM(sgx, len, dyr[j] * g[j] * ((xr[j] - mean) * rstd));
-        if (dg && db) {
-            for (size_t j = 0; j < len; j++) {
-                dg[j] += fault * (dyr[j] * ((xr[j] - mean) * rstd));
-                db[j] += fault * dyr[j];
-            }
-        } else if (dg) {
-            for (size_t j = 0; j < len; j++)
-                dg[j] += fault * (dyr[j] * ((xr[j] - mean) * rstd));
-        } else if (db) {
-            for (size_t j = 0; j < len; j++)
-                db[j] += fault * dyr[j];
-        }
+        if (dg && db)
+            s_fsum_dy(xr, dyr, g, len, mean, rstd, dg, db, fault, &sg, &sgx);
+        else if (dg)
+            s_fsum_dy(xr, dyr, g, len, mean, rstd, dg, NULL, fault, &sg, &sgx);
+        else if (db)
+            s_fsum_dy(xr, dyr, g, len, mean, rstd, NULL, db, fault, &sg, &sgx);
+        else
+            s_fsum_dy(xr, dyr, g, len, mean, rstd, NULL, NULL, fault, &sg, &sgx);
     } else { /* group norm: a parameter per channel of sp positions */
         for (size_t ch = 0; ch < len / sp; ch++) {
             const float *restrict xc = xr + ch * sp, *restrict dc = dyr + ch * sp;

@@ -528,9 +528,10 @@ Test(attention, kernel_matches_a_double_reference_at_odd_sizes) {
 
 /* y, dq, dk, dv of one (Tq, Tk, D) case on 2 heads, the products picked
  * by TP_ISA (isa NULL: the widest the CPU has), into out (4 buffers of
- * at least 2 max(Tq, Tk) D floats). */
+ * at least 2 max(Tq, Tk) D floats); q times qmul, and k's element
+ * inf_at (if >= 0) +inf. */
 static void s_isa_run(const char *isa, int64_t tq, int64_t tk, int64_t d, int causal,
-                      float *const out[4]) {
+                      float qmul, int64_t inf_at, float *const out[4]) {
     tp_shape_t xs[3];
     xs[0] = (tp_shape_t){.ndim = 4, .d = {1, 2, tq, d}};
     xs[1] = xs[2] = (tp_shape_t){.ndim = 4, .d = {1, 2, tk, d}};
@@ -539,6 +540,10 @@ static void s_isa_run(const char *isa, int64_t tq, int64_t tk, int64_t d, int ca
     float *k = malloc(nk * sizeof(float)), *v = malloc(nk * sizeof(float));
     cr_assert(q && dy && k && v);
     s_fill_qkv(5, q, dy, nq, k, v, nk);
+    for (size_t j = 0; j < nq; j++)
+        q[j] *= qmul;
+    if (inf_at >= 0)
+        k[inf_at] = INFINITY;
     for (size_t j = 0; j < nq; j++)
         out[1][j] = 0.5f; /* dq accumulates */
     tp_op_attr_t at = {.alpha = 0.15f, .beta = causal ? 1.0f : 0.0f};
@@ -587,8 +592,8 @@ Test(attention, wide_products_and_rows_give_the_portable_bits) {
                 plain[i] = calloc(n, sizeof(float));
                 cr_assert(wide[i] && plain[i]);
             }
-            s_isa_run(NULL, tq, tk, d, causal, wide);
-            s_isa_run("plain", tq, tk, d, causal, plain);
+            s_isa_run(NULL, tq, tk, d, causal, 1.0f, -1, wide);
+            s_isa_run("plain", tq, tk, d, causal, 1.0f, -1, plain);
             for (int i = 0; i < 4; i++) {
                 cr_expect_eq(memcmp(wide[i], plain[i], n * sizeof(float)), 0,
                              "%s differs (Tq %ld Tk %ld D %ld causal %d stash %d)",
@@ -598,6 +603,50 @@ Test(attention, wide_products_and_rows_give_the_portable_bits) {
                 free(plain[i]);
             }
         }
+    }
+    tp_cpu_attention_stash_limit_ = limit;
+}
+
+/* The wide forward's e^x (s_wide_exp_neg: no clamps, for e^(s - max) <=
+ * 1) where its argument leaves the ordinary range: scores hundreds apart
+ * (e^x of -87.3 and below is 0, near it subnormal), and a key with an
+ * infinite component (scores of +-inf: inf - inf is NaN, -inf - m
+ * -inf), causal and not, stashed and recomputed: the portable clamped
+ * e^x's bits, NaNs included. */
+Test(attention, wide_softmax_keeps_the_portable_bits_past_the_exp_range) {
+    static const int64_t cases[][4] = {{130, 130, 64, 1}, {70, 133, 24, 0}};
+    const size_t limit = tp_cpu_attention_stash_limit_;
+    for (int stash = 1; stash >= 0; stash--) {
+        tp_cpu_attention_stash_limit_ = stash ? limit : 0;
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+            for (int inf = 0; inf < 2; inf++) {
+                const int64_t tq = cases[ci][0], tk = cases[ci][1], d = cases[ci][2];
+                const int causal = (int)cases[ci][3];
+                const size_t n = (size_t)(2 * (tq > tk ? tq : tk) * d);
+                /* key 3 of head 0 (and so the queries at 3 and after, causal) */
+                const int64_t inf_at = inf ? 3 * d + 1 : -1;
+                float *wide[4], *plain[4];
+                for (int i = 0; i < 4; i++) {
+                    wide[i] = calloc(n, sizeof(float));
+                    plain[i] = calloc(n, sizeof(float));
+                    cr_assert(wide[i] && plain[i]);
+                }
+                s_isa_run(NULL, tq, tk, d, causal, 40.0f, inf_at, wide);
+                s_isa_run("plain", tq, tk, d, causal, 40.0f, inf_at, plain);
+                size_t nans = 0;
+                for (size_t j = 0; j < n; j++)
+                    nans += isnan(plain[0][j]);
+                if (inf)
+                    cr_expect_gt(nans, 0, "an infinite key gives some NaN rows");
+                for (int i = 0; i < 4; i++) {
+                    cr_expect_eq(memcmp(wide[i], plain[i], n * sizeof(float)), 0,
+                                 "%s differs (Tq %ld Tk %ld D %ld causal %d stash %d inf %d)",
+                                 (const char *[]){"y", "dq", "dk", "dv"}[i], (long)tq, (long)tk,
+                                 (long)d, causal, stash, inf);
+                    free(wide[i]);
+                    free(plain[i]);
+                }
+            }
     }
     tp_cpu_attention_stash_limit_ = limit;
 }
