@@ -340,22 +340,71 @@ Test(proc_worker, a_tcp_worker_whose_trainer_stops_mid_handshake_ends_as_gone) {
 
 /* Start a worker of 7-datapoint passes connecting to ep with
  * --exit-with-trainer=1, info logged to out, libzmq's handshake interval
- * 0.5 s (TP_SEND_HANDSHAKE_S: a handshake with no answer fails after that,
- * not after libzmq's 30 s); wait for its end (20 s at most): its status,
- * its log in buf, the seconds it ran in *took. */
-static int s_worker_on_silent(const char *ep, const char *out, char *buf, size_t size,
-                              double *took) {
+ * `ivl` seconds (TP_SEND_HANDSHAKE_S: at 0.5 a handshake with no answer
+ * fails after that, not after libzmq's 30 s); its pid. */
+static int s_worker_on(const char *ep, const char *ivl, const char *out) {
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "7", "--connect", (char *)ep, "--exit-with-trainer=1",
                      "--log-level", "info", NULL};
-    const char *env[] = {"TP_SEND_HANDSHAKE_S=0.5", NULL};
+    char env_ivl[64];
+    snprintf(env_ivl, sizeof env_ivl, "TP_SEND_HANDSHAKE_S=%s", ivl);
+    const char *env[] = {env_ivl, NULL};
     pu_spawn_opts_t o = {.out = out, .env = env};
-    double t0 = tp_now_s();
-    int pid = pu_spawn(wargv, &o);
+    return pu_spawn(wargv, &o);
+}
+
+/* The three ways a handshake fails, as either sender says them: tp-worker
+ * (s_worker_on) and the Python sender (s_python_on), whose lines start
+ * with "tp_send: " (`pre`). `who` names the sender in the messages. */
+
+/* A dead host (s_listen_silent(0), closed here): sender pid, started at t0
+ * with a handshake of 0.5 s, ends (exit 0) as with a receiver gone, in
+ * under `limit` s; its output (out) in buf. */
+static void s_ends_as_gone(int pid, double t0, double limit, int l, const char *ep,
+                           const char *out, const char *pre, char *buf, size_t size) {
     int st = pu_waitpid(pid, 20000);
-    *took = tp_now_s() - t0;
+    double took = tp_now_s() - t0;
+    close(l);
     slurp(out, buf, size);
-    return st;
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
+    char said[160];
+    snprintf(said, sizeof said, "%sthe handshake with the receiver at %s failed and its "
+             "host does not answer a connect", pre, ep);
+    cr_assert(strstr(buf, said), "%s", buf);
+    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
+    cr_assert(!strstr(buf, "CURVE"), "a host gone taken for a refusal:\n%s", buf);
+    cr_assert_lt(took, limit, "ended after %.1f s:\n%s", took, buf);
+}
+
+/* A live host that takes connections and never answers (s_listen_silent(64),
+ * closed here): sender pid, with a handshake of 0.5 s, is alive after
+ * `wait_ms` (more handshakes run out than made a refusal, 3, for longer
+ * than --exit-with-trainer waits), has said so once, and took it for
+ * neither a refusal nor a host gone; once the listener closes (the trainer
+ * ends) it ends as with any trainer gone. */
+static void s_waits_for_the_mute(int pid, int wait_ms, int l, const char *ep, const char *out,
+                                 const char *pre, const char *who) {
+    char buf[16384], end[16384];
+    int alive = !pu_wait_gone(pid, wait_ms);
+    slurp(out, buf, sizeof buf);
+    close(l);  /* the trainer ends */
+    int st = pu_waitpid(pid, 15000);
+    slurp(out, end, sizeof end);
+    cr_assert(alive, "a receiver that does not answer ended the %s:\n%s", who, buf);
+    char said[256];
+    snprintf(said, sizeof said, "%sthe receiver at %s is not answering the handshake (0.5 s: "
+             "a trainer stopped or overloaded, or not a towerpack receiver): waiting for it",
+             pre, ep);
+    cr_assert(strstr(buf, said), "%s", buf);
+    cr_assert(!strstr(strstr(buf, said) + 1, said), "said more than once:\n%s", buf);
+    cr_assert(!strstr(buf, "does not answer a connect"), "a live host taken for one gone:\n%s",
+              buf);
+    cr_assert(!strstr(end, "CURVE"), "a receiver not answering taken for a refusal:\n%s", end);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 once the trainer ended (status "
+              "%d):\n%s", st, end);
+    cr_assert(strstr(end, "has been gone for 1 s (--exit-with-trainer)"), "%s", end);
 }
 
 /* A trainer's host that dies (or leaves the network) in the middle of a
@@ -372,19 +421,9 @@ Test(proc_worker, a_worker_whose_trainers_host_dies_mid_handshake_ends_as_gone) 
     char ep[64], out[128], buf[16384];
     snprintf(out, sizeof out, "%s/deadhost.txt", s_dir);
     int l = s_listen_silent(0, ep, sizeof ep);
-    double took;
-    int st = s_worker_on_silent(ep, out, buf, sizeof buf, &took);
-    close(l);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
-    char said[160];
-    snprintf(said, sizeof said, "the handshake with the receiver at %s failed and its host "
-             "does not answer a connect", ep);
-    cr_assert(strstr(buf, said), "%s", buf);
-    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
-    cr_assert(!strstr(buf, "CURVE"), "a host gone taken for a refusal:\n%s", buf);
+    double t0 = tp_now_s();
     /* the handshake 0.5 s, the probe 1.5 s, the wait 1 s: a start's worth more */
-    cr_assert_lt(took, 10.0, "ended after %.1f s:\n%s", took, buf);
+    s_ends_as_gone(s_worker_on(ep, "0.5", out), t0, 10.0, l, ep, out, "", buf, sizeof buf);
 }
 
 /* ... and a receiver alive that does not answer the handshake (a trainer
@@ -398,36 +437,10 @@ Test(proc_worker, a_worker_whose_trainers_host_dies_mid_handshake_ends_as_gone) 
 Test(proc_worker, a_receiver_that_takes_connections_but_never_answers_is_not_gone) {
     if (!s_plugin[0])
         cr_skip_test("no C compiler to build the example plugin");
-    char ep[64], out[128], buf[16384];
+    char ep[64], out[128];
     snprintf(out, sizeof out, "%s/mute.txt", s_dir);
     int l = s_listen_silent(64, ep, sizeof ep);
-    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
-                     "--plugin-arg", "7", "--connect", ep, "--exit-with-trainer=1",
-                     "--log-level", "info", NULL};
-    const char *env[] = {"TP_SEND_HANDSHAKE_S=0.5", NULL};
-    pu_spawn_opts_t o = {.out = out, .env = env};
-    int pid = pu_spawn(wargv, &o);
-    /* more handshakes run out than made a refusal (3), for longer than
-     * --exit-with-trainer waits */
-    int alive = !pu_wait_gone(pid, 4000);
-    slurp(out, buf, sizeof buf);
-    close(l);  /* the trainer ends */
-    int st = pu_waitpid(pid, 15000);
-    char end[16384];
-    slurp(out, end, sizeof end);
-    cr_assert(alive, "a receiver that does not answer ended the worker:\n%s", buf);
-    char said[200];
-    snprintf(said, sizeof said, "the receiver at %s is not answering the handshake (0.5 s: a "
-             "trainer stopped or overloaded, or not a towerpack receiver): waiting for it", ep);
-    cr_assert(strstr(buf, said), "%s", buf);
-    cr_assert(!strstr(strstr(buf, said) + 1, said), "said more than once:\n%s", buf);
-    cr_assert(!strstr(end, "CURVE"), "a receiver not answering taken for a refusal:\n%s", end);
-    cr_assert(!strstr(buf, "does not answer a connect"), "a live host taken for one gone:\n%s",
-              buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "not ended (exit 0) by --exit-with-trainer=1 once the trainer ended (status "
-              "%d):\n%s", st, end);
-    cr_assert(strstr(end, "has been gone for 1 s (--exit-with-trainer)"), "%s", end);
+    s_waits_for_the_mute(s_worker_on(ep, "0.5", out), 4000, l, ep, out, "", "worker");
 }
 
 /* Plays a host still there that closes every handshake on the listening
@@ -456,6 +469,20 @@ static int s_close_handshakes(int l, int pid, int *closed) {
     return st;
 }
 
+/* Sender pid against a host that closes every handshake on l: it ends
+ * (exit 1) as refused, a close told from a handshake run out; its output
+ * (out) in buf. */
+static void s_refused_by_the_closer(int pid, int l, const char *out, char *buf, size_t size) {
+    int closed = 0, st = s_close_handshakes(l, pid, &closed);
+    slurp(out, buf, size);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
+              closed, st, buf);
+    cr_assert(strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
+    cr_assert(!strstr(buf, "not answering the handshake"), "a close taken for no answer:\n%s",
+              buf);
+}
+
 /* A receiver still there that closes every handshake (no towerpack
  * receiver, or one that wants CURVE keys) is still a refusal after three:
  * a close is told from a handshake run out. */
@@ -465,20 +492,7 @@ Test(proc_worker, a_receiver_that_closes_every_handshake_is_a_refusal) {
     char ep[64], out[128], buf[16384];
     snprintf(out, sizeof out, "%s/closer.txt", s_dir);
     int l = s_listen_silent(16, ep, sizeof ep);
-    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
-                     "--plugin-arg", "7", "--connect", ep, "--exit-with-trainer=1",
-                     "--log-level", "info", NULL};
-    const char *env[] = {"TP_SEND_HANDSHAKE_S=5", NULL};
-    pu_spawn_opts_t o = {.out = out, .env = env};
-    int pid = pu_spawn(wargv, &o);
-    int closed = 0, st = s_close_handshakes(l, pid, &closed);
-    slurp(out, buf, sizeof buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
-              "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
-              closed, st, buf);
-    cr_assert(strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
-    cr_assert(!strstr(buf, "not answering the handshake"), "a close taken for no answer:\n%s",
-              buf);
+    s_refused_by_the_closer(s_worker_on(ep, "5", out), l, out, buf, sizeof buf);
 }
 
 /* The same three handshakes for the Python sender (tools/tp-worker/
@@ -508,49 +522,20 @@ Test(proc_worker, a_python_sender_whose_trainers_host_dies_mid_handshake_ends_as
     snprintf(out, sizeof out, "%s/pydead.txt", s_dir);
     int l = s_listen_silent(0, ep, sizeof ep);
     double t0 = tp_now_s();
-    int st = pu_waitpid(s_python_on(ep, "0.5", out), 20000);
-    double took = tp_now_s() - t0;
-    close(l);
-    slurp(out, buf, sizeof buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
-    char said[160];
-    snprintf(said, sizeof said, "tp_send: the handshake with the receiver at %s failed and "
-             "its host does not answer a connect", ep);
-    cr_assert(strstr(buf, said), "%s", buf);
-    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
-    cr_assert(!strstr(buf, "CURVE"), "a host gone taken for a refusal:\n%s", buf);
     /* the handshake 0.5 s, the check 1.5 s, the wait 1 s, Python's start */
-    cr_assert_lt(took, 12.0, "ended after %.1f s:\n%s", took, buf);
+    s_ends_as_gone(s_python_on(ep, "0.5", out), t0, 12.0, l, ep, out, "tp_send: ", buf,
+                   sizeof buf);
 }
 
 /* A live host that takes connections and never answers (a trainer
  * stopped) is no refusal and not gone: said once, waited for; once the
  * listener closes, the sender ends as with any trainer gone. */
 Test(proc_worker, a_python_sender_waits_for_a_receiver_that_never_answers) {
-    char ep[64], out[128], buf[16384], end[16384];
+    char ep[64], out[128];
     snprintf(out, sizeof out, "%s/pymute.txt", s_dir);
     int l = s_listen_silent(64, ep, sizeof ep);
-    int pid = s_python_on(ep, "0.5", out);
-    int alive = !pu_wait_gone(pid, 5000);  /* more than 3 handshakes, more than 1 s */
-    slurp(out, buf, sizeof buf);
-    close(l);  /* the trainer ends */
-    int st = pu_waitpid(pid, 15000);
-    slurp(out, end, sizeof end);
-    cr_assert(alive, "a receiver that does not answer ended the sender:\n%s", buf);
-    char said[256];
-    snprintf(said, sizeof said, "tp_send: the receiver at %s is not answering the handshake "
-             "(0.5 s: a trainer stopped or overloaded, or not a towerpack receiver): waiting "
-             "for it", ep);
-    cr_assert(strstr(buf, said), "%s", buf);
-    cr_assert(!strstr(strstr(buf, said) + 1, said), "said more than once:\n%s", buf);
-    cr_assert(!strstr(buf, "does not answer a connect"), "a live host taken for one gone:\n%s",
-              buf);
-    cr_assert(!strstr(end, "CURVE"), "a receiver not answering taken for a refusal:\n%s", end);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "not ended (exit 0) by --exit-with-trainer=1 once the trainer ended (status "
-              "%d):\n%s", st, end);
-    cr_assert(strstr(end, "has been gone for 1 s (--exit-with-trainer)"), "%s", end);
+    /* Python's start on top of the handshakes */
+    s_waits_for_the_mute(s_python_on(ep, "0.5", out), 5000, l, ep, out, "tp_send: ", "sender");
 }
 
 /* A host still there that closes every handshake is a refusal (exit 1)
@@ -559,18 +544,11 @@ Test(proc_worker, a_python_sender_whose_handshakes_are_closed_is_refused) {
     char ep[64], out[128], buf[16384];
     snprintf(out, sizeof out, "%s/pycloser.txt", s_dir);
     int l = s_listen_silent(16, ep, sizeof ep);
-    int pid = s_python_on(ep, "5", out);
-    int closed = 0, st = s_close_handshakes(l, pid, &closed);
-    slurp(out, buf, sizeof buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
-              "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
-              closed, st, buf);
+    s_refused_by_the_closer(s_python_on(ep, "5", out), l, out, buf, sizeof buf);
     char said[256];
     snprintf(said, sizeof said, "tp_send: the handshake with the receiver at %s failed: the "
              "receiver closed the connection in the handshake", ep);
-    cr_assert(strstr(buf, said) && strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
-    cr_assert(!strstr(buf, "not answering the handshake"), "a close taken for no answer:\n%s",
-              buf);
+    cr_assert(strstr(buf, said), "%s", buf);
 }
 
 /* A TP_SEND_HANDSHAKE_S that is not a number of seconds ends the Python
