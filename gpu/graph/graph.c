@@ -1473,22 +1473,9 @@ static int s_one_axis(tp_tower_t *t, tp_node_t *n, tp_node_t *x, int axis) {
     return mask;
 }
 
-tp_node_t *tp_argmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
-                     int keepdims) {
-    tp_node_t *n = s_node_float(t, name, TP_OP_ARGMAX, 1, &x, 1);
-    if (!n)
-        return NULL;
-    const int mask = s_one_axis(t, n, x, axis);
-    if (mask < 0)
-        return s_drop_last(t);
-    n->attr.axes = mask;
-    n->dtype = TP_INT32;
-    s_reduced_shape(n, x, mask, keepdims);
-    return n;
-}
-
-static tp_node_t *s_softmax(tp_tower_t *t, const char *name, tp_op_kind_t kind,
-                            tp_node_t *x, int axis) {
+/* argmax and the softmaxes: a node over one axis of float x (attr.axes). */
+static tp_node_t *s_along_axis(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                               tp_node_t *x, int axis) {
     tp_node_t *n = s_node_float(t, name, kind, 1, &x, 1);
     if (!n)
         return NULL;
@@ -1499,12 +1486,22 @@ static tp_node_t *s_softmax(tp_tower_t *t, const char *name, tp_op_kind_t kind,
     return n;
 }
 
+tp_node_t *tp_argmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
+                     int keepdims) {
+    tp_node_t *n = s_along_axis(t, name, TP_OP_ARGMAX, x, axis);
+    if (!n)
+        return NULL;
+    n->dtype = TP_INT32;
+    s_reduced_shape(n, x, n->attr.axes, keepdims);
+    return n;
+}
+
 tp_node_t *tp_softmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis) {
-    return s_softmax(t, name, TP_OP_SOFTMAX, x, axis);
+    return s_along_axis(t, name, TP_OP_SOFTMAX, x, axis);
 }
 tp_node_t *tp_log_softmax(tp_tower_t *t, const char *name, tp_node_t *x,
                           int axis) {
-    return s_softmax(t, name, TP_OP_LOG_SOFTMAX, x, axis);
+    return s_along_axis(t, name, TP_OP_LOG_SOFTMAX, x, axis);
 }
 
 tp_node_t *tp_softmax_xent_seq(tp_tower_t *t, const char *name,
@@ -1779,6 +1776,18 @@ tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
     return y;
 }
 
+/* The conv layers' variables in their scope: W of shape ws (He normal)
+ * and, with `bias`, b [filters] (zeros, else NULL). 0 when one of them
+ * was not made (the tower has the error). */
+static int s_conv_vars(tp_tower_t *t, const int64_t ws[4], int filters, int bias,
+                       tp_node_t **w, tp_node_t **b) {
+    const int64_t bs[1] = {filters};
+    *w = tp_variable(t, "W", 4, ws, (tp_init_t){TP_INIT_HE_NORMAL, 0}, TP_VAR_TRAINABLE);
+    *b = bias ? tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0}, TP_VAR_TRAINABLE)
+              : NULL;
+    return *w && (!bias || *b);
+}
+
 tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
                      int filters, int kernel, int stride, int pad, int bias) {
     if (!s_scope(t, scope))
@@ -1797,16 +1806,9 @@ tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
         s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
                kernel, kernel, s_shape_str(&x->shape, a, 96));
     } else {
-        int64_t ws[4] = {filters, x->shape.d[1], kernel, kernel},
-                bs[1] = {filters};
-        tp_node_t *w = tp_variable(t, "W", 4, ws,
-                                   (tp_init_t){TP_INIT_HE_NORMAL, 0},
-                                   TP_VAR_TRAINABLE);
-        tp_node_t *b = NULL;
-        if (bias) /* fused into the convolution: no pass of its own */
-            b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
-                            TP_VAR_TRAINABLE);
-        if (!bias || b)
+        const int64_t ws[4] = {filters, x->shape.d[1], kernel, kernel};
+        tp_node_t *w, *b; /* b fused into the convolution: no pass of its own */
+        if (s_conv_vars(t, ws, filters, bias, &w, &b))
             y = s_conv(t, "output", x, w, b, stride, pad < 0 ? kernel / 2 : pad, 1, 1);
     }
     tp_tower_pop_scope(t);
@@ -1831,16 +1833,9 @@ tp_node_t *tp_conv2d_transpose(tp_tower_t *t, const char *scope, tp_node_t *x,
         s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
                kernel, kernel, s_shape_str(&x->shape, a, 96));
     } else {
-        int64_t ws[4] = {x->shape.d[1], filters, kernel, kernel},
-                bs[1] = {filters};
-        tp_node_t *w = tp_variable(t, "W", 4, ws,
-                                   (tp_init_t){TP_INIT_HE_NORMAL, 0},
-                                   TP_VAR_TRAINABLE);
-        tp_node_t *b = NULL;
-        if (bias) /* added inside the op: no pass of its own */
-            b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
-                            TP_VAR_TRAINABLE);
-        if (w && (!bias || b))
+        const int64_t ws[4] = {x->shape.d[1], filters, kernel, kernel};
+        tp_node_t *w, *b; /* b added inside the op: no pass of its own */
+        if (s_conv_vars(t, ws, filters, bias, &w, &b))
             y = tp_conv2d_transpose_op(t, "output", x, w, b, stride, pad,
                                        output_pad, 1, 1);
     }
