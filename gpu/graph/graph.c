@@ -1776,12 +1776,20 @@ tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
     return y;
 }
 
-/* The conv layers' variables in their scope: W of shape ws (He normal)
- * and, with `bias`, b [filters] (zeros, else NULL). 0 when one of them
- * was not made (the tower has the error). */
-static int s_conv_vars(tp_tower_t *t, const int64_t ws[4], int filters, int bias,
-                       tp_node_t **w, tp_node_t **b) {
-    const int64_t bs[1] = {filters};
+/* The conv layers' variables in their scope, for x [N,C,H,W]: W (He
+ * normal) of [filters, C, kernel, kernel], or [C, filters, ...] when
+ * `transposed`, and, with `bias`, b [filters] (zeros, else NULL). 0 after
+ * recording the error (filters or kernel below 1, or a variable not made). */
+static int s_conv_vars(tp_tower_t *t, const char *scope, const tp_node_t *x, int filters,
+                       int kernel, int transposed, int bias, tp_node_t **w, tp_node_t **b) {
+    if (filters < 1 || kernel < 1) {
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
+               kernel, kernel, s_shape_str(&x->shape, a, 96));
+        return 0;
+    }
+    const int64_t c = x->shape.d[1], bs[1] = {filters};
+    const int64_t ws[4] = {transposed ? c : filters, transposed ? filters : c, kernel, kernel};
     *w = tp_variable(t, "W", 4, ws, (tp_init_t){TP_INIT_HE_NORMAL, 0}, TP_VAR_TRAINABLE);
     *b = bias ? tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0}, TP_VAR_TRAINABLE)
               : NULL;
@@ -1801,14 +1809,9 @@ tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
         s_fail(t, TP_ERR_SHAPE, scope, "a conv needs a [N,C,H,W] input (rank 4), "
                "got %s (rank %d): reshape it first (e.g. tp_reshape to [N,1,H,W])",
                s_shape_str(&x->shape, a, 96), x->shape.ndim);
-    } else if (filters < 1 || kernel < 1) {
-        char a[96];
-        s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
-               kernel, kernel, s_shape_str(&x->shape, a, 96));
     } else {
-        const int64_t ws[4] = {filters, x->shape.d[1], kernel, kernel};
         tp_node_t *w, *b; /* b fused into the convolution: no pass of its own */
-        if (s_conv_vars(t, ws, filters, bias, &w, &b))
+        if (s_conv_vars(t, scope, x, filters, kernel, 0, bias, &w, &b))
             y = s_conv(t, "output", x, w, b, stride, pad < 0 ? kernel / 2 : pad, 1, 1);
     }
     tp_tower_pop_scope(t);
@@ -1828,14 +1831,9 @@ tp_node_t *tp_conv2d_transpose(tp_tower_t *t, const char *scope, tp_node_t *x,
         s_fail(t, TP_ERR_SHAPE, scope, "a transposed conv needs a [N,C,H,W] "
                "input (rank 4), got %s (rank %d)", s_shape_str(&x->shape, a, 96),
                x->shape.ndim);
-    } else if (filters < 1 || kernel < 1) {
-        char a[96];
-        s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
-               kernel, kernel, s_shape_str(&x->shape, a, 96));
     } else {
-        const int64_t ws[4] = {x->shape.d[1], filters, kernel, kernel};
         tp_node_t *w, *b; /* b added inside the op: no pass of its own */
-        if (s_conv_vars(t, ws, filters, bias, &w, &b))
+        if (s_conv_vars(t, scope, x, filters, kernel, 1, bias, &w, &b))
             y = tp_conv2d_transpose_op(t, "output", x, w, b, stride, pad,
                                        output_pad, 1, 1);
     }
