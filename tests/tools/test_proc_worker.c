@@ -39,6 +39,22 @@ static int spawn(char *const argv[], const char *out) {
     return pu_spawn(argv, &o);
 }
 
+/* The file at path in buf (empty when there is none yet). */
+static void slurp(const char *path, char *buf, size_t size) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* A receiver bound at ep with ro, started: the trainer's side. */
+static tp_dataflow_t *s_receiver(const char *ep, const tp_remote_opts_t *ro) {
+    tp_dataflow_t *df = tp_df_remote(ep, ro);
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    return df;
+}
+
 TestSuite(proc_worker, .init = setup, .fini = teardown);
 
 Test(proc_worker, plugin_to_remote_and_sigint) {
@@ -50,8 +66,7 @@ Test(proc_worker, plugin_to_remote_and_sigint) {
     tp_remote_opts_t ro;
     tp_remote_opts_init(&ro);
     ro.timeout_s = 5;
-    tp_dataflow_t *df = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    tp_dataflow_t *df = s_receiver(ep, &ro);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "50", "--plugin-arg", "1000", "--connect", ep,
                      "--stats", stats, "--hwm", "10", NULL};
@@ -112,8 +127,7 @@ Test(proc_worker, count_ends_the_worker) {
     tp_remote_opts_t ro;
     tp_remote_opts_init(&ro);
     ro.timeout_s = 5;
-    tp_dataflow_t *df = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    tp_dataflow_t *df = s_receiver(ep, &ro);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "7", "--connect", ep, "--count", "20", "--lz4", NULL};
     int pid = spawn(wargv, NULL);
@@ -140,8 +154,7 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     tp_remote_opts_t ro;
     tp_remote_opts_init(&ro);
     ro.timeout_s = 10;
-    tp_dataflow_t *df = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    tp_dataflow_t *df = s_receiver(ep, &ro);
     int pid[2];
     for (int k = 0; k < 2; k++) {
         char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
@@ -162,11 +175,7 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     for (int k = 0; k < 2; k++) {
         int up = 0;
         for (int t = 0; t < 200 && !up; t++) {
-            FILE *f = fopen(out[k], "r");
-            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-            buf[n] = '\0';
-            if (f)
-                fclose(f);
+            slurp(out[k], buf, sizeof buf);
             up = strstr(buf, "connected to a receiver") != NULL;
             if (!up)
                 usleep(50000);
@@ -180,24 +189,12 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     int alive = waitpid(pid[1], &st1, WNOHANG) == 0;  /* pu_waitpid would kill it */
     kill(pid[1], SIGTERM);
     st1 = alive ? pu_waitpid(pid[1], 5000) : st1;
-    FILE *f = fopen(out[0], "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
+    slurp(out[0], buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
               "--exit-with-trainer=1: not ended 6 s after its trainer (status %d):\n%s", st, buf);
     cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
     cr_assert(alive, "--no-exit-with-trainer ended with its trainer");
     cr_assert(st1 >= 0 && WIFEXITED(st1) && WEXITSTATUS(st1) == 0, "status %d", st1);
-}
-
-static void slurp(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
 }
 
 /* Issue 47: a worker left from an earlier run joined the next run on the
@@ -216,8 +213,7 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     tp_remote_opts_init(&ro);
     ro.timeout_s = 5;
     ro.job = "job-A";
-    tp_dataflow_t *a = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(a, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *a = s_receiver(ep, &ro);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "7", "--connect", ep, "--hwm", "5",
                      "--job", "job-A", NULL};
@@ -232,8 +228,7 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     tp_dataflow_destroy(&a);  /* the run ends; the next binds the port */
     ro.job = "job-B";
     ro.timeout_s = 3;
-    tp_dataflow_t *b = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(b, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *b = s_receiver(ep, &ro);
     tp_datapoint_t *dp = NULL;
     tp_status_t rc = tp_dataflow_next(b, &dp);
     cr_assert_eq(rc, TP_ERR_TIMEOUT, "job B took a datapoint of job A's worker (%d)", rc);
@@ -599,8 +594,7 @@ Test(proc_worker, a_curve_worker_of_another_job_ends_naming_both) {
     tp_remote_opts_init(&ro);
     ro.curve_dir = keys;
     ro.job = "job-B";
-    tp_dataflow_t *b = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(b, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *b = s_receiver(ep, &ro);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "7", "--connect", ep, "--curve", keys,
                      "--job", "job-A", NULL};
@@ -642,8 +636,7 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     ro.job = "run-other";
     ro.timeout_s = 0.2;  /* each next() below: its refusals, then a timeout */
     cr_assert_eq(tp_log_set_file(olog), TP_OK);
-    tp_dataflow_t *other = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(other, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *other = s_receiver(ep, &ro);
     char *endless[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
                        "--connect", ep, "--batch", "64", "--job", "run-py", NULL};
     int py = pu_spawn(endless, &po);
