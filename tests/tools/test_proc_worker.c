@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include "actor_testutil.h"
+#include "fault_util.h"
 #include "proc_testutil.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -37,15 +38,6 @@ static void teardown(void) {
 static int spawn(char *const argv[], const char *out) {
     pu_spawn_opts_t o = {.out = out, .keep_stderr = 1};
     return pu_spawn(argv, &o);
-}
-
-/* The file at path in buf (empty when there is none yet). */
-static void slurp(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
 }
 
 /* A receiver bound at ep with ro, started: the trainer's side. */
@@ -175,7 +167,7 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     for (int k = 0; k < 2; k++) {
         int up = 0;
         for (int t = 0; t < 200 && !up; t++) {
-            slurp(out[k], buf, sizeof buf);
+            fu_slurp(out[k], buf, sizeof buf);
             up = strstr(buf, "connected to a receiver") != NULL;
             if (!up)
                 usleep(50000);
@@ -189,7 +181,7 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     int alive = waitpid(pid[1], &st1, WNOHANG) == 0;  /* pu_waitpid would kill it */
     kill(pid[1], SIGTERM);
     st1 = alive ? pu_waitpid(pid[1], 5000) : st1;
-    slurp(out[0], buf, sizeof buf);
+    fu_slurp(out[0], buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
               "--exit-with-trainer=1: not ended 6 s after its trainer (status %d):\n%s", st, buf);
     cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
@@ -233,7 +225,7 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     tp_status_t rc = tp_dataflow_next(b, &dp);
     cr_assert_eq(rc, TP_ERR_TIMEOUT, "job B took a datapoint of job A's worker (%d)", rc);
     int st = pu_waitpid(pid, 5000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "the worker of job A did not end with 1 (status %d):\n%s", st, buf);
     cr_assert(strstr(buf, "it is job 'job-B', this sender was started for job 'job-A'"),
@@ -242,7 +234,7 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     tp_df_remote_describe(b, desc, sizeof desc);
     tp_dataflow_destroy(&b);
     tp_log_set_file(NULL);
-    slurp(log, buf, sizeof buf);
+    fu_slurp(log, buf, sizeof buf);
     cr_assert(strstr(buf, "it was started for job 'job-A', this run is job 'job-B'"),
               "%s", buf);
     char who[64];
@@ -317,7 +309,7 @@ static void s_trainer_stops_mid_handshake(int tcp) {
         unlink(path);
     close(c);
     int st = pu_waitpid(pid, 15000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
               "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
     cr_assert(strstr(buf, "is gone (a trainer that stopped): waiting for the next"), "%s", buf);
@@ -360,7 +352,7 @@ static void s_ends_as_gone(int pid, double t0, double limit, int l, const char *
     int st = pu_waitpid(pid, 20000);
     double took = tp_now_s() - t0;
     close(l);
-    slurp(out, buf, size);
+    fu_slurp(out, buf, size);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
               "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
     char said[160];
@@ -382,10 +374,10 @@ static void s_waits_for_the_mute(int pid, int wait_ms, int l, const char *ep, co
                                  const char *pre, const char *who) {
     char buf[16384], end[16384];
     int alive = !pu_wait_gone(pid, wait_ms);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     close(l);  /* the trainer ends */
     int st = pu_waitpid(pid, 15000);
-    slurp(out, end, sizeof end);
+    fu_slurp(out, end, sizeof end);
     cr_assert(alive, "a receiver that does not answer ended the %s:\n%s", who, buf);
     char said[256];
     snprintf(said, sizeof said, "%sthe receiver at %s is not answering the handshake (0.5 s: "
@@ -469,7 +461,7 @@ static int s_close_handshakes(int l, int pid, int *closed) {
  * (out) in buf. */
 static void s_refused_by_the_closer(int pid, int l, const char *out, char *buf, size_t size) {
     int closed = 0, st = s_close_handshakes(l, pid, &closed);
-    slurp(out, buf, size);
+    fu_slurp(out, buf, size);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
               closed, st, buf);
@@ -553,7 +545,7 @@ Test(proc_worker, a_python_senders_bad_handshake_interval_is_a_clear_error) {
     snprintf(ep, sizeof ep, "ipc://%s/pyhs.sock", s_dir);
     snprintf(out, sizeof out, "%s/pyhs.txt", s_dir);
     int st = pu_waitpid(s_python_on(ep, "soon", out), 20000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d:\n%s", st, buf);
     cr_assert(strstr(buf, "tp_send: TP_SEND_HANDSHAKE_S='soon' is not a number of seconds"),
               "%s", buf);
@@ -572,7 +564,7 @@ Test(proc_worker, a_bad_handshake_interval_is_a_clear_error) {
     const char *env[] = {"TP_SEND_HANDSHAKE_S=soon", NULL};
     pu_spawn_opts_t o = {.out = out, .env = env};
     int st = pu_waitpid(pu_spawn(wargv, &o), 10000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d:\n%s", st, buf);
     cr_assert(strstr(buf, "TP_SEND_HANDSHAKE_S='soon' is not a number of seconds"), "%s", buf);
 }
@@ -601,7 +593,7 @@ Test(proc_worker, a_curve_worker_of_another_job_ends_naming_both) {
     pu_spawn_opts_t o = {.out = out};
     int pid = pu_spawn(wargv, &o);
     int st = pu_waitpid(pid, 10000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     tp_dataflow_destroy(&b);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "the CURVE worker of job A did not end with 1 (status %d):\n%s", st, buf);
@@ -653,12 +645,12 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
         pst = pu_waitpid(py, 1000);
     tp_dataflow_destroy(&other);
     tp_log_set_file(NULL);
-    slurp(pyout, buf, sizeof buf);
+    fu_slurp(pyout, buf, sizeof buf);
     cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1,
               "tp_send.py against another job: status %d:\n%s", pst, buf);
     cr_assert(strstr(buf, "it is job 'run-other', this sender was started for job 'run-py'"),
               "%s", buf);
-    slurp(olog, buf, sizeof buf);
+    fu_slurp(olog, buf, sizeof buf);
     char pyname[64];
     snprintf(pyname, sizeof pyname, "remote: refused tp_send.py %d@", py);
     const char *named = strstr(buf, pyname);
@@ -676,7 +668,7 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     int tr = pu_spawn(targv, &to);
     int st = pu_waitpid(tr, 120000);
     pst = pu_waitpid(py, 10000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s",
               st, buf);
     char who[64];
@@ -688,7 +680,7 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     cr_assert(strstr(buf, "ZMQInput/unfit: 0"), "%s", buf);
     cr_assert(!strstr(buf, "dropped a malformed"), "%s", buf);
     cr_assert(strstr(buf, "test accuracy"), "%s", buf);
-    slurp(pyout, buf, sizeof buf);
+    fu_slurp(pyout, buf, sizeof buf);
     cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 0, "tp_send.py status %d:\n%s",
               pst, buf);
 }
@@ -728,7 +720,7 @@ static void s_python_sender_refused(tp_dataflow_t *r, char *const pargv[], const
     uint64_t unfit = tp_df_remote_unfit(r);
     tp_dataflow_destroy(&r);
     tp_log_set_file(NULL);
-    slurp(pyout, buf, sizeof buf);
+    fu_slurp(pyout, buf, sizeof buf);
     cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1 && strstr(buf, why) &&
                   strstr(buf, "does not take this sender's datapoints") &&
                   (!pysays || strstr(buf, pysays)),
@@ -736,7 +728,7 @@ static void s_python_sender_refused(tp_dataflow_t *r, char *const pargv[], const
     cr_assert_eq(rc, TP_ERR_SHAPE, "%d %s", rc, tp_last_error());
     cr_assert_eq(unfit, 0, "the sender sent %llu batches that do not fit",
                  (unsigned long long)unfit);
-    slurp(log, buf, sizeof buf);
+    fu_slurp(log, buf, sizeof buf);
     char who[64];
     snprintf(who, sizeof who, "tp_send.py %d@", py);
     cr_assert(strstr(buf, who) && strstr(buf, why), "the receiver's log (%s):\n%s", who, buf);
@@ -791,7 +783,7 @@ static void s_unfit_case(const char *spec, const char *why, int64_t classes,
     int st = pu_waitpid(pid, 10000);
     tp_dataflow_destroy(&r);
     tp_log_set_file(NULL);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "the worker did not end with 1 (status %d):\n%s", st, buf);
     char want_worker[512];
@@ -806,7 +798,7 @@ static void s_unfit_case(const char *spec, const char *why, int64_t classes,
     cr_assert(strstr(err, "no sender left sends datapoints that fit") && strstr(err, why) &&
                   (!tail || strstr(err, tail)),
               "%s", err);
-    slurp(log, buf, sizeof buf);
+    fu_slurp(log, buf, sizeof buf);
     char who[128];
     snprintf(who, sizeof who, "tp-worker %d@", pid);
     cr_assert(strstr(buf, who) && strstr(buf, why) && (!tail || strstr(buf, tail)),
@@ -919,7 +911,7 @@ Test(proc_worker, labels_out_of_range_are_dropped_and_counted_per_sender) {
     pu_waitpid(bad, 5000);
     pu_waitpid(good, 5000);
     cr_assert_geq(unfit, 2, "dropped %llu", (unsigned long long)unfit);
-    slurp(log, buf, sizeof buf);
+    fu_slurp(log, buf, sizeof buf);
     char who[64];
     snprintf(who, sizeof who, "dropped a datapoint from tp-worker %d@", bad);
     cr_assert(strstr(buf, who) && strstr(buf, "that does not fit: component 1 'label' has "
@@ -966,7 +958,7 @@ Test(proc_worker, tp_train_drops_a_senders_labels_out_of_range_and_trains) {
     kill(good, SIGTERM);
     pu_waitpid(bad, 5000);
     pu_waitpid(good, 5000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train: status %d:\n%s",
               st, buf);
     char who[80];
@@ -999,11 +991,11 @@ static void s_misfit_worker_ends_both(char *const targv[], const char *const env
     int wst = pu_waitpid(w, 30000);
     double wdt = tp_now_s() - t0;
     int st = pu_waitpid(tr, 60000);
-    slurp(wout, buf, sizeof buf);
+    fu_slurp(wout, buf, sizeof buf);
     cr_assert(wst >= 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 1 && strstr(buf, why) &&
                   (!wsays || strstr(buf, wsays)),
               "the worker (status %d after %.1f s):\n%s", wst, wdt, buf);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
               st, buf);
     char who[64];
@@ -1051,7 +1043,7 @@ Test(proc_worker, forked_workers_check_their_first_datapoint) {
     pu_spawn_opts_t to = {.out = out};
     int tr = pu_spawn(targv, &to);
     int st = pu_waitpid(tr, 60000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
               st, buf);
     cr_assert(strstr(buf, "multiprocess: worker ") &&
@@ -1140,7 +1132,7 @@ Test(proc_worker, tp_train_remote_augment_validates_with_its_default_test_set) {
     int tr = pu_spawn(targv, &to);
     int st = pu_waitpid(tr, 120000);
     pu_waitpid(w, 20000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s",
               st, buf);
     cr_assert(strstr(buf, "test accuracy"), "%s", buf);
