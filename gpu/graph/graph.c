@@ -339,6 +339,19 @@ static int s_check_float(tp_tower_t *t, tp_node_t *n, int i) {
     return 1;
 }
 
+/* The builders' first step: s_node, then its first `nfloat` inputs checked
+ * to be float32 (the node dropped again when one is not). */
+static tp_node_t *s_node_float(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                               int ninputs, tp_node_t *const *inputs, int nfloat) {
+    tp_node_t *n = s_node(t, name, kind, ninputs, inputs);
+    if (!n)
+        return NULL;
+    for (int i = 0; i < nfloat; i++)
+        if (!s_check_float(t, n, i))
+            return s_drop_last(t);
+    return n;
+}
+
 tp_node_t *tp_input_node_(tp_tower_t *t, int index, const tp_input_desc_t *d,
                           int64_t batch);
 tp_node_t *tp_input_node_(tp_tower_t *t, int index, const tp_input_desc_t *d,
@@ -483,11 +496,9 @@ tp_node_t *tp_variable(tp_tower_t *t, const char *name, int ndim,
 tp_node_t *tp_matmul(tp_tower_t *t, const char *name, tp_node_t *x,
                      tp_node_t *w) {
     tp_node_t *in[2] = {x, w};
-    tp_node_t *n = s_node(t, name, TP_OP_MATMUL, 2, in);
+    tp_node_t *n = s_node_float(t, name, TP_OP_MATMUL, 2, in, 2);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
-        return s_drop_last(t);
     char a[96], b[96];
     if (x->shape.ndim < 2)
         FAIL(t, n, "x is %s: needs [N,K...]", s_shape_str(&x->shape, a, 96));
@@ -511,12 +522,10 @@ static tp_node_t *s_conv(tp_tower_t *t, const char *name, tp_node_t *x,
                          tp_node_t *w, tp_node_t *bias, int stride, int pad,
                          int dilation, int groups) {
     tp_node_t *in[3] = {x, w, bias};
-    tp_node_t *n = s_node(t, name, TP_OP_CONV2D, bias ? 3 : 2, in);
+    const int nin = bias ? 3 : 2;
+    tp_node_t *n = s_node_float(t, name, TP_OP_CONV2D, nin, in, nin);
     if (!n)
         return NULL;
-    for (int i = 0; i < n->ninputs; i++)
-        if (!s_check_float(t, n, i))
-            return s_drop_last(t);
     char a[96], b[96];
     if (bias && (bias->batched || bias->shape.ndim != 1 ||
                  w->shape.ndim != 4 || bias->shape.d[0] != w->shape.d[0]))
@@ -577,12 +586,10 @@ tp_node_t *tp_conv2d_transpose_op(tp_tower_t *t, const char *name,
                                   int stride, int pad, int output_pad,
                                   int dilation, int groups) {
     tp_node_t *in[3] = {x, w, bias};
-    tp_node_t *n = s_node(t, name, TP_OP_CONV_TRANSPOSE, bias ? 3 : 2, in);
+    const int nin = bias ? 3 : 2;
+    tp_node_t *n = s_node_float(t, name, TP_OP_CONV_TRANSPOSE, nin, in, nin);
     if (!n)
         return NULL;
-    for (int i = 0; i < n->ninputs; i++)
-        if (!s_check_float(t, n, i))
-            return s_drop_last(t);
     char a[96], b[96];
     if (groups < 1 || dilation < 1 || stride < 1 || pad < 0)
         FAIL(t, n, "stride %d, pad %d, dilation %d, groups %d: need stride, "
@@ -625,11 +632,9 @@ tp_node_t *tp_conv2d_transpose_op(tp_tower_t *t, const char *name,
 static tp_node_t *s_upsample(tp_tower_t *t, const char *name, tp_op_kind_t kind,
                              tp_node_t *x, int factor, int align) {
     tp_node_t *in[1] = {x};
-    tp_node_t *n = s_node(t, name, kind, 1, in);
+    tp_node_t *n = s_node_float(t, name, kind, 1, in, 1);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
     char a[96];
     if (x->shape.ndim != 4 || factor < 1)
         FAIL(t, n, "x is %s, factor %d: need x [N,C,H,W] and a factor >= 1",
@@ -654,11 +659,9 @@ tp_node_t *tp_upsample_bilinear(tp_tower_t *t, const char *name, tp_node_t *x,
 tp_node_t *tp_bias_add(tp_tower_t *t, const char *name, tp_node_t *x,
                        tp_node_t *b) {
     tp_node_t *in[2] = {x, b};
-    tp_node_t *n = s_node(t, name, TP_OP_BIAS_ADD, 2, in);
+    tp_node_t *n = s_node_float(t, name, TP_OP_BIAS_ADD, 2, in, 2);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
-        return s_drop_last(t);
     char a[96], c[96];
     if (x->shape.ndim < 2 || b->shape.ndim != 1 || b->batched ||
         b->shape.d[0] != x->shape.d[1])
@@ -669,11 +672,9 @@ tp_node_t *tp_bias_add(tp_tower_t *t, const char *name, tp_node_t *x,
 
 static tp_node_t *s_unary(tp_tower_t *t, const char *name, tp_op_kind_t kind,
                           tp_node_t *x, float alpha) {
-    tp_node_t *n = s_node(t, name, kind, 1, &x);
+    tp_node_t *n = s_node_float(t, name, kind, 1, &x, 1);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
     n->attr.alpha = alpha;
     return n;
 }
@@ -706,11 +707,9 @@ tp_node_t *tp_dropout(tp_tower_t *t, const char *name, tp_node_t *x,
 
 static tp_node_t *s_pool(tp_tower_t *t, const char *name, tp_op_kind_t kind,
                          tp_node_t *x, int window, int stride, int pad) {
-    tp_node_t *n = s_node(t, name, kind, 1, &x);
+    tp_node_t *n = s_node_float(t, name, kind, 1, &x, 1);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
     char a[96];
     if (x->shape.ndim != 4)
         FAIL(t, n, "x is %s: needs [N,C,H,W]", s_shape_str(&x->shape, a, 96));
@@ -755,12 +754,9 @@ tp_node_t *tp_batch_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
         s_fail(t, TP_ERR_INVALID, name, "moving mean or variance is NULL");
         return NULL;
     }
-    tp_node_t *n = s_node(t, name, TP_OP_BATCH_NORM, 3, in);
+    tp_node_t *n = s_node_float(t, name, TP_OP_BATCH_NORM, 3, in, 3);
     if (!n)
         return NULL;
-    for (int i = 0; i < 3; i++)
-        if (!s_check_float(t, n, i))
-            return s_drop_last(t);
     char a[96];
     if (x->shape.ndim != 2 && x->shape.ndim != 4)
         FAIL(t, n, "x is %s: needs [N,C] or [N,C,H,W]",
@@ -902,11 +898,10 @@ static int s_broadcast(tp_tower_t *t, tp_node_t *n, const tp_node_t *a,
 static tp_node_t *s_binary(tp_tower_t *t, const char *name, tp_op_kind_t kind,
                            tp_node_t *a, tp_node_t *b) {
     tp_node_t *in[2] = {a, b};
-    tp_node_t *n = s_node(t, name, kind, 2, in);
+    tp_node_t *n = s_node_float(t, name, kind, 2, in, 2);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1) ||
-        !s_broadcast(t, n, a, b))
+    if (!s_broadcast(t, n, a, b))
         return s_drop_last(t);
     return n;
 }
@@ -1042,11 +1037,9 @@ static tp_node_t *s_labels_op(tp_tower_t *t, const char *name,
                               tp_op_kind_t kind, tp_node_t *logits,
                               tp_node_t *labels) {
     tp_node_t *in[2] = {logits, labels};
-    tp_node_t *n = s_node(t, name, kind, 2, in);
+    tp_node_t *n = s_node_float(t, name, kind, 2, in, 1);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
     char a[96], b[96];
     if (logits->shape.ndim != 2 || labels->shape.ndim != 1 ||
         labels->dtype != TP_INT32 || labels->shape.d[0] != logits->shape.d[0] ||
@@ -1065,11 +1058,9 @@ static tp_node_t *s_labels_op(tp_tower_t *t, const char *name,
 static tp_node_t *s_loss(tp_tower_t *t, const char *name, tp_op_kind_t kind,
                          tp_node_t *a, tp_node_t *b, const char *what) {
     tp_node_t *in[2] = {a, b};
-    tp_node_t *n = s_node(t, name, kind, 2, in);
+    tp_node_t *n = s_node_float(t, name, kind, 2, in, 2);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
-        return s_drop_last(t);
     char x[96], y[96];
     if (a->shape.ndim != b->shape.ndim || a->batched != b->batched ||
         memcmp(a->shape.d, b->shape.d, sizeof(int64_t) * (size_t)a->shape.ndim))
@@ -1124,6 +1115,18 @@ static int s_check_movable(tp_tower_t *t, tp_node_t *n, int i) {
     return 1;
 }
 
+/* The movers' first step (one input x): s_node, then x checked to be a
+ * dtype they move, which the node takes. */
+static tp_node_t *s_node_movable(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                                 tp_node_t *x) {
+    tp_node_t *n = s_node(t, name, kind, 1, &x);
+    if (!n)
+        return NULL;
+    if (!s_check_movable(t, n, 0))
+        return s_drop_last(t);
+    return n;
+}
+
 /* axis in [-ndim, ndim) -> [0, ndim); -1 when out of range. */
 static int s_axis(int axis, int ndim) {
     if (axis < -ndim || axis >= ndim)
@@ -1133,11 +1136,9 @@ static int s_axis(int axis, int ndim) {
 
 tp_node_t *tp_transpose(tp_tower_t *t, const char *name, tp_node_t *x,
                         const int *perm) {
-    tp_node_t *n = s_node(t, name, TP_OP_TRANSPOSE, 1, &x);
+    tp_node_t *n = s_node_movable(t, name, TP_OP_TRANSPOSE, x);
     if (!n)
         return NULL;
-    if (!s_check_movable(t, n, 0))
-        return s_drop_last(t);
     char a[96];
     const int r = x->shape.ndim;
     if (!perm && r > 0)
@@ -1160,11 +1161,9 @@ tp_node_t *tp_transpose(tp_tower_t *t, const char *name, tp_node_t *x,
 tp_node_t *tp_slice(tp_tower_t *t, const char *name, tp_node_t *x,
                     const int64_t *start, const int64_t *stop,
                     const int64_t *step) {
-    tp_node_t *n = s_node(t, name, TP_OP_SLICE, 1, &x);
+    tp_node_t *n = s_node_movable(t, name, TP_OP_SLICE, x);
     if (!n)
         return NULL;
-    if (!s_check_movable(t, n, 0))
-        return s_drop_last(t);
     char a[96];
     const int r = x->shape.ndim;
     if (r > 0 && (!start || !stop))
@@ -1284,11 +1283,9 @@ tp_status_t tp_split(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
 
 tp_node_t *tp_pad(tp_tower_t *t, const char *name, tp_node_t *x,
                   const int64_t *before, const int64_t *after, float value) {
-    tp_node_t *n = s_node(t, name, TP_OP_PAD, 1, &x);
+    tp_node_t *n = s_node_movable(t, name, TP_OP_PAD, x);
     if (!n)
         return NULL;
-    if (!s_check_movable(t, n, 0))
-        return s_drop_last(t);
     char a[96];
     const int r = x->shape.ndim;
     if (r > 0 && (!before || !after))
@@ -1312,11 +1309,9 @@ tp_node_t *tp_pad(tp_tower_t *t, const char *name, tp_node_t *x,
 
 tp_node_t *tp_broadcast_to(tp_tower_t *t, const char *name, tp_node_t *x,
                            int ndim, const int64_t *shape) {
-    tp_node_t *n = s_node(t, name, TP_OP_BROADCAST_TO, 1, &x);
+    tp_node_t *n = s_node_movable(t, name, TP_OP_BROADCAST_TO, x);
     if (!n)
         return NULL;
-    if (!s_check_movable(t, n, 0))
-        return s_drop_last(t);
     char a[96], b[96];
     const int r = x->shape.ndim;
     if (ndim < r || ndim > TP_MAX_DIMS || (ndim > 0 && !shape))
@@ -1345,11 +1340,9 @@ tp_node_t *tp_broadcast_to(tp_tower_t *t, const char *name, tp_node_t *x,
 tp_node_t *tp_gather_rows(tp_tower_t *t, const char *name, tp_node_t *table,
                           tp_node_t *indices) {
     tp_node_t *in[2] = {table, indices};
-    tp_node_t *n = s_node(t, name, TP_OP_GATHER, 2, in);
+    tp_node_t *n = s_node_float(t, name, TP_OP_GATHER, 2, in, 1);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
     char a[96], b[96];
     const tp_shape_t *ts = &table->shape, *is = &indices->shape;
     if (indices->dtype != TP_INT32)
@@ -1436,11 +1429,9 @@ static void s_reduced_shape(tp_node_t *n, const tp_node_t *x, int mask,
 static tp_node_t *s_reduce(tp_tower_t *t, const char *name, tp_op_kind_t kind,
                            tp_node_t *x, int naxes, const int *axes,
                            int keepdims) {
-    tp_node_t *n = s_node(t, name, kind, 1, &x);
+    tp_node_t *n = s_node_float(t, name, kind, 1, &x, 1);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
     const int mask = s_axes(t, n, x, naxes, axes);
     if (mask < 0)
         return s_drop_last(t);
@@ -1482,53 +1473,44 @@ static int s_one_axis(tp_tower_t *t, tp_node_t *n, tp_node_t *x, int axis) {
     return mask;
 }
 
-tp_node_t *tp_argmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
-                     int keepdims) {
-    tp_node_t *n = s_node(t, name, TP_OP_ARGMAX, 1, &x);
+/* argmax and the softmaxes: a node over one axis of float x (attr.axes). */
+static tp_node_t *s_along_axis(tp_tower_t *t, const char *name, tp_op_kind_t kind,
+                               tp_node_t *x, int axis) {
+    tp_node_t *n = s_node_float(t, name, kind, 1, &x, 1);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
     const int mask = s_one_axis(t, n, x, axis);
     if (mask < 0)
         return s_drop_last(t);
     n->attr.axes = mask;
-    n->dtype = TP_INT32;
-    s_reduced_shape(n, x, mask, keepdims);
     return n;
 }
 
-static tp_node_t *s_softmax(tp_tower_t *t, const char *name, tp_op_kind_t kind,
-                            tp_node_t *x, int axis) {
-    tp_node_t *n = s_node(t, name, kind, 1, &x);
+tp_node_t *tp_argmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis,
+                     int keepdims) {
+    tp_node_t *n = s_along_axis(t, name, TP_OP_ARGMAX, x, axis);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
-    const int mask = s_one_axis(t, n, x, axis);
-    if (mask < 0)
-        return s_drop_last(t);
-    n->attr.axes = mask;
+    n->dtype = TP_INT32;
+    s_reduced_shape(n, x, n->attr.axes, keepdims);
     return n;
 }
 
 tp_node_t *tp_softmax(tp_tower_t *t, const char *name, tp_node_t *x, int axis) {
-    return s_softmax(t, name, TP_OP_SOFTMAX, x, axis);
+    return s_along_axis(t, name, TP_OP_SOFTMAX, x, axis);
 }
 tp_node_t *tp_log_softmax(tp_tower_t *t, const char *name, tp_node_t *x,
                           int axis) {
-    return s_softmax(t, name, TP_OP_LOG_SOFTMAX, x, axis);
+    return s_along_axis(t, name, TP_OP_LOG_SOFTMAX, x, axis);
 }
 
 tp_node_t *tp_softmax_xent_seq(tp_tower_t *t, const char *name,
                                tp_node_t *logits, tp_node_t *labels,
                                int ignore_label) {
     tp_node_t *in[2] = {logits, labels};
-    tp_node_t *n = s_node(t, name, TP_OP_SOFTMAX_XENT_SEQ, 2, in);
+    tp_node_t *n = s_node_float(t, name, TP_OP_SOFTMAX_XENT_SEQ, 2, in, 1);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
     char a[96], b[96];
     const tp_shape_t *ls = &logits->shape, *ys = &labels->shape;
     int ok = ls->ndim >= 2 && ys->ndim == ls->ndim - 1 && labels->dtype == TP_INT32 &&
@@ -1794,6 +1776,26 @@ tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
     return y;
 }
 
+/* The conv layers' variables in their scope, for x [N,C,H,W]: W (He
+ * normal) of [filters, C, kernel, kernel], or [C, filters, ...] when
+ * `transposed`, and, with `bias`, b [filters] (zeros, else NULL). 0 after
+ * recording the error (filters or kernel below 1, or a variable not made). */
+static int s_conv_vars(tp_tower_t *t, const char *scope, const tp_node_t *x, int filters,
+                       int kernel, int transposed, int bias, tp_node_t **w, tp_node_t **b) {
+    if (filters < 1 || kernel < 1) {
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
+               kernel, kernel, s_shape_str(&x->shape, a, 96));
+        return 0;
+    }
+    const int64_t c = x->shape.d[1], bs[1] = {filters};
+    const int64_t ws[4] = {transposed ? c : filters, transposed ? filters : c, kernel, kernel};
+    *w = tp_variable(t, "W", 4, ws, (tp_init_t){TP_INIT_HE_NORMAL, 0}, TP_VAR_TRAINABLE);
+    *b = bias ? tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0}, TP_VAR_TRAINABLE)
+              : NULL;
+    return *w && (!bias || *b);
+}
+
 tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
                      int filters, int kernel, int stride, int pad, int bias) {
     if (!s_scope(t, scope))
@@ -1807,21 +1809,9 @@ tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
         s_fail(t, TP_ERR_SHAPE, scope, "a conv needs a [N,C,H,W] input (rank 4), "
                "got %s (rank %d): reshape it first (e.g. tp_reshape to [N,1,H,W])",
                s_shape_str(&x->shape, a, 96), x->shape.ndim);
-    } else if (filters < 1 || kernel < 1) {
-        char a[96];
-        s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
-               kernel, kernel, s_shape_str(&x->shape, a, 96));
     } else {
-        int64_t ws[4] = {filters, x->shape.d[1], kernel, kernel},
-                bs[1] = {filters};
-        tp_node_t *w = tp_variable(t, "W", 4, ws,
-                                   (tp_init_t){TP_INIT_HE_NORMAL, 0},
-                                   TP_VAR_TRAINABLE);
-        tp_node_t *b = NULL;
-        if (bias) /* fused into the convolution: no pass of its own */
-            b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
-                            TP_VAR_TRAINABLE);
-        if (!bias || b)
+        tp_node_t *w, *b; /* b fused into the convolution: no pass of its own */
+        if (s_conv_vars(t, scope, x, filters, kernel, 0, bias, &w, &b))
             y = s_conv(t, "output", x, w, b, stride, pad < 0 ? kernel / 2 : pad, 1, 1);
     }
     tp_tower_pop_scope(t);
@@ -1841,21 +1831,9 @@ tp_node_t *tp_conv2d_transpose(tp_tower_t *t, const char *scope, tp_node_t *x,
         s_fail(t, TP_ERR_SHAPE, scope, "a transposed conv needs a [N,C,H,W] "
                "input (rank 4), got %s (rank %d)", s_shape_str(&x->shape, a, 96),
                x->shape.ndim);
-    } else if (filters < 1 || kernel < 1) {
-        char a[96];
-        s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
-               kernel, kernel, s_shape_str(&x->shape, a, 96));
     } else {
-        int64_t ws[4] = {x->shape.d[1], filters, kernel, kernel},
-                bs[1] = {filters};
-        tp_node_t *w = tp_variable(t, "W", 4, ws,
-                                   (tp_init_t){TP_INIT_HE_NORMAL, 0},
-                                   TP_VAR_TRAINABLE);
-        tp_node_t *b = NULL;
-        if (bias) /* added inside the op: no pass of its own */
-            b = tp_variable(t, "b", 1, bs, (tp_init_t){TP_INIT_ZEROS, 0},
-                            TP_VAR_TRAINABLE);
-        if (w && (!bias || b))
+        tp_node_t *w, *b; /* b added inside the op: no pass of its own */
+        if (s_conv_vars(t, scope, x, filters, kernel, 1, bias, &w, &b))
             y = tp_conv2d_transpose_op(t, "output", x, w, b, stride, pad,
                                        output_pad, 1, 1);
     }
@@ -1899,11 +1877,9 @@ enum { S_BM_NONE, S_BM_BATCH, S_BM_ROW, S_BM_K, S_BM_COL };
 tp_node_t *tp_batch_matmul(tp_tower_t *t, const char *name, tp_node_t *a,
                            tp_node_t *b, int trans_a, int trans_b) {
     tp_node_t *in[2] = {a, b};
-    tp_node_t *n = s_node(t, name, TP_OP_BATCH_MATMUL, 2, in);
+    tp_node_t *n = s_node_float(t, name, TP_OP_BATCH_MATMUL, 2, in, 2);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0) || !s_check_float(t, n, 1))
-        return s_drop_last(t);
     char x[96], y[96];
     const int ra = a->shape.ndim, rb = b->shape.ndim;
     /* a 1-d operand (torch.matmul's promotion): a [K] reads as [1,K] and b
@@ -2143,12 +2119,9 @@ tp_node_t *tp_instance_norm(tp_tower_t *t, const char *scope, tp_node_t *x) {
 tp_node_t *tp_attention(tp_tower_t *t, const char *name, tp_node_t *q,
                         tp_node_t *k, tp_node_t *v, int causal, float scale) {
     tp_node_t *in[3] = {q, k, v};
-    tp_node_t *n = s_node(t, name, TP_OP_ATTENTION, 3, in);
+    tp_node_t *n = s_node_float(t, name, TP_OP_ATTENTION, 3, in, 3);
     if (!n)
         return NULL;
-    for (int i = 0; i < 3; i++)
-        if (!s_check_float(t, n, i))
-            return s_drop_last(t);
     char a[96], b[96], c[96];
     const tp_shape_t *qs = &q->shape, *ks = &k->shape, *vs = &v->shape;
     s_shape_str(qs, a, 96);
@@ -2191,11 +2164,9 @@ tp_node_t *tp_attention(tp_tower_t *t, const char *name, tp_node_t *q,
 tp_node_t *tp_attention_qkv(tp_tower_t *t, const char *name, tp_node_t *qkv, int heads,
                             int causal, float scale) {
     tp_node_t *in[1] = {qkv};
-    tp_node_t *n = s_node(t, name, TP_OP_ATTENTION, 1, in);
+    tp_node_t *n = s_node_float(t, name, TP_OP_ATTENTION, 1, in, 1);
     if (!n)
         return NULL;
-    if (!s_check_float(t, n, 0))
-        return s_drop_last(t);
     char a[96];
     const tp_shape_t *xs = &qkv->shape;
     s_shape_str(xs, a, 96);

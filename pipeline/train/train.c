@@ -234,31 +234,21 @@ static void mt_destroy(void *impl) {
     free(t);
 }
 
-static const tp_trainer_ops_t s_simple_ops = {
-    .name = "SimpleTrainer", .setup = mt_setup, .run_step = mt_run_step,
-    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
-    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
+/* One model trainer under tensorpack's five names: the step, the schedule
+ * and the supervision are the same (s_mt_t's kind and gan choose what
+ * differs inside the step); the name is what its errors and logs say. */
+#define S_MT_OPS(NAME)                                                         \
+    {.name = (NAME), .setup = mt_setup, .run_step = mt_run_step,               \
+     .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,                 \
+     .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy}
+
+static const tp_trainer_ops_t s_kind_ops[] = {
+    [TP_TRAINER_SIMPLE] = S_MT_OPS("SimpleTrainer"),
+    [TP_TRAINER_REPLICATED] = S_MT_OPS("SyncMultiGPUTrainerReplicated"),
+    [TP_TRAINER_PARAMETER_SERVER] = S_MT_OPS("SyncMultiGPUTrainerParameterServer"),
 };
-static const tp_trainer_ops_t s_replicated_ops = {
-    .name = "SyncMultiGPUTrainerReplicated", .setup = mt_setup, .run_step = mt_run_step,
-    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
-    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
-};
-static const tp_trainer_ops_t s_gan_ops = {
-    .name = "GANTrainer", .setup = mt_setup, .run_step = mt_run_step,
-    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
-    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
-};
-static const tp_trainer_ops_t s_separate_gan_ops = {
-    .name = "SeparateGANTrainer", .setup = mt_setup, .run_step = mt_run_step,
-    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
-    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
-};
-static const tp_trainer_ops_t s_ps_ops = {
-    .name = "SyncMultiGPUTrainerParameterServer", .setup = mt_setup, .run_step = mt_run_step,
-    .set_hyperparam = mt_set_hp, .get_hyperparam = mt_get_hp,
-    .samples_per_step = mt_samples, .model = mt_model, .destroy = mt_destroy,
-};
+static const tp_trainer_ops_t s_gan_ops = S_MT_OPS("GANTrainer");
+static const tp_trainer_ops_t s_separate_gan_ops = S_MT_OPS("SeparateGANTrainer");
 
 /* ---- the supervision of a run -----------------------------------------------------
  * Training runs under a supervisor (actors/supervisor.c, the same one that
@@ -552,6 +542,12 @@ static tp_status_t s_check_config(const tp_train_config_t *cfg) {
     if (cfg->towers < 1 || cfg->towers > MAX_TOWERS)
         return tp_error(TP_ERR_INVALID, "TrainConfig.towers: need 1..%d towers (got %d)",
                         MAX_TOWERS, cfg->towers);
+    /* negative: the launch picks (by the towers); past the last kind there is
+     * no trainer (and no table in s_kind_ops) */
+    if ((int)cfg->trainer > TP_TRAINER_PARAMETER_SERVER)
+        return tp_error(TP_ERR_INVALID, "TrainConfig.trainer: %d is no trainer kind (0 "
+                        "SIMPLE, 1 REPLICATED, 2 PARAMETER_SERVER; -1: by the towers)",
+                        (int)cfg->trainer);
     if (cfg->batch < 1)
         return tp_error(TP_ERR_INVALID, "TrainConfig.batch: need batch >= 1 (got %lld)",
                         (long long)cfg->batch);
@@ -712,9 +708,7 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     mt->batch = cfg->batch;
     mt->dist = cfg->dist;
     tr = tp_trainer_new(cfg->gan ? (cfg->gan->d_period > 0 ? &s_separate_gan_ops : &s_gan_ops)
-                        : kind == TP_TRAINER_SIMPLE ? &s_simple_ops
-                        : kind == TP_TRAINER_REPLICATED ? &s_replicated_ops
-                                                        : &s_ps_ops, mt);
+                                 : &s_kind_ops[kind], mt);
     if (!tr)
         mt = NULL;  /* tp_trainer_new destroyed it */
     if (!tr || !mt->input) {

@@ -345,16 +345,15 @@ static void gan_destroy(void *impl) {
     free(t);
 }
 
-static const tp_trainer_ops_t s_gan_ops = {
-    .name = "GANTrainer", .setup = gan_setup, .run_step = gan_run_step,
-    .set_hyperparam = gan_set_hp, .get_hyperparam = gan_get_hp,
-    .samples_per_step = gan_samples, .model = gan_model, .destroy = gan_destroy,
-};
-static const tp_trainer_ops_t s_separate_ops = {
-    .name = "SeparateGANTrainer", .setup = gan_setup, .run_step = gan_run_step,
-    .set_hyperparam = gan_set_hp, .get_hyperparam = gan_get_hp,
-    .samples_per_step = gan_samples, .model = gan_model, .destroy = gan_destroy,
-};
+/* One trainer under both of tensorpack's names (the step's periods tell
+ * them apart); the name is what its errors and logs say. */
+#define S_GAN_OPS(NAME)                                                        \
+    {.name = (NAME), .setup = gan_setup, .run_step = gan_run_step,             \
+     .set_hyperparam = gan_set_hp, .get_hyperparam = gan_get_hp,               \
+     .samples_per_step = gan_samples, .model = gan_model, .destroy = gan_destroy}
+
+static const tp_trainer_ops_t s_gan_ops = S_GAN_OPS("GANTrainer");
+static const tp_trainer_ops_t s_separate_ops = S_GAN_OPS("SeparateGANTrainer");
 
 /* ---- construction ------------------------------------------------------------ */
 

@@ -28,6 +28,23 @@ static float s_rand(uint64_t *s) {
 
 /* ---- through the graph: fused against decomposed ------------------------- */
 
+/* A cost that weighs every output of y (of `shape`) differently:
+ * sum(y * w), w drawn from `seed`. */
+static tp_status_t s_weighted_cost(tp_tower_t *t, tp_node_t *y, int ndim,
+                                   const int64_t *shape, uint64_t seed) {
+    int64_t count = 1;
+    for (int d = 0; d < ndim; d++)
+        count *= shape[d];
+    float *w = malloc((size_t)count * sizeof *w);
+    cr_assert_not_null(w);
+    for (int64_t i = 0; i < count; i++)
+        w[i] = s_rand(&seed);
+    tp_node_t *wc = tp_constant(t, "w", ndim, shape, w);
+    free(w);
+    return tp_tower_set_cost(t, tp_reduce_sum(t, "cost", tp_mul(t, "weighted", y, wc), 0,
+                                              NULL, 0));
+}
+
 enum { GB = 2, GH = 2, GT = 150, GD = 8 }; /* T 150: three query and key tiles */
 
 typedef struct {
@@ -59,16 +76,7 @@ static tp_status_t s_build(tp_tower_t *t, tp_node_t *const *in, void *user) {
         y = tp_batch_matmul(t, "av", tp_softmax(t, "p", tp_add(t, "masked", sc, mask), -1),
                             v, 0, 0);
     }
-    /* a cost that weighs every output differently: sum(y * w) */
-    float *w = malloc(GB * GH * GT * GD * sizeof *w);
-    cr_assert_not_null(w);
-    uint64_t seed = 3;
-    for (int i = 0; i < GB * GH * GT * GD; i++)
-        w[i] = s_rand(&seed);
-    tp_node_t *wc = tp_constant(t, "w", 4, s, w);
-    free(w);
-    return tp_tower_set_cost(t, tp_reduce_sum(t, "cost", tp_mul(t, "weighted", y, wc), 0,
-                                              NULL, 0));
+    return s_weighted_cost(t, y, 4, s, 3);
 }
 
 static tp_optimizer_t *s_opt(void *u) {
@@ -76,8 +84,6 @@ static tp_optimizer_t *s_opt(void *u) {
     return tp_optimizer_sgd(0.1, 0.0, 0);
 }
 
-/* The cost and the gradients of q, k, v (k's absent when self) of one
- * form; the caller frees *grads. */
 /* A model of `build` (its variables drawn from `seed`, 2 threads) after
  * one pass of gradients; *cost its cost. The caller destroys it. */
 static tp_model_t *s_gradients(tp_tower_fn build, void *user, uint64_t seed,
@@ -102,6 +108,27 @@ static tp_model_t *s_gradients(tp_tower_fn build, void *user, uint64_t seed,
     return m;
 }
 
+/* A model of `build` is refused with every one of `parts` in the error
+ * (NULL: it is made). */
+static void s_expect_model(tp_tower_fn build, void *user, const char *const *parts) {
+    tp_input_desc_t desc = {"unused", TP_FLOAT32, 2, {-1, 1}};
+    tp_model_desc_t md = {&desc, 1, build, s_opt, user};
+    tp_model_config_t cfg = tp_model_config_default();
+    cfg.batch = 1;
+    tp_model_t *m = tp_model_new(&md, &cfg);
+    if (!parts) {
+        cr_expect_not_null(m, "%s", tp_last_error());
+        tp_model_destroy(&m);
+        return;
+    }
+    cr_assert_null(m);
+    for (int i = 0; parts[i]; i++)
+        cr_expect(strstr(tp_last_error(), parts[i]), "'%s' not in: %s", parts[i],
+                  tp_last_error());
+}
+
+/* The cost and the gradients of q, k, v (k's absent when self) of one
+ * form; the caller frees *grads. */
 static float s_graph_run(g_case_t c, float **grads, size_t *n) {
     float cost;
     tp_model_t *m = s_gradients(s_build, &c, 11, &cost); /* the same q, k, v in both forms */
@@ -180,16 +207,8 @@ static tp_status_t s_build_packed(tp_tower_t *t, tp_node_t *const *in, void *use
         y = tp_reshape(t, "merge", tp_transpose(t, "unheads", y, perm), 3, ms);
     }
     cr_assert_not_null(y, "%s", tp_last_error());
-    float *w = malloc(PB * PT * PC * sizeof *w);
-    cr_assert_not_null(w);
-    uint64_t seed = 5;
-    for (int i = 0; i < PB * PT * PC; i++)
-        w[i] = s_rand(&seed);
     int64_t ys[3] = {PB, PT, PC};
-    tp_node_t *wc = tp_constant(t, "w", 3, ys, w);
-    free(w);
-    return tp_tower_set_cost(t, tp_reduce_sum(t, "cost", tp_mul(t, "weighted", y, wc), 0,
-                                              NULL, 0));
+    return s_weighted_cost(t, y, 3, ys, 5);
 }
 
 /* the cost and qkv's gradient (*g, PB PT 3PC floats, the caller frees) */
@@ -254,30 +273,13 @@ static tp_status_t s_build_bad_packed(tp_tower_t *t, tp_node_t *const *in, void 
     return tp_tower_set_cost(t, tp_reduce_sum(t, "cost", y, 0, NULL, 0));
 }
 
-static void s_expect_packed(bad_packed_t c, const char *const *parts) {
-    tp_input_desc_t desc = {"unused", TP_FLOAT32, 2, {-1, 1}};
-    tp_model_desc_t md = {&desc, 1, s_build_bad_packed, s_opt, &c};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.batch = 1;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    if (!parts) {
-        cr_expect_not_null(m, "%s", tp_last_error());
-        tp_model_destroy(&m);
-        return;
-    }
-    cr_assert_null(m);
-    for (int i = 0; parts[i]; i++)
-        cr_expect(strstr(tp_last_error(), parts[i]), "'%s' not in: %s", parts[i],
-                  tp_last_error());
-}
-
 Test(attention, packed_qkv_shape_errors_name_the_node_and_the_heads) {
     const char *heads[] = {"'att'", "[2,8,30]", "4 heads do not divide its width C = 10",
                            NULL};
-    s_expect_packed((bad_packed_t){30, 4}, heads);
+    s_expect_model(s_build_bad_packed, &(bad_packed_t){30, 4}, heads);
     const char *width[] = {"'att'", "[2,8,31]", "need [...,T,3C]", NULL};
-    s_expect_packed((bad_packed_t){31, 1}, width);
-    s_expect_packed((bad_packed_t){30, 5}, NULL); /* C 10, 5 heads of 2 */
+    s_expect_model(s_build_bad_packed, &(bad_packed_t){31, 1}, width);
+    s_expect_model(s_build_bad_packed, &(bad_packed_t){30, 5}, NULL); /* C 10, 5 heads of 2 */
 }
 
 /* ---- the kernel: the same bits at any thread count ----------------------- */
@@ -693,23 +695,11 @@ static tp_status_t s_build_bad(tp_tower_t *t, tp_node_t *const *in, void *user) 
     return tp_tower_set_cost(t, tp_reduce_sum(t, "cost", y, 0, NULL, 0));
 }
 
-static void s_expect_error(bad_case_t c, const char *const *parts) {
-    tp_input_desc_t desc = {"unused", TP_FLOAT32, 2, {-1, 1}};
-    tp_model_desc_t md = {&desc, 1, s_build_bad, s_opt, &c};
-    tp_model_config_t cfg = tp_model_config_default();
-    cfg.batch = 1;
-    tp_model_t *m = tp_model_new(&md, &cfg);
-    cr_assert_null(m);
-    for (int i = 0; parts[i]; i++)
-        cr_expect(strstr(tp_last_error(), parts[i]), "'%s' not in: %s", parts[i],
-                  tp_last_error());
-}
-
 Test(attention, shape_errors_name_the_node_and_the_shapes) {
     const char *d[] = {"my_attention", "[1,2,5,8]", "[1,2,5,4]", NULL};
-    s_expect_error((bad_case_t){{1, 2, 5, 8}, {1, 2, 5, 4}, 0}, d);
+    s_expect_model(s_build_bad, &(bad_case_t){{1, 2, 5, 8}, {1, 2, 5, 4}, 0}, d);
     const char *heads[] = {"my_attention", "[1,2,5,8]", "[1,3,5,8]", NULL};
-    s_expect_error((bad_case_t){{1, 2, 5, 8}, {1, 3, 5, 8}, 0}, heads);
+    s_expect_model(s_build_bad, &(bad_case_t){{1, 2, 5, 8}, {1, 3, 5, 8}, 0}, heads);
     const char *causal[] = {"my_attention", "causal", "Tq 5, Tk 7", NULL};
-    s_expect_error((bad_case_t){{1, 2, 5, 8}, {1, 2, 7, 8}, 1}, causal);
+    s_expect_model(s_build_bad, &(bad_case_t){{1, 2, 5, 8}, {1, 2, 7, 8}, 1}, causal);
 }

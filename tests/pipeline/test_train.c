@@ -411,6 +411,9 @@ Test(train, config_errors_name_the_broken_rule) {
     s_config(&c, dir, 1, 32, 1);
     c.model = NULL;
     s_refused(&c, dir, TP_ERR_INVALID, "TrainConfig.model is NULL");
+    s_config(&c, dir, 1, 32, 1);
+    c.trainer = (tp_trainer_kind_t)3;
+    s_refused(&c, dir, TP_ERR_INVALID, "TrainConfig.trainer: 3 is no trainer kind");
 }
 
 /* The model takes 3 features, the data gives 2. */

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include "actor_testutil.h"
+#include "fault_util.h"
 #include "proc_testutil.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -39,6 +40,13 @@ static int spawn(char *const argv[], const char *out) {
     return pu_spawn(argv, &o);
 }
 
+/* A receiver bound at ep with ro, started: the trainer's side. */
+static tp_dataflow_t *s_receiver(const char *ep, const tp_remote_opts_t *ro) {
+    tp_dataflow_t *df = tp_df_remote(ep, ro);
+    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    return df;
+}
+
 TestSuite(proc_worker, .init = setup, .fini = teardown);
 
 Test(proc_worker, plugin_to_remote_and_sigint) {
@@ -50,8 +58,7 @@ Test(proc_worker, plugin_to_remote_and_sigint) {
     tp_remote_opts_t ro;
     tp_remote_opts_init(&ro);
     ro.timeout_s = 5;
-    tp_dataflow_t *df = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    tp_dataflow_t *df = s_receiver(ep, &ro);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "50", "--plugin-arg", "1000", "--connect", ep,
                      "--stats", stats, "--hwm", "10", NULL};
@@ -112,8 +119,7 @@ Test(proc_worker, count_ends_the_worker) {
     tp_remote_opts_t ro;
     tp_remote_opts_init(&ro);
     ro.timeout_s = 5;
-    tp_dataflow_t *df = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    tp_dataflow_t *df = s_receiver(ep, &ro);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "7", "--connect", ep, "--count", "20", "--lz4", NULL};
     int pid = spawn(wargv, NULL);
@@ -140,8 +146,7 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     tp_remote_opts_t ro;
     tp_remote_opts_init(&ro);
     ro.timeout_s = 10;
-    tp_dataflow_t *df = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK);
+    tp_dataflow_t *df = s_receiver(ep, &ro);
     int pid[2];
     for (int k = 0; k < 2; k++) {
         char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
@@ -162,11 +167,7 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     for (int k = 0; k < 2; k++) {
         int up = 0;
         for (int t = 0; t < 200 && !up; t++) {
-            FILE *f = fopen(out[k], "r");
-            size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-            buf[n] = '\0';
-            if (f)
-                fclose(f);
+            fu_slurp(out[k], buf, sizeof buf);
             up = strstr(buf, "connected to a receiver") != NULL;
             if (!up)
                 usleep(50000);
@@ -180,24 +181,12 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     int alive = waitpid(pid[1], &st1, WNOHANG) == 0;  /* pu_waitpid would kill it */
     kill(pid[1], SIGTERM);
     st1 = alive ? pu_waitpid(pid[1], 5000) : st1;
-    FILE *f = fopen(out[0], "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
+    fu_slurp(out[0], buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
               "--exit-with-trainer=1: not ended 6 s after its trainer (status %d):\n%s", st, buf);
     cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
     cr_assert(alive, "--no-exit-with-trainer ended with its trainer");
     cr_assert(st1 >= 0 && WIFEXITED(st1) && WEXITSTATUS(st1) == 0, "status %d", st1);
-}
-
-static void slurp(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
 }
 
 /* Issue 47: a worker left from an earlier run joined the next run on the
@@ -216,8 +205,7 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     tp_remote_opts_init(&ro);
     ro.timeout_s = 5;
     ro.job = "job-A";
-    tp_dataflow_t *a = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(a, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *a = s_receiver(ep, &ro);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "7", "--connect", ep, "--hwm", "5",
                      "--job", "job-A", NULL};
@@ -232,13 +220,12 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     tp_dataflow_destroy(&a);  /* the run ends; the next binds the port */
     ro.job = "job-B";
     ro.timeout_s = 3;
-    tp_dataflow_t *b = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(b, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *b = s_receiver(ep, &ro);
     tp_datapoint_t *dp = NULL;
     tp_status_t rc = tp_dataflow_next(b, &dp);
     cr_assert_eq(rc, TP_ERR_TIMEOUT, "job B took a datapoint of job A's worker (%d)", rc);
     int st = pu_waitpid(pid, 5000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "the worker of job A did not end with 1 (status %d):\n%s", st, buf);
     cr_assert(strstr(buf, "it is job 'job-B', this sender was started for job 'job-A'"),
@@ -247,7 +234,7 @@ Test(proc_worker, a_worker_of_another_job_is_refused_on_both_sides) {
     tp_df_remote_describe(b, desc, sizeof desc);
     tp_dataflow_destroy(&b);
     tp_log_set_file(NULL);
-    slurp(log, buf, sizeof buf);
+    fu_slurp(log, buf, sizeof buf);
     cr_assert(strstr(buf, "it was started for job 'job-A', this run is job 'job-B'"),
               "%s", buf);
     char who[64];
@@ -322,7 +309,7 @@ static void s_trainer_stops_mid_handshake(int tcp) {
         unlink(path);
     close(c);
     int st = pu_waitpid(pid, 15000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
               "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
     cr_assert(strstr(buf, "is gone (a trainer that stopped): waiting for the next"), "%s", buf);
@@ -340,22 +327,71 @@ Test(proc_worker, a_tcp_worker_whose_trainer_stops_mid_handshake_ends_as_gone) {
 
 /* Start a worker of 7-datapoint passes connecting to ep with
  * --exit-with-trainer=1, info logged to out, libzmq's handshake interval
- * 0.5 s (TP_SEND_HANDSHAKE_S: a handshake with no answer fails after that,
- * not after libzmq's 30 s); wait for its end (20 s at most): its status,
- * its log in buf, the seconds it ran in *took. */
-static int s_worker_on_silent(const char *ep, const char *out, char *buf, size_t size,
-                              double *took) {
+ * `ivl` seconds (TP_SEND_HANDSHAKE_S: at 0.5 a handshake with no answer
+ * fails after that, not after libzmq's 30 s); its pid. */
+static int s_worker_on(const char *ep, const char *ivl, const char *out) {
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "7", "--connect", (char *)ep, "--exit-with-trainer=1",
                      "--log-level", "info", NULL};
-    const char *env[] = {"TP_SEND_HANDSHAKE_S=0.5", NULL};
+    char env_ivl[64];
+    snprintf(env_ivl, sizeof env_ivl, "TP_SEND_HANDSHAKE_S=%s", ivl);
+    const char *env[] = {env_ivl, NULL};
     pu_spawn_opts_t o = {.out = out, .env = env};
-    double t0 = tp_now_s();
-    int pid = pu_spawn(wargv, &o);
+    return pu_spawn(wargv, &o);
+}
+
+/* The three ways a handshake fails, as either sender says them: tp-worker
+ * (s_worker_on) and the Python sender (s_python_on), whose lines start
+ * with "tp_send: " (`pre`). `who` names the sender in the messages. */
+
+/* A dead host (s_listen_silent(0), closed here): sender pid, started at t0
+ * with a handshake of 0.5 s, ends (exit 0) as with a receiver gone, in
+ * under `limit` s; its output (out) in buf. */
+static void s_ends_as_gone(int pid, double t0, double limit, int l, const char *ep,
+                           const char *out, const char *pre, char *buf, size_t size) {
     int st = pu_waitpid(pid, 20000);
-    *took = tp_now_s() - t0;
-    slurp(out, buf, size);
-    return st;
+    double took = tp_now_s() - t0;
+    close(l);
+    fu_slurp(out, buf, size);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
+    char said[160];
+    snprintf(said, sizeof said, "%sthe handshake with the receiver at %s failed and its "
+             "host does not answer a connect", pre, ep);
+    cr_assert(strstr(buf, said), "%s", buf);
+    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
+    cr_assert(!strstr(buf, "CURVE"), "a host gone taken for a refusal:\n%s", buf);
+    cr_assert_lt(took, limit, "ended after %.1f s:\n%s", took, buf);
+}
+
+/* A live host that takes connections and never answers (s_listen_silent(64),
+ * closed here): sender pid, with a handshake of 0.5 s, is alive after
+ * `wait_ms` (more handshakes run out than made a refusal, 3, for longer
+ * than --exit-with-trainer waits), has said so once, and took it for
+ * neither a refusal nor a host gone; once the listener closes (the trainer
+ * ends) it ends as with any trainer gone. */
+static void s_waits_for_the_mute(int pid, int wait_ms, int l, const char *ep, const char *out,
+                                 const char *pre, const char *who) {
+    char buf[16384], end[16384];
+    int alive = !pu_wait_gone(pid, wait_ms);
+    fu_slurp(out, buf, sizeof buf);
+    close(l);  /* the trainer ends */
+    int st = pu_waitpid(pid, 15000);
+    fu_slurp(out, end, sizeof end);
+    cr_assert(alive, "a receiver that does not answer ended the %s:\n%s", who, buf);
+    char said[256];
+    snprintf(said, sizeof said, "%sthe receiver at %s is not answering the handshake (0.5 s: "
+             "a trainer stopped or overloaded, or not a towerpack receiver): waiting for it",
+             pre, ep);
+    cr_assert(strstr(buf, said), "%s", buf);
+    cr_assert(!strstr(strstr(buf, said) + 1, said), "said more than once:\n%s", buf);
+    cr_assert(!strstr(buf, "does not answer a connect"), "a live host taken for one gone:\n%s",
+              buf);
+    cr_assert(!strstr(end, "CURVE"), "a receiver not answering taken for a refusal:\n%s", end);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "not ended (exit 0) by --exit-with-trainer=1 once the trainer ended (status "
+              "%d):\n%s", st, end);
+    cr_assert(strstr(end, "has been gone for 1 s (--exit-with-trainer)"), "%s", end);
 }
 
 /* A trainer's host that dies (or leaves the network) in the middle of a
@@ -372,19 +408,9 @@ Test(proc_worker, a_worker_whose_trainers_host_dies_mid_handshake_ends_as_gone) 
     char ep[64], out[128], buf[16384];
     snprintf(out, sizeof out, "%s/deadhost.txt", s_dir);
     int l = s_listen_silent(0, ep, sizeof ep);
-    double took;
-    int st = s_worker_on_silent(ep, out, buf, sizeof buf, &took);
-    close(l);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
-    char said[160];
-    snprintf(said, sizeof said, "the handshake with the receiver at %s failed and its host "
-             "does not answer a connect", ep);
-    cr_assert(strstr(buf, said), "%s", buf);
-    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
-    cr_assert(!strstr(buf, "CURVE"), "a host gone taken for a refusal:\n%s", buf);
+    double t0 = tp_now_s();
     /* the handshake 0.5 s, the probe 1.5 s, the wait 1 s: a start's worth more */
-    cr_assert_lt(took, 10.0, "ended after %.1f s:\n%s", took, buf);
+    s_ends_as_gone(s_worker_on(ep, "0.5", out), t0, 10.0, l, ep, out, "", buf, sizeof buf);
 }
 
 /* ... and a receiver alive that does not answer the handshake (a trainer
@@ -398,36 +424,10 @@ Test(proc_worker, a_worker_whose_trainers_host_dies_mid_handshake_ends_as_gone) 
 Test(proc_worker, a_receiver_that_takes_connections_but_never_answers_is_not_gone) {
     if (!s_plugin[0])
         cr_skip_test("no C compiler to build the example plugin");
-    char ep[64], out[128], buf[16384];
+    char ep[64], out[128];
     snprintf(out, sizeof out, "%s/mute.txt", s_dir);
     int l = s_listen_silent(64, ep, sizeof ep);
-    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
-                     "--plugin-arg", "7", "--connect", ep, "--exit-with-trainer=1",
-                     "--log-level", "info", NULL};
-    const char *env[] = {"TP_SEND_HANDSHAKE_S=0.5", NULL};
-    pu_spawn_opts_t o = {.out = out, .env = env};
-    int pid = pu_spawn(wargv, &o);
-    /* more handshakes run out than made a refusal (3), for longer than
-     * --exit-with-trainer waits */
-    int alive = !pu_wait_gone(pid, 4000);
-    slurp(out, buf, sizeof buf);
-    close(l);  /* the trainer ends */
-    int st = pu_waitpid(pid, 15000);
-    char end[16384];
-    slurp(out, end, sizeof end);
-    cr_assert(alive, "a receiver that does not answer ended the worker:\n%s", buf);
-    char said[200];
-    snprintf(said, sizeof said, "the receiver at %s is not answering the handshake (0.5 s: a "
-             "trainer stopped or overloaded, or not a towerpack receiver): waiting for it", ep);
-    cr_assert(strstr(buf, said), "%s", buf);
-    cr_assert(!strstr(strstr(buf, said) + 1, said), "said more than once:\n%s", buf);
-    cr_assert(!strstr(end, "CURVE"), "a receiver not answering taken for a refusal:\n%s", end);
-    cr_assert(!strstr(buf, "does not answer a connect"), "a live host taken for one gone:\n%s",
-              buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "not ended (exit 0) by --exit-with-trainer=1 once the trainer ended (status "
-              "%d):\n%s", st, end);
-    cr_assert(strstr(end, "has been gone for 1 s (--exit-with-trainer)"), "%s", end);
+    s_waits_for_the_mute(s_worker_on(ep, "0.5", out), 4000, l, ep, out, "", "worker");
 }
 
 /* Plays a host still there that closes every handshake on the listening
@@ -456,6 +456,20 @@ static int s_close_handshakes(int l, int pid, int *closed) {
     return st;
 }
 
+/* Sender pid against a host that closes every handshake on l: it ends
+ * (exit 1) as refused, a close told from a handshake run out; its output
+ * (out) in buf. */
+static void s_refused_by_the_closer(int pid, int l, const char *out, char *buf, size_t size) {
+    int closed = 0, st = s_close_handshakes(l, pid, &closed);
+    fu_slurp(out, buf, size);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
+              "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
+              closed, st, buf);
+    cr_assert(strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
+    cr_assert(!strstr(buf, "not answering the handshake"), "a close taken for no answer:\n%s",
+              buf);
+}
+
 /* A receiver still there that closes every handshake (no towerpack
  * receiver, or one that wants CURVE keys) is still a refusal after three:
  * a close is told from a handshake run out. */
@@ -465,20 +479,7 @@ Test(proc_worker, a_receiver_that_closes_every_handshake_is_a_refusal) {
     char ep[64], out[128], buf[16384];
     snprintf(out, sizeof out, "%s/closer.txt", s_dir);
     int l = s_listen_silent(16, ep, sizeof ep);
-    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
-                     "--plugin-arg", "7", "--connect", ep, "--exit-with-trainer=1",
-                     "--log-level", "info", NULL};
-    const char *env[] = {"TP_SEND_HANDSHAKE_S=5", NULL};
-    pu_spawn_opts_t o = {.out = out, .env = env};
-    int pid = pu_spawn(wargv, &o);
-    int closed = 0, st = s_close_handshakes(l, pid, &closed);
-    slurp(out, buf, sizeof buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
-              "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
-              closed, st, buf);
-    cr_assert(strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
-    cr_assert(!strstr(buf, "not answering the handshake"), "a close taken for no answer:\n%s",
-              buf);
+    s_refused_by_the_closer(s_worker_on(ep, "5", out), l, out, buf, sizeof buf);
 }
 
 /* The same three handshakes for the Python sender (tools/tp-worker/
@@ -508,49 +509,20 @@ Test(proc_worker, a_python_sender_whose_trainers_host_dies_mid_handshake_ends_as
     snprintf(out, sizeof out, "%s/pydead.txt", s_dir);
     int l = s_listen_silent(0, ep, sizeof ep);
     double t0 = tp_now_s();
-    int st = pu_waitpid(s_python_on(ep, "0.5", out), 20000);
-    double took = tp_now_s() - t0;
-    close(l);
-    slurp(out, buf, sizeof buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "not ended (exit 0) by --exit-with-trainer=1 (status %d):\n%s", st, buf);
-    char said[160];
-    snprintf(said, sizeof said, "tp_send: the handshake with the receiver at %s failed and "
-             "its host does not answer a connect", ep);
-    cr_assert(strstr(buf, said), "%s", buf);
-    cr_assert(strstr(buf, "has been gone for 1 s (--exit-with-trainer)"), "%s", buf);
-    cr_assert(!strstr(buf, "CURVE"), "a host gone taken for a refusal:\n%s", buf);
     /* the handshake 0.5 s, the check 1.5 s, the wait 1 s, Python's start */
-    cr_assert_lt(took, 12.0, "ended after %.1f s:\n%s", took, buf);
+    s_ends_as_gone(s_python_on(ep, "0.5", out), t0, 12.0, l, ep, out, "tp_send: ", buf,
+                   sizeof buf);
 }
 
 /* A live host that takes connections and never answers (a trainer
  * stopped) is no refusal and not gone: said once, waited for; once the
  * listener closes, the sender ends as with any trainer gone. */
 Test(proc_worker, a_python_sender_waits_for_a_receiver_that_never_answers) {
-    char ep[64], out[128], buf[16384], end[16384];
+    char ep[64], out[128];
     snprintf(out, sizeof out, "%s/pymute.txt", s_dir);
     int l = s_listen_silent(64, ep, sizeof ep);
-    int pid = s_python_on(ep, "0.5", out);
-    int alive = !pu_wait_gone(pid, 5000);  /* more than 3 handshakes, more than 1 s */
-    slurp(out, buf, sizeof buf);
-    close(l);  /* the trainer ends */
-    int st = pu_waitpid(pid, 15000);
-    slurp(out, end, sizeof end);
-    cr_assert(alive, "a receiver that does not answer ended the sender:\n%s", buf);
-    char said[256];
-    snprintf(said, sizeof said, "tp_send: the receiver at %s is not answering the handshake "
-             "(0.5 s: a trainer stopped or overloaded, or not a towerpack receiver): waiting "
-             "for it", ep);
-    cr_assert(strstr(buf, said), "%s", buf);
-    cr_assert(!strstr(strstr(buf, said) + 1, said), "said more than once:\n%s", buf);
-    cr_assert(!strstr(buf, "does not answer a connect"), "a live host taken for one gone:\n%s",
-              buf);
-    cr_assert(!strstr(end, "CURVE"), "a receiver not answering taken for a refusal:\n%s", end);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-              "not ended (exit 0) by --exit-with-trainer=1 once the trainer ended (status "
-              "%d):\n%s", st, end);
-    cr_assert(strstr(end, "has been gone for 1 s (--exit-with-trainer)"), "%s", end);
+    /* Python's start on top of the handshakes */
+    s_waits_for_the_mute(s_python_on(ep, "0.5", out), 5000, l, ep, out, "tp_send: ", "sender");
 }
 
 /* A host still there that closes every handshake is a refusal (exit 1)
@@ -559,18 +531,11 @@ Test(proc_worker, a_python_sender_whose_handshakes_are_closed_is_refused) {
     char ep[64], out[128], buf[16384];
     snprintf(out, sizeof out, "%s/pycloser.txt", s_dir);
     int l = s_listen_silent(16, ep, sizeof ep);
-    int pid = s_python_on(ep, "5", out);
-    int closed = 0, st = s_close_handshakes(l, pid, &closed);
-    slurp(out, buf, sizeof buf);
-    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
-              "not ended (exit 1) as refused after %d handshakes closed (status %d):\n%s",
-              closed, st, buf);
+    s_refused_by_the_closer(s_python_on(ep, "5", out), l, out, buf, sizeof buf);
     char said[256];
     snprintf(said, sizeof said, "tp_send: the handshake with the receiver at %s failed: the "
              "receiver closed the connection in the handshake", ep);
-    cr_assert(strstr(buf, said) && strstr(buf, "or it is not a towerpack receiver"), "%s", buf);
-    cr_assert(!strstr(buf, "not answering the handshake"), "a close taken for no answer:\n%s",
-              buf);
+    cr_assert(strstr(buf, said), "%s", buf);
 }
 
 /* A TP_SEND_HANDSHAKE_S that is not a number of seconds ends the Python
@@ -580,7 +545,7 @@ Test(proc_worker, a_python_senders_bad_handshake_interval_is_a_clear_error) {
     snprintf(ep, sizeof ep, "ipc://%s/pyhs.sock", s_dir);
     snprintf(out, sizeof out, "%s/pyhs.txt", s_dir);
     int st = pu_waitpid(s_python_on(ep, "soon", out), 20000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d:\n%s", st, buf);
     cr_assert(strstr(buf, "tp_send: TP_SEND_HANDSHAKE_S='soon' is not a number of seconds"),
               "%s", buf);
@@ -599,7 +564,7 @@ Test(proc_worker, a_bad_handshake_interval_is_a_clear_error) {
     const char *env[] = {"TP_SEND_HANDSHAKE_S=soon", NULL};
     pu_spawn_opts_t o = {.out = out, .env = env};
     int st = pu_waitpid(pu_spawn(wargv, &o), 10000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d:\n%s", st, buf);
     cr_assert(strstr(buf, "TP_SEND_HANDSHAKE_S='soon' is not a number of seconds"), "%s", buf);
 }
@@ -621,15 +586,14 @@ Test(proc_worker, a_curve_worker_of_another_job_ends_naming_both) {
     tp_remote_opts_init(&ro);
     ro.curve_dir = keys;
     ro.job = "job-B";
-    tp_dataflow_t *b = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(b, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *b = s_receiver(ep, &ro);
     char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
                      "--plugin-arg", "7", "--connect", ep, "--curve", keys,
                      "--job", "job-A", NULL};
     pu_spawn_opts_t o = {.out = out};
     int pid = pu_spawn(wargv, &o);
     int st = pu_waitpid(pid, 10000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     tp_dataflow_destroy(&b);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "the CURVE worker of job A did not end with 1 (status %d):\n%s", st, buf);
@@ -664,8 +628,7 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     ro.job = "run-other";
     ro.timeout_s = 0.2;  /* each next() below: its refusals, then a timeout */
     cr_assert_eq(tp_log_set_file(olog), TP_OK);
-    tp_dataflow_t *other = tp_df_remote(ep, &ro);
-    cr_assert_eq(tp_dataflow_reset_state(other, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *other = s_receiver(ep, &ro);
     char *endless[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
                        "--connect", ep, "--batch", "64", "--job", "run-py", NULL};
     int py = pu_spawn(endless, &po);
@@ -682,12 +645,12 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
         pst = pu_waitpid(py, 1000);
     tp_dataflow_destroy(&other);
     tp_log_set_file(NULL);
-    slurp(pyout, buf, sizeof buf);
+    fu_slurp(pyout, buf, sizeof buf);
     cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1,
               "tp_send.py against another job: status %d:\n%s", pst, buf);
     cr_assert(strstr(buf, "it is job 'run-other', this sender was started for job 'run-py'"),
               "%s", buf);
-    slurp(olog, buf, sizeof buf);
+    fu_slurp(olog, buf, sizeof buf);
     char pyname[64];
     snprintf(pyname, sizeof pyname, "remote: refused tp_send.py %d@", py);
     const char *named = strstr(buf, pyname);
@@ -705,7 +668,7 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     int tr = pu_spawn(targv, &to);
     int st = pu_waitpid(tr, 120000);
     pst = pu_waitpid(py, 10000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s",
               st, buf);
     char who[64];
@@ -717,7 +680,7 @@ Test(proc_worker, a_python_sender_trains_tp_train) {
     cr_assert(strstr(buf, "ZMQInput/unfit: 0"), "%s", buf);
     cr_assert(!strstr(buf, "dropped a malformed"), "%s", buf);
     cr_assert(strstr(buf, "test accuracy"), "%s", buf);
-    slurp(pyout, buf, sizeof buf);
+    fu_slurp(pyout, buf, sizeof buf);
     cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 0, "tp_send.py status %d:\n%s",
               pst, buf);
 }
@@ -757,7 +720,7 @@ static void s_python_sender_refused(tp_dataflow_t *r, char *const pargv[], const
     uint64_t unfit = tp_df_remote_unfit(r);
     tp_dataflow_destroy(&r);
     tp_log_set_file(NULL);
-    slurp(pyout, buf, sizeof buf);
+    fu_slurp(pyout, buf, sizeof buf);
     cr_assert(pst >= 0 && WIFEXITED(pst) && WEXITSTATUS(pst) == 1 && strstr(buf, why) &&
                   strstr(buf, "does not take this sender's datapoints") &&
                   (!pysays || strstr(buf, pysays)),
@@ -765,7 +728,7 @@ static void s_python_sender_refused(tp_dataflow_t *r, char *const pargv[], const
     cr_assert_eq(rc, TP_ERR_SHAPE, "%d %s", rc, tp_last_error());
     cr_assert_eq(unfit, 0, "the sender sent %llu batches that do not fit",
                  (unsigned long long)unfit);
-    slurp(log, buf, sizeof buf);
+    fu_slurp(log, buf, sizeof buf);
     char who[64];
     snprintf(who, sizeof who, "tp_send.py %d@", py);
     cr_assert(strstr(buf, who) && strstr(buf, why), "the receiver's log (%s):\n%s", who, buf);
@@ -820,7 +783,7 @@ static void s_unfit_case(const char *spec, const char *why, int64_t classes,
     int st = pu_waitpid(pid, 10000);
     tp_dataflow_destroy(&r);
     tp_log_set_file(NULL);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1,
               "the worker did not end with 1 (status %d):\n%s", st, buf);
     char want_worker[512];
@@ -835,7 +798,7 @@ static void s_unfit_case(const char *spec, const char *why, int64_t classes,
     cr_assert(strstr(err, "no sender left sends datapoints that fit") && strstr(err, why) &&
                   (!tail || strstr(err, tail)),
               "%s", err);
-    slurp(log, buf, sizeof buf);
+    fu_slurp(log, buf, sizeof buf);
     char who[128];
     snprintf(who, sizeof who, "tp-worker %d@", pid);
     cr_assert(strstr(buf, who) && strstr(buf, why) && (!tail || strstr(buf, tail)),
@@ -948,7 +911,7 @@ Test(proc_worker, labels_out_of_range_are_dropped_and_counted_per_sender) {
     pu_waitpid(bad, 5000);
     pu_waitpid(good, 5000);
     cr_assert_geq(unfit, 2, "dropped %llu", (unsigned long long)unfit);
-    slurp(log, buf, sizeof buf);
+    fu_slurp(log, buf, sizeof buf);
     char who[64];
     snprintf(who, sizeof who, "dropped a datapoint from tp-worker %d@", bad);
     cr_assert(strstr(buf, who) && strstr(buf, "that does not fit: component 1 'label' has "
@@ -995,7 +958,7 @@ Test(proc_worker, tp_train_drops_a_senders_labels_out_of_range_and_trains) {
     kill(good, SIGTERM);
     pu_waitpid(bad, 5000);
     pu_waitpid(good, 5000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train: status %d:\n%s",
               st, buf);
     char who[80];
@@ -1028,11 +991,11 @@ static void s_misfit_worker_ends_both(char *const targv[], const char *const env
     int wst = pu_waitpid(w, 30000);
     double wdt = tp_now_s() - t0;
     int st = pu_waitpid(tr, 60000);
-    slurp(wout, buf, sizeof buf);
+    fu_slurp(wout, buf, sizeof buf);
     cr_assert(wst >= 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 1 && strstr(buf, why) &&
                   (!wsays || strstr(buf, wsays)),
               "the worker (status %d after %.1f s):\n%s", wst, wdt, buf);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
               st, buf);
     char who[64];
@@ -1080,7 +1043,7 @@ Test(proc_worker, forked_workers_check_their_first_datapoint) {
     pu_spawn_opts_t to = {.out = out};
     int tr = pu_spawn(targv, &to);
     int st = pu_waitpid(tr, 60000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) != 0, "tp-train: status %d:\n%s",
               st, buf);
     cr_assert(strstr(buf, "multiprocess: worker ") &&
@@ -1169,7 +1132,7 @@ Test(proc_worker, tp_train_remote_augment_validates_with_its_default_test_set) {
     int tr = pu_spawn(targv, &to);
     int st = pu_waitpid(tr, 120000);
     pu_waitpid(w, 20000);
-    slurp(out, buf, sizeof buf);
+    fu_slurp(out, buf, sizeof buf);
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "tp-train status %d:\n%s",
               st, buf);
     cr_assert(strstr(buf, "test accuracy"), "%s", buf);
