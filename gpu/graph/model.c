@@ -2770,6 +2770,28 @@ const void *tp_model_view_host(tp_model_t *m, const tp_tensor_t *view,
     return host;
 }
 
+int tp_model_fetch_mean(tp_model_t *m, int towers, const char *name, double *mean) {
+    double sum = 0;
+    int got = 0;
+    for (int i = 0; i < towers; i++) {
+        tp_tensor_t v;
+        if (tp_model_fetch(m, i, name, &v) != TP_OK)
+            continue;
+        float x;  /* on a GPU the view is device memory */
+        const float *p = v.dtype == TP_FLOAT32 && v.nbytes >= sizeof x
+                             ? tp_model_view_host(m, &v, &x, sizeof x)
+                             : NULL;
+        if (p) {
+            sum += p[0];
+            got++;
+        }
+        tp_tensor_fini(&v);
+    }
+    if (got)
+        *mean = sum / got;
+    return got;
+}
+
 int tp_model_metric_count(const tp_model_t *m, int tower) {
     tp_tower_t *t = tp_model_tower_((tp_model_t *)m, tower);
     int k = 0;

@@ -744,6 +744,12 @@ tp_status_t tp_model_fetch(tp_model_t *m, int tower, const char *name,
  * with the error, on failure. Host code reads model values only this way. */
 const void *tp_model_view_host(tp_model_t *m, const tp_tensor_t *view,
                                void *host, size_t bytes);
+/* The mean over the first `towers` towers of the named fetch's first
+ * float (a cost, a metric) from the last step, read through the backend:
+ * what a trainer hands its callbacks. Returns how many towers gave a
+ * float32 value (0: none, *mean untouched); leaves the error of a tower
+ * that lacks the name set (the caller clears it where absence is fine). */
+int tp_model_fetch_mean(tp_model_t *m, int towers, const char *name, double *mean);
 /* Metrics declared by tower 0 (the inference tower declares its own). */
 int tp_model_metric_count(const tp_model_t *m, int tower);
 const char *tp_model_metric_name(const tp_model_t *m, int tower, int i);

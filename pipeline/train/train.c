@@ -154,25 +154,9 @@ static tp_status_t s_step(s_mt_t *t, tp_trainer_t *tr, tp_fetches_t *f) {
     /* Fetched scalars: the mean over the towers. */
     for (int k = 0; k < tp_fetches_count(f); k++) {
         const char *name = tp_fetches_name(f, k);
-        double sum = 0;
-        int got = 0;
-        for (int i = 0; i < t->towers; i++) {
-            tp_tensor_t v;
-            if (tp_model_fetch(t->model, i, name, &v) != TP_OK)
-                continue;
-            /* through the backend: on a GPU the view is device memory */
-            float x;
-            const float *p = v.dtype == TP_FLOAT32 && v.nbytes >= 4
-                                 ? tp_model_view_host(t->model, &v, &x, sizeof x)
-                                 : NULL;
-            if (p) {
-                sum += p[0];
-                got++;
-            }
-            tp_tensor_fini(&v);
-        }
-        if (got)
-            tp_fetches_set(f, name, sum / got);
+        double mean;
+        if (tp_model_fetch_mean(t->model, t->towers, name, &mean))
+            tp_fetches_set(f, name, mean);
         else if (!t->fetch_checked && strncmp(name, "trainer/", 8) != 0)
             /* once: a name a callback asks for (progress_names, a printer)
              * that no tower gives is otherwise silently absent */

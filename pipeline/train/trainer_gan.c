@@ -200,25 +200,9 @@ static tp_status_t s_update(s_gan_t *a, int g, int64_t step, unsigned stages) {
 static void s_fetch(s_gan_t *a, tp_fetches_t *f) {
     for (int k = 0; k < tp_fetches_count(f); k++) {
         const char *name = tp_fetches_name(f, k);
-        double sum = 0;
-        int got = 0;
-        for (int i = 0; i < a->towers; i++) {
-            tp_tensor_t v;
-            float x;
-            if (tp_model_fetch(a->model, i, name, &v) != TP_OK)
-                continue;
-            /* through the backend: on a GPU the view is device memory */
-            const float *p = v.dtype == TP_FLOAT32 && v.nbytes >= sizeof x
-                                 ? tp_model_view_host(a->model, &v, &x, sizeof x)
-                                 : NULL;
-            if (p) {
-                sum += p[0];
-                got++;
-            }
-            tp_tensor_fini(&v);
-        }
-        if (got)
-            tp_fetches_set(f, name, sum / got);
+        double mean;
+        if (tp_model_fetch_mean(a->model, a->towers, name, &mean))
+            tp_fetches_set(f, name, mean);
     }
     tp_clear_error();  /* a name this model lacks is not an error */
 }

@@ -6,7 +6,7 @@
 #include "actor_testutil.h"
 #include "dataflow/remote_testutil.h"
 #include "proc_testutil.h"
-#include "fault_util.h" /* fu_rss_kib */
+#include "fault_util.h" /* fu_rss_kib, fu_slurp */
 
 /* Fork a sender of `n` datapoints (stream s) to `ep`; it starts sending when
  * `gate` opens (NULL: at once). Returns its pid. Senders are forked before
@@ -253,15 +253,6 @@ Test(proc_remote, a_spec_remote_takes_the_pipelines_expectations) {
     rmdir(dir);
 }
 
-/* The log file of this test process, whole (the test's own: one process). */
-static void s_read_log(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-}
-
 /* Issue 47: the receiver's log named a sender by its report's name and the
  * receiver's first endpoint only ("send 4121@vm joined (on ep0)"), tp-top
  * by its name, pid and host: never where the sender itself was. Its
@@ -298,7 +289,7 @@ Test(proc_remote, a_sender_is_named_with_every_address_it_reached_or_bound) {
     int st = pu_waitpid(pid, 5000);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sender status %d", st);
     tp_dataflow_destroy(&df);
-    s_read_log(logp, log, sizeof log);
+    fu_slurp(logp, log, sizeof log);
     snprintf(want, sizeof want, "remote: send %d@", pid);
     const char *j = strstr(log, want);
     cr_assert(j, "no line names the sender (%s):\n%s", want, log);
@@ -341,7 +332,7 @@ Test(proc_remote, a_sender_is_named_with_every_address_it_reached_or_bound) {
     pu_waitpid(pid, 5000);
     unlink(ep + 6);  /* the killed sender's socket file */
     tp_dataflow_destroy(&df);
-    s_read_log(logp, log, sizeof log);
+    fu_slurp(logp, log, sizeof log);
     snprintf(want, sizeof want, "dropped a datapoint from send %d@", pid);
     j = strstr(log, want);
     cr_assert(j, "no warning names the unfit sender (%s):\n%s", want, log);

@@ -144,6 +144,44 @@ Test(graph, two_towers_match_one_tower_of_double_batch) {
     tp_model_destroy(&one);
 }
 
+/* What a trainer hands its callbacks: the mean of a fetch over the
+ * towers (each tower's own cost on its own half of the batch), and none
+ * for a name no tower gives. */
+Test(graph, fetch_mean_is_the_towers_mean) {
+    enum { B = 8 };
+    tp_model_t *m = s_new_mlp(2, B, NULL);
+    float x[2 * B * FEAT];
+    int32_t y[2 * B];
+    s_data(2 * B, x, y, 7);
+    for (int i = 0; i < 2 * B; i++)  /* the towers' halves differ */
+        if (i >= B)
+            x[i * FEAT] += 3.0f;
+    tp_tensor_t a[2], b[2];
+    s_inputs(a, x, y, B);
+    s_inputs(b, x + B * FEAT, y + B, B);
+    tp_tensor_t ab[4] = {a[0], a[1], b[0], b[1]};
+    cr_assert_eq(tp_model_run(m, TP_ALL_TOWERS, ab, 4, NULL, 0, NULL), TP_OK, "%s",
+                 tp_last_error());
+    double c[2];
+    for (int t = 0; t < 2; t++) {
+        tp_tensor_t v;
+        cr_assert_eq(tp_model_fetch(m, t, "cost", &v), TP_OK);
+        c[t] = ((const float *)v.data)[0];
+        tp_tensor_fini(&v);
+    }
+    cr_assert(c[0] != c[1], "the towers' costs should differ: %g", c[0]);
+    double mean = -1;
+    cr_assert_eq(tp_model_fetch_mean(m, 2, "cost", &mean), 2);
+    cr_assert_float_eq(mean, (c[0] + c[1]) / 2, 1e-12);
+    cr_assert_eq(tp_model_fetch_mean(m, 1, "cost", &mean), 1);
+    cr_assert_float_eq(mean, c[0], 1e-12);
+    mean = -1;
+    cr_assert_eq(tp_model_fetch_mean(m, 2, "no_such_output", &mean), 0);
+    cr_assert_eq(mean, -1, "untouched when no tower gives it");
+    tp_clear_error();
+    tp_model_destroy(&m);
+}
+
 typedef struct {
     tp_model_t *m;
     int tower;
