@@ -620,13 +620,11 @@ s_grad_rows(float *pt, float *dst, const float *st, const float *smax, float *mr
  * file's fp-contract is off), tp_cpu_sum8's lanes and order for the row
  * sum, s_vexp_fma's for e^x: the same bits. */
 
-/* s_vexp_fma (cpu_math.h) in 16 lanes, its operations one for one (its
- * fmaf the instruction here, as in the portable loops' v4 and v3 clones;
- * libm's correctly rounded one in the baseline's: the same bits). */
-static inline __attribute__((always_inline)) S_WIDE_TARGET __m512 s_wide_exp(__m512 x) {
-    const __m512 hi = _mm512_set1_ps(88.0f), lo = _mm512_set1_ps(-87.3f);
-    __m512 z = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_LT_OQ), hi, x);
-    z = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, lo, _CMP_GT_OQ), lo, z);
+/* s_vexp_fma's core (cpu_math.h) in 16 lanes: 2^n p(r) for z already
+ * in range, its operations one for one (its fmaf the instruction here,
+ * as in the portable loops' v4 and v3 clones; libm's correctly rounded
+ * one in the baseline's: the same bits). */
+static inline __attribute__((always_inline)) S_WIDE_TARGET __m512 s_wide_exp_core(__m512 z) {
     const __m512 magic = _mm512_set1_ps(12582912.0f);
     const __m512 t = _mm512_fmadd_ps(z, _mm512_set1_ps(1.44269504088896341f), magic);
     const __m512 n = _mm512_sub_ps(t, magic);
@@ -641,7 +639,16 @@ static inline __attribute__((always_inline)) S_WIDE_TARGET __m512 s_wide_exp(__m
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     const __m512i two_n = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(t), 23),
                                            _mm512_set1_epi32(127 << 23));
-    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(two_n));
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(two_n));
+}
+
+/* s_vexp_fma (cpu_math.h) in 16 lanes: the range's clamps around the
+ * core, then NaN, overflow to inf and underflow to 0 as it does them. */
+static inline __attribute__((always_inline)) S_WIDE_TARGET __m512 s_wide_exp(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.0f), lo = _mm512_set1_ps(-87.3f);
+    __m512 z = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_LT_OQ), hi, x);
+    z = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, lo, _CMP_GT_OQ), lo, z);
+    __m512 y = s_wide_exp_core(z);
     y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x, y);
     y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), y,
                              _mm512_set1_ps(INFINITY));
@@ -658,21 +665,7 @@ static inline __attribute__((always_inline)) S_WIDE_TARGET __m512 s_wide_exp(__m
  * to the blend that returns x, as it did clamped. */
 static inline __attribute__((always_inline)) S_WIDE_TARGET __m512 s_wide_exp_neg(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.3f);
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
-    const __m512 n = _mm512_sub_ps(t, magic);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.3753952e-3f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3689103e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1669488e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666518e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.9999988e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    const __m512i two_n = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(t), 23),
-                                           _mm512_set1_epi32(127 << 23));
-    __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(two_n));
+    __m512 y = s_wide_exp_core(x);
     y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x, y);
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), y, _mm512_setzero_ps());
 }
