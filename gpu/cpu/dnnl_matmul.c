@@ -38,8 +38,8 @@ typedef struct {
  * but the 10-column head's dW, a few microseconds either way). */
 static int s_use_dnnl(void) { return tp_dnnl_ops_path("TP_CPU_MATMUL") != 0; }
 
-/* Whether a product runs on our GEMM (cpu_gemm.h) instead: k its sum's
- * length, tb its b read transposed, relu a post-op ours lacks.
+/* Whether a product runs on our GEMM (cpu_gemm.h) instead; relu: a
+ * post-op ours lacks.
  * TP_CPU_GEMM=own: wherever it can (A/B, and the tests' way to it); else
  * never. Measured against oneDNN on each of the GPT's fifteen products at
  * 512 rows (bench/gpt_products --ours, docs/performance.md, branch
@@ -48,9 +48,7 @@ static int s_use_dnnl(void) { return tp_dnnl_ops_path("TP_CPU_MATMUL") != 0; }
  * b packed ahead even overall (1.005-1.023): no shape class where it
  * measures faster, so oneDNN keeps them all. At k <= 512 with b plain,
  * ours gives oneDNN's bits (tests/gpu/test_cpu_gemm.c). */
-static int s_ours(int64_t k, int tb, int relu) {
-    (void)k;
-    (void)tb;
+static int s_ours(int relu) {
     static int avx512 = -1;
     if (avx512 < 0)
         avx512 = __builtin_cpu_supports("avx512f") != 0;
@@ -246,9 +244,9 @@ size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
     const int relu = c->attr && c->attr->act == TP_ACT_RELU;
     /* our GEMM's packed b: the forward's W [k, m], dW's dy [n, m], dX's
      * W^T [m, k] */
-    const size_t room[3] = {s_ours(k, 0, relu) ? tp_gemm_pack_bytes((size_t)k, (size_t)m) : 0,
-                            s_ours(n, 0, 0) ? tp_gemm_pack_bytes((size_t)n, (size_t)m) : 0,
-                            s_ours(m, 1, 0) ? tp_gemm_pack_bytes((size_t)m, (size_t)k) : 0};
+    const size_t room[3] = {s_ours(relu) ? tp_gemm_pack_bytes((size_t)k, (size_t)m) : 0,
+                            s_ours(0) ? tp_gemm_pack_bytes((size_t)n, (size_t)m) : 0,
+                            s_ours(0) ? tp_gemm_pack_bytes((size_t)m, (size_t)k) : 0};
     /* the forward, and both gradients in either mode (a plan does not yet
      * know which consumer writes first) */
     for (int which = S_FWD; which <= S_DX; which++)
@@ -272,7 +270,7 @@ size_t tp_dnnl_matmul_workspace(const tp_op_call_t *c) {
 size_t tp_dnnl_bmm_workspace(const tp_op_call_t *c, const tp_dnnl_bmm_t *p) {
     if (!s_use_dnnl() || !p->nb || !p->m || !p->n || !p->k)
         return 0;
-    if (s_ours(p->k, p->tb, 0))
+    if (s_ours(0))
         return tp_gemm_pack_bytes((size_t)p->k, (size_t)p->n);
     tp_dnnl_prim_t *e;
     int owned;
@@ -442,7 +440,7 @@ tp_status_t tp_dnnl_bmm(const tp_op_call_t *c, const tp_dnnl_bmm_t *p, const flo
     *done = 0;
     if (!s_use_dnnl() || !p->nb || !p->m || !p->n || !p->k)
         return TP_OK;
-    if (s_ours(p->k, p->tb, 0)) { /* batch by batch, b packed per batch */
+    if (s_ours(0)) { /* batch by batch, b packed per batch */
         const size_t sa = (size_t)(p->m * p->k), sb = (size_t)(p->k * p->n),
                      sy = (size_t)(p->m * p->n);
         for (int64_t q = 0; q < p->nb; q++) {
@@ -524,7 +522,7 @@ tp_status_t tp_dnnl_matmul_forward(const tp_op_call_t *c, int *done) {
     s_dims(c, &n, &k, &m);
     if (!s_use_dnnl() || !n || !k || !m) /* an empty product: OpenBLAS's path */
         return TP_OK;
-    if (s_ours(k, 0, c->attr && c->attr->act == TP_ACT_RELU)) {
+    if (s_ours(c->attr && c->attr->act == TP_ACT_RELU)) {
         s_run_ours(c, n, m, k, c->x[0], 0, c->x[1], 0, c->bias, 0, c->y, done);
         if (*done)
             return TP_OK;
@@ -545,9 +543,9 @@ tp_status_t tp_dnnl_matmul_backward(const tp_op_call_t *c, int *done) {
      * transposed, k = n; dX = dy W^T: b transposed, k = m) */
     const size_t room_w = tp_gemm_pack_bytes((size_t)n, (size_t)m),
                  room_x = tp_gemm_pack_bytes((size_t)m, (size_t)k);
-    const int own_w = c->dx[1] && s_ours(n, 0, 0) && c->workspace &&
+    const int own_w = c->dx[1] && s_ours(0) && c->workspace &&
                       c->workspace_bytes >= room_w,
-              own_x = c->dx[0] && s_ours(m, 1, 0) && c->workspace &&
+              own_x = c->dx[0] && s_ours(0) && c->workspace &&
                       c->workspace_bytes >= room_x;
     int ok = 1;
     if (c->dx[1] && !own_w)
