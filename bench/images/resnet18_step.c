@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
     }
     /* --costs: the loss curve from the same start (srand(1) pixels, the
      * model's seeded initialisation), to set one decay path against the
-     * other (docs/performance.md, "Weight decay in SGD's pass") */
+     * other (docs/history.md, "Weight decay in SGD's pass") */
     for (int i = 0; costs && i < steps; i++)
         fprintf(stderr, "%s%.9g%s", i ? ", " : "{\"costs\": [", cost[i],
                 i + 1 < steps ? "" : "]}\n");

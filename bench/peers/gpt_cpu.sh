@@ -21,7 +21,7 @@
 # own draws). Not 1e-3 with no warm-up, as before: at batch 4 that
 # diverges now and then (the loss jumping from ~3.6 to 7-9 at steps
 # 7-17; PyTorch on towerpack's very batches the same, to 4 decimals:
-# docs/performance.md, "GPT: the bench's loss spikes"); a run whose loss
+# docs/history.md, "GPT: the bench's loss spikes"); a run whose loss
 # climbs back above its first is flagged at the end. Each round runs,
 # in turn (reversed every other round):
 #   llm.c    train_gpt2.c, gcc -O3 -march=native -fopenmp, OMP_NUM_THREADS
@@ -145,7 +145,7 @@ for peer in ("towerpack", "pytorch"):
     if f:
         print(f"{peer} first losses: {f[0]}")
 # a loss back above the first after training began is a divergence, not
-# noise (docs/performance.md, "GPT: the bench's loss spikes")
+# noise (docs/history.md, "GPT: the bench's loss spikes")
 for x in rows:
     if x.get("max_loss", 0) > x.get("first_losses", [1e30])[0]:
         print(f"WARNING: {x['peer']} round {x['round']} diverged: its loss reached "

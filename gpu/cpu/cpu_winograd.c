@@ -11,7 +11,7 @@
  * Why ours and not oneDNN's Winograd (F(4x4, 3x3)): on a 4x4 output (one
  * tile an image) oneDNN transforms the weights in each of the three passes
  * and runs 16-row GEMMs; here U is made once by the forward and kept for
- * both backwards, and the GEMMs have N * 4 rows (docs/performance.md,
+ * both backwards, and the GEMMs have N * 4 rows (docs/history.md,
  * "Winograd F(2x2, 3x3) of our own"). */
 #include "gpu/cpu/cpu_winograd.h"
 

@@ -521,7 +521,7 @@ static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
  * channels in and out. There oneDNN's Winograd forward and backward-data
  * tie with direct (7.6-8.7 against 7.7-8.2 ms on 16 x 512 -> 512, one
  * thread) but its backward-weights took 8.3-8.5 ms against direct's
- * 10.9-11.0 (docs/performance.md, "The ResNet-18 step per layer"). */
+ * 10.9-11.0 (docs/history.md, "The ResNet-18 step per layer"). */
 static int s_winograd_weights(const tp_dnnl_conv_t *self, const s_geom_t *k) {
     if (self->alg == S_ALG_DIRECT || self->alg == S_ALG_WINOGRAD ||
         self->path == TP_CPU_CONV_DNNL_PLAIN || s_deconv(k))
@@ -538,7 +538,7 @@ static int s_winograd_weights(const tp_dnnl_conv_t *self, const s_geom_t *k) {
  * when forced (f2x2, f4x4), and for auto where it measured faster than
  * oneDNN's passes: F(4x4) on a 4x4 output (ResNet-18's stage 4 at 112 px:
  * one tile an image) with at least S_F2_MIN_C channels in and out
- * (docs/performance.md, "Winograd F(2x2, 3x3) of our own" and branch
+ * (docs/history.md, "Winograd F(2x2, 3x3) of our own" and branch
  * wino6's F(4x4): fewer products; U made in blocks a thread, wino8 and wino9), and on
  * a 7x7 output (stage 3: 2x2 tiles an image, the last row and column
  * cut) with at least S_F4_7_MIN_C channels and at most S_F4_7_MAX_N
@@ -1079,7 +1079,7 @@ static int s_is_nhwc(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *m
  * plain; oneDNN's reorder (jit:uni) took 2.0 ms into ABcd16b16a and 2.1 ms
  * out of it (added) on each of ResNet-18's 512 x 512 x 3 x 3 (9.4 MB):
  * 23 ms of the 112 px step, 7%, most of it on stage 4, whose weights are
- * 18x its activations at batch 16 (docs/performance.md, "The ResNet-18
+ * 18x its activations at batch 16 (docs/history.md, "The ResNet-18
  * step per layer"). This pass takes a tile of 16 outputs x 16 inputs (16
  * rows of 16 * KH * KW contiguous floats: 9 KB for 3x3) and transposes
  * it 16 x 16 in registers (s_tr16). Exact copies, an add one rounding as

@@ -1731,7 +1731,7 @@ int main(int argc, char **argv) {
      * in the cost's gradient): the same arithmetic, torch.optim.SGD's */
     /* Without the flag, the model's own C goes to SGD the same way: the same
      * arithmetic, in the update's own pass instead of the L2 op's passes
-     * over every weight in the graph (docs/performance.md, "Weight decay
+     * over every weight in the graph (docs/history.md, "Weight decay
      * in SGD's pass") */
     if (a.weight_decay < 0 && !strcasecmp(a.optimizer, "sgd") && zoo->weight_decay > 0)
         a.weight_decay = zoo->weight_decay;
