@@ -679,18 +679,31 @@ static tp_node_t *s_unary(tp_tower_t *t, const char *name, tp_op_kind_t kind,
     return n;
 }
 
-tp_node_t *tp_relu(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_RELU, x, 0);
-}
+/* The plain elementwise builders (no attribute, no check of their own)
+ * differ in their op kind alone: one line each here, the definition written
+ * once; their declarations and docs are in towerpack/graph.h. */
+#define S_UNARY_BUILDER(fn, kind)                                             \
+    tp_node_t *fn(tp_tower_t *t, const char *name, tp_node_t *x) {            \
+        return s_unary(t, name, kind, x, 0);                                  \
+    }
+S_UNARY_BUILDER(tp_relu, TP_OP_RELU)
+S_UNARY_BUILDER(tp_tanh, TP_OP_TANH)
+S_UNARY_BUILDER(tp_sigmoid, TP_OP_SIGMOID)
+S_UNARY_BUILDER(tp_neg, TP_OP_NEG)
+S_UNARY_BUILDER(tp_abs, TP_OP_ABS)
+S_UNARY_BUILDER(tp_square, TP_OP_SQUARE)
+S_UNARY_BUILDER(tp_sqrt, TP_OP_SQRT)
+S_UNARY_BUILDER(tp_rsqrt, TP_OP_RSQRT)
+S_UNARY_BUILDER(tp_exp, TP_OP_EXP)
+S_UNARY_BUILDER(tp_ln, TP_OP_LOG)
+S_UNARY_BUILDER(tp_silu, TP_OP_SILU)
+S_UNARY_BUILDER(tp_softplus, TP_OP_SOFTPLUS)
+S_UNARY_BUILDER(tp_stop_gradient, TP_OP_STOP_GRADIENT)
+#undef S_UNARY_BUILDER
+
 tp_node_t *tp_leaky_relu(tp_tower_t *t, const char *name, tp_node_t *x,
                          float alpha) {
     return s_unary(t, name, TP_OP_LEAKY_RELU, x, alpha);
-}
-tp_node_t *tp_tanh(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_TANH, x, 0);
-}
-tp_node_t *tp_sigmoid(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_SIGMOID, x, 0);
 }
 tp_node_t *tp_scale(tp_tower_t *t, const char *name, tp_node_t *x,
                     float factor) {
@@ -906,52 +919,20 @@ static tp_node_t *s_binary(tp_tower_t *t, const char *name, tp_op_kind_t kind,
     return n;
 }
 
-tp_node_t *tp_add(tp_tower_t *t, const char *name, tp_node_t *a,
-                  tp_node_t *b) {
-    return s_binary(t, name, TP_OP_ADD, a, b);
-}
-tp_node_t *tp_sub(tp_tower_t *t, const char *name, tp_node_t *a,
-                  tp_node_t *b) {
-    return s_binary(t, name, TP_OP_SUB, a, b);
-}
-tp_node_t *tp_mul(tp_tower_t *t, const char *name, tp_node_t *a,
-                  tp_node_t *b) {
-    return s_binary(t, name, TP_OP_MUL, a, b);
-}
-tp_node_t *tp_div(tp_tower_t *t, const char *name, tp_node_t *a,
-                  tp_node_t *b) {
-    return s_binary(t, name, TP_OP_DIV, a, b);
-}
-tp_node_t *tp_maximum(tp_tower_t *t, const char *name, tp_node_t *a,
-                      tp_node_t *b) {
-    return s_binary(t, name, TP_OP_MAXIMUM, a, b);
-}
-tp_node_t *tp_minimum(tp_tower_t *t, const char *name, tp_node_t *a,
-                      tp_node_t *b) {
-    return s_binary(t, name, TP_OP_MINIMUM, a, b);
-}
+/* The binary elementwise builders differ in their op kind alone. */
+#define S_BINARY_BUILDER(fn, kind)                                            \
+    tp_node_t *fn(tp_tower_t *t, const char *name, tp_node_t *a,              \
+                  tp_node_t *b) {                                             \
+        return s_binary(t, name, kind, a, b);                                 \
+    }
+S_BINARY_BUILDER(tp_add, TP_OP_ADD)
+S_BINARY_BUILDER(tp_sub, TP_OP_SUB)
+S_BINARY_BUILDER(tp_mul, TP_OP_MUL)
+S_BINARY_BUILDER(tp_div, TP_OP_DIV)
+S_BINARY_BUILDER(tp_maximum, TP_OP_MAXIMUM)
+S_BINARY_BUILDER(tp_minimum, TP_OP_MINIMUM)
+#undef S_BINARY_BUILDER
 
-tp_node_t *tp_neg(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_NEG, x, 0);
-}
-tp_node_t *tp_abs(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_ABS, x, 0);
-}
-tp_node_t *tp_square(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_SQUARE, x, 0);
-}
-tp_node_t *tp_sqrt(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_SQRT, x, 0);
-}
-tp_node_t *tp_rsqrt(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_RSQRT, x, 0);
-}
-tp_node_t *tp_exp(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_EXP, x, 0);
-}
-tp_node_t *tp_ln(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_LOG, x, 0);
-}
 tp_node_t *tp_pow(tp_tower_t *t, const char *name, tp_node_t *x,
                   float exponent) {
     tp_node_t *n = s_unary(t, name, TP_OP_POW, x, exponent);
@@ -971,15 +952,6 @@ tp_node_t *tp_clip(tp_tower_t *t, const char *name, tp_node_t *x, float lo,
 tp_node_t *tp_gelu(tp_tower_t *t, const char *name, tp_node_t *x,
                    int approximate) {
     return s_unary(t, name, approximate ? TP_OP_GELU_TANH : TP_OP_GELU, x, 0);
-}
-tp_node_t *tp_silu(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_SILU, x, 0);
-}
-tp_node_t *tp_softplus(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_SOFTPLUS, x, 0);
-}
-tp_node_t *tp_stop_gradient(tp_tower_t *t, const char *name, tp_node_t *x) {
-    return s_unary(t, name, TP_OP_STOP_GRADIENT, x, 0);
 }
 
 tp_node_t *tp_constant(tp_tower_t *t, const char *name, int ndim,
@@ -1736,7 +1708,10 @@ tp_status_t tp_tower_add_metric(tp_tower_t *t, const char *name, tp_node_t *n) {
 
 /* ---- layers ------------------------------------------------------------- */
 
-static int s_scope(tp_tower_t *t, const char *scope) {
+/* A layer's opening: its scope pushed and its input x there. 0 when the
+ * tower has failed already or after recording why, the scope then not
+ * left pushed; on 1 the layer pops it when done. */
+static int s_layer_scope(tp_tower_t *t, const char *scope, const tp_node_t *x) {
     if (t->status < 0)
         return 0;
     tp_status_t rc = tp_tower_push_scope(t, scope);
@@ -1744,17 +1719,20 @@ static int s_scope(tp_tower_t *t, const char *scope) {
         t->status = rc;
         return 0;
     }
+    if (!x) {
+        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
+        tp_tower_pop_scope(t);
+        return 0;
+    }
     return 1;
 }
 
 tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
                  int bias) {
-    if (!s_scope(t, scope))
+    if (!s_layer_scope(t, scope, x))
         return NULL;
     tp_node_t *y = NULL;
-    if (!x) {
-        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
-    } else if (units < 1) {
+    if (units < 1) {
         s_fail(t, TP_ERR_SHAPE, scope, "%d units", units);
     } else {
         int64_t k = 1;
@@ -1798,12 +1776,10 @@ static int s_conv_vars(tp_tower_t *t, const char *scope, const tp_node_t *x, int
 
 tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
                      int filters, int kernel, int stride, int pad, int bias) {
-    if (!s_scope(t, scope))
+    if (!s_layer_scope(t, scope, x))
         return NULL;
     tp_node_t *y = NULL;
-    if (!x) {
-        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
-    } else if (x->shape.ndim != 4) {
+    if (x->shape.ndim != 4) {
         /* the common mistake: images fed as [N,H,W] or flat [N,H*W] */
         char a[96];
         s_fail(t, TP_ERR_SHAPE, scope, "a conv needs a [N,C,H,W] input (rank 4), "
@@ -1821,12 +1797,10 @@ tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
 tp_node_t *tp_conv2d_transpose(tp_tower_t *t, const char *scope, tp_node_t *x,
                                int filters, int kernel, int stride, int pad,
                                int output_pad, int bias) {
-    if (!s_scope(t, scope))
+    if (!s_layer_scope(t, scope, x))
         return NULL;
     tp_node_t *y = NULL;
-    if (!x) {
-        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
-    } else if (x->shape.ndim != 4) {
+    if (x->shape.ndim != 4) {
         char a[96];
         s_fail(t, TP_ERR_SHAPE, scope, "a transposed conv needs a [N,C,H,W] "
                "input (rank 4), got %s (rank %d)", s_shape_str(&x->shape, a, 96),
@@ -1842,12 +1816,10 @@ tp_node_t *tp_conv2d_transpose(tp_tower_t *t, const char *scope, tp_node_t *x,
 }
 
 tp_node_t *tp_batch_norm(tp_tower_t *t, const char *scope, tp_node_t *x) {
-    if (!s_scope(t, scope))
+    if (!s_layer_scope(t, scope, x))
         return NULL;
     tp_node_t *y = NULL;
-    if (!x) {
-        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
-    } else if (x->shape.ndim < 2) {
+    if (x->shape.ndim < 2) {
         s_fail(t, TP_ERR_SHAPE, scope, "input has %d dims", x->shape.ndim);
     } else {
         int64_t cs[1] = {x->shape.d[1]};
@@ -2064,14 +2036,12 @@ tp_node_t *tp_instance_norm_op(tp_tower_t *t, const char *name, tp_node_t *x,
  * the op wants (count: layer norm's axes, group norm's groups). */
 static tp_node_t *s_norm_layer(tp_tower_t *t, const char *scope, tp_node_t *x,
                                tp_op_kind_t kind, int count) {
-    if (!s_scope(t, scope))
+    if (!s_layer_scope(t, scope, x))
         return NULL;
     tp_node_t *y = NULL;
     int64_t ps[TP_MAX_DIMS];
     int nd = 1;
-    if (!x) {
-        s_fail(t, TP_ERR_INVALID, scope, "input is NULL");
-    } else if (kind == TP_OP_LAYER_NORM && (count < 1 || count > x->shape.ndim)) {
+    if (kind == TP_OP_LAYER_NORM && (count < 1 || count > x->shape.ndim)) {
         char a[96];
         s_fail(t, TP_ERR_SHAPE, scope, "layer norm of x %s over its last %d axes",
                s_shape_str(&x->shape, a, 96), count);
