@@ -22,6 +22,7 @@
 
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/cpu_winograd4.h"
+#include "gpu/cpu/cpu_winograd_tile.h"
 
 #if defined(__clang__)
 #define S_AVX512 __attribute__((target("avx512f")))
@@ -47,14 +48,6 @@ size_t tp_wino_v_floats(const tp_wino_t *g) {
     return g->r == 4 ? tp_wino4_v_floats(g) : g->p * g->t * g->c;
 }
 size_t tp_wino_m_floats(const tp_wino_t *g) { return g->p * g->tp * g->o; }
-
-/* One job of the transforms: what a range's items read and write. */
-typedef struct {
-    const tp_wino_t *g;
-    const float *src, *b;
-    float *dst;
-    int relu, add;
-} s_job_t;
 
 /* ---- the 1-D transforms, four or three vectors at a time ------------------ */
 
@@ -112,7 +105,7 @@ S_AVX512 static inline void s_a(const __m512 *y, __m512 *o) {
  * the 16 kernels' 144 floats turned tap-major through a small buffer (a
  * plain copy loop: 10% faster than 9 gathers of 16 taps 9 floats apart). */
 S_AVX512 static void s_weights_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
+    const tp_wino_job_t *j = arg;
     const size_t c = j->g->c, plane = j->g->o * c;
     float tap[9][16] __attribute__((aligned(64)));
     for (size_t k = lo; k < hi; k++)
@@ -129,44 +122,30 @@ S_AVX512 static void s_weights_range(void *arg, size_t lo, size_t hi) {
                 for (int r = 0; r < 4; r++)
                     t[r][q] = row[r];
             }
-            for (int r = 0; r < 4; r++) {
-                s_g(t[r], row);
-                for (int s = 0; s < 4; s++)
-                    _mm512_storeu_ps(j->dst + (size_t)(r * 4 + s) * plane + k * c + c0, row[s]);
-            }
+            tp_wino_rows_store(s_g, 4, 3, 4, t[0], j->dst + k * c + c0, plane);
         }
 }
 
 void tp_wino_weights(const tp_wino_t *g, const float *w, float *u) {
     if (g->r == 4) /* made in blocks inside F(4x4)'s passes */
         return;
-    s_job_t j = {g, w, NULL, u, 0, 0};
+    tp_wino_job_t j = {g, w, NULL, u, 0, 0};
     tp_cpu_parallel(g->o, 1, 16, s_weights_range, &j);
 }
 
 /* Output channels [lo, hi): dw[k][c..c+15] = G^T dU G, stored or added
  * through a small tap-major buffer (tp_wino_taps_out). */
 S_AVX512 static void s_dweights_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
+    const tp_wino_job_t *j = arg;
     const size_t c = j->g->c, plane = j->g->o * c;
     float tap[9][16] __attribute__((aligned(64)));
     for (size_t k = lo; k < hi; k++)
         for (size_t c0 = 0; c0 < c; c0 += 16) {
             const float *du = j->src + k * c + c0;
             float *w = j->dst + (k * c + c0) * 9;
-            __m512 t[3][4], col[4], row[3];
-            for (int s = 0; s < 4; s++) { /* column s: G^T on positions s, 4 + s, ... */
-                for (int r = 0; r < 4; r++)
-                    col[r] = _mm512_loadu_ps(du + (size_t)(r * 4 + s) * plane);
-                s_gt(col, row);
-                for (int r = 0; r < 3; r++)
-                    t[r][s] = row[r];
-            }
-            for (int r = 0; r < 3; r++) {
-                s_gt(t[r], row);
-                for (int q = 0; q < 3; q++)
-                    _mm512_store_ps(tap[3 * r + q], row[q]);
-            }
+            __m512 t[3][4];
+            tp_wino_cols_load(s_gt, 4, 3, du, plane, t[0]);
+            tp_wino_rows_taps(s_gt, 4, t[0], tap);
             tp_wino_taps_out(w, (const float(*)[16])tap, j->add);
         }
 }
@@ -176,7 +155,7 @@ S_AVX512 static void s_dweights_range(void *arg, size_t lo, size_t hi) {
 /* Blocks [lo, hi) of x (image n, 16 channels b: item n * C/16 + b): V's
  * rows of the image's tiles, columns b * 16.. */
 S_AVX512 static void s_input_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
+    const tp_wino_job_t *j = arg;
     const tp_wino_t *g = j->g;
     const size_t cb = g->c / 16, plane = g->t * g->c;
     for (size_t it = lo; it < hi; it++) {
@@ -184,27 +163,11 @@ S_AVX512 static void s_input_range(void *arg, size_t lo, size_t hi) {
         const float *x = j->src + it * g->h * g->w * 16;
         for (size_t ti = 0; ti < g->th; ti++)
             for (size_t tj = 0; tj < g->tw; tj++) {
-                __m512 d[4][4], t[4][4], col[4], row[4];
-                for (int r = 0; r < 4; r++)
-                    for (int s = 0; s < 4; s++) {
-                        const long h = (long)(2 * ti) - 1 + r, w = (long)(2 * tj) - 1 + s;
-                        d[r][s] = h < 0 || w < 0 || h >= (long)g->h || w >= (long)g->w
-                                      ? _mm512_setzero_ps()
-                                      : _mm512_loadu_ps(x + ((size_t)h * g->w + (size_t)w) * 16);
-                    }
-                for (int s = 0; s < 4; s++) {
-                    for (int r = 0; r < 4; r++)
-                        col[r] = d[r][s];
-                    s_bt(col, row);
-                    for (int r = 0; r < 4; r++)
-                        t[r][s] = row[r];
-                }
+                __m512 d[4][4], t[4][4];
+                tp_wino_tile_load(g, x, (long)(2 * ti) - 1, (long)(2 * tj) - 1, 4, d[0]);
+                tp_wino_cols(s_bt, 4, 4, 4, d[0], t[0]);
                 float *v = j->dst + ((n * g->th + ti) * g->tw + tj) * g->c + b * 16;
-                for (int r = 0; r < 4; r++) {
-                    s_bt(t[r], row);
-                    for (int s = 0; s < 4; s++)
-                        _mm512_storeu_ps(v + (size_t)(r * 4 + s) * plane, row[s]);
-                }
+                tp_wino_rows_store(s_bt, 4, 4, 4, t[0], v, plane);
             }
     }
 }
@@ -214,51 +177,19 @@ void tp_wino_input(const tp_wino_t *g, const float *x, float *v) {
         tp_wino4_input(g, x, v);
         return;
     }
-    s_job_t j = {g, x, NULL, v, 0, 0};
+    tp_wino_job_t j = {g, x, NULL, v, 0, 0};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_input_range, &j);
 }
 
-/* Blocks [lo, hi) of y (image n, 16 channels b): A^T M A of its tiles,
- * plus the bias, through the relu; the tiles' parts past the edge dropped. */
+/* Blocks [lo, hi) of y: A^T M A of its 2x2 tiles, plus the bias, through
+ * the relu (tp_wino_output_range). */
 S_AVX512 static void s_output_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
-    const tp_wino_t *g = j->g;
-    const size_t ob = g->o / 16, plane = g->t * g->o;
-    for (size_t it = lo; it < hi; it++) {
-        const size_t n = it / ob, b = it % ob;
-        const __m512 bias = j->b ? _mm512_loadu_ps(j->b + b * 16) : _mm512_setzero_ps();
-        float *y = j->dst + it * g->h * g->w * 16;
-        for (size_t ti = 0; ti < g->th; ti++)
-            for (size_t tj = 0; tj < g->tw; tj++) {
-                const float *m = j->src + ((n * g->th + ti) * g->tw + tj) * g->o + b * 16;
-                __m512 t[2][4], col[4], row[4];
-                for (int s = 0; s < 4; s++) {
-                    for (int r = 0; r < 4; r++)
-                        col[r] = _mm512_loadu_ps(m + (size_t)(r * 4 + s) * plane);
-                    s_at(col, row);
-                    t[0][s] = row[0];
-                    t[1][s] = row[1];
-                }
-                for (int r = 0; r < 2; r++) {
-                    const size_t h = 2 * ti + (size_t)r;
-                    s_at(t[r], row);
-                    for (int s = 0; s < 2; s++) {
-                        const size_t w = 2 * tj + (size_t)s;
-                        if (h >= g->h || w >= g->w)
-                            continue;
-                        __m512 v = _mm512_add_ps(row[s], bias);
-                        if (j->relu)
-                            v = _mm512_max_ps(v, _mm512_setzero_ps());
-                        _mm512_storeu_ps(y + (h * g->w + w) * 16, v);
-                    }
-                }
-            }
-    }
+    tp_wino_output_range(arg, lo, hi, s_at, 2, 4);
 }
 
 /* Blocks [lo, hi) of dy: dM = A dy A^T of its 2x2 tiles. */
 S_AVX512 static void s_grad_output_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
+    const tp_wino_job_t *j = arg;
     const tp_wino_t *g = j->g;
     const size_t ob = g->o / 16, plane = g->t * g->o;
     for (size_t it = lo; it < hi; it++) {
@@ -266,27 +197,11 @@ S_AVX512 static void s_grad_output_range(void *arg, size_t lo, size_t hi) {
         const float *dy = j->src + it * g->h * g->w * 16;
         for (size_t ti = 0; ti < g->th; ti++)
             for (size_t tj = 0; tj < g->tw; tj++) {
-                __m512 d[2][2], t[4][2], col[2], row[4];
-                for (int r = 0; r < 2; r++)
-                    for (int s = 0; s < 2; s++) {
-                        const size_t h = 2 * ti + (size_t)r, w = 2 * tj + (size_t)s;
-                        d[r][s] = h >= g->h || w >= g->w
-                                      ? _mm512_setzero_ps()
-                                      : _mm512_loadu_ps(dy + (h * g->w + w) * 16);
-                    }
-                for (int s = 0; s < 2; s++) {
-                    col[0] = d[0][s];
-                    col[1] = d[1][s];
-                    s_a(col, row);
-                    for (int r = 0; r < 4; r++)
-                        t[r][s] = row[r];
-                }
+                __m512 d[2][2], t[4][2];
+                tp_wino_tile_load(g, dy, (long)(2 * ti), (long)(2 * tj), 2, d[0]);
+                tp_wino_cols(s_a, 2, 4, 2, d[0], t[0]);
                 float *m = j->dst + ((n * g->th + ti) * g->tw + tj) * g->o + b * 16;
-                for (int r = 0; r < 4; r++) {
-                    s_a(t[r], row);
-                    for (int s = 0; s < 4; s++)
-                        _mm512_storeu_ps(m + (size_t)(r * 4 + s) * plane, row[s]);
-                }
+                tp_wino_rows_store(s_a, 4, 2, 4, t[0], m, plane);
             }
     }
 }
@@ -296,7 +211,7 @@ void tp_wino_grad_output(const tp_wino_t *g, const float *dy, float *dm) {
         tp_wino4_grad_output(g, dy, dm);
         return;
     }
-    s_job_t j = {g, dy, NULL, dm, 0, 0};
+    tp_wino_job_t j = {g, dy, NULL, dm, 0, 0};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_grad_output_range, &j);
 }
 
@@ -304,7 +219,7 @@ void tp_wino_grad_output(const tp_wino_t *g, const float *dy, float *dm) {
  * over the image's tiles (neighbours overlap by two rows or columns: one
  * item owns all of a block's tiles, so no two threads add to one place). */
 S_AVX512 static void s_grad_input_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
+    const tp_wino_job_t *j = arg;
     const tp_wino_t *g = j->g;
     const size_t cb = g->c / 16, plane = g->t * g->c;
     for (size_t it = lo; it < hi; it++) {
@@ -315,27 +230,9 @@ S_AVX512 static void s_grad_input_range(void *arg, size_t lo, size_t hi) {
         for (size_t ti = 0; ti < g->th; ti++)
             for (size_t tj = 0; tj < g->tw; tj++) {
                 const float *v = j->src + ((n * g->th + ti) * g->tw + tj) * g->c + b * 16;
-                __m512 t[4][4], col[4], row[4];
-                for (int s = 0; s < 4; s++) {
-                    for (int r = 0; r < 4; r++)
-                        col[r] = _mm512_loadu_ps(v + (size_t)(r * 4 + s) * plane);
-                    s_b(col, row);
-                    for (int r = 0; r < 4; r++)
-                        t[r][s] = row[r];
-                }
-                for (int r = 0; r < 4; r++) {
-                    const long h = (long)(2 * ti) - 1 + r;
-                    if (h < 0 || h >= (long)g->h)
-                        continue;
-                    s_b(t[r], row);
-                    for (int s = 0; s < 4; s++) {
-                        const long w = (long)(2 * tj) - 1 + s;
-                        if (w < 0 || w >= (long)g->w)
-                            continue;
-                        float *at = dx + ((size_t)h * g->w + (size_t)w) * 16;
-                        _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), row[s]));
-                    }
-                }
+                __m512 t[4][4];
+                tp_wino_cols_load(s_b, 4, 4, v, plane, t[0]);
+                tp_wino_rows_add(s_b, 4, t[0], g, dx, (long)(2 * ti) - 1, (long)(2 * tj) - 1);
             }
     }
 }
@@ -369,7 +266,7 @@ tp_status_t tp_wino_forward(const tp_wino_t *g, const float *v, float *u, const 
         return TP_OK;
     }
     TP_TRY(s_gemms('N', 'T', g->t, g->o, g->c, v, g->c, u, g->c, m, name));
-    s_job_t j = {g, m, b, y, relu, 0};
+    tp_wino_job_t j = {g, m, b, y, relu, 0};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_output_range, &j);
     return TP_OK;
 }
@@ -382,7 +279,7 @@ tp_status_t tp_wino_backward_data(const tp_wino_t *g, const float *dm, float *u,
         return TP_OK;
     }
     TP_TRY(s_gemms('N', 'N', g->t, g->c, g->o, dm, g->o, u, g->c, dv, name));
-    s_job_t j = {g, dv, NULL, dx, 0, add};
+    tp_wino_job_t j = {g, dv, NULL, dx, 0, add};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_grad_input_range, &j);
     return TP_OK;
 }
@@ -394,7 +291,7 @@ tp_status_t tp_wino_backward_weights(const tp_wino_t *g, const float *dm, const 
         return TP_OK;
     }
     TP_TRY(s_gemms('T', 'N', g->o, g->c, g->t, dm, g->o, v, g->c, du, name));
-    s_job_t j = {g, du, NULL, dw, 0, add};
+    tp_wino_job_t j = {g, du, NULL, dw, 0, add};
     tp_cpu_parallel(g->o, 1, 16, s_dweights_range, &j);
     return TP_OK;
 }

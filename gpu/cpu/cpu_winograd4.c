@@ -35,6 +35,7 @@
 
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/cpu_gemm.h"
+#include "gpu/cpu/cpu_winograd_tile.h"
 
 #if defined(__clang__)
 #define S_AVX512 __attribute__((target("avx512f")))
@@ -43,13 +44,6 @@
 #endif
 
 enum { S_A = 6, S_R = 4, S_P = 36 };
-
-typedef struct {
-    const tp_wino_t *g;
-    const float *src, *b;
-    float *dst;
-    int relu, add;
-} s_job_t;
 
 /* V's floats from one position to the next (its panels of 32 channels:
  * C rounded up to 32) */
@@ -216,11 +210,7 @@ S_AVX512 static void s_u_block(const tp_wino_t *g, const float *w, size_t o0, si
                             t[r][q] = row[r];
                     }
                     float *uo = u + (kp - o0) / 32 * ps + (cb - c0 + (size_t)ci) * 32 + k0 % 32;
-                    for (int r = 0; r < S_A; r++) {
-                        s_g(t[r], row);
-                        for (int s = 0; s < S_A; s++)
-                            _mm512_storeu_ps(uo + (size_t)(r * S_A + s) * plane, row[s]);
-                    }
+                    tp_wino_rows_store(s_g, S_A, 3, S_A, t[0], uo, plane);
                 }
             }
 }
@@ -235,19 +225,9 @@ S_AVX512 static void s_dweights(const tp_wino_t *g, const float *du, size_t plan
         for (size_t c0 = 0; c0 < c; c0 += 16) {
             const float *d = du + (k - k0) * c + c0;
             float *w = dw + (k * c + c0) * 9;
-            __m512 t[3][S_A], col[S_A], row[3];
-            for (int s = 0; s < S_A; s++) {
-                for (int r = 0; r < S_A; r++)
-                    col[r] = _mm512_loadu_ps(d + (size_t)(r * S_A + s) * plane);
-                s_gt(col, row);
-                for (int r = 0; r < 3; r++)
-                    t[r][s] = row[r];
-            }
-            for (int r = 0; r < 3; r++) {
-                s_gt(t[r], row);
-                for (int q = 0; q < 3; q++)
-                    _mm512_store_ps(tap[3 * r + q], row[q]);
-            }
+            __m512 t[3][S_A];
+            tp_wino_cols_load(s_gt, S_A, 3, d, plane, t[0]);
+            tp_wino_rows_taps(s_gt, S_A, t[0], tap);
             tp_wino_taps_out(w, (const float(*)[16])tap, add);
         }
 }
@@ -257,7 +237,7 @@ S_AVX512 static void s_dweights(const tp_wino_t *g, const float *du, size_t plan
 /* Blocks [lo, hi) of x (image n, 16 channels b): V's rows of the image's
  * tiles in panel b / 2, columns b % 2 * 16.. */
 S_AVX512 static void s_input_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
+    const tp_wino_job_t *j = arg;
     const tp_wino_t *g = j->g;
     const size_t cb = g->c / 16, plane = s_v_plane(g);
     for (size_t it = lo; it < hi; it++) {
@@ -265,79 +245,31 @@ S_AVX512 static void s_input_range(void *arg, size_t lo, size_t hi) {
         const float *x = j->src + it * g->h * g->w * 16;
         for (size_t ti = 0; ti < g->th; ti++)
             for (size_t tj = 0; tj < g->tw; tj++) {
-                __m512 t[S_A][S_A], col[S_A], row[S_A];
-                for (int s = 0; s < S_A; s++) {
-                    const long w = (long)(S_R * tj) - 1 + s;
-                    for (int r = 0; r < S_A; r++) {
-                        const long h = (long)(S_R * ti) - 1 + r;
-                        col[r] = h < 0 || w < 0 || h >= (long)g->h || w >= (long)g->w
-                                     ? _mm512_setzero_ps()
-                                     : _mm512_loadu_ps(x + ((size_t)h * g->w + (size_t)w) * 16);
-                    }
-                    s_bt(col, row);
-                    for (int r = 0; r < S_A; r++)
-                        t[r][s] = row[r];
-                }
+                __m512 d[S_A][S_A], t[S_A][S_A];
+                tp_wino_tile_load(g, x, (long)(S_R * ti) - 1, (long)(S_R * tj) - 1, S_A, d[0]);
+                tp_wino_cols(s_bt, S_A, S_A, S_A, d[0], t[0]);
                 const size_t tile = (n * g->th + ti) * g->tw + tj;
                 float *v = j->dst + b / 2 * g->t * 32 + tile * 32 + b % 2 * 16;
-                for (int r = 0; r < S_A; r++) {
-                    s_bt(t[r], row);
-                    for (int s = 0; s < S_A; s++)
-                        _mm512_storeu_ps(v + (size_t)(r * S_A + s) * plane, row[s]);
-                }
+                tp_wino_rows_store(s_bt, S_A, S_A, S_A, t[0], v, plane);
             }
     }
 }
 
 void tp_wino4_input(const tp_wino_t *g, const float *x, float *v) {
-    s_job_t j = {g, x, NULL, v, 0, 0};
+    tp_wino_job_t j = {g, x, NULL, v, 0, 0};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_input_range, &j);
 }
 
-/* Blocks [lo, hi) of y (image n, 16 channels b): A^T M A of its tiles,
- * plus the bias, through the relu; the tiles' parts past the edge dropped. */
+/* Blocks [lo, hi) of y: A^T M A of its 4x4 tiles, plus the bias, through
+ * the relu (tp_wino_output_range). */
 S_AVX512 static void s_output_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
-    const tp_wino_t *g = j->g;
-    const size_t ob = g->o / 16, plane = g->t * g->o;
-    for (size_t it = lo; it < hi; it++) {
-        const size_t n = it / ob, b = it % ob;
-        const __m512 bias = j->b ? _mm512_loadu_ps(j->b + b * 16) : _mm512_setzero_ps();
-        float *y = j->dst + it * g->h * g->w * 16;
-        for (size_t ti = 0; ti < g->th; ti++)
-            for (size_t tj = 0; tj < g->tw; tj++) {
-                const float *m = j->src + ((n * g->th + ti) * g->tw + tj) * g->o + b * 16;
-                __m512 t[S_R][S_A], col[S_A], row[S_R];
-                for (int s = 0; s < S_A; s++) {
-                    for (int r = 0; r < S_A; r++)
-                        col[r] = _mm512_loadu_ps(m + (size_t)(r * S_A + s) * plane);
-                    s_at(col, row);
-                    for (int r = 0; r < S_R; r++)
-                        t[r][s] = row[r];
-                }
-                for (int r = 0; r < S_R; r++) {
-                    const size_t h = S_R * ti + (size_t)r;
-                    if (h >= g->h)
-                        continue;
-                    s_at(t[r], row);
-                    for (int s = 0; s < S_R; s++) {
-                        const size_t w = S_R * tj + (size_t)s;
-                        if (w >= g->w)
-                            continue;
-                        __m512 v = _mm512_add_ps(row[s], bias);
-                        if (j->relu)
-                            v = _mm512_max_ps(v, _mm512_setzero_ps());
-                        _mm512_storeu_ps(y + (h * g->w + w) * 16, v);
-                    }
-                }
-            }
-    }
+    tp_wino_output_range(arg, lo, hi, s_at, S_R, S_A);
 }
 
 /* Blocks [lo, hi) of dy (image n, 16 channels b): dM = A dy A^T of its
  * 4x4 tiles, written with the tiles contiguous (16 channels Tp apart). */
 S_AVX512 static void s_grad_output_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
+    const tp_wino_job_t *j = arg;
     const tp_wino_t *g = j->g;
     const size_t ob = g->o / 16, plane = g->o * g->tp;
     const __m512i at = _mm512_mullo_epi32(
@@ -348,19 +280,9 @@ S_AVX512 static void s_grad_output_range(void *arg, size_t lo, size_t hi) {
         const float *dy = j->src + it * g->h * g->w * 16;
         for (size_t ti = 0; ti < g->th; ti++)
             for (size_t tj = 0; tj < g->tw; tj++) {
-                __m512 t[S_A][S_R], col[S_R], row[S_A];
-                for (int s = 0; s < S_R; s++) {
-                    const size_t w = S_R * tj + (size_t)s;
-                    for (int r = 0; r < S_R; r++) {
-                        const size_t h = S_R * ti + (size_t)r;
-                        col[r] = h >= g->h || w >= g->w
-                                     ? _mm512_setzero_ps()
-                                     : _mm512_loadu_ps(dy + (h * g->w + w) * 16);
-                    }
-                    s_a(col, row);
-                    for (int r = 0; r < S_A; r++)
-                        t[r][s] = row[r];
-                }
+                __m512 d[S_R][S_R], t[S_A][S_R], row[S_A];
+                tp_wino_tile_load(g, dy, (long)(S_R * ti), (long)(S_R * tj), S_R, d[0]);
+                tp_wino_cols(s_a, S_R, S_A, S_R, d[0], t[0]);
                 const size_t tile = (n * g->th + ti) * g->tw + tj;
                 float *m = j->dst + b * 16 * g->tp + tile;
                 for (int r = 0; r < S_A; r++) {
@@ -378,7 +300,7 @@ void tp_wino4_grad_output(const tp_wino_t *g, const float *dy, float *dm) {
     if (g->tp > g->t)
         for (size_t r = 0; r < S_P * g->o; r++)
             memset(dm + r * g->tp + g->t, 0, (g->tp - g->t) * sizeof(float));
-    s_job_t j = {g, dy, NULL, dm, 0, 0};
+    tp_wino_job_t j = {g, dy, NULL, dm, 0, 0};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_grad_output_range, &j);
 }
 
@@ -386,7 +308,7 @@ void tp_wino4_grad_output(const tp_wino_t *g, const float *dy, float *dm) {
  * over the image's tiles (neighbours overlap by two rows or columns: one
  * item owns all of a block's tiles). dV's 16 channels are Tp apart. */
 S_AVX512 static void s_grad_input_range(void *arg, size_t lo, size_t hi) {
-    const s_job_t *j = arg;
+    const tp_wino_job_t *j = arg;
     const tp_wino_t *g = j->g;
     const size_t cb = g->c / 16, plane = g->c * g->tp;
     const __m512i at = _mm512_mullo_epi32(
@@ -409,19 +331,8 @@ S_AVX512 static void s_grad_input_range(void *arg, size_t lo, size_t hi) {
                     for (int r = 0; r < S_A; r++)
                         t[r][s] = row[r];
                 }
-                for (int r = 0; r < S_A; r++) {
-                    const long h = (long)(S_R * ti) - 1 + r;
-                    if (h < 0 || h >= (long)g->h)
-                        continue;
-                    s_b(t[r], row);
-                    for (int s = 0; s < S_A; s++) {
-                        const long w = (long)(S_R * tj) - 1 + s;
-                        if (w < 0 || w >= (long)g->w)
-                            continue;
-                        float *to = dx + ((size_t)h * g->w + (size_t)w) * 16;
-                        _mm512_storeu_ps(to, _mm512_add_ps(_mm512_loadu_ps(to), row[s]));
-                    }
-                }
+                tp_wino_rows_add(s_b, S_A, t[0], g, dx, (long)(S_R * ti) - 1,
+                                 (long)(S_R * tj) - 1);
             }
     }
 }
@@ -535,7 +446,7 @@ void tp_wino4_forward(const tp_wino_t *g, const float *v, const float *w, float 
                       const float *b, int relu, float *m, float *y) {
     s_pass_t f = {g, w, v, room, m, 0};
     tp_cpu_parallel((g->o + 31) / 32, 1, 1, s_forward_range, &f);
-    s_job_t j = {g, m, b, y, relu, 0};
+    tp_wino_job_t j = {g, m, b, y, relu, 0};
     tp_cpu_parallel(g->n * (g->o / 16), 1, 4, s_output_range, &j);
 }
 
@@ -567,7 +478,7 @@ void tp_wino4_backward_data(const tp_wino_t *g, const float *dm, const float *w,
                             float *dv, float *dx, int add) {
     s_pass_t d = {g, w, dm, room, dv, 0};
     tp_cpu_parallel((g->c + S_BC - 1) / S_BC, 1, 1, s_backward_data_range, &d);
-    s_job_t j = {g, dv, NULL, dx, 0, add};
+    tp_wino_job_t j = {g, dv, NULL, dx, 0, add};
     tp_cpu_parallel(g->n * (g->c / 16), 1, 4, s_grad_input_range, &j);
 }
 
