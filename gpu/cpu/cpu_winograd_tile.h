@@ -37,14 +37,15 @@ typedef struct {
 } tp_wino_job_t;
 
 /* A tile of n x n pixels of an nChw16c block (16 channels, g->h x g->w)
- * into d [n x n], from row h0 and column w0 (-1: a pixel past the top or
- * left edge); zeros past the edges. */
-TP_WINO_TILE void tp_wino_tile_load(const tp_wino_t *g, const float *src, long h0, long w0,
-                                    int n, __m512 *d) {
+ * into d [n x n], from row h0 - pad and column w0 - pad (pad 1: the
+ * input tiles, which start a pixel before their output tile's; 0: the
+ * output's, which never start before the block); zeros past the edges. */
+TP_WINO_TILE void tp_wino_tile_load(const tp_wino_t *g, const float *src, size_t h0,
+                                    size_t w0, int pad, int n, __m512 *d) {
     for (int r = 0; r < n; r++)
         for (int s = 0; s < n; s++) {
-            const long h = h0 + r, w = w0 + s;
-            d[r * n + s] = h < 0 || w < 0 || h >= (long)g->h || w >= (long)g->w
+            const long h = (long)h0 - pad + r, w = (long)w0 - pad + s;
+            d[r * n + s] = (pad && (h < 0 || w < 0)) || h >= (long)g->h || w >= (long)g->w
                                ? _mm512_setzero_ps()
                                : _mm512_loadu_ps(src + ((size_t)h * g->w + (size_t)w) * 16);
         }
