@@ -91,15 +91,37 @@ Test(dnnl_ops, pooling_matches_the_own_kernels_stored_and_added) {
         }
 }
 
+/* A batch norm's attributes in the tests' three modes: 0 training,
+ * updating the moving averages; 1 training, not updating them; 2
+ * inference. */
+static tp_op_attr_t s_bnorm_attr(int mode) {
+    tp_op_attr_t a = {0};
+    a.eps = 1e-5f;
+    a.alpha = 0.9f;
+    a.training = mode < 2;
+    a.update_state = mode == 0;
+    return a;
+}
+
+/* Two batch norm calls, got against want: y, with `grads` dx, dgamma and
+ * dbeta, and the moving averages, within 2e-5. */
+static void s_close_bnorm(const call_t *got, const call_t *want, int grads) {
+    const size_t nx = tp_shape_count(&got->xs[0]), c = (size_t)got->xs[0].d[1];
+    s_close(got->y, want->y, nx, 2e-5f, "y");
+    if (grads) {
+        s_close(got->dx[0], want->dx[0], nx, 2e-5f, "dx");
+        s_close(got->dx[1], want->dx[1], c, 2e-5f, "dgamma");
+        s_close(got->dx[2], want->dx[2], c, 2e-5f, "dbeta");
+    }
+    for (int i = 0; i < 2; i++)
+        s_close(got->state[i], want->state[i], c, 2e-5f, "moving average");
+}
+
 Test(dnnl_ops, batch_norm_matches_the_own_kernels) {
     const tp_shape_t shapes[] = {{4, {4, 24, 7, 9}}, {2, {16, 40}}, {3, {3, 8, 11}}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int mode = 0; mode < 3; mode++) {
-            tp_op_attr_t a = {0};
-            a.eps = 1e-5f;
-            a.alpha = 0.9f;
-            a.training = mode < 2;    /* 2: the moving averages (inference) */
-            a.update_state = mode == 0;
+            const tp_op_attr_t a = s_bnorm_attr(mode); /* 2: the moving averages */
             s_compare("TP_CPU_BNORM", TP_OP_BATCH_NORM, &a, shapes[i], shapes[i], mode == 1,
                       2e-5f);
         }
@@ -198,15 +220,10 @@ static void s_16(float *v, const tp_shape_t *s, int to_plain) {
  * TP_CPU_BNORM=own a blocked call is oneDNN's (ops_cpu.c reads NCHW). */
 Test(dnnl_ops, batch_norm_on_nchw16c_matches_the_plain_call) {
     const tp_shape_t xs = {4, {4, 32, 7, 9}};
-    const size_t nx = tp_shape_count(&xs);
     tp_backend_t *b = tp_backend_cpu_new(1);
     cr_assert_not_null(b, "%s", tp_last_error());
     for (int mode = 0; mode < 3; mode++) {
-        tp_op_attr_t a = {0};
-        a.eps = 1e-5f;
-        a.alpha = 0.9f;
-        a.training = mode < 2; /* 2: inference, forward only */
-        a.update_state = mode == 0;
+        const tp_op_attr_t a = s_bnorm_attr(mode); /* 2: forward only */
         call_t t[2];
         for (int p = 0; p < 2; p++) {
             setenv("TP_CPU_BNORM", p ? "own" : "dnnl", 1);
@@ -229,15 +246,9 @@ Test(dnnl_ops, batch_norm_on_nchw16c_matches_the_plain_call) {
                              p ? TP_ERR_UNSUPPORTED : TP_OK);
         }
         s_16(t[1].y, &xs, 1);
-        s_close(t[1].y, t[0].y, nx, 2e-5f, "y");
-        if (mode < 2) {
+        if (mode < 2)
             s_16(t[1].dx[0], &xs, 1);
-            s_close(t[1].dx[0], t[0].dx[0], nx, 2e-5f, "dx");
-            s_close(t[1].dx[1], t[0].dx[1], 32, 2e-5f, "dgamma");
-            s_close(t[1].dx[2], t[0].dx[2], 32, 2e-5f, "dbeta");
-        }
-        for (int i = 0; i < 2; i++)
-            s_close(t[1].state[i], t[0].state[i], 32, 2e-5f, "moving average");
+        s_close_bnorm(&t[1], &t[0], mode < 2);
         s_free(&t[0]);
         s_free(&t[1]);
     }
@@ -311,11 +322,7 @@ Test(dnnl_ops, batch_norm_with_a_folded_relu_matches_the_own_kernels) {
     cr_assert_not_null(b, "%s", tp_last_error());
     for (int blk = 0; blk < 2; blk++)
         for (int mode = 0; mode < 3; mode++) {
-            tp_op_attr_t a = {0};
-            a.eps = 1e-5f;
-            a.alpha = 0.9f;
-            a.training = mode < 2; /* 2: inference (the backward is ops_cpu.c's) */
-            a.update_state = mode == 0;
+            tp_op_attr_t a = s_bnorm_attr(mode); /* 2: the backward is ops_cpu.c's */
             a.act = TP_ACT_RELU;
             if (blk && mode == 2)
                 continue; /* an inference-mode backward on nChw16c is refused */
@@ -339,12 +346,7 @@ Test(dnnl_ops, batch_norm_with_a_folded_relu_matches_the_own_kernels) {
             for (size_t i = 0; i < nx; i++)
                 zeros += t[1].y[i] == 0.0f;
             cr_assert(zeros > nx / 4 && zeros < 3 * nx / 4, "%zu of %zu clamped", zeros, nx);
-            s_close(t[0].y, t[1].y, nx, 2e-5f, "y");
-            s_close(t[0].dx[0], t[1].dx[0], nx, 2e-5f, "dx");
-            s_close(t[0].dx[1], t[1].dx[1], 32, 2e-5f, "dgamma");
-            s_close(t[0].dx[2], t[1].dx[2], 32, 2e-5f, "dbeta");
-            for (int i = 0; i < 2; i++)
-                s_close(t[0].state[i], t[1].state[i], 32, 2e-5f, "moving average");
+            s_close_bnorm(&t[0], &t[1], 1);
             s_free(&t[0]);
             s_free(&t[1]);
         }
