@@ -131,4 +131,22 @@ static inline void oct_close(const float *a, const float *b, size_t n, float tol
                   what, i, (double)a[i], (double)b[i]);
 }
 
+/* [N, C, H, W] between NCHW and nChw16c (C a multiple of 16), in place:
+ * to_plain 0 blocks v, 1 unblocks it (the layout tp_op_call_t.blk16 says
+ * a blocked chain's operands are in). */
+static inline void oct_16(float *v, const tp_shape_t *s, int to_plain) {
+    const size_t n = (size_t)s->d[0], c = (size_t)s->d[1], p = (size_t)(s->d[2] * s->d[3]);
+    float *tmp = malloc(n * c * p * sizeof(float));
+    cr_assert_not_null(tmp);
+    for (size_t b = 0; b < n; b++)
+        for (size_t ch = 0; ch < c; ch++)
+            for (size_t i = 0; i < p; i++) {
+                const size_t plain = (b * c + ch) * p + i;
+                const size_t blk = ((b * (c / 16) + ch / 16) * p + i) * 16 + ch % 16;
+                tmp[to_plain ? plain : blk] = v[to_plain ? blk : plain];
+            }
+    memcpy(v, tmp, n * c * p * sizeof(float));
+    free(tmp);
+}
+
 #endif

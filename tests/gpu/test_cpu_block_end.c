@@ -15,22 +15,6 @@
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/op_call_testutil.h"
 
-/* [N, C, H, W] between NCHW and nChw16c (C a multiple of 16), in place */
-static void s_16(float *v, const tp_shape_t *s, int to_plain) {
-    const size_t n = (size_t)s->d[0], c = (size_t)s->d[1], p = (size_t)(s->d[2] * s->d[3]);
-    float *tmp = malloc(n * c * p * sizeof(float));
-    cr_assert_not_null(tmp);
-    for (size_t b = 0; b < n; b++)
-        for (size_t ch = 0; ch < c; ch++)
-            for (size_t i = 0; i < p; i++) {
-                const size_t plain = (b * c + ch) * p + i;
-                const size_t blk = ((b * (c / 16) + ch / 16) * p + i) * 16 + ch % 16;
-                tmp[to_plain ? plain : blk] = v[to_plain ? blk : plain];
-            }
-    memcpy(v, tmp, n * c * p * sizeof(float));
-    free(tmp);
-}
-
 typedef struct {
     oct_call_t t;
     float *skip, *dskip; /* [xs] */
@@ -87,9 +71,9 @@ static void s_reference(tp_backend_t *b, s_case_t *r, int relu, int backward) {
 static void s_fused(tp_backend_t *b, s_case_t *f, int relu, int backward, int blk) {
     const tp_shape_t *xs = &f->t.xs[0];
     if (blk) {
-        s_16(f->t.x[0], xs, 0);
-        s_16(f->t.dy, xs, 0);
-        s_16(f->skip, xs, 0);
+        oct_16(f->t.x[0], xs, 0);
+        oct_16(f->t.dy, xs, 0);
+        oct_16(f->skip, xs, 0);
         f->t.c.blk16 = 1u | TP_BLK16_Y;
     }
     f->t.attr.act = relu ? TP_ACT_RELU : TP_ACT_NONE;
@@ -102,9 +86,9 @@ static void s_fused(tp_backend_t *b, s_case_t *f, int relu, int backward, int bl
     if (backward)
         oct_backward(b, &f->t.c);
     if (blk) {
-        s_16(f->t.y, xs, 1);
-        s_16(f->t.dx[0], xs, 1);
-        s_16(f->dskip, xs, 1);
+        oct_16(f->t.y, xs, 1);
+        oct_16(f->t.dx[0], xs, 1);
+        oct_16(f->dskip, xs, 1);
     }
 }
 

@@ -620,37 +620,6 @@ Test(dnnl_conv, an_unknown_algorithm_is_refused_by_name) {
 /* ---- nChw16c operands (tp_op_call_t.blk16: gpu/graph/fold.c keeps a
  * tensor blocked between the ops that take it) ------------------------------ */
 
-/* [N, C, H, W] between NCHW and nChw16c (C a multiple of 16), plain loops */
-static void s_16(const float *src, float *dst, const tp_shape_t *s, int to_plain) {
-    const size_t n = (size_t)s->d[0], c = (size_t)s->d[1], p = (size_t)(s->d[2] * s->d[3]);
-    for (size_t b = 0; b < n; b++)
-        for (size_t ch = 0; ch < c; ch++)
-            for (size_t i = 0; i < p; i++) {
-                const size_t plain = (b * c + ch) * p + i;
-                const size_t blk = ((b * (c / 16) + ch / 16) * p + i) * 16 + ch % 16;
-                if (to_plain)
-                    dst[plain] = src[blk];
-                else
-                    dst[blk] = src[plain];
-            }
-}
-
-static void s_block(float *v, const tp_shape_t *s) {
-    const size_t n = tp_shape_count(s);
-    float *tmp = malloc(n * sizeof(float));
-    s_16(v, tmp, s, 0);
-    memcpy(v, tmp, n * sizeof(float));
-    free(tmp);
-}
-
-static void s_unblock(float *v, const tp_shape_t *s) {
-    const size_t n = tp_shape_count(s);
-    float *tmp = malloc(n * sizeof(float));
-    s_16(v, tmp, s, 1);
-    memcpy(v, tmp, n * sizeof(float));
-    free(tmp);
-}
-
 /* The same primitives run on the same blocked data, so the numbers are the
  * plain call's to the bit: x, y or both kept blocked, gradients stored and
  * added, Winograd (3x3 stride 1, 32 channels), direct stride 2 with a
@@ -678,21 +647,21 @@ Test(dnnl_conv, nchw16c_operands_give_the_plain_calls_numbers) {
                     p.grads[0] = p.grads[1] = q.grads[0] = q.grads[1] = NULL;
                 }
                 if (m & 1u)
-                    s_block(q.x, &q.xs[0]);
+                    oct_16(q.x, &q.xs[0], 0);
                 if (m & TP_BLK16_Y)
-                    s_block(q.dy, &q.ys);
+                    oct_16(q.dy, &q.ys, 0);
                 q.c.blk16 = m;
                 s_plan(b, &p);
                 s_plan(b, &q);
                 s_step(b, &p, acc == 1);
                 s_step(b, &q, acc == 1);
                 if (m & TP_BLK16_Y)
-                    s_unblock(q.y, &q.ys);
+                    oct_16(q.y, &q.ys, 1);
                 cr_assert(!memcmp(p.y, q.y, p.ny * sizeof(float)), "geometry %zu, mask %zu: y",
                           gi, mi);
                 if (acc < 2) {
                     if (m & 1u)
-                        s_unblock(q.dx, &q.xs[0]);
+                        oct_16(q.dx, &q.xs[0], 1);
                     cr_assert(!memcmp(p.dx, q.dx, p.nx * sizeof(float)),
                               "geometry %zu, mask %zu, acc %d: dx", gi, mi, acc);
                     cr_assert(!memcmp(p.dw, q.dw, p.nw * sizeof(float)),
@@ -720,15 +689,15 @@ Test(dnnl_conv, nchw16c_operands_give_the_plain_calls_numbers) {
  * unblocked into t. */
 static void s_f2_check(tp_backend_t *b, conv_t *t, const geom_t *g, int acc, double bound,
                        const char *what) {
-    s_block(t->x, &t->xs[0]);
-    s_block(t->dy, &t->ys);
+    oct_16(t->x, &t->xs[0], 0);
+    oct_16(t->dy, &t->ys, 0);
     t->c.blk16 = 1u | TP_BLK16_Y;
     s_plan(b, t);
     s_step(b, t, acc);
-    s_unblock(t->x, &t->xs[0]);
-    s_unblock(t->dy, &t->ys);
-    s_unblock(t->y, &t->ys);
-    s_unblock(t->dx, &t->xs[0]);
+    oct_16(t->x, &t->xs[0], 1);
+    oct_16(t->dy, &t->ys, 1);
+    oct_16(t->y, &t->ys, 1);
+    oct_16(t->dx, &t->xs[0], 1);
     double *y = malloc(t->ny * sizeof *y), *dx = malloc(t->nx * sizeof *dx);
     double *dw = malloc(t->nw * sizeof *dw);
     if (t->attr.act == TP_ACT_RELU) /* the relu's backward: dy where y > 0 */
@@ -848,8 +817,8 @@ Test(dnnl_conv, auto_leaves_7x7_past_16_images_to_onednn) {
         conv_t t[3];
         for (int k = 0; k < 3; k++) {
             s_conv(&t[k], &g);
-            s_block(t[k].x, &t[k].xs[0]);
-            s_block(t[k].dy, &t[k].ys);
+            oct_16(t[k].x, &t[k].xs[0], 0);
+            oct_16(t[k].dy, &t[k].ys, 0);
             t[k].c.blk16 = 1u | TP_BLK16_Y;
             s_plan(bs[k], &t[k]);
             s_step(bs[k], &t[k], 0);
@@ -881,10 +850,10 @@ static void s_ours_again(const char *alg) {
     conv_t p, q;
     s_conv(&p, &g);
     s_conv(&q, &g);
-    s_block(p.x, &p.xs[0]);
-    s_block(p.dy, &p.ys);
-    s_block(q.x, &q.xs[0]);
-    s_block(q.dy, &q.ys);
+    oct_16(p.x, &p.xs[0], 0);
+    oct_16(p.dy, &p.ys, 0);
+    oct_16(q.x, &q.xs[0], 0);
+    oct_16(q.dy, &q.ys, 0);
     p.c.blk16 = q.c.blk16 = 1u | TP_BLK16_Y;
     s_plan(b, &p);
     s_step(b, &p, 0);
@@ -911,8 +880,8 @@ static void s_ours_again(const char *alg) {
     cr_assert_not_null(b2, "%s", tp_last_error());
     tp_cpu_pool_threads_override(2);
     s_conv(&q, &g);
-    s_block(q.x, &q.xs[0]);
-    s_block(q.dy, &q.ys);
+    oct_16(q.x, &q.xs[0], 0);
+    oct_16(q.dy, &q.ys, 0);
     q.c.blk16 = 1u | TP_BLK16_Y;
     s_plan(b2, &q);
     s_step(b2, &q, 0);
@@ -995,8 +964,8 @@ Test(dnnl_conv, our_winograd_f4x4_workspace_is_a_room_a_thread_not_a_whole_u) {
         unsetenv("TP_CPU_CONV_ALG");
         cr_assert_not_null(b, "%s", tp_last_error());
         s_conv(&t[k], &g);
-        s_block(t[k].x, &t[k].xs[0]);
-        s_block(t[k].dy, &t[k].ys);
+        oct_16(t[k].x, &t[k].xs[0], 0);
+        oct_16(t[k].dy, &t[k].ys, 0);
         t[k].c.blk16 = 1u | TP_BLK16_Y;
         s_plan(b, &t[k]);
         cr_log_info("f4x4 stage 4, planned for %d thread(s): %zu bytes of workspace", planned,
@@ -1149,13 +1118,13 @@ Test(dnnl_conv, thin_convolutions_with_a_blocked_y_give_the_plain_calls_numbers)
         s_conv(&q, &g);
         p.attr.act = q.attr.act = (mode & 2) ? TP_ACT_RELU : TP_ACT_NONE;
         cr_assert(tp_conv_thin_ok(&p.c));
-        s_block(q.dy, &q.ys);
+        oct_16(q.dy, &q.ys, 0);
         q.c.blk16 = TP_BLK16_Y;
         s_plan(b, &p);
         s_plan(b, &q);
         s_step(b, &p, mode & 1);
         s_step(b, &q, mode & 1);
-        s_unblock(q.y, &q.ys);
+        oct_16(q.y, &q.ys, 1);
         cr_assert(!memcmp(p.y, q.y, p.ny * sizeof(float)), "mode %d: y", mode);
         cr_assert(!memcmp(p.dx, q.dx, p.nx * sizeof(float)), "mode %d: dx", mode);
         cr_assert(!memcmp(p.dw, q.dw, p.nw * sizeof(float)), "mode %d: dW", mode);
@@ -1163,13 +1132,13 @@ Test(dnnl_conv, thin_convolutions_with_a_blocked_y_give_the_plain_calls_numbers)
         conv_t r;
         s_conv(&r, &g);
         r.attr.act = q.attr.act;
-        s_block(r.dy, &r.ys);
+        oct_16(r.dy, &r.ys, 0);
         r.c.blk16 = TP_BLK16_Y;
         tp_cpu_pool_threads_override(1);
         s_plan(b, &r);
         s_step(b, &r, mode & 1);
         tp_cpu_pool_threads_override(2);
-        s_unblock(r.y, &r.ys);
+        oct_16(r.y, &r.ys, 1);
         cr_assert(!memcmp(r.y, q.y, r.ny * sizeof(float)), "mode %d: y, 1 thread", mode);
         cr_assert(!memcmp(r.dw, q.dw, r.nw * sizeof(float)), "mode %d: dW, 1 thread", mode);
         cr_assert(!memcmp(r.db, q.db, (size_t)g.o * sizeof(float)), "mode %d: db, 1 thread",

@@ -198,21 +198,6 @@ Test(dnnl_ops, the_environment_and_the_default_choose_the_path) {
 /* ---- batch norm on nChw16c (tp_op_call_t.blk16: gpu/graph/fold.c keeps
  * a conv -> batch norm -> conv chain blocked) -------------------------------- */
 
-/* [N, C, H, W] between NCHW and nChw16c (C a multiple of 16), in place */
-static void s_16(float *v, const tp_shape_t *s, int to_plain) {
-    const size_t n = (size_t)s->d[0], c = (size_t)s->d[1], p = (size_t)(s->d[2] * s->d[3]);
-    float *tmp = malloc(n * c * p * sizeof(float));
-    for (size_t b = 0; b < n; b++)
-        for (size_t ch = 0; ch < c; ch++)
-            for (size_t i = 0; i < p; i++) {
-                const size_t plain = (b * c + ch) * p + i;
-                const size_t blk = ((b * (c / 16) + ch / 16) * p + i) * 16 + ch % 16;
-                tmp[to_plain ? plain : blk] = v[to_plain ? blk : plain];
-            }
-    memcpy(v, tmp, n * c * p * sizeof(float));
-    free(tmp);
-}
-
 /* The blocked call (x, y, dy, dx nChw16c) against oneDNN's plain one
  * (TP_CPU_BNORM=dnnl): y, the three gradients stored and added, the
  * moving averages, and the inference forward; oneDNN's blocked kernel sums
@@ -230,8 +215,8 @@ Test(dnnl_ops, batch_norm_on_nchw16c_matches_the_plain_call) {
             s_call(&t[p], b, TP_OP_BATCH_NORM, xs, xs, mode == 1);
             t[p].attr = a;
             if (p) {
-                s_16(t[p].x[0], &xs, 0);
-                s_16(t[p].dy, &xs, 0);
+                oct_16(t[p].x[0], &xs, 0);
+                oct_16(t[p].dy, &xs, 0);
                 t[p].c.blk16 = 1u | TP_BLK16_Y;
             }
             t[p].c.workspace_bytes = b->ops->op_workspace(b, &t[p].c);
@@ -245,9 +230,9 @@ Test(dnnl_ops, batch_norm_on_nchw16c_matches_the_plain_call) {
                 cr_assert_eq(b->ops->op_backward(b, NULL, &t[p].c),
                              p ? TP_ERR_UNSUPPORTED : TP_OK);
         }
-        s_16(t[1].y, &xs, 1);
+        oct_16(t[1].y, &xs, 1);
         if (mode < 2)
-            s_16(t[1].dx[0], &xs, 1);
+            oct_16(t[1].dx[0], &xs, 1);
         s_close_bnorm(&t[1], &t[0], mode < 2);
         s_free(&t[0]);
         s_free(&t[1]);
@@ -278,14 +263,14 @@ Test(dnnl_ops, pooling_on_nchw16c_matches_the_plain_call) {
                 s_call(&t[p], b, g[i].kind, xs, ys, acc);
                 t[p].attr = a;
                 if (p) {
-                    s_16(t[p].x[0], &xs, 0);
-                    s_16(t[p].dy, &ys, 0);
+                    oct_16(t[p].x[0], &xs, 0);
+                    oct_16(t[p].dy, &ys, 0);
                     t[p].c.blk16 = 1u | TP_BLK16_Y;
                 }
                 s_run(&t[p], b);
             }
-            s_16(t[1].y, &ys, 1);
-            s_16(t[1].dx[0], &xs, 1);
+            oct_16(t[1].y, &ys, 1);
+            oct_16(t[1].dx[0], &xs, 1);
             s_close(t[1].y, t[0].y, tp_shape_count(&ys), 1e-6f, "y");
             s_close(t[1].dx[0], t[0].dx[0], tp_shape_count(&xs), 1e-6f, "dx");
             s_free(&t[0]);
@@ -332,14 +317,14 @@ Test(dnnl_ops, batch_norm_with_a_folded_relu_matches_the_own_kernels) {
                 s_call(&t[p], b, TP_OP_BATCH_NORM, xs, xs, mode == 1);
                 t[p].attr = a;
                 if (blk && !p) {
-                    s_16(t[p].x[0], &xs, 0);
-                    s_16(t[p].dy, &xs, 0);
+                    oct_16(t[p].x[0], &xs, 0);
+                    oct_16(t[p].dy, &xs, 0);
                     t[p].c.blk16 = 1u | TP_BLK16_Y;
                 }
                 s_run(&t[p], b);
                 if (blk && !p) {
-                    s_16(t[p].y, &xs, 1);
-                    s_16(t[p].dx[0], &xs, 1);
+                    oct_16(t[p].y, &xs, 1);
+                    oct_16(t[p].dx[0], &xs, 1);
                 }
             }
             size_t zeros = 0;
