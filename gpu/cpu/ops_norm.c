@@ -682,20 +682,22 @@ static size_t s_bn_min_channels(const s_bn_t *B) {
     return (16384 + per - 1) / per;
 }
 
-tp_status_t tp_cpu_bnorm_forward(const tp_op_call_t *c) {
+/* A pass over the channels (fn: the forward's or the backward's), the
+ * workspace checked first: the forward leaves each channel's mean and
+ * 1/std there, the backward reads them. */
+static tp_status_t s_bn_pass(const tp_op_call_t *c, tp_cpu_range_fn fn) {
     s_bn_t B = s_bn_geometry(c);
     if (!c->workspace)
         return tp_error(TP_ERR_INVALID, "%s: batch norm without its workspace (2 x %zu floats)",
                         c->name ? c->name : "batch_norm", B.ch);
-    tp_cpu_parallel(B.ch, 1, s_bn_min_channels(&B), s_bn_forward_channels, &B);
+    tp_cpu_parallel(B.ch, 1, s_bn_min_channels(&B), fn, &B);
     return TP_OK;
 }
 
+tp_status_t tp_cpu_bnorm_forward(const tp_op_call_t *c) {
+    return s_bn_pass(c, s_bn_forward_channels);
+}
+
 tp_status_t tp_cpu_bnorm_backward(const tp_op_call_t *c) {
-    s_bn_t B = s_bn_geometry(c);
-    if (!c->workspace)
-        return tp_error(TP_ERR_INVALID, "%s: batch norm without its workspace (2 x %zu floats)",
-                        c->name ? c->name : "batch_norm", B.ch);
-    tp_cpu_parallel(B.ch, 1, s_bn_min_channels(&B), s_bn_backward_channels, &B);
-    return TP_OK;
+    return s_bn_pass(c, s_bn_backward_channels);
 }

@@ -38,18 +38,27 @@ struct tp_optimizer {
     int64_t step;
 };
 
+/* An optimizer of `kind` at learning rate lr, updating every step (the
+ * rest 0: off); NULL when out of memory. */
+static tp_optimizer_t *s_new(s_kind_t kind, double lr) {
+    tp_optimizer_t *o = calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    o->kind = kind;
+    o->accumulate = 1;
+    o->lr = lr;
+    return o;
+}
+
 tp_optimizer_t *tp_optimizer_sgd(double lr, double momentum, int nesterov) {
     if (!(lr >= 0) || !(momentum >= 0 && momentum < 1)) {
         tp_error(TP_ERR_INVALID, "sgd: learning rate %g, momentum %g", lr,
                  momentum);
         return NULL;
     }
-    tp_optimizer_t *o = calloc(1, sizeof *o);
+    tp_optimizer_t *o = s_new(S_SGD, lr);
     if (!o)
         return NULL;
-    o->kind = S_SGD;
-    o->accumulate = 1;
-    o->lr = lr;
     o->momentum = momentum;
     o->nesterov = nesterov;
     return o;
@@ -63,12 +72,9 @@ tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
                  beta1, beta2, eps);
         return NULL;
     }
-    tp_optimizer_t *o = calloc(1, sizeof *o);
+    tp_optimizer_t *o = s_new(S_ADAM, lr);
     if (!o)
         return NULL;
-    o->kind = S_ADAM;
-    o->accumulate = 1;
-    o->lr = lr;
     o->beta1 = beta1;
     o->beta2 = beta2;
     o->eps = eps;
