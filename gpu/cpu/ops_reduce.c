@@ -467,6 +467,42 @@ static inline __m128 s_exp4(__m128 x) {
 }
 #endif
 
+/* The exponential sums' last steps, which the SSE2 and the AVX2 forms
+ * below share (written once: the same operations, so the same bits in
+ * either). The tail: e^(x[j] - sub) of elements j.. in order, added to
+ * sum. */
+static inline float s_exp_sub_tail(const float *restrict x, const float *restrict sub, int vec,
+                                   float *restrict out, size_t j, size_t n, float sum) {
+    for (; j < n; j++) {
+        const float e = s_exp(x[j] - (vec ? sub[j] : sub[0]));
+        if (out)
+            out[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+#if defined(__SSE2__)
+/* A last block of 4 (from *j, when there is one; *j then past it) into
+ * the first of the two four-lane sums, the two added lane by lane, then
+ * the four lanes pairwise. */
+static inline float s_exp_sub_lanes(const float *restrict x, const float *restrict sub, int vec,
+                                    float *restrict out, size_t n, size_t *j, __m128 a0,
+                                    __m128 a1) {
+    if (*j + 4 <= n) {
+        const __m128 e0 = s_exp4(_mm_sub_ps(_mm_loadu_ps(x + *j),
+                                            vec ? _mm_loadu_ps(sub + *j) : _mm_set1_ps(sub[0])));
+        if (out)
+            _mm_storeu_ps(out + *j, e0);
+        a0 = _mm_add_ps(a0, e0);
+        *j += 4;
+    }
+    float lanes[4];
+    _mm_storeu_ps(lanes, _mm_add_ps(a0, a1));
+    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+#endif
+
 /* out[j] = e^(x[j] - sub), sub one value (vec 0) or sub[j] (vec 1); out
  * may be NULL. Returns the sum of the exponentials in one fixed order
  * whatever the ISA: blocks of 8 into two four-lane sums (elements 8k + l
@@ -491,24 +527,9 @@ static float s_exp_sub_sse2(const float *restrict x, const float *restrict sub, 
         a0 = _mm_add_ps(a0, e0);
         a1 = _mm_add_ps(a1, e1);
     }
-    if (j + 4 <= n) {
-        const __m128 e0 = s_exp4(_mm_sub_ps(_mm_loadu_ps(x + j), vec ? _mm_loadu_ps(sub + j) : s0));
-        if (out)
-            _mm_storeu_ps(out + j, e0);
-        a0 = _mm_add_ps(a0, e0);
-        j += 4;
-    }
-    float lanes[4];
-    _mm_storeu_ps(lanes, _mm_add_ps(a0, a1));
-    sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    sum = s_exp_sub_lanes(x, sub, vec, out, n, &j, a0, a1);
 #endif
-    for (; j < n; j++) {
-        const float e = s_exp(x[j] - (vec ? sub[j] : sub[0]));
-        if (out)
-            out[j] = e;
-        sum += e;
-    }
-    return sum;
+    return s_exp_sub_tail(x, sub, vec, out, j, n, sum);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -548,26 +569,9 @@ __attribute__((target("avx2"))) static float s_exp_sub_avx2(const float *restric
             _mm256_storeu_ps(out + j, e);
         a = _mm256_add_ps(a, e);
     }
-    __m128 a0 = _mm256_castps256_ps128(a);
-    const __m128 a1 = _mm256_extractf128_ps(a, 1);
-    if (j + 4 <= n) {
-        const __m128 e0 = s_exp4(_mm_sub_ps(_mm_loadu_ps(x + j),
-                                            vec ? _mm_loadu_ps(sub + j) : _mm_set1_ps(sub[0])));
-        if (out)
-            _mm_storeu_ps(out + j, e0);
-        a0 = _mm_add_ps(a0, e0);
-        j += 4;
-    }
-    float lanes[4];
-    _mm_storeu_ps(lanes, _mm_add_ps(a0, a1));
-    float sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    for (; j < n; j++) {
-        const float e = s_exp(x[j] - (vec ? sub[j] : sub[0]));
-        if (out)
-            out[j] = e;
-        sum += e;
-    }
-    return sum;
+    const float sum = s_exp_sub_lanes(x, sub, vec, out, n, &j, _mm256_castps256_ps128(a),
+                                      _mm256_extractf128_ps(a, 1));
+    return s_exp_sub_tail(x, sub, vec, out, j, n, sum);
 }
 #endif
 

@@ -100,6 +100,22 @@ Test(optim, plain_sgd_keeps_no_slot) {
     tp_optimizer_destroy(&o);
 }
 
+/* torch.optim.Adam (wd 0) or AdamW (wd: the decoupled decay, first, then
+ * Adam's step) at lr, betas 0.9 and 0.999, eps 1e-8, in double: parameter
+ * i from w0 after s_g's three steps. */
+static double s_adam_ref(double w0, int i, double lr, double wd) {
+    double rw = w0, rm = 0, rv = 0;
+    for (int s = 0; s < 3; s++) {
+        double g = s_g[s][i];
+        rw *= 1 - lr * wd;
+        rm = 0.9 * rm + 0.1 * g;
+        rv = 0.999 * rv + 0.001 * g * g;
+        double mh = rm / (1 - pow(0.9, s + 1)), vh = rv / (1 - pow(0.999, s + 1));
+        rw -= lr * mh / (sqrt(vh) + 1e-8);
+    }
+    return rw;
+}
+
 Test(optim, adam_matches_reference) {
     tp_optimizer_t *o = tp_optimizer_adam(0.01, 0.9, 0.999, 1e-8);
     cr_assert_not_null(o);
@@ -110,14 +126,7 @@ Test(optim, adam_matches_reference) {
     memcpy(w0, w, sizeof w);
     s_run(o, w, s_g, 3, m, v);
     for (int i = 0; i < NP; i++) {
-        double rw = w0[i], rm = 0, rv = 0;
-        for (int s = 0; s < 3; s++) {
-            double g = s_g[s][i];
-            rm = 0.9 * rm + 0.1 * g;
-            rv = 0.999 * rv + 0.001 * g * g;
-            double mh = rm / (1 - pow(0.9, s + 1)), vh = rv / (1 - pow(0.999, s + 1));
-            rw -= 0.01 * mh / (sqrt(vh) + 1e-8);
-        }
+        const double rw = s_adam_ref(w0[i], i, 0.01, 0);
         cr_expect(fabs(w[i] - rw) < 1e-5, "w[%d] %f vs %f", i, w[i], rw);
     }
     tp_optimizer_destroy(&o);
@@ -154,16 +163,7 @@ Test(optim, adamw_matches_reference) {
     memcpy(w0, w, sizeof w);
     s_run(o, w, s_g, 3, m, v);
     for (int i = 0; i < NP; i++) {
-        /* torch.optim.AdamW: decay first, then Adam's step */
-        double rw = w0[i], rm = 0, rv = 0;
-        for (int s = 0; s < 3; s++) {
-            double g = s_g[s][i];
-            rw *= 1 - lr * wd;
-            rm = 0.9 * rm + 0.1 * g;
-            rv = 0.999 * rv + 0.001 * g * g;
-            double mh = rm / (1 - pow(0.9, s + 1)), vh = rv / (1 - pow(0.999, s + 1));
-            rw -= lr * mh / (sqrt(vh) + 1e-8);
-        }
+        const double rw = s_adam_ref(w0[i], i, lr, wd);
         cr_expect(fabs(w[i] - rw) < 1e-6, "w[%d] %.9f vs %.9f", i, w[i], rw);
     }
     /* the decay is a hyper-parameter a schedule can set; Adam has none */
