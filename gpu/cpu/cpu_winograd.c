@@ -163,9 +163,8 @@ S_AVX512 static void s_input_range(void *arg, size_t lo, size_t hi) {
         const float *x = j->src + it * g->h * g->w * 16;
         for (size_t ti = 0; ti < g->th; ti++)
             for (size_t tj = 0; tj < g->tw; tj++) {
-                __m512 d[4][4], t[4][4];
-                tp_wino_tile_load(g, x, 2 * ti, 2 * tj, 1, 4, d[0]);
-                tp_wino_cols(s_bt, 4, 4, 4, d[0], t[0]);
+                __m512 t[4][4];
+                tp_wino_cols_pixels(s_bt, 4, 4, g, x, 2 * ti, 2 * tj, 1, t[0]);
                 float *v = j->dst + ((n * g->th + ti) * g->tw + tj) * g->c + b * 16;
                 tp_wino_rows_store(s_bt, 4, 4, 4, t[0], v, plane);
             }
@@ -197,9 +196,8 @@ S_AVX512 static void s_grad_output_range(void *arg, size_t lo, size_t hi) {
         const float *dy = j->src + it * g->h * g->w * 16;
         for (size_t ti = 0; ti < g->th; ti++)
             for (size_t tj = 0; tj < g->tw; tj++) {
-                __m512 d[2][2], t[4][2];
-                tp_wino_tile_load(g, dy, 2 * ti, 2 * tj, 0, 2, d[0]);
-                tp_wino_cols(s_a, 2, 4, 2, d[0], t[0]);
+                __m512 t[4][2];
+                tp_wino_cols_pixels(s_a, 2, 4, g, dy, 2 * ti, 2 * tj, 0, t[0]);
                 float *m = j->dst + ((n * g->th + ti) * g->tw + tj) * g->o + b * 16;
                 tp_wino_rows_store(s_a, 4, 2, 4, t[0], m, plane);
             }

@@ -245,9 +245,8 @@ S_AVX512 static void s_input_range(void *arg, size_t lo, size_t hi) {
         const float *x = j->src + it * g->h * g->w * 16;
         for (size_t ti = 0; ti < g->th; ti++)
             for (size_t tj = 0; tj < g->tw; tj++) {
-                __m512 d[S_A][S_A], t[S_A][S_A];
-                tp_wino_tile_load(g, x, S_R * ti, S_R * tj, 1, S_A, d[0]);
-                tp_wino_cols(s_bt, S_A, S_A, S_A, d[0], t[0]);
+                __m512 t[S_A][S_A];
+                tp_wino_cols_pixels(s_bt, S_A, S_A, g, x, S_R * ti, S_R * tj, 1, t[0]);
                 const size_t tile = (n * g->th + ti) * g->tw + tj;
                 float *v = j->dst + b / 2 * g->t * 32 + tile * 32 + b % 2 * 16;
                 tp_wino_rows_store(s_bt, S_A, S_A, S_A, t[0], v, plane);
@@ -280,9 +279,8 @@ S_AVX512 static void s_grad_output_range(void *arg, size_t lo, size_t hi) {
         const float *dy = j->src + it * g->h * g->w * 16;
         for (size_t ti = 0; ti < g->th; ti++)
             for (size_t tj = 0; tj < g->tw; tj++) {
-                __m512 d[S_R][S_R], t[S_A][S_R], row[S_A];
-                tp_wino_tile_load(g, dy, S_R * ti, S_R * tj, 0, S_R, d[0]);
-                tp_wino_cols(s_a, S_R, S_A, S_R, d[0], t[0]);
+                __m512 t[S_A][S_R], row[S_A];
+                tp_wino_cols_pixels(s_a, S_R, S_A, g, dy, S_R * ti, S_R * tj, 0, t[0]);
                 const size_t tile = (n * g->th + ti) * g->tw + tj;
                 float *m = j->dst + b * 16 * g->tp + tile;
                 for (int r = 0; r < S_A; r++) {

@@ -5,12 +5,13 @@
  * Each transform of a tile (B^T d B, G g G^T, A^T m A and the backward
  * passes' transposes) is its 1-D form f on each column, then on each row
  * of the result. The two tiles differ in f and in the sizes (4 or 6
- * positions a side, 2 or 4 outputs, 3 taps), not in the passes, where a
- * tile's positions lie (`plane` floats apart, position (r, s) the
- * (r * side + s)-th) or how an output tile lands in nChw16c (bias, relu,
- * the edge dropped; the backward-data's tiles added, overlapping). Those
- * are here; where a tile is loaded from in other ways (padding, the
- * weights' taps, F(4x4)'s gathers and scatters) stays with its file.
+ * positions a side, 2 or 4 outputs, 3 taps), not in the passes, nor in
+ * how a tile is read from nChw16c pixels (zeros past the edges) or from
+ * positions `plane` floats apart (position (r, s) the (r * side + s)-th),
+ * nor in how an output tile lands in nChw16c (bias, relu, the edge
+ * dropped; the backward-data's tiles added, overlapping). Those are here;
+ * the weights' taps and F(4x4)'s gathers and scatters stay with their
+ * file.
  *
  * Every helper is inlined into its caller, an AVX-512 function of the two
  * files, where f and the sizes are constants: the loops unroll and f
@@ -36,32 +37,27 @@ typedef struct {
     int relu, add;
 } tp_wino_job_t;
 
-/* A tile of n x n pixels of an nChw16c block (16 channels, g->h x g->w)
- * into d [n x n], from row h0 - pad and column w0 - pad (pad 1: the
- * input tiles, which start a pixel before their output tile's; 0: the
- * output's, which never start before the block); zeros past the edges. */
-TP_WINO_TILE void tp_wino_tile_load(const tp_wino_t *g, const float *src, size_t h0,
-                                    size_t w0, int pad, int n, __m512 *d) {
-    for (int r = 0; r < n; r++)
-        for (int s = 0; s < n; s++) {
-            const long h = (long)h0 - pad + r, w = (long)w0 - pad + s;
-            d[r * n + s] = (pad && (h < 0 || w < 0)) || h >= (long)g->h || w >= (long)g->w
-                               ? _mm512_setzero_ps()
-                               : _mm512_loadu_ps(src + ((size_t)h * g->w + (size_t)w) * 16);
-        }
-}
-
-/* The column pass on a tile in registers: t [no x nc] = f on each of the
- * nc columns of d [ni x nc] (both row-major). */
-TP_WINO_TILE void tp_wino_cols(tp_wino_1d_t f, int ni, int no, int nc, const __m512 *d,
-                               __m512 *t) {
+/* The column pass on a tile of ni x ni pixels of an nChw16c block (16
+ * channels, g->h x g->w) from row h0 - pad and column w0 - pad (pad 1:
+ * the input tiles, which start a pixel before their output tile's; 0: the
+ * output's, which never start before the block), zeros past the edges:
+ * t [no x ni] = f on each column, read as it is transformed (a whole 6x6
+ * tile read first left F(4x4)'s 36 vectors on the stack). */
+TP_WINO_TILE void tp_wino_cols_pixels(tp_wino_1d_t f, int ni, int no, const tp_wino_t *g,
+                                      const float *src, size_t h0, size_t w0, int pad,
+                                      __m512 *t) {
     __m512 col[6], row[6];
-    for (int s = 0; s < nc; s++) {
-        for (int r = 0; r < ni; r++)
-            col[r] = d[r * nc + s];
+    for (int s = 0; s < ni; s++) {
+        const long w = (long)w0 - pad + s;
+        for (int r = 0; r < ni; r++) {
+            const long h = (long)h0 - pad + r;
+            col[r] = (pad && (h < 0 || w < 0)) || h >= (long)g->h || w >= (long)g->w
+                         ? _mm512_setzero_ps()
+                         : _mm512_loadu_ps(src + ((size_t)h * g->w + (size_t)w) * 16);
+        }
         f(col, row);
         for (int r = 0; r < no; r++)
-            t[r * nc + s] = row[r];
+            t[r * ni + s] = row[r];
     }
 }
 
