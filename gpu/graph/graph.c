@@ -1757,9 +1757,19 @@ tp_node_t *tp_fc(tp_tower_t *t, const char *scope, tp_node_t *x, int units,
 /* The conv layers' variables in their scope, for x [N,C,H,W]: W (He
  * normal) of [filters, C, kernel, kernel], or [C, filters, ...] when
  * `transposed`, and, with `bias`, b [filters] (zeros, else NULL). 0 after
- * recording the error (filters or kernel below 1, or a variable not made). */
+ * recording the error (x not of rank 4, filters or kernel below 1, or a
+ * variable not made). */
 static int s_conv_vars(tp_tower_t *t, const char *scope, const tp_node_t *x, int filters,
                        int kernel, int transposed, int bias, tp_node_t **w, tp_node_t **b) {
+    if (x->shape.ndim != 4) {
+        /* the common mistake: images fed as [N,H,W] or flat [N,H*W] */
+        char a[96];
+        s_fail(t, TP_ERR_SHAPE, scope, "a %s needs a [N,C,H,W] input (rank 4), got %s "
+               "(rank %d)%s", transposed ? "transposed conv" : "conv",
+               s_shape_str(&x->shape, a, 96), x->shape.ndim,
+               transposed ? "" : ": reshape it first (e.g. tp_reshape to [N,1,H,W])");
+        return 0;
+    }
     if (filters < 1 || kernel < 1) {
         char a[96];
         s_fail(t, TP_ERR_SHAPE, scope, "%d filters of %dx%d on %s", filters,
@@ -1778,18 +1788,9 @@ tp_node_t *tp_conv2d(tp_tower_t *t, const char *scope, tp_node_t *x,
                      int filters, int kernel, int stride, int pad, int bias) {
     if (!s_layer_scope(t, scope, x))
         return NULL;
-    tp_node_t *y = NULL;
-    if (x->shape.ndim != 4) {
-        /* the common mistake: images fed as [N,H,W] or flat [N,H*W] */
-        char a[96];
-        s_fail(t, TP_ERR_SHAPE, scope, "a conv needs a [N,C,H,W] input (rank 4), "
-               "got %s (rank %d): reshape it first (e.g. tp_reshape to [N,1,H,W])",
-               s_shape_str(&x->shape, a, 96), x->shape.ndim);
-    } else {
-        tp_node_t *w, *b; /* b fused into the convolution: no pass of its own */
-        if (s_conv_vars(t, scope, x, filters, kernel, 0, bias, &w, &b))
-            y = s_conv(t, "output", x, w, b, stride, pad < 0 ? kernel / 2 : pad, 1, 1);
-    }
+    tp_node_t *w, *b, *y = NULL; /* b fused into the convolution: no pass of its own */
+    if (s_conv_vars(t, scope, x, filters, kernel, 0, bias, &w, &b))
+        y = s_conv(t, "output", x, w, b, stride, pad < 0 ? kernel / 2 : pad, 1, 1);
     tp_tower_pop_scope(t);
     return y;
 }
@@ -1799,18 +1800,9 @@ tp_node_t *tp_conv2d_transpose(tp_tower_t *t, const char *scope, tp_node_t *x,
                                int output_pad, int bias) {
     if (!s_layer_scope(t, scope, x))
         return NULL;
-    tp_node_t *y = NULL;
-    if (x->shape.ndim != 4) {
-        char a[96];
-        s_fail(t, TP_ERR_SHAPE, scope, "a transposed conv needs a [N,C,H,W] "
-               "input (rank 4), got %s (rank %d)", s_shape_str(&x->shape, a, 96),
-               x->shape.ndim);
-    } else {
-        tp_node_t *w, *b; /* b added inside the op: no pass of its own */
-        if (s_conv_vars(t, scope, x, filters, kernel, 1, bias, &w, &b))
-            y = tp_conv2d_transpose_op(t, "output", x, w, b, stride, pad,
-                                       output_pad, 1, 1);
-    }
+    tp_node_t *w, *b, *y = NULL; /* b added inside the op: no pass of its own */
+    if (s_conv_vars(t, scope, x, filters, kernel, 1, bias, &w, &b))
+        y = tp_conv2d_transpose_op(t, "output", x, w, b, stride, pad, output_pad, 1, 1);
     tp_tower_pop_scope(t);
     return y;
 }

@@ -416,6 +416,12 @@ static tp_status_t s_bad(tp_tower_t *t, tp_node_t *const *in, void *u) {
         return tp_tower_set_cost(t, tp_softmax_xent(t, "xent",
                                  tp_matmul(t, "mm", in[0], w), in[1]));
     }
+    case 7: /* a transposed conv on a 2-d input */
+        tp_conv2d_transpose(t, "up", in[0], 4, 3, 1, 1, 0, 1);
+        return tp_tower_status(t);
+    case 8: /* a layer given no input */
+        tp_batch_norm(t, "bn", NULL);
+        return tp_tower_status(t);
     default: /* a duplicate node name */
         tp_relu(t, "r", in[0]);
         tp_relu(t, "r", in[0]);
@@ -453,6 +459,15 @@ Test(graph_errors, variable_shape_differs_across_towers) {
     s_expect_build_error(5, 2, "tower1");
 }
 Test(graph_errors, duplicate_node_name) { s_expect_build_error(6, 1, "'r'"); }
+
+/* The layers' common opening (s_layer_scope, s_conv_vars) names the layer
+ * and what is wrong with its input; the plain conv adds the usual fix. */
+Test(graph_errors, layers_name_a_wrong_input) {
+    s_expect_build_error(4, 1, "'conv1': a conv needs a [N,C,H,W] input (rank 4), got [4,");
+    s_expect_build_error(4, 1, "(rank 2): reshape it first");
+    s_expect_build_error(7, 1, "'up': a transposed conv needs a [N,C,H,W] input (rank 4)");
+    s_expect_build_error(8, 1, "'bn': input is NULL");
+}
 
 Test(graph_errors, bad_descriptions) {
     tp_model_desc_t md = {NULL, 0, NULL, NULL, NULL};
