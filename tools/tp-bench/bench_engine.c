@@ -38,6 +38,7 @@
 #include <towerpack/models.h>
 #include <towerpack/optim.h>
 #include <towerpack/launch.h>
+#include "tools/tp-bench/bench_median.h"
 
 static tp_status_t s_tiny(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x = tp_flatten(t, "flat", tp_cast(t, "input", in[0], 1.0f / 255));
@@ -250,11 +251,6 @@ static unsigned long long s_steal_ticks(void) {
     return n == 8 ? v[7] : 0;
 }
 
-static int s_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int tp_bench_engine(int argc, char **argv) {
     int64_t steps = 500, batch = 128, repeat = 15;
     int json = 0, verbose = 0, c;
@@ -400,9 +396,9 @@ int tp_bench_engine(int argc, char **argv) {
             best_on = on > best_on ? on : best_on;
             best_off = off > best_off ? off : best_off;
         }
-        qsort(r, (size_t)repeat, sizeof *r, s_cmp);
-        qsort(rc_tr, (size_t)repeat, sizeof *rc_tr, s_cmp);
-        qsort(rc_proc, (size_t)repeat, sizeof *rc_proc, s_cmp);
+        qsort(r, (size_t)repeat, sizeof *r, tp_bench_cmp_double);
+        qsort(rc_tr, (size_t)repeat, sizeof *rc_tr, tp_bench_cmp_double);
+        qsort(rc_proc, (size_t)repeat, sizeof *rc_proc, tp_bench_cmp_double);
         s_teardown("engine", dir);
         if (json)
             printf("{\"bench\":\"engine-monitors\",\"steps\":%lld,\"rounds\":%lld,"
@@ -486,13 +482,13 @@ int tp_bench_engine(int argc, char **argv) {
         pipeline += p / (double)repeat;
         dummy += d / (double)repeat;
     }
-    qsort(r_engine, (size_t)repeat, sizeof *r_engine, s_cmp);
-    qsort(r_input, (size_t)repeat, sizeof *r_input, s_cmp);
-    qsort(c_engine, (size_t)repeat, sizeof *c_engine, s_cmp);
-    qsort(c_input, (size_t)repeat, sizeof *c_input, s_cmp);
-    qsort(r_work, (size_t)repeat, sizeof *r_work, s_cmp);
-    qsort(q_engine, (size_t)nq_engine, sizeof *q_engine, s_cmp);
-    qsort(q_input, (size_t)nq_input, sizeof *q_input, s_cmp);
+    qsort(r_engine, (size_t)repeat, sizeof *r_engine, tp_bench_cmp_double);
+    qsort(r_input, (size_t)repeat, sizeof *r_input, tp_bench_cmp_double);
+    qsort(c_engine, (size_t)repeat, sizeof *c_engine, tp_bench_cmp_double);
+    qsort(c_input, (size_t)repeat, sizeof *c_input, tp_bench_cmp_double);
+    qsort(r_work, (size_t)repeat, sizeof *r_work, tp_bench_cmp_double);
+    qsort(q_engine, (size_t)nq_engine, sizeof *q_engine, tp_bench_cmp_double);
+    qsort(q_input, (size_t)nq_input, sizeof *q_input, tp_bench_cmp_double);
     double q_engine_ratio = nq_engine ? q_engine[nq_engine / 2] : -1;
     double q_input_ratio = nq_input ? q_input[nq_input / 2] : -1;
     double steal_frac = (double)steal / ((tp_now_s() - wall0) * cpu_ticks_s);
@@ -617,7 +613,7 @@ static int s_epoch_boundary(const tp_model_desc_t *desc, int64_t batch, int64_t 
         fprintf(stderr, "tp-bench callbacks: epoch boundary: %s\n", tp_last_error());
     if (ok) {
         *first = b->waits[1][0];
-        qsort(b->waits[0], (size_t)b->n[0], sizeof(double), s_cmp);
+        qsort(b->waits[0], (size_t)b->n[0], sizeof(double), tp_bench_cmp_double);
         *median1 = b->waits[0][b->n[0] / 2];
     }
     free(b);
@@ -689,7 +685,7 @@ int tp_bench_callbacks(int argc, char **argv) {
         none_best = none > none_best ? none : none_best;
         obs_best = obs > obs_best ? obs : obs_best;
     }
-    qsort(ratios, (size_t)repeat, sizeof *ratios, s_cmp);
+    qsort(ratios, (size_t)repeat, sizeof *ratios, tp_bench_cmp_double);
     double median = ratios[repeat / 2];
     /* Synchronous: every step waits for the sleep. */
     const int64_t sync_steps = 5;
@@ -869,11 +865,6 @@ static double s_saver_run(const tp_model_desc_t *desc, int64_t batch, int64_t st
     return wall;
 }
 
-static double s_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, s_cmp);
-    return n ? v[n / 2] : -1;
-}
-
 int tp_bench_saver(int argc, char **argv) {
     int64_t steps = 10, batch = 128, repeat = 3, epochs = 6, hidden = 4096;
     const char *where = "/tmp";
@@ -964,16 +955,19 @@ int tp_bench_saver(int argc, char **argv) {
             rs[nr] = w_sync[n_sync++] = ms.waits[i];
             ra[nr] = w_async[n_async++] = ma.waits[i];
         }
-        double msync = s_median(rs, nr), masync = s_median(ra, nr);
+        double msync = tp_bench_median(rs, nr), masync = tp_bench_median(ra, nr);
         ratios[k] = masync > 0 ? msync / masync : 0;
         end_async[k] = ma.end_wait;
         wall_sync[k] = ws;
         wall_async[k] = wa;
     }
     s_teardown("saver", dir);
-    double med_sync = s_median(w_sync, n_sync), med_async = s_median(w_async, n_async);
-    double ratio = s_median(ratios, (int)repeat), end = s_median(end_async, (int)repeat);
-    double wsync = s_median(wall_sync, (int)repeat), wasync = s_median(wall_async, (int)repeat);
+    double med_sync = tp_bench_median(w_sync, n_sync);
+    double med_async = tp_bench_median(w_async, n_async);
+    double ratio = tp_bench_median(ratios, (int)repeat);
+    double end = tp_bench_median(end_async, (int)repeat);
+    double wsync = tp_bench_median(wall_sync, (int)repeat);
+    double wasync = tp_bench_median(wall_async, (int)repeat);
     if (json) {
         printf("{\"bench\":\"saver\",\"hidden\":%lld,\"steps\":%lld,\"epochs\":%lld,"
                "\"rounds\":%lld,\"checkpoint_bytes\":%zu,\"sync_epoch_end_wait_s\":%.6f,"
