@@ -92,7 +92,13 @@ static Onnx__NodeProto *s_node(s_ex_t *ex, const char *op, const char *out,
     return n;
 }
 
-static Onnx__AttributeProto *s_attr(s_ex_t *ex, Onnx__NodeProto *n, const char *name) {
+/* A new attribute `name` of `type` on node n, its value for the caller to
+ * set; NULL on failure, or when n is NULL (a node that could not be made:
+ * its error is set, and a caller's chain of attributes ends there). */
+static Onnx__AttributeProto *s_attr(s_ex_t *ex, Onnx__NodeProto *n, const char *name,
+                                    Onnx__AttributeProto__AttributeType type) {
+    if (!n)
+        return NULL;
     Onnx__AttributeProto *a = s_new(ex, sizeof *a);
     Onnx__AttributeProto **arr = s_new(ex, sizeof *arr * (n->n_attribute + 1));
     if (!a || !arr)
@@ -100,6 +106,8 @@ static Onnx__AttributeProto *s_attr(s_ex_t *ex, Onnx__NodeProto *n, const char *
     onnx__attribute_proto__init(a);
     if (!(a->name = s_str(ex, name)))
         return NULL;
+    a->has_type = 1;
+    a->type = type;
     if (n->n_attribute)
         memcpy(arr, n->attribute, sizeof *arr * n->n_attribute);
     arr[n->n_attribute++] = a;
@@ -108,22 +116,18 @@ static Onnx__AttributeProto *s_attr(s_ex_t *ex, Onnx__NodeProto *n, const char *
 }
 
 static int s_attr_i(s_ex_t *ex, Onnx__NodeProto *n, const char *name, int64_t v) {
-    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    Onnx__AttributeProto *a = s_attr(ex, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     if (!a)
         return 0;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
     a->has_i = 1;
     a->i = v;
     return 1;
 }
 
 static int s_attr_f(s_ex_t *ex, Onnx__NodeProto *n, const char *name, float v) {
-    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    Onnx__AttributeProto *a = s_attr(ex, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
     if (!a)
         return 0;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
     a->has_f = 1;
     a->f = v;
     return 1;
@@ -131,15 +135,24 @@ static int s_attr_f(s_ex_t *ex, Onnx__NodeProto *n, const char *name, float v) {
 
 static int s_attr_ints(s_ex_t *ex, Onnx__NodeProto *n, const char *name,
                        const int64_t *v, int count) {
-    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    Onnx__AttributeProto *a = s_attr(ex, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     int64_t *vals = s_new(ex, sizeof *vals * (size_t)count);
     if (!a || !vals)
         return 0;
     memcpy(vals, v, sizeof *vals * (size_t)count);
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
     a->n_ints = (size_t)count;
     a->ints = vals;
+    return 1;
+}
+
+static int s_attr_str(s_ex_t *ex, Onnx__NodeProto *n, const char *name, const char *v) {
+    Onnx__AttributeProto *a = s_attr(ex, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    char *sv = s_str(ex, v);
+    if (!a || !sv)
+        return 0;
+    a->has_s = 1;
+    a->s.data = (uint8_t *)sv;
+    a->s.len = strlen(sv);
     return 1;
 }
 
@@ -725,14 +738,8 @@ static int s_emit_reduce(s_ex_t *ex, tp_node_t *x, const char *out, const char *
             li[0] = t1;
         }
         n = s_node(ex, "SoftmaxCrossEntropyLoss", out, 2, li);
-        Onnx__AttributeProto *r = n ? s_attr(ex, n, "reduction") : NULL;
-        if (!r || !(r->s.data = (uint8_t *)s_str(ex, "mean")))
-            return 0;
-        r->has_type = 1;
-        r->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-        r->has_s = 1;
-        r->s.len = 4;
-        return s_attr_i(ex, n, "ignore_index", (int64_t)a->alpha);
+        return s_attr_str(ex, n, "reduction", "mean") &&
+               s_attr_i(ex, n, "ignore_index", (int64_t)a->alpha);
     }
     case TP_OP_TOP_K_ACCURACY: {
         int64_t kk[1] = {(int64_t)a->alpha}, d1[1] = {1}, one[1] = {1};
@@ -903,19 +910,6 @@ static int s_emit_attention(s_ex_t *ex, tp_node_t *x, const char *out,
 
 /* One op node into ONNX nodes; *ok 0 on failure (with the error set). */
 /* ---- the convolution family ------------------------------------------------ */
-
-static int s_attr_str(s_ex_t *ex, Onnx__NodeProto *n, const char *name, const char *v) {
-    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
-    char *sv = s_str(ex, v);
-    if (!a || !sv)
-        return 0;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-    a->has_s = 1;
-    a->s.data = (uint8_t *)sv;
-    a->s.len = strlen(sv);
-    return 1;
-}
 
 /* Conv (dilations and group written only when not 1, so a plain conv's
  * node is what it always was), ConvTranspose (W [C,O/g,KH,KW] is ONNX's
