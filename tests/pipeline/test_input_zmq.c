@@ -110,14 +110,9 @@ static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
     return tp_tower_set_cost(t, cost);
 }
-static tp_optimizer_t *s_opt(void *user) { return tp_optimizer_sgd(0.1, 0.9, 0); }
-static const tp_input_desc_t s_inputs[] = {
-    {"x", TP_FLOAT32, 2, {-1, 2}},
-    {"label", TP_INT32, 1, {-1}},
-};
 
 Test(zmq_input, a_model_trains_from_a_sender, .init = s_setup, .fini = s_teardown) {
-    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    tp_model_desc_t desc = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
     s_sender_t s = {s_blobs(16), 0, 0, TP_OK};  /* endless until the input goes */
     tp_train_config_t c;
     tp_train_config_init(&c);
@@ -215,7 +210,7 @@ static void s_zmq_config(tp_train_config_t *c, tp_model_desc_t *desc) {
 
 Test(zmq_input, a_feeder_actor_is_restarted_under_its_policy, .init = s_setup,
      .fini = s_teardown) {
-    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    tp_model_desc_t desc = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
     /* it dies while the step waits for batch 16: restarted during the wait */
     s_feed_spec_t spec = {.fail_life0_after = 15, .die_after_ms = 300};
     tp_actor_port_t out = {"out", s_ep, 0, 0, 0};   /* connects: may restart */
@@ -250,7 +245,7 @@ Test(zmq_input, a_feeder_actor_is_restarted_under_its_policy, .init = s_setup,
  * (the schedule's waits tick the supervisor), not after ZMQInput's 20 s. */
 Test(zmq_input, a_feeder_dying_while_a_step_waits_ends_training_at_once,
      .init = s_setup, .fini = s_teardown) {
-    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    tp_model_desc_t desc = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
     s_feed_spec_t spec = {.fail_life0_after = 15, .die_after_ms = 300};
     tp_actor_port_t out = {"out", s_ep, 0, 0, 0};
     tp_actor_def_t def = {"feeder", NULL, 0, &out, 1, s_feed_init, NULL,
@@ -287,7 +282,7 @@ static tp_status_t s_sidecar_produce(tp_actor_ctx_t *ctx, void *state) {
 
 Test(zmq_input, a_child_failing_beyond_its_policy_ends_training, .init = s_setup,
      .fini = s_teardown) {
-    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    tp_model_desc_t desc = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
     s_feed_spec_t spec = {.fail_life0_after = -1};
     tp_actor_port_t out = {"out", s_ep, 0, 0, 0};
     tp_actor_def_t feeder = {"feeder", NULL, 0, &out, 1, s_feed_init, NULL,
