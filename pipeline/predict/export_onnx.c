@@ -396,12 +396,23 @@ static int s_emit_loss(s_ex_t *ex, tp_op_kind_t k, const char *out,
     return n && s_attr_i(ex, n, "keepdims", 0);
 }
 
+/* Both GELUs end as 0.5 x (1 + v) (v: erf's or tanh's), into `out`; 1 on
+ * success. */
+static int s_gelu_end(s_ex_t *ex, const char *out, const char *x, const char *v) {
+    char c1[700], c2[700], t1[700], t2[700], t3[700];
+    const char *p = s_step(ex, "Add", out, "one_plus", v,
+                           s_scalar(ex, out, "one", 1.0f, c1, sizeof c1), t1, sizeof t1);
+    const char *h = s_step(ex, "Mul", out, "x_times", x, p, t2, sizeof t2);
+    return s_step(ex, "Mul", out, NULL, h, s_scalar(ex, out, "half", 0.5f, c2, sizeof c2),
+                  t3, sizeof t3) != NULL;
+}
+
 /* The elementwise family (docs/ops.md): NumPy broadcasting is ONNX's
  * multidirectional broadcasting, so binary ops map one to one; opset 13
  * has no GELU, which becomes its formula. 1 on success. */
 static int s_emit_elementwise(s_ex_t *ex, tp_op_kind_t k, const char *out,
                               const char *const *in, const tp_node_attrs_t *a) {
-    char c1[700], c2[700], c3[700], t1[700], t2[700], t3[700], t4[700];
+    char c1[700], c2[700], t1[700], t2[700], t3[700], t4[700];
     const char *x = in[0];
     switch (k) {
     case TP_OP_SUB: return s_node(ex, "Sub", out, 2, in) != NULL;
@@ -433,15 +444,11 @@ static int s_emit_elementwise(s_ex_t *ex, tp_op_kind_t k, const char *out,
                                s_step(ex, "Mul", out, "scaled", x,
                                       s_scalar(ex, out, "inv_sqrt2", 0.70710678f, c1, sizeof c1),
                                       t1, sizeof t1), NULL, t2, sizeof t2);
-        const char *p = s_step(ex, "Add", out, "one_plus", e,
-                               s_scalar(ex, out, "one", 1.0f, c2, sizeof c2), t3, sizeof t3);
-        const char *h = s_step(ex, "Mul", out, "x_times", x, p, t4, sizeof t4);
-        return s_step(ex, "Mul", out, NULL, h, s_scalar(ex, out, "half", 0.5f, c3, sizeof c3),
-                      t1, sizeof t1) != NULL;
+        return s_gelu_end(ex, out, x, e);
     }
     case TP_OP_GELU_TANH: {
         /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-        char t5[700], t6[700], c4[700];
+        char t5[700], t6[700];
         const char *x2 = s_step(ex, "Mul", out, "x2", x, x, t1, sizeof t1);
         const char *x3 = s_step(ex, "Mul", out, "x3", x2, x, t2, sizeof t2);
         const char *cx3 = s_step(ex, "Mul", out, "cx3", x3,
@@ -451,11 +458,7 @@ static int s_emit_elementwise(s_ex_t *ex, tp_op_kind_t k, const char *out,
                                 s_step(ex, "Mul", out, "scaled", in_,
                                        s_scalar(ex, out, "k", 0.7978845608f, c2, sizeof c2),
                                        t5, sizeof t5), NULL, t6, sizeof t6);
-        const char *p = s_step(ex, "Add", out, "one_plus", th,
-                               s_scalar(ex, out, "one", 1.0f, c3, sizeof c3), t1, sizeof t1);
-        const char *h = s_step(ex, "Mul", out, "x_times", x, p, t2, sizeof t2);
-        return s_step(ex, "Mul", out, NULL, h, s_scalar(ex, out, "half", 0.5f, c4, sizeof c4),
-                      t3, sizeof t3) != NULL;
+        return s_gelu_end(ex, out, x, th);
     }
     case TP_OP_SILU:
         return s_step(ex, "Mul", out, NULL, x,
