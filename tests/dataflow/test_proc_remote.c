@@ -8,46 +8,14 @@
 #include "proc_testutil.h"
 #include "fault_util.h" /* fu_rss_kib, fu_slurp */
 
-/* Fork a sender of `n` datapoints (stream s) to `ep`; it starts sending when
- * `gate` opens (NULL: at once). Returns its pid. Senders are forked before
- * the receiver exists (pu_fork's rule); the gate opens once it is bound. */
-static int fork_sender(const char *ep, int64_t n, uint64_t stream, int lz4,
-                       size_t pad, pu_gate_t *gate) {
-    pid_t pid = pu_fork();
-    if (pid == 0) {
-        if (gate)
-            pu_gate_wait(gate);
-        tp_dataflow_t *df = tu_count_df(n, pad, -1);
-        tp_send_opts_t o;
-        tp_send_opts_init(&o);
-        o.max_count = n;
-        o.stream = stream;
-        o.lz4 = lz4;
-        tp_status_t rc = tp_send_dataflow(df, ep, &o, NULL);
-        tp_dataflow_destroy(&df);
-        _exit(rc == TP_OK ? 0 : 3);
-    }
-    return pid;
-}
-
-static tp_dataflow_t *make_remote(const char *eps, double timeout) {
-    tp_remote_opts_t o;
-    tp_remote_opts_init(&o);
-    o.timeout_s = timeout;
-    tp_dataflow_t *df = tp_df_remote(eps, &o);
-    cr_assert(df, "%s", tp_last_error());
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
-    return df;
-}
-
 Test(proc_remote, one_sender_in_order) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/r.sock", dir);
     pu_gate_t bound;
     pu_gate_init(&bound);
-    int pid = fork_sender(ep, 1000, 0, 0, 4096, &bound);
-    tp_dataflow_t *df = make_remote(ep, 5);
+    int pid = ru_fork_sender(ep, 1000, 0, 4096, 0, 0, &bound);
+    tp_dataflow_t *df = ru_remote(ep, 5);
     pu_gate_open(&bound, 1);
     pu_gate_fini(&bound);
     cr_assert_eq(tp_dataflow_size(df), -1);
@@ -74,9 +42,9 @@ Test(proc_remote, two_endpoints_with_lz4) {
     snprintf(b, sizeof b, "ipc://%s/b.sock", dir);
     pu_gate_t bound;
     pu_gate_init(&bound);
-    int pa = fork_sender(a, 300, 1, 1, 8192, &bound);
-    int pb = fork_sender(b, 300, 2, 1, 8192, &bound);
-    tp_dataflow_t *df = make_remote(eps, 5);
+    int pa = ru_fork_sender(a, 300, 1, 8192, 1, 0, &bound);
+    int pb = ru_fork_sender(b, 300, 2, 8192, 1, 0, &bound);
+    tp_dataflow_t *df = ru_remote(eps, 5);
     pu_gate_open(&bound, 2);
     pu_gate_fini(&bound);
     int64_t next[3] = {0, 0, 0};
@@ -118,7 +86,7 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
             zmq_send(push, "", 0, i < 1999 ? ZMQ_SNDMORE : 0);
         ru_push_last_and_exit(ctx, push, 41, 0);
     }
-    tp_dataflow_t *df = make_remote(ep, 5);
+    tp_dataflow_t *df = ru_remote(ep, 5);
     pu_gate_open(&bound, 1);
     pu_gate_fini(&bound);
     tp_datapoint_t *dp;
@@ -138,8 +106,8 @@ Test(proc_remote, stopped_reader_bounds_the_sender) {
     /* An endless sender of 256 KiB datapoints; we read 5 and stop. */
     pu_gate_t bound;
     pu_gate_init(&bound);
-    int pid = fork_sender(ep, 1000000000, 0, 0, 256 * 1024, &bound);
-    tp_dataflow_t *df = make_remote(ep, 5);
+    int pid = ru_fork_sender(ep, 1000000000, 0, 256 * 1024, 0, 0, &bound);
+    tp_dataflow_t *df = ru_remote(ep, 5);
     pu_gate_open(&bound, 1);
     pu_gate_fini(&bound);
     tp_datapoint_t *dp;
@@ -165,7 +133,7 @@ Test(proc_remote, silent_peer_times_out) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/s.sock", dir);
-    tp_dataflow_t *df = make_remote(ep, 0.3);
+    tp_dataflow_t *df = ru_remote(ep, 0.3);
     double t0 = tp_now_s();
     tp_datapoint_t *dp;
     cr_assert_eq(tp_dataflow_next(df, &dp), TP_ERR_TIMEOUT);
@@ -191,7 +159,7 @@ Test(proc_remote, connect_prefix_and_bound_sender) {
         tp_dataflow_destroy(&df);
         _exit(rc == TP_OK ? 0 : 3);
     }
-    tp_dataflow_t *df = make_remote(conn, 5);
+    tp_dataflow_t *df = ru_remote(conn, 5);
     for (int64_t i = 0; i < 50; i++) {
         tp_datapoint_t *dp;
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
@@ -269,8 +237,8 @@ Test(proc_remote, a_sender_is_named_with_every_address_it_reached_or_bound) {
     snprintf(ep, sizeof ep, "ipc://%s/r.sock", dir);
     pu_gate_t bound;
     pu_gate_init(&bound);
-    int pid = fork_sender(ep, 2000, 0, 0, 4096, &bound);
-    tp_dataflow_t *df = make_remote(ep, 5);
+    int pid = ru_fork_sender(ep, 2000, 0, 4096, 0, 0, &bound);
+    tp_dataflow_t *df = ru_remote(ep, 5);
     pu_gate_open(&bound, 1);
     pu_gate_fini(&bound);
     tp_datapoint_t *dp;
