@@ -174,6 +174,23 @@ static double s_process_cpu_s(void) {
  * per step) in both arms. */
 static int s_monitors_off, s_lr_every_step;
 
+/* The config every bench of the engine starts from: desc on one thread,
+ * `epochs` epochs of `steps` steps of df in batches of `batch`, logging
+ * under logdir, no checkpoints; each bench adds what it measures. */
+static void s_bench_config(tp_train_config_t *c, const tp_model_desc_t *desc, int64_t batch,
+                           tp_dataflow_t *df, int64_t steps, int64_t epochs,
+                           const char *logdir) {
+    tp_train_config_init(c);
+    c->model = desc;
+    c->batch = batch;
+    c->threads = 1;
+    c->dataflow = df;
+    c->steps_per_epoch = steps;
+    c->max_epoch = epochs;
+    c->logdir = logdir;
+    c->save_checkpoints = 0;
+}
+
 /* Steps/s of the engine over `input` or `df`, as its own ThroughputTracker
  * measured it (from the start of the first step to the end of the last, so
  * building the model is excluded as it is from the bare loop). */
@@ -181,18 +198,10 @@ static double s_engine_with(const tp_model_desc_t *desc, int64_t batch, int64_t 
                             tp_dataflow_t *df, tp_input_t *input, const char *logdir,
                             tp_callback_t *extra) {
     tp_train_config_t c;
-    tp_train_config_init(&c);
-    c.model = desc;
-    c.batch = batch;
-    c.threads = 1;
+    s_bench_config(&c, desc, batch, df, steps, 1, logdir);
     c.device = s_device;
-    c.dataflow = df;
     c.input = input;
-    c.steps_per_epoch = steps;
-    c.max_epoch = 1;
-    c.logdir = logdir;
     c.logdir_action = TP_LOGDIR_DELETE;  /* a scratch directory, run after run */
-    c.save_checkpoints = 0;
     tp_callback_t *cbs[3] = {tp_callback_new(&s_cpu_ops, NULL, 0), extra, NULL};
     c.callbacks = cbs;
     c.ncallbacks = extra ? 2 : 1;
@@ -593,16 +602,10 @@ static int s_epoch_boundary(const tp_model_desc_t *desc, int64_t batch, int64_t 
         return -1;
     b->sleep_us = sleep_us;
     tp_train_config_t c;
-    tp_train_config_init(&c);
-    c.model = desc;
-    c.batch = batch;
-    c.threads = 1;
-    c.dataflow = tp_df_repeat(tp_df_map(s_memory_df(), s_slow_producer, NULL, NULL), -1);
-    c.steps_per_epoch = steps;
-    c.max_epoch = 2;
-    c.logdir = dir;
+    s_bench_config(&c, desc, batch,
+                   tp_df_repeat(tp_df_map(s_memory_df(), s_slow_producer, NULL, NULL), -1),
+                   steps, 2, dir);
     c.logdir_action = TP_LOGDIR_DELETE;  /* a scratch directory, run after run */
-    c.save_checkpoints = 0;
     c.default_callbacks = 0;
     tp_callback_t *cbs[1] = {tp_callback_new(&s_bnd_ops, b, 0)};
     c.callbacks = cbs;
@@ -840,15 +843,7 @@ static double s_saver_run(const tp_model_desc_t *desc, int64_t batch, int64_t st
         saver = tp_cb_model_saver(3, 0);
     }
     tp_train_config_t c;
-    tp_train_config_init(&c);
-    c.model = desc;
-    c.batch = batch;
-    c.threads = 1;
-    c.dataflow = tp_df_repeat(s_memory_df(), -1);
-    c.steps_per_epoch = steps;
-    c.max_epoch = epochs;
-    c.logdir = dir;
-    c.save_checkpoints = 0;
+    s_bench_config(&c, desc, batch, tp_df_repeat(s_memory_df(), -1), steps, epochs, dir);
     c.default_callbacks = 0;
     c.stats = "off";
     tp_callback_t *cbs[3] = {tp_callback_new(&s_mark0_ops, m, 0), saver,
