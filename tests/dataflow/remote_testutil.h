@@ -14,15 +14,29 @@
 #include "proc_testutil.h"
 
 /* A remote dataflow receiving at eps (comma-separated), a receive given up
- * after `timeout` s, reset and ready; the test fails here if it is not. */
-static inline tp_dataflow_t *ru_remote(const char *eps, double timeout) {
+ * after `timeout` s, that checks every datapoint against e[0..n)
+ * (tp_df_remote_expect; n 0: none) and ends when no sender that may fit is
+ * left for `grace` s (0: the default); reset and ready, the test fails
+ * here if it is not. */
+static inline tp_dataflow_t *ru_remote_expecting(const char *eps, double timeout,
+                                                 const tp_remote_expect_t *e, int n,
+                                                 double grace) {
     tp_remote_opts_t o;
     tp_remote_opts_init(&o);
     o.timeout_s = timeout;
+    if (grace > 0)
+        o.unfit_grace_s = grace;
     tp_dataflow_t *df = tp_df_remote(eps, &o);
     cr_assert(df, "%s", tp_last_error());
+    if (n)
+        cr_assert_eq(tp_df_remote_expect(df, e, n), TP_OK, "%s", tp_last_error());
     cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
     return df;
+}
+
+/* The same, checking nothing. */
+static inline tp_dataflow_t *ru_remote(const char *eps, double timeout) {
+    return ru_remote_expecting(eps, timeout, NULL, 0, 0);
 }
 
 /* Forks a sender of n datapoints tu_count_df(n, pad) (values 0..n-1) to

@@ -149,15 +149,8 @@ Test(proc_remote, a_closed_connection_leaves_the_list_whatever_its_place) {
     pid_t fits = ru_fork_sender(ep[0], 1000000000, 0, 0, 0, 0, &first);
     pid_t unfit[2] = {s_fork_bound_paced_sender(ep[1], 10000, 8, &then),
                       s_fork_bound_paced_sender(ep[2], 10000, 8, &then)};
-    tp_remote_opts_t ro;
-    tp_remote_opts_init(&ro);
-    ro.timeout_s = 3;
-    ro.unfit_grace_s = 0.3;
-    tp_dataflow_t *df = tp_df_remote(eps, &ro);
-    cr_assert(df, "%s", tp_last_error());
     tp_remote_expect_t e = {.name = "value", .dtype = TP_INT64, .ndim = 0};
-    cr_assert_eq(tp_df_remote_expect(df, &e, 1), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    tp_dataflow_t *df = ru_remote_expecting(eps, 3, &e, 1, 0.3);
     pu_gate_open(&first, 1);
     tp_datapoint_t *dp;
     cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
@@ -376,15 +369,8 @@ Test(proc_remote, a_sender_is_named_with_every_address_it_reached_or_bound) {
         tp_dataflow_destroy(&src);
         _exit(0);
     }
-    tp_remote_opts_t ro;
-    tp_remote_opts_init(&ro);
-    ro.timeout_s = 10;
-    ro.unfit_grace_s = 0.5;
-    df = tp_df_remote(conn, &ro);
-    cr_assert(df, "%s", tp_last_error());
     tp_remote_expect_t e = {.name = "value", .dtype = TP_FLOAT32, .ndim = 0};
-    cr_assert_eq(tp_df_remote_expect(df, &e, 1), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    df = ru_remote_expecting(conn, 10, &e, 1, 0.5);
     tp_status_t rc = tp_dataflow_next(df, &dp);
     cr_assert_eq(rc, TP_ERR_SHAPE, "%d: %s", rc, tp_last_error());
     snprintf(want, sizeof want, "send %d@", pid);
