@@ -286,10 +286,48 @@ static void s_take_sender_report(s_remote_t *r, const char *text, size_t len, in
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Connections by descriptor: the receiver's open ones and those it
+ * refused, a sender's open ones. Each is a list of at most MAX_SENDERS
+ * descriptors, any state per connection in arrays beside it, kept in step
+ * through the slots these give. */
+
+/* fd's slot in fds[0..n), or n when it has none. */
+static int s_fd_find(const int *fds, int n, int fd) {
+    int k = 0;
+    while (k < n && fds[k] != fd)
+        k++;
+    return k;
+}
+
+/* Appends fd to fds[0..*n): its slot, or -1 when the list is full. */
+static int s_fd_add(int *fds, int *n, int fd) {
+    if (*n >= MAX_SENDERS)
+        return -1;
+    fds[*n] = fd;
+    return (*n)++;
+}
+
+/* Takes fd out of fds[0..*n), the last one moving into its slot: that
+ * slot (the state beside the list follows: a[k] = a[*n]), or -1 when fd
+ * has none. */
+static int s_fd_remove(int *fds, int *n, int fd) {
+    int k = s_fd_find(fds, *n, fd);
+    if (k == *n)
+        return -1;
+    fds[k] = fds[--*n];
+    return k;
+}
+
+/* A socket monitor's events read in one go at the most: a storm of
+ * connections cannot hold up the thread that reads them. */
+#define S_MONITOR_BURST 64
+
 /* One event of a socket monitor (zmq_socket_monitor), never waited for:
  * its number and value (a descriptor, an error code); the endpoint's frame
- * is read and dropped. 0 when none is pending. */
+ * is read and dropped. 0 when none is pending, or there is no monitor. */
 static int s_monitor_event(void *mon, uint16_t *event, uint32_t *value) {
+    if (!mon)
+        return 0;
     zmq_msg_t ev;
     zmq_msg_init(&ev);
     if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) < 0) {
@@ -319,19 +357,16 @@ static int s_monitor_event(void *mon, uint16_t *event, uint32_t *value) {
  * the silence rule (TP_REMOTE_SENDER_GONE_S) is for peers that vanish
  * without closing (a host that died). */
 static void s_drain_monitor(s_remote_t *r) {
-    for (int i = 0; r->mon && i < 64; i++) {
-        uint16_t event;
-        uint32_t value;
-        if (!s_monitor_event(r->mon, &event, &value))
-            return;
+    uint16_t event;
+    uint32_t value;
+    for (int i = 0; i < S_MONITOR_BURST && s_monitor_event(r->mon, &event, &value); i++) {
         /* a connection is counted from its accept (bind) or connect, when
          * the event carries its descriptor, to its close; one whose
          * handshake fails closes at once */
         if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
-            if (r->nconns < MAX_SENDERS) {
-                r->conn_fit[r->nconns] = 0;
-                r->conn_fds[r->nconns++] = (int)value;
-            }
+            int k = s_fd_add(r->conn_fds, &r->nconns, (int)value);
+            if (k >= 0)
+                r->conn_fit[k] = 0;
             continue;
         }
         if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
@@ -358,20 +393,12 @@ static void s_drain_monitor(s_remote_t *r) {
         }
         if (event != ZMQ_EVENT_DISCONNECTED)
             continue;
-        for (int k = 0; k < r->nconns; k++)
-            if (r->conn_fds[k] == (int)value) {
-                r->nconns--;
-                r->conn_fds[k] = r->conn_fds[r->nconns];
-                r->conn_fit[k] = r->conn_fit[r->nconns];
-                break;
-            }
-        for (int k = 0; k < r->nrefused; k++)
-            if (r->refused_fds[k] == (int)value) {
-                r->nrefused--;
-                r->refused_fds[k] = r->refused_fds[r->nrefused];
-                r->refused_named[k] = r->refused_named[r->nrefused];
-                break;
-            }
+        int k = s_fd_remove(r->conn_fds, &r->nconns, (int)value);
+        if (k >= 0)
+            r->conn_fit[k] = r->conn_fit[r->nconns];
+        k = s_fd_remove(r->refused_fds, &r->nrefused, (int)value);
+        if (k >= 0)
+            r->refused_named[k] = r->refused_named[r->nrefused];
         /* the sender whose reports came on it (a number that a later
          * connection may reuse: that one's sender has another pid) */
         uint64_t now = tp_now_ns();
@@ -501,14 +528,10 @@ static void s_sender_name(s_remote_t *r, int fd, int unfit, char *out, size_t si
 
 /* Record whether connection fd's last datapoint fitted. */
 static void s_mark_fit(s_remote_t *r, int fd, int fit) {
-    int k = 0;
-    while (k < r->nconns && r->conn_fds[k] != fd)
-        k++;
+    int k = s_fd_find(r->conn_fds, r->nconns, fd);
     if (k == r->nconns) {  /* its accept event not read yet */
         s_drain_monitor(r);
-        k = 0;
-        while (k < r->nconns && r->conn_fds[k] != fd)
-            k++;
+        k = s_fd_find(r->conn_fds, r->nconns, fd);
     }
     if (k < r->nconns)
         r->conn_fit[k] = fit ? 1 : 2;
@@ -585,16 +608,14 @@ static void s_refuse(s_remote_t *r, const char *theirs) {
     if (!kind)  /* a datapoint or a malformed message, not a control frame */
         r->refused++;
     s_drain_monitor(r);  /* an earlier connection with this number closed? */
-    int k = 0;
-    while (k < r->nrefused && r->refused_fds[k] != fd)
-        k++;
+    int k = s_fd_find(r->refused_fds, r->nrefused, fd);
     /* once a connection, and again when its report names a sender that
      * its first messages (an older sender's) could not; never again for a
      * sender named before, on a connection it had before reconnecting */
     if (k == r->nrefused || (named && !r->refused_named[k])) {
-        if (k == r->nrefused && r->nrefused < MAX_SENDERS)
-            r->refused_fds[r->nrefused++] = fd;
-        if (k < r->nrefused)
+        if (k == r->nrefused)
+            k = s_fd_add(r->refused_fds, &r->nrefused, fd);
+        if (k >= 0)
             r->refused_named[k] = named;
         if (named && s_refused_known(r, &row)) {
             tp_wire_msg_clear(r->msg);
@@ -1601,23 +1622,16 @@ static int s_sender_closed_is_refusal(s_sender_t *s, int ran_out) {
  * receivers, and a connecting sender's failed handshake (s->failed). A
  * bound sender only warns about a peer that failed: anyone may knock. */
 static void s_sender_events(s_sender_t *s) {
-    for (int i = 0; s->mon && i < 64; i++) {
-        uint16_t event;
-        uint32_t value;
-        if (!s_monitor_event(s->mon, &event, &value))
-            break;
+    uint16_t event;
+    uint32_t value;
+    for (int i = 0; i < S_MONITOR_BURST && s_monitor_event(s->mon, &event, &value); i++) {
         /* connections are counted by descriptor, from their accept or
          * connect to their close (the handshake events carry none) */
         if (event == ZMQ_EVENT_ACCEPTED || event == ZMQ_EVENT_CONNECTED) {
             s->connected_ns = tp_now_ns();
-            if (s->connected < MAX_SENDERS)
-                s->conn_fds[s->connected++] = (int)value;
+            s_fd_add(s->conn_fds, &s->connected, (int)value);
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
-            for (int k = 0; k < s->connected; k++)
-                if (s->conn_fds[k] == (int)value) {
-                    s->conn_fds[k] = s->conn_fds[--s->connected];
-                    break;
-                }
+            s_fd_remove(s->conn_fds, &s->connected, (int)value);
             if (s->connected == 0)
                 s->none_since = tp_now_ns();
         } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {

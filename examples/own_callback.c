@@ -15,23 +15,6 @@
 #include <towerpack/towerpack.h>
 #include "common.h"
 
-static const tp_input_desc_t inputs[] = {
-    {"image", TP_UINT8, 3, {-1, 28, 28}},
-    {"label", TP_INT32, 1, {-1}},
-};
-
-static tp_status_t tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    tp_node_t *x = tp_flatten(t, "flat", tp_cast(t, "input", in[0], 1.0f / 255));
-    x = tp_relu(t, NULL, tp_fc(t, "fc0", x, 256, 1));
-    tp_node_t *logits = tp_fc(t, "linear", x, 10, 1);
-    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
-    tp_tower_add_output(t, "cost", cost);
-    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
-    return tp_tower_set_cost(t, cost);
-}
-
-static tp_optimizer_t *optimizer(void *user) { return tp_optimizer_sgd(0.05, 0.9, 0); }
-
 /* ---- the callback ------------------------------------------------------------ */
 
 typedef struct {
@@ -93,7 +76,9 @@ static tp_callback_t *patience_new(int patience) {
 
 int main(int argc, char **argv) {
     example_args_t a = example_args(argc, argv, "train_log/example-own-callback");
-    tp_model_desc_t model = {inputs, 2, tower, optimizer, NULL};
+    /* the model is beside the point here: common.h's MLP */
+    tp_model_desc_t model = {example_mlp_inputs, 2, example_mlp_tower,
+                             example_mlp_optimizer, NULL};
     tp_dataflow_t *train = NULL;
     if (tp_spec_parse("fashion-mnist:train | batch 128", &train) != TP_OK) {
         fprintf(stderr, "example-own-callback: %s\n", tp_last_error());

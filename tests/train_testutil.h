@@ -1,5 +1,5 @@
-/* towerpack tests: small dataflows shared by the training and input tests,
- * and the loss recorder of the GAN trainers' PyTorch checks. */
+/* towerpack tests: small dataflows and models shared by the training and
+ * input tests, and the loss recorder of the GAN trainers' PyTorch checks. */
 #ifndef TP_TRAIN_TESTUTIL_H
 #define TP_TRAIN_TESTUTIL_H
 
@@ -37,6 +37,24 @@ static inline tp_dataflow_t *tu_blobs(int npoints, int classes, float spread,
     return tp_df_batch(df, batch, remainder);
 }
 
+/* tu_blobs' components: x [B,2] float32, label [B] int32. */
+static const tp_input_desc_t tu_blob_inputs[2] = {
+    {"x", TP_FLOAT32, 2, {-1, 2}},
+    {"label", TP_INT32, 1, {-1}},
+};
+
+/* A two-layer classifier of tu_blobs' points, 4 classes: fc0 `hidden`
+ * wide, relu, fc1; its cost and accuracy, the scalars of the tests about
+ * what training reports. */
+static inline tp_status_t tu_mlp(tp_tower_t *t, tp_node_t *const *in, int hidden) {
+    tp_node_t *h = tp_relu(t, NULL, tp_fc(t, "fc0", in[0], hidden, 1));
+    tp_node_t *logits = tp_fc(t, "fc1", h, 4, 1);
+    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
+    tp_tower_add_output(t, "cost", cost);
+    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
+    return tp_tower_set_cost(t, cost);
+}
+
 /* A linear classifier of tu_blobs' points (x [B,2] float32, label [B]
  * int32, 4 classes), trained by SGD (lr 0.1, momentum 0.9): the model of
  * the tests about the launch around it, not about the model. */
@@ -48,16 +66,15 @@ static inline tp_status_t tu_linear_tower(tp_tower_t *t, tp_node_t *const *in,
     tp_tower_add_output(t, "cost", cost);
     return tp_tower_set_cost(t, cost);
 }
-static inline tp_optimizer_t *tu_linear_opt(void *user) {
+
+/* The optimizer of tu_linear_model and tu_mlp's models: SGD, lr 0.1,
+ * momentum 0.9. */
+static inline tp_optimizer_t *tu_sgd_opt(void *user) {
     (void)user;
     return tp_optimizer_sgd(0.1, 0.9, 0);
 }
 static inline const tp_model_desc_t *tu_linear_model(void) {
-    static const tp_input_desc_t inputs[] = {
-        {"x", TP_FLOAT32, 2, {-1, 2}},
-        {"label", TP_INT32, 1, {-1}},
-    };
-    static const tp_model_desc_t md = {inputs, 2, tu_linear_tower, tu_linear_opt, NULL};
+    static const tp_model_desc_t md = {tu_blob_inputs, 2, tu_linear_tower, tu_sgd_opt, NULL};
     return &md;
 }
 

@@ -92,7 +92,13 @@ static Onnx__NodeProto *s_node(s_ex_t *ex, const char *op, const char *out,
     return n;
 }
 
-static Onnx__AttributeProto *s_attr(s_ex_t *ex, Onnx__NodeProto *n, const char *name) {
+/* A new attribute `name` of `type` on node n, its value for the caller to
+ * set; NULL on failure, or when n is NULL (a node that could not be made:
+ * its error is set, and a caller's chain of attributes ends there). */
+static Onnx__AttributeProto *s_attr(s_ex_t *ex, Onnx__NodeProto *n, const char *name,
+                                    Onnx__AttributeProto__AttributeType type) {
+    if (!n)
+        return NULL;
     Onnx__AttributeProto *a = s_new(ex, sizeof *a);
     Onnx__AttributeProto **arr = s_new(ex, sizeof *arr * (n->n_attribute + 1));
     if (!a || !arr)
@@ -100,6 +106,8 @@ static Onnx__AttributeProto *s_attr(s_ex_t *ex, Onnx__NodeProto *n, const char *
     onnx__attribute_proto__init(a);
     if (!(a->name = s_str(ex, name)))
         return NULL;
+    a->has_type = 1;
+    a->type = type;
     if (n->n_attribute)
         memcpy(arr, n->attribute, sizeof *arr * n->n_attribute);
     arr[n->n_attribute++] = a;
@@ -108,22 +116,18 @@ static Onnx__AttributeProto *s_attr(s_ex_t *ex, Onnx__NodeProto *n, const char *
 }
 
 static int s_attr_i(s_ex_t *ex, Onnx__NodeProto *n, const char *name, int64_t v) {
-    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    Onnx__AttributeProto *a = s_attr(ex, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     if (!a)
         return 0;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
     a->has_i = 1;
     a->i = v;
     return 1;
 }
 
 static int s_attr_f(s_ex_t *ex, Onnx__NodeProto *n, const char *name, float v) {
-    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    Onnx__AttributeProto *a = s_attr(ex, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
     if (!a)
         return 0;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
     a->has_f = 1;
     a->f = v;
     return 1;
@@ -131,15 +135,24 @@ static int s_attr_f(s_ex_t *ex, Onnx__NodeProto *n, const char *name, float v) {
 
 static int s_attr_ints(s_ex_t *ex, Onnx__NodeProto *n, const char *name,
                        const int64_t *v, int count) {
-    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
+    Onnx__AttributeProto *a = s_attr(ex, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     int64_t *vals = s_new(ex, sizeof *vals * (size_t)count);
     if (!a || !vals)
         return 0;
     memcpy(vals, v, sizeof *vals * (size_t)count);
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
     a->n_ints = (size_t)count;
     a->ints = vals;
+    return 1;
+}
+
+static int s_attr_str(s_ex_t *ex, Onnx__NodeProto *n, const char *name, const char *v) {
+    Onnx__AttributeProto *a = s_attr(ex, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    char *sv = s_str(ex, v);
+    if (!a || !sv)
+        return 0;
+    a->has_s = 1;
+    a->s.data = (uint8_t *)sv;
+    a->s.len = strlen(sv);
     return 1;
 }
 
@@ -383,12 +396,23 @@ static int s_emit_loss(s_ex_t *ex, tp_op_kind_t k, const char *out,
     return n && s_attr_i(ex, n, "keepdims", 0);
 }
 
+/* Both GELUs end as 0.5 x (1 + v) (v: erf's or tanh's), into `out`; 1 on
+ * success. */
+static int s_gelu_end(s_ex_t *ex, const char *out, const char *x, const char *v) {
+    char c1[700], c2[700], t1[700], t2[700], t3[700];
+    const char *p = s_step(ex, "Add", out, "one_plus", v,
+                           s_scalar(ex, out, "one", 1.0f, c1, sizeof c1), t1, sizeof t1);
+    const char *h = s_step(ex, "Mul", out, "x_times", x, p, t2, sizeof t2);
+    return s_step(ex, "Mul", out, NULL, h, s_scalar(ex, out, "half", 0.5f, c2, sizeof c2),
+                  t3, sizeof t3) != NULL;
+}
+
 /* The elementwise family (docs/ops.md): NumPy broadcasting is ONNX's
  * multidirectional broadcasting, so binary ops map one to one; opset 13
  * has no GELU, which becomes its formula. 1 on success. */
 static int s_emit_elementwise(s_ex_t *ex, tp_op_kind_t k, const char *out,
                               const char *const *in, const tp_node_attrs_t *a) {
-    char c1[700], c2[700], c3[700], t1[700], t2[700], t3[700], t4[700];
+    char c1[700], c2[700], t1[700], t2[700], t3[700], t4[700];
     const char *x = in[0];
     switch (k) {
     case TP_OP_SUB: return s_node(ex, "Sub", out, 2, in) != NULL;
@@ -420,15 +444,11 @@ static int s_emit_elementwise(s_ex_t *ex, tp_op_kind_t k, const char *out,
                                s_step(ex, "Mul", out, "scaled", x,
                                       s_scalar(ex, out, "inv_sqrt2", 0.70710678f, c1, sizeof c1),
                                       t1, sizeof t1), NULL, t2, sizeof t2);
-        const char *p = s_step(ex, "Add", out, "one_plus", e,
-                               s_scalar(ex, out, "one", 1.0f, c2, sizeof c2), t3, sizeof t3);
-        const char *h = s_step(ex, "Mul", out, "x_times", x, p, t4, sizeof t4);
-        return s_step(ex, "Mul", out, NULL, h, s_scalar(ex, out, "half", 0.5f, c3, sizeof c3),
-                      t1, sizeof t1) != NULL;
+        return s_gelu_end(ex, out, x, e);
     }
     case TP_OP_GELU_TANH: {
         /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-        char t5[700], t6[700], c4[700];
+        char t5[700], t6[700];
         const char *x2 = s_step(ex, "Mul", out, "x2", x, x, t1, sizeof t1);
         const char *x3 = s_step(ex, "Mul", out, "x3", x2, x, t2, sizeof t2);
         const char *cx3 = s_step(ex, "Mul", out, "cx3", x3,
@@ -438,11 +458,7 @@ static int s_emit_elementwise(s_ex_t *ex, tp_op_kind_t k, const char *out,
                                 s_step(ex, "Mul", out, "scaled", in_,
                                        s_scalar(ex, out, "k", 0.7978845608f, c2, sizeof c2),
                                        t5, sizeof t5), NULL, t6, sizeof t6);
-        const char *p = s_step(ex, "Add", out, "one_plus", th,
-                               s_scalar(ex, out, "one", 1.0f, c3, sizeof c3), t1, sizeof t1);
-        const char *h = s_step(ex, "Mul", out, "x_times", x, p, t2, sizeof t2);
-        return s_step(ex, "Mul", out, NULL, h, s_scalar(ex, out, "half", 0.5f, c4, sizeof c4),
-                      t3, sizeof t3) != NULL;
+        return s_gelu_end(ex, out, x, th);
     }
     case TP_OP_SILU:
         return s_step(ex, "Mul", out, NULL, x,
@@ -725,14 +741,8 @@ static int s_emit_reduce(s_ex_t *ex, tp_node_t *x, const char *out, const char *
             li[0] = t1;
         }
         n = s_node(ex, "SoftmaxCrossEntropyLoss", out, 2, li);
-        Onnx__AttributeProto *r = n ? s_attr(ex, n, "reduction") : NULL;
-        if (!r || !(r->s.data = (uint8_t *)s_str(ex, "mean")))
-            return 0;
-        r->has_type = 1;
-        r->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-        r->has_s = 1;
-        r->s.len = 4;
-        return s_attr_i(ex, n, "ignore_index", (int64_t)a->alpha);
+        return s_attr_str(ex, n, "reduction", "mean") &&
+               s_attr_i(ex, n, "ignore_index", (int64_t)a->alpha);
     }
     case TP_OP_TOP_K_ACCURACY: {
         int64_t kk[1] = {(int64_t)a->alpha}, d1[1] = {1}, one[1] = {1};
@@ -903,19 +913,6 @@ static int s_emit_attention(s_ex_t *ex, tp_node_t *x, const char *out,
 
 /* One op node into ONNX nodes; *ok 0 on failure (with the error set). */
 /* ---- the convolution family ------------------------------------------------ */
-
-static int s_attr_str(s_ex_t *ex, Onnx__NodeProto *n, const char *name, const char *v) {
-    Onnx__AttributeProto *a = n ? s_attr(ex, n, name) : NULL;
-    char *sv = s_str(ex, v);
-    if (!a || !sv)
-        return 0;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-    a->has_s = 1;
-    a->s.data = (uint8_t *)sv;
-    a->s.len = strlen(sv);
-    return 1;
-}
 
 /* Conv (dilations and group written only when not 1, so a plain conv's
  * node is what it always was), ConvTranspose (W [C,O/g,KH,KW] is ONNX's

@@ -17,36 +17,6 @@ static void teardown(void) { fu_rmrf(s_dir); }
 
 TestSuite(fault_remote, .init = setup, .fini = teardown, .timeout = 60);
 
-static tp_dataflow_t *s_remote(const char *eps, double timeout) {
-    tp_remote_opts_t o;
-    tp_remote_opts_init(&o);
-    o.timeout_s = timeout;
-    tp_dataflow_t *df = tp_df_remote(eps, &o);
-    cr_assert(df, "%s", tp_last_error());
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
-    return df;
-}
-
-/* Fork a sender of n datapoints (values stream*1e6 + 0..n-1, pad bytes each)
- * to ep; it starts when `gate` lets it through. Forked before the receiver
- * exists (pu_fork's rule). */
-static int s_sender(const char *ep, int64_t n, uint64_t stream, size_t pad, pu_gate_t *gate) {
-    pid_t pid = pu_fork();
-    if (pid == 0) {
-        pu_gate_wait(gate);
-        tp_dataflow_t *df = tu_count_df(n, (int64_t)pad, -1);
-        tp_send_opts_t o;
-        tp_send_opts_init(&o);
-        o.max_count = n;
-        o.stream = stream;
-        o.hwm = 4;
-        tp_status_t rc = tp_send_dataflow(df, ep, &o, NULL);
-        tp_dataflow_destroy(&df);
-        _exit(rc == TP_OK ? 0 : 3);
-    }
-    return pid;
-}
-
 /* Must hold: a peer that sends a valid header followed by fewer frames
  * than it announces (and one that cuts a real datapoint's last frame) has
  * each message counted as malformed and dropped; the stream goes on with
@@ -76,7 +46,7 @@ Test(fault_remote, half_messages_are_dropped) {
         }
         ru_push_last_and_exit(ctx, push, 42, 100);
     }
-    tp_dataflow_t *df = s_remote(ep, 5);
+    tp_dataflow_t *df = ru_remote(ep, 5);
     pu_gate_open(&bound, 1);
     pu_gate_fini(&bound);
     tp_datapoint_t *dp;
@@ -99,9 +69,9 @@ Test(fault_remote, sender_vanishes_mid_stream) {
     pu_gate_t first, second;
     pu_gate_init(&first);
     pu_gate_init(&second);
-    int pid = s_sender(ep, 1000000, 0, 256 * 1024, &first);
-    int pid2 = s_sender(ep, 10, 1, 16, &second);
-    tp_dataflow_t *df = s_remote(ep, 0.5);
+    int pid = ru_fork_sender(ep, 1000000, 0, 256 * 1024, 0, 4, &first);
+    int pid2 = ru_fork_sender(ep, 10, 1, 16, 0, 4, &second);
+    tp_dataflow_t *df = ru_remote(ep, 0.5);
     pu_gate_open(&first, 1);
     tp_datapoint_t *dp;
     int64_t k = 0;

@@ -1,6 +1,6 @@
 /* towerpack tests: remote dataflows (tp_send_dataflow in another process,
  * tp_df_remote here): order and counts, several endpoints, lz4, a peer
- * sending garbage, bounded waits. */
+ * sending garbage, bounded waits, connections closing in any order. */
 #include <criterion/criterion.h>
 #include <czmq.h>
 #include "actor_testutil.h"
@@ -8,46 +8,14 @@
 #include "proc_testutil.h"
 #include "fault_util.h" /* fu_rss_kib, fu_slurp */
 
-/* Fork a sender of `n` datapoints (stream s) to `ep`; it starts sending when
- * `gate` opens (NULL: at once). Returns its pid. Senders are forked before
- * the receiver exists (pu_fork's rule); the gate opens once it is bound. */
-static int fork_sender(const char *ep, int64_t n, uint64_t stream, int lz4,
-                       size_t pad, pu_gate_t *gate) {
-    pid_t pid = pu_fork();
-    if (pid == 0) {
-        if (gate)
-            pu_gate_wait(gate);
-        tp_dataflow_t *df = tu_count_df(n, pad, -1);
-        tp_send_opts_t o;
-        tp_send_opts_init(&o);
-        o.max_count = n;
-        o.stream = stream;
-        o.lz4 = lz4;
-        tp_status_t rc = tp_send_dataflow(df, ep, &o, NULL);
-        tp_dataflow_destroy(&df);
-        _exit(rc == TP_OK ? 0 : 3);
-    }
-    return pid;
-}
-
-static tp_dataflow_t *make_remote(const char *eps, double timeout) {
-    tp_remote_opts_t o;
-    tp_remote_opts_init(&o);
-    o.timeout_s = timeout;
-    tp_dataflow_t *df = tp_df_remote(eps, &o);
-    cr_assert(df, "%s", tp_last_error());
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
-    return df;
-}
-
 Test(proc_remote, one_sender_in_order) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/r.sock", dir);
     pu_gate_t bound;
     pu_gate_init(&bound);
-    int pid = fork_sender(ep, 1000, 0, 0, 4096, &bound);
-    tp_dataflow_t *df = make_remote(ep, 5);
+    int pid = ru_fork_sender(ep, 1000, 0, 4096, 0, 0, &bound);
+    tp_dataflow_t *df = ru_remote(ep, 5);
     pu_gate_open(&bound, 1);
     pu_gate_fini(&bound);
     cr_assert_eq(tp_dataflow_size(df), -1);
@@ -74,9 +42,9 @@ Test(proc_remote, two_endpoints_with_lz4) {
     snprintf(b, sizeof b, "ipc://%s/b.sock", dir);
     pu_gate_t bound;
     pu_gate_init(&bound);
-    int pa = fork_sender(a, 300, 1, 1, 8192, &bound);
-    int pb = fork_sender(b, 300, 2, 1, 8192, &bound);
-    tp_dataflow_t *df = make_remote(eps, 5);
+    int pa = ru_fork_sender(a, 300, 1, 8192, 1, 0, &bound);
+    int pb = ru_fork_sender(b, 300, 2, 8192, 1, 0, &bound);
+    tp_dataflow_t *df = ru_remote(eps, 5);
     pu_gate_open(&bound, 2);
     pu_gate_fini(&bound);
     int64_t next[3] = {0, 0, 0};
@@ -118,7 +86,7 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
             zmq_send(push, "", 0, i < 1999 ? ZMQ_SNDMORE : 0);
         ru_push_last_and_exit(ctx, push, 41, 0);
     }
-    tp_dataflow_t *df = make_remote(ep, 5);
+    tp_dataflow_t *df = ru_remote(ep, 5);
     pu_gate_open(&bound, 1);
     pu_gate_fini(&bound);
     tp_datapoint_t *dp;
@@ -131,6 +99,95 @@ Test(proc_remote, garbage_is_counted_and_dropped) {
     rmdir(dir);
 }
 
+/* A sender's pace: a datapoint every 2 ms, so that one of 10000 outlasts
+ * the case below by seconds, and then ends. */
+static tp_status_t s_pace(tp_datapoint_t **dp, tp_rng_t *rng, void *user) {
+    (void)dp, (void)rng, (void)user;
+    usleep(2000);
+    return TP_OK;
+}
+
+/* Fork a paced sender of n datapoints with `pad` bytes that binds ep once
+ * `gate` opens; it exits when all went. Bound, it sends whatever it has
+ * (a sender that connects reads the receiver's expectations in the
+ * handshake and ends at its first datapoint that does not fit). */
+static pid_t s_fork_bound_paced_sender(const char *ep, int64_t n, size_t pad, pu_gate_t *gate) {
+    pid_t pid = pu_fork();
+    if (pid == 0) {
+        pu_gate_wait(gate);
+        tp_dataflow_t *df = tp_df_map(tu_count_df(n, pad, -1), s_pace, NULL, NULL);
+        tp_send_opts_t o;
+        tp_send_opts_init(&o);
+        o.max_count = n;
+        o.bind = 1;
+        o.linger_s = 0;
+        tp_status_t rc = tp_send_dataflow(df, ep, &o, NULL);
+        tp_dataflow_destroy(&df);
+        _exit(rc == TP_OK ? 0 : 3);
+    }
+    return pid;
+}
+
+/* Must hold: the receiver knows which connections are open, whatever order
+ * they close in. A sender that fits connects first, two that do not fit
+ * after it; it is killed while they go on. Its connection leaves the
+ * receiver's list, no connection that may fit is left, and next() ends
+ * (TP_ERR_SHAPE, "no sender left sends datapoints that fit") within the
+ * grace, long before they stop. (A list that dropped the wrong entry at
+ * that close kept the killed sender as one that fits: next() went on
+ * until they ended and then timed out.) */
+Test(proc_remote, a_closed_connection_leaves_the_list_whatever_its_place) {
+    char dir[64], ep[3][128], eps[400], said[256];
+    tu_tmpdir(dir, sizeof dir);
+    for (int i = 0; i < 3; i++)
+        snprintf(ep[i], sizeof ep[i], "ipc://%s/%d.sock", dir, i);
+    /* the receiver binds the first, the senders that do not fit the others */
+    snprintf(eps, sizeof eps, "@%s,>%s,>%s", ep[0], ep[1], ep[2]);
+    pu_gate_t first, then;
+    pu_gate_init(&first);
+    pu_gate_init(&then);
+    pid_t fits = ru_fork_sender(ep[0], 1000000000, 0, 0, 0, 0, &first);
+    pid_t unfit[2] = {s_fork_bound_paced_sender(ep[1], 10000, 8, &then),
+                      s_fork_bound_paced_sender(ep[2], 10000, 8, &then)};
+    tp_remote_expect_t e = {.name = "value", .dtype = TP_INT64, .ndim = 0};
+    tp_dataflow_t *df = ru_remote_expecting(eps, 3, &e, 1, 0.3);
+    pu_gate_open(&first, 1);
+    tp_datapoint_t *dp;
+    cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+    tp_datapoint_destroy(&dp);
+    /* the fitting sender's connection is the first in the list; the
+     * others join it while its datapoints still come */
+    pu_gate_open(&then, 2);
+    double t0 = tp_now_s();
+    do {
+        cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
+        tp_datapoint_destroy(&dp);
+        tp_df_remote_describe(df, said, sizeof said);
+    } while ((!strstr(said, "3 senders connected") || tp_df_remote_unfit(df) < 2) &&
+             tp_now_s() - t0 < 10);
+    cr_assert(strstr(said, "3 senders connected"), "%s", said);
+    cr_assert_geq(tp_df_remote_unfit(df), 2);
+    kill(fits, SIGKILL);
+    pu_waitpid(fits, 5000);
+    tp_status_t rc;
+    while ((rc = tp_dataflow_next(df, &dp)) == TP_OK)  /* what it had sent */
+        tp_datapoint_destroy(&dp);
+    cr_assert_eq(rc, TP_ERR_SHAPE, "%d: %s", rc, tp_last_error());
+    cr_assert(strstr(tp_last_error(), "no sender left sends datapoints that fit") &&
+                  strstr(tp_last_error(), "2 senders connected"),
+              "%s", tp_last_error());
+    for (int i = 0; i < 2; i++) {
+        kill(unfit[i], SIGKILL);
+        pu_waitpid(unfit[i], 5000);
+        unlink(ep[i + 1] + 6);  /* the killed sender's socket file */
+    }
+    pu_gate_fini(&first);
+    pu_gate_fini(&then);
+    tp_dataflow_destroy(&df);
+    cr_assert_eq(pu_dir_entries(dir), 0);
+    rmdir(dir);
+}
+
 Test(proc_remote, stopped_reader_bounds_the_sender) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
@@ -138,8 +195,8 @@ Test(proc_remote, stopped_reader_bounds_the_sender) {
     /* An endless sender of 256 KiB datapoints; we read 5 and stop. */
     pu_gate_t bound;
     pu_gate_init(&bound);
-    int pid = fork_sender(ep, 1000000000, 0, 0, 256 * 1024, &bound);
-    tp_dataflow_t *df = make_remote(ep, 5);
+    int pid = ru_fork_sender(ep, 1000000000, 0, 256 * 1024, 0, 0, &bound);
+    tp_dataflow_t *df = ru_remote(ep, 5);
     pu_gate_open(&bound, 1);
     pu_gate_fini(&bound);
     tp_datapoint_t *dp;
@@ -165,7 +222,7 @@ Test(proc_remote, silent_peer_times_out) {
     char dir[64], ep[128];
     tu_tmpdir(dir, sizeof dir);
     snprintf(ep, sizeof ep, "ipc://%s/s.sock", dir);
-    tp_dataflow_t *df = make_remote(ep, 0.3);
+    tp_dataflow_t *df = ru_remote(ep, 0.3);
     double t0 = tp_now_s();
     tp_datapoint_t *dp;
     cr_assert_eq(tp_dataflow_next(df, &dp), TP_ERR_TIMEOUT);
@@ -191,7 +248,7 @@ Test(proc_remote, connect_prefix_and_bound_sender) {
         tp_dataflow_destroy(&df);
         _exit(rc == TP_OK ? 0 : 3);
     }
-    tp_dataflow_t *df = make_remote(conn, 5);
+    tp_dataflow_t *df = ru_remote(conn, 5);
     for (int64_t i = 0; i < 50; i++) {
         tp_datapoint_t *dp;
         cr_assert_eq(tp_dataflow_next(df, &dp), TP_OK, "%s", tp_last_error());
@@ -269,8 +326,8 @@ Test(proc_remote, a_sender_is_named_with_every_address_it_reached_or_bound) {
     snprintf(ep, sizeof ep, "ipc://%s/r.sock", dir);
     pu_gate_t bound;
     pu_gate_init(&bound);
-    int pid = fork_sender(ep, 2000, 0, 0, 4096, &bound);
-    tp_dataflow_t *df = make_remote(ep, 5);
+    int pid = ru_fork_sender(ep, 2000, 0, 4096, 0, 0, &bound);
+    tp_dataflow_t *df = ru_remote(ep, 5);
     pu_gate_open(&bound, 1);
     pu_gate_fini(&bound);
     tp_datapoint_t *dp;
@@ -312,15 +369,8 @@ Test(proc_remote, a_sender_is_named_with_every_address_it_reached_or_bound) {
         tp_dataflow_destroy(&src);
         _exit(0);
     }
-    tp_remote_opts_t ro;
-    tp_remote_opts_init(&ro);
-    ro.timeout_s = 10;
-    ro.unfit_grace_s = 0.5;
-    df = tp_df_remote(conn, &ro);
-    cr_assert(df, "%s", tp_last_error());
     tp_remote_expect_t e = {.name = "value", .dtype = TP_FLOAT32, .ndim = 0};
-    cr_assert_eq(tp_df_remote_expect(df, &e, 1), TP_OK, "%s", tp_last_error());
-    cr_assert_eq(tp_dataflow_reset_state(df, 0, 0), TP_OK, "%s", tp_last_error());
+    df = ru_remote_expecting(conn, 10, &e, 1, 0.5);
     tp_status_t rc = tp_dataflow_next(df, &dp);
     cr_assert_eq(rc, TP_ERR_SHAPE, "%d: %s", rc, tp_last_error());
     snprintf(want, sizeof want, "send %d@", pid);

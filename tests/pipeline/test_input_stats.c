@@ -25,6 +25,7 @@
 #include "pipeline/train/towers.h"
 #include "dir_testutil.h"
 #include "train_testutil.h"
+#include "zmq_input_testutil.h"
 
 static const tp_stats_row_t *s_find(const tp_stats_row_t *rows, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -141,12 +142,6 @@ static void s_setup(void) {
 
 static void s_teardown(void) { dt_remove(s_dir); }
 
-typedef struct {
-    tp_dataflow_t *df;
-    int64_t count;
-    tp_status_t rc;
-} s_sender_t;
-
 /* A gate in the sender's dataflow: the first `pass` datapoints go through,
  * the next waits (at most 20 s) until the test opens it, so that the
  * sender is still connected (its stats row still there) while the test
@@ -165,22 +160,6 @@ static tp_status_t s_gate_map(tp_datapoint_t **dp, tp_rng_t *rng, void *user) {
     return TP_OK;
 }
 
-static void *s_send(void *arg) {
-    s_sender_t *s = arg;
-    void *ctx = zmq_ctx_new(), *push = zmq_socket(ctx, ZMQ_PUSH);
-    zmq_connect(push, s_ep);
-    zmq_send(push, "junk", 4, 0);  /* not the wire format: counted */
-    int linger = 2000;
-    zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_close(push);
-    zmq_ctx_term(ctx);
-    tp_send_opts_t o;
-    tp_send_opts_init(&o);
-    o.max_count = s->count;
-    s->rc = tp_send_dataflow(s->df, s_ep, &o, NULL);
-    return NULL;
-}
-
 Test(input_stats, zmq_input_gives_its_receivers_row, .init = s_setup, .fini = s_teardown) {
     tp_remote_opts_t o;
     tp_remote_opts_init(&o);
@@ -191,9 +170,11 @@ Test(input_stats, zmq_input_gives_its_receivers_row, .init = s_setup, .fini = s_
     cr_assert_eq(tp_input_stats(in, rows, 4), 0, "no row before start");
     cr_assert_eq(tp_input_start(in, 1, 1, 0), TP_OK, "%s", tp_last_error());
     static s_gate_t gate = {.pass = 12};
-    s_sender_t s = {tp_df_map(tu_counting(30), s_gate_map, &gate, NULL), 25, TP_OK};
+    static const char *const junk[] = {"junk", NULL};  /* not the wire format: counted */
+    zi_sender_t s = {.ep = s_ep, .junk = junk,
+                     .df = tp_df_map(tu_counting(30), s_gate_map, &gate, NULL), .count = 25};
     pthread_t th;
-    pthread_create(&th, NULL, s_send, &s);
+    pthread_create(&th, NULL, zi_send, &s);
     s_take(in, 1, 10);
     /* the sender's report comes before its first datapoint: its row
      * (its process and host), then the receiver's */

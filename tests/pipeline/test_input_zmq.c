@@ -15,6 +15,7 @@
 #include <towerpack/towerpack.h>
 #include "dir_testutil.h"
 #include "train_testutil.h"
+#include "zmq_input_testutil.h"
 #include <towerpack/launch.h>
 
 static char s_dir[64], s_ep[128];
@@ -36,33 +37,6 @@ static void s_setup(void) {
 static void s_teardown(void) { dt_remove(s_dir); }
 
 
-typedef struct {
-    tp_dataflow_t *df;
-    int64_t count;
-    int junk_first;
-    tp_status_t rc;
-} s_sender_t;
-
-static void *s_send(void *arg) {
-    s_sender_t *s = arg;
-    if (s->junk_first) {
-        /* a message that is not the wire format */
-        void *ctx = zmq_ctx_new(), *push = zmq_socket(ctx, ZMQ_PUSH);
-        zmq_connect(push, s_ep);
-        zmq_send(push, "not", 3, ZMQ_SNDMORE);
-        zmq_send(push, "a batch", 7, 0);
-        int linger = 2000;
-        zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
-        zmq_close(push);
-        zmq_ctx_term(ctx);
-    }
-    tp_send_opts_t o;
-    tp_send_opts_init(&o);
-    o.max_count = s->count;
-    s->rc = tp_send_dataflow(s->df, s_ep, &o, NULL);
-    return NULL;
-}
-
 Test(zmq_input, batches_arrive_in_order_and_junk_is_dropped, .init = s_setup,
      .fini = s_teardown) {
     tp_input_t *in = s_input();
@@ -70,9 +44,10 @@ Test(zmq_input, batches_arrive_in_order_and_junk_is_dropped, .init = s_setup,
     cr_assert_str_eq(tp_input_name(in), "ZMQInput");
     cr_assert_eq(tp_input_size(in), -1);
     cr_assert_eq(tp_input_start(in, 1, 1, 0), TP_OK, "%s", tp_last_error());
-    s_sender_t s = {tu_counting(30), 25, 1, TP_OK};
+    static const char *const junk[] = {"not", "a batch", NULL};  /* two frames */
+    zi_sender_t s = {.ep = s_ep, .junk = junk, .df = tu_counting(30), .count = 25};
     pthread_t th;
-    pthread_create(&th, NULL, s_send, &s);
+    pthread_create(&th, NULL, zi_send, &s);
     for (int i = 0; i < 25; i++) {
         tp_datapoint_t *dp = NULL;
         cr_assert_eq(tp_input_next(in, 0, &dp), TP_OK, "%s", tp_last_error());
@@ -110,15 +85,10 @@ static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
     return tp_tower_set_cost(t, cost);
 }
-static tp_optimizer_t *s_opt(void *user) { return tp_optimizer_sgd(0.1, 0.9, 0); }
-static const tp_input_desc_t s_inputs[] = {
-    {"x", TP_FLOAT32, 2, {-1, 2}},
-    {"label", TP_INT32, 1, {-1}},
-};
 
 Test(zmq_input, a_model_trains_from_a_sender, .init = s_setup, .fini = s_teardown) {
-    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
-    s_sender_t s = {s_blobs(16), 0, 0, TP_OK};  /* endless until the input goes */
+    tp_model_desc_t desc = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
+    zi_sender_t s = {.ep = s_ep, .df = s_blobs(16)};  /* endless until the input goes */
     tp_train_config_t c;
     tp_train_config_init(&c);
     c.model = &desc;
@@ -135,7 +105,7 @@ Test(zmq_input, a_model_trains_from_a_sender, .init = s_setup, .fini = s_teardow
     c.progress_names = "cost,accuracy";
     pthread_t th;
     s.count = 2 * 20 * 2;   /* exactly what training takes */
-    pthread_create(&th, NULL, s_send, &s);
+    pthread_create(&th, NULL, zi_send, &s);
     tp_model_t *m = NULL;
     cr_assert_eq(tp_launch_train_with_config(&c, &m), TP_OK, "%s", tp_last_error());
     pthread_join(th, NULL);
@@ -215,7 +185,7 @@ static void s_zmq_config(tp_train_config_t *c, tp_model_desc_t *desc) {
 
 Test(zmq_input, a_feeder_actor_is_restarted_under_its_policy, .init = s_setup,
      .fini = s_teardown) {
-    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    tp_model_desc_t desc = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
     /* it dies while the step waits for batch 16: restarted during the wait */
     s_feed_spec_t spec = {.fail_life0_after = 15, .die_after_ms = 300};
     tp_actor_port_t out = {"out", s_ep, 0, 0, 0};   /* connects: may restart */
@@ -250,7 +220,7 @@ Test(zmq_input, a_feeder_actor_is_restarted_under_its_policy, .init = s_setup,
  * (the schedule's waits tick the supervisor), not after ZMQInput's 20 s. */
 Test(zmq_input, a_feeder_dying_while_a_step_waits_ends_training_at_once,
      .init = s_setup, .fini = s_teardown) {
-    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    tp_model_desc_t desc = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
     s_feed_spec_t spec = {.fail_life0_after = 15, .die_after_ms = 300};
     tp_actor_port_t out = {"out", s_ep, 0, 0, 0};
     tp_actor_def_t def = {"feeder", NULL, 0, &out, 1, s_feed_init, NULL,
@@ -287,7 +257,7 @@ static tp_status_t s_sidecar_produce(tp_actor_ctx_t *ctx, void *state) {
 
 Test(zmq_input, a_child_failing_beyond_its_policy_ends_training, .init = s_setup,
      .fini = s_teardown) {
-    tp_model_desc_t desc = {s_inputs, 2, s_tower, s_opt, NULL};
+    tp_model_desc_t desc = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
     s_feed_spec_t spec = {.fail_life0_after = -1};
     tp_actor_port_t out = {"out", s_ep, 0, 0, 0};
     tp_actor_def_t feeder = {"feeder", NULL, 0, &out, 1, s_feed_init, NULL,

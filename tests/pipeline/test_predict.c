@@ -533,6 +533,12 @@ static double s_seen(const s_seen_t *s, const char *name) {
     return NAN;
 }
 
+/* The runner's scalar `name` is exactly `want`, as `by` computed it. */
+static void s_expect_seen(const s_seen_t *s, const char *name, double want, const char *by) {
+    double got = s_seen(s, name);
+    cr_expect_eq(got, want, "%s: runner %.9g, %s %.9g", name, got, by, want);
+}
+
 /* The InferenceRunner's reduction of a predictor's outputs over the
  * validation batches: accuracy and cost weighted by rows, wrong summed. */
 static void s_validate(tp_predictor_t *p, const int64_t *sizes, int n,
@@ -641,13 +647,10 @@ Test(predict, inference_runner_numbers_are_a_predictors) {
     cr_expect_eq(a1, a2);
     cr_expect_eq(c1, c2);
     cr_expect_eq(e1, e2);
-    cr_expect_eq(s_seen(&seen, "validation_accuracy"), a1, "runner %.9g, predictor %.9g",
-                 s_seen(&seen, "validation_accuracy"), a1);
-    cr_expect_eq(s_seen(&seen, "v2_accuracy"), a1);
-    cr_expect_eq(s_seen(&seen, "v2_cost"), c1, "runner %.9g, predictor %.9g",
-                 s_seen(&seen, "v2_cost"), c1);
-    cr_expect_eq(s_seen(&seen, "v2_error"), e1, "runner %.9g, predictor %.9g",
-                 s_seen(&seen, "v2_error"), e1);
+    s_expect_seen(&seen, "validation_accuracy", a1, "predictor");
+    s_expect_seen(&seen, "v2_accuracy", a1, "predictor");
+    s_expect_seen(&seen, "v2_cost", c1, "predictor");
+    s_expect_seen(&seen, "v2_error", e1, "predictor");
     cr_expect_float_eq(a1 + e1, 1.0, 1e-9, "accuracy %g and error %g", a1, e1);
     cr_expect(c1 > 0 && isfinite(c1));
     tp_predictor_destroy(&live);
@@ -925,8 +928,7 @@ Test(predict, flip_accuracy_sums_the_batch_and_its_mirror) {
     tp_model_t *m;
     tp_predictor_t *live = s_tta_trained(infs, 2, &seen, &m);
     double want = s_tta_expected(live, val_sizes, 3, 0);
-    cr_expect_eq(s_seen(&seen, "validation_flip_accuracy"), want, "runner %.9g, by hand %.9g",
-                 s_seen(&seen, "validation_flip_accuracy"), want);
+    s_expect_seen(&seen, "validation_flip_accuracy", want, "by hand");
     cr_expect(s_seen(&seen, "validation_accuracy") >= 0);
     tp_predictor_destroy(&live);
     tp_model_destroy(&m);
@@ -956,11 +958,8 @@ Test(predict, flip_shift_accuracy_sums_six_views) {
     tp_predictor_t *live = s_tta_trained(infs, 2, &seen, &m);
     double shift = s_tta_expected(live, val_sizes, 3, 1),
            flip = s_tta_expected(live, val_sizes, 3, 0);
-    cr_expect_eq(s_seen(&seen, "validation_flip_shift_accuracy"), shift,
-                 "runner %.9g, by hand %.9g", s_seen(&seen, "validation_flip_shift_accuracy"),
-                 shift);
-    cr_expect_eq(s_seen(&seen, "validation_flip_accuracy"), flip, "runner %.9g, by hand %.9g",
-                 s_seen(&seen, "validation_flip_accuracy"), flip);
+    s_expect_seen(&seen, "validation_flip_shift_accuracy", shift, "by hand");
+    s_expect_seen(&seen, "validation_flip_accuracy", flip, "by hand");
     tp_predictor_destroy(&live);
     tp_model_destroy(&m);
 }

@@ -18,21 +18,11 @@
 #include "tfevents_testutil.h"
 
 static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    tp_node_t *h = tp_relu(t, NULL, tp_fc(t, "fc0", in[0], 16, 1));
-    tp_node_t *logits = tp_fc(t, "fc1", h, 4, 1);
-    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
-    tp_tower_add_output(t, "cost", cost);
-    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
-    return tp_tower_set_cost(t, cost);
+    (void)user;
+    return tu_mlp(t, in, 16);
 }
 
-static tp_optimizer_t *s_opt(void *user) { return tp_optimizer_sgd(0.1, 0.9, 0); }
-
-static const tp_input_desc_t s_inputs[] = {
-    {"x", TP_FLOAT32, 2, {-1, 2}},
-    {"label", TP_INT32, 1, {-1}},
-};
-static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
+static const tp_model_desc_t s_model = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
 
 /* 3 epochs of 8 steps; the learning rate set every step (a step-based
  * linear schedule), so per-step scalars reach the file too. */

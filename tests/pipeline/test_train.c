@@ -25,21 +25,11 @@ static tp_dataflow_t *s_blobs(int batch, int shuffle, int remainder) {
 }
 
 static tp_status_t s_tower(tp_tower_t *t, tp_node_t *const *in, void *user) {
-    tp_node_t *h = tp_relu(t, NULL, tp_fc(t, "fc0", in[0], 32, 1));
-    tp_node_t *logits = tp_fc(t, "fc1", h, 4, 1);
-    tp_node_t *cost = tp_softmax_xent(t, "cost", logits, in[1]);
-    tp_tower_add_output(t, "cost", cost);
-    tp_tower_add_metric(t, "accuracy", tp_accuracy(t, "accuracy", logits, in[1]));
-    return tp_tower_set_cost(t, cost);
+    (void)user;
+    return tu_mlp(t, in, 32);
 }
 
-static tp_optimizer_t *s_opt(void *user) { return tp_optimizer_sgd(0.1, 0.9, 0); }
-
-static const tp_input_desc_t s_inputs[] = {
-    {"x", TP_FLOAT32, 2, {-1, 2}},
-    {"label", TP_INT32, 1, {-1}},
-};
-static const tp_model_desc_t s_model = {s_inputs, 2, s_tower, s_opt, NULL};
+static const tp_model_desc_t s_model = {tu_blob_inputs, 2, s_tower, tu_sgd_opt, NULL};
 
 /* AdamW with the global-norm clip and the weights' average: more
  * optimizer state to resume (the moments, the step count in the bias
@@ -52,7 +42,7 @@ static tp_optimizer_t *s_opt_adamw(void *user) {
         tp_optimizer_destroy(&o);
     return o;
 }
-static const tp_model_desc_t s_model_adamw = {s_inputs, 2, s_tower, s_opt_adamw, NULL};
+static const tp_model_desc_t s_model_adamw = {tu_blob_inputs, 2, s_tower, s_opt_adamw, NULL};
 
 /* Adam accumulating 3 steps' gradients: 16 steps an epoch leave a partial
  * sum in every epoch's checkpoint */
@@ -63,7 +53,7 @@ static tp_optimizer_t *s_opt_accumulate(void *user) {
         tp_optimizer_destroy(&o);
     return o;
 }
-static const tp_model_desc_t s_model_accumulate = {s_inputs, 2, s_tower, s_opt_accumulate,
+static const tp_model_desc_t s_model_accumulate = {tu_blob_inputs, 2, s_tower, s_opt_accumulate,
                                                    NULL};
 static const tp_model_desc_t *s_desc = &s_model; /* s_config's */
 
@@ -311,7 +301,8 @@ static tp_status_t s_tower_rows(tp_tower_t *t, tp_node_t *const *in, void *user)
     tp_tower_add_output(t, "x_copy", tp_scale(t, "x_copy", in[0], 1.0f));
     return s_tower(t, in, user);
 }
-static const tp_model_desc_t s_model_rows = {s_inputs, 2, s_tower_rows, s_opt, NULL};
+static const tp_model_desc_t s_model_rows = {tu_blob_inputs, 2, s_tower_rows, tu_sgd_opt,
+                                             NULL};
 
 /* ScalarStats of a non-scalar output is the mean over all its elements
  * (tensorpack's np.mean), weighted by rows: not element [0] of each batch
@@ -387,7 +378,7 @@ static void s_refused(tp_train_config_t *c, const char *logdir, tp_status_t rc,
     cr_assert_neq(access(logdir, F_OK), 0, "the failed launch made %s", logdir);
 }
 
-static const tp_model_desc_t s_model_no_opt = {s_inputs, 2, s_tower, NULL, NULL};
+static const tp_model_desc_t s_model_no_opt = {tu_blob_inputs, 2, s_tower, NULL, NULL};
 
 Test(train, a_model_without_optimizer_is_refused_before_the_logdir) {
     char dir[128];
@@ -421,7 +412,7 @@ static const tp_input_desc_t s_inputs3[] = {
     {"x", TP_FLOAT32, 2, {-1, 3}},
     {"label", TP_INT32, 1, {-1}},
 };
-static const tp_model_desc_t s_model3 = {s_inputs3, 2, s_tower, s_opt, NULL};
+static const tp_model_desc_t s_model3 = {s_inputs3, 2, s_tower, tu_sgd_opt, NULL};
 
 Test(train, the_first_datapoint_is_checked_against_the_inputs_at_launch) {
     char dir[128];
@@ -442,7 +433,8 @@ static tp_status_t s_tower_conv(tp_tower_t *t, tp_node_t *const *in, void *user)
     tp_node_t *logits = tp_fc(t, "fc1", h, 4, 1);
     return tp_tower_set_cost(t, tp_softmax_xent(t, "cost", logits, in[1]));
 }
-static const tp_model_desc_t s_model_conv = {s_inputs, 2, s_tower_conv, s_opt, NULL};
+static const tp_model_desc_t s_model_conv = {tu_blob_inputs, 2, s_tower_conv, tu_sgd_opt,
+                                             NULL};
 
 Test(train, a_conv_on_a_tensor_that_is_not_nchw_says_so) {
     char dir[128];

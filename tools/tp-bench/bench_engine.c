@@ -38,6 +38,7 @@
 #include <towerpack/models.h>
 #include <towerpack/optim.h>
 #include <towerpack/launch.h>
+#include "tools/tp-bench/bench_median.h"
 
 static tp_status_t s_tiny(tp_tower_t *t, tp_node_t *const *in, void *user) {
     tp_node_t *x = tp_flatten(t, "flat", tp_cast(t, "input", in[0], 1.0f / 255));
@@ -173,6 +174,23 @@ static double s_process_cpu_s(void) {
  * per step) in both arms. */
 static int s_monitors_off, s_lr_every_step;
 
+/* The config every bench of the engine starts from: desc on one thread,
+ * `epochs` epochs of `steps` steps of df in batches of `batch`, logging
+ * under logdir, no checkpoints; each bench adds what it measures. */
+static void s_bench_config(tp_train_config_t *c, const tp_model_desc_t *desc, int64_t batch,
+                           tp_dataflow_t *df, int64_t steps, int64_t epochs,
+                           const char *logdir) {
+    tp_train_config_init(c);
+    c->model = desc;
+    c->batch = batch;
+    c->threads = 1;
+    c->dataflow = df;
+    c->steps_per_epoch = steps;
+    c->max_epoch = epochs;
+    c->logdir = logdir;
+    c->save_checkpoints = 0;
+}
+
 /* Steps/s of the engine over `input` or `df`, as its own ThroughputTracker
  * measured it (from the start of the first step to the end of the last, so
  * building the model is excluded as it is from the bare loop). */
@@ -180,18 +198,10 @@ static double s_engine_with(const tp_model_desc_t *desc, int64_t batch, int64_t 
                             tp_dataflow_t *df, tp_input_t *input, const char *logdir,
                             tp_callback_t *extra) {
     tp_train_config_t c;
-    tp_train_config_init(&c);
-    c.model = desc;
-    c.batch = batch;
-    c.threads = 1;
+    s_bench_config(&c, desc, batch, df, steps, 1, logdir);
     c.device = s_device;
-    c.dataflow = df;
     c.input = input;
-    c.steps_per_epoch = steps;
-    c.max_epoch = 1;
-    c.logdir = logdir;
     c.logdir_action = TP_LOGDIR_DELETE;  /* a scratch directory, run after run */
-    c.save_checkpoints = 0;
     tp_callback_t *cbs[3] = {tp_callback_new(&s_cpu_ops, NULL, 0), extra, NULL};
     c.callbacks = cbs;
     c.ncallbacks = extra ? 2 : 1;
@@ -248,11 +258,6 @@ static unsigned long long s_steal_ticks(void) {
                    &v[3], &v[4], &v[5], &v[6], &v[7]);
     fclose(f);
     return n == 8 ? v[7] : 0;
-}
-
-static int s_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int tp_bench_engine(int argc, char **argv) {
@@ -400,9 +405,9 @@ int tp_bench_engine(int argc, char **argv) {
             best_on = on > best_on ? on : best_on;
             best_off = off > best_off ? off : best_off;
         }
-        qsort(r, (size_t)repeat, sizeof *r, s_cmp);
-        qsort(rc_tr, (size_t)repeat, sizeof *rc_tr, s_cmp);
-        qsort(rc_proc, (size_t)repeat, sizeof *rc_proc, s_cmp);
+        qsort(r, (size_t)repeat, sizeof *r, tp_bench_cmp_double);
+        qsort(rc_tr, (size_t)repeat, sizeof *rc_tr, tp_bench_cmp_double);
+        qsort(rc_proc, (size_t)repeat, sizeof *rc_proc, tp_bench_cmp_double);
         s_teardown("engine", dir);
         if (json)
             printf("{\"bench\":\"engine-monitors\",\"steps\":%lld,\"rounds\":%lld,"
@@ -486,13 +491,13 @@ int tp_bench_engine(int argc, char **argv) {
         pipeline += p / (double)repeat;
         dummy += d / (double)repeat;
     }
-    qsort(r_engine, (size_t)repeat, sizeof *r_engine, s_cmp);
-    qsort(r_input, (size_t)repeat, sizeof *r_input, s_cmp);
-    qsort(c_engine, (size_t)repeat, sizeof *c_engine, s_cmp);
-    qsort(c_input, (size_t)repeat, sizeof *c_input, s_cmp);
-    qsort(r_work, (size_t)repeat, sizeof *r_work, s_cmp);
-    qsort(q_engine, (size_t)nq_engine, sizeof *q_engine, s_cmp);
-    qsort(q_input, (size_t)nq_input, sizeof *q_input, s_cmp);
+    qsort(r_engine, (size_t)repeat, sizeof *r_engine, tp_bench_cmp_double);
+    qsort(r_input, (size_t)repeat, sizeof *r_input, tp_bench_cmp_double);
+    qsort(c_engine, (size_t)repeat, sizeof *c_engine, tp_bench_cmp_double);
+    qsort(c_input, (size_t)repeat, sizeof *c_input, tp_bench_cmp_double);
+    qsort(r_work, (size_t)repeat, sizeof *r_work, tp_bench_cmp_double);
+    qsort(q_engine, (size_t)nq_engine, sizeof *q_engine, tp_bench_cmp_double);
+    qsort(q_input, (size_t)nq_input, sizeof *q_input, tp_bench_cmp_double);
     double q_engine_ratio = nq_engine ? q_engine[nq_engine / 2] : -1;
     double q_input_ratio = nq_input ? q_input[nq_input / 2] : -1;
     double steal_frac = (double)steal / ((tp_now_s() - wall0) * cpu_ticks_s);
@@ -597,16 +602,10 @@ static int s_epoch_boundary(const tp_model_desc_t *desc, int64_t batch, int64_t 
         return -1;
     b->sleep_us = sleep_us;
     tp_train_config_t c;
-    tp_train_config_init(&c);
-    c.model = desc;
-    c.batch = batch;
-    c.threads = 1;
-    c.dataflow = tp_df_repeat(tp_df_map(s_memory_df(), s_slow_producer, NULL, NULL), -1);
-    c.steps_per_epoch = steps;
-    c.max_epoch = 2;
-    c.logdir = dir;
+    s_bench_config(&c, desc, batch,
+                   tp_df_repeat(tp_df_map(s_memory_df(), s_slow_producer, NULL, NULL), -1),
+                   steps, 2, dir);
     c.logdir_action = TP_LOGDIR_DELETE;  /* a scratch directory, run after run */
-    c.save_checkpoints = 0;
     c.default_callbacks = 0;
     tp_callback_t *cbs[1] = {tp_callback_new(&s_bnd_ops, b, 0)};
     c.callbacks = cbs;
@@ -617,7 +616,7 @@ static int s_epoch_boundary(const tp_model_desc_t *desc, int64_t batch, int64_t 
         fprintf(stderr, "tp-bench callbacks: epoch boundary: %s\n", tp_last_error());
     if (ok) {
         *first = b->waits[1][0];
-        qsort(b->waits[0], (size_t)b->n[0], sizeof(double), s_cmp);
+        qsort(b->waits[0], (size_t)b->n[0], sizeof(double), tp_bench_cmp_double);
         *median1 = b->waits[0][b->n[0] / 2];
     }
     free(b);
@@ -689,7 +688,7 @@ int tp_bench_callbacks(int argc, char **argv) {
         none_best = none > none_best ? none : none_best;
         obs_best = obs > obs_best ? obs : obs_best;
     }
-    qsort(ratios, (size_t)repeat, sizeof *ratios, s_cmp);
+    qsort(ratios, (size_t)repeat, sizeof *ratios, tp_bench_cmp_double);
     double median = ratios[repeat / 2];
     /* Synchronous: every step waits for the sleep. */
     const int64_t sync_steps = 5;
@@ -844,15 +843,7 @@ static double s_saver_run(const tp_model_desc_t *desc, int64_t batch, int64_t st
         saver = tp_cb_model_saver(3, 0);
     }
     tp_train_config_t c;
-    tp_train_config_init(&c);
-    c.model = desc;
-    c.batch = batch;
-    c.threads = 1;
-    c.dataflow = tp_df_repeat(s_memory_df(), -1);
-    c.steps_per_epoch = steps;
-    c.max_epoch = epochs;
-    c.logdir = dir;
-    c.save_checkpoints = 0;
+    s_bench_config(&c, desc, batch, tp_df_repeat(s_memory_df(), -1), steps, epochs, dir);
     c.default_callbacks = 0;
     c.stats = "off";
     tp_callback_t *cbs[3] = {tp_callback_new(&s_mark0_ops, m, 0), saver,
@@ -867,11 +858,6 @@ static double s_saver_run(const tp_model_desc_t *desc, int64_t batch, int64_t st
         return -1;
     }
     return wall;
-}
-
-static double s_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, s_cmp);
-    return n ? v[n / 2] : -1;
 }
 
 int tp_bench_saver(int argc, char **argv) {
@@ -964,16 +950,19 @@ int tp_bench_saver(int argc, char **argv) {
             rs[nr] = w_sync[n_sync++] = ms.waits[i];
             ra[nr] = w_async[n_async++] = ma.waits[i];
         }
-        double msync = s_median(rs, nr), masync = s_median(ra, nr);
+        double msync = tp_bench_median(rs, nr), masync = tp_bench_median(ra, nr);
         ratios[k] = masync > 0 ? msync / masync : 0;
         end_async[k] = ma.end_wait;
         wall_sync[k] = ws;
         wall_async[k] = wa;
     }
     s_teardown("saver", dir);
-    double med_sync = s_median(w_sync, n_sync), med_async = s_median(w_async, n_async);
-    double ratio = s_median(ratios, (int)repeat), end = s_median(end_async, (int)repeat);
-    double wsync = s_median(wall_sync, (int)repeat), wasync = s_median(wall_async, (int)repeat);
+    double med_sync = tp_bench_median(w_sync, n_sync);
+    double med_async = tp_bench_median(w_async, n_async);
+    double ratio = tp_bench_median(ratios, (int)repeat);
+    double end = tp_bench_median(end_async, (int)repeat);
+    double wsync = tp_bench_median(wall_sync, (int)repeat);
+    double wasync = tp_bench_median(wall_async, (int)repeat);
     if (json) {
         printf("{\"bench\":\"saver\",\"hidden\":%lld,\"steps\":%lld,\"epochs\":%lld,"
                "\"rounds\":%lld,\"checkpoint_bytes\":%zu,\"sync_epoch_end_wait_s\":%.6f,"

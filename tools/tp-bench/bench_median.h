@@ -1,6 +1,9 @@
 /* tp-bench: the median of a bench's rounds (robust on a shared machine),
- * and the qsort comparator it sorts with, for the benches that report
- * the middle round as it stands. */
+ * and the qsort comparator it sorts with. Two medians, as the benches
+ * have always reported them: the middle round as it stands (a figure
+ * some round measured), or the mean of the two middle ones for an even
+ * count (the textbook median). Every bench sorts with the one comparator
+ * here. */
 #ifndef TP_BENCH_MEDIAN_H
 #define TP_BENCH_MEDIAN_H
 
@@ -13,10 +16,17 @@ static inline int tp_bench_cmp_double(const void *a, const void *b) {
 }
 
 /* Sorts v[0..n) and gives v[n / 2]: the middle round, the upper one of the
- * two for an even n (no mean of two rounds). */
+ * two for an even n (no mean of two rounds); -1 for no rounds. */
 static inline double tp_bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, tp_bench_cmp_double);
-    return v[n / 2];
+    return n ? v[n / 2] : -1;
+}
+
+/* Sorts v[0..n), n > 0, and gives its median: the middle round, or the
+ * mean of the two middle ones for an even n. */
+static inline double tp_bench_median_mean(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, tp_bench_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 #endif

@@ -71,6 +71,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
+#include "tools/tp-bench/bench_median.h"
 
 #define MAX_IN 9 /* the autoencoder's step: images and 8 weights */
 #define MAX_ATTR 6
@@ -537,16 +538,6 @@ static tp_optimizer_t *s_sgd(void *u) {
     return tp_optimizer_sgd(1e-6, 0, 0);
 }
 
-static int s_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double s_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, s_cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* --device N: the CUDA backend every row's model runs on (NULL: each
  * model its own CPU backend) */
 static tp_backend_t *s_backend;
@@ -723,7 +714,7 @@ static double s_tp_time(tp_side_t *s, double seconds, int min_iters) {
             (n >= min_iters && (double)(tp_now_ns() - start) / 1e9 >= seconds))
             break;
     }
-    return s_median(t, n);
+    return tp_bench_median_mean(t, n);
 }
 
 /* ---- PyTorch's side: the peer script, one process for the whole run ------- */
@@ -1064,10 +1055,10 @@ int tp_bench_ops(int argc, char **argv) {
         s_tp_fini(&side);
         absent[s] = side.absent;
         nabsent += side.absent;
-        tp_us[s] = tp_ok ? s_median(rt[0], rounds) : -1;
+        tp_us[s] = tp_ok ? tp_bench_median_mean(rt[0], rounds) : -1;
         failed += !ok;
         for (int th = 1; th <= 2; th++)
-            tr[s][th] = ok && have_torch && th <= max_th ? s_median(rt[th], rounds) : 0;
+            tr[s][th] = ok && have_torch && th <= max_th ? tp_bench_median_mean(rt[th], rounds) : 0;
     }
     int tp_threads = tp_backend_cpu_threads();
     char where[192] = "cpu"; /* the device the rows ran on */

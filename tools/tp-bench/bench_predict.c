@@ -13,12 +13,8 @@
 #include <string.h>
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
+#include "tools/tp-bench/bench_median.h"
 #include "tools/tp-predict/zoo_predictor.h"
-
-static int s_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int tp_bench_predict(int argc, char **argv) {
     const char *load = NULL, *model = NULL;
@@ -130,7 +126,7 @@ int tp_bench_predict(int argc, char **argv) {
     if (rc < 0) {
         fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
     } else {
-        qsort(lat, (size_t)iters, sizeof *lat, s_cmp);
+        qsort(lat, (size_t)iters, sizeof *lat, tp_bench_cmp_double);
         double median = lat[iters / 2], p90 = lat[iters * 9 / 10];
         if (json)
             printf("{\"model\": \"%s\", \"threads\": %d, \"latency_ms\": %.4f, "

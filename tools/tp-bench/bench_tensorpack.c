@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <zmq.h>
 #include <towerpack/towerpack.h>
+#include "tools/tp-bench/bench_median.h"
 
 #define NFMT 4  /* towerpack wire, pickle, msgpack, zmq_ops */
 static const char *const s_names[NFMT] = {"towerpack", "pickle", "msgpack", "zmq_ops"};
@@ -143,16 +144,6 @@ static double s_decode_ns(const s_msg_t *msg, int keep) {
             best = v;
     }
     return best;
-}
-
-static int s_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double s_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, s_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* The first batch of 128 Fashion-MNIST images, labels as int64 (numpy's
@@ -303,8 +294,8 @@ int tp_bench_tensorpack(int argc, char **argv) {
     for (int k = 0; k < NFMT; k++) {
         double t[64];
         memcpy(t, times[k], sizeof t);
-        med_t[k] = s_median(t, rounds);
-        med_r[k] = s_median(ratio[k], rounds);
+        med_t[k] = tp_bench_median_mean(t, rounds);
+        med_r[k] = tp_bench_median_mean(ratio[k], rounds);
         dec_keep[k] = k ? s_decode_ns(&msgs[k], 1) : 0;
         dec_copy[k] = k ? s_decode_ns(&msgs[k], 0) : 0;
     }

@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
+#include "tools/tp-bench/bench_median.h"
 
 typedef struct {
     int64_t ipc_count, inproc_count, mp_count;
@@ -329,7 +330,6 @@ static double s_mp(const s_cfg_t *c, int workers) {
 
 static double s_best(double a, double b) { return a > b ? a : b; }
 
-static int s_cmp_double(const void *a, const void *b);
 
 /* Two sides measured back to back, round after round. */
 enum { S_MAXR = 64 };
@@ -385,7 +385,7 @@ static double s_pair_ratio(const s_pair_t *p) {
         return 0;
     double r[S_MAXR];
     memcpy(r, p->ratio, sizeof(double) * (size_t)p->n);
-    qsort(r, (size_t)p->n, sizeof *r, s_cmp_double);
+    qsort(r, (size_t)p->n, sizeof *r, tp_bench_cmp_double);
     return p->n % 2 ? r[p->n / 2] : 0.5 * (r[p->n / 2 - 1] + r[p->n / 2]);
 }
 
@@ -579,11 +579,6 @@ static double s_sz_tp_ipc(int64_t n, const char *ep) {
     return s_tp_ipc_rate(&s_sz_ops, n, ep);
 }
 
-static int s_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Every size x {ipc, inproc}: --repeat rounds, each running raw then
  * towerpack back to back; reports the best rate of each side and the
  * median of the per-round ratios. The ipc runs fork, so they go first. */
@@ -621,7 +616,7 @@ static int s_sizes(const s_cfg_t *c, const char *ep, double scale) {
                 tpr = s_best(tpr, b);
                 ratios[r] = a > 0 ? b / a : 0;
             }
-            qsort(ratios, (size_t)rounds, sizeof *ratios, s_cmp_double);
+            qsort(ratios, (size_t)rounds, sizeof *ratios, tp_bench_cmp_double);
             double med = rounds % 2 ? ratios[rounds / 2]
                                     : 0.5 * (ratios[rounds / 2 - 1] + ratios[rounds / 2]);
             const char *path = pass ? "inproc" : "ipc";
@@ -850,6 +845,18 @@ static int s_json_missing(const s_cfg_t *c, const char *name, const char *skip,
     return 1;
 }
 
+/* Opens the JSON member `key` of case `name`: one without figures is
+ * written whole (s_json_missing's reason; why: scratch for it), 0; 1 when
+ * the caller writes the figures. */
+static int s_json_case(const s_cfg_t *c, const char *key, const char *name,
+                       const s_pair_t *p, char *why, size_t size) {
+    printf("  \"%s\": ", key);
+    if (!s_json_missing(c, name, NULL, p, why, size))
+        return 1;
+    printf("{%s},\n", why);
+    return 0;
+}
+
 /* ", \"failed_rounds\": N" for a case where some rounds failed, else "". */
 static const char *s_failed_rounds(const s_pair_t *p, char *buf) {
     buf[0] = '\0';
@@ -1012,32 +1019,21 @@ int tp_bench_transport(int argc, char **argv) {
         failed |= pairs[i]->failed > 0;
     if (c.json) {
         char why[1400];
-        printf("{\n  \"ipc_1mib\": ");
-        if (s_json_missing(&c, "ipc", NULL, &ipc, why, sizeof why))
-            printf("{%s},\n", why);
-        else
+        printf("{\n");
+        if (s_json_case(&c, "ipc_1mib", "ipc", &ipc, why, sizeof why))
             printf("{\"raw_mb_s\": %.1f, \"towerpack_mb_s\": %.1f, \"ratio\": %.3f%s},\n",
                    raw_ipc, tp_ipc, s_pair_ratio(&ipc), s_failed_rounds(&ipc, why));
-        printf("  \"inproc_hop\": ");
-        if (s_json_missing(&c, "inproc", NULL, &in, why, sizeof why))
-            printf("{%s},\n", why);
-        else
+        if (s_json_case(&c, "inproc_hop", "inproc", &in, why, sizeof why))
             printf("{\"raw_msgs_s\": %.0f, \"raw_bare_msgs_s\": %.0f, "
                    "\"towerpack_msgs_s\": %.0f, \"ratio\": %.3f, \"ratio_bare\": %.3f, "
                    "\"rounds\": %d, \"ratio_min\": %.3f, \"ratio_max\": %.3f%s},\n",
                    raw_in, raw_bare, tp_in, s_pair_ratio(&in),
                    raw_bare > 0 ? tp_in / raw_bare : 0, in.n, s_pair_extreme(&in, 0),
                    s_pair_extreme(&in, 1), s_failed_rounds(&in, why));
-        printf("  \"mp_cpu\": ");
-        if (s_json_missing(&c, "mp", NULL, &mp, why, sizeof why))
-            printf("{%s},\n", why);
-        else
+        if (s_json_case(&c, "mp_cpu", "mp", &mp, why, sizeof why))
             printf("{\"workers1_dp_s\": %.1f, \"workers2_dp_s\": %.1f, \"ratio\": %.3f%s},\n",
                    mp1, mp2, s_pair_ratio(&mp), s_failed_rounds(&mp, why));
-        printf("  \"stats\": ");
-        if (s_json_missing(&c, "stats", NULL, &st, why, sizeof why))
-            printf("{%s},\n", why);
-        else
+        if (s_json_case(&c, "stats", "stats", &st, why, sizeof why))
             printf("{\"off_msgs_s\": %.0f, \"on_msgs_s\": %.0f, \"ratio\": %.3f%s},\n",
                    st_off, st_on, s_pair_ratio(&st), s_failed_rounds(&st, why));
         printf("  \"tcp_tp_worker\": [");
