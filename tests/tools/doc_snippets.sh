@@ -40,6 +40,33 @@ extern uint64_t seed;
 extern int worker_index;
 extern tp_status_t rc;
 void die(const char *message);
+/* training.md, predict.md, dataflow.md and callbacks.md's: a model and
+ * its parts, an actor's functions, the GAN tower's nodes, a callback's
+ * state, the spec registry's factories */
+extern tp_model_desc_t model_desc;
+extern const tp_input_desc_t my_inputs[];
+tp_status_t my_tower(tp_tower_t *t, tp_node_t *const *in, void *user);
+tp_optimizer_t *adam_2e4_b05(void *user);
+extern tp_callback_t **my_callbacks;
+extern size_t n;
+tp_status_t feed_init(tp_actor_ctx_t *ctx, void *arg, void **state);
+tp_status_t feed_produce(tp_actor_ctx_t *ctx, void *state);
+void feed_fini(void *state);
+extern int feed_arg;
+extern tp_tower_t *t;
+extern tp_node_t *g_loss, *d_loss, *acc_r;
+extern tp_trainer_t *tr, *trainer;
+extern tp_predict_config_t c;
+void use(tp_datapoint_t *dp);
+typedef struct my_state my_state_t;
+extern my_state_t *state;
+double compute(my_state_t *s);
+extern void *ctx;
+tp_status_t my_remote_factory(const char *args, void *user, tp_dataflow_t **out);
+tp_status_t my_processes_stage(tp_dataflow_t *inner, const char *args, void *user,
+                               tp_dataflow_t **out);
+tp_status_t my_map_factory(const char *args, void *user, tp_df_map_fn *fn, void **fn_user,
+                           tp_df_free_fn *fn_free);
 C
 
 # Cut the snippets out: snippet files "N.c" holding "#line" + the code,
