@@ -400,7 +400,7 @@ Test(image, image_folder_refuses_a_fifo_by_path, .timeout = 60) {
 /* The image list itself a FIFO: refused by name at once; before, its
  * open waited for a writer forever (the list source's regular-file check
  * came after the open, and the source info had none). */
-Test(image, image_list_that_is_a_fifo_is_refused, .timeout = 30) {
+Test(image, image_list_that_is_a_fifo_is_refused, .timeout = 60) {
     char list[512];
     snprintf(list, sizeof list, "%s/list.fifo", s_dir);
     cr_assert_eq(mkfifo(list, 0644), 0);
