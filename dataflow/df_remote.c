@@ -1728,17 +1728,38 @@ static tp_status_t s_sender_check(s_sender_t *s) {
     return TP_OK;
 }
 
+/* Nobody at a connecting sender's endpoint (no receiver was ever met, no
+ * connection is up) this long: said, then every S_NO_RECEIVER_AGAIN_S.
+ * Waiting is right (a worker may start before its trainer), waiting in
+ * silence is not: a mistyped address looked like a worker at work. */
+#define S_NO_RECEIVER_NOTE_S 10
+#define S_NO_RECEIVER_AGAIN_S 60
+
 /* A connecting sender's first datapoint waits (counted as blocked) for the
  * first handshake with its receiver: its probe says what the receiver
  * takes, so that no datapoint it does not take goes. TP_OK once connected;
  * the failed handshake, or TP_ERR_INTERRUPTED on a signal. */
 static tp_status_t s_sender_await_receiver(s_sender_t *s) {
+    uint64_t t0 = tp_now_ns();
+    double next_note = S_NO_RECEIVER_NOTE_S;
     for (;;) {
         s_sender_events(s);
         if (s->failed < 0)
             return s->failed;
         if (s->ever || !s->mon)
             return TP_OK;
+        double waited = (double)(tp_now_ns() - t0) * 1e-9;
+        if (!s->met && s->connected == 0 && waited >= next_note) {
+            if (next_note == S_NO_RECEIVER_NOTE_S)
+                TP_WARN("send: no receiver at %s after %.0f s (nothing there takes the "
+                        "connection: is the trainer started, binding it with --remote @%s, "
+                        "and is the address right?): waiting for one", s->endpoint,
+                        waited, s->endpoint);
+            else
+                TP_INFO("send: still no receiver at %s after %.0f s: waiting for one",
+                        s->endpoint, waited);
+            next_note = waited + S_NO_RECEIVER_AGAIN_S;
+        }
         tp_status_t st = s_sender_check(s);  /* a receiver met and gone */
         if (st != TP_OK)
             return st;

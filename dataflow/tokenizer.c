@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <unicode/uchar.h>
 #include <towerpack/tokenizer.h>
+#include "df_internal.h"
 
 /* The longest pre-token the cache keeps; longer ones (rare: long runs of
  * spaces or symbols) are merged every time. */
@@ -298,15 +299,21 @@ static tp_tokenizer_t *s_new(int32_t vocab, size_t nbytes) {
     return self;
 }
 
-/* After the tokens: the id of every byte, and the table of merges sized
- * for nmerges. */
-static tp_status_t s_index(tp_tokenizer_t *self, size_t nmerges, const char *what) {
+/* After the tokens: the id of every byte. `what` is the file of the
+ * tokens (encoder.json, not vocab.bpe: a byte without a token is the
+ * vocabulary's fault). */
+static tp_status_t s_index_bytes(tp_tokenizer_t *self, const char *what) {
     for (int b = 0; b < 256; b++) {
         uint8_t c = (uint8_t)b;
         if ((self->byte_id[b] = s_find(self, &c, 1)) < 0)
             return tp_error(TP_ERR_FORMAT, "tokenizer %s: byte 0x%02x has no token (a "
                             "byte-level vocabulary has all 256)", what, b);
     }
+    return TP_OK;
+}
+
+/* The table of merges sized for nmerges. */
+static tp_status_t s_index(tp_tokenizer_t *self, size_t nmerges, const char *what) {
     self->mcap = s_pow2(nmerges * 2 + 2);
     self->merges = calloc(self->mcap, sizeof *self->merges);
     if (!self->merges)
@@ -354,11 +361,19 @@ static long s_unmap(const char *s, uint8_t *out) {
 }
 
 static tp_status_t s_load_encoder(const char *path, tp_tokenizer_t **out) {
+    /* opened as a regular file first: json_load_file reads a directory as
+     * an empty document and waits on a FIFO for a writer */
+    FILE *f;
+    int64_t size;
+    tp_status_t orc = df_open_regular("tokenizer", path, &f, &size);
+    if (orc != TP_OK)
+        return orc;
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *root = json_loadf(f, 0, &jerr);
+    fclose(f);
     if (!root)
-        return tp_error(errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_FORMAT,
-                        "tokenizer %s line %d: %s", path, jerr.line, jerr.text);
+        return tp_error(TP_ERR_FORMAT, "tokenizer %s line %d: %s", path, jerr.line,
+                        jerr.text);
     tp_status_t rc = TP_OK;
     const char *key;
     json_t *v;
@@ -415,6 +430,8 @@ static tp_status_t s_load_encoder(const char *path, tp_tokenizer_t **out) {
     for (int32_t id = 0; id < self->vocab && rc == TP_OK; id++)
         if (self->present[id])
             rc = s_insert_token(self, id, path);
+    if (rc == TP_OK)
+        rc = s_index_bytes(self, path);
 done:
     free(buf);
     free(len);
@@ -427,10 +444,11 @@ done:
 }
 
 static tp_status_t s_load_merges(tp_tokenizer_t *self, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tp_error(errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_IO, "tokenizer %s: %s",
-                        path, strerror(errno));
+    FILE *f;
+    int64_t size;
+    tp_status_t orc = df_open_regular("tokenizer", path, &f, &size);
+    if (orc != TP_OK)
+        return orc;
     /* count the lines first: the table is sized once */
     size_t lines = 0;
     for (int c; (c = fgetc(f)) != EOF;)
@@ -533,12 +551,14 @@ static long s_unbase64(const char *s, size_t n, uint8_t *out) {
 }
 
 tp_tokenizer_t *tp_tokenizer_load_tiktoken(const char *path) {
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) {
-        tp_error(path && errno == ENOENT ? TP_ERR_NOT_FOUND : TP_ERR_IO, "tokenizer %s: %s",
-                 path ? path : "(none)", path ? strerror(errno) : "no file given");
+    FILE *f = NULL;
+    int64_t size;
+    if (!path) {
+        tp_error(TP_ERR_INVALID, "tokenizer (none): no file given");
         return NULL;
     }
+    if (df_open_regular("tokenizer", path, &f, &size) != TP_OK)
+        return NULL;
     /* two passes: the largest rank and the bytes, then the tokens */
     char *line = NULL;
     size_t cap = 0, nbytes = 0;
@@ -618,6 +638,8 @@ tp_tokenizer_t *tp_tokenizer_load_tiktoken(const char *path) {
     size_t npairs = 0;
     for (int32_t id = 0; rc == TP_OK && id < self->vocab; id++)
         npairs += len[id] > 1 ? (size_t)len[id] - 1 : 0;
+    if (rc == TP_OK)
+        rc = s_index_bytes(self, path);
     if (rc == TP_OK)
         rc = s_index(self, npairs, path);
     for (int32_t id = 0; rc == TP_OK && id < self->vocab; id++) {

@@ -574,14 +574,11 @@ tp_dataflow_t *tp_df_image_list(const char *list_path, const char *root,
     files_t *self = s_files_new("imagelist", opts);
     if (!self)
         return NULL;
-    FILE *f = fopen(list_path, "r");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        /* a device or a pipe could be read forever */
-        tp_error(TP_ERR_IO, "imagelist %s: %s", list_path,
-                 f ? "not a regular file" : strerror(errno));
-        if (f)
-            fclose(f);
+    /* regular files only: a device or a pipe could be read forever, and a
+     * FIFO's open alone waited for a writer */
+    FILE *f;
+    int64_t size;
+    if (df_open_regular("imagelist", list_path, &f, &size) != TP_OK) {
         s_files_free(self);
         return NULL;
     }

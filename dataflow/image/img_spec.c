@@ -229,9 +229,10 @@ static tp_status_t s_peek_channels(const char *path, int *channels) {
 /* A list file: the largest label and the first image's path. */
 static tp_status_t s_list_scan(const char *list, const char *root, int *maxlab,
                                char *first, size_t size) {
-    FILE *f = fopen(list, "r");
-    if (!f)
-        return tp_error(TP_ERR_IO, "imagelist %s: %s", list, strerror(errno));
+    /* a regular file: a FIFO is refused by name, not waited on */
+    FILE *f;
+    int64_t size_bytes;
+    TP_TRY(df_open_regular("imagelist", list, &f, &size_bytes));
     char line[8192];
     long lineno = 0, max = -1;
     first[0] = '\0';

@@ -397,6 +397,30 @@ Test(image, image_folder_refuses_a_fifo_by_path, .timeout = 60) {
     tp_dataflow_destroy(&df);
 }
 
+/* The image list itself a FIFO: refused by name at once; before, its
+ * open waited for a writer forever (the list source's regular-file check
+ * came after the open, and the source info had none). */
+Test(image, image_list_that_is_a_fifo_is_refused, .timeout = 60) {
+    char list[512];
+    snprintf(list, sizeof list, "%s/list.fifo", s_dir);
+    cr_assert_eq(mkfifo(list, 0644), 0);
+    cr_assert_null(tp_df_image_list(list, NULL, NULL));
+    cr_assert(strstr(tp_last_error(), list) &&
+              strstr(tp_last_error(), "a FIFO (named pipe), not a regular file"), "%s",
+              tp_last_error());
+    /* the look at the source before it is made (tp-train's classes and
+     * channels) reads the list too */
+    char source[600];
+    snprintf(source, sizeof source, "imagelist:%s", list);
+    tp_image_source_info_t info;
+    tp_image_source_info_init(&info);
+    cr_assert_lt(tp_image_source_info(source, &info), 0);
+    cr_assert(strstr(tp_last_error(), list) &&
+              strstr(tp_last_error(), "a FIFO (named pipe), not a regular file"), "%s",
+              tp_last_error());
+    tp_image_source_info_fini(&info);
+}
+
 /* A bad file fails the pass naming it, or with skip_bad is skipped and
  * counted. */
 Test(image, bad_file_in_folder_fails_or_is_skipped) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 #include <towerpack/tokenizer.h>
@@ -221,6 +222,10 @@ Test(tokenizer, bad_files_are_errors_naming_them) {
     write_str(path("few.json"), "{\"a\": 0, \"b\": 1}");
     cr_assert_null(tp_tokenizer_load(path("few.json"), path("vocab.bpe")));
     cr_assert(strstr(tp_last_error(), "byte 0x00"), "%s", tp_last_error());
+    /* ... is the vocabulary's fault: the message names it, not the merges
+     * (it named vocab.bpe) */
+    cr_assert(strstr(tp_last_error(), "few.json") && !strstr(tp_last_error(), "vocab.bpe"),
+              "%s", tp_last_error());
     write_str(path("notjson.json"), "[1, 2]");
     cr_assert_null(tp_tokenizer_load(path("notjson.json"), path("vocab.bpe")));
     cr_assert(strstr(tp_last_error(), "notjson.json"), "%s", tp_last_error());
@@ -230,4 +235,33 @@ Test(tokenizer, bad_files_are_errors_naming_them) {
     write_str(path("y.tiktoken"), "aGU=\n");
     cr_assert_null(tp_tokenizer_load(path("y.tiktoken"), NULL));
     cr_assert(strstr(tp_last_error(), "y.tiktoken line 1"), "%s", tp_last_error());
+}
+
+/* A directory or a FIFO where a tokenizer file goes is refused by name at
+ * once, for each of the three files: before, a FIFO's open (or jansson's
+ * read of it) waited for a writer forever, and encoder.json as a directory
+ * read as an empty document ("'[' or '{' expected near end of file"); a
+ * missing encoder.json said "line -1". */
+Test(tokenizer, a_directory_or_fifo_is_refused_by_name) {
+    write_vocab();
+    char fifo[320];
+    snprintf(fifo, sizeof fifo, "%s", path("fifo"));
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    const char *const bad[] = {s_dir, fifo};
+    const char *const kind[] = {"a directory, not a regular file",
+                                "a FIFO (named pipe), not a regular file"};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_null(tp_tokenizer_load(bad[i], path("vocab.bpe")));
+        cr_assert(strstr(tp_last_error(), bad[i]) && strstr(tp_last_error(), kind[i]),
+                  "encoder.json: %s", tp_last_error());
+        cr_assert_null(tp_tokenizer_load(path("encoder.json"), bad[i]));
+        cr_assert(strstr(tp_last_error(), bad[i]) && strstr(tp_last_error(), kind[i]),
+                  "vocab.bpe: %s", tp_last_error());
+        cr_assert_null(tp_tokenizer_load(bad[i], NULL));
+        cr_assert(strstr(tp_last_error(), bad[i]) && strstr(tp_last_error(), kind[i]),
+                  "tiktoken: %s", tp_last_error());
+    }
+    cr_assert_null(tp_tokenizer_load(path("none.json"), path("vocab.bpe")));
+    cr_assert(strstr(tp_last_error(), "No such file") && !strstr(tp_last_error(), "line -1"),
+              "%s", tp_last_error());
 }

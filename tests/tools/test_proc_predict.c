@@ -204,6 +204,25 @@ Test(tp_predict, bad_input_says_what_and_where, .init = s_setup, .fini = s_teard
     char *a6[] = {"tp-predict", "--data", data, NULL};
     cr_expect_eq(s_run("tp-predict", a6), 2);
     cr_expect(strstr(s_out, "--load is required"), "%s", s_out);
+    /* a number flag names itself and what it got: "12abc" was taken for
+     * 12, and a bad one got a line listing every flag's range */
+    char *b1[] = {"tp-predict", "--load", ckpt, "--data", "fashion-mnist", "--batch", "12abc",
+                  NULL};
+    cr_expect_eq(s_run("tp-predict", b1), 2);
+    cr_expect(strstr(s_out, "bad flag: --batch: '12abc' is not an integer in [1, 65536]"),
+              "%s", s_out);
+    char *b2[] = {"tp-predict", "--load", ckpt, "--data", "fashion-mnist", "--top-k", "0", NULL};
+    cr_expect_eq(s_run("tp-predict", b2), 2);
+    cr_expect(strstr(s_out, "bad flag: --top-k: '0' is not an integer in [1, 64]") &&
+              !strstr(s_out, "--batch"), "%s", s_out);
+    /* an --output that cannot be made says why */
+    char nodir[256];
+    snprintf(nodir, sizeof nodir, "%s/no/such/dir/out.csv", s_dir);
+    char *b3[] = {"tp-predict", "--load", ckpt, "--data", "fashion-mnist", "--output", nodir,
+                  "--confusion", "none", NULL};
+    cr_expect_eq(s_run("tp-predict", b3), 1);
+    cr_expect(strstr(s_out, "--output: cannot write") && strstr(s_out, nodir) &&
+              strstr(s_out, "No such file or directory"), "%s", s_out);
 }
 
 /* Record r's image: bytes no other record has (a xorshift stream). */

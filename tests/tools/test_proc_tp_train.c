@@ -757,6 +757,22 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     char *o7[] = {"tp-train", "--accumulate", "0", NULL};
     cr_assert_neq(tpt_run(o7, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--accumulate"), "%s", s_out);
+    /* fewer outputs than Fashion-MNIST's labels: refused by the flag (it
+     * was the cost's "label 7 at row 1 outside [0,2)" at the first step) */
+    char *c1[] = {"tp-train", "--model", "mlp", "--classes", "2", "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(c1, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--classes 2 is fewer than the 10 classes of --data fashion-mnist "
+                            "(labels 0..9)"), "%s", s_out);
+    /* a normalisation of the wrong length for grey data (it said "1 or 1
+     * numbers") */
+    char *n1[] = {"tp-train", "--model", "mlp", "--mean", "1/2", "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(n1, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--mean '1/2': one number, not 2 (the data are grey: one "
+                            "channel)"), "%s", s_out);
+    char *n2[] = {"tp-train", "--model", "mlp", "--std", "0", "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(n2, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--std '0': one number > 0 (the data are grey: one channel)"),
+              "%s", s_out);
     char *a9[] = {"tp-train", "--resident", "--workers", "2", NULL};
     cr_assert_neq(tpt_run(a9, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--resident reads --data into the towers' memory itself"),

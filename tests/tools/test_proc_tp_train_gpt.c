@@ -268,6 +268,14 @@ Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     char *plain[] = {"tp-generate", "--load", logdir, NULL};
     cr_assert_eq(s_generate(plain), 0, "%s", s_out);
     cr_assert(strstr(s_out, "200 bytes after a 1-byte prompt"), "%s", s_out);
+    /* an --output that cannot be written is named as the flag, with the
+     * file and the reason (it was the file alone) */
+    char *todir[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--tokens", "4",
+                     "--output", s_dir, NULL};
+    cr_assert_eq(s_generate(todir), 1, "%s", s_out);
+    char said[256];
+    snprintf(said, sizeof said, "to %s: Is a directory", s_dir);
+    cr_assert(strstr(s_out, "tp-generate: --output: ") && strstr(s_out, said), "%s", s_out);
     char *count[] = {"tp-generate", "--load", logdir, "--prompt", "a", "--count", "4", NULL};
     cr_assert_eq(s_generate(count), 2, "%s", s_out);
     cr_assert(strstr(s_out, "--count a GAN's") && strstr(s_out, "holds model 'gpt'"), "%s",

@@ -189,6 +189,34 @@ Test(proc_worker, a_worker_ends_when_its_trainer_is_gone) {
     cr_assert(st1 >= 0 && WIFEXITED(st1) && WEXITSTATUS(st1) == 0, "status %d", st1);
 }
 
+/* A worker connecting where nobody listens (a trainer not started, a
+ * mistyped address) waits, as it should (a worker may start first), but
+ * waited in silence: its log said only "sending dataflow ... (connect)",
+ * like a worker at work. After 10 s it says that no receiver is there,
+ * naming the endpoint, once; it goes on waiting, and SIGTERM ends it. */
+Test(proc_worker, a_worker_with_nobody_at_its_endpoint_says_so_and_waits) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[128], out[128], buf[8192];
+    snprintf(ep, sizeof ep, "ipc://%s/nobody.sock", s_dir);
+    snprintf(out, sizeof out, "%s/nobody.txt", s_dir);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--connect", ep, "--log-level", "info", NULL};
+    pu_spawn_opts_t o = {.out = out};
+    int pid = pu_spawn(wargv, &o);
+    int alive = !pu_wait_gone(pid, 12000);
+    fu_slurp(out, buf, sizeof buf);
+    kill(pid, SIGTERM);
+    int st = pu_waitpid(pid, 5000);
+    cr_assert(alive, "a worker with no receiver yet ended:\n%s", buf);
+    char said[256];
+    snprintf(said, sizeof said, "send: no receiver at %s after 10 s", ep);
+    cr_assert(strstr(buf, said), "nothing said about the missing receiver:\n%s", buf);
+    cr_assert(!strstr(strstr(buf, said) + strlen(said), "no receiver at"),
+              "said twice in 12 s:\n%s", buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "SIGTERM: status %d", st);
+}
+
 /* Issue 47: a worker left from an earlier run joined the next run on the
  * same port. With job ids, the trainer of job B refuses the worker of job A
  * (its datapoints dropped and counted, a warning naming the worker and both

@@ -134,6 +134,9 @@ int tp_generate_text(const char *ckpt, const tp_gen_text_t *g) {
     const tp_zoo_gpt_options_t shape = *tp_zoo_gpt_gen_shape(gen);
     tp_zoo_gpt_gen_destroy(&gen);
     free(pids);
+    /* what failed, for the message: the run, or the write of --output (a
+     * failed run was told as the output file's name) */
+    const char *what = "generating";
     if (rc == TP_OK && g->output) {  /* prompt + continuation, as printed */
         int64_t len = tk ? tp_tokenizer_decode(tk, ids, (int64_t)total, NULL, 0)
                          : (int64_t)total;
@@ -146,15 +149,15 @@ int tp_generate_text(const char *ckpt, const tp_gen_text_t *g) {
         else
             for (size_t i = 0; i < total; i++)
                 text[i] = (uint8_t)ids[i];
-        if (text)
-            rc = tp_file_write_atomic(g->output, text, (size_t)len);
+        if (text && (rc = tp_file_write_atomic(g->output, text, (size_t)len)) != TP_OK)
+            what = "--output";  /* the message names the file and why */
         free(text);
     }
     free(ids);
     const char *unit = tk ? "token" : "byte";
     tp_tokenizer_destroy(&tk);
     if (rc != TP_OK)
-        return s_fail(g->output ? g->output : "generating");
+        return s_fail(what);
     fputc('\n', stdout);
     fflush(stdout);  /* before the summary on stderr */
     char k[16] = "all";

@@ -21,6 +21,7 @@
  * writes both; without either: grey, 10 classes named by their numbers). */
 #include <cairo.h>
 #include <fontconfig/fontconfig.h>
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -69,6 +70,19 @@ typedef struct {
 static int s_fail(const char *what) {
     fprintf(stderr, "tp-predict: %s: %s\n", what, tp_last_error());
     return 1;
+}
+
+/* A whole number flag in [lo, hi] into *out; 0, or -1 having said which
+ * flag and what it got (atoi took "12abc" for 12 and "abc" for 0, and
+ * one message listed every range). */
+static int s_int_flag(const char *flag, const char *v, int64_t lo, int64_t hi, int *out) {
+    int64_t x;
+    if (tp_spec_int(v, lo, hi, flag, &x) != TP_OK) {
+        fprintf(stderr, "tp-predict: bad flag: %s\n", tp_last_error());
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
 }
 
 /* TP_OK unless the checkpoint `load` names records a gpt or a GAN, which
@@ -381,10 +395,10 @@ int main(int argc, char **argv) {
         case 's': a.spec = optarg; break;
         case 'o': a.output = optarg; break;
         case 'j': a.json = 1; break;
-        case 'k': a.top_k = atoi(optarg); break;
-        case 'b': a.batch = atoi(optarg); break;
+        case 'k': if (s_int_flag("--top-k", optarg, 1, MAXK, &a.top_k)) return 2; break;
+        case 'b': if (s_int_flag("--batch", optarg, 1, 65536, &a.batch)) return 2; break;
         case 'c': a.confusion = optarg; break;
-        case 't': a.threads = atoi(optarg); break;
+        case 't': if (s_int_flag("--threads", optarg, 0, 4096, &a.threads)) return 2; break;
         case 'g': a.logits = 1; break;
         case 'h': fputs(s_usage, stdout); return 0;
         default: fputs(s_usage, stderr); return 2;
@@ -394,10 +408,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tp-predict: %s\n%s", optind < argc ? "unexpected argument"
                 : !a.load ? "--load is required" : "--data (or --spec) is required",
                 s_usage);
-        return 2;
-    }
-    if (a.top_k < 1 || a.top_k > MAXK || a.batch < 1 || a.batch > 65536 || a.threads < 0) {
-        fprintf(stderr, "tp-predict: --top-k 1..%d, --batch 1..65536, --threads >= 0\n", MAXK);
         return 2;
     }
     tp_log_set_level(TP_LOG_WARN);
@@ -454,7 +464,7 @@ int main(int argc, char **argv) {
         jsonl = dot && (!strcasecmp(dot, ".jsonl") || !strcasecmp(dot, ".json"));
         out = fopen(a.output, "w");
         if (!out) {
-            tp_error(TP_ERR_IO, "cannot write %s", a.output);
+            tp_error(TP_ERR_IO, "cannot write %s: %s", a.output, strerror(errno));
             tp_zoo_data_fini(&info);
             tp_predictor_destroy(&pred);
             tp_dataflow_destroy(&df);

@@ -692,14 +692,22 @@ static tp_status_t s_norm_flag(const char *flag, const char *v, int channels, in
     char *save = NULL;
     for (char *t = strtok_r(buf, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
         double d;
-        if (*n == 4 || tp_spec_double(t, flag, &d) != TP_OK || (positive && !(d > 0)))
+        if (*n == 4 || tp_spec_double(t, flag, &d) != TP_OK || (positive && !(d > 0))) {
+            if (channels == 1)  /* not "1 or 1 numbers" */
+                return tp_error(TP_ERR_INVALID, "%s '%s': one number%s (the data are "
+                                "grey: one channel)", flag, v, positive ? " > 0" : "");
             return tp_error(TP_ERR_INVALID, "%s '%s': 1 or %d numbers separated by "
                             "'/'%s", flag, v, channels, positive ? ", each > 0" : "");
+        }
         out[(*n)++] = (float)d;
     }
-    if (*n != 1 && *n != channels)
+    if (*n != 1 && *n != channels) {
+        if (channels == 1)
+            return tp_error(TP_ERR_INVALID, "%s '%s': one number, not %d (the data are "
+                            "grey: one channel)", flag, v, *n);
         return tp_error(TP_ERR_INVALID, "%s '%s': 1 or %d numbers (one per channel)",
                         flag, v, channels);
+    }
     return TP_OK;
 }
 
@@ -735,10 +743,12 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     tp_image_source_info_t si;
     tp_image_source_info_init(&si);
     int channels = 1;
+    int known = 0;  /* the data's classes are known, not a stand-in of 10 */
     if (a->spec || a->remote) {
         TP_TRY(tp_zoo_data_set_classes(d, 10, NULL));  /* the flags say */
     } else if (!strncmp(a->data, "fashion-mnist", 13)) {
         TP_TRY(tp_zoo_data_set_classes(d, 10, fmnist));
+        known = 1;
     } else {
         tp_status_t rc = tp_image_source_info(a->data, &si);
         if (rc == TP_ERR_UNSUPPORTED) {  /* IDX and LMDB records: grey, 10 */
@@ -747,6 +757,7 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
             return tp_error_wrap(rc, "--data");
         } else {
             channels = si.channels;
+            known = 1;
             rc = tp_zoo_data_set_classes(d, si.nclasses, (const char *const *)si.classes);
             if (rc == TP_OK && !strncmp(a->data, "imagefolder:", 12))
                 rc = s_not_split_folders(a->data, d);
@@ -786,6 +797,13 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
                         "2 or more (an image folder: one sub-folder per class, "
                         "DIR/<class>/<image>; --classes N for more outputs than the data "
                         "have)", a->data, d->nclasses ? d->classes[0] : "");
+    /* fewer outputs than the data's labels: refused here, by the flag,
+     * rather than by the cost at the first step ("label 7 at row 1
+     * outside [0,2)") */
+    if (a->classes && known && a->classes < d->nclasses)
+        return tp_error(TP_ERR_INVALID, "--classes %d is fewer than the %d classes of --data "
+                        "%s (labels 0..%d): give %d or more, or leave --classes out",
+                        a->classes, d->nclasses, a->data, d->nclasses - 1, d->nclasses);
     if (a->classes && a->classes != d->nclasses) {
         /* the names the data have, numbers for the rest */
         const char **names = calloc((size_t)a->classes, sizeof *names);
