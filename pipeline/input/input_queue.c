@@ -62,7 +62,8 @@ static void q_free_returned(s_queue_t *q) {
     }
 }
 
-/* In the actor's thread, with tp_last_error() saying why. */
+/* In the actor's thread, with tp_last_error() saying why (without the
+ * "QueueInput" q_next puts before it for the thread that takes the batch). */
 static tp_status_t q_fail(s_queue_t *q, tp_status_t rc) {
     snprintf(q->why, sizeof q->why, "%s", tp_last_error());
     q->fail_rc = rc;
@@ -78,12 +79,11 @@ static tp_status_t q_produce(tp_actor_ctx_t *ctx, void *state) {
     if (rc == TP_DONE) {  /* a new pass: epochs are the trainer's business */
         rc = tp_dataflow_next(q->df, &dp);
         if (rc == TP_DONE)
-            return q_fail(q, tp_error(TP_ERR_STATE, "QueueInput: the dataflow %s "
-                                      "is empty", tp_dataflow_name(q->df)));
+            return q_fail(q, tp_error(TP_ERR_STATE, "the dataflow %s is empty",
+                                      tp_dataflow_name(q->df)));
     }
     if (rc < 0)
-        return q_fail(q, tp_error_wrap(rc, "QueueInput: dataflow %s",
-                                       tp_dataflow_name(q->df)));
+        return q_fail(q, tp_error_wrap(rc, "dataflow %s", tp_dataflow_name(q->df)));
     if (q->skip > 0) {
         q->skip--;
         tp_datapoint_destroy(&dp);

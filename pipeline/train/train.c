@@ -569,9 +569,12 @@ static tp_status_t s_check_first_batches(s_mt_t *mt, const tp_model_desc_t *d,
     const int want = d->ninputs - (fed >= 0 && fed < d->ninputs);
     for (int i = 0; i < mt->towers; i++) {
         tp_status_t rc = tp_input_next(mt->input, i, &mt->first[i]);
-        if (rc < 0)
-            return tp_error_wrap(rc, "the first batch of tower %d from %s", i,
-                                 tp_input_name(mt->input));
+        if (rc < 0) { /* the input named once: the built-in ones name themselves */
+            const char *name = tp_input_name(mt->input);
+            if (strstr(tp_last_error(), name))
+                return tp_error_wrap(rc, "the first batch of tower %d", i);
+            return tp_error_wrap(rc, "the first batch of tower %d from %s", i, name);
+        }
         int nc = tp_datapoint_size(mt->first[i]);
         if (nc != want) {
             char names[512] = "";

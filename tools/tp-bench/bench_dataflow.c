@@ -23,7 +23,9 @@
 static void s_usage(FILE *f) {
     fprintf(f,
             "usage: tp-bench dataflow SPEC [--count N] [--seconds S] "
-            "[--seed S] [--json] [--reference]\n"
+            "[--seed S] [--json] [--warmup N]\n"
+            "                         [--reference[=sequential|shuffled]]\n"
+            "       tp-bench dataflow SPEC --save PATH [--no-lz4] [--chunk K]\n"
             "  SPEC        a pipeline, e.g. 'fashion-mnist:train | batch 128'\n"
             "  --count N   datapoints to time (default: whole passes for "
             "--seconds)\n"
