@@ -264,14 +264,20 @@ static tp_status_t s_list_scan(const char *list, const char *root, int *maxlab,
 }
 
 /* CIFAR's names files (batches.meta.txt, fine_label_names.txt,
- * coarse_label_names.txt: one name a line) beside `path`, when there. */
-static void s_cifar_names(const char *path, const char *file, tp_image_source_info_t *info) {
+ * coarse_label_names.txt: one name a line) beside `path`, when there; one
+ * there that is not a regular file is refused by name (a FIFO would block
+ * the read). */
+static tp_status_t s_cifar_names(const char *path, const char *file,
+                                 tp_image_source_info_t *info) {
     char p[8192];
     const char *slash = strrchr(path, '/');
     snprintf(p, sizeof p, "%.*s/%s", slash ? (int)(slash - path) : 1, slash ? path : ".", file);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return;
+    struct stat st;
+    if (stat(p, &st) != 0)
+        return TP_OK;  /* not there: the numbered or CIFAR-10's own names stay */
+    FILE *f;
+    int64_t size;
+    TP_TRY(df_open_regular("cifar class names", p, &f, &size));
     char line[256];
     int i = 0;
     while (i < info->nclasses && fgets(line, sizeof line, f)) {
@@ -286,6 +292,7 @@ static void s_cifar_names(const char *path, const char *file, tp_image_source_in
         i++;
     }
     fclose(f);
+    return TP_OK;
 }
 
 /* The first (in directory order) image file (img_is_image_name) right in `dir`,
@@ -361,12 +368,10 @@ tp_status_t tp_image_source_info(const char *source, tp_image_source_info_t *inf
                     info->classes[i] = d;
                 }
             }
-            s_cifar_names(a.path, "batches.meta.txt", info);
-        } else {
-            s_cifar_names(a.path, a.fine ? "fine_label_names.txt"
-                                         : "coarse_label_names.txt", info);
+            return s_cifar_names(a.path, "batches.meta.txt", info);
         }
-        return TP_OK;
+        return s_cifar_names(a.path, a.fine ? "fine_label_names.txt" : "coarse_label_names.txt",
+                             info);
     }
     return tp_error(TP_ERR_UNSUPPORTED, "'%s' is not an image source (imagefolder:, "
                     "imagelist:, cifar:)", source);

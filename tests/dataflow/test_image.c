@@ -421,6 +421,34 @@ Test(image, image_list_that_is_a_fifo_is_refused, .timeout = 60) {
     tp_image_source_info_fini(&info);
 }
 
+/* CIFAR's class names file beside the records is read when there
+ * (batches.meta.txt, one name a line); one that is a FIFO is refused by
+ * name rather than blocking the look at the source (it hung before). */
+Test(image, cifar_names_file_is_read_and_a_fifo_refused, .timeout = 60) {
+    char dir[512], p[600], source[700];
+    snprintf(dir, sizeof dir, "%s/cf", s_dir);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(p, sizeof p, "%s/batches.meta.txt", dir);
+    FILE *f = fopen(p, "w");
+    for (int i = 0; i < 10; i++)
+        fprintf(f, "thing%d\n", i);
+    fclose(f);
+    snprintf(source, sizeof source, "cifar:%s/data_batch_1.bin", dir);
+    tp_image_source_info_t info;
+    tp_image_source_info_init(&info);
+    cr_assert_eq(tp_image_source_info(source, &info), TP_OK, "%s", tp_last_error());
+    cr_expect_str_eq(info.classes[9], "thing9");
+    tp_image_source_info_fini(&info);
+    cr_assert_eq(unlink(p), 0);
+    cr_assert_eq(mkfifo(p, 0644), 0);
+    tp_image_source_info_init(&info);
+    cr_assert_lt(tp_image_source_info(source, &info), 0);
+    cr_assert(strstr(tp_last_error(), p) &&
+              strstr(tp_last_error(), "a FIFO (named pipe), not a regular file"), "%s",
+              tp_last_error());
+    tp_image_source_info_fini(&info);
+}
+
 /* A bad file fails the pass naming it, or with skip_bad is skipped and
  * counted. */
 Test(image, bad_file_in_folder_fails_or_is_skipped) {
