@@ -397,6 +397,14 @@ Test(image, image_folder_refuses_a_fifo_by_path, .timeout = 60) {
     tp_dataflow_destroy(&df);
 }
 
+/* The last error refuses `path` by name as a FIFO (the sources' opens go
+ * through df_open_regular rather than blocking on one). */
+static void s_assert_fifo_refused(const char *path) {
+    cr_assert(strstr(tp_last_error(), path) &&
+              strstr(tp_last_error(), "a FIFO (named pipe), not a regular file"), "%s",
+              tp_last_error());
+}
+
 /* The image list itself a FIFO: refused by name at once; before, its
  * open waited for a writer forever (the list source's regular-file check
  * came after the open, and the source info had none). */
@@ -405,9 +413,7 @@ Test(image, image_list_that_is_a_fifo_is_refused, .timeout = 60) {
     snprintf(list, sizeof list, "%s/list.fifo", s_dir);
     cr_assert_eq(mkfifo(list, 0644), 0);
     cr_assert_null(tp_df_image_list(list, NULL, NULL));
-    cr_assert(strstr(tp_last_error(), list) &&
-              strstr(tp_last_error(), "a FIFO (named pipe), not a regular file"), "%s",
-              tp_last_error());
+    s_assert_fifo_refused(list);
     /* the look at the source before it is made (tp-train's classes and
      * channels) reads the list too */
     char source[600];
@@ -415,9 +421,7 @@ Test(image, image_list_that_is_a_fifo_is_refused, .timeout = 60) {
     tp_image_source_info_t info;
     tp_image_source_info_init(&info);
     cr_assert_lt(tp_image_source_info(source, &info), 0);
-    cr_assert(strstr(tp_last_error(), list) &&
-              strstr(tp_last_error(), "a FIFO (named pipe), not a regular file"), "%s",
-              tp_last_error());
+    s_assert_fifo_refused(list);
     tp_image_source_info_fini(&info);
 }
 
@@ -443,9 +447,7 @@ Test(image, cifar_names_file_is_read_and_a_fifo_refused, .timeout = 60) {
     cr_assert_eq(mkfifo(p, 0644), 0);
     tp_image_source_info_init(&info);
     cr_assert_lt(tp_image_source_info(source, &info), 0);
-    cr_assert(strstr(tp_last_error(), p) &&
-              strstr(tp_last_error(), "a FIFO (named pipe), not a regular file"), "%s",
-              tp_last_error());
+    s_assert_fifo_refused(p);
     tp_image_source_info_fini(&info);
 }
 
