@@ -4,7 +4,7 @@ initial weights (issue 45, "Speed on the CPU"; bench/peers/gpt_cpu.sh).
 
   /usr/bin/python3 bench/peers/gpt_torch_cpu.py --init CKPT --data FILE
       --heads H --context T --batch B [--steps 6 --warmup 1 --threads N
-      --lr 1e-3 --lr-warmup 0 --clip-norm 1 --plain]
+      --lr 1e-3 --lr-warmup 0 --clip-norm 1 --plain --bf16]
 
 The model is tests/models/torch_gpt.py's gpt_loss (the one the 20-step
 parity test holds towerpack to), float32, its parameters read from CKPT (a
@@ -27,7 +27,10 @@ torch does its GEMMs in OpenBLAS's pthread build, whose own pool (the
 host's core count unless OPENBLAS_NUM_THREADS says otherwise) is apart
 from torch.set_num_threads: at --threads 1 the products still run on every
 core (cores ~1.8 on 2), and at --threads 2 each of torch's 2 OpenMP
-threads drives OpenBLAS's 2 (4 busy threads on 2 cores: slower than 1)."""
+threads drives OpenBLAS's 2 (4 busy threads on 2 cores: slower than 1).
+--bf16: the forward and backward under torch.autocast("cpu", bfloat16),
+PyTorch's mixed precision on the CPU (its linears and matmuls on oneDNN's
+bf16 products, fp32 weights and optimizer), the peer of tp-train --bf16."""
 import argparse
 import json
 import os
@@ -56,6 +59,7 @@ def main():
                     help="steps of the rate's climb from lr/10 (0: constant)")
     ap.add_argument("--clip-norm", type=float, default=1.0)
     ap.add_argument("--plain", action="store_true")
+    ap.add_argument("--bf16", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -80,7 +84,8 @@ def main():
         start = torch.randint(0, text.numel() - T - 1, (a.batch, 1), generator=g)
         x, y = text[start + offs], text[start + offs + 1]
         opt.zero_grad(set_to_none=True)
-        loss = gpt_loss(t, x, y, a.heads, fast=not a.plain)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = gpt_loss(t, x, y, a.heads, fast=not a.plain)
         loss.backward()
         if a.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(list(t.values()), a.clip_norm)
@@ -89,7 +94,7 @@ def main():
     dt = time.perf_counter() - t0
     cpu = time.process_time() - c0
     print(json.dumps({"peer": "pytorch", "threads": torch.get_num_threads(),
-                      "fast": not a.plain, "context": T, "batch": a.batch,
+                      "fast": not a.plain, "bf16": a.bf16, "context": T, "batch": a.batch,
                       "layers": sum(1 for k in t if k.endswith("ln1/gamma")),
                       "embed": int(t["wte"].shape[1]), "steps": a.steps,
                       "tokens_per_s": round(a.steps * a.batch * T / dt),

@@ -20,6 +20,7 @@
 #include <towerpack/log.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_bf16.h"
 #include "gpu/cpu/cpu_gemm.h"
 #include "gpu/cpu/dnnl_matmul.h"
 #include "gpu/cpu/dnnl_ops.h"
@@ -32,6 +33,8 @@ typedef struct {
     int64_t n, k, m, bias, relu, acc, threads;
     int64_t nb, ta, tb; /* S_BMM: batches, a's and b's transposes (n = its M,
                            m = its N, k = its K); 0 for the others */
+    int64_t bf16;       /* 1: src and weights in bf16 (cpu_bf16.h), converted
+                           into the workspace past the scratchpad */
 } s_key_t;
 
 /* TP_CPU_MATMUL: oneDNN unless "own" (measured faster on every MLP shape
@@ -52,7 +55,7 @@ static int s_ours(int relu) {
     static int avx512 = -1;
     if (avx512 < 0)
         avx512 = __builtin_cpu_supports("avx512f") != 0;
-    return avx512 && !relu && tp_dnnl_ops_path("TP_CPU_GEMM") == 0;
+    return avx512 && !relu && !tp_cpu_bf16_on() && tp_dnnl_ops_path("TP_CPU_GEMM") == 0;
 }
 
 /* y[m, n] (+)= op(a) op(b) (+ bias) on our GEMM, b packed into the
@@ -89,70 +92,96 @@ static void s_key(const tp_op_call_t *c, int which, int acc, unsigned char out[1
     }
     k.acc = acc;
     k.threads = tp_dnnl_threads();
+    k.bf16 = tp_cpu_bf16_on();
     memset(out, 0, 160);
     memcpy(out, &k, sizeof k);
 }
 
 /* A [rows, cols] matrix stored row-major, or (trans) its transpose's
  * storage read through strides. */
-static dnnl_status_t s_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans) {
+static dnnl_status_t s_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans,
+                          dnnl_data_type_t dt) {
     dnnl_dims_t d = {rows, cols}, s = {cols, 1};
     if (trans) {
         s[0] = 1;
         s[1] = rows;
     }
-    return dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s);
+    return dnnl_memory_desc_init_by_strides(md, 2, d, dt, s);
 }
 
 /* [nb, rows, cols] row-major batches, or (trans) each one's transpose's
  * storage read through strides. */
 static dnnl_status_t s_md3(dnnl_memory_desc_t *md, int64_t nb, int64_t rows, int64_t cols,
-                           int trans) {
+                           int trans, dnnl_data_type_t dt) {
     dnnl_dims_t d = {nb, rows, cols}, s = {rows * cols, cols, 1};
     if (trans) {
         s[1] = 1;
         s[2] = rows;
     }
-    return dnnl_memory_desc_init_by_strides(md, 3, d, dnnl_f32, s);
+    return dnnl_memory_desc_init_by_strides(md, 3, d, dt, s);
 }
 
 /* The product's operands: src [r, in] op weights [in, cols] -> dst [r, cols]. */
 static dnnl_status_t s_mds(const s_key_t *k, dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei,
                            dnnl_memory_desc_t *bias, dnnl_memory_desc_t *dst) {
+    const dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32, f32 = dnnl_f32;
     dnnl_status_t st;
     switch (k->which) {
     case S_BMM:
-        st = s_md3(src, k->nb, k->n, k->k, (int)k->ta);
+        st = s_md3(src, k->nb, k->n, k->k, (int)k->ta, in);
         if (st == dnnl_success)
-            st = s_md3(wei, k->nb, k->k, k->m, (int)k->tb);
+            st = s_md3(wei, k->nb, k->k, k->m, (int)k->tb, in);
         if (st == dnnl_success)
-            st = s_md3(dst, k->nb, k->n, k->m, 0);
+            st = s_md3(dst, k->nb, k->n, k->m, 0, f32);
         return st;
     case S_FWD:
-        st = s_md(src, k->n, k->k, 0);
+        st = s_md(src, k->n, k->k, 0, in);
         if (st == dnnl_success)
-            st = s_md(wei, k->k, k->m, 0);
+            st = s_md(wei, k->k, k->m, 0, in);
         if (st == dnnl_success)
-            st = s_md(dst, k->n, k->m, 0);
+            st = s_md(dst, k->n, k->m, 0, f32);
         if (st == dnnl_success)
-            st = s_md(bias, 1, k->m, 0);
+            st = s_md(bias, 1, k->m, 0, f32);
         return st;
     case S_DW:
-        st = s_md(src, k->k, k->n, 1); /* x^T */
+        st = s_md(src, k->k, k->n, 1, in); /* x^T */
         if (st == dnnl_success)
-            st = s_md(wei, k->n, k->m, 0); /* dy */
+            st = s_md(wei, k->n, k->m, 0, in); /* dy */
         if (st == dnnl_success)
-            st = s_md(dst, k->k, k->m, 0);
+            st = s_md(dst, k->k, k->m, 0, f32);
         return st;
     default:
-        st = s_md(src, k->n, k->m, 0); /* dy */
+        st = s_md(src, k->n, k->m, 0, in); /* dy */
         if (st == dnnl_success)
-            st = s_md(wei, k->m, k->k, 1); /* W^T */
+            st = s_md(wei, k->m, k->k, 1, in); /* W^T */
         if (st == dnnl_success)
-            st = s_md(dst, k->n, k->k, 0);
+            st = s_md(dst, k->n, k->k, 0, f32);
         return st;
     }
 }
+
+/* The elements of the product's src and weights (each stored whole,
+ * transposed or not). */
+static void s_operand_counts(const s_key_t *k, size_t *src, size_t *wei) {
+    const size_t nb = k->which == S_BMM ? (size_t)k->nb : 1;
+    const size_t n = (size_t)k->n, kk = (size_t)k->k, m = (size_t)k->m;
+    switch (k->which) {
+    case S_DW: /* x^T [k, n], dy [n, m] */
+        *src = kk * n;
+        *wei = n * m;
+        return;
+    case S_DX: /* dy [n, m], W^T [m, k] */
+        *src = n * m;
+        *wei = m * kk;
+        return;
+    default: /* [nb,] [n, k] x [k, m] */
+        *src = nb * n * kk;
+        *wei = nb * kk * m;
+        return;
+    }
+}
+
+static size_t s_round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
 /* extra[0]: the scratchpad's bytes (rounded) */
 static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
@@ -191,7 +220,12 @@ static tp_status_t s_build(tp_dnnl_prim_t *e, const tp_op_call_t *c) {
     if (st == dnnl_success) {
         rc = tp_dnnl_finish(pd, &e->fwd, &e->fwd_scratch, &e->fwd_scratch_bytes, e, 0, name);
         if (rc == TP_OK) {
-            e->extra[0] = (e->fwd_scratch_bytes + 63) & ~(size_t)63;
+            /* the scratchpad, then (bf16) the operands' converted copies */
+            size_t ns, nw;
+            s_operand_counts(&k, &ns, &nw);
+            e->extra[0] = s_round64(e->fwd_scratch_bytes);
+            if (k.bf16)
+                e->extra[0] += s_round64(ns * 2) + s_round64(nw * 2);
             e->ok = 1;
         }
     } else if (st != dnnl_unimplemented) {
@@ -224,6 +258,7 @@ static void s_bmm_key(const tp_dnnl_bmm_t *p, unsigned char out[160]) {
     k.tb = p->tb != 0;
     k.acc = p->acc != 0;
     k.threads = tp_dnnl_threads();
+    k.bf16 = tp_cpu_bf16_on();
     memset(out, 0, 160);
     memcpy(out, &k, sizeof k);
 }
@@ -480,6 +515,16 @@ static tp_status_t s_run_entry(const tp_op_call_t *c, tp_dnnl_prim_t *e, int own
     if (st != dnnl_success) {
         rc = tp_dnnl_fail(st, "matmul memory descriptors", c->name, __FILE__, __LINE__);
     } else {
+        if (k.bf16) { /* the operands rounded into the workspace, past the scratchpad */
+            size_t ns, nw;
+            s_operand_counts(&k, &ns, &nw);
+            uint16_t *s16 = (uint16_t *)((char *)c->workspace + s_round64(e->fwd_scratch_bytes));
+            uint16_t *w16 = (uint16_t *)((char *)s16 + s_round64(ns * 2));
+            tp_cpu_f32_to_bf16(s16, src, ns);
+            tp_cpu_f32_to_bf16(w16, wei, nw);
+            src = s16;
+            wei = w16;
+        }
         int args[S_ARGS] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
         const dnnl_memory_desc_t *mds[S_ARGS] = {&ms, &mw, &md};
         void *ptrs[S_ARGS] = {(void *)src, (void *)wei, dst};

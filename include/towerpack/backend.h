@@ -176,6 +176,17 @@ tp_status_t tp_backend_gemm(tp_backend_t *b, tp_stream_t *s, int trans_a,
 /* The OpenBLAS thread count now in effect. */
 int tp_backend_cpu_threads(void);
 
+/* bf16 products on the CPU, for the whole process (the CPU backends share
+ * oneDNN's primitive cache): on (1), oneDNN's matrix products (dense
+ * layers, batch_matmul) round their two operands to bf16 and sum in fp32,
+ * about twice as fast where the CPU has bf16 dot products (AVX512_BF16,
+ * AMX); tensors and weights stay fp32; convolutions and attention keep
+ * fp32. Off (0): exact fp32 products. Unasked, $TP_CPU_BF16 decides
+ * (unset or "0": off). Returns 1 when the products now run in bf16, 0
+ * when off or when this CPU has no bf16 instructions (then the products
+ * stay fp32). Takes effect at the next product built; docs/compute.md. */
+int tp_backend_cpu_bf16(int on);
+
 /* Staging through any backend (see the stage_* entries above). A backend
  * without them gets host-memory stages: host == device, no copy. */
 tp_stage_t *tp_backend_stage_new(tp_backend_t *b, size_t bytes);

@@ -75,7 +75,11 @@ typedef struct tp_train_config {
                                       products (fully connected layers) on
                                       bf16 tensor cores (tp_cuda_options_t);
                                       -1 (default): as $TP_CUDA_BF16 says
-                                      (unset: 0) */
+                                      (unset: 0). On the CPU: 1 or 0 sets
+                                      tp_backend_cpu_bf16 for the process
+                                      (oneDNN's products on bf16 operands,
+                                      fp32 sums); -1 leaves it as it is
+                                      ($TP_CPU_BF16 unless set) */
 
     tp_callback_t **callbacks;     /* taken; user callbacks */
     size_t ncallbacks;

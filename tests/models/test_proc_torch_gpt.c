@@ -8,7 +8,9 @@
  * AdamW (betas 0.9/0.95, weight decay 0.1 on the matrices and embeddings
  * only, global-norm clip 1) on 20 batches of text: the loss of every step
  * agrees with torch.optim.AdamW's run from the same weights on the same
- * batches. Skips when python3 lacks torch. */
+ * batches; and the same 20 steps with the products in bf16
+ * (tp_backend_cpu_bf16) within bf16's error of them, no further than
+ * PyTorch's own bf16 (autocast) goes. Skips when python3 lacks torch. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,11 +115,11 @@ static tp_optimizer_t *s_nanogpt_adamw(void *u) {
     return o;
 }
 
-Test(torch_gpt, twenty_adamw_steps_follow_pytorchs_loss, .timeout = 120) {
-    char dir[64];
-    tp_model_t *m = s_gpt(dir, sizeof dir, s_nanogpt_adamw, 11);
-    /* STEPS batches of windows of a sentence at random offsets: text, so
-     * the loss falls (random bytes would leave it near ln 256) */
+/* STEPS steps of m on STEPS batches of windows of a sentence at random
+ * offsets (text, so the loss falls: random bytes would leave it near ln
+ * 256), the batches into dir (x20.bin, y20.bin) and the losses before
+ * each step's update into dir/name. */
+static void s_twenty_steps(const char *dir, tp_model_t *m, const char *name) {
     static const char text[] = "the quick brown fox jumps over the lazy dog. "
                                "pack my box with five dozen liquor jugs. ";
     const int len = (int)sizeof text - 1;
@@ -145,11 +147,32 @@ Test(torch_gpt, twenty_adamw_steps_follow_pytorchs_loss, .timeout = 120) {
                      tp_last_error());
         losses[s] = *(const float *)f.value.data;  /* before this step's update */
     }
-    s_write(dir, "losses.bin", losses, sizeof losses);
+    s_write(dir, name, losses, sizeof losses);
     cr_assert(losses[STEPS - 1] < losses[0] - 1.0f, "the loss did not fall: %g -> %g",
               losses[0], losses[STEPS - 1]);
+}
+
+Test(torch_gpt, twenty_adamw_steps_follow_pytorchs_loss, .timeout = 120) {
+    char dir[64];
+    tp_model_t *m = s_gpt(dir, sizeof dir, s_nanogpt_adamw, 11);
+    s_twenty_steps(dir, m, "losses.bin");
     tp_model_destroy(&m);
     /* losses.bin there: the script runs the 20 steps */
+    char out[8192];
+    int rc = pu_python_check(REF_PY, dir, out, sizeof out);
+    if (rc == 77)
+        cr_skip_test("%s", out);
+    cr_assert(rc == 0 && strstr(out, "pytorch agrees"), "exit %d:\n%s", rc, out);
+    cr_log_info("%s", out);
+}
+
+Test(torch_gpt, twenty_bf16_steps_follow_pytorchs_loss, .timeout = 120) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
+    char dir[64];
+    tp_model_t *m = s_gpt(dir, sizeof dir, s_nanogpt_adamw, 11);
+    s_twenty_steps(dir, m, "losses_bf16.bin");
+    tp_model_destroy(&m);
     char out[8192];
     int rc = pu_python_check(REF_PY, dir, out, sizeof out);
     if (rc == 77)

@@ -91,6 +91,8 @@ def main(d):
         return trainer(d)
     if os.path.exists(f"{d}/losses.bin"):
         return train(d)
+    if os.path.exists(f"{d}/losses_bf16.bin"):
+        return train_bf16(d)
     w0 = load(f"{d}/w0.safetensors")
     t = params(w0, torch.float64)
     x = torch.tensor(np.fromfile(f"{d}/x.bin", dtype=np.int32).reshape(B, T).astype(np.int64))
@@ -150,7 +152,7 @@ STEPS = 20
 TRAIN_TOL = 1e-5
 
 
-def run_adamw(w0, xs, ys, dtype):
+def run_adamw(w0, xs, ys, dtype, bf16=False):
     t = params(w0, dtype)
     decay = [v for v in t.values() if v.dim() >= 2]
     no_decay = [v for v in t.values() if v.dim() < 2]
@@ -160,7 +162,8 @@ def run_adamw(w0, xs, ys, dtype):
     out = []
     for s in range(STEPS):
         opt.zero_grad()
-        loss = gpt_loss(t, xs[s], ys[s])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = gpt_loss(t, xs[s], ys[s])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(t.values()), 1.0)
         opt.step()
@@ -179,6 +182,43 @@ def train(d):
     f32 = run_adamw(w0, xs, ys, torch.float32)
     return judge("towerpack", "20 AdamW losses", tp, ref, f32, TRAIN_TOL)
 
+
+
+# towerpack with bf16 products (tp_backend_cpu_bf16: the operands rounded
+# to bf16, fp32 sums) against float64 PyTorch's losses, absolute. Over the
+# 20 steps it measured within 7.8e-3, PyTorch's own bf16 (autocast, whose
+# products also come out in bf16) within 2.5e-2, float32 within 5.4e-7;
+# the bound is PyTorch's bf16 error rounded down, and towerpack's error
+# must be at least 20x float32's, so that products left in fp32 fail.
+BF16_TOL = 2e-2
+
+
+def train_bf16(d):
+    """The 20 steps with towerpack's products in bf16 (losses_bf16.bin):
+    its losses against float64 PyTorch's, beside PyTorch's own bf16
+    (torch.autocast on the CPU, which also rounds the products' outputs
+    to bf16) and float32."""
+    w0 = load(f"{d}/w0.safetensors")
+    xs = torch.tensor(np.fromfile(f"{d}/x20.bin", dtype=np.int32)
+                      .reshape(STEPS, B, T).astype(np.int64))
+    ys = torch.tensor(np.fromfile(f"{d}/y20.bin", dtype=np.int32)
+                      .reshape(STEPS, B, T).astype(np.int64))
+    tp = np.fromfile(f"{d}/losses_bf16.bin", dtype=np.float32).astype(np.float64)
+    ref = run_adamw(w0, xs, ys, torch.float64)
+    f32 = run_adamw(w0, xs, ys, torch.float32)
+    bf = run_adamw(w0, xs, ys, torch.float32, bf16=True)
+    err, noise, autocast = np.abs(tp - ref), np.abs(f32 - ref), np.abs(bf - ref)
+    print("step towerpack-bf16 pytorch64 pytorch32 pytorch-autocast-bf16")
+    for s in range(STEPS):
+        print(f"{s:2d} {tp[s]:.6f} {ref[s]:.6f} {f32[s]:.6f} {bf[s]:.6f}")
+    msg = (f"towerpack bf16 within {err.max():.1e} of float64 PyTorch's losses, PyTorch's "
+           f"autocast within {autocast.max():.1e}, float32 within {noise.max():.1e}")
+    if err.max() > BF16_TOL or err.max() < 20 * noise.max():
+        print(f"pytorch disagrees: {msg} (limit {BF16_TOL}, and at least 20x float32's: "
+              f"the products rounded)")
+        return 1
+    print("pytorch agrees: " + msg)
+    return 0
 
 
 # tp-train's losses against float64 PyTorch's, absolute, at every step.
