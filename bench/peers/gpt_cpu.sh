@@ -43,6 +43,10 @@
 # warm-up. Prints one JSON line per run (kept in OUT/results.jsonl) and,
 # at the end, each round's best tokens/s of each program and the ratios
 # towerpack/llm.c and towerpack/PyTorch, with `uptime` around every round.
+# BF16=1: towerpack trains with --bf16 (the products on bf16 operands,
+# fp32 sums: tp_backend_cpu_bf16) and PyTorch runs each setting also under
+# torch.autocast("cpu", bfloat16) (--bf16): PyTorch's best of both
+# precisions counts, and the summary gives each precision's best too.
 # Needs a Release tp-train (TP_TRAIN, default build-release/bin/tp-train)
 # and /usr/bin/python3 with numpy and torch.
 set -euo pipefail
@@ -50,7 +54,7 @@ ROUNDS=${1:-2}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 LAYERS=${LAYERS:-4} EMBED=${EMBED:-256} HEADS=${HEADS:-4} CONTEXT=${CONTEXT:-256}
 BATCH=${BATCH:-4} STEPS=${STEPS:-6} NICE=${NICE:-10} LR=${LR:-5e-4}
-CHECKPOINTS=${CHECKPOINTS:-0} PLOTS=${PLOTS:-0}
+CHECKPOINTS=${CHECKPOINTS:-0} PLOTS=${PLOTS:-0} BF16=${BF16:-0}
 TP_TRAIN=${TP_TRAIN:-$repo/build-release/bin/tp-train}
 OUT=${OUT:-$(mktemp -d /tmp/gpt_cpu.XXXXXX)}
 LLMC_SRC=${LLMC_SRC:-}  # optional: without it, no llm.c rows
@@ -66,6 +70,11 @@ head -c 2000 "$OUT/text.txt" > "$OUT/val.txt"  # a small validation: cheap epoch
 # and the schedule, given here so PyTorch's are the same): the rate's
 # warm-up is the first epoch, the untimed one
 TP_RECIPE=(--optimizer adamw --lr "$LR" --clip-norm 1 --lr-end 1 --warmup-epochs 1)
+TORCH_PRECISIONS=("")
+if [ "$BF16" = 1 ]; then
+    TP_RECIPE+=(--bf16)
+    TORCH_PRECISIONS+=(--bf16)
+fi
 # towerpack's initial weights at this shape and seed (tp-train's default
 # seed 1, as the timed runs): --freeze '*' would be the clean way, but
 # a step with no gradient at all is refused today
@@ -86,8 +95,8 @@ run_llmc() {  # run_llmc ROUND THREADS
         "$BATCH" "$CONTEXT" "$((STEPS + 1))" "$2" > "$OUT/llmc-$1-$2.log" 2>&1
     tail -1 "$OUT/llmc-$1-$2.log" | sed "s/^{/{\"round\": $1, /" | tee -a "$res"
 }
-run_torch() {  # run_torch ROUND THREADS [--plain]
-    $N "$py" "$repo/bench/peers/gpt_torch_cpu.py" --init "$INIT" --threads "$2" ${3:-} \
+run_torch() {  # run_torch ROUND THREADS [--plain] [--bf16]
+    $N "$py" "$repo/bench/peers/gpt_torch_cpu.py" --init "$INIT" --threads "$2" ${3:-} ${4:-} \
         --data "$OUT/text.txt" --heads "$HEADS" --context "$CONTEXT" --batch "$BATCH" \
         --steps "$STEPS" --warmup 1 --lr "$LR" --lr-warmup "$STEPS" 2>/dev/null |
         sed "s/^{/{\"round\": $1, /" | tee -a "$res"
@@ -120,7 +129,11 @@ for r in $(seq 1 "$ROUNDS"); do
     for p in $order; do
         case $p in
             llmc) [ -z "$LLMC_SRC" ] || { run_llmc "$r" 1; run_llmc "$r" 2; } ;;
-            torch) for th in 1 2; do run_torch "$r" $th; run_torch "$r" $th --plain; done ;;
+            torch) for prec in "${TORCH_PRECISIONS[@]}"; do
+                       for th in 1 2; do
+                           run_torch "$r" $th "" "$prec"; run_torch "$r" $th --plain "$prec"
+                       done
+                   done ;;
             tp) run_tp "$r" 1 2; run_tp "$r" 2 1 ;;
         esac
     done
@@ -136,8 +149,16 @@ for r in sorted({x["round"] for x in rows}):
             best[x["peer"]] = max(best.get(x["peer"], 0), x["tokens_per_s"])
     t, l, p = best.get("towerpack", 0), best.get("llm.c", 0), best.get("pytorch", 0)
     vs_llmc = f"towerpack/llm.c {t / l:.2f}x, " if l else ""
+    bf = [x["tokens_per_s"] for x in rows
+          if x["round"] == r and x["peer"] == "pytorch" and x.get("bf16")]
+    by_prec = ""
+    if bf:
+        p32 = max(x["tokens_per_s"] for x in rows
+                  if x["round"] == r and x["peer"] == "pytorch" and not x.get("bf16"))
+        by_prec = (f" (pytorch fp32 {p32}: {t / p32:.2f}x; bf16 {max(bf)}: "
+                   f"{t / max(bf):.2f}x)")
     print(f"round {r}: towerpack {t} tokens/s, llm.c {l or '-'}, pytorch {p}: "
-          f"{vs_llmc}towerpack/pytorch {t / p:.2f}x")
+          f"{vs_llmc}towerpack/pytorch {t / p:.2f}x{by_prec}")
 # the same start: both sides' first losses (a different start, as PyTorch's
 # own initialisation, begins far from ln 256)
 for peer in ("towerpack", "pytorch"):
