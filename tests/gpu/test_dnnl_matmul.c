@@ -312,8 +312,10 @@ Test(dnnl_matmul, bf16_products_sum_the_rounded_operands_in_fp32) {
     s_bf16_close(u.dx[0], da[0], da[1], (size_t)nb * bm * bk, "bmm dA");
     s_bf16_close(u.dx[1], db[0], db[1], (size_t)nb * bk * bn, "bmm dB");
 
-    /* off: the fp32 product again (its own primitives, planned anew) */
+    /* off: the fp32 product again (its own primitives, planned anew; the
+     * same operands, from the same seeds) */
     cr_assert_eq(tp_backend_cpu_bf16(0), 0);
+    s_free(&t);
     s_call(&t, b, (tp_shape_t){2, {n, k}}, m, 1, 0, 0, 1);
     oct_forward(b, &t.c);
     for (int i = 0; i < n * m; i++)
