@@ -20,6 +20,12 @@ rate 5e-3, clip_grad_norm_ 1.0 before each step), in float64 and float32.
 towerpack's losses (float32, losses.bin) must follow float64 PyTorch's
 within TRAIN_TOL at every step (see there for why that bound).
 
+With losses_bf16.bin instead (test twenty_bf16_steps_...): the same 20
+steps run by towerpack with its CPU products in bf16; its losses must
+follow float64 PyTorch's within BF16_TOL, and stray at least 20x further
+than float32 PyTorch's (the products were rounded); PyTorch's own bf16
+(torch.autocast) is printed beside them.
+
 With trainer.txt in the directory (tests/tools/test_proc_tp_train_gpt.c,
 trainer_follows_pytorch_over_thirty_steps): tp-train's own run, through
 its trainer (the text: source in consecutive windows, the towers'
