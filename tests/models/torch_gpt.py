@@ -177,13 +177,18 @@ def run_adamw(w0, xs, ys, dtype, bf16=False):
     return np.array(out)
 
 
-def train(d):
+def twenty_steps(d, losses):
+    """The 20 steps' start, batches and towerpack's losses (d/losses)."""
     w0 = load(f"{d}/w0.safetensors")
     xs = torch.tensor(np.fromfile(f"{d}/x20.bin", dtype=np.int32)
                       .reshape(STEPS, B, T).astype(np.int64))
     ys = torch.tensor(np.fromfile(f"{d}/y20.bin", dtype=np.int32)
                       .reshape(STEPS, B, T).astype(np.int64))
-    tp = np.fromfile(f"{d}/losses.bin", dtype=np.float32).astype(np.float64)
+    return w0, xs, ys, np.fromfile(f"{d}/{losses}", dtype=np.float32).astype(np.float64)
+
+
+def train(d):
+    w0, xs, ys, tp = twenty_steps(d, "losses.bin")
     ref = run_adamw(w0, xs, ys, torch.float64)
     f32 = run_adamw(w0, xs, ys, torch.float32)
     return judge("towerpack", "20 AdamW losses", tp, ref, f32, TRAIN_TOL)
@@ -204,12 +209,7 @@ def train_bf16(d):
     its losses against float64 PyTorch's, beside PyTorch's own bf16
     (torch.autocast on the CPU, which also rounds the products' outputs
     to bf16) and float32."""
-    w0 = load(f"{d}/w0.safetensors")
-    xs = torch.tensor(np.fromfile(f"{d}/x20.bin", dtype=np.int32)
-                      .reshape(STEPS, B, T).astype(np.int64))
-    ys = torch.tensor(np.fromfile(f"{d}/y20.bin", dtype=np.int32)
-                      .reshape(STEPS, B, T).astype(np.int64))
-    tp = np.fromfile(f"{d}/losses_bf16.bin", dtype=np.float32).astype(np.float64)
+    w0, xs, ys, tp = twenty_steps(d, "losses_bf16.bin")
     ref = run_adamw(w0, xs, ys, torch.float64)
     f32 = run_adamw(w0, xs, ys, torch.float32)
     bf = run_adamw(w0, xs, ys, torch.float32, bf16=True)
