@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <unistd.h>
 #include "proc_testutil.h"
 #include "tools/tp_train_testutil.h"
 #include <towerpack/checkpoint.h>
@@ -777,6 +778,21 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     cr_assert_neq(tpt_run(a9, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--resident reads --data into the towers' memory itself"),
               "%s", s_out);
+    /* a source of no known scheme is a bad flag: refused with the others,
+     * before the device probe (its "devices:" line) and the log directory
+     * (it was refused when the pipeline was built, after both) */
+    snprintf(logdir, sizeof logdir, "%s/unknown-scheme", s_dir);
+    char *d1[] = {"tp-train", "--data", "foo:bar", "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(d1, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--data: data source 'foo:bar': use fashion-mnist:SPLIT"), "%s",
+              s_out);
+    cr_assert(!strstr(s_out, "devices:"), "the devices were probed first:\n%s", s_out);
+    cr_assert(access(logdir, F_OK) != 0, "%s was made for a run refused", logdir);
+    char *d2[] = {"tp-train", "--test-data", "fashion:test", "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(d2, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--test-data: data source 'fashion:test': use "), "%s", s_out);
+    cr_assert(!strstr(s_out, "devices:"), "the devices were probed first:\n%s", s_out);
+    cr_assert(access(logdir, F_OK) != 0, "%s was made for a run refused", logdir);
 }
 
 /* --resident: the training set read whole into the towers' memory and
