@@ -866,8 +866,15 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     /* the zoo's pipelines send uint8 and the model normalises, where the
      * augmentor made float32 before (colour, or --augment: tp-export keeps
      * their float32 [0, 1] input); a --spec, --remote or --resident input
-     * brings its own images. Grey without augmentation was uint8 always. */
-    d->in_model = !a->spec && !a->remote && !a->resident && (d->channels == 3 || a->augment);
+     * brings its own images. Grey without augmentation was uint8 always:
+     * at grey's default (mean 0, std 255) the model's cast to [0, 1] is
+     * the whole normalisation ("pipeline": no ops, and its ONNX file keeps
+     * the uint8 input); a --mean/--std of its own is the model's to apply
+     * (it was recorded in data.json and applied by nothing). */
+    float scale[4], shift[4];
+    int identity = tp_zoo_data_affine(d, scale, shift);
+    d->in_model = !a->spec && !a->remote && !a->resident &&
+                  (d->channels == 3 || a->augment || !identity);
     /* a source the zoo's pipelines do not read (--data foo:bar, a mistyped
      * scheme) is refused here, with the other flags: it was refused only
      * when the pipeline was built, after the device probe and the log
