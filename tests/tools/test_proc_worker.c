@@ -624,6 +624,31 @@ Test(proc_worker, a_python_sender_with_nobody_at_its_endpoint_says_so_and_can_ti
     cr_assert(strstr(buf, said) && strstr(buf, "(--connect-timeout)"), "%s", buf);
 }
 
+/* An endpoint the Python sender cannot use is a ValueError naming it (the
+ * program prints it and exits 1): it was pyzmq's traceback ending in
+ * "zmq.error.ZMQError: Invalid argument" for "foo", or "Cannot assign
+ * requested address" without the endpoint for a bind. */
+Test(proc_worker, a_python_senders_bad_endpoint_is_a_clear_error) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    char code[1024];
+    static char buf[16384];
+    snprintf(code, sizeof code,
+             "import sys; sys.path.insert(0, '%s/tools/tp-worker')\n"
+             "import tp_send\n"
+             "for ep, bind in (('foo', False), ('tcp://192.0.2.1:5555', True)):\n"
+             "    try:\n"
+             "        tp_send.Sender(ep, bind=bind).close()\n"
+             "    except ValueError as e:\n"
+             "        print(e)\n", TP_SOURCE_DIR);
+    char *pargv[] = {"/usr/bin/python3", "-c", code, NULL};
+    int st = pu_run(pargv, NULL, buf, sizeof buf);
+    cr_assert_eq(st, 0, "status %d:\n%s", st, buf);
+    cr_assert(strstr(buf, "tp_send: endpoint 'foo' is not tcp://HOST:PORT or ipc://PATH\n") &&
+                  strstr(buf, "tp_send: bind tcp://192.0.2.1:5555: Cannot assign requested "
+                              "address\n"), "%s", buf);
+}
+
 /* TP_SEND_HANDSHAKE_S that is not a number of seconds ends the worker
  * (exit 1) naming the variable and its value. */
 Test(proc_worker, a_bad_handshake_interval_is_a_clear_error) {

@@ -383,7 +383,8 @@ class Sender:
     passed since it started (None: it waits for ever). What it learns of
     its receivers goes to the "tp_send" logger (nobody there, a receiver
     gone, or not answering). ValueError for a bad $TP_SEND_HANDSHAKE_S or
-    connect_timeout."""
+    connect_timeout, or an endpoint it cannot bind or connect (naming
+    it)."""
 
     def __init__(self, endpoint, bind=False, hwm=50, job=None, name="tp_send.py",
                  exit_with_trainer=10.0, connect_timeout=None):
@@ -391,6 +392,9 @@ class Sender:
             raise ValueError("tp_send: connect_timeout %r is not a number of seconds > 0 "
                              "(None waits for ever)" % (connect_timeout,))
         ivl = handshake_ivl()  # before anything that would need closing
+        if not endpoint.startswith(("tcp://", "ipc://")):
+            raise ValueError("tp_send: endpoint '%s' is not tcp://HOST:PORT or ipc://PATH"
+                             % endpoint)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PUSH)
         self.sock.setsockopt(zmq.SNDHWM, hwm)
@@ -417,7 +421,15 @@ class Sender:
         self.mon = self.sock.get_monitor_socket(
             zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED |
             zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILED)
-        (self.sock.bind if bind else self.sock.connect)(endpoint)
+        try:
+            (self.sock.bind if bind else self.sock.connect)(endpoint)
+        except zmq.ZMQError as e:  # libzmq's words, with what it was doing
+            self.sock.disable_monitor()
+            self.mon.close()
+            self.sock.close(linger=0)
+            self.ctx.term()
+            raise ValueError("tp_send: %s %s: %s" % ("bind" if bind else "connect",
+                                                     endpoint, e)) from None
         self.endpoint = endpoint
         self.job, self.bind = job, bind
         # where it is, for the receiver's log and tp-top: '>' the endpoint it
