@@ -1202,6 +1202,14 @@ Test(proc_worker, clear_errors) {
     char *topsilent[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", ep, "--once",
                          "--timeout", "0.3", NULL};
     cr_assert_eq(run_status(topsilent), 1);
+    /* a log directory for its socket: where the run's statistics are */
+    static char buf[4096];
+    char *topdir[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", s_dir, "--once", NULL};
+    cr_assert_eq(pu_run(topdir, NULL, buf, sizeof buf), 2, "%s", buf);
+    char said[256];
+    snprintf(said, sizeof said, "is not ipc:// or tcp:// (a folder: a run's statistics are "
+             "at --connect ipc://%s/stats.sock while it runs)", s_dir);
+    cr_assert(strstr(buf, said), "%s", buf);
 }
 
 /* docs/distributed.md's rank.sh, copied as written, failed at its first
