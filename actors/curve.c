@@ -368,6 +368,25 @@ tp_status_t tp_bind_endpoint(const char *endpoint, int allow_public, char *out,
     return TP_OK;
 }
 
+const char *tp_bind_why(const char *endpoint, int err) {
+    int tcp = endpoint && !strncmp(endpoint, "tcp://", 6);
+    int ipc = endpoint && !strncmp(endpoint, "ipc://", 6);
+    if (tcp && (err == ENODEV || err == EADDRNOTAVAIL))
+        return " (not an address of this machine: bind one of its own, "
+               "tcp://127.0.0.1:PORT or its network address, and connect the other "
+               "side to that)";
+    if (tcp && err == EADDRINUSE)
+        return " (another process listens on that port: an earlier run still there, "
+               "or another program; choose another port)";
+    if (tcp && err == EACCES)
+        return " (a port under 1024 needs privileges: choose a higher one)";
+    if (ipc && err == ENOENT)
+        return " (the socket's folder does not exist)";
+    if (ipc && err == EACCES)
+        return " (the socket's folder may not be written by this user)";
+    return "";
+}
+
 static int s_public;
 void tp_bind_set_public(int on) { s_public = on; }
 int tp_bind_public(void) { return s_public; }

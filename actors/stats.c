@@ -460,8 +460,9 @@ tp_stats_pub_t *tp_stats_pub_new(const char *endpoint, const char *source) {
         return NULL;
     }
     if (zsock_bind(self->sock, "%s", ep) < 0) {
-        tp_error(TP_ERR_IO, "stats publisher: bind %s: %s", endpoint,
-                 zmq_strerror(zmq_errno()));
+        int err = zmq_errno();
+        tp_error(TP_ERR_IO, "stats publisher: bind %s: %s%s", endpoint, zmq_strerror(err),
+                 tp_bind_why(ep, err));
         zsock_destroy(&self->sock);
         free(self);
         return NULL;

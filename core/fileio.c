@@ -157,7 +157,9 @@ tp_status_t tp_atomic_file_open(tp_atomic_file_t *f, const char *path) {
     f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (f->fd < 0) {
         s_pending_drop(f->tmp);
-        return tp_error(TP_ERR_IO, "creating %s: %s", f->tmp, strerror(errno));
+        /* the target first: the temporary is the how, not the what */
+        return tp_error(TP_ERR_IO, "creating %s: %s (written as %s, then renamed)", f->path,
+                        strerror(errno), f->tmp);
     }
     return TP_OK;
 }

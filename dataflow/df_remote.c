@@ -765,10 +765,13 @@ static tp_status_t s_remote_reset(void *impl, tp_rng_t *rng, uint64_t seed,
         }
         int rc = r->bind[i] ? zmq_bind(r->pull, r->endpoints[i])
                             : zmq_connect(r->pull, r->endpoints[i]);
-        if (rc < 0)
-            return tp_error(TP_ERR_IO, "remote: %s %s: %s",
+        if (rc < 0) {
+            int err = zmq_errno();
+            return tp_error(TP_ERR_IO, "remote: %s %s: %s%s",
                             r->bind[i] ? "bind" : "connect", r->endpoints[i],
-                            zmq_strerror(zmq_errno()));
+                            zmq_strerror(err), r->bind[i] ? tp_bind_why(r->endpoints[i], err)
+                                                          : "");
+        }
         if (r->bind[i])
             tp_ipc_restrict(r->endpoints[i]);
     }
@@ -1948,8 +1951,9 @@ tp_status_t tp_send_dataflow(tp_dataflow_t *df, const char *endpoint,
         zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &ttl, sizeof ttl);
     }
     if ((o.bind ? zmq_bind(sock, bound) : zmq_connect(sock, endpoint)) < 0) {
-        rc = tp_error(TP_ERR_IO, "send: %s %s: %s", o.bind ? "bind" : "connect",
-                      endpoint, zmq_strerror(zmq_errno()));
+        int err = zmq_errno();
+        rc = tp_error(TP_ERR_IO, "send: %s %s: %s%s", o.bind ? "bind" : "connect",
+                      endpoint, zmq_strerror(err), o.bind ? tp_bind_why(bound, err) : "");
         goto out;
     }
     if (o.bind)

@@ -226,7 +226,7 @@ tp_status_t tp_zoo_data_save(const tp_zoo_data_t *d, const char *dir) {
     json_object_set_new(j, "colour", json_string(d->channels == 1 ? "grey" : "RGB"));
     json_object_set_new(j, "resize_short", json_integer(d->resize_short));
     /* where the normalisation runs: "model" (uint8 images, the model's
-     * first ops) or "pipeline" (float32 images; runs from before) */
+     * first ops) or "pipeline" (the model adds none: models.h, in_model) */
     json_object_set_new(j, "normalise", json_string(d->in_model ? "model" : "pipeline"));
     json_object_set_new(j, "classes", cl);
     json_object_set_new(j, "mean", mean);

@@ -38,12 +38,17 @@ struct tp_optimizer {
     int64_t step;
 };
 
+static const char *const s_names[] = {"sgd", "adam", "adamw"};
+
 /* An optimizer of `kind` at learning rate lr, updating every step (the
- * rest 0: off); NULL when out of memory. */
+ * rest 0: off); NULL with tp_error set (TP_ERR_NOMEM) when out of memory. */
 static tp_optimizer_t *s_new(s_kind_t kind, double lr) {
     tp_optimizer_t *o = calloc(1, sizeof *o);
-    if (!o)
+    if (!o) {
+        tp_error(TP_ERR_NOMEM, "%s: no memory for the optimizer (%zu bytes)", s_names[kind],
+                 sizeof *o);
         return NULL;
+    }
     o->kind = kind;
     o->accumulate = 1;
     o->lr = lr;
@@ -64,15 +69,17 @@ tp_optimizer_t *tp_optimizer_sgd(double lr, double momentum, int nesterov) {
     return o;
 }
 
-tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
-                                  double eps) {
+/* Adam or AdamW (kind) with these hyper-parameters; NULL with tp_error
+ * naming the kind and what is wrong. */
+static tp_optimizer_t *s_adam(s_kind_t kind, double lr, double beta1, double beta2,
+                              double eps) {
     if (!(lr >= 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) ||
         !(eps > 0)) {
-        tp_error(TP_ERR_INVALID, "adam: lr %g, beta1 %g, beta2 %g, eps %g", lr,
-                 beta1, beta2, eps);
+        tp_error(TP_ERR_INVALID, "%s: lr %g, beta1 %g, beta2 %g, eps %g", s_names[kind],
+                 lr, beta1, beta2, eps);
         return NULL;
     }
-    tp_optimizer_t *o = s_new(S_ADAM, lr);
+    tp_optimizer_t *o = s_new(kind, lr);
     if (!o)
         return NULL;
     o->beta1 = beta1;
@@ -81,20 +88,20 @@ tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
     return o;
 }
 
+tp_optimizer_t *tp_optimizer_adam(double lr, double beta1, double beta2,
+                                  double eps) {
+    return s_adam(S_ADAM, lr, beta1, beta2, eps);
+}
+
 tp_optimizer_t *tp_optimizer_adamw(double lr, double beta1, double beta2,
                                    double eps, double weight_decay) {
     if (!(weight_decay >= 0 && weight_decay < 1e30)) {
         tp_error(TP_ERR_INVALID, "adamw: weight decay %g (>= 0)", weight_decay);
         return NULL;
     }
-    tp_optimizer_t *o = tp_optimizer_adam(lr, beta1, beta2, eps);
-    if (!o) {
-        tp_error(TP_ERR_INVALID, "adamw: lr %g, beta1 %g, beta2 %g, eps %g", lr,
-                 beta1, beta2, eps);
-        return NULL;
-    }
-    o->kind = S_ADAMW;
-    o->weight_decay = weight_decay;
+    tp_optimizer_t *o = s_adam(S_ADAMW, lr, beta1, beta2, eps);
+    if (o)
+        o->weight_decay = weight_decay;
     return o;
 }
 
@@ -112,9 +119,7 @@ void tp_optimizer_destroy(tp_optimizer_t **self_p) {
     *self_p = NULL;
 }
 
-const char *tp_optimizer_kind(const tp_optimizer_t *o) {
-    return o->kind == S_SGD ? "sgd" : o->kind == S_ADAM ? "adam" : "adamw";
-}
+const char *tp_optimizer_kind(const tp_optimizer_t *o) { return s_names[o->kind]; }
 
 static double *s_param(tp_optimizer_t *o, const char *name) {
     if (!name)

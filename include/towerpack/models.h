@@ -235,9 +235,14 @@ typedef struct tp_zoo_data {
                           * resizes the short side to S, then centre-crops */
     float mean[4], std[4];
     int in_model;        /* 1: the images cross the pipeline as uint8 and
-                          * the model normalises (tp_zoo_options_t.data);
-                          * 0: the pipeline normalised to float32 (runs
-                          * from before; data.json's "normalise") */
+                          * the model normalises (tp_zoo_options_t.data;
+                          * data.json's "normalise": "model"); 0: the
+                          * model takes the images as its pipeline gives
+                          * them and adds no ops ("pipeline"): grey uint8
+                          * at grey's default, whose cast to [0, 1] is the
+                          * normalisation; a --spec, --remote or
+                          * --resident input's own; float32 the pipeline
+                          * normalised (runs from before) */
 } tp_zoo_data_t;
 void tp_zoo_data_init(tp_zoo_data_t *d);
 void tp_zoo_data_fini(tp_zoo_data_t *d);

@@ -24,6 +24,10 @@ extern "C" {
 
 typedef struct tp_optimizer tp_optimizer_t;
 
+/* The constructors below return NULL with tp_last_error() saying why:
+ * a hyper-parameter out of range (naming the kind and its values), or no
+ * memory for the optimizer. */
+
 /* SGD: v = momentum * v + g; w -= lr * v (Nesterov: w -= lr * (g +
  * momentum * v)). momentum 0 keeps no slot. With "weight_decay" C > 0
  * (tp_optimizer_set; momentum > 0, no Nesterov) g is g + C w first:

@@ -70,6 +70,13 @@ tp_status_t tp_stats_set_curve(const char *dir);
 tp_status_t tp_bind_endpoint(const char *endpoint, int allow_public, char *out,
                              size_t size);
 
+/* What a failed bind of endpoint with errno `err` (zmq_errno()) means,
+ * as " (...)" to follow the system's words, or "" when there is nothing to
+ * add: a tcp host that is no address of this machine (libzmq's ENODEV, "No
+ * such device"; EADDRNOTAVAIL), a port another process holds, a privileged port, an ipc
+ * path whose folder does not exist or may not be written. Static text. */
+const char *tp_bind_why(const char *endpoint, int err);
+
 /* The permission for binds that have no flag of their own (the stats
  * sockets): off by default; the tools' --public turns it on. */
 void tp_bind_set_public(int on);

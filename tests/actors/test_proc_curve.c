@@ -3,6 +3,9 @@
  * CURVE on, a peer without the run's keys gets nothing in and nothing out.
  * Own executable: it forks senders and runs tp-keygen and tp-top. */
 #include <czmq.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include "actor_testutil.h"
 #include "fault_util.h"
@@ -305,6 +308,46 @@ Test(curve, bind_rules_and_ipc_modes) {
     cr_assert_not_null(pub, "%s", tp_last_error());
     cr_assert_eq(s_mode(sep + 6), 0600);
     tp_stats_pub_destroy(&pub);
+}
+
+/* A bind that fails says why in words a user can act on, after the
+ * system's: libzmq's "Cannot assign requested address" (or "No such
+ * device" for a name) for a host that is not this machine's, a port in
+ * use, an ipc socket in a folder that does not exist. They came bare. */
+static void s_bind_fails_saying(const char *ep, const char *why) {
+    tp_dataflow_t *df = tp_df_remote(ep, NULL);
+    cr_assert_not_null(df, "%s", tp_last_error());
+    cr_assert_lt(tp_dataflow_reset_state(df, 0, 0), 0, "%s: bound", ep);
+    cr_assert(strstr(tp_last_error(), ep) && strstr(tp_last_error(), why),
+              "%s: want '%s' in: %s", ep, why, tp_last_error());
+    tp_dataflow_destroy(&df);
+}
+
+Test(curve, a_failed_bind_says_why) {
+    /* 192.0.2.1: TEST-NET-1, no machine's own address */
+    s_bind_fails_saying("tcp://192.0.2.1:5555", "not an address of this machine: bind one "
+                        "of its own");
+    char ep[160];
+    snprintf(ep, sizeof ep, "ipc://%s/no/such/folder/r.sock", s_dir);
+    s_bind_fails_saying(ep, "(the socket's folder does not exist)");
+    /* a port another socket listens on */
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    cr_assert(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 1) == 0 &&
+              getsockname(l, (struct sockaddr *)&a, &al) == 0);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+    s_bind_fails_saying(ep, "another process listens on that port");
+    close(l);
+    /* a bound sender says the same (tp-worker --bind) */
+    tp_dataflow_t *df = tu_count_df(1, 0, -1);
+    tp_send_opts_t o;
+    tp_send_opts_init(&o);
+    o.bind = 1;
+    cr_assert_lt(tp_send_dataflow(df, "tcp://192.0.2.1:5555", &o, NULL), 0);
+    cr_assert(strstr(tp_last_error(), "not an address of this machine"), "%s",
+              tp_last_error());
+    tp_dataflow_destroy(&df);
 }
 
 /* Must hold: a multi-process dataflow's private run dir is mode 0700. A

@@ -521,3 +521,14 @@ Test(core, pending_atomic_writes_are_unlinked_and_nothing_else) {
     unlink(open_);
     rmdir(dir);
 }
+
+/* A file that cannot be made is named first, then the system's reason:
+ * the temporary's name led ("creating X.onnx.tmp.PID: ..."), as if the
+ * user had asked for that file. */
+Test(core, an_atomic_write_that_cannot_start_names_its_file) {
+    const char *path = "/tmp/tp-no-such-dir-for-a-test/x.onnx";
+    cr_assert_eq(tp_file_write_atomic(path, "x", 1), TP_ERR_IO);
+    const char *want = "creating /tmp/tp-no-such-dir-for-a-test/x.onnx: No such file or "
+                       "directory (written as /tmp/tp-no-such-dir-for-a-test/x.onnx.tmp.";
+    cr_assert(strstr(tp_last_error(), want) == tp_last_error(), "%s", tp_last_error());
+}

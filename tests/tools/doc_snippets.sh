@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # towerpack tests: every C snippet users read compiles against the public
 # headers, so none can rot (issue 41). The snippets are
-#   - the ```c blocks of the Markdown files given;
+#   - the ```c blocks of the Markdown files given, indented ones too (a
+#     block inside a list item: its fence's indentation is cut from its
+#     lines);
 #   - in a public header, each run of comment lines indented by three spaces
 #     or more (" *   ...") set off by a blank comment line before it (not
 #     the continuation of a "  - " list item) in which a line ends with ';'
@@ -55,6 +57,7 @@ void feed_fini(void *state);
 extern int feed_arg;
 extern tp_tower_t *t;
 extern tp_node_t *g_loss, *d_loss, *acc_r;
+extern tp_node_t *xent, *head_cost;          /* training.md's two named costs */
 extern tp_trainer_t *tr, *trainer;
 extern tp_predict_config_t c;
 void use(tp_datapoint_t *dp);
@@ -76,10 +79,12 @@ for f in "$@"; do
   case $f in
     *.md) awk -v out="$tmp" -v f="$f" -v n0="$n" '
         BEGIN { n = n0 }
-        /^```c[ \t]*$/ { n++; file = out "/" n ".c"; print f ":" NR + 1 > (out "/" n ".where")
+        /^[ \t]*```c[ \t]*$/ && !inb {
+                         n++; file = out "/" n ".c"; print f ":" NR + 1 > (out "/" n ".where")
+                         match($0, /^[ \t]*/); ind = RLENGTH
                          printf "#line %d \"%s\"\n", NR + 1, f > file; inb = 1; next }
-        /^```/ { if (inb) close(file); inb = 0; next }
-        inb { print > file }
+        /^[ \t]*```/ { if (inb) close(file); inb = 0; next }
+        inb { print substr($0, ind + 1) > file }
         END { print n > (out "/count") }' "$src/$f" ;;
     *.h) awk -v out="$tmp" -v f="$f" -v n0="$n" '
         function flush() {

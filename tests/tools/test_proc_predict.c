@@ -223,6 +223,23 @@ Test(tp_predict, bad_input_says_what_and_where, .init = s_setup, .fini = s_teard
     cr_expect_eq(s_run("tp-predict", b3), 1);
     cr_expect(strstr(s_out, "--output: cannot write") && strstr(s_out, nodir) &&
               strstr(s_out, "No such file or directory"), "%s", s_out);
+    /* so does a --confusion picture, before the prediction pass (it was
+     * cairo's "error while writing to output stream", after the pass) */
+    char nopng[256], said[400];
+    snprintf(nopng, sizeof nopng, "%s/no/such/dir/c.png", s_dir);
+    char *b4[] = {"tp-predict", "--load", ckpt, "--data", "fashion-mnist", "--confusion", nopng,
+                  NULL};
+    cr_expect_eq(s_run("tp-predict", b4), 1);
+    snprintf(said, sizeof said, "--confusion: cannot write %s: %s/no/such/dir: No such file "
+             "or directory", nopng, s_dir);
+    cr_expect(strstr(s_out, said), "%s", s_out);
+    cr_expect(!strstr(s_out, "accuracy"), "refused after the pass:\n%s", s_out);
+    /* a folder given as the picture */
+    char *b5[] = {"tp-predict", "--load", ckpt, "--data", "fashion-mnist", "--confusion", s_dir,
+                  NULL};
+    cr_expect_eq(s_run("tp-predict", b5), 1);
+    snprintf(said, sizeof said, "--confusion: cannot write %s: Is a directory", s_dir);
+    cr_expect(strstr(s_out, said) && !strstr(s_out, "accuracy"), "%s", s_out);
 }
 
 /* Record r's image: bytes no other record has (a xorshift stream). */

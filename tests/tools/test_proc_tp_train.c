@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <unistd.h>
 #include "proc_testutil.h"
 #include "tools/tp_train_testutil.h"
 #include <towerpack/checkpoint.h>
@@ -777,6 +778,87 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     cr_assert_neq(tpt_run(a9, s_out, sizeof s_out), 0);
     cr_assert(strstr(s_out, "--resident reads --data into the towers' memory itself"),
               "%s", s_out);
+    /* a source of no known scheme is a bad flag: refused with the others,
+     * before the device probe (its "devices:" line) and the log directory
+     * (it was refused when the pipeline was built, after both) */
+    snprintf(logdir, sizeof logdir, "%s/unknown-scheme", s_dir);
+    char *d1[] = {"tp-train", "--data", "foo:bar", "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(d1, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--data: data source 'foo:bar': use fashion-mnist:SPLIT"), "%s",
+              s_out);
+    cr_assert(!strstr(s_out, "devices:"), "the devices were probed first:\n%s", s_out);
+    cr_assert(access(logdir, F_OK) != 0, "%s was made for a run refused", logdir);
+    char *d2[] = {"tp-train", "--test-data", "fashion:test", "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(d2, s_out, sizeof s_out), 0);
+    cr_assert(strstr(s_out, "--test-data: data source 'fashion:test': use "), "%s", s_out);
+    cr_assert(!strstr(s_out, "devices:"), "the devices were probed first:\n%s", s_out);
+    cr_assert(access(logdir, F_OK) != 0, "%s was made for a run refused", logdir);
+}
+
+/* A grey run without augmentation at `norm` (NULL: the default) for two
+ * steps into s_dir/<name>: its first step's cost; *normalise data.json's
+ * "normalise", *meta the checkpoint's (JSON text), each into [32]. */
+static double s_grey_run(const char *name, char *const *norm, char *normalise, char *meta) {
+    char logdir[128], path[256], buf[4096];
+    snprintf(logdir, sizeof logdir, "%s/%s", s_dir, name);
+    char *argv[16] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "2",
+                      "--threads", "1", "--logdir", logdir};
+    for (int i = 0; norm && norm[i]; i++)
+        argv[11 + i] = norm[i];
+    cr_assert_eq(tpt_run(argv, s_out, sizeof s_out), 0, "%s", s_out);
+    snprintf(path, sizeof path, "%s/data.json", logdir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    cr_assert_not_null(j, "%s: %s", path, err.text);
+    const char *v = json_string_value(json_object_get(j, "normalise"));
+    snprintf(normalise, 32, "%s", v ? v : "");
+    json_decref(j);
+    snprintf(path, sizeof path, "%s/model-2.safetensors", logdir);
+    tp_safetensors_t *st = NULL;
+    cr_assert_eq(tp_safetensors_open(path, &st), TP_OK, "%s", tp_last_error());
+    v = tp_safetensors_meta(st, "normalise");
+    snprintf(meta, 32, "%s", v ? v : "");
+    tp_safetensors_destroy(&st);
+    snprintf(path, sizeof path, "%s/steps.tsv", logdir);
+    tpt_read_file(path, buf, sizeof buf);
+    double cost = 0;
+    const char *line = strchr(buf, '\n');
+    cr_assert(line && sscanf(line + 1, "1\t%lf", &cost) == 1, "%s", buf);
+    return cost;
+}
+
+/* Grey without augmentation crosses the pipeline as uint8 and the model
+ * only casts it to [0, 1]: --mean/--std were recorded in data.json
+ * ("normalise": "pipeline") and applied by nothing, so the run trained on
+ * [0, 1] whatever they said. Now the model applies them (recorded "model",
+ * in data.json and the checkpoint), tp-predict with them; the default
+ * stays "pipeline" (no ops: the cast is grey's normalisation). */
+Test(tp_train, a_grey_runs_own_normalisation_is_applied_and_recorded, .init = s_setup,
+     .fini = s_teardown, .timeout = 180) {
+    char where[32], meta[32];
+    double plain = s_grey_run("plain", NULL, where, meta);
+    cr_expect_str_eq(where, "pipeline");
+    cr_expect_str_eq(meta, "\"pipeline\"");
+    char *norm[] = {"--mean", "0", "--std", "127.5", NULL};  /* [0, 2] */
+    double own = s_grey_run("own", norm, where, meta);
+    cr_expect_str_eq(where, "model");
+    cr_expect_str_eq(meta, "\"model\"");
+    cr_expect(fabs(own - plain) > 1e-3, "the same first cost %.6f: --std 127.5 changed "
+              "nothing", own);
+    /* tp-predict applies it as the run's validation did */
+    char logdir[128];
+    snprintf(logdir, sizeof logdir, "%s/own", s_dir);
+    json_t *stats = tpt_stats(logdir);
+    double val = tpt_num(json_array_get(stats, json_array_size(stats) - 1),
+                         "validation_accuracy");
+    json_decref(stats);
+    char *pred[] = {TP_BINARY_DIR "/bin/tp-predict", "--load", logdir, "--data",
+                    "fashion-mnist", "--confusion", "none", NULL};
+    const char *env[] = {"TP_LOG_LEVEL=warn", NULL};
+    cr_assert_eq(pu_run(pred, env, s_out, sizeof s_out), 0, "%s", s_out);
+    char want[64];
+    snprintf(want, sizeof want, "accuracy: %.4f", val);
+    cr_expect(strstr(s_out, want), "validation %.4f, tp-predict:\n%s", val, s_out);
 }
 
 /* --resident: the training set read whole into the towers' memory and

@@ -579,6 +579,76 @@ Test(proc_worker, a_python_senders_bad_handshake_interval_is_a_clear_error) {
               "%s", buf);
 }
 
+/* Nobody at a Python sender's endpoint (a trainer not started, a wrong
+ * address): ZeroMQ's connect is asynchronous, and tp_send.py waited for its
+ * first receiver in silence for ever. As a module it says so after
+ * NO_RECEIVER_NOTE_S (10 s; 1 here), a warning of the tp_send logger that
+ * shows without any logging set up, and with connect_timeout it raises
+ * NoReceiverError (a TimeoutError) naming the endpoint once that time has
+ * passed; as a program, --connect-timeout S ends it (exit 1) saying so. */
+Test(proc_worker, a_python_sender_with_nobody_at_its_endpoint_says_so_and_can_time_out) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    char ep[128], code[1024], said[512];
+    static char buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/pynobody.sock", s_dir);
+    snprintf(code, sizeof code,
+             "import sys; sys.path.insert(0, '%s/tools/tp-worker')\n"
+             "import numpy as np, tp_send\n"
+             "tp_send.NO_RECEIVER_NOTE_S = 1\n"
+             "s = tp_send.Sender('%s', connect_timeout=3)\n"
+             "try:\n"
+             "    s.send([np.zeros((8, 28, 28), np.uint8), np.zeros(8, np.int32)])\n"
+             "except tp_send.NoReceiverError as e:\n"
+             "    assert isinstance(e, TimeoutError)\n"
+             "    print(e, file=sys.stderr); s.close(); sys.exit(3)\n", TP_SOURCE_DIR, ep);
+    char *pargv[] = {"/usr/bin/python3", "-c", code, NULL};
+    double t0 = tp_now_s();
+    int st = pu_run(pargv, NULL, buf, sizeof buf);
+    double took = tp_now_s() - t0;
+    cr_assert_eq(st, 3, "status %d:\n%s", st, buf);
+    snprintf(said, sizeof said, "tp_send: no receiver at %s after 1 s (nothing there takes "
+             "the connection: is the trainer started, binding it with --remote @%s", ep, ep);
+    cr_assert(strstr(buf, said), "no warning after 1 s:\n%s", buf);
+    cr_assert(!strstr(strstr(buf, said) + strlen(said), "after 2 s"), "said twice:\n%s", buf);
+    snprintf(said, sizeof said, "tp_send: no receiver at %s after 3 s (", ep);
+    cr_assert(strstr(buf, said), "no NoReceiverError naming the endpoint:\n%s", buf);
+    cr_assert(took >= 3.0 && took < 20.0, "ended after %.1f s", took);
+    if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+        return;  /* the program sends Fashion-MNIST */
+    char *prog[] = {"/usr/bin/python3", TP_SOURCE_DIR "/tools/tp-worker/tp_send.py",
+                    "--connect", ep, "--connect-timeout", "1", NULL};
+    st = pu_run(prog, NULL, buf, sizeof buf);
+    cr_assert_eq(st, 1, "status %d:\n%s", st, buf);
+    snprintf(said, sizeof said, "tp_send: no receiver at %s after 1 s (", ep);
+    cr_assert(strstr(buf, said) && strstr(buf, "(--connect-timeout)"), "%s", buf);
+}
+
+/* An endpoint the Python sender cannot use is a ValueError naming it (the
+ * program prints it and exits 1): it was pyzmq's traceback ending in
+ * "zmq.error.ZMQError: Invalid argument" for "foo", or "Cannot assign
+ * requested address" without the endpoint for a bind. */
+Test(proc_worker, a_python_senders_bad_endpoint_is_a_clear_error) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    char code[1024];
+    static char buf[16384];
+    snprintf(code, sizeof code,
+             "import sys; sys.path.insert(0, '%s/tools/tp-worker')\n"
+             "import tp_send\n"
+             "for ep, bind in (('foo', False), ('tcp://192.0.2.1:5555', True)):\n"
+             "    try:\n"
+             "        tp_send.Sender(ep, bind=bind).close()\n"
+             "    except ValueError as e:\n"
+             "        print(e)\n", TP_SOURCE_DIR);
+    char *pargv[] = {"/usr/bin/python3", "-c", code, NULL};
+    int st = pu_run(pargv, NULL, buf, sizeof buf);
+    cr_assert_eq(st, 0, "status %d:\n%s", st, buf);
+    cr_assert(strstr(buf, "tp_send: endpoint 'foo' is not tcp://HOST:PORT or ipc://PATH\n") &&
+                  strstr(buf, "tp_send: bind tcp://192.0.2.1:5555: Cannot assign requested "
+                              "address\n"), "%s", buf);
+}
+
 /* TP_SEND_HANDSHAKE_S that is not a number of seconds ends the worker
  * (exit 1) naming the variable and its value. */
 Test(proc_worker, a_bad_handshake_interval_is_a_clear_error) {
@@ -1132,6 +1202,14 @@ Test(proc_worker, clear_errors) {
     char *topsilent[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", ep, "--once",
                          "--timeout", "0.3", NULL};
     cr_assert_eq(run_status(topsilent), 1);
+    /* a log directory for its socket: where the run's statistics are */
+    static char buf[4096];
+    char *topdir[] = {TP_BINARY_DIR "/bin/tp-top", "--connect", s_dir, "--once", NULL};
+    cr_assert_eq(pu_run(topdir, NULL, buf, sizeof buf), 2, "%s", buf);
+    char said[256];
+    snprintf(said, sizeof said, "is not ipc:// or tcp:// (a folder: a run's statistics are "
+             "at --connect ipc://%s/stats.sock while it runs)", s_dir);
+    cr_assert(strstr(buf, said), "%s", buf);
 }
 
 /* docs/distributed.md's rank.sh, copied as written, failed at its first

@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <towerpack/models.h>
 #include <towerpack/towerpack.h>
 #include "tools/tp-predict/zoo_predictor.h"
@@ -70,6 +72,32 @@ typedef struct {
 static int s_fail(const char *what) {
     fprintf(stderr, "tp-predict: %s: %s\n", what, tp_last_error());
     return 1;
+}
+
+/* A file can be made at `path`: its folder is one this process may write
+ * in, and it is not a folder itself. Checked before the prediction pass,
+ * so that a mistyped --confusion is said at once with the system's reason
+ * (it was cairo's "error while writing to output stream", after the pass). */
+static tp_status_t s_can_write(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        slash[slash == dir] = '\0';  /* "/x.png": the root */
+    struct stat st;
+    if (access(dir, W_OK | X_OK) != 0)
+        return tp_error(TP_ERR_IO, "cannot write %s: %s: %s", path, dir, strerror(errno));
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return tp_error(TP_ERR_IO, "cannot write %s: %s", path, strerror(EISDIR));
+    return TP_OK;
+}
+
+/* cairo's PNG writer into a stdio stream (fopen says why a file cannot be
+ * made; cairo's own file writer does not) */
+static cairo_status_t s_png_write(void *f, const unsigned char *data, unsigned int len) {
+    return fwrite(data, 1, len, f) == len ? CAIRO_STATUS_SUCCESS : CAIRO_STATUS_WRITE_ERROR;
 }
 
 /* A whole number flag in [lo, hi] into *out; 0, or -1 having said which
@@ -364,14 +392,27 @@ static tp_status_t s_draw(const char *path, const int64_t *cm, int nk,
     }
     cairo_destroy(cr);
     cairo_surface_flush(sf);
-    cairo_status_t st = cairo_surface_write_to_png(sf, path);
+    FILE *f = fopen(path, "wb");
+    int err = errno;
+    cairo_status_t st = CAIRO_STATUS_WRITE_ERROR;
+    if (f) {
+        errno = 0;
+        st = cairo_surface_write_to_png_stream(sf, s_png_write, f);
+        err = errno;
+        if (fclose(f) != 0 && st == CAIRO_STATUS_SUCCESS) {
+            st = CAIRO_STATUS_WRITE_ERROR;
+            err = errno;
+        }
+    }
     cairo_surface_destroy(sf);
     /* cairo and fontconfig keep caches for the process: give them back, so
      * a leak checker sees only real leaks */
     cairo_debug_reset_static_data();
     FcFini();
     if (st != CAIRO_STATUS_SUCCESS)
-        return tp_error(TP_ERR_IO, "writing %s: %s", path, cairo_status_to_string(st));
+        return tp_error(TP_ERR_IO, "cannot write %s: %s", path,
+                        st == CAIRO_STATUS_WRITE_ERROR && err ? strerror(err)
+                                                              : cairo_status_to_string(st));
     return TP_OK;
 }
 
@@ -411,6 +452,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     tp_log_set_level(TP_LOG_WARN);
+    if (a.confusion && strcmp(a.confusion, "none") && s_can_write(a.confusion) != TP_OK)
+        return s_fail("--confusion");
 
     /* the checkpoint and the model it records: an image classifier's */
     char ckpt[4096];

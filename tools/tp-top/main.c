@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <towerpack/towerpack.h>
 
@@ -297,7 +298,12 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < neps; i++)
         if (strncmp(eps[i], "ipc://", 6) && strncmp(eps[i], "tcp://", 6)) {
-            fprintf(stderr, "tp-top: endpoint '%s' is not ipc:// or tcp://\n", eps[i]);
+            /* a log directory given for its socket (LOGDIR/stats.sock) */
+            struct stat st;
+            int dir = stat(eps[i], &st) == 0 && S_ISDIR(st.st_mode);
+            fprintf(stderr, "tp-top: endpoint '%s' is not ipc:// or tcp://%s%s%s\n", eps[i],
+                    dir ? " (a folder: a run's statistics are at --connect ipc://" : "",
+                    dir ? eps[i] : "", dir ? "/stats.sock while it runs)" : "");
             return 2;
         }
     zsys_handler_set(NULL);

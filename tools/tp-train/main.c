@@ -737,6 +737,16 @@ static tp_status_t s_not_split_folders(const char *data, const tp_zoo_data_t *d)
                     d->classes[0], d->classes[1], d->nclasses > 2 ? ", ..." : "");
 }
 
+/* `src` (the value of `flag`) names a source the zoo's pipelines read, of
+ * `channels`: the words tp_zoo_source_shaped has for one that does not. */
+static tp_status_t s_source_known(const char *flag, const char *src, int channels) {
+    if (!strcmp(src, "fashion-mnist"))  /* the default: its split chosen later */
+        return TP_OK;
+    char buf[4096];
+    tp_status_t rc = tp_zoo_source_shaped(src, 0, channels, 28, 28, buf, sizeof buf);
+    return rc == TP_OK ? TP_OK : tp_error_wrap(rc, "%s", flag);
+}
+
 static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     static const char *const fmnist[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
                                            "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
@@ -856,8 +866,24 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     /* the zoo's pipelines send uint8 and the model normalises, where the
      * augmentor made float32 before (colour, or --augment: tp-export keeps
      * their float32 [0, 1] input); a --spec, --remote or --resident input
-     * brings its own images. Grey without augmentation was uint8 always. */
-    d->in_model = !a->spec && !a->remote && !a->resident && (d->channels == 3 || a->augment);
+     * brings its own images. Grey without augmentation was uint8 always:
+     * at grey's default (mean 0, std 255) the model's cast to [0, 1] is
+     * the whole normalisation ("pipeline": no ops, and its ONNX file keeps
+     * the uint8 input); a --mean/--std of its own is the model's to apply
+     * (it was recorded in data.json and applied by nothing). */
+    float scale[4], shift[4];
+    int identity = tp_zoo_data_affine(d, scale, shift);
+    d->in_model = !a->spec && !a->remote && !a->resident &&
+                  (d->channels == 3 || a->augment || !identity);
+    /* a source the zoo's pipelines do not read (--data foo:bar, a mistyped
+     * scheme) is refused here, with the other flags: it was refused only
+     * when the pipeline was built, after the device probe and the log
+     * directory */
+    if (!a->spec && !a->remote) {
+        TP_TRY(s_source_known("--data", a->data, d->channels));
+        if (a->test_data)
+            TP_TRY(s_source_known("--test-data", a->test_data, d->channels));
+    }
     return TP_OK;
 }
 

@@ -16,7 +16,9 @@ reads it (docs/distributed.md, "When a trainer, or its host, goes"): a
 trainer that stopped, or whose host answers no connect, is gone and the
 next one waited for; one that lets the handshake run out is not answering
 (waited for, said once); three closed in a row by a host still there are
-a refusal. $TP_SEND_HANDSHAKE_S sets libzmq's handshake interval (30 s),
+a refusal. Nobody at all at a --connect endpoint is said after 10 s, and
+waited for, or ends it after --connect-timeout seconds (NoReceiverError
+for a module user's connect_timeout). $TP_SEND_HANDSHAKE_S sets libzmq's handshake interval (30 s),
 $TP_LOG_LEVEL what the program logs (info).
 
 As a program it sends Fashion-MNIST batches as tp-train's zoo models take
@@ -72,6 +74,11 @@ RESOLVE_RETRY_S = 60.0  # a name that did not resolve is looked up again after t
 # A tcp connection with data in flight and no ACK for this long, sent again
 # (or two window probes unanswered), has a receiver's host that died.
 DEAD_ACK_MS = 20000
+# Nobody at a connecting sender's endpoint (no receiver met, no connection
+# up) this long since it started: said (a warning, tp-worker's words), then
+# every NO_RECEIVER_AGAIN_S. It goes on waiting (a sender may start before
+# its trainer) unless it was given a connect_timeout.
+NO_RECEIVER_NOTE_S, NO_RECEIVER_AGAIN_S = 10.0, 60.0
 log = logging.getLogger("tp_send")
 
 
@@ -355,6 +362,12 @@ class RefusedError(RuntimeError):
     it wants CURVE keys, or it is no towerpack receiver)."""
 
 
+class NoReceiverError(TimeoutError):
+    """A connecting sender given a connect_timeout found no receiver at
+    its endpoint in that time (nothing there took the connection: a trainer
+    not started, or a wrong address)."""
+
+
 class Sender:
     """A PUSH socket to `endpoint` that sends datapoints in the wire format.
     send() waits while the receiver is full; it raises TimeoutError once no
@@ -364,13 +377,24 @@ class Sender:
     receiver refuses its handshake, or a datapoint that its receiver does
     not take (nothing of it sent), and KeyboardInterrupt on SIGINT as
     usual. A connecting sender's first datapoint waits for the first
-    handshake. What it learns of its receivers goes to the "tp_send"
-    logger (a receiver gone, or not answering). ValueError for a bad
-    $TP_SEND_HANDSHAKE_S."""
+    handshake: with nobody at the endpoint it says so after
+    NO_RECEIVER_NOTE_S seconds (a warning) and waits on, or raises
+    NoReceiverError (a TimeoutError) once `connect_timeout` seconds have
+    passed since it started (None: it waits for ever). What it learns of
+    its receivers goes to the "tp_send" logger (nobody there, a receiver
+    gone, or not answering). ValueError for a bad $TP_SEND_HANDSHAKE_S or
+    connect_timeout, or an endpoint it cannot bind or connect (naming
+    it)."""
 
     def __init__(self, endpoint, bind=False, hwm=50, job=None, name="tp_send.py",
-                 exit_with_trainer=10.0):
+                 exit_with_trainer=10.0, connect_timeout=None):
+        if connect_timeout is not None and not connect_timeout > 0:
+            raise ValueError("tp_send: connect_timeout %r is not a number of seconds > 0 "
+                             "(None waits for ever)" % (connect_timeout,))
         ivl = handshake_ivl()  # before anything that would need closing
+        if not endpoint.startswith(("tcp://", "ipc://")):
+            raise ValueError("tp_send: endpoint '%s' is not tcp://HOST:PORT or ipc://PATH"
+                             % endpoint)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PUSH)
         self.sock.setsockopt(zmq.SNDHWM, hwm)
@@ -397,7 +421,15 @@ class Sender:
         self.mon = self.sock.get_monitor_socket(
             zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED |
             zmq.EVENT_HANDSHAKE_SUCCEEDED | HANDSHAKE_FAILED)
-        (self.sock.bind if bind else self.sock.connect)(endpoint)
+        try:
+            (self.sock.bind if bind else self.sock.connect)(endpoint)
+        except zmq.ZMQError as e:  # libzmq's words, with what it was doing
+            self.sock.disable_monitor()
+            self.mon.close()
+            self.sock.close(linger=0)
+            self.ctx.term()
+            raise ValueError("tp_send: %s %s: %s" % ("bind" if bind else "connect",
+                                                     endpoint, e)) from None
         self.endpoint = endpoint
         self.job, self.bind = job, bind
         # where it is, for the receiver's log and tp-top: '>' the endpoint it
@@ -418,6 +450,8 @@ class Sender:
         self.addrs, self.resolved = None, None  # a tcp receiver's, looked up once
         self.checked = 0.0  # the last look for dead hosts
         self.want, self.want_text = None, ""  # the receiver's components
+        # nobody at the endpoint: when it is said next, when it ends
+        self.note_s, self.connect_timeout = NO_RECEIVER_NOTE_S, connect_timeout
         self._report(RUNNING)
 
     @staticmethod
@@ -499,6 +533,30 @@ class Sender:
                       "(%d in a row): trying again", self.endpoint, self.refused_in_row)
             return False
         return True
+
+    def _no_receiver(self):
+        """A connecting sender with nobody at its endpoint since it started
+        (no receiver met, no connection up): said once NO_RECEIVER_NOTE_S
+        have passed, then every NO_RECEIVER_AGAIN_S (df_remote.c's
+        s_sender_await_receiver); NoReceiverError past connect_timeout.
+        ZeroMQ's connect is asynchronous: this is how nobody is told."""
+        if self.met or self.conns:
+            return
+        waited = (time.monotonic_ns() - self.start) * 1e-9
+        what = ("nothing there takes the connection: is the trainer started, binding it "
+                "with --remote @%s, and is the address right?" % self.endpoint)
+        if self.connect_timeout is not None and waited >= self.connect_timeout:
+            raise NoReceiverError("tp_send: no receiver at %s after %g s (%s)"
+                                  % (self.endpoint, self.connect_timeout, what))
+        if waited < self.note_s:
+            return
+        if self.note_s == NO_RECEIVER_NOTE_S:
+            log.warning("tp_send: no receiver at %s after %.0f s (%s): waiting for one",
+                        self.endpoint, waited, what)
+        else:
+            log.info("tp_send: still no receiver at %s after %.0f s: waiting for one",
+                     self.endpoint, waited)
+        self.note_s = waited + NO_RECEIVER_AGAIN_S
 
     def _events(self):
         while self.mon.poll(0):
@@ -614,6 +672,7 @@ class Sender:
         while not self.bind and not self.ever:  # what the receiver takes, first
             self._check()
             if not self.ever:
+                self._no_receiver()
                 t0 = time.monotonic_ns()
                 self.mon.poll(100)
                 self.blocked_ns += time.monotonic_ns() - t0
@@ -685,9 +744,14 @@ def main(argv=None):
                    help="the job id (default $TP_JOB)")
     p.add_argument("--exit-with-trainer", type=float, default=10.0, metavar="S",
                    help="end once the trainer has been gone S seconds (0: never)")
+    p.add_argument("--connect-timeout", type=float, default=0.0, metavar="S",
+                   help="with --connect: end (exit 1) when no receiver is at the "
+                   "endpoint after S seconds (0: wait for ever; it says so after 10 s)")
     a = p.parse_args(argv)
     if a.batch <= 0:
         p.error("--batch must be positive")
+    if not a.connect_timeout >= 0:
+        p.error("--connect-timeout must be 0 (wait for ever) or more seconds")
     # what it learns of its receivers, at tp-worker's level ($TP_LOG_LEVEL)
     level = os.environ.get("TP_LOG_LEVEL", "info").lower()
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level={
@@ -698,7 +762,8 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         s = Sender(a.connect or a.bind, bind=bool(a.bind), hwm=a.hwm, job=a.job,
-                   exit_with_trainer=a.exit_with_trainer)
+                   exit_with_trainer=a.exit_with_trainer,
+                   connect_timeout=a.connect_timeout or None)
     except ValueError as e:
         print(e, file=sys.stderr)
         return 1
@@ -711,6 +776,9 @@ def main(argv=None):
                 s.send([x[idx], y[idx]])
                 if a.count and s.msgs >= a.count:
                     break
+    except NoReceiverError as e:
+        print("%s (--connect-timeout)" % e, file=sys.stderr)
+        code = 1
     except TimeoutError as e:
         print("%s (--exit-with-trainer): ending after %d batches" % (e, s.msgs),
               file=sys.stderr)
