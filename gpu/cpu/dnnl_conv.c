@@ -52,6 +52,7 @@
 #include <towerpack/log.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_bf16.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/cpu_winograd.h"
 #include "gpu/cpu/dnnl_conv.h"
@@ -94,6 +95,9 @@ typedef struct {
                                       NCHW: s_nhwc (a folded transpose) */
     int wblk;                      /* plain OIHW weights <-> blocked: s_wblk
                                       (1: ABcd16b16a, 2: ABcd16a16b) */
+    int bf16;                      /* an input whose md is user's layout in
+                                      bf16 (NCHW, nChw16c): rounded element
+                                      by element (tp_cpu_f32_to_bf16) */
     dnnl_memory_desc_t user, md;   /* plain layout; the primitive's */
     dnnl_primitive_t in;           /* user -> md (inputs, layouts differ) */
     dnnl_primitive_t put[2];       /* md -> user: [0] store, [1] add (sum) */
@@ -225,11 +229,19 @@ static void s_threads(void) { tp_cpu_team(tp_cpu_threads()); }
  * chain's member) */
 enum { S_X_NHWC = 4 };
 
+/* the key's bit for bf16 operands (cpu_bf16.h, tp_cpu_bf16_on when the
+ * call is looked up): the primitives of such a geometry take x, dy and W
+ * in bf16 and write y, dx and dW in fp32; switching bf16 on or off finds
+ * the other entry, never one made for the other precision */
+enum { S_BF16 = 8 };
+
 static s_geom_t s_geom(const tp_op_call_t *c) {
     s_geom_t k;
     tp_dnnl_geom(c, omp_get_max_threads(), &k);
     if (c->nhwc)
         k.blk16 |= S_X_NHWC;
+    if (tp_cpu_bf16_on())
+        k.blk16 |= S_BF16;
     return k;
 }
 
@@ -239,13 +251,25 @@ static int s_deconv(const s_geom_t *k) { return k->kind == TP_OP_CONV_TRANSPOSE;
 /* The plain descriptions of x, w, b and y, and the primitive's (any, or
  * the same plain ones); oneDNN's dilation counts the gaps (ours - 1), and
  * its right padding is what makes the output size exact (it may be
- * negative: a stride that skips the last columns). */
+ * negative: a stride that skips the last columns). xi, wi, yi: the
+ * primitive's x, w and y where a pass reads them (the forward's src and
+ * weights, the backwards' diff_dst, weights and src), bf16 for a bf16
+ * geometry, else xa, wa and ya; what a pass writes (y, dx, dW) is fp32. */
 typedef struct {
-    dnnl_memory_desc_t x, w, b, y, xa, wa, ya;
+    dnnl_memory_desc_t x, w, b, y, xa, wa, ya, xi, wi, yi;
     dnnl_dims_t strides, dil, pl, pr;
 } s_mds_t;
 
-static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
+/* md in bf16: the same layout (a plain one's strides, or any) */
+static dnnl_memory_desc_t s_as_bf16(const dnnl_memory_desc_t *md) {
+    dnnl_memory_desc_t t = *md;
+    t.data_type = dnnl_bf16;
+    return t;
+}
+
+/* bf16: the passes' inputs in bf16 (the key's S_BF16 where the geometry
+ * runs oneDNN's direct passes; s_entry_build) */
+static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k, int bf16,
                          const char *name, s_mds_t *m) {
     dnnl_dims_t xd = {k->n, k->c, k->h, k->w}, yd = {k->n, k->o, k->oh, k->ow};
     dnnl_dims_t bd = {k->o};
@@ -290,6 +314,9 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
         S_DNNL(dnnl_memory_desc_init_by_tag(&m->wa, m->w.ndims, m->w.dims, dnnl_f32,
                                             dnnl_format_tag_any));
     }
+    m->xi = bf16 ? s_as_bf16(&m->xa) : m->xa;
+    m->wi = bf16 ? s_as_bf16(&m->wa) : m->wa;
+    m->yi = bf16 ? s_as_bf16(&m->ya) : m->ya;
     m->strides[0] = k->sh;
     m->strides[1] = k->sw;
     m->dil[0] = k->dh - 1;
@@ -385,6 +412,10 @@ static tp_status_t s_arg(const tp_dnnl_conv_t *self, s_pass_t *p,
     a->blk16 = !same && s_is_blk16(&a->user, &a->md);
     a->nhwc = !same && !out && s_is_nhwc(&a->user, &a->md);
     a->wblk = same ? 0 : s_is_wblk(&a->user, &a->md, out);
+    if (!out && a->md.data_type == dnnl_bf16 && a->user.data_type == dnnl_f32) {
+        const dnnl_memory_desc_t u16 = s_as_bf16(&a->user);
+        a->bf16 = dnnl_memory_desc_equal(&u16, &a->md);
+    }
     if (!same && !out)
         TP_TRY(s_reorder(self, &a->user, &a->md, 0, name, &a->in));
     if (out && (!same || addable)) {
@@ -451,14 +482,14 @@ static dnnl_status_t s_conv_descs(const s_mds_t *m, const dnnl_memory_desc_t *bi
                                   dnnl_alg_kind_t alg, dnnl_convolution_desc_t *fd,
                                   dnnl_convolution_desc_t *dd, dnnl_convolution_desc_t *wd) {
     dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
-        fd, dnnl_forward_training, alg, &m->xa, &m->wa, bias, &m->ya, m->strides, m->dil,
+        fd, dnnl_forward_training, alg, &m->xi, &m->wi, bias, &m->ya, m->strides, m->dil,
         m->pl, m->pr);
     if (st == dnnl_success)
         st = dnnl_dilated_convolution_backward_data_desc_init(
-            dd, alg, &m->xa, &m->wa, &m->ya, m->strides, m->dil, m->pl, m->pr);
+            dd, alg, &m->xa, &m->wi, &m->yi, m->strides, m->dil, m->pl, m->pr);
     if (st == dnnl_success)
         st = dnnl_dilated_convolution_backward_weights_desc_init(
-            wd, alg, &m->xa, &m->wa, bias, &m->ya, m->strides, m->dil, m->pl, m->pr);
+            wd, alg, &m->xi, &m->wa, bias, &m->yi, m->strides, m->dil, m->pl, m->pr);
     return st;
 }
 
@@ -523,8 +554,10 @@ static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
  * thread) but its backward-weights took 8.3-8.5 ms against direct's
  * 10.9-11.0 (docs/history.md, "The ResNet-18 step per layer"). */
 static int s_winograd_weights(const tp_dnnl_conv_t *self, const s_geom_t *k) {
+    /* (not a bf16 geometry's: its direct passes take bf16, 2x direct
+     * fp32's speed, and oneDNN's Winograd is fp32 alone) */
     if (self->alg == S_ALG_DIRECT || self->alg == S_ALG_WINOGRAD ||
-        self->path == TP_CPU_CONV_DNNL_PLAIN || s_deconv(k))
+        self->path == TP_CPU_CONV_DNNL_PLAIN || s_deconv(k) || (k->blk16 & S_BF16))
         return 0;
     return k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 && k->dh == 1 &&
            k->dw == 1 && k->g == 1 && k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C &&
@@ -614,7 +647,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         return TP_OK;
     }
     s_mds_t m;
-    TP_TRY(s_mds(self, k, name, &m));
+    TP_TRY(s_mds(self, k, 0, name, &m));
     /* (a deconvolution's descriptor is a convolution's, dnnl_types.h) */
     dnnl_convolution_desc_t fd, dd, wd;
     const dnnl_memory_desc_t *bias = k->bias ? &m.b : NULL;
@@ -641,6 +674,10 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
             s_pds_free(&fpd, &dpd, &wpd);
         e->winograd = rc == TP_OK && ok;
     }
+    /* a bf16 geometry's direct passes: on bf16 inputs (oneDNN's Winograd,
+     * where it runs, is fp32 alone) */
+    if (rc == TP_OK && !e->winograd && (k->blk16 & S_BF16))
+        rc = s_mds(self, k, 1, name, &m);
     if (rc != TP_OK || e->winograd) {
         st = dnnl_success;
     } else if (!s_deconv(k)) {
@@ -651,15 +688,15 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         st = dnnl_unimplemented;
     } else {
         st = dnnl_dilated_deconvolution_forward_desc_init(
-            &fd, dnnl_forward_training, dnnl_deconvolution_direct, &m.xa, &m.wa, fbias,
+            &fd, dnnl_forward_training, dnnl_deconvolution_direct, &m.xi, &m.wi, fbias,
             &m.ya, m.strides, m.dil, m.pl, m.pr);
         if (st == dnnl_success)
             st = dnnl_dilated_deconvolution_backward_data_desc_init(
-                &dd, dnnl_deconvolution_direct, &m.xa, &m.wa, &m.ya, m.strides, m.dil,
+                &dd, dnnl_deconvolution_direct, &m.xa, &m.wi, &m.yi, m.strides, m.dil,
                 m.pl, m.pr);
         if (st == dnnl_success)
             st = dnnl_dilated_deconvolution_backward_weights_desc_init(
-                &wd, dnnl_deconvolution_direct, &m.xa, &m.wa, fbias, &m.ya, m.strides,
+                &wd, dnnl_deconvolution_direct, &m.xi, &m.wa, fbias, &m.yi, m.strides,
                 m.dil, m.pl, m.pr);
     }
     if (st != dnnl_success) { /* a geometry oneDNN does not take: im2col's */
@@ -1268,7 +1305,9 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
             break;
         mem[nmem++] = m;
         args[nargs++] = (dnnl_exec_arg_t){a->arg, m};
-        if (!a->out && a->in && !(blk[i] && ready[i]) && a->blk16 && s_blk16_own()) {
+        if (!a->out && a->in && !(blk[i] && ready[i]) && a->bf16) {
+            tp_cpu_f32_to_bf16(at, user[i], dnnl_memory_desc_get_size(&a->md) / 2);
+        } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->blk16 && s_blk16_own()) {
             s_blk16(a->user.dims, user[i], NULL, at, 0, 0);
         } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->nhwc) {
             s_nhwc(a->user.dims, user[i], at);
