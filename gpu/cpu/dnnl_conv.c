@@ -71,6 +71,9 @@ enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
 /* TP_CPU_CONV_ALG=auto's Winograd: channels in and out at least
  * S_WINO_MIN_C, an output larger than S_WINO_MIN_HW a side (s_winograd) */
 enum { S_WINO_MIN_C = 32, S_WINO_MIN_HW = 4 };
+/* a bf16 geometry's (S_BF16): auto's Winograd (fp32) only on an output
+ * larger than S_WINO_BF16_MIN_HW a side; bf16 direct at and below */
+enum { S_WINO_BF16_MIN_HW = 14 };
 /* auto's Winograd of our own (F(4x4, 3x3)): channels in and out at least
  * S_F2_MIN_C on a 4x4 output; at least S_F4_7_MIN_C on a 7x7 output of
  * at most S_F4_7_MAX_N images (s_f2) */
@@ -542,8 +545,14 @@ static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
         return 0;
     if (self->alg == S_ALG_WINOGRAD)
         return 1;
-    return k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C && k->oh > S_WINO_MIN_HW &&
-           k->ow > S_WINO_MIN_HW;
+    /* bf16 (cpu_bf16.h): oneDNN's Winograd is fp32 alone, and its direct
+     * passes on bf16 run 1.7x its fp32 direct's speed; measured per layer
+     * (docs/performance.md, "bf16 convolutions"), fp32 Winograd still won
+     * on ResNet-18's 28x28 stage 1 (64 channels: 11.1 against 12.6 ms a
+     * pass, forward and backward), bf16 direct on its 14x14 stage 2 (128:
+     * 11.9 against 12.8) and on cnn-bn's 14x14 and 7x7 convs */
+    const int min_hw = (k->blk16 & S_BF16) ? S_WINO_BF16_MIN_HW : S_WINO_MIN_HW;
+    return k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C && k->oh > min_hw && k->ow > min_hw;
 }
 
 /* Whether geometry k, direct by s_winograd, still takes Winograd for its
