@@ -785,7 +785,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         const dnnl_dims_t yd = {k->n, k->o, k->oh, k->ow};
         if (k->relu && !e->own_bias && !wdd->same && k->o % 16 == 0 &&
             (e->dd_bytes || e->data_im2col) &&
-            dnnl_memory_desc_init_by_tag(&blk16, 4, yd, dnnl_f32, dnnl_nChw16c) ==
+            dnnl_memory_desc_init_by_tag(&blk16, 4, yd, wdd->md.data_type, dnnl_nChw16c) ==
                 dnnl_success &&
             dnnl_memory_desc_equal(&blk16, &wdd->md)) {
             e->mask16 = 1;
@@ -864,10 +864,13 @@ static tp_status_t s_lookup(tp_dnnl_conv_t *self, const tp_op_call_t *c,
  * one loads 16 channels x 16 pixels (the tail masked), transposes them in
  * registers and stores them. Exact copies (an add is one rounding, as
  * oneDNN's sum post-op): bit for bit oneDNN's reorder. Rows [lo, hi) of
- * the N * C/16 blocks. */
+ * the N * C/16 blocks. A bf16 pass's input (cpu_bf16.h) goes in as bf16
+ * nChw16c, each value rounded as it is stored (s_bf16x16: bit for bit
+ * oneDNN's reorder from f32 NCHW to bf16 nChw16c). */
 typedef struct {
     const float *src, *y; /* y: the mask (in only), or NULL */
-    float *dst;
+    float *dst;           /* (in, bf16: uint16_t values) */
+    int bf16;             /* in only: dst is bf16 */
     size_t c, plane;      /* C, H * W */
     int out, add;         /* blocked -> plain; added to dst (out only) */
 } s_blk16_t;
@@ -881,6 +884,9 @@ static void s_blk16_plain(const s_blk16_t *a, size_t lo, size_t hi) {
                 const size_t at = pl + i * a->plane + p, bl = (r * a->plane + p) * 16 + i;
                 if (a->out)
                     a->dst[at] = a->add ? a->dst[at] + a->src[bl] : a->src[bl];
+                else if (a->bf16)
+                    ((uint16_t *)a->dst)[bl] =
+                        tp_f32_to_bf16(!a->y || a->y[at] > 0.0f ? a->src[at] : 0.0f);
                 else
                     a->dst[bl] = !a->y || a->y[at] > 0.0f ? a->src[at] : 0.0f;
             }
@@ -931,6 +937,18 @@ __attribute__((target("avx512f"))) S_O3 static inline void s_tr16(__m512 *v, __m
     }
 }
 
+/* v's 16 floats rounded to bf16 as tp_f32_to_bf16 (to nearest even,
+ * NaNs kept NaNs), in AVX-512F alone (the passes' target; the CPU's own
+ * conversion, AVX512_BF16, is not everywhere they run) */
+__attribute__((target("avx512f"))) S_O3 static inline __m256i s_bf16x16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v), top = _mm512_srli_epi32(u, 16);
+    const __m512i odd = _mm512_and_si512(top, _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, top, _mm512_set1_epi32(0x40)));
+}
+
 __attribute__((target("avx512f"))) S_O3 static void s_blk16_avx512(const s_blk16_t *a, size_t lo,
                                                               size_t hi) {
     const size_t cb = a->c / 16, plane = a->plane;
@@ -955,7 +973,10 @@ __attribute__((target("avx512f"))) S_O3 static void s_blk16_avx512(const s_blk16
                 s_tr16(v, t);
                 #pragma GCC unroll 16
                 for (size_t j = 0; j < 16; j++)
-                    if (j < left) /* j a constant: t stays in registers */
+                    if (j < left && a->bf16)
+                        _mm256_storeu_si256((__m256i *)((uint16_t *)a->dst + bl + (p + j) * 16),
+                                            s_bf16x16(t[j]));
+                    else if (j < left) /* j a constant: t stays in registers */
                         _mm512_storeu_ps(a->dst + bl + (p + j) * 16, t[j]);
             } else {
                 #pragma GCC unroll 16
@@ -997,20 +1018,23 @@ static int s_blk16_own(void) {
 }
 
 /* dims [n, c, h, w] (c % 16 == 0) from src to dst, as s_blk16_t says */
-static void s_blk16(const int64_t *dims, const float *src, const float *y, float *dst,
-                    int out, int add) {
-    s_blk16_t a = {src, y, dst, (size_t)dims[1], (size_t)dims[2] * (size_t)dims[3], out, add};
+static void s_blk16(const int64_t *dims, const float *src, const float *y, void *dst,
+                    int bf16, int out, int add) {
+    s_blk16_t a = {src, y, dst, bf16, (size_t)dims[1], (size_t)dims[2] * (size_t)dims[3],
+                   out, add};
     const size_t rows = (size_t)dims[0] * (a.c / 16);
     /* parts of 16K floats or more, as s_bias_act's */
     const size_t per = a.plane * 16, min = per >= 16384 ? 1 : 16384 / (per ? per : 1);
     tp_cpu_parallel(rows, 1, min, s_blk16_range, &a);
 }
 
-/* md is user's (plain NCHW) in nChw16c, no channel padding: s_blk16's */
+/* md is user's (plain NCHW) in nChw16c (f32, or bf16: a bf16 pass's
+ * input), no channel padding: s_blk16's */
 static int s_is_blk16(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md) {
     dnnl_memory_desc_t b16;
     return user->ndims == 4 && user->dims[1] % 16 == 0 &&
-           dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, dnnl_f32, dnnl_nChw16c) ==
+           (md->data_type == dnnl_f32 || md->data_type == dnnl_bf16) &&
+           dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, md->data_type, dnnl_nChw16c) ==
                dnnl_success &&
            dnnl_memory_desc_equal(&b16, md) &&
            dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, dnnl_f32, dnnl_nchw) ==
@@ -1317,7 +1341,7 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
         if (!a->out && a->in && !(blk[i] && ready[i]) && a->bf16) {
             tp_cpu_f32_to_bf16(at, user[i], dnnl_memory_desc_get_size(&a->md) / 2);
         } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->blk16 && s_blk16_own()) {
-            s_blk16(a->user.dims, user[i], NULL, at, 0, 0);
+            s_blk16(a->user.dims, user[i], NULL, at, a->md.data_type == dnnl_bf16, 0, 0);
         } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->nhwc) {
             s_nhwc(a->user.dims, user[i], at);
         } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->wblk && s_blk16_own()) {
@@ -1348,7 +1372,7 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
         if (!a->out || !user[i] || (a->same && !acc[i]))
             continue;
         if (a->blk16 && s_blk16_own()) {
-            s_blk16(a->user.dims, room[i], NULL, user[i], 1, acc[i]);
+            s_blk16(a->user.dims, room[i], NULL, user[i], 0, 1, acc[i]);
             continue;
         }
         if (a->wblk && s_blk16_own()) {
@@ -1817,7 +1841,8 @@ tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t 
                                   ~(uintptr_t)(S_ALIGN - 1));
             {
                 const int64_t yd[4] = {e->key.n, e->key.o, e->key.oh, e->key.ow};
-                s_blk16(yd, c->dy, c->y, (float *)(base + e->keep_bytes), 0, 0);
+                s_blk16(yd, c->dy, c->y, base + e->keep_bytes,
+                        e->pass[S_BWD_WEIGHTS].args[1].md.data_type == dnnl_bf16, 0, 0);
             }
             return s_backward(self, &in, e, 1);
         }

@@ -304,13 +304,29 @@ Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_plain_kernel) {
     s_folded_relu_backward("plain");
 }
 
-Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
-    /* the activations' reorders at the op's edges (s_blk16: x in, y and
-     * dx out, stored and added) and the weights' (s_wblk: W in for the
-     * forward and for the backward-data, each its own layout; dW out,
-     * stored and added) in AVX-512 and in plain loops against oneDNN's own
-     * (TP_CPU_BLK16=dnnl), on images whose pixels are and are not a
-     * multiple of 16 */
+/* bf16 (cpu_bf16.h): the same mask in the pass that rounds dy into the
+ * backward passes' bf16 nChw16c */
+Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_in_bf16) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
+    s_folded_relu_backward("avx512 bf16");
+}
+
+Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_in_bf16_plain_kernel) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
+    setenv("TP_CPU_BLK16", "plain", 1);
+    s_folded_relu_backward("plain bf16");
+}
+
+/* the activations' reorders at the op's edges (s_blk16: x in, y and
+ * dx out, stored and added) and the weights' (s_wblk: W in for the
+ * forward and for the backward-data, each its own layout; dW out,
+ * stored and added) in AVX-512 and in plain loops against oneDNN's own
+ * (TP_CPU_BLK16=dnnl), on images whose pixels are and are not a
+ * multiple of 16; `ties`: x and dy hold values halfway between two bf16
+ * numbers too (a bf16 pass's inputs round to the even one) */
+static void s_reorders_match(int ties) {
     const geom_t gs[] = {{4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},
                          {2, 32, 14, 14, 64, 3, 1, 1, 1, 1, 1, 0, 0},
                          {2, 16, 8, 8, 16, 3, 2, 0, 1, 1, 1, 0, 0}};
@@ -322,6 +338,12 @@ Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
             for (int m = 0; m < 3; m++) {
                 setenv("TP_CPU_BLK16", modes[m], 1);
                 s_conv(&t[m], &gs[gi]);
+                /* 0.5 + (2j + 1) 2^-9: halfway between bf16's 0.5 + j 2^-8 and
+                 * the next, on every seventh value */
+                for (size_t i = 0; ties && i < t[m].nx; i += 7)
+                    t[m].x[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f + (float)(2 * (i % 64) + 1) / 512.0f);
+                for (size_t i = 0; ties && i < t[m].ny; i += 7)
+                    t[m].dy[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f + (float)(2 * (i % 64) + 1) / 512.0f);
                 s_plan(b, &t[m]);
                 s_step(b, &t[m], acc);
             }
@@ -338,6 +360,17 @@ Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
         }
     unsetenv("TP_CPU_BLK16");
     tp_backend_destroy(&b);
+}
+
+Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
+    s_reorders_match(0);
+}
+
+/* bf16: x and dy rounded into bf16 nChw16c as they are reordered */
+Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit_in_bf16) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
+    s_reorders_match(1);
 }
 
 Test(dnnl_conv, only_the_wanted_gradients_are_written) {
