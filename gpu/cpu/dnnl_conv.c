@@ -39,7 +39,16 @@
  * that thread's omp_set_num_threads. Each call sets it to the backend's
  * thread count (cpu_pool.h's tp_cpu_threads and tp_cpu_team), the
  * team OpenBLAS's OpenMP build and the elementwise ranges use too. A few-channel image's passes run
- * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels). */
+ * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels).
+ *
+ * bf16 (cpu_bf16.h, tp_cpu_bf16_on when the call is looked up; the key's
+ * S_BF16): the direct passes read their inputs (x, W, dy) in bf16 and
+ * write fp32 (y, dx, dW, db); the inputs are rounded where they are
+ * reordered into the workspace (s_run: element by element where the op's
+ * layout is the primitive's, s_blk16 from NCHW, oneDNN's reorder for W),
+ * and the rooms are the bf16 layouts' sizes. oneDNN's Winograd and ours
+ * stay fp32 where auto still picks them for such a geometry (s_winograd,
+ * s_f2: measured per layer, docs/compute.md "bf16 convolutions"). */
 #include <cblas.h>
 #include <immintrin.h>
 #include <oneapi/dnnl/dnnl.h>
