@@ -1305,6 +1305,26 @@ static void s_add(const float *src, float *dst, size_t n) {
     tp_cpu_parallel(n, 16, 16384, s_add_range, &a);
 }
 
+/* ---- bf16 in the op's own layout ------------------------------------------- */
+
+/* dst[i] = src[i] rounded to bf16 (tp_cpu_f32_to_bf16) over the backend's
+ * threads: a bf16 pass's input whose layout is already the primitive's
+ * (a blocked chain's nChw16c x or dy). Floats [lo, hi). */
+typedef struct {
+    const float *src;
+    uint16_t *dst;
+} s_to_bf16_t;
+
+static void s_to_bf16_range(void *arg, size_t lo, size_t hi) {
+    const s_to_bf16_t *a = arg;
+    tp_cpu_f32_to_bf16(a->dst + lo, a->src + lo, hi - lo);
+}
+
+static void s_to_bf16(const float *src, uint16_t *dst, size_t n) {
+    s_to_bf16_t a = {src, dst};
+    tp_cpu_parallel(n, 32, 16384, s_to_bf16_range, &a);
+}
+
 /* ---- running a pass -------------------------------------------------------- */
 
 /* Runs pass p with its rooms at `rooms`: user[i] is argument i's buffer in
@@ -1348,7 +1368,7 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
         mem[nmem++] = m;
         args[nargs++] = (dnnl_exec_arg_t){a->arg, m};
         if (!a->out && a->in && !(blk[i] && ready[i]) && a->bf16) {
-            tp_cpu_f32_to_bf16(at, user[i], dnnl_memory_desc_get_size(&a->md) / 2);
+            s_to_bf16(user[i], at, dnnl_memory_desc_get_size(&a->md) / 2);
         } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->blk16 && s_blk16_own()) {
             s_blk16(a->user.dims, user[i], NULL, at, a->md.data_type == dnnl_bf16, 0, 0);
         } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->nhwc) {
