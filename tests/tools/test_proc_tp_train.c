@@ -101,7 +101,7 @@ Test(tp_train, a_tiny_run_writes_everything, .init = s_setup, .fini = s_teardown
  * bf16 instructions (capped, as on a CPU without them), fp32's cost bit
  * for bit. */
 Test(tp_train, bf16_trains_the_cnn_as_fp32_within_its_rounding, .init = s_setup,
-     .fini = s_teardown, .timeout = 300) {
+     .fini = s_teardown, .timeout = 180) {
     if (!tp_backend_cpu_bf16(1))
         cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
     char logdir[3][128];
