@@ -8,7 +8,7 @@
  *
  *   resnet18_step [--model resnet18] [--size 112] [--batch 16] [--classes 3]
  *                 [--channels 3] [--warmup 2] [--steps 6] [--threads 1] [--profile]
- *                 [--profile-nodes] [--l2-op] [--costs] [--decay C]
+ *                 [--profile-nodes] [--l2-op] [--costs] [--decay C] [--bf16]
  *
  * uint8 images of random pixels (--channels 1: grey, as Fashion-MNIST's
  * `--model resnet --size 28 --channels 1 --classes 10 --batch 128`),
@@ -22,7 +22,9 @@
  * convolutions' GFLOP a step; --profile-nodes also each node's forward and
  * backward ms a step on stderr, by the host's clock and by the calling
  * thread's CPU clock, which a loaded host moves far less (the per-layer
- * table of docs/performance.md, "nChw16c chains"). */
+ * table of docs/performance.md, "nChw16c chains"). --bf16: the CPU's bf16
+ * products and convolutions (tp_backend_cpu_bf16, as tp-train --bf16;
+ * exits 2 where the CPU lacks them), the twin's --bf16 its autocast. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +70,7 @@ int main(int argc, char **argv) {
     int l2_op = 0;   /* the decay as the cost's L2 term (the graph op) */
     int costs = 0;   /* print each timed step's cost (the cross-entropy) */
     double decay = -1; /* --decay C: SGD's coupled decay C instead of the model's (0: none) */
+    int bf16 = 0;      /* --bf16: tp_backend_cpu_bf16(1) */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--profile"))
@@ -78,6 +81,8 @@ int main(int argc, char **argv) {
             l2_op = 1;
         else if (!strcmp(argv[i], "--costs"))
             costs = 1;
+        else if (!strcmp(argv[i], "--bf16"))
+            bf16 = 1;
         else if (v && !strcmp(argv[i], "--decay"))
             decay = atof(argv[++i]);
         else if (v && !strcmp(argv[i], "--model"))
@@ -105,6 +110,10 @@ int main(int argc, char **argv) {
     if (size < 1 || batch < 1 || classes < 2 || (channels != 1 && channels != 3) || warmup < 0 ||
         steps < 1 || steps > MAX_STEPS || threads < 1 || threads > 64) {
         fprintf(stderr, "resnet18_step: bad --size/--batch/--classes/--channels/--warmup/--steps/--threads\n");
+        return 2;
+    }
+    if (bf16 && !tp_backend_cpu_bf16(1)) {
+        fprintf(stderr, "resnet18_step: --bf16: this CPU has no bf16 dot products\n");
         return 2;
     }
     const tp_zoo_model_t *zm = tp_zoo_find(name);
@@ -170,9 +179,10 @@ int main(int argc, char **argv) {
     qsort(cpu, (size_t)steps, sizeof *cpu, s_cmp);
     qsort(wall, (size_t)steps, sizeof *wall, s_cmp);
     printf("{\"side\": \"towerpack\", \"model\": \"%s\", \"size\": %d, \"batch\": %d, "
-           "\"steps\": %d, \"cpu_ms_min\": %.1f, \"cpu_ms_median\": %.1f, "
+           "\"bf16\": %s, \"steps\": %d, \"cpu_ms_min\": %.1f, \"cpu_ms_median\": %.1f, "
            "\"wall_ms_min\": %.1f, \"wall_ms_median\": %.1f",
-           name, size, batch, steps, cpu[0], cpu[steps / 2], wall[0], wall[steps / 2]);
+           name, size, batch, bf16 ? "true" : "false", steps, cpu[0], cpu[steps / 2], wall[0],
+           wall[steps / 2]);
     if (profile) {
         enum { MAX_OPS = 1024 };
         static tp_op_profile_t pr[MAX_OPS];

@@ -5,14 +5,17 @@ pipeline), its CPU and wall milliseconds.
 
   /usr/bin/python3 bench/images/resnet18_step_torch.py [--model resnet18]
         [--size 112] [--batch 16] [--classes 3] [--channels 3] [--warmup 2]
-        [--steps 6] [--threads 1]
+        [--steps 6] [--threads 1] [--bf16]
 
 SGD with momentum 0.9 and the model's weight decay (towerpack's ResNet-18
 has an L2 of 1e-4 in its cost, its CIFAR-style `resnet` 5e-4),
 cross-entropy; one JSON line as resnet18_step's. --model resnet is the
 zoo's CIFAR-style ResNet (models/models.c: a 3x3 stem of 32, basic blocks
 32, 32, 64, 64, 128, 128, the first of a width with stride 2 and a 1x1
-projection, global average pool, fc)."""
+projection, global average pool, fc). --bf16: the forward and the loss
+under torch.autocast("cpu", bfloat16) (its convolutions and products on
+bf16 operands, fp32 weights and optimizer), the peer of resnet18_step
+--bf16."""
 import argparse
 import json
 import time
@@ -60,6 +63,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bf16", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -75,7 +79,9 @@ def main():
 
     def step():
         opt.zero_grad()
-        lossf(model(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = lossf(model(x), y)
+        loss.backward()
         opt.step()
 
     for _ in range(a.warmup):
@@ -89,7 +95,7 @@ def main():
     cpu.sort()
     wall.sort()
     print(json.dumps({"side": "pytorch", "model": a.model, "torch": torch.__version__,
-                      "threads": a.threads,
+                      "threads": a.threads, "bf16": a.bf16,
                       "size": a.size, "batch": a.batch, "steps": a.steps,
                       "cpu_ms_min": round(cpu[0], 1), "cpu_ms_median": round(cpu[a.steps // 2], 1),
                       "wall_ms_min": round(wall[0], 1),

@@ -39,7 +39,16 @@
  * that thread's omp_set_num_threads. Each call sets it to the backend's
  * thread count (cpu_pool.h's tp_cpu_threads and tp_cpu_team), the
  * team OpenBLAS's OpenMP build and the elementwise ranges use too. A few-channel image's passes run
- * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels). */
+ * ops_conv.c's im2col (see s_entry_build: oneDNN pads the channels).
+ *
+ * bf16 (cpu_bf16.h, tp_cpu_bf16_on when the call is looked up; the key's
+ * S_BF16): the direct passes read their inputs (x, W, dy) in bf16 and
+ * write fp32 (y, dx, dW, db); the inputs are rounded where they are
+ * reordered into the workspace (s_run: element by element where the op's
+ * layout is the primitive's, s_blk16 from NCHW, oneDNN's reorder for W),
+ * and the rooms are the bf16 layouts' sizes. oneDNN's Winograd and ours
+ * stay fp32 where auto still picks them for such a geometry (s_winograd,
+ * s_f2: measured per layer, docs/compute.md "bf16 convolutions"). */
 #include <cblas.h>
 #include <immintrin.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -52,6 +61,7 @@
 #include <towerpack/log.h>
 #include "gpu/backend_impl.h"
 
+#include "gpu/cpu/cpu_bf16.h"
 #include "gpu/cpu/cpu_pool.h"
 #include "gpu/cpu/cpu_winograd.h"
 #include "gpu/cpu/dnnl_conv.h"
@@ -70,6 +80,9 @@ enum { S_MAX_ARGS = 4, S_MAX_ENTRIES = 256, S_ALIGN = 64 };
 /* TP_CPU_CONV_ALG=auto's Winograd: channels in and out at least
  * S_WINO_MIN_C, an output larger than S_WINO_MIN_HW a side (s_winograd) */
 enum { S_WINO_MIN_C = 32, S_WINO_MIN_HW = 4 };
+/* a bf16 geometry's (S_BF16): auto's Winograd (fp32) only on an output
+ * larger than S_WINO_BF16_MIN_HW a side; bf16 direct at and below */
+enum { S_WINO_BF16_MIN_HW = 14 };
 /* auto's Winograd of our own (F(4x4, 3x3)): channels in and out at least
  * S_F2_MIN_C on a 4x4 output; at least S_F4_7_MIN_C on a 7x7 output of
  * at most S_F4_7_MAX_N images (s_f2) */
@@ -94,6 +107,9 @@ typedef struct {
                                       NCHW: s_nhwc (a folded transpose) */
     int wblk;                      /* plain OIHW weights <-> blocked: s_wblk
                                       (1: ABcd16b16a, 2: ABcd16a16b) */
+    int bf16;                      /* an input whose md is user's layout in
+                                      bf16 (NCHW, nChw16c): rounded element
+                                      by element (tp_cpu_f32_to_bf16) */
     dnnl_memory_desc_t user, md;   /* plain layout; the primitive's */
     dnnl_primitive_t in;           /* user -> md (inputs, layouts differ) */
     dnnl_primitive_t put[2];       /* md -> user: [0] store, [1] add (sum) */
@@ -225,11 +241,19 @@ static void s_threads(void) { tp_cpu_team(tp_cpu_threads()); }
  * chain's member) */
 enum { S_X_NHWC = 4 };
 
+/* the key's bit for bf16 operands (cpu_bf16.h, tp_cpu_bf16_on when the
+ * call is looked up): the primitives of such a geometry take x, dy and W
+ * in bf16 and write y, dx and dW in fp32; switching bf16 on or off finds
+ * the other entry, never one made for the other precision */
+enum { S_BF16 = 8 };
+
 static s_geom_t s_geom(const tp_op_call_t *c) {
     s_geom_t k;
     tp_dnnl_geom(c, omp_get_max_threads(), &k);
     if (c->nhwc)
         k.blk16 |= S_X_NHWC;
+    if (tp_cpu_bf16_on())
+        k.blk16 |= S_BF16;
     return k;
 }
 
@@ -239,13 +263,25 @@ static int s_deconv(const s_geom_t *k) { return k->kind == TP_OP_CONV_TRANSPOSE;
 /* The plain descriptions of x, w, b and y, and the primitive's (any, or
  * the same plain ones); oneDNN's dilation counts the gaps (ours - 1), and
  * its right padding is what makes the output size exact (it may be
- * negative: a stride that skips the last columns). */
+ * negative: a stride that skips the last columns). xi, wi, yi: the
+ * primitive's x, w and y where a pass reads them (the forward's src and
+ * weights, the backwards' diff_dst, weights and src), bf16 for a bf16
+ * geometry, else xa, wa and ya; what a pass writes (y, dx, dW) is fp32. */
 typedef struct {
-    dnnl_memory_desc_t x, w, b, y, xa, wa, ya;
+    dnnl_memory_desc_t x, w, b, y, xa, wa, ya, xi, wi, yi;
     dnnl_dims_t strides, dil, pl, pr;
 } s_mds_t;
 
-static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
+/* md in bf16: the same layout (a plain one's strides, or any) */
+static dnnl_memory_desc_t s_as_bf16(const dnnl_memory_desc_t *md) {
+    dnnl_memory_desc_t t = *md;
+    t.data_type = dnnl_bf16;
+    return t;
+}
+
+/* bf16: the passes' inputs in bf16 (the key's S_BF16 where the geometry
+ * runs oneDNN's direct passes; s_entry_build) */
+static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k, int bf16,
                          const char *name, s_mds_t *m) {
     dnnl_dims_t xd = {k->n, k->c, k->h, k->w}, yd = {k->n, k->o, k->oh, k->ow};
     dnnl_dims_t bd = {k->o};
@@ -290,6 +326,9 @@ static tp_status_t s_mds(const tp_dnnl_conv_t *self, const s_geom_t *k,
         S_DNNL(dnnl_memory_desc_init_by_tag(&m->wa, m->w.ndims, m->w.dims, dnnl_f32,
                                             dnnl_format_tag_any));
     }
+    m->xi = bf16 ? s_as_bf16(&m->xa) : m->xa;
+    m->wi = bf16 ? s_as_bf16(&m->wa) : m->wa;
+    m->yi = bf16 ? s_as_bf16(&m->ya) : m->ya;
     m->strides[0] = k->sh;
     m->strides[1] = k->sw;
     m->dil[0] = k->dh - 1;
@@ -385,6 +424,10 @@ static tp_status_t s_arg(const tp_dnnl_conv_t *self, s_pass_t *p,
     a->blk16 = !same && s_is_blk16(&a->user, &a->md);
     a->nhwc = !same && !out && s_is_nhwc(&a->user, &a->md);
     a->wblk = same ? 0 : s_is_wblk(&a->user, &a->md, out);
+    if (!out && a->md.data_type == dnnl_bf16 && a->user.data_type == dnnl_f32) {
+        const dnnl_memory_desc_t u16 = s_as_bf16(&a->user);
+        a->bf16 = dnnl_memory_desc_equal(&u16, &a->md);
+    }
     if (!same && !out)
         TP_TRY(s_reorder(self, &a->user, &a->md, 0, name, &a->in));
     if (out && (!same || addable)) {
@@ -451,14 +494,14 @@ static dnnl_status_t s_conv_descs(const s_mds_t *m, const dnnl_memory_desc_t *bi
                                   dnnl_alg_kind_t alg, dnnl_convolution_desc_t *fd,
                                   dnnl_convolution_desc_t *dd, dnnl_convolution_desc_t *wd) {
     dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
-        fd, dnnl_forward_training, alg, &m->xa, &m->wa, bias, &m->ya, m->strides, m->dil,
+        fd, dnnl_forward_training, alg, &m->xi, &m->wi, bias, &m->ya, m->strides, m->dil,
         m->pl, m->pr);
     if (st == dnnl_success)
         st = dnnl_dilated_convolution_backward_data_desc_init(
-            dd, alg, &m->xa, &m->wa, &m->ya, m->strides, m->dil, m->pl, m->pr);
+            dd, alg, &m->xa, &m->wi, &m->yi, m->strides, m->dil, m->pl, m->pr);
     if (st == dnnl_success)
         st = dnnl_dilated_convolution_backward_weights_desc_init(
-            wd, alg, &m->xa, &m->wa, bias, &m->ya, m->strides, m->dil, m->pl, m->pr);
+            wd, alg, &m->xi, &m->wa, bias, &m->yi, m->strides, m->dil, m->pl, m->pr);
     return st;
 }
 
@@ -511,8 +554,14 @@ static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
         return 0;
     if (self->alg == S_ALG_WINOGRAD)
         return 1;
-    return k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C && k->oh > S_WINO_MIN_HW &&
-           k->ow > S_WINO_MIN_HW;
+    /* bf16 (cpu_bf16.h): oneDNN's Winograd is fp32 alone, and its direct
+     * passes on bf16 run 1.7x its fp32 direct's speed; measured per layer
+     * (docs/performance.md, "bf16 convolutions"), fp32 Winograd still won
+     * on ResNet-18's 28x28 stage 1 (64 channels: 11.1 against 12.6 ms a
+     * pass, forward and backward), bf16 direct on its 14x14 stage 2 (128:
+     * 11.9 against 12.8) and on cnn-bn's 14x14 and 7x7 convs */
+    const int min_hw = (k->blk16 & S_BF16) ? S_WINO_BF16_MIN_HW : S_WINO_MIN_HW;
+    return k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C && k->oh > min_hw && k->ow > min_hw;
 }
 
 /* Whether geometry k, direct by s_winograd, still takes Winograd for its
@@ -523,8 +572,10 @@ static int s_winograd(const tp_dnnl_conv_t *self, const s_geom_t *k) {
  * thread) but its backward-weights took 8.3-8.5 ms against direct's
  * 10.9-11.0 (docs/history.md, "The ResNet-18 step per layer"). */
 static int s_winograd_weights(const tp_dnnl_conv_t *self, const s_geom_t *k) {
+    /* (not a bf16 geometry's: its direct passes take bf16, 2x direct
+     * fp32's speed, and oneDNN's Winograd is fp32 alone) */
     if (self->alg == S_ALG_DIRECT || self->alg == S_ALG_WINOGRAD ||
-        self->path == TP_CPU_CONV_DNNL_PLAIN || s_deconv(k))
+        self->path == TP_CPU_CONV_DNNL_PLAIN || s_deconv(k) || (k->blk16 & S_BF16))
         return 0;
     return k->kh == 3 && k->kw == 3 && k->sh == 1 && k->sw == 1 && k->dh == 1 &&
            k->dw == 1 && k->g == 1 && k->c >= S_WINO_MIN_C && k->o >= S_WINO_MIN_C &&
@@ -614,7 +665,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         return TP_OK;
     }
     s_mds_t m;
-    TP_TRY(s_mds(self, k, name, &m));
+    TP_TRY(s_mds(self, k, 0, name, &m));
     /* (a deconvolution's descriptor is a convolution's, dnnl_types.h) */
     dnnl_convolution_desc_t fd, dd, wd;
     const dnnl_memory_desc_t *bias = k->bias ? &m.b : NULL;
@@ -641,6 +692,10 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
             s_pds_free(&fpd, &dpd, &wpd);
         e->winograd = rc == TP_OK && ok;
     }
+    /* a bf16 geometry's direct passes: on bf16 inputs (oneDNN's Winograd,
+     * where it runs, is fp32 alone) */
+    if (rc == TP_OK && !e->winograd && (k->blk16 & S_BF16))
+        rc = s_mds(self, k, 1, name, &m);
     if (rc != TP_OK || e->winograd) {
         st = dnnl_success;
     } else if (!s_deconv(k)) {
@@ -651,15 +706,15 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         st = dnnl_unimplemented;
     } else {
         st = dnnl_dilated_deconvolution_forward_desc_init(
-            &fd, dnnl_forward_training, dnnl_deconvolution_direct, &m.xa, &m.wa, fbias,
+            &fd, dnnl_forward_training, dnnl_deconvolution_direct, &m.xi, &m.wi, fbias,
             &m.ya, m.strides, m.dil, m.pl, m.pr);
         if (st == dnnl_success)
             st = dnnl_dilated_deconvolution_backward_data_desc_init(
-                &dd, dnnl_deconvolution_direct, &m.xa, &m.wa, &m.ya, m.strides, m.dil,
+                &dd, dnnl_deconvolution_direct, &m.xa, &m.wi, &m.yi, m.strides, m.dil,
                 m.pl, m.pr);
         if (st == dnnl_success)
             st = dnnl_dilated_deconvolution_backward_weights_desc_init(
-                &wd, dnnl_deconvolution_direct, &m.xa, &m.wa, fbias, &m.ya, m.strides,
+                &wd, dnnl_deconvolution_direct, &m.xi, &m.wa, fbias, &m.yi, m.strides,
                 m.dil, m.pl, m.pr);
     }
     if (st != dnnl_success) { /* a geometry oneDNN does not take: im2col's */
@@ -739,7 +794,7 @@ static tp_status_t s_entry_build(const tp_dnnl_conv_t *self, s_entry_t *e,
         const dnnl_dims_t yd = {k->n, k->o, k->oh, k->ow};
         if (k->relu && !e->own_bias && !wdd->same && k->o % 16 == 0 &&
             (e->dd_bytes || e->data_im2col) &&
-            dnnl_memory_desc_init_by_tag(&blk16, 4, yd, dnnl_f32, dnnl_nChw16c) ==
+            dnnl_memory_desc_init_by_tag(&blk16, 4, yd, wdd->md.data_type, dnnl_nChw16c) ==
                 dnnl_success &&
             dnnl_memory_desc_equal(&blk16, &wdd->md)) {
             e->mask16 = 1;
@@ -818,10 +873,13 @@ static tp_status_t s_lookup(tp_dnnl_conv_t *self, const tp_op_call_t *c,
  * one loads 16 channels x 16 pixels (the tail masked), transposes them in
  * registers and stores them. Exact copies (an add is one rounding, as
  * oneDNN's sum post-op): bit for bit oneDNN's reorder. Rows [lo, hi) of
- * the N * C/16 blocks. */
+ * the N * C/16 blocks. A bf16 pass's input (cpu_bf16.h) goes in as bf16
+ * nChw16c, each value rounded as it is stored (s_bf16x16: bit for bit
+ * oneDNN's reorder from f32 NCHW to bf16 nChw16c). */
 typedef struct {
     const float *src, *y; /* y: the mask (in only), or NULL */
-    float *dst;
+    float *dst;           /* (in, bf16: uint16_t values) */
+    int bf16;             /* in only: dst is bf16 */
     size_t c, plane;      /* C, H * W */
     int out, add;         /* blocked -> plain; added to dst (out only) */
 } s_blk16_t;
@@ -835,6 +893,9 @@ static void s_blk16_plain(const s_blk16_t *a, size_t lo, size_t hi) {
                 const size_t at = pl + i * a->plane + p, bl = (r * a->plane + p) * 16 + i;
                 if (a->out)
                     a->dst[at] = a->add ? a->dst[at] + a->src[bl] : a->src[bl];
+                else if (a->bf16)
+                    ((uint16_t *)a->dst)[bl] =
+                        tp_f32_to_bf16(!a->y || a->y[at] > 0.0f ? a->src[at] : 0.0f);
                 else
                     a->dst[bl] = !a->y || a->y[at] > 0.0f ? a->src[at] : 0.0f;
             }
@@ -885,6 +946,18 @@ __attribute__((target("avx512f"))) S_O3 static inline void s_tr16(__m512 *v, __m
     }
 }
 
+/* v's 16 floats rounded to bf16 as tp_f32_to_bf16 (to nearest even,
+ * NaNs kept NaNs), in AVX-512F alone (the passes' target; the CPU's own
+ * conversion, AVX512_BF16, is not everywhere they run) */
+__attribute__((target("avx512f"))) S_O3 static inline __m256i s_bf16x16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v), top = _mm512_srli_epi32(u, 16);
+    const __m512i odd = _mm512_and_si512(top, _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(r, nan, top, _mm512_set1_epi32(0x40)));
+}
+
 __attribute__((target("avx512f"))) S_O3 static void s_blk16_avx512(const s_blk16_t *a, size_t lo,
                                                               size_t hi) {
     const size_t cb = a->c / 16, plane = a->plane;
@@ -909,7 +982,10 @@ __attribute__((target("avx512f"))) S_O3 static void s_blk16_avx512(const s_blk16
                 s_tr16(v, t);
                 #pragma GCC unroll 16
                 for (size_t j = 0; j < 16; j++)
-                    if (j < left) /* j a constant: t stays in registers */
+                    if (j < left && a->bf16)
+                        _mm256_storeu_si256((__m256i *)((uint16_t *)a->dst + bl + (p + j) * 16),
+                                            s_bf16x16(t[j]));
+                    else if (j < left) /* j a constant: t stays in registers */
                         _mm512_storeu_ps(a->dst + bl + (p + j) * 16, t[j]);
             } else {
                 #pragma GCC unroll 16
@@ -951,20 +1027,23 @@ static int s_blk16_own(void) {
 }
 
 /* dims [n, c, h, w] (c % 16 == 0) from src to dst, as s_blk16_t says */
-static void s_blk16(const int64_t *dims, const float *src, const float *y, float *dst,
-                    int out, int add) {
-    s_blk16_t a = {src, y, dst, (size_t)dims[1], (size_t)dims[2] * (size_t)dims[3], out, add};
+static void s_blk16(const int64_t *dims, const float *src, const float *y, void *dst,
+                    int bf16, int out, int add) {
+    s_blk16_t a = {src, y, dst, bf16, (size_t)dims[1], (size_t)dims[2] * (size_t)dims[3],
+                   out, add};
     const size_t rows = (size_t)dims[0] * (a.c / 16);
     /* parts of 16K floats or more, as s_bias_act's */
     const size_t per = a.plane * 16, min = per >= 16384 ? 1 : 16384 / (per ? per : 1);
     tp_cpu_parallel(rows, 1, min, s_blk16_range, &a);
 }
 
-/* md is user's (plain NCHW) in nChw16c, no channel padding: s_blk16's */
+/* md is user's (plain NCHW) in nChw16c (f32, or bf16: a bf16 pass's
+ * input), no channel padding: s_blk16's */
 static int s_is_blk16(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md) {
     dnnl_memory_desc_t b16;
     return user->ndims == 4 && user->dims[1] % 16 == 0 &&
-           dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, dnnl_f32, dnnl_nChw16c) ==
+           (md->data_type == dnnl_f32 || md->data_type == dnnl_bf16) &&
+           dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, md->data_type, dnnl_nChw16c) ==
                dnnl_success &&
            dnnl_memory_desc_equal(&b16, md) &&
            dnnl_memory_desc_init_by_tag(&b16, 4, user->dims, dnnl_f32, dnnl_nchw) ==
@@ -1226,6 +1305,26 @@ static void s_add(const float *src, float *dst, size_t n) {
     tp_cpu_parallel(n, 16, 16384, s_add_range, &a);
 }
 
+/* ---- bf16 in the op's own layout ------------------------------------------- */
+
+/* dst[i] = src[i] rounded to bf16 (tp_cpu_f32_to_bf16) over the backend's
+ * threads: a bf16 pass's input whose layout is already the primitive's
+ * (a blocked chain's nChw16c x or dy). Floats [lo, hi). */
+typedef struct {
+    const float *src;
+    uint16_t *dst;
+} s_to_bf16_t;
+
+static void s_to_bf16_range(void *arg, size_t lo, size_t hi) {
+    const s_to_bf16_t *a = arg;
+    tp_cpu_f32_to_bf16(a->dst + lo, a->src + lo, hi - lo);
+}
+
+static void s_to_bf16(const float *src, uint16_t *dst, size_t n) {
+    s_to_bf16_t a = {src, dst};
+    tp_cpu_parallel(n, 32, 16384, s_to_bf16_range, &a);
+}
+
 /* ---- running a pass -------------------------------------------------------- */
 
 /* Runs pass p with its rooms at `rooms`: user[i] is argument i's buffer in
@@ -1268,8 +1367,10 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
             break;
         mem[nmem++] = m;
         args[nargs++] = (dnnl_exec_arg_t){a->arg, m};
-        if (!a->out && a->in && !(blk[i] && ready[i]) && a->blk16 && s_blk16_own()) {
-            s_blk16(a->user.dims, user[i], NULL, at, 0, 0);
+        if (!a->out && a->in && !(blk[i] && ready[i]) && a->bf16) {
+            s_to_bf16(user[i], at, dnnl_memory_desc_get_size(&a->md) / 2);
+        } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->blk16 && s_blk16_own()) {
+            s_blk16(a->user.dims, user[i], NULL, at, a->md.data_type == dnnl_bf16, 0, 0);
         } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->nhwc) {
             s_nhwc(a->user.dims, user[i], at);
         } else if (!a->out && a->in && !(blk[i] && ready[i]) && a->wblk && s_blk16_own()) {
@@ -1300,7 +1401,7 @@ static tp_status_t s_run(const tp_dnnl_conv_t *self, const s_pass_t *p, char *ro
         if (!a->out || !user[i] || (a->same && !acc[i]))
             continue;
         if (a->blk16 && s_blk16_own()) {
-            s_blk16(a->user.dims, room[i], NULL, user[i], 1, acc[i]);
+            s_blk16(a->user.dims, room[i], NULL, user[i], 0, 1, acc[i]);
             continue;
         }
         if (a->wblk && s_blk16_own()) {
@@ -1769,7 +1870,8 @@ tp_status_t tp_dnnl_conv_backward_relu(tp_dnnl_conv_t *self, const tp_op_call_t 
                                   ~(uintptr_t)(S_ALIGN - 1));
             {
                 const int64_t yd[4] = {e->key.n, e->key.o, e->key.oh, e->key.ow};
-                s_blk16(yd, c->dy, c->y, (float *)(base + e->keep_bytes), 0, 0);
+                s_blk16(yd, c->dy, c->y, base + e->keep_bytes,
+                        e->pass[S_BWD_WEIGHTS].args[1].md.data_type == dnnl_bf16, 0, 0);
             }
             return s_backward(self, &in, e, 1);
         }

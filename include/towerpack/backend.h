@@ -180,8 +180,10 @@ int tp_backend_cpu_threads(void);
  * oneDNN's primitive cache): on (1), oneDNN's matrix products (dense
  * layers, batch_matmul) round their two operands to bf16 and sum in fp32,
  * about twice as fast where the CPU has bf16 dot products (AVX512_BF16,
- * AMX); tensors and weights stay fp32; convolutions and attention keep
- * fp32. Off (0): exact fp32 products. Unasked, $TP_CPU_BF16 decides
+ * AMX), and so do the convolutions oneDNN runs direct (inputs in bf16,
+ * outputs fp32; where fp32 Winograd measured faster it stays); tensors
+ * and weights stay fp32; attention, batch norm and pooling keep fp32.
+ * Off (0): exact fp32 products. Unasked, $TP_CPU_BF16 decides
  * (unset or "0": off). Returns 1 when the products now run in bf16, 0
  * when off or when this CPU has no bf16 instructions (then the products
  * stay fp32). Takes effect at the next product built; docs/compute.md. */

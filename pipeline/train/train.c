@@ -789,7 +789,8 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
     } else if (cfg->bf16 >= 0) {
         /* the CPU's bf16 products (before the model plans its workspaces) */
         if (tp_backend_cpu_bf16(cfg->bf16))
-            TP_INFO("bf16: the CPU's matrix products on bf16 operands, fp32 sums");
+            TP_INFO("bf16: the CPU's matrix products on bf16 operands, fp32 sums; its "
+                    "direct convolutions on bf16 inputs");
         else if (cfg->bf16)
             TP_WARN("bf16: this CPU has no bf16 dot products (AVX512_BF16 or AMX, as "
                     "oneDNN reads it): the products stay fp32");

@@ -304,13 +304,29 @@ Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_plain_kernel) {
     s_folded_relu_backward("plain");
 }
 
-Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
-    /* the activations' reorders at the op's edges (s_blk16: x in, y and
-     * dx out, stored and added) and the weights' (s_wblk: W in for the
-     * forward and for the backward-data, each its own layout; dW out,
-     * stored and added) in AVX-512 and in plain loops against oneDNN's own
-     * (TP_CPU_BLK16=dnnl), on images whose pixels are and are not a
-     * multiple of 16 */
+/* bf16 (cpu_bf16.h): the same mask in the pass that rounds dy into the
+ * backward passes' bf16 nChw16c */
+Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_in_bf16) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
+    s_folded_relu_backward("avx512 bf16");
+}
+
+Test(dnnl_conv, a_folded_relus_backward_masks_as_it_reorders_in_bf16_plain_kernel) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
+    setenv("TP_CPU_BLK16", "plain", 1);
+    s_folded_relu_backward("plain bf16");
+}
+
+/* the activations' reorders at the op's edges (s_blk16: x in, y and
+ * dx out, stored and added) and the weights' (s_wblk: W in for the
+ * forward and for the backward-data, each its own layout; dW out,
+ * stored and added) in AVX-512 and in plain loops against oneDNN's own
+ * (TP_CPU_BLK16=dnnl), on images whose pixels are and are not a
+ * multiple of 16; `ties`: x and dy hold values halfway between two bf16
+ * numbers too (a bf16 pass's inputs round to the even one) */
+static void s_reorders_match(int ties) {
     const geom_t gs[] = {{4, 16, 9, 9, 32, 3, 1, 1, 1, 1, 1, 0, 0},
                          {2, 32, 14, 14, 64, 3, 1, 1, 1, 1, 1, 0, 0},
                          {2, 16, 8, 8, 16, 3, 2, 0, 1, 1, 1, 0, 0}};
@@ -322,6 +338,12 @@ Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
             for (int m = 0; m < 3; m++) {
                 setenv("TP_CPU_BLK16", modes[m], 1);
                 s_conv(&t[m], &gs[gi]);
+                /* 0.5 + (2j + 1) 2^-9: halfway between bf16's 0.5 + j 2^-8 and
+                 * the next, on every seventh value */
+                for (size_t i = 0; ties && i < t[m].nx; i += 7)
+                    t[m].x[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f + (float)(2 * (i % 64) + 1) / 512.0f);
+                for (size_t i = 0; ties && i < t[m].ny; i += 7)
+                    t[m].dy[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f + (float)(2 * (i % 64) + 1) / 512.0f);
                 s_plan(b, &t[m]);
                 s_step(b, &t[m], acc);
             }
@@ -338,6 +360,17 @@ Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
         }
     unsetenv("TP_CPU_BLK16");
     tp_backend_destroy(&b);
+}
+
+Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit) {
+    s_reorders_match(0);
+}
+
+/* bf16: x and dy rounded into bf16 nChw16c as they are reordered */
+Test(dnnl_conv, our_nchw16c_reorders_are_onednns_bit_for_bit_in_bf16) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
+    s_reorders_match(1);
 }
 
 Test(dnnl_conv, only_the_wanted_gradients_are_written) {
@@ -1175,5 +1208,158 @@ Test(dnnl_conv, thin_convolutions_isa_copies_agree) {
             s_free(&t[k]);
     }
     tp_backend_destroy(&b);
+    unsetenv("TP_CPU_CONV");
+}
+
+/* ---- bf16 convolutions (tp_backend_cpu_bf16: cpu_bf16.h) ----------------- */
+
+/* v[i] rounded to bf16 (what the bf16 passes read) */
+static void s_round_bf16(float *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        v[i] = tp_bf16_to_f32(tp_f32_to_bf16(v[i]));
+}
+
+/* got against ref (the fp32 conv of the operands rounded to bf16: fp32
+ * sums in another order, within 1e-5 of ref's largest magnitude) and, when
+ * `far`, away from r32 (the unrounded operands' conv: bf16's 8 bits show,
+ * the largest difference over 1e-4 of r32's largest magnitude); not far: a
+ * pass that stays fp32, within s_close's bound of r32. */
+static void s_bf16_close(const char *what, int gi, const float *got, const float *ref,
+                         const float *r32, size_t n, int far) {
+    if (!far) {
+        s_close(what, "bf16 (an fp32 pass)", gi, got, r32, n);
+        return;
+    }
+    float big = 0.0f, d32 = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        big = fmaxf(big, fabsf(ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(fabsf(got[i] - ref[i]) <= 1e-5f * (big + 1e-30f),
+                  "geometry %d, %s[%zu]: %.8g, the bf16 operands' conv %.8g", gi, what, i,
+                  (double)got[i], (double)ref[i]);
+        d32 = fmaxf(d32, fabsf(got[i] - r32[i]));
+    }
+    cr_assert(d32 > 1e-4f * big, "geometry %d, %s: within %.2g of the fp32 conv: the "
+              "operands were not rounded to bf16", gi, what, (double)(d32 / big));
+}
+
+/* With bf16 on, oneDNN's three passes read x, W and dy rounded to bf16
+ * and sum in fp32: y, dx and dW (and db, the sum of the rounded dy)
+ * equal the fp32 conv (im2col's) of the rounded operands, stored and
+ * added, on every geometry of s_geoms (strides, padding a stride skips,
+ * dilation, groups, 1x1, transposed ones) but those that stay fp32: a
+ * one-channel image's (conv_thin.c) and backward-data of a few channels a
+ * group (im2col's: the depthwise conv's dx). Then bf16 off on the same
+ * backend: the fp32 passes again, bit for bit a fresh backend's (the
+ * cache's key tells the two apart). */
+Test(dnnl_conv, bf16_passes_take_the_rounded_operands_and_sum_in_fp32) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
+    tp_backend_t *ref = s_backend("im2col");
+    tp_backend_t *b = s_backend("dnnl");
+    for (int gi = 0; gi < (int)(sizeof s_geoms / sizeof s_geoms[0]); gi++) {
+        const geom_t *g = &s_geoms[gi];
+        /* the one-channel image's convs (conv_thin.c) stay fp32, and
+         * backward-data of under 8 channels a group (im2col) */
+        const int thin = (!g->t && g->c == 1) || (g->t && g->o == 1);
+        const int dx16 = !thin && (g->t || g->c / g->g >= 8);
+        for (int acc = 0; acc < 2; acc++) {
+            conv_t t, r, u;
+            s_conv(&t, g);
+            s_conv(&r, g);
+            s_conv(&u, g);
+            s_round_bf16(r.x, r.nx);
+            s_round_bf16(r.w, r.nw);
+            s_round_bf16(r.dy, r.ny);
+            tp_backend_cpu_bf16(1);
+            s_plan(b, &t);
+            s_step(b, &t, acc);
+            tp_backend_cpu_bf16(0);
+            s_plan(ref, &r);
+            s_step(ref, &r, acc);
+            s_plan(ref, &u);
+            s_step(ref, &u, acc);
+            s_bf16_close("y", gi, t.y, r.y, u.y, t.ny, !thin);
+            s_bf16_close("dx", gi, t.dx, r.dx, u.dx, t.nx, dx16);
+            s_bf16_close("dW", gi, t.dw, r.dw, u.dw, t.nw, !thin);
+            /* db: the conv's primitive sums the rounded dy it reads; a
+             * transposed conv's is ours (dnnl_conv.c's s_bias_grad), on
+             * the fp32 dy */
+            if (g->bias)
+                s_close("db", "bf16", gi, t.db, thin || g->t ? u.db : r.db, (size_t)g->o);
+            s_free(&t);
+            s_free(&r);
+            s_free(&u);
+        }
+    }
+    /* bf16 off: the fp32 entries, not the bf16 ones made above */
+    tp_backend_t *fresh = s_backend("dnnl");
+    for (int gi = 0; gi < (int)(sizeof s_geoms / sizeof s_geoms[0]); gi++) {
+        conv_t t, f;
+        s_conv(&t, &s_geoms[gi]);
+        s_conv(&f, &s_geoms[gi]);
+        s_plan(b, &t);
+        s_step(b, &t, 0);
+        s_plan(fresh, &f);
+        s_step(fresh, &f, 0);
+        cr_assert(!memcmp(t.y, f.y, t.ny * sizeof(float)), "geometry %d: y", gi);
+        cr_assert(!memcmp(t.dx, f.dx, t.nx * sizeof(float)), "geometry %d: dx", gi);
+        cr_assert(!memcmp(t.dw, f.dw, t.nw * sizeof(float)), "geometry %d: dW", gi);
+        s_free(&t);
+        s_free(&f);
+    }
+    tp_backend_destroy(&fresh);
+    tp_backend_destroy(&b);
+    tp_backend_destroy(&ref);
+    unsetenv("TP_CPU_CONV");
+}
+
+/* bf16 on nChw16c operands (a blocked chain: x, dy rounded element by
+ * element in their own layout, tp_cpu_f32_to_bf16) gives the plain
+ * call's numbers (NCHW rounded by oneDNN's reorder into the same bf16
+ * layout) to the bit: x, y or both blocked, stored and added, a folded
+ * relu (its backward's mask on the plain dy), stride 2 with a bias, 1x1,
+ * and a 3x3 stride-1 conv of 32 channels. */
+Test(dnnl_conv, bf16_on_nchw16c_operands_gives_the_plain_calls_numbers) {
+    if (!tp_backend_cpu_bf16(1))
+        cr_skip_test("this CPU has no bf16 dot products (AVX512_BF16, AMX)");
+    const geom_t gs[] = {
+        {4, 32, 9, 9, 32, 3, 1, 1, 1, 1, 0, 0, 0},
+        {3, 16, 8, 7, 32, 3, 2, 1, 1, 1, 1, 0, 0},
+        {2, 32, 6, 6, 16, 1, 2, 0, 1, 1, 0, 0, 0},
+    };
+    const unsigned masks[] = {1u | TP_BLK16_Y, 1u, TP_BLK16_Y};
+    tp_backend_t *b = s_backend("dnnl");
+    for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
+        for (size_t mi = 0; mi < 3; mi++)
+            for (int acc = 0; acc < 2; acc++) {
+                conv_t p, q;
+                s_conv(&p, &gs[gi]);
+                s_conv(&q, &gs[gi]);
+                const unsigned m = masks[mi];
+                if (m & 1u)
+                    oct_16(q.x, &q.xs[0], 0);
+                if (m & TP_BLK16_Y)
+                    oct_16(q.dy, &q.ys, 0);
+                q.c.blk16 = m;
+                s_plan(b, &p);
+                s_plan(b, &q);
+                s_step(b, &p, acc);
+                s_step(b, &q, acc);
+                if (m & TP_BLK16_Y)
+                    oct_16(q.y, &q.ys, 1);
+                if (m & 1u)
+                    oct_16(q.dx, &q.xs[0], 1);
+                cr_assert(!memcmp(p.y, q.y, p.ny * sizeof(float)), "geometry %zu, mask %zu: y",
+                          gi, mi);
+                cr_assert(!memcmp(p.dx, q.dx, p.nx * sizeof(float)),
+                          "geometry %zu, mask %zu, acc %d: dx", gi, mi, acc);
+                cr_assert(!memcmp(p.dw, q.dw, p.nw * sizeof(float)),
+                          "geometry %zu, mask %zu, acc %d: dW", gi, mi, acc);
+                s_free(&p);
+                s_free(&q);
+            }
+    tp_backend_destroy(&b);
+    tp_backend_cpu_bf16(0);
     unsetenv("TP_CPU_CONV");
 }
