@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <towerpack/backend.h>
+#include <towerpack/log.h>
 #include <towerpack/tensor.h>
 #include "gpu/cpu/cpu_bf16.h"
 
@@ -26,6 +27,20 @@ static int s_cpu_has_bf16(void) {
 int tp_backend_cpu_bf16(int on) {
     atomic_store(&s_asked, on != 0);
     return on && s_cpu_has_bf16();
+}
+
+int tp_backend_cpu_bf16_ask(int bf16) {
+    if (bf16 < 0)
+        return tp_cpu_bf16_on();
+    if (tp_backend_cpu_bf16(bf16)) {
+        TP_INFO("bf16: the CPU's matrix products on bf16 operands, fp32 sums; its "
+                "direct convolutions on bf16 inputs");
+        return 1;
+    }
+    if (bf16)
+        TP_WARN("bf16: this CPU has no bf16 dot products (AVX512_BF16 or AMX, as "
+                "oneDNN reads it): the products stay fp32");
+    return 0;
 }
 
 int tp_cpu_bf16_on(void) {

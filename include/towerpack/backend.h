@@ -189,6 +189,16 @@ int tp_backend_cpu_threads(void);
  * stay fp32). Takes effect at the next product built; docs/compute.md. */
 int tp_backend_cpu_bf16(int on);
 
+/* tp_backend_cpu_bf16 as a tool or a config asks for it (tp-train's,
+ * tp-predict's, tp-generate's and tp-bench's --bf16, TrainConfig.bf16,
+ * tp_predict_config_t.bf16), said in the log: -1 leaves it to
+ * $TP_CPU_BF16 and says nothing; 1 turns the products to bf16 and says so
+ * (info), or, on a CPU without bf16 dot products, warns that they stay
+ * fp32 (nothing is refused); 0 turns them off. Call it before the model
+ * is built (its workspaces are planned then). Returns 1 when the products
+ * now run in bf16. */
+int tp_backend_cpu_bf16_ask(int bf16);
+
 /* Staging through any backend (see the stage_* entries above). A backend
  * without them gets host-memory stages: host == device, no copy. */
 tp_stage_t *tp_backend_stage_new(tp_backend_t *b, size_t bytes);

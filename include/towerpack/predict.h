@@ -63,9 +63,17 @@ typedef struct tp_predict_config {
                                        CUDA device */
     int64_t max_batch;              /* rows per call at most (default 256) */
     int threads;                    /* CPU: BLAS threads (0: its default) */
+    int bf16;                       /* products on bf16 operands, fp32 sums:
+                                       -1 (default) the environment decides
+                                       ($TP_CPU_BF16, $TP_CUDA_BF16); 1 on,
+                                       0 off. On the CPU it is the process's
+                                       (tp_backend_cpu_bf16_ask: said in the
+                                       log, a warning where the CPU lacks
+                                       bf16); on a GPU the predictor's
+                                       backend's (tp_cuda_options_t.bf16) */
 } tp_predict_config_t;
 
-/* Defaults: CPU, max_batch 256, every needed input. */
+/* Defaults: CPU, max_batch 256, every needed input, bf16 -1. */
 void tp_predict_config_init(tp_predict_config_t *c);
 
 typedef struct tp_predictor tp_predictor_t;

@@ -47,6 +47,7 @@ void tp_predict_config_init(tp_predict_config_t *c) {
     memset(c, 0, sizeof *c);
     c->device = -1;
     c->max_batch = 256;
+    c->bf16 = -1;
 }
 
 /* ---- checkpoints --------------------------------------------------------- */
@@ -214,9 +215,14 @@ static tp_status_t s_setup(tp_predictor_t *p, const tp_predict_config_t *c) {
     if (c->device >= 0) {
         tp_cuda_options_t co = tp_cuda_options_default();
         co.device = c->device;
+        if (c->bf16 >= 0)
+            co.bf16 = c->bf16 != 0;
         p->backend = tp_backend_cuda_new(&co);
         if (!p->backend)
             return tp_error_wrap(TP_ERR_DEVICE, "predictor on device %d", c->device);
+    } else {
+        /* the CPU's bf16 products (before the model plans its workspaces) */
+        tp_backend_cpu_bf16_ask(c->bf16);
     }
     /* inference only: no training tower, so no optimizer and no slots */
     tp_model_desc_t md = *d;

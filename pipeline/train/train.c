@@ -786,14 +786,9 @@ tp_status_t tp_launch_train_with_config(tp_train_config_t *cfg,
         }
         mc.ndevices = n;
         mc.own_backend = 1;  /* the model (also one handed out) keeps them */
-    } else if (cfg->bf16 >= 0) {
+    } else {
         /* the CPU's bf16 products (before the model plans its workspaces) */
-        if (tp_backend_cpu_bf16(cfg->bf16))
-            TP_INFO("bf16: the CPU's matrix products on bf16 operands, fp32 sums; its "
-                    "direct convolutions on bf16 inputs");
-        else if (cfg->bf16)
-            TP_WARN("bf16: this CPU has no bf16 dot products (AVX512_BF16 or AMX, as "
-                    "oneDNN reads it): the products stay fp32");
+        tp_backend_cpu_bf16_ask(cfg->bf16);
     }
     mt->model = tp_model_new(cfg->model, &mc);
     if (!mt->model) {

@@ -963,3 +963,48 @@ Test(predict, flip_shift_accuracy_sums_six_views) {
     tp_predictor_destroy(&live);
     tp_model_destroy(&m);
 }
+
+/* The config's bf16 reaches the CPU backend before the model is built:
+ * -1 by default (the environment decides), 1 turns the process's
+ * products to bf16 (the logits move by bf16's rounding, top-1 stays),
+ * 0 back to fp32 (the logits bit for bit the fp32 predictor's again).
+ * A CPU without bf16 dot products: 1 leaves them fp32, nothing refused. */
+Test(predict, the_configs_bf16_reaches_the_cpu_backend, .init = s_setup,
+     .fini = s_teardown) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/mlp.safetensors", s_dir);
+    tp_model_t *m = s_trained("mlp", path);
+    tp_model_destroy(&m);
+    tp_predict_config_t c = s_mlp_config(path);
+    cr_assert_eq(c.bf16, -1, "the default leaves bf16 to $TP_CPU_BF16");
+    const int has = tp_backend_cpu_bf16(1);
+    tp_backend_cpu_bf16(0);
+    tp_tensor_t img, lab, out[3];
+    s_batch(0, 8, &img, &lab);
+    const int asked[3] = {0, 1, 0};
+    for (int k = 0; k < 3; k++) {
+        c.bf16 = asked[k];
+        tp_predictor_t *p = tp_predictor_new(&c);
+        cr_assert_not_null(p, "bf16 %d: %s", c.bf16, tp_last_error());
+        cr_assert_eq(tp_backend_cpu_bf16_ask(-1), asked[k] && has, "bf16 %d", c.bf16);
+        cr_assert_eq(tp_predictor_run(p, &img, &out[k]), TP_OK, "%s", tp_last_error());
+        tp_predictor_destroy(&p);
+    }
+    const float *f32 = out[0].data, *b16 = out[1].data, *again = out[2].data;
+    double most = 0, scale = 0;
+    for (int64_t i = 0; i < 8 * 10; i++) {
+        double d = fabs((double)f32[i] - (double)b16[i]);
+        most = d > most ? d : most;
+        scale = fabs(f32[i]) > scale ? fabs(f32[i]) : scale;
+    }
+    if (has)  /* bf16 keeps 8 significant bits: a few hundredths of 1 */
+        cr_expect(most > 0 && most < 0.02 * (scale > 1 ? scale : 1),
+                  "bf16 logits differ from fp32 by %g (largest %g)", most, scale);
+    else
+        cr_expect_eq(most, 0, "fp32 without bf16 dot products, yet %g apart", most);
+    cr_expect_eq(memcmp(f32, again, out[0].nbytes), 0, "bf16 0 did not give fp32 back");
+    for (int k = 0; k < 3; k++)
+        tp_tensor_fini(&out[k]);
+    tp_tensor_fini(&img);
+    tp_tensor_fini(&lab);
+}

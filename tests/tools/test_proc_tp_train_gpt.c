@@ -222,8 +222,9 @@ Test(tp_train_gpt, weight_decay_spares_biases_and_layer_norms) {
 
 /* tp-generate on a gpt log directory: a tiny GPT trained 200 steps on
  * "abc" repeated continues a prompt with the pattern when greedy
- * (temperature 0, or top-k 1: the same bytes); a seeded draw is the same
- * twice and another seed may differ; the image flags are refused. */
+ * (temperature 0, or top-k 1: the same bytes), also with --bf16 (the
+ * products on bf16 operands, said); a seeded draw is the same twice and
+ * another seed may differ; the image flags are refused. */
 Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     char logdir[128], data[160], corpus[128], out[160];
     snprintf(logdir, sizeof logdir, "%s/abc", s_dir);
@@ -249,6 +250,18 @@ Test(tp_train_gpt, tp_generate_continues_the_pattern_it_learned) {
     cr_assert(strstr(s_out, want), "stdout has no %s:\n%s", want, s_out);
     cr_assert_eq(tpt_read_file(out, got, sizeof got), 44);
     cr_assert_str_eq(got, want);
+    /* --bf16: the products on bf16 operands (said in the summary), and
+     * the pattern as well learned is the same greedy continuation */
+    char *greedy16[] = {"tp-generate", "--load", logdir, "--prompt", "bcab", "--tokens", "40",
+                        "--temperature", "0", "--bf16", NULL};
+    rc = s_generate(greedy16);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, s_out);
+    cr_assert(strstr(s_out, want), "--bf16: stdout has no %s:\n%s", want, s_out);
+    const int has16 = tp_backend_cpu_bf16(1);
+    cr_assert_eq(strstr(s_out, "the CPU's products on bf16 operands") != NULL, has16, "%s",
+                 s_out);
+    cr_assert_eq(strstr(s_out, "this CPU has no bf16 dot products") != NULL, !has16, "%s",
+                 s_out);
     char *top1[] = {"tp-generate", "--load", logdir, "--prompt", "bcab", "--tokens", "40",
                     "--top-k", "1", "--seed", "5", NULL};
     rc = s_generate(top1);

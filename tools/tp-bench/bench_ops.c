@@ -856,7 +856,7 @@ static void s_usage(FILE *o) {
     fprintf(o,
             "usage: tp-bench ops [--op PATTERN[,PATTERN...]] [--seconds S] [--rounds R] [--quick]\n"
             "                    [--threads T] [--no-torch] [--python PY] [--peer SCRIPT]\n"
-            "                    [--list] [--json] [--cpu-time] [--device N]\n"
+            "                    [--list] [--json] [--cpu-time] [--device N] [--bf16]\n"
             "  each op's forward+backward median time against PyTorch's (best of 1 and 2\n"
             "  threads) on shapes from the example models; ratio = towerpack / torch.\n"
             "  --op: rows whose name matches a shell pattern (\"conv2d/*\", \"relu\")\n"
@@ -867,6 +867,9 @@ static void s_usage(FILE *o) {
             "  --python: default /usr/bin/python3; --peer: bench/peers/torch_ops.py\n"
             "  --cpu-time: *_step rows in process CPU time on both sides, not wall time\n"
             "  (a loaded host; meaningful at --threads 1)\n"
+            "  --bf16: towerpack's CPU rows with the matrix products and direct\n"
+            "  convolutions on bf16 operands, fp32 sums (as tp-train --bf16 and\n"
+            "  TP_CPU_BF16=1; PyTorch's side stays fp32)\n"
             "  --device N: towerpack's rows on CUDA device N (the inputs in device memory;\n"
             "  op rows in the device's time from CUDA events around each call, step rows\n"
             "  in wall time once the device is done), PyTorch's on cuda:N (events around\n"
@@ -901,7 +904,7 @@ static void s_shapes(const bench_row_t *r, char *buf, size_t cap) {
 int tp_bench_ops(int argc, char **argv) {
     const char *patterns = NULL, *python = "/usr/bin/python3", *peer = NULL;
     double seconds = 1.0;
-    int threads = 0, torch = 1, json = 0, list = 0, quick = 0, rounds = 3, device = -1;
+    int threads = 0, torch = 1, json = 0, list = 0, quick = 0, rounds = 3, device = -1, bf16 = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--op") && i + 1 < argc)
             patterns = argv[++i];
@@ -925,6 +928,8 @@ int tp_bench_ops(int argc, char **argv) {
             json = 1;
         else if (!strcmp(argv[i], "--cpu-time"))
             s_cpu_time = 1;
+        else if (!strcmp(argv[i], "--bf16"))  /* as $TP_CPU_BF16=1 */
+            bf16 = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             char *end;
             long d = strtol(argv[++i], &end, 10);
@@ -944,6 +949,8 @@ int tp_bench_ops(int argc, char **argv) {
             return 2;
         }
     }
+    /* the CPU's bf16 products, before any row builds its op */
+    tp_backend_cpu_bf16_ask(bf16);
     if (quick) {
         seconds = 0.05;
         rounds = 1;

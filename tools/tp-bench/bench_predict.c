@@ -5,6 +5,7 @@
  *
  *   tp-bench predict --load CHECKPOINT|LOGDIR [--model NAME] [--threads T]
  *                    [--latency-iters N] [--batch B] [--rounds R] [--json]
+ *                    [--bf16]
  *
  * The peer is bench/peers/predict_torch.py (the same model in PyTorch with
  * the same weights); bench/predict.sh runs both and prints the ratios. */
@@ -18,7 +19,7 @@
 
 int tp_bench_predict(int argc, char **argv) {
     const char *load = NULL, *model = NULL;
-    int threads = 1, iters = 2000, batch = 256, rounds = 5, json = 0;
+    int threads = 1, iters = 2000, batch = 256, rounds = 5, json = 0, bf16 = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--load") && i + 1 < argc)
             load = argv[++i];
@@ -34,9 +35,11 @@ int tp_bench_predict(int argc, char **argv) {
             rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json"))
             json = 1;
+        else if (!strcmp(argv[i], "--bf16"))  /* tp-predict --bf16 */
+            bf16 = 1;
         else {
             printf("usage: tp-bench predict --load CHECKPOINT|LOGDIR [--model NAME] "
-                   "[--threads T] [--latency-iters N] [--batch B] [--rounds R] [--json]\n"
+                   "[--threads T] [--latency-iters N] [--batch B] [--rounds R] [--json] [--bf16]\n"
                    "  batch-1 latency and batch-B throughput of a trained model\n");
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
@@ -65,7 +68,7 @@ int tp_bench_predict(int argc, char **argv) {
     }
     tpp_zoo_model_t keep;
     tp_predictor_t *p = tpp_zoo_predictor_new(&keep, zoo, inputs, &info, ckpt, batch,
-                                              threads);
+                                              threads, bf16);
     if (!p) {
         fprintf(stderr, "tp-bench predict: %s\n", tp_last_error());
         tp_zoo_data_fini(&info);
@@ -130,13 +133,16 @@ int tp_bench_predict(int argc, char **argv) {
         double median = lat[iters / 2], p90 = lat[iters * 9 / 10];
         if (json)
             printf("{\"model\": \"%s\", \"threads\": %d, \"latency_ms\": %.4f, "
-                   "\"latency_p90_ms\": %.4f, \"batch\": %d, \"images_per_s\": %.1f}\n",
-                   zoo->name, threads, median * 1e3, p90 * 1e3, batch, best_rate);
+                   "\"latency_p90_ms\": %.4f, \"batch\": %d, \"images_per_s\": %.1f, "
+                   "\"bf16\": %s}\n",
+                   zoo->name, threads, median * 1e3, p90 * 1e3, batch, best_rate,
+                   tp_backend_cpu_bf16_ask(-1) ? "true" : "false");
         else
             printf("tp-bench predict: %s, %d thread%s: batch-1 latency %.3f ms "
-                   "(median of %d, p90 %.3f ms); batch %d: %.0f images/s\n",
+                   "(median of %d, p90 %.3f ms); batch %d: %.0f images/s%s\n",
                    zoo->name, threads, threads == 1 ? "" : "s", median * 1e3, iters,
-                   p90 * 1e3, batch, best_rate);
+                   p90 * 1e3, batch, best_rate,
+                   tp_backend_cpu_bf16_ask(-1) ? " (bf16 products)" : "");
     }
     free(lat);
     tp_tensor_fini(&f32);

@@ -537,13 +537,16 @@ static void s_products_table(const tp_model_t *m, const s_prof_t *pt, double pea
 static void s_usage(void) {
     printf("usage: tp-bench step [--model mlp|gpt] [--iters N] [--rounds R] [--threads T]\n"
            "                     [--batch B] [--no-cnn] [--no-fold] [--profile] [--json]\n"
+           "                     [--bf16]\n"
            "                     [--layers L] [--width C] [--heads H] [--context T]  (gpt)\n"
            "  mlp (default): MLP 784-256-10 step against its raw sgemm calls; small CNN step "
            "time\n"
            "  gpt: the zoo's GPT step (AdamW), default 4 layers, width 256, 4 heads, context "
            "256,\n"
            "       batch 4 (bench/peers/gpt_cpu.sh's); --profile: per op kind, then the\n"
-           "       products (batch_matmul) per node\n");
+           "       products (batch_matmul) per node\n"
+           "  --bf16: the CPU's matrix products and direct convolutions on bf16 operands,\n"
+           "       fp32 sums (as tp-train --bf16 and TP_CPU_BF16=1)\n");
 }
 
 /* ---- the GPT's step ------------------------------------------------------------ */
@@ -687,7 +690,7 @@ int tp_bench_step(int argc, char **argv) {
     /* -1: the model's default (the MLP's 5 x 200 at batch 128; the GPT's
      * 2 x 3 at batch 4, gpt_cpu.sh's) */
     int iters = -1, rounds = -1, threads = 1, json = 0, cnn = 1;
-    int batch = -1, profile = 0, fold = -1, gpt = 0, gpt_shape = 0;
+    int batch = -1, profile = 0, fold = -1, gpt = 0, gpt_shape = 0, bf16 = -1;
     s_gpt_args_t g = {4, 256, 4, 256, 4, 2, 3, 1, -1, 0, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc)
@@ -717,6 +720,8 @@ int tp_bench_step(int argc, char **argv) {
             cnn = 0;
         else if (!strcmp(argv[i], "--no-fold"))
             fold = 0;
+        else if (!strcmp(argv[i], "--bf16"))  /* as $TP_CPU_BF16=1 */
+            bf16 = 1;
         else if (!strcmp(argv[i], "--profile"))
             profile = 1;
         else if (!strcmp(argv[i], "--json"))
@@ -735,6 +740,8 @@ int tp_bench_step(int argc, char **argv) {
                 "give --model gpt\n");
         return 2;
     }
+    /* the CPU's bf16 products, before any model plans its workspaces */
+    tp_backend_cpu_bf16_ask(bf16);
     if (gpt) {
         g.iters = iters < 0 ? g.iters : iters;
         g.rounds = rounds < 0 ? g.rounds : rounds;

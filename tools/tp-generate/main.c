@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <towerpack/backend.h>
 #include <towerpack/fileio.h>
 #include <towerpack/gan.h>
 #include <towerpack/image.h>
@@ -46,6 +47,9 @@ static void s_usage(FILE *out) {
 "  --seed S         the noise's seed, 0 or more (default 1, tp-train's\n"
 "                   default --seed)\n"
 "  --model NAME     the generator (default: what the checkpoint records)\n"
+"  --bf16           the CPU's matrix products and direct convolutions on bf16\n"
+"                   operands with fp32 sums (as tp-train --bf16; a warning, and\n"
+"                   fp32, where the CPU lacks bf16; default: $TP_CPU_BF16)\n"
 "  -h, --help\n\n"
 "usage: tp-generate --load LOGDIR|CKPT --prompt TEXT --tokens N [options]\n"
 "Continue TEXT by N tokens with a GPT trained by tp-train --model gpt; print\n"
@@ -66,7 +70,8 @@ static void s_usage(FILE *out) {
 "  --no-cache       run the whole model over the last T tokens for every\n"
 "                   token (the reference; by default a cache of keys and\n"
 "                   values makes each token cost one position, and past the\n"
-"                   context T the cache is refilled from the last T/2)\n");
+"                   context T the cache is refilled from the last T/2)\n"
+"  --bf16           as for images: the GPT's products on bf16 operands\n");
 }
 
 static int s_fail(const char *what) {
@@ -110,10 +115,10 @@ int main(int argc, char **argv) {
     const char *load = NULL, *output = NULL, *png = NULL, *model = NULL;
     long long count = 0, seed = 1;
     enum { O_LOAD = 256, O_COUNT, O_OUTPUT, O_PNG, O_SEED, O_MODEL, O_PROMPT, O_TOKENS,
-           O_TEMPERATURE, O_TOP_K, O_NO_CACHE, O_VOCAB, O_MERGES };
+           O_TEMPERATURE, O_TOP_K, O_NO_CACHE, O_VOCAB, O_MERGES, O_BF16 };
     /* a GPT's text (text.c): any of these flags, or a gpt checkpoint */
     tp_gen_text_t text = {.tokens = 200, .temperature = 1.0};
-    int text_flags = 0;
+    int text_flags = 0, bf16 = -1;
     char text_flag[32] = "";  /* the first of them given, for messages */
     static const struct option opts[] = {
         {"load", required_argument, 0, O_LOAD},     {"count", required_argument, 0, O_COUNT},
@@ -124,6 +129,7 @@ int main(int argc, char **argv) {
         {"top-k", required_argument, 0, O_TOP_K},
         {"no-cache", no_argument, 0, O_NO_CACHE},
         {"vocab", required_argument, 0, O_VOCAB},   {"merges", required_argument, 0, O_MERGES},
+        {"bf16", no_argument, 0, O_BF16},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     int c, li = -1;
     while ((c = getopt_long(argc, argv, "h", opts, &li)) != -1) {
@@ -186,6 +192,9 @@ int main(int argc, char **argv) {
         case O_MERGES:
             text.merges = optarg;
             break;
+        case O_BF16:
+            bf16 = 1;
+            break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
@@ -238,6 +247,9 @@ int main(int argc, char **argv) {
         }
         text.seed = (uint64_t)seed;
         text.output = output;
+        /* the process's bf16 products, before the generator builds its
+         * predictor (whose config leaves them to this) */
+        tp_backend_cpu_bf16_ask(bf16);
         return tp_generate_text(path, &text);
     }
     /* a --load that names no checkpoint says so before the flags it lacks */
@@ -298,6 +310,7 @@ int main(int argc, char **argv) {
     pc.output_names = out_names;
     pc.noutput_names = 1;
     pc.max_batch = count < 256 ? count : 256;
+    pc.bf16 = bf16;
     tp_predictor_t *p = tp_predictor_new(&pc);
     if (!p)
         return s_fail(ckpt);
@@ -375,8 +388,10 @@ int main(int argc, char **argv) {
     char cdim[32] = "";
     if (channels != 1)
         snprintf(cdim, sizeof cdim, ", %d", channels);
-    printf("tp-generate: %lld samples of %s (%s) as uint8 [%lld, %lld, %lld%s] in %s%s%s\n",
-           count, gz->name, ckpt, count, (long long)oshape[2], (long long)oshape[3], cdim,
-           output, png ? ", grid " : "", png ? png : "");
+    printf("tp-generate: %lld samples of %s (%s%s) as uint8 [%lld, %lld, %lld%s] in %s%s%s\n",
+           count, gz->name, ckpt,
+           tp_backend_cpu_bf16_ask(-1) ? "; the CPU's products on bf16 operands" : "", count,
+           (long long)oshape[2], (long long)oshape[3], cdim, output, png ? ", grid " : "",
+           png ? png : "");
     return 0;
 }

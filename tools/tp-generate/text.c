@@ -24,6 +24,7 @@
 #include <towerpack/clock.h>
 #include <towerpack/fileio.h>
 #include <towerpack/log.h>
+#include <towerpack/backend.h>
 #include <towerpack/checkpoint.h>
 #include <towerpack/models.h>
 #include <towerpack/tokenizer.h>
@@ -168,11 +169,12 @@ int tp_generate_text(const char *ckpt, const tp_gen_text_t *g) {
         snprintf(tokens, sizeof tokens, "GPT-2 BPE tokens, vocabulary %d", vocab);
     fprintf(stderr, "tp-generate: %ld %ss after a %lld-%s prompt from %s (gpt, %s, "
             "context %d, %d layer%s, width %d; temperature %g, top-k %s, seed %llu) in %.2f s, "
-            "%.1f tokens/s (%s)%s%s\n", g->tokens, unit, (long long)np, unit, ckpt, tokens,
+            "%.1f tokens/s (%s%s)%s%s\n", g->tokens, unit, (long long)np, unit, ckpt, tokens,
             context,
             shape.layers, shape.layers > 1 ? "s" : "", shape.embed, g->temperature, k, (unsigned long long)g->seed, secs,
             secs > 0 ? (double)g->tokens / secs : 0.0,
             g->no_cache ? "no cache: the whole window a token" : "cache of keys and values",
+            tp_backend_cpu_bf16_ask(-1) ? "; the CPU's products on bf16 operands" : "",
             g->output ? ", also in " : "", g->output ? g->output : "");
     return 0;
 }

@@ -2,7 +2,7 @@
  *
  *   tp-predict --load CHECKPOINT|LOGDIR [--model NAME] --data SOURCE
  *              [--output FILE] [--json] [--top-k K] [--batch N]
- *              [--confusion PNG] [--threads N]
+ *              [--confusion PNG] [--threads N] [--bf16]
  *
  * The checkpoint names its model (tp-train records it), so --model is only
  * needed for older checkpoints or to override. The data are tp-train's
@@ -62,11 +62,15 @@ static const char *s_usage =
 "  --confusion PNG    the confusion matrix image (default: next to the\n"
 "                     checkpoint, <name>.confusion.png); 'none' for none\n"
 "  --batch N          rows per call (default 256)\n"
-"  --threads N        BLAS threads (default: OpenBLAS's)\n";
+"  --threads N        BLAS threads (default: OpenBLAS's)\n"
+"  --bf16             the CPU's matrix products and direct convolutions on\n"
+"                     bf16 operands with fp32 sums (as tp-train --bf16; a\n"
+"                     warning, and fp32, where the CPU lacks bf16; default:\n"
+"                     $TP_CPU_BF16)\n";
 
 typedef struct {
     const char *load, *model, *data, *spec, *output, *confusion;
-    int json, top_k, batch, threads, logits;
+    int json, top_k, batch, threads, logits, bf16;
 } s_args_t;
 
 static int s_fail(const char *what) {
@@ -417,7 +421,7 @@ static tp_status_t s_draw(const char *path, const int64_t *cm, int nk,
 }
 
 int main(int argc, char **argv) {
-    s_args_t a = {.top_k = 1, .batch = 256};
+    s_args_t a = {.top_k = 1, .batch = 256, .bf16 = -1};
     static const struct option opts[] = {
         {"load", required_argument, NULL, 'l'}, {"model", required_argument, NULL, 'm'},
         {"data", required_argument, NULL, 'd'}, {"spec", required_argument, NULL, 's'},
@@ -425,7 +429,7 @@ int main(int argc, char **argv) {
         {"top-k", required_argument, NULL, 'k'}, {"batch", required_argument, NULL, 'b'},
         {"confusion", required_argument, NULL, 'c'},
         {"threads", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-        {"logits", no_argument, NULL, 'g'},
+        {"logits", no_argument, NULL, 'g'}, {"bf16", no_argument, NULL, 'f'},
         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -441,6 +445,7 @@ int main(int argc, char **argv) {
         case 'c': a.confusion = optarg; break;
         case 't': if (s_int_flag("--threads", optarg, 0, 4096, &a.threads)) return 2; break;
         case 'g': a.logits = 1; break;
+        case 'f': a.bf16 = 1; break;
         case 'h': fputs(s_usage, stdout); return 0;
         default: fputs(s_usage, stderr); return 2;
         }
@@ -481,12 +486,15 @@ int main(int argc, char **argv) {
     }
     tpp_zoo_model_t keep;  /* normalises if the run did in-model */
     tp_predictor_t *pred = tpp_zoo_predictor_new(&keep, zoo, inputs, &info, ckpt, a.batch,
-                                                 a.threads);
+                                                 a.threads, a.bf16);
     if (!pred) {
         tp_zoo_data_fini(&info);
         return s_fail("loading the model");
     }
 
+    /* what the predictor's products ran on (--bf16 on a CPU without it
+     * warned, and runs fp32) */
+    const int bf16_on = tp_backend_cpu_bf16_ask(-1);
     char spec[4096];
     tp_dataflow_t *df = NULL;
     /* the size the checkpoint records (tp-train --image-size) */
@@ -649,6 +657,7 @@ int main(int argc, char **argv) {
         json_object_set_new(j, "samples", json_integer(samples));
         json_object_set_new(j, "samples_per_s", json_real(rate));
         json_object_set_new(j, "wall_s", json_real(wall));
+        json_object_set_new(j, "bf16", json_boolean(bf16_on));
         json_t *names = json_array();
         for (int c2 = 0; c2 < nk; c2++)
             json_array_append_new(names, json_string(S_NAME(c2)));
@@ -686,6 +695,8 @@ int main(int argc, char **argv) {
     } else {
         printf("tp-predict: model %s, checkpoint %s\n", name, ckpt);
         printf("  data: %s\n", spec);
+        if (bf16_on)  /* --bf16 or $TP_CPU_BF16, on a CPU that has it */
+            printf("  bf16: the CPU's matrix products on bf16 operands, fp32 sums\n");
         printf("  samples: %lld, %.0f samples/s in the model (%.2f s), %.2f s in all\n",
                (long long)samples, rate, busy, wall);
         if (have_labels) {
