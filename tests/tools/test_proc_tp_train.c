@@ -829,6 +829,38 @@ Test(tp_train, bad_flags_say_what, .init = s_setup, .fini = s_teardown) {
     cr_assert(strstr(s_out, "--test-data: data source 'fashion:test': use "), "%s", s_out);
     cr_assert(!strstr(s_out, "devices:"), "the devices were probed first:\n%s", s_out);
     cr_assert(access(logdir, F_OK) != 0, "%s was made for a run refused", logdir);
+    /* a file a record source names that cannot be read, the same: refused
+     * with the flags, naming the flag and the path (it was refused when the
+     * pipeline opened it, after the probe and the log directory); the
+     * labels' file of an idx: pair too, and an lmdb: --test-data */
+    char nofile[160], spec[400], images[160];
+    snprintf(nofile, sizeof nofile, "%s/no-such-images-idx3-ubyte", s_dir);
+    snprintf(spec, sizeof spec, "idx:%s", nofile);
+    char *f1[] = {"tp-train", "--model", "mlp", "--data", spec, "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(f1, s_out, sizeof s_out), 0);
+    char said[1024];
+    snprintf(said, sizeof said, "--data %s: %s cannot be read: No such file or directory", spec,
+             nofile);
+    cr_assert(strstr(s_out, said), "%s", s_out);
+    cr_assert(!strstr(s_out, "devices:"), "the devices were probed first:\n%s", s_out);
+    cr_assert(access(logdir, F_OK) != 0, "%s was made for a run refused", logdir);
+    snprintf(images, sizeof images, "%s/images-idx3-ubyte", s_dir);
+    FILE *img = fopen(images, "w");
+    cr_assert_not_null(img);
+    fclose(img);
+    snprintf(spec, sizeof spec, "idx:%s,%s,shuffle=0", images, nofile);
+    char *f2[] = {"tp-train", "--model", "mlp", "--data", spec, "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(f2, s_out, sizeof s_out), 0);
+    snprintf(said, sizeof said, "--data %s: %s cannot be read", spec, nofile);
+    cr_assert(strstr(s_out, said), "%s", s_out);
+    cr_assert(!strstr(s_out, "devices:"), "the devices were probed first:\n%s", s_out);
+    snprintf(spec, sizeof spec, "lmdb:%s/no-such.lmdb", s_dir);
+    char *f3[] = {"tp-train", "--model", "mlp", "--test-data", spec, "--logdir", logdir, NULL};
+    cr_assert_neq(tpt_run(f3, s_out, sizeof s_out), 0);
+    snprintf(said, sizeof said, "--test-data %s: %s/no-such.lmdb cannot be read", spec, s_dir);
+    cr_assert(strstr(s_out, said), "%s", s_out);
+    cr_assert(!strstr(s_out, "devices:"), "the devices were probed first:\n%s", s_out);
+    cr_assert(access(logdir, F_OK) != 0, "%s was made for a run refused", logdir);
 }
 
 /* A grey run without augmentation at `norm` (NULL: the default) for two

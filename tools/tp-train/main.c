@@ -748,6 +748,43 @@ static tp_status_t s_source_known(const char *flag, const char *src, int channel
     return rc == TP_OK ? TP_OK : tp_error_wrap(rc, "%s", flag);
 }
 
+/* The files a record source names (idx:IMAGES[,LABELS], lmdb:PATH,
+ * tensorpack-lmdb:PATH, cifar:FILE: its items without '=', up to `npaths`
+ * of them) can be read: a path that cannot is said here, with the other
+ * flags, naming the flag and the path (it was said only when the pipeline
+ * opened it, after the device probe and the log directory). Image
+ * folders and lists were read already (tp_image_source_info). */
+static tp_status_t s_source_files(const char *flag, const char *src) {
+    static const struct { const char *prefix; int npaths; } kinds[] = {
+        {"idx:", 2}, {"lmdb:", 1}, {"tensorpack-lmdb:", 1}, {"cifar:", 1}};
+    int npaths = 0;
+    size_t plen = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        if (!strncmp(src, kinds[k].prefix, strlen(kinds[k].prefix))) {
+            npaths = kinds[k].npaths;
+            plen = strlen(kinds[k].prefix);
+        }
+    char path[4096];
+    for (const char *p = src + plen; npaths > 0 && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        /* options (shuffle=0, int32) are the source's to check */
+        if (len > 0 && len < sizeof path && !memchr(p, '=', len) &&
+            !(len == 5 && !strncmp(p, "int32", 5)) && !(len == 7 && !strncmp(p, "shuffle", 7))) {
+            memcpy(path, p, len);
+            path[len] = '\0';
+            if (access(path, R_OK) != 0)
+                return tp_error(TP_ERR_NOT_FOUND, "%s %s: %s cannot be read: %s", flag, src,
+                                path, strerror(errno));
+            npaths--;
+        }
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return TP_OK;
+}
+
 static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
     static const char *const fmnist[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
                                            "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
@@ -882,8 +919,11 @@ static tp_status_t s_data_info(s_args_t *a, const tp_zoo_model_t *zoo) {
      * directory */
     if (!a->spec && !a->remote) {
         TP_TRY(s_source_known("--data", a->data, d->channels));
-        if (a->test_data)
+        TP_TRY(s_source_files("--data", a->data));
+        if (a->test_data) {
             TP_TRY(s_source_known("--test-data", a->test_data, d->channels));
+            TP_TRY(s_source_files("--test-data", a->test_data));
+        }
     }
     return TP_OK;
 }
