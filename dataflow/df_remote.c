@@ -1778,8 +1778,13 @@ static tp_status_t s_sender_await_receiver(s_sender_t *s) {
 }
 
 /* Send msg, waiting (counted as blocked) while the peer is full; publishes
- * and looks for signals while it waits. */
+ * and looks for signals while it waits. A bound sender that no receiver
+ * has reached yet says so after S_NO_RECEIVER_NOTE_S, then every
+ * S_NO_RECEIVER_AGAIN_S, as a connecting one does (its wait was silent:
+ * a trainer pointed elsewhere looked like a worker at work). */
 static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock) {
+    const uint64_t t0 = tp_now_ns();
+    double next_note = S_NO_RECEIVER_NOTE_S;
     /* Wait (counted as blocked) until the socket can take a message, then
      * send it whole with a plain blocking send. */
     for (;;) {
@@ -1804,6 +1809,18 @@ static tp_status_t s_send_blocking(s_sender_t *s, tp_wire_msg_t *msg, void *sock
         if (st != TP_OK) {  /* a failed handshake; the receivers gone */
             tp_wire_msg_clear(msg);
             return st;
+        }
+        double waited = (double)(tp_now_ns() - t0) * 1e-9;
+        if (!s->connecting && !s->ever && s->connected == 0 && s->mon &&
+            waited >= next_note) {
+            if (next_note == S_NO_RECEIVER_NOTE_S)
+                TP_WARN("send: no receiver has connected to %s after %.0f s (is the trainer "
+                        "started, connecting to it with --remote %s, and is the address "
+                        "right?): waiting for one", s->endpoint, waited, s->endpoint);
+            else
+                TP_INFO("send: still no receiver connected to %s after %.0f s: waiting "
+                        "for one", s->endpoint, waited);
+            next_note = waited + S_NO_RECEIVER_AGAIN_S;
         }
         uint64_t b0 = tp_now_ns();
         zmq_pollitem_t it = {sock, 0, ZMQ_POLLOUT, 0};

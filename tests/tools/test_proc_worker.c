@@ -217,6 +217,36 @@ Test(proc_worker, a_worker_with_nobody_at_its_endpoint_says_so_and_waits) {
     cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "SIGTERM: status %d", st);
 }
 
+/* The same on the other side: a worker that binds (--bind) and that no
+ * trainer connects to (one started without --remote, or pointed
+ * elsewhere) waited in silence for ever, its first datapoint blocked on a
+ * socket with no peer. After 10 s it says that no receiver has connected,
+ * naming the endpoint and the trainer's flag, once; it goes on waiting,
+ * and SIGTERM ends it. */
+Test(proc_worker, a_bound_worker_that_nobody_connects_to_says_so_and_waits) {
+    if (!s_plugin[0])
+        cr_skip_test("no C compiler to build the example plugin");
+    char ep[128], out[128], buf[8192];
+    snprintf(ep, sizeof ep, "ipc://%s/unheard.sock", s_dir);
+    snprintf(out, sizeof out, "%s/unheard.txt", s_dir);
+    char *wargv[] = {TP_BINARY_DIR "/bin/tp-worker", "--plugin", s_plugin,
+                     "--plugin-arg", "7", "--bind", ep, "--log-level", "info", NULL};
+    pu_spawn_opts_t o = {.out = out};
+    int pid = pu_spawn(wargv, &o);
+    int alive = !pu_wait_gone(pid, 12000);
+    fu_slurp(out, buf, sizeof buf);
+    kill(pid, SIGTERM);
+    int st = pu_waitpid(pid, 5000);
+    cr_assert(alive, "a bound worker with no receiver yet ended:\n%s", buf);
+    char said[512];
+    snprintf(said, sizeof said, "send: no receiver has connected to %s after 10 s (is the "
+             "trainer started, connecting to it with --remote %s", ep, ep);
+    cr_assert(strstr(buf, said), "nothing said about the missing receiver:\n%s", buf);
+    cr_assert(!strstr(strstr(buf, said) + strlen(said), "no receiver"),
+              "said twice in 12 s:\n%s", buf);
+    cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "SIGTERM: status %d", st);
+}
+
 /* Issue 47: a worker left from an earlier run joined the next run on the
  * same port. With job ids, the trainer of job B refuses the worker of job A
  * (its datapoints dropped and counted, a warning naming the worker and both
@@ -622,6 +652,36 @@ Test(proc_worker, a_python_sender_with_nobody_at_its_endpoint_says_so_and_can_ti
     cr_assert_eq(st, 1, "status %d:\n%s", st, buf);
     snprintf(said, sizeof said, "tp_send: no receiver at %s after 1 s (", ep);
     cr_assert(strstr(buf, said) && strstr(buf, "(--connect-timeout)"), "%s", buf);
+}
+
+/* A Python sender that binds and that nobody connects to waited in silence
+ * for ever in send(): it says so after NO_RECEIVER_NOTE_S (1 here), once,
+ * naming the endpoint and the trainer's flag, and waits on (a bound
+ * sender's wait has no connect_timeout: a sender that binds is there to be
+ * found); the test stops it after 3 s. */
+Test(proc_worker, a_bound_python_sender_that_nobody_connects_to_says_so) {
+    if (system("/usr/bin/python3 -c 'import numpy, zmq' 2>/dev/null") != 0)
+        cr_skip_test("/usr/bin/python3 lacks numpy or zmq (python3-numpy, python3-zmq)");
+    char ep[128], code[1024], said[512];
+    static char buf[16384];
+    snprintf(ep, sizeof ep, "ipc://%s/pyunheard.sock", s_dir);
+    snprintf(code, sizeof code,
+             "import os, sys, signal; sys.path.insert(0, '%s/tools/tp-worker')\n"
+             "import numpy as np, tp_send\n"
+             "tp_send.NO_RECEIVER_NOTE_S = 1\n"
+             "s = tp_send.Sender('%s', bind=True)\n"
+             "signal.signal(signal.SIGALRM, lambda *a: (sys.stderr.flush(), os._exit(3)))\n"
+             "signal.alarm(3)\n"
+             "s.send([np.zeros((8, 28, 28), np.uint8), np.zeros(8, np.int32)])\n",
+             TP_SOURCE_DIR, ep);
+    char *pargv[] = {"/usr/bin/python3", "-c", code, NULL};
+    int st = pu_run(pargv, NULL, buf, sizeof buf);
+    cr_assert_eq(st, 3, "status %d (3: still waiting after 3 s):\n%s", st, buf);
+    snprintf(said, sizeof said, "tp_send: no receiver has connected to %s after 1 s (is the "
+             "trainer started, connecting to it with --remote %s", ep, ep);
+    cr_assert(strstr(buf, said), "no warning after 1 s:\n%s", buf);
+    cr_assert(!strstr(strstr(buf, said) + strlen(said), "no receiver"), "said twice:\n%s",
+              buf);
 }
 
 /* An endpoint the Python sender cannot use is a ValueError naming it (the

@@ -18,7 +18,8 @@ next one waited for; one that lets the handshake run out is not answering
 (waited for, said once); three closed in a row by a host still there are
 a refusal. Nobody at all at a --connect endpoint is said after 10 s, and
 waited for, or ends it after --connect-timeout seconds (NoReceiverError
-for a module user's connect_timeout). $TP_SEND_HANDSHAKE_S sets libzmq's handshake interval (30 s),
+for a module user's connect_timeout); a --bind sender that no receiver has
+connected to is said after 10 s too, and waits on. $TP_SEND_HANDSHAKE_S sets libzmq's handshake interval (30 s),
 $TP_LOG_LEVEL what the program logs (info).
 
 As a program it sends Fashion-MNIST batches as tp-train's zoo models take
@@ -535,27 +536,35 @@ class Sender:
         return True
 
     def _no_receiver(self):
-        """A connecting sender with nobody at its endpoint since it started
-        (no receiver met, no connection up): said once NO_RECEIVER_NOTE_S
-        have passed, then every NO_RECEIVER_AGAIN_S (df_remote.c's
-        s_sender_await_receiver); NoReceiverError past connect_timeout.
-        ZeroMQ's connect is asynchronous: this is how nobody is told."""
-        if self.met or self.conns:
+        """A sender with no receiver since it started (a connecting one:
+        none met, no connection up; a bound one: none has connected and
+        shaken hands): said once NO_RECEIVER_NOTE_S have passed, then
+        every NO_RECEIVER_AGAIN_S (df_remote.c's s_sender_await_receiver
+        and s_send_blocking); a connecting one raises NoReceiverError past
+        connect_timeout. ZeroMQ's connect is asynchronous and a bound
+        socket with no peer just blocks: this is how nobody is told."""
+        if self.met or self.conns or (self.bind and self.ever):
             return
         waited = (time.monotonic_ns() - self.start) * 1e-9
-        what = ("nothing there takes the connection: is the trainer started, binding it "
-                "with --remote @%s, and is the address right?" % self.endpoint)
-        if self.connect_timeout is not None and waited >= self.connect_timeout:
-            raise NoReceiverError("tp_send: no receiver at %s after %g s (%s)"
-                                  % (self.endpoint, self.connect_timeout, what))
+        if self.bind:
+            what = ("is the trainer started, connecting to it with --remote %s, and is the "
+                    "address right?" % self.endpoint)
+            first = "tp_send: no receiver has connected to %s after %.0f s (%s): waiting for one"
+            again = "tp_send: still no receiver connected to %s after %.0f s: waiting for one"
+        else:
+            what = ("nothing there takes the connection: is the trainer started, binding it "
+                    "with --remote @%s, and is the address right?" % self.endpoint)
+            first = "tp_send: no receiver at %s after %.0f s (%s): waiting for one"
+            again = "tp_send: still no receiver at %s after %.0f s: waiting for one"
+            if self.connect_timeout is not None and waited >= self.connect_timeout:
+                raise NoReceiverError("tp_send: no receiver at %s after %g s (%s)"
+                                      % (self.endpoint, self.connect_timeout, what))
         if waited < self.note_s:
             return
         if self.note_s == NO_RECEIVER_NOTE_S:
-            log.warning("tp_send: no receiver at %s after %.0f s (%s): waiting for one",
-                        self.endpoint, waited, what)
+            log.warning(first, self.endpoint, waited, what)
         else:
-            log.info("tp_send: still no receiver at %s after %.0f s: waiting for one",
-                     self.endpoint, waited)
+            log.info(again, self.endpoint, waited)
         self.note_s = waited + NO_RECEIVER_AGAIN_S
 
     def _events(self):
@@ -692,6 +701,8 @@ class Sender:
                 self._report(RUNNING, force=False)
                 self.sock.send_multipart(frames, copy=False)
                 break
+            if self.bind:  # nobody connected yet: said, not waited on in silence
+                self._no_receiver()
             t0 = time.monotonic_ns()
             self.sock.poll(100, zmq.POLLOUT)
             self.blocked_ns += time.monotonic_ns() - t0
