@@ -12,7 +12,9 @@
 # batches), in ROUNDS (default 3) alternating rounds; the medians over the
 # rounds are compared, per thread count and for the best setting of each.
 # The peer first checks that it computes the same logits as tp-predict on
-# 256 test images.
+# 256 test images. BF16=1: both sides with bf16 products (tp-predict and
+# tp-bench predict --bf16; PyTorch under torch.autocast('cpu', bfloat16)),
+# the logits then compared within bf16's rounding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -25,6 +27,8 @@ bench_release_build 2 tp-bench tp-train tp-predict
 bin=build-release/bin
 work=$(mktemp -d /tmp/tp-predict-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT
+bf16=()
+if [ "${BF16:-0}" != 0 ]; then bf16=(--bf16); fi
 ckpt=${1:-}
 if [ -z "$ckpt" ]; then
   TP_LOG_LEVEL=warn $bin/tp-train --model cnn --epochs 1 --steps-per-epoch 200 --threads 2 \
@@ -33,7 +37,7 @@ if [ -z "$ckpt" ]; then
   ckpt=$work/run
 fi
 $bin/tp-predict --load "$ckpt" --spec 'fashion-mnist:test,shuffle=0 | batch 256 | fixed-size 1' \
-  --output "$work/first256.csv" --logits --confusion none >/dev/null
+  --output "$work/first256.csv" --logits --confusion none "${bf16[@]}" >/dev/null
 file=$($PY - "$ckpt" <<'PYEOF'
 import os, sys
 p = sys.argv[1]
@@ -48,9 +52,10 @@ rounds=${ROUNDS:-3}
 results=()
 for r in $(seq 1 "$rounds"); do
   for t in 1 2; do
-    tpr=$(TP_LOG_LEVEL=warn $bin/tp-bench predict --load "$file" --threads $t --json --latency-iters 1000)
+    tpr=$(TP_LOG_LEVEL=warn $bin/tp-bench predict --load "$file" --threads $t --json --latency-iters 1000 \
+          "${bf16[@]}")
     ptr=$($PY bench/peers/predict_torch.py "$file" --threads $t --latency-iters 1000 \
-          --compare "$work/first256.csv")
+          --compare "$work/first256.csv" "${bf16[@]}")
     if [ $((r % 2)) -eq 1 ]; then results+=("$tpr" "$ptr"); else results+=("$ptr" "$tpr"); fi
   done
 done

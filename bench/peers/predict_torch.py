@@ -68,14 +68,19 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--compare")
+    ap.add_argument("--bf16", action="store_true",
+                    help="under torch.autocast('cpu', torch.bfloat16): the convolutions "
+                         "and linear layers on bf16, as tp-predict --bf16")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     net = Cnn(load_safetensors(a.checkpoint)).eval()
     with gzip.open(IMAGES) as f:
         images = torch.from_numpy(np.frombuffer(f.read(), np.uint8, offset=16)
                                   .reshape(-1, 28, 28)[:max(a.batch, 1000)].copy())
-    res = {"peer": "pytorch %s" % torch.__version__, "threads": a.threads, "batch": a.batch}
-    with torch.inference_mode():
+    res = {"peer": "pytorch %s" % torch.__version__, "threads": a.threads, "batch": a.batch,
+           "bf16": a.bf16}
+    # autocast off is a plain fp32 run (enabled=False changes nothing)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
         one = images[:1]
         for _ in range(20):
             net(one)
@@ -100,7 +105,7 @@ def main():
                 rows = list(csv.DictReader(f))
             ref = np.array([[float(r["logit%d" % j]) for j in range(10)] for r in rows],
                            np.float32)
-            got = net(images[:len(rows)]).numpy()
+            got = net(images[:len(rows)]).float().numpy()
             res["compare_rows"] = len(rows)
             res["max_abs_logit_diff"] = float(np.max(np.abs(got - ref)))
             res["top1_agree"] = float(np.mean(got.argmax(1) == ref.argmax(1)))

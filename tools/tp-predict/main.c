@@ -696,7 +696,8 @@ int main(int argc, char **argv) {
         printf("tp-predict: model %s, checkpoint %s\n", name, ckpt);
         printf("  data: %s\n", spec);
         if (bf16_on)  /* --bf16 or $TP_CPU_BF16, on a CPU that has it */
-            printf("  bf16: the CPU's matrix products on bf16 operands, fp32 sums\n");
+            printf("  bf16: the CPU's matrix products on bf16 operands, fp32 sums; its "
+                   "direct convolutions on bf16 inputs\n");
         printf("  samples: %lld, %.0f samples/s in the model (%.2f s), %.2f s in all\n",
                (long long)samples, rate, busy, wall);
         if (have_labels) {
