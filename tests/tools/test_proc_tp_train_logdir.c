@@ -215,18 +215,25 @@ Test(tp_train_logdir, resume_into_an_empty_or_a_missing_directory) {
 }
 
 Test(tp_train_logdir, the_fatal_error_is_in_log_log_and_the_retry_needs_no_action) {
-    char logdir[128], path[256];
+    char logdir[128], path[256], images[128], data[160];
     snprintf(logdir, sizeof logdir, "%s/run", s_dir);
-    /* fails after the log directory is made: its data cannot be read */
+    /* fails after the log directory is made: its data are no IDX file (a
+     * file that does not exist is refused with the flags, before it) */
+    snprintf(images, sizeof images, "%s/not-idx-images", s_dir);
+    FILE *f = fopen(images, "w");
+    cr_assert_not_null(f);
+    fputs("not an IDX file\n", f);
+    fclose(f);
+    snprintf(data, sizeof data, "idx:%s", images);
     char *a[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "5",
-                 "--threads", "1", "--data", "idx:/nonexistent/images,/nonexistent/labels",
+                 "--threads", "1", "--data", data,
                  "--test-spec", TEST_SPEC, "--logdir", logdir, NULL};
     int rc = s_run(a, s_out, sizeof s_out);
     cr_assert_eq(rc, 1, "exit %d:\n%s", rc, s_out);
     cr_assert(strstr(s_out, "tp-train: training data: "), "%s", s_out);
     snprintf(path, sizeof path, "%s/log.log", logdir);
     const char *text = s_slurp(path);
-    cr_assert(strstr(text, "fatal: training data: ") && strstr(text, "/nonexistent/images"),
+    cr_assert(strstr(text, "fatal: training data: ") && strstr(text, "not-idx-images"),
               "log.log does not say why the run stopped:\n%s", text);
     /* the retry, same directory, no --logdir-action: only a log was there */
     char *b[] = {"tp-train", "--model", "mlp", "--epochs", "1", "--steps-per-epoch", "5",
