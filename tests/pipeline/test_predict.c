@@ -969,8 +969,7 @@ Test(predict, flip_shift_accuracy_sums_six_views) {
  * products to bf16 (the logits move by bf16's rounding, top-1 stays),
  * 0 back to fp32 (the logits bit for bit the fp32 predictor's again).
  * A CPU without bf16 dot products: 1 leaves them fp32, nothing refused. */
-Test(predict, the_configs_bf16_reaches_the_cpu_backend, .init = s_setup,
-     .fini = s_teardown) {
+Test(predict, the_configs_bf16_reaches_the_cpu_backend) {
     char path[300];
     snprintf(path, sizeof path, "%s/mlp.safetensors", s_dir);
     tp_model_t *m = s_trained("mlp", path);
